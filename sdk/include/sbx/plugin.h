@@ -1,0 +1,345 @@
+/*
+ * <sbx/plugin.h> — the libsbx plugin ABI.
+ *
+ * A backend is a shared object `libsbx-<name>.so` exporting exactly one
+ * symbol, sbx_plugin_init, which returns a pointer to a constant
+ * sbx_plugin descriptor and does nothing else. The host checks the
+ * descriptor before calling any slot:
+ *
+ *   1. the pointer is not NULL;
+ *   2. struct_size covers at least the fields of ABI 1.0
+ *      (SBX_PLUGIN_MIN_STRUCT_SIZE);
+ *   3. abi_major == SBX_PLUGIN_ABI_MAJOR and abi_minor <= the host's
+ *      SBX_PLUGIN_ABI_MINOR (GStreamer's rule);
+ *   4. name equals the <name> of the file.
+ *
+ * A plugin failing a check is listed by `sbx backends` with the reason and
+ * never used. Then the host calls `setup` once with its services (logging,
+ * error construction, allocation): a plugin never links libsbx.
+ *
+ * Growth rules. Slots are only appended; the host never reads past
+ * struct_size, so an older, shorter descriptor keeps working. A NULL slot
+ * means "not supported": the host answers feature_not_supported, or uses a
+ * generic fallback built on other slots. Request structs carry their own
+ * struct_size; the host never hands a plugin a request that uses a field
+ * added in an ABI minor newer than the plugin's abi_minor (it refuses the
+ * call with feature_not_supported instead).
+ *
+ * Threading. Slots may be called from several threads at once, for
+ * different sandboxes and for one sandbox; a plugin protects its own shared
+ * state. A handle (client, sandbox, process) is never freed while another
+ * slot on it runs.
+ *
+ * Ownership. Strings and structs passed to a slot are borrowed for the call.
+ * Descriptors passed to a slot stay owned by the host: a plugin that needs
+ * one beyond the call dup()s it. Strings a slot returns (session_state) are
+ * allocated with the host's alloc service and freed by the host.
+ *
+ * Errors. A failing slot returns -1 (or NULL) and, when its `error` argument
+ * is not NULL, stores an error made with host->set_error(). The host fills
+ * in the backend name and the op when the plugin left them out.
+ *
+ * Build a plugin with -fvisibility=hidden and a version script exporting
+ * only sbx_plugin_init; libtool flags -module -avoid-version. Install it
+ * into `pkg-config --variable=plugindir libsbx`.
+ */
+#ifndef SBX_PLUGIN_H
+#define SBX_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdarg.h>
+#include <sys/types.h>
+
+#include <sbx/sbx.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SBX_PLUGIN_ABI_MAJOR 1
+#define SBX_PLUGIN_ABI_MINOR 0
+
+/** The one symbol a plugin exports. */
+#define SBX_PLUGIN_INIT_SYMBOL "sbx_plugin_init"
+
+/* ------------------------------------------------------------------------ */
+/* Host services                                                             */
+/* ------------------------------------------------------------------------ */
+
+typedef enum sbx_log_level {
+    SBX_LOG_ERROR = 0,
+    SBX_LOG_WARNING = 1,
+    SBX_LOG_INFO = 2,
+    SBX_LOG_DEBUG = 3
+} sbx_log_level;
+
+/**
+ * sbx_host_services:
+ * Handed to the plugin's setup slot; valid for the life of the process.
+ * All functions are thread-safe.
+ *
+ *  - log: message at @level, prefixed with the backend; printed on stderr
+ *    when SBX_DEBUG is set (level <= its value), dropped otherwise.
+ *  - set_error: when @error is not NULL and *@error is NULL, stores a new
+ *    error with @code, @op (may be NULL) and the formatted message. The
+ *    retryable flag follows from the code.
+ *  - error_add_context: appends key=value to an error (copied). Values
+ *    under keys that look secret (token, key, secret, password,
+ *    authorization) are redacted.
+ *  - error_set_outcome: marks whether the provider may have acted.
+ *  - alloc / free: memory for strings handed to the host (session state).
+ */
+typedef struct sbx_host_services {
+    size_t struct_size;
+    unsigned abi_major;
+    unsigned abi_minor;
+    void (*log)(sbx_log_level level, const char *backend, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+    void (*set_error)(sbx_error **error, sbx_error_code code, const char *op,
+                      const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+    void (*error_add_context)(sbx_error *error, const char *key, const char *value);
+    void (*error_set_outcome)(sbx_error *error, sbx_error_outcome outcome);
+    void *(*alloc)(size_t size);
+    void (*free)(void *ptr);
+} sbx_host_services;
+
+/* ------------------------------------------------------------------------ */
+/* Call context                                                              */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * sbx_call_ctx:
+ * Passed to every slot that may block.
+ *  - deadline: CLOCK_MONOTONIC time in seconds by which the slot must
+ *    return (with a timeout error if it could not finish); 0 = none.
+ *  - cancel_fd: becomes readable when the caller cancels the call; -1 when
+ *    the call cannot be cancelled. A plugin polls it beside its own I/O and
+ *    returns a timeout error with outcome unknown when it fires.
+ *  - create_token: the library-made token of the create this call belongs
+ *    to ("sbx-" + 32 hex digits), or NULL outside create. A plugin records
+ *    it with the sandbox (provider labels or metadata) so list_owned and
+ *    destroy_by_id find what this library made.
+ */
+typedef struct sbx_call_ctx {
+    size_t struct_size;
+    double deadline;
+    int cancel_fd;
+    const char *create_token;
+} sbx_call_ctx;
+
+/* ------------------------------------------------------------------------ */
+/* Requests                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * sbx_plugin_create_request: ABI 1.0 fields.
+ *  - set_fields: SBX_OPTION_* bits the caller set. A plugin refuses, with
+ *    a configuration error naming the option and value, a set value it
+ *    cannot honour; unset values are defaults it may ignore.
+ *  - cpu (vCPUs), memory_mb (MiB), timeout_secs (s): always filled, with
+ *    the defaults when unset.
+ *  - workdir: NULL when unset.
+ *  - env: "KEY=VALUE" strings, NULL-terminated, keys already validated.
+ *  - expires_at: wall-clock time (UNIX seconds) when the sandbox's lifetime
+ *    ends, for plugins that record it beside the create token.
+ */
+typedef struct sbx_plugin_create_request {
+    size_t struct_size;
+    uint64_t set_fields;
+    double cpu;
+    int64_t memory_mb;
+    double timeout_secs;
+    const char *workdir;
+    const char *const *env;
+    double expires_at;
+} sbx_plugin_create_request;
+
+/**
+ * sbx_plugin_exec_request: ABI 1.0 fields.
+ *  - argv (NULL-terminated) or shell (script for /bin/sh -c): exactly one.
+ *  - env: per-call "KEY=VALUE" overlay (wins over the sandbox's), keys
+ *    validated; may be NULL.
+ *  - cwd: sandbox path, or NULL for the sandbox's workdir. A missing cwd is
+ *    a not_found error with context "path", and nothing runs.
+ *  - user: NULL = the sandbox's default user.
+ *  - tty_rows / tty_cols: 0 = no terminal.
+ *  - stdin_fd: readable descriptor the command's stdin comes from (the
+ *    command sees EOF when it closes); -1 = EOF at once. stdout_fd /
+ *    stderr_fd: writable descriptors the command's output goes to. Owned by
+ *    the host; the plugin dup()s what it keeps.
+ */
+typedef struct sbx_plugin_exec_request {
+    size_t struct_size;
+    const char *const *argv;
+    const char *shell;
+    const char *const *env;
+    const char *cwd;
+    const char *user;
+    unsigned tty_rows;
+    unsigned tty_cols;
+    int stdin_fd;
+    int stdout_fd;
+    int stderr_fd;
+} sbx_plugin_exec_request;
+
+/** One entry of list_files. Strings borrowed for the callback. */
+typedef struct sbx_plugin_file_info {
+    size_t struct_size;
+    const char *name;
+    int is_dir;
+    int64_t size;    /* bytes; -1 when unknown */
+    uint32_t mode;   /* permission bits; 0 when unknown */
+} sbx_plugin_file_info;
+
+/** list_files callback: return 0 to go on, non-zero to stop. */
+typedef int (*sbx_plugin_file_fn)(const sbx_plugin_file_info *info, void *user_data);
+
+/** One sandbox found by list_owned. Strings borrowed for the callback. */
+typedef struct sbx_plugin_owned_info {
+    size_t struct_size;
+    const char *id;            /* pass to destroy_by_id */
+    const char *create_token;  /* as recorded at create */
+    double created_at;         /* UNIX seconds; 0 when unknown */
+    double expires_at;         /* UNIX seconds; 0 when none */
+} sbx_plugin_owned_info;
+
+typedef int (*sbx_plugin_owned_fn)(const sbx_plugin_owned_info *info, void *user_data);
+
+/* ------------------------------------------------------------------------ */
+/* The descriptor                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* Opaque plugin-side handles. */
+typedef struct sbx_plugin_client sbx_plugin_client;
+typedef struct sbx_plugin_sandbox sbx_plugin_sandbox;
+typedef struct sbx_plugin_process sbx_plugin_process;
+
+/**
+ * sbx_plugin:
+ * Every slot after `description` may be NULL ("not supported"). Return
+ * convention: 0 success, -1 failure with *error set, unless noted.
+ */
+typedef struct sbx_plugin {
+    /* --- header: ABI 1.0, never changes --- */
+    size_t struct_size;        /* sizeof(sbx_plugin) as the plugin knew it */
+    unsigned abi_major;        /* SBX_PLUGIN_ABI_MAJOR the plugin was built with */
+    unsigned abi_minor;        /* SBX_PLUGIN_ABI_MINOR the plugin was built with */
+    const char *name;          /* backend name == <name> in libsbx-<name>.so */
+    const char *version;       /* the plugin's own version string */
+    const char *description;   /* one line */
+    uint64_t caps;             /* SBX_CAP_* bits the backend may support */
+
+    /* --- ABI 1.0 slots --- */
+
+    /** Called once, after the checks, before any other slot. */
+    int (*setup)(const sbx_host_services *host, sbx_error **error);
+
+    /** New client. @config_json: backend options as a JSON object, or NULL.
+     *  Must do no network or provider I/O. */
+    int (*client_new)(const char *config_json, sbx_plugin_client **client,
+                      sbx_error **error);
+    void (*client_free)(sbx_plugin_client *client);
+
+    /** Capability bits this client actually has here (subset of caps). */
+    int (*probe)(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                 uint64_t *caps, sbx_error **error);
+
+    /** Lifecycle. */
+    int (*create)(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                  const sbx_plugin_create_request *request,
+                  sbx_plugin_sandbox **sandbox, sbx_error **error);
+    /** Resume from a session state made by session_state (JSON object). */
+    int (*resume)(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                  const char *state_json, sbx_plugin_sandbox **sandbox,
+                  sbx_error **error);
+    /** Versioned JSON with no secret; returned via host->alloc. NULL on error. */
+    char *(*session_state)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                           sbx_error **error);
+    /** Ends the sandbox and all it runs; a second call returns 0. */
+    int (*destroy)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                   sbx_error **error);
+    /** Returns 1 alive, 0 gone, -1 error. */
+    int (*is_alive)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                    sbx_error **error);
+    /** Frees the handle only (does not destroy). */
+    void (*sandbox_free)(sbx_plugin_sandbox *sandbox);
+    /** The provider's id; borrowed from the handle. */
+    const char *(*sandbox_id)(sbx_plugin_sandbox *sandbox);
+    /** SANDBOX_ROOT value ("" where the sandbox owns /); borrowed. */
+    const char *(*sandbox_root)(sbx_plugin_sandbox *sandbox);
+    /** Snapshot id, via host->alloc; NULL on error. */
+    char *(*snapshot)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                      sbx_error **error);
+
+    /** Exec as a process handle. */
+    int (*exec_start)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                      const sbx_plugin_exec_request *request,
+                      sbx_plugin_process **process, sbx_error **error);
+    /** Interactive stdin, for requests with stdin_fd == -2 (later minors). */
+    int (*exec_write_stdin)(sbx_plugin_process *process, const sbx_call_ctx *ctx,
+                            const void *data, size_t len, sbx_error **error);
+    int (*exec_close_stdin)(sbx_plugin_process *process, const sbx_call_ctx *ctx,
+                            sbx_error **error);
+    /**
+     * Waits up to @timeout_ms (-1 forever, 0 poll) for the main process to
+     * end. Returns 1 and stores its exit code (0..255, 128+N for signal N)
+     * when it ended, 0 when it still runs, -1 on error.
+     */
+    int (*exec_wait)(sbx_plugin_process *process, const sbx_call_ctx *ctx,
+                     int timeout_ms, int *exit_code, sbx_error **error);
+    /** A descriptor readable once exec_wait would not block; -1 if none. */
+    int (*exec_event_fd)(sbx_plugin_process *process);
+    /** Sends @signal to the command's whole process tree (background
+     *  descendants included). Succeeds when it already ended. */
+    int (*exec_kill)(sbx_plugin_process *process, const sbx_call_ctx *ctx,
+                     int signal, sbx_error **error);
+    int (*exec_resize)(sbx_plugin_process *process, const sbx_call_ctx *ctx,
+                       unsigned rows, unsigned cols, sbx_error **error);
+    /** Frees the handle; kills the process tree if it still runs. */
+    void (*exec_free)(sbx_plugin_process *process);
+
+    /** Files, on sandbox paths, through descriptors (nothing whole in memory). */
+    int (*list_files)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                      const char *path, sbx_plugin_file_fn fn, void *user_data,
+                      sbx_error **error);
+    /** Writes the file's bytes to @fd. not_found when missing. */
+    int (*read_file)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                     const char *path, int fd, sbx_error **error);
+    /** Creates/replaces the file from @fd until EOF, with @mode; creates
+     *  missing parent directories. */
+    int (*write_file)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                      const char *path, int fd, uint32_t mode, sbx_error **error);
+    /** Extracts a tar stream read from @fd under directory @path. */
+    int (*upload_tar)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                      const char *path, int fd, sbx_error **error);
+    /** Writes a tar stream of directory @path to @fd. */
+    int (*download_tar)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                        const char *path, int fd, sbx_error **error);
+
+    /** What this library made on the provider (found by create token). */
+    int (*list_owned)(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                      sbx_plugin_owned_fn fn, void *user_data, sbx_error **error);
+    int (*destroy_by_id)(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                         const char *id, sbx_error **error);
+
+    /* Reserved for later minors (appended here): PTY, exposed ports,
+     * persist/hydrate, remove/mkdir, stop/start apart from destroy, volume
+     * mounts. */
+} sbx_plugin;
+
+/** Size of an ABI 1.0 descriptor: the host refuses anything shorter. */
+#define SBX_PLUGIN_MIN_STRUCT_SIZE \
+    (offsetof(sbx_plugin, destroy_by_id) + sizeof(void (*)(void)))
+
+/** The init function's type; the plugin defines it as
+ *  `SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)`. */
+typedef const sbx_plugin *(*sbx_plugin_init_fn)(void);
+
+#define SBX_PLUGIN_EXPORT __attribute__((visibility("default")))
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SBX_PLUGIN_H */
