@@ -1,0 +1,182 @@
+/*
+ * bench/exec_overhead: the cost of one exec through libsbx on a live sandbox
+ * against the cheapest way to run the same program from the caller itself
+ * (posix_spawn + waitpid, output read from a pipe), alternating the two in
+ * one run so both see the same machine load.
+ *
+ * Four pairs are measured:
+ *   argv  : execute_command({"/bin/true"})        vs posix_spawn("/bin/true")
+ *   shell : execute_shell("echo hi")              vs posix_spawn("/bin/sh -c 'echo hi'")
+ * each again while the caller holds 1 GiB of touched memory (a process that
+ * forks would pay for copying its page tables; posix_spawn and the sandbox
+ * supervisor do not).
+ *
+ * Output: one line per pair with p50/p99 in microseconds and the ratio
+ * library/raw at p50 and p99. Targets (issue "exec benchmarks"): p50 ratio
+ * <= 1.10, and <= 1.20 with 1 GiB held.
+ *
+ * Usage: exec_overhead [-n ITERATIONS] [-b BACKEND]   (default 400, local)
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sbx/sbx.h>
+
+extern char **environ;
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double percentile(double *v, size_t n, double p)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+    return v[i];
+}
+
+/* Runs argv with posix_spawn, stdout on a pipe that is read to EOF, stdin
+ * and stderr on /dev/null, and waits for it: what a caller would do. */
+static int raw_spawn(char *const argv[])
+{
+    int out[2];
+    if (pipe2(out, O_CLOEXEC) != 0)
+        return -1;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(out[1]);
+    if (rc != 0) {
+        close(out[0]);
+        return -1;
+    }
+    char buf[4096];
+    while (read(out[0], buf, sizeof buf) > 0)
+        ;
+    close(out[0]);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int lib_exec(sbx_sandbox *sb, const char *const *argv, const char *shell)
+{
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.argv = argv;
+    req.shell = shell;
+    sbx_error *err = NULL;
+    sbx_result *r = sbx_sandbox_execute_command(sb, &req, &err);
+    if (!r) {
+        fprintf(stderr, "exec_overhead: %s\n", sbx_error_get0_message(err));
+        sbx_error_free(err);
+        exit(1);
+    }
+    int code = sbx_result_get_exit_code(r);
+    sbx_result_free(r);
+    return code;
+}
+
+static void measure(sbx_sandbox *sb, const char *label, int shell_form, int n)
+{
+    static const char *const true_argv[] = {"/bin/true", NULL};
+    static char *const raw_true[] = {"/bin/true", NULL};
+    static char *const raw_shell[] = {"/bin/sh", "-c", "echo hi", NULL};
+    double *lib = calloc((size_t)n, sizeof *lib);
+    double *raw = calloc((size_t)n, sizeof *raw);
+    if (!lib || !raw) {
+        perror("calloc");
+        exit(1);
+    }
+    /* warm-up: page cache, dynamic linker, supervisor */
+    for (int i = 0; i < 10; i++) {
+        lib_exec(sb, shell_form ? NULL : true_argv, shell_form ? "echo hi" : NULL);
+        raw_spawn(shell_form ? raw_shell : raw_true);
+    }
+    for (int i = 0; i < n; i++) {
+        double t0 = now_us();
+        int a = lib_exec(sb, shell_form ? NULL : true_argv, shell_form ? "echo hi" : NULL);
+        double t1 = now_us();
+        int b = raw_spawn(shell_form ? raw_shell : raw_true);
+        double t2 = now_us();
+        if (a != 0 || b != 0) {
+            fprintf(stderr, "exec_overhead: unexpected exit codes %d %d\n", a, b);
+            exit(1);
+        }
+        lib[i] = t1 - t0;
+        raw[i] = t2 - t1;
+    }
+    double lp50 = percentile(lib, (size_t)n, 0.50), lp99 = percentile(lib, (size_t)n, 0.99);
+    double rp50 = percentile(raw, (size_t)n, 0.50), rp99 = percentile(raw, (size_t)n, 0.99);
+    printf("%-22s lib p50 %8.1f us p99 %8.1f us | raw p50 %8.1f us p99 %8.1f us | ratio p50 %.3f p99 %.3f\n",
+           label, lp50, lp99, rp50, rp99, lp50 / rp50, lp99 / rp99);
+    free(lib);
+    free(raw);
+}
+
+int main(int argc, char **argv)
+{
+    int n = 400;
+    const char *backend = "local";
+    int opt;
+    while ((opt = getopt(argc, argv, "n:b:")) != -1) {
+        if (opt == 'n')
+            n = atoi(optarg);
+        else if (opt == 'b')
+            backend = optarg;
+        else {
+            fprintf(stderr, "usage: exec_overhead [-n ITERATIONS] [-b BACKEND]\n");
+            return 2;
+        }
+    }
+    if (n < 10)
+        n = 10;
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_create(backend, NULL, &err);
+    if (!sb) {
+        fprintf(stderr, "exec_overhead: %s\n", sbx_error_get0_message(err));
+        sbx_error_free(err);
+        return 1;
+    }
+    printf("exec_overhead: backend %s, %d iterations per pair, alternating\n", backend, n);
+    measure(sb, "argv /bin/true", 0, n);
+    measure(sb, "shell echo hi", 1, n);
+
+    size_t big = (size_t)1 << 30;
+    char *hold = malloc(big);
+    if (!hold) {
+        perror("malloc 1 GiB");
+    } else {
+        memset(hold, 1, big); /* touch every page */
+        measure(sb, "argv /bin/true +1GiB", 0, n);
+        measure(sb, "shell echo hi +1GiB", 1, n);
+        free(hold);
+    }
+    if (sbx_sandbox_destroy(sb, &err) != 0) {
+        fprintf(stderr, "exec_overhead: destroy: %s\n", sbx_error_get0_message(err));
+        sbx_error_free(err);
+    }
+    sbx_sandbox_free(sb);
+    return 0;
+}

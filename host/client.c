@@ -1,0 +1,541 @@
+/*
+ * host/client.c — clients (one loaded backend) and sandboxes: create with
+ * its generic steps (git clone), destroy, is_alive, free. Every error that
+ * leaves these functions carries the backend name and the op.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+void
+sbx_call_ctx_init(sbx_call_ctx *ctx)
+{
+    memset(ctx, 0, sizeof(*ctx));
+    ctx->struct_size = sizeof(*ctx);
+    ctx->deadline = 0;
+    ctx->cancel_fd = -1;
+    ctx->create_token = NULL;
+}
+
+/* Fills backend and op into @err and hands it to the caller's @error. */
+static void
+finish_error(sbx_error **error, sbx_error *err, const char *backend, const char *op)
+{
+    sbx_error_fill(err, backend, op);
+    sbx_error_propagate(error, err);
+}
+
+/* ---------------------------------------------------------------- clients */
+
+SBX_EXPORT sbx_client *
+sbx_client_new(const char *backend, sbx_error **error)
+{
+    static const char op[] = "client_new";
+    int (*client_new)(const char *, sbx_plugin_client **, sbx_error **);
+    sbx_error *err = NULL;
+    const sbx_plugin *plugin;
+    sbx_client *client;
+
+    plugin = sbx_plugin_load(backend, &err);
+    if (!plugin) {
+        finish_error(error, err, sbx_backend_name_valid(backend) ? backend : NULL, op);
+        return NULL;
+    }
+    client = calloc(1, sizeof(*client));
+    if (!client || !(client->backend = strdup(backend))) {
+        free(client);
+        sbx_set_error(&err, SBX_ERROR_UNKNOWN, op, "out of memory");
+        finish_error(error, err, backend, op);
+        return NULL;
+    }
+    client->plugin = plugin;
+    client_new = SBX_SLOT(plugin, client_new);
+    if (client_new && client_new(NULL, &client->handle, &err) != 0) {
+        sbx_error_ensure(&err, backend, op);
+        finish_error(error, err, backend, op);
+        free(client->backend);
+        free(client);
+        return NULL;
+    }
+    sbx_error_free(err);
+    return client;
+}
+
+SBX_EXPORT void
+sbx_client_free(sbx_client *client)
+{
+    void (*client_free)(sbx_plugin_client *);
+
+    if (!client)
+        return;
+    client_free = SBX_SLOT(client->plugin, client_free);
+    if (client_free && client->handle)
+        client_free(client->handle);
+    free(client->backend);
+    free(client);
+}
+
+SBX_EXPORT const char *
+sbx_client_get0_backend(const sbx_client *client)
+{
+    return client ? client->backend : "";
+}
+
+SBX_EXPORT int
+sbx_client_probe(sbx_client *client, uint64_t *caps, sbx_error **error)
+{
+    static const char op[] = "probe";
+    int (*probe)(sbx_plugin_client *, const sbx_call_ctx *, uint64_t *, sbx_error **);
+    sbx_error *err = NULL;
+    sbx_call_ctx ctx;
+    uint64_t got = 0;
+
+    if (!client || !caps) {
+        sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, op, "%s is NULL",
+                      client ? "caps" : "client");
+        finish_error(error, err, client ? client->backend : NULL, op);
+        return -1;
+    }
+    probe = SBX_SLOT(client->plugin, probe);
+    if (!probe) {
+        sbx_set_error(&err, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                      "backend \"%s\" does not support probe", client->backend);
+        finish_error(error, err, client->backend, op);
+        return -1;
+    }
+    sbx_call_ctx_init(&ctx);
+    if (probe(client->handle, &ctx, &got, &err) != 0) {
+        sbx_error_ensure(&err, client->backend, op);
+        finish_error(error, err, client->backend, op);
+        return -1;
+    }
+    sbx_error_free(err);
+    *caps = got & client->plugin->caps;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- sandboxes */
+
+/* Frees the handle's memory and the plugin handle; does not destroy. */
+static void
+sandbox_release(sbx_sandbox *sandbox)
+{
+    void (*sandbox_free)(sbx_plugin_sandbox *);
+
+    sandbox_free = SBX_SLOT(sandbox->client->plugin, sandbox_free);
+    if (sandbox_free && sandbox->handle)
+        sandbox_free(sandbox->handle);
+    if (sandbox->owns_client)
+        sbx_client_free(sandbox->client);
+    pthread_mutex_destroy(&sandbox->lock);
+    free(sandbox->id);
+    free(sandbox->root);
+    free(sandbox);
+}
+
+/*
+ * The directory name git gives a clone of @url: its last path component
+ * without trailing '/' and ".git"; "repo" when that leaves "", "." or "..".
+ */
+static char *
+repo_dir_name(const char *url)
+{
+    size_t len = strlen(url), start = 0, n;
+    char *name;
+
+    while (len > 0 && url[len - 1] == '/')
+        len--;
+    for (size_t i = 0; i < len; i++)
+        if (url[i] == '/')
+            start = i + 1;
+    if (start == 0)
+        for (size_t i = 0; i < len; i++)
+            if (url[i] == ':')
+                start = i + 1;
+    n = len - start;
+    if (n >= 4 && memcmp(url + start + n - 4, ".git", 4) == 0)
+        n -= 4;
+    if (n == 0 || (n == 1 && url[start] == '.') ||
+        (n == 2 && url[start] == '.' && url[start + 1] == '.'))
+        return strdup("repo");
+    name = strndup(url + start, n);
+    return name;
+}
+
+/* The last non-empty line of @text (new string), without CR/LF. */
+static char *
+last_line(const char *text, size_t len)
+{
+    size_t end = len, start;
+
+    while (end > 0 && (text[end - 1] == '\n' || text[end - 1] == '\r'))
+        end--;
+    start = end;
+    while (start > 0 && text[start - 1] != '\n' && text[start - 1] != '\r')
+        start--;
+    return strndup(text + start, end - start);
+}
+
+/*
+ * @line with every occurrence of @secret replaced by @shown (new string).
+ * Keeps a password in the clone URL out of messages that echo the URL.
+ */
+static char *
+replace_all(const char *line, const char *secret, const char *shown)
+{
+    sbx_buf b = { 0 };
+    size_t slen = strlen(secret);
+    const char *p = line, *hit;
+
+    if (slen == 0 || strcmp(secret, shown) == 0)
+        return strdup(line);
+    while ((hit = strstr(p, secret))) {
+        if (sbx_buf_append(&b, p, (size_t)(hit - p)) < 0 ||
+            sbx_buf_append(&b, shown, strlen(shown)) < 0) {
+            sbx_buf_clear(&b);
+            return NULL;
+        }
+        p = hit + slen;
+    }
+    if (sbx_buf_append(&b, p, strlen(p)) < 0) {
+        sbx_buf_clear(&b);
+        return NULL;
+    }
+    return sbx_buf_steal(&b, NULL);
+}
+
+/*
+ * Runs `git clone --depth 1 [--branch REF] -- URL NAME` in the sandbox's
+ * working directory through the exec engine. Returns 0, or -1 with *@err a
+ * creation_failed error naming the step.
+ */
+static int
+git_clone(sbx_sandbox *sandbox, const char *url, const char *ref, sbx_error **err)
+{
+    static const char *const env[] = { "GIT_TERMINAL_PROMPT=0", NULL };
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    const char *argv[10];
+    sbx_error *inner = NULL, *e;
+    char *name = repo_dir_name(url), *shown = sbx_redact_url(url);
+    sbx_result *res = NULL;
+    size_t n = 0;
+    int rc = -1;
+
+    if (!name || !shown) {
+        sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "out of memory");
+        goto out;
+    }
+    argv[n++] = "git";
+    argv[n++] = "clone";
+    argv[n++] = "--depth";
+    argv[n++] = "1";
+    if (ref) {
+        argv[n++] = "--branch";
+        argv[n++] = ref;
+    }
+    argv[n++] = "--";
+    argv[n++] = url;
+    argv[n++] = name;
+    argv[n] = NULL;
+    rq.argv = argv;
+    rq.env = env;
+    res = sbx_exec_run(sandbox, &rq, &inner);
+    if (!res) {
+        e = sbx_set_error(err, SBX_ERROR_CREATION_FAILED, NULL,
+                          "git clone of %s failed: %s", shown,
+                          inner ? sbx_error_get0_message(inner) : "unknown error");
+        sbx_error_add_context(e, "step", "git_clone");
+        sbx_error_add_context(e, "cause", sbx_error_code_name(sbx_error_get_code(inner)));
+        goto out;
+    }
+    if (res->exit_code != 0) {
+        char *raw = last_line(res->err, res->err_len);
+        char *line = raw ? replace_all(raw, url, shown) : NULL;
+
+        free(raw);
+
+        e = sbx_set_error(err, SBX_ERROR_CREATION_FAILED, NULL,
+                          "git clone of %s failed with exit code %d%s%s%s", shown,
+                          res->exit_code, res->timed_out ? " (timed out)" : "",
+                          line && *line ? ": " : "", line ? line : "");
+        sbx_error_add_context(e, "step", "git_clone");
+        sbx_error_add_contextf(e, "exit_code", "%d", res->exit_code);
+        free(line);
+        goto out;
+    }
+    rc = 0;
+out:
+    sbx_error_free(inner);
+    sbx_result_free(res);
+    free(name);
+    free(shown);
+    return rc;
+}
+
+/*
+ * Destroys a sandbox whose creation failed in a later step; notes a failed
+ * cleanup in @err's context.
+ */
+static void
+destroy_after_failure(sbx_sandbox *sandbox, sbx_error *err)
+{
+    int (*destroy)(sbx_plugin_sandbox *, const sbx_call_ctx *, sbx_error **);
+    sbx_error *derr = NULL;
+    sbx_call_ctx ctx;
+
+    destroy = SBX_SLOT(sandbox->client->plugin, destroy);
+    sbx_call_ctx_init(&ctx);
+    if (!destroy || destroy(sandbox->handle, &ctx, &derr) != 0) {
+        sbx_error_add_context(err, "cleanup", "failed");
+        if (derr)
+            sbx_error_add_context(err, "cleanup_error", sbx_error_get0_message(derr));
+    }
+    sbx_error_free(derr);
+}
+
+SBX_EXPORT sbx_sandbox *
+sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **error)
+{
+    static const char op[] = "create";
+    int (*create)(sbx_plugin_client *, const sbx_call_ctx *,
+                  const sbx_plugin_create_request *, sbx_plugin_sandbox **, sbx_error **);
+    const char *(*get_id)(sbx_plugin_sandbox *);
+    const char *(*get_root)(sbx_plugin_sandbox *);
+    char token[SBX_TOKEN_LEN + 1];
+    sbx_plugin_create_request req;
+    sbx_plugin_sandbox *handle = NULL;
+    sbx_sandbox *sandbox = NULL;
+    sbx_strv env = { 0 };
+    sbx_error *err = NULL;
+    sbx_call_ctx ctx;
+    const char *s;
+
+    if (!client) {
+        sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, op, "client is NULL");
+        finish_error(error, err, NULL, op);
+        return NULL;
+    }
+    create = SBX_SLOT(client->plugin, create);
+    if (!create) {
+        sbx_set_error(&err, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                      "backend \"%s\" cannot create sandboxes", client->backend);
+        goto fail;
+    }
+    if (sbx_random_token(token) < 0) {
+        sbx_set_error(&err, SBX_ERROR_UNKNOWN, op, "cannot read random bytes for the create token");
+        goto fail;
+    }
+    if (sbx_options_env_strv(options, &env) < 0)
+        goto oom;
+
+    memset(&req, 0, sizeof(req));
+    req.struct_size = sizeof(req);
+    req.set_fields = sbx_options_set_fields(options);
+    req.cpu = sbx_options_get_cpu(options);
+    req.memory_mb = sbx_options_get_memory_mb(options);
+    req.timeout_secs = sbx_options_get_timeout_secs(options);
+    req.workdir = sbx_options_get0_workdir(options);
+    req.env = sbx_strv_view(&env);
+    req.expires_at = sbx_wallclock_now() + req.timeout_secs;
+
+    sbx_call_ctx_init(&ctx);
+    ctx.create_token = token;
+    if (create(client->handle, &ctx, &req, &handle, &err) != 0) {
+        sbx_error_ensure(&err, client->backend, op);
+        goto fail;
+    }
+    sbx_error_free(err);
+    err = NULL;
+    sbx_strv_clear(&env);
+
+    sandbox = calloc(1, sizeof(*sandbox));
+    if (!sandbox) {
+        void (*sandbox_free)(sbx_plugin_sandbox *) = SBX_SLOT(client->plugin, sandbox_free);
+        int (*destroy)(sbx_plugin_sandbox *, const sbx_call_ctx *, sbx_error **) =
+            SBX_SLOT(client->plugin, destroy);
+
+        if (destroy)
+            destroy(handle, &ctx, NULL);
+        if (sandbox_free)
+            sandbox_free(handle);
+        goto oom;
+    }
+    sandbox->client = client;
+    sandbox->handle = handle;
+    sandbox->timeout_secs = req.timeout_secs;
+    pthread_mutex_init(&sandbox->lock, NULL);
+    get_id = SBX_SLOT(client->plugin, sandbox_id);
+    get_root = SBX_SLOT(client->plugin, sandbox_root);
+    s = get_id ? get_id(handle) : NULL;
+    sandbox->id = strdup(s ? s : "");
+    s = get_root ? get_root(handle) : NULL;
+    sandbox->root = strdup(s ? s : "");
+    if (!sandbox->id || !sandbox->root) {
+        sbx_set_error(&err, SBX_ERROR_UNKNOWN, op, "out of memory");
+        destroy_after_failure(sandbox, err);
+        sandbox_release(sandbox);
+        goto fail;
+    }
+
+    /* Generic creation steps, in the reference's order. */
+    if (sbx_options_get0_git_repo(options) &&
+        git_clone(sandbox, sbx_options_get0_git_repo(options),
+                  sbx_options_get0_git_ref(options), &err) < 0) {
+        destroy_after_failure(sandbox, err);
+        sandbox_release(sandbox);
+        goto fail;
+    }
+    return sandbox;
+
+oom:
+    sbx_set_error(&err, SBX_ERROR_UNKNOWN, op, "out of memory");
+fail:
+    sbx_strv_clear(&env);
+    finish_error(error, err, client->backend, op);
+    return NULL;
+}
+
+SBX_EXPORT sbx_sandbox *
+sbx_create(const char *backend, const sbx_options *options, sbx_error **error)
+{
+    sbx_client *client = sbx_client_new(backend, error);
+    sbx_sandbox *sandbox;
+
+    if (!client)
+        return NULL;
+    sandbox = sbx_sandbox_create(client, options, error);
+    if (!sandbox) {
+        sbx_client_free(client);
+        return NULL;
+    }
+    sandbox->owns_client = 1;
+    return sandbox;
+}
+
+/* 1 when @sandbox was destroyed. */
+static int
+sandbox_destroyed(sbx_sandbox *sandbox)
+{
+    int d;
+
+    pthread_mutex_lock(&sandbox->lock);
+    d = sandbox->destroyed;
+    pthread_mutex_unlock(&sandbox->lock);
+    return d;
+}
+
+int
+sbx_sandbox_check_usable(sbx_sandbox *sandbox, sbx_error **err)
+{
+    sbx_error *e;
+
+    if (!sandbox) {
+        sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL, "sandbox is NULL");
+        return -1;
+    }
+    if (!sandbox_destroyed(sandbox))
+        return 0;
+    if (sandbox->id[0])
+        e = sbx_set_error(err, SBX_ERROR_NOT_FOUND, NULL, "sandbox %s was destroyed",
+                          sandbox->id);
+    else
+        e = sbx_set_error(err, SBX_ERROR_NOT_FOUND, NULL, "sandbox was destroyed");
+    sbx_error_add_context(e, "sandbox_id", sandbox->id);
+    return -1;
+}
+
+SBX_EXPORT int
+sbx_sandbox_destroy(sbx_sandbox *sandbox, sbx_error **error)
+{
+    static const char op[] = "destroy";
+    int (*destroy)(sbx_plugin_sandbox *, const sbx_call_ctx *, sbx_error **);
+    sbx_error *err = NULL;
+    sbx_call_ctx ctx;
+
+    if (!sandbox) {
+        sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, op, "sandbox is NULL");
+        finish_error(error, err, NULL, op);
+        return -1;
+    }
+    if (sandbox_destroyed(sandbox))
+        return 0;
+    destroy = SBX_SLOT(sandbox->client->plugin, destroy);
+    if (!destroy) {
+        sbx_set_error(&err, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                      "backend \"%s\" cannot destroy sandboxes", sandbox->client->backend);
+        finish_error(error, err, sandbox->client->backend, op);
+        return -1;
+    }
+    sbx_call_ctx_init(&ctx);
+    if (destroy(sandbox->handle, &ctx, &err) != 0) {
+        sbx_error_ensure(&err, sandbox->client->backend, op);
+        sbx_error_add_context(err, "sandbox_id", sandbox->id);
+        finish_error(error, err, sandbox->client->backend, op);
+        return -1;
+    }
+    sbx_error_free(err);
+    pthread_mutex_lock(&sandbox->lock);
+    sandbox->destroyed = 1;
+    pthread_mutex_unlock(&sandbox->lock);
+    return 0;
+}
+
+SBX_EXPORT void
+sbx_sandbox_free(sbx_sandbox *sandbox)
+{
+    if (sandbox)
+        sandbox_release(sandbox);
+}
+
+SBX_EXPORT int
+sbx_sandbox_is_alive(sbx_sandbox *sandbox, sbx_error **error)
+{
+    static const char op[] = "is_alive";
+    int (*is_alive)(sbx_plugin_sandbox *, const sbx_call_ctx *, sbx_error **);
+    sbx_error *err = NULL;
+    sbx_call_ctx ctx;
+    int rc;
+
+    if (!sandbox) {
+        sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, op, "sandbox is NULL");
+        finish_error(error, err, NULL, op);
+        return -1;
+    }
+    if (sandbox_destroyed(sandbox))
+        return 0;
+    is_alive = SBX_SLOT(sandbox->client->plugin, is_alive);
+    if (!is_alive) {
+        sbx_set_error(&err, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                      "backend \"%s\" does not support is_alive", sandbox->client->backend);
+        finish_error(error, err, sandbox->client->backend, op);
+        return -1;
+    }
+    sbx_call_ctx_init(&ctx);
+    rc = is_alive(sandbox->handle, &ctx, &err);
+    if (rc < 0) {
+        sbx_error_ensure(&err, sandbox->client->backend, op);
+        finish_error(error, err, sandbox->client->backend, op);
+        return -1;
+    }
+    sbx_error_free(err);
+    return rc > 0 ? 1 : 0;
+}
+
+SBX_EXPORT const char *
+sbx_sandbox_get0_backend(const sbx_sandbox *sandbox)
+{
+    return sandbox ? sandbox->client->backend : "";
+}
+
+SBX_EXPORT const char *
+sbx_sandbox_get0_id(const sbx_sandbox *sandbox)
+{
+    return sandbox ? sandbox->id : "";
+}
+
+SBX_EXPORT const char *
+sbx_sandbox_get0_root(const sbx_sandbox *sandbox)
+{
+    return sandbox ? sandbox->root : "";
+}

@@ -1,0 +1,265 @@
+/*
+ * host/internal.h — declarations shared by the files of libsbx.
+ *
+ * Nothing here is exported: the library is built with -fvisibility=hidden
+ * and only functions marked SBX_EXPORT in <sbx/sbx.h> are public. Internal
+ * functions still carry the sbx_ prefix.
+ */
+#ifndef SBX_HOST_INTERNAL_H
+#define SBX_HOST_INTERNAL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <sbx/sbx.h>
+#include <sbx/plugin.h>
+
+#define SBX_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+
+/* ------------------------------------------------------------------------ */
+/* util.c                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/** strdup() that accepts NULL (returns NULL) ; NULL also when memory runs out. */
+char *sbx_strdup(const char *s);
+/** strndup() that accepts NULL. */
+char *sbx_strndup(const char *s, size_t n);
+/** New formatted string (caller frees), or NULL when memory runs out. */
+char *sbx_asprintf(const char *fmt, ...) SBX_PRINTF(1, 2);
+/** Same with a va_list. */
+char *sbx_vasprintf(const char *fmt, va_list ap) SBX_PRINTF(1, 0);
+
+/**
+ * sbx_strv: a growable vector of owned strings, always NULL-terminated once
+ * it holds one entry (items[count] == NULL). Zero-initialise to start.
+ */
+typedef struct sbx_strv {
+    char **items;
+    size_t count;
+    size_t cap;
+} sbx_strv;
+
+/** Appends a copy of @s. Returns 0, or -1 when memory runs out. */
+int sbx_strv_push(sbx_strv *v, const char *s);
+/** Appends @s, taking ownership (freed on failure). Returns 0 or -1. */
+int sbx_strv_push_take(sbx_strv *v, char *s);
+/** Appends a formatted string. Returns 0 or -1. */
+int sbx_strv_pushf(sbx_strv *v, const char *fmt, ...) SBX_PRINTF(2, 3);
+/** The items joined with @sep, as a new string ("" for none); NULL on OOM. */
+char *sbx_strv_join(const sbx_strv *v, const char *sep);
+/** 1 when an item equals @s. */
+int sbx_strv_contains(const sbx_strv *v, const char *s);
+/** Frees every item and resets @v to empty. */
+void sbx_strv_clear(sbx_strv *v);
+/** A NULL-terminated view of @v that is never NULL itself (an empty vector
+ *  gives a static { NULL }). Borrowed. */
+const char *const *sbx_strv_view(const sbx_strv *v);
+
+/** sbx_buf: a growable byte buffer. Zero-initialise to start. */
+typedef struct sbx_buf {
+    char *data;
+    size_t len;
+    size_t cap;
+} sbx_buf;
+
+/** Appends @len bytes. Returns 0, or -1 when memory runs out. */
+int sbx_buf_append(sbx_buf *b, const void *data, size_t len);
+/** Takes the bytes out as a NUL-terminated malloc'd block (never NULL
+ *  unless memory runs out; "" for an empty buffer) and resets @b. */
+char *sbx_buf_steal(sbx_buf *b, size_t *len);
+/** Frees the bytes and resets @b. */
+void sbx_buf_clear(sbx_buf *b);
+
+/** CLOCK_MONOTONIC now, in seconds. */
+double sbx_monotonic_now(void);
+/** CLOCK_REALTIME now, in UNIX seconds. */
+double sbx_wallclock_now(void);
+
+/** 1 when @key matches [A-Za-z_][A-Za-z0-9_]*, else 0. */
+int sbx_env_key_valid(const char *key);
+/** Same for the first @len bytes of @key. */
+int sbx_env_key_valid_n(const char *key, size_t len);
+/** 1 when @name matches [a-z0-9][a-z0-9_-]* (a backend name), else 0. */
+int sbx_backend_name_valid(const char *name);
+
+/** Length of a create token: "sbx-" + 32 hex digits. */
+#define SBX_TOKEN_LEN 36
+/** Fills @out with a fresh random token and a NUL. Returns 0 or -1. */
+int sbx_random_token(char out[SBX_TOKEN_LEN + 1]);
+
+/** Sets O_NONBLOCK on @fd. Returns 0 or -1. */
+int sbx_set_nonblock(int fd);
+/** Closes *@fd when >= 0 and sets it to -1; keeps errno. */
+void sbx_close_fd(int *fd);
+
+/**
+ * @url with the password of a "scheme://user:password@host" userinfo
+ * replaced by "[redacted]" (new string; NULL on OOM). Other URLs and local
+ * paths are copied unchanged.
+ */
+char *sbx_redact_url(const char *url);
+
+/* ------------------------------------------------------------------------ */
+/* error.c                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/** A new error with @code, @op (may be NULL) and a formatted message. NULL
+ *  only when memory runs out. */
+sbx_error *sbx_error_new(sbx_error_code code, const char *op,
+                         const char *fmt, ...) SBX_PRINTF(3, 4);
+sbx_error *sbx_error_newv(sbx_error_code code, const char *op,
+                          const char *fmt, va_list ap) SBX_PRINTF(3, 0);
+
+/**
+ * GError-style setter: when @err is not NULL and *@err is NULL, stores a new
+ * error there and returns it (so context can be added); returns NULL
+ * otherwise (nothing stored). Also backs host->set_error.
+ */
+sbx_error *sbx_set_error(sbx_error **err, sbx_error_code code, const char *op,
+                         const char *fmt, ...) SBX_PRINTF(4, 5);
+
+/** Appends (or replaces) context @key=@value; secret-looking keys are stored
+ *  as "[redacted]". NULL @error or @key is ignored. */
+void sbx_error_add_context(sbx_error *error, const char *key, const char *value);
+/** Same with a formatted value. */
+void sbx_error_add_contextf(sbx_error *error, const char *key,
+                            const char *fmt, ...) SBX_PRINTF(3, 4);
+/** Sets the outcome (failed / unknown). NULL ignored. */
+void sbx_error_set_outcome(sbx_error *error, sbx_error_outcome outcome);
+/** Sets backend and op only where they are still empty. NULL ignored. */
+void sbx_error_fill(sbx_error *error, const char *backend, const char *op);
+/** Replaces the message with a formatted one (e.g. to add a prefix). */
+void sbx_error_set_message(sbx_error *error, const char *fmt, ...) SBX_PRINTF(2, 3);
+
+/**
+ * Hands @src to the caller: stored in *@dest when @dest is not NULL and
+ * *@dest is NULL, freed otherwise. @src may be NULL.
+ */
+void sbx_error_propagate(sbx_error **dest, sbx_error *src);
+
+/**
+ * Makes sure *@err holds an error after a slot reported failure: when the
+ * plugin stored none, stores SBX_ERROR_UNKNOWN saying @slot failed without
+ * a reason. @err must not be NULL.
+ */
+void sbx_error_ensure(sbx_error **err, const char *backend, const char *slot);
+
+/** 1 when a context key looks secret (token, key, secret, password,
+ *  authorization; case-insensitive). */
+int sbx_context_key_is_secret(const char *key);
+
+/** Logs "sbx[backend]: message" on stderr when SBX_DEBUG >= @level. */
+void sbx_log(sbx_log_level level, const char *backend, const char *fmt, ...)
+    SBX_PRINTF(3, 4);
+
+/** The services table handed to every plugin's setup slot. */
+const sbx_host_services *sbx_host_services_get(void);
+
+/* ------------------------------------------------------------------------ */
+/* loader.c                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * SBX_SLOT(plugin, field): the slot @field of a descriptor, or NULL when the
+ * plugin's struct_size does not cover it (an older, shorter descriptor).
+ * Never reads past struct_size.
+ */
+#define SBX_SLOT_COVERED(plugin, field)                                       \
+    (offsetof(sbx_plugin, field) + sizeof(((const sbx_plugin *)0)->field)     \
+     <= (plugin)->struct_size)
+#define SBX_SLOT(plugin, field)                                               \
+    (SBX_SLOT_COVERED(plugin, field) ? (plugin)->field : NULL)
+
+/**
+ * Finds, loads and checks the plugin of backend @name (once per plugin file
+ * per process; thread-safe) and returns its descriptor, which stays valid
+ * for the life of the process. On failure returns NULL with *@err set:
+ * invalid_argument (bad name), backend_not_installed (no file; context
+ * "searched" and "package") or configuration (file present but unusable;
+ * context "path"). The error's backend and op are left to the caller.
+ */
+const sbx_plugin *sbx_plugin_load(const char *name, sbx_error **err);
+
+/** The plugin search path: SBX_PLUGIN_PATH entries, then the plugin dir
+ *  (duplicates removed). Returns 0 or -1 (OOM). */
+int sbx_plugin_search_dirs(sbx_strv *dirs);
+
+/* ------------------------------------------------------------------------ */
+/* options.c                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/** The options' env as "KEY=VALUE" strings, in insertion order, appended to
+ *  @out. Returns 0 or -1 (OOM). @options may be NULL. */
+int sbx_options_env_strv(const sbx_options *options, sbx_strv *out);
+/** The set-fields bitmask (0 for NULL options). */
+uint64_t sbx_options_set_fields(const sbx_options *options);
+/** Borrowed git repo URL / ref, NULL when unset. */
+const char *sbx_options_get0_git_repo(const sbx_options *options);
+const char *sbx_options_get0_git_ref(const sbx_options *options);
+
+/* ------------------------------------------------------------------------ */
+/* client.c                                                                  */
+/* ------------------------------------------------------------------------ */
+
+struct sbx_client {
+    const sbx_plugin *plugin;     /* loaded and checked; never unloaded */
+    sbx_plugin_client *handle;    /* the plugin's client (may be NULL) */
+    char *backend;                /* backend name */
+};
+
+struct sbx_sandbox {
+    sbx_client *client;
+    int owns_client;              /* made by sbx_create(): freed with us */
+    sbx_plugin_sandbox *handle;   /* the plugin's sandbox */
+    char *id;                     /* never NULL ("" when unknown) */
+    char *root;                   /* never NULL ("" where it owns /) */
+    double timeout_secs;          /* default exec timeout */
+    pthread_mutex_t lock;         /* guards destroyed */
+    int destroyed;
+};
+
+/** A call context with no deadline, no cancellation and no token. */
+void sbx_call_ctx_init(sbx_call_ctx *ctx);
+
+/**
+ * Fails with not_found ("sandbox ID was destroyed") when @sandbox was
+ * destroyed, and with invalid_argument when it is NULL. Returns 0 or -1.
+ */
+int sbx_sandbox_check_usable(sbx_sandbox *sandbox, sbx_error **err);
+
+/* ------------------------------------------------------------------------ */
+/* exec.c                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * The exec engine behind every execute_* call. @request is read only within
+ * its struct_size. Returns a new result, or NULL with *@err set (backend and
+ * op are left for the caller to fill).
+ */
+sbx_result *sbx_exec_run(sbx_sandbox *sandbox, const sbx_exec_request *request,
+                         sbx_error **err);
+
+/* ------------------------------------------------------------------------ */
+/* result.c                                                                  */
+/* ------------------------------------------------------------------------ */
+
+struct sbx_result {
+    char *out;                    /* NUL-terminated, never NULL */
+    size_t out_len;
+    char *err;                    /* NUL-terminated, never NULL */
+    size_t err_len;
+    int exit_code;
+    int timed_out;
+    int out_truncated;
+    int err_truncated;
+    double duration_secs;
+};
+
+/** A result with empty (non-NULL) buffers, exit code 0; NULL on OOM. */
+sbx_result *sbx_result_new(void);
+/** Moves the bytes of @b into the result's @stream buffer. Returns 0 or -1. */
+int sbx_result_take_output(sbx_result *result, sbx_stream stream, sbx_buf *b);
+
+#endif /* SBX_HOST_INTERNAL_H */

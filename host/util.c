@@ -1,0 +1,366 @@
+/*
+ * host/util.c — small helpers shared by the rest of the library: strings,
+ * string vectors, byte buffers, clocks, name checks, random tokens, fds.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* sbx_version: the library version string. */
+SBX_EXPORT const char *
+sbx_version(void)
+{
+    return SBX_VERSION_STRING;
+}
+
+char *
+sbx_strdup(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+char *
+sbx_strndup(const char *s, size_t n)
+{
+    return s ? strndup(s, n) : NULL;
+}
+
+char *
+sbx_vasprintf(const char *fmt, va_list ap)
+{
+    char *out = NULL;
+
+    if (vasprintf(&out, fmt, ap) < 0)
+        return NULL;
+    return out;
+}
+
+char *
+sbx_asprintf(const char *fmt, ...)
+{
+    va_list ap;
+    char *out;
+
+    va_start(ap, fmt);
+    out = sbx_vasprintf(fmt, ap);
+    va_end(ap);
+    return out;
+}
+
+/* ---------------------------------------------------------------- strv */
+
+int
+sbx_strv_push_take(sbx_strv *v, char *s)
+{
+    if (!s)
+        return -1;
+    if (v->count + 1 >= v->cap) {
+        size_t cap = v->cap ? v->cap * 2 : 8;
+        char **items = realloc(v->items, cap * sizeof(*items));
+
+        if (!items) {
+            free(s);
+            return -1;
+        }
+        v->items = items;
+        v->cap = cap;
+    }
+    v->items[v->count++] = s;
+    v->items[v->count] = NULL;
+    return 0;
+}
+
+int
+sbx_strv_push(sbx_strv *v, const char *s)
+{
+    return sbx_strv_push_take(v, sbx_strdup(s));
+}
+
+int
+sbx_strv_pushf(sbx_strv *v, const char *fmt, ...)
+{
+    va_list ap;
+    char *s;
+
+    va_start(ap, fmt);
+    s = sbx_vasprintf(fmt, ap);
+    va_end(ap);
+    return sbx_strv_push_take(v, s);
+}
+
+char *
+sbx_strv_join(const sbx_strv *v, const char *sep)
+{
+    size_t seplen = strlen(sep), total = 1;
+    char *out, *p;
+
+    for (size_t i = 0; i < v->count; i++)
+        total += strlen(v->items[i]) + (i ? seplen : 0);
+    out = malloc(total);
+    if (!out)
+        return NULL;
+    p = out;
+    for (size_t i = 0; i < v->count; i++) {
+        size_t n = strlen(v->items[i]);
+
+        if (i) {
+            memcpy(p, sep, seplen);
+            p += seplen;
+        }
+        memcpy(p, v->items[i], n);
+        p += n;
+    }
+    *p = '\0';
+    return out;
+}
+
+int
+sbx_strv_contains(const sbx_strv *v, const char *s)
+{
+    for (size_t i = 0; i < v->count; i++)
+        if (strcmp(v->items[i], s) == 0)
+            return 1;
+    return 0;
+}
+
+void
+sbx_strv_clear(sbx_strv *v)
+{
+    for (size_t i = 0; i < v->count; i++)
+        free(v->items[i]);
+    free(v->items);
+    v->items = NULL;
+    v->count = v->cap = 0;
+}
+
+const char *const *
+sbx_strv_view(const sbx_strv *v)
+{
+    static const char *const empty[] = { NULL };
+
+    return v->count ? (const char *const *)v->items : empty;
+}
+
+/* ---------------------------------------------------------------- buf */
+
+int
+sbx_buf_append(sbx_buf *b, const void *data, size_t len)
+{
+    if (len == 0)
+        return 0;
+    if (len > SIZE_MAX - b->len - 1)
+        return -1;
+    if (b->len + len + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        char *p;
+
+        while (cap < b->len + len + 1)
+            cap = cap > SIZE_MAX / 2 ? b->len + len + 1 : cap * 2;
+        p = realloc(b->data, cap);
+        if (!p)
+            return -1;
+        b->data = p;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, data, len);
+    b->len += len;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
+char *
+sbx_buf_steal(sbx_buf *b, size_t *len)
+{
+    char *out = b->data;
+
+    if (!out)
+        out = calloc(1, 1);
+    if (!out)
+        return NULL;
+    if (len)
+        *len = b->len;
+    b->data = NULL;
+    b->len = b->cap = 0;
+    return out;
+}
+
+void
+sbx_buf_clear(sbx_buf *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+/* ---------------------------------------------------------------- clocks */
+
+double
+sbx_monotonic_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+double
+sbx_wallclock_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---------------------------------------------------------------- names */
+
+int
+sbx_env_key_valid_n(const char *key, size_t len)
+{
+    if (!key || len == 0)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = key[i];
+        int alpha = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+        int digit = c >= '0' && c <= '9';
+
+        if (!alpha && !(digit && i > 0))
+            return 0;
+    }
+    return 1;
+}
+
+int
+sbx_env_key_valid(const char *key)
+{
+    return key && sbx_env_key_valid_n(key, strlen(key));
+}
+
+int
+sbx_backend_name_valid(const char *name)
+{
+    if (!name || !*name)
+        return 0;
+    for (size_t i = 0; name[i]; i++) {
+        char c = name[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+
+        if (!ok && !(i > 0 && (c == '_' || c == '-')))
+            return 0;
+    }
+    return 1;
+}
+
+/* ---------------------------------------------------------------- tokens */
+
+/* Fills @buf with @len random bytes from getrandom(), /dev/urandom as a
+ * fallback. Returns 0 or -1. */
+static int
+random_bytes(unsigned char *buf, size_t len)
+{
+    size_t got = 0;
+
+    while (got < len) {
+        ssize_t n = getrandom(buf + got, len - got, 0);
+
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        got += (size_t)n;
+    }
+    if (got < len) {
+        int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+
+        if (fd < 0)
+            return -1;
+        while (got < len) {
+            ssize_t n = read(fd, buf + got, len - got);
+
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0) {
+                close(fd);
+                return -1;
+            }
+            got += (size_t)n;
+        }
+        close(fd);
+    }
+    return 0;
+}
+
+int
+sbx_random_token(char out[SBX_TOKEN_LEN + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char raw[16];
+
+    if (random_bytes(raw, sizeof(raw)) < 0)
+        return -1;
+    memcpy(out, "sbx-", 4);
+    for (size_t i = 0; i < sizeof(raw); i++) {
+        out[4 + 2 * i] = hex[raw[i] >> 4];
+        out[5 + 2 * i] = hex[raw[i] & 15];
+    }
+    out[SBX_TOKEN_LEN] = '\0';
+    return 0;
+}
+
+/* ---------------------------------------------------------------- fds */
+
+int
+sbx_set_nonblock(int fd)
+{
+    int flags = fcntl(fd, F_GETFL);
+
+    if (flags < 0)
+        return -1;
+    return fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+void
+sbx_close_fd(int *fd)
+{
+    if (*fd >= 0) {
+        int saved = errno;
+
+        close(*fd);
+        *fd = -1;
+        errno = saved;
+    }
+}
+
+/* ---------------------------------------------------------------- urls */
+
+char *
+sbx_redact_url(const char *url)
+{
+    const char *scheme, *start, *end, *at, *colon;
+
+    if (!url)
+        return NULL;
+    scheme = strstr(url, "://");
+    if (!scheme)
+        return strdup(url);
+    start = scheme + 3;
+    end = start + strcspn(start, "/?#");
+    at = NULL;
+    for (const char *p = start; p < end; p++)
+        if (*p == '@')
+            at = p;
+    if (!at)
+        return strdup(url);
+    colon = memchr(start, ':', (size_t)(at - start));
+    if (!colon)
+        return strdup(url);
+    return sbx_asprintf("%.*s[redacted]%s", (int)(colon + 1 - url), url, at);
+}

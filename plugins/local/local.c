@@ -1,0 +1,1657 @@
+/*
+ * local.c — libsbx-local.so, the `local` backend.
+ *
+ * A local sandbox is a root directory plus an sbx-supervisor process
+ * started at create (supervisor.c). Its state lives in a meta directory
+ * "${TMPDIR:-/tmp}/sbx-local-XXXXXX" (mode 0700), whose basename is the
+ * sandbox id:
+ *
+ *     sock        the supervisor's unix socket
+ *     owner       the create token
+ *     supervisor  "PID START" (START: field 22 of /proc/PID/stat)
+ *     root/       the sandbox root, unless the caller gave a workdir
+ *
+ * Commands run as the calling user with the host's filesystem in view (no
+ * isolation), in an environment made only of PATH, LANG, HOME, TMPDIR,
+ * SANDBOX_ROOT and the caller's variables. Every exec is one connection to
+ * the supervisor carrying the caller's descriptors (proto.h), so output
+ * never passes through this process.
+ *
+ * The plugin never forks the application and never waits for anything but
+ * its own direct child, by pid; it installs no signal handler.
+ */
+#include "proto.h"
+
+#include <sbx/plugin.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "0.1.0"
+#endif
+#ifndef SBX_LIBEXEC_DIR
+#define SBX_LIBEXEC_DIR "/usr/local/libexec/libsbx"
+#endif
+
+#define BACKEND "local"
+#define ID_PREFIX "sbx-local-"
+#define LOCAL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_BACKGROUND)
+
+#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#define DEFAULT_LANG "C.UTF-8"
+
+/* Bounds, in seconds, of every wait on the supervisor. */
+#define HANDSHAKE_SECS 10.0    /* start-up until READY */
+#define REPLY_SECS 30.0        /* an answer to EXEC */
+#define FRAME_SECS 5.0         /* the rest of a frame once it began */
+#define PING_SECS 5.0
+#define KILL_ACK_SECS 10.0
+#define FREE_KILL_SECS 5.0
+#define DESTROY_SECS 15.0
+#define GONE_SECS 5.0
+
+static const sbx_host_services *host;
+
+struct sbx_plugin_client {
+    int unused;
+};
+
+struct sbx_plugin_sandbox {
+    char *id;                   /* basename of meta */
+    char *meta;                 /* meta directory */
+    char *root;                 /* SANDBOX_ROOT */
+    char *sock;                 /* meta/sock */
+    char *tmp;                  /* root/tmp */
+    pid_t sup_pid;
+    unsigned long long sup_start;
+    int owns_root;              /* root is meta/root */
+    int made_tmp;               /* root/tmp was created by create */
+    pthread_mutex_t lock;       /* guards destroyed; serialises destroy */
+    int destroyed;
+};
+
+struct sbx_plugin_process {
+    int fd;                     /* connection to the supervisor */
+    pid_t pid;
+    char *sandbox_id;
+    pthread_mutex_t lock;       /* guards the state below and reading */
+    pthread_mutex_t wlock;      /* serialises writing */
+    int exited;
+    int code;
+    int lost;                   /* connection gone without EXIT */
+    unsigned kills_sent;
+    unsigned kills_acked;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Errors and logging                                                        */
+/* ------------------------------------------------------------------------ */
+
+/** Stores a new error; returns it (for context) or NULL when none was made. */
+static sbx_error *fail(sbx_error **error, sbx_error_code code, const char *op,
+                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static sbx_error *fail(sbx_error **error, sbx_error_code code, const char *op,
+                       const char *fmt, ...)
+{
+    if (!error || *error || !host)
+        return NULL;
+    char msg[2 * PATH_MAX + 256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    host->set_error(error, code, op, "%s", msg);
+    return *error;
+}
+
+static void add_context(sbx_error *err, const char *key, const char *value)
+{
+    if (err && host && host->error_add_context)
+        host->error_add_context(err, key, value);
+}
+
+static void set_outcome_unknown(sbx_error *err)
+{
+    if (err && host && host->error_set_outcome)
+        host->error_set_outcome(err, SBX_ERROR_OUTCOME_UNKNOWN);
+}
+
+#define LOG(level, ...)                                                     \
+    do {                                                                    \
+        if (host && host->log)                                              \
+            host->log(level, BACKEND, __VA_ARGS__);                         \
+    } while (0)
+
+/* ------------------------------------------------------------------------ */
+/* Time bounds and I/O                                                       */
+/* ------------------------------------------------------------------------ */
+
+/** A wait bound: the earlier of our own limit and the call's deadline, plus
+ *  the call's cancel descriptor. */
+typedef struct bound {
+    double until;               /* CLOCK_MONOTONIC seconds; INFINITY = none */
+    double deadline;            /* the call's deadline; 0 = none */
+    int cancel_fd;
+} bound;
+
+enum { IO_OK = 0, IO_EOF = -1, IO_TIMEOUT = -2, IO_CANCEL = -3, IO_ERR = -4 };
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/** @secs < 0: no limit of our own. */
+static bound make_bound(const sbx_call_ctx *ctx, double secs)
+{
+    bound b = { .until = secs < 0 ? INFINITY : mono_now() + secs, .cancel_fd = -1 };
+    if (ctx && ctx->struct_size >= offsetof(sbx_call_ctx, cancel_fd) + sizeof(int)) {
+        b.deadline = ctx->deadline;
+        b.cancel_fd = ctx->cancel_fd;
+        if (ctx->deadline > 0 && ctx->deadline < b.until)
+            b.until = ctx->deadline;
+    }
+    return b;
+}
+
+static int bound_ms(const bound *b)
+{
+    if (isinf(b->until))
+        return -1;
+    double left = (b->until - mono_now()) * 1000.0;
+    if (left <= 0)
+        return 0;
+    return left >= INT_MAX - 1 ? INT_MAX : (int)left + 1;
+}
+
+static int deadline_passed(const bound *b)
+{
+    return b->deadline > 0 && mono_now() >= b->deadline;
+}
+
+/** Waits for @events on @fd within @b (always polls at least once). */
+static int wait_io(int fd, short events, const bound *b)
+{
+    for (;;) {
+        struct pollfd p[2] = { { .fd = fd, .events = events },
+                               { .fd = b->cancel_fd, .events = POLLIN } };
+        int ms = bound_ms(b);
+        int r = poll(p, b->cancel_fd >= 0 ? 2 : 1, ms);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return IO_ERR;
+        }
+        if (b->cancel_fd >= 0 && p[1].revents)
+            return IO_CANCEL;
+        if (r > 0 && p[0].revents)
+            return IO_OK;
+        if (ms == 0 || bound_ms(b) == 0)
+            return IO_TIMEOUT;
+    }
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+/** Sends a finished frame, @fds riding with its first byte. */
+static int send_frame(int fd, proto_buf *b, const int *fds, int nfds, const bound *bd)
+{
+    if (proto_buf_finish(b) < 0) {
+        errno = E2BIG;
+        return IO_ERR;
+    }
+    size_t off = 0;
+    while (off < b->len) {
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(sizeof(int) * PROTO_EXEC_FDS)];
+        } ctl;
+        struct iovec iov = { b->data + off, b->len - off };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+        if (off == 0 && nfds > 0) {
+            memset(&ctl, 0, sizeof(ctl));
+            mh.msg_control = ctl.buf;
+            mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+            struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+            cm->cmsg_level = SOL_SOCKET;
+            cm->cmsg_type = SCM_RIGHTS;
+            cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+            memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+        }
+        ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int r = wait_io(fd, POLLOUT, bd);
+            if (r != IO_OK)
+                return r;
+            continue;
+        }
+        if (n < 0 && (errno == EPIPE || errno == ECONNRESET))
+            return IO_EOF;
+        return IO_ERR;
+    }
+    return IO_OK;
+}
+
+/** Receives exactly @n bytes. IO_EOF when the peer closed first. */
+static int recv_exact(int fd, void *p, size_t n, const bound *bd)
+{
+    unsigned char *b = p;
+    while (n > 0) {
+        ssize_t r = recv(fd, b, n, MSG_DONTWAIT);
+        if (r > 0) {
+            b += r;
+            n -= (size_t)r;
+            continue;
+        }
+        if (r == 0)
+            return IO_EOF;
+        if (errno == EINTR)
+            continue;
+        if (errno == ECONNRESET)
+            return IO_EOF;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return IO_ERR;
+        int w = wait_io(fd, POLLIN, bd);
+        if (w != IO_OK)
+            return w;
+    }
+    return IO_OK;
+}
+
+/** Reads one frame; *@payload is malloc'd (NUL-terminated) on IO_OK.
+ *  Only the frame's own bytes are consumed. */
+static int read_frame(int fd, uint32_t *type, unsigned char **payload, uint32_t *len,
+                      const bound *bd)
+{
+    unsigned char hdr[PROTO_HEADER_SIZE];
+    int r = recv_exact(fd, hdr, sizeof(hdr), bd);
+    if (r != IO_OK)
+        return r;
+    if (proto_parse_header(hdr, type, len) < 0) {
+        errno = EPROTO;
+        return IO_ERR;
+    }
+    unsigned char *p = malloc((size_t)*len + 1);
+    if (!p)
+        return IO_ERR;
+    bound rest = *bd;
+    double frame_end = mono_now() + FRAME_SECS;
+    if (frame_end < rest.until)
+        rest.until = frame_end;
+    r = recv_exact(fd, p, *len, &rest);
+    if (r != IO_OK) {
+        free(p);
+        return r == IO_EOF ? IO_EOF : r;
+    }
+    p[*len] = '\0';
+    *payload = p;
+    return IO_OK;
+}
+
+/** Maps a failed wait or transfer to an error. */
+static sbx_error *io_fail(sbx_error **error, int r, const char *op, const char *id,
+                          const char *what)
+{
+    sbx_error *err;
+    switch (r) {
+    case IO_TIMEOUT:
+        err = fail(error, SBX_ERROR_TIMEOUT, op,
+                   "timed out waiting for the supervisor of sandbox %s (%s)", id, what);
+        break;
+    case IO_CANCEL:
+        err = fail(error, SBX_ERROR_TIMEOUT, op, "call cancelled (%s, sandbox %s)", what, id);
+        break;
+    case IO_EOF:
+        err = fail(error, SBX_ERROR_NOT_FOUND, op,
+                   "sandbox %s is gone (its supervisor closed the connection during %s)",
+                   id, what);
+        break;
+    default:
+        err = fail(error, SBX_ERROR_CONNECTION, op,
+                   "cannot talk to the supervisor of sandbox %s (%s): %s", id, what,
+                   strerror(errno));
+        break;
+    }
+    if (r == IO_TIMEOUT || r == IO_CANCEL)
+        set_outcome_unknown(err);
+    return err;
+}
+
+/**
+ * Connects to a sandbox socket. Returns 0 with *@fd set, or an errno:
+ * ENOENT / ECONNREFUSED mean the supervisor is gone; ETIMEDOUT / ECANCELED
+ * that @bd ran out.
+ */
+static int connect_sock(const char *path, const bound *bd, int *fd)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    if (strlen(path) >= sizeof(sa.sun_path))
+        return ENAMETOOLONG;
+    strcpy(sa.sun_path, path);
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0)
+        return errno;
+    for (;;) {
+        if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+            break;
+        int e = errno;
+        if (e == EINTR)
+            continue;
+        if (e == EAGAIN) {
+            /* Listen backlog full: the supervisor is busy; try again. */
+            struct pollfd p = { .fd = bd->cancel_fd, .events = POLLIN };
+            if (bd->cancel_fd >= 0 && poll(&p, 1, 0) > 0) {
+                close(s);
+                return ECANCELED;
+            }
+            if (bound_ms(bd) == 0) {
+                close(s);
+                return ETIMEDOUT;
+            }
+            sleep_ms(5);
+            continue;
+        }
+        if (e == EINPROGRESS) {
+            int r = wait_io(s, POLLOUT, bd);
+            socklen_t sl = sizeof(e);
+            if (r == IO_OK && getsockopt(s, SOL_SOCKET, SO_ERROR, &e, &sl) == 0 && e == 0)
+                break;
+            close(s);
+            return r == IO_TIMEOUT ? ETIMEDOUT : r == IO_CANCEL ? ECANCELED : e ? e : EIO;
+        }
+        close(s);
+        return e;
+    }
+    *fd = s;
+    return 0;
+}
+
+static int gone_errno(int e)
+{
+    return e == ENOENT || e == ECONNREFUSED || e == ENOTDIR;
+}
+
+/** Sends a bodyless request on a fresh connection; returns the connection
+ *  (or -1 with *@err an errno / IO code in *@io). */
+static int request_simple(const char *sock, uint32_t type, const bound *bd, int *err, int *io)
+{
+    int fd;
+    *io = IO_OK;
+    *err = connect_sock(sock, bd, &fd);
+    if (*err)
+        return -1;
+    proto_buf b;
+    proto_buf_init(&b, type);
+    int r = send_frame(fd, &b, NULL, 0, bd);
+    proto_buf_free(&b);
+    if (r != IO_OK) {
+        *io = r;
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Files and directories                                                     */
+/* ------------------------------------------------------------------------ */
+
+/** Removes @name under @parent with all it holds, never following a symlink
+ *  and never descending onto another filesystem (@dev). */
+static int rm_tree_at(int parent, const char *name, dev_t dev, int depth)
+{
+    struct stat st;
+    if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode))
+        return unlinkat(parent, name, 0) == 0 || errno == ENOENT ? 0 : -1;
+    if (st.st_dev != dev) {
+        errno = EXDEV;
+        return -1;
+    }
+    if (depth > 4096) {
+        errno = ELOOP;
+        return -1;
+    }
+    /* A command may have taken away our own rights on its directories. */
+    if ((st.st_mode & S_IRWXU) != S_IRWXU)
+        fchmodat(parent, name, (st.st_mode & 07777) | S_IRWXU, 0);
+    int rc = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+            return errno == ENOENT ? 0 : -1;
+        DIR *d = fdopendir(fd);
+        if (!d) {
+            close(fd);
+            return -1;
+        }
+        rc = 0;
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            if (rm_tree_at(fd, e->d_name, dev, depth + 1) < 0)
+                rc = -1;
+        }
+        closedir(d);
+        if (unlinkat(parent, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
+            return 0;
+        if (errno != ENOTEMPTY && errno != EEXIST)
+            return -1;
+    }
+    if (rc == 0)
+        errno = ENOTEMPTY;
+    return -1;
+}
+
+/** Removes the tree at absolute @path; 0 when it is gone. */
+static int rm_tree(const char *path)
+{
+    char *copy = strdup(path);
+    if (!copy)
+        return -1;
+    char *slash = strrchr(copy, '/');
+    const char *name;
+    int dfd;
+    if (!slash || slash == copy) {
+        dfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        name = slash ? slash + 1 : copy;
+    } else {
+        *slash = '\0';
+        dfd = open(copy, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        name = slash + 1;
+    }
+    int rc = -1;
+    struct stat st;
+    if (dfd >= 0) {
+        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+            rc = errno == ENOENT ? 0 : -1;
+        else
+            rc = rm_tree_at(dfd, name, st.st_dev, 0);
+        close(dfd);
+    } else if (errno == ENOENT) {
+        rc = 0;
+    }
+    free(copy);
+    return rc;
+}
+
+/** Creates @path (exclusive, 0600) holding @text. */
+static int write_small_file(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    size_t n = strlen(text);
+    const char *p = text;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = errno;
+            close(fd);
+            errno = w < 0 ? e : EIO;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return close(fd);
+}
+
+static char *join_path(const char *a, const char *b)
+{
+    char *s;
+    size_t la = strlen(a);
+    while (la > 1 && a[la - 1] == '/')
+        la--;
+    if (asprintf(&s, "%.*s%s%s", (int)la, a, (b[0] == '/' || (la == 1 && a[0] == '/')) ? "" : "/",
+                 b) < 0)
+        return NULL;
+    return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Environment                                                               */
+/* ------------------------------------------------------------------------ */
+
+/** A growable list of "K=V" strings (owned). */
+typedef struct strv {
+    char **v;
+    size_t n, cap;
+} strv;
+
+static void strv_free(strv *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        free(s->v[i]);
+    free(s->v);
+    memset(s, 0, sizeof(*s));
+}
+
+/** Sets "K=V" (replacing an entry with the same key); skips strings
+ *  without '='. */
+static int strv_set(strv *s, const char *kv)
+{
+    const char *eq = strchr(kv, '=');
+    if (!eq)
+        return 0;
+    size_t kl = (size_t)(eq - kv) + 1;
+    char *copy = strdup(kv);
+    if (!copy)
+        return -1;
+    for (size_t i = 0; i < s->n; i++) {
+        if (strncmp(s->v[i], kv, kl) == 0) {
+            free(s->v[i]);
+            s->v[i] = copy;
+            return 0;
+        }
+    }
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 16;
+        char **v = realloc(s->v, cap * sizeof(*v));
+        if (!v) {
+            free(copy);
+            return -1;
+        }
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = copy;
+    return 0;
+}
+
+static int strv_setkv(strv *s, const char *key, const char *value)
+{
+    char *kv;
+    if (asprintf(&kv, "%s=%s", key, value) < 0)
+        return -1;
+    int r = strv_set(s, kv);
+    free(kv);
+    return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Supervisor start-up                                                       */
+/* ------------------------------------------------------------------------ */
+
+/** The supervisor program: $SBX_SUPERVISOR or the installed one (copied). */
+static char *supervisor_path(void)
+{
+    const char *p = getenv("SBX_SUPERVISOR");
+    return strdup(p && *p ? p : SBX_LIBEXEC_DIR "/sbx-supervisor");
+}
+
+static int check_supervisor(const char *path, const char *op, sbx_error **error)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0)
+        return 0;
+    sbx_error *err = fail(error, SBX_ERROR_CONFIGURATION, op,
+                          "local backend: supervisor program %s is missing or not executable "
+                          "(set SBX_SUPERVISOR or reinstall libsbx)", path);
+    add_context(err, "path", path);
+    return -1;
+}
+
+/** Waits (bounded) for our own direct child @pid; returns its status or -1
+ *  when it was reaped elsewhere. */
+static int reap_child(pid_t pid, const bound *bd)
+{
+    int status;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            return status;
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -1;  /* SIGCHLD ignored, or reaped by the application */
+        if (bound_ms(bd) == 0) {
+            kill(pid, SIGKILL);
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
+            return status;
+        }
+        sleep_ms(1);
+    }
+}
+
+/**
+ * Starts the supervisor of @sb with @env as its base environment and waits
+ * for READY. On failure everything started is killed.
+ */
+static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, const strv *env,
+                            const sbx_call_ctx *ctx, sbx_error **error)
+{
+    const char *op = "create";
+    bound bd = make_bound(ctx, HANDSHAKE_SECS);
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+        fail(error, SBX_ERROR_CREATION_FAILED, op, "socketpair: %s", strerror(errno));
+        return -1;
+    }
+    int child_end = sv[1];
+    if (child_end == PROTO_CONTROL_FD) {
+        /* dup2 onto itself would keep close-on-exec set. */
+        child_end = fcntl(sv[1], F_DUPFD_CLOEXEC, 10);
+        close(sv[1]);
+        if (child_end < 0) {
+            fail(error, SBX_ERROR_CREATION_FAILED, op, "fcntl: %s", strerror(errno));
+            close(sv[0]);
+            return -1;
+        }
+    }
+
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    /* The directory is on the command line (no secret in it), so ps and
+     * /proc show which sandbox a supervisor serves. */
+    char *dir_arg;
+    if (asprintf(&dir_arg, "--sandbox-dir=%s", sb->meta) < 0) {
+        fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        close(sv[0]);
+        close(child_end);
+        return -1;
+    }
+    char *argv[] = { (char *)exe, "--control-fd=3", dir_arg, NULL };
+    /* The supervisor needs no environment; only sanitizer settings pass,
+     * so instrumented builds behave as their test run asks. */
+    static const char *const passed[] = { "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS" };
+    char *envp[sizeof(passed) / sizeof(passed[0]) + 1];
+    size_t nenvp = 0;
+    for (size_t i = 0; i < sizeof(passed) / sizeof(passed[0]); i++) {
+        const char *v = getenv(passed[i]);
+        if (v && asprintf(&envp[nenvp], "%s=%s", passed[i], v) >= 0)
+            nenvp++;
+    }
+    envp[nenvp] = NULL;
+    pid_t pid = -1;
+    int r = posix_spawn_file_actions_init(&fa);
+    if (r == 0) {
+        r = posix_spawnattr_init(&attr);
+        if (r == 0) {
+            r = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+            if (r == 0)
+                r = posix_spawn_file_actions_adddup2(&fa, child_end, PROTO_CONTROL_FD);
+            if (r == 0)
+                r = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK
+                                             | POSIX_SPAWN_SETSIGDEF);
+            if (r == 0)
+                r = posix_spawnattr_setsigmask(&attr, &none);
+            if (r == 0)
+                r = posix_spawnattr_setsigdefault(&attr, &all);
+            if (r == 0)
+                r = posix_spawn(&pid, exe, &fa, &attr, argv, envp);
+            posix_spawnattr_destroy(&attr);
+        }
+        posix_spawn_file_actions_destroy(&fa);
+    }
+    close(child_end);
+    free(dir_arg);
+    for (size_t i = 0; i < nenvp; i++)
+        free(envp[i]);
+    if (r != 0) {
+        sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op,
+                              "cannot start the supervisor %s: %s", exe, strerror(r));
+        add_context(err, "path", exe);
+        close(sv[0]);
+        return -1;
+    }
+
+    /* The spawned process forks the supervisor and exits at once. */
+    int status = reap_child(pid, &bd);
+    if (status != -1 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        fail(error, SBX_ERROR_CREATION_FAILED, op, "the supervisor %s failed to start (%s %d)",
+             exe, WIFEXITED(status) ? "exit status" : "signal",
+             WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+        close(sv[0]);
+        return -1;
+    }
+
+    int ctl = sv[0];
+    uint32_t type, len;
+    unsigned char *payload = NULL;
+    int io = read_frame(ctl, &type, &payload, &len, &bd);
+    if (io != IO_OK || type != PROTO_HELLO) {
+        if (io == IO_OK)
+            fail(error, SBX_ERROR_CREATION_FAILED, op, "%s is not an sbx-supervisor", exe);
+        else if (io == IO_EOF)
+            fail(error, SBX_ERROR_CREATION_FAILED, op,
+                 "the supervisor %s exited during start-up", exe);
+        else
+            io_fail(error, io, op, sb->id, "supervisor start-up");
+        free(payload);
+        close(ctl);
+        return -1;
+    }
+    proto_reader rd;
+    proto_reader_init(&rd, payload, len);
+    uint32_t version = proto_get_u32(&rd);
+    sb->sup_pid = proto_get_i32(&rd);
+    sb->sup_start = proto_get_u64(&rd);
+    free(payload);
+    payload = NULL;
+    if (rd.failed || version != PROTO_VERSION || sb->sup_pid <= 1) {
+        if (!rd.failed && sb->sup_pid > 1 && proto_proc_alive(sb->sup_pid, sb->sup_start))
+            kill(sb->sup_pid, SIGKILL);
+        fail(error, SBX_ERROR_CONFIGURATION, op,
+             "the supervisor %s speaks protocol %u, this plugin %u (mixed installations?)",
+             exe, rd.failed ? 0u : version, PROTO_VERSION);
+        close(ctl);
+        return -1;
+    }
+
+    proto_buf b;
+    proto_buf_init(&b, PROTO_CONFIG);
+    proto_put_str(&b, sb->root);
+    proto_put_u32(&b, (uint32_t)env->n);
+    for (size_t i = 0; i < env->n; i++)
+        proto_put_str(&b, env->v[i]);
+    io = send_frame(ctl, &b, NULL, 0, &bd);
+    proto_buf_free(&b);
+    if (io == IO_OK)
+        io = read_frame(ctl, &type, &payload, &len, &bd);
+    close(ctl);
+    if (io == IO_OK && type == PROTO_READY) {
+        free(payload);
+        return 0;
+    }
+
+    if (io == IO_OK && type == PROTO_ERROR) {
+        proto_reader_init(&rd, payload, len);
+        proto_get_u32(&rd);
+        proto_get_i32(&rd);
+        const char *msg = proto_get_str(&rd);
+        fail(error, SBX_ERROR_CREATION_FAILED, op, "supervisor: %s", msg ? msg : "failed");
+    } else if (io == IO_OK) {
+        fail(error, SBX_ERROR_CREATION_FAILED, op, "unexpected answer from the supervisor");
+    } else if (io == IO_EOF) {
+        fail(error, SBX_ERROR_CREATION_FAILED, op,
+             "the supervisor %s exited during start-up", exe);
+    } else {
+        io_fail(error, io, op, sb->id, "supervisor start-up");
+    }
+    free(payload);
+    if (proto_proc_alive(sb->sup_pid, sb->sup_start))
+        kill(sb->sup_pid, SIGKILL);
+    return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Slots: plugin and client                                                  */
+/* ------------------------------------------------------------------------ */
+
+static int local_setup(const sbx_host_services *services, sbx_error **error)
+{
+    if (!services || services->struct_size < offsetof(sbx_host_services, free) + sizeof(void *)
+        || !services->set_error)
+        return -1;
+    host = services;
+    return 0;
+}
+
+static int local_client_new(const char *config_json, sbx_plugin_client **client,
+                            sbx_error **error)
+{
+    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
+    if (!c) {
+        fail(error, SBX_ERROR_UNKNOWN, "client_new", "out of memory");
+        return -1;
+    }
+    *client = c;
+    return 0;
+}
+
+static void local_client_free(sbx_plugin_client *client)
+{
+    free(client);
+}
+
+static int local_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
+                       sbx_error **error)
+{
+    char *path = supervisor_path();
+    if (!path) {
+        fail(error, SBX_ERROR_UNKNOWN, "probe", "out of memory");
+        return -1;
+    }
+    int r = check_supervisor(path, "probe", error);
+    free(path);
+    if (r < 0)
+        return -1;
+    *caps = LOCAL_CAPS;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Slots: lifecycle                                                          */
+/* ------------------------------------------------------------------------ */
+
+static void sandbox_free_fields(struct sbx_plugin_sandbox *sb)
+{
+    free(sb->id);
+    free(sb->meta);
+    free(sb->root);
+    free(sb->sock);
+    free(sb->tmp);
+}
+
+/** Removes what a sandbox left on disk: the meta directory (with an owned
+ *  root) and, in a caller's workdir, the tmp directory it made. */
+static int remove_dirs(struct sbx_plugin_sandbox *sb, const char *op, sbx_error **error)
+{
+    int rc = 0;
+    if (sb->made_tmp && !sb->owns_root && sb->tmp && rm_tree(sb->tmp) < 0) {
+        sbx_error *err = fail(error, SBX_ERROR_UNKNOWN, op, "cannot remove %s: %s", sb->tmp,
+                              strerror(errno));
+        add_context(err, "path", sb->tmp);
+        rc = -1;
+    }
+    if (sb->meta && rm_tree(sb->meta) < 0) {
+        sbx_error *err = fail(error, SBX_ERROR_UNKNOWN, op, "cannot remove %s: %s", sb->meta,
+                              strerror(errno));
+        add_context(err, "path", sb->meta);
+        rc = -1;
+    }
+    return rc;
+}
+
+/** The directory meta directories go in: realpath of $TMPDIR or /tmp. */
+static char *temp_base(const char *op, sbx_error **error)
+{
+    const char *t = getenv("TMPDIR");
+    if (!t || !*t)
+        t = "/tmp";
+    char *r = realpath(t, NULL);
+    if (!r) {
+        sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op,
+                              "temporary directory %s is not usable: %s", t, strerror(errno));
+        add_context(err, "path", t);
+    }
+    return r;
+}
+
+static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                        const sbx_plugin_create_request *request,
+                        sbx_plugin_sandbox **sandbox, sbx_error **error)
+{
+    const char *op = "create";
+    struct sbx_plugin_sandbox *sb = NULL;
+    char *exe = NULL, *base = NULL, *workdir = NULL;
+    strv env = { 0 };
+    int made_meta = 0;
+    char num[64];
+
+    if (!request || request->struct_size < offsetof(sbx_plugin_create_request, env)
+                                           + sizeof(request->env)) {
+        fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "create request missing or too short");
+        return -1;
+    }
+    if (request->set_fields & SBX_OPTION_CPU) {
+        snprintf(num, sizeof(num), "%g", request->cpu);
+        sbx_error *err = fail(error, SBX_ERROR_CONFIGURATION, op,
+                              "local backend cannot enforce cpu=%s (no isolation); "
+                              "use bubblewrap or docker", num);
+        add_context(err, "option", "cpu");
+        add_context(err, "value", num);
+        return -1;
+    }
+    if (request->set_fields & SBX_OPTION_MEMORY_MB) {
+        snprintf(num, sizeof(num), "%lld", (long long)request->memory_mb);
+        sbx_error *err = fail(error, SBX_ERROR_CONFIGURATION, op,
+                              "local backend cannot enforce memory_mb=%s (no isolation); "
+                              "use bubblewrap or docker", num);
+        add_context(err, "option", "memory_mb");
+        add_context(err, "value", num);
+        return -1;
+    }
+
+    exe = supervisor_path();
+    if (!exe)
+        goto nomem;
+    if (check_supervisor(exe, op, error) < 0)
+        goto fail;
+
+    /* A caller's workdir is the root itself: it must exist already. */
+    if (request->workdir) {
+        struct stat st;
+        if (stat(request->workdir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+            int e = errno;
+            sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                  "workdir \"%s\" %s", request->workdir,
+                                  access(request->workdir, F_OK) == 0 ? "is not a directory"
+                                  : e == ENOENT || e == ENOTDIR ? "does not exist"
+                                  : strerror(e));
+            add_context(err, "path", request->workdir);
+            goto fail;
+        }
+        workdir = realpath(request->workdir, NULL);
+        if (!workdir) {
+            sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "workdir \"%s\": %s",
+                                  request->workdir, strerror(errno));
+            add_context(err, "path", request->workdir);
+            goto fail;
+        }
+    }
+
+    base = temp_base(op, error);
+    if (!base)
+        goto fail;
+    size_t sun_max = sizeof(((struct sockaddr_un *)NULL)->sun_path);
+    size_t need = strlen(base) + strlen("/" ID_PREFIX "XXXXXX/sock");
+    if (need >= sun_max) {
+        sbx_error *err = fail(error, SBX_ERROR_CONFIGURATION, op,
+                              "temporary directory %s is too long for a unix socket path "
+                              "(%zu bytes, at most %zu); set TMPDIR to a shorter directory",
+                              base, need, sun_max - 1);
+        add_context(err, "path", base);
+        goto fail;
+    }
+
+    sb = calloc(1, sizeof(*sb));
+    if (!sb)
+        goto nomem;
+    pthread_mutex_init(&sb->lock, NULL);
+    if (asprintf(&sb->meta, "%s/" ID_PREFIX "XXXXXX", base) < 0) {
+        sb->meta = NULL;
+        goto nomem;
+    }
+    if (!mkdtemp(sb->meta)) {
+        sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op,
+                              "cannot create a directory in %s: %s", base, strerror(errno));
+        add_context(err, "path", base);
+        free(sb->meta);
+        sb->meta = NULL;
+        goto fail;
+    }
+    made_meta = 1;
+    sb->id = strdup(strrchr(sb->meta, '/') + 1);
+    sb->sock = join_path(sb->meta, "sock");
+    if (workdir) {
+        sb->root = workdir;
+        workdir = NULL;
+    } else {
+        sb->root = join_path(sb->meta, "root");
+        sb->owns_root = 1;
+    }
+    if (!sb->id || !sb->sock || !sb->root)
+        goto nomem;
+    sb->tmp = join_path(sb->root, "tmp");
+    if (!sb->tmp)
+        goto nomem;
+    if (sb->owns_root && mkdir(sb->root, 0700) < 0) {
+        fail(error, SBX_ERROR_CREATION_FAILED, op, "cannot create %s: %s", sb->root,
+             strerror(errno));
+        goto fail;
+    }
+    if (mkdir(sb->tmp, 0700) == 0) {
+        sb->made_tmp = 1;
+    } else {
+        struct stat st;
+        if (errno != EEXIST || stat(sb->tmp, &st) < 0 || !S_ISDIR(st.st_mode)) {
+            sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op,
+                                  "cannot create %s: %s", sb->tmp,
+                                  errno == EEXIST ? "exists and is not a directory"
+                                  : strerror(errno));
+            add_context(err, "path", sb->tmp);
+            goto fail;
+        }
+    }
+
+    char *owner = join_path(sb->meta, "owner");
+    const char *token = ctx && ctx->struct_size >= offsetof(sbx_call_ctx, create_token)
+                                                   + sizeof(ctx->create_token)
+                        && ctx->create_token ? ctx->create_token : "";
+    if (!owner)
+        goto nomem;
+    char *line;
+    int wr = asprintf(&line, "%s\n", token) < 0 ? -1 : 0;
+    if (wr == 0) {
+        wr = write_small_file(owner, line);
+        free(line);
+    }
+    free(owner);
+    if (wr < 0) {
+        fail(error, SBX_ERROR_CREATION_FAILED, op, "cannot write the owner file in %s: %s",
+             sb->meta, strerror(errno));
+        goto fail;
+    }
+
+    /* The command environment: nothing of the caller's environment but
+     * PATH and LANG; then the sandbox's own variables. */
+    const char *v = getenv("PATH");
+    if (strv_setkv(&env, "PATH", v && *v ? v : DEFAULT_PATH) < 0)
+        goto nomem;
+    v = getenv("LANG");
+    if (strv_setkv(&env, "LANG", v && *v ? v : DEFAULT_LANG) < 0
+        || strv_setkv(&env, "HOME", sb->root) < 0
+        || strv_setkv(&env, "TMPDIR", sb->tmp) < 0
+        || strv_setkv(&env, "SANDBOX_ROOT", sb->root) < 0)
+        goto nomem;
+    for (const char *const *e = request->env; e && *e; e++)
+        if (strv_set(&env, *e) < 0)
+            goto nomem;
+
+    if (start_supervisor(sb, exe, &env, ctx, error) < 0)
+        goto fail;
+
+    char *supfile = join_path(sb->meta, "supervisor");
+    if (!supfile)
+        goto nomem_started;
+    if (asprintf(&line, "%d %llu\n", (int)sb->sup_pid, sb->sup_start) < 0) {
+        free(supfile);
+        goto nomem_started;
+    }
+    wr = write_small_file(supfile, line);
+    free(line);
+    free(supfile);
+    if (wr < 0) {
+        fail(error, SBX_ERROR_CREATION_FAILED, op,
+             "cannot write the supervisor file in %s: %s", sb->meta, strerror(errno));
+        goto fail_started;
+    }
+
+    LOG(SBX_LOG_DEBUG, "created %s (root %s, supervisor pid %d)", sb->id, sb->root,
+        (int)sb->sup_pid);
+    strv_free(&env);
+    free(exe);
+    free(base);
+    *sandbox = sb;
+    return 0;
+
+nomem_started:
+    fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+fail_started: {
+        /* Ask the supervisor to end; kill it if it does not answer. */
+        bound bd = make_bound(NULL, GONE_SECS);
+        int e, io;
+        int fd = request_simple(sb->sock, PROTO_DESTROY, &bd, &e, &io);
+        if (fd >= 0) {
+            uint32_t t, l;
+            unsigned char *p = NULL;
+            if (read_frame(fd, &t, &p, &l, &bd) == IO_OK)
+                free(p);
+            close(fd);
+        }
+        if (proto_proc_alive(sb->sup_pid, sb->sup_start))
+            kill(sb->sup_pid, SIGKILL);
+    }
+    goto fail;
+nomem:
+    fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+fail:
+    if (sb) {
+        if (made_meta)
+            remove_dirs(sb, op, NULL);
+        pthread_mutex_destroy(&sb->lock);
+        sandbox_free_fields(sb);
+        free(sb);
+    }
+    strv_free(&env);
+    free(workdir);
+    free(exe);
+    free(base);
+    return -1;
+}
+
+/** Waits (bounded) until the supervisor process is gone. */
+static int wait_supervisor_gone(struct sbx_plugin_sandbox *sb, double secs)
+{
+    double end = mono_now() + secs;
+    while (proto_proc_alive(sb->sup_pid, sb->sup_start)) {
+        if (mono_now() >= end)
+            return -1;
+        sleep_ms(5);
+    }
+    return 0;
+}
+
+/** Last resort when the supervisor does not answer: kill its tree, then
+ *  it. */
+static void kill_supervisor_tree(struct sbx_plugin_sandbox *sb)
+{
+    if (!proto_proc_alive(sb->sup_pid, sb->sup_start))
+        return;
+    kill(sb->sup_pid, SIGSTOP);
+    for (int round = 0; round < 50; round++) {
+        if (proto_kill_descendants(sb->sup_pid, SIGKILL, NULL) == 0)
+            break;
+        sleep_ms(10);
+    }
+    if (proto_proc_alive(sb->sup_pid, sb->sup_start))
+        kill(sb->sup_pid, SIGKILL);
+    wait_supervisor_gone(sb, GONE_SECS);
+}
+
+static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                         sbx_error **error)
+{
+    const char *op = "destroy";
+    struct sbx_plugin_sandbox *sb = sandbox;
+    int rc = 0;
+
+    pthread_mutex_lock(&sb->lock);
+    if (sb->destroyed)
+        goto out;
+
+    bound bd = make_bound(ctx, DESTROY_SECS);
+    int e, io;
+    int fd = request_simple(sb->sock, PROTO_DESTROY, &bd, &e, &io);
+    int asked = fd >= 0;
+    if (asked) {
+        /* DESTROYED, then EOF once the supervisor exited. */
+        uint32_t type, len;
+        unsigned char *p = NULL;
+        io = read_frame(fd, &type, &p, &len, &bd);
+        free(p);
+        p = NULL;
+        if (io == IO_OK)
+            io = read_frame(fd, &type, &p, &len, &bd);
+        free(p);
+        close(fd);
+    } else if (e == ETIMEDOUT || e == ECANCELED) {
+        io = e == ETIMEDOUT ? IO_TIMEOUT : IO_CANCEL;
+    }
+    if (io == IO_CANCEL || (io == IO_TIMEOUT && deadline_passed(&bd))) {
+        io_fail(error, io, op, sb->id, "destroy");
+        rc = -1;
+        goto out;
+    }
+    /* Gone already, crashed, or not answering: make sure. */
+    if (wait_supervisor_gone(sb, asked && io != IO_TIMEOUT ? GONE_SECS : 0) < 0) {
+        LOG(SBX_LOG_WARNING, "supervisor of %s (pid %d) still runs; killing it", sb->id,
+            (int)sb->sup_pid);
+        kill_supervisor_tree(sb);
+    }
+
+    if (remove_dirs(sb, op, error) < 0) {
+        rc = -1;
+        goto out;
+    }
+    sb->destroyed = 1;
+    LOG(SBX_LOG_DEBUG, "destroyed %s", sb->id);
+out:
+    pthread_mutex_unlock(&sb->lock);
+    return rc;
+}
+
+static int sandbox_destroyed(struct sbx_plugin_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    int d = sb->destroyed;
+    pthread_mutex_unlock(&sb->lock);
+    return d;
+}
+
+static int local_is_alive(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                          sbx_error **error)
+{
+    struct sbx_plugin_sandbox *sb = sandbox;
+    if (sandbox_destroyed(sb))
+        return 0;
+    bound bd = make_bound(ctx, PING_SECS);
+    int e, io;
+    int fd = request_simple(sb->sock, PROTO_PING, &bd, &e, &io);
+    if (fd < 0) {
+        if (e == 0) {
+            /* Connected, but the request could not be sent. */
+            if (io == IO_EOF)
+                return 0;
+        } else if (gone_errno(e)) {
+            return 0;
+        } else if (e == ETIMEDOUT || e == ECANCELED) {
+            io = e == ETIMEDOUT ? IO_TIMEOUT : IO_CANCEL;
+        } else {
+            errno = e;
+            io = IO_ERR;
+        }
+        io_fail(error, io, "is_alive", sb->id, "ping");
+        return -1;
+    }
+    uint32_t type, len;
+    unsigned char *p = NULL;
+    io = read_frame(fd, &type, &p, &len, &bd);
+    free(p);
+    close(fd);
+    if (io == IO_OK && type == PROTO_PONG)
+        return 1;
+    if (io == IO_EOF || io == IO_OK)
+        return 0;
+    io_fail(error, io, "is_alive", sb->id, "ping");
+    return -1;
+}
+
+static void local_sandbox_free(sbx_plugin_sandbox *sandbox)
+{
+    if (!sandbox)
+        return;
+    pthread_mutex_destroy(&sandbox->lock);
+    sandbox_free_fields(sandbox);
+    free(sandbox);
+}
+
+static const char *local_sandbox_id(sbx_plugin_sandbox *sandbox)
+{
+    return sandbox->id;
+}
+
+static const char *local_sandbox_root(sbx_plugin_sandbox *sandbox)
+{
+    return sandbox->root;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Slots: exec                                                               */
+/* ------------------------------------------------------------------------ */
+
+/** The host path of sandbox path @cwd: under the root, absolute or not. */
+static char *resolve_cwd(const struct sbx_plugin_sandbox *sb, const char *cwd)
+{
+    if (!cwd || !*cwd)
+        return strdup(sb->root);
+    return join_path(sb->root, cwd);
+}
+
+static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                            const sbx_plugin_exec_request *request,
+                            sbx_plugin_process **process, sbx_error **error)
+{
+    const char *op = "exec";
+    struct sbx_plugin_sandbox *sb = sandbox;
+    int fd = -1, own[PROTO_EXEC_FDS] = { -1, -1, -1 };
+    char *cwd = NULL;
+    unsigned char *payload = NULL;
+    proto_buf b = { 0 };
+    int rc = -1;
+
+    if (!request || request->struct_size < offsetof(sbx_plugin_exec_request, stderr_fd)
+                                           + sizeof(int)) {
+        fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "exec request missing or too short");
+        return -1;
+    }
+    if (!request->shell == !(request->argv && request->argv[0])) {
+        fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+             "exactly one of argv (non-empty) and shell must be set");
+        return -1;
+    }
+    if (request->user) {
+        sbx_error *err = fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                              "local backend runs commands as the calling user; "
+                              "user \"%s\" is not supported", request->user);
+        add_context(err, "user", request->user);
+        return -1;
+    }
+    if (request->tty_rows || request->tty_cols) {
+        fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+             "local backend has no terminal support (tty %ux%u requested)",
+             request->tty_cols, request->tty_rows);
+        return -1;
+    }
+    if (request->stdin_fd < -1) {
+        fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+             "local backend does not take interactive stdin");
+        return -1;
+    }
+    if (sandbox_destroyed(sb)) {
+        fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %s was destroyed", sb->id);
+        return -1;
+    }
+
+    int fds[PROTO_EXEC_FDS] = { request->stdin_fd, request->stdout_fd, request->stderr_fd };
+    for (int i = 0; i < PROTO_EXEC_FDS; i++) {
+        if (fds[i] >= 0)
+            continue;
+        own[i] = open("/dev/null", (i == 0 ? O_RDONLY : O_WRONLY) | O_CLOEXEC);
+        if (own[i] < 0) {
+            fail(error, SBX_ERROR_EXECUTION_FAILED, op, "/dev/null: %s", strerror(errno));
+            goto out;
+        }
+        fds[i] = own[i];
+    }
+    cwd = resolve_cwd(sb, request->cwd);
+    if (!cwd)
+        goto nomem;
+
+    proto_buf_init(&b, PROTO_EXEC);
+    if (request->shell) {
+        proto_put_u32(&b, 3);
+        proto_put_str(&b, "/bin/sh");
+        proto_put_str(&b, "-c");
+        proto_put_str(&b, request->shell);
+    } else {
+        uint32_t argc = 0;
+        while (request->argv[argc])
+            argc++;
+        proto_put_u32(&b, argc);
+        for (uint32_t i = 0; i < argc; i++)
+            proto_put_str(&b, request->argv[i]);
+    }
+    uint32_t envc = 0;
+    while (request->env && request->env[envc])
+        envc++;
+    proto_put_u32(&b, envc);
+    for (uint32_t i = 0; i < envc; i++)
+        proto_put_str(&b, request->env[i]);
+    proto_put_str(&b, cwd);
+    if (b.failed) {
+        fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+             "command and environment too large (limit %u bytes)", PROTO_MAX_FRAME);
+        goto out;
+    }
+
+    bound bd = make_bound(ctx, REPLY_SECS);
+    int e = connect_sock(sb->sock, &bd, &fd);
+    if (e) {
+        if (gone_errno(e))
+            fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %s no longer exists", sb->id);
+        else if (e == ETIMEDOUT || e == ECANCELED)
+            io_fail(error, e == ETIMEDOUT ? IO_TIMEOUT : IO_CANCEL, op, sb->id, "connect");
+        else
+            fail(error, SBX_ERROR_CONNECTION, op, "cannot connect to sandbox %s: %s", sb->id,
+                 strerror(e));
+        goto out;
+    }
+    int io = send_frame(fd, &b, fds, PROTO_EXEC_FDS, &bd);
+    uint32_t type = 0, len = 0;
+    if (io == IO_OK)
+        io = read_frame(fd, &type, &payload, &len, &bd);
+    if (io != IO_OK) {
+        sbx_error *err = io_fail(error, io, op, sb->id, "exec");
+        set_outcome_unknown(err);
+        goto out;
+    }
+    proto_reader rd;
+    proto_reader_init(&rd, payload, len);
+    if (type == PROTO_ERROR) {
+        uint32_t kind = proto_get_u32(&rd);
+        int err_no = proto_get_i32(&rd);
+        const char *msg = proto_get_str(&rd);
+        const char *shown = request->cwd ? request->cwd : sb->root;
+        if (kind == PROTO_ERR_CWD) {
+            sbx_error *err;
+            if (err_no == ENOENT || err_no == ENOTDIR)
+                err = fail(error, SBX_ERROR_NOT_FOUND, op,
+                           "working directory \"%s\" does not exist in sandbox %s",
+                           shown, sb->id);
+            else
+                err = fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+                           "working directory \"%s\" cannot be used in sandbox %s: %s",
+                           shown, sb->id, strerror(err_no));
+            add_context(err, "path", shown);
+        } else {
+            fail(error, SBX_ERROR_EXECUTION_FAILED, op, "supervisor of sandbox %s: %s",
+                 sb->id, msg ? msg : "request refused");
+        }
+        goto out;
+    }
+    int32_t pid = proto_get_i32(&rd);
+    if (type != PROTO_STARTED || rd.failed || pid <= 0) {
+        fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+             "unexpected answer from the supervisor of sandbox %s", sb->id);
+        goto out;
+    }
+
+    struct sbx_plugin_process *p = calloc(1, sizeof(*p));
+    if (!p || !(p->sandbox_id = strdup(sb->id))) {
+        free(p);
+        goto nomem;
+    }
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_mutex_init(&p->wlock, NULL);
+    p->fd = fd;
+    p->pid = pid;
+    fd = -1;
+    *process = p;
+    rc = 0;
+    goto out;
+
+nomem:
+    fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+out:
+    /* Closing the connection before STARTED kills what it started. */
+    if (fd >= 0)
+        close(fd);
+    for (int i = 0; i < PROTO_EXEC_FDS; i++)
+        if (own[i] >= 0)
+            close(own[i]);
+    proto_buf_free(&b);
+    free(payload);
+    free(cwd);
+    return rc;
+}
+
+/**
+ * Waits (within @bd) for one frame from the supervisor and takes it in.
+ * Returns IO_OK after a frame, or when another thread took it first.
+ */
+static int proc_pump(struct sbx_plugin_process *p, const bound *bd)
+{
+    int r = wait_io(p->fd, POLLIN, bd);
+    if (r != IO_OK)
+        return r;
+    pthread_mutex_lock(&p->lock);
+    if (p->lost) {
+        pthread_mutex_unlock(&p->lock);
+        return IO_EOF;
+    }
+    struct pollfd pf = { .fd = p->fd, .events = POLLIN };
+    if (poll(&pf, 1, 0) <= 0) {
+        pthread_mutex_unlock(&p->lock);
+        return IO_OK;
+    }
+    uint32_t type, len;
+    unsigned char *payload = NULL;
+    bound fb = make_bound(NULL, FRAME_SECS);
+    r = read_frame(p->fd, &type, &payload, &len, &fb);
+    if (r == IO_OK) {
+        proto_reader rd;
+        proto_reader_init(&rd, payload, len);
+        if (type == PROTO_EXIT) {
+            int code = proto_get_i32(&rd);
+            if (!rd.failed) {
+                p->exited = 1;
+                p->code = code;
+            }
+        } else if (type == PROTO_KILLED) {
+            p->kills_acked++;
+        }
+        free(payload);
+    } else {
+        /* A torn or refused frame leaves the stream unusable. */
+        p->lost = 1;
+        r = IO_EOF;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return r;
+}
+
+static int local_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx,
+                           int timeout_ms, int *exit_code, sbx_error **error)
+{
+    struct sbx_plugin_process *p = process;
+    bound bd = make_bound(ctx, timeout_ms < 0 ? -1.0 : timeout_ms / 1000.0);
+    for (;;) {
+        pthread_mutex_lock(&p->lock);
+        int exited = p->exited, lost = p->lost, code = p->code;
+        pthread_mutex_unlock(&p->lock);
+        if (exited) {
+            if (exit_code)
+                *exit_code = code;
+            return 1;
+        }
+        if (lost) {
+            sbx_error *err = fail(error, SBX_ERROR_NOT_FOUND, "exec_wait",
+                                  "sandbox %s ended while the command ran", p->sandbox_id);
+            set_outcome_unknown(err);
+            return -1;
+        }
+        int r = proc_pump(p, &bd);
+        if (r == IO_OK || r == IO_EOF)
+            continue;
+        if (r == IO_TIMEOUT && !deadline_passed(&bd)) {
+            pthread_mutex_lock(&p->lock);
+            exited = p->exited;
+            code = p->code;
+            pthread_mutex_unlock(&p->lock);
+            if (exited && exit_code)
+                *exit_code = code;
+            return exited ? 1 : 0;
+        }
+        io_fail(error, r, "exec_wait", p->sandbox_id, "wait");
+        return -1;
+    }
+}
+
+static int local_exec_event_fd(sbx_plugin_process *process)
+{
+    return process->fd;
+}
+
+/** Sends KILL(@sig) and waits (within @bd) for the supervisor's ack. */
+static int proc_kill(struct sbx_plugin_process *p, int sig, const bound *bd)
+{
+    pthread_mutex_lock(&p->wlock);
+    pthread_mutex_lock(&p->lock);
+    int lost = p->lost;
+    unsigned target = ++p->kills_sent;
+    pthread_mutex_unlock(&p->lock);
+    int r = IO_EOF;
+    if (!lost) {
+        proto_buf b;
+        proto_buf_init(&b, PROTO_KILL);
+        proto_put_i32(&b, sig);
+        r = send_frame(p->fd, &b, NULL, 0, bd);
+        proto_buf_free(&b);
+    }
+    pthread_mutex_unlock(&p->wlock);
+    if (r != IO_OK)
+        return r;
+    for (;;) {
+        pthread_mutex_lock(&p->lock);
+        int done = p->kills_acked >= target;
+        lost = p->lost;
+        pthread_mutex_unlock(&p->lock);
+        if (done)
+            return IO_OK;
+        if (lost)
+            return IO_EOF;
+        r = proc_pump(p, bd);
+        if (r != IO_OK && r != IO_EOF)
+            return r;
+    }
+}
+
+static int local_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int signal,
+                           sbx_error **error)
+{
+    struct sbx_plugin_process *p = process;
+    if (signal <= 0 || signal >= NSIG) {
+        char num[16];
+        snprintf(num, sizeof(num), "%d", signal);
+        sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, "exec_kill",
+                              "invalid signal %d", signal);
+        add_context(err, "signal", num);
+        return -1;
+    }
+    bound bd = make_bound(ctx, KILL_ACK_SECS);
+    int r = proc_kill(p, signal, &bd);
+    /* A connection that is gone means the supervisor ended the tree. */
+    if (r == IO_OK || r == IO_EOF)
+        return 0;
+    io_fail(error, r, "exec_kill", p->sandbox_id, "kill");
+    return -1;
+}
+
+static void local_exec_free(sbx_plugin_process *process)
+{
+    struct sbx_plugin_process *p = process;
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    int running = !p->exited && !p->lost;
+    pthread_mutex_unlock(&p->lock);
+    if (running) {
+        bound bd = make_bound(NULL, FREE_KILL_SECS);
+        proc_kill(p, SIGKILL, &bd);
+    }
+    close(p->fd);
+    pthread_mutex_destroy(&p->lock);
+    pthread_mutex_destroy(&p->wlock);
+    free(p->sandbox_id);
+    free(p);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The descriptor                                                            */
+/* ------------------------------------------------------------------------ */
+
+static const sbx_plugin local_plugin = {
+    .struct_size = sizeof(sbx_plugin),
+    .abi_major = SBX_PLUGIN_ABI_MAJOR,
+    .abi_minor = SBX_PLUGIN_ABI_MINOR,
+    .name = BACKEND,
+    .version = PACKAGE_VERSION,
+    .description = "commands run as host processes under a per-sandbox root directory "
+                   "(no isolation)",
+    .caps = LOCAL_CAPS,
+    .setup = local_setup,
+    .client_new = local_client_new,
+    .client_free = local_client_free,
+    .probe = local_probe,
+    .create = local_create,
+    .destroy = local_destroy,
+    .is_alive = local_is_alive,
+    .sandbox_free = local_sandbox_free,
+    .sandbox_id = local_sandbox_id,
+    .sandbox_root = local_sandbox_root,
+    .exec_start = local_exec_start,
+    .exec_wait = local_exec_wait,
+    .exec_event_fd = local_exec_event_fd,
+    .exec_kill = local_exec_kill,
+    .exec_free = local_exec_free,
+};
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
+{
+    return &local_plugin;
+}

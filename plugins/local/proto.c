@@ -1,0 +1,299 @@
+/*
+ * proto.c — frame encoding for the local backend (see proto.h), shared by
+ * the plugin and the supervisor.
+ */
+#include "proto.h"
+
+#include <errno.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/** Makes room for @n more bytes; sets failed when it cannot. */
+static int buf_reserve(proto_buf *b, size_t n)
+{
+    if (b->failed)
+        return -1;
+    if (n > PROTO_MAX_FRAME + PROTO_HEADER_SIZE - b->len) {
+        b->failed = 1;
+        return -1;
+    }
+    if (b->len + n <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n)
+        cap *= 2;
+    unsigned char *p = realloc(b->data, cap);
+    if (!p) {
+        b->failed = 1;
+        return -1;
+    }
+    b->data = p;
+    b->cap = cap;
+    return 0;
+}
+
+static void buf_put(proto_buf *b, const void *p, size_t n)
+{
+    if (buf_reserve(b, n) < 0)
+        return;
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+}
+
+void proto_buf_init(proto_buf *b, uint32_t type)
+{
+    memset(b, 0, sizeof(*b));
+    buf_put(b, &type, sizeof(type));
+    uint32_t zero = 0;
+    buf_put(b, &zero, sizeof(zero));
+}
+
+void proto_buf_free(proto_buf *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof(*b));
+}
+
+void proto_put_u32(proto_buf *b, uint32_t v)
+{
+    buf_put(b, &v, sizeof(v));
+}
+
+void proto_put_i32(proto_buf *b, int32_t v)
+{
+    buf_put(b, &v, sizeof(v));
+}
+
+void proto_put_u64(proto_buf *b, uint64_t v)
+{
+    buf_put(b, &v, sizeof(v));
+}
+
+void proto_put_str(proto_buf *b, const char *s)
+{
+    size_t n = strlen(s);
+    if (n > PROTO_MAX_FRAME) {
+        b->failed = 1;
+        return;
+    }
+    proto_put_u32(b, (uint32_t)n);
+    buf_put(b, s, n + 1);
+}
+
+int proto_buf_finish(proto_buf *b)
+{
+    if (b->failed || b->len < PROTO_HEADER_SIZE
+        || b->len - PROTO_HEADER_SIZE > PROTO_MAX_FRAME)
+        return -1;
+    uint32_t len = (uint32_t)(b->len - PROTO_HEADER_SIZE);
+    memcpy(b->data + sizeof(uint32_t), &len, sizeof(len));
+    return 0;
+}
+
+int proto_parse_header(const unsigned char hdr[PROTO_HEADER_SIZE],
+                       uint32_t *type, uint32_t *len)
+{
+    memcpy(type, hdr, sizeof(*type));
+    memcpy(len, hdr + sizeof(*type), sizeof(*len));
+    return *len > PROTO_MAX_FRAME ? -1 : 0;
+}
+
+void proto_reader_init(proto_reader *r, const void *payload, size_t len)
+{
+    r->p = payload;
+    r->left = len;
+    r->failed = 0;
+}
+
+/** Copies @n bytes out of the payload, or fails the reader. */
+static int reader_take(proto_reader *r, void *out, size_t n)
+{
+    if (r->failed || r->left < n) {
+        r->failed = 1;
+        memset(out, 0, n);
+        return -1;
+    }
+    memcpy(out, r->p, n);
+    r->p += n;
+    r->left -= n;
+    return 0;
+}
+
+uint32_t proto_get_u32(proto_reader *r)
+{
+    uint32_t v;
+    reader_take(r, &v, sizeof(v));
+    return v;
+}
+
+int32_t proto_get_i32(proto_reader *r)
+{
+    int32_t v;
+    reader_take(r, &v, sizeof(v));
+    return v;
+}
+
+uint64_t proto_get_u64(proto_reader *r)
+{
+    uint64_t v;
+    reader_take(r, &v, sizeof(v));
+    return v;
+}
+
+const char *proto_get_str(proto_reader *r)
+{
+    uint32_t n = proto_get_u32(r);
+    if (r->failed || r->left <= n || r->p[n] != '\0'
+        || memchr(r->p, '\0', n) != NULL) {
+        r->failed = 1;
+        return NULL;
+    }
+    const char *s = (const char *)r->p;
+    r->p += (size_t)n + 1;
+    r->left -= (size_t)n + 1;
+    return s;
+}
+
+int proto_proc_stat(pid_t pid, proto_proc *out)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n;
+    do
+        n = read(fd, buf, sizeof(buf) - 1);
+    while (n < 0 && errno == EINTR);
+    int saved = errno;
+    close(fd);
+    if (n <= 0) {
+        errno = n < 0 ? saved : ESRCH;
+        return -1;
+    }
+    buf[n] = '\0';
+    /* The command name (field 2) is in parentheses and may hold anything,
+     * ')' included: the fields go on after the last ')'. */
+    char *p = strrchr(buf, ')');
+    if (!p) {
+        errno = EINVAL;
+        return -1;
+    }
+    char state;
+    int ppid, sid;
+    unsigned long long start;
+    /* fields 3..22 */
+    if (sscanf(p + 1, " %c %d %*s %d %*s %*s %*s %*s %*s %*s %*s %*s %*s"
+               " %*s %*s %*s %*s %*s %*s %llu",
+               &state, &ppid, &sid, &start) != 4) {
+        errno = EINVAL;
+        return -1;
+    }
+    out->state = state;
+    out->ppid = ppid;
+    out->sid = sid;
+    out->start = start;
+    return 0;
+}
+
+int proto_proc_alive(pid_t pid, unsigned long long start)
+{
+    proto_proc st;
+    if (pid <= 0 || proto_proc_stat(pid, &st) < 0)
+        return 0;
+    if (st.state == 'Z' || st.state == 'X')
+        return 0;
+    return start == 0 || st.start == start;
+}
+
+/** One row of a process table snapshot. */
+struct proc_row {
+    pid_t pid;
+    pid_t ppid;
+    char state;
+    char mark;
+};
+
+static int row_cmp(const void *a, const void *b)
+{
+    pid_t x = ((const struct proc_row *)a)->pid, y = ((const struct proc_row *)b)->pid;
+    return (x > y) - (x < y);
+}
+
+size_t proto_kill_descendants(pid_t ancestor, int sig, size_t *zombies)
+{
+    struct proc_row *rows = NULL;
+    size_t n = 0, cap = 0;
+    if (zombies)
+        *zombies = 0;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        long v = strtol(e->d_name, &end, 10);
+        if (*end != '\0' || v <= 0 || v > INT_MAX)
+            continue;
+        proto_proc st;
+        if (proto_proc_stat((pid_t)v, &st) < 0)
+            continue;
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 256;
+            struct proc_row *r = realloc(rows, ncap * sizeof(*r));
+            if (!r)
+                break;
+            rows = r;
+            cap = ncap;
+        }
+        rows[n++] = (struct proc_row){ (pid_t)v, st.ppid, st.state, 0 };
+    }
+    closedir(d);
+    if (n == 0) {
+        free(rows);
+        return 0;
+    }
+    qsort(rows, n, sizeof(*rows), row_cmp);
+
+    /* Mark the children of the ancestor and of marked processes until
+     * nothing changes (one pass per generation). */
+    int changed = 1;
+    while (changed) {
+        changed = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (rows[i].mark || rows[i].pid == ancestor)
+                continue;
+            int ours = rows[i].ppid == ancestor;
+            if (!ours && rows[i].ppid > 0) {
+                struct proc_row key = { .pid = rows[i].ppid };
+                struct proc_row *p = bsearch(&key, rows, n, sizeof(*rows), row_cmp);
+                ours = p && p->mark;
+            }
+            if (ours) {
+                rows[i].mark = 1;
+                changed = 1;
+            }
+        }
+    }
+    size_t live = 0, dead = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!rows[i].mark)
+            continue;
+        if (rows[i].state == 'Z' || rows[i].state == 'X') {
+            dead++;
+        } else {
+            live++;
+            kill(rows[i].pid, sig);
+        }
+    }
+    free(rows);
+    if (zombies)
+        *zombies = dead;
+    return live;
+}

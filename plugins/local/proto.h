@@ -1,0 +1,137 @@
+/*
+ * proto.h — the wire protocol between libsbx-local.so and sbx-supervisor.
+ *
+ * Both ends run on one host from one build, so integers travel in host
+ * byte order. A frame is a fixed header followed by its payload:
+ *
+ *     u32 type | u32 payload length | payload
+ *
+ * A payload is a sequence of fields: u32, i32 and u64 are raw integers; a
+ * string is its u32 length, its bytes and a NUL (so it is binary-safe
+ * except for NUL, which no argv, env or path may hold, and can be used in
+ * place). No frame is larger than PROTO_MAX_FRAME; a reader refuses
+ * anything bigger before allocating.
+ *
+ * The plugin starts the supervisor as
+ * `sbx-supervisor --control-fd=3 --sandbox-dir=DIR` (DIR: the sandbox's
+ * meta directory; the socket is DIR/sock) and handshakes on the control
+ * socketpair it hands over as descriptor 3:
+ *
+ *     supervisor -> HELLO    u32 version, i32 pid, u64 start time
+ *     plugin     -> CONFIG   str root, u32 n, n x str "K=V" (base env)
+ *     supervisor -> READY | ERROR
+ *
+ * Requests, one connection per request on the sandbox's unix socket:
+ *
+ *     EXEC    u32 argc, argc x str, u32 envc, envc x str "K=V" (overlay),
+ *             str cwd (host path); stdin, stdout and stderr ride along as
+ *             SCM_RIGHTS with the first byte of the frame.
+ *             <- STARTED i32 pid, later EXIT i32 code; or ERROR.
+ *     KILL    i32 signal, on an EXEC connection  <- KILLED, once the signal
+ *             went to the command's whole tree (for SIGKILL: once nothing of
+ *             it is left, within a bound). A connection closed before EXIT
+ *             kills the tree too.
+ *     PING                                        <- PONG u32 version
+ *     DESTROY                                     <- DESTROYED, then EOF
+ *
+ * ERROR carries u32 kind (PROTO_ERR_*), i32 errno and str message.
+ */
+#ifndef SBX_LOCAL_PROTO_H
+#define SBX_LOCAL_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/** Bumped whenever a frame changes shape. */
+#define PROTO_VERSION 1u
+
+#define PROTO_HEADER_SIZE 8u
+/** Upper bound of a payload (argv and env of one exec included). */
+#define PROTO_MAX_FRAME (4u << 20)
+/** Descriptors that ride with an EXEC frame. */
+#define PROTO_EXEC_FDS 3
+
+/** The descriptor the supervisor finds its control socket on. */
+#define PROTO_CONTROL_FD 3
+
+typedef enum proto_type {
+    PROTO_HELLO = 1,
+    PROTO_CONFIG = 2,
+    PROTO_READY = 3,
+    PROTO_ERROR = 4,
+    PROTO_EXEC = 5,
+    PROTO_STARTED = 6,
+    PROTO_EXIT = 7,
+    PROTO_KILL = 8,
+    PROTO_KILLED = 9,
+    PROTO_PING = 10,
+    PROTO_PONG = 11,
+    PROTO_DESTROY = 12,
+    PROTO_DESTROYED = 13
+} proto_type;
+
+/** ERROR kinds. */
+typedef enum proto_err_kind {
+    PROTO_ERR_INTERNAL = 1,   /* the supervisor failed (message says why) */
+    PROTO_ERR_CWD = 2,        /* the working directory cannot be used */
+    PROTO_ERR_PROTOCOL = 3    /* malformed request */
+} proto_err_kind;
+
+/** A frame under construction; the header is filled by proto_buf_finish. */
+typedef struct proto_buf {
+    unsigned char *data;
+    size_t len;
+    size_t cap;
+    int failed;
+} proto_buf;
+
+void proto_buf_init(proto_buf *b, uint32_t type);
+void proto_buf_free(proto_buf *b);
+void proto_put_u32(proto_buf *b, uint32_t v);
+void proto_put_i32(proto_buf *b, int32_t v);
+void proto_put_u64(proto_buf *b, uint64_t v);
+void proto_put_str(proto_buf *b, const char *s);
+/** Writes the header; returns 0, or -1 when memory ran out or the frame
+ *  is larger than PROTO_MAX_FRAME. */
+int proto_buf_finish(proto_buf *b);
+
+/** Splits a received header. Returns 0, or -1 when the length is too big. */
+int proto_parse_header(const unsigned char hdr[PROTO_HEADER_SIZE],
+                       uint32_t *type, uint32_t *len);
+
+/** Cursor over a received payload; any overrun sets failed. */
+typedef struct proto_reader {
+    const unsigned char *p;
+    size_t left;
+    int failed;
+} proto_reader;
+
+void proto_reader_init(proto_reader *r, const void *payload, size_t len);
+uint32_t proto_get_u32(proto_reader *r);
+int32_t proto_get_i32(proto_reader *r);
+uint64_t proto_get_u64(proto_reader *r);
+/** A NUL-terminated string pointing into the payload, or NULL on error. */
+const char *proto_get_str(proto_reader *r);
+
+/** Fields of /proc/PID/stat that the local backend needs. */
+typedef struct proto_proc {
+    char state;                  /* field 3 */
+    pid_t ppid;                  /* field 4 */
+    pid_t sid;                   /* field 6 */
+    unsigned long long start;    /* field 22, clock ticks after boot */
+} proto_proc;
+
+/** Reads /proc/@pid/stat. Returns 0, or -1 (errno set) when it is gone. */
+int proto_proc_stat(pid_t pid, proto_proc *out);
+
+/** 1 when @pid runs and started at @start (0 = any start), else 0.
+ *  A zombie counts as gone. */
+int proto_proc_alive(pid_t pid, unsigned long long start);
+
+/** Sends @sig to every live descendant of @ancestor (found through the
+ *  parent links in /proc). Returns how many live descendants it signalled
+ *  and stores in *@zombies (may be NULL) how many zombies it saw. */
+size_t proto_kill_descendants(pid_t ancestor, int sig, size_t *zombies);
+
+#endif /* SBX_LOCAL_PROTO_H */

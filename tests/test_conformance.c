@@ -1,0 +1,1459 @@
+/*
+ * The conformance suite (CONFORMANCE.md): sections Lifecycle, Exec and
+ * Errors, with the exact values given there, on the backend named by
+ * $SBX_TEST_BACKEND (default "local"). Shell commands address files as
+ * "$SANDBOX_ROOT/..." so they hold where the sandbox owns / too.
+ *
+ * Every test runs in its own process with TMPDIR set to a fresh directory
+ * made by the fixture, so that what a sandbox leaves on the host is
+ * checked exactly: on local that directory must be empty after destroy.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sbx/sbx.h>
+
+#include "testutil.h"
+
+static char *g_tmp;           /* this test's TMPDIR */
+static sbx_client *g_client;  /* client of the backend under test */
+static sbx_sandbox *g_sb;     /* the fixture's sandbox */
+static const char *g_root;    /* its SANDBOX_ROOT */
+
+static void client_setup(void)
+{
+    g_tmp = tu_fresh_tmpdir();
+    /* Must never reach a command: the command environment is built from
+     * scratch, not from the caller's. */
+    setenv("SBX_TEST_CANARY", "leaked", 1);
+    sbx_error *err = NULL;
+    g_client = sbx_client_new(tu_backend(), &err);
+    cr_assert_null(err, "sbx_client_new(%s): %s", tu_backend(),
+                   err ? sbx_error_get0_message(err) : "");
+    cr_assert_not_null(g_client);
+}
+
+static void sandbox_setup(void)
+{
+    client_setup();
+    g_sb = tu_create(g_client, NULL);
+    g_root = sbx_sandbox_get0_root(g_sb);
+    cr_assert_not_null(g_root);
+}
+
+static void teardown(void)
+{
+    if (g_sb) {
+        sbx_sandbox_destroy(g_sb, NULL);
+        sbx_sandbox_free(g_sb);
+        g_sb = NULL;
+    }
+    sbx_client_free(g_client);
+    g_client = NULL;
+    tu_rmtree(g_tmp);
+    free(g_tmp);
+    g_tmp = NULL;
+}
+
+TestSuite(lifecycle, .init = sandbox_setup, .fini = teardown, .timeout = 60);
+TestSuite(creation, .init = client_setup, .fini = teardown, .timeout = 60);
+TestSuite(exec, .init = sandbox_setup, .fini = teardown, .timeout = 60);
+TestSuite(errors, .init = sandbox_setup, .fini = teardown, .timeout = 60);
+TestSuite(concurrency, .init = client_setup, .fini = teardown, .timeout = 120);
+
+/* The host path of sandbox path @p (the root joined with it). free(). */
+static char *host_path(const char *p)
+{
+    return tu_strdup_printf("%s%s", g_root, p);
+}
+
+/* Runs `test -e PATH; echo $?` in @sb: "0\n" when it exists. */
+static int sandbox_file_exists(sbx_sandbox *sb, const char *sandbox_path)
+{
+    char *s = tu_strdup_printf("test -e \"$SANDBOX_ROOT%s\"; printf %%s $?", sandbox_path);
+    sbx_result *r = tu_sh(sb, s, 10);
+    free(s);
+    tu_assert_exit(r, 0);
+    const char *out = sbx_result_get0_stdout(r, NULL);
+    int exists = strcmp(out, "0") == 0;
+    cr_assert(exists || strcmp(out, "1") == 0, "test -e printed \"%s\"", out);
+    sbx_result_free(r);
+    return exists;
+}
+
+/* Common checks of an error from a call on a sandbox of the backend. */
+static void assert_backend_error(const sbx_error *err, sbx_error_code code)
+{
+    tu_assert_error(err, code, NULL);
+    cr_assert_str_eq(sbx_error_get0_backend(err), tu_backend());
+    cr_assert_neq(sbx_error_get0_op(err)[0], '\0', "error without op: %s",
+                  sbx_error_get0_message(err));
+    cr_assert_neq(sbx_error_get0_message(err)[0], '\0');
+    cr_assert_eq(sbx_error_is_retryable(err), 0);
+    char *s = sbx_error_to_string(err);
+    char *want = tu_expected_error_string(err);
+    cr_assert_str_eq(s, want);
+    free(s);
+    free(want);
+}
+
+/* ================================================================ Lifecycle */
+
+Test(lifecycle, create_gives_live_sandbox)
+{
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 1);
+    cr_assert_null(err);
+    cr_assert_str_eq(sbx_sandbox_get0_backend(g_sb), tu_backend());
+    cr_assert_str_eq(sbx_client_get0_backend(g_client), tu_backend());
+    const char *id = sbx_sandbox_get0_id(g_sb);
+    cr_assert_not_null(id);
+    cr_assert_neq(id[0], '\0');
+
+    /* SANDBOX_ROOT in commands is sbx_sandbox_get0_root(). */
+    sbx_result *r = tu_sh(g_sb, "printf '%s' \"$SANDBOX_ROOT\"", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, g_root);
+    tu_assert_stderr(r, "");
+    sbx_result_free(r);
+    cr_assert_eq(sandbox_file_exists(g_sb, "/tmp"), 1, "$SANDBOX_ROOT/tmp is missing");
+
+    if (tu_backend_is_local()) {
+        /* The sandbox is a root directory under a metadata directory
+         * ${TMPDIR}/sbx-local-XXXXXX whose basename is the id. */
+        cr_assert_eq(g_root[0], '/', "root \"%s\" is not absolute", g_root);
+        struct stat st;
+        cr_assert_eq(stat(g_root, &st), 0, "root %s: %s", g_root, strerror(errno));
+        cr_assert(S_ISDIR(st.st_mode));
+        char *tmp = host_path("/tmp");
+        cr_assert_eq(stat(tmp, &st), 0);
+        cr_assert(S_ISDIR(st.st_mode));
+        free(tmp);
+        cr_assert_eq(tu_count_entries(g_tmp), 1, "%s holds %d entries", g_tmp,
+                     tu_count_entries(g_tmp));
+        char *meta = tu_strdup_printf("%s/%s", g_tmp, id);
+        cr_assert_eq(stat(meta, &st), 0, "no metadata directory %s", meta);
+        cr_assert(S_ISDIR(st.st_mode));
+        cr_assert_eq(strncmp(id, "sbx-local-", 10), 0, "id \"%s\"", id);
+        free(meta);
+    }
+}
+
+Test(lifecycle, destroy_ends_sandbox)
+{
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, &err), 0);
+    cr_assert_null(err);
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 0);
+    cr_assert_null(err, "is_alive after destroy: %s", err ? sbx_error_get0_message(err) : "");
+    /* A second destroy is a no-op that succeeds. */
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, &err), 0);
+    cr_assert_null(err);
+
+    /* Every other call is not_found, never a crash. */
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "echo hi";
+    err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
+    assert_backend_error(err, SBX_ERROR_NOT_FOUND);
+    sbx_error_free(err);
+
+    const char *argv[] = {"echo", "hi", NULL};
+    sbx_exec_request areq = SBX_EXEC_REQUEST_INIT;
+    areq.argv = argv;
+    err = tu_exec_fail(g_sb, &areq, SBX_ERROR_NOT_FOUND);
+    sbx_error_free(err);
+
+    err = NULL;
+    cr_assert_null(sbx_sandbox_execute_shell(g_sb, "echo hi", &err));
+    assert_backend_error(err, SBX_ERROR_NOT_FOUND);
+    sbx_error_clear(&err);
+    cr_assert_null(sbx_sandbox_execute_code(g_sb, NULL, "print(1)", NULL, &err));
+    assert_backend_error(err, SBX_ERROR_NOT_FOUND);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, &err), 0);
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 0);
+}
+
+/* Starts background processes three ways (plain, own session, orphaned by
+ * a subshell) and returns their pids. */
+static size_t start_background(sbx_sandbox *sb, pid_t *pids, size_t max)
+{
+    sbx_result *r = tu_sh(sb,
+        "P=\"$SANDBOX_ROOT/tmp/pids\"; "
+        "sleep 1000 >/dev/null 2>&1 </dev/null & echo $! >> \"$P\"; "
+        "setsid sleep 1001 >/dev/null 2>&1 </dev/null & echo $! >> \"$P\"; "
+        "( sleep 1002 >/dev/null 2>&1 </dev/null & echo $! >> \"$P\" ); "
+        "echo started", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "started\n");
+    sbx_result_free(r);
+    size_t n = tu_read_pids(sb, "$SANDBOX_ROOT/tmp/pids", pids, max);
+    cr_assert_eq(n, 3);
+    return n;
+}
+
+Test(lifecycle, nothing_left_behind)
+{
+    cr_assert(tu_backend_is_local(),
+              "no host-side leftover check is written for backend %s yet", tu_backend());
+    pid_t pids[8];
+    size_t n = start_background(g_sb, pids, 8);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(tu_pid_gone(pids[i]), 0, "background pid %d died before destroy",
+                     (int)pids[i]);
+    /* The three sleeps mention this test's TMPDIR (cwd and environment
+     * under the root). */
+    pid_t before[64];
+    size_t nbefore = tu_procs_mentioning(g_tmp, before, 64);
+    cr_assert(nbefore >= 3, "only %zu processes of the sandbox found before destroy",
+              nbefore);
+    /* The orphaned sleep was adopted by the sandbox's supervisor (its
+     * subreaper), which must end with the sandbox too. */
+    pid_t sup = tu_ppid(pids[2]);
+    cr_assert(sup > 1 && sup != getpid(), "orphaned sleep %d has parent %d", (int)pids[2],
+              (int)sup);
+    const char *sup_bin = getenv("SBX_SUPERVISOR");
+    if (sup_bin) {
+        char *exe = tu_strdup_printf("/proc/%d/exe", (int)sup);
+        struct stat a, b;
+        cr_assert_eq(stat(exe, &a), 0);
+        cr_assert_eq(stat(sup_bin, &b), 0);
+        cr_assert(a.st_dev == b.st_dev && a.st_ino == b.st_ino,
+                  "parent %d of the orphaned sleep is not %s", (int)sup, sup_bin);
+        free(exe);
+    }
+    cr_assert(nbefore < 64);
+    before[nbefore++] = sup;
+    char *root = strdup(g_root);
+    cr_assert(tu_exists(root));
+
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, &err), 0);
+    cr_assert_null(err);
+
+    for (size_t i = 0; i < n; i++)
+        cr_assert(tu_wait_pid_gone(pids[i], 5.0), "background pid %d survived destroy",
+                  (int)pids[i]);
+    for (size_t i = 0; i < nbefore; i++)
+        cr_assert(tu_wait_pid_gone(before[i], 5.0), "process %d survived destroy",
+                  (int)before[i]);
+    pid_t after[64];
+    size_t nafter = tu_procs_mentioning(g_tmp, after, 64);
+    cr_assert_eq(nafter, 0, "%zu processes still mention %s (first: %d)", nafter, g_tmp,
+                 nafter ? (int)after[0] : 0);
+    cr_assert_eq(tu_exists(root), 0, "root %s survived destroy", root);
+    cr_assert_eq(tu_count_entries(g_tmp), 0, "%s is not empty after destroy", g_tmp);
+    free(root);
+}
+
+Test(lifecycle, sbx_create_shorthand)
+{
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_create(tu_backend(), NULL, &err);
+    cr_assert_null(err, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_not_null(sb);
+    cr_assert_str_eq(sbx_sandbox_get0_backend(sb), tu_backend());
+    sbx_result *r = tu_sh(sb, "echo shorthand", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "shorthand\n");
+    sbx_result_free(r);
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    cr_assert_eq(sbx_sandbox_is_alive(sb, NULL), 0);
+    sbx_sandbox_free(sb); /* frees its client too */
+}
+
+Test(lifecycle, sandboxes_are_distinct)
+{
+    sbx_sandbox *other = tu_create(g_client, NULL);
+    cr_assert_str_neq(sbx_sandbox_get0_id(other), sbx_sandbox_get0_id(g_sb));
+    if (g_root[0])
+        cr_assert_str_neq(sbx_sandbox_get0_root(other), g_root);
+    sbx_result *r = tu_sh(g_sb, "echo one > \"$SANDBOX_ROOT/tmp/f\"", 10);
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    cr_assert_eq(sandbox_file_exists(other, "/tmp/f"), 0);
+    cr_assert_eq(sbx_sandbox_destroy(other, NULL), 0);
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 1, "destroying one sandbox ended another");
+    cr_assert_eq(sandbox_file_exists(g_sb, "/tmp/f"), 1);
+    sbx_sandbox_free(other);
+}
+
+/* ================================================================= Creation */
+
+/* Runs @cmd with /bin/sh on the host; asserts exit 0. */
+static void host_sh(const char *cmd)
+{
+    int rc = system(cmd);
+    cr_assert_eq(rc, 0, "host command failed (%d): %s", rc, cmd);
+}
+
+/* A git repository at @dir with hello.txt on the default branch and
+ * branch.txt on branch "feature". */
+static void make_git_repo(const char *dir)
+{
+    char *cmd = tu_strdup_printf(
+        "set -e; mkdir -p '%s'; cd '%s'; "
+        "git init -q -b main . ; "
+        "printf 'hello\\n' > hello.txt; git add hello.txt; "
+        "git -c user.name=t -c user.email=t@example.invalid commit -q -m one; "
+        "git checkout -q -b feature; printf 'feature\\n' > branch.txt; git add branch.txt; "
+        "git -c user.name=t -c user.email=t@example.invalid commit -q -m two; "
+        "git checkout -q main",
+        dir, dir);
+    host_sh(cmd);
+    free(cmd);
+}
+
+Test(creation, git_clone_of_local_repo)
+{
+    char *src = tu_mkdtemp("src");
+    char *repo = tu_strdup_printf("%s/proj.git", src);
+    make_git_repo(repo);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_git_repo(o, repo, NULL, NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    /* Cloned into the working directory as NAME (".git" dropped). */
+    sbx_result *r = tu_sh(g_sb, "cat proj/hello.txt; test -e proj/branch.txt; echo $?", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "hello\n1\n");
+    sbx_result_free(r);
+
+    sbx_sandbox *sb2;
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_git_repo(o, repo, "feature", NULL), 0);
+    sb2 = tu_create(g_client, o);
+    sbx_options_free(o);
+    r = tu_sh(sb2, "cat proj/hello.txt proj/branch.txt", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "hello\nfeature\n");
+    sbx_result_free(r);
+    cr_assert_eq(sbx_sandbox_destroy(sb2, NULL), 0);
+    sbx_sandbox_free(sb2);
+    tu_rmtree(src);
+    free(src);
+    free(repo);
+}
+
+Test(creation, failing_git_clone_leaves_nothing)
+{
+    char *missing = tu_strdup_printf("%s/no-such-repo", g_tmp);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_git_repo(o, missing, NULL, NULL), 0);
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_sandbox_create(g_client, o, &err);
+    sbx_options_free(o);
+    cr_assert_null(sb, "create succeeded although the clone of %s must fail", missing);
+    assert_backend_error(err, SBX_ERROR_CREATION_FAILED);
+    const char *step = sbx_error_get0_context(err, "step");
+    cr_assert_not_null(step, "the error does not name the step");
+    cr_assert_str_eq(step, "git_clone");
+    sbx_error_free(err);
+    if (tu_backend_is_local()) {
+        cr_assert_eq(tu_count_entries(g_tmp), 0, "a failed create left %d entries in %s",
+                     tu_count_entries(g_tmp), g_tmp);
+        pid_t pids[16];
+        size_t n = 0;
+        double end = tu_now() + 5.0;
+        while ((n = tu_procs_mentioning(g_tmp, pids, 16)) > 0 && tu_now() < end)
+            usleep(50000);
+        cr_assert_eq(n, 0, "a process of the failed sandbox survived (pid %d)",
+                     n ? (int)pids[0] : 0);
+    }
+    free(missing);
+}
+
+Test(creation, workdir_is_root_and_kept)
+{
+    char *wd;
+    if (tu_backend_is_local()) {
+        wd = tu_strdup_printf("%s/wd", g_tmp);
+        cr_assert_eq(mkdir(wd, 0755), 0);
+    } else {
+        wd = strdup("/tmp");
+    }
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    sbx_result *r = tu_sh(g_sb, "pwd; echo kept > kept.txt", 10);
+    tu_assert_exit(r, 0);
+    char *want = tu_strdup_printf("%s\n", wd);
+    tu_assert_stdout(r, want);
+    free(want);
+    sbx_result_free(r);
+    if (tu_backend_is_local()) {
+        cr_assert_str_eq(sbx_sandbox_get0_root(g_sb), wd);
+        cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+        struct stat st;
+        cr_assert_eq(stat(wd, &st), 0, "destroy removed the caller's workdir %s", wd);
+        cr_assert(S_ISDIR(st.st_mode));
+        char *kept = tu_strdup_printf("%s/kept.txt", wd);
+        cr_assert(tu_exists(kept), "destroy removed a file of the caller's workdir");
+        free(kept);
+        /* The metadata directory is gone; only the workdir remains. */
+        cr_assert_eq(tu_count_entries(g_tmp), 1, "%s holds %d entries after destroy", g_tmp,
+                     tu_count_entries(g_tmp));
+    }
+    free(wd);
+}
+
+Test(creation, missing_workdir_is_invalid_argument)
+{
+    char *wd = tu_strdup_printf("%s/does/not/exist", g_tmp);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    sbx_options_free(o);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, wd, NULL);
+    cr_assert_str_eq(sbx_error_get0_backend(err), tu_backend());
+    sbx_error_free(err);
+    cr_assert_eq(tu_count_entries(g_tmp), 0, "a refused create left something in %s", g_tmp);
+    free(wd);
+}
+
+Test(creation, unsupported_limits_are_configuration_errors)
+{
+    uint64_t caps = 0;
+    cr_assert_eq(sbx_client_probe(g_client, &caps, NULL), 0);
+    struct {
+        uint64_t cap;
+        const char *name;
+        int is_cpu;
+    } limits[] = {{SBX_CAP_CPU_LIMIT, "cpu", 1}, {SBX_CAP_MEMORY_LIMIT, "memory", 0}};
+    for (size_t i = 0; i < 2; i++) {
+        sbx_options *o = sbx_options_new();
+        if (limits[i].is_cpu)
+            cr_assert_eq(sbx_options_set_cpu(o, 2.0, NULL), 0);
+        else
+            cr_assert_eq(sbx_options_set_memory_mb(o, 512, NULL), 0);
+        sbx_error *err = NULL;
+        sbx_sandbox *sb = sbx_sandbox_create(g_client, o, &err);
+        sbx_options_free(o);
+        if (caps & limits[i].cap) {
+            cr_assert_not_null(sb, "%s limit declared but refused", limits[i].name);
+            cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+            sbx_sandbox_free(sb);
+            continue;
+        }
+        cr_assert_null(sb, "%s limit accepted without the capability", limits[i].name);
+        assert_backend_error(err, SBX_ERROR_CONFIGURATION);
+        cr_assert(strstr(sbx_error_get0_message(err), limits[i].name) != NULL,
+                  "message \"%s\" does not name the option", sbx_error_get0_message(err));
+        sbx_error_free(err);
+        if (tu_backend_is_local())
+            cr_assert_eq(tu_count_entries(g_tmp), 0);
+    }
+}
+
+Test(creation, timeout_secs_is_default_exec_timeout)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 2.0, NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    double t0 = tu_now();
+    sbx_result *r = tu_sh(g_sb, "sleep 30", 0);
+    double dt = tu_now() - t0;
+    cr_assert_eq(sbx_result_is_timed_out(r), 1);
+    cr_assert_eq(sbx_result_get_exit_code(r), 124);
+    cr_assert(dt >= 1.9 && dt <= 2.0 + SBX_KILL_GRACE_SECS + 1.0, "took %.2f s", dt);
+    sbx_result_free(r);
+    /* An exec's own timeout overrides it. */
+    r = tu_sh(g_sb, "sleep 3; echo done", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "done\n");
+    sbx_result_free(r);
+}
+
+/* ===================================================================== Exec */
+
+Test(exec, echo_hi)
+{
+    sbx_result *r = tu_sh(g_sb, "echo hi", 10);
+    tu_assert_exit(r, 0);
+    size_t len = 99;
+    const char *out = sbx_result_get0_stdout(r, &len);
+    cr_assert_eq(len, 3);
+    cr_assert_eq(memcmp(out, "hi\n", 3), 0);
+    cr_assert_eq(out[3], '\0', "stdout is not NUL-terminated");
+    len = 99;
+    const char *err = sbx_result_get0_stderr(r, &len);
+    cr_assert_not_null(err, "empty stderr must be a buffer, not NULL");
+    cr_assert_eq(len, 0);
+    cr_assert_eq(err[0], '\0');
+    double d = sbx_result_get_duration_secs(r);
+    cr_assert(d >= 0.0 && d < 10.0, "duration %f", d);
+    sbx_result_free(r);
+
+    /* The shorthand is the same call. */
+    sbx_error *e = NULL;
+    r = sbx_sandbox_execute_shell(g_sb, "echo hi", &e);
+    cr_assert_null(e);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "hi\n");
+    tu_assert_stderr(r, "");
+    sbx_result_free(r);
+}
+
+Test(exec, exit_codes)
+{
+    const int codes[] = {0, 1, 5, 255};
+    for (size_t i = 0; i < 4; i++) {
+        char *s = tu_strdup_printf("exit %d", codes[i]);
+        sbx_result *r = tu_sh(g_sb, s, 10);
+        tu_assert_exit(r, codes[i]);
+        tu_assert_stdout(r, "");
+        tu_assert_stderr(r, "");
+        sbx_result_free(r);
+        free(s);
+    }
+    const char *f[] = {"false", NULL};
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.argv = f;
+    sbx_result *r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 1);
+    sbx_result_free(r);
+    const char *sh5[] = {"sh", "-c", "exit 5", NULL};
+    req.argv = sh5;
+    r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 5);
+    sbx_result_free(r);
+}
+
+Test(exec, command_not_found_is_127)
+{
+    sbx_result *r = tu_sh(g_sb, "nosuchcmd_zz9", 10);
+    tu_assert_exit(r, 127);
+    tu_assert_stdout(r, "");
+    cr_assert(strstr(sbx_result_get0_stderr(r, NULL), "not found") != NULL,
+              "stderr \"%s\"", sbx_result_get0_stderr(r, NULL));
+    sbx_result_free(r);
+
+    const char *argv[] = {"nosuchcmd_zz9", "arg", NULL};
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.argv = argv;
+    r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 127);
+    tu_assert_stdout(r, "");
+    cr_assert(strstr(sbx_result_get0_stderr(r, NULL), "not found") != NULL,
+              "argv form: stderr \"%s\"", sbx_result_get0_stderr(r, NULL));
+    sbx_result_free(r);
+}
+
+Test(exec, not_executable_is_126)
+{
+    sbx_result *r = tu_sh(g_sb,
+        "printf '#!/bin/sh\\necho hi\\n' > \"$SANDBOX_ROOT/tmp/noexec.sh\"; "
+        "chmod 644 \"$SANDBOX_ROOT/tmp/noexec.sh\"; \"$SANDBOX_ROOT/tmp/noexec.sh\"", 10);
+    tu_assert_exit(r, 126);
+    tu_assert_stdout(r, "");
+    cr_assert(strstr(sbx_result_get0_stderr(r, NULL), "Permission denied") != NULL,
+              "stderr \"%s\"", sbx_result_get0_stderr(r, NULL));
+    sbx_result_free(r);
+
+    char *path = tu_strdup_printf("%s/tmp/noexec.sh", g_root);
+    const char *argv[] = {path, NULL};
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.argv = argv;
+    r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 126);
+    tu_assert_stdout(r, "");
+    sbx_result_free(r);
+    free(path);
+}
+
+Test(exec, death_by_signal_is_128_plus_n)
+{
+    const struct {
+        const char *script;
+        int code;
+    } cases[] = {
+        {"kill -TERM $$", 128 + SIGTERM},
+        {"kill -9 $$", 128 + SIGKILL},
+        {"kill -USR1 $$", 128 + SIGUSR1},
+        {"echo before; kill -SEGV $$; echo after", 128 + SIGSEGV},
+    };
+    cr_assert_eq(128 + SIGTERM, 143);
+    cr_assert_eq(128 + SIGKILL, 137);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sbx_result *r = tu_sh(g_sb, cases[i].script, 10);
+        tu_assert_exit(r, cases[i].code);
+        sbx_result_free(r);
+    }
+    const char *argv[] = {"sh", "-c", "kill -TERM $$", NULL};
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.argv = argv;
+    sbx_result *r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 143);
+    sbx_result_free(r);
+    r = tu_sh(g_sb, "echo before; kill -SEGV $$; echo after", 10);
+    tu_assert_stdout(r, "before\n");
+    sbx_result_free(r);
+}
+
+Test(exec, streams_separate_and_ordered)
+{
+    sbx_result *r = tu_sh(g_sb,
+        "i=1; while [ $i -le 300 ]; do echo out$i; echo err$i >&2; i=$((i+1)); done", 30);
+    tu_assert_exit(r, 0);
+    char *out = NULL, *err = NULL;
+    size_t outn = 0, errn = 0;
+    FILE *fo = open_memstream(&out, &outn), *fe = open_memstream(&err, &errn);
+    for (int i = 1; i <= 300; i++) {
+        fprintf(fo, "out%d\n", i);
+        fprintf(fe, "err%d\n", i);
+    }
+    fclose(fo);
+    fclose(fe);
+    tu_assert_stdout_bytes(r, out, outn);
+    tu_assert_stderr_bytes(r, err, errn);
+    free(out);
+    free(err);
+    sbx_result_free(r);
+}
+
+/* A script printing all 256 byte values, @reps times, with octal escapes. */
+static char *all_bytes_script(int reps, const char *redirect)
+{
+    char esc[256 * 4 + 1];
+    for (int b = 0; b < 256; b++)
+        snprintf(esc + 4 * b, 5, "\\%03o", b);
+    return tu_strdup_printf("i=0; while [ $i -lt %d ]; do printf '%s'%s; i=$((i+1)); done",
+                            reps, esc, redirect);
+}
+
+static unsigned char *all_bytes(int reps, size_t *len)
+{
+    *len = (size_t)reps * 256;
+    unsigned char *p = malloc(*len);
+    cr_assert_not_null(p);
+    for (size_t i = 0; i < *len; i++)
+        p[i] = (unsigned char)(i % 256);
+    return p;
+}
+
+Test(exec, binary_bytes_exact)
+{
+    size_t len;
+    unsigned char *want = all_bytes(4, &len);
+    char *s1 = all_bytes_script(4, "");
+    char *s2 = all_bytes_script(4, " >&2");
+    char *script = tu_strdup_printf("%s; %s", s1, s2);
+    sbx_result *r = tu_sh(g_sb, script, 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout_bytes(r, want, len);
+    tu_assert_stderr_bytes(r, want, len);
+    sbx_result_free(r);
+    free(script);
+    free(s1);
+    free(s2);
+    free(want);
+}
+
+/* @len bytes of @c. */
+static char *repeat(char c, size_t len)
+{
+    char *p = malloc(len + 1);
+    cr_assert_not_null(p);
+    memset(p, c, len);
+    p[len] = '\0';
+    return p;
+}
+
+Test(exec, one_mib_on_both_streams_at_once)
+{
+    double t0 = tu_now();
+    sbx_result *r = tu_sh(g_sb,
+        "(head -c 1048576 /dev/zero | tr '\\0' a) & "
+        "head -c 1048576 /dev/zero | tr '\\0' b >&2; wait", 30);
+    double dt = tu_now() - t0;
+    tu_assert_exit(r, 0);
+    char *a = repeat('a', 1048576), *b = repeat('b', 1048576);
+    tu_assert_stdout_bytes(r, a, 1048576);
+    tu_assert_stderr_bytes(r, b, 1048576);
+    cr_assert(dt < 10.0, "took %.2f s", dt);
+    free(a);
+    free(b);
+    sbx_result_free(r);
+}
+
+Test(exec, stdin_is_fed)
+{
+    static const char data[] = "line one\n\0zero\xff\xfe\nlast";
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "cat";
+    req.stdin_data = data;
+    req.stdin_len = sizeof data - 1;
+    req.timeout_secs = 10;
+    sbx_result *r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout_bytes(r, data, sizeof data - 1);
+    tu_assert_stderr(r, "");
+    sbx_result_free(r);
+
+    /* 1 MiB of every byte value, through stdin and back out. */
+    size_t len;
+    unsigned char *big = all_bytes(4096, &len);
+    req.stdin_data = big;
+    req.stdin_len = len;
+    r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout_bytes(r, big, len);
+    sbx_result_free(r);
+    req.shell = "wc -c | tr -d ' '";
+    r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "1048576\n");
+    sbx_result_free(r);
+    free(big);
+
+    /* Empty stdin given: EOF at once. */
+    req.shell = "cat; echo eof";
+    req.stdin_data = "";
+    req.stdin_len = 0;
+    r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "eof\n");
+    sbx_result_free(r);
+}
+
+Test(exec, no_stdin_is_eof_at_once)
+{
+    double t0 = tu_now();
+    sbx_result *r = tu_sh(g_sb, "cat; echo eof", 10);
+    double dt = tu_now() - t0;
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "eof\n");
+    cr_assert(dt < 1.0, "cat without stdin took %.2f s", dt);
+    sbx_result_free(r);
+    r = tu_sh(g_sb, "if read line; then echo got; else echo eof; fi", 10);
+    tu_assert_stdout(r, "eof\n");
+    sbx_result_free(r);
+}
+
+Test(exec, env_at_create_and_per_call)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_env(o, "FOO", "create-foo", NULL), 0);
+    cr_assert_eq(sbx_options_set_env(o, "BAR", "create-bar", NULL), 0);
+    sbx_sandbox *sb = tu_create(g_client, o);
+    sbx_options_free(o);
+
+    sbx_result *r = tu_sh(sb, "printf '%s|%s|%s' \"$FOO\" \"$BAR\" \"${BAZ-unset}\"", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "create-foo|create-bar|unset");
+    sbx_result_free(r);
+
+    const char *env[] = {"FOO=call-foo", "BAZ=call-baz", NULL};
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "printf '%s|%s|%s' \"$FOO\" \"$BAR\" \"$BAZ\"";
+    req.env = env;
+    r = tu_exec(sb, &req);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "call-foo|create-bar|call-baz");
+    sbx_result_free(r);
+
+    /* The overlay is per call only. */
+    r = tu_sh(sb, "printf '%s|%s' \"$FOO\" \"${BAZ-unset}\"", 10);
+    tu_assert_stdout(r, "create-foo|unset");
+    sbx_result_free(r);
+
+    /* argv form gets the same environment. */
+    const char *argv[] = {"printenv", "FOO", NULL};
+    sbx_exec_request areq = SBX_EXEC_REQUEST_INIT;
+    areq.argv = argv;
+    areq.env = env;
+    r = tu_exec(sb, &areq);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "call-foo\n");
+    sbx_result_free(r);
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+}
+
+Test(exec, env_values_arrive_literally)
+{
+    const char *v1 = "two words  and\ttab";
+    const char *v2 = "line1\nline2\n";
+    const char *v3 = "it's \"quoted\" `id` $(id) $HOME ${PATH} \\n \\";
+    const char *v4 = "a=b=c==";
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_env(o, "V1", v1, NULL), 0);
+    cr_assert_eq(sbx_options_set_env(o, "V2", v2, NULL), 0);
+    sbx_sandbox *sb = tu_create(g_client, o);
+    sbx_options_free(o);
+
+    char *e3 = tu_strdup_printf("V3=%s", v3);
+    char *e4 = tu_strdup_printf("V4=%s", v4);
+    const char *env[] = {e3, e4, "V5=", NULL};
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "printf '%s|' \"$V1\" \"$V2\" \"$V3\" \"$V4\" \"${V5-unset}\"";
+    req.env = env;
+    sbx_result *r = tu_exec(sb, &req);
+    tu_assert_exit(r, 0);
+    char *want = tu_strdup_printf("%s|%s|%s|%s||", v1, v2, v3, v4);
+    tu_assert_stdout(r, want);
+    free(want);
+    sbx_result_free(r);
+    free(e3);
+    free(e4);
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+}
+
+Test(exec, caller_environment_is_not_passed)
+{
+    sbx_result *r = tu_sh(g_sb, "printf '%s' \"${SBX_TEST_CANARY-unset}\"", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "unset");
+    sbx_result_free(r);
+    if (tu_backend_is_local()) {
+        /* HOME is the root, TMPDIR its tmp. */
+        r = tu_sh(g_sb, "printf '%s\\n' \"$HOME\" \"$TMPDIR\" \"$SANDBOX_ROOT\"", 10);
+        tu_assert_exit(r, 0);
+        char *want = tu_strdup_printf("%s\n%s/tmp\n%s\n", g_root, g_root, g_root);
+        tu_assert_stdout(r, want);
+        free(want);
+        sbx_result_free(r);
+    }
+}
+
+Test(exec, invalid_env_key_runs_nothing)
+{
+    const char *bad[] = {"1A=x", "A-B=x", "=x", "A B=x", "NOEQUALS", NULL};
+    for (size_t i = 0; bad[i]; i++) {
+        const char *env[] = {"GOOD=1", bad[i], NULL};
+        sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+        req.shell = "touch \"$SANDBOX_ROOT/tmp/ran_marker\"";
+        req.env = env;
+        sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_INVALID_ARGUMENT);
+        assert_backend_error(err, SBX_ERROR_INVALID_ARGUMENT);
+        sbx_error_free(err);
+        cr_assert_eq(sandbox_file_exists(g_sb, "/tmp/ran_marker"), 0,
+                     "the command ran although env \"%s\" is invalid", bad[i]);
+    }
+}
+
+Test(exec, cwd_per_call)
+{
+    sbx_result *r = tu_sh(g_sb, "mkdir -p \"$SANDBOX_ROOT/work/d\"", 10);
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "pwd";
+    req.cwd = "/work/d";
+    r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 0);
+    char *want = tu_strdup_printf("%s/work/d\n", g_root);
+    tu_assert_stdout(r, want);
+    sbx_result_free(r);
+
+    const char *argv[] = {"pwd", NULL};
+    sbx_exec_request areq = SBX_EXEC_REQUEST_INIT;
+    areq.argv = argv;
+    areq.cwd = "/work/d";
+    r = tu_exec(g_sb, &areq);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, want);
+    sbx_result_free(r);
+    free(want);
+
+    req.cwd = "/";
+    r = tu_exec(g_sb, &req);
+    want = tu_strdup_printf("%s\n", g_root[0] ? g_root : "/");
+    tu_assert_stdout(r, want);
+    free(want);
+    sbx_result_free(r);
+}
+
+Test(exec, missing_cwd_is_not_found_and_runs_nothing)
+{
+    char here[PATH_MAX];
+    cr_assert_not_null(getcwd(here, sizeof here));
+    char *marker_here = tu_strdup_printf("%s/ran_marker", here);
+    cr_assert_eq(tu_exists(marker_here), 0, "%s exists before the test", marker_here);
+
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "touch ran_marker; touch \"$SANDBOX_ROOT/tmp/ran_marker\"";
+    req.cwd = "/work/missing";
+    sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
+    assert_backend_error(err, SBX_ERROR_NOT_FOUND);
+    cr_assert(strstr(sbx_error_get0_message(err), "/work/missing") != NULL,
+              "message \"%s\" does not name the cwd", sbx_error_get0_message(err));
+    const char *path = sbx_error_get0_context(err, "path");
+    cr_assert_not_null(path, "no context \"path\"");
+    cr_assert(strstr(path, "/work/missing") != NULL, "context path \"%s\"", path);
+    sbx_error_free(err);
+
+    int ran_here = tu_exists(marker_here);
+    if (ran_here)
+        unlink(marker_here);
+    cr_assert_eq(ran_here, 0, "the command ran in the caller's directory");
+    cr_assert_eq(sandbox_file_exists(g_sb, "/tmp/ran_marker"), 0);
+    cr_assert_eq(sandbox_file_exists(g_sb, "/ran_marker"), 0);
+    free(marker_here);
+}
+
+Test(exec, timeout_kills_tree)
+{
+    double t0 = tu_now();
+    sbx_result *r = tu_sh(g_sb,
+        "sleep 30 & echo $! > \"$SANDBOX_ROOT/tmp/bg.pid\"; echo started; sleep 30", 1);
+    double dt = tu_now() - t0;
+    cr_assert_eq(sbx_result_is_timed_out(r), 1);
+    cr_assert_eq(sbx_result_get_exit_code(r), 124);
+    cr_assert(dt >= 0.95, "returned after %.2f s, before the timeout", dt);
+    cr_assert(dt <= 1.0 + SBX_KILL_GRACE_SECS + 1.0, "returned after %.2f s", dt);
+    /* Output written before the timeout is kept. */
+    tu_assert_stdout(r, "started\n");
+    sbx_result_free(r);
+
+    r = tu_sh(g_sb, "kill -0 $(cat \"$SANDBOX_ROOT/tmp/bg.pid\") 2>/dev/null; echo $?", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "1\n");
+    sbx_result_free(r);
+    if (tu_backend_is_local()) {
+        pid_t pid;
+        tu_read_pids(g_sb, "$SANDBOX_ROOT/tmp/bg.pid", &pid, 1);
+        cr_assert(tu_pid_gone(pid), "background pid %d survived the timeout", (int)pid);
+    }
+    /* The sandbox itself lives on. */
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 1);
+}
+
+Test(exec, timeout_kills_setsid_descendants)
+{
+    sbx_result *r = tu_sh(g_sb,
+        "setsid sleep 31 >/dev/null 2>&1 </dev/null & echo $! > \"$SANDBOX_ROOT/tmp/s.pid\"; "
+        "sleep 30", 1);
+    cr_assert_eq(sbx_result_is_timed_out(r), 1);
+    cr_assert_eq(sbx_result_get_exit_code(r), 124);
+    sbx_result_free(r);
+    r = tu_sh(g_sb, "kill -0 $(cat \"$SANDBOX_ROOT/tmp/s.pid\") 2>/dev/null; echo $?", 10);
+    const char *out = sbx_result_get0_stdout(r, NULL);
+    if (strcmp(out, "1\n") != 0 && tu_backend_is_local()) {
+        pid_t pid;
+        tu_read_pids(g_sb, "$SANDBOX_ROOT/tmp/s.pid", &pid, 1);
+        cr_assert_fail("the setsid'd descendant survived the timeout (%s)",
+                       tu_proc_describe(pid));
+    }
+    tu_assert_stdout(r, "1\n");
+    sbx_result_free(r);
+}
+
+Test(exec, timeout_escalates_to_kill)
+{
+    double t0 = tu_now();
+    sbx_result *r = tu_sh(g_sb,
+        "trap '' TERM; echo $$ > \"$SANDBOX_ROOT/tmp/sh.pid\"; "
+        "sleep 300 & echo $! > \"$SANDBOX_ROOT/tmp/sleep.pid\"; wait", 1);
+    double dt = tu_now() - t0;
+    cr_assert_eq(sbx_result_is_timed_out(r), 1);
+    cr_assert_eq(sbx_result_get_exit_code(r), 124);
+    cr_assert(dt >= 0.95 && dt <= 1.0 + SBX_KILL_GRACE_SECS + 1.0, "returned after %.2f s", dt);
+    sbx_result_free(r);
+    r = tu_sh(g_sb,
+        "for f in sh sleep; do kill -0 $(cat \"$SANDBOX_ROOT/tmp/$f.pid\") 2>/dev/null; "
+        "echo $f=$?; done", 10);
+    tu_assert_stdout(r, "sh=1\nsleep=1\n");
+    sbx_result_free(r);
+}
+
+Test(exec, background_child_does_not_hold_the_exec)
+{
+    double t0 = tu_now();
+    sbx_result *r = tu_sh(g_sb, "sleep 5 & echo started", 20);
+    double dt = tu_now() - t0;
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "started\n");
+    cr_assert(dt < 3.0, "the exec waited %.2f s for a background child", dt);
+    sbx_result_free(r);
+}
+
+/* "1\n2\n...N\n" as written by `seq 1 N`. */
+static char *seq_text(int n, size_t *len)
+{
+    char *buf = NULL;
+    FILE *f = open_memstream(&buf, len);
+    for (int i = 1; i <= n; i++)
+        fprintf(f, "%d\n", i);
+    fclose(f);
+    return buf;
+}
+
+Test(exec, output_cap_keeps_first_n_bytes)
+{
+    size_t olen, elen;
+    char *out = seq_text(30000, &olen); /* 168894 bytes */
+    char *err = seq_text(20000, &elen); /* 108894 bytes */
+    cr_assert_eq(olen, 168894);
+    cr_assert_eq(elen, 108894);
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "seq 1 30000; seq 1 20000 >&2";
+    req.output_limit = 65536;
+    req.timeout_secs = 30;
+    sbx_result *r = tu_exec(g_sb, &req);
+    cr_assert_eq(sbx_result_get_exit_code(r), 0);
+    cr_assert_eq(sbx_result_is_timed_out(r), 0);
+    tu_assert_stdout_bytes(r, out, 65536);
+    tu_assert_stderr_bytes(r, err, 65536);
+    cr_assert_eq(sbx_result_is_stdout_truncated(r), 1);
+    cr_assert_eq(sbx_result_is_stderr_truncated(r), 1);
+    sbx_result_free(r);
+
+    /* Exactly at the cap: kept whole, not truncated. */
+    req.shell = "head -c 65536 /dev/zero | tr '\\0' q";
+    r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 0);
+    char *q = repeat('q', 65536);
+    tu_assert_stdout_bytes(r, q, 65536);
+    free(q);
+    sbx_result_free(r);
+
+    /* One stream over, the other under. */
+    req.shell = "seq 1 30000; echo small >&2";
+    r = tu_exec(g_sb, &req);
+    tu_assert_stdout_bytes(r, out, 65536);
+    tu_assert_stderr(r, "small\n");
+    cr_assert_eq(sbx_result_is_stdout_truncated(r), 1);
+    cr_assert_eq(sbx_result_is_stderr_truncated(r), 0);
+    sbx_result_free(r);
+    free(out);
+    free(err);
+}
+
+struct capture {
+    char *out, *err;
+    size_t outn, errn, outcap, errcap;
+    size_t calls;
+    int wrong_thread;
+    int bad_stream;
+    pthread_t thread;
+};
+
+static void append(char **buf, size_t *n, size_t *cap, const void *data, size_t len)
+{
+    if (*n + len + 1 > *cap) {
+        *cap = (*n + len + 1) * 2;
+        *buf = realloc(*buf, *cap);
+    }
+    memcpy(*buf + *n, data, len);
+    *n += len;
+}
+
+static void on_output(sbx_stream stream, const void *data, size_t len, void *user_data)
+{
+    struct capture *c = user_data;
+    c->calls++;
+    if (!pthread_equal(pthread_self(), c->thread))
+        c->wrong_thread = 1;
+    if (stream == SBX_STREAM_STDOUT)
+        append(&c->out, &c->outn, &c->outcap, data, len);
+    else if (stream == SBX_STREAM_STDERR)
+        append(&c->err, &c->errn, &c->errcap, data, len);
+    else
+        c->bad_stream = 1;
+}
+
+static const char *stream_script =
+    "i=1; while [ $i -le 2000 ]; do echo out$i; echo err$i >&2; i=$((i+1)); done; "
+    "head -c 300000 /dev/zero | tr '\\0' z; head -c 200000 /dev/zero | tr '\\0' y >&2";
+
+static void stream_expected(char **out, size_t *outn, char **err, size_t *errn)
+{
+    FILE *fo = open_memstream(out, outn), *fe = open_memstream(err, errn);
+    for (int i = 1; i <= 2000; i++) {
+        fprintf(fo, "out%d\n", i);
+        fprintf(fe, "err%d\n", i);
+    }
+    for (int i = 0; i < 300000; i++)
+        fputc('z', fo);
+    for (int i = 0; i < 200000; i++)
+        fputc('y', fe);
+    fclose(fo);
+    fclose(fe);
+}
+
+Test(exec, streaming_callback)
+{
+    struct capture c = {0};
+    c.thread = pthread_self();
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = stream_script;
+    req.on_output = on_output;
+    req.user_data = &c;
+    req.timeout_secs = 30;
+    sbx_result *r = tu_exec(g_sb, &req);
+    size_t calls_at_return = c.calls;
+    tu_assert_exit(r, 0);
+    char *out, *err;
+    size_t outn, errn;
+    stream_expected(&out, &outn, &err, &errn);
+    tu_assert_stdout_bytes(r, out, outn);
+    tu_assert_stderr_bytes(r, err, errn);
+    cr_assert(c.calls >= 2, "%zu callbacks", c.calls);
+    tu_assert_bytes("stdout chunks", c.out, c.outn, out, outn);
+    tu_assert_bytes("stderr chunks", c.err, c.errn, err, errn);
+    cr_assert_eq(c.wrong_thread, 0, "a callback ran on another thread");
+    cr_assert_eq(c.bad_stream, 0);
+    /* Every callback came before the exec returned. */
+    usleep(300000);
+    cr_assert_eq(c.calls, calls_at_return, "callbacks after the exec returned");
+    sbx_result_free(r);
+    free(out);
+    free(err);
+    free(c.out);
+    free(c.err);
+}
+
+Test(exec, streaming_callback_sees_output_past_cap)
+{
+    struct capture c = {0};
+    c.thread = pthread_self();
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = stream_script;
+    req.on_output = on_output;
+    req.user_data = &c;
+    req.output_limit = 1000;
+    req.timeout_secs = 30;
+    sbx_result *r = tu_exec(g_sb, &req);
+    char *out, *err;
+    size_t outn, errn;
+    stream_expected(&out, &outn, &err, &errn);
+    cr_assert_eq(sbx_result_get_exit_code(r), 0);
+    tu_assert_stdout_bytes(r, out, 1000);
+    tu_assert_stderr_bytes(r, err, 1000);
+    cr_assert_eq(sbx_result_is_stdout_truncated(r), 1);
+    cr_assert_eq(sbx_result_is_stderr_truncated(r), 1);
+    tu_assert_bytes("stdout chunks", c.out, c.outn, out, outn);
+    tu_assert_bytes("stderr chunks", c.err, c.errn, err, errn);
+    sbx_result_free(r);
+    free(out);
+    free(err);
+    free(c.out);
+    free(c.err);
+}
+
+Test(exec, no_capture_streams_only)
+{
+    struct capture c = {0};
+    c.thread = pthread_self();
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "echo to-out; echo to-err >&2; exit 3";
+    req.on_output = on_output;
+    req.user_data = &c;
+    req.flags = SBX_EXEC_NO_CAPTURE;
+    sbx_result *r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 3);
+    tu_assert_stdout(r, "");
+    tu_assert_stderr(r, "");
+    tu_assert_bytes("stdout chunks", c.out, c.outn, "to-out\n", 7);
+    tu_assert_bytes("stderr chunks", c.err, c.errn, "to-err\n", 7);
+    sbx_result_free(r);
+    free(c.out);
+    free(c.err);
+}
+
+Test(exec, argv_is_literal)
+{
+    const char *argv[] = {"printf", "%s|", "a b", "\"q\"", ";", "$(echo x)", "'s'",
+                          "*", "$HOME", "", "-n", NULL};
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.argv = argv;
+    sbx_result *r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "a b|\"q\"|;|$(echo x)|'s'|*|$HOME||-n|");
+    tu_assert_stderr(r, "");
+    sbx_result_free(r);
+}
+
+Test(exec, shell_form_runs_a_script)
+{
+    sbx_result *r = tu_sh(g_sb,
+        "printf 'b\\na\\nc\\n' | sort | tr a-z A-Z\n"
+        "x=0; for i in 1 2 3; do x=$((x+i)); done; echo \"sum=$x\"\n"
+        "if [ -d \"$SANDBOX_ROOT/tmp\" ]; then echo dir; fi", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "A\nB\nC\nsum=6\ndir\n");
+    tu_assert_stderr(r, "");
+    sbx_result_free(r);
+}
+
+Test(exec, invalid_requests_run_nothing)
+{
+    const char *argv[] = {"sh", "-c", "touch \"$SANDBOX_ROOT/tmp/ran_marker\"", NULL};
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.argv = argv;
+    req.shell = "touch \"$SANDBOX_ROOT/tmp/ran_marker\"";
+    sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_INVALID_ARGUMENT);
+    sbx_error_free(err);
+
+    sbx_exec_request none = SBX_EXEC_REQUEST_INIT;
+    err = tu_exec_fail(g_sb, &none, SBX_ERROR_INVALID_ARGUMENT);
+    sbx_error_free(err);
+
+    sbx_exec_request flags = SBX_EXEC_REQUEST_INIT;
+    flags.shell = "touch \"$SANDBOX_ROOT/tmp/ran_marker\"";
+    flags.flags = 0x80u;
+    err = tu_exec_fail(g_sb, &flags, SBX_ERROR_INVALID_ARGUMENT);
+    sbx_error_free(err);
+
+    const char *empty[] = {NULL};
+    sbx_exec_request eargv = SBX_EXEC_REQUEST_INIT;
+    eargv.argv = empty;
+    err = tu_exec_fail(g_sb, &eargv, SBX_ERROR_INVALID_ARGUMENT);
+    sbx_error_free(err);
+
+    err = NULL;
+    cr_assert_null(sbx_sandbox_execute_command(g_sb, NULL, &err));
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
+    sbx_error_free(err);
+    cr_assert_eq(sandbox_file_exists(g_sb, "/tmp/ran_marker"), 0);
+}
+
+Test(exec, execute_code_python)
+{
+    sbx_error *err = NULL;
+    sbx_result *r = sbx_sandbox_execute_code(g_sb, NULL, "print(1+2)", NULL, &err);
+    cr_assert_null(err, "%s", err ? sbx_error_get0_message(err) : "");
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "3\n");
+    tu_assert_stderr(r, "");
+    sbx_result_free(r);
+
+    r = sbx_sandbox_execute_code(g_sb, "python", "import sys\nprint('a b', file=sys.stderr)\n"
+                                 "sys.exit(4)", NULL, &err);
+    cr_assert_null(err);
+    tu_assert_exit(r, 4);
+    tu_assert_stdout(r, "");
+    tu_assert_stderr(r, "a b\n");
+    sbx_result_free(r);
+
+    r = sbx_sandbox_execute_code(g_sb, NULL, "print(", NULL, &err);
+    cr_assert_null(err, "a syntax error is a result, not an error");
+    cr_assert_neq(sbx_result_get_exit_code(r), 0);
+    cr_assert_eq(sbx_result_is_timed_out(r), 0);
+    tu_assert_stdout(r, "");
+    cr_assert(strstr(sbx_result_get0_stderr(r, NULL), "SyntaxError") != NULL,
+              "stderr \"%s\"", sbx_result_get0_stderr(r, NULL));
+    sbx_result_free(r);
+
+    /* Request fields apply: stdin. */
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.stdin_data = "abc";
+    req.stdin_len = 3;
+    r = sbx_sandbox_execute_code(g_sb, NULL, "import sys; print(sys.stdin.read().upper())",
+                                 &req, &err);
+    cr_assert_null(err);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "ABC\n");
+    sbx_result_free(r);
+}
+
+Test(exec, execute_code_other_languages)
+{
+    const char *langs[] = {"sh", "bash", NULL};
+    for (size_t i = 0; langs[i]; i++) {
+        sbx_error *err = NULL;
+        sbx_result *r = sbx_sandbox_execute_code(g_sb, langs[i], "echo $((6*7)); echo e >&2",
+                                                 NULL, &err);
+        cr_assert_null(err, "%s: %s", langs[i], err ? sbx_error_get0_message(err) : "");
+        tu_assert_exit(r, 0);
+        tu_assert_stdout(r, "42\n");
+        tu_assert_stderr(r, "e\n");
+        sbx_result_free(r);
+    }
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_execute_code(g_sb, "cobol", "DISPLAY 'x'.", NULL, &err));
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "cobol", NULL);
+    sbx_error_clear(&err);
+
+    const char *argv[] = {"true", NULL};
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.argv = argv;
+    cr_assert_null(sbx_sandbox_execute_code(g_sb, NULL, "print(1)", &req, &err));
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL);
+    sbx_error_free(err);
+}
+
+struct par_exec {
+    sbx_sandbox *sb;
+    int index;
+    sbx_result *r;
+    sbx_error *err;
+};
+
+static void *par_exec_main(void *arg)
+{
+    struct par_exec *p = arg;
+    char script[64];
+    snprintf(script, sizeof script, "sleep 1; echo %d", p->index);
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = script;
+    req.timeout_secs = 20;
+    p->r = sbx_sandbox_execute_command(p->sb, &req, &p->err);
+    return NULL;
+}
+
+Test(exec, concurrent_execs_in_one_sandbox)
+{
+    struct par_exec p[4];
+    pthread_t t[4];
+    double t0 = tu_now();
+    for (int i = 0; i < 4; i++) {
+        p[i] = (struct par_exec){g_sb, i, NULL, NULL};
+        cr_assert_eq(pthread_create(&t[i], NULL, par_exec_main, &p[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    double dt = tu_now() - t0;
+    for (int i = 0; i < 4; i++) {
+        cr_assert_null(p[i].err, "thread %d: %s", i,
+                       p[i].err ? sbx_error_get0_message(p[i].err) : "");
+        tu_assert_exit(p[i].r, 0);
+        char want[16];
+        snprintf(want, sizeof want, "%d\n", i);
+        tu_assert_stdout(p[i].r, want);
+        sbx_result_free(p[i].r);
+    }
+    cr_assert(dt < 3.5, "4 concurrent 1 s commands took %.2f s (serialised?)", dt);
+}
+
+/* =================================================================== Errors */
+
+Test(errors, every_error_names_code_backend_and_op)
+{
+    /* Exec errors. */
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "true";
+    req.cwd = "/no/such/dir";
+    sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
+    assert_backend_error(err, SBX_ERROR_NOT_FOUND);
+    cr_assert(strstr(sbx_error_get0_message(err), "/no/such/dir") != NULL);
+    sbx_error_free(err);
+
+    const char *env[] = {"9BAD=1", NULL};
+    sbx_exec_request ereq = SBX_EXEC_REQUEST_INIT;
+    ereq.shell = "true";
+    ereq.env = env;
+    err = tu_exec_fail(g_sb, &ereq, SBX_ERROR_INVALID_ARGUMENT);
+    assert_backend_error(err, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(sbx_error_get0_message(err), "9BAD") != NULL,
+              "message \"%s\" does not name the key", sbx_error_get0_message(err));
+    sbx_error_free(err);
+
+    /* Create errors. */
+    sbx_options *o = sbx_options_new();
+    char *wd = tu_strdup_printf("%s/nope", g_tmp);
+    cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
+    err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    assert_backend_error(err, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(sbx_error_get0_message(err), wd) != NULL);
+    sbx_error_free(err);
+    sbx_options_free(o);
+    free(wd);
+
+    /* Calls on a destroyed sandbox. */
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    req.cwd = NULL;
+    err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
+    assert_backend_error(err, SBX_ERROR_NOT_FOUND);
+    sbx_error_free(err);
+}
+
+/* ============================================================== Concurrency */
+
+struct par_life {
+    sbx_client *client;
+    int index;
+    char failure[256];
+};
+
+static void *par_life_main(void *arg)
+{
+    struct par_life *p = arg;
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_sandbox_create(p->client, NULL, &err);
+    if (!sb) {
+        snprintf(p->failure, sizeof p->failure, "create: %s",
+                 err ? sbx_error_get0_message(err) : "?");
+        sbx_error_free(err);
+        return NULL;
+    }
+    char script[128], want[64];
+    snprintf(script, sizeof script,
+             "echo %d > \"$SANDBOX_ROOT/tmp/i\"; cat \"$SANDBOX_ROOT/tmp/i\"; echo e%d >&2",
+             p->index, p->index);
+    snprintf(want, sizeof want, "%d\n", p->index);
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = script;
+    req.timeout_secs = 30;
+    sbx_result *r = sbx_sandbox_execute_command(sb, &req, &err);
+    if (!r) {
+        snprintf(p->failure, sizeof p->failure, "exec: %s",
+                 err ? sbx_error_get0_message(err) : "?");
+        sbx_error_free(err);
+    } else {
+        size_t n;
+        const char *out = sbx_result_get0_stdout(r, &n);
+        const char *e = sbx_result_get0_stderr(r, NULL);
+        char ewant[64];
+        snprintf(ewant, sizeof ewant, "e%d\n", p->index);
+        if (sbx_result_get_exit_code(r) != 0 || n != strlen(want) ||
+            memcmp(out, want, n) != 0 || strcmp(e, ewant) != 0)
+            snprintf(p->failure, sizeof p->failure, "exit %d stdout \"%.*s\" stderr \"%s\"",
+                     sbx_result_get_exit_code(r), (int)n, out, e);
+        sbx_result_free(r);
+    }
+    if (sbx_sandbox_destroy(sb, &err) != 0 && !p->failure[0])
+        snprintf(p->failure, sizeof p->failure, "destroy: %s",
+                 err ? sbx_error_get0_message(err) : "?");
+    sbx_error_clear(&err);
+    if (!p->failure[0] && sbx_sandbox_is_alive(sb, NULL) != 0)
+        snprintf(p->failure, sizeof p->failure, "alive after destroy");
+    sbx_sandbox_free(sb);
+    return NULL;
+}
+
+Test(concurrency, eight_threads_create_exec_destroy)
+{
+    enum { N = 8 };
+    struct par_life p[N];
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) {
+        memset(&p[i], 0, sizeof p[i]);
+        p[i].client = g_client;
+        p[i].index = i;
+        cr_assert_eq(pthread_create(&t[i], NULL, par_life_main, &p[i]), 0);
+    }
+    for (int i = 0; i < N; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(p[i].failure[0], '\0', "thread %d: %s", i, p[i].failure);
+    if (tu_backend_is_local()) {
+        cr_assert_eq(tu_count_entries(g_tmp), 0, "%d entries left in %s",
+                     tu_count_entries(g_tmp), g_tmp);
+        pid_t pids[16];
+        size_t n = 0;
+        double end = tu_now() + 5.0;
+        while ((n = tu_procs_mentioning(g_tmp, pids, 16)) > 0 && tu_now() < end)
+            usleep(50000);
+        cr_assert_eq(n, 0, "a process survived (pid %d)", n ? (int)pids[0] : 0);
+    }
+}

@@ -1,0 +1,577 @@
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include "testutil.h"
+
+#include <criterion/criterion.h>
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *tu_backend(void)
+{
+    const char *b = getenv("SBX_TEST_BACKEND");
+    return b && *b ? b : "local";
+}
+
+int tu_backend_is_local(void)
+{
+    return strcmp(tu_backend(), "local") == 0;
+}
+
+double tu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+char *tu_strdup_printf(const char *fmt, ...)
+{
+    va_list ap;
+    char *s = NULL;
+    va_start(ap, fmt);
+    int n = vasprintf(&s, fmt, ap);
+    va_end(ap);
+    cr_assert(n >= 0 && s, "out of memory");
+    return s;
+}
+
+char *tu_mkdtemp(const char *prefix)
+{
+    const char *base = getenv("TMPDIR");
+    if (!base || !*base)
+        base = "/tmp";
+    char *tmpl = tu_strdup_printf("%s/%s-XXXXXX", base, prefix);
+    cr_assert(mkdtemp(tmpl) != NULL, "mkdtemp(%s): %s", tmpl, strerror(errno));
+    return tmpl;
+}
+
+char *tu_fresh_tmpdir(void)
+{
+    char *dir = tu_mkdtemp("sbx-test");
+    cr_assert(setenv("TMPDIR", dir, 1) == 0);
+    return dir;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    if (flag == FTW_DP)
+        rmdir(path);
+    else
+        unlink(path);
+    return 0;
+}
+
+void tu_rmtree(const char *path)
+{
+    if (!path)
+        return;
+    nftw(path, rm_one, 32, FTW_DEPTH | FTW_PHYS);
+}
+
+int tu_exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+int tu_count_entries(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+void tu_write_file(const char *path, const void *data, size_t len, unsigned mode)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, (mode_t)mode);
+    cr_assert(fd >= 0, "open(%s): %s", path, strerror(errno));
+    const char *p = data;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        cr_assert(w > 0, "write(%s): %s", path, strerror(errno));
+        p += w;
+        len -= (size_t)w;
+    }
+    cr_assert(fchmod(fd, (mode_t)mode) == 0);
+    close(fd);
+}
+
+static void assert_no_error(sbx_error *err, const char *what)
+{
+    if (!err)
+        return;
+    char *s = sbx_error_to_string(err);
+    cr_assert_fail("%s failed: %s", what, s ? s : "(no string)");
+}
+
+sbx_sandbox *tu_create(sbx_client *client, const sbx_options *options)
+{
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_sandbox_create(client, options, &err);
+    assert_no_error(err, "sbx_sandbox_create");
+    cr_assert_not_null(sb, "sbx_sandbox_create returned NULL without an error");
+    return sb;
+}
+
+sbx_result *tu_exec(sbx_sandbox *sb, const sbx_exec_request *req)
+{
+    sbx_error *err = NULL;
+    sbx_result *r = sbx_sandbox_execute_command(sb, req, &err);
+    assert_no_error(err, "sbx_sandbox_execute_command");
+    cr_assert_not_null(r, "execute_command returned NULL without an error");
+    return r;
+}
+
+sbx_result *tu_sh(sbx_sandbox *sb, const char *script, double timeout_secs)
+{
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = script;
+    req.timeout_secs = timeout_secs;
+    return tu_exec(sb, &req);
+}
+
+sbx_error *tu_exec_fail(sbx_sandbox *sb, const sbx_exec_request *req,
+                        sbx_error_code code)
+{
+    sbx_error *err = NULL;
+    sbx_result *r = sbx_sandbox_execute_command(sb, req, &err);
+    if (r) {
+        size_t len = 0;
+        const char *out = sbx_result_get0_stdout(r, &len);
+        cr_assert_fail("execute_command succeeded (exit %d, stdout %.*s) but an error "
+                 "with code %s was expected",
+                 sbx_result_get_exit_code(r), (int)(len > 200 ? 200 : len), out,
+                 sbx_error_code_name(code));
+    }
+    cr_assert_not_null(err, "execute_command returned NULL without an error");
+    cr_assert_eq(sbx_error_get_code(err), code,
+                 "error code %s, expected %s (message: %s)",
+                 sbx_error_code_name(sbx_error_get_code(err)),
+                 sbx_error_code_name(code), sbx_error_get0_message(err));
+    return err;
+}
+
+static void printable(char *dst, size_t dstlen, const unsigned char *p, size_t n)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 5 < dstlen; i++) {
+        if (isprint(p[i]) && p[i] != '\\')
+            dst[o++] = (char)p[i];
+        else
+            o += (size_t)snprintf(dst + o, dstlen - o, "\\x%02x", p[i]);
+    }
+    dst[o] = '\0';
+}
+
+void tu_assert_bytes(const char *what, const void *got, size_t got_len,
+                     const void *want, size_t want_len)
+{
+    cr_assert_not_null(got, "%s is NULL", what);
+    const unsigned char *g = got, *w = want;
+    size_t n = got_len < want_len ? got_len : want_len;
+    size_t i = 0;
+    while (i < n && g[i] == w[i])
+        i++;
+    if (i == n && got_len == want_len)
+        return;
+    char gs[200], ws[200];
+    size_t from = i > 16 ? i - 16 : 0;
+    size_t gn = from < got_len ? (got_len - from < 32 ? got_len - from : 32) : 0;
+    size_t wn = from < want_len ? (want_len - from < 32 ? want_len - from : 32) : 0;
+    printable(gs, sizeof gs, g + from, gn);
+    printable(ws, sizeof ws, w + from, wn);
+    cr_assert_fail("%s: %zu bytes, expected %zu; first difference at offset %zu; "
+             "from offset %zu got \"%s\", expected \"%s\"",
+             what, got_len, want_len, i, from, gs, ws);
+}
+
+void tu_assert_stdout_bytes(const sbx_result *r, const void *want, size_t len)
+{
+    size_t n = (size_t)-1;
+    const char *p = sbx_result_get0_stdout(r, &n);
+    cr_assert_not_null(p, "stdout is NULL (must be a buffer, even when empty)");
+    tu_assert_bytes("stdout", p, n, want, len);
+}
+
+void tu_assert_stderr_bytes(const sbx_result *r, const void *want, size_t len)
+{
+    size_t n = (size_t)-1;
+    const char *p = sbx_result_get0_stderr(r, &n);
+    cr_assert_not_null(p, "stderr is NULL (must be a buffer, even when empty)");
+    tu_assert_bytes("stderr", p, n, want, len);
+}
+
+void tu_assert_stdout(const sbx_result *r, const char *want)
+{
+    tu_assert_stdout_bytes(r, want, strlen(want));
+}
+
+void tu_assert_stderr(const sbx_result *r, const char *want)
+{
+    tu_assert_stderr_bytes(r, want, strlen(want));
+}
+
+void tu_assert_exit(const sbx_result *r, int code)
+{
+    size_t elen = 0;
+    const char *e = sbx_result_get0_stderr(r, &elen);
+    cr_assert_eq(sbx_result_get_exit_code(r), code,
+                 "exit code %d, expected %d (stderr: %.*s)",
+                 sbx_result_get_exit_code(r), code, (int)(elen > 300 ? 300 : elen),
+                 e ? e : "");
+    cr_assert_eq(sbx_result_is_timed_out(r), 0, "timed_out set");
+    cr_assert_eq(sbx_result_is_stdout_truncated(r), 0, "stdout_truncated set");
+    cr_assert_eq(sbx_result_is_stderr_truncated(r), 0, "stderr_truncated set");
+}
+
+/* ------------------------------------------------------------------ SHA-256 */
+
+static const uint32_t K256[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1,
+    0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3,
+    0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
+    0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147,
+    0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
+    0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
+    0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208,
+    0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+#define ROR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
+
+static void sha256_block(uint32_t h[8], const unsigned char *p)
+{
+    uint32_t w[64];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
+               (uint32_t)p[4 * i + 2] << 8 | (uint32_t)p[4 * i + 3];
+    for (int i = 16; i < 64; i++) {
+        uint32_t s0 = ROR(w[i - 15], 7) ^ ROR(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = ROR(w[i - 2], 17) ^ ROR(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5],
+             g = h[6], k = h[7];
+    for (int i = 0; i < 64; i++) {
+        uint32_t S1 = ROR(e, 6) ^ ROR(e, 11) ^ ROR(e, 25);
+        uint32_t ch = (e & f) ^ (~e & g);
+        uint32_t t1 = k + S1 + ch + K256[i] + w[i];
+        uint32_t S0 = ROR(a, 2) ^ ROR(a, 13) ^ ROR(a, 22);
+        uint32_t maj = (a & b) ^ (a & c) ^ (b & c);
+        uint32_t t2 = S0 + maj;
+        k = g;
+        g = f;
+        f = e;
+        e = d + t1;
+        d = c;
+        c = b;
+        b = a;
+        a = t1 + t2;
+    }
+    h[0] += a;
+    h[1] += b;
+    h[2] += c;
+    h[3] += d;
+    h[4] += e;
+    h[5] += f;
+    h[6] += g;
+    h[7] += k;
+}
+
+void tu_sha256_hex(const void *data, size_t len, char hex[65])
+{
+    uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                     0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    const unsigned char *p = data;
+    size_t left = len;
+    while (left >= 64) {
+        sha256_block(h, p);
+        p += 64;
+        left -= 64;
+    }
+    unsigned char tail[128];
+    memset(tail, 0, sizeof tail);
+    if (left)
+        memcpy(tail, p, left);
+    tail[left] = 0x80;
+    size_t tlen = left + 1 + 8 <= 64 ? 64 : 128;
+    uint64_t bits = (uint64_t)len * 8;
+    for (int i = 0; i < 8; i++)
+        tail[tlen - 1 - i] = (unsigned char)(bits >> (8 * i));
+    sha256_block(h, tail);
+    if (tlen == 128)
+        sha256_block(h, tail + 64);
+    for (int i = 0; i < 8; i++)
+        snprintf(hex + 8 * i, 9, "%08x", h[i]);
+    hex[64] = '\0';
+}
+
+/* ------------------------------------------------------------------ errors */
+
+char *tu_expected_error_string(const sbx_error *error)
+{
+    char *buf = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&buf, &size);
+    cr_assert_not_null(f);
+    fprintf(f, "%s [code=%s", sbx_error_get0_message(error),
+            sbx_error_code_name(sbx_error_get_code(error)));
+    if (sbx_error_is_retryable(error))
+        fputs(", retryable", f);
+    if (*sbx_error_get0_backend(error))
+        fprintf(f, "; backend=%s", sbx_error_get0_backend(error));
+    if (*sbx_error_get0_op(error))
+        fprintf(f, "; op=%s", sbx_error_get0_op(error));
+    size_t n = sbx_error_get_context_count(error);
+    for (size_t i = 0; i < n; i++) {
+        const char *k = NULL, *v = NULL;
+        cr_assert_eq(sbx_error_get0_context_at(error, i, &k, &v), 0);
+        fprintf(f, "; %s=%s", k, v);
+    }
+    fputc(']', f);
+    fclose(f);
+    return buf;
+}
+
+void tu_assert_error(const sbx_error *error, sbx_error_code code, ...)
+{
+    cr_assert_not_null(error, "no error was stored (expected %s)",
+                       sbx_error_code_name(code));
+    const char *msg = sbx_error_get0_message(error);
+    cr_assert_eq(sbx_error_get_code(error), code,
+                 "error code %s, expected %s (message: %s)",
+                 sbx_error_code_name(sbx_error_get_code(error)),
+                 sbx_error_code_name(code), msg);
+    va_list ap;
+    va_start(ap, code);
+    const char *want;
+    while ((want = va_arg(ap, const char *)) != NULL)
+        cr_assert(strstr(msg, want) != NULL,
+                  "error message \"%s\" does not contain \"%s\"", msg, want);
+    va_end(ap);
+}
+
+/* --------------------------------------------------------------- processes */
+
+size_t tu_read_pids(sbx_sandbox *sb, const char *sandbox_path, pid_t *pids,
+                    size_t max)
+{
+    char *script = tu_strdup_printf("cat \"%s\"", sandbox_path);
+    sbx_result *r = tu_sh(sb, script, 10);
+    free(script);
+    tu_assert_exit(r, 0);
+    const char *p = sbx_result_get0_stdout(r, NULL);
+    size_t n = 0;
+    while (*p && n < max) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) {
+            p++;
+            continue;
+        }
+        cr_assert(v > 1, "bad pid %ld in %s", v, sandbox_path);
+        pids[n++] = (pid_t)v;
+        p = end;
+    }
+    sbx_result_free(r);
+    cr_assert(n > 0, "no pid in %s", sandbox_path);
+    return n;
+}
+
+/* The fields of /proc/PID/stat after the command name ("S 123 ..."), in
+ * @buf; NULL when the process is gone. */
+static const char *proc_stat_fields(pid_t pid, char *buf, size_t size)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    ssize_t n = read(fd, buf, size - 1);
+    close(fd);
+    if (n <= 0)
+        return NULL;
+    buf[n] = '\0';
+    char *rp = strrchr(buf, ')');
+    if (!rp || rp[1] != ' ')
+        return NULL;
+    return rp + 2;
+}
+
+pid_t tu_ppid(pid_t pid)
+{
+    char buf[512];
+    const char *f = proc_stat_fields(pid, buf, sizeof buf);
+    if (!f)
+        return -1;
+    int ppid;
+    if (sscanf(f, "%*c %d", &ppid) != 1)
+        return -1;
+    return (pid_t)ppid;
+}
+
+const char *tu_proc_describe(pid_t pid)
+{
+    static char out[512];
+    char buf[512], cmd[256] = "";
+    const char *f = proc_stat_fields(pid, buf, sizeof buf);
+    if (!f) {
+        snprintf(out, sizeof out, "pid %d: gone", (int)pid);
+        return out;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, cmd, sizeof cmd - 1);
+        close(fd);
+        for (ssize_t i = 0; i < n; i++)
+            if (cmd[i] == '\0')
+                cmd[i] = ' ';
+        cmd[n > 0 ? n : 0] = '\0';
+    }
+    int ppid = -1;
+    sscanf(f, "%*c %d", &ppid);
+    snprintf(out, sizeof out, "pid %d: state %c, parent %d, %s", (int)pid, f[0], ppid, cmd);
+    return out;
+}
+
+static char proc_state(pid_t pid)
+{
+    char buf[512];
+    const char *f = proc_stat_fields(pid, buf, sizeof buf);
+    return f ? f[0] : 0;
+}
+
+int tu_pid_gone(pid_t pid)
+{
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return 1;
+    char st = proc_state(pid);
+    return st == 0 || st == 'Z' || st == 'X';
+}
+
+int tu_wait_pid_gone(pid_t pid, double secs)
+{
+    double end = tu_now() + secs;
+    for (;;) {
+        if (tu_pid_gone(pid))
+            return 1;
+        if (tu_now() >= end)
+            return 0;
+        usleep(20000);
+    }
+}
+
+static int file_mentions(const char *file, const char *needle)
+{
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    cr_assert_not_null(buf);
+    for (;;) {
+        if (len == cap) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            cr_assert_not_null(buf);
+        }
+        ssize_t n = read(fd, buf + len, cap - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    close(fd);
+    int found = memmem(buf, len, needle, strlen(needle)) != NULL;
+    free(buf);
+    return found;
+}
+
+static int link_mentions(const char *link, const char *needle)
+{
+    char target[4096];
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0)
+        return 0;
+    target[n] = '\0';
+    return strstr(target, needle) != NULL;
+}
+
+static int proc_mentions(pid_t pid, const char *needle)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/proc/%d/cwd", (int)pid);
+    if (link_mentions(path, needle))
+        return 1;
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+    if (file_mentions(path, needle))
+        return 1;
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+    if (file_mentions(path, needle))
+        return 1;
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    int found = 0;
+    while (!found && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char fdpath[300];
+        snprintf(fdpath, sizeof fdpath, "/proc/%d/fd/%s", (int)pid, e->d_name);
+        found = link_mentions(fdpath, needle);
+    }
+    closedir(d);
+    return found;
+}
+
+size_t tu_procs_mentioning(const char *path, pid_t *pids, size_t max)
+{
+    DIR *d = opendir("/proc");
+    cr_assert_not_null(d);
+    size_t n = 0;
+    struct dirent *e;
+    pid_t self = getpid();
+    while ((e = readdir(d)) != NULL && n < max) {
+        char *end;
+        long v = strtol(e->d_name, &end, 10);
+        if (*end || v <= 0 || (pid_t)v == self)
+            continue;
+        if (tu_pid_gone((pid_t)v))
+            continue;
+        if (proc_mentions((pid_t)v, path))
+            pids[n++] = (pid_t)v;
+    }
+    closedir(d);
+    return n;
+}

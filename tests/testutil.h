@@ -1,0 +1,100 @@
+/*
+ * Helpers shared by the Criterion test programs: the backend under test,
+ * a monotonic clock, temporary directories, running commands in a sandbox
+ * and comparing their output byte for byte, SHA-256, and process checks.
+ *
+ * Helpers whose names end in nothing special assert with Criterion and
+ * never return on failure; the ones documented as returning a status do not
+ * assert.
+ */
+#ifndef SBX_TESTUTIL_H
+#define SBX_TESTUTIL_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include <sbx/sbx.h>
+
+/* The backend the conformance suite runs on: $SBX_TEST_BACKEND, else
+ * "local". */
+const char *tu_backend(void);
+int tu_backend_is_local(void);
+
+/* CLOCK_MONOTONIC in seconds. */
+double tu_now(void);
+
+/* printf into a new string (free()); asserts on failure. */
+char *tu_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* A fresh directory under ${TMPDIR:-/tmp} (the caller's TMPDIR at the time
+ * of the call); returns its path (free()). */
+char *tu_mkdtemp(const char *prefix);
+/* Same, and exports it as TMPDIR for the rest of the process. */
+char *tu_fresh_tmpdir(void);
+/* rm -rf; missing paths are fine. */
+void tu_rmtree(const char *path);
+/* 1 when @path exists (lstat), else 0. */
+int tu_exists(const char *path);
+/* Number of entries of directory @path (without . and ..), -1 if it cannot
+ * be opened. */
+int tu_count_entries(const char *path);
+/* Writes @len bytes to a new file @path with @mode; asserts. */
+void tu_write_file(const char *path, const void *data, size_t len, unsigned mode);
+
+/* Creates a sandbox on @client with @options; asserts success. */
+sbx_sandbox *tu_create(sbx_client *client, const sbx_options *options);
+
+/* Runs @req; asserts that the call succeeded and returns the result. */
+sbx_result *tu_exec(sbx_sandbox *sb, const sbx_exec_request *req);
+/* Runs the shell script @script with @timeout_secs (0 = sandbox default);
+ * asserts that the call succeeded. */
+sbx_result *tu_sh(sbx_sandbox *sb, const char *script, double timeout_secs);
+/* Runs @req; asserts that the call FAILED with @code and returns the error
+ * (sbx_error_free()). */
+sbx_error *tu_exec_fail(sbx_sandbox *sb, const sbx_exec_request *req,
+                        sbx_error_code code);
+
+/* Asserts that (@got, @got_len) equals (@want, @want_len) byte for byte,
+ * reporting the first difference. @what names the buffer. */
+void tu_assert_bytes(const char *what, const void *got, size_t got_len,
+                     const void *want, size_t want_len);
+/* The same against the result's streams (NUL-terminated @want). */
+void tu_assert_stdout(const sbx_result *r, const char *want);
+void tu_assert_stderr(const sbx_result *r, const char *want);
+void tu_assert_stdout_bytes(const sbx_result *r, const void *want, size_t len);
+void tu_assert_stderr_bytes(const sbx_result *r, const void *want, size_t len);
+/* Asserts exit code, timed_out 0 and both truncated flags 0. */
+void tu_assert_exit(const sbx_result *r, int code);
+
+/* SHA-256 of @len bytes as 64 lowercase hex digits + NUL. */
+void tu_sha256_hex(const void *data, size_t len, char hex[65]);
+
+/* The rendering sbx_error_to_string() must produce, built from the
+ * error's accessors: "MSG [code=C[, retryable][; backend=B][; op=O]
+ * [; k=v]...]". free(). */
+char *tu_expected_error_string(const sbx_error *error);
+/* Asserts that @error is set, has @code, and that its message contains
+ * every NULL-terminated substring given. */
+void tu_assert_error(const sbx_error *error, sbx_error_code code, ...);
+
+/* Reads whitespace-separated decimal pids from the sandbox file
+ * @sandbox_path (e.g. "$SANDBOX_ROOT/tmp/pids") via `cat`; returns how
+ * many were stored (asserts at least one). */
+size_t tu_read_pids(sbx_sandbox *sb, const char *sandbox_path, pid_t *pids,
+                    size_t max);
+/* 1 when @pid no longer runs: kill(pid, 0) fails with ESRCH, or the
+ * process has exited and only waits to be reaped (state Z or X). */
+int tu_pid_gone(pid_t pid);
+/* Waits up to @secs for tu_pid_gone(); returns its last value. */
+int tu_wait_pid_gone(pid_t pid, double secs);
+/* "pid N: state S, parent P, COMMAND" or "pid N: gone", for messages;
+ * a static buffer. */
+const char *tu_proc_describe(pid_t pid);
+/* The parent pid of @pid (from /proc), or -1 when it is gone. */
+pid_t tu_ppid(pid_t pid);
+/* Pids of processes (other than this one) whose cwd, command line,
+ * environment or open descriptors mention @path, and that still run.
+ * Returns how many were stored in @pids (at most @max). */
+size_t tu_procs_mentioning(const char *path, pid_t *pids, size_t max);
+
+#endif /* SBX_TESTUTIL_H */
