@@ -71,6 +71,9 @@ typedef struct conn {
     pid_t reaper;                /* the exec's reaper while it lives */
     int report_fd;               /* pipe from the reaper, or -1 */
     int running;                 /* main process not reaped yet */
+    int killed;                  /* a KILL was asked for this exec */
+    int exit_pending;            /* EXIT held until the reaper is gone */
+    int exit_code;               /* the held code */
     int dead;                    /* to be closed */
 } conn;
 
@@ -217,15 +220,32 @@ static int exit_code_of(int status)
 static void conn_send(conn *c, proto_buf *b);
 
 /** Records that @c's main process ended with @code and tells the client. */
+static void send_exit(conn *c, int code)
+{
+    proto_buf b;
+    proto_buf_init(&b, PROTO_EXIT);
+    proto_put_i32(&b, code);
+    conn_send(c, &b);
+}
+
+/**
+ * The exec's main process ended with @code. Normally EXIT goes out at once
+ * (background descendants live on). For an exec that was killed, EXIT is
+ * held until its reaper is gone, i.e. until every process of the tree has
+ * been reaped: a command run right after a timeout never sees a survivor,
+ * not even a zombie.
+ */
 static void exec_ended(conn *c, int code)
 {
     if (!c->running)
         return;
     c->running = 0;
-    proto_buf b;
-    proto_buf_init(&b, PROTO_EXIT);
-    proto_put_i32(&b, code);
-    conn_send(c, &b);
+    if (c->killed && c->reaper > 0) {
+        c->exit_pending = 1;
+        c->exit_code = code;
+        return;
+    }
+    send_exit(c, code);
 }
 
 /**
@@ -245,8 +265,13 @@ static void reap_children(void)
         }
         for (size_t i = 0; i < S.nconns; i++) {
             conn *c = S.conns[i];
-            if (c->reaper == p)
+            if (c->reaper == p) {
                 c->reaper = 0;
+                if (c->exit_pending) {
+                    c->exit_pending = 0;
+                    send_exit(c, c->exit_code);
+                }
+            }
             if (c->pid == p)
                 exec_ended(c, exit_code_of(status));
         }
@@ -772,8 +797,10 @@ static void handle_frame(conn *c)
             conn_error(c, PROTO_ERR_PROTOCOL, EINVAL, "bad signal");
             break;
         }
-        if (c->pid > 0 && sig > 0)
+        if (c->pid > 0 && sig > 0) {
+            c->killed = 1;
             kill_exec(c, sig, sig == SIGKILL);
+        }
         proto_buf_init(&b, PROTO_KILLED);
         conn_send(c, &b);
         break;
