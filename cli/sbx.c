@@ -4,17 +4,30 @@
  *   sbx run [OPTION]... [--] COMMAND [ARG]...
  *   sbx exec-code [OPTION]... CODE
  *   sbx backends [--json]
+ *   sbx create [OPTION]...
+ *   sbx exec [OPTION]... ID [--] COMMAND [ARG]...
+ *   sbx cp [-r] SRC DST
+ *   sbx ls [--json] ID [PATH]
+ *   sbx rm ID...
+ *   sbx ps [--json]
  *
  * The command's output goes to stdout/stderr untouched, as it arrives. The
  * tool's own messages go to stderr as "sbx: MESSAGE [code=...]"; the tool's
  * own failures exit 125 (as `docker run` does), otherwise the exit status is
  * the command's (128+N for signal N, 124 on timeout).
  *
- * The sandbox is always destroyed before sbx exits: also on errors and on
- * SIGINT, SIGTERM and SIGHUP, whose handlers only set a flag and wake the
- * main thread; the command runs on a worker thread so the main thread can
- * destroy the sandbox (which ends the command) while it runs.
+ * run and exec-code: the sandbox is always destroyed before sbx exits: also
+ * on errors and on SIGINT, SIGTERM and SIGHUP, whose handlers only set a
+ * flag and wake the main thread; the command runs on a worker thread so the
+ * main thread can destroy the sandbox (which ends the command) while it
+ * runs.
+ *
+ * create, exec, cp, ls, rm and ps work on sandboxes that outlive sbx: an id
+ * maps to the sandbox's session state recorded in the user's state
+ * directory ("state store" below), and each command resumes from it.
  */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -22,13 +35,16 @@
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include <json-c/json.h>
 
@@ -367,6 +383,18 @@ static int run_job_and_destroy(exec_job *job)
 
 /* ------------------------------------------------------------------ help */
 
+/* Help lines of the creation options that run and create share. */
+#define CREATION_OPTIONS_HELP \
+"  -i, --image=IMAGE       image to start from (backends that take one)\n" \
+"      --preset=NAME       preset whose values are the defaults of every\n" \
+"                          option not given (see `sbx presets`)\n" \
+"      --no-internet       no network but the sandbox's own loopback\n" \
+"      --opt=KEY=VALUE     backend option (repeatable; VALUE is read as JSON\n" \
+"                          when it is valid JSON, else as a string)\n" \
+"      --file=LOCAL:PATH   copy host file LOCAL to sandbox path PATH at\n" \
+"                          create, keeping its mode (repeatable; PATH is\n" \
+"                          what follows the last ':')\n"
+
 static void usage_main(FILE *out)
 {
     fprintf(out,
@@ -380,6 +408,15 @@ static void usage_main(FILE *out)
 "  exec-code [OPTION]... CODE\n"
 "                     run a snippet of code (python by default) in a new sandbox\n"
 "  backends [--json]  list the backend plugins found and their capabilities\n"
+"  create [OPTION]... create a sandbox that outlives sbx and print its id\n"
+"  exec [OPTION]... ID [--] COMMAND [ARG]...\n"
+"                     run COMMAND in sandbox ID\n"
+"  cp [-r] SRC DST    copy files between this host and a sandbox (ID:PATH)\n"
+"  ls [--json] ID [PATH]\n"
+"                     list a directory of sandbox ID\n"
+"  rm ID...           destroy sandboxes and forget them\n"
+"  ps [--json]        list the sandboxes made by create\n"
+"  presets [--json]   list the presets (creation defaults and setup commands)\n"
 "  help [COMMAND]     show this help, or the help of COMMAND\n"
 "\n"
 "Options:\n"
@@ -393,7 +430,7 @@ static void usage_main(FILE *out)
 "\n"
 "Exit status: the command's own (128+N when it was killed by signal N, 124\n"
 "when it timed out); 125 when sbx itself failed (bad usage, missing backend,\n"
-"sandbox creation failed).\n",
+"sandbox creation failed, no such sandbox).\n",
             sbx_plugin_dir());
 }
 
@@ -418,6 +455,7 @@ static void usage_run(FILE *out)
 "      --git-repo=URL      clone URL (a local path works) into the sandbox's\n"
 "                          working directory, under its last path component\n"
 "      --git-ref=REF       branch or tag to clone (with --git-repo)\n"
+CREATION_OPTIONS_HELP
 "  -h, --help              show this help and exit\n"
 "\n"
 "The command's standard input is empty (it reads end of file at once): sbx\n"
@@ -464,6 +502,132 @@ static void usage_backends(FILE *out)
 "               probe_error}\n"
 "  -h, --help   show this help and exit\n",
             sbx_plugin_dir());
+}
+
+static void usage_create(FILE *out)
+{
+    fprintf(out,
+"Usage: sbx create [OPTION]...\n"
+"\n"
+"Create a sandbox that outlives sbx, print its id (alone on one line) and\n"
+"leave it running, for `sbx exec`, `sbx cp`, `sbx ls` and `sbx rm`. The id\n"
+"maps to the sandbox's session state (no environment value, no credential),\n"
+"recorded in %s.\n"
+"\n"
+"  -b, --backend=BACKEND   backend to use (default: $SBX_BACKEND, else local)\n"
+"  -e, --env=KEY=VALUE     set an environment variable for every command of\n"
+"                          the sandbox (repeatable; VALUE is taken literally)\n"
+"  -w, --workdir=DIR       directory commands start in (on local: an existing\n"
+"                          directory used as the sandbox root, never deleted)\n"
+"  -t, --timeout=SECONDS   sandbox lifetime and default command timeout\n"
+"                          (default %g)\n"
+"      --cpu=N             vCPUs (fractions allowed)\n"
+"      --memory=MIB        memory in MiB\n"
+"      --git-repo=URL      clone URL (a local path works) into the sandbox's\n"
+"                          working directory, under its last path component\n"
+"      --git-ref=REF       branch or tag to clone (with --git-repo)\n"
+CREATION_OPTIONS_HELP
+"  -h, --help              show this help and exit\n"
+"\n"
+"Exit status: 0 when the sandbox was created and recorded; 125 otherwise\n"
+"(nothing is left running then).\n",
+            "${SBX_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/sbx}/sandboxes",
+            SBX_DEFAULT_TIMEOUT_SECS);
+}
+
+static void usage_exec(FILE *out)
+{
+    fprintf(out,
+"Usage: sbx exec [OPTION]... ID [--] COMMAND [ARG]...\n"
+"\n"
+"Run COMMAND with its arguments (an argument vector, not a shell string) in\n"
+"the sandbox ID made by `sbx create`, stream its output and exit with its\n"
+"exit status. Files and background processes stay in the sandbox between\n"
+"calls; the variables given at create still apply.\n"
+"\n"
+"  -e, --env=KEY=VALUE     set a variable for this command only (repeatable;\n"
+"                          it wins over the sandbox's)\n"
+"      --cwd=DIR           sandbox path of the working directory (default:\n"
+"                          the sandbox's working directory)\n"
+"  -t, --timeout=SECONDS   kill the command's processes after SECONDS\n"
+"                          (default: the sandbox's timeout)\n"
+"  -h, --help              show this help and exit\n"
+"\n"
+"The command's standard input is empty. When sbx is ended by a signal, the\n"
+"command's processes end with it; the sandbox stays.\n"
+"\n"
+"Exit status: the command's (128+N when killed by signal N, 124 when it\n"
+"timed out); 125 when sbx itself failed (\"no such sandbox: ID\" for an id\n"
+"that is not recorded).\n");
+}
+
+static void usage_cp(FILE *out)
+{
+    fprintf(out,
+"Usage: sbx cp [-r] SRC DST\n"
+"\n"
+"Copy a file (or, with -r, a directory) between this host and a sandbox.\n"
+"Exactly one of SRC and DST is ID:PATH, PATH being a sandbox path (on local,\n"
+"under the sandbox root). Contents and permission bits (the executable bit\n"
+"in particular) are kept.\n"
+"\n"
+"A file copied to an existing directory, or to a path ending in '/', goes\n"
+"into it under its own name. With -r, SRC is a directory whose entries are\n"
+"copied into DST (created when missing, merged into an existing one).\n"
+"An operand is ID:PATH when it has a ':' before any '/'; write a local name\n"
+"that has a colon as ./NAME, and one that starts with '-' as ./-NAME or\n"
+"after `--`.\n"
+"\n"
+"  -r, -R, --recursive   copy directories\n"
+"  -h, --help            show this help and exit\n"
+"\n"
+"Exit status: 0 on success, 125 on failure.\n");
+}
+
+static void usage_ls(FILE *out)
+{
+    fprintf(out,
+"Usage: sbx ls [--json] ID [PATH]\n"
+"\n"
+"List directory PATH (a sandbox path; default /, the sandbox's top) of the\n"
+"sandbox ID, sorted by name: one line per entry with its type (dir or\n"
+"file), its size in bytes and its name.\n"
+"\n"
+"      --json   print a JSON array of objects {name, path, is_dir, size,\n"
+"               mode} (mode: the permission bits, as a number)\n"
+"  -h, --help   show this help and exit\n"
+"\n"
+"Exit status: 0 on success, 125 on failure.\n");
+}
+
+static void usage_rm(FILE *out)
+{
+    fprintf(out,
+"Usage: sbx rm ID...\n"
+"\n"
+"Destroy each sandbox ID (everything running in it ends, and what it left on\n"
+"the host is removed), forget it and print its id.\n"
+"\n"
+"  -h, --help   show this help and exit\n"
+"\n"
+"Exit status: 0 when every sandbox was removed; 1 when a recorded sandbox no\n"
+"longer existed (it is forgotten, as `docker rm` reports a missing container\n"
+"with status 1); 125 when an id is not recorded (\"no such sandbox: ID\") or\n"
+"a sandbox could not be destroyed (it stays recorded).\n");
+}
+
+static void usage_ps(FILE *out)
+{
+    fprintf(out,
+"Usage: sbx ps [--json]\n"
+"\n"
+"List the sandboxes made by `sbx create` and not removed, oldest first: id,\n"
+"backend, creation time (ISO 8601, UTC) and whether the sandbox still\n"
+"exists (yes, no, or unknown when that cannot be told).\n"
+"\n"
+"      --json   print a JSON array of objects {id, backend, created, alive}\n"
+"               (alive: true, false or null)\n"
+"  -h, --help   show this help and exit\n");
 }
 
 /* Reports bad usage of command @cmd ("" for sbx itself); returns 125. */
@@ -515,10 +679,90 @@ enum {
     OPT_MEMORY,
     OPT_GIT_REPO,
     OPT_GIT_REF,
-    OPT_JSON
+    OPT_JSON,
+    OPT_CWD,
+    OPT_PRESET,
+    OPT_NO_INTERNET,
+    OPT_OPT,
+    OPT_FILE
 };
 
-static int cmd_run(int argc, char **argv)
+/*
+ * Adds --opt KEY=VALUE to the JSON object *@obj (made on first use): VALUE
+ * is parsed as JSON when it is valid JSON, else kept as a string. Returns
+ * -1 to go on, else the exit status (after reporting).
+ */
+static int add_backend_option(const char *cmd, const char *arg, json_object **obj)
+{
+    const char *eq = strchr(arg, '=');
+    json_object *value;
+
+    if (eq == NULL || eq == arg)
+        return usage_error(cmd, "invalid --opt value \"%s\": expected KEY=VALUE", arg);
+    if (*obj == NULL && (*obj = json_object_new_object()) == NULL) {
+        msg("out of memory");
+        return EXIT_TOOL;
+    }
+    /* json-c parses "null" to NULL, which stores a JSON null: right. */
+    value = json_tokener_parse(eq + 1);
+    if (value == NULL && strcmp(eq + 1, "null") != 0)
+        value = json_object_new_string(eq + 1);
+    char *key = strndup(arg, (size_t)(eq - arg));
+    if (key == NULL) {
+        json_object_put(value);
+        msg("out of memory");
+        return EXIT_TOOL;
+    }
+    json_object_object_add(*obj, key, value);
+    free(key);
+    return -1;
+}
+
+/*
+ * Adds --file LOCAL:PATH to the manifest *@m (made on first use) as a host
+ * file entry. Returns -1 to go on, else the exit status.
+ */
+static int add_file_option(const char *cmd, const char *arg, sbx_manifest **m)
+{
+    const char *colon = strrchr(arg, ':');
+    sbx_error *error = NULL;
+    char *local;
+
+    if (colon == NULL || colon == arg || colon[1] == '\0')
+        return usage_error(cmd, "invalid --file value \"%s\": expected LOCAL:SANDBOX_PATH",
+                           arg);
+    if (*m == NULL && (*m = sbx_manifest_new()) == NULL) {
+        msg("out of memory");
+        return EXIT_TOOL;
+    }
+    local = strndup(arg, (size_t)(colon - arg));
+    if (local == NULL) {
+        msg("out of memory");
+        return EXIT_TOOL;
+    }
+    if (access(local, R_OK) != 0) {
+        msg("--file %s: cannot read %s: %s", arg, local, strerror(errno));
+        free(local);
+        return EXIT_TOOL;
+    }
+    if (sbx_manifest_add_local_file(*m, colon + 1, local, &error) < 0) {
+        free(local);
+        msg_error(error);
+        return EXIT_TOOL;
+    }
+    free(local);
+    return -1;
+}
+
+/*
+ * Parses the sandbox options of run and create (-b -e -w -t --cpu --memory
+ * --git-repo --git-ref -h) from @argv into @options and *@backend; getopt
+ * stops at the first operand (optind points at it). Returns -1 to go on,
+ * else the exit status to leave with (0 after --help, 125 after an error,
+ * which it reported).
+ */
+static int parse_sandbox_options(const char *cmd, void (*help)(FILE *), int argc,
+                                 char **argv, sbx_options *options, const char **backend)
 {
     static const struct option longopts[] = {
         { "backend", required_argument, NULL, 'b' },
@@ -529,46 +773,67 @@ static int cmd_run(int argc, char **argv)
         { "memory", required_argument, NULL, OPT_MEMORY },
         { "git-repo", required_argument, NULL, OPT_GIT_REPO },
         { "git-ref", required_argument, NULL, OPT_GIT_REF },
+        { "image", required_argument, NULL, 'i' },
+        { "preset", required_argument, NULL, OPT_PRESET },
+        { "no-internet", no_argument, NULL, OPT_NO_INTERNET },
+        { "opt", required_argument, NULL, OPT_OPT },
+        { "file", required_argument, NULL, OPT_FILE },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
-    const char *backend = default_backend();
     const char *git_repo = NULL, *git_ref = NULL;
-    sbx_options *options;
+    json_object *backend_opts = NULL;
+    sbx_manifest *files = NULL;
     sbx_error *error = NULL;
-    exec_job job;
-    int opt, status = EXIT_TOOL;
+    int opt, status = -1;
 
-    options = sbx_options_new();
-    if (options == NULL) {
-        msg("out of memory");
-        return EXIT_TOOL;
-    }
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, "+:b:e:w:t:h", longopts, NULL)) != -1) {
+    while (status < 0 && (opt = getopt_long(argc, argv, "+:b:e:w:t:i:h", longopts, NULL)) != -1) {
         switch (opt) {
+        case 'i':
+            if (sbx_options_set_image(options, optarg, &error) < 0) {
+                msg_error(error);
+                status = EXIT_TOOL;
+            }
+            break;
+        case OPT_PRESET:
+            if (sbx_options_set_preset(options, optarg, &error) < 0) {
+                msg_error(error);
+                status = EXIT_TOOL;
+            }
+            break;
+        case OPT_NO_INTERNET:
+            sbx_options_set_allow_internet(options, 0, NULL);
+            break;
+        case OPT_OPT:
+            status = add_backend_option(cmd, optarg, &backend_opts);
+            break;
+        case OPT_FILE:
+            status = add_file_option(cmd, optarg, &files);
+            break;
         case 'b':
-            backend = optarg;
+            *backend = optarg;
             break;
         case 'e': {
             const char *eq = strchr(optarg, '=');
             char *key;
 
             if (eq == NULL || eq == optarg) {
-                status = usage_error("run",
-                                     "invalid -e value \"%s\": expected KEY=VALUE",
+                status = usage_error(cmd, "invalid -e value \"%s\": expected KEY=VALUE",
                                      optarg);
-                goto out;
+                break;
             }
             key = strndup(optarg, (size_t)(eq - optarg));
             if (key == NULL) {
                 msg("out of memory");
-                goto out;
+                status = EXIT_TOOL;
+                break;
             }
             if (sbx_options_set_env(options, key, eq + 1, &error) < 0) {
                 free(key);
                 msg_error(error);
-                goto out;
+                status = EXIT_TOOL;
+                break;
             }
             free(key);
             break;
@@ -576,19 +841,21 @@ static int cmd_run(int argc, char **argv)
         case 'w':
             if (sbx_options_set_workdir(options, optarg, &error) < 0) {
                 msg_error(error);
-                goto out;
+                status = EXIT_TOOL;
+                break;
             }
             break;
         case 't': {
             double secs;
 
             if (parse_positive_double(optarg, &secs) < 0) {
-                status = usage_error("run", "invalid -t value \"%s\"", optarg);
-                goto out;
+                status = usage_error(cmd, "invalid -t value \"%s\"", optarg);
+                break;
             }
             if (sbx_options_set_timeout_secs(options, secs, &error) < 0) {
                 msg_error(error);
-                goto out;
+                status = EXIT_TOOL;
+                break;
             }
             break;
         }
@@ -596,12 +863,13 @@ static int cmd_run(int argc, char **argv)
             double cpu;
 
             if (parse_positive_double(optarg, &cpu) < 0) {
-                status = usage_error("run", "invalid --cpu value \"%s\"", optarg);
-                goto out;
+                status = usage_error(cmd, "invalid --cpu value \"%s\"", optarg);
+                break;
             }
             if (sbx_options_set_cpu(options, cpu, &error) < 0) {
                 msg_error(error);
-                goto out;
+                status = EXIT_TOOL;
+                break;
             }
             break;
         }
@@ -609,13 +877,13 @@ static int cmd_run(int argc, char **argv)
             int64_t mib;
 
             if (parse_positive_int64(optarg, &mib) < 0) {
-                status = usage_error("run", "invalid --memory value \"%s\"",
-                                     optarg);
-                goto out;
+                status = usage_error(cmd, "invalid --memory value \"%s\"", optarg);
+                break;
             }
             if (sbx_options_set_memory_mb(options, mib, &error) < 0) {
                 msg_error(error);
-                goto out;
+                status = EXIT_TOOL;
+                break;
             }
             break;
         }
@@ -626,23 +894,54 @@ static int cmd_run(int argc, char **argv)
             git_ref = optarg;
             break;
         case 'h':
-            usage_run(stdout);
+            help(stdout);
             status = 0;
-            goto out;
+            break;
         default:
-            status = bad_option("run", argv, opt);
-            goto out;
+            status = bad_option(cmd, argv, opt);
+            break;
         }
     }
-    if (git_ref != NULL && git_repo == NULL) {
-        status = usage_error("run", "--git-ref needs --git-repo");
-        goto out;
+    if (status < 0 && backend_opts != NULL &&
+        sbx_options_set_backend_options(options, json_object_to_json_string(backend_opts),
+                                        &error) < 0) {
+        msg_error(error);
+        status = EXIT_TOOL;
     }
+    if (status < 0 && files != NULL && sbx_options_set_workspace(options, files, &error) < 0) {
+        msg_error(error);
+        status = EXIT_TOOL;
+    }
+    json_object_put(backend_opts);
+    sbx_manifest_free(files); /* the options keep their own reference */
+    if (status >= 0)
+        return status;
+    if (git_ref != NULL && git_repo == NULL)
+        return usage_error(cmd, "--git-ref needs --git-repo");
     if (git_repo != NULL &&
         sbx_options_set_git_repo(options, git_repo, git_ref, &error) < 0) {
         msg_error(error);
-        goto out;
+        return EXIT_TOOL;
     }
+    return -1;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+    const char *backend = default_backend();
+    sbx_options *options;
+    exec_job job;
+    int status;
+
+    options = sbx_options_new();
+    if (options == NULL) {
+        msg("out of memory");
+        return EXIT_TOOL;
+    }
+    status = parse_sandbox_options("run", usage_run, argc, argv, options, &backend);
+    if (status >= 0)
+        goto out;
+    status = EXIT_TOOL;
     if (optind >= argc) {
         status = usage_error("run", "no command given");
         goto out;
@@ -1023,6 +1322,1152 @@ static int cmd_backends(int argc, char **argv)
     return 0;
 }
 
+/* ---------------------------------------------------------- state store */
+
+/*
+ * Sandboxes made by `sbx create` outlive sbx: each id maps to its session
+ * state (sbx_sandbox_session_state()) in the user's state directory,
+ *
+ *   ${SBX_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/sbx}/sandboxes/ID.json
+ *
+ * as {"created":"2025-01-02T03:04:05Z","state":{...}}. The directories sbx
+ * makes are 0700 and the files 0600; a file is written to a temporary name
+ * in the same directory, synced and renamed into place, so a reader sees a
+ * whole file or none.
+ */
+
+/* Largest state file read (a session state is a few hundred bytes). */
+#define STATE_FILE_MAX (1 << 20)
+
+/* 1 when @id can name a state file (and a `cp` operand): [A-Za-z0-9_.-],
+ * starting with a letter or digit, at most 200 bytes. */
+static int id_valid(const char *id)
+{
+    size_t i;
+
+    if (!isalnum((unsigned char)id[0]))
+        return 0;
+    for (i = 0; id[i] != '\0'; i++)
+        if (i >= 200 || !(isalnum((unsigned char)id[i]) || strchr("_.-", id[i])))
+            return 0;
+    return 1;
+}
+
+/* The directory holding the state files (new string); NULL when no base
+ * directory can be found (reported). */
+static char *state_dir(void)
+{
+    const char *base = getenv("SBX_STATE_DIR"), *home;
+    char *dir = NULL;
+
+    if (base != NULL && *base != '\0') {
+        if (asprintf(&dir, "%s/sandboxes", base) < 0)
+            dir = NULL;
+    } else {
+        base = getenv("XDG_STATE_HOME");
+        if (base != NULL && base[0] == '/') {
+            if (asprintf(&dir, "%s/sbx/sandboxes", base) < 0)
+                dir = NULL;
+        } else {
+            home = getenv("HOME");
+            if (home == NULL || *home == '\0') {
+                struct passwd *pw = getpwuid(getuid());
+
+                home = pw != NULL ? pw->pw_dir : NULL;
+            }
+            if (home == NULL || *home == '\0') {
+                msg("cannot find the state directory: set SBX_STATE_DIR, "
+                    "XDG_STATE_HOME or HOME");
+                return NULL;
+            }
+            if (asprintf(&dir, "%s/.local/state/sbx/sandboxes", home) < 0)
+                dir = NULL;
+        }
+    }
+    if (dir == NULL)
+        msg("out of memory");
+    return dir;
+}
+
+/* Makes @path and its missing parents; the ones it makes are 0700, and
+ * @path itself is made private (0700) when it is ours. Returns 0 or -1
+ * (reported). */
+static int make_private_dirs(const char *path)
+{
+    char *copy = strdup(path), *p;
+    struct stat st;
+
+    if (copy == NULL) {
+        msg("out of memory");
+        return -1;
+    }
+    for (p = copy + 1; ; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char saved = *p;
+
+        *p = '\0';
+        if (mkdir(copy, 0700) == 0) {
+            chmod(copy, 0700);
+        } else if (errno != EEXIST) {
+            msg("cannot create the state directory %s: %s", copy, strerror(errno));
+            free(copy);
+            return -1;
+        }
+        *p = saved;
+        if (saved == '\0')
+            break;
+    }
+    free(copy);
+    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        msg("the state directory %s is not a directory", path);
+        return -1;
+    }
+    if (st.st_uid == getuid() && (st.st_mode & 07777) != 0700 && chmod(path, 0700) < 0) {
+        msg("cannot make the state directory %s private: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Syncs directory @dir (after a rename or unlink in it); errors ignored. */
+static void sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+/* Writes all of @len bytes of @data to @fd. Returns 0 or -1 (errno). */
+static int write_fd_all(int fd, const char *data, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, data, len);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        data += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* The current time as ISO 8601 UTC ("2025-01-02T03:04:05Z"). */
+static void iso8601_now(char out[32])
+{
+    time_t now = time(NULL);
+    struct tm tm;
+
+    gmtime_r(&now, &tm);
+    strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/*
+ * Records the session state @state (JSON text) of sandbox @id, created at
+ * @created: written atomically, never replacing the record of another
+ * sandbox with the same id. Returns 0 or -1 (reported).
+ */
+static int state_store(const char *id, const char *created, const char *state)
+{
+    char *dir = NULL, *path = NULL, *tmp = NULL;
+    json_object *doc = NULL, *st;
+    const char *text;
+    int fd = -1, rc = -1;
+
+    if (!id_valid(id)) {
+        msg("cannot record sandbox id \"%s\" (not usable as a file name)", id);
+        return -1;
+    }
+    st = json_tokener_parse(state);
+    if (st == NULL) {
+        msg("the session state of %s is not JSON", id);
+        return -1;
+    }
+    doc = json_object_new_object();
+    if (doc == NULL) {
+        json_object_put(st);
+        msg("out of memory");
+        return -1;
+    }
+    json_object_object_add(doc, "created", json_object_new_string(created));
+    json_object_object_add(doc, "state", st);
+    text = json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN |
+                                               JSON_C_TO_STRING_NOSLASHESCAPE);
+    dir = state_dir();
+    if (dir == NULL || make_private_dirs(dir) < 0)
+        goto out;
+    if (asprintf(&path, "%s/%s.json", dir, id) < 0 ||
+        asprintf(&tmp, "%s/.%s.json.XXXXXX", dir, id) < 0) {
+        path = tmp = NULL;
+        msg("out of memory");
+        goto out;
+    }
+    fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        msg("cannot write in the state directory %s: %s", dir, strerror(errno));
+        free(tmp);
+        tmp = NULL;
+        goto out;
+    }
+    if (fchmod(fd, 0600) < 0 || write_fd_all(fd, text, strlen(text)) < 0 ||
+        write_fd_all(fd, "\n", 1) < 0 || fsync(fd) < 0) {
+        msg("cannot write %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    if (close(fd) < 0) {
+        fd = -1;
+        msg("cannot write %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    fd = -1;
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) < 0) {
+        int e = errno;
+
+        /* A file system without RENAME_NOREPLACE: link() does not
+         * replace either. */
+        if ((e == EINVAL || e == ENOSYS) && link(tmp, path) == 0) {
+            unlink(tmp);
+        } else {
+            if (e == EINVAL || e == ENOSYS)
+                e = errno;
+            if (e == EEXIST)
+                msg("a sandbox with id %s is already recorded in %s", id, dir);
+            else
+                msg("cannot record the sandbox in %s: %s", path, strerror(e));
+            goto out;
+        }
+    }
+    free(tmp);
+    tmp = NULL;
+    sync_dir(dir);
+    rc = 0;
+out:
+    if (fd >= 0)
+        close(fd);
+    if (tmp != NULL) {
+        unlink(tmp);
+        free(tmp);
+    }
+    json_object_put(doc);
+    free(path);
+    free(dir);
+    return rc;
+}
+
+/* A recorded sandbox. */
+typedef struct state_record {
+    char *id;
+    char *created;     /* ISO 8601 UTC */
+    char *backend;
+    char *state;       /* the session state, JSON text */
+} state_record;
+
+static void state_record_clear(state_record *r)
+{
+    free(r->id);
+    free(r->created);
+    free(r->backend);
+    free(r->state);
+    memset(r, 0, sizeof *r);
+}
+
+/*
+ * Reads the record of @id. Returns 0; 1 when there is none (nothing
+ * reported); -1 when it cannot be read or is malformed (reported, naming
+ * the file).
+ */
+static int state_load(const char *id, state_record *rec)
+{
+    char *dir = NULL, *path = NULL, *buf = NULL;
+    json_object *doc = NULL, *st, *created, *backend;
+    struct stat sb;
+    size_t len = 0;
+    int fd = -1, rc = -1;
+
+    memset(rec, 0, sizeof *rec);
+    if (!id_valid(id))
+        return 1;
+    dir = state_dir();
+    if (dir == NULL)
+        return -1;
+    if (asprintf(&path, "%s/%s.json", dir, id) < 0) {
+        path = NULL;
+        msg("out of memory");
+        goto out;
+    }
+    fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) {
+            rc = 1;
+            goto out;
+        }
+        msg("cannot read %s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_size > STATE_FILE_MAX) {
+        msg("%s is not a sandbox record", path);
+        goto out;
+    }
+    buf = malloc((size_t)sb.st_size + 1);
+    if (buf == NULL) {
+        msg("out of memory");
+        goto out;
+    }
+    while (len < (size_t)sb.st_size) {
+        ssize_t n = read(fd, buf + len, (size_t)sb.st_size - len);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    buf[len] = '\0';
+    doc = json_tokener_parse(buf);
+    if (doc == NULL || !json_object_is_type(doc, json_type_object) ||
+        !json_object_object_get_ex(doc, "state", &st) ||
+        !json_object_is_type(st, json_type_object) ||
+        !json_object_object_get_ex(doc, "created", &created) ||
+        !json_object_is_type(created, json_type_string) ||
+        !json_object_object_get_ex(st, "backend", &backend) ||
+        !json_object_is_type(backend, json_type_string)) {
+        msg("%s is malformed (remove it to forget sandbox %s)", path, id);
+        goto out;
+    }
+    rec->id = strdup(id);
+    rec->created = strdup(json_object_get_string(created));
+    rec->backend = strdup(json_object_get_string(backend));
+    rec->state = strdup(json_object_to_json_string_ext(st, JSON_C_TO_STRING_PLAIN |
+                                                           JSON_C_TO_STRING_NOSLASHESCAPE));
+    if (!rec->id || !rec->created || !rec->backend || !rec->state) {
+        state_record_clear(rec);
+        msg("out of memory");
+        goto out;
+    }
+    rc = 0;
+out:
+    if (fd >= 0)
+        close(fd);
+    json_object_put(doc);
+    free(buf);
+    free(path);
+    free(dir);
+    return rc;
+}
+
+/* Removes the record of @id. Returns 0 or -1 (reported). */
+static int state_forget(const char *id)
+{
+    char *dir = state_dir(), *path = NULL;
+    int rc = 0;
+
+    if (dir == NULL)
+        return -1;
+    if (asprintf(&path, "%s/%s.json", dir, id) < 0) {
+        free(dir);
+        msg("out of memory");
+        return -1;
+    }
+    if (unlink(path) < 0 && errno != ENOENT) {
+        msg("cannot forget sandbox %s: %s: %s", id, path, strerror(errno));
+        rc = -1;
+    } else {
+        sync_dir(dir);
+    }
+    free(path);
+    free(dir);
+    return rc;
+}
+
+/*
+ * Reattaches to the recorded sandbox @id. Returns it, or NULL after
+ * reporting why: "no such sandbox: ID" when nothing is recorded, the
+ * library's error otherwise (stored in *@gone_error instead of reported
+ * when it is not_found and @gone_error is not NULL).
+ */
+static sbx_sandbox *open_sandbox(const char *id, sbx_error **gone_error)
+{
+    state_record rec;
+    sbx_error *error = NULL;
+    sbx_sandbox *sandbox;
+    int r = state_load(id, &rec);
+
+    if (r == 1)
+        msg("no such sandbox: %s", id);
+    if (r != 0)
+        return NULL;
+    sandbox = sbx_resume(rec.state, &error);
+    state_record_clear(&rec);
+    if (sandbox == NULL) {
+        if (gone_error != NULL && error != NULL &&
+            sbx_error_get_code(error) == SBX_ERROR_NOT_FOUND)
+            *gone_error = error;
+        else
+            msg_error(error);
+    }
+    return sandbox;
+}
+
+/* Gives the stop signals back their default action (where sbx set a
+ * handler), for commands that only talk to an existing sandbox: ending
+ * sbx then ends the call, and the sandbox ends what it ran for it. */
+static void default_stop_signals(void)
+{
+    static const int stop_signals[] = { SIGINT, SIGTERM, SIGHUP };
+    struct sigaction sa, old;
+    size_t i;
+
+    memset(&sa, 0, sizeof sa);
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = SIG_DFL;
+    for (i = 0; i < sizeof stop_signals / sizeof stop_signals[0]; i++)
+        if (sigaction(stop_signals[i], NULL, &old) == 0 && old.sa_handler == on_signal)
+            sigaction(stop_signals[i], &sa, NULL);
+}
+
+/* ---------------------------------------------------------------- create */
+
+static int cmd_create(int argc, char **argv)
+{
+    const char *backend = default_backend();
+    sbx_options *options;
+    sbx_sandbox *sandbox = NULL;
+    sbx_error *error = NULL;
+    char *state = NULL, *dir = NULL, created[32];
+    int status;
+
+    options = sbx_options_new();
+    if (options == NULL) {
+        msg("out of memory");
+        return EXIT_TOOL;
+    }
+    status = parse_sandbox_options("create", usage_create, argc, argv, options, &backend);
+    if (status >= 0)
+        goto out;
+    status = EXIT_TOOL;
+    if (optind < argc) {
+        status = usage_error("create", "unexpected argument \"%s\"", argv[optind]);
+        goto out;
+    }
+    /* The record must be possible before a sandbox is made for it. */
+    dir = state_dir();
+    if (dir == NULL || make_private_dirs(dir) < 0)
+        goto out;
+    iso8601_now(created);
+    sandbox = create_sandbox(backend, options);
+    if (sandbox == NULL)
+        goto out;
+    if (g_signal != 0) {
+        msg("%s received; destroying the sandbox", signal_name(g_signal));
+        destroy_sandbox(sandbox);
+        status = 128 + g_signal;
+        goto out;
+    }
+    state = sbx_sandbox_session_state(sandbox, &error);
+    if (state == NULL) {
+        msg_error(error);
+        msg("the sandbox cannot outlive sbx on backend %s; destroying it", backend);
+        destroy_sandbox(sandbox);
+        goto out;
+    }
+    if (state_store(sbx_sandbox_get0_id(sandbox), created, state) < 0) {
+        destroy_sandbox(sandbox);
+        goto out;
+    }
+    printf("%s\n", sbx_sandbox_get0_id(sandbox));
+    status = 0;
+out:
+    free(dir);
+    free(state);
+    sbx_sandbox_free(sandbox);
+    sbx_options_free(options);
+    return status;
+}
+
+/* ------------------------------------------------------------------ exec */
+
+static int cmd_exec(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "env", required_argument, NULL, 'e' },
+        { "cwd", required_argument, NULL, OPT_CWD },
+        { "timeout", required_argument, NULL, 't' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 }
+    };
+    sbx_exec_request request = SBX_EXEC_REQUEST_INIT;
+    const char *cwd = NULL, *id;
+    const char **env;
+    size_t nenv = 0;
+    double timeout = 0;
+    output_sink sink;
+    sbx_sandbox *sandbox;
+    sbx_result *result;
+    sbx_error *error = NULL;
+    int opt, status = EXIT_TOOL;
+
+    env = calloc((size_t)argc + 1, sizeof *env);
+    if (env == NULL) {
+        msg("out of memory");
+        return EXIT_TOOL;
+    }
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "+:e:t:h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'e': {
+            const char *eq = strchr(optarg, '=');
+
+            if (eq == NULL || eq == optarg) {
+                status = usage_error("exec", "invalid -e value \"%s\": expected KEY=VALUE",
+                                     optarg);
+                goto out;
+            }
+            env[nenv++] = optarg;
+            break;
+        }
+        case OPT_CWD:
+            cwd = optarg;
+            break;
+        case 't':
+            if (parse_positive_double(optarg, &timeout) < 0) {
+                status = usage_error("exec", "invalid -t value \"%s\"", optarg);
+                goto out;
+            }
+            break;
+        case 'h':
+            usage_exec(stdout);
+            status = 0;
+            goto out;
+        default:
+            status = bad_option("exec", argv, opt);
+            goto out;
+        }
+    }
+    if (optind >= argc) {
+        status = usage_error("exec", "no sandbox id given");
+        goto out;
+    }
+    id = argv[optind++];
+    if (optind < argc && strcmp(argv[optind], "--") == 0)
+        optind++;
+    if (optind >= argc) {
+        status = usage_error("exec", "no command given");
+        goto out;
+    }
+
+    sandbox = open_sandbox(id, NULL);
+    if (sandbox == NULL)
+        goto out;
+    default_stop_signals();
+    memset(&sink, 0, sizeof sink);
+    request.argv = (const char *const *)(argv + optind);
+    request.env = nenv > 0 ? env : NULL;
+    request.cwd = cwd;
+    request.timeout_secs = timeout;   /* 0: the sandbox's timeout_secs */
+    request.on_output = on_output;
+    request.user_data = &sink;
+    request.flags = SBX_EXEC_NO_CAPTURE;
+    result = sbx_sandbox_execute_command(sandbox, &request, &error);
+    if (result == NULL) {
+        msg_error(error);
+    } else {
+        status = sbx_result_get_exit_code(result);
+        if (sbx_result_is_timed_out(result))
+            msg("the command timed out and was killed");
+        sbx_result_free(result);
+    }
+    sbx_sandbox_free(sandbox);
+out:
+    free(env);
+    return status;
+}
+
+/* -------------------------------------------------------------------- cp */
+
+/*
+ * Splits a cp operand "ID:PATH" into its parts (new strings) and returns
+ * 1; returns 0 for a local path. An operand is a sandbox's when a ':'
+ * comes before any '/' and what precedes it is a possible id; a local name
+ * with a colon is written "./NAME".
+ */
+static int split_remote(const char *arg, char **id, char **path)
+{
+    const char *colon = strchr(arg, ':');
+    const char *slash = strchr(arg, '/');
+
+    if (colon == NULL || colon == arg || (slash != NULL && slash < colon))
+        return 0;
+    *id = strndup(arg, (size_t)(colon - arg));
+    if (*id == NULL || !id_valid(*id)) {
+        free(*id);
+        *id = NULL;
+        return 0;
+    }
+    *path = strdup(colon + 1);
+    return 1;
+}
+
+/* The last path component of @path (borrowed; "" for "/" or ""). */
+static const char *base_name(const char *path)
+{
+    size_t len = strlen(path);
+    const char *end, *start;
+
+    while (len > 1 && path[len - 1] == '/')
+        len--;
+    end = path + len;
+    start = end;
+    while (start > path && start[-1] != '/')
+        start--;
+    return start;
+}
+
+/* @dir joined with the last component of @path, as a new string. */
+static char *join_base(const char *dir, const char *path)
+{
+    const char *b = base_name(path);
+    size_t blen = strcspn(b, "/");
+    size_t dlen = strlen(dir);
+    char *out;
+
+    while (dlen > 1 && dir[dlen - 1] == '/')
+        dlen--;
+    if (asprintf(&out, "%.*s%s%.*s", (int)dlen, dir, dir[dlen - 1] == '/' ? "" : "/",
+                 (int)blen, b) < 0)
+        return NULL;
+    return out;
+}
+
+/* 1 when sandbox path @path is a directory (it can be listed), else 0. */
+static int sandbox_is_dir(sbx_sandbox *sandbox, const char *path)
+{
+    sbx_file_info **list = NULL;
+    size_t count = 0;
+
+    if (sbx_sandbox_list_files(sandbox, path, &list, &count, NULL) < 0)
+        return 0;
+    sbx_file_info_list_free(list, count);
+    return 1;
+}
+
+static int cmd_cp(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "recursive", no_argument, NULL, 'r' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 }
+    };
+    char *src_id = NULL, *src_path = NULL, *dst_id = NULL, *dst_path = NULL;
+    char *target = NULL;
+    const char *src, *dst;
+    sbx_sandbox *sandbox = NULL;
+    sbx_error *error = NULL;
+    int opt, recursive = 0, src_remote, dst_remote, status = EXIT_TOOL;
+
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "+:rRh", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'r':
+        case 'R':
+            recursive = 1;
+            break;
+        case 'h':
+            usage_cp(stdout);
+            return 0;
+        default:
+            return bad_option("cp", argv, opt);
+        }
+    }
+    if (argc - optind != 2)
+        return usage_error("cp", "expected SRC and DST, got %d argument%s", argc - optind,
+                           argc - optind == 1 ? "" : "s");
+    src = argv[optind];
+    dst = argv[optind + 1];
+    src_remote = split_remote(src, &src_id, &src_path);
+    dst_remote = split_remote(dst, &dst_id, &dst_path);
+    if (src_remote == dst_remote) {
+        status = usage_error("cp", "exactly one of SRC and DST must be ID:PATH (got \"%s\" "
+                             "and \"%s\")", src, dst);
+        goto out;
+    }
+    if ((src_remote && (src_path == NULL || *src_path == '\0')) ||
+        (dst_remote && (dst_path == NULL || *dst_path == '\0'))) {
+        status = usage_error("cp", "empty sandbox path in \"%s\"", src_remote ? src : dst);
+        goto out;
+    }
+    if (*(src_remote ? dst : src) == '\0') {
+        status = usage_error("cp", "empty local path");
+        goto out;
+    }
+    sandbox = open_sandbox(src_remote ? src_id : dst_id, NULL);
+    if (sandbox == NULL)
+        goto out;
+
+    if (dst_remote) {
+        struct stat st;
+
+        if (stat(src, &st) < 0) {
+            msg("cannot copy %s: %s", src, strerror(errno));
+            goto out;
+        }
+        if (S_ISDIR(st.st_mode)) {
+            if (!recursive) {
+                msg("%s is a directory (use -r to copy a directory)", src);
+                goto out;
+            }
+            if (sbx_sandbox_upload_dir(sandbox, src, dst_path, &error) < 0) {
+                msg_error(error);
+                goto out;
+            }
+        } else {
+            size_t len = strlen(dst_path);
+
+            if (dst_path[len - 1] == '/' || sandbox_is_dir(sandbox, dst_path))
+                target = join_base(dst_path, src);
+            else
+                target = strdup(dst_path);
+            if (target == NULL) {
+                msg("out of memory");
+                goto out;
+            }
+            if (sbx_sandbox_upload_file(sandbox, src, target, &error) < 0) {
+                msg_error(error);
+                goto out;
+            }
+        }
+    } else {
+        struct stat st;
+
+        if (sandbox_is_dir(sandbox, src_path)) {
+            if (!recursive) {
+                msg("%s is a directory (use -r to copy a directory)", src);
+                goto out;
+            }
+            if (sbx_sandbox_download_dir(sandbox, src_path, dst, &error) < 0) {
+                msg_error(error);
+                goto out;
+            }
+        } else {
+            size_t len = strlen(dst);
+
+            if (dst[len - 1] == '/' || (stat(dst, &st) == 0 && S_ISDIR(st.st_mode)))
+                target = join_base(dst, src_path);
+            else
+                target = strdup(dst);
+            if (target == NULL) {
+                msg("out of memory");
+                goto out;
+            }
+            if (sbx_sandbox_download_file(sandbox, src_path, target, &error) < 0) {
+                msg_error(error);
+                goto out;
+            }
+        }
+    }
+    status = 0;
+out:
+    sbx_sandbox_free(sandbox);
+    free(target);
+    free(src_id);
+    free(src_path);
+    free(dst_id);
+    free(dst_path);
+    return status;
+}
+
+/* -------------------------------------------------------------------- ls */
+
+static int cmd_ls(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "json", no_argument, NULL, OPT_JSON },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 }
+    };
+    sbx_file_info **list = NULL;
+    sbx_sandbox *sandbox;
+    sbx_error *error = NULL;
+    const char *path;
+    size_t count = 0, i;
+    int opt, json = 0;
+
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case OPT_JSON:
+            json = 1;
+            break;
+        case 'h':
+            usage_ls(stdout);
+            return 0;
+        default:
+            return bad_option("ls", argv, opt);
+        }
+    }
+    if (optind >= argc)
+        return usage_error("ls", "no sandbox id given");
+    if (argc - optind > 2)
+        return usage_error("ls", "unexpected argument \"%s\"", argv[optind + 2]);
+    path = argc - optind == 2 ? argv[optind + 1] : "/";
+    sandbox = open_sandbox(argv[optind], NULL);
+    if (sandbox == NULL)
+        return EXIT_TOOL;
+    if (sbx_sandbox_list_files(sandbox, path, &list, &count, &error) < 0) {
+        msg_error(error);
+        sbx_sandbox_free(sandbox);
+        return EXIT_TOOL;
+    }
+    if (json) {
+        json_object *array = json_object_new_array();
+
+        for (i = 0; i < count; i++) {
+            json_object *o = json_object_new_object();
+
+            json_object_object_add(o, "name",
+                                   json_object_new_string(sbx_file_info_get0_name(list[i])));
+            json_object_object_add(o, "path",
+                                   json_object_new_string(sbx_file_info_get0_path(list[i])));
+            json_object_object_add(o, "is_dir",
+                                   json_object_new_boolean(sbx_file_info_is_dir(list[i])));
+            json_object_object_add(o, "size",
+                                   json_object_new_int64(sbx_file_info_get_size(list[i])));
+            json_object_object_add(o, "mode",
+                                   json_object_new_int64(sbx_file_info_get_mode(list[i])));
+            json_object_array_add(array, o);
+        }
+        printf("%s\n", json_object_to_json_string_ext(
+                           array, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+                                      JSON_C_TO_STRING_NOSLASHESCAPE));
+        json_object_put(array);
+    } else {
+        for (i = 0; i < count; i++) {
+            int64_t size = sbx_file_info_get_size(list[i]);
+            char num[32];
+
+            if (size < 0)
+                snprintf(num, sizeof num, "-");
+            else
+                snprintf(num, sizeof num, "%" PRId64, size);
+            printf("%-4s %12s  %s\n", sbx_file_info_is_dir(list[i]) ? "dir" : "file", num,
+                   sbx_file_info_get0_name(list[i]));
+        }
+    }
+    sbx_file_info_list_free(list, count);
+    sbx_sandbox_free(sandbox);
+    if (fflush(stdout) != 0) {
+        msg("cannot write the listing: %s", strerror(errno));
+        return EXIT_TOOL;
+    }
+    return 0;
+}
+
+/* -------------------------------------------------------------------- rm */
+
+/* Destroys and forgets sandbox @id. Returns 0, 1 when it was already gone
+ * (forgotten), 125 when it could not be removed. */
+static int remove_one(const char *id)
+{
+    sbx_error *error = NULL, *gone = NULL;
+    sbx_sandbox *sandbox = open_sandbox(id, &gone);
+
+    if (sandbox == NULL) {
+        if (gone == NULL)
+            return EXIT_TOOL;
+        /* Nothing left to destroy (docker rm exits 1 alike). */
+        msg_error(gone);
+        if (state_forget(id) < 0)
+            return EXIT_TOOL;
+        msg("sandbox %s no longer exists; forgot it", id);
+        return 1;
+    }
+    if (sbx_sandbox_destroy(sandbox, &error) < 0) {
+        msg_error(error);
+        msg("sandbox %s may still exist; it stays recorded", id);
+        sbx_sandbox_free(sandbox);
+        return EXIT_TOOL;
+    }
+    sbx_sandbox_free(sandbox);
+    if (state_forget(id) < 0)
+        return EXIT_TOOL;
+    printf("%s\n", id);
+    return 0;
+}
+
+static int cmd_rm(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 }
+    };
+    int opt, status = 0;
+
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'h':
+            usage_rm(stdout);
+            return 0;
+        default:
+            return bad_option("rm", argv, opt);
+        }
+    }
+    if (optind >= argc)
+        return usage_error("rm", "no sandbox id given");
+    for (; optind < argc; optind++) {
+        int r = remove_one(argv[optind]);
+
+        if (r > status)
+            status = r;
+    }
+    return status;
+}
+
+/* -------------------------------------------------------------------- ps */
+
+typedef struct ps_row {
+    state_record rec;
+    int alive;         /* 1, 0, or -1 when it could not be told */
+} ps_row;
+
+static int ps_row_cmp(const void *a, const void *b)
+{
+    const ps_row *x = a, *y = b;
+    int c = strcmp(x->rec.created, y->rec.created);
+
+    return c != 0 ? c : strcmp(x->rec.id, y->rec.id);
+}
+
+/* Whether the recorded sandbox still exists: 1, 0, or -1 (reported). */
+static int record_alive(const state_record *rec)
+{
+    sbx_error *error = NULL;
+    sbx_sandbox *sandbox = sbx_resume(rec->state, &error);
+    int alive;
+
+    if (sandbox == NULL) {
+        if (error != NULL && sbx_error_get_code(error) == SBX_ERROR_NOT_FOUND) {
+            sbx_error_free(error);
+            return 0;
+        }
+        msg_error(error);
+        return -1;
+    }
+    alive = sbx_sandbox_is_alive(sandbox, &error);
+    if (alive < 0)
+        msg_error(error);
+    sbx_sandbox_free(sandbox);
+    return alive;
+}
+
+static int cmd_ps(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "json", no_argument, NULL, OPT_JSON },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 }
+    };
+    ps_row *rows = NULL;
+    size_t n = 0, cap = 0, i;
+    struct dirent *de;
+    char *dir;
+    DIR *d;
+    int opt, json = 0, status = 0;
+
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case OPT_JSON:
+            json = 1;
+            break;
+        case 'h':
+            usage_ps(stdout);
+            return 0;
+        default:
+            return bad_option("ps", argv, opt);
+        }
+    }
+    if (optind < argc)
+        return usage_error("ps", "unexpected argument \"%s\"", argv[optind]);
+
+    dir = state_dir();
+    if (dir == NULL)
+        return EXIT_TOOL;
+    d = opendir(dir);
+    if (d == NULL && errno != ENOENT) {
+        msg("cannot read the state directory %s: %s", dir, strerror(errno));
+        free(dir);
+        return EXIT_TOOL;
+    }
+    while (d != NULL && (de = readdir(d)) != NULL) {
+        size_t len = strlen(de->d_name);
+        char *id;
+        int r;
+
+        if (len <= 5 || strcmp(de->d_name + len - 5, ".json") != 0)
+            continue;
+        id = strndup(de->d_name, len - 5);
+        if (id == NULL) {
+            msg("out of memory");
+            status = EXIT_TOOL;
+            break;
+        }
+        if (!id_valid(id)) {
+            free(id);
+            continue;
+        }
+        if (n == cap) {
+            ps_row *bigger = realloc(rows, (cap ? cap * 2 : 16) * sizeof *rows);
+
+            if (bigger == NULL) {
+                free(id);
+                msg("out of memory");
+                status = EXIT_TOOL;
+                break;
+            }
+            rows = bigger;
+            cap = cap ? cap * 2 : 16;
+        }
+        r = state_load(id, &rows[n].rec);
+        free(id);
+        if (r != 0)
+            continue;   /* gone meanwhile, or malformed (reported) */
+        rows[n].alive = record_alive(&rows[n].rec);
+        n++;
+    }
+    if (d != NULL)
+        closedir(d);
+    free(dir);
+    if (n > 1)
+        qsort(rows, n, sizeof *rows, ps_row_cmp);
+
+    if (json) {
+        json_object *array = json_object_new_array();
+
+        for (i = 0; i < n; i++) {
+            json_object *o = json_object_new_object();
+
+            json_object_object_add(o, "id", json_object_new_string(rows[i].rec.id));
+            json_object_object_add(o, "backend", json_object_new_string(rows[i].rec.backend));
+            json_object_object_add(o, "created", json_object_new_string(rows[i].rec.created));
+            json_object_object_add(o, "alive", rows[i].alive < 0 ? NULL
+                                   : json_object_new_boolean(rows[i].alive));
+            json_object_array_add(array, o);
+        }
+        printf("%s\n", json_object_to_json_string_ext(
+                           array, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+                                      JSON_C_TO_STRING_NOSLASHESCAPE));
+        json_object_put(array);
+    } else {
+        int id_w = 2, backend_w = 7;
+
+        for (i = 0; i < n; i++) {
+            if ((int)strlen(rows[i].rec.id) > id_w)
+                id_w = (int)strlen(rows[i].rec.id);
+            if ((int)strlen(rows[i].rec.backend) > backend_w)
+                backend_w = (int)strlen(rows[i].rec.backend);
+        }
+        printf("%-*s  %-*s  %-20s  %s\n", id_w, "ID", backend_w, "BACKEND", "CREATED",
+               "ALIVE");
+        for (i = 0; i < n; i++)
+            printf("%-*s  %-*s  %-20s  %s\n", id_w, rows[i].rec.id, backend_w,
+                   rows[i].rec.backend, rows[i].rec.created,
+                   rows[i].alive < 0 ? "unknown" : rows[i].alive ? "yes" : "no");
+    }
+    for (i = 0; i < n; i++)
+        state_record_clear(&rows[i].rec);
+    free(rows);
+    if (fflush(stdout) != 0) {
+        msg("cannot write the list: %s", strerror(errno));
+        return EXIT_TOOL;
+    }
+    return status;
+}
+
+/* --------------------------------------------------------------- presets */
+
+static void usage_presets(FILE *out)
+{
+    fprintf(out,
+"Usage: sbx presets [--json]\n"
+"\n"
+"List the presets visible by name (registered at run time, SBX_PRESET_PATH,\n"
+"${XDG_CONFIG_HOME:-$HOME/.config}/sbx/presets, then the built-in ones): name,\n"
+"description and the file it comes from. `--preset NAME` on run and create\n"
+"uses one.\n"
+"\n"
+"      --json   print a JSON array of the preset documents, each with an added\n"
+"               \"source\"\n"
+"  -h, --help   show this help and exit\n");
+}
+
+static int cmd_presets(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "json", no_argument, NULL, OPT_JSON },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 }
+    };
+    sbx_preset **list = NULL;
+    sbx_error *error = NULL;
+    size_t count = 0;
+    int opt, json = 0;
+
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case OPT_JSON:
+            json = 1;
+            break;
+        case 'h':
+            usage_presets(stdout);
+            return 0;
+        default:
+            return bad_option("presets", argv, opt);
+        }
+    }
+    if (optind < argc)
+        return usage_error("presets", "unexpected argument \"%s\"", argv[optind]);
+    if (sbx_presets_list(&list, &count, &error) < 0) {
+        msg_error(error);
+        return EXIT_TOOL;
+    }
+    if (json) {
+        json_object *array = json_object_new_array();
+        for (size_t i = 0; i < count; i++) {
+            char *doc = sbx_preset_to_json(list[i]);
+            json_object *o = doc ? json_tokener_parse(doc) : NULL;
+            free(doc);
+            if (o == NULL)
+                continue;
+            json_object_object_add(o, "source",
+                                   json_object_new_string(sbx_preset_get0_source(list[i])));
+            json_object_array_add(array, o);
+        }
+        printf("%s\n", json_object_to_json_string_ext(array, JSON_C_TO_STRING_PRETTY |
+                                                                JSON_C_TO_STRING_SPACED |
+                                                                JSON_C_TO_STRING_NOSLASHESCAPE));
+        json_object_put(array);
+    } else {
+        size_t width = 4;
+        for (size_t i = 0; i < count; i++)
+            if (strlen(sbx_preset_get0_name(list[i])) > width)
+                width = strlen(sbx_preset_get0_name(list[i]));
+        printf("%-*s  %s\n", (int)width, "NAME", "DESCRIPTION");
+        for (size_t i = 0; i < count; i++) {
+            printf("%-*s  %s\n", (int)width, sbx_preset_get0_name(list[i]),
+                   sbx_preset_get0_description(list[i]));
+            printf("%-*s  source: %s\n", (int)width, "", sbx_preset_get0_source(list[i]));
+        }
+    }
+    sbx_preset_list_free(list, count);
+    return 0;
+}
+
 /* ------------------------------------------------------------------ main */
 
 static int cmd_help(int argc, char **argv)
@@ -1037,6 +2482,20 @@ static int cmd_help(int argc, char **argv)
         usage_exec_code(stdout);
     else if (strcmp(argv[1], "backends") == 0)
         usage_backends(stdout);
+    else if (strcmp(argv[1], "create") == 0)
+        usage_create(stdout);
+    else if (strcmp(argv[1], "exec") == 0)
+        usage_exec(stdout);
+    else if (strcmp(argv[1], "cp") == 0)
+        usage_cp(stdout);
+    else if (strcmp(argv[1], "ls") == 0)
+        usage_ls(stdout);
+    else if (strcmp(argv[1], "rm") == 0)
+        usage_rm(stdout);
+    else if (strcmp(argv[1], "ps") == 0)
+        usage_ps(stdout);
+    else if (strcmp(argv[1], "presets") == 0)
+        usage_presets(stdout);
     else if (strcmp(argv[1], "help") == 0)
         usage_main(stdout);
     else
@@ -1070,6 +2529,20 @@ int main(int argc, char **argv)
         status = cmd_exec_code(argc - 1, argv + 1);
     else if (strcmp(cmd, "backends") == 0)
         status = cmd_backends(argc - 1, argv + 1);
+    else if (strcmp(cmd, "create") == 0)
+        status = cmd_create(argc - 1, argv + 1);
+    else if (strcmp(cmd, "exec") == 0)
+        status = cmd_exec(argc - 1, argv + 1);
+    else if (strcmp(cmd, "cp") == 0)
+        status = cmd_cp(argc - 1, argv + 1);
+    else if (strcmp(cmd, "ls") == 0)
+        status = cmd_ls(argc - 1, argv + 1);
+    else if (strcmp(cmd, "rm") == 0)
+        status = cmd_rm(argc - 1, argv + 1);
+    else if (strcmp(cmd, "ps") == 0)
+        status = cmd_ps(argc - 1, argv + 1);
+    else if (strcmp(cmd, "presets") == 0)
+        status = cmd_presets(argc - 1, argv + 1);
     else if (strcmp(cmd, "help") == 0)
         status = cmd_help(argc - 1, argv + 1);
     else if (cmd[0] == '-')

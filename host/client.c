@@ -274,6 +274,83 @@ out:
 }
 
 /*
+ * Writes the files of sbx_options_add_file(), in order. Returns 0, or -1
+ * with *@err a creation_failed error naming the step and the path.
+ */
+static int
+write_files(sbx_sandbox *sandbox, const sbx_options *options, sbx_error **err)
+{
+    size_t n = sbx_options_get_file_count(options);
+
+    for (size_t i = 0; i < n; i++) {
+        const char *path, *data;
+        size_t len;
+        sbx_error *inner = NULL;
+
+        sbx_options_get0_file(options, i, &path, &data, &len);
+        if (sbx_sandbox_write_file(sandbox, path, data, len, &inner) == 0)
+            continue;
+        sbx_error *e = sbx_set_error(err, SBX_ERROR_CREATION_FAILED, NULL,
+                                     "writing file %s failed: %s", path,
+                                     inner ? sbx_error_get0_message(inner) : "unknown error");
+        sbx_error_add_context(e, "step", "files");
+        sbx_error_add_context(e, "path", path);
+        if (inner)
+            sbx_error_add_context(e, "cause", sbx_error_code_name(sbx_error_get_code(inner)));
+        sbx_error_free(inner);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * Runs the preset's setup commands with /bin/sh -c, in order. Returns 0, or
+ * -1 with *@err a creation_failed error naming the step and the command.
+ */
+static int
+run_setup(sbx_sandbox *sandbox, sbx_strv *commands, sbx_error **err)
+{
+    for (size_t i = 0; i < commands->count; i++) {
+        sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+        sbx_error *inner = NULL;
+        sbx_result *res;
+
+        rq.shell = commands->items[i];
+        res = sbx_exec_run(sandbox, &rq, &inner);
+        if (res && res->exit_code == 0) {
+            sbx_result_free(res);
+            continue;
+        }
+        char *line = res ? last_line(res->err, res->err_len) : NULL;
+        sbx_error *e;
+        if (res && line && *line)
+            e = sbx_set_error(err, SBX_ERROR_CREATION_FAILED, NULL,
+                              "preset setup command %zu failed with exit code %d%s (%s): %s",
+                              i + 1, res->exit_code, res->timed_out ? ", timed out" : "",
+                              line, commands->items[i]);
+        else if (res)
+            e = sbx_set_error(err, SBX_ERROR_CREATION_FAILED, NULL,
+                              "preset setup command %zu failed with exit code %d%s: %s",
+                              i + 1, res->exit_code, res->timed_out ? ", timed out" : "",
+                              commands->items[i]);
+        else
+            e = sbx_set_error(err, SBX_ERROR_CREATION_FAILED, NULL,
+                              "preset setup command %zu could not run: %s: %s", i + 1,
+                              inner ? sbx_error_get0_message(inner) : "unknown error",
+                              commands->items[i]);
+        sbx_error_add_context(e, "step", "preset_setup");
+        sbx_error_add_context(e, "command", commands->items[i]);
+        if (res)
+            sbx_error_add_contextf(e, "exit_code", "%d", res->exit_code);
+        free(line);
+        sbx_result_free(res);
+        sbx_error_free(inner);
+        return -1;
+    }
+    return 0;
+}
+
+/*
  * Destroys a sandbox whose creation failed in a later step; notes a failed
  * cleanup in @err's context.
  */
@@ -310,6 +387,9 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
     sbx_error *err = NULL;
     sbx_call_ctx ctx;
     const char *s;
+    sbx_preset *preset = NULL;
+    sbx_strv setup = { 0 };
+    int skip_setup = 0, setup_first = 0;
 
     if (!client) {
         sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, op, "client is NULL");
@@ -326,7 +406,15 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
         sbx_set_error(&err, SBX_ERROR_UNKNOWN, op, "cannot read random bytes for the create token");
         goto fail;
     }
-    if (sbx_options_env_strv(options, &env) < 0)
+    if (sbx_options_get0_preset(options)) {
+        preset = sbx_preset_load(sbx_options_get0_preset(options), &err);
+        if (!preset) {
+            sbx_error_add_context(err, "option", "preset");
+            goto fail;
+        }
+    }
+    if (sbx_preset_env_strv(preset, options, &env) < 0 ||
+        sbx_options_env_strv(options, &env) < 0)
         goto oom;
 
     memset(&req, 0, sizeof(req));
@@ -335,9 +423,36 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
     req.cpu = sbx_options_get_cpu(options);
     req.memory_mb = sbx_options_get_memory_mb(options);
     req.timeout_secs = sbx_options_get_timeout_secs(options);
+    /* Preset values are defaults: only fields the caller left unset. */
+    if (preset) {
+        double v;
+        if (!sbx_options_is_set(options, SBX_OPTION_CPU) && sbx_preset_get_number(preset, "cpu", &v))
+            req.cpu = v;
+        if (!sbx_options_is_set(options, SBX_OPTION_MEMORY_MB) &&
+            sbx_preset_get_number(preset, "memory_mb", &v))
+            req.memory_mb = (int64_t)v;
+        if (!sbx_options_is_set(options, SBX_OPTION_TIMEOUT_SECS) &&
+            sbx_preset_get_number(preset, "timeout_secs", &v))
+            req.timeout_secs = v;
+    }
     req.workdir = sbx_options_get0_workdir(options);
     req.env = sbx_strv_view(&env);
     req.expires_at = sbx_wallclock_now() + req.timeout_secs;
+    req.image = sbx_options_get0_image(options);
+    req.template_name = sbx_options_get0_template(options);
+    req.snapshot_id = sbx_options_get0_snapshot_id(options);
+    req.app_name = sbx_options_get0_app_name(options);
+    req.gpu = sbx_options_get0_gpu(options);
+    req.disk_mb = sbx_options_get_disk_mb(options);
+    req.allow_internet = sbx_options_get_allow_internet(options);
+    req.backend_options = sbx_options_get0_backend_options(options);
+    if (preset && !sbx_options_is_set(options, SBX_OPTION_ALLOW_INTERNET))
+        sbx_preset_get_bool(preset, "allow_internet", &req.allow_internet);
+    if (preset && !req.image) {
+        req.image = sbx_preset_get0_image(preset, client->backend);
+        /* The preset's image already holds what its setup would install. */
+        skip_setup = req.image && (client->plugin->caps & SBX_CAP_IMAGE);
+    }
 
     sbx_call_ctx_init(&ctx);
     ctx.create_token = token;
@@ -379,19 +494,38 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
     }
 
     /* Generic creation steps, in the reference's order. */
-    if (sbx_options_get0_git_repo(options) &&
-        git_clone(sandbox, sbx_options_get0_git_repo(options),
-                  sbx_options_get0_git_ref(options), &err) < 0) {
+    if (preset && !skip_setup) {
+        if (sbx_preset_setup_commands(preset, client->backend, &setup) < 0)
+            goto oom_after_create;
+        sbx_preset_get_bool(preset, "setup_before_workspace", &setup_first);
+    }
+    if ((setup_first && run_setup(sandbox, &setup, &err) < 0) ||
+        (sbx_options_get0_git_repo(options) &&
+         git_clone(sandbox, sbx_options_get0_git_repo(options),
+                   sbx_options_get0_git_ref(options), &err) < 0) ||
+        write_files(sandbox, options, &err) < 0 ||
+        sbx_manifest_apply(sbx_options_get0_workspace(options), sandbox, &err) < 0 ||
+        (!setup_first && run_setup(sandbox, &setup, &err) < 0)) {
         destroy_after_failure(sandbox, err);
         sandbox_release(sandbox);
         goto fail;
     }
+    sbx_strv_clear(&setup);
+    sbx_preset_free(preset);
     return sandbox;
+
+oom_after_create:
+    sbx_set_error(&err, SBX_ERROR_UNKNOWN, op, "out of memory");
+    destroy_after_failure(sandbox, err);
+    sandbox_release(sandbox);
+    goto fail;
 
 oom:
     sbx_set_error(&err, SBX_ERROR_UNKNOWN, op, "out of memory");
 fail:
     sbx_strv_clear(&env);
+    sbx_strv_clear(&setup);
+    sbx_preset_free(preset);
     finish_error(error, err, client->backend, op);
     return NULL;
 }
@@ -538,4 +672,41 @@ SBX_EXPORT const char *
 sbx_sandbox_get0_root(const sbx_sandbox *sandbox)
 {
     return sandbox ? sandbox->root : "";
+}
+
+char *
+sbx_sandbox_resolve_path(const sbx_sandbox *sandbox, const char *path, sbx_error **err)
+{
+    const char *p;
+
+    if (!path || !*path) {
+        sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL,
+                      "invalid sandbox path \"\": must not be empty");
+        return NULL;
+    }
+    /* No ".." component: the path must stay beneath the sandbox's root. */
+    for (p = path; *p; ) {
+        const char *end = strchr(p, '/');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n == 2 && p[0] == '.' && p[1] == '.') {
+            sbx_error *e = sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL,
+                                         "invalid sandbox path \"%s\": \"..\" is not allowed",
+                                         path);
+            sbx_error_add_context(e, "path", path);
+            return NULL;
+        }
+        p += n;
+        while (*p == '/')
+            p++;
+    }
+    char *out;
+    if (!sandbox->root[0])
+        out = strdup(path);
+    else if (path[0] == '/')
+        out = sbx_asprintf("%s%s", sandbox->root, path);
+    else
+        out = sbx_asprintf("%s/%s", sandbox->root, path);
+    if (!out)
+        sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "out of memory");
+    return out;
 }

@@ -20,6 +20,10 @@
  *  - at the deadline the process tree gets SIGTERM, SBX_KILL_GRACE_SECS
  *    later SIGKILL; the result is exit code 124 with timed_out set.
  *
+ * sbx_exec_run_fds (the file fallbacks' variant) hands the plugin the
+ * caller's own stdin and/or stdout descriptor instead: those bytes never
+ * pass through this process, and that descriptor is left open.
+ *
  * Every descriptor is closed and the process handle freed on every path.
  * The library never waits on processes it did not start (no waitpid(-1))
  * and installs no signal handler.
@@ -62,6 +66,8 @@ typedef struct exec_state {
     sbx_call_ctx ctx;
     exec_stream out[2];         /* stdout, stderr */
     int in_fd;                  /* host end of the stdin socket; -1 when none */
+    int given_in;               /* caller's stdin descriptor (borrowed); -1 = none */
+    int given_out;              /* caller's stdout descriptor (borrowed); -1 = none */
     int in_open;                /* 1 while stdin bytes remain to send */
     const char *in_data;
     size_t in_left;
@@ -286,6 +292,10 @@ make_fds(exec_state *st, int far[3], sbx_error **err)
     for (int i = 0; i < 2; i++) {
         int p[2];
 
+        if (i == 0 && st->given_out >= 0) {
+            far[1] = st->given_out;     /* straight to the caller's descriptor */
+            continue;
+        }
         if (pipe2(p, O_CLOEXEC) < 0)
             goto fail;
         st->out[i].fd = p[0];
@@ -293,7 +303,9 @@ make_fds(exec_state *st, int far[3], sbx_error **err)
         if (sbx_set_nonblock(p[0]) < 0)
             goto fail;
     }
-    if (st->rq.stdin_data) {
+    if (st->given_in >= 0) {
+        far[0] = st->given_in;          /* straight from the caller's descriptor */
+    } else if (st->rq.stdin_data) {
         int sv[2];
 
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
@@ -454,8 +466,23 @@ exec_loop(exec_state *st, const char *backend, double timeout, double start,
     return 0;
 }
 
-sbx_result *
-sbx_exec_run(sbx_sandbox *sandbox, const sbx_exec_request *request, sbx_error **err)
+/* Drops the host's copies of the plugin's ends of the descriptors; the
+ * caller's own descriptors are left open. */
+static void
+close_far(const exec_state *st, int far[3])
+{
+    if (far[0] >= 0 && far[0] == st->given_in)
+        far[0] = -1;
+    if (far[1] >= 0 && far[1] == st->given_out)
+        far[1] = -1;
+    for (int i = 0; i < 3; i++)
+        sbx_close_fd(&far[i]);
+}
+
+/* The engine; @stdin_fd / @stdout_fd as sbx_exec_run_fds. */
+static sbx_result *
+exec_run(sbx_sandbox *sandbox, const sbx_exec_request *request, int stdin_fd, int stdout_fd,
+         sbx_error **err)
 {
     int (*start_fn)(sbx_plugin_sandbox *, const sbx_call_ctx *,
                     const sbx_plugin_exec_request *, sbx_plugin_process **, sbx_error **);
@@ -470,6 +497,8 @@ sbx_exec_run(sbx_sandbox *sandbox, const sbx_exec_request *request, sbx_error **
 
     memset(&st, 0, sizeof(st));
     st.in_fd = -1;
+    st.given_in = stdin_fd >= 0 ? stdin_fd : -1;
+    st.given_out = stdout_fd >= 0 ? stdout_fd : -1;
     st.out[0].fd = st.out[1].fd = -1;
     if (normalize_request(request, &st.rq, err) < 0 || validate_request(&st.rq, err) < 0 ||
         sbx_sandbox_check_usable(sandbox, err) < 0)
@@ -520,8 +549,7 @@ sbx_exec_run(sbx_sandbox *sandbox, const sbx_exec_request *request, sbx_error **
     }
     /* The plugin dup()ed what it keeps: drop our copies of its ends so EOF
      * arrives when the command's side closes. */
-    for (int i = 0; i < 3; i++)
-        sbx_close_fd(&far[i]);
+    close_far(&st, far);
     if (st.in_open && st.in_left == 0)
         stdin_pump(&st);
 
@@ -547,8 +575,7 @@ fail:
 out:
     if (st.proc && free_fn)
         free_fn(st.proc);
-    for (int i = 0; i < 3; i++)
-        sbx_close_fd(&far[i]);
+    close_far(&st, far);
     for (int i = 0; i < 2; i++) {
         sbx_close_fd(&st.out[i].fd);
         sbx_buf_clear(&st.out[i].buf);
@@ -556,6 +583,19 @@ out:
     sbx_close_fd(&st.in_fd);
     free(st.chunk);
     return res;
+}
+
+sbx_result *
+sbx_exec_run(sbx_sandbox *sandbox, const sbx_exec_request *request, sbx_error **err)
+{
+    return exec_run(sandbox, request, -1, -1, err);
+}
+
+sbx_result *
+sbx_exec_run_fds(sbx_sandbox *sandbox, const sbx_exec_request *request, int stdin_fd,
+                 int stdout_fd, sbx_error **err)
+{
+    return exec_run(sandbox, request, stdin_fd, stdout_fd, err);
 }
 
 /* ---------------------------------------------------------------- public */

@@ -241,6 +241,15 @@ int sbx_sandbox_check_usable(sbx_sandbox *sandbox, sbx_error **err);
 sbx_result *sbx_exec_run(sbx_sandbox *sandbox, const sbx_exec_request *request,
                          sbx_error **err);
 
+/**
+ * sbx_exec_run with the command's stdin read from @stdin_fd and its stdout
+ * written to @stdout_fd, handed to the plugin as they are (no copy through
+ * this process; borrowed, left open). -1 keeps the usual behaviour
+ * (request stdin bytes / captured stdout). Used by the file fallbacks.
+ */
+sbx_result *sbx_exec_run_fds(sbx_sandbox *sandbox, const sbx_exec_request *request,
+                             int stdin_fd, int stdout_fd, sbx_error **err);
+
 /* ------------------------------------------------------------------------ */
 /* result.c                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -261,5 +270,41 @@ struct sbx_result {
 sbx_result *sbx_result_new(void);
 /** Moves the bytes of @b into the result's @stream buffer. Returns 0 or -1. */
 int sbx_result_take_output(sbx_result *result, sbx_stream stream, sbx_buf *b);
+
+
+/* ------------------------------------------------------------------------ */
+/* presets.c, workspace.c                                                    */
+/* ------------------------------------------------------------------------ */
+
+/** 1 when @name matches [a-z0-9][a-z0-9._-]* (at most 128 bytes). */
+int sbx_preset_name_valid(const char *name);
+/** Numeric / boolean preset key: 1 and *@value when present, else 0. */
+int sbx_preset_get_number(const sbx_preset *preset, const char *key, double *value);
+int sbx_preset_get_bool(const sbx_preset *preset, const char *key, int *value);
+/** Appends the preset's env as KEY=VALUE, skipping keys @options sets. */
+int sbx_preset_env_strv(const sbx_preset *preset, const sbx_options *options, sbx_strv *out);
+/** Appends setup_commands, then backend_setup_commands[@backend]. */
+int sbx_preset_setup_commands(const sbx_preset *preset, const char *backend, sbx_strv *out);
+
+/** Takes one more reference to @manifest; returns it. */
+sbx_manifest *sbx_manifest_ref(sbx_manifest *manifest);
+/** Materialises every entry in order; on failure a creation_failed error
+ *  with context step=workspace, dest, entry. NULL manifest: nothing. */
+int sbx_manifest_apply(const sbx_manifest *manifest, sbx_sandbox *sandbox, sbx_error **err);
+
+/** Options internals used by create. */
+sbx_manifest *sbx_options_get0_workspace(const sbx_options *options);
+size_t sbx_options_get_file_count(const sbx_options *options);
+/** The @index-th file of sbx_options_add_file: path, bytes, length. */
+void sbx_options_get0_file(const sbx_options *options, size_t index, const char **path,
+                           const char **data, size_t *len);
+
+/**
+ * The path commands see for sandbox path @path: under the sandbox root
+ * where the sandbox has one (local), else @path itself. A relative path is
+ * taken from the root. A ".." component is refused (invalid_argument).
+ * New string, or NULL with *@err set.
+ */
+char *sbx_sandbox_resolve_path(const sbx_sandbox *sandbox, const char *path, sbx_error **err);
 
 #endif /* SBX_HOST_INTERNAL_H */

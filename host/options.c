@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
 #include "internal.h"
 
 struct sbx_options {
@@ -17,6 +19,20 @@ struct sbx_options {
     char *workdir;
     char *git_repo;
     char *git_ref;
+    char *image;
+    char *template_name;
+    char *snapshot_id;
+    char *app_name;
+    char *gpu;
+    char *backend_options;
+    int64_t disk_mb;
+    int allow_internet;
+    char *preset;
+    sbx_manifest *workspace;    /* a reference */
+    size_t file_count;          /* files in insertion order */
+    char **file_paths;
+    char **file_data;
+    size_t *file_lens;
     size_t env_count;           /* env in insertion order */
     size_t env_cap;
     char **env_keys;
@@ -33,6 +49,7 @@ sbx_options_new(void)
     o->timeout_secs = SBX_DEFAULT_TIMEOUT_SECS;
     o->cpu = SBX_DEFAULT_CPU;
     o->memory_mb = SBX_DEFAULT_MEMORY_MB;
+    o->allow_internet = 1;
     return o;
 }
 
@@ -50,6 +67,21 @@ sbx_options_free(sbx_options *options)
     free(options->workdir);
     free(options->git_repo);
     free(options->git_ref);
+    free(options->image);
+    free(options->template_name);
+    free(options->snapshot_id);
+    free(options->app_name);
+    free(options->gpu);
+    free(options->backend_options);
+    free(options->preset);
+    sbx_manifest_free(options->workspace);
+    for (size_t i = 0; i < options->file_count; i++) {
+        free(options->file_paths[i]);
+        free(options->file_data[i]);
+    }
+    free(options->file_paths);
+    free(options->file_data);
+    free(options->file_lens);
     free(options);
 }
 
@@ -259,6 +291,316 @@ sbx_options_set_git_repo(sbx_options *options, const char *url, const char *ref,
     else
         options->set &= ~(uint64_t)SBX_OPTION_GIT_REF;
     return 0;
+}
+
+/* Replaces string option @slot with a copy of non-empty @value. */
+static int
+set_string(sbx_options *options, const char *op, const char *name, char **slot,
+           const char *value, sbx_option_field field, sbx_error **error)
+{
+    char *copy;
+
+    if (check_options(options, op, error) < 0)
+        return -1;
+    if (!value || !*value) {
+        sbx_error *e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                     "invalid %s \"\": must not be empty", name);
+        sbx_error_add_context(e, "option", name);
+        return -1;
+    }
+    if (!(copy = strdup(value)))
+        return oom(op, error);
+    free(*slot);
+    *slot = copy;
+    options->set |= field;
+    return 0;
+}
+
+SBX_EXPORT int
+sbx_options_set_image(sbx_options *options, const char *image, sbx_error **error)
+{
+    return set_string(options, "set_image", "image", options ? &options->image : NULL,
+                      image, SBX_OPTION_IMAGE, error);
+}
+
+SBX_EXPORT int
+sbx_options_set_template(sbx_options *options, const char *template_name, sbx_error **error)
+{
+    return set_string(options, "set_template", "template",
+                      options ? &options->template_name : NULL, template_name,
+                      SBX_OPTION_TEMPLATE, error);
+}
+
+SBX_EXPORT int
+sbx_options_set_snapshot_id(sbx_options *options, const char *snapshot_id, sbx_error **error)
+{
+    return set_string(options, "set_snapshot_id", "snapshot_id",
+                      options ? &options->snapshot_id : NULL, snapshot_id,
+                      SBX_OPTION_SNAPSHOT_ID, error);
+}
+
+SBX_EXPORT int
+sbx_options_set_app_name(sbx_options *options, const char *app_name, sbx_error **error)
+{
+    return set_string(options, "set_app_name", "app_name",
+                      options ? &options->app_name : NULL, app_name,
+                      SBX_OPTION_APP_NAME, error);
+}
+
+/* 1 when @gpu is "TYPE" or "TYPE:COUNT" with COUNT a positive integer. */
+static int
+gpu_valid(const char *gpu)
+{
+    const char *colon = strchr(gpu, ':');
+
+    if (colon == gpu || *gpu == '\0')
+        return 0;
+    if (!colon)
+        return 1;
+    if (colon[1] == '\0' || strchr(colon + 1, ':'))
+        return 0;
+    for (const char *p = colon + 1; *p; p++)
+        if (*p < '0' || *p > '9')
+            return 0;
+    return strtol(colon + 1, NULL, 10) > 0;
+}
+
+SBX_EXPORT int
+sbx_options_set_gpu(sbx_options *options, const char *gpu, sbx_error **error)
+{
+    static const char op[] = "set_gpu";
+
+    if (check_options(options, op, error) < 0)
+        return -1;
+    if (!gpu || !gpu_valid(gpu)) {
+        sbx_error *e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                     "invalid gpu \"%s\": expected TYPE or TYPE:COUNT "
+                                     "(e.g. H100:2)", gpu ? gpu : "");
+        sbx_error_add_context(e, "option", "gpu");
+        sbx_error_add_context(e, "value", gpu ? gpu : "");
+        return -1;
+    }
+    return set_string(options, op, "gpu", &options->gpu, gpu, SBX_OPTION_GPU, error);
+}
+
+SBX_EXPORT int
+sbx_options_set_disk_mb(sbx_options *options, int64_t disk_mb, sbx_error **error)
+{
+    static const char op[] = "set_disk_mb";
+
+    if (check_options(options, op, error) < 0)
+        return -1;
+    if (disk_mb <= 0) {
+        sbx_error *e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                     "disk_mb must be > 0, got %lld", (long long)disk_mb);
+        sbx_error_add_context(e, "option", "disk_mb");
+        sbx_error_add_contextf(e, "value", "%lld", (long long)disk_mb);
+        return -1;
+    }
+    options->disk_mb = disk_mb;
+    options->set |= SBX_OPTION_DISK_MB;
+    return 0;
+}
+
+SBX_EXPORT int
+sbx_options_set_allow_internet(sbx_options *options, int allow, sbx_error **error)
+{
+    if (check_options(options, "set_allow_internet", error) < 0)
+        return -1;
+    options->allow_internet = allow ? 1 : 0;
+    options->set |= SBX_OPTION_ALLOW_INTERNET;
+    return 0;
+}
+
+SBX_EXPORT int
+sbx_options_set_backend_options(sbx_options *options, const char *json, sbx_error **error)
+{
+    static const char op[] = "set_backend_options";
+    enum json_tokener_error jerr = json_tokener_success;
+    json_object *obj;
+    int is_object;
+
+    if (check_options(options, op, error) < 0)
+        return -1;
+    obj = json ? json_tokener_parse_verbose(json, &jerr) : NULL;
+    is_object = obj && json_object_is_type(obj, json_type_object);
+    json_object_put(obj);
+    if (!is_object) {
+        sbx_error *e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                     "invalid backend_options: %s",
+                                     !json ? "NULL"
+                                     : jerr != json_tokener_success ? json_tokener_error_desc(jerr)
+                                     : "not a JSON object");
+        sbx_error_add_context(e, "option", "backend_options");
+        return -1;
+    }
+    return set_string(options, op, "backend_options", &options->backend_options, json,
+                      SBX_OPTION_BACKEND_OPTIONS, error);
+}
+
+SBX_EXPORT int64_t
+sbx_options_get_disk_mb(const sbx_options *options)
+{
+    return options ? options->disk_mb : 0;
+}
+
+SBX_EXPORT int
+sbx_options_get_allow_internet(const sbx_options *options)
+{
+    return options ? options->allow_internet : 1;
+}
+
+SBX_EXPORT const char *
+sbx_options_get0_image(const sbx_options *options)
+{
+    return options ? options->image : NULL;
+}
+
+SBX_EXPORT const char *
+sbx_options_get0_template(const sbx_options *options)
+{
+    return options ? options->template_name : NULL;
+}
+
+SBX_EXPORT const char *
+sbx_options_get0_snapshot_id(const sbx_options *options)
+{
+    return options ? options->snapshot_id : NULL;
+}
+
+SBX_EXPORT const char *
+sbx_options_get0_app_name(const sbx_options *options)
+{
+    return options ? options->app_name : NULL;
+}
+
+SBX_EXPORT const char *
+sbx_options_get0_gpu(const sbx_options *options)
+{
+    return options ? options->gpu : NULL;
+}
+
+SBX_EXPORT const char *
+sbx_options_get0_backend_options(const sbx_options *options)
+{
+    return options ? options->backend_options : NULL;
+}
+
+SBX_EXPORT int
+sbx_options_set_preset(sbx_options *options, const char *name, sbx_error **error)
+{
+    static const char op[] = "set_preset";
+
+    if (check_options(options, op, error) < 0)
+        return -1;
+    if (!sbx_preset_name_valid(name)) {
+        sbx_error *e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                     "invalid preset name \"%s\": must match "
+                                     "[a-z0-9][a-z0-9._-]*", name ? name : "");
+        sbx_error_add_context(e, "option", "preset");
+        return -1;
+    }
+    return set_string(options, op, "preset", &options->preset, name, SBX_OPTION_PRESET, error);
+}
+
+SBX_EXPORT const char *
+sbx_options_get0_preset(const sbx_options *options)
+{
+    return options ? options->preset : NULL;
+}
+
+SBX_EXPORT int
+sbx_options_add_file(sbx_options *options, const char *path, const void *data, size_t len,
+                     sbx_error **error)
+{
+    static const char op[] = "add_file";
+    char *p, *d;
+
+    if (check_options(options, op, error) < 0)
+        return -1;
+    if (!path || !*path) {
+        sbx_error *e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                     "invalid file path \"\": must be a non-empty sandbox path");
+        sbx_error_add_context(e, "option", "files");
+        return -1;
+    }
+    if (!data && len) {
+        sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                      "data of file \"%s\" is NULL with length %zu", path, len);
+        return -1;
+    }
+    if (!(d = malloc(len ? len : 1)))
+        return oom(op, error);
+    if (len)
+        memcpy(d, data, len);
+    for (size_t i = 0; i < options->file_count; i++) {
+        if (strcmp(options->file_paths[i], path) == 0) {
+            free(options->file_data[i]);
+            options->file_data[i] = d;
+            options->file_lens[i] = len;
+            options->set |= SBX_OPTION_FILES;
+            return 0;
+        }
+    }
+    if (!(p = strdup(path))) {
+        free(d);
+        return oom(op, error);
+    }
+    size_t n = options->file_count + 1;
+    char **paths = realloc(options->file_paths, n * sizeof(*paths));
+    if (paths)
+        options->file_paths = paths;
+    char **datas = paths ? realloc(options->file_data, n * sizeof(*datas)) : NULL;
+    if (datas)
+        options->file_data = datas;
+    size_t *lens = datas ? realloc(options->file_lens, n * sizeof(*lens)) : NULL;
+    if (!lens) {
+        free(p);
+        free(d);
+        return oom(op, error);
+    }
+    options->file_lens = lens;
+    options->file_paths[options->file_count] = p;
+    options->file_data[options->file_count] = d;
+    options->file_lens[options->file_count] = len;
+    options->file_count = n;
+    options->set |= SBX_OPTION_FILES;
+    return 0;
+}
+
+SBX_EXPORT int
+sbx_options_set_workspace(sbx_options *options, sbx_manifest *manifest, sbx_error **error)
+{
+    if (check_options(options, "set_workspace", error) < 0)
+        return -1;
+    sbx_manifest_free(options->workspace);
+    options->workspace = sbx_manifest_ref(manifest);
+    if (manifest)
+        options->set |= SBX_OPTION_WORKSPACE;
+    else
+        options->set &= ~(uint64_t)SBX_OPTION_WORKSPACE;
+    return 0;
+}
+
+sbx_manifest *
+sbx_options_get0_workspace(const sbx_options *options)
+{
+    return options ? options->workspace : NULL;
+}
+
+size_t
+sbx_options_get_file_count(const sbx_options *options)
+{
+    return options ? options->file_count : 0;
+}
+
+void
+sbx_options_get0_file(const sbx_options *options, size_t index, const char **path,
+                      const char **data, size_t *len)
+{
+    *path = options->file_paths[index];
+    *data = options->file_data[index];
+    *len = options->file_lens[index];
 }
 
 SBX_EXPORT int

@@ -10,6 +10,8 @@
 
 #include <sbx/sbx.h>
 
+#include <stdio.h>
+
 #include "testutil.h"
 
 Test(api, version)
@@ -279,7 +281,9 @@ Test(caps, names)
 
 static const sbx_option_field all_fields[] = {
     SBX_OPTION_ENV_VARS, SBX_OPTION_WORKDIR, SBX_OPTION_TIMEOUT_SECS, SBX_OPTION_CPU,
-    SBX_OPTION_MEMORY_MB, SBX_OPTION_GIT_REPO, SBX_OPTION_GIT_REF,
+    SBX_OPTION_MEMORY_MB, SBX_OPTION_GIT_REPO, SBX_OPTION_GIT_REF, SBX_OPTION_IMAGE,
+    SBX_OPTION_TEMPLATE, SBX_OPTION_SNAPSHOT_ID, SBX_OPTION_APP_NAME, SBX_OPTION_GPU,
+    SBX_OPTION_DISK_MB, SBX_OPTION_ALLOW_INTERNET, SBX_OPTION_BACKEND_OPTIONS,
 };
 
 static void assert_only_set(const sbx_options *o, unsigned mask)
@@ -452,5 +456,86 @@ Test(options, invalid_workdir_and_git_repo)
     sbx_error_clear(&err);
     assert_only_set(o, 0);
     cr_assert_null(sbx_options_get0_workdir(o));
+    sbx_options_free(o);
+}
+
+Test(options, provider_fields)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_get_allow_internet(o), 1);
+    cr_assert_eq(sbx_options_get_disk_mb(o), 0);
+    cr_assert_null(sbx_options_get0_image(o));
+    cr_assert_null(sbx_options_get0_backend_options(o));
+    cr_assert_eq(sbx_options_set_image(o, "python:3.12-slim", NULL), 0);
+    cr_assert_eq(sbx_options_set_template(o, "base", NULL), 0);
+    cr_assert_eq(sbx_options_set_snapshot_id(o, "snap-1", NULL), 0);
+    cr_assert_eq(sbx_options_set_app_name(o, "evals", NULL), 0);
+    cr_assert_eq(sbx_options_set_gpu(o, "H100:2", NULL), 0);
+    cr_assert_eq(sbx_options_set_disk_mb(o, 4096, NULL), 0);
+    cr_assert_eq(sbx_options_set_allow_internet(o, 0, NULL), 0);
+    cr_assert_eq(sbx_options_set_backend_options(o, "{\"create_timeout\": 120}", NULL), 0);
+    assert_only_set(o, SBX_OPTION_IMAGE | SBX_OPTION_TEMPLATE | SBX_OPTION_SNAPSHOT_ID |
+                       SBX_OPTION_APP_NAME | SBX_OPTION_GPU | SBX_OPTION_DISK_MB |
+                       SBX_OPTION_ALLOW_INTERNET | SBX_OPTION_BACKEND_OPTIONS);
+    cr_assert_str_eq(sbx_options_get0_image(o), "python:3.12-slim");
+    cr_assert_str_eq(sbx_options_get0_template(o), "base");
+    cr_assert_str_eq(sbx_options_get0_snapshot_id(o), "snap-1");
+    cr_assert_str_eq(sbx_options_get0_app_name(o), "evals");
+    cr_assert_str_eq(sbx_options_get0_gpu(o), "H100:2");
+    cr_assert_eq(sbx_options_get_disk_mb(o), 4096);
+    cr_assert_eq(sbx_options_get_allow_internet(o), 0);
+    cr_assert_str_eq(sbx_options_get0_backend_options(o), "{\"create_timeout\": 120}");
+    /* A second set replaces the value. */
+    cr_assert_eq(sbx_options_set_gpu(o, "A100", NULL), 0);
+    cr_assert_str_eq(sbx_options_get0_gpu(o), "A100");
+    cr_assert_eq(sbx_options_set_allow_internet(o, 7, NULL), 0);
+    cr_assert_eq(sbx_options_get_allow_internet(o), 1);
+    sbx_options_free(o);
+}
+
+Test(options, invalid_provider_fields)
+{
+    const char *bad_gpu[] = {"", ":2", "H100:", "H100:0", "H100:x", "A:1:2", "H100:-1"};
+    for (size_t i = 0; i < sizeof bad_gpu / sizeof bad_gpu[0]; i++) {
+        sbx_options *o = sbx_options_new();
+        sbx_error *err = NULL;
+        cr_assert_eq(sbx_options_set_gpu(o, bad_gpu[i], &err), -1, "gpu \"%s\" accepted",
+                     bad_gpu[i]);
+        cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
+        char want[64];
+        snprintf(want, sizeof want, "\"%s\"", bad_gpu[i]);
+        cr_assert(strstr(sbx_error_get0_message(err), want) != NULL,
+                  "message \"%s\" does not name %s", sbx_error_get0_message(err), want);
+        cr_assert_eq(sbx_options_is_set(o, SBX_OPTION_GPU), 0);
+        cr_assert_null(sbx_options_get0_gpu(o));
+        sbx_error_free(err);
+        sbx_options_free(o);
+    }
+    const char *bad_json[] = {"[1]", "{\"a\":", "42", "\"s\"", "null"};
+    for (size_t i = 0; i < sizeof bad_json / sizeof bad_json[0]; i++) {
+        sbx_options *o = sbx_options_new();
+        sbx_error *err = NULL;
+        cr_assert_eq(sbx_options_set_backend_options(o, bad_json[i], &err), -1,
+                     "backend_options %s accepted", bad_json[i]);
+        cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
+        cr_assert_str_eq(sbx_error_get0_context(err, "option"), "backend_options");
+        cr_assert_eq(sbx_options_is_set(o, SBX_OPTION_BACKEND_OPTIONS), 0);
+        sbx_error_free(err);
+        sbx_options_free(o);
+    }
+    sbx_options *o = sbx_options_new();
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_options_set_image(o, "", &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), "image");
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_options_set_snapshot_id(o, NULL, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_options_set_disk_mb(o, 0, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(sbx_error_get0_context(err, "value"), "0");
+    sbx_error_clear(&err);
+    assert_only_set(o, 0);
     sbx_options_free(o);
 }

@@ -7,7 +7,10 @@
  * Every run gets a fresh TMPDIR, under which the local backend makes its
  * sandboxes (${TMPDIR:-/tmp}/sbx-local-XXXXXX); after each run that
  * directory must hold no sbx-local-* entry, so a sandbox the tool did not
- * destroy is caught.
+ * destroy is caught (except for runs that leave a sandbox on purpose:
+ * `sbx create` and what follows it, until `sbx rm`). SBX_STATE_DIR points
+ * at "state" in that directory, so `sbx create` records its sandboxes
+ * there and never in the user's own state directory.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -22,6 +25,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +35,8 @@
 #include <unistd.h>
 
 #include <json-c/json.h>
+
+#include <sbx/sbx.h>
 
 extern char **environ;
 
@@ -66,10 +72,47 @@ static int remove_entry(const char *path, const struct stat *st, int type,
     return 0;
 }
 
+/* Destroys every sandbox recorded in state directory @dir (left by a
+ * test that failed before its `sbx rm`). */
+static void destroy_recorded(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+
+    while (d != NULL && (de = readdir(d)) != NULL) {
+        char path[PATH_MAX];
+        json_object *doc, *state;
+
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        doc = json_object_from_file(path);
+        if (doc != NULL && json_object_object_get_ex(doc, "state", &state)) {
+            sbx_sandbox *sb = sbx_resume(json_object_to_json_string(state), NULL);
+
+            if (sb != NULL) {
+                sbx_sandbox_destroy(sb, NULL);
+                sbx_sandbox_free(sb);
+            }
+        }
+        json_object_put(doc);
+    }
+    if (d != NULL)
+        closedir(d);
+}
+
 static void remove_tmpdir(void)
 {
-    if (g_tmpdir[0] != '\0')
-        nftw(g_tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    char dir[PATH_MAX + 32];
+
+    if (g_tmpdir[0] == '\0')
+        return;
+    setenv("TMPDIR", g_tmpdir, 1);
+    snprintf(dir, sizeof dir, "%s/state/sandboxes", g_tmpdir);
+    destroy_recorded(dir);
+    snprintf(dir, sizeof dir, "%s/xdg/sbx/sandboxes", g_tmpdir);
+    destroy_recorded(dir);
+    nftw(g_tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 TestSuite(cli, .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 120);
@@ -91,6 +134,7 @@ typedef struct cli_spec {
     const char *const *env;   /* extra "KEY=VALUE" for sbx, NULL-terminated */
     const char *stop_marker;  /* when stdout contains it, send stop_signal */
     int stop_signal;
+    int keep_sandboxes;       /* sandboxes may outlive the run (create...) */
 } cli_spec;
 
 static double now_secs(void)
@@ -112,28 +156,40 @@ static void append(char **buf, size_t *len, const char *data, size_t n)
     *buf = bigger;
 }
 
-/* The environment of sbx: ours, without TMPDIR and SBX_BACKEND, plus
- * TMPDIR=<the test's directory> and @extra. */
+/* The environment of sbx: ours, without TMPDIR, SBX_BACKEND,
+ * SBX_STATE_DIR and XDG_STATE_HOME, plus TMPDIR=<the test's directory>,
+ * SBX_STATE_DIR=<the test's directory>/state (unless @extra sets it) and
+ * @extra. */
 static char **child_env(const char *const *extra)
 {
     size_t n = 0, i, j = 0, n_extra = 0;
     char **env;
-    static char tmpdir_var[PATH_MAX + 8];
+    static char tmpdir_var[PATH_MAX + 8], state_var[PATH_MAX + 32];
+    int extra_state = 0;
 
     while (environ[n] != NULL)
         n++;
-    while (extra != NULL && extra[n_extra] != NULL)
+    while (extra != NULL && extra[n_extra] != NULL) {
+        if (strncmp(extra[n_extra], "SBX_STATE_DIR=", 14) == 0)
+            extra_state = 1;
         n_extra++;
-    env = calloc(n + n_extra + 2, sizeof *env);
+    }
+    env = calloc(n + n_extra + 3, sizeof *env);
     cr_assert_not_null(env);
     for (i = 0; i < n; i++) {
         if (strncmp(environ[i], "TMPDIR=", 7) == 0 ||
-            strncmp(environ[i], "SBX_BACKEND=", 12) == 0)
+            strncmp(environ[i], "SBX_BACKEND=", 12) == 0 ||
+            strncmp(environ[i], "SBX_STATE_DIR=", 14) == 0 ||
+            strncmp(environ[i], "XDG_STATE_HOME=", 15) == 0)
             continue;
         env[j++] = environ[i];
     }
     snprintf(tmpdir_var, sizeof tmpdir_var, "TMPDIR=%s", g_tmpdir);
     env[j++] = tmpdir_var;
+    if (!extra_state) {
+        snprintf(state_var, sizeof state_var, "SBX_STATE_DIR=%s/state", g_tmpdir);
+        env[j++] = state_var;
+    }
     for (i = 0; i < n_extra; i++)
         env[j++] = (char *)extra[i];
     env[j] = NULL;
@@ -308,9 +364,11 @@ static cli_run run_spec(const cli_spec *spec)
     free(argv);
     free(env);
 
-    sandboxes_left(left, sizeof left);
-    cr_expect_str_empty(left, "sbx %s left sandbox directories in %s: %s",
-                        spec->args[0] ? spec->args[0] : "", g_tmpdir, left);
+    if (!spec->keep_sandboxes) {
+        sandboxes_left(left, sizeof left);
+        cr_expect_str_empty(left, "sbx %s left sandbox directories in %s: %s",
+                            spec->args[0] ? spec->args[0] : "", g_tmpdir, left);
+    }
     return r;
 }
 
@@ -810,6 +868,713 @@ Test(cli, backends_json)
     free_run(&r);
 }
 
+/* ------------------------------------------ sandboxes that outlive sbx */
+
+/* snprintf that asserts the result fits. */
+static void set_path(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_path(char *buf, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(buf, size, fmt, ap);
+    va_end(ap);
+    cr_assert(n >= 0 && (size_t)n < size, "path too long: %s", buf);
+}
+
+/* Runs `sbx ARGS...` allowing sandboxes to outlive the run. */
+#define SBX_KEEP(...) run_keep((const char *const[]){ __VA_ARGS__, NULL }, NULL)
+/* The same with extra environment variables (a NULL-terminated array). */
+#define SBX_KEEP_ENV(env, ...) run_keep((const char *const[]){ __VA_ARGS__, NULL }, (env))
+
+static cli_run run_keep(const char *const *args, const char *const *env)
+{
+    cli_spec spec = { 0 };
+
+    spec.args = args;
+    spec.env = env;
+    spec.keep_sandboxes = 1;
+    return run_spec(&spec);
+}
+
+/* Runs `sbx create ARGS...` (with @env); asserts that it printed exactly
+ * one line, a local sandbox id, and returns the id (free()). */
+static char *create_with(const char *const *env, const char *const *args)
+{
+    const char *argv[16] = { "create" };
+    size_t n = 1;
+    cli_run r;
+    char *id;
+
+    while (args != NULL && args[n - 1] != NULL && n < 15) {
+        argv[n] = args[n - 1];
+        n++;
+    }
+    argv[n] = NULL;
+    r = run_keep(argv, env);
+    cr_assert_eq(r.status, 0, "sbx create: status %d, stderr \"%s\"", r.status, r.err);
+    cr_assert_str_empty(r.err, "sbx create wrote on stderr: \"%s\"", r.err);
+    cr_assert(r.out_len > 11 && strncmp(r.out, "sbx-local-", 10) == 0 &&
+              strchr(r.out, '\n') == r.out + r.out_len - 1,
+              "sbx create printed \"%s\"", r.out);
+    id = strndup(r.out, r.out_len - 1);
+    cr_assert_not_null(id);
+    free_run(&r);
+    return id;
+}
+
+#define CREATE(...) create_with(NULL, (const char *const[]){ __VA_ARGS__, NULL })
+
+/* The record of sandbox @id under the default test state directory. */
+static char *record_path(const char *id)
+{
+    char *p;
+
+    cr_assert(asprintf(&p, "%s/state/sandboxes/%s.json", g_tmpdir, id) > 0);
+    return p;
+}
+
+/* Asserts the permission bits of @path. */
+static void expect_mode(const char *path, unsigned mode)
+{
+    struct stat st;
+
+    cr_assert_eq(lstat(path, &st), 0, "%s: %s", path, strerror(errno));
+    cr_expect_eq(st.st_mode & 07777, mode, "%s has mode %04o, expected %04o", path,
+                 (unsigned)(st.st_mode & 07777), mode);
+}
+
+/* Entries of directory @path, without . and .. (-1 when unreadable). */
+static int count_entries(const char *path)
+{
+    DIR *d = opendir(path);
+    struct dirent *de;
+    int n = 0;
+
+    if (d == NULL)
+        return -1;
+    while ((de = readdir(d)) != NULL)
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* Reads a whole file (NUL-terminated; its length in *@len). */
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    for (;;) {
+        if (cap - n < 4096) {
+            cap = cap ? cap * 2 : 8192;
+            buf = realloc(buf, cap);
+            cr_assert_not_null(buf);
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        if (got == 0)
+            break;
+        n += got;
+    }
+    fclose(f);
+    buf[n] = '\0';
+    if (len != NULL)
+        *len = n;
+    return buf;
+}
+
+/* Runs `sbx ps --json` and returns the ids it lists, space-separated, in
+ * its order, each as "ID:backend:alive" (alive 1, 0 or null). */
+static char *ps_summary(const char *const *env)
+{
+    cli_run r = SBX_KEEP_ENV(env, "ps", "--json");
+    json_object *array, *o, *v;
+    char *out = calloc(1, 1);
+    size_t len = 0, i;
+
+    cr_assert_eq(r.status, 0, "sbx ps: status %d, stderr \"%s\"", r.status, r.err);
+    array = json_tokener_parse(r.out);
+    cr_assert(array != NULL && json_object_is_type(array, json_type_array),
+              "sbx ps --json printed \"%s\"", r.out);
+    for (i = 0; i < json_object_array_length(array); i++) {
+        const char *id, *backend, *alive;
+        char item[256];
+
+        o = json_object_array_get_idx(array, i);
+        cr_assert_eq(json_object_object_length(o), 4, "%s", json_object_to_json_string(o));
+        cr_assert(json_object_object_get_ex(o, "id", &v));
+        id = json_object_get_string(v);
+        cr_assert(json_object_object_get_ex(o, "backend", &v));
+        backend = json_object_get_string(v);
+        cr_assert(json_object_object_get_ex(o, "alive", &v));
+        alive = v == NULL ? "null" : json_object_get_boolean(v) ? "1" : "0";
+        cr_assert(json_object_object_get_ex(o, "created", &v) &&
+                  json_object_get_string_len(v) == 20, "created %s",
+                  json_object_to_json_string(v));
+        set_path(item, sizeof item, "%s%s:%s:%s", len ? " " : "", id, backend, alive);
+        append(&out, &len, item, strlen(item));
+    }
+    json_object_put(array);
+    free_run(&r);
+    return out;
+}
+
+Test(cli, create_exec_rm_in_separate_processes)
+{
+    char *id = CREATE("-e", "FOO=from create", "-t", "300");
+    char *rec = record_path(id), *want;
+    cli_run r;
+
+    /* The record: private, in a private directory; no env value in it. */
+    char *text = slurp(rec, NULL);
+    cr_expect(strstr(text, "from create") == NULL, "the record holds the env value: %s",
+              text);
+    free(text);
+
+    /* Each exec is its own process; the sandbox keeps its files, its
+     * background processes and its environment between them. */
+    r = SBX_KEEP("exec", id, "--", "sh", "-c",
+                 "mkdir -p \"$SANDBOX_ROOT/work\" && printf kept > \"$SANDBOX_ROOT/work/f\" && "
+                 "{ sleep 1000 >/dev/null 2>&1 </dev/null & echo $! > \"$SANDBOX_ROOT/tmp/bg\"; }");
+    expect_run(&r, 0, "");
+    free_run(&r);
+    r = SBX_KEEP("exec", id, "--", "sh", "-c",
+                 "cat \"$SANDBOX_ROOT/work/f\"; kill -0 \"$(cat \"$SANDBOX_ROOT/tmp/bg\")\" && "
+                 "printf ' alive'; printf ' %s' \"$FOO\"");
+    expect_run(&r, 0, "kept alive from create");
+    free_run(&r);
+
+    /* Options of exec: per-call env wins, cwd, exit status, argv as is. */
+    r = SBX_KEEP("exec", "-e", "FOO=per call", "--cwd", "/work", id, "--", "sh", "-c",
+                 "printf '%s|' \"$FOO\" \"$(pwd)\" \"$1\"; exit 7", "sh", "$(x) ;y");
+    cr_expect_eq(r.status, 7, "status %d, stderr \"%s\"", r.status, r.err);
+    cr_assert(asprintf(&want, "per call|%s/sbx-local-", g_tmpdir) > 0);
+    cr_expect(strncmp(r.out, want, strlen(want)) == 0, "stdout \"%s\"", r.out);
+    cr_expect(strstr(r.out, "/work|$(x) ;y|") != NULL, "stdout \"%s\"", r.out);
+    free(want);
+    free_run(&r);
+    r = SBX_KEEP("exec", "-t", "1", id, "sleep", "30");
+    cr_expect_eq(r.status, 124, "status %d, stderr \"%s\"", r.status, r.err);
+    cr_expect(r.secs < 10, "a 1 s timeout took %.1f s", r.secs);
+    free_run(&r);
+    r = SBX_KEEP("exec", id, "--", "sh", "-c", "echo out; echo err >&2; exit 3");
+    cr_expect_eq(r.status, 3);
+    cr_expect_str_eq(r.out, "out\n");
+    cr_expect_str_eq(r.err, "err\n");
+    free_run(&r);
+
+    /* ps lists it as alive; rm destroys and forgets it. */
+    char *ps = ps_summary(NULL);
+    cr_assert(asprintf(&want, "%s:local:1", id) > 0);
+    cr_expect_str_eq(ps, want);
+    free(want);
+    free(ps);
+    r = SBX_KEEP("rm", id);
+    cr_assert(asprintf(&want, "%s\n", id) > 0);
+    expect_run(&r, 0, want);
+    cr_expect_str_empty(r.err);
+    free(want);
+    free_run(&r);
+    cr_expect(access(rec, F_OK) < 0 && errno == ENOENT, "%s is still there", rec);
+    ps = ps_summary(NULL);
+    cr_expect_str_empty(ps, "ps after rm: %s", ps);
+    free(ps);
+    r = SBX("ps");
+    expect_run(&r, 0, "ID  BACKEND  CREATED               ALIVE\n");
+    free_run(&r);
+
+    /* Nothing of it is left; and now it is unknown. */
+    char left[1024];
+    sandboxes_left(left, sizeof left);
+    cr_expect_str_empty(left, "left after rm: %s", left);
+    r = SBX("exec", id, "--", "true");
+    cr_assert(asprintf(&want, "no such sandbox: %s", id) > 0);
+    EXPECT_TOOL_FAILURE(&r, want);
+    free_run(&r);
+    r = SBX("rm", id);
+    EXPECT_TOOL_FAILURE(&r, want);
+    free(want);
+    free_run(&r);
+    free(rec);
+    free(id);
+}
+
+Test(cli, create_cp_exec_ls_cp_back_rm_ps)
+{
+    char *id = create_with(NULL, NULL);
+    char local[PATH_MAX], back[PATH_MAX], spec[PATH_MAX];
+    const char content[] = "#!/bin/sh\necho 'from the host'\n";
+    cli_run r;
+    char *want, *got;
+    size_t len;
+    struct stat st;
+
+    set_path(local, sizeof local, "%s/in.sh", g_tmpdir);
+    FILE *f = fopen(local, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(content, 1, sizeof content - 1, f), sizeof content - 1);
+    cr_assert_eq(fclose(f), 0);
+    cr_assert_eq(chmod(local, 0755), 0);
+
+    /* cp in: a missing parent directory is made. */
+    set_path(spec, sizeof spec, "%s:/work/in.sh", id);
+    r = SBX_KEEP("cp", local, spec);
+    expect_run(&r, 0, "");
+    cr_expect_str_empty(r.err);
+    free_run(&r);
+
+    /* exec: the bytes are there, and the file runs. */
+    r = SBX_KEEP("exec", id, "--", "sh", "-c",
+                 "cat \"$SANDBOX_ROOT/work/in.sh\"; \"$SANDBOX_ROOT/work/in.sh\"");
+    cr_assert(asprintf(&want, "%sfrom the host\n", content) > 0);
+    expect_run(&r, 0, want);
+    free(want);
+    free_run(&r);
+
+    /* ls: exact names, types and sizes. */
+    r = SBX_KEEP("exec", id, "--", "sh", "-c", "mkdir \"$SANDBOX_ROOT/work/sub\"");
+    expect_run(&r, 0, "");
+    free_run(&r);
+    r = SBX_KEEP("ls", id, "/work");
+    cr_assert(asprintf(&want, "file %12zu  in.sh\ndir  %12s  sub\n", sizeof content - 1,
+                       "4096") > 0);
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    /* A directory's size is the file system's: compare the file line
+     * exactly and the directory line by its fields. */
+    cr_expect(strncmp(r.out, want, strchr(want, '\n') + 1 - want) == 0, "ls printed \"%s\"",
+              r.out);
+    cr_expect(strstr(r.out, "\ndir ") != NULL && strstr(r.out, "  sub\n") != NULL &&
+              r.out[r.out_len - 1] == '\n', "ls printed \"%s\"", r.out);
+    free(want);
+    free_run(&r);
+    r = SBX_KEEP("ls", "--json", id, "/work");
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    json_object *array = json_tokener_parse(r.out), *o, *v;
+    cr_assert(array != NULL && json_object_array_length(array) == 2, "%s", r.out);
+    o = json_object_array_get_idx(array, 0);
+    cr_expect_eq(json_object_object_length(o), 5, "%s", json_object_to_json_string(o));
+    cr_expect(json_object_object_get_ex(o, "name", &v) &&
+              strcmp(json_object_get_string(v), "in.sh") == 0);
+    cr_expect(json_object_object_get_ex(o, "path", &v) &&
+              strcmp(json_object_get_string(v), "/work/in.sh") == 0, "path %s",
+              json_object_to_json_string(v));
+    cr_expect(json_object_object_get_ex(o, "is_dir", &v) && !json_object_get_boolean(v));
+    cr_expect(json_object_object_get_ex(o, "size", &v) &&
+              json_object_get_int64(v) == (int64_t)(sizeof content - 1));
+    cr_expect(json_object_object_get_ex(o, "mode", &v) && json_object_get_int(v) == 0755,
+              "mode %s", json_object_to_json_string(v));
+    o = json_object_array_get_idx(array, 1);
+    cr_expect(json_object_object_get_ex(o, "name", &v) &&
+              strcmp(json_object_get_string(v), "sub") == 0);
+    cr_expect(json_object_object_get_ex(o, "is_dir", &v) && json_object_get_boolean(v));
+    json_object_put(array);
+    free_run(&r);
+
+    /* cp back: identical bytes, executable bit kept. */
+    set_path(back, sizeof back, "%s/back.sh", g_tmpdir);
+    r = SBX_KEEP("cp", spec, back);
+    expect_run(&r, 0, "");
+    free_run(&r);
+    got = slurp(back, &len);
+    cr_expect_eq(len, sizeof content - 1);
+    cr_expect(memcmp(got, content, len) == 0, "copied back: \"%s\"", got);
+    free(got);
+    cr_assert_eq(stat(back, &st), 0);
+    cr_expect_eq(st.st_mode & 0777, 0755, "mode %04o", (unsigned)(st.st_mode & 0777));
+
+    /* rm, and ps no longer lists it. */
+    r = SBX_KEEP("rm", id);
+    cr_assert(asprintf(&want, "%s\n", id) > 0);
+    expect_run(&r, 0, want);
+    free(want);
+    free_run(&r);
+    char *ps = ps_summary(NULL);
+    cr_expect_str_empty(ps, "ps after rm: %s", ps);
+    free(ps);
+    char left[1024];
+    sandboxes_left(left, sizeof left);
+    cr_expect_str_empty(left, "left after rm: %s", left);
+    free(id);
+}
+
+Test(cli, cp_directories_dash_names_and_errors)
+{
+    char *id = create_with(NULL, NULL);
+    char dir[PATH_MAX], path[PATH_MAX], spec[PATH_MAX], out[PATH_MAX], cwd[PATH_MAX];
+    cli_run r;
+    char *want, *got;
+
+    /* A local tree: a file, an executable in a subdirectory, an empty
+     * directory. */
+    set_path(dir, sizeof dir, "%s/tree", g_tmpdir);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    set_path(path, sizeof path, "%s/sub", dir);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    set_path(path, sizeof path, "%s/empty", dir);
+    cr_assert_eq(mkdir(path, 0700), 0);
+    set_path(path, sizeof path, "%s/a.txt", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("a\n", f);
+    fclose(f);
+    set_path(path, sizeof path, "%s/sub/run", dir);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("#!/bin/sh\necho ran\n", f);
+    fclose(f);
+    cr_assert_eq(chmod(path, 0755), 0);
+
+    /* A directory needs -r. */
+    set_path(spec, sizeof spec, "%s:/up", id);
+    r = SBX_KEEP("cp", dir, spec);
+    EXPECT_TOOL_FAILURE(&r, "is a directory", "-r");
+    free_run(&r);
+    r = SBX_KEEP("cp", "-r", dir, spec);
+    expect_run(&r, 0, "");
+    free_run(&r);
+    r = SBX_KEEP("exec", id, "--", "sh", "-c",
+                 "cd \"$SANDBOX_ROOT/up\" && cat a.txt && sub/run && "
+                 "test -d empty && ls -A empty | wc -l");
+    expect_run(&r, 0, "a\nran\n0\n");
+    free_run(&r);
+
+    /* And back, into a new local directory. */
+    set_path(out, sizeof out, "%s/down", g_tmpdir);
+    r = SBX_KEEP("cp", spec, out);
+    EXPECT_TOOL_FAILURE(&r, "is a directory", "-r");
+    free_run(&r);
+    cr_expect(access(out, F_OK) < 0, "a refused copy made %s", out);
+    r = SBX_KEEP("cp", "-r", spec, out);
+    expect_run(&r, 0, "");
+    free_run(&r);
+    set_path(path, sizeof path, "%s/a.txt", out);
+    got = slurp(path, NULL);
+    cr_expect_str_eq(got, "a\n");
+    free(got);
+    set_path(path, sizeof path, "%s/sub/run", out);
+    expect_mode(path, 0755);
+    set_path(path, sizeof path, "%s/empty", out);
+    cr_expect_eq(count_entries(path), 0);
+
+    /* A file to an existing directory goes in under its own name; local
+     * names starting with '-' pass after "--" or as ./-NAME. */
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    cr_assert_eq(chdir(g_tmpdir), 0);
+    f = fopen("-dash", "w");
+    cr_assert_not_null(f);
+    fputs("dash\n", f);
+    fclose(f);
+    set_path(spec, sizeof spec, "%s:/up/sub", id);
+    r = SBX_KEEP("cp", "--", "-dash", spec);
+    expect_run(&r, 0, "");
+    free_run(&r);
+    set_path(spec, sizeof spec, "%s:/up/sub/", id);
+    r = SBX_KEEP("cp", "./-dash", spec);   /* the same again: replaced */
+    expect_run(&r, 0, "");
+    free_run(&r);
+    set_path(spec, sizeof spec, "%s:/up/sub/-dash", id);
+    r = SBX_KEEP("cp", spec, "./-back");
+    expect_run(&r, 0, "");
+    free_run(&r);
+    got = slurp("-back", NULL);
+    cr_expect_str_eq(got, "dash\n");
+    free(got);
+    cr_assert_eq(chdir(cwd), 0);
+    r = SBX_KEEP("ls", id, "/up/sub");
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    cr_assert(asprintf(&want, "file %12d  -dash\nfile %12d  run\n", 5, 19) > 0);
+    cr_expect_str_eq(r.out, want);
+    free(want);
+    free_run(&r);
+
+    /* Usage errors: exactly one side in a sandbox; a missing source. */
+    r = SBX_KEEP("cp", "a", "b");
+    EXPECT_TOOL_FAILURE(&r, "exactly one of SRC and DST");
+    free_run(&r);
+    set_path(spec, sizeof spec, "%s:/x", id);
+    r = SBX_KEEP("cp", spec, spec);
+    EXPECT_TOOL_FAILURE(&r, "exactly one of SRC and DST");
+    free_run(&r);
+    r = SBX_KEEP("cp", spec);
+    EXPECT_TOOL_FAILURE(&r, "expected SRC and DST");
+    free_run(&r);
+    r = SBX_KEEP("cp", "sbx-local-nosuch:/x", "y");
+    EXPECT_TOOL_FAILURE(&r, "no such sandbox: sbx-local-nosuch");
+    free_run(&r);
+    set_path(spec, sizeof spec, "%s:/no/such/file", id);
+    set_path(path, sizeof path, "%s/never", g_tmpdir);
+    r = SBX_KEEP("cp", spec, path);
+    EXPECT_TOOL_FAILURE(&r, "not_found");
+    free_run(&r);
+    cr_expect(access(path, F_OK) < 0, "a failed copy made %s", path);
+
+    r = SBX_KEEP("rm", id);
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    free_run(&r);
+    free(id);
+}
+
+Test(cli, state_files_are_private_in_private_directories)
+{
+    char *id = create_with(NULL, NULL);
+    char path[PATH_MAX];
+
+    set_path(path, sizeof path, "%s/state", g_tmpdir);
+    expect_mode(path, 0700);
+    set_path(path, sizeof path, "%s/state/sandboxes", g_tmpdir);
+    expect_mode(path, 0700);
+    char *rec = record_path(id);
+    expect_mode(rec, 0600);
+    /* Only the record: no temporary file is left beside it. */
+    set_path(path, sizeof path, "%s/state/sandboxes", g_tmpdir);
+    cr_expect_eq(count_entries(path), 1);
+
+    /* {"created": ISO 8601 UTC, "state": the session state}. */
+    json_object *doc = json_object_from_file(rec), *v, *state;
+    cr_assert_not_null(doc, "%s is not JSON", rec);
+    cr_expect_eq(json_object_object_length(doc), 2);
+    cr_assert(json_object_object_get_ex(doc, "created", &v));
+    const char *created = json_object_get_string(v);
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    const char *end = strptime(created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cr_expect(end != NULL && *end == '\0', "created \"%s\"", created);
+    time_t t = timegm(&tm), now = time(NULL);
+    cr_expect(t <= now && t > now - 120, "created \"%s\" is not now", created);
+    cr_assert(json_object_object_get_ex(doc, "state", &state));
+    cr_expect(json_object_object_get_ex(state, "id", &v) &&
+              strcmp(json_object_get_string(v), id) == 0);
+    cr_expect(json_object_object_get_ex(state, "version", &v) && json_object_get_int(v) == 1);
+    json_object_put(doc);
+
+    /* A directory that was too open is made private. */
+    set_path(path, sizeof path, "%s/state/sandboxes", g_tmpdir);
+    cr_assert_eq(chmod(path, 0755), 0);
+    char *id2 = create_with(NULL, NULL);
+    expect_mode(path, 0700);
+
+    cli_run r = SBX_KEEP("rm", id, id2);
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    free_run(&r);
+    cr_expect_eq(count_entries(path), 0);
+    free(rec);
+    free(id);
+    free(id2);
+}
+
+Test(cli, state_directory_falls_back_to_xdg_state_home)
+{
+    char xdg[PATH_MAX], var[PATH_MAX + 32], path[PATH_MAX + 64];
+    const char *env[3];
+
+    set_path(xdg, sizeof xdg, "%s/xdg", g_tmpdir);
+    set_path(var, sizeof var, "XDG_STATE_HOME=%s", xdg);
+    env[0] = "SBX_STATE_DIR=";   /* empty: as if unset */
+    env[1] = var;
+    env[2] = NULL;
+    char *id = create_with(env, NULL);
+    set_path(path, sizeof path, "%s/sbx/sandboxes/%s.json", xdg, id);
+    expect_mode(path, 0600);
+    set_path(path, sizeof path, "%s/sbx/sandboxes", xdg);
+    expect_mode(path, 0700);
+    set_path(path, sizeof path, "%s/sbx", xdg);
+    expect_mode(path, 0700);
+    set_path(path, sizeof path, "%s/state", g_tmpdir);
+    cr_expect(access(path, F_OK) < 0, "SBX_STATE_DIR= was not taken as unset");
+
+    /* Another state directory does not know the id. */
+    cli_run r = SBX_KEEP("exec", id, "true");
+    EXPECT_TOOL_FAILURE(&r, "no such sandbox");
+    free_run(&r);
+    r = SBX_KEEP_ENV(env, "exec", id, "true");
+    expect_run(&r, 0, "");
+    free_run(&r);
+    r = SBX_KEEP_ENV(env, "rm", id);
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    free_run(&r);
+    free(id);
+}
+
+Test(cli, exec_on_an_unknown_id_is_125)
+{
+    cli_run r = SBX("exec", "sbx-local-nosuch", "--", "echo", "hi");
+
+    EXPECT_TOOL_FAILURE(&r, "no such sandbox: sbx-local-nosuch");
+    free_run(&r);
+    /* Not a possible id: the same answer, and no file outside the state
+     * directory is read. */
+    r = SBX("exec", "../../etc/passwd", "--", "echo", "hi");
+    EXPECT_TOOL_FAILURE(&r, "no such sandbox: ../../etc/passwd");
+    free_run(&r);
+    r = SBX("ls", "sbx-local-nosuch", "/");
+    EXPECT_TOOL_FAILURE(&r, "no such sandbox: sbx-local-nosuch");
+    free_run(&r);
+    r = SBX("exec", "sbx-local-nosuch");
+    EXPECT_TOOL_FAILURE(&r, "no command given");
+    free_run(&r);
+    r = SBX("exec");
+    EXPECT_TOOL_FAILURE(&r, "no sandbox id given");
+    free_run(&r);
+    r = SBX("rm");
+    EXPECT_TOOL_FAILURE(&r, "no sandbox id given");
+    free_run(&r);
+}
+
+/* 1 when @pid no longer runs (gone, or a zombie waiting to be reaped). */
+static int pid_gone(pid_t pid)
+{
+    char path[64], buf[512], *paren;
+    FILE *f;
+    size_t n;
+
+    if (kill(pid, 0) < 0 && errno == ESRCH)
+        return 1;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return 1;
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    paren = strrchr(buf, ')');
+    return paren != NULL && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+/* The creation time recorded for sandbox @id (free()). */
+static char *record_created(const char *id)
+{
+    char *rec = record_path(id), *created;
+    json_object *doc = json_object_from_file(rec), *v;
+
+    cr_assert(doc != NULL && json_object_object_get_ex(doc, "created", &v), "%s", rec);
+    created = strdup(json_object_get_string(v));
+    json_object_put(doc);
+    free(rec);
+    return created;
+}
+
+/* The supervisor pid recorded for sandbox @id. */
+static pid_t recorded_supervisor(const char *id)
+{
+    char *rec = record_path(id);
+    json_object *doc = json_object_from_file(rec), *state, *data, *pid;
+
+    cr_assert(doc != NULL && json_object_object_get_ex(doc, "state", &state) &&
+              json_object_object_get_ex(state, "data", &data) &&
+              json_object_object_get_ex(data, "supervisor_pid", &pid), "%s", rec);
+    pid_t p = (pid_t)json_object_get_int(pid);
+    json_object_put(doc);
+    free(rec);
+    return p;
+}
+
+Test(cli, rm_of_a_sandbox_that_is_gone_forgets_it_and_exits_1)
+{
+    char *gone = create_with(NULL, NULL), *alive = create_with(NULL, NULL);
+    pid_t sup = recorded_supervisor(gone);
+    cli_run r;
+    char *want, *ps;
+
+    cr_assert_eq(kill(sup, SIGKILL), 0);
+    for (int i = 0; i < 500 && !pid_gone(sup); i++)
+        usleep(10000);
+    cr_assert(pid_gone(sup), "the supervisor %d survived SIGKILL", (int)sup);
+    /* Listed oldest first (by creation time, then id). */
+    char *c_gone = record_created(gone), *c_alive = record_created(alive);
+    int c = strcmp(c_gone, c_alive);
+    if (c < 0 || (c == 0 && strcmp(gone, alive) < 0))
+        cr_assert(asprintf(&want, "%s:local:0 %s:local:1", gone, alive) > 0);
+    else
+        cr_assert(asprintf(&want, "%s:local:1 %s:local:0", alive, gone) > 0);
+    free(c_gone);
+    free(c_alive);
+    ps = ps_summary(NULL);
+    cr_expect_str_eq(ps, want);
+    free(want);
+    free(ps);
+
+    r = SBX_KEEP("rm", gone);
+    cr_expect_eq(r.status, 1, "status %d, stderr \"%s\"", r.status, r.err);
+    cr_expect_eq(r.out_len, 0, "stdout \"%s\"", r.out);
+    cr_expect(strstr(r.err, "code=not_found") != NULL, "stderr \"%s\"", r.err);
+    cr_assert(asprintf(&want, "sbx: sandbox %s no longer exists; forgot it\n", gone) > 0);
+    cr_expect(strstr(r.err, want) != NULL, "stderr \"%s\"", r.err);
+    free(want);
+    free_run(&r);
+    r = SBX_KEEP("rm", gone);
+    cr_assert(asprintf(&want, "no such sandbox: %s", gone) > 0);
+    EXPECT_TOOL_FAILURE(&r, want);
+    free(want);
+    free_run(&r);
+
+    ps = ps_summary(NULL);
+    cr_assert(asprintf(&want, "%s:local:1", alive) > 0);
+    cr_expect_str_eq(ps, want);
+    free(want);
+    free(ps);
+    r = SBX_KEEP("rm", alive);
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    free_run(&r);
+    free(gone);
+    free(alive);
+}
+
+Test(cli, ps_table)
+{
+    char *id = create_with(NULL, NULL);
+    char *rec = record_path(id), *want;
+    json_object *doc = json_object_from_file(rec), *v;
+
+    cr_assert(doc && json_object_object_get_ex(doc, "created", &v));
+    cr_assert(asprintf(&want, "ID%*s  BACKEND  CREATED               ALIVE\n"
+                       "%s  local    %s  yes\n", (int)strlen(id) - 2, "", id,
+                       json_object_get_string(v)) > 0);
+    json_object_put(doc);
+    cli_run r = SBX_KEEP("ps");
+    expect_run(&r, 0, want);
+    free_run(&r);
+    free(want);
+    r = SBX_KEEP("rm", id);
+    cr_expect_eq(r.status, 0);
+    free_run(&r);
+    free(rec);
+    free(id);
+}
+
+Test(cli, create_failures_leave_nothing)
+{
+    cli_run r = SBX("create", "-w", "/no/such/directory");
+
+    EXPECT_TOOL_FAILURE(&r, "/no/such/directory");
+    free_run(&r);
+    r = SBX("create", "--cpu", "2");
+    EXPECT_TOOL_FAILURE(&r, "cpu");
+    free_run(&r);
+    r = SBX("create", "extra");
+    EXPECT_TOOL_FAILURE(&r, "unexpected argument \"extra\"");
+    free_run(&r);
+    /* An unusable state directory: refused, and nothing is left. */
+    char var[PATH_MAX + 32], file[PATH_MAX];
+    set_path(file, sizeof file, "%s/not-a-dir", g_tmpdir);
+    FILE *f = fopen(file, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    set_path(var, sizeof var, "SBX_STATE_DIR=%s", file);
+    const char *env[] = { var, NULL };
+    cli_spec spec = { 0 };
+    spec.args = (const char *const[]){ "create", NULL };
+    spec.env = env;
+    r = run_spec(&spec);
+    EXPECT_TOOL_FAILURE(&r, "state directory");
+    free_run(&r);
+}
+
 /* ------------------------------------------------------------ the rest */
 
 Test(cli, version)
@@ -841,6 +1606,20 @@ Test(cli, help)
     cr_expect_eq(r.status, 0);
     cr_expect(strstr(r.out, "Usage: sbx backends") != NULL, "%s", r.out);
     free_run(&r);
+    static const char *const cmds[] = { "create", "exec", "cp", "ls", "rm", "ps" };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char want[64];
+
+        snprintf(want, sizeof want, "Usage: sbx %s", cmds[i]);
+        r = SBX(cmds[i], "--help");
+        cr_expect_eq(r.status, 0, "sbx %s --help: %d", cmds[i], r.status);
+        cr_expect(strncmp(r.out, want, strlen(want)) == 0, "%s", r.out);
+        cr_expect_str_empty(r.err);
+        free_run(&r);
+        r = SBX("help", cmds[i]);
+        cr_expect(strncmp(r.out, want, strlen(want)) == 0, "%s", r.out);
+        free_run(&r);
+    }
 }
 
 Test(cli, unknown_subcommand_is_125)
@@ -869,5 +1648,111 @@ Test(cli, no_subcommand_is_125)
     cr_expect_eq(r.status, 125);
     cr_expect_eq(r.out_len, 0);
     cr_expect(strstr(r.err, "Usage: sbx") != NULL, "%s", r.err);
+    free_run(&r);
+}
+
+/* ------------------------------------------- creation options (run/create) */
+
+Test(cli, run_file_copies_a_host_file_keeping_its_mode)
+{
+    char src[PATH_MAX + 16], arg[PATH_MAX + 64];
+    FILE *f;
+
+    snprintf(src, sizeof src, "%s/tool.sh", g_tmpdir);
+    f = fopen(src, "w");
+    cr_assert_not_null(f);
+    fputs("#!/bin/sh\necho tool ran\n", f);
+    fclose(f);
+    cr_assert_eq(chmod(src, 0750), 0);
+    snprintf(arg, sizeof arg, "--file=%s:/bin/tool.sh", src);
+    cli_run r = SBX("run", arg, "--", "sh", "-c",
+                    "stat -c %a \"$SANDBOX_ROOT/bin/tool.sh\" && \"$SANDBOX_ROOT/bin/tool.sh\"");
+    expect_run(&r, 0, "750\ntool ran\n");
+    free_run(&r);
+
+    r = SBX("run", "--file", "no-colon", "--", "true");
+    EXPECT_TOOL_FAILURE(&r, "invalid --file value \"no-colon\"");
+    free_run(&r);
+    snprintf(arg, sizeof arg, "%s/missing:/x", g_tmpdir);
+    r = SBX("run", "--file", arg, "--", "true");
+    EXPECT_TOOL_FAILURE(&r, "missing");
+    free_run(&r);
+}
+
+Test(cli, run_refuses_what_local_cannot_honour)
+{
+    cli_run r = SBX("run", "-i", "python:3.12-slim", "--", "true");
+    EXPECT_TOOL_FAILURE(&r, "code=configuration", "option=image");
+    free_run(&r);
+    r = SBX("run", "--no-internet", "--", "true");
+    EXPECT_TOOL_FAILURE(&r, "code=configuration", "allow_internet");
+    free_run(&r);
+    r = SBX("run", "--opt", "create_timeout=120", "--", "true");
+    EXPECT_TOOL_FAILURE(&r, "code=configuration", "backend_options");
+    free_run(&r);
+    r = SBX("run", "--opt", "novalue", "--", "true");
+    EXPECT_TOOL_FAILURE(&r, "invalid --opt value \"novalue\"");
+    free_run(&r);
+    r = SBX("run", "--preset", "Bad Name", "--", "true");
+    EXPECT_TOOL_FAILURE(&r, "invalid preset name \"Bad Name\"");
+    free_run(&r);
+    r = SBX("run", "--preset", "no-such-preset", "--", "true");
+    EXPECT_TOOL_FAILURE(&r, "code=not_found", "no-such-preset");
+    free_run(&r);
+}
+
+Test(cli, run_preset_from_preset_path)
+{
+    char dir[PATH_MAX + 16], file[PATH_MAX + 32], env_path[PATH_MAX + 48];
+    FILE *f;
+
+    snprintf(dir, sizeof dir, "%s/presets", g_tmpdir);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    snprintf(file, sizeof file, "%s/t-cli.json", dir);
+    f = fopen(file, "w");
+    cr_assert_not_null(f);
+    fputs("{\"name\": \"t-cli\", \"description\": \"cli test\", \"env\": {\"P\": \"preset\"},"
+          " \"setup_commands\": [\"echo set up > \\\"$SANDBOX_ROOT/marker\\\"\"]}", f);
+    fclose(f);
+    snprintf(env_path, sizeof env_path, "SBX_PRESET_PATH=%s", dir);
+    const char *const env[] = { env_path, NULL };
+    const char *const args[] = { "run", "--preset", "t-cli", "-e", "Q=caller", "--", "sh", "-c",
+                                 "printf '%s %s ' \"$P\" \"$Q\"; cat \"$SANDBOX_ROOT/marker\"",
+                                 NULL };
+    cli_spec spec = { 0 };
+    spec.args = args;
+    spec.env = env;
+    cli_run r = run_spec(&spec);
+    expect_run(&r, 0, "preset caller set up\n");
+    free_run(&r);
+
+    const char *const list_args[] = { "presets", NULL };
+    spec.args = list_args;
+    r = run_spec(&spec);
+    cr_expect_eq(r.status, 0);
+    cr_expect(strstr(r.out, "t-cli") != NULL && strstr(r.out, "cli test") != NULL &&
+              strstr(r.out, "claude-code") != NULL, "%s", r.out);
+    free_run(&r);
+}
+
+Test(cli, presets_json_lists_the_builtin_presets)
+{
+    cli_run r = SBX("presets", "--json");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    json_object *array = json_tokener_parse(r.out);
+    cr_assert_not_null(array, "not JSON: %s", r.out);
+    cr_assert(json_object_is_type(array, json_type_array));
+    cr_assert_eq(json_object_array_length(array), 3);
+    const char *names[] = { "claude-code", "claude-code-codex", "codex" };
+    for (size_t i = 0; i < 3; i++) {
+        json_object *o = json_object_array_get_idx(array, i), *v;
+        cr_assert(json_object_object_get_ex(o, "name", &v));
+        cr_assert_str_eq(json_object_get_string(v), names[i]);
+        cr_assert(json_object_object_get_ex(o, "memory_mb", &v));
+        cr_assert_eq(json_object_get_int(v), 2048);
+        cr_assert(json_object_object_get_ex(o, "source", &v));
+        cr_assert(strstr(json_object_get_string(v), ".json") != NULL);
+    }
+    json_object_put(array);
     free_run(&r);
 }

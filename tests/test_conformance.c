@@ -205,8 +205,56 @@ static size_t start_background(sbx_sandbox *sb, pid_t *pids, size_t max)
     return n;
 }
 
+/* Backends whose sandboxes are containers of this host's Docker Engine. */
+static int backend_is_docker(void)
+{
+    return strcmp(tu_backend(), "docker") == 0;
+}
+
+/*
+ * nothing_left_behind on docker: the container's processes are processes of
+ * this host, each with HOSTNAME=<first 12 characters of the id> in its
+ * environment. After destroy all of them are gone, the sandbox is not
+ * alive, and its session state resumes to not_found (the Engine no longer
+ * has the container).
+ */
+static void nothing_left_behind_docker(void)
+{
+    pid_t pids[8];
+    start_background(g_sb, pids, 8);
+    sbx_error *err = NULL;
+    char *state = sbx_sandbox_session_state(g_sb, &err);
+    cr_assert_not_null(state, "session_state: %s", err ? sbx_error_get0_message(err) : "");
+    char *env_mark = tu_strdup_printf("HOSTNAME=%.12s", sbx_sandbox_get0_id(g_sb));
+    pid_t before[64];
+    size_t nbefore = tu_procs_mentioning(env_mark, before, 48);
+    /* docker-init, the lifetime sleep and the three background sleeps. */
+    cr_assert(nbefore >= 5, "only %zu processes of the container found before destroy",
+              nbefore);
+    cr_assert(nbefore < 48);
+
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, &err), 0);
+    cr_assert_null(err);
+    for (size_t i = 0; i < nbefore; i++)
+        cr_assert(tu_wait_pid_gone(before[i], 10.0), "process %s survived destroy",
+                  tu_proc_describe(before[i]));
+    pid_t after[8];
+    cr_assert_eq(tu_procs_mentioning(env_mark, after, 8), 0, "a container process survived");
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 0);
+    cr_assert_null(err);
+    cr_assert_null(sbx_resume(state, &err), "the destroyed sandbox resumed");
+    tu_assert_error(err, SBX_ERROR_NOT_FOUND, NULL);
+    sbx_error_free(err);
+    free(state);
+    free(env_mark);
+}
+
 Test(lifecycle, nothing_left_behind)
 {
+    if (backend_is_docker()) {
+        nothing_left_behind_docker();
+        return;
+    }
     cr_assert(tu_backend_is_local(),
               "no host-side leftover check is written for backend %s yet", tu_backend());
     pid_t pids[8];
@@ -317,6 +365,17 @@ static void make_git_repo(const char *dir)
     free(cmd);
 }
 
+/* The repository must be a path the sandbox sees: a docker container sees
+ * it through a read-only bind mount at the same path. */
+static void let_sandbox_see(sbx_options *o, const char *dir)
+{
+    if (!backend_is_docker())
+        return;
+    char *json = tu_strdup_printf("{\"HostConfig\":{\"Binds\":[\"%s:%s:ro\"]}}", dir, dir);
+    cr_assert_eq(sbx_options_set_backend_options(o, json, NULL), 0);
+    free(json);
+}
+
 Test(creation, git_clone_of_local_repo)
 {
     char *src = tu_mkdtemp("src");
@@ -324,6 +383,7 @@ Test(creation, git_clone_of_local_repo)
     make_git_repo(repo);
     sbx_options *o = sbx_options_new();
     cr_assert_eq(sbx_options_set_git_repo(o, repo, NULL, NULL), 0);
+    let_sandbox_see(o, src);
     g_sb = tu_create(g_client, o);
     sbx_options_free(o);
     /* Cloned into the working directory as NAME (".git" dropped). */
@@ -335,6 +395,7 @@ Test(creation, git_clone_of_local_repo)
     sbx_sandbox *sb2;
     o = sbx_options_new();
     cr_assert_eq(sbx_options_set_git_repo(o, repo, "feature", NULL), 0);
+    let_sandbox_see(o, src);
     sb2 = tu_create(g_client, o);
     sbx_options_free(o);
     r = tu_sh(sb2, "cat proj/hello.txt proj/branch.txt", 10);
@@ -411,9 +472,42 @@ Test(creation, workdir_is_root_and_kept)
     free(wd);
 }
 
+/*
+ * docker documents that it creates a missing workdir (CASE-18's exception):
+ * commands then start in it; a workdir that is not an absolute path is its
+ * invalid_argument naming the value.
+ */
+static void missing_workdir_docker(const char *wd)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    sbx_result *r = tu_sh(g_sb, "pwd", 10);
+    tu_assert_exit(r, 0);
+    char *want = tu_strdup_printf("%s\n", wd);
+    tu_assert_stdout(r, want);
+    free(want);
+    sbx_result_free(r);
+
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_workdir(o, "relative/dir", NULL), 0);
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    sbx_options_free(o);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "relative/dir", NULL);
+    cr_assert_str_eq(sbx_error_get0_backend(err), tu_backend());
+    sbx_error_free(err);
+}
+
 Test(creation, missing_workdir_is_invalid_argument)
 {
     char *wd = tu_strdup_printf("%s/does/not/exist", g_tmp);
+    if (backend_is_docker()) {
+        missing_workdir_docker(wd);
+        free(wd);
+        return;
+    }
     sbx_options *o = sbx_options_new();
     cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
     sbx_error *err = NULL;
@@ -458,6 +552,58 @@ Test(creation, unsupported_limits_are_configuration_errors)
         if (tu_backend_is_local())
             cr_assert_eq(tu_count_entries(g_tmp), 0);
     }
+}
+
+/*
+ * Options a backend has no notion of are refused with a configuration error
+ * naming the option when the caller set them, and nothing is left behind.
+ * The list is the local backend's; other backends accept some of them.
+ */
+Test(creation, local_refuses_provider_options)
+{
+    if (!tu_backend_is_local())
+        return;
+    static const struct {
+        const char *option;
+    } cases[] = {{"image"}, {"template"}, {"snapshot_id"}, {"app_name"}, {"gpu"},
+                 {"disk_mb"}, {"backend_options"}, {"allow_internet"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sbx_options *o = sbx_options_new();
+        const char *name = cases[i].option;
+        int rc;
+        if (strcmp(name, "image") == 0)
+            rc = sbx_options_set_image(o, "python:3.12-slim", NULL);
+        else if (strcmp(name, "template") == 0)
+            rc = sbx_options_set_template(o, "base", NULL);
+        else if (strcmp(name, "snapshot_id") == 0)
+            rc = sbx_options_set_snapshot_id(o, "snap-1", NULL);
+        else if (strcmp(name, "app_name") == 0)
+            rc = sbx_options_set_app_name(o, "evals", NULL);
+        else if (strcmp(name, "gpu") == 0)
+            rc = sbx_options_set_gpu(o, "H100:2", NULL);
+        else if (strcmp(name, "disk_mb") == 0)
+            rc = sbx_options_set_disk_mb(o, 2048, NULL);
+        else if (strcmp(name, "backend_options") == 0)
+            rc = sbx_options_set_backend_options(o, "{}", NULL);
+        else
+            rc = sbx_options_set_allow_internet(o, 0, NULL);
+        cr_assert_eq(rc, 0);
+        sbx_error *err = NULL;
+        sbx_sandbox *sb = sbx_sandbox_create(g_client, o, &err);
+        sbx_options_free(o);
+        cr_assert_null(sb, "%s accepted by local", name);
+        assert_backend_error(err, SBX_ERROR_CONFIGURATION);
+        cr_assert_str_eq(sbx_error_get0_context(err, "option"), name);
+        cr_assert(strstr(sbx_error_get0_message(err), name) != NULL,
+                  "message \"%s\" does not name %s", sbx_error_get0_message(err), name);
+        sbx_error_free(err);
+        cr_assert_eq(tu_count_entries(g_tmp), 0, "%s: something left in TMPDIR", name);
+    }
+    /* allow_internet set to its default is honoured. */
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_allow_internet(o, 1, NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
 }
 
 Test(creation, timeout_secs_is_default_exec_timeout)
@@ -1357,9 +1503,10 @@ Test(errors, every_error_names_code_backend_and_op)
               "message \"%s\" does not name the key", sbx_error_get0_message(err));
     sbx_error_free(err);
 
-    /* Create errors. */
+    /* Create errors (docker creates a missing workdir: a relative one is
+     * its invalid workdir). */
     sbx_options *o = sbx_options_new();
-    char *wd = tu_strdup_printf("%s/nope", g_tmp);
+    char *wd = backend_is_docker() ? strdup("relative/nope") : tu_strdup_printf("%s/nope", g_tmp);
     cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
     err = NULL;
     cr_assert_null(sbx_sandbox_create(g_client, o, &err));

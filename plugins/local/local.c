@@ -20,6 +20,7 @@
  * The plugin never forks the application and never waits for anything but
  * its own direct child, by pid; it installs no signal handler.
  */
+#include "local.h"
 #include "proto.h"
 
 #include <sbx/plugin.h>
@@ -44,6 +45,8 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 
+#include <json-c/json.h>
+
 #ifndef PACKAGE_VERSION
 #define PACKAGE_VERSION "0.1.0"
 #endif
@@ -51,9 +54,17 @@
 #define SBX_LIBEXEC_DIR "/usr/local/libexec/libsbx"
 #endif
 
+/* Built a second time with SBX_LOCAL_EXEC_ONLY as the test-only backend
+ * "localexec": no file slots, so the host's exec-based fallbacks serve it. */
+#ifdef SBX_LOCAL_EXEC_ONLY
+#define BACKEND "localexec"
+#define LOCAL_FILE_CAPS 0
+#else
 #define BACKEND "local"
+#define LOCAL_FILE_CAPS (SBX_CAP_FILES | SBX_CAP_DIR_TRANSFER)
+#endif
 #define ID_PREFIX "sbx-local-"
-#define LOCAL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_BACKGROUND)
+#define LOCAL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_BACKGROUND | SBX_CAP_RESUME)
 
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define DEFAULT_LANG "C.UTF-8"
@@ -72,20 +83,6 @@ static const sbx_host_services *host;
 
 struct sbx_plugin_client {
     int unused;
-};
-
-struct sbx_plugin_sandbox {
-    char *id;                   /* basename of meta */
-    char *meta;                 /* meta directory */
-    char *root;                 /* SANDBOX_ROOT */
-    char *sock;                 /* meta/sock */
-    char *tmp;                  /* root/tmp */
-    pid_t sup_pid;
-    unsigned long long sup_start;
-    int owns_root;              /* root is meta/root */
-    int made_tmp;               /* root/tmp was created by create */
-    pthread_mutex_t lock;       /* guards destroyed; serialises destroy */
-    int destroyed;
 };
 
 struct sbx_plugin_process {
@@ -825,6 +822,7 @@ static int local_setup(const sbx_host_services *services, sbx_error **error)
         || !services->set_error)
         return -1;
     host = services;
+    local_files_setup(services);
     return 0;
 }
 
@@ -857,7 +855,7 @@ static int local_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint6
     free(path);
     if (r < 0)
         return -1;
-    *caps = LOCAL_CAPS;
+    *caps = LOCAL_CAPS | LOCAL_FILE_CAPS;
     return 0;
 }
 
@@ -909,6 +907,50 @@ static char *temp_base(const char *op, sbx_error **error)
     return r;
 }
 
+
+/*
+ * Options the local backend has no notion of: refused when the caller set
+ * them (unset ones are defaults and ignored).
+ */
+static int refuse_unsupported(const sbx_plugin_create_request *request, const char *op,
+                              sbx_error **error)
+{
+    static const struct {
+        uint64_t field;
+        const char *name;
+        const char *why;
+    } table[] = {
+        { SBX_OPTION_IMAGE, "image", "commands run on the host's own filesystem" },
+        { SBX_OPTION_TEMPLATE, "template", "there are no templates" },
+        { SBX_OPTION_SNAPSHOT_ID, "snapshot_id", "there are no snapshots" },
+        { SBX_OPTION_APP_NAME, "app_name", "there are no applications" },
+        { SBX_OPTION_GPU, "gpu", "GPUs are not assigned" },
+        { SBX_OPTION_DISK_MB, "disk_mb", "no isolation" },
+        { SBX_OPTION_BACKEND_OPTIONS, "backend_options", "it takes no backend options" },
+    };
+    if (request->struct_size < offsetof(sbx_plugin_create_request, backend_options)
+                                   + sizeof(request->backend_options))
+        return 0;
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+        if (!(request->set_fields & table[i].field))
+            continue;
+        sbx_error *err = fail(error, SBX_ERROR_CONFIGURATION, op,
+                              "local backend cannot honour %s (%s); use bubblewrap, docker "
+                              "or a hosted backend", table[i].name, table[i].why);
+        add_context(err, "option", table[i].name);
+        return -1;
+    }
+    if ((request->set_fields & SBX_OPTION_ALLOW_INTERNET) && !request->allow_internet) {
+        sbx_error *err = fail(error, SBX_ERROR_CONFIGURATION, op,
+                              "local backend cannot enforce allow_internet=false (no "
+                              "isolation); use bubblewrap or docker");
+        add_context(err, "option", "allow_internet");
+        add_context(err, "value", "false");
+        return -1;
+    }
+    return 0;
+}
+
 static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                         const sbx_plugin_create_request *request,
                         sbx_plugin_sandbox **sandbox, sbx_error **error)
@@ -943,6 +985,8 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         add_context(err, "value", num);
         return -1;
     }
+    if (refuse_unsupported(request, op, error) < 0)
+        return -1;
 
     exe = supervisor_path();
     if (!exe)
@@ -1056,9 +1100,22 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
 
     /* The command environment: nothing of the caller's environment but
-     * PATH and LANG; then the sandbox's own variables. */
+     * PATH and LANG; then the sandbox's own variables. npm's global prefix
+     * points into the root (its bin/ first on PATH), so `npm install -g`
+     * in a sandbox never writes to the host's prefix. */
     const char *v = getenv("PATH");
-    if (strv_setkv(&env, "PATH", v && *v ? v : DEFAULT_PATH) < 0)
+    char *npm_prefix = join_path(sb->root, ".npm-global"), *path_value = NULL;
+    if (!npm_prefix || asprintf(&path_value, "%s/bin:%s", npm_prefix,
+                                v && *v ? v : DEFAULT_PATH) < 0) {
+        free(npm_prefix);
+        goto nomem;
+    }
+    int env_rc = strv_setkv(&env, "PATH", path_value);
+    free(path_value);
+    if (env_rc == 0)
+        env_rc = strv_setkv(&env, "NPM_CONFIG_PREFIX", npm_prefix);
+    free(npm_prefix);
+    if (env_rc < 0)
         goto nomem;
     v = getenv("LANG");
     if (strv_setkv(&env, "LANG", v && *v ? v : DEFAULT_LANG) < 0
@@ -1276,6 +1333,264 @@ static const char *local_sandbox_id(sbx_plugin_sandbox *sandbox)
 static const char *local_sandbox_root(sbx_plugin_sandbox *sandbox)
 {
     return sandbox->root;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Slots: session state and resume                                           */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The local part ("data") of a session state:
+ *
+ *     {"meta":"/tmp/sbx-local-XXXXXX","root":"/tmp/sbx-local-XXXXXX/root",
+ *      "owns_root":true,"made_tmp":true,"supervisor_pid":1234,
+ *      "supervisor_start":5678}
+ *
+ * Paths and the supervisor's identity only (pid and start time, field 22
+ * of /proc/PID/stat): the sandbox's environment stays in the supervisor's
+ * memory, which is why a resumed sandbox's commands still get it.
+ */
+static char *local_session_state(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                                 sbx_error **error)
+{
+    const char *op = "session_state";
+    struct sbx_plugin_sandbox *sb = sandbox;
+    (void)ctx;
+
+    if (sandbox_destroyed(sb)) {
+        fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %s was destroyed", sb->id);
+        return NULL;
+    }
+    json_object *o = json_object_new_object();
+    if (!o)
+        goto nomem;
+    if (json_object_object_add(o, "meta", json_object_new_string(sb->meta)) < 0
+        || json_object_object_add(o, "root", json_object_new_string(sb->root)) < 0
+        || json_object_object_add(o, "owns_root", json_object_new_boolean(sb->owns_root)) < 0
+        || json_object_object_add(o, "made_tmp", json_object_new_boolean(sb->made_tmp)) < 0
+        || json_object_object_add(o, "supervisor_pid",
+                                  json_object_new_int64((int64_t)sb->sup_pid)) < 0
+        || json_object_object_add(o, "supervisor_start",
+                                  json_object_new_int64((int64_t)sb->sup_start)) < 0)
+        goto nomem;
+    const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN
+                                                      | JSON_C_TO_STRING_NOSLASHESCAPE);
+    char *out = s ? host->alloc(strlen(s) + 1) : NULL;
+    if (!out)
+        goto nomem;
+    strcpy(out, s);
+    json_object_put(o);
+    return out;
+
+nomem:
+    json_object_put(o);
+    fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+    return NULL;
+}
+
+/** A string member of the local session data that is an absolute path
+ *  (borrowed from @o), or NULL with an invalid_argument error. */
+static const char *state_path(json_object *o, const char *key, sbx_error **error)
+{
+    json_object *v;
+    if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_string)
+        || json_object_get_string(v)[0] != '/'
+        || strlen(json_object_get_string(v)) != (size_t)json_object_get_string_len(v)
+        || (size_t)json_object_get_string_len(v) >= PATH_MAX) {
+        sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, "resume",
+                              "invalid session state of the local backend: \"%s\" must be "
+                              "an absolute path (got %s)", key,
+                              v ? json_object_to_json_string(v) : "nothing");
+        add_context(err, "field", key);
+        return NULL;
+    }
+    return json_object_get_string(v);
+}
+
+/** A member that is a boolean (stored in *@out), else an error. */
+static int state_bool(json_object *o, const char *key, int *out, sbx_error **error)
+{
+    json_object *v;
+    if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_boolean)) {
+        sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, "resume",
+                              "invalid session state of the local backend: \"%s\" must be "
+                              "true or false (got %s)", key,
+                              v ? json_object_to_json_string(v) : "nothing");
+        add_context(err, "field", key);
+        return -1;
+    }
+    *out = json_object_get_boolean(v);
+    return 0;
+}
+
+/** A member that is an integer in [@min, @max] (stored in *@out). */
+static int state_int(json_object *o, const char *key, int64_t min, int64_t max, int64_t *out,
+                     sbx_error **error)
+{
+    json_object *v;
+    if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_int)
+        || json_object_get_int64(v) < min || json_object_get_int64(v) > max) {
+        sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, "resume",
+                              "invalid session state of the local backend: \"%s\" must be "
+                              "an integer from %lld to %lld (got %s)", key, (long long)min,
+                              (long long)max, v ? json_object_to_json_string(v) : "nothing");
+        add_context(err, "field", key);
+        return -1;
+    }
+    *out = json_object_get_int64(v);
+    return 0;
+}
+
+/**
+ * Checks that @sb's socket is served by its recorded supervisor: the
+ * peer of a connection to it is that pid (SO_PEERCRED), and it answers
+ * PING with PONG of this protocol version. Errors: not_found when the
+ * sandbox is gone, else timeout / connection / configuration.
+ */
+static int check_supervisor_answers(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                                    sbx_error **error)
+{
+    const char *op = "resume";
+    bound bd = make_bound(ctx, PING_SECS);
+    int fd = -1;
+    int e = connect_sock(sb->sock, &bd, &fd);
+    if (e) {
+        if (gone_errno(e))
+            fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %s no longer exists (%s: %s)",
+                 sb->id, sb->sock, strerror(e));
+        else if (e == ETIMEDOUT || e == ECANCELED)
+            io_fail(error, e == ETIMEDOUT ? IO_TIMEOUT : IO_CANCEL, op, sb->id, "connect");
+        else
+            fail(error, SBX_ERROR_CONNECTION, op, "cannot connect to sandbox %s: %s", sb->id,
+                 strerror(e));
+        return -1;
+    }
+    struct ucred cred;
+    socklen_t cl = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 || cred.pid != sb->sup_pid) {
+        fail(error, SBX_ERROR_NOT_FOUND, op,
+             "sandbox %s no longer exists (its socket is not served by supervisor pid %d)",
+             sb->id, (int)sb->sup_pid);
+        close(fd);
+        return -1;
+    }
+    proto_buf b;
+    proto_buf_init(&b, PROTO_PING);
+    int io = send_frame(fd, &b, NULL, 0, &bd);
+    proto_buf_free(&b);
+    uint32_t type = 0, len = 0;
+    unsigned char *payload = NULL;
+    if (io == IO_OK)
+        io = read_frame(fd, &type, &payload, &len, &bd);
+    close(fd);
+    if (io != IO_OK) {
+        io_fail(error, io, op, sb->id, "ping");
+        return -1;
+    }
+    proto_reader rd;
+    proto_reader_init(&rd, payload, len);
+    uint32_t version = proto_get_u32(&rd);
+    int ok = type == PROTO_PONG && !rd.failed;
+    free(payload);
+    if (!ok) {
+        fail(error, SBX_ERROR_CONNECTION, op,
+             "unexpected answer to PING from the supervisor of sandbox %s", sb->id);
+        return -1;
+    }
+    if (version != PROTO_VERSION) {
+        fail(error, SBX_ERROR_CONFIGURATION, op,
+             "the supervisor of sandbox %s speaks protocol %u, this plugin %u "
+             "(mixed installations?)", sb->id, version, PROTO_VERSION);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * Reattaches to a sandbox from the data local_session_state made: the
+ * supervisor must still be that process (pid and start time) and answer
+ * PING on the sandbox's socket, else not_found.
+ */
+static int local_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                        const char *state_json, sbx_plugin_sandbox **sandbox,
+                        sbx_error **error)
+{
+    const char *op = "resume";
+    struct sbx_plugin_sandbox *sb = NULL;
+    json_object *o = NULL;
+    int64_t pid = 0, start = 0;
+    (void)client;
+
+    if (state_json)
+        o = json_tokener_parse(state_json);
+    if (!o || !json_object_is_type(o, json_type_object)) {
+        fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+             "invalid session state of the local backend: its data is not a JSON object");
+        goto fail;
+    }
+    const char *meta = state_path(o, "meta", error);
+    const char *root = meta ? state_path(o, "root", error) : NULL;
+    if (!root)
+        goto fail;
+    const char *base = strrchr(meta, '/') + 1;
+    if (strncmp(base, ID_PREFIX, strlen(ID_PREFIX)) != 0 || !base[strlen(ID_PREFIX)]) {
+        sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                              "invalid session state of the local backend: \"%s\" is not "
+                              "a local sandbox directory (" ID_PREFIX "*)", meta);
+        add_context(err, "field", "meta");
+        goto fail;
+    }
+    sb = calloc(1, sizeof(*sb));
+    if (!sb)
+        goto nomem;
+    pthread_mutex_init(&sb->lock, NULL);
+    if (state_bool(o, "owns_root", &sb->owns_root, error) < 0
+        || state_bool(o, "made_tmp", &sb->made_tmp, error) < 0
+        || state_int(o, "supervisor_pid", 2, INT32_MAX, &pid, error) < 0
+        || state_int(o, "supervisor_start", 0, INT64_MAX, &start, error) < 0)
+        goto fail;
+    sb->sup_pid = (pid_t)pid;
+    sb->sup_start = (unsigned long long)start;
+    if (!(sb->id = strdup(base)) || !(sb->meta = strdup(meta)) || !(sb->root = strdup(root))
+        || !(sb->sock = join_path(sb->meta, "sock")) || !(sb->tmp = join_path(sb->root, "tmp")))
+        goto nomem;
+    if (sb->owns_root) {
+        char *own = join_path(sb->meta, "root");
+        int same = own && strcmp(own, sb->root) == 0;
+        free(own);
+        if (!same) {
+            sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                  "invalid session state of the local backend: an owned "
+                                  "root must be %s/root, not %s", sb->meta, sb->root);
+            add_context(err, "field", "root");
+            goto fail;
+        }
+    }
+    if (!proto_proc_alive(sb->sup_pid, sb->sup_start)) {
+        sbx_error *err = fail(error, SBX_ERROR_NOT_FOUND, op,
+                              "sandbox %s no longer exists (its supervisor, pid %d, is gone)",
+                              sb->id, (int)sb->sup_pid);
+        add_context(err, "path", sb->meta);
+        goto fail;
+    }
+    if (check_supervisor_answers(sb, ctx, error) < 0)
+        goto fail;
+    json_object_put(o);
+    LOG(SBX_LOG_DEBUG, "resumed %s (root %s, supervisor pid %d)", sb->id, sb->root,
+        (int)sb->sup_pid);
+    *sandbox = sb;
+    return 0;
+
+nomem:
+    fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+fail:
+    if (sb) {
+        pthread_mutex_destroy(&sb->lock);
+        sandbox_free_fields(sb);
+        free(sb);
+    }
+    json_object_put(o);
+    return -1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1631,12 +1946,14 @@ static const sbx_plugin local_plugin = {
     .version = PACKAGE_VERSION,
     .description = "commands run as host processes under a per-sandbox root directory "
                    "(no isolation)",
-    .caps = LOCAL_CAPS,
+    .caps = LOCAL_CAPS | LOCAL_FILE_CAPS,
     .setup = local_setup,
     .client_new = local_client_new,
     .client_free = local_client_free,
     .probe = local_probe,
     .create = local_create,
+    .resume = local_resume,
+    .session_state = local_session_state,
     .destroy = local_destroy,
     .is_alive = local_is_alive,
     .sandbox_free = local_sandbox_free,
@@ -1647,6 +1964,14 @@ static const sbx_plugin local_plugin = {
     .exec_event_fd = local_exec_event_fd,
     .exec_kill = local_exec_kill,
     .exec_free = local_exec_free,
+#ifndef SBX_LOCAL_EXEC_ONLY
+    .list_files = local_list_files,
+    .read_file = local_read_file,
+    .write_file = local_write_file,
+    .upload_tar = local_upload_tar,
+    .download_tar = local_download_tar,
+    .stat_file = local_stat_file,
+#endif
 };
 
 SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);

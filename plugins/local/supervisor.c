@@ -10,12 +10,21 @@
  * serves EXEC, KILL, PING and DESTROY requests (proto.h) in a
  * single-threaded poll loop, with SIGCHLD read from a signalfd.
  *
- * Each exec gets a small reaper of its own, forked from the supervisor: a
- * child subreaper that starts the command in a new session (the exec's pid
- * is its session id), reports its pid and exit code on a pipe, and reaps
- * whatever the command leaves until nothing of it is left. Every process
- * the command starts, setsid'd or double-forked, stays below that reaper,
- * so KILL reaches the whole tree through the parent links in /proc.
+ * Each exec runs under a reaper of its own, a forked copy of the
+ * supervisor: a child subreaper that starts the command in a new session
+ * (the exec's pid is its session id), reports its pid and exit code on a
+ * socket, and reaps whatever the command leaves until nothing of it is
+ * left. Every process the command starts, setsid'd or double-forked, stays
+ * below that reaper, so KILL reaches the whole tree through the parent
+ * links in /proc. A reaper serves one exec at a time; once nothing of its
+ * exec is left it says so (IDLE) and waits for the next one, so an exec
+ * normally costs no fork and no process exit besides the command's own
+ * (those two were most of the time an exec took beyond posix_spawn). Up to
+ * REAPER_IDLE_MAX idle reapers are kept; one is forked at start-up. The
+ * reaper writes STARTED and EXIT on the client's connection itself (one
+ * process less between the command's end and the caller); the supervisor
+ * answers everything else, and sends EXIT itself for an exec that was
+ * killed, once nothing of it is left.
  * DESTROY kills every descendant of the supervisor, answers and exits.
  */
 #include "proto.h"
@@ -53,9 +62,19 @@
 #define START_WAIT_MS 10000
 /** Rounds (10 ms apart) the final teardown may take. */
 #define TEARDOWN_ROUNDS 500
+/** Idle reapers kept for later execs; more are told to exit. */
+#define REAPER_IDLE_MAX 4
+/** Descriptors of a job: the command's stdin, stdout, stderr, its working
+ *  directory, and the client's connection. */
+#define JOB_FDS (PROTO_EXEC_FDS + 2)
+/** In place of a job's length on a reaper's socket: the exec was killed,
+ *  leave its EXIT to the supervisor. */
+#define JOB_HOLD 0xffffffffu
 
 /** Fallback PATH when the command's environment has none. */
 #define DEFAULT_PATH "/usr/local/bin:/usr/bin:/bin"
+
+struct reaper;
 
 /** One client connection; at most one exec per connection. */
 typedef struct conn {
@@ -68,8 +87,8 @@ typedef struct conn {
     int fds[PROTO_EXEC_FDS];     /* descriptors received with EXEC */
     int nfds;
     pid_t pid;                   /* exec's main process and session id */
-    pid_t reaper;                /* the exec's reaper while it lives */
-    int report_fd;               /* pipe from the reaper, or -1 */
+    pid_t reaper;                /* pid of rp while it serves this exec, else 0 */
+    struct reaper *rp;           /* the reaper running this exec, or NULL */
     int running;                 /* main process not reaped yet */
     int killed;                  /* a KILL was asked for this exec */
     int exit_pending;            /* EXIT held until the reaper is gone */
@@ -77,13 +96,35 @@ typedef struct conn {
     int dead;                    /* to be closed */
 } conn;
 
-/** What an exec's reaper reports on its pipe (atomic pipe writes). */
+/**
+ * An exec reaper (see the top of this file). The supervisor sends it a job
+ * on its socket: u32 length and the EXEC payload, with the JOB_FDS
+ * descriptors riding as SCM_RIGHTS on the first byte; and JOB_HOLD when the
+ * exec is killed. It answers with reaper_msg reports: REAPER_PID (then it
+ * sends STARTED to the client; or REAPER_ERROR when nothing could start,
+ * after which it exits), REAPER_EXIT_SENT when the main process ended and
+ * it is sending EXIT to the client, REAPER_EXIT instead when a JOB_HOLD
+ * came (the supervisor sends EXIT), and REAPER_IDLE once it reaped
+ * everything of the exec. At EOF on its socket it exits.
+ */
+typedef struct reaper {
+    pid_t pid;
+    int fd;                      /* our end of its socket; -1 once retired */
+    conn *owner;                 /* the exec it serves; NULL when none */
+    int busy;                    /* a job was sent and IDLE not seen yet */
+    int gone;                    /* reaped; freed by sweep_reapers */
+    unsigned char msg[8];        /* a report read in part */
+    size_t have;
+} reaper;
+
+/** What a reaper reports (8 bytes, written whole). */
 typedef struct reaper_msg {
     int32_t tag;                 /* REAPER_* */
     int32_t value;
 } reaper_msg;
 
-enum { REAPER_PID = 1, REAPER_EXIT = 2, REAPER_ERROR = 3 };
+enum { REAPER_PID = 1, REAPER_EXIT = 2, REAPER_ERROR = 3, REAPER_IDLE = 4,
+       REAPER_EXIT_SENT = 5 };
 
 static struct {
     char *dir;
@@ -97,6 +138,8 @@ static struct {
     ino_t sock_ino;
     conn **conns;
     size_t nconns;
+    reaper **reapers;
+    size_t nreapers;
 } S = { .listen_fd = -1, .sig_fd = -1 };
 
 /* ------------------------------------------------------------------------ */
@@ -249,6 +292,37 @@ static void exec_ended(conn *c, int code)
 }
 
 /**
+ * @rp no longer serves its exec: nothing of the exec is left below it
+ * (IDLE), or it is gone. A held EXIT goes out now.
+ */
+static void reaper_detach(reaper *rp)
+{
+    conn *c = rp->owner;
+    rp->owner = NULL;
+    if (!c)
+        return;
+    c->rp = NULL;
+    c->reaper = 0;
+    if (c->exit_pending) {
+        c->exit_pending = 0;
+        send_exit(c, c->exit_code);
+    }
+}
+
+/** Stops using @rp (idle, exiting, or failed; with @kill_it, SIGKILL it):
+ *  closes its socket, at whose EOF an idle reaper exits. */
+static void reaper_retire(reaper *rp, int kill_it)
+{
+    if (rp->fd >= 0) {
+        close(rp->fd);
+        rp->fd = -1;
+    }
+    rp->have = 0;
+    if (kill_it && !rp->gone)
+        kill(rp->pid, SIGKILL);
+}
+
+/**
  * Reaps every child that ended: exec reapers, and processes reparented to
  * the supervisor (a main process among them is reported, should its
  * reaper have been killed).
@@ -263,15 +337,16 @@ static void reap_children(void)
                 continue;
             return;
         }
+        for (size_t i = 0; i < S.nreapers; i++) {
+            reaper *rp = S.reapers[i];
+            if (rp->pid == p && !rp->gone) {
+                rp->gone = 1;
+                reaper_detach(rp);
+                reaper_retire(rp, 0);
+            }
+        }
         for (size_t i = 0; i < S.nconns; i++) {
             conn *c = S.conns[i];
-            if (c->reaper == p) {
-                c->reaper = 0;
-                if (c->exit_pending) {
-                    c->exit_pending = 0;
-                    send_exit(c, c->exit_code);
-                }
-            }
             if (c->pid == p)
                 exec_ended(c, exit_code_of(status));
         }
@@ -463,18 +538,21 @@ static int path_lookup(const char *name, const char *path, int cwd_fd, char **ou
     return seen_eacces ? EACCES : ENOENT;
 }
 
-/** posix_spawn in a new session with the exec's descriptors and cwd;
- *  returns 0 or an errno. */
+/** The signals a reaper ignores, as found when it started: the only
+ *  dispositions an exec'd command would inherit. */
+static sigset_t reaper_ignored;
+
+/** posix_spawn in a new session with the exec's descriptors and cwd, no
+ *  signal blocked and none ignored; returns 0 or an errno. */
 static int spawn_in_session(const char *prog, char *const argv[], char *const envp[],
                             const int fds[PROTO_EXEC_FDS], int cwd_fd, pid_t *pid)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
-    sigset_t none, all;
+    sigset_t none;
     int r;
 
     sigemptyset(&none);
-    sigfillset(&all);
     if ((r = posix_spawn_file_actions_init(&fa)) != 0)
         return r;
     if ((r = posix_spawnattr_init(&attr)) != 0) {
@@ -491,7 +569,7 @@ static int spawn_in_session(const char *prog, char *const argv[], char *const en
     if (r == 0)
         r = posix_spawnattr_setsigmask(&attr, &none);
     if (r == 0)
-        r = posix_spawnattr_setsigdefault(&attr, &all);
+        r = posix_spawnattr_setsigdefault(&attr, &reaper_ignored);
     if (r == 0)
         r = posix_spawn(pid, prog, &fa, &attr, argv, envp);
     posix_spawnattr_destroy(&attr);
@@ -567,25 +645,63 @@ static void close_all_except(int *keep, int n)
 static void report(int fd, int32_t tag, int32_t value)
 {
     reaper_msg m = { tag, value };
-    while (write(fd, &m, sizeof(m)) < 0 && errno == EINTR)
+    while (send(fd, &m, sizeof(m), MSG_NOSIGNAL) < 0 && errno == EINTR)
         ;
 }
 
 /**
- * The exec's reaper (a forked copy of the supervisor): starts the command
- * and reaps everything below it until nothing is left. Reports on @rep:
- * REAPER_PID, later REAPER_EXIT; or REAPER_ERROR when nothing could start.
+ * The fields of an EXEC payload. *@argv and *@overlay are new
+ * NULL-terminated arrays (free them, not their strings) pointing into
+ * @payload. Returns 0, EPROTO when the payload is malformed, or ENOMEM.
  */
-static void __attribute__((noreturn)) run_reaper(char **argv, uint32_t argc, char **envp,
-                                                 const int fds[PROTO_EXEC_FDS], int cwd_fd,
-                                                 int rep)
+static int parse_exec(const unsigned char *payload, size_t len, char ***argv, uint32_t *argc,
+                      char ***overlay, uint32_t *envc, const char **cwd)
+{
+    proto_reader r;
+    *argv = *overlay = NULL;
+    proto_reader_init(&r, payload, len);
+    *argc = proto_get_u32(&r);
+    if (r.failed || *argc == 0 || *argc > len / 5)
+        return EPROTO;
+    if (!(*argv = calloc((size_t)*argc + 1, sizeof(**argv))))
+        return ENOMEM;
+    for (uint32_t i = 0; i < *argc; i++)
+        (*argv)[i] = (char *)proto_get_str(&r);
+    *envc = proto_get_u32(&r);
+    if (r.failed || *envc > len / 5)
+        goto bad;
+    if (!(*overlay = calloc((size_t)*envc + 1, sizeof(**overlay)))) {
+        free(*argv);
+        *argv = NULL;
+        return ENOMEM;
+    }
+    for (uint32_t i = 0; i < *envc; i++)
+        (*overlay)[i] = (char *)proto_get_str(&r);
+    *cwd = proto_get_str(&r);
+    if (r.failed || r.left != 0)
+        goto bad;
+    return 0;
+bad:
+    free(*argv);
+    free(*overlay);
+    *argv = *overlay = NULL;
+    return EPROTO;
+}
+
+/**
+ * In a reaper: starts the command of one job in a new session and reports
+ * REAPER_PID on @rep; a command that cannot run gets a stand-in that
+ * prints why and exits 127 or 126. Returns the pid, or 0 after reporting
+ * REAPER_ERROR (nothing started).
+ */
+static pid_t start_command(char **argv, uint32_t argc, char **envp,
+                           const int fds[PROTO_EXEC_FDS], int cwd_fd, int rep)
 {
     char msg[PATH_MAX + 128];
-    char *found = NULL;
+    char *found = NULL, **sh = NULL;
     pid_t pid = 0;
     int err = 0;
 
-    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     const char *name = argv[0];
     int has_slash = strchr(name, '/') != NULL;
     const char *prog = name;
@@ -598,7 +714,7 @@ static void __attribute__((noreturn)) run_reaper(char **argv, uint32_t argc, cha
         err = spawn_in_session(prog, argv, envp, fds, cwd_fd, &pid);
         if (err == ENOEXEC) {
             /* No #! line: run it with the shell, as execvp does. */
-            char **sh = calloc((size_t)argc + 2, sizeof(*sh));
+            sh = calloc((size_t)argc + 2, sizeof(*sh));
             if (!sh) {
                 err = ENOMEM;
             } else {
@@ -623,148 +739,378 @@ static void __attribute__((noreturn)) run_reaper(char **argv, uint32_t argc, cha
         }
         err = spawn_failure(msg, code, fds[2], &pid);
     }
+    free(sh);
+    free(found);
     if (err != 0) {
         report(rep, REAPER_ERROR, err);
-        _exit(1);
+        return 0;
     }
-    /* Hold nothing of the command's: its output ends when it does. */
-    for (int i = 0; i < PROTO_EXEC_FDS; i++)
-        close(fds[i]);
-    close(cwd_fd);
     report(rep, REAPER_PID, pid);
-    for (;;) {
-        int status;
-        pid_t p = waitpid(-1, &status, 0);
-        if (p < 0) {
-            if (errno == EINTR)
-                continue;
-            break;
-        }
-        if (p == pid)
-            report(rep, REAPER_EXIT, exit_code_of(status));
-    }
-    _exit(0);
+    return pid;
 }
 
-/** Handles EXEC: validates the cwd, starts the command, answers STARTED. */
+/**
+ * In a reaper: reads one job from @fd. Returns 0 with a new payload in
+ * *@payload and the four descriptors in @fds (close-on-exec), or -1 at EOF
+ * or on a malformed job.
+ */
+static int reaper_recv_job(int fd, unsigned char **payload, uint32_t *len, int fds[JOB_FDS])
+{
+    uint32_t n = 0;
+    size_t got = 0;
+    int nfds = 0;
+
+    for (int i = 0; i < JOB_FDS; i++)
+        fds[i] = -1;
+    *payload = NULL;
+    while (got < sizeof(n)) {
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(sizeof(int) * JOB_FDS)];
+        } ctl;
+        struct iovec iov = { (char *)&n + got, sizeof(n) - got };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                             .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+        ssize_t r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            goto fail;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                continue;
+            size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < k; i++) {
+                int f;
+                memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+                if (nfds < JOB_FDS)
+                    fds[nfds++] = f;
+                else
+                    close(f);
+            }
+        }
+        got += (size_t)r;
+        if (got == sizeof(n) && n == JOB_HOLD && nfds == 0)
+            got = 0;    /* a late note about the exec before: nothing to hold now */
+    }
+    if (nfds != JOB_FDS || n > PROTO_MAX_FRAME || !(*payload = malloc(n + 1)))
+        goto fail;
+    for (got = 0; got < n;) {
+        ssize_t r = read(fd, *payload + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            goto fail;
+        got += (size_t)r;
+    }
+    *len = n;
+    return 0;
+fail:
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);
+    free(*payload);
+    *payload = NULL;
+    return -1;
+}
+
+/** In a reaper: 1 when the supervisor sent JOB_HOLD (read now), else 0. */
+static int reaper_held(int fd)
+{
+    int held = 0;
+    uint32_t note;
+    while (recv(fd, &note, sizeof(note), MSG_DONTWAIT) == (ssize_t)sizeof(note))
+        held |= note == JOB_HOLD;
+    return held;
+}
+
+/** Sends frame @type with one i32 @value on @fd; returns 0 or -1. */
+static int send_i32_frame(int fd, uint32_t type, int32_t value)
+{
+    proto_buf b;
+    proto_buf_init(&b, type);
+    proto_put_i32(&b, value);
+    return send_buf(fd, &b, SEND_WAIT_MS);
+}
+
+/**
+ * A reaper's life: a child subreaper that takes jobs from @fd one at a
+ * time, starts each command, reaps everything below it until nothing of
+ * the exec is left, reports REAPER_IDLE and waits for the next job. Exits
+ * at EOF on @fd, or after a job it could not start.
+ */
+static void __attribute__((noreturn)) reaper_main(int fd)
+{
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    /* Handlers do not survive exec, ignored signals do: resetting just
+     * those spares the command's start one sigaction per signal. */
+    sigemptyset(&reaper_ignored);
+    for (int sig = 1; sig < NSIG; sig++) {
+        struct sigaction sa;
+        if (sigaction(sig, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
+            sigaddset(&reaper_ignored, sig);
+    }
+    for (;;) {
+        unsigned char *payload;
+        uint32_t len, argc, envc;
+        int fds[JOB_FDS];
+        char **argv, **overlay, **envp = NULL;
+        const char *cwd;
+        pid_t pid = 0;
+
+        if (reaper_recv_job(fd, &payload, &len, fds) < 0)
+            _exit(0);
+        int err = parse_exec(payload, len, &argv, &argc, &overlay, &envc, &cwd);
+        if (err == 0 && !(envp = env_merge(overlay, envc)))
+            err = ENOMEM;
+        if (err == 0)
+            pid = start_command(argv, argc, envp, fds, fds[PROTO_EXEC_FDS], fd);
+        else
+            report(fd, REAPER_ERROR, err);
+        /* Hold nothing of the command's: its output ends when it does. */
+        int client = fds[JOB_FDS - 1];
+        for (int i = 0; i < JOB_FDS - 1; i++)
+            close(fds[i]);
+        free(envp);
+        free(overlay);
+        free(argv);
+        free(payload);
+        if (pid <= 0)
+            _exit(1);
+        /* A client that is gone is the supervisor's to notice. */
+        send_i32_frame(client, PROTO_STARTED, pid);
+        for (;;) {
+            int status;
+            pid_t p = waitpid(-1, &status, 0);
+            if (p < 0) {
+                if (errno == EINTR)
+                    continue;
+                break;
+            }
+            if (p != pid)
+                continue;
+            /* The report goes first: a client that has its EXIT may close
+             * at once, and the supervisor must know by then that the exec
+             * ended, or it would kill what the exec left running. */
+            int code = exit_code_of(status);
+            if (reaper_held(fd)) {
+                report(fd, REAPER_EXIT, code);
+            } else {
+                report(fd, REAPER_EXIT_SENT, code);
+                send_i32_frame(client, PROTO_EXIT, code);
+            }
+            close(client);
+            client = -1;
+        }
+        if (client >= 0)
+            close(client);
+        report(fd, REAPER_IDLE, 0);
+    }
+}
+
+/** A new reaper, in S.reapers; NULL with errno set when none could start. */
+static reaper *reaper_new(void)
+{
+    int sv[2];
+    reaper *rp = calloc(1, sizeof(*rp));
+    reaper **v = realloc(S.reapers, (S.nreapers + 1) * sizeof(*v));
+    if (v)
+        S.reapers = v;
+    if (!rp || !v) {
+        free(rp);
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+        free(rp);
+        return NULL;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(sv[0]);
+        close(sv[1]);
+        free(rp);
+        errno = e;
+        return NULL;
+    }
+    if (pid == 0) {
+        int keep[] = { sv[1] };
+        close_all_except(keep, 1);
+        reaper_main(sv[1]);
+    }
+    close(sv[1]);
+    fcntl(sv[0], F_SETFL, O_NONBLOCK);
+    rp->pid = pid;
+    rp->fd = sv[0];
+    S.reapers[S.nreapers++] = rp;
+    return rp;
+}
+
+/** An idle reaper, or a new one; NULL with errno set. */
+static reaper *reaper_get(void)
+{
+    for (size_t i = 0; i < S.nreapers; i++) {
+        reaper *rp = S.reapers[i];
+        if (rp->fd >= 0 && !rp->busy && !rp->gone)
+            return rp;
+    }
+    return reaper_new();
+}
+
+/**
+ * Hands a job to @rp: the EXEC @payload, with the command's descriptors
+ * @fds, @cwd_fd and the client's connection @client on its first byte.
+ * Returns 0 or an errno.
+ */
+static int reaper_send_job(reaper *rp, const unsigned char *payload, uint32_t len,
+                           const int fds[PROTO_EXEC_FDS], int cwd_fd, int client)
+{
+    int all[JOB_FDS] = { fds[0], fds[1], fds[2], cwd_fd, client };
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(all))];
+    } ctl;
+    memset(&ctl, 0, sizeof(ctl));
+    struct iovec iov[2] = { { &len, sizeof(len) }, { (void *)payload, len } };
+    struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2,
+                         .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(all));
+    memcpy(CMSG_DATA(cm), all, sizeof(all));
+
+    ssize_t n;
+    for (;;) {
+        n = sendmsg(rp->fd, &mh, MSG_NOSIGNAL);
+        if (n >= 0)
+            break;
+        if (errno == EINTR)
+            continue;
+        if ((errno == EAGAIN || errno == EWOULDBLOCK) && wait_fd(rp->fd, POLLOUT, SEND_WAIT_MS) > 0)
+            continue;
+        return errno;
+    }
+    rp->busy = 1;
+    size_t sent = (size_t)n;
+    if (sent < sizeof(len))
+        return EIO;     /* a socket buffer of under 4 bytes: never seen */
+    sent -= sizeof(len);
+    if (sent < len && write_all(rp->fd, payload + sent, len - sent, SEND_WAIT_MS) < 0)
+        return errno ? errno : EIO;
+    return 0;
+}
+
+/** Handles EXEC: validates the cwd and hands the exec to a reaper, which
+ *  starts the command and answers STARTED. */
 static void do_exec(conn *c, const unsigned char *payload, size_t len)
 {
-    proto_reader r;
-    char **argv = NULL, **overlay = NULL, **envp = NULL;
-    int cwd_fd = -1, rep[2] = { -1, -1 };
+    char **argv = NULL, **overlay = NULL;
+    uint32_t argc, envc;
+    const char *cwd;
+    int cwd_fd = -1, e;
     char msg[PATH_MAX + 128];
+    reaper *rp = NULL;
 
     if (c->pid != 0 || c->nfds != PROTO_EXEC_FDS) {
         conn_error(c, PROTO_ERR_PROTOCOL, EPROTO, "EXEC needs three descriptors, once");
         goto out;
     }
-    proto_reader_init(&r, payload, len);
-    uint32_t argc = proto_get_u32(&r);
-    if (r.failed || argc == 0 || argc > len / 5)
-        goto bad;
-    argv = calloc((size_t)argc + 1, sizeof(*argv));
-    if (!argv)
-        goto nomem;
-    for (uint32_t i = 0; i < argc; i++)
-        argv[i] = (char *)proto_get_str(&r);
-    uint32_t envc = proto_get_u32(&r);
-    if (r.failed || envc > len / 5)
-        goto bad;
-    overlay = calloc((size_t)envc + 1, sizeof(*overlay));
-    if (!overlay)
-        goto nomem;
-    for (uint32_t i = 0; i < envc; i++)
-        overlay[i] = (char *)proto_get_str(&r);
-    const char *cwd = proto_get_str(&r);
-    if (r.failed || r.left != 0)
-        goto bad;
+    e = parse_exec(payload, len, &argv, &argc, &overlay, &envc, &cwd);
+    if (e == EPROTO) {
+        conn_error(c, PROTO_ERR_PROTOCOL, EPROTO, "malformed EXEC request");
+        goto out;
+    }
+    if (e != 0) {
+        conn_error(c, PROTO_ERR_INTERNAL, ENOMEM, "out of memory");
+        goto out;
+    }
 
     /* The working directory must exist before anything runs. */
     cwd_fd = open(cwd, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (cwd_fd < 0) {
-        int e = errno;
+        e = errno;
         snprintf(msg, sizeof(msg), "working directory %s: %s", cwd, strerror(e));
         conn_error(c, PROTO_ERR_CWD, e, msg);
         goto out;
     }
-    envp = env_merge(overlay, envc);
-    if (!envp)
-        goto nomem;
-    if (pipe2(rep, O_CLOEXEC) < 0)
-        goto sys;
-    pid_t reaper = fork();
-    if (reaper < 0)
-        goto sys;
-    if (reaper == 0) {
-        int keep[] = { c->fds[0], c->fds[1], c->fds[2], cwd_fd, rep[1] };
-        close_all_except(keep, (int)(sizeof(keep) / sizeof(keep[0])));
-        run_reaper(argv, argc, envp, c->fds, cwd_fd, rep[1]);
-    }
-    close(rep[1]);
-    rep[1] = -1;
-    c->reaper = reaper;
+    rp = reaper_get();
+    e = rp ? reaper_send_job(rp, payload, (uint32_t)len, c->fds, cwd_fd, c->fd) : errno;
 
     reaper_msg m = { 0, 0 };
-    if (read_all(rep[0], &m, sizeof(m), START_WAIT_MS) < 0 || m.tag != REAPER_PID
-        || m.value <= 1) {
-        int e = m.tag == REAPER_ERROR ? m.value : EIO;
-        kill(reaper, SIGKILL);
+    if (e == 0 && (read_all(rp->fd, &m, sizeof(m), START_WAIT_MS) < 0 || m.tag != REAPER_PID
+                   || m.value <= 1))
+        e = m.tag == REAPER_ERROR ? m.value : EIO;
+    if (e != 0) {
+        if (rp)
+            reaper_retire(rp, 1);
         snprintf(msg, sizeof(msg), "cannot start a process: %s", strerror(e));
         conn_error(c, PROTO_ERR_INTERNAL, e, msg);
         goto out;
     }
-    fcntl(rep[0], F_SETFL, O_NONBLOCK);
-    c->report_fd = rep[0];
-    rep[0] = -1;
+    /* The reaper sends STARTED. */
+    rp->owner = c;
+    c->rp = rp;
+    c->reaper = rp->pid;
     c->pid = m.value;
     c->running = 1;
-    proto_buf b;
-    proto_buf_init(&b, PROTO_STARTED);
-    proto_put_i32(&b, c->pid);
-    conn_send(c, &b);
-    goto out;
 
-sys:
-    snprintf(msg, sizeof(msg), "cannot start a process: %s", strerror(errno));
-    conn_error(c, PROTO_ERR_INTERNAL, errno, msg);
-    goto out;
-bad:
-    conn_error(c, PROTO_ERR_PROTOCOL, EPROTO, "malformed EXEC request");
-    goto out;
-nomem:
-    conn_error(c, PROTO_ERR_INTERNAL, ENOMEM, "out of memory");
 out:
     conn_close_fds(c);
     if (cwd_fd >= 0)
         close(cwd_fd);
-    for (int i = 0; i < 2; i++)
-        if (rep[i] >= 0)
-            close(rep[i]);
-    free(envp);
     free(overlay);
     free(argv);
 }
 
-/** Takes in what an exec's reaper reported. */
-static void read_report(conn *c)
+/** Takes in what @rp reported. */
+static void read_report(reaper *rp)
 {
-    reaper_msg m;
-    for (;;) {
-        ssize_t n = read(c->report_fd, &m, sizeof(m));
-        if (n == (ssize_t)sizeof(m)) {
-            if (m.tag == REAPER_EXIT)
-                exec_ended(c, m.value);
-            continue;
-        }
+    while (rp->fd >= 0) {
+        ssize_t n = read(rp->fd, rp->msg + rp->have, sizeof(rp->msg) - rp->have);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return;
-        /* The reaper is gone; a main process it left is ours to reap. */
-        close(c->report_fd);
-        c->report_fd = -1;
-        return;
+        if (n <= 0) {
+            /* It is exiting; reap_children detaches it once it is gone. */
+            reaper_retire(rp, 0);
+            return;
+        }
+        rp->have += (size_t)n;
+        if (rp->have < sizeof(rp->msg))
+            continue;
+        rp->have = 0;
+        reaper_msg m;
+        memcpy(&m, rp->msg, sizeof(m));
+        if (m.tag == REAPER_EXIT && rp->owner) {
+            exec_ended(rp->owner, m.value);
+        } else if (m.tag == REAPER_EXIT_SENT && rp->owner) {
+            rp->owner->running = 0;
+        } else if (m.tag == REAPER_IDLE) {
+            rp->busy = 0;
+            reaper_detach(rp);
+            size_t idle = 0;
+            for (size_t i = 0; i < S.nreapers; i++)
+                if (S.reapers[i]->fd >= 0 && !S.reapers[i]->busy && !S.reapers[i]->gone)
+                    idle++;
+            if (idle > REAPER_IDLE_MAX)
+                reaper_retire(rp, 0);
+        }
     }
+}
+
+/** Frees the reapers that were reaped. */
+static void sweep_reapers(void)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < S.nreapers; i++) {
+        if (S.reapers[i]->gone)
+            free(S.reapers[i]);
+        else
+            S.reapers[k++] = S.reapers[i];
+    }
+    S.nreapers = k;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -799,6 +1145,10 @@ static void handle_frame(conn *c)
         }
         if (c->pid > 0 && sig > 0) {
             c->killed = 1;
+            /* Before any signal: the reaper then leaves EXIT to us. */
+            uint32_t hold = JOB_HOLD;
+            if (c->rp && c->rp->fd >= 0 && c->running)
+                write_all(c->rp->fd, &hold, sizeof(hold), SEND_WAIT_MS);
             kill_exec(c, sig, sig == SIGKILL);
         }
         proto_buf_init(&b, PROTO_KILLED);
@@ -883,8 +1233,8 @@ static void conn_read(conn *c)
 static void conn_free(conn *c)
 {
     conn_close_fds(c);
-    if (c->report_fd >= 0)
-        close(c->report_fd);
+    if (c->rp)
+        c->rp->owner = NULL;    /* it serves on until its exec's tree is gone */
     close(c->fd);
     free(c->buf);
     free(c);
@@ -895,6 +1245,10 @@ static void sweep_conns(void)
 {
     for (size_t i = 0; i < S.nconns; i++) {
         conn *c = S.conns[i];
+        /* A client closes once it has its EXIT: take in the reaper's word
+         * that the exec ended before deciding it was left running. */
+        if (c->dead && c->running && c->rp && c->rp->fd >= 0)
+            read_report(c->rp);
         if (c->dead && c->running && c->pid > 0)
             kill_exec(c, SIGKILL, 1);
     }
@@ -930,7 +1284,6 @@ static int accept_conns(void)
             return -1;
         }
         c->fd = fd;
-        c->report_fd = -1;
         S.conns[S.nconns++] = c;
     }
     return 0;
@@ -968,8 +1321,8 @@ static void __attribute__((noreturn)) serve(void)
     size_t pcap = 0;
 
     for (;;) {
-        /* signalfd, listener, then per connection: socket, reaper pipe */
-        size_t n = 2 + 2 * S.nconns;
+        /* signalfd, listener, each connection's socket, each reaper's */
+        size_t n = 2 + S.nconns + S.nreapers;
         if (n > pcap) {
             struct pollfd *p = realloc(pfd, n * sizeof(*p));
             if (!p) {
@@ -983,10 +1336,11 @@ static void __attribute__((noreturn)) serve(void)
         int accepting = S.nconns < MAX_CONNS && now >= accept_pause_until;
         pfd[0] = (struct pollfd){ .fd = S.sig_fd, .events = POLLIN };
         pfd[1] = (struct pollfd){ .fd = accepting ? S.listen_fd : -1, .events = POLLIN };
-        for (size_t i = 0; i < S.nconns; i++) {
-            pfd[2 + 2 * i] = (struct pollfd){ .fd = S.conns[i]->fd, .events = POLLIN };
-            pfd[3 + 2 * i] = (struct pollfd){ .fd = S.conns[i]->report_fd, .events = POLLIN };
-        }
+        size_t nc = S.nconns, nr = S.nreapers;
+        for (size_t i = 0; i < nc; i++)
+            pfd[2 + i] = (struct pollfd){ .fd = S.conns[i]->fd, .events = POLLIN };
+        for (size_t i = 0; i < nr; i++)
+            pfd[2 + nc + i] = (struct pollfd){ .fd = S.reapers[i]->fd, .events = POLLIN };
         long long timeout = last_watch + WATCH_INTERVAL_MS - now;
         if (!accepting && S.nconns < MAX_CONNS && timeout > 100)
             timeout = 100;
@@ -1003,17 +1357,30 @@ static void __attribute__((noreturn)) serve(void)
             continue;
         if (pfd[0].revents)
             handle_signals();
-        size_t polled = (n - 2) / 2;
-        for (size_t i = 0; i < polled && i < S.nconns; i++) {
+        /* Reports first (an EXIT before a KILL on the same exec); reapers
+         * and connections are only appended until the sweeps below. */
+        for (size_t i = 0; i < nr; i++) {
+            reaper *rp = S.reapers[i];
+            if (pfd[2 + nc + i].revents && rp->fd >= 0 && pfd[2 + nc + i].fd == rp->fd)
+                read_report(rp);
+        }
+        for (size_t i = 0; i < nc; i++) {
             conn *c = S.conns[i];
-            if (pfd[3 + 2 * i].revents && c->report_fd >= 0 && pfd[3 + 2 * i].fd == c->report_fd)
-                read_report(c);
-            if (pfd[2 + 2 * i].revents && pfd[2 + 2 * i].fd == c->fd)
+            if (pfd[2 + i].revents && pfd[2 + i].fd == c->fd)
                 conn_read(c);
         }
         sweep_conns();
-        if (pfd[1].revents && accept_conns() < 0)
-            accept_pause_until = now_ms() + 100;
+        sweep_reapers();
+        if (pfd[1].revents) {
+            /* A new client has usually sent its request already. */
+            size_t first = S.nconns;
+            if (accept_conns() < 0)
+                accept_pause_until = now_ms() + 100;
+            for (size_t i = first; i < S.nconns; i++)
+                conn_read(S.conns[i]);
+            sweep_conns();
+            sweep_reapers();
+        }
     }
 }
 
@@ -1188,6 +1555,9 @@ int main(int argc, char **argv)
         dup2(null, fd);
     if (null > 2)
         close(null);
+    /* The first exec finds its reaper ready (a failure here is retried
+     * then). */
+    reaper_new();
 
     serve();
 }

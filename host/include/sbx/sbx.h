@@ -266,6 +266,10 @@ SBX_EXPORT void sbx_backend_info_list_free(sbx_backend_info **list, size_t count
 /* Creation options                                                          */
 /* ------------------------------------------------------------------------ */
 
+/** One backend, reused across many sandboxes (shared connection state). */
+typedef struct sbx_client sbx_client;
+/** One sandbox. */
+typedef struct sbx_sandbox sbx_sandbox;
 /** Creation options; remembers which fields the caller set. */
 typedef struct sbx_options sbx_options;
 
@@ -280,7 +284,18 @@ typedef enum sbx_option_field {
     SBX_OPTION_CPU = 1u << 3,
     SBX_OPTION_MEMORY_MB = 1u << 4,
     SBX_OPTION_GIT_REPO = 1u << 5,
-    SBX_OPTION_GIT_REF = 1u << 6
+    SBX_OPTION_GIT_REF = 1u << 6,
+    SBX_OPTION_IMAGE = 1u << 7,
+    SBX_OPTION_TEMPLATE = 1u << 8,
+    SBX_OPTION_SNAPSHOT_ID = 1u << 9,
+    SBX_OPTION_APP_NAME = 1u << 10,
+    SBX_OPTION_GPU = 1u << 11,
+    SBX_OPTION_DISK_MB = 1u << 12,
+    SBX_OPTION_ALLOW_INTERNET = 1u << 13,
+    SBX_OPTION_BACKEND_OPTIONS = 1u << 14,
+    SBX_OPTION_PRESET = 1u << 15,
+    SBX_OPTION_FILES = 1u << 16,
+    SBX_OPTION_WORKSPACE = 1u << 17
 } sbx_option_field;
 
 /** Defaults of the reference's SandboxConfig. */
@@ -359,6 +374,94 @@ SBX_EXPORT int sbx_options_set_git_repo(sbx_options *options, const char *url,
                                         const char *ref, sbx_error **error);
 
 /**
+ * sbx_options_set_image / set_template / set_snapshot_id / set_app_name:
+ * Provider-side names, copied: the container image ("python:3.12-slim";
+ * docker, modal, daytona, ...), the provider's template (e2b), a snapshot
+ * to start from (an id returned by a snapshot call), and the application
+ * name grouping sandboxes (modal). Each must be non-empty. A backend without
+ * the notion refuses a set value with a configuration error naming it.
+ * Since 0.1.
+ */
+SBX_EXPORT int sbx_options_set_image(sbx_options *options, const char *image,
+                                     sbx_error **error);
+SBX_EXPORT int sbx_options_set_template(sbx_options *options, const char *template_name,
+                                        sbx_error **error);
+SBX_EXPORT int sbx_options_set_snapshot_id(sbx_options *options, const char *snapshot_id,
+                                           sbx_error **error);
+SBX_EXPORT int sbx_options_set_app_name(sbx_options *options, const char *app_name,
+                                        sbx_error **error);
+
+/**
+ * sbx_options_set_gpu:
+ * GPUs as "TYPE" or "TYPE:COUNT" (e.g. "H100:2"; COUNT a positive integer,
+ * 1 when absent), the reference's notation. Copied. Errors: invalid_argument
+ * naming the value. Since 0.1.
+ */
+SBX_EXPORT int sbx_options_set_gpu(sbx_options *options, const char *gpu,
+                                   sbx_error **error);
+
+/**
+ * sbx_options_set_disk_mb: disk in MiB, > 0; unset = the provider's
+ * default. Since 0.1.
+ */
+SBX_EXPORT int sbx_options_set_disk_mb(sbx_options *options, int64_t disk_mb,
+                                       sbx_error **error);
+
+/**
+ * sbx_options_set_allow_internet: 0 cuts the sandbox off the network (only
+ * its own loopback), non-zero allows it (the default). Since 0.1.
+ */
+SBX_EXPORT int sbx_options_set_allow_internet(sbx_options *options, int allow,
+                                              sbx_error **error);
+
+/**
+ * sbx_options_set_backend_options:
+ * Provider-specific settings as a JSON object (e.g. '{"create_timeout":120}'),
+ * copied; passed to the backend as is. Errors: invalid_argument when
+ * @json is not a JSON object (the parser's message included). Since 0.1.
+ */
+SBX_EXPORT int sbx_options_set_backend_options(sbx_options *options, const char *json,
+                                               sbx_error **error);
+
+/**
+ * sbx_options_set_preset:
+ * Names a preset (see "Presets" below) whose values become the defaults of
+ * every option the caller does not set: explicit options always win, and a
+ * backend refuses a preset value it cannot honour only when the caller set
+ * the option. The preset is looked up at create (not_found there when no
+ * preset has that name). @name must match [a-z0-9][a-z0-9._-]*
+ * (invalid_argument otherwise); copied. Since 0.1.
+ */
+SBX_EXPORT int sbx_options_set_preset(sbx_options *options, const char *name,
+                                      sbx_error **error);
+/** Borrowed; NULL when unset. */
+SBX_EXPORT const char *sbx_options_get0_preset(const sbx_options *options);
+
+/**
+ * sbx_options_add_file:
+ * A file written into the sandbox at create, after the git clone and before
+ * the workspace manifest: @len bytes of @data (copied) at sandbox path
+ * @path, mode 0644, parents created. A later file with the same path
+ * replaces the earlier one. Errors: invalid_argument for an empty path.
+ * Since 0.1.
+ */
+SBX_EXPORT int sbx_options_add_file(sbx_options *options, const char *path,
+                                    const void *data, size_t len, sbx_error **error);
+
+/** A workspace manifest (see "Workspace manifest" below). */
+typedef struct sbx_manifest sbx_manifest;
+
+/**
+ * sbx_options_set_workspace:
+ * The manifest applied at create, after the files. The options keep a
+ * reference to @manifest (entries added later are seen at create); the
+ * caller still frees its own with sbx_manifest_free(). NULL clears it.
+ * Since 0.1.
+ */
+SBX_EXPORT int sbx_options_set_workspace(sbx_options *options, sbx_manifest *manifest,
+                                         sbx_error **error);
+
+/**
  * sbx_options_is_set: 1 when the caller set @field, else 0. Since 0.1.
  */
 SBX_EXPORT int sbx_options_is_set(const sbx_options *options,
@@ -368,19 +471,153 @@ SBX_EXPORT int sbx_options_is_set(const sbx_options *options,
 SBX_EXPORT double sbx_options_get_timeout_secs(const sbx_options *options);
 SBX_EXPORT double sbx_options_get_cpu(const sbx_options *options);
 SBX_EXPORT int64_t sbx_options_get_memory_mb(const sbx_options *options);
+/** 0 when unset (the provider's default). */
+SBX_EXPORT int64_t sbx_options_get_disk_mb(const sbx_options *options);
+/** 1 unless set to 0. */
+SBX_EXPORT int sbx_options_get_allow_internet(const sbx_options *options);
 /** Borrowed; NULL when unset. */
 SBX_EXPORT const char *sbx_options_get0_workdir(const sbx_options *options);
+SBX_EXPORT const char *sbx_options_get0_image(const sbx_options *options);
+SBX_EXPORT const char *sbx_options_get0_template(const sbx_options *options);
+SBX_EXPORT const char *sbx_options_get0_snapshot_id(const sbx_options *options);
+SBX_EXPORT const char *sbx_options_get0_app_name(const sbx_options *options);
+SBX_EXPORT const char *sbx_options_get0_gpu(const sbx_options *options);
+SBX_EXPORT const char *sbx_options_get0_backend_options(const sbx_options *options);
 SBX_EXPORT const char *sbx_options_get0_env(const sbx_options *options,
                                             const char *key);
+
+/* ------------------------------------------------------------------------ */
+/* Presets                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A preset is a named set of creation defaults plus setup commands, kept as
+ * a JSON data file (format documented in presets/README.md):
+ *
+ *   {"format": 1, "name": "claude-code", "description": "...",
+ *    "image": "...", "backend_images": {"tensorlake": "..."},
+ *    "setup_commands": ["npm install -g @anthropic-ai/claude-code"],
+ *    "backend_setup_commands": {"tensorlake": ["..."]},
+ *    "setup_before_workspace": false, "cpu": 1, "memory_mb": 2048,
+ *    "timeout_secs": 1800, "env": {"K": "V"}, "allow_internet": true}
+ *
+ * Lookup by name, first match wins: presets registered at run time, then
+ * NAME.json in each directory of SBX_PRESET_PATH (colon-separated), then in
+ * ${XDG_CONFIG_HOME:-$HOME/.config}/sbx/presets, then the built-in presets
+ * in $(pkgdatadir)/presets (claude-code, codex, claude-code-codex).
+ *
+ * At create, the setup commands (setup_commands, then
+ * backend_setup_commands[backend]) run with /bin/sh -c after the workspace,
+ * or before the git clone when setup_before_workspace is true. They are
+ * skipped when the sandbox was made from the preset's image (a backend with
+ * the image capability, and the caller set no image of its own). A failing
+ * command fails the create with creation_failed, step "preset_setup".
+ */
+
+typedef struct sbx_preset sbx_preset;
+
+/**
+ * sbx_preset_parse:
+ * Parses a preset document (borrowed). Errors: invalid_argument naming the
+ * bad key or value (unknown keys are refused, so typos do not pass
+ * silently). Free the result with sbx_preset_free(). Since 0.1.
+ */
+SBX_EXPORT sbx_preset *sbx_preset_parse(const char *json, sbx_error **error);
+
+/**
+ * sbx_preset_load:
+ * Finds the preset @name in the lookup order above. Errors: not_found
+ * (context "searched"), invalid_argument for a bad name or document.
+ * Since 0.1.
+ */
+SBX_EXPORT sbx_preset *sbx_preset_load(const char *name, sbx_error **error);
+
+/**
+ * sbx_preset_register:
+ * Registers the preset document @json for this process, replacing a
+ * registered preset of the same name; it shadows files of that name.
+ * Thread-safe. Returns 0 or -1 (invalid_argument). Since 0.1.
+ */
+SBX_EXPORT int sbx_preset_register(const char *json, sbx_error **error);
+
+/**
+ * sbx_presets_list:
+ * Every preset visible by the lookup order (one per name, the one that
+ * wins), sorted by name. A file that does not parse is left out. Stores a
+ * new array in *@list (free with sbx_preset_list_free). Returns 0 or -1.
+ * Since 0.1.
+ */
+SBX_EXPORT int sbx_presets_list(sbx_preset ***list, size_t *count, sbx_error **error);
+SBX_EXPORT void sbx_preset_list_free(sbx_preset **list, size_t count);
+SBX_EXPORT void sbx_preset_free(sbx_preset *preset);
+
+/** Borrowed accessors; get0_source is the file path or "registered". */
+SBX_EXPORT const char *sbx_preset_get0_name(const sbx_preset *preset);
+SBX_EXPORT const char *sbx_preset_get0_description(const sbx_preset *preset);
+SBX_EXPORT const char *sbx_preset_get0_source(const sbx_preset *preset);
+/** The image for @backend (backend_images, else image); NULL when none. */
+SBX_EXPORT const char *sbx_preset_get0_image(const sbx_preset *preset, const char *backend);
+/** The preset as a JSON document (new string, free()); NULL on OOM. */
+SBX_EXPORT char *sbx_preset_to_json(const sbx_preset *preset);
+
+/* ------------------------------------------------------------------------ */
+/* Workspace manifest                                                        */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * An ordered list of entries, each materialised at a sandbox path when the
+ * sandbox is created (the reference's Manifest): a file with given bytes,
+ * a host file (its executable bit kept), a host directory (one tar stream),
+ * a git repository, or a custom entry made by a callback. Entries apply in
+ * the order they were added; a later entry overlays an earlier one at the
+ * same or an enclosing path. A failing entry fails the create with
+ * creation_failed, step "workspace", context "dest". A manifest is not
+ * thread-safe while entries are added; at create it is only read.
+ */
+
+/** New empty manifest; free with sbx_manifest_free(). NULL on OOM. */
+SBX_EXPORT sbx_manifest *sbx_manifest_new(void);
+/** Drops the caller's reference (options may hold their own). NULL ignored. */
+SBX_EXPORT void sbx_manifest_free(sbx_manifest *manifest);
+
+/** File(content): @len bytes of @data (copied), permission bits @mode. */
+SBX_EXPORT int sbx_manifest_add_file(sbx_manifest *manifest, const char *dest,
+                                     const void *data, size_t len, uint32_t mode,
+                                     sbx_error **error);
+/** LocalFile(path): the host file @local_path (read at create). */
+SBX_EXPORT int sbx_manifest_add_local_file(sbx_manifest *manifest, const char *dest,
+                                           const char *local_path, sbx_error **error);
+/** LocalDir(path): the host directory @local_dir, copied by upload_dir. */
+SBX_EXPORT int sbx_manifest_add_local_dir(sbx_manifest *manifest, const char *dest,
+                                          const char *local_dir, sbx_error **error);
+/** GitRepo(repo, ref, depth): `git clone [--depth N] [--branch REF] -- URL DEST`;
+ *  @ref may be NULL; @depth 0 = full history. */
+SBX_EXPORT int sbx_manifest_add_git_repo(sbx_manifest *manifest, const char *dest,
+                                         const char *url, const char *ref, int depth,
+                                         sbx_error **error);
+
+/**
+ * sbx_manifest_entry_fn:
+ * A custom entry: materialise something at sandbox path @dest in @sandbox
+ * (borrowed, usable with every sbx_sandbox_* call). Return 0, or -1 with
+ * *@error set.
+ */
+typedef int (*sbx_manifest_entry_fn)(sbx_sandbox *sandbox, const char *dest,
+                                     void *user_data, sbx_error **error);
+
+/** Adds a custom entry; @free_fn (may be NULL) frees @user_data when the
+ *  manifest is finally freed. */
+SBX_EXPORT int sbx_manifest_add_custom(sbx_manifest *manifest, const char *dest,
+                                       sbx_manifest_entry_fn fn, void *user_data,
+                                       void (*free_fn)(void *), sbx_error **error);
+
+/** Number of entries. */
+SBX_EXPORT size_t sbx_manifest_get_count(const sbx_manifest *manifest);
 
 /* ------------------------------------------------------------------------ */
 /* Clients and sandboxes                                                     */
 /* ------------------------------------------------------------------------ */
 
-/** One backend, reused across many sandboxes (shared connection state). */
-typedef struct sbx_client sbx_client;
-/** One sandbox. */
-typedef struct sbx_sandbox sbx_sandbox;
 
 /**
  * sbx_client_new:
@@ -412,9 +649,11 @@ SBX_EXPORT int sbx_client_probe(sbx_client *client, uint64_t *caps,
 /**
  * sbx_sandbox_create:
  * Creates a sandbox and returns its handle. @options may be NULL (all
- * defaults); it is not kept. Order: the sandbox exists, then the git clone.
- * Any failure after the provider made the sandbox destroys it before
- * returning, and the error names the step (context "step"). Errors:
+ * defaults); it is not kept. Order (the reference's): the sandbox exists,
+ * [preset setup when the preset asks for it first], git clone, files,
+ * workspace manifest, preset setup. Any failure after the provider made the
+ * sandbox destroys it before returning, and the error names the step
+ * (context "step": git_clone, files, workspace, preset_setup). Errors:
  * invalid_argument, configuration (a set option the backend cannot honour,
  * naming it), creation_failed, timeout, connection, and the backend's own.
  * Thread-safe. The handle is freed with sbx_sandbox_free(); freeing does not
@@ -612,6 +851,191 @@ SBX_EXPORT double sbx_result_get_duration_secs(const sbx_result *result);
 
 /** sbx_result_free: frees @result; NULL ignored. Since 0.1. */
 SBX_EXPORT void sbx_result_free(sbx_result *result);
+
+/* ------------------------------------------------------------------------ */
+/* Files                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * File calls take sandbox paths on every backend: on `local` they resolve
+ * under the sandbox root ("/work/x" and "work/x" are ROOT/work/x), and a
+ * path that escapes it (through "..", or a symlink that is absolute or
+ * climbs above the root) is refused with invalid_argument, so nothing
+ * outside the root is read or written; symlinks that stay inside are
+ * followed. Names are bytes, taken literally (spaces, leading dashes, '+',
+ * "%20", non-ASCII). Bytes move through descriptors with bounded memory
+ * (a file over 2 GiB moves whole; only sbx_sandbox_read_file() holds a
+ * file in memory, because it returns it). A backend without file slots
+ * gets them built on exec (`cat`, `find`, `stat`, `tar` inside the
+ * sandbox, paths passed as arguments, never spliced into a script).
+ *
+ * Permission bits are the 0777 bits: set-id and sticky bits, owners and
+ * groups are not carried. File calls have no timeout. All are thread-safe:
+ * several may run on one sandbox at once. Errors carry the backend, the op
+ * ("list_files", "read_file", "write_file", "upload_file",
+ * "download_file", "upload_dir", "download_dir", "extract_tar") and the
+ * offending path as context "path" (or the archive entry as "entry").
+ */
+
+/** One entry of a directory listing. */
+typedef struct sbx_file_info sbx_file_info;
+
+/**
+ * sbx_sandbox_list_files:
+ * Lists directory @path (entries sorted bytewise by name, "." and ".."
+ * left out). Stores a new array of @count entries in *@list (free with
+ * sbx_file_info_list_free); on failure *@list is NULL and *@count 0.
+ * Errors: not_found (path in context), invalid_argument (not a directory,
+ * escaping path), feature_not_supported. Returns 0 or -1. Since 0.1.
+ */
+SBX_EXPORT int sbx_sandbox_list_files(sbx_sandbox *sandbox, const char *path,
+                                      sbx_file_info ***list, size_t *count,
+                                      sbx_error **error);
+/** The entry's name (no directory part) and its sandbox path (@path of the
+ *  listing joined with the name); borrowed from @info. */
+SBX_EXPORT const char *sbx_file_info_get0_name(const sbx_file_info *info);
+SBX_EXPORT const char *sbx_file_info_get0_path(const sbx_file_info *info);
+/** 1 for a directory (a symlink to one is not), else 0. */
+SBX_EXPORT int sbx_file_info_is_dir(const sbx_file_info *info);
+/** Size in bytes (a symlink's own size; -1 when the backend cannot tell);
+ *  permission bits (07777; 0 when unknown). */
+SBX_EXPORT int64_t sbx_file_info_get_size(const sbx_file_info *info);
+SBX_EXPORT uint32_t sbx_file_info_get_mode(const sbx_file_info *info);
+/** Frees a listing and its entries; NULL ignored. */
+SBX_EXPORT void sbx_file_info_list_free(sbx_file_info **list, size_t count);
+
+/**
+ * sbx_sandbox_read_file:
+ * Reads the whole file @path into a new buffer stored in *@data (caller
+ * frees with free(); NUL-terminated for convenience, binary-safe: use
+ * *@len). For large files use sbx_sandbox_read_file_to_fd(). Errors:
+ * not_found (path in context), invalid_argument (a directory, an escaping
+ * path). Returns 0 or -1 (then *@data is NULL). Since 0.1.
+ */
+SBX_EXPORT int sbx_sandbox_read_file(sbx_sandbox *sandbox, const char *path,
+                                     char **data, size_t *len, sbx_error **error);
+
+/**
+ * sbx_sandbox_read_file_to_fd:
+ * Writes the bytes of @path to descriptor @fd (borrowed, left open; a
+ * file, pipe or socket, blocking or not), in bounded memory, from @fd's
+ * current position. A pipe or socket whose reader is gone is an error,
+ * never a SIGPIPE in the caller. Errors as sbx_sandbox_read_file().
+ * Returns 0 or -1. Since 0.1.
+ */
+SBX_EXPORT int sbx_sandbox_read_file_to_fd(sbx_sandbox *sandbox, const char *path,
+                                           int fd, sbx_error **error);
+
+/**
+ * sbx_sandbox_write_file:
+ * Creates or replaces @path with @len bytes of @data (borrowed; may be
+ * NULL when @len is 0), mode 0644, creating missing parent directories.
+ * On `local` the file is written beside and renamed into place, so a
+ * failed write leaves the old content. Errors: invalid_argument (a
+ * directory, an escaping path). Returns 0 or -1. Since 0.1.
+ */
+SBX_EXPORT int sbx_sandbox_write_file(sbx_sandbox *sandbox, const char *path,
+                                      const void *data, size_t len,
+                                      sbx_error **error);
+
+/**
+ * sbx_sandbox_write_file_from_fd:
+ * Creates or replaces @path with the bytes read from @fd (borrowed, read to
+ * EOF, left open) and permission bits @mode (e.g. 0644, 0755; at most
+ * 07777, else invalid_argument), creating missing parent directories.
+ * Returns 0 or -1. Since 0.1.
+ */
+SBX_EXPORT int sbx_sandbox_write_file_from_fd(sbx_sandbox *sandbox, const char *path,
+                                              int fd, uint32_t mode,
+                                              sbx_error **error);
+
+/**
+ * sbx_sandbox_upload_file / sbx_sandbox_download_file:
+ * Copy one file between the host path @local_path and the sandbox path
+ * @sandbox_path, keeping the content and the permission bits (the
+ * executable bit in particular). Missing parent directories are created on
+ * the receiving side. download_file writes a temporary file beside
+ * @local_path and renames it into place (an existing file is replaced;
+ * nothing is left behind on failure). Errors: not_found for a missing
+ * source (path in context), invalid_argument (not a regular file, a
+ * directory as destination). Return 0 or -1. Since 0.1.
+ */
+SBX_EXPORT int sbx_sandbox_upload_file(sbx_sandbox *sandbox, const char *local_path,
+                                       const char *sandbox_path, sbx_error **error);
+SBX_EXPORT int sbx_sandbox_download_file(sbx_sandbox *sandbox, const char *sandbox_path,
+                                         const char *local_path, sbx_error **error);
+
+/**
+ * sbx_sandbox_upload_dir / sbx_sandbox_download_dir:
+ * Copy a directory tree as one tar stream through libarchive (PAX headers:
+ * long names and link targets, large sizes; permission bits; empty files
+ * and directories; symlinks kept as symlinks, never followed). Sockets,
+ * fifos and devices in a local tree are skipped. The destination directory
+ * is created when missing, with its parents (on the host, those the call
+ * made are removed again on failure); entries merge into an existing one,
+ * replacing files they meet.
+ * On the way out of a sandbox every entry is checked as it is read and
+ * extracted into a staging directory beside the destination (inside it
+ * when the destination is another filesystem), resolving beneath it and
+ * never through a symlink, and renamed or merged into place once the
+ * whole stream was accepted: an absolute path, a ".." component, a symlink
+ * whose target is absolute or leaves the destination (or has ".." after a
+ * name), a hard link to anything but an earlier entry, a device, fifo or
+ * socket, or an entry written through a symlink is refused with a
+ * workspace error naming the entry (context "entry"), and a refused archive
+ * leaves the destination untouched. Runs of zeros become holes. Return the
+ * number of entries copied (the root itself not counted), or -1. Since 0.1.
+ */
+SBX_EXPORT int64_t sbx_sandbox_upload_dir(sbx_sandbox *sandbox, const char *local_dir,
+                                          const char *sandbox_dir, sbx_error **error);
+SBX_EXPORT int64_t sbx_sandbox_download_dir(sbx_sandbox *sandbox, const char *sandbox_dir,
+                                            const char *local_dir, sbx_error **error);
+
+/**
+ * sbx_extract_tar_fd:
+ * The checked extractor that download_dir uses, for any tar stream from an
+ * untrusted source (restore paths, archives made in a sandbox): reads an
+ * uncompressed tar stream (ustar, PAX or GNU) from @fd (borrowed, blocking,
+ * read to EOF, left open) and extracts it into the host directory
+ * @dest_dir with the checks, staging and merging described above. Errors:
+ * workspace (a refused entry, named in context "entry"; or not a tar
+ * stream), invalid_argument (bad @fd, @dest_dir not a directory). Returns
+ * the number of entries, or -1. Thread-safe. Since 0.1.
+ */
+SBX_EXPORT int64_t sbx_extract_tar_fd(int fd, const char *dest_dir, sbx_error **error);
+
+/* ------------------------------------------------------------------------ */
+/* Session state                                                             */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * sbx_sandbox_session_state:
+ * A versioned JSON document from which sbx_sandbox_resume() reattaches to
+ * this sandbox, in this or another process:
+ * {"version":1,"backend":"local","id":"...","timeout_secs":600,"data":{...}}
+ * where data is the backend's own. It holds no secret: no credential and no
+ * environment value. Returns a new string (free with free()) or NULL.
+ * Errors: not_found after destroy, feature_not_supported. Since 0.1.
+ */
+SBX_EXPORT char *sbx_sandbox_session_state(sbx_sandbox *sandbox, sbx_error **error);
+
+/**
+ * sbx_sandbox_resume:
+ * Reattaches to the sandbox described by @state_json (borrowed). The
+ * resumed sandbox sees the same files and the same running background
+ * processes. Errors: invalid_argument for a malformed document, a version
+ * this library does not know or a backend other than @client's; not_found
+ * when the sandbox no longer exists; feature_not_supported. Since 0.1.
+ */
+SBX_EXPORT sbx_sandbox *sbx_sandbox_resume(sbx_client *client, const char *state_json,
+                                           sbx_error **error);
+
+/**
+ * sbx_resume:
+ * sbx_client_new(backend named in @state_json) + sbx_sandbox_resume(); the
+ * sandbox keeps the client and frees it with itself. Since 0.1.
+ */
+SBX_EXPORT sbx_sandbox *sbx_resume(const char *state_json, sbx_error **error);
 
 #ifdef __cplusplus
 }

@@ -144,6 +144,9 @@ typedef struct sbx_call_ctx {
  *  - env: "KEY=VALUE" strings, NULL-terminated, keys already validated.
  *  - expires_at: wall-clock time (UNIX seconds) when the sandbox's lifetime
  *    ends, for plugins that record it beside the create token.
+ *  - image, template_name, snapshot_id, app_name, gpu ("TYPE[:COUNT]"),
+ *    backend_options (a JSON object): NULL when unset. disk_mb: 0 when
+ *    unset. allow_internet: 1 unless the caller set it to 0.
  */
 typedef struct sbx_plugin_create_request {
     size_t struct_size;
@@ -154,6 +157,14 @@ typedef struct sbx_plugin_create_request {
     const char *workdir;
     const char *const *env;
     double expires_at;
+    const char *image;
+    const char *template_name;
+    const char *snapshot_id;
+    const char *app_name;
+    const char *gpu;
+    int64_t disk_mb;
+    int allow_internet;
+    const char *backend_options;
 } sbx_plugin_create_request;
 
 /**
@@ -317,6 +328,11 @@ typedef struct sbx_plugin {
     /** Writes a tar stream of directory @path to @fd. */
     int (*download_tar)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
                         const char *path, int fd, sbx_error **error);
+    /** Fills @info for @path (name = its last component, borrowed until
+     *  the next call on the sandbox). not_found when missing. */
+    int (*stat_file)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                     const char *path, sbx_plugin_file_info *info,
+                     sbx_error **error);
 
     /** What this library made on the provider (found by create token). */
     int (*list_owned)(sbx_plugin_client *client, const sbx_call_ctx *ctx,

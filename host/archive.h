@@ -1,0 +1,117 @@
+/*
+ * host/archive.h — tar streams and paths beneath a directory.
+ *
+ * Shared by libsbx (host/files.c: upload_dir, download_dir,
+ * sbx_extract_tar_fd) and the local plugin (plugins/local/files.c: its file
+ * slots), which links host/archive.c into itself: this code depends only on
+ * <sbx/plugin.h>, libarchive and libc, and makes its errors through the
+ * sbx_host_services the caller passes, never through host internals.
+ *
+ * Everything works on descriptors relative to a base directory and never
+ * passes through a symlink it was not allowed to follow: openat2() with
+ * RESOLVE_BENEATH when the kernel has it (Linux 5.6+, checked at run time),
+ * else a component-by-component walk with O_NOFOLLOW that follows symlinks
+ * itself. Memory stays bounded whatever the size of the data.
+ */
+#ifndef SBX_HOST_ARCHIVE_H
+#define SBX_HOST_ARCHIVE_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <sbx/plugin.h>
+
+/** Who is calling: error construction, the call's deadline / cancel
+ *  descriptor (ctx may be NULL: none), and the op named in errors. */
+typedef struct sbx_fs_env {
+    const sbx_host_services *hs;
+    const sbx_call_ctx *ctx;
+    const char *op;
+} sbx_fs_env;
+
+/* ---------------------------------------------------------------- paths */
+
+/** sbx_fs_beneath flags. */
+#define SBX_BENEATH_NO_SYMLINKS  1u  /* any symlink on the way is ELOOP */
+#define SBX_BENEATH_CREATE_DIRS  2u  /* create missing directories (0755) */
+
+/**
+ * sbx_fs_open_beneath:
+ * Opens @path (relative to @base; leading slashes are ignored, "" and "."
+ * name @base itself) with open(2) @flags and @mode, resolving every
+ * component beneath @base: ".." above @base, and a symlink that is
+ * absolute or leads above @base, fail with EXDEV. Symlinks that stay
+ * beneath are followed unless SBX_BENEATH_NO_SYMLINKS is set (then ELOOP);
+ * the last component is never followed when @flags has O_NOFOLLOW. With
+ * SBX_BENEATH_CREATE_DIRS missing directories before the last component
+ * are created, and the last one too when @flags has O_DIRECTORY. Returns a descriptor (O_CLOEXEC) or -1 with errno set.
+ * Thread-safe.
+ */
+int sbx_fs_open_beneath(int base, const char *path, unsigned how, int flags, mode_t mode);
+
+/**
+ * sbx_fs_parent_beneath:
+ * Resolves every component of @path but the last, as sbx_fs_open_beneath,
+ * and returns a descriptor of that directory; stores the last component
+ * (a new string, never "." or "..") in *@last. When @path names @base or
+ * ends in "." or "..", *@last is NULL and the descriptor is the directory
+ * @path names. Returns -1 with errno set on failure.
+ */
+int sbx_fs_parent_beneath(int base, const char *path, unsigned how, char **last);
+
+/**
+ * sbx_fs_use_openat2:
+ * 1 (the default) uses openat2() where the kernel has it; 0 makes every
+ * resolution take the component walk, as on kernels without openat2 (for
+ * tests). Process-wide.
+ */
+void sbx_fs_use_openat2(int on);
+
+/**
+ * sbx_fs_copy_fd:
+ * Copies everything from @in_fd to @out_fd (to EOF; either may be a pipe,
+ * a socket or a file, blocking or not) with a bounded buffer, using
+ * copy_file_range / sendfile where the kernel can. Checks the deadline and
+ * the cancel descriptor between chunks. @what names the data in errors.
+ * Returns the number of bytes copied, or -1 with *@err set.
+ */
+int64_t sbx_fs_copy_fd(const sbx_fs_env *env, int in_fd, int out_fd, const char *what,
+                       sbx_error **err);
+
+/* ---------------------------------------------------------------- tar */
+
+/**
+ * sbx_tar_write_tree:
+ * Writes the tree under directory @dir_fd (not itself) to @out_fd as a PAX
+ * tar stream (ustar headers, PAX extended headers where needed: long names
+ * and link targets, large sizes): regular files with their content,
+ * directories (empty ones too) and symlinks as symlinks, entries relative
+ * and sorted by name, with permission bits (0777) and mtime; owner 0.
+ * Sockets, fifos and devices are skipped. Symlinks are never followed.
+ * Returns the number of entries written, or -1 with *@err set.
+ */
+int64_t sbx_tar_write_tree(const sbx_fs_env *env, int dir_fd, int out_fd, sbx_error **err);
+
+/**
+ * sbx_tar_extract:
+ * The checked extractor. Reads a tar stream (ustar, PAX or GNU; not
+ * compressed) from @in_fd and extracts it into the directory @name of
+ * @parent_fd (created when missing; entries merge into an existing one;
+ * @name NULL: @parent_fd itself). Each entry is checked as it is read:
+ * absolute paths, ".." components, symlinks with an absolute target or one
+ * that leaves the destination (leading ".." beyond the link's depth, or a
+ * ".." after a name), hard links to anything but an earlier entry, devices,
+ * fifos and sockets are refused with a workspace error naming the entry
+ * (context "entry"); so is an entry that would be written through a
+ * symlink. Entries go into a staging directory made beside the destination
+ * (inside it when that is another filesystem), which is renamed or merged
+ * into place once the whole stream was accepted and removed otherwise: a
+ * refused stream leaves the destination as it was. Modes are kept (0777
+ * bits), runs of zeros are left as holes, and the rest of the input is
+ * read to EOF. Returns the number of entries (the root "." not counted),
+ * or -1 with *@err set.
+ */
+int64_t sbx_tar_extract(const sbx_fs_env *env, int in_fd, int parent_fd, const char *name,
+                        sbx_error **err);
+
+#endif /* SBX_HOST_ARCHIVE_H */
