@@ -13,9 +13,9 @@
  *
  * Commands run as the calling user with the host's filesystem in view (no
  * isolation), in an environment made only of PATH, LANG, HOME, TMPDIR,
- * SANDBOX_ROOT and the caller's variables. Every exec is one connection to
- * the supervisor carrying the caller's descriptors (proto.h), so output
- * never passes through this process.
+ * SANDBOX_ROOT, NPM_CONFIG_PREFIX and the caller's variables. Every exec is
+ * one connection to the supervisor carrying the caller's descriptors
+ * (proto.h), so output never passes through this process.
  *
  * The plugin never forks the application and never waits for anything but
  * its own direct child, by pid; it installs no signal handler.
@@ -55,16 +55,27 @@
 #endif
 
 /* Built a second time with SBX_LOCAL_EXEC_ONLY as the test-only backend
- * "localexec": no file slots, so the host's exec-based fallbacks serve it. */
-#ifdef SBX_LOCAL_EXEC_ONLY
+ * "localexec": no file slots, so the host's exec-based fallbacks serve it.
+ * Built a third time with SBX_LOCAL_BUBBLEWRAP as libsbx-bubblewrap.so
+ * (bwrap.c describes what differs). */
+#if defined(SBX_LOCAL_BUBBLEWRAP)
+#define BACKEND "bubblewrap"
+#define LOCAL_FILE_CAPS (SBX_CAP_FILES | SBX_CAP_DIR_TRANSFER)
+#define ID_PREFIX "sbx-bwrap-"
+#define ISOLATION_CAPS (SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY)
+#elif defined(SBX_LOCAL_EXEC_ONLY)
 #define BACKEND "localexec"
 #define LOCAL_FILE_CAPS 0
+#define ID_PREFIX "sbx-local-"
+#define ISOLATION_CAPS 0
 #else
 #define BACKEND "local"
 #define LOCAL_FILE_CAPS (SBX_CAP_FILES | SBX_CAP_DIR_TRANSFER)
-#endif
 #define ID_PREFIX "sbx-local-"
-#define LOCAL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_BACKGROUND | SBX_CAP_RESUME)
+#define ISOLATION_CAPS 0
+#endif
+#define LOCAL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_BACKGROUND | SBX_CAP_RESUME \
+                    | ISOLATION_CAPS)
 
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define DEFAULT_LANG "C.UTF-8"
