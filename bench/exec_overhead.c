@@ -11,6 +11,12 @@
  * forks would pay for copying its page tables; posix_spawn and the sandbox
  * supervisor do not).
  *
+ * On the bubblewrap backend one more pair shows what a live sandbox saves:
+ *   bwrap : execute_command({"/bin/true"})        vs posix_spawn of a fresh
+ *           `bwrap --unshare-{user,pid,ipc,uts,net} --new-session <the
+ *           system tree read-only> --proc /proc --dev /dev /bin/true`
+ * (there the ratio should be well below 1).
+ *
  * Output: one line per pair with p50/p99 in microseconds and the ratio
  * library/raw at p50 and p99. Targets (issue "exec benchmarks"): p50 ratio
  * <= 1.10, and <= 1.20 with 1 GiB held.
@@ -98,10 +104,12 @@ static int lib_exec(sbx_sandbox *sb, const char *const *argv, const char *shell)
     return code;
 }
 
-static void measure(sbx_sandbox *sb, const char *label, int shell_form, int n)
+static void measure(sbx_sandbox *sb, const char *label, int shell_form, int n,
+                    char *const *raw_argv)
 {
     static const char *const true_argv[] = {"/bin/true", NULL};
-    static char *const raw_true[] = {"/bin/true", NULL};
+    static char *const raw_default[] = {"/bin/true", NULL};
+    char *const *raw_true = raw_argv ? raw_argv : raw_default;
     static char *const raw_shell[] = {"/bin/sh", "-c", "echo hi", NULL};
     double *lib = calloc((size_t)n, sizeof *lib);
     double *raw = calloc((size_t)n, sizeof *raw);
@@ -160,8 +168,39 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("exec_overhead: backend %s, %d iterations per pair, alternating\n", backend, n);
-    measure(sb, "argv /bin/true", 0, n);
-    measure(sb, "shell echo hi", 1, n);
+    measure(sb, "argv /bin/true", 0, n, NULL);
+    measure(sb, "shell echo hi", 1, n, NULL);
+    if (strcmp(backend, "bubblewrap") == 0) {
+        const char *bw = getenv("SBX_BWRAP");
+        char *bwrap_argv[64];
+        int k = 0;
+        bwrap_argv[k++] = (char *)(bw && *bw ? bw : "/usr/bin/bwrap");
+        static char *const fixed[] = {"--unshare-user", "--unshare-pid", "--unshare-ipc",
+                                      "--unshare-uts", "--unshare-net", "--new-session",
+                                      "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"};
+        for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+            bwrap_argv[k++] = fixed[i];
+        /* bin, sbin, lib*: symlinks into /usr as on the host, or binds. */
+        static char *const tops[] = {"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"};
+        static char targets[6][256];
+        for (size_t i = 0; i < sizeof tops / sizeof tops[0]; i++) {
+            ssize_t l = readlink(tops[i], targets[i], sizeof targets[i] - 1);
+            if (l > 0) {
+                targets[i][l] = '\0';
+                bwrap_argv[k++] = "--symlink";
+                bwrap_argv[k++] = targets[i];
+                bwrap_argv[k++] = tops[i];
+            } else if (access(tops[i], F_OK) == 0) {
+                bwrap_argv[k++] = "--ro-bind";
+                bwrap_argv[k++] = tops[i];
+                bwrap_argv[k++] = tops[i];
+            }
+        }
+        static char *const tail[] = {"--proc", "/proc", "--dev", "/dev", "/bin/true", NULL};
+        for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++)
+            bwrap_argv[k++] = tail[i];
+        measure(sb, "bwrap /bin/true", 0, n, bwrap_argv);
+    }
 
     size_t big = (size_t)1 << 30;
     char *hold = malloc(big);
@@ -169,8 +208,8 @@ int main(int argc, char **argv)
         perror("malloc 1 GiB");
     } else {
         memset(hold, 1, big); /* touch every page */
-        measure(sb, "argv /bin/true +1GiB", 0, n);
-        measure(sb, "shell echo hi +1GiB", 1, n);
+        measure(sb, "argv /bin/true +1GiB", 0, n, NULL);
+        measure(sb, "shell echo hi +1GiB", 1, n, NULL);
         free(hold);
     }
     if (sbx_sandbox_destroy(sb, &err) != 0) {

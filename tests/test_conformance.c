@@ -14,6 +14,7 @@
 
 #include <criterion/criterion.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -133,7 +134,8 @@ Test(lifecycle, create_gives_live_sandbox)
 
     if (tu_backend_is_local()) {
         /* The sandbox is a root directory under a metadata directory
-         * ${TMPDIR}/sbx-local-XXXXXX whose basename is the id. */
+         * ${TMPDIR}/sbx-local-XXXXXX (safehouse: sbx-safehouse-XXXXXX) whose
+         * basename is the id. */
         cr_assert_eq(g_root[0], '/', "root \"%s\" is not absolute", g_root);
         struct stat st;
         cr_assert_eq(stat(g_root, &st), 0, "root %s: %s", g_root, strerror(errno));
@@ -147,7 +149,9 @@ Test(lifecycle, create_gives_live_sandbox)
         char *meta = tu_strdup_printf("%s/%s", g_tmp, id);
         cr_assert_eq(stat(meta, &st), 0, "no metadata directory %s", meta);
         cr_assert(S_ISDIR(st.st_mode));
-        cr_assert_eq(strncmp(id, "sbx-local-", 10), 0, "id \"%s\"", id);
+        const char *prefix = strcmp(tu_backend(), "safehouse") == 0 ? "sbx-safehouse-"
+                                                                     : "sbx-local-";
+        cr_assert_eq(strncmp(id, prefix, strlen(prefix)), 0, "id \"%s\"", id);
         free(meta);
     }
 }
@@ -249,10 +253,99 @@ static void nothing_left_behind_docker(void)
     free(env_mark);
 }
 
+static int backend_is_bubblewrap(void)
+{
+    return strcmp(tu_backend(), "bubblewrap") == 0;
+}
+
+/* The host pids of the processes in pid namespace @ns ("pid:[N]"). */
+static size_t procs_in_pidns(const char *ns, pid_t *pids, size_t max)
+{
+    DIR *d = opendir("/proc");
+    cr_assert_not_null(d);
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < max) {
+        char *end;
+        long v = strtol(e->d_name, &end, 10);
+        if (*end || v <= 0 || tu_pid_gone((pid_t)v))
+            continue;
+        char link[64], target[64];
+        snprintf(link, sizeof link, "/proc/%ld/ns/pid", v);
+        ssize_t l = readlink(link, target, sizeof target - 1);
+        if (l <= 0)
+            continue;
+        target[l] = '\0';
+        if (strcmp(target, ns) == 0)
+            pids[n++] = (pid_t)v;
+    }
+    closedir(d);
+    return n;
+}
+
+/*
+ * nothing_left_behind on bubblewrap: one bwrap process per sandbox (its
+ * command line names the sandbox's directory, so its id), whose only child
+ * is the supervisor, pid 1 of the sandbox's pid namespace. After destroy
+ * bwrap and every process of that namespace are gone, and so is the
+ * sandbox's directory.
+ */
+static void nothing_left_behind_bubblewrap(void)
+{
+    pid_t inner[8];
+    start_background(g_sb, inner, 8);
+    const char *id = sbx_sandbox_get0_id(g_sb);
+    pid_t bw[8];
+    cr_assert_eq(tu_procs_mentioning(id, bw, 8), 1, "not one bwrap process names %s", id);
+    pid_t sup = 0;
+    DIR *d = opendir("/proc");
+    cr_assert_not_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long v = strtol(e->d_name, NULL, 10);
+        if (v > 0 && tu_ppid((pid_t)v) == bw[0]) {
+            cr_assert_eq(sup, 0, "bwrap %d has two children", (int)bw[0]);
+            sup = (pid_t)v;
+        }
+    }
+    closedir(d);
+    cr_assert(sup > 1, "bwrap %d has no child", (int)bw[0]);
+    char link[64], ns[64];
+    snprintf(link, sizeof link, "/proc/%d/ns/pid", (int)sup);
+    ssize_t l = readlink(link, ns, sizeof ns - 1);
+    cr_assert(l > 0);
+    ns[l] = '\0';
+    pid_t before[64];
+    size_t nbefore = procs_in_pidns(ns, before, 64);
+    /* The supervisor, its idle reaper, the three sleeps. */
+    cr_assert(nbefore >= 5, "only %zu processes in the sandbox's namespace", nbefore);
+    cr_assert(nbefore < 64);
+    char *meta = tu_strdup_printf("%s/%s", g_tmp, id);
+    cr_assert(tu_exists(meta), "%s is not the sandbox's directory", meta);
+
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, &err), 0);
+    cr_assert_null(err);
+    cr_assert(tu_wait_pid_gone(bw[0], 5.0), "bwrap %d survived destroy", (int)bw[0]);
+    for (size_t i = 0; i < nbefore; i++)
+        cr_assert(tu_wait_pid_gone(before[i], 5.0), "process %s survived destroy",
+                  tu_proc_describe(before[i]));
+    pid_t after[8];
+    cr_assert_eq(procs_in_pidns(ns, after, 8), 0, "a process of the sandbox survived");
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 0);
+    cr_assert_null(err);
+    cr_assert(!tu_exists(meta), "destroy left %s", meta);
+    free(meta);
+}
+
 Test(lifecycle, nothing_left_behind)
 {
     if (backend_is_docker()) {
         nothing_left_behind_docker();
+        return;
+    }
+    if (backend_is_bubblewrap()) {
+        nothing_left_behind_bubblewrap();
         return;
     }
     cr_assert(tu_backend_is_local(),
@@ -369,6 +462,12 @@ static void make_git_repo(const char *dir)
  * it through a read-only bind mount at the same path. */
 static void let_sandbox_see(sbx_options *o, const char *dir)
 {
+    if (backend_is_bubblewrap()) {
+        char *json = tu_strdup_printf("{\"ro_binds\":[\"%s\"]}", dir);
+        cr_assert_eq(sbx_options_set_backend_options(o, json, NULL), 0);
+        free(json);
+        return;
+    }
     if (!backend_is_docker())
         return;
     char *json = tu_strdup_printf("{\"HostConfig\":{\"Binds\":[\"%s:%s:ro\"]}}", dir, dir);
@@ -423,7 +522,7 @@ Test(creation, failing_git_clone_leaves_nothing)
     cr_assert_not_null(step, "the error does not name the step");
     cr_assert_str_eq(step, "git_clone");
     sbx_error_free(err);
-    if (tu_backend_is_local()) {
+    if (tu_backend_is_local() || backend_is_bubblewrap()) {
         cr_assert_eq(tu_count_entries(g_tmp), 0, "a failed create left %d entries in %s",
                      tu_count_entries(g_tmp), g_tmp);
         pid_t pids[16];
@@ -440,7 +539,7 @@ Test(creation, failing_git_clone_leaves_nothing)
 Test(creation, workdir_is_root_and_kept)
 {
     char *wd;
-    if (tu_backend_is_local()) {
+    if (tu_backend_is_local() || backend_is_bubblewrap()) {
         wd = tu_strdup_printf("%s/wd", g_tmp);
         cr_assert_eq(mkdir(wd, 0755), 0);
     } else {
@@ -452,7 +551,8 @@ Test(creation, workdir_is_root_and_kept)
     sbx_options_free(o);
     sbx_result *r = tu_sh(g_sb, "pwd; echo kept > kept.txt", 10);
     tu_assert_exit(r, 0);
-    char *want = tu_strdup_printf("%s\n", wd);
+    /* bubblewrap: the workdir is the sandbox's /. */
+    char *want = tu_strdup_printf("%s\n", backend_is_bubblewrap() ? "/" : wd);
     tu_assert_stdout(r, want);
     free(want);
     sbx_result_free(r);
@@ -466,6 +566,18 @@ Test(creation, workdir_is_root_and_kept)
         cr_assert(tu_exists(kept), "destroy removed a file of the caller's workdir");
         free(kept);
         /* The metadata directory is gone; only the workdir remains. */
+        cr_assert_eq(tu_count_entries(g_tmp), 1, "%s holds %d entries after destroy", g_tmp,
+                     tu_count_entries(g_tmp));
+    }
+    if (backend_is_bubblewrap()) {
+        cr_assert_str_eq(sbx_sandbox_get0_root(g_sb), "");
+        cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+        char *kept = tu_strdup_printf("%s/kept.txt", wd);
+        cr_assert(tu_exists(kept), "destroy removed a file of the caller's workdir");
+        free(kept);
+        /* Nothing but the command's file: the mount points are gone too. */
+        cr_assert_eq(tu_count_entries(wd), 1, "%s holds %d entries after destroy", wd,
+                     tu_count_entries(wd));
         cr_assert_eq(tu_count_entries(g_tmp), 1, "%s holds %d entries after destroy", g_tmp,
                      tu_count_entries(g_tmp));
     }

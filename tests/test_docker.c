@@ -15,6 +15,10 @@
  *   engine_*   labels and limits on the container, snapshot/commit, resume
  *              in another process, list_owned / destroy_by_id (the plugin's
  *              slots called directly), nothing left behind
+ *   preset_*   the claude-code preset's image (scripts/docker-env presets
+ *              builds it on the test image) answers `claude --version`; a
+ *              preset's image skips its setup commands, the caller's image
+ *              runs them
  *   case25     2 GiB + 16 bytes each way (slow)
  *
  * Every test checks that the containers it made are gone at its end.
@@ -1906,6 +1910,161 @@ Test(real, engine_unreachable_is_a_connection_error)
     cr_assert_null(sbx_client_new("docker", &err));
     tu_assert_error(err, SBX_ERROR_CONFIGURATION, "ssh://somewhere", NULL);
     sbx_error_free(err);
+}
+
+/* ================================================================ presets */
+
+/* The image of the built-in preset claude-code (presets/claude-code.json),
+ * which scripts/docker-env presets builds on the test image: asserts that the
+ * Engine has it (no registry is reachable here). New string. */
+static char *claude_image(void)
+{
+    sbx_error *err = NULL;
+    sbx_preset *p = sbx_preset_load("claude-code", &err);
+    cr_assert_not_null(p, "preset claude-code: %s", err ? sbx_error_get0_message(err) : "");
+    char *image = strdup(sbx_preset_get0_image(p, "docker"));
+    sbx_preset_free(p);
+    cr_assert_str_eq(image, "ghcr.io/bespokelabsai/sandbox/claude-code:v2");
+    char *path = tu_strdup_printf("/images/%s/json", image);
+    int st = engine("GET", path, NULL, NULL);
+    cr_assert_eq(st, 200, "the Engine has no image %s (HTTP %d): build it with "
+                 "`scripts/docker-env presets`", image, st);
+    free(path);
+    return image;
+}
+
+/* The Config.Image of sandbox @sb's container (new string). */
+static char *container_image(sbx_sandbox *sb)
+{
+    char *path = tu_strdup_printf("/containers/%s/json", sbx_sandbox_get0_id(sb));
+    json_object *j = engine_json(path);
+    char *image = strdup(jstr(j, "Config", "Image"));
+    json_object_put(j);
+    free(path);
+    return image;
+}
+
+/* Asserts that `claude --version` in @sb exits 0 and that its output starts
+ * with the version of the @anthropic-ai/claude-code package installed in the
+ * same container, followed by a space or the end of the line. */
+static void assert_claude_answers(sbx_sandbox *sb)
+{
+    sbx_result *r = tu_sh(sb, "cd \"$(npm root -g)/@anthropic-ai/claude-code\" && "
+                              "node -p \"require('./package.json').version\"", 60);
+    tu_assert_exit(r, 0);
+    const char *out = sbx_result_get0_stdout(r, NULL);
+    size_t n = strcspn(out, "\n");
+    cr_assert(n > 0 && strcmp(out + n, "\n") == 0, "package.json version: \"%s\"", out);
+    char *version = strndup(out, n);
+    unsigned major, minor, patch;
+    cr_assert_eq(sscanf(version, "%u.%u.%u", &major, &minor, &patch), 3,
+                 "package.json version \"%s\"", version);
+    sbx_result_free(r);
+
+    const char *argv[] = { "claude", "--version", NULL };
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.argv = argv;
+    req.timeout_secs = 60;
+    r = tu_exec(sb, &req);
+    tu_assert_exit(r, 0);
+    out = sbx_result_get0_stdout(r, NULL);
+    cr_assert(strncmp(out, version, n) == 0 && (out[n] == ' ' || out[n] == '\n'),
+              "claude --version printed \"%s\", not version %s", out, version);
+    cr_assert_neq(strchr(out, '\n'), NULL, "claude --version printed \"%s\"", out);
+    sbx_result_free(r);
+    free(version);
+}
+
+/* Registers "t-claude": the claude-code preset's image, with a setup command
+ * that leaves a marker file. */
+static void register_t_claude(const char *image)
+{
+    char *json = tu_strdup_printf(
+        "{\"format\": 1, \"name\": \"t-claude\", \"image\": \"%s\", "
+        "\"setup_commands\": [\"echo ran >/sbx-setup-marker\"], "
+        "\"cpu\": 1, \"memory_mb\": 2048, \"timeout_secs\": 600, \"allow_internet\": true}",
+        image);
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_preset_register(json, &err), 0, "register: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    free(json);
+}
+
+/* A sandbox made with preset @preset, network none, and @image unless NULL. */
+static sbx_sandbox *preset_sandbox(sbx_client *c, const char *preset, const char *image)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_preset(o, preset, NULL), 0);
+    /* The test Engine has no bridge: the caller's value beats the preset's true. */
+    cr_assert_eq(sbx_options_set_allow_internet(o, 0, NULL), 0);
+    if (image)
+        cr_assert_eq(sbx_options_set_image(o, image, NULL), 0);
+    sbx_sandbox *sb = tu_create(c, o);
+    sbx_options_free(o);
+    return sb;
+}
+
+Test(real, preset_image_answers_claude_version)
+{
+    char *image = claude_image();
+    sbx_client *c = client_new();
+    sbx_sandbox *sb = make_sandbox(c, image);
+    char *used = container_image(sb);
+    cr_assert_str_eq(used, image);
+    assert_claude_answers(sb);
+    destroy_and_check(sb, 1);
+    sbx_client_free(c);
+    free(used);
+    free(image);
+}
+
+Test(real, preset_claude_code_uses_its_image_and_skips_setup)
+{
+    char *image = claude_image();
+    sbx_client *c = client_new();
+    /* The built-in preset: its setup (npm install -g, which needs the network
+     * this sandbox lacks) is skipped, or the create would fail. */
+    sbx_sandbox *sb = preset_sandbox(c, "claude-code", NULL);
+    char *used = container_image(sb);
+    cr_assert_str_eq(used, image);
+    free(used);
+    assert_claude_answers(sb);
+    destroy_and_check(sb, 1);
+
+    /* A copy whose setup leaves a marker: the marker is absent. */
+    register_t_claude(image);
+    sb = preset_sandbox(c, "t-claude", NULL);
+    used = container_image(sb);
+    cr_assert_str_eq(used, image);
+    sbx_result *r = tu_sh(sb, "test -e /sbx-setup-marker; echo $?", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "1\n");
+    sbx_result_free(r);
+    assert_claude_answers(sb);
+    destroy_and_check(sb, 1);
+    sbx_client_free(c);
+    free(used);
+    free(image);
+}
+
+Test(real, preset_with_callers_image_runs_setup)
+{
+    char *image = claude_image();
+    register_t_claude(image);
+    sbx_client *c = client_new();
+    sbx_sandbox *sb = preset_sandbox(c, "t-claude", test_image());
+    char *used = container_image(sb);
+    cr_assert_str_eq(used, test_image());
+    sbx_result *r = tu_sh(sb, "cat /sbx-setup-marker; command -v claude || echo no claude",
+                          10);
+    tu_assert_exit(r, 0);
+    /* The setup ran, on the caller's image, which has no claude. */
+    tu_assert_stdout(r, "ran\nno claude\n");
+    sbx_result_free(r);
+    destroy_and_check(sb, 1);
+    sbx_client_free(c);
+    free(used);
+    free(image);
 }
 
 /* ================================================================ CASE-25 */

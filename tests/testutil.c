@@ -29,7 +29,8 @@ const char *tu_backend(void)
 
 int tu_backend_is_local(void)
 {
-    return strcmp(tu_backend(), "local") == 0;
+    /* safehouse is local with every command wrapped by its CLI. */
+    return strcmp(tu_backend(), "local") == 0 || strcmp(tu_backend(), "safehouse") == 0;
 }
 
 double tu_now(void)
@@ -404,6 +405,60 @@ size_t tu_read_pids(sbx_sandbox *sb, const char *sandbox_path, pid_t *pids,
     sbx_result_free(r);
     cr_assert(n > 0, "no pid in %s", sandbox_path);
     return n;
+}
+
+pid_t tu_host_pid(sbx_sandbox *sb, pid_t pid)
+{
+    if (strcmp(tu_backend(), "bubblewrap") != 0)
+        return pid;
+    /* The supervisor is the only child of the bwrap process whose command
+     * line names the sandbox's directory (so its id). */
+    pid_t bw[4];
+    const char *id = sbx_sandbox_get0_id(sb);
+    cr_assert_eq(tu_procs_mentioning(id, bw, 4), 1, "not one bwrap process names %s", id);
+    char ns[64] = "", link[64], target[64], path[64], buf[4096];
+    DIR *d = opendir("/proc");
+    cr_assert_not_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long v = strtol(e->d_name, NULL, 10);
+        if (v <= 0 || tu_ppid((pid_t)v) != bw[0])
+            continue;
+        snprintf(link, sizeof link, "/proc/%ld/ns/pid", v);
+        ssize_t l = readlink(link, ns, sizeof ns - 1);
+        ns[l > 0 ? l : 0] = '\0';
+    }
+    rewinddir(d);
+    cr_assert(ns[0], "bwrap %d has no child", (int)bw[0]);
+    pid_t found = 0;
+    while (!found && (e = readdir(d)) != NULL) {
+        long v = strtol(e->d_name, NULL, 10);
+        if (v <= 0)
+            continue;
+        snprintf(link, sizeof link, "/proc/%ld/ns/pid", v);
+        ssize_t l = readlink(link, target, sizeof target - 1);
+        if (l <= 0)
+            continue;
+        target[l] = '\0';
+        if (strcmp(target, ns) != 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%ld/status", v);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        while (fgets(buf, sizeof buf, f)) {
+            if (strncmp(buf, "NSpid:", 6) != 0)
+                continue;
+            char *last = strrchr(buf, '\t');
+            if (last && strtol(last + 1, NULL, 10) == (long)pid)
+                found = (pid_t)v;
+            break;
+        }
+        fclose(f);
+    }
+    closedir(d);
+    cr_assert(found > 0, "no process of sandbox %s has pid %d inside", id, (int)pid);
+    return found;
 }
 
 /* The fields of /proc/PID/stat after the command name ("S 123 ..."), in

@@ -18,6 +18,8 @@
 /* The backend the conformance suite runs on: $SBX_TEST_BACKEND, else
  * "local". */
 const char *tu_backend(void);
+/* 1 on local and on safehouse (local with every command wrapped by the
+ * safehouse CLI): the same host-side internals. */
 int tu_backend_is_local(void);
 
 /* CLOCK_MONOTONIC in seconds. */
@@ -85,6 +87,9 @@ size_t tu_read_pids(sbx_sandbox *sb, const char *sandbox_path, pid_t *pids,
 /* 1 when @pid no longer runs: kill(pid, 0) fails with ESRCH, or the
  * process has exited and only waits to be reaped (state Z or X). */
 int tu_pid_gone(pid_t pid);
+/* The host pid of the process with pid @pid in sandbox @sb (they differ on
+ * bubblewrap, whose sandboxes have a pid namespace each; elsewhere @pid). */
+pid_t tu_host_pid(sbx_sandbox *sb, pid_t pid);
 /* Waits up to @secs for tu_pid_gone(); returns its last value. */
 int tu_wait_pid_gone(pid_t pid, double secs);
 /* "pid N: state S, parent P, COMMAND" or "pid N: gone", for messages;

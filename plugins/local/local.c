@@ -58,7 +58,15 @@
  * "localexec": no file slots, so the host's exec-based fallbacks serve it.
  * Built a third time with SBX_LOCAL_BUBBLEWRAP as libsbx-bubblewrap.so
  * (bwrap.c describes what differs). */
-#if defined(SBX_LOCAL_BUBBLEWRAP)
+#if defined(SBX_LOCAL_SAFEHOUSE)
+/* libsbx-safehouse.so: as local, every command wrapped by the safehouse
+ * CLI (macOS sandbox-exec): `safehouse --workdir=ROOT --env -- COMMAND`
+ * (safehouse.c). */
+#define BACKEND "safehouse"
+#define LOCAL_FILE_CAPS (SBX_CAP_FILES | SBX_CAP_DIR_TRANSFER)
+#define ID_PREFIX "sbx-safehouse-"
+#define ISOLATION_CAPS 0
+#elif defined(SBX_LOCAL_BUBBLEWRAP)
 #define BACKEND "bubblewrap"
 #define LOCAL_FILE_CAPS (SBX_CAP_FILES | SBX_CAP_DIR_TRANSFER)
 #define ID_PREFIX "sbx-bwrap-"
@@ -93,7 +101,8 @@
 static const sbx_host_services *host;
 
 struct sbx_plugin_client {
-    int unused;
+    pthread_mutex_t lock;
+    int userns_ok;              /* bubblewrap: the user namespace check passed */
 };
 
 struct sbx_plugin_process {
@@ -664,7 +673,8 @@ static int reap_child(pid_t pid, const bound *bd)
  * for READY. On failure everything started is killed.
  */
 static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, const strv *env,
-                            const sbx_call_ctx *ctx, sbx_error **error)
+                            char *const *launch_argv, const sbx_call_ctx *ctx,
+                            sbx_error **error)
 {
     const char *op = "create";
     bound bd = make_bound(ctx, HANDSHAKE_SECS);
@@ -699,7 +709,9 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
         close(child_end);
         return -1;
     }
-    char *argv[] = { (char *)exe, "--control-fd=3", dir_arg, NULL };
+    char *local_argv[] = { (char *)exe, "--control-fd=3", dir_arg, NULL };
+    /* bubblewrap: the launcher's argv (bwrap.c). */
+    char *const *argv = launch_argv ? launch_argv : local_argv;
     /* The supervisor needs no environment; only sanitizer settings pass,
      * so instrumented builds behave as their test run asks. */
     static const char *const passed[] = { "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS" };
@@ -777,7 +789,15 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
     sb->sup_start = proto_get_u64(&rd);
     free(payload);
     payload = NULL;
-    if (rd.failed || version != PROTO_VERSION || sb->sup_pid <= 1) {
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    /* pid 1 of the sandbox's namespace: its host pid comes after READY. */
+    int ns_init = !rd.failed && sb->sup_pid == 1;
+    if (ns_init)
+        sb->sup_pid = 0;
+#else
+    int ns_init = 0;
+#endif
+    if (rd.failed || version != PROTO_VERSION || (sb->sup_pid <= 1 && !ns_init)) {
         if (!rd.failed && sb->sup_pid > 1 && proto_proc_alive(sb->sup_pid, sb->sup_start))
             kill(sb->sup_pid, SIGKILL);
         fail(error, SBX_ERROR_CONFIGURATION, op,
@@ -800,7 +820,37 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
     close(ctl);
     if (io == IO_OK && type == PROTO_READY) {
         free(payload);
-        return 0;
+        if (!ns_init)
+            return 0;
+        /* The supervisor's host pid: the kernel translates the listener's
+         * credentials into our pid namespace. */
+        int fd = -1, e = connect_sock(sb->sock, &bd, &fd);
+        struct ucred cred;
+        socklen_t cl = sizeof(cred);
+        proto_proc self;
+        if (e == 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0
+            && cred.pid > 1 && proto_proc_stat(cred.pid, &self) == 0) {
+            sb->sup_pid = cred.pid;
+            sb->sup_start = self.start;
+            close(fd);
+            return 0;
+        }
+        if (fd >= 0)
+            close(fd);
+        fail(error, SBX_ERROR_CREATION_FAILED, op,
+             "cannot identify the supervisor of sandbox %s: %s", sb->id,
+             strerror(e ? e : errno ? errno : ESRCH));
+        bound gone = make_bound(NULL, GONE_SECS);
+        int io2;
+        fd = request_simple(sb->sock, PROTO_DESTROY, &gone, &e, &io2);
+        if (fd >= 0) {
+            uint32_t t, l;
+            unsigned char *p = NULL;
+            if (read_frame(fd, &t, &p, &l, &gone) == IO_OK)
+                free(p);
+            close(fd);
+        }
+        return -1;
     }
 
     if (io == IO_OK && type == PROTO_ERROR) {
@@ -818,7 +868,7 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
         io_fail(error, io, op, sb->id, "supervisor start-up");
     }
     free(payload);
-    if (proto_proc_alive(sb->sup_pid, sb->sup_start))
+    if (sb->sup_pid > 1 && proto_proc_alive(sb->sup_pid, sb->sup_start))
         kill(sb->sup_pid, SIGKILL);
     return -1;
 }
@@ -834,6 +884,12 @@ static int local_setup(const sbx_host_services *services, sbx_error **error)
         return -1;
     host = services;
     local_files_setup(services);
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    bwrap_setup(services);
+#endif
+#ifdef SBX_LOCAL_SAFEHOUSE
+    safehouse_setup(services);
+#endif
     return 0;
 }
 
@@ -845,12 +901,15 @@ static int local_client_new(const char *config_json, sbx_plugin_client **client,
         fail(error, SBX_ERROR_UNKNOWN, "client_new", "out of memory");
         return -1;
     }
+    pthread_mutex_init(&c->lock, NULL);
     *client = c;
     return 0;
 }
 
 static void local_client_free(sbx_plugin_client *client)
 {
+    if (client)
+        pthread_mutex_destroy(&client->lock);
     free(client);
 }
 
@@ -867,6 +926,19 @@ static int local_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint6
     if (r < 0)
         return -1;
     *caps = LOCAL_CAPS | LOCAL_FILE_CAPS;
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    char *bwrap = bwrap_find("probe", error);
+    if (!bwrap)
+        return -1;
+    free(bwrap);
+    *caps |= bwrap_limit_caps();
+#endif
+#ifdef SBX_LOCAL_SAFEHOUSE
+    char *cli = safehouse_find("probe", error);
+    if (!cli)
+        return -1;
+    free(cli);
+#endif
     return 0;
 }
 
@@ -876,6 +948,7 @@ static int local_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint6
 
 static void sandbox_free_fields(struct sbx_plugin_sandbox *sb)
 {
+    free(sb->wrapper);
     free(sb->id);
     free(sb->meta);
     free(sb->root);
@@ -931,13 +1004,22 @@ static int refuse_unsupported(const sbx_plugin_create_request *request, const ch
         const char *name;
         const char *why;
     } table[] = {
+#ifndef SBX_LOCAL_BUBBLEWRAP
         { SBX_OPTION_IMAGE, "image", "commands run on the host's own filesystem" },
+#endif
         { SBX_OPTION_TEMPLATE, "template", "there are no templates" },
         { SBX_OPTION_SNAPSHOT_ID, "snapshot_id", "there are no snapshots" },
         { SBX_OPTION_APP_NAME, "app_name", "there are no applications" },
         { SBX_OPTION_GPU, "gpu", "GPUs are not assigned" },
+#ifdef SBX_LOCAL_BUBBLEWRAP
+        { SBX_OPTION_DISK_MB, "disk_mb", "the root directory is on the host's filesystem, "
+                                          "without a quota" },
+#else
         { SBX_OPTION_DISK_MB, "disk_mb", "no isolation" },
+#endif
+#ifndef SBX_LOCAL_BUBBLEWRAP
         { SBX_OPTION_BACKEND_OPTIONS, "backend_options", "it takes no backend options" },
+#endif
     };
     if (request->struct_size < offsetof(sbx_plugin_create_request, backend_options)
                                    + sizeof(request->backend_options))
@@ -946,12 +1028,14 @@ static int refuse_unsupported(const sbx_plugin_create_request *request, const ch
         if (!(request->set_fields & table[i].field))
             continue;
         sbx_error *err = fail(error, SBX_ERROR_CONFIGURATION, op,
-                              "local backend cannot honour %s (%s); use bubblewrap, docker "
-                              "or a hosted backend", table[i].name, table[i].why);
+                              BACKEND " backend cannot honour %s (%s); use %sdocker "
+                              "or a hosted backend", table[i].name, table[i].why,
+                              ISOLATION_CAPS ? "" : "bubblewrap, ");
         add_context(err, "option", table[i].name);
         return -1;
     }
-    if ((request->set_fields & SBX_OPTION_ALLOW_INTERNET) && !request->allow_internet) {
+    if ((request->set_fields & SBX_OPTION_ALLOW_INTERNET) && !request->allow_internet
+        && !ISOLATION_CAPS) {
         sbx_error *err = fail(error, SBX_ERROR_CONFIGURATION, op,
                               "local backend cannot enforce allow_internet=false (no "
                               "isolation); use bubblewrap or docker");
@@ -961,6 +1045,8 @@ static int refuse_unsupported(const sbx_plugin_create_request *request, const ch
     }
     return 0;
 }
+
+static int wait_supervisor_gone(struct sbx_plugin_sandbox *sb, double secs);
 
 static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                         const sbx_plugin_create_request *request,
@@ -978,7 +1064,21 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "create request missing or too short");
         return -1;
     }
-    if (request->set_fields & SBX_OPTION_CPU) {
+    (void)client;
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    char *bwrap = NULL, *image_root = NULL, **launch_argv = NULL;
+    char *cg_procs[2] = { NULL, NULL };
+    size_t n_cg = 0;
+    int made_cg = 0;
+    int allow_internet = !(request->set_fields & SBX_OPTION_ALLOW_INTERNET)
+                         || request->allow_internet;
+#else
+    char **launch_argv = NULL;
+#endif
+#ifdef SBX_LOCAL_SAFEHOUSE
+    char *wrapper = NULL;       /* moves to sb->wrapper */
+#endif
+    if ((request->set_fields & SBX_OPTION_CPU) && !ISOLATION_CAPS) {
         snprintf(num, sizeof(num), "%g", request->cpu);
         sbx_error *err = fail(error, SBX_ERROR_CONFIGURATION, op,
                               "local backend cannot enforce cpu=%s (no isolation); "
@@ -987,7 +1087,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         add_context(err, "value", num);
         return -1;
     }
-    if (request->set_fields & SBX_OPTION_MEMORY_MB) {
+    if ((request->set_fields & SBX_OPTION_MEMORY_MB) && !ISOLATION_CAPS) {
         snprintf(num, sizeof(num), "%lld", (long long)request->memory_mb);
         sbx_error *err = fail(error, SBX_ERROR_CONFIGURATION, op,
                               "local backend cannot enforce memory_mb=%s (no isolation); "
@@ -1004,6 +1104,54 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto nomem;
     if (check_supervisor(exe, op, error) < 0)
         goto fail;
+#ifdef SBX_LOCAL_SAFEHOUSE
+    wrapper = safehouse_find(op, error);
+    if (!wrapper)
+        goto fail;
+#endif
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    if ((request->set_fields & SBX_OPTION_CPU) && !(request->cpu > 0 && request->cpu <= 4096)) {
+        snprintf(num, sizeof(num), "%g", request->cpu);
+        sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                              "cpu=%s is out of range (0 < cpu <= 4096)", num);
+        add_context(err, "option", "cpu");
+        goto fail;
+    }
+    if ((request->set_fields & SBX_OPTION_MEMORY_MB) && request->memory_mb <= 0) {
+        snprintf(num, sizeof(num), "%lld", (long long)request->memory_mb);
+        sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                              "memory_mb=%s is out of range (> 0)", num);
+        add_context(err, "option", "memory_mb");
+        goto fail;
+    }
+    bwrap = bwrap_find(op, error);
+    if (!bwrap)
+        goto fail;
+    pthread_mutex_lock(&client->lock);
+    int userns = client->userns_ok || bwrap_check_userns(bwrap, op, error) == 0;
+    if (userns)
+        client->userns_ok = 1;
+    pthread_mutex_unlock(&client->lock);
+    if (!userns)
+        goto fail;
+    if ((request->set_fields & SBX_OPTION_IMAGE) && request->image) {
+        struct stat st;
+        char *usr = join_path(request->image, "usr");
+        int ok = request->image[0] == '/' && usr && stat(usr, &st) == 0 && S_ISDIR(st.st_mode);
+        free(usr);
+        if (ok)
+            image_root = realpath(request->image, NULL);
+        if (!image_root) {
+            sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                  "image \"%s\" is not a root filesystem directory (an "
+                                  "absolute path of a tree with usr/ and etc/, e.g. made by "
+                                  "debootstrap)", request->image);
+            add_context(err, "option", "image");
+            add_context(err, "value", request->image);
+            goto fail;
+        }
+    }
+#endif
 
     /* A caller's workdir is the root itself: it must exist already. */
     if (request->workdir) {
@@ -1031,7 +1179,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!base)
         goto fail;
     size_t sun_max = sizeof(((struct sockaddr_un *)NULL)->sun_path);
-    size_t need = strlen(base) + strlen("/" ID_PREFIX "XXXXXX/sock");
+    size_t need = strlen(base) + strlen("/" ID_PREFIX "XXXXXX/run/sock");
     if (need >= sun_max) {
         sbx_error *err = fail(error, SBX_ERROR_CONFIGURATION, op,
                               "temporary directory %s is too long for a unix socket path "
@@ -1045,6 +1193,10 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!sb)
         goto nomem;
     pthread_mutex_init(&sb->lock, NULL);
+#ifdef SBX_LOCAL_SAFEHOUSE
+    sb->wrapper = wrapper;
+    wrapper = NULL;
+#endif
     if (asprintf(&sb->meta, "%s/" ID_PREFIX "XXXXXX", base) < 0) {
         sb->meta = NULL;
         goto nomem;
@@ -1059,7 +1211,22 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     made_meta = 1;
     sb->id = strdup(strrchr(sb->meta, '/') + 1);
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    /* The socket's directory is bound into the sandbox (bwrap.c). */
+    sb->sock = join_path(sb->meta, "run/sock");
+    char *run = join_path(sb->meta, "run");
+    if (!run)
+        goto nomem;
+    int mk = mkdir(run, 0700);
+    free(run);
+    if (mk < 0) {
+        fail(error, SBX_ERROR_CREATION_FAILED, op, "cannot create %s/run: %s", sb->meta,
+             strerror(errno));
+        goto fail;
+    }
+#else
     sb->sock = join_path(sb->meta, "sock");
+#endif
     if (workdir) {
         sb->root = workdir;
         workdir = NULL;
@@ -1114,8 +1281,15 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
      * PATH and LANG; then the sandbox's own variables. npm's global prefix
      * points into the root (its bin/ first on PATH), so `npm install -g`
      * in a sandbox never writes to the host's prefix. */
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    /* Inside, the root is / and only the system tree's PATH exists. */
+    const char *v = DEFAULT_PATH;
+    const char *cmd_root = "/", *cmd_tmp = "/tmp", *cmd_sandbox_root = "";
+#else
     const char *v = getenv("PATH");
-    char *npm_prefix = join_path(sb->root, ".npm-global"), *path_value = NULL;
+    const char *cmd_root = sb->root, *cmd_tmp = sb->tmp, *cmd_sandbox_root = sb->root;
+#endif
+    char *npm_prefix = join_path(cmd_root, ".npm-global"), *path_value = NULL;
     if (!npm_prefix || asprintf(&path_value, "%s/bin:%s", npm_prefix,
                                 v && *v ? v : DEFAULT_PATH) < 0) {
         free(npm_prefix);
@@ -1130,15 +1304,28 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto nomem;
     v = getenv("LANG");
     if (strv_setkv(&env, "LANG", v && *v ? v : DEFAULT_LANG) < 0
-        || strv_setkv(&env, "HOME", sb->root) < 0
-        || strv_setkv(&env, "TMPDIR", sb->tmp) < 0
-        || strv_setkv(&env, "SANDBOX_ROOT", sb->root) < 0)
+        || strv_setkv(&env, "HOME", cmd_root) < 0
+        || strv_setkv(&env, "TMPDIR", cmd_tmp) < 0
+        || strv_setkv(&env, "SANDBOX_ROOT", cmd_sandbox_root) < 0)
         goto nomem;
     for (const char *const *e = request->env; e && *e; e++)
         if (strv_set(&env, *e) < 0)
             goto nomem;
 
-    if (start_supervisor(sb, exe, &env, ctx, error) < 0)
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    if (request->set_fields & (SBX_OPTION_CPU | SBX_OPTION_MEMORY_MB)) {
+        if (bwrap_cgroups_create(sb->id, request, cg_procs, &n_cg, op, error) < 0)
+            goto fail;
+        made_cg = 1;
+    }
+    launch_argv = bwrap_argv(exe, cg_procs, n_cg, bwrap, exe, sb->root, sb->meta,
+                             image_root ? image_root : "/", allow_internet,
+                             (request->set_fields & SBX_OPTION_BACKEND_OPTIONS)
+                             ? request->backend_options : NULL, op, error);
+    if (!launch_argv)
+        goto fail;
+#endif
+    if (start_supervisor(sb, exe, &env, launch_argv, ctx, error) < 0)
         goto fail;
 
     char *supfile = join_path(sb->meta, "supervisor");
@@ -1162,6 +1349,13 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     strv_free(&env);
     free(exe);
     free(base);
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    free(bwrap);
+    free(image_root);
+    for (size_t i = 0; i < n_cg; i++)
+        free(cg_procs[i]);
+    bwrap_argv_free(launch_argv);
+#endif
     *sandbox = sb;
     return 0;
 
@@ -1179,13 +1373,30 @@ fail_started: {
                 free(p);
             close(fd);
         }
-        if (proto_proc_alive(sb->sup_pid, sb->sup_start))
+        if (sb->sup_pid > 1 && proto_proc_alive(sb->sup_pid, sb->sup_start))
             kill(sb->sup_pid, SIGKILL);
+        wait_supervisor_gone(sb, GONE_SECS);
     }
     goto fail;
 nomem:
     fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
 fail:
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    free(bwrap);
+    free(image_root);
+    for (size_t i = 0; i < n_cg; i++)
+        free(cg_procs[i]);
+    bwrap_argv_free(launch_argv);
+    if (sb && made_cg)
+        bwrap_cgroups_remove(sb->id);
+    if (sb && made_meta && !sb->owns_root)
+        bwrap_clean_root(sb->root);
+#else
+    (void)launch_argv;
+#endif
+#ifdef SBX_LOCAL_SAFEHOUSE
+    free(wrapper);
+#endif
     if (sb) {
         if (made_meta)
             remove_dirs(sb, op, NULL);
@@ -1269,6 +1480,11 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
             (int)sb->sup_pid);
         kill_supervisor_tree(sb);
     }
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    bwrap_cgroups_remove(sb->id);
+    if (!sb->owns_root)
+        bwrap_clean_root(sb->root);
+#endif
 
     if (remove_dirs(sb, op, error) < 0) {
         rc = -1;
@@ -1343,7 +1559,12 @@ static const char *local_sandbox_id(sbx_plugin_sandbox *sandbox)
 
 static const char *local_sandbox_root(sbx_plugin_sandbox *sandbox)
 {
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    (void)sandbox;
+    return "";      /* the sandbox owns / */
+#else
     return sandbox->root;
+#endif
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1358,7 +1579,8 @@ static const char *local_sandbox_root(sbx_plugin_sandbox *sandbox)
  *      "supervisor_start":5678}
  *
  * Paths and the supervisor's identity only (pid and start time, field 22
- * of /proc/PID/stat): the sandbox's environment stays in the supervisor's
+ * of /proc/PID/stat; on bubblewrap the host's pid of the supervisor, which
+ * is pid 1 inside, found through SO_PEERCRED on its socket at create): the sandbox's environment stays in the supervisor's
  * memory, which is why a resumed sandbox's commands still get it.
  */
 static char *local_session_state(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
@@ -1563,7 +1785,12 @@ static int local_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     sb->sup_pid = (pid_t)pid;
     sb->sup_start = (unsigned long long)start;
     if (!(sb->id = strdup(base)) || !(sb->meta = strdup(meta)) || !(sb->root = strdup(root))
-        || !(sb->sock = join_path(sb->meta, "sock")) || !(sb->tmp = join_path(sb->root, "tmp")))
+#ifdef SBX_LOCAL_BUBBLEWRAP
+        || !(sb->sock = join_path(sb->meta, "run/sock"))
+#else
+        || !(sb->sock = join_path(sb->meta, "sock"))
+#endif
+        || !(sb->tmp = join_path(sb->root, "tmp")))
         goto nomem;
     if (sb->owns_root) {
         char *own = join_path(sb->meta, "root");
@@ -1577,6 +1804,10 @@ static int local_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             goto fail;
         }
     }
+#ifdef SBX_LOCAL_SAFEHOUSE
+    if (!(sb->wrapper = safehouse_find(op, error)))
+        goto fail;
+#endif
     if (!proto_proc_alive(sb->sup_pid, sb->sup_start)) {
         sbx_error *err = fail(error, SBX_ERROR_NOT_FOUND, op,
                               "sandbox %s no longer exists (its supervisor, pid %d, is gone)",
@@ -1611,9 +1842,16 @@ fail:
 /** The host path of sandbox path @cwd: under the root, absolute or not. */
 static char *resolve_cwd(const struct sbx_plugin_sandbox *sb, const char *cwd)
 {
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    /* Inside, the root is /. */
+    const char *root = "/";
+    (void)sb;
+#else
+    const char *root = sb->root;
+#endif
     if (!cwd || !*cwd)
-        return strdup(sb->root);
-    return join_path(sb->root, cwd);
+        return strdup(root);
+    return join_path(root, cwd);
 }
 
 static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
@@ -1677,17 +1915,32 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
         goto nomem;
 
     proto_buf_init(&b, PROTO_EXEC);
+#ifdef SBX_LOCAL_SAFEHOUSE
+    char *workdir_arg = NULL;
+    if (asprintf(&workdir_arg, "--workdir=%s", sb->root) < 0)
+        goto nomem;
+    const char *wrap[] = { sb->wrapper, workdir_arg, "--env", "--" };
+    const uint32_t nwrap = 4;
+#else
+    const char *const *wrap = NULL;
+    const uint32_t nwrap = 0;
+#endif
+    uint32_t cmd_argc = 3;
+    if (!request->shell)
+        for (cmd_argc = 0; request->argv[cmd_argc]; cmd_argc++)
+            ;
+    proto_put_u32(&b, nwrap + cmd_argc);
+    for (uint32_t i = 0; i < nwrap; i++)
+        proto_put_str(&b, wrap[i]);
+#ifdef SBX_LOCAL_SAFEHOUSE
+    free(workdir_arg);
+#endif
     if (request->shell) {
-        proto_put_u32(&b, 3);
         proto_put_str(&b, "/bin/sh");
         proto_put_str(&b, "-c");
         proto_put_str(&b, request->shell);
     } else {
-        uint32_t argc = 0;
-        while (request->argv[argc])
-            argc++;
-        proto_put_u32(&b, argc);
-        for (uint32_t i = 0; i < argc; i++)
+        for (uint32_t i = 0; i < cmd_argc; i++)
             proto_put_str(&b, request->argv[i]);
     }
     uint32_t envc = 0;
@@ -1955,9 +2208,22 @@ static const sbx_plugin local_plugin = {
     .abi_minor = SBX_PLUGIN_ABI_MINOR,
     .name = BACKEND,
     .version = PACKAGE_VERSION,
+#if defined(SBX_LOCAL_SAFEHOUSE)
+    .description = "commands run as host processes under a per-sandbox root directory, "
+                   "each wrapped by the safehouse CLI (macOS sandbox-exec)",
+#elif defined(SBX_LOCAL_BUBBLEWRAP)
+    .description = "commands run in a bubblewrap sandbox (Linux namespaces) whose / is a "
+                   "per-sandbox root directory",
+#else
     .description = "commands run as host processes under a per-sandbox root directory "
                    "(no isolation)",
+#endif
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    /* Limits: where the probe finds cgroups it may create. */
+    .caps = LOCAL_CAPS | LOCAL_FILE_CAPS | SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT,
+#else
     .caps = LOCAL_CAPS | LOCAL_FILE_CAPS,
+#endif
     .setup = local_setup,
     .client_new = local_client_new,
     .client_free = local_client_free,

@@ -21,6 +21,7 @@ struct sbx_plugin_sandbox {
     unsigned long long sup_start;
     int owns_root;              /* root is meta/root */
     int made_tmp;               /* root/tmp was created by create */
+    char *wrapper;              /* safehouse: the CLI wrapping every command */
     pthread_mutex_t lock;       /* guards destroyed; serialises destroy */
     int destroyed;
 };
@@ -42,5 +43,53 @@ int local_download_tar(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
                        const char *path, int fd, sbx_error **error);
 int local_stat_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
                     const char *path, sbx_plugin_file_info *info, sbx_error **error);
+
+#ifdef SBX_LOCAL_SAFEHOUSE
+/** safehouse.c: the safehouse CLI ($SBX_SAFEHOUSE, else `safehouse` in PATH
+ *  on macOS), malloc'd; NULL with a configuration error saying how to
+ *  install it (off macOS, without $SBX_SAFEHOUSE, always). */
+char *safehouse_find(const char *op, sbx_error **error);
+/** Keeps the host services (called from the plugin's setup). */
+void safehouse_setup(const sbx_host_services *services);
+#endif
+
+#ifdef SBX_LOCAL_BUBBLEWRAP
+/* bwrap.c: libsbx-bubblewrap.so's part (bwrap.c describes the sandbox). */
+
+/** Where the supervisor program and its socket directory are inside. */
+#define BWRAP_SUPERVISOR "/.sbx/sbx-supervisor"
+#define BWRAP_RUN_DIR "/.sbx/run"
+
+/** Keeps the host services (called from the plugin's setup). */
+void bwrap_setup(const sbx_host_services *services);
+/** The bwrap program ($SBX_BWRAP, else found in PATH), malloc'd; NULL with
+ *  a configuration error saying how to install it. */
+char *bwrap_find(const char *op, sbx_error **error);
+/** Runs `bwrap --unshare-user --ro-bind / / true`; 0 when it works, else -1
+ *  with a configuration error quoting bwrap's message. */
+int bwrap_check_userns(const char *bwrap, const char *op, sbx_error **error);
+/** SBX_CAP_MEMORY_LIMIT / SBX_CAP_CPU_LIMIT when this process may create
+ *  the cgroups that enforce them. */
+uint64_t bwrap_limit_caps(void);
+/** Creates the cgroups sandbox @id needs for the limits @request set; puts
+ *  their cgroup.procs paths (malloc'd, at most 2) in @procs. -1 with a
+ *  configuration error when a limit cannot be enforced (nothing left). */
+int bwrap_cgroups_create(const char *id, const sbx_plugin_create_request *request,
+                         char **procs, size_t *nprocs, const char *op, sbx_error **error);
+/** Removes the cgroups of sandbox @id, if any. */
+void bwrap_cgroups_remove(const char *id);
+/** The launcher's argv (NULL-terminated, free with bwrap_argv_free), or
+ *  NULL with an error. @src: "/" or the image's root filesystem.
+ *  @backend_options (may be NULL): {"ro_binds":["/HOST/PATH",...]}, host
+ *  paths bound read-only at the same path inside; anything else is an
+ *  invalid_argument error naming it. */
+char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const char *bwrap,
+                  const char *supervisor, const char *root, const char *meta, const char *src,
+                  int allow_internet, const char *backend_options, const char *op,
+                  sbx_error **error);
+void bwrap_argv_free(char **argv);
+/** Removes from a caller's workdir the mount points bwrap made in it. */
+void bwrap_clean_root(const char *root);
+#endif
 
 #endif /* SBX_LOCAL_H */

@@ -26,6 +26,10 @@
  * answers everything else, and sends EXIT itself for an exec that was
  * killed, once nothing of it is left.
  * DESTROY kills every descendant of the supervisor, answers and exits.
+ *
+ * libsbx-bubblewrap.so starts it as `--launch ... -- bwrap ...` (launch()
+ * below), and inside bwrap with `--init` as pid 1 of the sandbox's pid
+ * namespace, where it does not fork away (the namespace ends with it).
  */
 #include "proto.h"
 
@@ -1480,12 +1484,60 @@ static int apply_config(const unsigned char *payload, uint32_t len, int *err,
     return 0;
 }
 
+/**
+ * Launcher mode of the bubblewrap backend:
+ *     sbx-supervisor --launch [--cgroup-procs=FILE]... -- PROGRAM ARG...
+ * Moves itself into each cgroup (FILE is a cgroup.procs file), forks and
+ * exits 0 at once (so the library reaps it by pid); the child execs
+ * PROGRAM (bwrap, whose init is the supervisor in --init mode), keeping
+ * descriptor 3. Exits 1 when a cgroup refuses it.
+ */
+static int launch(int argc, char **argv)
+{
+    static const char cg_opt[] = "--cgroup-procs=";
+    int i = 2;
+    for (; i < argc && strncmp(argv[i], cg_opt, sizeof(cg_opt) - 1) == 0; i++) {
+        const char *file = argv[i] + sizeof(cg_opt) - 1;
+        int fd = open(file, O_WRONLY | O_CLOEXEC);
+        char num[32];
+        int n = snprintf(num, sizeof(num), "%d\n", (int)getpid());
+        if (fd < 0 || write(fd, num, (size_t)n) != n) {
+            fprintf(stderr, "sbx-supervisor: cannot join cgroup %s: %s\n", file,
+                    strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            return 1;
+        }
+        close(fd);
+    }
+    if (i + 1 >= argc || strcmp(argv[i], "--") != 0 || argv[i + 1][0] != '/') {
+        fprintf(stderr, "sbx-supervisor: --launch: expected -- /PROGRAM ARG...\n");
+        return 2;
+    }
+    pid_t p = fork();
+    if (p < 0)
+        return 1;
+    if (p > 0)
+        _exit(0);
+    execv(argv[i + 1], argv + i + 1);
+    _exit(127);
+}
+
 int main(int argc, char **argv)
 {
     int ctl = PROTO_CONTROL_FD;
     char msg[PATH_MAX + 128];
     static const char dir_opt[] = "--sandbox-dir=";
+    int init_mode = 0;
 
+    if (argc >= 2 && strcmp(argv[1], "--launch") == 0)
+        return launch(argc, argv);
+    /* --init: the init of a bubblewrap sandbox (pid 1 of its namespace),
+     * which must not detach: the namespace ends with it. */
+    if (argc == 4 && strcmp(argv[3], "--init") == 0) {
+        init_mode = 1;
+        argc = 3;
+    }
     if (argc != 3 || strcmp(argv[1], "--control-fd=3") != 0
         || strncmp(argv[2], dir_opt, sizeof(dir_opt) - 1) != 0
         || argv[2][sizeof(dir_opt) - 1] != '/' || fcntl(ctl, F_GETFD) < 0) {
@@ -1506,11 +1558,13 @@ int main(int argc, char **argv)
 
     /* Detach: the process the library spawned exits at once (it reaps it
      * by pid); the supervisor lives on, reparented away from the app. */
-    pid_t p = fork();
-    if (p < 0)
-        return 1;
-    if (p > 0)
-        _exit(0);
+    if (!init_mode) {
+        pid_t p = fork();
+        if (p < 0)
+            return 1;
+        if (p > 0)
+            _exit(0);
+    }
     setsid();
     if (chdir("/") < 0)
         return 1;

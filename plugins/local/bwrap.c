@@ -1,0 +1,618 @@
+/*
+ * bwrap.c — what libsbx-bubblewrap.so adds to the local backend.
+ *
+ * libsbx-bubblewrap.so is local.c, files.c and this file built with
+ * SBX_LOCAL_BUBBLEWRAP. A sandbox is the same meta directory and
+ * sbx-supervisor as a local one, but the supervisor runs as pid 1 of one
+ * bwrap instance started at create:
+ *
+ *     sbx-supervisor --launch [--cgroup-procs=F]... -- BWRAP
+ *         --unshare-user --unshare-pid --unshare-ipc --unshare-uts
+ *         [--unshare-net] --new-session --as-pid-1 --hostname sbx
+ *         --bind ROOT / --ro-bind SRC/usr /usr --ro-bind SRC/etc /etc
+ *         (bin, sbin, lib, lib32, lib64, libx32: --symlink where SRC has a
+ *          symlink, --ro-bind where it has a directory)
+ *         --proc /proc --dev /dev
+ *         --ro-bind SUPERVISOR /.sbx/sbx-supervisor --bind META/run /.sbx/run
+ *         --chdir / --clearenv
+ *         -- /.sbx/sbx-supervisor --control-fd=3 --sandbox-dir=/.sbx/run --init
+ *
+ * SRC is "/" (the host) or the root filesystem directory named by `image`.
+ * The launcher joins the sandbox's cgroups, forks, and exits at once; its
+ * child execs bwrap, so the sandbox outlives the creating process and the
+ * library waits for nothing but the launcher. The supervisor's socket is
+ * META/run/sock on the host (bound at /.sbx/run inside). Nothing of the
+ * host's /run, /var, /home, /root or /tmp is visible; /tmp is ROOT/tmp,
+ * private to the sandbox. Limits (cpu, memory_mb) go through cgroup v1
+ * (memory, cpu controllers) or v2 directories "sbx-ID" the library creates
+ * where it may (usually as root); destroy removes them.
+ */
+#include "local.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <json-c/json.h>
+
+extern char **environ;
+
+#define CG_BASE "/sys/fs/cgroup"
+
+static const sbx_host_services *host;
+
+void bwrap_setup(const sbx_host_services *services)
+{
+    host = services;
+}
+
+static sbx_error *bfail(sbx_error **error, sbx_error_code code, const char *op,
+                        const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static sbx_error *bfail(sbx_error **error, sbx_error_code code, const char *op,
+                        const char *fmt, ...)
+{
+    if (!error || *error || !host)
+        return NULL;
+    char msg[2 * PATH_MAX + 256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    host->set_error(error, code, op, "%s", msg);
+    return *error;
+}
+
+static void bcontext(sbx_error *err, const char *key, const char *value)
+{
+    if (err && host && host->error_add_context)
+        host->error_add_context(err, key, value);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Finding and checking bwrap                                                */
+/* ------------------------------------------------------------------------ */
+
+char *bwrap_find(const char *op, sbx_error **error)
+{
+    const char *p = getenv("SBX_BWRAP");
+    if (p && *p) {
+        if (access(p, X_OK) == 0)
+            return strdup(p);
+        sbx_error *err = bfail(error, SBX_ERROR_CONFIGURATION, op,
+                               "bubblewrap backend: SBX_BWRAP=%s is not an executable "
+                               "program", p);
+        bcontext(err, "path", p);
+        return NULL;
+    }
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    const char *s = path;
+    while (*s) {
+        const char *e = strchr(s, ':');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        if (len > 0 && s[0] == '/') {
+            char *cand;
+            if (asprintf(&cand, "%.*s/bwrap", (int)len, s) >= 0) {
+                struct stat st;
+                if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0)
+                    return cand;
+                free(cand);
+            }
+        }
+        s += len;
+        if (*s == ':')
+            s++;
+    }
+    bfail(error, SBX_ERROR_CONFIGURATION, op,
+          "bubblewrap backend: the bwrap program was not found in PATH; install "
+          "bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) or set SBX_BWRAP");
+    return NULL;
+}
+
+int bwrap_check_userns(const char *bwrap, const char *op, sbx_error **error)
+{
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) < 0) {
+        bfail(error, SBX_ERROR_CREATION_FAILED, op, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    char *argv[] = { (char *)bwrap, "--unshare-user", "--ro-bind", "/", "/", "true", NULL };
+    posix_spawn_file_actions_t fa;
+    pid_t pid = -1;
+    int r = posix_spawn_file_actions_init(&fa);
+    if (r == 0) {
+        r = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        if (r == 0)
+            r = posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+        if (r == 0)
+            r = posix_spawn_file_actions_adddup2(&fa, pfd[1], 2);
+        if (r == 0)
+            r = posix_spawn(&pid, bwrap, &fa, NULL, argv, environ);
+        posix_spawn_file_actions_destroy(&fa);
+    }
+    close(pfd[1]);
+    if (r != 0) {
+        close(pfd[0]);
+        sbx_error *err = bfail(error, SBX_ERROR_CONFIGURATION, op,
+                               "bubblewrap backend: cannot run %s: %s", bwrap, strerror(r));
+        bcontext(err, "path", bwrap);
+        return -1;
+    }
+    char msg[512];
+    size_t got = 0;
+    for (;;) {
+        struct pollfd p = { .fd = pfd[0], .events = POLLIN };
+        if (poll(&p, 1, 10000) <= 0)
+            break;
+        ssize_t n = read(pfd[0], msg + got, sizeof(msg) - 1 - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        if (got == sizeof(msg) - 1)
+            break;
+    }
+    msg[got] = '\0';
+    close(pfd[0]);
+    int status;
+    if (kill(pid, 0) == 0 && waitpid(pid, &status, WNOHANG) == 0)
+        kill(pid, SIGKILL);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 0;
+    while (got > 0 && (msg[got - 1] == '\n' || msg[got - 1] == '\r'))
+        msg[--got] = '\0';
+    sbx_error *err = bfail(error, SBX_ERROR_CONFIGURATION, op,
+                           "bubblewrap backend: %s cannot create a user namespace (%s); "
+                           "enable unprivileged user namespaces (sysctl "
+                           "kernel.unprivileged_userns_clone=1, "
+                           "user.max_user_namespaces > 0)", bwrap,
+                           got ? msg : "it failed without a message");
+    bcontext(err, "path", bwrap);
+    return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Cgroups                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* The parents sandbox cgroups are made in: v1 controllers, or v2. */
+static int cg_v2(void)
+{
+    struct stat st;
+    return stat(CG_BASE "/memory", &st) < 0 && access(CG_BASE "/cgroup.controllers", R_OK) == 0;
+}
+
+static int file_has_word(const char *path, const char *word)
+{
+    char buf[512];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    size_t wl = strlen(word);
+    for (char *p = buf; (p = strstr(p, word)) != NULL; p += wl)
+        if ((p == buf || p[-1] == ' ') && (p[wl] == ' ' || p[wl] == '\n' || !p[wl]))
+            return 1;
+    return 0;
+}
+
+/** The parent directory for controller @ctl ("memory" or "cpu"), or NULL
+ *  when this process may not create cgroups there. */
+static const char *cg_parent(const char *ctl)
+{
+    if (cg_v2()) {
+        if (access(CG_BASE, W_OK) != 0 || !file_has_word(CG_BASE "/cgroup.subtree_control", ctl))
+            return NULL;
+        return CG_BASE;
+    }
+    const char *dir = strcmp(ctl, "memory") == 0 ? CG_BASE "/memory" : CG_BASE "/cpu";
+    return access(dir, W_OK) == 0 ? dir : NULL;
+}
+
+uint64_t bwrap_limit_caps(void)
+{
+    uint64_t caps = 0;
+    if (cg_parent("memory"))
+        caps |= SBX_CAP_MEMORY_LIMIT;
+    if (cg_parent("cpu"))
+        caps |= SBX_CAP_CPU_LIMIT;
+    return caps;
+}
+
+static int write_text(const char *dir, const char *file, const char *text)
+{
+    char *path;
+    if (asprintf(&path, "%s/%s", dir, file) < 0)
+        return -1;
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    free(path);
+    if (fd < 0)
+        return -1;
+    ssize_t n = write(fd, text, strlen(text));
+    int e = errno;
+    close(fd);
+    errno = e;
+    return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/** Removes the cgroups of sandbox @id (those that exist); waits a little
+ *  for the kernel to let go of exiting processes. */
+void bwrap_cgroups_remove(const char *id)
+{
+    const char *parents[] = { CG_BASE "/memory", CG_BASE "/cpu", CG_BASE };
+    for (size_t i = 0; i < sizeof(parents) / sizeof(parents[0]); i++) {
+        char *dir;
+        if (asprintf(&dir, "%s/sbx-%s", parents[i], id) < 0)
+            continue;
+        for (int round = 0; round < 200; round++) {
+            if (rmdir(dir) == 0 || errno == ENOENT || errno == ENOTDIR)
+                break;
+            if (errno != EBUSY)
+                break;
+            struct timespec ts = { 0, 10000000L };
+            nanosleep(&ts, NULL);
+        }
+        free(dir);
+    }
+}
+
+static int cg_make(const char *ctl, const char *id, char **dir, const char *op,
+                   sbx_error **error)
+{
+    const char *parent = cg_parent(ctl);
+    const char *opt = strcmp(ctl, "memory") == 0 ? "memory_mb" : "cpu";
+    if (!parent) {
+        sbx_error *err = bfail(error, SBX_ERROR_CONFIGURATION, op,
+                               "bubblewrap backend cannot enforce %s: this process may not "
+                               "create a %s cgroup (under " CG_BASE "; usually needs root)",
+                               opt, ctl);
+        bcontext(err, "option", opt);
+        return -1;
+    }
+    if (asprintf(dir, "%s/sbx-%s", parent, id) < 0) {
+        *dir = NULL;
+        bfail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        return -1;
+    }
+    if (mkdir(*dir, 0755) < 0 && errno != EEXIST) {
+        sbx_error *err = bfail(error, SBX_ERROR_CONFIGURATION, op,
+                               "bubblewrap backend cannot enforce %s: cannot create "
+                               "cgroup %s: %s", opt, *dir, strerror(errno));
+        bcontext(err, "option", opt);
+        bcontext(err, "path", *dir);
+        free(*dir);
+        *dir = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+int bwrap_cgroups_create(const char *id, const sbx_plugin_create_request *request,
+                         char **procs, size_t *nprocs, const char *op, sbx_error **error)
+{
+    *nprocs = 0;
+    int v2 = cg_v2();
+    char *mem = NULL, *cpu = NULL;
+    char num[64];
+    if (request->set_fields & SBX_OPTION_MEMORY_MB) {
+        if (cg_make("memory", id, &mem, op, error) < 0)
+            goto fail;
+        snprintf(num, sizeof(num), "%lld", (long long)request->memory_mb * 1024 * 1024);
+        int r = write_text(mem, v2 ? "memory.max" : "memory.limit_in_bytes", num);
+        if (r == 0 && !v2)
+            write_text(mem, "memory.memsw.limit_in_bytes", num);  /* without swap accounting: absent */
+        else if (r == 0)
+            write_text(mem, "memory.swap.max", "0");
+        if (r < 0) {
+            sbx_error *err = bfail(error, SBX_ERROR_CONFIGURATION, op,
+                                   "bubblewrap backend cannot set memory_mb=%lld in %s: %s",
+                                   (long long)request->memory_mb, mem, strerror(errno));
+            bcontext(err, "option", "memory_mb");
+            goto fail;
+        }
+    }
+    if (request->set_fields & SBX_OPTION_CPU) {
+        long long quota = (long long)(request->cpu * 100000.0 + 0.5);
+        if (quota < 1000)
+            quota = 1000;
+        if (v2 && mem) {
+            cpu = strdup(mem);      /* one v2 cgroup holds both */
+        } else if (cg_make("cpu", id, &cpu, op, error) < 0) {
+            goto fail;
+        }
+        int r;
+        if (v2) {
+            snprintf(num, sizeof(num), "%lld 100000", quota);
+            r = write_text(cpu, "cpu.max", num);
+        } else {
+            snprintf(num, sizeof(num), "%lld", quota);
+            r = write_text(cpu, "cpu.cfs_period_us", "100000");
+            if (r == 0)
+                r = write_text(cpu, "cpu.cfs_quota_us", num);
+        }
+        if (r < 0) {
+            sbx_error *err = bfail(error, SBX_ERROR_CONFIGURATION, op,
+                                   "bubblewrap backend cannot set cpu=%g in %s: %s",
+                                   request->cpu, cpu, strerror(errno));
+            bcontext(err, "option", "cpu");
+            goto fail;
+        }
+    }
+    if (mem && asprintf(&procs[(*nprocs)++], "%s/cgroup.procs", mem) < 0)
+        goto nomem;
+    if (cpu && !(v2 && mem) && asprintf(&procs[(*nprocs)++], "%s/cgroup.procs", cpu) < 0)
+        goto nomem;
+    free(mem);
+    free(cpu);
+    return 0;
+nomem:
+    (*nprocs)--;
+    bfail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+fail:
+    for (size_t i = 0; i < *nprocs; i++)
+        free(procs[i]);
+    *nprocs = 0;
+    free(mem);
+    free(cpu);
+    bwrap_cgroups_remove(id);
+    return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The command line                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* Top-level names of the system tree bound read-only from SRC. */
+static const char *const sys_dirs[] = { "usr", "etc", "bin", "sbin", "lib", "lib32", "lib64",
+                                        "libx32" };
+
+typedef struct argvb {
+    char **v;
+    size_t n, cap;
+    int failed;
+} argvb;
+
+static void add(argvb *a, const char *s)
+{
+    if (a->failed)
+        return;
+    if (a->n + 2 > a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 64;
+        char **v = realloc(a->v, cap * sizeof(*v));
+        if (!v) {
+            a->failed = 1;
+            return;
+        }
+        a->v = v;
+        a->cap = cap;
+    }
+    char *c = strdup(s);
+    if (!c) {
+        a->failed = 1;
+        return;
+    }
+    a->v[a->n++] = c;
+    a->v[a->n] = NULL;
+}
+
+static void add_path(argvb *a, const char *dir, const char *name)
+{
+    char *p;
+    if (asprintf(&p, "%s%s%s", strcmp(dir, "/") == 0 ? "" : dir, "/", name) < 0) {
+        a->failed = 1;
+        return;
+    }
+    add(a, p);
+    free(p);
+}
+
+void bwrap_argv_free(char **argv)
+{
+    for (char **p = argv; p && *p; p++)
+        free(*p);
+    free(argv);
+}
+
+char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const char *bwrap,
+                  const char *supervisor, const char *root, const char *meta, const char *src,
+                  int allow_internet, const char *backend_options, const char *op,
+                  sbx_error **error)
+{
+    argvb a = { 0 };
+    json_object *opts = NULL, *binds = NULL;
+    if (backend_options && *backend_options) {
+        opts = json_tokener_parse(backend_options);
+        if (!opts || !json_object_is_type(opts, json_type_object)) {
+            sbx_error *err = bfail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                   "bubblewrap backend_options must be a JSON object like "
+                                   "{\"ro_binds\":[\"/path\"]}, not %s", backend_options);
+            bcontext(err, "option", "backend_options");
+            json_object_put(opts);
+            return NULL;
+        }
+        json_object_object_foreach(opts, key, val) {
+            if (strcmp(key, "ro_binds") != 0 || !json_object_is_type(val, json_type_array)) {
+                sbx_error *err = bfail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                       "bubblewrap backend_options: unknown or malformed "
+                                       "member \"%s\" (known: \"ro_binds\", an array of "
+                                       "absolute host paths)", key);
+                bcontext(err, "option", "backend_options");
+                json_object_put(opts);
+                return NULL;
+            }
+            binds = val;
+        }
+        for (size_t i = 0; binds && i < json_object_array_length(binds); i++) {
+            json_object *b = json_object_array_get_idx(binds, i);
+            const char *path = json_object_is_type(b, json_type_string)
+                               ? json_object_get_string(b) : NULL;
+            if (!path || path[0] != '/' || access(path, F_OK) != 0) {
+                sbx_error *err = bfail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                       "bubblewrap backend_options: ro_binds entry %s is "
+                                       "not an existing absolute host path",
+                                       path ? path : json_object_to_json_string(b));
+                bcontext(err, "option", "backend_options");
+                json_object_put(opts);
+                return NULL;
+            }
+        }
+    }
+    add(&a, launcher);
+    add(&a, "--launch");
+    for (size_t i = 0; i < nprocs; i++) {
+        char *o;
+        if (asprintf(&o, "--cgroup-procs=%s", procs[i]) < 0) {
+            a.failed = 1;
+            break;
+        }
+        add(&a, o);
+        free(o);
+    }
+    add(&a, "--");
+    add(&a, bwrap);
+    add(&a, "--unshare-user");
+    add(&a, "--unshare-pid");
+    add(&a, "--unshare-ipc");
+    add(&a, "--unshare-uts");
+    if (!allow_internet)
+        add(&a, "--unshare-net");
+    add(&a, "--new-session");
+    add(&a, "--as-pid-1");
+    add(&a, "--hostname");
+    add(&a, "sbx");
+    add(&a, "--bind");
+    add(&a, root);
+    add(&a, "/");
+    for (size_t i = 0; i < sizeof(sys_dirs) / sizeof(sys_dirs[0]); i++) {
+        char *p;
+        if (asprintf(&p, "%s/%s", strcmp(src, "/") == 0 ? "" : src, sys_dirs[i]) < 0) {
+            a.failed = 1;
+            break;
+        }
+        struct stat st;
+        char target[PATH_MAX];
+        ssize_t tl;
+        if (lstat(p, &st) < 0) {
+            if (i < 2) {
+                sbx_error *err = bfail(error, SBX_ERROR_CONFIGURATION, op,
+                                       "bubblewrap backend: %s has no /%s (%s)",
+                                       strcmp(src, "/") == 0 ? "the host" : src, sys_dirs[i],
+                                       strerror(errno));
+                bcontext(err, "path", p);
+                free(p);
+                bwrap_argv_free(a.v);
+                json_object_put(opts);
+                return NULL;
+            }
+        } else if (S_ISLNK(st.st_mode)
+                   && (tl = readlink(p, target, sizeof(target) - 1)) > 0) {
+            target[tl] = '\0';
+            add(&a, "--symlink");
+            add(&a, target);
+            add_path(&a, "/", sys_dirs[i]);
+        } else if (S_ISDIR(st.st_mode)) {
+            add(&a, "--ro-bind");
+            add(&a, p);
+            add_path(&a, "/", sys_dirs[i]);
+        }
+        free(p);
+    }
+    for (size_t i = 0; binds && i < json_object_array_length(binds); i++) {
+        const char *path = json_object_get_string(json_object_array_get_idx(binds, i));
+        add(&a, "--ro-bind");
+        add(&a, path);
+        add(&a, path);
+    }
+    json_object_put(opts);
+    add(&a, "--proc");
+    add(&a, "/proc");
+    add(&a, "--dev");
+    add(&a, "/dev");
+    add(&a, "--ro-bind");
+    add(&a, supervisor);
+    add(&a, BWRAP_SUPERVISOR);
+    add(&a, "--bind");
+    add_path(&a, meta, "run");
+    add(&a, BWRAP_RUN_DIR);
+    add(&a, "--chdir");
+    add(&a, "/");
+    add(&a, "--clearenv");
+    /* Sanitizer settings pass, so instrumented builds behave as asked. */
+    static const char *const passed[] = { "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS" };
+    for (size_t i = 0; i < sizeof(passed) / sizeof(passed[0]); i++) {
+        const char *v = getenv(passed[i]);
+        if (v) {
+            add(&a, "--setenv");
+            add(&a, passed[i]);
+            add(&a, v);
+        }
+    }
+    add(&a, "--");
+    add(&a, BWRAP_SUPERVISOR);
+    add(&a, "--control-fd=3");
+    add(&a, "--sandbox-dir=" BWRAP_RUN_DIR);
+    add(&a, "--init");
+    if (a.failed || !a.v) {
+        bwrap_argv_free(a.v);
+        bfail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        return NULL;
+    }
+    return a.v;
+}
+
+/* ------------------------------------------------------------------------ */
+/* A caller's workdir                                                        */
+/* ------------------------------------------------------------------------ */
+
+void bwrap_clean_root(const char *root)
+{
+    int dfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return;
+    /* Mount points bwrap made: empty directories, symlinks it placed, the
+     * supervisor's empty placeholder. Anything else stays. */
+    static const char *const names[] = { "usr", "etc", "bin", "sbin", "lib", "lib32", "lib64",
+                                         "libx32", "proc", "dev" };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        struct stat st;
+        if (fstatat(dfd, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            unlinkat(dfd, names[i], AT_REMOVEDIR);   /* only when empty */
+        } else if (S_ISLNK(st.st_mode)) {
+            char mine[PATH_MAX], host_t[PATH_MAX], hp[64];
+            ssize_t l1 = readlinkat(dfd, names[i], mine, sizeof(mine) - 1);
+            snprintf(hp, sizeof(hp), "/%s", names[i]);
+            ssize_t l2 = readlink(hp, host_t, sizeof(host_t) - 1);
+            if (l1 > 0 && l1 == l2 && memcmp(mine, host_t, (size_t)l1) == 0)
+                unlinkat(dfd, names[i], 0);
+        }
+    }
+    struct stat st;
+    if (fstatat(dfd, ".sbx/sbx-supervisor", &st, AT_SYMLINK_NOFOLLOW) == 0
+        && S_ISREG(st.st_mode) && st.st_size == 0)
+        unlinkat(dfd, ".sbx/sbx-supervisor", 0);
+    unlinkat(dfd, ".sbx/run", AT_REMOVEDIR);
+    unlinkat(dfd, ".sbx", AT_REMOVEDIR);
+    close(dfd);
+}

@@ -1,0 +1,296 @@
+/*
+ * test_bubblewrap.c — what the bubblewrap backend isolates: the host's
+ * filesystem outside the sandbox tree, its processes, its network when
+ * allow_internet=false, memory where the probe reports limits, and all of
+ * it for an unprivileged user (uid 65534) too. The backend-neutral suites
+ * run on bubblewrap through tests/bubblewrap.sh.
+ *
+ * Runs from the build directory (the nobody test runs
+ * ./tests/test_conformance).
+ */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <sbx/sbx.h>
+
+#include "testutil.h"
+
+static sbx_client *g_client;
+static sbx_sandbox *g_sb;
+static char *g_tmp;
+
+static void setup(void)
+{
+    g_tmp = tu_fresh_tmpdir();
+    sbx_error *err = NULL;
+    g_client = sbx_client_new("bubblewrap", &err);
+    cr_assert_not_null(g_client, "sbx_client_new(bubblewrap): %s",
+                       err ? sbx_error_get0_message(err) : "");
+}
+
+static void teardown(void)
+{
+    if (g_sb) {
+        sbx_sandbox_destroy(g_sb, NULL);
+        sbx_sandbox_free(g_sb);
+        g_sb = NULL;
+    }
+    sbx_client_free(g_client);
+    g_client = NULL;
+    tu_rmtree(g_tmp);
+    free(g_tmp);
+    g_tmp = NULL;
+}
+
+TestSuite(bubblewrap, .init = setup, .fini = teardown, .timeout = 120);
+
+static void expect(sbx_sandbox *sb, const char *script, int code, const char *out)
+{
+    sbx_result *r = tu_sh(sb, script, 30);
+    tu_assert_exit(r, code);
+    tu_assert_stdout(r, out);
+    sbx_result_free(r);
+}
+
+Test(bubblewrap, host_filesystem_is_out_of_reach)
+{
+    /* A file of the host outside the sandbox tree. */
+    char *secret = tu_strdup_printf("%s/host-secret", g_tmp);
+    FILE *f = fopen(secret, "w");
+    cr_assert_not_null(f);
+    fputs("secret\n", f);
+    fclose(f);
+    g_sb = tu_create(g_client, NULL);
+    cr_assert_str_eq(sbx_sandbox_get0_root(g_sb), "");
+
+    char *s = tu_strdup_printf("cat %s 2>/dev/null; echo $?", secret);
+    expect(g_sb, s, 0, "1\n");
+    free(s);
+    /* The system tree is read-only. */
+    expect(g_sb, "touch /usr/x 2>&1 | grep -c 'Read-only file system'; test -e /usr/x; echo $?",
+           0, "1\n1\n");
+    expect(g_sb, "echo x > /etc/sbx-x 2>/dev/null; echo $?", 0, "2\n");
+    /* No /root, /home, /run or /var of the host. */
+    expect(g_sb, "for d in /root /home /run /var; do test -e $d && echo $d; done; echo done",
+           0, "done\n");
+    /* / is the sandbox's own root and writable; /tmp is private. */
+    expect(g_sb, "echo hi > /f && cat /f && echo t > /tmp/t && echo $HOME $TMPDIR", 0,
+           "hi\n/ /tmp\n");
+    char *buf = NULL;
+    size_t len = 0;
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_read_file(g_sb, "/tmp/t", &buf, &len, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(len, 2);
+    cr_assert_eq(memcmp(buf, "t\n", 2), 0);
+    free(buf);
+    cr_assert(!tu_exists("/f"), "a write to the sandbox's / reached the host's /");
+    /* A write through the host side lands where commands see it. */
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/w.txt", "from host", 9, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    expect(g_sb, "cat /w.txt", 0, "from host");
+    free(secret);
+}
+
+Test(bubblewrap, host_processes_are_invisible)
+{
+    g_sb = tu_create(g_client, NULL);
+    /* pid 1 is the supervisor; the host's processes (this test's among
+     * them) are not there. */
+    expect(g_sb, "tr '\\0' ' ' < /proc/1/cmdline", 0,
+           "/.sbx/sbx-supervisor --control-fd=3 --sandbox-dir=/.sbx/run --init ");
+    char *s = tu_strdup_printf("ls /proc | grep -c '^[0-9]*$' | awk '{print ($1 < 10)}'; "
+                               "hostname");
+    expect(g_sb, s, 0, "1\nsbx\n");
+    free(s);
+    /* Every process inside descends from pid 1. */
+    expect(g_sb,
+           "for p in $(ls /proc | grep '^[0-9]*$'); do "
+           "  q=$p; while [ -r /proc/$q/stat ] && [ \"$q\" != 1 ]; do "
+           "    q=$(sed 's/.*) . \\([0-9]*\\).*/\\1/' /proc/$q/stat 2>/dev/null) || break; "
+           "    [ -n \"$q\" ] || break; done; "
+           "  [ ! -r /proc/$p/stat ] || [ \"$q\" = 1 ] || echo \"$p not under 1\"; "
+           "done; echo ok",
+           0, "ok\n");
+}
+
+/* A TCP listener on 127.0.0.1 of the host; returns its port. */
+static int listen_loopback(int *fd)
+{
+    *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert(*fd >= 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    cr_assert_eq(bind(*fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    cr_assert_eq(listen(*fd, 8), 0);
+    socklen_t sl = sizeof sa;
+    cr_assert_eq(getsockname(*fd, (struct sockaddr *)&sa, &sl), 0);
+    return ntohs(sa.sin_port);
+}
+
+static const char connect_script[] =
+    "python3 -c 'import socket,sys\n"
+    "try:\n"
+    "    socket.create_connection((\"127.0.0.1\", %d), 5); print(\"connected\")\n"
+    "except OSError as e: print(type(e).__name__)'";
+
+Test(bubblewrap, no_network_without_allow_internet)
+{
+    int lfd;
+    int port = listen_loopback(&lfd);
+    char *s = tu_strdup_printf(connect_script, port);
+
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_allow_internet(o, 0, NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    expect(g_sb, s, 0, "ConnectionRefusedError\n");
+    expect(g_sb, "awk 'NR > 2 { print $1 }' /proc/net/dev", 0, "lo:\n");
+
+    /* With the network allowed, the same listener answers. */
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_allow_internet(o, 1, NULL), 0);
+    sbx_sandbox *open_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    expect(open_sb, s, 0, "connected\n");
+    cr_assert_eq(sbx_sandbox_destroy(open_sb, NULL), 0);
+    sbx_sandbox_free(open_sb);
+    close(lfd);
+    free(s);
+}
+
+Test(bubblewrap, memory_limit_kills_with_137)
+{
+    uint64_t caps = 0;
+    cr_assert_eq(sbx_client_probe(g_client, &caps, NULL), 0);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_memory_mb(o, 64, NULL), 0);
+    if (!(caps & SBX_CAP_MEMORY_LIMIT)) {
+        /* Not enforceable here: refused, naming the option. */
+        sbx_error *err = NULL;
+        cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+        sbx_options_free(o);
+        tu_assert_error(err, SBX_ERROR_CONFIGURATION, "memory_mb", NULL);
+        sbx_error_free(err);
+        cr_assert_eq(tu_count_entries(g_tmp), 0);
+        return;
+    }
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    sbx_result *r = tu_sh(g_sb, "python3 -c 'b = bytearray(256 * 1024 * 1024); print(len(b))'",
+                          60);
+    tu_assert_exit(r, 137);
+    tu_assert_stdout(r, "");
+    sbx_result_free(r);
+    /* Below the limit all is well, and the sandbox lives on. */
+    expect(g_sb, "python3 -c 'b = bytearray(8 * 1024 * 1024); print(len(b))'", 0, "8388608\n");
+    char *cg = tu_strdup_printf("/sys/fs/cgroup/memory/sbx-%s", sbx_sandbox_get0_id(g_sb));
+    int v1 = tu_exists("/sys/fs/cgroup/memory");
+    if (v1)
+        cr_assert(tu_exists(cg), "no cgroup %s", cg);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    if (v1)
+        cr_assert(!tu_exists(cg), "destroy left the cgroup %s", cg);
+    free(cg);
+}
+
+Test(bubblewrap, bad_backend_options_and_image_are_invalid_argument)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_backend_options(o, "{\"binds\":[]}", NULL), 0);
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    sbx_options_free(o);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "binds", NULL);
+    sbx_error_free(err);
+
+    char *img = tu_strdup_printf("%s/no-image", g_tmp);
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_image(o, img, NULL), 0);
+    err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    sbx_options_free(o);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, img, NULL);
+    sbx_error_free(err);
+    free(img);
+    cr_assert_eq(tu_count_entries(g_tmp), 0, "a refused create left something in %s", g_tmp);
+}
+
+Test(bubblewrap, missing_bwrap_is_a_configuration_error)
+{
+    setenv("SBX_BWRAP", "/nonexistent/bwrap", 1);
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, NULL, &err));
+    unsetenv("SBX_BWRAP");
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, "/nonexistent/bwrap", NULL);
+    sbx_error_free(err);
+    char *path = getenv("PATH") ? strdup(getenv("PATH")) : NULL;
+    setenv("PATH", g_tmp, 1);
+    err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, NULL, &err));
+    if (path)
+        setenv("PATH", path, 1);
+    free(path);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, "apt-get install bubblewrap", NULL);
+    sbx_error_free(err);
+    cr_assert_eq(tu_count_entries(g_tmp), 0);
+}
+
+/* The whole conformance suite on bubblewrap as uid/gid 65534. */
+Test(bubblewrap, conformance_as_nobody, .timeout = 600)
+{
+    if (getuid() != 0) {
+        /* Already unprivileged: tests/bubblewrap.sh runs it as this user. */
+        cr_assert(getuid() != 0);
+        return;
+    }
+    char *dir = tu_mkdtemp("nobody");
+    cr_assert_eq(chmod(dir, 01777), 0);
+    cr_assert_eq(chmod(g_tmp, 0711), 0);    /* nobody passes through to @dir */
+    char *log = tu_strdup_printf("%s/log", g_tmp);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+            _exit(98);
+        if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
+            _exit(97);
+        /* Criterion's worker marker would make the program a worker. */
+        unsetenv("BXFI_MAP");
+        setenv("TMPDIR", dir, 1);
+        setenv("HOME", dir, 1);
+        setenv("SBX_TEST_BACKEND", "bubblewrap", 1);
+        unsetenv("CRITERION_OUTPUTS");
+        execl("./tests/test_conformance", "test_conformance", "-j1", (char *)NULL);
+        _exit(96);
+    }
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    char tail[2048] = "";
+    int fd = open(log, O_RDONLY);
+    if (fd >= 0) {
+        off_t end = lseek(fd, 0, SEEK_END);
+        lseek(fd, end > (off_t)sizeof tail - 1 ? end - (off_t)sizeof tail + 1 : 0, SEEK_SET);
+        ssize_t n = read(fd, tail, sizeof tail - 1);
+        tail[n > 0 ? n : 0] = '\0';
+        close(fd);
+    }
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "conformance as nobody: status %d; end of its output:\n%s", status, tail);
+    cr_assert(strstr(tail, "Failing: 0 | Crashing: 0") != NULL, "%s", tail);
+    tu_rmtree(dir);
+    free(dir);
+    free(log);
+}
