@@ -258,6 +258,26 @@ Test(bubblewrap, conformance_as_nobody, .timeout = 600)
     char *dir = tu_mkdtemp("nobody");
     cr_assert_eq(chmod(dir, 01777), 0);
     cr_assert_eq(chmod(g_tmp, 0711), 0);    /* nobody passes through to @dir */
+    /*
+     * The build tree may sit below a directory only root can enter (a
+     * mktemp -d checkout): stage the test program, libsbx, the plugin and
+     * the supervisor where nobody can read them. libtool keeps the real
+     * programs and libraries in .libs/.
+     */
+    char *bin = tu_mkdtemp("nobody-bin");
+    char *stage = tu_strdup_printf(
+        "set -e; d='%s'; mkdir -p \"$d/lib\" \"$d/plugins\";"
+        " cp -P .libs/libsbx.so* \"$d/lib/\";"
+        " cp tests/.libs/test_conformance \"$d/test_conformance\";"
+        " cp plugins/local/.libs/libsbx-bubblewrap.so \"$d/plugins/\";"
+        " cp \"$SBX_SUPERVISOR\" \"$d/sbx-supervisor\";"
+        " chmod -R a+rX \"$d\"; chmod 0755 \"$d\"", bin);
+    cr_assert_eq(system(stage), 0, "staging for nobody failed: %s", stage);
+    free(stage);
+    char *lib_path = tu_strdup_printf("%s/lib", bin);
+    char *plugin_path = tu_strdup_printf("%s/plugins", bin);
+    char *supervisor = tu_strdup_printf("%s/sbx-supervisor", bin);
+    char *program = tu_strdup_printf("%s/test_conformance", bin);
     char *log = tu_strdup_printf("%s/log", g_tmp);
     pid_t pid = fork();
     cr_assert(pid >= 0);
@@ -272,8 +292,11 @@ Test(bubblewrap, conformance_as_nobody, .timeout = 600)
         setenv("TMPDIR", dir, 1);
         setenv("HOME", dir, 1);
         setenv("SBX_TEST_BACKEND", "bubblewrap", 1);
+        setenv("LD_LIBRARY_PATH", lib_path, 1);
+        setenv("SBX_PLUGIN_PATH", plugin_path, 1);
+        setenv("SBX_SUPERVISOR", supervisor, 1);
         unsetenv("CRITERION_OUTPUTS");
-        execl("./tests/test_conformance", "test_conformance", "-j1", (char *)NULL);
+        execl(program, "test_conformance", "-j1", (char *)NULL);
         _exit(96);
     }
     int status;
@@ -291,6 +314,12 @@ Test(bubblewrap, conformance_as_nobody, .timeout = 600)
               "conformance as nobody: status %d; end of its output:\n%s", status, tail);
     cr_assert(strstr(tail, "Failing: 0 | Crashing: 0") != NULL, "%s", tail);
     tu_rmtree(dir);
+    tu_rmtree(bin);
     free(dir);
+    free(bin);
+    free(lib_path);
+    free(plugin_path);
+    free(supervisor);
+    free(program);
     free(log);
 }
