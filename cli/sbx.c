@@ -755,6 +755,18 @@ static int add_file_option(const char *cmd, const char *arg, sbx_manifest **m)
 }
 
 /*
+ * The parse status after an sbx_options setter returned @rc: -1 (go on)
+ * when it succeeded, else EXIT_TOOL after reporting @error.
+ */
+static int setter_status(int rc, sbx_error *error)
+{
+    if (rc == 0)
+        return -1;
+    msg_error(error);
+    return EXIT_TOOL;
+}
+
+/*
  * Parses the sandbox options of run and create (-b -e -w -t --cpu --memory
  * --git-repo --git-ref -h) from @argv into @options and *@backend; getopt
  * stops at the first operand (optind points at it). Returns -1 to go on,
@@ -785,22 +797,18 @@ static int parse_sandbox_options(const char *cmd, void (*help)(FILE *), int argc
     json_object *backend_opts = NULL;
     sbx_manifest *files = NULL;
     sbx_error *error = NULL;
-    int opt, status = -1;
+    int opt, rc, status = -1;
 
     opterr = 0;
     while (status < 0 && (opt = getopt_long(argc, argv, "+:b:e:w:t:i:h", longopts, NULL)) != -1) {
         switch (opt) {
         case 'i':
-            if (sbx_options_set_image(options, optarg, &error) < 0) {
-                msg_error(error);
-                status = EXIT_TOOL;
-            }
+            rc = sbx_options_set_image(options, optarg, &error);
+            status = setter_status(rc, error);
             break;
         case OPT_PRESET:
-            if (sbx_options_set_preset(options, optarg, &error) < 0) {
-                msg_error(error);
-                status = EXIT_TOOL;
-            }
+            rc = sbx_options_set_preset(options, optarg, &error);
+            status = setter_status(rc, error);
             break;
         case OPT_NO_INTERNET:
             sbx_options_set_allow_internet(options, 0, NULL);
@@ -829,21 +837,14 @@ static int parse_sandbox_options(const char *cmd, void (*help)(FILE *), int argc
                 status = EXIT_TOOL;
                 break;
             }
-            if (sbx_options_set_env(options, key, eq + 1, &error) < 0) {
-                free(key);
-                msg_error(error);
-                status = EXIT_TOOL;
-                break;
-            }
+            rc = sbx_options_set_env(options, key, eq + 1, &error);
             free(key);
+            status = setter_status(rc, error);
             break;
         }
         case 'w':
-            if (sbx_options_set_workdir(options, optarg, &error) < 0) {
-                msg_error(error);
-                status = EXIT_TOOL;
-                break;
-            }
+            rc = sbx_options_set_workdir(options, optarg, &error);
+            status = setter_status(rc, error);
             break;
         case 't': {
             double secs;
@@ -852,11 +853,8 @@ static int parse_sandbox_options(const char *cmd, void (*help)(FILE *), int argc
                 status = usage_error(cmd, "invalid -t value \"%s\"", optarg);
                 break;
             }
-            if (sbx_options_set_timeout_secs(options, secs, &error) < 0) {
-                msg_error(error);
-                status = EXIT_TOOL;
-                break;
-            }
+            rc = sbx_options_set_timeout_secs(options, secs, &error);
+            status = setter_status(rc, error);
             break;
         }
         case OPT_CPU: {
@@ -866,11 +864,8 @@ static int parse_sandbox_options(const char *cmd, void (*help)(FILE *), int argc
                 status = usage_error(cmd, "invalid --cpu value \"%s\"", optarg);
                 break;
             }
-            if (sbx_options_set_cpu(options, cpu, &error) < 0) {
-                msg_error(error);
-                status = EXIT_TOOL;
-                break;
-            }
+            rc = sbx_options_set_cpu(options, cpu, &error);
+            status = setter_status(rc, error);
             break;
         }
         case OPT_MEMORY: {
@@ -880,11 +875,8 @@ static int parse_sandbox_options(const char *cmd, void (*help)(FILE *), int argc
                 status = usage_error(cmd, "invalid --memory value \"%s\"", optarg);
                 break;
             }
-            if (sbx_options_set_memory_mb(options, mib, &error) < 0) {
-                msg_error(error);
-                status = EXIT_TOOL;
-                break;
-            }
+            rc = sbx_options_set_memory_mb(options, mib, &error);
+            status = setter_status(rc, error);
             break;
         }
         case OPT_GIT_REPO:
