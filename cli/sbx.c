@@ -495,11 +495,15 @@ static void usage_backends(FILE *out)
 "List the backend plugins found (SBX_PLUGIN_PATH, then %s):\n"
 "name, version, status (\"ok\" or why the plugin is not used), the\n"
 "capabilities it declares and, for a usable one, the capabilities a client\n"
-"actually has on this host.\n"
+"actually has on this host, and where plugins run: \"outofprocess\" (each\n"
+"client's plugin in an sbx-plugin-host process of its own, the default) or\n"
+"\"inprocess\" (SBX_PLUGIN_MODE=inprocess). Each plugin file is inspected in\n"
+"a helper process, so one that crashes while loading is listed with the\n"
+"signal instead of ending the listing.\n"
 "\n"
 "      --json   print a JSON array of objects {name, path, version,\n"
 "               description, abi, usable, problem, caps, probed_caps,\n"
-"               probe_error}\n"
+"               probe_error, mode}\n"
 "  -h, --help   show this help and exit\n",
             sbx_plugin_dir());
 }
@@ -1159,6 +1163,21 @@ static void probe_backend(backend_row *row)
     sbx_client_free(client);
 }
 
+/* "outofprocess" / "inprocess", or why SBX_PLUGIN_MODE is not usable. */
+static const char *plugin_mode_text(void)
+{
+    static char text[512];
+    sbx_error *error = NULL;
+    int mode = sbx_plugin_mode_resolve(SBX_PLUGIN_MODE_DEFAULT, &error);
+
+    if (mode < 0) {
+        snprintf(text, sizeof text, "unusable: %s", sbx_error_get0_message(error));
+        sbx_error_free(error);
+        return text;
+    }
+    return sbx_plugin_mode_name((sbx_plugin_mode)mode);
+}
+
 static void print_backends_json(backend_row *rows, size_t count)
 {
     json_object *array = json_object_new_array();
@@ -1192,6 +1211,7 @@ static void print_backends_json(backend_row *rows, size_t count)
         json_object_object_add(o, "caps", caps_to_json(sbx_backend_info_get_caps(info)));
         json_object_object_add(o, "probed_caps",
                                rows[i].probed ? caps_to_json(rows[i].probed_caps) : NULL);
+        json_object_object_add(o, "mode", json_object_new_string(plugin_mode_text()));
         json_object_object_add(o, "probe_error",
                                rows[i].probe_error != NULL
                                    ? json_object_new_string(rows[i].probe_error)
@@ -1239,6 +1259,7 @@ static void print_backends_table(backend_row *rows, size_t count)
         printf("    path:        %s\n", sbx_backend_info_get0_path(info));
         if (!rows[i].usable)
             continue;
+        printf("    mode:        %s\n", plugin_mode_text());
         declared = caps_to_string(sbx_backend_info_get_caps(info));
         printf("    declared:    %s\n", declared != NULL ? declared : "");
         free(declared);

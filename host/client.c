@@ -3,18 +3,40 @@
  * its generic steps (git clone), destroy, is_alive, free. Every error that
  * leaves these functions carries the backend name and the op.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
+#include "proxy.h"
+
+/* The calling thread's call scope (sbx_call_scope_set). */
+static __thread int scope_cancel_fd = -1;
+static __thread double scope_deadline = 0;
+
+void
+sbx_call_scope_set(int cancel_fd, double deadline)
+{
+    scope_cancel_fd = cancel_fd;
+    scope_deadline = deadline;
+}
+
+void
+sbx_call_scope_get(int *cancel_fd, double *deadline)
+{
+    if (cancel_fd)
+        *cancel_fd = scope_cancel_fd;
+    if (deadline)
+        *deadline = scope_deadline;
+}
 
 void
 sbx_call_ctx_init(sbx_call_ctx *ctx)
 {
     memset(ctx, 0, sizeof(*ctx));
     ctx->struct_size = sizeof(*ctx);
-    ctx->deadline = 0;
-    ctx->cancel_fd = -1;
+    ctx->deadline = scope_deadline;
+    ctx->cancel_fd = scope_cancel_fd;
     ctx->create_token = NULL;
 }
 
@@ -28,14 +50,97 @@ finish_error(sbx_error **error, sbx_error *err, const char *backend, const char 
 
 /* ---------------------------------------------------------------- clients */
 
+SBX_EXPORT const char *
+sbx_plugin_mode_name(sbx_plugin_mode mode)
+{
+    switch (mode) {
+    case SBX_PLUGIN_MODE_OUT_OF_PROCESS:
+        return "outofprocess";
+    case SBX_PLUGIN_MODE_IN_PROCESS:
+        return "inprocess";
+    default:
+        return "default";
+    }
+}
+
+SBX_EXPORT int
+sbx_plugin_mode_resolve(sbx_plugin_mode mode, sbx_error **error)
+{
+    const char *env;
+    sbx_error *e;
+
+    if (mode == SBX_PLUGIN_MODE_OUT_OF_PROCESS || mode == SBX_PLUGIN_MODE_IN_PROCESS)
+        return (int)mode;
+    if (mode != SBX_PLUGIN_MODE_DEFAULT) {
+        e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, "client_new",
+                          "invalid plugin mode %d", (int)mode);
+        sbx_error_add_contextf(e, "mode", "%d", (int)mode);
+        return -1;
+    }
+    env = getenv("SBX_PLUGIN_MODE");
+    if (!env || !*env || strcmp(env, "outofprocess") == 0)
+        return SBX_PLUGIN_MODE_OUT_OF_PROCESS;
+    if (strcmp(env, "inprocess") == 0)
+        return SBX_PLUGIN_MODE_IN_PROCESS;
+    e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, "client_new",
+                      "invalid SBX_PLUGIN_MODE \"%s\": must be \"inprocess\" or "
+                      "\"outofprocess\"", env);
+    sbx_error_add_context(e, "SBX_PLUGIN_MODE", env);
+    return -1;
+}
+
 SBX_EXPORT sbx_client *
 sbx_client_new(const char *backend, sbx_error **error)
+{
+    return sbx_client_new_with_mode(backend, SBX_PLUGIN_MODE_DEFAULT, error);
+}
+
+SBX_EXPORT sbx_client *
+sbx_client_new_with_mode(const char *backend, sbx_plugin_mode mode, sbx_error **error)
 {
     static const char op[] = "client_new";
     int (*client_new)(const char *, sbx_plugin_client **, sbx_error **);
     sbx_error *err = NULL;
     const sbx_plugin *plugin;
     sbx_client *client;
+    int resolved = sbx_plugin_mode_resolve(mode, &err);
+
+    if (resolved < 0) {
+        finish_error(error, err, backend && sbx_backend_name_valid(backend) ? backend : NULL, op);
+        return NULL;
+    }
+    if (resolved == SBX_PLUGIN_MODE_OUT_OF_PROCESS) {
+        sbx_plugin_client *handle = NULL;
+
+        /* The name is checked and the plugin found here first, so a missing
+         * backend is reported without starting a host. */
+        if (!backend || !sbx_backend_name_valid(backend)) {
+            plugin = sbx_plugin_load(backend, &err);
+            finish_error(error, err, NULL, op);
+            return NULL;
+        }
+        if (sbx_plugin_find(backend, &err) < 0) {
+            finish_error(error, err, backend, op);
+            return NULL;
+        }
+        client = calloc(1, sizeof(*client));
+        if (!client || !(client->backend = strdup(backend))) {
+            free(client);
+            sbx_set_error(&err, SBX_ERROR_UNKNOWN, op, "out of memory");
+            finish_error(error, err, backend, op);
+            return NULL;
+        }
+        client->mode = SBX_PLUGIN_MODE_OUT_OF_PROCESS;
+        if (sbx_proxy_open(backend, NULL, &client->plugin, &handle, &err) < 0) {
+            sbx_error_ensure(&err, backend, op);
+            finish_error(error, err, backend, op);
+            free(client->backend);
+            free(client);
+            return NULL;
+        }
+        client->handle = handle;
+        return client;
+    }
 
     plugin = sbx_plugin_load(backend, &err);
     if (!plugin) {
@@ -50,6 +155,7 @@ sbx_client_new(const char *backend, sbx_error **error)
         return NULL;
     }
     client->plugin = plugin;
+    client->mode = SBX_PLUGIN_MODE_IN_PROCESS;
     client_new = SBX_SLOT(plugin, client_new);
     if (client_new && client_new(NULL, &client->handle, &err) != 0) {
         sbx_error_ensure(&err, backend, op);
@@ -80,6 +186,45 @@ SBX_EXPORT const char *
 sbx_client_get0_backend(const sbx_client *client)
 {
     return client ? client->backend : "";
+}
+
+SBX_EXPORT sbx_plugin_mode
+sbx_client_get_plugin_mode(const sbx_client *client)
+{
+    return client ? client->mode : SBX_PLUGIN_MODE_DEFAULT;
+}
+
+SBX_EXPORT int
+sbx_client_get_host_pid(const sbx_client *client)
+{
+    if (!client || client->mode != SBX_PLUGIN_MODE_OUT_OF_PROCESS)
+        return 0;
+    return sbx_proxy_host_pid(client->handle);
+}
+
+SBX_EXPORT int
+sbx_client_set_call_timeout(sbx_client *client, double secs, sbx_error **error)
+{
+    static const char op[] = "set_call_timeout";
+    sbx_error *err = NULL, *e;
+
+    if (!client) {
+        sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, op, "client is NULL");
+        finish_error(error, err, NULL, op);
+        return -1;
+    }
+    if (!isfinite(secs) || secs < 0) {
+        e = sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, op,
+                          "invalid call timeout %g: must be a finite number of seconds >= 0",
+                          secs);
+        sbx_error_add_contextf(e, "call_timeout", "%g", secs);
+        finish_error(error, err, client->backend, op);
+        return -1;
+    }
+    client->call_timeout = secs;
+    if (client->mode == SBX_PLUGIN_MODE_OUT_OF_PROCESS)
+        sbx_proxy_set_call_timeout(client->handle, secs);
+    return 0;
 }
 
 SBX_EXPORT int

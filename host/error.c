@@ -45,6 +45,7 @@ static const struct {
     [SBX_ERROR_WORKSPACE] = { "workspace", "workspace or archive refused" },
     [SBX_ERROR_RATE_LIMITED] = { "rate_limited", "rate limited by the provider" },
     [SBX_ERROR_INVALID_ARGUMENT] = { "invalid_argument", "invalid argument" },
+    [SBX_ERROR_CANCELLED] = { "cancelled", "operation cancelled by the caller" },
 };
 
 /* ---------------------------------------------------------------- public */

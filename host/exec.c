@@ -18,7 +18,13 @@
  *  - without an event descriptor the loop waits for EOF on both pipes, then
  *    for the process, and checks exec_wait(0) on a growing tick meanwhile;
  *  - at the deadline the process tree gets SIGTERM, SBX_KILL_GRACE_SECS
- *    later SIGKILL; the result is exit code 124 with timed_out set.
+ *    later SIGKILL; the result is exit code 124 with timed_out set;
+ *  - when the calling thread's call scope has a cancel descriptor (an
+ *    asynchronous operation's, see sbx_call_scope_set), it is polled too:
+ *    once readable, the process tree gets the same SIGTERM, then SIGKILL,
+ *    and the exec fails with a cancelled error. The plugin calls made after
+ *    that (kill, wait) get a context without the descriptor, so they are
+ *    not refused as cancelled themselves.
  *
  * sbx_exec_run_fds (the file fallbacks' variant) hands the plugin the
  * caller's own stdin and/or stdout descriptor instead: those bytes never
@@ -72,6 +78,8 @@ typedef struct exec_state {
     const char *in_data;
     size_t in_left;
     char *chunk;                /* EXEC_CHUNK read buffer */
+    int cancel_fd;              /* the call scope's cancel descriptor; -1 = none */
+    int cancelled;              /* it became readable */
 } exec_state;
 
 /* ---------------------------------------------------------------- requests */
@@ -270,6 +278,45 @@ ms_until(double when, double now)
     return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
+/* 1 when the cancel descriptor is readable now. */
+static int
+cancel_ready(const exec_state *st)
+{
+    struct pollfd p = { .fd = st->cancel_fd, .events = POLLIN };
+
+    return st->cancel_fd >= 0 && poll(&p, 1, 0) > 0 &&
+           (p.revents & (POLLIN | POLLHUP | POLLERR));
+}
+
+/* Records the cancellation: the plugin calls that follow (kill, wait) run
+ * without the descriptor, and the loop ends the process tree. */
+static void
+cancel_take(exec_state *st)
+{
+    st->cancelled = 1;
+    st->cancel_fd = -1;
+    st->ctx.cancel_fd = -1;
+}
+
+/*
+ * A plugin wait call failed with *@perr: when that is because the call was
+ * cancelled, records the cancellation, frees *@perr and returns 0 (go on:
+ * the loop ends the process tree); otherwise hands *@perr to @err and
+ * returns -1.
+ */
+static int
+wait_failed(exec_state *st, sbx_error **perr, sbx_error **err)
+{
+    if (!st->cancelled && cancel_ready(st)) {
+        cancel_take(st);
+        sbx_error_clear(perr);
+        return 0;
+    }
+    sbx_error_propagate(err, *perr);
+    *perr = NULL;
+    return -1;
+}
+
 /* Sends @sig to the process tree; failures are logged, not fatal. */
 static void
 exec_signal(exec_state *st, const char *backend, int sig)
@@ -350,6 +397,7 @@ exec_loop(exec_state *st, const char *backend, double timeout, double start,
     double deadline = timeout > 0 && isfinite(timeout) ? start + timeout : 0;
     double kill_at = 0, give_up_at = 0, next_check = 0;
     int efd, ended = 0, stage = 0, spurious = 0, tick = EXEC_TICK_MIN_MS, code = 0, rc;
+    sbx_error *perr = NULL;
 
     wait_fn = SBX_SLOT(st->plugin, exec_wait);
     event_fn = SBX_SLOT(st->plugin, exec_event_fd);
@@ -357,15 +405,17 @@ exec_loop(exec_state *st, const char *backend, double timeout, double start,
     *timed_out = 0;
 
     while (!ended) {
-        struct pollfd pfd[4];
-        int nfd = 0, ims = -1, iin = -1, iout[2] = { -1, -1 }, iev = -1, check = 0;
+        struct pollfd pfd[5];
+        int nfd = 0, ims = -1, iin = -1, iout[2] = { -1, -1 }, iev = -1, icancel = -1;
+        int check = 0;
         double now = sbx_monotonic_now(), wake;
 
-        /* Deadline: TERM, then KILL after the grace, then give up. After a
-         * signal, ask at once whether the process ended: the kill slot may
-         * have taken in the exit notice, so the event fd need not fire. */
-        if (deadline && stage == 0 && now >= deadline) {
-            *timed_out = 1;
+        /* Deadline or cancellation: TERM, then KILL after the grace, then
+         * give up. After a signal, ask at once whether the process ended:
+         * the kill slot may have taken in the exit notice, so the event fd
+         * need not fire. */
+        if (stage == 0 && (st->cancelled || (deadline && now >= deadline))) {
+            *timed_out = !st->cancelled;
             stage = 1;
             kill_at = now + SBX_KILL_GRACE_SECS;
             exec_signal(st, backend, SIGTERM);
@@ -378,8 +428,11 @@ exec_loop(exec_state *st, const char *backend, double timeout, double start,
             check = 1;
         }
         if (check) {
-            if ((rc = exec_poll_end(st, &code, err)) < 0)
-                return -1;
+            if ((rc = exec_poll_end(st, &code, &perr)) < 0) {
+                if (wait_failed(st, &perr, err) < 0)
+                    return -1;
+                continue;
+            }
             if (rc == 1) {
                 ended = 1;
                 break;
@@ -395,9 +448,18 @@ exec_loop(exec_state *st, const char *backend, double timeout, double start,
 
         /* Without an event fd, once both pipes are at EOF, just wait. */
         if (efd < 0 && st->out[0].fd < 0 && st->out[1].fd < 0) {
-            if ((rc = wait_fn(st->proc, &st->ctx, ims, &code, err)) < 0)
-                return -1;
+            /* A plugin that does not watch the cancel descriptor itself
+             * returns within a tick, and we look at it. */
+            if (st->cancel_fd >= 0 && (ims < 0 || ims > EXEC_TICK_MAX_MS))
+                ims = EXEC_TICK_MAX_MS;
+            if ((rc = wait_fn(st->proc, &st->ctx, ims, &code, &perr)) < 0) {
+                if (wait_failed(st, &perr, err) < 0)
+                    return -1;
+                continue;
+            }
             ended = rc == 1;
+            if (!ended && cancel_ready(st))
+                cancel_take(st);
             continue;
         }
 
@@ -417,6 +479,10 @@ exec_loop(exec_state *st, const char *backend, double timeout, double start,
         } else if (ims < 0 || ims > tick) {
             ims = tick;
         }
+        if (st->cancel_fd >= 0) {
+            icancel = nfd;
+            pfd[nfd++] = (struct pollfd){ .fd = st->cancel_fd, .events = POLLIN };
+        }
 
         rc = poll(pfd, (nfds_t)nfd, ims);
         if (rc < 0) {
@@ -425,6 +491,10 @@ exec_loop(exec_state *st, const char *backend, double timeout, double start,
             sbx_set_error(err, SBX_ERROR_EXECUTION_FAILED, NULL, "poll failed: %s",
                           strerror(errno));
             return -1;
+        }
+        if (icancel >= 0 && pfd[icancel].revents) {
+            cancel_take(st);
+            continue;           /* the top of the loop starts the kill */
         }
         if (iin >= 0 && pfd[iin].revents)
             stdin_pump(st);
@@ -449,14 +519,17 @@ exec_loop(exec_state *st, const char *backend, double timeout, double start,
             next_check = now + tick / 1000.0;
         }
         if (check) {
-            if ((rc = exec_poll_end(st, &code, err)) < 0)
-                return -1;
+            if ((rc = exec_poll_end(st, &code, &perr)) < 0) {
+                if (wait_failed(st, &perr, err) < 0)
+                    return -1;
+                continue;
+            }
             ended = rc == 1;
             if (!ended && check == 2 && ++spurious > EXEC_SPURIOUS_MAX)
                 efd = -1;       /* a descriptor that never settles: tick instead */
         }
     }
-    if (ended) {
+    if (ended && !st->cancelled) {
         /* Everything the main process wrote is in the pipes now. */
         for (int i = 0; i < 2; i++)
             if (stream_drain(st, &st->out[i], err) < 0)
@@ -479,6 +552,23 @@ close_far(const exec_state *st, int far[3])
         sbx_close_fd(&far[i]);
 }
 
+/* Stores the cancelled error of an exec on @sandbox; @when says at which
+ * point ("before it started", "while it ran"). */
+static void
+cancel_fail(sbx_sandbox *sandbox, sbx_error_outcome outcome, const char *when, sbx_error **err)
+{
+    sbx_error *e;
+
+    if (sandbox->id[0])
+        e = sbx_set_error(err, SBX_ERROR_CANCELLED, NULL, "command cancelled %s in sandbox %s",
+                          when, sandbox->id);
+    else
+        e = sbx_set_error(err, SBX_ERROR_CANCELLED, NULL, "command cancelled %s", when);
+    if (sandbox->id[0])
+        sbx_error_add_context(e, "sandbox_id", sandbox->id);
+    sbx_error_set_outcome(e, outcome);
+}
+
 /* The engine; @stdin_fd / @stdout_fd as sbx_exec_run_fds. */
 static sbx_result *
 exec_run(sbx_sandbox *sandbox, const sbx_exec_request *request, int stdin_fd, int stdout_fd,
@@ -491,12 +581,14 @@ exec_run(sbx_sandbox *sandbox, const sbx_exec_request *request, int stdin_fd, in
     exec_state st;
     const char *backend;
     sbx_result *res = NULL;
+    sbx_error *perr = NULL;
     int far[3] = { -1, -1, -1 };
     int exit_code = 0, timed_out = 0;
     double timeout, start;
 
     memset(&st, 0, sizeof(st));
     st.in_fd = -1;
+    st.cancel_fd = -1;
     st.given_in = stdin_fd >= 0 ? stdin_fd : -1;
     st.given_out = stdout_fd >= 0 ? stdout_fd : -1;
     st.out[0].fd = st.out[1].fd = -1;
@@ -540,11 +632,24 @@ exec_run(sbx_sandbox *sandbox, const sbx_exec_request *request, int stdin_fd, in
     preq.stdout_fd = far[1];
     preq.stderr_fd = far[2];
     sbx_call_ctx_init(&st.ctx);
+    st.cancel_fd = st.ctx.cancel_fd;
+    if (cancel_ready(&st)) {
+        cancel_fail(sandbox, SBX_ERROR_OUTCOME_FAILED, "before it started", err);
+        goto fail;
+    }
 
     start = sbx_monotonic_now();
-    if (start_fn(sandbox->handle, &st.ctx, &preq, &st.proc, err) != 0) {
-        sbx_error_ensure(err, backend, "exec_start");
+    if (start_fn(sandbox->handle, &st.ctx, &preq, &st.proc, &perr) != 0) {
         st.proc = NULL;
+        if (cancel_ready(&st)) {
+            /* The plugin saw the cancellation (and refused or undid the
+             * start); report it as what it is. */
+            sbx_error_free(perr);
+            cancel_fail(sandbox, SBX_ERROR_OUTCOME_UNKNOWN, "while it started", err);
+            goto fail;
+        }
+        sbx_error_ensure(&perr, backend, "exec_start");
+        sbx_error_propagate(err, perr);
         goto fail;
     }
     /* The plugin dup()ed what it keeps: drop our copies of its ends so EOF
@@ -555,6 +660,10 @@ exec_run(sbx_sandbox *sandbox, const sbx_exec_request *request, int stdin_fd, in
 
     if (exec_loop(&st, backend, timeout, start, &exit_code, &timed_out, err) < 0) {
         sbx_error_ensure(err, backend, "exec_wait");
+        goto fail;
+    }
+    if (st.cancelled) {
+        cancel_fail(sandbox, SBX_ERROR_OUTCOME_UNKNOWN, "while it ran", err);
         goto fail;
     }
     res->duration_secs = sbx_monotonic_now() - start;

@@ -182,9 +182,27 @@ const sbx_host_services *sbx_host_services_get(void);
  */
 const sbx_plugin *sbx_plugin_load(const char *name, sbx_error **err);
 
+/** Finds the file of backend @name without loading it: 0, or -1 with
+ *  *@err set as sbx_plugin_load() does for a bad name or a missing file. */
+int sbx_plugin_find(const char *name, sbx_error **err);
+
 /** The plugin search path: SBX_PLUGIN_PATH entries, then the plugin dir
  *  (duplicates removed). Returns 0 or -1 (OOM). */
 int sbx_plugin_search_dirs(sbx_strv *dirs);
+
+/** The facts `sbx backends` shows of plugin file @path of backend @name,
+ *  loaded in this process. NULL on OOM. */
+sbx_backend_info *sbx_backend_info_inspect(const char *name, const char *path);
+/** Frees one info made by sbx_backend_info_inspect(). */
+void sbx_backend_info_free(sbx_backend_info *info);
+
+/** The sbx-plugin-host program: $SBX_PLUGIN_HOST or the installed one
+ *  (new string; NULL on OOM). */
+char *sbx_plugin_host_path(void);
+
+/** "killed by signal 11 (SIGSEGV)" / "exited with status 3" for a wait
+ *  status (new string; NULL on OOM). host/wire.c. */
+char *sbx_wait_status_text(int status);
 
 /* ------------------------------------------------------------------------ */
 /* options.c                                                                 */
@@ -204,9 +222,12 @@ const char *sbx_options_get0_git_ref(const sbx_options *options);
 /* ------------------------------------------------------------------------ */
 
 struct sbx_client {
-    const sbx_plugin *plugin;     /* loaded and checked; never unloaded */
+    const sbx_plugin *plugin;     /* loaded and checked, never unloaded; or
+                                   * the proxy's descriptor (out of process) */
     sbx_plugin_client *handle;    /* the plugin's client (may be NULL) */
     char *backend;                /* backend name */
+    sbx_plugin_mode mode;         /* OUT_OF_PROCESS or IN_PROCESS */
+    double call_timeout;          /* seconds; 0 = none */
 };
 
 struct sbx_sandbox {
@@ -220,8 +241,22 @@ struct sbx_sandbox {
     int destroyed;
 };
 
-/** A call context with no deadline, no cancellation and no token. */
+/**
+ * A call context with the calling thread's call scope (deadline and cancel
+ * descriptor, see sbx_call_scope_set; none by default) and no token.
+ */
 void sbx_call_ctx_init(sbx_call_ctx *ctx);
+
+/**
+ * The calling thread's call scope: every call context made on this thread
+ * from now on carries @cancel_fd (readable = cancel the call; -1 = none;
+ * borrowed, must stay open while set) and @deadline (CLOCK_MONOTONIC
+ * seconds; 0 = none). The asynchronous workers set it around each
+ * operation. sbx_call_scope_set(-1, 0) clears it.
+ */
+void sbx_call_scope_set(int cancel_fd, double deadline);
+/** Reads the calling thread's call scope; NULL pointers are skipped. */
+void sbx_call_scope_get(int *cancel_fd, double *deadline);
 
 /**
  * Fails with not_found ("sandbox ID was destroyed") when @sandbox was

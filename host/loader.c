@@ -16,15 +16,26 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "internal.h"
 
 #ifndef SBX_PLUGIN_DIR
 #define SBX_PLUGIN_DIR "/usr/local/lib/libsbx/plugins"
 #endif
+
+#ifndef SBX_LIBEXEC_DIR
+#define SBX_LIBEXEC_DIR "/usr/local/libexec/libsbx"
+#endif
+
+extern char **environ;
 
 #define PLUGIN_PREFIX "libsbx-"
 #define PLUGIN_SUFFIX ".so"
@@ -317,11 +328,14 @@ entry_get(const char *name, const char *path)
     return e;
 }
 
-const sbx_plugin *
-sbx_plugin_load(const char *name, sbx_error **err)
+/*
+ * The file of backend @name: a new string, or NULL with *@err set
+ * (invalid_argument, backend_not_installed, or unknown on OOM).
+ */
+static char *
+plugin_find_path(const char *name, sbx_error **err)
 {
     sbx_strv dirs = { 0 };
-    const plugin_entry *e = NULL;
     char *path = NULL;
     sbx_error *error;
 
@@ -364,6 +378,32 @@ sbx_plugin_load(const char *name, sbx_error **err)
         return NULL;
     }
     sbx_strv_clear(&dirs);
+    return path;
+oom:
+    free(path);
+    sbx_strv_clear(&dirs);
+    sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "out of memory");
+    return NULL;
+}
+
+int
+sbx_plugin_find(const char *name, sbx_error **err)
+{
+    char *path = plugin_find_path(name, err);
+
+    free(path);
+    return path ? 0 : -1;
+}
+
+const sbx_plugin *
+sbx_plugin_load(const char *name, sbx_error **err)
+{
+    const plugin_entry *e = NULL;
+    char *path = plugin_find_path(name, err);
+    sbx_error *error;
+
+    if (!path)
+        return NULL;
     e = entry_get(name, path);
     if (!e)
         goto oom;
@@ -379,7 +419,6 @@ sbx_plugin_load(const char *name, sbx_error **err)
     return e->plugin;
 oom:
     free(path);
-    sbx_strv_clear(&dirs);
     sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "out of memory");
     return NULL;
 }
@@ -459,7 +498,7 @@ list_add(sbx_backend_info ***list, size_t *count, size_t *cap, const char *name,
     return 0;
 }
 
-/* Fills the loaded facts of @info from its cached entry. */
+/* Fills the loaded facts of @info from its cached entry (in this process). */
 static int
 list_fill(sbx_backend_info *info)
 {
@@ -477,6 +516,125 @@ list_fill(sbx_backend_info *info)
     info->abi_major = e->abi_major;
     info->abi_minor = e->abi_minor;
     return 0;
+}
+
+void
+sbx_backend_info_free(sbx_backend_info *info)
+{
+    info_free(info);
+}
+
+sbx_backend_info *
+sbx_backend_info_inspect(const char *name, const char *path)
+{
+    sbx_backend_info *info = calloc(1, sizeof(*info));
+
+    if (!info)
+        return NULL;
+    info->name = strdup(name);
+    info->path = strdup(path);
+    if (!info->name || !info->path || list_fill(info) < 0) {
+        info_free(info);
+        return NULL;
+    }
+    return info;
+}
+
+char *
+sbx_plugin_host_path(void)
+{
+    const char *p = getenv("SBX_PLUGIN_HOST");
+
+    return strdup(p && *p ? p : SBX_LIBEXEC_DIR "/sbx-plugin-host");
+}
+
+/*
+ * Fills @info by running `sbx-plugin-host --inspect NAME PATH` and reading
+ * the JSON object it prints. A helper that dies (the plugin crashed while
+ * loading) makes the problem say so with the signal. Returns 0, 1 when no
+ * helper could be started (the caller inspects in-process), -1 on OOM.
+ */
+static int
+list_fill_in_helper(sbx_backend_info *info)
+{
+    char *host = sbx_plugin_host_path();
+    char *const argv[] = { host, (char *)"--inspect", info->name, info->path, NULL };
+    posix_spawn_file_actions_t fa;
+    sbx_buf out = { 0 };
+    int pfd[2], status = 0, rc = -1;
+    pid_t pid;
+    char chunk[4096];
+    ssize_t n;
+
+    if (!host)
+        return -1;
+    if (pipe2(pfd, O_CLOEXEC) < 0) {
+        free(host);
+        return 1;
+    }
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    if (posix_spawn(&pid, host, &fa, NULL, argv, environ) != 0) {
+        posix_spawn_file_actions_destroy(&fa);
+        close(pfd[0]);
+        close(pfd[1]);
+        free(host);
+        return 1;
+    }
+    posix_spawn_file_actions_destroy(&fa);
+    close(pfd[1]);
+    while ((n = read(pfd[0], chunk, sizeof(chunk))) != 0) {
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (out.len < 1 << 20 && sbx_buf_append(&out, chunk, (size_t)n) < 0)
+            break;
+    }
+    close(pfd[0]);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    free(host);
+
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && out.len > 0) {
+        char *text = sbx_buf_steal(&out, NULL);
+        json_object *o = text ? json_tokener_parse(text) : NULL, *v;
+
+        free(text);
+        if (o && json_object_is_type(o, json_type_object)) {
+            info->version = strdup(json_object_object_get_ex(o, "version", &v)
+                                   ? json_object_get_string(v) : "");
+            info->description = strdup(json_object_object_get_ex(o, "description", &v)
+                                       ? json_object_get_string(v) : "");
+            if (json_object_object_get_ex(o, "problem", &v))
+                info->problem = strdup(json_object_get_string(v));
+            if (json_object_object_get_ex(o, "caps", &v))
+                info->caps = (uint64_t)json_object_get_int64(v);
+            if (json_object_object_get_ex(o, "abi_major", &v))
+                info->abi_major = (unsigned)json_object_get_int64(v);
+            if (json_object_object_get_ex(o, "abi_minor", &v))
+                info->abi_minor = (unsigned)json_object_get_int64(v);
+            rc = info->version && info->description ? 0 : -1;
+            json_object_put(o);
+            return rc;
+        }
+        json_object_put(o);
+    }
+    sbx_buf_clear(&out);
+    /* The helper died or printed nothing usable: the plugin is unusable. */
+    {
+        char *why = sbx_wait_status_text(status);
+
+        info->version = strdup("");
+        info->description = strdup("");
+        info->problem = why ? sbx_asprintf("crashed while loading in a helper process (%s)", why)
+                            : NULL;
+        free(why);
+        info->caps = 0;
+    }
+    return info->version && info->description && info->problem ? 0 : -1;
 }
 
 SBX_EXPORT int
@@ -522,9 +680,14 @@ sbx_backends_list(sbx_backend_info ***list, size_t *count, sbx_error **error)
     sbx_strv_clear(&dirs);
     if (n > 1)
         qsort(items, n, sizeof(*items), info_cmp);
-    for (size_t i = 0; i < n; i++)
-        if (list_fill(items[i]) < 0)
+    for (size_t i = 0; i < n; i++) {
+        int rc = list_fill_in_helper(items[i]);
+
+        if (rc == 1)
+            rc = list_fill(items[i]);
+        if (rc < 0)
             goto oom;
+    }
     *list = items;
     *count = n;
     return 0;

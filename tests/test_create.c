@@ -327,6 +327,12 @@ Test(presets, claude_code_with_stand_in_npm)
     const char *old_path = getenv("PATH");
     char *path = tu_strdup_printf("%s:%s", bin, old_path ? old_path : "/usr/bin:/bin");
     setenv("PATH", path, 1);
+    /* A client made now: an out-of-process plugin sees the environment as
+     * it was when its client was made. */
+    sbx_error *cerr = NULL;
+    sbx_client_free(g_client);
+    g_client = sbx_client_new(tu_backend(), &cerr);
+    cr_assert_not_null(g_client, "sbx_client_new: %s", cerr ? sbx_error_get0_message(cerr) : "");
 
     sbx_options *o = sbx_options_new();
     cr_assert_eq(sbx_options_set_preset(o, "claude-code", NULL), 0);

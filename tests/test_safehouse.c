@@ -58,7 +58,12 @@ Test(safehouse, unusable_cli_is_configuration_error)
     char *bad = tu_strdup_printf("%s/no-safehouse", g_tmp);
     setenv("SBX_SAFEHOUSE", bad, 1);
     sbx_error *err = NULL;
-    cr_assert_null(sbx_sandbox_create(g_client, NULL, &err));
+    /* A client made now: an out-of-process plugin sees the environment as
+     * it was when its client was made. */
+    sbx_client *c = sbx_client_new("safehouse", &err);
+    cr_assert_not_null(c, "sbx_client_new: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_null(sbx_sandbox_create(c, NULL, &err));
+    sbx_client_free(c);
     unsetenv("SBX_SAFEHOUSE");
     tu_assert_error(err, SBX_ERROR_CONFIGURATION, bad, "agent-safehouse", NULL);
     sbx_error_free(err);

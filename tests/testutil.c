@@ -610,6 +610,19 @@ static int proc_mentions(pid_t pid, const char *needle)
     return found;
 }
 
+int tu_is_plugin_host(pid_t pid)
+{
+    const char *host = getenv("SBX_PLUGIN_HOST");
+    char exe[64];
+    struct stat a, b;
+
+    if (!host || !*host)
+        return 0;
+    snprintf(exe, sizeof exe, "/proc/%d/exe", (int)pid);
+    return stat(exe, &a) == 0 && stat(host, &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
+}
+
 size_t tu_procs_mentioning(const char *path, pid_t *pids, size_t max)
 {
     DIR *d = opendir("/proc");
@@ -623,6 +636,10 @@ size_t tu_procs_mentioning(const char *path, pid_t *pids, size_t max)
         if (*end || v <= 0 || (pid_t)v == self)
             continue;
         if (tu_pid_gone((pid_t)v))
+            continue;
+        /* This test's own plugin hosts carry its environment too; they are
+         * the application's side, not the sandbox's. */
+        if (tu_ppid((pid_t)v) == self && tu_is_plugin_host((pid_t)v))
             continue;
         if (proc_mentions((pid_t)v, path))
             pids[n++] = (pid_t)v;

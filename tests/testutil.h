@@ -102,4 +102,8 @@ pid_t tu_ppid(pid_t pid);
  * Returns how many were stored in @pids (at most @max). */
 size_t tu_procs_mentioning(const char *path, pid_t *pids, size_t max);
 
+/* 1 when @pid runs the plugin host program ($SBX_PLUGIN_HOST). */
+int tu_is_plugin_host(pid_t pid);
+
 #endif /* SBX_TESTUTIL_H */
+

@@ -71,6 +71,14 @@
 #define LOCAL_FILE_CAPS (SBX_CAP_FILES | SBX_CAP_DIR_TRANSFER)
 #define ID_PREFIX "sbx-bwrap-"
 #define ISOLATION_CAPS (SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY)
+#elif defined(SBX_LOCAL_FAULTY)
+/* Test-only "faulty": local, with faults on purpose chosen by the command
+ * (tests/plugins/faults.c). */
+#define BACKEND "faulty"
+#define LOCAL_FILE_CAPS (SBX_CAP_FILES | SBX_CAP_DIR_TRANSFER)
+#define ID_PREFIX "sbx-local-"
+#define ISOLATION_CAPS 0
+int sbx_fault_exec(const sbx_plugin_exec_request *request, const sbx_call_ctx *ctx);
 #elif defined(SBX_LOCAL_EXEC_ONLY)
 #define BACKEND "localexec"
 #define LOCAL_FILE_CAPS 0
@@ -1871,6 +1879,13 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
         fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "exec request missing or too short");
         return -1;
     }
+#ifdef SBX_LOCAL_FAULTY
+    if (sbx_fault_exec(request, ctx)) {
+        sbx_error *err = fail(error, SBX_ERROR_TIMEOUT, op, "call cancelled (fault plugin)");
+        set_outcome_unknown(err);
+        return -1;
+    }
+#endif
     if (!request->shell == !(request->argv && request->argv[0])) {
         fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
              "exactly one of argv (non-empty) and shell must be set");

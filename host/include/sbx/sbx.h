@@ -63,8 +63,9 @@ SBX_EXPORT const char *sbx_version(void);
 /**
  * sbx_error_code:
  * Stable error codes. The names are the reference system's `code` strings
- * (sbx_error_code_name() returns them); invalid_argument and rate_limited are
- * this library's additions. Values are explicit and append-only: a code is
+ * (sbx_error_code_name() returns them); invalid_argument, rate_limited and
+ * cancelled are this library's additions. cancelled is not retryable; its
+ * outcome is unknown when the call had started, failed when it never ran. Values are explicit and append-only: a code is
  * never renumbered or reused.
  */
 typedef enum sbx_error_code {
@@ -81,11 +82,12 @@ typedef enum sbx_error_code {
     SBX_ERROR_FEATURE_NOT_SUPPORTED = 10,/* backend lacks the feature */
     SBX_ERROR_WORKSPACE = 11,            /* workspace / archive refused */
     SBX_ERROR_RATE_LIMITED = 12,         /* provider throttled (retryable) */
-    SBX_ERROR_INVALID_ARGUMENT = 13      /* bad value from the caller */
+    SBX_ERROR_INVALID_ARGUMENT = 13,     /* bad value from the caller */
+    SBX_ERROR_CANCELLED = 14             /* the caller cancelled the call (sbx_op_cancel) */
 } sbx_error_code;
 
 /** Number of defined codes; every value below it has a name. */
-#define SBX_ERROR_CODE_COUNT 14
+#define SBX_ERROR_CODE_COUNT 15
 
 /**
  * sbx_error_outcome:
@@ -631,8 +633,82 @@ SBX_EXPORT size_t sbx_manifest_get_count(const sbx_manifest *manifest);
  */
 SBX_EXPORT sbx_client *sbx_client_new(const char *backend, sbx_error **error);
 
-/** sbx_client_free: frees @client; NULL ignored. Since 0.1. */
+/** sbx_client_free: frees @client; NULL ignored. Stops its plugin host
+ *  (out-of-process) after the plugin freed its client. Since 0.1. */
 SBX_EXPORT void sbx_client_free(sbx_client *client);
+
+/**
+ * sbx_plugin_mode:
+ * Where a client's plugin runs.
+ *  - SBX_PLUGIN_MODE_DEFAULT: the environment variable SBX_PLUGIN_MODE
+ *    ("inprocess" or "outofprocess") when set, else out-of-process.
+ *  - SBX_PLUGIN_MODE_OUT_OF_PROCESS: in an sbx-plugin-host process of the
+ *    client's own (one per client, serving all its sandboxes and
+ *    concurrent calls). A plugin that crashes or hangs fails only this
+ *    client's calls in flight, with a retryable connection (or timeout)
+ *    error naming the signal; the next call starts a new host and resumes
+ *    there the sandboxes that have a session state. The host program is
+ *    $SBX_PLUGIN_HOST or the installed one.
+ *  - SBX_PLUGIN_MODE_IN_PROCESS: dlopen()ed into this process, for the
+ *    lowest latency; a plugin crash is the application's crash.
+ * Both modes pass the same conformance suite.
+ */
+typedef enum sbx_plugin_mode {
+    SBX_PLUGIN_MODE_DEFAULT = 0,
+    SBX_PLUGIN_MODE_OUT_OF_PROCESS = 1,
+    SBX_PLUGIN_MODE_IN_PROCESS = 2
+} sbx_plugin_mode;
+
+/**
+ * sbx_client_new_with_mode:
+ * sbx_client_new() with the plugin mode chosen by the caller. Errors as
+ * sbx_client_new(), plus invalid_argument for a mode outside the enum or,
+ * with SBX_PLUGIN_MODE_DEFAULT, an SBX_PLUGIN_MODE value that is neither
+ * "inprocess" nor "outofprocess" (context "SBX_PLUGIN_MODE"); out of
+ * process: configuration when the host program cannot be started (context
+ * "path"), connection when it died before it was ready (naming the signal).
+ * Thread-safe. Since 0.2.
+ */
+SBX_EXPORT sbx_client *sbx_client_new_with_mode(const char *backend, sbx_plugin_mode mode,
+                                                sbx_error **error);
+
+/**
+ * sbx_plugin_mode_resolve:
+ * What @mode means here: SBX_PLUGIN_MODE_DEFAULT becomes the mode the
+ * environment selects. Returns SBX_PLUGIN_MODE_OUT_OF_PROCESS or
+ * SBX_PLUGIN_MODE_IN_PROCESS, or -1 with *@error set (invalid_argument) for
+ * a bad mode or SBX_PLUGIN_MODE value. Since 0.2.
+ */
+SBX_EXPORT int sbx_plugin_mode_resolve(sbx_plugin_mode mode, sbx_error **error);
+
+/** sbx_plugin_mode_name: "inprocess", "outofprocess" or "default"; static. Since 0.2. */
+SBX_EXPORT const char *sbx_plugin_mode_name(sbx_plugin_mode mode);
+
+/** sbx_client_get_plugin_mode: SBX_PLUGIN_MODE_OUT_OF_PROCESS or
+ *  SBX_PLUGIN_MODE_IN_PROCESS (never DEFAULT); DEFAULT for NULL. Since 0.2. */
+SBX_EXPORT sbx_plugin_mode sbx_client_get_plugin_mode(const sbx_client *client);
+
+/** sbx_client_get_host_pid: the pid of the client's plugin host process; 0
+ *  in-process, for NULL, or while no host runs (after a crash, until the
+ *  next call starts one). Since 0.2. */
+SBX_EXPORT int sbx_client_get_host_pid(const sbx_client *client);
+
+/**
+ * sbx_client_set_call_timeout:
+ * A deadline of @secs seconds (> 0; 0 removes it) for each plugin call of
+ * @client when it runs out of process: handed to the plugin in its call
+ * context, and a call past it is cancelled (the plugin's cancel descriptor
+ * fires); when the plugin does not answer within 2 s after that, its host
+ * is killed, the call fails with a timeout error and the next call starts a
+ * new host. In-process calls are not bounded by it (a plugin running in the
+ * application's own process cannot be stopped safely).
+ * Covers single slot calls (create, destroy, a file call, one exec's start
+ * and wait steps), not an exec's whole run: that is the exec timeout.
+ * Returns 0, or -1 (invalid_argument naming the value: negative, NaN or
+ * infinite). Not to be called while other threads use @client. Since 0.2.
+ */
+SBX_EXPORT int sbx_client_set_call_timeout(sbx_client *client, double secs,
+                                           sbx_error **error);
 
 /** sbx_client_get0_backend: the backend name; borrowed. Since 0.1. */
 SBX_EXPORT const char *sbx_client_get0_backend(const sbx_client *client);
@@ -1036,6 +1112,436 @@ SBX_EXPORT sbx_sandbox *sbx_sandbox_resume(sbx_client *client, const char *state
  * sandbox keeps the client and frees it with itself. Since 0.1.
  */
 SBX_EXPORT sbx_sandbox *sbx_resume(const char *state_json, sbx_error **error);
+
+/* ------------------------------------------------------------------------ */
+/* Asynchronous calls                                                        */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Every blocking call above has an asynchronous form, named after it with
+ * the suffix _async, for programs built around an event loop (poll, epoll,
+ * libuv, ...) or that run many sandboxes at once from one thread. An
+ * sbx_async is a pool of worker threads: an _async call copies its
+ * arguments into a new operation (sbx_op), queues it and returns at once;
+ * a worker runs the synchronous call; the operation's completion callback
+ * then runs in the application's own thread, the one that calls
+ * sbx_async_dispatch(), never on a worker:
+ *
+ *   sbx_async *async = sbx_async_new(0, &error);
+ *   sbx_create_async(async, "local", NULL, on_created, ctx, &error);
+ *   for (;;) {                    (or add sbx_async_get_fd() to a loop)
+ *       struct pollfd p = { sbx_async_get_fd(async), POLLIN, 0 };
+ *       poll(&p, 1, -1);
+ *       sbx_async_dispatch(async);
+ *   }
+ *
+ * Behaviour and errors are those of the synchronous call, which is what
+ * runs (its documentation above applies); the outcome reaches the callback
+ * through the sbx_op accessors below instead of return values.
+ *
+ * Arguments: strings, argv and env vectors, stdin bytes, file data and
+ * options are copied at submission, so the caller may free its own as soon
+ * as the _async call returns (a workspace manifest set in the options is
+ * shared by reference, as sbx_options_set_workspace() does: add no entries
+ * to it until the operation completed). Handles (sbx_async, sbx_client,
+ * sbx_sandbox) and descriptors are borrowed: they must stay valid (and a
+ * descriptor open) until the operation's callback has returned. A
+ * streaming callback (sbx_exec_request.on_output) and a custom manifest
+ * entry run on the worker thread, as in the synchronous call; their
+ * user_data is borrowed the same way.
+ *
+ * Submission: an _async call returns the new operation, or NULL with
+ * invalid_argument when @async, or the client, sandbox or request the call
+ * needs, is NULL (the message names it; nothing is queued and no callback
+ * runs), or when the pool is being freed. Every other problem with the
+ * arguments is reported to the callback, exactly as the synchronous call
+ * reports it. @done may be NULL: the operation runs and whatever it made is
+ * released (see below). @user_data is passed to @done untouched.
+ *
+ * Results: the sbx_op pointer is valid from submission until its callback
+ * returns; the library frees the operation then. Inside the callback, read
+ * the outcome with the sbx_op_* accessors; take ownership of what you keep
+ * with the steal functions. Whatever the callback did not steal is freed
+ * after it returns: results, buffers and listings are freed, and a sandbox
+ * made by a create or resume that the callback did not take is destroyed
+ * (on a worker) and freed, so nothing billed is left behind.
+ *
+ * Cancellation: sbx_op_cancel(). An operation that has not started never
+ * runs; a running one has its call cancelled (an exec's process tree gets
+ * SIGTERM, then SIGKILL after SBX_KILL_GRACE_SECS, as on a timeout; a
+ * provider call returns early where the backend supports it). Either way
+ * the callback still runs, with an SBX_ERROR_CANCELLED error (outcome
+ * failed when it never started, unknown when it had), and anything the
+ * call produced regardless is released as above.
+ *
+ * Concurrency: at most max_workers operations run at once; threads start
+ * lazily, one per operation waiting to run, up to that number, and stay
+ * until sbx_async_free(). Operations start in submission order, except
+ * that an operation whose client is at its sbx_async_set_max_per_client()
+ * bound waits (without holding a worker) and later ones of other clients go
+ * ahead of it. Several operations on one sandbox may run at once, as the
+ * synchronous calls allow (an sbx_sandbox accepts concurrent calls); order
+ * dependent calls by submitting the next one from the previous callback.
+ *
+ * Threads: the _async calls, sbx_async_set_max_per_client(),
+ * sbx_async_pending() and sbx_op_cancel() may be called from any thread;
+ * dispatching (sbx_async_dispatch / sbx_async_wait) from one thread at a
+ * time, usually the event loop's; callbacks run there, and may submit new
+ * operations and cancel others. Worker threads block every signal that
+ * is not raised by a fault, so signals reach the application's threads.
+ */
+
+/** A pool of worker threads and its completion queue. */
+typedef struct sbx_async sbx_async;
+/** One asynchronous operation. */
+typedef struct sbx_op sbx_op;
+
+/**
+ * sbx_op_done_fn:
+ * Completion callback: runs once per operation (unless the pool is freed
+ * before it was dispatched), in the thread that called
+ * sbx_async_dispatch(). @op is valid until the callback returns.
+ */
+typedef void (*sbx_op_done_fn)(sbx_op *op, void *user_data);
+
+/**
+ * sbx_op_kind: which call an operation runs. Values are explicit and
+ * append-only.
+ */
+typedef enum sbx_op_kind {
+    SBX_OP_CLIENT_NEW = 1,          /* sbx_client_new_async */
+    SBX_OP_CLIENT_PROBE = 2,        /* sbx_client_probe_async */
+    SBX_OP_SANDBOX_CREATE = 3,      /* sbx_sandbox_create_async */
+    SBX_OP_CREATE = 4,              /* sbx_create_async */
+    SBX_OP_SANDBOX_RESUME = 5,      /* sbx_sandbox_resume_async */
+    SBX_OP_RESUME = 6,              /* sbx_resume_async */
+    SBX_OP_DESTROY = 7,             /* sbx_sandbox_destroy_async */
+    SBX_OP_IS_ALIVE = 8,            /* sbx_sandbox_is_alive_async */
+    SBX_OP_EXECUTE_COMMAND = 9,     /* sbx_sandbox_execute_async, _execute_command_async */
+    SBX_OP_EXECUTE_SHELL = 10,      /* sbx_sandbox_execute_shell_async */
+    SBX_OP_EXECUTE_CODE = 11,       /* sbx_sandbox_execute_code_async */
+    SBX_OP_LIST_FILES = 12,         /* sbx_sandbox_list_files_async */
+    SBX_OP_READ_FILE = 13,          /* sbx_sandbox_read_file_async */
+    SBX_OP_READ_FILE_TO_FD = 14,    /* sbx_sandbox_read_file_to_fd_async */
+    SBX_OP_WRITE_FILE = 15,         /* sbx_sandbox_write_file_async */
+    SBX_OP_WRITE_FILE_FROM_FD = 16, /* sbx_sandbox_write_file_from_fd_async */
+    SBX_OP_UPLOAD_FILE = 17,        /* sbx_sandbox_upload_file_async */
+    SBX_OP_DOWNLOAD_FILE = 18,      /* sbx_sandbox_download_file_async */
+    SBX_OP_UPLOAD_DIR = 19,         /* sbx_sandbox_upload_dir_async */
+    SBX_OP_DOWNLOAD_DIR = 20,       /* sbx_sandbox_download_dir_async */
+    SBX_OP_SESSION_STATE = 21,      /* sbx_sandbox_session_state_async */
+    SBX_OP_EXTRACT_TAR = 22         /* sbx_extract_tar_fd_async */
+} sbx_op_kind;
+
+/** Worker threads of a pool made with max_workers 0. */
+#define SBX_ASYNC_DEFAULT_WORKERS 32
+/** The largest max_workers sbx_async_new() accepts. */
+#define SBX_ASYNC_MAX_WORKERS 1024
+
+/**
+ * sbx_async_new:
+ * A new pool of at most @max_workers worker threads (0 =
+ * SBX_ASYNC_DEFAULT_WORKERS; at most SBX_ASYNC_MAX_WORKERS, else
+ * invalid_argument naming the value). No thread starts until the first
+ * operation; the pool owns one eventfd (sbx_async_get_fd) and one more per
+ * worker started. No per-client bound (see sbx_async_set_max_per_client).
+ * Errors: invalid_argument; unknown when memory or descriptors run out.
+ * Free with sbx_async_free(). Since 0.1.
+ */
+SBX_EXPORT sbx_async *sbx_async_new(unsigned max_workers, sbx_error **error);
+
+/**
+ * sbx_async_free:
+ * Frees the pool: operations that have not started are cancelled and
+ * their callbacks never run; running operations are waited for (cancel
+ * them first with sbx_op_cancel() to shorten that); completions not yet
+ * dispatched are dropped without their callbacks. What the dropped
+ * operations made is released as if unstolen (a created sandbox is
+ * destroyed before this returns). Every worker thread is joined and every
+ * descriptor closed. Must not be called from a callback of @async, nor
+ * while another thread uses @async. NULL ignored. Since 0.1.
+ */
+SBX_EXPORT void sbx_async_free(sbx_async *async);
+
+/**
+ * sbx_async_get_fd:
+ * A descriptor (an eventfd) that is readable while completed operations
+ * wait for sbx_async_dispatch(), for poll / epoll / libuv (watch POLLIN;
+ * do not read or close it: it belongs to @async and lives as long as it).
+ * It is not readable once every completion was dispatched. -1 for a NULL
+ * @async. Thread-safe. Since 0.1.
+ */
+SBX_EXPORT int sbx_async_get_fd(const sbx_async *async);
+
+/**
+ * sbx_async_dispatch:
+ * Runs, in the calling thread, the callbacks of every operation that had
+ * completed when it was called (in completion order), then frees those
+ * operations. Never blocks on a worker. Returns how many callbacks ran
+ * (0 when none had completed), or -1 for a NULL @async. Since 0.1.
+ */
+SBX_EXPORT int sbx_async_dispatch(sbx_async *async);
+
+/**
+ * sbx_async_wait:
+ * For programs without an event loop: waits (poll on the descriptor) until
+ * at least one operation completed, dispatches as sbx_async_dispatch()
+ * does, and returns how many callbacks ran. Returns 0 when @timeout_secs
+ * passed first (seconds; < 0 = no limit; 0 = dispatch what is there) or
+ * at once when no operation is outstanding (sbx_async_pending() is 0);
+ * -1 for a NULL @async. Since 0.1.
+ */
+SBX_EXPORT int sbx_async_wait(sbx_async *async, double timeout_secs);
+
+/**
+ * sbx_async_pending:
+ * The number of operations submitted to @async that no dispatch has taken
+ * yet (waiting, running, or completed and waiting for sbx_async_dispatch();
+ * a dispatch takes every completion there is when it starts, so inside a
+ * callback the operations of that dispatch no longer count). 0 for NULL.
+ * Thread-safe. Since 0.1.
+ */
+SBX_EXPORT size_t sbx_async_pending(const sbx_async *async);
+
+/**
+ * sbx_async_set_max_per_client:
+ * Runs at most @n operations of one client at once (0 = no bound, the
+ * default): the others wait in the queue without holding a worker, and
+ * operations of other clients start ahead of them. An operation's client
+ * is the sbx_client it is given, or that its sandbox was made from; a
+ * sandbox made by sbx_create() or sbx_resume() (which own a private
+ * client), and sbx_client_new_async / sbx_create_async / sbx_resume_async
+ * themselves, count against their backend name instead, so all of them
+ * for one backend share one bound. sbx_extract_tar_fd_async has no
+ * client. Applies to operations that start after the call. Errors:
+ * invalid_argument for a NULL @async. Returns 0 or -1. Thread-safe.
+ * Since 0.1.
+ */
+SBX_EXPORT int sbx_async_set_max_per_client(sbx_async *async, unsigned n,
+                                            sbx_error **error);
+
+/**
+ * sbx_op_cancel:
+ * Cancels @op (see "Cancellation" above). Returns 1 when the callback will
+ * see SBX_ERROR_CANCELLED (also when @op was cancelled before), 0 when it
+ * is too late: the operation had completed, and its callback reports what
+ * the call did; -1 for a NULL @op. @op must be valid (its callback has not
+ * returned). Thread-safe. Since 0.1.
+ */
+SBX_EXPORT int sbx_op_cancel(sbx_op *op);
+
+/** sbx_op_get_kind: the call @op runs. Since 0.1. */
+SBX_EXPORT sbx_op_kind sbx_op_get_kind(const sbx_op *op);
+
+/**
+ * sbx_op_get_error / sbx_op_steal_error:
+ * The error of a failed operation, NULL when it succeeded. get_error's is
+ * borrowed from @op (valid until the callback returns); steal_error hands
+ * it to the caller (free with sbx_error_free(); the operation then reads
+ * as failed to the other getters but get_error returns NULL). The error
+ * carries the backend and the op name of the synchronous call
+ * ("execute_command", "create", ...). Since 0.1.
+ */
+SBX_EXPORT const sbx_error *sbx_op_get_error(const sbx_op *op);
+SBX_EXPORT sbx_error *sbx_op_steal_error(sbx_op *op);
+
+/**
+ * sbx_op_get0_sandbox:
+ * The sandbox of @op: the one it ran on (a borrowed argument), or for a
+ * create or resume the one it made (NULL when it failed or after
+ * sbx_op_steal_sandbox). Borrowed; NULL for client and tar operations.
+ * Since 0.1.
+ */
+SBX_EXPORT sbx_sandbox *sbx_op_get0_sandbox(const sbx_op *op);
+
+/**
+ * sbx_op_steal_sandbox:
+ * The sandbox made by a create or resume operation (SBX_OP_SANDBOX_CREATE,
+ * CREATE, SANDBOX_RESUME, RESUME), now owned by the caller (destroy and
+ * free it as a synchronous create's); NULL when the operation failed, is
+ * of another kind, or was stolen already. Since 0.1.
+ */
+SBX_EXPORT sbx_sandbox *sbx_op_steal_sandbox(sbx_op *op);
+
+/**
+ * sbx_op_steal_client:
+ * The client made by sbx_client_new_async(), now the caller's (free with
+ * sbx_client_free()); NULL otherwise. Since 0.1.
+ */
+SBX_EXPORT sbx_client *sbx_op_steal_client(sbx_op *op);
+
+/**
+ * sbx_op_get0_result / sbx_op_steal_result:
+ * The result of an execute operation (command, shell, code): borrowed
+ * from @op, or handed to the caller (sbx_result_free()). NULL when the
+ * call failed, for other kinds, and after a steal. Since 0.1.
+ */
+SBX_EXPORT const sbx_result *sbx_op_get0_result(const sbx_op *op);
+SBX_EXPORT sbx_result *sbx_op_steal_result(sbx_op *op);
+
+/**
+ * sbx_op_steal_data:
+ * The bytes of a read_file operation, or the JSON document of a
+ * session_state operation, handed to the caller (free with free();
+ * NUL-terminated, binary-safe: the length is stored in *@len when @len is
+ * not NULL). NULL (and *@len 0) when the call failed, for other kinds, and
+ * after a steal. Since 0.1.
+ */
+SBX_EXPORT char *sbx_op_steal_data(sbx_op *op, size_t *len);
+
+/**
+ * sbx_op_steal_file_list:
+ * The listing of a list_files operation, handed to the caller (free with
+ * sbx_file_info_list_free()); its length is stored in *@count when @count
+ * is not NULL. NULL (and *@count 0) when the call failed, for other kinds,
+ * and after a steal. An empty directory gives a non-NULL list with count
+ * 0. Since 0.1.
+ */
+SBX_EXPORT sbx_file_info **sbx_op_steal_file_list(sbx_op *op, size_t *count);
+
+/**
+ * sbx_op_get_int64:
+ * The integer outcome of @op: is_alive 1 or 0; upload_dir, download_dir
+ * and extract_tar the number of entries; probe the capability bits (cast
+ * to uint64_t); 0 for a successful operation of another kind; -1 when the
+ * operation failed. Since 0.1.
+ */
+SBX_EXPORT int64_t sbx_op_get_int64(const sbx_op *op);
+
+/*
+ * The asynchronous forms. Each takes @async, then the synchronous call's
+ * arguments (without its result pointers and its error), then @done and
+ * @user_data, and the submission error. Results are read in the callback
+ * with the accessor named in brackets.
+ */
+
+/** sbx_client_new() [steal_client]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_client_new_async(sbx_async *async, const char *backend,
+                                        sbx_op_done_fn done, void *user_data,
+                                        sbx_error **error);
+/** sbx_client_probe() [get_int64: the capability bits]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_client_probe_async(sbx_async *async, sbx_client *client,
+                                          sbx_op_done_fn done, void *user_data,
+                                          sbx_error **error);
+/** sbx_sandbox_create(); @options (may be NULL) copied [steal_sandbox].
+ *  Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_create_async(sbx_async *async, sbx_client *client,
+                                            const sbx_options *options,
+                                            sbx_op_done_fn done, void *user_data,
+                                            sbx_error **error);
+/** sbx_create(); @options (may be NULL) copied [steal_sandbox]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_create_async(sbx_async *async, const char *backend,
+                                    const sbx_options *options,
+                                    sbx_op_done_fn done, void *user_data,
+                                    sbx_error **error);
+/** sbx_sandbox_resume() [steal_sandbox]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_resume_async(sbx_async *async, sbx_client *client,
+                                            const char *state_json,
+                                            sbx_op_done_fn done, void *user_data,
+                                            sbx_error **error);
+/** sbx_resume() [steal_sandbox]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_resume_async(sbx_async *async, const char *state_json,
+                                    sbx_op_done_fn done, void *user_data,
+                                    sbx_error **error);
+/** sbx_sandbox_destroy() [get_error]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_destroy_async(sbx_async *async, sbx_sandbox *sandbox,
+                                             sbx_op_done_fn done, void *user_data,
+                                             sbx_error **error);
+/** sbx_sandbox_is_alive() [get_int64: 1 or 0]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_is_alive_async(sbx_async *async, sbx_sandbox *sandbox,
+                                              sbx_op_done_fn done, void *user_data,
+                                              sbx_error **error);
+/**
+ * sbx_sandbox_execute_async / sbx_sandbox_execute_command_async:
+ * sbx_sandbox_execute_command() (the two names are the same call). The
+ * request is copied (read within its struct_size; struct_size too small is
+ * a submission error) with its argv, shell, env, cwd and stdin bytes;
+ * on_output and user_data are kept as given [get0_result, steal_result].
+ * Since 0.1.
+ */
+SBX_EXPORT sbx_op *sbx_sandbox_execute_async(sbx_async *async, sbx_sandbox *sandbox,
+                                             const sbx_exec_request *request,
+                                             sbx_op_done_fn done, void *user_data,
+                                             sbx_error **error);
+SBX_EXPORT sbx_op *sbx_sandbox_execute_command_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                     const sbx_exec_request *request,
+                                                     sbx_op_done_fn done, void *user_data,
+                                                     sbx_error **error);
+/** sbx_sandbox_execute_shell() [get0_result, steal_result]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_execute_shell_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                   const char *script,
+                                                   sbx_op_done_fn done, void *user_data,
+                                                   sbx_error **error);
+/** sbx_sandbox_execute_code(); @request (may be NULL) copied as for
+ *  execute_async [get0_result, steal_result]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_execute_code_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                  const char *language, const char *code,
+                                                  const sbx_exec_request *request,
+                                                  sbx_op_done_fn done, void *user_data,
+                                                  sbx_error **error);
+/** sbx_sandbox_list_files() [steal_file_list]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_list_files_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                const char *path,
+                                                sbx_op_done_fn done, void *user_data,
+                                                sbx_error **error);
+/** sbx_sandbox_read_file() [steal_data]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_read_file_async(sbx_async *async, sbx_sandbox *sandbox,
+                                               const char *path,
+                                               sbx_op_done_fn done, void *user_data,
+                                               sbx_error **error);
+/** sbx_sandbox_read_file_to_fd(); @fd borrowed until the callback
+ *  [get_error]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_read_file_to_fd_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                     const char *path, int fd,
+                                                     sbx_op_done_fn done, void *user_data,
+                                                     sbx_error **error);
+/** sbx_sandbox_write_file(); the @len bytes of @data copied [get_error].
+ *  Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_write_file_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                const char *path, const void *data,
+                                                size_t len,
+                                                sbx_op_done_fn done, void *user_data,
+                                                sbx_error **error);
+/** sbx_sandbox_write_file_from_fd(); @fd borrowed until the callback
+ *  [get_error]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_write_file_from_fd_async(sbx_async *async,
+                                                        sbx_sandbox *sandbox,
+                                                        const char *path, int fd,
+                                                        uint32_t mode,
+                                                        sbx_op_done_fn done, void *user_data,
+                                                        sbx_error **error);
+/** sbx_sandbox_upload_file() / download_file() [get_error]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_upload_file_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                 const char *local_path,
+                                                 const char *sandbox_path,
+                                                 sbx_op_done_fn done, void *user_data,
+                                                 sbx_error **error);
+SBX_EXPORT sbx_op *sbx_sandbox_download_file_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                   const char *sandbox_path,
+                                                   const char *local_path,
+                                                   sbx_op_done_fn done, void *user_data,
+                                                   sbx_error **error);
+/** sbx_sandbox_upload_dir() / download_dir() [get_int64: entries].
+ *  Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_upload_dir_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                const char *local_dir,
+                                                const char *sandbox_dir,
+                                                sbx_op_done_fn done, void *user_data,
+                                                sbx_error **error);
+SBX_EXPORT sbx_op *sbx_sandbox_download_dir_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                  const char *sandbox_dir,
+                                                  const char *local_dir,
+                                                  sbx_op_done_fn done, void *user_data,
+                                                  sbx_error **error);
+/** sbx_sandbox_session_state() [steal_data: the JSON document]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_session_state_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                   sbx_op_done_fn done, void *user_data,
+                                                   sbx_error **error);
+/** sbx_extract_tar_fd(); @fd borrowed until the callback [get_int64:
+ *  entries]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_extract_tar_fd_async(sbx_async *async, int fd, const char *dest_dir,
+                                            sbx_op_done_fn done, void *user_data,
+                                            sbx_error **error);
 
 #ifdef __cplusplus
 }

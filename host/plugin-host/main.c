@@ -1,0 +1,900 @@
+/*
+ * sbx-plugin-host — runs one backend plugin in a process of its own and
+ * serves its slots to libsbx over a socketpair (host/wire.h).
+ *
+ *   sbx-plugin-host --serve FD
+ *       FD is this end of a SOCK_SEQPACKET socketpair. The first frame
+ *       (HELLO) names the backend; the plugin is found, checked and set up
+ *       exactly as libsbx does in-process (host/loader.c), then every CALL
+ *       is decoded by its row of the slot table (host/slots.h) and the slot
+ *       is called through libffi with the row's signature. Calls that may
+ *       block run on worker threads, so one host serves many sandboxes and
+ *       concurrent requests; calls that never block (QUICK rows) run on the
+ *       reader thread. A CANCEL frame makes the call's cancel descriptor
+ *       readable. At EOF (the application closed its end or exited) the
+ *       host exits: sandboxes are left as they are, like an application
+ *       that exits without destroying them.
+ *
+ *   sbx-plugin-host --inspect NAME PATH
+ *       Loads the plugin file PATH of backend NAME with every check and
+ *       prints what `sbx backends` shows of it as one JSON object. libsbx
+ *       runs this once per plugin file, so a plugin that crashes while
+ *       loading cannot take the listing down with it.
+ */
+#include <errno.h>
+#include <ffi.h>
+#include <json-c/json.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "../internal.h"
+#include "../slots.h"
+#include "../wire.h"
+
+/* ---------------------------------------------------------------- handles */
+
+/* Handle ids: (tag << 32) | index, so a stale id never finds a new handle. */
+typedef struct handle_slot {
+    void *ptr;
+    uint32_t tag;
+    int kind;                   /* SBX_ENC_CLIENT / SANDBOX / PROCESS; -1 free */
+} handle_slot;
+
+/* One call in flight on a worker: found by CANCEL and STOP frames. */
+typedef struct call_rec {
+    struct call_rec *next;
+    uint64_t id;
+    int cancel_fd;              /* eventfd: the plugin's ctx.cancel_fd */
+    int stop;                   /* a STOP frame came (listing callbacks) */
+} call_rec;
+
+static struct {
+    int sock;
+    const sbx_plugin *plugin;
+    const char *backend;
+    ffi_cif cif[SBX_SLOT_COUNT];
+    ffi_type *types[SBX_SLOT_COUNT][SBX_ROW_MAX_ARGS];
+    pthread_mutex_t lock;       /* handles, calls */
+    handle_slot *handles;
+    size_t nhandles;
+    call_rec *calls;
+} H = { .sock = -1, .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static uint64_t
+handle_add(void *ptr, int kind)
+{
+    size_t i;
+    uint64_t id = 0;
+
+    pthread_mutex_lock(&H.lock);
+    for (i = 0; i < H.nhandles; i++)
+        if (H.handles[i].kind < 0)
+            break;
+    if (i == H.nhandles) {
+        handle_slot *n = realloc(H.handles, (H.nhandles + 16) * sizeof(*n));
+
+        if (!n)
+            goto out;
+        H.handles = n;
+        for (size_t k = H.nhandles; k < H.nhandles + 16; k++)
+            H.handles[k] = (handle_slot){ NULL, 0, -1 };
+        H.nhandles += 16;
+    }
+    H.handles[i].ptr = ptr;
+    H.handles[i].kind = kind;
+    H.handles[i].tag++;
+    id = ((uint64_t)H.handles[i].tag << 32) | (uint64_t)(i + 1);
+out:
+    pthread_mutex_unlock(&H.lock);
+    return id;
+}
+
+/* The handle @id of @kind: 0 and *@ptr (which may be NULL: a plugin may
+ * make a client without state), or -1 when unknown. */
+static int
+handle_get(uint64_t id, int kind, void **ptr)
+{
+    size_t i = (size_t)(id & 0xffffffffu);
+    int rc = -1;
+
+    pthread_mutex_lock(&H.lock);
+    if (i >= 1 && i <= H.nhandles && H.handles[i - 1].kind == kind &&
+        H.handles[i - 1].tag == (uint32_t)(id >> 32)) {
+        *ptr = H.handles[i - 1].ptr;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&H.lock);
+    return rc;
+}
+
+static void
+handle_remove(uint64_t id)
+{
+    size_t i = (size_t)(id & 0xffffffffu);
+
+    pthread_mutex_lock(&H.lock);
+    if (i >= 1 && i <= H.nhandles && H.handles[i - 1].tag == (uint32_t)(id >> 32))
+        H.handles[i - 1].kind = -1;
+    pthread_mutex_unlock(&H.lock);
+}
+
+static void
+call_register(call_rec *c)
+{
+    pthread_mutex_lock(&H.lock);
+    c->next = H.calls;
+    H.calls = c;
+    pthread_mutex_unlock(&H.lock);
+}
+
+static void
+call_unregister(call_rec *c)
+{
+    pthread_mutex_lock(&H.lock);
+    for (call_rec **p = &H.calls; *p; p = &(*p)->next) {
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&H.lock);
+}
+
+/* CANCEL / STOP frame for call @id. */
+static void
+call_signal(uint64_t id, int stop)
+{
+    pthread_mutex_lock(&H.lock);
+    for (call_rec *c = H.calls; c; c = c->next) {
+        if (c->id != id)
+            continue;
+        if (stop)
+            __atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
+        else if (c->cancel_fd >= 0)
+            eventfd_write(c->cancel_fd, 1);
+        break;
+    }
+    pthread_mutex_unlock(&H.lock);
+}
+
+/* ---------------------------------------------------------------- ffi */
+
+static ffi_type *
+enc_ffi_type(int enc)
+{
+    switch (enc) {
+    case SBX_ENC_INT:
+    case SBX_ENC_FD:
+        return &ffi_type_sint;
+    case SBX_ENC_U32:
+        return &ffi_type_uint32;
+    case SBX_ENC_SIZE:
+        return sizeof(size_t) == 8 ? &ffi_type_uint64 : &ffi_type_uint32;
+    default:
+        return &ffi_type_pointer;
+    }
+}
+
+static ffi_type *
+ret_ffi_type(int ret)
+{
+    switch (ret) {
+    case SBX_RET_VOID:
+        return &ffi_type_void;
+    case SBX_RET_INT:
+    case SBX_RET_FD:
+        return &ffi_type_sint;
+    default:
+        return &ffi_type_pointer;
+    }
+}
+
+static int
+prepare_cifs(void)
+{
+    for (unsigned s = 0; s < SBX_SLOT_COUNT; s++) {
+        const sbx_slot_row *row = &sbx_slot_rows[s];
+
+        for (unsigned i = 0; i < row->nargs; i++)
+            H.types[s][i] = enc_ffi_type(row->enc[i]);
+        if (ffi_prep_cif(&H.cif[s], FFI_DEFAULT_ABI, row->nargs, ret_ffi_type(row->ret),
+                         H.types[s]) != FFI_OK)
+            return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- callbacks */
+
+/* The state a listing callback sends its entries with. */
+typedef struct listing {
+    uint64_t call_id;
+    uint32_t slot;
+    call_rec *rec;
+} listing;
+
+static int
+send_entry(listing *l, sbx_wire_msg *m)
+{
+    int rc = sbx_wire_send(H.sock, m);
+
+    sbx_wire_clear(m);
+    if (rc < 0)
+        return 1;
+    return __atomic_load_n(&l->rec->stop, __ATOMIC_ACQUIRE) ? 1 : 0;
+}
+
+static int
+file_entry_fn(const sbx_plugin_file_info *info, void *user_data)
+{
+    listing *l = user_data;
+    sbx_wire_msg m;
+
+    sbx_wire_init(&m, SBX_MSG_ENTRY, l->slot, l->call_id);
+    sbx_wire_put_str(&m, info->name ? info->name : "");
+    sbx_wire_put_i64(&m, info->is_dir);
+    sbx_wire_put_i64(&m, info->size);
+    sbx_wire_put_u32(&m, info->mode);
+    return send_entry(l, &m);
+}
+
+static int
+owned_entry_fn(const sbx_plugin_owned_info *info, void *user_data)
+{
+    listing *l = user_data;
+    sbx_wire_msg m;
+
+    sbx_wire_init(&m, SBX_MSG_ENTRY, l->slot, l->call_id);
+    sbx_wire_put_str(&m, info->id ? info->id : "");
+    sbx_wire_put_str(&m, info->create_token);
+    sbx_wire_put_f64(&m, info->created_at);
+    sbx_wire_put_f64(&m, info->expires_at);
+    return send_entry(l, &m);
+}
+
+/* ---------------------------------------------------------------- calls */
+
+/* Storage for one decoded argument. */
+typedef union argval {
+    void *p;
+    const void *cp;
+    int i;
+    unsigned u;
+    size_t z;
+} argval;
+
+/* Everything a call decodes, kept until its reply is sent. */
+typedef struct call_frame {
+    argval v[SBX_ROW_MAX_ARGS];
+    void *av[SBX_ROW_MAX_ARGS];
+    sbx_call_ctx ctx;
+    sbx_plugin_create_request creq;
+    sbx_plugin_exec_request ereq;
+    const char **strv[4];       /* decoded vectors (array only) */
+    int fds[4];                 /* received descriptors to close */
+    unsigned nfds;
+    uint64_t out_u64;
+    int out_int;
+    sbx_plugin_file_info info;
+    void *out_handle;
+    sbx_error *error;
+    listing list;
+    call_rec rec;
+    uint64_t handle_id;         /* of the first argument, for FREES rows */
+} call_frame;
+
+static void
+reply_error(uint64_t call_id, uint32_t slot, sbx_error_code code, const char *fmt, ...)
+    SBX_PRINTF(4, 5);
+
+static void
+reply_error(uint64_t call_id, uint32_t slot, sbx_error_code code, const char *fmt, ...)
+{
+    const sbx_slot_row *row = &sbx_slot_rows[slot];
+    sbx_error *e;
+    sbx_wire_msg m;
+    va_list ap;
+
+    va_start(ap, fmt);
+    e = sbx_error_newv(code, row->name, fmt, ap);
+    va_end(ap);
+    sbx_error_fill(e, H.backend, NULL);
+    sbx_wire_init(&m, SBX_MSG_REPLY, slot, call_id);
+    /* The return value says failure; OUT values are zero; the error last. */
+    switch (row->ret) {
+    case SBX_RET_INT:
+        sbx_wire_put_i64(&m, -1);
+        break;
+    case SBX_RET_FD:
+        sbx_wire_put_i64(&m, -1);
+        sbx_wire_put_fd(&m, -1);
+        break;
+    case SBX_RET_STR_ALLOC:
+    case SBX_RET_STR_BORROWED:
+        sbx_wire_put_str(&m, NULL);
+        break;
+    default:
+        break;
+    }
+    sbx_wire_put_u32(&m, 0); /* "no OUT values follow" */
+    sbx_wire_put_error(&m, e);
+    sbx_wire_send(H.sock, &m);
+    sbx_wire_clear(&m);
+    sbx_error_free(e);
+}
+
+/* Decodes argument @i of @row from @req into @f. 0, or -1 (bad frame). */
+static int
+decode_arg(const sbx_slot_row *row, unsigned i, sbx_wire_msg *req, call_frame *f)
+{
+    argval *v = &f->v[i];
+    int null;
+
+    switch (row->enc[i]) {
+    case SBX_ENC_CLIENT:
+    case SBX_ENC_SANDBOX:
+    case SBX_ENC_PROCESS: {
+        uint64_t id = sbx_wire_get_u64(req);
+
+        if (i == 0)
+            f->handle_id = id;
+        return handle_get(id, row->enc[i], &v->p) == 0 ? 0 : -2;
+    }
+    case SBX_ENC_CTX:
+        memset(&f->ctx, 0, sizeof(f->ctx));
+        f->ctx.struct_size = sizeof(f->ctx);
+        f->ctx.deadline = sbx_wire_get_f64(req);
+        f->ctx.create_token = sbx_wire_get_str(req);
+        f->ctx.cancel_fd = f->rec.cancel_fd;
+        v->cp = &f->ctx;
+        return 0;
+    case SBX_ENC_STR:
+        v->cp = sbx_wire_get_str(req);
+        return 0;
+    case SBX_ENC_BYTES: {
+        size_t len;
+
+        v->cp = sbx_wire_get_bytes(req, &len);
+        return 0;
+    }
+    case SBX_ENC_SIZE:
+        v->z = (size_t)sbx_wire_get_u64(req);
+        return 0;
+    case SBX_ENC_INT:
+        v->i = (int)sbx_wire_get_i64(req);
+        return 0;
+    case SBX_ENC_U32:
+        v->u = sbx_wire_get_u32(req);
+        return 0;
+    case SBX_ENC_FD:
+        v->i = sbx_wire_take_fd(req);
+        if (v->i >= 0)
+            f->fds[f->nfds++] = v->i;
+        return 0;
+    case SBX_ENC_CREATE_REQ: {
+        sbx_plugin_create_request *r = &f->creq;
+
+        memset(r, 0, sizeof(*r));
+        r->struct_size = sizeof(*r);
+        r->set_fields = sbx_wire_get_u64(req);
+        r->cpu = sbx_wire_get_f64(req);
+        r->memory_mb = sbx_wire_get_i64(req);
+        r->timeout_secs = sbx_wire_get_f64(req);
+        r->workdir = sbx_wire_get_str(req);
+        f->strv[0] = sbx_wire_get_strv(req, &null);
+        r->env = f->strv[0];
+        r->expires_at = sbx_wire_get_f64(req);
+        r->image = sbx_wire_get_str(req);
+        r->template_name = sbx_wire_get_str(req);
+        r->snapshot_id = sbx_wire_get_str(req);
+        r->app_name = sbx_wire_get_str(req);
+        r->gpu = sbx_wire_get_str(req);
+        r->disk_mb = sbx_wire_get_i64(req);
+        r->allow_internet = (int)sbx_wire_get_i64(req);
+        r->backend_options = sbx_wire_get_str(req);
+        v->cp = r;
+        return 0;
+    }
+    case SBX_ENC_EXEC_REQ: {
+        sbx_plugin_exec_request *r = &f->ereq;
+
+        memset(r, 0, sizeof(*r));
+        r->struct_size = sizeof(*r);
+        f->strv[1] = sbx_wire_get_strv(req, &null);
+        r->argv = f->strv[1];
+        r->shell = sbx_wire_get_str(req);
+        f->strv[2] = sbx_wire_get_strv(req, &null);
+        r->env = f->strv[2];
+        r->cwd = sbx_wire_get_str(req);
+        r->user = sbx_wire_get_str(req);
+        r->tty_rows = sbx_wire_get_u32(req);
+        r->tty_cols = sbx_wire_get_u32(req);
+        r->stdin_fd = sbx_wire_take_fd(req);
+        r->stdout_fd = sbx_wire_take_fd(req);
+        r->stderr_fd = sbx_wire_take_fd(req);
+        /* -2 and other negative values travel as themselves. */
+        {
+            int64_t raw_in = sbx_wire_get_i64(req);
+
+            if (r->stdin_fd < 0)
+                r->stdin_fd = (int)raw_in;
+        }
+        if (r->stdin_fd >= 0)
+            f->fds[f->nfds++] = r->stdin_fd;
+        if (r->stdout_fd >= 0)
+            f->fds[f->nfds++] = r->stdout_fd;
+        if (r->stderr_fd >= 0)
+            f->fds[f->nfds++] = r->stderr_fd;
+        v->cp = r;
+        return 0;
+    }
+    case SBX_ENC_FILE_FN:
+        v->p = (void *)(uintptr_t)file_entry_fn;
+        return 0;
+    case SBX_ENC_OWNED_FN:
+        v->p = (void *)(uintptr_t)owned_entry_fn;
+        return 0;
+    case SBX_ENC_USER_DATA:
+        v->p = &f->list;
+        return 0;
+    case SBX_ENC_U64:
+        v->p = &f->out_u64;
+        return 0;
+    case SBX_ENC_INT_OUT:
+        v->p = &f->out_int;
+        return 0;
+    case SBX_ENC_FILE_INFO:
+        memset(&f->info, 0, sizeof(f->info));
+        f->info.struct_size = sizeof(f->info);
+        v->p = &f->info;
+        return 0;
+    case SBX_ENC_NEW_CLIENT:
+    case SBX_ENC_NEW_SANDBOX:
+    case SBX_ENC_NEW_PROCESS:
+        v->p = &f->out_handle;
+        return 0;
+    case SBX_ENC_ERROR:
+        v->p = &f->error;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+/* Does this row take a call context? */
+static int
+row_has_ctx(const sbx_slot_row *row)
+{
+    for (unsigned i = 0; i < row->nargs; i++)
+        if (row->enc[i] == SBX_ENC_CTX)
+            return 1;
+    return 0;
+}
+
+/* Decodes, calls and replies to one CALL frame; frees it. */
+static void
+run_call(sbx_wire_msg *req)
+{
+    const sbx_slot_row *row;
+    call_frame *f;
+    sbx_wire_msg rep;
+    ffi_arg rv = 0;
+    void *fn;
+    int rc, ok = 0, has_ctx;
+
+    row = &sbx_slot_rows[req->slot];
+    fn = sbx_slot_get(H.plugin, req->slot);
+    f = calloc(1, sizeof(*f));
+    if (!f) {
+        reply_error(req->call_id, req->slot, SBX_ERROR_UNKNOWN, "out of memory in the plugin host");
+        goto out;
+    }
+    f->rec.id = req->call_id;
+    f->rec.cancel_fd = -1;
+    f->list.call_id = req->call_id;
+    f->list.slot = req->slot;
+    f->list.rec = &f->rec;
+    has_ctx = row_has_ctx(row);
+    if (has_ctx) {
+        f->rec.cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        call_register(&f->rec);
+    }
+    for (unsigned i = 0; i < row->nargs; i++) {
+        rc = decode_arg(row, i, req, f);
+        if (rc == -2) {
+            reply_error(req->call_id, req->slot, SBX_ERROR_NOT_FOUND,
+                        "%s: the handle is not known to this plugin host", row->name);
+            goto done;
+        }
+        if (rc < 0 || req->bad) {
+            reply_error(req->call_id, req->slot, SBX_ERROR_UNKNOWN,
+                        "%s: malformed call frame", row->name);
+            goto done;
+        }
+        f->av[i] = &f->v[i];
+    }
+    if (!fn) {
+        reply_error(req->call_id, req->slot, SBX_ERROR_FEATURE_NOT_SUPPORTED,
+                    "backend \"%s\" does not support %s", H.backend, row->name);
+        goto done;
+    }
+    ffi_call(&H.cif[req->slot], FFI_FN(fn), &rv, f->av);
+    ok = 1;
+
+    sbx_wire_init(&rep, SBX_MSG_REPLY, req->slot, req->call_id);
+    switch (row->ret) {
+    case SBX_RET_INT:
+        sbx_wire_put_i64(&rep, (int)rv);
+        break;
+    case SBX_RET_FD:
+        sbx_wire_put_i64(&rep, (int)rv);
+        sbx_wire_put_fd(&rep, (int)rv);
+        break;
+    case SBX_RET_STR_ALLOC: {
+        char *s = (char *)(uintptr_t)rv;
+
+        sbx_wire_put_str(&rep, s);
+        if (s)
+            sbx_host_services_get()->free(s);
+        break;
+    }
+    case SBX_RET_STR_BORROWED:
+        sbx_wire_put_str(&rep, (const char *)(uintptr_t)rv);
+        break;
+    default:
+        break;
+    }
+    sbx_wire_put_u32(&rep, 1); /* OUT values follow */
+    for (unsigned i = 0; i < row->nargs; i++) {
+        if (row->dir[i] != SBX_DIR_OUT)
+            continue;
+        switch (row->enc[i]) {
+        case SBX_ENC_U64:
+            sbx_wire_put_u64(&rep, f->out_u64);
+            break;
+        case SBX_ENC_INT_OUT:
+            sbx_wire_put_i64(&rep, f->out_int);
+            break;
+        case SBX_ENC_FILE_INFO:
+            sbx_wire_put_str(&rep, f->info.name);
+            sbx_wire_put_i64(&rep, f->info.is_dir);
+            sbx_wire_put_i64(&rep, f->info.size);
+            sbx_wire_put_u32(&rep, f->info.mode);
+            break;
+        case SBX_ENC_NEW_CLIENT:
+        case SBX_ENC_NEW_SANDBOX:
+        case SBX_ENC_NEW_PROCESS: {
+            int kind = row->enc[i] == SBX_ENC_NEW_CLIENT ? SBX_ENC_CLIENT
+                       : row->enc[i] == SBX_ENC_NEW_SANDBOX ? SBX_ENC_SANDBOX
+                       : SBX_ENC_PROCESS;
+
+            sbx_wire_put_u64(&rep, (int)rv == 0 ? handle_add(f->out_handle, kind) : 0);
+            if (kind == SBX_ENC_PROCESS) {
+                /* Its event descriptor travels with it (no round trip later). */
+                int (*event_fd)(sbx_plugin_process *) =
+                    (int (*)(sbx_plugin_process *))(uintptr_t)
+                        sbx_slot_get(H.plugin, SBX_SLOT_ID_exec_event_fd);
+
+                sbx_wire_put_fd(&rep, (int)rv == 0 && event_fd && f->out_handle
+                                          ? event_fd(f->out_handle) : -1);
+            }
+            break;
+        }
+        case SBX_ENC_ERROR:
+            if ((row->ret == SBX_RET_INT && (int)rv < 0) ||
+                (row->ret == SBX_RET_STR_ALLOC && !rv))
+                sbx_error_ensure(&f->error, H.backend, row->name);
+            sbx_wire_put_error(&rep, f->error);
+            break;
+        default:
+            break;
+        }
+    }
+    if (row->flags & SBX_ROW_NO_REPLY) {
+        /* Nothing to say. */
+    } else if (sbx_wire_send(H.sock, &rep) < 0 && errno == EMSGSIZE) {
+        sbx_wire_clear(&rep);
+        reply_error(req->call_id, req->slot, SBX_ERROR_UNKNOWN,
+                    "%s: the reply does not fit in one frame", row->name);
+    }
+    sbx_wire_clear(&rep);
+
+done:
+    if (ok && (row->flags & SBX_ROW_FREES))
+        handle_remove(f->handle_id);
+    if (has_ctx) {
+        call_unregister(&f->rec);
+        if (f->rec.cancel_fd >= 0)
+            close(f->rec.cancel_fd);
+    }
+    for (unsigned i = 0; i < f->nfds; i++)
+        close(f->fds[i]);
+    for (unsigned i = 0; i < 4; i++)
+        free(f->strv[i]);
+    sbx_error_free(f->error);
+    free(f);
+out:
+    sbx_wire_clear(req);
+    free(req);
+}
+
+/* ---------------------------------------------------------------- threads */
+
+/*
+ * Leader/followers: one thread at a time (the leader) reads frames. Frames
+ * that never block (QUICK calls, CANCEL, STOP) it handles itself, in order,
+ * and reads on; for a call that may block it first hands the reading over
+ * to an idle thread (starting one when none is idle) and then runs the call
+ * itself, so a call reaches its plugin slot without a thread switch.
+ */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int leader;                 /* a thread is reading */
+    unsigned idle;              /* threads waiting to lead */
+} LF = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
+
+static void handle_inline(sbx_wire_msg *m);
+static int is_quick(const sbx_wire_msg *req);
+static void *lf_thread(void *arg);
+
+/* Gives up reading: wakes an idle thread, or starts one. */
+static void
+lf_handoff(void)
+{
+    int spawn;
+
+    pthread_mutex_lock(&LF.lock);
+    LF.leader = 0;
+    spawn = LF.idle == 0;
+    if (!spawn)
+        pthread_cond_signal(&LF.cond);
+    pthread_mutex_unlock(&LF.lock);
+    if (spawn) {
+        pthread_t t;
+        pthread_attr_t attr;
+
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &attr, lf_thread, NULL) != 0) {
+            fprintf(stderr, "sbx-plugin-host: cannot start a thread\n");
+            exit(1);
+        }
+        pthread_attr_destroy(&attr);
+    }
+}
+
+static void *
+lf_thread(void *arg)
+{
+    void *scratch = malloc(SBX_WIRE_MAX_FRAME);
+
+    (void)arg;
+    if (!scratch)
+        exit(1);
+    for (;;) {
+        sbx_wire_msg *m = NULL;
+
+        pthread_mutex_lock(&LF.lock);
+        while (LF.leader) {
+            LF.idle++;
+            pthread_cond_wait(&LF.cond, &LF.lock);
+            LF.idle--;
+        }
+        LF.leader = 1;
+        pthread_mutex_unlock(&LF.lock);
+
+        for (;;) {
+            int rc;
+
+            m = malloc(sizeof(*m));
+            if (!m)
+                exit(1);
+            rc = sbx_wire_recv(H.sock, m, scratch);
+            if (rc <= 0)
+                exit(rc == 0 ? 0 : 1); /* the application closed its end */
+            if (m->type == SBX_MSG_CALL && m->slot < SBX_SLOT_COUNT && !is_quick(m))
+                break;
+            handle_inline(m);
+        }
+        lf_handoff();
+        run_call(m);
+    }
+    return NULL;
+}
+
+/* 1 when the CALL in @req may run on the reader thread. */
+static int
+is_quick(const sbx_wire_msg *req)
+{
+    const sbx_slot_row *row = &sbx_slot_rows[req->slot];
+
+    if (row->flags & SBX_ROW_QUICK)
+        return 1;
+    if (row->flags & SBX_ROW_QUICK_IF_NO_WAIT) {
+        /* Peek at the INT argument (the wait): decode a copy of the cursor. */
+        sbx_wire_msg peek = *req;
+
+        peek.nfds = 0;
+        for (unsigned i = 0; i < row->nargs; i++) {
+            switch (row->enc[i]) {
+            case SBX_ENC_PROCESS:
+            case SBX_ENC_SANDBOX:
+            case SBX_ENC_CLIENT:
+                sbx_wire_get_u64(&peek);
+                break;
+            case SBX_ENC_CTX:
+                sbx_wire_get_f64(&peek);
+                sbx_wire_get_str(&peek);
+                break;
+            case SBX_ENC_INT:
+                return !peek.bad && sbx_wire_get_i64(&peek) == 0;
+            default:
+                return 0;
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- serve */
+
+static int
+send_welcome(uint32_t version, const sbx_plugin *p, const sbx_error *err)
+{
+    sbx_wire_msg m;
+    int rc;
+
+    sbx_wire_init(&m, SBX_MSG_WELCOME, 0, 0);
+    sbx_wire_put_u32(&m, version);
+    sbx_wire_put_u32(&m, (uint32_t)getpid());
+    if (!p) {
+        sbx_wire_put_u32(&m, 0);
+        sbx_wire_put_error(&m, err);
+    } else {
+        uint64_t have = 0;
+
+        for (unsigned s = 0; s < SBX_SLOT_COUNT; s++)
+            if (sbx_slot_get(p, s))
+                have |= (uint64_t)1 << s;
+        sbx_wire_put_u32(&m, 1);
+        sbx_wire_put_str(&m, p->name);
+        sbx_wire_put_str(&m, p->version ? p->version : "");
+        sbx_wire_put_str(&m, p->description ? p->description : "");
+        sbx_wire_put_u32(&m, p->abi_major);
+        sbx_wire_put_u32(&m, p->abi_minor);
+        sbx_wire_put_u64(&m, p->caps);
+        sbx_wire_put_u64(&m, have);
+    }
+    rc = sbx_wire_send(H.sock, &m);
+    sbx_wire_clear(&m);
+    return rc;
+}
+
+static int
+serve(int sock)
+{
+    void *scratch = malloc(SBX_WIRE_MAX_FRAME);
+    sbx_wire_msg hello;
+    uint32_t pmin, pmax, version;
+    const char *backend;
+    sbx_error *err = NULL;
+
+    if (!scratch)
+        return 1;
+    H.sock = sock;
+    if (prepare_cifs() < 0) {
+        fprintf(stderr, "sbx-plugin-host: cannot prepare the libffi call interfaces\n");
+        return 1;
+    }
+    if (sbx_wire_recv(sock, &hello, scratch) != 1 || hello.type != SBX_MSG_HELLO) {
+        fprintf(stderr, "sbx-plugin-host: no HELLO frame on descriptor %d\n", sock);
+        return 1;
+    }
+    pmin = sbx_wire_get_u32(&hello);
+    pmax = sbx_wire_get_u32(&hello);
+    backend = sbx_wire_get_str(&hello);
+    if (hello.bad || !backend) {
+        fprintf(stderr, "sbx-plugin-host: malformed HELLO frame\n");
+        return 1;
+    }
+    version = pmax < SBX_WIRE_VERSION_MAX ? pmax : SBX_WIRE_VERSION_MAX;
+    if (version < pmin || version < SBX_WIRE_VERSION_MIN) {
+        sbx_set_error(&err, SBX_ERROR_CONFIGURATION, NULL,
+                      "wire protocol mismatch: libsbx speaks versions %u to %u, "
+                      "sbx-plugin-host speaks %d to %d", pmin, pmax,
+                      SBX_WIRE_VERSION_MIN, SBX_WIRE_VERSION_MAX);
+        send_welcome(0, NULL, err);
+        return 1;
+    }
+    H.backend = strdup(backend);
+    H.plugin = H.backend ? sbx_plugin_load(H.backend, &err) : NULL;
+    sbx_wire_clear(&hello);
+    if (send_welcome(version, H.plugin, err) < 0 || !H.plugin)
+        return 1;
+
+    free(scratch);
+    lf_thread(NULL);
+    return 0;
+}
+
+/* A frame the reading thread handles itself: a QUICK call, CANCEL, STOP. */
+static void
+handle_inline(sbx_wire_msg *m)
+{
+    switch (m->type) {
+    case SBX_MSG_CALL:
+        if (m->slot >= SBX_SLOT_COUNT) {
+            uint32_t slot = m->slot;
+
+            /* A newer libsbx may know slots this host does not. */
+            reply_error(m->call_id, 0, SBX_ERROR_FEATURE_NOT_SUPPORTED,
+                        "slot number %u is not known to this plugin host", slot);
+            break;
+        }
+        run_call(m);
+        return;
+    case SBX_MSG_CANCEL:
+    case SBX_MSG_STOP:
+        call_signal(m->call_id, m->type == SBX_MSG_STOP);
+        break;
+    default:
+        break;
+    }
+    sbx_wire_clear(m);
+    free(m);
+}
+
+/* ---------------------------------------------------------------- inspect */
+
+static int
+inspect(const char *name, const char *path)
+{
+    sbx_backend_info *info = sbx_backend_info_inspect(name, path);
+    json_object *o;
+
+    if (!info)
+        return 1;
+    o = json_object_new_object();
+    json_object_object_add(o, "version", json_object_new_string(sbx_backend_info_get0_version(info)));
+    json_object_object_add(o, "description",
+                           json_object_new_string(sbx_backend_info_get0_description(info)));
+    if (sbx_backend_info_get0_problem(info))
+        json_object_object_add(o, "problem",
+                               json_object_new_string(sbx_backend_info_get0_problem(info)));
+    json_object_object_add(o, "caps", json_object_new_int64((int64_t)sbx_backend_info_get_caps(info)));
+    json_object_object_add(o, "abi_major", json_object_new_int64(sbx_backend_info_get_abi_major(info)));
+    json_object_object_add(o, "abi_minor", json_object_new_int64(sbx_backend_info_get_abi_minor(info)));
+    printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+    json_object_put(o);
+    sbx_backend_info_free(info);
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
+int
+main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    if (argc == 3 && strcmp(argv[1], "--serve") == 0) {
+        char *end;
+        long fd = strtol(argv[2], &end, 10);
+
+        if (*end || fd < 0 || fd > 1 << 20) {
+            fprintf(stderr, "sbx-plugin-host: bad descriptor \"%s\"\n", argv[2]);
+            return 2;
+        }
+        return serve((int)fd);
+    }
+    if (argc == 4 && strcmp(argv[1], "--inspect") == 0)
+        return inspect(argv[2], argv[3]);
+    fprintf(stderr,
+            "usage: sbx-plugin-host --serve FD\n"
+            "       sbx-plugin-host --inspect NAME PATH\n"
+            "Runs a libsbx backend plugin out of process; started by libsbx.\n");
+    return 2;
+}

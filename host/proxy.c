@@ -1,0 +1,1552 @@
+/*
+ * host/proxy.c — the out-of-process proxy: a plugin descriptor whose slots
+ * send each call to an sbx-plugin-host process (host/plugin-host/) that runs
+ * the real plugin.
+ *
+ * One host process per client. sbx_proxy_open() starts it on a
+ * SOCK_SEQPACKET socketpair, exchanges HELLO / WELCOME (wire version, then
+ * the plugin's descriptor facts), and builds a descriptor with the same
+ * slots the plugin has, each a function generated from its row of the slot
+ * table (host/slots.h) with exactly the slot's C signature; the rest of
+ * libsbx uses it like any loaded plugin.
+ * The callers waiting for replies take turns reading the socket.
+ *
+ * Faults:
+ *  - The host dies (a plugin crash): every call in flight on the client
+ *    fails with a retryable connection error naming the signal; the next
+ *    call starts a new host, and every sandbox whose session state was
+ *    taken at create / resume is resumed there (reattached) under the same
+ *    handle. Processes started on the dead host are gone: calls on them
+ *    fail with a connection error.
+ *  - A call past its deadline (the call context's, or the client's call
+ *    timeout) or whose cancel descriptor fires gets a CANCEL frame: the
+ *    plugin's cancel descriptor becomes readable. When no reply comes
+ *    within SBX_PROXY_CANCEL_GRACE_SECS after that, the host is killed (and
+ *    restarted by the next call) and the call fails with a timeout error.
+ * Descriptors (exec stdin/stdout/stderr, file slot descriptors) are passed
+ * with SCM_RIGHTS: bytes go straight between the command and the caller.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "proxy.h"
+#include "slots.h"
+#include "wire.h"
+
+extern char **environ;
+
+/** Seconds a cancelled call may take to answer before its host is killed. */
+#define SBX_PROXY_CANCEL_GRACE_SECS 2.0
+/** Seconds a host may take to exit after its socket closed. */
+#define SBX_PROXY_EXIT_GRACE_SECS 2.0
+/** Socket buffer for frames, bytes. */
+#define SBX_PROXY_SOCKBUF (1024 * 1024)
+
+typedef struct proxy_client proxy_client;
+
+/* One call waiting for its reply. */
+typedef struct proxy_call {
+    struct proxy_call *next;
+    uint64_t id;
+    int efd;                    /* eventfd: a frame came or the host died */
+    sbx_wire_msg *reply;        /* the REPLY, once here */
+    sbx_wire_msg **entries;     /* ENTRY frames not yet handed over */
+    size_t nentries, capentries;
+    int failed;                 /* the host died first */
+} proxy_call;
+
+/* What every proxy handle starts with. */
+typedef struct proxy_handle {
+    proxy_client *pc;
+    uint64_t remote;            /* the plugin host's handle id */
+    unsigned gen;               /* the host generation it lives on */
+    char *kept[SBX_SLOT_COUNT]; /* strings returned as borrowed, per slot */
+} proxy_handle;
+
+typedef struct proxy_sandbox {
+    proxy_handle h;
+    struct proxy_sandbox *prev, *next;
+    char *state;                /* session state for reattaching; NULL if none */
+    int lost;                   /* its host died and it could not be resumed */
+} proxy_sandbox;
+
+typedef struct proxy_process {
+    proxy_handle h;
+    int event_fd;               /* the plugin's event descriptor (received) */
+    int dead_fd;                /* dup of its host's socket: hangs up when the
+                                 * host dies */
+    int poll_fd;                /* epoll over both, handed to the caller */
+} proxy_process;
+
+struct proxy_client {
+    proxy_handle h;             /* h.pc == self; h.remote = plugin client */
+    sbx_plugin desc;            /* what libsbx calls */
+    char *backend;
+    char *config;               /* client_new's config, for restarts */
+    char *name, *version, *description;
+    uint64_t have;              /* slots the plugin has */
+    double call_timeout;        /* seconds; 0 = none */
+
+    pthread_mutex_t restart_lock; /* held while a host is (re)started */
+    pthread_mutex_t lock;       /* everything below */
+    int sock;
+    pid_t pid;
+    unsigned gen;
+    int dead;                   /* the current host is gone */
+    int killed;                 /* we killed it (unacknowledged cancel) */
+    char *death;                /* how it ended */
+    int dead_efd;               /* readable once this generation died */
+    int reaped;                 /* the current host's pid was waited for */
+    int reading;                /* a waiting caller is reading the socket */
+    void *scratch;              /* the reader's buffer, SBX_WIRE_MAX_FRAME */
+    uint64_t next_call;
+    proxy_call *calls;
+    proxy_sandbox *sandboxes;
+};
+
+/* The proxy function of each row, generated below. */
+static void *const proxy_fns[SBX_SLOT_COUNT];
+
+/* ---------------------------------------------------------------- helpers */
+
+static const sbx_slot_row *
+row_of(unsigned slot)
+{
+    return &sbx_slot_rows[slot];
+}
+
+static char *
+proxy_strdup_alloc(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = sbx_host_services_get()->alloc(n);
+
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
+/* Sets a connection error about @pc's dead host into @err. */
+static void
+set_dead_error(proxy_client *pc, sbx_error **err, const char *slot)
+{
+    sbx_error *e;
+
+    pthread_mutex_lock(&pc->lock);
+    e = sbx_set_error(err, pc->killed ? SBX_ERROR_TIMEOUT : SBX_ERROR_CONNECTION, slot,
+                      "the plugin host of backend \"%s\" %s", pc->backend,
+                      pc->death ? pc->death : "is gone");
+    pthread_mutex_unlock(&pc->lock);
+    sbx_error_set_outcome(e, SBX_ERROR_OUTCOME_UNKNOWN);
+    sbx_error_fill(e, pc->backend, slot);
+}
+
+/* ---------------------------------------------------------------- reading */
+
+/*
+ * There is no reader thread: the callers waiting for replies take turns
+ * reading the socket (one at a time, pc->reading), so a reply usually
+ * reaches the thread that waits for it without a thread switch. A frame for
+ * another call is handed to that call, whose thread is woken through its
+ * eventfd. A caller whose call is done while others wait wakes one of them
+ * to read on. A process handle's descriptor includes the socket's hang-up,
+ * so an exec in flight wakes when the host dies even while no call waits.
+ */
+
+static proxy_call *
+call_find(proxy_client *pc, uint64_t id)
+{
+    for (proxy_call *c = pc->calls; c; c = c->next)
+        if (c->id == id)
+            return c;
+    return NULL;
+}
+
+/* Reaps @pid, killing it when it does not end within the grace. */
+static int
+reap(pid_t pid, double grace)
+{
+    double until = sbx_monotonic_now() + grace;
+    int status = 0;
+
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+
+        if (r == pid || (r < 0 && errno != EINTR))
+            return status;
+        if (r == 0 && sbx_monotonic_now() >= until) {
+            kill(pid, SIGKILL);
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
+            return status;
+        }
+        usleep(1000);
+    }
+}
+
+/*
+ * The current host's socket gave EOF or an error: reap the host, say how it
+ * ended, fail every call waiting on it. Called with pc->lock held.
+ */
+static void
+conn_died_locked(proxy_client *pc)
+{
+    int status;
+    char *how;
+
+    if (pc->dead)
+        return;
+    pc->dead = 1;
+    status = reap(pc->pid, SBX_PROXY_EXIT_GRACE_SECS);
+    pc->reaped = 1;
+    how = sbx_wait_status_text(status);
+    free(pc->death);
+    pc->death = pc->killed
+        ? sbx_asprintf("(pid %d) did not acknowledge a cancel within %.0f s and was killed",
+                       (int)pc->pid, SBX_PROXY_CANCEL_GRACE_SECS)
+        : sbx_asprintf("(pid %d) died: %s", (int)pc->pid, how ? how : "ended");
+    for (proxy_call *c = pc->calls; c; c = c->next) {
+        c->failed = 1;
+        eventfd_write(c->efd, 1);
+    }
+    if (pc->dead_efd >= 0)
+        eventfd_write(pc->dead_efd, 1);
+    sbx_log(SBX_LOG_INFO, pc->backend, "plugin host pid %d ended: %s", (int)pc->pid,
+            how ? how : "?");
+    free(how);
+}
+
+/* Hands frame @m to its call (with pc->lock held); frees it when no call
+ * waits for it. */
+static void
+route_locked(proxy_client *pc, sbx_wire_msg *m, proxy_call *self)
+{
+    proxy_call *c = (m->type == SBX_MSG_REPLY || m->type == SBX_MSG_ENTRY)
+                        ? call_find(pc, m->call_id) : NULL;
+
+    if (c && m->type == SBX_MSG_REPLY && !c->reply) {
+        c->reply = m;
+        m = NULL;
+    } else if (c && m->type == SBX_MSG_ENTRY) {
+        if (c->nentries == c->capentries) {
+            size_t ncap = c->capentries ? c->capentries * 2 : 16;
+            sbx_wire_msg **n = realloc(c->entries, ncap * sizeof(*n));
+
+            if (n) {
+                c->entries = n;
+                c->capentries = ncap;
+            }
+        }
+        if (c->nentries < c->capentries) {
+            c->entries[c->nentries++] = m;
+            m = NULL;
+        }
+    }
+    if (c && c != self)
+        eventfd_write(c->efd, 1);
+    if (m) {
+        sbx_wire_clear(m);
+        free(m);
+    }
+}
+
+/* The calling thread's eventfd for waiting (kept for the thread's life,
+ * closed when it exits). */
+static pthread_key_t efd_key;
+static pthread_once_t efd_once = PTHREAD_ONCE_INIT;
+static __thread int efd_busy;
+
+static void
+efd_destroy(void *p)
+{
+    close((int)(intptr_t)p - 1);
+}
+
+static void
+efd_key_make(void)
+{
+    pthread_key_create(&efd_key, efd_destroy);
+}
+
+/* An eventfd for one wait: the thread's own (drained), or a new one when the
+ * thread's is in use (a listing callback that calls libsbx again). *@own
+ * says which; give it back with efd_release(). */
+static int
+efd_get(int *own)
+{
+    int fd;
+
+    pthread_once(&efd_once, efd_key_make);
+    *own = 0;
+    if (!efd_busy) {
+        intptr_t v = (intptr_t)pthread_getspecific(efd_key);
+
+        if (v == 0) {
+            fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+            if (fd >= 0 && pthread_setspecific(efd_key, (void *)(intptr_t)(fd + 1)) != 0) {
+                close(fd);
+                fd = -1;
+            }
+        } else {
+            eventfd_t drain;
+
+            fd = (int)v - 1;
+            eventfd_read(fd, &drain);
+        }
+        if (fd >= 0) {
+            efd_busy = 1;
+            *own = 1;
+            return fd;
+        }
+    }
+    return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+}
+
+static void
+efd_release(int fd, int own)
+{
+    if (own)
+        efd_busy = 0;
+    else if (fd >= 0)
+        close(fd);
+}
+
+/* ---------------------------------------------------------------- calls */
+
+/* Context the generic call needs beyond the frame. */
+typedef struct call_io {
+    const sbx_call_ctx *ctx;    /* NULL when the row has none */
+    sbx_plugin_file_fn file_fn;
+    sbx_plugin_owned_fn owned_fn;
+    void *user_data;
+} call_io;
+
+/* Hands ENTRY frame @m to the caller's callback. Returns its verdict. */
+static int
+deliver_entry(call_io *io, sbx_wire_msg *m)
+{
+    if (io->file_fn) {
+        sbx_plugin_file_info info = { sizeof(info), NULL, 0, 0, 0 };
+
+        info.name = sbx_wire_get_str(m);
+        info.is_dir = (int)sbx_wire_get_i64(m);
+        info.size = sbx_wire_get_i64(m);
+        info.mode = sbx_wire_get_u32(m);
+        return m->bad ? 1 : io->file_fn(&info, io->user_data);
+    }
+    if (io->owned_fn) {
+        sbx_plugin_owned_info info = { sizeof(info), NULL, NULL, 0, 0 };
+
+        info.id = sbx_wire_get_str(m);
+        info.create_token = sbx_wire_get_str(m);
+        info.created_at = sbx_wire_get_f64(m);
+        info.expires_at = sbx_wire_get_f64(m);
+        return m->bad ? 1 : io->owned_fn(&info, io->user_data);
+    }
+    return 0;
+}
+
+/* Takes @call out of @pc's list and, when nobody reads while others wait,
+ * wakes one of them to read on. With pc->lock held. */
+static void
+call_unlink_locked(proxy_client *pc, proxy_call *call)
+{
+    for (proxy_call **p = &pc->calls; *p; p = &(*p)->next)
+        if (*p == call) {
+            *p = call->next;
+            break;
+        }
+    if (!pc->reading && pc->calls)
+        eventfd_write(pc->calls->efd, 1);
+}
+
+/*
+ * Sends CALL frame @req on @pc's current host and waits for its REPLY,
+ * handing ENTRY frames to @io's callback meanwhile. Returns the reply
+ * (caller frees), or NULL with *@err set (connection / timeout).
+ */
+static sbx_wire_msg *
+call_send_wait(proxy_client *pc, sbx_wire_msg *req, call_io *io, const char *slot,
+               sbx_error **err)
+{
+    proxy_call call = { .efd = -1 };
+    sbx_wire_msg *reply = NULL;
+    double deadline = 0, kill_at = 0;
+    int cancel_fd = -1, cancelled = 0, stopped = 0, sock, own_efd, failed = 0;
+    pid_t pid;
+
+    call.efd = efd_get(&own_efd);
+    if (call.efd < 0) {
+        sbx_set_error(err, SBX_ERROR_UNKNOWN, slot, "eventfd: %s", strerror(errno));
+        return NULL;
+    }
+    if (io->ctx) {
+        deadline = io->ctx->deadline;
+        cancel_fd = io->ctx->cancel_fd;
+    }
+    if (pc->call_timeout > 0) {
+        double d = sbx_monotonic_now() + pc->call_timeout;
+
+        if (!deadline || d < deadline)
+            deadline = d;
+    }
+
+    pthread_mutex_lock(&pc->lock);
+    if (pc->dead) {
+        pthread_mutex_unlock(&pc->lock);
+        efd_release(call.efd, own_efd);
+        set_dead_error(pc, err, slot);
+        return NULL;
+    }
+    call.id = ++pc->next_call;
+    req->call_id = call.id;
+    call.next = pc->calls;
+    pc->calls = &call;
+    sock = pc->sock;
+    pid = pc->pid;
+    pthread_mutex_unlock(&pc->lock);
+
+    if (sbx_wire_send(sock, req) < 0) {
+        int e = errno;
+
+        pthread_mutex_lock(&pc->lock);
+        call_unlink_locked(pc, &call);
+        if (e != EMSGSIZE && e != ENOMEM && pc->pid == pid)
+            conn_died_locked(pc);
+        pthread_mutex_unlock(&pc->lock);
+        efd_release(call.efd, own_efd);
+        if (e == EMSGSIZE || e == ENOMEM)
+            sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, slot,
+                          "the arguments of %s do not fit in one frame of %d bytes", slot,
+                          SBX_WIRE_MAX_FRAME);
+        else
+            set_dead_error(pc, err, slot);
+        return NULL;
+    }
+
+    for (;;) {
+        struct pollfd pfd[2];
+        nfds_t n = 0;
+        int timeout = -1, rc, reader = 0, icancel = -1;
+        double now = sbx_monotonic_now();
+        sbx_wire_msg **entries = NULL;
+        size_t nentries = 0;
+
+        pthread_mutex_lock(&pc->lock);
+        if (call.nentries) {
+            entries = call.entries;
+            nentries = call.nentries;
+            call.entries = NULL;
+            call.nentries = call.capentries = 0;
+        }
+        reply = call.reply;
+        failed = call.failed;
+        if (!reply && !failed && !nentries && !pc->reading && !pc->dead && pc->pid == pid) {
+            pc->reading = 1;
+            reader = 1;
+        }
+        pthread_mutex_unlock(&pc->lock);
+
+        for (size_t i = 0; i < nentries; i++) {
+            if (!stopped && deliver_entry(io, entries[i]) != 0) {
+                sbx_wire_msg stop;
+
+                stopped = 1;
+                sbx_wire_init(&stop, SBX_MSG_STOP, 0, call.id);
+                sbx_wire_send(sock, &stop);
+                sbx_wire_clear(&stop);
+            }
+            sbx_wire_clear(entries[i]);
+            free(entries[i]);
+        }
+        free(entries);
+        if (reply || failed)
+            break;
+        if (nentries)
+            continue;
+
+        if (cancelled)
+            timeout = kill_at > now ? (int)ceil((kill_at - now) * 1000) : 0;
+        else if (deadline)
+            timeout = deadline > now ? (int)ceil((deadline - now) * 1000) : 0;
+        pfd[n++] = (struct pollfd){ reader ? sock : call.efd, POLLIN, 0 };
+        if (cancel_fd >= 0 && !cancelled) {
+            icancel = (int)n;
+            pfd[n++] = (struct pollfd){ cancel_fd, POLLIN, 0 };
+        }
+        rc = poll(pfd, n, timeout);
+        if (reader) {
+            sbx_wire_msg *m = NULL;
+            int got = 0;
+
+            if (rc > 0 && pfd[0].revents) {
+                m = malloc(sizeof(*m));
+                got = m ? sbx_wire_recv(sock, m, pc->scratch) : -1;
+            }
+            pthread_mutex_lock(&pc->lock);
+            pc->reading = 0;
+            if (got == 1)
+                route_locked(pc, m, &call);
+            else if (rc > 0 && pfd[0].revents && pc->pid == pid)
+                conn_died_locked(pc);
+            if (got != 1)
+                free(m);
+            pthread_mutex_unlock(&pc->lock);
+        } else if (rc > 0 && (pfd[0].revents & POLLIN)) {
+            eventfd_t v;
+
+            eventfd_read(call.efd, &v);
+        }
+        now = sbx_monotonic_now();
+        if (!cancelled && ((icancel >= 0 && rc > 0 &&
+                            (pfd[icancel].revents & (POLLIN | POLLHUP | POLLERR))) ||
+                           (deadline && now >= deadline))) {
+            sbx_wire_msg cancel;
+
+            cancelled = 1;
+            kill_at = now + SBX_PROXY_CANCEL_GRACE_SECS;
+            sbx_wire_init(&cancel, SBX_MSG_CANCEL, 0, call.id);
+            sbx_wire_send(sock, &cancel);
+            sbx_wire_clear(&cancel);
+            sbx_log(SBX_LOG_INFO, pc->backend, "%s: cancel sent to plugin host %d", slot,
+                    (int)pid);
+        } else if (cancelled && now >= kill_at) {
+            pthread_mutex_lock(&pc->lock);
+            if (pc->pid == pid && !pc->dead) {
+                pc->killed = 1;
+                kill(pid, SIGKILL);
+            }
+            pthread_mutex_unlock(&pc->lock);
+            kill_at = now + 3600; /* the reader sees the end and fails the calls */
+        }
+    }
+
+    pthread_mutex_lock(&pc->lock);
+    call_unlink_locked(pc, &call);
+    pthread_mutex_unlock(&pc->lock);
+    /* Entries that came with the reply, after the last hand-over. */
+    for (size_t i = 0; i < call.nentries; i++) {
+        if (!stopped && deliver_entry(io, call.entries[i]) != 0)
+            stopped = 1;
+        sbx_wire_clear(call.entries[i]);
+        free(call.entries[i]);
+    }
+    free(call.entries);
+    efd_release(call.efd, own_efd);
+    if (!reply)
+        set_dead_error(pc, err, slot);
+    return reply;
+}
+
+/* ---------------------------------------------------------------- hosts */
+
+static void proxy_reattach(proxy_client *pc);
+
+/* Closes the current host's socket (the host exits at EOF) and reaps it,
+ * killing it after a grace. Called without pc->lock; no call may wait. */
+static void
+host_stop(proxy_client *pc)
+{
+    pthread_mutex_lock(&pc->lock);
+    if (pc->sock >= 0)
+        shutdown(pc->sock, SHUT_RDWR);
+    if (!pc->reaped && pc->pid > 0) {
+        reap(pc->pid, SBX_PROXY_EXIT_GRACE_SECS);
+        pc->reaped = 1;
+    }
+    sbx_close_fd(&pc->sock);
+    sbx_close_fd(&pc->dead_efd);
+    pc->dead = 1;
+    pthread_mutex_unlock(&pc->lock);
+}
+
+/*
+ * Starts a host for @pc: spawn, HELLO / WELCOME, reader thread, then the
+ * plugin's client_new. Called with restart_lock held. Returns 0 or -1 with
+ * *@err set.
+ */
+static int
+host_start(proxy_client *pc, sbx_error **err)
+{
+    static const char op[] = "plugin_host";
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    sigset_t none, defaults;
+    int sv[2], child, bufsize = SBX_PROXY_SOCKBUF;
+    char fdarg[16], *host = NULL;
+    void *scratch = NULL;
+    sbx_wire_msg m;
+    pid_t pid;
+    uint32_t version, ok;
+    sbx_error *e;
+
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+        e = sbx_set_error(err, SBX_ERROR_CONNECTION, op, "socketpair: %s", strerror(errno));
+        return -1;
+    }
+    setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &bufsize, sizeof(bufsize));
+    setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &bufsize, sizeof(bufsize));
+    child = sv[1];
+    if (child <= 3) {
+        int moved = fcntl(child, F_DUPFD_CLOEXEC, 10);
+
+        close(child);
+        child = moved;
+    }
+    host = sbx_plugin_host_path();
+    if (child < 0 || !host) {
+        sbx_set_error(err, SBX_ERROR_UNKNOWN, op, "out of memory or descriptors");
+        goto fail_fds;
+    }
+    snprintf(fdarg, sizeof(fdarg), "%d", 3);
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, 2, 1);
+    posix_spawn_file_actions_adddup2(&fa, child, 3);
+    posix_spawnattr_init(&attr);
+    sigemptyset(&none);
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGPIPE);
+    sigaddset(&defaults, SIGINT);
+    sigaddset(&defaults, SIGTERM);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    /* Its own process group: a terminal's Ctrl-C goes to the application,
+     * which then closes the socket, and the host follows. */
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+                                        POSIX_SPAWN_SETPGROUP);
+    {
+        char *const argv[] = { host, (char *)"--serve", fdarg, NULL };
+        int rc = posix_spawn(&pid, host, &fa, &attr, argv, environ);
+
+        posix_spawn_file_actions_destroy(&fa);
+        posix_spawnattr_destroy(&attr);
+        if (rc != 0) {
+            e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, op,
+                              "cannot start the plugin host %s: %s (set SBX_PLUGIN_HOST, "
+                              "or SBX_PLUGIN_MODE=inprocess)", host, strerror(rc));
+            sbx_error_add_context(e, "path", host);
+            goto fail_fds;
+        }
+    }
+    close(child);
+    child = -1;
+
+    /* HELLO: the wire versions we speak and the backend. */
+    sbx_wire_init(&m, SBX_MSG_HELLO, 0, 0);
+    sbx_wire_put_u32(&m, SBX_WIRE_VERSION_MIN);
+    sbx_wire_put_u32(&m, SBX_WIRE_VERSION_MAX);
+    sbx_wire_put_str(&m, pc->backend);
+    if (sbx_wire_send(sv[0], &m) < 0) {
+        sbx_wire_clear(&m);
+        goto died;
+    }
+    sbx_wire_clear(&m);
+    scratch = malloc(SBX_WIRE_MAX_FRAME);
+    if (!scratch || sbx_wire_recv(sv[0], &m, scratch) != 1 || m.type != SBX_MSG_WELCOME) {
+        if (scratch)
+            sbx_wire_clear(&m);
+        goto died;
+    }
+    free(scratch);
+    scratch = NULL;
+    version = sbx_wire_get_u32(&m);
+    sbx_wire_get_u32(&m); /* the host's pid, as it sees itself */
+    ok = sbx_wire_get_u32(&m);
+    if (!ok || version == 0) {
+        sbx_error *remote = sbx_wire_get_error(&m);
+
+        sbx_wire_clear(&m);
+        close(sv[0]);
+        reap(pid, SBX_PROXY_EXIT_GRACE_SECS);
+        free(host);
+        if (!remote)
+            remote = sbx_error_new(SBX_ERROR_CONNECTION, op, "the plugin host refused HELLO");
+        sbx_error_propagate(err, remote);
+        return -1;
+    }
+    if (!pc->name) {
+        pc->name = sbx_strdup(sbx_wire_get_str(&m));
+        pc->version = sbx_strdup(sbx_wire_get_str(&m));
+        pc->description = sbx_strdup(sbx_wire_get_str(&m));
+        pc->desc.abi_major = sbx_wire_get_u32(&m);
+        pc->desc.abi_minor = sbx_wire_get_u32(&m);
+        pc->desc.caps = sbx_wire_get_u64(&m);
+        pc->have = sbx_wire_get_u64(&m);
+    }
+    if (m.bad) {
+        sbx_wire_clear(&m);
+        kill(pid, SIGKILL);
+        goto died;
+    }
+    sbx_wire_clear(&m);
+
+    pthread_mutex_lock(&pc->lock);
+    if (!pc->scratch)
+        pc->scratch = malloc(SBX_WIRE_MAX_FRAME);
+    pc->sock = sv[0];
+    pc->pid = pid;
+    pc->gen++;
+    pc->dead = 0;
+    pc->killed = 0;
+    pc->reaped = 0;
+    pc->reading = 0;
+    pc->dead_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (!pc->scratch || pc->dead_efd < 0) {
+        kill(pid, SIGKILL);
+        reap(pid, SBX_PROXY_EXIT_GRACE_SECS);
+        pc->reaped = 1;
+        sbx_close_fd(&pc->sock);
+        sbx_close_fd(&pc->dead_efd);
+        pc->dead = 1;
+        pthread_mutex_unlock(&pc->lock);
+        free(host);
+        sbx_set_error(err, SBX_ERROR_UNKNOWN, op, "out of memory or descriptors");
+        return -1;
+    }
+    pthread_mutex_unlock(&pc->lock);
+    free(host);
+    sbx_log(SBX_LOG_INFO, pc->backend, "plugin host pid %d serves it (wire version %u)",
+            (int)pid, version);
+
+    /* The plugin's client, with the same config every time. */
+    if (pc->have & ((uint64_t)1 << SBX_SLOT_ID_client_new)) {
+        sbx_plugin_client *remote = NULL;
+        sbx_error *cerr = NULL;
+        int (*fn)(const char *, sbx_plugin_client **, sbx_error **);
+        void *av[3];
+        const char *config = pc->config;
+        sbx_plugin_client **out = &remote;
+        sbx_error **ep = &cerr;
+
+        (void)fn;
+        av[0] = &config;
+        av[1] = &out;
+        av[2] = &ep;
+        pc->h.gen = pc->gen;
+        {
+            int rv = -1;
+
+            sbx_proxy_invoke_on(pc, SBX_SLOT_ID_client_new, av, &rv);
+            if (rv != 0) {
+                sbx_error_ensure(&cerr, pc->backend, "client_new");
+                sbx_error_propagate(err, cerr);
+                host_stop(pc);
+                return -1;
+            }
+        }
+        sbx_error_free(cerr);
+    } else {
+        pc->h.remote = 0;
+    }
+    pc->h.gen = pc->gen;
+    return 0;
+
+died:
+    /* The host ended before it welcomed us: say how it ended. */
+    close(sv[0]);
+    {
+        int status = reap(pid, SBX_PROXY_EXIT_GRACE_SECS);
+        char *how = sbx_wait_status_text(status);
+
+        e = sbx_set_error(err, SBX_ERROR_CONNECTION, op,
+                          "the plugin host of backend \"%s\" (pid %d) %s%s before it was ready",
+                          pc->backend, (int)pid, how && strncmp(how, "killed", 6) == 0 ? "was " : "",
+                          how ? how : "ended");
+        sbx_error_set_outcome(e, SBX_ERROR_OUTCOME_UNKNOWN);
+        free(how);
+    }
+    free(scratch);
+    free(host);
+    return -1;
+fail_fds:
+    close(sv[0]);
+    if (child >= 0)
+        close(child);
+    free(host);
+    return -1;
+}
+
+/* Makes sure @pc has a live host; restarts and reattaches when it died.
+ * Returns 0 or -1 with *@err set. */
+static int
+ensure_host(proxy_client *pc, const char *slot, sbx_error **err)
+{
+    int dead;
+
+    pthread_mutex_lock(&pc->lock);
+    dead = pc->dead;
+    pthread_mutex_unlock(&pc->lock);
+    if (!dead)
+        return 0;
+    pthread_mutex_lock(&pc->restart_lock);
+    pthread_mutex_lock(&pc->lock);
+    dead = pc->dead;
+    pthread_mutex_unlock(&pc->lock);
+    if (dead) {
+        host_stop(pc);
+        if (host_start(pc, err) < 0) {
+            pthread_mutex_unlock(&pc->restart_lock);
+            sbx_error_fill(err ? *err : NULL, pc->backend, slot);
+            return -1;
+        }
+        proxy_reattach(pc);
+    }
+    pthread_mutex_unlock(&pc->restart_lock);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- handles */
+
+static void
+handle_release(proxy_handle *h)
+{
+    for (unsigned i = 0; i < SBX_SLOT_COUNT; i++)
+        free(h->kept[i]);
+}
+
+static void
+sandbox_link(proxy_client *pc, proxy_sandbox *sb)
+{
+    pthread_mutex_lock(&pc->lock);
+    sb->next = pc->sandboxes;
+    if (pc->sandboxes)
+        pc->sandboxes->prev = sb;
+    pc->sandboxes = sb;
+    pthread_mutex_unlock(&pc->lock);
+}
+
+static void
+sandbox_unlink(proxy_client *pc, proxy_sandbox *sb)
+{
+    pthread_mutex_lock(&pc->lock);
+    if (sb->prev)
+        sb->prev->next = sb->next;
+    else if (pc->sandboxes == sb)
+        pc->sandboxes = sb->next;
+    if (sb->next)
+        sb->next->prev = sb->prev;
+    sb->prev = sb->next = NULL;
+    pthread_mutex_unlock(&pc->lock);
+}
+
+/* ---------------------------------------------------------------- invoke */
+
+typedef union proxy_ret {
+    int i;
+    char *s;
+    const char *cs;
+} proxy_ret;
+
+/* The client a call's first argument belongs to. */
+static proxy_client *
+first_client(const sbx_slot_row *row, void **av)
+{
+    void *p = *(void **)av[0];
+
+    switch (row->enc[0]) {
+    case SBX_ENC_CLIENT:
+        return p;
+    case SBX_ENC_SANDBOX:
+    case SBX_ENC_PROCESS:
+        return p ? ((proxy_handle *)p)->pc : NULL;
+    default:
+        return NULL;
+    }
+}
+
+/* The ERROR argument of a call, or NULL. */
+static sbx_error **
+error_arg(const sbx_slot_row *row, void **av)
+{
+    for (unsigned i = 0; i < row->nargs; i++)
+        if (row->enc[i] == SBX_ENC_ERROR)
+            return *(sbx_error ***)av[i];
+    return NULL;
+}
+
+static void
+ret_fail(const sbx_slot_row *row, proxy_ret *ret)
+{
+    switch (row->ret) {
+    case SBX_RET_INT:
+    case SBX_RET_FD:
+        ret->i = -1;
+        break;
+    case SBX_RET_STR_ALLOC:
+        ret->s = NULL;
+        break;
+    case SBX_RET_STR_BORROWED:
+        ret->cs = NULL;
+        break;
+    default:
+        break;
+    }
+}
+
+/* Encodes IN argument @i of @row into @m. */
+static void
+encode_arg(const sbx_slot_row *row, unsigned i, void **av, sbx_wire_msg *m, call_io *io,
+           proxy_client *pc)
+{
+    switch (row->enc[i]) {
+    case SBX_ENC_CLIENT:
+        sbx_wire_put_u64(m, pc->h.remote);
+        break;
+    case SBX_ENC_SANDBOX:
+    case SBX_ENC_PROCESS: {
+        proxy_handle *h = *(proxy_handle **)av[i];
+
+        sbx_wire_put_u64(m, h ? h->remote : 0);
+        break;
+    }
+    case SBX_ENC_CTX: {
+        const sbx_call_ctx *ctx = *(const sbx_call_ctx **)av[i];
+        double deadline = ctx ? ctx->deadline : 0;
+
+        if (pc->call_timeout > 0) {
+            double d = sbx_monotonic_now() + pc->call_timeout;
+
+            if (!deadline || d < deadline)
+                deadline = d;
+        }
+        io->ctx = ctx;
+        sbx_wire_put_f64(m, deadline);
+        sbx_wire_put_str(m, ctx ? ctx->create_token : NULL);
+        break;
+    }
+    case SBX_ENC_STR:
+        sbx_wire_put_str(m, *(const char **)av[i]);
+        break;
+    case SBX_ENC_BYTES: {
+        const void *p = *(const void **)av[i];
+        size_t len = row->len[i] >= 0 ? *(size_t *)av[row->len[i]] : 0;
+
+        sbx_wire_put_bytes(m, p ? p : "", p ? len : 0);
+        break;
+    }
+    case SBX_ENC_SIZE:
+        sbx_wire_put_u64(m, (uint64_t) * (size_t *)av[i]);
+        break;
+    case SBX_ENC_INT:
+        sbx_wire_put_i64(m, *(int *)av[i]);
+        break;
+    case SBX_ENC_U32:
+        sbx_wire_put_u32(m, *(unsigned *)av[i]);
+        break;
+    case SBX_ENC_FD:
+        sbx_wire_put_fd(m, *(int *)av[i]);
+        break;
+    case SBX_ENC_CREATE_REQ: {
+        const sbx_plugin_create_request *r = *(const sbx_plugin_create_request **)av[i];
+
+        sbx_wire_put_u64(m, r->set_fields);
+        sbx_wire_put_f64(m, r->cpu);
+        sbx_wire_put_i64(m, r->memory_mb);
+        sbx_wire_put_f64(m, r->timeout_secs);
+        sbx_wire_put_str(m, r->workdir);
+        sbx_wire_put_strv(m, r->env);
+        sbx_wire_put_f64(m, r->expires_at);
+        sbx_wire_put_str(m, r->image);
+        sbx_wire_put_str(m, r->template_name);
+        sbx_wire_put_str(m, r->snapshot_id);
+        sbx_wire_put_str(m, r->app_name);
+        sbx_wire_put_str(m, r->gpu);
+        sbx_wire_put_i64(m, r->disk_mb);
+        sbx_wire_put_i64(m, r->allow_internet);
+        sbx_wire_put_str(m, r->backend_options);
+        break;
+    }
+    case SBX_ENC_EXEC_REQ: {
+        const sbx_plugin_exec_request *r = *(const sbx_plugin_exec_request **)av[i];
+
+        sbx_wire_put_strv(m, r->argv);
+        sbx_wire_put_str(m, r->shell);
+        sbx_wire_put_strv(m, r->env);
+        sbx_wire_put_str(m, r->cwd);
+        sbx_wire_put_str(m, r->user);
+        sbx_wire_put_u32(m, r->tty_rows);
+        sbx_wire_put_u32(m, r->tty_cols);
+        sbx_wire_put_fd(m, r->stdin_fd);
+        sbx_wire_put_fd(m, r->stdout_fd);
+        sbx_wire_put_fd(m, r->stderr_fd);
+        sbx_wire_put_i64(m, r->stdin_fd);
+        break;
+    }
+    case SBX_ENC_FILE_FN:
+        io->file_fn = *(sbx_plugin_file_fn *)av[i];
+        break;
+    case SBX_ENC_OWNED_FN:
+        io->owned_fn = *(sbx_plugin_owned_fn *)av[i];
+        break;
+    case SBX_ENC_USER_DATA:
+        io->user_data = *(void **)av[i];
+        break;
+    default:
+        break;
+    }
+}
+
+/* Fetches and keeps the session state of new sandbox @sb (for reattaching). */
+static void
+sandbox_keep_state(proxy_client *pc, proxy_sandbox *sb, const sbx_call_ctx *ctx)
+{
+    char *state = NULL;
+    sbx_error *e = NULL;
+    void *av[3];
+    sbx_plugin_sandbox *arg0 = (sbx_plugin_sandbox *)sb;
+    sbx_error **ep = &e;
+    proxy_ret r;
+
+    if (!(pc->have & ((uint64_t)1 << SBX_SLOT_ID_session_state)))
+        return;
+    av[0] = &arg0;
+    av[1] = &ctx;
+    av[2] = &ep;
+    sbx_proxy_invoke_on(pc, SBX_SLOT_ID_session_state, av, &r);
+    state = r.s;
+    if (state) {
+        free(sb->state);
+        sb->state = strdup(state);
+        sbx_host_services_get()->free(state);
+    }
+    sbx_error_free(e);
+}
+
+/*
+ * Keeps @fd (received: the plugin's event descriptor of process @p) and
+ * returns what the caller polls: an epoll descriptor over it and this host
+ * generation's death eventfd, so a crash wakes the caller too.
+ */
+static int
+process_set_event_fd(proxy_process *p, int fd)
+{
+    struct epoll_event ev = { .events = EPOLLIN };
+
+    sbx_close_fd(&p->event_fd);
+    sbx_close_fd(&p->poll_fd);
+    if (fd < 0)
+        return -1;
+    p->event_fd = fd;
+    p->poll_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (p->poll_fd < 0)
+        return p->event_fd;
+    ev.data.fd = p->event_fd;
+    epoll_ctl(p->poll_fd, EPOLL_CTL_ADD, p->event_fd, &ev);
+    if (p->dead_fd >= 0) {
+        /* Only the hang-up (always reported), not the frames. */
+        ev.events = EPOLLRDHUP;
+        ev.data.fd = p->dead_fd;
+        epoll_ctl(p->poll_fd, EPOLL_CTL_ADD, p->dead_fd, &ev);
+    }
+    return p->poll_fd;
+}
+
+/* Decodes the reply @rep of @row into the caller's OUT arguments and @ret. */
+static void
+decode_reply(proxy_client *pc, const sbx_slot_row *row, unsigned slot, void **av,
+             sbx_wire_msg *rep, proxy_ret *ret, unsigned gen)
+{
+    proxy_handle *first = row->enc[0] == SBX_ENC_CLIENT ? &pc->h : *(proxy_handle **)av[0];
+    int received_fd = -1, ok_outs;
+
+    switch (row->ret) {
+    case SBX_RET_INT:
+        ret->i = (int)sbx_wire_get_i64(rep);
+        break;
+    case SBX_RET_FD:
+        ret->i = (int)sbx_wire_get_i64(rep);
+        received_fd = sbx_wire_take_fd(rep);
+        break;
+    case SBX_RET_STR_ALLOC: {
+        const char *s = sbx_wire_get_str(rep);
+
+        ret->s = s ? proxy_strdup_alloc(s) : NULL;
+        break;
+    }
+    case SBX_RET_STR_BORROWED: {
+        const char *s = sbx_wire_get_str(rep);
+
+        free(first->kept[slot]);
+        first->kept[slot] = s ? strdup(s) : NULL;
+        ret->cs = first->kept[slot];
+        break;
+    }
+    default:
+        break;
+    }
+    if (row->ret == SBX_RET_FD)
+        ret->i = process_set_event_fd((proxy_process *)first, received_fd);
+    ok_outs = (int)sbx_wire_get_u32(rep);
+    for (unsigned i = 0; i < row->nargs; i++) {
+        if (row->dir[i] != SBX_DIR_OUT)
+            continue;
+        switch (row->enc[i]) {
+        case SBX_ENC_U64:
+            if (ok_outs)
+                **(uint64_t **)av[i] = sbx_wire_get_u64(rep);
+            break;
+        case SBX_ENC_INT_OUT:
+            if (ok_outs)
+                **(int **)av[i] = (int)sbx_wire_get_i64(rep);
+            break;
+        case SBX_ENC_FILE_INFO: {
+            sbx_plugin_file_info *info = *(sbx_plugin_file_info **)av[i];
+
+            if (!ok_outs)
+                break;
+            {
+                const char *name = sbx_wire_get_str(rep);
+
+                free(first->kept[slot]);
+                first->kept[slot] = name ? strdup(name) : NULL;
+                info->name = first->kept[slot];
+                info->is_dir = (int)sbx_wire_get_i64(rep);
+                info->size = sbx_wire_get_i64(rep);
+                info->mode = sbx_wire_get_u32(rep);
+            }
+            break;
+        }
+        case SBX_ENC_NEW_CLIENT: {
+            uint64_t id = ok_outs ? sbx_wire_get_u64(rep) : 0;
+
+            if (ok_outs && ret->i == 0) {
+                pc->h.remote = id;
+                **(sbx_plugin_client ***)av[i] = (sbx_plugin_client *)pc;
+            }
+            break;
+        }
+        case SBX_ENC_NEW_SANDBOX: {
+            uint64_t id = ok_outs ? sbx_wire_get_u64(rep) : 0;
+
+            if (ok_outs && ret->i == 0) {
+                proxy_sandbox *sb = calloc(1, sizeof(*sb));
+
+                if (!sb) {
+                    ret->i = -1;
+                    break;
+                }
+                sb->h.pc = pc;
+                sb->h.remote = id;
+                sb->h.gen = gen;
+                sandbox_link(pc, sb);
+                **(sbx_plugin_sandbox ***)av[i] = (sbx_plugin_sandbox *)sb;
+            }
+            break;
+        }
+        case SBX_ENC_NEW_PROCESS: {
+            uint64_t id = ok_outs ? sbx_wire_get_u64(rep) : 0;
+            int efd = ok_outs ? sbx_wire_take_fd(rep) : -1;
+
+            if (ok_outs && ret->i == 0) {
+                proxy_process *p = calloc(1, sizeof(*p));
+
+                if (!p) {
+                    ret->i = -1;
+                    break;
+                }
+                p->h.pc = pc;
+                p->h.remote = id;
+                p->h.gen = gen;
+                p->event_fd = p->poll_fd = -1;
+                pthread_mutex_lock(&pc->lock);
+                p->dead_fd = pc->sock >= 0 && pc->gen == gen
+                                 ? fcntl(pc->sock, F_DUPFD_CLOEXEC, 3) : -1;
+                pthread_mutex_unlock(&pc->lock);
+                process_set_event_fd(p, efd);
+                efd = -1;
+                **(sbx_plugin_process ***)av[i] = (sbx_plugin_process *)p;
+            }
+            if (efd >= 0)
+                close(efd);
+            break;
+        }
+        case SBX_ENC_ERROR: {
+            sbx_error **ep = *(sbx_error ***)av[i];
+            sbx_error *e = sbx_wire_get_error(rep);
+
+            if (e)
+                sbx_error_propagate(ep, e);
+            break;
+        }
+        default:
+            break;
+        }
+    }
+    if (rep->bad) {
+        sbx_error **ep = error_arg(row, av);
+
+        ret_fail(row, ret);
+        sbx_set_error(ep, SBX_ERROR_CONNECTION, row->name,
+                      "malformed reply from the plugin host of backend \"%s\"", pc->backend);
+    }
+}
+
+void
+sbx_proxy_invoke_on(proxy_client *pc, unsigned slot, void **av, void *retp)
+{
+    const sbx_slot_row *row = row_of(slot);
+    proxy_ret *ret = retp;
+    sbx_error **ep = error_arg(row, av);
+    proxy_handle *first = NULL;
+    call_io io = { 0 };
+    sbx_wire_msg req, *rep;
+    unsigned gen;
+
+    ret_fail(row, ret);
+    if (row->enc[0] == SBX_ENC_SANDBOX || row->enc[0] == SBX_ENC_PROCESS)
+        first = *(proxy_handle **)av[0];
+
+    /* Frees of handles whose host is gone only free our side. */
+    pthread_mutex_lock(&pc->lock);
+    gen = pc->gen;
+    pthread_mutex_unlock(&pc->lock);
+    if ((row->flags & SBX_ROW_FREES) && first && first->gen != gen)
+        goto freed;
+    if (first && first->gen != gen) {
+        char *death;
+
+        pthread_mutex_lock(&pc->lock);
+        death = sbx_strdup(pc->death ? pc->death : "ended");
+        pthread_mutex_unlock(&pc->lock);
+        if (row->enc[0] == SBX_ENC_SANDBOX && ((proxy_sandbox *)first)->lost)
+            sbx_set_error(ep, SBX_ERROR_CONNECTION, row->name,
+                          "sandbox was lost with the plugin host of backend \"%s\", which %s, "
+                          "and cannot be resumed", pc->backend, death ? death : "ended");
+        else
+            sbx_set_error(ep, SBX_ERROR_CONNECTION, row->name,
+                          "the process was lost with the plugin host of backend \"%s\", "
+                          "which %s", pc->backend, death ? death : "ended");
+        free(death);
+        if (ep && *ep) {
+            sbx_error_fill(*ep, pc->backend, row->name);
+            sbx_error_set_outcome(*ep, SBX_ERROR_OUTCOME_UNKNOWN);
+        }
+        return;
+    }
+
+    if (row->ret == SBX_RET_FD && row->enc[0] == SBX_ENC_PROCESS) {
+        /* exec_event_fd: it came with the process. */
+        proxy_process *p = (proxy_process *)first;
+
+        ret->i = p->poll_fd >= 0 ? p->poll_fd : p->event_fd;
+        return;
+    }
+    sbx_wire_init(&req, SBX_MSG_CALL, slot, 0);
+    for (unsigned i = 0; i < row->nargs; i++)
+        if (row->dir[i] == SBX_DIR_IN)
+            encode_arg(row, i, av, &req, &io, pc);
+    if (row->flags & SBX_ROW_NO_REPLY) {
+        /* The host runs it before the next frame; nothing comes back. */
+        int sock;
+
+        pthread_mutex_lock(&pc->lock);
+        sock = pc->dead ? -1 : pc->sock;
+        req.call_id = ++pc->next_call;
+        pthread_mutex_unlock(&pc->lock);
+        if (sock >= 0)
+            sbx_wire_send(sock, &req);
+        sbx_wire_clear(&req);
+        goto freed;
+    }
+    rep = call_send_wait(pc, &req, &io, row->name, ep);
+    sbx_wire_clear(&req);
+    if (!rep) {
+        if (row->flags & SBX_ROW_FREES)
+            goto freed;
+        return;
+    }
+    decode_reply(pc, row, slot, av, rep, ret, gen);
+    sbx_wire_clear(rep);
+    free(rep);
+
+    /* New sandboxes: keep their session state so they can be reattached. */
+    for (unsigned i = 0; i < row->nargs; i++)
+        if (row->enc[i] == SBX_ENC_NEW_SANDBOX && ret->i == 0)
+            sandbox_keep_state(pc, *(proxy_sandbox **)*(void **)av[i], io.ctx);
+    if (!(row->flags & SBX_ROW_FREES))
+        return;
+freed:
+    if (!first)
+        return;
+    if (row->enc[0] == SBX_ENC_SANDBOX) {
+        proxy_sandbox *sb = (proxy_sandbox *)first;
+
+        sandbox_unlink(pc, sb);
+        free(sb->state);
+    } else if (row->enc[0] == SBX_ENC_PROCESS) {
+        proxy_process *p = (proxy_process *)first;
+
+        sbx_close_fd(&p->poll_fd);
+        sbx_close_fd(&p->event_fd);
+        sbx_close_fd(&p->dead_fd);
+    }
+    handle_release(first);
+    free(first);
+}
+
+/* The generic entry of every generated proxy function. */
+static void
+proxy_invoke(unsigned slot, void **av, proxy_ret *ret)
+{
+    const sbx_slot_row *row = row_of(slot);
+    proxy_client *pc = first_client(row, av);
+    sbx_error **ep = error_arg(row, av);
+
+    ret_fail(row, ret);
+    if (!pc && (row->flags & SBX_ROW_FREES) && row->enc[0] != SBX_ENC_CLIENT &&
+        *(void **)av[0]) {
+        /* Its client was freed first: free our side only. */
+        proxy_handle *h = *(proxy_handle **)av[0];
+
+        if (row->enc[0] == SBX_ENC_SANDBOX) {
+            free(((proxy_sandbox *)h)->state);
+        } else {
+            proxy_process *p = (proxy_process *)h;
+
+            sbx_close_fd(&p->poll_fd);
+            sbx_close_fd(&p->event_fd);
+            sbx_close_fd(&p->dead_fd);
+        }
+        handle_release(h);
+        free(h);
+        return;
+    }
+    if (!pc) {
+        sbx_set_error(ep, SBX_ERROR_INVALID_ARGUMENT, row->name, "handle is NULL");
+        return;
+    }
+    /* A process of a host that died is gone with it: fail (or free) it
+     * without starting a new host. */
+    if (row->enc[0] == SBX_ENC_PROCESS) {
+        proxy_handle *h = *(proxy_handle **)av[0];
+        int stale;
+
+        pthread_mutex_lock(&pc->lock);
+        stale = pc->dead || h->gen != pc->gen;
+        if (stale)
+            h->gen = 0; /* never a live generation (they start at 1) */
+        pthread_mutex_unlock(&pc->lock);
+        if (stale) {
+            sbx_proxy_invoke_on(pc, slot, av, ret);
+            return;
+        }
+    }
+    if (!(row->flags & SBX_ROW_FREES) && ensure_host(pc, row->name, ep) < 0)
+        return;
+    sbx_proxy_invoke_on(pc, slot, av, ret);
+}
+
+/* ---------------------------------------------------------------- generated */
+
+#define PROXY_PARAM_(i, spec) SBX_ARG_TYPE_ spec a##i
+#define PROXY_ADDR_(i, spec) (void *)&a##i
+#define PROXY_RETURN_VOID(r) (void)(r);
+#define PROXY_RETURN_INT(r) return (r).i;
+#define PROXY_RETURN_FD(r) return (r).i;
+#define PROXY_RETURN_STR_ALLOC(r) return (r).s;
+#define PROXY_RETURN_STR_BORROWED(r) return (r).cs;
+
+#define PROXY_FN_(name, rk, rt, fl, n, ...)                                     \
+    static rt proxy_##name(SBX_MAP(n, PROXY_PARAM_, __VA_ARGS__))              \
+    {                                                                          \
+        void *av[] = { SBX_MAP(n, PROXY_ADDR_, __VA_ARGS__) };                 \
+        proxy_ret r;                                                           \
+        proxy_invoke(SBX_SLOT_ID_##name, av, &r);                              \
+        PROXY_RETURN_##rk(r)                                                   \
+    }
+SBX_SLOT_TABLE(PROXY_FN_)
+
+#define PROXY_PTR_(name, ...) [SBX_SLOT_ID_##name] = (void *)(uintptr_t)proxy_##name,
+static void *const proxy_fns[SBX_SLOT_COUNT] = { SBX_SLOT_TABLE(PROXY_PTR_) };
+
+/* ---------------------------------------------------------------- reattach */
+
+/* Resumes every sandbox of @pc on its new host (restart_lock held). */
+static void
+proxy_reattach(proxy_client *pc)
+{
+    proxy_sandbox **list = NULL;
+    size_t n = 0;
+
+    pthread_mutex_lock(&pc->lock);
+    for (proxy_sandbox *sb = pc->sandboxes; sb; sb = sb->next)
+        n++;
+    list = n ? calloc(n, sizeof(*list)) : NULL;
+    n = 0;
+    if (list)
+        for (proxy_sandbox *sb = pc->sandboxes; sb; sb = sb->next)
+            list[n++] = sb;
+    pthread_mutex_unlock(&pc->lock);
+
+    for (size_t i = 0; i < n; i++) {
+        proxy_sandbox *sb = list[i];
+        sbx_plugin_sandbox *fresh = NULL;
+        sbx_error *e = NULL;
+        sbx_call_ctx ctx;
+        const sbx_call_ctx *cp = &ctx;
+        const char *state = sb->state;
+        sbx_plugin_sandbox **out = &fresh;
+        sbx_error **ep = &e;
+        sbx_plugin_client *client = (sbx_plugin_client *)pc;
+        void *av[5] = { &client, &cp, &state, &out, &ep };
+        proxy_ret r;
+
+        if (sb->lost || sb->h.gen == pc->gen)
+            continue;
+        if (!state || !(pc->have & ((uint64_t)1 << SBX_SLOT_ID_resume))) {
+            sb->lost = 1;
+            continue;
+        }
+        sbx_call_ctx_init(&ctx);
+        sbx_proxy_invoke_on(pc, SBX_SLOT_ID_resume, av, &r);
+        if (r.i == 0 && fresh) {
+            proxy_sandbox *f = (proxy_sandbox *)fresh;
+
+            /* Move the new remote handle into the old one the caller holds. */
+            sb->h.remote = f->h.remote;
+            sb->h.gen = f->h.gen;
+            sandbox_unlink(pc, f);
+            free(f->state);
+            handle_release(&f->h);
+            free(f);
+            sbx_log(SBX_LOG_INFO, pc->backend, "sandbox reattached on the new plugin host");
+        } else {
+            sb->lost = 1;
+            sbx_log(SBX_LOG_WARNING, pc->backend, "sandbox could not be reattached: %s",
+                    e ? sbx_error_get0_message(e) : "no reason given");
+        }
+        sbx_error_free(e);
+    }
+    free(list);
+}
+
+/* ---------------------------------------------------------------- public */
+
+/* client_free of the proxy descriptor: frees the plugin's client, stops
+ * the host and frees everything. */
+static void
+proxy_client_close(sbx_plugin_client *client)
+{
+    proxy_client *pc = (proxy_client *)client;
+    int dead;
+
+    if (!pc)
+        return;
+    pthread_mutex_lock(&pc->lock);
+    dead = pc->dead;
+    pthread_mutex_unlock(&pc->lock);
+    if (!dead && (pc->have & ((uint64_t)1 << SBX_SLOT_ID_client_free))) {
+        sbx_plugin_client *arg = client;
+        void *av[1] = { &arg };
+        proxy_ret r;
+
+        sbx_proxy_invoke_on(pc, SBX_SLOT_ID_client_free, av, &r);
+    }
+    host_stop(pc);
+    pthread_mutex_lock(&pc->lock);
+    while (pc->sandboxes) {
+        proxy_sandbox *sb = pc->sandboxes;
+
+        pc->sandboxes = sb->next;
+        sb->prev = sb->next = NULL;
+        /* Still held by the caller: it frees it with sandbox_free. */
+        sb->lost = 1;
+        sb->h.pc = NULL;
+    }
+    pthread_mutex_unlock(&pc->lock);
+    handle_release(&pc->h);
+    pthread_mutex_destroy(&pc->lock);
+    pthread_mutex_destroy(&pc->restart_lock);
+    free(pc->scratch);
+    free(pc->death);
+    free(pc->backend);
+    free(pc->config);
+    free(pc->name);
+    free(pc->version);
+    free(pc->description);
+    free(pc);
+}
+
+int
+sbx_proxy_open(const char *backend, const char *config_json, const sbx_plugin **plugin,
+               sbx_plugin_client **client, sbx_error **err)
+{
+    proxy_client *pc = calloc(1, sizeof(*pc));
+
+    if (!pc || !(pc->backend = strdup(backend)) ||
+        (config_json && !(pc->config = strdup(config_json)))) {
+        if (pc)
+            free(pc->backend);
+        free(pc);
+        sbx_set_error(err, SBX_ERROR_UNKNOWN, "client_new", "out of memory");
+        return -1;
+    }
+    pc->h.pc = pc;
+    pc->sock = -1;
+    pc->dead_efd = -1;
+    pc->dead = 1;
+    pthread_mutex_init(&pc->lock, NULL);
+    pthread_mutex_init(&pc->restart_lock, NULL);
+    pthread_mutex_lock(&pc->restart_lock);
+    if (host_start(pc, err) < 0) {
+        pthread_mutex_unlock(&pc->restart_lock);
+        pthread_mutex_destroy(&pc->lock);
+        pthread_mutex_destroy(&pc->restart_lock);
+        free(pc->death);
+        free(pc->backend);
+        free(pc->config);
+        free(pc->name);
+        free(pc->version);
+        free(pc->description);
+        free(pc);
+        return -1;
+    }
+    pthread_mutex_unlock(&pc->restart_lock);
+
+    /* The descriptor: the plugin's facts and a proxy for each slot it has. */
+    pc->desc.struct_size = sizeof(pc->desc);
+    pc->desc.name = pc->name ? pc->name : pc->backend;
+    pc->desc.version = pc->version ? pc->version : "";
+    pc->desc.description = pc->description ? pc->description : "";
+    for (unsigned s = 0; s < SBX_SLOT_COUNT; s++)
+        if (pc->have & ((uint64_t)1 << s))
+            memcpy((char *)&pc->desc + sbx_slot_rows[s].offset, &proxy_fns[s], sizeof(void *));
+    pc->desc.client_new = NULL;
+    pc->desc.client_free = proxy_client_close;
+    *plugin = &pc->desc;
+    *client = (sbx_plugin_client *)pc;
+    return 0;
+}
+
+void
+sbx_proxy_set_call_timeout(sbx_plugin_client *client, double secs)
+{
+    ((proxy_client *)client)->call_timeout = secs;
+}
+
+int
+sbx_proxy_host_pid(sbx_plugin_client *client)
+{
+    proxy_client *pc = (proxy_client *)client;
+    int pid;
+
+    pthread_mutex_lock(&pc->lock);
+    pid = pc->dead ? 0 : (int)pc->pid;
+    pthread_mutex_unlock(&pc->lock);
+    return pid;
+}

@@ -1,0 +1,106 @@
+/*
+ * Faults on purpose, for the out-of-process plugin host's tests.
+ *
+ * Built into libsbx-faulty.so: the local plugin's sources with
+ * SBX_LOCAL_FAULTY, whose exec_start first asks sbx_fault_exec() about the
+ * command. argv[0] chooses the fault:
+ *
+ *   sbx-fault-crash  the plugin dies of SIGSEGV inside the slot
+ *   sbx-fault-hang   the slot never returns and ignores its cancel descriptor
+ *   sbx-fault-slow   the slot waits until its cancel descriptor fires (or its
+ *                    deadline passes) and then fails with a timeout error
+ * Any other command runs as on local, so the whole conformance suite passes
+ * on "faulty" too.
+ *
+ * Built alone into libsbx-crashinit.so (FAULT_CRASH_INIT): sbx_plugin_init
+ * itself dies of SIGSEGV, so loading the plugin kills the process that
+ * loads it.
+ */
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stddef.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sbx/plugin.h>
+
+#ifdef FAULT_CRASH_INIT
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
+
+/* Dies of SIGSEGV as a bad pointer would, without undefined behaviour and
+ * whatever handler a sanitizer runtime installed. */
+static void crash(void)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = SIG_DFL;
+    sigaction(SIGSEGV, &sa, NULL);
+    raise(SIGSEGV);
+}
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
+{
+    crash();
+    return NULL;
+}
+
+#else
+
+/* Dies of SIGSEGV as a bad pointer would, without undefined behaviour and
+ * whatever handler a sanitizer runtime installed. */
+static void crash(void)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = SIG_DFL;
+    sigaction(SIGSEGV, &sa, NULL);
+    raise(SIGSEGV);
+}
+
+int sbx_fault_exec(const sbx_plugin_exec_request *request, const sbx_call_ctx *ctx);
+
+static double monotonic_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/*
+ * 0: run the command as usual; 1: the call was cancelled (the caller fails
+ * it with a timeout error). The crash and hang faults never return.
+ */
+int sbx_fault_exec(const sbx_plugin_exec_request *request, const sbx_call_ctx *ctx)
+{
+    const char *cmd = request->argv ? request->argv[0] : NULL;
+
+    if (!cmd)
+        return 0;
+    if (strcmp(cmd, "sbx-fault-crash") == 0)
+        crash();
+    if (strcmp(cmd, "sbx-fault-hang") == 0) {
+        for (;;)
+            pause();
+    }
+    if (strcmp(cmd, "sbx-fault-slow") == 0) {
+        for (;;) {
+            struct pollfd p = { ctx ? ctx->cancel_fd : -1, POLLIN, 0 };
+            double now = monotonic_now();
+            int ms = 100;
+
+            if (ctx && ctx->deadline > 0 && now >= ctx->deadline + 0.05)
+                return 1;
+            if (poll(&p, 1, ms) > 0 && (p.revents & POLLIN))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+#endif

@@ -1,0 +1,434 @@
+/*
+ * The out-of-process plugin host (sbx-plugin-host and the proxy in libsbx):
+ * modes, faults proven with test-only plugins that crash or hang on purpose
+ * (tests/plugins/faults.c), reattaching sandboxes after a crash, and what
+ * the plugin's side keeps.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <sbx/sbx.h>
+
+#include "testutil.h"
+
+static char *g_tmp;
+
+static void setup(void)
+{
+    g_tmp = tu_fresh_tmpdir();
+    unsetenv("SBX_PLUGIN_MODE");
+}
+
+static void teardown(void)
+{
+    cr_assert_eq(tu_count_entries(g_tmp), 0, "%s is not empty at the end", g_tmp);
+    tu_rmtree(g_tmp);
+    free(g_tmp);
+}
+
+TestSuite(plugin_host, .init = setup, .fini = teardown, .timeout = 120);
+
+static sbx_client *faulty_client(void)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new_with_mode("faulty", SBX_PLUGIN_MODE_OUT_OF_PROCESS, &err);
+    cr_assert_not_null(c, "client: %s", err ? sbx_error_get0_message(err) : "");
+    return c;
+}
+
+static sbx_result *run_argv(sbx_sandbox *sb, const char *const *argv, sbx_error **err)
+{
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.argv = argv;
+    return sbx_sandbox_execute_command(sb, &rq, err);
+}
+
+static void expect_echo(sbx_sandbox *sb, const char *word)
+{
+    sbx_error *err = NULL;
+    const char *argv[] = { "echo", word, NULL };
+    sbx_result *r = run_argv(sb, argv, &err);
+    cr_assert_not_null(r, "echo %s: %s", word, err ? sbx_error_get0_message(err) : "");
+    char *want = tu_strdup_printf("%s\n", word);
+    tu_assert_stdout(r, want);
+    tu_assert_exit(r, 0);
+    free(want);
+    sbx_result_free(r);
+}
+
+/* 1 when a process whose command line contains @needle still runs. */
+static int
+host_alive(int pid)
+{
+    return pid > 0 && !tu_pid_gone((pid_t)pid);
+}
+
+/* ------------------------------------------------------------------ modes */
+
+Test(plugin_host, default_mode_is_out_of_process_with_a_host_per_client)
+{
+    sbx_error *err = NULL;
+    sbx_client *a = sbx_client_new("local", &err);
+    cr_assert_not_null(a);
+    sbx_client *b = sbx_client_new("local", &err);
+    cr_assert_not_null(b);
+    cr_assert_eq(sbx_client_get_plugin_mode(a), SBX_PLUGIN_MODE_OUT_OF_PROCESS);
+    int pa = sbx_client_get_host_pid(a), pb = sbx_client_get_host_pid(b);
+    cr_assert(pa > 0 && pb > 0 && pa != pb, "host pids %d and %d", pa, pb);
+    cr_assert(tu_is_plugin_host(pa), "pid %d is not sbx-plugin-host", pa);
+    cr_assert_eq(tu_ppid(pa), getpid());
+    /* One host serves several sandboxes. */
+    sbx_sandbox *s1 = tu_create(a, NULL), *s2 = tu_create(a, NULL);
+    expect_echo(s1, "one");
+    expect_echo(s2, "two");
+    cr_assert_eq(sbx_client_get_host_pid(a), pa);
+    cr_assert_eq(sbx_sandbox_destroy(s1, &err), 0);
+    cr_assert_eq(sbx_sandbox_destroy(s2, &err), 0);
+    sbx_sandbox_free(s1);
+    sbx_sandbox_free(s2);
+    sbx_client_free(a);
+    sbx_client_free(b);
+    /* Freeing the client stops and reaps its host. */
+    cr_assert(tu_pid_gone((pid_t)pa) && tu_pid_gone((pid_t)pb));
+    cr_assert_eq(kill((pid_t)pa, 0), -1, "host %d was not reaped", pa);
+}
+
+Test(plugin_host, in_process_by_option_and_by_environment)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_IN_PROCESS, &err);
+    cr_assert_not_null(c);
+    cr_assert_eq(sbx_client_get_plugin_mode(c), SBX_PLUGIN_MODE_IN_PROCESS);
+    cr_assert_eq(sbx_client_get_host_pid(c), 0);
+    sbx_sandbox *sb = tu_create(c, NULL);
+    expect_echo(sb, "inside");
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+
+    setenv("SBX_PLUGIN_MODE", "inprocess", 1);
+    c = sbx_client_new("local", &err);
+    cr_assert_not_null(c);
+    cr_assert_eq(sbx_client_get_plugin_mode(c), SBX_PLUGIN_MODE_IN_PROCESS);
+    sbx_client_free(c);
+    /* The explicit mode wins over the environment. */
+    c = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_OUT_OF_PROCESS, &err);
+    cr_assert_not_null(c);
+    cr_assert_eq(sbx_client_get_plugin_mode(c), SBX_PLUGIN_MODE_OUT_OF_PROCESS);
+    cr_assert(sbx_client_get_host_pid(c) > 0);
+    sbx_client_free(c);
+
+    setenv("SBX_PLUGIN_MODE", "sideways", 1);
+    cr_assert_null(sbx_client_new("local", &err));
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "SBX_PLUGIN_MODE", "\"sideways\"", NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "SBX_PLUGIN_MODE"), "sideways");
+    sbx_error_clear(&err);
+    unsetenv("SBX_PLUGIN_MODE");
+    cr_assert_null(sbx_client_new_with_mode("local", (sbx_plugin_mode)7, &err));
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "invalid plugin mode 7", NULL);
+    sbx_error_free(err);
+    cr_assert_str_eq(sbx_plugin_mode_name(SBX_PLUGIN_MODE_IN_PROCESS), "inprocess");
+    cr_assert_str_eq(sbx_plugin_mode_name(SBX_PLUGIN_MODE_OUT_OF_PROCESS), "outofprocess");
+}
+
+Test(plugin_host, missing_host_program_is_a_configuration_error)
+{
+    char *saved = strdup(getenv("SBX_PLUGIN_HOST"));
+    setenv("SBX_PLUGIN_HOST", "/nonexistent/sbx-plugin-host", 1);
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_client_new("local", &err));
+    setenv("SBX_PLUGIN_HOST", saved, 1);
+    free(saved);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, "/nonexistent/sbx-plugin-host",
+                    "SBX_PLUGIN_MODE=inprocess", NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "path"), "/nonexistent/sbx-plugin-host");
+    sbx_error_free(err);
+}
+
+Test(plugin_host, loader_errors_travel_field_by_field)
+{
+    sbx_error *in = NULL, *out = NULL;
+    cr_assert_null(sbx_client_new_with_mode("badabi", SBX_PLUGIN_MODE_IN_PROCESS, &in));
+    cr_assert_null(sbx_client_new_with_mode("badabi", SBX_PLUGIN_MODE_OUT_OF_PROCESS, &out));
+    cr_assert_eq(sbx_error_get_code(out), sbx_error_get_code(in));
+    cr_assert_eq(sbx_error_get_code(out), SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(sbx_error_get0_message(out), sbx_error_get0_message(in));
+    cr_assert_str_eq(sbx_error_get0_backend(out), "badabi");
+    cr_assert_str_eq(sbx_error_get0_op(out), sbx_error_get0_op(in));
+    cr_assert_str_eq(sbx_error_get0_context(out, "path"), sbx_error_get0_context(in, "path"));
+    cr_assert_eq(sbx_error_get_outcome(out), sbx_error_get_outcome(in));
+    sbx_error_free(in);
+    sbx_error_free(out);
+    out = NULL;
+
+    /* A missing backend is reported without starting a host. */
+    cr_assert_null(sbx_client_new_with_mode("nosuchbackend", SBX_PLUGIN_MODE_OUT_OF_PROCESS, &out));
+    tu_assert_error(out, SBX_ERROR_BACKEND_NOT_INSTALLED, "libsbx-nosuchbackend.so", NULL);
+    sbx_error_free(out);
+}
+
+/* @text with every @id replaced by "ID" (new string). */
+static char *without_id(const char *text, const char *id)
+{
+    size_t n = strlen(id);
+    char *out = calloc(1, strlen(text) + 1), *o = out;
+    for (const char *p = text; *p;) {
+        if (n && strncmp(p, id, n) == 0) {
+            o = stpcpy(o, "ID");
+            p += n;
+        } else {
+            *o++ = *p++;
+        }
+    }
+    return out;
+}
+
+Test(plugin_host, plugin_errors_keep_code_outcome_and_context)
+{
+    sbx_error *in_err = NULL, *out_err = NULL;
+    char *ids[2] = { NULL, NULL };
+    for (int mode = 0; mode < 2; mode++) {
+        sbx_client *c = sbx_client_new_with_mode(
+            "local", mode ? SBX_PLUGIN_MODE_OUT_OF_PROCESS : SBX_PLUGIN_MODE_IN_PROCESS,
+            &in_err);
+        cr_assert_not_null(c);
+        sbx_sandbox *sb = tu_create(c, NULL);
+        sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+        const char *argv[] = { "true", NULL };
+        rq.argv = argv;
+        rq.cwd = "/no/such/dir";
+        sbx_error **e = mode ? &out_err : &in_err;
+        ids[mode] = strdup(sbx_sandbox_get0_id(sb));
+        cr_assert_null(sbx_sandbox_execute_command(sb, &rq, e));
+        cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+        sbx_sandbox_free(sb);
+        sbx_client_free(c);
+    }
+    cr_assert_eq(sbx_error_get_code(out_err), SBX_ERROR_NOT_FOUND);
+    char *ra = sbx_error_to_string(in_err), *rb = sbx_error_to_string(out_err);
+    char *a = without_id(ra, ids[0]), *b = without_id(rb, ids[1]);
+    cr_assert_str_eq(b, a);
+    cr_assert_str_eq(b, "working directory \"/no/such/dir\" does not exist in sandbox ID "
+                        "[code=not_found; backend=local; op=exec; path=/no/such/dir]");
+    free(ra);
+    free(rb);
+    free(ids[0]);
+    free(ids[1]);
+    cr_assert_eq(sbx_error_get_outcome(out_err), sbx_error_get_outcome(in_err));
+    cr_assert_str_eq(sbx_error_get0_context(out_err, "path"), "/no/such/dir");
+    free(a);
+    free(b);
+    sbx_error_free(in_err);
+    sbx_error_free(out_err);
+}
+
+/* ------------------------------------------------------------------ crashes */
+
+typedef struct long_exec {
+    sbx_sandbox *sb;
+    sbx_result *result;
+    sbx_error *error;
+} long_exec;
+
+static void *long_exec_main(void *arg)
+{
+    long_exec *le = arg;
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.shell = "touch \"$SANDBOX_ROOT/started\"; sleep 20; echo finished";
+    le->result = sbx_sandbox_execute_command(le->sb, &rq, &le->error);
+    return NULL;
+}
+
+Test(plugin_host, crash_in_a_slot_fails_calls_in_flight_and_the_next_call_reattaches)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = faulty_client();
+    int host1 = sbx_client_get_host_pid(c);
+    sbx_sandbox *a = tu_create(c, NULL), *b = tu_create(c, NULL);
+    const char *root_a = sbx_sandbox_get0_root(a);
+    cr_assert_eq(sbx_sandbox_write_file(a, "/kept.txt", "kept\n", 5, &err), 0);
+
+    /* A call in flight on sandbox a while the plugin crashes in b's exec. */
+    long_exec le = { .sb = a };
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, long_exec_main, &le), 0);
+    char *started = tu_strdup_printf("%s/started", root_a);
+    double until = tu_now() + 10;
+    while (!tu_exists(started) && tu_now() < until)
+        usleep(10000);
+    cr_assert(tu_exists(started), "the long exec did not start");
+
+    const char *crash[] = { "sbx-fault-crash", NULL };
+    cr_assert_null(run_argv(b, crash, &err));
+    tu_assert_error(err, SBX_ERROR_CONNECTION, "plugin host", "faulty",
+                    "killed by signal 11 (SIGSEGV)", NULL);
+    cr_assert_eq(sbx_error_is_retryable(err), 1);
+    cr_assert_eq(sbx_error_get_outcome(err), SBX_ERROR_OUTCOME_UNKNOWN);
+    cr_assert_str_eq(sbx_error_get0_backend(err), "faulty");
+    sbx_error_clear(&err);
+
+    /* The call in flight failed the same way, long before its 20 s. */
+    pthread_join(t, NULL);
+    cr_assert_null(le.result, "the exec in flight did not fail");
+    tu_assert_error(le.error, SBX_ERROR_CONNECTION, "SIGSEGV", NULL);
+    cr_assert_eq(sbx_error_is_retryable(le.error), 1);
+    sbx_error_free(le.error);
+    cr_assert(tu_pid_gone((pid_t)host1));
+    cr_assert_eq(sbx_client_get_host_pid(c), 0);
+
+    /* The next call starts a new host; both sandboxes were reattached from
+     * their session state, files and all. */
+    expect_echo(a, "again");
+    int host2 = sbx_client_get_host_pid(c);
+    cr_assert(host2 > 0 && host2 != host1, "host %d after crash of %d", host2, host1);
+    expect_echo(b, "b-again");
+    char *data = NULL;
+    size_t len = 0;
+    cr_assert_eq(sbx_sandbox_read_file(a, "/kept.txt", &data, &len, &err), 0);
+    tu_assert_bytes("kept.txt", data, len, "kept\n", 5);
+    free(data);
+    cr_assert_eq(sbx_sandbox_is_alive(a, &err), 1);
+
+    /* Nothing the plugin started outlives destroy: a background process
+     * started after the reattach dies with its sandbox. */
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.shell = "sleep 60 >/dev/null 2>&1 & echo $!";
+    sbx_result *r = tu_exec(a, &rq);
+    pid_t bg = (pid_t)strtol(sbx_result_get0_stdout(r, NULL), NULL, 10);
+    sbx_result_free(r);
+    cr_assert(bg > 1 && !tu_pid_gone(bg), "background sleep %d not running", (int)bg);
+    cr_assert_eq(sbx_sandbox_destroy(a, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_destroy(b, &err), 0);
+    cr_assert(tu_wait_pid_gone(bg, 5.0), "%s survived destroy", tu_proc_describe(bg));
+    cr_assert_eq(tu_exists(root_a), 0, "root of a survived destroy");
+    pid_t after[4];
+    cr_assert_eq(tu_procs_mentioning(g_tmp, after, 4), 0, "a process of the sandboxes survived");
+    sbx_sandbox_free(a);
+    sbx_sandbox_free(b);
+    sbx_client_free(c);
+    cr_assert(tu_pid_gone((pid_t)host2));
+    free(started);
+}
+
+Test(plugin_host, crash_in_init_is_a_retryable_connection_error)
+{
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_client_new_with_mode("crashinit", SBX_PLUGIN_MODE_OUT_OF_PROCESS, &err));
+    tu_assert_error(err, SBX_ERROR_CONNECTION, "crashinit", "killed by signal 11 (SIGSEGV)",
+                    "before it was ready", NULL);
+    cr_assert_eq(sbx_error_is_retryable(err), 1);
+    sbx_error_free(err);
+
+    /* The listing inspects each plugin in a helper process: crashinit is
+     * listed with the signal, the rest as usual. */
+    sbx_backend_info **list = NULL;
+    size_t count = 0;
+    cr_assert_eq(sbx_backends_list(&list, &count, &err), 0);
+    int seen_crash = 0, seen_local = 0;
+    for (size_t i = 0; i < count; i++) {
+        const char *name = sbx_backend_info_get0_name(list[i]);
+        const char *problem = sbx_backend_info_get0_problem(list[i]);
+        if (strcmp(name, "crashinit") == 0) {
+            seen_crash = 1;
+            cr_assert_str_eq(problem, "crashed while loading in a helper process "
+                                      "(killed by signal 11 (SIGSEGV))");
+            cr_assert_eq(sbx_backend_info_get_caps(list[i]), 0);
+        }
+        if (strcmp(name, "local") == 0) {
+            seen_local = 1;
+            cr_assert_null(problem);
+            cr_assert_str_eq(sbx_backend_info_get0_version(list[i]), sbx_version());
+        }
+    }
+    cr_assert(seen_crash && seen_local);
+    sbx_backend_info_list_free(list, count);
+}
+
+/* ------------------------------------------------------------------ deadlines */
+
+Test(plugin_host, a_call_past_its_deadline_is_cancelled_and_the_host_kept)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = faulty_client();
+    sbx_sandbox *sb = tu_create(c, NULL);
+    int host = sbx_client_get_host_pid(c);
+    cr_assert_eq(sbx_client_set_call_timeout(c, 0.5, &err), 0);
+    const char *slow[] = { "sbx-fault-slow", NULL };
+    cr_assert_null(run_argv(sb, slow, &err));
+    /* The plugin saw its cancel descriptor fire and answered: its own
+     * timeout error comes back, and the host lives on. */
+    tu_assert_error(err, SBX_ERROR_TIMEOUT, "call cancelled (fault plugin)", NULL);
+    cr_assert_eq(sbx_error_get_outcome(err), SBX_ERROR_OUTCOME_UNKNOWN);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_client_get_host_pid(c), host);
+    cr_assert(host_alive(host));
+    expect_echo(sb, "same-host");
+    cr_assert_eq(sbx_client_get_host_pid(c), host);
+
+    cr_assert_eq(sbx_client_set_call_timeout(c, -1, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "-1", NULL);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+}
+
+Test(plugin_host, an_unacknowledged_cancel_kills_the_host)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = faulty_client();
+    sbx_sandbox *sb = tu_create(c, NULL);
+    int host = sbx_client_get_host_pid(c);
+    cr_assert_eq(sbx_client_set_call_timeout(c, 0.5, &err), 0);
+    const char *hang[] = { "sbx-fault-hang", NULL };
+    cr_assert_null(run_argv(sb, hang, &err));
+    tu_assert_error(err, SBX_ERROR_TIMEOUT, "did not acknowledge a cancel", "killed", NULL);
+    cr_assert_eq(sbx_error_is_retryable(err), 1);
+    sbx_error_clear(&err);
+    cr_assert(tu_wait_pid_gone((pid_t)host, 5.0), "the hung host %d still runs", host);
+
+    /* The next call starts a new host with the sandbox reattached. */
+    cr_assert_eq(sbx_client_set_call_timeout(c, 0, &err), 0);
+    expect_echo(sb, "after-kill");
+    int host2 = sbx_client_get_host_pid(c);
+    cr_assert(host2 > 0 && host2 != host);
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+}
+
+/* ------------------------------------------------------------------ resume */
+
+Test(plugin_host, a_sandbox_resumed_in_the_other_mode)
+{
+    sbx_error *err = NULL;
+    sbx_client *oop = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_OUT_OF_PROCESS, &err);
+    sbx_client *inp = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_IN_PROCESS, &err);
+    cr_assert(oop && inp);
+    sbx_sandbox *sb = tu_create(oop, NULL);
+    cr_assert_eq(sbx_sandbox_write_file(sb, "/x", "1", 1, &err), 0);
+    char *state = sbx_sandbox_session_state(sb, &err);
+    cr_assert_not_null(state);
+    sbx_sandbox *again = sbx_sandbox_resume(inp, state, &err);
+    cr_assert_not_null(again, "resume: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_str_eq(sbx_sandbox_get0_id(again), sbx_sandbox_get0_id(sb));
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.shell = "cat \"$SANDBOX_ROOT/x\"";
+    sbx_result *r = tu_exec(again, &rq);
+    tu_assert_stdout(r, "1");
+    sbx_result_free(r);
+    cr_assert_eq(sbx_sandbox_destroy(again, &err), 0);
+    cr_assert_eq(sbx_sandbox_is_alive(sb, &err), 0);
+    sbx_sandbox_free(again);
+    sbx_sandbox_free(sb);
+    sbx_client_free(inp);
+    sbx_client_free(oop);
+    free(state);
+}
