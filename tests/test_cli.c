@@ -819,7 +819,7 @@ Test(cli, backends_json)
     };
     static const char *const fields[] = {
         "name", "path", "version", "description", "abi", "usable", "problem",
-        "caps", "probed_caps"
+        "caps", "probed_caps", "mode"
     };
     cli_run r = SBX("backends", "--json");
     enum json_tokener_error jerr;
@@ -848,6 +848,8 @@ Test(cli, backends_json)
               json_object_is_type(v, json_type_array) && json_object_array_length(v) > 0);
     cr_expect(json_object_object_get_ex(local, "probed_caps", &v) &&
               json_object_is_type(v, json_type_array) && json_object_array_length(v) > 0);
+    cr_expect(json_object_object_get_ex(local, "mode", &v) &&
+              strcmp(json_object_get_string(v), "outofprocess") == 0);
 
     for (i = 0; i < sizeof broken / sizeof broken[0]; i++) {
         json_object *o = find_backend(root, broken[i]);
@@ -1754,5 +1756,33 @@ Test(cli, presets_json_lists_the_builtin_presets)
         cr_assert(strstr(json_object_get_string(v), ".json") != NULL);
     }
     json_object_put(array);
+    free_run(&r);
+}
+
+/* The mode plugins run in, per usable backend; a plugin that crashes while
+ * loading is listed with the signal (it was inspected in a helper). */
+Test(cli, backends_shows_the_plugin_mode)
+{
+    static const char *const inproc[] = { "SBX_PLUGIN_MODE=inprocess", NULL };
+    static const char *const bad[] = { "SBX_PLUGIN_MODE=sideways", NULL };
+    cli_run r = SBX("backends");
+
+    cr_assert_eq(r.status, 0, "stderr: \"%s\"", r.err);
+    cr_expect_not_null(strstr(r.out, "\n    mode:        outofprocess\n"), "%s", r.out);
+    cr_expect_null(strstr(r.out, "mode:        inprocess"));
+    cr_expect_not_null(strstr(r.out, "crashed while loading in a helper process "
+                                     "(killed by signal 11 (SIGSEGV))"), "%s", r.out);
+    free_run(&r);
+
+    r = SBX_KEEP_ENV(inproc, "backends");
+    cr_assert_eq(r.status, 0, "stderr: \"%s\"", r.err);
+    cr_expect_not_null(strstr(r.out, "\n    mode:        inprocess\n"), "%s", r.out);
+    cr_expect_null(strstr(r.out, "mode:        outofprocess"));
+    free_run(&r);
+
+    r = SBX_KEEP_ENV(bad, "backends");
+    cr_assert_eq(r.status, 0, "stderr: \"%s\"", r.err);
+    cr_expect_not_null(strstr(r.out, "mode:        unusable: invalid SBX_PLUGIN_MODE "
+                                     "\"sideways\""), "%s", r.out);
     free_run(&r);
 }

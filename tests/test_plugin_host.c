@@ -10,6 +10,8 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -431,4 +433,99 @@ Test(plugin_host, a_sandbox_resumed_in_the_other_mode)
     sbx_client_free(inp);
     sbx_client_free(oop);
     free(state);
+}
+
+/* ------------------------------------------------------------------ wire */
+
+/* The frame header of host/wire.h, written here by hand so the test checks
+ * the documented layout, not the code that makes it. */
+struct frame_header {
+    uint32_t magic, type, slot, body_len;
+    uint64_t call_id;
+};
+
+static void put32(char **p, uint32_t v)
+{
+    memcpy(*p, &v, 4);
+    *p += 4;
+}
+
+static uint32_t get32(const char **p)
+{
+    uint32_t v;
+    memcpy(&v, *p, 4);
+    *p += 4;
+    return v;
+}
+
+/* Starts `sbx-plugin-host --serve 3` on a socketpair; returns our end. */
+static int start_raw_host(pid_t *pid)
+{
+    int sv[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    *pid = fork();
+    cr_assert(*pid >= 0);
+    if (*pid == 0) {
+        dup2(sv[1], 3);
+        execl(getenv("SBX_PLUGIN_HOST"), "sbx-plugin-host", "--serve", "3", (char *)NULL);
+        _exit(127);
+    }
+    close(sv[1]);
+    return sv[0];
+}
+
+Test(plugin_host, the_wire_opens_with_its_own_version_exchange)
+{
+    pid_t pid;
+    int sock = start_raw_host(&pid);
+    char frame[256], *p = frame + sizeof(struct frame_header);
+    /* HELLO: this side speaks wire versions 7 to 9 only. */
+    put32(&p, 7);
+    put32(&p, 9);
+    put32(&p, 5);
+    memcpy(p, "local", 6);
+    p += 6;
+    struct frame_header h = { 0x57584253u, 1, 0, (uint32_t)(p - frame - sizeof h), 0 };
+    memcpy(frame, &h, sizeof h);
+    cr_assert_eq(send(sock, frame, (size_t)(p - frame), 0), p - frame);
+
+    char in[4096];
+    ssize_t n = recv(sock, in, sizeof in, 0);
+    cr_assert(n > (ssize_t)sizeof h, "no WELCOME (%zd bytes)", n);
+    memcpy(&h, in, sizeof h);
+    cr_assert_eq(h.magic, 0x57584253u);
+    cr_assert_eq(h.type, 2u, "frame type %u is not WELCOME", h.type);
+    const char *q = in + sizeof h;
+    cr_assert_eq(get32(&q), 0u, "a version was chosen");
+    cr_assert_eq(get32(&q), (uint32_t)pid);
+    cr_assert_eq(get32(&q), 0u, "the plugin was loaded anyway");
+    cr_assert_eq(get32(&q), 1u, "no error follows");
+    cr_assert_eq(get32(&q), (uint32_t)SBX_ERROR_CONFIGURATION);
+    get32(&q); /* outcome */
+    for (int i = 0; i < 2; i++) { /* backend, op: empty strings or NULL */
+        uint32_t l = get32(&q);
+        if (l != 0xffffffffu)
+            q += l + 1;
+    }
+    uint32_t len = get32(&q);
+    cr_assert_str_eq(q, "wire protocol mismatch: libsbx speaks versions 7 to 9, "
+                        "sbx-plugin-host speaks 1 to 1");
+    cr_assert_eq(strlen(q), len);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    close(sock);
+}
+
+Test(plugin_host, a_frame_that_is_not_ours_ends_the_host)
+{
+    pid_t pid;
+    int sock = start_raw_host(&pid);
+    cr_assert_eq(send(sock, "GET / HTTP/1.1\r\n\r\n", 18, 0), 18);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %d", status);
+    char buf[16];
+    cr_assert_eq(recv(sock, buf, sizeof buf, 0), 0, "the host answered");
+    close(sock);
 }

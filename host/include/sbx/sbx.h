@@ -235,8 +235,13 @@ typedef struct sbx_backend_info sbx_backend_info;
 /**
  * sbx_backends_list:
  * Finds every libsbx-*.so in the search path (first match of a name wins, as
- * for loading), loads each and checks it. A plugin that fails a check is
- * listed with the reason instead of being used. On success stores a new
+ * for loading), loads each and checks it, each in a helper process of its
+ * own (`sbx-plugin-host --inspect`), so that a plugin that crashes while
+ * loading does not crash the caller: it is listed with the problem
+ * "crashed while loading in a helper process (killed by signal N (SIGX))".
+ * (Without the helper program the files are loaded in this process.) A
+ * plugin that fails a check is listed with the reason instead of being
+ * used. On success stores a new
  * array of @count entries in *@list (free it with sbx_backend_info_list_free)
  * and returns 0; returns -1 only when memory runs out. Thread-safe.
  * Since 0.1.
