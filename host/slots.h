@@ -105,7 +105,7 @@ enum {
       (IN, STR, NOLEN, const char *),                                              \
       (OUT, NEW_CLIENT, NOLEN, sbx_plugin_client **),                              \
       (OUT, ERROR, NOLEN, sbx_error **))                                           \
-    X(client_free, VOID, void, QUICK_FREES, 1,                                           \
+    X(client_free, VOID, void, QUICK_FREES, 1,                                     \
       (IN, CLIENT, NOLEN, sbx_plugin_client *))                                    \
     X(probe, INT, int, WORKER, 4,                                                  \
       (IN, CLIENT, NOLEN, sbx_plugin_client *),                                    \
@@ -136,7 +136,7 @@ enum {
       (IN, SANDBOX, NOLEN, sbx_plugin_sandbox *),                                  \
       (IN, CTX, NOLEN, const sbx_call_ctx *),                                      \
       (OUT, ERROR, NOLEN, sbx_error **))                                           \
-    X(sandbox_free, VOID, void, QUICK_FREES_NO_REPLY, 1,                                          \
+    X(sandbox_free, VOID, void, QUICK_FREES_NO_REPLY, 1,                           \
       (IN, SANDBOX, NOLEN, sbx_plugin_sandbox *))                                  \
     X(sandbox_id, STR_BORROWED, const char *, QUICK, 1,                            \
       (IN, SANDBOX, NOLEN, sbx_plugin_sandbox *))                                  \
@@ -170,7 +170,7 @@ enum {
       (OUT, ERROR, NOLEN, sbx_error **))                                           \
     X(exec_event_fd, FD, int, QUICK, 1,                                            \
       (IN, PROCESS, NOLEN, sbx_plugin_process *))                                  \
-    X(exec_kill, INT, int, WORKER, 4,                                               \
+    X(exec_kill, INT, int, WORKER, 4,                                              \
       (IN, PROCESS, NOLEN, sbx_plugin_process *),                                  \
       (IN, CTX, NOLEN, const sbx_call_ctx *),                                      \
       (IN, INT, NOLEN, int),                                                       \
@@ -181,7 +181,7 @@ enum {
       (IN, U32, NOLEN, unsigned),                                                  \
       (IN, U32, NOLEN, unsigned),                                                  \
       (OUT, ERROR, NOLEN, sbx_error **))                                           \
-    X(exec_free, VOID, void, QUICK_FREES_NO_REPLY, 1,                                             \
+    X(exec_free, VOID, void, QUICK_FREES_NO_REPLY, 1,                              \
       (IN, PROCESS, NOLEN, sbx_plugin_process *))                                  \
     X(list_files, INT, int, WORKER, 6,                                             \
       (IN, SANDBOX, NOLEN, sbx_plugin_sandbox *),                                  \

@@ -272,8 +272,8 @@ Test(bubblewrap, conformance_as_nobody, .timeout = 600)
     cr_assert_eq(chmod(g_tmp, 0711), 0);    /* nobody passes through to @dir */
     /*
      * The build tree may sit below a directory only root can enter (a
-     * mktemp -d checkout): stage the test program, libsbx, the plugin and
-     * the supervisor where nobody can read them. libtool keeps the real
+     * mktemp -d checkout): stage the test program, libsbx, the plugin, the
+     * supervisor and the plugin host where nobody can read them. libtool keeps the real
      * programs and libraries in .libs/.
      */
     char *bin = tu_mkdtemp("nobody-bin");
@@ -283,12 +283,14 @@ Test(bubblewrap, conformance_as_nobody, .timeout = 600)
         " cp tests/.libs/test_conformance \"$d/test_conformance\";"
         " cp plugins/local/.libs/libsbx-bubblewrap.so \"$d/plugins/\";"
         " cp \"$SBX_SUPERVISOR\" \"$d/sbx-supervisor\";"
+        " cp \"$SBX_PLUGIN_HOST\" \"$d/sbx-plugin-host\";"
         " chmod -R a+rX \"$d\"; chmod 0755 \"$d\"", bin);
     cr_assert_eq(system(stage), 0, "staging for nobody failed: %s", stage);
     free(stage);
     char *lib_path = tu_strdup_printf("%s/lib", bin);
     char *plugin_path = tu_strdup_printf("%s/plugins", bin);
     char *supervisor = tu_strdup_printf("%s/sbx-supervisor", bin);
+    char *plugin_host = tu_strdup_printf("%s/sbx-plugin-host", bin);
     char *program = tu_strdup_printf("%s/test_conformance", bin);
     char *log = tu_strdup_printf("%s/log", g_tmp);
     pid_t pid = fork();
@@ -307,6 +309,7 @@ Test(bubblewrap, conformance_as_nobody, .timeout = 600)
         setenv("LD_LIBRARY_PATH", lib_path, 1);
         setenv("SBX_PLUGIN_PATH", plugin_path, 1);
         setenv("SBX_SUPERVISOR", supervisor, 1);
+        setenv("SBX_PLUGIN_HOST", plugin_host, 1);
         unsetenv("CRITERION_OUTPUTS");
         execl(program, "test_conformance", "-j1", (char *)NULL);
         _exit(96);
@@ -332,6 +335,7 @@ Test(bubblewrap, conformance_as_nobody, .timeout = 600)
     free(lib_path);
     free(plugin_path);
     free(supervisor);
+    free(plugin_host);
     free(program);
     free(log);
 }

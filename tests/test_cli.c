@@ -157,9 +157,9 @@ static void append(char **buf, size_t *len, const char *data, size_t n)
 }
 
 /* The environment of sbx: ours, without TMPDIR, SBX_BACKEND,
- * SBX_STATE_DIR and XDG_STATE_HOME, plus TMPDIR=<the test's directory>,
- * SBX_STATE_DIR=<the test's directory>/state (unless @extra sets it) and
- * @extra. */
+ * SBX_STATE_DIR, XDG_STATE_HOME and what @extra sets, plus
+ * TMPDIR=<the test's directory>, SBX_STATE_DIR=<the test's directory>/state
+ * (unless @extra sets it) and @extra. */
 static char **child_env(const char *const *extra)
 {
     size_t n = 0, i, j = 0, n_extra = 0;
@@ -177,12 +177,22 @@ static char **child_env(const char *const *extra)
     env = calloc(n + n_extra + 3, sizeof *env);
     cr_assert_not_null(env);
     for (i = 0; i < n; i++) {
+        int overridden = 0;
+
         if (strncmp(environ[i], "TMPDIR=", 7) == 0 ||
             strncmp(environ[i], "SBX_BACKEND=", 12) == 0 ||
             strncmp(environ[i], "SBX_STATE_DIR=", 14) == 0 ||
             strncmp(environ[i], "XDG_STATE_HOME=", 15) == 0)
             continue;
-        env[j++] = environ[i];
+        /* A variable @extra sets replaces ours. */
+        for (size_t k = 0; k < n_extra && !overridden; k++) {
+            const char *eq = strchr(extra[k], '=');
+            size_t klen = eq ? (size_t)(eq - extra[k]) + 1 : strlen(extra[k]);
+
+            overridden = strncmp(environ[i], extra[k], klen) == 0;
+        }
+        if (!overridden)
+            env[j++] = environ[i];
     }
     snprintf(tmpdir_var, sizeof tmpdir_var, "TMPDIR=%s", g_tmpdir);
     env[j++] = tmpdir_var;
@@ -798,6 +808,15 @@ Test(cli, backends_lists_local_ok)
     free_run(&r);
 }
 
+/* The mode plugins run in for this test run: SBX_PLUGIN_MODE, or the
+ * default, out of process. */
+static const char *default_mode(void)
+{
+    const char *m = getenv("SBX_PLUGIN_MODE");
+
+    return m && *m ? m : "outofprocess";
+}
+
 static json_object *find_backend(json_object *array, const char *name)
 {
     size_t i, n = json_object_array_length(array);
@@ -849,7 +868,7 @@ Test(cli, backends_json)
     cr_expect(json_object_object_get_ex(local, "probed_caps", &v) &&
               json_object_is_type(v, json_type_array) && json_object_array_length(v) > 0);
     cr_expect(json_object_object_get_ex(local, "mode", &v) &&
-              strcmp(json_object_get_string(v), "outofprocess") == 0);
+              strcmp(json_object_get_string(v), default_mode()) == 0);
 
     for (i = 0; i < sizeof broken / sizeof broken[0]; i++) {
         json_object *o = find_backend(root, broken[i]);
@@ -1764,8 +1783,9 @@ Test(cli, presets_json_lists_the_builtin_presets)
 Test(cli, backends_shows_the_plugin_mode)
 {
     static const char *const inproc[] = { "SBX_PLUGIN_MODE=inprocess", NULL };
+    static const char *const outproc[] = { "SBX_PLUGIN_MODE=outofprocess", NULL };
     static const char *const bad[] = { "SBX_PLUGIN_MODE=sideways", NULL };
-    cli_run r = SBX("backends");
+    cli_run r = SBX_KEEP_ENV(outproc, "backends");
 
     cr_assert_eq(r.status, 0, "stderr: \"%s\"", r.err);
     cr_expect_not_null(strstr(r.out, "\n    mode:        outofprocess\n"), "%s", r.out);

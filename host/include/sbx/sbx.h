@@ -1123,9 +1123,12 @@ SBX_EXPORT sbx_sandbox *sbx_resume(const char *state_json, sbx_error **error);
 /* ------------------------------------------------------------------------ */
 
 /*
- * Every blocking call above has an asynchronous form, named after it with
- * the suffix _async, for programs built around an event loop (poll, epoll,
- * libuv, ...) or that run many sandboxes at once from one thread. An
+ * Every call above that may block on a backend or a sandbox (clients,
+ * sandboxes, exec, files, session state, tar extraction) has an
+ * asynchronous form, named after it with the suffix _async, for programs
+ * built around an event loop (poll, epoll, libuv, ...) or that run many
+ * sandboxes at once from one thread; calls that only read local
+ * configuration (options, presets, sbx_backends_list) have none. An
  * sbx_async is a pool of worker threads: an _async call copies its
  * arguments into a new operation (sbx_op), queues it and returns at once;
  * a worker runs the synchronous call; the operation's completion callback
