@@ -108,7 +108,6 @@ struct proxy_client {
     int dead;                   /* the current host is gone */
     int killed;                 /* we killed it (unacknowledged cancel) */
     char *death;                /* how it ended */
-    int dead_efd;               /* readable once this generation died */
     int reaped;                 /* the current host's pid was waited for */
     int reading;                /* a waiting caller is reading the socket */
     void *scratch;              /* the reader's buffer, SBX_WIRE_MAX_FRAME */
@@ -222,8 +221,6 @@ conn_died_locked(proxy_client *pc)
         c->failed = 1;
         eventfd_write(c->efd, 1);
     }
-    if (pc->dead_efd >= 0)
-        eventfd_write(pc->dead_efd, 1);
     sbx_log(SBX_LOG_INFO, pc->backend, "plugin host pid %d ended: %s", (int)pc->pid,
             how ? how : "?");
     free(how);
@@ -568,7 +565,6 @@ host_stop(proxy_client *pc)
         pc->reaped = 1;
     }
     sbx_close_fd(&pc->sock);
-    sbx_close_fd(&pc->dead_efd);
     pc->dead = 1;
     pthread_mutex_unlock(&pc->lock);
 }
@@ -705,17 +701,15 @@ host_start(proxy_client *pc, sbx_error **err)
     pc->killed = 0;
     pc->reaped = 0;
     pc->reading = 0;
-    pc->dead_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (!pc->scratch || pc->dead_efd < 0) {
+    if (!pc->scratch) {
         kill(pid, SIGKILL);
         reap(pid, SBX_PROXY_EXIT_GRACE_SECS);
         pc->reaped = 1;
         sbx_close_fd(&pc->sock);
-        sbx_close_fd(&pc->dead_efd);
         pc->dead = 1;
         pthread_mutex_unlock(&pc->lock);
         free(host);
-        sbx_set_error(err, SBX_ERROR_UNKNOWN, op, "out of memory or descriptors");
+        sbx_set_error(err, SBX_ERROR_UNKNOWN, op, "out of memory");
         return -1;
     }
     pthread_mutex_unlock(&pc->lock);
@@ -1498,7 +1492,6 @@ sbx_proxy_open(const char *backend, const char *config_json, const sbx_plugin **
     }
     pc->h.pc = pc;
     pc->sock = -1;
-    pc->dead_efd = -1;
     pc->dead = 1;
     pthread_mutex_init(&pc->lock, NULL);
     pthread_mutex_init(&pc->restart_lock, NULL);
