@@ -7,7 +7,9 @@
  * every create at once to an sbx_async pool from one thread and chains
  * execute_async and destroy_async from the callbacks, the main thread only
  * polling sbx_async_get_fd() and dispatching. Rounds alternate the two, so
- * both see the same machine load.
+ * both see the same machine load. Creates are sbx_create() /
+ * sbx_create_async() (a client each, so out of process a plugin host
+ * each), or with -s sbx_sandbox_create[_async]() on one shared client.
  *
  * Output, per round: both wall times and the speed-up (sequential time /
  * asynchronous time); then the median speed-up, and memory:
@@ -16,10 +18,11 @@
  *    through /proc/self/clear_refs, divided by N;
  *  - one supervisor's RSS and PSS (sbx-supervisor, the process a local
  *    sandbox keeps; /proc/PID/status and smaps_rollup), sampled on a live
- *    sandbox.
+ *    sandbox; and, out of process, the plugin host's (one per client).
  *
- * Usage: fanout [-n SANDBOXES] [-r ROUNDS] [-w WORKERS] [-b BACKEND]
- *        (default 100, 3, 0 = the pool's default, local)
+ * Usage: fanout [-s] [-n SANDBOXES] [-r ROUNDS] [-w WORKERS] [-b BACKEND]
+ *        (default one client per sandbox, 100, 3, 0 = the pool's default,
+ *        local)
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -35,6 +38,7 @@
 #include <sbx/sbx.h>
 
 static const char *g_backend = "local";
+static sbx_client *g_client;  /* -s: the shared client; NULL: one per sandbox */
 
 static double now_s(void)
 {
@@ -81,7 +85,8 @@ static const char *const true_argv[] = { "/bin/true", NULL };
 static void one_sequential(void)
 {
     sbx_error *err = NULL;
-    sbx_sandbox *sb = sbx_create(g_backend, NULL, &err);
+    sbx_sandbox *sb = g_client ? sbx_sandbox_create(g_client, NULL, &err)
+                               : sbx_create(g_backend, NULL, &err);
     if (!sb)
         die("create", err);
     sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
@@ -165,7 +170,8 @@ static double run_async(int n, unsigned workers, long *peak_kib)
     if (!f.async)
         die("sbx_async_new", err);
     for (int i = 0; i < n; i++)
-        if (!sbx_create_async(f.async, g_backend, NULL, on_created, &f, &err))
+        if (!(g_client ? sbx_sandbox_create_async(f.async, g_client, NULL, on_created, &f, &err)
+                       : sbx_create_async(f.async, g_backend, NULL, on_created, &f, &err)))
             die("create_async", err);
     while (f.finished < n) {
         struct pollfd p = { .fd = sbx_async_get_fd(f.async), .events = POLLIN };
@@ -182,6 +188,15 @@ static double run_async(int n, unsigned workers, long *peak_kib)
 }
 
 /* ---------------------------------------------------------- supervisor */
+
+/* RSS and PSS (KiB) of process @pid. */
+static void pid_mem(int pid, long *rss, long *pss)
+{
+    char s[32];
+    snprintf(s, sizeof s, "%d", pid);
+    *rss = proc_kib(s, "status", "VmRSS");
+    *pss = proc_kib(s, "smaps_rollup", "Pss");
+}
 
 /* RSS and PSS (KiB) of the process whose command line or cwd names
  * @sandbox_id (a local sandbox's state directory); -1 when not found. */
@@ -216,8 +231,7 @@ static void supervisor_mem(const char *sandbox_id, long *rss, long *pss)
         }
         if (!hit)
             continue;
-        *rss = proc_kib(e->d_name, "status", "VmRSS");
-        *pss = proc_kib(e->d_name, "smaps_rollup", "Pss");
+        pid_mem(atoi(e->d_name), rss, pss);
         break;
     }
     closedir(d);
@@ -227,8 +241,11 @@ int main(int argc, char **argv)
 {
     int n = 100, rounds = 3, opt;
     unsigned workers = 0;
-    while ((opt = getopt(argc, argv, "n:r:w:b:")) != -1) {
-        if (opt == 'n')
+    int shared = 0;
+    while ((opt = getopt(argc, argv, "sn:r:w:b:")) != -1) {
+        if (opt == 's')
+            shared = 1;
+        else if (opt == 'n')
             n = atoi(optarg);
         else if (opt == 'r')
             rounds = atoi(optarg);
@@ -237,7 +254,8 @@ int main(int argc, char **argv)
         else if (opt == 'b')
             g_backend = optarg;
         else {
-            fprintf(stderr, "usage: fanout [-n SANDBOXES] [-r ROUNDS] [-w WORKERS] [-b BACKEND]\n");
+            fprintf(stderr, "usage: fanout [-s] [-n SANDBOXES] [-r ROUNDS] [-w WORKERS] "
+                    "[-b BACKEND]\n");
             return 2;
         }
     }
@@ -246,12 +264,21 @@ int main(int argc, char **argv)
     if (rounds < 1)
         rounds = 1;
 
+    sbx_error *err = NULL;
+    sbx_client *sample = sbx_client_new(g_backend, &err);
+    if (!sample)
+        die("client", err);
+    if (shared)
+        g_client = sample;
+
     /* Warm-up: plugin loaded, page cache, the supervisor binary. */
     for (int i = 0; i < 3; i++)
         one_sequential();
 
-    printf("fanout: %d sandboxes (create -> exec /bin/true -> destroy) on %s, "
+    printf("fanout: %d sandboxes (create -> exec /bin/true -> destroy) on %s (%s), %s, "
            "%u workers, %d rounds\n", n, g_backend,
+           sbx_plugin_mode_name(sbx_client_get_plugin_mode(sample)),
+           shared ? "one shared client" : "a client per sandbox",
            workers ? workers : (unsigned)SBX_ASYNC_DEFAULT_WORKERS, rounds);
     double *ratio = calloc((size_t)rounds, sizeof *ratio);
     long peak_max = 0;
@@ -274,8 +301,7 @@ int main(int argc, char **argv)
            (double)peak_max / n);
     free(ratio);
 
-    sbx_error *err = NULL;
-    sbx_sandbox *sb = sbx_create(g_backend, NULL, &err);
+    sbx_sandbox *sb = sbx_sandbox_create(sample, NULL, &err);
     if (!sb)
         die("create", err);
     long rss, pss;
@@ -285,8 +311,13 @@ int main(int argc, char **argv)
     else
         printf("supervisor per sandbox: no process names sandbox %s (not a local sandbox)\n",
                sbx_sandbox_get0_id(sb));
+    if (sbx_client_get_host_pid(sample) > 0) {
+        pid_mem(sbx_client_get_host_pid(sample), &rss, &pss);
+        printf("plugin host per client: RSS %ld KiB, PSS %ld KiB\n", rss, pss);
+    }
     if (sbx_sandbox_destroy(sb, &err) != 0)
         die("destroy", err);
     sbx_sandbox_free(sb);
+    sbx_client_free(sample);
     return 0;
 }

@@ -113,6 +113,7 @@ struct sbx_op {
     size_t nbytes;
     int fd;
     uint32_t mode;
+    sbx_plugin_mode plugin_mode; /* client_new */
 
     /* Outcome. */
     int failed;
@@ -382,7 +383,7 @@ op_run(sbx_op *op)
     }
     switch (op->kind) {
     case SBX_OP_CLIENT_NEW:
-        op->made_client = sbx_client_new(op->s1, &err);
+        op->made_client = sbx_client_new_with_mode(op->s1, op->plugin_mode, &err);
         rc = op->made_client ? 0 : -1;
         break;
     case SBX_OP_CLIENT_PROBE: {
@@ -1326,8 +1327,8 @@ submit_sandbox_op(sbx_op *op, sbx_error **error)
 }
 
 SBX_EXPORT sbx_op *
-sbx_client_new_async(sbx_async *async, const char *backend, sbx_op_done_fn done,
-                     void *user_data, sbx_error **error)
+sbx_client_new_with_mode_async(sbx_async *async, const char *backend, sbx_plugin_mode mode,
+                               sbx_op_done_fn done, void *user_data, sbx_error **error)
 {
     sbx_op *op;
 
@@ -1335,10 +1336,19 @@ sbx_client_new_async(sbx_async *async, const char *backend, sbx_op_done_fn done,
         return null_arg(error, "client_new", "async", NULL);
     if (!(op = op_new(async, SBX_OP_CLIENT_NEW, done, user_data, error)))
         return NULL;
+    op->plugin_mode = mode;
     if (copy_str(&op->s1, backend) < 0)
         return copy_failed(op, error);
     return submit(op, NULL, backend && sbx_backend_name_valid(backend) ? backend : NULL,
                   error);
+}
+
+SBX_EXPORT sbx_op *
+sbx_client_new_async(sbx_async *async, const char *backend, sbx_op_done_fn done,
+                     void *user_data, sbx_error **error)
+{
+    return sbx_client_new_with_mode_async(async, backend, SBX_PLUGIN_MODE_DEFAULT, done,
+                                          user_data, error);
 }
 
 SBX_EXPORT sbx_op *

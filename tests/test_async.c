@@ -974,6 +974,17 @@ Test(async, every_form)
     cr_assert_str_eq(sbx_client_get0_backend(r.client), tu_backend());
     any_free(&r);
 
+    for (int m = SBX_PLUGIN_MODE_OUT_OF_PROCESS; m <= SBX_PLUGIN_MODE_IN_PROCESS; m++) {
+        RUN_ONE(r, SBX_OP_CLIENT_NEW,
+                sbx_client_new_with_mode_async(a, tu_backend(), (sbx_plugin_mode)m, any_cb, &r,
+                                               E));
+        cr_assert_null(r.error, "%s", msg(r.error));
+        cr_assert_not_null(r.client);
+        cr_assert_eq(sbx_client_get_plugin_mode(r.client), (sbx_plugin_mode)m);
+        cr_assert_eq(sbx_client_get_host_pid(r.client) > 0, m == SBX_PLUGIN_MODE_OUT_OF_PROCESS);
+        any_free(&r);
+    }
+
     RUN_ONE(r, SBX_OP_CLIENT_PROBE, sbx_client_probe_async(a, g_client, any_cb, &r, E));
     cr_assert_null(r.error, "%s", msg(r.error));
     uint64_t caps = 0;

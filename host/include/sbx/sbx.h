@@ -672,7 +672,7 @@ typedef enum sbx_plugin_mode {
  * "inprocess" nor "outofprocess" (context "SBX_PLUGIN_MODE"); out of
  * process: configuration when the host program cannot be started (context
  * "path"), connection when it died before it was ready (naming the signal).
- * Thread-safe. Since 0.2.
+ * Thread-safe. Since 0.1.
  */
 SBX_EXPORT sbx_client *sbx_client_new_with_mode(const char *backend, sbx_plugin_mode mode,
                                                 sbx_error **error);
@@ -682,20 +682,20 @@ SBX_EXPORT sbx_client *sbx_client_new_with_mode(const char *backend, sbx_plugin_
  * What @mode means here: SBX_PLUGIN_MODE_DEFAULT becomes the mode the
  * environment selects. Returns SBX_PLUGIN_MODE_OUT_OF_PROCESS or
  * SBX_PLUGIN_MODE_IN_PROCESS, or -1 with *@error set (invalid_argument) for
- * a bad mode or SBX_PLUGIN_MODE value. Since 0.2.
+ * a bad mode or SBX_PLUGIN_MODE value. Since 0.1.
  */
 SBX_EXPORT int sbx_plugin_mode_resolve(sbx_plugin_mode mode, sbx_error **error);
 
-/** sbx_plugin_mode_name: "inprocess", "outofprocess" or "default"; static. Since 0.2. */
+/** sbx_plugin_mode_name: "inprocess", "outofprocess" or "default"; static. Since 0.1. */
 SBX_EXPORT const char *sbx_plugin_mode_name(sbx_plugin_mode mode);
 
 /** sbx_client_get_plugin_mode: SBX_PLUGIN_MODE_OUT_OF_PROCESS or
- *  SBX_PLUGIN_MODE_IN_PROCESS (never DEFAULT); DEFAULT for NULL. Since 0.2. */
+ *  SBX_PLUGIN_MODE_IN_PROCESS (never DEFAULT); DEFAULT for NULL. Since 0.1. */
 SBX_EXPORT sbx_plugin_mode sbx_client_get_plugin_mode(const sbx_client *client);
 
 /** sbx_client_get_host_pid: the pid of the client's plugin host process; 0
  *  in-process, for NULL, or while no host runs (after a crash, until the
- *  next call starts one). Since 0.2. */
+ *  next call starts one). Since 0.1. */
 SBX_EXPORT int sbx_client_get_host_pid(const sbx_client *client);
 
 /**
@@ -710,7 +710,7 @@ SBX_EXPORT int sbx_client_get_host_pid(const sbx_client *client);
  * Covers single slot calls (create, destroy, a file call, one exec's start
  * and wait steps), not an exec's whole run: that is the exec timeout.
  * Returns 0, or -1 (invalid_argument naming the value: negative, NaN or
- * infinite). Not to be called while other threads use @client. Since 0.2.
+ * infinite). Not to be called while other threads use @client. Since 0.1.
  */
 SBX_EXPORT int sbx_client_set_call_timeout(sbx_client *client, double secs,
                                            sbx_error **error);
@@ -1427,6 +1427,10 @@ SBX_EXPORT int64_t sbx_op_get_int64(const sbx_op *op);
 SBX_EXPORT sbx_op *sbx_client_new_async(sbx_async *async, const char *backend,
                                         sbx_op_done_fn done, void *user_data,
                                         sbx_error **error);
+/** sbx_client_new_with_mode() [steal_client]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_client_new_with_mode_async(sbx_async *async, const char *backend,
+                                                  sbx_plugin_mode mode, sbx_op_done_fn done,
+                                                  void *user_data, sbx_error **error);
 /** sbx_client_probe() [get_int64: the capability bits]. Since 0.1. */
 SBX_EXPORT sbx_op *sbx_client_probe_async(sbx_async *async, sbx_client *client,
                                           sbx_op_done_fn done, void *user_data,
