@@ -384,8 +384,22 @@ sbx_wire_send(int sock, const sbx_wire_msg *m)
     return n < 0 ? -1 : 0;
 }
 
+static int wire_recv(int sock, sbx_wire_msg *m, void *scratch, int flags);
+
 int
 sbx_wire_recv(int sock, sbx_wire_msg *m, void *scratch)
+{
+    return wire_recv(sock, m, scratch, 0);
+}
+
+int
+sbx_wire_recv_nowait(int sock, sbx_wire_msg *m, void *scratch)
+{
+    return wire_recv(sock, m, scratch, MSG_DONTWAIT);
+}
+
+static int
+wire_recv(int sock, sbx_wire_msg *m, void *scratch, int flags)
 {
     union {
         char buf[CMSG_SPACE(sizeof(int) * SBX_WIRE_MAX_FDS)];
@@ -403,7 +417,7 @@ sbx_wire_recv(int sock, sbx_wire_msg *m, void *scratch)
     msg.msg_control = cbuf.buf;
     msg.msg_controllen = sizeof(cbuf.buf);
     do
-        n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+        n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | flags);
     while (n < 0 && errno == EINTR);
     if (n < 0)
         return -1;

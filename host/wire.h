@@ -106,6 +106,9 @@ int sbx_wire_send(int sock, const sbx_wire_msg *m);
  * for a frame that is not ours).
  */
 int sbx_wire_recv(int sock, sbx_wire_msg *m, void *scratch);
+/** sbx_wire_recv() that does not wait: -1 with errno EAGAIN when no frame
+ *  is there. */
+int sbx_wire_recv_nowait(int sock, sbx_wire_msg *m, void *scratch);
 
 /** "killed by signal 11 (SIGSEGV)" / "exited with status 3" (new string). */
 char *sbx_wait_status_text(int status);

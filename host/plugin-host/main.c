@@ -24,11 +24,13 @@
 #include <errno.h>
 #include <ffi.h>
 #include <json-c/json.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -626,84 +628,139 @@ out:
 /* ---------------------------------------------------------------- threads */
 
 /*
- * Leader/followers: one thread at a time (the leader) reads frames. Frames
- * that never block (QUICK calls, CANCEL, STOP) it handles itself, in order,
- * and reads on; for a call that may block it first hands the reading over
- * to an idle thread (starting one when none is idle) and then runs the call
- * itself, so a call reaches its plugin slot without a thread switch.
+ * Every idle thread waits on the socket itself (an epoll instance of its
+ * own with EPOLLEXCLUSIVE, so a frame wakes one of them). The thread that
+ * receives a frame handles it: frames that never block (QUICK calls, CANCEL,
+ * STOP) in order, still holding the receive lock, so the next frame is read
+ * only after them; a call that may block after releasing it. So a call
+ * reaches its plugin slot on the thread that read it, and nothing is woken
+ * to take over the reading: the other idle threads already wait. A thread
+ * that takes the last idle place for a blocking call starts one more.
  */
+/* One thread of the pool. */
+typedef struct lf_rec {
+    struct lf_rec *next;
+    int kick_fd;                /* eventfd in its epoll set: "look again" */
+    int idle;                   /* waiting for a frame (atomic) */
+} lf_rec;
+
 static struct {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int leader;                 /* a thread is reading */
-    unsigned idle;              /* threads waiting to lead */
-} LF = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
+    pthread_mutex_t recv_lock;
+    unsigned idle;              /* threads waiting for a frame (atomic) */
+    pthread_mutex_t list_lock;
+    lf_rec *threads;
+} LF = { PTHREAD_MUTEX_INITIALIZER, 0, PTHREAD_MUTEX_INITIALIZER, NULL };
+
+/*
+ * An exclusive wake-up wakes one thread per arrival; when the thread that
+ * was woken stops reading at a blocking call while more frames wait, it
+ * kicks an idle thread to read them.
+ */
+static void
+kick_idle(const lf_rec *self)
+{
+    struct pollfd p = { H.sock, POLLIN, 0 };
+
+    if (poll(&p, 1, 0) <= 0)
+        return;
+    pthread_mutex_lock(&LF.list_lock);
+    for (lf_rec *r = LF.threads; r; r = r->next) {
+        if (r != self && __atomic_load_n(&r->idle, __ATOMIC_SEQ_CST)) {
+            eventfd_write(r->kick_fd, 1);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&LF.list_lock);
+}
 
 static void handle_inline(sbx_wire_msg *m);
 static int is_quick(const sbx_wire_msg *req);
 static void *lf_thread(void *arg);
 
-/* Gives up reading: wakes an idle thread, or starts one. */
 static void
-lf_handoff(void)
+spawn_thread(void)
 {
-    int spawn;
+    pthread_t t;
+    pthread_attr_t attr;
 
-    pthread_mutex_lock(&LF.lock);
-    LF.leader = 0;
-    spawn = LF.idle == 0;
-    if (!spawn)
-        pthread_cond_signal(&LF.cond);
-    pthread_mutex_unlock(&LF.lock);
-    if (spawn) {
-        pthread_t t;
-        pthread_attr_t attr;
-
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&t, &attr, lf_thread, NULL) != 0) {
-            fprintf(stderr, "sbx-plugin-host: cannot start a thread\n");
-            exit(1);
-        }
-        pthread_attr_destroy(&attr);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &attr, lf_thread, NULL) != 0) {
+        fprintf(stderr, "sbx-plugin-host: cannot start a thread\n");
+        exit(1);
     }
+    pthread_attr_destroy(&attr);
 }
 
 static void *
 lf_thread(void *arg)
 {
     void *scratch = malloc(SBX_WIRE_MAX_FRAME);
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE };
+    struct epoll_event kev = { .events = EPOLLIN };
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    lf_rec *self = calloc(1, sizeof(*self));
 
     (void)arg;
-    if (!scratch)
+    if (self)
+        self->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    ev.data.fd = H.sock;
+    kev.data.fd = self ? self->kick_fd : -1;
+    if (!scratch || ep < 0 || !self || self->kick_fd < 0 ||
+        epoll_ctl(ep, EPOLL_CTL_ADD, H.sock, &ev) < 0 ||
+        epoll_ctl(ep, EPOLL_CTL_ADD, self->kick_fd, &kev) < 0) {
+        fprintf(stderr, "sbx-plugin-host: cannot set up a thread: %s\n", strerror(errno));
         exit(1);
+    }
+    pthread_mutex_lock(&LF.list_lock);
+    self->next = LF.threads;
+    LF.threads = self;
+    pthread_mutex_unlock(&LF.list_lock);
+    __atomic_add_fetch(&LF.idle, 1, __ATOMIC_SEQ_CST);
     for (;;) {
         sbx_wire_msg *m = NULL;
+        int blocking = 0;
 
-        pthread_mutex_lock(&LF.lock);
-        while (LF.leader) {
-            LF.idle++;
-            pthread_cond_wait(&LF.cond, &LF.lock);
-            LF.idle--;
+        __atomic_store_n(&self->idle, 1, __ATOMIC_SEQ_CST);
+        if (epoll_wait(ep, &ev, 1, -1) < 0 && errno != EINTR)
+            exit(1);
+        __atomic_store_n(&self->idle, 0, __ATOMIC_SEQ_CST);
+        if (ev.data.fd == self->kick_fd) {
+            eventfd_t v;
+
+            eventfd_read(self->kick_fd, &v);
         }
-        LF.leader = 1;
-        pthread_mutex_unlock(&LF.lock);
-
+        pthread_mutex_lock(&LF.recv_lock);
         for (;;) {
             int rc;
 
             m = malloc(sizeof(*m));
             if (!m)
                 exit(1);
-            rc = sbx_wire_recv(H.sock, m, scratch);
+            rc = sbx_wire_recv_nowait(H.sock, m, scratch);
+            if (rc < 0 && errno == EAGAIN) {
+                free(m);
+                m = NULL;
+                break;
+            }
             if (rc <= 0)
                 exit(rc == 0 ? 0 : 1); /* the application closed its end */
-            if (m->type == SBX_MSG_CALL && m->slot < SBX_SLOT_COUNT && !is_quick(m))
+            if (m->type == SBX_MSG_CALL && m->slot < SBX_SLOT_COUNT && !is_quick(m)) {
+                blocking = 1;
                 break;
+            }
             handle_inline(m);
+            m = NULL;
         }
-        lf_handoff();
+        if (blocking)
+            kick_idle(self);
+        pthread_mutex_unlock(&LF.recv_lock);
+        if (!blocking)
+            continue;
+        if (__atomic_sub_fetch(&LF.idle, 1, __ATOMIC_SEQ_CST) == 0)
+            spawn_thread();
         run_call(m);
+        __atomic_add_fetch(&LF.idle, 1, __ATOMIC_SEQ_CST);
     }
     return NULL;
 }
