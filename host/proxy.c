@@ -50,6 +50,9 @@ extern char **environ;
 
 /** Seconds a cancelled call may take to answer before its host is killed. */
 #define SBX_PROXY_CANCEL_GRACE_SECS 2.0
+/** Seconds a new host may take to load its plugin and answer HELLO (or
+ *  the client's call timeout, when shorter). */
+#define SBX_PROXY_START_TIMEOUT_SECS 30.0
 /** Seconds a host may take to exit after its socket closed. */
 #define SBX_PROXY_EXIT_GRACE_SECS 2.0
 /** Socket buffer for frames, bytes. */
@@ -73,7 +76,6 @@ typedef struct proxy_handle {
     proxy_client *pc;
     uint64_t remote;            /* the plugin host's handle id */
     unsigned gen;               /* the host generation it lives on */
-    char *kept[SBX_SLOT_COUNT]; /* strings returned as borrowed, per slot */
 } proxy_handle;
 
 typedef struct proxy_sandbox {
@@ -103,9 +105,14 @@ struct proxy_client {
     pthread_mutex_t restart_lock; /* held while a host is (re)started */
     pthread_mutex_t lock;       /* everything below */
     int sock;
+    int old_sock;               /* the previous host's socket, shut down; closed
+                                 * one restart later, so that a call still
+                                 * holding its number never reaches a new host */
     pid_t pid;
     unsigned gen;
     int dead;                   /* the current host is gone */
+    int restarting;             /* a new host is being started and the
+                                 * sandboxes reattached: wait on restart_lock */
     int killed;                 /* we killed it (unacknowledged cancel) */
     char *death;                /* how it ended */
     int reaped;                 /* the current host's pid was waited for */
@@ -140,17 +147,24 @@ proxy_strdup_alloc(const char *s)
 
 /* Sets a connection error about @pc's dead host into @err. */
 static void
-set_dead_error(proxy_client *pc, sbx_error **err, const char *slot)
+set_dead_error_as(proxy_client *pc, sbx_error **err, const char *slot, int timed_out)
 {
     sbx_error *e;
 
     pthread_mutex_lock(&pc->lock);
-    e = sbx_set_error(err, pc->killed ? SBX_ERROR_TIMEOUT : SBX_ERROR_CONNECTION, slot,
+    e = sbx_set_error(err, timed_out ? SBX_ERROR_TIMEOUT : SBX_ERROR_CONNECTION, slot,
                       "the plugin host of backend \"%s\" %s", pc->backend,
                       pc->death ? pc->death : "is gone");
     pthread_mutex_unlock(&pc->lock);
     sbx_error_set_outcome(e, SBX_ERROR_OUTCOME_UNKNOWN);
     sbx_error_fill(e, pc->backend, slot);
+}
+
+/* A connection error about @pc's dead host in @err. */
+static void
+set_dead_error(proxy_client *pc, sbx_error **err, const char *slot)
+{
+    set_dead_error_as(pc, err, slot, 0);
 }
 
 /* ---------------------------------------------------------------- reading */
@@ -176,17 +190,25 @@ call_find(proxy_client *pc, uint64_t id)
 
 /* Reaps @pid, killing it when it does not end within the grace. */
 static int
-reap(pid_t pid, double grace)
+reap(pid_t pid, double grace, int *killed_by_us)
 {
     double until = sbx_monotonic_now() + grace;
     int status = 0;
 
+    if (killed_by_us)
+        *killed_by_us = 0;
     for (;;) {
         pid_t r = waitpid(pid, &status, WNOHANG);
 
-        if (r == pid || (r < 0 && errno != EINTR))
+        if (r == pid)
+            return status;
+        if (r < 0 && errno == ECHILD)
+            return -1; /* the application collected it (SIGCHLD ignored?) */
+        if (r < 0 && errno != EINTR)
             return status;
         if (r == 0 && sbx_monotonic_now() >= until) {
+            if (killed_by_us)
+                *killed_by_us = 1;
             kill(pid, SIGKILL);
             while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
                 ;
@@ -206,17 +228,24 @@ conn_died_locked(proxy_client *pc)
     int status;
     char *how;
 
+    int ours = 0;
+
     if (pc->dead)
         return;
     pc->dead = 1;
-    status = reap(pc->pid, SBX_PROXY_EXIT_GRACE_SECS);
+    status = reap(pc->pid, SBX_PROXY_EXIT_GRACE_SECS, &ours);
     pc->reaped = 1;
-    how = sbx_wait_status_text(status);
+    how = status == -1 ? strdup("ended (its exit status was collected elsewhere)")
+                       : sbx_wait_status_text(status);
     free(pc->death);
-    pc->death = pc->killed
-        ? sbx_asprintf("(pid %d) did not acknowledge a cancel within %.0f s and was killed",
-                       (int)pc->pid, SBX_PROXY_CANCEL_GRACE_SECS)
-        : sbx_asprintf("(pid %d) died: %s", (int)pc->pid, how ? how : "ended");
+    if (pc->killed)
+        pc->death = sbx_asprintf("(pid %d) did not acknowledge a cancel within %.0f s and "
+                                 "was killed", (int)pc->pid, SBX_PROXY_CANCEL_GRACE_SECS);
+    else if (ours)
+        pc->death = sbx_asprintf("(pid %d) closed its socket and did not exit within %.0f s; "
+                                 "it was killed", (int)pc->pid, SBX_PROXY_EXIT_GRACE_SECS);
+    else
+        pc->death = sbx_asprintf("(pid %d) died: %s", (int)pc->pid, how ? how : "ended");
     for (proxy_call *c = pc->calls; c; c = c->next) {
         c->failed = 1;
         eventfd_write(c->efd, 1);
@@ -356,6 +385,20 @@ deliver_entry(call_io *io, sbx_wire_msg *m)
     return 0;
 }
 
+/* When nobody reads while calls other than @self wait, wakes one of them to
+ * read on. With pc->lock held. */
+static void
+wake_other_locked(proxy_client *pc, const proxy_call *self)
+{
+    if (pc->reading)
+        return;
+    for (proxy_call *c = pc->calls; c; c = c->next)
+        if (c != self && !c->reply && !c->failed) {
+            eventfd_write(c->efd, 1);
+            return;
+        }
+}
+
 /* Takes @call out of @pc's list and, when nobody reads while others wait,
  * wakes one of them to read on. With pc->lock held. */
 static void
@@ -366,8 +409,7 @@ call_unlink_locked(proxy_client *pc, proxy_call *call)
             *p = call->next;
             break;
         }
-    if (!pc->reading && pc->calls)
-        eventfd_write(pc->calls->efd, 1);
+    wake_other_locked(pc, call);
 }
 
 /*
@@ -376,8 +418,8 @@ call_unlink_locked(proxy_client *pc, proxy_call *call)
  * (caller frees), or NULL with *@err set (connection / timeout).
  */
 static sbx_wire_msg *
-call_send_wait(proxy_client *pc, sbx_wire_msg *req, call_io *io, const char *slot,
-               sbx_error **err)
+call_send_wait(proxy_client *pc, unsigned gen, sbx_wire_msg *req, call_io *io,
+               const char *slot, sbx_error **err)
 {
     proxy_call call = { .efd = -1 };
     sbx_wire_msg *reply = NULL;
@@ -402,7 +444,9 @@ call_send_wait(proxy_client *pc, sbx_wire_msg *req, call_io *io, const char *slo
     }
 
     pthread_mutex_lock(&pc->lock);
-    if (pc->dead) {
+    if (pc->dead || pc->gen != gen) {
+        /* Encoded for a host that is gone: its handle ids mean nothing to
+         * the new one. */
         pthread_mutex_unlock(&pc->lock);
         efd_release(call.efd, own_efd);
         set_dead_error(pc, err, slot);
@@ -421,16 +465,19 @@ call_send_wait(proxy_client *pc, sbx_wire_msg *req, call_io *io, const char *slo
 
         pthread_mutex_lock(&pc->lock);
         call_unlink_locked(pc, &call);
-        if (e != EMSGSIZE && e != ENOMEM && pc->pid == pid)
+        if ((e == EPIPE || e == ECONNRESET || e == ENOTCONN) && pc->pid == pid)
             conn_died_locked(pc);
         pthread_mutex_unlock(&pc->lock);
         efd_release(call.efd, own_efd);
-        if (e == EMSGSIZE || e == ENOMEM)
-            sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, slot,
-                          "the arguments of %s do not fit in one frame of %d bytes", slot,
-                          SBX_WIRE_MAX_FRAME);
-        else
+        if (e == EPIPE || e == ECONNRESET || e == ENOTCONN) {
             set_dead_error(pc, err, slot);
+        } else {
+            sbx_error *x = sbx_set_error(err, SBX_ERROR_UNKNOWN, slot,
+                                         "cannot send %s to the plugin host: %s", slot,
+                                         strerror(e));
+
+            sbx_error_fill(x, pc->backend, slot);
+        }
         return NULL;
     }
 
@@ -501,6 +548,10 @@ call_send_wait(proxy_client *pc, sbx_wire_msg *req, call_io *io, const char *slo
                 conn_died_locked(pc);
             if (got != 1)
                 free(m);
+            /* Whatever came, someone else may be waiting for the next frame
+             * while this thread hands over entries or returns. */
+            if (call.reply || call.failed || call.nentries)
+                wake_other_locked(pc, &call);
             pthread_mutex_unlock(&pc->lock);
         } else if (rc > 0 && (pfd[0].revents & POLLIN)) {
             eventfd_t v;
@@ -543,8 +594,16 @@ call_send_wait(proxy_client *pc, sbx_wire_msg *req, call_io *io, const char *slo
     }
     free(call.entries);
     efd_release(call.efd, own_efd);
-    if (!reply)
-        set_dead_error(pc, err, slot);
+    if (!reply) {
+        int killed;
+
+        pthread_mutex_lock(&pc->lock);
+        killed = pc->killed && pc->pid == pid;
+        pthread_mutex_unlock(&pc->lock);
+        /* Only the call whose cancel went unanswered timed out; the others
+         * lost their host. */
+        set_dead_error_as(pc, err, slot, cancelled && killed);
+    }
     return reply;
 }
 
@@ -561,10 +620,12 @@ host_stop(proxy_client *pc)
     if (pc->sock >= 0)
         shutdown(pc->sock, SHUT_RDWR);
     if (!pc->reaped && pc->pid > 0) {
-        reap(pc->pid, SBX_PROXY_EXIT_GRACE_SECS);
+        reap(pc->pid, SBX_PROXY_EXIT_GRACE_SECS, NULL);
         pc->reaped = 1;
     }
-    sbx_close_fd(&pc->sock);
+    sbx_close_fd(&pc->old_sock);
+    pc->old_sock = pc->sock;
+    pc->sock = -1;
     pc->dead = 1;
     pthread_mutex_unlock(&pc->lock);
 }
@@ -595,12 +656,26 @@ host_start(proxy_client *pc, sbx_error **err)
     }
     setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &bufsize, sizeof(bufsize));
     setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &bufsize, sizeof(bufsize));
+    /* Our end away from 0-2 (an application may run with them closed),
+     * the child's away from 0-3 (where the host's descriptors go). */
+    if (sv[0] <= 2) {
+        int moved = fcntl(sv[0], F_DUPFD_CLOEXEC, 10);
+
+        close(sv[0]);
+        sv[0] = moved;
+    }
     child = sv[1];
     if (child <= 3) {
         int moved = fcntl(child, F_DUPFD_CLOEXEC, 10);
 
         close(child);
         child = moved;
+    }
+    if (sv[0] < 0) {
+        if (child >= 0)
+            close(child);
+        sbx_set_error(err, SBX_ERROR_UNKNOWN, op, "out of descriptors");
+        return -1;
     }
     host = sbx_plugin_host_path();
     if (child < 0 || !host) {
@@ -610,8 +685,17 @@ host_start(proxy_client *pc, sbx_error **err)
     snprintf(fdarg, sizeof(fdarg), "%d", 3);
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, 2, 1);
+    if (fcntl(2, F_GETFD) >= 0) {
+        /* What the plugin prints goes to the application's stderr. */
+        posix_spawn_file_actions_adddup2(&fa, 2, 1);
+    } else {
+        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    }
     posix_spawn_file_actions_adddup2(&fa, child, 3);
+    /* Nothing else of the application's: not its descriptors left without
+     * close-on-exec either. */
+    posix_spawn_file_actions_addclosefrom_np(&fa, 4);
     posix_spawnattr_init(&attr);
     sigemptyset(&none);
     sigemptyset(&defaults);
@@ -652,12 +736,38 @@ host_start(proxy_client *pc, sbx_error **err)
         goto died;
     }
     sbx_wire_clear(&m);
+    /* WELCOME within a bound: a plugin that hangs while loading must not
+     * hang the application. */
+    {
+        double limit = pc->call_timeout > 0 && pc->call_timeout < SBX_PROXY_START_TIMEOUT_SECS
+                           ? pc->call_timeout : SBX_PROXY_START_TIMEOUT_SECS;
+        struct pollfd p = { sv[0], POLLIN, 0 };
+        int rc;
+
+        do
+            rc = poll(&p, 1, (int)(limit * 1000));
+        while (rc < 0 && errno == EINTR);
+        if (rc == 0) {
+            kill(pid, SIGKILL);
+            close(sv[0]);
+            reap(pid, SBX_PROXY_EXIT_GRACE_SECS, NULL);
+            e = sbx_set_error(err, SBX_ERROR_TIMEOUT, op,
+                              "the plugin host of backend \"%s\" (pid %d) did not finish "
+                              "loading the plugin within %g s and was killed", pc->backend,
+                              (int)pid, limit);
+            sbx_error_set_outcome(e, SBX_ERROR_OUTCOME_UNKNOWN);
+            free(host);
+            return -1;
+        }
+    }
     scratch = malloc(SBX_WIRE_MAX_FRAME);
-    if (!scratch || sbx_wire_recv(sv[0], &m, scratch) != 1 || m.type != SBX_MSG_WELCOME) {
+    if (!scratch || sbx_wire_recv(sv[0], &m, scratch) != 1) {
         if (scratch)
             sbx_wire_clear(&m);
         goto died;
     }
+    if (m.type != SBX_MSG_WELCOME)
+        m.bad = 1;
     free(scratch);
     scratch = NULL;
     version = sbx_wire_get_u32(&m);
@@ -668,7 +778,7 @@ host_start(proxy_client *pc, sbx_error **err)
 
         sbx_wire_clear(&m);
         close(sv[0]);
-        reap(pid, SBX_PROXY_EXIT_GRACE_SECS);
+        reap(pid, SBX_PROXY_EXIT_GRACE_SECS, NULL);
         free(host);
         if (!remote)
             remote = sbx_error_new(SBX_ERROR_CONNECTION, op, "the plugin host refused HELLO");
@@ -687,7 +797,16 @@ host_start(proxy_client *pc, sbx_error **err)
     if (m.bad) {
         sbx_wire_clear(&m);
         kill(pid, SIGKILL);
-        goto died;
+        close(sv[0]);
+        reap(pid, SBX_PROXY_EXIT_GRACE_SECS, NULL);
+        free(scratch);
+        free(host);
+        e = sbx_set_error(err, SBX_ERROR_CONNECTION, op,
+                          "the plugin host of backend \"%s\" (pid %d) sent a malformed "
+                          "WELCOME (a different build of sbx-plugin-host?)", pc->backend,
+                          (int)pid);
+        sbx_error_set_outcome(e, SBX_ERROR_OUTCOME_UNKNOWN);
+        return -1;
     }
     sbx_wire_clear(&m);
 
@@ -703,7 +822,7 @@ host_start(proxy_client *pc, sbx_error **err)
     pc->reading = 0;
     if (!pc->scratch) {
         kill(pid, SIGKILL);
-        reap(pid, SBX_PROXY_EXIT_GRACE_SECS);
+        reap(pid, SBX_PROXY_EXIT_GRACE_SECS, NULL);
         pc->reaped = 1;
         sbx_close_fd(&pc->sock);
         pc->dead = 1;
@@ -754,7 +873,7 @@ died:
     /* The host ended before it welcomed us: say how it ended. */
     close(sv[0]);
     {
-        int status = reap(pid, SBX_PROXY_EXIT_GRACE_SECS);
+        int status = reap(pid, SBX_PROXY_EXIT_GRACE_SECS, NULL);
         char *how = sbx_wait_status_text(status);
 
         e = sbx_set_error(err, SBX_ERROR_CONNECTION, op,
@@ -783,34 +902,91 @@ ensure_host(proxy_client *pc, const char *slot, sbx_error **err)
     int dead;
 
     pthread_mutex_lock(&pc->lock);
-    dead = pc->dead;
+    dead = pc->dead || pc->restarting;
     pthread_mutex_unlock(&pc->lock);
     if (!dead)
         return 0;
+    /* Dead, or another thread is starting its successor: wait for that. */
     pthread_mutex_lock(&pc->restart_lock);
     pthread_mutex_lock(&pc->lock);
     dead = pc->dead;
+    if (dead)
+        pc->restarting = 1;
     pthread_mutex_unlock(&pc->lock);
     if (dead) {
+        int rc;
+
         host_stop(pc);
-        if (host_start(pc, err) < 0) {
+        rc = host_start(pc, err);
+        if (rc == 0)
+            proxy_reattach(pc);
+        pthread_mutex_lock(&pc->lock);
+        pc->restarting = 0;
+        pthread_mutex_unlock(&pc->lock);
+        if (rc < 0) {
             pthread_mutex_unlock(&pc->restart_lock);
             sbx_error_fill(err ? *err : NULL, pc->backend, slot);
             return -1;
         }
-        proxy_reattach(pc);
     }
     pthread_mutex_unlock(&pc->restart_lock);
     return 0;
 }
 
+/* ---------------------------------------------------------------- kept strings */
+
+/*
+ * Strings a slot returns borrowed (sandbox_id, sandbox_root, stat_file's
+ * name) are kept per calling thread and slot: valid until the same thread
+ * calls that slot again, so threads sharing a sandbox never free each
+ * other's strings.
+ */
+static pthread_key_t kept_key;
+static pthread_once_t kept_once = PTHREAD_ONCE_INIT;
+
+static void
+kept_destroy(void *p)
+{
+    char **a = p;
+
+    for (unsigned i = 0; i < SBX_SLOT_COUNT; i++)
+        free(a[i]);
+    free(a);
+}
+
+static void
+kept_key_make(void)
+{
+    pthread_key_create(&kept_key, kept_destroy);
+}
+
+static const char *
+kept_set(unsigned slot, const char *s)
+{
+    char **a;
+
+    pthread_once(&kept_once, kept_key_make);
+    a = pthread_getspecific(kept_key);
+    if (!a) {
+        a = calloc(SBX_SLOT_COUNT, sizeof(*a));
+        if (!a || pthread_setspecific(kept_key, a) != 0) {
+            free(a);
+            return NULL;
+        }
+    }
+    free(a[slot]);
+    a[slot] = s ? strdup(s) : NULL;
+    return a[slot];
+}
+
 /* ---------------------------------------------------------------- handles */
 
+/* Releases what a handle holds besides itself (nothing yet: kept strings
+ * belong to threads). */
 static void
 handle_release(proxy_handle *h)
 {
-    for (unsigned i = 0; i < SBX_SLOT_COUNT; i++)
-        free(h->kept[i]);
+    (void)h;
 }
 
 static void
@@ -995,10 +1171,14 @@ encode_arg(const sbx_slot_row *row, unsigned i, void **av, sbx_wire_msg *m, call
     }
 }
 
-/* Fetches and keeps the session state of new sandbox @sb (for reattaching). */
+/* Fetches and keeps the session state of new sandbox @sb (for reattaching),
+ * with a context of its own: the create's deadline or cancel must not cost
+ * the sandbox its way back after a crash. */
 static void
-sandbox_keep_state(proxy_client *pc, proxy_sandbox *sb, const sbx_call_ctx *ctx)
+sandbox_keep_state(proxy_client *pc, proxy_sandbox *sb)
 {
+    sbx_call_ctx own;
+    const sbx_call_ctx *ctx = &own;
     char *state = NULL;
     sbx_error *e = NULL;
     void *av[3];
@@ -1008,6 +1188,10 @@ sandbox_keep_state(proxy_client *pc, proxy_sandbox *sb, const sbx_call_ctx *ctx)
 
     if (!(pc->have & ((uint64_t)1 << SBX_SLOT_ID_session_state)))
         return;
+    memset(&own, 0, sizeof(own));
+    own.struct_size = sizeof(own);
+    own.deadline = sbx_monotonic_now() + 60;
+    own.cancel_fd = -1;
     av[0] = &arg0;
     av[1] = &ctx;
     av[2] = &ep;
@@ -1017,6 +1201,10 @@ sandbox_keep_state(proxy_client *pc, proxy_sandbox *sb, const sbx_call_ctx *ctx)
         free(sb->state);
         sb->state = strdup(state);
         sbx_host_services_get()->free(state);
+    } else {
+        sbx_log(SBX_LOG_WARNING, pc->backend, "no session state for the new sandbox (it "
+                "cannot be reattached after a crash): %s",
+                e ? sbx_error_get0_message(e) : "no reason given");
     }
     sbx_error_free(e);
 }
@@ -1075,9 +1263,7 @@ decode_reply(proxy_client *pc, const sbx_slot_row *row, unsigned slot, void **av
     case SBX_RET_STR_BORROWED: {
         const char *s = sbx_wire_get_str(rep);
 
-        free(first->kept[slot]);
-        first->kept[slot] = s ? strdup(s) : NULL;
-        ret->cs = first->kept[slot];
+        ret->cs = kept_set(slot, s);
         break;
     }
     default:
@@ -1106,9 +1292,7 @@ decode_reply(proxy_client *pc, const sbx_slot_row *row, unsigned slot, void **av
             {
                 const char *name = sbx_wire_get_str(rep);
 
-                free(first->kept[slot]);
-                first->kept[slot] = name ? strdup(name) : NULL;
-                info->name = first->kept[slot];
+                info->name = kept_set(slot, name);
                 info->is_dir = (int)sbx_wire_get_i64(rep);
                 info->size = sbx_wire_get_i64(rep);
                 info->mode = sbx_wire_get_u32(rep);
@@ -1183,10 +1367,19 @@ decode_reply(proxy_client *pc, const sbx_slot_row *row, unsigned slot, void **av
     }
     if (rep->bad) {
         sbx_error **ep = error_arg(row, av);
+        sbx_error *e;
 
         ret_fail(row, ret);
-        sbx_set_error(ep, SBX_ERROR_CONNECTION, row->name,
-                      "malformed reply from the plugin host of backend \"%s\"", pc->backend);
+        if (rep->fds_lost)
+            e = sbx_set_error(ep, SBX_ERROR_UNKNOWN, row->name,
+                              "the reply of the plugin host of backend \"%s\" carried "
+                              "descriptors this process had no room for (too many open files)",
+                              pc->backend);
+        else
+            e = sbx_set_error(ep, SBX_ERROR_CONNECTION, row->name,
+                              "malformed reply from the plugin host of backend \"%s\"",
+                              pc->backend);
+        sbx_error_set_outcome(e, SBX_ERROR_OUTCOME_UNKNOWN);
     }
 }
 
@@ -1221,6 +1414,11 @@ sbx_proxy_invoke_on(proxy_client *pc, unsigned slot, void **av, void *retp)
             sbx_set_error(ep, SBX_ERROR_CONNECTION, row->name,
                           "sandbox was lost with the plugin host of backend \"%s\", which %s, "
                           "and cannot be resumed", pc->backend, death ? death : "ended");
+        else if (row->enc[0] == SBX_ENC_SANDBOX)
+            sbx_set_error(ep, SBX_ERROR_CONNECTION, row->name,
+                          "sandbox is not attached to a plugin host of backend \"%s\" yet "
+                          "(the last one %s); the next call tries again", pc->backend,
+                          death ? death : "ended");
         else
             sbx_set_error(ep, SBX_ERROR_CONNECTION, row->name,
                           "the process was lost with the plugin host of backend \"%s\", "
@@ -1257,7 +1455,7 @@ sbx_proxy_invoke_on(proxy_client *pc, unsigned slot, void **av, void *retp)
         sbx_wire_clear(&req);
         goto freed;
     }
-    rep = call_send_wait(pc, &req, &io, row->name, ep);
+    rep = call_send_wait(pc, gen, &req, &io, row->name, ep);
     sbx_wire_clear(&req);
     if (!rep) {
         if (row->flags & SBX_ROW_FREES)
@@ -1271,7 +1469,7 @@ sbx_proxy_invoke_on(proxy_client *pc, unsigned slot, void **av, void *retp)
     /* New sandboxes: keep their session state so they can be reattached. */
     for (unsigned i = 0; i < row->nargs; i++)
         if (row->enc[i] == SBX_ENC_NEW_SANDBOX && ret->i == 0)
-            sandbox_keep_state(pc, *(proxy_sandbox **)*(void **)av[i], io.ctx);
+            sandbox_keep_state(pc, *(proxy_sandbox **)*(void **)av[i]);
     if (!(row->flags & SBX_ROW_FREES))
         return;
 freed:
@@ -1340,7 +1538,16 @@ proxy_invoke(unsigned slot, void **av, proxy_ret *ret)
             return;
         }
     }
-    if (!(row->flags & SBX_ROW_FREES) && ensure_host(pc, row->name, ep) < 0)
+    if (row->flags & SBX_ROW_FREES) {
+        /* Never while a restart walks the sandboxes to reattach them. */
+        if (row->enc[0] == SBX_ENC_SANDBOX)
+            pthread_mutex_lock(&pc->restart_lock);
+        sbx_proxy_invoke_on(pc, slot, av, ret);
+        if (row->enc[0] == SBX_ENC_SANDBOX)
+            pthread_mutex_unlock(&pc->restart_lock);
+        return;
+    }
+    if (ensure_host(pc, row->name, ep) < 0)
         return;
     sbx_proxy_invoke_on(pc, slot, av, ret);
 }
@@ -1419,6 +1626,11 @@ proxy_reattach(proxy_client *pc)
             handle_release(&f->h);
             free(f);
             sbx_log(SBX_LOG_INFO, pc->backend, "sandbox reattached on the new plugin host");
+        } else if (e && (sbx_error_get_code(e) == SBX_ERROR_CONNECTION ||
+                         sbx_error_get_code(e) == SBX_ERROR_TIMEOUT)) {
+            /* This host died too: the next restart tries again. */
+            sbx_log(SBX_LOG_WARNING, pc->backend, "sandbox not reattached yet: %s",
+                    sbx_error_get0_message(e));
         } else {
             sb->lost = 1;
             sbx_log(SBX_LOG_WARNING, pc->backend, "sandbox could not be reattached: %s",
@@ -1464,6 +1676,7 @@ proxy_client_close(sbx_plugin_client *client)
     }
     pthread_mutex_unlock(&pc->lock);
     handle_release(&pc->h);
+    sbx_close_fd(&pc->old_sock);
     pthread_mutex_destroy(&pc->lock);
     pthread_mutex_destroy(&pc->restart_lock);
     free(pc->scratch);
@@ -1492,6 +1705,7 @@ sbx_proxy_open(const char *backend, const char *config_json, const sbx_plugin **
     }
     pc->h.pc = pc;
     pc->sock = -1;
+    pc->old_sock = -1;
     pc->dead = 1;
     pthread_mutex_init(&pc->lock, NULL);
     pthread_mutex_init(&pc->restart_lock, NULL);
@@ -1500,6 +1714,8 @@ sbx_proxy_open(const char *backend, const char *config_json, const sbx_plugin **
         pthread_mutex_unlock(&pc->restart_lock);
         pthread_mutex_destroy(&pc->lock);
         pthread_mutex_destroy(&pc->restart_lock);
+        sbx_close_fd(&pc->old_sock);
+        free(pc->scratch);
         free(pc->death);
         free(pc->backend);
         free(pc->config);

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -140,6 +141,8 @@ sbx_wire_put_fd(sbx_wire_msg *m, int fd)
         return;
     }
     if (m->nfds >= SBX_WIRE_MAX_FDS || (copy = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+        if (!m->bad)
+            m->bad_errno = m->nfds >= SBX_WIRE_MAX_FDS ? E2BIG : errno;
         m->bad = 1;
         return;
     }
@@ -343,15 +346,21 @@ sbx_wire_send(int sock, const sbx_wire_msg *m)
 {
     wire_header h = { SBX_WIRE_MAGIC, m->type, m->slot, 0, m->call_id };
     union {
-        char buf[CMSG_SPACE(sizeof(int) * SBX_WIRE_MAX_FDS)];
+        char buf[CMSG_SPACE(sizeof(int) * (SBX_WIRE_MAX_FDS + 1))];
         struct cmsghdr align;
     } cbuf;
     struct iovec iov[2];
     struct msghdr msg;
+    int fds[SBX_WIRE_MAX_FDS + 1], body_fd = -1, e;
+    unsigned k = 0;
     ssize_t n;
 
-    if (m->bad || m->body.len > SBX_WIRE_MAX_FRAME - sizeof(h)) {
-        errno = m->bad ? ENOMEM : EMSGSIZE;
+    if (m->bad) {
+        errno = m->bad_errno ? m->bad_errno : ENOMEM;
+        return -1;
+    }
+    if (m->body.len > SBX_WIRE_MAX_BODY) {
+        errno = EMSGSIZE;
         return -1;
     }
     h.body_len = (uint32_t)m->body.len;
@@ -362,13 +371,35 @@ sbx_wire_send(int sock, const sbx_wire_msg *m)
     memset(&msg, 0, sizeof(msg));
     msg.msg_iov = iov;
     msg.msg_iovlen = m->body.len ? 2 : 1;
-    if (m->nfds > 0) {
-        struct cmsghdr *c;
-        unsigned k = 0;
-        int fds[SBX_WIRE_MAX_FDS];
+    for (unsigned i = 0; i < m->nfds; i++)
+        fds[k++] = m->fds[i];
+    if (m->body.len > SBX_WIRE_MAX_FRAME - sizeof(h)) {
+        /* Too big for one packet: the body goes in a memfd. */
+        size_t off = 0;
 
-        for (unsigned i = 0; i < m->nfds; i++)
-            fds[k++] = m->fds[i];
+        body_fd = memfd_create("sbx-wire-body", MFD_CLOEXEC);
+        if (body_fd < 0)
+            return -1;
+        while (off < m->body.len) {
+            ssize_t w = write(body_fd, m->body.data + off, m->body.len - off);
+
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0) {
+                e = w < 0 ? errno : EIO;
+                close(body_fd);
+                errno = e;
+                return -1;
+            }
+            off += (size_t)w;
+        }
+        h.type |= SBX_WIRE_BODY_IN_FD;
+        msg.msg_iovlen = 1;
+        fds[k++] = body_fd;
+    }
+    if (k > 0) {
+        struct cmsghdr *c;
+
         memset(&cbuf, 0, sizeof(cbuf));
         msg.msg_control = cbuf.buf;
         msg.msg_controllen = CMSG_SPACE(sizeof(int) * k);
@@ -381,6 +412,10 @@ sbx_wire_send(int sock, const sbx_wire_msg *m)
     do
         n = sendmsg(sock, &msg, MSG_NOSIGNAL);
     while (n < 0 && errno == EINTR);
+    e = errno;
+    if (body_fd >= 0)
+        close(body_fd);
+    errno = e;
     return n < 0 ? -1 : 0;
 }
 
@@ -402,10 +437,12 @@ static int
 wire_recv(int sock, sbx_wire_msg *m, void *scratch, int flags)
 {
     union {
-        char buf[CMSG_SPACE(sizeof(int) * SBX_WIRE_MAX_FDS)];
+        char buf[CMSG_SPACE(sizeof(int) * (SBX_WIRE_MAX_FDS + 1))];
         struct cmsghdr align;
     } cbuf;
     struct iovec iov = { scratch, SBX_WIRE_MAX_FRAME };
+    int got[SBX_WIRE_MAX_FDS + 1];
+    unsigned ngot = 0;
     struct msghdr msg;
     wire_header h;
     ssize_t n;
@@ -430,35 +467,81 @@ wire_recv(int sock, sbx_wire_msg *m, void *scratch, int flags)
                 k = sizeof(fds) / sizeof(fds[0]);
             memcpy(fds, CMSG_DATA(c), k * sizeof(int));
             for (size_t i = 0; i < k; i++) {
-                if (m->nfds < SBX_WIRE_MAX_FDS)
-                    m->fds[m->nfds++] = fds[i];
+                if (ngot < SBX_WIRE_MAX_FDS + 1)
+                    got[ngot++] = fds[i];
                 else
                     close(fds[i]);
             }
         }
     }
     if (n == 0) {
+        for (unsigned i = 0; i < ngot; i++)
+            close(got[i]);
         sbx_wire_clear(m);
         return 0;
     }
-    if ((size_t)n < sizeof(h) || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+    memcpy(&h, scratch, (size_t)n < sizeof(h) ? (size_t)n : sizeof(h));
+    if ((size_t)n < sizeof(h) || (msg.msg_flags & MSG_TRUNC) || h.magic != SBX_WIRE_MAGIC ||
+        ((h.type & SBX_WIRE_BODY_IN_FD) ? (size_t)n != sizeof(h) || h.body_len > SBX_WIRE_MAX_BODY
+                                        : h.body_len != (size_t)n - sizeof(h))) {
+        for (unsigned i = 0; i < ngot; i++)
+            close(got[i]);
         sbx_wire_clear(m);
         errno = EPROTO;
         return -1;
     }
-    memcpy(&h, scratch, sizeof(h));
-    if (h.magic != SBX_WIRE_MAGIC || h.body_len != (size_t)n - sizeof(h)) {
-        sbx_wire_clear(m);
-        errno = EPROTO;
-        return -1;
-    }
-    m->type = h.type;
+    /* Out of descriptors here: the frame stands, its descriptors do not. */
+    m->fds_lost = (msg.msg_flags & MSG_CTRUNC) != 0;
+    m->type = h.type & ~SBX_WIRE_BODY_IN_FD;
     m->slot = h.slot;
     m->call_id = h.call_id;
-    if (h.body_len && sbx_buf_append(&m->body, (char *)scratch + sizeof(h), h.body_len) < 0) {
+    if (h.type & SBX_WIRE_BODY_IN_FD) {
+        /* The body is in the last descriptor, a memfd. */
+        int body_fd = ngot > 0 && !m->fds_lost ? got[--ngot] : -1;
+        size_t off = 0;
+
+        if (body_fd < 0) {
+            for (unsigned i = 0; i < ngot; i++)
+                close(got[i]);
+            sbx_wire_clear(m);
+            errno = m->fds_lost ? EMFILE : EPROTO;
+            return -1;
+        }
+        if (h.body_len) {
+            m->body.data = malloc(h.body_len);
+            m->body.cap = m->body.data ? h.body_len : 0;
+        }
+        while (m->body.data && off < h.body_len) {
+            ssize_t r = pread(body_fd, m->body.data + off, h.body_len - off, (off_t)off);
+
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                break;
+            off += (size_t)r;
+        }
+        close(body_fd);
+        m->body.len = off;
+        if (off != h.body_len) {
+            for (unsigned i = 0; i < ngot; i++)
+                close(got[i]);
+            sbx_wire_clear(m);
+            errno = EPROTO;
+            return -1;
+        }
+    } else if (h.body_len &&
+               sbx_buf_append(&m->body, (char *)scratch + sizeof(h), h.body_len) < 0) {
+        for (unsigned i = 0; i < ngot; i++)
+            close(got[i]);
         sbx_wire_clear(m);
         errno = ENOMEM;
         return -1;
+    }
+    for (unsigned i = 0; i < ngot; i++) {
+        if (m->nfds < SBX_WIRE_MAX_FDS)
+            m->fds[m->nfds++] = got[i];
+        else
+            close(got[i]);
     }
     return 1;
 }

@@ -38,10 +38,15 @@
 #define SBX_WIRE_MAGIC 0x57584253u /* "SBXW" */
 #define SBX_WIRE_VERSION_MIN 1
 #define SBX_WIRE_VERSION_MAX 1
-/** Largest frame (header + body), bytes. */
-#define SBX_WIRE_MAX_FRAME (512 * 1024)
-/** Most descriptors beside one frame. */
+/** Largest frame (header + body) sent as one packet, bytes. A larger body
+ *  travels in a memfd passed beside a header-only packet (flag
+ *  SBX_WIRE_BODY_IN_FD in the type), so a frame has no size limit. */
+#define SBX_WIRE_MAX_FRAME (128 * 1024)
+/** Most descriptors beside one frame (the body's memfd comes on top). */
 #define SBX_WIRE_MAX_FDS 4
+/** Largest body, bytes (a sanity bound on what a peer may claim). */
+#define SBX_WIRE_MAX_BODY (256u * 1024 * 1024)
+#define SBX_WIRE_BODY_IN_FD 0x80000000u
 
 enum {
     SBX_MSG_HELLO = 1,
@@ -63,6 +68,10 @@ typedef struct sbx_wire_msg {
     int fds[SBX_WIRE_MAX_FDS];        /* owned by the message */
     unsigned nfds;
     int bad;                          /* a read ran past the body, or OOM */
+    int bad_errno;                    /* why a put failed (errno), 0 = OOM */
+    int fds_lost;                     /* received: descriptors were dropped
+                                       * (MSG_CTRUNC: this process is out of
+                                       * descriptors) */
 } sbx_wire_msg;
 
 void sbx_wire_init(sbx_wire_msg *m, uint32_t type, uint32_t slot, uint64_t call_id);
@@ -98,12 +107,14 @@ int sbx_wire_take_fd(sbx_wire_msg *m);
 /** A new error rebuilt field by field, or NULL when none was sent. */
 sbx_error *sbx_wire_get_error(sbx_wire_msg *m);
 
-/** Sends @m as one packet with its descriptors. 0, or -1 with errno. */
+/** Sends @m as one packet with its descriptors (a large body in a memfd).
+ *  0, or -1 with errno (the put's errno when a put failed). */
 int sbx_wire_send(int sock, const sbx_wire_msg *m);
 /**
  * Receives one packet into @m (initialised here) using @scratch of
  * SBX_WIRE_MAX_FRAME bytes. Returns 1, 0 at EOF, -1 on error (errno; EPROTO
- * for a frame that is not ours).
+ * for a frame that is not ours). Descriptors the kernel could not install
+ * (this process at its limit) leave the frame usable with m->fds_lost set.
  */
 int sbx_wire_recv(int sock, sbx_wire_msg *m, void *scratch);
 /** sbx_wire_recv() that does not wait: -1 with errno EAGAIN when no frame

@@ -6,6 +6,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -528,4 +529,159 @@ Test(plugin_host, a_frame_that_is_not_ours_ends_the_host)
     char buf[16];
     cr_assert_eq(recv(sock, buf, sizeof buf, 0), 0, "the host answered");
     close(sock);
+}
+
+/* ------------------------------------------------------------------ threads */
+
+typedef struct shared_use {
+    sbx_sandbox *sb;
+    const char *dir;
+    int index;
+    int failures;
+} shared_use;
+
+static void *download_many(void *arg)
+{
+    shared_use *u = arg;
+    for (int i = 0; i < 20; i++) {
+        char *dest = tu_strdup_printf("%s/copy-%d-%d", u->dir, u->index, i);
+        sbx_error *err = NULL;
+        /* download_file asks stat_file first: its name is a string the
+         * plugin returns borrowed, on a sandbox all threads share. */
+        if (sbx_sandbox_download_file(u->sb, "/shared.txt", dest, &err) != 0) {
+            u->failures++;
+            sbx_error_free(err);
+        } else {
+            char buf[64] = "";
+            FILE *f = fopen(dest, "r");
+            size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+            if (f)
+                fclose(f);
+            if (n != 7 || memcmp(buf, "shared\n", 7) != 0)
+                u->failures++;
+            unlink(dest);
+        }
+        free(dest);
+    }
+    return NULL;
+}
+
+Test(plugin_host, threads_share_a_sandbox)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_OUT_OF_PROCESS, &err);
+    cr_assert_not_null(c);
+    sbx_sandbox *sb = tu_create(c, NULL);
+    cr_assert_eq(sbx_sandbox_write_file(sb, "/shared.txt", "shared\n", 7, &err), 0);
+    char *dir = tu_mkdtemp("copies");
+    shared_use u[8];
+    pthread_t t[8];
+    for (int i = 0; i < 8; i++) {
+        u[i] = (shared_use){ .sb = sb, .dir = dir, .index = i };
+        cr_assert_eq(pthread_create(&t[i], NULL, download_many, &u[i]), 0);
+    }
+    for (int i = 0; i < 8; i++) {
+        pthread_join(t[i], NULL);
+        cr_assert_eq(u[i].failures, 0, "thread %d: %d of 20 downloads failed", i, u[i].failures);
+    }
+    cr_assert_eq(tu_count_entries(dir), 0);
+    tu_rmtree(dir);
+    free(dir);
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+}
+
+typedef struct racer {
+    sbx_client *client;
+    sbx_sandbox *made;
+    sbx_error *error;
+} racer;
+
+static void *create_one(void *arg)
+{
+    racer *r = arg;
+    r->made = sbx_sandbox_create(r->client, NULL, &r->error);
+    return NULL;
+}
+
+Test(plugin_host, calls_racing_a_restart_all_get_the_new_host)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = faulty_client();
+    sbx_sandbox *sb = tu_create(c, NULL);
+    const char *crash[] = { "sbx-fault-crash", NULL };
+    cr_assert_null(run_argv(sb, crash, &err));
+    sbx_error_clear(&err);
+    /* Four creates race to restart the host; one does, the others wait for
+     * it (and for the reattach) instead of using a half-started host. */
+    racer r[4];
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) {
+        r[i] = (racer){ .client = c };
+        cr_assert_eq(pthread_create(&t[i], NULL, create_one, &r[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    int host = sbx_client_get_host_pid(c);
+    cr_assert(host > 0);
+    for (int i = 0; i < 4; i++) {
+        cr_assert_not_null(r[i].made, "create %d: %s", i,
+                           r[i].error ? sbx_error_get0_message(r[i].error) : "");
+        expect_echo(r[i].made, "raced");
+        cr_assert_eq(sbx_sandbox_destroy(r[i].made, &err), 0);
+        sbx_sandbox_free(r[i].made);
+    }
+    expect_echo(sb, "reattached");
+    cr_assert_eq(sbx_client_get_host_pid(c), host);
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+}
+
+/* ------------------------------------------------------------------ sizes, descriptors */
+
+Test(plugin_host, arguments_larger_than_a_packet)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_OUT_OF_PROCESS, &err);
+    cr_assert_not_null(c);
+    sbx_sandbox *sb = tu_create(c, NULL);
+    /* 700 000 bytes of arguments: far more than one socket packet holds
+     * (the frame's body travels in a memfd); ten arguments, each below the
+     * kernel's limit for one argument string. */
+    const char *argv[15] = { "sh", "-c", "n=0; for a; do n=$((n + ${#a})); done; echo $n", "sh" };
+    char *big[10];
+    for (int i = 0; i < 10; i++) {
+        big[i] = malloc(70001);
+        memset(big[i], 'a' + i, 70000);
+        big[i][70000] = '\0';
+        argv[4 + i] = big[i];
+    }
+    argv[14] = NULL;
+    sbx_result *r = run_argv(sb, argv, &err);
+    cr_assert_not_null(r, "exec: %s", err ? sbx_error_get0_message(err) : "");
+    tu_assert_stdout(r, "700000\n");
+    sbx_result_free(r);
+    for (int i = 0; i < 10; i++)
+        free(big[i]);
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+}
+
+Test(plugin_host, the_host_inherits_none_of_the_applications_descriptors)
+{
+    int p[2];
+    cr_assert_eq(pipe(p), 0); /* deliberately without close-on-exec */
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_OUT_OF_PROCESS, &err);
+    cr_assert_not_null(c);
+    int host = sbx_client_get_host_pid(c);
+    close(p[1]);
+    /* Only the host could still hold the write end. */
+    char b;
+    cr_assert_eq(read(p[0], &b, 1), 0, "the pipe did not reach EOF: the host %d holds it", host);
+    close(p[0]);
+    sbx_client_free(c);
 }

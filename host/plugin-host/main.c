@@ -22,6 +22,7 @@
  *       loading cannot take the listing down with it.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <ffi.h>
 #include <json-c/json.h>
 #include <poll.h>
@@ -478,12 +479,37 @@ row_has_ctx(const sbx_slot_row *row)
     return 0;
 }
 
-/* Decodes, calls and replies to one CALL frame; frees it. */
+/* The frame of call @req, its cancel record registered (when the slot
+ * takes a call context). NULL when memory runs out. */
+static call_frame *
+call_prepare(const sbx_wire_msg *req)
+{
+    const sbx_slot_row *row = &sbx_slot_rows[req->slot];
+    call_frame *f = calloc(1, sizeof(*f));
+
+    if (!f)
+        return NULL;
+    f->rec.id = req->call_id;
+    f->rec.cancel_fd = -1;
+    f->list.call_id = req->call_id;
+    f->list.slot = req->slot;
+    f->list.rec = &f->rec;
+    if (row_has_ctx(row)) {
+        f->rec.cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        call_register(&f->rec);
+    }
+    return f;
+}
+
+/*
+ * Decodes, calls and replies to one CALL frame; frees it. @f is its frame
+ * from call_prepare() (registered before the next frame was read, so that a
+ * CANCEL right behind the call finds it), or NULL to make one here.
+ */
 static void
-run_call(sbx_wire_msg *req)
+run_call(sbx_wire_msg *req, call_frame *f)
 {
     const sbx_slot_row *row;
-    call_frame *f;
     sbx_wire_msg rep;
     ffi_arg rv = 0;
     void *fn;
@@ -491,21 +517,13 @@ run_call(sbx_wire_msg *req)
 
     row = &sbx_slot_rows[req->slot];
     fn = sbx_slot_get(H.plugin, req->slot);
-    f = calloc(1, sizeof(*f));
+    if (!f)
+        f = call_prepare(req);
     if (!f) {
         reply_error(req->call_id, req->slot, SBX_ERROR_UNKNOWN, "out of memory in the plugin host");
         goto out;
     }
-    f->rec.id = req->call_id;
-    f->rec.cancel_fd = -1;
-    f->list.call_id = req->call_id;
-    f->list.slot = req->slot;
-    f->list.rec = &f->rec;
     has_ctx = row_has_ctx(row);
-    if (has_ctx) {
-        f->rec.cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        call_register(&f->rec);
-    }
     for (unsigned i = 0; i < row->nargs; i++) {
         rc = decode_arg(row, i, req, f);
         if (rc == -2) {
@@ -599,10 +617,13 @@ run_call(sbx_wire_msg *req)
     }
     if (row->flags & SBX_ROW_NO_REPLY) {
         /* Nothing to say. */
-    } else if (sbx_wire_send(H.sock, &rep) < 0 && errno == EMSGSIZE) {
+    } else if (sbx_wire_send(H.sock, &rep) < 0 && errno != EPIPE && errno != ECONNRESET) {
+        /* The caller waits: tell it why rather than nothing. */
+        int e = errno;
+
         sbx_wire_clear(&rep);
         reply_error(req->call_id, req->slot, SBX_ERROR_UNKNOWN,
-                    "%s: the reply does not fit in one frame", row->name);
+                    "%s: the plugin host could not send its reply: %s", row->name, strerror(e));
     }
     sbx_wire_clear(&rep);
 
@@ -677,6 +698,28 @@ static void handle_inline(sbx_wire_msg *m);
 static int is_quick(const sbx_wire_msg *req);
 static void *lf_thread(void *arg);
 
+/* An idle thread leaves after this long when more than LF_KEEP_IDLE others
+ * are idle too. */
+#define LF_IDLE_EXIT_MS 30000
+#define LF_KEEP_IDLE 2u
+
+/* Takes @self out of the pool and frees what it holds. */
+static void
+lf_leave(lf_rec *self, int ep, void *scratch)
+{
+    pthread_mutex_lock(&LF.list_lock);
+    for (lf_rec **p = &LF.threads; *p; p = &(*p)->next)
+        if (*p == self) {
+            *p = self->next;
+            break;
+        }
+    pthread_mutex_unlock(&LF.list_lock);
+    close(self->kick_fd);
+    close(ep);
+    free(self);
+    free(scratch);
+}
+
 static void
 spawn_thread(void)
 {
@@ -719,11 +762,27 @@ lf_thread(void *arg)
     __atomic_add_fetch(&LF.idle, 1, __ATOMIC_SEQ_CST);
     for (;;) {
         sbx_wire_msg *m = NULL;
-        int blocking = 0;
+        call_frame *frame = NULL;
+        int blocking = 0, n;
 
         __atomic_store_n(&self->idle, 1, __ATOMIC_SEQ_CST);
-        if (epoll_wait(ep, &ev, 1, -1) < 0 && errno != EINTR)
+        n = epoll_wait(ep, &ev, 1, LF_IDLE_EXIT_MS);
+        if (n < 0 && errno != EINTR)
             exit(1);
+        if (n == 0) {
+            /* Idle for long: leave when enough others wait. */
+            unsigned idle = __atomic_load_n(&LF.idle, __ATOMIC_SEQ_CST);
+
+            while (idle > LF_KEEP_IDLE &&
+                   !__atomic_compare_exchange_n(&LF.idle, &idle, idle - 1, 0,
+                                                __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+                ;
+            if (idle > LF_KEEP_IDLE) {
+                lf_leave(self, ep, scratch);
+                return NULL;
+            }
+            continue;
+        }
         __atomic_store_n(&self->idle, 0, __ATOMIC_SEQ_CST);
         if (ev.data.fd == self->kick_fd) {
             eventfd_t v;
@@ -752,14 +811,16 @@ lf_thread(void *arg)
             handle_inline(m);
             m = NULL;
         }
-        if (blocking)
+        if (blocking) {
+            frame = call_prepare(m);
             kick_idle(self);
+        }
         pthread_mutex_unlock(&LF.recv_lock);
         if (!blocking)
             continue;
         if (__atomic_sub_fetch(&LF.idle, 1, __ATOMIC_SEQ_CST) == 0)
             spawn_thread();
-        run_call(m);
+        run_call(m, frame);
         __atomic_add_fetch(&LF.idle, 1, __ATOMIC_SEQ_CST);
     }
     return NULL;
@@ -894,7 +955,7 @@ handle_inline(sbx_wire_msg *m)
                         "slot number %u is not known to this plugin host", slot);
             break;
         }
-        run_call(m);
+        run_call(m, NULL);
         return;
     case SBX_MSG_CANCEL:
     case SBX_MSG_STOP:
@@ -943,6 +1004,12 @@ main(int argc, char **argv)
 
         if (*end || fd < 0 || fd > 1 << 20) {
             fprintf(stderr, "sbx-plugin-host: bad descriptor \"%s\"\n", argv[2]);
+            return 2;
+        }
+        /* Not inherited by what the plugin starts: a crash must close the
+         * application's socket at once. */
+        if (fcntl((int)fd, F_SETFD, FD_CLOEXEC) < 0) {
+            fprintf(stderr, "sbx-plugin-host: descriptor %ld: %s\n", fd, strerror(errno));
             return 2;
         }
         return serve((int)fd);
