@@ -685,3 +685,41 @@ Test(plugin_host, the_host_inherits_none_of_the_applications_descriptors)
     close(p[0]);
     sbx_client_free(c);
 }
+
+Test(plugin_host, a_plugin_that_hangs_while_loading_is_killed)
+{
+    char *marker = tu_strdup_printf("%s/hang-init", g_tmp);
+    setenv("SBX_FAULT_HANG_INIT", marker, 1); /* the host inherits it */
+    sbx_error *err = NULL;
+    sbx_client *c = faulty_client();
+    sbx_sandbox *sb = tu_create(c, NULL);
+    cr_assert_eq(sbx_client_set_call_timeout(c, 1.0, &err), 0);
+    int host = sbx_client_get_host_pid(c);
+
+    /* The next host hangs in sbx_plugin_init: the restart gives up after
+     * the call timeout and kills it. */
+    tu_write_file(marker, "", 0, 0644);
+    const char *crash[] = { "sbx-fault-crash", NULL };
+    cr_assert_null(run_argv(sb, crash, &err));
+    tu_assert_error(err, SBX_ERROR_CONNECTION, "SIGSEGV", NULL);
+    sbx_error_clear(&err);
+    double t0 = tu_now();
+    const char *argv[] = { "true", NULL };
+    cr_assert_null(run_argv(sb, argv, &err));
+    tu_assert_error(err, SBX_ERROR_TIMEOUT, "did not finish loading the plugin within 1 s",
+                    "was killed", NULL);
+    cr_assert_eq(sbx_error_is_retryable(err), 1);
+    sbx_error_clear(&err);
+    cr_assert(tu_now() - t0 < 10.0, "the restart waited %.1f s", tu_now() - t0);
+    cr_assert_eq(sbx_client_get_host_pid(c), 0);
+
+    /* Loading works again: the next call starts a host that reattaches. */
+    unlink(marker);
+    expect_echo(sb, "loaded");
+    cr_assert(sbx_client_get_host_pid(c) > 0 && sbx_client_get_host_pid(c) != host);
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+    unsetenv("SBX_FAULT_HANG_INIT");
+    free(marker);
+}

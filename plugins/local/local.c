@@ -79,6 +79,7 @@
 #define ID_PREFIX "sbx-local-"
 #define ISOLATION_CAPS 0
 int sbx_fault_exec(const sbx_plugin_exec_request *request, const sbx_call_ctx *ctx);
+void sbx_fault_init(void);
 #elif defined(SBX_LOCAL_EXEC_ONLY)
 #define BACKEND "localexec"
 #define LOCAL_FILE_CAPS 0
@@ -2270,5 +2271,8 @@ SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
 
 SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
 {
+#ifdef SBX_LOCAL_FAULTY
+    sbx_fault_init();
+#endif
     return &local_plugin;
 }

@@ -10,7 +10,8 @@
  *   sbx-fault-slow   the slot waits until its cancel descriptor fires (or its
  *                    deadline passes) and then fails with a timeout error
  * Any other command runs as on local, so the whole conformance suite passes
- * on "faulty" too.
+ * on "faulty" too. While the file named by $SBX_FAULT_HANG_INIT exists,
+ * sbx_plugin_init never returns (a plugin that hangs while loading).
  *
  * Built alone into libsbx-crashinit.so (FAULT_CRASH_INIT): sbx_plugin_init
  * itself dies of SIGSEGV, so loading the plugin kills the process that
@@ -20,6 +21,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -63,6 +65,19 @@ static void crash(void)
 }
 
 int sbx_fault_exec(const sbx_plugin_exec_request *request, const sbx_call_ctx *ctx);
+void sbx_fault_init(void);
+
+/*
+ * Called from sbx_plugin_init: hangs for good while the file named by
+ * SBX_FAULT_HANG_INIT exists (a plugin that never finishes loading).
+ */
+void sbx_fault_init(void)
+{
+    const char *marker = getenv("SBX_FAULT_HANG_INIT");
+
+    while (marker && *marker && access(marker, F_OK) == 0)
+        pause();
+}
 
 static double monotonic_now(void)
 {

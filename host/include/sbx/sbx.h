@@ -747,7 +747,9 @@ SBX_EXPORT sbx_sandbox *sbx_sandbox_create(sbx_client *client,
 /**
  * sbx_create:
  * sbx_client_new(@backend) + sbx_sandbox_create(); the sandbox keeps the
- * client and frees it with itself. Since 0.1.
+ * client and frees it with itself. Out of process that private client has
+ * a plugin host of its own (a process per sandbox): a program that makes
+ * many sandboxes shares one client instead. Since 0.1.
  */
 SBX_EXPORT sbx_sandbox *sbx_create(const char *backend,
                                    const sbx_options *options,
