@@ -95,6 +95,23 @@ sbx_client_new(const char *backend, sbx_error **error)
     return sbx_client_new_with_mode(backend, SBX_PLUGIN_MODE_DEFAULT, error);
 }
 
+/* A new client record for @backend in @mode, or NULL with an error. */
+static sbx_client *
+client_alloc(const char *backend, sbx_plugin_mode mode, sbx_error **error)
+{
+    sbx_client *client = calloc(1, sizeof(*client));
+    sbx_error *err = NULL;
+
+    if (!client || !(client->backend = strdup(backend))) {
+        free(client);
+        sbx_set_error(&err, SBX_ERROR_UNKNOWN, "client_new", "out of memory");
+        finish_error(error, err, backend, "client_new");
+        return NULL;
+    }
+    client->mode = mode;
+    return client;
+}
+
 SBX_EXPORT sbx_client *
 sbx_client_new_with_mode(const char *backend, sbx_plugin_mode mode, sbx_error **error)
 {
@@ -123,14 +140,8 @@ sbx_client_new_with_mode(const char *backend, sbx_plugin_mode mode, sbx_error **
             finish_error(error, err, backend, op);
             return NULL;
         }
-        client = calloc(1, sizeof(*client));
-        if (!client || !(client->backend = strdup(backend))) {
-            free(client);
-            sbx_set_error(&err, SBX_ERROR_UNKNOWN, op, "out of memory");
-            finish_error(error, err, backend, op);
+        if (!(client = client_alloc(backend, SBX_PLUGIN_MODE_OUT_OF_PROCESS, error)))
             return NULL;
-        }
-        client->mode = SBX_PLUGIN_MODE_OUT_OF_PROCESS;
         if (sbx_proxy_open(backend, NULL, &client->plugin, &handle, &err) < 0) {
             sbx_error_ensure(&err, backend, op);
             finish_error(error, err, backend, op);
@@ -147,15 +158,9 @@ sbx_client_new_with_mode(const char *backend, sbx_plugin_mode mode, sbx_error **
         finish_error(error, err, sbx_backend_name_valid(backend) ? backend : NULL, op);
         return NULL;
     }
-    client = calloc(1, sizeof(*client));
-    if (!client || !(client->backend = strdup(backend))) {
-        free(client);
-        sbx_set_error(&err, SBX_ERROR_UNKNOWN, op, "out of memory");
-        finish_error(error, err, backend, op);
+    if (!(client = client_alloc(backend, SBX_PLUGIN_MODE_IN_PROCESS, error)))
         return NULL;
-    }
     client->plugin = plugin;
-    client->mode = SBX_PLUGIN_MODE_IN_PROCESS;
     client_new = SBX_SLOT(plugin, client_new);
     if (client_new && client_new(NULL, &client->handle, &err) != 0) {
         sbx_error_ensure(&err, backend, op);

@@ -1643,6 +1643,24 @@ proxy_reattach(proxy_client *pc)
 
 /* ---------------------------------------------------------------- public */
 
+/* Frees @pc and what it holds (its host already stopped). */
+static void
+proxy_client_destroy(proxy_client *pc)
+{
+    handle_release(&pc->h);
+    sbx_close_fd(&pc->old_sock);
+    pthread_mutex_destroy(&pc->lock);
+    pthread_mutex_destroy(&pc->restart_lock);
+    free(pc->scratch);
+    free(pc->death);
+    free(pc->backend);
+    free(pc->config);
+    free(pc->name);
+    free(pc->version);
+    free(pc->description);
+    free(pc);
+}
+
 /* client_free of the proxy descriptor: frees the plugin's client, stops
  * the host and frees everything. */
 static void
@@ -1675,18 +1693,7 @@ proxy_client_close(sbx_plugin_client *client)
         sb->h.pc = NULL;
     }
     pthread_mutex_unlock(&pc->lock);
-    handle_release(&pc->h);
-    sbx_close_fd(&pc->old_sock);
-    pthread_mutex_destroy(&pc->lock);
-    pthread_mutex_destroy(&pc->restart_lock);
-    free(pc->scratch);
-    free(pc->death);
-    free(pc->backend);
-    free(pc->config);
-    free(pc->name);
-    free(pc->version);
-    free(pc->description);
-    free(pc);
+    proxy_client_destroy(pc);
 }
 
 int
@@ -1712,17 +1719,7 @@ sbx_proxy_open(const char *backend, const char *config_json, const sbx_plugin **
     pthread_mutex_lock(&pc->restart_lock);
     if (host_start(pc, err) < 0) {
         pthread_mutex_unlock(&pc->restart_lock);
-        pthread_mutex_destroy(&pc->lock);
-        pthread_mutex_destroy(&pc->restart_lock);
-        sbx_close_fd(&pc->old_sock);
-        free(pc->scratch);
-        free(pc->death);
-        free(pc->backend);
-        free(pc->config);
-        free(pc->name);
-        free(pc->version);
-        free(pc->description);
-        free(pc);
+        proxy_client_destroy(pc);
         return -1;
     }
     pthread_mutex_unlock(&pc->restart_lock);

@@ -28,10 +28,6 @@
 
 #include <sbx/plugin.h>
 
-#ifdef FAULT_CRASH_INIT
-
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
-
 /* Dies of SIGSEGV as a bad pointer would, without undefined behaviour and
  * whatever handler a sanitizer runtime installed. */
 static void crash(void)
@@ -43,6 +39,10 @@ static void crash(void)
     sigaction(SIGSEGV, &sa, NULL);
     raise(SIGSEGV);
 }
+
+#ifdef FAULT_CRASH_INIT
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
 
 SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
 {
@@ -51,18 +51,6 @@ SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
 }
 
 #else
-
-/* Dies of SIGSEGV as a bad pointer would, without undefined behaviour and
- * whatever handler a sanitizer runtime installed. */
-static void crash(void)
-{
-    struct sigaction sa;
-
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = SIG_DFL;
-    sigaction(SIGSEGV, &sa, NULL);
-    raise(SIGSEGV);
-}
 
 int sbx_fault_exec(const sbx_plugin_exec_request *request, const sbx_call_ctx *ctx);
 void sbx_fault_init(void);
