@@ -497,7 +497,11 @@ Test(async, cancel_running_exec_kills_tree)
     sbx_op *op = sbx_sandbox_execute_shell_async(
         a, sb,
         "P=\"$SANDBOX_ROOT/tmp/pids\"; echo $$ > \"$P\"; "
-        "sleep 30 & echo $! >> \"$P\"; echo started; : > \"$SANDBOX_ROOT/tmp/started\"; wait",
+        "sleep 30 & echo $! >> \"$P\"; echo started; "
+        /* The marker a second after the start: by then the start has
+         * returned to the library (out of process its answer crosses the
+         * plugin host), so the cancel finds the command running. */
+        "sleep 1; : > \"$SANDBOX_ROOT/tmp/started\"; wait",
         record, &r, &err);
     cr_assert_not_null(op, "%s", msg(err));
     wait_marker(sb, "$SANDBOX_ROOT/tmp/started", 20);
@@ -544,7 +548,9 @@ Test(async, cancel_escalates_to_kill)
     sbx_op *op = sbx_sandbox_execute_shell_async(
         a, sb,
         "trap '' TERM; P=\"$SANDBOX_ROOT/tmp/pids\"; echo $$ > \"$P\"; "
-        "sleep 300 & echo $! >> \"$P\"; : > \"$SANDBOX_ROOT/tmp/started\"; wait",
+        "sleep 300 & echo $! >> \"$P\"; "
+        /* A second after the start: the start has returned by then. */
+        "sleep 1; : > \"$SANDBOX_ROOT/tmp/started\"; wait",
         record, &r, &err);
     cr_assert_not_null(op, "%s", msg(err));
     wait_marker(sb, "$SANDBOX_ROOT/tmp/started", 20);
