@@ -131,13 +131,8 @@ sbx_client_new_with_mode(const char *backend, sbx_plugin_mode mode, sbx_error **
 
         /* The name is checked and the plugin found here first, so a missing
          * backend is reported without starting a host. */
-        if (!backend || !sbx_backend_name_valid(backend)) {
-            plugin = sbx_plugin_load(backend, &err);
-            finish_error(error, err, NULL, op);
-            return NULL;
-        }
         if (sbx_plugin_find(backend, &err) < 0) {
-            finish_error(error, err, backend, op);
+            finish_error(error, err, sbx_backend_name_valid(backend) ? backend : NULL, op);
             return NULL;
         }
         if (!(client = client_alloc(backend, SBX_PLUGIN_MODE_OUT_OF_PROCESS, error)))
@@ -226,7 +221,6 @@ sbx_client_set_call_timeout(sbx_client *client, double secs, sbx_error **error)
         finish_error(error, err, client->backend, op);
         return -1;
     }
-    client->call_timeout = secs;
     if (client->mode == SBX_PLUGIN_MODE_OUT_OF_PROCESS)
         sbx_proxy_set_call_timeout(client->handle, secs);
     return 0;

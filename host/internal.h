@@ -227,7 +227,6 @@ struct sbx_client {
     sbx_plugin_client *handle;    /* the plugin's client (may be NULL) */
     char *backend;                /* backend name */
     sbx_plugin_mode mode;         /* OUT_OF_PROCESS or IN_PROCESS */
-    double call_timeout;          /* seconds; 0 = none */
 };
 
 struct sbx_sandbox {

@@ -123,6 +123,13 @@ struct proxy_client {
     proxy_sandbox *sandboxes;
 };
 
+/* A slot's return value, whatever its type. */
+typedef union proxy_ret {
+    int i;
+    char *s;
+    const char *cs;
+} proxy_ret;
+
 /* The proxy function of each row, generated below. */
 static void *const proxy_fns[SBX_SLOT_COUNT];
 
@@ -840,27 +847,19 @@ host_start(proxy_client *pc, sbx_error **err)
     if (pc->have & ((uint64_t)1 << SBX_SLOT_ID_client_new)) {
         sbx_plugin_client *remote = NULL;
         sbx_error *cerr = NULL;
-        int (*fn)(const char *, sbx_plugin_client **, sbx_error **);
-        void *av[3];
         const char *config = pc->config;
         sbx_plugin_client **out = &remote;
         sbx_error **ep = &cerr;
+        void *av[3] = { &config, &out, &ep };
+        proxy_ret r;
 
-        (void)fn;
-        av[0] = &config;
-        av[1] = &out;
-        av[2] = &ep;
         pc->h.gen = pc->gen;
-        {
-            int rv = -1;
-
-            sbx_proxy_invoke_on(pc, SBX_SLOT_ID_client_new, av, &rv);
-            if (rv != 0) {
-                sbx_error_ensure(&cerr, pc->backend, "client_new");
-                sbx_error_propagate(err, cerr);
-                host_stop(pc);
-                return -1;
-            }
+        sbx_proxy_invoke_on(pc, SBX_SLOT_ID_client_new, av, &r);
+        if (r.i != 0) {
+            sbx_error_ensure(&cerr, pc->backend, "client_new");
+            sbx_error_propagate(err, cerr);
+            host_stop(pc);
+            return -1;
         }
         sbx_error_free(cerr);
     } else {
@@ -981,14 +980,6 @@ kept_set(unsigned slot, const char *s)
 
 /* ---------------------------------------------------------------- handles */
 
-/* Releases what a handle holds besides itself (nothing yet: kept strings
- * belong to threads). */
-static void
-handle_release(proxy_handle *h)
-{
-    (void)h;
-}
-
 static void
 sandbox_link(proxy_client *pc, proxy_sandbox *sb)
 {
@@ -1014,13 +1005,29 @@ sandbox_unlink(proxy_client *pc, proxy_sandbox *sb)
     pthread_mutex_unlock(&pc->lock);
 }
 
-/* ---------------------------------------------------------------- invoke */
+/* Frees our side of sandbox or process handle @h (encoder @enc): a
+ * sandbox leaves @pc's list (when @pc is not NULL), a process closes its
+ * descriptors. */
+static void
+handle_free_local(proxy_client *pc, int enc, proxy_handle *h)
+{
+    if (enc == SBX_ENC_SANDBOX) {
+        proxy_sandbox *sb = (proxy_sandbox *)h;
 
-typedef union proxy_ret {
-    int i;
-    char *s;
-    const char *cs;
-} proxy_ret;
+        if (pc)
+            sandbox_unlink(pc, sb);
+        free(sb->state);
+    } else if (enc == SBX_ENC_PROCESS) {
+        proxy_process *p = (proxy_process *)h;
+
+        sbx_close_fd(&p->poll_fd);
+        sbx_close_fd(&p->event_fd);
+        sbx_close_fd(&p->dead_fd);
+    }
+    free(h);
+}
+
+/* ---------------------------------------------------------------- invoke */
 
 /* The client a call's first argument belongs to. */
 static proxy_client *
@@ -1473,22 +1480,8 @@ sbx_proxy_invoke_on(proxy_client *pc, unsigned slot, void **av, void *retp)
     if (!(row->flags & SBX_ROW_FREES))
         return;
 freed:
-    if (!first)
-        return;
-    if (row->enc[0] == SBX_ENC_SANDBOX) {
-        proxy_sandbox *sb = (proxy_sandbox *)first;
-
-        sandbox_unlink(pc, sb);
-        free(sb->state);
-    } else if (row->enc[0] == SBX_ENC_PROCESS) {
-        proxy_process *p = (proxy_process *)first;
-
-        sbx_close_fd(&p->poll_fd);
-        sbx_close_fd(&p->event_fd);
-        sbx_close_fd(&p->dead_fd);
-    }
-    handle_release(first);
-    free(first);
+    if (first)
+        handle_free_local(pc, row->enc[0], first);
 }
 
 /* The generic entry of every generated proxy function. */
@@ -1503,19 +1496,7 @@ proxy_invoke(unsigned slot, void **av, proxy_ret *ret)
     if (!pc && (row->flags & SBX_ROW_FREES) && row->enc[0] != SBX_ENC_CLIENT &&
         *(void **)av[0]) {
         /* Its client was freed first: free our side only. */
-        proxy_handle *h = *(proxy_handle **)av[0];
-
-        if (row->enc[0] == SBX_ENC_SANDBOX) {
-            free(((proxy_sandbox *)h)->state);
-        } else {
-            proxy_process *p = (proxy_process *)h;
-
-            sbx_close_fd(&p->poll_fd);
-            sbx_close_fd(&p->event_fd);
-            sbx_close_fd(&p->dead_fd);
-        }
-        handle_release(h);
-        free(h);
+        handle_free_local(NULL, row->enc[0], *(proxy_handle **)av[0]);
         return;
     }
     if (!pc) {
@@ -1621,10 +1602,7 @@ proxy_reattach(proxy_client *pc)
             /* Move the new remote handle into the old one the caller holds. */
             sb->h.remote = f->h.remote;
             sb->h.gen = f->h.gen;
-            sandbox_unlink(pc, f);
-            free(f->state);
-            handle_release(&f->h);
-            free(f);
+            handle_free_local(pc, SBX_ENC_SANDBOX, &f->h);
             sbx_log(SBX_LOG_INFO, pc->backend, "sandbox reattached on the new plugin host");
         } else if (e && (sbx_error_get_code(e) == SBX_ERROR_CONNECTION ||
                          sbx_error_get_code(e) == SBX_ERROR_TIMEOUT)) {
@@ -1647,7 +1625,6 @@ proxy_reattach(proxy_client *pc)
 static void
 proxy_client_destroy(proxy_client *pc)
 {
-    handle_release(&pc->h);
     sbx_close_fd(&pc->old_sock);
     pthread_mutex_destroy(&pc->lock);
     pthread_mutex_destroy(&pc->restart_lock);

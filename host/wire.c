@@ -421,6 +421,18 @@ sbx_wire_send(int sock, const sbx_wire_msg *m)
 
 static int wire_recv(int sock, sbx_wire_msg *m, void *scratch, int flags);
 
+/* A receive that failed: closes the @n descriptors that came, clears @m,
+ * sets errno to @e and returns -1. */
+static int
+recv_fail(sbx_wire_msg *m, const int *got, unsigned n, int e)
+{
+    for (unsigned i = 0; i < n; i++)
+        close(got[i]);
+    sbx_wire_clear(m);
+    errno = e;
+    return -1;
+}
+
 int
 sbx_wire_recv(int sock, sbx_wire_msg *m, void *scratch)
 {
@@ -475,20 +487,14 @@ wire_recv(int sock, sbx_wire_msg *m, void *scratch, int flags)
         }
     }
     if (n == 0) {
-        for (unsigned i = 0; i < ngot; i++)
-            close(got[i]);
-        sbx_wire_clear(m);
+        recv_fail(m, got, ngot, 0);
         return 0;
     }
     memcpy(&h, scratch, (size_t)n < sizeof(h) ? (size_t)n : sizeof(h));
     if ((size_t)n < sizeof(h) || (msg.msg_flags & MSG_TRUNC) || h.magic != SBX_WIRE_MAGIC ||
         ((h.type & SBX_WIRE_BODY_IN_FD) ? (size_t)n != sizeof(h) || h.body_len > SBX_WIRE_MAX_BODY
                                         : h.body_len != (size_t)n - sizeof(h))) {
-        for (unsigned i = 0; i < ngot; i++)
-            close(got[i]);
-        sbx_wire_clear(m);
-        errno = EPROTO;
-        return -1;
+        return recv_fail(m, got, ngot, EPROTO);
     }
     /* Out of descriptors here: the frame stands, its descriptors do not. */
     m->fds_lost = (msg.msg_flags & MSG_CTRUNC) != 0;
@@ -501,11 +507,7 @@ wire_recv(int sock, sbx_wire_msg *m, void *scratch, int flags)
         size_t off = 0;
 
         if (body_fd < 0) {
-            for (unsigned i = 0; i < ngot; i++)
-                close(got[i]);
-            sbx_wire_clear(m);
-            errno = m->fds_lost ? EMFILE : EPROTO;
-            return -1;
+            return recv_fail(m, got, ngot, m->fds_lost ? EMFILE : EPROTO);
         }
         if (h.body_len) {
             m->body.data = malloc(h.body_len);
@@ -523,19 +525,11 @@ wire_recv(int sock, sbx_wire_msg *m, void *scratch, int flags)
         close(body_fd);
         m->body.len = off;
         if (off != h.body_len) {
-            for (unsigned i = 0; i < ngot; i++)
-                close(got[i]);
-            sbx_wire_clear(m);
-            errno = EPROTO;
-            return -1;
+            return recv_fail(m, got, ngot, EPROTO);
         }
     } else if (h.body_len &&
                sbx_buf_append(&m->body, (char *)scratch + sizeof(h), h.body_len) < 0) {
-        for (unsigned i = 0; i < ngot; i++)
-            close(got[i]);
-        sbx_wire_clear(m);
-        errno = ENOMEM;
-        return -1;
+        return recv_fail(m, got, ngot, ENOMEM);
     }
     for (unsigned i = 0; i < ngot; i++) {
         if (m->nfds < SBX_WIRE_MAX_FDS)
