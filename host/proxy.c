@@ -1161,7 +1161,9 @@ encode_arg(const sbx_slot_row *row, unsigned i, void **av, sbx_wire_msg *m, call
         sbx_wire_put_fd(m, r->stdin_fd);
         sbx_wire_put_fd(m, r->stdout_fd);
         sbx_wire_put_fd(m, r->stderr_fd);
-        sbx_wire_put_i64(m, r->stdin_fd);
+        /* A descriptor travels beside the frame; only the negative
+         * values (-1 EOF, -2 interactive) travel as numbers. */
+        sbx_wire_put_i64(m, r->stdin_fd < 0 ? r->stdin_fd : -1);
         break;
     }
     case SBX_ENC_FILE_FN:

@@ -639,6 +639,72 @@ Test(plugin_host, calls_racing_a_restart_all_get_the_new_host)
     sbx_client_free(c);
 }
 
+/* ------------------------------------------------------------------ idle threads */
+
+typedef struct sleeper {
+    sbx_sandbox *sb;
+    const char *secs;
+    sbx_result *result;
+    sbx_error *error;
+} sleeper;
+
+static void *run_sleep(void *arg)
+{
+    sleeper *s = arg;
+    const char *argv[] = { "sh", "-c", "sleep \"$0\" && echo slept", s->secs, NULL };
+    s->result = run_argv(s->sb, argv, &s->error);
+    return NULL;
+}
+
+/* Runs @n `sleep @secs` calls at once on @sb; each must print "slept". */
+static void sleep_together(sbx_sandbox *sb, int n, const char *secs, int round)
+{
+    sleeper s[4];
+    pthread_t t[4];
+    for (int i = 0; i < n; i++) {
+        s[i] = (sleeper){ .sb = sb, .secs = secs };
+        cr_assert_eq(pthread_create(&t[i], NULL, run_sleep, &s[i]), 0);
+    }
+    for (int i = 0; i < n; i++) {
+        pthread_join(t[i], NULL);
+        cr_assert_not_null(s[i].result, "round %d, call %d of %d: %s", round, i, n,
+                           s[i].error ? sbx_error_get0_message(s[i].error) : "");
+        tu_assert_stdout(s[i].result, "slept\n");
+        tu_assert_exit(s[i].result, 0);
+        sbx_result_free(s[i].result);
+    }
+}
+
+/* The pool grows to five threads, then idles down to two while a call is
+ * in flight (SBX_PLUGIN_HOST_IDLE_MS=50): whichever threads retire, the
+ * main thread among them or not, the host keeps answering with the same
+ * pid and ends only when the client is freed. */
+Test(plugin_host, idle_threads_retire_while_a_call_runs_and_the_host_stays)
+{
+    sbx_error *err = NULL;
+    cr_assert_eq(setenv("SBX_PLUGIN_HOST_IDLE_MS", "50", 1), 0);
+    sbx_client *c = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_OUT_OF_PROCESS, &err);
+    cr_assert_not_null(c);
+    sbx_sandbox *sb = tu_create(c, NULL);
+    int host = sbx_client_get_host_pid(c);
+    cr_assert(host > 0);
+    for (int round = 0; round < 6; round++) {
+        sleep_together(sb, 4, "0.3", round);
+        /* One call in flight for 0.6 s: the idle threads time out meanwhile. */
+        sleep_together(sb, 1, "0.6", round);
+        cr_assert_eq(sbx_client_get_host_pid(c), host, "round %d: the host was restarted", round);
+        cr_assert(host_alive(host), "round %d: host %d is gone", round, host);
+    }
+    expect_echo(sb, "still-here");
+    cr_assert_eq(sbx_client_get_host_pid(c), host);
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    cr_assert(host_alive(host), "host %d ended before its client was freed", host);
+    sbx_client_free(c);
+    cr_assert(tu_pid_gone((pid_t)host));
+    unsetenv("SBX_PLUGIN_HOST_IDLE_MS");
+}
+
 /* ------------------------------------------------------------------ sizes, descriptors */
 
 Test(plugin_host, arguments_larger_than_a_packet)

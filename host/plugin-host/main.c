@@ -13,7 +13,15 @@
  *       reader thread. A CANCEL frame makes the call's cancel descriptor
  *       readable. At EOF (the application closed its end or exited) the
  *       host exits: sandboxes are left as they are, like an application
- *       that exits without destroying them.
+ *       that exits without destroying them. EOF is the only way the host
+ *       ends on its own: pool threads left idle retire, the first one (the
+ *       process's main thread) never does.
+ *
+ *       Environment: SBX_PLUGIN_HOST_IDLE_MS (milliseconds, 1 to 3600000;
+ *       default 30000) is how long a pool thread waits for a frame before
+ *       it retires while more than two others are idle too. Tests set it
+ *       low to make threads retire while calls are in flight; a value out
+ *       of range or not a number is ignored.
  *
  *   sbx-plugin-host --inspect NAME PATH
  *       Loads the plugin file PATH of backend NAME with every check and
@@ -25,6 +33,7 @@
 #include <fcntl.h>
 #include <ffi.h>
 #include <json-c/json.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -289,6 +298,7 @@ typedef struct call_frame {
     listing list;
     call_rec rec;
     uint64_t handle_id;         /* of the first argument, for FREES rows */
+    int64_t bad_fd;             /* a descriptor number the frame did not pass */
 } call_frame;
 
 static void
@@ -331,7 +341,9 @@ reply_error(uint64_t call_id, uint32_t slot, sbx_error_code code, const char *fm
     sbx_error_free(e);
 }
 
-/* Decodes argument @i of @row from @req into @f. 0, or -1 (bad frame). */
+/* Decodes argument @i of @row from @req into @f. 0, -1 (bad frame), -2
+ * (unknown handle) or -3 (a descriptor named by number, f->bad_fd, instead
+ * of passed with the frame). */
 static int
 decode_arg(const sbx_slot_row *row, unsigned i, sbx_wire_msg *req, call_frame *f)
 {
@@ -420,12 +432,23 @@ decode_arg(const sbx_slot_row *row, unsigned i, sbx_wire_msg *req, call_frame *f
         r->stdin_fd = sbx_wire_take_fd(req);
         r->stdout_fd = sbx_wire_take_fd(req);
         r->stderr_fd = sbx_wire_take_fd(req);
-        /* -2 and other negative values travel as themselves. */
+        /* -1, -2 and other negative values (no descriptor: EOF, interactive
+         * stdin) travel as themselves; a descriptor is only ever one passed
+         * with the frame, never a number of this process's own. */
         {
             int64_t raw_in = sbx_wire_get_i64(req);
 
+            if (r->stdin_fd < 0 && !req->bad && raw_in >= 0) {
+                f->bad_fd = raw_in;
+                r->stdin_fd = -1;
+                if (r->stdout_fd >= 0)
+                    f->fds[f->nfds++] = r->stdout_fd;
+                if (r->stderr_fd >= 0)
+                    f->fds[f->nfds++] = r->stderr_fd;
+                return -3;
+            }
             if (r->stdin_fd < 0)
-                r->stdin_fd = (int)raw_in;
+                r->stdin_fd = raw_in < INT_MIN ? INT_MIN : (int)raw_in;
         }
         if (r->stdin_fd >= 0)
             f->fds[f->nfds++] = r->stdin_fd;
@@ -531,9 +554,17 @@ run_call(sbx_wire_msg *req, call_frame *f)
                         "%s: the handle is not known to this plugin host", row->name);
             goto done;
         }
+        if (rc == -3) {
+            reply_error(req->call_id, req->slot, SBX_ERROR_INVALID_ARGUMENT,
+                        "%s: stdin descriptor %lld was not passed with the call frame "
+                        "(a descriptor travels beside the frame, never as a number)",
+                        row->name, (long long)f->bad_fd);
+            goto done;
+        }
         if (rc < 0 || req->bad) {
-            reply_error(req->call_id, req->slot, SBX_ERROR_UNKNOWN,
-                        "%s: malformed call frame", row->name);
+            reply_error(req->call_id, req->slot, SBX_ERROR_INVALID_ARGUMENT,
+                        "%s: malformed call frame (argument %u of %u)", row->name, i + 1,
+                        row->nargs);
             goto done;
         }
         f->av[i] = &f->v[i];
@@ -698,10 +729,14 @@ static void handle_inline(sbx_wire_msg *m);
 static int is_quick(const sbx_wire_msg *req);
 static void *lf_thread(void *arg);
 
-/* An idle thread leaves after this long when more than LF_KEEP_IDLE others
- * are idle too. */
+/* An idle thread leaves after this long (SBX_PLUGIN_HOST_IDLE_MS) when more
+ * than LF_KEEP_IDLE others are idle too. */
 #define LF_IDLE_EXIT_MS 30000
 #define LF_KEEP_IDLE 2u
+static int lf_idle_ms = LF_IDLE_EXIT_MS;
+
+/* lf_thread()'s argument for the thread that must never retire. */
+#define LF_PERMANENT ((void *)1)
 
 /* Takes @self out of the pool and frees what it holds. */
 static void
@@ -743,8 +778,10 @@ lf_thread(void *arg)
     struct epoll_event kev = { .events = EPOLLIN };
     int ep = epoll_create1(EPOLL_CLOEXEC);
     lf_rec *self = calloc(1, sizeof(*self));
+    /* The main thread stays: were it to return, serve() would return and
+     * the process exit with the other threads' calls in flight. */
+    int permanent = arg == LF_PERMANENT;
 
-    (void)arg;
     if (self)
         self->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     ev.data.fd = H.sock;
@@ -766,8 +803,10 @@ lf_thread(void *arg)
         int blocking = 0, n;
 
         __atomic_store_n(&self->idle, 1, __ATOMIC_SEQ_CST);
-        n = epoll_wait(ep, &ev, 1, LF_IDLE_EXIT_MS);
-        if (n < 0 && errno != EINTR)
+        n = epoll_wait(ep, &ev, 1, permanent ? -1 : lf_idle_ms);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
             exit(1);
         if (n == 0) {
             /* Idle for long: leave when enough others wait. */
@@ -937,8 +976,9 @@ serve(int sock)
         return 1;
 
     free(scratch);
-    lf_thread(NULL);
-    return 0;
+    lf_thread(LF_PERMANENT);
+    /* Not reached: the host ends only by exit() at EOF or on a fault. */
+    return 1;
 }
 
 /* A frame the reading thread handles itself: a QUICK call, CANCEL, STOP. */
@@ -1011,6 +1051,14 @@ main(int argc, char **argv)
         if (fcntl((int)fd, F_SETFD, FD_CLOEXEC) < 0) {
             fprintf(stderr, "sbx-plugin-host: descriptor %ld: %s\n", fd, strerror(errno));
             return 2;
+        }
+        {
+            const char *ms = getenv("SBX_PLUGIN_HOST_IDLE_MS");
+            char *mend;
+            long v = ms ? strtol(ms, &mend, 10) : 0;
+
+            if (ms && *ms && !*mend && v >= 1 && v <= 3600000)
+                lf_idle_ms = (int)v;
         }
         return serve((int)fd);
     }
