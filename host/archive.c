@@ -819,6 +819,10 @@ typedef struct tw_frame {
 static int64_t
 write_tree(const sbx_fs_env *env, int dir_fd, int out_fd, sbx_error **err);
 
+#ifdef SBX_ARCHIVE_TEST_HOOKS
+void (*sbx_tar_test_before_open)(int dir_fd, const char *name);
+#endif
+
 int64_t
 sbx_tar_write_tree(const sbx_fs_env *env, int dir_fd, int out_fd, sbx_error **err)
 {
@@ -923,15 +927,33 @@ write_tree(const sbx_fs_env *env, int dir_fd, int out_fd, sbx_error **err)
             goto fail;
         }
         if (S_ISREG(st.st_mode)) {
-            ffd = openat(cur_fd, name, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
-            if (ffd < 0 || fstat(ffd, &st) < 0 || !S_ISREG(st.st_mode)) {
-                if (ffd < 0 && errno == ENOENT)
-                    continue;
+            struct stat ost;
+
+#ifdef SBX_ARCHIVE_TEST_HOOKS
+            if (sbx_tar_test_before_open)
+                sbx_tar_test_before_open(cur_fd, name);
+#endif
+            /* What was stat'ed may be swapped meanwhile (the tree may be
+             * a sandbox's, changing under us): O_NONBLOCK so that a fifo
+             * put in its place cannot hang the open, O_NOFOLLOW so that
+             * a symlink is not followed, then the opened object must be
+             * the regular file that was stat'ed. Anything else is skipped
+             * as the special files are. */
+            ffd = openat(cur_fd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+            if (ffd < 0 && (errno == ENOENT || errno == ELOOP || errno == ENXIO))
+                continue;       /* vanished, or swapped for a symlink or socket */
+            if (ffd < 0 || fstat(ffd, &ost) < 0) {
                 sbx_error *x = env_fail(env, err, SBX_ERROR_UNKNOWN, "cannot open \"%s\": %s",
-                                        rel, ffd < 0 ? strerror(errno) : "not a regular file");
+                                        rel, strerror(errno));
                 env_context(env, x, "entry", rel);
                 goto fail;
             }
+            if (!S_ISREG(ost.st_mode) || ost.st_dev != st.st_dev || ost.st_ino != st.st_ino) {
+                close(ffd);
+                ffd = -1;
+                continue;       /* swapped between the stat and the open */
+            }
+            st = ost;
         } else if (!S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode)) {
             continue;           /* socket, fifo, device: not carried */
         }

@@ -88,6 +88,10 @@ int64_t sbx_fs_copy_fd(const sbx_fs_env *env, int in_fd, int out_fd, const char 
  * directories (empty ones too) and symlinks as symlinks, entries relative
  * and sorted by name, with permission bits (0777) and mtime; owner 0.
  * Sockets, fifos and devices are skipped. Symlinks are never followed.
+ * Files are opened without blocking and must be the regular file that was
+ * stat'ed (same device, inode and type): one swapped meanwhile for a fifo,
+ * a device, a symlink or another file is skipped too, so a tree that
+ * changes while it is read (a sandbox's) can never hang the writer.
  * Returns the number of entries written, or -1 with *@err set.
  */
 int64_t sbx_tar_write_tree(const sbx_fs_env *env, int dir_fd, int out_fd, sbx_error **err);
@@ -113,5 +117,12 @@ int64_t sbx_tar_write_tree(const sbx_fs_env *env, int dir_fd, int out_fd, sbx_er
  */
 int64_t sbx_tar_extract(const sbx_fs_env *env, int in_fd, int parent_fd, const char *name,
                         sbx_error **err);
+
+#ifdef SBX_ARCHIVE_TEST_HOOKS
+/** Tests only (built with -DSBX_ARCHIVE_TEST_HOOKS): called by the tree
+ *  writer between the stat and the open of each regular file @name in
+ *  directory @dir_fd, so a test can swap it deterministically. */
+extern void (*sbx_tar_test_before_open)(int dir_fd, const char *name);
+#endif
 
 #endif /* SBX_HOST_ARCHIVE_H */
