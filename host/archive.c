@@ -1108,7 +1108,35 @@ typedef struct ex_state {
     fixup *fixups;
     int have_root_mode;
     mode_t root_mode;
+    mode_t umask;               /* taken off every mode */
+    sbx_tar_policy pol;         /* the caller's, its zeros made defaults */
+    int64_t entries;            /* entries read, the root not counted */
+    int64_t total;              /* bytes of the files so far */
 } ex_state;
+
+/* This process's umask, read without changing it (umask(2) cannot read
+ * without setting, which would race other threads); 022 when /proc cannot
+ * tell. */
+static mode_t
+current_umask(void)
+{
+    char line[128];
+    mode_t m = 022;
+    FILE *f = fopen("/proc/self/status", "re");
+
+    if (!f)
+        return m;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned v;
+
+        if (sscanf(line, "Umask: %o", &v) == 1) {
+            m = (mode_t)(v & 0777);
+            break;
+        }
+    }
+    fclose(f);
+    return m;
+}
 
 /* A workspace error naming @entry. */
 static void
@@ -1118,6 +1146,52 @@ refuse(ex_state *st, const char *entry, const char *why)
                             "unsafe archive entry \"%s\" refused: %s", entry ? entry : "", why);
 
     env_context(st->env, e, "entry", entry ? entry : "");
+}
+
+/* A note about @entry for the caller (a skipped symlink). */
+static void
+note(ex_state *st, const char *entry, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void
+note(ex_state *st, const char *entry, const char *fmt, ...)
+{
+    char msg[PATH_MAX + 256];
+    va_list ap;
+
+    if (!st->pol.note)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    st->pol.note(entry, msg, st->pol.note_data);
+}
+
+/* A workspace error naming @entry and the bound it passed. */
+static void
+refuse_limit(ex_state *st, const char *entry, const char *what, long long value,
+             const char *limit_name, long long limit)
+{
+    char msg[256];
+
+    snprintf(msg, sizeof(msg), "%s %lld is over the limit of %lld (%s)", what, value, limit,
+             limit_name);
+    refuse(st, entry, msg);
+}
+
+/* A symlink @path -> @target that check_symlink() found leaving the
+ * destination (@why): 1 to make it, 0 to leave it out, -1 refused. */
+static int
+outside_symlink(ex_state *st, const char *raw, const char *target, const char *why)
+{
+    if (!target || !*target || st->pol.outside_symlinks == SBX_TAR_SYMLINKS_REFUSE) {
+        refuse(st, raw, why);
+        return -1;
+    }
+    if (st->pol.outside_symlinks == SBX_TAR_SYMLINKS_SKIP) {
+        note(st, raw, "symlink \"%s\" -> \"%s\" skipped: %s", raw, target, why);
+        return 0;
+    }
+    return 1;
 }
 
 /*
@@ -1330,6 +1404,11 @@ ex_data(ex_state *st, struct archive *a, int fd, const char *raw, int64_t size)
         }
         if (off + (int64_t)len > end)
             end = off + (int64_t)len;
+        if (end > st->pol.max_entry_bytes) {
+            refuse_limit(st, raw, "its size in bytes", (long long)end, "max_entry_bytes",
+                         (long long)st->pol.max_entry_bytes);
+            return -1;
+        }
         if (env_check(st->env, st->err) < 0)
             return -1;
     }
@@ -1352,13 +1431,18 @@ ex_entry(ex_state *st, struct archive *a, struct archive_entry *e)
     const char *why, *name;
     char path[PATH_MAX], tpath[PATH_MAX];
     mode_t type = archive_entry_filetype(e);
-    mode_t perm = archive_entry_perm(e) & 0777;
-    int pfd, fd;
+    mode_t perm = archive_entry_perm(e) & 0777 & ~st->umask;
+    int pfd, fd, k;
 
     if (!raw)
         raw = archive_entry_pathname_utf8(e);
     if ((why = normalize_name(raw, path, sizeof(path)))) {
         refuse(st, raw, why);
+        return -1;
+    }
+    if (*path && ++st->entries > st->pol.max_entries) {
+        refuse_limit(st, raw, "the number of entries", (long long)st->entries, "max_entries",
+                     (long long)st->pol.max_entries);
         return -1;
     }
     if (!*path) {
@@ -1368,7 +1452,7 @@ ex_entry(ex_state *st, struct archive *a, struct archive_entry *e)
             return -1;
         }
         st->have_root_mode = 1;
-        st->root_mode = perm;
+        st->root_mode = perm;       /* the umask already off */
         return 0;
     }
     if (hl) {
@@ -1403,11 +1487,18 @@ ex_entry(ex_state *st, struct archive *a, struct archive_entry *e)
             char target[PATH_MAX];
             ssize_t tl = readlinkat(tfd, tlast, target, sizeof(target) - 1);
 
-            if (tl < 0 || (target[tl] = '\0', (why = check_symlink(path, target)))) {
+            if (tl < 0) {
                 close(tfd);
                 free(tlast);
-                refuse(st, raw, why ? why : "unreadable symlink");
+                refuse(st, raw, "unreadable symlink");
                 return -1;
+            }
+            target[tl] = '\0';
+            if ((why = check_symlink(path, target)) &&
+                (k = outside_symlink(st, raw, target, why)) <= 0) {
+                close(tfd);
+                free(tlast);
+                return k;
             }
         }
         if ((pfd = ex_parent(st, raw, path, &name)) < 0 ||
@@ -1430,14 +1521,30 @@ ex_entry(ex_state *st, struct archive *a, struct archive_entry *e)
     }
 
     switch (type) {
-    case AE_IFREG:
+    case AE_IFREG: {
+        /* The apparent size: a sparse entry counts whole. */
+        int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : 0;
+
+        if (size > st->pol.max_entry_bytes) {
+            refuse_limit(st, raw, "its size in bytes", (long long)size, "max_entry_bytes",
+                         (long long)st->pol.max_entry_bytes);
+            return -1;
+        }
+        if (size > st->pol.max_total_bytes - st->total) {
+            refuse_limit(st, raw, "the size of the files so far in bytes",
+                         (long long)(st->total + size), "max_total_bytes",
+                         (long long)st->pol.max_total_bytes);
+            return -1;
+        }
+        st->total += size;
+        break;
+    }
     case AE_IFDIR:
         break;
     case AE_IFLNK:
-        if ((why = check_symlink(path, archive_entry_symlink(e)))) {
-            refuse(st, raw, why);
-            return -1;
-        }
+        if ((why = check_symlink(path, archive_entry_symlink(e))) &&
+            (k = outside_symlink(st, raw, archive_entry_symlink(e), why)) <= 0)
+            return k;
         break;
     case AE_IFCHR:
     case AE_IFBLK:
@@ -1673,6 +1780,13 @@ int64_t
 sbx_tar_extract(const sbx_fs_env *env, int in_fd, int parent_fd, const char *name,
                 sbx_error **err)
 {
+    return sbx_tar_extract_with(env, NULL, in_fd, parent_fd, name, err);
+}
+
+int64_t
+sbx_tar_extract_with(const sbx_fs_env *env, const sbx_tar_policy *policy, int in_fd,
+                     int parent_fd, const char *name, sbx_error **err)
+{
     ex_state st = { .env = env, .err = err, .sfd = -1, .pc_fd = -1 };
     struct archive *a = NULL;
     struct archive_entry *e;
@@ -1686,6 +1800,15 @@ sbx_tar_extract(const sbx_fs_env *env, int in_fd, int parent_fd, const char *nam
         env_fail(env, err, SBX_ERROR_INVALID_ARGUMENT, "bad destination name \"%s\"", name);
         return -1;
     }
+    if (policy)
+        st.pol = *policy;
+    if (st.pol.max_entry_bytes <= 0)
+        st.pol.max_entry_bytes = SBX_TAR_DEFAULT_MAX_ENTRY_BYTES;
+    if (st.pol.max_total_bytes <= 0)
+        st.pol.max_total_bytes = SBX_TAR_DEFAULT_MAX_TOTAL_BYTES;
+    if (st.pol.max_entries <= 0)
+        st.pol.max_entries = SBX_TAR_DEFAULT_MAX_ENTRIES;
+    st.umask = current_umask();
     /* Where the staging directory goes: beside the destination, or inside
      * it when it is the given directory itself or another filesystem. */
     if (!name) {

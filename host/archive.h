@@ -21,6 +21,31 @@
 
 #include <sbx/plugin.h>
 
+/** What sbx_tar_extract does with a symlink whose target is absolute or
+ *  leaves the destination (the values of <sbx/sbx.h>'s
+ *  sbx_outside_symlinks). */
+#define SBX_TAR_SYMLINKS_KEEP 0     /* made as it is; never followed */
+#define SBX_TAR_SYMLINKS_SKIP 1     /* left out, with a note */
+#define SBX_TAR_SYMLINKS_REFUSE 2   /* the whole stream refused */
+
+/** The extractor's bounds when a policy leaves them 0 (the values of
+ *  <sbx/sbx.h>'s SBX_EXTRACT_DEFAULT_*). */
+#define SBX_TAR_DEFAULT_MAX_ENTRY_BYTES (INT64_C(64) << 30)    /* 64 GiB */
+#define SBX_TAR_DEFAULT_MAX_TOTAL_BYTES (INT64_C(256) << 30)   /* 256 GiB */
+#define SBX_TAR_DEFAULT_MAX_ENTRIES INT64_C(1000000)
+
+/** The caller's choices for sbx_tar_extract; every field 0 / NULL is the
+ *  default. Sizes are apparent sizes (a sparse file counts whole). */
+typedef struct sbx_tar_policy {
+    int64_t max_entry_bytes;    /* largest file, bytes */
+    int64_t max_total_bytes;    /* all files together, bytes */
+    int64_t max_entries;        /* entries, the root "." not counted */
+    int outside_symlinks;       /* SBX_TAR_SYMLINKS_* */
+    /* Called for each entry left out (SKIP), on the extracting thread. */
+    void (*note)(const char *entry, const char *message, void *user_data);
+    void *note_data;
+} sbx_tar_policy;
+
 /** Who is calling: error construction, the call's deadline / cancel
  *  descriptor (ctx may be NULL: none), and the op named in errors. */
 typedef struct sbx_fs_env {
@@ -102,21 +127,30 @@ int64_t sbx_tar_write_tree(const sbx_fs_env *env, int dir_fd, int out_fd, sbx_er
  * compressed) from @in_fd and extracts it into the directory @name of
  * @parent_fd (created when missing; entries merge into an existing one;
  * @name NULL: @parent_fd itself). Each entry is checked as it is read:
- * absolute paths, ".." components, symlinks with an absolute target or one
- * that leaves the destination (leading ".." beyond the link's depth, or a
- * ".." after a name), hard links to anything but an earlier entry, devices,
- * fifos and sockets are refused with a workspace error naming the entry
- * (context "entry"); so is an entry that would be written through a
- * symlink. Entries go into a staging directory made beside the destination
- * (inside it when that is another filesystem), which is renamed or merged
- * into place once the whole stream was accepted and removed otherwise: a
- * refused stream leaves the destination as it was. Modes are kept (0777
- * bits), runs of zeros are left as holes, and the rest of the input is
- * read to EOF. Returns the number of entries (the root "." not counted),
- * or -1 with *@err set.
+ * absolute paths, ".." components, hard links to anything but an earlier
+ * entry, devices, fifos and sockets are refused with a workspace error
+ * naming the entry (context "entry"); so is an entry that would be
+ * written through a symlink, and one past a bound of the policy (a file
+ * over max_entry_bytes, files adding up to over max_total_bytes, more than
+ * max_entries entries; the message names the limit). A symlink whose
+ * target is absolute or leaves the destination (leading ".." beyond the
+ * link's depth, or a ".." after a name) is kept as it is, skipped with a
+ * note, or refused, as the policy says; the extractor never follows one.
+ * Entries go into a staging directory made beside the destination (inside
+ * it when that is another filesystem), which is renamed or merged into
+ * place once the whole stream was accepted and removed otherwise: a
+ * refused stream leaves the destination as it was. Modes are the entry's
+ * 0777 bits less this process's umask, runs of zeros are left as holes,
+ * and the rest of the input is read to EOF. Returns the number of entries
+ * made (the root "." and skipped entries not counted), or -1 with *@err
+ * set.
  */
 int64_t sbx_tar_extract(const sbx_fs_env *env, int in_fd, int parent_fd, const char *name,
                         sbx_error **err);
+/** sbx_tar_extract() with the caller's @policy (borrowed; NULL: the
+ *  defaults, as sbx_tar_extract). */
+int64_t sbx_tar_extract_with(const sbx_fs_env *env, const sbx_tar_policy *policy, int in_fd,
+                             int parent_fd, const char *name, sbx_error **err);
 
 #ifdef SBX_ARCHIVE_TEST_HOOKS
 /** Tests only (built with -DSBX_ARCHIVE_TEST_HOOKS): called by the tree

@@ -1098,6 +1098,7 @@ typedef struct dir_job {
     dest *dst;                  /* download: where it goes */
     int64_t count;
     const char *op;
+    const sbx_tar_policy *policy;   /* download: the extractor's, or NULL */
 } dir_job;
 
 /* upload_dir: the tree as a tar stream into @fd. */
@@ -1164,7 +1165,7 @@ extract_consumer(void *arg, int fd, sbx_error **err)
     dir_job *j = arg;
     sbx_fs_env env = host_env(j->op);
 
-    j->count = sbx_tar_extract(&env, fd, j->dst->parent_fd, j->dst->name, err);
+    j->count = sbx_tar_extract_with(&env, j->policy, fd, j->dst->parent_fd, j->dst->name, err);
     return j->count < 0 ? -1 : 0;
 }
 
@@ -1181,7 +1182,7 @@ sbx_sandbox_upload_dir(sbx_sandbox *sandbox, const char *local_dir, const char *
                        sbx_error **error)
 {
     static const char op[] = "upload_dir";
-    dir_job j = { sandbox, sandbox_dir, -1, NULL, 0, op };
+    dir_job j = { sandbox, sandbox_dir, -1, NULL, 0, op, NULL };
     sbx_error *err = NULL;
 
     if (files_begin(sandbox, sandbox_dir, "sandbox_dir", &err) < 0)
@@ -1214,13 +1215,107 @@ fail:
     return -1;
 }
 
+/* ---------------------------------------------------------------- extract options */
+
+struct sbx_extract_options {
+    sbx_tar_policy policy;
+};
+
+_Static_assert(SBX_OUTSIDE_SYMLINKS_KEEP == SBX_TAR_SYMLINKS_KEEP &&
+               SBX_OUTSIDE_SYMLINKS_SKIP == SBX_TAR_SYMLINKS_SKIP &&
+               SBX_OUTSIDE_SYMLINKS_REFUSE == SBX_TAR_SYMLINKS_REFUSE,
+               "sbx_outside_symlinks and the extractor's values differ");
+_Static_assert(SBX_EXTRACT_DEFAULT_MAX_ENTRY_BYTES == SBX_TAR_DEFAULT_MAX_ENTRY_BYTES &&
+               SBX_EXTRACT_DEFAULT_MAX_TOTAL_BYTES == SBX_TAR_DEFAULT_MAX_TOTAL_BYTES &&
+               SBX_EXTRACT_DEFAULT_MAX_ENTRIES == SBX_TAR_DEFAULT_MAX_ENTRIES,
+               "the documented extraction limits and the extractor's differ");
+
+SBX_EXPORT sbx_extract_options *
+sbx_extract_options_new(void)
+{
+    return calloc(1, sizeof(sbx_extract_options));
+}
+
+SBX_EXPORT void
+sbx_extract_options_free(sbx_extract_options *options)
+{
+    free(options);
+}
+
+SBX_EXPORT int
+sbx_extract_options_set_limits(sbx_extract_options *options, int64_t max_entry_bytes,
+                               int64_t max_total_bytes, int64_t max_entries, sbx_error **error)
+{
+    const struct {
+        const char *name;
+        int64_t v;
+    } vals[] = { { "max_entry_bytes", max_entry_bytes },
+                 { "max_total_bytes", max_total_bytes },
+                 { "max_entries", max_entries } };
+
+    if (!options) {
+        sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, "extract_options_set_limits",
+                      "options is NULL");
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
+        if (vals[i].v < 0) {
+            sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, "extract_options_set_limits",
+                          "%s %lld is negative (0 keeps the default)", vals[i].name,
+                          (long long)vals[i].v);
+            return -1;
+        }
+    }
+    options->policy.max_entry_bytes = max_entry_bytes;
+    options->policy.max_total_bytes = max_total_bytes;
+    options->policy.max_entries = max_entries;
+    return 0;
+}
+
+SBX_EXPORT int
+sbx_extract_options_set_outside_symlinks(sbx_extract_options *options, sbx_outside_symlinks how,
+                                         sbx_error **error)
+{
+    if (!options || (how != SBX_OUTSIDE_SYMLINKS_KEEP && how != SBX_OUTSIDE_SYMLINKS_SKIP &&
+                     how != SBX_OUTSIDE_SYMLINKS_REFUSE)) {
+        if (options)
+            sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, "extract_options_set_outside_symlinks",
+                          "outside_symlinks %d is not one of KEEP (0), SKIP (1), REFUSE (2)",
+                          (int)how);
+        else
+            sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT,
+                          "extract_options_set_outside_symlinks", "options is NULL");
+        return -1;
+    }
+    options->policy.outside_symlinks = (int)how;
+    return 0;
+}
+
+SBX_EXPORT void
+sbx_extract_options_set_note_fn(sbx_extract_options *options, sbx_extract_note_fn fn,
+                                void *user_data)
+{
+    if (!options)
+        return;
+    options->policy.note = fn;
+    options->policy.note_data = user_data;
+}
+
 SBX_EXPORT int64_t
 sbx_sandbox_download_dir(sbx_sandbox *sandbox, const char *sandbox_dir, const char *local_dir,
                          sbx_error **error)
 {
+    return sbx_sandbox_download_dir_with_options(sandbox, sandbox_dir, local_dir, NULL, error);
+}
+
+SBX_EXPORT int64_t
+sbx_sandbox_download_dir_with_options(sbx_sandbox *sandbox, const char *sandbox_dir,
+                                      const char *local_dir, const sbx_extract_options *options,
+                                      sbx_error **error)
+{
     static const char op[] = "download_dir";
     dest d = { -1, NULL, { 0 } };
-    dir_job j = { sandbox, sandbox_dir, -1, &d, 0, op };
+    dir_job j = { sandbox, sandbox_dir, -1, &d, 0, op, options ? &options->policy : NULL };
     sbx_error *err = NULL;
 
     if (files_begin(sandbox, sandbox_dir, "sandbox_dir", &err) < 0)
@@ -1244,6 +1339,13 @@ fail:
 SBX_EXPORT int64_t
 sbx_extract_tar_fd(int fd, const char *dest_dir, sbx_error **error)
 {
+    return sbx_extract_tar_fd_with_options(fd, dest_dir, NULL, error);
+}
+
+SBX_EXPORT int64_t
+sbx_extract_tar_fd_with_options(int fd, const char *dest_dir, const sbx_extract_options *options,
+                                sbx_error **error)
+{
     static const char op[] = "extract_tar";
     dest d = { -1, NULL, { 0 } };
     sbx_error *err = NULL;
@@ -1256,7 +1358,8 @@ sbx_extract_tar_fd(int fd, const char *dest_dir, sbx_error **error)
     }
     if (dest_open(dest_dir, &d, &err) < 0)
         goto fail;
-    count = sbx_tar_extract(&env, fd, d.parent_fd, d.name, &err);
+    count = sbx_tar_extract_with(&env, options ? &options->policy : NULL, fd, d.parent_fd,
+                                 d.name, &err);
     if (count < 0)
         goto fail;
     dest_close(&d, 0);

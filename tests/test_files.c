@@ -147,6 +147,16 @@ static sbx_error *assert_code(sbx_error *err, sbx_error_code code, const char *w
 
 /* Runs @script in the sandbox, asserts exit 0 and returns its stdout
  * (free()). */
+/* Options that refuse symlinks leaving the destination. */
+static sbx_extract_options *refusing_options(void)
+{
+    sbx_extract_options *o = sbx_extract_options_new();
+    sbx_error *err = NULL;
+    cr_assert_not_null(o);
+    cr_assert_eq(sbx_extract_options_set_outside_symlinks(o, SBX_OUTSIDE_SYMLINKS_REFUSE, &err), 0);
+    return o;
+}
+
 static char *sh_out(const char *script)
 {
     sbx_result *r = tu_sh(g_sb, script, 120);
@@ -811,7 +821,7 @@ FILES_TEST(dir_round_trip_keeps_everything)
 /* A hostile tree in the sandbox (escaping symlinks): download_dir refuses
  * it naming the entry, and the destination and its parent stay as they
  * were. */
-FILES_TEST(download_dir_refuses_escaping_symlinks)
+FILES_TEST(download_dir_refuses_escaping_symlinks_when_asked)
 {
     static const struct {
         const char *make;
@@ -834,7 +844,9 @@ FILES_TEST(download_dir_refuses_escaping_symlinks)
         char *d = tu_strdup_printf("%s/dest", t);
         mkdir_ok(t, 0755);
         mkdir_ok(d, 0755);
-        int64_t n = sbx_sandbox_download_dir(g_sb, "/work/h", d, &err);
+        sbx_extract_options *refusing = refusing_options();
+        int64_t n = sbx_sandbox_download_dir_with_options(g_sb, "/work/h", d, refusing, &err);
+        sbx_extract_options_free(refusing);
         cr_assert_eq(n, -1, "case %zu: download_dir accepted a hostile tree", i);
         assert_code(err, SBX_ERROR_WORKSPACE, cases[i].make);
         const char *entry = sbx_error_get0_context(err, "entry");
@@ -1341,9 +1353,11 @@ static int find_passwd_link(const char *p, const struct stat *st, int flag, stru
     return 0;
 }
 
-/* Feeds @archive to sbx_extract_tar_fd into a fresh empty D under a fresh
- * T; asserts the refusal naming @entry and that nothing was written. */
-static void assert_refused(const char *archive, const char *entry, const char *what)
+/* Feeds @archive to sbx_extract_tar_fd_with_options(@opts) into a fresh
+ * empty D under a fresh T; asserts the refusal naming @entry and that
+ * nothing was written. */
+static void assert_refused_with(const char *archive, const char *entry, const char *what,
+                                const sbx_extract_options *opts)
 {
     char *t = tu_mkdtemp("case11");
     char *d = tu_strdup_printf("%s/dest", t);
@@ -1354,7 +1368,7 @@ static void assert_refused(const char *archive, const char *entry, const char *w
     unlink("/tmp/sbx_abs_escape.txt");
     int fd = open(archive, O_RDONLY | O_CLOEXEC);
     cr_assert(fd >= 0);
-    int64_t n = sbx_extract_tar_fd(fd, d, &err);
+    int64_t n = sbx_extract_tar_fd_with_options(fd, d, opts, &err);
     close(fd);
     cr_assert_eq(n, -1, "%s: the archive was accepted (%lld entries)", what, (long long)n);
     assert_code(err, SBX_ERROR_WORKSPACE, what);
@@ -1385,6 +1399,12 @@ static void assert_refused(const char *archive, const char *entry, const char *w
     free(t);
 }
 
+/* The same with the defaults (sbx_extract_tar_fd's). */
+static void assert_refused(const char *archive, const char *entry, const char *what)
+{
+    assert_refused_with(archive, entry, what, NULL);
+}
+
 Test(extract, case11_hostile_archive_refused)
 {
     char *archive = tu_strdup_printf("%s/hostile.tar", g_host);
@@ -1399,23 +1419,28 @@ Test(extract, case11_hostile_archive_refused)
 
 Test(extract, case11_links_and_special_files_refused)
 {
+    /* Symlinks leaving the destination are refused when the options say
+     * REFUSE (sbx_outside_symlinks; kept by default: see
+     * outside_symlinks_are_kept_skipped_or_refused); the rest always. */
     static const struct {
         const char *what;
         const char *entry;
+        int refusing;
     } cases[] = {
-        { "absolute symlink", "evil" },
-        { "symlink climbing out", "sub/up" },
-        { "symlink with .. after a name", "twisted" },
-        { "escaping symlink, then a file through it", "out" },
-        { "internal symlink, then a file through it", "lnk/x.txt" },
-        { "hard link to a missing file", "hl2" },
-        { "hard link through ..", "hl3" },
-        { "character device", "null" },
-        { "fifo", "fifo" },
-        { "root entry that is a file", "." },
-        { "hard link moving a symlink up", "top" },
+        { "absolute symlink", "evil", 1 },
+        { "symlink climbing out", "sub/up", 1 },
+        { "symlink with .. after a name", "twisted", 1 },
+        { "escaping symlink, then a file through it", "out", 1 },
+        { "internal symlink, then a file through it", "lnk/x.txt", 0 },
+        { "hard link to a missing file", "hl2", 0 },
+        { "hard link through ..", "hl3", 0 },
+        { "character device", "null", 0 },
+        { "fifo", "fifo", 0 },
+        { "root entry that is a file", ".", 0 },
+        { "hard link moving a symlink up", "top", 1 },
     };
     char *archive = tu_strdup_printf("%s/links.tar", g_host);
+    sbx_extract_options *refusing = refusing_options();
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct archive *a = archive_to(archive);
@@ -1466,9 +1491,16 @@ Test(extract, case11_links_and_special_files_refused)
             break;
         }
         archive_done(a);
-        assert_refused(archive, cases[i].entry, cases[i].what);
+        assert_refused_with(archive, cases[i].entry, cases[i].what,
+                            cases[i].refusing ? refusing : NULL);
         cr_assert_eq(tu_exists("/tmp/sbx_through.txt"), 0);
+        if (i == 3) {
+            /* Kept by default, the symlink is still never written through. */
+            assert_refused(archive, "out/sbx_through.txt", "file through a kept symlink");
+            cr_assert_eq(tu_exists("/tmp/sbx_through.txt"), 0);
+        }
     }
+    sbx_extract_options_free(refusing);
     free(archive);
 }
 
@@ -1926,4 +1958,290 @@ Test(tree, files_swapped_between_stat_and_open_are_skipped_without_a_hang)
     free(p);
     free(src);
     free(tar);
+}
+
+/* ================================================================ modes, limits, symlinks */
+
+/* Extracts @archive into @d with @opts; the count, or -1 with *@err. */
+static int64_t extract_file(const char *archive, const char *d, const sbx_extract_options *opts,
+                            sbx_error **err)
+{
+    int fd = open(archive, O_RDONLY | O_CLOEXEC);
+    cr_assert(fd >= 0, "%s: %s", archive, strerror(errno));
+    int64_t n = sbx_extract_tar_fd_with_options(fd, d, opts, err);
+    close(fd);
+    return n;
+}
+
+static void add_file_mode(struct archive *a, const char *name, const char *data, unsigned mode)
+{
+    struct archive_entry *e = archive_entry_new();
+    archive_entry_set_pathname(e, name);
+    archive_entry_set_filetype(e, AE_IFREG);
+    archive_entry_set_perm(e, mode);
+    archive_entry_set_size(e, (la_int64_t)strlen(data));
+    cr_assert_eq(archive_write_header(a, e), ARCHIVE_OK, "%s: %s", name, archive_error_string(a));
+    cr_assert_eq(archive_write_data(a, data, strlen(data)), (la_ssize_t)strlen(data));
+    archive_entry_free(e);
+}
+
+/* An untrusted archive's 0666 files and 0777 directories (and root) land
+ * with the process's umask taken off: 0644 / 0755 under 022, 0600 / 0700
+ * under 077. */
+Test(extract, modes_lose_the_umask)
+{
+    char *archive = tu_strdup_printf("%s/modes.tar", g_host);
+    struct archive *a = archive_to(archive);
+    add_dir(a, "./", 0777);
+    add_dir(a, "open", 0777);
+    add_file_mode(a, "open/rw.txt", "rw\n", 0666);
+    add_file_mode(a, "run.sh", "#!/bin/sh\n", 0777);
+    archive_done(a);
+
+    static const struct {
+        mode_t umask;
+        unsigned root, dir, file, exe;
+    } cases[] = { { 022, 0755, 0755, 0644, 0755 }, { 077, 0700, 0700, 0600, 0700 } };
+    for (size_t i = 0; i < 2; i++) {
+        char *d = tu_strdup_printf("%s/dest%zu", g_host, i);
+        char *p;
+        sbx_error *err = NULL;
+
+        umask(cases[i].umask);
+        int64_t n = extract_file(archive, d, NULL, &err);
+        umask(022);
+        assert_ok(err, "extract");
+        cr_assert_eq(n, 3);
+        cr_assert_eq(mode_of(d), cases[i].root, "umask %03o: root %03o", cases[i].umask,
+                     mode_of(d));
+        p = tu_strdup_printf("%s/open", d);
+        cr_assert_eq(mode_of(p), cases[i].dir, "umask %03o: dir %03o", cases[i].umask, mode_of(p));
+        free(p);
+        p = tu_strdup_printf("%s/open/rw.txt", d);
+        cr_assert_eq(mode_of(p), cases[i].file, "umask %03o: file %03o", cases[i].umask,
+                     mode_of(p));
+        free(p);
+        p = tu_strdup_printf("%s/run.sh", d);
+        cr_assert_eq(mode_of(p), cases[i].exe);
+        free(p);
+        free(d);
+    }
+    free(archive);
+}
+
+/* A 10 TiB sparse file in an archive of a few KiB. */
+static void write_sparse_archive(const char *path)
+{
+    static char data[4096];
+    struct archive *a = archive_to(path);
+    struct archive_entry *e = archive_entry_new();
+
+    add_file(a, "ok.txt", "ok\n");
+    memset(data, 'x', sizeof(data));
+    archive_entry_set_pathname(e, "sparse.bin");
+    archive_entry_set_filetype(e, AE_IFREG);
+    archive_entry_set_perm(e, 0644);
+    archive_entry_set_size(e, (la_int64_t)10 << 40);
+    archive_entry_sparse_add_entry(e, ((la_int64_t)10 << 40) - 4096, 4096);
+    cr_assert_eq(archive_write_header(a, e), ARCHIVE_OK, "%s", archive_error_string(a));
+    cr_assert_eq(archive_write_data(a, data, sizeof(data)), (la_ssize_t)sizeof(data));
+    archive_entry_free(e);
+    archive_done(a);
+}
+
+/* The reproducer: a 10 TiB (apparent size) file from a tiny archive is
+ * refused by the default per-entry limit, named, and nothing is left. */
+Test(extract, a_sparse_entry_past_the_size_limit_is_refused)
+{
+    char *archive = tu_strdup_printf("%s/sparse.tar", g_host);
+    char *d = tu_strdup_printf("%s/dest", g_host);
+    sbx_error *err = NULL;
+
+    write_sparse_archive(archive);
+    cr_assert_lt(size_of(archive), 64 * 1024, "the archive is %lld bytes",
+                 (long long)size_of(archive));
+    mkdir_ok(d, 0755);
+    cr_assert_eq(extract_file(archive, d, NULL, &err), -1);
+    assert_code(err, SBX_ERROR_WORKSPACE, "sparse");
+    cr_assert_str_eq(sbx_error_get0_context(err, "entry"), "sparse.bin");
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "unsafe archive entry \"sparse.bin\" refused: its size in bytes "
+                     "10995116277760 is over the limit of 68719476736 (max_entry_bytes)");
+    sbx_error_free(err);
+    cr_assert_eq(tu_count_entries(d), 0, "the destination was written");
+    cr_assert_eq(tu_count_entries(g_host), 2, "the staging directory was left");
+    free(d);
+    free(archive);
+}
+
+/* Each limit set by the caller: at the limit accepted, one past refused
+ * naming the entry and the limit, the destination untouched. */
+Test(extract, limits_set_by_the_caller)
+{
+    char *archive = tu_strdup_printf("%s/three.tar", g_host);
+    struct archive *a = archive_to(archive);
+    add_file(a, "a.txt", "123456");
+    add_dir(a, "d", 0755);
+    add_file(a, "d/b.txt", "123456");
+    archive_done(a);
+
+    static const struct {
+        int64_t entry, total, count;
+        const char *refused, *message;
+    } cases[] = {
+        { 6, 12, 3, NULL, NULL },
+        { 5, 0, 0, "a.txt", "its size in bytes 6 is over the limit of 5 (max_entry_bytes)" },
+        { 0, 11, 0, "d/b.txt",
+          "the size of the files so far in bytes 12 is over the limit of 11 (max_total_bytes)" },
+        { 0, 0, 2, "d/b.txt", "the number of entries 3 is over the limit of 2 (max_entries)" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        sbx_extract_options *o = sbx_extract_options_new();
+        sbx_error *err = NULL;
+        char *d = tu_strdup_printf("%s/dest%zu", g_host, i);
+
+        mkdir_ok(d, 0755);
+        cr_assert_eq(sbx_extract_options_set_limits(o, cases[i].entry, cases[i].total,
+                                                    cases[i].count, &err), 0);
+        int64_t n = extract_file(archive, d, o, &err);
+        if (!cases[i].refused) {
+            assert_ok(err, "at the limits");
+            cr_assert_eq(n, 3);
+        } else {
+            char *want = tu_strdup_printf("unsafe archive entry \"%s\" refused: %s",
+                                          cases[i].refused, cases[i].message);
+            cr_assert_eq(n, -1, "case %zu accepted", i);
+            assert_code(err, SBX_ERROR_WORKSPACE, cases[i].message);
+            cr_assert_str_eq(sbx_error_get0_context(err, "entry"), cases[i].refused);
+            cr_assert_str_eq(sbx_error_get0_message(err), want);
+            cr_assert_eq(tu_count_entries(d), 0, "case %zu: the destination was written", i);
+            free(want);
+            sbx_error_free(err);
+        }
+        sbx_extract_options_free(o);
+        free(d);
+    }
+    cr_assert_eq(tu_count_entries(g_host), 5, "a staging directory was left");
+
+    sbx_extract_options *o = sbx_extract_options_new();
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_extract_options_set_limits(o, 0, -3, 0, &err), -1);
+    assert_code(err, SBX_ERROR_INVALID_ARGUMENT, "negative limit");
+    cr_assert_str_eq(sbx_error_get0_message(err), "max_total_bytes -3 is negative (0 keeps the default)");
+    sbx_error_free(err);
+    err = NULL;
+    cr_assert_eq(sbx_extract_options_set_outside_symlinks(o, (sbx_outside_symlinks)7, &err), -1);
+    assert_code(err, SBX_ERROR_INVALID_ARGUMENT, "bad choice");
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "outside_symlinks 7 is not one of KEEP (0), SKIP (1), REFUSE (2)");
+    sbx_error_free(err);
+    sbx_extract_options_free(o);
+    free(archive);
+}
+
+typedef struct notes {
+    int count;
+    char text[4][512];
+} notes;
+
+static void record_note(const char *entry, const char *message, void *user_data)
+{
+    notes *n = user_data;
+    if (n->count < 4)
+        snprintf(n->text[n->count], sizeof(n->text[0]), "%s: %s", entry, message);
+    n->count++;
+}
+
+/* A Python venv's absolute bin/python and a link climbing out: kept as
+ * they are by default (readlink gives the target, nothing followed),
+ * skipped with a note each when asked, or the archive refused. */
+Test(extract, outside_symlinks_are_kept_skipped_or_refused)
+{
+    char *archive = tu_strdup_printf("%s/venv.tar", g_host);
+    struct archive *a = archive_to(archive);
+    add_dir(a, "venv", 0755);
+    add_dir(a, "venv/bin", 0755);
+    add_symlink(a, "venv/bin/python", "/usr/bin/python3");
+    add_symlink(a, "venv/up", "../../elsewhere");
+    add_file(a, "venv/pyvenv.cfg", "home = /usr/bin\n");
+    archive_done(a);
+
+    /* KEEP (the default, and with options set to it). */
+    for (int with_options = 0; with_options < 2; with_options++) {
+        char *d = tu_strdup_printf("%s/keep%d", g_host, with_options);
+        sbx_extract_options *o = with_options ? sbx_extract_options_new() : NULL;
+        sbx_error *err = NULL;
+        char buf[PATH_MAX];
+
+        int64_t n = extract_file(archive, d, o, &err);
+        assert_ok(err, "keep");
+        cr_assert_eq(n, 5);
+        char *p = tu_strdup_printf("%s/venv/bin/python", d);
+        ssize_t l = readlink(p, buf, sizeof(buf) - 1);
+        cr_assert_eq(l, 16);
+        buf[l] = '\0';
+        cr_assert_str_eq(buf, "/usr/bin/python3");
+        free(p);
+        p = tu_strdup_printf("%s/venv/up", d);
+        l = readlink(p, buf, sizeof(buf) - 1);
+        cr_assert_eq(l, 15);
+        buf[l] = '\0';
+        cr_assert_str_eq(buf, "../../elsewhere");
+        free(p);
+        sbx_extract_options_free(o);
+        free(d);
+    }
+
+    /* SKIP: absent, and a note each. */
+    {
+        char *d = tu_strdup_printf("%s/skip", g_host);
+        sbx_extract_options *o = sbx_extract_options_new();
+        sbx_error *err = NULL;
+        notes got = { 0 };
+
+        cr_assert_eq(sbx_extract_options_set_outside_symlinks(o, SBX_OUTSIDE_SYMLINKS_SKIP, &err), 0);
+        sbx_extract_options_set_note_fn(o, record_note, &got);
+        int64_t n = extract_file(archive, d, o, &err);
+        assert_ok(err, "skip");
+        cr_assert_eq(n, 3);
+        char *tree = host_tree(d);
+        assert_same_text("skipped", tree, "d 755 ./venv\nd 755 ./venv/bin\nf 644 16 ./venv/pyvenv.cfg\n");
+        free(tree);
+        cr_assert_eq(got.count, 2);
+        cr_assert_str_eq(got.text[0], "venv/bin/python: symlink \"venv/bin/python\" -> "
+                                      "\"/usr/bin/python3\" skipped: symlink target is an "
+                                      "absolute path (outside the destination)");
+        cr_assert_str_eq(got.text[1], "venv/up: symlink \"venv/up\" -> \"../../elsewhere\" "
+                                      "skipped: symlink target leaves the destination");
+        sbx_extract_options_free(o);
+        free(d);
+    }
+
+    /* REFUSE: the first one named, nothing written. */
+    {
+        sbx_extract_options *o = refusing_options();
+        assert_refused_with(archive, "venv/bin/python", "refused venv", o);
+        sbx_extract_options_free(o);
+    }
+    free(archive);
+}
+
+/* The reproducer: a tree with a Python venv's absolute bin/python comes
+ * out whole, the symlink kept as it is (and not followed: python3 itself
+ * is not copied). */
+FILES_TEST(download_dir_keeps_a_venvs_absolute_symlink)
+{
+    sbx_error *err = NULL;
+    sh_expect("mkdir -p \"$SANDBOX_ROOT/work/venv/bin\" && cd \"$SANDBOX_ROOT/work/venv\" && "
+              "echo 'home = /usr/bin' > pyvenv.cfg && ln -s /usr/bin/python3 bin/python && "
+              "echo made", "made\n");
+    char *d = tu_strdup_printf("%s/venv", g_host);
+    int64_t n = sbx_sandbox_download_dir(g_sb, "/work/venv", d, &err);
+    assert_ok(err, "download_dir of a venv");
+    cr_assert_eq(n, 3);
+    char *tree = host_tree(d);
+    assert_same_text("venv", tree,
+                     "d 755 ./bin\nf 644 16 ./pyvenv.cfg\nl ./bin/python -> /usr/bin/python3\n");
+    free(tree);
+    free(d);
 }

@@ -1053,7 +1053,10 @@ SBX_EXPORT int sbx_sandbox_download_file(sbx_sandbox *sandbox, const char *sandb
  * Copy a directory tree as one tar stream through libarchive (PAX headers:
  * long names and link targets, large sizes; permission bits; empty files
  * and directories; symlinks kept as symlinks, never followed). Sockets,
- * fifos and devices in a local tree are skipped. The destination directory
+ * fifos and devices in a local tree are skipped, and so is a file that is
+ * swapped for one (or for a symlink or another file) while the tree is
+ * read: files are opened without blocking and must be what was listed, so
+ * a tree that changes meanwhile never hangs the copy. The destination directory
  * is created when missing, with its parents (on the host, those the call
  * made are removed again on failure); entries merge into an existing one,
  * replacing files they meet.
@@ -1061,18 +1064,93 @@ SBX_EXPORT int sbx_sandbox_download_file(sbx_sandbox *sandbox, const char *sandb
  * extracted into a staging directory beside the destination (inside it
  * when the destination is another filesystem), resolving beneath it and
  * never through a symlink, and renamed or merged into place once the
- * whole stream was accepted: an absolute path, a ".." component, a symlink
- * whose target is absolute or leaves the destination (or has ".." after a
- * name), a hard link to anything but an earlier entry, a device, fifo or
- * socket, or an entry written through a symlink is refused with a
- * workspace error naming the entry (context "entry"), and a refused archive
- * leaves the destination untouched. Runs of zeros become holes. Return the
- * number of entries copied (the root itself not counted), or -1. Since 0.1.
+ * whole stream was accepted: an absolute path, a ".." component, a hard
+ * link to anything but an earlier entry, a device, fifo or socket, an
+ * entry written through a symlink, or one past the extraction limits
+ * (sbx_extract_options_set_limits; the message names the limit) is refused
+ * with a workspace error naming the entry (context "entry"), and a refused
+ * archive leaves the destination untouched (its staging directory is
+ * removed). A symlink whose target is absolute or leaves the destination
+ * (a virtualenv's bin/python) is kept as it is by default: extraction never
+ * follows it and never writes through it (sbx_outside_symlinks for the
+ * other choices). Modes are the entries' 0777 bits less the process's
+ * umask (a 0666 file lands as 0644 under umask 022, a 0777 directory as
+ * 0755), on both sides of upload_dir and download_dir on local. Runs of
+ * zeros become holes. Return the number of entries copied (the root
+ * itself and skipped entries not counted), or -1. Since 0.1.
  */
 SBX_EXPORT int64_t sbx_sandbox_upload_dir(sbx_sandbox *sandbox, const char *local_dir,
                                           const char *sandbox_dir, sbx_error **error);
 SBX_EXPORT int64_t sbx_sandbox_download_dir(sbx_sandbox *sandbox, const char *sandbox_dir,
                                             const char *local_dir, sbx_error **error);
+
+/**
+ * sbx_outside_symlinks:
+ * What the checked extractor (download_dir, sbx_extract_tar_fd) does with a
+ * symlink whose target is absolute or leaves the destination (leading ".."
+ * beyond the link's depth, or ".." after a name). In every case the
+ * extractor never follows a symlink and refuses an entry written through
+ * one. Values are explicit and append-only.
+ */
+typedef enum sbx_outside_symlinks {
+    SBX_OUTSIDE_SYMLINKS_KEEP = 0,   /* made as it is (the default) */
+    SBX_OUTSIDE_SYMLINKS_SKIP = 1,   /* left out; the note function is told */
+    SBX_OUTSIDE_SYMLINKS_REFUSE = 2  /* the whole archive refused (workspace) */
+} sbx_outside_symlinks;
+
+/** The extraction limits when none are set: the apparent size of one file
+ *  (a sparse entry counts whole), of all files together, in bytes; the
+ *  number of entries (the root not counted). */
+#define SBX_EXTRACT_DEFAULT_MAX_ENTRY_BYTES (INT64_C(64) << 30)   /* 64 GiB */
+#define SBX_EXTRACT_DEFAULT_MAX_TOTAL_BYTES (INT64_C(256) << 30)  /* 256 GiB */
+#define SBX_EXTRACT_DEFAULT_MAX_ENTRIES INT64_C(1000000)
+
+/** Told about an entry the extractor left out: its name as in the archive
+ *  and why (both borrowed for the call), on the extracting thread. */
+typedef void (*sbx_extract_note_fn)(const char *entry, const char *message, void *user_data);
+
+/** Choices for sbx_sandbox_download_dir_with_options() and
+ *  sbx_extract_tar_fd_with_options(). Not thread-safe to change while a
+ *  call uses it; calls only read it. */
+typedef struct sbx_extract_options sbx_extract_options;
+
+/** sbx_extract_options_new: a new set of defaults (KEEP, the default
+ *  limits, no note function), freed with sbx_extract_options_free(); NULL
+ *  when memory runs out. Since 0.1. */
+SBX_EXPORT sbx_extract_options *sbx_extract_options_new(void);
+/** sbx_extract_options_free: NULL ignored. Since 0.1. */
+SBX_EXPORT void sbx_extract_options_free(sbx_extract_options *options);
+/**
+ * sbx_extract_options_set_limits:
+ * The largest file in bytes (apparent size), all files together in bytes,
+ * and the most entries an archive may create; 0 keeps a limit's default
+ * (SBX_EXTRACT_DEFAULT_*). An archive past one is refused with a workspace
+ * error naming the entry and the limit. Errors: invalid_argument for a
+ * negative value (named). Returns 0 or -1. Since 0.1.
+ */
+SBX_EXPORT int sbx_extract_options_set_limits(sbx_extract_options *options,
+                                              int64_t max_entry_bytes, int64_t max_total_bytes,
+                                              int64_t max_entries, sbx_error **error);
+/** sbx_extract_options_set_outside_symlinks: one of sbx_outside_symlinks;
+ *  invalid_argument (the value named) otherwise. Returns 0 or -1. Since 0.1. */
+SBX_EXPORT int sbx_extract_options_set_outside_symlinks(sbx_extract_options *options,
+                                                        sbx_outside_symlinks how,
+                                                        sbx_error **error);
+/** sbx_extract_options_set_note_fn: @fn (NULL: none) is called with
+ *  @user_data (borrowed) for each entry left out. Since 0.1. */
+SBX_EXPORT void sbx_extract_options_set_note_fn(sbx_extract_options *options,
+                                                sbx_extract_note_fn fn, void *user_data);
+
+/**
+ * sbx_sandbox_download_dir_with_options:
+ * sbx_sandbox_download_dir() with @options (borrowed for the call; NULL:
+ * the defaults, as sbx_sandbox_download_dir). Since 0.1.
+ */
+SBX_EXPORT int64_t sbx_sandbox_download_dir_with_options(sbx_sandbox *sandbox,
+                                                         const char *sandbox_dir,
+                                                         const char *local_dir,
+                                                         const sbx_extract_options *options,
+                                                         sbx_error **error);
 
 /**
  * sbx_extract_tar_fd:
@@ -1086,6 +1164,11 @@ SBX_EXPORT int64_t sbx_sandbox_download_dir(sbx_sandbox *sandbox, const char *sa
  * the number of entries, or -1. Thread-safe. Since 0.1.
  */
 SBX_EXPORT int64_t sbx_extract_tar_fd(int fd, const char *dest_dir, sbx_error **error);
+/** sbx_extract_tar_fd() with @options (borrowed for the call; NULL: the
+ *  defaults). Since 0.1. */
+SBX_EXPORT int64_t sbx_extract_tar_fd_with_options(int fd, const char *dest_dir,
+                                                   const sbx_extract_options *options,
+                                                   sbx_error **error);
 
 /* ------------------------------------------------------------------------ */
 /* Session state                                                             */
