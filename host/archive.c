@@ -1412,6 +1412,16 @@ ex_data(ex_state *st, struct archive *a, int fd, const char *raw, int64_t size)
         if (env_check(st->env, st->err) < 0)
             return -1;
     }
+    if (end > size) {
+        /* More data than the header said: it counts towards the total. */
+        if (end - size > st->pol.max_total_bytes - st->total) {
+            refuse_limit(st, raw, "the size of the files so far in bytes",
+                         (long long)(st->total + (end - size)), "max_total_bytes",
+                         (long long)st->pol.max_total_bytes);
+            return -1;
+        }
+        st->total += end - size;
+    }
     if (size > end)
         end = size;
     if (fstat(fd, &sb) == 0 && sb.st_size != end && ftruncate(fd, end) < 0) {

@@ -1144,7 +1144,9 @@ SBX_EXPORT void sbx_extract_options_set_note_fn(sbx_extract_options *options,
 /**
  * sbx_sandbox_download_dir_with_options:
  * sbx_sandbox_download_dir() with @options (borrowed for the call; NULL:
- * the defaults, as sbx_sandbox_download_dir). Since 0.1.
+ * the defaults, as sbx_sandbox_download_dir; the async form
+ * sbx_sandbox_download_dir_async() uses the defaults). Thread-safe as
+ * download_dir. Since 0.1.
  */
 SBX_EXPORT int64_t sbx_sandbox_download_dir_with_options(sbx_sandbox *sandbox,
                                                          const char *sandbox_dir,
