@@ -27,9 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../host/slots.h"
-#include "../host/wire.h"
-#include "../plugins/local/proto.h"
+#include "wire_decode.h"
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -318,124 +316,12 @@ static void encode_row(const sbx_slot_row *row, sbx_wire_msg *m)
     }
 }
 
-/* 1 when @s (length @len, from a getter) lies inside @m's body with its NUL. */
-static int inside(const sbx_wire_msg *m, const void *s, size_t len)
-{
-    const char *p = s;
-    return p >= m->body.data && p + len < m->body.data + m->body.len && p[len] == '\0';
-}
-
-static void check_str(const sbx_wire_msg *m, const char *s)
-{
-    if (s)
-        cr_assert(inside(m, s, strlen(s)), "a string outside its frame");
-}
-
-static void check_strv(sbx_wire_msg *m)
-{
-    int null;
-    const char **v = sbx_wire_get_strv(m, &null);
-
-    if (v) {
-        cr_assert(!m->bad);
-        for (size_t k = 0; v[k]; k++)
-            check_str(m, v[k]);
-    }
-    free(v);
-}
-
-/*
- * Decodes @m's body as the host decodes a CALL of its slot (IN arguments in
- * row order), then checks what the getters promise: a value past the end
- * sets bad, the cursor never passes the body, strings are inside it.
- * Returns 1 when the body decoded whole and exactly.
- */
-static int decode_call(sbx_wire_msg *m)
-{
-    const sbx_slot_row *row = &sbx_slot_rows[m->slot];
-    size_t len;
-
-    for (unsigned i = 0; i < row->nargs; i++) {
-        if (row->dir[i] != SBX_DIR_IN)
-            continue;
-        switch (row->enc[i]) {
-        case SBX_ENC_CLIENT:
-        case SBX_ENC_SANDBOX:
-        case SBX_ENC_PROCESS:
-        case SBX_ENC_SIZE:
-            sbx_wire_get_u64(m);
-            break;
-        case SBX_ENC_CTX:
-            sbx_wire_get_f64(m);
-            check_str(m, sbx_wire_get_str(m));
-            break;
-        case SBX_ENC_STR:
-            check_str(m, sbx_wire_get_str(m));
-            break;
-        case SBX_ENC_BYTES: {
-            const void *b = sbx_wire_get_bytes(m, &len);
-            if (b)
-                cr_assert(inside(m, b, len));
-            else
-                cr_assert_eq(len, 0u);
-            break;
-        }
-        case SBX_ENC_INT:
-            sbx_wire_get_i64(m);
-            break;
-        case SBX_ENC_U32:
-            sbx_wire_get_u32(m);
-            break;
-        case SBX_ENC_FD:
-            cr_assert_eq(sbx_wire_take_fd(m), -1, "a descriptor no frame passed");
-            break;
-        case SBX_ENC_CREATE_REQ:
-            sbx_wire_get_u64(m);
-            sbx_wire_get_f64(m);
-            sbx_wire_get_i64(m);
-            sbx_wire_get_f64(m);
-            check_str(m, sbx_wire_get_str(m));
-            check_strv(m);
-            sbx_wire_get_f64(m);
-            for (int k = 0; k < 5; k++)
-                check_str(m, sbx_wire_get_str(m));
-            sbx_wire_get_i64(m);
-            sbx_wire_get_i64(m);
-            check_str(m, sbx_wire_get_str(m));
-            break;
-        case SBX_ENC_EXEC_REQ:
-            check_strv(m);
-            check_str(m, sbx_wire_get_str(m));
-            check_strv(m);
-            check_str(m, sbx_wire_get_str(m));
-            check_str(m, sbx_wire_get_str(m));
-            sbx_wire_get_u32(m);
-            sbx_wire_get_u32(m);
-            for (int k = 0; k < 3; k++)
-                cr_assert_eq(sbx_wire_take_fd(m), -1, "a descriptor no frame passed");
-            sbx_wire_get_i64(m);
-            break;
-        default:
-            break;
-        }
-        cr_assert_leq(m->pos, m->body.len, "the cursor passed the body");
-    }
-    return !m->bad && m->pos == m->body.len;
-}
-
-/* Decodes @m as a REPLY carrying an error, checking the same promises. */
-static void decode_reply(sbx_wire_msg *m)
-{
-    sbx_wire_get_i64(m);
-    sbx_wire_get_u32(m);
-    sbx_error *e = sbx_wire_get_error(m);
-    if (e) {
-        cr_assert_lt((int)sbx_error_get_code(e), SBX_ERROR_CODE_COUNT);
-        cr_assert_not_null(sbx_error_get0_message(e));
-    }
-    sbx_error_free(e);
-    cr_assert_leq(m->pos, m->body.len);
-}
+/* Asserts @why (from tests/wire_decode.h) is NULL. */
+#define ASSERT_KEPT(why, round)                                                  \
+    do {                                                                         \
+        const char *why_ = (why);                                                \
+        cr_assert_null(why_, "round %d: %s", (int)(round), why_ ? why_ : "");    \
+    } while (0)
 
 /* One mutation of @c in place (it may grow by up to 64 bytes). */
 static void mutate(capture *c, size_t cap)
@@ -535,10 +421,12 @@ Test(wire, fuzzed_plugin_host_frames_stay_inside_their_bounds)
         cr_assert_eq(send(sv[0], caps[k].data, caps[k].len, 0), (ssize_t)caps[k].len);
         cr_assert_eq(sbx_wire_recv(sv[1], &m, scratch), 1);
         if (m.type == SBX_MSG_CALL) {
+            int w;
             cr_assert_eq(m.call_id, 100 + k);
-            cr_assert(decode_call(&m), "row %s does not decode whole", sbx_slot_rows[k].name);
+            ASSERT_KEPT(wd_decode_call(&m, &w), -1);
+            cr_assert(w, "row %s does not decode whole", sbx_slot_rows[k].name);
         } else {
-            decode_reply(&m);
+            ASSERT_KEPT(wd_decode_reply(&m), -1);
             cr_assert(!m.bad && m.pos == m.body.len);
         }
         sbx_wire_clear(&m);
@@ -565,17 +453,22 @@ Test(wire, fuzzed_plugin_host_frames_stay_inside_their_bounds)
             cr_assert_eq(rc, 1, "round %u", round);
             cr_assert_eq(m.nfds, 0u);
             decoded++;
-            if (m.type == SBX_MSG_CALL && m.slot < SBX_SLOT_COUNT)
-                whole += (unsigned)decode_call(&m);
-            else
-                decode_reply(&m);
+            if (m.type == SBX_MSG_CALL && m.slot < SBX_SLOT_COUNT) {
+                int w;
+                ASSERT_KEPT(wd_decode_call(&m, &w), round);
+                whole += (unsigned)w;
+            } else {
+                ASSERT_KEPT(wd_decode_reply(&m), round);
+            }
             sbx_wire_clear(&m);
         }
         /* The stream stays in step: a valid frame after the mutant. */
         cr_assert_eq(send(sv[0], caps[0].data, caps[0].len, 0), (ssize_t)caps[0].len);
         cr_assert_eq(sbx_wire_recv(sv[1], &m, scratch), 1, "round %u: out of step", round);
         cr_assert_eq(m.call_id, 100u);
-        cr_assert(decode_call(&m));
+        int w;
+        ASSERT_KEPT(wd_decode_call(&m, &w), round);
+        cr_assert(w);
         sbx_wire_clear(&m);
     }
     cr_assert_eq(refused + decoded, (unsigned)FUZZ_ROUNDS);
@@ -617,69 +510,6 @@ Test(wire, a_body_in_a_descriptor_that_never_came_is_refused)
 }
 
 /* ------------------------------------------------------------------ supervisor */
-
-static void check_pstr(const proto_reader *r, const unsigned char *payload, size_t len,
-                       const char *s)
-{
-    (void)r;
-    if (!s)
-        return;
-    size_t n = strlen(s);
-    cr_assert((const unsigned char *)s >= payload &&
-              (const unsigned char *)s + n < payload + len, "a string outside its payload");
-}
-
-/* Decodes @payload as a frame of @type, as the supervisor and the plugin
- * do. Returns 1 when it decoded whole (nothing left, nothing failed). */
-static int decode_proto(uint32_t type, const unsigned char *payload, size_t len)
-{
-    proto_reader r;
-
-    proto_reader_init(&r, payload, len);
-    switch (type) {
-    case PROTO_HELLO:
-        proto_get_u32(&r);
-        proto_get_i32(&r);
-        proto_get_u64(&r);
-        break;
-    case PROTO_CONFIG: {
-        check_pstr(&r, payload, len, proto_get_str(&r));
-        uint32_t n = proto_get_u32(&r);
-        for (uint32_t i = 0; i < n && !r.failed; i++)
-            check_pstr(&r, payload, len, proto_get_str(&r));
-        break;
-    }
-    case PROTO_EXEC: {
-        uint32_t argc = proto_get_u32(&r);
-        for (uint32_t i = 0; i < argc && !r.failed; i++)
-            check_pstr(&r, payload, len, proto_get_str(&r));
-        uint32_t envc = proto_get_u32(&r);
-        for (uint32_t i = 0; i < envc && !r.failed; i++)
-            check_pstr(&r, payload, len, proto_get_str(&r));
-        check_pstr(&r, payload, len, proto_get_str(&r));
-        break;
-    }
-    case PROTO_ERROR:
-        proto_get_u32(&r);
-        proto_get_i32(&r);
-        check_pstr(&r, payload, len, proto_get_str(&r));
-        break;
-    case PROTO_STARTED:
-    case PROTO_EXIT:
-    case PROTO_KILL:
-        proto_get_i32(&r);
-        break;
-    case PROTO_PONG:
-        proto_get_u32(&r);
-        break;
-    default:
-        break;
-    }
-    cr_assert_leq(r.left, len);
-    if (r.failed)
-        cr_assert_eq(r.p >= payload && r.p <= payload + len, 1);
-    return !r.failed && r.left == 0;
-}
 
 static capture proto_capture(proto_buf *b)
 {
@@ -745,8 +575,9 @@ Test(wire, fuzzed_supervisor_frames_stay_inside_their_bounds)
         uint32_t type, len;
         cr_assert_eq(proto_parse_header(caps[k].data, &type, &len), 0);
         cr_assert_eq((size_t)len + PROTO_HEADER_SIZE, caps[k].len);
-        cr_assert(decode_proto(type, caps[k].data + PROTO_HEADER_SIZE, len),
-                  "frame %zu (type %u) does not decode whole", k, type);
+        int whole;
+        ASSERT_KEPT(wd_decode_proto(type, caps[k].data + PROTO_HEADER_SIZE, len, &whole), -1);
+        cr_assert(whole, "frame %zu (type %u) does not decode whole", k, type);
     }
 
     g_rng = UINT64_C(0x9e3779b97f4a7c15);
@@ -776,8 +607,9 @@ Test(wire, fuzzed_supervisor_frames_stay_inside_their_bounds)
         size_t plen = len < have ? len : have;
         unsigned char *payload = malloc(plen ? plen : 1);
         memcpy(payload, mut.data + PROTO_HEADER_SIZE, plen);
+        int whole;
         decoded++;
-        decode_proto(type, payload, plen);
+        ASSERT_KEPT(wd_decode_proto(type, payload, plen, &whole), round);
         free(payload);
     }
     cr_assert_eq(refused + short_frames + decoded, (unsigned)FUZZ_ROUNDS);
