@@ -1535,6 +1535,8 @@ ex_entry(ex_state *st, struct archive *a, struct archive_entry *e)
         /* The apparent size: a sparse entry counts whole. */
         int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : 0;
 
+        if (size < 0)
+            size = 0;
         if (size > st->pol.max_entry_bytes) {
             refuse_limit(st, raw, "its size in bytes", (long long)size, "max_entry_bytes",
                          (long long)st->pol.max_entry_bytes);

@@ -1137,7 +1137,8 @@ SBX_EXPORT int sbx_extract_options_set_outside_symlinks(sbx_extract_options *opt
                                                         sbx_outside_symlinks how,
                                                         sbx_error **error);
 /** sbx_extract_options_set_note_fn: @fn (NULL: none) is called with
- *  @user_data (borrowed) for each entry left out. Since 0.1. */
+ *  @user_data (borrowed) for each entry left out; a NULL @options is
+ *  ignored. Since 0.1. */
 SBX_EXPORT void sbx_extract_options_set_note_fn(sbx_extract_options *options,
                                                 sbx_extract_note_fn fn, void *user_data);
 
