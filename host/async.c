@@ -233,6 +233,8 @@ kind_op_name(sbx_op_kind kind)
     case SBX_OP_DOWNLOAD_DIR: return "download_dir";
     case SBX_OP_SESSION_STATE: return "session_state";
     case SBX_OP_EXTRACT_TAR: return "extract_tar";
+    case SBX_OP_SNAPSHOT: return "snapshot";
+    case SBX_OP_DESTROY_BY_ID: return "destroy_by_id";
     }
     return "async";
 }
@@ -466,6 +468,14 @@ op_run(sbx_op *op)
     case SBX_OP_EXTRACT_TAR:
         v = sbx_extract_tar_fd(op->fd, op->s1, &err);
         rc = v < 0 ? -1 : 0;
+        break;
+    case SBX_OP_SNAPSHOT:
+        op->data = sbx_sandbox_snapshot(op->sandbox, &err);
+        op->data_len = op->data ? strlen(op->data) : 0;
+        rc = op->data ? 0 : -1;
+        break;
+    case SBX_OP_DESTROY_BY_ID:
+        rc = sbx_client_destroy_by_id(op->client, op->s1, &err);
         break;
     }
     if (rc < 0) {
@@ -1671,4 +1681,32 @@ sbx_extract_tar_fd_async(sbx_async *async, int fd, const char *dest_dir, sbx_op_
     if (copy_str(&op->s1, dest_dir) < 0)
         return copy_failed(op, error);
     return submit(op, NULL, NULL, error);
+}
+
+SBX_EXPORT sbx_op *
+sbx_sandbox_snapshot_async(sbx_async *async, sbx_sandbox *sandbox, sbx_op_done_fn done,
+                           void *user_data, sbx_error **error)
+{
+    sbx_op *op = sandbox_op(async, sandbox, SBX_OP_SNAPSHOT, done, user_data, error);
+
+    return op ? submit_sandbox_op(op, error) : NULL;
+}
+
+SBX_EXPORT sbx_op *
+sbx_client_destroy_by_id_async(sbx_async *async, sbx_client *client, const char *id,
+                               sbx_op_done_fn done, void *user_data, sbx_error **error)
+{
+    sbx_op *op;
+
+    if (!async)
+        return null_arg(error, "destroy_by_id", "async",
+                        client ? sbx_client_get0_backend(client) : NULL);
+    if (!client)
+        return null_arg(error, "destroy_by_id", "client", NULL);
+    if (!(op = op_new(async, SBX_OP_DESTROY_BY_ID, done, user_data, error)))
+        return NULL;
+    op->client = client;
+    if (copy_str(&op->s1, id) < 0)
+        return copy_failed(op, error);
+    return submit(op, client, NULL, error);
 }

@@ -800,6 +800,135 @@ sbx_sandbox_is_alive(sbx_sandbox *sandbox, sbx_error **error)
     return rc > 0 ? 1 : 0;
 }
 
+SBX_EXPORT char *
+sbx_sandbox_snapshot(sbx_sandbox *sandbox, sbx_error **error)
+{
+    static const char op[] = "snapshot";
+    char *(*snapshot)(sbx_plugin_sandbox *, const sbx_call_ctx *, sbx_error **);
+    const sbx_host_services *services = sbx_host_services_get();
+    sbx_error *err = NULL;
+    sbx_call_ctx ctx;
+    char *raw, *out;
+
+    if (sbx_sandbox_check_usable(sandbox, &err) < 0) {
+        finish_error(error, err, sandbox ? sandbox->client->backend : NULL, op);
+        return NULL;
+    }
+    snapshot = SBX_SLOT(sandbox->client->plugin, snapshot);
+    if (!snapshot) {
+        sbx_set_error(&err, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                      "backend \"%s\" cannot snapshot sandboxes", sandbox->client->backend);
+        finish_error(error, err, sandbox->client->backend, op);
+        return NULL;
+    }
+    sbx_call_ctx_init(&ctx);
+    raw = snapshot(sandbox->handle, &ctx, &err);
+    if (!raw) {
+        sbx_error_ensure(&err, sandbox->client->backend, op);
+        sbx_error_add_context(err, "sandbox_id", sandbox->id);
+        finish_error(error, err, sandbox->client->backend, op);
+        return NULL;
+    }
+    sbx_error_free(err);
+    out = sbx_strdup(raw);
+    services->free(raw);
+    if (!out) {
+        err = NULL;
+        sbx_set_error(&err, SBX_ERROR_UNKNOWN, op, "out of memory");
+        finish_error(error, err, sandbox->client->backend, op);
+    }
+    return out;
+}
+
+/* ---------------------------------------------------------- owned sandboxes */
+
+/* Adapts the plugin's list_owned callback to the public one. */
+struct owned_walk {
+    sbx_owned_fn fn;
+    void *user_data;
+    int count;
+};
+
+static int
+owned_walk_one(const sbx_plugin_owned_info *info, void *user_data)
+{
+    struct owned_walk *w = user_data;
+    sbx_owned_sandbox s = {
+        .id = info->id ? info->id : "",
+        .create_token = info->create_token ? info->create_token : "",
+        .created_at = info->created_at,
+        .expires_at = info->expires_at,
+    };
+
+    w->count++;
+    return w->fn ? w->fn(&s, w->user_data) : 0;
+}
+
+SBX_EXPORT int
+sbx_client_list_owned(sbx_client *client, sbx_owned_fn fn, void *user_data, sbx_error **error)
+{
+    static const char op[] = "list_owned";
+    int (*list_owned)(sbx_plugin_client *, const sbx_call_ctx *, sbx_plugin_owned_fn, void *,
+                      sbx_error **);
+    struct owned_walk walk = { fn, user_data, 0 };
+    sbx_error *err = NULL;
+    sbx_call_ctx ctx;
+
+    if (!client) {
+        sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, op, "client is NULL");
+        finish_error(error, err, NULL, op);
+        return -1;
+    }
+    list_owned = SBX_SLOT(client->plugin, list_owned);
+    if (!list_owned) {
+        sbx_set_error(&err, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                      "backend \"%s\" cannot list the sandboxes this library made",
+                      client->backend);
+        finish_error(error, err, client->backend, op);
+        return -1;
+    }
+    sbx_call_ctx_init(&ctx);
+    if (list_owned(client->handle, &ctx, owned_walk_one, &walk, &err) != 0) {
+        sbx_error_ensure(&err, client->backend, op);
+        finish_error(error, err, client->backend, op);
+        return -1;
+    }
+    sbx_error_free(err);
+    return walk.count;
+}
+
+SBX_EXPORT int
+sbx_client_destroy_by_id(sbx_client *client, const char *id, sbx_error **error)
+{
+    static const char op[] = "destroy_by_id";
+    int (*destroy_by_id)(sbx_plugin_client *, const sbx_call_ctx *, const char *, sbx_error **);
+    sbx_error *err = NULL;
+    sbx_call_ctx ctx;
+
+    if (!client || !id || !*id) {
+        sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, op, "%s",
+                      !client ? "client is NULL" : "sandbox id is NULL or empty");
+        finish_error(error, err, client ? client->backend : NULL, op);
+        return -1;
+    }
+    destroy_by_id = SBX_SLOT(client->plugin, destroy_by_id);
+    if (!destroy_by_id) {
+        sbx_set_error(&err, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                      "backend \"%s\" cannot destroy sandboxes by id", client->backend);
+        finish_error(error, err, client->backend, op);
+        return -1;
+    }
+    sbx_call_ctx_init(&ctx);
+    if (destroy_by_id(client->handle, &ctx, id, &err) != 0) {
+        sbx_error_ensure(&err, client->backend, op);
+        sbx_error_add_context(err, "sandbox_id", id);
+        finish_error(error, err, client->backend, op);
+        return -1;
+    }
+    sbx_error_free(err);
+    return 0;
+}
+
 SBX_EXPORT const char *
 sbx_sandbox_get0_backend(const sbx_sandbox *sandbox)
 {

@@ -1131,6 +1131,22 @@ Test(async, every_form)
     close(tfd);
     any_free(&r);
 
+    /* Snapshot and destroy by id: the local backends have neither (the
+     * errors are the synchronous calls', with their op names). */
+    RUN_ONE(r, SBX_OP_SNAPSHOT, sbx_sandbox_snapshot_async(a, sb, any_cb, &r, E));
+    tu_assert_error(r.error, SBX_ERROR_FEATURE_NOT_SUPPORTED,
+                    "cannot snapshot sandboxes", NULL);
+    cr_assert_str_eq(sbx_error_get0_backend(r.error), tu_backend());
+    cr_assert_str_eq(sbx_error_get0_op(r.error), "snapshot");
+    cr_assert_null(r.data);
+    any_free(&r);
+    RUN_ONE(r, SBX_OP_DESTROY_BY_ID,
+            sbx_client_destroy_by_id_async(a, g_client, sbx_sandbox_get0_id(sb), any_cb, &r, E));
+    tu_assert_error(r.error, SBX_ERROR_FEATURE_NOT_SUPPORTED,
+                    "cannot destroy sandboxes by id", NULL);
+    cr_assert_str_eq(sbx_error_get0_op(r.error), "destroy_by_id");
+    any_free(&r);
+
     /* Session state, then resume it both ways. */
     RUN_ONE(r, SBX_OP_SESSION_STATE, sbx_sandbox_session_state_async(a, sb, any_cb, &r, E));
     cr_assert_null(r.error, "%s", msg(r.error));

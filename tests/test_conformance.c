@@ -458,6 +458,119 @@ static void make_git_repo(const char *dir)
     free(cmd);
 }
 
+
+/* sbx_client_list_owned() counts what it reports; records the fixture's. */
+typedef struct {
+    const char *want;
+    int found;
+    char token[128];
+} owned_seen;
+
+static int on_owned(const sbx_owned_sandbox *s, void *ud)
+{
+    owned_seen *o = ud;
+    if (strcmp(s->id, o->want) == 0) {
+        o->found++;
+        snprintf(o->token, sizeof o->token, "%s", s->create_token);
+    }
+    return 0;
+}
+
+/* list_owned and destroy_by_id: on a backend with SBX_CAP_LIST_OWNED the
+ * fixture's sandbox is listed once with its create token and destroyed by
+ * id (twice is success); without it both calls are feature_not_supported,
+ * naming the backend. */
+Test(lifecycle, list_owned_and_destroy_by_id_follow_caps)
+{
+    uint64_t caps = 0;
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_client_probe(g_client, &caps, &err), 0);
+    const char *id = sbx_sandbox_get0_id(g_sb);
+    owned_seen seen = { .want = id };
+    int n = sbx_client_list_owned(g_client, on_owned, &seen, &err);
+    if (!(caps & SBX_CAP_LIST_OWNED)) {
+        cr_assert_eq(n, -1);
+        char *msg = tu_strdup_printf("backend \"%s\" cannot list the sandboxes this library "
+                                     "made", tu_backend());
+        cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_FEATURE_NOT_SUPPORTED);
+        cr_assert_str_eq(sbx_error_get0_message(err), msg);
+        cr_assert_str_eq(sbx_error_get0_op(err), "list_owned");
+        free(msg);
+        sbx_error_free(err);
+        err = NULL;
+        cr_assert_eq(sbx_client_destroy_by_id(g_client, id, &err), -1);
+        msg = tu_strdup_printf("backend \"%s\" cannot destroy sandboxes by id", tu_backend());
+        cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_FEATURE_NOT_SUPPORTED);
+        cr_assert_str_eq(sbx_error_get0_message(err), msg);
+        free(msg);
+        sbx_error_free(err);
+        cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 1);
+        return;
+    }
+    cr_assert(n >= 1, "list_owned: %d: %s", n, err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(seen.found, 1, "the fixture's sandbox %s was listed %d times", id, seen.found);
+    cr_assert(strlen(seen.token) > 0, "no create token");
+    /* A NULL callback only counts. */
+    cr_assert_eq(sbx_client_list_owned(g_client, NULL, NULL, &err), n);
+    cr_assert_eq(sbx_client_destroy_by_id(g_client, id, &err), 0, "destroy_by_id: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 0);
+    cr_assert_eq(sbx_client_destroy_by_id(g_client, id, &err), 0, "a second destroy_by_id");
+    seen.found = 0;
+    cr_assert(sbx_client_list_owned(g_client, on_owned, &seen, &err) >= 0);
+    cr_assert_eq(seen.found, 0, "%s is still listed after destroy_by_id", id);
+}
+
+/* Bad arguments name what is wrong and touch nothing. */
+Test(lifecycle, owned_calls_refuse_bad_arguments)
+{
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_client_list_owned(NULL, NULL, NULL, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(sbx_error_get0_message(err), "client is NULL");
+    sbx_error_free(err);
+    err = NULL;
+    cr_assert_eq(sbx_client_destroy_by_id(g_client, "", &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(sbx_error_get0_message(err), "sandbox id is NULL or empty");
+    cr_assert_str_eq(sbx_error_get0_backend(err), tu_backend());
+    sbx_error_free(err);
+    err = NULL;
+    cr_assert_null(sbx_sandbox_snapshot(NULL, &err));
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(sbx_error_get0_message(err), "sandbox is NULL");
+    sbx_error_free(err);
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 1);
+}
+
+/* sbx_sandbox_snapshot: without SBX_CAP_SNAPSHOT it is
+ * feature_not_supported naming the backend, and the sandbox runs on; after
+ * destroy it is not_found. (Docker's snapshots, which leave an image to
+ * remove, are tested with the Engine in test_docker.c.) */
+Test(lifecycle, snapshot_without_the_capability)
+{
+    uint64_t caps = 0;
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_client_probe(g_client, &caps, &err), 0);
+    if (!(caps & SBX_CAP_SNAPSHOT)) {
+        cr_assert_null(sbx_sandbox_snapshot(g_sb, &err));
+        char *msg = tu_strdup_printf("backend \"%s\" cannot snapshot sandboxes", tu_backend());
+        cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_FEATURE_NOT_SUPPORTED);
+        cr_assert_str_eq(sbx_error_get0_message(err), msg);
+        cr_assert_str_eq(sbx_error_get0_op(err), "snapshot");
+        free(msg);
+        sbx_error_free(err);
+        err = NULL;
+        cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 1);
+    } else {
+        cr_assert_str_eq(tu_backend(), "docker", "a new backend with snapshots needs a test here");
+    }
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    cr_assert_null(sbx_sandbox_snapshot(g_sb, &err));
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
+    sbx_error_free(err);
+}
+
 /* The repository must be a path the sandbox sees: a docker container sees
  * it through a read-only bind mount at the same path. */
 static void let_sandbox_see(sbx_options *o, const char *dir)

@@ -1745,6 +1745,48 @@ static void snap_child_make(void *arg, int fd)
     _exit(0);
 }
 
+/* sbx_sandbox_snapshot through the public API (and so through the plugin
+ * host out of process): the id is the committed image's, a sandbox made
+ * from it sees the snapshotted file, and the image carries the labels. */
+Test(real, public_snapshot)
+{
+    sbx_client *c = client_new();
+    sbx_sandbox *sb = make_sandbox(c, NULL);
+    sbx_result *r = tu_sh(sb, "mkdir -p /work && printf 'kept\\n' > /work/snap.txt", 30);
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    sbx_error *err = NULL;
+    char *snap = sbx_sandbox_snapshot(sb, &err);
+    cr_assert_not_null(snap, "snapshot: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(strncmp(snap, "sha256:", 7), 0, "snapshot id \"%s\"", snap);
+    cr_assert_eq(strlen(snap), 71, "snapshot id \"%s\"", snap);
+    char *p = tu_strdup_printf("/images/%s/json", snap);
+    json_object *j = engine_json(p);
+    json_object *cfg;
+    cr_assert(json_object_object_get_ex(j, "Config", &cfg));
+    cr_assert_str_eq(jstr(cfg, "Labels", "sbx.backend"), "docker");
+    cr_assert_str_eq(jstr(cfg, "Labels", "sbx.snapshot_of"), sbx_sandbox_get0_id(sb));
+    json_object_put(j);
+    free(p);
+    destroy_and_check(sb, 1);
+
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_allow_internet(o, 0, NULL), 0);
+    cr_assert_eq(sbx_options_set_snapshot_id(o, snap, NULL), 0);
+    sbx_sandbox *from = tu_create(c, o);
+    sbx_options_free(o);
+    r = tu_sh(from, "cat /work/snap.txt", 30);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "kept\n");
+    sbx_result_free(r);
+    destroy_and_check(from, 1);
+    p = tu_strdup_printf("/images/%s?force=1", snap);
+    cr_assert_eq(engine("DELETE", p, NULL, NULL), 200);
+    free(p);
+    free(snap);
+    sbx_client_free(c);
+}
+
 /* Child: a sandbox from snapshot @arg (as snapshot_id, then as image);
  * writes what `cat /work/snap.txt` printed in each. */
 static void snap_child_use(void *arg, int fd)

@@ -780,6 +780,70 @@ SBX_EXPORT void sbx_sandbox_free(sbx_sandbox *sandbox);
  */
 SBX_EXPORT int sbx_sandbox_is_alive(sbx_sandbox *sandbox, sbx_error **error);
 
+/**
+ * sbx_sandbox_snapshot:
+ * Saves the sandbox's filesystem as a snapshot the provider keeps and
+ * returns its id; sbx_options_set_snapshot_id() with that id creates new
+ * sandboxes that start from it. The sandbox goes on running. On docker the
+ * container is committed (paused for the commit) to an image in the
+ * repository "sbx-snapshot", labelled with this library's backend label and
+ * the container it came from; the id is the image id ("sha256:<64 hex>").
+ * Backends with SBX_CAP_SNAPSHOT have it; local, bubblewrap and safehouse
+ * do not. Returns a new string (free with free()) or NULL. Errors:
+ * invalid_argument (NULL @sandbox), not_found after destroy or when the
+ * provider no longer has the sandbox, feature_not_supported, timeout,
+ * connection, and the provider's own. Thread-safe. Since 0.1.
+ */
+SBX_EXPORT char *sbx_sandbox_snapshot(sbx_sandbox *sandbox, sbx_error **error);
+
+/**
+ * sbx_owned_sandbox:
+ * One sandbox that this library made on a backend, as
+ * sbx_client_list_owned() reports it: found by the create token and labels
+ * the library records with every sandbox at create, so it is found also
+ * after the creating process is gone. Strings are borrowed for the
+ * callback's duration only. Fields are only ever appended.
+ */
+typedef struct sbx_owned_sandbox {
+    const char *id;           /* the provider's id; pass to sbx_client_destroy_by_id() */
+    const char *create_token; /* the token recorded at create ("" when unknown) */
+    double created_at;        /* UNIX seconds; 0 when unknown */
+    double expires_at;        /* UNIX seconds the lifetime ends; 0 when none */
+} sbx_owned_sandbox;
+
+/** sbx_client_list_owned() callback: return 0 to go on, non-zero to stop. */
+typedef int (*sbx_owned_fn)(const sbx_owned_sandbox *sandbox, void *user_data);
+
+/**
+ * sbx_client_list_owned:
+ * Calls @fn (may be NULL: only count) once per sandbox this library made on
+ * @client's backend that still exists there, running or stopped, in the
+ * provider's order, in the calling thread. Resources without this
+ * library's labels are never reported. Returns the number of sandboxes
+ * reported (those whose callback stopped the walk included), or -1.
+ * Backends with SBX_CAP_LIST_OWNED have it (docker: containers labelled
+ * with the docker backend's label and a create token). Errors:
+ * invalid_argument (NULL @client), feature_not_supported, timeout,
+ * connection, and the provider's own. Thread-safe. Since 0.1.
+ */
+SBX_EXPORT int sbx_client_list_owned(sbx_client *client, sbx_owned_fn fn, void *user_data,
+                                     sbx_error **error);
+
+/**
+ * sbx_client_destroy_by_id:
+ * Destroys the sandbox @id (borrowed; an id from sbx_client_list_owned()
+ * or sbx_sandbox_get0_id()) on @client's backend without a handle, as
+ * sbx_sandbox_destroy() would. It refuses a resource that does not carry
+ * this library's labels (invalid_argument naming the id), so it never
+ * touches what the library did not make. A sandbox already gone is success
+ * (0): destroying twice is safe. Returns 0 or -1. Errors: invalid_argument
+ * (NULL @client, NULL or empty @id, an id that is not the backend's shape,
+ * a resource without the labels), feature_not_supported, timeout,
+ * connection, and the provider's own. Thread-safe. Since 0.1.
+ */
+SBX_EXPORT int sbx_client_destroy_by_id(sbx_client *client, const char *id,
+                                        sbx_error **error);
+
 /** Borrowed strings: backend name and the provider's sandbox id. Since 0.1. */
 SBX_EXPORT const char *sbx_sandbox_get0_backend(const sbx_sandbox *sandbox);
 SBX_EXPORT const char *sbx_sandbox_get0_id(const sbx_sandbox *sandbox);
@@ -1326,7 +1390,9 @@ typedef enum sbx_op_kind {
     SBX_OP_UPLOAD_DIR = 19,         /* sbx_sandbox_upload_dir_async */
     SBX_OP_DOWNLOAD_DIR = 20,       /* sbx_sandbox_download_dir_async */
     SBX_OP_SESSION_STATE = 21,      /* sbx_sandbox_session_state_async */
-    SBX_OP_EXTRACT_TAR = 22         /* sbx_extract_tar_fd_async */
+    SBX_OP_EXTRACT_TAR = 22,        /* sbx_extract_tar_fd_async */
+    SBX_OP_SNAPSHOT = 23,           /* sbx_sandbox_snapshot_async */
+    SBX_OP_DESTROY_BY_ID = 24       /* sbx_client_destroy_by_id_async */
 } sbx_op_kind;
 
 /** Worker threads of a pool made with max_workers 0. */
@@ -1637,6 +1703,14 @@ SBX_EXPORT sbx_op *sbx_sandbox_download_dir_async(sbx_async *async, sbx_sandbox 
 SBX_EXPORT sbx_op *sbx_sandbox_session_state_async(sbx_async *async, sbx_sandbox *sandbox,
                                                    sbx_op_done_fn done, void *user_data,
                                                    sbx_error **error);
+/** sbx_sandbox_snapshot() [steal_data: the snapshot id]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_snapshot_async(sbx_async *async, sbx_sandbox *sandbox,
+                                              sbx_op_done_fn done, void *user_data,
+                                              sbx_error **error);
+/** sbx_client_destroy_by_id(); @id copied. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_client_destroy_by_id_async(sbx_async *async, sbx_client *client,
+                                                  const char *id, sbx_op_done_fn done,
+                                                  void *user_data, sbx_error **error);
 /** sbx_extract_tar_fd(); @fd borrowed until the callback [get_int64:
  *  entries]. Since 0.1. */
 SBX_EXPORT sbx_op *sbx_extract_tar_fd_async(sbx_async *async, int fd, const char *dest_dir,
