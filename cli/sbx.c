@@ -416,6 +416,9 @@ static void usage_main(FILE *out)
 "                     list a directory of sandbox ID\n"
 "  rm ID...           destroy sandboxes and forget them\n"
 "  ps [--json]        list the sandboxes made by create\n"
+"  gc [--dry-run] [--json]\n"
+"                     destroy what no longer should exist: expired sandboxes,\n"
+"                     attached ones whose processes died, unrecorded ones\n"
 "  presets [--json]   list the presets (creation defaults and setup commands)\n"
 "  help [COMMAND]     show this help, or the help of COMMAND\n"
 "\n"
@@ -618,6 +621,34 @@ static void usage_rm(FILE *out)
 "longer existed (it is forgotten, as `docker rm` reports a missing container\n"
 "with status 1); 125 when an id is not recorded (\"no such sandbox: ID\") or\n"
 "a sandbox could not be destroyed (it stays recorded).\n");
+}
+
+static void usage_gc(FILE *out)
+{
+    fprintf(out,
+"Usage: sbx gc [--dry-run] [--json]\n"
+"\n"
+"Destroy, through libsbx's lifecycle record (sbx_gc()), every sandbox whose\n"
+"lifetime has ended, every attached sandbox whose owning processes have all\n"
+"ended without destroying it (a program killed by SIGKILL, say), and, on each\n"
+"installed backend that can list what libsbx made, every sandbox with this\n"
+"record's create token that no record knows. A sandbox without libsbx's\n"
+"labels is never touched. Sandboxes made by `sbx create` are detached: gc\n"
+"reaps them only once their lifetime has ended (and forgets them).\n"
+"\n"
+"Prints one line per sandbox: BACKEND ID REASON RESULT, where REASON is\n"
+"expired, owner_gone or unrecorded and RESULT is reaped, would_reap (with\n"
+"--dry-run) or failed: MESSAGE. A backend that cannot be listed is reported\n"
+"on stderr.\n"
+"\n"
+"      --dry-run  list what would be destroyed; touch nothing\n"
+"      --json     print a JSON array of objects {backend, id, create_token,\n"
+"                 reason, result, error} (error: null or the message)\n"
+"  -h, --help     show this help and exit\n"
+"\n"
+"Exit status: 0 when everything found was reaped (or listed, with\n"
+"--dry-run); 1 when something could not be reaped; 125 when the record\n"
+"cannot be read.\n");
 }
 
 static void usage_ps(FILE *out)
@@ -1762,6 +1793,8 @@ static int cmd_create(int argc, char **argv)
     status = parse_sandbox_options("create", usage_create, argc, argv, options, &backend);
     if (status >= 0)
         goto out;
+    /* It outlives sbx: detached, bounded by its lifetime. */
+    sbx_options_set_detached(options, 1, NULL);
     status = EXIT_TOOL;
     if (optind < argc) {
         status = usage_error("create", "unexpected argument \"%s\"", argv[optind]);
@@ -2401,6 +2434,108 @@ static int cmd_ps(int argc, char **argv)
     return status;
 }
 
+/* -------------------------------------------------------------------- gc */
+
+static const char *gc_reason_name(sbx_gc_reason reason)
+{
+    switch (reason) {
+    case SBX_GC_EXPIRED: return "expired";
+    case SBX_GC_OWNER_GONE: return "owner_gone";
+    case SBX_GC_UNRECORDED: return "unrecorded";
+    case SBX_GC_LIST_FAILED: return "list_failed";
+    }
+    return "unknown";
+}
+
+typedef struct gc_out {
+    int dry_run;
+    json_object *array;   /* --json */
+    int failed;
+} gc_out;
+
+static int gc_print(const sbx_gc_item *item, void *user_data)
+{
+    gc_out *o = user_data;
+    const char *result = item->reaped ? "reaped" : o->dry_run && !item->error ? "would_reap"
+                                                                              : "failed";
+    const char *err = item->error ? sbx_error_get0_message(item->error) : NULL;
+
+    if (item->reason == SBX_GC_LIST_FAILED) {
+        msg("gc: backend %s cannot be listed: %s", item->backend, err ? err : "");
+        return 0;
+    }
+    if (!item->reaped && !(o->dry_run && !item->error))
+        o->failed = 1;
+    /* A reaped sandbox that sbx create recorded is forgotten too. */
+    if (item->reaped && item->id[0] && id_valid(item->id))
+        state_forget(item->id);
+    if (o->array != NULL) {
+        json_object *e = json_object_new_object();
+
+        json_object_object_add(e, "backend", json_object_new_string(item->backend));
+        json_object_object_add(e, "id", json_object_new_string(item->id));
+        json_object_object_add(e, "create_token", json_object_new_string(item->create_token));
+        json_object_object_add(e, "reason", json_object_new_string(gc_reason_name(item->reason)));
+        json_object_object_add(e, "result", json_object_new_string(result));
+        json_object_object_add(e, "error", err ? json_object_new_string(err) : NULL);
+        json_object_array_add(o->array, e);
+    } else if (err != NULL) {
+        printf("%s %s %s %s: %s\n", item->backend, item->id[0] ? item->id : "-",
+               gc_reason_name(item->reason), result, err);
+    } else {
+        printf("%s %s %s %s\n", item->backend, item->id[0] ? item->id : "-",
+               gc_reason_name(item->reason), result);
+    }
+    return 0;
+}
+
+static int cmd_gc(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "dry-run", no_argument, NULL, 'n' },
+        { "json", no_argument, NULL, OPT_JSON },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 }
+    };
+    gc_out out = { 0 };
+    sbx_error *error = NULL;
+    int opt, json = 0;
+
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'n':
+            out.dry_run = 1;
+            break;
+        case OPT_JSON:
+            json = 1;
+            break;
+        case 'h':
+            usage_gc(stdout);
+            return 0;
+        default:
+            return bad_option("gc", argv, opt);
+        }
+    }
+    if (optind < argc)
+        return usage_error("gc", "unexpected argument \"%s\"", argv[optind]);
+    if (json && (out.array = json_object_new_array()) == NULL) {
+        msg("out of memory");
+        return EXIT_TOOL;
+    }
+    if (sbx_gc(out.dry_run ? SBX_GC_DRY_RUN : 0, gc_print, &out, &error) < 0) {
+        msg_error(error);
+        json_object_put(out.array);
+        return EXIT_TOOL;
+    }
+    if (out.array != NULL) {
+        printf("%s\n", json_object_to_json_string_ext(out.array, JSON_C_TO_STRING_PLAIN |
+                                                                JSON_C_TO_STRING_NOSLASHESCAPE));
+        json_object_put(out.array);
+    }
+    return out.failed ? 1 : 0;
+}
+
 /* --------------------------------------------------------------- presets */
 
 static void usage_presets(FILE *out)
@@ -2509,6 +2644,8 @@ static int cmd_help(int argc, char **argv)
         usage_ps(stdout);
     else if (strcmp(argv[1], "presets") == 0)
         usage_presets(stdout);
+    else if (strcmp(argv[1], "gc") == 0)
+        usage_gc(stdout);
     else if (strcmp(argv[1], "help") == 0)
         usage_main(stdout);
     else
@@ -2556,6 +2693,8 @@ int main(int argc, char **argv)
         status = cmd_ps(argc - 1, argv + 1);
     else if (strcmp(cmd, "presets") == 0)
         status = cmd_presets(argc - 1, argv + 1);
+    else if (strcmp(cmd, "gc") == 0)
+        status = cmd_gc(argc - 1, argv + 1);
     else if (strcmp(cmd, "help") == 0)
         status = cmd_help(argc - 1, argv + 1);
     else if (cmd[0] == '-')

@@ -1198,6 +1198,7 @@ copy_options(const sbx_options *in, sbx_options **out, sbx_error **err)
     COPY_IF(SBX_OPTION_PRESET, sbx_options_set_preset(o, sbx_options_get0_preset(in), &e))
     COPY_IF(SBX_OPTION_WORKSPACE,
             sbx_options_set_workspace(o, sbx_options_get0_workspace(in), &e))
+    COPY_IF(SBX_OPTION_DETACHED, sbx_options_set_detached(o, sbx_options_get_detached(in), &e))
 #undef COPY_IF
     for (size_t i = 0; ok && i < sbx_options_get_file_count(in); i++) {
         const char *path, *data;

@@ -511,8 +511,27 @@ destroy_after_failure(sbx_sandbox *sandbox, sbx_error *err)
         sbx_error_add_context(err, "cleanup", "failed");
         if (derr)
             sbx_error_add_context(err, "cleanup_error", sbx_error_get0_message(derr));
+    } else if (sandbox->token[0]) {
+        sbx_record_remove(sandbox->token, NULL);
     }
     sbx_error_free(derr);
+}
+
+/* Completes the lifecycle record of a sandbox just made: the provider's id
+ * and the session state sbx_gc() resumes it from (none when the backend
+ * has no session state). A failure leaves the row with the token, which
+ * gc still matches against list_owned. */
+static void
+record_created(sbx_sandbox *sandbox)
+{
+    char *state = NULL;
+
+    if (!sandbox->token[0])
+        return;
+    if (SBX_SLOT(sandbox->client->plugin, session_state))
+        state = sbx_sandbox_session_state(sandbox, NULL);
+    sbx_record_complete(sandbox->token, sandbox->id, state, NULL);
+    free(state);
 }
 
 SBX_EXPORT sbx_sandbox *
@@ -546,10 +565,8 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
                       "backend \"%s\" cannot create sandboxes", client->backend);
         goto fail;
     }
-    if (sbx_random_token(token) < 0) {
-        sbx_set_error(&err, SBX_ERROR_UNKNOWN, op, "cannot read random bytes for the create token");
+    if (sbx_record_new_token(token, &err) < 0)
         goto fail;
-    }
     if (sbx_options_get0_preset(options)) {
         preset = sbx_preset_load(sbx_options_get0_preset(options), &err);
         if (!preset) {
@@ -598,10 +615,19 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
         skip_setup = req.image && (client->plugin->caps & SBX_CAP_IMAGE);
     }
 
+    /* Recorded before the provider is asked, so that nothing it makes can
+     * be lost: sbx_gc() finds it by the token even if this process dies. */
+    if (sbx_record_begin(token, client->backend, req.timeout_secs > 0 ? req.expires_at : 0,
+                         sbx_options_get_detached(options), &err) < 0)
+        goto fail;
     sbx_call_ctx_init(&ctx);
     ctx.create_token = token;
     if (create(client->handle, &ctx, &req, &handle, &err) != 0) {
         sbx_error_ensure(&err, client->backend, op);
+        /* An unknown outcome keeps the row: the provider may hold a
+         * sandbox with this token, which gc reaps. */
+        if (sbx_error_get_outcome(err) != SBX_ERROR_OUTCOME_UNKNOWN)
+            sbx_record_remove(token, NULL);
         goto fail;
     }
     sbx_error_free(err);
@@ -614,12 +640,13 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
         int (*destroy)(sbx_plugin_sandbox *, const sbx_call_ctx *, sbx_error **) =
             SBX_SLOT(client->plugin, destroy);
 
-        if (destroy)
-            destroy(handle, &ctx, NULL);
+        if (destroy && destroy(handle, &ctx, NULL) == 0)
+            sbx_record_remove(token, NULL);
         if (sandbox_free)
             sandbox_free(handle);
         goto oom;
     }
+    memcpy(sandbox->token, token, sizeof(sandbox->token));
     sandbox->client = client;
     sandbox->handle = handle;
     sandbox->timeout_secs = req.timeout_secs;
@@ -636,6 +663,7 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
         sandbox_release(sandbox);
         goto fail;
     }
+    record_created(sandbox);
 
     /* Generic creation steps, in the reference's order. */
     if (preset && !skip_setup) {
@@ -756,6 +784,33 @@ sbx_sandbox_destroy(sbx_sandbox *sandbox, sbx_error **error)
     pthread_mutex_lock(&sandbox->lock);
     sandbox->destroyed = 1;
     pthread_mutex_unlock(&sandbox->lock);
+    if (sandbox->token[0])
+        sbx_record_remove(sandbox->token, NULL);
+    return 0;
+}
+
+SBX_EXPORT int
+sbx_sandbox_detach(sbx_sandbox *sandbox, sbx_error **error)
+{
+    static const char op[] = "detach";
+    sbx_error *err = NULL;
+
+    if (sbx_sandbox_check_usable(sandbox, &err) < 0) {
+        finish_error(error, err, sandbox ? sandbox->client->backend : NULL, op);
+        return -1;
+    }
+    if (!sandbox->token[0]) {
+        sbx_set_error(&err, SBX_ERROR_NOT_FOUND, op,
+                      "sandbox %s has no lifecycle record (it was not made or resumed "
+                      "through this record)", sandbox->id);
+        sbx_error_add_context(err, "sandbox_id", sandbox->id);
+        finish_error(error, err, sandbox->client->backend, op);
+        return -1;
+    }
+    if (sbx_record_set_detached(sandbox->token, 1, &err) < 0) {
+        finish_error(error, err, sandbox->client->backend, op);
+        return -1;
+    }
     return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <sbx/sbx.h>
 #include <sbx/plugin.h>
@@ -100,6 +101,68 @@ void sbx_close_fd(int *fd);
  * paths are copied unchanged.
  */
 char *sbx_redact_url(const char *url);
+
+/* ------------------------------------------------------------------------ */
+/* record.c: the lifecycle record (SQLite, STATE_DIR/lifecycle.db)          */
+/* ------------------------------------------------------------------------ */
+
+/** The start time of process @pid in clock ticks since boot (field 22 of
+ *  /proc/PID/stat). Returns 0, or -1 when it is gone or unreadable. */
+int sbx_process_start_ticks(pid_t pid, unsigned long long *ticks);
+/** 1 when process @pid lives (not a zombie) and started at @start_ticks. */
+int sbx_process_is(pid_t pid, unsigned long long start_ticks);
+
+/** The state directory: $SBX_STATE_DIR, else $XDG_STATE_HOME/sbx, else
+ *  $HOME/.local/state/sbx, into @out. 0, or -1 (configuration). */
+int sbx_state_dir(char *out, size_t cap, sbx_error **err);
+/** sbx_state_dir(), made (missing components 0700) and checked with
+ *  sbx_check_private(). 0 or -1 (configuration, naming the path). */
+int sbx_state_dir_make(char *out, size_t cap, sbx_error **err);
+/** Checks that @path (or the open @fd, when >= 0) is a directory (@is_dir)
+ *  or a regular file owned by the effective user and not writable by group
+ *  or others; configuration error naming the path, owner and mode if not. */
+int sbx_check_private(const char *path, int fd, int is_dir, sbx_error **err);
+
+/** A new create token whose first 8 hex digits are this record's store id
+ *  (opening the record). 0 or -1 (configuration). */
+int sbx_record_new_token(char out[SBX_TOKEN_LEN + 1], sbx_error **err);
+/** 1 when @token was made by this record store (sbx_record_new_token). */
+int sbx_record_token_is_ours(const char *token);
+/** Records a sandbox about to be created, with this process as its owner.
+ *  @expires_at in UNIX seconds (0 = none). 0 or -1. */
+int sbx_record_begin(const char *token, const char *backend, double expires_at,
+                     int detached, sbx_error **err);
+/** Completes @token's row with the provider's id and the session state. */
+int sbx_record_complete(const char *token, const char *provider_id,
+                        const char *session_state, sbx_error **err);
+/** Removes @token's row (and its owners). Rows removed (0 or 1), or -1. */
+int sbx_record_remove(const char *token, sbx_error **err);
+/** Marks @token detached (1) or attached (0). Rows changed, or -1. */
+int sbx_record_set_detached(const char *token, int detached, sbx_error **err);
+/** Finds the token of (@backend, @provider_id): 1 found, 0 not, -1 error. */
+int sbx_record_find(const char *backend, const char *provider_id,
+                    char token[SBX_TOKEN_LEN + 1], sbx_error **err);
+/** Adds this process as an owner of @token. 0 or -1. */
+int sbx_record_add_owner(const char *token, sbx_error **err);
+
+/** One row of the record, as sbx_record_foreach() reports it (borrowed). */
+typedef struct sbx_record_row {
+    const char *create_token;
+    const char *backend;
+    const char *provider_id;    /* "" until the provider answered */
+    const char *session_state;  /* "" until then, or for backends without */
+    double created_at;          /* UNIX seconds */
+    double expires_at;          /* UNIX seconds; 0 = none */
+    int detached;
+    int owners;                 /* owner rows */
+    int owners_alive;           /* of which the process lives (same boot) */
+} sbx_record_row;
+typedef int (*sbx_record_fn)(const sbx_record_row *row, void *user_data);
+/** Calls @fn for each row, oldest first, without holding the record's lock
+ *  (so @fn may change the record); non-zero from @fn stops. 0 or -1. */
+int sbx_record_foreach(sbx_record_fn fn, void *user_data, sbx_error **err);
+/** The database's path once opened ("" before). Borrowed. */
+const char *sbx_record_path(void);
 
 /* ------------------------------------------------------------------------ */
 /* error.c                                                                   */
@@ -238,6 +301,7 @@ struct sbx_sandbox {
     double timeout_secs;          /* default exec timeout */
     pthread_mutex_t lock;         /* guards destroyed */
     int destroyed;
+    char token[SBX_TOKEN_LEN + 1];/* its lifecycle record's create token; "" = none */
 };
 
 /**

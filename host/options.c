@@ -27,6 +27,7 @@ struct sbx_options {
     char *backend_options;
     int64_t disk_mb;
     int allow_internet;
+    int detached;
     char *preset;
     sbx_manifest *workspace;    /* a reference */
     size_t file_count;          /* files in insertion order */
@@ -410,6 +411,22 @@ sbx_options_set_allow_internet(sbx_options *options, int allow, sbx_error **erro
     options->allow_internet = allow ? 1 : 0;
     options->set |= SBX_OPTION_ALLOW_INTERNET;
     return 0;
+}
+
+SBX_EXPORT int
+sbx_options_set_detached(sbx_options *options, int detached, sbx_error **error)
+{
+    if (check_options(options, "set_detached", error) < 0)
+        return -1;
+    options->detached = detached ? 1 : 0;
+    options->set |= SBX_OPTION_DETACHED;
+    return 0;
+}
+
+SBX_EXPORT int
+sbx_options_get_detached(const sbx_options *options)
+{
+    return options ? options->detached : 0;
 }
 
 SBX_EXPORT int

@@ -341,6 +341,13 @@ sbx_sandbox_resume(sbx_client *client, const char *state_json, sbx_error **error
         handle = NULL;
         goto oom;
     }
+    /* The resuming process becomes one of its owners (an attached sandbox
+     * lives while one of them does). A sandbox this record does not know
+     * (made by another user, or before the record) has none. */
+    if (sbx_record_find(client->backend, sandbox->id, sandbox->token, NULL) == 1)
+        sbx_record_add_owner(sandbox->token, NULL);
+    else
+        sandbox->token[0] = '\0';
     json_object_put(st.doc);
     return sandbox;
 

@@ -1806,3 +1806,39 @@ Test(cli, backends_shows_the_plugin_mode)
                                      "\"sideways\""), "%s", r.out);
     free_run(&r);
 }
+
+/* `sbx create` makes a detached sandbox: gc leaves it alone while its
+ * lifetime lasts, lists it in a dry run once it has ended, then destroys
+ * and forgets it. */
+Test(cli, gc_reaps_an_expired_create_and_forgets_it)
+{
+    char *id = CREATE("-t", "1");
+    char *rec = record_path(id), *want;
+    cli_run r = SBX_KEEP("gc");
+    expect_run(&r, 0, "");
+    free_run(&r);
+    usleep(1300 * 1000);
+    r = SBX_KEEP("gc", "--dry-run", "--json");
+    cr_assert(asprintf(&want, "[{\"backend\":\"local\",\"id\":\"%s\",\"create_token\":", id) > 0);
+    cr_assert_eq(r.status, 0, "status %d: %s", r.status, r.err);
+    cr_assert(strncmp(r.out, want, strlen(want)) == 0, "got \"%s\"", r.out);
+    cr_assert(strstr(r.out, ",\"reason\":\"expired\",\"result\":\"would_reap\","
+                            "\"error\":null}]\n") != NULL, "got \"%s\"", r.out);
+    free(want);
+    free_run(&r);
+    cr_assert_eq(access(rec, F_OK), 0, "the dry run forgot it");
+    r = SBX_KEEP("gc");
+    cr_assert(asprintf(&want, "local %s expired reaped\n", id) > 0);
+    expect_run(&r, 0, want);
+    free(want);
+    free_run(&r);
+    cr_assert_eq(access(rec, F_OK), -1, "gc did not forget %s", id);
+    r = SBX_KEEP("rm", id);
+    cr_expect_eq(r.status, 125, "rm after gc: %d (%s)", r.status, r.err);
+    free_run(&r);
+    r = SBX("gc", "extra");
+    EXPECT_TOOL_FAILURE(&r, "unexpected argument \"extra\"");
+    free_run(&r);
+    free(rec);
+    free(id);
+}

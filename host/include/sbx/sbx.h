@@ -302,7 +302,8 @@ typedef enum sbx_option_field {
     SBX_OPTION_BACKEND_OPTIONS = 1u << 14,
     SBX_OPTION_PRESET = 1u << 15,
     SBX_OPTION_FILES = 1u << 16,
-    SBX_OPTION_WORKSPACE = 1u << 17
+    SBX_OPTION_WORKSPACE = 1u << 17,
+    SBX_OPTION_DETACHED = 1u << 18
 } sbx_option_field;
 
 /** Defaults of the reference's SandboxConfig. */
@@ -420,6 +421,20 @@ SBX_EXPORT int sbx_options_set_disk_mb(sbx_options *options, int64_t disk_mb,
  */
 SBX_EXPORT int sbx_options_set_allow_internet(sbx_options *options, int allow,
                                               sbx_error **error);
+
+/**
+ * sbx_options_set_detached / get_detached:
+ * 1 makes the sandbox detached: it outlives the process that created it,
+ * until sbx_sandbox_destroy() or the end of its lifetime (timeout_secs).
+ * 0 (the default) makes it attached: it belongs to the processes that
+ * created or resumed it, and sbx_gc() reaps it once every one of them has
+ * ended without destroying it. A handle can be detached later with
+ * sbx_sandbox_detach(). Errors: invalid_argument for NULL @options.
+ * Since 0.1.
+ */
+SBX_EXPORT int sbx_options_set_detached(sbx_options *options, int detached,
+                                        sbx_error **error);
+SBX_EXPORT int sbx_options_get_detached(const sbx_options *options);
 
 /**
  * sbx_options_set_backend_options:
@@ -763,6 +778,83 @@ SBX_EXPORT sbx_sandbox *sbx_create(const char *backend,
  * call on the handle fails with not_found. Returns 0 or -1. Since 0.1.
  */
 SBX_EXPORT int sbx_sandbox_destroy(sbx_sandbox *sandbox, sbx_error **error);
+
+/**
+ * sbx_sandbox_detach:
+ * Makes @sandbox detached (see sbx_options_set_detached()): it now outlives
+ * every process that owns it, until sbx_sandbox_destroy() or the end of
+ * its lifetime. A hand-off through session state to a later process (take
+ * sbx_sandbox_session_state(), exit, sbx_resume() elsewhere) needs a
+ * detached sandbox, or the sandbox is reaped by sbx_gc() in between. The
+ * change is written to the lifecycle record at once. Errors:
+ * invalid_argument (NULL), not_found (destroyed, or a sandbox the record
+ * does not know: made by another user), configuration (the record cannot
+ * be written, naming its path). Thread-safe. Since 0.1.
+ */
+SBX_EXPORT int sbx_sandbox_detach(sbx_sandbox *sandbox, sbx_error **error);
+
+/* ------------------------------------------------------------------------ */
+/* The lifecycle record and garbage collection                               */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Every sandbox the library creates is first written to a per-user
+ * lifecycle record, STATE_DIR/lifecycle.db (SQLite in WAL mode), where
+ * STATE_DIR is $SBX_STATE_DIR, else $XDG_STATE_HOME/sbx, else
+ * $HOME/.local/state/sbx: the create token, the backend, the expiry and
+ * the creating process (pid and start time) as its first owner. The row is
+ * completed with the provider's id and session state once the sandbox
+ * exists, gains an owner for each process that resumes it, and goes at
+ * destroy. The directory and the database must belong to the user and not
+ * be writable by group or others; they are made 0700 and 0600. A create
+ * whose record cannot be written fails with configuration, naming the
+ * path, before anything is made.
+ */
+
+/** Why sbx_gc() reports a sandbox. Values are fixed and append-only. */
+typedef enum sbx_gc_reason {
+    SBX_GC_EXPIRED = 1,     /* its lifetime (timeout_secs) has ended */
+    SBX_GC_OWNER_GONE = 2,  /* attached, and every process that owned it has ended */
+    SBX_GC_UNRECORDED = 3,  /* on the backend with this record's create token, but no row */
+    SBX_GC_LIST_FAILED = 4  /* not a sandbox: the backend could not be listed (error says why) */
+} sbx_gc_reason;
+
+/**
+ * sbx_gc_item: one thing sbx_gc() found, borrowed for the callback's
+ * duration. For SBX_GC_LIST_FAILED only backend and error are set.
+ */
+typedef struct sbx_gc_item {
+    const char *backend;       /* backend name */
+    const char *id;            /* the provider's id ("" when the create never answered) */
+    const char *create_token;  /* the create token ("" when unknown) */
+    sbx_gc_reason reason;
+    int reaped;                /* 1 when destroyed now; 0 in a dry run or on failure */
+    const sbx_error *error;    /* why it could not be reaped or listed; NULL otherwise */
+} sbx_gc_item;
+
+/** sbx_gc() callback: return 0 to go on, non-zero to stop. */
+typedef int (*sbx_gc_fn)(const sbx_gc_item *item, void *user_data);
+
+/** sbx_gc() flag: report what would be reaped, touch nothing. */
+#define SBX_GC_DRY_RUN 1u
+
+/**
+ * sbx_gc:
+ * Reaps what should no longer exist: every recorded sandbox whose lifetime
+ * has ended or that is attached and whose owners have all ended (resumed
+ * from its session state and destroyed, or destroyed by id), and, on every
+ * installed backend with SBX_CAP_LIST_OWNED, every sandbox that carries a
+ * create token of this record but has no row (a create whose row was
+ * lost). A sandbox without this library's labels, or with another
+ * record's token (another user's), is never touched. Rows go once their
+ * sandbox is gone. @fn (may be NULL) is called in the calling thread for
+ * each sandbox found and for each backend that could not be listed. With
+ * SBX_GC_DRY_RUN nothing is destroyed or removed. Returns the number of
+ * sandboxes found (reaped, failed or, in a dry run, to reap), or -1 when
+ * the record cannot be read. Errors: invalid_argument (unknown @flags),
+ * configuration (the record: path, owner or mode). Thread-safe. Since 0.1.
+ */
+SBX_EXPORT int sbx_gc(unsigned flags, sbx_gc_fn fn, void *user_data, sbx_error **error);
 
 /**
  * sbx_sandbox_free:

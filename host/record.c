@@ -1,0 +1,635 @@
+/*
+ * record.c — the lifecycle record: every sandbox this library made, per user.
+ *
+ * One SQLite database, STATE_DIR/lifecycle.db, where STATE_DIR is
+ * $SBX_STATE_DIR, else $XDG_STATE_HOME/sbx, else $HOME/.local/state/sbx
+ * (the CLI's state directory). It is opened in WAL mode with a busy
+ * timeout, so many processes may create and destroy at once; each change is
+ * one transaction, so a process killed at any point leaves the record whole
+ * (synchronous=NORMAL: an application crash loses nothing; a power loss
+ * may lose the last transactions).
+ *
+ *   sandboxes(create_token PRIMARY KEY, backend, provider_id, session_state,
+ *             created_at, expires_at, detached)
+ *   owners(create_token, pid, start_ticks, boot_id)   one row per owner
+ *   meta(key PRIMARY KEY, value)                      store_id
+ *
+ * A row is written before the provider is asked to create (token, backend,
+ * expiry, the creating process as owner), completed with the provider's id
+ * and the session state once the sandbox exists, and removed at destroy.
+ * sbx_gc() reads it. The store id (8 hex digits, made with the database)
+ * is the first part of every create token this store hands out, so that
+ * gc reaps a labelled resource no record knows only when this store made
+ * it.
+ *
+ * The directory and the database are trusted only when owned by the
+ * effective user and not writable by group or others (made 0700 / 0600).
+ *
+ * Thread-safe: one connection per process behind a mutex; a child of
+ * fork() opens its own (a connection never crosses fork()).
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#define RECORD_FILE "lifecycle.db"
+#define RECORD_SCHEMA_VERSION 1
+#define RECORD_BUSY_MS 10000
+
+static pthread_mutex_t record_lock = PTHREAD_MUTEX_INITIALIZER;
+static sqlite3 *record_db;          /* NULL until opened */
+static pid_t record_pid;            /* the process that opened record_db */
+static char record_store_id[9];     /* 8 hex digits */
+static char record_path[PATH_MAX];
+
+static const char schema[] =
+    "CREATE TABLE IF NOT EXISTS meta ("
+    "  key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS sandboxes ("
+    "  create_token TEXT PRIMARY KEY,"
+    "  backend TEXT NOT NULL,"
+    "  provider_id TEXT NOT NULL DEFAULT '',"
+    "  session_state TEXT NOT NULL DEFAULT '',"
+    "  created_at REAL NOT NULL,"
+    "  expires_at REAL NOT NULL,"
+    "  detached INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX IF NOT EXISTS sandboxes_by_id ON sandboxes(backend, provider_id);"
+    "CREATE TABLE IF NOT EXISTS owners ("
+    "  create_token TEXT NOT NULL REFERENCES sandboxes(create_token) ON DELETE CASCADE,"
+    "  pid INTEGER NOT NULL,"
+    "  start_ticks INTEGER NOT NULL,"
+    "  boot_id TEXT NOT NULL,"
+    "  PRIMARY KEY (create_token, pid, start_ticks));";
+
+/* ------------------------------------------------------------- processes */
+
+/* The kernel's boot id (36 characters), "" when unreadable. */
+static void
+boot_id(char out[40])
+{
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, out, 39) : -1;
+
+    if (fd >= 0)
+        close(fd);
+    if (n < 0)
+        n = 0;
+    while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' '))
+        n--;
+    out[n] = '\0';
+}
+
+int
+sbx_process_start_ticks(pid_t pid, unsigned long long *ticks)
+{
+    char path[64], buf[1024];
+    const char *p;
+    ssize_t n;
+    int fd, field;
+
+    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    /* The name (field 2) may hold spaces and parentheses: start after the
+     * last ')'. Field 3 follows; the start time is field 22. */
+    p = strrchr(buf, ')');
+    if (!p)
+        return -1;
+    p++;
+    for (field = 2; field < 21 && *p; p++)
+        if (*p == ' ')
+            field++;
+    if (field != 21)
+        return -1;
+    *ticks = strtoull(p, NULL, 10);
+    return 0;
+}
+
+int
+sbx_process_is(pid_t pid, unsigned long long start_ticks)
+{
+    unsigned long long now;
+    char path[64];
+    struct stat st;
+
+    if (pid <= 0 || sbx_process_start_ticks(pid, &now) < 0)
+        return 0;
+    if (now != start_ticks)
+        return 0;
+    /* A zombie is gone for every purpose here. */
+    snprintf(path, sizeof(path), "/proc/%ld/task", (long)pid);
+    return stat(path, &st) == 0;
+}
+
+/* ------------------------------------------------------------- directory */
+
+/* The user's home from the password database; NULL when it has none. */
+static const char *
+passwd_home(void)
+{
+    struct passwd *pw = getpwuid(geteuid());
+
+    return pw && pw->pw_dir && *pw->pw_dir ? pw->pw_dir : NULL;
+}
+
+int
+sbx_state_dir(char *out, size_t cap, sbx_error **err)
+{
+    const char *d = getenv("SBX_STATE_DIR"), *base;
+    int n;
+
+    if (d && *d)
+        n = snprintf(out, cap, "%s", d);
+    else if ((base = getenv("XDG_STATE_HOME")) && base[0] == '/')
+        n = snprintf(out, cap, "%s/sbx", base);
+    else if (((base = getenv("HOME")) && *base) || (base = passwd_home()))
+        n = snprintf(out, cap, "%s/.local/state/sbx", base);
+    else {
+        sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL,
+                      "no state directory: set SBX_STATE_DIR, XDG_STATE_HOME or HOME");
+        return -1;
+    }
+    if (n < 0 || (size_t)n >= cap) {
+        sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL, "state directory path is too long");
+        return -1;
+    }
+    return 0;
+}
+
+int
+sbx_check_private(const char *path, int fd, int is_dir, sbx_error **err)
+{
+    struct stat st;
+    sbx_error *e;
+
+    if ((fd >= 0 ? fstat(fd, &st) : lstat(path, &st)) < 0) {
+        e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL, "cannot stat %s: %s", path,
+                          strerror(errno));
+        sbx_error_add_context(e, "path", path);
+        return -1;
+    }
+    if (is_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) {
+        e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL, "%s is not a %s", path,
+                          is_dir ? "directory" : "regular file");
+        sbx_error_add_context(e, "path", path);
+        return -1;
+    }
+    if (st.st_uid != geteuid() || (st.st_mode & 022)) {
+        e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL,
+                          "refusing %s: owned by uid %lu with mode %04o; it must belong to "
+                          "uid %lu and not be writable by group or others", path,
+                          (unsigned long)st.st_uid, (unsigned)(st.st_mode & 07777),
+                          (unsigned long)geteuid());
+        sbx_error_add_context(e, "path", path);
+        return -1;
+    }
+    return 0;
+}
+
+int
+sbx_state_dir_make(char *out, size_t cap, sbx_error **err)
+{
+    char *p;
+
+    if (sbx_state_dir(out, cap, err) < 0)
+        return -1;
+    /* Each missing component is made 0700; existing parents are the
+     * user's business, the state directory itself is checked. */
+    for (p = out + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(out, 0700) < 0 && errno != EEXIST) {
+            sbx_error *e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL,
+                                         "cannot make %s: %s", out, strerror(errno));
+            sbx_error_add_context(e, "path", out);
+            *p = '/';
+            return -1;
+        }
+        *p = '/';
+    }
+    if (mkdir(out, 0700) < 0 && errno != EEXIST) {
+        sbx_error *e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL, "cannot make %s: %s",
+                                     out, strerror(errno));
+        sbx_error_add_context(e, "path", out);
+        return -1;
+    }
+    return sbx_check_private(out, -1, 1, err);
+}
+
+/* --------------------------------------------------------------- opening */
+
+static int
+db_fail(sbx_error **err, const char *what)
+{
+    sbx_error *e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL,
+                                 "lifecycle record %s: %s: %s", record_path, what,
+                                 record_db ? sqlite3_errmsg(record_db) : "cannot open");
+    sbx_error_add_context(e, "path", record_path);
+    return -1;
+}
+
+static int
+exec_sql(const char *sql, sbx_error **err)
+{
+    char *msg = NULL;
+
+    if (sqlite3_exec(record_db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        sbx_error *e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL,
+                                     "lifecycle record %s: %s", record_path,
+                                     msg ? msg : sqlite3_errmsg(record_db));
+        sbx_error_add_context(e, "path", record_path);
+        sqlite3_free(msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* The store id from meta, made on first use. */
+static int
+load_store_id(sbx_error **err)
+{
+    sqlite3_stmt *st = NULL;
+    char fresh[SBX_TOKEN_LEN + 1];
+    int rc;
+
+    if (sbx_random_token(fresh) < 0) {
+        sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL, "cannot read random bytes");
+        return -1;
+    }
+    if (sqlite3_prepare_v2(record_db, "INSERT OR IGNORE INTO meta(key, value) "
+                           "VALUES('store_id', ?1)", -1, &st, NULL) != SQLITE_OK)
+        return db_fail(err, "prepare");
+    sqlite3_bind_text(st, 1, fresh + 4, 8, SQLITE_TRANSIENT);
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return db_fail(err, "store id");
+    if (sqlite3_prepare_v2(record_db, "SELECT value FROM meta WHERE key = 'store_id'", -1,
+                           &st, NULL) != SQLITE_OK)
+        return db_fail(err, "prepare");
+    rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW || sqlite3_column_bytes(st, 0) != 8) {
+        sqlite3_finalize(st);
+        return db_fail(err, "store id");
+    }
+    memcpy(record_store_id, sqlite3_column_text(st, 0), 8);
+    record_store_id[8] = '\0';
+    sqlite3_finalize(st);
+    return 0;
+}
+
+/* Opens the database for this process. Call with record_lock held. */
+static int
+record_open(sbx_error **err)
+{
+    char dir[PATH_MAX];
+    int fd;
+
+    if (record_db && record_pid == getpid())
+        return 0;
+    /* A connection inherited through fork() belongs to the parent: it is
+     * left alone (not closed, which could disturb the parent's locks). */
+    record_db = NULL;
+    if (sbx_state_dir_make(dir, sizeof(dir), err) < 0)
+        return -1;
+    if ((size_t)snprintf(record_path, sizeof(record_path), "%s/" RECORD_FILE, dir) >=
+        sizeof(record_path)) {
+        sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL, "state directory path is too long");
+        return -1;
+    }
+    /* Made 0600 by us, or checked: nobody else may plant rows. */
+    fd = open(record_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+    if (fd < 0) {
+        sbx_error *e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL, "cannot open %s: %s",
+                                     record_path, strerror(errno));
+        sbx_error_add_context(e, "path", record_path);
+        return -1;
+    }
+    if (sbx_check_private(record_path, fd, 0, err) < 0) {
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    if (sqlite3_open_v2(record_path, &record_db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+        db_fail(err, "open");
+        sqlite3_close(record_db);
+        record_db = NULL;
+        return -1;
+    }
+    sqlite3_busy_timeout(record_db, RECORD_BUSY_MS);
+    if (exec_sql("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
+                 "PRAGMA foreign_keys=ON;", err) < 0 ||
+        exec_sql(schema, err) < 0 || load_store_id(err) < 0) {
+        sqlite3_close(record_db);
+        record_db = NULL;
+        return -1;
+    }
+    record_pid = getpid();
+    return 0;
+}
+
+/* ----------------------------------------------------------------- calls */
+
+int
+sbx_record_new_token(char out[SBX_TOKEN_LEN + 1], sbx_error **err)
+{
+    int rc;
+
+    if (sbx_random_token(out) < 0) {
+        sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL,
+                      "cannot read random bytes for the create token");
+        return -1;
+    }
+    pthread_mutex_lock(&record_lock);
+    rc = record_open(err);
+    if (rc == 0)
+        memcpy(out + 4, record_store_id, 8);
+    pthread_mutex_unlock(&record_lock);
+    return rc;
+}
+
+int
+sbx_record_token_is_ours(const char *token)
+{
+    int ours;
+
+    if (!token || strncmp(token, "sbx-", 4) != 0 || strlen(token) != SBX_TOKEN_LEN)
+        return 0;
+    pthread_mutex_lock(&record_lock);
+    ours = record_open(NULL) == 0 && memcmp(token + 4, record_store_id, 8) == 0;
+    pthread_mutex_unlock(&record_lock);
+    return ours;
+}
+
+/* Adds this process as an owner of @token. Call with record_lock held. */
+static int
+add_owner_locked(const char *token, sbx_error **err)
+{
+    unsigned long long ticks = 0;
+    sqlite3_stmt *st = NULL;
+    char boot[40];
+    int rc;
+
+    if (sbx_process_start_ticks(getpid(), &ticks) < 0)
+        ticks = 0;
+    boot_id(boot);
+    if (sqlite3_prepare_v2(record_db, "INSERT OR IGNORE INTO owners(create_token, pid, "
+                           "start_ticks, boot_id) VALUES(?1, ?2, ?3, ?4)", -1, &st,
+                           NULL) != SQLITE_OK)
+        return db_fail(err, "prepare");
+    sqlite3_bind_text(st, 1, token, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)getpid());
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)ticks);
+    sqlite3_bind_text(st, 4, boot, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : db_fail(err, "add owner");
+}
+
+int
+sbx_record_begin(const char *token, const char *backend, double expires_at, int detached,
+                 sbx_error **err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = -1;
+
+    pthread_mutex_lock(&record_lock);
+    if (record_open(err) < 0)
+        goto out;
+    if (exec_sql("BEGIN IMMEDIATE", err) < 0)
+        goto out;
+    if (sqlite3_prepare_v2(record_db, "INSERT INTO sandboxes(create_token, backend, "
+                           "created_at, expires_at, detached) VALUES(?1, ?2, ?3, ?4, ?5)",
+                           -1, &st, NULL) != SQLITE_OK) {
+        db_fail(err, "prepare");
+        goto rollback;
+    }
+    sqlite3_bind_text(st, 1, token, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, backend, -1, SQLITE_STATIC);
+    sqlite3_bind_double(st, 3, sbx_wallclock_now());
+    sqlite3_bind_double(st, 4, expires_at);
+    sqlite3_bind_int(st, 5, detached ? 1 : 0);
+    if (sqlite3_step(st) != SQLITE_DONE) {
+        db_fail(err, "insert");
+        goto rollback;
+    }
+    if (add_owner_locked(token, err) < 0)
+        goto rollback;
+    if (exec_sql("COMMIT", err) < 0)
+        goto rollback;
+    rc = 0;
+    goto out;
+rollback:
+    sqlite3_exec(record_db, "ROLLBACK", NULL, NULL, NULL);
+out:
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&record_lock);
+    return rc;
+}
+
+/* Runs one UPDATE/DELETE with up to three text arguments (NULL = none)
+ * and an optional integer. */
+static int
+record_change(const char *sql, const char *a, const char *b, const char *c, int n,
+              sbx_error **err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = -1;
+
+    pthread_mutex_lock(&record_lock);
+    if (record_open(err) < 0)
+        goto out;
+    if (sqlite3_prepare_v2(record_db, sql, -1, &st, NULL) != SQLITE_OK) {
+        db_fail(err, "prepare");
+        goto out;
+    }
+    if (a)
+        sqlite3_bind_text(st, 1, a, -1, SQLITE_STATIC);
+    if (b)
+        sqlite3_bind_text(st, 2, b, -1, SQLITE_STATIC);
+    if (c)
+        sqlite3_bind_text(st, 3, c, -1, SQLITE_STATIC);
+    if (sqlite3_bind_parameter_count(st) >= 4)
+        sqlite3_bind_int(st, 4, n);
+    if (sqlite3_step(st) != SQLITE_DONE) {
+        db_fail(err, "update");
+        goto out;
+    }
+    rc = sqlite3_changes(record_db);
+out:
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&record_lock);
+    return rc;
+}
+
+int
+sbx_record_complete(const char *token, const char *provider_id, const char *session_state,
+                    sbx_error **err)
+{
+    return record_change("UPDATE sandboxes SET provider_id = ?2, session_state = ?3 "
+                         "WHERE create_token = ?1", token, provider_id ? provider_id : "",
+                         session_state ? session_state : "", 0, err) < 0 ? -1 : 0;
+}
+
+int
+sbx_record_remove(const char *token, sbx_error **err)
+{
+    return record_change("DELETE FROM sandboxes WHERE create_token = ?1", token, NULL, NULL,
+                         0, err);
+}
+
+int
+sbx_record_set_detached(const char *token, int detached, sbx_error **err)
+{
+    return record_change("UPDATE sandboxes SET detached = ?4 WHERE create_token = ?1", token,
+                         NULL, NULL, detached ? 1 : 0, err);
+}
+
+int
+sbx_record_find(const char *backend, const char *provider_id, char token[SBX_TOKEN_LEN + 1],
+                sbx_error **err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = -1;
+
+    pthread_mutex_lock(&record_lock);
+    if (record_open(err) < 0)
+        goto out;
+    if (sqlite3_prepare_v2(record_db, "SELECT create_token FROM sandboxes WHERE backend = ?1 "
+                           "AND provider_id = ?2", -1, &st, NULL) != SQLITE_OK) {
+        db_fail(err, "prepare");
+        goto out;
+    }
+    sqlite3_bind_text(st, 1, backend, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, provider_id, -1, SQLITE_STATIC);
+    switch (sqlite3_step(st)) {
+    case SQLITE_ROW:
+        snprintf(token, SBX_TOKEN_LEN + 1, "%s", (const char *)sqlite3_column_text(st, 0));
+        rc = 1;
+        break;
+    case SQLITE_DONE:
+        rc = 0;
+        break;
+    default:
+        db_fail(err, "select");
+    }
+out:
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&record_lock);
+    return rc;
+}
+
+int
+sbx_record_add_owner(const char *token, sbx_error **err)
+{
+    int rc;
+
+    pthread_mutex_lock(&record_lock);
+    rc = record_open(err) < 0 ? -1 : add_owner_locked(token, err);
+    pthread_mutex_unlock(&record_lock);
+    return rc;
+}
+
+int
+sbx_record_foreach(sbx_record_fn fn, void *user_data, sbx_error **err)
+{
+    sqlite3_stmt *st = NULL, *ow = NULL;
+    sbx_record_row *rows = NULL;
+    size_t n = 0, cap = 0, i;
+    char boot[40];
+    int rc = -1, step;
+
+    boot_id(boot);
+    pthread_mutex_lock(&record_lock);
+    if (record_open(err) < 0)
+        goto out;
+    if (sqlite3_prepare_v2(record_db, "SELECT create_token, backend, provider_id, "
+                           "session_state, created_at, expires_at, detached FROM sandboxes "
+                           "ORDER BY created_at, create_token", -1, &st, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(record_db, "SELECT pid, start_ticks, boot_id FROM owners WHERE "
+                           "create_token = ?1", -1, &ow, NULL) != SQLITE_OK) {
+        db_fail(err, "prepare");
+        goto out;
+    }
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        sbx_record_row *r;
+
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 16;
+            sbx_record_row *g = realloc(rows, nc * sizeof(*rows));
+            if (!g) {
+                sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL, "out of memory");
+                goto out;
+            }
+            rows = g;
+            cap = nc;
+        }
+        r = &rows[n];
+        memset(r, 0, sizeof(*r));
+        r->create_token = sbx_strdup((const char *)sqlite3_column_text(st, 0));
+        r->backend = sbx_strdup((const char *)sqlite3_column_text(st, 1));
+        r->provider_id = sbx_strdup((const char *)sqlite3_column_text(st, 2));
+        r->session_state = sbx_strdup((const char *)sqlite3_column_text(st, 3));
+        r->created_at = sqlite3_column_double(st, 4);
+        r->expires_at = sqlite3_column_double(st, 5);
+        r->detached = sqlite3_column_int(st, 6);
+        n++;
+        if (!r->create_token || !r->backend || !r->provider_id || !r->session_state) {
+            sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL, "out of memory");
+            goto out;
+        }
+        sqlite3_reset(ow);
+        sqlite3_bind_text(ow, 1, r->create_token, -1, SQLITE_STATIC);
+        while (sqlite3_step(ow) == SQLITE_ROW) {
+            r->owners++;
+            if (strcmp((const char *)sqlite3_column_text(ow, 2), boot) == 0 &&
+                sbx_process_is((pid_t)sqlite3_column_int64(ow, 0),
+                               (unsigned long long)sqlite3_column_int64(ow, 1)))
+                r->owners_alive++;
+        }
+    }
+    if (step != SQLITE_DONE) {
+        db_fail(err, "select");
+        goto out;
+    }
+    rc = 0;
+out:
+    sqlite3_finalize(st);
+    sqlite3_finalize(ow);
+    pthread_mutex_unlock(&record_lock);
+    /* The callbacks run without the lock: they may change the record. */
+    for (i = 0; i < n; i++) {
+        if (rc == 0 && fn(&rows[i], user_data) != 0)
+            rc = 1;
+        free((char *)rows[i].create_token);
+        free((char *)rows[i].backend);
+        free((char *)rows[i].provider_id);
+        free((char *)rows[i].session_state);
+    }
+    free(rows);
+    return rc < 0 ? -1 : 0;
+}
+
+const char *
+sbx_record_path(void)
+{
+    return record_path;
+}

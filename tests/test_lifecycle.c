@@ -1,0 +1,451 @@
+/*
+ * The lifecycle record and sbx_gc() on the backend under test
+ * ($SBX_TEST_BACKEND, default local): rows written at create and removed at
+ * destroy, attached sandboxes of a SIGKILLed owner reaped by gc, detached
+ * ones untouched, expired ones reaped, dry runs that touch nothing, a
+ * resuming process as an owner, concurrent writers, and a state directory
+ * nobody else may write.
+ *
+ * Each test has its own TMPDIR and SBX_STATE_DIR (so its own record).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include <sbx/sbx.h>
+
+#include "testutil.h"
+
+static char *g_top;     /* this test's directory */
+static char *g_state;   /* its SBX_STATE_DIR */
+
+static void setup(void)
+{
+    g_top = tu_mkdtemp("sbx-lifecycle");
+    char *tmp = tu_strdup_printf("%s/tmp", g_top);
+    cr_assert_eq(mkdir(tmp, 0700), 0);
+    cr_assert_eq(setenv("TMPDIR", tmp, 1), 0);
+    free(tmp);
+    g_state = tu_strdup_printf("%s/state", g_top);
+    cr_assert_eq(setenv("SBX_STATE_DIR", g_state, 1), 0);
+}
+
+static void teardown(void)
+{
+    tu_rmtree(g_top);
+    free(g_top);
+    free(g_state);
+}
+
+TestSuite(record, .init = setup, .fini = teardown, .timeout = 120);
+TestSuite(gc, .init = setup, .fini = teardown, .timeout = 120);
+
+/* Runs @sql (one integer result) against this test's record. */
+static long long record_int(const char *sql)
+{
+    char *path = tu_strdup_printf("%s/lifecycle.db", g_state);
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK, "%s", path);
+    sqlite3_busy_timeout(db, 10000);
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+                 sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
+    long long v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    free(path);
+    return v;
+}
+
+static long long rows_for(const char *id)
+{
+    char *sql = sqlite3_mprintf("SELECT count(*) FROM sandboxes WHERE provider_id = %Q", id);
+    long long n = record_int(sql);
+    sqlite3_free(sql);
+    return n;
+}
+
+/* ------------------------------------------------------------------ record */
+
+Test(record, row_written_at_create_and_removed_at_destroy)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new(tu_backend(), &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 300, NULL), 0);
+    double t0 = (double)time(NULL);
+    sbx_sandbox *sb = tu_create(c, o);
+    sbx_options_free(o);
+    const char *id = sbx_sandbox_get0_id(sb);
+    cr_assert_eq(rows_for(id), 1);
+    char *sql = sqlite3_mprintf("SELECT count(*) FROM sandboxes WHERE provider_id = %Q AND "
+                                "backend = %Q AND detached = 0 AND length(create_token) = 36 "
+                                "AND substr(create_token, 1, 12) = 'sbx-' || (SELECT value "
+                                "FROM meta WHERE key = 'store_id') AND session_state LIKE "
+                                "'{\"version\":1,%%' AND expires_at BETWEEN %f AND %f",
+                                id, tu_backend(), t0 + 299, t0 + 302);
+    cr_assert_eq(record_int(sql), 1, "the row does not hold what create wrote");
+    sqlite3_free(sql);
+    sql = sqlite3_mprintf("SELECT count(*) FROM owners JOIN sandboxes USING (create_token) "
+                          "WHERE provider_id = %Q AND pid = %d", id, (int)getpid());
+    cr_assert_eq(record_int(sql), 1, "this process is not the owner");
+    sqlite3_free(sql);
+
+    /* The record is the user's alone. */
+    struct stat st;
+    cr_assert_eq(stat(g_state, &st), 0);
+    cr_assert_eq(st.st_mode & 07777, 0700);
+    char *db = tu_strdup_printf("%s/lifecycle.db", g_state);
+    cr_assert_eq(stat(db, &st), 0);
+    cr_assert_eq(st.st_mode & 07777, 0600);
+    free(db);
+
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    cr_assert_eq(rows_for(id), 0);
+    cr_assert_eq(record_int("SELECT count(*) FROM owners"), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+}
+
+Test(record, untrusted_state_directory_refuses_create)
+{
+    cr_assert_eq(mkdir(g_state, 0777), 0);
+    cr_assert_eq(chmod(g_state, 0777), 0);
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new(tu_backend(), &err);
+    cr_assert_not_null(c);
+    cr_assert_null(sbx_sandbox_create(c, NULL, &err));
+    char *want = tu_strdup_printf("refusing %s: owned by uid %lu with mode 0777; it must "
+                                  "belong to uid %lu and not be writable by group or others",
+                                  g_state, (unsigned long)geteuid(), (unsigned long)geteuid());
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    cr_assert_str_eq(sbx_error_get0_op(err), "create");
+    free(want);
+    sbx_error_free(err);
+    /* Nothing was made. */
+    char *tmp = tu_strdup_printf("%s/tmp", g_top);
+    cr_assert_eq(tu_count_entries(tmp), 0);
+    free(tmp);
+    sbx_client_free(c);
+}
+
+Test(record, detach_is_recorded)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new(tu_backend(), &err);
+    sbx_sandbox *sb = tu_create(c, NULL);
+    char *sql = sqlite3_mprintf("SELECT detached FROM sandboxes WHERE provider_id = %Q",
+                                sbx_sandbox_get0_id(sb));
+    cr_assert_eq(record_int(sql), 0);
+    cr_assert_eq(sbx_sandbox_detach(sb, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(record_int(sql), 1);
+    sqlite3_free(sql);
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    cr_assert_eq(sbx_sandbox_detach(sb, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
+    sbx_error_free(err);
+    err = NULL;
+    cr_assert_eq(sbx_sandbox_detach(NULL, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
+    sbx_error_free(err);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+}
+
+/* 50 processes create and destroy at once: each sees exactly its own row
+ * while its sandbox lives, and the record ends empty. */
+Test(record, fifty_concurrent_writers, .timeout = 300)
+{
+    enum { N = 50 };
+    pid_t pids[N];
+    for (int i = 0; i < N; i++) {
+        pids[i] = fork();
+        cr_assert(pids[i] >= 0);
+        if (pids[i] == 0) {
+            sbx_error *err = NULL;
+            sbx_sandbox *sb = sbx_create(tu_backend(), NULL, &err);
+            if (!sb)
+                _exit(2);
+            if (rows_for(sbx_sandbox_get0_id(sb)) != 1)
+                _exit(3);
+            if (sbx_sandbox_destroy(sb, &err) != 0)
+                _exit(4);
+            if (rows_for(sbx_sandbox_get0_id(sb)) != 0)
+                _exit(5);
+            sbx_sandbox_free(sb);
+            _exit(0);
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        int status;
+        cr_assert_eq(waitpid(pids[i], &status, 0), pids[i]);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "writer %d: status %d", i,
+                  status);
+    }
+    cr_assert_eq(record_int("SELECT count(*) FROM sandboxes"), 0);
+    cr_assert_eq(record_int("SELECT count(*) FROM owners"), 0);
+}
+
+/* ---------------------------------------------------------------------- gc */
+
+typedef struct gc_seen {
+    int n;
+    char id[8][256];
+    sbx_gc_reason reason[8];
+    int reaped[8];
+    char error[8][512];
+} gc_seen;
+
+static int on_gc(const sbx_gc_item *item, void *ud)
+{
+    gc_seen *s = ud;
+    if (item->reason == SBX_GC_LIST_FAILED)
+        return 0;   /* docker without an Engine, say: not this test's business */
+    cr_assert_lt(s->n, 8);
+    snprintf(s->id[s->n], sizeof s->id[0], "%s", item->id);
+    s->reason[s->n] = item->reason;
+    s->reaped[s->n] = item->reaped;
+    snprintf(s->error[s->n], sizeof s->error[0], "%s",
+             item->error ? sbx_error_get0_message(item->error) : "");
+    s->n++;
+    return 0;
+}
+
+/* Child: creates an attached and a detached sandbox, writes their ids and
+ * session states (four lines), then waits to be killed. */
+static pid_t owner_child(int fd_out)
+{
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid)
+        return pid;
+    sbx_client *c = sbx_client_new(tu_backend(), NULL);
+    sbx_options *o = sbx_options_new();
+    sbx_sandbox *attached = c ? sbx_sandbox_create(c, NULL, NULL) : NULL;
+    sbx_options_set_detached(o, 1, NULL);
+    sbx_sandbox *detached = c ? sbx_sandbox_create(c, o, NULL) : NULL;
+    if (!attached || !detached)
+        _exit(2);
+    char *state = sbx_sandbox_session_state(attached, NULL);
+    char *dstate = sbx_sandbox_session_state(detached, NULL);
+    dprintf(fd_out, "%s\n%s\n%s\n%s\n", sbx_sandbox_get0_id(attached),
+            sbx_sandbox_get0_id(detached), state ? state : "", dstate ? dstate : "");
+    close(fd_out);
+    for (;;)
+        pause();
+}
+
+/* The child's four lines, split in place. */
+typedef struct owned_pair {
+    char *buf;
+    char *attached, *detached, *state, *dstate;
+} owned_pair;
+
+static char *read_all(int fd);
+
+static void read_pair(int fd, owned_pair *o)
+{
+    o->buf = read_all(fd);
+    char *line[4], *s = o->buf;
+    for (int i = 0; i < 4; i++) {
+        char *nl = strchr(s, '\n');
+        cr_assert_not_null(nl, "the owner child wrote \"%s\"", o->buf);
+        *nl = '\0';
+        line[i] = s;
+        s = nl + 1;
+    }
+    o->attached = line[0];
+    o->detached = line[1];
+    o->state = line[2];
+    o->dstate = line[3];
+}
+
+/* Destroys the detached sandbox of @o by its session state. */
+static void destroy_detached(owned_pair *o)
+{
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_resume(o->dstate, &err);
+    cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    cr_assert_eq(rows_for(o->detached), 0);
+    free(o->buf);
+}
+
+static char *read_all(int fd)
+{
+    char *buf = calloc(1, 65536);
+    size_t len = 0;
+    ssize_t n;
+    while (len < 65535 && (n = read(fd, buf + len, 65535 - len)) > 0)
+        len += (size_t)n;
+    return buf;
+}
+
+Test(gc, reaps_attached_of_a_killed_owner_and_keeps_detached)
+{
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    pid_t child = owner_child(p[1]);
+    close(p[1]);
+    owned_pair o;
+    read_pair(p[0], &o);
+    close(p[0]);
+    const char *attached = o.attached, *detached = o.detached, *state = o.state;
+    cr_assert_eq(kill(child, SIGKILL), 0);
+    cr_assert_eq(waitpid(child, NULL, 0), child);
+
+    /* A dry run reports it and touches nothing. */
+    gc_seen seen = { 0 };
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_gc(SBX_GC_DRY_RUN, on_gc, &seen, &err), 1, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(seen.n, 1);
+    cr_assert_str_eq(seen.id[0], attached);
+    cr_assert_eq(seen.reason[0], SBX_GC_OWNER_GONE);
+    cr_assert_eq(seen.reaped[0], 0);
+    cr_assert_str_eq(seen.error[0], "");
+    cr_assert_eq(rows_for(attached), 1);
+    /* Checked from a child: a process that resumes it becomes an owner. */
+    pid_t check = fork();
+    cr_assert(check >= 0);
+    if (check == 0) {
+        sbx_sandbox *live = sbx_resume(state, NULL);
+        _exit(live && sbx_sandbox_is_alive(live, NULL) == 1 ? 0 : 1);
+    }
+    int status;
+    cr_assert_eq(waitpid(check, &status, 0), check);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the dry run destroyed it");
+
+    memset(&seen, 0, sizeof seen);
+    cr_assert_eq(sbx_gc(0, on_gc, &seen, &err), 1);
+    cr_assert_eq(seen.n, 1);
+    cr_assert_str_eq(seen.id[0], attached);
+    cr_assert_eq(seen.reason[0], SBX_GC_OWNER_GONE);
+    cr_assert_eq(seen.reaped[0], 1, "not reaped: %s", seen.error[0]);
+    cr_assert_eq(rows_for(attached), 0);
+    cr_assert_eq(rows_for(detached), 1);
+    sbx_sandbox *sb = sbx_resume(state, &err);
+    cr_assert_null(sb, "the attached sandbox is still there");
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
+    sbx_error_free(err);
+    err = NULL;
+    if (tu_backend_is_local() || strcmp(tu_backend(), "bubblewrap") == 0) {
+        /* Only the detached sandbox's directory is left. */
+        char *tmp = tu_strdup_printf("%s/tmp", g_top);
+        char *left = tu_strdup_printf("%s/%s", tmp, detached);
+        cr_assert_eq(tu_count_entries(tmp), 1);
+        cr_assert(tu_exists(left), "%s is gone", left);
+        free(left);
+        free(tmp);
+    }
+
+    /* A second run finds nothing more. */
+    memset(&seen, 0, sizeof seen);
+    cr_assert_eq(sbx_gc(0, on_gc, &seen, &err), 0);
+    cr_assert_eq(seen.n, 0);
+
+    /* The detached one is destroyed by hand. */
+    char *sql = sqlite3_mprintf("SELECT count(*) FROM sandboxes WHERE provider_id = %Q AND "
+                                "detached = 1", detached);
+    cr_assert_eq(record_int(sql), 1);
+    sqlite3_free(sql);
+    destroy_detached(&o);
+}
+
+Test(gc, reaps_expired_detached)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new(tu_backend(), &err);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 1, NULL), 0);
+    cr_assert_eq(sbx_options_set_detached(o, 1, NULL), 0);
+    sbx_sandbox *sb = tu_create(c, o);
+    sbx_options_free(o);
+    char *id = strdup(sbx_sandbox_get0_id(sb));
+    gc_seen seen = { 0 };
+    cr_assert_eq(sbx_gc(0, on_gc, &seen, &err), 0, "reaped before its lifetime ended");
+    usleep(1300 * 1000);
+    cr_assert_eq(sbx_gc(0, on_gc, &seen, &err), 1);
+    cr_assert_str_eq(seen.id[0], id);
+    cr_assert_eq(seen.reason[0], SBX_GC_EXPIRED);
+    cr_assert_eq(seen.reaped[0], 1, "not reaped: %s", seen.error[0]);
+    cr_assert_eq(rows_for(id), 0);
+    cr_assert_eq(sbx_sandbox_is_alive(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+    free(id);
+}
+
+/* A process that resumes an attached sandbox owns it too: the sandbox
+ * lives while one owner does. */
+Test(gc, a_resuming_process_is_an_owner)
+{
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    pid_t creator = owner_child(p[1]);
+    close(p[1]);
+    owned_pair o;
+    read_pair(p[0], &o);
+    close(p[0]);
+    const char *state = o.state;
+
+    int q[2];
+    cr_assert_eq(pipe(q), 0);
+    pid_t resumer = fork();
+    cr_assert(resumer >= 0);
+    if (resumer == 0) {
+        close(q[0]);
+        sbx_sandbox *sb = sbx_resume(state, NULL);
+        if (!sb)
+            _exit(2);
+        cr_assert_eq(write(q[1], "r", 1), 1);
+        close(q[1]);
+        for (;;)
+            pause();
+    }
+    close(q[1]);
+    char ch;
+    cr_assert_eq(read(q[0], &ch, 1), 1);
+    close(q[0]);
+    kill(creator, SIGKILL);
+    waitpid(creator, NULL, 0);
+    gc_seen seen = { 0 };
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_gc(0, on_gc, &seen, &err), 0, "reaped while its resumer lives");
+    kill(resumer, SIGKILL);
+    waitpid(resumer, NULL, 0);
+    cr_assert_eq(sbx_gc(0, on_gc, &seen, &err), 1);
+    cr_assert_str_eq(seen.id[0], o.attached);
+    cr_assert_eq(seen.reason[0], SBX_GC_OWNER_GONE);
+    cr_assert_eq(seen.reaped[0], 1, "%s", seen.error[0]);
+    /* The detached one stays; destroy it. */
+    cr_assert_eq(rows_for(o.detached), 1);
+    destroy_detached(&o);
+}
+
+Test(gc, bad_flags)
+{
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_gc(6, NULL, NULL, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(sbx_error_get0_message(err), "unknown flags 0x6");
+    sbx_error_free(err);
+}
