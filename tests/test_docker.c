@@ -1787,6 +1787,128 @@ Test(real, public_snapshot)
     sbx_client_free(c);
 }
 
+/* sbx_gc on docker: an attached sandbox whose owner was SIGKILLed is
+ * reaped; a container with the labels and this record's token but no row
+ * is reaped; one with another record's token, and one without the labels,
+ * are never touched. */
+typedef struct dk_gc_seen {
+    int n;
+    char id[4][128];
+    sbx_gc_reason reason[4];
+    int reaped[4];
+} dk_gc_seen;
+
+static int dk_on_gc(const sbx_gc_item *item, void *ud)
+{
+    dk_gc_seen *s = ud;
+    cr_assert_neq(item->reason, SBX_GC_LIST_FAILED, "%s: %s", item->backend,
+                  item->error ? sbx_error_get0_message(item->error) : "");
+    cr_assert_lt(s->n, 4);
+    snprintf(s->id[s->n], sizeof s->id[0], "%s", item->id);
+    s->reason[s->n] = item->reason;
+    s->reaped[s->n] = item->reaped;
+    s->n++;
+    return 0;
+}
+
+/* A container made straight through the Engine with @labels_json. */
+static char *raw_container(const char *labels_json)
+{
+    char *body = NULL;
+    char *create = tu_strdup_printf("{\"Image\":\"%s\",\"Cmd\":[\"true\"],\"Labels\":%s,"
+                                    "\"HostConfig\":{\"NetworkMode\":\"none\"}}", test_image(),
+                                    labels_json);
+    cr_assert_eq(engine("POST", "/containers/create", create, &body), 201, "%s", body);
+    json_object *j = json_tokener_parse(body);
+    char *id = strdup(jstr(j, "Id", NULL));
+    json_object_put(j);
+    free(body);
+    free(create);
+    return id;
+}
+
+Test(real, gc_reaps_orphans_and_unrecorded_and_nothing_else)
+{
+    char *state = tu_strdup_printf("%s/state", g_tmp);
+    cr_assert_eq(setenv("SBX_STATE_DIR", state, 1), 0);
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    pid_t child = fork();
+    cr_assert(child >= 0);
+    if (child == 0) {
+        close(p[0]);
+        sbx_options *o = sbx_options_new();
+        sbx_options_set_allow_internet(o, 0, NULL);
+        sbx_sandbox *sb = sbx_create("docker", o, NULL);
+        if (!sb)
+            _exit(2);
+        dprintf(p[1], "%s", sbx_sandbox_get0_id(sb));
+        close(p[1]);
+        for (;;)
+            pause();
+    }
+    close(p[1]);
+    char orphan[128];
+    ssize_t n = read(p[0], orphan, sizeof orphan - 1);
+    close(p[0]);
+    cr_assert_eq(n, 64, "the child made no sandbox");
+    orphan[n] = '\0';
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+
+    /* This record's store id is in the orphan's token. */
+    char *path = tu_strdup_printf("/containers/%s/json", orphan);
+    json_object *j = engine_json(path);
+    json_object *cfg;
+    cr_assert(json_object_object_get_ex(j, "Config", &cfg));
+    char store[9];
+    snprintf(store, sizeof store, "%s", jstr(cfg, "Labels", "sbx.create_token") + 4);
+    json_object_put(j);
+    free(path);
+    char *labels = tu_strdup_printf("{\"sbx.backend\":\"docker\",\"sbx.create_token\":"
+                                    "\"sbx-%s000000000000000000000000\"}", store);
+    char *unrecorded = raw_container(labels);
+    free(labels);
+    const char *other_store = strcmp(store, "ffffffff") == 0 ? "eeeeeeee" : "ffffffff";
+    labels = tu_strdup_printf("{\"sbx.backend\":\"docker\",\"sbx.create_token\":"
+                              "\"sbx-%s000000000000000000000000\"}", other_store);
+    char *foreign = raw_container(labels);
+    free(labels);
+    char *unlabelled = raw_container("{}");
+
+    dk_gc_seen seen = { 0 };
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_gc(SBX_GC_DRY_RUN, dk_on_gc, &seen, &err), 2, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(seen.reaped[0] + seen.reaped[1], 0);
+    path = tu_strdup_printf("/containers/%s/json", orphan);
+    cr_assert_eq(engine("GET", path, NULL, NULL), 200, "the dry run removed %s", orphan);
+    free(path);
+    memset(&seen, 0, sizeof seen);
+    cr_assert_eq(sbx_gc(0, dk_on_gc, &seen, &err), 2, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_str_eq(seen.id[0], orphan);
+    cr_assert_eq(seen.reason[0], SBX_GC_OWNER_GONE);
+    cr_assert_eq(seen.reaped[0], 1);
+    cr_assert_str_eq(seen.id[1], unrecorded);
+    cr_assert_eq(seen.reason[1], SBX_GC_UNRECORDED);
+    cr_assert_eq(seen.reaped[1], 1);
+    assert_container_gone(orphan);
+    assert_container_gone(unrecorded);
+    const char *kept[] = { foreign, unlabelled };
+    for (int i = 0; i < 2; i++) {
+        path = tu_strdup_printf("/containers/%s/json", kept[i]);
+        cr_assert_eq(engine("GET", path, NULL, NULL), 200, "gc removed %s", kept[i]);
+        free(path);
+        path = tu_strdup_printf("/containers/%s?force=1", kept[i]);
+        cr_assert_eq(engine("DELETE", path, NULL, NULL), 204);
+        free(path);
+    }
+    free(unrecorded);
+    free(foreign);
+    free(unlabelled);
+    free(state);
+}
+
 /* Child: a sandbox from snapshot @arg (as snapshot_id, then as image);
  * writes what `cat /work/snap.txt` printed in each. */
 static void snap_child_use(void *arg, int fd)
