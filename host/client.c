@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "proxy.h"
@@ -271,7 +272,7 @@ sandbox_release(sbx_sandbox *sandbox)
     if (sandbox_free && sandbox->handle)
         sandbox_free(sandbox->handle);
     if (sandbox->owns_client)
-        sbx_client_free(sandbox->client);
+        sbx_shared_client_put(sandbox->client);
     pthread_mutex_destroy(&sandbox->lock);
     free(sandbox->id);
     free(sandbox->root);
@@ -702,17 +703,99 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------- shared clients */
+
+/*
+ * The clients behind sbx_create() and sbx_resume(): one per backend and
+ * plugin mode in a process, counted by the sandboxes that use it and freed
+ * (its plugin host stopped) with the last. A child of fork() never uses
+ * its parent's: the entries carry the pid that made them.
+ */
+typedef struct shared_client {
+    struct shared_client *next;
+    sbx_client *client;
+    size_t refs;
+    pid_t pid;
+} shared_client;
+
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static shared_client *shared_clients;
+
+sbx_client *
+sbx_shared_client_get(const char *backend, sbx_error **error)
+{
+    sbx_plugin_mode mode;
+    shared_client *e;
+    sbx_client *c = NULL;
+    sbx_error *err = NULL;
+    pid_t me = getpid();
+
+    mode = sbx_plugin_mode_resolve(SBX_PLUGIN_MODE_DEFAULT, &err);
+    if (err) {
+        finish_error(error, err, backend, "client_new");
+        return NULL;
+    }
+    pthread_mutex_lock(&shared_lock);
+    for (e = shared_clients; e; e = e->next)
+        if (e->pid == me && e->client->mode == mode && backend &&
+            strcmp(e->client->backend, backend) == 0) {
+            e->refs++;
+            c = e->client;
+            break;
+        }
+    if (!c && (e = calloc(1, sizeof(*e))) != NULL) {
+        /* Made under the lock: concurrent first users wait for one. */
+        e->client = sbx_client_new_with_mode(backend, mode, error);
+        if (e->client) {
+            e->refs = 1;
+            e->pid = me;
+            e->next = shared_clients;
+            shared_clients = e;
+            c = e->client;
+        } else {
+            free(e);
+        }
+    } else if (!c) {
+        sbx_set_error(&err, SBX_ERROR_UNKNOWN, "client_new", "out of memory");
+        finish_error(error, err, backend, "client_new");
+    }
+    pthread_mutex_unlock(&shared_lock);
+    return c;
+}
+
+void
+sbx_shared_client_put(sbx_client *client)
+{
+    shared_client **pp, *e;
+    sbx_client *last = NULL;
+
+    pthread_mutex_lock(&shared_lock);
+    for (pp = &shared_clients; (e = *pp) != NULL; pp = &e->next)
+        if (e->client == client && e->pid == getpid()) {
+            if (--e->refs == 0) {
+                *pp = e->next;
+                last = e->client;
+                free(e);
+            }
+            break;
+        }
+    pthread_mutex_unlock(&shared_lock);
+    /* Freed outside the lock: stopping a plugin host takes a while. */
+    if (last)
+        sbx_client_free(last);
+}
+
 SBX_EXPORT sbx_sandbox *
 sbx_create(const char *backend, const sbx_options *options, sbx_error **error)
 {
-    sbx_client *client = sbx_client_new(backend, error);
+    sbx_client *client = sbx_shared_client_get(backend, error);
     sbx_sandbox *sandbox;
 
     if (!client)
         return NULL;
     sandbox = sbx_sandbox_create(client, options, error);
     if (!sandbox) {
-        sbx_client_free(client);
+        sbx_shared_client_put(client);
         return NULL;
     }
     sandbox->owns_client = 1;

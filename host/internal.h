@@ -294,7 +294,8 @@ struct sbx_client {
 
 struct sbx_sandbox {
     sbx_client *client;
-    int owns_client;              /* made by sbx_create(): freed with us */
+    int owns_client;              /* made by sbx_create() / sbx_resume(): holds a
+                                   * reference to the shared client */
     sbx_plugin_sandbox *handle;   /* the plugin's sandbox */
     char *id;                     /* never NULL ("" when unknown) */
     char *root;                   /* never NULL ("" where it owns /) */
@@ -303,6 +304,16 @@ struct sbx_sandbox {
     int destroyed;
     char token[SBX_TOKEN_LEN + 1];/* its lifecycle record's create token; "" = none */
 };
+
+/**
+ * The process-wide client of @backend in the default plugin mode, shared by
+ * sbx_create() and sbx_resume(): made on first use, one reference more per
+ * call. NULL with *@error when it cannot be made. Thread-safe.
+ */
+sbx_client *sbx_shared_client_get(const char *backend, sbx_error **error);
+/** Drops one reference of a client from sbx_shared_client_get(); the last
+ *  frees it (and stops its plugin host). */
+void sbx_shared_client_put(sbx_client *client);
 
 /**
  * A call context with the calling thread's call scope (deadline and cancel

@@ -379,13 +379,13 @@ sbx_resume(const char *state_json, sbx_error **error)
         finish_error(error, err, NULL, op);
         return NULL;
     }
-    client = sbx_client_new(st.backend, error);
+    client = sbx_shared_client_get(st.backend, error);
     json_object_put(st.doc);
     if (!client)
         return NULL;
     sandbox = sbx_sandbox_resume(client, state_json, error);
     if (!sandbox) {
-        sbx_client_free(client);
+        sbx_shared_client_put(client);
         return NULL;
     }
     sandbox->owns_client = 1;

@@ -761,10 +761,15 @@ SBX_EXPORT sbx_sandbox *sbx_sandbox_create(sbx_client *client,
 
 /**
  * sbx_create:
- * sbx_client_new(@backend) + sbx_sandbox_create(); the sandbox keeps the
- * client and frees it with itself. Out of process that private client has
- * a plugin host of its own (a process per sandbox): a program that makes
- * many sandboxes shares one client instead. Since 0.1.
+ * sbx_sandbox_create() on a client of @backend that this process shares
+ * among every sandbox made by sbx_create() or sbx_resume() (one per backend
+ * and plugin mode, the mode as SBX_PLUGIN_MODE says at the time): made on
+ * first use, kept while one of those sandboxes' handles is, freed with the
+ * last (its plugin host stopped). So 100 sandboxes made this way cost one
+ * plugin host, as on one client of one's own; a crashed host is restarted
+ * like any other. Out of process, the plugin sees the environment as it
+ * was when the shared client was made. A child of fork() makes its own.
+ * Thread-safe. Since 0.1.
  */
 SBX_EXPORT sbx_sandbox *sbx_create(const char *backend,
                                    const sbx_options *options,
@@ -1357,8 +1362,10 @@ SBX_EXPORT sbx_sandbox *sbx_sandbox_resume(sbx_client *client, const char *state
 
 /**
  * sbx_resume:
- * sbx_client_new(backend named in @state_json) + sbx_sandbox_resume(); the
- * sandbox keeps the client and frees it with itself. Since 0.1.
+ * sbx_sandbox_resume() on the shared client of the backend named in
+ * @state_json (see sbx_create()). The resuming process becomes an owner of
+ * the sandbox in the lifecycle record (see sbx_options_set_detached()).
+ * Thread-safe. Since 0.1.
  */
 SBX_EXPORT sbx_sandbox *sbx_resume(const char *state_json, sbx_error **error);
 

@@ -1,0 +1,307 @@
+/*
+ * bench/lifecycle: what a sandbox's life costs against spawning the same
+ * code raw, in one run.
+ *
+ * Rows, each measured ROUNDS times, interleaved so that every row sees the
+ * same machine load:
+ *  - raw: posix_spawn of the interpreter execute_code('print(1)') runs in
+ *    the sandbox (found once with `command -v python3` there), stdout read
+ *    through a pipe, waitpid;
+ *  - cycle: create + execute_code('python', 'print(1)') + destroy on one
+ *    client, out of process and in process; and through sbx_create() (the
+ *    process's shared client) out of process;
+ *  - create-only and destroy-only times of the cycle, per mode;
+ *  - destroy with 1,000 other live processes on the host (children of this
+ *    program, `sleep`, killed at the end) against destroy with none.
+ * Printed: the medians (p50) in ms, the ratios cycle / raw, loaded destroy
+ * / plain destroy, and the supervisor's context switches per cycle (its
+ * voluntary + involuntary switches from /proc, read just before destroy:
+ * the wake-ups of create and one exec), local and bubblewrap only.
+ *
+ * Usage: lifecycle [-r ROUNDS] [-b BACKEND] [-p OTHER_PROCESSES]
+ *        (default 30, local, 1000)
+ */
+#include <errno.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/wait.h>
+
+#include <sbx/sbx.h>
+
+extern char **environ;
+
+static const char *g_backend = "local";
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void die(const char *what, const sbx_error *err)
+{
+    fprintf(stderr, "lifecycle: %s: %s\n", what, err ? sbx_error_get0_message(err) : "failed");
+    exit(1);
+}
+
+/* Raw: spawn @python -c 'print(1)', read its output, reap it. */
+static double raw_once(const char *python)
+{
+    int p[2];
+    if (pipe(p) < 0)
+        die("pipe", NULL);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+    posix_spawn_file_actions_addclose(&fa, p[0]);
+    char *argv[] = { (char *)python, "-c", "print(1)", NULL };
+    double t0 = now_ms();
+    pid_t pid;
+    if (posix_spawn(&pid, python, &fa, NULL, argv, environ) != 0)
+        die("posix_spawn", NULL);
+    close(p[1]);
+    char buf[16];
+    ssize_t n, got = 0;
+    while ((n = read(p[0], buf + got, sizeof buf - (size_t)got)) > 0)
+        got += n;
+    int status;
+    waitpid(pid, &status, 0);
+    double t = now_ms() - t0;
+    close(p[0]);
+    posix_spawn_file_actions_destroy(&fa);
+    if (got != 2 || memcmp(buf, "1\n", 2) != 0)
+        die("raw python printed something else", NULL);
+    return t;
+}
+
+/* The supervisor pid in a local sandbox's session state; 0 when none. */
+static long supervisor_pid(sbx_sandbox *sb)
+{
+    char *state = sbx_sandbox_session_state(sb, NULL);
+    const char *p = state ? strstr(state, "\"supervisor_pid\":") : NULL;
+    long pid = p ? strtol(p + 17, NULL, 10) : 0;
+    free(state);
+    return pid;
+}
+
+/* voluntary + nonvoluntary context switches of @pid; -1 when unreadable. */
+static long ctxt_switches(long pid)
+{
+    char path[64], line[256];
+    long total = 0;
+    int seen = 0;
+    snprintf(path, sizeof path, "/proc/%ld/status", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, "ctxt_switches:")) {
+            total += strtol(strchr(line, ':') + 1, NULL, 10);
+            seen++;
+        }
+    fclose(f);
+    return seen == 2 ? total : -1;
+}
+
+typedef struct cycle_times {
+    double create, exec, destroy, total;
+    long switches;
+} cycle_times;
+
+/* One create + execute_code + destroy on @client (NULL: sbx_create). */
+static cycle_times cycle_once(sbx_client *client)
+{
+    cycle_times t = { 0 };
+    sbx_error *err = NULL;
+    double t0 = now_ms();
+    sbx_sandbox *sb = client ? sbx_sandbox_create(client, NULL, &err)
+                             : sbx_create(g_backend, NULL, &err);
+    if (!sb)
+        die("create", err);
+    double t1 = now_ms();
+    sbx_result *r = sbx_sandbox_execute_code(sb, "python", "print(1)", NULL, &err);
+    if (!r || sbx_result_get_exit_code(r) != 0)
+        die("execute_code", err);
+    size_t len;
+    const char *out = sbx_result_get0_stdout(r, &len);
+    if (len != 2 || memcmp(out, "1\n", 2) != 0)
+        die("execute_code printed something else", NULL);
+    sbx_result_free(r);
+    double t2 = now_ms();
+    long sup = supervisor_pid(sb);
+    t.switches = sup > 0 ? ctxt_switches(sup) : -1;
+    double t3 = now_ms();
+    if (sbx_sandbox_destroy(sb, &err) != 0)
+        die("destroy", err);
+    double t4 = now_ms();
+    sbx_sandbox_free(sb);
+    t.create = t1 - t0;
+    t.exec = t2 - t1;
+    t.destroy = t4 - t3;
+    t.total = (t1 - t0) + (t2 - t1) + (t4 - t3);
+    return t;
+}
+
+/* Destroy time of a fresh sandbox on @client. */
+static double destroy_once(sbx_client *client)
+{
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_sandbox_create(client, NULL, &err);
+    if (!sb)
+        die("create", err);
+    double t0 = now_ms();
+    if (sbx_sandbox_destroy(sb, &err) != 0)
+        die("destroy", err);
+    double t = now_ms() - t0;
+    sbx_sandbox_free(sb);
+    return t;
+}
+
+int main(int argc, char **argv)
+{
+    int rounds = 30, others = 1000, opt;
+    while ((opt = getopt(argc, argv, "r:b:p:")) != -1) {
+        switch (opt) {
+        case 'r': rounds = atoi(optarg); break;
+        case 'b': g_backend = optarg; break;
+        case 'p': others = atoi(optarg); break;
+        default:
+            fprintf(stderr, "usage: lifecycle [-r ROUNDS] [-b BACKEND] [-p OTHER_PROCESSES]\n");
+            return 2;
+        }
+    }
+    if (rounds < 3 || rounds > 10000 || others < 0 || others > 20000) {
+        fprintf(stderr, "lifecycle: -r must be 3..10000 and -p 0..20000\n");
+        return 2;
+    }
+    /* Attached sandboxes are the default; the record lives under a
+     * directory of this run, removed at the end. */
+    char statedir[] = "/tmp/sbx-bench-lifecycle-XXXXXX";
+    if (!mkdtemp(statedir))
+        die("mkdtemp", NULL);
+    setenv("SBX_STATE_DIR", statedir, 1);
+
+    sbx_error *err = NULL;
+    sbx_client *out = sbx_client_new_with_mode(g_backend, SBX_PLUGIN_MODE_OUT_OF_PROCESS, &err);
+    if (!out)
+        die("client (out of process)", err);
+    sbx_client *in = sbx_client_new_with_mode(g_backend, SBX_PLUGIN_MODE_IN_PROCESS, &err);
+    if (!in)
+        die("client (in process)", err);
+
+    /* The interpreter the sandbox runs. */
+    sbx_sandbox *probe = sbx_sandbox_create(in, NULL, &err);
+    if (!probe)
+        die("create", err);
+    sbx_result *r = sbx_sandbox_execute_shell(probe, "command -v python3", &err);
+    if (!r || sbx_result_get_exit_code(r) != 0)
+        die("command -v python3", err);
+    char python[4096];
+    size_t plen;
+    const char *pout = sbx_result_get0_stdout(r, &plen);
+    snprintf(python, sizeof python, "%.*s", (int)(plen && pout[plen - 1] == '\n' ? plen - 1 : plen),
+             pout);
+    sbx_result_free(r);
+    sbx_sandbox_destroy(probe, NULL);
+    sbx_sandbox_free(probe);
+
+    double *raw = calloc((size_t)rounds, sizeof(double));
+    double *tot[3], *cre[3], *des[3], *dplain = calloc((size_t)rounds, sizeof(double));
+    double *dloaded = calloc((size_t)rounds, sizeof(double));
+    long *sw = calloc((size_t)rounds, sizeof(long));
+    for (int m = 0; m < 3; m++) {
+        tot[m] = calloc((size_t)rounds, sizeof(double));
+        cre[m] = calloc((size_t)rounds, sizeof(double));
+        des[m] = calloc((size_t)rounds, sizeof(double));
+    }
+    sbx_client *clients[3] = { out, in, NULL };
+    static const char *const names[3] = { "out of process", "in process", "sbx_create (shared)" };
+
+    /* Warm-up: caches, the plugin host's threads. */
+    for (int m = 0; m < 3; m++)
+        cycle_once(clients[m]);
+    raw_once(python);
+
+    for (int i = 0; i < rounds; i++) {
+        raw[i] = raw_once(python);
+        for (int m = 0; m < 3; m++) {
+            cycle_times t = cycle_once(clients[m]);
+            tot[m][i] = t.total;
+            cre[m][i] = t.create;
+            des[m][i] = t.destroy;
+            if (m == 1)
+                sw[i] = t.switches;
+        }
+        dplain[i] = destroy_once(out);
+    }
+
+    /* The same destroys with many other processes on the host. */
+    pid_t *kids = calloc((size_t)others + 1, sizeof(pid_t));
+    int nkids = 0;
+    for (int i = 0; i < others; i++) {
+        pid_t pid = fork();
+        if (pid < 0)
+            break;
+        if (pid == 0) {
+            execl("/bin/sleep", "sleep", "600", (char *)NULL);
+            _exit(127);
+        }
+        kids[nkids++] = pid;
+    }
+    for (int i = 0; i < rounds; i++)
+        dloaded[i] = destroy_once(out);
+    for (int i = 0; i < nkids; i++)
+        kill(kids[i], SIGKILL);
+    for (int i = 0; i < nkids; i++)
+        waitpid(kids[i], NULL, 0);
+
+    double raw50 = median(raw, rounds);
+    printf("lifecycle on %s, %d rounds; raw = posix_spawn of %s -c 'print(1)'\n", g_backend,
+           rounds, python);
+    printf("%-22s %10s %10s %10s %10s\n", "", "cycle p50", "create", "destroy", "cycle/raw");
+    printf("%-22s %8.2fms %10s %10s %10s\n", "raw spawn", raw50, "", "", "1.00");
+    for (int m = 0; m < 3; m++) {
+        double c = median(tot[m], rounds);
+        printf("%-22s %8.2fms %8.2fms %8.2fms %10.2f\n", names[m], c, median(cre[m], rounds),
+               median(des[m], rounds), c / raw50);
+    }
+    double dp = median(dplain, rounds), dl = median(dloaded, rounds);
+    printf("destroy (out of process): %.2f ms alone, %.2f ms with %d other processes "
+           "(ratio %.2f)\n", dp, dl, nkids, dl / dp);
+    long swsum = 0;
+    int swn = 0;
+    for (int i = 0; i < rounds; i++)
+        if (sw[i] >= 0) {
+            swsum += sw[i];
+            swn++;
+        }
+    if (swn)
+        printf("supervisor context switches per cycle (create + one exec): %.1f\n",
+               (double)swsum / swn);
+
+    sbx_client_free(out);
+    sbx_client_free(in);
+    char rm[128];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", statedir);
+    if (system(rm) != 0)
+        fprintf(stderr, "lifecycle: could not remove %s\n", statedir);
+    return 0;
+}
