@@ -14,7 +14,7 @@
  * - kill -9 of a sandbox's supervisor: within 5 s no process of the
  *   sandbox is left (setsid'd and double-forked background processes, an
  *   exec in flight and the exec reapers), and resume (what `sbx rm` does)
- *   says not_found and removes the directory;
+ *   says not_found and removes the directory, and so does `sbx rm`;
  * - all of it as root and as uid 65534 (the whole program again, staged
  *   where nobody can read it).
  *
@@ -573,12 +573,62 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "7"
+#define N_TESTS "8"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "4"
+#define N_TESTS "5"
 #define BWRAP_PLUGIN ""
 #endif
+
+/* Runs `$SBX_CLI ARGS` with TMPDIR and SBX_STATE_DIR in the test's
+ * directory; its stdout and stderr (joined) into @out; its exit status. */
+static int run_cli(const char *args, char *out, size_t size)
+{
+    const char *cli = getenv("SBX_CLI");
+    cr_assert(cli && *cli, "SBX_CLI is not set (run under make check)");
+    char *cmd = tu_strdup_printf("TMPDIR='%s' SBX_STATE_DIR='%s/state' '%s' %s 2>&1", g_tmp,
+                                 g_tmp, cli, args);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t n = fread(out, 1, size - 1, p);
+    out[n] = '\0';
+    int status = pclose(p);
+    free(cmd);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+Test(supervisor, sbx_rm_after_kill_9_of_the_supervisor_removes_the_directory)
+{
+    char out[4096], id[256];
+    cr_assert_eq(run_cli("create --backend local", out, sizeof out), 0, "%s", out);
+    cr_assert_eq(sscanf(out, "%255s", id), 1);
+    char *meta = tu_strdup_printf("%s/%s", g_tmp, id);
+    cr_assert(tu_exists(meta), "%s missing", meta);
+    char *args = tu_strdup_printf("exec %s -- sh -c 'setsid sleep 1005 >/dev/null 2>&1 "
+                                  "</dev/null & echo $!'", id);
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    pid_t bg = (pid_t)strtol(out, NULL, 10);
+    cr_assert(bg > 1 && !tu_pid_gone(bg), "no background sleep: %s", out);
+    char *rec = tu_strdup_printf("%s/record", meta);
+    json_object *doc = json_object_from_file(rec), *v;
+    cr_assert(doc && json_object_object_get_ex(doc, "supervisor_pid", &v), "%s", rec);
+    pid_t sup = (pid_t)json_object_get_int(v);
+    json_object_put(doc);
+
+    cr_assert_eq(kill(sup, SIGKILL), 0);
+    cr_assert(tu_wait_pid_gone(bg, 5.0), "5 s after kill -9 of the supervisor: %s",
+              tu_proc_describe(bg));
+    free(args);
+    args = tu_strdup_printf("rm %s", id);
+    cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
+    char *want = tu_strdup_printf("sbx: sandbox %s no longer exists; forgot it\n", id);
+    cr_assert(strstr(out, want) != NULL, "%s", out);
+    cr_assert(!tu_exists(meta), "sbx rm left %s", meta);
+    free(want);
+    free(args);
+    free(rec);
+    free(meta);
+}
 
 /* ---------------------------------------------------------- as nobody */
 
@@ -599,6 +649,7 @@ Test(supervisor, all_of_it_as_nobody, .timeout = 300)
         " cp plugins/local/.libs/libsbx-local.so" BWRAP_PLUGIN " \"$d/plugins/\";"
         " cp \"$SBX_SUPERVISOR\" \"$d/sbx-supervisor\";"
         " cp \"$SBX_PLUGIN_HOST\" \"$d/sbx-plugin-host\";"
+        " cp cli/.libs/sbx \"$d/sbx\";"
         " chmod -R a+rX \"$d\"; chmod 0755 \"$d\"", bin);
     cr_assert_eq(system(stage), 0, "staging for nobody failed: %s", stage);
     free(stage);
@@ -608,6 +659,7 @@ Test(supervisor, all_of_it_as_nobody, .timeout = 300)
     char *supervisor = tu_strdup_printf("%s/sbx-supervisor", bin);
     char *plugin_host = tu_strdup_printf("%s/sbx-plugin-host", bin);
     char *program = tu_strdup_printf("%s/test_local", bin);
+    char *cli = tu_strdup_printf("%s/sbx", bin);
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
@@ -623,6 +675,7 @@ Test(supervisor, all_of_it_as_nobody, .timeout = 300)
         setenv("SBX_PLUGIN_PATH", plugin_path, 1);
         setenv("SBX_SUPERVISOR", supervisor, 1);
         setenv("SBX_PLUGIN_HOST", plugin_host, 1);
+        setenv("SBX_CLI", cli, 1);
         unsetenv("CRITERION_OUTPUTS");
         execl(program, "test_local", "-j1", (char *)NULL);
         _exit(96);
@@ -653,4 +706,5 @@ Test(supervisor, all_of_it_as_nobody, .timeout = 300)
     free(supervisor);
     free(plugin_host);
     free(program);
+    free(cli);
 }
