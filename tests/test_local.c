@@ -449,7 +449,7 @@ Test(supervisor, session_state_root_and_made_tmp_never_choose_what_destroy_remov
     cr_assert_eq(chmod(rec, 0600), 0);
     cr_assert_eq(chmod(planted, 0777), 0);
     expect_resume_error(client, s6, SBX_ERROR_INVALID_ARGUMENT,
-                        "group or others have rights on it");
+                        "group or others may write it");
     if (geteuid() == 0) {
         /* root and a directory of nobody's. */
         cr_assert_eq(chmod(planted, 0700), 0);

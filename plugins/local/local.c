@@ -17,8 +17,9 @@
  *     root/       the sandbox root, unless the caller gave a workdir
  *
  * Only the library writes there. Resume takes the meta directory only when
- * it is a directory of this user with mode 0700 holding a record of this
- * user that nobody else may write, and takes root, owns_root and made_tmp
+ * it is a directory of this user that nobody else may write (create makes
+ * it 0700) holding a record of this user that nobody else may write, and
+ * takes root, owns_root and made_tmp
  * from that record, never from the session state: a planted state can
  * neither choose what destroy removes nor which process it trusts. Every
  * connection to the supervisor checks its peer (SO_PEERCRED: the recorded
@@ -1902,8 +1903,8 @@ static int check_supervisor_answers(struct sbx_plugin_sandbox *sb, const sbx_cal
 
 /**
  * Reads @sb's record (meta/record) into @sb: only when meta is a directory
- * (not a symlink) of this user with no rights for group or others, and the
- * record a regular file of this user nobody else may write. Returns 0; -1
+ * (not a symlink) of this user that nobody else may write, and the record
+ * a regular file of this user nobody else may write. Returns 0; -1
  * with not_found when the directory or record does not exist, else
  * invalid_argument naming the path and what is wrong with it.
  */
@@ -1920,12 +1921,13 @@ static int read_record(struct sbx_plugin_sandbox *sb, sbx_error **error)
         add_context(err, "path", sb->meta);
         return -1;
     }
-    if (!S_ISDIR(st.st_mode) || st.st_uid != me || (st.st_mode & 077)) {
+    if (!S_ISDIR(st.st_mode) || st.st_uid != me || (st.st_mode & 022)) {
         err = fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                    "refusing sandbox directory %s: %s (owner uid %u, mode %04o; this "
-                   "library makes directories of uid %u with mode 0700)", sb->meta,
+                   "library makes directories of uid %u that only their owner may "
+                   "write)", sb->meta,
                    !S_ISDIR(st.st_mode) ? "not a directory" : st.st_uid != me
-                   ? "owned by another user" : "group or others have rights on it",
+                   ? "owned by another user" : "group or others may write it",
                    (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), (unsigned)me);
         add_context(err, "path", sb->meta);
         return -1;
