@@ -15,6 +15,7 @@
  *   sandbox is left (setsid'd and double-forked background processes, an
  *   exec in flight and the exec reapers), and resume (what `sbx rm` does)
  *   says not_found and removes the directory, and so does `sbx rm`;
+ * - random frames on a sandbox's socket leave its supervisor serving;
  * - all of it as root and as uid 65534 (the whole program again, staged
  *   where nobody can read it).
  *
@@ -353,6 +354,81 @@ Test(supervisor, bubblewrap_sandbox_cannot_reach_or_take_the_supervisor_socket)
 }
 #endif
 
+/* Random frames on a local sandbox's socket (a fixed seed, so a failure
+ * repeats): the supervisor survives every one and still serves exec. Run
+ * under the sanitizers this is the supervisor protocol's fuzzing. */
+Test(supervisor, random_frames_leave_the_supervisor_serving)
+{
+    sbx_client *client = client_of("local");
+    sbx_sandbox *sb = tu_create(client, NULL);
+    char *json = session_state(sb);
+    char *meta = state_str(json, "meta");
+    pid_t sup = (pid_t)state_int(json, "supervisor_pid");
+    char *sock = tu_strdup_printf("%s/sock", meta);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+    unsigned seed = 1303;
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    cr_assert(devnull >= 0);
+    for (int i = 0; i < 600; i++) {
+        int c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        cr_assert(c >= 0);
+        cr_assert_eq(connect(c, (struct sockaddr *)&sa, sizeof sa), 0, "frame %d: %s", i,
+                     strerror(errno));
+        unsigned char buf[4096 + 8];
+        uint32_t type = (uint32_t)(rand_r(&seed) % 16);
+        if (type == F_DESTROY)
+            type = F_PING;  /* the one request that ends it on purpose */
+        uint32_t len = (uint32_t)(rand_r(&seed) % 4096);
+        /* Sometimes a length that lies about the payload. */
+        uint32_t said = rand_r(&seed) % 8 == 0 ? (uint32_t)rand_r(&seed) : len;
+        memcpy(buf, &type, 4);
+        memcpy(buf + 4, &said, 4);
+        for (uint32_t k = 0; k < len; k++)
+            buf[8 + k] = (unsigned char)rand_r(&seed);
+        /* Strings and counts that are almost right. */
+        if (len >= 8 && rand_r(&seed) % 2) {
+            uint32_t small = (uint32_t)(rand_r(&seed) % 4);
+            memcpy(buf + 8, &small, 4);
+        }
+        struct iovec iov = { buf, 8 + len };
+        union {
+            struct cmsghdr align;
+            char b[CMSG_SPACE(sizeof(int) * 3)];
+        } ctl;
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+        if (type == F_EXEC && rand_r(&seed) % 2) {
+            int fds[3] = { devnull, devnull, devnull };
+            memset(&ctl, 0, sizeof ctl);
+            mh.msg_control = ctl.b;
+            mh.msg_controllen = sizeof ctl.b;
+            struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+            cm->cmsg_level = SOL_SOCKET;
+            cm->cmsg_type = SCM_RIGHTS;
+            cm->cmsg_len = CMSG_LEN(sizeof fds);
+            memcpy(CMSG_DATA(cm), fds, sizeof fds);
+        }
+        (void)sendmsg(c, &mh, MSG_NOSIGNAL);
+        /* Take what it answers, briefly, then hang up. */
+        struct pollfd p = { .fd = c, .events = POLLIN };
+        if (poll(&p, 1, 5) > 0)
+            (void)read(c, buf, sizeof buf);
+        close(c);
+        if (i % 100 == 99)
+            cr_assert_eq(tu_pid_gone(sup), 0, "the supervisor died after frame %d", i);
+    }
+    close(devnull);
+    cr_assert_eq(tu_pid_gone(sup), 0, "the supervisor died");
+    expect_sh(sb, "echo still serving", "still serving\n");
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    cr_assert(!tu_exists(meta));
+    sbx_sandbox_free(sb);
+    sbx_client_free(client);
+    free(sock);
+    free(meta);
+    free(json);
+}
+
 /* ------------------------------------------------------- planted states */
 
 /* A tree that must stay as it is: VICTIM/tmp/keep and VICTIM/keep. */
@@ -573,10 +649,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "8"
+#define N_TESTS "9"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "5"
+#define N_TESTS "6"
 #define BWRAP_PLUGIN ""
 #endif
 

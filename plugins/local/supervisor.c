@@ -1554,6 +1554,7 @@ static int apply_config(const unsigned char *payload, uint32_t len, const int *f
     S.listen_fd = fds[0];
     S.sock_file_fd = fds[1];
     struct stat st;
+    errno = 0;
     int ok = fcntl(S.listen_fd, F_SETFL, O_NONBLOCK) == 0
         && listen(S.listen_fd, SOMAXCONN) == 0
         && fstat(S.sock_file_fd, &st) == 0 && S_ISSOCK(st.st_mode);
