@@ -301,6 +301,52 @@ Test(supervisor, local_impostor_listener_gets_nothing_and_destroy_ends_the_sandb
     impostor_is_refused("local");
 }
 
+/* The peer check compares the uid too: with the record naming another
+ * uid, the real supervisor is refused like an impostor (and destroy still
+ * ends it by pid). */
+Test(supervisor, a_listener_of_another_uid_than_recorded_is_refused)
+{
+    sbx_client *client = client_of("local");
+    sbx_sandbox *sb = tu_create(client, NULL);
+    char *json = session_state(sb);
+    char *meta = state_str(json, "meta");
+    pid_t sup = (pid_t)state_int(json, "supervisor_pid");
+    char *rec = tu_strdup_printf("%s/record", meta);
+    json_object *doc = json_object_from_file(rec), *v;
+    cr_assert(doc && json_object_object_get_ex(doc, "supervisor_uid", &v), "%s", rec);
+    cr_assert_eq(json_object_get_int64(v), (int64_t)geteuid());
+    json_object_object_add(doc, "supervisor_uid", json_object_new_int64((int64_t)geteuid() + 1));
+    const char *text = json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN
+                                                           | JSON_C_TO_STRING_NOSLASHESCAPE);
+    int fd = open(rec, O_WRONLY | O_TRUNC | O_CLOEXEC);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    json_object_put(doc);
+
+    sbx_error *err = NULL;
+    sbx_sandbox *again = sbx_sandbox_resume(client, json, &err);
+    cr_assert_not_null(again, "resume: %s", err ? sbx_error_get0_message(err) : "");
+    char *want = tu_strdup_printf("is served by pid %d (uid %u), not by its supervisor "
+                                  "(pid %d, uid %u)", (int)sup, (unsigned)geteuid(), (int)sup,
+                                  (unsigned)geteuid() + 1);
+    err = tu_exec_fail(again, &(sbx_exec_request){ .struct_size = sizeof(sbx_exec_request),
+                                                  .shell = "echo hi" },
+                       SBX_ERROR_AUTHENTICATION);
+    tu_assert_error(err, SBX_ERROR_AUTHENTICATION, want, NULL);
+    sbx_error_free(err);
+    cr_assert_eq(sbx_sandbox_destroy(again, NULL), 0);
+    cr_assert(tu_wait_pid_gone(sup, 5.0), "the supervisor survived: %s", tu_proc_describe(sup));
+    cr_assert(!tu_exists(meta));
+    sbx_sandbox_free(again);
+    sbx_sandbox_free(sb);
+    sbx_client_free(client);
+    free(want);
+    free(rec);
+    free(meta);
+    free(json);
+}
+
 #ifdef SBX_TEST_BUBBLEWRAP
 Test(supervisor, bubblewrap_impostor_listener_gets_nothing_and_destroy_ends_the_sandbox)
 {
@@ -649,10 +695,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "9"
+#define N_TESTS "10"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "6"
+#define N_TESTS "7"
 #define BWRAP_PLUGIN ""
 #endif
 

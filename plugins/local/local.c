@@ -19,8 +19,8 @@
  * Only the library writes there. Resume takes the meta directory only when
  * it is a directory of this user that nobody else may write (create makes
  * it 0700) holding a record of this user that nobody else may write, and
- * takes root, owns_root and made_tmp
- * from that record, never from the session state: a planted state can
+ * takes root, owns_root and made_tmp from that record, never from the
+ * session state: a planted state can
  * neither choose what destroy removes nor which process it trusts. Every
  * connection to the supervisor checks its peer (SO_PEERCRED: the recorded
  * pid, start time and uid) and refuses anything else with an
