@@ -1835,7 +1835,7 @@ static int state_int(json_object *o, const char *key, int64_t min, int64_t max, 
  * Checks that @sb's socket is served by its recorded supervisor (the peer
  * of a connection to it is that pid and uid, SO_PEERCRED) and that it
  * answers PING with PONG of this protocol version. Returns 0; 1 when the
- * socket is gone or served by another process (logged: the supervisor
+ * socket is gone, 2 when another process serves it (logged: the supervisor
  * itself lives, so destroy can still end it by pid); -1 with a timeout /
  * connection / configuration error.
  */
@@ -1847,17 +1847,14 @@ static int check_supervisor_answers(struct sbx_plugin_sandbox *sb, const sbx_cal
     int fd = -1;
     struct ucred peer;
     int e = connect_supervisor(sb, &bd, &fd, &peer);
-    if (e == E_PEER || gone_errno(e)) {
-        if (e == E_PEER)
-            LOG(SBX_LOG_WARNING, "the socket of sandbox %s is served by pid %d, not by its "
-                "supervisor (pid %d): commands are refused; destroy ends it by pid", sb->id,
-                (int)peer.pid, (int)sb->sup_pid);
-        else
-            LOG(SBX_LOG_WARNING, "sandbox %s: its supervisor (pid %d) lives but its socket "
-                "%s is gone (%s); destroy ends it by pid", sb->id, (int)sb->sup_pid, sb->sock,
-                strerror(e));
-        return 1;
+    if (e == E_PEER) {
+        LOG(SBX_LOG_WARNING, "the socket of sandbox %s is served by pid %d, not by its "
+            "supervisor (pid %d): commands are refused; destroy ends it by pid", sb->id,
+            (int)peer.pid, (int)sb->sup_pid);
+        return 2;
     }
+    if (gone_errno(e))
+        return 1;
     if (e) {
         if (e == ETIMEDOUT || e == ECANCELED)
             io_fail(error, e == ETIMEDOUT ? IO_TIMEOUT : IO_CANCEL, op, sb->id, "connect");
@@ -2133,7 +2130,13 @@ static int local_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!(sb->wrapper = safehouse_find(op, error)))
         goto fail;
 #endif
-    if (!proto_proc_alive(sb->sup_pid, sb->sup_start)) {
+    int answers = proto_proc_alive(sb->sup_pid, sb->sup_start)
+                  ? check_supervisor_answers(sb, ctx, error) : 1;
+    if (answers < 0)
+        goto fail;
+    /* A socket that refuses: the supervisor is gone or on its way out (a
+     * dying bubblewrap init lingers while its namespace is torn down). */
+    if (answers == 1 && wait_supervisor_gone(sb, GONE_SECS) == 0) {
         sbx_error *err = fail(error, SBX_ERROR_NOT_FOUND, op,
                               "sandbox %s no longer exists (its supervisor, pid %d, is gone; "
                               "what it left on disk is removed)", sb->id, (int)sb->sup_pid);
@@ -2141,8 +2144,9 @@ static int local_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         remove_leftovers(sb);
         goto fail;
     }
-    if (check_supervisor_answers(sb, ctx, error) < 0)
-        goto fail;
+    if (answers == 1)
+        LOG(SBX_LOG_WARNING, "sandbox %s: its supervisor (pid %d) lives but its socket %s "
+            "refuses connections; destroy ends it by pid", sb->id, (int)sb->sup_pid, sb->sock);
     json_object_put(o);
     LOG(SBX_LOG_DEBUG, "resumed %s (root %s, supervisor pid %d)", sb->id, sb->root,
         (int)sb->sup_pid);
