@@ -110,7 +110,7 @@ Test(bubblewrap, host_processes_are_invisible)
     /* pid 1 is the supervisor; the host's processes (this test's among
      * them) are not there. */
     expect(g_sb, "tr '\\0' ' ' < /proc/1/cmdline", 0,
-           "/.sbx/sbx-supervisor --control-fd=3 --sandbox-dir=/.sbx/run --init ");
+           "/.sbx/sbx-supervisor --control-fd=3 --init ");
     char *s = tu_strdup_printf("ls /proc | grep -c '^[0-9]*$' | awk '{print ($1 < 10)}'; "
                                "hostname");
     expect(g_sb, s, 0, "1\nsbx\n");

@@ -407,15 +407,36 @@ size_t tu_read_pids(sbx_sandbox *sb, const char *sandbox_path, pid_t *pids,
     return n;
 }
 
+pid_t tu_bwrap_pid(const char *id)
+{
+    pid_t cand[8], found = 0;
+    size_t nc = tu_procs_mentioning(id, cand, 8), nb = 0;
+    for (size_t i = 0; i < nc; i++) {
+        char comm_path[64], comm[32] = "";
+        snprintf(comm_path, sizeof comm_path, "/proc/%d/comm", (int)cand[i]);
+        FILE *cf = fopen(comm_path, "r");
+        if (cf) {
+            if (!fgets(comm, sizeof comm, cf))
+                comm[0] = '\0';
+            fclose(cf);
+        }
+        if (strcmp(comm, "bwrap\n") == 0) {
+            found = cand[i];
+            nb++;
+        }
+    }
+    cr_assert_eq(nb, 1, "not one bwrap process names %s", id);
+    return found;
+}
+
 pid_t tu_host_pid(sbx_sandbox *sb, pid_t pid)
 {
     if (strcmp(tu_backend(), "bubblewrap") != 0)
         return pid;
     /* The supervisor is the only child of the bwrap process whose command
      * line names the sandbox's directory (so its id). */
-    pid_t bw[4];
     const char *id = sbx_sandbox_get0_id(sb);
-    cr_assert_eq(tu_procs_mentioning(id, bw, 4), 1, "not one bwrap process names %s", id);
+    pid_t bw[1] = { tu_bwrap_pid(id) };
     char ns[64] = "", link[64], target[64], path[64], buf[4096];
     DIR *d = opendir("/proc");
     cr_assert_not_null(d);

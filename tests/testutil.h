@@ -90,6 +90,10 @@ int tu_pid_gone(pid_t pid);
 /* The host pid of the process with pid @pid in sandbox @sb (they differ on
  * bubblewrap, whose sandboxes have a pid namespace each; elsewhere @pid). */
 pid_t tu_host_pid(sbx_sandbox *sb, pid_t pid);
+/* The bwrap process of bubblewrap sandbox @id: the one process named bwrap
+ * whose command line names the sandbox's directory (the supervisor holds a
+ * descriptor naming it too); asserts there is exactly one. */
+pid_t tu_bwrap_pid(const char *id);
 /* Waits up to @secs for tu_pid_gone(); returns its last value. */
 int tu_wait_pid_gone(pid_t pid, double secs);
 /* "pid N: state S, parent P, COMMAND" or "pid N: gone", for messages;

@@ -13,15 +13,17 @@
  *         (bin, sbin, lib, lib32, lib64, libx32: --symlink where SRC has a
  *          symlink, --ro-bind where it has a directory)
  *         --proc /proc --dev /dev
- *         --ro-bind SUPERVISOR /.sbx/sbx-supervisor --bind META/run /.sbx/run
+ *         --ro-bind SUPERVISOR /.sbx/sbx-supervisor
  *         --chdir / --clearenv
- *         -- /.sbx/sbx-supervisor --control-fd=3 --sandbox-dir=/.sbx/run --init
+ *         -- /.sbx/sbx-supervisor --control-fd=3 --init
  *
  * SRC is "/" (the host) or the root filesystem directory named by `image`.
  * The launcher joins the sandbox's cgroups, forks, and exits at once; its
  * child execs bwrap, so the sandbox outlives the creating process and the
  * library waits for nothing but the launcher. The supervisor's socket is
- * META/run/sock on the host (bound at /.sbx/run inside). Nothing of the
+ * META/sock on the host, out of the sandbox's view: the library binds it
+ * and hands it over with CONFIG (proto.h), so no process of the sandbox
+ * can reach, rename or replace it. Nothing of the
  * host's /run, /var, /home, /root or /tmp is visible; /tmp is ROOT/tmp,
  * private to the sandbox. Limits (cpu, memory_mb) go through cgroup v1
  * (memory, cpu controllers) or v2 directories "sbx-ID" the library creates
@@ -551,9 +553,7 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
     add(&a, "--ro-bind");
     add(&a, supervisor);
     add(&a, BWRAP_SUPERVISOR);
-    add(&a, "--bind");
-    add_path(&a, meta, "run");
-    add(&a, BWRAP_RUN_DIR);
+    (void)meta;     /* nothing of it is bound inside */
     add(&a, "--chdir");
     add(&a, "/");
     add(&a, "--clearenv");
@@ -570,7 +570,6 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
     add(&a, "--");
     add(&a, BWRAP_SUPERVISOR);
     add(&a, "--control-fd=3");
-    add(&a, "--sandbox-dir=" BWRAP_RUN_DIR);
     add(&a, "--init");
     if (a.failed || !a.v) {
         bwrap_argv_free(a.v);

@@ -6,10 +6,25 @@
  * "${TMPDIR:-/tmp}/sbx-local-XXXXXX" (mode 0700), whose basename is the
  * sandbox id:
  *
- *     sock        the supervisor's unix socket
+ *     sock        the supervisor's unix socket (bound here, listened on by
+ *                 the supervisor; bubblewrap: never in the sandbox's view)
  *     owner       the create token
- *     supervisor  "PID START" (START: field 22 of /proc/PID/stat)
+ *     record      what create made, as JSON (mode 0600):
+ *                 {"supervisor_pid":P,"supervisor_start":S,"supervisor_uid":U,
+ *                  "root":"/...","owns_root":B,"made_tmp":B}
+ *                 (S: field 22 of /proc/P/stat; U: the supervisor's uid as
+ *                 SO_PEERCRED reports it)
  *     root/       the sandbox root, unless the caller gave a workdir
+ *
+ * Only the library writes there. Resume takes the meta directory only when
+ * it is a directory of this user that nobody else may write (create makes
+ * it 0700) holding a record of this user that nobody else may write, and
+ * takes root, owns_root and made_tmp from that record, never from the
+ * session state: a planted state can
+ * neither choose what destroy removes nor which process it trusts. Every
+ * connection to the supervisor checks its peer (SO_PEERCRED: the recorded
+ * pid, start time and uid) and refuses anything else with an
+ * authentication error; destroy then ends the supervisor by pid.
  *
  * Commands run as the calling user with the host's filesystem in view (no
  * isolation), in an environment made only of PATH, LANG, HOME, TMPDIR,
@@ -429,13 +444,60 @@ static int gone_errno(int e)
     return e == ENOENT || e == ECONNREFUSED || e == ENOTDIR;
 }
 
-/** Sends a bodyless request on a fresh connection; returns the connection
- *  (or -1 with *@err an errno / IO code in *@io). */
-static int request_simple(const char *sock, uint32_t type, const bound *bd, int *err, int *io)
+/** What connect_supervisor returns when the socket's listener is not the
+ *  sandbox's supervisor (not an errno: those are positive). */
+#define E_PEER (-1)
+
+/**
+ * Connects to @sb's socket and checks the peer: SO_PEERCRED must name the
+ * recorded supervisor (pid and uid) and that pid must still be the process
+ * started at the recorded time. Returns 0 with *@fd set; an errno as
+ * connect_sock does; or E_PEER, the listener's credentials in *@peer.
+ */
+static int connect_supervisor(const struct sbx_plugin_sandbox *sb, const bound *bd, int *fd,
+                              struct ucred *peer)
+{
+    int e = connect_sock(sb->sock, bd, fd);
+    if (e)
+        return e;
+    struct ucred cred = { .pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1 };
+    socklen_t cl = sizeof(cred);
+    if (getsockopt(*fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 || cred.pid != sb->sup_pid
+        || cred.uid != sb->sup_uid || !proto_proc_alive(sb->sup_pid, sb->sup_start)) {
+        if (peer)
+            *peer = cred;
+        close(*fd);
+        *fd = -1;
+        return E_PEER;
+    }
+    return 0;
+}
+
+/** The error for a socket served by another process than the supervisor. */
+static sbx_error *peer_fail(sbx_error **error, const char *op,
+                            const struct sbx_plugin_sandbox *sb, const struct ucred *peer)
+{
+    char num[32];
+    snprintf(num, sizeof(num), "%d", (int)peer->pid);
+    sbx_error *err = fail(error, SBX_ERROR_AUTHENTICATION, op,
+                          "the socket of sandbox %s (%s) is served by pid %d (uid %d), not by "
+                          "its supervisor (pid %d, uid %u): refusing to use it", sb->id,
+                          sb->sock, (int)peer->pid, peer->uid == (uid_t)-1 ? -1 : (int)peer->uid,
+                          (int)sb->sup_pid, (unsigned)sb->sup_uid);
+    add_context(err, "path", sb->sock);
+    add_context(err, "peer_pid", num);
+    return err;
+}
+
+/** Sends a bodyless request on a fresh, peer-checked connection; returns
+ *  the connection (or -1 with *@err an errno or E_PEER, or an IO code in
+ *  *@io). */
+static int request_simple(const struct sbx_plugin_sandbox *sb, uint32_t type, const bound *bd,
+                          int *err, int *io, struct ucred *peer)
 {
     int fd;
     *io = IO_OK;
-    *err = connect_sock(sock, bd, &fd);
+    *err = connect_supervisor(sb, bd, &fd, peer);
     if (*err)
         return -1;
     proto_buf b;
@@ -678,12 +740,56 @@ static int reap_child(pid_t pid, const bound *bd)
 }
 
 /**
- * Starts the supervisor of @sb with @env as its base environment and waits
- * for READY. On failure everything started is killed.
+ * Binds @sb's socket at sb->sock (mode 0600 in the 0700 meta directory),
+ * not listening yet: the supervisor listens, so SO_PEERCRED names it.
+ * Returns 0 with the socket in *@sock_fd and an O_PATH descriptor of its
+ * file in *@file_fd (both close-on-exec), or -1 with an error.
+ */
+static int bind_sandbox_socket(const struct sbx_plugin_sandbox *sb, int *sock_fd, int *file_fd,
+                               const char *op, sbx_error **error)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    *sock_fd = *file_fd = -1;
+    if (strlen(sb->sock) >= sizeof(sa.sun_path)) {
+        sbx_error *err = fail(error, SBX_ERROR_CONFIGURATION, op,
+                              "socket path %s is too long (at most %zu bytes)", sb->sock,
+                              sizeof(sa.sun_path) - 1);
+        add_context(err, "path", sb->sock);
+        return -1;
+    }
+    strcpy(sa.sun_path, sb->sock);
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0 || bind(s, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(sb->sock, 0600) < 0) {
+        sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op, "cannot bind %s: %s",
+                              sb->sock, strerror(errno));
+        add_context(err, "path", sb->sock);
+        if (s >= 0)
+            close(s);
+        return -1;
+    }
+    int f = open(sb->sock, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (f < 0) {
+        sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op, "cannot open %s: %s",
+                              sb->sock, strerror(errno));
+        add_context(err, "path", sb->sock);
+        close(s);
+        return -1;
+    }
+    *sock_fd = s;
+    *file_fd = f;
+    return 0;
+}
+
+/**
+ * Starts the supervisor of @sb with @env as its base environment, hands it
+ * the sandbox's socket (@sock_fds: bound socket, O_PATH of its file) and
+ * waits for READY; then identifies it on a first connection (SO_PEERCRED:
+ * its pid as seen from here, and the uid it runs as, both recorded in
+ * @sb). On failure everything started is killed.
  */
 static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, const strv *env,
-                            char *const *launch_argv, const sbx_call_ctx *ctx,
-                            sbx_error **error)
+                            char *const *launch_argv, const int sock_fds[2],
+                            const sbx_call_ctx *ctx, sbx_error **error)
 {
     const char *op = "create";
     bound bd = make_bound(ctx, HANDSHAKE_SECS);
@@ -822,41 +928,56 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
     proto_put_u32(&b, (uint32_t)env->n);
     for (size_t i = 0; i < env->n; i++)
         proto_put_str(&b, env->v[i]);
-    io = send_frame(ctl, &b, NULL, 0, &bd);
+    io = send_frame(ctl, &b, sock_fds, PROTO_CONFIG_FDS, &bd);
     proto_buf_free(&b);
     if (io == IO_OK)
         io = read_frame(ctl, &type, &payload, &len, &bd);
     close(ctl);
     if (io == IO_OK && type == PROTO_READY) {
         free(payload);
-        if (!ns_init)
-            return 0;
-        /* The supervisor's host pid: the kernel translates the listener's
-         * credentials into our pid namespace. */
+        /* Who listens: the kernel translates the listener's credentials
+         * into our pid and user namespaces (bubblewrap: the supervisor's
+         * host pid, pid 1 inside). Nobody else can have touched the socket
+         * yet: this library bound it in its 0700 directory. */
         int fd = -1, e = connect_sock(sb->sock, &bd, &fd);
-        struct ucred cred;
+        struct ucred cred = { 0 };
         socklen_t cl = sizeof(cred);
         proto_proc self;
-        if (e == 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0
-            && cred.pid > 1 && proto_proc_stat(cred.pid, &self) == 0) {
-            sb->sup_pid = cred.pid;
-            sb->sup_start = self.start;
-            close(fd);
-            return 0;
-        }
+        if (e == 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0)
+            e = errno;
+        if (e == 0 && (cred.pid <= 1 || (!ns_init && cred.pid != sb->sup_pid)
+                       || proto_proc_stat(cred.pid, &self) < 0
+                       || (!ns_init && self.start != sb->sup_start)))
+            e = ESRCH;
         if (fd >= 0)
             close(fd);
+        if (e == 0) {
+            sb->sup_pid = cred.pid;
+            sb->sup_start = self.start;
+            sb->sup_uid = cred.uid;
+            return 0;
+        }
         fail(error, SBX_ERROR_CREATION_FAILED, op,
-             "cannot identify the supervisor of sandbox %s: %s", sb->id,
-             strerror(e ? e : errno ? errno : ESRCH));
+             "cannot identify the supervisor of sandbox %s (its socket's listener is pid %d, "
+             "the supervisor said pid %d): %s", sb->id, (int)cred.pid, (int)sb->sup_pid,
+             strerror(e));
+        if (!ns_init) {
+            if (proto_proc_alive(sb->sup_pid, sb->sup_start))
+                kill(sb->sup_pid, SIGKILL);
+            return -1;
+        }
+        /* Its host pid is unknown: ask it to end (it is this library's
+         * socket, in its own directory). */
         bound gone = make_bound(NULL, GONE_SECS);
-        int io2;
-        fd = request_simple(sb->sock, PROTO_DESTROY, &gone, &e, &io2);
-        if (fd >= 0) {
-            uint32_t t, l;
-            unsigned char *p = NULL;
-            if (read_frame(fd, &t, &p, &l, &gone) == IO_OK)
-                free(p);
+        if (connect_sock(sb->sock, &gone, &fd) == 0) {
+            proto_buf_init(&b, PROTO_DESTROY);
+            if (send_frame(fd, &b, NULL, 0, &gone) == IO_OK) {
+                uint32_t t, l;
+                unsigned char *p = NULL;
+                if (read_frame(fd, &t, &p, &l, &gone) == IO_OK)
+                    free(p);
+            }
+            proto_buf_free(&b);
             close(fd);
         }
         return -1;
@@ -954,6 +1075,30 @@ static int local_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint6
 /* ------------------------------------------------------------------------ */
 /* Slots: lifecycle                                                          */
 /* ------------------------------------------------------------------------ */
+
+/** The record of @sb (meta/record, described at the top), malloc'd with a
+ *  final newline; NULL when memory ran out. */
+static char *record_json(const struct sbx_plugin_sandbox *sb)
+{
+    json_object *o = json_object_new_object();
+    char *out = NULL;
+    if (o && json_object_object_add(o, "supervisor_pid",
+                                    json_object_new_int64((int64_t)sb->sup_pid)) == 0
+        && json_object_object_add(o, "supervisor_start",
+                                  json_object_new_int64((int64_t)sb->sup_start)) == 0
+        && json_object_object_add(o, "supervisor_uid",
+                                  json_object_new_int64((int64_t)sb->sup_uid)) == 0
+        && json_object_object_add(o, "root", json_object_new_string(sb->root)) == 0
+        && json_object_object_add(o, "owns_root", json_object_new_boolean(sb->owns_root)) == 0
+        && json_object_object_add(o, "made_tmp", json_object_new_boolean(sb->made_tmp)) == 0) {
+        const char *t = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN
+                                                          | JSON_C_TO_STRING_NOSLASHESCAPE);
+        if (t && asprintf(&out, "%s\n", t) < 0)
+            out = NULL;
+    }
+    json_object_put(o);
+    return out;
+}
 
 static void sandbox_free_fields(struct sbx_plugin_sandbox *sb)
 {
@@ -1066,6 +1211,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     char *exe = NULL, *base = NULL, *workdir = NULL;
     strv env = { 0 };
     int made_meta = 0;
+    int sock_fds[2] = { -1, -1 };
     char num[64];
 
     if (!request || request->struct_size < offsetof(sbx_plugin_create_request, env)
@@ -1188,7 +1334,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!base)
         goto fail;
     size_t sun_max = sizeof(((struct sockaddr_un *)NULL)->sun_path);
-    size_t need = strlen(base) + strlen("/" ID_PREFIX "XXXXXX/run/sock");
+    size_t need = strlen(base) + strlen("/" ID_PREFIX "XXXXXX/sock");
     if (need >= sun_max) {
         sbx_error *err = fail(error, SBX_ERROR_CONFIGURATION, op,
                               "temporary directory %s is too long for a unix socket path "
@@ -1220,22 +1366,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     made_meta = 1;
     sb->id = strdup(strrchr(sb->meta, '/') + 1);
-#ifdef SBX_LOCAL_BUBBLEWRAP
-    /* The socket's directory is bound into the sandbox (bwrap.c). */
-    sb->sock = join_path(sb->meta, "run/sock");
-    char *run = join_path(sb->meta, "run");
-    if (!run)
-        goto nomem;
-    int mk = mkdir(run, 0700);
-    free(run);
-    if (mk < 0) {
-        fail(error, SBX_ERROR_CREATION_FAILED, op, "cannot create %s/run: %s", sb->meta,
-             strerror(errno));
-        goto fail;
-    }
-#else
     sb->sock = join_path(sb->meta, "sock");
-#endif
     if (workdir) {
         sb->root = workdir;
         workdir = NULL;
@@ -1334,22 +1465,26 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!launch_argv)
         goto fail;
 #endif
-    if (start_supervisor(sb, exe, &env, launch_argv, ctx, error) < 0)
+    if (bind_sandbox_socket(sb, &sock_fds[0], &sock_fds[1], op, error) < 0)
+        goto fail;
+    int started = start_supervisor(sb, exe, &env, launch_argv, sock_fds, ctx, error);
+    close(sock_fds[0]);
+    close(sock_fds[1]);
+    if (started < 0)
         goto fail;
 
-    char *supfile = join_path(sb->meta, "supervisor");
-    if (!supfile)
-        goto nomem_started;
-    if (asprintf(&line, "%d %llu\n", (int)sb->sup_pid, sb->sup_start) < 0) {
-        free(supfile);
+    char *recfile = join_path(sb->meta, "record");
+    char *rec = recfile ? record_json(sb) : NULL;
+    if (!rec) {
+        free(recfile);
         goto nomem_started;
     }
-    wr = write_small_file(supfile, line);
-    free(line);
-    free(supfile);
+    wr = write_small_file(recfile, rec);
+    free(rec);
+    free(recfile);
     if (wr < 0) {
         fail(error, SBX_ERROR_CREATION_FAILED, op,
-             "cannot write the supervisor file in %s: %s", sb->meta, strerror(errno));
+             "cannot write the record file in %s: %s", sb->meta, strerror(errno));
         goto fail_started;
     }
 
@@ -1374,7 +1509,7 @@ fail_started: {
         /* Ask the supervisor to end; kill it if it does not answer. */
         bound bd = make_bound(NULL, GONE_SECS);
         int e, io;
-        int fd = request_simple(sb->sock, PROTO_DESTROY, &bd, &e, &io);
+        int fd = request_simple(sb, PROTO_DESTROY, &bd, &e, &io, NULL);
         if (fd >= 0) {
             uint32_t t, l;
             unsigned char *p = NULL;
@@ -1462,8 +1597,14 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
 
     bound bd = make_bound(ctx, DESTROY_SECS);
     int e, io;
-    int fd = request_simple(sb->sock, PROTO_DESTROY, &bd, &e, &io);
+    struct ucred peer;
+    int fd = request_simple(sb, PROTO_DESTROY, &bd, &e, &io, &peer);
     int asked = fd >= 0;
+    if (e == E_PEER)
+        /* Never believe an impostor's answer: end the supervisor by pid. */
+        LOG(SBX_LOG_WARNING, "the socket of sandbox %s is served by pid %d (uid %d), not by "
+            "its supervisor (pid %d); ending the supervisor by pid", sb->id, (int)peer.pid,
+            peer.uid == (uid_t)-1 ? -1 : (int)peer.uid, (int)sb->sup_pid);
     if (asked) {
         /* DESTROYED, then EOF once the supervisor exited. */
         uint32_t type, len;
@@ -1522,8 +1663,15 @@ static int local_is_alive(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
         return 0;
     bound bd = make_bound(ctx, PING_SECS);
     int e, io;
-    int fd = request_simple(sb->sock, PROTO_PING, &bd, &e, &io);
+    struct ucred peer;
+    int fd = request_simple(sb, PROTO_PING, &bd, &e, &io, &peer);
     if (fd < 0) {
+        if (e == E_PEER) {
+            if (!proto_proc_alive(sb->sup_pid, sb->sup_start))
+                return 0;
+            peer_fail(error, "is_alive", sb, &peer);
+            return -1;
+        }
         if (e == 0) {
             /* Connected, but the request could not be sent. */
             if (io == IO_EOF)
@@ -1684,10 +1832,12 @@ static int state_int(json_object *o, const char *key, int64_t min, int64_t max, 
 }
 
 /**
- * Checks that @sb's socket is served by its recorded supervisor: the
- * peer of a connection to it is that pid (SO_PEERCRED), and it answers
- * PING with PONG of this protocol version. Errors: not_found when the
- * sandbox is gone, else timeout / connection / configuration.
+ * Checks that @sb's socket is served by its recorded supervisor (the peer
+ * of a connection to it is that pid and uid, SO_PEERCRED) and that it
+ * answers PING with PONG of this protocol version. Returns 0; 1 when the
+ * socket is gone, 2 when another process serves it (logged: the supervisor
+ * itself lives, so destroy can still end it by pid); -1 with a timeout /
+ * connection / configuration error.
  */
 static int check_supervisor_answers(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                                     sbx_error **error)
@@ -1695,25 +1845,22 @@ static int check_supervisor_answers(struct sbx_plugin_sandbox *sb, const sbx_cal
     const char *op = "resume";
     bound bd = make_bound(ctx, PING_SECS);
     int fd = -1;
-    int e = connect_sock(sb->sock, &bd, &fd);
+    struct ucred peer;
+    int e = connect_supervisor(sb, &bd, &fd, &peer);
+    if (e == E_PEER) {
+        LOG(SBX_LOG_WARNING, "the socket of sandbox %s is served by pid %d, not by its "
+            "supervisor (pid %d): commands are refused; destroy ends it by pid", sb->id,
+            (int)peer.pid, (int)sb->sup_pid);
+        return 2;
+    }
+    if (gone_errno(e))
+        return 1;
     if (e) {
-        if (gone_errno(e))
-            fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %s no longer exists (%s: %s)",
-                 sb->id, sb->sock, strerror(e));
-        else if (e == ETIMEDOUT || e == ECANCELED)
+        if (e == ETIMEDOUT || e == ECANCELED)
             io_fail(error, e == ETIMEDOUT ? IO_TIMEOUT : IO_CANCEL, op, sb->id, "connect");
         else
             fail(error, SBX_ERROR_CONNECTION, op, "cannot connect to sandbox %s: %s", sb->id,
                  strerror(e));
-        return -1;
-    }
-    struct ucred cred;
-    socklen_t cl = sizeof(cred);
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 || cred.pid != sb->sup_pid) {
-        fail(error, SBX_ERROR_NOT_FOUND, op,
-             "sandbox %s no longer exists (its socket is not served by supervisor pid %d)",
-             sb->id, (int)sb->sup_pid);
-        close(fd);
         return -1;
     }
     proto_buf b;
@@ -1748,10 +1895,169 @@ static int check_supervisor_answers(struct sbx_plugin_sandbox *sb, const sbx_cal
     return 0;
 }
 
+/** Bound of a record file's size. */
+#define RECORD_MAX 65536
+
+/**
+ * Reads @sb's record (meta/record) into @sb: only when meta is a directory
+ * (not a symlink) of this user that nobody else may write, and the record
+ * a regular file of this user nobody else may write. Returns 0; -1
+ * with not_found when the directory or record does not exist, else
+ * invalid_argument naming the path and what is wrong with it.
+ */
+static int read_record(struct sbx_plugin_sandbox *sb, sbx_error **error)
+{
+    const char *op = "resume";
+    uid_t me = geteuid();
+    struct stat st;
+    sbx_error *err;
+    if (lstat(sb->meta, &st) < 0) {
+        err = fail(error, errno == ENOENT || errno == ENOTDIR ? SBX_ERROR_NOT_FOUND
+                   : SBX_ERROR_INVALID_ARGUMENT, op, "sandbox %s no longer exists (%s: %s)",
+                   sb->id, sb->meta, strerror(errno));
+        add_context(err, "path", sb->meta);
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode) || st.st_uid != me || (st.st_mode & 022)) {
+        err = fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                   "refusing sandbox directory %s: %s (owner uid %u, mode %04o; this "
+                   "library makes directories of uid %u that only their owner may "
+                   "write)", sb->meta,
+                   !S_ISDIR(st.st_mode) ? "not a directory" : st.st_uid != me
+                   ? "owned by another user" : "group or others may write it",
+                   (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), (unsigned)me);
+        add_context(err, "path", sb->meta);
+        return -1;
+    }
+    int dfd = open(sb->meta, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = dfd < 0 ? -1 : openat(dfd, "record", O_RDONLY | O_NOFOLLOW | O_NONBLOCK
+                                                  | O_CLOEXEC);
+    int e = errno;
+    if (dfd >= 0)
+        close(dfd);
+    char *path = join_path(sb->meta, "record");
+    if (!path) {
+        if (fd >= 0)
+            close(fd);
+        fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        return -1;
+    }
+    if (fd < 0) {
+        err = fail(error, e == ENOENT ? SBX_ERROR_NOT_FOUND : SBX_ERROR_INVALID_ARGUMENT, op,
+                   "sandbox %s has no usable record %s (%s): not made by this library, or "
+                   "its creation did not finish", sb->id, path, strerror(e));
+        add_context(err, "path", path);
+        free(path);
+        return -1;
+    }
+    char *text = NULL;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != me || (st.st_mode & 022)
+        || st.st_size <= 0 || st.st_size > RECORD_MAX) {
+        err = fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                   "refusing record %s (owner uid %u, mode %04o, %lld bytes): this library "
+                   "writes a regular file of uid %u that only its owner may write", path,
+                   (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
+                   (long long)st.st_size, (unsigned)me);
+        add_context(err, "path", path);
+        goto bad;
+    }
+    text = malloc((size_t)st.st_size + 1);
+    if (!text) {
+        fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        goto bad;
+    }
+    size_t got = 0;
+    while (got < (size_t)st.st_size) {
+        ssize_t n = read(fd, text + got, (size_t)st.st_size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    text[got] = '\0';
+    json_object *o = got == (size_t)st.st_size ? json_tokener_parse(text) : NULL;
+    json_object *v;
+    int64_t pid = 0, start = 0, uid = 0;
+    int ok = o && json_object_is_type(o, json_type_object);
+#define REC_INT(key, min, max, out)                                                       \
+    (json_object_object_get_ex(o, key, &v) && json_object_is_type(v, json_type_int)       \
+     && (out = json_object_get_int64(v)) >= (min) && out <= (max))
+    ok = ok && REC_INT("supervisor_pid", 2, INT32_MAX, pid)
+         && REC_INT("supervisor_start", 0, INT64_MAX, start)
+         && REC_INT("supervisor_uid", 0, UINT32_MAX - 1, uid);
+#undef REC_INT
+    ok = ok && json_object_object_get_ex(o, "owns_root", &v)
+         && json_object_is_type(v, json_type_boolean)
+         && ((sb->owns_root = json_object_get_boolean(v)), 1)
+         && json_object_object_get_ex(o, "made_tmp", &v)
+         && json_object_is_type(v, json_type_boolean)
+         && ((sb->made_tmp = json_object_get_boolean(v)), 1)
+         && json_object_object_get_ex(o, "root", &v) && json_object_is_type(v, json_type_string)
+         && json_object_get_string(v)[0] == '/'
+         && strlen(json_object_get_string(v)) == (size_t)json_object_get_string_len(v);
+    if (ok) {
+        free(sb->root);
+        free(sb->tmp);
+        sb->root = strdup(json_object_get_string(v));
+        sb->tmp = sb->root ? join_path(sb->root, "tmp") : NULL;
+        sb->sup_pid = (pid_t)pid;
+        sb->sup_start = (unsigned long long)start;
+        sb->sup_uid = (uid_t)uid;
+    }
+    json_object_put(o);
+    if (ok && sb->owns_root) {
+        char *own = join_path(sb->meta, "root");
+        ok = own && strcmp(own, sb->root) == 0;
+        free(own);
+    }
+    if (!ok) {
+        err = fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                   "refusing record %s: not a record this library writes", path);
+        add_context(err, "path", path);
+        goto bad;
+    }
+    if (!sb->root || !sb->tmp) {
+        fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        goto bad;
+    }
+    free(text);
+    free(path);
+    close(fd);
+    return 0;
+bad:
+    free(text);
+    free(path);
+    close(fd);
+    return -1;
+}
+
+/** Removes what a sandbox whose supervisor is gone left (its directory,
+ *  a tmp it made in a caller's workdir; bubblewrap: its cgroups and mount
+ *  points). Only called with @sb filled from its record. */
+static void remove_leftovers(struct sbx_plugin_sandbox *sb)
+{
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    bwrap_cgroups_remove(sb->id);
+    if (!sb->owns_root)
+        bwrap_clean_root(sb->root);
+#endif
+    if (remove_dirs(sb, "resume", NULL) < 0)
+        LOG(SBX_LOG_WARNING, "cannot remove what sandbox %s left in %s: %s", sb->id, sb->meta,
+            strerror(errno));
+}
+
 /*
- * Reattaches to a sandbox from the data local_session_state made: the
- * supervisor must still be that process (pid and start time) and answer
- * PING on the sandbox's socket, else not_found.
+ * Reattaches to a sandbox from the data local_session_state made. Of the
+ * data only "meta" locates the sandbox; the rest comes from the record
+ * create wrote there (read_record), and the data's copies of it must
+ * agree: its supervisor_pid and supervisor_start, else not_found (that
+ * sandbox is not this one); its root, owns_root and made_tmp, else
+ * invalid_argument naming the field. The supervisor must still be that
+ * process (pid and start time), else not_found, and what the sandbox left
+ * on disk is removed. A supervisor that lives but whose socket is gone or
+ * served by another process resumes (logged), so that destroy ends it;
+ * commands are then refused.
  */
 static int local_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                         const char *state_json, sbx_plugin_sandbox **sandbox,
@@ -1761,6 +2067,7 @@ static int local_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     struct sbx_plugin_sandbox *sb = NULL;
     json_object *o = NULL;
     int64_t pid = 0, start = 0;
+    int owns_root = 0, made_tmp = 0;
     (void)client;
 
     if (state_json)
@@ -1782,50 +2089,64 @@ static int local_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         add_context(err, "field", "meta");
         goto fail;
     }
+    if (state_bool(o, "owns_root", &owns_root, error) < 0
+        || state_bool(o, "made_tmp", &made_tmp, error) < 0
+        || state_int(o, "supervisor_pid", 2, INT32_MAX, &pid, error) < 0
+        || state_int(o, "supervisor_start", 0, INT64_MAX, &start, error) < 0)
+        goto fail;
     sb = calloc(1, sizeof(*sb));
     if (!sb)
         goto nomem;
     pthread_mutex_init(&sb->lock, NULL);
-    if (state_bool(o, "owns_root", &sb->owns_root, error) < 0
-        || state_bool(o, "made_tmp", &sb->made_tmp, error) < 0
-        || state_int(o, "supervisor_pid", 2, INT32_MAX, &pid, error) < 0
-        || state_int(o, "supervisor_start", 0, INT64_MAX, &start, error) < 0)
-        goto fail;
-    sb->sup_pid = (pid_t)pid;
-    sb->sup_start = (unsigned long long)start;
-    if (!(sb->id = strdup(base)) || !(sb->meta = strdup(meta)) || !(sb->root = strdup(root))
-#ifdef SBX_LOCAL_BUBBLEWRAP
-        || !(sb->sock = join_path(sb->meta, "run/sock"))
-#else
-        || !(sb->sock = join_path(sb->meta, "sock"))
-#endif
-        || !(sb->tmp = join_path(sb->root, "tmp")))
+    if (!(sb->id = strdup(base)) || !(sb->meta = strdup(meta))
+        || !(sb->sock = join_path(sb->meta, "sock")))
         goto nomem;
-    if (sb->owns_root) {
-        char *own = join_path(sb->meta, "root");
-        int same = own && strcmp(own, sb->root) == 0;
-        free(own);
-        if (!same) {
-            sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
-                                  "invalid session state of the local backend: an owned "
-                                  "root must be %s/root, not %s", sb->meta, sb->root);
-            add_context(err, "field", "root");
-            goto fail;
-        }
+    if (read_record(sb, error) < 0)
+        goto fail;
+    if ((pid_t)pid != sb->sup_pid || (unsigned long long)start != sb->sup_start) {
+        sbx_error *err = fail(error, SBX_ERROR_NOT_FOUND, op,
+                              "sandbox %s no longer exists as this session state says (its "
+                              "supervisor is pid %d started at %llu, the state names pid %d "
+                              "started at %lld)", sb->id, (int)sb->sup_pid, sb->sup_start,
+                              (int)pid, (long long)start);
+        add_context(err, "path", sb->meta);
+        goto fail;
+    }
+    const char *bad = strcmp(root, sb->root) != 0 ? "root"
+                      : owns_root != sb->owns_root ? "owns_root"
+                      : made_tmp != sb->made_tmp ? "made_tmp" : NULL;
+    if (bad) {
+        json_object *v = NULL;
+        json_object_object_get_ex(o, bad, &v);
+        sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                              "invalid session state of the local backend: \"%s\" is %s, but "
+                              "sandbox %s was made with root \"%s\", owns_root %s, made_tmp %s",
+                              bad, json_object_to_json_string(v), sb->id, sb->root,
+                              sb->owns_root ? "true" : "false", sb->made_tmp ? "true" : "false");
+        add_context(err, "field", bad);
+        goto fail;
     }
 #ifdef SBX_LOCAL_SAFEHOUSE
     if (!(sb->wrapper = safehouse_find(op, error)))
         goto fail;
 #endif
-    if (!proto_proc_alive(sb->sup_pid, sb->sup_start)) {
+    int answers = proto_proc_alive(sb->sup_pid, sb->sup_start)
+                  ? check_supervisor_answers(sb, ctx, error) : 1;
+    if (answers < 0)
+        goto fail;
+    /* A socket that refuses: the supervisor is gone or on its way out (a
+     * dying bubblewrap init lingers while its namespace is torn down). */
+    if (answers == 1 && wait_supervisor_gone(sb, GONE_SECS) == 0) {
         sbx_error *err = fail(error, SBX_ERROR_NOT_FOUND, op,
-                              "sandbox %s no longer exists (its supervisor, pid %d, is gone)",
-                              sb->id, (int)sb->sup_pid);
+                              "sandbox %s no longer exists (its supervisor, pid %d, is gone; "
+                              "what it left on disk is removed)", sb->id, (int)sb->sup_pid);
         add_context(err, "path", sb->meta);
+        remove_leftovers(sb);
         goto fail;
     }
-    if (check_supervisor_answers(sb, ctx, error) < 0)
-        goto fail;
+    if (answers == 1)
+        LOG(SBX_LOG_WARNING, "sandbox %s: its supervisor (pid %d) lives but its socket %s "
+            "refuses connections; destroy ends it by pid", sb->id, (int)sb->sup_pid, sb->sock);
     json_object_put(o);
     LOG(SBX_LOG_DEBUG, "resumed %s (root %s, supervisor pid %d)", sb->id, sb->root,
         (int)sb->sup_pid);
@@ -1973,7 +2294,17 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
     }
 
     bound bd = make_bound(ctx, REPLY_SECS);
-    int e = connect_sock(sb->sock, &bd, &fd);
+    struct ucred peer;
+    int e = connect_supervisor(sb, &bd, &fd, &peer);
+    if (e == E_PEER && !proto_proc_alive(sb->sup_pid, sb->sup_start)) {
+        fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %s no longer exists (its supervisor, "
+             "pid %d, is gone)", sb->id, (int)sb->sup_pid);
+        goto out;
+    }
+    if (e == E_PEER) {
+        peer_fail(error, op, sb, &peer);
+        goto out;
+    }
     if (e) {
         if (gone_errno(e))
             fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %s no longer exists", sb->id);

@@ -10,15 +10,18 @@
 #include <pthread.h>
 #include <sys/types.h>
 
-/** A local sandbox: a root directory plus its supervisor process. */
+/** A local sandbox: a root directory plus its supervisor process. After
+ *  create, everything but id, meta and sock comes from what create wrote
+ *  in meta/record (local.c), never from a session state. */
 struct sbx_plugin_sandbox {
     char *id;                   /* basename of meta */
     char *meta;                 /* meta directory */
     char *root;                 /* SANDBOX_ROOT */
     char *sock;                 /* meta/sock */
     char *tmp;                  /* root/tmp */
-    pid_t sup_pid;
+    pid_t sup_pid;              /* the supervisor, as seen from this host */
     unsigned long long sup_start;
+    uid_t sup_uid;              /* its uid (SO_PEERCRED at create) */
     int owns_root;              /* root is meta/root */
     int made_tmp;               /* root/tmp was created by create */
     char *wrapper;              /* safehouse: the CLI wrapping every command */
@@ -56,9 +59,8 @@ void safehouse_setup(const sbx_host_services *services);
 #ifdef SBX_LOCAL_BUBBLEWRAP
 /* bwrap.c: libsbx-bubblewrap.so's part (bwrap.c describes the sandbox). */
 
-/** Where the supervisor program and its socket directory are inside. */
+/** Where the supervisor program is inside (its socket is not in view). */
 #define BWRAP_SUPERVISOR "/.sbx/sbx-supervisor"
-#define BWRAP_RUN_DIR "/.sbx/run"
 
 /** Keeps the host services (called from the plugin's setup). */
 void bwrap_setup(const sbx_host_services *services);

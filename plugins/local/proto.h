@@ -14,12 +14,23 @@
  *
  * The plugin starts the supervisor as
  * `sbx-supervisor --control-fd=3 --sandbox-dir=DIR` (DIR: the sandbox's
- * meta directory; the socket is DIR/sock) and handshakes on the control
- * socketpair it hands over as descriptor 3:
+ * meta directory; the socket is DIR/sock), or inside bubblewrap as
+ * `sbx-supervisor --control-fd=3 --init` (no path of the host in view),
+ * and handshakes on the control socketpair it hands over as descriptor 3:
  *
  *     supervisor -> HELLO    u32 version, i32 pid, u64 start time
- *     plugin     -> CONFIG   str root, u32 n, n x str "K=V" (base env)
+ *     plugin     -> CONFIG   str root, u32 n, n x str "K=V" (base env);
+ *                            with its first byte, as SCM_RIGHTS, the
+ *                            sandbox's socket (bound at DIR/sock by the
+ *                            plugin, not listening yet) and an O_PATH
+ *                            descriptor of that socket file
  *     supervisor -> READY | ERROR
+ *
+ * The supervisor calls listen() itself, so SO_PEERCRED of a connection
+ * names it (pid and uid); the plugin checks that on every connection. No
+ * path to the socket is ever in a bubblewrap sandbox's view, and the
+ * supervisor is not dumpable (no process of the sandbox can take its
+ * descriptors).
  *
  * Requests, one connection per request on the sandbox's unix socket:
  *
@@ -44,7 +55,7 @@
 #include <sys/types.h>
 
 /** Bumped whenever a frame changes shape. */
-#define PROTO_VERSION 1u
+#define PROTO_VERSION 2u
 
 #define PROTO_HEADER_SIZE 8u
 /** Upper bound of a payload (argv and env of one exec included). */
@@ -54,6 +65,8 @@
 
 /** The descriptor the supervisor finds its control socket on. */
 #define PROTO_CONTROL_FD 3
+/** Descriptors that ride with CONFIG: the bound socket, its file (O_PATH). */
+#define PROTO_CONFIG_FDS 2
 
 typedef enum proto_type {
     PROTO_HELLO = 1,

@@ -5,8 +5,10 @@
  * descriptor 3 and the sandbox's directory on the command line. It forks
  * once and the first process exits, so the supervisor is nobody's child in
  * the application; in its own session it becomes the child subreaper of
- * everything the sandbox starts. It sends HELLO, reads CONFIG (root, base
- * environment), listens on DIR/sock and answers READY. From then on it
+ * everything the sandbox starts. It makes itself non-dumpable (no process
+ * of the sandbox may trace it or take its descriptors), sends HELLO, reads
+ * CONFIG (root, base environment, and the socket the plugin bound at
+ * DIR/sock), listens on that socket and answers READY. From then on it
  * serves EXEC, KILL, PING and DESTROY requests (proto.h) in a
  * single-threaded poll loop, with SIGCHLD read from a signalfd.
  *
@@ -27,9 +29,16 @@
  * killed, once nothing of it is left.
  * DESTROY kills every descendant of the supervisor, answers and exits.
  *
+ * Should the supervisor die without DESTROY (SIGKILL, a crash), its
+ * reapers see their sockets to it hang up: a busy one kills every process
+ * below it (its exec's whole tree, setsid'd and double-forked ones
+ * included, all of them its descendants) and exits, an idle one exits; so
+ * nothing of the sandbox outlives its supervisor by more than a moment.
+ *
  * libsbx-bubblewrap.so starts it as `--launch ... -- bwrap ...` (launch()
- * below), and inside bwrap with `--init` as pid 1 of the sandbox's pid
- * namespace, where it does not fork away (the namespace ends with it).
+ * below), and inside bwrap as `--control-fd=3 --init`, pid 1 of the
+ * sandbox's pid namespace, where it does not fork away (the namespace ends
+ * with it) and knows no path of its socket: it only holds the descriptors.
  */
 #include "proto.h"
 
@@ -137,6 +146,7 @@ static struct {
     char **env;                  /* base environment, "K=V" */
     size_t nenv;
     int listen_fd;
+    int sock_file_fd;            /* O_PATH descriptor of the socket's file */
     int sig_fd;
     dev_t sock_dev;
     ino_t sock_ino;
@@ -144,7 +154,7 @@ static struct {
     size_t nconns;
     reaper **reapers;
     size_t nreapers;
-} S = { .listen_fd = -1, .sig_fd = -1 };
+} S = { .listen_fd = -1, .sock_file_fd = -1, .sig_fd = -1 };
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                             */
@@ -453,7 +463,7 @@ static void __attribute__((noreturn)) shutdown_sandbox(conn *requester)
         S.listen_fd = -1;
     }
     struct stat st;
-    if (S.sock_path && stat(S.sock_path, &st) == 0
+    if (S.sock_path && S.sock_ino && stat(S.sock_path, &st) == 0
         && st.st_dev == S.sock_dev && st.st_ino == S.sock_ino)
         unlink(S.sock_path);
     kill_everything();
@@ -837,6 +847,44 @@ static int send_i32_frame(int fd, uint32_t type, int32_t value)
 }
 
 /**
+ * In a reaper whose supervisor is gone: kills every process below it
+ * until none is left (bounded), reaps them and exits.
+ */
+static void __attribute__((noreturn)) reaper_orphaned(void)
+{
+    for (int round = 0; round < TEARDOWN_ROUNDS; round++) {
+        size_t zombies = 0;
+        size_t live = proto_kill_descendants(getpid(), SIGKILL, &zombies);
+        int status;
+        while (waitpid(-1, &status, WNOHANG) > 0)
+            ;
+        if (live == 0 && waitpid(-1, &status, WNOHANG) < 0 && errno == ECHILD)
+            break;
+        sleep_ms(10);
+    }
+    _exit(0);
+}
+
+/**
+ * In a reaper serving an exec: sleeps until a child changed state
+ * (@sig_fd, a signalfd of SIGCHLD) or the supervisor's end of @fd hung up,
+ * in which case the supervisor is gone and the reaper ends the tree.
+ */
+static void reaper_wait(int sig_fd, int fd)
+{
+    /* events 0: only a hang-up or an error of the supervisor's socket. */
+    struct pollfd p[2] = { { .fd = sig_fd, .events = POLLIN }, { .fd = fd, .events = 0 } };
+    int r = poll(p, 2, -1);
+    if (r < 0 && errno != EINTR)
+        reaper_orphaned();
+    if (r > 0 && (p[1].revents & (POLLHUP | POLLERR | POLLNVAL)))
+        reaper_orphaned();
+    struct signalfd_siginfo si;
+    while (read(sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+        ;
+}
+
+/**
  * A reaper's life: a child subreaper that takes jobs from @fd one at a
  * time, starts each command, reaps everything below it until nothing of
  * the exec is left, reports REAPER_IDLE and waits for the next job. Exits
@@ -845,6 +893,14 @@ static int send_i32_frame(int fd, uint32_t type, int32_t value)
 static void __attribute__((noreturn)) reaper_main(int fd)
 {
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    /* SIGCHLD is blocked (as in the supervisor): it is read from here. */
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    int sig_fd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sig_fd < 0)
+        _exit(1);
     /* Handlers do not survive exec, ignored signals do: resetting just
      * those spares the command's start one sigaction per signal. */
     sigemptyset(&reaper_ignored);
@@ -884,11 +940,15 @@ static void __attribute__((noreturn)) reaper_main(int fd)
         send_i32_frame(client, PROTO_STARTED, pid);
         for (;;) {
             int status;
-            pid_t p = waitpid(-1, &status, 0);
+            pid_t p = waitpid(-1, &status, WNOHANG);
             if (p < 0) {
                 if (errno == EINTR)
                     continue;
                 break;
+            }
+            if (p == 0) {
+                reaper_wait(sig_fd, fd);
+                continue;
             }
             if (p != pid)
                 continue;
@@ -1309,11 +1369,16 @@ static void handle_signals(void)
     reap_children();
 }
 
-/** The sandbox is over when its socket was removed or replaced. */
+/** The sandbox is over when its socket's file was removed or replaced
+ *  (its last link gone; where the path is known, the path no longer
+ *  names it). */
 static void watch_socket(void)
 {
     struct stat st;
-    if (stat(S.sock_path, &st) < 0 || st.st_dev != S.sock_dev || st.st_ino != S.sock_ino)
+    if (fstat(S.sock_file_fd, &st) < 0 || st.st_nlink == 0)
+        shutdown_sandbox(NULL);
+    if (S.sock_path && (stat(S.sock_path, &st) < 0 || st.st_dev != S.sock_dev
+                        || st.st_ino != S.sock_ino))
         shutdown_sandbox(NULL);
 }
 
@@ -1393,11 +1458,44 @@ static void __attribute__((noreturn)) serve(void)
 /* ------------------------------------------------------------------------ */
 
 /** Reads one frame from the control socket; returns the payload (malloc'd)
- *  or NULL. */
-static unsigned char *read_control_frame(int fd, uint32_t *type, uint32_t *len)
+ *  or NULL. Descriptors riding with its first byte go to @fds (up to
+ *  @max, close-on-exec; the count in *@nfds), others are closed. */
+static unsigned char *read_control_frame(int fd, uint32_t *type, uint32_t *len, int *fds,
+                                         int max, int *nfds)
 {
     unsigned char hdr[PROTO_HEADER_SIZE];
-    if (read_all(fd, hdr, sizeof(hdr), CONFIG_WAIT_MS) < 0
+    *nfds = 0;
+    for (;;) {
+        if (wait_fd(fd, POLLIN, CONFIG_WAIT_MS) <= 0)
+            return NULL;
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(sizeof(int) * 8)];
+        } ctl;
+        struct iovec iov = { hdr, 1 };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                             .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+        ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0)
+            return NULL;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                continue;
+            size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < k; i++) {
+                int f;
+                memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+                if (*nfds < max)
+                    fds[(*nfds)++] = f;
+                else
+                    close(f);
+            }
+        }
+        break;
+    }
+    if (read_all(fd, hdr + 1, sizeof(hdr) - 1, CONFIG_WAIT_MS) < 0
         || proto_parse_header(hdr, type, len) < 0)
         return NULL;
     unsigned char *p = malloc(*len + 1);
@@ -1410,9 +1508,10 @@ static unsigned char *read_control_frame(int fd, uint32_t *type, uint32_t *len)
     return p;
 }
 
-/** Takes the CONFIG payload; returns 0, or -1 with *@err and @msg set. */
-static int apply_config(const unsigned char *payload, uint32_t len, int *err,
-                        char *msg, size_t msgsz)
+/** Takes the CONFIG payload and its descriptors (@fds: the bound socket,
+ *  its file); returns 0, or -1 with *@err and @msg set. */
+static int apply_config(const unsigned char *payload, uint32_t len, const int *fds, int nfds,
+                        int *err, char *msg, size_t msgsz)
 {
     proto_reader r;
     proto_reader_init(&r, payload, len);
@@ -1425,7 +1524,7 @@ static int apply_config(const unsigned char *payload, uint32_t len, int *err,
     }
     S.root = strdup(root);
     S.env = calloc((size_t)n + 1, sizeof(*S.env));
-    if (!S.sock_path || !S.root || !S.env) {
+    if (!S.root || !S.env) {
         *err = ENOMEM;
         snprintf(msg, msgsz, "out of memory");
         return -1;
@@ -1444,26 +1543,24 @@ static int apply_config(const unsigned char *payload, uint32_t len, int *err,
         }
     }
 
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
-    if (strlen(S.sock_path) >= sizeof(sa.sun_path)) {
-        *err = ENAMETOOLONG;
-        snprintf(msg, msgsz, "socket path %s is too long", S.sock_path);
+    /* The plugin bound the socket; listening here makes SO_PEERCRED of
+     * every connection name this process. */
+    if (nfds != PROTO_CONFIG_FDS) {
+        *err = EPROTO;
+        snprintf(msg, msgsz, "CONFIG came with %d descriptors, not %d", nfds,
+                 PROTO_CONFIG_FDS);
         return -1;
     }
-    strcpy(sa.sun_path, S.sock_path);
-    S.listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    /* Only the owner may connect (the directory is 0700 as well); the
-     * commands keep the umask the application had. */
-    mode_t old_mask = umask(077);
+    S.listen_fd = fds[0];
+    S.sock_file_fd = fds[1];
     struct stat st;
-    int ok = S.listen_fd >= 0
-        && bind(S.listen_fd, (struct sockaddr *)&sa, sizeof(sa)) == 0
+    errno = 0;
+    int ok = fcntl(S.listen_fd, F_SETFL, O_NONBLOCK) == 0
         && listen(S.listen_fd, SOMAXCONN) == 0
-        && stat(S.sock_path, &st) == 0;
-    *err = errno;
-    umask(old_mask);
+        && fstat(S.sock_file_fd, &st) == 0 && S_ISSOCK(st.st_mode);
+    *err = ok ? 0 : errno ? errno : ENOTSOCK;
     if (!ok) {
-        snprintf(msg, msgsz, "cannot listen on %s: %s", S.sock_path, strerror(*err));
+        snprintf(msg, msgsz, "cannot listen on the sandbox's socket: %s", strerror(*err));
         return -1;
     }
     S.sock_dev = st.st_dev;
@@ -1533,21 +1630,23 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "--launch") == 0)
         return launch(argc, argv);
     /* --init: the init of a bubblewrap sandbox (pid 1 of its namespace),
-     * which must not detach: the namespace ends with it. */
-    if (argc == 4 && strcmp(argv[3], "--init") == 0) {
+     * which must not detach: the namespace ends with it. It knows no path
+     * of its socket. */
+    if (argc == 3 && strcmp(argv[2], "--init") == 0)
         init_mode = 1;
-        argc = 3;
-    }
     if (argc != 3 || strcmp(argv[1], "--control-fd=3") != 0
-        || strncmp(argv[2], dir_opt, sizeof(dir_opt) - 1) != 0
-        || argv[2][sizeof(dir_opt) - 1] != '/' || fcntl(ctl, F_GETFD) < 0) {
+        || (!init_mode && (strncmp(argv[2], dir_opt, sizeof(dir_opt) - 1) != 0
+                           || argv[2][sizeof(dir_opt) - 1] != '/'))
+        || fcntl(ctl, F_GETFD) < 0) {
         fprintf(stderr, "sbx-supervisor: internal program of libsbx-local; "
                 "it is started by the library, not by hand\n");
         return 2;
     }
-    S.dir = argv[2] + sizeof(dir_opt) - 1;
-    if (asprintf(&S.sock_path, "%s/sock", S.dir) < 0)
-        return 1;
+    if (!init_mode) {
+        S.dir = argv[2] + sizeof(dir_opt) - 1;
+        if (asprintf(&S.sock_path, "%s/sock", S.dir) < 0)
+            return 1;
+    }
     /* Keep nothing the application leaked past exec. */
     close_range(ctl + 1, ~0U, 0);
     fcntl(ctl, F_SETFD, FD_CLOEXEC);
@@ -1570,6 +1669,11 @@ int main(int argc, char **argv)
         return 1;
     if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0)
         return 1;
+    /* Not dumpable (its reapers inherit it; the commands, exec'd, do not):
+     * a process of the sandbox running as the same user may neither trace
+     * it nor take its descriptors (pidfd_getfd, /proc/PID/fd). */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+        return 1;
 
     proto_proc self;
     if (proto_proc_stat(getpid(), &self) < 0)
@@ -1583,7 +1687,9 @@ int main(int argc, char **argv)
         return 1;
 
     uint32_t type, len;
-    unsigned char *cfg = read_control_frame(ctl, &type, &len);
+    int cfg_fds[PROTO_CONFIG_FDS], n_cfg_fds = 0;
+    unsigned char *cfg = read_control_frame(ctl, &type, &len, cfg_fds, PROTO_CONFIG_FDS,
+                                            &n_cfg_fds);
     if (!cfg)
         return 1;
     int err = 0;
@@ -1591,7 +1697,7 @@ int main(int argc, char **argv)
         send_error_fd(ctl, PROTO_ERR_PROTOCOL, EPROTO, "expected CONFIG");
         return 1;
     }
-    if (apply_config(cfg, len, &err, msg, sizeof(msg)) < 0) {
+    if (apply_config(cfg, len, cfg_fds, n_cfg_fds, &err, msg, sizeof(msg)) < 0) {
         send_error_fd(ctl, PROTO_ERR_INTERNAL, err, msg);
         return 1;
     }

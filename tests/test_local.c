@@ -1,0 +1,833 @@
+/*
+ * test_local.c — what no process but a local or bubblewrap sandbox's own
+ * supervisor may do, and what happens when the supervisor dies:
+ *
+ * - a listener put in place of a sandbox's socket (the socket renamed
+ *   away, another process listening at its path) receives nothing: exec
+ *   and is_alive refuse it with an authentication error naming its pid,
+ *   resume still attaches, and destroy ends the real sandbox by pid (its
+ *   background processes included) and removes its directory;
+ * - a session state cannot choose what destroy removes: a "root" and
+ *   "made_tmp" that disagree with the sandbox's record, a planted
+ *   directory of another user or with group/other rights, a planted
+ *   record that others may write: all refused, the victim tree unchanged;
+ * - kill -9 of a sandbox's supervisor: within 5 s no process of the
+ *   sandbox is left (setsid'd and double-forked background processes, an
+ *   exec in flight and the exec reapers), and resume (what `sbx rm` does)
+ *   says not_found and removes the directory, and so does `sbx rm`;
+ * - random frames on a sandbox's socket leave its supervisor serving;
+ * - all of it as root and as uid 65534 (the whole program again, staged
+ *   where nobody can read it).
+ *
+ * Runs from the build directory with the variables of `make check`.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <criterion/criterion.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include <sbx/sbx.h>
+
+#include "testutil.h"
+
+static char *g_tmp;
+
+static void setup(void)
+{
+    g_tmp = tu_fresh_tmpdir();
+}
+
+static void teardown(void)
+{
+    tu_rmtree(g_tmp);
+    free(g_tmp);
+    g_tmp = NULL;
+}
+
+TestSuite(supervisor, .init = setup, .fini = teardown, .timeout = 120);
+
+static sbx_client *client_of(const char *backend)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new(backend, &err);
+    cr_assert_not_null(c, "sbx_client_new(%s): %s", backend,
+                       err ? sbx_error_get0_message(err) : "");
+    return c;
+}
+
+static char *session_state(sbx_sandbox *sb)
+{
+    sbx_error *err = NULL;
+    char *json = sbx_sandbox_session_state(sb, &err);
+    cr_assert_not_null(json, "session_state: %s", err ? sbx_error_get0_message(err) : "");
+    return json;
+}
+
+/* A member of the state's "data" as a string (free()) or an integer. */
+static char *state_str(const char *json, const char *key)
+{
+    json_object *doc = json_tokener_parse(json), *data, *v;
+    cr_assert(doc && json_object_object_get_ex(doc, "data", &data)
+              && json_object_object_get_ex(data, key, &v), "%s has no %s", json, key);
+    char *s = strdup(json_object_get_string(v));
+    json_object_put(doc);
+    cr_assert_not_null(s);
+    return s;
+}
+
+static long long state_int(const char *json, const char *key)
+{
+    char *s = state_str(json, key);
+    long long v = strtoll(s, NULL, 10);
+    free(s);
+    return v;
+}
+
+/* @json with data member @key set to @value (a JSON text); free(). */
+static char *state_with(const char *json, const char *key, const char *value)
+{
+    json_object *doc = json_tokener_parse(json), *data;
+    cr_assert(doc && json_object_object_get_ex(doc, "data", &data));
+    json_object_object_add(data, key, json_tokener_parse(value));
+    char *s = strdup(json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN
+                                                         | JSON_C_TO_STRING_NOSLASHESCAPE));
+    json_object_put(doc);
+    return s;
+}
+
+static void expect_sh(sbx_sandbox *sb, const char *script, const char *want)
+{
+    sbx_result *r = tu_sh(sb, script, 30);
+    tu_assert_stderr(r, "");
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, want);
+    sbx_result_free(r);
+}
+
+/* Pids (host view) of the supervisor's children: its exec reapers. */
+static size_t children_of(pid_t parent, pid_t *out, size_t max)
+{
+    size_t n = 0;
+    DIR *d = opendir("/proc");
+    cr_assert_not_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < max) {
+        long v = strtol(e->d_name, NULL, 10);
+        if (v > 0 && tu_ppid((pid_t)v) == parent && !tu_pid_gone((pid_t)v))
+            out[n++] = (pid_t)v;
+    }
+    closedir(d);
+    return n;
+}
+
+/* ---------------------------------------------------------------- impostor */
+
+/* Frames of the supervisor protocol (plugins/local/proto.h): u32 type,
+ * u32 length, payload, host byte order. */
+enum { F_EXEC = 5, F_STARTED = 6, F_EXIT = 7, F_PING = 10, F_PONG = 11, F_DESTROY = 12,
+       F_DESTROYED = 13 };
+
+static void put_frame(int fd, uint32_t type, int32_t value)
+{
+    uint32_t f[3] = { type, sizeof(int32_t), (uint32_t)value };
+    if (write(fd, f, sizeof f) < 0)
+        _exit(90);
+}
+
+/*
+ * A process listening at @path in place of a sandbox's supervisor. It
+ * appends every byte it receives to @log and answers as the reproducer's
+ * did: EXEC with STARTED and EXIT 0, DESTROY with DESTROYED, PING with
+ * PONG. Returns its pid once it listens.
+ */
+static pid_t impostor_start(const char *path, const char *log)
+{
+    int ready[2];
+    cr_assert_eq(pipe(ready), 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        close(ready[0]);
+        int out = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+        int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (out < 0 || l < 0 || bind(l, (struct sockaddr *)&sa, sizeof sa) < 0
+            || listen(l, 16) < 0)
+            _exit(91);
+        if (write(ready[1], "r", 1) != 1)
+            _exit(92);
+        close(ready[1]);
+        for (;;) {
+            int c = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+            if (c < 0)
+                continue;
+            unsigned char buf[65536];
+            struct pollfd p = { .fd = c, .events = POLLIN };
+            while (poll(&p, 1, 2000) > 0) {
+                ssize_t n = read(c, buf, sizeof buf);
+                if (n <= 0)
+                    break;
+                if (write(out, buf, (size_t)n) != n)
+                    _exit(93);
+                uint32_t type;
+                memcpy(&type, buf, sizeof type);
+                if (n >= 8 && type == F_EXEC) {
+                    put_frame(c, F_STARTED, 4242);
+                    put_frame(c, F_EXIT, 0);
+                } else if (n >= 8 && type == F_DESTROY) {
+                    put_frame(c, F_DESTROYED, 0);
+                    break;
+                } else if (n >= 8 && type == F_PING) {
+                    put_frame(c, F_PONG, 2);
+                }
+            }
+            close(c);
+        }
+    }
+    close(ready[1]);
+    char r;
+    cr_assert_eq(read(ready[0], &r, 1), 1, "the impostor did not start");
+    close(ready[0]);
+    return pid;
+}
+
+static void impostor_stop(pid_t pid)
+{
+    int status;
+    cr_assert_eq(kill(pid, SIGKILL), 0, "the impostor %d is gone", (int)pid);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+}
+
+static long long file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long long)st.st_size : -1;
+}
+
+/* The reproducer inverted on @backend (local: its socket is in reach of
+ * anything running as this user, so the takeover is staged from here). */
+static void impostor_is_refused(const char *backend)
+{
+    setenv("SBX_TEST_BACKEND", backend, 1);     /* for tu_host_pid */
+    sbx_client *client = client_of(backend);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_env(o, "API_KEY", "k-123-secret", NULL), 0);
+    sbx_sandbox *sb = tu_create(client, o);
+    sbx_options_free(o);
+    /* A background process that must end with the sandbox. */
+    expect_sh(sb, "setsid sleep 1000 >/dev/null 2>&1 </dev/null & echo $! > \"$TMPDIR/bg.pid\"",
+              "");
+    pid_t bg;
+    cr_assert_eq(tu_read_pids(sb, "$TMPDIR/bg.pid", &bg, 1), 1);
+    bg = tu_host_pid(sb, bg);
+    cr_assert_eq(tu_pid_gone(bg), 0);
+
+    char *json = session_state(sb);
+    char *meta = state_str(json, "meta");
+    pid_t sup = (pid_t)state_int(json, "supervisor_pid");
+    char *sock = tu_strdup_printf("%s/sock", meta);
+    char *moved = tu_strdup_printf("%s/sock.real", meta);
+    char *log = tu_strdup_printf("%s/impostor.log", g_tmp);
+    cr_assert_eq(rename(sock, moved), 0, "rename %s: %s", sock, strerror(errno));
+    pid_t imp = impostor_start(sock, log);
+
+    /* exec: refused before anything is sent, naming the impostor. */
+    char *want = tu_strdup_printf("is served by pid %d", (int)imp);
+    sbx_error *err = tu_exec_fail(sb, &(sbx_exec_request){
+                                      .struct_size = sizeof(sbx_exec_request),
+                                      .shell = "echo $API_KEY" }, SBX_ERROR_AUTHENTICATION);
+    tu_assert_error(err, SBX_ERROR_AUTHENTICATION, want, "not by its supervisor", NULL);
+    sbx_error_free(err);
+    err = NULL;
+    cr_assert_eq(sbx_sandbox_is_alive(sb, &err), -1);
+    tu_assert_error(err, SBX_ERROR_AUTHENTICATION, want, NULL);
+    sbx_error_clear(&err);
+
+    /* resume still attaches (the supervisor lives), and refuses to exec. */
+    sbx_sandbox *again = sbx_sandbox_resume(client, json, &err);
+    cr_assert_not_null(again, "resume: %s", err ? sbx_error_get0_message(err) : "");
+    err = tu_exec_fail(again, &(sbx_exec_request){ .struct_size = sizeof(sbx_exec_request),
+                                                  .argv = (const char *[]){ "true", NULL } },
+                       SBX_ERROR_AUTHENTICATION);
+    sbx_error_free(err);
+    err = NULL;
+
+    /* destroy ends the real sandbox by pid, forged answers or not. */
+    cr_assert_eq(sbx_sandbox_destroy(again, &err), 0, "destroy: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert(tu_wait_pid_gone(sup, 5.0), "the supervisor survived: %s", tu_proc_describe(sup));
+    cr_assert(tu_wait_pid_gone(bg, 5.0), "the background sleep survived: %s",
+              tu_proc_describe(bg));
+    cr_assert(!tu_exists(meta), "destroy left %s", meta);
+    /* The impostor got not one byte: no argv, no env, no descriptor. */
+    cr_assert_eq(tu_pid_gone(imp), 0, "destroy killed a process outside the sandbox");
+    cr_assert_eq(file_size(log), 0, "the impostor received %lld bytes", file_size(log));
+    impostor_stop(imp);
+
+    sbx_sandbox_free(again);
+    sbx_sandbox_free(sb);
+    sbx_client_free(client);
+    free(want);
+    free(log);
+    free(moved);
+    free(sock);
+    free(meta);
+    free(json);
+}
+
+Test(supervisor, local_impostor_listener_gets_nothing_and_destroy_ends_the_sandbox)
+{
+    impostor_is_refused("local");
+}
+
+/* The peer check compares the uid too: with the record naming another
+ * uid, the real supervisor is refused like an impostor (and destroy still
+ * ends it by pid). */
+Test(supervisor, a_listener_of_another_uid_than_recorded_is_refused)
+{
+    sbx_client *client = client_of("local");
+    sbx_sandbox *sb = tu_create(client, NULL);
+    char *json = session_state(sb);
+    char *meta = state_str(json, "meta");
+    pid_t sup = (pid_t)state_int(json, "supervisor_pid");
+    char *rec = tu_strdup_printf("%s/record", meta);
+    json_object *doc = json_object_from_file(rec), *v;
+    cr_assert(doc && json_object_object_get_ex(doc, "supervisor_uid", &v), "%s", rec);
+    cr_assert_eq(json_object_get_int64(v), (int64_t)geteuid());
+    json_object_object_add(doc, "supervisor_uid", json_object_new_int64((int64_t)geteuid() + 1));
+    const char *text = json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN
+                                                           | JSON_C_TO_STRING_NOSLASHESCAPE);
+    int fd = open(rec, O_WRONLY | O_TRUNC | O_CLOEXEC);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    json_object_put(doc);
+
+    sbx_error *err = NULL;
+    sbx_sandbox *again = sbx_sandbox_resume(client, json, &err);
+    cr_assert_not_null(again, "resume: %s", err ? sbx_error_get0_message(err) : "");
+    char *want = tu_strdup_printf("is served by pid %d (uid %u), not by its supervisor "
+                                  "(pid %d, uid %u)", (int)sup, (unsigned)geteuid(), (int)sup,
+                                  (unsigned)geteuid() + 1);
+    err = tu_exec_fail(again, &(sbx_exec_request){ .struct_size = sizeof(sbx_exec_request),
+                                                  .shell = "echo hi" },
+                       SBX_ERROR_AUTHENTICATION);
+    tu_assert_error(err, SBX_ERROR_AUTHENTICATION, want, NULL);
+    sbx_error_free(err);
+    cr_assert_eq(sbx_sandbox_destroy(again, NULL), 0);
+    cr_assert(tu_wait_pid_gone(sup, 5.0), "the supervisor survived: %s", tu_proc_describe(sup));
+    cr_assert(!tu_exists(meta));
+    sbx_sandbox_free(again);
+    sbx_sandbox_free(sb);
+    sbx_client_free(client);
+    free(want);
+    free(rec);
+    free(meta);
+    free(json);
+}
+
+#ifdef SBX_TEST_BUBBLEWRAP
+Test(supervisor, bubblewrap_impostor_listener_gets_nothing_and_destroy_ends_the_sandbox)
+{
+    impostor_is_refused("bubblewrap");
+}
+
+Test(supervisor, bubblewrap_sandbox_cannot_reach_or_take_the_supervisor_socket)
+{
+    sbx_client *client = client_of("bubblewrap");
+    sbx_sandbox *sb = tu_create(client, NULL);
+    char *json = session_state(sb);
+    char *meta = state_str(json, "meta");
+    char *sock = tu_strdup_printf("%s/sock", meta);
+    struct stat before, after;
+    cr_assert_eq(stat(sock, &before), 0, "%s: %s", sock, strerror(errno));
+    cr_assert(S_ISSOCK(before.st_mode));
+    cr_assert_eq(before.st_mode & 07777, 0600);
+
+    /* Nothing of the socket's directory is in view; no socket to rename
+     * and listen in place of; the supervisor's descriptors are out of
+     * reach (/proc/1/fd, pidfd_getfd). */
+    expect_sh(sb,
+              "ls -A /.sbx; "
+              "mv /.sbx/run/sock /.sbx/run/sock.x 2>/dev/null || echo no-rename; "
+              "ls /proc/1/fd >/dev/null 2>&1 || echo no-fds; "
+              "/usr/bin/python3 -c '\n"
+              "import ctypes, socket, os\n"
+              "libc = ctypes.CDLL(None, use_errno=True)\n"
+              "pfd = libc.syscall(434, 1, 0)\n"
+              "taken = [fd for fd in range(64) if pfd >= 0 and libc.syscall(438, pfd, fd, 0) >= 0]\n"
+              "print(\"taken\" if taken else \"none taken\")\n"
+              "os.makedirs(\"/.sbx/run\")\n"
+              "s = socket.socket(socket.AF_UNIX)\n"
+              "s.bind(\"/.sbx/run/sock\"); s.listen(1); print(\"listening in its own tree\")\n"
+              "'",
+              "sbx-supervisor\nno-rename\nno-fds\nnone taken\nlistening in its own tree\n");
+    /* The host's socket is the same file, and the supervisor answers. */
+    cr_assert_eq(stat(sock, &after), 0);
+    cr_assert_eq(after.st_ino, before.st_ino);
+    char *run = tu_strdup_printf("%s/run", meta);
+    cr_assert(!tu_exists(run), "%s exists", run);
+    expect_sh(sb, "echo still", "still\n");
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    cr_assert(!tu_exists(meta));
+    sbx_sandbox_free(sb);
+    sbx_client_free(client);
+    free(run);
+    free(sock);
+    free(meta);
+    free(json);
+}
+#endif
+
+/* Random frames on a local sandbox's socket (a fixed seed, so a failure
+ * repeats): the supervisor survives every one and still serves exec. Run
+ * under the sanitizers this is the supervisor protocol's fuzzing. */
+Test(supervisor, random_frames_leave_the_supervisor_serving)
+{
+    sbx_client *client = client_of("local");
+    sbx_sandbox *sb = tu_create(client, NULL);
+    char *json = session_state(sb);
+    char *meta = state_str(json, "meta");
+    pid_t sup = (pid_t)state_int(json, "supervisor_pid");
+    char *sock = tu_strdup_printf("%s/sock", meta);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+    unsigned seed = 1303;
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    cr_assert(devnull >= 0);
+    for (int i = 0; i < 600; i++) {
+        int c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        cr_assert(c >= 0);
+        cr_assert_eq(connect(c, (struct sockaddr *)&sa, sizeof sa), 0, "frame %d: %s", i,
+                     strerror(errno));
+        unsigned char buf[4096 + 8];
+        uint32_t type = (uint32_t)(rand_r(&seed) % 16);
+        if (type == F_DESTROY)
+            type = F_PING;  /* the one request that ends it on purpose */
+        uint32_t len = (uint32_t)(rand_r(&seed) % 4096);
+        /* Sometimes a length that lies about the payload. */
+        uint32_t said = rand_r(&seed) % 8 == 0 ? (uint32_t)rand_r(&seed) : len;
+        memcpy(buf, &type, 4);
+        memcpy(buf + 4, &said, 4);
+        for (uint32_t k = 0; k < len; k++)
+            buf[8 + k] = (unsigned char)rand_r(&seed);
+        /* Strings and counts that are almost right. */
+        if (len >= 8 && rand_r(&seed) % 2) {
+            uint32_t small = (uint32_t)(rand_r(&seed) % 4);
+            memcpy(buf + 8, &small, 4);
+        }
+        struct iovec iov = { buf, 8 + len };
+        union {
+            struct cmsghdr align;
+            char b[CMSG_SPACE(sizeof(int) * 3)];
+        } ctl;
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+        if (type == F_EXEC && rand_r(&seed) % 2) {
+            int fds[3] = { devnull, devnull, devnull };
+            memset(&ctl, 0, sizeof ctl);
+            mh.msg_control = ctl.b;
+            mh.msg_controllen = sizeof ctl.b;
+            struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+            cm->cmsg_level = SOL_SOCKET;
+            cm->cmsg_type = SCM_RIGHTS;
+            cm->cmsg_len = CMSG_LEN(sizeof fds);
+            memcpy(CMSG_DATA(cm), fds, sizeof fds);
+        }
+        (void)sendmsg(c, &mh, MSG_NOSIGNAL);
+        /* Take what it answers, briefly, then hang up. */
+        struct pollfd p = { .fd = c, .events = POLLIN };
+        if (poll(&p, 1, 5) > 0)
+            (void)read(c, buf, sizeof buf);
+        close(c);
+        if (i % 100 == 99)
+            cr_assert_eq(tu_pid_gone(sup), 0, "the supervisor died after frame %d", i);
+    }
+    close(devnull);
+    cr_assert_eq(tu_pid_gone(sup), 0, "the supervisor died");
+    expect_sh(sb, "echo still serving", "still serving\n");
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    cr_assert(!tu_exists(meta));
+    sbx_sandbox_free(sb);
+    sbx_client_free(client);
+    free(sock);
+    free(meta);
+    free(json);
+}
+
+/* ------------------------------------------------------- planted states */
+
+/* A tree that must stay as it is: VICTIM/tmp/keep and VICTIM/keep. */
+static char *make_victim(void)
+{
+    char *victim = tu_strdup_printf("%s/victim", g_tmp);
+    char *tmp = tu_strdup_printf("%s/tmp", victim);
+    cr_assert_eq(mkdir(victim, 0755), 0);
+    cr_assert_eq(mkdir(tmp, 0755), 0);
+    char *f = tu_strdup_printf("%s/keep", tmp);
+    tu_write_file(f, "precious\n", 9, 0644);
+    free(f);
+    f = tu_strdup_printf("%s/keep", victim);
+    tu_write_file(f, "precious\n", 9, 0644);
+    free(f);
+    free(tmp);
+    return victim;
+}
+
+static void assert_victim_intact(const char *victim)
+{
+    char *a = tu_strdup_printf("%s/tmp/keep", victim), *b = tu_strdup_printf("%s/keep", victim);
+    cr_assert_eq(file_size(a), 9, "%s was removed", a);
+    cr_assert_eq(file_size(b), 9, "%s was removed", b);
+    free(a);
+    free(b);
+}
+
+static void expect_resume_error(sbx_client *client, const char *json, sbx_error_code code,
+                                const char *needle)
+{
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_sandbox_resume(client, json, &err);
+    cr_assert_null(sb, "resume of %s succeeded", json);
+    tu_assert_error(err, code, needle, NULL);
+    sbx_error_free(err);
+}
+
+Test(supervisor, session_state_root_and_made_tmp_never_choose_what_destroy_removes)
+{
+    sbx_client *client = client_of("local");
+    char *victim = make_victim();
+    sbx_sandbox *sb = tu_create(client, NULL);
+    char *json = session_state(sb);
+    char *meta = state_str(json, "meta");
+
+    /* The real sandbox's state with a chosen root and flags. */
+    char *v = tu_strdup_printf("\"%s\"", victim);
+    char *s1 = state_with(json, "root", v);
+    char *s2 = state_with(s1, "owns_root", "false");
+    char *s3 = state_with(s2, "made_tmp", "true");
+    expect_resume_error(client, s1, SBX_ERROR_INVALID_ARGUMENT,
+                        "\"root\" is \"");
+    expect_resume_error(client, s3, SBX_ERROR_INVALID_ARGUMENT,
+                        "but sandbox");
+    assert_victim_intact(victim);
+    expect_sh(sb, "echo alive", "alive\n");
+
+    /* A planted directory: another user's (as root), or open to others,
+     * with a record naming the victim and a live process. */
+    pid_t live = fork();
+    cr_assert(live >= 0);
+    if (live == 0) {
+        pause();
+        _exit(0);
+    }
+    char *stat_path = tu_strdup_printf("/proc/%d/stat", (int)live);
+    FILE *f = fopen(stat_path, "r");
+    cr_assert_not_null(f);
+    char line[1024];
+    cr_assert_not_null(fgets(line, sizeof line, f));
+    fclose(f);
+    unsigned long long start = 0;
+    char *p = strrchr(line, ')');
+    cr_assert_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d "
+                        "%*d %*d %*d %*d %llu", &start), 1);
+    char *planted = tu_strdup_printf("%s/sbx-local-planted", g_tmp);
+    cr_assert_eq(mkdir(planted, 0700), 0);
+    char *rec = tu_strdup_printf("%s/record", planted);
+    char *text = tu_strdup_printf("{\"supervisor_pid\":%d,\"supervisor_start\":%llu,"
+                                  "\"supervisor_uid\":%u,\"root\":\"%s\",\"owns_root\":false,"
+                                  "\"made_tmp\":true}\n", (int)live, start,
+                                  (unsigned)geteuid(), victim);
+    tu_write_file(rec, text, strlen(text), 0666);
+    cr_assert_eq(chmod(rec, 0666), 0);
+    char *pm = tu_strdup_printf("\"%s\"", planted);
+    char *s4 = state_with(s3, "meta", pm);
+    char *pid_s = tu_strdup_printf("%d", (int)live), *start_s = tu_strdup_printf("%llu", start);
+    char *s5 = state_with(s4, "supervisor_pid", pid_s);
+    char *s6 = state_with(s5, "supervisor_start", start_s);
+    /* Others may write the record. */
+    expect_resume_error(client, s6, SBX_ERROR_INVALID_ARGUMENT, "refusing record");
+    /* Others may write the directory. */
+    cr_assert_eq(chmod(rec, 0600), 0);
+    cr_assert_eq(chmod(planted, 0777), 0);
+    expect_resume_error(client, s6, SBX_ERROR_INVALID_ARGUMENT,
+                        "group or others may write it");
+    if (geteuid() == 0) {
+        /* root and a directory of nobody's. */
+        cr_assert_eq(chmod(planted, 0700), 0);
+        cr_assert_eq(chown(planted, 65534, 65534), 0);
+        cr_assert_eq(chown(rec, 65534, 65534), 0);
+        expect_resume_error(client, s6, SBX_ERROR_INVALID_ARGUMENT, "owned by another user");
+    }
+    /* Its "supervisor" dead: still refused, nothing removed. */
+    kill(live, SIGKILL);
+    int status;
+    cr_assert_eq(waitpid(live, &status, 0), live);
+    expect_resume_error(client, s6, SBX_ERROR_INVALID_ARGUMENT, "refusing sandbox directory");
+    assert_victim_intact(victim);
+    cr_assert_eq(file_size(rec), (long long)strlen(text), "the planted record was touched");
+
+    /* The real state still works and destroys only what it made. */
+    sbx_sandbox *again = sbx_sandbox_resume(client, json, NULL);
+    cr_assert_not_null(again);
+    cr_assert_eq(sbx_sandbox_destroy(again, NULL), 0);
+    cr_assert(!tu_exists(meta));
+    assert_victim_intact(victim);
+    sbx_sandbox_free(again);
+    sbx_sandbox_free(sb);
+    sbx_client_free(client);
+    free(s6); free(s5); free(s4); free(s3); free(s2); free(s1);
+    free(pid_s); free(start_s); free(pm); free(text); free(rec); free(planted);
+    free(stat_path); free(v); free(meta); free(json); free(victim);
+}
+
+/* ------------------------------------------------- a killed supervisor */
+
+/* An exec in flight on another thread: its outcome. */
+struct in_flight {
+    sbx_sandbox *sb;
+    sbx_result *result;
+    sbx_error *error;
+};
+
+static void *run_in_flight(void *arg)
+{
+    struct in_flight *f = arg;
+    f->result = sbx_sandbox_execute_shell(f->sb, "echo $$ > \"$TMPDIR/fg.pid\"; exec sleep 1004",
+                                          &f->error);
+    return NULL;
+}
+
+static void killed_supervisor_leaves_nothing(const char *backend)
+{
+    setenv("SBX_TEST_BACKEND", backend, 1);     /* for tu_host_pid */
+    sbx_client *client = client_of(backend);
+    sbx_sandbox *sb = tu_create(client, NULL);
+    /* A setsid'd sleep, a double-forked one, and a plain background one. */
+    expect_sh(sb,
+              "setsid sleep 1001 >/dev/null 2>&1 </dev/null & echo $! > \"$TMPDIR/pids\"; "
+              "sh -c 'setsid sleep 1002 >/dev/null 2>&1 </dev/null & "
+              "echo $! >> \"$TMPDIR/pids\"' & "
+              "wait $!; sleep 1003 >/dev/null 2>&1 </dev/null & echo $! >> \"$TMPDIR/pids\"",
+              "");
+    pid_t pids[8];
+    size_t n = tu_read_pids(sb, "$TMPDIR/pids", pids, 3);
+    cr_assert_eq(n, 3);
+    for (size_t i = 0; i < n; i++) {
+        pids[i] = tu_host_pid(sb, pids[i]);
+        cr_assert_eq(tu_pid_gone(pids[i]), 0);
+    }
+    /* An exec in flight. */
+    struct in_flight fl = { .sb = sb };
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, run_in_flight, &fl), 0);
+    double end = tu_now() + 10;
+    sbx_result *r = NULL;
+    do {
+        sbx_result_free(r);
+        usleep(20000);
+        r = tu_sh(sb, "cat \"$TMPDIR/fg.pid\" 2>/dev/null", 10);
+    } while (sbx_result_get0_stdout(r, NULL)[0] == '\0' && tu_now() < end);
+    sbx_result_free(r);
+    cr_assert_eq(tu_read_pids(sb, "$TMPDIR/fg.pid", &pids[n], 1), 1);
+    pids[n] = tu_host_pid(sb, pids[n]);
+    n++;
+
+    char *json = session_state(sb);
+    char *meta = state_str(json, "meta");
+    pid_t sup = (pid_t)state_int(json, "supervisor_pid");
+    n += children_of(sup, &pids[n], 7 - n);
+    cr_assert(n >= 5, "only %zu processes found (no reaper below %d?)", n, (int)sup);
+    pids[n++] = sup;
+
+    double t0 = tu_now();
+    cr_assert_eq(kill(sup, SIGKILL), 0);
+    for (size_t i = 0; i < n; i++)
+        cr_assert(tu_wait_pid_gone(pids[i], 5.0 - (tu_now() - t0)),
+                  "5 s after kill -9 of the supervisor %d: %s", (int)sup,
+                  tu_proc_describe(pids[i]));
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(kill(pids[i], 0) < 0 && errno == ESRCH ? 1 : tu_pid_gone(pids[i]), 1);
+    /* The exec in flight learns its sandbox ended. */
+    cr_assert_eq(pthread_join(th, NULL), 0);
+    cr_assert_null(fl.result, "the exec in flight has a result");
+    tu_assert_error(fl.error, SBX_ERROR_NOT_FOUND, "ended while the command ran", NULL);
+    sbx_error_free(fl.error);
+
+    /* What `sbx rm` does: resume says not_found and removes what is left. */
+    expect_resume_error(client, json, SBX_ERROR_NOT_FOUND, "is gone");
+    cr_assert(!tu_exists(meta), "%s is left", meta);
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(client);
+    cr_assert_eq(tu_count_entries(g_tmp), 0, "%d entries left in %s",
+                 tu_count_entries(g_tmp), g_tmp);
+    free(meta);
+    free(json);
+}
+
+Test(supervisor, local_kill_9_of_the_supervisor_ends_every_process)
+{
+    killed_supervisor_leaves_nothing("local");
+}
+
+#ifdef SBX_TEST_BUBBLEWRAP
+Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
+{
+    killed_supervisor_leaves_nothing("bubblewrap");
+}
+#define N_TESTS "10"
+#define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
+#else
+#define N_TESTS "7"
+#define BWRAP_PLUGIN ""
+#endif
+
+/* Runs `$SBX_CLI ARGS` with TMPDIR and SBX_STATE_DIR in the test's
+ * directory; its stdout and stderr (joined) into @out; its exit status. */
+static int run_cli(const char *args, char *out, size_t size)
+{
+    const char *cli = getenv("SBX_CLI");
+    cr_assert(cli && *cli, "SBX_CLI is not set (run under make check)");
+    char *cmd = tu_strdup_printf("TMPDIR='%s' SBX_STATE_DIR='%s/state' '%s' %s 2>&1", g_tmp,
+                                 g_tmp, cli, args);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t n = fread(out, 1, size - 1, p);
+    out[n] = '\0';
+    int status = pclose(p);
+    free(cmd);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+Test(supervisor, sbx_rm_after_kill_9_of_the_supervisor_removes_the_directory)
+{
+    char out[4096], id[256];
+    cr_assert_eq(run_cli("create --backend local", out, sizeof out), 0, "%s", out);
+    cr_assert_eq(sscanf(out, "%255s", id), 1);
+    char *meta = tu_strdup_printf("%s/%s", g_tmp, id);
+    cr_assert(tu_exists(meta), "%s missing", meta);
+    char *args = tu_strdup_printf("exec %s -- sh -c 'setsid sleep 1005 >/dev/null 2>&1 "
+                                  "</dev/null & echo $!'", id);
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    pid_t bg = (pid_t)strtol(out, NULL, 10);
+    cr_assert(bg > 1 && !tu_pid_gone(bg), "no background sleep: %s", out);
+    char *rec = tu_strdup_printf("%s/record", meta);
+    json_object *doc = json_object_from_file(rec), *v;
+    cr_assert(doc && json_object_object_get_ex(doc, "supervisor_pid", &v), "%s", rec);
+    pid_t sup = (pid_t)json_object_get_int(v);
+    json_object_put(doc);
+
+    cr_assert_eq(kill(sup, SIGKILL), 0);
+    cr_assert(tu_wait_pid_gone(bg, 5.0), "5 s after kill -9 of the supervisor: %s",
+              tu_proc_describe(bg));
+    free(args);
+    args = tu_strdup_printf("rm %s", id);
+    cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
+    char *want = tu_strdup_printf("sbx: sandbox %s no longer exists; forgot it\n", id);
+    cr_assert(strstr(out, want) != NULL, "%s", out);
+    cr_assert(!tu_exists(meta), "sbx rm left %s", meta);
+    free(want);
+    free(args);
+    free(rec);
+    free(meta);
+}
+
+/* ---------------------------------------------------------- as nobody */
+
+Test(supervisor, all_of_it_as_nobody, .timeout = 300)
+{
+    if (getuid() != 0) {
+        cr_assert(getuid() != 0);   /* this run is the unprivileged one */
+        return;
+    }
+    char *dir = tu_mkdtemp("nobody");
+    cr_assert_eq(chmod(dir, 01777), 0);
+    cr_assert_eq(chmod(g_tmp, 0711), 0);
+    char *bin = tu_mkdtemp("nobody-bin");
+    char *stage = tu_strdup_printf(
+        "set -e; d='%s'; mkdir -p \"$d/lib\" \"$d/plugins\";"
+        " cp -P .libs/libsbx.so* \"$d/lib/\";"
+        " cp tests/.libs/test_local \"$d/test_local\";"
+        " cp plugins/local/.libs/libsbx-local.so" BWRAP_PLUGIN " \"$d/plugins/\";"
+        " cp \"$SBX_SUPERVISOR\" \"$d/sbx-supervisor\";"
+        " cp \"$SBX_PLUGIN_HOST\" \"$d/sbx-plugin-host\";"
+        " cp cli/.libs/sbx \"$d/sbx\";"
+        " chmod -R a+rX \"$d\"; chmod 0755 \"$d\"", bin);
+    cr_assert_eq(system(stage), 0, "staging for nobody failed: %s", stage);
+    free(stage);
+    char *log = tu_strdup_printf("%s/log", g_tmp);
+    char *lib_path = tu_strdup_printf("%s/lib", bin);
+    char *plugin_path = tu_strdup_printf("%s/plugins", bin);
+    char *supervisor = tu_strdup_printf("%s/sbx-supervisor", bin);
+    char *plugin_host = tu_strdup_printf("%s/sbx-plugin-host", bin);
+    char *program = tu_strdup_printf("%s/test_local", bin);
+    char *cli = tu_strdup_printf("%s/sbx", bin);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+            _exit(98);
+        if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
+            _exit(97);
+        unsetenv("BXFI_MAP");
+        setenv("TMPDIR", dir, 1);
+        setenv("HOME", dir, 1);
+        setenv("LD_LIBRARY_PATH", lib_path, 1);
+        setenv("SBX_PLUGIN_PATH", plugin_path, 1);
+        setenv("SBX_SUPERVISOR", supervisor, 1);
+        setenv("SBX_PLUGIN_HOST", plugin_host, 1);
+        setenv("SBX_CLI", cli, 1);
+        unsetenv("CRITERION_OUTPUTS");
+        execl(program, "test_local", "-j1", (char *)NULL);
+        _exit(96);
+    }
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    char tail[4096] = "";
+    int fd = open(log, O_RDONLY);
+    if (fd >= 0) {
+        off_t e = lseek(fd, 0, SEEK_END);
+        lseek(fd, e > (off_t)sizeof tail - 1 ? e - (off_t)sizeof tail + 1 : 0, SEEK_SET);
+        ssize_t k = read(fd, tail, sizeof tail - 1);
+        tail[k > 0 ? k : 0] = '\0';
+        close(fd);
+    }
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "test_local as nobody: status %d; end of its output:\n%s", status, tail);
+    cr_assert(strstr(tail, "Tested: " N_TESTS " | Passing: " N_TESTS
+                                    " | Failing: 0 | Crashing: 0") != NULL,
+              "%s", tail);
+    tu_rmtree(bin);
+    tu_rmtree(dir);
+    free(bin);
+    free(dir);
+    free(log);
+    free(lib_path);
+    free(plugin_path);
+    free(supervisor);
+    free(plugin_host);
+    free(program);
+    free(cli);
+}
