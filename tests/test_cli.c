@@ -1806,3 +1806,87 @@ Test(cli, backends_shows_the_plugin_mode)
                                      "\"sideways\""), "%s", r.out);
     free_run(&r);
 }
+
+/* ------------------------------------------------------------ presets */
+
+/* A preset directory under the test's directory with a fifo named like a
+ * preset, a file whose inner name is not its file name, and a good one;
+ * the "SBX_PRESET_PATH=..." for it in @var. */
+static void make_odd_presets(char *dir, size_t dir_size, char *var, size_t var_size)
+{
+    char path[PATH_MAX + 64];
+    FILE *f;
+
+    set_path(dir, dir_size, "%s/presets", g_tmpdir);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    set_path(path, sizeof path, "%s/fifo.json", dir);
+    cr_assert_eq(mkfifo(path, 0644), 0, "mkfifo %s: %s", path, strerror(errno));
+    set_path(path, sizeof path, "%s/mis.json", dir);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"name\": \"other\", \"description\": \"misnamed\"}", f);
+    fclose(f);
+    set_path(path, sizeof path, "%s/good.json", dir);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"name\": \"good\", \"description\": \"fine\"}", f);
+    fclose(f);
+    set_path(var, var_size, "SBX_PRESET_PATH=%s", dir);
+}
+
+/* A fifo where a preset file is expected is refused at once (it used to
+ * hang `sbx run --preset` and `sbx presets`), and a preset file whose
+ * "name" differs from the name it was loaded by is refused naming both. */
+Test(cli, preset_fifo_and_misnamed_preset_are_refused)
+{
+    char dir[PATH_MAX], var[PATH_MAX + 32], want[3 * PATH_MAX];
+    const char *env[2] = { var, NULL };
+    cli_run r;
+
+    make_odd_presets(dir, sizeof dir, var, sizeof var);
+    r = SBX_KEEP_ENV(env, "run", "--preset", "fifo", "--", "true");
+    set_path(want, sizeof want,
+             "sbx: preset file %s/fifo.json is a fifo, not a regular file [code=invalid_argument; "
+             "backend=local; op=preset; source=%s/fifo.json; option=preset]\n", dir, dir);
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, want);
+    cr_expect_str_empty(r.out);
+    cr_expect(r.secs < 10, "took %.1f s", r.secs);
+    free_run(&r);
+
+    r = SBX_KEEP_ENV(env, "run", "--preset", "mis", "--", "true");
+    set_path(want, sizeof want,
+             "sbx: preset file %s/mis.json names preset \"other\", not \"mis\" (the name it was "
+             "loaded by) [code=invalid_argument; backend=local; op=preset; source=%s/mis.json; "
+             "name=mis; file_name=other; option=preset]\n", dir, dir);
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, want);
+    cr_expect_str_empty(r.out);
+    free_run(&r);
+
+    /* The list leaves both out (like a file that does not parse); with
+     * SBX_DEBUG it says why. */
+    const char *debug_env[3] = { var, "SBX_DEBUG=1", NULL };
+    r = SBX_KEEP_ENV(debug_env, "presets");
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    set_path(want, sizeof want, "good               fine\n"
+                                "                   source: %s/good.json\n", dir);
+    cr_expect(strstr(r.out, want) != NULL, "stdout \"%s\"", r.out);
+    cr_expect(strstr(r.out, "fifo") == NULL && strstr(r.out, "other") == NULL &&
+              strstr(r.out, "mis") == NULL, "stdout \"%s\"", r.out);
+    set_path(want, sizeof want, "sbx[host]: preset file left out: preset file %s/fifo.json is a "
+                                "fifo, not a regular file\n", dir);
+    cr_expect(strstr(r.err, want) != NULL, "stderr \"%s\"", r.err);
+    set_path(want, sizeof want, "sbx[host]: preset file %s/mis.json left out: it names preset "
+                                "\"other\", not \"mis\"\n", dir);
+    cr_expect(strstr(r.err, want) != NULL, "stderr \"%s\"", r.err);
+    free_run(&r);
+
+    r = SBX_KEEP_ENV(env, "presets", "--json");
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    json_object *array = json_tokener_parse(r.out);
+    cr_assert_not_null(array, "not JSON: %s", r.out);
+    cr_expect_eq(json_object_array_length(array), 4, "%s", r.out);
+    json_object_put(array);
+    free_run(&r);
+}
