@@ -193,6 +193,221 @@ static const char *signal_name(int signo)
     }
 }
 
+/* ---------------------------------------------------------- names shown */
+
+/*
+ * Names that come from a sandbox (file names, record fields) are bytes the
+ * sandbox chose. Table output escapes them so they cannot drive the
+ * terminal or fake extra lines; JSON output keeps the document valid UTF-8
+ * and the exact bytes recoverable.
+ */
+
+/* The length of the valid UTF-8 sequence at @s (at most @n bytes): 1-4, or
+ * 0 when the bytes there are not valid UTF-8 (overlong forms, surrogates
+ * and code points above U+10FFFF are not). *@cp gets the code point. */
+static size_t utf8_seq(const unsigned char *s, size_t n, uint32_t *cp)
+{
+    size_t len, i;
+    uint32_t c;
+
+    if (s[0] < 0x80) {
+        *cp = s[0];
+        return 1;
+    }
+    if (s[0] >= 0xc2 && s[0] <= 0xdf) {
+        len = 2;
+        c = s[0] & 0x1f;
+    } else if (s[0] >= 0xe0 && s[0] <= 0xef) {
+        len = 3;
+        c = s[0] & 0x0f;
+    } else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+        len = 4;
+        c = s[0] & 0x07;
+    } else {
+        return 0;
+    }
+    if (n < len)
+        return 0;
+    for (i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        c = (c << 6) | (s[i] & 0x3f);
+    }
+    if ((len == 3 && c < 0x800) || (len == 4 && (c < 0x10000 || c > 0x10ffff)) ||
+        (c >= 0xd800 && c <= 0xdfff))
+        return 0;
+    *cp = c;
+    return len;
+}
+
+/* 1 when @s is valid UTF-8. */
+static int utf8_valid(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), len;
+    uint32_t cp;
+
+    while (n > 0) {
+        len = utf8_seq(p, n, &cp);
+        if (len == 0)
+            return 0;
+        p += len;
+        n -= len;
+    }
+    return 1;
+}
+
+/*
+ * @s for a table (new string; NULL when memory runs out): a backslash
+ * becomes "\\", newline, carriage return and tab "\n", "\r", "\t", every
+ * other control character (C0, DEL and the C1 controls U+0080-U+009F) and
+ * every byte that is not part of valid UTF-8 "\xHH" for each of its bytes;
+ * the rest (printable ASCII, valid UTF-8) is kept as is.
+ */
+static char *escape_name(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), len, o = 0;
+    char *out = malloc(4 * n + 1);
+    uint32_t cp;
+
+    if (out == NULL)
+        return NULL;
+    while (n > 0) {
+        len = utf8_seq(p, n, &cp);
+        if (len == 1 && cp == '\\') {
+            out[o++] = '\\';
+            out[o++] = '\\';
+        } else if (len == 1 && (cp == '\n' || cp == '\r' || cp == '\t')) {
+            out[o++] = '\\';
+            out[o++] = cp == '\n' ? 'n' : cp == '\r' ? 'r' : 't';
+        } else if (len == 0 || cp < 0x20 || (cp >= 0x7f && cp <= 0x9f)) {
+            size_t k, bytes = len ? len : 1;
+
+            for (k = 0; k < bytes; k++)
+                o += (size_t)sprintf(out + o, "\\x%02x", p[k]);
+            len = bytes;
+        } else {
+            memcpy(out + o, p, len);
+            o += len;
+        }
+        p += len;
+        n -= len;
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/* Prints @s escaped (escape_name) to stdout. */
+static void print_escaped(const char *s)
+{
+    char *e = escape_name(s);
+
+    fputs(e != NULL ? e : "?", stdout);
+    free(e);
+}
+
+/* Base64 (RFC 4648, with padding) of @s, as a new string. */
+static char *base64_of(const char *s)
+{
+    static const char abc[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), i, o = 0;
+    char *out = malloc((n + 2) / 3 * 4 + 1);
+
+    if (out == NULL)
+        return NULL;
+    for (i = 0; i + 2 < n; i += 3) {
+        out[o++] = abc[p[i] >> 2];
+        out[o++] = abc[((p[i] & 3) << 4) | (p[i + 1] >> 4)];
+        out[o++] = abc[((p[i + 1] & 15) << 2) | (p[i + 2] >> 6)];
+        out[o++] = abc[p[i + 2] & 63];
+    }
+    if (i < n) {
+        out[o++] = abc[p[i] >> 2];
+        if (i + 1 < n) {
+            out[o++] = abc[((p[i] & 3) << 4) | (p[i + 1] >> 4)];
+            out[o++] = abc[(p[i + 1] & 15) << 2];
+        } else {
+            out[o++] = abc[(p[i] & 3) << 4];
+            out[o++] = '=';
+        }
+        out[o++] = '=';
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/*
+ * Adds @key: @s to JSON object @o so that the document stays valid UTF-8:
+ * @s itself when it is valid UTF-8 (JSON escapes its control characters);
+ * else @s with each byte that is not part of valid UTF-8 replaced by
+ * U+FFFD, plus KEY_base64: the exact bytes in base64.
+ */
+static void json_add_name(json_object *o, const char *key, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), len, w = 0;
+    char *shown, *b64, b64_key[64];
+    uint32_t cp;
+
+    if (utf8_valid(s)) {
+        json_object_object_add(o, key, json_object_new_string(s));
+        return;
+    }
+    shown = malloc(3 * n + 1);
+    b64 = base64_of(s);
+    if (shown != NULL) {
+        while (n > 0) {
+            len = utf8_seq(p, n, &cp);
+            if (len == 0) {
+                memcpy(shown + w, "\xef\xbf\xbd", 3);
+                w += 3;
+                len = 1;
+            } else {
+                memcpy(shown + w, p, len);
+                w += len;
+            }
+            p += len;
+            n -= len;
+        }
+        shown[w] = '\0';
+    }
+    json_object_object_add(o, key, shown != NULL ? json_object_new_string(shown) : NULL);
+    snprintf(b64_key, sizeof b64_key, "%s_base64", key);
+    json_object_object_add(o, b64_key, b64 != NULL ? json_object_new_string(b64) : NULL);
+    free(shown);
+    free(b64);
+}
+
+/*
+ * Prints @doc, pretty, and a newline to stdout. json-c escapes the C0
+ * controls; DEL and the C1 controls (U+0080-U+009F), which a terminal may
+ * also act on, are written as \u007f and \u0080-\u009f: the same string to
+ * any JSON reader. (Those bytes occur only inside strings, and the text is
+ * valid UTF-8, so 0xc2 there is always a lead byte.)
+ */
+static void print_json(json_object *doc)
+{
+    const char *text = json_object_to_json_string_ext(
+        doc, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+                 JSON_C_TO_STRING_NOSLASHESCAPE);
+    const unsigned char *p = (const unsigned char *)(text != NULL ? text : "null");
+
+    for (; *p != '\0'; p++) {
+        if (*p == 0x7f) {
+            fputs("\\u007f", stdout);
+        } else if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+            printf("\\u00%02x", p[1]);
+            p++;
+        } else {
+            putchar(*p);
+        }
+    }
+    putchar('\n');
+}
+
 /* ------------------------------------------------------------------ output */
 
 /* Output sink: the command's chunks are written to our stdout / stderr as
@@ -516,7 +731,9 @@ static void usage_create(FILE *out)
 "Create a sandbox that outlives sbx, print its id (alone on one line) and\n"
 "leave it running, for `sbx exec`, `sbx cp`, `sbx ls` and `sbx rm`. The id\n"
 "maps to the sandbox's session state (no environment value, no credential),\n"
-"recorded in %s.\n"
+"recorded in %s\n"
+"(refused unless it, its records and its parents are the user's, or root's\n"
+"for parents, and not writable by group or others).\n"
 "\n"
 "  -b, --backend=BACKEND   backend to use (default: $SBX_BACKEND, else local)\n"
 "  -e, --env=KEY=VALUE     set an environment variable for every command of\n"
@@ -595,10 +812,16 @@ static void usage_ls(FILE *out)
 "\n"
 "List directory PATH (a sandbox path; default /, the sandbox's top) of the\n"
 "sandbox ID, sorted by name: one line per entry with its type (dir or\n"
-"file), its size in bytes and its name.\n"
+"file), its size in bytes and its name. Names are bytes the sandbox chose:\n"
+"a backslash is shown as \\\\, newline, carriage return and tab as \\n, \\r,\n"
+"\\t, and every other control character and every byte that is not valid\n"
+"UTF-8 as \\xHH, so a name is always one line and never drives the terminal.\n"
 "\n"
 "      --json   print a JSON array of objects {name, path, is_dir, size,\n"
-"               mode} (mode: the permission bits, as a number)\n"
+"               mode} (mode: the permission bits, as a number); the output\n"
+"               is always valid UTF-8: a name or path that is not has each\n"
+"               invalid byte shown as U+FFFD and its exact bytes in an added\n"
+"               name_base64 / path_base64 (RFC 4648 base64)\n"
 "  -h, --help   show this help and exit\n"
 "\n"
 "Exit status: 0 on success, 125 on failure.\n");
@@ -1218,9 +1441,7 @@ static void print_backends_json(backend_row *rows, size_t count)
                                    : NULL);
         json_object_array_add(array, o);
     }
-    printf("%s\n", json_object_to_json_string_ext(
-                       array, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
-                                  JSON_C_TO_STRING_NOSLASHESCAPE));
+    print_json(array);
     json_object_put(array);
 }
 
@@ -1347,6 +1568,14 @@ static int cmd_backends(int argc, char **argv)
  * makes are 0700 and the files 0600; a file is written to a temporary name
  * in the same directory, synced and renamed into place, so a reader sees a
  * whole file or none.
+ *
+ * A record decides what `sbx rm` destroys, so the state is used only when
+ * no other user can have planted it (state_dir_open, check_state_file):
+ * the sbx directory, sandboxes/ and each record are the effective user's,
+ * a real directory or regular file, not writable by group or others; every
+ * existing parent above is the user's or root's and not writable by group
+ * or others unless sticky. Anything else is a configuration error naming
+ * the path, its owner and its mode, and that state is not used at all.
  */
 
 /* Largest state file read (a session state is a few hundred bytes). */
@@ -1366,20 +1595,20 @@ static int id_valid(const char *id)
     return 1;
 }
 
-/* The directory holding the state files (new string); NULL when no base
+/* The directory sbx owns (new string): SBX_STATE_DIR, else
+ * $XDG_STATE_HOME/sbx, else $HOME/.local/state/sbx; NULL when no base
  * directory can be found (reported). */
-static char *state_dir(void)
+static char *state_base(void)
 {
     const char *base = getenv("SBX_STATE_DIR"), *home;
     char *dir = NULL;
 
     if (base != NULL && *base != '\0') {
-        if (asprintf(&dir, "%s/sandboxes", base) < 0)
-            dir = NULL;
+        dir = strdup(base);
     } else {
         base = getenv("XDG_STATE_HOME");
         if (base != NULL && base[0] == '/') {
-            if (asprintf(&dir, "%s/sbx/sandboxes", base) < 0)
+            if (asprintf(&dir, "%s/sbx", base) < 0)
                 dir = NULL;
         } else {
             home = getenv("HOME");
@@ -1393,7 +1622,7 @@ static char *state_dir(void)
                     "XDG_STATE_HOME or HOME");
                 return NULL;
             }
-            if (asprintf(&dir, "%s/.local/state/sbx/sandboxes", home) < 0)
+            if (asprintf(&dir, "%s/.local/state/sbx", home) < 0)
                 dir = NULL;
         }
     }
@@ -1402,42 +1631,163 @@ static char *state_dir(void)
     return dir;
 }
 
-/* Makes @path and its missing parents; the ones it makes are 0700, and
- * @path itself is made private (0700) when it is ours. Returns 0 or -1
- * (reported). */
-static int make_private_dirs(const char *path)
+/* "uid N (NAME)" of @uid into @buf. */
+static const char *uid_text(uid_t uid, char *buf, size_t size)
 {
-    char *copy = strdup(path), *p;
+    struct passwd *pw = getpwuid(uid);
+
+    if (pw != NULL)
+        snprintf(buf, size, "uid %u (%s)", (unsigned)uid, pw->pw_name);
+    else
+        snprintf(buf, size, "uid %u", (unsigned)uid);
+    return buf;
+}
+
+/*
+ * Reports that @what @path (the state directory or file; @parent, when not
+ * NULL, the ancestor of it that is wrong) is refused because of @st, and
+ * what it must be instead. @need says what the rule is.
+ */
+static void refuse_state_path(const char *what, const char *path, const char *parent,
+                              const struct stat *st, const char *need)
+{
+    char owner[160], me[160];
+
+    uid_text(st->st_uid, owner, sizeof owner);
+    uid_text(geteuid(), me, sizeof me);
+    if (parent != NULL)
+        msg("refusing the %s %s: its parent %s is owned by %s and has mode %04o; "
+            "it must be owned by %s%s and not writable by group or others "
+            "unless sticky [code=configuration]", what, path, parent, owner,
+            (unsigned)(st->st_mode & 07777), me, geteuid() == 0 ? "" : " or uid 0 (root)");
+    else
+        msg("refusing the %s %s: it is owned by %s and has mode %04o; it must be %s owned "
+            "by %s and not writable by group or others [code=configuration]", what, path,
+            owner, (unsigned)(st->st_mode & 07777), need, me);
+}
+
+/*
+ * Checks (and with @create makes, 0700) one directory sbx owns: a real
+ * directory (not a symlink), owned by the effective user, not writable by
+ * group or others; one that is merely readable by others is made 0700.
+ * Returns 1, 0 when it does not exist and !@create, or -1 (reported).
+ */
+static int own_dir(const char *path, int create)
+{
     struct stat st;
 
-    if (copy == NULL) {
-        msg("out of memory");
-        return -1;
-    }
-    for (p = copy + 1; ; p++) {
-        if (*p != '/' && *p != '\0')
-            continue;
-        char saved = *p;
-
-        *p = '\0';
-        if (mkdir(copy, 0700) == 0) {
-            chmod(copy, 0700);
-        } else if (errno != EEXIST) {
-            msg("cannot create the state directory %s: %s", copy, strerror(errno));
-            free(copy);
+    if (lstat(path, &st) < 0) {
+        if (errno != ENOENT) {
+            msg("cannot use the state directory %s: %s", path, strerror(errno));
             return -1;
         }
-        *p = saved;
-        if (saved == '\0')
-            break;
+        if (!create)
+            return 0;
+        if (mkdir(path, 0700) < 0 && errno != EEXIST) {
+            msg("cannot create the state directory %s: %s", path, strerror(errno));
+            return -1;
+        }
+        if (lstat(path, &st) < 0) {
+            msg("cannot use the state directory %s: %s", path, strerror(errno));
+            return -1;
+        }
     }
-    free(copy);
-    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
-        msg("the state directory %s is not a directory", path);
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022) != 0) {
+        refuse_state_path("state directory", path, NULL, &st, "a directory");
         return -1;
     }
-    if (st.st_uid == getuid() && (st.st_mode & 07777) != 0700 && chmod(path, 0700) < 0) {
+    if ((st.st_mode & 07777) != 0700 && chmod(path, 0700) < 0) {
         msg("cannot make the state directory %s private: %s", path, strerror(errno));
+        return -1;
+    }
+    return 1;
+}
+
+/*
+ * The directory holding the state files (new string in *@dir), checked:
+ * every existing ancestor of the directory sbx owns is owned by the user
+ * or root and not writable by group or others unless sticky (as /tmp);
+ * the directory sbx owns and its sandboxes/ are the user's own, private
+ * (see own_dir). With @create, what is missing is made 0700. Returns 1;
+ * 0 when the directory does not exist and !@create (nothing recorded);
+ * -1 (reported, a configuration error naming the path, its owner and
+ * mode).
+ */
+static int state_dir_open(int create, char **dir)
+{
+    char *base = state_base(), *p;
+    struct stat st;
+    int r = -1;
+
+    *dir = NULL;
+    if (base == NULL)
+        return -1;
+    /* The ancestors: none may let another user swap what is below. */
+    for (p = base + 1; (p = strchr(p, '/')) != NULL; p++) {
+        *p = '\0';
+        if (stat(base, &st) == 0) {
+            if (!S_ISDIR(st.st_mode)) {
+                msg("cannot use the state directory: %s is not a directory", base);
+                goto out;
+            }
+            if ((st.st_uid != 0 && st.st_uid != geteuid()) ||
+                ((st.st_mode & 022) != 0 && !(st.st_mode & S_ISVTX))) {
+                char *full = NULL;
+
+                *p = '/';
+                if (asprintf(&full, "%s/sandboxes", base) < 0)
+                    full = NULL;
+                *p = '\0';
+                refuse_state_path("state directory", full ? full : "", base, &st, NULL);
+                free(full);
+                goto out;
+            }
+        } else if (errno != ENOENT) {
+            msg("cannot use the state directory %s: %s", base, strerror(errno));
+            goto out;
+        } else if (!create) {
+            r = 0;
+            goto out;
+        } else if (mkdir(base, 0700) < 0 && errno != EEXIST) {
+            msg("cannot create the state directory %s: %s", base, strerror(errno));
+            goto out;
+        }
+        *p = '/';
+    }
+    r = own_dir(base, create);
+    if (r <= 0)
+        goto out;
+    if (asprintf(dir, "%s/sandboxes", base) < 0) {
+        *dir = NULL;
+        msg("out of memory");
+        r = -1;
+        goto out;
+    }
+    r = own_dir(*dir, create);
+    if (r <= 0) {
+        free(*dir);
+        *dir = NULL;
+    }
+out:
+    free(base);
+    return r;
+}
+
+/* Checks the state file open on @fd (@path, for messages): a regular
+ * file of the effective user, not writable by group or others, at most
+ * STATE_FILE_MAX bytes. Returns 0 or -1 (reported). */
+static int check_state_file(int fd, const char *path, struct stat *st)
+{
+    if (fstat(fd, st) < 0) {
+        msg("cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st->st_mode) || st->st_uid != geteuid() || (st->st_mode & 022) != 0) {
+        refuse_state_path("state file", path, NULL, st, "a regular file");
+        return -1;
+    }
+    if (st->st_size > STATE_FILE_MAX) {
+        msg("%s is not a sandbox record (larger than %d bytes)", path, STATE_FILE_MAX);
         return -1;
     }
     return 0;
@@ -1511,8 +1861,7 @@ static int state_store(const char *id, const char *created, const char *state)
     json_object_object_add(doc, "state", st);
     text = json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN |
                                                JSON_C_TO_STRING_NOSLASHESCAPE);
-    dir = state_dir();
-    if (dir == NULL || make_private_dirs(dir) < 0)
+    if (state_dir_open(1, &dir) < 0)
         goto out;
     if (asprintf(&path, "%s/%s.json", dir, id) < 0 ||
         asprintf(&tmp, "%s/.%s.json.XXXXXX", dir, id) < 0) {
@@ -1605,9 +1954,10 @@ static int state_load(const char *id, state_record *rec)
     memset(rec, 0, sizeof *rec);
     if (!id_valid(id))
         return 1;
-    dir = state_dir();
-    if (dir == NULL)
-        return -1;
+    rc = state_dir_open(0, &dir);
+    if (rc <= 0)
+        return rc < 0 ? -1 : 1;
+    rc = -1;
     if (asprintf(&path, "%s/%s.json", dir, id) < 0) {
         path = NULL;
         msg("out of memory");
@@ -1622,10 +1972,8 @@ static int state_load(const char *id, state_record *rec)
         msg("cannot read %s: %s", path, strerror(errno));
         goto out;
     }
-    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_size > STATE_FILE_MAX) {
-        msg("%s is not a sandbox record", path);
+    if (check_state_file(fd, path, &sb) < 0)
         goto out;
-    }
     buf = malloc((size_t)sb.st_size + 1);
     if (buf == NULL) {
         msg("out of memory");
@@ -1676,11 +2024,12 @@ out:
 /* Removes the record of @id. Returns 0 or -1 (reported). */
 static int state_forget(const char *id)
 {
-    char *dir = state_dir(), *path = NULL;
-    int rc = 0;
+    char *dir = NULL, *path = NULL;
+    int rc = state_dir_open(0, &dir);
 
-    if (dir == NULL)
-        return -1;
+    if (rc <= 0)
+        return rc;
+    rc = 0;
     if (asprintf(&path, "%s/%s.json", dir, id) < 0) {
         free(dir);
         msg("out of memory");
@@ -1768,8 +2117,7 @@ static int cmd_create(int argc, char **argv)
         goto out;
     }
     /* The record must be possible before a sandbox is made for it. */
-    dir = state_dir();
-    if (dir == NULL || make_private_dirs(dir) < 0)
+    if (state_dir_open(1, &dir) < 0)
         goto out;
     iso8601_now(created);
     sandbox = create_sandbox(backend, options);
@@ -2141,10 +2489,8 @@ static int cmd_ls(int argc, char **argv)
         for (i = 0; i < count; i++) {
             json_object *o = json_object_new_object();
 
-            json_object_object_add(o, "name",
-                                   json_object_new_string(sbx_file_info_get0_name(list[i])));
-            json_object_object_add(o, "path",
-                                   json_object_new_string(sbx_file_info_get0_path(list[i])));
+            json_add_name(o, "name", sbx_file_info_get0_name(list[i]));
+            json_add_name(o, "path", sbx_file_info_get0_path(list[i]));
             json_object_object_add(o, "is_dir",
                                    json_object_new_boolean(sbx_file_info_is_dir(list[i])));
             json_object_object_add(o, "size",
@@ -2153,9 +2499,7 @@ static int cmd_ls(int argc, char **argv)
                                    json_object_new_int64(sbx_file_info_get_mode(list[i])));
             json_object_array_add(array, o);
         }
-        printf("%s\n", json_object_to_json_string_ext(
-                           array, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
-                                      JSON_C_TO_STRING_NOSLASHESCAPE));
+        print_json(array);
         json_object_put(array);
     } else {
         for (i = 0; i < count; i++) {
@@ -2166,8 +2510,9 @@ static int cmd_ls(int argc, char **argv)
                 snprintf(num, sizeof num, "-");
             else
                 snprintf(num, sizeof num, "%" PRId64, size);
-            printf("%-4s %12s  %s\n", sbx_file_info_is_dir(list[i]) ? "dir" : "file", num,
-                   sbx_file_info_get0_name(list[i]));
+            printf("%-4s %12s  ", sbx_file_info_is_dir(list[i]) ? "dir" : "file", num);
+            print_escaped(sbx_file_info_get0_name(list[i]));
+            putchar('\n');
         }
     }
     sbx_file_info_list_free(list, count);
@@ -2289,7 +2634,7 @@ static int cmd_ps(int argc, char **argv)
     struct dirent *de;
     char *dir;
     DIR *d;
-    int opt, json = 0, status = 0;
+    int opt, json = 0, status = 0, r;
 
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
@@ -2307,11 +2652,11 @@ static int cmd_ps(int argc, char **argv)
     if (optind < argc)
         return usage_error("ps", "unexpected argument \"%s\"", argv[optind]);
 
-    dir = state_dir();
-    if (dir == NULL)
+    r = state_dir_open(0, &dir);
+    if (r < 0)
         return EXIT_TOOL;
-    d = opendir(dir);
-    if (d == NULL && errno != ENOENT) {
+    d = r == 0 ? NULL : opendir(dir);
+    if (d == NULL && r > 0) {
         msg("cannot read the state directory %s: %s", dir, strerror(errno));
         free(dir);
         return EXIT_TOOL;
@@ -2319,7 +2664,6 @@ static int cmd_ps(int argc, char **argv)
     while (d != NULL && (de = readdir(d)) != NULL) {
         size_t len = strlen(de->d_name);
         char *id;
-        int r;
 
         if (len <= 5 || strcmp(de->d_name + len - 5, ".json") != 0)
             continue;
@@ -2371,14 +2715,24 @@ static int cmd_ps(int argc, char **argv)
                                    : json_object_new_boolean(rows[i].alive));
             json_object_array_add(array, o);
         }
-        printf("%s\n", json_object_to_json_string_ext(
-                           array, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
-                                      JSON_C_TO_STRING_NOSLASHESCAPE));
+        print_json(array);
         json_object_put(array);
     } else {
         int id_w = 2, backend_w = 7;
 
+        /* The backend and the time come from the record: shown escaped. */
         for (i = 0; i < n; i++) {
+            char *b = escape_name(rows[i].rec.backend), *c = escape_name(rows[i].rec.created);
+
+            if (b != NULL && c != NULL) {
+                free(rows[i].rec.backend);
+                free(rows[i].rec.created);
+                rows[i].rec.backend = b;
+                rows[i].rec.created = c;
+            } else {
+                free(b);
+                free(c);
+            }
             if ((int)strlen(rows[i].rec.id) > id_w)
                 id_w = (int)strlen(rows[i].rec.id);
             if ((int)strlen(rows[i].rec.backend) > backend_w)
@@ -2461,9 +2815,7 @@ static int cmd_presets(int argc, char **argv)
                                    json_object_new_string(sbx_preset_get0_source(list[i])));
             json_object_array_add(array, o);
         }
-        printf("%s\n", json_object_to_json_string_ext(array, JSON_C_TO_STRING_PRETTY |
-                                                                JSON_C_TO_STRING_SPACED |
-                                                                JSON_C_TO_STRING_NOSLASHESCAPE));
+        print_json(array);
         json_object_put(array);
     } else {
         size_t width = 4;
@@ -2471,10 +2823,13 @@ static int cmd_presets(int argc, char **argv)
             if (strlen(sbx_preset_get0_name(list[i])) > width)
                 width = strlen(sbx_preset_get0_name(list[i]));
         printf("%-*s  %s\n", (int)width, "NAME", "DESCRIPTION");
+        /* Names are checked; the description and the path are shown escaped. */
         for (size_t i = 0; i < count; i++) {
-            printf("%-*s  %s\n", (int)width, sbx_preset_get0_name(list[i]),
-                   sbx_preset_get0_description(list[i]));
-            printf("%-*s  source: %s\n", (int)width, "", sbx_preset_get0_source(list[i]));
+            printf("%-*s  ", (int)width, sbx_preset_get0_name(list[i]));
+            print_escaped(sbx_preset_get0_description(list[i]));
+            printf("\n%-*s  source: ", (int)width, "");
+            print_escaped(sbx_preset_get0_source(list[i]));
+            putchar('\n');
         }
     }
     sbx_preset_list_free(list, count);

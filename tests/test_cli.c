@@ -135,6 +135,7 @@ typedef struct cli_spec {
     const char *stop_marker;  /* when stdout contains it, send stop_signal */
     int stop_signal;
     int keep_sandboxes;       /* sandboxes may outlive the run (create...) */
+    int as_nobody;            /* run sbx as uid/gid 65534 (through setpriv) */
 } cli_spec;
 
 static double now_secs(void)
@@ -246,11 +247,20 @@ static cli_run run_spec(const cli_spec *spec)
     cr_assert_not_null(cli, "SBX_CLI is not set (run the tests with make check)");
     while (spec->args[argc] != NULL)
         argc++;
-    argv = calloc(argc + 2, sizeof *argv);
+    argv = calloc(argc + 7, sizeof *argv);
     cr_assert_not_null(argv);
-    argv[0] = (char *)cli;
-    for (i = 0; i < argc; i++)
-        argv[i + 1] = (char *)spec->args[i];
+    {
+        static const char *const nobody[] = { "/usr/bin/setpriv", "--reuid=65534",
+                                              "--regid=65534", "--clear-groups", "--" };
+        size_t k = 0;
+
+        if (spec->as_nobody)
+            for (; k < 5; k++)
+                argv[k] = (char *)nobody[k];
+        argv[k] = (char *)cli;
+        for (i = 0; i < argc; i++)
+            argv[k + 1 + i] = (char *)spec->args[i];
+    }
     env = child_env(spec->env);
 
     cr_assert_eq(pipe2(out_pipe, O_CLOEXEC), 0);
@@ -282,7 +292,7 @@ static cli_run run_spec(const cli_spec *spec)
 
     signal(SIGPIPE, SIG_IGN);
     start = now_secs();
-    rc = posix_spawn(&pid, cli, &fa, &attr, argv, env);
+    rc = posix_spawn(&pid, argv[0], &fa, &attr, argv, env);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
     cr_assert_eq(rc, 0, "posix_spawn %s: %s", cli, strerror(rc));
@@ -1889,4 +1899,375 @@ Test(cli, preset_fifo_and_misnamed_preset_are_refused)
     cr_expect_eq(json_object_array_length(array), 4, "%s", r.out);
     json_object_put(array);
     free_run(&r);
+}
+
+/* ------------------------------------------ who may own the state */
+
+/* Writes @text to @path with @mode (exactly: the umask does not apply). */
+static void write_text(const char *path, const char *text, mode_t mode)
+{
+    FILE *f = fopen(path, "w");
+
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    fputs(text, f);
+    cr_assert_eq(fclose(f), 0);
+    cr_assert_eq(chmod(path, mode), 0);
+}
+
+/* A pid that no process has (a child that was reaped). */
+static pid_t dead_pid(void)
+{
+    pid_t pid = fork();
+
+    cr_assert(pid >= 0);
+    if (pid == 0)
+        _exit(0);
+    cr_assert_eq(waitpid(pid, NULL, 0), pid);
+    return pid;
+}
+
+/* A root-owned tree that a planted record names as a local sandbox's
+ * meta directory and root (with "made_tmp": true), in @victim. */
+static void make_victim(char *victim, size_t size)
+{
+    char path[PATH_MAX + 64];
+
+    set_path(victim, size, "%s/victim", g_tmpdir);
+    cr_assert_eq(mkdir(victim, 0755), 0);
+    set_path(path, sizeof path, "%s/root", victim);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    set_path(path, sizeof path, "%s/root/keep", victim);
+    write_text(path, "precious\n", 0644);
+}
+
+/* Asserts the victim tree is as make_victim left it. */
+static void expect_victim_intact(const char *victim)
+{
+    char path[PATH_MAX + 64];
+    char *text;
+
+    set_path(path, sizeof path, "%s/root/keep", victim);
+    text = slurp(path, NULL);
+    cr_expect_str_eq(text, "precious\n");
+    free(text);
+    set_path(path, sizeof path, "%s/root", victim);
+    cr_expect_eq(count_entries(path), 1);
+    cr_expect_eq(count_entries(victim), 1);
+}
+
+/* The record text a planted file holds: a local sandbox with @victim as
+ * its meta directory, @victim/root as its root, a dead supervisor. */
+static char *planted_record(const char *id, const char *victim)
+{
+    char *text;
+
+    cr_assert(asprintf(&text,
+                       "{\"created\":\"2025-01-02T03:04:05Z\",\"state\":{\"version\":1,"
+                       "\"backend\":\"local\",\"id\":\"%s\",\"timeout_secs\":600,\"data\":"
+                       "{\"meta\":\"%s\",\"root\":\"%s/root\",\"owns_root\":true,"
+                       "\"made_tmp\":true,\"supervisor_pid\":%d,\"supervisor_start\":1}}}\n",
+                       id, victim, victim, (int)dead_pid()) > 0);
+    return text;
+}
+
+/* Root used a pre-existing sandboxes/ owned by nobody with mode 0777, and
+ * a record planted there made `sbx rm` delete a root-owned tree: now
+ * every command that reads the state refuses the directory, naming it, its
+ * owner and its mode, and the tree is unchanged. */
+Test(cli, state_directory_of_another_user_is_refused)
+{
+    char victim[PATH_MAX], dir[PATH_MAX + 32], file[PATH_MAX + 64], want[2 * PATH_MAX];
+    char *text;
+    cli_run r;
+
+    cr_assert_eq(geteuid(), 0, "this test plants files as another user: run it as root");
+    make_victim(victim, sizeof victim);
+    set_path(dir, sizeof dir, "%s/state", g_tmpdir);
+    cr_assert_eq(mkdir(dir, 0700), 0);
+    set_path(dir, sizeof dir, "%s/state/sandboxes", g_tmpdir);
+    cr_assert_eq(mkdir(dir, 0777), 0);
+    cr_assert_eq(chmod(dir, 0777), 0);
+    cr_assert_eq(chown(dir, 65534, 65534), 0);
+    set_path(file, sizeof file, "%s/sbx-local-planted.json", dir);
+    text = planted_record("sbx-local-planted", victim);
+    write_text(file, text, 0666);
+    free(text);
+    cr_assert_eq(chown(file, 65534, 65534), 0);
+
+    set_path(want, sizeof want,
+             "sbx: refusing the state directory %s: it is owned by uid 65534 (nobody) and has "
+             "mode 0777; it must be a directory owned by uid 0 (root) and not writable by group "
+             "or others [code=configuration]\n", dir);
+    const char *const cmds[][4] = {
+        { "rm", "sbx-local-planted", NULL },
+        { "ls", "sbx-local-planted", "/", NULL },
+        { "exec", "sbx-local-planted", "true", NULL },
+        { "ps", NULL },
+        { "create", NULL },
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        r = run_keep(cmds[i], NULL);
+        cr_expect_eq(r.status, 125, "sbx %s: status %d", cmds[i][0], r.status);
+        cr_expect_str_eq(r.err, want, "sbx %s", cmds[i][0]);
+        cr_expect_str_empty(r.out, "sbx %s", cmds[i][0]);
+        free_run(&r);
+        expect_victim_intact(victim);
+    }
+    /* create made no sandbox for a record it could not keep. */
+    char left[1024];
+    sandboxes_left(left, sizeof left);
+    cr_expect_str_empty(left);
+    cr_expect_eq(access(file, F_OK), 0);
+    expect_mode(dir, 0777);
+
+    /* Owned by root but writable by others: refused all the same. */
+    cr_assert_eq(chown(dir, 0, 0), 0);
+    r = SBX_KEEP("rm", "sbx-local-planted");
+    set_path(want, sizeof want,
+             "sbx: refusing the state directory %s: it is owned by uid 0 (root) and has mode "
+             "0777; it must be a directory owned by uid 0 (root) and not writable by group or "
+             "others [code=configuration]\n", dir);
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+    expect_victim_intact(victim);
+}
+
+/* In a private directory, a record of another user, or one writable by
+ * group or others, is refused; so is a state directory below a parent
+ * that another user may write (one that is sticky, as /tmp, is fine). */
+Test(cli, state_files_and_parents_of_others_are_refused)
+{
+    char victim[PATH_MAX], dir[PATH_MAX + 32], file[PATH_MAX + 64], want[3 * PATH_MAX];
+    char open_dir[PATH_MAX + 32], var[PATH_MAX + 64];
+    char *text;
+    cli_run r;
+
+    cr_assert_eq(geteuid(), 0, "this test plants files as another user: run it as root");
+    make_victim(victim, sizeof victim);
+    set_path(dir, sizeof dir, "%s/state", g_tmpdir);
+    cr_assert_eq(mkdir(dir, 0700), 0);
+    set_path(dir, sizeof dir, "%s/state/sandboxes", g_tmpdir);
+    cr_assert_eq(mkdir(dir, 0700), 0);
+    set_path(file, sizeof file, "%s/sbx-local-planted.json", dir);
+    text = planted_record("sbx-local-planted", victim);
+    write_text(file, text, 0600);
+    free(text);
+    cr_assert_eq(chown(file, 65534, 65534), 0);
+
+    r = SBX_KEEP("rm", "sbx-local-planted");
+    set_path(want, sizeof want,
+             "sbx: refusing the state file %s: it is owned by uid 65534 (nobody) and has mode "
+             "0600; it must be a regular file owned by uid 0 (root) and not writable by group or "
+             "others [code=configuration]\n", file);
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+    expect_victim_intact(victim);
+
+    cr_assert_eq(chown(file, 0, 0), 0);
+    cr_assert_eq(chmod(file, 0620), 0);
+    r = SBX_KEEP("ls", "sbx-local-planted");
+    set_path(want, sizeof want,
+             "sbx: refusing the state file %s: it is owned by uid 0 (root) and has mode "
+             "0620; it must be a regular file owned by uid 0 (root) and not writable by group or "
+             "others [code=configuration]\n", file);
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+    /* ps reports it and lists nothing. */
+    r = SBX_KEEP("ps");
+    cr_expect_eq(r.status, 0);
+    cr_expect_str_eq(r.out, "ID  BACKEND  CREATED               ALIVE\n");
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+    expect_victim_intact(victim);
+
+    /* A parent another user may write. */
+    set_path(open_dir, sizeof open_dir, "%s/open", g_tmpdir);
+    cr_assert_eq(mkdir(open_dir, 0777), 0);
+    cr_assert_eq(chmod(open_dir, 0777), 0);
+    cr_assert_eq(chown(open_dir, 65534, 65534), 0);
+    set_path(var, sizeof var, "SBX_STATE_DIR=%s/state", open_dir);
+    const char *env[] = { var, NULL };
+    r = SBX_KEEP_ENV(env, "create");
+    set_path(want, sizeof want,
+             "sbx: refusing the state directory %s/state/sandboxes: its parent %s is owned by "
+             "uid 65534 (nobody) and has mode 0777; it must be owned by uid 0 (root) and not "
+             "writable by group or others unless sticky [code=configuration]\n",
+             open_dir, open_dir);
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, want);
+    cr_expect_str_empty(r.out);
+    free_run(&r);
+    set_path(file, sizeof file, "%s/state", open_dir);
+    cr_expect(access(file, F_OK) < 0 && errno == ENOENT, "%s was made", file);
+
+    /* Sticky and root's (as /tmp): usable. */
+    cr_assert_eq(chown(open_dir, 0, 0), 0);
+    cr_assert_eq(chmod(open_dir, 01777), 0);
+    char *id = create_with(env, NULL);
+    set_path(file, sizeof file, "%s/state", open_dir);
+    expect_mode(file, 0700);
+    r = SBX_KEEP_ENV(env, "rm", id);
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    free_run(&r);
+    free(id);
+}
+
+/* As an unprivileged user the same rule holds: a state directory of
+ * root's, or the user's own that others may write, is refused. */
+Test(cli, state_directory_rules_hold_for_an_unprivileged_user)
+{
+    char base[PATH_MAX + 32], dir[PATH_MAX + 64], var[PATH_MAX + 64], want[2 * PATH_MAX];
+    cli_run r;
+    cli_spec spec = { 0 };
+    const char *env[] = { var, NULL };
+    const char *const ps[] = { "ps", NULL };
+
+    cr_assert_eq(geteuid(), 0, "this test switches to uid 65534: run it as root");
+    cr_assert_eq(chmod(g_tmpdir, 0711), 0);
+    set_path(base, sizeof base, "%s/nobody-state", g_tmpdir);
+    cr_assert_eq(mkdir(base, 0755), 0);
+    set_path(dir, sizeof dir, "%s/sandboxes", base);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    set_path(var, sizeof var, "SBX_STATE_DIR=%s", base);
+    spec.args = ps;
+    spec.env = env;
+    spec.keep_sandboxes = 1;
+    spec.as_nobody = 1;
+
+    r = run_spec(&spec);
+    set_path(want, sizeof want,
+             "sbx: refusing the state directory %s: it is owned by uid 0 (root) and has mode "
+             "0755; it must be a directory owned by uid 65534 (nobody) and not writable by group "
+             "or others [code=configuration]\n", base);
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+
+    cr_assert_eq(chown(base, 65534, 65534), 0);
+    cr_assert_eq(chown(dir, 65534, 65534), 0);
+    cr_assert_eq(chmod(dir, 0770), 0);
+    r = run_spec(&spec);
+    set_path(want, sizeof want,
+             "sbx: refusing the state directory %s: it is owned by uid 65534 (nobody) and has "
+             "mode 0770; it must be a directory owned by uid 65534 (nobody) and not writable by "
+             "group or others [code=configuration]\n", dir);
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+
+    /* Its own and private: fine (and made 0700). */
+    cr_assert_eq(chmod(dir, 0755), 0);
+    r = run_spec(&spec);
+    expect_run(&r, 0, "ID  BACKEND  CREATED               ALIVE\n");
+    cr_expect_str_empty(r.err);
+    free_run(&r);
+    expect_mode(dir, 0700);
+    expect_mode(base, 0700);
+}
+
+/* ------------------------------------------------ names from a sandbox */
+
+/* File names are bytes the sandbox chose: the table shows control
+ * characters and invalid UTF-8 as C-style escapes (one line per entry,
+ * nothing for the terminal to act on), and --json stays valid UTF-8 with
+ * the exact bytes in name_base64 / path_base64 when they are not. */
+Test(cli, ls_escapes_names_and_json_stays_valid_utf8)
+{
+    char *id = create_with(NULL, NULL);
+    cli_run r;
+
+    r = SBX_KEEP("exec", id, "--", "sh", "-c",
+                 "mkdir \"$SANDBOX_ROOT/d\" && cd \"$SANDBOX_ROOT/d\" && "
+                 "touch \"$(printf 'a\\033[31mred')\" \"$(printf 'b\\nfile 0 fake')\" "
+                 "\"$(printf 'c\\377\\376')\" \"$(printf 'd\\\\back')\" \"$(printf 'e\\303\\251')\" "
+                 "\"$(printf 'f\\302\\233x')\" \"$(printf 'g\\tt\\rr\\177')\"");
+    expect_run(&r, 0, "");
+    free_run(&r);
+
+    r = SBX_KEEP("ls", id, "/d");
+    expect_run(&r, 0,
+               "file            0  a\\x1b[31mred\n"
+               "file            0  b\\nfile 0 fake\n"
+               "file            0  c\\xff\\xfe\n"
+               "file            0  d\\\\back\n"
+               "file            0  e\xc3\xa9\n"
+               "file            0  f\\xc2\\x9bx\n"
+               "file            0  g\\tt\\rr\\x7f\n");
+    cr_expect_str_empty(r.err);
+    free_run(&r);
+
+    r = SBX_KEEP("ls", "--json", id, "/d");
+    expect_run(&r, 0,
+               "[\n"
+               "  {\n"
+               "    \"name\": \"a\\u001b[31mred\",\n"
+               "    \"path\": \"/d/a\\u001b[31mred\",\n"
+               "    \"is_dir\": false,\n"
+               "    \"size\": 0,\n"
+               "    \"mode\": 420\n"
+               "  },\n"
+               "  {\n"
+               "    \"name\": \"b\\nfile 0 fake\",\n"
+               "    \"path\": \"/d/b\\nfile 0 fake\",\n"
+               "    \"is_dir\": false,\n"
+               "    \"size\": 0,\n"
+               "    \"mode\": 420\n"
+               "  },\n"
+               "  {\n"
+               "    \"name\": \"c\xef\xbf\xbd\xef\xbf\xbd\",\n"
+               "    \"name_base64\": \"Y//+\",\n"
+               "    \"path\": \"/d/c\xef\xbf\xbd\xef\xbf\xbd\",\n"
+               "    \"path_base64\": \"L2QvY//+\",\n"
+               "    \"is_dir\": false,\n"
+               "    \"size\": 0,\n"
+               "    \"mode\": 420\n"
+               "  },\n"
+               "  {\n"
+               "    \"name\": \"d\\\\back\",\n"
+               "    \"path\": \"/d/d\\\\back\",\n"
+               "    \"is_dir\": false,\n"
+               "    \"size\": 0,\n"
+               "    \"mode\": 420\n"
+               "  },\n"
+               "  {\n"
+               "    \"name\": \"e\xc3\xa9\",\n"
+               "    \"path\": \"/d/e\xc3\xa9\",\n"
+               "    \"is_dir\": false,\n"
+               "    \"size\": 0,\n"
+               "    \"mode\": 420\n"
+               "  },\n"
+               "  {\n"
+               "    \"name\": \"f\\u009bx\",\n"
+               "    \"path\": \"/d/f\\u009bx\",\n"
+               "    \"is_dir\": false,\n"
+               "    \"size\": 0,\n"
+               "    \"mode\": 420\n"
+               "  },\n"
+               "  {\n"
+               "    \"name\": \"g\\tt\\rr\\u007f\",\n"
+               "    \"path\": \"/d/g\\tt\\rr\\u007f\",\n"
+               "    \"is_dir\": false,\n"
+               "    \"size\": 0,\n"
+               "    \"mode\": 420\n"
+               "  }\n"
+               "]\n");
+    /* Every name reads back to its exact bytes. */
+    json_object *array = json_tokener_parse(r.out), *o, *v;
+    cr_assert_not_null(array, "not JSON: %s", r.out);
+    o = json_object_array_get_idx(array, 1);
+    cr_expect(json_object_object_get_ex(o, "name", &v) &&
+              strcmp(json_object_get_string(v), "b\nfile 0 fake") == 0);
+    o = json_object_array_get_idx(array, 5);
+    cr_expect(json_object_object_get_ex(o, "name", &v) &&
+              strcmp(json_object_get_string(v), "f\xc2\x9bx") == 0);
+    json_object_put(array);
+    free_run(&r);
+
+    r = SBX_KEEP("rm", id);
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    free_run(&r);
+    free(id);
 }
