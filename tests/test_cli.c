@@ -2271,3 +2271,79 @@ Test(cli, ls_escapes_names_and_json_stays_valid_utf8)
     free_run(&r);
     free(id);
 }
+
+/* ---------------------------------------------------- exec's cwd rule */
+
+/* On local, exec's --cwd is resolved by the rule of the file calls: ".."
+ * above the root and a symlink leading out are refused with
+ * invalid_argument (ls refuses the same paths), a missing directory is
+ * not_found, a file is invalid_argument; the command does not run. */
+Test(cli, exec_cwd_is_resolved_like_file_paths)
+{
+    char *id = create_with(NULL, NULL), want[1024], *root;
+    cli_run r;
+
+    r = SBX_KEEP("exec", id, "--", "sh", "-c",
+                 "mkdir -p \"$SANDBOX_ROOT/work/sub\" && ln -s /etc \"$SANDBOX_ROOT/etc-link\" && "
+                 "ln -s ../.. \"$SANDBOX_ROOT/work/up2\" && touch \"$SANDBOX_ROOT/afile\" && "
+                 "printf %s \"$SANDBOX_ROOT\"");
+    cr_assert_eq(r.status, 0, "stderr \"%s\"", r.err);
+    root = strdup(r.out);
+    free_run(&r);
+
+    static const struct {
+        const char *cwd, *code, *text;
+    } refused[] = {
+        { "../..", "invalid_argument", "leads outside the sandbox root (through \"..\" or a "
+                                       "symlink)" },
+        { "/work/sub/../../..", "invalid_argument", "leads outside the sandbox root (through "
+                                                    "\"..\" or a symlink)" },
+        { "/etc-link", "invalid_argument", "leads outside the sandbox root (through \"..\" or a "
+                                           "symlink)" },
+        { "/work/up2", "invalid_argument", "leads outside the sandbox root (through \"..\" or a "
+                                           "symlink)" },
+        { "/afile", "invalid_argument", "is not a directory" },
+        { "/nope", "not_found", NULL },
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        r = SBX_KEEP("exec", "--cwd", refused[i].cwd, id, "pwd");
+        if (refused[i].text != NULL)
+            set_path(want, sizeof want, "sbx: working directory \"%s\" %s [code=%s; "
+                     "backend=local; op=exec; path=%s]\n", refused[i].cwd, refused[i].text,
+                     refused[i].code, refused[i].cwd);
+        else
+            set_path(want, sizeof want, "sbx: working directory \"%s\" does not exist in "
+                     "sandbox %s [code=%s; backend=local; op=exec; path=%s]\n", refused[i].cwd,
+                     id, refused[i].code, refused[i].cwd);
+        cr_expect_eq(r.status, 125, "--cwd %s: status %d", refused[i].cwd, r.status);
+        cr_expect_str_eq(r.err, want);
+        cr_expect_str_empty(r.out, "--cwd %s ran: \"%s\"", refused[i].cwd, r.out);
+        free_run(&r);
+    }
+    /* The file calls refuse the escaping paths alike. */
+    r = SBX_KEEP("ls", id, "/etc-link");
+    EXPECT_TOOL_FAILURE(&r, "code=invalid_argument", "leads outside the sandbox root");
+    free_run(&r);
+    r = SBX_KEEP("ls", id, "../..");
+    EXPECT_TOOL_FAILURE(&r, "code=invalid_argument", "leads outside the sandbox root");
+    free_run(&r);
+
+    /* Inside the root: taken, ".." and all, and the command sees the
+     * resolved directory. */
+    static const struct {
+        const char *cwd, *under;
+    } taken[] = { { "/work/sub/../..", "" }, { "work/sub", "/work/sub" },
+                  { "/work/../work/", "/work" } };
+    for (size_t i = 0; i < sizeof taken / sizeof taken[0]; i++) {
+        r = SBX_KEEP("exec", "--cwd", taken[i].cwd, id, "pwd");
+        set_path(want, sizeof want, "%s%s\n", root, taken[i].under);
+        expect_run(&r, 0, want);
+        free_run(&r);
+    }
+
+    r = SBX_KEEP("rm", id);
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    free_run(&r);
+    free(root);
+    free(id);
+}
