@@ -30,6 +30,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -191,6 +192,211 @@ static const char *signal_name(int signo)
     case SIGHUP: return "SIGHUP";
     default: return "a signal";
     }
+}
+
+/* ------------------------------------------------- interruptible calls */
+
+/*
+ * Every command ends on SIGINT, SIGTERM and SIGHUP. The handlers (set once,
+ * in main) only record the signal and wake the main thread through a
+ * pipe. A library call that may block (exec, file transfers, listings,
+ * destroy) runs as an operation of a one-worker sbx_async pool while the
+ * main thread waits for it or for a stop signal; on a signal the operation
+ * is cancelled (sbx_op_cancel: an exec's processes end, a transfer stops
+ * and the library removes its staging files). A call that has not
+ * returned CANCEL_GRACE_SECS later is left behind: the command's cleanup
+ * hook removes what it may have left on this host and sbx exits at once.
+ * Either way the exit status is 128+N for signal N.
+ */
+
+/* How long a cancelled call may take to return before sbx leaves it. */
+#define CANCEL_GRACE_SECS 0.6
+
+static void drain_fd(int fd);
+
+/* What a finished operation handed over (each NULL / 0 when not its kind). */
+typedef struct op_outcome {
+    int done;
+    sbx_error *error;
+    sbx_result *result;       /* exec */
+    sbx_file_info **list;     /* list_files */
+    size_t count;
+    int64_t value;            /* transfers: bytes or entries; is_alive */
+} op_outcome;
+
+static void op_outcome_clear(op_outcome *o)
+{
+    sbx_error_free(o->error);
+    sbx_result_free(o->result);
+    sbx_file_info_list_free(o->list, o->count);
+    memset(o, 0, sizeof *o);
+}
+
+static void on_op_done(sbx_op *op, void *user_data)
+{
+    op_outcome *o = user_data;
+
+    o->done = 1;
+    o->error = sbx_op_steal_error(op);
+    o->result = sbx_op_steal_result(op);
+    o->list = sbx_op_steal_file_list(op, &o->count);
+    o->value = sbx_op_get_int64(op);
+}
+
+/* Submits one operation to @async (its done callback and user data given). */
+typedef sbx_op *(*submit_fn)(sbx_async *async, void *arg, sbx_op_done_fn done,
+                             void *user_data, sbx_error **error);
+
+static double monotonic_secs(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/*
+ * Runs the call @submit submits (with @arg) and waits for it or a stop
+ * signal. Returns 0 when the call finished first (its outcome in *@out,
+ * the caller's to clear; a failure is in out->error, not reported); 128+N
+ * when stop signal N came first (reported; the call was cancelled and
+ * returned within the grace, its outcome dropped); EXIT_TOOL when it could
+ * not be started (reported). When the cancelled call does not return in
+ * time, @cleanup (may be NULL) runs with @cleanup_arg and sbx exits 128+N
+ * without waiting for it.
+ */
+static int call_interruptibly(submit_fn submit, void *arg, const char *what,
+                              void (*cleanup)(void *), void *cleanup_arg, op_outcome *out)
+{
+    sbx_error *error = NULL;
+    sbx_async *async;
+    sbx_op *op;
+    double deadline = 0;
+    int cancelled = 0;
+
+    memset(out, 0, sizeof *out);
+    if (g_signal != 0) {
+        msg("%s received; %s was not started", signal_name(g_signal), what);
+        return 128 + g_signal;
+    }
+    async = sbx_async_new(1, &error);
+    if (async == NULL) {
+        msg_error(error);
+        return EXIT_TOOL;
+    }
+    op = submit(async, arg, on_op_done, out, &error);
+    if (op == NULL) {
+        msg_error(error);
+        sbx_async_free(async);
+        return EXIT_TOOL;
+    }
+    while (!out->done) {
+        struct pollfd pfd[2];
+        int timeout = -1;
+
+        pfd[0].fd = sbx_async_get_fd(async);
+        pfd[0].events = POLLIN;
+        pfd[1].fd = g_signal_pipe[0];
+        pfd[1].events = POLLIN;
+        if (cancelled) {
+            double left = deadline - monotonic_secs();
+
+            timeout = left > 0 ? (int)(left * 1000) + 1 : 0;
+        } else if (g_signal_pipe[0] < 0) {
+            timeout = 100;
+        }
+        if (poll(pfd, 2, timeout) > 0) {
+            if (pfd[1].revents & POLLIN)
+                drain_fd(g_signal_pipe[0]);
+            if (pfd[0].revents & POLLIN)
+                sbx_async_dispatch(async);
+        }
+        if (out->done)
+            break;
+        if (g_signal != 0 && !cancelled) {
+            sbx_op_cancel(op);
+            cancelled = 1;
+            deadline = monotonic_secs() + CANCEL_GRACE_SECS;
+        } else if (cancelled && monotonic_secs() >= deadline) {
+            /* The call ignores its cancellation: leave it behind. */
+            msg("%s received; %s was cancelled", signal_name(g_signal), what);
+            if (cleanup != NULL)
+                cleanup(cleanup_arg);
+            fflush(stdout);
+            _exit(128 + g_signal);
+        }
+    }
+    sbx_async_free(async);
+    if (cancelled || (g_signal != 0 && out->error != NULL &&
+                      sbx_error_get_code(out->error) == SBX_ERROR_CANCELLED)) {
+        op_outcome_clear(out);
+        msg("%s received; %s was cancelled", signal_name(g_signal), what);
+        return 128 + g_signal;
+    }
+    return 0;
+}
+
+/* The calls the commands make through call_interruptibly. */
+typedef struct call_args {
+    sbx_sandbox *sandbox;
+    const char *a, *b;                 /* paths: sandbox / local as the call takes them */
+    const sbx_exec_request *request;
+} call_args;
+
+static sbx_op *submit_exec(sbx_async *async, void *arg, sbx_op_done_fn done, void *ud,
+                           sbx_error **error)
+{
+    call_args *c = arg;
+
+    return sbx_sandbox_execute_command_async(async, c->sandbox, c->request, done, ud, error);
+}
+
+static sbx_op *submit_list(sbx_async *async, void *arg, sbx_op_done_fn done, void *ud,
+                           sbx_error **error)
+{
+    call_args *c = arg;
+
+    return sbx_sandbox_list_files_async(async, c->sandbox, c->a, done, ud, error);
+}
+
+static sbx_op *submit_upload_file(sbx_async *async, void *arg, sbx_op_done_fn done, void *ud,
+                                  sbx_error **error)
+{
+    call_args *c = arg;
+
+    return sbx_sandbox_upload_file_async(async, c->sandbox, c->b, c->a, done, ud, error);
+}
+
+static sbx_op *submit_upload_dir(sbx_async *async, void *arg, sbx_op_done_fn done, void *ud,
+                                 sbx_error **error)
+{
+    call_args *c = arg;
+
+    return sbx_sandbox_upload_dir_async(async, c->sandbox, c->b, c->a, done, ud, error);
+}
+
+static sbx_op *submit_download_file(sbx_async *async, void *arg, sbx_op_done_fn done,
+                                    void *ud, sbx_error **error)
+{
+    call_args *c = arg;
+
+    return sbx_sandbox_download_file_async(async, c->sandbox, c->a, c->b, done, ud, error);
+}
+
+static sbx_op *submit_download_dir(sbx_async *async, void *arg, sbx_op_done_fn done,
+                                   void *ud, sbx_error **error)
+{
+    call_args *c = arg;
+
+    return sbx_sandbox_download_dir_async(async, c->sandbox, c->a, c->b, done, ud, error);
+}
+
+static sbx_op *submit_destroy(sbx_async *async, void *arg, sbx_op_done_fn done, void *ud,
+                              sbx_error **error)
+{
+    call_args *c = arg;
+
+    return sbx_sandbox_destroy_async(async, c->sandbox, done, ud, error);
 }
 
 /* ---------------------------------------------------------- names shown */
@@ -645,7 +851,11 @@ static void usage_main(FILE *out)
 "\n"
 "Exit status: the command's own (128+N when it was killed by signal N, 124\n"
 "when it timed out); 125 when sbx itself failed (bad usage, missing backend,\n"
-"sandbox creation failed, no such sandbox).\n",
+"sandbox creation failed, no such sandbox).\n"
+"\n"
+"Every command ends on SIGINT, SIGTERM and SIGHUP with status 128+N: the call\n"
+"in progress is cancelled (a command run by exec ends, a copy stops and what\n"
+"it made on this host is removed; run and exec-code destroy their sandbox).\n",
             sbx_plugin_dir());
 }
 
@@ -774,8 +984,8 @@ static void usage_exec(FILE *out)
 "                          (default: the sandbox's timeout)\n"
 "  -h, --help              show this help and exit\n"
 "\n"
-"The command's standard input is empty. When sbx is ended by a signal, the\n"
-"command's processes end with it; the sandbox stays.\n"
+"The command's standard input is empty. On SIGINT, SIGTERM or SIGHUP the\n"
+"command's processes are ended and sbx exits with 128+N; the sandbox stays.\n"
 "\n"
 "Exit status: the command's (128+N when killed by signal N, 124 when it\n"
 "timed out); 125 when sbx itself failed (\"no such sandbox: ID\" for an id\n"
@@ -802,7 +1012,11 @@ static void usage_cp(FILE *out)
 "  -r, -R, --recursive   copy directories\n"
 "  -h, --help            show this help and exit\n"
 "\n"
-"Exit status: 0 on success, 125 on failure.\n");
+"On SIGINT, SIGTERM or SIGHUP the copy is cancelled, its partial output on\n"
+"this host (staging files, directories it made) is removed and sbx exits\n"
+"with 128+N at once, also when the backend does not stop the transfer.\n"
+"\n"
+"Exit status: 0 on success, 125 on failure, 128+N after signal N.\n");
 }
 
 static void usage_ls(FILE *out)
@@ -2075,23 +2289,6 @@ static sbx_sandbox *open_sandbox(const char *id, sbx_error **gone_error)
     return sandbox;
 }
 
-/* Gives the stop signals back their default action (where sbx set a
- * handler), for commands that only talk to an existing sandbox: ending
- * sbx then ends the call, and the sandbox ends what it ran for it. */
-static void default_stop_signals(void)
-{
-    static const int stop_signals[] = { SIGINT, SIGTERM, SIGHUP };
-    struct sigaction sa, old;
-    size_t i;
-
-    memset(&sa, 0, sizeof sa);
-    sigemptyset(&sa.sa_mask);
-    sa.sa_handler = SIG_DFL;
-    for (i = 0; i < sizeof stop_signals / sizeof stop_signals[0]; i++)
-        if (sigaction(stop_signals[i], NULL, &old) == 0 && old.sa_handler == on_signal)
-            sigaction(stop_signals[i], &sa, NULL);
-}
-
 /* ---------------------------------------------------------------- create */
 
 static int cmd_create(int argc, char **argv)
@@ -2168,8 +2365,8 @@ static int cmd_exec(int argc, char **argv)
     double timeout = 0;
     output_sink sink;
     sbx_sandbox *sandbox;
-    sbx_result *result;
-    sbx_error *error = NULL;
+    call_args call = { 0 };
+    op_outcome outcome;
     int opt, status = EXIT_TOOL;
 
     env = calloc((size_t)argc + 1, sizeof *env);
@@ -2224,7 +2421,6 @@ static int cmd_exec(int argc, char **argv)
     sandbox = open_sandbox(id, NULL);
     if (sandbox == NULL)
         goto out;
-    default_stop_signals();
     memset(&sink, 0, sizeof sink);
     request.argv = (const char *const *)(argv + optind);
     request.env = nenv > 0 ? env : NULL;
@@ -2233,14 +2429,21 @@ static int cmd_exec(int argc, char **argv)
     request.on_output = on_output;
     request.user_data = &sink;
     request.flags = SBX_EXEC_NO_CAPTURE;
-    result = sbx_sandbox_execute_command(sandbox, &request, &error);
-    if (result == NULL) {
-        msg_error(error);
-    } else {
-        status = sbx_result_get_exit_code(result);
-        if (sbx_result_is_timed_out(result))
-            msg("the command timed out and was killed");
-        sbx_result_free(result);
+    call.sandbox = sandbox;
+    call.request = &request;
+    /* On a stop signal the command's processes end; the sandbox stays. */
+    status = call_interruptibly(submit_exec, &call, "the command", NULL, NULL, &outcome);
+    if (status == 0) {
+        status = EXIT_TOOL;
+        if (outcome.result == NULL) {
+            msg_error(outcome.error);
+            outcome.error = NULL;
+        } else {
+            status = sbx_result_get_exit_code(outcome.result);
+            if (sbx_result_is_timed_out(outcome.result))
+                msg("the command timed out and was killed");
+        }
+        op_outcome_clear(&outcome);
     }
     sbx_sandbox_free(sandbox);
 out:
@@ -2304,16 +2507,207 @@ static char *join_base(const char *dir, const char *path)
     return out;
 }
 
-/* 1 when sandbox path @path is a directory (it can be listed), else 0. */
+/*
+ * 1 when sandbox path @path is a directory (it can be listed), 0 when it is
+ * not, 128+N when stop signal N came first (reported).
+ */
 static int sandbox_is_dir(sbx_sandbox *sandbox, const char *path)
 {
-    sbx_file_info **list = NULL;
-    size_t count = 0;
+    call_args call = { sandbox, path, NULL, NULL };
+    op_outcome o;
+    int status = call_interruptibly(submit_list, &call, "the copy", NULL, NULL, &o);
 
-    if (sbx_sandbox_list_files(sandbox, path, &list, &count, NULL) < 0)
-        return 0;
-    sbx_file_info_list_free(list, count);
-    return 1;
+    if (status != 0)
+        return status == EXIT_TOOL ? 0 : status;
+    status = o.list != NULL;
+    op_outcome_clear(&o);
+    return status;
+}
+
+/*
+ * What a copy to this host may leave when sbx leaves a call that ignored
+ * its cancellation: the library's staging entries (".NAME.sbx-XXXXXX" and
+ * ".sbx-XXXXXX", beside the destination or inside an existing destination
+ * directory) and the destination's parents that did not exist.
+ */
+#define CP_WATCHED 2
+#define CP_MISSING 32
+typedef struct cp_leftovers {
+    char *dir[CP_WATCHED];           /* directories watched */
+    char **before[CP_WATCHED];       /* staging names there before, NULL-terminated */
+    char *missing[CP_MISSING];       /* missing parents, deepest first */
+    size_t nmissing;
+} cp_leftovers;
+
+/* 1 when @name looks like the library's staging entry. */
+static int is_staging_name(const char *name)
+{
+    return name[0] == '.' && strstr(name, ".sbx-") != NULL;
+}
+
+/* The staging names in @dir (NULL-terminated array; NULL when none or
+ * unreadable). */
+static char **staging_names(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    char **names = NULL;
+    size_t n = 0;
+
+    while (d != NULL && (de = readdir(d)) != NULL) {
+        char **bigger;
+
+        if (!is_staging_name(de->d_name))
+            continue;
+        bigger = realloc(names, (n + 2) * sizeof *names);
+        if (bigger == NULL)
+            break;
+        names = bigger;
+        names[n] = strdup(de->d_name);
+        if (names[n] != NULL)
+            n++;
+        names[n] = NULL;
+    }
+    if (d != NULL)
+        closedir(d);
+    return names;
+}
+
+static void free_names(char **names)
+{
+    for (size_t i = 0; names != NULL && names[i] != NULL; i++)
+        free(names[i]);
+    free(names);
+}
+
+/* Notes what copying to local path @target may leave (see cp_leftovers). */
+static void cp_leftovers_note(cp_leftovers *l, const char *target)
+{
+    char *copy = strdup(target), *slash;
+    struct stat st;
+
+    memset(l, 0, sizeof *l);
+    if (copy == NULL)
+        return;
+    if (stat(copy, &st) == 0 && S_ISDIR(st.st_mode)) {
+        l->dir[1] = strdup(copy);
+        l->before[1] = staging_names(copy);
+    }
+    /* The parent, and the parents that are missing. */
+    for (;;) {
+        size_t len = strlen(copy);
+
+        while (len > 1 && copy[len - 1] == '/')
+            copy[--len] = '\0';
+        slash = strrchr(copy, '/');
+        if (slash == NULL) {
+            free(copy);
+            copy = strdup(".");
+        } else if (slash == copy) {
+            slash[1] = '\0';
+        } else {
+            *slash = '\0';
+        }
+        if (copy == NULL || stat(copy, &st) == 0 || errno != ENOENT ||
+            l->nmissing == CP_MISSING || strcmp(copy, "/") == 0 || strcmp(copy, ".") == 0)
+            break;
+        l->missing[l->nmissing++] = strdup(copy);
+    }
+    if (copy != NULL && l->nmissing == 0) {
+        l->dir[0] = copy;
+        l->before[0] = staging_names(copy);
+    } else {
+        free(copy);
+    }
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    if (type == FTW_DP)
+        rmdir(path);
+    else
+        unlink(path);
+    return 0;
+}
+
+/* Removes what the copy left (cp_leftovers) and frees @arg's contents. */
+static void cp_leftovers_remove(void *arg)
+{
+    cp_leftovers *l = arg;
+
+    for (size_t i = 0; i < CP_WATCHED; i++) {
+        char **now = l->dir[i] != NULL ? staging_names(l->dir[i]) : NULL;
+
+        for (size_t k = 0; now != NULL && now[k] != NULL; k++) {
+            int old = 0;
+            char *path;
+
+            for (size_t j = 0; l->before[i] != NULL && l->before[i][j] != NULL && !old; j++)
+                old = strcmp(now[k], l->before[i][j]) == 0;
+            if (old || asprintf(&path, "%s/%s", l->dir[i], now[k]) < 0)
+                continue;
+            nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+            free(path);
+        }
+        free_names(now);
+    }
+    /* The parents the copy made, when nothing else is in them. */
+    for (size_t i = 0; i < l->nmissing; i++)
+        if (l->missing[i] != NULL) {
+            char **inside = staging_names(l->missing[i]);
+
+            for (size_t k = 0; inside != NULL && inside[k] != NULL; k++) {
+                char *path;
+
+                if (asprintf(&path, "%s/%s", l->missing[i], inside[k]) >= 0) {
+                    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+                    free(path);
+                }
+            }
+            free_names(inside);
+        }
+    for (size_t i = 0; i < l->nmissing; i++)
+        if (l->missing[i] != NULL)
+            rmdir(l->missing[i]);
+}
+
+static void cp_leftovers_free(cp_leftovers *l)
+{
+    for (size_t i = 0; i < CP_WATCHED; i++) {
+        free(l->dir[i]);
+        free_names(l->before[i]);
+    }
+    for (size_t i = 0; i < l->nmissing; i++)
+        free(l->missing[i]);
+    memset(l, 0, sizeof *l);
+}
+
+/* Runs one transfer of cp interruptibly; 0, or the exit status (reported). */
+static int cp_transfer(submit_fn submit, sbx_sandbox *sandbox, const char *sandbox_path,
+                       const char *local_path, int to_host)
+{
+    call_args call = { sandbox, sandbox_path, local_path, NULL };
+    cp_leftovers left;
+    op_outcome o;
+    int status;
+
+    if (to_host)
+        cp_leftovers_note(&left, local_path);
+    status = call_interruptibly(submit, &call, "the copy", to_host ? cp_leftovers_remove : NULL,
+                                to_host ? &left : NULL, &o);
+    if (to_host)
+        cp_leftovers_free(&left);
+    if (status != 0)
+        return status;
+    if (o.error != NULL) {
+        msg_error(o.error);
+        o.error = NULL;
+        status = EXIT_TOOL;
+    }
+    op_outcome_clear(&o);
+    return status;
 }
 
 static int cmd_cp(int argc, char **argv)
@@ -2327,8 +2721,7 @@ static int cmd_cp(int argc, char **argv)
     char *target = NULL;
     const char *src, *dst;
     sbx_sandbox *sandbox = NULL;
-    sbx_error *error = NULL;
-    int opt, recursive = 0, src_remote, dst_remote, status = EXIT_TOOL;
+    int opt, recursive = 0, src_remote, dst_remote, status = EXIT_TOOL, is_dir;
 
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "+:rRh", longopts, NULL)) != -1) {
@@ -2381,38 +2774,34 @@ static int cmd_cp(int argc, char **argv)
                 msg("%s is a directory (use -r to copy a directory)", src);
                 goto out;
             }
-            if (sbx_sandbox_upload_dir(sandbox, src, dst_path, &error) < 0) {
-                msg_error(error);
-                goto out;
-            }
+            status = cp_transfer(submit_upload_dir, sandbox, dst_path, src, 0);
         } else {
             size_t len = strlen(dst_path);
 
-            if (dst_path[len - 1] == '/' || sandbox_is_dir(sandbox, dst_path))
-                target = join_base(dst_path, src);
-            else
-                target = strdup(dst_path);
+            is_dir = dst_path[len - 1] == '/' ? 1 : sandbox_is_dir(sandbox, dst_path);
+            if (is_dir > 1) {
+                status = is_dir;
+                goto out;
+            }
+            target = is_dir ? join_base(dst_path, src) : strdup(dst_path);
             if (target == NULL) {
                 msg("out of memory");
                 goto out;
             }
-            if (sbx_sandbox_upload_file(sandbox, src, target, &error) < 0) {
-                msg_error(error);
-                goto out;
-            }
+            status = cp_transfer(submit_upload_file, sandbox, target, src, 0);
         }
     } else {
         struct stat st;
 
-        if (sandbox_is_dir(sandbox, src_path)) {
+        is_dir = sandbox_is_dir(sandbox, src_path);
+        if (is_dir > 1) {
+            status = is_dir;
+        } else if (is_dir) {
             if (!recursive) {
                 msg("%s is a directory (use -r to copy a directory)", src);
                 goto out;
             }
-            if (sbx_sandbox_download_dir(sandbox, src_path, dst, &error) < 0) {
-                msg_error(error);
-                goto out;
-            }
+            status = cp_transfer(submit_download_dir, sandbox, src_path, dst, 1);
         } else {
             size_t len = strlen(dst);
 
@@ -2424,13 +2813,9 @@ static int cmd_cp(int argc, char **argv)
                 msg("out of memory");
                 goto out;
             }
-            if (sbx_sandbox_download_file(sandbox, src_path, target, &error) < 0) {
-                msg_error(error);
-                goto out;
-            }
+            status = cp_transfer(submit_download_file, sandbox, src_path, target, 1);
         }
     }
-    status = 0;
 out:
     sbx_sandbox_free(sandbox);
     free(target);
@@ -2452,10 +2837,11 @@ static int cmd_ls(int argc, char **argv)
     };
     sbx_file_info **list = NULL;
     sbx_sandbox *sandbox;
-    sbx_error *error = NULL;
+    call_args call = { 0 };
+    op_outcome outcome;
     const char *path;
     size_t count = 0, i;
-    int opt, json = 0;
+    int opt, json = 0, status;
 
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
@@ -2478,11 +2864,23 @@ static int cmd_ls(int argc, char **argv)
     sandbox = open_sandbox(argv[optind], NULL);
     if (sandbox == NULL)
         return EXIT_TOOL;
-    if (sbx_sandbox_list_files(sandbox, path, &list, &count, &error) < 0) {
-        msg_error(error);
-        sbx_sandbox_free(sandbox);
-        return EXIT_TOOL;
+    call.sandbox = sandbox;
+    call.a = path;
+    status = call_interruptibly(submit_list, &call, "the listing", NULL, NULL, &outcome);
+    if (status == 0 && outcome.list == NULL) {
+        msg_error(outcome.error);
+        outcome.error = NULL;
+        status = EXIT_TOOL;
     }
+    if (status != 0) {
+        op_outcome_clear(&outcome);
+        sbx_sandbox_free(sandbox);
+        return status;
+    }
+    list = outcome.list;
+    count = outcome.count;
+    outcome.list = NULL;
+    op_outcome_clear(&outcome);
     if (json) {
         json_object *array = json_object_new_array();
 
@@ -2527,11 +2925,15 @@ static int cmd_ls(int argc, char **argv)
 /* -------------------------------------------------------------------- rm */
 
 /* Destroys and forgets sandbox @id. Returns 0, 1 when it was already gone
- * (forgotten), 125 when it could not be removed. */
+ * (forgotten), 125 when it could not be removed, 128+N when stop signal N
+ * cancelled the destroy (it stays recorded). */
 static int remove_one(const char *id)
 {
-    sbx_error *error = NULL, *gone = NULL;
+    sbx_error *gone = NULL;
     sbx_sandbox *sandbox = open_sandbox(id, &gone);
+    call_args call = { 0 };
+    op_outcome outcome;
+    int status;
 
     if (sandbox == NULL) {
         if (gone == NULL)
@@ -2543,11 +2945,18 @@ static int remove_one(const char *id)
         msg("sandbox %s no longer exists; forgot it", id);
         return 1;
     }
-    if (sbx_sandbox_destroy(sandbox, &error) < 0) {
-        msg_error(error);
+    call.sandbox = sandbox;
+    status = call_interruptibly(submit_destroy, &call, "the removal", NULL, NULL, &outcome);
+    if (status == 0 && outcome.error != NULL) {
+        msg_error(outcome.error);
+        outcome.error = NULL;
+        status = EXIT_TOOL;
+    }
+    op_outcome_clear(&outcome);
+    if (status != 0) {
         msg("sandbox %s may still exist; it stays recorded", id);
         sbx_sandbox_free(sandbox);
-        return EXIT_TOOL;
+        return status;
     }
     sbx_sandbox_free(sandbox);
     if (state_forget(id) < 0)
@@ -2576,7 +2985,7 @@ static int cmd_rm(int argc, char **argv)
     }
     if (optind >= argc)
         return usage_error("rm", "no sandbox id given");
-    for (; optind < argc; optind++) {
+    for (; optind < argc && g_signal == 0; optind++) {
         int r = remove_one(argv[optind]);
 
         if (r > status)
@@ -2661,7 +3070,7 @@ static int cmd_ps(int argc, char **argv)
         free(dir);
         return EXIT_TOOL;
     }
-    while (d != NULL && (de = readdir(d)) != NULL) {
+    while (d != NULL && g_signal == 0 && (de = readdir(d)) != NULL) {
         size_t len = strlen(de->d_name);
         char *id;
 
@@ -2919,5 +3328,11 @@ int main(int argc, char **argv)
         status = usage_error("", "unknown command \"%s\"", cmd);
     if (fflush(stdout) != 0 && status == 0)
         status = EXIT_TOOL;
+    /* A stop signal ends every command with 128+N, also one that finished
+     * its work meanwhile. */
+    if (g_signal != 0 && status < 128) {
+        msg("%s received", signal_name(g_signal));
+        status = 128 + g_signal;
+    }
     return status;
 }

@@ -17,6 +17,7 @@
 #endif
 #include <criterion/criterion.h>
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -126,6 +127,7 @@ typedef struct cli_run {
     char *err;         /* NUL-terminated */
     size_t err_len;
     double secs;       /* wall time */
+    double stop_secs;  /* when the stop signal was sent (since the start), 0 if never */
 } cli_run;
 
 typedef struct cli_spec {
@@ -136,6 +138,8 @@ typedef struct cli_spec {
     int stop_signal;
     int keep_sandboxes;       /* sandboxes may outlive the run (create...) */
     int as_nobody;            /* run sbx as uid/gid 65534 (through setpriv) */
+    double stop_after_secs;   /* > 0: send stop_signal this long after the start */
+    const char *stop_file;    /* when this file exists, send stop_signal */
 } cli_spec;
 
 static double now_secs(void)
@@ -351,10 +355,13 @@ static cli_run run_spec(const cli_spec *spec)
                 in_pipe[1] = -1;
             }
         }
-        if (spec->stop_marker != NULL && !stop_sent &&
-            strstr(r.out, spec->stop_marker) != NULL) {
+        if (((spec->stop_marker != NULL && strstr(r.out, spec->stop_marker) != NULL) ||
+             (spec->stop_after_secs > 0 && now_secs() - start >= spec->stop_after_secs) ||
+             (spec->stop_file != NULL && access(spec->stop_file, F_OK) == 0)) &&
+            !stop_sent) {
             kill(pid, spec->stop_signal);
             stop_sent = 1;
+            r.stop_secs = now_secs() - start;
         }
         if (!exited && waitpid(pid, &wstatus, WNOHANG) == pid) {
             exited = 1;
@@ -2345,5 +2352,200 @@ Test(cli, exec_cwd_is_resolved_like_file_paths)
     cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
     free_run(&r);
     free(root);
+    free(id);
+}
+
+/* ------------------------------------------------------ stop signals */
+
+/* Processes of this test's sbx runs still alive: an sbx or sbx-plugin-host
+ * whose environment has this test's TMPDIR (space-separated pids). */
+static void tool_processes_left(char *out, size_t size)
+{
+    char want[PATH_MAX + 16];
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    size_t len = 0;
+
+    out[0] = '\0';
+    set_path(want, sizeof want, "TMPDIR=%s", g_tmpdir);
+    while (d != NULL && (de = readdir(d)) != NULL) {
+        char path[300], exe[PATH_MAX], *env, *p;
+        const char *base;
+        ssize_t n;
+        size_t env_len = 0;
+        int found = 0;
+
+        if (!isdigit((unsigned char)de->d_name[0]))
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/exe", de->d_name);
+        n = readlink(path, exe, sizeof exe - 1);
+        if (n <= 0)
+            continue;
+        exe[n] = '\0';
+        base = strrchr(exe, '/') ? strrchr(exe, '/') + 1 : exe;
+        if (strcmp(base, "sbx") != 0 && strcmp(base, "sbx-plugin-host") != 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/environ", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        env = NULL;
+        size_t cap = 0;
+        for (;;) {
+            if (cap - env_len < 4096) {
+                cap = cap ? cap * 2 : 65536;
+                env = realloc(env, cap);
+                cr_assert_not_null(env);
+            }
+            size_t got = fread(env + env_len, 1, cap - env_len - 1, f);
+            if (got == 0)
+                break;
+            env_len += got;
+        }
+        fclose(f);
+        for (p = env; p != NULL && p < env + env_len; p += strlen(p) + 1)
+            if (strcmp(p, want) == 0)
+                found = 1;
+        if (env != NULL)
+            env[env_len] = '\0';
+        free(env);
+        if (found)
+            len += (size_t)snprintf(out + len, size > len ? size - len : 0, "%s%s(%s)",
+                                    len ? " " : "", de->d_name, base);
+    }
+    if (d != NULL)
+        closedir(d);
+}
+
+/* Waits up to @secs for no process of this test's sbx runs to be left. */
+static void expect_no_tool_processes(double secs)
+{
+    char left[1024];
+    double until = now_secs() + secs;
+
+    do {
+        tool_processes_left(left, sizeof left);
+        if (left[0] == '\0')
+            return;
+        usleep(50000);
+    } while (now_secs() < until);
+    cr_expect_str_empty(left, "processes left: %s", left);
+}
+
+/* `sbx exec ID COMMAND` ends on SIGTERM and SIGINT at once, with 128+N,
+ * and the command's processes end with it; the sandbox stays. */
+Test(cli, exec_ends_on_sigterm_and_sigint_and_its_command_with_it)
+{
+    char *id = create_with(NULL, NULL);
+    static const int sigs[] = { SIGTERM, SIGINT };
+    static const char *const names[] = { "SIGTERM", "SIGINT" };
+
+    for (size_t i = 0; i < 2; i++) {
+        const char *const args[] = { "exec", id, "--", "sh", "-c", "echo $$; exec sleep 100",
+                                     NULL };
+        cli_spec spec = { 0 };
+        char want[128];
+
+        spec.args = args;
+        spec.keep_sandboxes = 1;
+        spec.stop_marker = "\n";
+        spec.stop_signal = sigs[i];
+        cli_run r = run_spec(&spec);
+        cr_expect_eq(r.status, 128 + sigs[i], "%s: status %d", names[i], r.status);
+        set_path(want, sizeof want, "sbx: %s received; the command was cancelled\n", names[i]);
+        cr_expect_str_eq(r.err, want);
+        cr_expect(r.stop_secs > 0 && r.secs - r.stop_secs < 1.0,
+                  "%s: sbx took %.2f s after the signal", names[i], r.secs - r.stop_secs);
+        pid_t pid = (pid_t)atoi(r.out);
+        cr_assert(pid > 1, "stdout \"%s\"", r.out);
+        double until = now_secs() + 3;
+        while (!pid_gone(pid) && now_secs() < until)
+            usleep(20000);
+        cr_expect(pid_gone(pid), "%s: the command (pid %d) still runs", names[i], (int)pid);
+        free_run(&r);
+        expect_no_tool_processes(3);
+    }
+    cli_run r = SBX_KEEP("exec", id, "echo", "still here");
+    expect_run(&r, 0, "still here\n");
+    free_run(&r);
+    r = SBX_KEEP("rm", id);
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    free_run(&r);
+    free(id);
+}
+
+/* `sbx cp` out of a sandbox whose transfer blocks ends on SIGTERM within a
+ * second with 143 and leaves nothing: no staging entry, no directory it
+ * made, no process. The fault plugin's transfers of a path named
+ * sbx-fault-slow wait for their cancellation; sbx-fault-hang ignores it
+ * (sbx then leaves the call behind and removes what it left). */
+Test(cli, cp_ends_on_sigterm_while_the_transfer_blocks_and_leaves_nothing)
+{
+    static const char *const faulty[] = { "SBX_BACKEND=faulty", NULL };
+    char *id = create_with(faulty, NULL);
+    char out_dir[PATH_MAX + 16], dst[PATH_MAX + 64], src[PATH_MAX + 64], keep[PATH_MAX + 16];
+    char started[PATH_MAX + 16], started_var[PATH_MAX + 48];
+    const char *started_env[] = { started_var, NULL };
+    cli_run r;
+
+    set_path(started, sizeof started, "%s/started", g_tmpdir);
+    set_path(started_var, sizeof started_var, "SBX_FAULT_STARTED=%s", started);
+
+    r = SBX_KEEP("exec", id, "--", "sh", "-c",
+                 "cd \"$SANDBOX_ROOT\" && mkdir -p d/sbx-fault-slow d/sbx-fault-hang && "
+                 "echo x > d/sbx-fault-slow/sbx-fault-slow && "
+                 "echo y > d/sbx-fault-hang/sbx-fault-hang");
+    expect_run(&r, 0, "");
+    free_run(&r);
+    /* An existing directory the copies go into must stay as it was. */
+    set_path(keep, sizeof keep, "%s/keep", g_tmpdir);
+    cr_assert_eq(mkdir(keep, 0755), 0);
+
+    static const struct {
+        const char *flag, *path;
+        int in_keep;
+    } cases[] = {
+        { "-r", "/d/sbx-fault-slow", 0 },
+        { "-r", "/d/sbx-fault-hang", 0 },
+        { "-r", "/d/sbx-fault-slow/sbx-fault-slow", 0 },
+        { "-r", "/d/sbx-fault-hang/sbx-fault-hang", 0 },
+        { "-r", "/d/sbx-fault-hang", 1 },
+        { "-r", "/d/sbx-fault-hang/sbx-fault-hang", 1 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        set_path(out_dir, sizeof out_dir, "%s/out", g_tmpdir);
+        if (cases[i].in_keep)
+            set_path(dst, sizeof dst, "%s/x", keep);
+        else
+            set_path(dst, sizeof dst, "%s/sub/x", out_dir);
+        set_path(src, sizeof src, "%s:%s", id, cases[i].path);
+        const char *const args[] = { "cp", cases[i].flag, src, dst, NULL };
+        cli_spec spec = { 0 };
+
+        spec.args = args;
+        spec.env = started_env;
+        spec.keep_sandboxes = 1;
+        spec.stop_file = started;
+        spec.stop_signal = SIGTERM;
+        unlink(started);
+        r = run_spec(&spec);
+        cr_expect_eq(access(started, F_OK), 0, "%s: the transfer never began", cases[i].path);
+        cr_expect_eq(r.status, 143, "%s: status %d, stderr \"%s\"", cases[i].path, r.status,
+                     r.err);
+        cr_expect_str_eq(r.err, "sbx: SIGTERM received; the copy was cancelled\n", "%s: \"%s\"",
+                         cases[i].path, r.err);
+        cr_expect(r.secs - r.stop_secs < 1.0, "%s: sbx took %.2f s after the signal",
+                  cases[i].path, r.secs - r.stop_secs);
+        free_run(&r);
+        cr_expect(access(out_dir, F_OK) < 0 && errno == ENOENT, "%s: %s was left",
+                  cases[i].path, out_dir);
+        cr_expect_eq(count_entries(keep), 0, "%s: something was left in %s", cases[i].path,
+                     keep);
+        expect_no_tool_processes(3);
+    }
+
+    r = SBX_KEEP("rm", id);
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    free_run(&r);
     free(id);
 }

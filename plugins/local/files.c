@@ -35,6 +35,22 @@
 
 static const sbx_host_services *host;
 
+#ifdef SBX_LOCAL_FAULTY
+/* tests/plugins/faults.c: 1 when a transfer of @path was cancelled. */
+int sbx_fault_path(const char *path, const sbx_call_ctx *ctx);
+/* Fails the slot when the fault plugin cancelled it (closing @fd). */
+#define FAULT_PATH(env, path, ctx, error, fd)                                               \
+    do {                                                                                    \
+        if (sbx_fault_path((path), (ctx))) {                                                \
+            close(fd);                                                                      \
+            fail((env), (error), SBX_ERROR_TIMEOUT, (path), "call cancelled (fault plugin)"); \
+            return -1;                                                                      \
+        }                                                                                   \
+    } while (0)
+#else
+#define FAULT_PATH(env, path, ctx, error, fd) ((void)0)
+#endif
+
 void local_files_setup(const sbx_host_services *services)
 {
     host = services;
@@ -280,6 +296,7 @@ int local_read_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const 
 
     if (root < 0)
         return -1;
+    FAULT_PATH(&env, path, ctx, error, root);
     /* O_NONBLOCK: a fifo in the sandbox must not hang the open. */
     in = sbx_fs_open_beneath(root, path, 0, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0);
     close(root);
@@ -427,6 +444,7 @@ int local_download_tar(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, con
 
     if (root < 0)
         return -1;
+    FAULT_PATH(&env, path, ctx, error, root);
     dfd = sbx_fs_open_beneath(root, path, 0, O_RDONLY | O_DIRECTORY, 0);
     close(root);
     if (dfd < 0) {
