@@ -222,10 +222,16 @@ typedef struct op_outcome {
     sbx_file_info **list;     /* list_files */
     size_t count;
     int64_t value;            /* transfers: bytes or entries; is_alive */
+    sbx_sandbox *sandbox;     /* create */
 } op_outcome;
 
+/* Frees what @o holds; a sandbox it holds is destroyed first. */
 static void op_outcome_clear(op_outcome *o)
 {
+    if (o->sandbox != NULL) {
+        sbx_sandbox_destroy(o->sandbox, NULL);
+        sbx_sandbox_free(o->sandbox);
+    }
     sbx_error_free(o->error);
     sbx_result_free(o->result);
     sbx_file_info_list_free(o->list, o->count);
@@ -241,6 +247,10 @@ static void on_op_done(sbx_op *op, void *user_data)
     o->result = sbx_op_steal_result(op);
     o->list = sbx_op_steal_file_list(op, &o->count);
     o->value = sbx_op_get_int64(op);
+    /* A cancelled create's sandbox is left to the library, which destroys
+     * it before the pool is freed. */
+    if (o->error == NULL || sbx_error_get_code(o->error) != SBX_ERROR_CANCELLED)
+        o->sandbox = sbx_op_steal_sandbox(op);
 }
 
 /* Submits one operation to @async (its done callback and user data given). */
@@ -261,11 +271,11 @@ static double monotonic_secs(void)
  * the caller's to clear; a failure is in out->error, not reported); 128+N
  * when stop signal N came first (reported; the call was cancelled and
  * returned within the grace, its outcome dropped); EXIT_TOOL when it could
- * not be started (reported). When the cancelled call does not return in
- * time, @cleanup (may be NULL) runs with @cleanup_arg and sbx exits 128+N
- * without waiting for it.
+ * not be started (reported). When the cancelled call does not return
+ * within @grace seconds, @cleanup (may be NULL) runs with @cleanup_arg and
+ * sbx exits 128+N without waiting for it.
  */
-static int call_interruptibly(submit_fn submit, void *arg, const char *what,
+static int call_interruptibly(submit_fn submit, void *arg, const char *what, double grace,
                               void (*cleanup)(void *), void *cleanup_arg, op_outcome *out)
 {
     sbx_error *error = NULL;
@@ -316,7 +326,7 @@ static int call_interruptibly(submit_fn submit, void *arg, const char *what,
         if (g_signal != 0 && !cancelled) {
             sbx_op_cancel(op);
             cancelled = 1;
-            deadline = monotonic_secs() + CANCEL_GRACE_SECS;
+            deadline = monotonic_secs() + grace;
         } else if (cancelled && monotonic_secs() >= deadline) {
             /* The call ignores its cancellation: leave it behind. */
             msg("%s received; %s was cancelled", signal_name(g_signal), what);
@@ -341,6 +351,7 @@ typedef struct call_args {
     sbx_sandbox *sandbox;
     const char *a, *b;                 /* paths: sandbox / local as the call takes them */
     const sbx_exec_request *request;
+    const sbx_options *options;
 } call_args;
 
 static sbx_op *submit_exec(sbx_async *async, void *arg, sbx_op_done_fn done, void *ud,
@@ -389,6 +400,15 @@ static sbx_op *submit_download_dir(sbx_async *async, void *arg, sbx_op_done_fn d
     call_args *c = arg;
 
     return sbx_sandbox_download_dir_async(async, c->sandbox, c->a, c->b, done, ud, error);
+}
+
+/* For create: @a is the backend, @options the options. */
+static sbx_op *submit_create(sbx_async *async, void *arg, sbx_op_done_fn done, void *ud,
+                             sbx_error **error)
+{
+    call_args *c = arg;
+
+    return sbx_create_async(async, c->a, c->options, done, ud, error);
 }
 
 static sbx_op *submit_destroy(sbx_async *async, void *arg, sbx_op_done_fn done, void *ud,
@@ -2298,6 +2318,8 @@ static int cmd_create(int argc, char **argv)
     sbx_sandbox *sandbox = NULL;
     sbx_error *error = NULL;
     char *state = NULL, *dir = NULL, created[32];
+    call_args call = { 0 };
+    op_outcome outcome;
     int status;
 
     options = sbx_options_new();
@@ -2317,15 +2339,24 @@ static int cmd_create(int argc, char **argv)
     if (state_dir_open(1, &dir) < 0)
         goto out;
     iso8601_now(created);
-    sandbox = create_sandbox(backend, options);
-    if (sandbox == NULL)
+    /* A stop signal cancels the creation; the library undoes what it made
+     * (a sandbox half made or made meanwhile is destroyed). */
+    call.a = backend;
+    call.options = options;
+    status = call_interruptibly(submit_create, &call, "the creation", SIGNAL_DRAIN_SECS, NULL,
+                                NULL, &outcome);
+    if (status != 0)
         goto out;
-    if (g_signal != 0) {
-        msg("%s received; destroying the sandbox", signal_name(g_signal));
-        destroy_sandbox(sandbox);
-        status = 128 + g_signal;
+    status = EXIT_TOOL;
+    sandbox = outcome.sandbox;
+    outcome.sandbox = NULL;
+    if (sandbox == NULL) {
+        msg_error(outcome.error);
+        outcome.error = NULL;
+        op_outcome_clear(&outcome);
         goto out;
     }
+    op_outcome_clear(&outcome);
     state = sbx_sandbox_session_state(sandbox, &error);
     if (state == NULL) {
         msg_error(error);
@@ -2432,7 +2463,7 @@ static int cmd_exec(int argc, char **argv)
     call.sandbox = sandbox;
     call.request = &request;
     /* On a stop signal the command's processes end; the sandbox stays. */
-    status = call_interruptibly(submit_exec, &call, "the command", NULL, NULL, &outcome);
+    status = call_interruptibly(submit_exec, &call, "the command", CANCEL_GRACE_SECS, NULL, NULL, &outcome);
     if (status == 0) {
         status = EXIT_TOOL;
         if (outcome.result == NULL) {
@@ -2513,9 +2544,9 @@ static char *join_base(const char *dir, const char *path)
  */
 static int sandbox_is_dir(sbx_sandbox *sandbox, const char *path)
 {
-    call_args call = { sandbox, path, NULL, NULL };
+    call_args call = { sandbox, path, NULL, NULL, NULL };
     op_outcome o;
-    int status = call_interruptibly(submit_list, &call, "the copy", NULL, NULL, &o);
+    int status = call_interruptibly(submit_list, &call, "the copy", CANCEL_GRACE_SECS, NULL, NULL, &o);
 
     if (status != 0)
         return status == EXIT_TOOL ? 0 : status;
@@ -2688,14 +2719,15 @@ static void cp_leftovers_free(cp_leftovers *l)
 static int cp_transfer(submit_fn submit, sbx_sandbox *sandbox, const char *sandbox_path,
                        const char *local_path, int to_host)
 {
-    call_args call = { sandbox, sandbox_path, local_path, NULL };
+    call_args call = { sandbox, sandbox_path, local_path, NULL, NULL };
     cp_leftovers left;
     op_outcome o;
     int status;
 
     if (to_host)
         cp_leftovers_note(&left, local_path);
-    status = call_interruptibly(submit, &call, "the copy", to_host ? cp_leftovers_remove : NULL,
+    status = call_interruptibly(submit, &call, "the copy", CANCEL_GRACE_SECS,
+                                to_host ? cp_leftovers_remove : NULL,
                                 to_host ? &left : NULL, &o);
     if (to_host)
         cp_leftovers_free(&left);
@@ -2866,7 +2898,7 @@ static int cmd_ls(int argc, char **argv)
         return EXIT_TOOL;
     call.sandbox = sandbox;
     call.a = path;
-    status = call_interruptibly(submit_list, &call, "the listing", NULL, NULL, &outcome);
+    status = call_interruptibly(submit_list, &call, "the listing", CANCEL_GRACE_SECS, NULL, NULL, &outcome);
     if (status == 0 && outcome.list == NULL) {
         msg_error(outcome.error);
         outcome.error = NULL;
@@ -2946,7 +2978,7 @@ static int remove_one(const char *id)
         return 1;
     }
     call.sandbox = sandbox;
-    status = call_interruptibly(submit_destroy, &call, "the removal", NULL, NULL, &outcome);
+    status = call_interruptibly(submit_destroy, &call, "the removal", CANCEL_GRACE_SECS, NULL, NULL, &outcome);
     if (status == 0 && outcome.error != NULL) {
         msg_error(outcome.error);
         outcome.error = NULL;

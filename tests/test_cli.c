@@ -2549,3 +2549,50 @@ Test(cli, cp_ends_on_sigterm_while_the_transfer_blocks_and_leaves_nothing)
     free_run(&r);
     free(id);
 }
+
+/* `sbx create` ends on SIGTERM while the sandbox is being made (here: a
+ * preset's setup command that sleeps): 143 at once, and neither a sandbox
+ * nor a record nor the setup command is left. */
+Test(cli, create_ends_on_sigterm_and_leaves_no_sandbox)
+{
+    char dir[PATH_MAX + 16], file[PATH_MAX + 32], started[PATH_MAX + 16];
+    char var[PATH_MAX + 48], doc[2 * PATH_MAX], path[PATH_MAX + 32];
+    const char *env[] = { var, NULL };
+    const char *const args[] = { "create", "--preset", "t-sleepy", NULL };
+    cli_spec spec = { 0 };
+    FILE *f;
+
+    set_path(dir, sizeof dir, "%s/presets", g_tmpdir);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    set_path(started, sizeof started, "%s/started", g_tmpdir);
+    set_path(file, sizeof file, "%s/t-sleepy.json", dir);
+    set_path(doc, sizeof doc, "{\"name\": \"t-sleepy\", \"setup_commands\": "
+             "[\"echo $$ > %s.tmp && mv %s.tmp %s && exec sleep 100\"]}", started, started,
+             started);
+    f = fopen(file, "w");
+    cr_assert_not_null(f);
+    fputs(doc, f);
+    fclose(f);
+    set_path(var, sizeof var, "SBX_PRESET_PATH=%s", dir);
+
+    spec.args = args;
+    spec.env = env;
+    spec.stop_file = started;
+    spec.stop_signal = SIGTERM;
+    cli_run r = run_spec(&spec);   /* checks that no sandbox directory is left */
+    cr_expect_eq(r.status, 143, "status %d, stderr \"%s\"", r.status, r.err);
+    cr_expect_str_eq(r.err, "sbx: SIGTERM received; the creation was cancelled\n");
+    cr_expect_str_empty(r.out);
+    cr_expect(r.stop_secs > 0 && r.secs - r.stop_secs < 1.0, "sbx took %.2f s after the signal",
+              r.secs - r.stop_secs);
+    free_run(&r);
+
+    char *pid_text = slurp(started, NULL);
+    pid_t pid = (pid_t)atoi(pid_text);
+    free(pid_text);
+    cr_assert(pid > 1);
+    cr_expect(pid_gone(pid), "the setup command (pid %d) still runs", (int)pid);
+    set_path(path, sizeof path, "%s/state/sandboxes", g_tmpdir);
+    cr_expect_eq(count_entries(path), 0, "a record was left");
+    expect_no_tool_processes(3);
+}
