@@ -30,6 +30,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -191,6 +192,446 @@ static const char *signal_name(int signo)
     case SIGHUP: return "SIGHUP";
     default: return "a signal";
     }
+}
+
+/* ------------------------------------------------- interruptible calls */
+
+/*
+ * Every command ends on SIGINT, SIGTERM and SIGHUP. The handlers (set once,
+ * in main) only record the signal and wake the main thread through a
+ * pipe. A library call that may block (exec, file transfers, listings,
+ * destroy) runs as an operation of a one-worker sbx_async pool while the
+ * main thread waits for it or for a stop signal; on a signal the operation
+ * is cancelled (sbx_op_cancel: an exec's processes end, a transfer stops
+ * and the library removes its staging files). A call that has not
+ * returned CANCEL_GRACE_SECS later is left behind: the command's cleanup
+ * hook removes what it may have left on this host and sbx exits at once.
+ * Either way the exit status is 128+N for signal N.
+ */
+
+/* How long a cancelled call may take to return before sbx leaves it. */
+#define CANCEL_GRACE_SECS 0.6
+
+static void drain_fd(int fd);
+
+/* What a finished operation handed over (each NULL / 0 when not its kind). */
+typedef struct op_outcome {
+    int done;
+    sbx_error *error;
+    sbx_result *result;       /* exec */
+    sbx_file_info **list;     /* list_files */
+    size_t count;
+    int64_t value;            /* transfers: bytes or entries; is_alive */
+    sbx_sandbox *sandbox;     /* create */
+} op_outcome;
+
+/* Frees what @o holds; a sandbox it holds is destroyed first. */
+static void op_outcome_clear(op_outcome *o)
+{
+    if (o->sandbox != NULL) {
+        sbx_sandbox_destroy(o->sandbox, NULL);
+        sbx_sandbox_free(o->sandbox);
+    }
+    sbx_error_free(o->error);
+    sbx_result_free(o->result);
+    sbx_file_info_list_free(o->list, o->count);
+    memset(o, 0, sizeof *o);
+}
+
+static void on_op_done(sbx_op *op, void *user_data)
+{
+    op_outcome *o = user_data;
+
+    o->done = 1;
+    o->error = sbx_op_steal_error(op);
+    o->result = sbx_op_steal_result(op);
+    o->list = sbx_op_steal_file_list(op, &o->count);
+    o->value = sbx_op_get_int64(op);
+    /* A cancelled create's sandbox is left to the library, which destroys
+     * it before the pool is freed. */
+    if (o->error == NULL || sbx_error_get_code(o->error) != SBX_ERROR_CANCELLED)
+        o->sandbox = sbx_op_steal_sandbox(op);
+}
+
+/* Submits one operation to @async (its done callback and user data given). */
+typedef sbx_op *(*submit_fn)(sbx_async *async, void *arg, sbx_op_done_fn done,
+                             void *user_data, sbx_error **error);
+
+static double monotonic_secs(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/*
+ * Runs the call @submit submits (with @arg) and waits for it or a stop
+ * signal. Returns 0 when the call finished first (its outcome in *@out,
+ * the caller's to clear; a failure is in out->error, not reported); 128+N
+ * when stop signal N came first (reported; the call was cancelled and
+ * returned within the grace, its outcome dropped); EXIT_TOOL when it could
+ * not be started (reported). When the cancelled call does not return
+ * within @grace seconds, @cleanup (may be NULL) runs with @cleanup_arg and
+ * sbx exits 128+N without waiting for it.
+ */
+static int call_interruptibly(submit_fn submit, void *arg, const char *what, double grace,
+                              void (*cleanup)(void *), void *cleanup_arg, op_outcome *out)
+{
+    sbx_error *error = NULL;
+    sbx_async *async;
+    sbx_op *op;
+    double deadline = 0;
+    int cancelled = 0;
+
+    memset(out, 0, sizeof *out);
+    if (g_signal != 0) {
+        msg("%s received; %s was not started", signal_name(g_signal), what);
+        return 128 + g_signal;
+    }
+    async = sbx_async_new(1, &error);
+    if (async == NULL) {
+        msg_error(error);
+        return EXIT_TOOL;
+    }
+    op = submit(async, arg, on_op_done, out, &error);
+    if (op == NULL) {
+        msg_error(error);
+        sbx_async_free(async);
+        return EXIT_TOOL;
+    }
+    while (!out->done) {
+        struct pollfd pfd[2];
+        int timeout = -1;
+
+        pfd[0].fd = sbx_async_get_fd(async);
+        pfd[0].events = POLLIN;
+        pfd[1].fd = g_signal_pipe[0];
+        pfd[1].events = POLLIN;
+        if (cancelled) {
+            double left = deadline - monotonic_secs();
+
+            timeout = left > 0 ? (int)(left * 1000) + 1 : 0;
+        } else if (g_signal_pipe[0] < 0) {
+            timeout = 100;
+        }
+        if (poll(pfd, 2, timeout) > 0) {
+            if (pfd[1].revents & POLLIN)
+                drain_fd(g_signal_pipe[0]);
+            if (pfd[0].revents & POLLIN)
+                sbx_async_dispatch(async);
+        }
+        if (out->done)
+            break;
+        if (g_signal != 0 && !cancelled) {
+            sbx_op_cancel(op);
+            cancelled = 1;
+            deadline = monotonic_secs() + grace;
+        } else if (cancelled && monotonic_secs() >= deadline) {
+            /* The call ignores its cancellation: leave it behind. */
+            msg("%s received; %s was cancelled", signal_name(g_signal), what);
+            if (cleanup != NULL)
+                cleanup(cleanup_arg);
+            fflush(stdout);
+            _exit(128 + g_signal);
+        }
+    }
+    sbx_async_free(async);
+    if (cancelled || (g_signal != 0 && out->error != NULL &&
+                      sbx_error_get_code(out->error) == SBX_ERROR_CANCELLED)) {
+        op_outcome_clear(out);
+        msg("%s received; %s was cancelled", signal_name(g_signal), what);
+        return 128 + g_signal;
+    }
+    return 0;
+}
+
+/* The calls the commands make through call_interruptibly. */
+typedef struct call_args {
+    sbx_sandbox *sandbox;
+    const char *a, *b;                 /* paths: sandbox / local as the call takes them */
+    const sbx_exec_request *request;
+    const sbx_options *options;
+} call_args;
+
+static sbx_op *submit_exec(sbx_async *async, void *arg, sbx_op_done_fn done, void *ud,
+                           sbx_error **error)
+{
+    call_args *c = arg;
+
+    return sbx_sandbox_execute_command_async(async, c->sandbox, c->request, done, ud, error);
+}
+
+static sbx_op *submit_list(sbx_async *async, void *arg, sbx_op_done_fn done, void *ud,
+                           sbx_error **error)
+{
+    call_args *c = arg;
+
+    return sbx_sandbox_list_files_async(async, c->sandbox, c->a, done, ud, error);
+}
+
+static sbx_op *submit_upload_file(sbx_async *async, void *arg, sbx_op_done_fn done, void *ud,
+                                  sbx_error **error)
+{
+    call_args *c = arg;
+
+    return sbx_sandbox_upload_file_async(async, c->sandbox, c->b, c->a, done, ud, error);
+}
+
+static sbx_op *submit_upload_dir(sbx_async *async, void *arg, sbx_op_done_fn done, void *ud,
+                                 sbx_error **error)
+{
+    call_args *c = arg;
+
+    return sbx_sandbox_upload_dir_async(async, c->sandbox, c->b, c->a, done, ud, error);
+}
+
+static sbx_op *submit_download_file(sbx_async *async, void *arg, sbx_op_done_fn done,
+                                    void *ud, sbx_error **error)
+{
+    call_args *c = arg;
+
+    return sbx_sandbox_download_file_async(async, c->sandbox, c->a, c->b, done, ud, error);
+}
+
+static sbx_op *submit_download_dir(sbx_async *async, void *arg, sbx_op_done_fn done,
+                                   void *ud, sbx_error **error)
+{
+    call_args *c = arg;
+
+    return sbx_sandbox_download_dir_async(async, c->sandbox, c->a, c->b, done, ud, error);
+}
+
+/* For create: @a is the backend, @options the options. */
+static sbx_op *submit_create(sbx_async *async, void *arg, sbx_op_done_fn done, void *ud,
+                             sbx_error **error)
+{
+    call_args *c = arg;
+
+    return sbx_create_async(async, c->a, c->options, done, ud, error);
+}
+
+static sbx_op *submit_destroy(sbx_async *async, void *arg, sbx_op_done_fn done, void *ud,
+                              sbx_error **error)
+{
+    call_args *c = arg;
+
+    return sbx_sandbox_destroy_async(async, c->sandbox, done, ud, error);
+}
+
+/* ---------------------------------------------------------- names shown */
+
+/*
+ * Names that come from a sandbox (file names, record fields) are bytes the
+ * sandbox chose. Table output escapes them so they cannot drive the
+ * terminal or fake extra lines; JSON output keeps the document valid UTF-8
+ * and the exact bytes recoverable.
+ */
+
+/* The length of the valid UTF-8 sequence at @s (at most @n bytes): 1-4, or
+ * 0 when the bytes there are not valid UTF-8 (overlong forms, surrogates
+ * and code points above U+10FFFF are not). *@cp gets the code point. */
+static size_t utf8_seq(const unsigned char *s, size_t n, uint32_t *cp)
+{
+    size_t len, i;
+    uint32_t c;
+
+    if (s[0] < 0x80) {
+        *cp = s[0];
+        return 1;
+    }
+    if (s[0] >= 0xc2 && s[0] <= 0xdf) {
+        len = 2;
+        c = s[0] & 0x1f;
+    } else if (s[0] >= 0xe0 && s[0] <= 0xef) {
+        len = 3;
+        c = s[0] & 0x0f;
+    } else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+        len = 4;
+        c = s[0] & 0x07;
+    } else {
+        return 0;
+    }
+    if (n < len)
+        return 0;
+    for (i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        c = (c << 6) | (s[i] & 0x3f);
+    }
+    if ((len == 3 && c < 0x800) || (len == 4 && (c < 0x10000 || c > 0x10ffff)) ||
+        (c >= 0xd800 && c <= 0xdfff))
+        return 0;
+    *cp = c;
+    return len;
+}
+
+/* 1 when @s is valid UTF-8. */
+static int utf8_valid(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), len;
+    uint32_t cp;
+
+    while (n > 0) {
+        len = utf8_seq(p, n, &cp);
+        if (len == 0)
+            return 0;
+        p += len;
+        n -= len;
+    }
+    return 1;
+}
+
+/*
+ * @s for a table (new string; NULL when memory runs out): a backslash
+ * becomes "\\", newline, carriage return and tab "\n", "\r", "\t", every
+ * other control character (C0, DEL and the C1 controls U+0080-U+009F) and
+ * every byte that is not part of valid UTF-8 "\xHH" for each of its bytes;
+ * the rest (printable ASCII, valid UTF-8) is kept as is.
+ */
+static char *escape_name(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), len, o = 0;
+    char *out = malloc(4 * n + 1);
+    uint32_t cp;
+
+    if (out == NULL)
+        return NULL;
+    while (n > 0) {
+        len = utf8_seq(p, n, &cp);
+        if (len == 1 && cp == '\\') {
+            out[o++] = '\\';
+            out[o++] = '\\';
+        } else if (len == 1 && (cp == '\n' || cp == '\r' || cp == '\t')) {
+            out[o++] = '\\';
+            out[o++] = cp == '\n' ? 'n' : cp == '\r' ? 'r' : 't';
+        } else if (len == 0 || cp < 0x20 || (cp >= 0x7f && cp <= 0x9f)) {
+            size_t k, bytes = len ? len : 1;
+
+            for (k = 0; k < bytes; k++)
+                o += (size_t)sprintf(out + o, "\\x%02x", p[k]);
+            len = bytes;
+        } else {
+            memcpy(out + o, p, len);
+            o += len;
+        }
+        p += len;
+        n -= len;
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/* Prints @s escaped (escape_name) to stdout. */
+static void print_escaped(const char *s)
+{
+    char *e = escape_name(s);
+
+    fputs(e != NULL ? e : "?", stdout);
+    free(e);
+}
+
+/* Base64 (RFC 4648, with padding) of @s, as a new string. */
+static char *base64_of(const char *s)
+{
+    static const char abc[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), i, o = 0;
+    char *out = malloc((n + 2) / 3 * 4 + 1);
+
+    if (out == NULL)
+        return NULL;
+    for (i = 0; i + 2 < n; i += 3) {
+        out[o++] = abc[p[i] >> 2];
+        out[o++] = abc[((p[i] & 3) << 4) | (p[i + 1] >> 4)];
+        out[o++] = abc[((p[i + 1] & 15) << 2) | (p[i + 2] >> 6)];
+        out[o++] = abc[p[i + 2] & 63];
+    }
+    if (i < n) {
+        out[o++] = abc[p[i] >> 2];
+        if (i + 1 < n) {
+            out[o++] = abc[((p[i] & 3) << 4) | (p[i + 1] >> 4)];
+            out[o++] = abc[(p[i + 1] & 15) << 2];
+        } else {
+            out[o++] = abc[(p[i] & 3) << 4];
+            out[o++] = '=';
+        }
+        out[o++] = '=';
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/*
+ * Adds @key: @s to JSON object @o so that the document stays valid UTF-8:
+ * @s itself when it is valid UTF-8 (JSON escapes its control characters);
+ * else @s with each byte that is not part of valid UTF-8 replaced by
+ * U+FFFD, plus KEY_base64: the exact bytes in base64.
+ */
+static void json_add_name(json_object *o, const char *key, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), len, w = 0;
+    char *shown, *b64, b64_key[64];
+    uint32_t cp;
+
+    if (utf8_valid(s)) {
+        json_object_object_add(o, key, json_object_new_string(s));
+        return;
+    }
+    shown = malloc(3 * n + 1);
+    b64 = base64_of(s);
+    if (shown != NULL) {
+        while (n > 0) {
+            len = utf8_seq(p, n, &cp);
+            if (len == 0) {
+                memcpy(shown + w, "\xef\xbf\xbd", 3);
+                w += 3;
+                len = 1;
+            } else {
+                memcpy(shown + w, p, len);
+                w += len;
+            }
+            p += len;
+            n -= len;
+        }
+        shown[w] = '\0';
+    }
+    json_object_object_add(o, key, shown != NULL ? json_object_new_string(shown) : NULL);
+    snprintf(b64_key, sizeof b64_key, "%s_base64", key);
+    json_object_object_add(o, b64_key, b64 != NULL ? json_object_new_string(b64) : NULL);
+    free(shown);
+    free(b64);
+}
+
+/*
+ * Prints @doc, pretty, and a newline to stdout. json-c escapes the C0
+ * controls; DEL and the C1 controls (U+0080-U+009F), which a terminal may
+ * also act on, are written as \u007f and \u0080-\u009f: the same string to
+ * any JSON reader. (Those bytes occur only inside strings, and the text is
+ * valid UTF-8, so 0xc2 there is always a lead byte.)
+ */
+static void print_json(json_object *doc)
+{
+    const char *text = json_object_to_json_string_ext(
+        doc, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+                 JSON_C_TO_STRING_NOSLASHESCAPE);
+    const unsigned char *p = (const unsigned char *)(text != NULL ? text : "null");
+
+    for (; *p != '\0'; p++) {
+        if (*p == 0x7f) {
+            fputs("\\u007f", stdout);
+        } else if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+            printf("\\u00%02x", p[1]);
+            p++;
+        } else {
+            putchar(*p);
+        }
+    }
+    putchar('\n');
 }
 
 /* ------------------------------------------------------------------ output */
@@ -433,7 +874,11 @@ static void usage_main(FILE *out)
 "\n"
 "Exit status: the command's own (128+N when it was killed by signal N, 124\n"
 "when it timed out); 125 when sbx itself failed (bad usage, missing backend,\n"
-"sandbox creation failed, no such sandbox).\n",
+"sandbox creation failed, no such sandbox).\n"
+"\n"
+"Every command ends on SIGINT, SIGTERM and SIGHUP with status 128+N: the call\n"
+"in progress is cancelled (a command run by exec ends, a copy stops and what\n"
+"it made on this host is removed; run and exec-code destroy their sandbox).\n",
             sbx_plugin_dir());
 }
 
@@ -519,7 +964,9 @@ static void usage_create(FILE *out)
 "Create a sandbox that outlives sbx, print its id (alone on one line) and\n"
 "leave it running, for `sbx exec`, `sbx cp`, `sbx ls` and `sbx rm`. The id\n"
 "maps to the sandbox's session state (no environment value, no credential),\n"
-"recorded in %s.\n"
+"recorded in %s\n"
+"(refused unless it, its records and its parents are the user's, or root's\n"
+"for parents, and not writable by group or others).\n"
 "\n"
 "  -b, --backend=BACKEND   backend to use (default: $SBX_BACKEND, else local)\n"
 "  -e, --env=KEY=VALUE     set an environment variable for every command of\n"
@@ -560,8 +1007,8 @@ static void usage_exec(FILE *out)
 "                          (default: the sandbox's timeout)\n"
 "  -h, --help              show this help and exit\n"
 "\n"
-"The command's standard input is empty. When sbx is ended by a signal, the\n"
-"command's processes end with it; the sandbox stays.\n"
+"The command's standard input is empty. On SIGINT, SIGTERM or SIGHUP the\n"
+"command's processes are ended and sbx exits with 128+N; the sandbox stays.\n"
 "\n"
 "Exit status: the command's (128+N when killed by signal N, 124 when it\n"
 "timed out); 125 when sbx itself failed (\"no such sandbox: ID\" for an id\n"
@@ -588,7 +1035,11 @@ static void usage_cp(FILE *out)
 "  -r, -R, --recursive   copy directories\n"
 "  -h, --help            show this help and exit\n"
 "\n"
-"Exit status: 0 on success, 125 on failure.\n");
+"On SIGINT, SIGTERM or SIGHUP the copy is cancelled, its partial output on\n"
+"this host (staging files, directories it made) is removed and sbx exits\n"
+"with 128+N at once, also when the backend does not stop the transfer.\n"
+"\n"
+"Exit status: 0 on success, 125 on failure, 128+N after signal N.\n");
 }
 
 static void usage_ls(FILE *out)
@@ -598,10 +1049,16 @@ static void usage_ls(FILE *out)
 "\n"
 "List directory PATH (a sandbox path; default /, the sandbox's top) of the\n"
 "sandbox ID, sorted by name: one line per entry with its type (dir or\n"
-"file), its size in bytes and its name.\n"
+"file), its size in bytes and its name. Names are bytes the sandbox chose:\n"
+"a backslash is shown as \\\\, newline, carriage return and tab as \\n, \\r,\n"
+"\\t, and every other control character and every byte that is not valid\n"
+"UTF-8 as \\xHH, so a name is always one line and never drives the terminal.\n"
 "\n"
 "      --json   print a JSON array of objects {name, path, is_dir, size,\n"
-"               mode} (mode: the permission bits, as a number)\n"
+"               mode} (mode: the permission bits, as a number); the output\n"
+"               is always valid UTF-8: a name or path that is not has each\n"
+"               invalid byte shown as U+FFFD and its exact bytes in an added\n"
+"               name_base64 / path_base64 (RFC 4648 base64)\n"
 "  -h, --help   show this help and exit\n"
 "\n"
 "Exit status: 0 on success, 125 on failure.\n");
@@ -1249,9 +1706,7 @@ static void print_backends_json(backend_row *rows, size_t count)
                                    : NULL);
         json_object_array_add(array, o);
     }
-    printf("%s\n", json_object_to_json_string_ext(
-                       array, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
-                                  JSON_C_TO_STRING_NOSLASHESCAPE));
+    print_json(array);
     json_object_put(array);
 }
 
@@ -1378,6 +1833,14 @@ static int cmd_backends(int argc, char **argv)
  * makes are 0700 and the files 0600; a file is written to a temporary name
  * in the same directory, synced and renamed into place, so a reader sees a
  * whole file or none.
+ *
+ * A record decides what `sbx rm` destroys, so the state is used only when
+ * no other user can have planted it (state_dir_open, check_state_file):
+ * the sbx directory, sandboxes/ and each record are the effective user's,
+ * a real directory or regular file, not writable by group or others; every
+ * existing parent above is the user's or root's and not writable by group
+ * or others unless sticky. Anything else is a configuration error naming
+ * the path, its owner and its mode, and that state is not used at all.
  */
 
 /* Largest state file read (a session state is a few hundred bytes). */
@@ -1397,20 +1860,20 @@ static int id_valid(const char *id)
     return 1;
 }
 
-/* The directory holding the state files (new string); NULL when no base
+/* The directory sbx owns (new string): SBX_STATE_DIR, else
+ * $XDG_STATE_HOME/sbx, else $HOME/.local/state/sbx; NULL when no base
  * directory can be found (reported). */
-static char *state_dir(void)
+static char *state_base(void)
 {
     const char *base = getenv("SBX_STATE_DIR"), *home;
     char *dir = NULL;
 
     if (base != NULL && *base != '\0') {
-        if (asprintf(&dir, "%s/sandboxes", base) < 0)
-            dir = NULL;
+        dir = strdup(base);
     } else {
         base = getenv("XDG_STATE_HOME");
         if (base != NULL && base[0] == '/') {
-            if (asprintf(&dir, "%s/sbx/sandboxes", base) < 0)
+            if (asprintf(&dir, "%s/sbx", base) < 0)
                 dir = NULL;
         } else {
             home = getenv("HOME");
@@ -1424,7 +1887,7 @@ static char *state_dir(void)
                     "XDG_STATE_HOME or HOME");
                 return NULL;
             }
-            if (asprintf(&dir, "%s/.local/state/sbx/sandboxes", home) < 0)
+            if (asprintf(&dir, "%s/.local/state/sbx", home) < 0)
                 dir = NULL;
         }
     }
@@ -1433,42 +1896,163 @@ static char *state_dir(void)
     return dir;
 }
 
-/* Makes @path and its missing parents; the ones it makes are 0700, and
- * @path itself is made private (0700) when it is ours. Returns 0 or -1
- * (reported). */
-static int make_private_dirs(const char *path)
+/* "uid N (NAME)" of @uid into @buf. */
+static const char *uid_text(uid_t uid, char *buf, size_t size)
 {
-    char *copy = strdup(path), *p;
+    struct passwd *pw = getpwuid(uid);
+
+    if (pw != NULL)
+        snprintf(buf, size, "uid %u (%s)", (unsigned)uid, pw->pw_name);
+    else
+        snprintf(buf, size, "uid %u", (unsigned)uid);
+    return buf;
+}
+
+/*
+ * Reports that @what @path (the state directory or file; @parent, when not
+ * NULL, the ancestor of it that is wrong) is refused because of @st, and
+ * what it must be instead. @need says what the rule is.
+ */
+static void refuse_state_path(const char *what, const char *path, const char *parent,
+                              const struct stat *st, const char *need)
+{
+    char owner[160], me[160];
+
+    uid_text(st->st_uid, owner, sizeof owner);
+    uid_text(geteuid(), me, sizeof me);
+    if (parent != NULL)
+        msg("refusing the %s %s: its parent %s is owned by %s and has mode %04o; "
+            "it must be owned by %s%s and not writable by group or others "
+            "unless sticky [code=configuration]", what, path, parent, owner,
+            (unsigned)(st->st_mode & 07777), me, geteuid() == 0 ? "" : " or uid 0 (root)");
+    else
+        msg("refusing the %s %s: it is owned by %s and has mode %04o; it must be %s owned "
+            "by %s and not writable by group or others [code=configuration]", what, path,
+            owner, (unsigned)(st->st_mode & 07777), need, me);
+}
+
+/*
+ * Checks (and with @create makes, 0700) one directory sbx owns: a real
+ * directory (not a symlink), owned by the effective user, not writable by
+ * group or others; one that is merely readable by others is made 0700.
+ * Returns 1, 0 when it does not exist and !@create, or -1 (reported).
+ */
+static int own_dir(const char *path, int create)
+{
     struct stat st;
 
-    if (copy == NULL) {
-        msg("out of memory");
-        return -1;
-    }
-    for (p = copy + 1; ; p++) {
-        if (*p != '/' && *p != '\0')
-            continue;
-        char saved = *p;
-
-        *p = '\0';
-        if (mkdir(copy, 0700) == 0) {
-            chmod(copy, 0700);
-        } else if (errno != EEXIST) {
-            msg("cannot create the state directory %s: %s", copy, strerror(errno));
-            free(copy);
+    if (lstat(path, &st) < 0) {
+        if (errno != ENOENT) {
+            msg("cannot use the state directory %s: %s", path, strerror(errno));
             return -1;
         }
-        *p = saved;
-        if (saved == '\0')
-            break;
+        if (!create)
+            return 0;
+        if (mkdir(path, 0700) < 0 && errno != EEXIST) {
+            msg("cannot create the state directory %s: %s", path, strerror(errno));
+            return -1;
+        }
+        if (lstat(path, &st) < 0) {
+            msg("cannot use the state directory %s: %s", path, strerror(errno));
+            return -1;
+        }
     }
-    free(copy);
-    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
-        msg("the state directory %s is not a directory", path);
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022) != 0) {
+        refuse_state_path("state directory", path, NULL, &st, "a directory");
         return -1;
     }
-    if (st.st_uid == getuid() && (st.st_mode & 07777) != 0700 && chmod(path, 0700) < 0) {
+    if ((st.st_mode & 07777) != 0700 && chmod(path, 0700) < 0) {
         msg("cannot make the state directory %s private: %s", path, strerror(errno));
+        return -1;
+    }
+    return 1;
+}
+
+/*
+ * The directory holding the state files (new string in *@dir), checked:
+ * every existing ancestor of the directory sbx owns is owned by the user
+ * or root and not writable by group or others unless sticky (as /tmp);
+ * the directory sbx owns and its sandboxes/ are the user's own, private
+ * (see own_dir). With @create, what is missing is made 0700. Returns 1;
+ * 0 when the directory does not exist and !@create (nothing recorded);
+ * -1 (reported, a configuration error naming the path, its owner and
+ * mode).
+ */
+static int state_dir_open(int create, char **dir)
+{
+    char *base = state_base(), *p;
+    struct stat st;
+    int r = -1;
+
+    *dir = NULL;
+    if (base == NULL)
+        return -1;
+    /* The ancestors: none may let another user swap what is below. */
+    for (p = base + 1; (p = strchr(p, '/')) != NULL; p++) {
+        *p = '\0';
+        if (stat(base, &st) == 0) {
+            if (!S_ISDIR(st.st_mode)) {
+                msg("cannot use the state directory: %s is not a directory", base);
+                goto out;
+            }
+            if ((st.st_uid != 0 && st.st_uid != geteuid()) ||
+                ((st.st_mode & 022) != 0 && !(st.st_mode & S_ISVTX))) {
+                char *full = NULL;
+
+                *p = '/';
+                if (asprintf(&full, "%s/sandboxes", base) < 0)
+                    full = NULL;
+                *p = '\0';
+                refuse_state_path("state directory", full ? full : "", base, &st, NULL);
+                free(full);
+                goto out;
+            }
+        } else if (errno != ENOENT) {
+            msg("cannot use the state directory %s: %s", base, strerror(errno));
+            goto out;
+        } else if (!create) {
+            r = 0;
+            goto out;
+        } else if (mkdir(base, 0700) < 0 && errno != EEXIST) {
+            msg("cannot create the state directory %s: %s", base, strerror(errno));
+            goto out;
+        }
+        *p = '/';
+    }
+    r = own_dir(base, create);
+    if (r <= 0)
+        goto out;
+    if (asprintf(dir, "%s/sandboxes", base) < 0) {
+        *dir = NULL;
+        msg("out of memory");
+        r = -1;
+        goto out;
+    }
+    r = own_dir(*dir, create);
+    if (r <= 0) {
+        free(*dir);
+        *dir = NULL;
+    }
+out:
+    free(base);
+    return r;
+}
+
+/* Checks the state file open on @fd (@path, for messages): a regular
+ * file of the effective user, not writable by group or others, at most
+ * STATE_FILE_MAX bytes. Returns 0 or -1 (reported). */
+static int check_state_file(int fd, const char *path, struct stat *st)
+{
+    if (fstat(fd, st) < 0) {
+        msg("cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st->st_mode) || st->st_uid != geteuid() || (st->st_mode & 022) != 0) {
+        refuse_state_path("state file", path, NULL, st, "a regular file");
+        return -1;
+    }
+    if (st->st_size > STATE_FILE_MAX) {
+        msg("%s is not a sandbox record (larger than %d bytes)", path, STATE_FILE_MAX);
         return -1;
     }
     return 0;
@@ -1542,8 +2126,7 @@ static int state_store(const char *id, const char *created, const char *state)
     json_object_object_add(doc, "state", st);
     text = json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN |
                                                JSON_C_TO_STRING_NOSLASHESCAPE);
-    dir = state_dir();
-    if (dir == NULL || make_private_dirs(dir) < 0)
+    if (state_dir_open(1, &dir) < 0)
         goto out;
     if (asprintf(&path, "%s/%s.json", dir, id) < 0 ||
         asprintf(&tmp, "%s/.%s.json.XXXXXX", dir, id) < 0) {
@@ -1636,9 +2219,10 @@ static int state_load(const char *id, state_record *rec)
     memset(rec, 0, sizeof *rec);
     if (!id_valid(id))
         return 1;
-    dir = state_dir();
-    if (dir == NULL)
-        return -1;
+    rc = state_dir_open(0, &dir);
+    if (rc <= 0)
+        return rc < 0 ? -1 : 1;
+    rc = -1;
     if (asprintf(&path, "%s/%s.json", dir, id) < 0) {
         path = NULL;
         msg("out of memory");
@@ -1653,10 +2237,8 @@ static int state_load(const char *id, state_record *rec)
         msg("cannot read %s: %s", path, strerror(errno));
         goto out;
     }
-    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_size > STATE_FILE_MAX) {
-        msg("%s is not a sandbox record", path);
+    if (check_state_file(fd, path, &sb) < 0)
         goto out;
-    }
     buf = malloc((size_t)sb.st_size + 1);
     if (buf == NULL) {
         msg("out of memory");
@@ -1707,11 +2289,12 @@ out:
 /* Removes the record of @id. Returns 0 or -1 (reported). */
 static int state_forget(const char *id)
 {
-    char *dir = state_dir(), *path = NULL;
-    int rc = 0;
+    char *dir = NULL, *path = NULL;
+    int rc = state_dir_open(0, &dir);
 
-    if (dir == NULL)
-        return -1;
+    if (rc <= 0)
+        return rc;
+    rc = 0;
     if (asprintf(&path, "%s/%s.json", dir, id) < 0) {
         free(dir);
         msg("out of memory");
@@ -1757,23 +2340,6 @@ static sbx_sandbox *open_sandbox(const char *id, sbx_error **gone_error)
     return sandbox;
 }
 
-/* Gives the stop signals back their default action (where sbx set a
- * handler), for commands that only talk to an existing sandbox: ending
- * sbx then ends the call, and the sandbox ends what it ran for it. */
-static void default_stop_signals(void)
-{
-    static const int stop_signals[] = { SIGINT, SIGTERM, SIGHUP };
-    struct sigaction sa, old;
-    size_t i;
-
-    memset(&sa, 0, sizeof sa);
-    sigemptyset(&sa.sa_mask);
-    sa.sa_handler = SIG_DFL;
-    for (i = 0; i < sizeof stop_signals / sizeof stop_signals[0]; i++)
-        if (sigaction(stop_signals[i], NULL, &old) == 0 && old.sa_handler == on_signal)
-            sigaction(stop_signals[i], &sa, NULL);
-}
-
 /* ---------------------------------------------------------------- create */
 
 static int cmd_create(int argc, char **argv)
@@ -1783,6 +2349,8 @@ static int cmd_create(int argc, char **argv)
     sbx_sandbox *sandbox = NULL;
     sbx_error *error = NULL;
     char *state = NULL, *dir = NULL, created[32];
+    call_args call = { 0 };
+    op_outcome outcome;
     int status;
 
     options = sbx_options_new();
@@ -1801,19 +2369,27 @@ static int cmd_create(int argc, char **argv)
         goto out;
     }
     /* The record must be possible before a sandbox is made for it. */
-    dir = state_dir();
-    if (dir == NULL || make_private_dirs(dir) < 0)
+    if (state_dir_open(1, &dir) < 0)
         goto out;
     iso8601_now(created);
-    sandbox = create_sandbox(backend, options);
-    if (sandbox == NULL)
+    /* A stop signal cancels the creation; the library undoes what it made
+     * (a sandbox half made or made meanwhile is destroyed). */
+    call.a = backend;
+    call.options = options;
+    status = call_interruptibly(submit_create, &call, "the creation", SIGNAL_DRAIN_SECS, NULL,
+                                NULL, &outcome);
+    if (status != 0)
         goto out;
-    if (g_signal != 0) {
-        msg("%s received; destroying the sandbox", signal_name(g_signal));
-        destroy_sandbox(sandbox);
-        status = 128 + g_signal;
+    status = EXIT_TOOL;
+    sandbox = outcome.sandbox;
+    outcome.sandbox = NULL;
+    if (sandbox == NULL) {
+        msg_error(outcome.error);
+        outcome.error = NULL;
+        op_outcome_clear(&outcome);
         goto out;
     }
+    op_outcome_clear(&outcome);
     state = sbx_sandbox_session_state(sandbox, &error);
     if (state == NULL) {
         msg_error(error);
@@ -1853,8 +2429,8 @@ static int cmd_exec(int argc, char **argv)
     double timeout = 0;
     output_sink sink;
     sbx_sandbox *sandbox;
-    sbx_result *result;
-    sbx_error *error = NULL;
+    call_args call = { 0 };
+    op_outcome outcome;
     int opt, status = EXIT_TOOL;
 
     env = calloc((size_t)argc + 1, sizeof *env);
@@ -1909,7 +2485,6 @@ static int cmd_exec(int argc, char **argv)
     sandbox = open_sandbox(id, NULL);
     if (sandbox == NULL)
         goto out;
-    default_stop_signals();
     memset(&sink, 0, sizeof sink);
     request.argv = (const char *const *)(argv + optind);
     request.env = nenv > 0 ? env : NULL;
@@ -1918,14 +2493,21 @@ static int cmd_exec(int argc, char **argv)
     request.on_output = on_output;
     request.user_data = &sink;
     request.flags = SBX_EXEC_NO_CAPTURE;
-    result = sbx_sandbox_execute_command(sandbox, &request, &error);
-    if (result == NULL) {
-        msg_error(error);
-    } else {
-        status = sbx_result_get_exit_code(result);
-        if (sbx_result_is_timed_out(result))
-            msg("the command timed out and was killed");
-        sbx_result_free(result);
+    call.sandbox = sandbox;
+    call.request = &request;
+    /* On a stop signal the command's processes end; the sandbox stays. */
+    status = call_interruptibly(submit_exec, &call, "the command", CANCEL_GRACE_SECS, NULL, NULL, &outcome);
+    if (status == 0) {
+        status = EXIT_TOOL;
+        if (outcome.result == NULL) {
+            msg_error(outcome.error);
+            outcome.error = NULL;
+        } else {
+            status = sbx_result_get_exit_code(outcome.result);
+            if (sbx_result_is_timed_out(outcome.result))
+                msg("the command timed out and was killed");
+        }
+        op_outcome_clear(&outcome);
     }
     sbx_sandbox_free(sandbox);
 out:
@@ -1989,16 +2571,208 @@ static char *join_base(const char *dir, const char *path)
     return out;
 }
 
-/* 1 when sandbox path @path is a directory (it can be listed), else 0. */
+/*
+ * 1 when sandbox path @path is a directory (it can be listed), 0 when it is
+ * not, 128+N when stop signal N came first (reported).
+ */
 static int sandbox_is_dir(sbx_sandbox *sandbox, const char *path)
 {
-    sbx_file_info **list = NULL;
-    size_t count = 0;
+    call_args call = { sandbox, path, NULL, NULL, NULL };
+    op_outcome o;
+    int status = call_interruptibly(submit_list, &call, "the copy", CANCEL_GRACE_SECS, NULL, NULL, &o);
 
-    if (sbx_sandbox_list_files(sandbox, path, &list, &count, NULL) < 0)
-        return 0;
-    sbx_file_info_list_free(list, count);
-    return 1;
+    if (status != 0)
+        return status == EXIT_TOOL ? 0 : status;
+    status = o.list != NULL;
+    op_outcome_clear(&o);
+    return status;
+}
+
+/*
+ * What a copy to this host may leave when sbx leaves a call that ignored
+ * its cancellation: the library's staging entries (".NAME.sbx-XXXXXX" and
+ * ".sbx-XXXXXX", beside the destination or inside an existing destination
+ * directory) and the destination's parents that did not exist.
+ */
+#define CP_WATCHED 2
+#define CP_MISSING 32
+typedef struct cp_leftovers {
+    char *dir[CP_WATCHED];           /* directories watched */
+    char **before[CP_WATCHED];       /* staging names there before, NULL-terminated */
+    char *missing[CP_MISSING];       /* missing parents, deepest first */
+    size_t nmissing;
+} cp_leftovers;
+
+/* 1 when @name looks like the library's staging entry. */
+static int is_staging_name(const char *name)
+{
+    return name[0] == '.' && strstr(name, ".sbx-") != NULL;
+}
+
+/* The staging names in @dir (NULL-terminated array; NULL when none or
+ * unreadable). */
+static char **staging_names(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    char **names = NULL;
+    size_t n = 0;
+
+    while (d != NULL && (de = readdir(d)) != NULL) {
+        char **bigger;
+
+        if (!is_staging_name(de->d_name))
+            continue;
+        bigger = realloc(names, (n + 2) * sizeof *names);
+        if (bigger == NULL)
+            break;
+        names = bigger;
+        names[n] = strdup(de->d_name);
+        if (names[n] != NULL)
+            n++;
+        names[n] = NULL;
+    }
+    if (d != NULL)
+        closedir(d);
+    return names;
+}
+
+static void free_names(char **names)
+{
+    for (size_t i = 0; names != NULL && names[i] != NULL; i++)
+        free(names[i]);
+    free(names);
+}
+
+/* Notes what copying to local path @target may leave (see cp_leftovers). */
+static void cp_leftovers_note(cp_leftovers *l, const char *target)
+{
+    char *copy = strdup(target), *slash;
+    struct stat st;
+
+    memset(l, 0, sizeof *l);
+    if (copy == NULL)
+        return;
+    if (stat(copy, &st) == 0 && S_ISDIR(st.st_mode)) {
+        l->dir[1] = strdup(copy);
+        l->before[1] = staging_names(copy);
+    }
+    /* The parent, and the parents that are missing. */
+    for (;;) {
+        size_t len = strlen(copy);
+
+        while (len > 1 && copy[len - 1] == '/')
+            copy[--len] = '\0';
+        slash = strrchr(copy, '/');
+        if (slash == NULL) {
+            free(copy);
+            copy = strdup(".");
+        } else if (slash == copy) {
+            slash[1] = '\0';
+        } else {
+            *slash = '\0';
+        }
+        if (copy == NULL || stat(copy, &st) == 0 || errno != ENOENT ||
+            l->nmissing == CP_MISSING || strcmp(copy, "/") == 0 || strcmp(copy, ".") == 0)
+            break;
+        l->missing[l->nmissing++] = strdup(copy);
+    }
+    if (copy != NULL && l->nmissing == 0) {
+        l->dir[0] = copy;
+        l->before[0] = staging_names(copy);
+    } else {
+        free(copy);
+    }
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    if (type == FTW_DP)
+        rmdir(path);
+    else
+        unlink(path);
+    return 0;
+}
+
+/* Removes what the copy left (cp_leftovers) and frees @arg's contents. */
+static void cp_leftovers_remove(void *arg)
+{
+    cp_leftovers *l = arg;
+
+    for (size_t i = 0; i < CP_WATCHED; i++) {
+        char **now = l->dir[i] != NULL ? staging_names(l->dir[i]) : NULL;
+
+        for (size_t k = 0; now != NULL && now[k] != NULL; k++) {
+            int old = 0;
+            char *path;
+
+            for (size_t j = 0; l->before[i] != NULL && l->before[i][j] != NULL && !old; j++)
+                old = strcmp(now[k], l->before[i][j]) == 0;
+            if (old || asprintf(&path, "%s/%s", l->dir[i], now[k]) < 0)
+                continue;
+            nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+            free(path);
+        }
+        free_names(now);
+    }
+    /* The parents the copy made, when nothing else is in them. */
+    for (size_t i = 0; i < l->nmissing; i++)
+        if (l->missing[i] != NULL) {
+            char **inside = staging_names(l->missing[i]);
+
+            for (size_t k = 0; inside != NULL && inside[k] != NULL; k++) {
+                char *path;
+
+                if (asprintf(&path, "%s/%s", l->missing[i], inside[k]) >= 0) {
+                    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+                    free(path);
+                }
+            }
+            free_names(inside);
+        }
+    for (size_t i = 0; i < l->nmissing; i++)
+        if (l->missing[i] != NULL)
+            rmdir(l->missing[i]);
+}
+
+static void cp_leftovers_free(cp_leftovers *l)
+{
+    for (size_t i = 0; i < CP_WATCHED; i++) {
+        free(l->dir[i]);
+        free_names(l->before[i]);
+    }
+    for (size_t i = 0; i < l->nmissing; i++)
+        free(l->missing[i]);
+    memset(l, 0, sizeof *l);
+}
+
+/* Runs one transfer of cp interruptibly; 0, or the exit status (reported). */
+static int cp_transfer(submit_fn submit, sbx_sandbox *sandbox, const char *sandbox_path,
+                       const char *local_path, int to_host)
+{
+    call_args call = { sandbox, sandbox_path, local_path, NULL, NULL };
+    cp_leftovers left;
+    op_outcome o;
+    int status;
+
+    if (to_host)
+        cp_leftovers_note(&left, local_path);
+    status = call_interruptibly(submit, &call, "the copy", CANCEL_GRACE_SECS,
+                                to_host ? cp_leftovers_remove : NULL,
+                                to_host ? &left : NULL, &o);
+    if (to_host)
+        cp_leftovers_free(&left);
+    if (status != 0)
+        return status;
+    if (o.error != NULL) {
+        msg_error(o.error);
+        o.error = NULL;
+        status = EXIT_TOOL;
+    }
+    op_outcome_clear(&o);
+    return status;
 }
 
 static int cmd_cp(int argc, char **argv)
@@ -2012,8 +2786,7 @@ static int cmd_cp(int argc, char **argv)
     char *target = NULL;
     const char *src, *dst;
     sbx_sandbox *sandbox = NULL;
-    sbx_error *error = NULL;
-    int opt, recursive = 0, src_remote, dst_remote, status = EXIT_TOOL;
+    int opt, recursive = 0, src_remote, dst_remote, status = EXIT_TOOL, is_dir;
 
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "+:rRh", longopts, NULL)) != -1) {
@@ -2066,38 +2839,34 @@ static int cmd_cp(int argc, char **argv)
                 msg("%s is a directory (use -r to copy a directory)", src);
                 goto out;
             }
-            if (sbx_sandbox_upload_dir(sandbox, src, dst_path, &error) < 0) {
-                msg_error(error);
-                goto out;
-            }
+            status = cp_transfer(submit_upload_dir, sandbox, dst_path, src, 0);
         } else {
             size_t len = strlen(dst_path);
 
-            if (dst_path[len - 1] == '/' || sandbox_is_dir(sandbox, dst_path))
-                target = join_base(dst_path, src);
-            else
-                target = strdup(dst_path);
+            is_dir = dst_path[len - 1] == '/' ? 1 : sandbox_is_dir(sandbox, dst_path);
+            if (is_dir > 1) {
+                status = is_dir;
+                goto out;
+            }
+            target = is_dir ? join_base(dst_path, src) : strdup(dst_path);
             if (target == NULL) {
                 msg("out of memory");
                 goto out;
             }
-            if (sbx_sandbox_upload_file(sandbox, src, target, &error) < 0) {
-                msg_error(error);
-                goto out;
-            }
+            status = cp_transfer(submit_upload_file, sandbox, target, src, 0);
         }
     } else {
         struct stat st;
 
-        if (sandbox_is_dir(sandbox, src_path)) {
+        is_dir = sandbox_is_dir(sandbox, src_path);
+        if (is_dir > 1) {
+            status = is_dir;
+        } else if (is_dir) {
             if (!recursive) {
                 msg("%s is a directory (use -r to copy a directory)", src);
                 goto out;
             }
-            if (sbx_sandbox_download_dir(sandbox, src_path, dst, &error) < 0) {
-                msg_error(error);
-                goto out;
-            }
+            status = cp_transfer(submit_download_dir, sandbox, src_path, dst, 1);
         } else {
             size_t len = strlen(dst);
 
@@ -2109,13 +2878,9 @@ static int cmd_cp(int argc, char **argv)
                 msg("out of memory");
                 goto out;
             }
-            if (sbx_sandbox_download_file(sandbox, src_path, target, &error) < 0) {
-                msg_error(error);
-                goto out;
-            }
+            status = cp_transfer(submit_download_file, sandbox, src_path, target, 1);
         }
     }
-    status = 0;
 out:
     sbx_sandbox_free(sandbox);
     free(target);
@@ -2137,10 +2902,11 @@ static int cmd_ls(int argc, char **argv)
     };
     sbx_file_info **list = NULL;
     sbx_sandbox *sandbox;
-    sbx_error *error = NULL;
+    call_args call = { 0 };
+    op_outcome outcome;
     const char *path;
     size_t count = 0, i;
-    int opt, json = 0;
+    int opt, json = 0, status;
 
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
@@ -2163,21 +2929,31 @@ static int cmd_ls(int argc, char **argv)
     sandbox = open_sandbox(argv[optind], NULL);
     if (sandbox == NULL)
         return EXIT_TOOL;
-    if (sbx_sandbox_list_files(sandbox, path, &list, &count, &error) < 0) {
-        msg_error(error);
-        sbx_sandbox_free(sandbox);
-        return EXIT_TOOL;
+    call.sandbox = sandbox;
+    call.a = path;
+    status = call_interruptibly(submit_list, &call, "the listing", CANCEL_GRACE_SECS, NULL, NULL, &outcome);
+    if (status == 0 && outcome.list == NULL) {
+        msg_error(outcome.error);
+        outcome.error = NULL;
+        status = EXIT_TOOL;
     }
+    if (status != 0) {
+        op_outcome_clear(&outcome);
+        sbx_sandbox_free(sandbox);
+        return status;
+    }
+    list = outcome.list;
+    count = outcome.count;
+    outcome.list = NULL;
+    op_outcome_clear(&outcome);
     if (json) {
         json_object *array = json_object_new_array();
 
         for (i = 0; i < count; i++) {
             json_object *o = json_object_new_object();
 
-            json_object_object_add(o, "name",
-                                   json_object_new_string(sbx_file_info_get0_name(list[i])));
-            json_object_object_add(o, "path",
-                                   json_object_new_string(sbx_file_info_get0_path(list[i])));
+            json_add_name(o, "name", sbx_file_info_get0_name(list[i]));
+            json_add_name(o, "path", sbx_file_info_get0_path(list[i]));
             json_object_object_add(o, "is_dir",
                                    json_object_new_boolean(sbx_file_info_is_dir(list[i])));
             json_object_object_add(o, "size",
@@ -2186,9 +2962,7 @@ static int cmd_ls(int argc, char **argv)
                                    json_object_new_int64(sbx_file_info_get_mode(list[i])));
             json_object_array_add(array, o);
         }
-        printf("%s\n", json_object_to_json_string_ext(
-                           array, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
-                                      JSON_C_TO_STRING_NOSLASHESCAPE));
+        print_json(array);
         json_object_put(array);
     } else {
         for (i = 0; i < count; i++) {
@@ -2199,8 +2973,9 @@ static int cmd_ls(int argc, char **argv)
                 snprintf(num, sizeof num, "-");
             else
                 snprintf(num, sizeof num, "%" PRId64, size);
-            printf("%-4s %12s  %s\n", sbx_file_info_is_dir(list[i]) ? "dir" : "file", num,
-                   sbx_file_info_get0_name(list[i]));
+            printf("%-4s %12s  ", sbx_file_info_is_dir(list[i]) ? "dir" : "file", num);
+            print_escaped(sbx_file_info_get0_name(list[i]));
+            putchar('\n');
         }
     }
     sbx_file_info_list_free(list, count);
@@ -2215,11 +2990,15 @@ static int cmd_ls(int argc, char **argv)
 /* -------------------------------------------------------------------- rm */
 
 /* Destroys and forgets sandbox @id. Returns 0, 1 when it was already gone
- * (forgotten), 125 when it could not be removed. */
+ * (forgotten), 125 when it could not be removed, 128+N when stop signal N
+ * cancelled the destroy (it stays recorded). */
 static int remove_one(const char *id)
 {
-    sbx_error *error = NULL, *gone = NULL;
+    sbx_error *gone = NULL;
     sbx_sandbox *sandbox = open_sandbox(id, &gone);
+    call_args call = { 0 };
+    op_outcome outcome;
+    int status;
 
     if (sandbox == NULL) {
         if (gone == NULL)
@@ -2231,11 +3010,18 @@ static int remove_one(const char *id)
         msg("sandbox %s no longer exists; forgot it", id);
         return 1;
     }
-    if (sbx_sandbox_destroy(sandbox, &error) < 0) {
-        msg_error(error);
+    call.sandbox = sandbox;
+    status = call_interruptibly(submit_destroy, &call, "the removal", CANCEL_GRACE_SECS, NULL, NULL, &outcome);
+    if (status == 0 && outcome.error != NULL) {
+        msg_error(outcome.error);
+        outcome.error = NULL;
+        status = EXIT_TOOL;
+    }
+    op_outcome_clear(&outcome);
+    if (status != 0) {
         msg("sandbox %s may still exist; it stays recorded", id);
         sbx_sandbox_free(sandbox);
-        return EXIT_TOOL;
+        return status;
     }
     sbx_sandbox_free(sandbox);
     if (state_forget(id) < 0)
@@ -2264,7 +3050,7 @@ static int cmd_rm(int argc, char **argv)
     }
     if (optind >= argc)
         return usage_error("rm", "no sandbox id given");
-    for (; optind < argc; optind++) {
+    for (; optind < argc && g_signal == 0; optind++) {
         int r = remove_one(argv[optind]);
 
         if (r > status)
@@ -2322,7 +3108,7 @@ static int cmd_ps(int argc, char **argv)
     struct dirent *de;
     char *dir;
     DIR *d;
-    int opt, json = 0, status = 0;
+    int opt, json = 0, status = 0, r;
 
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
@@ -2340,19 +3126,18 @@ static int cmd_ps(int argc, char **argv)
     if (optind < argc)
         return usage_error("ps", "unexpected argument \"%s\"", argv[optind]);
 
-    dir = state_dir();
-    if (dir == NULL)
+    r = state_dir_open(0, &dir);
+    if (r < 0)
         return EXIT_TOOL;
-    d = opendir(dir);
-    if (d == NULL && errno != ENOENT) {
+    d = r == 0 ? NULL : opendir(dir);
+    if (d == NULL && r > 0) {
         msg("cannot read the state directory %s: %s", dir, strerror(errno));
         free(dir);
         return EXIT_TOOL;
     }
-    while (d != NULL && (de = readdir(d)) != NULL) {
+    while (d != NULL && g_signal == 0 && (de = readdir(d)) != NULL) {
         size_t len = strlen(de->d_name);
         char *id;
-        int r;
 
         if (len <= 5 || strcmp(de->d_name + len - 5, ".json") != 0)
             continue;
@@ -2404,14 +3189,24 @@ static int cmd_ps(int argc, char **argv)
                                    : json_object_new_boolean(rows[i].alive));
             json_object_array_add(array, o);
         }
-        printf("%s\n", json_object_to_json_string_ext(
-                           array, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
-                                      JSON_C_TO_STRING_NOSLASHESCAPE));
+        print_json(array);
         json_object_put(array);
     } else {
         int id_w = 2, backend_w = 7;
 
+        /* The backend and the time come from the record: shown escaped. */
         for (i = 0; i < n; i++) {
+            char *b = escape_name(rows[i].rec.backend), *c = escape_name(rows[i].rec.created);
+
+            if (b != NULL && c != NULL) {
+                free(rows[i].rec.backend);
+                free(rows[i].rec.created);
+                rows[i].rec.backend = b;
+                rows[i].rec.created = c;
+            } else {
+                free(b);
+                free(c);
+            }
             if ((int)strlen(rows[i].rec.id) > id_w)
                 id_w = (int)strlen(rows[i].rec.id);
             if ((int)strlen(rows[i].rec.backend) > backend_w)
@@ -2596,9 +3391,7 @@ static int cmd_presets(int argc, char **argv)
                                    json_object_new_string(sbx_preset_get0_source(list[i])));
             json_object_array_add(array, o);
         }
-        printf("%s\n", json_object_to_json_string_ext(array, JSON_C_TO_STRING_PRETTY |
-                                                                JSON_C_TO_STRING_SPACED |
-                                                                JSON_C_TO_STRING_NOSLASHESCAPE));
+        print_json(array);
         json_object_put(array);
     } else {
         size_t width = 4;
@@ -2606,10 +3399,13 @@ static int cmd_presets(int argc, char **argv)
             if (strlen(sbx_preset_get0_name(list[i])) > width)
                 width = strlen(sbx_preset_get0_name(list[i]));
         printf("%-*s  %s\n", (int)width, "NAME", "DESCRIPTION");
+        /* Names are checked; the description and the path are shown escaped. */
         for (size_t i = 0; i < count; i++) {
-            printf("%-*s  %s\n", (int)width, sbx_preset_get0_name(list[i]),
-                   sbx_preset_get0_description(list[i]));
-            printf("%-*s  source: %s\n", (int)width, "", sbx_preset_get0_source(list[i]));
+            printf("%-*s  ", (int)width, sbx_preset_get0_name(list[i]));
+            print_escaped(sbx_preset_get0_description(list[i]));
+            printf("\n%-*s  source: ", (int)width, "");
+            print_escaped(sbx_preset_get0_source(list[i]));
+            putchar('\n');
         }
     }
     sbx_preset_list_free(list, count);
@@ -2703,5 +3499,11 @@ int main(int argc, char **argv)
         status = usage_error("", "unknown command \"%s\"", cmd);
     if (fflush(stdout) != 0 && status == 0)
         status = EXIT_TOOL;
+    /* A stop signal ends every command with 128+N, also one that finished
+     * its work meanwhile. */
+    if (g_signal != 0 && status < 128) {
+        msg("%s received", signal_name(g_signal));
+        status = 128 + g_signal;
+    }
     return status;
 }

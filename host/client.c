@@ -497,7 +497,9 @@ run_setup(sbx_sandbox *sandbox, sbx_strv *commands, sbx_error **err)
 
 /*
  * Destroys a sandbox whose creation failed in a later step; notes a failed
- * cleanup in @err's context.
+ * cleanup in @err's context. The cleanup is not the caller's call: the
+ * caller's cancellation and deadline (a creation cancelled with
+ * sbx_op_cancel) do not stop it, the destroy slot's own bound does.
  */
 static void
 destroy_after_failure(sbx_sandbox *sandbox, sbx_error *err)
@@ -508,6 +510,8 @@ destroy_after_failure(sbx_sandbox *sandbox, sbx_error *err)
 
     destroy = SBX_SLOT(sandbox->client->plugin, destroy);
     sbx_call_ctx_init(&ctx);
+    ctx.cancel_fd = -1;
+    ctx.deadline = 0;
     if (!destroy || destroy(sandbox->handle, &ctx, &derr) != 0) {
         sbx_error_add_context(err, "cleanup", "failed");
         if (derr)

@@ -99,6 +99,8 @@ typedef struct pump_side {
     unsigned order;             /* when it failed, among the two sides */
     sbx_error *err;
     unsigned *seq;
+    int scope_fd;               /* the caller's call scope, for the helper thread */
+    double scope_deadline;
 } pump_side;
 
 static void
@@ -113,7 +115,13 @@ pump_call(pump_side *s)
 static void *
 pump_thread(void *arg)
 {
-    pump_call(arg);
+    pump_side *s = arg;
+
+    /* The caller's cancellation and deadline reach the plugin calls this
+     * side makes too. */
+    sbx_call_scope_set(s->scope_fd, s->scope_deadline);
+    pump_call(s);
+    sbx_call_scope_set(-1, 0);
     return NULL;
 }
 
@@ -127,8 +135,8 @@ static int
 pump_run(pump_fn producer, void *parg, pump_fn consumer, void *carg, sbx_error **err)
 {
     unsigned seq = 0;
-    pump_side p = { producer, parg, -1, 0, 0, NULL, &seq };
-    pump_side c = { consumer, carg, -1, 0, 0, NULL, &seq };
+    pump_side p = { producer, parg, -1, 0, 0, NULL, &seq, -1, 0 };
+    pump_side c = { consumer, carg, -1, 0, 0, NULL, &seq, -1, 0 };
     sigset_t all, old;
     pthread_t tid;
     int fds[2], rc;
@@ -140,6 +148,7 @@ pump_run(pump_fn producer, void *parg, pump_fn consumer, void *carg, sbx_error *
     fcntl(fds[1], F_SETPIPE_SZ, FILES_PIPE_SIZE);   /* larger writes; best effort */
     c.fd = fds[0];
     p.fd = fds[1];
+    sbx_call_scope_get(&p.scope_fd, &p.scope_deadline);
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     rc = pthread_create(&tid, NULL, pump_thread, &p);

@@ -6,10 +6,13 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
 
 #include <json-c/json.h>
 
@@ -327,43 +330,107 @@ search_dirs(sbx_strv *dirs)
     return sbx_strv_push(dirs, builtin && *builtin ? builtin : SBX_PRESET_DIR);
 }
 
-/* Reads a preset file. Returns the preset, NULL with *@err set, or NULL
- * with *@missing = 1 when there is no such file. */
+/* What kind of file @mode is, for messages about a preset file that is not
+ * a regular file. */
+static const char *
+file_kind(mode_t mode)
+{
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISFIFO(mode))
+        return "a fifo";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    if (S_ISLNK(mode))
+        return "a symbolic link";
+    return "not a regular file";
+}
+
+/* Stores an invalid_argument error about preset file @path in *@err. */
+static sbx_error *
+bad_file(sbx_error **err, const char *path, const char *fmt, ...) SBX_PRINTF(3, 4);
+
+static sbx_error *
+bad_file(sbx_error **err, const char *path, const char *fmt, ...)
+{
+    va_list ap;
+    char *text;
+    sbx_error *e;
+
+    va_start(ap, fmt);
+    text = sbx_vasprintf(fmt, ap);
+    va_end(ap);
+    e = sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, "preset", "%s",
+                      text ? text : "out of memory");
+    free(text);
+    sbx_error_add_context(e, "source", path);
+    return e;
+}
+
+/*
+ * Reads a preset file. Returns the preset, NULL with *@err set, or NULL
+ * with *@missing = 1 when there is no such file. The file is opened
+ * without blocking (a fifo or a device never hangs the caller) and must be
+ * a regular file: anything else is refused with invalid_argument naming
+ * the path and what it is.
+ */
 static sbx_preset *
 load_file(const char *path, int *missing, sbx_error **err)
 {
-    FILE *f = fopen(path, "re");
     sbx_buf b = { 0 };
     char chunk[4096];
-    size_t n;
+    ssize_t n;
     json_object *doc;
     sbx_preset *p;
+    struct stat st;
     char *text;
+    int fd;
 
     *missing = 0;
-    if (!f) {
-        if (errno == ENOENT || errno == ENOTDIR) {
+    fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
             *missing = 1;
-        } else {
-            sbx_error *e = sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, "preset",
-                                         "cannot read preset file %s: %s", path,
-                                         strerror(errno));
-            sbx_error_add_context(e, "source", path);
-        }
+        else
+            bad_file(err, path, "cannot read preset file %s: %s", path, strerror(errno));
         return NULL;
     }
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
-        if (b.len + n > PRESET_MAX_BYTES || sbx_buf_append(&b, chunk, n) < 0) {
-            fclose(f);
+    if (fstat(fd, &st) < 0) {
+        bad_file(err, path, "cannot read preset file %s: %s", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        bad_file(err, path, "preset file %s is %s, not a regular file", path,
+                 file_kind(st.st_mode));
+        close(fd);
+        return NULL;
+    }
+    for (;;) {
+        n = read(fd, chunk, sizeof(chunk));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            bad_file(err, path, "cannot read preset file %s: %s", path, strerror(errno));
+            close(fd);
             sbx_buf_clear(&b);
-            sbx_error *e = sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, "preset",
-                                         "preset file %s is larger than %u bytes", path,
-                                         PRESET_MAX_BYTES);
-            sbx_error_add_context(e, "source", path);
+            return NULL;
+        }
+        if (n == 0)
+            break;
+        if (b.len + (size_t)n > PRESET_MAX_BYTES || sbx_buf_append(&b, chunk, (size_t)n) < 0) {
+            close(fd);
+            sbx_buf_clear(&b);
+            bad_file(err, path, "preset file %s is larger than %u bytes", path,
+                     PRESET_MAX_BYTES);
             return NULL;
         }
     }
-    fclose(f);
+    close(fd);
     text = sbx_buf_steal(&b, NULL);
     doc = text ? parse_doc(text, path, err) : NULL;
     free(text);
@@ -426,6 +493,16 @@ sbx_preset_load(const char *name, sbx_error **error)
         if (!path)
             break;
         p = load_file(path, &missing, &err);
+        if (p && strcmp(p->name, name) != 0) {
+            /* A file is only found under its own name. */
+            sbx_error *e = bad_file(&err, path,
+                                    "preset file %s names preset \"%s\", not \"%s\" "
+                                    "(the name it was loaded by)", path, p->name, name);
+            sbx_error_add_context(e, "name", name);
+            sbx_error_add_context(e, "file_name", p->name);
+            sbx_preset_free(p);
+            p = NULL;
+        }
         free(path);
         if (p || !missing) {
             sbx_strv_clear(&dirs);
@@ -508,15 +585,21 @@ sbx_presets_list(sbx_preset ***list, size_t *count, sbx_error **error)
             if (len <= 5 || strcmp(e->d_name + len - 5, ".json") != 0)
                 continue;
             char *path = sbx_asprintf("%s/%s", dirs.items[i], e->d_name);
-            sbx_error *ignored = NULL;
-            sbx_preset *p = path ? load_file(path, &missing, &ignored) : NULL;
-            free(path);
-            sbx_error_free(ignored);
+            sbx_error *skipped = NULL;
+            sbx_preset *p = path ? load_file(path, &missing, &skipped) : NULL;
             /* A file is only found under its own name. */
             if (p && (strlen(p->name) != len - 5 || strncmp(p->name, e->d_name, len - 5) != 0)) {
+                sbx_log(SBX_LOG_WARNING, NULL,
+                        "preset file %s left out: it names preset \"%s\", not \"%.*s\"",
+                        path, p->name, (int)(len - 5), e->d_name);
                 sbx_preset_free(p);
                 p = NULL;
+            } else if (!p && skipped) {
+                sbx_log(SBX_LOG_WARNING, NULL, "preset file left out: %s",
+                        sbx_error_get0_message(skipped));
             }
+            free(path);
+            sbx_error_free(skipped);
             if (p && add_unique(&out, &n, &cap, p) < 0) {
                 closedir(d);
                 goto oom;

@@ -17,6 +17,7 @@
 #endif
 #include <criterion/criterion.h>
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -126,6 +127,7 @@ typedef struct cli_run {
     char *err;         /* NUL-terminated */
     size_t err_len;
     double secs;       /* wall time */
+    double stop_secs;  /* when the stop signal was sent (since the start), 0 if never */
 } cli_run;
 
 typedef struct cli_spec {
@@ -135,6 +137,9 @@ typedef struct cli_spec {
     const char *stop_marker;  /* when stdout contains it, send stop_signal */
     int stop_signal;
     int keep_sandboxes;       /* sandboxes may outlive the run (create...) */
+    int as_nobody;            /* run sbx as uid/gid 65534 (through setpriv) */
+    double stop_after_secs;   /* > 0: send stop_signal this long after the start */
+    const char *stop_file;    /* when this file exists, send stop_signal */
 } cli_spec;
 
 static double now_secs(void)
@@ -246,11 +251,20 @@ static cli_run run_spec(const cli_spec *spec)
     cr_assert_not_null(cli, "SBX_CLI is not set (run the tests with make check)");
     while (spec->args[argc] != NULL)
         argc++;
-    argv = calloc(argc + 2, sizeof *argv);
+    argv = calloc(argc + 7, sizeof *argv);
     cr_assert_not_null(argv);
-    argv[0] = (char *)cli;
-    for (i = 0; i < argc; i++)
-        argv[i + 1] = (char *)spec->args[i];
+    {
+        static const char *const nobody[] = { "/usr/bin/setpriv", "--reuid=65534",
+                                              "--regid=65534", "--clear-groups", "--" };
+        size_t k = 0;
+
+        if (spec->as_nobody)
+            for (; k < 5; k++)
+                argv[k] = (char *)nobody[k];
+        argv[k] = (char *)cli;
+        for (i = 0; i < argc; i++)
+            argv[k + 1 + i] = (char *)spec->args[i];
+    }
     env = child_env(spec->env);
 
     cr_assert_eq(pipe2(out_pipe, O_CLOEXEC), 0);
@@ -282,7 +296,7 @@ static cli_run run_spec(const cli_spec *spec)
 
     signal(SIGPIPE, SIG_IGN);
     start = now_secs();
-    rc = posix_spawn(&pid, cli, &fa, &attr, argv, env);
+    rc = posix_spawn(&pid, argv[0], &fa, &attr, argv, env);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
     cr_assert_eq(rc, 0, "posix_spawn %s: %s", cli, strerror(rc));
@@ -341,10 +355,13 @@ static cli_run run_spec(const cli_spec *spec)
                 in_pipe[1] = -1;
             }
         }
-        if (spec->stop_marker != NULL && !stop_sent &&
-            strstr(r.out, spec->stop_marker) != NULL) {
+        if (((spec->stop_marker != NULL && strstr(r.out, spec->stop_marker) != NULL) ||
+             (spec->stop_after_secs > 0 && now_secs() - start >= spec->stop_after_secs) ||
+             (spec->stop_file != NULL && access(spec->stop_file, F_OK) == 0)) &&
+            !stop_sent) {
             kill(pid, spec->stop_signal);
             stop_sent = 1;
+            r.stop_secs = now_secs() - start;
         }
         if (!exited && waitpid(pid, &wstatus, WNOHANG) == pid) {
             exited = 1;
@@ -1847,4 +1864,777 @@ Test(cli, gc_reaps_an_expired_create_and_forgets_it)
     free_run(&r);
     free(rec);
     free(id);
+}
+
+/* ------------------------------------------------------------ presets */
+
+/* A preset directory under the test's directory with a fifo named like a
+ * preset, a file whose inner name is not its file name, and a good one;
+ * the "SBX_PRESET_PATH=..." for it in @var. */
+static void make_odd_presets(char *dir, size_t dir_size, char *var, size_t var_size)
+{
+    char path[PATH_MAX + 64];
+    FILE *f;
+
+    set_path(dir, dir_size, "%s/presets", g_tmpdir);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    set_path(path, sizeof path, "%s/fifo.json", dir);
+    cr_assert_eq(mkfifo(path, 0644), 0, "mkfifo %s: %s", path, strerror(errno));
+    set_path(path, sizeof path, "%s/mis.json", dir);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"name\": \"other\", \"description\": \"misnamed\"}", f);
+    fclose(f);
+    set_path(path, sizeof path, "%s/good.json", dir);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"name\": \"good\", \"description\": \"fine\"}", f);
+    fclose(f);
+    set_path(var, var_size, "SBX_PRESET_PATH=%s", dir);
+}
+
+/* A fifo where a preset file is expected is refused at once (it used to
+ * hang `sbx run --preset` and `sbx presets`), and a preset file whose
+ * "name" differs from the name it was loaded by is refused naming both. */
+Test(cli, preset_fifo_and_misnamed_preset_are_refused)
+{
+    char dir[PATH_MAX], var[PATH_MAX + 32], want[3 * PATH_MAX];
+    const char *env[2] = { var, NULL };
+    cli_run r;
+
+    make_odd_presets(dir, sizeof dir, var, sizeof var);
+    r = SBX_KEEP_ENV(env, "run", "--preset", "fifo", "--", "true");
+    set_path(want, sizeof want,
+             "sbx: preset file %s/fifo.json is a fifo, not a regular file [code=invalid_argument; "
+             "backend=local; op=preset; source=%s/fifo.json; option=preset]\n", dir, dir);
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, want);
+    cr_expect_str_empty(r.out);
+    cr_expect(r.secs < 10, "took %.1f s", r.secs);
+    free_run(&r);
+
+    r = SBX_KEEP_ENV(env, "run", "--preset", "mis", "--", "true");
+    set_path(want, sizeof want,
+             "sbx: preset file %s/mis.json names preset \"other\", not \"mis\" (the name it was "
+             "loaded by) [code=invalid_argument; backend=local; op=preset; source=%s/mis.json; "
+             "name=mis; file_name=other; option=preset]\n", dir, dir);
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, want);
+    cr_expect_str_empty(r.out);
+    free_run(&r);
+
+    /* The list leaves both out (like a file that does not parse); with
+     * SBX_DEBUG it says why. */
+    const char *debug_env[3] = { var, "SBX_DEBUG=1", NULL };
+    r = SBX_KEEP_ENV(debug_env, "presets");
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    set_path(want, sizeof want, "good               fine\n"
+                                "                   source: %s/good.json\n", dir);
+    cr_expect(strstr(r.out, want) != NULL, "stdout \"%s\"", r.out);
+    cr_expect(strstr(r.out, "fifo") == NULL && strstr(r.out, "other") == NULL &&
+              strstr(r.out, "mis") == NULL, "stdout \"%s\"", r.out);
+    set_path(want, sizeof want, "sbx[host]: preset file left out: preset file %s/fifo.json is a "
+                                "fifo, not a regular file\n", dir);
+    cr_expect(strstr(r.err, want) != NULL, "stderr \"%s\"", r.err);
+    set_path(want, sizeof want, "sbx[host]: preset file %s/mis.json left out: it names preset "
+                                "\"other\", not \"mis\"\n", dir);
+    cr_expect(strstr(r.err, want) != NULL, "stderr \"%s\"", r.err);
+    free_run(&r);
+
+    r = SBX_KEEP_ENV(env, "presets", "--json");
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    json_object *array = json_tokener_parse(r.out);
+    cr_assert_not_null(array, "not JSON: %s", r.out);
+    cr_expect_eq(json_object_array_length(array), 4, "%s", r.out);
+    json_object_put(array);
+    free_run(&r);
+}
+
+/* ------------------------------------------ who may own the state */
+
+/* Writes @text to @path with @mode (exactly: the umask does not apply). */
+static void write_text(const char *path, const char *text, mode_t mode)
+{
+    FILE *f = fopen(path, "w");
+
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    fputs(text, f);
+    cr_assert_eq(fclose(f), 0);
+    cr_assert_eq(chmod(path, mode), 0);
+}
+
+/* A pid that no process has (a child that was reaped). */
+static pid_t dead_pid(void)
+{
+    pid_t pid = fork();
+
+    cr_assert(pid >= 0);
+    if (pid == 0)
+        _exit(0);
+    cr_assert_eq(waitpid(pid, NULL, 0), pid);
+    return pid;
+}
+
+/* A root-owned tree that a planted record names as a local sandbox's
+ * meta directory and root (with "made_tmp": true), in @victim. */
+static void make_victim(char *victim, size_t size)
+{
+    char path[PATH_MAX + 64];
+
+    set_path(victim, size, "%s/victim", g_tmpdir);
+    cr_assert_eq(mkdir(victim, 0755), 0);
+    set_path(path, sizeof path, "%s/root", victim);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    set_path(path, sizeof path, "%s/root/keep", victim);
+    write_text(path, "precious\n", 0644);
+}
+
+/* Asserts the victim tree is as make_victim left it. */
+static void expect_victim_intact(const char *victim)
+{
+    char path[PATH_MAX + 64];
+    char *text;
+
+    set_path(path, sizeof path, "%s/root/keep", victim);
+    text = slurp(path, NULL);
+    cr_expect_str_eq(text, "precious\n");
+    free(text);
+    set_path(path, sizeof path, "%s/root", victim);
+    cr_expect_eq(count_entries(path), 1);
+    cr_expect_eq(count_entries(victim), 1);
+}
+
+/* The record text a planted file holds: a local sandbox with @victim as
+ * its meta directory, @victim/root as its root, a dead supervisor. */
+static char *planted_record(const char *id, const char *victim)
+{
+    char *text;
+
+    cr_assert(asprintf(&text,
+                       "{\"created\":\"2025-01-02T03:04:05Z\",\"state\":{\"version\":1,"
+                       "\"backend\":\"local\",\"id\":\"%s\",\"timeout_secs\":600,\"data\":"
+                       "{\"meta\":\"%s\",\"root\":\"%s/root\",\"owns_root\":true,"
+                       "\"made_tmp\":true,\"supervisor_pid\":%d,\"supervisor_start\":1}}}\n",
+                       id, victim, victim, (int)dead_pid()) > 0);
+    return text;
+}
+
+/* Root used a pre-existing sandboxes/ owned by nobody with mode 0777, and
+ * a record planted there made `sbx rm` delete a root-owned tree: now
+ * every command that reads the state refuses the directory, naming it, its
+ * owner and its mode, and the tree is unchanged. */
+Test(cli, state_directory_of_another_user_is_refused)
+{
+    char victim[PATH_MAX], dir[PATH_MAX + 32], file[PATH_MAX + 64], want[2 * PATH_MAX];
+    char *text;
+    cli_run r;
+
+    cr_assert_eq(geteuid(), 0, "this test plants files as another user: run it as root");
+    make_victim(victim, sizeof victim);
+    set_path(dir, sizeof dir, "%s/state", g_tmpdir);
+    cr_assert_eq(mkdir(dir, 0700), 0);
+    set_path(dir, sizeof dir, "%s/state/sandboxes", g_tmpdir);
+    cr_assert_eq(mkdir(dir, 0777), 0);
+    cr_assert_eq(chmod(dir, 0777), 0);
+    cr_assert_eq(chown(dir, 65534, 65534), 0);
+    set_path(file, sizeof file, "%s/sbx-local-planted.json", dir);
+    text = planted_record("sbx-local-planted", victim);
+    write_text(file, text, 0666);
+    free(text);
+    cr_assert_eq(chown(file, 65534, 65534), 0);
+
+    set_path(want, sizeof want,
+             "sbx: refusing the state directory %s: it is owned by uid 65534 (nobody) and has "
+             "mode 0777; it must be a directory owned by uid 0 (root) and not writable by group "
+             "or others [code=configuration]\n", dir);
+    const char *const cmds[][4] = {
+        { "rm", "sbx-local-planted", NULL },
+        { "ls", "sbx-local-planted", "/", NULL },
+        { "exec", "sbx-local-planted", "true", NULL },
+        { "ps", NULL },
+        { "create", NULL },
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        r = run_keep(cmds[i], NULL);
+        cr_expect_eq(r.status, 125, "sbx %s: status %d", cmds[i][0], r.status);
+        cr_expect_str_eq(r.err, want, "sbx %s", cmds[i][0]);
+        cr_expect_str_empty(r.out, "sbx %s", cmds[i][0]);
+        free_run(&r);
+        expect_victim_intact(victim);
+    }
+    /* create made no sandbox for a record it could not keep. */
+    char left[1024];
+    sandboxes_left(left, sizeof left);
+    cr_expect_str_empty(left);
+    cr_expect_eq(access(file, F_OK), 0);
+    expect_mode(dir, 0777);
+
+    /* Owned by root but writable by others: refused all the same. */
+    cr_assert_eq(chown(dir, 0, 0), 0);
+    r = SBX_KEEP("rm", "sbx-local-planted");
+    set_path(want, sizeof want,
+             "sbx: refusing the state directory %s: it is owned by uid 0 (root) and has mode "
+             "0777; it must be a directory owned by uid 0 (root) and not writable by group or "
+             "others [code=configuration]\n", dir);
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+    expect_victim_intact(victim);
+}
+
+/* In a private directory, a record of another user, or one writable by
+ * group or others, is refused; so is a state directory below a parent
+ * that another user may write (one that is sticky, as /tmp, is fine). */
+Test(cli, state_files_and_parents_of_others_are_refused)
+{
+    char victim[PATH_MAX], dir[PATH_MAX + 32], file[PATH_MAX + 64], want[3 * PATH_MAX];
+    char open_dir[PATH_MAX + 32], var[PATH_MAX + 64];
+    char *text;
+    cli_run r;
+
+    cr_assert_eq(geteuid(), 0, "this test plants files as another user: run it as root");
+    make_victim(victim, sizeof victim);
+    set_path(dir, sizeof dir, "%s/state", g_tmpdir);
+    cr_assert_eq(mkdir(dir, 0700), 0);
+    set_path(dir, sizeof dir, "%s/state/sandboxes", g_tmpdir);
+    cr_assert_eq(mkdir(dir, 0700), 0);
+    set_path(file, sizeof file, "%s/sbx-local-planted.json", dir);
+    text = planted_record("sbx-local-planted", victim);
+    write_text(file, text, 0600);
+    free(text);
+    cr_assert_eq(chown(file, 65534, 65534), 0);
+
+    r = SBX_KEEP("rm", "sbx-local-planted");
+    set_path(want, sizeof want,
+             "sbx: refusing the state file %s: it is owned by uid 65534 (nobody) and has mode "
+             "0600; it must be a regular file owned by uid 0 (root) and not writable by group or "
+             "others [code=configuration]\n", file);
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+    expect_victim_intact(victim);
+
+    cr_assert_eq(chown(file, 0, 0), 0);
+    cr_assert_eq(chmod(file, 0620), 0);
+    r = SBX_KEEP("ls", "sbx-local-planted");
+    set_path(want, sizeof want,
+             "sbx: refusing the state file %s: it is owned by uid 0 (root) and has mode "
+             "0620; it must be a regular file owned by uid 0 (root) and not writable by group or "
+             "others [code=configuration]\n", file);
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+    /* ps reports it and lists nothing. */
+    r = SBX_KEEP("ps");
+    cr_expect_eq(r.status, 0);
+    cr_expect_str_eq(r.out, "ID  BACKEND  CREATED               ALIVE\n");
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+    expect_victim_intact(victim);
+
+    /* A parent another user may write. */
+    set_path(open_dir, sizeof open_dir, "%s/open", g_tmpdir);
+    cr_assert_eq(mkdir(open_dir, 0777), 0);
+    cr_assert_eq(chmod(open_dir, 0777), 0);
+    cr_assert_eq(chown(open_dir, 65534, 65534), 0);
+    set_path(var, sizeof var, "SBX_STATE_DIR=%s/state", open_dir);
+    const char *env[] = { var, NULL };
+    r = SBX_KEEP_ENV(env, "create");
+    set_path(want, sizeof want,
+             "sbx: refusing the state directory %s/state/sandboxes: its parent %s is owned by "
+             "uid 65534 (nobody) and has mode 0777; it must be owned by uid 0 (root) and not "
+             "writable by group or others unless sticky [code=configuration]\n",
+             open_dir, open_dir);
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, want);
+    cr_expect_str_empty(r.out);
+    free_run(&r);
+    set_path(file, sizeof file, "%s/state", open_dir);
+    cr_expect(access(file, F_OK) < 0 && errno == ENOENT, "%s was made", file);
+
+    /* Sticky and root's (as /tmp): usable. */
+    cr_assert_eq(chown(open_dir, 0, 0), 0);
+    cr_assert_eq(chmod(open_dir, 01777), 0);
+    char *id = create_with(env, NULL);
+    set_path(file, sizeof file, "%s/state", open_dir);
+    expect_mode(file, 0700);
+    r = SBX_KEEP_ENV(env, "rm", id);
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    free_run(&r);
+    free(id);
+}
+
+/* As an unprivileged user the same rule holds: a state directory of
+ * root's, or the user's own that others may write, is refused. */
+Test(cli, state_directory_rules_hold_for_an_unprivileged_user)
+{
+    char base[PATH_MAX + 32], dir[PATH_MAX + 64], var[PATH_MAX + 64], want[2 * PATH_MAX];
+    cli_run r;
+    cli_spec spec = { 0 };
+    const char *env[] = { var, NULL };
+    const char *const ps[] = { "ps", NULL };
+
+    cr_assert_eq(geteuid(), 0, "this test switches to uid 65534: run it as root");
+    cr_assert_eq(chmod(g_tmpdir, 0711), 0);
+    set_path(base, sizeof base, "%s/nobody-state", g_tmpdir);
+    cr_assert_eq(mkdir(base, 0755), 0);
+    set_path(dir, sizeof dir, "%s/sandboxes", base);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    set_path(var, sizeof var, "SBX_STATE_DIR=%s", base);
+    spec.args = ps;
+    spec.env = env;
+    spec.keep_sandboxes = 1;
+    spec.as_nobody = 1;
+
+    r = run_spec(&spec);
+    set_path(want, sizeof want,
+             "sbx: refusing the state directory %s: it is owned by uid 0 (root) and has mode "
+             "0755; it must be a directory owned by uid 65534 (nobody) and not writable by group "
+             "or others [code=configuration]\n", base);
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+
+    cr_assert_eq(chown(base, 65534, 65534), 0);
+    cr_assert_eq(chown(dir, 65534, 65534), 0);
+    cr_assert_eq(chmod(dir, 0770), 0);
+    r = run_spec(&spec);
+    set_path(want, sizeof want,
+             "sbx: refusing the state directory %s: it is owned by uid 65534 (nobody) and has "
+             "mode 0770; it must be a directory owned by uid 65534 (nobody) and not writable by "
+             "group or others [code=configuration]\n", dir);
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+
+    /* Its own and private: fine (and made 0700). */
+    cr_assert_eq(chmod(dir, 0755), 0);
+    r = run_spec(&spec);
+    expect_run(&r, 0, "ID  BACKEND  CREATED               ALIVE\n");
+    cr_expect_str_empty(r.err);
+    free_run(&r);
+    expect_mode(dir, 0700);
+    expect_mode(base, 0700);
+}
+
+/* ------------------------------------------------ names from a sandbox */
+
+/* File names are bytes the sandbox chose: the table shows control
+ * characters and invalid UTF-8 as C-style escapes (one line per entry,
+ * nothing for the terminal to act on), and --json stays valid UTF-8 with
+ * the exact bytes in name_base64 / path_base64 when they are not. */
+Test(cli, ls_escapes_names_and_json_stays_valid_utf8)
+{
+    char *id = create_with(NULL, NULL);
+    cli_run r;
+
+    r = SBX_KEEP("exec", id, "--", "sh", "-c",
+                 "mkdir \"$SANDBOX_ROOT/d\" && cd \"$SANDBOX_ROOT/d\" && "
+                 "touch \"$(printf 'a\\033[31mred')\" \"$(printf 'b\\nfile 0 fake')\" "
+                 "\"$(printf 'c\\377\\376')\" \"$(printf 'd\\\\back')\" \"$(printf 'e\\303\\251')\" "
+                 "\"$(printf 'f\\302\\233x')\" \"$(printf 'g\\tt\\rr\\177')\"");
+    expect_run(&r, 0, "");
+    free_run(&r);
+
+    r = SBX_KEEP("ls", id, "/d");
+    expect_run(&r, 0,
+               "file            0  a\\x1b[31mred\n"
+               "file            0  b\\nfile 0 fake\n"
+               "file            0  c\\xff\\xfe\n"
+               "file            0  d\\\\back\n"
+               "file            0  e\xc3\xa9\n"
+               "file            0  f\\xc2\\x9bx\n"
+               "file            0  g\\tt\\rr\\x7f\n");
+    cr_expect_str_empty(r.err);
+    free_run(&r);
+
+    r = SBX_KEEP("ls", "--json", id, "/d");
+    expect_run(&r, 0,
+               "[\n"
+               "  {\n"
+               "    \"name\": \"a\\u001b[31mred\",\n"
+               "    \"path\": \"/d/a\\u001b[31mred\",\n"
+               "    \"is_dir\": false,\n"
+               "    \"size\": 0,\n"
+               "    \"mode\": 420\n"
+               "  },\n"
+               "  {\n"
+               "    \"name\": \"b\\nfile 0 fake\",\n"
+               "    \"path\": \"/d/b\\nfile 0 fake\",\n"
+               "    \"is_dir\": false,\n"
+               "    \"size\": 0,\n"
+               "    \"mode\": 420\n"
+               "  },\n"
+               "  {\n"
+               "    \"name\": \"c\xef\xbf\xbd\xef\xbf\xbd\",\n"
+               "    \"name_base64\": \"Y//+\",\n"
+               "    \"path\": \"/d/c\xef\xbf\xbd\xef\xbf\xbd\",\n"
+               "    \"path_base64\": \"L2QvY//+\",\n"
+               "    \"is_dir\": false,\n"
+               "    \"size\": 0,\n"
+               "    \"mode\": 420\n"
+               "  },\n"
+               "  {\n"
+               "    \"name\": \"d\\\\back\",\n"
+               "    \"path\": \"/d/d\\\\back\",\n"
+               "    \"is_dir\": false,\n"
+               "    \"size\": 0,\n"
+               "    \"mode\": 420\n"
+               "  },\n"
+               "  {\n"
+               "    \"name\": \"e\xc3\xa9\",\n"
+               "    \"path\": \"/d/e\xc3\xa9\",\n"
+               "    \"is_dir\": false,\n"
+               "    \"size\": 0,\n"
+               "    \"mode\": 420\n"
+               "  },\n"
+               "  {\n"
+               "    \"name\": \"f\\u009bx\",\n"
+               "    \"path\": \"/d/f\\u009bx\",\n"
+               "    \"is_dir\": false,\n"
+               "    \"size\": 0,\n"
+               "    \"mode\": 420\n"
+               "  },\n"
+               "  {\n"
+               "    \"name\": \"g\\tt\\rr\\u007f\",\n"
+               "    \"path\": \"/d/g\\tt\\rr\\u007f\",\n"
+               "    \"is_dir\": false,\n"
+               "    \"size\": 0,\n"
+               "    \"mode\": 420\n"
+               "  }\n"
+               "]\n");
+    /* Every name reads back to its exact bytes. */
+    json_object *array = json_tokener_parse(r.out), *o, *v;
+    cr_assert_not_null(array, "not JSON: %s", r.out);
+    o = json_object_array_get_idx(array, 1);
+    cr_expect(json_object_object_get_ex(o, "name", &v) &&
+              strcmp(json_object_get_string(v), "b\nfile 0 fake") == 0);
+    o = json_object_array_get_idx(array, 5);
+    cr_expect(json_object_object_get_ex(o, "name", &v) &&
+              strcmp(json_object_get_string(v), "f\xc2\x9bx") == 0);
+    json_object_put(array);
+    free_run(&r);
+
+    r = SBX_KEEP("rm", id);
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    free_run(&r);
+    free(id);
+}
+
+/* ---------------------------------------------------- exec's cwd rule */
+
+/* On local, exec's --cwd is resolved by the rule of the file calls: ".."
+ * above the root and a symlink leading out are refused with
+ * invalid_argument (ls refuses the same paths), a missing directory is
+ * not_found, a file is invalid_argument; the command does not run. */
+Test(cli, exec_cwd_is_resolved_like_file_paths)
+{
+    char *id = create_with(NULL, NULL), want[1024], *root;
+    cli_run r;
+
+    r = SBX_KEEP("exec", id, "--", "sh", "-c",
+                 "mkdir -p \"$SANDBOX_ROOT/work/sub\" && ln -s /etc \"$SANDBOX_ROOT/etc-link\" && "
+                 "ln -s ../.. \"$SANDBOX_ROOT/work/up2\" && touch \"$SANDBOX_ROOT/afile\" && "
+                 "printf %s \"$SANDBOX_ROOT\"");
+    cr_assert_eq(r.status, 0, "stderr \"%s\"", r.err);
+    root = strdup(r.out);
+    free_run(&r);
+
+    static const struct {
+        const char *cwd, *code, *text;
+    } refused[] = {
+        { "../..", "invalid_argument", "leads outside the sandbox root (through \"..\" or a "
+                                       "symlink)" },
+        { "/work/sub/../../..", "invalid_argument", "leads outside the sandbox root (through "
+                                                    "\"..\" or a symlink)" },
+        { "/etc-link", "invalid_argument", "leads outside the sandbox root (through \"..\" or a "
+                                           "symlink)" },
+        { "/work/up2", "invalid_argument", "leads outside the sandbox root (through \"..\" or a "
+                                           "symlink)" },
+        { "/afile", "invalid_argument", "is not a directory" },
+        { "/nope", "not_found", NULL },
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        r = SBX_KEEP("exec", "--cwd", refused[i].cwd, id, "pwd");
+        if (refused[i].text != NULL)
+            set_path(want, sizeof want, "sbx: working directory \"%s\" %s [code=%s; "
+                     "backend=local; op=exec; path=%s]\n", refused[i].cwd, refused[i].text,
+                     refused[i].code, refused[i].cwd);
+        else
+            set_path(want, sizeof want, "sbx: working directory \"%s\" does not exist in "
+                     "sandbox %s [code=%s; backend=local; op=exec; path=%s]\n", refused[i].cwd,
+                     id, refused[i].code, refused[i].cwd);
+        cr_expect_eq(r.status, 125, "--cwd %s: status %d", refused[i].cwd, r.status);
+        cr_expect_str_eq(r.err, want);
+        cr_expect_str_empty(r.out, "--cwd %s ran: \"%s\"", refused[i].cwd, r.out);
+        free_run(&r);
+    }
+    /* The file calls refuse the escaping paths alike. */
+    r = SBX_KEEP("ls", id, "/etc-link");
+    EXPECT_TOOL_FAILURE(&r, "code=invalid_argument", "leads outside the sandbox root");
+    free_run(&r);
+    r = SBX_KEEP("ls", id, "../..");
+    EXPECT_TOOL_FAILURE(&r, "code=invalid_argument", "leads outside the sandbox root");
+    free_run(&r);
+
+    /* Inside the root: taken, ".." and all, and the command sees the
+     * resolved directory. */
+    static const struct {
+        const char *cwd, *under;
+    } taken[] = { { "/work/sub/../..", "" }, { "work/sub", "/work/sub" },
+                  { "/work/../work/", "/work" } };
+    for (size_t i = 0; i < sizeof taken / sizeof taken[0]; i++) {
+        r = SBX_KEEP("exec", "--cwd", taken[i].cwd, id, "pwd");
+        set_path(want, sizeof want, "%s%s\n", root, taken[i].under);
+        expect_run(&r, 0, want);
+        free_run(&r);
+    }
+
+    r = SBX_KEEP("rm", id);
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    free_run(&r);
+    free(root);
+    free(id);
+}
+
+/* ------------------------------------------------------ stop signals */
+
+/* Processes of this test's sbx runs still alive: an sbx or sbx-plugin-host
+ * whose environment has this test's TMPDIR (space-separated pids). */
+static void tool_processes_left(char *out, size_t size)
+{
+    char want[PATH_MAX + 16];
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    size_t len = 0;
+
+    out[0] = '\0';
+    set_path(want, sizeof want, "TMPDIR=%s", g_tmpdir);
+    while (d != NULL && (de = readdir(d)) != NULL) {
+        char path[300], exe[PATH_MAX], *env, *p;
+        const char *base;
+        ssize_t n;
+        size_t env_len = 0;
+        int found = 0;
+
+        if (!isdigit((unsigned char)de->d_name[0]))
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/exe", de->d_name);
+        n = readlink(path, exe, sizeof exe - 1);
+        if (n <= 0)
+            continue;
+        exe[n] = '\0';
+        base = strrchr(exe, '/') ? strrchr(exe, '/') + 1 : exe;
+        if (strcmp(base, "sbx") != 0 && strcmp(base, "sbx-plugin-host") != 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/environ", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        env = NULL;
+        size_t cap = 0;
+        for (;;) {
+            if (cap - env_len < 4096) {
+                cap = cap ? cap * 2 : 65536;
+                env = realloc(env, cap);
+                cr_assert_not_null(env);
+            }
+            size_t got = fread(env + env_len, 1, cap - env_len - 1, f);
+            if (got == 0)
+                break;
+            env_len += got;
+        }
+        fclose(f);
+        for (p = env; p != NULL && p < env + env_len; p += strlen(p) + 1)
+            if (strcmp(p, want) == 0)
+                found = 1;
+        if (env != NULL)
+            env[env_len] = '\0';
+        free(env);
+        if (found)
+            len += (size_t)snprintf(out + len, size > len ? size - len : 0, "%s%s(%s)",
+                                    len ? " " : "", de->d_name, base);
+    }
+    if (d != NULL)
+        closedir(d);
+}
+
+/* Waits up to @secs for no process of this test's sbx runs to be left. */
+static void expect_no_tool_processes(double secs)
+{
+    char left[1024];
+    double until = now_secs() + secs;
+
+    do {
+        tool_processes_left(left, sizeof left);
+        if (left[0] == '\0')
+            return;
+        usleep(50000);
+    } while (now_secs() < until);
+    cr_expect_str_empty(left, "processes left: %s", left);
+}
+
+/* `sbx exec ID COMMAND` ends on SIGTERM and SIGINT at once, with 128+N,
+ * and the command's processes end with it; the sandbox stays. */
+Test(cli, exec_ends_on_sigterm_and_sigint_and_its_command_with_it)
+{
+    char *id = create_with(NULL, NULL);
+    static const int sigs[] = { SIGTERM, SIGINT };
+    static const char *const names[] = { "SIGTERM", "SIGINT" };
+
+    for (size_t i = 0; i < 2; i++) {
+        const char *const args[] = { "exec", id, "--", "sh", "-c", "echo $$; exec sleep 100",
+                                     NULL };
+        cli_spec spec = { 0 };
+        char want[128];
+
+        spec.args = args;
+        spec.keep_sandboxes = 1;
+        spec.stop_marker = "\n";
+        spec.stop_signal = sigs[i];
+        cli_run r = run_spec(&spec);
+        cr_expect_eq(r.status, 128 + sigs[i], "%s: status %d", names[i], r.status);
+        set_path(want, sizeof want, "sbx: %s received; the command was cancelled\n", names[i]);
+        cr_expect_str_eq(r.err, want);
+        cr_expect(r.stop_secs > 0 && r.secs - r.stop_secs < 1.0,
+                  "%s: sbx took %.2f s after the signal", names[i], r.secs - r.stop_secs);
+        pid_t pid = (pid_t)atoi(r.out);
+        cr_assert(pid > 1, "stdout \"%s\"", r.out);
+        double until = now_secs() + 3;
+        while (!pid_gone(pid) && now_secs() < until)
+            usleep(20000);
+        cr_expect(pid_gone(pid), "%s: the command (pid %d) still runs", names[i], (int)pid);
+        free_run(&r);
+        expect_no_tool_processes(3);
+    }
+    cli_run r = SBX_KEEP("exec", id, "echo", "still here");
+    expect_run(&r, 0, "still here\n");
+    free_run(&r);
+    r = SBX_KEEP("rm", id);
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    free_run(&r);
+    free(id);
+}
+
+/* `sbx cp` out of a sandbox whose transfer blocks ends on SIGTERM within a
+ * second with 143 and leaves nothing: no staging entry, no directory it
+ * made, no process. The fault plugin's transfers of a path named
+ * sbx-fault-slow wait for their cancellation; sbx-fault-hang ignores it
+ * (sbx then leaves the call behind and removes what it left). */
+Test(cli, cp_ends_on_sigterm_while_the_transfer_blocks_and_leaves_nothing)
+{
+    static const char *const faulty[] = { "SBX_BACKEND=faulty", NULL };
+    char *id = create_with(faulty, NULL);
+    char out_dir[PATH_MAX + 16], dst[PATH_MAX + 64], src[PATH_MAX + 64], keep[PATH_MAX + 16];
+    char started[PATH_MAX + 16], started_var[PATH_MAX + 48];
+    const char *started_env[] = { started_var, NULL };
+    cli_run r;
+
+    set_path(started, sizeof started, "%s/started", g_tmpdir);
+    set_path(started_var, sizeof started_var, "SBX_FAULT_STARTED=%s", started);
+
+    r = SBX_KEEP("exec", id, "--", "sh", "-c",
+                 "cd \"$SANDBOX_ROOT\" && mkdir -p d/sbx-fault-slow d/sbx-fault-hang && "
+                 "echo x > d/sbx-fault-slow/sbx-fault-slow && "
+                 "echo y > d/sbx-fault-hang/sbx-fault-hang");
+    expect_run(&r, 0, "");
+    free_run(&r);
+    /* An existing directory the copies go into must stay as it was. */
+    set_path(keep, sizeof keep, "%s/keep", g_tmpdir);
+    cr_assert_eq(mkdir(keep, 0755), 0);
+
+    static const struct {
+        const char *flag, *path;
+        int in_keep;
+    } cases[] = {
+        { "-r", "/d/sbx-fault-slow", 0 },
+        { "-r", "/d/sbx-fault-hang", 0 },
+        { "-r", "/d/sbx-fault-slow/sbx-fault-slow", 0 },
+        { "-r", "/d/sbx-fault-hang/sbx-fault-hang", 0 },
+        { "-r", "/d/sbx-fault-hang", 1 },
+        { "-r", "/d/sbx-fault-hang/sbx-fault-hang", 1 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        set_path(out_dir, sizeof out_dir, "%s/out", g_tmpdir);
+        if (cases[i].in_keep)
+            set_path(dst, sizeof dst, "%s/x", keep);
+        else
+            set_path(dst, sizeof dst, "%s/sub/x", out_dir);
+        set_path(src, sizeof src, "%s:%s", id, cases[i].path);
+        const char *const args[] = { "cp", cases[i].flag, src, dst, NULL };
+        cli_spec spec = { 0 };
+
+        spec.args = args;
+        spec.env = started_env;
+        spec.keep_sandboxes = 1;
+        spec.stop_file = started;
+        spec.stop_signal = SIGTERM;
+        unlink(started);
+        r = run_spec(&spec);
+        cr_expect_eq(access(started, F_OK), 0, "%s: the transfer never began", cases[i].path);
+        cr_expect_eq(r.status, 143, "%s: status %d, stderr \"%s\"", cases[i].path, r.status,
+                     r.err);
+        cr_expect_str_eq(r.err, "sbx: SIGTERM received; the copy was cancelled\n", "%s: \"%s\"",
+                         cases[i].path, r.err);
+        cr_expect(r.secs - r.stop_secs < 1.0, "%s: sbx took %.2f s after the signal",
+                  cases[i].path, r.secs - r.stop_secs);
+        free_run(&r);
+        cr_expect(access(out_dir, F_OK) < 0 && errno == ENOENT, "%s: %s was left",
+                  cases[i].path, out_dir);
+        cr_expect_eq(count_entries(keep), 0, "%s: something was left in %s", cases[i].path,
+                     keep);
+        expect_no_tool_processes(3);
+    }
+
+    r = SBX_KEEP("rm", id);
+    cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
+    free_run(&r);
+    free(id);
+}
+
+/* `sbx create` ends on SIGTERM while the sandbox is being made (here: a
+ * preset's setup command that sleeps): 143 at once, and neither a sandbox
+ * nor a record nor the setup command is left. */
+Test(cli, create_ends_on_sigterm_and_leaves_no_sandbox)
+{
+    char dir[PATH_MAX + 16], file[PATH_MAX + 32], started[PATH_MAX + 16];
+    char var[PATH_MAX + 48], doc[2 * PATH_MAX], path[PATH_MAX + 32];
+    const char *env[] = { var, NULL };
+    const char *const args[] = { "create", "--preset", "t-sleepy", NULL };
+    cli_spec spec = { 0 };
+    FILE *f;
+
+    set_path(dir, sizeof dir, "%s/presets", g_tmpdir);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    set_path(started, sizeof started, "%s/started", g_tmpdir);
+    set_path(file, sizeof file, "%s/t-sleepy.json", dir);
+    set_path(doc, sizeof doc, "{\"name\": \"t-sleepy\", \"setup_commands\": "
+             "[\"echo $$ > %s.tmp && mv %s.tmp %s && exec sleep 100\"]}", started, started,
+             started);
+    f = fopen(file, "w");
+    cr_assert_not_null(f);
+    fputs(doc, f);
+    fclose(f);
+    set_path(var, sizeof var, "SBX_PRESET_PATH=%s", dir);
+
+    spec.args = args;
+    spec.env = env;
+    spec.stop_file = started;
+    spec.stop_signal = SIGTERM;
+    cli_run r = run_spec(&spec);   /* checks that no sandbox directory is left */
+    cr_expect_eq(r.status, 143, "status %d, stderr \"%s\"", r.status, r.err);
+    cr_expect_str_eq(r.err, "sbx: SIGTERM received; the creation was cancelled\n");
+    cr_expect_str_empty(r.out);
+    cr_expect(r.stop_secs > 0 && r.secs - r.stop_secs < 1.0, "sbx took %.2f s after the signal",
+              r.secs - r.stop_secs);
+    free_run(&r);
+
+    char *pid_text = slurp(started, NULL);
+    pid_t pid = (pid_t)atoi(pid_text);
+    free(pid_text);
+    cr_assert(pid > 1);
+    cr_expect(pid_gone(pid), "the setup command (pid %d) still runs", (int)pid);
+    set_path(path, sizeof path, "%s/state/sandboxes", g_tmpdir);
+    cr_expect_eq(count_entries(path), 0, "a record was left");
+    expect_no_tool_processes(3);
 }

@@ -35,6 +35,22 @@
 
 static const sbx_host_services *host;
 
+#ifdef SBX_LOCAL_FAULTY
+/* tests/plugins/faults.c: 1 when a transfer of @path was cancelled. */
+int sbx_fault_path(const char *path, const sbx_call_ctx *ctx);
+/* Fails the slot when the fault plugin cancelled it (closing @fd). */
+#define FAULT_PATH(env, path, ctx, error, fd)                                               \
+    do {                                                                                    \
+        if (sbx_fault_path((path), (ctx))) {                                                \
+            close(fd);                                                                      \
+            fail((env), (error), SBX_ERROR_TIMEOUT, (path), "call cancelled (fault plugin)"); \
+            return -1;                                                                      \
+        }                                                                                   \
+    } while (0)
+#else
+#define FAULT_PATH(env, path, ctx, error, fd) ((void)0)
+#endif
+
 void local_files_setup(const sbx_host_services *services)
 {
     host = services;
@@ -136,6 +152,61 @@ static int open_root(struct sbx_plugin_sandbox *sb, const sbx_fs_env *env, const
     return fd;
 }
 
+int local_resolve_dir(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const char *op,
+                      const char *path, char **out, sbx_error **error)
+{
+    sbx_fs_env env = env_of(ctx, op);
+    char link[64], real[PATH_MAX];
+    int root, fd, e, other;
+    ssize_t n;
+
+    *out = NULL;
+    root = open_root(sandbox, &env, path, error);
+    if (root < 0)
+        return -1;
+    fd = sbx_fs_open_beneath(root, path, 0, O_PATH | O_DIRECTORY, 0);
+    if (fd < 0) {
+        e = errno;
+        other = e == ENOTDIR ? sbx_fs_open_beneath(root, path, 0, O_PATH, 0) : -1;
+        if (other >= 0) {
+            close(other);
+            fail(&env, error, SBX_ERROR_INVALID_ARGUMENT, path,
+                 "working directory \"%s\" is not a directory", path);
+        } else if (e == ENOENT || e == ENOTDIR) {
+            fail(&env, error, SBX_ERROR_NOT_FOUND, path,
+                 "working directory \"%s\" does not exist in sandbox %s", path, sandbox->id);
+        } else if (e == EXDEV) {
+            fail(&env, error, SBX_ERROR_INVALID_ARGUMENT, path,
+                 "working directory \"%s\" leads outside the sandbox root (through \"..\" or "
+                 "a symlink)", path);
+        } else {
+            path_fail(&env, error, e, path);
+        }
+        close(root);
+        return -1;
+    }
+    close(root);
+    /* The directory's own path: what the supervisor opens has no symlink
+     * and no ".." left to resolve. */
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    n = readlink(link, real, sizeof(real) - 1);
+    e = errno;
+    close(fd);
+    if (n <= 0 || (size_t)n >= sizeof(real) - 1) {
+        fail(&env, error, SBX_ERROR_UNKNOWN, path,
+             "cannot resolve working directory \"%s\": %s", path,
+             n < 0 ? strerror(e) : "path too long");
+        return -1;
+    }
+    real[n] = '\0';
+    *out = strdup(real);
+    if (!*out) {
+        fail(&env, error, SBX_ERROR_UNKNOWN, path, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Slots                                                                     */
 /* ------------------------------------------------------------------------ */
@@ -225,6 +296,7 @@ int local_read_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const 
 
     if (root < 0)
         return -1;
+    FAULT_PATH(&env, path, ctx, error, root);
     /* O_NONBLOCK: a fifo in the sandbox must not hang the open. */
     in = sbx_fs_open_beneath(root, path, 0, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0);
     close(root);
@@ -372,6 +444,7 @@ int local_download_tar(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, con
 
     if (root < 0)
         return -1;
+    FAULT_PATH(&env, path, ctx, error, root);
     dfd = sbx_fs_open_beneath(root, path, 0, O_RDONLY | O_DIRECTORY, 0);
     close(root);
     if (dfd < 0) {

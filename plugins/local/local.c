@@ -2169,19 +2169,27 @@ fail:
 /* Slots: exec                                                               */
 /* ------------------------------------------------------------------------ */
 
-/** The host path of sandbox path @cwd: under the root, absolute or not. */
-static char *resolve_cwd(const struct sbx_plugin_sandbox *sb, const char *cwd)
+/** The path the supervisor opens for sandbox path @cwd (new string in
+ *  *@out): resolved beneath the root by the file slots' rule
+ *  (local_resolve_dir, whose errors it reports); inside bubblewrap, where
+ *  the root is /, as given. Returns 0 or -1. */
+static int resolve_cwd(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cwd,
+                       char **out, sbx_error **error)
 {
 #ifdef SBX_LOCAL_BUBBLEWRAP
     /* Inside, the root is /. */
     const char *root = "/";
-    (void)sb;
+    (void)ctx;
+    (void)error;
 #else
     const char *root = sb->root;
+    if (cwd && *cwd)
+        return local_resolve_dir(sb, ctx, "exec", cwd, out, error);
 #endif
-    if (!cwd || !*cwd)
-        return strdup(root);
-    return join_path(root, cwd);
+    *out = !cwd || !*cwd ? strdup(root) : join_path(root, cwd);
+    if (!*out)
+        fail(error, SBX_ERROR_UNKNOWN, "exec", "out of memory");
+    return *out ? 0 : -1;
 }
 
 static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
@@ -2247,9 +2255,8 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
         }
         fds[i] = own[i];
     }
-    cwd = resolve_cwd(sb, request->cwd);
-    if (!cwd)
-        goto nomem;
+    if (resolve_cwd(sb, ctx, request->cwd, &cwd, error) < 0)
+        goto out;
 
     proto_buf_init(&b, PROTO_EXEC);
 #ifdef SBX_LOCAL_SAFEHOUSE

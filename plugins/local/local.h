@@ -47,6 +47,17 @@ int local_download_tar(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
 int local_stat_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
                     const char *path, sbx_plugin_file_info *info, sbx_error **error);
 
+/**
+ * files.c: the host path (a new string in *@out, no symlink and no "..")
+ * of directory @path of @sandbox, resolved by the rule of the file slots:
+ * beneath the root, ".." above it and symlinks leading out refused. Errors
+ * (op @op, context "path" = @path): not_found when it does not exist,
+ * invalid_argument when it is not a directory or leads outside the root.
+ * Returns 0 or -1. Thread-safe.
+ */
+int local_resolve_dir(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const char *op,
+                      const char *path, char **out, sbx_error **error);
+
 #ifdef SBX_LOCAL_SAFEHOUSE
 /** safehouse.c: the safehouse CLI ($SBX_SAFEHOUSE, else `safehouse` in PATH
  *  on macOS), malloc'd; NULL with a configuration error saying how to

@@ -10,13 +10,18 @@
  *   sbx-fault-slow   the slot waits until its cancel descriptor fires (or its
  *                    deadline passes) and then fails with a timeout error
  * Any other command runs as on local, so the whole conformance suite passes
- * on "faulty" too. While the file named by $SBX_FAULT_HANG_INIT exists,
+ * on "faulty" too. The file slots that move data out of the sandbox
+ * (read_file, download_tar) ask sbx_fault_path() about the sandbox path:
+ * one whose last component is sbx-fault-hang or sbx-fault-slow behaves as
+ * the command of that name (a transfer that blocks). Both blocking faults
+ * create the file named by $SBX_FAULT_STARTED (when set) as they begin. While the file named by $SBX_FAULT_HANG_INIT exists,
  * sbx_plugin_init never returns (a plugin that hangs while loading).
  *
  * Built alone into libsbx-crashinit.so (FAULT_CRASH_INIT): sbx_plugin_init
  * itself dies of SIGSEGV, so loading the plugin kills the process that
  * loads it.
  */
+#include <fcntl.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -53,6 +58,7 @@ SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
 #else
 
 int sbx_fault_exec(const sbx_plugin_exec_request *request, const sbx_call_ctx *ctx);
+int sbx_fault_path(const char *path, const sbx_call_ctx *ctx);
 void sbx_fault_init(void);
 
 /*
@@ -79,12 +85,36 @@ static double monotonic_now(void)
  * 0: run the command as usual; 1: the call was cancelled (the caller fails
  * it with a timeout error). The crash and hang faults never return.
  */
+static int fault_named(const char *cmd, const sbx_call_ctx *ctx);
+
 int sbx_fault_exec(const sbx_plugin_exec_request *request, const sbx_call_ctx *ctx)
 {
-    const char *cmd = request->argv ? request->argv[0] : NULL;
+    return fault_named(request->argv ? request->argv[0] : NULL, ctx);
+}
+
+/* The fault named by the last component of sandbox path @path. */
+int sbx_fault_path(const char *path, const sbx_call_ctx *ctx)
+{
+    const char *last = path ? strrchr(path, '/') : NULL;
+
+    return fault_named(last ? last + 1 : path, ctx);
+}
+
+static int fault_named(const char *cmd, const sbx_call_ctx *ctx)
+{
+    const char *started = getenv("SBX_FAULT_STARTED");
 
     if (!cmd)
         return 0;
+    /* A blocking fault announces that it began: the file named by
+     * $SBX_FAULT_STARTED is created. */
+    if (started && *started &&
+        (strcmp(cmd, "sbx-fault-hang") == 0 || strcmp(cmd, "sbx-fault-slow") == 0)) {
+        int fd = open(started, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+
+        if (fd >= 0)
+            close(fd);
+    }
     if (strcmp(cmd, "sbx-fault-crash") == 0)
         crash();
     if (strcmp(cmd, "sbx-fault-hang") == 0) {

@@ -549,7 +549,11 @@ SBX_EXPORT sbx_preset *sbx_preset_parse(const char *json, sbx_error **error);
 /**
  * sbx_preset_load:
  * Finds the preset @name in the lookup order above. Errors: not_found
- * (context "searched"), invalid_argument for a bad name or document.
+ * (context "searched"), invalid_argument for a bad name or document, for a
+ * preset file that is not a regular file (a fifo, a directory, a device:
+ * opened without blocking, never read; the message names the path and
+ * what it is, context "source"), and for a file whose "name" is not @name
+ * (the message names both; contexts "name", "file_name" and "source").
  * Since 0.1.
  */
 SBX_EXPORT sbx_preset *sbx_preset_load(const char *name, sbx_error **error);
@@ -565,7 +569,9 @@ SBX_EXPORT int sbx_preset_register(const char *json, sbx_error **error);
 /**
  * sbx_presets_list:
  * Every preset visible by the lookup order (one per name, the one that
- * wins), sorted by name. A file that does not parse is left out. Stores a
+ * wins), sorted by name. A file that does not parse, is not a regular
+ * file, or names another preset than its file name is left out (with a
+ * warning in the SBX_DEBUG log naming the file and why). Stores a
  * new array in *@list (free with sbx_preset_list_free). Returns 0 or -1.
  * Since 0.1.
  */
