@@ -1322,6 +1322,13 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             goto nomem;
 
 #ifdef SBX_LOCAL_BUBBLEWRAP
+    if (bwrap_check_reach(sb->meta, "the temporary directory", op, error) < 0
+        || (!sb->owns_root && bwrap_check_reach(sb->root, "the workdir", op, error) < 0)
+        || bwrap_check_reach(exe, "the supervisor", op, error) < 0
+        || (image_root && bwrap_check_reach(image_root, "the image", op, error) < 0)
+        || bwrap_prepare_dirs(sb->meta, sb->root, sb->owns_root, sb->tmp, sb->made_tmp, op,
+                              error) < 0)
+        goto fail;
     if (request->set_fields & (SBX_OPTION_CPU | SBX_OPTION_MEMORY_MB)) {
         if (bwrap_cgroups_create(sb->id, request, cg_procs, &n_cg, op, error) < 0)
             goto fail;
@@ -1398,8 +1405,10 @@ fail:
     bwrap_argv_free(launch_argv);
     if (sb && made_cg)
         bwrap_cgroups_remove(sb->id);
-    if (sb && made_meta && !sb->owns_root)
+    if (sb && made_meta && !sb->owns_root) {
         bwrap_clean_root(sb->root);
+        bwrap_return_workdir(sb->meta, sb->root);
+    }
 #else
     (void)launch_argv;
 #endif
@@ -1491,8 +1500,10 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     }
 #ifdef SBX_LOCAL_BUBBLEWRAP
     bwrap_cgroups_remove(sb->id);
-    if (!sb->owns_root)
+    if (!sb->owns_root) {
         bwrap_clean_root(sb->root);
+        bwrap_return_workdir(sb->meta, sb->root);
+    }
 #endif
 
     if (remove_dirs(sb, op, error) < 0) {
@@ -2260,8 +2271,13 @@ static const sbx_plugin local_plugin = {
 #ifndef SBX_LOCAL_EXEC_ONLY
     .list_files = local_list_files,
     .read_file = local_read_file,
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    .write_file = bwrap_write_file,
+    .upload_tar = bwrap_upload_tar,
+#else
     .write_file = local_write_file,
     .upload_tar = local_upload_tar,
+#endif
     .download_tar = local_download_tar,
     .stat_file = local_stat_file,
 #endif

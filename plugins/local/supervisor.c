@@ -32,10 +32,14 @@
  * namespace, where it does not fork away (the namespace ends with it).
  */
 #include "proto.h"
+#ifdef SBX_SUPERVISOR_SECCOMP
+#include "seccomp.h"
+#endif
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -1486,33 +1490,101 @@ static int apply_config(const unsigned char *payload, uint32_t len, int *err,
 
 /**
  * Launcher mode of the bubblewrap backend:
- *     sbx-supervisor --launch [--cgroup-procs=FILE]... -- PROGRAM ARG...
- * Moves itself into each cgroup (FILE is a cgroup.procs file), forks and
- * exits 0 at once (so the library reaps it by pid); the child execs
- * PROGRAM (bwrap, whose init is the supervisor in --init mode), keeping
- * descriptor 3. Exits 1 when a cgroup refuses it.
+ *     sbx-supervisor --launch [--cgroup-procs=FILE]... [--seccomp-fd=N]
+ *                    [--user=UID:GID] -- PROGRAM ARG...
+ * Moves itself into each cgroup (FILE is a cgroup.procs file); with
+ * --seccomp-fd, compiles the sandbox's seccomp filter (seccomp.c) onto
+ * descriptor N (> 3) for `bwrap --seccomp N`; with --user, becomes UID and
+ * GID with no supplementary groups (the library runs as root: bwrap then
+ * runs unprivileged, its user namespace maps the sandbox's uid to UID and
+ * nothing of it is host root). Then forks and exits 0 at once (so the
+ * library reaps it by pid); the child execs PROGRAM (bwrap, whose init is
+ * the supervisor in --init mode), keeping descriptor 3 (and N). Exits 1
+ * when a cgroup, the filter or the change of user fails, 2 on a malformed
+ * command line; the reason goes to stderr.
  */
 static int launch(int argc, char **argv)
 {
-    static const char cg_opt[] = "--cgroup-procs=";
+    static const char cg_opt[] = "--cgroup-procs=", sc_opt[] = "--seccomp-fd=",
+                      user_opt[] = "--user=";
     int i = 2;
-    for (; i < argc && strncmp(argv[i], cg_opt, sizeof(cg_opt) - 1) == 0; i++) {
-        const char *file = argv[i] + sizeof(cg_opt) - 1;
-        int fd = open(file, O_WRONLY | O_CLOEXEC);
-        char num[32];
-        int n = snprintf(num, sizeof(num), "%d\n", (int)getpid());
-        if (fd < 0 || write(fd, num, (size_t)n) != n) {
-            fprintf(stderr, "sbx-supervisor: cannot join cgroup %s: %s\n", file,
-                    strerror(errno));
-            if (fd >= 0)
+    long uid = -1, gid = -1;
+    for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
+        if (strncmp(argv[i], cg_opt, sizeof(cg_opt) - 1) == 0) {
+            const char *file = argv[i] + sizeof(cg_opt) - 1;
+            int fd = open(file, O_WRONLY | O_CLOEXEC);
+            char num[32];
+            int n = snprintf(num, sizeof(num), "%d\n", (int)getpid());
+            if (fd < 0 || write(fd, num, (size_t)n) != n) {
+                fprintf(stderr, "sbx-supervisor: cannot join cgroup %s: %s\n", file,
+                        strerror(errno));
+                if (fd >= 0)
+                    close(fd);
+                return 1;
+            }
+            close(fd);
+        } else if (strncmp(argv[i], sc_opt, sizeof(sc_opt) - 1) == 0) {
+            char *end;
+            long want = strtol(argv[i] + sizeof(sc_opt) - 1, &end, 10);
+            if (*end || want <= PROTO_CONTROL_FD || want > 1024) {
+                fprintf(stderr, "sbx-supervisor: --launch: bad %s (a descriptor above %d)\n",
+                        argv[i], PROTO_CONTROL_FD);
+                return 2;
+            }
+#ifdef SBX_SUPERVISOR_SECCOMP
+            char msg[256];
+            int fd = sbx_seccomp_filter_fd(msg, sizeof(msg));
+            if (fd < 0) {
+                fprintf(stderr, "sbx-supervisor: %s\n", msg);
+                return 1;
+            }
+            if (fd != want) {
+                if (dup2(fd, (int)want) < 0) {
+                    fprintf(stderr, "sbx-supervisor: dup2 of the seccomp filter: %s\n",
+                            strerror(errno));
+                    close(fd);
+                    return 1;
+                }
                 close(fd);
+            }
+#else
+            fprintf(stderr, "sbx-supervisor: --launch: %s: built without libseccomp\n",
+                    argv[i]);
             return 1;
+#endif
+        } else if (strncmp(argv[i], user_opt, sizeof(user_opt) - 1) == 0) {
+            char *end;
+            const char *v = argv[i] + sizeof(user_opt) - 1;
+            uid = strtol(v, &end, 10);
+            if (end == v || *end != ':' || uid <= 0 || uid > 0x7ffffffe) {
+                fprintf(stderr, "sbx-supervisor: --launch: bad %s (UID:GID, not 0)\n",
+                        argv[i]);
+                return 2;
+            }
+            v = end + 1;
+            gid = strtol(v, &end, 10);
+            if (end == v || *end || gid <= 0 || gid > 0x7ffffffe) {
+                fprintf(stderr, "sbx-supervisor: --launch: bad %s (UID:GID, not 0)\n",
+                        argv[i]);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "sbx-supervisor: --launch: unknown option %s\n", argv[i]);
+            return 2;
         }
-        close(fd);
     }
     if (i + 1 >= argc || strcmp(argv[i], "--") != 0 || argv[i + 1][0] != '/') {
         fprintf(stderr, "sbx-supervisor: --launch: expected -- /PROGRAM ARG...\n");
         return 2;
+    }
+    if (uid > 0) {
+        if (setgroups(0, NULL) < 0 || setgid((gid_t)gid) < 0 || setuid((uid_t)uid) < 0
+            || getuid() != (uid_t)uid || geteuid() != (uid_t)uid
+            || getgid() != (gid_t)gid || getegid() != (gid_t)gid) {
+            fprintf(stderr, "sbx-supervisor: cannot become uid %ld, gid %ld: %s\n", uid, gid,
+                    strerror(errno));
+            return 1;
+        }
     }
     pid_t p = fork();
     if (p < 0)
