@@ -457,6 +457,40 @@ Test(bubblewrap, missing_bwrap_is_a_configuration_error)
     cr_assert_eq(tu_count_entries(g_tmp), 0);
 }
 
+/* Run by root, the sandbox's bwrap runs as uid 65534 and must pass through
+ * the temporary directory: one it cannot enter is a configuration error
+ * naming it, and nothing is left. Run by another user, the sandbox is that
+ * user's and the same directory serves. */
+Test(bubblewrap, tmpdir_out_of_reach_of_the_sandbox_user)
+{
+    char *closed = tu_strdup_printf("%s/closed", g_tmp);
+    char *inner = tu_strdup_printf("%s/tmp", closed);
+    cr_assert_eq(mkdir(closed, 0700), 0);
+    cr_assert_eq(mkdir(inner, 0777), 0);
+    cr_assert_eq(chmod(inner, 0777), 0);
+    setenv("TMPDIR", inner, 1);
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = create_with_fresh_client(&err);
+    setenv("TMPDIR", g_tmp, 1);
+    if (getuid() == 0) {
+        cr_assert_null(sb);
+        tu_assert_error(err, SBX_ERROR_CONFIGURATION, closed, "uid 65534", "TMPDIR", NULL);
+        sbx_error_free(err);
+        cr_assert_eq(tu_count_entries(inner), 0, "a refused create left something in %s",
+                     inner);
+    } else {
+        cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+        char *me = tu_strdup_printf("%u\n", (unsigned)getuid());
+        expect(sb, "id -u", 0, me);
+        free(me);
+        cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+        sbx_sandbox_free(sb);
+        cr_assert_eq(tu_count_entries(inner), 0);
+    }
+    free(closed);
+    free(inner);
+}
+
 /*
  * Runs the staged test program @program ("test_conformance" or
  * "test_bubblewrap") as uid/gid 65534 with Criterion's @filter (NULL: all)

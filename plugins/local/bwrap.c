@@ -201,6 +201,9 @@ int bwrap_check_userns(const char *bwrap, const char *op, sbx_error **error)
             _exit(126);
         }
         execve(bwrap, argv, environ);
+        static const char m[] = "cannot execute it as the sandbox's user\n";
+        if (write(2, m, sizeof(m) - 1) < 0)
+            _exit(127);
         _exit(127);
     }
     int fork_errno = errno;

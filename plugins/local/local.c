@@ -1322,12 +1322,18 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             goto nomem;
 
 #ifdef SBX_LOCAL_BUBBLEWRAP
-    if (bwrap_check_reach(sb->meta, "the temporary directory", op, error) < 0
+    /* The image's usr/: bwrap passes through the image's root too. */
+    char *image_usr = image_root ? join_path(image_root, "usr") : NULL;
+    if (image_root && !image_usr)
+        goto nomem;
+    int reach = bwrap_check_reach(sb->meta, "the temporary directory", op, error) < 0
         || (!sb->owns_root && bwrap_check_reach(sb->root, "the workdir", op, error) < 0)
         || bwrap_check_reach(exe, "the supervisor", op, error) < 0
-        || (image_root && bwrap_check_reach(image_root, "the image", op, error) < 0)
-        || bwrap_prepare_dirs(sb->meta, sb->root, sb->owns_root, sb->tmp, sb->made_tmp, op,
-                              error) < 0)
+        || bwrap_check_reach(bwrap, "the bwrap program", op, error) < 0
+        || (image_usr && bwrap_check_reach(image_usr, "the image", op, error) < 0);
+    free(image_usr);
+    if (reach || bwrap_prepare_dirs(sb->meta, sb->root, sb->owns_root, sb->tmp, sb->made_tmp,
+                                    op, error) < 0)
         goto fail;
     if (request->set_fields & (SBX_OPTION_CPU | SBX_OPTION_MEMORY_MB)) {
         if (bwrap_cgroups_create(sb->id, request, cg_procs, &n_cg, op, error) < 0)
