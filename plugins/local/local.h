@@ -105,7 +105,9 @@ void bwrap_argv_free(char **argv);
  *  supervisor", ...) and the directory that stops it. 0 when the sandbox
  *  runs as the library's user. */
 int bwrap_check_reach(const char *path, const char *what, const char *op, sbx_error **error);
-/** When the sandbox runs as another user (bwrap_sandbox_ids): makes @meta
+/** Not thread-safe for one sandbox (create calls it once, before the
+ *  sandbox exists for anyone else). When the sandbox runs as another user
+ *  (bwrap_sandbox_ids): makes @meta
  *  mode 0711, gives META/run, @root and (when create made it) @tmp to the
  *  sandbox's user; a caller's workdir (@owns_root 0) is lent, its owner
  *  recorded in META/workdir-owner. 0, or -1 with a creation_failed error
@@ -117,7 +119,10 @@ int bwrap_prepare_dirs(const char *meta, const char *root, int owns_root, const 
  *  sandbox user's). Nothing when nothing was lent. */
 void bwrap_return_workdir(const char *meta, const char *root);
 /** write_file and upload_tar as the sandbox's user (the thread's
- *  filesystem uid and gid, for the call), so what they create is its. */
+ *  filesystem uid and gid, for the call), so what they create is its.
+ *  Arguments, results and errors as local_write_file/local_upload_tar;
+ *  an unknown error when the ids cannot be changed. Thread-safe: the ids
+ *  change on the calling thread only and are restored before returning. */
 int bwrap_write_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const char *path,
                      int fd, uint32_t mode, sbx_error **error);
 int bwrap_upload_tar(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const char *path,
