@@ -57,11 +57,15 @@
  *   - /proc/sys and the other host-global knobs of /proc are read-only or
  *     hidden; /sys is absent.
  * Known limit: /proc/self/mountinfo shows, as the root of the sandbox's
- * "/" mount, the path of ROOT within the host filesystem that holds it.
- * The kernel prints a bind mount's root as its directory's path from the
- * root of its filesystem; only a mount of a fresh filesystem shows "/", and
- * the ones an unprivileged user may mount keep the files in memory (tmpfs),
- * print their layers' paths (overlayfs) or need a daemon (FUSE).
+ * "/" mount, the path of ROOT within the host filesystem that holds it
+ * (and an image's paths for its binds). The kernel prints a bind mount's
+ * root as its directory's path from the root of its filesystem; only a
+ * mount of a fresh filesystem shows "/". Of those an unprivileged user may
+ * mount, tmpfs keeps the files in memory, FUSE needs a daemon, and
+ * overlayfs (which, mounted with relative layer paths in a user and mount
+ * namespace of the launcher's, shows none) would need the file calls to go
+ * through the sandbox's own view (/proc/PID/root of its pid 1): changing
+ * an overlay's upper layer from outside, as they do on ROOT, is undefined.
  */
 #include "local.h"
 
