@@ -373,6 +373,40 @@ Test(bubblewrap, host_tree_and_sysctls_are_unchanged)
     free(usr_canary);
 }
 
+/* /proc names no host path of the sandbox's root: "/" is a mount of its
+ * own (the overlay whose upper layer is the root directory, its layers
+ * named relative to the sandbox's directory), and the root directory's host
+ * path appears nowhere. */
+Test(bubblewrap, mountinfo_names_no_host_path_of_the_root)
+{
+    g_sb = tu_create(g_client, NULL);
+    expect(g_sb, "awk '$5 == \"/\" { print $4, $8; split($10, o, \",\"); "
+           "print o[2], o[3], o[4] }' /proc/self/mountinfo", 0,
+           "/ overlay\nlowerdir=lower upperdir=root workdir=work\n");
+    sbx_result *r = tu_sh(g_sb, "cat /proc/self/mountinfo /proc/1/mountinfo /proc/mounts", 10);
+    tu_assert_exit(r, 0);
+    size_t len = 0;
+    const char *out = sbx_result_get0_stdout(r, &len);
+    char *text = strndup(out, len);
+    char *root = tu_strdup_printf("%s/%s/root", g_tmp, sbx_sandbox_get0_id(g_sb));
+    cr_assert(tu_exists(root), "the sandbox's root is not %s", root);
+    cr_assert(len > 0 && strstr(text, " / / ") != NULL, "no root mount in:\n%s", text);
+    cr_assert(strstr(text, root) == NULL, "the host path %s shows:\n%s", root, text);
+    free(root);
+    free(text);
+    sbx_result_free(r);
+    /* The files are where the file calls find them. */
+    expect(g_sb, "echo in > /in.txt", 0, "");
+    char *buf = NULL;
+    size_t n = 0;
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_read_file(g_sb, "/in.txt", &buf, &n, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(n, 3);
+    cr_assert_eq(memcmp(buf, "in\n", 3), 0);
+    free(buf);
+}
+
 /*
  * What the sandbox and the file calls create belongs to the sandbox's user,
  * and both may change what the other made; a caller's workdir is the
@@ -600,5 +634,6 @@ Test(bubblewrap, privileges_as_nobody, .timeout = 300)
     run_as_nobody("test_bubblewrap",
                   "bubblewrap/@(command_has_no_capabilities_and_is_not_host_root"
                   "|mounts_namespaces_and_kernel_calls_fail_with_eperm"
-                  "|host_tree_and_sysctls_are_unchanged|files_belong_to_the_sandbox_user)", 4);
+                  "|host_tree_and_sysctls_are_unchanged|files_belong_to_the_sandbox_user"
+                  "|mountinfo_names_no_host_path_of_the_root)", 5);
 }

@@ -7,11 +7,11 @@
  * bwrap instance started at create:
  *
  *     sbx-supervisor --launch [--cgroup-procs=F]... --seccomp-fd=4
- *         [--user=65534:65534] -- BWRAP
+ *         [--user=65534:65534] [--overlay=META] -- BWRAP
  *         --unshare-user --disable-userns --cap-drop ALL --seccomp 4
  *         --unshare-pid --unshare-ipc --unshare-uts
  *         [--unshare-net] --new-session --as-pid-1 --hostname sbx
- *         --bind ROOT / --ro-bind SRC/usr /usr --ro-bind SRC/etc /etc
+ *         --bind ROOT|META/mnt / --ro-bind SRC/usr /usr --ro-bind SRC/etc /etc
  *         (bin, sbin, lib, lib32, lib64, libx32: --symlink where SRC has a
  *          symlink, --ro-bind where it has a directory)
  *         --proc /proc
@@ -56,16 +56,20 @@
  *     removes everything the sandbox made.
  *   - /proc/sys and the other host-global knobs of /proc are read-only or
  *     hidden; /sys is absent.
- * Known limit: /proc/self/mountinfo shows, as the root of the sandbox's
- * "/" mount, the path of ROOT within the host filesystem that holds it
- * (and an image's paths for its binds). The kernel prints a bind mount's
- * root as its directory's path from the root of its filesystem; only a
- * mount of a fresh filesystem shows "/". Of those an unprivileged user may
- * mount, tmpfs keeps the files in memory, FUSE needs a daemon, and
- * overlayfs (which, mounted with relative layer paths in a user and mount
- * namespace of the launcher's, shows none) would need the file calls to go
- * through the sandbox's own view (/proc/PID/root of its pid 1): changing
- * an overlay's upper layer from outside, as they do on ROOT, is undefined.
+ *   - /proc names no host path of an owned root: the launcher mounts, in
+ *     a user and mount namespace of its own that bwrap inherits, an overlay
+ *     at META/mnt whose upper layer is META/root over an empty META/lower
+ *     (work directory META/work), its layers named relative to META; bwrap
+ *     binds META/mnt as "/", so mountinfo shows "/" as its root and
+ *     "lowerdir=lower,upperdir=root,workdir=work" (a bind mount shows its
+ *     source's path within its filesystem). The file calls reach such a
+ *     root through the sandbox's own view, /proc/PID/root of its pid 1
+ *     (files.c), since changing an overlay's upper layer beside it is
+ *     undefined. Where overlayfs is unavailable (or META's filesystem has
+ *     no user extended attributes) the launcher binds META/root at
+ *     META/mnt instead, and the path shows. A caller's workdir, the
+ *     supervisor program, META/run and an image are bound as they are, so
+ *     their host paths show.
  */
 #include "local.h"
 
@@ -575,6 +579,25 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
     }
     /* The filter is compiled by the launcher, onto BWRAP_SECCOMP_FD. */
     add(&a, "--seccomp-fd=" BWRAP_SECCOMP_FD_STR);
+    /* An owned root (META/root) is bound through the launcher's overlay. */
+    char *own_root = NULL, *own_mnt = NULL;
+    if (asprintf(&own_root, "%s/root", meta) < 0) {
+        own_root = NULL;
+        a.failed = 1;
+    } else if (asprintf(&own_mnt, "%s/mnt", meta) < 0) {
+        own_mnt = NULL;
+        a.failed = 1;
+    }
+    int overlay = !a.failed && strcmp(root, own_root) == 0;
+    if (overlay) {
+        char *o;
+        if (asprintf(&o, "--overlay=%s", meta) < 0) {
+            a.failed = 1;
+        } else {
+            add(&a, o);
+            free(o);
+        }
+    }
     uid_t uid;
     gid_t gid;
     if (bwrap_sandbox_ids(&uid, &gid)) {
@@ -604,8 +627,10 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
     add(&a, "--hostname");
     add(&a, "sbx");
     add(&a, "--bind");
-    add(&a, root);
+    add(&a, overlay ? own_mnt : root);
     add(&a, "/");
+    free(own_root);
+    free(own_mnt);
     for (size_t i = 0; i < sizeof(sys_dirs) / sizeof(sys_dirs[0]); i++) {
         char *p;
         if (asprintf(&p, "%s/%s", strcmp(src, "/") == 0 ? "" : src, sys_dirs[i]) < 0) {
@@ -771,9 +796,29 @@ int bwrap_check_reach(const char *path, const char *what, const char *op, sbx_er
 int bwrap_prepare_dirs(const char *meta, const char *root, int owns_root, const char *tmp,
                        int made_tmp, const char *op, sbx_error **error)
 {
-    uid_t uid;
-    gid_t gid;
-    if (!bwrap_sandbox_ids(&uid, &gid))
+    uid_t uid = (uid_t)-1;
+    gid_t gid = (gid_t)-1;
+    int drop = bwrap_sandbox_ids(&uid, &gid);
+    /* An owned root is the upper layer of the launcher's overlay: its
+     * empty lower layer, its work directory and its mount point. */
+    static const char *const layers[] = { "lower", "work", "mnt" };
+    for (size_t i = 0; owns_root && i < sizeof(layers) / sizeof(layers[0]); i++) {
+        char *d;
+        if (asprintf(&d, "%s/%s", meta, layers[i]) < 0) {
+            bfail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+            return -1;
+        }
+        if (mkdir(d, 0700) < 0 || (drop && chown_dir(d, uid, gid) < 0)) {
+            sbx_error *err = bfail(error, SBX_ERROR_CREATION_FAILED, op,
+                                   "bubblewrap backend: cannot create %s: %s", d,
+                                   strerror(errno));
+            bcontext(err, "path", d);
+            free(d);
+            return -1;
+        }
+        free(d);
+    }
+    if (!drop)
         return 0;
     char *run = NULL, *rec = NULL;
     const char *what = meta;
