@@ -227,6 +227,239 @@ Test(bubblewrap, bad_backend_options_and_image_are_invalid_argument)
     cr_assert_eq(tu_count_entries(g_tmp), 0, "a refused create left something in %s", g_tmp);
 }
 
+/* The whole text of a small host file ("" when unreadable). */
+static char *slurp(const char *path)
+{
+    char buf[4096];
+    size_t n = 0;
+    FILE *f = fopen(path, "r");
+    if (f) {
+        n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+    }
+    buf[n] = '\0';
+    return strdup(buf);
+}
+
+/* The line of host process @pid's status that starts with @key. */
+static char *status_line(pid_t pid, const char *key)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    char *found = NULL;
+    while (!found && fgets(line, sizeof line, f))
+        if (strncmp(line, key, strlen(key)) == 0)
+            found = strdup(line);
+    fclose(f);
+    cr_assert_not_null(found, "no %s in %s", key, path);
+    return found;
+}
+
+/*
+ * Whoever runs the library (root or uid 65534: privileges_as_nobody runs
+ * these again as nobody), nothing in the sandbox is privileged: no
+ * capabilities in any set, no new privileges, a seccomp filter, and uid
+ * and gid 65534 inside and on the host.
+ */
+Test(bubblewrap, command_has_no_capabilities_and_is_not_host_root)
+{
+    g_sb = tu_create(g_client, NULL);
+    static const char caps[] = "CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\n"
+                               "CapEff:\t0000000000000000\nCapBnd:\t0000000000000000\n"
+                               "CapAmb:\t0000000000000000\n";
+    char *want = tu_strdup_printf("%sNoNewPrivs:\t1\nSeccomp:\t2\n", caps);
+    expect(g_sb, "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status",
+           0, want);
+    /* The supervisor (pid 1) too. */
+    expect(g_sb, "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/1/status",
+           0, want);
+    free(want);
+    /* uid and gid 65534 inside, no other group. */
+    expect(g_sb, "id -u; id -g; id -G", 0, "65534\n65534\n65534\n");
+    /* On the host, the sandbox's bwrap and its pid 1 run as 65534 too. */
+    pid_t bw[4];
+    cr_assert_eq(tu_procs_mentioning(sbx_sandbox_get0_id(g_sb), bw, 4), 1);
+    setenv("SBX_TEST_BACKEND", "bubblewrap", 1);     /* for tu_host_pid */
+    pid_t procs[2] = { bw[0], tu_host_pid(g_sb, 1) };
+    for (size_t i = 0; i < 2; i++) {
+        char *uid = status_line(procs[i], "Uid:"), *gid = status_line(procs[i], "Gid:");
+        char *groups = status_line(procs[i], "Groups:");
+        cr_assert_str_eq(uid, "Uid:\t65534\t65534\t65534\t65534\n", "pid %d", (int)procs[i]);
+        cr_assert_str_eq(gid, "Gid:\t65534\t65534\t65534\t65534\n", "pid %d", (int)procs[i]);
+        /* No supplementary group: nothing but blanks after the key. */
+        const char *list = groups + strlen("Groups:");
+        cr_assert_eq(list[strspn(list, " \t\n")], '\0', "pid %d: %s", (int)procs[i], groups);
+        free(uid);
+        free(gid);
+        free(groups);
+    }
+}
+
+/* Python's view of a system call's failure: "NAME ERRNO" or "NAME ok". */
+static const char syscalls_script[] =
+    "python3 -c '\n"
+    "import ctypes, errno, platform\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "nr = {\"x86_64\": (250, 155), \"aarch64\": (219, 41)}[platform.machine()]\n"
+    "def show(name, rc):\n"
+    "    print(name, \"ok\" if rc != -1 else errno.errorcode[ctypes.get_errno()])\n"
+    "show(\"remount\", libc.mount(None, b\"/etc\", None, 32 | 4096, None))\n"
+    "show(\"remount_usr\", libc.mount(None, b\"/usr\", None, 32 | 4096, None))\n"
+    "show(\"tmpfs\", libc.mount(b\"none\", b\"/tmp\", b\"tmpfs\", 0, None))\n"
+    "show(\"pivot_root\", libc.syscall(nr[1], b\"/tmp\", b\"/tmp\"))\n"
+    "show(\"keyctl\", libc.syscall(nr[0], 0, -3, 0))\n"
+    "show(\"unshare_user\", libc.unshare(0x10000000))\n"
+    "show(\"ptrace_traceme\", libc.ptrace(0, 0, None, None))\n"
+    "show(\"personality\", libc.personality(ctypes.c_ulong(0x0400000)))\n"
+    "print(\"query\", libc.personality(ctypes.c_ulong(0xffffffff)))\n"
+    "'";
+
+Test(bubblewrap, mounts_namespaces_and_kernel_calls_fail_with_eperm)
+{
+    g_sb = tu_create(g_client, NULL);
+    /* keyctl, a user namespace, PTRACE_TRACEME and READ_IMPLIES_EXEC would
+     * work for an unprivileged process: the seccomp filter refuses them. */
+    expect(g_sb, syscalls_script, 0,
+           "remount EPERM\nremount_usr EPERM\ntmpfs EPERM\npivot_root EPERM\n"
+           "keyctl EPERM\nunshare_user EPERM\nptrace_traceme EPERM\npersonality EPERM\n"
+           "query 0\n");
+    expect(g_sb, "unshare -U true 2>&1; echo $?", 0,
+           "unshare: unshare failed: Operation not permitted\n1\n");
+    /* The sandbox still works: /tmp is still its own, writable. */
+    expect(g_sb, "echo t > /tmp/t && cat /tmp/t", 0, "t\n");
+}
+
+Test(bubblewrap, host_tree_and_sysctls_are_unchanged)
+{
+    char *core_before = slurp("/proc/sys/kernel/core_pattern");
+    cr_assert(core_before[0], "cannot read the host's core_pattern");
+    char *etc_canary = tu_strdup_printf("/etc/sbx-canary-%d", (int)getpid());
+    char *usr_canary = tu_strdup_printf("/usr/sbx-canary-%d", (int)getpid());
+    cr_assert(!tu_exists(etc_canary) && !tu_exists(usr_canary));
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_allow_internet(o, 0, NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    /* A write to a host-global sysctl (of the value it has, so that a
+     * failure of this test changes nothing) is refused: /proc/sys is
+     * read-only. */
+    expect(g_sb,
+           "python3 -c '\n"
+           "import errno\n"
+           "p = \"/proc/sys/kernel/core_pattern\"\n"
+           "v = open(p).read()\n"
+           "try:\n"
+           "    f = open(p, \"w\"); f.write(v); f.close(); print(\"written\")\n"
+           "except OSError as e: print(errno.errorcode[e.errno])'; "
+           "awk '$5 == \"/proc/sys\" { split($6, o, \",\"); print o[1] }' /proc/self/mountinfo",
+           0, "EROFS\nro\n");
+    /* After the remount attempts, /etc and /usr are still read-only. */
+    char *s = tu_strdup_printf("python3 -c 'import ctypes; ctypes.CDLL(None).mount(None, "
+                               "b\"/etc\", None, 32 | 4096, None)'; "
+                               "echo x > %s 2>/dev/null; echo $?; touch %s 2>/dev/null; "
+                               "echo $?", etc_canary, usr_canary);
+    expect(g_sb, s, 0, "2\n1\n");
+    free(s);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    cr_assert(!tu_exists(etc_canary), "the sandbox wrote %s on the host", etc_canary);
+    cr_assert(!tu_exists(usr_canary), "the sandbox wrote %s on the host", usr_canary);
+    char *core_after = slurp("/proc/sys/kernel/core_pattern");
+    cr_assert_str_eq(core_after, core_before);
+    free(core_before);
+    free(core_after);
+    free(etc_canary);
+    free(usr_canary);
+}
+
+/* /proc names no host path of the sandbox's root: "/" is a mount of its
+ * own (the overlay whose upper layer is the root directory, its layers
+ * named relative to the sandbox's directory), and the root directory's host
+ * path appears nowhere. */
+Test(bubblewrap, mountinfo_names_no_host_path_of_the_root)
+{
+    g_sb = tu_create(g_client, NULL);
+    expect(g_sb, "awk '$5 == \"/\" { print $4, $8; split($10, o, \",\"); "
+           "print o[2], o[3], o[4] }' /proc/self/mountinfo", 0,
+           "/ overlay\nlowerdir=lower upperdir=root workdir=work\n");
+    sbx_result *r = tu_sh(g_sb, "cat /proc/self/mountinfo /proc/1/mountinfo /proc/mounts", 10);
+    tu_assert_exit(r, 0);
+    size_t len = 0;
+    const char *out = sbx_result_get0_stdout(r, &len);
+    char *text = strndup(out, len);
+    char *root = tu_strdup_printf("%s/%s/root", g_tmp, sbx_sandbox_get0_id(g_sb));
+    cr_assert(tu_exists(root), "the sandbox's root is not %s", root);
+    cr_assert(len > 0 && strstr(text, " / / ") != NULL, "no root mount in:\n%.1500s", text);
+    const char *at = strstr(text, root);
+    cr_assert(at == NULL, "the host path %s shows: %.300s", root, at);
+    free(root);
+    free(text);
+    sbx_result_free(r);
+    /* The files are where the file calls find them. */
+    expect(g_sb, "echo in > /in.txt", 0, "");
+    char *buf = NULL;
+    size_t n = 0;
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_read_file(g_sb, "/in.txt", &buf, &n, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(n, 3);
+    cr_assert_eq(memcmp(buf, "in\n", 3), 0);
+    free(buf);
+}
+
+/*
+ * What the sandbox and the file calls create belongs to the sandbox's user,
+ * and both may change what the other made; a caller's workdir is the
+ * sandbox's for its life and its owner's again after destroy.
+ */
+Test(bubblewrap, files_belong_to_the_sandbox_user)
+{
+    char *wd = tu_strdup_printf("%s/wd", g_tmp);
+    cr_assert_eq(mkdir(wd, 0755), 0);
+    struct stat st;
+    cr_assert_eq(stat(wd, &st), 0);
+    uid_t owner = st.st_uid;
+    gid_t group = st.st_gid;
+    char *up = tu_strdup_printf("%s/up", g_tmp);
+    cr_assert_eq(mkdir(up, 0755), 0);
+    char *upf = tu_strdup_printf("%s/a.txt", up);
+    tu_write_file(upf, "a\n", 2, 0644);
+
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    cr_assert_eq(stat(wd, &st), 0);
+    cr_assert_eq(st.st_uid, 65534);
+    cr_assert_eq(st.st_gid, 65534);
+    expect(g_sb, "echo made > /made && ls -ln /made | awk '{print $3, $4}'", 0,
+           "65534 65534\n");
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/sub/written", "w\n", 2, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_upload_dir(g_sb, up, "/up", &err), 1, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    expect(g_sb, "echo more >> /sub/written && cat /sub/written && echo b >> /up/a.txt && "
+           "cat /up/a.txt && touch /sub/x /up/y && echo ok", 0, "w\nmore\na\nb\nok\n");
+    static const char *const made[] = { "made", "sub", "sub/written", "sub/x", "up",
+                                        "up/a.txt", "up/y" };
+    for (size_t i = 0; i < sizeof made / sizeof made[0]; i++) {
+        char *p = tu_strdup_printf("%s/%s", wd, made[i]);
+        cr_assert_eq(lstat(p, &st), 0, "%s: %s", p, strerror(errno));
+        cr_assert_eq(st.st_uid, 65534, "%s belongs to uid %u", p, (unsigned)st.st_uid);
+        cr_assert_eq(st.st_gid, 65534, "%s belongs to gid %u", p, (unsigned)st.st_gid);
+        free(p);
+    }
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    cr_assert_eq(stat(wd, &st), 0);
+    cr_assert_eq(st.st_uid, owner, "destroy left the workdir to uid %u", (unsigned)st.st_uid);
+    cr_assert_eq(st.st_gid, group);
+    free(wd);
+    free(up);
+    free(upf);
+}
+
 /* A client made now: an out-of-process plugin sees the environment as it
  * was when its client was made. */
 static sbx_sandbox *create_with_fresh_client(sbx_error **err)
@@ -259,14 +492,47 @@ Test(bubblewrap, missing_bwrap_is_a_configuration_error)
     cr_assert_eq(tu_count_entries(g_tmp), 0);
 }
 
-/* The whole conformance suite on bubblewrap as uid/gid 65534. */
-Test(bubblewrap, conformance_as_nobody, .timeout = 600)
+/* Run by root, the sandbox's bwrap runs as uid 65534 and must pass through
+ * the temporary directory: one it cannot enter is a configuration error
+ * naming it, and nothing is left. Run by another user, the sandbox is that
+ * user's and the same directory serves. */
+Test(bubblewrap, tmpdir_out_of_reach_of_the_sandbox_user)
 {
-    if (getuid() != 0) {
-        /* Already unprivileged: tests/bubblewrap.sh runs it as this user. */
-        cr_assert(getuid() != 0);
-        return;
+    char *closed = tu_strdup_printf("%s/closed", g_tmp);
+    char *inner = tu_strdup_printf("%s/tmp", closed);
+    cr_assert_eq(mkdir(closed, 0700), 0);
+    cr_assert_eq(mkdir(inner, 0777), 0);
+    cr_assert_eq(chmod(inner, 0777), 0);
+    setenv("TMPDIR", inner, 1);
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = create_with_fresh_client(&err);
+    setenv("TMPDIR", g_tmp, 1);
+    if (getuid() == 0) {
+        cr_assert_null(sb);
+        tu_assert_error(err, SBX_ERROR_CONFIGURATION, closed, "uid 65534", "TMPDIR", NULL);
+        sbx_error_free(err);
+        cr_assert_eq(tu_count_entries(inner), 0, "a refused create left something in %s",
+                     inner);
+    } else {
+        cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+        char *me = tu_strdup_printf("%u\n", (unsigned)getuid());
+        expect(sb, "id -u", 0, me);
+        free(me);
+        cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+        sbx_sandbox_free(sb);
+        cr_assert_eq(tu_count_entries(inner), 0);
     }
+    free(closed);
+    free(inner);
+}
+
+/*
+ * Runs the staged test program @program ("test_conformance" or
+ * "test_bubblewrap") as uid/gid 65534 with Criterion's @filter (NULL: all)
+ * and asserts that all of it passed (@ntests tests, when not 0).
+ */
+static void run_as_nobody(const char *program_name, const char *filter, int ntests)
+{
     char *dir = tu_mkdtemp("nobody");
     cr_assert_eq(chmod(dir, 01777), 0);
     cr_assert_eq(chmod(g_tmp, 0711), 0);    /* nobody passes through to @dir */
@@ -280,18 +546,19 @@ Test(bubblewrap, conformance_as_nobody, .timeout = 600)
     char *stage = tu_strdup_printf(
         "set -e; d='%s'; mkdir -p \"$d/lib\" \"$d/plugins\";"
         " cp -P .libs/libsbx.so* \"$d/lib/\";"
-        " cp tests/.libs/test_conformance \"$d/test_conformance\";"
+        " cp tests/.libs/%s \"$d/%s\";"
         " cp plugins/local/.libs/libsbx-bubblewrap.so \"$d/plugins/\";"
         " cp \"$SBX_SUPERVISOR\" \"$d/sbx-supervisor\";"
         " cp \"$SBX_PLUGIN_HOST\" \"$d/sbx-plugin-host\";"
-        " chmod -R a+rX \"$d\"; chmod 0755 \"$d\"", bin);
+        " chmod -R a+rX \"$d\"; chmod 0755 \"$d\"", bin, program_name, program_name);
     cr_assert_eq(system(stage), 0, "staging for nobody failed: %s", stage);
     free(stage);
     char *lib_path = tu_strdup_printf("%s/lib", bin);
     char *plugin_path = tu_strdup_printf("%s/plugins", bin);
     char *supervisor = tu_strdup_printf("%s/sbx-supervisor", bin);
     char *plugin_host = tu_strdup_printf("%s/sbx-plugin-host", bin);
-    char *program = tu_strdup_printf("%s/test_conformance", bin);
+    char *program = tu_strdup_printf("%s/%s", bin, program_name);
+    char *filter_opt = filter ? tu_strdup_printf("--filter=%s", filter) : NULL;
     char *log = tu_strdup_printf("%s/log", g_tmp);
     pid_t pid = fork();
     cr_assert(pid >= 0);
@@ -311,7 +578,7 @@ Test(bubblewrap, conformance_as_nobody, .timeout = 600)
         setenv("SBX_SUPERVISOR", supervisor, 1);
         setenv("SBX_PLUGIN_HOST", plugin_host, 1);
         unsetenv("CRITERION_OUTPUTS");
-        execl(program, "test_conformance", "-j1", (char *)NULL);
+        execl(program, program_name, "-j1", filter_opt, (char *)NULL);
         _exit(96);
     }
     int status;
@@ -326,8 +593,13 @@ Test(bubblewrap, conformance_as_nobody, .timeout = 600)
         close(fd);
     }
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-              "conformance as nobody: status %d; end of its output:\n%s", status, tail);
+              "%s as nobody: status %d; end of its output:\n%s", program_name, status, tail);
     cr_assert(strstr(tail, "Failing: 0 | Crashing: 0") != NULL, "%s", tail);
+    if (ntests) {
+        char *want = tu_strdup_printf("Tested: %d | Passing: %d |", ntests, ntests);
+        cr_assert(strstr(tail, want) != NULL, "not %s: %s", want, tail);
+        free(want);
+    }
     tu_rmtree(dir);
     tu_rmtree(bin);
     free(dir);
@@ -337,5 +609,32 @@ Test(bubblewrap, conformance_as_nobody, .timeout = 600)
     free(supervisor);
     free(plugin_host);
     free(program);
+    free(filter_opt);
     free(log);
+}
+
+/* The whole conformance suite on bubblewrap as uid/gid 65534. */
+Test(bubblewrap, conformance_as_nobody, .timeout = 600)
+{
+    if (getuid() != 0) {
+        /* Already unprivileged: tests/bubblewrap.sh runs it as this user. */
+        cr_assert(getuid() != 0);
+        return;
+    }
+    run_as_nobody("test_conformance", NULL, 0);
+}
+
+/* The privilege tests above again, the library running as uid 65534. */
+Test(bubblewrap, privileges_as_nobody, .timeout = 300)
+{
+    if (getuid() != 0) {
+        /* Already unprivileged: this run is the one as nobody. */
+        cr_assert(getuid() != 0);
+        return;
+    }
+    run_as_nobody("test_bubblewrap",
+                  "bubblewrap/@(command_has_no_capabilities_and_is_not_host_root"
+                  "|mounts_namespaces_and_kernel_calls_fail_with_eperm"
+                  "|host_tree_and_sysctls_are_unchanged|files_belong_to_the_sandbox_user"
+                  "|mountinfo_names_no_host_path_of_the_root)", 5);
 }

@@ -575,6 +575,8 @@ Test(lifecycle, snapshot_without_the_capability)
 static void let_sandbox_see(sbx_options *o, const char *dir)
 {
     if (backend_is_bubblewrap()) {
+        /* Run by root, the sandbox is uid 65534: let it read @dir. */
+        cr_assert_eq(chmod(dir, 0755), 0, "chmod(%s): %s", dir, strerror(errno));
         char *json = tu_strdup_printf("{\"ro_binds\":[\"%s\"]}", dir);
         cr_assert_eq(sbx_options_set_backend_options(o, json, NULL), 0);
         free(json);

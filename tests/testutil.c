@@ -64,6 +64,9 @@ char *tu_mkdtemp(const char *prefix)
 char *tu_fresh_tmpdir(void)
 {
     char *dir = tu_mkdtemp("sbx-test");
+    /* Searchable by others: a bubblewrap sandbox of a library running as
+     * root runs as uid 65534, and its bwrap passes through TMPDIR. */
+    cr_assert(chmod(dir, 0711) == 0, "chmod(%s): %s", dir, strerror(errno));
     cr_assert(setenv("TMPDIR", dir, 1) == 0);
     return dir;
 }

@@ -6,28 +6,72 @@
  * sbx-supervisor as a local one, but the supervisor runs as pid 1 of one
  * bwrap instance started at create:
  *
- *     sbx-supervisor --launch [--cgroup-procs=F]... -- BWRAP
- *         --unshare-user --unshare-pid --unshare-ipc --unshare-uts
+ *     sbx-supervisor --launch [--cgroup-procs=F]... --seccomp-fd=4
+ *         [--user=65534:65534] [--overlay=META] -- BWRAP
+ *         --unshare-user --disable-userns --cap-drop ALL --seccomp 4
+ *         --unshare-pid --unshare-ipc --unshare-uts
  *         [--unshare-net] --new-session --as-pid-1 --hostname sbx
- *         --bind ROOT / --ro-bind SRC/usr /usr --ro-bind SRC/etc /etc
+ *         --bind ROOT|META/mnt / --ro-bind SRC/usr /usr --ro-bind SRC/etc /etc
  *         (bin, sbin, lib, lib32, lib64, libx32: --symlink where SRC has a
  *          symlink, --ro-bind where it has a directory)
- *         --proc /proc --dev /dev
+ *         --proc /proc
+ *         --ro-bind /proc/K /proc/K (sys, sysrq-trigger, irq, bus, fs)
+ *         --ro-bind /dev/null /proc/F (kcore, keys, timer_list, sched_debug,
+ *                                      latency_stats)
+ *         --dev /dev
  *         --ro-bind SUPERVISOR /.sbx/sbx-supervisor
  *         --chdir / --clearenv
  *         -- /.sbx/sbx-supervisor --control-fd=3 --init
  *
  * SRC is "/" (the host) or the root filesystem directory named by `image`.
- * The launcher joins the sandbox's cgroups, forks, and exits at once; its
- * child execs bwrap, so the sandbox outlives the creating process and the
- * library waits for nothing but the launcher. The supervisor's socket is
- * META/sock on the host, out of the sandbox's view: the library binds it
- * and hands it over with CONFIG (proto.h), so no process of the sandbox
- * can reach, rename or replace it. Nothing of the
- * host's /run, /var, /home, /root or /tmp is visible; /tmp is ROOT/tmp,
- * private to the sandbox. Limits (cpu, memory_mb) go through cgroup v1
- * (memory, cpu controllers) or v2 directories "sbx-ID" the library creates
- * where it may (usually as root); destroy removes them.
+ * The launcher joins the sandbox's cgroups, compiles the seccomp filter
+ * (seccomp.c) onto descriptor 4, changes user (below), forks, and exits at
+ * once; its child execs bwrap, so the sandbox outlives the creating process
+ * and the library waits for nothing but the launcher. The supervisor's
+ * socket is META/sock on the host, never in view: the library binds it and
+ * hands it over with CONFIG (proto.h), so no process of the sandbox can
+ * reach, rename or replace it. Nothing
+ * of the host's /run, /var, /home, /root, /tmp or /sys is visible; /tmp is
+ * ROOT/tmp, private to the sandbox. Limits (cpu, memory_mb) go through
+ * cgroup v1 (memory, cpu controllers) or v2 directories "sbx-ID" the
+ * library creates where it may (usually as root); destroy removes them.
+ *
+ * Privileges. Nothing in a sandbox is privileged on the host:
+ *   - Its processes have no capabilities (CapInh, CapPrm, CapEff, CapBnd
+ *     and CapAmb all 0), may not make user namespaces (--disable-userns,
+ *     and the seccomp filter), and the filter refuses mounts, keyrings,
+ *     bpf, ptrace and the other calls seccomp.c lists.
+ *   - Its uid is never host root. When the library runs as another user,
+ *     bwrap runs as that user and the sandbox's uid is the library's. When
+ *     the library runs as root, the launcher becomes uid/gid 65534
+ *     (BWRAP_SANDBOX_UID/GID, "nobody") before it execs bwrap, and the
+ *     sandbox runs as 65534 inside and out: bwrap_prepare_dirs makes META
+ *     mode 0711 and gives ROOT and ROOT/tmp to 65534; a caller's
+ *     workdir is lent to 65534 for the sandbox's life (its owner is
+ *     recorded in META/workdir-owner and given back at destroy). The
+ *     temporary directory, a caller's workdir, the supervisor program, an
+ *     image and ro_binds paths must then be searchable by 65534 (checked
+ *     at create, with a configuration error naming the directory that is
+ *     not). write_file and upload_dir run with 65534 as the calling
+ *     thread's filesystem uid and gid, so what they create belongs to the
+ *     sandbox; the other file calls and destroy run as root, and destroy
+ *     removes everything the sandbox made.
+ *   - /proc/sys and the other host-global knobs of /proc are read-only or
+ *     hidden; /sys is absent.
+ *   - /proc names no host path of an owned root: the launcher mounts, in
+ *     a user and mount namespace of its own that bwrap inherits, an overlay
+ *     at META/mnt whose upper layer is META/root over an empty META/lower
+ *     (work directory META/work), its layers named relative to META; bwrap
+ *     binds META/mnt as "/", so mountinfo shows "/" as its root and
+ *     "lowerdir=lower,upperdir=root,workdir=work" (a bind mount shows its
+ *     source's path within its filesystem). The file calls reach such a
+ *     root through the sandbox's own view, /proc/PID/root of its pid 1
+ *     (files.c), since changing an overlay's upper layer beside it is
+ *     undefined. Where overlayfs is unavailable (or META's filesystem has
+ *     no user extended attributes) the launcher binds META/root at
+ *     META/mnt instead, and the path shows. A caller's workdir, the
+ *     supervisor program and an image are bound as they are, so their host
+ *     paths show.
  */
 #include "local.h"
 
@@ -43,7 +87,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include <json-c/json.h>
@@ -124,6 +170,17 @@ char *bwrap_find(const char *op, sbx_error **error)
     return NULL;
 }
 
+int bwrap_sandbox_ids(uid_t *uid, gid_t *gid)
+{
+    if (geteuid() != 0)
+        return 0;
+    if (uid)
+        *uid = BWRAP_SANDBOX_UID;
+    if (gid)
+        *gid = BWRAP_SANDBOX_GID;
+    return 1;
+}
+
 int bwrap_check_userns(const char *bwrap, const char *op, sbx_error **error)
 {
     int pfd[2];
@@ -131,25 +188,41 @@ int bwrap_check_userns(const char *bwrap, const char *op, sbx_error **error)
         bfail(error, SBX_ERROR_CREATION_FAILED, op, "pipe: %s", strerror(errno));
         return -1;
     }
-    char *argv[] = { (char *)bwrap, "--unshare-user", "--ro-bind", "/", "/", "true", NULL };
-    posix_spawn_file_actions_t fa;
-    pid_t pid = -1;
-    int r = posix_spawn_file_actions_init(&fa);
-    if (r == 0) {
-        r = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-        if (r == 0)
-            r = posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-        if (r == 0)
-            r = posix_spawn_file_actions_adddup2(&fa, pfd[1], 2);
-        if (r == 0)
-            r = posix_spawn(&pid, bwrap, &fa, NULL, argv, environ);
-        posix_spawn_file_actions_destroy(&fa);
+    /* As the sandbox's bwrap runs: as its user, with the options that an
+     * older bwrap lacks. */
+    char *argv[] = { (char *)bwrap, "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
+                     "--ro-bind", "/", "/", "true", NULL };
+    uid_t uid = 0;
+    gid_t gid = 0;
+    int drop = bwrap_sandbox_ids(&uid, &gid);
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* Only system calls between fork and exec: the caller may have
+         * threads. */
+        int null = open("/dev/null", O_RDWR);
+        if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(pfd[1], 2) < 0)
+            _exit(126);
+        if (drop && (syscall(SYS_setgroups, 0, NULL) < 0
+                     || syscall(SYS_setresgid, gid, gid, gid) < 0
+                     || syscall(SYS_setresuid, uid, uid, uid) < 0)) {
+            static const char m[] = "cannot change to the sandbox's user\n";
+            if (write(2, m, sizeof(m) - 1) < 0)
+                _exit(126);
+            _exit(126);
+        }
+        execve(bwrap, argv, environ);
+        static const char m[] = "cannot execute it as the sandbox's user\n";
+        if (write(2, m, sizeof(m) - 1) < 0)
+            _exit(127);
+        _exit(127);
     }
+    int fork_errno = errno;
     close(pfd[1]);
-    if (r != 0) {
+    if (pid < 0) {
         close(pfd[0]);
         sbx_error *err = bfail(error, SBX_ERROR_CONFIGURATION, op,
-                               "bubblewrap backend: cannot run %s: %s", bwrap, strerror(r));
+                               "bubblewrap backend: cannot run %s: %s", bwrap,
+                               strerror(fork_errno));
         bcontext(err, "path", bwrap);
         return -1;
     }
@@ -179,11 +252,15 @@ int bwrap_check_userns(const char *bwrap, const char *op, sbx_error **error)
         return 0;
     while (got > 0 && (msg[got - 1] == '\n' || msg[got - 1] == '\r'))
         msg[--got] = '\0';
+    char who[64] = "";
+    if (drop)
+        snprintf(who, sizeof(who), " (run as uid %u)", (unsigned)uid);
     sbx_error *err = bfail(error, SBX_ERROR_CONFIGURATION, op,
-                           "bubblewrap backend: %s cannot create a user namespace (%s); "
-                           "enable unprivileged user namespaces (sysctl "
+                           "bubblewrap backend: %s%s cannot create an unprivileged sandbox "
+                           "(%s); it needs bubblewrap >= 0.8 (--disable-userns) and "
+                           "unprivileged user namespaces (sysctl "
                            "kernel.unprivileged_userns_clone=1, "
-                           "user.max_user_namespaces > 0)", bwrap,
+                           "user.max_user_namespaces > 0)", bwrap, who,
                            got ? msg : "it failed without a message");
     bcontext(err, "path", bwrap);
     return -1;
@@ -388,6 +465,13 @@ fail:
 static const char *const sys_dirs[] = { "usr", "etc", "bin", "sbin", "lib", "lib32", "lib64",
                                         "libx32" };
 
+/* Host-global parts of /proc bound read-only over the sandbox's own. */
+static const char *const proc_ro[] = { "/proc/sys", "/proc/sysrq-trigger", "/proc/irq",
+                                       "/proc/bus", "/proc/fs" };
+/* Files of /proc that tell about the host's kernel, hidden by /dev/null. */
+static const char *const proc_masked[] = { "/proc/kcore", "/proc/keys", "/proc/timer_list",
+                                           "/proc/sched_debug", "/proc/latency_stats" };
+
 typedef struct argvb {
     char **v;
     size_t n, cap;
@@ -477,6 +561,11 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
                 json_object_put(opts);
                 return NULL;
             }
+            if (bwrap_check_reach(path, "the ro_binds entry", op, error) < 0) {
+                bcontext(error ? *error : NULL, "option", "backend_options");
+                json_object_put(opts);
+                return NULL;
+            }
         }
     }
     add(&a, launcher);
@@ -490,9 +579,46 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
         add(&a, o);
         free(o);
     }
+    /* The filter is compiled by the launcher, onto BWRAP_SECCOMP_FD. */
+    add(&a, "--seccomp-fd=" BWRAP_SECCOMP_FD_STR);
+    /* An owned root (META/root) is bound through the launcher's overlay. */
+    char *own_root = NULL, *own_mnt = NULL;
+    if (asprintf(&own_root, "%s/root", meta) < 0) {
+        own_root = NULL;
+        a.failed = 1;
+    } else if (asprintf(&own_mnt, "%s/mnt", meta) < 0) {
+        own_mnt = NULL;
+        a.failed = 1;
+    }
+    int overlay = !a.failed && strcmp(root, own_root) == 0;
+    if (overlay) {
+        char *o;
+        if (asprintf(&o, "--overlay=%s", meta) < 0) {
+            a.failed = 1;
+        } else {
+            add(&a, o);
+            free(o);
+        }
+    }
+    uid_t uid;
+    gid_t gid;
+    if (bwrap_sandbox_ids(&uid, &gid)) {
+        char *o;
+        if (asprintf(&o, "--user=%u:%u", (unsigned)uid, (unsigned)gid) < 0) {
+            a.failed = 1;
+        } else {
+            add(&a, o);
+            free(o);
+        }
+    }
     add(&a, "--");
     add(&a, bwrap);
     add(&a, "--unshare-user");
+    add(&a, "--disable-userns");
+    add(&a, "--cap-drop");
+    add(&a, "ALL");
+    add(&a, "--seccomp");
+    add(&a, BWRAP_SECCOMP_FD_STR);
     add(&a, "--unshare-pid");
     add(&a, "--unshare-ipc");
     add(&a, "--unshare-uts");
@@ -503,8 +629,10 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
     add(&a, "--hostname");
     add(&a, "sbx");
     add(&a, "--bind");
-    add(&a, root);
+    add(&a, overlay ? own_mnt : root);
     add(&a, "/");
+    free(own_root);
+    free(own_mnt);
     for (size_t i = 0; i < sizeof(sys_dirs) / sizeof(sys_dirs[0]); i++) {
         char *p;
         if (asprintf(&p, "%s/%s", strcmp(src, "/") == 0 ? "" : src, sys_dirs[i]) < 0) {
@@ -548,6 +676,22 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
     json_object_put(opts);
     add(&a, "--proc");
     add(&a, "/proc");
+    /* The host-global knobs of /proc: read-only, or hidden behind
+     * /dev/null (those the host's /proc has). */
+    for (size_t i = 0; i < sizeof(proc_ro) / sizeof(proc_ro[0]); i++) {
+        if (access(proc_ro[i], F_OK) == 0) {
+            add(&a, "--ro-bind");
+            add(&a, proc_ro[i]);
+            add(&a, proc_ro[i]);
+        }
+    }
+    for (size_t i = 0; i < sizeof(proc_masked) / sizeof(proc_masked[0]); i++) {
+        if (access(proc_masked[i], F_OK) == 0) {
+            add(&a, "--ro-bind");
+            add(&a, "/dev/null");
+            add(&a, proc_masked[i]);
+        }
+    }
     add(&a, "--dev");
     add(&a, "/dev");
     add(&a, "--ro-bind");
@@ -577,6 +721,254 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
         return NULL;
     }
     return a.v;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The sandbox's user                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* META/workdir-owner: "UID GID\n", the owner a caller's workdir had before
+ * create lent it to the sandbox's user. */
+#define WORKDIR_OWNER "workdir-owner"
+
+static int chown_dir(const char *path, uid_t uid, gid_t gid)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int r = fchown(fd, uid, gid);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return r;
+}
+
+/* 0 when @uid/@gid (no supplementary groups) may search every directory
+ * from / down to @path's parent; else -1 with the first one that stops it
+ * in @stop (malloc'd) and its stat in @st. ACLs are not looked at. */
+static int searchable(const char *path, uid_t uid, gid_t gid, char **stop, struct stat *st)
+{
+    size_t len = strlen(path);
+    char *dir = malloc(len + 2);
+    if (!dir)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        if (path[i] != '/')
+            continue;
+        /* The directory path[0..i), "/" for the first slash. */
+        memcpy(dir, path, i ? i : 1);
+        dir[i ? i : 1] = '\0';
+        if (stat(dir, st) < 0)
+            continue;
+        mode_t bit = st->st_uid == uid ? S_IXUSR : st->st_gid == gid ? S_IXGRP : S_IXOTH;
+        if (!(st->st_mode & bit)) {
+            *stop = dir;
+            return -1;
+        }
+    }
+    free(dir);
+    return 0;
+}
+
+int bwrap_check_reach(const char *path, const char *what, const char *op, sbx_error **error)
+{
+    uid_t uid;
+    gid_t gid;
+    char *stop = NULL;
+    struct stat st;
+    if (!bwrap_sandbox_ids(&uid, &gid) || searchable(path, uid, gid, &stop, &st) == 0)
+        return 0;
+    sbx_error *err = bfail(error, SBX_ERROR_CONFIGURATION, op,
+                           "bubblewrap backend: %s %s is out of reach of the sandbox's user "
+                           "(uid %u: run as root, the library runs bwrap as uid %u): %s "
+                           "(mode 0%o, owner %u) is not searchable by it; make it so "
+                           "(chmod o+x)%s", what, path, (unsigned)uid, (unsigned)uid,
+                           stop ? stop : "?", (unsigned)(st.st_mode & 07777),
+                           (unsigned)st.st_uid,
+                           strcmp(what, "the temporary directory") == 0
+                           ? " or set TMPDIR to a directory others may search" : "");
+    bcontext(err, "path", stop ? stop : path);
+    free(stop);
+    return -1;
+}
+
+int bwrap_prepare_dirs(const char *meta, const char *root, int owns_root, const char *tmp,
+                       int made_tmp, const char *op, sbx_error **error)
+{
+    uid_t uid = (uid_t)-1;
+    gid_t gid = (gid_t)-1;
+    int drop = bwrap_sandbox_ids(&uid, &gid);
+    /* An owned root is the upper layer of the launcher's overlay: its
+     * empty lower layer, its work directory and its mount point. */
+    static const char *const layers[] = { "lower", "work", "mnt" };
+    for (size_t i = 0; owns_root && i < sizeof(layers) / sizeof(layers[0]); i++) {
+        char *d;
+        if (asprintf(&d, "%s/%s", meta, layers[i]) < 0) {
+            bfail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+            return -1;
+        }
+        if (mkdir(d, 0700) < 0 || (drop && chown_dir(d, uid, gid) < 0)) {
+            sbx_error *err = bfail(error, SBX_ERROR_CREATION_FAILED, op,
+                                   "bubblewrap backend: cannot create %s: %s", d,
+                                   strerror(errno));
+            bcontext(err, "path", d);
+            free(d);
+            return -1;
+        }
+        free(d);
+    }
+    if (!drop)
+        return 0;
+    char *rec = NULL;
+    const char *what = meta;
+    int rc = -1;
+    if (asprintf(&rec, "%s/" WORKDIR_OWNER, meta) < 0) {
+        bfail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        goto out;
+    }
+    /* bwrap, running as the sandbox's user, passes through META to the
+     * root; nothing else of META is its. */
+    if (chmod(meta, 0711) < 0)
+        goto fail;
+    what = root;
+    if (!owns_root) {
+        struct stat st;
+        if (stat(root, &st) < 0)
+            goto fail;
+        if (st.st_uid != uid || st.st_gid != gid) {
+            /* Lent for the sandbox's life; destroy gives it back. */
+            int fd = open(rec, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+            char line[64];
+            int n = snprintf(line, sizeof(line), "%u %u\n", (unsigned)st.st_uid,
+                             (unsigned)st.st_gid);
+            what = rec;
+            if (fd < 0)
+                goto fail;
+            if (write(fd, line, (size_t)n) != n) {
+                int e = errno;
+                close(fd);
+                errno = e ? e : EIO;
+                goto fail;
+            }
+            if (close(fd) < 0)
+                goto fail;
+            what = root;
+        }
+    }
+    if (chown_dir(root, uid, gid) < 0)
+        goto fail;
+    what = tmp;
+    if ((owns_root || made_tmp) && chown_dir(tmp, uid, gid) < 0)
+        goto fail;
+    rc = 0;
+    goto out;
+fail: {
+        sbx_error *err = bfail(error, SBX_ERROR_CREATION_FAILED, op,
+                               "bubblewrap backend: cannot give %s to the sandbox's user "
+                               "(uid %u): %s", what, (unsigned)uid, strerror(errno));
+        bcontext(err, "path", what);
+    }
+out:
+    free(rec);
+    return rc;
+}
+
+void bwrap_return_workdir(const char *meta, const char *root)
+{
+    uid_t uid;
+    gid_t gid;
+    char *rec;
+    if (!meta || !root || !bwrap_sandbox_ids(&uid, &gid)
+        || asprintf(&rec, "%s/" WORKDIR_OWNER, meta) < 0)
+        return;
+    int fd = open(rec, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    free(rec);
+    if (fd < 0)
+        return;
+    /* Only a record this library wrote, for a workdir still lent. */
+    char line[64];
+    struct stat st;
+    ssize_t n = -1;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid()
+        && !(st.st_mode & 022))
+        n = read(fd, line, sizeof(line) - 1);
+    close(fd);
+    unsigned ou, og;
+    char nl;
+    if (n <= 0)
+        return;
+    line[n] = '\0';
+    if (sscanf(line, "%u %u%c", &ou, &og, &nl) != 3 || nl != '\n')
+        return;
+    int dfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return;
+    if (fstat(dfd, &st) == 0 && st.st_uid == uid)
+        if (fchown(dfd, (uid_t)ou, (gid_t)og) < 0)
+            if (host && host->log)
+                host->log(SBX_LOG_WARNING, "bubblewrap", "cannot give %s back to uid %u: %s",
+                          root, ou, strerror(errno));
+    close(dfd);
+}
+
+/* The file calls that create files run with the sandbox's user as the
+ * thread's filesystem ids, so what they make is the sandbox's and they may
+ * do what its commands may. setfsuid/setfsgid act on the calling thread
+ * only. */
+typedef struct fs_ids {
+    int on;
+    int uid, gid;
+} fs_ids;
+
+static int as_sandbox(fs_ids *s, const char *op, sbx_error **error)
+{
+    uid_t uid;
+    gid_t gid;
+    s->on = 0;
+    if (!bwrap_sandbox_ids(&uid, &gid))
+        return 0;
+    s->gid = setfsgid(gid);
+    s->uid = setfsuid(uid);
+    s->on = 1;
+    if (setfsuid((uid_t)-1) != (int)uid || setfsgid((gid_t)-1) != (int)gid) {
+        setfsuid((uid_t)s->uid);
+        setfsgid((gid_t)s->gid);
+        s->on = 0;
+        bfail(error, SBX_ERROR_UNKNOWN, op, "cannot act as the sandbox's user (uid %u)",
+              (unsigned)uid);
+        return -1;
+    }
+    return 0;
+}
+
+static void as_before(const fs_ids *s)
+{
+    if (s->on) {
+        setfsuid((uid_t)s->uid);
+        setfsgid((gid_t)s->gid);
+    }
+}
+
+int bwrap_write_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const char *path,
+                     int fd, uint32_t mode, sbx_error **error)
+{
+    fs_ids s;
+    if (as_sandbox(&s, "write_file", error) < 0)
+        return -1;
+    int r = local_write_file(sandbox, ctx, path, fd, mode, error);
+    as_before(&s);
+    return r;
+}
+
+int bwrap_upload_tar(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const char *path,
+                     int fd, sbx_error **error)
+{
+    fs_ids s;
+    if (as_sandbox(&s, "upload_dir", error) < 0)
+        return -1;
+    int r = local_upload_tar(sandbox, ctx, path, fd, error);
+    as_before(&s);
+    return r;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -8,7 +8,9 @@
  * has it, else a component walk with O_NOFOLLOW): ".." above the root and
  * symlinks that lead out of it (absolute, or climbing above it) are refused
  * with invalid_argument, so nothing outside the root is read or written.
- * Symlinks that stay inside are followed.
+ * Symlinks that stay inside are followed. On bubblewrap, a root the
+ * library made is reached through /proc/PID/root of the sandbox's pid 1
+ * (the overlay bwrap.c describes), never beside it.
  *
  * Data moves between descriptors in bounded chunks (copy_file_range or
  * sendfile where the kernel can); directories move as tar streams made and
@@ -19,6 +21,9 @@
 #endif
 
 #include "local.h"
+#ifdef SBX_LOCAL_BUBBLEWRAP
+#include "proto.h"
+#endif
 #include "../../host/archive.h"
 
 #include <dirent.h>
@@ -140,6 +145,25 @@ static int open_root(struct sbx_plugin_sandbox *sb, const sbx_fs_env *env, const
         fail(env, error, SBX_ERROR_NOT_FOUND, NULL, "sandbox %s was destroyed", sb->id);
         return -1;
     }
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    /* An owned root is the upper layer of the sandbox's overlay (bwrap.c):
+     * reach it through the sandbox's own view, its pid 1's root, never
+     * beside the overlay; that pid must still be the supervisor. */
+    if (sb->owns_root) {
+        char via[64];
+        snprintf(via, sizeof(via), "/proc/%d/root", (int)sb->sup_pid);
+        fd = sb->sup_pid > 1 ? open(via, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+        if (fd >= 0 && !proto_proc_alive(sb->sup_pid, sb->sup_start)) {
+            close(fd);
+            fd = -1;
+        }
+        if (fd < 0)
+            fail(env, error, SBX_ERROR_NOT_FOUND, NULL,
+                 "sandbox %s is gone (its supervisor, pid %d, has ended)", sb->id,
+                 (int)sb->sup_pid);
+        return fd;
+    }
+#endif
     fd = open(sb->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ENOENT)

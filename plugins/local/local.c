@@ -1453,6 +1453,19 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             goto nomem;
 
 #ifdef SBX_LOCAL_BUBBLEWRAP
+    /* The image's usr/: bwrap passes through the image's root too. */
+    char *image_usr = image_root ? join_path(image_root, "usr") : NULL;
+    if (image_root && !image_usr)
+        goto nomem;
+    int reach = bwrap_check_reach(sb->meta, "the temporary directory", op, error) < 0
+        || (!sb->owns_root && bwrap_check_reach(sb->root, "the workdir", op, error) < 0)
+        || bwrap_check_reach(exe, "the supervisor", op, error) < 0
+        || bwrap_check_reach(bwrap, "the bwrap program", op, error) < 0
+        || (image_usr && bwrap_check_reach(image_usr, "the image", op, error) < 0);
+    free(image_usr);
+    if (reach || bwrap_prepare_dirs(sb->meta, sb->root, sb->owns_root, sb->tmp, sb->made_tmp,
+                                    op, error) < 0)
+        goto fail;
     if (request->set_fields & (SBX_OPTION_CPU | SBX_OPTION_MEMORY_MB)) {
         if (bwrap_cgroups_create(sb->id, request, cg_procs, &n_cg, op, error) < 0)
             goto fail;
@@ -1533,8 +1546,10 @@ fail:
     bwrap_argv_free(launch_argv);
     if (sb && made_cg)
         bwrap_cgroups_remove(sb->id);
-    if (sb && made_meta && !sb->owns_root)
+    if (sb && made_meta && !sb->owns_root) {
         bwrap_clean_root(sb->root);
+        bwrap_return_workdir(sb->meta, sb->root);
+    }
 #else
     (void)launch_argv;
 #endif
@@ -1632,8 +1647,10 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     }
 #ifdef SBX_LOCAL_BUBBLEWRAP
     bwrap_cgroups_remove(sb->id);
-    if (!sb->owns_root)
+    if (!sb->owns_root) {
         bwrap_clean_root(sb->root);
+        bwrap_return_workdir(sb->meta, sb->root);
+    }
 #endif
 
     if (remove_dirs(sb, op, error) < 0) {
@@ -2598,8 +2615,13 @@ static const sbx_plugin local_plugin = {
 #ifndef SBX_LOCAL_EXEC_ONLY
     .list_files = local_list_files,
     .read_file = local_read_file,
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    .write_file = bwrap_write_file,
+    .upload_tar = bwrap_upload_tar,
+#else
     .write_file = local_write_file,
     .upload_tar = local_upload_tar,
+#endif
     .download_tar = local_download_tar,
     .stat_file = local_stat_file,
 #endif

@@ -72,14 +72,25 @@ void safehouse_setup(const sbx_host_services *services);
 
 /** Where the supervisor program is inside (its socket is not in view). */
 #define BWRAP_SUPERVISOR "/.sbx/sbx-supervisor"
+/** The descriptor the launcher puts the seccomp filter on for bwrap. */
+#define BWRAP_SECCOMP_FD_STR "4"
+/** The host uid and gid a sandbox runs as when the library runs as root. */
+#define BWRAP_SANDBOX_UID 65534
+#define BWRAP_SANDBOX_GID 65534
 
 /** Keeps the host services (called from the plugin's setup). */
 void bwrap_setup(const sbx_host_services *services);
 /** The bwrap program ($SBX_BWRAP, else found in PATH), malloc'd; NULL with
  *  a configuration error saying how to install it. */
 char *bwrap_find(const char *op, sbx_error **error);
-/** Runs `bwrap --unshare-user --ro-bind / / true`; 0 when it works, else -1
- *  with a configuration error quoting bwrap's message. */
+/** Whether sandboxes run as another user than the library: 1 when the
+ *  library runs as root (euid 0), with BWRAP_SANDBOX_UID/GID in @uid and
+ *  @gid (either may be NULL); 0 otherwise (the sandbox's uid is the
+ *  library's). Thread-safe. */
+int bwrap_sandbox_ids(uid_t *uid, gid_t *gid);
+/** Runs `bwrap --unshare-user --disable-userns --cap-drop ALL --ro-bind / /
+ *  true` as the sandbox's user (bwrap_sandbox_ids); 0 when it works, else
+ *  -1 with a configuration error quoting bwrap's message. */
 int bwrap_check_userns(const char *bwrap, const char *op, sbx_error **error);
 /** SBX_CAP_MEMORY_LIMIT / SBX_CAP_CPU_LIMIT when this process may create
  *  the cgroups that enforce them. */
@@ -101,6 +112,34 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
                   int allow_internet, const char *backend_options, const char *op,
                   sbx_error **error);
 void bwrap_argv_free(char **argv);
+/** When the sandbox runs as another user (bwrap_sandbox_ids): 0 when it
+ *  may search every directory above @path (bwrap, running as that user,
+ *  binds @path), else -1 with a configuration error naming @what ("the
+ *  supervisor", ...) and the directory that stops it. 0 when the sandbox
+ *  runs as the library's user. */
+int bwrap_check_reach(const char *path, const char *what, const char *op, sbx_error **error);
+/** Not thread-safe for one sandbox (create calls it once, before the
+ *  sandbox exists for anyone else). When the sandbox runs as another user
+ *  (bwrap_sandbox_ids): makes @meta
+ *  mode 0711, gives META/run, @root and (when create made it) @tmp to the
+ *  sandbox's user; a caller's workdir (@owns_root 0) is lent, its owner
+ *  recorded in META/workdir-owner. 0, or -1 with a creation_failed error
+ *  naming the path. */
+int bwrap_prepare_dirs(const char *meta, const char *root, int owns_root, const char *tmp,
+                       int made_tmp, const char *op, sbx_error **error);
+/** Gives a lent workdir @root back to the owner META/workdir-owner
+ *  recorded (a file this library wrote; only while @root is still the
+ *  sandbox user's). Nothing when nothing was lent. */
+void bwrap_return_workdir(const char *meta, const char *root);
+/** write_file and upload_tar as the sandbox's user (the thread's
+ *  filesystem uid and gid, for the call), so what they create is its.
+ *  Arguments, results and errors as local_write_file/local_upload_tar;
+ *  an unknown error when the ids cannot be changed. Thread-safe: the ids
+ *  change on the calling thread only and are restored before returning. */
+int bwrap_write_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const char *path,
+                     int fd, uint32_t mode, sbx_error **error);
+int bwrap_upload_tar(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const char *path,
+                     int fd, sbx_error **error);
 /** Removes from a caller's workdir the mount points bwrap made in it. */
 void bwrap_clean_root(const char *root);
 #endif

@@ -41,10 +41,14 @@
  * with it) and knows no path of its socket: it only holds the descriptors.
  */
 #include "proto.h"
+#ifdef SBX_SUPERVISOR_SECCOMP
+#include "seccomp.h"
+#endif
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -54,6 +58,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -1581,36 +1587,168 @@ static int apply_config(const unsigned char *payload, uint32_t len, const int *f
     return 0;
 }
 
+static int write_proc_self(const char *file, const char *text)
+{
+    int fd = open(file, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = write(fd, text, strlen(text));
+    int e = errno;
+    close(fd);
+    errno = e;
+    return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/*
+ * --overlay=META: in a user and mount namespace of the launcher's own
+ * (which bwrap inherits), mounts at META/mnt an overlay whose upper layer
+ * is META/root (the sandbox's files, on the host's disk) over the empty
+ * META/lower, with META/work as its work directory. The layers are named
+ * relative to META, so the sandbox's mountinfo shows "/" as the root of its
+ * "/" and no host path. Without overlayfs (or user extended attributes on
+ * the filesystem of META) META/root is bound at META/mnt instead.
+ */
+static int launch_overlay(const char *meta)
+{
+    char map[64];
+    uid_t uid = getuid();
+    gid_t gid = getgid();
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0) {
+        fprintf(stderr, "sbx-supervisor: --overlay: unshare: %s\n", strerror(errno));
+        return -1;
+    }
+    snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)uid, (unsigned)uid);
+    int r = write_proc_self("/proc/self/uid_map", map);
+    if (r == 0)
+        r = write_proc_self("/proc/self/setgroups", "deny\n");
+    snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)gid, (unsigned)gid);
+    if (r == 0)
+        r = write_proc_self("/proc/self/gid_map", map);
+    if (r < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 || chdir(meta) < 0) {
+        fprintf(stderr, "sbx-supervisor: --overlay: user namespace for %s: %s\n", meta,
+                strerror(errno));
+        return -1;
+    }
+    if (mount("overlay", "mnt", "overlay", 0,
+              "lowerdir=lower,upperdir=root,workdir=work,userxattr") < 0
+        && mount("root", "mnt", NULL, MS_BIND, NULL) < 0) {
+        fprintf(stderr, "sbx-supervisor: --overlay: cannot mount %s/mnt: %s\n", meta,
+                strerror(errno));
+        return -1;
+    }
+    if (chdir("/") < 0)
+        return -1;
+    return 0;
+}
+
 /**
  * Launcher mode of the bubblewrap backend:
- *     sbx-supervisor --launch [--cgroup-procs=FILE]... -- PROGRAM ARG...
- * Moves itself into each cgroup (FILE is a cgroup.procs file), forks and
- * exits 0 at once (so the library reaps it by pid); the child execs
- * PROGRAM (bwrap, whose init is the supervisor in --init mode), keeping
- * descriptor 3. Exits 1 when a cgroup refuses it.
+ *     sbx-supervisor --launch [--cgroup-procs=FILE]... [--seccomp-fd=N]
+ *                    [--user=UID:GID] [--overlay=META] -- PROGRAM ARG...
+ * Moves itself into each cgroup (FILE is a cgroup.procs file); with
+ * --seccomp-fd, compiles the sandbox's seccomp filter (seccomp.c) onto
+ * descriptor N (> 3) for `bwrap --seccomp N`; with --user, becomes UID and
+ * GID with no supplementary groups (the library runs as root: bwrap then
+ * runs unprivileged, its user namespace maps the sandbox's uid to UID and
+ * nothing of it is host root); with --overlay, mounts the sandbox's root
+ * (launch_overlay). Then forks and exits 0 at once (so the
+ * library reaps it by pid); the child execs PROGRAM (bwrap, whose init is
+ * the supervisor in --init mode), keeping descriptor 3 (and N). Exits 1
+ * when a cgroup, the filter or the change of user fails, 2 on a malformed
+ * command line; the reason goes to stderr.
  */
 static int launch(int argc, char **argv)
 {
-    static const char cg_opt[] = "--cgroup-procs=";
+    static const char cg_opt[] = "--cgroup-procs=", sc_opt[] = "--seccomp-fd=",
+                      user_opt[] = "--user=", ovl_opt[] = "--overlay=";
+    const char *overlay = NULL;
     int i = 2;
-    for (; i < argc && strncmp(argv[i], cg_opt, sizeof(cg_opt) - 1) == 0; i++) {
-        const char *file = argv[i] + sizeof(cg_opt) - 1;
-        int fd = open(file, O_WRONLY | O_CLOEXEC);
-        char num[32];
-        int n = snprintf(num, sizeof(num), "%d\n", (int)getpid());
-        if (fd < 0 || write(fd, num, (size_t)n) != n) {
-            fprintf(stderr, "sbx-supervisor: cannot join cgroup %s: %s\n", file,
-                    strerror(errno));
-            if (fd >= 0)
+    long uid = -1, gid = -1;
+    for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
+        if (strncmp(argv[i], cg_opt, sizeof(cg_opt) - 1) == 0) {
+            const char *file = argv[i] + sizeof(cg_opt) - 1;
+            int fd = open(file, O_WRONLY | O_CLOEXEC);
+            char num[32];
+            int n = snprintf(num, sizeof(num), "%d\n", (int)getpid());
+            if (fd < 0 || write(fd, num, (size_t)n) != n) {
+                fprintf(stderr, "sbx-supervisor: cannot join cgroup %s: %s\n", file,
+                        strerror(errno));
+                if (fd >= 0)
+                    close(fd);
+                return 1;
+            }
+            close(fd);
+        } else if (strncmp(argv[i], sc_opt, sizeof(sc_opt) - 1) == 0) {
+            char *end;
+            long want = strtol(argv[i] + sizeof(sc_opt) - 1, &end, 10);
+            if (*end || want <= PROTO_CONTROL_FD || want > 1024) {
+                fprintf(stderr, "sbx-supervisor: --launch: bad %s (a descriptor above %d)\n",
+                        argv[i], PROTO_CONTROL_FD);
+                return 2;
+            }
+#ifdef SBX_SUPERVISOR_SECCOMP
+            char msg[256];
+            int fd = sbx_seccomp_filter_fd(msg, sizeof(msg));
+            if (fd < 0) {
+                fprintf(stderr, "sbx-supervisor: %s\n", msg);
+                return 1;
+            }
+            if (fd != want) {
+                if (dup2(fd, (int)want) < 0) {
+                    fprintf(stderr, "sbx-supervisor: dup2 of the seccomp filter: %s\n",
+                            strerror(errno));
+                    close(fd);
+                    return 1;
+                }
                 close(fd);
+            }
+#else
+            fprintf(stderr, "sbx-supervisor: --launch: %s: built without libseccomp\n",
+                    argv[i]);
             return 1;
+#endif
+        } else if (strncmp(argv[i], ovl_opt, sizeof(ovl_opt) - 1) == 0
+                   && argv[i][sizeof(ovl_opt) - 1] == '/') {
+            overlay = argv[i] + sizeof(ovl_opt) - 1;
+        } else if (strncmp(argv[i], user_opt, sizeof(user_opt) - 1) == 0) {
+            char *end;
+            const char *v = argv[i] + sizeof(user_opt) - 1;
+            uid = strtol(v, &end, 10);
+            if (end == v || *end != ':' || uid <= 0 || uid > 0x7ffffffe) {
+                fprintf(stderr, "sbx-supervisor: --launch: bad %s (UID:GID, not 0)\n",
+                        argv[i]);
+                return 2;
+            }
+            v = end + 1;
+            gid = strtol(v, &end, 10);
+            if (end == v || *end || gid <= 0 || gid > 0x7ffffffe) {
+                fprintf(stderr, "sbx-supervisor: --launch: bad %s (UID:GID, not 0)\n",
+                        argv[i]);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "sbx-supervisor: --launch: unknown option %s\n", argv[i]);
+            return 2;
         }
-        close(fd);
     }
     if (i + 1 >= argc || strcmp(argv[i], "--") != 0 || argv[i + 1][0] != '/') {
         fprintf(stderr, "sbx-supervisor: --launch: expected -- /PROGRAM ARG...\n");
         return 2;
     }
+    if (uid > 0) {
+        if (setgroups(0, NULL) < 0 || setgid((gid_t)gid) < 0 || setuid((uid_t)uid) < 0
+            || getuid() != (uid_t)uid || geteuid() != (uid_t)uid
+            || getgid() != (gid_t)gid || getegid() != (gid_t)gid) {
+            fprintf(stderr, "sbx-supervisor: cannot become uid %ld, gid %ld: %s\n", uid, gid,
+                    strerror(errno));
+            return 1;
+        }
+        /* The change of user made /proc/self root's; the maps below and
+         * the library's view of the sandbox need it ours. */
+        prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+    }
+    if (overlay && launch_overlay(overlay) < 0)
+        return 1;
     pid_t p = fork();
     if (p < 0)
         return 1;
