@@ -1,0 +1,425 @@
+/*
+ * The shared layer of the sbx command-line tool.
+ *
+ * sbx is one file per command (cli/run.c, cli/exec.c, cli/cp.c, ...) over
+ * this layer; cli/sbx.c only dispatches through the command table. A new
+ * command is a file defining a cli_command and one row in that table.
+ *
+ *   common.c    messages, usage errors, option parsing, numbers
+ *   calls.c     stop signals and the library calls they interrupt
+ *   output.c    the command's streamed output; names escaped for tables
+ *               and JSON
+ *   state.c     the state store of `sbx create` and id resolution
+ *   sandbox.c   the creation options of run and create; the one-shot
+ *               sandbox of run and exec-code
+ *
+ * Conventions, the same in every file:
+ * - The tool's own messages go to stderr as "sbx: MESSAGE"; a function
+ *   documented as "reported" has printed its failure so, and the caller
+ *   prints nothing more about it.
+ * - Exit statuses: CLI_EXIT_TOOL (125) for the tool's own failures, the
+ *   command's own status otherwise, 128+N after stop signal N.
+ * - A parse step returns CLI_GO_ON (-1) to go on, else the exit status to
+ *   leave with (0 after --help).
+ * - Strings returned as "new" are the caller's to free(); "borrowed" ones
+ *   live as long as what they were taken from.
+ * - Threads: sbx runs its commands on the main thread; only the exec of
+ *   run and exec-code runs on a worker (sandbox.c), which touches nothing
+ *   of this layer but the output sink. Nothing here is thread-safe
+ *   otherwise.
+ */
+#ifndef SBX_CLI_H
+#define SBX_CLI_H
+
+#include <getopt.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <json-c/json.h>
+
+#include <sbx/sbx.h>
+
+/* Exit status of the tool's own failures (bad usage, create failed, ...),
+ * as `docker run`'s. */
+#define CLI_EXIT_TOOL 125
+/* What a parse step returns to let the command go on. */
+#define CLI_GO_ON (-1)
+/* How long to wait for a running exec or creation to return once a stop
+ * signal ended it (its sandbox destroyed, the creation cancelled). */
+#define CLI_SIGNAL_DRAIN_SECS 10
+/* How long a cancelled call may take to return before sbx leaves it. */
+#define CLI_CANCEL_GRACE_SECS 0.6
+
+/* ------------------------------------------------------------ commands */
+
+/* One command of sbx. */
+typedef struct cli_command {
+    const char *name;       /* "run": what the user types after "sbx" */
+    const char *synopsis;   /* "run [OPTION]... [--] COMMAND [ARG]...", for `sbx --help` */
+    const char *summary;    /* what it does, for `sbx --help`; lines split by '\n' */
+    /* Runs the command: @argv[0] is its name, the rest its arguments
+     * (getopt state is fresh). Returns the exit status. */
+    int (*main)(int argc, char **argv);
+    /* Prints the command's help to @out. */
+    void (*usage)(FILE *out);
+} cli_command;
+
+/* The commands, each defined in its own file. */
+extern const cli_command cli_command_run, cli_command_exec_code, cli_command_backends,
+    cli_command_create, cli_command_exec, cli_command_cp, cli_command_ls, cli_command_rm,
+    cli_command_ps, cli_command_gc, cli_command_presets;
+
+/* ---------------------------------------------------- messages (common.c) */
+
+/* Prints "sbx: MESSAGE" (formatted) to stderr. */
+void cli_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Prints @error as "sbx: MESSAGE [code=CODE, ...]" to stderr and frees it
+ * (NULL: "unknown error"). */
+void cli_error(sbx_error *error);
+
+/* Reports "out of memory"; returns CLI_EXIT_TOOL. */
+int cli_out_of_memory(void);
+
+/* Reports bad usage of command @cmd (NULL for sbx itself) and where its
+ * help is; returns CLI_EXIT_TOOL. */
+int cli_usage_error(const cli_command *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Flushes stdout; reports "cannot write @what" and returns CLI_EXIT_TOOL
+ * when that fails, else returns 0. */
+int cli_flush(const char *what);
+
+/* The backend when -b is not given: $SBX_BACKEND, else "local" (borrowed). */
+const char *cli_default_backend(void);
+
+/* ------------------------------------------------ option parsing (common.c) */
+
+/*
+ * Handles the value @arg of an option (NULL for one without a value) for
+ * command @cmd; @ctx is what cli_parse_options was given. Returns
+ * CLI_GO_ON, or the exit status after reporting.
+ */
+typedef int (*cli_option_fn)(const cli_command *cmd, const char *arg, void *ctx);
+
+/* One option of a command. A table of them ends with a row whose name and
+ * letter are both 0. */
+typedef struct cli_option {
+    const char *name;       /* long name without "--"; NULL: a letter only */
+    int letter;             /* short letter; 0: a long name only */
+    int takes_value;        /* 1: "--name=VALUE", "--name VALUE", "-xVALUE", "-x VALUE" */
+    int *flag;              /* not NULL: set to 1 when the option is given */
+    cli_option_fn handle;   /* not NULL: called with the value */
+} cli_option;
+
+/*
+ * Parses the options of @cmd in @argv up to the first operand (getopt's
+ * "+" mode; optind then points at it), calling each option's handler in
+ * the order given. -h and --help print the command's help to stdout;
+ * anything else not in @options (at most CLI_MAX_OPTIONS rows) is a usage
+ * error naming it. Returns CLI_GO_ON, 0 after the help, or the exit status
+ * of the first failure (reported).
+ */
+#define CLI_MAX_OPTIONS 24
+int cli_parse_options(const cli_command *cmd, int argc, char **argv,
+                      const cli_option *options, void *ctx);
+
+/* CLI_GO_ON when no operand is left at optind, else a usage error naming
+ * the first one. */
+int cli_no_operands(const cli_command *cmd, int argc, char **argv);
+
+/* cli_parse_options for a command that takes no operand: one is a usage
+ * error (cli_no_operands). */
+int cli_parse_options_only(const cli_command *cmd, int argc, char **argv,
+                           const cli_option *options, void *ctx);
+
+/*
+ * Parses @arg, the value of option @option ("-t", "--cpu") of @cmd, as a
+ * finite number > 0 (seconds, vCPUs: fractions allowed) into *@out.
+ * Returns CLI_GO_ON, or a usage error naming the value and the range.
+ */
+int cli_parse_positive(const cli_command *cmd, const char *option, const char *arg,
+                       double *out);
+
+/* The same for a whole number > 0 (MiB). */
+int cli_parse_positive_int64(const cli_command *cmd, const char *option, const char *arg,
+                             int64_t *out);
+
+/* CLI_GO_ON when @arg, the value of -e, is KEY=VALUE with a non-empty
+ * KEY, else a usage error naming it. */
+int cli_check_env(const cli_command *cmd, const char *arg);
+
+/* ---------------------------------------- signals and calls (calls.c) */
+
+/*
+ * Every command ends on SIGINT, SIGTERM and SIGHUP. The handlers (set once,
+ * by cli_signals_install) only record the signal and wake the main thread
+ * through a pipe. A library call that may block (exec, file transfers,
+ * listings, create, destroy) runs through cli_call_run as an operation of
+ * a one-worker sbx_async pool while the main thread waits for it or for a
+ * stop signal.
+ */
+
+/* The first stop signal received, 0 while none was. */
+extern volatile sig_atomic_t cli_signal;
+
+/* Installs the stop signal handlers (a signal ignored by whoever started
+ * sbx stays ignored) and makes SIGPIPE an error return. */
+void cli_signals_install(void);
+
+/* The read end of the pipe the handlers write to (non-blocking), -1 when
+ * it could not be made (waiters poll then). */
+int cli_signal_fd(void);
+
+/* Reads what is in @fd until it would block. */
+void cli_drain_fd(int fd);
+
+/* "SIGINT", "SIGTERM", "SIGHUP" or "a signal" (static). */
+const char *cli_signal_name(int signo);
+
+/* What a finished call handed over (each NULL / 0 when not its kind). */
+typedef struct cli_outcome {
+    int done;
+    sbx_error *error;
+    sbx_result *result;       /* exec */
+    sbx_file_info **list;     /* list */
+    size_t count;
+    int64_t value;            /* transfers: bytes or entries */
+    sbx_sandbox *sandbox;     /* create */
+} cli_outcome;
+
+/* Frees what @o holds (a sandbox it holds is destroyed first) and zeroes it. */
+void cli_outcome_clear(cli_outcome *o);
+
+/* Reports @o's error (taken from it), clears @o; returns CLI_EXIT_TOOL. */
+int cli_outcome_fail(cli_outcome *o);
+
+typedef enum cli_call_kind {
+    CLI_CALL_EXEC,            /* request on sandbox */
+    CLI_CALL_LIST,            /* sandbox_path of sandbox */
+    CLI_CALL_UPLOAD_FILE,     /* local_path to sandbox_path */
+    CLI_CALL_UPLOAD_DIR,
+    CLI_CALL_DOWNLOAD_FILE,   /* sandbox_path to local_path */
+    CLI_CALL_DOWNLOAD_DIR,
+    CLI_CALL_CREATE,          /* backend, options */
+    CLI_CALL_DESTROY          /* sandbox */
+} cli_call_kind;
+
+/* One library call made interruptibly. Every pointer is borrowed for the
+ * call's length. */
+typedef struct cli_call {
+    cli_call_kind kind;
+    const char *what;                  /* "the copy": for messages */
+    sbx_sandbox *sandbox;
+    const char *sandbox_path;
+    const char *local_path;
+    const sbx_exec_request *request;
+    const char *backend;
+    const sbx_options *options;
+    double grace;                      /* seconds; 0: CLI_CANCEL_GRACE_SECS */
+    /* Run when the cancelled call did not return within the grace, just
+     * before sbx exits without it: removes what it may have left on this
+     * host. May be NULL. */
+    void (*cleanup)(void *cleanup_arg);
+    void *cleanup_arg;
+} cli_call;
+
+/*
+ * Makes @call and waits for it or a stop signal. Returns 0 when the call
+ * finished first (its outcome in *@out, the caller's to clear; a failure
+ * is in out->error, not reported); 128+N when stop signal N came first
+ * (reported; the call was cancelled and returned within the grace, its
+ * outcome dropped); CLI_EXIT_TOOL when it could not be started
+ * (reported). When the cancelled call does not return within the grace,
+ * the cleanup runs and sbx exits 128+N without waiting for it.
+ */
+int cli_call_run(const cli_call *call, cli_outcome *out);
+
+/* ------------------------------------------------------- output (output.c) */
+
+/*
+ * The command's chunks are written to sbx's stdout / stderr as they
+ * arrive. A stream whose reader went away is dropped from then on (the
+ * command keeps running; its exit code still decides ours).
+ */
+typedef struct cli_sink {
+    int broken[3];
+} cli_sink;
+
+/* An sbx_output_fn writing to the cli_sink @user_data (zeroed first). */
+void cli_sink_output(sbx_stream stream, const void *data, size_t len, void *user_data);
+
+/* The exit status for the finished exec @result (taken and freed; NULL:
+ * @error is reported and CLI_EXIT_TOOL returned), saying so on stderr
+ * when it timed out. */
+int cli_exec_status(sbx_result *result, sbx_error *error);
+
+/*
+ * Names that come from a sandbox (file names, record fields) are bytes the
+ * sandbox chose. Table output escapes them so they cannot drive the
+ * terminal or fake extra lines; JSON output keeps the document valid UTF-8
+ * and the exact bytes recoverable.
+ */
+
+/*
+ * @s for a table (new string; NULL when memory runs out): a backslash
+ * becomes "\\", newline, carriage return and tab "\n", "\r", "\t", every
+ * other control character (C0, DEL and the C1 controls U+0080-U+009F) and
+ * every byte that is not part of valid UTF-8 "\xHH" for each of its bytes;
+ * the rest (printable ASCII, valid UTF-8) is kept as is.
+ */
+char *cli_escape_name(const char *s);
+
+/* Prints @s escaped (cli_escape_name) to stdout. */
+void cli_print_escaped(const char *s);
+
+/*
+ * Adds @key: @s to JSON object @o so that the document stays valid UTF-8:
+ * @s itself when it is valid UTF-8 (JSON escapes its control characters);
+ * else @s with each byte that is not part of valid UTF-8 replaced by
+ * U+FFFD, plus KEY_base64: the exact bytes in base64.
+ */
+void cli_json_add_name(json_object *o, const char *key, const char *s);
+
+/* Adds @key: @s, or null when @s is NULL, to JSON object @o. */
+void cli_json_add_string(json_object *o, const char *key, const char *s);
+
+/*
+ * Prints @doc, pretty, and a newline to stdout, then releases @doc. DEL and
+ * the C1 controls, which a terminal may act on, are written as \u007f and
+ * \u0080-\u009f (json-c escapes the C0 controls itself).
+ */
+void cli_print_json(json_object *doc);
+
+/* ------------------------------------------------ state store (state.c) */
+
+/* 1 when @id can name a state file (and a `cp` operand): [A-Za-z0-9_.-],
+ * starting with a letter or digit, at most 200 bytes. */
+int cli_id_valid(const char *id);
+
+/*
+ * The directory holding the state files (new string in *@dir), checked
+ * (see state.c). With @create, what is missing is made 0700. Returns 1; 0
+ * when the directory does not exist and !@create (nothing recorded); -1
+ * (reported, a configuration error naming the path, its owner and mode).
+ */
+int cli_state_dir_open(int create, char **dir);
+
+/* The current time as ISO 8601 UTC ("2025-01-02T03:04:05Z"). */
+void cli_iso8601_now(char out[32]);
+
+/*
+ * Records the session state @state (JSON text) of sandbox @id, created at
+ * @created (ISO 8601): written atomically, never replacing the record of
+ * another sandbox with the same id. Returns 0 or -1 (reported).
+ */
+int cli_state_store(const char *id, const char *created, const char *state);
+
+/* A recorded sandbox; every string is owned by the record. */
+typedef struct cli_record {
+    char *id;
+    char *created;     /* ISO 8601 UTC */
+    char *backend;
+    char *state;       /* the session state, JSON text */
+} cli_record;
+
+/* Frees the strings of @r and zeroes it. */
+void cli_record_clear(cli_record *r);
+
+/* Reads the record of @id into *@rec. Returns 0; 1 when there is none
+ * (nothing reported); -1 when it cannot be read or is malformed
+ * (reported, naming the file). */
+int cli_state_load(const char *id, cli_record *rec);
+
+/*
+ * Reads every record into a new array *@records of *@count, oldest first
+ * (then by id); free it with cli_state_list_free. Stops early on a stop
+ * signal. Returns 0 (also when nothing is recorded); 1 when memory ran out
+ * midway (reported; what was read is listed); -1 when the state directory
+ * cannot be read (reported; nothing listed). A malformed record is
+ * reported and left out.
+ */
+int cli_state_list(cli_record **records, size_t *count);
+
+/* Frees what cli_state_list returned. */
+void cli_state_list_free(cli_record *records, size_t count);
+
+/* Removes the record of @id. Returns 0 or -1 (reported). */
+int cli_state_forget(const char *id);
+
+/*
+ * Reattaches to the recorded sandbox @id (the caller frees it). Returns
+ * it, or NULL after reporting why: "no such sandbox: ID" when nothing is
+ * recorded, the library's error otherwise (stored in *@gone_error instead
+ * of reported when it is not_found and @gone_error is not NULL).
+ */
+sbx_sandbox *cli_sandbox_open(const char *id, sbx_error **gone_error);
+
+/* ------------------------------------------- making sandboxes (sandbox.c) */
+
+/* Help lines of the creation options that run and create share. */
+#define CLI_CREATION_OPTIONS_HELP \
+"      --cpu=N             vCPUs (fractions allowed)\n" \
+"      --memory=MIB        memory in MiB\n" \
+"      --git-repo=URL      clone URL (a local path works) into the sandbox's\n" \
+"                          working directory, under its last path component\n" \
+"      --git-ref=REF       branch or tag to clone (with --git-repo)\n" \
+"  -i, --image=IMAGE       image to start from (backends that take one)\n" \
+"      --preset=NAME       preset whose values are the defaults of every\n" \
+"                          option not given (see `sbx presets`)\n" \
+"      --no-internet       no network but the sandbox's own loopback\n" \
+"      --opt=KEY=VALUE     backend option (repeatable; VALUE is read as JSON\n" \
+"                          when it is valid JSON, else as a string)\n" \
+"      --file=LOCAL:PATH   copy host file LOCAL to sandbox path PATH at\n" \
+"                          create, keeping its mode (repeatable; PATH is\n" \
+"                          what follows the last ':')\n" \
+"  -h, --help              show this help and exit\n"
+
+/* The context of the creation option handlers; a command's own context may
+ * start with one to use them (exec-code does). */
+typedef struct cli_creation {
+    sbx_options *options;
+    const char **backend;     /* -b: set to the value, borrowed from argv */
+} cli_creation;
+
+/* -b: a cli_option_fn whose @ctx is a cli_creation. */
+int cli_set_backend(const cli_command *cmd, const char *arg, void *ctx);
+
+/* -t SECONDS: the lifetime and default command timeout (a finite number
+ * > 0); a cli_option_fn whose @ctx is a cli_creation. */
+int cli_set_timeout(const cli_command *cmd, const char *arg, void *ctx);
+
+/*
+ * Parses the creation options of run and create (-b -e -w -t --cpu
+ * --memory --git-repo --git-ref -i --preset --no-internet --opt --file -h)
+ * from @argv into @options and *@backend (borrowed from @argv); stops at
+ * the first operand (optind points at it). Returns CLI_GO_ON, or the exit
+ * status to leave with (0 after --help, 125 after an error, reported).
+ */
+int cli_parse_creation_options(const cli_command *cmd, int argc, char **argv,
+                               sbx_options *options, const char **backend);
+
+/* A new sbx_options, or NULL after reporting. */
+sbx_options *cli_options_new(void);
+
+/* Destroys @sandbox (not freed); reports a failure. Returns 0 or -1. */
+int cli_sandbox_destroy(sbx_sandbox *sandbox);
+
+/* What run and exec-code run in their one-shot sandbox. */
+typedef struct cli_oneshot {
+    const char *const *argv;  /* run: the command */
+    const char *language;     /* exec-code: NULL for python */
+    const char *code;         /* exec-code: non-NULL selects execute_code */
+} cli_oneshot;
+
+/*
+ * Creates a sandbox on @backend with @options, runs @what in it on a worker
+ * thread (the main thread destroys the sandbox on a stop signal, which
+ * ends the command), destroys the sandbox in every case and returns the
+ * exit status for the tool.
+ */
+int cli_oneshot_run(const char *backend, const sbx_options *options, const cli_oneshot *what);
+
+#endif /* SBX_CLI_H */

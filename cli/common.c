@@ -1,0 +1,217 @@
+/*
+ * The sbx tool's messages, usage errors and option parsing (cli.h).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* Prints "sbx: MESSAGE" to stderr. */
+static void vmsg(const char *fmt, va_list ap)
+{
+    char buf[4096];
+
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    fprintf(stderr, "sbx: %s\n", buf);
+}
+
+void cli_msg(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vmsg(fmt, ap);
+    va_end(ap);
+}
+
+void cli_error(sbx_error *error)
+{
+    char *text;
+
+    if (error == NULL) {
+        cli_msg("unknown error");
+        return;
+    }
+    text = sbx_error_to_string(error);
+    if (text != NULL) {
+        fprintf(stderr, "sbx: %s\n", text);
+        free(text);
+    } else {
+        fprintf(stderr, "sbx: %s [code=%s]\n", sbx_error_get0_message(error),
+                sbx_error_code_name(sbx_error_get_code(error)));
+    }
+    sbx_error_free(error);
+}
+
+int cli_out_of_memory(void)
+{
+    cli_msg("out of memory");
+    return CLI_EXIT_TOOL;
+}
+
+int cli_usage_error(const cli_command *cmd, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vmsg(fmt, ap);
+    va_end(ap);
+    if (cmd != NULL)
+        fprintf(stderr, "sbx: see 'sbx %s --help'\n", cmd->name);
+    else
+        fprintf(stderr, "sbx: see 'sbx --help'\n");
+    return CLI_EXIT_TOOL;
+}
+
+int cli_flush(const char *what)
+{
+    if (fflush(stdout) != 0) {
+        cli_msg("cannot write %s: %s", what, strerror(errno));
+        return CLI_EXIT_TOOL;
+    }
+    return 0;
+}
+
+const char *cli_default_backend(void)
+{
+    const char *env = getenv("SBX_BACKEND");
+
+    return env != NULL && *env != '\0' ? env : "local";
+}
+
+/* ------------------------------------------------------------- options */
+
+/* getopt's value of the long-only option at row I of a table. */
+#define LONG_ONLY_BASE 256
+
+/* Reports an option getopt refused. */
+static int bad_option(const cli_command *cmd, char **argv, int opt)
+{
+    const char *arg = argv[optind - 1];
+
+    if (opt == ':')
+        return cli_usage_error(cmd, "option \"%s\" needs a value", arg);
+    if (optopt != 0 && strncmp(arg, "--", 2) != 0)
+        return cli_usage_error(cmd, "unknown option \"-%c\"", optopt);
+    return cli_usage_error(cmd, "unknown option \"%s\"", arg);
+}
+
+int cli_parse_options(const cli_command *cmd, int argc, char **argv,
+                      const cli_option *options, void *ctx)
+{
+    struct option longopts[CLI_MAX_OPTIONS + 2];
+    char shortopts[2 * CLI_MAX_OPTIONS + 4];
+    size_t nlong = 0, nshort = 0, count = 0, i;
+    int opt, status = CLI_GO_ON;
+
+    shortopts[nshort++] = '+';   /* stop at the first operand */
+    shortopts[nshort++] = ':';   /* a missing value is told apart */
+    for (; options != NULL && (options[count].name != NULL || options[count].letter != 0);
+         count++) {
+        const cli_option *o = &options[count];
+
+        if (count == CLI_MAX_OPTIONS)
+            abort();   /* a table larger than CLI_MAX_OPTIONS: a bug */
+        if (o->letter != 0) {
+            shortopts[nshort++] = (char)o->letter;
+            if (o->takes_value)
+                shortopts[nshort++] = ':';
+        }
+        if (o->name != NULL) {
+            longopts[nlong].name = o->name;
+            longopts[nlong].has_arg = o->takes_value ? required_argument : no_argument;
+            longopts[nlong].flag = NULL;
+            longopts[nlong].val = o->letter != 0 ? o->letter : LONG_ONLY_BASE + (int)count;
+            nlong++;
+        }
+    }
+    shortopts[nshort++] = 'h';
+    shortopts[nshort] = '\0';
+    longopts[nlong].name = "help";
+    longopts[nlong].has_arg = no_argument;
+    longopts[nlong].flag = NULL;
+    longopts[nlong].val = 'h';
+    memset(&longopts[nlong + 1], 0, sizeof longopts[0]);
+
+    opterr = 0;
+    while (status == CLI_GO_ON &&
+           (opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+        const cli_option *o = NULL;
+
+        if (opt >= LONG_ONLY_BASE && (size_t)(opt - LONG_ONLY_BASE) < count) {
+            o = &options[opt - LONG_ONLY_BASE];
+        } else if (opt != 'h' && opt != ':' && opt != '?') {
+            for (i = 0; i < count && o == NULL; i++)
+                if (options[i].letter == opt)
+                    o = &options[i];
+        }
+        if (o != NULL) {
+            if (o->flag != NULL)
+                *o->flag = 1;
+            if (o->handle != NULL)
+                status = o->handle(cmd, o->takes_value ? optarg : NULL, ctx);
+        } else if (opt == 'h') {
+            cmd->usage(stdout);
+            status = 0;
+        } else {
+            status = bad_option(cmd, argv, opt);
+        }
+    }
+    return status;
+}
+
+int cli_no_operands(const cli_command *cmd, int argc, char **argv)
+{
+    if (optind < argc)
+        return cli_usage_error(cmd, "unexpected argument \"%s\"", argv[optind]);
+    return CLI_GO_ON;
+}
+
+int cli_parse_options_only(const cli_command *cmd, int argc, char **argv,
+                           const cli_option *options, void *ctx)
+{
+    int status = cli_parse_options(cmd, argc, argv, options, ctx);
+
+    return status == CLI_GO_ON ? cli_no_operands(cmd, argc, argv) : status;
+}
+
+int cli_parse_positive(const cli_command *cmd, const char *option, const char *arg,
+                       double *out)
+{
+    char *end = (char *)arg;
+    double v;
+
+    errno = 0;
+    v = *arg != '\0' ? strtod(arg, &end) : 0;
+    if (*arg == '\0' || errno != 0 || *end != '\0' || !isfinite(v) || v <= 0)
+        return cli_usage_error(cmd, "invalid %s value \"%s\"", option, arg);
+    *out = v;
+    return CLI_GO_ON;
+}
+
+int cli_parse_positive_int64(const cli_command *cmd, const char *option, const char *arg,
+                             int64_t *out)
+{
+    char *end = (char *)arg;
+    long long v;
+
+    errno = 0;
+    v = *arg != '\0' ? strtoll(arg, &end, 10) : 0;
+    if (*arg == '\0' || errno != 0 || *end != '\0' || v <= 0)
+        return cli_usage_error(cmd, "invalid %s value \"%s\"", option, arg);
+    *out = (int64_t)v;
+    return CLI_GO_ON;
+}
+
+int cli_check_env(const cli_command *cmd, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+
+    if (eq == NULL || eq == arg)
+        return cli_usage_error(cmd, "invalid -e value \"%s\": expected KEY=VALUE", arg);
+    return CLI_GO_ON;
+}

@@ -1,0 +1,58 @@
+/*
+ * sbx run: create a sandbox, run a command in it, destroy it.
+ */
+#include "cli.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+"Usage: sbx run [OPTION]... [--] COMMAND [ARG]...\n"
+"\n"
+"Create a sandbox, run COMMAND with its arguments in it (as an argument\n"
+"vector, not through a shell), stream its output, destroy the sandbox and exit\n"
+"with the command's exit status.\n"
+"\n"
+"  -b, --backend=BACKEND   backend to use (default: $SBX_BACKEND, else local)\n"
+"  -e, --env=KEY=VALUE     set an environment variable in the sandbox\n"
+"                          (repeatable; VALUE is taken literally)\n"
+"  -w, --workdir=DIR       directory the command starts in (on local: an\n"
+"                          existing directory used as the sandbox root, and\n"
+"                          never deleted)\n"
+"  -t, --timeout=SECONDS   sandbox lifetime and command timeout (default %g)\n"
+CLI_CREATION_OPTIONS_HELP
+"\n"
+"The command's standard input is empty (it reads end of file at once): sbx\n"
+"does not pass its own standard input on. Options after COMMAND belong to\n"
+"the command. The sandbox is destroyed when the command ends, when sbx fails\n"
+"and when sbx receives SIGINT, SIGTERM or SIGHUP.\n"
+"\n"
+"Exit status: the command's (128+N when killed by signal N, 124 when it\n"
+"timed out and its processes were killed); 125 when sbx itself failed.\n",
+            SBX_DEFAULT_TIMEOUT_SECS);
+}
+
+static int run_main(int argc, char **argv)
+{
+    const char *backend = cli_default_backend();
+    sbx_options *options = cli_options_new();
+    cli_oneshot what = { 0 };
+    int status;
+
+    if (options == NULL)
+        return CLI_EXIT_TOOL;
+    status = cli_parse_creation_options(&cli_command_run, argc, argv, options, &backend);
+    if (status == CLI_GO_ON && optind >= argc)
+        status = cli_usage_error(&cli_command_run, "no command given");
+    if (status == CLI_GO_ON) {
+        what.argv = (const char *const *)(argv + optind);
+        status = cli_oneshot_run(backend, options, &what);
+    }
+    sbx_options_free(options);
+    return status;
+}
+
+const cli_command cli_command_run = {
+    "run", "run [OPTION]... [--] COMMAND [ARG]...",
+    "create a sandbox, run COMMAND in it, destroy it",
+    run_main, usage
+};
