@@ -137,15 +137,18 @@ int cli_parse_options_only(const cli_command *cmd, int argc, char **argv,
 
 /*
  * Parses @arg, the value of option @option ("-t", "--cpu") of @cmd, as a
- * finite number > 0 (seconds, vCPUs: fractions allowed) into *@out.
- * Returns CLI_GO_ON, or a usage error naming the value and the range.
+ * finite number > 0 (fractions allowed: what sbx_options_set_timeout_secs
+ * and sbx_options_set_cpu accept) into *@out. Returns CLI_GO_ON, or a
+ * usage error naming the value, its @unit ("seconds") and the range:
+ *   invalid -t value "0": expected seconds, a finite number greater than 0
+ *   (fractions allowed)
  */
 int cli_parse_positive(const cli_command *cmd, const char *option, const char *arg,
-                       double *out);
+                       const char *unit, double *out);
 
-/* The same for a whole number > 0 (MiB). */
+/* The same for a whole number from 1 to INT64_MAX (MiB). */
 int cli_parse_positive_int64(const cli_command *cmd, const char *option, const char *arg,
-                             int64_t *out);
+                             const char *unit, int64_t *out);
 
 /* CLI_GO_ON when @arg, the value of -e, is KEY=VALUE with a non-empty
  * KEY, else a usage error naming it. */

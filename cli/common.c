@@ -3,6 +3,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -180,7 +181,7 @@ int cli_parse_options_only(const cli_command *cmd, int argc, char **argv,
 }
 
 int cli_parse_positive(const cli_command *cmd, const char *option, const char *arg,
-                       double *out)
+                       const char *unit, double *out)
 {
     char *end = (char *)arg;
     double v;
@@ -188,13 +189,14 @@ int cli_parse_positive(const cli_command *cmd, const char *option, const char *a
     errno = 0;
     v = *arg != '\0' ? strtod(arg, &end) : 0;
     if (*arg == '\0' || errno != 0 || *end != '\0' || !isfinite(v) || v <= 0)
-        return cli_usage_error(cmd, "invalid %s value \"%s\"", option, arg);
+        return cli_usage_error(cmd, "invalid %s value \"%s\": expected %s, a finite number "
+                               "greater than 0 (fractions allowed)", option, arg, unit);
     *out = v;
     return CLI_GO_ON;
 }
 
 int cli_parse_positive_int64(const cli_command *cmd, const char *option, const char *arg,
-                             int64_t *out)
+                             const char *unit, int64_t *out)
 {
     char *end = (char *)arg;
     long long v;
@@ -202,7 +204,8 @@ int cli_parse_positive_int64(const cli_command *cmd, const char *option, const c
     errno = 0;
     v = *arg != '\0' ? strtoll(arg, &end, 10) : 0;
     if (*arg == '\0' || errno != 0 || *end != '\0' || v <= 0)
-        return cli_usage_error(cmd, "invalid %s value \"%s\"", option, arg);
+        return cli_usage_error(cmd, "invalid %s value \"%s\": expected %s, a whole number "
+                               "from 1 to %" PRId64, option, arg, unit, INT64_MAX);
     *out = (int64_t)v;
     return CLI_GO_ON;
 }

@@ -56,7 +56,8 @@ static int set_cwd(const cli_command *cmd, const char *arg, void *ctx)
 
 static int set_timeout(const cli_command *cmd, const char *arg, void *ctx)
 {
-    return cli_parse_positive(cmd, "-t", arg, &((exec_ctx *)ctx)->request.timeout_secs);
+    return cli_parse_positive(cmd, "-t", arg, "seconds",
+                              &((exec_ctx *)ctx)->request.timeout_secs);
 }
 
 /* Runs the command of @c in the sandbox @id; returns the exit status. */

@@ -70,12 +70,13 @@ static int set_workdir(const cli_command *cmd, const char *arg, void *ctx)
 
 /* Parses @arg, the value of @option, as a number > 0 and gives it to
  * @setter. */
-static int set_positive(const cli_command *cmd, const char *option, const char *arg, void *ctx,
+static int set_positive(const cli_command *cmd, const char *option, const char *unit,
+                        const char *arg, void *ctx,
                         int (*setter)(sbx_options *, double, sbx_error **))
 {
     sbx_error *error = NULL;
     double v;
-    int rc = cli_parse_positive(cmd, option, arg, &v);
+    int rc = cli_parse_positive(cmd, option, arg, unit, &v);
 
     if (rc != CLI_GO_ON)
         return rc;
@@ -84,19 +85,19 @@ static int set_positive(const cli_command *cmd, const char *option, const char *
 
 int cli_set_timeout(const cli_command *cmd, const char *arg, void *ctx)
 {
-    return set_positive(cmd, "-t", arg, ctx, sbx_options_set_timeout_secs);
+    return set_positive(cmd, "-t", "seconds", arg, ctx, sbx_options_set_timeout_secs);
 }
 
 static int set_cpu(const cli_command *cmd, const char *arg, void *ctx)
 {
-    return set_positive(cmd, "--cpu", arg, ctx, sbx_options_set_cpu);
+    return set_positive(cmd, "--cpu", "vCPUs", arg, ctx, sbx_options_set_cpu);
 }
 
 static int set_memory(const cli_command *cmd, const char *arg, void *ctx)
 {
     sbx_error *error = NULL;
     int64_t mib;
-    int rc = cli_parse_positive_int64(cmd, "--memory", arg, &mib);
+    int rc = cli_parse_positive_int64(cmd, "--memory", arg, "MiB", &mib);
 
     if (rc != CLI_GO_ON)
         return rc;

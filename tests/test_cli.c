@@ -685,6 +685,55 @@ Test(cli, run_bad_numbers_are_125)
     free_run(&r);
 }
 
+/* A number out of range is refused naming the value and what is allowed:
+ * what sbx_options_set_timeout_secs, _set_cpu and _set_memory_mb accept. */
+Test(cli, bad_numbers_name_the_allowed_range)
+{
+    static const struct {
+        const char *args[8];
+        const char *err;
+    } cases[] = {
+        { { "create", "-t", "0" },
+          "sbx: invalid -t value \"0\": expected seconds, a finite number greater than 0 "
+          "(fractions allowed)\nsbx: see 'sbx create --help'\n" },
+        { { "run", "--timeout=0", "--", "true" },
+          "sbx: invalid -t value \"0\": expected seconds, a finite number greater than 0 "
+          "(fractions allowed)\nsbx: see 'sbx run --help'\n" },
+        { { "exec-code", "-t", "inf", "print(1)" },
+          "sbx: invalid -t value \"inf\": expected seconds, a finite number greater than 0 "
+          "(fractions allowed)\nsbx: see 'sbx exec-code --help'\n" },
+        { { "exec", "-t", "-2", "someid", "true" },
+          "sbx: invalid -t value \"-2\": expected seconds, a finite number greater than 0 "
+          "(fractions allowed)\nsbx: see 'sbx exec --help'\n" },
+        { { "create", "--cpu", "0" },
+          "sbx: invalid --cpu value \"0\": expected vCPUs, a finite number greater than 0 "
+          "(fractions allowed)\nsbx: see 'sbx create --help'\n" },
+        { { "run", "--memory", "0.5", "--", "true" },
+          "sbx: invalid --memory value \"0.5\": expected MiB, a whole number from 1 to "
+          "9223372036854775807\nsbx: see 'sbx run --help'\n" },
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cli_run r = run_args(cases[i].args);
+
+        cr_expect_eq(r.status, 125, "sbx %s %s %s: exit status %d", cases[i].args[0],
+                     cases[i].args[1], cases[i].args[2], r.status);
+        cr_expect_str_empty(r.out, "sbx %s: stdout \"%s\"", cases[i].args[0], r.out);
+        cr_expect_str_eq(r.err, cases[i].err, "sbx %s %s %s", cases[i].args[0],
+                         cases[i].args[1], cases[i].args[2]);
+        free_run(&r);
+    }
+    /* Nothing was recorded: the state directory was not even made. */
+    {
+        char dir[PATH_MAX + 16];
+        struct stat st;
+
+        snprintf(dir, sizeof dir, "%s/state", g_tmpdir);
+        cr_expect_neq(stat(dir, &st), 0, "%s exists", dir);
+    }
+}
+
 Test(cli, run_cpu_and_memory_are_refused_on_local)
 {
     cli_run r = SBX("run", "--cpu", "2", "--", "true");
