@@ -138,7 +138,7 @@ env_wait(const sbx_fs_env *env, int fd, short events, sbx_error **err)
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
-            env_fail(env, err, SBX_ERROR_UNKNOWN, "poll failed: %s", strerror(errno));
+            env_fail(env, err, SBX_ERROR_WORKSPACE, "poll failed: %s", strerror(errno));
             return -1;
         }
         if (r > 0 && p[0].revents)
@@ -526,7 +526,7 @@ write_all(const sbx_fs_env *env, int fd, const char *buf, size_t len, const char
             if (env_wait(env, fd, POLLOUT, err) < 0)
                 return -1;
         } else {
-            env_fail(env, err, SBX_ERROR_UNKNOWN, "cannot write %s: %s", what,
+            env_fail(env, err, SBX_ERROR_WORKSPACE, "cannot write %s: %s", what,
                      n < 0 ? strerror(errno) : "no progress");
             return -1;
         }
@@ -590,13 +590,13 @@ copy_fd(const sbx_fs_env *env, int in_fd, int out_fd, const char *what, sbx_erro
                 continue;
             }
             if (n < 0) {
-                env_fail(env, err, SBX_ERROR_UNKNOWN, "cannot copy %s: %s", what,
+                env_fail(env, err, SBX_ERROR_WORKSPACE, "cannot copy %s: %s", what,
                          strerror(errno));
                 goto fail;
             }
         } else {
             if (!buf && !(buf = malloc(RW_BUF))) {
-                env_fail(env, err, SBX_ERROR_UNKNOWN, "out of memory");
+                env_fail(env, err, SBX_ERROR_RESOURCE_EXHAUSTED, "out of memory");
                 goto fail;
             }
             n = read(in_fd, buf, RW_BUF);
@@ -608,7 +608,7 @@ copy_fd(const sbx_fs_env *env, int in_fd, int out_fd, const char *what, sbx_erro
                 continue;
             }
             if (n < 0) {
-                env_fail(env, err, SBX_ERROR_UNKNOWN, "cannot read %s: %s", what,
+                env_fail(env, err, SBX_ERROR_WORKSPACE, "cannot read %s: %s", what,
                          strerror(errno));
                 goto fail;
             }
@@ -847,26 +847,26 @@ write_tree(const sbx_fs_env *env, int dir_fd, int out_fd, sbx_error **err)
     int64_t count = 0;
 
     if (!a || !e || !rel || !buf) {
-        env_fail(env, err, SBX_ERROR_UNKNOWN, "out of memory");
+        env_fail(env, err, SBX_ERROR_RESOURCE_EXHAUSTED, "out of memory");
         goto fail;
     }
     if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
         archive_write_set_bytes_per_block(a, (int)TAR_BLOCK) != ARCHIVE_OK ||
         archive_write_set_bytes_in_last_block(a, 1) != ARCHIVE_OK ||
         archive_write_open_fd(a, out_fd) != ARCHIVE_OK) {
-        env_fail(env, err, SBX_ERROR_UNKNOWN, "cannot start the tar stream: %s",
+        env_fail(env, err, SBX_ERROR_WORKSPACE, "cannot start the tar stream: %s",
                  archive_error_string(a) ? archive_error_string(a) : "unknown error");
         goto fail;
     }
     rel[0] = '\0';
     frames = malloc(16 * sizeof(*frames));
     if (!frames) {
-        env_fail(env, err, SBX_ERROR_UNKNOWN, "out of memory");
+        env_fail(env, err, SBX_ERROR_RESOURCE_EXHAUSTED, "out of memory");
         goto fail;
     }
     cap = 16;
     if (list_names(dir_fd, &frames[0].names, &frames[0].count) < 0) {
-        env_fail(env, err, SBX_ERROR_UNKNOWN, "cannot list the directory: %s", strerror(errno));
+        env_fail(env, err, SBX_ERROR_WORKSPACE, "cannot list the directory: %s", strerror(errno));
         goto fail;
     }
     frames[0].next = 0;
@@ -905,7 +905,7 @@ write_tree(const sbx_fs_env *env, int dir_fd, int out_fd, sbx_error **err)
             rel[f->dir_len] = '\0';
             cur_fd = open_dir_rel(dir_fd, rel);
             if (cur_fd < 0) {
-                sbx_error *x = env_fail(env, err, SBX_ERROR_UNKNOWN, "cannot open \"%s\": %s",
+                sbx_error *x = env_fail(env, err, SBX_ERROR_WORKSPACE, "cannot open \"%s\": %s",
                                         rel, strerror(errno));
                 env_context(env, x, "entry", rel);
                 goto fail;
@@ -921,7 +921,7 @@ write_tree(const sbx_fs_env *env, int dir_fd, int out_fd, sbx_error **err)
         if (fstatat(cur_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
             if (errno == ENOENT)
                 continue;       /* vanished meanwhile */
-            sbx_error *x = env_fail(env, err, SBX_ERROR_UNKNOWN, "cannot stat \"%s\": %s",
+            sbx_error *x = env_fail(env, err, SBX_ERROR_WORKSPACE, "cannot stat \"%s\": %s",
                                     rel, strerror(errno));
             env_context(env, x, "entry", rel);
             goto fail;
@@ -943,7 +943,7 @@ write_tree(const sbx_fs_env *env, int dir_fd, int out_fd, sbx_error **err)
             if (ffd < 0 && (errno == ENOENT || errno == ELOOP || errno == ENXIO))
                 continue;       /* vanished, or swapped for a symlink or socket */
             if (ffd < 0 || fstat(ffd, &ost) < 0) {
-                sbx_error *x = env_fail(env, err, SBX_ERROR_UNKNOWN, "cannot open \"%s\": %s",
+                sbx_error *x = env_fail(env, err, SBX_ERROR_WORKSPACE, "cannot open \"%s\": %s",
                                         rel, strerror(errno));
                 env_context(env, x, "entry", rel);
                 goto fail;
@@ -972,7 +972,7 @@ write_tree(const sbx_fs_env *env, int dir_fd, int out_fd, sbx_error **err)
             ssize_t tl = readlinkat(cur_fd, name, target, sizeof(target) - 1);
 
             if (tl < 0) {
-                sbx_error *x = env_fail(env, err, SBX_ERROR_UNKNOWN,
+                sbx_error *x = env_fail(env, err, SBX_ERROR_WORKSPACE,
                                         "cannot read symlink \"%s\": %s", rel, strerror(errno));
                 env_context(env, x, "entry", rel);
                 goto fail;
@@ -986,7 +986,7 @@ write_tree(const sbx_fs_env *env, int dir_fd, int out_fd, sbx_error **err)
             archive_entry_set_size(e, st.st_size);
         }
         if (archive_write_header(a, e) < ARCHIVE_WARN) {
-            sbx_error *x = env_fail(env, err, SBX_ERROR_UNKNOWN,
+            sbx_error *x = env_fail(env, err, SBX_ERROR_WORKSPACE,
                                     "cannot write the tar entry \"%s\": %s", rel,
                                     archive_error_string(a));
             env_context(env, x, "entry", rel);
@@ -1002,7 +1002,7 @@ write_tree(const sbx_fs_env *env, int dir_fd, int out_fd, sbx_error **err)
                 if (n < 0 && errno == EINTR)
                     continue;
                 if (n < 0) {
-                    sbx_error *x = env_fail(env, err, SBX_ERROR_UNKNOWN,
+                    sbx_error *x = env_fail(env, err, SBX_ERROR_WORKSPACE,
                                             "cannot read \"%s\": %s", rel, strerror(errno));
                     env_context(env, x, "entry", rel);
                     goto fail;
@@ -1010,7 +1010,7 @@ write_tree(const sbx_fs_env *env, int dir_fd, int out_fd, sbx_error **err)
                 if (n == 0)
                     break;      /* shrank meanwhile: libarchive pads with zeros */
                 if (archive_write_data(a, buf, (size_t)n) < 0) {
-                    env_fail(env, err, SBX_ERROR_UNKNOWN, "cannot write the tar stream: %s",
+                    env_fail(env, err, SBX_ERROR_WORKSPACE, "cannot write the tar stream: %s",
                              archive_error_string(a));
                     goto fail;
                 }
@@ -1022,7 +1022,7 @@ write_tree(const sbx_fs_env *env, int dir_fd, int out_fd, sbx_error **err)
             ffd = -1;
         }
         if (archive_write_finish_entry(a) < ARCHIVE_WARN) {
-            env_fail(env, err, SBX_ERROR_UNKNOWN, "cannot write the tar stream: %s",
+            env_fail(env, err, SBX_ERROR_WORKSPACE, "cannot write the tar stream: %s",
                      archive_error_string(a));
             goto fail;
         }
@@ -1033,7 +1033,7 @@ write_tree(const sbx_fs_env *env, int dir_fd, int out_fd, sbx_error **err)
             tw_frame child = { 0 };
 
             if (cfd < 0 || list_names(cfd, &child.names, &child.count) < 0) {
-                sbx_error *x = env_fail(env, err, SBX_ERROR_UNKNOWN, "cannot list \"%s\": %s",
+                sbx_error *x = env_fail(env, err, SBX_ERROR_WORKSPACE, "cannot list \"%s\": %s",
                                         rel, strerror(errno));
                 env_context(env, x, "entry", rel);
                 if (cfd >= 0)
@@ -1050,7 +1050,7 @@ write_tree(const sbx_fs_env *env, int dir_fd, int out_fd, sbx_error **err)
 
                 if (!grown) {
                     names_free(child.names, child.count);
-                    env_fail(env, err, SBX_ERROR_UNKNOWN, "out of memory");
+                    env_fail(env, err, SBX_ERROR_RESOURCE_EXHAUSTED, "out of memory");
                     goto fail;
                 }
                 frames = grown;
@@ -1061,7 +1061,7 @@ write_tree(const sbx_fs_env *env, int dir_fd, int out_fd, sbx_error **err)
         }
     }
     if (archive_write_close(a) != ARCHIVE_OK) {
-        env_fail(env, err, SBX_ERROR_UNKNOWN, "cannot finish the tar stream: %s",
+        env_fail(env, err, SBX_ERROR_WORKSPACE, "cannot finish the tar stream: %s",
                  archive_error_string(a));
         goto fail;
     }
@@ -1293,7 +1293,7 @@ ex_parent(ex_state *st, const char *raw, const char *path, const char **name)
     st->pc_fd = -1;
     st->pc_rel = strndup(path, plen);
     if (!st->pc_rel) {
-        env_fail(st->env, st->err, SBX_ERROR_UNKNOWN, "out of memory");
+        env_fail(st->env, st->err, SBX_ERROR_RESOURCE_EXHAUSTED, "out of memory");
         return -1;
     }
     fd = plen ? sbx_fs_open_beneath(st->sfd, st->pc_rel,
@@ -1310,7 +1310,7 @@ ex_parent(ex_state *st, const char *raw, const char *path, const char **name)
         else if (e == ENOTDIR || e == EEXIST)
             refuse(st, raw, "a parent is not a directory");
         else
-            env_fail(st->env, st->err, SBX_ERROR_UNKNOWN, "cannot create the parent of \"%s\": %s",
+            env_fail(st->env, st->err, SBX_ERROR_WORKSPACE, "cannot create the parent of \"%s\": %s",
                      raw, strerror(e));
         return -1;
     }
@@ -1335,7 +1335,7 @@ ex_make_room(ex_state *st, int pfd, const char *name, const char *raw)
         return -1;
     }
     if (unlinkat(pfd, name, 0) < 0) {
-        env_fail(st->env, st->err, SBX_ERROR_UNKNOWN, "cannot replace \"%s\": %s", raw,
+        env_fail(st->env, st->err, SBX_ERROR_WORKSPACE, "cannot replace \"%s\": %s", raw,
                  strerror(errno));
         return -1;
     }
@@ -1391,7 +1391,7 @@ ex_data(ex_state *st, struct archive *a, int fd, const char *raw, int64_t size)
                 if (n < 0 && errno == EINTR)
                     continue;
                 if (n <= 0) {
-                    sbx_error *e = env_fail(st->env, st->err, SBX_ERROR_UNKNOWN,
+                    sbx_error *e = env_fail(st->env, st->err, SBX_ERROR_WORKSPACE,
                                             "cannot write \"%s\": %s", raw,
                                             n < 0 ? strerror(errno) : "no progress");
                     env_context(st->env, e, "entry", raw);
@@ -1425,7 +1425,7 @@ ex_data(ex_state *st, struct archive *a, int fd, const char *raw, int64_t size)
     if (size > end)
         end = size;
     if (fstat(fd, &sb) == 0 && sb.st_size != end && ftruncate(fd, end) < 0) {
-        env_fail(st->env, st->err, SBX_ERROR_UNKNOWN, "cannot size \"%s\": %s", raw,
+        env_fail(st->env, st->err, SBX_ERROR_WORKSPACE, "cannot size \"%s\": %s", raw,
                  strerror(errno));
         return -1;
     }
@@ -1518,7 +1518,7 @@ ex_entry(ex_state *st, struct archive *a, struct archive_entry *e)
             return -1;
         }
         if (linkat(tfd, tlast, pfd, name, 0) < 0) {
-            sbx_error *x = env_fail(st->env, st->err, SBX_ERROR_UNKNOWN,
+            sbx_error *x = env_fail(st->env, st->err, SBX_ERROR_WORKSPACE,
                                     "cannot link \"%s\": %s", raw, strerror(errno));
             env_context(st->env, x, "entry", raw);
             close(tfd);
@@ -1578,19 +1578,19 @@ ex_entry(ex_state *st, struct archive *a, struct archive_entry *e)
 
         if (fstatat(pfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(sb.st_mode) &&
             unlinkat(pfd, name, 0) < 0) {
-            env_fail(st->env, st->err, SBX_ERROR_UNKNOWN, "cannot replace \"%s\": %s", raw,
+            env_fail(st->env, st->err, SBX_ERROR_WORKSPACE, "cannot replace \"%s\": %s", raw,
                      strerror(errno));
             return -1;
         }
         if (mkdirat(pfd, name, 0700) < 0 && errno != EEXIST) {
-            sbx_error *x = env_fail(st->env, st->err, SBX_ERROR_UNKNOWN,
+            sbx_error *x = env_fail(st->env, st->err, SBX_ERROR_WORKSPACE,
                                     "cannot create directory \"%s\": %s", raw, strerror(errno));
             env_context(st->env, x, "entry", raw);
             return -1;
         }
         fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0 || fchmod(fd, perm | 0700) < 0) {
-            sbx_error *x = env_fail(st->env, st->err, SBX_ERROR_UNKNOWN,
+            sbx_error *x = env_fail(st->env, st->err, SBX_ERROR_WORKSPACE,
                                     "cannot set up directory \"%s\": %s", raw, strerror(errno));
             env_context(st->env, x, "entry", raw);
             if (fd >= 0)
@@ -1603,7 +1603,7 @@ ex_entry(ex_state *st, struct archive *a, struct archive_entry *e)
             fixup *f = malloc(sizeof(*f) + len + 1);
 
             if (!f) {
-                env_fail(st->env, st->err, SBX_ERROR_UNKNOWN, "out of memory");
+                env_fail(st->env, st->err, SBX_ERROR_RESOURCE_EXHAUSTED, "out of memory");
                 return -1;
             }
             f->mode = perm;
@@ -1618,7 +1618,7 @@ ex_entry(ex_state *st, struct archive *a, struct archive_entry *e)
         return -1;
     if (type == AE_IFLNK) {
         if (symlinkat(archive_entry_symlink(e), pfd, name) < 0) {
-            sbx_error *x = env_fail(st->env, st->err, SBX_ERROR_UNKNOWN,
+            sbx_error *x = env_fail(st->env, st->err, SBX_ERROR_WORKSPACE,
                                     "cannot create symlink \"%s\": %s", raw, strerror(errno));
             env_context(st->env, x, "entry", raw);
             return -1;
@@ -1628,7 +1628,7 @@ ex_entry(ex_state *st, struct archive *a, struct archive_entry *e)
 
     fd = openat(pfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
-        sbx_error *x = env_fail(st->env, st->err, SBX_ERROR_UNKNOWN,
+        sbx_error *x = env_fail(st->env, st->err, SBX_ERROR_WORKSPACE,
                                 "cannot create \"%s\": %s", raw, strerror(errno));
         env_context(st->env, x, "entry", raw);
         return -1;
@@ -1638,7 +1638,7 @@ ex_entry(ex_state *st, struct archive *a, struct archive_entry *e)
         return -1;
     }
     if (fchmod(fd, perm) < 0) {
-        env_fail(st->env, st->err, SBX_ERROR_UNKNOWN, "cannot set the mode of \"%s\": %s", raw,
+        env_fail(st->env, st->err, SBX_ERROR_WORKSPACE, "cannot set the mode of \"%s\": %s", raw,
                  strerror(errno));
         close(fd);
         return -1;
@@ -1836,7 +1836,7 @@ sbx_tar_extract_with(const sbx_fs_env *env, const sbx_tar_policy *policy, int in
         dest_exists = 1;
         dest_fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (dest_fd < 0 || fstat(parent_fd, &ps) < 0) {
-            env_fail(env, err, SBX_ERROR_UNKNOWN, "cannot open destination \"%s\": %s", name,
+            env_fail(env, err, SBX_ERROR_WORKSPACE, "cannot open destination \"%s\": %s", name,
                      strerror(errno));
             goto fail;
         }
@@ -1844,19 +1844,19 @@ sbx_tar_extract_with(const sbx_fs_env *env, const sbx_tar_policy *policy, int in
     } else if (errno == ENOENT) {
         stage_parent = parent_fd;
     } else {
-        env_fail(env, err, SBX_ERROR_UNKNOWN, "cannot stat destination \"%s\": %s", name,
+        env_fail(env, err, SBX_ERROR_WORKSPACE, "cannot stat destination \"%s\": %s", name,
                  strerror(errno));
         return -1;
     }
     if (make_staging(stage_parent, name, sname, sizeof(sname)) < 0) {
-        env_fail(env, err, SBX_ERROR_UNKNOWN, "cannot create a staging directory: %s",
+        env_fail(env, err, SBX_ERROR_WORKSPACE, "cannot create a staging directory: %s",
                  strerror(errno));
         goto fail;
     }
     staged = 1;
     st.sfd = openat(stage_parent, sname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (st.sfd < 0) {
-        env_fail(env, err, SBX_ERROR_UNKNOWN, "cannot open the staging directory: %s",
+        env_fail(env, err, SBX_ERROR_WORKSPACE, "cannot open the staging directory: %s",
                  strerror(errno));
         goto fail;
     }
@@ -1905,12 +1905,12 @@ sbx_tar_extract_with(const sbx_fs_env *env, const sbx_tar_policy *policy, int in
             staged = 0;     /* renameat2 flags unsupported here */
             dest_fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         } else {
-            env_fail(env, err, SBX_ERROR_UNKNOWN, "cannot move the extracted tree into \"%s\": %s",
+            env_fail(env, err, SBX_ERROR_WORKSPACE, "cannot move the extracted tree into \"%s\": %s",
                      name, strerror(errno));
             goto fail;
         }
         if (dest_fd < 0) {
-            env_fail(env, err, SBX_ERROR_UNKNOWN, "cannot open destination \"%s\": %s", name,
+            env_fail(env, err, SBX_ERROR_WORKSPACE, "cannot open destination \"%s\": %s", name,
                      strerror(errno));
             goto fail;
         }
@@ -1919,7 +1919,7 @@ sbx_tar_extract_with(const sbx_fs_env *env, const sbx_tar_policy *policy, int in
         int dbase = name ? dest_fd : parent_fd;
 
         if (merge_rel(st.sfd, "", dbase, "") < 0) {
-            env_fail(env, err, SBX_ERROR_UNKNOWN, "cannot merge the extracted tree into %s%s%s: %s",
+            env_fail(env, err, SBX_ERROR_WORKSPACE, "cannot merge the extracted tree into %s%s%s: %s",
                      name ? "\"" : "the destination", name ? name : "", name ? "\"" : "",
                      strerror(errno));
             goto fail;

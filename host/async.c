@@ -482,7 +482,7 @@ op_run(sbx_op *op)
         op->failed = 1;
         op->value = -1;
         if (!err)
-            err = sbx_error_new(SBX_ERROR_UNKNOWN, op->name, "%s failed without a reason",
+            err = sbx_error_new(sbx_error_code_for_op(op->name), op->name, "%s failed without a reason",
                                 op->name);
         op->error = err;
     } else {
@@ -672,12 +672,12 @@ sbx_async_new(unsigned max_workers, sbx_error **error)
     a = calloc(1, sizeof(*a));
     if (!a || !(a->workers = calloc(max_workers, sizeof(*a->workers)))) {
         free(a);
-        sbx_set_error(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        sbx_set_error(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return NULL;
     }
     a->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (a->efd < 0) {
-        sbx_set_error(error, SBX_ERROR_UNKNOWN, op, "cannot create an eventfd: %s",
+        sbx_set_error(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot create an eventfd: %s",
                       strerror(errno));
         free(a->workers);
         free(a);
@@ -1055,7 +1055,7 @@ op_new(sbx_async *async, sbx_op_kind kind, sbx_op_done_fn done, void *user_data,
     sbx_op *op = calloc(1, sizeof(*op));
 
     if (!op) {
-        sbx_set_error(error, SBX_ERROR_UNKNOWN, kind_op_name(kind), "out of memory");
+        sbx_set_error(error, SBX_ERROR_RESOURCE_EXHAUSTED, kind_op_name(kind), "out of memory");
         return NULL;
     }
     op->async = async;
@@ -1136,7 +1136,7 @@ copy_request(sbx_op *op, const sbx_exec_request *in, sbx_error **err)
     op->rq.stdin_data = op->stdin_copy;
     return 0;
 oom:
-    sbx_set_error(err, SBX_ERROR_UNKNOWN, op->name, "out of memory copying the request");
+    sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, op->name, "out of memory copying the request");
     return -1;
 }
 
@@ -1160,7 +1160,7 @@ copy_options(const sbx_options *in, sbx_options **out, sbx_error **err)
     o = sbx_options_new();
     if (!o || sbx_options_env_strv(in, &env) < 0) {
         sbx_options_free(o);
-        sbx_set_error(err, SBX_ERROR_UNKNOWN, "create", "out of memory copying the options");
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, "create", "out of memory copying the options");
         return -1;
     }
     for (size_t i = 0; ok && i < env.count; i++) {
@@ -1208,7 +1208,7 @@ copy_options(const sbx_options *in, sbx_options **out, sbx_error **err)
         ok = sbx_options_add_file(o, path, data, len, &e) == 0;
     }
     if (ok && sbx_options_set_fields(o) != sbx_options_set_fields(in)) {
-        e = sbx_error_new(SBX_ERROR_UNKNOWN, "create",
+        e = sbx_error_new(SBX_ERROR_CREATION_FAILED, "create",
                           "cannot copy the options: fields 0x%llx set, 0x%llx copied",
                           (unsigned long long)sbx_options_set_fields(in),
                           (unsigned long long)sbx_options_set_fields(o));
@@ -1217,7 +1217,7 @@ copy_options(const sbx_options *in, sbx_options **out, sbx_error **err)
     if (!ok) {
         sbx_options_free(o);
         if (!e)
-            e = sbx_error_new(SBX_ERROR_UNKNOWN, "create", "cannot copy the options");
+            e = sbx_error_new(SBX_ERROR_RESOURCE_EXHAUSTED, "create", "cannot copy the options");
         sbx_error_fill(e, NULL, "create");
         sbx_error_propagate(err, e);
         return -1;
@@ -1291,7 +1291,7 @@ submit(sbx_op *op, const void *key_ptr, const char *key_name, sbx_error **error)
     return op;
 
 refuse:
-    code = a->stopping ? SBX_ERROR_INVALID_ARGUMENT : SBX_ERROR_UNKNOWN;
+    code = a->stopping ? SBX_ERROR_INVALID_ARGUMENT : SBX_ERROR_RESOURCE_EXHAUSTED;
     pthread_mutex_unlock(&a->lock);
     e = sbx_set_error(error, code, op->name, "cannot queue %s: %s", op->name, why);
     sbx_error_fill(e, op_backend(op), op->name);
@@ -1303,7 +1303,7 @@ refuse:
 static sbx_op *
 copy_failed(sbx_op *op, sbx_error **error)
 {
-    sbx_set_error(error, SBX_ERROR_UNKNOWN, op->name, "out of memory copying the arguments");
+    sbx_set_error(error, SBX_ERROR_RESOURCE_EXHAUSTED, op->name, "out of memory copying the arguments");
     op_free(op);
     return NULL;
 }

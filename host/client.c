@@ -105,7 +105,7 @@ client_alloc(const char *backend, sbx_plugin_mode mode, sbx_error **error)
 
     if (!client || !(client->backend = strdup(backend))) {
         free(client);
-        sbx_set_error(&err, SBX_ERROR_UNKNOWN, "client_new", "out of memory");
+        sbx_set_error(&err, SBX_ERROR_RESOURCE_EXHAUSTED, "client_new", "out of memory");
         finish_error(error, err, backend, "client_new");
         return NULL;
     }
@@ -368,7 +368,7 @@ git_clone(sbx_sandbox *sandbox, const char *url, const char *ref, sbx_error **er
     int rc = -1;
 
     if (!name || !shown) {
-        sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "out of memory");
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
         goto out;
     }
     argv[n++] = "git";
@@ -663,7 +663,7 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
     s = get_root ? get_root(handle) : NULL;
     sandbox->root = strdup(s ? s : "");
     if (!sandbox->id || !sandbox->root) {
-        sbx_set_error(&err, SBX_ERROR_UNKNOWN, op, "out of memory");
+        sbx_set_error(&err, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         destroy_after_failure(sandbox, err);
         sandbox_release(sandbox);
         goto fail;
@@ -692,13 +692,13 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
     return sandbox;
 
 oom_after_create:
-    sbx_set_error(&err, SBX_ERROR_UNKNOWN, op, "out of memory");
+    sbx_set_error(&err, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     destroy_after_failure(sandbox, err);
     sandbox_release(sandbox);
     goto fail;
 
 oom:
-    sbx_set_error(&err, SBX_ERROR_UNKNOWN, op, "out of memory");
+    sbx_set_error(&err, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 fail:
     sbx_strv_clear(&env);
     sbx_strv_clear(&setup);
@@ -760,7 +760,7 @@ sbx_shared_client_get(const char *backend, sbx_error **error)
             free(e);
         }
     } else if (!c) {
-        sbx_set_error(&err, SBX_ERROR_UNKNOWN, "client_new", "out of memory");
+        sbx_set_error(&err, SBX_ERROR_RESOURCE_EXHAUSTED, "client_new", "out of memory");
         finish_error(error, err, backend, "client_new");
     }
     pthread_mutex_unlock(&shared_lock);
@@ -976,7 +976,7 @@ sbx_sandbox_snapshot(sbx_sandbox *sandbox, sbx_error **error)
     services->free(raw);
     if (!out) {
         err = NULL;
-        sbx_set_error(&err, SBX_ERROR_UNKNOWN, op, "out of memory");
+        sbx_set_error(&err, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         finish_error(error, err, sandbox->client->backend, op);
     }
     return out;
@@ -1122,6 +1122,6 @@ sbx_sandbox_resolve_path(const sbx_sandbox *sandbox, const char *path, sbx_error
     else
         out = sbx_asprintf("%s/%s", sandbox->root, path);
     if (!out)
-        sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "out of memory");
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
     return out;
 }

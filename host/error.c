@@ -46,6 +46,8 @@ static const struct {
     [SBX_ERROR_RATE_LIMITED] = { "rate_limited", "rate limited by the provider" },
     [SBX_ERROR_INVALID_ARGUMENT] = { "invalid_argument", "invalid argument" },
     [SBX_ERROR_CANCELLED] = { "cancelled", "operation cancelled by the caller" },
+    [SBX_ERROR_RESOURCE_EXHAUSTED] = { "resource_exhausted",
+                                       "out of memory, descriptors, threads or processes" },
 };
 
 /* ---------------------------------------------------------------- public */
@@ -405,12 +407,30 @@ sbx_error_propagate(sbx_error **dest, sbx_error *src)
         sbx_error_free(src);
 }
 
+sbx_error_code
+sbx_error_code_for_op(const char *op)
+{
+    static const char *const file_ops[] = {
+        "read_file", "write_file", "list_files", "stat_file", "upload", "download", NULL
+    };
+
+    if (!op)
+        return SBX_ERROR_EXECUTION_FAILED;
+    if (strncmp(op, "create", 6) == 0 || strcmp(op, "client_new") == 0 ||
+        strcmp(op, "resume") == 0)
+        return SBX_ERROR_CREATION_FAILED;
+    for (int i = 0; file_ops[i]; i++)
+        if (strncmp(op, file_ops[i], strlen(file_ops[i])) == 0)
+            return SBX_ERROR_WORKSPACE;
+    return SBX_ERROR_EXECUTION_FAILED;
+}
+
 void
 sbx_error_ensure(sbx_error **err, const char *backend, const char *slot)
 {
     if (!err || *err)
         return;
-    sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL,
+    sbx_set_error(err, sbx_error_code_for_op(slot), NULL,
                   "backend \"%s\": %s failed without reporting an error",
                   backend ? backend : "", slot);
 }
@@ -461,7 +481,10 @@ sbx_log(sbx_log_level level, const char *backend, const char *fmt, ...)
 
 /* ---------------------------------------------------------------- services */
 
-/* host->set_error: like sbx_set_error, no return value. */
+/* host->set_error: like sbx_set_error, no return value. A plugin's
+ * SBX_ERROR_UNKNOWN (or a code this build does not know) becomes the code
+ * sbx_error_code_for_op() gives for @op, so no plugin error leaves the
+ * library as `unknown`. */
 SBX_PRINTF(4, 5) static void
 service_set_error(sbx_error **error, sbx_error_code code, const char *op,
                   const char *fmt, ...)
@@ -471,6 +494,8 @@ service_set_error(sbx_error **error, sbx_error_code code, const char *op,
 
     if (!error || *error)
         return;
+    if (code == SBX_ERROR_UNKNOWN || (unsigned)code >= SBX_ERROR_CODE_COUNT)
+        code = sbx_error_code_for_op(op);
     va_start(ap, fmt);
     e = sbx_error_newv(code, op, fmt, ap);
     va_end(ap);

@@ -176,7 +176,7 @@ stream_deliver(exec_state *st, exec_stream *s, size_t len, sbx_error **err)
         size_t room = s->limit - s->buf.len, keep = len < room ? len : room;
 
         if (sbx_buf_append(&s->buf, st->chunk, keep) < 0) {
-            sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "out of memory keeping output");
+            sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory keeping output");
             return -1;
         }
         if (keep < len)
@@ -615,7 +615,7 @@ exec_run(sbx_sandbox *sandbox, const sbx_exec_request *request, int stdin_fd, in
     res = sbx_result_new();
     st.chunk = malloc(EXEC_CHUNK);
     if (!res || !st.chunk) {
-        sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "out of memory");
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
         goto fail;
     }
     if (make_fds(&st, far, err) < 0)
@@ -673,7 +673,7 @@ exec_run(sbx_sandbox *sandbox, const sbx_exec_request *request, int stdin_fd, in
     res->err_truncated = st.out[1].truncated;
     if (sbx_result_take_output(res, SBX_STREAM_STDOUT, &st.out[0].buf) < 0 ||
         sbx_result_take_output(res, SBX_STREAM_STDERR, &st.out[1].buf) < 0) {
-        sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "out of memory");
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
         goto fail;
     }
     goto out;

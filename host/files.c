@@ -142,7 +142,7 @@ pump_run(pump_fn producer, void *parg, pump_fn consumer, void *carg, sbx_error *
     int fds[2], rc;
 
     if (pipe2(fds, O_CLOEXEC) < 0) {
-        sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "cannot create a pipe: %s", strerror(errno));
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "cannot create a pipe: %s", strerror(errno));
         return -1;
     }
     fcntl(fds[1], F_SETPIPE_SZ, FILES_PIPE_SIZE);   /* larger writes; best effort */
@@ -156,7 +156,7 @@ pump_run(pump_fn producer, void *parg, pump_fn consumer, void *carg, sbx_error *
     if (rc != 0) {
         close(fds[0]);
         close(fds[1]);
-        sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "cannot start a thread: %s", strerror(rc));
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "cannot start a thread: %s", strerror(rc));
         return -1;
     }
     pump_call(&c);
@@ -430,7 +430,7 @@ parse_listing(file_list *l, const char *out, size_t len, sbx_error **err)
         name = rec + used;
         if (file_list_add(l, name, (size_t)(nul - name), type == 'd', (int64_t)size,
                           mode & 07777) < 0) {
-            sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "out of memory");
+            sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
             return -1;
         }
     }
@@ -468,7 +468,7 @@ sbx_sandbox_list_files(sbx_sandbox *sandbox, const char *path, sbx_file_info ***
             goto fail;
         }
         if (l.oom) {
-            sbx_set_error(&err, SBX_ERROR_UNKNOWN, NULL, "out of memory");
+            sbx_set_error(&err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
             goto fail;
         }
     } else if (can_exec(sandbox->client->plugin)) {
@@ -479,7 +479,7 @@ sbx_sandbox_list_files(sbx_sandbox *sandbox, const char *path, sbx_file_info ***
                         &r, &err) < 0)
             goto fail;
         if (sbx_result_is_stdout_truncated(r)) {
-            sbx_set_error(&err, SBX_ERROR_UNKNOWN, NULL, "listing of \"%s\" is too large", path);
+            sbx_set_error(&err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "listing of \"%s\" is too large", path);
             goto fail;
         }
         out = sbx_result_get0_stdout(r, &len);
@@ -609,14 +609,14 @@ read_consumer(void *arg, int fd, sbx_error **err)
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
-            sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "cannot read \"%s\": %s", j->path,
+            sbx_set_error(err, SBX_ERROR_WORKSPACE, NULL, "cannot read \"%s\": %s", j->path,
                           strerror(errno));
             return -1;
         }
         if (n == 0)
             return 0;
         if (sbx_buf_append(&j->buf, chunk, (size_t)n) < 0) {
-            sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "out of memory reading \"%s\"", j->path);
+            sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory reading \"%s\"", j->path);
             return -1;
         }
     }
@@ -643,7 +643,7 @@ sbx_sandbox_read_file(sbx_sandbox *sandbox, const char *path, char **data, size_
         goto fail;
     *data = sbx_buf_steal(&j.buf, len);
     if (!*data) {
-        sbx_set_error(&err, SBX_ERROR_UNKNOWN, NULL, "out of memory");
+        sbx_set_error(&err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
         goto fail;
     }
     return 0;
@@ -724,7 +724,7 @@ bytes_producer(void *arg, int fd, sbx_error **err)
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
-            sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "cannot send the bytes of \"%s\": %s",
+            sbx_set_error(err, SBX_ERROR_WORKSPACE, NULL, "cannot send the bytes of \"%s\": %s",
                           j->path, n < 0 ? strerror(errno) : "no progress");
             return -1;
         }
@@ -851,7 +851,7 @@ mkdir_parents(const char *path, sbx_strv *made, sbx_error **err)
     size_t len;
 
     if (!copy) {
-        sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "out of memory");
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
         return -1;
     }
     len = strlen(copy);
@@ -865,14 +865,14 @@ mkdir_parents(const char *path, sbx_strv *made, sbx_error **err)
         if (mkdir(copy, 0777) == 0) {
             if (sbx_strv_push(made, copy) < 0) {
                 copy[i] = saved;
-                sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "out of memory");
+                sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
                 free(copy);
                 return -1;
             }
         } else if (errno != EEXIST) {
             sbx_error *e = sbx_set_error(err, errno == ENOENT || errno == ENOTDIR
                                                   ? SBX_ERROR_INVALID_ARGUMENT
-                                                  : SBX_ERROR_UNKNOWN, NULL,
+                                                  : SBX_ERROR_WORKSPACE, NULL,
                                          "cannot create directory \"%s\": %s", copy,
                                          strerror(errno));
             sbx_error_add_context(e, "path", copy);
@@ -953,14 +953,14 @@ sbx_sandbox_download_file(sbx_sandbox *sandbox, const char *sandbox_path, const 
     dir = dir_part(local_path);
     base = base_part(local_path);
     if (!dir || !base) {
-        sbx_set_error(&err, SBX_ERROR_UNKNOWN, NULL, "out of memory");
+        sbx_set_error(&err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
         goto fail;
     }
     if (mkdir_parents(dir, &made, &err) < 0)
         goto fail;
     tmp = sbx_asprintf("%s/.%.200s.sbx-XXXXXX", dir, base);
     if (!tmp || (fd = mkostemp(tmp, O_CLOEXEC)) < 0) {
-        sbx_error *e = sbx_set_error(&err, SBX_ERROR_UNKNOWN, NULL,
+        sbx_error *e = sbx_set_error(&err, SBX_ERROR_WORKSPACE, NULL,
                                      "cannot create a file in \"%s\": %s", dir,
                                      tmp ? strerror(errno) : "out of memory");
         sbx_error_add_context(e, "path", dir);
@@ -971,7 +971,7 @@ sbx_sandbox_download_file(sbx_sandbox *sandbox, const char *sandbox_path, const 
     if (read_to_fd(sandbox, sandbox_path, fd, &err) < 0)
         goto fail;
     if (fchmod(fd, mode) < 0 || close(fd) < 0 || (fd = -1, rename(tmp, local_path) < 0)) {
-        sbx_error *e = sbx_set_error(&err, SBX_ERROR_UNKNOWN, NULL, "cannot write \"%s\": %s",
+        sbx_error *e = sbx_set_error(&err, SBX_ERROR_WORKSPACE, NULL, "cannot write \"%s\": %s",
                                      local_path, strerror(errno));
         sbx_error_add_context(e, "path", local_path);
         goto fail;
@@ -1027,7 +1027,7 @@ dest_open(const char *path, dest *d, sbx_error **err)
             return -1;
         }
         if (!(dir = dir_part(path)) || !(d->name = base_part(path))) {
-            sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "out of memory");
+            sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
             goto out;
         }
         if (mkdir_parents(dir, &d->made, err) < 0)
@@ -1039,7 +1039,7 @@ dest_open(const char *path, dest *d, sbx_error **err)
         } else {
             d->parent_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
             if (d->parent_fd < 0) {
-                sbx_error *e = sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL,
+                sbx_error *e = sbx_set_error(err, SBX_ERROR_WORKSPACE, NULL,
                                              "cannot open \"%s\": %s", dir, strerror(errno));
                 sbx_error_add_context(e, "path", dir);
                 goto out;
@@ -1057,7 +1057,7 @@ dest_open(const char *path, dest *d, sbx_error **err)
     /* An existing directory: its real place, so the staging directory goes
      * beside it and not beside a symlink to it. */
     if (!(real = realpath(path, NULL))) {
-        sbx_error *e = sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "cannot resolve \"%s\": %s",
+        sbx_error *e = sbx_set_error(err, SBX_ERROR_WORKSPACE, NULL, "cannot resolve \"%s\": %s",
                                      path, strerror(errno));
         sbx_error_add_context(e, "path", path);
         goto out;
@@ -1070,12 +1070,12 @@ dest_open(const char *path, dest *d, sbx_error **err)
         dir = dir_part(real);
         d->name = base_part(real);
         if (!d->name) {
-            sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "out of memory");
+            sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
             goto out;
         }
     }
     if (!dir || (d->parent_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-        sbx_error *e = sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "cannot open \"%s\": %s",
+        sbx_error *e = sbx_set_error(err, SBX_ERROR_WORKSPACE, NULL, "cannot open \"%s\": %s",
                                      dir ? dir : path, strerror(errno));
         sbx_error_add_context(e, "path", dir ? dir : path);
         goto out;

@@ -165,7 +165,7 @@ gc_reap_row(gc_run *run, gc_row *r, sbx_error **err)
     uint64_t caps;
 
     if (!c) {
-        sbx_set_error(err, SBX_ERROR_UNKNOWN, "gc", "out of memory");
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, "gc", "out of memory");
         return -1;
     }
     if (!c->client) {
@@ -322,7 +322,7 @@ sbx_gc(unsigned flags, sbx_gc_fn fn, void *user_data, sbx_error **error)
     goto done;
 
 oom:
-    sbx_set_error(&err, SBX_ERROR_UNKNOWN, op, "out of memory");
+    sbx_set_error(&err, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 fail:
     sbx_error_ensure(&err, NULL, op);
     if (error && !*error)

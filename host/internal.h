@@ -203,9 +203,18 @@ void sbx_error_set_message(sbx_error *error, const char *fmt, ...) SBX_PRINTF(2,
 void sbx_error_propagate(sbx_error **dest, sbx_error *src);
 
 /**
+ * The code of a failure of operation or slot @op that says nothing more
+ * specific: creation_failed for create, resume and client_new, workspace
+ * for the file calls (read_file, write_file, list_files, stat_file,
+ * upload_*, download_*), execution_failed for anything else (NULL
+ * included). Never SBX_ERROR_UNKNOWN.
+ */
+sbx_error_code sbx_error_code_for_op(const char *op);
+
+/**
  * Makes sure *@err holds an error after a slot reported failure: when the
- * plugin stored none, stores SBX_ERROR_UNKNOWN saying @slot failed without
- * a reason. @err must not be NULL.
+ * plugin stored none, stores the code sbx_error_code_for_op(@slot) gives,
+ * saying @slot failed without a reason. @err must not be NULL.
  */
 void sbx_error_ensure(sbx_error **err, const char *backend, const char *slot);
 

@@ -382,7 +382,7 @@ plugin_find_path(const char *name, sbx_error **err)
 oom:
     free(path);
     sbx_strv_clear(&dirs);
-    sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "out of memory");
+    sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
     return NULL;
 }
 
@@ -419,7 +419,7 @@ sbx_plugin_load(const char *name, sbx_error **err)
     return e->plugin;
 oom:
     free(path);
-    sbx_set_error(err, SBX_ERROR_UNKNOWN, NULL, "out of memory");
+    sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
     return NULL;
 }
 
@@ -694,7 +694,7 @@ sbx_backends_list(sbx_backend_info ***list, size_t *count, sbx_error **error)
 oom:
     sbx_strv_clear(&dirs);
     sbx_backend_info_list_free(items, n);
-    sbx_set_error(error, SBX_ERROR_UNKNOWN, "backends_list", "out of memory");
+    sbx_set_error(error, SBX_ERROR_RESOURCE_EXHAUSTED, "backends_list", "out of memory");
     return -1;
 }
 

@@ -100,7 +100,7 @@ check_options(const sbx_options *options, const char *op, sbx_error **error)
 static int
 oom(const char *op, sbx_error **error)
 {
-    sbx_set_error(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+    sbx_set_error(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     return -1;
 }
 

@@ -241,7 +241,7 @@ sbx_preset_parse(const char *json, sbx_error **error)
     }
     if (!(p = preset_new(doc, "parsed"))) {
         json_object_put(doc);
-        sbx_set_error(error, SBX_ERROR_UNKNOWN, "preset", "out of memory");
+        sbx_set_error(error, SBX_ERROR_RESOURCE_EXHAUSTED, "preset", "out of memory");
     }
     return p;
 }
@@ -295,7 +295,7 @@ sbx_preset_register(const char *json, sbx_error **error)
     }
     pthread_mutex_unlock(&registry_lock);
     if (rc < 0)
-        sbx_set_error(error, SBX_ERROR_UNKNOWN, "preset", "out of memory");
+        sbx_set_error(error, SBX_ERROR_RESOURCE_EXHAUSTED, "preset", "out of memory");
     return rc;
 }
 
@@ -438,7 +438,7 @@ load_file(const char *path, int *missing, sbx_error **err)
         return NULL;
     if (!(p = preset_new(doc, path))) {
         json_object_put(doc);
-        sbx_set_error(err, SBX_ERROR_UNKNOWN, "preset", "out of memory");
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, "preset", "out of memory");
     }
     return p;
 }
@@ -484,7 +484,7 @@ sbx_preset_load(const char *name, sbx_error **error)
         return p;
     if (search_dirs(&dirs) < 0) {
         sbx_strv_clear(&dirs);
-        sbx_set_error(error, SBX_ERROR_UNKNOWN, "preset", "out of memory");
+        sbx_set_error(error, SBX_ERROR_RESOURCE_EXHAUSTED, "preset", "out of memory");
         return NULL;
     }
     for (size_t i = 0; i < dirs.count; i++) {
@@ -616,7 +616,7 @@ sbx_presets_list(sbx_preset ***list, size_t *count, sbx_error **error)
 oom:
     sbx_strv_clear(&dirs);
     sbx_preset_list_free(out, n);
-    sbx_set_error(error, SBX_ERROR_UNKNOWN, "presets_list", "out of memory");
+    sbx_set_error(error, SBX_ERROR_RESOURCE_EXHAUSTED, "presets_list", "out of memory");
     return -1;
 }
 

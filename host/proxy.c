@@ -436,7 +436,7 @@ call_send_wait(proxy_client *pc, unsigned gen, sbx_wire_msg *req, call_io *io,
 
     call.efd = efd_get(&own_efd);
     if (call.efd < 0) {
-        sbx_set_error(err, SBX_ERROR_UNKNOWN, slot, "eventfd: %s", strerror(errno));
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, slot, "eventfd: %s", strerror(errno));
         return NULL;
     }
     if (io->ctx) {
@@ -479,7 +479,7 @@ call_send_wait(proxy_client *pc, unsigned gen, sbx_wire_msg *req, call_io *io,
         if (e == EPIPE || e == ECONNRESET || e == ENOTCONN) {
             set_dead_error(pc, err, slot);
         } else {
-            sbx_error *x = sbx_set_error(err, SBX_ERROR_UNKNOWN, slot,
+            sbx_error *x = sbx_set_error(err, SBX_ERROR_CONNECTION, slot,
                                          "cannot send %s to the plugin host: %s", slot,
                                          strerror(e));
 
@@ -681,12 +681,12 @@ host_start(proxy_client *pc, sbx_error **err)
     if (sv[0] < 0) {
         if (child >= 0)
             close(child);
-        sbx_set_error(err, SBX_ERROR_UNKNOWN, op, "out of descriptors");
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of descriptors");
         return -1;
     }
     host = sbx_plugin_host_path();
     if (child < 0 || !host) {
-        sbx_set_error(err, SBX_ERROR_UNKNOWN, op, "out of memory or descriptors");
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory or descriptors");
         goto fail_fds;
     }
     snprintf(fdarg, sizeof(fdarg), "%d", 3);
@@ -835,7 +835,7 @@ host_start(proxy_client *pc, sbx_error **err)
         pc->dead = 1;
         pthread_mutex_unlock(&pc->lock);
         free(host);
-        sbx_set_error(err, SBX_ERROR_UNKNOWN, op, "out of memory");
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     pthread_mutex_unlock(&pc->lock);
@@ -1380,7 +1380,7 @@ decode_reply(proxy_client *pc, const sbx_slot_row *row, unsigned slot, void **av
 
         ret_fail(row, ret);
         if (rep->fds_lost)
-            e = sbx_set_error(ep, SBX_ERROR_UNKNOWN, row->name,
+            e = sbx_set_error(ep, SBX_ERROR_CONNECTION, row->name,
                               "the reply of the plugin host of backend \"%s\" carried "
                               "descriptors this process had no room for (too many open files)",
                               pc->backend);
@@ -1686,7 +1686,7 @@ sbx_proxy_open(const char *backend, const char *config_json, const sbx_plugin **
         if (pc)
             free(pc->backend);
         free(pc);
-        sbx_set_error(err, SBX_ERROR_UNKNOWN, "client_new", "out of memory");
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, "client_new", "out of memory");
         return -1;
     }
     pc->h.pc = pc;

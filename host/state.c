@@ -68,7 +68,7 @@ sbx_sandbox_session_state(sbx_sandbox *sandbox, sbx_error **error)
     }
     data = json_tokener_parse_verbose(raw, &jerr);
     if (!data || !json_object_is_type(data, json_type_object)) {
-        sbx_set_error(&err, SBX_ERROR_UNKNOWN, op,
+        sbx_set_error(&err, SBX_ERROR_EXECUTION_FAILED, op,
                       "backend \"%s\" returned a session state that is not a JSON object",
                       backend);
         goto fail;
@@ -98,7 +98,7 @@ sbx_sandbox_session_state(sbx_sandbox *sandbox, sbx_error **error)
     return out;
 
 oom:
-    sbx_set_error(&err, SBX_ERROR_UNKNOWN, op, "out of memory");
+    sbx_set_error(&err, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 fail:
     json_object_put(doc);
     json_object_put(data);
@@ -171,7 +171,7 @@ state_parse(const char *json, state_doc *st, sbx_error **err)
     len = strlen(json);
     tok = json_tokener_new();
     if (!tok) {
-        sbx_set_error(err, SBX_ERROR_UNKNOWN, "resume", "out of memory");
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, "resume", "out of memory");
         return -1;
     }
     o = json_tokener_parse_ex(tok, json, (int)(len > INT32_MAX ? INT32_MAX : len));
@@ -259,7 +259,7 @@ state_parse(const char *json, state_doc *st, sbx_error **err)
     st->data = json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN |
                                                  JSON_C_TO_STRING_NOSLASHESCAPE);
     if (!st->data) {
-        sbx_set_error(err, SBX_ERROR_UNKNOWN, "resume", "out of memory");
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, "resume", "out of memory");
         goto fail;
     }
     return 0;
@@ -352,13 +352,13 @@ sbx_sandbox_resume(sbx_client *client, const char *state_json, sbx_error **error
     return sandbox;
 
 oom_handle:
-    sbx_set_error(&err, SBX_ERROR_UNKNOWN, op, "out of memory");
+    sbx_set_error(&err, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 fail_handle:
     if (sandbox_free)
         sandbox_free(handle);
     goto fail;
 oom:
-    sbx_set_error(&err, SBX_ERROR_UNKNOWN, op, "out of memory");
+    sbx_set_error(&err, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 fail:
     json_object_put(st.doc);
     finish_error(error, err, client->backend, op);

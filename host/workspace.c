@@ -124,7 +124,7 @@ add_entry(sbx_manifest *m, entry_kind kind, const char *dest, const char *op,
     m->count++;
     return e;
 oom:
-    sbx_set_error(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+    sbx_set_error(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     return NULL;
 }
 
@@ -138,7 +138,7 @@ drop_last(sbx_manifest *m, const char *op, sbx_error **error)
     free(e->data);
     free(e->local);
     free(e->ref);
-    sbx_set_error(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+    sbx_set_error(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     return -1;
 }
 

@@ -54,8 +54,9 @@ Test(errors, code_names)
         [SBX_ERROR_RATE_LIMITED] = "rate_limited",
         [SBX_ERROR_INVALID_ARGUMENT] = "invalid_argument",
         [SBX_ERROR_CANCELLED] = "cancelled",
+        [SBX_ERROR_RESOURCE_EXHAUSTED] = "resource_exhausted",
     };
-    cr_assert_eq(SBX_ERROR_CODE_COUNT, 15);
+    cr_assert_eq(SBX_ERROR_CODE_COUNT, 16);
     for (int c = 0; c < SBX_ERROR_CODE_COUNT; c++) {
         cr_assert_not_null(names[c]);
         cr_assert_str_eq(sbx_error_code_name((sbx_error_code)c), names[c], "code %d", c);
@@ -65,6 +66,7 @@ Test(errors, code_names)
     cr_assert_eq(SBX_ERROR_NOT_FOUND, 9);
     cr_assert_eq(SBX_ERROR_INVALID_ARGUMENT, 13);
     cr_assert_eq(SBX_ERROR_CANCELLED, 14);
+    cr_assert_eq(SBX_ERROR_RESOURCE_EXHAUSTED, 15);
     cr_assert_str_eq(sbx_error_code_name((sbx_error_code)SBX_ERROR_CODE_COUNT), "unknown");
     cr_assert_str_eq(sbx_error_code_name((sbx_error_code)1000), "unknown");
     cr_assert_str_eq(sbx_error_code_name((sbx_error_code)-1), "unknown");

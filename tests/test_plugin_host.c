@@ -320,6 +320,41 @@ Test(plugin_host, crash_in_a_slot_fails_calls_in_flight_and_the_next_call_reatta
     free(started);
 }
 
+/* A plugin error without a code, or no error at all, reaches the
+ * application with the code of the slot (exec_start: execution_failed),
+ * never `unknown`, in both plugin modes. */
+Test(plugin_host, a_plugin_error_without_a_code_is_never_unknown)
+{
+    const sbx_plugin_mode modes[] = { SBX_PLUGIN_MODE_OUT_OF_PROCESS, SBX_PLUGIN_MODE_IN_PROCESS };
+    for (int m = 0; m < 2; m++) {
+        sbx_error *err = NULL;
+        sbx_client *c = sbx_client_new_with_mode("faulty", modes[m], &err);
+        cr_assert_not_null(c, "client: %s", err ? sbx_error_get0_message(err) : "");
+        sbx_sandbox *sb = tu_create(c, NULL);
+
+        const char *unknown[] = { "sbx-fault-unknown", NULL };
+        cr_assert_null(run_argv(sb, unknown, &err));
+        cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_EXECUTION_FAILED, "mode %d: %s: %s", m,
+                     sbx_error_code_name(sbx_error_get_code(err)), sbx_error_get0_message(err));
+        cr_assert_str_eq(sbx_error_get0_message(err), "a failure without a code (fault plugin)");
+        cr_assert_str_eq(sbx_error_get0_backend(err), "faulty");
+        sbx_error_clear(&err);
+
+        const char *silent[] = { "sbx-fault-silent", NULL };
+        cr_assert_null(run_argv(sb, silent, &err));
+        cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_EXECUTION_FAILED, "mode %d: %s: %s", m,
+                     sbx_error_code_name(sbx_error_get_code(err)), sbx_error_get0_message(err));
+        cr_assert_str_eq(sbx_error_get0_message(err),
+                         "backend \"faulty\": exec_start failed without reporting an error");
+        sbx_error_clear(&err);
+
+        expect_echo(sb, "still-usable");
+        cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+        sbx_sandbox_free(sb);
+        sbx_client_free(c);
+    }
+}
+
 Test(plugin_host, crash_in_init_is_a_retryable_connection_error)
 {
     sbx_error *err = NULL;

@@ -543,7 +543,7 @@ run_call(sbx_wire_msg *req, call_frame *f)
     if (!f)
         f = call_prepare(req);
     if (!f) {
-        reply_error(req->call_id, req->slot, SBX_ERROR_UNKNOWN, "out of memory in the plugin host");
+        reply_error(req->call_id, req->slot, SBX_ERROR_RESOURCE_EXHAUSTED, "out of memory in the plugin host");
         goto out;
     }
     has_ctx = row_has_ctx(row);
@@ -653,7 +653,7 @@ run_call(sbx_wire_msg *req, call_frame *f)
         int e = errno;
 
         sbx_wire_clear(&rep);
-        reply_error(req->call_id, req->slot, SBX_ERROR_UNKNOWN,
+        reply_error(req->call_id, req->slot, SBX_ERROR_CONNECTION,
                     "%s: the plugin host could not send its reply: %s", row->name, strerror(e));
     }
     sbx_wire_clear(&rep);

@@ -100,7 +100,7 @@ char *dk_sandbox_path(struct sbx_plugin_sandbox *sb, const char *path, const cha
                       sb->workdir[strlen(sb->workdir) - 1] == '/' ? "" : "/", path) < 0)
         s = NULL;
     if (!s)
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     return s;
 }
 
@@ -227,7 +227,7 @@ static int docker_client_new(const char *config_json, sbx_plugin_client **client
     *client = c;
     return 0;
 nomem:
-    dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+    dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 fail:
     client_release(c);
     json_object_put(cfg);
@@ -278,7 +278,7 @@ static int image_inspect(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
 {
     char *path;
     if (asprintf(&path, "/images/%s/json", ref) < 0) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     dk_req req = { .method = "GET", .path = path, .secs = API_SECS };
@@ -397,7 +397,7 @@ static int image_pull(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
     if (!repo || !tag || !(erepo = dk_escape(repo)) || !(etag = dk_escape(tag))
         || asprintf(&path, "/images/create?fromImage=%s&tag=%s", erepo, etag) < 0) {
         path = NULL;
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
     DK_LOG(SBX_LOG_INFO, "pulling image %s", ref);
@@ -482,7 +482,7 @@ static int remove_container(struct sbx_plugin_client *c, const sbx_call_ctx *ctx
     char *path, *epath;
     if (asprintf(&path, "/containers/%s?force=1&v=1", id) < 0
         || asprintf(&epath, "/containers/%s/json", id) < 0) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     dk_bound b = dk_bound_make(ctx, DESTROY_SECS);
@@ -516,7 +516,7 @@ static int remove_container(struct sbx_plugin_client *c, const sbx_call_ctx *ctx
             dk_sleep_ms(50);
         }
     } else {
-        sbx_error *err = dk_fail_resp(error, SBX_ERROR_UNKNOWN, &r, op,
+        sbx_error *err = dk_fail_resp(error, DK_CODE_BY_STATUS, &r, op,
                                       "cannot remove the container");
         dk_context(err, "sandbox_id", id);
     }
@@ -831,7 +831,7 @@ static int docker_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     goto out;
 
 nomem:
-    dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+    dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 out:
     if (rc < 0 && made)
         cleanup_container(c, id);
@@ -873,7 +873,7 @@ static json_object *container_inspect(struct sbx_plugin_client *c, const sbx_cal
     char *path;
     *status = 0;
     if (asprintf(&path, "/containers/%s/json", id) < 0) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return NULL;
     }
     dk_req req = { .method = "GET", .path = path, .secs = API_SECS };
@@ -887,7 +887,7 @@ static json_object *container_inspect(struct sbx_plugin_client *c, const sbx_cal
     if (r.status == 200)
         j = dk_resp_json(&r, op, error);
     else if (r.status != 404)
-        dk_fail_resp(error, SBX_ERROR_UNKNOWN, &r, op, "cannot inspect the container");
+        dk_fail_resp(error, DK_CODE_BY_STATUS, &r, op, "cannot inspect the container");
     dk_resp_clear(&r);
     return j;
 }
@@ -953,7 +953,7 @@ static char *docker_session_state(sbx_plugin_sandbox *sandbox, const sbx_call_ct
         return NULL;
     json_object *j = json_object_new_object();
     if (!j) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, "session_state", "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "session_state", "out of memory");
         return NULL;
     }
     json_object_object_add(j, "container", json_object_new_string(sb->id));
@@ -965,7 +965,7 @@ static char *docker_session_state(sbx_plugin_sandbox *sandbox, const sbx_call_ct
     if (out)
         memcpy(out, s, n + 1);
     else
-        dk_fail(error, SBX_ERROR_UNKNOWN, "session_state", "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "session_state", "out of memory");
     json_object_put(j);
     return out;
 }
@@ -1035,7 +1035,7 @@ static int docker_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                        ? json_object_get_string(idv) : cid;
     struct sbx_plugin_sandbox *sb = sandbox_new(client, full, wd);
     if (!sb) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
     *sandbox = sb;
@@ -1059,7 +1059,7 @@ static char *docker_snapshot(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ct
     snprintf(tag, sizeof(tag), "%.12s-%.0f", sb->id, floor(dk_wallclock() * 1000.0));
     if (asprintf(&path, "/commit?container=%s&repo=sbx-snapshot&tag=%s&pause=1"
                         "&comment=libsbx%%20snapshot", sb->id, tag) < 0) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return NULL;
     }
     json_object *body = json_object_new_object(), *labels = json_object_new_object();
@@ -1073,7 +1073,7 @@ static char *docker_snapshot(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ct
     if (dk_request(sb->client, ctx, &req, &r, op, error) < 0)
         goto done;
     if (r.status != 201 && r.status != 200) {
-        dk_fail_container(error, sb, &r, SBX_ERROR_UNKNOWN, op, "commit");
+        dk_fail_container(error, sb, &r, DK_CODE_BY_STATUS, op, "commit");
         dk_resp_clear(&r);
         goto done;
     }
@@ -1088,9 +1088,9 @@ static char *docker_snapshot(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ct
         if (out)
             memcpy(out, s, n + 1);
         else
-            dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+            dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     } else {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "commit answered without an Id");
+        dk_fail(error, SBX_ERROR_CONNECTION, op, "commit answered without an Id");
     }
     json_object_put(j);
 done:
@@ -1112,7 +1112,7 @@ static int docker_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     int rc = -1;
     if (!filter || asprintf(&path, "/containers/json?all=1&filters=%s", filter) < 0) {
         path = NULL;
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
     dk_req req = { .method = "GET", .path = path, .secs = API_SECS };
@@ -1120,7 +1120,7 @@ static int docker_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (dk_request(client, ctx, &req, &r, op, error) < 0)
         goto out;
     if (r.status != 200) {
-        dk_fail_resp(error, SBX_ERROR_UNKNOWN, &r, op, "cannot list containers");
+        dk_fail_resp(error, DK_CODE_BY_STATUS, &r, op, "cannot list containers");
         dk_resp_clear(&r);
         goto out;
     }
@@ -1129,7 +1129,7 @@ static int docker_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!j)
         goto out;
     if (!json_object_is_type(j, json_type_array)) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "container list is not an array");
+        dk_fail(error, SBX_ERROR_CONNECTION, op, "container list is not an array");
         json_object_put(j);
         goto out;
     }

@@ -201,6 +201,12 @@ void dk_resp_clear(dk_resp *r);
  *  trimmed; a new string (never NULL unless memory runs out). */
 char *dk_resp_message(const dk_resp *r);
 
+/** Pass as the code of dk_fail_resp() / dk_fail_container() to take it from
+ * the HTTP status: 400, 409 and 422 configuration; 401 and 403
+ * authentication; 404 not_found; 408 and 504 timeout; 429 rate_limited;
+ * other 5xx connection; anything else execution_failed. */
+#define DK_CODE_BY_STATUS ((sbx_error_code)-1)
+
 /** Stores an error for an unexpected answer: "@what: MESSAGE (HTTP N)". */
 sbx_error *dk_fail_resp(sbx_error **error, sbx_error_code code, const dk_resp *r,
                         const char *op, const char *what);

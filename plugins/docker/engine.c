@@ -321,7 +321,7 @@ int dk_engine_init(struct sbx_plugin_client *c, const char *docker_host, sbx_err
     pthread_mutex_init(&c->lock, NULL);
     return 0;
 nomem:
-    dk_fail(error, SBX_ERROR_UNKNOWN, "client_new", "out of memory");
+    dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "client_new", "out of memory");
     return -1;
 }
 
@@ -515,7 +515,7 @@ int dk_request(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const dk_re
     }
     CURL *h = pool_take(c);
     if (!h) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "cannot make a curl handle");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot make a curl handle");
         return -1;
     }
     x.h = h;
@@ -527,7 +527,7 @@ int dk_request(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const dk_re
     if ((req->unversioned ? asprintf(&url, "%s%s", c->base, req->path)
                           : asprintf(&url, "%s/v1.%d%s", c->base, minor, req->path)) < 0) {
         pool_give(c, h, 0);
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     struct curl_slist *hdrs = NULL;
@@ -585,7 +585,7 @@ int dk_request(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const dk_re
     sbx_error *err = NULL;
     if (x.sink_failed || x.source_failed) {
         /* The sink or source stored its own error; else a generic one. */
-        err = dk_fail(error, SBX_ERROR_UNKNOWN, op, "%s %s: transfer aborted", req->method,
+        err = dk_fail(error, SBX_ERROR_CONNECTION, op, "%s %s: transfer aborted", req->method,
                       req->path);
     } else if (x.cancelled || rc == CURLE_OPERATION_TIMEDOUT) {
         err = dk_fail_bound(error, &x.bound, op, req->path);
@@ -629,6 +629,16 @@ sbx_error *dk_fail_resp(sbx_error **error, sbx_error_code code, const dk_resp *r
                         const char *op, const char *what)
 {
     char *msg = dk_resp_message(r);
+    if (code == DK_CODE_BY_STATUS) {
+        long s = r->status;
+        code = s == 400 || s == 409 || s == 422 ? SBX_ERROR_CONFIGURATION
+             : s == 401 || s == 403 ? SBX_ERROR_AUTHENTICATION
+             : s == 404 ? SBX_ERROR_NOT_FOUND
+             : s == 408 || s == 504 ? SBX_ERROR_TIMEOUT
+             : s == 429 ? SBX_ERROR_RATE_LIMITED
+             : s >= 500 && s <= 599 ? SBX_ERROR_CONNECTION
+             : SBX_ERROR_EXECUTION_FAILED;
+    }
     sbx_error *err = dk_fail(error, code, op, "%s: %s (HTTP %ld)", what,
                              msg && *msg ? msg : "no message", r->status);
     char st[32];
@@ -642,7 +652,7 @@ json_object *dk_resp_json(const dk_resp *r, const char *op, sbx_error **error)
 {
     json_object *j = r->body.len ? json_tokener_parse(r->body.data) : NULL;
     if (!j)
-        dk_fail(error, SBX_ERROR_UNKNOWN, op,
+        dk_fail(error, SBX_ERROR_CONNECTION, op,
                 "the Docker Engine answered HTTP %ld with a body that is not JSON", r->status);
     return j;
 }
@@ -748,7 +758,7 @@ int dk_hijack(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *
     CURL *h = curl_easy_init();
     if (!h || asprintf(&url, "%s/", c->base) < 0) {
         url = NULL;
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
     conn->h = h;
@@ -782,7 +792,7 @@ int dk_hijack(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *
                      minor, path, c->host_header, jl, json);
     if (n < 0) {
         reqtext = NULL;
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
     size_t off = 0;
@@ -814,7 +824,7 @@ int dk_hijack(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *
         ssize_t r = recv(conn->fd, tmp, sizeof(tmp), MSG_DONTWAIT);
         if (r > 0) {
             if (dk_buf_append(&in, tmp, (size_t)r) < 0) {
-                dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+                dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
                 goto out;
             }
             end = strstr(in.data, "\r\n\r\n");
@@ -855,7 +865,7 @@ int dk_hijack(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *
         if (conn->pre_len) {
             conn->pre = malloc(conn->pre_len);
             if (!conn->pre) {
-                dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+                dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
                 goto out;
             }
             memcpy(conn->pre, in.data + hdr_len, conn->pre_len);

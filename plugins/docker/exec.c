@@ -90,7 +90,7 @@ static int exec_create(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                                                           | JSON_C_TO_STRING_NOSLASHESCAPE);
     char *path;
     if (asprintf(&path, "/containers/%s/exec", sb->id) < 0) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     dk_req req = { .method = "POST", .path = path, .body = js, .body_len = strlen(js),
@@ -113,7 +113,7 @@ static int exec_create(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
         *eid = strdup(json_object_get_string(id));
         rc = *eid ? 0 : -1;
         if (rc < 0)
-            dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+            dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     } else {
         dk_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "exec create answered without an Id");
     }
@@ -132,7 +132,7 @@ static int exec_inspect(struct sbx_plugin_client *c, const char *eid, int *code,
 {
     char *path;
     if (asprintf(&path, "/exec/%s/json", eid) < 0) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     dk_req req = { .method = "GET", .path = path, .secs = INSPECT_SECS };
@@ -335,10 +335,10 @@ bad_stream:
                 "malformed exec stream: frame header %02x %02x %02x %02x", d.bad_hdr[0],
                 d.bad_hdr[1], d.bad_hdr[2], d.bad_hdr[3]);
     else
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     goto out;
 nomem:
-    dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+    dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 out:
     dk_conn_close(&conn);
     dk_buf_clear(&c.sys);
@@ -434,7 +434,7 @@ static int relay_stream(struct sbx_plugin_process *p)
     size_t in_len = 0, in_off = 0;
     int stdin_open = p->in_fd >= 0, rc = -1;
     if (!buf || (stdin_open && !(in_buf = malloc(CHUNK)))) {
-        proc_finish(p, P_FAILED, 0, SBX_ERROR_UNKNOWN, 1, "out of memory");
+        proc_finish(p, P_FAILED, 0, SBX_ERROR_RESOURCE_EXHAUSTED, 1, "out of memory");
         goto out;
     }
     if (p->conn.pre_len && dk_demux_feed(&d, p->conn.pre, p->conn.pre_len, relay_out, p) < 0)
@@ -514,7 +514,7 @@ bad:
                         "malformed exec stream: frame header %02x %02x %02x %02x",
                         d.bad_hdr[0], d.bad_hdr[1], d.bad_hdr[2], d.bad_hdr[3]);
         else
-            proc_finish(p, P_FAILED, 0, SBX_ERROR_UNKNOWN, 1, "out of memory");
+            proc_finish(p, P_FAILED, 0, SBX_ERROR_RESOURCE_EXHAUSTED, 1, "out of memory");
     }
 out:
     /* The host sees EOF on its pipes as soon as the stream is over. */
@@ -556,7 +556,7 @@ static void *relay_main(void *arg)
             return NULL;
         }
         if (s == INSPECT_DONE) {
-            proc_finish(p, P_DONE, code, SBX_ERROR_UNKNOWN, 0, NULL);
+            proc_finish(p, P_DONE, code, SBX_ERROR_EXECUTION_FAILED /* unused: no error */, 0, NULL);
             return NULL;
         }
         double now = dk_now();
@@ -801,7 +801,7 @@ int dk_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     return 0;
 
 nomem:
-    dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+    dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 fail:
     json_object_put(body);
     json_object_put(env);
@@ -987,7 +987,7 @@ int dk_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx, unsigne
     }
     char *path;
     if (asprintf(&path, "/exec/%s/resize?h=%u&w=%u", p->eid, rows, cols) < 0) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     dk_req req = { .method = "POST", .path = path, .secs = INSPECT_SECS };

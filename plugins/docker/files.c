@@ -65,7 +65,7 @@ static int container_gone(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
 {
     char *path;
     if (asprintf(&path, "/containers/%s/json", sb->id) < 0) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     dk_req req = { .method = "GET", .path = path, .secs = API_SECS };
@@ -91,7 +91,7 @@ int dk_path_stat(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 {
     char *path = archive_path(sb, abs, "");
     if (!path) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     dk_req req = { .method = "HEAD", .path = path, .secs = API_SECS };
@@ -108,14 +108,14 @@ int dk_path_stat(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
     }
     if (r.status != 200 || !r.path_stat) {
         if (r.status == 200)
-            dk_fail(error, SBX_ERROR_UNKNOWN, op, "the archive HEAD of %s carried no stat", abs);
+            dk_fail(error, SBX_ERROR_CONNECTION, op, "the archive HEAD of %s carried no stat", abs);
         else
-            dk_fail_container(error, sb, &r, SBX_ERROR_UNKNOWN, op, "cannot stat the path");
+            dk_fail_container(error, sb, &r, DK_CODE_BY_STATUS, op, "cannot stat the path");
         goto out;
     }
     json_object *j = json_tokener_parse(r.path_stat), *v;
     if (!j || !json_object_is_type(j, json_type_object)) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "the path stat of %s is not JSON", abs);
+        dk_fail(error, SBX_ERROR_CONNECTION, op, "the path stat of %s is not JSON", abs);
         json_object_put(j);
         goto out;
     }
@@ -216,7 +216,7 @@ static int resolve(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const
     }
     free(cur);
     if (!cur)
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     else
         dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "too many symlinks at %s", abs);
     return -1;
@@ -269,7 +269,7 @@ static int extract_first(int rfd, int fd, const char *shown, const char *op,
     struct archive_entry *e;
     int rc = -1;
     if (!a) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     archive_read_support_format_tar(a);
@@ -319,7 +319,7 @@ static int extract_first(int rfd, int fd, const char *shown, const char *op,
     rc = 0;
     goto out;
 write_failed:
-    dk_fail(error, SBX_ERROR_UNKNOWN, op, "writing \"%s\" to the descriptor: %s", shown,
+    dk_fail(error, SBX_ERROR_WORKSPACE, op, "writing \"%s\" to the descriptor: %s", shown,
             strerror(errno));
 out:
     archive_read_free(a);
@@ -333,7 +333,7 @@ static int get_via_pipe(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 {
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) < 0) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "pipe: %s", strerror(errno));
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "pipe: %s", strerror(errno));
         return -1;
     }
     getter g = { .sb = sb, .ctx = ctx, .path = path, .op = op, .wfd = pfd[1] };
@@ -342,7 +342,7 @@ static int get_via_pipe(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     if (e) {
         close(pfd[0]);
         close(pfd[1]);
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "pthread_create: %s", strerror(e));
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "pthread_create: %s", strerror(e));
         return -1;
     }
     *consume_rc = consume(pfd[0], ud);
@@ -404,7 +404,7 @@ int dk_read_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const cha
         goto out;
     }
     if (!(apath = archive_path(sb, final, ""))) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
     read_job job = { .fd = fd, .shown = path, .op = op, .error = error };
@@ -418,9 +418,9 @@ int dk_read_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const cha
         if (container_gone(sb, ctx, op, error) == 0)
             fail_missing(error, sb, op, path);
     } else if (resp.status != 200) {
-        dk_fail_container(error, sb, &resp, SBX_ERROR_UNKNOWN, op, "cannot read the file");
+        dk_fail_container(error, sb, &resp, DK_CODE_BY_STATUS, op, "cannot read the file");
     } else if (crc == -2) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "the Engine sent no archive for \"%s\"", path);
+        dk_fail(error, SBX_ERROR_CONNECTION, op, "the Engine sent no archive for \"%s\"", path);
     } else if (crc == 0) {
         rc = 0;
     }
@@ -476,11 +476,11 @@ static ssize_t one_entry_source(void *ud, char *buf, size_t cap)
             if (n < 0 && errno == EINTR)
                 continue;
             if (n == 0)
-                dk_fail(o->error, SBX_ERROR_UNKNOWN, o->op,
+                dk_fail(o->error, SBX_ERROR_WORKSPACE, o->op,
                         "the data ended %lld bytes early (the file shrank?)",
                         (long long)o->data_left);
             else
-                dk_fail(o->error, SBX_ERROR_UNKNOWN, o->op, "reading the data: %s",
+                dk_fail(o->error, SBX_ERROR_WORKSPACE, o->op, "reading the data: %s",
                         strerror(errno));
             return -1;
         }
@@ -516,7 +516,7 @@ static int entry_header(const char *name, mode_t type, uint32_t mode, int64_t si
     collector col = { .out = out };
     int rc = -1;
     if (!a || !e) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
     archive_write_set_format_pax_restricted(a);
@@ -536,13 +536,13 @@ static int entry_header(const char *name, mode_t type, uint32_t mode, int64_t si
      * the archive: none of that is ours to keep. */
     col.done = 1;
     if (out->len == 0 || out->len % BLOCK != 0) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "tar header of %zu bytes", out->len);
+        dk_fail(error, SBX_ERROR_WORKSPACE, op, "tar header of %zu bytes", out->len);
         goto out;
     }
     rc = 0;
     goto out;
 arch_fail:
-    dk_fail(error, SBX_ERROR_UNKNOWN, op, "making a tar header for \"%s\": %s", name,
+    dk_fail(error, SBX_ERROR_WORKSPACE, op, "making a tar header for \"%s\": %s", name,
             archive_error_string(a));
 out:
     col.done = 1;
@@ -559,7 +559,7 @@ static int archive_put(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, c
 {
     char *path = archive_path(sb, dir, "");
     if (!path) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     dk_req req = { .method = "PUT", .path = path, .source = src, .source_ud = ud,
@@ -576,7 +576,7 @@ static int archive_put(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, c
         } else {
             sbx_error *err = dk_fail_container(error, sb, &r, r.status == 403 || r.status == 400
                                                || r.status == 500 || r.status == 404
-                                               ? SBX_ERROR_INVALID_ARGUMENT : SBX_ERROR_UNKNOWN,
+                                               ? SBX_ERROR_INVALID_ARGUMENT : SBX_ERROR_WORKSPACE,
                                                op, shown);
             dk_context(err, "path", shown);
         }
@@ -597,7 +597,7 @@ static int make_dir(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cons
         return 0;
     char *name;
     if (asprintf(&name, "%s/", rel) < 0) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     int rc = entry_header(name, AE_IFDIR, 0755, 0, &o.header, op, error);
@@ -635,7 +635,7 @@ static int sized_source(int fd, int *owned, int64_t *size, const char *op, sbx_e
     if (t < 0) {
         char *tmpl;
         if (asprintf(&tmpl, "%s/sbx-docker-XXXXXX", dir) < 0) {
-            dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+            dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
             return -1;
         }
         t = mkostemp(tmpl, O_CLOEXEC);
@@ -644,7 +644,7 @@ static int sized_source(int fd, int *owned, int64_t *size, const char *op, sbx_e
         free(tmpl);
     }
     if (t < 0) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "cannot make a temporary file in %s: %s", dir,
+        dk_fail(error, SBX_ERROR_WORKSPACE, op, "cannot make a temporary file in %s: %s", dir,
                 strerror(errno));
         return -1;
     }
@@ -652,7 +652,7 @@ static int sized_source(int fd, int *owned, int64_t *size, const char *op, sbx_e
     int64_t total = 0;
     if (!buf) {
         close(t);
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     for (;;) {
@@ -666,7 +666,7 @@ static int sized_source(int fd, int *owned, int64_t *size, const char *op, sbx_e
         }
         if (n <= 0) {
             if (n < 0) {
-                dk_fail(error, SBX_ERROR_UNKNOWN, op, "reading the data: %s", strerror(errno));
+                dk_fail(error, SBX_ERROR_WORKSPACE, op, "reading the data: %s", strerror(errno));
                 free(buf);
                 close(t);
                 return -1;
@@ -674,7 +674,7 @@ static int sized_source(int fd, int *owned, int64_t *size, const char *op, sbx_e
             break;
         }
         if (dk_write_all(t, buf, (size_t)n, -1, NULL) < 0) {
-            dk_fail(error, SBX_ERROR_UNKNOWN, op, "spooling the data to %s: %s", dir,
+            dk_fail(error, SBX_ERROR_WORKSPACE, op, "spooling the data to %s: %s", dir,
                     strerror(errno));
             free(buf);
             close(t);
@@ -750,7 +750,7 @@ static ssize_t fd_source_read(void *ud, char *buf, size_t cap)
         if (errno == EINTR)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            dk_fail(s->error, SBX_ERROR_UNKNOWN, s->op, "reading the tar stream: %s",
+            dk_fail(s->error, SBX_ERROR_WORKSPACE, s->op, "reading the tar stream: %s",
                     strerror(errno));
             return -1;
         }
@@ -819,7 +819,7 @@ static int fd_sink_write(void *ud, const char *p, size_t n)
     if (errno == ECANCELED || errno == ETIMEDOUT)
         dk_fail_bound(s->error, &s->bound, s->op, "writing the tar stream");
     else
-        dk_fail(s->error, SBX_ERROR_UNKNOWN, s->op, "writing the tar stream: %s",
+        dk_fail(s->error, SBX_ERROR_WORKSPACE, s->op, "writing the tar stream: %s",
                 strerror(errno));
     return -1;
 }
@@ -850,7 +850,7 @@ int dk_download_tar(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const 
     }
     size_t fl = strlen(final);
     if (!(apath = archive_path(sb, final, fl && final[fl - 1] == '/' ? "." : "/."))) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
     fd_sink s = { .fd = fd, .bound = dk_bound_make(ctx, 0), .op = op, .error = error };
@@ -866,7 +866,7 @@ int dk_download_tar(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const 
         if (container_gone(sb, ctx, op, error) == 0)
             fail_missing(error, sb, op, path);
     } else if (resp.status != 200) {
-        dk_fail_container(error, sb, &resp, SBX_ERROR_UNKNOWN, op, "cannot read the directory");
+        dk_fail_container(error, sb, &resp, DK_CODE_BY_STATUS, op, "cannot read the directory");
     } else {
         rc = 0;
     }
@@ -938,7 +938,7 @@ int dk_list_files(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const ch
         goto out;
     }
     if (code != 0) {
-        dk_fail(error, SBX_ERROR_UNKNOWN, op, "listing \"%s\" failed (exit %d): %.200s", path,
+        dk_fail(error, SBX_ERROR_WORKSPACE, op, "listing \"%s\" failed (exit %d): %.200s", path,
                 code, err.data ? err.data : "");
         goto out;
     }
@@ -957,7 +957,7 @@ int dk_list_files(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const ch
             cap = cap ? cap * 2 : 64;
             list_ent *ne = realloc(ents, cap * sizeof(*ents));
             if (!ne) {
-                dk_fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+                dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
                 goto out;
             }
             ents = ne;

@@ -370,7 +370,7 @@ static int cg_make(const char *ctl, const char *id, char **dir, const char *op,
     }
     if (asprintf(dir, "%s/sbx-%s", parent, id) < 0) {
         *dir = NULL;
-        bfail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        bfail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     if (mkdir(*dir, 0755) < 0 && errno != EEXIST) {
@@ -446,7 +446,7 @@ int bwrap_cgroups_create(const char *id, const sbx_plugin_create_request *reques
     return 0;
 nomem:
     (*nprocs)--;
-    bfail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+    bfail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 fail:
     for (size_t i = 0; i < *nprocs; i++)
         free(procs[i]);
@@ -717,7 +717,7 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
     add(&a, "--init");
     if (a.failed || !a.v) {
         bwrap_argv_free(a.v);
-        bfail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        bfail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return NULL;
     }
     return a.v;
@@ -804,7 +804,7 @@ int bwrap_prepare_dirs(const char *meta, const char *root, int owns_root, const 
     for (size_t i = 0; owns_root && i < sizeof(layers) / sizeof(layers[0]); i++) {
         char *d;
         if (asprintf(&d, "%s/%s", meta, layers[i]) < 0) {
-            bfail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+            bfail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
             return -1;
         }
         if (mkdir(d, 0700) < 0 || (drop && chown_dir(d, uid, gid) < 0)) {
@@ -823,7 +823,7 @@ int bwrap_prepare_dirs(const char *meta, const char *root, int owns_root, const 
     const char *what = meta;
     int rc = -1;
     if (asprintf(&rec, "%s/" WORKDIR_OWNER, meta) < 0) {
-        bfail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        bfail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
     /* bwrap, running as the sandbox's user, passes through META to the
@@ -934,7 +934,7 @@ static int as_sandbox(fs_ids *s, const char *op, sbx_error **error)
         setfsuid((uid_t)s->uid);
         setfsgid((gid_t)s->gid);
         s->on = 0;
-        bfail(error, SBX_ERROR_UNKNOWN, op, "cannot act as the sandbox's user (uid %u)",
+        bfail(error, SBX_ERROR_EXECUTION_FAILED, op, "cannot act as the sandbox's user (uid %u)",
               (unsigned)uid);
         return -1;
     }

@@ -119,7 +119,7 @@ static void path_fail(const sbx_fs_env *env, sbx_error **error, int e, const cha
         fail(env, error, SBX_ERROR_INVALID_ARGUMENT, path, "\"%s\" is a directory", path);
         break;
     default:
-        fail(env, error, SBX_ERROR_UNKNOWN, path, "cannot open \"%s\": %s", path, strerror(e));
+        fail(env, error, SBX_ERROR_WORKSPACE, path, "cannot open \"%s\": %s", path, strerror(e));
         break;
     }
 }
@@ -170,7 +170,7 @@ static int open_root(struct sbx_plugin_sandbox *sb, const sbx_fs_env *env, const
             fail(env, error, SBX_ERROR_NOT_FOUND, NULL, "sandbox %s is gone (no root %s)",
                  sb->id, sb->root);
         else
-            fail(env, error, SBX_ERROR_UNKNOWN, NULL, "cannot open the sandbox root %s: %s",
+            fail(env, error, SBX_ERROR_WORKSPACE, NULL, "cannot open the sandbox root %s: %s",
                  sb->root, strerror(errno));
     }
     return fd;
@@ -217,7 +217,7 @@ int local_resolve_dir(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, cons
     e = errno;
     close(fd);
     if (n <= 0 || (size_t)n >= sizeof(real) - 1) {
-        fail(&env, error, SBX_ERROR_UNKNOWN, path,
+        fail(&env, error, SBX_ERROR_WORKSPACE, path,
              "cannot resolve working directory \"%s\": %s", path,
              n < 0 ? strerror(e) : "path too long");
         return -1;
@@ -225,7 +225,7 @@ int local_resolve_dir(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, cons
     real[n] = '\0';
     *out = strdup(real);
     if (!*out) {
-        fail(&env, error, SBX_ERROR_UNKNOWN, path, "out of memory");
+        fail(&env, error, SBX_ERROR_RESOURCE_EXHAUSTED, path, "out of memory");
         return -1;
     }
     return 0;
@@ -270,7 +270,7 @@ int local_list_files(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const
     close(root);
     lfd = dup(dfd);
     if (lfd < 0 || !(d = fdopendir(lfd))) {
-        fail(&env, error, SBX_ERROR_UNKNOWN, path, "cannot list \"%s\": %s", path,
+        fail(&env, error, SBX_ERROR_WORKSPACE, path, "cannot list \"%s\": %s", path,
              strerror(errno));
         if (lfd >= 0)
             close(lfd);
@@ -301,7 +301,7 @@ int local_list_files(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const
         errno = 0;
     }
     if (errno) {
-        fail(&env, error, SBX_ERROR_UNKNOWN, path, "cannot list \"%s\": %s", path,
+        fail(&env, error, SBX_ERROR_WORKSPACE, path, "cannot list \"%s\": %s", path,
              strerror(errno));
         rc = -1;
     }
@@ -390,13 +390,13 @@ int local_write_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const
     }
     out = make_temp(dfd, last, tmp, sizeof(tmp));
     if (out < 0) {
-        fail(&env, error, SBX_ERROR_UNKNOWN, path, "cannot create a file beside \"%s\": %s",
+        fail(&env, error, SBX_ERROR_WORKSPACE, path, "cannot create a file beside \"%s\": %s",
              path, strerror(errno));
         goto fail;
     }
     if (sbx_fs_copy_fd(&env, fd, out, path, error) < 0 || fchmod(out, mode) < 0 ||
         renameat(dfd, tmp, dfd, last) < 0) {
-        fail(&env, error, SBX_ERROR_UNKNOWN, path, "cannot write \"%s\": %s", path,
+        fail(&env, error, SBX_ERROR_WORKSPACE, path, "cannot write \"%s\": %s", path,
              strerror(errno));
         close(out);
         unlinkat(dfd, tmp, 0);

@@ -95,6 +95,8 @@
 #define ISOLATION_CAPS 0
 int sbx_fault_exec(const sbx_plugin_exec_request *request, const sbx_call_ctx *ctx);
 void sbx_fault_init(void);
+/* Code 0, "unknown", on purpose: the fault of a plugin that gives no code. */
+#define FAULT_NO_CODE ((sbx_error_code)0)
 #elif defined(SBX_LOCAL_EXEC_ONLY)
 #define BACKEND "localexec"
 #define LOCAL_FILE_CAPS 0
@@ -819,7 +821,7 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
      * /proc show which sandbox a supervisor serves. */
     char *dir_arg;
     if (asprintf(&dir_arg, "--sandbox-dir=%s", sb->meta) < 0) {
-        fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         close(sv[0]);
         close(child_end);
         return -1;
@@ -1028,7 +1030,7 @@ static int local_client_new(const char *config_json, sbx_plugin_client **client,
 {
     struct sbx_plugin_client *c = calloc(1, sizeof(*c));
     if (!c) {
-        fail(error, SBX_ERROR_UNKNOWN, "client_new", "out of memory");
+        fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "client_new", "out of memory");
         return -1;
     }
     pthread_mutex_init(&c->lock, NULL);
@@ -1048,7 +1050,7 @@ static int local_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint6
 {
     char *path = supervisor_path();
     if (!path) {
-        fail(error, SBX_ERROR_UNKNOWN, "probe", "out of memory");
+        fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "probe", "out of memory");
         return -1;
     }
     int r = check_supervisor(path, "probe", error);
@@ -1116,13 +1118,13 @@ static int remove_dirs(struct sbx_plugin_sandbox *sb, const char *op, sbx_error 
 {
     int rc = 0;
     if (sb->made_tmp && !sb->owns_root && sb->tmp && rm_tree(sb->tmp) < 0) {
-        sbx_error *err = fail(error, SBX_ERROR_UNKNOWN, op, "cannot remove %s: %s", sb->tmp,
+        sbx_error *err = fail(error, SBX_ERROR_WORKSPACE, op, "cannot remove %s: %s", sb->tmp,
                               strerror(errno));
         add_context(err, "path", sb->tmp);
         rc = -1;
     }
     if (sb->meta && rm_tree(sb->meta) < 0) {
-        sbx_error *err = fail(error, SBX_ERROR_UNKNOWN, op, "cannot remove %s: %s", sb->meta,
+        sbx_error *err = fail(error, SBX_ERROR_WORKSPACE, op, "cannot remove %s: %s", sb->meta,
                               strerror(errno));
         add_context(err, "path", sb->meta);
         rc = -1;
@@ -1517,7 +1519,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     return 0;
 
 nomem_started:
-    fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+    fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 fail_started: {
         /* Ask the supervisor to end; kill it if it does not answer. */
         bound bd = make_bound(NULL, GONE_SECS);
@@ -1536,7 +1538,7 @@ fail_started: {
     }
     goto fail;
 nomem:
-    fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+    fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 fail:
 #ifdef SBX_LOCAL_BUBBLEWRAP
     free(bwrap);
@@ -1791,7 +1793,7 @@ static char *local_session_state(sbx_plugin_sandbox *sandbox, const sbx_call_ctx
 
 nomem:
     json_object_put(o);
-    fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+    fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     return NULL;
 }
 
@@ -1956,7 +1958,7 @@ static int read_record(struct sbx_plugin_sandbox *sb, sbx_error **error)
     if (!path) {
         if (fd >= 0)
             close(fd);
-        fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     if (fd < 0) {
@@ -1980,7 +1982,7 @@ static int read_record(struct sbx_plugin_sandbox *sb, sbx_error **error)
     }
     text = malloc((size_t)st.st_size + 1);
     if (!text) {
-        fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto bad;
     }
     size_t got = 0;
@@ -2035,7 +2037,7 @@ static int read_record(struct sbx_plugin_sandbox *sb, sbx_error **error)
         goto bad;
     }
     if (!sb->root || !sb->tmp) {
-        fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto bad;
     }
     free(text);
@@ -2171,7 +2173,7 @@ static int local_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     return 0;
 
 nomem:
-    fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+    fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 fail:
     if (sb) {
         pthread_mutex_destroy(&sb->lock);
@@ -2205,7 +2207,7 @@ static int resolve_cwd(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, c
 #endif
     *out = !cwd || !*cwd ? strdup(root) : join_path(root, cwd);
     if (!*out)
-        fail(error, SBX_ERROR_UNKNOWN, "exec", "out of memory");
+        fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec", "out of memory");
     return *out ? 0 : -1;
 }
 
@@ -2227,10 +2229,19 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
         return -1;
     }
 #ifdef SBX_LOCAL_FAULTY
-    if (sbx_fault_exec(request, ctx)) {
+    switch (sbx_fault_exec(request, ctx)) {
+    case 0:
+        break;
+    case 2:     /* a plugin that gives no code: the library supplies one */
+        fail(error, FAULT_NO_CODE, op, "a failure without a code (fault plugin)");
+        return -1;
+    case 3:     /* a plugin that stores no error at all */
+        return -1;
+    default: {
         sbx_error *err = fail(error, SBX_ERROR_TIMEOUT, op, "call cancelled (fault plugin)");
         set_outcome_unknown(err);
         return -1;
+    }
     }
 #endif
     if (!request->shell == !(request->argv && request->argv[0])) {
@@ -2394,7 +2405,7 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
     goto out;
 
 nomem:
-    fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+    fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 out:
     /* Closing the connection before STARTED kills what it started. */
     if (fd >= 0)

@@ -9,6 +9,8 @@
  *   sbx-fault-hang   the slot never returns and ignores its cancel descriptor
  *   sbx-fault-slow   the slot waits until its cancel descriptor fires (or its
  *                    deadline passes) and then fails with a timeout error
+ *   sbx-fault-unknown  the slot fails with SBX_ERROR_UNKNOWN
+ *   sbx-fault-silent   the slot fails without storing an error
  * Any other command runs as on local, so the whole conformance suite passes
  * on "faulty" too. The file slots that move data out of the sandbox
  * (read_file, download_tar) ask sbx_fault_path() about the sandbox path:
@@ -32,6 +34,10 @@
 #include <unistd.h>
 
 #include <sbx/plugin.h>
+
+/* What fault_named() returns for the failing faults (1: a timeout). */
+#define SBX_FAULT_UNKNOWN 2
+#define SBX_FAULT_SILENT 3
 
 /* Dies of SIGSEGV as a bad pointer would, without undefined behaviour and
  * whatever handler a sanitizer runtime installed. */
@@ -117,6 +123,10 @@ static int fault_named(const char *cmd, const sbx_call_ctx *ctx)
     }
     if (strcmp(cmd, "sbx-fault-crash") == 0)
         crash();
+    if (strcmp(cmd, "sbx-fault-unknown") == 0)
+        return SBX_FAULT_UNKNOWN;
+    if (strcmp(cmd, "sbx-fault-silent") == 0)
+        return SBX_FAULT_SILENT;
     if (strcmp(cmd, "sbx-fault-hang") == 0) {
         for (;;)
             pause();

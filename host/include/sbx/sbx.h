@@ -63,10 +63,16 @@ SBX_EXPORT const char *sbx_version(void);
 /**
  * sbx_error_code:
  * Stable error codes. The names are the reference system's `code` strings
- * (sbx_error_code_name() returns them); invalid_argument, rate_limited and
- * cancelled are this library's additions. cancelled is not retryable; its
- * outcome is unknown when the call had started, failed when it never ran. Values are explicit and append-only: a code is
- * never renumbered or reused.
+ * (sbx_error_code_name() returns them); invalid_argument, rate_limited,
+ * cancelled and resource_exhausted are this library's additions. cancelled
+ * is not retryable; its outcome is unknown when the call had started,
+ * failed when it never ran. resource_exhausted is the local machine running
+ * out of memory, descriptors, threads or processes (ENOMEM, EMFILE, EAGAIN
+ * from fork or pthread_create); it is not retryable.
+ * No error this library or its plugins report carries SBX_ERROR_UNKNOWN:
+ * it remains only as the value of a code a newer peer sent that this build
+ * does not know, and of sbx_error_get_code(NULL).
+ * Values are explicit and append-only: a code is never renumbered or reused.
  */
 typedef enum sbx_error_code {
     SBX_ERROR_UNKNOWN = 0,               /* "unknown": anything else */
@@ -83,11 +89,12 @@ typedef enum sbx_error_code {
     SBX_ERROR_WORKSPACE = 11,            /* workspace / archive refused */
     SBX_ERROR_RATE_LIMITED = 12,         /* provider throttled (retryable) */
     SBX_ERROR_INVALID_ARGUMENT = 13,     /* bad value from the caller */
-    SBX_ERROR_CANCELLED = 14             /* the caller cancelled the call (sbx_op_cancel) */
+    SBX_ERROR_CANCELLED = 14,            /* the caller cancelled the call (sbx_op_cancel) */
+    SBX_ERROR_RESOURCE_EXHAUSTED = 15    /* out of memory, descriptors, threads, processes */
 } sbx_error_code;
 
 /** Number of defined codes; every value below it has a name. */
-#define SBX_ERROR_CODE_COUNT 15
+#define SBX_ERROR_CODE_COUNT 16
 
 /**
  * sbx_error_outcome:
