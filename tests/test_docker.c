@@ -1837,6 +1837,9 @@ Test(real, gc_reaps_orphans_and_unrecorded_and_nothing_else)
     cr_assert(child >= 0);
     if (child == 0) {
         close(p[0]);
+        /* In process: out of process its plugin host would destroy the
+         * attached sandbox itself when the owner dies (test_attached). */
+        setenv("SBX_PLUGIN_MODE", "inprocess", 1);
         sbx_options *o = sbx_options_new();
         sbx_options_set_allow_internet(o, 0, NULL);
         sbx_sandbox *sb = sbx_create("docker", o, NULL);
