@@ -18,8 +18,8 @@
  *
  *       Attached sandboxes. The host keeps every sandbox created or
  *       resumed through it and not destroyed (the plugin's sandbox_free of
- *       such a handle waits until the end). At EOF it cancels the calls in
- *       flight; then, when it keeps a sandbox whose lifecycle record row
+ *       such a handle, and client_free while one is kept, wait until the
+ *       end). At EOF it cancels the calls in flight; then, when it keeps a sandbox whose lifecycle record row
  *       (host/record.c) is attached and the application (the socket's peer,
  *       SO_PEERCRED, watched through a pidfd opened at HELLO) still lives,
  *       it sends a LINGER frame (the application's libsbx stops waiting for
@@ -263,6 +263,18 @@ kept_defer_free(sbx_plugin_sandbox *sb)
     }
     pthread_mutex_unlock(&K.lock);
     return kept;
+}
+
+/* 1 when a sandbox is kept. */
+static int
+kept_any(void)
+{
+    int any;
+
+    pthread_mutex_lock(&K.lock);
+    any = K.list != NULL;
+    pthread_mutex_unlock(&K.lock);
+    return any;
 }
 
 /* The application from the socket's credentials, with a pidfd. */
@@ -871,6 +883,8 @@ run_call(sbx_wire_msg *req, call_frame *f)
     }
     if (req->slot == SBX_SLOT_ID_sandbox_free && kept_defer_free(f->v[0].p)) {
         /* Kept to be destroyed at the end: the plugin frees it then. */
+    } else if (req->slot == SBX_SLOT_ID_client_free && kept_any()) {
+        /* The kept sandboxes may need their client to be destroyed. */
     } else {
         ffi_call(&H.cif[req->slot], FFI_FN(fn), &rv, f->av);
     }
