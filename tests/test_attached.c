@@ -46,8 +46,31 @@ static void setup(void)
     cr_assert_eq(setenv("SBX_STATE_DIR", g_state, 1), 0);
 }
 
+/* Whatever a failed test left: every sandbox the record still knows is
+ * destroyed (detached ones too), so nothing outlives the test. */
+static void destroy_leftovers(void)
+{
+    char *path = tu_strdup_printf("%s/lifecycle.db", g_state);
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    if (tu_exists(path) && sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(db, "SELECT session_state FROM sandboxes WHERE session_state != ''",
+                           -1, &st, NULL) == SQLITE_OK) {
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            sbx_sandbox *sb = sbx_resume((const char *)sqlite3_column_text(st, 0), NULL);
+            if (sb)
+                sbx_sandbox_destroy(sb, NULL);
+            sbx_sandbox_free(sb);
+        }
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    free(path);
+}
+
 static void teardown(void)
 {
+    destroy_leftovers();
     tu_rmtree(g_top);
     free(g_top);
     free(g_tmp);
