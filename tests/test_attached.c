@@ -41,6 +41,10 @@ static void setup(void)
     g_top = tu_mkdtemp("sbx-attached");
     g_tmp = tu_strdup_printf("%s/tmp", g_top);
     cr_assert_eq(mkdir(g_tmp, 0700), 0);
+    /* Searchable by others: a bubblewrap sandbox of a library running as
+     * root runs as uid 65534, and its bwrap passes through TMPDIR. */
+    cr_assert_eq(chmod(g_top, 0711), 0);
+    cr_assert_eq(chmod(g_tmp, 0711), 0);
     cr_assert_eq(setenv("TMPDIR", g_tmp, 1), 0);
     g_state = tu_strdup_printf("%s/state", g_top);
     cr_assert_eq(setenv("SBX_STATE_DIR", g_state, 1), 0);
