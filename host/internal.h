@@ -144,6 +144,12 @@ int sbx_record_find(const char *backend, const char *provider_id,
                     char token[SBX_TOKEN_LEN + 1], sbx_error **err);
 /** Adds this process as an owner of @token. 0 or -1. */
 int sbx_record_add_owner(const char *token, sbx_error **err);
+/** Removes owner (@pid, @start_ticks) of @token. Rows removed, or -1. */
+int sbx_record_remove_owner(const char *token, pid_t pid, unsigned long long start_ticks,
+                            sbx_error **err);
+/** Reads @token's row: 1 with *@detached and *@owners_alive (owners whose
+ *  process lives, same boot), 0 when there is no row, -1 on error. */
+int sbx_record_get(const char *token, int *detached, int *owners_alive, sbx_error **err);
 
 /** One row of the record, as sbx_record_foreach() reports it (borrowed). */
 typedef struct sbx_record_row {

@@ -618,18 +618,59 @@ call_send_wait(proxy_client *pc, unsigned gen, sbx_wire_msg *req, call_io *io,
 
 static void proxy_reattach(proxy_client *pc);
 
-/* Closes the current host's socket (the host exits at EOF) and reaps it,
- * killing it after a grace. Called without pc->lock; no call may wait. */
+/* 1 when the host on @sock (our writing side shut down) answers with a
+ * LINGER frame within @grace seconds: it keeps attached sandboxes of this
+ * process and ends after it. 0 at EOF (it exits now) or at the grace. */
+static int
+host_lingers(int sock, void *scratch, double grace)
+{
+    double until = sbx_monotonic_now() + grace;
+
+    if (sock < 0 || !scratch)
+        return 0;
+    for (;;) {
+        double left = until - sbx_monotonic_now();
+        struct pollfd p = { sock, POLLIN, 0 };
+        sbx_wire_msg m;
+        int rc, type;
+
+        if (left <= 0)
+            return 0;
+        rc = poll(&p, 1, (int)(left * 1000) + 1);
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc <= 0)
+            return 0;
+        if (sbx_wire_recv(sock, &m, scratch) != 1)
+            return 0;
+        type = (int)m.type;
+        sbx_wire_clear(&m);
+        if (type == SBX_MSG_LINGER)
+            return 1;
+        /* A late reply of a call nobody waits for: skip it. */
+    }
+}
+
+/* Closes the current host's socket (the host exits at EOF, or says it
+ * lingers: it then ends after this process, destroying the attached
+ * sandboxes it keeps) and reaps it, killing it after a grace. Called
+ * without pc->lock; no call may wait. */
 static void
 host_stop(proxy_client *pc)
 {
     pthread_mutex_lock(&pc->lock);
     if (pc->sock >= 0)
-        shutdown(pc->sock, SHUT_RDWR);
+        shutdown(pc->sock, pc->dead ? SHUT_RDWR : SHUT_WR);
     if (!pc->reaped && pc->pid > 0) {
-        reap(pc->pid, SBX_PROXY_EXIT_GRACE_SECS, NULL);
+        if (!pc->dead && host_lingers(pc->sock, pc->scratch, SBX_PROXY_EXIT_GRACE_SECS))
+            sbx_log(SBX_LOG_INFO, pc->backend, "plugin host pid %d stays until this process "
+                    "ends (it keeps attached sandboxes)", (int)pc->pid);
+        else
+            reap(pc->pid, SBX_PROXY_EXIT_GRACE_SECS, NULL);
         pc->reaped = 1;
     }
+    if (pc->sock >= 0)
+        shutdown(pc->sock, SHUT_RDWR);
     sbx_close_fd(&pc->old_sock);
     pc->old_sock = pc->sock;
     pc->sock = -1;

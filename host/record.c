@@ -549,6 +549,81 @@ sbx_record_add_owner(const char *token, sbx_error **err)
 }
 
 int
+sbx_record_remove_owner(const char *token, pid_t pid, unsigned long long start_ticks,
+                        sbx_error **err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = -1;
+
+    pthread_mutex_lock(&record_lock);
+    if (record_open(err) < 0)
+        goto out;
+    if (sqlite3_prepare_v2(record_db, "DELETE FROM owners WHERE create_token = ?1 AND "
+                           "pid = ?2 AND start_ticks = ?3", -1, &st, NULL) != SQLITE_OK) {
+        db_fail(err, "prepare");
+        goto out;
+    }
+    sqlite3_bind_text(st, 1, token, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)pid);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)start_ticks);
+    if (sqlite3_step(st) != SQLITE_DONE) {
+        db_fail(err, "remove owner");
+        goto out;
+    }
+    rc = sqlite3_changes(record_db);
+out:
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&record_lock);
+    return rc;
+}
+
+int
+sbx_record_get(const char *token, int *detached, int *owners_alive, sbx_error **err)
+{
+    sqlite3_stmt *st = NULL, *ow = NULL;
+    char boot[40];
+    int rc = -1;
+
+    boot_id(boot);
+    *detached = 0;
+    *owners_alive = 0;
+    pthread_mutex_lock(&record_lock);
+    if (record_open(err) < 0)
+        goto out;
+    if (sqlite3_prepare_v2(record_db, "SELECT detached FROM sandboxes WHERE create_token = ?1",
+                           -1, &st, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(record_db, "SELECT pid, start_ticks, boot_id FROM owners WHERE "
+                           "create_token = ?1", -1, &ow, NULL) != SQLITE_OK) {
+        db_fail(err, "prepare");
+        goto out;
+    }
+    sqlite3_bind_text(st, 1, token, -1, SQLITE_STATIC);
+    switch (sqlite3_step(st)) {
+    case SQLITE_ROW:
+        *detached = sqlite3_column_int(st, 0);
+        break;
+    case SQLITE_DONE:
+        rc = 0;
+        goto out;
+    default:
+        db_fail(err, "select");
+        goto out;
+    }
+    sqlite3_bind_text(ow, 1, token, -1, SQLITE_STATIC);
+    while (sqlite3_step(ow) == SQLITE_ROW)
+        if (strcmp((const char *)sqlite3_column_text(ow, 2), boot) == 0 &&
+            sbx_process_is((pid_t)sqlite3_column_int64(ow, 0),
+                           (unsigned long long)sqlite3_column_int64(ow, 1)))
+            (*owners_alive)++;
+    rc = 1;
+out:
+    sqlite3_finalize(st);
+    sqlite3_finalize(ow);
+    pthread_mutex_unlock(&record_lock);
+    return rc;
+}
+
+int
 sbx_record_foreach(sbx_record_fn fn, void *user_data, sbx_error **err)
 {
     sqlite3_stmt *st = NULL, *ow = NULL;

@@ -55,7 +55,11 @@ enum {
     SBX_MSG_REPLY = 4,
     SBX_MSG_ENTRY = 5,
     SBX_MSG_STOP = 6,
-    SBX_MSG_CANCEL = 7
+    SBX_MSG_CANCEL = 7,
+    /* Host to libsbx, no body, after the application's end closed: the host
+     * keeps attached sandboxes and waits for the application to end before
+     * it destroys them and exits; libsbx does not wait for its exit. */
+    SBX_MSG_LINGER = 8
 };
 
 /** One frame being written or read. Zero-initialise, then sbx_wire_init. */

@@ -1457,6 +1457,8 @@ static void resume_child(int fd)
 {
     sbx_options *o = sbx_options_new();
     sbx_options_set_allow_internet(o, 0, NULL);
+    /* Handed to another process after this one exits: detached. */
+    sbx_options_set_detached(o, 1, NULL);
     sbx_options_set_env(o, "SECRET_TOKEN", "s3cr3t-value-zz9", NULL);
     sbx_error *err = NULL;
     sbx_sandbox *sb = sbx_create("docker", o, &err);
@@ -1727,6 +1729,8 @@ static void snap_child_make(void *arg, int fd)
 {
     sbx_options *o = sbx_options_new();
     sbx_options_set_allow_internet(o, 0, NULL);
+    /* Resumed by the parent after this process exits: detached. */
+    sbx_options_set_detached(o, 1, NULL);
     sbx_sandbox *sb = sbx_create("docker", o, NULL);
     sbx_options_free(o);
     if (!sb)
@@ -1837,6 +1841,9 @@ Test(real, gc_reaps_orphans_and_unrecorded_and_nothing_else)
     cr_assert(child >= 0);
     if (child == 0) {
         close(p[0]);
+        /* In process: out of process its plugin host would destroy the
+         * attached sandbox itself when the owner dies (test_attached). */
+        setenv("SBX_PLUGIN_MODE", "inprocess", 1);
         sbx_options *o = sbx_options_new();
         sbx_options_set_allow_internet(o, 0, NULL);
         sbx_sandbox *sb = sbx_create("docker", o, NULL);

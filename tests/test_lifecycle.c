@@ -6,7 +6,10 @@
  * resuming process as an owner, concurrent writers, and a state directory
  * nobody else may write.
  *
- * Each test has its own TMPDIR and SBX_STATE_DIR (so its own record).
+ * Each test has its own TMPDIR and SBX_STATE_DIR (so its own record). The
+ * owner processes of the gc tests load their plugins in process: out of
+ * process their plugin hosts would destroy the attached sandboxes of a
+ * killed owner themselves (tests/test_attached.c), leaving gc nothing.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -236,7 +239,7 @@ static pid_t owner_child(int fd_out)
     cr_assert(pid >= 0);
     if (pid)
         return pid;
-    sbx_client *c = sbx_client_new(tu_backend(), NULL);
+    sbx_client *c = sbx_client_new_with_mode(tu_backend(), SBX_PLUGIN_MODE_IN_PROCESS, NULL);
     sbx_options *o = sbx_options_new();
     sbx_sandbox *attached = c ? sbx_sandbox_create(c, NULL, NULL) : NULL;
     sbx_options_set_detached(o, 1, NULL);
@@ -327,6 +330,7 @@ Test(gc, reaps_attached_of_a_killed_owner_and_keeps_detached)
     pid_t check = fork();
     cr_assert(check >= 0);
     if (check == 0) {
+        setenv("SBX_PLUGIN_MODE", "inprocess", 1);
         sbx_sandbox *live = sbx_resume(state, NULL);
         _exit(live && sbx_sandbox_is_alive(live, NULL) == 1 ? 0 : 1);
     }
@@ -413,6 +417,7 @@ Test(gc, a_resuming_process_is_an_owner)
     cr_assert(resumer >= 0);
     if (resumer == 0) {
         close(q[0]);
+        setenv("SBX_PLUGIN_MODE", "inprocess", 1);
         sbx_sandbox *sb = sbx_resume(state, NULL);
         if (!sb)
             _exit(2);

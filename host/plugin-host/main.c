@@ -11,11 +11,26 @@
  *       block run on worker threads, so one host serves many sandboxes and
  *       concurrent requests; calls that never block (QUICK rows) run on the
  *       reader thread. A CANCEL frame makes the call's cancel descriptor
- *       readable. At EOF (the application closed its end or exited) the
- *       host exits: sandboxes are left as they are, like an application
- *       that exits without destroying them. EOF is the only way the host
- *       ends on its own: pool threads left idle retire, the first one (the
- *       process's main thread) never does.
+ *       readable. EOF (the application closed its end, exited, crashed or
+ *       was killed) is the only way the host ends on its own: pool threads
+ *       left idle retire, the first one (the process's main thread) never
+ *       does.
+ *
+ *       Attached sandboxes. The host keeps every sandbox created or
+ *       resumed through it and not destroyed (the plugin's sandbox_free of
+ *       such a handle, and client_free while one is kept, wait until the
+ *       end). At EOF it cancels the calls in flight; then, when it keeps a sandbox whose lifecycle record row
+ *       (host/record.c) is attached and the application (the socket's peer,
+ *       SO_PEERCRED, watched through a pidfd opened at HELLO) still lives,
+ *       it sends a LINGER frame (the application's libsbx stops waiting for
+ *       it) and waits for that process to end. Then, for each kept sandbox:
+ *       the application stops being one of its owners, and a sandbox whose
+ *       row is attached and has no other living owner is destroyed through
+ *       the plugin's destroy slot (all at once, each within
+ *       ATTACH_DESTROY_SECS) and its row removed. Detached rows, rows with
+ *       another living owner and sandboxes the record does not know are
+ *       left alone. Then the host exits. What it does is logged only with
+ *       SBX_DEBUG set.
  *
  *       Environment: SBX_PLUGIN_HOST_IDLE_MS (milliseconds, 1 to 3600000;
  *       default 30000) is how long a pool thread waits for a frame before
@@ -42,6 +57,9 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../internal.h"
@@ -172,6 +190,295 @@ call_signal(uint64_t id, int stop)
         break;
     }
     pthread_mutex_unlock(&H.lock);
+}
+
+/* ---------------------------------------------------------------- kept */
+
+/** Seconds each destroy of an attached sandbox may take at the end. */
+#define ATTACH_DESTROY_SECS 20.0
+
+/* A sandbox created or resumed here and not destroyed. */
+typedef struct kept_sb {
+    struct kept_sb *next;
+    sbx_plugin_sandbox *sb;
+    char token[SBX_TOKEN_LEN + 1];  /* its create token; "" = look it up by id */
+    int freed;                      /* the application freed its handle */
+} kept_sb;
+
+static struct {
+    pthread_mutex_t lock;
+    kept_sb *list;
+    pid_t app;                      /* the application (socket peer); 0 unknown */
+    unsigned long long app_ticks;   /* its start time, clock ticks since boot */
+    int app_fd;                     /* pidfd of it; -1 none */
+} K = { PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, -1 };
+
+static void
+kept_add(sbx_plugin_sandbox *sb, const char *token)
+{
+    kept_sb *k = calloc(1, sizeof(*k));
+
+    if (!k)
+        return;   /* out of memory: this one is left to sbx_gc() */
+    k->sb = sb;
+    if (token && strlen(token) == SBX_TOKEN_LEN)
+        memcpy(k->token, token, SBX_TOKEN_LEN + 1);
+    pthread_mutex_lock(&K.lock);
+    k->next = K.list;
+    K.list = k;
+    pthread_mutex_unlock(&K.lock);
+}
+
+/* @sb was destroyed: no longer kept. */
+static void
+kept_drop(sbx_plugin_sandbox *sb)
+{
+    pthread_mutex_lock(&K.lock);
+    for (kept_sb **p = &K.list; *p; p = &(*p)->next) {
+        if ((*p)->sb == sb) {
+            kept_sb *k = *p;
+
+            *p = k->next;
+            free(k);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&K.lock);
+}
+
+/* The application frees its handle of @sb: 1 when the plugin's
+ * sandbox_free must wait (the sandbox is kept), 0 to free it now. */
+static int
+kept_defer_free(sbx_plugin_sandbox *sb)
+{
+    int kept = 0;
+
+    pthread_mutex_lock(&K.lock);
+    for (kept_sb *k = K.list; k; k = k->next) {
+        if (k->sb == sb && !k->freed) {
+            k->freed = 1;
+            kept = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&K.lock);
+    return kept;
+}
+
+/* 1 when a sandbox is kept. */
+static int
+kept_any(void)
+{
+    int any;
+
+    pthread_mutex_lock(&K.lock);
+    any = K.list != NULL;
+    pthread_mutex_unlock(&K.lock);
+    return any;
+}
+
+/* The application from the socket's credentials, with a pidfd. */
+static void
+app_watch(int sock)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+
+    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.pid <= 0)
+        return;
+    if (sbx_process_start_ticks(cred.pid, &K.app_ticks) < 0)
+        return;
+    K.app_fd = (int)syscall(SYS_pidfd_open, cred.pid, 0);
+    if (K.app_fd < 0)
+        return;
+    /* The pid was not reused between the two looks. */
+    if (!sbx_process_is(cred.pid, K.app_ticks)) {
+        close(K.app_fd);
+        K.app_fd = -1;
+        return;
+    }
+    K.app = cred.pid;
+}
+
+/* 1 while the application lives. */
+static int
+app_alive(void)
+{
+    struct pollfd p = { K.app_fd, POLLIN, 0 };
+
+    if (K.app_fd < 0)
+        return 0;
+    return poll(&p, 1, 0) == 0;
+}
+
+/* Fills @k->token from the record by the sandbox's id when it has none. */
+static void
+kept_token(kept_sb *k)
+{
+    const char *(*get_id)(sbx_plugin_sandbox *) =
+        (const char *(*)(sbx_plugin_sandbox *))(uintptr_t)
+            sbx_slot_get(H.plugin, SBX_SLOT_ID_sandbox_id);
+    const char *id;
+
+    if (k->token[0] || !get_id || !(id = get_id(k->sb)) || !*id)
+        return;
+    if (sbx_record_find(H.backend, id, k->token, NULL) != 1)
+        k->token[0] = '\0';
+}
+
+/* One destroy at the end, on a thread of its own. */
+typedef struct end_job {
+    kept_sb *k;
+    pthread_mutex_t *lock;
+    pthread_cond_t *cond;
+    unsigned *left;
+} end_job;
+
+static void *
+end_destroy(void *arg)
+{
+    end_job *j = arg;
+    int (*destroy)(sbx_plugin_sandbox *, const sbx_call_ctx *, sbx_error **) =
+        (int (*)(sbx_plugin_sandbox *, const sbx_call_ctx *, sbx_error **))(uintptr_t)
+            sbx_slot_get(H.plugin, SBX_SLOT_ID_destroy);
+    sbx_error *err = NULL;
+    sbx_call_ctx ctx;
+
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.struct_size = sizeof(ctx);
+    ctx.deadline = sbx_monotonic_now() + ATTACH_DESTROY_SECS;
+    ctx.cancel_fd = -1;
+    if (destroy && destroy(j->k->sb, &ctx, &err) == 0) {
+        sbx_record_remove(j->k->token, NULL);
+        sbx_log(SBX_LOG_INFO, H.backend, "plugin host: destroyed attached sandbox %s of "
+                "process %d", j->k->token, (int)K.app);
+    } else {
+        sbx_log(SBX_LOG_WARNING, H.backend, "plugin host: attached sandbox %s of process %d "
+                "could not be destroyed (left to gc): %s", j->k->token, (int)K.app,
+                err ? sbx_error_get0_message(err) : "the backend has no destroy");
+    }
+    sbx_error_free(err);
+    pthread_mutex_lock(j->lock);
+    if (--*j->left == 0)
+        pthread_cond_signal(j->cond);
+    pthread_mutex_unlock(j->lock);
+    return NULL;
+}
+
+/* The application is gone: its kept sandboxes lose it as an owner, and the
+ * attached ones nobody else owns are destroyed, all at once, bounded. */
+static void
+end_reap(void)
+{
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cond;
+    pthread_condattr_t ca;
+    unsigned left = 0, n = 0;
+    end_job *jobs;
+    struct timespec until;
+
+    pthread_mutex_lock(&K.lock);
+    for (kept_sb *k = K.list; k; k = k->next)
+        n++;
+    jobs = n ? calloc(n, sizeof(*jobs)) : NULL;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&cond, &ca);
+    n = 0;
+    for (kept_sb *k = K.list; k && jobs; k = k->next) {
+        int detached = 0, alive = 0, row;
+
+        kept_token(k);
+        if (!k->token[0])
+            continue;   /* not in the record: not ours to end */
+        if (K.app > 0)
+            sbx_record_remove_owner(k->token, K.app, K.app_ticks, NULL);
+        row = sbx_record_get(k->token, &detached, &alive, NULL);
+        if (row != 1 || detached || alive > 0) {
+            sbx_log(SBX_LOG_INFO, H.backend, "plugin host: sandbox %s left alone (%s)",
+                    k->token, row != 1 ? "no row" : detached ? "detached"
+                                                             : "another owner lives");
+            continue;
+        }
+        jobs[n] = (end_job){ k, &lock, &cond, &left };
+        n++;
+    }
+    pthread_mutex_unlock(&K.lock);
+    left = n;
+    for (unsigned i = 0; i < n; i++) {
+        pthread_t t;
+        pthread_attr_t attr;
+
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &attr, end_destroy, &jobs[i]) != 0)
+            end_destroy(&jobs[i]);
+        pthread_attr_destroy(&attr);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)ATTACH_DESTROY_SECS + 2;
+    pthread_mutex_lock(&lock);
+    while (left > 0 && pthread_cond_timedwait(&cond, &lock, &until) == 0)
+        ;
+    pthread_mutex_unlock(&lock);
+    /* The jobs are not freed: a destroy past its bound may still run until
+     * the process exits. */
+}
+
+/*
+ * The application's end of the socket closed (EOF; @code is the exit
+ * status). Called by the thread that saw it, with the receive lock held, so
+ * no other thread reads again. Never returns.
+ */
+static void
+host_end(int code)
+{
+    int watch = 0;
+
+    /* Calls in flight answer nobody now: cancel them. */
+    pthread_mutex_lock(&H.lock);
+    for (call_rec *c = H.calls; c; c = c->next)
+        if (c->cancel_fd >= 0)
+            eventfd_write(c->cancel_fd, 1);
+    pthread_mutex_unlock(&H.lock);
+
+    pthread_mutex_lock(&K.lock);
+    if (!K.list) {
+        pthread_mutex_unlock(&K.lock);
+        exit(code);
+    }
+    pthread_mutex_unlock(&K.lock);
+    if (app_alive()) {
+        /* Wait only when an attached sandbox depends on it. */
+        pthread_mutex_lock(&K.lock);
+        for (kept_sb *k = K.list; k && !watch; k = k->next) {
+            int detached = 0, alive = 0;
+
+            kept_token(k);
+            watch = k->token[0] && sbx_record_get(k->token, &detached, &alive, NULL) == 1 &&
+                    !detached;
+        }
+        pthread_mutex_unlock(&K.lock);
+        if (!watch)
+            exit(code);
+        {
+            sbx_wire_msg m;
+
+            sbx_wire_init(&m, SBX_MSG_LINGER, 0, 0);
+            sbx_wire_send(H.sock, &m);
+            sbx_wire_clear(&m);
+        }
+        sbx_log(SBX_LOG_INFO, H.backend, "plugin host: waiting for process %d to end",
+                (int)K.app);
+        for (;;) {
+            struct pollfd p = { K.app_fd, POLLIN, 0 };
+
+            if (poll(&p, 1, -1) > 0 || (errno != EINTR && errno != EAGAIN))
+                break;
+        }
+    }
+    end_reap();
+    exit(code);
 }
 
 /* ---------------------------------------------------------------- ffi */
@@ -574,8 +881,19 @@ run_call(sbx_wire_msg *req, call_frame *f)
                     "backend \"%s\" does not support %s", H.backend, row->name);
         goto done;
     }
-    ffi_call(&H.cif[req->slot], FFI_FN(fn), &rv, f->av);
+    if (req->slot == SBX_SLOT_ID_sandbox_free && kept_defer_free(f->v[0].p)) {
+        /* Kept to be destroyed at the end: the plugin frees it then. */
+    } else if (req->slot == SBX_SLOT_ID_client_free && kept_any()) {
+        /* The kept sandboxes may need their client to be destroyed. */
+    } else {
+        ffi_call(&H.cif[req->slot], FFI_FN(fn), &rv, f->av);
+    }
     ok = 1;
+    if ((req->slot == SBX_SLOT_ID_create || req->slot == SBX_SLOT_ID_resume) && (int)rv == 0 &&
+        f->out_handle)
+        kept_add(f->out_handle, req->slot == SBX_SLOT_ID_create ? f->ctx.create_token : NULL);
+    else if (req->slot == SBX_SLOT_ID_destroy && (int)rv == 0)
+        kept_drop(f->v[0].p);
 
     sbx_wire_init(&rep, SBX_MSG_REPLY, req->slot, req->call_id);
     switch (row->ret) {
@@ -842,7 +1160,7 @@ lf_thread(void *arg)
                 break;
             }
             if (rc <= 0)
-                exit(rc == 0 ? 0 : 1); /* the application closed its end */
+                host_end(rc == 0 ? 0 : 1); /* the application closed its end */
             if (m->type == SBX_MSG_CALL && m->slot < SBX_SLOT_COUNT && !is_quick(m)) {
                 blocking = 1;
                 break;
@@ -945,6 +1263,7 @@ serve(int sock)
     if (!scratch)
         return 1;
     H.sock = sock;
+    app_watch(sock);
     if (prepare_cifs() < 0) {
         fprintf(stderr, "sbx-plugin-host: cannot prepare the libffi call interfaces\n");
         return 1;

@@ -434,10 +434,28 @@ SBX_EXPORT int sbx_options_set_allow_internet(sbx_options *options, int allow,
  * 1 makes the sandbox detached: it outlives the process that created it,
  * until sbx_sandbox_destroy() or the end of its lifetime (timeout_secs).
  * 0 (the default) makes it attached: it belongs to the processes that
- * created or resumed it, and sbx_gc() reaps it once every one of them has
- * ended without destroying it. A handle can be detached later with
- * sbx_sandbox_detach(). Errors: invalid_argument for NULL @options.
- * Since 0.1.
+ * created or resumed it (the lifecycle record's owners) and is destroyed
+ * once every one of them has ended without destroying it. A handle can be
+ * detached later with sbx_sandbox_detach(). A sandbox handed to another
+ * process through its session state after its creator ends must be
+ * detached.
+ *
+ * Who destroys an attached sandbox, on every backend (local, bubblewrap,
+ * safehouse, docker):
+ *  - out of process (the default plugin mode): the plugin host of the
+ *    client that created or resumed it. When the owning process ends
+ *    without destroying it (normal exit, crash, SIGKILL, or after freeing
+ *    the client), the host, which outlives it, removes it as an owner and
+ *    destroys the sandbox, within a few seconds, unless another owner
+ *    lives; the row goes with it. Freeing the client does not wait for
+ *    this: the host stays until the process ends. A host that is itself
+ *    killed destroys nothing: the application's next call on the client
+ *    starts a new host that takes its sandboxes over; if the application
+ *    dies first, sbx_gc() reaps them.
+ *  - in process: nothing runs after the process ends; sbx_gc() (`sbx gc`)
+ *    reaps attached sandboxes whose owners are all gone.
+ * Errors: invalid_argument for NULL @options. Thread safety: as every
+ * options setter (one thread per options object). Since 0.1.
  */
 SBX_EXPORT int sbx_options_set_detached(sbx_options *options, int detached,
                                         sbx_error **error);

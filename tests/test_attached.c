@@ -1,0 +1,611 @@
+/*
+ * Attached sandboxes out of process, on the backend under test
+ * ($SBX_TEST_BACKEND, default local): the plugin host of an application
+ * that ends without destroying its sandboxes (SIGKILL mid-exec, normal
+ * exit) destroys the attached ones within 5 s and removes their rows;
+ * detached ones and ones another live process resumed are left alone. A
+ * plugin host SIGKILLed itself destroys nothing: sbx_gc() reaps what it
+ * kept. In process there is no host: sbx_gc() reaps them.
+ *
+ * Each test has its own TMPDIR and SBX_STATE_DIR (so its own record). The
+ * applications are forked children; each makes its own client.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include <sbx/sbx.h>
+
+#include "testutil.h"
+
+static char *g_top;     /* this test's directory */
+static char *g_tmp;     /* its TMPDIR */
+static char *g_state;   /* its SBX_STATE_DIR */
+
+static void setup(void)
+{
+    g_top = tu_mkdtemp("sbx-attached");
+    g_tmp = tu_strdup_printf("%s/tmp", g_top);
+    cr_assert_eq(mkdir(g_tmp, 0700), 0);
+    /* Searchable by others: a bubblewrap sandbox of a library running as
+     * root runs as uid 65534, and its bwrap passes through TMPDIR. */
+    cr_assert_eq(chmod(g_top, 0711), 0);
+    cr_assert_eq(chmod(g_tmp, 0711), 0);
+    cr_assert_eq(setenv("TMPDIR", g_tmp, 1), 0);
+    g_state = tu_strdup_printf("%s/state", g_top);
+    cr_assert_eq(setenv("SBX_STATE_DIR", g_state, 1), 0);
+}
+
+/* Whatever a failed test left: every sandbox the record still knows is
+ * destroyed (detached ones too), so nothing outlives the test. */
+static void destroy_leftovers(void)
+{
+    char *path = tu_strdup_printf("%s/lifecycle.db", g_state);
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    if (tu_exists(path) && sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(db, "SELECT session_state FROM sandboxes WHERE session_state != ''",
+                           -1, &st, NULL) == SQLITE_OK) {
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            sbx_sandbox *sb = sbx_resume((const char *)sqlite3_column_text(st, 0), NULL);
+            if (sb)
+                sbx_sandbox_destroy(sb, NULL);
+            sbx_sandbox_free(sb);
+        }
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    free(path);
+}
+
+static void teardown(void)
+{
+    destroy_leftovers();
+    tu_rmtree(g_top);
+    free(g_top);
+    free(g_tmp);
+    free(g_state);
+}
+
+TestSuite(attached, .init = setup, .fini = teardown, .timeout = 240);
+
+static int is_dir_backend(void)
+{
+    return tu_backend_is_local() || strcmp(tu_backend(), "bubblewrap") == 0;
+}
+
+/* Runs @sql (one integer result) against this test's record. */
+static long long record_int(const char *sql)
+{
+    char *path = tu_strdup_printf("%s/lifecycle.db", g_state);
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK, "%s", path);
+    sqlite3_busy_timeout(db, 10000);
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+                 sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
+    long long v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    free(path);
+    return v;
+}
+
+static long long rows_where(const char *what)
+{
+    char *sql = tu_strdup_printf("SELECT count(*) FROM sandboxes WHERE %s", what);
+    long long n = record_int(sql);
+    free(sql);
+    return n;
+}
+
+static long long rows_for(const char *id)
+{
+    char *sql = sqlite3_mprintf("provider_id = %Q", id);
+    long long n = rows_where(sql);
+    sqlite3_free(sql);
+    return n;
+}
+
+/* ------------------------------------------------------------ the holder */
+
+enum { MAXSB = 24 };
+
+/* What a holder child reports: per sandbox its id, whether it is
+ * detached, the host pid of the command running in it (0: none) and its
+ * session state; and its plugin host's pid. */
+typedef struct held {
+    int n;
+    char id[MAXSB][160];
+    int detached[MAXSB];
+    pid_t cmd[MAXSB];
+    char *state[MAXSB];
+    pid_t host;
+    pid_t child;
+} held;
+
+typedef struct exec_arg {
+    sbx_sandbox *sb;
+} exec_arg;
+
+static void *run_sleep(void *p)
+{
+    exec_arg *a = p;
+    /* Never returns while the sandbox lives: the exec is in flight when the
+     * application is killed. */
+    sbx_result *r = sbx_sandbox_execute_shell(a->sb, "echo $$ > attach.pid; exec sleep 100",
+                                              NULL);
+    sbx_result_free(r);
+    return NULL;
+}
+
+/* The host pid of the command that wrote attach.pid in @sb (waits for it). */
+static pid_t running_pid(sbx_sandbox *sb)
+{
+    for (int i = 0; i < 400; i++) {
+        sbx_result *r = sbx_sandbox_execute_shell(sb, "cat attach.pid 2>/dev/null", NULL);
+        long v = r ? strtol(sbx_result_get0_stdout(r, NULL), NULL, 10) : 0;
+        sbx_result_free(r);
+        if (v > 0)
+            return tu_host_pid(sb, (pid_t)v);
+        usleep(25 * 1000);
+    }
+    return 0;
+}
+
+/*
+ * Forks an application that makes @nattached attached sandboxes (each with
+ * `sleep 100` running in it when @exec) and @ndetached detached ones on its
+ * own client in @mode, reports them on a pipe, and then either waits to be
+ * killed or, with @exit_after, exits at once without destroying or freeing
+ * anything.
+ */
+static void start_holder(held *h, int nattached, int ndetached, int exec, sbx_plugin_mode mode,
+                         int exit_after)
+{
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    memset(h, 0, sizeof(*h));
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        sbx_error *err = NULL;
+        sbx_client *c = sbx_client_new_with_mode(tu_backend(), mode, &err);
+        if (!c) {
+            dprintf(p[1], "E client: %s\n", sbx_error_get0_message(err));
+            _exit(2);
+        }
+        sbx_options *o = sbx_options_new();
+        sbx_options_set_timeout_secs(o, 600, NULL);
+        sbx_options *d = sbx_options_new();
+        sbx_options_set_timeout_secs(d, 600, NULL);
+        sbx_options_set_detached(d, 1, NULL);
+        static exec_arg args[MAXSB];
+        for (int i = 0; i < nattached + ndetached; i++) {
+            int det = i >= nattached;
+            sbx_sandbox *sb = sbx_sandbox_create(c, det ? d : o, &err);
+            if (!sb) {
+                dprintf(p[1], "E create: %s\n", sbx_error_get0_message(err));
+                _exit(2);
+            }
+            pid_t cmd = 0;
+            if (exec && !det) {
+                pthread_t t;
+                args[i].sb = sb;
+                if (pthread_create(&t, NULL, run_sleep, &args[i]) != 0)
+                    _exit(3);
+                cmd = running_pid(sb);
+                if (cmd <= 0) {
+                    dprintf(p[1], "E no command pid\n");
+                    _exit(3);
+                }
+                /* A container's pids are not this host's to check: the
+                 * container itself is checked instead. */
+                if (!is_dir_backend())
+                    cmd = 0;
+            }
+            char *state = sbx_sandbox_session_state(sb, NULL);
+            dprintf(p[1], "%c %s %d %s\n", det ? 'D' : 'A', sbx_sandbox_get0_id(sb), (int)cmd,
+                    state ? state : "-");
+            free(state);
+        }
+        dprintf(p[1], "H %d\n", sbx_client_get_host_pid(c));
+        close(p[1]);
+        if (exit_after)
+            exit(0);
+        for (;;)
+            pause();
+    }
+    close(p[1]);
+    FILE *f = fdopen(p[0], "r");
+    cr_assert_not_null(f);
+    char *line = NULL;
+    size_t cap = 0;
+    h->child = pid;
+    while (getline(&line, &cap, f) > 0) {
+        line[strcspn(line, "\n")] = '\0';
+        cr_assert_neq(line[0], 'E', "the application failed: %s", line + 2);
+        if (line[0] == 'H') {
+            h->host = (pid_t)atoi(line + 2);
+            break;
+        }
+        cr_assert_lt(h->n, MAXSB);
+        char kind, id[160];
+        int cmd, used = 0;
+        cr_assert_eq(sscanf(line, "%c %159s %d %n", &kind, id, &cmd, &used), 3, "%s", line);
+        snprintf(h->id[h->n], sizeof h->id[0], "%s", id);
+        h->detached[h->n] = kind == 'D';
+        h->cmd[h->n] = (pid_t)cmd;
+        h->state[h->n] = strdup(line + used);
+        h->n++;
+    }
+    free(line);
+    fclose(f);
+    cr_assert_eq(h->n, nattached + ndetached, "the application reported %d sandboxes", h->n);
+    if (mode == SBX_PLUGIN_MODE_OUT_OF_PROCESS)
+        cr_assert(h->host > 0 && tu_is_plugin_host(h->host), "no plugin host: %d", (int)h->host);
+    else
+        cr_assert_eq(h->host, 0);
+}
+
+static void held_free(held *h)
+{
+    for (int i = 0; i < h->n; i++)
+        free(h->state[i]);
+}
+
+/* 1 when sandbox @i of @h is gone: no row, its command ended, its
+ * directory gone (local, bubblewrap), and resuming it is not_found. */
+static int gone(const held *h, int i)
+{
+    if (rows_for(h->id[i]) != 0)
+        return 0;
+    if (h->cmd[i] > 0 && !tu_pid_gone(h->cmd[i]))
+        return 0;
+    if (is_dir_backend()) {
+        char *dir = tu_strdup_printf("%s/%s", g_tmp, h->id[i]);
+        int there = tu_exists(dir);
+        free(dir);
+        if (there)
+            return 0;
+    }
+    return 1;
+}
+
+/* Resuming sandbox @i must fail with not_found (in process: no host keeps
+ * it, no owner is left behind that matters). */
+static void assert_not_resumable(const held *h, int i)
+{
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_resume(h->state[i], &err);
+    cr_assert_null(sb, "sandbox %s can still be resumed", h->id[i]);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND, "%s: %s", h->id[i],
+                 sbx_error_get0_message(err));
+    sbx_error_free(err);
+}
+
+static int collect_owned(const sbx_owned_sandbox *s, void *ud)
+{
+    char *ids = ud;
+    strncat(ids, s->id, 8191 - strlen(ids));
+    strncat(ids, " ", 8191 - strlen(ids));
+    return 0;
+}
+
+/* On a backend that lists what it holds with this library's labels (a
+ * container on docker): the attached sandboxes of @h are not listed, the
+ * detached ones are. */
+static void assert_listing(const held *h)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new(tu_backend(), &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    static char ids[8192];
+    ids[0] = '\0';
+    if (sbx_client_list_owned(c, collect_owned, ids, &err) < 0) {
+        cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_FEATURE_NOT_SUPPORTED, "%s",
+                     sbx_error_get0_message(err));
+        sbx_error_free(err);
+        sbx_client_free(c);
+        return;
+    }
+    for (int i = 0; i < h->n; i++) {
+        char *word = tu_strdup_printf("%s ", h->id[i]);
+        cr_assert_eq(strstr(ids, word) != NULL, h->detached[i], "%s is %slisted: %s", h->id[i],
+                     h->detached[i] ? "not " : "", ids);
+        free(word);
+    }
+    sbx_client_free(c);
+}
+
+/* Sandbox @i is still there: its row, its command, its directory. */
+static void assert_there(const held *h, int i)
+{
+    cr_assert_eq(rows_for(h->id[i]), 1, "the row of %s is gone", h->id[i]);
+    if (h->cmd[i] > 0)
+        cr_assert_eq(tu_pid_gone(h->cmd[i]), 0, "the command of %s ended: %s", h->id[i],
+                     tu_proc_describe(h->cmd[i]));
+    if (is_dir_backend()) {
+        char *dir = tu_strdup_printf("%s/%s", g_tmp, h->id[i]);
+        cr_assert(tu_exists(dir), "%s is gone", dir);
+        free(dir);
+    }
+}
+
+/* Waits up to @secs until every attached sandbox of @h is gone; returns
+ * the seconds it took (asserts). */
+static double wait_attached_gone(const held *h, double t0, double secs)
+{
+    for (;;) {
+        int left = 0;
+        for (int i = 0; i < h->n; i++)
+            if (!h->detached[i] && !gone(h, i))
+                left++;
+        double t = tu_now() - t0;
+        if (!left)
+            return t;
+        if (t > secs) {
+            for (int i = 0; i < h->n; i++)
+                if (!h->detached[i] && !gone(h, i))
+                    cr_assert_fail("sandbox %s is still there %.1f s later (row %lld, "
+                                   "command %s)", h->id[i], t, rows_for(h->id[i]),
+                                   h->cmd[i] ? tu_proc_describe(h->cmd[i]) : "none");
+        }
+        usleep(20 * 1000);
+    }
+}
+
+/* The detached sandboxes are untouched; the test destroys them. */
+static void destroy_detached(const held *h)
+{
+    for (int i = 0; i < h->n; i++) {
+        if (!h->detached[i])
+            continue;
+        char *sql = sqlite3_mprintf("provider_id = %Q AND detached = 1", h->id[i]);
+        cr_assert_eq(rows_where(sql), 1, "the detached row of %s changed", h->id[i]);
+        sqlite3_free(sql);
+        assert_there(h, i);
+        sbx_error *err = NULL;
+        sbx_sandbox *sb = sbx_resume(h->state[i], &err);
+        cr_assert_not_null(sb, "%s: %s", h->id[i], err ? sbx_error_get0_message(err) : "");
+        cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+        sbx_sandbox_free(sb);
+        cr_assert_eq(rows_for(h->id[i]), 0);
+    }
+}
+
+/* ------------------------------------------------------------------ tests */
+
+/* SIGKILL of an application holding 20 attached sandboxes mid-exec and 2
+ * detached: within 5 s the attached ones are gone (command, directory,
+ * container, row), the detached ones untouched, and the host has exited. */
+Test(attached, sigkill_of_the_application_destroys_its_attached_sandboxes)
+{
+    held h;
+    start_holder(&h, 20, 2, 1, SBX_PLUGIN_MODE_OUT_OF_PROCESS, 0);
+    for (int i = 0; i < h.n; i++)
+        assert_there(&h, i);
+    double t0 = tu_now();
+    cr_assert_eq(kill(h.child, SIGKILL), 0);
+    cr_assert_eq(waitpid(h.child, NULL, 0), h.child);
+    double took = wait_attached_gone(&h, t0, 5.0);
+    fprintf(stderr, "# 20 attached sandboxes gone %.3f s after the SIGKILL\n", took);
+    cr_assert(tu_wait_pid_gone(h.host, 5.0 - (tu_now() - t0) + 0.5), "%s",
+              tu_proc_describe(h.host));
+    for (int i = 0; i < h.n; i++)
+        if (!h.detached[i])
+            assert_not_resumable(&h, i);
+    cr_assert_eq(rows_where("detached = 0"), 0);
+    cr_assert_eq(rows_where("detached = 1"), 2);
+    if (is_dir_backend())
+        cr_assert_eq(tu_count_entries(g_tmp), 2, "more than the detached directories are left");
+    assert_listing(&h);
+    /* Nothing left for gc but the detached ones, which it leaves. */
+    cr_assert_eq(sbx_gc(SBX_GC_DRY_RUN, NULL, NULL, NULL), 0);
+    destroy_detached(&h);
+    held_free(&h);
+}
+
+/* Normal exit without destroy or free also destroys them. */
+Test(attached, exit_without_destroy_destroys_its_attached_sandboxes)
+{
+    held h;
+    start_holder(&h, 3, 1, 0, SBX_PLUGIN_MODE_OUT_OF_PROCESS, 1);
+    double t0 = tu_now();
+    int status;
+    cr_assert_eq(waitpid(h.child, &status, 0), h.child);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+    wait_attached_gone(&h, t0, 5.0);
+    cr_assert(tu_wait_pid_gone(h.host, 5.0), "%s", tu_proc_describe(h.host));
+    cr_assert_eq(rows_where("1"), 1);
+    destroy_detached(&h);
+    held_free(&h);
+}
+
+/* The plugin host SIGKILLed instead: it destroys nothing, and the
+ * sandboxes belong to the living application. When the application dies
+ * too (with no host to notice), they stay until sbx_gc() reaps them. */
+Test(attached, sigkill_of_the_plugin_host_leaves_them_to_gc)
+{
+    held h;
+    start_holder(&h, 20, 2, 1, SBX_PLUGIN_MODE_OUT_OF_PROCESS, 0);
+    cr_assert_eq(kill(h.host, SIGKILL), 0);
+    cr_assert(tu_wait_pid_gone(h.host, 5.0), "%s", tu_proc_describe(h.host));
+    cr_assert_eq(kill(h.child, SIGKILL), 0);
+    cr_assert_eq(waitpid(h.child, NULL, 0), h.child);
+    usleep(2000 * 1000);
+    cr_assert_eq(rows_where("detached = 0"), 20, "a row went without a host to remove it");
+    for (int i = 0; i < h.n; i++) {
+        cr_assert_eq(rows_for(h.id[i]), 1);
+        if (is_dir_backend()) {
+            char *dir = tu_strdup_printf("%s/%s", g_tmp, h.id[i]);
+            cr_assert(tu_exists(dir), "%s went without a host to remove it", dir);
+            free(dir);
+        }
+    }
+    cr_assert_eq(sbx_gc(0, NULL, NULL, NULL), 20);
+    double t0 = tu_now();
+    wait_attached_gone(&h, t0, 5.0);
+    assert_listing(&h);
+    for (int i = 0; i < h.n; i++)
+        if (!h.detached[i])
+            assert_not_resumable(&h, i);
+    destroy_detached(&h);
+    held_free(&h);
+}
+
+/* A sandbox another live process resumed survives its creator's death,
+ * and goes when that process dies too (its own host destroys it). */
+Test(attached, a_sandbox_resumed_by_a_live_process_survives)
+{
+    held a;
+    start_holder(&a, 1, 0, 0, SBX_PLUGIN_MODE_OUT_OF_PROCESS, 0);
+    int q[2];
+    cr_assert_eq(pipe(q), 0);
+    pid_t b = fork();
+    cr_assert(b >= 0);
+    if (b == 0) {
+        close(q[0]);
+        sbx_client *c = sbx_client_new_with_mode(tu_backend(), SBX_PLUGIN_MODE_OUT_OF_PROCESS,
+                                                 NULL);
+        sbx_sandbox *sb = c ? sbx_sandbox_resume(c, a.state[0], NULL) : NULL;
+        if (!sb)
+            _exit(2);
+        dprintf(q[1], "%d\n", sbx_client_get_host_pid(c));
+        close(q[1]);
+        for (;;)
+            pause();
+    }
+    close(q[1]);
+    char buf[32] = "";
+    cr_assert_gt(read(q[0], buf, sizeof buf - 1), 0, "the resuming process failed");
+    close(q[0]);
+    pid_t bhost = (pid_t)atoi(buf);
+    cr_assert(tu_is_plugin_host(bhost));
+    char *sql = sqlite3_mprintf("SELECT count(*) FROM owners JOIN sandboxes USING "
+                                "(create_token) WHERE provider_id = %Q", a.id[0]);
+    cr_assert_eq(record_int(sql), 2);
+
+    cr_assert_eq(kill(a.child, SIGKILL), 0);
+    cr_assert_eq(waitpid(a.child, NULL, 0), a.child);
+    /* The creator's host is done once it exits: it left the sandbox. */
+    cr_assert(tu_wait_pid_gone(a.host, 5.0), "%s", tu_proc_describe(a.host));
+    assert_there(&a, 0);
+    cr_assert_eq(record_int(sql), 1, "the dead creator is still an owner");
+    char *owner = sqlite3_mprintf("SELECT pid FROM owners JOIN sandboxes USING "
+                                  "(create_token) WHERE provider_id = %Q", a.id[0]);
+    cr_assert_eq(record_int(owner), b);
+    sqlite3_free(owner);
+
+    double t0 = tu_now();
+    cr_assert_eq(kill(b, SIGKILL), 0);
+    cr_assert_eq(waitpid(b, NULL, 0), b);
+    wait_attached_gone(&a, t0, 5.0);
+    cr_assert(tu_wait_pid_gone(bhost, 5.0), "%s", tu_proc_describe(bhost));
+    assert_not_resumable(&a, 0);
+    sqlite3_free(sql);
+    held_free(&a);
+}
+
+/* An application that frees its client (and so its host's socket) but
+ * lives on keeps its attached sandbox; the host stays until the
+ * application ends and then destroys it. Freeing the client does not wait
+ * for that. */
+Test(attached, freeing_the_client_keeps_the_sandbox_until_the_process_ends)
+{
+    int p[2], go[2];
+    cr_assert_eq(pipe(p), 0);
+    cr_assert_eq(pipe(go), 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        close(go[1]);
+        sbx_client *c = sbx_client_new_with_mode(tu_backend(), SBX_PLUGIN_MODE_OUT_OF_PROCESS,
+                                                 NULL);
+        sbx_sandbox *sb = c ? sbx_sandbox_create(c, NULL, NULL) : NULL;
+        if (!sb)
+            _exit(2);
+        int host = sbx_client_get_host_pid(c);
+        dprintf(p[1], "%s %d\n", sbx_sandbox_get0_id(sb), host);
+        double t0 = tu_now();
+        sbx_sandbox_free(sb);
+        sbx_client_free(c);
+        dprintf(p[1], "%.3f\n", tu_now() - t0);
+        close(p[1]);
+        char ch;
+        if (read(go[0], &ch, 1) != 1)
+            _exit(3);
+        _exit(0);
+    }
+    close(p[1]);
+    close(go[0]);
+    FILE *f = fdopen(p[0], "r");
+    char id[160];
+    int host;
+    double freeing;
+    cr_assert_eq(fscanf(f, "%159s %d %lf", id, &host, &freeing), 3);
+    fclose(f);
+    cr_assert_lt(freeing, 1.0, "freeing the client waited %.3f s for its host", freeing);
+    usleep(500 * 1000);
+    cr_assert_eq(tu_pid_gone(host), 0, "the host left its attached sandbox: %s",
+                 tu_proc_describe(host));
+    cr_assert_eq(rows_for(id), 1);
+    double t0 = tu_now();
+    cr_assert_eq(write(go[1], "x", 1), 1);
+    close(go[1]);
+    cr_assert_eq(waitpid(pid, NULL, 0), pid);
+    while (rows_for(id) != 0 && tu_now() - t0 < 5.0)
+        usleep(20 * 1000);
+    cr_assert_eq(rows_for(id), 0, "the sandbox outlived its process by 5 s");
+    cr_assert(tu_wait_pid_gone(host, 5.0), "%s", tu_proc_describe(host));
+    if (is_dir_backend())
+        cr_assert_eq(tu_count_entries(g_tmp), 0);
+}
+
+/* In process there is no plugin host: a SIGKILLed application's attached
+ * sandboxes are reaped by sbx_gc() (every one of them, reason owner_gone). */
+typedef struct gc_count {
+    int owner_gone, reaped;
+} gc_count;
+
+static int count_gc(const sbx_gc_item *item, void *ud)
+{
+    gc_count *c = ud;
+    if (item->reason == SBX_GC_OWNER_GONE)
+        c->owner_gone++;
+    c->reaped += item->reaped;
+    return 0;
+}
+
+Test(attached, in_process_gc_reaps_them)
+{
+    held h;
+    start_holder(&h, 5, 1, 1, SBX_PLUGIN_MODE_IN_PROCESS, 0);
+    cr_assert_eq(kill(h.child, SIGKILL), 0);
+    cr_assert_eq(waitpid(h.child, NULL, 0), h.child);
+    cr_assert_eq(rows_where("detached = 0"), 5);
+    gc_count n = { 0, 0 };
+    cr_assert_eq(sbx_gc(0, count_gc, &n, NULL), 5);
+    cr_assert_eq(n.owner_gone, 5);
+    cr_assert_eq(n.reaped, 5);
+    wait_attached_gone(&h, tu_now(), 5.0);
+    destroy_detached(&h);
+    held_free(&h);
+}
