@@ -53,39 +53,17 @@ int cli_id_valid(const char *id)
     return 1;
 }
 
-/* The directory sbx owns (new string): SBX_STATE_DIR, else
- * $XDG_STATE_HOME/sbx, else $HOME/.local/state/sbx; NULL when no base
- * directory can be found (reported). */
+/* The directory sbx owns (new string; sbx_state_dir_path()); NULL when
+ * no base directory can be found (reported). */
 static char *state_base(void)
 {
-    const char *base = getenv("SBX_STATE_DIR"), *home;
-    char *dir = NULL;
+    sbx_error *err = NULL;
+    char *dir = sbx_state_dir_path(&err);
 
-    if (base != NULL && *base != '\0') {
-        dir = strdup(base);
-    } else {
-        base = getenv("XDG_STATE_HOME");
-        if (base != NULL && base[0] == '/') {
-            if (asprintf(&dir, "%s/sbx", base) < 0)
-                dir = NULL;
-        } else {
-            home = getenv("HOME");
-            if (home == NULL || *home == '\0') {
-                struct passwd *pw = getpwuid(getuid());
-
-                home = pw != NULL ? pw->pw_dir : NULL;
-            }
-            if (home == NULL || *home == '\0') {
-                cli_msg("cannot find the state directory: set SBX_STATE_DIR, "
-                    "XDG_STATE_HOME or HOME");
-                return NULL;
-            }
-            if (asprintf(&dir, "%s/.local/state/sbx", home) < 0)
-                dir = NULL;
-        }
+    if (dir == NULL) {
+        cli_msg("%s", err != NULL ? sbx_error_get0_message(err) : "out of memory");
+        sbx_error_free(err);
     }
-    if (dir == NULL)
-        cli_msg("out of memory");
     return dir;
 }
 

@@ -148,6 +148,20 @@ passwd_home(void)
     return pw && pw->pw_dir && *pw->pw_dir ? pw->pw_dir : NULL;
 }
 
+SBX_EXPORT char *
+sbx_state_dir_path(sbx_error **error)
+{
+    char path[PATH_MAX];
+    char *s;
+
+    if (sbx_state_dir(path, sizeof path, error) < 0)
+        return NULL;
+    s = strdup(path);
+    if (!s)
+        sbx_set_error(error, SBX_ERROR_RESOURCE_EXHAUSTED, "state_dir_path", "out of memory");
+    return s;
+}
+
 int
 sbx_state_dir(char *out, size_t cap, sbx_error **err)
 {
@@ -162,7 +176,7 @@ sbx_state_dir(char *out, size_t cap, sbx_error **err)
         n = snprintf(out, cap, "%s/.local/state/sbx", base);
     else {
         sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL,
-                      "no state directory: set SBX_STATE_DIR, XDG_STATE_HOME or HOME");
+                      "cannot find the state directory: set SBX_STATE_DIR, XDG_STATE_HOME or HOME");
         return -1;
     }
     if (n < 0 || (size_t)n >= cap) {

@@ -543,3 +543,31 @@ Test(options, invalid_provider_fields)
     assert_only_set(o, 0);
     sbx_options_free(o);
 }
+
+/* ------------------------------------------------------------ state dir */
+
+static void expect_state_dir(const char *want)
+{
+    sbx_error *err = NULL;
+    char *got = sbx_state_dir_path(&err);
+    cr_assert_not_null(got, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_str_eq(got, want);
+    free(got);
+}
+
+Test(state_dir, follows_sbx_state_dir_then_xdg_then_home)
+{
+    setenv("SBX_STATE_DIR", "/srv/sbx-state", 1);
+    setenv("XDG_STATE_HOME", "/xdg", 1);
+    setenv("HOME", "/home/someone", 1);
+    expect_state_dir("/srv/sbx-state");
+    setenv("SBX_STATE_DIR", "", 1);
+    expect_state_dir("/xdg/sbx");
+    unsetenv("SBX_STATE_DIR");
+    expect_state_dir("/xdg/sbx");
+    /* A relative XDG_STATE_HOME is ignored, as the XDG rule says. */
+    setenv("XDG_STATE_HOME", "relative/state", 1);
+    expect_state_dir("/home/someone/.local/state/sbx");
+    unsetenv("XDG_STATE_HOME");
+    expect_state_dir("/home/someone/.local/state/sbx");
+}

@@ -847,6 +847,25 @@ SBX_EXPORT int sbx_sandbox_detach(sbx_sandbox *sandbox, sbx_error **error);
  * path, before anything is made.
  */
 
+/**
+ * sbx_state_dir_path:
+ * @error: (out) (optional): configuration when no base directory can be
+ *   found (SBX_STATE_DIR, XDG_STATE_HOME and HOME all unset or empty, and
+ *   the user has no home in the password database) or the path would not
+ *   fit in PATH_MAX.
+ *
+ * The per-user state directory: $SBX_STATE_DIR when set and not empty,
+ * else $XDG_STATE_HOME/sbx when XDG_STATE_HOME is absolute (the XDG Base
+ * Directory rule), else $HOME/.local/state/sbx, HOME coming from the
+ * password database of the effective user when unset. The lifecycle
+ * record lives there, and the `sbx` command keeps its sandbox records in
+ * its sandboxes/ directory. Nothing is made or checked.
+ *
+ * Returns: a new string the caller frees with free(), or NULL. Thread-safe
+ * (reads the environment). Since 0.1.
+ */
+SBX_EXPORT char *sbx_state_dir_path(sbx_error **error);
+
 /** Why sbx_gc() reports a sandbox. Values are fixed and append-only. */
 typedef enum sbx_gc_reason {
     SBX_GC_EXPIRED = 1,     /* its lifetime (timeout_secs) has ended */
