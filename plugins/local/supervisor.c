@@ -79,8 +79,8 @@
 #define EXEC_KILL_ROUNDS 400
 /** How long an exec's reaper may take to start the command. */
 #define START_WAIT_MS 10000
-/** Rounds (10 ms apart) the final teardown may take. */
-#define TEARDOWN_ROUNDS 500
+/** How long the final teardown (or an orphaned reaper's) may take. */
+#define TEARDOWN_MS 5000
 /** Idle reapers kept for later execs; more are told to exit. */
 #define REAPER_IDLE_MAX 4
 /** Descriptors of a job: the command's stdin, stdout, stderr, its working
@@ -373,26 +373,6 @@ static void reap_children(void)
     }
 }
 
-/** Calls @fn for each process in /proc. */
-static void for_each_proc(void (*fn)(pid_t pid, const proto_proc *st, void *data),
-                          void *data)
-{
-    DIR *d = opendir("/proc");
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        char *end;
-        long v = strtol(e->d_name, &end, 10);
-        if (*end != '\0' || v <= 0 || v > INT_MAX)
-            continue;
-        proto_proc st;
-        if (proto_proc_stat((pid_t)v, &st) == 0)
-            fn((pid_t)v, &st, data);
-    }
-    closedir(d);
-}
-
 struct session_kill {
     pid_t sid;
     int sig;
@@ -403,7 +383,7 @@ struct session_kill {
 static void session_kill_one(pid_t pid, const proto_proc *st, void *data)
 {
     struct session_kill *k = data;
-    if (st->sid != k->sid || pid == getpid() || pid == 1)
+    if (st->sid != k->sid || pid == 1)
         return;
     if (st->state == 'Z' || st->state == 'X') {
         k->zombies++;
@@ -426,8 +406,10 @@ static void kill_exec(conn *c, int sig, int sync)
         return;
     int zombie_rounds = 0;
     for (int round = 0; round < (sync ? EXEC_KILL_ROUNDS : 1); round++) {
+        /* Whatever of the session outlived its reaper was reparented to
+         * us (the subreaper): it is below the supervisor. */
         struct session_kill k = { .sid = c->pid, .sig = sig };
-        for_each_proc(session_kill_one, &k);
+        proto_walk_descendants(getpid(), session_kill_one, &k);
         size_t zombies = 0;
         if (c->reaper > 0)
             k.live += proto_kill_descendants(c->reaper, sig, &zombies);
@@ -442,19 +424,52 @@ static void kill_exec(conn *c, int sig, int sync)
     }
 }
 
-/** Kills everything the sandbox started and reaps it (bounded). */
+/** 1 when the calling process has no child left, ended or not. */
+static int no_children(void)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
+    return waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD;
+}
+
+/**
+ * Sleeps until a SIGCHLD is pending on @sig_fd (a signalfd with SIGCHLD
+ * blocked) or @ms passed, and takes the pending signals in. Without a
+ * signalfd it just sleeps. Every death below a child subreaper ends in a
+ * SIGCHLD here (its own child's, or a zombie's reparented to it), so the
+ * time-out only bounds a wait for something that is not a death.
+ */
+static void wait_chld(int sig_fd, long ms)
+{
+    if (sig_fd < 0) {
+        sleep_ms(ms);
+        return;
+    }
+    struct pollfd p = { .fd = sig_fd, .events = POLLIN };
+    while (poll(&p, 1, (int)ms) < 0 && errno == EINTR)
+        ;
+    struct signalfd_siginfo si;
+    while (read(sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+        ;
+}
+
+/**
+ * Kills everything the sandbox started and reaps it (bounded). Done once
+ * the supervisor has no child: every descendant hangs below one. Between
+ * rounds it waits for the next death (SIGCHLD), not for a fixed time.
+ */
 static void kill_everything(void)
 {
-    for (int round = 0; round < TEARDOWN_ROUNDS; round++) {
-        size_t zombies = 0;
-        size_t found = proto_kill_descendants(getpid(), SIGKILL, &zombies) + zombies;
+    long long end = now_ms() + TEARDOWN_MS;
+    while (now_ms() < end) {
         reap_children();
-        siginfo_t si;
-        memset(&si, 0, sizeof(si));
-        int r = waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT);
-        if (found == 0 && r < 0 && errno == ECHILD)
+        if (no_children())
             return;
-        sleep_ms(10);
+        proto_kill_descendants(getpid(), SIGKILL, NULL);
+        reap_children();
+        if (no_children())
+            return;
+        wait_chld(S.sig_fd, 10);
     }
 }
 
@@ -854,19 +869,24 @@ static int send_i32_frame(int fd, uint32_t type, int32_t value)
 
 /**
  * In a reaper whose supervisor is gone: kills every process below it
- * until none is left (bounded), reaps them and exits.
+ * until none is left (bounded; woken by @sig_fd's SIGCHLD), reaps them
+ * and exits.
  */
-static void __attribute__((noreturn)) reaper_orphaned(void)
+static void __attribute__((noreturn)) reaper_orphaned(int sig_fd)
 {
-    for (int round = 0; round < TEARDOWN_ROUNDS; round++) {
-        size_t zombies = 0;
-        size_t live = proto_kill_descendants(getpid(), SIGKILL, &zombies);
+    long long end = now_ms() + TEARDOWN_MS;
+    while (now_ms() < end) {
         int status;
         while (waitpid(-1, &status, WNOHANG) > 0)
             ;
-        if (live == 0 && waitpid(-1, &status, WNOHANG) < 0 && errno == ECHILD)
+        if (no_children())
             break;
-        sleep_ms(10);
+        proto_kill_descendants(getpid(), SIGKILL, NULL);
+        while (waitpid(-1, &status, WNOHANG) > 0)
+            ;
+        if (no_children())
+            break;
+        wait_chld(sig_fd, 10);
     }
     _exit(0);
 }
@@ -882,9 +902,9 @@ static void reaper_wait(int sig_fd, int fd)
     struct pollfd p[2] = { { .fd = sig_fd, .events = POLLIN }, { .fd = fd, .events = 0 } };
     int r = poll(p, 2, -1);
     if (r < 0 && errno != EINTR)
-        reaper_orphaned();
+        reaper_orphaned(sig_fd);
     if (r > 0 && (p[1].revents & (POLLHUP | POLLERR | POLLNVAL)))
-        reaper_orphaned();
+        reaper_orphaned(sig_fd);
     struct signalfd_siginfo si;
     while (read(sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si))
         ;
