@@ -9,7 +9,10 @@
  *   shell : execute_shell("echo hi")              vs posix_spawn("/bin/sh -c 'echo hi'")
  * each again while the caller holds 1 GiB of touched memory (a process that
  * forks would pay for copying its page tables; posix_spawn and the sandbox
- * supervisor do not).
+ * supervisor do not), and again while every other core is busy (`+load`:
+ * the bench starts one CPU-bound child per online core but one, each
+ * bounded by alarm(LOAD_SECS) and by the bench's own death, and kills them
+ * by pid after the row: every hop of an exec then waits for a CPU).
  *
  * On the bubblewrap backend one more pair shows what a live sandbox saves:
  *   bwrap : execute_command({"/bin/true"})        vs posix_spawn of a fresh
@@ -25,6 +28,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +90,39 @@ static int raw_spawn(char *const argv[])
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/** Longest a CPU-load child lives (it is killed by pid after its rows). */
+#define LOAD_SECS 600
+
+/** Starts @n CPU-bound children into @pids; returns how many started. */
+static int start_load(pid_t *pids, int n)
+{
+    int k = 0;
+    for (; k < n; k++) {
+        pid_t p = fork();
+        if (p < 0)
+            break;
+        if (p == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() == 1)
+                _exit(0);
+            alarm(LOAD_SECS);
+            for (volatile unsigned long x = 0;; x++)
+                ;
+        }
+        pids[k] = p;
+    }
+    return k;
+}
+
+static void stop_load(const pid_t *pids, int n)
+{
+    for (int i = 0; i < n; i++)
+        kill(pids[i], SIGKILL);
+    for (int i = 0; i < n; i++)
+        while (waitpid(pids[i], NULL, 0) < 0 && errno == EINTR)
+            ;
 }
 
 static int lib_exec(sbx_sandbox *sb, const char *const *argv, const char *shell)
@@ -201,6 +239,25 @@ int main(int argc, char **argv)
             bwrap_argv[k++] = tail[i];
         measure(sb, "bwrap /bin/true", 0, n, bwrap_argv);
     }
+
+    /* Every other core busy. */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int want = cpus > 1 ? (int)cpus - 1 : 1;
+    pid_t load[256];
+    if (want > 256)
+        want = 256;
+    int nload = start_load(load, want);
+    if (nload != want) {
+        stop_load(load, nload);
+        fprintf(stderr, "exec_overhead: could start only %d of %d CPU-load processes\n", nload,
+                want);
+        return 1;
+    }
+    printf("(+load: %d CPU-bound process%s on %ld online cores)\n", nload,
+           nload == 1 ? "" : "es", cpus);
+    measure(sb, "argv /bin/true +load", 0, n, NULL);
+    measure(sb, "shell echo hi +load", 1, n, NULL);
+    stop_load(load, nload);
 
     size_t big = (size_t)1 << 30;
     char *hold = malloc(big);
