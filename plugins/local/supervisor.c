@@ -106,6 +106,7 @@ typedef struct conn {
     int fds[PROTO_EXEC_FDS];     /* descriptors received with EXEC */
     int nfds;
     pid_t pid;                   /* exec's main process and session id */
+    int starting;                /* handed to rp, its REAPER_PID not read yet */
     pid_t reaper;                /* pid of rp while it serves this exec, else 0 */
     struct reaper *rp;           /* the reaper running this exec, or NULL */
     int running;                 /* main process not reaped yet */
@@ -281,6 +282,9 @@ static int exit_code_of(int status)
 }
 
 static void conn_send(conn *c, proto_buf *b);
+static void conn_error(conn *c, proto_err_kind kind, int err, const char *msg);
+static void read_report(struct reaper *rp);
+static int reaper_watched(const struct reaper *rp);
 
 /** Records that @c's main process ended with @code and tells the client. */
 static void send_exit(conn *c, int code)
@@ -361,6 +365,15 @@ static void reap_children(void)
             reaper *rp = S.reapers[i];
             if (rp->pid == p && !rp->gone) {
                 rp->gone = 1;
+                /* What it reported before it ended is still buffered. */
+                read_report(rp);
+                conn *c = rp->owner;
+                if (c && c->starting) {
+                    c->starting = 0;
+                    c->running = 0;
+                    conn_error(c, PROTO_ERR_INTERNAL, EIO,
+                               "cannot start a process: its reaper ended first");
+                }
                 reaper_detach(rp);
                 reaper_retire(rp, 0);
             }
@@ -1044,6 +1057,15 @@ static reaper *reaper_get(void)
         if (rp->fd >= 0 && !rp->busy && !rp->gone)
             return rp;
     }
+    /* One whose IDLE waits unread (reaper_watched) is as good. */
+    for (size_t i = 0; i < S.nreapers; i++) {
+        reaper *rp = S.reapers[i];
+        if (rp->fd >= 0 && rp->busy && !rp->gone && !reaper_watched(rp)) {
+            read_report(rp);
+            if (rp->fd >= 0 && !rp->busy)
+                return rp;
+        }
+    }
     return reaper_new();
 }
 
@@ -1091,8 +1113,13 @@ static int reaper_send_job(reaper *rp, const unsigned char *payload, uint32_t le
     return 0;
 }
 
-/** Handles EXEC: validates the cwd and hands the exec to a reaper, which
- *  starts the command and answers STARTED. */
+/**
+ * Handles EXEC: validates the cwd and hands the exec to a reaper, which
+ * starts the command and answers STARTED (or, when nothing could start,
+ * reports REAPER_ERROR and exits). The supervisor does not wait for the
+ * reaper's REAPER_PID: it takes it in when it needs the pid (a KILL, the
+ * client gone; exec_pid_known), so an exec costs it one wake-up less.
+ */
 static void do_exec(conn *c, const unsigned char *payload, size_t len)
 {
     char **argv = NULL, **overlay = NULL;
@@ -1102,7 +1129,7 @@ static void do_exec(conn *c, const unsigned char *payload, size_t len)
     char msg[PATH_MAX + 128];
     reaper *rp = NULL;
 
-    if (c->pid != 0 || c->nfds != PROTO_EXEC_FDS) {
+    if (c->pid != 0 || c->starting || c->rp || c->nfds != PROTO_EXEC_FDS) {
         conn_error(c, PROTO_ERR_PROTOCOL, EPROTO, "EXEC needs three descriptors, once");
         goto out;
     }
@@ -1126,11 +1153,6 @@ static void do_exec(conn *c, const unsigned char *payload, size_t len)
     }
     rp = reaper_get();
     e = rp ? reaper_send_job(rp, payload, (uint32_t)len, c->fds, cwd_fd, c->fd) : errno;
-
-    reaper_msg m = { 0, 0 };
-    if (e == 0 && (read_all(rp->fd, &m, sizeof(m), START_WAIT_MS) < 0 || m.tag != REAPER_PID
-                   || m.value <= 1))
-        e = m.tag == REAPER_ERROR ? m.value : EIO;
     if (e != 0) {
         if (rp)
             reaper_retire(rp, 1);
@@ -1138,11 +1160,11 @@ static void do_exec(conn *c, const unsigned char *payload, size_t len)
         conn_error(c, PROTO_ERR_INTERNAL, e, msg);
         goto out;
     }
-    /* The reaper sends STARTED. */
+    /* The reaper reports the pid and sends STARTED. */
     rp->owner = c;
     c->rp = rp;
     c->reaper = rp->pid;
-    c->pid = m.value;
+    c->starting = 1;
     c->running = 1;
 
 out:
@@ -1173,7 +1195,25 @@ static void read_report(reaper *rp)
         rp->have = 0;
         reaper_msg m;
         memcpy(&m, rp->msg, sizeof(m));
-        if (m.tag == REAPER_EXIT && rp->owner) {
+        conn *c = rp->owner;
+        if (m.tag == REAPER_PID && c && c->starting) {
+            c->starting = 0;
+            if (m.value > 1) {
+                c->pid = m.value;
+            } else {
+                c->running = 0;
+                reaper_retire(rp, 1);
+                conn_error(c, PROTO_ERR_INTERNAL, EIO, "cannot start a process: bad report "
+                           "from its reaper");
+            }
+        } else if (m.tag == REAPER_ERROR && c && c->starting) {
+            char msg[128];
+            c->starting = 0;
+            c->running = 0;
+            reaper_retire(rp, 1);
+            snprintf(msg, sizeof(msg), "cannot start a process: %s", strerror(m.value));
+            conn_error(c, PROTO_ERR_INTERNAL, m.value, msg);
+        } else if (m.tag == REAPER_EXIT && rp->owner) {
             exec_ended(rp->owner, m.value);
         } else if (m.tag == REAPER_EXIT_SENT && rp->owner) {
             rp->owner->running = 0;
@@ -1188,6 +1228,49 @@ static void read_report(reaper *rp)
                 reaper_retire(rp, 0);
         }
     }
+}
+
+/**
+ * Takes in @c's REAPER_PID should it still be on its way (bounded by
+ * START_WAIT_MS; an exec whose reaper does not report is failed and its
+ * reaper killed), and any other report already sent. Returns 1 when the
+ * exec's pid is known, else 0.
+ */
+static int exec_pid_known(conn *c)
+{
+    long long end = now_ms() + START_WAIT_MS;
+    while (c->starting && c->rp && c->rp->fd >= 0) {
+        long long left = end - now_ms();
+        if (left <= 0 || wait_fd(c->rp->fd, POLLIN, left) <= 0)
+            break;
+        read_report(c->rp);
+    }
+    if (c->rp && c->rp->fd >= 0)
+        read_report(c->rp);
+    if (c->starting) {
+        c->starting = 0;
+        c->running = 0;
+        if (c->rp)
+            reaper_retire(c->rp, 1);
+        conn_error(c, PROTO_ERR_INTERNAL, EIO, "cannot start a process: its reaper did "
+                   "not answer");
+    }
+    return c->pid > 0;
+}
+
+/**
+ * 1 when the serve loop must watch @rp's reports at once: only while its
+ * exec was asked to KILL (the reaper then leaves EXIT to the supervisor).
+ * Nothing else it says needs the supervisor right away: the client hears
+ * STARTED and EXIT from the reaper itself, the reports wait in the socket
+ * until the client goes or sends KILL (exec_pid_known, read_report), an
+ * IDLE is taken in when an exec looks for a reaper (reaper_get), and a
+ * reaper that ends is noticed by SIGCHLD. Each report left waiting is a
+ * wake-up of the supervisor saved.
+ */
+static int reaper_watched(const reaper *rp)
+{
+    return rp->owner && rp->owner->killed;
 }
 
 /** Frees the reapers that were reaped. */
@@ -1233,6 +1316,15 @@ static void handle_frame(conn *c)
             conn_error(c, PROTO_ERR_PROTOCOL, EINVAL, "bad signal");
             break;
         }
+        /* Its reaper's reports first: the pid, and whether it ended. */
+        if (sig > 0 && c->rp && c->rp->fd >= 0) {
+            if (c->starting)
+                exec_pid_known(c);
+            else
+                read_report(c->rp);
+        }
+        if (c->dead)
+            break;
         if (c->pid > 0 && sig > 0) {
             c->killed = 1;
             /* Before any signal: the reaper then leaves EXIT to us. */
@@ -1337,8 +1429,12 @@ static void sweep_conns(void)
         conn *c = S.conns[i];
         /* A client closes once it has its EXIT: take in the reaper's word
          * that the exec ended before deciding it was left running. */
-        if (c->dead && c->running && c->rp && c->rp->fd >= 0)
-            read_report(c->rp);
+        if (c->dead && c->running && c->rp && c->rp->fd >= 0) {
+            if (c->starting)
+                exec_pid_known(c);
+            else
+                read_report(c->rp);
+        }
         if (c->dead && c->running && c->pid > 0)
             kill_exec(c, SIGKILL, 1);
     }
@@ -1435,7 +1531,8 @@ static void __attribute__((noreturn)) serve(void)
         for (size_t i = 0; i < nc; i++)
             pfd[2 + i] = (struct pollfd){ .fd = S.conns[i]->fd, .events = POLLIN };
         for (size_t i = 0; i < nr; i++)
-            pfd[2 + nc + i] = (struct pollfd){ .fd = S.reapers[i]->fd, .events = POLLIN };
+            pfd[2 + nc + i] = (struct pollfd){
+                .fd = reaper_watched(S.reapers[i]) ? S.reapers[i]->fd : -1, .events = POLLIN };
         long long timeout = last_watch + WATCH_INTERVAL_MS - now;
         if (!accepting && S.nconns < MAX_CONNS && timeout > 100)
             timeout = 100;
