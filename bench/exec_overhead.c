@@ -21,7 +21,10 @@
  * (there the ratio should be well below 1).
  *
  * Output: one line per pair with p50/p99 in microseconds and the ratio
- * library/raw at p50 and p99. Targets (issue "exec benchmarks"): p50 ratio
+ * library/raw at p50 and p99, and, where the sandbox has a supervisor
+ * (local, bubblewrap), its and its reapers' wake-ups per exec (voluntary
+ * context switches from /proc of the supervisor and of its children, the
+ * reapers: a figure the machine's load does not change). Targets (issue "exec benchmarks"): p50 ratio
  * <= 1.10, and <= 1.20 with 1 GiB held.
  *
  * Usage: exec_overhead [-n ITERATIONS] [-b BACKEND]   (default 400, local)
@@ -142,6 +145,52 @@ static int lib_exec(sbx_sandbox *sb, const char *const *argv, const char *shell)
     return code;
 }
 
+/* The supervisor pid in a sandbox's session state; 0 when none. */
+static long g_sup;
+
+static long supervisor_pid(sbx_sandbox *sb)
+{
+    char *state = sbx_sandbox_session_state(sb, NULL);
+    const char *p = state ? strstr(state, "\"supervisor_pid\":") : NULL;
+    long pid = p ? strtol(p + 17, NULL, 10) : 0;
+    free(state);
+    return pid;
+}
+
+/* voluntary_ctxt_switches of @pid; 0 when unreadable. */
+static long sleeps_of(long pid)
+{
+    char path[64], line[256];
+    long v = 0;
+    snprintf(path, sizeof path, "/proc/%ld/status", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "voluntary_ctxt_switches:", 24) == 0)
+            v = strtol(line + 24, NULL, 10);
+    fclose(f);
+    return v;
+}
+
+/* Wake-ups so far of the supervisor and its children (the reapers). */
+static long supervisor_sleeps(void)
+{
+    if (g_sup <= 0)
+        return 0;
+    long total = sleeps_of(g_sup);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/task/%ld/children", g_sup, g_sup);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return total;
+    long kid;
+    while (fscanf(f, "%ld", &kid) == 1)
+        total += sleeps_of(kid);
+    fclose(f);
+    return total;
+}
+
 static void measure(sbx_sandbox *sb, const char *label, int shell_form, int n,
                     char *const *raw_argv)
 {
@@ -160,6 +209,7 @@ static void measure(sbx_sandbox *sb, const char *label, int shell_form, int n,
         lib_exec(sb, shell_form ? NULL : true_argv, shell_form ? "echo hi" : NULL);
         raw_spawn(shell_form ? raw_shell : raw_true);
     }
+    long sleeps0 = supervisor_sleeps();
     for (int i = 0; i < n; i++) {
         double t0 = now_us();
         int a = lib_exec(sb, shell_form ? NULL : true_argv, shell_form ? "echo hi" : NULL);
@@ -173,10 +223,15 @@ static void measure(sbx_sandbox *sb, const char *label, int shell_form, int n,
         lib[i] = t1 - t0;
         raw[i] = t2 - t1;
     }
+    /* The raw spawns (the supervisor never sees them) barely add to it. */
+    long sleeps = supervisor_sleeps() - sleeps0;
     double lp50 = percentile(lib, (size_t)n, 0.50), lp99 = percentile(lib, (size_t)n, 0.99);
     double rp50 = percentile(raw, (size_t)n, 0.50), rp99 = percentile(raw, (size_t)n, 0.99);
-    printf("%-22s lib p50 %8.1f us p99 %8.1f us | raw p50 %8.1f us p99 %8.1f us | ratio p50 %.3f p99 %.3f\n",
+    printf("%-22s lib p50 %8.1f us p99 %8.1f us | raw p50 %8.1f us p99 %8.1f us | ratio p50 %.3f p99 %.3f",
            label, lp50, lp99, rp50, rp99, lp50 / rp50, lp99 / rp99);
+    if (g_sup > 0)
+        printf(" | supervisor+reaper wake-ups/exec %.2f", (double)sleeps / n);
+    printf("\n");
     free(lib);
     free(raw);
 }
@@ -205,6 +260,7 @@ int main(int argc, char **argv)
         sbx_error_free(err);
         return 1;
     }
+    g_sup = supervisor_pid(sb);
     printf("exec_overhead: backend %s, %d iterations per pair, alternating\n", backend, n);
     measure(sb, "argv /bin/true", 0, n, NULL);
     measure(sb, "shell echo hi", 1, n, NULL);

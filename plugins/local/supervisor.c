@@ -17,7 +17,7 @@
  * (the exec's pid is its session id), reports its pid and exit code on a
  * socket, and reaps whatever the command leaves until nothing of it is
  * left. Every process the command starts, setsid'd or double-forked, stays
- * below that reaper, so KILL reaches the whole tree through the parent
+ * below that reaper, so KILL reaches the whole tree through the child
  * links in /proc. A reaper serves one exec at a time; once nothing of its
  * exec is left it says so (IDLE) and waits for the next one, so an exec
  * normally costs no fork and no process exit besides the command's own
@@ -26,7 +26,14 @@
  * reaper writes STARTED and EXIT on the client's connection itself (one
  * process less between the command's end and the caller); the supervisor
  * answers everything else, and sends EXIT itself for an exec that was
- * killed, once nothing of it is left.
+ * killed, once nothing of it is left. The supervisor reads a reaper's
+ * reports only when it needs them (the client gone or asking for a KILL,
+ * a reaper wanted for the next exec, the reaper ended): an exec wakes it
+ * for the request and for the client's close, nothing else.
+ * The kill walks follow each process's children (/proc/PID/task/TID/
+ * children) down from the supervisor or a reaper, so they cost what the
+ * sandbox's tree costs, whatever else runs on the host; teardowns wait
+ * for SIGCHLD between rounds, not for a fixed time.
  * DESTROY kills every descendant of the supervisor, answers and exits.
  *
  * Should the supervisor die without DESTROY (SIGKILL, a crash), its
