@@ -9,7 +9,10 @@
  *   shell : execute_shell("echo hi")              vs posix_spawn("/bin/sh -c 'echo hi'")
  * each again while the caller holds 1 GiB of touched memory (a process that
  * forks would pay for copying its page tables; posix_spawn and the sandbox
- * supervisor do not).
+ * supervisor do not), and again while every other core is busy (`+load`:
+ * the bench starts one CPU-bound child per online core but one, each
+ * bounded by alarm(LOAD_SECS) and by the bench's own death, and kills them
+ * by pid after the row: every hop of an exec then waits for a CPU).
  *
  * On the bubblewrap backend one more pair shows what a live sandbox saves:
  *   bwrap : execute_command({"/bin/true"})        vs posix_spawn of a fresh
@@ -18,13 +21,18 @@
  * (there the ratio should be well below 1).
  *
  * Output: one line per pair with p50/p99 in microseconds and the ratio
- * library/raw at p50 and p99. Targets (issue "exec benchmarks"): p50 ratio
+ * library/raw at p50 and p99, and, where the sandbox has a supervisor
+ * (local, bubblewrap), its and its reapers' wake-ups per exec (voluntary
+ * context switches from /proc of the supervisor and of its children, the
+ * reapers: a figure the machine's load does not change). Targets (issue "exec benchmarks"): p50 ratio
  * <= 1.10, and <= 1.20 with 1 GiB held.
  *
  * Usage: exec_overhead [-n ITERATIONS] [-b BACKEND]   (default 400, local)
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +95,39 @@ static int raw_spawn(char *const argv[])
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/** Longest a CPU-load child lives (it is killed by pid after its rows). */
+#define LOAD_SECS 600
+
+/** Starts @n CPU-bound children into @pids; returns how many started. */
+static int start_load(pid_t *pids, int n)
+{
+    int k = 0;
+    for (; k < n; k++) {
+        pid_t p = fork();
+        if (p < 0)
+            break;
+        if (p == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() == 1)
+                _exit(0);
+            alarm(LOAD_SECS);
+            for (volatile unsigned long x = 0;; x++)
+                ;
+        }
+        pids[k] = p;
+    }
+    return k;
+}
+
+static void stop_load(const pid_t *pids, int n)
+{
+    for (int i = 0; i < n; i++)
+        kill(pids[i], SIGKILL);
+    for (int i = 0; i < n; i++)
+        while (waitpid(pids[i], NULL, 0) < 0 && errno == EINTR)
+            ;
+}
+
 static int lib_exec(sbx_sandbox *sb, const char *const *argv, const char *shell)
 {
     sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
@@ -102,6 +143,52 @@ static int lib_exec(sbx_sandbox *sb, const char *const *argv, const char *shell)
     int code = sbx_result_get_exit_code(r);
     sbx_result_free(r);
     return code;
+}
+
+/* The supervisor pid in a sandbox's session state; 0 when none. */
+static long g_sup;
+
+static long supervisor_pid(sbx_sandbox *sb)
+{
+    char *state = sbx_sandbox_session_state(sb, NULL);
+    const char *p = state ? strstr(state, "\"supervisor_pid\":") : NULL;
+    long pid = p ? strtol(p + 17, NULL, 10) : 0;
+    free(state);
+    return pid;
+}
+
+/* voluntary_ctxt_switches of @pid; 0 when unreadable. */
+static long sleeps_of(long pid)
+{
+    char path[64], line[256];
+    long v = 0;
+    snprintf(path, sizeof path, "/proc/%ld/status", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "voluntary_ctxt_switches:", 24) == 0)
+            v = strtol(line + 24, NULL, 10);
+    fclose(f);
+    return v;
+}
+
+/* Wake-ups so far of the supervisor and its children (the reapers). */
+static long supervisor_sleeps(void)
+{
+    if (g_sup <= 0)
+        return 0;
+    long total = sleeps_of(g_sup);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/task/%ld/children", g_sup, g_sup);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return total;
+    long kid;
+    while (fscanf(f, "%ld", &kid) == 1)
+        total += sleeps_of(kid);
+    fclose(f);
+    return total;
 }
 
 static void measure(sbx_sandbox *sb, const char *label, int shell_form, int n,
@@ -122,6 +209,7 @@ static void measure(sbx_sandbox *sb, const char *label, int shell_form, int n,
         lib_exec(sb, shell_form ? NULL : true_argv, shell_form ? "echo hi" : NULL);
         raw_spawn(shell_form ? raw_shell : raw_true);
     }
+    long sleeps0 = supervisor_sleeps();
     for (int i = 0; i < n; i++) {
         double t0 = now_us();
         int a = lib_exec(sb, shell_form ? NULL : true_argv, shell_form ? "echo hi" : NULL);
@@ -135,10 +223,15 @@ static void measure(sbx_sandbox *sb, const char *label, int shell_form, int n,
         lib[i] = t1 - t0;
         raw[i] = t2 - t1;
     }
+    /* The raw spawns (the supervisor never sees them) barely add to it. */
+    long sleeps = supervisor_sleeps() - sleeps0;
     double lp50 = percentile(lib, (size_t)n, 0.50), lp99 = percentile(lib, (size_t)n, 0.99);
     double rp50 = percentile(raw, (size_t)n, 0.50), rp99 = percentile(raw, (size_t)n, 0.99);
-    printf("%-22s lib p50 %8.1f us p99 %8.1f us | raw p50 %8.1f us p99 %8.1f us | ratio p50 %.3f p99 %.3f\n",
+    printf("%-22s lib p50 %8.1f us p99 %8.1f us | raw p50 %8.1f us p99 %8.1f us | ratio p50 %.3f p99 %.3f",
            label, lp50, lp99, rp50, rp99, lp50 / rp50, lp99 / rp99);
+    if (g_sup > 0)
+        printf(" | supervisor+reaper wake-ups/exec %.2f", (double)sleeps / n);
+    printf("\n");
     free(lib);
     free(raw);
 }
@@ -167,6 +260,7 @@ int main(int argc, char **argv)
         sbx_error_free(err);
         return 1;
     }
+    g_sup = supervisor_pid(sb);
     printf("exec_overhead: backend %s, %d iterations per pair, alternating\n", backend, n);
     measure(sb, "argv /bin/true", 0, n, NULL);
     measure(sb, "shell echo hi", 1, n, NULL);
@@ -201,6 +295,25 @@ int main(int argc, char **argv)
             bwrap_argv[k++] = tail[i];
         measure(sb, "bwrap /bin/true", 0, n, bwrap_argv);
     }
+
+    /* Every other core busy. */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int want = cpus > 1 ? (int)cpus - 1 : 1;
+    pid_t load[256];
+    if (want > 256)
+        want = 256;
+    int nload = start_load(load, want);
+    if (nload != want) {
+        stop_load(load, nload);
+        fprintf(stderr, "exec_overhead: could start only %d of %d CPU-load processes\n", nload,
+                want);
+        return 1;
+    }
+    printf("(+load: %d CPU-bound process%s on %ld online cores)\n", nload,
+           nload == 1 ? "" : "es", cpus);
+    measure(sb, "argv /bin/true +load", 0, n, NULL);
+    measure(sb, "shell echo hi +load", 1, n, NULL);
+    stop_load(load, nload);
 
     size_t big = (size_t)1 << 30;
     char *hold = malloc(big);

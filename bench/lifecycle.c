@@ -12,11 +12,17 @@
  *    process's shared client) out of process;
  *  - create-only and destroy-only times of the cycle, per mode;
  *  - destroy with 1,000 other live processes on the host (children of this
- *    program, `sleep`, killed at the end) against destroy with none.
+ *    program, each `sleep 600` that also dies with this program through
+ *    PR_SET_PDEATHSIG; all of them are checked to run before the row and
+ *    killed by pid after it) against destroy with none, measured before
+ *    and again after that row.
  * Printed: the medians (p50) in ms, the ratios cycle / raw, loaded destroy
- * / plain destroy, and the supervisor's context switches per cycle (its
+ * / plain destroy, the supervisor's context switches per cycle (its
  * voluntary + involuntary switches from /proc, read just before destroy:
- * the wake-ups of create and one exec), local and bubblewrap only.
+ * the wake-ups of create and one exec; local and bubblewrap only), and the
+ * caller's own voluntary context switches per in-process cycle (each one a
+ * sleep of create, the exec or destroy: waits on the supervisor, and any
+ * fixed sleep the library still has).
  *
  * PATH is set to the standard list (/usr/local/sbin:...:/bin) first, so
  * that the sandbox and the raw side run the system's python3, not a
@@ -33,6 +39,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <sbx/sbx.h>
@@ -60,8 +68,23 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* The other processes of the loaded destroy row, killed on any exit. */
+static pid_t *g_kids;
+static int g_nkids;
+
+static void kill_kids(void)
+{
+    for (int i = 0; i < g_nkids; i++)
+        kill(g_kids[i], SIGKILL);
+    for (int i = 0; i < g_nkids; i++)
+        while (waitpid(g_kids[i], NULL, 0) < 0 && errno == EINTR)
+            ;
+    g_nkids = 0;
+}
+
 static void die(const char *what, const sbx_error *err)
 {
+    kill_kids();
     fprintf(stderr, "lifecycle: %s: %s\n", what, err ? sbx_error_get0_message(err) : "failed");
     exit(1);
 }
@@ -125,9 +148,17 @@ static long ctxt_switches(long pid)
     return seen == 2 ? total : -1;
 }
 
+/* The caller's voluntary context switches so far (all its threads). */
+static long own_sleeps(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_nvcsw : 0;
+}
+
 typedef struct cycle_times {
     double create, exec, destroy, total;
     long switches;
+    long sleeps;
 } cycle_times;
 
 /* One create + execute_code + destroy on @client (NULL: sbx_create). */
@@ -135,6 +166,7 @@ static cycle_times cycle_once(sbx_client *client)
 {
     cycle_times t = { 0 };
     sbx_error *err = NULL;
+    long s0 = own_sleeps();
     double t0 = now_ms();
     sbx_sandbox *sb = client ? sbx_sandbox_create(client, NULL, &err)
                              : sbx_create(g_backend, NULL, &err);
@@ -156,6 +188,7 @@ static cycle_times cycle_once(sbx_client *client)
     if (sbx_sandbox_destroy(sb, &err) != 0)
         die("destroy", err);
     double t4 = now_ms();
+    t.sleeps = own_sleeps() - s0;
     sbx_sandbox_free(sb);
     t.create = t1 - t0;
     t.exec = t2 - t1;
@@ -231,7 +264,9 @@ int main(int argc, char **argv)
     double *raw = calloc((size_t)rounds, sizeof(double));
     double *tot[3], *cre[3], *des[3], *dplain = calloc((size_t)rounds, sizeof(double));
     double *dloaded = calloc((size_t)rounds, sizeof(double));
+    double *dafter = calloc((size_t)rounds, sizeof(double));
     long *sw = calloc((size_t)rounds, sizeof(long));
+    long *sl = calloc((size_t)rounds, sizeof(long));
     for (int m = 0; m < 3; m++) {
         tot[m] = calloc((size_t)rounds, sizeof(double));
         cre[m] = calloc((size_t)rounds, sizeof(double));
@@ -252,31 +287,55 @@ int main(int argc, char **argv)
             tot[m][i] = t.total;
             cre[m][i] = t.create;
             des[m][i] = t.destroy;
-            if (m == 1)
+            if (m == 1) {
                 sw[i] = t.switches;
+                sl[i] = t.sleeps;
+            }
         }
         dplain[i] = destroy_once(out);
     }
 
     /* The same destroys with many other processes on the host. */
-    pid_t *kids = calloc((size_t)others + 1, sizeof(pid_t));
-    int nkids = 0;
+    g_kids = calloc((size_t)others + 1, sizeof(pid_t));
+    if (!g_kids)
+        die("calloc", NULL);
     for (int i = 0; i < others; i++) {
         pid_t pid = fork();
         if (pid < 0)
-            break;
+            die("fork of the other processes", NULL);
         if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() == 1)
+                _exit(0);
             execl("/bin/sleep", "sleep", "600", (char *)NULL);
             _exit(127);
         }
-        kids[nkids++] = pid;
+        g_kids[g_nkids++] = pid;
     }
+    /* Every one of them is there, and has become `sleep`. */
+    for (int i = 0; i < g_nkids; i++) {
+        char path[64], comm[64] = "";
+        snprintf(path, sizeof path, "/proc/%d/comm", (int)g_kids[i]);
+        for (int tries = 0; tries < 5000; tries++) {
+            FILE *f = fopen(path, "r");
+            if (f) {
+                if (!fgets(comm, sizeof comm, f))
+                    comm[0] = '\0';
+                fclose(f);
+            }
+            if (strcmp(comm, "sleep\n") == 0)
+                break;
+            usleep(1000);
+        }
+        if (strcmp(comm, "sleep\n") != 0)
+            die("one of the other processes is not running sleep", NULL);
+    }
+    int nkids = g_nkids;
     for (int i = 0; i < rounds; i++)
         dloaded[i] = destroy_once(out);
-    for (int i = 0; i < nkids; i++)
-        kill(kids[i], SIGKILL);
-    for (int i = 0; i < nkids; i++)
-        waitpid(kids[i], NULL, 0);
+    kill_kids();
+    for (int i = 0; i < rounds; i++)
+        dafter[i] = destroy_once(out);
 
     double raw50 = median(raw, rounds);
     printf("lifecycle on %s, %d rounds; raw = posix_spawn of %s -c 'print(1)'\n", g_backend,
@@ -289,8 +348,10 @@ int main(int argc, char **argv)
                median(des[m], rounds), c / raw50);
     }
     double dp = median(dplain, rounds), dl = median(dloaded, rounds);
-    printf("destroy (out of process): %.2f ms alone, %.2f ms with %d other processes "
-           "(ratio %.2f)\n", dp, dl, nkids, dl / dp);
+    double da = median(dafter, rounds);
+    printf("destroy (out of process): %.2f ms alone, %.2f ms with %d other live processes, "
+           "%.2f ms alone after (ratio loaded/alone %.2f)\n", dp, dl, nkids, da,
+           dl / ((dp + da) / 2));
     long swsum = 0;
     int swn = 0;
     for (int i = 0; i < rounds; i++)
@@ -301,6 +362,11 @@ int main(int argc, char **argv)
     if (swn)
         printf("supervisor context switches per cycle (create + one exec): %.1f\n",
                (double)swsum / swn);
+    long slsum = 0;
+    for (int i = 0; i < rounds; i++)
+        slsum += sl[i];
+    printf("caller's voluntary context switches (sleeps) per in-process cycle: %.1f\n",
+           (double)slsum / rounds);
 
     sbx_client_free(out);
     sbx_client_free(in);

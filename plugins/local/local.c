@@ -57,6 +57,7 @@
 #include <unistd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
@@ -718,27 +719,66 @@ static int check_supervisor(const char *path, const char *op, sbx_error **error)
     return -1;
 }
 
+/** A pidfd of @pid (close-on-exec), or -1 with errno set where the kernel
+ *  has none (before 5.3) or @pid is gone. */
+static int pidfd_of(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+    (void)pid;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/** Sleeps until @pidfd is readable (its process ended) or @ms passed
+ *  (-1: no limit). Returns 1 when it ended, else 0. */
+static int pidfd_wait(int pidfd, int ms)
+{
+    struct pollfd p = { .fd = pidfd, .events = POLLIN };
+    int r;
+    while ((r = poll(&p, 1, ms)) < 0 && errno == EINTR)
+        ;
+    return r > 0;
+}
+
 /** Waits (bounded) for our own direct child @pid; returns its status or -1
- *  when it was reaped elsewhere. */
+ *  when it was reaped elsewhere. Sleeps on a pidfd of it (where the kernel
+ *  has pidfds; else it looks every millisecond). */
 static int reap_child(pid_t pid, const bound *bd)
 {
-    int status;
+    int status, rc;
+    int pidfd = pidfd_of(pid);
     for (;;) {
         pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid)
-            return status;
+        if (r == pid) {
+            rc = status;
+            break;
+        }
         if (r < 0 && errno == EINTR)
             continue;
-        if (r < 0)
-            return -1;  /* SIGCHLD ignored, or reaped by the application */
-        if (bound_ms(bd) == 0) {
+        if (r < 0) {
+            rc = -1;    /* SIGCHLD ignored, or reaped by the application */
+            break;
+        }
+        int ms = bound_ms(bd);
+        if (ms == 0) {
             kill(pid, SIGKILL);
             while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
                 ;
-            return status;
+            rc = status;
+            break;
         }
-        sleep_ms(1);
+        if (pidfd >= 0) {
+            pidfd_wait(pidfd, ms);
+        } else {
+            sleep_ms(1);
+        }
     }
+    if (pidfd >= 0)
+        close(pidfd);
+    return rc;
 }
 
 /**
@@ -1572,16 +1612,42 @@ fail:
     return -1;
 }
 
-/** Waits (bounded) until the supervisor process is gone. */
+/**
+ * Waits (bounded by @secs) until the supervisor process is gone (a zombie
+ * counts as gone). Returns 0, or -1 when it still runs. Sleeps on a pidfd
+ * of it, which is readable once it ended; without pidfds it looks every
+ * 5 ms.
+ */
 static int wait_supervisor_gone(struct sbx_plugin_sandbox *sb, double secs)
 {
+    if (!proto_proc_alive(sb->sup_pid, sb->sup_start))
+        return 0;
     double end = mono_now() + secs;
+    /* Opened after the check above and checked again below: a pid taken
+     * over by another process fails the start-time check. */
+    int pidfd = pidfd_of(sb->sup_pid);
+    int rc = 0;
     while (proto_proc_alive(sb->sup_pid, sb->sup_start)) {
-        if (mono_now() >= end)
-            return -1;
-        sleep_ms(5);
+        double left = end - mono_now();
+        if (left <= 0) {
+            rc = -1;
+            break;
+        }
+        if (pidfd >= 0) {
+            int ms = left * 1000.0 >= INT_MAX - 1 ? INT_MAX : (int)(left * 1000.0) + 1;
+            if (pidfd_wait(pidfd, ms)) {
+                /* Ended: the next check sees it gone. Should it not, look
+                 * the slow way rather than spin on a readable pidfd. */
+                close(pidfd);
+                pidfd = -1;
+            }
+        } else {
+            sleep_ms(5);
+        }
     }
-    return 0;
+    if (pidfd >= 0)
+        close(pidfd);
+    return rc;
 }
 
 /** Last resort when the supervisor does not answer: kill its tree, then

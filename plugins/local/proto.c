@@ -226,15 +226,18 @@ static int row_cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-size_t proto_kill_descendants(pid_t ancestor, int sig, size_t *zombies)
+/**
+ * The fallback walk, for kernels without /proc/PID/task/TID/children
+ * (CONFIG_PROC_CHILDREN unset): reads /proc/PID/stat of every process on
+ * the host and follows the parent links down from @ancestor. O(host).
+ */
+static void walk_by_scan(pid_t ancestor, proto_visit_fn fn, void *data)
 {
     struct proc_row *rows = NULL;
     size_t n = 0, cap = 0;
-    if (zombies)
-        *zombies = 0;
     DIR *d = opendir("/proc");
     if (!d)
-        return 0;
+        return;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         char *end;
@@ -257,7 +260,7 @@ size_t proto_kill_descendants(pid_t ancestor, int sig, size_t *zombies)
     closedir(d);
     if (n == 0) {
         free(rows);
-        return 0;
+        return;
     }
     qsort(rows, n, sizeof(*rows), row_cmp);
 
@@ -281,19 +284,159 @@ size_t proto_kill_descendants(pid_t ancestor, int sig, size_t *zombies)
             }
         }
     }
-    size_t live = 0, dead = 0;
     for (size_t i = 0; i < n; i++) {
         if (!rows[i].mark)
             continue;
-        if (rows[i].state == 'Z' || rows[i].state == 'X') {
-            dead++;
-        } else {
-            live++;
-            kill(rows[i].pid, sig);
-        }
+        proto_proc st;
+        /* Read again: the sid, and whether it still is what the scan saw. */
+        if (proto_proc_stat(rows[i].pid, &st) == 0 && st.ppid == rows[i].ppid)
+            fn(rows[i].pid, &st, data);
     }
     free(rows);
+}
+
+/** 1 when this kernel has /proc/PID/task/TID/children; found out once. */
+static int have_children_files(void)
+{
+    static volatile int known = -1;
+    int k = known;
+    if (k < 0) {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/self/task/%d/children", (int)getpid());
+        k = access(path, F_OK) == 0;
+        known = k;
+    }
+    return k;
+}
+
+/** A growable list of pids, each with the parent it was listed under. */
+struct pid_queue {
+    pid_t *pid;
+    pid_t *parent;
+    size_t n, cap;
+};
+
+/** Most pids one walk lists (PID_MAX_LIMIT): a tree is never larger. */
+#define WALK_MAX 4194304
+
+static int queue_push(struct pid_queue *q, pid_t pid, pid_t parent)
+{
+    if (q->n >= WALK_MAX)
+        return -1;
+    if (q->n == q->cap) {
+        size_t ncap = q->cap ? q->cap * 2 : 64;
+        pid_t *a = realloc(q->pid, ncap * sizeof(*a));
+        if (!a)
+            return -1;
+        q->pid = a;
+        pid_t *b = realloc(q->parent, ncap * sizeof(*b));
+        if (!b)
+            return -1;
+        q->parent = b;
+        q->cap = ncap;
+    }
+    q->pid[q->n] = pid;
+    q->parent[q->n] = parent;
+    q->n++;
+    return 0;
+}
+
+/** Appends the children of every thread of @pid to @q (what the kernel
+ *  lists in /proc/@pid/task/TID/children). */
+static void push_children(struct pid_queue *q, pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        char file[320];
+        snprintf(file, sizeof(file), "/proc/%d/task/%s/children", (int)pid, e->d_name);
+        int fd = open(file, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        /* "PID PID ... " with no limit on the count: parse as it comes. */
+        char buf[4096];
+        long cur = -1;
+        for (;;) {
+            ssize_t n = read(fd, buf, sizeof(buf));
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                break;
+            for (ssize_t i = 0; i < n; i++) {
+                if (buf[i] >= '0' && buf[i] <= '9') {
+                    cur = (cur < 0 ? 0 : cur * 10) + (buf[i] - '0');
+                    if (cur > INT_MAX)
+                        cur = INT_MAX;
+                } else if (cur >= 0) {
+                    if (cur > 0)
+                        queue_push(q, (pid_t)cur, pid);
+                    cur = -1;
+                }
+            }
+        }
+        if (cur > 0)
+            queue_push(q, (pid_t)cur, pid);
+        close(fd);
+    }
+    closedir(d);
+}
+
+void proto_walk_descendants(pid_t ancestor, proto_visit_fn fn, void *data)
+{
+    if (ancestor <= 0)
+        return;
+    if (!have_children_files()) {
+        walk_by_scan(ancestor, fn, data);
+        return;
+    }
+    struct pid_queue q = { 0 };
+    push_children(&q, ancestor);
+    for (size_t i = 0; i < q.n; i++) {
+        pid_t pid = q.pid[i];
+        proto_proc st;
+        /* Gone, or no longer below the process it was listed under (it
+         * was reparented, or its pid names another process now): a later
+         * walk finds it where it went. */
+        if (pid == ancestor || proto_proc_stat(pid, &st) < 0 || st.ppid != q.parent[i])
+            continue;
+        /* Its children first: once @fn has signalled it, it may exit and
+         * they move away before they could be listed. A zombie has none. */
+        if (st.state != 'Z' && st.state != 'X')
+            push_children(&q, pid);
+        fn(pid, &st, data);
+    }
+    free(q.pid);
+    free(q.parent);
+}
+
+struct kill_walk {
+    int sig;
+    size_t live;
+    size_t dead;
+};
+
+static void kill_one(pid_t pid, const proto_proc *st, void *data)
+{
+    struct kill_walk *k = data;
+    if (st->state == 'Z' || st->state == 'X') {
+        k->dead++;
+        return;
+    }
+    k->live++;
+    kill(pid, k->sig);
+}
+
+size_t proto_kill_descendants(pid_t ancestor, int sig, size_t *zombies)
+{
+    struct kill_walk k = { .sig = sig };
+    proto_walk_descendants(ancestor, kill_one, &k);
     if (zombies)
-        *zombies = dead;
-    return live;
+        *zombies = k.dead;
+    return k.live;
 }

@@ -142,9 +142,28 @@ int proto_proc_stat(pid_t pid, proto_proc *out);
  *  A zombie counts as gone. */
 int proto_proc_alive(pid_t pid, unsigned long long start);
 
-/** Sends @sig to every live descendant of @ancestor (found through the
- *  parent links in /proc). Returns how many live descendants it signalled
- *  and stores in *@zombies (may be NULL) how many zombies it saw. */
+/** Called by proto_walk_descendants for each descendant @pid, with what
+ *  its /proc/PID/stat said just before (a zombie has state 'Z'). */
+typedef void (*proto_visit_fn)(pid_t pid, const proto_proc *st, void *data);
+
+/**
+ * Calls @fn for every descendant of @ancestor (not @ancestor itself),
+ * parents before their children. The tree is followed down through
+ * /proc/PID/task/TID/children, so the cost grows with the size of the tree,
+ * not with the number of processes on the host; a process is visited only
+ * while its parent is still the one it was listed under. Where the kernel
+ * has no such files (CONFIG_PROC_CHILDREN unset) it falls back to reading
+ * /proc/PID/stat of every process on the host.
+ *
+ * A snapshot, not atomic: a process forked or reparented during the walk
+ * may be missed, so callers that must end a tree repeat until nothing is
+ * left. Thread-safe (no shared state but a cached probe of the kernel).
+ */
+void proto_walk_descendants(pid_t ancestor, proto_visit_fn fn, void *data);
+
+/** Sends @sig to every live descendant of @ancestor (proto_walk_descendants).
+ *  Returns how many live descendants it signalled and stores in *@zombies
+ *  (may be NULL) how many zombies it saw. */
 size_t proto_kill_descendants(pid_t ancestor, int sig, size_t *zombies);
 
 #endif /* SBX_LOCAL_PROTO_H */

@@ -17,7 +17,7 @@
  * (the exec's pid is its session id), reports its pid and exit code on a
  * socket, and reaps whatever the command leaves until nothing of it is
  * left. Every process the command starts, setsid'd or double-forked, stays
- * below that reaper, so KILL reaches the whole tree through the parent
+ * below that reaper, so KILL reaches the whole tree through the child
  * links in /proc. A reaper serves one exec at a time; once nothing of its
  * exec is left it says so (IDLE) and waits for the next one, so an exec
  * normally costs no fork and no process exit besides the command's own
@@ -26,7 +26,14 @@
  * reaper writes STARTED and EXIT on the client's connection itself (one
  * process less between the command's end and the caller); the supervisor
  * answers everything else, and sends EXIT itself for an exec that was
- * killed, once nothing of it is left.
+ * killed, once nothing of it is left. The supervisor reads a reaper's
+ * reports only when it needs them (the client gone or asking for a KILL,
+ * a reaper wanted for the next exec, the reaper ended): an exec wakes it
+ * for the request and for the client's close, nothing else.
+ * The kill walks follow each process's children (/proc/PID/task/TID/
+ * children) down from the supervisor or a reaper, so they cost what the
+ * sandbox's tree costs, whatever else runs on the host; teardowns wait
+ * for SIGCHLD between rounds, not for a fixed time.
  * DESTROY kills every descendant of the supervisor, answers and exits.
  *
  * Should the supervisor die without DESTROY (SIGKILL, a crash), its
@@ -79,8 +86,8 @@
 #define EXEC_KILL_ROUNDS 400
 /** How long an exec's reaper may take to start the command. */
 #define START_WAIT_MS 10000
-/** Rounds (10 ms apart) the final teardown may take. */
-#define TEARDOWN_ROUNDS 500
+/** How long the final teardown (or an orphaned reaper's) may take. */
+#define TEARDOWN_MS 5000
 /** Idle reapers kept for later execs; more are told to exit. */
 #define REAPER_IDLE_MAX 4
 /** Descriptors of a job: the command's stdin, stdout, stderr, its working
@@ -106,6 +113,7 @@ typedef struct conn {
     int fds[PROTO_EXEC_FDS];     /* descriptors received with EXEC */
     int nfds;
     pid_t pid;                   /* exec's main process and session id */
+    int starting;                /* handed to rp, its REAPER_PID not read yet */
     pid_t reaper;                /* pid of rp while it serves this exec, else 0 */
     struct reaper *rp;           /* the reaper running this exec, or NULL */
     int running;                 /* main process not reaped yet */
@@ -281,6 +289,9 @@ static int exit_code_of(int status)
 }
 
 static void conn_send(conn *c, proto_buf *b);
+static void conn_error(conn *c, proto_err_kind kind, int err, const char *msg);
+static void read_report(struct reaper *rp);
+static int reaper_watched(const struct reaper *rp);
 
 /** Records that @c's main process ended with @code and tells the client. */
 static void send_exit(conn *c, int code)
@@ -361,6 +372,15 @@ static void reap_children(void)
             reaper *rp = S.reapers[i];
             if (rp->pid == p && !rp->gone) {
                 rp->gone = 1;
+                /* What it reported before it ended is still buffered. */
+                read_report(rp);
+                conn *c = rp->owner;
+                if (c && c->starting) {
+                    c->starting = 0;
+                    c->running = 0;
+                    conn_error(c, PROTO_ERR_INTERNAL, EIO,
+                               "cannot start a process: its reaper ended first");
+                }
                 reaper_detach(rp);
                 reaper_retire(rp, 0);
             }
@@ -373,26 +393,6 @@ static void reap_children(void)
     }
 }
 
-/** Calls @fn for each process in /proc. */
-static void for_each_proc(void (*fn)(pid_t pid, const proto_proc *st, void *data),
-                          void *data)
-{
-    DIR *d = opendir("/proc");
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        char *end;
-        long v = strtol(e->d_name, &end, 10);
-        if (*end != '\0' || v <= 0 || v > INT_MAX)
-            continue;
-        proto_proc st;
-        if (proto_proc_stat((pid_t)v, &st) == 0)
-            fn((pid_t)v, &st, data);
-    }
-    closedir(d);
-}
-
 struct session_kill {
     pid_t sid;
     int sig;
@@ -403,7 +403,7 @@ struct session_kill {
 static void session_kill_one(pid_t pid, const proto_proc *st, void *data)
 {
     struct session_kill *k = data;
-    if (st->sid != k->sid || pid == getpid() || pid == 1)
+    if (st->sid != k->sid || pid == 1)
         return;
     if (st->state == 'Z' || st->state == 'X') {
         k->zombies++;
@@ -426,8 +426,10 @@ static void kill_exec(conn *c, int sig, int sync)
         return;
     int zombie_rounds = 0;
     for (int round = 0; round < (sync ? EXEC_KILL_ROUNDS : 1); round++) {
+        /* Whatever of the session outlived its reaper was reparented to
+         * us (the subreaper): it is below the supervisor. */
         struct session_kill k = { .sid = c->pid, .sig = sig };
-        for_each_proc(session_kill_one, &k);
+        proto_walk_descendants(getpid(), session_kill_one, &k);
         size_t zombies = 0;
         if (c->reaper > 0)
             k.live += proto_kill_descendants(c->reaper, sig, &zombies);
@@ -442,19 +444,52 @@ static void kill_exec(conn *c, int sig, int sync)
     }
 }
 
-/** Kills everything the sandbox started and reaps it (bounded). */
+/** 1 when the calling process has no child left, ended or not. */
+static int no_children(void)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
+    return waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD;
+}
+
+/**
+ * Sleeps until a SIGCHLD is pending on @sig_fd (a signalfd with SIGCHLD
+ * blocked) or @ms passed, and takes the pending signals in. Without a
+ * signalfd it just sleeps. Every death below a child subreaper ends in a
+ * SIGCHLD here (its own child's, or a zombie's reparented to it), so the
+ * time-out only bounds a wait for something that is not a death.
+ */
+static void wait_chld(int sig_fd, long ms)
+{
+    if (sig_fd < 0) {
+        sleep_ms(ms);
+        return;
+    }
+    struct pollfd p = { .fd = sig_fd, .events = POLLIN };
+    while (poll(&p, 1, (int)ms) < 0 && errno == EINTR)
+        ;
+    struct signalfd_siginfo si;
+    while (read(sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+        ;
+}
+
+/**
+ * Kills everything the sandbox started and reaps it (bounded). Done once
+ * the supervisor has no child: every descendant hangs below one. Between
+ * rounds it waits for the next death (SIGCHLD), not for a fixed time.
+ */
 static void kill_everything(void)
 {
-    for (int round = 0; round < TEARDOWN_ROUNDS; round++) {
-        size_t zombies = 0;
-        size_t found = proto_kill_descendants(getpid(), SIGKILL, &zombies) + zombies;
+    long long end = now_ms() + TEARDOWN_MS;
+    while (now_ms() < end) {
         reap_children();
-        siginfo_t si;
-        memset(&si, 0, sizeof(si));
-        int r = waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT);
-        if (found == 0 && r < 0 && errno == ECHILD)
+        if (no_children())
             return;
-        sleep_ms(10);
+        proto_kill_descendants(getpid(), SIGKILL, NULL);
+        reap_children();
+        if (no_children())
+            return;
+        wait_chld(S.sig_fd, 10);
     }
 }
 
@@ -854,19 +889,24 @@ static int send_i32_frame(int fd, uint32_t type, int32_t value)
 
 /**
  * In a reaper whose supervisor is gone: kills every process below it
- * until none is left (bounded), reaps them and exits.
+ * until none is left (bounded; woken by @sig_fd's SIGCHLD), reaps them
+ * and exits.
  */
-static void __attribute__((noreturn)) reaper_orphaned(void)
+static void __attribute__((noreturn)) reaper_orphaned(int sig_fd)
 {
-    for (int round = 0; round < TEARDOWN_ROUNDS; round++) {
-        size_t zombies = 0;
-        size_t live = proto_kill_descendants(getpid(), SIGKILL, &zombies);
+    long long end = now_ms() + TEARDOWN_MS;
+    while (now_ms() < end) {
         int status;
         while (waitpid(-1, &status, WNOHANG) > 0)
             ;
-        if (live == 0 && waitpid(-1, &status, WNOHANG) < 0 && errno == ECHILD)
+        if (no_children())
             break;
-        sleep_ms(10);
+        proto_kill_descendants(getpid(), SIGKILL, NULL);
+        while (waitpid(-1, &status, WNOHANG) > 0)
+            ;
+        if (no_children())
+            break;
+        wait_chld(sig_fd, 10);
     }
     _exit(0);
 }
@@ -882,9 +922,9 @@ static void reaper_wait(int sig_fd, int fd)
     struct pollfd p[2] = { { .fd = sig_fd, .events = POLLIN }, { .fd = fd, .events = 0 } };
     int r = poll(p, 2, -1);
     if (r < 0 && errno != EINTR)
-        reaper_orphaned();
+        reaper_orphaned(sig_fd);
     if (r > 0 && (p[1].revents & (POLLHUP | POLLERR | POLLNVAL)))
-        reaper_orphaned();
+        reaper_orphaned(sig_fd);
     struct signalfd_siginfo si;
     while (read(sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si))
         ;
@@ -1024,6 +1064,15 @@ static reaper *reaper_get(void)
         if (rp->fd >= 0 && !rp->busy && !rp->gone)
             return rp;
     }
+    /* One whose IDLE waits unread (reaper_watched) is as good. */
+    for (size_t i = 0; i < S.nreapers; i++) {
+        reaper *rp = S.reapers[i];
+        if (rp->fd >= 0 && rp->busy && !rp->gone && !reaper_watched(rp)) {
+            read_report(rp);
+            if (rp->fd >= 0 && !rp->busy)
+                return rp;
+        }
+    }
     return reaper_new();
 }
 
@@ -1071,8 +1120,13 @@ static int reaper_send_job(reaper *rp, const unsigned char *payload, uint32_t le
     return 0;
 }
 
-/** Handles EXEC: validates the cwd and hands the exec to a reaper, which
- *  starts the command and answers STARTED. */
+/**
+ * Handles EXEC: validates the cwd and hands the exec to a reaper, which
+ * starts the command and answers STARTED (or, when nothing could start,
+ * reports REAPER_ERROR and exits). The supervisor does not wait for the
+ * reaper's REAPER_PID: it takes it in when it needs the pid (a KILL, the
+ * client gone; exec_pid_known), so an exec costs it one wake-up less.
+ */
 static void do_exec(conn *c, const unsigned char *payload, size_t len)
 {
     char **argv = NULL, **overlay = NULL;
@@ -1082,7 +1136,7 @@ static void do_exec(conn *c, const unsigned char *payload, size_t len)
     char msg[PATH_MAX + 128];
     reaper *rp = NULL;
 
-    if (c->pid != 0 || c->nfds != PROTO_EXEC_FDS) {
+    if (c->pid != 0 || c->starting || c->rp || c->nfds != PROTO_EXEC_FDS) {
         conn_error(c, PROTO_ERR_PROTOCOL, EPROTO, "EXEC needs three descriptors, once");
         goto out;
     }
@@ -1106,11 +1160,6 @@ static void do_exec(conn *c, const unsigned char *payload, size_t len)
     }
     rp = reaper_get();
     e = rp ? reaper_send_job(rp, payload, (uint32_t)len, c->fds, cwd_fd, c->fd) : errno;
-
-    reaper_msg m = { 0, 0 };
-    if (e == 0 && (read_all(rp->fd, &m, sizeof(m), START_WAIT_MS) < 0 || m.tag != REAPER_PID
-                   || m.value <= 1))
-        e = m.tag == REAPER_ERROR ? m.value : EIO;
     if (e != 0) {
         if (rp)
             reaper_retire(rp, 1);
@@ -1118,11 +1167,11 @@ static void do_exec(conn *c, const unsigned char *payload, size_t len)
         conn_error(c, PROTO_ERR_INTERNAL, e, msg);
         goto out;
     }
-    /* The reaper sends STARTED. */
+    /* The reaper reports the pid and sends STARTED. */
     rp->owner = c;
     c->rp = rp;
     c->reaper = rp->pid;
-    c->pid = m.value;
+    c->starting = 1;
     c->running = 1;
 
 out:
@@ -1153,7 +1202,25 @@ static void read_report(reaper *rp)
         rp->have = 0;
         reaper_msg m;
         memcpy(&m, rp->msg, sizeof(m));
-        if (m.tag == REAPER_EXIT && rp->owner) {
+        conn *c = rp->owner;
+        if (m.tag == REAPER_PID && c && c->starting) {
+            c->starting = 0;
+            if (m.value > 1) {
+                c->pid = m.value;
+            } else {
+                c->running = 0;
+                reaper_retire(rp, 1);
+                conn_error(c, PROTO_ERR_INTERNAL, EIO, "cannot start a process: bad report "
+                           "from its reaper");
+            }
+        } else if (m.tag == REAPER_ERROR && c && c->starting) {
+            char msg[128];
+            c->starting = 0;
+            c->running = 0;
+            reaper_retire(rp, 1);
+            snprintf(msg, sizeof(msg), "cannot start a process: %s", strerror(m.value));
+            conn_error(c, PROTO_ERR_INTERNAL, m.value, msg);
+        } else if (m.tag == REAPER_EXIT && rp->owner) {
             exec_ended(rp->owner, m.value);
         } else if (m.tag == REAPER_EXIT_SENT && rp->owner) {
             rp->owner->running = 0;
@@ -1168,6 +1235,49 @@ static void read_report(reaper *rp)
                 reaper_retire(rp, 0);
         }
     }
+}
+
+/**
+ * Takes in @c's REAPER_PID should it still be on its way (bounded by
+ * START_WAIT_MS; an exec whose reaper does not report is failed and its
+ * reaper killed), and any other report already sent. Returns 1 when the
+ * exec's pid is known, else 0.
+ */
+static int exec_pid_known(conn *c)
+{
+    long long end = now_ms() + START_WAIT_MS;
+    while (c->starting && c->rp && c->rp->fd >= 0) {
+        long long left = end - now_ms();
+        if (left <= 0 || wait_fd(c->rp->fd, POLLIN, left) <= 0)
+            break;
+        read_report(c->rp);
+    }
+    if (c->rp && c->rp->fd >= 0)
+        read_report(c->rp);
+    if (c->starting) {
+        c->starting = 0;
+        c->running = 0;
+        if (c->rp)
+            reaper_retire(c->rp, 1);
+        conn_error(c, PROTO_ERR_INTERNAL, EIO, "cannot start a process: its reaper did "
+                   "not answer");
+    }
+    return c->pid > 0;
+}
+
+/**
+ * 1 when the serve loop must watch @rp's reports at once: only while its
+ * exec was asked to KILL (the reaper then leaves EXIT to the supervisor).
+ * Nothing else it says needs the supervisor right away: the client hears
+ * STARTED and EXIT from the reaper itself, the reports wait in the socket
+ * until the client goes or sends KILL (exec_pid_known, read_report), an
+ * IDLE is taken in when an exec looks for a reaper (reaper_get), and a
+ * reaper that ends is noticed by SIGCHLD. Each report left waiting is a
+ * wake-up of the supervisor saved.
+ */
+static int reaper_watched(const reaper *rp)
+{
+    return rp->owner && rp->owner->killed;
 }
 
 /** Frees the reapers that were reaped. */
@@ -1213,6 +1323,15 @@ static void handle_frame(conn *c)
             conn_error(c, PROTO_ERR_PROTOCOL, EINVAL, "bad signal");
             break;
         }
+        /* Its reaper's reports first: the pid, and whether it ended. */
+        if (sig > 0 && c->rp && c->rp->fd >= 0) {
+            if (c->starting)
+                exec_pid_known(c);
+            else
+                read_report(c->rp);
+        }
+        if (c->dead)
+            break;
         if (c->pid > 0 && sig > 0) {
             c->killed = 1;
             /* Before any signal: the reaper then leaves EXIT to us. */
@@ -1317,8 +1436,12 @@ static void sweep_conns(void)
         conn *c = S.conns[i];
         /* A client closes once it has its EXIT: take in the reaper's word
          * that the exec ended before deciding it was left running. */
-        if (c->dead && c->running && c->rp && c->rp->fd >= 0)
-            read_report(c->rp);
+        if (c->dead && c->running && c->rp && c->rp->fd >= 0) {
+            if (c->starting)
+                exec_pid_known(c);
+            else
+                read_report(c->rp);
+        }
         if (c->dead && c->running && c->pid > 0)
             kill_exec(c, SIGKILL, 1);
     }
@@ -1415,7 +1538,8 @@ static void __attribute__((noreturn)) serve(void)
         for (size_t i = 0; i < nc; i++)
             pfd[2 + i] = (struct pollfd){ .fd = S.conns[i]->fd, .events = POLLIN };
         for (size_t i = 0; i < nr; i++)
-            pfd[2 + nc + i] = (struct pollfd){ .fd = S.reapers[i]->fd, .events = POLLIN };
+            pfd[2 + nc + i] = (struct pollfd){
+                .fd = reaper_watched(S.reapers[i]) ? S.reapers[i]->fd : -1, .events = POLLIN };
         long long timeout = last_watch + WATCH_INTERVAL_MS - now;
         if (!accepting && S.nconns < MAX_CONNS && timeout > 100)
             timeout = 100;
