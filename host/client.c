@@ -612,6 +612,7 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
     req.disk_mb = sbx_options_get_disk_mb(options);
     req.allow_internet = sbx_options_get_allow_internet(options);
     req.backend_options = sbx_options_get0_backend_options(options);
+    req.detached = sbx_options_get_detached(options);
     if (preset && !sbx_options_is_set(options, SBX_OPTION_ALLOW_INTERNET))
         sbx_preset_get_bool(preset, "allow_internet", &req.allow_internet);
     if (preset && !req.image) {
@@ -880,7 +881,9 @@ SBX_EXPORT int
 sbx_sandbox_detach(sbx_sandbox *sandbox, sbx_error **error)
 {
     static const char op[] = "detach";
+    int (*detach)(sbx_plugin_sandbox *, const sbx_call_ctx *, sbx_error **);
     sbx_error *err = NULL;
+    sbx_call_ctx ctx;
 
     if (sbx_sandbox_check_usable(sandbox, &err) < 0) {
         finish_error(error, err, sandbox ? sandbox->client->backend : NULL, op);
@@ -897,6 +900,18 @@ sbx_sandbox_detach(sbx_sandbox *sandbox, sbx_error **error)
     if (sbx_record_set_detached(sandbox->token, 1, &err) < 0) {
         finish_error(error, err, sandbox->client->backend, op);
         return -1;
+    }
+    /* A backend that watches its owners itself stops doing so. */
+    detach = SBX_SLOT(sandbox->client->plugin, detach);
+    if (detach) {
+        sbx_call_ctx_init(&ctx);
+        if (detach(sandbox->handle, &ctx, &err) != 0) {
+            sbx_error_ensure(&err, sandbox->client->backend, op);
+            sbx_error_add_context(err, "sandbox_id", sandbox->id);
+            finish_error(error, err, sandbox->client->backend, op);
+            return -1;
+        }
+        sbx_error_free(err);
     }
     return 0;
 }

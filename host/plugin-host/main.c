@@ -719,6 +719,7 @@ decode_arg(const sbx_slot_row *row, unsigned i, sbx_wire_msg *req, call_frame *f
         r->disk_mb = sbx_wire_get_i64(req);
         r->allow_internet = (int)sbx_wire_get_i64(req);
         r->backend_options = sbx_wire_get_str(req);
+        r->detached = (int)sbx_wire_get_i64(req);
         v->cp = r;
         return 0;
     }
