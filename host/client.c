@@ -839,6 +839,25 @@ sbx_sandbox_check_usable(sbx_sandbox *sandbox, sbx_error **err)
     return -1;
 }
 
+void
+sbx_sandbox_note_gone(sbx_sandbox *sandbox, const sbx_error *err)
+{
+    int (*is_alive)(sbx_plugin_sandbox *, const sbx_call_ctx *, sbx_error **);
+    sbx_error *e = NULL;
+    sbx_call_ctx ctx;
+
+    if (!sandbox || !err || sbx_error_get_code(err) != SBX_ERROR_NOT_FOUND ||
+        !sandbox->token[0] || sandbox_destroyed(sandbox))
+        return;
+    is_alive = SBX_SLOT(sandbox->client->plugin, is_alive);
+    if (!is_alive)
+        return;
+    sbx_call_ctx_init(&ctx);
+    if (is_alive(sandbox->handle, &ctx, &e) == 0)
+        sbx_record_remove(sandbox->token, NULL);
+    sbx_error_free(e);
+}
+
 SBX_EXPORT int
 sbx_sandbox_destroy(sbx_sandbox *sandbox, sbx_error **error)
 {

@@ -714,6 +714,8 @@ static void
 exec_finish_error(sbx_error **error, sbx_error *err, sbx_sandbox *sandbox, const char *op)
 {
     sbx_error_fill(err, sandbox ? sandbox->client->backend : NULL, op);
+    /* A sandbox found gone (its lifetime over) leaves no row behind. */
+    sbx_sandbox_note_gone(sandbox, err);
     sbx_error_propagate(error, err);
 }
 

@@ -344,6 +344,15 @@ void sbx_call_scope_get(int *cancel_fd, double *deadline);
  */
 int sbx_sandbox_check_usable(sbx_sandbox *sandbox, sbx_error **err);
 
+/**
+ * After a call on @sandbox failed with @err: when @err is not_found and
+ * the backend says the sandbox is gone (is_alive 0; a local sandbox whose
+ * lifetime ended, say), removes its lifecycle-record row, so nothing is
+ * left for sbx_gc(). Does nothing otherwise (@err and @sandbox may be
+ * NULL). Thread-safe.
+ */
+void sbx_sandbox_note_gone(sbx_sandbox *sandbox, const sbx_error *err);
+
 /* ------------------------------------------------------------------------ */
 /* exec.c                                                                    */
 /* ------------------------------------------------------------------------ */

@@ -7,7 +7,7 @@
  * bwrap instance started at create:
  *
  *     sbx-supervisor --launch [--cgroup-procs=F]... --keep=META
- *         [--remove=ROOT/tmp] --seccomp-fd=4
+ *         [--remove=ROOT/tmp] [--lent=ROOT] --seccomp-fd=4
  *         [--user=65534:65534] [--overlay=META] -- BWRAP
  *         --unshare-user --disable-userns --cap-drop ALL --seccomp 4
  *         --unshare-pid --unshare-ipc --unshare-uts
@@ -598,6 +598,16 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
     if (remove) {
         char *o;
         if (asprintf(&o, "--remove=%s", remove) < 0) {
+            a.failed = 1;
+        } else {
+            add(&a, o);
+            free(o);
+        }
+    }
+    /* A caller's workdir lent to the sandbox's user goes back then too. */
+    if (strncmp(root, meta, strlen(meta)) != 0 && bwrap_sandbox_ids(NULL, NULL)) {
+        char *o;
+        if (asprintf(&o, "--lent=%s", root) < 0) {
             a.failed = 1;
         } else {
             add(&a, o);

@@ -470,6 +470,26 @@ static void kill_everything(void)
 }
 
 /**
+ * Before the sandbox ends on its own: no exec in flight gets an EXIT (its
+ * command is about to be killed, and an exit code would read as the
+ * command's own end). Each busy reaper is told to leave EXIT to the
+ * supervisor (JOB_HOLD, before any signal), and the supervisor sends
+ * nothing more on any connection: the callers see their connections close
+ * and report the sandbox's end (the library names the expiry).
+ */
+static void hold_every_exit(void)
+{
+    uint32_t hold = JOB_HOLD;
+    for (size_t i = 0; i < S.nreapers; i++) {
+        reaper *rp = S.reapers[i];
+        if (rp->fd >= 0 && rp->busy && !rp->gone)
+            write_all(rp->fd, &hold, sizeof(hold), SEND_WAIT_MS);
+    }
+    for (size_t i = 0; i < S.nconns; i++)
+        S.conns[i]->dead = 1;
+}
+
+/**
  * Ends the sandbox: stops taking connections, kills every descendant,
  * answers @requester (may be NULL) and exits: 0 after DESTROY (a
  * @requester), PROTO_EXIT_SELF_END when it ends on its own, so that the
@@ -485,6 +505,8 @@ static void __attribute__((noreturn)) shutdown_sandbox(conn *requester)
     if (S.sock_path && S.sock_ino && stat(S.sock_path, &st) == 0
         && st.st_dev == S.sock_dev && st.st_ino == S.sock_ino)
         unlink(S.sock_path);
+    if (!requester)
+        hold_every_exit();
     kill_everything();
     if (requester) {
         proto_buf b;
@@ -1742,15 +1764,55 @@ static int launch_overlay(const char *meta)
 }
 
 /**
+ * Gives a caller's workdir @root, lent to the sandbox's user, back to the
+ * owner META/workdir-owner names ("UID GID\n", written by the library;
+ * only a file of this user nobody else may write, and only while @root
+ * belongs to someone else than that owner).
+ */
+static void give_back(const char *meta, const char *root)
+{
+    char *rec;
+    if (asprintf(&rec, "%s/workdir-owner", meta) < 0)
+        return;
+    int fd = open(rec, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    free(rec);
+    if (fd < 0)
+        return;
+    char line[64];
+    struct stat st;
+    ssize_t n = -1;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid()
+        && !(st.st_mode & 022))
+        n = read(fd, line, sizeof(line) - 1);
+    close(fd);
+    unsigned ou, og;
+    char nl;
+    if (n <= 0)
+        return;
+    line[n] = '\0';
+    if (sscanf(line, "%u %u%c", &ou, &og, &nl) != 3 || nl != '\n')
+        return;
+    int dfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return;
+    if (fstat(dfd, &st) == 0 && st.st_uid != (uid_t)ou && fchown(dfd, (uid_t)ou, (gid_t)og) < 0)
+        fprintf(stderr, "sbx-supervisor: cannot give %s back to uid %u: %s\n", root, ou,
+                strerror(errno));
+    close(dfd);
+}
+
+/**
  * The keeper of a sandbox: waits for its process @child (the supervisor,
  * or bwrap whose init it is) and, unless that exited 0 (after DESTROY,
  * when the library removes what is left itself), removes what the sandbox
  * left on the host: the cgroup directories holding @cg (cgroup.procs
  * files, @ncg of them), the meta directory @meta and @remove (may be
- * NULL). Holds no descriptor of the sandbox; never returns.
+ * NULL); a caller's workdir @lent (may be NULL) to the sandbox's user goes
+ * back to its owner first (give_back). Holds no descriptor of the sandbox;
+ * never returns.
  */
 static void __attribute__((noreturn)) keeper(pid_t child, const char *meta, const char *remove,
-                                             char **cg, size_t ncg)
+                                             const char *lent, char **cg, size_t ncg)
 {
     close_range(0, ~0U, 0);
     int status = 0;
@@ -1771,6 +1833,8 @@ static void __attribute__((noreturn)) keeper(pid_t child, const char *meta, cons
             sleep_ms(10);
         free(dir);
     }
+    if (meta && lent)
+        give_back(meta, lent);
     if (meta)
         proto_rm_tree(meta);
     if (remove)
@@ -1842,7 +1906,7 @@ static int launch_setup(char **cg, size_t ncg, long seccomp_fd, long uid, long g
  * Launcher mode of the bubblewrap backend:
  *     sbx-supervisor --launch [--cgroup-procs=FILE]... [--seccomp-fd=N]
  *                    [--user=UID:GID] [--overlay=META] [--keep=META]
- *                    [--remove=PATH] -- PROGRAM ARG...
+ *                    [--remove=PATH] [--lent=ROOT] -- PROGRAM ARG...
  * Forks a keeper and exits once the sandbox's process started: 0, or 1
  * when a cgroup, the filter or the change of user failed, 2 on a malformed
  * command line, 127 when PROGRAM cannot run (the reason goes to stderr);
@@ -1856,15 +1920,16 @@ static int launch_setup(char **cg, size_t ncg, long seccomp_fd, long uid, long g
  * (launch_overlay); and execs PROGRAM (bwrap, whose init is the supervisor
  * in --init mode), keeping descriptor 3 (and N). The keeper stays outside
  * every namespace, cgroup and change of user, as the library's user, and
- * when bwrap has ended other than after DESTROY (exit 0) removes the
+ * when bwrap has ended other than after DESTROY (exit 0) gives a caller's
+ * workdir ROOT lent to the sandbox's user back (--lent) and removes the
  * cgroups, --keep's META and --remove's PATH (keeper()).
  */
 static int launch(int argc, char **argv)
 {
     static const char cg_opt[] = "--cgroup-procs=", sc_opt[] = "--seccomp-fd=",
                       user_opt[] = "--user=", ovl_opt[] = "--overlay=",
-                      keep_opt[] = "--keep=", rm_opt[] = "--remove=";
-    const char *overlay = NULL, *keep = NULL, *remove = NULL;
+                      keep_opt[] = "--keep=", rm_opt[] = "--remove=", lent_opt[] = "--lent=";
+    const char *overlay = NULL, *keep = NULL, *remove = NULL, *lent = NULL;
     char *cg[8];
     size_t ncg = 0;
     long seccomp_fd = 0;
@@ -1895,6 +1960,9 @@ static int launch(int argc, char **argv)
         } else if (strncmp(argv[i], rm_opt, sizeof(rm_opt) - 1) == 0
                    && argv[i][sizeof(rm_opt) - 1] == '/') {
             remove = argv[i] + sizeof(rm_opt) - 1;
+        } else if (strncmp(argv[i], lent_opt, sizeof(lent_opt) - 1) == 0
+                   && argv[i][sizeof(lent_opt) - 1] == '/') {
+            lent = argv[i] + sizeof(lent_opt) - 1;
         } else if (strncmp(argv[i], user_opt, sizeof(user_opt) - 1) == 0) {
             char *end;
             const char *v = argv[i] + sizeof(user_opt) - 1;
@@ -1957,7 +2025,7 @@ static int launch(int argc, char **argv)
             _exit(code);
         _exit(code);
     }
-    keeper(b, keep, remove, cg, ncg);
+    keeper(b, keep, remove, lent, cg, ncg);
 }
 
 int main(int argc, char **argv)
@@ -2013,7 +2081,7 @@ int main(int argc, char **argv)
         if (p < 0)
             return 1;
         if (p > 0)
-            keeper(p, S.dir, remove, NULL, 0);
+            keeper(p, S.dir, remove, NULL, NULL, 0);
     }
     setsid();
     if (chdir("/") < 0)
