@@ -678,6 +678,7 @@ typedef struct exec_job {
     const char *const *argv;  /* run: the command */
     const char *language;     /* exec-code */
     const char *code;         /* exec-code: non-NULL selects execute_code */
+    double timeout;           /* the command's timeout (s); 0: the sandbox's */
     output_sink sink;
     sbx_result *result;
     sbx_error *error;
@@ -691,7 +692,7 @@ static void *exec_job_main(void *arg)
     char c = 1;
     ssize_t n;
 
-    request.timeout_secs = 0;   /* the sandbox's timeout_secs */
+    request.timeout_secs = job->timeout;   /* 0: the sandbox's timeout_secs */
     request.on_output = on_output;
     request.user_data = &job->sink;
     request.flags = SBX_EXEC_NO_CAPTURE;
@@ -1410,6 +1411,10 @@ static int parse_sandbox_options(const char *cmd, void (*help)(FILE *), int argc
     return -1;
 }
 
+/** How much longer than its command's timeout the sandbox of `sbx run`
+ *  lives. */
+#define RUN_LIFETIME_GRACE_SECS 10.0
+
 static int cmd_run(int argc, char **argv)
 {
     const char *backend = default_backend();
@@ -1433,6 +1438,12 @@ static int cmd_run(int argc, char **argv)
 
     memset(&job, 0, sizeof job);
     job.argv = (const char *const *)(argv + optind);
+    /* -t is the command's timeout; the sandbox lives a little longer, so
+     * that the timeout (TERM, then KILL) is what ends the command, not the
+     * end of the sandbox's lifetime. */
+    job.timeout = sbx_options_get_timeout_secs(options);
+    if (sbx_options_set_timeout_secs(options, job.timeout + RUN_LIFETIME_GRACE_SECS, NULL) < 0)
+        job.timeout = 0;
     job.sandbox = create_sandbox(backend, options);
     if (job.sandbox == NULL)
         goto out;

@@ -353,6 +353,14 @@ int sbx_sandbox_check_usable(sbx_sandbox *sandbox, sbx_error **err);
  */
 void sbx_sandbox_note_gone(sbx_sandbox *sandbox, const sbx_error *err);
 
+/**
+ * The plugin host: @fd (a pidfd it keeps open) is the application it
+ * serves, the owner whose pidfd host services' owner_pidfd hands plugins
+ * (a duplicate per call). Until then (and in process) it is this process.
+ * Call before any plugin call; not thread-safe against them.
+ */
+void sbx_host_set_owner_pidfd(int fd);
+
 /* ------------------------------------------------------------------------ */
 /* exec.c                                                                    */
 /* ------------------------------------------------------------------------ */

@@ -4,10 +4,10 @@
  * that ends without destroying its sandboxes (SIGKILL mid-exec, normal
  * exit) destroys the attached ones within 5 s and removes their rows;
  * detached ones and ones another live process resumed are left alone. A
- * plugin host SIGKILLed itself destroys nothing: on docker sbx_gc() reaps
- * what it kept; on local and bubblewrap the sandboxes' supervisors, which
- * watch their owner (the host), end them within 5 s, and sbx_gc() removes
- * the rows. In process there is no host: on docker sbx_gc() reaps them; on
+ * plugin host SIGKILLed itself destroys nothing: the application still
+ * owns the sandboxes; when it dies too, on docker sbx_gc() reaps them, on
+ * local and bubblewrap their supervisors, which watch the application, end
+ * them within 5 s and sbx_gc() removes the rows. In process there is no host: on docker sbx_gc() reaps them; on
  * local and bubblewrap the supervisors watch the application itself and
  * end them within 5 s of its SIGKILL (tests named in_process_* and
  * supervisor_*, which run on both of these backends whatever
@@ -721,34 +721,45 @@ Test(attached, in_process_gc_reaps_them)
 
 /* On local or bubblewrap (SBX_TEST_BACKEND as the caller set it): an
  * application in @mode holding 20 attached sandboxes mid-exec and 2
- * detached; @victim SIGKILLed ('a' the application, 'h' its plugin host).
- * Within 5 s nothing of the attached ones is left on the host (their
- * supervisors watch their owner); the detached ones are untouched. The
- * rows stay (nobody was left to remove them) until sbx_gc() reaps them,
- * reason owner_gone, and then the test destroys the detached ones. */
+ * detached is SIGKILLed; with @victim 'h', its plugin host first (then
+ * the sandboxes live on for the application, their owner). Within 5 s of
+ * the application's SIGKILL nothing of the attached ones is left on the
+ * host (their supervisors watch the application); the detached ones are
+ * untouched. The rows stay (no host was left to remove them) until
+ * sbx_gc() reaps them, reason owner_gone; then the test destroys the
+ * detached ones. */
 static void supervisors_end_them(sbx_plugin_mode mode, char victim)
 {
     held h;
     start_holder(&h, 20, 2, 1, mode, 0);
     for (int i = 0; i < h.n; i++)
         assert_there(&h, i);
+    if (victim == 'h') {
+        /* Their owner is the application, which lives on: its next call
+         * would start a new host that resumes them. (The execs in flight
+         * were the host's connections: they end with it.) */
+        cr_assert_eq(kill(h.host, SIGKILL), 0);
+        cr_assert(tu_wait_pid_gone(h.host, 5.0), "%s", tu_proc_describe(h.host));
+        usleep(1000 * 1000);
+        for (int i = 0; i < h.n; i++) {
+            char *dir = tu_strdup_printf("%s/%s", g_tmp, h.id[i]);
+            cr_assert(tu_exists(dir), "%s went with the plugin host", dir);
+            free(dir);
+            cr_assert_eq(rows_for(h.id[i]), 1);
+        }
+    }
     double t0 = tu_now();
-    pid_t v = victim == 'h' ? h.host : h.child;
-    cr_assert_eq(kill(v, SIGKILL), 0);
-    if (victim == 'a')
-        cr_assert_eq(waitpid(h.child, NULL, 0), h.child);
+    cr_assert_eq(kill(h.child, SIGKILL), 0);
+    cr_assert_eq(waitpid(h.child, NULL, 0), h.child);
     double took = wait_attached_ended(&h, t0, 5.0);
-    fprintf(stderr, "# %s, %s: 20 attached sandboxes gone %.3f s after the SIGKILL of the %s\n",
-            tu_backend(), mode == SBX_PLUGIN_MODE_IN_PROCESS ? "in process" : "out of process",
-            took, victim == 'h' ? "plugin host" : "application");
+    fprintf(stderr, "# %s, %s: 20 attached sandboxes gone %.3f s after the SIGKILL of the "
+            "application%s\n", tu_backend(),
+            mode == SBX_PLUGIN_MODE_IN_PROCESS ? "in process" : "out of process", took,
+            victim == 'h' ? " (its plugin host SIGKILLed before)" : "");
     for (int i = 0; i < h.n; i++)
         if (h.detached[i])
             assert_there(&h, i);
     cr_assert_eq(tu_count_entries(g_tmp), 2, "more than the detached directories are left");
-    if (victim == 'h') {
-        cr_assert_eq(kill(h.child, SIGKILL), 0);
-        cr_assert_eq(waitpid(h.child, NULL, 0), h.child);
-    }
     cr_assert_eq(rows_where("detached = 0"), 20);
     gc_count n = { 0, 0 };
     cr_assert_eq(sbx_gc(0, count_gc, &n, NULL), 20);

@@ -298,6 +298,8 @@ app_watch(int sock)
         return;
     }
     K.app = cred.pid;
+    /* What the plugins make belongs to the application. */
+    sbx_host_set_owner_pidfd(K.app_fd);
 }
 
 /* 1 while the application lives. */

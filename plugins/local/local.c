@@ -36,9 +36,9 @@
  *
  * Lifetime and owners. timeout_secs is the sandbox's lifetime, counted
  * from readiness: the supervisor ends the sandbox at its end, and when the
- * last process owning an attached sandbox has ended (this process at create
- * and at each resume: the application in process, its plugin host out of
- * process; a pidfd the supervisor polls). A detached one (create's
+ * last process owning an attached sandbox has ended (the application that
+ * created it and each that resumed it, in process or out: the host
+ * services' owner_pidfd; a pidfd the supervisor polls). A detached one (create's
  * detached, or the detach slot) ends only by its lifetime or destroy. The
  * supervisor's keeper then removes the meta directory (proto.h). A call on
  * a sandbox whose lifetime is over is not_found naming the expiry.
@@ -305,6 +305,16 @@ static sbx_error *expired_fail(sbx_error **error, const char *op, const char *id
                           "(lifetime %g s)%s", id, when, lifetime, what);
     add_context(err, "expires_at", when);
     return err;
+}
+
+/** A pidfd of the process owning what this plugin makes (the host's
+ *  owner_pidfd: the application, also out of process), or -1 with errno. */
+static int owner_pidfd(void)
+{
+    if (host && host->struct_size >= offsetof(sbx_host_services, owner_pidfd)
+                                     + sizeof(host->owner_pidfd) && host->owner_pidfd)
+        return host->owner_pidfd();
+    return proto_pidfd_open(getpid());
 }
 
 /** Sends a finished frame, @fds riding with its first byte. */
@@ -1038,8 +1048,8 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
      * process, its plugin host out of process): the supervisor ends the
      * sandbox when it is gone. */
     int cfg_fds[PROTO_CONFIG_FDS_MAX] = { sock_fds[0], sock_fds[1], -1 };
-    if (!detached && (cfg_fds[2] = proto_pidfd_open(getpid())) < 0) {
-        fail(error, SBX_ERROR_CREATION_FAILED, op, "pidfd_open of this process: %s",
+    if (!detached && (cfg_fds[2] = owner_pidfd()) < 0) {
+        fail(error, SBX_ERROR_CREATION_FAILED, op, "no pidfd of the owning process: %s",
              strerror(errno));
         close(ctl);
         if (sb->sup_pid > 1 && proto_proc_alive(sb->sup_pid, sb->sup_start))
@@ -2329,9 +2339,9 @@ static int local_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     /* The resuming process becomes one of its owners (a detached sandbox
      * ignores that). */
     if (answers == 0) {
-        int pfd = proto_pidfd_open(getpid());
+        int pfd = owner_pidfd();
         if (pfd < 0) {
-            fail(error, SBX_ERROR_UNKNOWN, op, "pidfd_open of this process: %s",
+            fail(error, SBX_ERROR_UNKNOWN, op, "no pidfd of the owning process: %s",
                  strerror(errno));
             goto fail;
         }

@@ -103,6 +103,12 @@ typedef struct sbx_host_services {
     void (*error_set_outcome)(sbx_error *error, sbx_error_outcome outcome);
     void *(*alloc)(size_t size);
     void (*free)(void *ptr);
+    /* ABI 1.1 (check struct_size): a new pidfd (close-on-exec; the caller
+     * closes it) of the process that owns the sandboxes this plugin creates
+     * and resumes: the application (in process this process, out of
+     * process the application the plugin host serves); -1 with errno when
+     * it is not known. Thread-safe. */
+    int (*owner_pidfd)(void);
 } sbx_host_services;
 
 /* ------------------------------------------------------------------------ */
