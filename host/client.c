@@ -558,6 +558,7 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
     sbx_preset *preset = NULL;
     sbx_strv setup = { 0 };
     int skip_setup = 0, setup_first = 0;
+    double expires_mono = 0;
 
     if (!client) {
         sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, op, "client is NULL");
@@ -604,6 +605,7 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
     req.workdir = sbx_options_get0_workdir(options);
     req.env = sbx_strv_view(&env);
     req.expires_at = sbx_wallclock_now() + req.timeout_secs;
+    expires_mono = req.timeout_secs > 0 ? sbx_monotonic_now() + req.timeout_secs : 0;
     req.image = sbx_options_get0_image(options);
     req.template_name = sbx_options_get0_template(options);
     req.snapshot_id = sbx_options_get0_snapshot_id(options);
@@ -656,6 +658,7 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
     sandbox->client = client;
     sandbox->handle = handle;
     sandbox->timeout_secs = req.timeout_secs;
+    sandbox->expires_mono = expires_mono;
     pthread_mutex_init(&sandbox->lock, NULL);
     get_id = SBX_SLOT(client->plugin, sandbox_id);
     get_root = SBX_SLOT(client->plugin, sandbox_root);

@@ -306,6 +306,9 @@ struct sbx_sandbox {
     char *id;                     /* never NULL ("" when unknown) */
     char *root;                   /* never NULL ("" where it owns /) */
     double timeout_secs;          /* default exec timeout */
+    double expires_mono;          /* CLOCK_MONOTONIC end of the lifetime as
+                                   * this process counts it (from the create
+                                   * call); 0 when unknown (resumed) */
     pthread_mutex_t lock;         /* guards destroyed */
     int destroyed;
     char token[SBX_TOKEN_LEN + 1];/* its lifecycle record's create token; "" = none */

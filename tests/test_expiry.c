@@ -3,8 +3,8 @@
  * both; SBX_TEST_BACKEND is set for the test's own process): timeout_secs at create, counted from readiness and
  * enforced by the sandbox's supervisor. At its end every process of the
  * sandbox, its directory and its mounts are gone (within 2 s of the end);
- * calls on it then fail with not_found naming the expiry, and the first
- * such call removes its lifecycle-record row. A command running at the end
+ * calls on it then (exec, the file calls, resume) fail with not_found
+ * naming the expiry, and the first exec removes its lifecycle-record row. A command running at the end
  * is ended too.
  *
  * Each test has its own TMPDIR (searchable by others: bubblewrap run by
@@ -170,6 +170,8 @@ static void two_second_lifetime(void)
     sbx_sandbox *sb = create_with_lifetime(&c, 2.0, &wall0, &t0);
     const char *id = sbx_sandbox_get0_id(sb);
     cr_assert_eq(rows_for(id), 1);
+    char *state = sbx_sandbox_session_state(sb, NULL);
+    cr_assert_not_null(state);
     sbx_result *r = tu_sh(sb, "sleep 100 >/dev/null 2>&1 & echo $!", 30);
     pid_t bg = tu_host_pid(sb, (pid_t)atoi(sbx_result_get0_stdout(r, NULL)));
     sbx_result_free(r);
@@ -194,10 +196,25 @@ static void two_second_lifetime(void)
     char *want = tu_strdup_printf("sandbox %s expired at %s (lifetime 2 s)", id,
                                   sbx_error_get0_context(err, "expires_at"));
     cr_assert_str_eq(sbx_error_get0_message(err), want);
-    free(want);
     sbx_error_free(err);
     cr_assert_eq(rows_for(id), 0, "the row of expired sandbox %s is still there", id);
     cr_assert_eq(sbx_sandbox_is_alive(sb, NULL), 0);
+    /* The file calls, and resuming from the session state, say the same. */
+    char *data = NULL;
+    size_t len = 0;
+    err = NULL;
+    cr_assert_eq(sbx_sandbox_read_file(sb, "x", &data, &len, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND, "%s", sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    sbx_error_free(err);
+    err = NULL;
+    sbx_sandbox *again = sbx_sandbox_resume(c, state, &err);
+    cr_assert_null(again);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND, "%s", sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    sbx_error_free(err);
+    free(want);
+    free(state);
     cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
     sbx_sandbox_free(sb);
     sbx_client_free(c);

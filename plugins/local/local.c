@@ -117,8 +117,9 @@ void sbx_fault_init(void);
 #define ID_PREFIX "sbx-local-"
 #define ISOLATION_CAPS 0
 #endif
+/* SBX_CAP_LIFETIME: the supervisor ends the sandbox at its lifetime's end. */
 #define LOCAL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_BACKGROUND | SBX_CAP_RESUME \
-                    | ISOLATION_CAPS)
+                    | SBX_CAP_LIFETIME | ISOLATION_CAPS)
 
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define DEFAULT_LANG "C.UTF-8"
@@ -315,6 +316,14 @@ static int owner_pidfd(void)
                                      + sizeof(host->owner_pidfd) && host->owner_pidfd)
         return host->owner_pidfd();
     return proto_pidfd_open(getpid());
+}
+
+int local_check_lifetime(sbx_plugin_sandbox *sandbox, const char *op, sbx_error **error)
+{
+    if (!lifetime_over(sandbox->expires_at))
+        return 0;
+    expired_fail(error, op, sandbox->id, sandbox->expires_at, sandbox->lifetime, "");
+    return -1;
 }
 
 /** Sends a finished frame, @fds riding with its first byte. */
@@ -1942,7 +1951,9 @@ static char *local_session_state(sbx_plugin_sandbox *sandbox, const sbx_call_ctx
         || json_object_object_add(o, "supervisor_pid",
                                   json_object_new_int64((int64_t)sb->sup_pid)) < 0
         || json_object_object_add(o, "supervisor_start",
-                                  json_object_new_int64((int64_t)sb->sup_start)) < 0)
+                                  json_object_new_int64((int64_t)sb->sup_start)) < 0
+        || json_object_object_add(o, "lifetime", json_object_new_double(sb->lifetime)) < 0
+        || json_object_object_add(o, "expires_at", json_object_new_double(sb->expires_at)) < 0)
         goto nomem;
     const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN
                                                       | JSON_C_TO_STRING_NOSLASHESCAPE);
@@ -2290,6 +2301,20 @@ static int local_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!(sb->id = strdup(base)) || !(sb->meta = strdup(meta))
         || !(sb->sock = join_path(sb->meta, "sock")))
         goto nomem;
+    /* A sandbox whose lifetime is over (the state says when) is gone with
+     * its directory: say so. */
+    json_object *lv;
+    double st_lifetime = 0, st_expires = 0;
+    if (json_object_object_get_ex(o, "lifetime", &lv))
+        st_lifetime = json_object_get_double(lv);
+    if (json_object_object_get_ex(o, "expires_at", &lv))
+        st_expires = json_object_get_double(lv);
+    struct stat mst;
+    if (lifetime_over(st_expires) && lstat(sb->meta, &mst) < 0 && errno == ENOENT) {
+        sbx_error *err = expired_fail(error, op, sb->id, st_expires, st_lifetime, "");
+        add_context(err, "path", sb->meta);
+        goto fail;
+    }
     if (read_record(sb, error) < 0)
         goto fail;
     if ((pid_t)pid != sb->sup_pid || (unsigned long long)start != sb->sup_start) {
@@ -2458,6 +2483,10 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
         fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %s was destroyed", sb->id);
         return -1;
     }
+    /* Its supervisor ends it a moment after the lifetime: nothing starts
+     * meanwhile. */
+    if (local_check_lifetime(sb, op, error) < 0)
+        return -1;
 
     int fds[PROTO_EXEC_FDS] = { request->stdin_fd, request->stdout_fd, request->stderr_fd };
     for (int i = 0; i < PROTO_EXEC_FDS; i++) {

@@ -31,6 +31,11 @@ struct sbx_plugin_sandbox {
     int destroyed;
 };
 
+/** local.c: 0 while @sandbox's lifetime lasts; else -1 with a not_found
+ *  error of op @op naming its expiry ("sandbox ID expired at T (lifetime
+ *  N s)"). Thread-safe. */
+int local_check_lifetime(sbx_plugin_sandbox *sandbox, const char *op, sbx_error **error);
+
 /** files.c: keeps the host services (called from the plugin's setup). */
 void local_files_setup(const sbx_host_services *services);
 

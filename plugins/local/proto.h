@@ -29,8 +29,9 @@
  *                            detached, a pidfd of the owning process
  *     supervisor -> READY | ERROR
  *
- * Lifetime and owners. The lifetime counts from READY: at its end the
- * supervisor ends the sandbox (every process) on its own. So it does when
+ * Lifetime and owners. The lifetime counts from READY: at its end (and a
+ * grace of 1 s for an exec timing out at it) the supervisor ends the
+ * sandbox (every process) on its own. So it does when
  * the last of its owners (pidfds: the creator's, and each resumer's, see
  * OWN) has ended, unless the sandbox is detached (CONFIG, or DETACH later),
  * and on SIGTERM, SIGINT or SIGHUP. Ending on its own it exits

@@ -87,6 +87,9 @@
 #define START_WAIT_MS 10000
 /** Rounds (10 ms apart) the final teardown may take. */
 #define TEARDOWN_ROUNDS 500
+/** How long after its lifetime the supervisor ends the sandbox (calls
+ *  after the lifetime are refused by the library meanwhile). */
+#define LIFETIME_GRACE_MS 1000
 /** Idle reapers kept for later execs; more are told to exit. */
 #define REAPER_IDLE_MAX 4
 /** Descriptors of a job: the command's stdin, stdout, stderr, its working
@@ -2125,9 +2128,11 @@ int main(int argc, char **argv)
     proto_buf_init(&b, PROTO_READY);
     if (send_buf(ctl, &b, CONFIG_WAIT_MS) < 0)
         shutdown_sandbox(NULL);
-    /* The lifetime counts from here: the sandbox is usable. */
+    /* The lifetime counts from here: the sandbox is usable. The end comes
+     * LIFETIME_GRACE_MS later, so that an exec whose timeout is the
+     * lifetime (the library's default) times out first. */
     if (S.lifetime_ms)
-        S.deadline = now_ms() + (long long)S.lifetime_ms;
+        S.deadline = now_ms() + (long long)S.lifetime_ms + LIFETIME_GRACE_MS;
     close(ctl);
 
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
