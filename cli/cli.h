@@ -417,12 +417,19 @@ typedef struct cli_oneshot {
     const char *code;         /* exec-code: non-NULL selects execute_code */
 } cli_oneshot;
 
+/* How much longer than its command's timeout (-t) the one-shot sandbox of
+ * run and exec-code lives, so that the timeout (TERM, then KILL: exit 124)
+ * is what ends the command, not the end of the sandbox's lifetime. */
+#define CLI_ONESHOT_LIFETIME_GRACE_SECS 10.0
+
 /*
  * Creates a sandbox on @backend with @options, runs @what in it on a worker
  * thread (the main thread destroys the sandbox on a stop signal, which
  * ends the command), destroys the sandbox in every case and returns the
- * exit status for the tool.
+ * exit status for the tool. The timeout_secs of @options becomes the
+ * command's timeout; the sandbox's lifetime is set to it plus
+ * CLI_ONESHOT_LIFETIME_GRACE_SECS.
  */
-int cli_oneshot_run(const char *backend, const sbx_options *options, const cli_oneshot *what);
+int cli_oneshot_run(const char *backend, sbx_options *options, const cli_oneshot *what);
 
 #endif /* SBX_CLI_H */

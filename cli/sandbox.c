@@ -274,6 +274,7 @@ typedef struct exec_job {
     int destroyed;            /* by the main thread, on a stop signal */
     int finished;             /* the exec returned and the sandbox is intact */
     const cli_oneshot *what;
+    double timeout;           /* the command's timeout (s); 0: the sandbox's */
     cli_sink sink;
     sbx_result *result;
     sbx_error *error;
@@ -287,7 +288,7 @@ static void *exec_job_main(void *arg)
     char c = 1;
     ssize_t n;
 
-    request.timeout_secs = 0;   /* the sandbox's timeout_secs */
+    request.timeout_secs = job->timeout;   /* 0: the sandbox's timeout_secs */
     request.on_output = cli_sink_output;
     request.user_data = &job->sink;
     request.flags = SBX_EXEC_NO_CAPTURE;
@@ -380,7 +381,7 @@ static int run_job(exec_job *job)
     return cli_exec_status(job->result, job->error);
 }
 
-int cli_oneshot_run(const char *backend, const sbx_options *options, const cli_oneshot *what)
+int cli_oneshot_run(const char *backend, sbx_options *options, const cli_oneshot *what)
 {
     exec_job job;
     sbx_error *error = NULL;
@@ -388,6 +389,10 @@ int cli_oneshot_run(const char *backend, const sbx_options *options, const cli_o
 
     memset(&job, 0, sizeof job);
     job.what = what;
+    job.timeout = sbx_options_get_timeout_secs(options);
+    if (sbx_options_set_timeout_secs(options, job.timeout + CLI_ONESHOT_LIFETIME_GRACE_SECS,
+                                     NULL) < 0)
+        job.timeout = 0;
     job.sandbox = sbx_create(backend, options, &error);
     if (job.sandbox == NULL) {
         cli_error(error);

@@ -558,6 +558,7 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
     sbx_preset *preset = NULL;
     sbx_strv setup = { 0 };
     int skip_setup = 0, setup_first = 0;
+    double expires_mono = 0;
 
     if (!client) {
         sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, op, "client is NULL");
@@ -604,6 +605,7 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
     req.workdir = sbx_options_get0_workdir(options);
     req.env = sbx_strv_view(&env);
     req.expires_at = sbx_wallclock_now() + req.timeout_secs;
+    expires_mono = req.timeout_secs > 0 ? sbx_monotonic_now() + req.timeout_secs : 0;
     req.image = sbx_options_get0_image(options);
     req.template_name = sbx_options_get0_template(options);
     req.snapshot_id = sbx_options_get0_snapshot_id(options);
@@ -612,6 +614,7 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
     req.disk_mb = sbx_options_get_disk_mb(options);
     req.allow_internet = sbx_options_get_allow_internet(options);
     req.backend_options = sbx_options_get0_backend_options(options);
+    req.detached = sbx_options_get_detached(options);
     if (preset && !sbx_options_is_set(options, SBX_OPTION_ALLOW_INTERNET))
         sbx_preset_get_bool(preset, "allow_internet", &req.allow_internet);
     if (preset && !req.image) {
@@ -655,6 +658,7 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
     sandbox->client = client;
     sandbox->handle = handle;
     sandbox->timeout_secs = req.timeout_secs;
+    sandbox->expires_mono = expires_mono;
     pthread_mutex_init(&sandbox->lock, NULL);
     get_id = SBX_SLOT(client->plugin, sandbox_id);
     get_root = SBX_SLOT(client->plugin, sandbox_root);
@@ -838,6 +842,25 @@ sbx_sandbox_check_usable(sbx_sandbox *sandbox, sbx_error **err)
     return -1;
 }
 
+void
+sbx_sandbox_note_gone(sbx_sandbox *sandbox, const sbx_error *err)
+{
+    int (*is_alive)(sbx_plugin_sandbox *, const sbx_call_ctx *, sbx_error **);
+    sbx_error *e = NULL;
+    sbx_call_ctx ctx;
+
+    if (!sandbox || !err || sbx_error_get_code(err) != SBX_ERROR_NOT_FOUND ||
+        !sandbox->token[0] || sandbox_destroyed(sandbox))
+        return;
+    is_alive = SBX_SLOT(sandbox->client->plugin, is_alive);
+    if (!is_alive)
+        return;
+    sbx_call_ctx_init(&ctx);
+    if (is_alive(sandbox->handle, &ctx, &e) == 0)
+        sbx_record_remove(sandbox->token, NULL);
+    sbx_error_free(e);
+}
+
 SBX_EXPORT int
 sbx_sandbox_destroy(sbx_sandbox *sandbox, sbx_error **error)
 {
@@ -880,7 +903,9 @@ SBX_EXPORT int
 sbx_sandbox_detach(sbx_sandbox *sandbox, sbx_error **error)
 {
     static const char op[] = "detach";
+    int (*detach)(sbx_plugin_sandbox *, const sbx_call_ctx *, sbx_error **);
     sbx_error *err = NULL;
+    sbx_call_ctx ctx;
 
     if (sbx_sandbox_check_usable(sandbox, &err) < 0) {
         finish_error(error, err, sandbox ? sandbox->client->backend : NULL, op);
@@ -897,6 +922,18 @@ sbx_sandbox_detach(sbx_sandbox *sandbox, sbx_error **error)
     if (sbx_record_set_detached(sandbox->token, 1, &err) < 0) {
         finish_error(error, err, sandbox->client->backend, op);
         return -1;
+    }
+    /* A backend that watches its owners itself stops doing so. */
+    detach = SBX_SLOT(sandbox->client->plugin, detach);
+    if (detach) {
+        sbx_call_ctx_init(&ctx);
+        if (detach(sandbox->handle, &ctx, &err) != 0) {
+            sbx_error_ensure(&err, sandbox->client->backend, op);
+            sbx_error_add_context(err, "sandbox_id", sandbox->id);
+            finish_error(error, err, sandbox->client->backend, op);
+            return -1;
+        }
+        sbx_error_free(err);
     }
     return 0;
 }

@@ -3,9 +3,12 @@
  * redacted key/value context; the reference's string rendering; the host
  * services handed to plugins (logging, error construction, allocation).
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -517,6 +520,22 @@ service_free(void *ptr)
     free(ptr);
 }
 
+static int owner_fd = -1;
+
+void
+sbx_host_set_owner_pidfd(int fd)
+{
+    owner_fd = fd;
+}
+
+static int
+service_owner_pidfd(void)
+{
+    if (owner_fd >= 0)
+        return fcntl(owner_fd, F_DUPFD_CLOEXEC, 3);
+    return (int)syscall(SYS_pidfd_open, getpid(), 0);
+}
+
 static const sbx_host_services host_services = {
     .struct_size = sizeof(sbx_host_services),
     .abi_major = SBX_PLUGIN_ABI_MAJOR,
@@ -527,6 +546,7 @@ static const sbx_host_services host_services = {
     .error_set_outcome = sbx_error_set_outcome,
     .alloc = service_alloc,
     .free = service_free,
+    .owner_pidfd = service_owner_pidfd,
 };
 
 const sbx_host_services *

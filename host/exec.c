@@ -49,6 +49,8 @@
 #include "internal.h"
 
 #define EXEC_CHUNK (64 * 1024)     /* bytes per read / send */
+/* The least default exec timeout once the lifetime is (nearly) over. */
+#define EXEC_MIN_DEFAULT_SECS 1.0
 #define EXEC_TICK_MIN_MS 5         /* exec_wait(0) tick without an event fd */
 #define EXEC_TICK_MAX_MS 200
 #define EXEC_KILL_GIVE_UP_SECS 5.0 /* after SIGKILL, stop waiting for the end */
@@ -605,8 +607,16 @@ exec_run(sbx_sandbox *sandbox, const sbx_exec_request *request, int stdin_fd, in
         return NULL;
     }
 
+    /* The default is what is left of the sandbox's lifetime (at least
+     * EXEC_MIN_DEFAULT_SECS): a command never outlives its sandbox's
+     * lifetime by its own timeout. */
     timeout = st.rq.timeout_secs > 0 ? st.rq.timeout_secs
               : st.rq.timeout_secs == 0 ? sandbox->timeout_secs : -1;
+    if (st.rq.timeout_secs == 0 && sandbox->expires_mono > 0) {
+        timeout = sandbox->expires_mono - sbx_monotonic_now();
+        if (timeout < EXEC_MIN_DEFAULT_SECS)
+            timeout = EXEC_MIN_DEFAULT_SECS;
+    }
     for (int i = 0; i < 2; i++) {
         st.out[i].id = i == 0 ? SBX_STREAM_STDOUT : SBX_STREAM_STDERR;
         st.out[i].limit = st.rq.output_limit ? st.rq.output_limit : SBX_DEFAULT_OUTPUT_LIMIT;
@@ -714,6 +724,8 @@ static void
 exec_finish_error(sbx_error **error, sbx_error *err, sbx_sandbox *sandbox, const char *op)
 {
     sbx_error_fill(err, sandbox ? sandbox->client->backend : NULL, op);
+    /* A sandbox found gone (its lifetime over) leaves no row behind. */
+    sbx_sandbox_note_gone(sandbox, err);
     sbx_error_propagate(error, err);
 }
 

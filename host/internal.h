@@ -315,6 +315,9 @@ struct sbx_sandbox {
     char *id;                     /* never NULL ("" when unknown) */
     char *root;                   /* never NULL ("" where it owns /) */
     double timeout_secs;          /* default exec timeout */
+    double expires_mono;          /* CLOCK_MONOTONIC end of the lifetime as
+                                   * this process counts it (from the create
+                                   * call); 0 when unknown (resumed) */
     pthread_mutex_t lock;         /* guards destroyed */
     int destroyed;
     char token[SBX_TOKEN_LEN + 1];/* its lifecycle record's create token; "" = none */
@@ -352,6 +355,23 @@ void sbx_call_scope_get(int *cancel_fd, double *deadline);
  * destroyed, and with invalid_argument when it is NULL. Returns 0 or -1.
  */
 int sbx_sandbox_check_usable(sbx_sandbox *sandbox, sbx_error **err);
+
+/**
+ * After a call on @sandbox failed with @err: when @err is not_found and
+ * the backend says the sandbox is gone (is_alive 0; a local sandbox whose
+ * lifetime ended, say), removes its lifecycle-record row, so nothing is
+ * left for sbx_gc(). Does nothing otherwise (@err and @sandbox may be
+ * NULL). Thread-safe.
+ */
+void sbx_sandbox_note_gone(sbx_sandbox *sandbox, const sbx_error *err);
+
+/**
+ * The plugin host: @fd (a pidfd it keeps open) is the application it
+ * serves, the owner whose pidfd host services' owner_pidfd hands plugins
+ * (a duplicate per call). Until then (and in process) it is this process.
+ * Call before any plugin call; not thread-safe against them.
+ */
+void sbx_host_set_owner_pidfd(int fd);
 
 /* ------------------------------------------------------------------------ */
 /* exec.c                                                                    */

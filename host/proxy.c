@@ -1187,6 +1187,10 @@ encode_arg(const sbx_slot_row *row, unsigned i, void **av, sbx_wire_msg *m, call
         sbx_wire_put_i64(m, r->disk_mb);
         sbx_wire_put_i64(m, r->allow_internet);
         sbx_wire_put_str(m, r->backend_options);
+        sbx_wire_put_i64(m, r->struct_size >= offsetof(sbx_plugin_create_request, detached) +
+                                                   sizeof(r->detached)
+                                ? r->detached
+                                : 0);
         break;
     }
     case SBX_ENC_EXEC_REQ: {

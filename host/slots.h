@@ -231,6 +231,10 @@ enum {
       (IN, CLIENT, NOLEN, sbx_plugin_client *),                                    \
       (IN, CTX, NOLEN, const sbx_call_ctx *),                                      \
       (IN, STR, NOLEN, const char *),                                              \
+      (OUT, ERROR, NOLEN, sbx_error **))                                           \
+    X(detach, INT, int, WORKER, 3,                                                 \
+      (IN, SANDBOX, NOLEN, sbx_plugin_sandbox *),                                  \
+      (IN, CTX, NOLEN, const sbx_call_ctx *),                                      \
       (OUT, ERROR, NOLEN, sbx_error **))
 /* clang-format on */
 

@@ -4,8 +4,15 @@
  * that ends without destroying its sandboxes (SIGKILL mid-exec, normal
  * exit) destroys the attached ones within 5 s and removes their rows;
  * detached ones and ones another live process resumed are left alone. A
- * plugin host SIGKILLed itself destroys nothing: sbx_gc() reaps what it
- * kept. In process there is no host: sbx_gc() reaps them.
+ * plugin host SIGKILLed itself destroys nothing: the application still
+ * owns the sandboxes; when it dies too, on docker sbx_gc() reaps them, on
+ * local and bubblewrap their supervisors, which watch the application, end
+ * them within 5 s and sbx_gc() removes the rows. In process there is no host: on docker sbx_gc() reaps them; on
+ * local and bubblewrap the supervisors watch the application itself and
+ * end them within 5 s of its SIGKILL (tests named in_process_* and
+ * supervisor_*, which run on both of these backends whatever
+ * SBX_TEST_BACKEND says). A SIGKILLed supervisor leaves nothing behind
+ * either.
  *
  * Each test has its own TMPDIR and SBX_STATE_DIR (so its own record). The
  * applications are forked children; each makes its own client.
@@ -16,6 +23,7 @@
 
 #include <criterion/criterion.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -334,6 +342,98 @@ static void assert_listing(const held *h)
     sbx_client_free(c);
 }
 
+/* 1 when this host's mount table names @id. */
+static int mounts_mention(const char *id)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "r");
+    cr_assert_not_null(f);
+    char line[8192];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, id) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* The first process (not this one) whose command line names one of the
+ * attached sandboxes of @h (its supervisor, keeper, bwrap), with the index
+ * of that sandbox in *@which; 0 when none. One pass over /proc. */
+static pid_t proc_naming_attached(const held *h, int *which)
+{
+    DIR *d = opendir("/proc");
+    cr_assert_not_null(d);
+    struct dirent *e;
+    pid_t found = 0;
+    while (!found && (e = readdir(d)) != NULL) {
+        pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid <= 0 || pid == getpid())
+            continue;
+        char path[64], buf[8192];
+        snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        for (size_t k = 0; k < n; k++)
+            if (buf[k] == '\0')
+                buf[k] = ' ';
+        buf[n] = '\0';
+        for (int i = 0; i < h->n && !found; i++)
+            if (!h->detached[i] && strstr(buf, h->id[i]) && !tu_pid_gone(pid)) {
+                found = pid;
+                *which = i;
+            }
+    }
+    closedir(d);
+    return found;
+}
+
+/* What is left of sandbox @i of @h on a local or bubblewrap host, its row
+ * and its processes other than the command aside: its command, its
+ * directory, a mount naming it. NULL when nothing. */
+static const char *left_on_host(const held *h, int i)
+{
+    static char what[512];
+    char *dir = tu_strdup_printf("%s/%s", g_tmp, h->id[i]);
+    what[0] = '\0';
+    if (h->cmd[i] > 0 && !tu_pid_gone(h->cmd[i]))
+        snprintf(what, sizeof what, "its command (%s)", tu_proc_describe(h->cmd[i]));
+    else if (tu_exists(dir))
+        snprintf(what, sizeof what, "its directory %s", dir);
+    else if (mounts_mention(h->id[i]))
+        snprintf(what, sizeof what, "a mount naming it");
+    free(dir);
+    return what[0] ? what : NULL;
+}
+
+/* Waits up to @secs after @t0 until nothing of the attached sandboxes of
+ * @h is left on the host (rows aside): no command, directory, mount or
+ * process naming one. Returns the seconds it took (at most @secs). */
+static double wait_attached_ended(const held *h, double t0, double secs)
+{
+    for (;;) {
+        int left = -1, which = -1;
+        for (int i = 0; i < h->n && left < 0; i++)
+            if (!h->detached[i] && left_on_host(h, i))
+                left = i;
+        pid_t p = left < 0 ? proc_naming_attached(h, &which) : 0;
+        double t = tu_now() - t0;
+        if (left < 0 && !p) {
+            cr_assert_leq(t, secs, "nothing is left, but only %.2f s later", t);
+            return t;
+        }
+        if (t > secs) {
+            if (left >= 0)
+                cr_assert_fail("%.1f s later sandbox %s still has %s", t, h->id[left],
+                               left_on_host(h, left));
+            cr_assert_fail("%.1f s later a process names sandbox %s: %s", t, h->id[which],
+                           tu_proc_describe(p));
+        }
+        usleep(20 * 1000);
+    }
+}
+
 /* Sandbox @i is still there: its row, its command, its directory. */
 static void assert_there(const held *h, int i)
 {
@@ -441,8 +541,15 @@ Test(attached, exit_without_destroy_destroys_its_attached_sandboxes)
 /* The plugin host SIGKILLed instead: it destroys nothing, and the
  * sandboxes belong to the living application. When the application dies
  * too (with no host to notice), they stay until sbx_gc() reaps them. */
+static void host_sigkill_on_a_dir_backend(void);
+
 Test(attached, sigkill_of_the_plugin_host_leaves_them_to_gc)
 {
+    if (is_dir_backend()) {
+        /* Their supervisors watch the host: see that test. */
+        host_sigkill_on_a_dir_backend();
+        return;
+    }
     held h;
     start_holder(&h, 20, 2, 1, SBX_PLUGIN_MODE_OUT_OF_PROCESS, 0);
     cr_assert_eq(kill(h.host, SIGKILL), 0);
@@ -608,4 +715,142 @@ Test(attached, in_process_gc_reaps_them)
     wait_attached_gone(&h, tu_now(), 5.0);
     destroy_detached(&h);
     held_free(&h);
+}
+
+/* ------------------------------------- local and bubblewrap: supervisors */
+
+/* On local or bubblewrap (SBX_TEST_BACKEND as the caller set it): an
+ * application in @mode holding 20 attached sandboxes mid-exec and 2
+ * detached is SIGKILLed; with @victim 'h', its plugin host first (then
+ * the sandboxes live on for the application, their owner). Within 5 s of
+ * the application's SIGKILL nothing of the attached ones is left on the
+ * host (their supervisors watch the application); the detached ones are
+ * untouched. The rows stay (no host was left to remove them) until
+ * sbx_gc() reaps them, reason owner_gone; then the test destroys the
+ * detached ones. */
+static void supervisors_end_them(sbx_plugin_mode mode, char victim)
+{
+    held h;
+    start_holder(&h, 20, 2, 1, mode, 0);
+    for (int i = 0; i < h.n; i++)
+        assert_there(&h, i);
+    if (victim == 'h') {
+        /* Their owner is the application, which lives on: its next call
+         * would start a new host that resumes them. (The execs in flight
+         * were the host's connections: they end with it.) */
+        cr_assert_eq(kill(h.host, SIGKILL), 0);
+        cr_assert(tu_wait_pid_gone(h.host, 5.0), "%s", tu_proc_describe(h.host));
+        usleep(1000 * 1000);
+        for (int i = 0; i < h.n; i++) {
+            char *dir = tu_strdup_printf("%s/%s", g_tmp, h.id[i]);
+            cr_assert(tu_exists(dir), "%s went with the plugin host", dir);
+            free(dir);
+            cr_assert_eq(rows_for(h.id[i]), 1);
+        }
+    }
+    double t0 = tu_now();
+    cr_assert_eq(kill(h.child, SIGKILL), 0);
+    cr_assert_eq(waitpid(h.child, NULL, 0), h.child);
+    double took = wait_attached_ended(&h, t0, 5.0);
+    fprintf(stderr, "# %s, %s: 20 attached sandboxes gone %.3f s after the SIGKILL of the "
+            "application%s\n", tu_backend(),
+            mode == SBX_PLUGIN_MODE_IN_PROCESS ? "in process" : "out of process", took,
+            victim == 'h' ? " (its plugin host SIGKILLed before)" : "");
+    for (int i = 0; i < h.n; i++)
+        if (h.detached[i])
+            assert_there(&h, i);
+    cr_assert_eq(tu_count_entries(g_tmp), 2, "more than the detached directories are left");
+    cr_assert_eq(rows_where("detached = 0"), 20);
+    gc_count n = { 0, 0 };
+    cr_assert_eq(sbx_gc(0, count_gc, &n, NULL), 20);
+    cr_assert_eq(n.owner_gone, 20);
+    cr_assert_eq(rows_where("detached = 0"), 0);
+    for (int i = 0; i < h.n; i++)
+        if (!h.detached[i])
+            assert_not_resumable(&h, i);
+    destroy_detached(&h);
+    held_free(&h);
+}
+
+static void host_sigkill_on_a_dir_backend(void)
+{
+    supervisors_end_them(SBX_PLUGIN_MODE_OUT_OF_PROCESS, 'h');
+}
+
+Test(attached, in_process_sigkill_local)
+{
+    cr_assert_eq(setenv("SBX_TEST_BACKEND", "local", 1), 0);
+    supervisors_end_them(SBX_PLUGIN_MODE_IN_PROCESS, 'a');
+}
+
+Test(attached, in_process_sigkill_bubblewrap)
+{
+    cr_assert_eq(setenv("SBX_TEST_BACKEND", "bubblewrap", 1), 0);
+    supervisors_end_them(SBX_PLUGIN_MODE_IN_PROCESS, 'a');
+}
+
+Test(attached, supervisor_watch_plugin_host_sigkill_bubblewrap)
+{
+    cr_assert_eq(setenv("SBX_TEST_BACKEND", "bubblewrap", 1), 0);
+    supervisors_end_them(SBX_PLUGIN_MODE_OUT_OF_PROCESS, 'h');
+}
+
+/* The supervisor_pid of sandbox @id's record file (META/record). */
+static pid_t supervisor_pid(const char *id)
+{
+    char *path = tu_strdup_printf("%s/%s/record", g_tmp, id);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strstr(buf, "\"supervisor_pid\":");
+    cr_assert_not_null(p, "%s: %s", path, buf);
+    free(path);
+    return (pid_t)atoi(p + strlen("\"supervisor_pid\":"));
+}
+
+/* The supervisor of a sandbox SIGKILLed (its application alive, @mode):
+ * within 5 s its command, directory, processes and mounts are gone; the
+ * other sandbox of the application is untouched. */
+static void supervisor_sigkill(sbx_plugin_mode mode)
+{
+    held h;
+    start_holder(&h, 2, 0, 1, mode, 0);
+    pid_t sup = supervisor_pid(h.id[0]);
+    cr_assert_gt(sup, 1);
+    double t0 = tu_now();
+    cr_assert_eq(kill(sup, SIGKILL), 0);
+    held one = h;
+    one.n = 1;
+    double took = wait_attached_ended(&one, t0, 5.0);
+    fprintf(stderr, "# %s: nothing of the sandbox left %.3f s after its supervisor's SIGKILL\n",
+            tu_backend(), took);
+    assert_there(&h, 1);
+    /* The exec in flight fails with not_found, and the library, finding
+     * the sandbox gone, removes its row. */
+    while (rows_for(h.id[0]) != 0 && tu_now() - t0 < 5.0)
+        usleep(20 * 1000);
+    cr_assert_eq(rows_for(h.id[0]), 0, "the row of the sandbox whose supervisor was killed "
+                 "is still there");
+    cr_assert_eq(kill(h.child, SIGKILL), 0);
+    cr_assert_eq(waitpid(h.child, NULL, 0), h.child);
+    if (mode == SBX_PLUGIN_MODE_IN_PROCESS)
+        cr_assert_eq(sbx_gc(0, NULL, NULL, NULL), 1);
+    wait_attached_gone(&h, t0, 10.0);
+    cr_assert_eq(rows_where("1"), 0);
+    held_free(&h);
+}
+
+Test(attached, supervisor_sigkill_local)
+{
+    cr_assert_eq(setenv("SBX_TEST_BACKEND", "local", 1), 0);
+    supervisor_sigkill(SBX_PLUGIN_MODE_OUT_OF_PROCESS);
+}
+
+Test(attached, supervisor_sigkill_bubblewrap)
+{
+    cr_assert_eq(setenv("SBX_TEST_BACKEND", "bubblewrap", 1), 0);
+    supervisor_sigkill(SBX_PLUGIN_MODE_IN_PROCESS);
 }

@@ -298,6 +298,8 @@ app_watch(int sock)
         return;
     }
     K.app = cred.pid;
+    /* What the plugins make belongs to the application. */
+    sbx_host_set_owner_pidfd(K.app_fd);
 }
 
 /* 1 while the application lives. */
@@ -719,6 +721,7 @@ decode_arg(const sbx_slot_row *row, unsigned i, sbx_wire_msg *req, call_frame *f
         r->disk_mb = sbx_wire_get_i64(req);
         r->allow_internet = (int)sbx_wire_get_i64(req);
         r->backend_options = sbx_wire_get_str(req);
+        r->detached = (int)sbx_wire_get_i64(req);
         v->cp = r;
         return 0;
     }

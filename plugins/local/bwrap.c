@@ -6,7 +6,8 @@
  * sbx-supervisor as a local one, but the supervisor runs as pid 1 of one
  * bwrap instance started at create:
  *
- *     sbx-supervisor --launch [--cgroup-procs=F]... --seccomp-fd=4
+ *     sbx-supervisor --launch [--cgroup-procs=F]... --keep=META
+ *         [--remove=ROOT/tmp] [--lent=ROOT] --seccomp-fd=4
  *         [--user=65534:65534] [--overlay=META] -- BWRAP
  *         --unshare-user --disable-userns --cap-drop ALL --seccomp 4
  *         --unshare-pid --unshare-ipc --unshare-uts
@@ -24,10 +25,15 @@
  *         -- /.sbx/sbx-supervisor --control-fd=3 --init
  *
  * SRC is "/" (the host) or the root filesystem directory named by `image`.
- * The launcher joins the sandbox's cgroups, compiles the seccomp filter
- * (seccomp.c) onto descriptor 4, changes user (below), forks, and exits at
- * once; its child execs bwrap, so the sandbox outlives the creating process
- * and the library waits for nothing but the launcher. The supervisor's
+ * The launcher forks a keeper and exits once bwrap runs; the keeper forks
+ * the process that joins the sandbox's cgroups, compiles the seccomp
+ * filter (seccomp.c) onto descriptor 4, changes user (below) and execs
+ * bwrap, so the sandbox outlives the creating process and the library
+ * waits for nothing but the launcher. The keeper (the library's user,
+ * outside every namespace) waits for bwrap and, when it ended other than
+ * after DESTROY (expiry, owners gone, its init killed), removes META, the
+ * tmp directory create made in a caller's workdir (--remove) and the
+ * cgroups. The supervisor's
  * socket is META/sock on the host, never in view: the library binds it and
  * hands it over with CONFIG (proto.h), so no process of the sandbox can
  * reach, rename or replace it. Nothing
@@ -521,8 +527,8 @@ void bwrap_argv_free(char **argv)
 
 char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const char *bwrap,
                   const char *supervisor, const char *root, const char *meta, const char *src,
-                  int allow_internet, const char *backend_options, const char *op,
-                  sbx_error **error)
+                  const char *remove, int allow_internet, const char *backend_options,
+                  const char *op, sbx_error **error)
 {
     argvb a = { 0 };
     json_object *opts = NULL, *binds = NULL;
@@ -578,6 +584,35 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
         }
         add(&a, o);
         free(o);
+    }
+    /* Its keeper removes META (and @remove) when the sandbox ends on its
+     * own or its init is killed. */
+    char *keep_arg = NULL;
+    if (asprintf(&keep_arg, "--keep=%s", meta) < 0) {
+        keep_arg = NULL;
+        a.failed = 1;
+    } else {
+        add(&a, keep_arg);
+        free(keep_arg);
+    }
+    if (remove) {
+        char *o;
+        if (asprintf(&o, "--remove=%s", remove) < 0) {
+            a.failed = 1;
+        } else {
+            add(&a, o);
+            free(o);
+        }
+    }
+    /* A caller's workdir lent to the sandbox's user goes back then too. */
+    if (strncmp(root, meta, strlen(meta)) != 0 && bwrap_sandbox_ids(NULL, NULL)) {
+        char *o;
+        if (asprintf(&o, "--lent=%s", root) < 0) {
+            a.failed = 1;
+        } else {
+            add(&a, o);
+            free(o);
+        }
     }
     /* The filter is compiled by the launcher, onto BWRAP_SECCOMP_FD. */
     add(&a, "--seccomp-fd=" BWRAP_SECCOMP_FD_STR);

@@ -238,6 +238,8 @@ int local_resolve_dir(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, cons
 int local_list_files(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const char *path,
                      sbx_plugin_file_fn fn, void *user_data, sbx_error **error)
 {
+    if (local_check_lifetime(sandbox, "list_files", error) < 0)
+        return -1;
     sbx_fs_env env = env_of(ctx, "list_files");
     int root = open_root(sandbox, &env, path, error), dfd, lfd;
     DIR *d;
@@ -313,6 +315,8 @@ int local_list_files(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const
 int local_read_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const char *path,
                     int fd, sbx_error **error)
 {
+    if (local_check_lifetime(sandbox, "read_file", error) < 0)
+        return -1;
     sbx_fs_env env = env_of(ctx, "read_file");
     int root = open_root(sandbox, &env, path, error), in;
     struct stat st;
@@ -365,6 +369,8 @@ static int make_temp(int dfd, const char *name, char *tmp, size_t tmpsz)
 int local_write_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const char *path,
                      int fd, uint32_t mode, sbx_error **error)
 {
+    if (local_check_lifetime(sandbox, "write_file", error) < 0)
+        return -1;
     sbx_fs_env env = env_of(ctx, "write_file");
     int root = open_root(sandbox, &env, path, error), dfd, out;
     char *last = NULL, tmp[NAME_MAX + 1];
@@ -415,6 +421,8 @@ fail:
 int local_stat_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const char *path,
                     sbx_plugin_file_info *info, sbx_error **error)
 {
+    if (local_check_lifetime(sandbox, "stat_file", error) < 0)
+        return -1;
     static __thread char name[NAME_MAX + 1];
     sbx_fs_env env = env_of(ctx, "stat_file");
     int root = open_root(sandbox, &env, path, error), fd;
@@ -462,6 +470,8 @@ int local_stat_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const 
 int local_download_tar(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const char *path,
                        int fd, sbx_error **error)
 {
+    if (local_check_lifetime(sandbox, "download_tar", error) < 0)
+        return -1;
     sbx_fs_env env = env_of(ctx, "download_dir");
     int root = open_root(sandbox, &env, path, error), dfd;
     int64_t n;
@@ -487,6 +497,8 @@ int local_download_tar(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, con
 int local_upload_tar(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const char *path,
                      int fd, sbx_error **error)
 {
+    if (local_check_lifetime(sandbox, "upload_tar", error) < 0)
+        return -1;
     sbx_fs_env env = env_of(ctx, "upload_dir");
     int root = open_root(sandbox, &env, path, error), pfd;
     char *last = NULL;

@@ -11,9 +11,11 @@
  *     owner       the create token
  *     record      what create made, as JSON (mode 0600):
  *                 {"supervisor_pid":P,"supervisor_start":S,"supervisor_uid":U,
- *                  "root":"/...","owns_root":B,"made_tmp":B}
+ *                  "root":"/...","owns_root":B,"made_tmp":B,"lifetime":L,
+ *                  "expires_at":E}
  *                 (S: field 22 of /proc/P/stat; U: the supervisor's uid as
- *                 SO_PEERCRED reports it)
+ *                 SO_PEERCRED reports it; L: the lifetime in seconds, 0 =
+ *                 none; E: when it ends, UNIX seconds, 0 = never)
  *     root/       the sandbox root, unless the caller gave a workdir
  *
  * Only the library writes there. Resume takes the meta directory only when
@@ -31,6 +33,15 @@
  * SANDBOX_ROOT, NPM_CONFIG_PREFIX and the caller's variables. Every exec is
  * one connection to the supervisor carrying the caller's descriptors
  * (proto.h), so output never passes through this process.
+ *
+ * Lifetime and owners. timeout_secs is the sandbox's lifetime, counted
+ * from readiness: the supervisor ends the sandbox at its end, and when the
+ * last process owning an attached sandbox has ended (the application that
+ * created it and each that resumed it, in process or out: the host
+ * services' owner_pidfd; a pidfd the supervisor polls). A detached one (create's
+ * detached, or the detach slot) ends only by its lifetime or destroy. The
+ * supervisor's keeper then removes the meta directory (proto.h). A call on
+ * a sandbox whose lifetime is over is not_found naming the expiry.
  *
  * The plugin never forks the application and never waits for anything but
  * its own direct child, by pid; it installs no signal handler.
@@ -109,8 +120,9 @@ void sbx_fault_init(void);
 #define ID_PREFIX "sbx-local-"
 #define ISOLATION_CAPS 0
 #endif
+/* SBX_CAP_LIFETIME: the supervisor ends the sandbox at its lifetime's end. */
 #define LOCAL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_BACKGROUND | SBX_CAP_RESUME \
-                    | ISOLATION_CAPS)
+                    | SBX_CAP_LIFETIME | ISOLATION_CAPS)
 
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define DEFAULT_LANG "C.UTF-8"
@@ -143,6 +155,8 @@ struct sbx_plugin_process {
     int lost;                   /* connection gone without EXIT */
     unsigned kills_sent;
     unsigned kills_acked;
+    double expires_at;          /* the sandbox's, for the error of a lost exec */
+    double lifetime;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -261,6 +275,58 @@ static void sleep_ms(long ms)
     struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
     while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
         ;
+}
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/** 1 when the lifetime of a sandbox that ends at @expires_at (UNIX
+ *  seconds; 0 = never) is over. */
+static int lifetime_over(double expires_at)
+{
+    return expires_at > 0 && wall_now() >= expires_at;
+}
+
+/**
+ * The not_found error of a call on sandbox @id whose lifetime (@lifetime
+ * seconds, ending at UNIX time @expires_at) is over: "sandbox ID expired
+ * at 2026-12-01T00:10:02Z (lifetime 2 s)" and @what (may be ""), with
+ * context "expires_at" (that time, RFC 3339 UTC).
+ */
+static sbx_error *expired_fail(sbx_error **error, const char *op, const char *id,
+                               double expires_at, double lifetime, const char *what)
+{
+    char when[32] = "?";
+    struct tm tm;
+    time_t t = (time_t)expires_at;
+    if (gmtime_r(&t, &tm))
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    sbx_error *err = fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %s expired at %s "
+                          "(lifetime %g s)%s", id, when, lifetime, what);
+    add_context(err, "expires_at", when);
+    return err;
+}
+
+/** A pidfd of the process owning what this plugin makes (the host's
+ *  owner_pidfd: the application, also out of process), or -1 with errno. */
+static int owner_pidfd(void)
+{
+    if (host && host->struct_size >= offsetof(sbx_host_services, owner_pidfd)
+                                     + sizeof(host->owner_pidfd) && host->owner_pidfd)
+        return host->owner_pidfd();
+    return proto_pidfd_open(getpid());
+}
+
+int local_check_lifetime(sbx_plugin_sandbox *sandbox, const char *op, sbx_error **error)
+{
+    if (!lifetime_over(sandbox->expires_at))
+        return 0;
+    expired_fail(error, op, sandbox->id, sandbox->expires_at, sandbox->lifetime, "");
+    return -1;
 }
 
 /** Sends a finished frame, @fds riding with its first byte. */
@@ -513,6 +579,61 @@ static int request_simple(const struct sbx_plugin_sandbox *sb, uint32_t type, co
         return -1;
     }
     return fd;
+}
+
+/**
+ * One bodyless request @type on a fresh, peer-checked connection, with
+ * descriptor @fd riding along when >= 0, answered by @answer. Returns 0;
+ * -1 with not_found (naming the expiry when the lifetime is over) when the
+ * sandbox is gone, else an authentication, timeout or connection error.
+ */
+static int call_simple(struct sbx_plugin_sandbox *sb, uint32_t type, int fd, uint32_t answer,
+                       const sbx_call_ctx *ctx, const char *op, sbx_error **error)
+{
+    bound bd = make_bound(ctx, PING_SECS);
+    struct ucred peer;
+    int c = -1;
+    int e = connect_supervisor(sb, &bd, &c, &peer);
+    int gone = (e == E_PEER && !proto_proc_alive(sb->sup_pid, sb->sup_start))
+               || (e > 0 && gone_errno(e));
+    if (!e) {
+        proto_buf b;
+        proto_buf_init(&b, type);
+        int io = send_frame(c, &b, fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0, &bd);
+        proto_buf_free(&b);
+        uint32_t t = 0, len = 0;
+        unsigned char *payload = NULL;
+        if (io == IO_OK)
+            io = read_frame(c, &t, &payload, &len, &bd);
+        free(payload);
+        close(c);
+        if (io == IO_OK && t == answer)
+            return 0;
+        if (io == IO_OK) {
+            fail(error, SBX_ERROR_CONNECTION, op,
+                 "unexpected answer from the supervisor of sandbox %s", sb->id);
+            return -1;
+        }
+        if (io != IO_EOF) {
+            io_fail(error, io, op, sb->id, op);
+            return -1;
+        }
+        gone = 1;
+    }
+    if (gone) {
+        if (lifetime_over(sb->expires_at))
+            expired_fail(error, op, sb->id, sb->expires_at, sb->lifetime, "");
+        else
+            fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %s no longer exists", sb->id);
+    } else if (e == E_PEER) {
+        peer_fail(error, op, sb, &peer);
+    } else if (e == ETIMEDOUT || e == ECANCELED) {
+        io_fail(error, e == ETIMEDOUT ? IO_TIMEOUT : IO_CANCEL, op, sb->id, "connect");
+    } else {
+        fail(error, SBX_ERROR_CONNECTION, op, "cannot connect to sandbox %s: %s", sb->id,
+             strerror(e));
+    }
+    return -1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -830,7 +951,7 @@ static int bind_sandbox_socket(const struct sbx_plugin_sandbox *sb, int *sock_fd
  * @sb). On failure everything started is killed.
  */
 static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, const strv *env,
-                            char *const *launch_argv, const int sock_fds[2],
+                            char *const *launch_argv, const int sock_fds[2], int detached,
                             const sbx_call_ctx *ctx, sbx_error **error)
 {
     const char *op = "create";
@@ -866,7 +987,16 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
         close(child_end);
         return -1;
     }
-    char *local_argv[] = { (char *)exe, "--control-fd=3", dir_arg, NULL };
+    /* Its keeper also removes a tmp directory made in a caller's workdir. */
+    char *rm_arg = NULL;
+    if (sb->made_tmp && !sb->owns_root && asprintf(&rm_arg, "--remove=%s", sb->tmp) < 0) {
+        fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        free(dir_arg);
+        close(sv[0]);
+        close(child_end);
+        return -1;
+    }
+    char *local_argv[] = { (char *)exe, "--control-fd=3", dir_arg, rm_arg, NULL };
     /* bubblewrap: the launcher's argv (bwrap.c). */
     char *const *argv = launch_argv ? launch_argv : local_argv;
     /* The supervisor needs no environment; only sanitizer settings pass,
@@ -903,6 +1033,7 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
     }
     close(child_end);
     free(dir_arg);
+    free(rm_arg);
     for (size_t i = 0; i < nenvp; i++)
         free(envp[i]);
     if (r != 0) {
@@ -964,14 +1095,34 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
         return -1;
     }
 
+    /* An attached sandbox's owner is this process (the application in
+     * process, its plugin host out of process): the supervisor ends the
+     * sandbox when it is gone. */
+    int cfg_fds[PROTO_CONFIG_FDS_MAX] = { sock_fds[0], sock_fds[1], -1 };
+    if (!detached && (cfg_fds[2] = owner_pidfd()) < 0) {
+        fail(error, SBX_ERROR_CREATION_FAILED, op, "no pidfd of the owning process: %s",
+             strerror(errno));
+        close(ctl);
+        if (sb->sup_pid > 1 && proto_proc_alive(sb->sup_pid, sb->sup_start))
+            kill(sb->sup_pid, SIGKILL);
+        return -1;
+    }
     proto_buf b;
     proto_buf_init(&b, PROTO_CONFIG);
     proto_put_str(&b, sb->root);
     proto_put_u32(&b, (uint32_t)env->n);
     for (size_t i = 0; i < env->n; i++)
         proto_put_str(&b, env->v[i]);
-    io = send_frame(ctl, &b, sock_fds, PROTO_CONFIG_FDS, &bd);
+    proto_put_u64(&b, (uint64_t)llround(sb->lifetime * 1000.0));
+    proto_put_u32(&b, detached ? 1u : 0u);
+    /* The supervisor counts the lifetime from READY, after this: the
+     * expiry told to callers is never later than the real one. */
+    if (sb->lifetime > 0)
+        sb->expires_at = wall_now() + sb->lifetime;
+    io = send_frame(ctl, &b, cfg_fds, PROTO_CONFIG_FDS + !detached, &bd);
     proto_buf_free(&b);
+    if (cfg_fds[2] >= 0)
+        close(cfg_fds[2]);
     if (io == IO_OK)
         io = read_frame(ctl, &type, &payload, &len, &bd);
     close(ctl);
@@ -1132,7 +1283,10 @@ static char *record_json(const struct sbx_plugin_sandbox *sb)
                                   json_object_new_int64((int64_t)sb->sup_uid)) == 0
         && json_object_object_add(o, "root", json_object_new_string(sb->root)) == 0
         && json_object_object_add(o, "owns_root", json_object_new_boolean(sb->owns_root)) == 0
-        && json_object_object_add(o, "made_tmp", json_object_new_boolean(sb->made_tmp)) == 0) {
+        && json_object_object_add(o, "made_tmp", json_object_new_boolean(sb->made_tmp)) == 0
+        && json_object_object_add(o, "lifetime", json_object_new_double(sb->lifetime)) == 0
+        && json_object_object_add(o, "expires_at",
+                                  json_object_new_double(sb->expires_at)) == 0) {
         const char *t = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN
                                                           | JSON_C_TO_STRING_NOSLASHESCAPE);
         if (t && asprintf(&out, "%s\n", t) < 0)
@@ -1295,6 +1449,23 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     if (refuse_unsupported(request, op, error) < 0)
         return -1;
+    /* The lifetime: timeout_secs, from readiness on; enforced by the
+     * supervisor. 0 or less: none (the library refuses that unless
+     * something else bounds the sandbox). */
+    double lifetime = request->timeout_secs > 0 ? request->timeout_secs : 0;
+    if (lifetime * 1000.0 > (double)PROTO_LIFETIME_MAX_MS) {
+        snprintf(num, sizeof(num), "%g", request->timeout_secs);
+        sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                              "timeout_secs=%s is longer than the " BACKEND " backend's "
+                              "longest lifetime (%llu s)", num,
+                              (unsigned long long)(PROTO_LIFETIME_MAX_MS / 1000));
+        add_context(err, "option", "timeout_secs");
+        add_context(err, "value", num);
+        return -1;
+    }
+    int detached = request->struct_size >= offsetof(sbx_plugin_create_request, detached)
+                                            + sizeof(request->detached)
+                   && request->detached;
 
     exe = supervisor_path();
     if (!exe)
@@ -1390,6 +1561,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!sb)
         goto nomem;
     pthread_mutex_init(&sb->lock, NULL);
+    sb->lifetime = lifetime;
 #ifdef SBX_LOCAL_SAFEHOUSE
     sb->wrapper = wrapper;
     wrapper = NULL;
@@ -1514,7 +1686,8 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         made_cg = 1;
     }
     launch_argv = bwrap_argv(exe, cg_procs, n_cg, bwrap, exe, sb->root, sb->meta,
-                             image_root ? image_root : "/", allow_internet,
+                             image_root ? image_root : "/",
+                             sb->made_tmp && !sb->owns_root ? sb->tmp : NULL, allow_internet,
                              (request->set_fields & SBX_OPTION_BACKEND_OPTIONS)
                              ? request->backend_options : NULL, op, error);
     if (!launch_argv)
@@ -1522,7 +1695,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
 #endif
     if (bind_sandbox_socket(sb, &sock_fds[0], &sock_fds[1], op, error) < 0)
         goto fail;
-    int started = start_supervisor(sb, exe, &env, launch_argv, sock_fds, ctx, error);
+    int started = start_supervisor(sb, exe, &env, launch_argv, sock_fds, detached, ctx, error);
     close(sock_fds[0]);
     close(sock_fds[1]);
     if (started < 0)
@@ -1846,7 +2019,9 @@ static char *local_session_state(sbx_plugin_sandbox *sandbox, const sbx_call_ctx
         || json_object_object_add(o, "supervisor_pid",
                                   json_object_new_int64((int64_t)sb->sup_pid)) < 0
         || json_object_object_add(o, "supervisor_start",
-                                  json_object_new_int64((int64_t)sb->sup_start)) < 0)
+                                  json_object_new_int64((int64_t)sb->sup_start)) < 0
+        || json_object_object_add(o, "lifetime", json_object_new_double(sb->lifetime)) < 0
+        || json_object_object_add(o, "expires_at", json_object_new_double(sb->expires_at)) < 0)
         goto nomem;
     const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN
                                                       | JSON_C_TO_STRING_NOSLASHESCAPE);
@@ -2081,6 +2256,14 @@ static int read_record(struct sbx_plugin_sandbox *sb, sbx_error **error)
          && json_object_object_get_ex(o, "root", &v) && json_object_is_type(v, json_type_string)
          && json_object_get_string(v)[0] == '/'
          && strlen(json_object_get_string(v)) == (size_t)json_object_get_string_len(v);
+    /* Lifetime and expiry (records of older versions have none). */
+    json_object *lv;
+    if (ok && json_object_object_get_ex(o, "lifetime", &lv)
+        && (json_object_is_type(lv, json_type_double) || json_object_is_type(lv, json_type_int)))
+        sb->lifetime = json_object_get_double(lv);
+    if (ok && json_object_object_get_ex(o, "expires_at", &lv)
+        && (json_object_is_type(lv, json_type_double) || json_object_is_type(lv, json_type_int)))
+        sb->expires_at = json_object_get_double(lv);
     if (ok) {
         free(sb->root);
         free(sb->tmp);
@@ -2186,6 +2369,20 @@ static int local_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!(sb->id = strdup(base)) || !(sb->meta = strdup(meta))
         || !(sb->sock = join_path(sb->meta, "sock")))
         goto nomem;
+    /* A sandbox whose lifetime is over (the state says when) is gone with
+     * its directory: say so. */
+    json_object *lv;
+    double st_lifetime = 0, st_expires = 0;
+    if (json_object_object_get_ex(o, "lifetime", &lv))
+        st_lifetime = json_object_get_double(lv);
+    if (json_object_object_get_ex(o, "expires_at", &lv))
+        st_expires = json_object_get_double(lv);
+    struct stat mst;
+    if (lifetime_over(st_expires) && lstat(sb->meta, &mst) < 0 && errno == ENOENT) {
+        sbx_error *err = expired_fail(error, op, sb->id, st_expires, st_lifetime, "");
+        add_context(err, "path", sb->meta);
+        goto fail;
+    }
     if (read_record(sb, error) < 0)
         goto fail;
     if ((pid_t)pid != sb->sup_pid || (unsigned long long)start != sb->sup_start) {
@@ -2232,6 +2429,20 @@ static int local_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (answers == 1)
         LOG(SBX_LOG_WARNING, "sandbox %s: its supervisor (pid %d) lives but its socket %s "
             "refuses connections; destroy ends it by pid", sb->id, (int)sb->sup_pid, sb->sock);
+    /* The resuming process becomes one of its owners (a detached sandbox
+     * ignores that). */
+    if (answers == 0) {
+        int pfd = owner_pidfd();
+        if (pfd < 0) {
+            fail(error, SBX_ERROR_UNKNOWN, op, "no pidfd of the owning process: %s",
+                 strerror(errno));
+            goto fail;
+        }
+        int r = call_simple(sb, PROTO_OWN, pfd, PROTO_OWNED, ctx, op, error);
+        close(pfd);
+        if (r < 0)
+            goto fail;
+    }
     json_object_put(o);
     LOG(SBX_LOG_DEBUG, "resumed %s (root %s, supervisor pid %d)", sb->id, sb->root,
         (int)sb->sup_pid);
@@ -2248,6 +2459,18 @@ fail:
     }
     json_object_put(o);
     return -1;
+}
+
+/* Detaches @sandbox: from now on only its lifetime and destroy end it, not
+ * the end of its owners. not_found when it is gone (naming the expiry). */
+static int local_detach(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    struct sbx_plugin_sandbox *sb = sandbox;
+    if (sandbox_destroyed(sb)) {
+        fail(error, SBX_ERROR_NOT_FOUND, "detach", "sandbox %s was destroyed", sb->id);
+        return -1;
+    }
+    return call_simple(sb, PROTO_DETACH, -1, PROTO_DETACHED, ctx, "detach", error);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -2337,6 +2560,10 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
         fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %s was destroyed", sb->id);
         return -1;
     }
+    /* Its supervisor ends it a moment after the lifetime: nothing starts
+     * meanwhile. */
+    if (local_check_lifetime(sb, op, error) < 0)
+        return -1;
 
     int fds[PROTO_EXEC_FDS] = { request->stdin_fd, request->stdout_fd, request->stderr_fd };
     for (int i = 0; i < PROTO_EXEC_FDS; i++) {
@@ -2397,9 +2624,15 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
     bound bd = make_bound(ctx, REPLY_SECS);
     struct ucred peer;
     int e = connect_supervisor(sb, &bd, &fd, &peer);
-    if (e == E_PEER && !proto_proc_alive(sb->sup_pid, sb->sup_start)) {
-        fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %s no longer exists (its supervisor, "
-             "pid %d, is gone)", sb->id, (int)sb->sup_pid);
+    if ((e == E_PEER && !proto_proc_alive(sb->sup_pid, sb->sup_start))
+        || (e && e != E_PEER && gone_errno(e))) {
+        if (lifetime_over(sb->expires_at))
+            expired_fail(error, op, sb->id, sb->expires_at, sb->lifetime, "");
+        else if (e == E_PEER)
+            fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %s no longer exists (its "
+                 "supervisor, pid %d, is gone)", sb->id, (int)sb->sup_pid);
+        else
+            fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %s no longer exists", sb->id);
         goto out;
     }
     if (e == E_PEER) {
@@ -2421,7 +2654,9 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
     if (io == IO_OK)
         io = read_frame(fd, &type, &payload, &len, &bd);
     if (io != IO_OK) {
-        sbx_error *err = io_fail(error, io, op, sb->id, "exec");
+        sbx_error *err = io == IO_EOF && lifetime_over(sb->expires_at)
+            ? expired_fail(error, op, sb->id, sb->expires_at, sb->lifetime, "")
+            : io_fail(error, io, op, sb->id, "exec");
         set_outcome_unknown(err);
         goto out;
     }
@@ -2465,6 +2700,8 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
     pthread_mutex_init(&p->wlock, NULL);
     p->fd = fd;
     p->pid = pid;
+    p->expires_at = sb->expires_at;
+    p->lifetime = sb->lifetime;
     fd = -1;
     *process = p;
     rc = 0;
@@ -2545,8 +2782,11 @@ static int local_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx,
             return 1;
         }
         if (lost) {
-            sbx_error *err = fail(error, SBX_ERROR_NOT_FOUND, "exec_wait",
-                                  "sandbox %s ended while the command ran", p->sandbox_id);
+            sbx_error *err = lifetime_over(p->expires_at)
+                ? expired_fail(error, "exec_wait", p->sandbox_id, p->expires_at, p->lifetime,
+                               " while the command ran")
+                : fail(error, SBX_ERROR_NOT_FOUND, "exec_wait",
+                       "sandbox %s ended while the command ran", p->sandbox_id);
             set_outcome_unknown(err);
             return -1;
         }
@@ -2702,6 +2942,7 @@ static const sbx_plugin local_plugin = {
     .download_tar = local_download_tar,
     .stat_file = local_stat_file,
 #endif
+    .detach = local_detach,
 };
 
 SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);

@@ -25,9 +25,16 @@ struct sbx_plugin_sandbox {
     int owns_root;              /* root is meta/root */
     int made_tmp;               /* root/tmp was created by create */
     char *wrapper;              /* safehouse: the CLI wrapping every command */
+    double lifetime;            /* seconds from readiness; 0 = none */
+    double expires_at;          /* UNIX seconds the lifetime ends; 0 = none */
     pthread_mutex_t lock;       /* guards destroyed; serialises destroy */
     int destroyed;
 };
+
+/** local.c: 0 while @sandbox's lifetime lasts; else -1 with a not_found
+ *  error of op @op naming its expiry ("sandbox ID expired at T (lifetime
+ *  N s)"). Thread-safe. */
+int local_check_lifetime(sbx_plugin_sandbox *sandbox, const char *op, sbx_error **error);
 
 /** files.c: keeps the host services (called from the plugin's setup). */
 void local_files_setup(const sbx_host_services *services);
@@ -103,14 +110,16 @@ int bwrap_cgroups_create(const char *id, const sbx_plugin_create_request *reques
 /** Removes the cgroups of sandbox @id, if any. */
 void bwrap_cgroups_remove(const char *id);
 /** The launcher's argv (NULL-terminated, free with bwrap_argv_free), or
- *  NULL with an error. @src: "/" or the image's root filesystem.
+ *  NULL with an error. @src: "/" or the image's root filesystem. @remove
+ *  (may be NULL): a path the launcher's keeper removes with META when the
+ *  sandbox ends on its own (the tmp create made in a caller's workdir).
  *  @backend_options (may be NULL): {"ro_binds":["/HOST/PATH",...]}, host
  *  paths bound read-only at the same path inside; anything else is an
  *  invalid_argument error naming it. */
 char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const char *bwrap,
                   const char *supervisor, const char *root, const char *meta, const char *src,
-                  int allow_internet, const char *backend_options, const char *op,
-                  sbx_error **error);
+                  const char *remove, int allow_internet, const char *backend_options,
+                  const char *op, sbx_error **error);
 void bwrap_argv_free(char **argv);
 /** When the sandbox runs as another user (bwrap_sandbox_ids): 0 when it
  *  may search every directory above @path (bwrap, running as that user,

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 
 /** Makes room for @n more bytes; sets failed when it cannot. */
 static int buf_reserve(proto_buf *b, size_t n)
@@ -439,4 +441,82 @@ size_t proto_kill_descendants(pid_t ancestor, int sig, size_t *zombies)
     if (zombies)
         *zombies = k.dead;
     return k.live;
+}
+
+/** Removes @name under @parent with all it holds (see proto_rm_tree). */
+static int rm_tree_at(int parent, const char *name, dev_t dev, int depth)
+{
+    struct stat st;
+    if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode))
+        return unlinkat(parent, name, 0) == 0 || errno == ENOENT ? 0 : -1;
+    if (st.st_dev != dev) {
+        errno = EXDEV;
+        return -1;
+    }
+    if (depth > 4096) {
+        errno = ELOOP;
+        return -1;
+    }
+    if ((st.st_mode & S_IRWXU) != S_IRWXU)
+        fchmodat(parent, name, (st.st_mode & 07777) | S_IRWXU, 0);
+    int rc = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+            return errno == ENOENT ? 0 : -1;
+        DIR *d = fdopendir(fd);
+        if (!d) {
+            close(fd);
+            return -1;
+        }
+        rc = 0;
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            if (rm_tree_at(fd, e->d_name, dev, depth + 1) < 0)
+                rc = -1;
+        }
+        closedir(d);
+        if (unlinkat(parent, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
+            return 0;
+        if (errno != ENOTEMPTY && errno != EEXIST)
+            return -1;
+    }
+    if (rc == 0)
+        errno = ENOTEMPTY;
+    return -1;
+}
+
+int proto_rm_tree(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (path[0] != '/' || !slash || !slash[1]) {
+        errno = EINVAL;
+        return -1;
+    }
+    char *parent = strndup(path, slash == path ? 1 : (size_t)(slash - path));
+    if (!parent)
+        return -1;
+    int dfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(parent);
+    if (dfd < 0)
+        return errno == ENOENT ? 0 : -1;
+    struct stat st;
+    int rc;
+    if (fstatat(dfd, slash + 1, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        rc = errno == ENOENT ? 0 : -1;
+    else
+        rc = rm_tree_at(dfd, slash + 1, st.st_dev, 0);
+    int e = errno;
+    close(dfd);
+    errno = e;
+    return rc;
+}
+
+int proto_pidfd_open(pid_t pid)
+{
+    return (int)syscall(SYS_pidfd_open, pid, 0);
 }

@@ -13,18 +13,37 @@
  * anything bigger before allocating.
  *
  * The plugin starts the supervisor as
- * `sbx-supervisor --control-fd=3 --sandbox-dir=DIR` (DIR: the sandbox's
- * meta directory; the socket is DIR/sock), or inside bubblewrap as
- * `sbx-supervisor --control-fd=3 --init` (no path of the host in view),
- * and handshakes on the control socketpair it hands over as descriptor 3:
+ * `sbx-supervisor --control-fd=3 --sandbox-dir=DIR [--remove=PATH]` (DIR:
+ * the sandbox's meta directory; the socket is DIR/sock), or inside
+ * bubblewrap as `sbx-supervisor --control-fd=3 --init` (no path of the host
+ * in view), and handshakes on the control socketpair it hands over as
+ * descriptor 3:
  *
  *     supervisor -> HELLO    u32 version, i32 pid, u64 start time
- *     plugin     -> CONFIG   str root, u32 n, n x str "K=V" (base env);
+ *     plugin     -> CONFIG   str root, u32 n, n x str "K=V" (base env),
+ *                            u64 lifetime (ms; 0 = none), u32 detached;
  *                            with its first byte, as SCM_RIGHTS, the
  *                            sandbox's socket (bound at DIR/sock by the
- *                            plugin, not listening yet) and an O_PATH
- *                            descriptor of that socket file
+ *                            plugin, not listening yet), an O_PATH
+ *                            descriptor of that socket file and, unless
+ *                            detached, a pidfd of the owning process
  *     supervisor -> READY | ERROR
+ *
+ * Lifetime and owners. The lifetime counts from READY: at its end (and a
+ * grace of 1 s for an exec timing out at it) the supervisor ends the
+ * sandbox (every process) on its own. So it does when
+ * the last of its owners (pidfds: the creator's, and each resumer's, see
+ * OWN) has ended, unless the sandbox is detached (CONFIG, or DETACH later),
+ * and on SIGTERM, SIGINT or SIGHUP. Ending on its own it exits
+ * PROTO_EXIT_SELF_END; after DESTROY it exits 0.
+ *
+ * The keeper. Outside bubblewrap the supervisor is the child of a keeper,
+ * a forked copy of the first process, which waits for it and, unless it
+ * exited 0 (DESTROY: the library removes what is left), removes DIR and
+ * the --remove PATH (a tmp directory create made in a caller's workdir):
+ * so nothing stays on disk after an expiry, the owners' end or a SIGKILL
+ * of the supervisor. The bubblewrap launcher keeps the same way (its
+ * keeper waits for bwrap, outside every namespace; supervisor.c).
  *
  * The supervisor calls listen() itself, so SO_PEERCRED of a connection
  * names it (pid and uid); the plugin checks that on every connection. No
@@ -44,6 +63,10 @@
  *             kills the tree too.
  *     PING                                        <- PONG u32 version
  *     DESTROY                                     <- DESTROYED, then EOF
+ *     OWN     a pidfd of a new owner as SCM_RIGHTS <- OWNED (a detached
+ *             sandbox closes it at once: owners do not matter to it)
+ *     DETACH                                      <- DETACHED; from then
+ *             on only the lifetime and DESTROY end the sandbox
  *
  * ERROR carries u32 kind (PROTO_ERR_*), i32 errno and str message.
  */
@@ -55,7 +78,11 @@
 #include <sys/types.h>
 
 /** Bumped whenever a frame changes shape. */
-#define PROTO_VERSION 2u
+#define PROTO_VERSION 3u
+
+/** The supervisor's exit status when it ended the sandbox on its own
+ *  (lifetime, owners gone, a signal); 0 after DESTROY. */
+#define PROTO_EXIT_SELF_END 3
 
 #define PROTO_HEADER_SIZE 8u
 /** Upper bound of a payload (argv and env of one exec included). */
@@ -65,8 +92,13 @@
 
 /** The descriptor the supervisor finds its control socket on. */
 #define PROTO_CONTROL_FD 3
-/** Descriptors that ride with CONFIG: the bound socket, its file (O_PATH). */
+/** Descriptors that ride with CONFIG: the bound socket, its file (O_PATH)
+ *  and, for an attached sandbox, the owner's pidfd (PROTO_CONFIG_FDS_MAX). */
 #define PROTO_CONFIG_FDS 2
+#define PROTO_CONFIG_FDS_MAX 3
+/** Longest lifetime CONFIG carries (ms): about 24 days, so that every
+ *  deadline fits a poll timeout's arithmetic. */
+#define PROTO_LIFETIME_MAX_MS ((uint64_t)INT32_MAX)
 
 typedef enum proto_type {
     PROTO_HELLO = 1,
@@ -81,7 +113,11 @@ typedef enum proto_type {
     PROTO_PING = 10,
     PROTO_PONG = 11,
     PROTO_DESTROY = 12,
-    PROTO_DESTROYED = 13
+    PROTO_DESTROYED = 13,
+    PROTO_OWN = 14,
+    PROTO_OWNED = 15,
+    PROTO_DETACH = 16,
+    PROTO_DETACHED = 17
 } proto_type;
 
 /** ERROR kinds. */
@@ -165,5 +201,13 @@ void proto_walk_descendants(pid_t ancestor, proto_visit_fn fn, void *data);
  *  Returns how many live descendants it signalled and stores in *@zombies
  *  (may be NULL) how many zombies it saw. */
 size_t proto_kill_descendants(pid_t ancestor, int sig, size_t *zombies);
+
+/** Removes the tree at absolute @path (never following a symlink, never
+ *  onto another filesystem; its own rights restored where a command took
+ *  them). Returns 0 when it is gone (or never was), else -1 with errno. */
+int proto_rm_tree(const char *path);
+
+/** A pidfd of @pid (close-on-exec), or -1 with errno. */
+int proto_pidfd_open(pid_t pid);
 
 #endif /* SBX_LOCAL_PROTO_H */

@@ -36,6 +36,12 @@
  * for SIGCHLD between rounds, not for a fixed time.
  * DESTROY kills every descendant of the supervisor, answers and exits.
  *
+ * The sandbox also ends itself (proto.h): at the end of its lifetime
+ * (CONFIG; a deadline of the poll loop, counted from READY), and when the
+ * last of its owners (pidfds polled beside the sockets) has ended, unless
+ * it is detached. A keeper process, its parent, then removes what it left
+ * on the host (main() and launch() below).
+ *
  * Should the supervisor die without DESTROY (SIGKILL, a crash), its
  * reapers see their sockets to it hang up: a busy one kills every process
  * below it (its exec's whole tree, setsid'd and double-forked ones
@@ -88,6 +94,9 @@
 #define START_WAIT_MS 10000
 /** How long the final teardown (or an orphaned reaper's) may take. */
 #define TEARDOWN_MS 5000
+/** How long after its lifetime the supervisor ends the sandbox (calls
+ *  after the lifetime are refused by the library meanwhile). */
+#define LIFETIME_GRACE_MS 1000
 /** Idle reapers kept for later execs; more are told to exit. */
 #define REAPER_IDLE_MAX 4
 /** Descriptors of a job: the command's stdin, stdout, stderr, its working
@@ -168,6 +177,11 @@ static struct {
     size_t nconns;
     reaper **reapers;
     size_t nreapers;
+    long long deadline;          /* CLOCK_MONOTONIC ms the lifetime ends; 0 = none */
+    uint64_t lifetime_ms;        /* from CONFIG; 0 = none */
+    int detached;                /* owners do not matter */
+    int *owners;                 /* pidfds of the owning processes */
+    size_t nowners;
 } S = { .listen_fd = -1, .sock_file_fd = -1, .sig_fd = -1 };
 
 /* ------------------------------------------------------------------------ */
@@ -494,8 +508,30 @@ static void kill_everything(void)
 }
 
 /**
+ * Before the sandbox ends on its own: no exec in flight gets an EXIT (its
+ * command is about to be killed, and an exit code would read as the
+ * command's own end). Each busy reaper is told to leave EXIT to the
+ * supervisor (JOB_HOLD, before any signal), and the supervisor sends
+ * nothing more on any connection: the callers see their connections close
+ * and report the sandbox's end (the library names the expiry).
+ */
+static void hold_every_exit(void)
+{
+    uint32_t hold = JOB_HOLD;
+    for (size_t i = 0; i < S.nreapers; i++) {
+        reaper *rp = S.reapers[i];
+        if (rp->fd >= 0 && rp->busy && !rp->gone)
+            write_all(rp->fd, &hold, sizeof(hold), SEND_WAIT_MS);
+    }
+    for (size_t i = 0; i < S.nconns; i++)
+        S.conns[i]->dead = 1;
+}
+
+/**
  * Ends the sandbox: stops taking connections, kills every descendant,
- * answers @requester (may be NULL) and exits.
+ * answers @requester (may be NULL) and exits: 0 after DESTROY (a
+ * @requester), PROTO_EXIT_SELF_END when it ends on its own, so that the
+ * keeper removes what the sandbox left.
  */
 static void __attribute__((noreturn)) shutdown_sandbox(conn *requester)
 {
@@ -507,13 +543,55 @@ static void __attribute__((noreturn)) shutdown_sandbox(conn *requester)
     if (S.sock_path && S.sock_ino && stat(S.sock_path, &st) == 0
         && st.st_dev == S.sock_dev && st.st_ino == S.sock_ino)
         unlink(S.sock_path);
+    if (!requester)
+        hold_every_exit();
     kill_everything();
     if (requester) {
         proto_buf b;
         proto_buf_init(&b, PROTO_DESTROYED);
         conn_send(requester, &b);
     }
-    _exit(0);
+    _exit(requester ? 0 : PROTO_EXIT_SELF_END);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Owners                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/** Takes pidfd @fd as one more owner (closed at once when detached). */
+static int owner_add(int fd)
+{
+    if (S.detached) {
+        close(fd);
+        return 0;
+    }
+    int *v = realloc(S.owners, (S.nowners + 1) * sizeof(*v));
+    if (!v) {
+        close(fd);
+        return -1;
+    }
+    S.owners = v;
+    S.owners[S.nowners++] = fd;
+    return 0;
+}
+
+/** From now on only the lifetime and DESTROY end the sandbox. */
+static void owners_forget(void)
+{
+    S.detached = 1;
+    for (size_t i = 0; i < S.nowners; i++)
+        close(S.owners[i]);
+    S.nowners = 0;
+}
+
+/** Owner @i has ended (its pidfd is readable): the sandbox ends with its
+ *  last owner. */
+static void owner_ended(size_t i)
+{
+    close(S.owners[i]);
+    S.owners[i] = S.owners[--S.nowners];
+    if (S.nowners == 0 && !S.detached)
+        shutdown_sandbox(NULL);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1310,7 +1388,7 @@ static void handle_frame(conn *c)
     proto_reader r;
     proto_buf b;
 
-    if (c->type != PROTO_EXEC)
+    if (c->type != PROTO_EXEC && c->type != PROTO_OWN)
         conn_close_fds(c);
     switch (c->type) {
     case PROTO_EXEC:
@@ -1347,6 +1425,24 @@ static void handle_frame(conn *c)
     case PROTO_PING:
         proto_buf_init(&b, PROTO_PONG);
         proto_put_u32(&b, PROTO_VERSION);
+        conn_send(c, &b);
+        break;
+    case PROTO_OWN: {
+        int ok = c->nfds == 1 && owner_add(c->fds[0]) == 0;
+        if (c->nfds == 1)
+            c->nfds = 0;    /* owner_add took it */
+        conn_close_fds(c);
+        if (!ok) {
+            conn_error(c, PROTO_ERR_PROTOCOL, EPROTO, "OWN needs one pidfd");
+            break;
+        }
+        proto_buf_init(&b, PROTO_OWNED);
+        conn_send(c, &b);
+        break;
+    }
+    case PROTO_DETACH:
+        owners_forget();
+        proto_buf_init(&b, PROTO_DETACHED);
         conn_send(c, &b);
         break;
     case PROTO_DESTROY:
@@ -1519,8 +1615,9 @@ static void __attribute__((noreturn)) serve(void)
     size_t pcap = 0;
 
     for (;;) {
-        /* signalfd, listener, each connection's socket, each reaper's */
-        size_t n = 2 + S.nconns + S.nreapers;
+        /* signalfd, listener, each connection's socket, each reaper's,
+         * each owner's pidfd */
+        size_t n = 2 + S.nconns + S.nreapers + S.nowners;
         if (n > pcap) {
             struct pollfd *p = realloc(pfd, n * sizeof(*p));
             if (!p) {
@@ -1534,13 +1631,20 @@ static void __attribute__((noreturn)) serve(void)
         int accepting = S.nconns < MAX_CONNS && now >= accept_pause_until;
         pfd[0] = (struct pollfd){ .fd = S.sig_fd, .events = POLLIN };
         pfd[1] = (struct pollfd){ .fd = accepting ? S.listen_fd : -1, .events = POLLIN };
-        size_t nc = S.nconns, nr = S.nreapers;
+        size_t nc = S.nconns, nr = S.nreapers, no = S.nowners;
         for (size_t i = 0; i < nc; i++)
             pfd[2 + i] = (struct pollfd){ .fd = S.conns[i]->fd, .events = POLLIN };
         for (size_t i = 0; i < nr; i++)
             pfd[2 + nc + i] = (struct pollfd){
                 .fd = reaper_watched(S.reapers[i]) ? S.reapers[i]->fd : -1, .events = POLLIN };
+        for (size_t i = 0; i < no; i++)
+            pfd[2 + nc + nr + i] = (struct pollfd){ .fd = S.owners[i], .events = POLLIN };
+        /* The lifetime's end is the loop's deadline. */
+        if (S.deadline && now >= S.deadline)
+            shutdown_sandbox(NULL);
         long long timeout = last_watch + WATCH_INTERVAL_MS - now;
+        if (S.deadline && S.deadline - now < timeout)
+            timeout = S.deadline - now;
         if (!accepting && S.nconns < MAX_CONNS && timeout > 100)
             timeout = 100;
         if (timeout < 0)
@@ -1556,6 +1660,12 @@ static void __attribute__((noreturn)) serve(void)
             continue;
         if (pfd[0].revents)
             handle_signals();
+        /* An owner's pidfd turns readable when that process has ended
+         * (from the end, so removing one keeps the others' places). */
+        for (size_t i = no; i-- > 0;)
+            if (pfd[2 + nc + nr + i].revents && i < S.nowners
+                && S.owners[i] == pfd[2 + nc + nr + i].fd)
+                owner_ended(i);
         /* Reports first (an EXIT before a KILL on the same exec); reapers
          * and connections are only appended until the sweeps below. */
         for (size_t i = 0; i < nr; i++) {
@@ -1672,17 +1782,32 @@ static int apply_config(const unsigned char *payload, uint32_t len, const int *f
             return -1;
         }
     }
+    S.lifetime_ms = proto_get_u64(&r);
+    uint32_t detached = proto_get_u32(&r);
+    if (r.failed || r.left != 0 || detached > 1 || S.lifetime_ms > PROTO_LIFETIME_MAX_MS) {
+        *err = EPROTO;
+        snprintf(msg, msgsz, "malformed CONFIG (lifetime %llu ms, detached %u)",
+                 (unsigned long long)S.lifetime_ms, detached);
+        return -1;
+    }
+    S.detached = (int)detached;
 
     /* The plugin bound the socket; listening here makes SO_PEERCRED of
      * every connection name this process. */
-    if (nfds != PROTO_CONFIG_FDS) {
+    if (nfds != PROTO_CONFIG_FDS + !S.detached) {
         *err = EPROTO;
-        snprintf(msg, msgsz, "CONFIG came with %d descriptors, not %d", nfds,
-                 PROTO_CONFIG_FDS);
+        snprintf(msg, msgsz, "CONFIG of %s sandbox came with %d descriptors, not %d",
+                 S.detached ? "a detached" : "an attached", nfds,
+                 PROTO_CONFIG_FDS + !S.detached);
         return -1;
     }
     S.listen_fd = fds[0];
     S.sock_file_fd = fds[1];
+    if (!S.detached && owner_add(fds[2]) < 0) {
+        *err = ENOMEM;
+        snprintf(msg, msgsz, "out of memory");
+        return -1;
+    }
     struct stat st;
     errno = 0;
     int ok = fcntl(S.listen_fd, F_SETFL, O_NONBLOCK) == 0
@@ -1766,74 +1891,205 @@ static int launch_overlay(const char *meta)
 }
 
 /**
+ * Gives a caller's workdir @root, lent to the sandbox's user, back to the
+ * owner META/workdir-owner names ("UID GID\n", written by the library;
+ * only a file of this user nobody else may write, and only while @root
+ * belongs to someone else than that owner).
+ */
+static void give_back(const char *meta, const char *root)
+{
+    char *rec;
+    if (asprintf(&rec, "%s/workdir-owner", meta) < 0)
+        return;
+    int fd = open(rec, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    free(rec);
+    if (fd < 0)
+        return;
+    char line[64];
+    struct stat st;
+    ssize_t n = -1;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid()
+        && !(st.st_mode & 022))
+        n = read(fd, line, sizeof(line) - 1);
+    close(fd);
+    unsigned ou, og;
+    char nl;
+    if (n <= 0)
+        return;
+    line[n] = '\0';
+    if (sscanf(line, "%u %u%c", &ou, &og, &nl) != 3 || nl != '\n')
+        return;
+    int dfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return;
+    if (fstat(dfd, &st) == 0 && st.st_uid != (uid_t)ou && fchown(dfd, (uid_t)ou, (gid_t)og) < 0)
+        fprintf(stderr, "sbx-supervisor: cannot give %s back to uid %u: %s\n", root, ou,
+                strerror(errno));
+    close(dfd);
+}
+
+/**
+ * The keeper of a sandbox: waits for its process @child (the supervisor,
+ * or bwrap whose init it is) and, unless that exited 0 (after DESTROY,
+ * when the library removes what is left itself), removes what the sandbox
+ * left on the host: the cgroup directories holding @cg (cgroup.procs
+ * files, @ncg of them), the meta directory @meta and @remove (may be
+ * NULL); a caller's workdir @lent (may be NULL) to the sandbox's user goes
+ * back to its owner first (give_back). Holds no descriptor of the sandbox;
+ * never returns.
+ */
+static void __attribute__((noreturn)) keeper(pid_t child, const char *meta, const char *remove,
+                                             const char *lent, char **cg, size_t ncg)
+{
+    close_range(0, ~0U, 0);
+    int status = 0;
+    pid_t r;
+    while ((r = waitpid(child, &status, 0)) < 0 && errno == EINTR)
+        ;
+    if (r == child && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        _exit(0);
+    /* A cgroup goes once the last process in it is gone (just after its
+     * init, which the keeper saw end); bounded. */
+    for (size_t i = 0; i < ncg; i++) {
+        char *dir = strdup(cg[i]);
+        char *slash = dir ? strrchr(dir, '/') : NULL;
+        if (!slash)
+            continue;
+        *slash = '\0';
+        for (int round = 0; round < 200 && rmdir(dir) < 0 && errno == EBUSY; round++)
+            sleep_ms(10);
+        free(dir);
+    }
+    if (meta && lent)
+        give_back(meta, lent);
+    if (meta)
+        proto_rm_tree(meta);
+    if (remove)
+        proto_rm_tree(remove);
+    _exit(0);
+}
+
+/** In the launcher's sandbox process: joins the cgroups @cg (@ncg), puts
+ *  the seccomp filter on descriptor @seccomp_fd (> 3, or 0 for none),
+ *  becomes @uid/@gid (when > 0) and mounts @overlay (may be NULL).
+ *  Returns 0, or the launcher's exit status (the reason on stderr). */
+static int launch_setup(char **cg, size_t ncg, long seccomp_fd, long uid, long gid,
+                        const char *overlay)
+{
+    for (size_t i = 0; i < ncg; i++) {
+        int fd = open(cg[i], O_WRONLY | O_CLOEXEC);
+        char num[32];
+        int n = snprintf(num, sizeof(num), "%d\n", (int)getpid());
+        if (fd < 0 || write(fd, num, (size_t)n) != n) {
+            fprintf(stderr, "sbx-supervisor: cannot join cgroup %s: %s\n", cg[i],
+                    strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            return 1;
+        }
+        close(fd);
+    }
+    if (seccomp_fd > 0) {
+#ifdef SBX_SUPERVISOR_SECCOMP
+        char msg[256];
+        int fd = sbx_seccomp_filter_fd(msg, sizeof(msg));
+        if (fd < 0) {
+            fprintf(stderr, "sbx-supervisor: %s\n", msg);
+            return 1;
+        }
+        if (fd != seccomp_fd) {
+            if (dup2(fd, (int)seccomp_fd) < 0) {
+                fprintf(stderr, "sbx-supervisor: dup2 of the seccomp filter: %s\n",
+                        strerror(errno));
+                close(fd);
+                return 1;
+            }
+            close(fd);
+        }
+#else
+        fprintf(stderr, "sbx-supervisor: --launch: --seccomp-fd=%ld: built without "
+                "libseccomp\n", seccomp_fd);
+        return 1;
+#endif
+    }
+    if (uid > 0) {
+        if (setgroups(0, NULL) < 0 || setgid((gid_t)gid) < 0 || setuid((uid_t)uid) < 0
+            || getuid() != (uid_t)uid || geteuid() != (uid_t)uid
+            || getgid() != (gid_t)gid || getegid() != (gid_t)gid) {
+            fprintf(stderr, "sbx-supervisor: cannot become uid %ld, gid %ld: %s\n", uid, gid,
+                    strerror(errno));
+            return 1;
+        }
+        /* The change of user made /proc/self root's; the maps below and
+         * the library's view of the sandbox need it ours. */
+        prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+    }
+    if (overlay && launch_overlay(overlay) < 0)
+        return 1;
+    return 0;
+}
+
+/**
  * Launcher mode of the bubblewrap backend:
  *     sbx-supervisor --launch [--cgroup-procs=FILE]... [--seccomp-fd=N]
- *                    [--user=UID:GID] [--overlay=META] -- PROGRAM ARG...
- * Moves itself into each cgroup (FILE is a cgroup.procs file); with
+ *                    [--user=UID:GID] [--overlay=META] [--keep=META]
+ *                    [--remove=PATH] [--lent=ROOT] -- PROGRAM ARG...
+ * Forks a keeper and exits once the sandbox's process started: 0, or 1
+ * when a cgroup, the filter or the change of user failed, 2 on a malformed
+ * command line, 127 when PROGRAM cannot run (the reason goes to stderr);
+ * so the library reaps it by pid. The keeper forks the sandbox's process,
+ * which moves itself into each cgroup (FILE is a cgroup.procs file); with
  * --seccomp-fd, compiles the sandbox's seccomp filter (seccomp.c) onto
  * descriptor N (> 3) for `bwrap --seccomp N`; with --user, becomes UID and
  * GID with no supplementary groups (the library runs as root: bwrap then
  * runs unprivileged, its user namespace maps the sandbox's uid to UID and
  * nothing of it is host root); with --overlay, mounts the sandbox's root
- * (launch_overlay). Then forks and exits 0 at once (so the
- * library reaps it by pid); the child execs PROGRAM (bwrap, whose init is
- * the supervisor in --init mode), keeping descriptor 3 (and N). Exits 1
- * when a cgroup, the filter or the change of user fails, 2 on a malformed
- * command line; the reason goes to stderr.
+ * (launch_overlay); and execs PROGRAM (bwrap, whose init is the supervisor
+ * in --init mode), keeping descriptor 3 (and N). The keeper stays outside
+ * every namespace, cgroup and change of user, as the library's user, and
+ * when bwrap has ended other than after DESTROY (exit 0) gives a caller's
+ * workdir ROOT lent to the sandbox's user back (--lent) and removes the
+ * cgroups, --keep's META and --remove's PATH (keeper()).
  */
 static int launch(int argc, char **argv)
 {
     static const char cg_opt[] = "--cgroup-procs=", sc_opt[] = "--seccomp-fd=",
-                      user_opt[] = "--user=", ovl_opt[] = "--overlay=";
-    const char *overlay = NULL;
+                      user_opt[] = "--user=", ovl_opt[] = "--overlay=",
+                      keep_opt[] = "--keep=", rm_opt[] = "--remove=", lent_opt[] = "--lent=";
+    const char *overlay = NULL, *keep = NULL, *remove = NULL, *lent = NULL;
+    char *cg[8];
+    size_t ncg = 0;
+    long seccomp_fd = 0;
     int i = 2;
     long uid = -1, gid = -1;
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         if (strncmp(argv[i], cg_opt, sizeof(cg_opt) - 1) == 0) {
-            const char *file = argv[i] + sizeof(cg_opt) - 1;
-            int fd = open(file, O_WRONLY | O_CLOEXEC);
-            char num[32];
-            int n = snprintf(num, sizeof(num), "%d\n", (int)getpid());
-            if (fd < 0 || write(fd, num, (size_t)n) != n) {
-                fprintf(stderr, "sbx-supervisor: cannot join cgroup %s: %s\n", file,
-                        strerror(errno));
-                if (fd >= 0)
-                    close(fd);
-                return 1;
+            if (ncg == sizeof(cg) / sizeof(cg[0])) {
+                fprintf(stderr, "sbx-supervisor: --launch: more than %zu %s options\n",
+                        sizeof(cg) / sizeof(cg[0]), cg_opt);
+                return 2;
             }
-            close(fd);
+            cg[ncg++] = argv[i] + sizeof(cg_opt) - 1;
         } else if (strncmp(argv[i], sc_opt, sizeof(sc_opt) - 1) == 0) {
             char *end;
-            long want = strtol(argv[i] + sizeof(sc_opt) - 1, &end, 10);
-            if (*end || want <= PROTO_CONTROL_FD || want > 1024) {
+            seccomp_fd = strtol(argv[i] + sizeof(sc_opt) - 1, &end, 10);
+            if (*end || seccomp_fd <= PROTO_CONTROL_FD || seccomp_fd > 1024) {
                 fprintf(stderr, "sbx-supervisor: --launch: bad %s (a descriptor above %d)\n",
                         argv[i], PROTO_CONTROL_FD);
                 return 2;
             }
-#ifdef SBX_SUPERVISOR_SECCOMP
-            char msg[256];
-            int fd = sbx_seccomp_filter_fd(msg, sizeof(msg));
-            if (fd < 0) {
-                fprintf(stderr, "sbx-supervisor: %s\n", msg);
-                return 1;
-            }
-            if (fd != want) {
-                if (dup2(fd, (int)want) < 0) {
-                    fprintf(stderr, "sbx-supervisor: dup2 of the seccomp filter: %s\n",
-                            strerror(errno));
-                    close(fd);
-                    return 1;
-                }
-                close(fd);
-            }
-#else
-            fprintf(stderr, "sbx-supervisor: --launch: %s: built without libseccomp\n",
-                    argv[i]);
-            return 1;
-#endif
         } else if (strncmp(argv[i], ovl_opt, sizeof(ovl_opt) - 1) == 0
                    && argv[i][sizeof(ovl_opt) - 1] == '/') {
             overlay = argv[i] + sizeof(ovl_opt) - 1;
+        } else if (strncmp(argv[i], keep_opt, sizeof(keep_opt) - 1) == 0
+                   && argv[i][sizeof(keep_opt) - 1] == '/') {
+            keep = argv[i] + sizeof(keep_opt) - 1;
+        } else if (strncmp(argv[i], rm_opt, sizeof(rm_opt) - 1) == 0
+                   && argv[i][sizeof(rm_opt) - 1] == '/') {
+            remove = argv[i] + sizeof(rm_opt) - 1;
+        } else if (strncmp(argv[i], lent_opt, sizeof(lent_opt) - 1) == 0
+                   && argv[i][sizeof(lent_opt) - 1] == '/') {
+            lent = argv[i] + sizeof(lent_opt) - 1;
         } else if (strncmp(argv[i], user_opt, sizeof(user_opt) - 1) == 0) {
             char *end;
             const char *v = argv[i] + sizeof(user_opt) - 1;
@@ -1859,27 +2115,44 @@ static int launch(int argc, char **argv)
         fprintf(stderr, "sbx-supervisor: --launch: expected -- /PROGRAM ARG...\n");
         return 2;
     }
-    if (uid > 0) {
-        if (setgroups(0, NULL) < 0 || setgid((gid_t)gid) < 0 || setuid((uid_t)uid) < 0
-            || getuid() != (uid_t)uid || geteuid() != (uid_t)uid
-            || getgid() != (gid_t)gid || getegid() != (gid_t)gid) {
-            fprintf(stderr, "sbx-supervisor: cannot become uid %ld, gid %ld: %s\n", uid, gid,
-                    strerror(errno));
-            return 1;
-        }
-        /* The change of user made /proc/self root's; the maps below and
-         * the library's view of the sandbox need it ours. */
-        prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+    /* The sandbox's process reports a failed setup on this pipe; a
+     * successful exec closes it. */
+    int pp[2];
+    if (pipe2(pp, O_CLOEXEC) < 0)
+        return 1;
+    pid_t k = fork();
+    if (k < 0)
+        return 1;
+    if (k > 0) {
+        close(pp[1]);
+        unsigned char code = 0;
+        ssize_t n;
+        while ((n = read(pp[0], &code, 1)) < 0 && errno == EINTR)
+            ;
+        _exit(n == 1 ? code : 0);
     }
-    if (overlay && launch_overlay(overlay) < 0)
-        return 1;
-    pid_t p = fork();
-    if (p < 0)
-        return 1;
-    if (p > 0)
-        _exit(0);
-    execv(argv[i + 1], argv + i + 1);
-    _exit(127);
+    close(pp[0]);
+    pid_t b = fork();
+    if (b < 0) {
+        unsigned char code = 1;
+        if (write(pp[1], &code, 1) < 0)
+            _exit(1);
+        _exit(1);
+    }
+    if (b == 0) {
+        int code = launch_setup(cg, ncg, seccomp_fd, uid, gid, overlay);
+        if (code == 0) {
+            execv(argv[i + 1], argv + i + 1);
+            fprintf(stderr, "sbx-supervisor: cannot run %s: %s\n", argv[i + 1],
+                    strerror(errno));
+            code = 127;
+        }
+        unsigned char c = (unsigned char)code;
+        if (write(pp[1], &c, 1) < 0)
+            _exit(code);
+        _exit(code);
+    }
+    keeper(b, keep, remove, lent, cg, ncg);
 }
 
 int main(int argc, char **argv)
@@ -1894,9 +2167,14 @@ int main(int argc, char **argv)
     /* --init: the init of a bubblewrap sandbox (pid 1 of its namespace),
      * which must not detach: the namespace ends with it. It knows no path
      * of its socket. */
+    static const char rm_opt[] = "--remove=";
+    const char *remove = NULL;
     if (argc == 3 && strcmp(argv[2], "--init") == 0)
         init_mode = 1;
-    if (argc != 3 || strcmp(argv[1], "--control-fd=3") != 0
+    if (argc == 4 && strncmp(argv[3], rm_opt, sizeof(rm_opt) - 1) == 0
+        && argv[3][sizeof(rm_opt) - 1] == '/')
+        remove = argv[3] + sizeof(rm_opt) - 1;
+    if (argc != 3 + (remove != NULL) || strcmp(argv[1], "--control-fd=3") != 0
         || (!init_mode && (strncmp(argv[2], dir_opt, sizeof(dir_opt) - 1) != 0
                            || argv[2][sizeof(dir_opt) - 1] != '/'))
         || fcntl(ctl, F_GETFD) < 0) {
@@ -1918,13 +2196,19 @@ int main(int argc, char **argv)
     sigaction(SIGPIPE, &sa, NULL);
 
     /* Detach: the process the library spawned exits at once (it reaps it
-     * by pid); the supervisor lives on, reparented away from the app. */
+     * by pid); the supervisor lives on, reparented away from the app, the
+     * child of its keeper (keeper()). */
     if (!init_mode) {
         pid_t p = fork();
         if (p < 0)
             return 1;
         if (p > 0)
             _exit(0);
+        p = fork();
+        if (p < 0)
+            return 1;
+        if (p > 0)
+            keeper(p, S.dir, remove, NULL, NULL, 0);
     }
     setsid();
     if (chdir("/") < 0)
@@ -1949,8 +2233,8 @@ int main(int argc, char **argv)
         return 1;
 
     uint32_t type, len;
-    int cfg_fds[PROTO_CONFIG_FDS], n_cfg_fds = 0;
-    unsigned char *cfg = read_control_frame(ctl, &type, &len, cfg_fds, PROTO_CONFIG_FDS,
+    int cfg_fds[PROTO_CONFIG_FDS_MAX], n_cfg_fds = 0;
+    unsigned char *cfg = read_control_frame(ctl, &type, &len, cfg_fds, PROTO_CONFIG_FDS_MAX,
                                             &n_cfg_fds);
     if (!cfg)
         return 1;
@@ -1968,6 +2252,11 @@ int main(int argc, char **argv)
     proto_buf_init(&b, PROTO_READY);
     if (send_buf(ctl, &b, CONFIG_WAIT_MS) < 0)
         shutdown_sandbox(NULL);
+    /* The lifetime counts from here: the sandbox is usable. The end comes
+     * LIFETIME_GRACE_MS later, so that an exec whose timeout is the
+     * lifetime (the library's default) times out first. */
+    if (S.lifetime_ms)
+        S.deadline = now_ms() + (long long)S.lifetime_ms + LIFETIME_GRACE_MS;
     close(ctl);
 
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);

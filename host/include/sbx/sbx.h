@@ -351,9 +351,13 @@ SBX_EXPORT int sbx_options_set_workdir(sbx_options *options, const char *path,
 
 /**
  * sbx_options_set_timeout_secs:
- * The sandbox's lifetime where the provider has one, and the default exec
- * timeout (an exec's own timeout overrides it). Seconds, > 0 and finite;
- * default SBX_DEFAULT_TIMEOUT_SECS. Errors: invalid_argument. Since 0.1.
+ * The sandbox's lifetime (ended by the backend where it has
+ * SBX_CAP_LIFETIME: docker, local, bubblewrap; on local and bubblewrap
+ * counted from readiness, calls after it fail with not_found naming the
+ * expiry), and the default exec timeout: what is left of the lifetime, as
+ * the creating process counts it from the create call (at least 1 s; an
+ * exec's own timeout overrides it). Seconds, > 0 and finite; default
+ * SBX_DEFAULT_TIMEOUT_SECS. Errors: invalid_argument. Since 0.1.
  */
 SBX_EXPORT int sbx_options_set_timeout_secs(sbx_options *options, double secs,
                                             sbx_error **error);
@@ -1048,7 +1052,9 @@ typedef void (*sbx_output_fn)(sbx_stream stream, const void *data, size_t len,
  *    missing one is not_found naming it (context "path"), and nothing runs.
  *  - stdin_data / stdin_len: bytes fed to stdin, then EOF. stdin_data NULL
  *    = the command's stdin is at EOF at once (never the caller's stdin).
- *  - timeout_secs: > 0 a limit; 0 = the sandbox's timeout_secs; < 0 none.
+ *  - timeout_secs: > 0 a limit; 0 = what is left of the sandbox's
+ *    lifetime (timeout_secs, counted from the create call; a resumed
+ *    sandbox's timeout_secs from the exec's start), at least 1 s; < 0 none.
  *    On expiry the command's whole process tree gets SIGTERM, then SIGKILL
  *    after SBX_KILL_GRACE_SECS; the result has timed_out = 1 and exit code
  *    124.

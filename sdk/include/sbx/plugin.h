@@ -58,7 +58,7 @@ extern "C" {
 #endif
 
 #define SBX_PLUGIN_ABI_MAJOR 1
-#define SBX_PLUGIN_ABI_MINOR 0
+#define SBX_PLUGIN_ABI_MINOR 1
 
 /** The one symbol a plugin exports. */
 #define SBX_PLUGIN_INIT_SYMBOL "sbx_plugin_init"
@@ -103,6 +103,12 @@ typedef struct sbx_host_services {
     void (*error_set_outcome)(sbx_error *error, sbx_error_outcome outcome);
     void *(*alloc)(size_t size);
     void (*free)(void *ptr);
+    /* ABI 1.1 (check struct_size): a new pidfd (close-on-exec; the caller
+     * closes it) of the process that owns the sandboxes this plugin creates
+     * and resumes: the application (in process this process, out of
+     * process the application the plugin host serves); -1 with errno when
+     * it is not known. Thread-safe. */
+    int (*owner_pidfd)(void);
 } sbx_host_services;
 
 /* ------------------------------------------------------------------------ */
@@ -165,6 +171,12 @@ typedef struct sbx_plugin_create_request {
     int64_t disk_mb;
     int allow_internet;
     const char *backend_options;
+    /* ABI 1.1: 1 when the sandbox is to outlive the process that made it
+     * (bounded by its lifetime); 0 when it is attached to that process. A
+     * plugin that enforces attachment itself (the local ones: their
+     * supervisor watches the creating process) reads it; check struct_size
+     * before reading it. */
+    int detached;
 } sbx_plugin_create_request;
 
 /**
@@ -339,6 +351,14 @@ typedef struct sbx_plugin {
                       sbx_plugin_owned_fn fn, void *user_data, sbx_error **error);
     int (*destroy_by_id)(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                          const char *id, sbx_error **error);
+
+    /* --- ABI 1.1 slots --- */
+
+    /** The sandbox no longer ends with the processes that own it (its
+     *  creator, its resumers), only by its lifetime or destroy. For plugins
+     *  that enforce attachment themselves; NULL when the library's record
+     *  is all there is to it. not_found when the sandbox is gone. */
+    int (*detach)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, sbx_error **error);
 
     /* Reserved for later minors (appended here): PTY, exposed ports,
      * persist/hydrate, remove/mkdir, stop/start apart from destroy, volume

@@ -1,0 +1,279 @@
+/*
+ * The lifetime of a sandbox on local and on bubblewrap (each test runs on
+ * both; SBX_TEST_BACKEND is set for the test's own process): timeout_secs at create, counted from readiness and
+ * enforced by the sandbox's supervisor. At its end every process of the
+ * sandbox, its directory and its mounts are gone (within 2 s of the end);
+ * calls on it then (exec, the file calls, resume) fail with not_found
+ * naming the expiry, and the first exec removes its lifecycle-record row. A command running at the end
+ * is ended too.
+ *
+ * Each test has its own TMPDIR (searchable by others: bubblewrap run by
+ * root runs its sandboxes as uid 65534) and SBX_STATE_DIR.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include <sbx/sbx.h>
+
+#include "testutil.h"
+
+static char *g_top;     /* this test's directory */
+static char *g_tmp;     /* its TMPDIR */
+static char *g_state;   /* its SBX_STATE_DIR */
+
+static void setup(void)
+{
+    g_top = tu_mkdtemp("sbx-expiry");
+    g_tmp = tu_strdup_printf("%s/tmp", g_top);
+    cr_assert_eq(mkdir(g_tmp, 0700), 0);
+    cr_assert_eq(chmod(g_top, 0711), 0);
+    cr_assert_eq(chmod(g_tmp, 0711), 0);
+    cr_assert_eq(setenv("TMPDIR", g_tmp, 1), 0);
+    g_state = tu_strdup_printf("%s/state", g_top);
+    cr_assert_eq(setenv("SBX_STATE_DIR", g_state, 1), 0);
+}
+
+static void teardown(void)
+{
+    tu_rmtree(g_top);
+    free(g_top);
+    free(g_tmp);
+    free(g_state);
+}
+
+TestSuite(expiry, .init = setup, .fini = teardown, .timeout = 120);
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Rows of this test's lifecycle record for provider id @id. */
+static long long rows_for(const char *id)
+{
+    char *path = tu_strdup_printf("%s/lifecycle.db", g_state);
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK, "%s", path);
+    sqlite3_busy_timeout(db, 10000);
+    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT count(*) FROM sandboxes WHERE provider_id = ?",
+                                    -1, &st, NULL), SQLITE_OK);
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    long long n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    free(path);
+    return n;
+}
+
+/* 1 when this host's mount table names @id. */
+static int mounts_mention(const char *id)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "r");
+    cr_assert_not_null(f);
+    char line[8192];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, id) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* What of sandbox @id is left: its directory, a process naming it, a
+ * mount naming it, or background command @bg (a host pid; 0: none). NULL
+ * when nothing. */
+static const char *left_of(const char *id, pid_t bg)
+{
+    static char what[256];
+    char *dir = tu_strdup_printf("%s/%s", g_tmp, id);
+    pid_t pids[4];
+    size_t np = tu_procs_mentioning(id, pids, 4);
+    if (tu_exists(dir))
+        snprintf(what, sizeof what, "its directory %s", dir);
+    else if (np)
+        snprintf(what, sizeof what, "a process naming it: %s", tu_proc_describe(pids[0]));
+    else if (bg > 0 && !tu_pid_gone(bg))
+        snprintf(what, sizeof what, "its command: %s", tu_proc_describe(bg));
+    else if (mounts_mention(id))
+        snprintf(what, sizeof what, "a mount naming it");
+    else
+        what[0] = '\0';
+    free(dir);
+    return what[0] ? what : NULL;
+}
+
+/* Waits until nothing of @id is left; returns the seconds since @t0, or
+ * fails once more than @secs passed. */
+static double wait_nothing_left(const char *id, pid_t bg, double t0, double secs)
+{
+    for (;;) {
+        const char *left = left_of(id, bg);
+        double t = tu_now() - t0;
+        if (!left)
+            return t;
+        cr_assert_leq(t, secs, "%.2f s after create, sandbox %s still has %s", t, id, left);
+        usleep(20 * 1000);
+    }
+}
+
+/* The expiry time an error names (context "expires_at", RFC 3339 UTC) as
+ * UNIX seconds; asserts its form. */
+static double expiry_of(const sbx_error *err)
+{
+    const char *when = sbx_error_get0_context(err, "expires_at");
+    cr_assert_not_null(when, "no expires_at in: %s", sbx_error_get0_message(err));
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    const char *end = strptime(when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cr_assert(end && *end == '\0', "expires_at \"%s\" is not YYYY-MM-DDTHH:MM:SSZ", when);
+    return (double)timegm(&tm);
+}
+
+static sbx_sandbox *create_with_lifetime(sbx_client **client, double secs, double *wall0,
+                                         double *t_created)
+{
+    sbx_error *err = NULL;
+    *client = sbx_client_new(tu_backend(), &err);
+    cr_assert_not_null(*client, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_timeout_secs(o, secs, NULL), 0);
+    *wall0 = wall_now();
+    sbx_sandbox *sb = tu_create(*client, o);
+    *t_created = tu_now();
+    sbx_options_free(o);
+    return sb;
+}
+
+/* A sandbox with a 2 s lifetime: alive and running a background command at
+ * 1 s, and by 4 s after create nothing of it is left (tree, directory,
+ * mounts). An exec then is not_found, "sandbox ID expired at T (lifetime
+ * 2 s)" with T its expiry, and removes the sandbox's row. */
+static void two_second_lifetime(void)
+{
+    sbx_client *c;
+    double wall0, t0;
+    sbx_sandbox *sb = create_with_lifetime(&c, 2.0, &wall0, &t0);
+    const char *id = sbx_sandbox_get0_id(sb);
+    cr_assert_eq(rows_for(id), 1);
+    char *state = sbx_sandbox_session_state(sb, NULL);
+    cr_assert_not_null(state);
+    sbx_result *r = tu_sh(sb, "sleep 100 >/dev/null 2>&1 & echo $!", 30);
+    pid_t bg = tu_host_pid(sb, (pid_t)atoi(sbx_result_get0_stdout(r, NULL)));
+    sbx_result_free(r);
+    cr_assert_gt(bg, 1);
+    while (tu_now() - t0 < 1.0)
+        usleep(20 * 1000);
+    cr_assert_eq(sbx_sandbox_is_alive(sb, NULL), 1, "the sandbox ended before 1 s");
+    cr_assert_eq(tu_pid_gone(bg), 0, "%s", tu_proc_describe(bg));
+
+    double took = wait_nothing_left(id, bg, t0, 4.0);
+    fprintf(stderr, "# %s: nothing left %.3f s after create (lifetime 2 s)\n", tu_backend(),
+            took);
+    cr_assert_geq(took, 1.0, "the sandbox ended %.3f s after create, before its lifetime", took);
+
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "true";
+    req.timeout_secs = 30;
+    sbx_error *err = tu_exec_fail(sb, &req, SBX_ERROR_NOT_FOUND);
+    double when = expiry_of(err);
+    cr_assert(when >= (double)(long long)wall0 + 2.0 && when <= wall0 + took + 2.0,
+              "expiry %.0f is not 2 s after readiness (create began at %.3f)", when, wall0);
+    char *want = tu_strdup_printf("sandbox %s expired at %s (lifetime 2 s)", id,
+                                  sbx_error_get0_context(err, "expires_at"));
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    sbx_error_free(err);
+    cr_assert_eq(rows_for(id), 0, "the row of expired sandbox %s is still there", id);
+    cr_assert_eq(sbx_sandbox_is_alive(sb, NULL), 0);
+    /* The file calls, and resuming from the session state, say the same. */
+    char *data = NULL;
+    size_t len = 0;
+    err = NULL;
+    cr_assert_eq(sbx_sandbox_read_file(sb, "x", &data, &len, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND, "%s", sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    sbx_error_free(err);
+    err = NULL;
+    sbx_sandbox *again = sbx_sandbox_resume(c, state, &err);
+    cr_assert_null(again);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND, "%s", sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    sbx_error_free(err);
+    free(want);
+    free(state);
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+}
+
+/* A command still running at the end of the lifetime is ended with the
+ * sandbox: the exec fails with not_found naming the expiry, by 4 s. */
+static void command_at_expiry(void)
+{
+    sbx_client *c;
+    double wall0, t0;
+    sbx_sandbox *sb = create_with_lifetime(&c, 2.0, &wall0, &t0);
+    const char *id = sbx_sandbox_get0_id(sb);
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "exec sleep 100";
+    req.timeout_secs = 60;
+    sbx_error *err = tu_exec_fail(sb, &req, SBX_ERROR_NOT_FOUND);
+    double took = tu_now() - t0;
+    cr_assert_leq(took, 4.0, "the exec returned %.3f s after create", took);
+    char *want = tu_strdup_printf("sandbox %s expired at %s (lifetime 2 s) while the command "
+                                  "ran", id, sbx_error_get0_context(err, "expires_at"));
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    free(want);
+    double when = expiry_of(err);
+    cr_assert(when >= (double)(long long)wall0 + 2.0 && when <= wall0 + took + 2.0,
+              "expiry %.0f is not 2 s after readiness (create began at %.3f)", when, wall0);
+    sbx_error_free(err);
+    wait_nothing_left(id, 0, t0, 4.0);
+    cr_assert_eq(rows_for(id), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+}
+
+/* Detaching does not touch the lifetime: a detached sandbox ends by it too. */
+static void detached_lifetime(void)
+{
+    sbx_client *c;
+    double wall0, t0;
+    sbx_sandbox *sb = create_with_lifetime(&c, 2.0, &wall0, &t0);
+    const char *id = sbx_sandbox_get0_id(sb);
+    cr_assert_eq(sbx_sandbox_detach(sb, NULL), 0);
+    double took = wait_nothing_left(id, 0, t0, 4.0);
+    cr_assert_geq(took, 1.0, "the sandbox ended %.3f s after create", took);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+}
+
+#define ON_BOTH(name, fn)                                                   \
+    Test(expiry, local_##name)                                              \
+    {                                                                       \
+        cr_assert_eq(setenv("SBX_TEST_BACKEND", "local", 1), 0);            \
+        fn();                                                               \
+    }                                                                       \
+    Test(expiry, bubblewrap_##name)                                         \
+    {                                                                       \
+        cr_assert_eq(setenv("SBX_TEST_BACKEND", "bubblewrap", 1), 0);       \
+        fn();                                                               \
+    }
+
+ON_BOTH(a_two_second_lifetime_ends_the_sandbox, two_second_lifetime)
+ON_BOTH(a_command_running_at_expiry_is_ended, command_at_expiry)
+ON_BOTH(a_detached_sandbox_ends_by_its_lifetime, detached_lifetime)
