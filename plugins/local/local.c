@@ -990,7 +990,7 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
     /* Its keeper also removes a tmp directory made in a caller's workdir. */
     char *rm_arg = NULL;
     if (sb->made_tmp && !sb->owns_root && asprintf(&rm_arg, "--remove=%s", sb->tmp) < 0) {
-        fail(error, SBX_ERROR_UNKNOWN, op, "out of memory");
+        fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         free(dir_arg);
         close(sv[0]);
         close(child_end);
@@ -2434,8 +2434,10 @@ static int local_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (answers == 0) {
         int pfd = owner_pidfd();
         if (pfd < 0) {
-            fail(error, SBX_ERROR_UNKNOWN, op, "no pidfd of the owning process: %s",
-                 strerror(errno));
+            int e = errno;
+            fail(error, e == EMFILE || e == ENFILE || e == ENOMEM ? SBX_ERROR_RESOURCE_EXHAUSTED
+                                                                  : SBX_ERROR_CREATION_FAILED,
+                 op, "no pidfd of the owning process: %s", strerror(e));
             goto fail;
         }
         int r = call_simple(sb, PROTO_OWN, pfd, PROTO_OWNED, ctx, op, error);
