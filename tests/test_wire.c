@@ -178,6 +178,7 @@ Test(wire, a_descriptor_number_not_passed_with_the_frame_is_refused)
     sbx_wire_put_i64(&m, 0);
     sbx_wire_put_i64(&m, 1);
     sbx_wire_put_str(&m, NULL);
+    sbx_wire_put_i64(&m, 1);       /* detached: no owner to watch */
     send_ok(sock, &m);
     recv_reply(sock, 2, &m);
     int64_t rv = sbx_wire_get_i64(&m);
