@@ -715,8 +715,10 @@ fail:
 
 /*
  * The clients behind sbx_create() and sbx_resume(): one per backend and
- * plugin mode in a process, counted by the sandboxes that use it and freed
- * (its plugin host stopped) with the last. A child of fork() never uses
+ * plugin mode in a process, counted by the sandboxes that use it and kept
+ * when the count drops to 0, so that the next sbx_create() does not start
+ * a plugin host again (out of process its host ends with the process; it
+ * destroys the attached sandboxes left then). A child of fork() never uses
  * its parent's: the entries carry the pid that made them.
  */
 typedef struct shared_client {
@@ -774,23 +776,16 @@ sbx_shared_client_get(const char *backend, sbx_error **error)
 void
 sbx_shared_client_put(sbx_client *client)
 {
-    shared_client **pp, *e;
-    sbx_client *last = NULL;
+    shared_client *e;
 
     pthread_mutex_lock(&shared_lock);
-    for (pp = &shared_clients; (e = *pp) != NULL; pp = &e->next)
+    for (e = shared_clients; e; e = e->next)
         if (e->client == client && e->pid == getpid()) {
-            if (--e->refs == 0) {
-                *pp = e->next;
-                last = e->client;
-                free(e);
-            }
+            if (e->refs > 0)
+                e->refs--;
             break;
         }
     pthread_mutex_unlock(&shared_lock);
-    /* Freed outside the lock: stopping a plugin host takes a while. */
-    if (last)
-        sbx_client_free(last);
 }
 
 SBX_EXPORT sbx_sandbox *

@@ -799,8 +799,10 @@ SBX_EXPORT sbx_sandbox *sbx_sandbox_create(sbx_client *client,
  * sbx_sandbox_create() on a client of @backend that this process shares
  * among every sandbox made by sbx_create() or sbx_resume() (one per backend
  * and plugin mode, the mode as SBX_PLUGIN_MODE says at the time): made on
- * first use, kept while one of those sandboxes' handles is, freed with the
- * last (its plugin host stopped). So 100 sandboxes made this way cost one
+ * first use and kept for the rest of the process, also after the last of
+ * those sandboxes' handles is freed, so a later sbx_create() does not
+ * start a plugin host again (out of process the host ends with the
+ * process, destroying the attached sandboxes left). So 100 sandboxes made this way cost one
  * plugin host, as on one client of one's own; a crashed host is restarted
  * like any other. Out of process, the plugin sees the environment as it
  * was when the shared client was made. A child of fork() makes its own.
