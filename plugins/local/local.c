@@ -640,87 +640,6 @@ static int call_simple(struct sbx_plugin_sandbox *sb, uint32_t type, int fd, uin
 /* Files and directories                                                     */
 /* ------------------------------------------------------------------------ */
 
-/** Removes @name under @parent with all it holds, never following a symlink
- *  and never descending onto another filesystem (@dev). */
-static int rm_tree_at(int parent, const char *name, dev_t dev, int depth)
-{
-    struct stat st;
-    if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-        return errno == ENOENT ? 0 : -1;
-    if (!S_ISDIR(st.st_mode))
-        return unlinkat(parent, name, 0) == 0 || errno == ENOENT ? 0 : -1;
-    if (st.st_dev != dev) {
-        errno = EXDEV;
-        return -1;
-    }
-    if (depth > 4096) {
-        errno = ELOOP;
-        return -1;
-    }
-    /* A command may have taken away our own rights on its directories. */
-    if ((st.st_mode & S_IRWXU) != S_IRWXU)
-        fchmodat(parent, name, (st.st_mode & 07777) | S_IRWXU, 0);
-    int rc = 0;
-    for (int pass = 0; pass < 3; pass++) {
-        int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-            return errno == ENOENT ? 0 : -1;
-        DIR *d = fdopendir(fd);
-        if (!d) {
-            close(fd);
-            return -1;
-        }
-        rc = 0;
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            if (rm_tree_at(fd, e->d_name, dev, depth + 1) < 0)
-                rc = -1;
-        }
-        closedir(d);
-        if (unlinkat(parent, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
-            return 0;
-        if (errno != ENOTEMPTY && errno != EEXIST)
-            return -1;
-    }
-    if (rc == 0)
-        errno = ENOTEMPTY;
-    return -1;
-}
-
-/** Removes the tree at absolute @path; 0 when it is gone. */
-static int rm_tree(const char *path)
-{
-    char *copy = strdup(path);
-    if (!copy)
-        return -1;
-    char *slash = strrchr(copy, '/');
-    const char *name;
-    int dfd;
-    if (!slash || slash == copy) {
-        dfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        name = slash ? slash + 1 : copy;
-    } else {
-        *slash = '\0';
-        dfd = open(copy, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        name = slash + 1;
-    }
-    int rc = -1;
-    struct stat st;
-    if (dfd >= 0) {
-        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-            rc = errno == ENOENT ? 0 : -1;
-        else
-            rc = rm_tree_at(dfd, name, st.st_dev, 0);
-        close(dfd);
-    } else if (errno == ENOENT) {
-        rc = 0;
-    }
-    free(copy);
-    return rc;
-}
-
 /** Creates @path (exclusive, 0600) holding @text. */
 static int write_small_file(const char *path, const char *text)
 {
@@ -1311,13 +1230,13 @@ static void sandbox_free_fields(struct sbx_plugin_sandbox *sb)
 static int remove_dirs(struct sbx_plugin_sandbox *sb, const char *op, sbx_error **error)
 {
     int rc = 0;
-    if (sb->made_tmp && !sb->owns_root && sb->tmp && rm_tree(sb->tmp) < 0) {
+    if (sb->made_tmp && !sb->owns_root && sb->tmp && proto_rm_tree(sb->tmp) < 0) {
         sbx_error *err = fail(error, SBX_ERROR_WORKSPACE, op, "cannot remove %s: %s", sb->tmp,
                               strerror(errno));
         add_context(err, "path", sb->tmp);
         rc = -1;
     }
-    if (sb->meta && rm_tree(sb->meta) < 0) {
+    if (sb->meta && proto_rm_tree(sb->meta) < 0) {
         sbx_error *err = fail(error, SBX_ERROR_WORKSPACE, op, "cannot remove %s: %s", sb->meta,
                               strerror(errno));
         add_context(err, "path", sb->meta);
