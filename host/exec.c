@@ -761,10 +761,38 @@ sbx_sandbox_execute_shell(sbx_sandbox *sandbox, const char *script, sbx_error **
 }
 
 /* The python launcher: python3, falling back to python, as the reference
- * does; the code is passed as $1, never spliced into the script. */
+ * does; the code is passed as $1, never spliced into the script. Used when
+ * output streams to a callback; otherwise python3 runs directly (no shell
+ * in between) and python only after python3 was not found. */
 static const char python_script[] =
     "if command -v python3 >/dev/null 2>&1; then exec python3 -c \"$1\"; "
     "else exec python -c \"$1\"; fi";
+
+/* 1 when @res is the report of argv[0] @prog not found: exit 127, no
+ * stdout, and stderr one line holding "PROG: not found" or "PROG: command
+ * not found" after its start or a space (local prints "python3: command
+ * not found", a POSIX shell "sh: 1: exec: python3: not found"). */
+static int program_not_found(const sbx_result *res, const char *prog)
+{
+    static const char *const tails[] = { ": not found\n", ": command not found\n" };
+    size_t out_len, err_len, plen = strlen(prog);
+    const char *err;
+
+    sbx_result_get0_stdout(res, &out_len);
+    err = sbx_result_get0_stderr(res, &err_len);
+    if (sbx_result_get_exit_code(res) != 127 || out_len != 0 || err_len == 0 || err_len > 256
+        || memchr(err, '\n', err_len - 1) != NULL)
+        return 0;
+    for (size_t i = 0; i < sizeof(tails) / sizeof(tails[0]); i++) {
+        size_t tlen = strlen(tails[i]);
+        if (err_len < plen + tlen || memcmp(err + err_len - tlen, tails[i], tlen) != 0)
+            continue;
+        size_t at = err_len - tlen - plen;
+        if (memcmp(err + at, prog, plen) == 0 && (at == 0 || err[at - 1] == ' '))
+            return 1;
+    }
+    return 0;
+}
 
 SBX_EXPORT sbx_result *
 sbx_sandbox_execute_code(sbx_sandbox *sandbox, const char *language, const char *code,
@@ -780,13 +808,22 @@ sbx_sandbox_execute_code(sbx_sandbox *sandbox, const char *language, const char 
         sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, NULL, "code is NULL");
         goto fail;
     }
+    int python_direct = 0;
     if (!language || strcmp(language, "python") == 0) {
-        argv[0] = "/bin/sh";
-        argv[1] = "-c";
-        argv[2] = python_script;
-        argv[3] = "sbx-code";
-        argv[4] = code;
-        argv[5] = NULL;
+        if (request && request->on_output) {
+            argv[0] = "/bin/sh";
+            argv[1] = "-c";
+            argv[2] = python_script;
+            argv[3] = "sbx-code";
+            argv[4] = code;
+            argv[5] = NULL;
+        } else {
+            argv[0] = "python3";
+            argv[1] = "-c";
+            argv[2] = code;
+            argv[3] = NULL;
+            python_direct = 1;
+        }
     } else if (strcmp(language, "bash") == 0) {
         argv[0] = "bash";
         argv[1] = "-c";
@@ -822,6 +859,11 @@ sbx_sandbox_execute_code(sbx_sandbox *sandbox, const char *language, const char 
     }
     rq.argv = argv;
     res = sbx_exec_run(sandbox, &rq, &err);
+    if (res && python_direct && program_not_found(res, "python3")) {
+        sbx_result_free(res);
+        argv[0] = "python";
+        res = sbx_exec_run(sandbox, &rq, &err);
+    }
     if (res)
         return res;
 fail:

@@ -1646,6 +1646,60 @@ Test(exec, execute_code_python)
     sbx_result_free(r);
 }
 
+/* Streams output to a callback: the bytes are ignored. */
+static void ignore_output(sbx_stream stream, const void *data, size_t len, void *user_data)
+{
+    (void)stream;
+    (void)data;
+    (void)len;
+    (void)user_data;
+}
+
+/* python3 first, python when there is no python3 (with and without an
+ * output callback, which takes the shell launcher), and the report of a
+ * missing interpreter. */
+Test(exec, execute_code_python_fallback)
+{
+    sbx_error *err = NULL;
+    sbx_result *r = tu_sh(g_sb, "d=\"${TMPDIR:-/tmp}/pyonly\"; e=\"${TMPDIR:-/tmp}/nopy\"; "
+                          "mkdir -p \"$d\" \"$e\" && ln -sf \"$(python3 -c 'import os, sys; "
+                          "print(os.path.realpath(sys.executable))')\" "
+                          "\"$d/python\" && ln -sf \"$(command -v sh)\" \"$d/sh\" && "
+                          "ln -sf \"$(command -v sh)\" \"$e/sh\" && printf '%s\\n%s' \"$d\" \"$e\"", 10);
+    tu_assert_exit(r, 0);
+    char dirs[2][512];
+    cr_assert_eq(sscanf(sbx_result_get0_stdout(r, NULL), "%511[^\n]\n%511s", dirs[0], dirs[1]), 2);
+    sbx_result_free(r);
+
+    char path[600];
+    snprintf(path, sizeof path, "PATH=%s", dirs[0]);
+    const char *env[] = { path, NULL };
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.env = env;
+    for (int streamed = 0; streamed < 2; streamed++) {
+        req.on_output = streamed ? ignore_output : NULL;
+        r = sbx_sandbox_execute_code(g_sb, NULL, "import sys; print(sys.version_info[0])", &req,
+                                     &err);
+        cr_assert_null(err, "%s", err ? sbx_error_get0_message(err) : "");
+        tu_assert_exit(r, 0);
+        tu_assert_stdout(r, "3\n");
+        tu_assert_stderr(r, "");
+        sbx_result_free(r);
+    }
+
+    /* Neither: 127 and a "python: ... not found" line. */
+    snprintf(path, sizeof path, "PATH=%s", dirs[1]);
+    req.on_output = NULL;
+    r = sbx_sandbox_execute_code(g_sb, NULL, "print(1)", &req, &err);
+    cr_assert_null(err);
+    tu_assert_exit(r, 127);
+    tu_assert_stdout(r, "");
+    const char *e = sbx_result_get0_stderr(r, NULL);
+    cr_assert(strstr(e, "python: not found\n") || strstr(e, "python: command not found\n"),
+              "stderr \"%s\"", e);
+    sbx_result_free(r);
+}
+
 Test(exec, execute_code_other_languages)
 {
     const char *langs[] = {"sh", "bash", NULL};

@@ -139,9 +139,27 @@ void sbx_fault_init(void);
 
 static const sbx_host_services *host;
 
+/* A warm supervisor (plain local only): one started ahead, waiting for
+ * CLAIM, so that a create costs what is left of the handshake instead of
+ * a spawn. */
+#if !defined(SBX_LOCAL_BUBBLEWRAP) && !defined(SBX_LOCAL_SAFEHOUSE)
+#define LOCAL_WARM 1
+#else
+#define LOCAL_WARM 0
+#endif
+
 struct sbx_plugin_client {
     pthread_mutex_t lock;
     int userns_ok;              /* bubblewrap: the user namespace check passed */
+    /* The warm supervisor, under lock: */
+    int warm_ctl;               /* its control socket; -1 none */
+    char *warm_exe;             /* the program it runs */
+    unsigned char *warm_hello;  /* the HELLO payload it sent */
+    uint32_t warm_hello_len;
+    int filling;                /* a thread is starting one */
+    int fill_joinable;          /* fill_thread is to be joined */
+    int closing;                /* client_free began: start no more */
+    pthread_t fill_thread;
 };
 
 struct sbx_plugin_process {
@@ -869,12 +887,25 @@ static int bind_sandbox_socket(const struct sbx_plugin_sandbox *sb, int *sock_fd
  * its pid as seen from here, and the uid it runs as, both recorded in
  * @sb). On failure everything started is killed.
  */
-static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, const strv *env,
-                            char *const *launch_argv, const int sock_fds[2], int detached,
-                            const sbx_call_ctx *ctx, sbx_error **error)
+/** A warm supervisor taken from the client: its control socket (-1:
+ *  none) and the HELLO payload it sent (owned). */
+typedef struct warm_sup {
+    int ctl;
+    unsigned char *hello;
+    uint32_t hello_len;
+} warm_sup;
+
+/**
+ * Spawns the supervisor @exe with @argv on a new control socketpair and
+ * reaps the spawned process (it forks the supervisor and exits at once).
+ * Returns 0 with the library's end of the control socket in *@ctl_out, or
+ * -1 with an error (nothing left running).
+ */
+static int spawn_supervisor(const char *exe, char *const *argv, const bound *bdp, int *ctl_out,
+                            sbx_error **error)
 {
     const char *op = "create";
-    bound bd = make_bound(ctx, HANDSHAKE_SECS);
+    bound bd = *bdp;
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
         fail(error, SBX_ERROR_CREATION_FAILED, op, "socketpair: %s", strerror(errno));
@@ -897,27 +928,6 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
     sigset_t none, all;
     sigemptyset(&none);
     sigfillset(&all);
-    /* The directory is on the command line (no secret in it), so ps and
-     * /proc show which sandbox a supervisor serves. */
-    char *dir_arg;
-    if (asprintf(&dir_arg, "--sandbox-dir=%s", sb->meta) < 0) {
-        fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        close(sv[0]);
-        close(child_end);
-        return -1;
-    }
-    /* Its keeper also removes a tmp directory made in a caller's workdir. */
-    char *rm_arg = NULL;
-    if (sb->made_tmp && !sb->owns_root && asprintf(&rm_arg, "--remove=%s", sb->tmp) < 0) {
-        fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        free(dir_arg);
-        close(sv[0]);
-        close(child_end);
-        return -1;
-    }
-    char *local_argv[] = { (char *)exe, "--control-fd=3", dir_arg, rm_arg, NULL };
-    /* bubblewrap: the launcher's argv (bwrap.c). */
-    char *const *argv = launch_argv ? launch_argv : local_argv;
     /* The supervisor needs no environment; only sanitizer settings pass,
      * so instrumented builds behave as their test run asks. */
     static const char *const passed[] = { "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS" };
@@ -951,8 +961,6 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
         posix_spawn_file_actions_destroy(&fa);
     }
     close(child_end);
-    free(dir_arg);
-    free(rm_arg);
     for (size_t i = 0; i < nenvp; i++)
         free(envp[i]);
     if (r != 0) {
@@ -972,11 +980,77 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
         close(sv[0]);
         return -1;
     }
+    *ctl_out = sv[0];
+    return 0;
+}
 
-    int ctl = sv[0];
+/** Sends CLAIM to the warm supervisor on @ctl for @sb; 0, or -1 when it is
+ *  gone (the caller starts one cold). */
+static int claim_warm(struct sbx_plugin_sandbox *sb, int ctl, const bound *bd)
+{
+    proto_buf b;
+    proto_buf_init(&b, PROTO_CLAIM);
+    proto_put_str(&b, sb->meta);
+    proto_put_str(&b, sb->made_tmp && !sb->owns_root ? sb->tmp : "");
+    int io = send_frame(ctl, &b, NULL, 0, bd);
+    proto_buf_free(&b);
+    return io == IO_OK ? 0 : -1;
+}
+
+/**
+ * Starts @sb's supervisor and handshakes (HELLO, CONFIG, READY): through
+ * the warm one on @warm_ctl (>= 0; taken, closed here) when it is still
+ * there, else by spawning @exe. Returns 0, or -1 with an error and nothing
+ * left running.
+ */
+static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, const strv *env,
+                            char *const *launch_argv, const int sock_fds[2], int detached,
+                            warm_sup *warm, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    const char *op = "create";
+    bound bd = make_bound(ctx, HANDSHAKE_SECS);
+    int ctl = -1;
     uint32_t type, len;
     unsigned char *payload = NULL;
-    int io = read_frame(ctl, &type, &payload, &len, &bd);
+    int io;
+
+    if (warm->ctl >= 0) {
+        if (claim_warm(sb, warm->ctl, &bd) == 0) {
+            ctl = warm->ctl;
+            payload = warm->hello;
+            len = warm->hello_len;
+            warm->hello = NULL;
+        } else {
+            close(warm->ctl);
+        }
+        warm->ctl = -1;
+        free(warm->hello);
+        warm->hello = NULL;
+    }
+    if (ctl < 0) {
+        /* The directory is on the command line (no secret in it), so ps
+         * and /proc show which sandbox a supervisor serves. Its keeper also
+         * removes a tmp directory made in a caller's workdir. */
+        char *dir_arg = NULL, *rm_arg = NULL;
+        if (asprintf(&dir_arg, "--sandbox-dir=%s", sb->meta) < 0
+            || (sb->made_tmp && !sb->owns_root
+                && asprintf(&rm_arg, "--remove=%s", sb->tmp) < 0)) {
+            fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            free(dir_arg);
+            return -1;
+        }
+        char *local_argv[] = { (char *)exe, "--control-fd=3", dir_arg, rm_arg, NULL };
+        /* bubblewrap: the launcher's argv (bwrap.c). */
+        int r = spawn_supervisor(exe, launch_argv ? launch_argv : local_argv, &bd, &ctl, error);
+        free(dir_arg);
+        free(rm_arg);
+        if (r < 0)
+            return -1;
+        io = read_frame(ctl, &type, &payload, &len, &bd);
+    } else {
+        type = PROTO_HELLO;
+        io = IO_OK;
+    }
     if (io != IO_OK || type != PROTO_HELLO) {
         if (io == IO_OK)
             fail(error, SBX_ERROR_CREATION_FAILED, op, "%s is not an sbx-supervisor", exe);
@@ -1115,6 +1189,123 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
     return -1;
 }
 
+/*
+ * The warm supervisor (plain local). After each create that started a
+ * supervisor, a thread of the client starts the next one ahead
+ * (`--warm`): spawned, loaded and forked, it waits for CLAIM with no
+ * directory made and nothing of a sandbox in it. The next create claims it
+ * and handshakes as with a cold start, so it costs the handshake, not a
+ * spawn. A warm supervisor lives as long as its control socket: it ends
+ * when the client is freed or the process holding it dies, leaving nothing
+ * (it made nothing yet). One per client; it is used only when the
+ * supervisor program is still the same ($SBX_SUPERVISOR).
+ */
+#if LOCAL_WARM
+static void *warm_fill(void *arg)
+{
+    struct sbx_plugin_client *c = arg;
+    pthread_mutex_lock(&c->lock);
+    char *exe = c->warm_exe;
+    c->warm_exe = NULL;
+    pthread_mutex_unlock(&c->lock);
+
+    char pad[PROTO_WARM_PAD + 1];
+    memset(pad, ' ', PROTO_WARM_PAD);
+    pad[PROTO_WARM_PAD] = '\0';
+    char *argv[] = { exe, "--control-fd=3", "--warm", pad, NULL };
+    bound bd = make_bound(NULL, HANDSHAKE_SECS);
+    int ctl = -1;
+    uint32_t type = 0, len = 0;
+    unsigned char *hello = NULL;
+    if (exe && spawn_supervisor(exe, argv, &bd, &ctl, NULL) < 0)
+        ctl = -1;
+    if (ctl >= 0 && (read_frame(ctl, &type, &hello, &len, &bd) != IO_OK || type != PROTO_HELLO)) {
+        close(ctl);
+        ctl = -1;
+    }
+
+    pthread_mutex_lock(&c->lock);
+    if (ctl >= 0 && !c->closing && c->warm_ctl < 0) {
+        c->warm_ctl = ctl;
+        c->warm_exe = exe;
+        c->warm_hello = hello;
+        c->warm_hello_len = len;
+        ctl = -1;
+        exe = NULL;
+        hello = NULL;
+    }
+    c->filling = 0;
+    pthread_mutex_unlock(&c->lock);
+    if (ctl >= 0)
+        close(ctl);
+    free(exe);
+    free(hello);
+    return NULL;
+}
+#endif
+
+/** Takes the client's warm supervisor into *@w when it runs @exe (else
+ *  w->ctl is -1; one of another program is closed). */
+static void warm_take(struct sbx_plugin_client *c, const char *exe, warm_sup *w)
+{
+    w->ctl = -1;
+    w->hello = NULL;
+    w->hello_len = 0;
+#if LOCAL_WARM
+    int stale = -1;
+    pthread_mutex_lock(&c->lock);
+    if (c->warm_ctl >= 0 && !c->filling) {
+        if (c->warm_exe && strcmp(c->warm_exe, exe) == 0) {
+            w->ctl = c->warm_ctl;
+            w->hello = c->warm_hello;
+            w->hello_len = c->warm_hello_len;
+        } else {
+            stale = c->warm_ctl;
+            free(c->warm_hello);
+        }
+        c->warm_ctl = -1;
+        c->warm_hello = NULL;
+        free(c->warm_exe);
+        c->warm_exe = NULL;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (stale >= 0)
+        close(stale);
+#else
+    (void)c;
+    (void)exe;
+#endif
+}
+
+/** Starts the next warm supervisor of @exe in the background, unless one
+ *  is there or on its way. */
+static void warm_refill(struct sbx_plugin_client *c, const char *exe)
+{
+#if LOCAL_WARM
+    pthread_mutex_lock(&c->lock);
+    if (!c->closing && !c->filling && c->warm_ctl < 0) {
+        if (c->fill_joinable) {
+            /* It finished (filling is 0): the join does not wait. */
+            pthread_join(c->fill_thread, NULL);
+            c->fill_joinable = 0;
+        }
+        free(c->warm_exe);
+        c->warm_exe = strdup(exe);
+        if (c->warm_exe && pthread_create(&c->fill_thread, NULL, warm_fill, c) == 0) {
+            c->filling = 1;
+            c->fill_joinable = 1;
+        } else {
+            free(c->warm_exe);
+            c->warm_exe = NULL;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+#else
+    (void)c;
+    (void)exe;
+#endif
+}
+
 /* ------------------------------------------------------------------------ */
 /* Slots: plugin and client                                                  */
 /* ------------------------------------------------------------------------ */
@@ -1144,14 +1335,27 @@ static int local_client_new(const char *config_json, sbx_plugin_client **client,
         return -1;
     }
     pthread_mutex_init(&c->lock, NULL);
+    c->warm_ctl = -1;
     *client = c;
     return 0;
 }
 
 static void local_client_free(sbx_plugin_client *client)
 {
-    if (client)
-        pthread_mutex_destroy(&client->lock);
+    if (!client)
+        return;
+    pthread_mutex_lock(&client->lock);
+    client->closing = 1;
+    int joinable = client->fill_joinable;
+    pthread_mutex_unlock(&client->lock);
+    if (joinable)
+        pthread_join(client->fill_thread, NULL);
+    /* Its end of the socket closed, the warm supervisor exits. */
+    if (client->warm_ctl >= 0)
+        close(client->warm_ctl);
+    free(client->warm_exe);
+    free(client->warm_hello);
+    pthread_mutex_destroy(&client->lock);
     free(client);
 }
 
@@ -1334,7 +1538,6 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "create request missing or too short");
         return -1;
     }
-    (void)client;
 #ifdef SBX_LOCAL_BUBBLEWRAP
     char *bwrap = NULL, *image_root = NULL, **launch_argv = NULL;
     char *cg_procs[2] = { NULL, NULL };
@@ -1614,11 +1817,15 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
 #endif
     if (bind_sandbox_socket(sb, &sock_fds[0], &sock_fds[1], op, error) < 0)
         goto fail;
-    int started = start_supervisor(sb, exe, &env, launch_argv, sock_fds, detached, ctx, error);
+    warm_sup warm;
+    warm_take(client, exe, &warm);
+    int started = start_supervisor(sb, exe, &env, launch_argv, sock_fds, detached, &warm, ctx,
+                                   error);
     close(sock_fds[0]);
     close(sock_fds[1]);
     if (started < 0)
         goto fail;
+    warm_refill(client, exe);
 
     char *recfile = join_path(sb->meta, "record");
     char *rec = recfile ? record_json(sb) : NULL;

@@ -17,7 +17,13 @@
  * the sandbox's meta directory; the socket is DIR/sock), or inside
  * bubblewrap as `sbx-supervisor --control-fd=3 --init` (no path of the host
  * in view), and handshakes on the control socketpair it hands over as
- * descriptor 3:
+ * descriptor 3. A warm supervisor, started ahead of any create as
+ * `sbx-supervisor --control-fd=3 --warm PAD` (PAD: PROTO_WARM_PAD spaces,
+ * room for the directory on its command line), waits with no time limit
+ * for its sandbox, and ends when the control socket closes first:
+ *
+ *     plugin     -> CLAIM    str DIR, str PATH ("" = none): as the two
+ *                            options of a cold start; then, as there:
  *
  *     supervisor -> HELLO    u32 version, i32 pid, u64 start time
  *     plugin     -> CONFIG   str root, u32 n, n x str "K=V" (base env),
@@ -90,6 +96,10 @@
 /** Descriptors that ride with an EXEC frame. */
 #define PROTO_EXEC_FDS 3
 
+/** Bytes of a warm supervisor's last argument: a meta directory (shorter
+ *  than a unix socket path) and "--sandbox-dir=" fit. */
+#define PROTO_WARM_PAD 128
+
 /** The descriptor the supervisor finds its control socket on. */
 #define PROTO_CONTROL_FD 3
 /** Descriptors that ride with CONFIG: the bound socket, its file (O_PATH)
@@ -117,7 +127,8 @@ typedef enum proto_type {
     PROTO_OWN = 14,
     PROTO_OWNED = 15,
     PROTO_DETACH = 16,
-    PROTO_DETACHED = 17
+    PROTO_DETACHED = 17,
+    PROTO_CLAIM = 18
 } proto_type;
 
 /** ERROR kinds. */

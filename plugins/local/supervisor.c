@@ -2155,10 +2155,134 @@ static int launch(int argc, char **argv)
     keeper(b, keep, remove, lent, cg, ncg);
 }
 
+static int run(int init_mode, const char *remove, char **warm_argv);
+static void set_title(char **argv, const char *dir);
+
+/** What every start does first: keeps no descriptor but the control
+ *  socket's (nothing the application leaked past exec) and ignores
+ *  SIGPIPE. */
+static void start_up(void)
+{
+    close_range(PROTO_CONTROL_FD + 1, ~0U, 0);
+    fcntl(PROTO_CONTROL_FD, F_SETFD, FD_CLOEXEC);
+    struct sigaction sa = { .sa_handler = SIG_IGN };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGPIPE, &sa, NULL);
+}
+
+/**
+ * Waits, with no time limit, for CLAIM on the control socket of a warm
+ * supervisor and takes its directory and keeper's extra path; writes
+ * "--sandbox-dir=DIR" over the command line's PAD (@argv) so ps and /proc
+ * show which sandbox it serves, as a cold start's would. Returns 0, or -1
+ * when the socket closed first or the frame is bad.
+ */
+static int read_claim(char **argv, char **dir, char **remove)
+{
+    int ctl = PROTO_CONTROL_FD;
+    struct pollfd pf = { .fd = ctl, .events = POLLIN };
+    while (poll(&pf, 1, -1) < 0 && errno == EINTR)
+        ;
+    unsigned char hdr[PROTO_HEADER_SIZE];
+    uint32_t type, len;
+    if (read_all(ctl, hdr, sizeof(hdr), CONFIG_WAIT_MS) < 0
+        || proto_parse_header(hdr, &type, &len) < 0 || type != PROTO_CLAIM)
+        return -1;
+    unsigned char *payload = malloc((size_t)len + 1);
+    if (!payload || read_all(ctl, payload, len, CONFIG_WAIT_MS) < 0) {
+        free(payload);
+        return -1;
+    }
+    proto_reader rd;
+    proto_reader_init(&rd, payload, len);
+    const char *d = proto_get_str(&rd);
+    const char *r = proto_get_str(&rd);
+    if (rd.failed || !d || d[0] != '/' || !r || (r[0] && r[0] != '/')) {
+        free(payload);
+        return -1;
+    }
+    *dir = strdup(d);
+    *remove = r[0] ? strdup(r) : NULL;
+    free(payload);
+    if (!*dir || (r[0] && !*remove))
+        return -1;
+    set_title(argv, *dir);
+    return 0;
+}
+
+/** Writes "--sandbox-dir=@dir" over a warm supervisor's "--warm PAD"
+ *  (argv[2] and argv[3], which lie end to end). */
+static void set_title(char **argv, const char *dir)
+{
+    size_t room = strlen(argv[2]) + 1 + PROTO_WARM_PAD;
+    if (argv[3] == argv[2] + strlen(argv[2]) + 1
+        && strlen("--sandbox-dir=") + strlen(dir) < room) {
+        memset(argv[2], 0, room);
+        snprintf(argv[2], room, "--sandbox-dir=%s", dir);
+    }
+}
+
+/**
+ * The keeper of a warm supervisor: keeper() once the sandbox's paths came
+ * through @pipe_rd (the supervisor writes "DIR\0PATH\0" there when it is
+ * claimed); when the supervisor ends unclaimed, nothing was made and it
+ * just exits. Never returns.
+ */
+static void __attribute__((noreturn)) warm_keeper(pid_t child, int pipe_rd, char **argv)
+{
+    close_range(0, (unsigned)pipe_rd - 1, 0);
+    close_range((unsigned)pipe_rd + 1, ~0U, 0);
+    char buf[2 * PATH_MAX + 4];
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(pipe_rd, buf + n, sizeof(buf) - 1 - n);
+        if (r > 0) {
+            n += (size_t)r;
+            if (n < sizeof(buf) - 1)
+                continue;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        break;
+    }
+    close(pipe_rd);
+    buf[n] = '\0';
+    size_t dl = strnlen(buf, n);
+    if (n == 0 || dl == n || buf[0] != '/') {
+        /* Unclaimed (or cut short: nothing known to remove). */
+        int status;
+        while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+            ;
+        _exit(0);
+    }
+    const char *dir = buf, *remove = buf + dl + 1;
+    set_title(argv, dir);
+    keeper(child, dir, remove[0] == '/' ? remove : NULL, NULL, NULL, 0);
+}
+
+/**
+ * A warm supervisor (`--control-fd=3 --warm PAD`): the process the library
+ * spawned exits at once, as on a cold start; the keeper and the supervisor
+ * are forked, and the supervisor says HELLO, then waits with no time limit
+ * for CLAIM (read_claim()). When the control socket closes first (the
+ * library, or the process holding the warm one, is gone) both end, leaving
+ * nothing: nothing was made yet. Claimed, it goes on as a cold start
+ * (run()).
+ */
+static int warm_main(char **argv)
+{
+    start_up();
+    pid_t p = fork();
+    if (p < 0)
+        return 1;
+    if (p > 0)
+        _exit(0);
+    return run(0, NULL, argv);
+}
+
 int main(int argc, char **argv)
 {
     int ctl = PROTO_CONTROL_FD;
-    char msg[PATH_MAX + 128];
     static const char dir_opt[] = "--sandbox-dir=";
     int init_mode = 0;
 
@@ -2171,6 +2295,12 @@ int main(int argc, char **argv)
     const char *remove = NULL;
     if (argc == 3 && strcmp(argv[2], "--init") == 0)
         init_mode = 1;
+    /* --warm PAD: started ahead; the directory comes with CLAIM. */
+    int warm = argc == 4 && strcmp(argv[1], "--control-fd=3") == 0
+               && strcmp(argv[2], "--warm") == 0 && strlen(argv[3]) == PROTO_WARM_PAD
+               && fcntl(ctl, F_GETFD) >= 0;
+    if (warm)
+        return warm_main(argv);
     if (argc == 4 && strncmp(argv[3], rm_opt, sizeof(rm_opt) - 1) == 0
         && argv[3][sizeof(rm_opt) - 1] == '/')
         remove = argv[3] + sizeof(rm_opt) - 1;
@@ -2187,13 +2317,7 @@ int main(int argc, char **argv)
         if (asprintf(&S.sock_path, "%s/sock", S.dir) < 0)
             return 1;
     }
-    /* Keep nothing the application leaked past exec. */
-    close_range(ctl + 1, ~0U, 0);
-    fcntl(ctl, F_SETFD, FD_CLOEXEC);
-
-    struct sigaction sa = { .sa_handler = SIG_IGN };
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGPIPE, &sa, NULL);
+    start_up();
 
     /* Detach: the process the library spawned exits at once (it reaps it
      * by pid); the supervisor lives on, reparented away from the app, the
@@ -2204,7 +2328,39 @@ int main(int argc, char **argv)
             return 1;
         if (p > 0)
             _exit(0);
-        p = fork();
+    }
+    return run(init_mode, remove, NULL);
+}
+
+/**
+ * The sandbox from the keeper's fork on: its lifetime's whole service.
+ * @init_mode: pid 1 of a bubblewrap sandbox (no keeper, no directory);
+ * @remove: the keeper's extra path (may be NULL); @warm_argv: a warm
+ * supervisor's command line (NULL for a cold start), whose directory and
+ * path come with CLAIM after HELLO. Returns the exit status of a failed
+ * start; serves until the sandbox ends otherwise.
+ */
+static int run(int init_mode, const char *remove, char **warm_argv)
+{
+    int ctl = PROTO_CONTROL_FD;
+    char msg[PATH_MAX + 128];
+    int pipe_wr = -1;
+
+    if (warm_argv) {
+        int pp[2];
+        if (pipe2(pp, O_CLOEXEC) < 0)
+            return 1;
+        pid_t p = fork();
+        if (p < 0)
+            return 1;
+        if (p > 0) {
+            close(pp[1]);
+            warm_keeper(p, pp[0], warm_argv);
+        }
+        close(pp[0]);
+        pipe_wr = pp[1];
+    } else if (!init_mode) {
+        pid_t p = fork();
         if (p < 0)
             return 1;
         if (p > 0)
@@ -2231,6 +2387,19 @@ int main(int argc, char **argv)
     proto_put_u64(&b, self.start);
     if (send_buf(ctl, &b, CONFIG_WAIT_MS) < 0)
         return 1;
+    if (warm_argv) {
+        char *dir = NULL, *rm = NULL;
+        if (read_claim(warm_argv, &dir, &rm) < 0 || asprintf(&S.sock_path, "%s/sock", dir) < 0)
+            return 1;
+        S.dir = dir;
+        /* The keeper learns what to remove before anything is made. */
+        size_t dl = strlen(dir) + 1, rl = rm ? strlen(rm) + 1 : 1;
+        if (write_all(pipe_wr, dir, dl, CONFIG_WAIT_MS) < 0
+            || write_all(pipe_wr, rm ? rm : "", rl, CONFIG_WAIT_MS) < 0)
+            return 1;
+        close(pipe_wr);
+        free(rm);
+    }
 
     uint32_t type, len;
     int cfg_fds[PROTO_CONFIG_FDS_MAX], n_cfg_fds = 0;
