@@ -31,6 +31,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -38,6 +39,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -65,6 +67,7 @@ static void teardown(void)
 }
 
 TestSuite(supervisor, .init = setup, .fini = teardown, .timeout = 120);
+TestSuite(warm, .init = setup, .fini = teardown, .timeout = 60);
 
 static sbx_client *client_of(const char *backend)
 {
@@ -699,10 +702,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "10"
+#define N_TESTS "13"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "7"
+#define N_TESTS "10"
 #define BWRAP_PLUGIN ""
 #endif
 
@@ -754,6 +757,199 @@ Test(supervisor, sbx_rm_after_kill_9_of_the_supervisor_removes_the_directory)
     free(args);
     free(rec);
     free(meta);
+}
+
+/* ------------------------------------------------- warm supervisors */
+
+/* The supervisor processes of warm supervisors started by this process (it
+ * is their subreaper: the process the library spawns exits at once), and
+ * of the sandboxes that claimed them: a keeper, the child of this process,
+ * and its child, the supervisor. @want: a string their command lines hold
+ * ("--warm", or a sandbox's directory). Stores keepers and supervisors in
+ * @pids (at most @max); returns how many. */
+static size_t warm_family(const char *want, pid_t *pids, size_t max)
+{
+    size_t n = 0;
+    DIR *d = opendir("/proc");
+    cr_assert_not_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < max) {
+        pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid <= 1 || tu_pid_gone(pid))
+            continue;
+        pid_t pp = tu_ppid(pid);
+        if (pp != getpid() && (pp <= 1 || tu_ppid(pp) != getpid()))
+            continue;
+        char path[64], buf[4096];
+        snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t k = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (k <= 0)
+            continue;
+        for (ssize_t i = 0; i < k; i++)
+            if (buf[i] == '\0')
+                buf[i] = ' ';
+        buf[k] = '\0';
+        if (strstr(buf, "sbx-supervisor --control-fd=3 ") && strstr(buf, want))
+            pids[n++] = pid;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Waits up to @secs until warm_family(@want) counts @count; returns the
+ * last count. */
+static size_t wait_warm_family(const char *want, size_t count, double secs, pid_t *pids,
+                               size_t max)
+{
+    size_t n = 0;
+    for (int i = 0; i <= (int)(secs * 100); i++) {
+        n = warm_family(want, pids, max);
+        if (n == count)
+            break;
+        usleep(10000);
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+            ;
+    }
+    return n;
+}
+
+static sbx_sandbox *create_in(sbx_client *c)
+{
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_sandbox_create(c, NULL, &err);
+    cr_assert_not_null(sb, "create: %s", err ? sbx_error_get0_message(err) : "");
+    return sb;
+}
+
+static void destroy_free(sbx_sandbox *sb)
+{
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "destroy: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox_free(sb);
+}
+
+Test(warm, the_next_create_claims_the_warm_supervisor_and_names_its_sandbox)
+{
+    cr_assert_eq(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+    pid_t pids[16];
+    sbx_client *c = client_of("local");
+    sbx_sandbox *first = create_in(c);
+    /* A warm one is started after the first create: keeper and supervisor. */
+    cr_assert_eq(wait_warm_family("--warm", 2, 5.0, pids, 16), 2);
+    pid_t warm[2] = { pids[0], pids[1] };
+
+    sbx_sandbox *second = create_in(c);
+    char *dir = tu_strdup_printf("--sandbox-dir=%s/%s", g_tmp, sbx_sandbox_get0_id(second));
+    /* The same two processes now serve the second sandbox and say so. */
+    cr_assert_eq(wait_warm_family(dir, 2, 5.0, pids, 16), 2, "%s", dir);
+    cr_assert((pids[0] == warm[0] && pids[1] == warm[1])
+              || (pids[0] == warm[1] && pids[1] == warm[0]),
+              "%d %d serve %s, not the warm %d %d", (int)pids[0], (int)pids[1], dir,
+              (int)warm[0], (int)warm[1]);
+    /* And the next warm one is on its way. */
+    cr_assert_eq(wait_warm_family("--warm", 2, 5.0, pids, 16), 2);
+    sbx_result *r = tu_sh(second, "echo claimed", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "claimed\n");
+    sbx_result_free(r);
+
+    destroy_free(first);
+    destroy_free(second);
+    cr_assert(tu_wait_pid_gone(warm[0], 5.0) && tu_wait_pid_gone(warm[1], 5.0));
+    /* Freeing the client ends the warm one; nothing is left on disk. */
+    sbx_client_free(c);
+    cr_assert_eq(wait_warm_family("--warm", 0, 5.0, pids, 16), 0);
+    cr_assert_eq(tu_count_entries(g_tmp), 0, "%s holds %d entries", g_tmp,
+                 tu_count_entries(g_tmp));
+    free(dir);
+}
+
+Test(warm, sigkill_of_the_process_holding_it_ends_the_warm_supervisor)
+{
+    cr_assert_eq(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+    int ready[2];
+    cr_assert_eq(pipe(ready), 0);
+    pid_t child = fork();
+    cr_assert(child >= 0);
+    if (child == 0) {
+        close(ready[0]);
+        sbx_error *err = NULL;
+        sbx_client *c = sbx_client_new("local", &err);
+        sbx_sandbox *sb = c ? sbx_sandbox_create(c, NULL, &err) : NULL;
+        if (!sb || sbx_sandbox_destroy(sb, &err) < 0)
+            _exit(3);
+        sbx_sandbox_free(sb);
+        if (write(ready[1], "x", 1) != 1)
+            _exit(4);
+        pause();
+        _exit(0);
+    }
+    close(ready[1]);
+    char x;
+    cr_assert_eq(read(ready[0], &x, 1), 1);
+    close(ready[0]);
+    pid_t pids[16];
+    /* The holder's warm keeper is this process's child (its subreaper). */
+    size_t n = wait_warm_family("--warm", 2, 5.0, pids, 16);
+    cr_assert_eq(kill(child, SIGKILL), 0);
+    cr_assert_eq(waitpid(child, NULL, 0), child);
+    cr_assert_eq(n, 2, "no warm supervisor under the holder");
+    pid_t warm[2] = { pids[0], pids[1] };
+    cr_assert(tu_wait_pid_gone(warm[0], 5.0) && tu_wait_pid_gone(warm[1], 5.0),
+              "5 s after kill -9 of its holder: %s", tu_proc_describe(warm[1]));
+    cr_assert_eq(tu_count_entries(g_tmp), 0);
+}
+
+Test(warm, a_changed_supervisor_program_is_started_cold)
+{
+    cr_assert_eq(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+    const char *orig = getenv("SBX_SUPERVISOR");
+    cr_assert(orig && *orig, "SBX_SUPERVISOR is not set (run under make check)");
+    char *bin = tu_mkdtemp("sbx-test-bin");
+    char *copy = tu_strdup_printf("%s/sbx-supervisor", bin);
+    char *cmd = tu_strdup_printf("cp '%s' '%s'", orig, copy);
+    cr_assert_eq(system(cmd), 0);
+    char *orig_copy = strdup(orig);
+
+    pid_t pids[16];
+    /* In process: the program is looked up in this process's environment
+     * at each create (a plugin host keeps the environment it started
+     * with). */
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_IN_PROCESS, &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *first = create_in(c);
+    cr_assert_eq(wait_warm_family("--warm", 2, 5.0, pids, 16), 2);
+    pid_t warm[2] = { pids[0], pids[1] };
+    cr_assert_eq(setenv("SBX_SUPERVISOR", copy, 1), 0);
+    sbx_sandbox *second = create_in(c);
+    /* The warm one of the old program was closed, not claimed. */
+    cr_assert(tu_wait_pid_gone(warm[0], 5.0) && tu_wait_pid_gone(warm[1], 5.0));
+    char *dir = tu_strdup_printf("--sandbox-dir=%s/%s", g_tmp, sbx_sandbox_get0_id(second));
+    size_t n = wait_warm_family(dir, 2, 5.0, pids, 16);
+    cr_assert(n >= 1, "no supervisor names %s", dir);
+    char exe[PATH_MAX], link[64];
+    snprintf(link, sizeof link, "/proc/%d/exe", (int)pids[0]);
+    ssize_t k = readlink(link, exe, sizeof exe - 1);
+    cr_assert(k > 0);
+    exe[k] = '\0';
+    cr_assert_str_eq(exe, copy);
+
+    destroy_free(first);
+    destroy_free(second);
+    sbx_client_free(c);
+    cr_assert_eq(setenv("SBX_SUPERVISOR", orig_copy, 1), 0);
+    tu_rmtree(bin);
+    free(orig_copy);
+    free(dir);
+    free(cmd);
+    free(copy);
+    free(bin);
 }
 
 /* ---------------------------------------------------------- as nobody */
