@@ -1987,6 +1987,7 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
         LOG(SBX_LOG_WARNING, "the socket of sandbox %s is served by pid %d (uid %d), not by "
             "its supervisor (pid %d); ending the supervisor by pid", sb->id, (int)peer.pid,
             peer.uid == (uid_t)-1 ? -1 : (int)peer.uid, (int)sb->sup_pid);
+    int removed = 0;
     if (asked) {
         /* DESTROYED, then EOF once the supervisor exited. */
         uint32_t type, len;
@@ -1994,6 +1995,19 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
         io = read_frame(fd, &type, &p, &len, &bd);
         free(p);
         p = NULL;
+#ifndef SBX_LOCAL_BUBBLEWRAP
+        /* DESTROYED comes once every process of the sandbox was reaped:
+         * its directories go while the supervisor exits. (On bubblewrap
+         * the mounts go with bwrap, later.) */
+        if (io == IO_OK && type == PROTO_DESTROYED) {
+            if (remove_dirs(sb, op, error) < 0) {
+                close(fd);
+                rc = -1;
+                goto out;
+            }
+            removed = 1;
+        }
+#endif
         if (io == IO_OK)
             io = read_frame(fd, &type, &p, &len, &bd);
         free(p);
@@ -2020,7 +2034,7 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     }
 #endif
 
-    if (remove_dirs(sb, op, error) < 0) {
+    if (!removed && remove_dirs(sb, op, error) < 0) {
         rc = -1;
         goto out;
     }

@@ -2201,10 +2201,11 @@ static int read_claim(char **argv, char **dir, char **remove)
         free(payload);
         return -1;
     }
+    int has_remove = r[0] != '\0';
     *dir = strdup(d);
-    *remove = r[0] ? strdup(r) : NULL;
+    *remove = has_remove ? strdup(r) : NULL;
     free(payload);
-    if (!*dir || (r[0] && !*remove))
+    if (!*dir || (has_remove && !*remove))
         return -1;
     set_title(argv, *dir);
     return 0;
