@@ -349,13 +349,17 @@ void bwrap_cgroups_remove(const char *id)
         char *dir;
         if (asprintf(&dir, "%s/sbx-%s", parents[i], id) < 0)
             continue;
+        /* EBUSY until the kernel let go of the last process in it: look
+         * again after 1, 2, 4, 8 and then every 10 ms, about 2 s in all. */
+        long wait_us = 1000;
         for (int round = 0; round < 200; round++) {
             if (rmdir(dir) == 0 || errno == ENOENT || errno == ENOTDIR)
                 break;
             if (errno != EBUSY)
                 break;
-            struct timespec ts = { 0, 10000000L };
+            struct timespec ts = { 0, wait_us * 1000L };
             nanosleep(&ts, NULL);
+            wait_us = wait_us * 2 > 10000 ? 10000 : wait_us * 2;
         }
         free(dir);
     }

@@ -1956,8 +1956,12 @@ static void __attribute__((noreturn)) keeper(pid_t child, const char *meta, cons
         if (!slash)
             continue;
         *slash = '\0';
-        for (int round = 0; round < 200 && rmdir(dir) < 0 && errno == EBUSY; round++)
-            sleep_ms(10);
+        /* After 1, 2, 4, 8, then every 10 ms: about 2 s in all. */
+        long ms = 1;
+        for (int round = 0; round < 200 && rmdir(dir) < 0 && errno == EBUSY; round++) {
+            sleep_ms(ms);
+            ms = ms * 2 > 10 ? 10 : ms * 2;
+        }
         free(dir);
     }
     if (meta && lent)
