@@ -405,6 +405,7 @@ struct sbx_result {
     size_t err_len;
     int exit_code;
     int timed_out;
+    int oom_killed;               /* the memory limit killed a process of it */
     int out_truncated;
     int err_truncated;
     double duration_secs;

@@ -1921,6 +1921,27 @@ Test(cli, run_preset_shows_setup_steps_and_the_failing_output)
     free_run(&r);
 }
 
+/*
+ * CASE-49 through sbx: a command killed by the sandbox's memory limit says
+ * so on stderr, as a timeout does, and exits 137; `kill -9 $$` exits 137
+ * silently (bubblewrap: the sandbox's memory cgroup).
+ */
+Test(cli, run_says_when_the_memory_limit_killed_the_command)
+{
+    /* bubblewrap runs the sandbox as uid 65534: it must reach TMPDIR. */
+    cr_assert_eq(chmod(g_tmpdir, 0711), 0);
+    cli_run r = SBX("run", "-b", "bubblewrap", "--memory", "64", "--", "dd", "if=/dev/zero",
+                    "of=/dev/null", "bs=256M", "count=1");
+    expect_run(&r, 137, "");
+    cr_expect_str_eq(r.err, "sbx: the command ran out of memory and was killed "
+                            "(the sandbox's memory limit)\n");
+    free_run(&r);
+    r = SBX("run", "-b", "bubblewrap", "--memory", "64", "--", "sh", "-c", "kill -9 $$");
+    expect_run(&r, 137, "");
+    cr_expect_str_eq(r.err, "");
+    free_run(&r);
+}
+
 Test(cli, presets_json_lists_the_builtin_presets)
 {
     cli_run r = SBX("presets", "--json");

@@ -1232,6 +1232,22 @@ SBX_EXPORT const char *sbx_result_get0_stdout(const sbx_result *result, size_t *
 SBX_EXPORT const char *sbx_result_get0_stderr(const sbx_result *result, size_t *len);
 SBX_EXPORT int sbx_result_get_exit_code(const sbx_result *result);
 SBX_EXPORT int sbx_result_is_timed_out(const sbx_result *result);
+/**
+ * sbx_result_is_oom_killed: 1 when the sandbox's memory limit killed a
+ * process of the command while it ran, else 0 (also for NULL). The sign
+ * is the sandbox cgroup's OOM-kill counter rising during the command
+ * (cgroup v2 memory.events oom_kill, v1 memory.oom_control oom_kill; on
+ * docker read inside the container when the sandbox has memory_mb), never
+ * the exit code: `kill -9 $$` gives 137 without it. The main process
+ * killed so exits 137 (128 + SIGKILL); a killed child may leave any code.
+ * The counter is the sandbox's: commands running at the same time in one
+ * sandbox each see the other's kills. Backends without cgroup limits (local,
+ * safehouse) never set it. When the whole sandbox ended by its memory
+ * limit (docker: the container's main process was killed), the exec fails
+ * instead: not_found, context reason=oom_killed, and later calls fail the
+ * same way. Since 0.1.
+ */
+SBX_EXPORT int sbx_result_is_oom_killed(const sbx_result *result);
 SBX_EXPORT int sbx_result_is_stdout_truncated(const sbx_result *result);
 SBX_EXPORT int sbx_result_is_stderr_truncated(const sbx_result *result);
 SBX_EXPORT double sbx_result_get_duration_secs(const sbx_result *result);
