@@ -501,6 +501,7 @@ enum {
     V_SPLIT,            /* CASE-10 framing, split at every awkward place */
     V_BAD_HEADER,       /* a frame header with stream byte 7 */
     V_HOSTILE_TAR,      /* CASE-11: download_dir gets a hostile archive */
+    V_OOM,              /* CASE-49 B: the exec's end is the container's OOM kill */
 };
 
 /* CASE-10's output, and the framed stream carrying it. */
@@ -633,6 +634,16 @@ static void fake_container_fn(fake *f, int fd, const char *method, const char *p
         reply(fd, 201, "{\"Id\":\"" FAKE_CID "\",\"Warnings\":[]}");
     } else if (strcmp(method, "POST") == 0 && strcmp(p, "/containers/" FAKE_CID "/start") == 0) {
         reply(fd, 204, "");
+    } else if (f->variant == V_OOM && f->inspects > 0 && strcmp(method, "GET") == 0
+               && strcmp(p, "/containers/" FAKE_CID "/json") == 0) {
+        /* Once the exec ended, the whole container was OOM-killed. */
+        reply(fd, 200, "{\"Id\":\"" FAKE_CID "\",\"State\":{\"Status\":\"exited\","
+                       "\"Running\":false,\"OOMKilled\":true,\"ExitCode\":137},"
+                       "\"HostConfig\":{\"Memory\":67108864},\"Config\":{\"WorkingDir\":\"\","
+                       "\"Labels\":{\"sbx.backend\":\"docker\"}}}");
+    } else if (f->variant == V_OOM && f->inspects > 0 && strcmp(method, "POST") == 0
+               && strcmp(p, "/containers/" FAKE_CID "/exec") == 0) {
+        reply(fd, 409, "{\"message\":\"container " FAKE_CID " is not running\"}");
     } else if (strcmp(method, "GET") == 0 && strcmp(p, "/containers/" FAKE_CID "/json") == 0) {
         reply(fd, 200, "{\"Id\":\"" FAKE_CID "\",\"State\":{\"Status\":\"running\","
                        "\"Running\":true},\"Config\":{\"WorkingDir\":\"\",\"Labels\":"
@@ -702,6 +713,9 @@ static void fake_container_fn(fake *f, int fd, const char *method, const char *p
             break;
         case V_RUNNING_FOREVER:
             reply(fd, 200, "{\"ID\":\"e1\",\"Running\":true,\"ExitCode\":null,\"Pid\":4242}");
+            break;
+        case V_OOM:
+            reply(fd, 200, "{\"ID\":\"e1\",\"Running\":false,\"ExitCode\":137,\"Pid\":4242}");
             break;
         default:
             reply(fd, 200, "{\"ID\":\"e1\",\"Running\":false,\"ExitCode\":0,\"Pid\":4242}");
@@ -932,6 +946,57 @@ Test(fake, case26_running_forever_is_exit_unknown)
     }
     cr_assert(dt >= 4.9 && dt < 8.0, "took %.2f s", dt);
     cr_assert(g_fake.kills >= 1, "the process tree was not signalled");
+    fake_sandbox_end(sb, c);
+    fake_stop();
+}
+
+/* ================================================================ CASE-49 */
+
+/*
+ * CASE-49 B: the whole container is OOM-killed while a command runs: the
+ * exec stream ends with no frames, exec inspect answers Running:false
+ * ExitCode:137, the container's state OOMKilled:true. The exec fails with
+ * not_found naming the memory limit and saying the sandbox ended (not
+ * connection, not retryable, not retried: one exec of the command), and
+ * every later call fails the same way without asking the Engine to run
+ * anything.
+ */
+Test(fake, case49_b_the_container_killed_by_its_memory_limit)
+{
+    static const char want[] = "sandbox c0ffee000000 ended: its memory limit (64 MiB) killed "
+                               "the container's main process (out of memory); the command "
+                               "ended with exit code 137";
+    fake_start(fake_container_fn, V_OOM);
+    sbx_client *c;
+    sbx_sandbox *sb = fake_sandbox(&c);
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "python3 -c 'b=bytearray(256*1024*1024)'";
+    req.timeout_secs = 10;
+    sbx_error *err = tu_exec_fail(sb, &req, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "oom_killed");
+    cr_assert_str_eq(sbx_error_get0_context(err, "memory_mb"), "64");
+    cr_assert_str_eq(sbx_error_get0_backend(err), "docker");
+    cr_assert_eq(sbx_error_is_retryable(err), 0);
+    sbx_error_free(err);
+    cr_assert_eq(fake_count(&g_fake, "POST /v1.41/exec/e1/start"), 1, "the command was retried");
+
+    req.shell = "echo next";
+    err = tu_exec_fail(sb, &req, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "oom_killed");
+    sbx_error_free(err);
+    err = NULL;
+    char *data = NULL;
+    size_t len = 0;
+    cr_assert_eq(sbx_sandbox_read_file(sb, "/etc/hostname", &data, &len, &err), -1);
+    cr_assert_not_null(err);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    sbx_error_free(err);
+    /* Exec create: the command, then the counter read the dead container
+     * refused; nothing after the sandbox was known to be gone. */
+    cr_assert_eq(fake_count(&g_fake, "POST /v1.41/containers/" FAKE_CID "/exec"), 2);
     fake_sandbox_end(sb, c);
     fake_stop();
 }
