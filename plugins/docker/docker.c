@@ -8,7 +8,9 @@
  *    python:3.12-slim. A missing image is pulled (POST /images/create); the
  *    pull's NDJSON body is read line by line and an error line in it fails
  *    the create with the Engine's text (CASE-28), before any container is
- *    made. Progress lines go to stderr when it is a terminal.
+ *    made. When stderr is a terminal, one progress line there shows the
+ *    layers done and the bytes downloaded (progress.c), rewritten as they
+ *    move.
  *  - POST /containers/create?name=<create token>: Entrypoint ["sleep"],
  *    Cmd [ceil(timeout_secs) + 30], so that the container ends by itself
  *    30 s after the sandbox's lifetime ran out (the grace lets an exec that
@@ -34,6 +36,7 @@
  * ?force=1&v=1. list_owned: containers with the sbx labels, any state.
  */
 #include "docker.h"
+#include "progress.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -326,6 +329,8 @@ typedef struct pull_state {
     char *error;            /* the first error line's message */
     char *last_status;
     int tty;
+    dk_pull_progress progress;  /* the summary line shown on a terminal */
+    int shown;              /* a summary line is on the terminal */
 } pull_state;
 
 static void pull_line(pull_state *ps, const char *text)
@@ -345,6 +350,12 @@ static void pull_line(pull_state *ps, const char *text)
         if (msg)
             ps->error = strdup(msg);
     }
+    /* On a terminal: one line, rewritten as layers and bytes move. */
+    if (ps->tty && dk_pull_progress_feed(&ps->progress, text) == 1) {
+        fprintf(stderr, "\rdocker: %s\033[K", ps->progress.line);
+        fflush(stderr);
+        ps->shown = 1;
+    }
     if (json_object_object_get_ex(j, "status", &v) && json_object_is_type(v, json_type_string)) {
         const char *st = json_object_get_string(v), *id = "";
         json_object *idv;
@@ -354,9 +365,6 @@ static void pull_line(pull_state *ps, const char *text)
         if (asprintf(&key, "%s %s", id, st) >= 0) {
             if (!ps->last_status || strcmp(ps->last_status, key) != 0) {
                 DK_LOG(SBX_LOG_DEBUG, "pull %s: %s", ps->image, key);
-                if (ps->tty)
-                    fprintf(stderr, "docker: pulling %s: %s%s%s\n", ps->image, id,
-                            *id ? ": " : "", st);
                 free(ps->last_status);
                 ps->last_status = key;
             } else {
@@ -391,6 +399,7 @@ static int image_pull(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
 {
     char *repo = NULL, *tag = NULL, *erepo = NULL, *etag = NULL, *path = NULL;
     pull_state ps = { .image = ref, .tty = isatty(STDERR_FILENO) };
+    ps.progress.image = ref;
     int rc = -1;
     const char *at = strchr(ref, '@'), *slash = strrchr(ref, '/');
     const char *colon = strrchr(ref, ':');
@@ -443,6 +452,9 @@ out:
     free(erepo);
     free(etag);
     free(path);
+    if (ps.shown)
+        fputc('\n', stderr);   /* the summary line stays, finished */
+    dk_pull_progress_clear(&ps.progress);
     dk_buf_clear(&ps.line);
     free(ps.error);
     free(ps.last_status);

@@ -9,6 +9,7 @@
  *             list_owned / destroy_by_id
  *   exec.c    the process-handle slots and internal execs
  *   files.c   the file slots (archive endpoints, libarchive)
+ *   progress.c the summary line of an image pull (progress.h)
  *
  * The plugin links libcurl, json-c and libarchive, never libsbx: errors and
  * logging go through the host services handed to setup.
