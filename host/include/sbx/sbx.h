@@ -1236,9 +1236,13 @@ SBX_EXPORT int sbx_result_is_timed_out(const sbx_result *result);
  * sbx_result_is_oom_killed: 1 when the sandbox's memory limit killed a
  * process of the command while it ran, else 0 (also for NULL). The sign
  * is the sandbox cgroup's OOM-kill counter rising during the command
- * (cgroup v2 memory.events oom_kill, v1 memory.oom_control oom_kill; on
- * docker read inside the container when the sandbox has memory_mb), never
- * the exit code: `kill -9 $$` gives 137 without it. The main process
+ * (cgroup v2 memory.events oom_kill, v1 memory.oom_control oom_kill), never
+ * the exit code: `kill -9 $$` gives 137 without it. Bubblewrap reads the
+ * counter when the command starts and ends. Docker reads it inside the
+ * container after a command that ended with exit code 128 or more (an OOM
+ * kill is a SIGKILL), against the previous read: the kills of children of
+ * commands that exited below 128 count towards the next such command, and
+ * the first such command after a resume only sets the baseline. The main process
  * killed so exits 137 (128 + SIGKILL); a killed child may leave any code.
  * The counter is the sandbox's: commands running at the same time in one
  * sandbox each see the other's kills. Backends without cgroup limits (local,
