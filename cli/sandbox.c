@@ -207,6 +207,8 @@ static int show_setup_output;
  */
 static void print_progress(const sbx_progress *p, void *user_data)
 {
+    static int mid_line;        /* -v output so far did not end a line */
+
     if (p->step == NULL || strcmp(p->step, "preset_setup") != 0)
         return;
     switch (p->event) {
@@ -214,10 +216,15 @@ static void print_progress(const sbx_progress *p, void *user_data)
         cli_msg("preset %s: step %zu/%zu: %s", p->name, p->index, p->count, p->command);
         break;
     case SBX_PROGRESS_STEP_OUTPUT:
-        if (*(const int *)user_data)
+        if (*(const int *)user_data && p->len > 0) {
             fwrite(p->data, 1, p->len, stderr);
+            mid_line = ((const char *)p->data)[p->len - 1] != '\n';
+        }
         break;
     case SBX_PROGRESS_STEP_END:
+        if (mid_line)
+            fputc('\n', stderr);   /* sbx's line starts a line of its own */
+        mid_line = 0;
         if (p->exit_code == 0)
             cli_msg("preset %s: step %zu/%zu done in %.1f s", p->name, p->index, p->count,
                     p->duration_secs);

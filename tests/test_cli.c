@@ -1919,6 +1919,19 @@ Test(cli, run_preset_shows_setup_steps_and_the_failing_output)
                            "sbx: preset setup command 2 of 2") == rest + 18, "stderr \"%s\"", err);
     free(err);
     free_run(&r);
+
+    /* Output that does not end a line: sbx's next line starts its own. */
+    const char *const pargs[] = { "run", "-v", "--preset", "t-partial", "--", "echo", "ok",
+                                  NULL };
+    write_setup_preset("t-partial", "[\"printf partial\"]", var, sizeof var);
+    spec.args = pargs;
+    r = run_spec(&spec);
+    expect_run(&r, 0, "ok\n");
+    err = mask_secs(r.err);
+    cr_expect_str_eq(err, "sbx: preset t-partial: step 1/1: printf partial\npartial\n"
+                          "sbx: preset t-partial: step 1/1 done in T s\n");
+    free(err);
+    free_run(&r);
 }
 
 /*
