@@ -378,6 +378,8 @@ sbx_sandbox *cli_sandbox_open(const char *id, sbx_error **gone_error);
 "      --file=LOCAL:PATH   copy host file LOCAL to sandbox path PATH at\n" \
 "                          create, keeping its mode (repeatable; PATH is\n" \
 "                          what follows the last ':')\n" \
+"  -v, --verbose           show the output of the preset's setup commands\n" \
+"                          (each step's start and duration are always shown)\n" \
 "  -h, --help              show this help and exit\n"
 
 /* The context of the creation option handlers; a command's own context may

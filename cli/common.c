@@ -29,12 +29,51 @@ void cli_msg(const char *fmt, ...)
     va_end(ap);
 }
 
+/* 1 when context @key holds the tail of a command's output ("stdout_tail",
+ * "stderr_tail"): the message carries it already, below its first line. */
+static int is_output_tail(const char *key)
+{
+    size_t n = strlen(key);
+
+    return n > 5 && strcmp(key + n - 5, "_tail") == 0;
+}
+
+/*
+ * An error whose message ends with the tails of a command's output (a
+ * failed preset setup command): its first line with the bracket of
+ * sbx_error_to_string() but for the tails, then the rest of the message,
+ * so the output is shown once and readable.
+ */
+static void print_error_with_tails(const sbx_error *error)
+{
+    const char *msg = sbx_error_get0_message(error), *nl = strchr(msg, '\n'), *key, *value;
+    size_t count = sbx_error_get_context_count(error);
+
+    fprintf(stderr, "sbx: %.*s [code=%s%s", nl ? (int)(nl - msg) : (int)strlen(msg), msg,
+            sbx_error_code_name(sbx_error_get_code(error)),
+            sbx_error_is_retryable(error) ? ", retryable" : "");
+    if (*sbx_error_get0_backend(error))
+        fprintf(stderr, "; backend=%s", sbx_error_get0_backend(error));
+    if (*sbx_error_get0_op(error))
+        fprintf(stderr, "; op=%s", sbx_error_get0_op(error));
+    for (size_t i = 0; i < count; i++)
+        if (sbx_error_get0_context_at(error, i, &key, &value) == 0 && !is_output_tail(key))
+            fprintf(stderr, "; %s=%s", key, value);
+    fprintf(stderr, "]%s\n", nl ? nl : "");
+}
+
 void cli_error(sbx_error *error)
 {
     char *text;
 
     if (error == NULL) {
         cli_msg("unknown error");
+        return;
+    }
+    if (sbx_error_get0_context(error, "stdout_tail") != NULL ||
+        sbx_error_get0_context(error, "stderr_tail") != NULL) {
+        print_error_with_tails(error);
+        sbx_error_free(error);
         return;
     }
     text = sbx_error_to_string(error);

@@ -258,6 +258,8 @@ int cli_exec_status(sbx_result *result, sbx_error *error)
     status = sbx_result_get_exit_code(result);
     if (sbx_result_is_timed_out(result))
         cli_msg("the command timed out and was killed");
+    if (sbx_result_is_oom_killed(result))
+        cli_msg("the command ran out of memory and was killed (the sandbox's memory limit)");
     sbx_result_free(result);
     return status;
 }

@@ -197,6 +197,55 @@ static int add_file_option(const cli_command *cmd, const char *arg, void *ctx)
     return CLI_GO_ON;
 }
 
+/* -v: the preset setup commands' output is shown too. */
+static int show_setup_output;
+
+/*
+ * The progress of a create on stderr (sbx_options_set_progress): each
+ * preset setup command as it starts and, when it ends, how long it took
+ * or how it failed; with -v its output as it comes.
+ */
+static void print_progress(const sbx_progress *p, void *user_data)
+{
+    static int mid_line;        /* -v output so far did not end a line */
+
+    if (p->step == NULL || strcmp(p->step, "preset_setup") != 0)
+        return;
+    switch (p->event) {
+    case SBX_PROGRESS_STEP_START:
+        cli_msg("preset %s: step %zu/%zu: %s", p->name, p->index, p->count, p->command);
+        break;
+    case SBX_PROGRESS_STEP_OUTPUT:
+        if (*(const int *)user_data && p->len > 0) {
+            fwrite(p->data, 1, p->len, stderr);
+            mid_line = ((const char *)p->data)[p->len - 1] != '\n';
+        }
+        break;
+    case SBX_PROGRESS_STEP_END:
+        if (mid_line)
+            fputc('\n', stderr);   /* sbx's line starts a line of its own */
+        mid_line = 0;
+        if (p->exit_code == 0)
+            cli_msg("preset %s: step %zu/%zu done in %.1f s", p->name, p->index, p->count,
+                    p->duration_secs);
+        else if (p->exit_code < 0)
+            cli_msg("preset %s: step %zu/%zu did not finish (after %.1f s)", p->name, p->index,
+                    p->count, p->duration_secs);
+        else
+            cli_msg("preset %s: step %zu/%zu failed with exit code %d%s after %.1f s", p->name,
+                    p->index, p->count, p->exit_code, p->timed_out ? " (timed out)" : "",
+                    p->duration_secs);
+        break;
+    }
+    fflush(stderr);
+}
+
+static int set_verbose(const cli_command *cmd, const char *arg, void *ctx)
+{
+    show_setup_output = 1;
+    return CLI_GO_ON;
+}
+
 int cli_parse_creation_options(const cli_command *cmd, int argc, char **argv,
                                sbx_options *options, const char **backend)
 {
@@ -214,12 +263,15 @@ int cli_parse_creation_options(const cli_command *cmd, int argc, char **argv,
         { "no-internet", 0, 0, NULL, set_no_internet },
         { "opt", 0, 1, NULL, add_backend_option },
         { "file", 0, 1, NULL, add_file_option },
+        { "verbose", 'v', 0, NULL, set_verbose },
         { NULL, 0, 0, NULL, NULL }
     };
     creation_ctx c = { { options, backend }, NULL, NULL, NULL, NULL };
     sbx_error *error = NULL;
     int status = cli_parse_options(cmd, argc, argv, table, &c);
 
+    if (status == CLI_GO_ON)
+        sbx_options_set_progress(options, print_progress, &show_setup_output, NULL);
     if (status == CLI_GO_ON && c.backend_opts != NULL &&
         sbx_options_set_backend_options(options, json_object_to_json_string(c.backend_opts),
                                         &error) < 0) {

@@ -1200,6 +1200,11 @@ copy_options(const sbx_options *in, sbx_options **out, sbx_error **err)
             sbx_options_set_workspace(o, sbx_options_get0_workspace(in), &e))
     COPY_IF(SBX_OPTION_DETACHED, sbx_options_set_detached(o, sbx_options_get_detached(in), &e))
 #undef COPY_IF
+    if (ok) {
+        void *progress_data;
+        sbx_progress_fn progress = sbx_options_get_progress(in, &progress_data);
+        ok = sbx_options_set_progress(o, progress, progress_data, &e) == 0;
+    }
     for (size_t i = 0; ok && i < sbx_options_get_file_count(in); i++) {
         const char *path, *data;
         size_t len;

@@ -4,6 +4,7 @@
  * leaves these functions carries the backend name and the op.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -448,51 +449,177 @@ write_files(sbx_sandbox *sandbox, const sbx_options *options, sbx_error **err)
     return 0;
 }
 
+/* The last SBX_PRESET_TAIL_BYTES bytes of one stream of a setup command,
+ * and how many it wrote in all. */
+typedef struct setup_tail {
+    char bytes[SBX_PRESET_TAIL_BYTES];
+    size_t len;
+    uint64_t total;
+} setup_tail;
+
+/* What the streaming callback of one setup command needs. */
+typedef struct setup_watch {
+    setup_tail tail[2];             /* stdout, stderr */
+    sbx_progress_fn fn;
+    void *fn_data;
+    sbx_progress report;            /* the STEP_OUTPUT report, filled in */
+} setup_watch;
+
+static void
+setup_tail_add(setup_tail *t, const char *data, size_t len)
+{
+    t->total += len;
+    if (len >= sizeof(t->bytes)) {
+        memcpy(t->bytes, data + len - sizeof(t->bytes), sizeof(t->bytes));
+        t->len = sizeof(t->bytes);
+        return;
+    }
+    if (t->len + len > sizeof(t->bytes)) {
+        size_t drop = t->len + len - sizeof(t->bytes);
+        memmove(t->bytes, t->bytes + drop, t->len - drop);
+        t->len -= drop;
+    }
+    memcpy(t->bytes + t->len, data, len);
+    t->len += len;
+}
+
+static void
+setup_output(sbx_stream stream, const void *data, size_t len, void *user_data)
+{
+    setup_watch *w = user_data;
+
+    setup_tail_add(&w->tail[stream == SBX_STREAM_STDERR], data, len);
+    if (w->fn) {
+        w->report.event = SBX_PROGRESS_STEP_OUTPUT;
+        w->report.stream = stream;
+        w->report.data = data;
+        w->report.len = len;
+        w->fn(&w->report, w->fn_data);
+        w->report.data = NULL;
+        w->report.len = 0;
+    }
+}
+
+/* The tail of @t as a string (new; a NUL byte in it ends the text early).
+ * NULL on OOM. */
+static char *
+tail_text(const setup_tail *t)
+{
+    return strndup(t->bytes, t->len);
+}
+
+/* Appends the "--- stdout ---" section of @t to @b (nothing when the
+ * stream wrote nothing). Returns 0 or -1. */
+static int
+tail_section(sbx_buf *b, const char *name, const setup_tail *t, const char *text)
+{
+    char head[96];
+    size_t n = strlen(text);
+
+    if (t->total == 0)
+        return 0;
+    if (t->total > t->len)
+        snprintf(head, sizeof(head), "\n--- %s (last %zu of %llu bytes) ---\n", name, t->len,
+                 (unsigned long long)t->total);
+    else
+        snprintf(head, sizeof(head), "\n--- %s ---\n", name);
+    if (n > 0 && text[n - 1] == '\n')
+        n--;
+    return sbx_buf_append(b, head, strlen(head)) < 0 || sbx_buf_append(b, text, n) < 0 ? -1 : 0;
+}
+
 /*
- * Runs the preset's setup commands with /bin/sh -c, in order. Returns 0, or
- * -1 with *@err a creation_failed error naming the step and the command.
+ * Runs the preset's setup commands with /bin/sh -c, in order, reporting
+ * each to the options' progress callback. Returns 0, or -1 with *@err a
+ * creation_failed error naming the step, the command and the tails of its
+ * output (sbx.h, "Presets").
  */
 static int
-run_setup(sbx_sandbox *sandbox, sbx_strv *commands, sbx_error **err)
+run_setup(sbx_sandbox *sandbox, const sbx_preset *preset, const sbx_options *options,
+          sbx_strv *commands, sbx_error **err)
 {
+    setup_watch *w = commands->count ? calloc(1, sizeof(*w)) : NULL;
+    int rc = 0;
+
+    if (commands->count && !w) {
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
+        return -1;
+    }
     for (size_t i = 0; i < commands->count; i++) {
         sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
         sbx_error *inner = NULL;
         sbx_result *res;
+        double start;
 
+        memset(w, 0, sizeof(*w));
+        w->fn = sbx_options_get_progress(options, &w->fn_data);
+        w->report.struct_size = sizeof(w->report);
+        w->report.step = "preset_setup";
+        w->report.name = sbx_preset_get0_name(preset);
+        w->report.index = i + 1;
+        w->report.count = commands->count;
+        w->report.command = commands->items[i];
+        if (w->fn) {
+            w->report.event = SBX_PROGRESS_STEP_START;
+            w->fn(&w->report, w->fn_data);
+        }
         rq.shell = commands->items[i];
+        rq.on_output = setup_output;
+        rq.user_data = w;
+        rq.flags = SBX_EXEC_NO_CAPTURE;   /* the tails are all that is kept */
+        start = sbx_monotonic_now();
         res = sbx_exec_run(sandbox, &rq, &inner);
+        if (w->fn) {
+            w->report.event = SBX_PROGRESS_STEP_END;
+            w->report.exit_code = res ? res->exit_code : -1;
+            w->report.timed_out = res ? res->timed_out : 0;
+            w->report.duration_secs = sbx_monotonic_now() - start;
+            w->fn(&w->report, w->fn_data);
+        }
         if (res && res->exit_code == 0) {
             sbx_result_free(res);
             continue;
         }
-        char *line = res ? last_line(res->err, res->err_len) : NULL;
-        sbx_error *e;
-        if (res && line && *line)
-            e = sbx_set_error(err, SBX_ERROR_CREATION_FAILED, NULL,
-                              "preset setup command %zu failed with exit code %d%s (%s): %s",
-                              i + 1, res->exit_code, res->timed_out ? ", timed out" : "",
-                              line, commands->items[i]);
-        else if (res)
-            e = sbx_set_error(err, SBX_ERROR_CREATION_FAILED, NULL,
-                              "preset setup command %zu failed with exit code %d%s: %s",
-                              i + 1, res->exit_code, res->timed_out ? ", timed out" : "",
-                              commands->items[i]);
-        else
-            e = sbx_set_error(err, SBX_ERROR_CREATION_FAILED, NULL,
-                              "preset setup command %zu could not run: %s: %s", i + 1,
-                              inner ? sbx_error_get0_message(inner) : "unknown error",
-                              commands->items[i]);
-        sbx_error_add_context(e, "step", "preset_setup");
-        sbx_error_add_context(e, "command", commands->items[i]);
+        char *out = tail_text(&w->tail[0]), *errt = tail_text(&w->tail[1]), *head;
+        sbx_buf b = { 0 };
         if (res)
-            sbx_error_add_contextf(e, "exit_code", "%d", res->exit_code);
-        free(line);
+            head = sbx_asprintf("preset setup command %zu of %zu failed with exit code %d%s: %s",
+                                i + 1, commands->count, res->exit_code,
+                                res->timed_out ? " (timed out)" : "", commands->items[i]);
+        else
+            head = sbx_asprintf("preset setup command %zu of %zu could not run: %s: %s", i + 1,
+                                commands->count,
+                                inner ? sbx_error_get0_message(inner) : "no error given",
+                                commands->items[i]);
+        if (!out || !errt || !head || sbx_buf_append(&b, head, strlen(head)) < 0 ||
+            tail_section(&b, "stdout", &w->tail[0], out) < 0 ||
+            tail_section(&b, "stderr", &w->tail[1], errt) < 0 ||
+            sbx_buf_append(&b, "", 1) < 0) {
+            sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
+        } else {
+            sbx_error *e = sbx_set_error(err, SBX_ERROR_CREATION_FAILED, NULL, "%s", b.data);
+            sbx_error_add_context(e, "step", "preset_setup");
+            sbx_error_add_context(e, "command", commands->items[i]);
+            if (res)
+                sbx_error_add_contextf(e, "exit_code", "%d", res->exit_code);
+            else if (inner)
+                sbx_error_add_context(e, "cause", sbx_error_code_name(sbx_error_get_code(inner)));
+            if (w->tail[0].total)
+                sbx_error_add_context(e, "stdout_tail", out);
+            if (w->tail[1].total)
+                sbx_error_add_context(e, "stderr_tail", errt);
+        }
+        sbx_buf_clear(&b);
+        free(head);
+        free(out);
+        free(errt);
         sbx_result_free(res);
         sbx_error_free(inner);
-        return -1;
+        rc = -1;
+        break;
     }
-    return 0;
+    free(w);
+    return rc;
 }
 
 /*
@@ -680,13 +807,13 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
             goto oom_after_create;
         sbx_preset_get_bool(preset, "setup_before_workspace", &setup_first);
     }
-    if ((setup_first && run_setup(sandbox, &setup, &err) < 0) ||
+    if ((setup_first && run_setup(sandbox, preset, options, &setup, &err) < 0) ||
         (sbx_options_get0_git_repo(options) &&
          git_clone(sandbox, sbx_options_get0_git_repo(options),
                    sbx_options_get0_git_ref(options), &err) < 0) ||
         write_files(sandbox, options, &err) < 0 ||
         sbx_manifest_apply(sbx_options_get0_workspace(options), sandbox, &err) < 0 ||
-        (!setup_first && run_setup(sandbox, &setup, &err) < 0)) {
+        (!setup_first && run_setup(sandbox, preset, options, &setup, &err) < 0)) {
         destroy_after_failure(sandbox, err);
         sandbox_release(sandbox);
         goto fail;

@@ -676,6 +676,22 @@ exec_run(sbx_sandbox *sandbox, const sbx_exec_request *request, int stdin_fd, in
         cancel_fail(sandbox, SBX_ERROR_OUTCOME_UNKNOWN, "while it ran", err);
         goto fail;
     }
+    /* How it ended beyond the exit code (the memory limit's kills); only
+     * for a process that ended (a timed-out one may have been given up). */
+    if (!timed_out && SBX_SLOT(st.plugin, exec_end_info)) {
+        int (*info_fn)(sbx_plugin_process *, const sbx_call_ctx *, uint64_t *, sbx_error **) =
+            SBX_SLOT(st.plugin, exec_end_info);
+        uint64_t flags = 0;
+        sbx_call_ctx ictx;
+
+        sbx_call_ctx_init(&ictx);
+        if (info_fn(st.proc, &ictx, &flags, &perr) != 0) {
+            sbx_error_ensure(&perr, backend, "exec_wait");
+            sbx_error_propagate(err, perr);
+            goto fail;
+        }
+        res->oom_killed = (flags & SBX_PLUGIN_EXEC_OOM_KILLED) != 0;
+    }
     res->duration_secs = sbx_monotonic_now() - start;
     res->exit_code = exit_code;
     res->timed_out = timed_out;

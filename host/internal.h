@@ -405,6 +405,7 @@ struct sbx_result {
     size_t err_len;
     int exit_code;
     int timed_out;
+    int oom_killed;               /* the memory limit killed a process of it */
     int out_truncated;
     int err_truncated;
     double duration_secs;
@@ -438,6 +439,8 @@ int sbx_manifest_apply(const sbx_manifest *manifest, sbx_sandbox *sandbox, sbx_e
 
 /** Options internals used by create. */
 sbx_manifest *sbx_options_get0_workspace(const sbx_options *options);
+/** The progress callback and its data (NULL, NULL when none). */
+sbx_progress_fn sbx_options_get_progress(const sbx_options *options, void **user_data);
 size_t sbx_options_get_file_count(const sbx_options *options);
 /** The @index-th file of sbx_options_add_file: path, bytes, length. */
 void sbx_options_get0_file(const sbx_options *options, size_t index, const char **path,

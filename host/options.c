@@ -28,6 +28,8 @@ struct sbx_options {
     int64_t disk_mb;
     int allow_internet;
     int detached;
+    sbx_progress_fn progress;   /* not a creation field: no set bit */
+    void *progress_data;
     char *preset;
     sbx_manifest *workspace;    /* a reference */
     size_t file_count;          /* files in insertion order */
@@ -427,6 +429,24 @@ SBX_EXPORT int
 sbx_options_get_detached(const sbx_options *options)
 {
     return options ? options->detached : 0;
+}
+
+SBX_EXPORT int
+sbx_options_set_progress(sbx_options *options, sbx_progress_fn fn, void *user_data,
+                         sbx_error **error)
+{
+    if (check_options(options, "set_progress", error) < 0)
+        return -1;
+    options->progress = fn;
+    options->progress_data = fn ? user_data : NULL;
+    return 0;
+}
+
+sbx_progress_fn
+sbx_options_get_progress(const sbx_options *options, void **user_data)
+{
+    *user_data = options ? options->progress_data : NULL;
+    return options ? options->progress : NULL;
 }
 
 SBX_EXPORT int

@@ -71,6 +71,12 @@ sbx_result_is_timed_out(const sbx_result *result)
 }
 
 SBX_EXPORT int
+sbx_result_is_oom_killed(const sbx_result *result)
+{
+    return result ? result->oom_killed : 0;
+}
+
+SBX_EXPORT int
 sbx_result_is_stdout_truncated(const sbx_result *result)
 {
     return result ? result->out_truncated : 0;

@@ -235,6 +235,11 @@ enum {
     X(detach, INT, int, WORKER, 3,                                                 \
       (IN, SANDBOX, NOLEN, sbx_plugin_sandbox *),                                  \
       (IN, CTX, NOLEN, const sbx_call_ctx *),                                      \
+      (OUT, ERROR, NOLEN, sbx_error **))                                           \
+    X(exec_end_info, INT, int, WORKER, 4,                                          \
+      (IN, PROCESS, NOLEN, sbx_plugin_process *),                                  \
+      (IN, CTX, NOLEN, const sbx_call_ctx *),                                      \
+      (OUT, U64, NOLEN, uint64_t *),                                               \
       (OUT, ERROR, NOLEN, sbx_error **))
 /* clang-format on */
 

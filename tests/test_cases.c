@@ -1,5 +1,5 @@
 /*
- * Cases from the field (CASES.md): CASE-01, 02, 04, 06, 07, 09, 18 and 55,
+ * Cases from the field (CASES.md): CASE-01, 02, 04, 06, 07, 09, 18, 49 and 55,
  * with their exact expected bytes, digests and exit codes, on the backend
  * named by $SBX_TEST_BACKEND (default "local"). "/tmp" in the case text is
  * "$SANDBOX_ROOT/tmp" here, so the commands hold on every backend.
@@ -587,4 +587,81 @@ Test(case55, a_orphans_are_reaped_no_zombies_pile_up)
         cr_assert(sup > 1);
         cr_assert_eq(zombies_below(sup), 0, "zombies below the supervisor %d", (int)sup);
     }
+}
+
+/* ================================================================ CASE-49 */
+
+/*
+ * CASE-49 A: a command killed by the sandbox's memory limit (64 MiB) says
+ * so: exit 137, not timed out, sbx_result_is_oom_killed() set (the
+ * sandbox cgroup's OOM-kill counter rose); `kill -9 $$` gives 137 without
+ * it; the sandbox lives on. A backend that cannot enforce memory_mb
+ * (local) refuses it, naming the option.
+ */
+static void case49_setup(void)
+{
+    uint64_t caps = 0;
+    sbx_error *err = NULL;
+
+    g_tmp = tu_fresh_tmpdir();
+    g_client = sbx_client_new(tu_backend(), &err);
+    cr_assert_null(err, "sbx_client_new(%s): %s", tu_backend(),
+                   err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_client_probe(g_client, &caps, NULL), 0);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_memory_mb(o, 64, NULL), 0);
+    if (!(caps & SBX_CAP_MEMORY_LIMIT)) {
+        cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+        tu_assert_error(err, SBX_ERROR_CONFIGURATION, "memory_mb", NULL);
+        cr_assert_str_eq(sbx_error_get0_context(err, "option"), "memory_mb");
+        sbx_error_free(err);
+        g_sb = NULL;
+    } else {
+        g_sb = tu_create(g_client, o);
+    }
+    sbx_options_free(o);
+}
+
+TestSuite(case49, .init = case49_setup, .fini = teardown, .timeout = 120);
+
+/* Runs @script in the 64 MiB sandbox: @code, never timed out, and the OOM
+ * flag as @oom. */
+static void case49_expect(const char *script, int code, int oom, const char *out)
+{
+    if (!g_sb)
+        return;             /* refused above, as the case says */
+    sbx_result *r = tu_sh(g_sb, script, 60);
+    tu_assert_exit(r, code);
+    cr_assert_eq(sbx_result_is_timed_out(r), 0, "%s: timed out", script);
+    cr_assert_eq(sbx_result_is_oom_killed(r), oom, "%s: oom_killed %d, expected %d", script,
+                 sbx_result_is_oom_killed(r), oom);
+    if (out)
+        tu_assert_stdout(r, out);
+    sbx_result_free(r);
+}
+
+Test(case49, a1_dd_past_the_limit_is_oom_killed)
+{
+    case49_expect("dd if=/dev/zero of=/dev/null bs=256M count=1", 137, 1, "");
+    /* A4: the sandbox lives on, and the next command has no OOM flag. */
+    case49_expect("echo alive", 0, 0, "alive\n");
+}
+
+Test(case49, a2_python_bytearray_past_the_limit_is_oom_killed)
+{
+    case49_expect("python3 -c 'b=bytearray(256*1024*1024)'", 137, 1, "");
+    case49_expect("echo alive", 0, 0, "alive\n");
+}
+
+Test(case49, a3_kill_9_is_137_without_oom)
+{
+    case49_expect("kill -9 $$", 137, 0, "");
+    case49_expect("echo alive", 0, 0, "alive\n");
+}
+
+Test(case49, a4_after_an_oom_kill_and_a_kill_9_the_sandbox_lives)
+{
+    case49_expect("dd if=/dev/zero of=/dev/null bs=256M count=1", 137, 1, "");
+    case49_expect("kill -9 $$", 137, 0, "");
+    case49_expect("echo alive", 0, 0, "alive\n");
 }

@@ -1822,6 +1822,139 @@ Test(cli, run_preset_from_preset_path)
     free_run(&r);
 }
 
+/* @text with every duration "N.N s" replaced by "T s" (new string). */
+static char *mask_secs(const char *text)
+{
+    char *out = malloc(strlen(text) + 1), *o = out;
+    const char *p = text;
+
+    cr_assert_not_null(out);
+    while (*p) {
+        const char *q = p;
+        while (*q >= '0' && *q <= '9')
+            q++;
+        if (q > p && (p == text || p[-1] == ' ') && q[0] == '.' && q[1] >= '0' &&
+            q[1] <= '9' && strncmp(q + 2, " s", 2) == 0) {
+            *o++ = 'T';
+            p = q + 2;
+            continue;
+        }
+        *o++ = *p++;
+    }
+    *o = '\0';
+    return out;
+}
+
+/* Writes preset @name with the JSON @setup_commands under g_tmpdir/presets;
+ * stores "SBX_PRESET_PATH=DIR" in @var. */
+static void write_setup_preset(const char *name, const char *setup_commands, char *var,
+                               size_t var_size)
+{
+    char dir[PATH_MAX + 16], file[PATH_MAX + 64];
+    FILE *f;
+
+    snprintf(dir, sizeof dir, "%s/presets", g_tmpdir);
+    cr_assert(mkdir(dir, 0755) == 0 || errno == EEXIST);
+    snprintf(file, sizeof file, "%s/%s.json", dir, name);
+    f = fopen(file, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "{\"name\": \"%s\", \"setup_commands\": %s}", name, setup_commands);
+    fclose(f);
+    snprintf(var, var_size, "SBX_PRESET_PATH=%s", dir);
+}
+
+/*
+ * `sbx run --preset` shows each setup step as it starts and how long it
+ * took; a failing step's error carries the tail of each output stream
+ * (shown once, below the error's first line), and the command never runs.
+ * With -v the steps' output is shown as it comes.
+ */
+Test(cli, run_preset_shows_setup_steps_and_the_failing_output)
+{
+    char var[PATH_MAX + 48];
+    const char *env[] = { var, NULL };
+    const char *const args[] = { "run", "--preset", "t-steps", "--", "echo", "never", NULL };
+    const char *const vargs[] = { "run", "-v", "--preset", "t-steps", "--", "echo", "never",
+                                  NULL };
+    cli_spec spec = { 0 };
+    const char *fail_cmd = "echo out-line; echo err-line >&2; exit 3";
+    char *err, want[4096];
+
+    write_setup_preset("t-steps", "[\"echo hello\", \"echo out-line; echo err-line >&2; "
+                       "exit 3\"]", var, sizeof var);
+    spec.args = args;
+    spec.env = env;
+    cli_run r = run_spec(&spec);
+    expect_run(&r, 125, "");
+    err = mask_secs(r.err);
+    snprintf(want, sizeof want,
+             "sbx: preset t-steps: step 1/2: echo hello\n"
+             "sbx: preset t-steps: step 1/2 done in T s\n"
+             "sbx: preset t-steps: step 2/2: %s\n"
+             "sbx: preset t-steps: step 2/2 failed with exit code 3 after T s\n"
+             "sbx: preset setup command 2 of 2 failed with exit code 3: %s [code=creation_failed; "
+             "backend=local; op=create; step=preset_setup; command=%s; exit_code=3]\n"
+             "--- stdout ---\nout-line\n--- stderr ---\nerr-line\n",
+             fail_cmd, fail_cmd, fail_cmd);
+    cr_expect_str_eq(err, want);
+    free(err);
+    free_run(&r);
+
+    spec.args = vargs;
+    r = run_spec(&spec);
+    expect_run(&r, 125, "");
+    err = mask_secs(r.err);
+    snprintf(want, sizeof want,
+             "sbx: preset t-steps: step 1/2: echo hello\n"
+             "hello\n"
+             "sbx: preset t-steps: step 1/2 done in T s\n"
+             "sbx: preset t-steps: step 2/2: %s\n",
+             fail_cmd);
+    cr_expect(strncmp(err, want, strlen(want)) == 0, "stderr \"%s\"", err);
+    /* The two streams of step 2 arrive in either order. */
+    const char *rest = err + strlen(want);
+    cr_expect(strncmp(rest, "out-line\nerr-line\n", 18) == 0 ||
+              strncmp(rest, "err-line\nout-line\n", 18) == 0, "stderr \"%s\"", err);
+    cr_expect(strstr(rest, "sbx: preset t-steps: step 2/2 failed with exit code 3 after T s\n"
+                           "sbx: preset setup command 2 of 2") == rest + 18, "stderr \"%s\"", err);
+    free(err);
+    free_run(&r);
+
+    /* Output that does not end a line: sbx's next line starts its own. */
+    const char *const pargs[] = { "run", "-v", "--preset", "t-partial", "--", "echo", "ok",
+                                  NULL };
+    write_setup_preset("t-partial", "[\"printf partial\"]", var, sizeof var);
+    spec.args = pargs;
+    r = run_spec(&spec);
+    expect_run(&r, 0, "ok\n");
+    err = mask_secs(r.err);
+    cr_expect_str_eq(err, "sbx: preset t-partial: step 1/1: printf partial\npartial\n"
+                          "sbx: preset t-partial: step 1/1 done in T s\n");
+    free(err);
+    free_run(&r);
+}
+
+/*
+ * CASE-49 through sbx: a command killed by the sandbox's memory limit says
+ * so on stderr, as a timeout does, and exits 137; `kill -9 $$` exits 137
+ * silently (bubblewrap: the sandbox's memory cgroup).
+ */
+Test(cli, run_says_when_the_memory_limit_killed_the_command)
+{
+    /* bubblewrap runs the sandbox as uid 65534: it must reach TMPDIR. */
+    cr_assert_eq(chmod(g_tmpdir, 0711), 0);
+    cli_run r = SBX("run", "-b", "bubblewrap", "--memory", "64", "--", "dd", "if=/dev/zero",
+                    "of=/dev/null", "bs=256M", "count=1");
+    expect_run(&r, 137, "");
+    cr_expect_str_eq(r.err, "sbx: the command ran out of memory and was killed "
+                            "(the sandbox's memory limit)\n");
+    free_run(&r);
+    r = SBX("run", "-b", "bubblewrap", "--memory", "64", "--", "sh", "-c", "kill -9 $$");
+    expect_run(&r, 137, "");
+    cr_expect_str_eq(r.err, "");
+    free_run(&r);
+}
+
 Test(cli, presets_json_lists_the_builtin_presets)
 {
     cli_run r = SBX("presets", "--json");
@@ -2672,7 +2805,15 @@ Test(cli, create_ends_on_sigterm_and_leaves_no_sandbox)
     spec.stop_signal = SIGTERM;
     cli_run r = run_spec(&spec);   /* checks that no sandbox directory is left */
     cr_expect_eq(r.status, 143, "status %d, stderr \"%s\"", r.status, r.err);
-    cr_expect_str_eq(r.err, "sbx: SIGTERM received; the creation was cancelled\n");
+    char *masked = mask_secs(r.err);
+    char want_err[3 * PATH_MAX];
+    set_path(want_err, sizeof want_err,
+             "sbx: preset t-sleepy: step 1/1: echo $$ > %s.tmp && mv %s.tmp %s && exec sleep 100\n"
+             "sbx: preset t-sleepy: step 1/1 did not finish (after T s)\n"
+             "sbx: SIGTERM received; the creation was cancelled\n",
+             started, started, started);
+    cr_expect_str_eq(masked, want_err);
+    free(masked);
     cr_expect_str_empty(r.out);
     cr_expect(r.stop_secs > 0 && r.secs - r.stop_secs < 1.0, "sbx took %.2f s after the signal",
               r.secs - r.stop_secs);

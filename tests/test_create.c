@@ -303,6 +303,115 @@ Test(presets, failing_setup_names_the_step_and_leaves_nothing)
     sbx_error_free(err);
 }
 
+/* What a progress callback saw, event by event, with each step's output
+ * gathered per stream (chunk boundaries are the transport's). */
+typedef struct progress_log {
+    char log[4096];
+    char out[2][8192];
+    size_t out_len[2];
+    int bad;                  /* a report was malformed */
+} progress_log;
+
+static void record_progress(const sbx_progress *p, void *user_data)
+{
+    progress_log *l = user_data;
+    size_t n = strlen(l->log);
+
+    if (p->struct_size != sizeof(*p) || strcmp(p->step, "preset_setup") != 0 ||
+        strcmp(p->name, "t-tail") != 0)
+        l->bad = 1;
+    switch (p->event) {
+    case SBX_PROGRESS_STEP_START:
+        l->out_len[0] = l->out_len[1] = 0;
+        snprintf(l->log + n, sizeof(l->log) - n, "start %zu/%zu %s\n", p->index, p->count,
+                 p->command);
+        break;
+    case SBX_PROGRESS_STEP_OUTPUT: {
+        int i = p->stream == SBX_STREAM_STDERR;
+        if (l->out_len[i] + p->len <= sizeof(l->out[i])) {
+            memcpy(l->out[i] + l->out_len[i], p->data, p->len);
+            l->out_len[i] += p->len;
+        } else {
+            l->bad = 1;
+        }
+        break;
+    }
+    case SBX_PROGRESS_STEP_END:
+        if (!(p->duration_secs >= 0 && p->duration_secs < 30))
+            l->bad = 1;
+        snprintf(l->log + n, sizeof(l->log) - n,
+                 "end %zu/%zu exit=%d timed_out=%d stdout=%zu stderr=%.*s\n", p->index,
+                 p->count, p->exit_code, p->timed_out, l->out_len[0], (int)l->out_len[1],
+                 l->out[1]);
+        break;
+    default:
+        l->bad = 1;
+    }
+}
+
+/*
+ * A failing setup command: the progress callback sees each command start,
+ * its output and its end; the error keeps the last 4096 bytes of each
+ * stream (5000 bytes of stdout: the first 904 are dropped) as contexts
+ * and in the message, since the sandbox that held the output is gone.
+ */
+Test(presets, failing_setup_reports_progress_and_keeps_the_output_tail)
+{
+    const char *cmd2 = "i=0; while [ $i -lt 500 ]; do printf '%09d' $i; echo; i=$((i+1)); done;"
+                       " echo broken install >&2; exit 3";
+    char *doc = tu_strdup_printf("{\"name\": \"t-tail\", \"setup_commands\": [\"echo one\","
+                                 " \"%s\", \"touch never\"]}", cmd2);
+    register_preset(doc);
+    free(doc);
+    progress_log *l = calloc(1, sizeof(*l));
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_preset(o, "t-tail", NULL), 0);
+    cr_assert_eq(sbx_options_set_progress(o, record_progress, l, NULL), 0);
+    sbx_error *err = expect_create_fails(o, "preset_setup");
+    sbx_options_free(o);
+
+    /* The whole stdout, and its last 4096 bytes. */
+    char all[5001], *p = all;
+    for (int i = 0; i < 500; i++)
+        p += sprintf(p, "%09d\n", i);
+    const char *tail = all + 5000 - 4096;
+    char *want_log = tu_strdup_printf("start 1/3 echo one\n"
+                                      "end 1/3 exit=0 timed_out=0 stdout=4 stderr=\n"
+                                      "start 2/3 %s\n"
+                                      "end 2/3 exit=3 timed_out=0 stdout=5000 stderr="
+                                      "broken install\n\n", cmd2);
+    cr_expect_str_eq(l->log, want_log);
+    cr_expect_eq(l->bad, 0);
+    cr_expect_eq(l->out_len[0], 5000);
+    cr_expect(memcmp(l->out[0], all, 5000) == 0);
+    cr_expect_str_eq(sbx_error_get0_context(err, "stdout_tail"), tail);
+    cr_expect_str_eq(sbx_error_get0_context(err, "stderr_tail"), "broken install\n");
+    cr_expect_str_eq(sbx_error_get0_context(err, "exit_code"), "3");
+    cr_expect_str_eq(sbx_error_get0_context(err, "command"), cmd2);
+    char *want = tu_strdup_printf("preset setup command 2 of 3 failed with exit code 3: %s\n"
+                                  "--- stdout (last 4096 of 5000 bytes) ---\n%.4095s\n"
+                                  "--- stderr ---\nbroken install", cmd2, tail);
+    cr_expect_str_eq(sbx_error_get0_message(err), want);
+    free(want);
+    free(want_log);
+    free(l);
+    sbx_error_free(err);
+}
+
+/* NULL options are refused, naming the call. */
+Test(presets, set_progress_checks_its_options)
+{
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_options_set_progress(NULL, record_progress, NULL, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(sbx_error_get0_message(err), "options is NULL");
+    cr_assert_str_eq(sbx_error_get0_op(err), "set_progress");
+    sbx_error_free(err);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_progress(o, NULL, NULL, NULL), 0);
+    sbx_options_free(o);
+}
+
 /*
  * The claude-code preset on local with a stand-in npm placed first on the
  * caller's PATH: the setup command runs it with the preset's arguments, the

@@ -11,6 +11,8 @@
  *              fake: null ExitCode while running, never started, running
  *              forever)
  *   case28_*   a failed pull is the pull's error (fake A/B, real C)
+ *   case49_*   the container killed by its memory limit (fake B)
+ *   pull_progress_* the progress line of a pull from a captured stream
  *   files_*    CASE-13, 14, 17 and 11 through the library's file API
  *   engine_*   labels and limits on the container, snapshot/commit, resume
  *              in another process, list_owned / destroy_by_id (the plugin's
@@ -56,6 +58,7 @@
 #include <sbx/sbx.h>
 
 #include "testutil.h"
+#include "../plugins/docker/progress.h"
 
 static char *g_tmp;
 
@@ -501,6 +504,7 @@ enum {
     V_SPLIT,            /* CASE-10 framing, split at every awkward place */
     V_BAD_HEADER,       /* a frame header with stream byte 7 */
     V_HOSTILE_TAR,      /* CASE-11: download_dir gets a hostile archive */
+    V_OOM,              /* CASE-49 B: the exec's end is the container's OOM kill */
 };
 
 /* CASE-10's output, and the framed stream carrying it. */
@@ -633,6 +637,16 @@ static void fake_container_fn(fake *f, int fd, const char *method, const char *p
         reply(fd, 201, "{\"Id\":\"" FAKE_CID "\",\"Warnings\":[]}");
     } else if (strcmp(method, "POST") == 0 && strcmp(p, "/containers/" FAKE_CID "/start") == 0) {
         reply(fd, 204, "");
+    } else if (f->variant == V_OOM && f->inspects > 0 && strcmp(method, "GET") == 0
+               && strcmp(p, "/containers/" FAKE_CID "/json") == 0) {
+        /* Once the exec ended, the whole container was OOM-killed. */
+        reply(fd, 200, "{\"Id\":\"" FAKE_CID "\",\"State\":{\"Status\":\"exited\","
+                       "\"Running\":false,\"OOMKilled\":true,\"ExitCode\":137},"
+                       "\"HostConfig\":{\"Memory\":67108864},\"Config\":{\"WorkingDir\":\"\","
+                       "\"Labels\":{\"sbx.backend\":\"docker\"}}}");
+    } else if (f->variant == V_OOM && f->inspects > 0 && strcmp(method, "POST") == 0
+               && strcmp(p, "/containers/" FAKE_CID "/exec") == 0) {
+        reply(fd, 409, "{\"message\":\"container " FAKE_CID " is not running\"}");
     } else if (strcmp(method, "GET") == 0 && strcmp(p, "/containers/" FAKE_CID "/json") == 0) {
         reply(fd, 200, "{\"Id\":\"" FAKE_CID "\",\"State\":{\"Status\":\"running\","
                        "\"Running\":true},\"Config\":{\"WorkingDir\":\"\",\"Labels\":"
@@ -703,6 +717,9 @@ static void fake_container_fn(fake *f, int fd, const char *method, const char *p
         case V_RUNNING_FOREVER:
             reply(fd, 200, "{\"ID\":\"e1\",\"Running\":true,\"ExitCode\":null,\"Pid\":4242}");
             break;
+        case V_OOM:
+            reply(fd, 200, "{\"ID\":\"e1\",\"Running\":false,\"ExitCode\":137,\"Pid\":4242}");
+            break;
         default:
             reply(fd, 200, "{\"ID\":\"e1\",\"Running\":false,\"ExitCode\":0,\"Pid\":4242}");
             break;
@@ -756,6 +773,7 @@ static void fake_sandbox_end(sbx_sandbox *sb, sbx_client *c)
 TestSuite(fake, .init = common_setup, .fini = common_teardown, .timeout = 60);
 TestSuite(real, .init = common_setup, .fini = common_teardown, .timeout = 240);
 TestSuite(slow, .init = common_setup, .fini = common_teardown, .timeout = 900);
+TestSuite(pull_progress, .timeout = 10);
 
 /* ================================================================ CASE-10 */
 
@@ -932,6 +950,151 @@ Test(fake, case26_running_forever_is_exit_unknown)
     }
     cr_assert(dt >= 4.9 && dt < 8.0, "took %.2f s", dt);
     cr_assert(g_fake.kills >= 1, "the process tree was not signalled");
+    fake_sandbox_end(sb, c);
+    fake_stop();
+}
+
+/* ================================================================ CASE-49 */
+
+/*
+ * CASE-49 B: the whole container is OOM-killed while a command runs: the
+ * exec stream ends with no frames, exec inspect answers Running:false
+ * ExitCode:137, the container's state OOMKilled:true. The exec fails with
+ * not_found naming the memory limit and saying the sandbox ended (not
+ * connection, not retryable, not retried: one exec of the command), and
+ * every later call fails the same way without asking the Engine to run
+ * anything.
+ */
+Test(fake, case49_b_the_container_killed_by_its_memory_limit)
+{
+    static const char want[] = "sandbox c0ffee000000 ended: its memory limit (64 MiB) killed "
+                               "the container's main process (out of memory); the command "
+                               "ended with exit code 137";
+    fake_start(fake_container_fn, V_OOM);
+    sbx_client *c;
+    sbx_sandbox *sb = fake_sandbox(&c);
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "python3 -c 'b=bytearray(256*1024*1024)'";
+    req.timeout_secs = 10;
+    sbx_error *err = tu_exec_fail(sb, &req, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "oom_killed");
+    cr_assert_str_eq(sbx_error_get0_context(err, "memory_mb"), "64");
+    cr_assert_str_eq(sbx_error_get0_backend(err), "docker");
+    cr_assert_eq(sbx_error_is_retryable(err), 0);
+    sbx_error_free(err);
+    cr_assert_eq(fake_count(&g_fake, "POST /v1.41/exec/e1/start"), 1, "the command was retried");
+
+    req.shell = "echo next";
+    err = tu_exec_fail(sb, &req, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "oom_killed");
+    sbx_error_free(err);
+    err = NULL;
+    char *data = NULL;
+    size_t len = 0;
+    cr_assert_eq(sbx_sandbox_read_file(sb, "/etc/hostname", &data, &len, &err), -1);
+    cr_assert_not_null(err);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    sbx_error_free(err);
+    /* Exec create: the command, then the counter read the dead container
+     * refused; nothing after the sandbox was known to be gone. */
+    cr_assert_eq(fake_count(&g_fake, "POST /v1.41/containers/" FAKE_CID "/exec"), 2);
+    fake_sandbox_end(sb, c);
+    fake_stop();
+}
+
+/* ========================================================== pull progress */
+
+/* A pull as the Engine streams it (POST /images/create), one JSON object a
+ * line: a layer already here, two downloaded, then the digest. */
+static const char *const pull_stream[] = {
+    "{\"status\":\"Pulling from library/alpine\",\"id\":\"3.20\"}",
+    "{\"status\":\"Already exists\",\"progressDetail\":{},\"id\":\"aaaa00000001\"}",
+    "{\"status\":\"Pulling fs layer\",\"progressDetail\":{},\"id\":\"bbbb00000002\"}",
+    "{\"status\":\"Pulling fs layer\",\"progressDetail\":{},\"id\":\"cccc00000003\"}",
+    "{\"status\":\"Waiting\",\"progressDetail\":{},\"id\":\"cccc00000003\"}",
+    "{\"status\":\"Downloading\",\"progressDetail\":{\"current\":512,\"total\":3419706},"
+    "\"progress\":\"[>    ]     512B/3.42MB\",\"id\":\"bbbb00000002\"}",
+    "{\"status\":\"Downloading\",\"progressDetail\":{\"current\":1048576,\"total\":3419706},"
+    "\"progress\":\"[====>    ]  1.049MB/3.42MB\",\"id\":\"bbbb00000002\"}",
+    "{\"status\":\"Downloading\",\"progressDetail\":{\"current\":700,\"total\":900},"
+    "\"id\":\"cccc00000003\"}",
+    "{\"status\":\"Verifying Checksum\",\"progressDetail\":{},\"id\":\"cccc00000003\"}",
+    "{\"status\":\"Download complete\",\"progressDetail\":{},\"id\":\"cccc00000003\"}",
+    "{\"status\":\"Download complete\",\"progressDetail\":{},\"id\":\"bbbb00000002\"}",
+    "{\"status\":\"Extracting\",\"progressDetail\":{\"current\":32768,\"total\":3419706},"
+    "\"id\":\"bbbb00000002\"}",
+    "{\"status\":\"Pull complete\",\"progressDetail\":{},\"id\":\"bbbb00000002\"}",
+    "{\"status\":\"Extracting\",\"progressDetail\":{\"current\":900,\"total\":900},"
+    "\"id\":\"cccc00000003\"}",
+    "{\"status\":\"Pull complete\",\"progressDetail\":{},\"id\":\"cccc00000003\"}",
+    "{\"status\":\"Digest: sha256:beefdead\"}",
+    "not json",
+    "{\"status\":\"Status: Downloaded newer image for alpine:3.20\"}",
+};
+
+/* The summary line after each line of the stream, when it changed. */
+Test(pull_progress, lines_from_a_captured_pull_stream)
+{
+    static const char *const want[] = {
+        NULL,
+        "pulling alpine:3.20: 1/1 layers",
+        "pulling alpine:3.20: 1/2 layers",
+        "pulling alpine:3.20: 1/3 layers",
+        NULL,
+        "pulling alpine:3.20: 1/3 layers, 512 B of 3.4 MB",
+        "pulling alpine:3.20: 1/3 layers, 1.0 MB of 3.4 MB",
+        NULL,   /* 1.0 MB of 3.4 MB still */
+        NULL,
+        NULL,
+        "pulling alpine:3.20: 1/3 layers, 3.4 MB of 3.4 MB",
+        NULL,   /* extracting moves no download bytes */
+        "pulling alpine:3.20: 2/3 layers, 3.4 MB of 3.4 MB",
+        NULL,
+        "pulling alpine:3.20: 3/3 layers, 3.4 MB of 3.4 MB",
+        NULL,
+        NULL,
+        NULL,
+    };
+    dk_pull_progress p = { .image = "alpine:3.20" };
+    size_t n = sizeof pull_stream / sizeof pull_stream[0];
+    cr_assert_eq(n, sizeof want / sizeof want[0]);
+    for (size_t i = 0; i < n; i++) {
+        int rc = dk_pull_progress_feed(&p, pull_stream[i]);
+        cr_assert_eq(rc, want[i] ? 1 : 0, "line %zu: rc %d (line \"%s\")", i, rc, p.line);
+        if (want[i])
+            cr_assert_str_eq(p.line, want[i], "line %zu", i);
+    }
+    cr_assert_eq(p.count, 3);
+    dk_pull_progress_clear(&p);
+    cr_assert_eq(p.count, 0);
+    cr_assert_str_eq(p.line, "");
+}
+
+Test(pull_progress, byte_units_as_docker_shows_them)
+{
+    static const struct { int64_t n; const char *s; } cases[] = {
+        { 0, "0 B" }, { 999, "999 B" }, { 1000, "1.0 kB" }, { 12345, "12.3 kB" },
+        { 999949, "999.9 kB" }, { 3419706, "3.4 MB" }, { 1250000000, "1.25 GB" },
+    };
+    char buf[32];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dk_pull_progress_bytes(cases[i].n, buf, sizeof buf);
+        cr_assert_str_eq(buf, cases[i].s, "%lld", (long long)cases[i].n);
+    }
+}
+
+/* An image that is here already is not pulled: the create asks for it
+ * (GET /images/NAME/json) and never posts /images/create. */
+Test(fake, pull_path_a_local_image_is_not_pulled)
+{
+    fake_start(fake_container_fn, 0);
+    sbx_client *c;
+    sbx_sandbox *sb = fake_sandbox(&c);
+    cr_assert(fake_find(&g_fake, "GET /v1.41/images/alpine:3.20/json") >= 0);
+    cr_assert_eq(fake_find(&g_fake, "POST /v1.41/images/create"), -1, "a local image was pulled");
     fake_sandbox_end(sb, c);
     fake_stop();
 }

@@ -8,7 +8,9 @@
  *    python:3.12-slim. A missing image is pulled (POST /images/create); the
  *    pull's NDJSON body is read line by line and an error line in it fails
  *    the create with the Engine's text (CASE-28), before any container is
- *    made. Progress lines go to stderr when it is a terminal.
+ *    made. When stderr is a terminal, one progress line there shows the
+ *    layers done and the bytes downloaded (progress.c), rewritten as they
+ *    move.
  *  - POST /containers/create?name=<create token>: Entrypoint ["sleep"],
  *    Cmd [ceil(timeout_secs) + 30], so that the container ends by itself
  *    30 s after the sandbox's lifetime ran out (the grace lets an exec that
@@ -34,6 +36,7 @@
  * ?force=1&v=1. list_owned: containers with the sbx labels, any state.
  */
 #include "docker.h"
+#include "progress.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -75,11 +78,21 @@
 
 int dk_sandbox_check(struct sbx_plugin_sandbox *sb, const char *op, sbx_error **error)
 {
+    char ended[512] = "";
     pthread_mutex_lock(&sb->lock);
     int d = sb->destroyed;
+    if (sb->ended)
+        snprintf(ended, sizeof(ended), "%s", sb->ended);
     pthread_mutex_unlock(&sb->lock);
-    if (!d)
+    if (!d && !ended[0])
         return 0;
+    if (ended[0]) {
+        /* It ended by itself (its memory limit): every later call says so. */
+        sbx_error *err = dk_fail(error, SBX_ERROR_NOT_FOUND, op, "%s", ended);
+        dk_context(err, "sandbox_id", sb->id);
+        dk_context(err, "reason", "oom_killed");
+        return -1;
+    }
     sbx_error *err = dk_fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %.12s was destroyed",
                              sb->id);
     dk_context(err, "sandbox_id", sb->id);
@@ -316,6 +329,8 @@ typedef struct pull_state {
     char *error;            /* the first error line's message */
     char *last_status;
     int tty;
+    dk_pull_progress progress;  /* the summary line shown on a terminal */
+    int shown;              /* a summary line is on the terminal */
 } pull_state;
 
 static void pull_line(pull_state *ps, const char *text)
@@ -335,6 +350,12 @@ static void pull_line(pull_state *ps, const char *text)
         if (msg)
             ps->error = strdup(msg);
     }
+    /* On a terminal: one line, rewritten as layers and bytes move. */
+    if (ps->tty && dk_pull_progress_feed(&ps->progress, text) == 1) {
+        fprintf(stderr, "\rdocker: %s\033[K", ps->progress.line);
+        fflush(stderr);
+        ps->shown = 1;
+    }
     if (json_object_object_get_ex(j, "status", &v) && json_object_is_type(v, json_type_string)) {
         const char *st = json_object_get_string(v), *id = "";
         json_object *idv;
@@ -344,9 +365,6 @@ static void pull_line(pull_state *ps, const char *text)
         if (asprintf(&key, "%s %s", id, st) >= 0) {
             if (!ps->last_status || strcmp(ps->last_status, key) != 0) {
                 DK_LOG(SBX_LOG_DEBUG, "pull %s: %s", ps->image, key);
-                if (ps->tty)
-                    fprintf(stderr, "docker: pulling %s: %s%s%s\n", ps->image, id,
-                            *id ? ": " : "", st);
                 free(ps->last_status);
                 ps->last_status = key;
             } else {
@@ -381,6 +399,7 @@ static int image_pull(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
 {
     char *repo = NULL, *tag = NULL, *erepo = NULL, *etag = NULL, *path = NULL;
     pull_state ps = { .image = ref, .tty = isatty(STDERR_FILENO) };
+    ps.progress.image = ref;
     int rc = -1;
     const char *at = strchr(ref, '@'), *slash = strrchr(ref, '/');
     const char *colon = strrchr(ref, ':');
@@ -433,6 +452,9 @@ out:
     free(erepo);
     free(etag);
     free(path);
+    if (ps.shown)
+        fputc('\n', stderr);   /* the summary line stays, finished */
+    dk_pull_progress_clear(&ps.progress);
     dk_buf_clear(&ps.line);
     free(ps.error);
     free(ps.last_status);
@@ -471,6 +493,7 @@ static void docker_sandbox_free(sbx_plugin_sandbox *sandbox)
     free(sandbox->id);
     free(sandbox->workdir);
     free(sandbox->stat_name);
+    free(sandbox->ended);
     free(sandbox);
 }
 
@@ -825,6 +848,7 @@ static int docker_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                                                         : image_wd);
     if (!sb)
         goto nomem;
+    sb->oom_known = 1;          /* a new container: its counter starts at 0 */
     DK_LOG(SBX_LOG_DEBUG, "created container %.12s from %s", id, image);
     *sandbox = sb;
     rc = 0;
@@ -933,6 +957,113 @@ static int docker_is_alive(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     int alive = state_running(j);
     json_object_put(j);
     return alive;
+}
+
+/* ------------------------------------------------------------------------ */
+/* How a command ended: the memory limit (CASE-49)                            */
+/* ------------------------------------------------------------------------ */
+
+/* The container cgroup's OOM-kill counter, read inside the container (v2
+ * memory.events, v1 memory.oom_control: "oom_kill N"). 0, or -1 with
+ * *@error (the container no longer runs, or no such file). */
+static int read_oom_kills(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                          uint64_t *count, sbx_error **error)
+{
+    static const char *const argv[] = {
+        "/bin/sh", "-c", "cat /sys/fs/cgroup/memory.events 2>/dev/null || "
+                         "cat /sys/fs/cgroup/memory/memory.oom_control", NULL
+    };
+    dk_buf out = { 0 }, err = { 0 };
+    int code = -1, rc = -1;
+    if (dk_exec_capture(sb, ctx, argv, API_SECS, 4096, &out, &err, &code, "exec_wait",
+                        error) < 0)
+        goto done;
+    for (const char *line = out.data; code == 0 && line && *line;) {
+        unsigned long long v;
+        if (strncmp(line, "oom_kill ", 9) == 0 && sscanf(line + 9, "%llu", &v) == 1) {
+            *count = v;
+            rc = 0;
+            break;
+        }
+        line = strchr(line, '\n');
+        line = line ? line + 1 : NULL;
+    }
+    if (rc < 0)
+        dk_fail(error, SBX_ERROR_EXECUTION_FAILED, "exec_wait",
+                "no oom_kill counter in the container's cgroup (exit code %d)", code);
+done:
+    dk_buf_clear(&out);
+    dk_buf_clear(&err);
+    return rc;
+}
+
+/*
+ * After a command that ended by a signal (exit code 128 or more: an OOM
+ * kill is a SIGKILL), reads the container cgroup's OOM-kill counter: a
+ * rise since the last read is this command's (OOM_KILLED). Commands that
+ * exit below 128 are not looked at, so a later read counts the kills of
+ * their children too. When the counter cannot be read because the
+ * container itself ended, the container's state says why: killed by its
+ * memory limit (State.OOMKilled) fails the exec and every later call with
+ * not_found, reason=oom_killed, naming the limit.
+ */
+static int docker_exec_end_info(sbx_plugin_process *process, const sbx_call_ctx *ctx,
+                                uint64_t *flags, sbx_error **error)
+{
+    struct sbx_plugin_sandbox *sb;
+    uint64_t n = 0;
+    int code;
+    *flags = 0;
+    if (!dk_exec_ended(process, &sb, &code) || code < 128)
+        return 0;
+    if (read_oom_kills(sb, ctx, &n, NULL) == 0) {
+        pthread_mutex_lock(&sb->lock);
+        if (sb->oom_known && n > sb->oom_kills)
+            *flags |= SBX_PLUGIN_EXEC_OOM_KILLED;
+        sb->oom_kills = n;
+        sb->oom_known = 1;
+        pthread_mutex_unlock(&sb->lock);
+        return 0;
+    }
+    long st;
+    json_object *j = container_inspect(sb->client, ctx, sb->id, &st, "exec_wait", NULL), *s,
+                *v, *hc;
+    if (!j || state_running(j)) {
+        DK_LOG(SBX_LOG_WARNING, "container %.12s: the OOM-kill counter could not be read",
+               sb->id);
+        json_object_put(j);
+        return 0;
+    }
+    int oom = json_object_object_get_ex(j, "State", &s)
+              && json_object_object_get_ex(s, "OOMKilled", &v) && json_object_get_boolean(v);
+    long long mib = json_object_object_get_ex(j, "HostConfig", &hc)
+                    && json_object_object_get_ex(hc, "Memory", &v)
+                    ? (long long)(json_object_get_int64(v) >> 20) : 0;
+    json_object_put(j);
+    if (!oom)
+        return 0;
+    char *msg = NULL;
+    if ((mib > 0 ? asprintf(&msg, "sandbox %.12s ended: its memory limit (%lld MiB) killed the "
+                            "container's main process (out of memory); the command ended with "
+                            "exit code %d", sb->id, mib, code)
+                 : asprintf(&msg, "sandbox %.12s ended: its memory limit killed the "
+                            "container's main process (out of memory); the command ended with "
+                            "exit code %d", sb->id, code)) < 0)
+        msg = NULL;
+    pthread_mutex_lock(&sb->lock);
+    if (!sb->ended) {
+        sb->ended = msg;
+        msg = NULL;
+    }
+    pthread_mutex_unlock(&sb->lock);
+    free(msg);
+    dk_sandbox_check(sb, "exec_wait", error);
+    if (error && *error && mib > 0) {
+        char num[32];
+        snprintf(num, sizeof(num), "%lld", mib);
+        dk_context(*error, "memory_mb", num);
+    }
+    return -1;
 }
 
 static const char *docker_sandbox_id(sbx_plugin_sandbox *sandbox)
@@ -1214,6 +1345,7 @@ static const sbx_plugin docker_plugin = {
     .exec_kill = dk_exec_kill,
     .exec_resize = dk_exec_resize,
     .exec_free = dk_exec_free,
+    .exec_end_info = docker_exec_end_info,
     .list_files = dk_list_files,
     .read_file = dk_read_file,
     .write_file = dk_write_file,

@@ -9,6 +9,7 @@
  *             list_owned / destroy_by_id
  *   exec.c    the process-handle slots and internal execs
  *   files.c   the file slots (archive endpoints, libarchive)
+ *   progress.c the summary line of an image pull (progress.h)
  *
  * The plugin links libcurl, json-c and libarchive, never libsbx: errors and
  * logging go through the host services handed to setup.
@@ -266,9 +267,13 @@ struct sbx_plugin_sandbox {
     struct sbx_plugin_client *client;
     char *id;                   /* container id */
     char *workdir;              /* absolute working directory ("/" by default) */
-    pthread_mutex_t lock;       /* guards destroyed and stat_name */
+    pthread_mutex_t lock;       /* guards destroyed, stat_name, oom_* and ended */
     int destroyed;
     char *stat_name;            /* stat_file's borrowed name */
+    int oom_known;              /* oom_kills is the container cgroup's count */
+    uint64_t oom_kills;         /* its OOM-kill counter when last read */
+    char *ended;                /* why the container ended by itself (the
+                                 * message later calls fail with); NULL */
 };
 
 /** not_found when @sb was destroyed; else 0. */
@@ -286,6 +291,9 @@ sbx_error *dk_fail_container(sbx_error **error, struct sbx_plugin_sandbox *sb,
                              const char *what);
 
 /* exec.c */
+/** The sandbox of @process, and 1 with its exit code in *@code once it
+ *  ended with one (0 while it runs or when it failed). */
+int dk_exec_ended(sbx_plugin_process *process, struct sbx_plugin_sandbox **sb, int *code);
 int dk_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
                   const sbx_plugin_exec_request *request, sbx_plugin_process **process,
                   sbx_error **error);

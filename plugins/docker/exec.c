@@ -58,6 +58,7 @@ enum { P_RUNNING = 0, P_DONE = 1, P_FAILED = 2 };
 
 struct sbx_plugin_process {
     struct sbx_plugin_client *client;
+    struct sbx_plugin_sandbox *sb;      /* outlives the exec call */
     char *cid;                  /* container id */
     char *eid;                  /* exec id */
     char marker[33];
@@ -716,6 +717,7 @@ int dk_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     p->conn.fd = -1;
     pthread_mutex_init(&p->lock, NULL);
     p->client = sb->client;
+    p->sb = sb;
     p->tty = request->tty_rows > 0 || request->tty_cols > 0;
     if (!(p->cid = strdup(sb->id)))
         goto nomem;
@@ -859,6 +861,16 @@ int dk_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeo
             timeout_ms = 0;     /* one last look */
         }
     }
+}
+
+int dk_exec_ended(sbx_plugin_process *process, struct sbx_plugin_sandbox **sb, int *code)
+{
+    pthread_mutex_lock(&process->lock);
+    int done = process->state == P_DONE;
+    *code = process->exit_code;
+    pthread_mutex_unlock(&process->lock);
+    *sb = process->sb;
+    return done;
 }
 
 int dk_exec_event_fd(sbx_plugin_process *process)

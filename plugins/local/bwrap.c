@@ -365,6 +365,33 @@ void bwrap_cgroups_remove(const char *id)
     }
 }
 
+int bwrap_oom_kills(const char *id, uint64_t *count)
+{
+    int v2 = cg_v2();
+    char *path, buf[1024];
+    if (asprintf(&path, v2 ? CG_BASE "/sbx-%s/memory.events"
+                           : CG_BASE "/memory/sbx-%s/memory.oom_control", id) < 0)
+        return -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    free(path);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    /* Lines "KEY VALUE"; the key is oom_kill in both versions. */
+    for (char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        unsigned long long v;
+        if (strncmp(line, "oom_kill ", 9) == 0 && sscanf(line + 9, "%llu", &v) == 1) {
+            *count = v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
 static int cg_make(const char *ctl, const char *id, char **dir, const char *op,
                    sbx_error **error)
 {

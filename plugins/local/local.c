@@ -175,6 +175,8 @@ struct sbx_plugin_process {
     unsigned kills_acked;
     double expires_at;          /* the sandbox's, for the error of a lost exec */
     double lifetime;
+    int oom_known;              /* bubblewrap: oom_before was read at the start */
+    uint64_t oom_before;        /* the sandbox's OOM-kill counter then */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -2720,6 +2722,12 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
     }
     if (resolve_cwd(sb, ctx, request->cwd, &cwd, error) < 0)
         goto out;
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    /* The memory limit's kills so far: one more at the end is this
+     * command's (exec_end_info). */
+    uint64_t oom_before = 0;
+    int oom_known = bwrap_oom_kills(sb->id, &oom_before) == 0;
+#endif
 
     proto_buf_init(&b, PROTO_EXEC);
 #ifdef SBX_LOCAL_SAFEHOUSE
@@ -2838,6 +2846,10 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
         free(p);
         goto nomem;
     }
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    p->oom_known = oom_known;
+    p->oom_before = oom_before;
+#endif
     pthread_mutex_init(&p->lock, NULL);
     pthread_mutex_init(&p->wlock, NULL);
     p->fd = fd;
@@ -2948,6 +2960,22 @@ static int local_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx,
         return -1;
     }
 }
+
+#ifdef SBX_LOCAL_BUBBLEWRAP
+/* OOM_KILLED when the sandbox cgroup's OOM-kill counter rose since the
+ * command started (read from the host: the cgroup outlives the command). */
+static int bwrap_exec_end_info(sbx_plugin_process *process, const sbx_call_ctx *ctx,
+                               uint64_t *flags, sbx_error **error)
+{
+    struct sbx_plugin_process *p = process;
+    uint64_t now = 0;
+
+    *flags = 0;
+    if (p->oom_known && bwrap_oom_kills(p->sandbox_id, &now) == 0 && now > p->oom_before)
+        *flags |= SBX_PLUGIN_EXEC_OOM_KILLED;
+    return 0;
+}
+#endif
 
 static int local_exec_event_fd(sbx_plugin_process *process)
 {
@@ -3085,6 +3113,9 @@ static const sbx_plugin local_plugin = {
     .stat_file = local_stat_file,
 #endif
     .detach = local_detach,
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    .exec_end_info = bwrap_exec_end_info,
+#endif
 };
 
 SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);

@@ -109,6 +109,11 @@ int bwrap_cgroups_create(const char *id, const sbx_plugin_create_request *reques
                          char **procs, size_t *nprocs, const char *op, sbx_error **error);
 /** Removes the cgroups of sandbox @id, if any. */
 void bwrap_cgroups_remove(const char *id);
+/** Stores in *@count how many processes the memory limit of sandbox @id
+ *  has killed so far (its memory cgroup's oom_kill counter: v2
+ *  memory.events, v1 memory.oom_control). 0, or -1 when the sandbox has
+ *  no memory cgroup (no memory_mb) or the counter cannot be read. */
+int bwrap_oom_kills(const char *id, uint64_t *count);
 /** The launcher's argv (NULL-terminated, free with bwrap_argv_free), or
  *  NULL with an error. @src: "/" or the image's root filesystem. @remove
  *  (may be NULL): a path the launcher's keeper removes with META when the

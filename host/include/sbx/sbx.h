@@ -512,6 +512,77 @@ typedef struct sbx_manifest sbx_manifest;
 SBX_EXPORT int sbx_options_set_workspace(sbx_options *options, sbx_manifest *manifest,
                                          sbx_error **error);
 
+/** Which stream a chunk of output came from. */
+typedef enum sbx_stream {
+    SBX_STREAM_STDOUT = 1,
+    SBX_STREAM_STDERR = 2
+} sbx_stream;
+
+/**
+ * sbx_progress_event: what a progress report (sbx_progress) is about.
+ *  - SBX_PROGRESS_STEP_START: a creation step begins (before it runs).
+ *  - SBX_PROGRESS_STEP_OUTPUT: a chunk of the running step's output.
+ *  - SBX_PROGRESS_STEP_END: the step ended (successfully or not).
+ * Values are fixed; new events are appended: ignore unknown ones.
+ */
+typedef enum sbx_progress_event {
+    SBX_PROGRESS_STEP_START = 1,
+    SBX_PROGRESS_STEP_OUTPUT = 2,
+    SBX_PROGRESS_STEP_END = 3
+} sbx_progress_event;
+
+/**
+ * sbx_progress: one progress report of a create, borrowed for the
+ * callback's duration only (copy what you keep). Fields are only ever
+ * appended; read past struct_size never.
+ *  - step: the creation step, "preset_setup" (each preset setup command
+ *    is one step).
+ *  - name: what the step belongs to (the preset's name).
+ *  - index / count: this command's position, 1-based, of count.
+ *  - command: the command, as the preset gives it (run with /bin/sh -c).
+ *  - stream, data, len (STEP_OUTPUT only): the chunk, in order within
+ *    each stream, as sbx_output_fn gets it; not NUL-terminated.
+ *  - exit_code, timed_out (STEP_END only): as a result's (0..255, 128+N
+ *    for signal N, 124 with timed_out = 1); -1 when the command could not
+ *    run at all (the create's error says why).
+ *  - duration_secs (STEP_END only): wall time of the step, seconds.
+ */
+typedef struct sbx_progress {
+    size_t struct_size;
+    sbx_progress_event event;
+    const char *step;
+    const char *name;
+    size_t index;
+    size_t count;
+    const char *command;
+    sbx_stream stream;
+    const void *data;
+    size_t len;
+    int exit_code;
+    int timed_out;
+    double duration_secs;
+} sbx_progress;
+
+/** Progress callback; see sbx_options_set_progress(). */
+typedef void (*sbx_progress_fn)(const sbx_progress *progress, void *user_data);
+
+/**
+ * sbx_options_set_progress:
+ * Reports the long steps of a create made with these options (today the
+ * preset setup commands) to @fn as they happen: a STEP_START before each
+ * command, its output as STEP_OUTPUT chunks, a STEP_END with its exit code
+ * and duration. @fn runs on the thread that runs the create (a worker for
+ * sbx_create_async) and must not call into the sandbox being made; it
+ * returns nothing and cannot stop the create. NULL @fn turns reports off
+ * (the default). @user_data is passed to @fn as is, borrowed for as long
+ * as the options and the creates that use them. Not a creation field:
+ * sbx_options_is_set() knows nothing of it and backends never see it.
+ * Errors: invalid_argument for NULL @options. Thread safety: as every
+ * options setter. Since 0.1.
+ */
+SBX_EXPORT int sbx_options_set_progress(sbx_options *options, sbx_progress_fn fn,
+                                        void *user_data, sbx_error **error);
+
 /**
  * sbx_options_is_set: 1 when the caller set @field, else 0. Since 0.1.
  */
@@ -561,9 +632,26 @@ SBX_EXPORT const char *sbx_options_get0_env(const sbx_options *options,
  * backend_setup_commands[backend]) run with /bin/sh -c after the workspace,
  * or before the git clone when setup_before_workspace is true. They are
  * skipped when the sandbox was made from the preset's image (a backend with
- * the image capability, and the caller set no image of its own). A failing
- * command fails the create with creation_failed, step "preset_setup".
+ * the image capability, and the caller set no image of its own). Each one
+ * is reported to the options' progress callback (sbx_options_set_progress)
+ * as it starts, while it writes and when it ends. A failing command fails
+ * the create with creation_failed, step "preset_setup", contexts
+ * "command", "exit_code" (absent when it could not run) and, for each
+ * stream it wrote to, "stdout_tail" / "stderr_tail": its last
+ * SBX_PRESET_TAIL_BYTES bytes (the sandbox is destroyed, so this is what
+ * survives of the output). The message ends with the same tails:
+ *
+ *   preset setup command 2 of 3 failed with exit code 3: CMD
+ *   --- stdout ---
+ *   TAIL
+ *   --- stderr (last 4096 of 10000 bytes) ---
+ *   TAIL
+ *
+ * (a stream that wrote nothing is left out; a trailing newline of a tail
+ * is not doubled).
  */
+/** Bytes of each stream of a failing setup command kept in its error. */
+#define SBX_PRESET_TAIL_BYTES 4096
 
 typedef struct sbx_preset sbx_preset;
 
@@ -1013,11 +1101,8 @@ SBX_EXPORT const char *sbx_sandbox_get0_root(const sbx_sandbox *sandbox);
 /* Exec                                                                      */
 /* ------------------------------------------------------------------------ */
 
-/** Which stream a chunk of output came from. */
-typedef enum sbx_stream {
-    SBX_STREAM_STDOUT = 1,
-    SBX_STREAM_STDERR = 2
-} sbx_stream;
+/* sbx_stream (which stream a chunk of output came from) is above, with
+ * the creation options' progress reports. */
 
 /**
  * sbx_output_fn:
@@ -1147,6 +1232,26 @@ SBX_EXPORT const char *sbx_result_get0_stdout(const sbx_result *result, size_t *
 SBX_EXPORT const char *sbx_result_get0_stderr(const sbx_result *result, size_t *len);
 SBX_EXPORT int sbx_result_get_exit_code(const sbx_result *result);
 SBX_EXPORT int sbx_result_is_timed_out(const sbx_result *result);
+/**
+ * sbx_result_is_oom_killed: 1 when the sandbox's memory limit killed a
+ * process of the command while it ran, else 0 (also for NULL). The sign
+ * is the sandbox cgroup's OOM-kill counter rising during the command
+ * (cgroup v2 memory.events oom_kill, v1 memory.oom_control oom_kill), never
+ * the exit code: `kill -9 $$` gives 137 without it. Bubblewrap reads the
+ * counter when the command starts and ends. Docker reads it inside the
+ * container after a command that ended with exit code 128 or more (an OOM
+ * kill is a SIGKILL), against the previous read: the kills of children of
+ * commands that exited below 128 count towards the next such command, and
+ * the first such command after a resume only sets the baseline. The main process
+ * killed so exits 137 (128 + SIGKILL); a killed child may leave any code.
+ * The counter is the sandbox's: commands running at the same time in one
+ * sandbox each see the other's kills. Backends without cgroup limits (local,
+ * safehouse) never set it. When the whole sandbox ended by its memory
+ * limit (docker: the container's main process was killed), the exec fails
+ * instead: not_found, context reason=oom_killed, and later calls fail the
+ * same way. Since 0.1.
+ */
+SBX_EXPORT int sbx_result_is_oom_killed(const sbx_result *result);
 SBX_EXPORT int sbx_result_is_stdout_truncated(const sbx_result *result);
 SBX_EXPORT int sbx_result_is_stderr_truncated(const sbx_result *result);
 SBX_EXPORT double sbx_result_get_duration_secs(const sbx_result *result);

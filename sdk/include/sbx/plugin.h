@@ -58,7 +58,7 @@ extern "C" {
 #endif
 
 #define SBX_PLUGIN_ABI_MAJOR 1
-#define SBX_PLUGIN_ABI_MINOR 1
+#define SBX_PLUGIN_ABI_MINOR 2
 
 /** The one symbol a plugin exports. */
 #define SBX_PLUGIN_INIT_SYMBOL "sbx_plugin_init"
@@ -360,6 +360,21 @@ typedef struct sbx_plugin {
      *  is all there is to it. not_found when the sandbox is gone. */
     int (*detach)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, sbx_error **error);
 
+    /* --- ABI 1.2 slots --- */
+
+    /**
+     * Called after exec_wait returned 1: stores in *@flags what more is
+     * known of how the command ended, as SBX_PLUGIN_EXEC_* bits (0 when
+     * nothing). SBX_PLUGIN_EXEC_OOM_KILLED: the sandbox's OOM-kill counter
+     * (cgroup v2 memory.events oom_kill, v1 memory.oom_control oom_kill)
+     * rose while the command ran, so its memory limit killed a process
+     * (never inferred from the exit code). Fails (not_found, context
+     * reason=oom_killed when so) when the sandbox itself ended with the
+     * command, naming the cause. NULL: nothing more is ever known.
+     */
+    int (*exec_end_info)(sbx_plugin_process *process, const sbx_call_ctx *ctx,
+                         uint64_t *flags, sbx_error **error);
+
     /* Reserved for later minors (appended here): PTY, exposed ports,
      * persist/hydrate, remove/mkdir, stop/start apart from destroy, volume
      * mounts. */
@@ -368,6 +383,9 @@ typedef struct sbx_plugin {
 /** Size of an ABI 1.0 descriptor: the host refuses anything shorter. */
 #define SBX_PLUGIN_MIN_STRUCT_SIZE \
     (offsetof(sbx_plugin, destroy_by_id) + sizeof(void (*)(void)))
+
+/** exec_end_info bits. */
+#define SBX_PLUGIN_EXEC_OOM_KILLED 1u
 
 /** The init function's type; the plugin defines it as
  *  `SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)`. */
