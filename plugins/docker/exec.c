@@ -12,7 +12,8 @@
  *  - demultiplexes the stream byte-exactly (demux.c; by the exec's Tty flag)
  *    into the host's stdout / stderr descriptors;
  *  - forwards the host's stdin descriptor to the connection and half-closes
- *    it (shutdown SHUT_WR) at EOF, which the command sees as EOF;
+ *    it (shutdown SHUT_WR) at EOF, which the command sees as EOF (on a
+ *    terminal, Tty: its tree gets SIGHUP, a hang-up, instead);
  *  - after the stream's EOF (never before: CASE-26), polls exec inspect
  *    until Running is false with a non-null ExitCode, then signals the
  *    event descriptor. Running:false with a null ExitCode that persists, or
@@ -466,10 +467,18 @@ static int relay_stream(struct sbx_plugin_process *p)
                 in_len = (size_t)n;
                 in_off = 0;
             } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-                /* EOF (or a broken source): the command sees EOF. */
+                /* EOF (or a broken source): the command sees EOF. On a
+                 * terminal the Engine does not hang up at the half-close:
+                 * the command's tree gets SIGHUP, as from a terminal that
+                 * closed (its EOF character is the user's to type). */
                 stdin_open = 0;
                 close_fd(&p->in_fd);
                 shutdown(p->conn.fd, SHUT_WR);
+                if (p->tty) {
+                    sbx_call_ctx kctx = { .struct_size = sizeof(kctx),
+                                          .deadline = dk_now() + KILL_SECS, .cancel_fd = -1 };
+                    dk_exec_kill(p, &kctx, SIGHUP, NULL);
+                }
             }
         }
         if (in_off < in_len && (pf[isock].revents & POLLOUT)) {
