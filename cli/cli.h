@@ -437,13 +437,15 @@ typedef struct cli_creation {
 /* -b: a cli_option_fn whose @ctx is a cli_creation. */
 int cli_set_backend(const cli_command *cmd, const char *arg, void *ctx);
 
-/* -t SECONDS: the lifetime and default command timeout (a finite number
+/* --timeout SECONDS: the lifetime and default command timeout (a finite number
  * > 0); a cli_option_fn whose @ctx is a cli_creation. */
 int cli_set_timeout(const cli_command *cmd, const char *arg, void *ctx);
 
 /*
- * Parses the creation options of run and create (-b -e -w -t --cpu
- * --memory --git-repo --git-ref -i --preset --no-internet --opt --file -h)
+ * Parses the creation options of run and create (-b -e -w --timeout --cpu
+ * --memory --git-repo --git-ref --image --preset --no-internet --opt --file
+ * -h; with @term, run's -i and -t into it; without, create's -t VALUE and
+ * -i VALUE are errors naming --timeout and --image)
  * from @argv into @options and *@backend (borrowed from @argv); stops at
  * the first operand (optind points at it). Returns CLI_GO_ON, or the exit
  * status to leave with (0 after --help, 125 after an error, reported).
