@@ -1216,8 +1216,8 @@ static void __attribute__((noreturn)) reaper_main(int fd)
         if (err == 0 && !(envp = env_merge(overlay, envc)))
             err = ENOMEM;
         /* With a terminal the supervisor sent its master in stderr's place. */
-        if (err == 0 && tty.rows > 0 && (err = ptsname_r(fds[2], tty_path, sizeof(tty_path))) != 0)
-            err = errno ? errno : err;
+        if (err == 0 && tty.rows > 0)
+            err = ptsname_r(fds[2], tty_path, sizeof(tty_path));
         if (err == 0)
             pid = start_command(argv, argc, envp, fds, tty.rows > 0 ? tty_path : NULL,
                                 fds[PROTO_EXEC_FDS], fd);
