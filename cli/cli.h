@@ -369,7 +369,7 @@ sbx_sandbox *cli_sandbox_open(const char *id, sbx_error **gone_error);
 "      --git-repo=URL      clone URL (a local path works) into the sandbox's\n" \
 "                          working directory, under its last path component\n" \
 "      --git-ref=REF       branch or tag to clone (with --git-repo)\n" \
-"  -i, --image=IMAGE       image to start from (backends that take one)\n" \
+"      --image=IMAGE       image to start from (backends that take one)\n" \
 "      --preset=NAME       preset whose values are the defaults of every\n" \
 "                          option not given (see `sbx presets`)\n" \
 "      --no-internet       no network but the sandbox's own loopback\n" \
@@ -382,6 +382,53 @@ sbx_sandbox *cli_sandbox_open(const char *id, sbx_error **gone_error);
 "                          (each step's start and duration are always shown)\n" \
 "  -h, --help              show this help and exit\n"
 
+
+/* ------------------------------------ interactive commands (tty.c) */
+
+/* -i and -t of run and exec, as docker's. */
+typedef struct cli_terminal {
+    int interactive;          /* -i: stdin stays open, sbx's stdin is piped to it */
+    int tty;                  /* -t: the command runs on a terminal */
+} cli_terminal;
+
+/*
+ * Before option parsing: "-t5" (the old -t SECONDS, written together) and
+ * "-iIMAGE" before the first operand are usage errors naming the new
+ * option: "--timeout 5" (@what: "lifetime" for run, "timeout" for exec),
+ * "--image IMAGE" (run only). @what NULL: nothing to check. Returns
+ * CLI_GO_ON or CLI_EXIT_TOOL (reported).
+ */
+int cli_check_old_letters(const cli_command *cmd, int argc, char **argv, const char *what);
+
+/* A cli_option_fn for the letter -t with a value where it was the lifetime
+ * (create, exec-code): a usage error naming --timeout VALUE. */
+int cli_old_timeout_letter(const cli_command *cmd, const char *arg, void *ctx);
+
+/*
+ * After option parsing, with optind at the first operand: the old
+ * meanings of -t and -i that now parse as flags are usage errors naming
+ * the new option: -t given and the first operand a number ("sbx run -t 5
+ * -- echo": "the lifetime is now --timeout 5"; @what as above), and for
+ * run (@image_hint) -i given and a word left before "--" ("sbx run -i
+ * debian -- sh": "the image is now --image debian"). Then, with -t, stdin
+ * must be a terminal ("the input device is not a TTY"). Returns CLI_GO_ON
+ * or CLI_EXIT_TOOL (reported).
+ */
+int cli_check_terminal_args(const cli_command *cmd, const cli_terminal *term, int argc,
+                            char **argv, const char *what, int image_hint);
+
+/*
+ * Runs @request (argv/shell, env, cwd, timeout set) in @sandbox as @term
+ * says: with -i sbx's stdin goes to the command until its EOF (then the
+ * command's stdin closes); with -t on a terminal of sbx's terminal's size,
+ * followed on SIGWINCH, and with -i -t sbx's terminal in raw mode (every
+ * key, ^C and ^D included, goes to the command as bytes), restored on
+ * every way out. Output goes to stdout / stderr as it comes. A stop
+ * signal ends the command's processes (SIGTERM, then SIGKILL) and returns
+ * 128+N. Returns the exit status for the tool (cli_exec_status).
+ */
+int cli_terminal_exec(sbx_sandbox *sandbox, sbx_exec_request *request, const cli_terminal *term);
+
 /* The context of the creation option handlers; a command's own context may
  * start with one to use them (exec-code does). */
 typedef struct cli_creation {
@@ -392,19 +439,21 @@ typedef struct cli_creation {
 /* -b: a cli_option_fn whose @ctx is a cli_creation. */
 int cli_set_backend(const cli_command *cmd, const char *arg, void *ctx);
 
-/* -t SECONDS: the lifetime and default command timeout (a finite number
+/* --timeout SECONDS: the lifetime and default command timeout (a finite number
  * > 0); a cli_option_fn whose @ctx is a cli_creation. */
 int cli_set_timeout(const cli_command *cmd, const char *arg, void *ctx);
 
 /*
- * Parses the creation options of run and create (-b -e -w -t --cpu
- * --memory --git-repo --git-ref -i --preset --no-internet --opt --file -h)
+ * Parses the creation options of run and create (-b -e -w --timeout --cpu
+ * --memory --git-repo --git-ref --image --preset --no-internet --opt --file
+ * -h; with @term, run's -i and -t into it; without, create's -t VALUE and
+ * -i VALUE are errors naming --timeout and --image)
  * from @argv into @options and *@backend (borrowed from @argv); stops at
  * the first operand (optind points at it). Returns CLI_GO_ON, or the exit
  * status to leave with (0 after --help, 125 after an error, reported).
  */
 int cli_parse_creation_options(const cli_command *cmd, int argc, char **argv,
-                               sbx_options *options, const char **backend);
+                               sbx_options *options, const char **backend, cli_terminal *term);
 
 /* A new sbx_options, or NULL after reporting. */
 sbx_options *cli_options_new(void);
@@ -417,6 +466,7 @@ typedef struct cli_oneshot {
     const char *const *argv;  /* run: the command */
     const char *language;     /* exec-code: NULL for python */
     const char *code;         /* exec-code: non-NULL selects execute_code */
+    cli_terminal term;        /* run: -i and -t */
 } cli_oneshot;
 
 /* How much longer than its command's timeout (-t) the one-shot sandbox of

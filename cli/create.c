@@ -22,7 +22,7 @@ static void usage(FILE *out)
 "                          the sandbox (repeatable; VALUE is taken literally)\n"
 "  -w, --workdir=DIR       directory commands start in (on local: an existing\n"
 "                          directory used as the sandbox root, never deleted)\n"
-"  -t, --timeout=SECONDS   sandbox lifetime and default command timeout\n"
+"      --timeout=SECONDS   sandbox lifetime and default command timeout\n"
 "                          (default %g)\n"
 CLI_CREATION_OPTIONS_HELP
 "\n"
@@ -81,7 +81,8 @@ static int create_main(int argc, char **argv)
 
     if (options == NULL)
         return CLI_EXIT_TOOL;
-    status = cli_parse_creation_options(&cli_command_create, argc, argv, options, &backend);
+    status = cli_parse_creation_options(&cli_command_create, argc, argv, options, &backend,
+                                        NULL);
     if (status == CLI_GO_ON)
         status = cli_no_operands(&cli_command_create, argc, argv);
     /* The record must be possible before a sandbox is made for it. */

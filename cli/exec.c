@@ -20,12 +20,21 @@ static void usage(FILE *out)
 "                          it wins over the sandbox's)\n"
 "      --cwd=DIR           sandbox path of the working directory (default:\n"
 "                          the sandbox's working directory)\n"
-"  -t, --timeout=SECONDS   kill the command's processes after SECONDS\n"
+"      --timeout=SECONDS   kill the command's processes after SECONDS\n"
 "                          (default: the sandbox's timeout)\n"
+"  -i, --interactive       keep the command's stdin open and pass sbx's\n"
+"                          standard input to it\n"
+"  -t, --tty               run the command on a terminal (sbx's standard\n"
+"                          input must be one): its size follows sbx's; with\n"
+"                          -i every key, ^C and ^D included, goes to the\n"
+"                          command\n"
 "  -h, --help              show this help and exit\n"
 "\n"
-"The command's standard input is empty. On SIGINT, SIGTERM or SIGHUP the\n"
-"command's processes are ended and sbx exits with 128+N; the sandbox stays.\n"
+"Without -i the command's standard input is empty. With -t its output and\n"
+"errors both come on standard output, as a terminal shows them. On SIGINT,\n"
+"SIGTERM or SIGHUP the command's processes are ended and sbx exits with\n"
+"128+N; the sandbox stays. The timeout was -t before 0.x followed docker's\n"
+"letters; that use is an error naming --timeout.\n"
 "\n"
 "Exit status: the command's (128+N when killed by signal N, 124 when it\n"
 "timed out); 125 when sbx itself failed (\"no such sandbox: ID\" for an id\n"
@@ -36,6 +45,7 @@ typedef struct exec_ctx {
     sbx_exec_request request;
     const char **env;         /* -e, room for every argument */
     size_t nenv;
+    cli_terminal term;        /* -i, -t */
 } exec_ctx;
 
 static int add_env(const cli_command *cmd, const char *arg, void *ctx)
@@ -56,8 +66,20 @@ static int set_cwd(const cli_command *cmd, const char *arg, void *ctx)
 
 static int set_timeout(const cli_command *cmd, const char *arg, void *ctx)
 {
-    return cli_parse_positive(cmd, "-t", arg, "seconds",
+    return cli_parse_positive(cmd, "--timeout", arg, "seconds",
                               &((exec_ctx *)ctx)->request.timeout_secs);
+}
+
+static int set_tty(const cli_command *cmd, const char *arg, void *ctx)
+{
+    ((exec_ctx *)ctx)->term.tty = 1;
+    return CLI_GO_ON;
+}
+
+static int set_interactive(const cli_command *cmd, const char *arg, void *ctx)
+{
+    ((exec_ctx *)ctx)->term.interactive = 1;
+    return CLI_GO_ON;
 }
 
 /* Runs the command of @c in the sandbox @id; returns the exit status. */
@@ -73,6 +95,11 @@ static int exec_in(const char *id, exec_ctx *c)
     if (call.sandbox == NULL)
         return CLI_EXIT_TOOL;
     c->request.env = c->nenv > 0 ? c->env : NULL;
+    if (c->term.interactive || c->term.tty) {
+        status = cli_terminal_exec(call.sandbox, &c->request, &c->term);
+        sbx_sandbox_free(call.sandbox);
+        return status;
+    }
     c->request.on_output = cli_sink_output;
     c->request.user_data = &sink;
     c->request.flags = SBX_EXEC_NO_CAPTURE;
@@ -92,10 +119,12 @@ static int exec_main(int argc, char **argv)
     static const cli_option table[] = {
         { "env", 'e', 1, NULL, add_env },
         { "cwd", 0, 1, NULL, set_cwd },
-        { "timeout", 't', 1, NULL, set_timeout },
+        { "timeout", 0, 1, NULL, set_timeout },
+        { "tty", 't', 0, NULL, set_tty },
+        { "interactive", 'i', 0, NULL, set_interactive },
         { NULL, 0, 0, NULL, NULL }
     };
-    exec_ctx ctx = { SBX_EXEC_REQUEST_INIT, NULL, 0 };
+    exec_ctx ctx = { SBX_EXEC_REQUEST_INIT, NULL, 0, { 0, 0 } };
     const char *id;
     int status;
 
@@ -103,7 +132,11 @@ static int exec_main(int argc, char **argv)
     ctx.env = calloc((size_t)argc + 1, sizeof *ctx.env);
     if (ctx.env == NULL)
         return cli_out_of_memory();
-    status = cli_parse_options(&cli_command_exec, argc, argv, table, &ctx);
+    status = cli_check_old_letters(&cli_command_exec, argc, argv, "timeout");
+    if (status == CLI_GO_ON)
+        status = cli_parse_options(&cli_command_exec, argc, argv, table, &ctx);
+    if (status == CLI_GO_ON)
+        status = cli_check_terminal_args(&cli_command_exec, &ctx.term, argc, argv, "timeout", 0);
     if (status == CLI_GO_ON && optind >= argc)
         status = cli_usage_error(&cli_command_exec, "no sandbox id given");
     if (status == CLI_GO_ON) {

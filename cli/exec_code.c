@@ -19,7 +19,7 @@ static void usage(FILE *out)
 "\n"
 "  -b, --backend=BACKEND    backend to use (default: $SBX_BACKEND, else local)\n"
 "  -l, --language=LANGUAGE  python (default), bash, sh, node or javascript\n"
-"  -t, --timeout=SECONDS    sandbox lifetime and code timeout (default %g)\n"
+"      --timeout=SECONDS    sandbox lifetime and code timeout (default %g)\n"
 "  -h, --help               show this help and exit\n"
 "\n"
 "Exit status: the interpreter's (128+N when killed by signal N, 124 when it\n"
@@ -71,7 +71,7 @@ static char *read_stdin(void)
 }
 
 typedef struct exec_code_ctx {
-    cli_creation base;        /* -b, -t */
+    cli_creation base;        /* -b, --timeout */
     const char *language;
 } exec_code_ctx;
 
@@ -86,7 +86,8 @@ static int exec_code_main(int argc, char **argv)
     static const cli_option table[] = {
         { "backend", 'b', 1, NULL, cli_set_backend },
         { "language", 'l', 1, NULL, set_language },
-        { "timeout", 't', 1, NULL, cli_set_timeout },
+        { "timeout", 0, 1, NULL, cli_set_timeout },
+        { NULL, 't', 1, NULL, cli_old_timeout_letter },
         { NULL, 0, 0, NULL, NULL }
     };
     const char *backend = cli_default_backend();

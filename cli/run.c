@@ -1,6 +1,8 @@
 /*
  * sbx run: create a sandbox, run a command in it, destroy it.
  */
+#include <string.h>
+
 #include "cli.h"
 
 static void usage(FILE *out)
@@ -18,13 +20,25 @@ static void usage(FILE *out)
 "  -w, --workdir=DIR       directory the command starts in (on local: an\n"
 "                          existing directory used as the sandbox root, and\n"
 "                          never deleted)\n"
-"  -t, --timeout=SECONDS   sandbox lifetime and command timeout (default %g)\n"
+"      --timeout=SECONDS   sandbox lifetime and command timeout (default %g)\n"
+"  -i, --interactive       keep the command's stdin open and pass sbx's\n"
+"                          standard input to it\n"
+"  -t, --tty               run the command on a terminal (sbx's standard\n"
+"                          input must be one): its size follows sbx's; with\n"
+"                          -i every key, ^C and ^D included, goes to the\n"
+"                          command\n"
 CLI_CREATION_OPTIONS_HELP
 "\n"
-"The command's standard input is empty (it reads end of file at once): sbx\n"
-"does not pass its own standard input on. Options after COMMAND belong to\n"
-"the command. The sandbox is destroyed when the command ends, when sbx fails\n"
-"and when sbx receives SIGINT, SIGTERM or SIGHUP.\n"
+"Without -i the command's standard input is empty (it reads end of file at\n"
+"once): sbx does not pass its own standard input on. With -t the command's\n"
+"output and errors both come on sbx's standard output, as a terminal shows\n"
+"them. Options after COMMAND belong to the command. The sandbox is destroyed\n"
+"when the command ends, when sbx fails and when sbx receives SIGINT, SIGTERM\n"
+"or SIGHUP.\n"
+"\n"
+"The letters changed in 0.x to follow docker: the lifetime is --timeout\n"
+"(formerly -t), the image --image (formerly -i); the old uses are errors\n"
+"naming the new option.\n"
 "\n"
 "Exit status: the command's (128+N when killed by signal N, 124 when it\n"
 "timed out and its processes were killed); 125 when sbx itself failed.\n",
@@ -40,7 +54,10 @@ static int run_main(int argc, char **argv)
 
     if (options == NULL)
         return CLI_EXIT_TOOL;
-    status = cli_parse_creation_options(&cli_command_run, argc, argv, options, &backend);
+    status = cli_parse_creation_options(&cli_command_run, argc, argv, options, &backend,
+                                        &what.term);
+    if (status == CLI_GO_ON)
+        status = cli_check_terminal_args(&cli_command_run, &what.term, argc, argv, "lifetime", 1);
     if (status == CLI_GO_ON && optind >= argc)
         status = cli_usage_error(&cli_command_run, "no command given");
     if (status == CLI_GO_ON) {

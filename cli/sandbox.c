@@ -20,6 +20,7 @@
 /* What parsing the creation options gathers besides what it sets at once. */
 typedef struct creation_ctx {
     cli_creation base;
+    cli_terminal *term;          /* run: -i and -t; NULL for create */
     const char *git_repo, *git_ref;
     json_object *backend_opts;   /* --opt */
     sbx_manifest *files;         /* --file */
@@ -85,7 +86,31 @@ static int set_positive(const cli_command *cmd, const char *option, const char *
 
 int cli_set_timeout(const cli_command *cmd, const char *arg, void *ctx)
 {
-    return set_positive(cmd, "-t", "seconds", arg, ctx, sbx_options_set_timeout_secs);
+    return set_positive(cmd, "--timeout", "seconds", arg, ctx, sbx_options_set_timeout_secs);
+}
+
+static int set_tty(const cli_command *cmd, const char *arg, void *ctx)
+{
+    ((creation_ctx *)ctx)->term->tty = 1;
+    return CLI_GO_ON;
+}
+
+static int set_interactive(const cli_command *cmd, const char *arg, void *ctx)
+{
+    ((creation_ctx *)ctx)->term->interactive = 1;
+    return CLI_GO_ON;
+}
+
+/* create: -t VALUE and -i VALUE are what the letters meant before. */
+int cli_old_timeout_letter(const cli_command *cmd, const char *arg, void *ctx)
+{
+    return cli_usage_error(cmd, "-t is no longer the lifetime: the lifetime is now --timeout %s",
+                           arg);
+}
+
+static int old_image_letter(const cli_command *cmd, const char *arg, void *ctx)
+{
+    return cli_usage_error(cmd, "-i is no longer the image: the image is now --image %s", arg);
 }
 
 static int set_cpu(const cli_command *cmd, const char *arg, void *ctx)
@@ -247,28 +272,46 @@ static int set_verbose(const cli_command *cmd, const char *arg, void *ctx)
 }
 
 int cli_parse_creation_options(const cli_command *cmd, int argc, char **argv,
-                               sbx_options *options, const char **backend)
+                               sbx_options *options, const char **backend, cli_terminal *term)
 {
     static const cli_option table[] = {
         { "backend", 'b', 1, NULL, cli_set_backend },
         { "env", 'e', 1, NULL, set_env },
         { "workdir", 'w', 1, NULL, set_workdir },
-        { "timeout", 't', 1, NULL, cli_set_timeout },
+        { "timeout", 0, 1, NULL, cli_set_timeout },
         { "cpu", 0, 1, NULL, set_cpu },
         { "memory", 0, 1, NULL, set_memory },
         { "git-repo", 0, 1, NULL, set_git_repo },
         { "git-ref", 0, 1, NULL, set_git_ref },
-        { "image", 'i', 1, NULL, set_image },
+        { "image", 0, 1, NULL, set_image },
         { "preset", 0, 1, NULL, set_preset },
         { "no-internet", 0, 0, NULL, set_no_internet },
         { "opt", 0, 1, NULL, add_backend_option },
         { "file", 0, 1, NULL, add_file_option },
         { "verbose", 'v', 0, NULL, set_verbose },
-        { NULL, 0, 0, NULL, NULL }
     };
-    creation_ctx c = { { options, backend }, NULL, NULL, NULL, NULL };
+    /* run: -t and -i as docker's; create: the letters' old meanings are
+     * errors naming the new options. */
+    static const cli_option run_letters[] = {
+        { "tty", 't', 0, NULL, set_tty },
+        { "interactive", 'i', 0, NULL, set_interactive },
+    };
+    static const cli_option create_letters[] = {
+        { NULL, 't', 1, NULL, cli_old_timeout_letter },
+        { NULL, 'i', 1, NULL, old_image_letter },
+    };
+    cli_option all[sizeof table / sizeof table[0] + 3];
+    creation_ctx c = { { options, backend }, term, NULL, NULL, NULL, NULL };
     sbx_error *error = NULL;
-    int status = cli_parse_options(cmd, argc, argv, table, &c);
+    size_t n = sizeof table / sizeof table[0];
+    int status;
+
+    memcpy(all, table, sizeof table);
+    memcpy(all + n, term != NULL ? run_letters : create_letters, sizeof run_letters);
+    memset(all + n + 2, 0, sizeof all[0]);
+    status = cli_check_old_letters(cmd, argc, argv, term != NULL ? "lifetime" : NULL);
+    if (status == CLI_GO_ON)
+        status = cli_parse_options(cmd, argc, argv, all, &c);
 
     if (status == CLI_GO_ON)
         sbx_options_set_progress(options, print_progress, &show_setup_output, NULL);
@@ -449,6 +492,17 @@ int cli_oneshot_run(const char *backend, sbx_options *options, const cli_oneshot
     if (job.sandbox == NULL) {
         cli_error(error);
         return CLI_EXIT_TOOL;
+    }
+    if (what->term.interactive || what->term.tty) {
+        /* On the main thread: its loop ends the command on a stop signal. */
+        sbx_exec_request request = SBX_EXEC_REQUEST_INIT;
+
+        request.argv = what->argv;
+        request.timeout_secs = job.timeout;
+        status = cli_terminal_exec(job.sandbox, &request, &what->term);
+        cli_sandbox_destroy(job.sandbox);
+        sbx_sandbox_free(job.sandbox);
+        return status;
     }
     status = run_job(&job);
     if (!job.destroyed)

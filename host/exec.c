@@ -40,8 +40,10 @@
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -82,6 +84,15 @@ typedef struct exec_state {
     char *chunk;                /* EXEC_CHUNK read buffer */
     int cancel_fd;              /* the call scope's cancel descriptor; -1 = none */
     int cancelled;              /* it became readable */
+    /* Interactive stdin (SBX_EXEC_STDIN_OPEN, or a terminal): the socket
+     * stays open after the bytes given so far; in_buf holds what the
+     * command has not taken yet (in_data points into it). */
+    int in_keep;                /* 1 until the caller closes stdin */
+    sbx_buf in_buf;
+    /* The poll loop's progress, kept between calls (sbx_process_wait). */
+    double deadline;            /* monotonic; 0 = none */
+    double kill_at, give_up_at, next_check;
+    int efd, stage, spurious, tick, code, ended, timed_out, gave_up;
 } exec_state;
 
 /* ---------------------------------------------------------------- requests */
@@ -109,8 +120,10 @@ normalize_request(const sbx_exec_request *in, sbx_exec_request *out, sbx_error *
     }
     if (in->struct_size >= sizeof(*out))
         n = sizeof(*out);
+    else if (in->struct_size >= offsetof(sbx_exec_request, tty_cols) + sizeof(in->tty_cols))
+        n = offsetof(sbx_exec_request, tty_cols) + sizeof(in->tty_cols);
     else if (in->struct_size >= min + sizeof(in->flags))
-        n = min + sizeof(in->flags);
+        n = min + sizeof(in->flags);    /* an older header: no terminal */
     else
         n = min;            /* flags not covered: 0 */
     memcpy(out, in, n);
@@ -152,9 +165,16 @@ validate_request(const sbx_exec_request *rq, sbx_error **err)
             return -1;
         }
     }
-    if (rq->flags & ~SBX_EXEC_NO_CAPTURE) {
+    if (rq->flags & ~(SBX_EXEC_NO_CAPTURE | SBX_EXEC_STDIN_OPEN)) {
         sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL, "unknown flags 0x%x in request",
-                      rq->flags & ~SBX_EXEC_NO_CAPTURE);
+                      rq->flags & ~(SBX_EXEC_NO_CAPTURE | SBX_EXEC_STDIN_OPEN));
+        return -1;
+    }
+    if (!rq->tty_rows != !rq->tty_cols || rq->tty_rows > SBX_TTY_MAX ||
+        rq->tty_cols > SBX_TTY_MAX) {
+        sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL,
+                      "terminal size %u rows x %u columns is invalid (both 1..%u, or both 0 "
+                      "for no terminal)", rq->tty_rows, rq->tty_cols, SBX_TTY_MAX);
         return -1;
     }
     if (isnan(rq->timeout_secs)) {
@@ -240,10 +260,12 @@ stream_drain(exec_state *st, exec_stream *s, sbx_error **err)
 }
 
 /* Sends what the stdin socket takes now; half-closes it after the last byte
- * or when the command stopped reading. */
+ * (unless more may come: in_keep) or when the command stopped reading. */
 static void
 stdin_pump(exec_state *st)
 {
+    int broken = 0;
+
     while (st->in_open && st->in_left > 0) {
         size_t len = st->in_left < EXEC_CHUNK ? st->in_left : EXEC_CHUNK;
         ssize_t n = send(st->in_fd, st->in_data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -256,15 +278,24 @@ stdin_pump(exec_state *st)
         } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             return;
         } else {
-            break;              /* EPIPE / ECONNRESET: nobody reads any more */
+            broken = 1;         /* EPIPE / ECONNRESET: nobody reads any more */
+            break;
         }
     }
-    if (st->in_open) {
-        /* The socket stays open until the end (closing it with bytes the
-         * command wrote back unread would reset the command's side). */
-        shutdown(st->in_fd, SHUT_WR);
-        st->in_open = 0;
+    if (!st->in_open)
+        return;
+    if (broken) {
+        st->in_left = 0;
+        st->in_keep = 0;
     }
+    if (st->in_left == 0)
+        sbx_buf_clear(&st->in_buf);
+    if (st->in_keep)
+        return;                 /* more may come: stdin stays open */
+    /* The socket stays open until the end (closing it with bytes the
+     * command wrote back unread would reset the command's side). */
+    shutdown(st->in_fd, SHUT_WR);
+    st->in_open = 0;
 }
 
 /* ---------------------------------------------------------------- engine */
@@ -385,28 +416,49 @@ exec_poll_end(exec_state *st, int *code, sbx_error **err)
     return wait_fn(st->proc, &st->ctx, 0, code, err);
 }
 
+/* Sets up the poll loop's state for a process started at @start with
+ * @timeout (seconds; <= 0 or infinite: none). */
+static void
+exec_loop_init(exec_state *st, double timeout, double start)
+{
+    int (*event_fn)(sbx_plugin_process *);
+
+    event_fn = SBX_SLOT(st->plugin, exec_event_fd);
+    st->efd = event_fn ? event_fn(st->proc) : -1;
+    st->deadline = timeout > 0 && isfinite(timeout) ? start + timeout : 0;
+    st->kill_at = st->give_up_at = st->next_check = 0;
+    st->stage = st->spurious = st->code = st->ended = st->timed_out = st->gave_up = 0;
+    st->tick = EXEC_TICK_MIN_MS;
+}
+
+/* Caps the poll wait @ims (-1 = none) at @until (monotonic; < 0 = none). */
+static int
+cap_wait(int ims, double until, double now)
+{
+    int u;
+
+    if (until < 0)
+        return ims;
+    u = ms_until(until, now);
+    return ims < 0 || u < ims ? u : ims;
+}
+
 /*
  * Runs the poll loop until the main process ended (or was given up on
- * after SIGKILL). Stores the exit code and timed_out flag. Returns 0 or -1
- * with *@err set.
+ * after SIGKILL), or until @until (monotonic seconds; < 0 = no bound)
+ * passed. Returns 1 when it ended (st->code, st->timed_out set), 0 when
+ * @until came first, -1 with *@err set.
  */
 static int
-exec_loop(exec_state *st, const char *backend, double timeout, double start,
-          int *exit_code, int *timed_out, sbx_error **err)
+exec_loop(exec_state *st, const char *backend, double until, sbx_error **err)
 {
     int (*wait_fn)(sbx_plugin_process *, const sbx_call_ctx *, int, int *, sbx_error **);
-    int (*event_fn)(sbx_plugin_process *);
-    double deadline = timeout > 0 && isfinite(timeout) ? start + timeout : 0;
-    double kill_at = 0, give_up_at = 0, next_check = 0;
-    int efd, ended = 0, stage = 0, spurious = 0, tick = EXEC_TICK_MIN_MS, code = 0, rc;
+    int rc;
     sbx_error *perr = NULL;
 
     wait_fn = SBX_SLOT(st->plugin, exec_wait);
-    event_fn = SBX_SLOT(st->plugin, exec_event_fd);
-    efd = event_fn ? event_fn(st->proc) : -1;
-    *timed_out = 0;
 
-    while (!ended) {
+    while (!st->ended && !st->gave_up) {
         struct pollfd pfd[5];
         int nfd = 0, ims = -1, iin = -1, iout[2] = { -1, -1 }, iev = -1, icancel = -1;
         int check = 0;
@@ -416,56 +468,64 @@ exec_loop(exec_state *st, const char *backend, double timeout, double start,
          * give up. After a signal, ask at once whether the process ended:
          * the kill slot may have taken in the exit notice, so the event fd
          * need not fire. */
-        if (stage == 0 && (st->cancelled || (deadline && now >= deadline))) {
-            *timed_out = !st->cancelled;
-            stage = 1;
-            kill_at = now + SBX_KILL_GRACE_SECS;
+        if (st->stage == 0 && (st->cancelled || (st->deadline && now >= st->deadline))) {
+            st->timed_out = !st->cancelled;
+            st->stage = 1;
+            st->kill_at = now + SBX_KILL_GRACE_SECS;
             exec_signal(st, backend, SIGTERM);
             check = 1;
         }
-        if (stage == 1 && now >= kill_at) {
-            stage = 2;
-            give_up_at = now + EXEC_KILL_GIVE_UP_SECS;
+        if (st->stage == 1 && now >= st->kill_at) {
+            st->stage = 2;
+            st->give_up_at = now + EXEC_KILL_GIVE_UP_SECS;
             exec_signal(st, backend, SIGKILL);
             check = 1;
         }
         if (check) {
-            if ((rc = exec_poll_end(st, &code, &perr)) < 0) {
+            if ((rc = exec_poll_end(st, &st->code, &perr)) < 0) {
                 if (wait_failed(st, &perr, err) < 0)
                     return -1;
                 continue;
             }
             if (rc == 1) {
-                ended = 1;
+                st->ended = 1;
                 break;
             }
         }
-        if (stage == 2 && now >= give_up_at) {
+        if (st->stage == 2 && now >= st->give_up_at) {
             sbx_log(SBX_LOG_WARNING, backend, "process did not end after SIGKILL; giving up");
+            st->gave_up = 1;
             break;
         }
-        wake = stage == 0 ? deadline : stage == 1 ? kill_at : give_up_at;
+        if (until >= 0 && now >= until && check == 0) {
+            /* One look without waiting, then back to the caller. */
+            until = now;
+        }
+        wake = st->stage == 0 ? st->deadline : st->stage == 1 ? st->kill_at : st->give_up_at;
         if (wake)
             ims = ms_until(wake, now);
+        ims = cap_wait(ims, until, now);
 
         /* Without an event fd, once both pipes are at EOF, just wait. */
-        if (efd < 0 && st->out[0].fd < 0 && st->out[1].fd < 0) {
+        if (st->efd < 0 && st->out[0].fd < 0 && st->out[1].fd < 0) {
             /* A plugin that does not watch the cancel descriptor itself
              * returns within a tick, and we look at it. */
             if (st->cancel_fd >= 0 && (ims < 0 || ims > EXEC_TICK_MAX_MS))
                 ims = EXEC_TICK_MAX_MS;
-            if ((rc = wait_fn(st->proc, &st->ctx, ims, &code, &perr)) < 0) {
+            if ((rc = wait_fn(st->proc, &st->ctx, ims, &st->code, &perr)) < 0) {
                 if (wait_failed(st, &perr, err) < 0)
                     return -1;
                 continue;
             }
-            ended = rc == 1;
-            if (!ended && cancel_ready(st))
+            st->ended = rc == 1;
+            if (!st->ended && cancel_ready(st))
                 cancel_take(st);
+            if (!st->ended && until >= 0 && sbx_monotonic_now() >= until)
+                return 0;
             continue;
         }
 
-        if (st->in_open) {
+        if (st->in_open && st->in_left > 0) {
             iin = nfd;
             pfd[nfd++] = (struct pollfd){ .fd = st->in_fd, .events = POLLOUT };
         }
@@ -475,11 +535,11 @@ exec_loop(exec_state *st, const char *backend, double timeout, double start,
                 pfd[nfd++] = (struct pollfd){ .fd = st->out[i].fd, .events = POLLIN };
             }
         }
-        if (efd >= 0) {
+        if (st->efd >= 0) {
             iev = nfd;
-            pfd[nfd++] = (struct pollfd){ .fd = efd, .events = POLLIN };
-        } else if (ims < 0 || ims > tick) {
-            ims = tick;
+            pfd[nfd++] = (struct pollfd){ .fd = st->efd, .events = POLLIN };
+        } else if (ims < 0 || ims > st->tick) {
+            ims = st->tick;
         }
         if (st->cancel_fd >= 0) {
             icancel = nfd;
@@ -513,32 +573,36 @@ exec_loop(exec_state *st, const char *backend, double timeout, double start,
             check = 2;
         } else if (rc == 0) {
             check = 1;
-        } else if (efd < 0 && now >= next_check) {
+        } else if (st->efd < 0 && now >= st->next_check) {
             check = 1;
         }
-        if (efd < 0 && check) {
-            tick = tick * 2 > EXEC_TICK_MAX_MS ? EXEC_TICK_MAX_MS : tick * 2;
-            next_check = now + tick / 1000.0;
+        if (st->efd < 0 && check) {
+            st->tick = st->tick * 2 > EXEC_TICK_MAX_MS ? EXEC_TICK_MAX_MS : st->tick * 2;
+            st->next_check = now + st->tick / 1000.0;
         }
         if (check) {
-            if ((rc = exec_poll_end(st, &code, &perr)) < 0) {
+            if ((rc = exec_poll_end(st, &st->code, &perr)) < 0) {
                 if (wait_failed(st, &perr, err) < 0)
                     return -1;
                 continue;
             }
-            ended = rc == 1;
-            if (!ended && check == 2 && ++spurious > EXEC_SPURIOUS_MAX)
-                efd = -1;       /* a descriptor that never settles: tick instead */
+            st->ended = rc == 1;
+            if (!st->ended && check == 2 && ++st->spurious > EXEC_SPURIOUS_MAX)
+                st->efd = -1;   /* a descriptor that never settles: tick instead */
         }
+        if (!st->ended && until >= 0 && now >= until)
+            return 0;
     }
-    if (ended && !st->cancelled) {
+    if (st->ended && !st->cancelled) {
         /* Everything the main process wrote is in the pipes now. */
         for (int i = 0; i < 2; i++)
             if (stream_drain(st, &st->out[i], err) < 0)
                 return -1;
     }
-    *exit_code = ended && !*timed_out ? code : 124;
-    return 0;
+    if (!st->ended || st->timed_out)
+        st->code = 124;
+    st->ended = 1;
+    return 1;
 }
 
 /* Drops the host's copies of the plugin's ends of the descriptors; the
@@ -571,152 +635,231 @@ cancel_fail(sbx_sandbox *sandbox, sbx_error_outcome outcome, const char *when, s
     sbx_error_set_outcome(e, outcome);
 }
 
-/* The engine; @stdin_fd / @stdout_fd as sbx_exec_run_fds. */
-static sbx_result *
-exec_run(sbx_sandbox *sandbox, const sbx_exec_request *request, int stdin_fd, int stdout_fd,
-         sbx_error **err)
+/* Frees what @st holds (the process handle included) and closes every
+ * descriptor of it, the caller's own excepted. */
+static void
+exec_state_clear(exec_state *st, int far[3])
+{
+    void (*free_fn)(sbx_plugin_process *) = st->plugin ? SBX_SLOT(st->plugin, exec_free) : NULL;
+
+    if (st->proc && free_fn)
+        free_fn(st->proc);
+    st->proc = NULL;
+    close_far(st, far);
+    for (int i = 0; i < 2; i++) {
+        sbx_close_fd(&st->out[i].fd);
+        sbx_buf_clear(&st->out[i].buf);
+    }
+    sbx_close_fd(&st->in_fd);
+    sbx_buf_clear(&st->in_buf);
+    free(st->chunk);
+    st->chunk = NULL;
+}
+
+/*
+ * Validates @request and starts it (the engine's first half): on success
+ * the process runs, st->proc is set, *@start and *@timeout are set and the
+ * host's copies of the far ends are closed. @interactive: for
+ * sbx_sandbox_start_process (SBX_EXEC_STDIN_OPEN allowed). Returns 0, or -1
+ * with *@err set (the caller clears @st either way).
+ */
+static int
+exec_begin(exec_state *st, sbx_sandbox *sandbox, const sbx_exec_request *request,
+           int stdin_fd, int stdout_fd, int interactive, int far[3], double *start,
+           double *timeout, sbx_error **err)
 {
     int (*start_fn)(sbx_plugin_sandbox *, const sbx_call_ctx *,
                     const sbx_plugin_exec_request *, sbx_plugin_process **, sbx_error **);
-    void (*free_fn)(sbx_plugin_process *);
     sbx_plugin_exec_request preq;
-    exec_state st;
     const char *backend;
-    sbx_result *res = NULL;
     sbx_error *perr = NULL;
-    int far[3] = { -1, -1, -1 };
-    int exit_code = 0, timed_out = 0;
-    double timeout, start;
 
-    memset(&st, 0, sizeof(st));
-    st.in_fd = -1;
-    st.cancel_fd = -1;
-    st.given_in = stdin_fd >= 0 ? stdin_fd : -1;
-    st.given_out = stdout_fd >= 0 ? stdout_fd : -1;
-    st.out[0].fd = st.out[1].fd = -1;
-    if (normalize_request(request, &st.rq, err) < 0 || validate_request(&st.rq, err) < 0 ||
+    memset(st, 0, sizeof(*st));
+    st->in_fd = -1;
+    st->cancel_fd = -1;
+    st->efd = -1;
+    st->given_in = stdin_fd >= 0 ? stdin_fd : -1;
+    st->given_out = stdout_fd >= 0 ? stdout_fd : -1;
+    st->out[0].fd = st->out[1].fd = -1;
+    if (normalize_request(request, &st->rq, err) < 0 || validate_request(&st->rq, err) < 0 ||
         sbx_sandbox_check_usable(sandbox, err) < 0)
-        return NULL;
+        return -1;
     backend = sandbox->client->backend;
-    st.plugin = sandbox->client->plugin;
-    start_fn = SBX_SLOT(st.plugin, exec_start);
-    free_fn = SBX_SLOT(st.plugin, exec_free);
-    if (!start_fn || !SBX_SLOT(st.plugin, exec_wait)) {
+    if (!interactive && (st->rq.flags & SBX_EXEC_STDIN_OPEN)) {
+        sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL,
+                      "SBX_EXEC_STDIN_OPEN needs a process to write to: start the command "
+                      "with sbx_sandbox_start_process()");
+        return -1;
+    }
+    st->plugin = sandbox->client->plugin;
+    start_fn = SBX_SLOT(st->plugin, exec_start);
+    if (!start_fn || !SBX_SLOT(st->plugin, exec_wait)) {
         sbx_set_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED, NULL,
                       "backend \"%s\" cannot execute commands", backend);
-        return NULL;
+        return -1;
+    }
+    if (st->rq.tty_rows && (!(st->plugin->caps & SBX_CAP_PTY) ||
+                            !SBX_SLOT(st->plugin, exec_resize))) {
+        sbx_error *e = sbx_set_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED, NULL,
+                                     "backend \"%s\" cannot run commands on a terminal "
+                                     "(tty %ux%u requested)", backend, st->rq.tty_rows,
+                                     st->rq.tty_cols);
+
+        sbx_error_add_context(e, "backend", backend);
+        return -1;
     }
 
     /* The default is what is left of the sandbox's lifetime (at least
      * EXEC_MIN_DEFAULT_SECS): a command never outlives its sandbox's
      * lifetime by its own timeout. */
-    timeout = st.rq.timeout_secs > 0 ? st.rq.timeout_secs
-              : st.rq.timeout_secs == 0 ? sandbox->timeout_secs : -1;
-    if (st.rq.timeout_secs == 0 && sandbox->expires_mono > 0) {
-        timeout = sandbox->expires_mono - sbx_monotonic_now();
-        if (timeout < EXEC_MIN_DEFAULT_SECS)
-            timeout = EXEC_MIN_DEFAULT_SECS;
+    *timeout = st->rq.timeout_secs > 0 ? st->rq.timeout_secs
+               : st->rq.timeout_secs == 0 ? sandbox->timeout_secs : -1;
+    if (st->rq.timeout_secs == 0 && sandbox->expires_mono > 0) {
+        *timeout = sandbox->expires_mono - sbx_monotonic_now();
+        if (*timeout < EXEC_MIN_DEFAULT_SECS)
+            *timeout = EXEC_MIN_DEFAULT_SECS;
     }
     for (int i = 0; i < 2; i++) {
-        st.out[i].id = i == 0 ? SBX_STREAM_STDOUT : SBX_STREAM_STDERR;
-        st.out[i].limit = st.rq.output_limit ? st.rq.output_limit : SBX_DEFAULT_OUTPUT_LIMIT;
-        st.out[i].capture = !(st.rq.flags & SBX_EXEC_NO_CAPTURE);
+        st->out[i].id = i == 0 ? SBX_STREAM_STDOUT : SBX_STREAM_STDERR;
+        st->out[i].limit = st->rq.output_limit ? st->rq.output_limit : SBX_DEFAULT_OUTPUT_LIMIT;
+        st->out[i].capture = !(st->rq.flags & SBX_EXEC_NO_CAPTURE);
     }
-    res = sbx_result_new();
-    st.chunk = malloc(EXEC_CHUNK);
-    if (!res || !st.chunk) {
+    st->chunk = malloc(EXEC_CHUNK);
+    if (!st->chunk) {
         sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
-        goto fail;
+        return -1;
     }
-    if (make_fds(&st, far, err) < 0)
-        goto fail;
+    /* Interactive stdin: a socket that stays open for later writes. On a
+     * terminal stdin is typed, never ended by itself (^D is the user's). */
+    if (st->given_in < 0 && ((st->rq.flags & SBX_EXEC_STDIN_OPEN) ||
+                             (st->rq.tty_rows && (interactive || st->rq.stdin_data)))) {
+        st->in_keep = 1;
+        if (!st->rq.stdin_data) {
+            st->rq.stdin_data = "";
+            st->rq.stdin_len = 0;
+        }
+    }
+    if (interactive && st->rq.stdin_data && st->rq.stdin_len > 0) {
+        /* Borrowed for the call only: the process keeps a copy. */
+        if (sbx_buf_append(&st->in_buf, st->rq.stdin_data, st->rq.stdin_len) < 0) {
+            sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
+            return -1;
+        }
+        st->rq.stdin_data = st->in_buf.data;
+    }
+    if (make_fds(st, far, err) < 0)
+        return -1;
 
     memset(&preq, 0, sizeof(preq));
     preq.struct_size = sizeof(preq);
-    preq.argv = st.rq.argv;
-    preq.shell = st.rq.shell;
-    preq.env = st.rq.env;
-    preq.cwd = st.rq.cwd;
+    preq.argv = st->rq.argv;
+    preq.shell = st->rq.shell;
+    preq.env = st->rq.env;
+    preq.cwd = st->rq.cwd;
     preq.user = NULL;
+    preq.tty_rows = st->rq.tty_rows;
+    preq.tty_cols = st->rq.tty_cols;
     preq.stdin_fd = far[0];
     preq.stdout_fd = far[1];
     preq.stderr_fd = far[2];
-    sbx_call_ctx_init(&st.ctx);
-    st.cancel_fd = st.ctx.cancel_fd;
-    if (cancel_ready(&st)) {
+    sbx_call_ctx_init(&st->ctx);
+    st->cancel_fd = st->ctx.cancel_fd;
+    if (cancel_ready(st)) {
         cancel_fail(sandbox, SBX_ERROR_OUTCOME_FAILED, "before it started", err);
-        goto fail;
+        return -1;
     }
 
-    start = sbx_monotonic_now();
-    if (start_fn(sandbox->handle, &st.ctx, &preq, &st.proc, &perr) != 0) {
-        st.proc = NULL;
-        if (cancel_ready(&st)) {
+    *start = sbx_monotonic_now();
+    if (start_fn(sandbox->handle, &st->ctx, &preq, &st->proc, &perr) != 0) {
+        st->proc = NULL;
+        if (cancel_ready(st)) {
             /* The plugin saw the cancellation (and refused or undid the
              * start); report it as what it is. */
             sbx_error_free(perr);
             cancel_fail(sandbox, SBX_ERROR_OUTCOME_UNKNOWN, "while it started", err);
-            goto fail;
+            return -1;
         }
         sbx_error_ensure(&perr, backend, "exec_start");
         sbx_error_propagate(err, perr);
-        goto fail;
+        return -1;
     }
     /* The plugin dup()ed what it keeps: drop our copies of its ends so EOF
      * arrives when the command's side closes. */
-    close_far(&st, far);
-    if (st.in_open && st.in_left == 0)
-        stdin_pump(&st);
+    close_far(st, far);
+    if (st->in_open && st->in_left == 0)
+        stdin_pump(st);
+    return 0;
+}
 
-    if (exec_loop(&st, backend, timeout, start, &exit_code, &timed_out, err) < 0) {
-        sbx_error_ensure(err, backend, "exec_wait");
-        goto fail;
+/* A new result of the exec in @st, ended; its buffers are taken. NULL
+ * with *@err set when out of memory. */
+static sbx_result *
+exec_result(exec_state *st, double start, sbx_error **err)
+{
+    sbx_result *res = sbx_result_new();
+
+    if (!res) {
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
+        return NULL;
+    }
+    res->duration_secs = sbx_monotonic_now() - start;
+    res->exit_code = st->code;
+    res->timed_out = st->timed_out;
+    res->out_truncated = st->out[0].truncated;
+    res->err_truncated = st->out[1].truncated;
+    if (sbx_result_take_output(res, SBX_STREAM_STDOUT, &st->out[0].buf) < 0 ||
+        sbx_result_take_output(res, SBX_STREAM_STDERR, &st->out[1].buf) < 0) {
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
+        sbx_result_free(res);
+        return NULL;
+    }
+    return res;
+}
+
+/* The engine; @stdin_fd / @stdout_fd as sbx_exec_run_fds. */
+static sbx_result *
+exec_run(sbx_sandbox *sandbox, const sbx_exec_request *request, int stdin_fd, int stdout_fd,
+         sbx_error **err)
+{
+    exec_state st;
+    sbx_result *res = NULL;
+    int far[3] = { -1, -1, -1 };
+    double timeout = 0, start = 0;
+
+    if (exec_begin(&st, sandbox, request, stdin_fd, stdout_fd, 0, far, &start, &timeout,
+                   err) < 0)
+        goto out;
+    exec_loop_init(&st, timeout, start);
+    if (exec_loop(&st, sandbox->client->backend, -1, err) < 0) {
+        sbx_error_ensure(err, sandbox->client->backend, "exec_wait");
+        goto out;
     }
     if (st.cancelled) {
         cancel_fail(sandbox, SBX_ERROR_OUTCOME_UNKNOWN, "while it ran", err);
-        goto fail;
+        goto out;
     }
+    res = exec_result(&st, start, err);
     /* How it ended beyond the exit code (the memory limit's kills); only
      * for a process that ended (a timed-out one may have been given up). */
-    if (!timed_out && SBX_SLOT(st.plugin, exec_end_info)) {
+    if (res && !st.timed_out && SBX_SLOT(st.plugin, exec_end_info)) {
         int (*info_fn)(sbx_plugin_process *, const sbx_call_ctx *, uint64_t *, sbx_error **) =
             SBX_SLOT(st.plugin, exec_end_info);
         uint64_t flags = 0;
         sbx_call_ctx ictx;
+        sbx_error *perr = NULL;
 
         sbx_call_ctx_init(&ictx);
         if (info_fn(st.proc, &ictx, &flags, &perr) != 0) {
-            sbx_error_ensure(&perr, backend, "exec_wait");
+            sbx_error_ensure(&perr, sandbox->client->backend, "exec_wait");
             sbx_error_propagate(err, perr);
-            goto fail;
+            sbx_result_free(res);
+            res = NULL;
+        } else {
+            res->oom_killed = (flags & SBX_PLUGIN_EXEC_OOM_KILLED) != 0;
         }
-        res->oom_killed = (flags & SBX_PLUGIN_EXEC_OOM_KILLED) != 0;
     }
-    res->duration_secs = sbx_monotonic_now() - start;
-    res->exit_code = exit_code;
-    res->timed_out = timed_out;
-    res->out_truncated = st.out[0].truncated;
-    res->err_truncated = st.out[1].truncated;
-    if (sbx_result_take_output(res, SBX_STREAM_STDOUT, &st.out[0].buf) < 0 ||
-        sbx_result_take_output(res, SBX_STREAM_STDERR, &st.out[1].buf) < 0) {
-        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
-        goto fail;
-    }
-    goto out;
-
-fail:
-    sbx_result_free(res);
-    res = NULL;
 out:
-    if (st.proc && free_fn)
-        free_fn(st.proc);
-    close_far(&st, far);
-    for (int i = 0; i < 2; i++) {
-        sbx_close_fd(&st.out[i].fd);
-        sbx_buf_clear(&st.out[i].buf);
-    }
-    sbx_close_fd(&st.in_fd);
-    free(st.chunk);
+    exec_state_clear(&st, far);
     return res;
 }
 
@@ -743,6 +886,301 @@ exec_finish_error(sbx_error **error, sbx_error *err, sbx_sandbox *sandbox, const
     /* A sandbox found gone (its lifetime over) leaves no row behind. */
     sbx_sandbox_note_gone(sandbox, err);
     sbx_error_propagate(error, err);
+}
+
+/* ---------------------------------------------------------------- processes */
+
+struct sbx_process {
+    exec_state st;
+    sbx_sandbox *sandbox;       /* borrowed: outlives the process */
+    int far[3];
+    double start, end;          /* monotonic */
+    int epfd;                   /* sbx_process_get_fd; -1 when none */
+    int in_watched;             /* the stdin socket is in epfd (for EPOLLOUT) */
+    int stdin_was_open;
+};
+
+/* Puts @fd into the process's epoll set for @events (0: takes it out). */
+static void
+process_watch(sbx_process *p, int fd, uint32_t events, int *watched)
+{
+    struct epoll_event ev = { .events = events, .data.fd = fd };
+
+    if (p->epfd < 0 || fd < 0)
+        return;
+    if (events && !*watched) {
+        if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev) == 0)
+            *watched = 1;
+    } else if (!events && *watched) {
+        epoll_ctl(p->epfd, EPOLL_CTL_DEL, fd, NULL);
+        *watched = 0;
+    }
+}
+
+/* Keeps the stdin socket in the epoll set exactly while bytes wait. */
+static void
+process_watch_stdin(sbx_process *p)
+{
+    exec_state *st = &p->st;
+
+    process_watch(p, st->in_fd, st->in_open && st->in_left > 0 ? EPOLLOUT : 0,
+                  &p->in_watched);
+}
+
+SBX_EXPORT sbx_process *
+sbx_sandbox_start_process(sbx_sandbox *sandbox, const sbx_exec_request *request,
+                          sbx_error **error)
+{
+    sbx_process *p = calloc(1, sizeof(*p));
+    sbx_error *err = NULL;
+    double timeout = 0;
+    int unused = 0;
+
+    if (!p) {
+        sbx_set_error(&err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
+        exec_finish_error(error, err, sandbox, "start_process");
+        return NULL;
+    }
+    p->far[0] = p->far[1] = p->far[2] = -1;
+    p->epfd = -1;
+    p->sandbox = sandbox;
+    if (!sandbox) {
+        sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, NULL, "sandbox is NULL");
+        goto fail;
+    }
+    if (exec_begin(&p->st, sandbox, request, -1, -1, 1, p->far, &p->start, &timeout, &err) < 0)
+        goto fail;
+    exec_loop_init(&p->st, timeout, p->start);
+    p->stdin_was_open = p->st.in_keep;
+    p->epfd = epoll_create1(EPOLL_CLOEXEC);
+    for (int i = 0; i < 2; i++)
+        process_watch(p, p->st.out[i].fd, EPOLLIN, &unused), unused = 0;
+    process_watch(p, p->st.efd, EPOLLIN, &unused);
+    process_watch_stdin(p);
+    return p;
+fail:
+    exec_state_clear(&p->st, p->far);
+    exec_finish_error(error, err, sandbox, "start_process");
+    free(p);
+    return NULL;
+}
+
+/* Fails @op on @p with invalid_argument @msg. */
+static int
+process_refuse(sbx_process *p, const char *op, const char *msg, sbx_error **error)
+{
+    sbx_error *err = NULL;
+
+    sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, NULL, "%s", msg);
+    exec_finish_error(error, err, p ? p->sandbox : NULL, op);
+    return -1;
+}
+
+SBX_EXPORT int
+sbx_process_write_stdin(sbx_process *p, const void *data, size_t len, sbx_error **error)
+{
+    static const char op[] = "process_write_stdin";
+    exec_state *st;
+    size_t off;
+
+    if (!p)
+        return process_refuse(NULL, op, "process is NULL", error);
+    st = &p->st;
+    if (!data && len > 0)
+        return process_refuse(p, op, "data is NULL", error);
+    if (!p->stdin_was_open)
+        return process_refuse(p, op, "the process's stdin is not open (start it with "
+                              "SBX_EXEC_STDIN_OPEN or a terminal)", error);
+    if (!st->in_keep)
+        return process_refuse(p, op, "the process's stdin is closed", error);
+    if (!st->in_open || st->ended || len == 0)
+        return 0;           /* nobody reads any more: dropped */
+    off = st->in_left > 0 ? (size_t)(st->in_data - st->in_buf.data) : 0;
+    if (st->in_left == 0)
+        st->in_buf.len = 0;
+    if (sbx_buf_append(&st->in_buf, data, len) < 0) {
+        sbx_error *err = NULL;
+
+        sbx_set_error(&err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory queueing stdin");
+        exec_finish_error(error, err, p->sandbox, op);
+        return -1;
+    }
+    st->in_data = st->in_buf.data + off;
+    st->in_left += len;
+    stdin_pump(st);
+    process_watch_stdin(p);
+    return 0;
+}
+
+SBX_EXPORT int
+sbx_process_close_stdin(sbx_process *p, sbx_error **error)
+{
+    static const char op[] = "process_close_stdin";
+
+    if (!p)
+        return process_refuse(NULL, op, "process is NULL", error);
+    if (!p->stdin_was_open)
+        return process_refuse(p, op, "the process's stdin was never open (start it with "
+                              "SBX_EXEC_STDIN_OPEN or a terminal)", error);
+    if (!p->st.in_keep)
+        return 0;
+    p->st.in_keep = 0;
+    if (p->st.in_open && p->st.in_left == 0)
+        stdin_pump(&p->st);
+    process_watch_stdin(p);
+    return 0;
+}
+
+SBX_EXPORT int
+sbx_process_resize(sbx_process *p, unsigned rows, unsigned cols, sbx_error **error)
+{
+    static const char op[] = "process_resize";
+    int (*resize_fn)(sbx_plugin_process *, const sbx_call_ctx *, unsigned, unsigned,
+                     sbx_error **);
+    sbx_error *err = NULL;
+    char num[32];
+
+    if (!p)
+        return process_refuse(NULL, op, "process is NULL", error);
+    if (!p->st.rq.tty_rows)
+        return process_refuse(p, op, "the process has no terminal to resize (start it "
+                              "with tty_rows and tty_cols)", error);
+    if (rows == 0 || cols == 0 || rows > SBX_TTY_MAX || cols > SBX_TTY_MAX) {
+        sbx_error *e = sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, NULL,
+                                     "terminal size %u rows x %u columns is invalid "
+                                     "(each 1..%u)", rows, cols, SBX_TTY_MAX);
+
+        snprintf(num, sizeof(num), "%ux%u", rows, cols);
+        sbx_error_add_context(e, "size", num);
+        exec_finish_error(error, err, p->sandbox, op);
+        return -1;
+    }
+    if (p->st.ended)
+        return 0;
+    resize_fn = SBX_SLOT(p->st.plugin, exec_resize);
+    if (resize_fn(p->st.proc, &p->st.ctx, rows, cols, &err) != 0) {
+        sbx_error_ensure(&err, p->sandbox->client->backend, "exec_resize");
+        exec_finish_error(error, err, p->sandbox, op);
+        return -1;
+    }
+    return 0;
+}
+
+SBX_EXPORT int
+sbx_process_wait(sbx_process *p, double timeout_secs, int *exit_code, sbx_result **result,
+                 sbx_error **error)
+{
+    static const char op[] = "process_wait";
+    sbx_error *err = NULL;
+    int rc;
+
+    if (result)
+        *result = NULL;
+    if (!p)
+        return process_refuse(NULL, op, "process is NULL", error);
+    if (isnan(timeout_secs))
+        return process_refuse(p, op, "timeout_secs is NaN", error);
+    if (!p->st.ended) {
+        double until = timeout_secs < 0 ? -1 : sbx_monotonic_now() + timeout_secs;
+
+        rc = exec_loop(&p->st, p->sandbox->client->backend, until, &err);
+        process_watch_stdin(p);
+        if (rc < 0) {
+            sbx_error_ensure(&err, p->sandbox->client->backend, "exec_wait");
+            exec_finish_error(error, err, p->sandbox, op);
+            return -1;
+        }
+        if (rc == 0)
+            return 0;
+        p->end = sbx_monotonic_now();
+    }
+    if (exit_code)
+        *exit_code = p->st.code;
+    if (result) {
+        /* Each result gets a copy: the process keeps its buffers. */
+        sbx_buf keep[2] = { { 0 }, { 0 } };
+        sbx_result *res;
+
+        for (int i = 0; i < 2; i++)
+            if (sbx_buf_append(&keep[i], p->st.out[i].buf.data ? p->st.out[i].buf.data : "",
+                               p->st.out[i].buf.len) < 0)
+                goto nomem;
+        res = sbx_result_new();
+        if (!res)
+            goto nomem;
+        res->duration_secs = p->end - p->start;
+        res->exit_code = p->st.code;
+        res->timed_out = p->st.timed_out;
+        res->out_truncated = p->st.out[0].truncated;
+        res->err_truncated = p->st.out[1].truncated;
+        if (sbx_result_take_output(res, SBX_STREAM_STDOUT, &keep[0]) < 0 ||
+            sbx_result_take_output(res, SBX_STREAM_STDERR, &keep[1]) < 0) {
+            sbx_result_free(res);
+            goto nomem;
+        }
+        *result = res;
+        goto done;
+nomem:
+        sbx_buf_clear(&keep[0]);
+        sbx_buf_clear(&keep[1]);
+        sbx_set_error(&err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
+        exec_finish_error(error, err, p->sandbox, op);
+        return -1;
+    }
+done:
+    return 1;
+}
+
+SBX_EXPORT int
+sbx_process_get_fd(sbx_process *p)
+{
+    return p ? p->epfd : -1;
+}
+
+SBX_EXPORT int
+sbx_process_kill(sbx_process *p, int signal, sbx_error **error)
+{
+    static const char op[] = "process_kill";
+    int (*kill_fn)(sbx_plugin_process *, const sbx_call_ctx *, int, sbx_error **);
+    sbx_error *err = NULL;
+
+    if (!p)
+        return process_refuse(NULL, op, "process is NULL", error);
+    if (signal <= 0 || signal >= NSIG) {
+        char num[16];
+        sbx_error *e = sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, NULL,
+                                     "invalid signal %d (1..%d)", signal, NSIG - 1);
+
+        snprintf(num, sizeof(num), "%d", signal);
+        sbx_error_add_context(e, "signal", num);
+        exec_finish_error(error, err, p->sandbox, op);
+        return -1;
+    }
+    if (p->st.ended)
+        return 0;
+    kill_fn = SBX_SLOT(p->st.plugin, exec_kill);
+    if (!kill_fn) {
+        sbx_set_error(&err, SBX_ERROR_FEATURE_NOT_SUPPORTED, NULL,
+                      "backend \"%s\" cannot signal commands", p->sandbox->client->backend);
+        exec_finish_error(error, err, p->sandbox, op);
+        return -1;
+    }
+    if (kill_fn(p->st.proc, &p->st.ctx, signal, &err) != 0) {
+        sbx_error_ensure(&err, p->sandbox->client->backend, "exec_kill");
+        exec_finish_error(error, err, p->sandbox, op);
+        return -1;
+    }
+    return 0;
+}
+
+SBX_EXPORT void
+sbx_process_free(sbx_process *p)
+{
+    if (!p)
+        return;
+    exec_state_clear(&p->st, p->far);
+    sbx_close_fd(&p->epfd);
+    free(p);
 }
 
 SBX_EXPORT sbx_result *

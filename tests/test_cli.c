@@ -560,7 +560,7 @@ Test(cli, run_sandbox_is_made_under_tmpdir_and_removed)
 
 Test(cli, run_timeout_exits_124)
 {
-    cli_run r = SBX("run", "-t", "1", "--", "sleep", "30");
+    cli_run r = SBX("run", "--timeout", "1", "--", "sleep", "30");
 
     cr_expect_eq(r.status, 124, "exit status %d; stderr: \"%s\"", r.status, r.err);
     cr_expect(r.secs < 15, "took %.1f s", r.secs);
@@ -680,8 +680,8 @@ Test(cli, run_bad_numbers_are_125)
     r = SBX("run", "--memory", "12x", "--", "true");
     EXPECT_TOOL_FAILURE(&r, "invalid --memory value \"12x\"");
     free_run(&r);
-    r = SBX("run", "-t", "-1", "--", "true");
-    EXPECT_TOOL_FAILURE(&r, "invalid -t value \"-1\"");
+    r = SBX("run", "--timeout", "-1", "--", "true");
+    EXPECT_TOOL_FAILURE(&r, "invalid --timeout value \"-1\"");
     free_run(&r);
 }
 
@@ -693,17 +693,17 @@ Test(cli, bad_numbers_name_the_allowed_range)
         const char *args[8];
         const char *err;
     } cases[] = {
-        { { "create", "-t", "0" },
-          "sbx: invalid -t value \"0\": expected seconds, a finite number greater than 0 "
+        { { "create", "--timeout", "0" },
+          "sbx: invalid --timeout value \"0\": expected seconds, a finite number greater than 0 "
           "(fractions allowed)\nsbx: see 'sbx create --help'\n" },
         { { "run", "--timeout=0", "--", "true" },
-          "sbx: invalid -t value \"0\": expected seconds, a finite number greater than 0 "
+          "sbx: invalid --timeout value \"0\": expected seconds, a finite number greater than 0 "
           "(fractions allowed)\nsbx: see 'sbx run --help'\n" },
-        { { "exec-code", "-t", "inf", "print(1)" },
-          "sbx: invalid -t value \"inf\": expected seconds, a finite number greater than 0 "
+        { { "exec-code", "--timeout", "inf", "print(1)" },
+          "sbx: invalid --timeout value \"inf\": expected seconds, a finite number greater than 0 "
           "(fractions allowed)\nsbx: see 'sbx exec-code --help'\n" },
-        { { "exec", "-t", "-2", "someid", "true" },
-          "sbx: invalid -t value \"-2\": expected seconds, a finite number greater than 0 "
+        { { "exec", "--timeout", "-2", "someid", "true" },
+          "sbx: invalid --timeout value \"-2\": expected seconds, a finite number greater than 0 "
           "(fractions allowed)\nsbx: see 'sbx exec --help'\n" },
         { { "create", "--cpu", "0" },
           "sbx: invalid --cpu value \"0\": expected vCPUs, a finite number greater than 0 "
@@ -1114,7 +1114,7 @@ static char *ps_summary(const char *const *env)
 
 Test(cli, create_exec_rm_in_separate_processes)
 {
-    char *id = CREATE("-e", "FOO=from create", "-t", "300");
+    char *id = CREATE("-e", "FOO=from create", "--timeout", "300");
     char *rec = record_path(id), *want;
     cli_run r;
 
@@ -1146,7 +1146,7 @@ Test(cli, create_exec_rm_in_separate_processes)
     cr_expect(strstr(r.out, "/work|$(x) ;y|") != NULL, "stdout \"%s\"", r.out);
     free(want);
     free_run(&r);
-    r = SBX_KEEP("exec", "-t", "1", id, "sleep", "30");
+    r = SBX_KEEP("exec", "--timeout", "1", id, "sleep", "30");
     cr_expect_eq(r.status, 124, "status %d, stderr \"%s\"", r.status, r.err);
     cr_expect(r.secs < 10, "a 1 s timeout took %.1f s", r.secs);
     free_run(&r);
@@ -1768,7 +1768,7 @@ Test(cli, run_file_copies_a_host_file_keeping_its_mode)
 
 Test(cli, run_refuses_what_local_cannot_honour)
 {
-    cli_run r = SBX("run", "-i", "python:3.12-slim", "--", "true");
+    cli_run r = SBX("run", "--image", "python:3.12-slim", "--", "true");
     EXPECT_TOOL_FAILURE(&r, "code=configuration", "option=image");
     free_run(&r);
     r = SBX("run", "--no-internet", "--", "true");
@@ -2011,8 +2011,8 @@ Test(cli, backends_shows_the_plugin_mode)
  * (the 1 s one), then destroys and forgets it. */
 Test(cli, gc_reaps_an_expired_create_and_forgets_it)
 {
-    char *id = CREATE("-t", "1");
-    char *lasting = CREATE("-t", "600");
+    char *id = CREATE("--timeout", "1");
+    char *lasting = CREATE("--timeout", "600");
     char *rec = record_path(id), *want;
     cli_run r;
     usleep(1300 * 1000);
@@ -2827,4 +2827,129 @@ Test(cli, create_ends_on_sigterm_and_leaves_no_sandbox)
     set_path(path, sizeof path, "%s/state/sandboxes", g_tmpdir);
     cr_expect_eq(count_entries(path), 0, "a record was left");
     expect_no_tool_processes(3);
+}
+
+/* ------------------------------------------------ -i, -t and the old letters */
+
+/* The letters' old meanings (-t SECONDS, -i IMAGE) are errors naming the
+ * new option, exit 125, nothing created. */
+Test(cli, old_letters_name_the_new_option)
+{
+    static const struct {
+        const char *args[8];
+        const char *err;
+    } cases[] = {
+        { { "run", "-t", "5", "--", "echo" },
+          "sbx: -t now allocates a terminal: the lifetime is now --timeout 5\n"
+          "sbx: see 'sbx run --help'\n" },
+        { { "run", "-t", "5", "echo", "hi" },
+          "sbx: -t now allocates a terminal: the lifetime is now --timeout 5\n"
+          "sbx: see 'sbx run --help'\n" },
+        { { "run", "-t0.5", "--", "echo" },
+          "sbx: -t now allocates a terminal: the lifetime is now --timeout 0.5\n"
+          "sbx: see 'sbx run --help'\n" },
+        { { "run", "-i", "debian", "--", "sh" },
+          "sbx: -i now keeps stdin open: the image is now --image debian\n"
+          "sbx: see 'sbx run --help'\n" },
+        { { "run", "-idebian", "--", "sh" },
+          "sbx: -i now keeps stdin open: the image is now --image debian\n"
+          "sbx: see 'sbx run --help'\n" },
+        { { "create", "-t", "300" },
+          "sbx: -t is no longer the lifetime: the lifetime is now --timeout 300\n"
+          "sbx: see 'sbx create --help'\n" },
+        { { "create", "-i", "python:3.12-slim" },
+          "sbx: -i is no longer the image: the image is now --image python:3.12-slim\n"
+          "sbx: see 'sbx create --help'\n" },
+        { { "exec", "-t", "5", "someid", "true" },
+          "sbx: -t now allocates a terminal: the timeout is now --timeout 5\n"
+          "sbx: see 'sbx exec --help'\n" },
+        { { "exec", "-t5", "someid", "true" },
+          "sbx: -t now allocates a terminal: the timeout is now --timeout 5\n"
+          "sbx: see 'sbx exec --help'\n" },
+        { { "exec-code", "-t", "5", "print(1)" },
+          "sbx: -t is no longer the lifetime: the lifetime is now --timeout 5\n"
+          "sbx: see 'sbx exec-code --help'\n" },
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cli_run r = run_args(cases[i].args);
+
+        cr_expect_eq(r.status, 125, "sbx %s %s %s: exit status %d", cases[i].args[0],
+                     cases[i].args[1], cases[i].args[2], r.status);
+        cr_expect_str_empty(r.out, "sbx %s %s: stdout \"%s\"", cases[i].args[0],
+                            cases[i].args[1], r.out);
+        cr_expect_str_eq(r.err, cases[i].err);
+        free_run(&r);
+    }
+}
+
+/* -t needs a terminal on stdin (here /dev/null, then a pipe). */
+Test(cli, tty_needs_a_terminal)
+{
+    static const char err[] = "sbx: the input device is not a TTY (-t needs a terminal on "
+                              "stdin)\n";
+    cli_spec spec = { 0 };
+    cli_run r = SBX("run", "-t", "--", "true");
+
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, err);
+    cr_expect_str_empty(r.out);
+    free_run(&r);
+    spec.args = (const char *const[]){ "run", "-it", "--", "cat", NULL };
+    spec.stdin_data = "data\n";
+    r = run_spec(&spec);
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, err);
+    cr_expect_str_empty(r.out);
+    free_run(&r);
+}
+
+/* -i passes sbx's stdin on; without it the command's stdin is empty. */
+Test(cli, interactive_pipes_stdin)
+{
+    cli_spec spec = { 0 };
+    cli_run r;
+    char *id;
+
+    spec.args = (const char *const[]){ "run", "-i", "--", "sh", "-c", "cat; exit 6", NULL };
+    spec.stdin_data = "data\nmore";
+    r = run_spec(&spec);
+    expect_run(&r, 6, "data\nmore");
+    cr_expect_str_empty(r.err);
+    free_run(&r);
+    spec.args = (const char *const[]){ "run", "--interactive", "--", "wc", "-c", NULL };
+    spec.stdin_data = "12345";
+    r = run_spec(&spec);
+    expect_run(&r, 0, "5\n");
+    free_run(&r);
+    spec.args = (const char *const[]){ "run", "--", "sh", "-c", "cat; echo end", NULL };
+    r = run_spec(&spec);
+    expect_run(&r, 0, "end\n");
+    free_run(&r);
+
+    id = CREATE("--timeout", "120");
+    spec.keep_sandboxes = 1;
+    spec.args = (const char *const[]){ "exec", "-i", id, "cat", NULL };
+    spec.stdin_data = "data\n";
+    r = run_spec(&spec);
+    expect_run(&r, 0, "data\n");
+    cr_expect_str_empty(r.err);
+    free_run(&r);
+    spec.args = (const char *const[]){ "exec", id, "cat", NULL };
+    r = run_spec(&spec);
+    expect_run(&r, 0, "");
+    free_run(&r);
+    /* The command's stderr stays its own without a terminal. */
+    spec.args = (const char *const[]){ "exec", "-i", id, "--", "sh", "-c",
+                                       "read x; echo \"$x\" >&2; exit 3", NULL };
+    r = run_spec(&spec);
+    cr_expect_eq(r.status, 3);
+    cr_expect_str_empty(r.out);
+    cr_expect_str_eq(r.err, "data\n");
+    free_run(&r);
+    r = SBX_KEEP("rm", id);
+    cr_expect_eq(r.status, 0);
+    free_run(&r);
+    free(id);
 }

@@ -57,7 +57,7 @@
                      | SBX_CAP_SNAPSHOT | SBX_CAP_RESUME | SBX_CAP_ISOLATION               \
                      | SBX_CAP_NETWORK_POLICY | SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT     \
                      | SBX_CAP_IMAGE | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED                \
-                     | SBX_CAP_BACKGROUND)
+                     | SBX_CAP_BACKGROUND | SBX_CAP_PTY)
 
 #define PIDS_LIMIT 4096
 /* The container's main process ends this long after the sandbox's lifetime:

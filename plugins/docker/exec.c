@@ -12,7 +12,8 @@
  *  - demultiplexes the stream byte-exactly (demux.c; by the exec's Tty flag)
  *    into the host's stdout / stderr descriptors;
  *  - forwards the host's stdin descriptor to the connection and half-closes
- *    it (shutdown SHUT_WR) at EOF, which the command sees as EOF;
+ *    it (shutdown SHUT_WR) at EOF, which the command sees as EOF (on a
+ *    terminal, Tty: its tree gets SIGHUP, a hang-up, instead);
  *  - after the stream's EOF (never before: CASE-26), polls exec inspect
  *    until Running is false with a non-null ExitCode, then signals the
  *    event descriptor. Running:false with a null ExitCode that persists, or
@@ -189,21 +190,31 @@ out:
  * for both. The program replaces the shell (same pid, same session); the
  * arguments stay literal. @wrap 0: argv as is (internal execs).
  */
-static json_object *make_cmd(const char *const *argv, const char *shell, int wrap)
+/* @pre: shell commands run before the command (a wrapped or shell one), or
+ * NULL. */
+static json_object *make_cmd(const char *const *argv, const char *shell, int wrap,
+                             const char *pre)
 {
     json_object *a = json_object_new_array();
+    char *script = NULL;
     if (!a)
         return NULL;
     if (shell) {
         json_object_array_add(a, json_object_new_string("/bin/sh"));
         json_object_array_add(a, json_object_new_string("-c"));
-        json_object_array_add(a, json_object_new_string(shell));
+        if (pre && asprintf(&script, "%s%s", pre, shell) < 0)
+            script = NULL;
+        json_object_array_add(a, json_object_new_string(script ? script : shell));
+        free(script);
         return a;
     }
     if (wrap) {
         json_object_array_add(a, json_object_new_string("/bin/sh"));
         json_object_array_add(a, json_object_new_string("-c"));
-        json_object_array_add(a, json_object_new_string("exec \"$@\""));
+        if (pre && asprintf(&script, "%sexec \"$@\"", pre) < 0)
+            script = NULL;
+        json_object_array_add(a, json_object_new_string(script ? script : "exec \"$@\""));
+        free(script);
         json_object_array_add(a, json_object_new_string("sh"));
     }
     for (size_t i = 0; argv[i]; i++)
@@ -248,7 +259,7 @@ int dk_exec_capture(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     json_object_object_add(body, "AttachStdout", json_object_new_boolean(1));
     json_object_object_add(body, "AttachStderr", json_object_new_boolean(1));
     json_object_object_add(body, "Tty", json_object_new_boolean(0));
-    json_object_object_add(body, "Cmd", make_cmd(argv, NULL, 0));
+    json_object_object_add(body, "Cmd", make_cmd(argv, NULL, 0, NULL));
     if (exec_create(sb, ctx, body, &eid, op, error) < 0)
         goto out;
     if (asprintf(&path, "/exec/%s/start", eid) < 0) {
@@ -467,10 +478,18 @@ static int relay_stream(struct sbx_plugin_process *p)
                 in_len = (size_t)n;
                 in_off = 0;
             } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-                /* EOF (or a broken source): the command sees EOF. */
+                /* EOF (or a broken source): the command sees EOF. On a
+                 * terminal the Engine does not hang up at the half-close:
+                 * the command's tree gets SIGHUP, as from a terminal that
+                 * closed (its EOF character is the user's to type). */
                 stdin_open = 0;
                 close_fd(&p->in_fd);
                 shutdown(p->conn.fd, SHUT_WR);
+                if (p->tty) {
+                    sbx_call_ctx kctx = { .struct_size = sizeof(kctx),
+                                          .deadline = dk_now() + KILL_SECS, .cancel_fd = -1 };
+                    dk_exec_kill(p, &kctx, SIGHUP, NULL);
+                }
             }
         }
         if (in_off < in_len && (pf[isock].revents & POLLOUT)) {
@@ -763,7 +782,14 @@ int dk_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
         json_object_object_add(body, "WorkingDir", json_object_new_string(abs_cwd));
     if (request->user)
         json_object_object_add(body, "User", json_object_new_string(request->user));
-    json_object_object_add(body, "Cmd", make_cmd(request->argv, request->shell, 1));
+    /* A Tty exec starts at 0x0 until the resize call lands (API 1.41 has no
+     * ConsoleSize): the command's first step sets the size the request
+     * asked for, so it is there before the command runs. */
+    char pre[96];
+    snprintf(pre, sizeof(pre), "stty rows %u cols %u 2>/dev/null; ", request->tty_rows,
+             request->tty_cols);
+    json_object_object_add(body, "Cmd", make_cmd(request->argv, request->shell, 1,
+                                                 p->tty && request->tty_rows ? pre : NULL));
     if (exec_create(sb, ctx, body, &p->eid, op, error) < 0)
         goto fail;
 

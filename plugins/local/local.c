@@ -121,8 +121,10 @@ void sbx_fault_init(void);
 #define ISOLATION_CAPS 0
 #endif
 /* SBX_CAP_LIFETIME: the supervisor ends the sandbox at its lifetime's end. */
+/* SBX_CAP_PTY: the supervisor makes a pseudo-terminal for an exec that
+ * asks for one (proto.h, EXEC). */
 #define LOCAL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_BACKGROUND | SBX_CAP_RESUME \
-                    | SBX_CAP_LIFETIME | ISOLATION_CAPS)
+                    | SBX_CAP_LIFETIME | SBX_CAP_PTY | ISOLATION_CAPS)
 
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define DEFAULT_LANG "C.UTF-8"
@@ -173,6 +175,10 @@ struct sbx_plugin_process {
     int lost;                   /* connection gone without EXIT */
     unsigned kills_sent;
     unsigned kills_acked;
+    int tty;                    /* the exec has a terminal (RESIZE applies) */
+    unsigned resizes_sent;
+    unsigned resizes_acked;
+    int resize_errno;           /* of the last RESIZED */
     double expires_at;          /* the sandbox's, for the error of a lost exec */
     double lifetime;
     int oom_known;              /* bubblewrap: oom_before was read at the start */
@@ -2689,10 +2695,11 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
         add_context(err, "user", request->user);
         return -1;
     }
-    if (request->tty_rows || request->tty_cols) {
-        fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-             "local backend has no terminal support (tty %ux%u requested)",
-             request->tty_cols, request->tty_rows);
+    if (!request->tty_rows != !request->tty_cols || request->tty_rows > UINT16_MAX
+        || request->tty_cols > UINT16_MAX) {
+        fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+             "terminal size %u rows x %u columns is invalid (both 1..65535, or both 0 "
+             "for no terminal)", request->tty_rows, request->tty_cols);
         return -1;
     }
     if (request->stdin_fd < -1) {
@@ -2765,6 +2772,11 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
     for (uint32_t i = 0; i < envc; i++)
         proto_put_str(&b, request->env[i]);
     proto_put_str(&b, cwd);
+    if (request->tty_rows > 0) {
+        proto_put_u32(&b, request->tty_rows);
+        proto_put_u32(&b, request->tty_cols);
+        proto_put_u32(&b, request->stdin_fd >= 0 ? PROTO_TTY_STDIN : 0);
+    }
     if (b.failed) {
         fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
              "command and environment too large (limit %u bytes)", PROTO_MAX_FRAME);
@@ -2854,6 +2866,7 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
     pthread_mutex_init(&p->wlock, NULL);
     p->fd = fd;
     p->pid = pid;
+    p->tty = request->tty_rows > 0;
     p->expires_at = sb->expires_at;
     p->lifetime = sb->lifetime;
     fd = -1;
@@ -2910,6 +2923,10 @@ static int proc_pump(struct sbx_plugin_process *p, const bound *bd)
             }
         } else if (type == PROTO_KILLED) {
             p->kills_acked++;
+        } else if (type == PROTO_RESIZED) {
+            int e = proto_get_i32(&rd);
+            p->resize_errno = rd.failed ? EPROTO : e;
+            p->resizes_acked++;
         }
         free(payload);
     } else {
@@ -3037,6 +3054,76 @@ static int local_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx,
     return -1;
 }
 
+/** Sends RESIZE and waits (within @bd) for RESIZED; *@err_no gets its errno. */
+static int proc_resize(struct sbx_plugin_process *p, unsigned rows, unsigned cols,
+                       const bound *bd, int *err_no)
+{
+    pthread_mutex_lock(&p->wlock);
+    pthread_mutex_lock(&p->lock);
+    int lost = p->lost || p->exited;
+    unsigned target = ++p->resizes_sent;
+    pthread_mutex_unlock(&p->lock);
+    int r = IO_EOF;
+    if (!lost) {
+        proto_buf b;
+        proto_buf_init(&b, PROTO_RESIZE);
+        proto_put_u32(&b, rows);
+        proto_put_u32(&b, cols);
+        r = send_frame(p->fd, &b, NULL, 0, bd);
+        proto_buf_free(&b);
+    }
+    pthread_mutex_unlock(&p->wlock);
+    if (r != IO_OK)
+        return r;
+    for (;;) {
+        pthread_mutex_lock(&p->lock);
+        int done = p->resizes_acked >= target;
+        *err_no = p->resize_errno;
+        lost = p->lost;
+        pthread_mutex_unlock(&p->lock);
+        if (done)
+            return IO_OK;
+        if (lost)
+            return IO_EOF;
+        r = proc_pump(p, bd);
+        if (r != IO_OK && r != IO_EOF)
+            return r;
+    }
+}
+
+static int local_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx,
+                             unsigned rows, unsigned cols, sbx_error **error)
+{
+    struct sbx_plugin_process *p = process;
+    const char *op = "exec_resize";
+    if (!p->tty) {
+        fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+             "the command in sandbox %s has no terminal to resize", p->sandbox_id);
+        return -1;
+    }
+    if (rows == 0 || cols == 0 || rows > UINT16_MAX || cols > UINT16_MAX) {
+        fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+             "terminal size %u rows x %u columns is invalid (each 1..65535)", rows, cols);
+        return -1;
+    }
+    bound bd = make_bound(ctx, KILL_ACK_SECS);
+    int err_no = 0;
+    int r = proc_resize(p, rows, cols, &bd, &err_no);
+    /* A command that ended has no terminal left to size: nothing to do. */
+    if (r == IO_EOF)
+        return 0;
+    if (r != IO_OK) {
+        io_fail(error, r, op, p->sandbox_id, "resize");
+        return -1;
+    }
+    if (err_no != 0) {
+        fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+             "cannot resize the terminal in sandbox %s: %s", p->sandbox_id, strerror(err_no));
+        return -1;
+    }
+    return 0;
+}
+
 static void local_exec_free(sbx_plugin_process *process)
 {
     struct sbx_plugin_process *p = process;
@@ -3098,6 +3185,7 @@ static const sbx_plugin local_plugin = {
     .exec_wait = local_exec_wait,
     .exec_event_fd = local_exec_event_fd,
     .exec_kill = local_exec_kill,
+    .exec_resize = local_exec_resize,
     .exec_free = local_exec_free,
 #ifndef SBX_LOCAL_EXEC_ONLY
     .list_files = local_list_files,

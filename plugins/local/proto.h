@@ -60,9 +60,18 @@
  * Requests, one connection per request on the sandbox's unix socket:
  *
  *     EXEC    u32 argc, argc x str, u32 envc, envc x str "K=V" (overlay),
- *             str cwd (host path); stdin, stdout and stderr ride along as
- *             SCM_RIGHTS with the first byte of the frame.
+ *             str cwd (host path), and optionally u32 tty_rows, u32
+ *             tty_cols, u32 tty_flags (PROTO_TTY_*; rows 0 = no terminal);
+ *             stdin, stdout and stderr ride along as SCM_RIGHTS with the
+ *             first byte of the frame. With a terminal the supervisor makes
+ *             a pseudo-terminal (inside the sandbox, where it runs), the
+ *             command gets its slave as stdin, stdout, stderr and
+ *             controlling terminal, its bytes go to stdout, stdin's bytes
+ *             to it; stderr is closed at once.
  *             <- STARTED i32 pid, later EXIT i32 code; or ERROR.
+ *     RESIZE  u32 rows, u32 cols, on an EXEC connection with a terminal
+ *             <- RESIZED i32 errno (0: the size is set, SIGWINCH sent to the
+ *             terminal's foreground process group)
  *     KILL    i32 signal, on an EXEC connection  <- KILLED, once the signal
  *             went to the command's whole tree (for SIGKILL: once nothing of
  *             it is left, within a bound). A connection closed before EXIT
@@ -84,7 +93,7 @@
 #include <sys/types.h>
 
 /** Bumped whenever a frame changes shape. */
-#define PROTO_VERSION 3u
+#define PROTO_VERSION 4u
 
 /** The supervisor's exit status when it ended the sandbox on its own
  *  (lifetime, owners gone, a signal); 0 after DESTROY. */
@@ -95,6 +104,9 @@
 #define PROTO_MAX_FRAME (4u << 20)
 /** Descriptors that ride with an EXEC frame. */
 #define PROTO_EXEC_FDS 3
+/** EXEC tty_flags: stdin is a stream of its own (not /dev/null); its EOF
+ *  hangs the terminal up (SIGHUP to the command's session). */
+#define PROTO_TTY_STDIN 1u
 
 /** Bytes of a warm supervisor's last argument: a meta directory (shorter
  *  than a unix socket path) and "--sandbox-dir=" fit. */
@@ -128,7 +140,9 @@ typedef enum proto_type {
     PROTO_OWNED = 15,
     PROTO_DETACH = 16,
     PROTO_DETACHED = 17,
-    PROTO_CLAIM = 18
+    PROTO_RESIZE = 18,
+    PROTO_RESIZED = 19,
+    PROTO_CLAIM = 20
 } proto_type;
 
 /** ERROR kinds. */

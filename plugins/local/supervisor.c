@@ -74,6 +74,7 @@
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -129,8 +130,14 @@ typedef struct conn {
     int killed;                  /* a KILL was asked for this exec */
     int exit_pending;            /* EXIT held until the reaper is gone */
     int exit_code;               /* the held code */
+    int tty;                     /* master of the exec's terminal (for RESIZE), or -1 */
     int dead;                    /* to be closed */
 } conn;
+
+/** The terminal fields of an EXEC (rows 0: none). */
+typedef struct exec_tty {
+    uint32_t rows, cols, flags;
+} exec_tty;
 
 /**
  * An exec reaper (see the top of this file). The supervisor sends it a job
@@ -678,7 +685,8 @@ static sigset_t reaper_ignored;
 /** posix_spawn in a new session with the exec's descriptors and cwd, no
  *  signal blocked and none ignored; returns 0 or an errno. */
 static int spawn_in_session(const char *prog, char *const argv[], char *const envp[],
-                            const int fds[PROTO_EXEC_FDS], int cwd_fd, pid_t *pid)
+                            const int fds[PROTO_EXEC_FDS], const char *tty_path, int cwd_fd,
+                            pid_t *pid)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
@@ -692,8 +700,18 @@ static int spawn_in_session(const char *prog, char *const argv[], char *const en
         posix_spawn_file_actions_destroy(&fa);
         return r;
     }
-    for (int i = 0; i < PROTO_EXEC_FDS && r == 0; i++)
-        r = posix_spawn_file_actions_adddup2(&fa, fds[i], i);
+    if (tty_path) {
+        /* Opened after setsid (posix_spawn makes the session first): the
+         * terminal becomes the command's controlling terminal. */
+        r = posix_spawn_file_actions_addopen(&fa, 0, tty_path, O_RDWR, 0);
+        if (r == 0)
+            r = posix_spawn_file_actions_adddup2(&fa, 0, 1);
+        if (r == 0)
+            r = posix_spawn_file_actions_adddup2(&fa, 0, 2);
+    } else {
+        for (int i = 0; i < PROTO_EXEC_FDS && r == 0; i++)
+            r = posix_spawn_file_actions_adddup2(&fa, fds[i], i);
+    }
     if (r == 0)
         r = posix_spawn_file_actions_addfchdir_np(&fa, cwd_fd);
     if (r == 0)
@@ -788,10 +806,11 @@ static void report(int fd, int32_t tag, int32_t value)
  * @payload. Returns 0, EPROTO when the payload is malformed, or ENOMEM.
  */
 static int parse_exec(const unsigned char *payload, size_t len, char ***argv, uint32_t *argc,
-                      char ***overlay, uint32_t *envc, const char **cwd)
+                      char ***overlay, uint32_t *envc, const char **cwd, exec_tty *tty)
 {
     proto_reader r;
     *argv = *overlay = NULL;
+    memset(tty, 0, sizeof(*tty));
     proto_reader_init(&r, payload, len);
     *argc = proto_get_u32(&r);
     if (r.failed || *argc == 0 || *argc > len / 5)
@@ -811,6 +830,13 @@ static int parse_exec(const unsigned char *payload, size_t len, char ***argv, ui
     for (uint32_t i = 0; i < *envc; i++)
         (*overlay)[i] = (char *)proto_get_str(&r);
     *cwd = proto_get_str(&r);
+    if (!r.failed && r.left != 0) {
+        tty->rows = proto_get_u32(&r);
+        tty->cols = proto_get_u32(&r);
+        tty->flags = proto_get_u32(&r);
+        if (tty->rows > UINT16_MAX || tty->cols > UINT16_MAX || !tty->rows != !tty->cols)
+            goto bad;
+    }
     if (r.failed || r.left != 0)
         goto bad;
     return 0;
@@ -828,7 +854,8 @@ bad:
  * REAPER_ERROR (nothing started).
  */
 static pid_t start_command(char **argv, uint32_t argc, char **envp,
-                           const int fds[PROTO_EXEC_FDS], int cwd_fd, int rep)
+                           const int fds[PROTO_EXEC_FDS], const char *tty_path, int cwd_fd,
+                           int rep)
 {
     char msg[PATH_MAX + 128];
     char *found = NULL, **sh = NULL;
@@ -844,7 +871,7 @@ static pid_t start_command(char **argv, uint32_t argc, char **envp,
         prog = found;
     }
     if (err == 0) {
-        err = spawn_in_session(prog, argv, envp, fds, cwd_fd, &pid);
+        err = spawn_in_session(prog, argv, envp, fds, tty_path, cwd_fd, &pid);
         if (err == ENOEXEC) {
             /* No #! line: run it with the shell, as execvp does. */
             sh = calloc((size_t)argc + 2, sizeof(*sh));
@@ -855,7 +882,7 @@ static pid_t start_command(char **argv, uint32_t argc, char **envp,
                 sh[1] = (char *)prog;
                 for (uint32_t i = 1; i < argc; i++)
                     sh[i + 1] = argv[i];
-                err = spawn_in_session("/bin/sh", sh, envp, fds, cwd_fd, &pid);
+                err = spawn_in_session("/bin/sh", sh, envp, fds, tty_path, cwd_fd, &pid);
             }
         }
     }
@@ -870,7 +897,12 @@ static pid_t start_command(char **argv, uint32_t argc, char **envp,
             snprintf(msg, sizeof(msg), "%.*s: %s\n", PATH_MAX, name,
                      err == EACCES ? "Permission denied" : strerror(err));
         }
-        err = spawn_failure(msg, code, fds[2], &pid);
+        int err_fd = fds[2], slave = -1;
+        if (tty_path && (slave = open(tty_path, O_RDWR | O_NOCTTY | O_CLOEXEC)) >= 0)
+            err_fd = slave;
+        err = spawn_failure(msg, code, err_fd, &pid);
+        if (slave >= 0)
+            close(slave);
     }
     free(sh);
     free(found);
@@ -989,20 +1021,154 @@ static void __attribute__((noreturn)) reaper_orphaned(int sig_fd)
     _exit(0);
 }
 
+/** Bytes the terminal relay moves per read. */
+#define RELAY_CHUNK 4096
+/** After the main process ended: the relay takes what the terminal still
+ *  holds until it is quiet this long, or RELAY_DRAIN_MAX_MS in all. */
+#define RELAY_QUIET_MS 30
+#define RELAY_DRAIN_MAX_MS 1000
+/** Longest wait for the caller to take the terminal's output. */
+#define RELAY_OUT_WAIT_MS 60000
+
+/**
+ * A reaper's terminal relay for an exec with a pseudo-terminal: the
+ * master's bytes go to the exec's stdout, the exec's stdin to the master.
+ * Every descriptor is -1 when not (or no longer) in use.
+ */
+typedef struct relay {
+    int master;                  /* the terminal's master (non-blocking) */
+    int in;                      /* the exec's stdin; -1 without one */
+    int out;                     /* the exec's stdout */
+    int hup_on_eof;              /* stdin's EOF hangs the terminal up */
+    pid_t pid;                   /* the command: its session's leader */
+    unsigned char buf[RELAY_CHUNK];  /* stdin bytes the master has not taken */
+    size_t len, off;
+} relay;
+
+static void relay_close(relay *rl)
+{
+    int *fds[3] = { &rl->master, &rl->in, &rl->out };
+    for (int i = 0; i < 3; i++)
+        if (*fds[i] >= 0) {
+            close(*fds[i]);
+            *fds[i] = -1;
+        }
+}
+
+/** Reads once from the master and hands the bytes to stdout. Returns 1 when
+ *  bytes came, 0 when none were there, -1 when the terminal's slave side is
+ *  closed (every process of it gone) or the master failed. */
+static int relay_out(relay *rl)
+{
+    unsigned char b[RELAY_CHUNK];
+    ssize_t n = read(rl->master, b, sizeof(b));
+    if (n > 0) {
+        /* A caller that stopped reading loses the rest, the command goes on. */
+        if (rl->out >= 0 && write_all(rl->out, b, (size_t)n, RELAY_OUT_WAIT_MS) < 0) {
+            close(rl->out);
+            rl->out = -1;
+        }
+        return 1;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return 0;
+    return -1;      /* EIO: no slave open any more */
+}
+
+/** Hangs the terminal up for its processes: SIGHUP (and SIGCONT, as the
+ *  kernel's hang-up does) to the foreground process group and the session. */
+static void relay_hangup(relay *rl)
+{
+    pid_t fg = rl->master >= 0 ? tcgetpgrp(rl->master) : -1;
+    if (fg > 0) {
+        kill(-fg, SIGHUP);
+        kill(-fg, SIGCONT);
+    }
+    kill(-rl->pid, SIGHUP);
+    kill(-rl->pid, SIGCONT);
+}
+
+/** Moves stdin's bytes to the master as far as it takes them now. */
+static void relay_in(relay *rl, short in_ev, short master_ev)
+{
+    if (rl->len == 0 && rl->in >= 0 && (in_ev & (POLLIN | POLLHUP | POLLERR))) {
+        ssize_t n = read(rl->in, rl->buf, sizeof(rl->buf));
+        if (n > 0) {
+            rl->len = (size_t)n;
+            rl->off = 0;
+        } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+            close(rl->in);
+            rl->in = -1;
+            if (rl->hup_on_eof)
+                relay_hangup(rl);
+        }
+    }
+    if (rl->len > 0 && rl->master >= 0 && (master_ev & POLLOUT || in_ev)) {
+        ssize_t w = write(rl->master, rl->buf + rl->off, rl->len);
+        if (w > 0) {
+            rl->off += (size_t)w;
+            rl->len -= (size_t)w;
+        } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+            rl->len = 0;    /* the terminal is gone: nobody reads them */
+        }
+    }
+}
+
+/** After the main process ended: takes what the terminal still holds
+ *  (bounded), then closes the relay; its other processes are hung up. */
+static void relay_finish(relay *rl)
+{
+    if (rl->master >= 0) {
+        long long end = now_ms() + RELAY_DRAIN_MAX_MS;
+        for (;;) {
+            int r = relay_out(rl);
+            if (r < 0)
+                break;
+            if (r == 0) {
+                long long left = end - now_ms();
+                if (left <= 0 || wait_fd(rl->master, POLLIN,
+                                         left < RELAY_QUIET_MS ? left : RELAY_QUIET_MS) <= 0)
+                    break;
+            }
+        }
+    }
+    relay_close(rl);
+}
+
 /**
  * In a reaper serving an exec: sleeps until a child changed state
  * (@sig_fd, a signalfd of SIGCHLD) or the supervisor's end of @fd hung up,
- * in which case the supervisor is gone and the reaper ends the tree.
+ * in which case the supervisor is gone and the reaper ends the tree. With
+ * a terminal (@rl's master open) it relays meanwhile.
  */
-static void reaper_wait(int sig_fd, int fd)
+static void reaper_wait(int sig_fd, int fd, relay *rl)
 {
     /* events 0: only a hang-up or an error of the supervisor's socket. */
-    struct pollfd p[2] = { { .fd = sig_fd, .events = POLLIN }, { .fd = fd, .events = 0 } };
-    int r = poll(p, 2, -1);
+    struct pollfd p[4] = { { .fd = sig_fd, .events = POLLIN }, { .fd = fd, .events = 0 },
+                           { .fd = -1 }, { .fd = -1 } };
+    if (rl->master >= 0) {
+        p[2].fd = rl->master;
+        p[2].events = POLLIN | (rl->len > 0 ? POLLOUT : 0);
+        if (rl->in >= 0 && rl->len == 0) {
+            p[3].fd = rl->in;
+            p[3].events = POLLIN;
+        }
+    }
+    int r = poll(p, 4, -1);
     if (r < 0 && errno != EINTR)
         reaper_orphaned(sig_fd);
     if (r > 0 && (p[1].revents & (POLLHUP | POLLERR | POLLNVAL)))
         reaper_orphaned(sig_fd);
+    if (r > 0 && rl->master >= 0) {
+        if (p[2].revents & (POLLIN | POLLHUP | POLLERR)) {
+            if (relay_out(rl) < 0) {
+                /* Nothing holds the terminal: stop watching it. */
+                relay_close(rl);
+            }
+        }
+        if (rl->master >= 0)
+            relay_in(rl, p[3].revents, p[2].revents);
+    }
     struct signalfd_siginfo si;
     while (read(sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si))
         ;
@@ -1040,20 +1206,40 @@ static void __attribute__((noreturn)) reaper_main(int fd)
         char **argv, **overlay, **envp = NULL;
         const char *cwd;
         pid_t pid = 0;
+        exec_tty tty;
+        char tty_path[64];
+        relay rl = { .master = -1, .in = -1, .out = -1 };
 
         if (reaper_recv_job(fd, &payload, &len, fds) < 0)
             _exit(0);
-        int err = parse_exec(payload, len, &argv, &argc, &overlay, &envc, &cwd);
+        int err = parse_exec(payload, len, &argv, &argc, &overlay, &envc, &cwd, &tty);
         if (err == 0 && !(envp = env_merge(overlay, envc)))
             err = ENOMEM;
+        /* With a terminal the supervisor sent its master in stderr's place. */
+        if (err == 0 && tty.rows > 0)
+            err = ptsname_r(fds[2], tty_path, sizeof(tty_path));
         if (err == 0)
-            pid = start_command(argv, argc, envp, fds, fds[PROTO_EXEC_FDS], fd);
+            pid = start_command(argv, argc, envp, fds, tty.rows > 0 ? tty_path : NULL,
+                                fds[PROTO_EXEC_FDS], fd);
         else
             report(fd, REAPER_ERROR, err);
+        if (pid > 0 && tty.rows > 0) {
+            rl.master = fds[2];
+            rl.out = fds[1];
+            rl.pid = pid;
+            if (tty.flags & PROTO_TTY_STDIN) {
+                rl.in = fds[0];
+                rl.hup_on_eof = 1;
+                fds[0] = -1;
+            }
+            fds[1] = fds[2] = -1;
+            fcntl(rl.master, F_SETFL, fcntl(rl.master, F_GETFL) | O_NONBLOCK);
+        }
         /* Hold nothing of the command's: its output ends when it does. */
         int client = fds[JOB_FDS - 1];
         for (int i = 0; i < JOB_FDS - 1; i++)
-            close(fds[i]);
+            if (fds[i] >= 0)
+                close(fds[i]);
         free(envp);
         free(overlay);
         free(argv);
@@ -1071,11 +1257,13 @@ static void __attribute__((noreturn)) reaper_main(int fd)
                 break;
             }
             if (p == 0) {
-                reaper_wait(sig_fd, fd);
+                reaper_wait(sig_fd, fd, &rl);
                 continue;
             }
             if (p != pid)
                 continue;
+            /* The terminal's last bytes reach stdout before EXIT does. */
+            relay_finish(&rl);
             /* The report goes first: a client that has its EXIT may close
              * at once, and the supervisor must know by then that the exec
              * ended, or it would kill what the exec left running. */
@@ -1091,6 +1279,7 @@ static void __attribute__((noreturn)) reaper_main(int fd)
         }
         if (client >= 0)
             close(client);
+        relay_close(&rl);
         report(fd, REAPER_IDLE, 0);
     }
 }
@@ -1210,15 +1399,16 @@ static void do_exec(conn *c, const unsigned char *payload, size_t len)
     char **argv = NULL, **overlay = NULL;
     uint32_t argc, envc;
     const char *cwd;
-    int cwd_fd = -1, e;
+    int cwd_fd = -1, master = -1, e;
     char msg[PATH_MAX + 128];
     reaper *rp = NULL;
+    exec_tty tty;
 
     if (c->pid != 0 || c->starting || c->rp || c->nfds != PROTO_EXEC_FDS) {
         conn_error(c, PROTO_ERR_PROTOCOL, EPROTO, "EXEC needs three descriptors, once");
         goto out;
     }
-    e = parse_exec(payload, len, &argv, &argc, &overlay, &envc, &cwd);
+    e = parse_exec(payload, len, &argv, &argc, &overlay, &envc, &cwd, &tty);
     if (e == EPROTO) {
         conn_error(c, PROTO_ERR_PROTOCOL, EPROTO, "malformed EXEC request");
         goto out;
@@ -1235,6 +1425,27 @@ static void do_exec(conn *c, const unsigned char *payload, size_t len)
         snprintf(msg, sizeof(msg), "working directory %s: %s", cwd, strerror(e));
         conn_error(c, PROTO_ERR_CWD, e, msg);
         goto out;
+    }
+    if (tty.rows > 0) {
+        /* The terminal is made here, in the sandbox's view of /dev; the
+         * reaper gets its master in stderr's place (the terminal merges the
+         * streams: stderr ends at once) and opens the slave for the
+         * command. This end stays for RESIZE. */
+        struct winsize ws = { .ws_row = (unsigned short)tty.rows,
+                              .ws_col = (unsigned short)tty.cols };
+        master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+        if (master < 0 || grantpt(master) < 0 || unlockpt(master) < 0
+            || ioctl(master, TIOCSWINSZ, &ws) < 0) {
+            e = errno;
+            snprintf(msg, sizeof(msg), "cannot make a terminal: %s", strerror(e));
+            conn_error(c, PROTO_ERR_INTERNAL, e, msg);
+            goto out;
+        }
+        close(c->fds[2]);
+        c->fds[2] = master;
+        c->tty = dup(master);
+        fcntl(c->tty, F_SETFD, FD_CLOEXEC);
+        master = -1;
     }
     rp = reaper_get();
     e = rp ? reaper_send_job(rp, payload, (uint32_t)len, c->fds, cwd_fd, c->fd) : errno;
@@ -1254,6 +1465,8 @@ static void do_exec(conn *c, const unsigned char *payload, size_t len)
 
 out:
     conn_close_fds(c);
+    if (master >= 0)
+        close(master);
     if (cwd_fd >= 0)
         close(cwd_fd);
     free(overlay);
@@ -1422,6 +1635,21 @@ static void handle_frame(conn *c)
         conn_send(c, &b);
         break;
     }
+    case PROTO_RESIZE: {
+        proto_reader_init(&r, payload, c->plen);
+        uint32_t rows = proto_get_u32(&r), cols = proto_get_u32(&r);
+        if (r.failed || rows == 0 || cols == 0 || rows > UINT16_MAX || cols > UINT16_MAX) {
+            conn_error(c, PROTO_ERR_PROTOCOL, EINVAL, "bad terminal size");
+            break;
+        }
+        struct winsize ws = { .ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols };
+        /* The kernel sends SIGWINCH to the foreground process group. */
+        int err = c->tty < 0 ? ENOTTY : ioctl(c->tty, TIOCSWINSZ, &ws) < 0 ? errno : 0;
+        proto_buf_init(&b, PROTO_RESIZED);
+        proto_put_i32(&b, err);
+        conn_send(c, &b);
+        break;
+    }
     case PROTO_PING:
         proto_buf_init(&b, PROTO_PONG);
         proto_put_u32(&b, PROTO_VERSION);
@@ -1518,6 +1746,8 @@ static void conn_read(conn *c)
 static void conn_free(conn *c)
 {
     conn_close_fds(c);
+    if (c->tty >= 0)
+        close(c->tty);
     if (c->rp)
         c->rp->owner = NULL;    /* it serves on until its exec's tree is gone */
     close(c->fd);
@@ -1573,6 +1803,7 @@ static int accept_conns(void)
             return -1;
         }
         c->fd = fd;
+        c->tty = -1;
         S.conns[S.nconns++] = c;
     }
     return 0;

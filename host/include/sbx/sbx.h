@@ -201,7 +201,7 @@ SBX_EXPORT const char *sbx_strerror(sbx_error_code code);
 #define SBX_CAP_DIR_TRANSFER    (UINT64_C(1) << 3)  /* native tar transfer */
 #define SBX_CAP_SNAPSHOT        (UINT64_C(1) << 4)
 #define SBX_CAP_RESUME          (UINT64_C(1) << 5)  /* session state / resume */
-#define SBX_CAP_PTY             (UINT64_C(1) << 6)
+#define SBX_CAP_PTY             (UINT64_C(1) << 6)  /* commands on a terminal (tty_rows) */
 #define SBX_CAP_ISOLATION       (UINT64_C(1) << 7)  /* commands cannot see the host */
 #define SBX_CAP_NETWORK_POLICY  (UINT64_C(1) << 8)  /* allow_internet=false */
 #define SBX_CAP_CPU_LIMIT       (UINT64_C(1) << 9)
@@ -1150,8 +1150,22 @@ typedef void (*sbx_output_fn)(sbx_stream stream, const void *data, size_t len,
  *    and the stream's truncated flag is set.
  *  - on_output / user_data: optional streaming callback.
  *  - flags: SBX_EXEC_NO_CAPTURE keeps nothing in the result (both buffers
- *    empty, not truncated): output only reaches on_output. Unknown bits are
- *    invalid_argument.
+ *    empty, not truncated): output only reaches on_output.
+ *    SBX_EXEC_STDIN_OPEN (sbx_sandbox_start_process only): stdin stays open
+ *    after stdin_data for sbx_process_write_stdin, until
+ *    sbx_process_close_stdin. Unknown bits are invalid_argument.
+ *  - tty_rows / tty_cols: > 0 both = the command runs on a
+ *    pseudo-terminal of that size (rows and columns of characters,
+ *    1..SBX_TTY_MAX), made inside the sandbox: it is the command's stdin,
+ *    stdout, stderr and controlling terminal, so its output (both streams,
+ *    merged by the terminal, with its line discipline's translations such
+ *    as "\n" to "\r\n") comes as stdout only; stderr stays empty. stdin
+ *    bytes are typed at the terminal (echoed, ^C is SIGINT, ^D the EOF
+ *    character): stdin is never closed on its own; closing it
+ *    (sbx_process_close_stdin) hangs the terminal up (SIGHUP). 0 both = no
+ *    terminal. One 0 and not the other, or one too large, is
+ *    invalid_argument. A backend without SBX_CAP_PTY refuses a terminal
+ *    with feature_not_supported naming it.
  *
  * All pointers are borrowed for the duration of the call.
  */
@@ -1168,13 +1182,21 @@ typedef struct sbx_exec_request {
     sbx_output_fn on_output;
     void *user_data;
     unsigned flags;
+    /* --- later fields: read only within struct_size (a caller built with an
+     * older header gets none of them: no terminal) --- */
+    unsigned tty_rows;
+    unsigned tty_cols;
 } sbx_exec_request;
 
 /** sbx_exec_request.flags bits. */
 #define SBX_EXEC_NO_CAPTURE 1u
+#define SBX_EXEC_STDIN_OPEN 2u
+
+/** The largest terminal dimension (rows or columns), as struct winsize holds. */
+#define SBX_TTY_MAX 65535u
 
 #define SBX_EXEC_REQUEST_INIT { sizeof(sbx_exec_request), NULL, NULL, NULL, NULL, \
-                                NULL, 0, 0.0, 0, NULL, NULL, 0 }
+                                NULL, 0, 0.0, 0, NULL, NULL, 0, 0, 0 }
 
 /** The outcome of a command that ran. */
 typedef struct sbx_result sbx_result;
@@ -1218,6 +1240,121 @@ SBX_EXPORT sbx_result *sbx_sandbox_execute_code(sbx_sandbox *sandbox,
                                                 const char *code,
                                                 const sbx_exec_request *request,
                                                 sbx_error **error);
+
+/* ------------------------------------------------------------------------ */
+/* Running processes                                                         */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * sbx_process:
+ * A command started with sbx_sandbox_start_process() and not waited for:
+ * the caller writes its stdin, resizes its terminal, reads its output
+ * through the request's on_output callback (called from inside
+ * sbx_process_wait), and waits for it, in a loop of its own if it likes
+ * (sbx_process_get_fd). Calls on one process must not overlap (one thread
+ * at a time); different processes are independent. The sandbox must
+ * outlive it. Opaque; free with sbx_process_free().
+ */
+typedef struct sbx_process sbx_process;
+
+/**
+ * sbx_sandbox_start_process:
+ * Starts @request (as execute_command; its on_output, output_limit and
+ * flags included) and returns at once. With SBX_EXEC_STDIN_OPEN stdin
+ * stays open (stdin_data, when set, comes first); without it, it ends
+ * after stdin_data (or at once), as in execute_command; with a terminal it
+ * stays open either way. The request's timeout applies from now (the
+ * command gets SIGTERM, then SIGKILL, from within sbx_process_wait, which
+ * then reports exit code 124). Errors: as execute_command, and
+ * feature_not_supported (naming the backend) for a terminal on a backend
+ * without SBX_CAP_PTY. The request's pointers are borrowed for this call,
+ * except on_output / user_data, which stay in use until the process is
+ * freed. Free the process with sbx_process_free(). Thread-safe as
+ * execute_command. Since 0.1.
+ */
+SBX_EXPORT sbx_process *sbx_sandbox_start_process(sbx_sandbox *sandbox,
+                                                  const sbx_exec_request *request,
+                                                  sbx_error **error);
+
+/**
+ * sbx_process_write_stdin:
+ * Queues @len bytes of @data (borrowed for the call; copied) for the
+ * command's stdin and sends what the command takes now without waiting;
+ * the rest goes out from sbx_process_wait, so a command that reads slowly
+ * never blocks the caller. With a terminal the bytes are typed at it.
+ * Bytes written after the command stopped reading are dropped. Returns 0;
+ * -1 with invalid_argument when stdin is not open (no SBX_EXEC_STDIN_OPEN
+ * and no terminal, or closed already) or @data is NULL with @len > 0,
+ * resource_exhausted when out of memory. Since 0.1.
+ */
+SBX_EXPORT int sbx_process_write_stdin(sbx_process *process, const void *data, size_t len,
+                                       sbx_error **error);
+
+/**
+ * sbx_process_close_stdin:
+ * Ends stdin once the queued bytes are sent: the command reads EOF; with a
+ * terminal, the terminal is hung up (SIGHUP to the command's session) as
+ * when a terminal window closes: to send EOF to a program reading the
+ * terminal, write its EOF character ("\x04") instead. Closing a closed
+ * stdin is a no-op. Returns 0, or -1 with invalid_argument when stdin was
+ * never open. Since 0.1.
+ */
+SBX_EXPORT int sbx_process_close_stdin(sbx_process *process, sbx_error **error);
+
+/**
+ * sbx_process_resize:
+ * Sets the terminal's size to @rows x @cols (characters, each
+ * 1..SBX_TTY_MAX); the command's foreground process group gets SIGWINCH
+ * when it changed, and `stty size` shows it from then on. A process that
+ * ended already: a no-op returning 0. Errors: invalid_argument (no
+ * terminal, or a size out of range, naming it), connection / timeout from
+ * the backend. Since 0.1.
+ */
+SBX_EXPORT int sbx_process_resize(sbx_process *process, unsigned rows, unsigned cols,
+                                  sbx_error **error);
+
+/**
+ * sbx_process_wait:
+ * Delivers the output that arrived to on_output, sends queued stdin, and
+ * waits up to @timeout_secs (0 = do not wait, < 0 = until the command
+ * ends) for the command's main process to end. Returns 1 when it ended
+ * (then *@exit_code, if not NULL, is its code: 0..255, 128+N for signal
+ * N, 124 for the request's timeout, as in a result; *@result, if not
+ * NULL, gets a new result as execute_command would give: output kept,
+ * flags, duration; free it with sbx_result_free()), 0 when it still runs,
+ * -1 on error (NaN @timeout_secs is invalid_argument; the sandbox ended
+ * is not_found; connection). Once it returned 1 it returns 1 again at
+ * once with the same code (and a result each time it is asked for). Since
+ * 0.2.
+ */
+SBX_EXPORT int sbx_process_wait(sbx_process *process, double timeout_secs, int *exit_code,
+                                sbx_result **result, sbx_error **error);
+
+/**
+ * sbx_process_get_fd:
+ * A descriptor that polls readable when sbx_process_wait(process, 0, ...)
+ * has something to do: output arrived, the command ended, or queued stdin
+ * can go out. Owned by the process (do not close or read it); valid until
+ * sbx_process_free(). -1 when none could be made (poll with a short
+ * timeout instead). Since 0.1.
+ */
+SBX_EXPORT int sbx_process_get_fd(sbx_process *process);
+
+/**
+ * sbx_process_kill:
+ * Sends @signal (1..NSIG-1; SIGTERM, SIGKILL, SIGINT ...) to the
+ * command's whole process tree (background descendants included).
+ * Succeeds when it ended already. Errors: invalid_argument naming a bad
+ * signal, connection / timeout from the backend. Since 0.1.
+ */
+SBX_EXPORT int sbx_process_kill(sbx_process *process, int signal, sbx_error **error);
+
+/**
+ * sbx_process_free:
+ * Frees @process: a command still running is killed (its whole tree) and
+ * every descriptor of it closed. NULL is a no-op. Since 0.1.
+ */
+SBX_EXPORT void sbx_process_free(sbx_process *process);
 
 /**
  * Result accessors. get0_stdout / get0_stderr return the bytes (never NULL:
