@@ -1076,11 +1076,11 @@ static char *slurp(const char *path, size_t *len)
     return buf;
 }
 
-/* Runs `sbx ps --json` and returns the ids it lists, space-separated, in
- * its order, each as "ID:backend:alive" (alive 1, 0 or null). */
+/* Runs `sbx ps -a --json` and returns the ids it lists, space-separated,
+ * in its order, each as "ID:backend:alive" (alive 1, 0 or null). */
 static char *ps_summary(const char *const *env)
 {
-    cli_run r = SBX_KEEP_ENV(env, "ps", "--json");
+    cli_run r = SBX_KEEP_ENV(env, "ps", "-a", "--json");
     json_object *array, *o, *v;
     char *out = calloc(1, 1);
     size_t len = 0, i;
@@ -1094,7 +1094,7 @@ static char *ps_summary(const char *const *env)
         char item[256];
 
         o = json_object_array_get_idx(array, i);
-        cr_assert_eq(json_object_object_length(o), 4, "%s", json_object_to_json_string(o));
+        cr_assert_eq(json_object_object_length(o), 7, "%s", json_object_to_json_string(o));
         cr_assert(json_object_object_get_ex(o, "id", &v));
         id = json_object_get_string(v);
         cr_assert(json_object_object_get_ex(o, "backend", &v));
@@ -1173,7 +1173,7 @@ Test(cli, create_exec_rm_in_separate_processes)
     cr_expect_str_empty(ps, "ps after rm: %s", ps);
     free(ps);
     r = SBX("ps");
-    expect_run(&r, 0, "ID  BACKEND  CREATED               ALIVE\n");
+    expect_run(&r, 0, "ID  NAME  BACKEND  CREATED               STATE\n");
     free_run(&r);
 
     /* Nothing of it is left; and now it is unknown. */
@@ -1422,10 +1422,16 @@ Test(cli, state_files_are_private_in_private_directories)
     set_path(path, sizeof path, "%s/state/sandboxes", g_tmpdir);
     cr_expect_eq(count_entries(path), 1);
 
-    /* {"created": ISO 8601 UTC, "state": the session state}. */
+    /* {"created": ISO 8601 UTC, "state": the session state, "expires": ISO
+     * 8601 UTC, "options": the options set (none here)}. */
     json_object *doc = json_object_from_file(rec), *v, *state;
     cr_assert_not_null(doc, "%s is not JSON", rec);
-    cr_expect_eq(json_object_object_length(doc), 2);
+    cr_expect_eq(json_object_object_length(doc), 4);
+    cr_expect(json_object_object_get_ex(doc, "options", &v) &&
+              json_object_is_type(v, json_type_object) && json_object_object_length(v) == 0,
+              "options %s", json_object_to_json_string(v));
+    cr_expect(json_object_object_get_ex(doc, "expires", &v) &&
+              json_object_get_string_len(v) == 20, "expires %s", json_object_to_json_string(v));
     cr_assert(json_object_object_get_ex(doc, "created", &v));
     const char *created = json_object_get_string(v);
     struct tm tm;
@@ -1619,8 +1625,8 @@ Test(cli, ps_table)
     json_object *doc = json_object_from_file(rec), *v;
 
     cr_assert(doc && json_object_object_get_ex(doc, "created", &v));
-    cr_assert(asprintf(&want, "ID%*s  BACKEND  CREATED               ALIVE\n"
-                       "%s  local    %s  yes\n", (int)strlen(id) - 2, "", id,
+    cr_assert(asprintf(&want, "ID%*s  NAME  BACKEND  CREATED               STATE\n"
+                       "%s  -     local    %s  running\n", (int)strlen(id) - 2, "", id,
                        json_object_get_string(v)) > 0);
     json_object_put(doc);
     cli_run r = SBX_KEEP("ps");
@@ -1632,6 +1638,256 @@ Test(cli, ps_table)
     free_run(&r);
     free(rec);
     free(id);
+}
+
+/* ----------------------------------------------- ids, names, inspect */
+
+/* Runs `sbx ARGS...` (keeping sandboxes) and checks its exact status,
+ * stdout and stderr. */
+static void expect_keep(const char *const *args, int status, const char *out, const char *err)
+{
+    cli_run r = run_keep(args, NULL);
+
+    expect_run(&r, status, out);
+    cr_expect_str_eq(r.err, err, "sbx %s: stderr \"%s\", expected \"%s\"", args[0], r.err, err);
+    free_run(&r);
+}
+
+#define EXPECT_KEEP(status, out, err, ...) \
+    expect_keep((const char *const[]){ __VA_ARGS__, NULL }, (status), (out), (err))
+
+/* The longest common prefix of @a and @b, plus one more character of @a
+ * (a prefix that names @a alone), in @out. */
+static void unique_prefix(const char *a, const char *b, char *out, size_t size)
+{
+    size_t n = 0;
+
+    while (a[n] != '\0' && a[n] == b[n])
+        n++;
+    cr_assert(a[n] != '\0' && n + 2 <= size);
+    memcpy(out, a, n + 1);
+    out[n + 1] = '\0';
+}
+
+Test(cli, ids_take_names_and_unique_prefixes_as_docker_does)
+{
+    char *web = CREATE("--name", "web", "-t", "300");
+    char *other = create_with(NULL, NULL);
+    char prefix[64], *want, *ambiguous;
+    cli_run r;
+
+    /* By name, by a unique prefix, by the whole id. */
+    EXPECT_KEEP(0, "by name\n", "", "exec", "web", "echo", "by name");
+    unique_prefix(web, other, prefix, sizeof prefix);
+    EXPECT_KEEP(0, "by prefix\n", "", "exec", prefix, "echo", "by prefix");
+    EXPECT_KEEP(0, "whole\n", "", "exec", web, "echo", "whole");
+    r = SBX_KEEP("ls", "web", "/");
+    cr_expect_eq(r.status, 0, "ls by name: %d %s", r.status, r.err);
+    free_run(&r);
+
+    /* A prefix both ids share: ambiguous, naming both (oldest first). */
+    char *c_web = record_created(web), *c_other = record_created(other);
+    int first_web = strcmp(c_web, c_other) < 0 ||
+                    (strcmp(c_web, c_other) == 0 && strcmp(web, other) < 0);
+    cr_assert(asprintf(&ambiguous, "sbx: sandbox id prefix \"sbx-local-\" is ambiguous: it "
+                       "matches %s, %s\n", first_web ? web : other,
+                       first_web ? other : web) > 0);
+    EXPECT_KEEP(125, "", ambiguous, "exec", "sbx-local-", "true");
+    EXPECT_KEEP(125, "", ambiguous, "rm", "sbx-local-");
+    free(c_web);
+    free(c_other);
+    free(ambiguous);
+    /* Nothing matches: not found, naming it. */
+    EXPECT_KEEP(125, "", "sbx: no such sandbox: nomatch\n", "exec", "nomatch", "true");
+    EXPECT_KEEP(125, "[\n]\n", "sbx: no such sandbox: sbx-local-zzzzzzz\n",
+                "inspect", "sbx-local-zzzzzzz");
+
+    /* A taken name, a name that is an id, a malformed name: refused before
+     * anything is made. */
+    cr_assert(asprintf(&want, "sbx: the name \"web\" is already taken by sandbox %s\n",
+                       web) > 0);
+    EXPECT_KEEP(125, "", want, "create", "--name", "web");
+    free(want);
+    cr_assert(asprintf(&want, "sbx: the name \"%s\" is already the id of sandbox %s\n",
+                       other, other) > 0);
+    EXPECT_KEEP(125, "", want, "create", "--name", other);
+    free(want);
+    EXPECT_KEEP(125, "", "sbx: invalid --name value \"-x/y\": expected 1 to 200 of "
+                "[A-Za-z0-9_.-], starting with a letter or digit\n",
+                "create", "--name=-x/y");
+    EXPECT_KEEP(125, "", "sbx: --name is for `sbx create`: the sandbox of run is not "
+                "recorded\nsbx: see 'sbx run --help'\n", "run", "--name", "x", "true");
+    char left[1024];
+
+    /* ps shows the name; rm by name prints what was given and forgets it. */
+    char *c = record_created(web), *c2 = record_created(other);
+    cr_assert(asprintf(&want, "%-*s  NAME  BACKEND  CREATED               STATE\n"
+                       "%s  %s  local    %s  running\n%s  %s  local    %s  running\n",
+                       (int)strlen(web), "ID", first_web ? web : other, first_web ? "web " : "-   ",
+                       first_web ? c : c2, first_web ? other : web,
+                       first_web ? "-   " : "web ", first_web ? c2 : c) > 0);
+    EXPECT_KEEP(0, want, "", "ps");
+    free(want);
+    free(c);
+    free(c2);
+    EXPECT_KEEP(0, "web\n", "", "rm", "web");
+    EXPECT_KEEP(125, "", "sbx: no such sandbox: web\n", "exec", "web", "true");
+    /* Unique now; rm prints the id as given, as docker rm does. */
+    EXPECT_KEEP(0, "sbx-local-\n", "", "rm", "sbx-local-");
+    sandboxes_left(left, sizeof left);
+    cr_expect_str_empty(left, "left: %s", left);
+    free(web);
+    free(other);
+}
+
+Test(cli, inspect_prints_the_record_state_options_and_capabilities)
+{
+    char *id = CREATE("--name", "box", "-t", "300", "-e", "SECRET=hidden");
+    char *created = record_created(id), *want;
+    json_object *doc = NULL, *v;
+    cli_run r = SBX_KEEP("inspect", "box");
+
+    cr_assert_eq(r.status, 0, "inspect: %d %s", r.status, r.err);
+    cr_expect_str_empty(r.err);
+    cr_expect(strstr(r.out, "hidden") == NULL, "an env value was recorded: %s", r.out);
+    doc = json_tokener_parse(r.out);
+    cr_assert(doc != NULL && json_object_is_type(doc, json_type_array) &&
+              json_object_array_length(doc) == 1, "%s", r.out);
+    json_object *o = json_object_array_get_idx(doc, 0);
+    /* Every member, exactly; expires is the lifetime after creation. */
+    cr_assert(json_object_object_get_ex(o, "expires", &v));
+    const char *expires = json_object_get_string(v);
+    struct tm tc = { 0 }, te = { 0 };
+    cr_assert(strptime(created, "%Y-%m-%dT%H:%M:%SZ", &tc) != NULL);
+    cr_assert(expires != NULL && strptime(expires, "%Y-%m-%dT%H:%M:%SZ", &te) != NULL,
+              "expires %s", expires);
+    double life = difftime(timegm(&te), timegm(&tc));
+    cr_expect(life >= 300 && life <= 302, "lifetime %g s (%s .. %s)", life, created, expires);
+    cr_assert(asprintf(&want, "{ \"id\": \"%s\", \"name\": \"box\", \"backend\": \"local\", "
+                       "\"provider_id\": \"%s\", \"state\": \"running\", \"created\": \"%s\", "
+                       "\"expires\": \"%s\", \"options\": { \"timeout_secs\": 300.0, "
+                       "\"env_vars\": true }, \"capabilities\": [ \"exec\", \"exec_stdin\", "
+                       "\"files\", \"dir_transfer\", \"resume\", \"lifetime\", "
+                       "\"background\" ] }", id, id, created, expires) > 0);
+    cr_expect_str_eq(json_object_to_json_string_ext(o, JSON_C_TO_STRING_SPACED), want);
+    free(want);
+    json_object_put(doc);
+    free_run(&r);
+    /* One unknown among known ones: the known printed, status 125. */
+    r = SBX_KEEP("inspect", id, "nosuch");
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, "sbx: no such sandbox: nosuch\n");
+    doc = json_tokener_parse(r.out);
+    cr_expect(doc != NULL && json_object_array_length(doc) == 1, "%s", r.out);
+    json_object_put(doc);
+    free_run(&r);
+    r = SBX_KEEP("inspect");
+    EXPECT_TOOL_FAILURE(&r, "no sandbox id given");
+    free_run(&r);
+    r = SBX_KEEP("rm", id);
+    cr_expect_eq(r.status, 0);
+    free_run(&r);
+    free(created);
+    free(id);
+}
+
+Test(cli, ps_all_lists_expired_ones_with_their_state_and_rm_f_forgets)
+{
+    char *brief = CREATE("-t", "1");
+    char *lasting = CREATE("-t", "300");
+    char *c_brief = record_created(brief), *c_lasting = record_created(lasting), *want;
+
+    usleep(2200 * 1000);
+    /* Without -a only the running one. */
+    cr_assert(asprintf(&want, "%-*s  NAME  BACKEND  CREATED               STATE\n"
+                       "%s  -     local    %s  running\n", (int)strlen(lasting), "ID",
+                       lasting, c_lasting) > 0);
+    EXPECT_KEEP(0, want, "", "ps");
+    free(want);
+    /* With -a both, oldest first: the brief one expired. */
+    int brief_first = strcmp(c_brief, c_lasting) < 0 ||
+                      (strcmp(c_brief, c_lasting) == 0 && strcmp(brief, lasting) < 0);
+    char row_b[256], row_l[256];
+    set_path(row_b, sizeof row_b, "%s  -     local    %s  expired\n", brief, c_brief);
+    set_path(row_l, sizeof row_l, "%s  -     local    %s  running\n", lasting, c_lasting);
+    cr_assert(asprintf(&want, "%-*s  NAME  BACKEND  CREATED               STATE\n"
+                       "%s%s", (int)strlen(brief), "ID", brief_first ? row_b : row_l, brief_first ? row_l : row_b) > 0);
+    EXPECT_KEEP(0, want, "", "ps", "-a");
+    EXPECT_KEEP(0, want, "", "ps", "--all", "--no-trunc");
+    free(want);
+    /* rm -f of one that no longer exists: forgotten, status 0. */
+    cr_assert(asprintf(&want, "%s\n", brief) > 0);
+    cli_run r = SBX_KEEP("rm", "-f", brief);
+    expect_run(&r, 0, "");
+    cr_expect(strstr(r.err, "no longer exists; forgot it") != NULL, "%s", r.err);
+    free_run(&r);
+    free(want);
+    char *rec = record_path(brief);
+    cr_expect(access(rec, F_OK) < 0, "%s is still recorded", rec);
+    free(rec);
+
+    /* A record whose backend is not installed: rm refuses and keeps it,
+     * rm -f forgets it. */
+    rec = record_path(lasting);
+    json_object *doc = json_object_from_file(rec), *state;
+    cr_assert(doc && json_object_object_get_ex(doc, "state", &state));
+    json_object_object_add(state, "backend", json_object_new_string("nosuchbackend"));
+    char planted[PATH_MAX];
+    set_path(planted, sizeof planted, "%s/state/sandboxes/sbx-nosuchbackend-1.json", g_tmpdir);
+    cr_assert_eq(json_object_to_file(planted, doc), 0);
+    cr_assert_eq(chmod(planted, 0600), 0);
+    json_object_put(doc);
+    r = SBX_KEEP("rm", "sbx-nosuchbackend-1");
+    cr_expect_eq(r.status, 125, "rm: %d %s", r.status, r.err);
+    cr_expect(strstr(r.err, "code=backend_not_installed") != NULL, "%s", r.err);
+    free_run(&r);
+    cr_expect_eq(access(planted, F_OK), 0, "rm without -f forgot it");
+    r = SBX_KEEP("rm", "--force", "sbx-nosuch");
+    expect_run(&r, 0, "sbx-nosuch\n");
+    cr_expect(strstr(r.err, "sbx: forgot sandbox sbx-nosuchbackend-1 (-f); whatever is left "
+                            "of it is not removed\n") != NULL, "%s", r.err);
+    free_run(&r);
+    cr_expect(access(planted, F_OK) < 0, "rm -f kept it");
+    cr_assert(asprintf(&want, "%s\n", lasting) > 0);
+    EXPECT_KEEP(0, want, "", "rm", lasting);
+    free(want);
+    free(rec);
+    free(c_brief);
+    free(c_lasting);
+    free(brief);
+    free(lasting);
+}
+
+Test(cli, version_command_lists_library_abi_and_plugins)
+{
+    cli_run r = SBX("version");
+    char want[PATH_MAX * 2];
+
+    set_path(want, sizeof want, "sbx:         %s\nlibsbx:      %s\nplugin ABI:  1.1\nplugins:\n",
+             sbx_version(), sbx_version());
+    cr_expect_eq(r.status, 0, "%d %s", r.status, r.err);
+    cr_expect(strncmp(r.out, want, strlen(want)) == 0, "got \"%s\"", r.out);
+    /* The local plugin's row: name, version, ABI, path. */
+    const char *row = strstr(r.out, "\n  local ");
+    char name[64], version[64], abi[64], path[PATH_MAX];
+    cr_assert_not_null(row, "got \"%s\"", r.out);
+    cr_assert_eq(sscanf(row, " %63s %63s ABI %63s %4095s", name, version, abi, path), 4,
+                 "row \"%s\"", row);
+    cr_expect_str_eq(version, sbx_version());
+    cr_expect_str_eq(abi, "1.1");
+    cr_expect(strlen(path) > 28 &&
+              strcmp(path + strlen(path) - 28, "/plugins/local/.libs/libsbx-local.so" + 8) == 0,
+              "path %s", path);
+    free_run(&r);
+    r = SBX("version", "--json");
+    json_object *doc = json_tokener_parse(r.out), *v;
+    cr_assert(doc != NULL, "%s", r.out);
+    cr_expect(json_object_object_get_ex(doc, "plugin_abi", &v) &&
+              strcmp(json_object_get_string(v), "1.1") == 0);
+    cr_expect(json_object_object_get_ex(doc, "libsbx", &v) &&
+              strcmp(json_object_get_string(v), sbx_version()) == 0);
+    json_object_put(doc);
+    free_run(&r);
 }
 
 Test(cli, create_failures_leave_nothing)
@@ -1693,7 +1949,8 @@ Test(cli, help)
     cr_expect_eq(r.status, 0);
     cr_expect(strstr(r.out, "Usage: sbx backends") != NULL, "%s", r.out);
     free_run(&r);
-    static const char *const cmds[] = { "create", "exec", "cp", "ls", "rm", "ps" };
+    static const char *const cmds[] = { "create", "exec", "cp", "ls", "rm", "ps", "inspect",
+                                        "version" };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         char want[64];
 
@@ -2176,7 +2433,7 @@ Test(cli, state_files_and_parents_of_others_are_refused)
     /* ps reports it and lists nothing. */
     r = SBX_KEEP("ps");
     cr_expect_eq(r.status, 0);
-    cr_expect_str_eq(r.out, "ID  BACKEND  CREATED               ALIVE\n");
+    cr_expect_str_eq(r.out, "ID  NAME  BACKEND  CREATED               STATE\n");
     cr_expect_str_eq(r.err, want);
     free_run(&r);
     expect_victim_intact(victim);
@@ -2259,7 +2516,7 @@ Test(cli, state_directory_rules_hold_for_an_unprivileged_user)
     /* Its own and private: fine (and made 0700). */
     cr_assert_eq(chmod(dir, 0755), 0);
     r = run_spec(&spec);
-    expect_run(&r, 0, "ID  BACKEND  CREATED               ALIVE\n");
+    expect_run(&r, 0, "ID  NAME  BACKEND  CREATED               STATE\n");
     cr_expect_str_empty(r.err);
     free_run(&r);
     expect_mode(dir, 0700);
