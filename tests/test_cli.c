@@ -987,6 +987,20 @@ static cli_run run_keep(const char *const *args, const char *const *env)
     return run_spec(&spec);
 }
 
+/* Runs `sbx ARGS...` (keeping sandboxes) and checks its exact status,
+ * stdout and stderr. */
+static void expect_keep(const char *const *args, int status, const char *out, const char *err)
+{
+    cli_run r = run_keep(args, NULL);
+
+    expect_run(&r, status, out);
+    cr_expect_str_eq(r.err, err, "sbx %s: stderr \"%s\", expected \"%s\"", args[0], r.err, err);
+    free_run(&r);
+}
+
+#define EXPECT_KEEP(status, out, err, ...) \
+    expect_keep((const char *const[]){ __VA_ARGS__, NULL }, (status), (out), (err))
+
 /* Runs `sbx create ARGS...` (with @env); asserts that it printed exactly
  * one line, a local sandbox id, and returns the id (free()). */
 static char *create_with(const char *const *env, const char *const *args)
@@ -1209,7 +1223,11 @@ Test(cli, create_cp_exec_ls_cp_back_rm_ps)
     cr_assert_eq(fclose(f), 0);
     cr_assert_eq(chmod(local, 0755), 0);
 
-    /* cp in: a missing parent directory is made. */
+    /* cp in, into a directory that exists (a missing parent is an error:
+     * cp_destination_whose_parent_is_missing_...). */
+    r = SBX_KEEP("exec", id, "--", "sh", "-c", "mkdir \"$SANDBOX_ROOT/work\"");
+    expect_run(&r, 0, "");
+    free_run(&r);
     set_path(spec, sizeof spec, "%s:/work/in.sh", id);
     r = SBX_KEEP("cp", local, spec);
     expect_run(&r, 0, "");
@@ -1404,6 +1422,54 @@ Test(cli, cp_directories_dash_names_and_errors)
     r = SBX_KEEP("rm", id);
     cr_expect_eq(r.status, 0, "stderr \"%s\"", r.err);
     free_run(&r);
+    free(id);
+}
+
+static void write_text(const char *path, const char *text, mode_t mode);
+
+Test(cli, cp_destination_whose_parent_is_missing_is_an_error_in_both_directions)
+{
+    char *id = create_with(NULL, NULL), *want;
+    char local[PATH_MAX], missing[PATH_MAX], dst[PATH_MAX + 64], src[PATH_MAX + 64];
+
+    set_path(local, sizeof local, "%s/file", g_tmpdir);
+    write_text(local, "data\n", 0644);
+    set_path(missing, sizeof missing, "%s/no-such-dir/x", g_tmpdir);
+    /* To the sandbox: nothing is made there. */
+    set_path(dst, sizeof dst, "%s:/no-such-dir/x", id);
+    cr_assert(asprintf(&want, "sbx: cannot copy to /no-such-dir/x: its parent directory "
+                       "/no-such-dir does not exist in the sandbox\n") > 0);
+    EXPECT_KEEP(125, "", want, "cp", local, dst);
+    free(want);
+    EXPECT_KEEP(1, "", "", "exec", id, "--", "sh", "-c", "test -e no-such-dir");
+    set_path(dst, sizeof dst, "%s:/no-such-dir/", id);
+    EXPECT_KEEP(125, "", "sbx: cannot copy to /no-such-dir/: no such directory in the "
+                "sandbox\n", "cp", local, dst);
+    /* To this host: neither. */
+    set_path(dst, sizeof dst, "%s:/f", id);
+    EXPECT_KEEP(0, "", "", "cp", local, dst);
+    set_path(src, sizeof src, "%s:/f", id);
+    cr_assert(asprintf(&want, "sbx: cannot copy to %s: its parent directory %s/no-such-dir "
+                       "does not exist\n", missing, g_tmpdir) > 0);
+    EXPECT_KEEP(125, "", want, "cp", src, missing);
+    free(want);
+    set_path(src, sizeof src, "%s:/", id);
+    cr_assert(asprintf(&want, "sbx: cannot copy to %s: its parent directory %s/no-such-dir "
+                       "does not exist\n", missing, g_tmpdir) > 0);
+    EXPECT_KEEP(125, "", want, "cp", "-r", src, missing);
+    free(want);
+    set_path(missing, sizeof missing, "%s/no-such-dir", g_tmpdir);
+    cr_expect(access(missing, F_OK) < 0 && errno == ENOENT, "%s was made", missing);
+    /* A parent that exists: copied. */
+    set_path(src, sizeof src, "%s:/f", id);
+    set_path(dst, sizeof dst, "%s/back", g_tmpdir);
+    EXPECT_KEEP(0, "", "", "cp", src, dst);
+    char *got = slurp(dst, NULL);
+    cr_expect_str_eq(got, "data\n");
+    free(got);
+    cr_assert(asprintf(&want, "%s\n", id) > 0);
+    EXPECT_KEEP(0, want, "", "rm", id);
+    free(want);
     free(id);
 }
 
@@ -1641,20 +1707,6 @@ Test(cli, ps_table)
 }
 
 /* ----------------------------------------------- ids, names, inspect */
-
-/* Runs `sbx ARGS...` (keeping sandboxes) and checks its exact status,
- * stdout and stderr. */
-static void expect_keep(const char *const *args, int status, const char *out, const char *err)
-{
-    cli_run r = run_keep(args, NULL);
-
-    expect_run(&r, status, out);
-    cr_expect_str_eq(r.err, err, "sbx %s: stderr \"%s\", expected \"%s\"", args[0], r.err, err);
-    free_run(&r);
-}
-
-#define EXPECT_KEEP(status, out, err, ...) \
-    expect_keep((const char *const[]){ __VA_ARGS__, NULL }, (status), (out), (err))
 
 /* The longest common prefix of @a and @b, plus one more character of @a
  * (a prefix that names @a alone), in @out. */
@@ -2865,7 +2917,7 @@ Test(cli, cp_ends_on_sigterm_while_the_transfer_blocks_and_leaves_nothing)
         if (cases[i].in_keep)
             set_path(dst, sizeof dst, "%s/x", keep);
         else
-            set_path(dst, sizeof dst, "%s/sub/x", out_dir);
+            set_path(dst, sizeof dst, "%s", out_dir);   /* made by the copy */
         set_path(src, sizeof src, "%s:%s", id, cases[i].path);
         const char *const args[] = { "cp", cases[i].flag, src, dst, NULL };
         cli_spec spec = { 0 };
