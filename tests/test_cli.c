@@ -874,6 +874,109 @@ Test(cli, backends_lists_local_ok)
     free_run(&r);
 }
 
+static void set_path(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The row of backend @name in the `sbx backends` table @out (new string,
+ * without its newline), or NULL. */
+static char *backend_row(const char *out, const char *name)
+{
+    size_t n = strlen(name);
+    const char *p = out;
+
+    while (p != NULL && *p != '\0') {
+        const char *end = strchr(p, '\n');
+
+        if (strncmp(p, name, n) == 0 && p[n] == ' ')
+            return strndup(p, end ? (size_t)(end - p) : strlen(p));
+        p = end ? end + 1 : NULL;
+    }
+    return NULL;
+}
+
+Test(cli, backends_status_says_what_the_probe_found)
+{
+    cli_spec spec = { 0 };
+    const char *env[] = { "DOCKER_HOST=unix:///nonexistent/sbx-test.sock", NULL };
+    cli_run r;
+    char *row;
+
+    spec.args = (const char *const[]){ "backends", NULL };
+    spec.env = env;
+    r = run_spec(&spec);
+    cr_expect_eq(r.status, 0, "stderr: \"%s\"", r.err);
+    row = backend_row(r.out, "docker");
+    cr_assert_not_null(row, "no docker row: %s", r.out);
+    static const char docker[] = "docker      0.1.0    unavailable: cannot reach the Docker "
+                                 "Engine at unix:///nonexistent/sbx-test.sock: ";
+    cr_expect(strncmp(row, docker, sizeof docker - 1) == 0, "row \"%s\"", row);
+    free(row);
+    row = backend_row(r.out, "safehouse");
+    cr_assert_not_null(row, "no safehouse row: %s", r.out);
+#ifdef __APPLE__
+    cr_expect(strstr(row, "  ok") != NULL || strstr(row, "unavailable: ") != NULL, "%s", row);
+#else
+    static const char safehouse[] = "safehouse   0.1.0    unavailable: safehouse backend needs "
+                                    "macOS (sandbox-exec) and the safehouse CLI";
+    cr_expect(strncmp(row, safehouse, sizeof safehouse - 1) == 0, "row \"%s\"", row);
+#endif
+    free(row);
+    row = backend_row(r.out, "local");
+    cr_expect_str_eq(row, "local       0.1.0    ok");
+    free(row);
+    free_run(&r);
+
+    /* No plugin at all: said on stderr, non-zero. */
+    const char *none[] = { "SBX_PLUGIN_PATH=/nonexistent/sbx-plugins", NULL };
+    char want[PATH_MAX + 128];
+    set_path(want, sizeof want, "sbx: no backend plugin found (searched SBX_PLUGIN_PATH and "
+             "%s)\n", sbx_plugin_dir());
+    spec.env = none;
+    r = run_spec(&spec);
+    expect_run(&r, 125, "");
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+    spec.args = (const char *const[]){ "backends", "--json", NULL };
+    r = run_spec(&spec);
+    expect_run(&r, 125, "[\n]\n");
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+}
+
+Test(cli, unknown_backend_lists_the_installed_ones)
+{
+    cli_spec spec = { 0 };
+    char path[PATH_MAX], var[PATH_MAX + 32], want[4 * PATH_MAX];
+    const char *env[] = { var, NULL };
+    cli_run r;
+
+    set_path(path, sizeof path, "%s", getenv("SBX_PLUGIN_PATH"));
+    *strchr(path, ':') = '\0';   /* plugins/local/.libs only */
+    set_path(var, sizeof var, "SBX_PLUGIN_PATH=%s", path);
+    spec.env = env;
+    spec.args = (const char *const[]){ "run", "-b", "nosuchbackend", "--", "true", NULL };
+    r = run_spec(&spec);
+    set_path(want, sizeof want, "sbx: backend \"nosuchbackend\" is not installed: no "
+             "libsbx-nosuchbackend.so in %s:%s; installed: bubblewrap, local, safehouse "
+             "[code=backend_not_installed; backend=nosuchbackend; op=client_new; searched=%s:%s; "
+             "installed=bubblewrap, local, safehouse]\n", path, sbx_plugin_dir(), path,
+             sbx_plugin_dir());
+    expect_run(&r, 125, "");
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+    /* A backend this project ships: its package is named too. */
+    spec.args = (const char *const[]){ "run", "-b", "e2b", "--", "true", NULL };
+    r = run_spec(&spec);
+    set_path(want, sizeof want, "sbx: backend \"e2b\" is not installed: no libsbx-e2b.so in "
+             "%s:%s; installed: bubblewrap, local, safehouse (install the libsbx-e2b package "
+             "or configure with --enable-plugin-e2b) [code=backend_not_installed; backend=e2b; "
+             "op=client_new; searched=%s:%s; installed=bubblewrap, local, safehouse; "
+             "package=libsbx-e2b]\n", path, sbx_plugin_dir(), path, sbx_plugin_dir());
+    expect_run(&r, 125, "");
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+}
+
 /* The mode plugins run in for this test run: SBX_PLUGIN_MODE, or the
  * default, out of process. */
 static const char *default_mode(void)
@@ -903,7 +1006,7 @@ Test(cli, backends_json)
         "badabi", "nosymbol", "nulldesc", "shortdesc", "newminor"
     };
     static const char *const fields[] = {
-        "name", "path", "version", "description", "abi", "usable", "problem",
+        "name", "path", "version", "description", "abi", "usable", "available", "problem",
         "caps", "probed_caps", "mode"
     };
     cli_run r = SBX("backends", "--json");
@@ -929,6 +1032,8 @@ Test(cli, backends_json)
     cr_expect(json_object_object_get_ex(local, "usable", &v) &&
               json_object_is_type(v, json_type_boolean) && json_object_get_boolean(v));
     cr_expect(json_object_object_get_ex(local, "problem", &v) && v == NULL);
+    cr_expect(json_object_object_get_ex(local, "available", &v) &&
+              json_object_is_type(v, json_type_boolean) && json_object_get_boolean(v));
     cr_expect(json_object_object_get_ex(local, "caps", &v) &&
               json_object_is_type(v, json_type_array) && json_object_array_length(v) > 0);
     cr_expect(json_object_object_get_ex(local, "probed_caps", &v) &&

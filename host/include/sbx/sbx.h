@@ -681,8 +681,13 @@ SBX_EXPORT size_t sbx_manifest_get_count(const sbx_manifest *manifest);
  * A client for @backend ("local", "docker", ...). Checks the name
  * ([a-z0-9][a-z0-9_-]*, else invalid_argument) and loads and checks the
  * plugin; does no network or provider I/O. Errors: backend_not_installed
- * (context "searched": the directories searched, "package": what provides
- * it), or the plugin's problem. Thread-safe; the client may be shared by
+ * (the message and context "installed" list the backends that are
+ * installed, ", "-separated, "none" in the message when there is none;
+ * context "searched": the directories searched; for a backend this project
+ * ships or plans, i.e. local, bubblewrap, safehouse, docker, e2b, daytona,
+ * modal, tensorlake, vercel, cloudflare, blaxel, runloop, runpod, ray and
+ * kubernetes, "package": the package that provides it, also named in the
+ * message; other names get no package hint), or the plugin's problem. Thread-safe; the client may be shared by
  * threads. Free with sbx_client_free() after every sandbox made from it.
  * Since 0.1.
  */
