@@ -228,7 +228,8 @@ void sbx_error_ensure(sbx_error **err, const char *backend, const char *slot);
  *  authorization; case-insensitive). */
 int sbx_context_key_is_secret(const char *key);
 
-/** Logs "sbx[backend]: message" on stderr when SBX_DEBUG >= @level. */
+/** Logs "sbx[backend]: message" on stderr when SBX_DEBUG asks for @level
+ *  (see "Logging" in sbx.h). */
 void sbx_log(sbx_log_level level, const char *backend, const char *fmt, ...)
     SBX_PRINTF(3, 4);
 

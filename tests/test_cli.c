@@ -977,6 +977,51 @@ Test(cli, unknown_backend_lists_the_installed_ones)
     free_run(&r);
 }
 
+/* `sbx run true` with SBX_DEBUG=@value: its stderr (new string). */
+static char *debug_stderr(const char *value)
+{
+    char var[64];
+    const char *env[] = { var, NULL };
+    cli_spec spec = { 0 };
+    cli_run r;
+    char *err;
+
+    set_path(var, sizeof var, "SBX_DEBUG=%s", value);
+    spec.args = (const char *const[]){ "run", "--", "true", NULL };
+    spec.env = env;
+    r = run_spec(&spec);
+    cr_expect_eq(r.status, 0, "SBX_DEBUG=%s: status %d", value, r.status);
+    cr_expect_eq(r.out_len, 0);
+    err = strdup(r.err);
+    free_run(&r);
+    return err;
+}
+
+Test(cli, sbx_debug_1_prints_the_plugins_log)
+{
+    static const char *const all[] = { "1", "debug", "DEBUG", "yes", "3" };
+    static const char *const none[] = { "0", "", "error", "warning" };
+
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        char *err = debug_stderr(all[i]);
+        /* The plugin's own messages (it runs in its plugin host) and the
+         * library's, one per line. */
+        cr_expect(strncmp(err, "sbx[local]: loaded ", 19) == 0, "SBX_DEBUG=%s: \"%s\"", all[i],
+                  err);
+        cr_expect(strstr(err, "\nsbx[local]: created sbx-local-") != NULL,
+                  "SBX_DEBUG=%s: \"%s\"", all[i], err);
+        cr_expect(strstr(err, "\nsbx[local]: destroyed sbx-local-") != NULL,
+                  "SBX_DEBUG=%s: \"%s\"", all[i], err);
+        free(err);
+    }
+    /* Nothing goes wrong in this run: no error or warning to print. */
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++) {
+        char *err = debug_stderr(none[i]);
+        cr_expect_str_empty(err, "SBX_DEBUG=%s: \"%s\"", none[i], err);
+        free(err);
+    }
+}
+
 /* The mode plugins run in for this test run: SBX_PLUGIN_MODE, or the
  * default, out of process. */
 static const char *default_mode(void)

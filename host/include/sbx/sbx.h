@@ -57,6 +57,28 @@ extern "C" {
 SBX_EXPORT const char *sbx_version(void);
 
 /* ------------------------------------------------------------------------ */
+/* Logging                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The library and its plugins (in this process or in their plugin host,
+ * which inherits the environment and stderr) log to stderr, one line per
+ * message, "sbx[BACKEND]: MESSAGE", only as the environment variable
+ * SBX_DEBUG asks, read at each message:
+ *
+ *   unset, "" or "0"   nothing
+ *   "1" (or any value  everything: errors, warnings, info and debug
+ *   not listed here)
+ *   "error"            errors only
+ *   "warning"          errors and warnings
+ *   "info"             errors, warnings and info
+ *   "debug"            everything, as "1"
+ *
+ * The level names are matched without regard to case. Logging never
+ * changes what a call returns; nothing is logged by default.
+ */
+
+/* ------------------------------------------------------------------------ */
 /* Errors                                                                    */
 /* ------------------------------------------------------------------------ */
 

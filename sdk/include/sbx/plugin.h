@@ -80,7 +80,9 @@ typedef enum sbx_log_level {
  * All functions are thread-safe.
  *
  *  - log: message at @level, prefixed with the backend; printed on stderr
- *    when SBX_DEBUG is set (level <= its value), dropped otherwise.
+ *    when SBX_DEBUG asks for @level ("1" or "debug": every level; "error",
+ *    "warning", "info": up to that one; unset, empty or "0": none; see
+ *    "Logging" in <sbx/sbx.h>), dropped otherwise.
  *  - set_error: when @error is not NULL and *@error is NULL, stores a new
  *    error with @code, @op (may be NULL) and the formatted message. The
  *    retryable flag follows from the code.
