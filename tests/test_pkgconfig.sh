@@ -39,10 +39,11 @@ check() {
     return 1
 }
 
-echo "1..9"
+echo "1..10"
 
 for v in SBX_TEST_MAKE SBX_TEST_BUILDDIR SBX_TEST_SRCDIR SBX_TEST_CC SBX_TEST_VERSION \
-         SBX_TEST_PLUGINDIR SBX_TEST_PKGCONFIGDIR SBX_TEST_INCLUDEDIR SBX_TEST_LIBDIR; do
+         SBX_TEST_PLUGINDIR SBX_TEST_PKGCONFIGDIR SBX_TEST_INCLUDEDIR SBX_TEST_LIBDIR \
+         SBX_TEST_MANDIR SBX_TEST_DATADIR; do
     eval "val=\${$v-}"
     [ -n "$val" ] || { echo "# $v is not set (run through make check)"; skip_rest="the environment"; }
 done
@@ -179,5 +180,16 @@ load_plugin() {
 check "an application built with pkg-config --libs libsbx lists and loads oot from plugindir" \
     load_plugin
 
-[ "$n" -eq 9 ] || echo "# ran $n test points, planned 9"
+# 10. make install puts the man page in man1 and the bash completion where
+# bash-completion loads it from.
+man_and_completion() {
+    [ -f "$dest$SBX_TEST_MANDIR/man1/sbx.1" ] || { echo "no $SBX_TEST_MANDIR/man1/sbx.1"; return 1; }
+    cmp "$SBX_TEST_SRCDIR/../doc/sbx.1" "$dest$SBX_TEST_MANDIR/man1/sbx.1" || return 1
+    c=$dest$SBX_TEST_DATADIR/bash-completion/completions/sbx
+    [ -f "$c" ] || { echo "no $SBX_TEST_DATADIR/bash-completion/completions/sbx"; return 1; }
+    cmp "$SBX_TEST_SRCDIR/../completions/sbx" "$c"
+}
+check "make install: man1/sbx.1 and bash-completion/completions/sbx" man_and_completion
+
+[ "$n" -eq 10 ] || echo "# ran $n test points, planned 10"
 exit 0
