@@ -136,6 +136,16 @@ sbx_plugin_search_dirs(sbx_strv *dirs)
                 p++;
         }
     }
+    /* From a build tree, and unless SBX_PLUGIN_PATH says where, the build
+     * tree's plugins instead of the installed ones (of another build). */
+    if (!env && sbx_uninstalled_build_dir()) {
+        const char *build = sbx_uninstalled_build_dir();
+
+        if (sbx_strv_pushf(dirs, "%s/plugins/local/.libs", build) < 0 ||
+            sbx_strv_pushf(dirs, "%s/plugins/docker/.libs", build) < 0)
+            return -1;
+        return 0;
+    }
     if (!sbx_strv_contains(dirs, SBX_PLUGIN_DIR) && sbx_strv_push(dirs, SBX_PLUGIN_DIR) < 0)
         return -1;
     return 0;
@@ -625,6 +635,8 @@ sbx_plugin_host_path(void)
 {
     const char *p = getenv("SBX_PLUGIN_HOST");
 
+    if ((!p || !*p) && sbx_uninstalled_build_dir())
+        return sbx_asprintf("%s/host/plugin-host/sbx-plugin-host", sbx_uninstalled_build_dir());
     return strdup(p && *p ? p : SBX_LIBEXEC_DIR "/sbx-plugin-host");
 }
 
