@@ -410,6 +410,27 @@ const char *cli_record_state(const cli_record *rec, int alive, const char *now);
  * @id itself, whole. */
 const char *cli_short_id(const char *id, char buf[CLI_SHORT_ID_LEN + 1]);
 
+/* ------------------------------------------------- cp with "-" (cp_tar.c) */
+
+/*
+ * `sbx cp ID:SRC -`: copies sandbox path @src_path (a directory when
+ * @is_dir) of @sandbox to a private staging directory on this host and
+ * writes it to stdout as one tar stream (POSIX pax) whose entries are
+ * named from SRC's last component ("dir/", "dir/file"), as docker cp does.
+ * The staging directory is removed in every case. Returns 0 or the exit
+ * status (reported).
+ */
+int cli_cp_tar_out(sbx_sandbox *sandbox, const char *src_path, int is_dir);
+
+/*
+ * `sbx cp - ID:DST`: extracts the tar stream on stdin (plain or
+ * compressed) into a private staging directory, refusing an entry with an
+ * absolute name or a ".." component (naming it), and copies what it holds
+ * into sandbox directory @dst_path (merged). The staging directory is
+ * removed in every case. Returns 0 or the exit status (reported).
+ */
+int cli_cp_tar_in(sbx_sandbox *sandbox, const char *dst_path);
+
 /* ------------------------------------------- making sandboxes (sandbox.c) */
 
 /* Help lines of the creation options that run and create share. */

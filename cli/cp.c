@@ -26,6 +26,14 @@ static void usage(FILE *out)
 "directory whose entries are copied into DST (created when missing, merged\n"
 "into an existing one). As with docker cp, nothing above DST is created: a\n"
 "DST whose parent directory does not exist is an error naming it.\n"
+"\n"
+"A DST of \"-\" writes SRC (a file or a directory, -r not needed) to stdout\n"
+"as a tar stream whose entries are named from SRC's last component; a SRC\n"
+"of \"-\" reads a tar stream (plain or compressed) from stdin and extracts\n"
+"it into DST, which must be an existing directory (as docker cp does; an\n"
+"entry with an absolute name or \"..\" is refused). Write a local file named\n"
+"- as ./-.\n"
+"\n"
 "An operand is ID:PATH when it has a ':' before any '/'; write a local name\n"
 "that has a colon as ./NAME, and one that starts with '-' as ./-NAME or\n"
 "after `--`.\n"
@@ -434,6 +442,31 @@ static int copy_out(sbx_sandbox *sandbox, const char *src, const char *src_path,
     return status;
 }
 
+/* `sbx cp - ID:DST`: DST must be an existing directory, as for docker. */
+static int tar_in(sbx_sandbox *sandbox, const char *dst_path)
+{
+    int is_dir = sandbox_is_dir(sandbox, dst_path);
+
+    if (is_dir > 1)
+        return is_dir;
+    if (!is_dir) {
+        cli_msg("cannot copy the tar stream on stdin to %s: no such directory in the sandbox "
+                "(the destination of \"-\" must be a directory)", dst_path);
+        return CLI_EXIT_TOOL;
+    }
+    return cli_cp_tar_in(sandbox, dst_path);
+}
+
+/* `sbx cp ID:SRC -`: a file or a directory, no -r needed (docker cp). */
+static int tar_out(sbx_sandbox *sandbox, const char *src_path)
+{
+    int is_dir = sandbox_is_dir(sandbox, src_path);
+
+    if (is_dir > 1)
+        return is_dir;
+    return cli_cp_tar_out(sandbox, src_path, is_dir);
+}
+
 static int cp_main(int argc, char **argv)
 {
     const cli_command *cmd = &cli_command_cp;
@@ -469,6 +502,10 @@ static int cp_main(int argc, char **argv)
         sandbox = cli_sandbox_open(src_remote ? src_id : dst_id, NULL);
         if (sandbox == NULL)
             status = CLI_EXIT_TOOL;
+        else if (dst_remote && strcmp(src, "-") == 0)
+            status = tar_in(sandbox, dst_path);
+        else if (src_remote && strcmp(dst, "-") == 0)
+            status = tar_out(sandbox, src_path);
         else if (dst_remote)
             status = copy_in(sandbox, src, dst_path, recursive);
         else

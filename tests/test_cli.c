@@ -1577,6 +1577,22 @@ Test(cli, cp_directories_dash_names_and_errors)
 
 static void write_text(const char *path, const char *text, mode_t mode);
 
+/* mkdir -p @path (0755). Returns 0 or -1. */
+static int mkdir_p_for_test(const char *path)
+{
+    char buf[PATH_MAX];
+
+    set_path(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p != '\0'; p++)
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    return mkdir(buf, 0755) < 0 && errno != EEXIST ? -1 : 0;
+}
+
 Test(cli, cp_destination_whose_parent_is_missing_is_an_error_in_both_directions)
 {
     char *id = create_with(NULL, NULL), *want;
@@ -1617,6 +1633,108 @@ Test(cli, cp_destination_whose_parent_is_missing_is_an_error_in_both_directions)
     char *got = slurp(dst, NULL);
     cr_expect_str_eq(got, "data\n");
     free(got);
+    cr_assert(asprintf(&want, "%s\n", id) > 0);
+    EXPECT_KEEP(0, want, "", "rm", id);
+    free(want);
+    free(id);
+}
+
+/* Runs the bash command @cmd with SBX (the sbx under test), SBX_STATE_DIR
+ * and TMPDIR of this test; its stdout and stderr go to files @out and @err
+ * under the test's directory (read back into *@out_text / *@err_text,
+ * free()). Returns its exit status. */
+static int shell_run(const char *cmd, char **out_text, char **err_text)
+{
+    char state[PATH_MAX], out[PATH_MAX], err[PATH_MAX], *full;
+    int rc;
+
+    set_path(state, sizeof state, "%s/state", g_tmpdir);
+    set_path(out, sizeof out, "%s/shell.out", g_tmpdir);
+    set_path(err, sizeof err, "%s/shell.err", g_tmpdir);
+    cr_assert_eq(setenv("SBX_STATE_DIR", state, 1), 0);
+    cr_assert_eq(setenv("TMPDIR", g_tmpdir, 1), 0);
+    cr_assert_eq(setenv("SBX", getenv("SBX_CLI"), 1), 0);
+    cr_assert(asprintf(&full, "bash -o pipefail -c '%s' >'%s' 2>'%s' </dev/null", cmd, out,
+                       err) > 0);
+    rc = system(full);
+    free(full);
+    cr_assert(WIFEXITED(rc), "%s: %d", cmd, rc);
+    *out_text = slurp(out, NULL);
+    *err_text = slurp(err, NULL);
+    return WEXITSTATUS(rc);
+}
+
+Test(cli, cp_dash_streams_a_tar_to_and_from_the_sandbox)
+{
+    char *id = create_with(NULL, NULL), *out, *err, cmd[4 * PATH_MAX], dir[PATH_MAX];
+    int rc;
+
+    set_path(dir, sizeof dir, "%s/src/sub", g_tmpdir);
+    cr_assert_eq(mkdir_p_for_test(dir), 0);
+    set_path(dir, sizeof dir, "%s/src/a.txt", g_tmpdir);
+    write_text(dir, "A\n", 0644);
+    set_path(dir, sizeof dir, "%s/src/sub/b.sh", g_tmpdir);
+    write_text(dir, "#!/bin/sh\necho b\n", 0755);
+    EXPECT_KEEP(0, "", "", "exec", id, "--", "sh", "-c", "mkdir \"$SANDBOX_ROOT/dst\"");
+
+    /* In: a tar on stdin, extracted into the directory, modes kept. */
+    set_path(cmd, sizeof cmd, "cd \"%s/src\" && tar -cf - a.txt sub | \"$SBX\" cp - %s:/dst",
+             g_tmpdir, id);
+    rc = shell_run(cmd, &out, &err);
+    cr_expect_eq(rc, 0, "status %d, stderr \"%s\"", rc, err);
+    cr_expect_str_empty(out);
+    cr_expect_str_empty(err);
+    free(out);
+    free(err);
+    EXPECT_KEEP(0, "A\nb\n", "", "exec", id, "--", "sh", "-c",
+                "cat \"$SANDBOX_ROOT/dst/a.txt\" && \"$SANDBOX_ROOT/dst/sub/b.sh\"");
+
+    /* Out: a directory as a tar named from its last component. */
+    set_path(cmd, sizeof cmd, "\"$SBX\" cp %s:/dst - | tar -tf - | sort", id);
+    rc = shell_run(cmd, &out, &err);
+    cr_expect_eq(rc, 0, "status %d, stderr \"%s\"", rc, err);
+    cr_expect_str_eq(out, "dst/\ndst/a.txt\ndst/sub/\ndst/sub/b.sh\n");
+    cr_expect_str_empty(err);
+    free(out);
+    free(err);
+    /* A file alone, its mode kept. */
+    set_path(cmd, sizeof cmd, "\"$SBX\" cp %s:/dst/sub/b.sh - | tar -tvf - | cut -c1-10; "
+             "\"$SBX\" cp %s:/dst/a.txt - | tar -xOf -", id, id);
+    rc = shell_run(cmd, &out, &err);
+    cr_expect_eq(rc, 0, "status %d, stderr \"%s\"", rc, err);
+    cr_expect_str_eq(out, "-rwxr-xr-x\nA\n");
+    free(out);
+    free(err);
+
+    /* Refused: an entry leaving the destination, and a destination that
+     * is not a directory; nothing is left in the sandbox or here. */
+    set_path(cmd, sizeof cmd, "python3 -c \"import io,sys,tarfile; b=io.BytesIO(); "
+             "t=tarfile.open(fileobj=b,mode=\\\"w\\\"); i=tarfile.TarInfo(\\\"../evil\\\"); "
+             "i.size=1; t.addfile(i, io.BytesIO(b\\\"x\\\")); t.close(); "
+             "sys.stdout.buffer.write(b.getvalue())\" | \"$SBX\" cp - %s:/dst", id);
+    rc = shell_run(cmd, &out, &err);
+    cr_expect_eq(rc, 125, "status %d, stderr \"%s\"", rc, err);
+    cr_expect_str_eq(err, "sbx: refusing tar entry \"../evil\" on stdin: an absolute name or "
+                     "one with \"..\"\n");
+    free(out);
+    free(err);
+    EXPECT_KEEP(1, "", "", "exec", id, "--", "sh", "-c", "test -e \"$SANDBOX_ROOT/evil\"");
+    set_path(cmd, sizeof cmd, "tar -C \"%s/src\" -cf - a.txt | \"$SBX\" cp - %s:/dst/a.txt",
+             g_tmpdir, id);
+    rc = shell_run(cmd, &out, &err);
+    cr_expect_eq(rc, 125, "status %d", rc);
+    cr_expect_str_eq(err, "sbx: cannot copy the tar stream on stdin to /dst/a.txt: no such "
+                     "directory in the sandbox (the destination of \"-\" must be a "
+                     "directory)\n");
+    free(out);
+    free(err);
+    /* No staging directory is left behind. */
+    set_path(cmd, sizeof cmd, "ls -d \"%s\"/sbx-cp-* 2>/dev/null | wc -l", g_tmpdir);
+    rc = shell_run(cmd, &out, &err);
+    cr_expect_str_eq(out, "0\n");
+    free(out);
+    free(err);
+    char *want;
     cr_assert(asprintf(&want, "%s\n", id) > 0);
     EXPECT_KEEP(0, want, "", "rm", id);
     free(want);
