@@ -70,7 +70,7 @@ typedef struct cli_command {
 extern const cli_command cli_command_run, cli_command_exec_code, cli_command_backends,
     cli_command_create, cli_command_exec, cli_command_cp, cli_command_ls, cli_command_rm,
     cli_command_ps, cli_command_gc, cli_command_presets, cli_command_inspect,
-    cli_command_version;
+    cli_command_version, cli_command_stop, cli_command_start;
 
 /* ---------------------------------------------------- messages (common.c) */
 
@@ -334,7 +334,12 @@ typedef struct cli_record {
     char *expires;     /* ISO 8601 UTC end of the lifetime; NULL when unknown */
     char *options;     /* the creation options that were set, a JSON object
                         * (text); NULL when not recorded */
+    int stopped;       /* 1 after `sbx stop`, until `sbx start` */
 } cli_record;
+
+/* Rewrites the record @rec (as loaded) with "stopped" set (@stopped 1) or
+ * removed (0), atomically. Returns 0 or -1 (reported). */
+int cli_state_set_stopped(const cli_record *rec, int stopped);
 
 /* Frees the strings of @r and zeroes it. */
 void cli_record_clear(cli_record *r);
@@ -398,7 +403,7 @@ int cli_record_alive(const cli_record *rec);
 /* The state ps and inspect show for @rec (static string): "running" when
  * @alive (cli_record_alive) is 1, "unknown" when -1; when 0, "expired"
  * if the recorded expiry is not after @now (ISO 8601 UTC, compared as
- * text), else "gone". In ps.c. */
+ * text), else "stopped" after `sbx stop`, else "gone". In ps.c. */
 const char *cli_record_state(const cli_record *rec, int alive, const char *now);
 
 /* Length of an id in tables without --no-trunc (docker's 12). */

@@ -13,9 +13,9 @@ static void usage(FILE *out)
 "\n"
 "List the sandboxes made by `sbx create` and not removed, oldest first: id,\n"
 "name, backend, creation time (ISO 8601, UTC) and state: \"running\", or,\n"
-"with -a only, \"expired\" (gone after its lifetime ended), \"gone\" (no\n"
-"longer exists) or \"unknown\" (that cannot be told; the reason is printed\n"
-"on stderr). A 64-digit id is shown by its first 12 digits, as `docker ps`\n"
+"with -a only, \"stopped\" (by `sbx stop`), \"expired\" (gone after its\n"
+"lifetime ended), \"gone\" (no longer exists) or \"unknown\" (that cannot\n"
+"be told; the reason is printed on stderr). A 64-digit id is shown by its first 12 digits, as `docker ps`\n"
 "does; any unique prefix of it names the sandbox.\n"
 "\n"
 "  -a, --all      list every recorded sandbox, not only the running ones\n"
@@ -51,11 +51,13 @@ const char *cli_record_state(const cli_record *rec, int alive, const char *now)
 {
     if (alive < 0)
         return "unknown";
+    if (rec->stopped && alive)
+        return "stopped";   /* docker: paused, alive but running nothing */
     if (alive)
         return "running";
     if (rec->expires != NULL && strcmp(rec->expires, now) <= 0)
         return "expired";
-    return "gone";
+    return rec->stopped ? "stopped" : "gone";
 }
 
 static void print_ps_json(const cli_record *recs, const int *alive, const char *const *states,
@@ -154,7 +156,7 @@ static int ps_main(int argc, char **argv)
         int a = cli_record_alive(&recs[i]);
 
         /* Without -a only what runs (or cannot be told) is listed. */
-        if (!all && a == 0) {
+        if (!all && (a == 0 || (a == 1 && recs[i].stopped))) {
             cli_record_clear(&recs[i]);
             continue;
         }

@@ -9,6 +9,7 @@
  *   sbx cp [-r] SRC DST
  *   sbx ls [--json] ID [PATH]
  *   sbx inspect ID...
+ *   sbx stop ID... / sbx start ID...
  *   sbx rm [-f] ID...
  *   sbx ps [-a] [--no-trunc] [--json]
  *   sbx gc [--dry-run] [--json]
@@ -44,6 +45,8 @@ static const cli_command *const commands[] = {
     &cli_command_cp,
     &cli_command_ls,
     &cli_command_inspect,
+    &cli_command_stop,
+    &cli_command_start,
     &cli_command_rm,
     &cli_command_ps,
     &cli_command_gc,

@@ -267,40 +267,16 @@ void cli_iso8601_now(char out[32])
 }
 
 /*
- * Records the session state @state (JSON text) of sandbox @id, created at
- * @created, with the members of @meta (borrowed; may be NULL): written
- * atomically, never replacing the record of another sandbox with the same
- * id. Returns 0 or -1 (reported).
+ * Writes the record document @doc of sandbox @id atomically (a temporary
+ * file, synced, renamed into place); with !@replace never over the record
+ * of another sandbox with the same id. Returns 0 or -1 (reported).
  */
-int cli_state_store(const char *id, const char *created, const char *state,
-                    json_object *meta)
+static int store_doc(const char *id, json_object *doc, int replace)
 {
     char *dir = NULL, *path = NULL, *tmp = NULL;
-    json_object *doc = NULL, *st;
     const char *text;
     int fd = -1, rc = -1;
 
-    if (!cli_id_valid(id)) {
-        cli_msg("cannot record sandbox id \"%s\" (not usable as a file name)", id);
-        return -1;
-    }
-    st = json_tokener_parse(state);
-    if (st == NULL) {
-        cli_msg("the session state of %s is not JSON", id);
-        return -1;
-    }
-    doc = json_object_new_object();
-    if (doc == NULL) {
-        json_object_put(st);
-        cli_msg("out of memory");
-        return -1;
-    }
-    json_object_object_add(doc, "created", json_object_new_string(created));
-    json_object_object_add(doc, "state", st);
-    if (meta != NULL) {
-        json_object_object_foreach(meta, key, value)
-            json_object_object_add(doc, key, json_object_get(value));
-    }
     text = json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN |
                                                JSON_C_TO_STRING_NOSLASHESCAPE);
     if (cli_state_dir_open(1, &dir) < 0)
@@ -329,7 +305,12 @@ int cli_state_store(const char *id, const char *created, const char *state,
         goto out;
     }
     fd = -1;
-    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) < 0) {
+    if (replace) {
+        if (rename(tmp, path) < 0) {
+            cli_msg("cannot update the record %s: %s", path, strerror(errno));
+            goto out;
+        }
+    } else if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) < 0) {
         int e = errno;
 
         /* A file system without RENAME_NOREPLACE: link() does not
@@ -357,9 +338,74 @@ out:
         unlink(tmp);
         free(tmp);
     }
-    json_object_put(doc);
     free(path);
     free(dir);
+    return rc;
+}
+
+/*
+ * Records the session state @state (JSON text) of sandbox @id, created at
+ * @created, with the members of @meta (borrowed; may be NULL): written
+ * atomically, never replacing the record of another sandbox with the same
+ * id. Returns 0 or -1 (reported).
+ */
+int cli_state_store(const char *id, const char *created, const char *state,
+                    json_object *meta)
+{
+    json_object *doc, *st;
+    int rc;
+
+    if (!cli_id_valid(id)) {
+        cli_msg("cannot record sandbox id \"%s\" (not usable as a file name)", id);
+        return -1;
+    }
+    st = json_tokener_parse(state);
+    if (st == NULL) {
+        cli_msg("the session state of %s is not JSON", id);
+        return -1;
+    }
+    doc = json_object_new_object();
+    if (doc == NULL) {
+        json_object_put(st);
+        cli_msg("out of memory");
+        return -1;
+    }
+    json_object_object_add(doc, "created", json_object_new_string(created));
+    json_object_object_add(doc, "state", st);
+    if (meta != NULL) {
+        json_object_object_foreach(meta, key, value)
+            json_object_object_add(doc, key, json_object_get(value));
+    }
+    rc = store_doc(id, doc, 0);
+    json_object_put(doc);
+    return rc;
+}
+
+/* Rewrites the record @rec with "stopped" set to @stopped (the member goes
+ * when 0). Returns 0 or -1 (reported). */
+int cli_state_set_stopped(const cli_record *rec, int stopped)
+{
+    json_object *doc = json_object_new_object(), *st = json_tokener_parse(rec->state);
+    int rc;
+
+    if (doc == NULL || st == NULL) {
+        json_object_put(doc);
+        json_object_put(st);
+        cli_msg("out of memory");
+        return -1;
+    }
+    json_object_object_add(doc, "created", json_object_new_string(rec->created));
+    json_object_object_add(doc, "state", st);
+    if (rec->expires != NULL)
+        json_object_object_add(doc, "expires", json_object_new_string(rec->expires));
+    if (rec->options != NULL)
+        json_object_object_add(doc, "options", json_tokener_parse(rec->options));
+    if (rec->name != NULL)
+        json_object_object_add(doc, "name", json_object_new_string(rec->name));
+    if (stopped)
+        json_object_object_add(doc, "stopped", json_object_new_boolean(1));
+    rc = store_doc(rec->id, doc, 1);
+    json_object_put(doc);
     return rc;
 }
 
@@ -446,6 +492,8 @@ int cli_state_load(const char *id, cli_record *rec)
         rec->name = strdup(json_object_get_string(v));
     if (json_object_object_get_ex(doc, "expires", &v) && json_object_is_type(v, json_type_string))
         rec->expires = strdup(json_object_get_string(v));
+    rec->stopped = json_object_object_get_ex(doc, "stopped", &v) &&
+                   json_object_is_type(v, json_type_boolean) && json_object_get_boolean(v);
     if (json_object_object_get_ex(doc, "options", &v) && json_object_is_type(v, json_type_object))
         rec->options = strdup(json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN |
                                                               JSON_C_TO_STRING_NOSLASHESCAPE));

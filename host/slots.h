@@ -235,6 +235,14 @@ enum {
     X(detach, INT, int, WORKER, 3,                                                 \
       (IN, SANDBOX, NOLEN, sbx_plugin_sandbox *),                                  \
       (IN, CTX, NOLEN, const sbx_call_ctx *),                                      \
+      (OUT, ERROR, NOLEN, sbx_error **))                                           \
+    X(stop, INT, int, WORKER, 3,                                                   \
+      (IN, SANDBOX, NOLEN, sbx_plugin_sandbox *),                                  \
+      (IN, CTX, NOLEN, const sbx_call_ctx *),                                      \
+      (OUT, ERROR, NOLEN, sbx_error **))                                           \
+    X(start, INT, int, WORKER, 3,                                                  \
+      (IN, SANDBOX, NOLEN, sbx_plugin_sandbox *),                                  \
+      (IN, CTX, NOLEN, const sbx_call_ctx *),                                      \
       (OUT, ERROR, NOLEN, sbx_error **))
 /* clang-format on */
 

@@ -4,7 +4,8 @@
 # scripts/test runs it: make check TESTS=tests/cli_docker.sh with
 # SBX_DOCKER_IMAGE set): a 64-digit id shown by 12 digits in ps (in full
 # with --no-trunc), prefixes and --name wherever an id goes, inspect,
-# cp's missing-parent errors in both directions and "-" tar streams.
+# cp's missing-parent errors in both directions, "-" tar streams, and
+# stop / start.
 # Removes the container it made (sbx rm -f) on every exit path. TAP output.
 set -u
 sbx=${SBX_CLI:?}
@@ -34,7 +35,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' HUP INT TERM
 
-echo "1..12"
+echo "1..17"
 id=$("$sbx" create -b docker --image "$image" --name dk -t 300 2>"$tmp/err")
 if ! printf '%s' "$id" | grep -Eqx '[0-9a-f]{64}'; then
     not_ok "sbx create -b docker --name dk prints a 64-digit id" "printed: $id" "$(cat "$tmp/err")"
@@ -75,6 +76,18 @@ expect "what it extracted is there" "A B" \
     "$("$sbx" exec dk -- sh -c 'cat /tmp/a.txt /tmp/sub/b.txt' | tr '\n' ' ' | sed 's/ $//')"
 expect "cp dk:/tmp/sub - writes a tar named from its last component" \
     "$(printf 'sub/\nsub/b.txt')" "$("$sbx" cp dk:/tmp/sub - | tar -tf - | sort)"
+
+# stop / start: paused, files kept, exec refused until start.
+"$sbx" exec dk -- sh -c 'echo kept > /root/keep' >/dev/null 2>&1
+expect "stop prints the id as given" "dk" "$("$sbx" stop dk 2>&1)"
+expect "ps -a shows it stopped, ps does not list it" \
+    "$(printf 'ID            NAME  BACKEND  CREATED               STATE\n%s  dk    docker   %s  stopped\n---\nID  NAME  BACKEND  CREATED               STATE' \
+        "${id:0:12}" "$created")" "$("$sbx" ps -a 2>&1; echo ---; "$sbx" ps 2>&1)"
+"$sbx" exec dk -- true >/dev/null 2>&1
+expect "exec on the stopped sandbox fails" 125 $?
+expect "start prints the id as given" "${id:0:7}" "$("$sbx" start "${id:0:7}" 2>&1)"
+expect "after start: running, and its files are kept" "running kept" \
+    "$("$sbx" inspect dk | sed -n 's/.*"state": "\(.*\)",/\1/p') $("$sbx" exec dk -- cat /root/keep 2>&1)"
 
 "$sbx" rm dk >/dev/null 2>&1 && id=
 exit $failed

@@ -2178,12 +2178,36 @@ Test(cli, ps_all_lists_expired_ones_with_their_state_and_rm_f_forgets)
     free(lasting);
 }
 
+Test(cli, stop_and_start_name_a_backend_that_cannot_stop)
+{
+    char *id = CREATE("--name", "box"), *want;
+
+    cr_assert(asprintf(&want, "sbx: backend \"local\" cannot stop a sandbox without destroying "
+                       "it [code=feature_not_supported; backend=local; op=stop; "
+                       "sandbox_id=%s]\n", id) > 0);
+    EXPECT_KEEP(125, "", want, "stop", "box");
+    free(want);
+    cr_assert(asprintf(&want, "sbx: backend \"local\" cannot start a sandbox without "
+                       "destroying it [code=feature_not_supported; backend=local; op=start; "
+                       "sandbox_id=%s]\n", id) > 0);
+    EXPECT_KEEP(125, "", want, "start", id);
+    free(want);
+    EXPECT_KEEP(125, "", "sbx: no such sandbox: nosuch\n", "stop", "nosuch");
+    cli_run r = SBX_KEEP("stop");
+    EXPECT_TOOL_FAILURE(&r, "no sandbox id given");
+    free_run(&r);
+    /* Still running, and not marked stopped. */
+    EXPECT_KEEP(0, "up\n", "", "exec", "box", "echo", "up");
+    EXPECT_KEEP(0, "box\n", "", "rm", "box");
+    free(id);
+}
+
 Test(cli, version_command_lists_library_abi_and_plugins)
 {
     cli_run r = SBX("version");
     char want[PATH_MAX * 2];
 
-    set_path(want, sizeof want, "sbx:         %s\nlibsbx:      %s\nplugin ABI:  1.1\nplugins:\n",
+    set_path(want, sizeof want, "sbx:         %s\nlibsbx:      %s\nplugin ABI:  1.2\nplugins:\n",
              sbx_version(), sbx_version());
     cr_expect_eq(r.status, 0, "%d %s", r.status, r.err);
     cr_expect(strncmp(r.out, want, strlen(want)) == 0, "got \"%s\"", r.out);
@@ -2194,7 +2218,7 @@ Test(cli, version_command_lists_library_abi_and_plugins)
     cr_assert_eq(sscanf(row, " %63s %63s ABI %63s %4095s", name, version, abi, path), 4,
                  "row \"%s\"", row);
     cr_expect_str_eq(version, sbx_version());
-    cr_expect_str_eq(abi, "1.1");
+    cr_expect_str_eq(abi, "1.2");
     cr_expect(strlen(path) > 28 &&
               strcmp(path + strlen(path) - 28, "/plugins/local/.libs/libsbx-local.so" + 8) == 0,
               "path %s", path);
@@ -2203,7 +2227,7 @@ Test(cli, version_command_lists_library_abi_and_plugins)
     json_object *doc = json_tokener_parse(r.out), *v;
     cr_assert(doc != NULL, "%s", r.out);
     cr_expect(json_object_object_get_ex(doc, "plugin_abi", &v) &&
-              strcmp(json_object_get_string(v), "1.1") == 0);
+              strcmp(json_object_get_string(v), "1.2") == 0);
     cr_expect(json_object_object_get_ex(doc, "libsbx", &v) &&
               strcmp(json_object_get_string(v), sbx_version()) == 0);
     json_object_put(doc);
@@ -2270,7 +2294,7 @@ Test(cli, help)
     cr_expect(strstr(r.out, "Usage: sbx backends") != NULL, "%s", r.out);
     free_run(&r);
     static const char *const cmds[] = { "create", "exec", "cp", "ls", "rm", "ps", "inspect",
-                                        "version" };
+                                        "version", "stop", "start" };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         char want[64];
 

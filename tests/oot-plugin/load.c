@@ -48,8 +48,8 @@ int main(void)
               "oot declares caps 0x%llx, expected 0x%llx",
               (unsigned long long)sbx_backend_info_get_caps(info),
               (unsigned long long)SBX_CAP_LIFETIME);
-        CHECK(sbx_backend_info_get_abi_major(info) == 1 && sbx_backend_info_get_abi_minor(info) == 1,
-              "oot ABI is %u.%u, expected 1.1", sbx_backend_info_get_abi_major(info),
+        CHECK(sbx_backend_info_get_abi_major(info) == 1 && sbx_backend_info_get_abi_minor(info) == 2,
+              "oot ABI is %u.%u, expected 1.2", sbx_backend_info_get_abi_major(info),
               sbx_backend_info_get_abi_minor(info));
         const char *path = sbx_backend_info_get0_path(info);
         const char *want = getenv("OOT_EXPECT_PATH");

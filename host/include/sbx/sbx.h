@@ -862,6 +862,39 @@ SBX_EXPORT int sbx_sandbox_destroy(sbx_sandbox *sandbox, sbx_error **error);
  */
 SBX_EXPORT int sbx_sandbox_detach(sbx_sandbox *sandbox, sbx_error **error);
 
+/**
+ * sbx_sandbox_stop:
+ * @sandbox: a sandbox (borrowed).
+ * @error: (out) (optional): the failure.
+ *
+ * Stops the sandbox without destroying it, where the backend can: no
+ * process in it runs, its files are kept, it runs no command until
+ * sbx_sandbox_start() (an exec fails), and it can still be resumed from
+ * its session state (in this or another process) to be started or
+ * destroyed. Its lifetime is not extended: sbx_gc() reaps it by its
+ * recorded expiry, stopped or not. On docker the container is paused
+ * (docker pause: every process frozen, none ended; a real docker stop
+ * would remove it, as it is made with AutoRemove), and
+ * sbx_sandbox_is_alive() still says 1. Stopping a stopped sandbox
+ * succeeds. Blocks for the call (at most the backend's API timeout).
+ *
+ * Returns: 0, or -1. Errors: invalid_argument (NULL, a destroyed handle),
+ * feature_not_supported naming the backend where it cannot stop without
+ * destroying (local, bubblewrap, safehouse), not_found (the sandbox is
+ * gone), timeout, connection, and the provider's own. Thread-safe. Since
+ * 0.1 (plugin ABI 1.2).
+ */
+SBX_EXPORT int sbx_sandbox_stop(sbx_sandbox *sandbox, sbx_error **error);
+
+/**
+ * sbx_sandbox_start:
+ * Starts a sandbox that sbx_sandbox_stop() stopped: it runs commands again,
+ * with the files it had (on docker its frozen processes go on). Starting a running
+ * sandbox succeeds. Arguments, errors and thread safety as
+ * sbx_sandbox_stop(). Since 0.1 (plugin ABI 1.2).
+ */
+SBX_EXPORT int sbx_sandbox_start(sbx_sandbox *sandbox, sbx_error **error);
+
 /* ------------------------------------------------------------------------ */
 /* The lifecycle record and garbage collection                               */
 /* ------------------------------------------------------------------------ */

@@ -58,7 +58,7 @@ extern "C" {
 #endif
 
 #define SBX_PLUGIN_ABI_MAJOR 1
-#define SBX_PLUGIN_ABI_MINOR 1
+#define SBX_PLUGIN_ABI_MINOR 2
 
 /** The one symbol a plugin exports. */
 #define SBX_PLUGIN_INIT_SYMBOL "sbx_plugin_init"
@@ -362,9 +362,20 @@ typedef struct sbx_plugin {
      *  is all there is to it. not_found when the sandbox is gone. */
     int (*detach)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, sbx_error **error);
 
+    /* --- ABI 1.2 slots --- */
+
+    /** Stops the sandbox without destroying it: no process in it runs
+     *  (ended or frozen), its files stay, and start makes it run again (a
+     *  stopped sandbox must still resume, so that start can reach it). Both NULL where the
+     *  backend cannot stop without destroying (the library answers
+     *  feature_not_supported naming the backend). Stopping a stopped
+     *  sandbox and starting a running one succeed. not_found when the
+     *  sandbox is gone. */
+    int (*stop)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, sbx_error **error);
+    int (*start)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, sbx_error **error);
+
     /* Reserved for later minors (appended here): PTY, exposed ports,
-     * persist/hydrate, remove/mkdir, stop/start apart from destroy, volume
-     * mounts. */
+     * persist/hydrate, remove/mkdir, volume mounts. */
 } sbx_plugin;
 
 /** Size of an ABI 1.0 descriptor: the host refuses anything shorter. */
