@@ -13,17 +13,24 @@ static void usage(FILE *out)
 "Usage: sbx backends [--json]\n"
 "\n"
 "List the backend plugins found (SBX_PLUGIN_PATH, then %s):\n"
-"name, version, status (\"ok\" or why the plugin is not used), the\n"
-"capabilities it declares and, for a usable one, the capabilities a client\n"
-"actually has on this host, and where plugins run: \"outofprocess\" (each\n"
+"name, version, status, the capabilities it declares and, for a usable one,\n"
+"the capabilities a client actually has on this host, and where plugins run: \"outofprocess\" (each\n"
 "client's plugin in an sbx-plugin-host process of its own, the default) or\n"
 "\"inprocess\" (SBX_PLUGIN_MODE=inprocess). Each plugin file is inspected in\n"
 "a helper process, so one that crashes while loading is listed with the\n"
 "signal instead of ending the listing.\n"
 "\n"
+"STATUS is what the checks found: \"ok\" when the plugin loaded and its probe\n"
+"succeeded on this host; \"unavailable: REASON\" when it loaded but the probe\n"
+"failed (docker without a reachable daemon, safehouse off macOS); otherwise\n"
+"why the plugin file is not used.\n"
+"\n"
+"Exit status: 0 when at least one plugin was found; 125 when none was.\n"
+"\n"
 "      --json   print a JSON array of objects {name, path, version,\n"
-"               description, abi, usable, problem, caps, probed_caps,\n"
-"               probe_error, mode}\n"
+"               description, abi, usable, available, problem, caps,\n"
+"               probed_caps, probe_error, mode} (usable: the file loaded;\n"
+"               available: its probe succeeded too)\n"
 "  -h, --help   show this help and exit\n",
             sbx_plugin_dir());
 }
@@ -80,7 +87,8 @@ typedef struct backend_row {
     int usable;
     int probed;          /* probe succeeded */
     uint64_t probed_caps;
-    char *probe_error;   /* message when the client or the probe failed */
+    char *probe_error;   /* the error when the client or the probe failed */
+    char *probe_reason;  /* its message alone, for STATUS */
 } backend_row;
 
 static void probe_backend(backend_row *row)
@@ -94,6 +102,8 @@ static void probe_backend(backend_row *row)
     if (!row->probed) {
         row->probe_error = error != NULL ? sbx_error_to_string(error)
                                          : strdup("probe failed");
+        row->probe_reason = strdup(error != NULL ? sbx_error_get0_message(error)
+                                                 : "probe failed");
         sbx_error_free(error);
     }
     sbx_client_free(client);
@@ -138,6 +148,8 @@ static void print_backends_json(backend_row *rows, size_t count)
             cli_json_add_string(o, "abi", abi);
         }
         json_object_object_add(o, "usable", json_object_new_boolean(rows[i].usable));
+        json_object_object_add(o, "available",
+                               json_object_new_boolean(rows[i].usable && rows[i].probed));
         cli_json_add_string(o, "problem", problem);
         json_object_object_add(o, "caps", caps_to_json(sbx_backend_info_get_caps(info)));
         json_object_object_add(o, "probed_caps",
@@ -154,11 +166,8 @@ static void print_backends_table(backend_row *rows, size_t count)
     int name_w = 4, version_w = 7;
     size_t i;
 
-    if (count == 0) {
-        printf("no backend plugin found (searched SBX_PLUGIN_PATH and %s)\n",
-               sbx_plugin_dir());
-        return;
-    }
+    if (count == 0)
+        return;   /* said on stderr */
     for (i = 0; i < count; i++) {
         int n = (int)strlen(sbx_backend_info_get0_name(rows[i].info));
         int v = (int)strlen(sbx_backend_info_get0_version(rows[i].info));
@@ -176,9 +185,16 @@ static void print_backends_table(backend_row *rows, size_t count)
         const char *description = sbx_backend_info_get0_description(info);
         char *declared;
 
-        printf("%-*s  %-*s  %s\n", name_w, sbx_backend_info_get0_name(info),
-               version_w, *version ? version : "-",
-               problem != NULL ? problem : "ok");
+        if (problem != NULL)
+            printf("%-*s  %-*s  %s\n", name_w, sbx_backend_info_get0_name(info),
+                   version_w, *version ? version : "-", problem);
+        else if (!rows[i].probed)
+            printf("%-*s  %-*s  unavailable: %s\n", name_w, sbx_backend_info_get0_name(info),
+                   version_w, *version ? version : "-",
+                   rows[i].probe_reason != NULL ? rows[i].probe_reason : "probe failed");
+        else
+            printf("%-*s  %-*s  ok\n", name_w, sbx_backend_info_get0_name(info),
+                   version_w, *version ? version : "-");
         if (*description)
             printf("    description: %s\n", description);
         printf("    path:        %s\n", sbx_backend_info_get0_path(info));
@@ -234,11 +250,18 @@ static int backends_main(int argc, char **argv)
         print_backends_json(rows, count);
     else
         print_backends_table(rows, count);
-    for (i = 0; i < count; i++)
+    for (i = 0; i < count; i++) {
         free(rows[i].probe_error);
+        free(rows[i].probe_reason);
+    }
     free(rows);
     sbx_backend_info_list_free(list, count);
-    return cli_flush("the list");
+    status = cli_flush("the list");
+    if (status == 0 && count == 0) {
+        cli_msg("no backend plugin found (searched SBX_PLUGIN_PATH and %s)", sbx_plugin_dir());
+        status = CLI_EXIT_TOOL;
+    }
+    return status;
 }
 
 const cli_command cli_command_backends = {

@@ -69,7 +69,8 @@ typedef struct cli_command {
 /* The commands, each defined in its own file. */
 extern const cli_command cli_command_run, cli_command_exec_code, cli_command_backends,
     cli_command_create, cli_command_exec, cli_command_cp, cli_command_ls, cli_command_rm,
-    cli_command_ps, cli_command_gc, cli_command_presets;
+    cli_command_ps, cli_command_gc, cli_command_presets, cli_command_inspect,
+    cli_command_version, cli_command_stop, cli_command_start;
 
 /* ---------------------------------------------------- messages (common.c) */
 
@@ -315,10 +316,13 @@ void cli_iso8601_now(char out[32]);
 
 /*
  * Records the session state @state (JSON text) of sandbox @id, created at
- * @created (ISO 8601): written atomically, never replacing the record of
- * another sandbox with the same id. Returns 0 or -1 (reported).
+ * @created (ISO 8601), with the members of the JSON object @meta (borrowed,
+ * may be NULL: "name", "expires", "options", see cli_record): written
+ * atomically, never replacing the record of another sandbox with the same
+ * id. Returns 0 or -1 (reported).
  */
-int cli_state_store(const char *id, const char *created, const char *state);
+int cli_state_store(const char *id, const char *created, const char *state,
+                    json_object *meta);
 
 /* A recorded sandbox; every string is owned by the record. */
 typedef struct cli_record {
@@ -326,7 +330,16 @@ typedef struct cli_record {
     char *created;     /* ISO 8601 UTC */
     char *backend;
     char *state;       /* the session state, JSON text */
+    char *name;        /* --name of create; NULL when none */
+    char *expires;     /* ISO 8601 UTC end of the lifetime; NULL when unknown */
+    char *options;     /* the creation options that were set, a JSON object
+                        * (text); NULL when not recorded */
+    int stopped;       /* 1 after `sbx stop`, until `sbx start` */
 } cli_record;
+
+/* Rewrites the record @rec (as loaded) with "stopped" set (@stopped 1) or
+ * removed (0), atomically. Returns 0 or -1 (reported). */
+int cli_state_set_stopped(const cli_record *rec, int stopped);
 
 /* Frees the strings of @r and zeroes it. */
 void cli_record_clear(cli_record *r);
@@ -353,12 +366,75 @@ void cli_state_list_free(cli_record *records, size_t count);
 int cli_state_forget(const char *id);
 
 /*
- * Reattaches to the recorded sandbox @id (the caller frees it). Returns
- * it, or NULL after reporting why: "no such sandbox: ID" when nothing is
- * recorded, the library's error otherwise (stored in *@gone_error instead
- * of reported when it is not_found and @gone_error is not NULL).
+ * Reattaches to the recorded sandbox @ref, an id, a name or a unique id
+ * prefix (cli_resolve_record; the caller frees the sandbox). Returns it,
+ * or NULL after reporting why: what cli_resolve_record reports when @ref
+ * names no single record, the library's error otherwise (stored in
+ * *@gone_error instead of reported when it is not_found and @gone_error is
+ * not NULL).
  */
-sbx_sandbox *cli_sandbox_open(const char *id, sbx_error **gone_error);
+sbx_sandbox *cli_sandbox_open(const char *ref, sbx_error **gone_error);
+
+/*
+ * Resolves @ref as docker resolves a container reference: the record whose
+ * id is @ref, else the one whose --name is @ref, else the only one whose id
+ * starts with @ref. Returns 0 with the record in *@rec (clear it with
+ * cli_record_clear); 1 when nothing matches (reported: "no such sandbox:
+ * REF"); 2 when several ids start with @ref (reported: "sandbox id prefix
+ * "REF" is ambiguous: it matches ID1, ID2"); -1 when the state cannot be
+ * read (reported).
+ */
+int cli_resolve_record(const char *ref, cli_record *rec);
+
+/* cli_resolve_record keeping only the id (new string in *@id, NULL on
+ * failure). */
+int cli_resolve_id(const char *ref, char **id);
+
+/* 0 when @name can name a new sandbox (the shape of cli_id_valid, and
+ * neither the name nor the id of a recorded one), else -1 after reporting
+ * why, naming it: "the name "web" is already taken by sandbox ID". */
+int cli_name_check(const char *name);
+
+/* Whether the recorded sandbox @rec still exists (resumed and asked):
+ * 1, 0 (also when its backend says not_found), or -1 when that cannot be
+ * told (reported). In ps.c. */
+int cli_record_alive(const cli_record *rec);
+
+/* The state ps and inspect show for @rec (static string): "running" when
+ * @alive (cli_record_alive) is 1, "unknown" when -1; when 0, "expired"
+ * if the recorded expiry is not after @now (ISO 8601 UTC, compared as
+ * text), else "stopped" after `sbx stop`, else "gone". In ps.c. */
+const char *cli_record_state(const cli_record *rec, int alive, const char *now);
+
+/* Length of an id in tables without --no-trunc (docker's 12). */
+#define CLI_SHORT_ID_LEN 12
+
+/* The id to show in a table: a hexadecimal id longer than
+ * CLI_SHORT_ID_LEN (docker's 64 digits) cut to its first CLI_SHORT_ID_LEN
+ * digits, written to @buf; any other id (local's "sbx-local-XXXXXX") is
+ * @id itself, whole. */
+const char *cli_short_id(const char *id, char buf[CLI_SHORT_ID_LEN + 1]);
+
+/* ------------------------------------------------- cp with "-" (cp_tar.c) */
+
+/*
+ * `sbx cp ID:SRC -`: copies sandbox path @src_path (a directory when
+ * @is_dir) of @sandbox to a private staging directory on this host and
+ * writes it to stdout as one tar stream (POSIX pax) whose entries are
+ * named from SRC's last component ("dir/", "dir/file"), as docker cp does.
+ * The staging directory is removed in every case. Returns 0 or the exit
+ * status (reported).
+ */
+int cli_cp_tar_out(sbx_sandbox *sandbox, const char *src_path, int is_dir);
+
+/*
+ * `sbx cp - ID:DST`: extracts the tar stream on stdin (plain or
+ * compressed) into a private staging directory, refusing an entry with an
+ * absolute name or a ".." component (naming it), and copies what it holds
+ * into sandbox directory @dst_path (merged). The staging directory is
+ * removed in every case. Returns 0 or the exit status (reported).
+ */
+int cli_cp_tar_in(sbx_sandbox *sandbox, const char *dst_path);
 
 /* ------------------------------------------- making sandboxes (sandbox.c) */
 
@@ -454,6 +530,11 @@ int cli_set_timeout(const cli_command *cmd, const char *arg, void *ctx);
  */
 int cli_parse_creation_options(const cli_command *cmd, int argc, char **argv,
                                sbx_options *options, const char **backend, cli_terminal *term);
+
+/* The value of --name (borrowed from argv), set by
+ * cli_parse_creation_options for create (run refuses it); NULL when not
+ * given. */
+extern const char *cli_creation_name;
 
 /* A new sbx_options, or NULL after reporting. */
 sbx_options *cli_options_new(void);

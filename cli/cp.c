@@ -21,9 +21,19 @@ static void usage(FILE *out)
 "under the sandbox root). Contents and permission bits (the executable bit\n"
 "in particular) are kept.\n"
 "\n"
-"A file copied to an existing directory, or to a path ending in '/', goes\n"
-"into it under its own name. With -r, SRC is a directory whose entries are\n"
-"copied into DST (created when missing, merged into an existing one).\n"
+"A file copied to an existing directory goes into it under its own name; a\n"
+"DST ending in '/' must be an existing directory. With -r, SRC is a\n"
+"directory whose entries are copied into DST (created when missing, merged\n"
+"into an existing one). As with docker cp, nothing above DST is created: a\n"
+"DST whose parent directory does not exist is an error naming it.\n"
+"\n"
+"A DST of \"-\" writes SRC (a file or a directory, -r not needed) to stdout\n"
+"as a tar stream whose entries are named from SRC's last component; a SRC\n"
+"of \"-\" reads a tar stream (plain or compressed) from stdin and extracts\n"
+"it into DST, which must be an existing directory (as docker cp does; an\n"
+"entry with an absolute name or \"..\" is refused). Write a local file named\n"
+"- as ./-.\n"
+"\n"
 "An operand is ID:PATH when it has a ':' before any '/'; write a local name\n"
 "that has a colon as ./NAME, and one that starts with '-' as ./-NAME or\n"
 "after `--`.\n"
@@ -105,7 +115,8 @@ static int sandbox_is_dir(sbx_sandbox *sandbox, const char *path)
 
     if (status != 0)
         return status == CLI_EXIT_TOOL ? 0 : status;
-    status = o.list != NULL;
+    /* An empty directory lists as no entries, without an error. */
+    status = o.error == NULL;
     cli_outcome_clear(&o);
     return status;
 }
@@ -298,6 +309,62 @@ static int cp_transfer(cli_call_kind kind, sbx_sandbox *sandbox, const char *san
     return 0;
 }
 
+/* The directory part of @path (new string): "" when @path has no '/'
+ * (relative to where it is resolved), "/" for a top-level name. */
+static char *parent_of(const char *path)
+{
+    size_t len = strlen(path);
+
+    while (len > 1 && path[len - 1] == '/')
+        len--;
+    while (len > 0 && path[len - 1] != '/')
+        len--;
+    while (len > 1 && path[len - 1] == '/')
+        len--;
+    return strndup(path, len);
+}
+
+/*
+ * Checks that the directory a copy is to make @target in exists, as docker
+ * cp does (nothing is created above the destination): on this host when
+ * @sandbox is NULL, else in @sandbox. Returns 0, or the exit status after
+ * reporting "cannot copy to TARGET: its parent directory PARENT does not
+ * exist".
+ */
+static int parent_exists(sbx_sandbox *sandbox, const char *target)
+{
+    char *parent = parent_of(target);
+    struct stat st;
+    int status = 0;
+
+    if (parent == NULL)
+        return cli_out_of_memory();
+    if (parent[0] == '\0') {
+        free(parent);
+        return 0;
+    }
+    if (sandbox == NULL) {
+        int rc = stat(parent, &st), e = errno;
+
+        if (rc < 0 || !S_ISDIR(st.st_mode)) {
+            cli_msg("cannot copy to %s: its parent directory %s %s", target, parent,
+                    rc == 0 || e == ENOENT || e == ENOTDIR ? "does not exist" : strerror(e));
+            status = CLI_EXIT_TOOL;
+        }
+    } else {
+        status = sandbox_is_dir(sandbox, parent);
+        if (status == 0) {
+            cli_msg("cannot copy to %s: its parent directory %s does not exist in the sandbox",
+                    target, parent);
+            status = CLI_EXIT_TOOL;
+        } else {
+            status = status == 1 ? 0 : status;
+        }
+    }
+    free(parent);
+    return status;
+}
+
 /* Reports that @src is a directory and -r was not given. */
 static int not_recursive(const char *src)
 {
@@ -319,15 +386,23 @@ static int copy_in(sbx_sandbox *sandbox, const char *src, const char *dst_path, 
     if (S_ISDIR(st.st_mode)) {
         if (!recursive)
             return not_recursive(src);
-        return cp_transfer(CLI_CALL_UPLOAD_DIR, sandbox, dst_path, src);
+        status = parent_exists(sandbox, dst_path);
+        return status != 0 ? status : cp_transfer(CLI_CALL_UPLOAD_DIR, sandbox, dst_path, src);
     }
-    is_dir = dst_path[strlen(dst_path) - 1] == '/' ? 1 : sandbox_is_dir(sandbox, dst_path);
+    is_dir = sandbox_is_dir(sandbox, dst_path);
     if (is_dir > 1)
         return is_dir;
+    if (!is_dir && dst_path[strlen(dst_path) - 1] == '/') {
+        /* docker cp: a destination ending in '/' must be a directory. */
+        cli_msg("cannot copy to %s: no such directory in the sandbox", dst_path);
+        return CLI_EXIT_TOOL;
+    }
     target = is_dir ? join_base(dst_path, src) : strdup(dst_path);
     if (target == NULL)
         return cli_out_of_memory();
-    status = cp_transfer(CLI_CALL_UPLOAD_FILE, sandbox, target, src);
+    status = parent_exists(sandbox, target);
+    if (status == 0)
+        status = cp_transfer(CLI_CALL_UPLOAD_FILE, sandbox, target, src);
     free(target);
     return status;
 }
@@ -346,17 +421,50 @@ static int copy_out(sbx_sandbox *sandbox, const char *src, const char *src_path,
     if (is_dir) {
         if (!recursive)
             return not_recursive(src);
-        return cp_transfer(CLI_CALL_DOWNLOAD_DIR, sandbox, src_path, dst);
+        status = parent_exists(NULL, dst);
+        return status != 0 ? status : cp_transfer(CLI_CALL_DOWNLOAD_DIR, sandbox, src_path, dst);
     }
-    if (dst[strlen(dst) - 1] == '/' || (stat(dst, &st) == 0 && S_ISDIR(st.st_mode)))
+    if (stat(dst, &st) == 0 && S_ISDIR(st.st_mode)) {
         target = join_base(dst, src_path);
-    else
+    } else if (dst[strlen(dst) - 1] == '/') {
+        /* docker cp: a destination ending in '/' must be a directory. */
+        cli_msg("cannot copy to %s: no such directory", dst);
+        return CLI_EXIT_TOOL;
+    } else {
         target = strdup(dst);
+    }
     if (target == NULL)
         return cli_out_of_memory();
-    status = cp_transfer(CLI_CALL_DOWNLOAD_FILE, sandbox, src_path, target);
+    status = parent_exists(NULL, target);
+    if (status == 0)
+        status = cp_transfer(CLI_CALL_DOWNLOAD_FILE, sandbox, src_path, target);
     free(target);
     return status;
+}
+
+/* `sbx cp - ID:DST`: DST must be an existing directory, as for docker. */
+static int tar_in(sbx_sandbox *sandbox, const char *dst_path)
+{
+    int is_dir = sandbox_is_dir(sandbox, dst_path);
+
+    if (is_dir > 1)
+        return is_dir;
+    if (!is_dir) {
+        cli_msg("cannot copy the tar stream on stdin to %s: no such directory in the sandbox "
+                "(the destination of \"-\" must be a directory)", dst_path);
+        return CLI_EXIT_TOOL;
+    }
+    return cli_cp_tar_in(sandbox, dst_path);
+}
+
+/* `sbx cp ID:SRC -`: a file or a directory, no -r needed (docker cp). */
+static int tar_out(sbx_sandbox *sandbox, const char *src_path)
+{
+    int is_dir = sandbox_is_dir(sandbox, src_path);
+
+    if (is_dir > 1)
+        return is_dir;
+    return cli_cp_tar_out(sandbox, src_path, is_dir);
 }
 
 static int cp_main(int argc, char **argv)
@@ -394,6 +502,10 @@ static int cp_main(int argc, char **argv)
         sandbox = cli_sandbox_open(src_remote ? src_id : dst_id, NULL);
         if (sandbox == NULL)
             status = CLI_EXIT_TOOL;
+        else if (dst_remote && strcmp(src, "-") == 0)
+            status = tar_in(sandbox, dst_path);
+        else if (src_remote && strcmp(dst, "-") == 0)
+            status = tar_out(sandbox, src_path);
         else if (dst_remote)
             status = copy_in(sandbox, src, dst_path, recursive);
         else

@@ -1,5 +1,5 @@
 /*
- * sbx ps: the sandboxes made by `sbx create` and whether they still exist.
+ * sbx ps: the sandboxes made by `sbx create` and what state they are in.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -9,19 +9,24 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-"Usage: sbx ps [--json]\n"
+"Usage: sbx ps [-a] [--no-trunc] [--json]\n"
 "\n"
 "List the sandboxes made by `sbx create` and not removed, oldest first: id,\n"
-"backend, creation time (ISO 8601, UTC) and whether the sandbox still\n"
-"exists (yes, no, or unknown when that cannot be told).\n"
+"name, backend, creation time (ISO 8601, UTC) and state: \"running\", or,\n"
+"with -a only, \"stopped\" (by `sbx stop`), \"expired\" (gone after its\n"
+"lifetime ended), \"gone\" (no longer exists) or \"unknown\" (that cannot\n"
+"be told; the reason is printed on stderr). A 64-digit id is shown by its first 12 digits, as `docker ps`\n"
+"does; any unique prefix of it names the sandbox.\n"
 "\n"
-"      --json   print a JSON array of objects {id, backend, created, alive}\n"
-"               (alive: true, false or null)\n"
-"  -h, --help   show this help and exit\n");
+"  -a, --all      list every recorded sandbox, not only the running ones\n"
+"      --no-trunc show ids in full\n"
+"      --json     print a JSON array of objects {id, name, backend, created,\n"
+"                 expires, state, alive} (ids in full; name and expires null\n"
+"                 when not recorded; alive true, false or null)\n"
+"  -h, --help     show this help and exit\n");
 }
 
-/* Whether the recorded sandbox still exists: 1, 0, or -1 (reported). */
-static int record_alive(const cli_record *rec)
+int cli_record_alive(const cli_record *rec)
 {
     sbx_error *error = NULL;
     sbx_sandbox *sandbox = sbx_resume(rec->state, &error);
@@ -42,7 +47,21 @@ static int record_alive(const cli_record *rec)
     return alive;
 }
 
-static void print_ps_json(const cli_record *recs, const int *alive, size_t n)
+const char *cli_record_state(const cli_record *rec, int alive, const char *now)
+{
+    if (alive < 0)
+        return "unknown";
+    if (rec->stopped && alive)
+        return "stopped";   /* docker: paused, alive but running nothing */
+    if (alive)
+        return "running";
+    if (rec->expires != NULL && strcmp(rec->expires, now) <= 0)
+        return "expired";
+    return rec->stopped ? "stopped" : "gone";
+}
+
+static void print_ps_json(const cli_record *recs, const int *alive, const char *const *states,
+                          size_t n)
 {
     json_object *array = json_object_new_array();
     size_t i;
@@ -51,8 +70,11 @@ static void print_ps_json(const cli_record *recs, const int *alive, size_t n)
         json_object *o = json_object_new_object();
 
         cli_json_add_string(o, "id", recs[i].id);
+        cli_json_add_string(o, "name", recs[i].name);
         cli_json_add_string(o, "backend", recs[i].backend);
         cli_json_add_string(o, "created", recs[i].created);
+        cli_json_add_string(o, "expires", recs[i].expires);
+        cli_json_add_string(o, "state", states[i]);
         json_object_object_add(o, "alive",
                                alive[i] < 0 ? NULL : json_object_new_boolean(alive[i]));
         json_object_array_add(array, o);
@@ -60,44 +82,60 @@ static void print_ps_json(const cli_record *recs, const int *alive, size_t n)
     cli_print_json(array);
 }
 
-static void print_ps_table(cli_record *recs, const int *alive, size_t n)
+/* Replaces *@s by its escaped form (cli_escape_name) when memory allows. */
+static void escape_in_place(char **s)
 {
-    int id_w = 2, backend_w = 7;
+    char *e;
+
+    if (*s == NULL || (e = cli_escape_name(*s)) == NULL)
+        return;
+    free(*s);
+    *s = e;
+}
+
+static void print_ps_table(cli_record *recs, const char *const *states, size_t n,
+                           int no_trunc)
+{
+    int id_w = 2, name_w = 4, backend_w = 7;
+    char buf[CLI_SHORT_ID_LEN + 1];
     size_t i;
 
-    /* The backend and the time come from the record: shown escaped. */
+    /* What comes from the record is shown escaped (the id is checked). */
     for (i = 0; i < n; i++) {
-        char *b = cli_escape_name(recs[i].backend), *c = cli_escape_name(recs[i].created);
+        const char *id = no_trunc ? recs[i].id : cli_short_id(recs[i].id, buf);
 
-        if (b != NULL && c != NULL) {
-            free(recs[i].backend);
-            free(recs[i].created);
-            recs[i].backend = b;
-            recs[i].created = c;
-        } else {
-            free(b);
-            free(c);
-        }
-        if ((int)strlen(recs[i].id) > id_w)
-            id_w = (int)strlen(recs[i].id);
+        escape_in_place(&recs[i].backend);
+        escape_in_place(&recs[i].created);
+        escape_in_place(&recs[i].name);
+        if ((int)strlen(id) > id_w)
+            id_w = (int)strlen(id);
+        if (recs[i].name != NULL && (int)strlen(recs[i].name) > name_w)
+            name_w = (int)strlen(recs[i].name);
         if ((int)strlen(recs[i].backend) > backend_w)
             backend_w = (int)strlen(recs[i].backend);
     }
-    printf("%-*s  %-*s  %-20s  %s\n", id_w, "ID", backend_w, "BACKEND", "CREATED", "ALIVE");
+    printf("%-*s  %-*s  %-*s  %-20s  %s\n", id_w, "ID", name_w, "NAME", backend_w, "BACKEND",
+           "CREATED", "STATE");
     for (i = 0; i < n; i++)
-        printf("%-*s  %-*s  %-20s  %s\n", id_w, recs[i].id, backend_w, recs[i].backend,
-               recs[i].created, alive[i] < 0 ? "unknown" : alive[i] ? "yes" : "no");
+        printf("%-*s  %-*s  %-*s  %-20s  %s\n", id_w,
+               no_trunc ? recs[i].id : cli_short_id(recs[i].id, buf), name_w,
+               recs[i].name != NULL ? recs[i].name : "-", backend_w, recs[i].backend,
+               recs[i].created, states[i]);
 }
 
 static int ps_main(int argc, char **argv)
 {
-    int json = 0;
+    int json = 0, all = 0, no_trunc = 0;
     const cli_option table[] = {
+        { "all", 'a', 0, &all, NULL },
+        { "no-trunc", 0, 0, &no_trunc, NULL },
         { "json", 0, 0, &json, NULL },
         { NULL, 0, 0, NULL, NULL }
     };
     cli_record *recs;
-    size_t n, i;
+    const char **states;
+    char now[32];
+    size_t n, i, shown = 0;
     int *alive, r, status = cli_parse_options_only(&cli_command_ps, argc, argv, table, NULL);
 
     if (status != CLI_GO_ON)
@@ -106,23 +144,42 @@ static int ps_main(int argc, char **argv)
     if (r < 0)
         return CLI_EXIT_TOOL;
     alive = calloc(n ? n : 1, sizeof *alive);
-    if (alive == NULL) {
+    states = calloc(n ? n : 1, sizeof *states);
+    if (alive == NULL || states == NULL) {
+        free(alive);
+        free(states);
         cli_state_list_free(recs, n);
         return cli_out_of_memory();
     }
-    for (i = 0; i < n; i++)
-        alive[i] = record_alive(&recs[i]);
+    cli_iso8601_now(now);
+    for (i = 0; i < n; i++) {
+        int a = cli_record_alive(&recs[i]);
+
+        /* Without -a only what runs (or cannot be told) is listed. */
+        if (!all && (a == 0 || (a == 1 && recs[i].stopped))) {
+            cli_record_clear(&recs[i]);
+            continue;
+        }
+        alive[shown] = a;
+        states[shown] = cli_record_state(&recs[i], a, now);
+        if (shown != i) {
+            recs[shown] = recs[i];
+            memset(&recs[i], 0, sizeof recs[i]);
+        }
+        shown++;
+    }
     if (json)
-        print_ps_json(recs, alive, n);
+        print_ps_json(recs, alive, states, shown);
     else
-        print_ps_table(recs, alive, n);
+        print_ps_table(recs, states, shown, no_trunc);
     free(alive);
+    free(states);
     cli_state_list_free(recs, n);
     status = cli_flush("the list");
     return status != 0 ? status : r > 0 ? CLI_EXIT_TOOL : 0;
 }
 
 const cli_command cli_command_ps = {
-    "ps", "ps [--json]", "list the sandboxes made by create",
+    "ps", "ps [-a] [--no-trunc] [--json]", "list the sandboxes made by create",
     ps_main, usage
 };

@@ -271,6 +271,19 @@ static int set_verbose(const cli_command *cmd, const char *arg, void *ctx)
     return CLI_GO_ON;
 }
 
+const char *cli_creation_name;
+
+/* --name: kept for create, which records it; the one-shot sandbox of run
+ * is never recorded, so a name could not be used. */
+static int set_name(const cli_command *cmd, const char *arg, void *ctx)
+{
+    if (cmd != &cli_command_create)
+        return cli_usage_error(cmd, "--name is for `sbx create`: the sandbox of %s is not "
+                               "recorded", cmd->name);
+    cli_creation_name = arg;
+    return CLI_GO_ON;
+}
+
 int cli_parse_creation_options(const cli_command *cmd, int argc, char **argv,
                                sbx_options *options, const char **backend, cli_terminal *term)
 {
@@ -289,6 +302,7 @@ int cli_parse_creation_options(const cli_command *cmd, int argc, char **argv,
         { "opt", 0, 1, NULL, add_backend_option },
         { "file", 0, 1, NULL, add_file_option },
         { "verbose", 'v', 0, NULL, set_verbose },
+        { "name", 0, 1, NULL, set_name },
     };
     /* run: -t and -i as docker's; create: the letters' old meanings are
      * errors naming the new options. */

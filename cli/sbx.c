@@ -8,10 +8,13 @@
  *   sbx exec [OPTION]... ID [--] COMMAND [ARG]...
  *   sbx cp [-r] SRC DST
  *   sbx ls [--json] ID [PATH]
- *   sbx rm ID...
- *   sbx ps [--json]
+ *   sbx inspect ID...
+ *   sbx stop ID... / sbx start ID...
+ *   sbx rm [-f] ID...
+ *   sbx ps [-a] [--no-trunc] [--json]
  *   sbx gc [--dry-run] [--json]
  *   sbx presets [--json]
+ *   sbx version [--json]
  *
  * The command's output goes to stdout/stderr untouched, as it arrives. The
  * tool's own messages go to stderr as "sbx: MESSAGE [code=...]"; the tool's
@@ -41,10 +44,14 @@ static const cli_command *const commands[] = {
     &cli_command_exec,
     &cli_command_cp,
     &cli_command_ls,
+    &cli_command_inspect,
+    &cli_command_stop,
+    &cli_command_start,
     &cli_command_rm,
     &cli_command_ps,
     &cli_command_gc,
     &cli_command_presets,
+    &cli_command_version,
     &cli_command_help,
 };
 

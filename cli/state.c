@@ -267,34 +267,16 @@ void cli_iso8601_now(char out[32])
 }
 
 /*
- * Records the session state @state (JSON text) of sandbox @id, created at
- * @created: written atomically, never replacing the record of another
- * sandbox with the same id. Returns 0 or -1 (reported).
+ * Writes the record document @doc of sandbox @id atomically (a temporary
+ * file, synced, renamed into place); with !@replace never over the record
+ * of another sandbox with the same id. Returns 0 or -1 (reported).
  */
-int cli_state_store(const char *id, const char *created, const char *state)
+static int store_doc(const char *id, json_object *doc, int replace)
 {
     char *dir = NULL, *path = NULL, *tmp = NULL;
-    json_object *doc = NULL, *st;
     const char *text;
     int fd = -1, rc = -1;
 
-    if (!cli_id_valid(id)) {
-        cli_msg("cannot record sandbox id \"%s\" (not usable as a file name)", id);
-        return -1;
-    }
-    st = json_tokener_parse(state);
-    if (st == NULL) {
-        cli_msg("the session state of %s is not JSON", id);
-        return -1;
-    }
-    doc = json_object_new_object();
-    if (doc == NULL) {
-        json_object_put(st);
-        cli_msg("out of memory");
-        return -1;
-    }
-    json_object_object_add(doc, "created", json_object_new_string(created));
-    json_object_object_add(doc, "state", st);
     text = json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN |
                                                JSON_C_TO_STRING_NOSLASHESCAPE);
     if (cli_state_dir_open(1, &dir) < 0)
@@ -323,7 +305,12 @@ int cli_state_store(const char *id, const char *created, const char *state)
         goto out;
     }
     fd = -1;
-    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) < 0) {
+    if (replace) {
+        if (rename(tmp, path) < 0) {
+            cli_msg("cannot update the record %s: %s", path, strerror(errno));
+            goto out;
+        }
+    } else if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) < 0) {
         int e = errno;
 
         /* A file system without RENAME_NOREPLACE: link() does not
@@ -351,14 +338,82 @@ out:
         unlink(tmp);
         free(tmp);
     }
-    json_object_put(doc);
     free(path);
     free(dir);
     return rc;
 }
 
+/*
+ * Records the session state @state (JSON text) of sandbox @id, created at
+ * @created, with the members of @meta (borrowed; may be NULL): written
+ * atomically, never replacing the record of another sandbox with the same
+ * id. Returns 0 or -1 (reported).
+ */
+int cli_state_store(const char *id, const char *created, const char *state,
+                    json_object *meta)
+{
+    json_object *doc, *st;
+    int rc;
+
+    if (!cli_id_valid(id)) {
+        cli_msg("cannot record sandbox id \"%s\" (not usable as a file name)", id);
+        return -1;
+    }
+    st = json_tokener_parse(state);
+    if (st == NULL) {
+        cli_msg("the session state of %s is not JSON", id);
+        return -1;
+    }
+    doc = json_object_new_object();
+    if (doc == NULL) {
+        json_object_put(st);
+        cli_msg("out of memory");
+        return -1;
+    }
+    json_object_object_add(doc, "created", json_object_new_string(created));
+    json_object_object_add(doc, "state", st);
+    if (meta != NULL) {
+        json_object_object_foreach(meta, key, value)
+            json_object_object_add(doc, key, json_object_get(value));
+    }
+    rc = store_doc(id, doc, 0);
+    json_object_put(doc);
+    return rc;
+}
+
+/* Rewrites the record @rec with "stopped" set to @stopped (the member goes
+ * when 0). Returns 0 or -1 (reported). */
+int cli_state_set_stopped(const cli_record *rec, int stopped)
+{
+    json_object *doc = json_object_new_object(), *st = json_tokener_parse(rec->state);
+    int rc;
+
+    if (doc == NULL || st == NULL) {
+        json_object_put(doc);
+        json_object_put(st);
+        cli_msg("out of memory");
+        return -1;
+    }
+    json_object_object_add(doc, "created", json_object_new_string(rec->created));
+    json_object_object_add(doc, "state", st);
+    if (rec->expires != NULL)
+        json_object_object_add(doc, "expires", json_object_new_string(rec->expires));
+    if (rec->options != NULL)
+        json_object_object_add(doc, "options", json_tokener_parse(rec->options));
+    if (rec->name != NULL)
+        json_object_object_add(doc, "name", json_object_new_string(rec->name));
+    if (stopped)
+        json_object_object_add(doc, "stopped", json_object_new_boolean(1));
+    rc = store_doc(rec->id, doc, 1);
+    json_object_put(doc);
+    return rc;
+}
+
 void cli_record_clear(cli_record *r)
 {
+    free(r->name);
+    free(r->expires);
+    free(r->options);
     free(r->id);
     free(r->created);
     free(r->backend);
@@ -374,7 +429,7 @@ void cli_record_clear(cli_record *r)
 int cli_state_load(const char *id, cli_record *rec)
 {
     char *dir = NULL, *path = NULL, *buf = NULL;
-    json_object *doc = NULL, *st, *created, *backend;
+    json_object *doc = NULL, *st, *created, *backend, *v;
     struct stat sb;
     size_t len = 0;
     int fd = -1, rc = -1;
@@ -433,7 +488,18 @@ int cli_state_load(const char *id, cli_record *rec)
     rec->backend = strdup(json_object_get_string(backend));
     rec->state = strdup(json_object_to_json_string_ext(st, JSON_C_TO_STRING_PLAIN |
                                                            JSON_C_TO_STRING_NOSLASHESCAPE));
-    if (!rec->id || !rec->created || !rec->backend || !rec->state) {
+    if (json_object_object_get_ex(doc, "name", &v) && json_object_is_type(v, json_type_string))
+        rec->name = strdup(json_object_get_string(v));
+    if (json_object_object_get_ex(doc, "expires", &v) && json_object_is_type(v, json_type_string))
+        rec->expires = strdup(json_object_get_string(v));
+    rec->stopped = json_object_object_get_ex(doc, "stopped", &v) &&
+                   json_object_is_type(v, json_type_boolean) && json_object_get_boolean(v);
+    if (json_object_object_get_ex(doc, "options", &v) && json_object_is_type(v, json_type_object))
+        rec->options = strdup(json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN |
+                                                              JSON_C_TO_STRING_NOSLASHESCAPE));
+    if (!rec->id || !rec->created || !rec->backend || !rec->state ||
+        (json_object_object_get_ex(doc, "name", &v) && rec->name == NULL &&
+         json_object_is_type(v, json_type_string))) {
         cli_record_clear(rec);
         cli_msg("out of memory");
         goto out;
@@ -475,21 +541,19 @@ int cli_state_forget(const char *id)
 }
 
 /*
- * Reattaches to the recorded sandbox @id. Returns it, or NULL after
- * reporting why: "no such sandbox: ID" when nothing is recorded, the
+ * Reattaches to the recorded sandbox @ref (resolved by cli_resolve_record).
+ * Returns it, or NULL after reporting why: what cli_resolve_record reports
+ * when @ref names no single record, the
  * library's error otherwise (stored in *@gone_error instead of reported
  * when it is not_found and @gone_error is not NULL).
  */
-sbx_sandbox *cli_sandbox_open(const char *id, sbx_error **gone_error)
+sbx_sandbox *cli_sandbox_open(const char *ref, sbx_error **gone_error)
 {
     cli_record rec;
     sbx_error *error = NULL;
     sbx_sandbox *sandbox;
-    int r = cli_state_load(id, &rec);
 
-    if (r == 1)
-        cli_msg("no such sandbox: %s", id);
-    if (r != 0)
+    if (cli_resolve_record(ref, &rec) != 0)
         return NULL;
     sandbox = sbx_resume(rec.state, &error);
     cli_record_clear(&rec);
@@ -578,4 +642,151 @@ void cli_state_list_free(cli_record *records, size_t count)
     for (size_t i = 0; i < count; i++)
         cli_record_clear(&records[i]);
     free(records);
+}
+
+/* ------------------------------------------------------- id resolution */
+
+/*
+ * Resolves @ref the way docker resolves a container reference: the record
+ * whose id is @ref, else the one whose name is @ref, else the one whose id
+ * starts with @ref when exactly one does. Returns 0 with the record in
+ * *@rec; 1 when nothing matches ("no such sandbox: REF", reported); 2 when
+ * the prefix matches several ("sandbox id prefix \"REF\" is ambiguous:
+ * it matches ID1, ID2", reported); -1 when the store cannot be read
+ * (reported).
+ */
+int cli_resolve_record(const char *ref, cli_record *rec)
+{
+    cli_record *recs = NULL;
+    size_t n = 0, i, matches = 0, match = 0;
+    int r;
+
+    memset(rec, 0, sizeof *rec);
+    r = cli_state_load(ref, rec);
+    if (r <= 0)
+        return r;
+    if (ref[0] == '\0' || !cli_id_valid(ref)) {
+        cli_msg("no such sandbox: %s", ref);
+        return 1;
+    }
+    if (cli_state_list(&recs, &n) < 0)
+        return -1;
+    for (i = 0; i < n; i++)
+        if (recs[i].name != NULL && strcmp(recs[i].name, ref) == 0)
+            break;
+    if (i < n) {
+        *rec = recs[i];
+        memset(&recs[i], 0, sizeof recs[i]);
+        cli_state_list_free(recs, n);
+        return 0;
+    }
+    for (i = 0; i < n; i++)
+        if (strncmp(recs[i].id, ref, strlen(ref)) == 0) {
+            matches++;
+            match = i;
+        }
+    if (matches == 1) {
+        *rec = recs[match];
+        memset(&recs[match], 0, sizeof recs[match]);
+        cli_state_list_free(recs, n);
+        return 0;
+    }
+    if (matches == 0) {
+        cli_msg("no such sandbox: %s", ref);
+        r = 1;
+    } else {
+        size_t len = 0;
+        char *list = NULL;
+
+        for (i = 0; i < n; i++) {
+            size_t add;
+
+            if (strncmp(recs[i].id, ref, strlen(ref)) != 0)
+                continue;
+            add = strlen(recs[i].id) + 2;
+            char *bigger = realloc(list, len + add + 1);
+            if (bigger == NULL) {
+                free(list);
+                cli_state_list_free(recs, n);
+                return cli_out_of_memory(), -1;
+            }
+            list = bigger;
+            snprintf(list + len, add + 1, "%s%s", len ? ", " : "", recs[i].id);
+            len += strlen(list + len);
+        }
+        cli_msg("sandbox id prefix \"%s\" is ambiguous: it matches %s", ref, list);
+        free(list);
+        r = 2;
+    }
+    cli_state_list_free(recs, n);
+    return r;
+}
+
+/* Resolves @ref (cli_resolve_record) to a recorded id (new string in *@id).
+ * Returns what cli_resolve_record returns. */
+int cli_resolve_id(const char *ref, char **id)
+{
+    cli_record rec;
+    int r = cli_resolve_record(ref, &rec);
+
+    *id = NULL;
+    if (r != 0)
+        return r;
+    *id = rec.id;
+    rec.id = NULL;
+    cli_record_clear(&rec);
+    return 0;
+}
+
+/*
+ * Whether @name can be given to a new sandbox: a valid id-shaped name
+ * (cli_id_valid) that is neither the name nor the id of a recorded
+ * sandbox. Returns 0; -1 after reporting why not:
+ *   the name "web" is already taken by sandbox sbx-local-AbC123
+ */
+int cli_name_check(const char *name)
+{
+    cli_record *recs = NULL;
+    size_t n = 0, i;
+    int r = 0;
+
+    if (!cli_id_valid(name)) {
+        cli_msg("invalid --name value \"%s\": expected 1 to 200 of [A-Za-z0-9_.-], "
+                "starting with a letter or digit", name);
+        return -1;
+    }
+    if (cli_state_list(&recs, &n) < 0)
+        return -1;
+    for (i = 0; i < n && r == 0; i++) {
+        if (recs[i].name != NULL && strcmp(recs[i].name, name) == 0) {
+            cli_msg("the name \"%s\" is already taken by sandbox %s", name, recs[i].id);
+            r = -1;
+        } else if (strcmp(recs[i].id, name) == 0) {
+            cli_msg("the name \"%s\" is already the id of sandbox %s", name, recs[i].id);
+            r = -1;
+        }
+    }
+    cli_state_list_free(recs, n);
+    return r;
+}
+
+/* 1 when @id is a long hexadecimal id (docker's 64 digits). */
+static int is_long_hex(const char *id)
+{
+    size_t i;
+
+    for (i = 0; id[i] != '\0'; i++)
+        if (!isxdigit((unsigned char)id[i]))
+            return 0;
+    return i > CLI_SHORT_ID_LEN;
+}
+
+/* The id to show in a table (cli.h). */
+const char *cli_short_id(const char *id, char buf[CLI_SHORT_ID_LEN + 1])
+{
+    if (!is_long_hex(id))
+        return id;
+    memcpy(buf, id, CLI_SHORT_ID_LEN);
+    buf[CLI_SHORT_ID_LEN] = '\0';
+    return buf;
 }

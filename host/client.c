@@ -1060,6 +1060,59 @@ sbx_sandbox_detach(sbx_sandbox *sandbox, sbx_error **error)
     return 0;
 }
 
+/* sbx_sandbox_stop / sbx_sandbox_start: the optional slot @slot (NULL:
+ * feature_not_supported naming the backend) on @sandbox, as @op. */
+static int
+stop_or_start(sbx_sandbox *sandbox, const char *op,
+              int (*slot)(sbx_plugin_sandbox *, const sbx_call_ctx *, sbx_error **),
+              sbx_error **error)
+{
+    sbx_error *err = NULL;
+    sbx_call_ctx ctx;
+
+    if (!slot) {
+        sbx_set_error(&err, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                      "backend \"%s\" cannot %s a sandbox without destroying it",
+                      sandbox->client->backend, op);
+        sbx_error_add_context(err, "sandbox_id", sandbox->id);
+        finish_error(error, err, sandbox->client->backend, op);
+        return -1;
+    }
+    sbx_call_ctx_init(&ctx);
+    if (slot(sandbox->handle, &ctx, &err) != 0) {
+        sbx_error_ensure(&err, sandbox->client->backend, op);
+        sbx_error_add_context(err, "sandbox_id", sandbox->id);
+        finish_error(error, err, sandbox->client->backend, op);
+        return -1;
+    }
+    sbx_error_free(err);
+    return 0;
+}
+
+SBX_EXPORT int
+sbx_sandbox_stop(sbx_sandbox *sandbox, sbx_error **error)
+{
+    sbx_error *err = NULL;
+
+    if (sbx_sandbox_check_usable(sandbox, &err) < 0) {
+        finish_error(error, err, sandbox ? sandbox->client->backend : NULL, "stop");
+        return -1;
+    }
+    return stop_or_start(sandbox, "stop", SBX_SLOT(sandbox->client->plugin, stop), error);
+}
+
+SBX_EXPORT int
+sbx_sandbox_start(sbx_sandbox *sandbox, sbx_error **error)
+{
+    sbx_error *err = NULL;
+
+    if (sbx_sandbox_check_usable(sandbox, &err) < 0) {
+        finish_error(error, err, sandbox ? sandbox->client->backend : NULL, "start");
+        return -1;
+    }
+    return stop_or_start(sandbox, "start", SBX_SLOT(sandbox->client->plugin, start), error);
+}
+
 SBX_EXPORT void
 sbx_sandbox_free(sbx_sandbox *sandbox)
 {

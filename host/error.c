@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -440,21 +441,23 @@ sbx_error_ensure(sbx_error **err, const char *backend, const char *slot)
 
 /* ---------------------------------------------------------------- logging */
 
-/* The SBX_DEBUG level: -1 when unset or empty, its number when numeric,
- * SBX_LOG_DEBUG for any other value. */
+/*
+ * The SBX_DEBUG level (see "Logging" in sbx.h): -1 (nothing) when unset,
+ * empty or "0"; the level named by "error", "warning", "info" or "debug"
+ * (any case); SBX_LOG_DEBUG (everything) for any other value, "1" first.
+ */
 static int
 debug_level(void)
 {
+    static const char *const names[] = { "error", "warning", "info", "debug" };
     const char *s = getenv("SBX_DEBUG");
-    char *end;
-    long v;
 
-    if (!s || !*s)
+    if (!s || !*s || strcmp(s, "0") == 0)
         return -1;
-    v = strtol(s, &end, 10);
-    if (*end != '\0')
-        return SBX_LOG_DEBUG;
-    return v < -1 ? -1 : v > 100 ? 100 : (int)v;
+    for (int i = 0; i < 4; i++)
+        if (strcasecmp(s, names[i]) == 0)
+            return i;
+    return SBX_LOG_DEBUG;
 }
 
 /* Writes one log line with a single stdio call so threads do not interleave. */

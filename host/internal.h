@@ -228,7 +228,19 @@ void sbx_error_ensure(sbx_error **err, const char *backend, const char *slot);
  *  authorization; case-insensitive). */
 int sbx_context_key_is_secret(const char *key);
 
-/** Logs "sbx[backend]: message" on stderr when SBX_DEBUG >= @level. */
+/*
+ * Uninstalled use (as GStreamer's): when the running library is the one
+ * the build tree made (its .libs/libsbx.so, or the build tree's
+ * sbx-plugin-host, which compiles the library in), the absolute build
+ * directory configure gave (SBX_BUILD_DIR), else NULL. Installed copies
+ * never see the build tree. Thread-safe (decided once).
+ */
+const char *sbx_uninstalled_build_dir(void);
+/** The source directory of that build tree, or NULL when not uninstalled. */
+const char *sbx_uninstalled_source_dir(void);
+
+/** Logs "sbx[backend]: message" on stderr when SBX_DEBUG asks for @level
+ *  (see "Logging" in sbx.h). */
 void sbx_log(sbx_log_level level, const char *backend, const char *fmt, ...)
     SBX_PRINTF(3, 4);
 

@@ -136,6 +136,16 @@ sbx_plugin_search_dirs(sbx_strv *dirs)
                 p++;
         }
     }
+    /* From a build tree, and unless SBX_PLUGIN_PATH says where, the build
+     * tree's plugins instead of the installed ones (of another build). */
+    if (!env && sbx_uninstalled_build_dir()) {
+        const char *build = sbx_uninstalled_build_dir();
+
+        if (sbx_strv_pushf(dirs, "%s/plugins/local/.libs", build) < 0 ||
+            sbx_strv_pushf(dirs, "%s/plugins/docker/.libs", build) < 0)
+            return -1;
+        return 0;
+    }
     if (!sbx_strv_contains(dirs, SBX_PLUGIN_DIR) && sbx_strv_push(dirs, SBX_PLUGIN_DIR) < 0)
         return -1;
     return 0;
@@ -329,6 +339,75 @@ entry_get(const char *name, const char *path)
 }
 
 /*
+ * The backends this project ships or plans (the names its packages and
+ * --enable-plugin-NAME options use): only for these does the error for a
+ * missing backend point at a package.
+ */
+static const char *const shipped_backends[] = {
+    "local", "bubblewrap", "safehouse", "docker",
+    "e2b", "daytona", "modal", "tensorlake", "vercel", "cloudflare", "blaxel",
+    "runloop", "runpod", "ray", "kubernetes",
+};
+
+static int
+backend_is_shipped(const char *name)
+{
+    for (size_t i = 0; i < sizeof(shipped_backends) / sizeof(shipped_backends[0]); i++)
+        if (strcmp(shipped_backends[i], name) == 0)
+            return 1;
+    return 0;
+}
+
+static char *plugin_name_of(const char *file);
+
+static int
+name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * The names of the backends whose plugin files are in @dirs, sorted, each
+ * once, joined by ", " (a new string; "" when there is none), or NULL when
+ * memory runs out.
+ */
+static char *
+installed_names(const sbx_strv *dirs)
+{
+    sbx_strv names = { 0 };
+    char *out;
+
+    for (size_t i = 0; i < dirs->count; i++) {
+        DIR *d = opendir(dirs->items[i]);
+        struct dirent *de;
+
+        if (!d)
+            continue;
+        while ((de = readdir(d))) {
+            char *name = plugin_name_of(de->d_name);
+            char *path = name ? sbx_asprintf("%s/%s", dirs->items[i], de->d_name) : NULL;
+            int rc = 0;
+
+            if (name && path && plugin_file_exists(path) && !sbx_strv_contains(&names, name))
+                rc = sbx_strv_push(&names, name);
+            free(name);
+            free(path);
+            if (rc < 0) {
+                closedir(d);
+                sbx_strv_clear(&names);
+                return NULL;
+            }
+        }
+        closedir(d);
+    }
+    if (names.count > 1)
+        qsort(names.items, names.count, sizeof(names.items[0]), name_cmp);
+    out = sbx_strv_join(&names, ", ");
+    sbx_strv_clear(&names);
+    return out;
+}
+
+/*
  * The file of backend @name: a new string, or NULL with *@err set
  * (invalid_argument, backend_not_installed, or unknown on OOM).
  */
@@ -363,16 +442,27 @@ plugin_find_path(const char *name, sbx_error **err)
     }
     if (!path) {
         char *searched = sbx_strv_join(&dirs, ":");
+        char *installed = searched ? installed_names(&dirs) : NULL;
+        char *hint = NULL;
 
-        if (!searched)
+        if (!installed) {
+            free(searched);
             goto oom;
+        }
+        if (backend_is_shipped(name))
+            hint = sbx_asprintf(" (install the libsbx-%s package or configure with "
+                                "--enable-plugin-%s)", name, name);
         error = sbx_set_error(err, SBX_ERROR_BACKEND_NOT_INSTALLED, NULL,
                               "backend \"%s\" is not installed: no " PLUGIN_PREFIX "%s"
-                              PLUGIN_SUFFIX " in %s (install the libsbx-%s package or "
-                              "configure with --enable-plugin-%s)",
-                              name, name, searched, name, name);
+                              PLUGIN_SUFFIX " in %s; installed: %s%s",
+                              name, name, searched, *installed ? installed : "none",
+                              hint ? hint : "");
         sbx_error_add_context(error, "searched", searched);
-        sbx_error_add_contextf(error, "package", "libsbx-%s", name);
+        sbx_error_add_context(error, "installed", installed);
+        if (hint)
+            sbx_error_add_contextf(error, "package", "libsbx-%s", name);
+        free(hint);
+        free(installed);
         free(searched);
         sbx_strv_clear(&dirs);
         return NULL;
@@ -545,6 +635,8 @@ sbx_plugin_host_path(void)
 {
     const char *p = getenv("SBX_PLUGIN_HOST");
 
+    if ((!p || !*p) && sbx_uninstalled_build_dir())
+        return sbx_asprintf("%s/host/plugin-host/sbx-plugin-host", sbx_uninstalled_build_dir());
     return strdup(p && *p ? p : SBX_LIBEXEC_DIR "/sbx-plugin-host");
 }
 

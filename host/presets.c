@@ -327,6 +327,8 @@ search_dirs(sbx_strv *dirs)
         if (sbx_strv_pushf(dirs, "%s/.config/sbx/presets", home) < 0)
             return -1;
     }
+    if ((!builtin || !*builtin) && sbx_uninstalled_source_dir())
+        return sbx_strv_pushf(dirs, "%s/presets", sbx_uninstalled_source_dir());
     return sbx_strv_push(dirs, builtin && *builtin ? builtin : SBX_PRESET_DIR);
 }
 

@@ -240,6 +240,14 @@ enum {
       (IN, PROCESS, NOLEN, sbx_plugin_process *),                                  \
       (IN, CTX, NOLEN, const sbx_call_ctx *),                                      \
       (OUT, U64, NOLEN, uint64_t *),                                               \
+      (OUT, ERROR, NOLEN, sbx_error **))                                           \
+    X(stop, INT, int, WORKER, 3,                                                   \
+      (IN, SANDBOX, NOLEN, sbx_plugin_sandbox *),                                  \
+      (IN, CTX, NOLEN, const sbx_call_ctx *),                                      \
+      (OUT, ERROR, NOLEN, sbx_error **))                                           \
+    X(start, INT, int, WORKER, 3,                                                  \
+      (IN, SANDBOX, NOLEN, sbx_plugin_sandbox *),                                  \
+      (IN, CTX, NOLEN, const sbx_call_ctx *),                                      \
       (OUT, ERROR, NOLEN, sbx_error **))
 /* clang-format on */
 

@@ -2,8 +2,11 @@
  * host/util.c — small helpers shared by the rest of the library: strings,
  * string vectors, byte buffers, clocks, name checks, random tokens, fds.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +15,71 @@
 #include <unistd.h>
 
 #include "internal.h"
+
+/* ------------------------------------------------------- uninstalled */
+
+#ifndef SBX_BUILD_DIR
+#define SBX_BUILD_DIR ""
+#endif
+#ifndef SBX_SOURCE_DIR
+#define SBX_SOURCE_DIR ""
+#endif
+
+static pthread_once_t uninstalled_once = PTHREAD_ONCE_INIT;
+static int uninstalled;
+
+/* 1 when the real path of @a is the file @dir/@name (real path too). */
+static int
+is_file_in(const char *a, const char *dir, const char *name)
+{
+    char want[PATH_MAX + 256], real[PATH_MAX];
+
+    if ((size_t)snprintf(want, sizeof want, "%s/%s", dir, name) >= sizeof want ||
+        !realpath(want, real))
+        return 0;
+    return strcmp(a, real) == 0;
+}
+
+static void
+uninstalled_check(void)
+{
+    Dl_info info;
+    char self[PATH_MAX], libs[PATH_MAX + 16], *slash;
+
+    if (!*SBX_BUILD_DIR || !dladdr((void *)&uninstalled_check, &info) || !info.dli_fname ||
+        !realpath(info.dli_fname, self))
+        return;
+    /* The plugin host compiles the library in: it is the running copy. */
+    if (is_file_in(self, SBX_BUILD_DIR, "host/plugin-host/sbx-plugin-host") ||
+        is_file_in(self, SBX_BUILD_DIR, "host/plugin-host/.libs/sbx-plugin-host")) {
+        uninstalled = 1;
+        return;
+    }
+    slash = strrchr(self, '/');
+    if (!slash || strncmp(slash + 1, "libsbx.so", 9) != 0)
+        return;
+    *slash = '\0';
+    if ((size_t)snprintf(libs, sizeof libs, "%s/.libs", SBX_BUILD_DIR) >= sizeof libs)
+        return;
+    {
+        char real[PATH_MAX];
+
+        uninstalled = realpath(libs, real) && strcmp(real, self) == 0;
+    }
+}
+
+const char *
+sbx_uninstalled_build_dir(void)
+{
+    pthread_once(&uninstalled_once, uninstalled_check);
+    return uninstalled ? SBX_BUILD_DIR : NULL;
+}
+
+const char *
+sbx_uninstalled_source_dir(void)
+{
+    return sbx_uninstalled_build_dir() ? SBX_SOURCE_DIR : NULL;
+}
 
 /* sbx_version: the library version string. */
 SBX_EXPORT const char *

@@ -37,9 +37,9 @@
 
 #define SBX_WIRE_MAGIC 0x57584253u /* "SBXW" */
 /* Version 2: the create request carries `detached`, the detach slot and
- * the owner pidfd (plugin ABI 1.1). A library and a host of different
+ * the owner pidfd (plugin ABI 1.1). Version 3: the exec_end_info, stop
+ * and start slots (plugin ABI 1.2). A library and a host of different
  * versions refuse each other at HELLO. */
-/* Version 3: the exec_end_info slot (plugin ABI 1.2). */
 #define SBX_WIRE_VERSION_MIN 3
 #define SBX_WIRE_VERSION_MAX 3
 /** Largest frame (header + body) sent as one packet, bytes. A larger body

@@ -874,6 +874,154 @@ Test(cli, backends_lists_local_ok)
     free_run(&r);
 }
 
+static void set_path(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The row of backend @name in the `sbx backends` table @out (new string,
+ * without its newline), or NULL. */
+static char *backend_row(const char *out, const char *name)
+{
+    size_t n = strlen(name);
+    const char *p = out;
+
+    while (p != NULL && *p != '\0') {
+        const char *end = strchr(p, '\n');
+
+        if (strncmp(p, name, n) == 0 && p[n] == ' ')
+            return strndup(p, end ? (size_t)(end - p) : strlen(p));
+        p = end ? end + 1 : NULL;
+    }
+    return NULL;
+}
+
+Test(cli, backends_status_says_what_the_probe_found)
+{
+    cli_spec spec = { 0 };
+    const char *env[] = { "DOCKER_HOST=unix:///nonexistent/sbx-test.sock", NULL };
+    cli_run r;
+    char *row;
+
+    spec.args = (const char *const[]){ "backends", NULL };
+    spec.env = env;
+    r = run_spec(&spec);
+    cr_expect_eq(r.status, 0, "stderr: \"%s\"", r.err);
+    row = backend_row(r.out, "docker");
+    cr_assert_not_null(row, "no docker row: %s", r.out);
+    static const char docker[] = "docker      0.1.0    unavailable: cannot reach the Docker "
+                                 "Engine at unix:///nonexistent/sbx-test.sock: ";
+    cr_expect(strncmp(row, docker, sizeof docker - 1) == 0, "row \"%s\"", row);
+    free(row);
+    row = backend_row(r.out, "safehouse");
+    cr_assert_not_null(row, "no safehouse row: %s", r.out);
+#ifdef __APPLE__
+    cr_expect(strstr(row, "  ok") != NULL || strstr(row, "unavailable: ") != NULL, "%s", row);
+#else
+    static const char safehouse[] = "safehouse   0.1.0    unavailable: safehouse backend needs "
+                                    "macOS (sandbox-exec) and the safehouse CLI";
+    cr_expect(strncmp(row, safehouse, sizeof safehouse - 1) == 0, "row \"%s\"", row);
+#endif
+    free(row);
+    row = backend_row(r.out, "local");
+    cr_expect_str_eq(row, "local       0.1.0    ok");
+    free(row);
+    free_run(&r);
+
+    /* No plugin at all: said on stderr, non-zero. */
+    const char *none[] = { "SBX_PLUGIN_PATH=/nonexistent/sbx-plugins", NULL };
+    char want[PATH_MAX + 128];
+    set_path(want, sizeof want, "sbx: no backend plugin found (searched SBX_PLUGIN_PATH and "
+             "%s)\n", sbx_plugin_dir());
+    spec.env = none;
+    r = run_spec(&spec);
+    expect_run(&r, 125, "");
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+    spec.args = (const char *const[]){ "backends", "--json", NULL };
+    r = run_spec(&spec);
+    expect_run(&r, 125, "[\n]\n");
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+}
+
+Test(cli, unknown_backend_lists_the_installed_ones)
+{
+    cli_spec spec = { 0 };
+    char path[PATH_MAX], var[PATH_MAX + 32], want[4 * PATH_MAX];
+    const char *env[] = { var, NULL };
+    cli_run r;
+
+    set_path(path, sizeof path, "%s", getenv("SBX_PLUGIN_PATH"));
+    *strchr(path, ':') = '\0';   /* plugins/local/.libs only */
+    set_path(var, sizeof var, "SBX_PLUGIN_PATH=%s", path);
+    spec.env = env;
+    spec.args = (const char *const[]){ "run", "-b", "nosuchbackend", "--", "true", NULL };
+    r = run_spec(&spec);
+    set_path(want, sizeof want, "sbx: backend \"nosuchbackend\" is not installed: no "
+             "libsbx-nosuchbackend.so in %s:%s; installed: bubblewrap, local, safehouse "
+             "[code=backend_not_installed; backend=nosuchbackend; op=client_new; searched=%s:%s; "
+             "installed=bubblewrap, local, safehouse]\n", path, sbx_plugin_dir(), path,
+             sbx_plugin_dir());
+    expect_run(&r, 125, "");
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+    /* A backend this project ships: its package is named too. */
+    spec.args = (const char *const[]){ "run", "-b", "e2b", "--", "true", NULL };
+    r = run_spec(&spec);
+    set_path(want, sizeof want, "sbx: backend \"e2b\" is not installed: no libsbx-e2b.so in "
+             "%s:%s; installed: bubblewrap, local, safehouse (install the libsbx-e2b package "
+             "or configure with --enable-plugin-e2b) [code=backend_not_installed; backend=e2b; "
+             "op=client_new; searched=%s:%s; installed=bubblewrap, local, safehouse; "
+             "package=libsbx-e2b]\n", path, sbx_plugin_dir(), path, sbx_plugin_dir());
+    expect_run(&r, 125, "");
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+}
+
+/* `sbx run true` with SBX_DEBUG=@value: its stderr (new string). */
+static char *debug_stderr(const char *value)
+{
+    char var[64];
+    const char *env[] = { var, NULL };
+    cli_spec spec = { 0 };
+    cli_run r;
+    char *err;
+
+    set_path(var, sizeof var, "SBX_DEBUG=%s", value);
+    spec.args = (const char *const[]){ "run", "--", "true", NULL };
+    spec.env = env;
+    r = run_spec(&spec);
+    cr_expect_eq(r.status, 0, "SBX_DEBUG=%s: status %d", value, r.status);
+    cr_expect_eq(r.out_len, 0);
+    err = strdup(r.err);
+    free_run(&r);
+    return err;
+}
+
+Test(cli, sbx_debug_1_prints_the_plugins_log)
+{
+    static const char *const all[] = { "1", "debug", "DEBUG", "yes", "3" };
+    static const char *const none[] = { "0", "", "error", "warning" };
+
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        char *err = debug_stderr(all[i]);
+        /* The plugin's own messages (it runs in its plugin host) and the
+         * library's, one per line. */
+        cr_expect(strncmp(err, "sbx[local]: loaded ", 19) == 0, "SBX_DEBUG=%s: \"%s\"", all[i],
+                  err);
+        cr_expect(strstr(err, "\nsbx[local]: created sbx-local-") != NULL,
+                  "SBX_DEBUG=%s: \"%s\"", all[i], err);
+        cr_expect(strstr(err, "\nsbx[local]: destroyed sbx-local-") != NULL,
+                  "SBX_DEBUG=%s: \"%s\"", all[i], err);
+        free(err);
+    }
+    /* Nothing goes wrong in this run: no error or warning to print. */
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++) {
+        char *err = debug_stderr(none[i]);
+        cr_expect_str_empty(err, "SBX_DEBUG=%s: \"%s\"", none[i], err);
+        free(err);
+    }
+}
+
 /* The mode plugins run in for this test run: SBX_PLUGIN_MODE, or the
  * default, out of process. */
 static const char *default_mode(void)
@@ -903,7 +1051,7 @@ Test(cli, backends_json)
         "badabi", "nosymbol", "nulldesc", "shortdesc", "newminor"
     };
     static const char *const fields[] = {
-        "name", "path", "version", "description", "abi", "usable", "problem",
+        "name", "path", "version", "description", "abi", "usable", "available", "problem",
         "caps", "probed_caps", "mode"
     };
     cli_run r = SBX("backends", "--json");
@@ -929,6 +1077,8 @@ Test(cli, backends_json)
     cr_expect(json_object_object_get_ex(local, "usable", &v) &&
               json_object_is_type(v, json_type_boolean) && json_object_get_boolean(v));
     cr_expect(json_object_object_get_ex(local, "problem", &v) && v == NULL);
+    cr_expect(json_object_object_get_ex(local, "available", &v) &&
+              json_object_is_type(v, json_type_boolean) && json_object_get_boolean(v));
     cr_expect(json_object_object_get_ex(local, "caps", &v) &&
               json_object_is_type(v, json_type_array) && json_object_array_length(v) > 0);
     cr_expect(json_object_object_get_ex(local, "probed_caps", &v) &&
@@ -986,6 +1136,20 @@ static cli_run run_keep(const char *const *args, const char *const *env)
     spec.keep_sandboxes = 1;
     return run_spec(&spec);
 }
+
+/* Runs `sbx ARGS...` (keeping sandboxes) and checks its exact status,
+ * stdout and stderr. */
+static void expect_keep(const char *const *args, int status, const char *out, const char *err)
+{
+    cli_run r = run_keep(args, NULL);
+
+    expect_run(&r, status, out);
+    cr_expect_str_eq(r.err, err, "sbx %s: stderr \"%s\", expected \"%s\"", args[0], r.err, err);
+    free_run(&r);
+}
+
+#define EXPECT_KEEP(status, out, err, ...) \
+    expect_keep((const char *const[]){ __VA_ARGS__, NULL }, (status), (out), (err))
 
 /* Runs `sbx create ARGS...` (with @env); asserts that it printed exactly
  * one line, a local sandbox id, and returns the id (free()). */
@@ -1076,11 +1240,11 @@ static char *slurp(const char *path, size_t *len)
     return buf;
 }
 
-/* Runs `sbx ps --json` and returns the ids it lists, space-separated, in
- * its order, each as "ID:backend:alive" (alive 1, 0 or null). */
+/* Runs `sbx ps -a --json` and returns the ids it lists, space-separated,
+ * in its order, each as "ID:backend:alive" (alive 1, 0 or null). */
 static char *ps_summary(const char *const *env)
 {
-    cli_run r = SBX_KEEP_ENV(env, "ps", "--json");
+    cli_run r = SBX_KEEP_ENV(env, "ps", "-a", "--json");
     json_object *array, *o, *v;
     char *out = calloc(1, 1);
     size_t len = 0, i;
@@ -1094,7 +1258,7 @@ static char *ps_summary(const char *const *env)
         char item[256];
 
         o = json_object_array_get_idx(array, i);
-        cr_assert_eq(json_object_object_length(o), 4, "%s", json_object_to_json_string(o));
+        cr_assert_eq(json_object_object_length(o), 7, "%s", json_object_to_json_string(o));
         cr_assert(json_object_object_get_ex(o, "id", &v));
         id = json_object_get_string(v);
         cr_assert(json_object_object_get_ex(o, "backend", &v));
@@ -1173,7 +1337,7 @@ Test(cli, create_exec_rm_in_separate_processes)
     cr_expect_str_empty(ps, "ps after rm: %s", ps);
     free(ps);
     r = SBX("ps");
-    expect_run(&r, 0, "ID  BACKEND  CREATED               ALIVE\n");
+    expect_run(&r, 0, "ID  NAME  BACKEND  CREATED               STATE\n");
     free_run(&r);
 
     /* Nothing of it is left; and now it is unknown. */
@@ -1209,7 +1373,11 @@ Test(cli, create_cp_exec_ls_cp_back_rm_ps)
     cr_assert_eq(fclose(f), 0);
     cr_assert_eq(chmod(local, 0755), 0);
 
-    /* cp in: a missing parent directory is made. */
+    /* cp in, into a directory that exists (a missing parent is an error:
+     * cp_destination_whose_parent_is_missing_...). */
+    r = SBX_KEEP("exec", id, "--", "sh", "-c", "mkdir \"$SANDBOX_ROOT/work\"");
+    expect_run(&r, 0, "");
+    free_run(&r);
     set_path(spec, sizeof spec, "%s:/work/in.sh", id);
     r = SBX_KEEP("cp", local, spec);
     expect_run(&r, 0, "");
@@ -1407,6 +1575,172 @@ Test(cli, cp_directories_dash_names_and_errors)
     free(id);
 }
 
+static void write_text(const char *path, const char *text, mode_t mode);
+
+/* mkdir -p @path (0755). Returns 0 or -1. */
+static int mkdir_p_for_test(const char *path)
+{
+    char buf[PATH_MAX];
+
+    set_path(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p != '\0'; p++)
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    return mkdir(buf, 0755) < 0 && errno != EEXIST ? -1 : 0;
+}
+
+Test(cli, cp_destination_whose_parent_is_missing_is_an_error_in_both_directions)
+{
+    char *id = create_with(NULL, NULL), *want;
+    char local[PATH_MAX], missing[PATH_MAX], dst[PATH_MAX + 64], src[PATH_MAX + 64];
+
+    set_path(local, sizeof local, "%s/file", g_tmpdir);
+    write_text(local, "data\n", 0644);
+    set_path(missing, sizeof missing, "%s/no-such-dir/x", g_tmpdir);
+    /* To the sandbox: nothing is made there. */
+    set_path(dst, sizeof dst, "%s:/no-such-dir/x", id);
+    cr_assert(asprintf(&want, "sbx: cannot copy to /no-such-dir/x: its parent directory "
+                       "/no-such-dir does not exist in the sandbox\n") > 0);
+    EXPECT_KEEP(125, "", want, "cp", local, dst);
+    free(want);
+    EXPECT_KEEP(1, "", "", "exec", id, "--", "sh", "-c", "test -e no-such-dir");
+    set_path(dst, sizeof dst, "%s:/no-such-dir/", id);
+    EXPECT_KEEP(125, "", "sbx: cannot copy to /no-such-dir/: no such directory in the "
+                "sandbox\n", "cp", local, dst);
+    /* To this host: neither. */
+    set_path(dst, sizeof dst, "%s:/f", id);
+    EXPECT_KEEP(0, "", "", "cp", local, dst);
+    set_path(src, sizeof src, "%s:/f", id);
+    cr_assert(asprintf(&want, "sbx: cannot copy to %s: its parent directory %s/no-such-dir "
+                       "does not exist\n", missing, g_tmpdir) > 0);
+    EXPECT_KEEP(125, "", want, "cp", src, missing);
+    free(want);
+    set_path(src, sizeof src, "%s:/", id);
+    cr_assert(asprintf(&want, "sbx: cannot copy to %s: its parent directory %s/no-such-dir "
+                       "does not exist\n", missing, g_tmpdir) > 0);
+    EXPECT_KEEP(125, "", want, "cp", "-r", src, missing);
+    free(want);
+    set_path(missing, sizeof missing, "%s/no-such-dir", g_tmpdir);
+    cr_expect(access(missing, F_OK) < 0 && errno == ENOENT, "%s was made", missing);
+    /* A parent that exists: copied. */
+    set_path(src, sizeof src, "%s:/f", id);
+    set_path(dst, sizeof dst, "%s/back", g_tmpdir);
+    EXPECT_KEEP(0, "", "", "cp", src, dst);
+    char *got = slurp(dst, NULL);
+    cr_expect_str_eq(got, "data\n");
+    free(got);
+    cr_assert(asprintf(&want, "%s\n", id) > 0);
+    EXPECT_KEEP(0, want, "", "rm", id);
+    free(want);
+    free(id);
+}
+
+/* Runs the bash command @cmd with SBX (the sbx under test), SBX_STATE_DIR
+ * and TMPDIR of this test; its stdout and stderr go to files @out and @err
+ * under the test's directory (read back into *@out_text / *@err_text,
+ * free()). Returns its exit status. */
+static int shell_run(const char *cmd, char **out_text, char **err_text)
+{
+    char state[PATH_MAX], out[PATH_MAX], err[PATH_MAX], *full;
+    int rc;
+
+    set_path(state, sizeof state, "%s/state", g_tmpdir);
+    set_path(out, sizeof out, "%s/shell.out", g_tmpdir);
+    set_path(err, sizeof err, "%s/shell.err", g_tmpdir);
+    cr_assert_eq(setenv("SBX_STATE_DIR", state, 1), 0);
+    cr_assert_eq(setenv("TMPDIR", g_tmpdir, 1), 0);
+    cr_assert_eq(setenv("SBX", getenv("SBX_CLI"), 1), 0);
+    cr_assert(asprintf(&full, "bash -o pipefail -c '%s' >'%s' 2>'%s' </dev/null", cmd, out,
+                       err) > 0);
+    rc = system(full);
+    free(full);
+    cr_assert(WIFEXITED(rc), "%s: %d", cmd, rc);
+    *out_text = slurp(out, NULL);
+    *err_text = slurp(err, NULL);
+    return WEXITSTATUS(rc);
+}
+
+Test(cli, cp_dash_streams_a_tar_to_and_from_the_sandbox)
+{
+    char *id = create_with(NULL, NULL), *out, *err, cmd[4 * PATH_MAX], dir[PATH_MAX];
+    int rc;
+
+    set_path(dir, sizeof dir, "%s/src/sub", g_tmpdir);
+    cr_assert_eq(mkdir_p_for_test(dir), 0);
+    set_path(dir, sizeof dir, "%s/src/a.txt", g_tmpdir);
+    write_text(dir, "A\n", 0644);
+    set_path(dir, sizeof dir, "%s/src/sub/b.sh", g_tmpdir);
+    write_text(dir, "#!/bin/sh\necho b\n", 0755);
+    EXPECT_KEEP(0, "", "", "exec", id, "--", "sh", "-c", "mkdir \"$SANDBOX_ROOT/dst\"");
+
+    /* In: a tar on stdin, extracted into the directory, modes kept. */
+    set_path(cmd, sizeof cmd, "cd \"%s/src\" && tar -cf - a.txt sub | \"$SBX\" cp - %s:/dst",
+             g_tmpdir, id);
+    rc = shell_run(cmd, &out, &err);
+    cr_expect_eq(rc, 0, "status %d, stderr \"%s\"", rc, err);
+    cr_expect_str_empty(out);
+    cr_expect_str_empty(err);
+    free(out);
+    free(err);
+    EXPECT_KEEP(0, "A\nb\n", "", "exec", id, "--", "sh", "-c",
+                "cat \"$SANDBOX_ROOT/dst/a.txt\" && \"$SANDBOX_ROOT/dst/sub/b.sh\"");
+
+    /* Out: a directory as a tar named from its last component. */
+    set_path(cmd, sizeof cmd, "\"$SBX\" cp %s:/dst - | tar -tf - | sort", id);
+    rc = shell_run(cmd, &out, &err);
+    cr_expect_eq(rc, 0, "status %d, stderr \"%s\"", rc, err);
+    cr_expect_str_eq(out, "dst/\ndst/a.txt\ndst/sub/\ndst/sub/b.sh\n");
+    cr_expect_str_empty(err);
+    free(out);
+    free(err);
+    /* A file alone, its mode kept. */
+    set_path(cmd, sizeof cmd, "\"$SBX\" cp %s:/dst/sub/b.sh - | tar -tvf - | cut -c1-10; "
+             "\"$SBX\" cp %s:/dst/a.txt - | tar -xOf -", id, id);
+    rc = shell_run(cmd, &out, &err);
+    cr_expect_eq(rc, 0, "status %d, stderr \"%s\"", rc, err);
+    cr_expect_str_eq(out, "-rwxr-xr-x\nA\n");
+    free(out);
+    free(err);
+
+    /* Refused: an entry leaving the destination, and a destination that
+     * is not a directory; nothing is left in the sandbox or here. */
+    set_path(cmd, sizeof cmd, "python3 -c \"import io,sys,tarfile; b=io.BytesIO(); "
+             "t=tarfile.open(fileobj=b,mode=\\\"w\\\"); i=tarfile.TarInfo(\\\"../evil\\\"); "
+             "i.size=1; t.addfile(i, io.BytesIO(b\\\"x\\\")); t.close(); "
+             "sys.stdout.buffer.write(b.getvalue())\" | \"$SBX\" cp - %s:/dst", id);
+    rc = shell_run(cmd, &out, &err);
+    cr_expect_eq(rc, 125, "status %d, stderr \"%s\"", rc, err);
+    cr_expect_str_eq(err, "sbx: refusing tar entry \"../evil\" on stdin: an absolute name or "
+                     "one with \"..\"\n");
+    free(out);
+    free(err);
+    EXPECT_KEEP(1, "", "", "exec", id, "--", "sh", "-c", "test -e \"$SANDBOX_ROOT/evil\"");
+    set_path(cmd, sizeof cmd, "tar -C \"%s/src\" -cf - a.txt | \"$SBX\" cp - %s:/dst/a.txt",
+             g_tmpdir, id);
+    rc = shell_run(cmd, &out, &err);
+    cr_expect_eq(rc, 125, "status %d", rc);
+    cr_expect_str_eq(err, "sbx: cannot copy the tar stream on stdin to /dst/a.txt: no such "
+                     "directory in the sandbox (the destination of \"-\" must be a "
+                     "directory)\n");
+    free(out);
+    free(err);
+    /* No staging directory is left behind. */
+    set_path(cmd, sizeof cmd, "ls -d \"%s\"/sbx-cp-* 2>/dev/null | wc -l", g_tmpdir);
+    rc = shell_run(cmd, &out, &err);
+    cr_expect_str_eq(out, "0\n");
+    free(out);
+    free(err);
+    char *want;
+    cr_assert(asprintf(&want, "%s\n", id) > 0);
+    EXPECT_KEEP(0, want, "", "rm", id);
+    free(want);
+    free(id);
+}
+
 Test(cli, state_files_are_private_in_private_directories)
 {
     char *id = create_with(NULL, NULL);
@@ -1422,10 +1756,16 @@ Test(cli, state_files_are_private_in_private_directories)
     set_path(path, sizeof path, "%s/state/sandboxes", g_tmpdir);
     cr_expect_eq(count_entries(path), 1);
 
-    /* {"created": ISO 8601 UTC, "state": the session state}. */
+    /* {"created": ISO 8601 UTC, "state": the session state, "expires": ISO
+     * 8601 UTC, "options": the options set (none here)}. */
     json_object *doc = json_object_from_file(rec), *v, *state;
     cr_assert_not_null(doc, "%s is not JSON", rec);
-    cr_expect_eq(json_object_object_length(doc), 2);
+    cr_expect_eq(json_object_object_length(doc), 4);
+    cr_expect(json_object_object_get_ex(doc, "options", &v) &&
+              json_object_is_type(v, json_type_object) && json_object_object_length(v) == 0,
+              "options %s", json_object_to_json_string(v));
+    cr_expect(json_object_object_get_ex(doc, "expires", &v) &&
+              json_object_get_string_len(v) == 20, "expires %s", json_object_to_json_string(v));
     cr_assert(json_object_object_get_ex(doc, "created", &v));
     const char *created = json_object_get_string(v);
     struct tm tm;
@@ -1619,8 +1959,8 @@ Test(cli, ps_table)
     json_object *doc = json_object_from_file(rec), *v;
 
     cr_assert(doc && json_object_object_get_ex(doc, "created", &v));
-    cr_assert(asprintf(&want, "ID%*s  BACKEND  CREATED               ALIVE\n"
-                       "%s  local    %s  yes\n", (int)strlen(id) - 2, "", id,
+    cr_assert(asprintf(&want, "ID%*s  NAME  BACKEND  CREATED               STATE\n"
+                       "%s  -     local    %s  running\n", (int)strlen(id) - 2, "", id,
                        json_object_get_string(v)) > 0);
     json_object_put(doc);
     cli_run r = SBX_KEEP("ps");
@@ -1632,6 +1972,266 @@ Test(cli, ps_table)
     free_run(&r);
     free(rec);
     free(id);
+}
+
+/* ----------------------------------------------- ids, names, inspect */
+
+/* The longest common prefix of @a and @b, plus one more character of @a
+ * (a prefix that names @a alone), in @out. */
+static void unique_prefix(const char *a, const char *b, char *out, size_t size)
+{
+    size_t n = 0;
+
+    while (a[n] != '\0' && a[n] == b[n])
+        n++;
+    cr_assert(a[n] != '\0' && n + 2 <= size);
+    memcpy(out, a, n + 1);
+    out[n + 1] = '\0';
+}
+
+Test(cli, ids_take_names_and_unique_prefixes_as_docker_does)
+{
+    char *web = CREATE("--name", "web", "-t", "300");
+    char *other = create_with(NULL, NULL);
+    char prefix[64], *want, *ambiguous;
+    cli_run r;
+
+    /* By name, by a unique prefix, by the whole id. */
+    EXPECT_KEEP(0, "by name\n", "", "exec", "web", "echo", "by name");
+    unique_prefix(web, other, prefix, sizeof prefix);
+    EXPECT_KEEP(0, "by prefix\n", "", "exec", prefix, "echo", "by prefix");
+    EXPECT_KEEP(0, "whole\n", "", "exec", web, "echo", "whole");
+    r = SBX_KEEP("ls", "web", "/");
+    cr_expect_eq(r.status, 0, "ls by name: %d %s", r.status, r.err);
+    free_run(&r);
+
+    /* A prefix both ids share: ambiguous, naming both (oldest first). */
+    char *c_web = record_created(web), *c_other = record_created(other);
+    int first_web = strcmp(c_web, c_other) < 0 ||
+                    (strcmp(c_web, c_other) == 0 && strcmp(web, other) < 0);
+    cr_assert(asprintf(&ambiguous, "sbx: sandbox id prefix \"sbx-local-\" is ambiguous: it "
+                       "matches %s, %s\n", first_web ? web : other,
+                       first_web ? other : web) > 0);
+    EXPECT_KEEP(125, "", ambiguous, "exec", "sbx-local-", "true");
+    EXPECT_KEEP(125, "", ambiguous, "rm", "sbx-local-");
+    free(c_web);
+    free(c_other);
+    free(ambiguous);
+    /* Nothing matches: not found, naming it. */
+    EXPECT_KEEP(125, "", "sbx: no such sandbox: nomatch\n", "exec", "nomatch", "true");
+    EXPECT_KEEP(125, "[\n]\n", "sbx: no such sandbox: sbx-local-zzzzzzz\n",
+                "inspect", "sbx-local-zzzzzzz");
+
+    /* A taken name, a name that is an id, a malformed name: refused before
+     * anything is made. */
+    cr_assert(asprintf(&want, "sbx: the name \"web\" is already taken by sandbox %s\n",
+                       web) > 0);
+    EXPECT_KEEP(125, "", want, "create", "--name", "web");
+    free(want);
+    cr_assert(asprintf(&want, "sbx: the name \"%s\" is already the id of sandbox %s\n",
+                       other, other) > 0);
+    EXPECT_KEEP(125, "", want, "create", "--name", other);
+    free(want);
+    EXPECT_KEEP(125, "", "sbx: invalid --name value \"-x/y\": expected 1 to 200 of "
+                "[A-Za-z0-9_.-], starting with a letter or digit\n",
+                "create", "--name=-x/y");
+    EXPECT_KEEP(125, "", "sbx: --name is for `sbx create`: the sandbox of run is not "
+                "recorded\nsbx: see 'sbx run --help'\n", "run", "--name", "x", "true");
+    char left[1024];
+
+    /* ps shows the name; rm by name prints what was given and forgets it. */
+    char *c = record_created(web), *c2 = record_created(other);
+    cr_assert(asprintf(&want, "%-*s  NAME  BACKEND  CREATED               STATE\n"
+                       "%s  %s  local    %s  running\n%s  %s  local    %s  running\n",
+                       (int)strlen(web), "ID", first_web ? web : other, first_web ? "web " : "-   ",
+                       first_web ? c : c2, first_web ? other : web,
+                       first_web ? "-   " : "web ", first_web ? c2 : c) > 0);
+    EXPECT_KEEP(0, want, "", "ps");
+    free(want);
+    free(c);
+    free(c2);
+    EXPECT_KEEP(0, "web\n", "", "rm", "web");
+    EXPECT_KEEP(125, "", "sbx: no such sandbox: web\n", "exec", "web", "true");
+    /* Unique now; rm prints the id as given, as docker rm does. */
+    EXPECT_KEEP(0, "sbx-local-\n", "", "rm", "sbx-local-");
+    sandboxes_left(left, sizeof left);
+    cr_expect_str_empty(left, "left: %s", left);
+    free(web);
+    free(other);
+}
+
+Test(cli, inspect_prints_the_record_state_options_and_capabilities)
+{
+    char *id = CREATE("--name", "box", "-t", "300", "-e", "SECRET=hidden");
+    char *created = record_created(id), *want;
+    json_object *doc = NULL, *v;
+    cli_run r = SBX_KEEP("inspect", "box");
+
+    cr_assert_eq(r.status, 0, "inspect: %d %s", r.status, r.err);
+    cr_expect_str_empty(r.err);
+    cr_expect(strstr(r.out, "hidden") == NULL, "an env value was recorded: %s", r.out);
+    doc = json_tokener_parse(r.out);
+    cr_assert(doc != NULL && json_object_is_type(doc, json_type_array) &&
+              json_object_array_length(doc) == 1, "%s", r.out);
+    json_object *o = json_object_array_get_idx(doc, 0);
+    /* Every member, exactly; expires is the lifetime after creation. */
+    cr_assert(json_object_object_get_ex(o, "expires", &v));
+    const char *expires = json_object_get_string(v);
+    struct tm tc = { 0 }, te = { 0 };
+    cr_assert(strptime(created, "%Y-%m-%dT%H:%M:%SZ", &tc) != NULL);
+    cr_assert(expires != NULL && strptime(expires, "%Y-%m-%dT%H:%M:%SZ", &te) != NULL,
+              "expires %s", expires);
+    double life = difftime(timegm(&te), timegm(&tc));
+    cr_expect(life >= 300 && life <= 302, "lifetime %g s (%s .. %s)", life, created, expires);
+    cr_assert(asprintf(&want, "{ \"id\": \"%s\", \"name\": \"box\", \"backend\": \"local\", "
+                       "\"provider_id\": \"%s\", \"state\": \"running\", \"created\": \"%s\", "
+                       "\"expires\": \"%s\", \"options\": { \"timeout_secs\": 300.0, "
+                       "\"env_vars\": true }, \"capabilities\": [ \"exec\", \"exec_stdin\", "
+                       "\"files\", \"dir_transfer\", \"resume\", \"lifetime\", "
+                       "\"background\" ] }", id, id, created, expires) > 0);
+    cr_expect_str_eq(json_object_to_json_string_ext(o, JSON_C_TO_STRING_SPACED), want);
+    free(want);
+    json_object_put(doc);
+    free_run(&r);
+    /* One unknown among known ones: the known printed, status 125. */
+    r = SBX_KEEP("inspect", id, "nosuch");
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, "sbx: no such sandbox: nosuch\n");
+    doc = json_tokener_parse(r.out);
+    cr_expect(doc != NULL && json_object_array_length(doc) == 1, "%s", r.out);
+    json_object_put(doc);
+    free_run(&r);
+    r = SBX_KEEP("inspect");
+    EXPECT_TOOL_FAILURE(&r, "no sandbox id given");
+    free_run(&r);
+    r = SBX_KEEP("rm", id);
+    cr_expect_eq(r.status, 0);
+    free_run(&r);
+    free(created);
+    free(id);
+}
+
+Test(cli, ps_all_lists_expired_ones_with_their_state_and_rm_f_forgets)
+{
+    char *brief = CREATE("-t", "1");
+    char *lasting = CREATE("-t", "300");
+    char *c_brief = record_created(brief), *c_lasting = record_created(lasting), *want;
+
+    usleep(2200 * 1000);
+    /* Without -a only the running one. */
+    cr_assert(asprintf(&want, "%-*s  NAME  BACKEND  CREATED               STATE\n"
+                       "%s  -     local    %s  running\n", (int)strlen(lasting), "ID",
+                       lasting, c_lasting) > 0);
+    EXPECT_KEEP(0, want, "", "ps");
+    free(want);
+    /* With -a both, oldest first: the brief one expired. */
+    int brief_first = strcmp(c_brief, c_lasting) < 0 ||
+                      (strcmp(c_brief, c_lasting) == 0 && strcmp(brief, lasting) < 0);
+    char row_b[256], row_l[256];
+    set_path(row_b, sizeof row_b, "%s  -     local    %s  expired\n", brief, c_brief);
+    set_path(row_l, sizeof row_l, "%s  -     local    %s  running\n", lasting, c_lasting);
+    cr_assert(asprintf(&want, "%-*s  NAME  BACKEND  CREATED               STATE\n"
+                       "%s%s", (int)strlen(brief), "ID", brief_first ? row_b : row_l, brief_first ? row_l : row_b) > 0);
+    EXPECT_KEEP(0, want, "", "ps", "-a");
+    EXPECT_KEEP(0, want, "", "ps", "--all", "--no-trunc");
+    free(want);
+    /* rm -f of one that no longer exists: forgotten, status 0. */
+    cr_assert(asprintf(&want, "%s\n", brief) > 0);
+    cli_run r = SBX_KEEP("rm", "-f", brief);
+    expect_run(&r, 0, "");
+    cr_expect(strstr(r.err, "no longer exists; forgot it") != NULL, "%s", r.err);
+    free_run(&r);
+    free(want);
+    char *rec = record_path(brief);
+    cr_expect(access(rec, F_OK) < 0, "%s is still recorded", rec);
+    free(rec);
+
+    /* A record whose backend is not installed: rm refuses and keeps it,
+     * rm -f forgets it. */
+    rec = record_path(lasting);
+    json_object *doc = json_object_from_file(rec), *state;
+    cr_assert(doc && json_object_object_get_ex(doc, "state", &state));
+    json_object_object_add(state, "backend", json_object_new_string("nosuchbackend"));
+    char planted[PATH_MAX];
+    set_path(planted, sizeof planted, "%s/state/sandboxes/sbx-nosuchbackend-1.json", g_tmpdir);
+    cr_assert_eq(json_object_to_file(planted, doc), 0);
+    cr_assert_eq(chmod(planted, 0600), 0);
+    json_object_put(doc);
+    r = SBX_KEEP("rm", "sbx-nosuchbackend-1");
+    cr_expect_eq(r.status, 125, "rm: %d %s", r.status, r.err);
+    cr_expect(strstr(r.err, "code=backend_not_installed") != NULL, "%s", r.err);
+    free_run(&r);
+    cr_expect_eq(access(planted, F_OK), 0, "rm without -f forgot it");
+    r = SBX_KEEP("rm", "--force", "sbx-nosuch");
+    expect_run(&r, 0, "sbx-nosuch\n");
+    cr_expect(strstr(r.err, "sbx: forgot sandbox sbx-nosuchbackend-1 (-f); whatever is left "
+                            "of it is not removed\n") != NULL, "%s", r.err);
+    free_run(&r);
+    cr_expect(access(planted, F_OK) < 0, "rm -f kept it");
+    cr_assert(asprintf(&want, "%s\n", lasting) > 0);
+    EXPECT_KEEP(0, want, "", "rm", lasting);
+    free(want);
+    free(rec);
+    free(c_brief);
+    free(c_lasting);
+    free(brief);
+    free(lasting);
+}
+
+Test(cli, stop_and_start_name_a_backend_that_cannot_stop)
+{
+    char *id = CREATE("--name", "box"), *want;
+
+    cr_assert(asprintf(&want, "sbx: backend \"local\" cannot stop a sandbox without destroying "
+                       "it [code=feature_not_supported; backend=local; op=stop; "
+                       "sandbox_id=%s]\n", id) > 0);
+    EXPECT_KEEP(125, "", want, "stop", "box");
+    free(want);
+    cr_assert(asprintf(&want, "sbx: backend \"local\" cannot start a sandbox without "
+                       "destroying it [code=feature_not_supported; backend=local; op=start; "
+                       "sandbox_id=%s]\n", id) > 0);
+    EXPECT_KEEP(125, "", want, "start", id);
+    free(want);
+    EXPECT_KEEP(125, "", "sbx: no such sandbox: nosuch\n", "stop", "nosuch");
+    cli_run r = SBX_KEEP("stop");
+    EXPECT_TOOL_FAILURE(&r, "no sandbox id given");
+    free_run(&r);
+    /* Still running, and not marked stopped. */
+    EXPECT_KEEP(0, "up\n", "", "exec", "box", "echo", "up");
+    EXPECT_KEEP(0, "box\n", "", "rm", "box");
+    free(id);
+}
+
+Test(cli, version_command_lists_library_abi_and_plugins)
+{
+    cli_run r = SBX("version");
+    char want[PATH_MAX * 2];
+
+    set_path(want, sizeof want, "sbx:         %s\nlibsbx:      %s\nplugin ABI:  1.2\nplugins:\n",
+             sbx_version(), sbx_version());
+    cr_expect_eq(r.status, 0, "%d %s", r.status, r.err);
+    cr_expect(strncmp(r.out, want, strlen(want)) == 0, "got \"%s\"", r.out);
+    /* The local plugin's row: name, version, ABI, path. */
+    const char *row = strstr(r.out, "\n  local ");
+    char name[64], version[64], abi[64], path[PATH_MAX];
+    cr_assert_not_null(row, "got \"%s\"", r.out);
+    cr_assert_eq(sscanf(row, " %63s %63s ABI %63s %4095s", name, version, abi, path), 4,
+                 "row \"%s\"", row);
+    cr_expect_str_eq(version, sbx_version());
+    cr_expect_str_eq(abi, "1.2");
+    cr_expect(strlen(path) > 28 &&
+              strcmp(path + strlen(path) - 28, "/plugins/local/.libs/libsbx-local.so" + 8) == 0,
+              "path %s", path);
+    free_run(&r);
+    r = SBX("version", "--json");
+    json_object *doc = json_tokener_parse(r.out), *v;
+    cr_assert(doc != NULL, "%s", r.out);
+    cr_expect(json_object_object_get_ex(doc, "plugin_abi", &v) &&
+              strcmp(json_object_get_string(v), "1.2") == 0);
+    cr_expect(json_object_object_get_ex(doc, "libsbx", &v) &&
+              strcmp(json_object_get_string(v), sbx_version()) == 0);
+    json_object_put(doc);
+    free_run(&r);
 }
 
 Test(cli, create_failures_leave_nothing)
@@ -1693,7 +2293,8 @@ Test(cli, help)
     cr_expect_eq(r.status, 0);
     cr_expect(strstr(r.out, "Usage: sbx backends") != NULL, "%s", r.out);
     free_run(&r);
-    static const char *const cmds[] = { "create", "exec", "cp", "ls", "rm", "ps" };
+    static const char *const cmds[] = { "create", "exec", "cp", "ls", "rm", "ps", "inspect",
+                                        "version", "stop", "start" };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         char want[64];
 
@@ -2309,7 +2910,7 @@ Test(cli, state_files_and_parents_of_others_are_refused)
     /* ps reports it and lists nothing. */
     r = SBX_KEEP("ps");
     cr_expect_eq(r.status, 0);
-    cr_expect_str_eq(r.out, "ID  BACKEND  CREATED               ALIVE\n");
+    cr_expect_str_eq(r.out, "ID  NAME  BACKEND  CREATED               STATE\n");
     cr_expect_str_eq(r.err, want);
     free_run(&r);
     expect_victim_intact(victim);
@@ -2392,7 +2993,7 @@ Test(cli, state_directory_rules_hold_for_an_unprivileged_user)
     /* Its own and private: fine (and made 0700). */
     cr_assert_eq(chmod(dir, 0755), 0);
     r = run_spec(&spec);
-    expect_run(&r, 0, "ID  BACKEND  CREATED               ALIVE\n");
+    expect_run(&r, 0, "ID  NAME  BACKEND  CREATED               STATE\n");
     cr_expect_str_empty(r.err);
     free_run(&r);
     expect_mode(dir, 0700);
@@ -2741,7 +3342,7 @@ Test(cli, cp_ends_on_sigterm_while_the_transfer_blocks_and_leaves_nothing)
         if (cases[i].in_keep)
             set_path(dst, sizeof dst, "%s/x", keep);
         else
-            set_path(dst, sizeof dst, "%s/sub/x", out_dir);
+            set_path(dst, sizeof dst, "%s", out_dir);   /* made by the copy */
         set_path(src, sizeof src, "%s:%s", id, cases[i].path);
         const char *const args[] = { "cp", cases[i].flag, src, dst, NULL };
         cli_spec spec = { 0 };

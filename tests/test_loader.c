@@ -159,15 +159,36 @@ Test(loader, missing_backend, .timeout = 20)
     free(storage);
     assert_contains(msg, sbx_plugin_dir());
 
-    const char *package = sbx_error_get0_context(err, "package");
-    cr_assert_not_null(package, "no context \"package\"");
-    cr_assert_neq(package[0], '\0', "context \"package\" is empty");
+    /* A name this project does not ship gets no package hint; the
+     * installed backends are listed instead. */
+    cr_assert_null(sbx_error_get0_context(err, "package"));
+    cr_assert(strstr(msg, "install the") == NULL, "%s", msg);
+    cr_assert_str_eq(sbx_error_get0_context(err, "installed"),
+                     "badabi, bubblewrap, crashinit, docker, faulty, local, localexec, "
+                     "newminor, nosymbol, nulldesc, safehouse, shortdesc");
 
     char *s = sbx_error_to_string(err);
     char *expect = tu_expected_error_string(err);
     cr_assert_str_eq(s, expect);
     free(s);
     free(expect);
+    sbx_error_free(err);
+}
+
+Test(loader, missing_shipped_backend_names_its_package, .timeout = 20)
+{
+    cr_assert_eq(setenv("SBX_PLUGIN_PATH", "/nonexistent/sbx-a", 1), 0);
+    sbx_error *err = client_new_fails("e2b", SBX_ERROR_BACKEND_NOT_INSTALLED);
+    /* The plugin directory may hold the plugins of an installed build. */
+    const char *installed = sbx_error_get0_context(err, "installed");
+    cr_assert_not_null(installed);
+    char *want = tu_strdup_printf("backend \"e2b\" is not installed: no libsbx-e2b.so in "
+                                  "/nonexistent/sbx-a:%s; installed: %s (install the "
+                                  "libsbx-e2b package or configure with --enable-plugin-e2b)",
+                                  sbx_plugin_dir(), *installed ? installed : "none");
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    cr_assert_str_eq(sbx_error_get0_context(err, "package"), "libsbx-e2b");
+    free(want);
     sbx_error_free(err);
 }
 

@@ -39,10 +39,11 @@ check() {
     return 1
 }
 
-echo "1..9"
+echo "1..13"
 
 for v in SBX_TEST_MAKE SBX_TEST_BUILDDIR SBX_TEST_SRCDIR SBX_TEST_CC SBX_TEST_VERSION \
-         SBX_TEST_PLUGINDIR SBX_TEST_PKGCONFIGDIR SBX_TEST_INCLUDEDIR SBX_TEST_LIBDIR; do
+         SBX_TEST_PLUGINDIR SBX_TEST_PKGCONFIGDIR SBX_TEST_INCLUDEDIR SBX_TEST_LIBDIR \
+         SBX_TEST_MANDIR SBX_TEST_DATADIR; do
     eval "val=\${$v-}"
     [ -n "$val" ] || { echo "# $v is not set (run through make check)"; skip_rest="the environment"; }
 done
@@ -179,5 +180,80 @@ load_plugin() {
 check "an application built with pkg-config --libs libsbx lists and loads oot from plugindir" \
     load_plugin
 
-[ "$n" -eq 9 ] || echo "# ran $n test points, planned 9"
+# 10. make install puts the man page in man1 and the bash completion where
+# bash-completion loads it from.
+man_and_completion() {
+    [ -f "$dest$SBX_TEST_MANDIR/man1/sbx.1" ] || { echo "no $SBX_TEST_MANDIR/man1/sbx.1"; return 1; }
+    cmp "$SBX_TEST_SRCDIR/../doc/sbx.1" "$dest$SBX_TEST_MANDIR/man1/sbx.1" || return 1
+    c=$dest$SBX_TEST_DATADIR/bash-completion/completions/sbx
+    [ -f "$c" ] || { echo "no $SBX_TEST_DATADIR/bash-completion/completions/sbx"; return 1; }
+    cmp "$SBX_TEST_SRCDIR/../completions/sbx" "$c"
+}
+check "make install: man1/sbx.1 and bash-completion/completions/sbx" man_and_completion
+
+# The README's example, as its commands build it.
+awk '/^```c$/ { f = 1; next } /^```$/ { if (f) exit } f' "$SBX_TEST_SRCDIR/../README.md" \
+    >"$tmp/hello.c"
+# Runs "$@" with none of the variables that point at plugins, supervisor,
+# plugin host or presets, and a state directory of the test's own.
+bare() {
+    env -u SBX_PLUGIN_PATH -u SBX_SUPERVISOR -u SBX_PLUGIN_HOST -u SBX_PRESET_DIR \
+        -u SBX_PRESET_PATH -u LD_LIBRARY_PATH SBX_STATE_DIR="$tmp/state" "$@"
+}
+# hello's output: "hello from ROOT" with ROOT a local sandbox root.
+hello_ok() {
+    printf '%s\n' "$1" | grep -Eqx 'hello from /.*/sbx-local-[A-Za-z0-9]{6}/root' || {
+        echo "printed: $1"
+        return 1
+    }
+}
+
+# 11. From the build tree: libsbx-uninstalled.pc builds it, and it runs
+# with no variable: the build tree's library finds the build tree's
+# plugins, supervisor and plugin host.
+uninstalled_example() {
+    # shellcheck disable=SC2086
+    $SBX_TEST_CC -std=gnu11 -Wall -Wextra -Werror $san_cflags -o "$tmp/hello-tree" \
+        "$tmp/hello.c" $(env -u PKG_CONFIG_LIBDIR -u PKG_CONFIG_SYSROOT_DIR \
+                         PKG_CONFIG_PATH="$SBX_TEST_BUILDDIR" $PKG_CONFIG --cflags --libs libsbx) \
+        || return 1
+    out=$(bare "$tmp/hello-tree") || { echo "status $?: $out"; return 1; }
+    hello_ok "$out"
+}
+check "README example: built with libsbx-uninstalled.pc, runs from the build tree with no SBX_*" \
+    uninstalled_example
+
+# 12. build/cli/sbx too, presets included.
+uninstalled_sbx() {
+    out=$(bare "$SBX_TEST_BUILDDIR/cli/sbx" run -- echo from the tree 2>&1) || {
+        echo "sbx run: $out"
+        return 1
+    }
+    [ "$out" = "from the tree" ] || { echo "sbx run printed: $out"; return 1; }
+    out=$(bare "$SBX_TEST_BUILDDIR/cli/sbx" presets 2>&1 | sed -n 's/^\(claude-code\) .*/\1/p')
+    [ "$out" = "claude-code" ] || { echo "sbx presets: no claude-code"; return 1; }
+}
+check "build/cli/sbx runs a sandbox and lists presets with no SBX_*" uninstalled_sbx
+
+# 13. The installed copy, built as the README shows for an install in a
+# prefix (rpath to pkg-config's libdir), never looks at the build tree: it
+# searches only the installed plugin directory (empty in this DESTDIR
+# run, so local is not installed).
+installed_example() {
+    # shellcheck disable=SC2086
+    $SBX_TEST_CC -std=gnu11 -Wall -Wextra -Werror $san_cflags -o "$tmp/hello-installed" \
+        "$tmp/hello.c" $($PKG_CONFIG --cflags --libs libsbx) \
+        -Wl,-rpath,"$(in_dest "$($PKG_CONFIG --variable=libdir libsbx)")" || return 1
+    out=$(bare "$tmp/hello-installed" 2>&1) && { echo "it ran: $out"; return 1; }
+    want="searched=$SBX_TEST_PLUGINDIR;"
+    case $out in
+    *"code=backend_not_installed"*"$want"*) return 0 ;;
+    esac
+    echo "printed: $out"
+    return 1
+}
+check "README example against the installed library (rpath): it never uses the build tree" \
+    installed_example
+
+[ "$n" -eq 13 ] || echo "# ran $n test points, planned 13"
 exit 0

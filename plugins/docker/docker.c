@@ -1066,6 +1066,76 @@ static int docker_exec_end_info(sbx_plugin_process *process, const sbx_call_ctx 
     return -1;
 }
 
+/*
+ * The stop and start slots: POST /containers/{id}/pause and /unpause. The
+ * container cannot be stopped for real: AutoRemove (see the top) removes
+ * it when its main process ends, which is what keeps a lost client from
+ * leaking it. Pausing freezes every process in it (the cgroup freezer)
+ * and keeps its files; unpausing lets them go on. Already in the state
+ * asked for: success. 404 is not_found.
+ */
+static int container_stop_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                                const char *op, sbx_error **error)
+{
+    struct sbx_plugin_sandbox *sb = sandbox;
+    int stop = strcmp(op, "stop") == 0, rc = -1;
+    json_object *j, *st, *paused;
+    char *path;
+    long status;
+    dk_resp r;
+
+    j = container_inspect(sb->client, ctx, sb->id, &status, op, error);
+    if (!j) {
+        if (status == 404) {
+            sbx_error *err = dk_fail(error, SBX_ERROR_NOT_FOUND, op,
+                                     "sandbox %.12s no longer exists", sb->id);
+            dk_context(err, "sandbox_id", sb->id);
+        }
+        return -1;
+    }
+    int is_paused = json_object_object_get_ex(j, "State", &st) &&
+                    json_object_object_get_ex(st, "Paused", &paused) &&
+                    json_object_get_boolean(paused);
+    json_object_put(j);
+    if (is_paused == stop)
+        return 0;
+    if (asprintf(&path, "/containers/%s/%s", sb->id, stop ? "pause" : "unpause") < 0) {
+        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    dk_req req = { .method = "POST", .path = path, .secs = API_SECS };
+    if (dk_request(sb->client, ctx, &req, &r, op, error) < 0) {
+        free(path);
+        return -1;
+    }
+    free(path);
+    if (r.status == 204) {
+        DK_LOG(SBX_LOG_DEBUG, "%s container %.12s", stop ? "paused" : "unpaused", sb->id);
+        rc = 0;
+    } else if (r.status == 404) {
+        sbx_error *err = dk_fail(error, SBX_ERROR_NOT_FOUND, op,
+                                 "sandbox %.12s no longer exists", sb->id);
+        dk_context(err, "sandbox_id", sb->id);
+    } else {
+        dk_fail_resp(error, DK_CODE_BY_STATUS, &r, op, stop ? "cannot pause the container"
+                                                            : "cannot unpause the container");
+    }
+    dk_resp_clear(&r);
+    return rc;
+}
+
+static int docker_stop(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                       sbx_error **error)
+{
+    return container_stop_start(sandbox, ctx, "stop", error);
+}
+
+static int docker_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                        sbx_error **error)
+{
+    return container_stop_start(sandbox, ctx, "start", error);
+}
+
 static const char *docker_sandbox_id(sbx_plugin_sandbox *sandbox)
 {
     return sandbox->id;
@@ -1354,6 +1424,8 @@ static const sbx_plugin docker_plugin = {
     .stat_file = dk_stat_file,
     .list_owned = docker_list_owned,
     .destroy_by_id = docker_destroy_by_id,
+    .stop = docker_stop,
+    .start = docker_start,
 };
 
 SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);

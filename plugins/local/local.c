@@ -52,6 +52,7 @@
 #include <sbx/plugin.h>
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -766,10 +767,42 @@ static int strv_setkv(strv *s, const char *key, const char *value)
 /* Supervisor start-up                                                       */
 /* ------------------------------------------------------------------------ */
 
-/** The supervisor program: $SBX_SUPERVISOR or the installed one (copied). */
+#ifndef SBX_BUILD_DIR
+#define SBX_BUILD_DIR ""
+#endif
+
+/**
+ * 1 when this plugin is the file the build tree made (it is loaded from
+ * SBX_BUILD_DIR/plugins/local/.libs): it then uses the build tree's
+ * supervisor, as the library uses the build tree's plugins (uninstalled
+ * use). An installed copy never looks there.
+ */
+static int plugin_is_uninstalled(void)
+{
+    char self[PATH_MAX], want[PATH_MAX + 32], real[PATH_MAX], *slash;
+    Dl_info info;
+
+    if (!*SBX_BUILD_DIR || !dladdr((void *)&plugin_is_uninstalled, &info) ||
+        !info.dli_fname || !realpath(info.dli_fname, self) ||
+        (slash = strrchr(self, '/')) == NULL)
+        return 0;
+    *slash = '\0';
+    if ((size_t)snprintf(want, sizeof want, "%s/plugins/local/.libs", SBX_BUILD_DIR) >=
+        sizeof want || !realpath(want, real))
+        return 0;
+    return strcmp(self, real) == 0;
+}
+
+/** The supervisor program (copied): $SBX_SUPERVISOR, else the build tree's
+ *  when this plugin is the build tree's, else the installed one. */
 static char *supervisor_path(void)
 {
     const char *p = getenv("SBX_SUPERVISOR");
+    char *path;
+
+    if ((!p || !*p) && plugin_is_uninstalled() &&
+        asprintf(&path, "%s/plugins/local/sbx-supervisor", SBX_BUILD_DIR) > 0)
+        return path;
     return strdup(p && *p ? p : SBX_LIBEXEC_DIR "/sbx-supervisor");
 }
 

@@ -57,6 +57,28 @@ extern "C" {
 SBX_EXPORT const char *sbx_version(void);
 
 /* ------------------------------------------------------------------------ */
+/* Logging                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The library and its plugins (in this process or in their plugin host,
+ * which inherits the environment and stderr) log to stderr, one line per
+ * message, "sbx[BACKEND]: MESSAGE", only as the environment variable
+ * SBX_DEBUG asks, read at each message:
+ *
+ *   unset, "" or "0"   nothing
+ *   "1" (or any value  everything: errors, warnings, info and debug
+ *   not listed here)
+ *   "error"            errors only
+ *   "warning"          errors and warnings
+ *   "info"             errors, warnings and info
+ *   "debug"            everything, as "1"
+ *
+ * The level names are matched without regard to case. Logging never
+ * changes what a call returns; nothing is logged by default.
+ */
+
+/* ------------------------------------------------------------------------ */
 /* Errors                                                                    */
 /* ------------------------------------------------------------------------ */
 
@@ -769,8 +791,13 @@ SBX_EXPORT size_t sbx_manifest_get_count(const sbx_manifest *manifest);
  * A client for @backend ("local", "docker", ...). Checks the name
  * ([a-z0-9][a-z0-9_-]*, else invalid_argument) and loads and checks the
  * plugin; does no network or provider I/O. Errors: backend_not_installed
- * (context "searched": the directories searched, "package": what provides
- * it), or the plugin's problem. Thread-safe; the client may be shared by
+ * (the message and context "installed" list the backends that are
+ * installed, ", "-separated, "none" in the message when there is none;
+ * context "searched": the directories searched; for a backend this project
+ * ships or plans, i.e. local, bubblewrap, safehouse, docker, e2b, daytona,
+ * modal, tensorlake, vercel, cloudflare, blaxel, runloop, runpod, ray and
+ * kubernetes, "package": the package that provides it, also named in the
+ * message; other names get no package hint), or the plugin's problem. Thread-safe; the client may be shared by
  * threads. Free with sbx_client_free() after every sandbox made from it.
  * Since 0.1.
  */
@@ -922,6 +949,39 @@ SBX_EXPORT int sbx_sandbox_destroy(sbx_sandbox *sandbox, sbx_error **error);
  * be written, naming its path). Thread-safe. Since 0.1.
  */
 SBX_EXPORT int sbx_sandbox_detach(sbx_sandbox *sandbox, sbx_error **error);
+
+/**
+ * sbx_sandbox_stop:
+ * @sandbox: a sandbox (borrowed).
+ * @error: (out) (optional): the failure.
+ *
+ * Stops the sandbox without destroying it, where the backend can: no
+ * process in it runs, its files are kept, it runs no command until
+ * sbx_sandbox_start() (an exec fails), and it can still be resumed from
+ * its session state (in this or another process) to be started or
+ * destroyed. Its lifetime is not extended: sbx_gc() reaps it by its
+ * recorded expiry, stopped or not. On docker the container is paused
+ * (docker pause: every process frozen, none ended; a real docker stop
+ * would remove it, as it is made with AutoRemove), and
+ * sbx_sandbox_is_alive() still says 1. Stopping a stopped sandbox
+ * succeeds. Blocks for the call (at most the backend's API timeout).
+ *
+ * Returns: 0, or -1. Errors: invalid_argument (NULL, a destroyed handle),
+ * feature_not_supported naming the backend where it cannot stop without
+ * destroying (local, bubblewrap, safehouse), not_found (the sandbox is
+ * gone), timeout, connection, and the provider's own. Thread-safe. Since
+ * 0.1 (plugin ABI 1.2).
+ */
+SBX_EXPORT int sbx_sandbox_stop(sbx_sandbox *sandbox, sbx_error **error);
+
+/**
+ * sbx_sandbox_start:
+ * Starts a sandbox that sbx_sandbox_stop() stopped: it runs commands again,
+ * with the files it had (on docker its frozen processes go on). Starting a running
+ * sandbox succeeds. Arguments, errors and thread safety as
+ * sbx_sandbox_stop(). Since 0.1 (plugin ABI 1.2).
+ */
+SBX_EXPORT int sbx_sandbox_start(sbx_sandbox *sandbox, sbx_error **error);
 
 /* ------------------------------------------------------------------------ */
 /* The lifecycle record and garbage collection                               */

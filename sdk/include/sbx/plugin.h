@@ -80,7 +80,9 @@ typedef enum sbx_log_level {
  * All functions are thread-safe.
  *
  *  - log: message at @level, prefixed with the backend; printed on stderr
- *    when SBX_DEBUG is set (level <= its value), dropped otherwise.
+ *    when SBX_DEBUG asks for @level ("1" or "debug": every level; "error",
+ *    "warning", "info": up to that one; unset, empty or "0": none; see
+ *    "Logging" in <sbx/sbx.h>), dropped otherwise.
  *  - set_error: when @error is not NULL and *@error is NULL, stores a new
  *    error with @code, @op (may be NULL) and the formatted message. The
  *    retryable flag follows from the code.
@@ -375,9 +377,18 @@ typedef struct sbx_plugin {
     int (*exec_end_info)(sbx_plugin_process *process, const sbx_call_ctx *ctx,
                          uint64_t *flags, sbx_error **error);
 
+    /** Stops the sandbox without destroying it: no process in it runs
+     *  (ended or frozen), its files stay, and start makes it run again (a
+     *  stopped sandbox must still resume, so that start can reach it). Both NULL where the
+     *  backend cannot stop without destroying (the library answers
+     *  feature_not_supported naming the backend). Stopping a stopped
+     *  sandbox and starting a running one succeed. not_found when the
+     *  sandbox is gone. */
+    int (*stop)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, sbx_error **error);
+    int (*start)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, sbx_error **error);
+
     /* Reserved for later minors (appended here): PTY, exposed ports,
-     * persist/hydrate, remove/mkdir, stop/start apart from destroy, volume
-     * mounts. */
+     * persist/hydrate, remove/mkdir, volume mounts. */
 } sbx_plugin;
 
 /** Size of an ABI 1.0 descriptor: the host refuses anything shorter. */
