@@ -20,8 +20,9 @@ static void usage(FILE *out)
 "  -b, --backend=BACKEND   backend to use (default: $SBX_BACKEND, else local)\n"
 "  -e, --env=KEY=VALUE     set an environment variable for every command of\n"
 "                          the sandbox (repeatable; VALUE is taken literally)\n"
-"  -w, --workdir=DIR       directory commands start in (on local: an existing\n"
-"                          directory used as the sandbox root, never deleted)\n"
+"  -w, --workdir=DIR       directory commands start in, inside the sandbox,\n"
+"                          made when missing (on local: the host directory\n"
+"                          used as the sandbox root, never deleted)\n"
 "  -t, --timeout=SECONDS   sandbox lifetime and default command timeout\n"
 "                          (default %g)\n"
 CLI_CREATION_OPTIONS_HELP

@@ -15,9 +15,9 @@ static void usage(FILE *out)
 "  -b, --backend=BACKEND   backend to use (default: $SBX_BACKEND, else local)\n"
 "  -e, --env=KEY=VALUE     set an environment variable in the sandbox\n"
 "                          (repeatable; VALUE is taken literally)\n"
-"  -w, --workdir=DIR       directory the command starts in (on local: an\n"
-"                          existing directory used as the sandbox root, and\n"
-"                          never deleted)\n"
+"  -w, --workdir=DIR       directory the command starts in, inside the\n"
+"                          sandbox, made when missing (on local: the host\n"
+"                          directory used as the sandbox root, never deleted)\n"
 "  -t, --timeout=SECONDS   sandbox lifetime and command timeout (default %g)\n"
 CLI_CREATION_OPTIONS_HELP
 "\n"

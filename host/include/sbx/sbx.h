@@ -341,10 +341,18 @@ SBX_EXPORT int sbx_options_set_env(sbx_options *options, const char *key,
 
 /**
  * sbx_options_set_workdir:
- * The directory commands start in. On `local` it is the sandbox root itself:
- * it must exist when the sandbox is created (invalid_argument naming it
- * otherwise, and nothing is created), and it is never deleted. @path is
- * copied; it must be non-empty and contain no NUL. Since 0.1.
+ * The directory commands start in, inside the sandbox, on every backend;
+ * made (with its parents) when missing. On `local` and `safehouse`, which
+ * see the host's filesystem, it is a host directory and the sandbox root
+ * itself (file paths resolve under it; a relative path is relative to the
+ * creating process's directory); it is never deleted, but what create made
+ * of it is removed again when create fails. On `bubblewrap` and `docker`
+ * it is an absolute path inside (a relative one, or one with "..", is
+ * invalid_argument naming it); on bubblewrap a path in the read-only
+ * system tree (/usr, /etc, ...) must exist there, and /proc, /dev and
+ * /.sbx are refused (bubblewrap's backend option "root_dir" names a host
+ * directory to be the sandbox's "/"). @path is copied; it must be
+ * non-empty and contain no NUL. Since 0.1.
  */
 SBX_EXPORT int sbx_options_set_workdir(sbx_options *options, const char *path,
                                        sbx_error **error);
