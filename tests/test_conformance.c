@@ -650,6 +650,9 @@ Test(creation, failing_git_clone_leaves_nothing)
     free(missing);
 }
 
+/* An existing workdir: commands start there; on local it is the root and
+ * is kept; bubblewrap's root_dir is a host directory as the sandbox's /,
+ * kept and left without the mount points bwrap made in it. */
 Test(creation, workdir_is_root_and_kept)
 {
     char *wd;
@@ -660,12 +663,18 @@ Test(creation, workdir_is_root_and_kept)
         wd = strdup("/tmp");
     }
     sbx_options *o = sbx_options_new();
-    cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
+    if (backend_is_bubblewrap()) {
+        char *bo = tu_strdup_printf("{\"root_dir\":\"%s\"}", wd);
+        cr_assert_eq(sbx_options_set_backend_options(o, bo, NULL), 0);
+        free(bo);
+    } else {
+        cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
+    }
     g_sb = tu_create(g_client, o);
     sbx_options_free(o);
     sbx_result *r = tu_sh(g_sb, "pwd; echo kept > kept.txt", 10);
     tu_assert_exit(r, 0);
-    /* bubblewrap: the workdir is the sandbox's /. */
+    /* bubblewrap: the root_dir is the sandbox's /. */
     char *want = tu_strdup_printf("%s\n", backend_is_bubblewrap() ? "/" : wd);
     tu_assert_stdout(r, want);
     free(want);
@@ -699,23 +708,40 @@ Test(creation, workdir_is_root_and_kept)
 }
 
 /*
- * docker documents that it creates a missing workdir (CASE-18's exception):
- * commands then start in it; a workdir that is not an absolute path is its
- * invalid_argument naming the value.
+ * A missing workdir is made on every backend, with its parents, and
+ * commands start in it: on local (and safehouse) a host directory, kept
+ * after destroy; on docker and bubblewrap a path inside the sandbox, where
+ * a relative one is invalid_argument naming it.
  */
-static void missing_workdir_docker(const char *wd)
+Test(creation, missing_workdir_is_made)
 {
+    int host = !backend_is_docker() && !backend_is_bubblewrap();
+    char *wd = host ? tu_strdup_printf("%s/does/not/exist", g_tmp)
+                    : tu_strdup_printf("/sbx-wd-%d/does/not/exist", (int)getpid());
+    char *top = host ? tu_strdup_printf("%s/does", g_tmp)
+                     : tu_strdup_printf("/sbx-wd-%d", (int)getpid());
     sbx_options *o = sbx_options_new();
     cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
     g_sb = tu_create(g_client, o);
     sbx_options_free(o);
-    sbx_result *r = tu_sh(g_sb, "pwd", 10);
+    sbx_result *r = tu_sh(g_sb, "pwd; echo made > f; cat f", 10);
     tu_assert_exit(r, 0);
-    char *want = tu_strdup_printf("%s\n", wd);
+    char *want = tu_strdup_printf("%s\nmade\n", wd);
     tu_assert_stdout(r, want);
     free(want);
     sbx_result_free(r);
-
+    if (!host && !backend_is_docker())
+        cr_assert(!tu_exists(top), "the workdir %s was made on the host", top);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    if (host) {
+        char *f = tu_strdup_printf("%s/f", wd);
+        cr_assert(tu_exists(f), "destroy removed %s of the caller's workdir", f);
+        free(f);
+    }
+    free(wd);
+    free(top);
+    if (host)
+        return;
     o = sbx_options_new();
     cr_assert_eq(sbx_options_set_workdir(o, "relative/dir", NULL), 0);
     sbx_error *err = NULL;
@@ -726,24 +752,31 @@ static void missing_workdir_docker(const char *wd)
     sbx_error_free(err);
 }
 
-Test(creation, missing_workdir_is_invalid_argument)
+/* On local, a workdir that cannot be made (a component is a file) is
+ * invalid_argument naming it, and what create made on the way is gone. */
+Test(creation, unmakeable_workdir_is_invalid_argument)
 {
-    char *wd = tu_strdup_printf("%s/does/not/exist", g_tmp);
-    if (backend_is_docker()) {
-        missing_workdir_docker(wd);
-        free(wd);
-        return;
-    }
+    if (backend_is_docker() || backend_is_bubblewrap())
+        return;     /* their workdir is inside: missing_workdir_is_made */
+    char *file = tu_strdup_printf("%s/a-file", g_tmp);
+    tu_write_file(file, "x", 1, 0644);
+    char *wd = tu_strdup_printf("%s/a-file/sub", g_tmp);
     sbx_options *o = sbx_options_new();
     cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
     sbx_error *err = NULL;
     cr_assert_null(sbx_sandbox_create(g_client, o, &err));
     sbx_options_free(o);
-    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, wd, NULL);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL);
+    char *msg = tu_strdup_printf("cannot make workdir \"%s\": a component is not a directory",
+                                 wd);
+    cr_assert_str_eq(sbx_error_get0_message(err), msg);
+    free(msg);
+    cr_assert_str_eq(sbx_error_get0_context(err, "path"), wd);
     cr_assert_str_eq(sbx_error_get0_backend(err), tu_backend());
     sbx_error_free(err);
-    cr_assert_eq(tu_count_entries(g_tmp), 0, "a refused create left something in %s", g_tmp);
+    cr_assert_eq(tu_count_entries(g_tmp), 1, "a refused create left something in %s", g_tmp);
     free(wd);
+    free(file);
 }
 
 Test(creation, unsupported_limits_are_configuration_errors)
@@ -1738,10 +1771,19 @@ Test(errors, every_error_names_code_backend_and_op)
               "message \"%s\" does not name the key", sbx_error_get0_message(err));
     sbx_error_free(err);
 
-    /* Create errors (docker creates a missing workdir: a relative one is
-     * its invalid workdir). */
+    /* Create errors (a missing workdir is made: a relative one is the
+     * invalid workdir of docker and bubblewrap, one beneath a file that of
+     * local). */
     sbx_options *o = sbx_options_new();
-    char *wd = backend_is_docker() ? strdup("relative/nope") : tu_strdup_printf("%s/nope", g_tmp);
+    char *wd = NULL;
+    if (backend_is_docker() || backend_is_bubblewrap()) {
+        wd = strdup("relative/nope");
+    } else {
+        char *file = tu_strdup_printf("%s/a-file", g_tmp);
+        tu_write_file(file, "x", 1, 0644);
+        wd = tu_strdup_printf("%s/nope", file);
+        free(file);
+    }
     cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
     err = NULL;
     cr_assert_null(sbx_sandbox_create(g_client, o, &err));
