@@ -1657,9 +1657,15 @@ Test(cli, ps_table)
 
 Test(cli, create_failures_leave_nothing)
 {
-    cli_run r = SBX("create", "-w", "/no/such/directory");
+    char bad[PATH_MAX + 16], blocker[PATH_MAX];
+    set_path(blocker, sizeof blocker, "%s/a-file", g_tmpdir);
+    FILE *bf = fopen(blocker, "w");
+    cr_assert_not_null(bf);
+    fclose(bf);
+    set_path(bad, sizeof bad, "%s/sub", blocker);
+    cli_run r = SBX("create", "-w", bad);
 
-    EXPECT_TOOL_FAILURE(&r, "/no/such/directory");
+    EXPECT_TOOL_FAILURE(&r, bad, "a component is not a directory");
     free_run(&r);
     r = SBX("create", "--cpu", "2");
     EXPECT_TOOL_FAILURE(&r, "cpu");

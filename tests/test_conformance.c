@@ -843,7 +843,7 @@ Test(creation, local_refuses_provider_options)
         else if (strcmp(name, "disk_mb") == 0)
             rc = sbx_options_set_disk_mb(o, 2048, NULL);
         else if (strcmp(name, "backend_options") == 0)
-            rc = sbx_options_set_backend_options(o, "{}", NULL);
+            rc = sbx_options_set_backend_options(o, "{\"Frob\":1}", NULL);
         else
             rc = sbx_options_set_allow_internet(o, 0, NULL);
         cr_assert_eq(rc, 0);
@@ -863,6 +863,40 @@ Test(creation, local_refuses_provider_options)
     cr_assert_eq(sbx_options_set_allow_internet(o, 1, NULL), 0);
     g_sb = tu_create(g_client, o);
     sbx_options_free(o);
+}
+
+/*
+ * A backend_options key the backend does not know is a configuration error
+ * naming the key, on every backend (each declares its keys), and nothing
+ * is left behind.
+ */
+Test(creation, unknown_backend_option_key_is_a_configuration_error)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_backend_options(o, "{\"Frob\":1}", NULL), 0);
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err), "backend_options Frob accepted");
+    sbx_options_free(o);
+    assert_backend_error(err, SBX_ERROR_CONFIGURATION);
+    char *want;
+    if (backend_is_docker())
+        want = strdup("docker backend_options: unknown key \"Frob\" (known: the members of "
+                      "the Docker Engine's container create body, e.g. \"HostConfig\", "
+                      "\"User\", \"Labels\")");
+    else if (backend_is_bubblewrap())
+        want = strdup("bubblewrap backend_options: unknown key \"Frob\" (known: "
+                      "\"ro_binds\", \"root_dir\")");
+    else
+        want = tu_strdup_printf("%s backend_options: unknown key \"Frob\" (the %s backend "
+                                "takes no backend options)", tu_backend(), tu_backend());
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    free(want);
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), "backend_options");
+    cr_assert_str_eq(sbx_error_get0_context(err, "name"), "Frob");
+    sbx_error_free(err);
+    if (!backend_is_docker())
+        cr_assert_eq(tu_count_entries(g_tmp), 0, "a refused create left something in %s",
+                     g_tmp);
 }
 
 /* timeout_secs is the sandbox's lifetime and the default exec timeout,

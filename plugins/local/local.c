@@ -1336,13 +1336,35 @@ static int refuse_unsupported(const sbx_plugin_create_request *request, const ch
 #else
         { SBX_OPTION_DISK_MB, "disk_mb", "no isolation" },
 #endif
-#ifndef SBX_LOCAL_BUBBLEWRAP
-        { SBX_OPTION_BACKEND_OPTIONS, "backend_options", "it takes no backend options" },
-#endif
     };
     if (request->struct_size < offsetof(sbx_plugin_create_request, backend_options)
                                    + sizeof(request->backend_options))
         return 0;
+#ifndef SBX_LOCAL_BUBBLEWRAP
+    /* It knows no backend option: the first key given is named. */
+    if ((request->set_fields & SBX_OPTION_BACKEND_OPTIONS) && request->backend_options) {
+        json_object *o = json_tokener_parse(request->backend_options);
+        if (!o || !json_object_is_type(o, json_type_object)) {
+            json_object_put(o);
+            sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                  BACKEND " backend_options must be a JSON object, not %s",
+                                  request->backend_options);
+            add_context(err, "option", "backend_options");
+            return -1;
+        }
+        json_object_object_foreach(o, key, val) {
+            (void)val;
+            sbx_error *err = fail(error, SBX_ERROR_CONFIGURATION, op,
+                                  BACKEND " backend_options: unknown key \"%s\" (the "
+                                  BACKEND " backend takes no backend options)", key);
+            add_context(err, "option", "backend_options");
+            add_context(err, "name", key);
+            json_object_put(o);
+            return -1;
+        }
+        json_object_put(o);
+    }
+#endif
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
         if (!(request->set_fields & table[i].field))
             continue;
