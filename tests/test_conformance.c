@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <locale.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1914,4 +1915,93 @@ Test(concurrency, eight_threads_create_exec_destroy)
             usleep(50000);
         cr_assert_eq(n, 0, "a process survived (pid %d)", n ? (int)pids[0] : 0);
     }
+}
+
+/* ------------------------------------------------------------ file names */
+
+TestSuite(names, .init = sandbox_setup, .fini = teardown, .timeout = 120);
+
+/* The whole of host file @path (NULL when unreadable). */
+static char *host_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char buf[256];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strdup(buf);
+}
+
+/*
+ * File names are bytes, whatever the process's locale: single files and
+ * directories named "naïve.txt" and "文件.txt" go in and out the same in the
+ * C locale and in a UTF-8 one.
+ */
+static void names_round_trip(const char *locale)
+{
+    cr_assert_not_null(setlocale(LC_ALL, locale), "locale %s is not available", locale);
+    static const char *const names[] = { "na\xc3\xafve.txt", "\xe6\x96\x87\xe4\xbb\xb6.txt" };
+    char *up = tu_strdup_printf("%s/up-%s", g_tmp, locale);
+    char *down = tu_strdup_printf("%s/down-%s", g_tmp, locale);
+    cr_assert_eq(mkdir(up, 0755), 0);
+    char *dir = tu_strdup_printf("names-%s", locale);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        /* A single file, both directions. */
+        char *in = tu_strdup_printf("%s/%s", dir, names[i]);
+        sbx_error *err = NULL;
+        cr_assert_eq(sbx_sandbox_write_file(g_sb, in, names[i], strlen(names[i]), &err), 0,
+                     "write_file %s in %s: %s", in, locale,
+                     err ? sbx_error_get0_message(err) : "");
+        char *data = NULL;
+        size_t len = 0;
+        cr_assert_eq(sbx_sandbox_read_file(g_sb, in, &data, &len, &err), 0,
+                     "read_file %s in %s: %s", in, locale,
+                     err ? sbx_error_get0_message(err) : "");
+        cr_assert_eq(len, strlen(names[i]));
+        cr_assert_eq(memcmp(data, names[i], len), 0);
+        free(data);
+        char *script = tu_strdup_printf("cat '%s'", in);
+        sbx_result *r = tu_sh(g_sb, script, 20);
+        tu_assert_exit(r, 0);
+        tu_assert_stdout(r, names[i]);
+        sbx_result_free(r);
+        free(script);
+        free(in);
+        char *host = tu_strdup_printf("%s/%s", up, names[i]);
+        tu_write_file(host, names[i], strlen(names[i]), 0644);
+        free(host);
+    }
+    /* A directory holding both, both directions. */
+    char *sdir = tu_strdup_printf("%s-dir", dir);
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_upload_dir(g_sb, up, sdir, &err), 2, "upload_dir in %s: %s",
+                 locale, err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_download_dir(g_sb, sdir, down, &err), 2,
+                 "download_dir in %s: %s", locale, err ? sbx_error_get0_message(err) : "");
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char *host = tu_strdup_printf("%s/%s", down, names[i]);
+        char *text = host_text(host);
+        cr_assert_not_null(text, "download_dir made no %s", host);
+        cr_assert_str_eq(text, names[i]);
+        free(text);
+        free(host);
+    }
+    cr_assert_eq(tu_count_entries(down), 2);
+    free(sdir);
+    free(dir);
+    free(up);
+    free(down);
+    setlocale(LC_ALL, "C");
+}
+
+Test(names, file_names_are_bytes_in_the_c_locale)
+{
+    names_round_trip("C");
+}
+
+Test(names, file_names_are_bytes_in_a_utf8_locale)
+{
+    names_round_trip("C.UTF-8");
 }
