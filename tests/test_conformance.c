@@ -623,6 +623,50 @@ Test(creation, git_clone_of_local_repo)
     free(repo);
 }
 
+/*
+ * A local repository path works where the sandbox cannot see the host's
+ * path (docker, bubblewrap: nothing bound here): the repository is carried
+ * in, cloned with its branches, its origin is the path given, and neither
+ * the sandbox nor this host keeps the carried copy.
+ */
+Test(creation, git_clone_of_local_repo_carried_in)
+{
+    char *src = tu_mkdtemp("src");
+    char *repo = tu_strdup_printf("%s/proj.git", src);
+    make_git_repo(repo);
+    for (int with_ref = 0; with_ref < 2; with_ref++) {
+        sbx_options *o = sbx_options_new();
+        cr_assert_eq(sbx_options_set_git_repo(o, repo, with_ref ? "feature" : NULL, NULL), 0);
+        g_sb = tu_create(g_client, o);
+        sbx_options_free(o);
+        char *script = tu_strdup_printf(
+            "cat proj/hello.txt; test -e proj/branch.txt; echo $?; "
+            "git -C proj remote get-url origin; n=$(ls -a /tmp | grep -c '^\\.sbx-git-'); "
+            "echo $n");
+        sbx_result *r = tu_sh(g_sb, script, 20);
+        free(script);
+        tu_assert_exit(r, 0);
+        char *want = tu_strdup_printf("hello\n%d\n%s\n0\n", with_ref ? 0 : 1, repo);
+        tu_assert_stdout(r, want);
+        free(want);
+        sbx_result_free(r);
+        cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+        sbx_sandbox_free(g_sb);
+        g_sb = NULL;
+    }
+    /* No bundle left in this host's TMPDIR. */
+    DIR *d = opendir(g_tmp);
+    cr_assert_not_null(d);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        cr_assert(strncmp(de->d_name, "sbx-git-", 8) != 0, "%s/%s was left", g_tmp,
+                  de->d_name);
+    closedir(d);
+    tu_rmtree(src);
+    free(src);
+    free(repo);
+}
+
 Test(creation, failing_git_clone_leaves_nothing)
 {
     char *missing = tu_strdup_printf("%s/no-such-repo", g_tmp);

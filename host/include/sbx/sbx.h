@@ -391,7 +391,12 @@ SBX_EXPORT int sbx_options_set_memory_mb(sbx_options *options, int64_t memory_mb
  * sbx_options_set_git_repo:
  * After the sandbox exists, `git clone --depth 1 [--branch REF] -- URL NAME`
  * runs in its working directory (NAME = last path component of @url without
- * ".git"), as the reference does. @url may be a local path (works offline).
+ * ".git"), as the reference does. @url may be a local path (works offline):
+ * on a backend with SBX_CAP_ISOLATION (docker, bubblewrap), whose sandbox
+ * cannot see the host's path, the repository is carried in (a git bundle
+ * of HEAD and every branch and tag, made with this host's git, written to
+ * the sandbox's /tmp, cloned from there and removed; the clone's origin is
+ * @url).
  * @ref may be NULL (the default branch). Both copied; @url must be
  * non-empty and must not start with '-'. A failed clone fails the create
  * with creation_failed naming the step "git_clone", and the sandbox is
