@@ -851,6 +851,7 @@ write_tree(const sbx_fs_env *env, int dir_fd, int out_fd, sbx_error **err)
         goto fail;
     }
     if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
+        archive_write_set_options(a, "hdrcharset=BINARY") != ARCHIVE_OK ||
         archive_write_set_bytes_per_block(a, (int)TAR_BLOCK) != ARCHIVE_OK ||
         archive_write_set_bytes_in_last_block(a, 1) != ARCHIVE_OK ||
         archive_write_open_fd(a, out_fd) != ARCHIVE_OK) {
@@ -1967,4 +1968,180 @@ out:
         free(f);
     }
     return count;
+}
+
+/* ---------------------------------------------------------------- one entry */
+
+typedef struct hdr_sink {
+    unsigned char *buf;
+    size_t len, cap;
+    int done, failed;
+} hdr_sink;
+
+static ssize_t hdr_collect(struct archive *a, void *ud, const void *p, size_t n)
+{
+    hdr_sink *h = ud;
+    (void)a;
+    if (h->done)
+        return -1;      /* stops libarchive's padding at once */
+    if (h->len + n > h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 4096;
+        while (cap < h->len + n)
+            cap *= 2;
+        unsigned char *nb = realloc(h->buf, cap);
+        if (!nb) {
+            h->failed = 1;
+            return -1;
+        }
+        h->buf = nb;
+        h->cap = cap;
+    }
+    memcpy(h->buf + h->len, p, n);
+    h->len += n;
+    return (ssize_t)n;
+}
+
+int sbx_tar_entry_header(const sbx_fs_env *env, const char *name, mode_t type, uint32_t mode,
+                         int64_t size, int64_t mtime, unsigned char **out, size_t *len,
+                         sbx_error **err)
+{
+    struct archive *a = archive_write_new();
+    struct archive_entry *e = archive_entry_new();
+    hdr_sink h = { 0 };
+    int rc = -1;
+
+    *out = NULL;
+    *len = 0;
+    if (!a || !e) {
+        env_fail(env, err, SBX_ERROR_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK
+        || archive_write_set_options(a, "hdrcharset=BINARY") != ARCHIVE_OK
+        || archive_write_set_bytes_per_block(a, 0) != ARCHIVE_OK
+        || archive_write_open(a, &h, NULL, hdr_collect, NULL) != ARCHIVE_OK)
+        goto arch_fail;
+    archive_entry_set_pathname(e, name);
+    archive_entry_set_filetype(e, type == S_IFDIR ? AE_IFDIR : AE_IFREG);
+    archive_entry_set_perm(e, mode & 07777);
+    archive_entry_set_size(e, type == S_IFDIR ? 0 : size);
+    archive_entry_set_uid(e, 0);
+    archive_entry_set_gid(e, 0);
+    archive_entry_set_mtime(e, (time_t)mtime, 0);
+    if (archive_write_header(a, e) != ARCHIVE_OK)
+        goto arch_fail;
+    /* On close libarchive pads the data it never got and ends the archive:
+     * none of that is the header. */
+    h.done = 1;
+    if (h.failed || h.len == 0 || h.len % 512 != 0) {
+        env_fail(env, err, h.failed ? SBX_ERROR_RESOURCE_EXHAUSTED : SBX_ERROR_WORKSPACE,
+                 h.failed ? "out of memory" : "a tar header of %zu bytes for \"%s\"", h.len,
+                 name);
+        goto out;
+    }
+    *out = h.buf;
+    *len = h.len;
+    h.buf = NULL;
+    rc = 0;
+    goto out;
+arch_fail:
+    env_fail(env, err, SBX_ERROR_WORKSPACE, "making a tar header for \"%s\": %s", name,
+             archive_error_string(a) ? archive_error_string(a) : "libarchive failed");
+out:
+    h.done = 1;
+    if (a)
+        archive_write_free(a);
+    archive_entry_free(e);
+    free(h.buf);
+    return rc;
+}
+
+static int write_all_fd(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            struct pollfd pf = { .fd = fd, .events = POLLOUT };
+            poll(&pf, 1, 1000);
+            continue;
+        }
+        if (w <= 0)
+            return -1;
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int sbx_tar_first_file(const sbx_fs_env *env, int in_fd, int out_fd, const char *shown,
+                       sbx_error_code read_code, sbx_error **err)
+{
+    struct archive *a = archive_read_new();
+    struct archive_entry *e;
+    static const char zeros[65536];
+    int rc = -1, r;
+
+    if (!a) {
+        env_fail(env, err, SBX_ERROR_RESOURCE_EXHAUSTED, "out of memory");
+        return -1;
+    }
+    archive_read_support_format_tar(a);
+    if (archive_read_open_fd(a, in_fd, 65536) != ARCHIVE_OK) {
+        rc = 0;
+        goto out;
+    }
+    /* A name the locale cannot show is a warning only: names are bytes. */
+    r = archive_read_next_header(a, &e);
+    if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+        rc = 0;         /* no entry: the caller looks at why */
+        goto out;
+    }
+    if (archive_entry_filetype(e) != AE_IFREG) {
+        sbx_error *x = env_fail(env, err, SBX_ERROR_INVALID_ARGUMENT,
+                                "\"%s\" is not a regular file", shown);
+        if (x && env->hs->error_add_context)
+            env->hs->error_add_context(x, "path", shown);
+        goto out;
+    }
+    int64_t pos = 0;
+    for (;;) {
+        const void *buf;
+        size_t size;
+        la_int64_t off;
+        r = archive_read_data_block(a, &buf, &size, &off);
+        if (r == ARCHIVE_EOF)
+            break;
+        if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+            env_fail(env, err, read_code, "reading \"%s\" from the sandbox: %s", shown,
+                     archive_error_string(a) ? archive_error_string(a) : "libarchive failed");
+            goto out;
+        }
+        while (pos < off) {     /* a hole */
+            size_t z = off - pos > (int64_t)sizeof(zeros) ? sizeof(zeros) : (size_t)(off - pos);
+            if (write_all_fd(out_fd, zeros, z) < 0)
+                goto write_failed;
+            pos += (int64_t)z;
+        }
+        if (size && write_all_fd(out_fd, buf, size) < 0)
+            goto write_failed;
+        pos += (int64_t)size;
+    }
+    int64_t want = archive_entry_size(e);
+    while (pos < want) {        /* a trailing hole */
+        size_t z = want - pos > (int64_t)sizeof(zeros) ? sizeof(zeros) : (size_t)(want - pos);
+        if (write_all_fd(out_fd, zeros, z) < 0)
+            goto write_failed;
+        pos += (int64_t)z;
+    }
+    rc = 1;
+    goto out;
+write_failed:
+    env_fail(env, err, SBX_ERROR_WORKSPACE, "writing \"%s\" to the descriptor: %s", shown,
+             strerror(errno));
+out:
+    archive_read_free(a);
+    return rc;
 }

@@ -1,11 +1,14 @@
 /*
  * host/archive.h — tar streams and paths beneath a directory.
  *
- * Shared by libsbx (host/files.c: upload_dir, download_dir,
- * sbx_extract_tar_fd) and the local plugin (plugins/local/files.c: its file
- * slots), which links host/archive.c into itself: this code depends only on
- * <sbx/plugin.h>, libarchive and libc, and makes its errors through the
- * sbx_host_services the caller passes, never through host internals.
+ * The one tar path of the project, built as the static helper library
+ * sdk/libsbx-sdk-tar (a libtool convenience library) that libsbx
+ * (host/files.c: upload_dir, download_dir, sbx_extract_tar_fd) and every
+ * plugin with file slots (local, bubblewrap, safehouse: their file slots;
+ * docker: its archive endpoints) link into themselves: this code depends
+ * only on <sbx/plugin.h>, libarchive and libc, and makes its errors through
+ * the sbx_host_services the caller passes, never through host internals.
+ * Entry names are bytes, whatever the process's locale.
  *
  * Everything works on descriptors relative to a base directory and never
  * passes through a symlink it was not allowed to follow: openat2() with
@@ -151,6 +154,40 @@ int64_t sbx_tar_extract(const sbx_fs_env *env, int in_fd, int parent_fd, const c
  *  defaults, as sbx_tar_extract). */
 int64_t sbx_tar_extract_with(const sbx_fs_env *env, const sbx_tar_policy *policy, int in_fd,
                              int parent_fd, const char *name, sbx_error **err);
+
+/* ---------------------------------------------------------------- one entry */
+
+/**
+ * sbx_tar_entry_header:
+ * The header blocks of one tar entry, for a writer that streams the data
+ * itself: ustar, with a PAX extended header where needed (long names, sizes
+ * over 8 GiB, names that are not ASCII). @name is bytes, written as they
+ * are whatever the process's locale (PAX hdrcharset=BINARY where it is not
+ * ASCII); @type S_IFREG (of @size bytes) or S_IFDIR; @mode's 07777 bits;
+ * @mtime in UNIX seconds; owner 0. Stores a new buffer (free()) of *@len
+ * bytes, a multiple of 512, in *@out. The caller follows it with the data,
+ * padding to 512 and, to end the stream, two zero blocks. Returns 0, or -1
+ * with *@err set (workspace, resource_exhausted). Thread-safe.
+ */
+int sbx_tar_entry_header(const sbx_fs_env *env, const char *name, mode_t type, uint32_t mode,
+                         int64_t size, int64_t mtime, unsigned char **out, size_t *len,
+                         sbx_error **err);
+
+/**
+ * sbx_tar_first_file:
+ * Reads a tar stream from @in_fd (any kind of descriptor; read to the end
+ * of the first entry only) and writes the data of its first entry, which
+ * must be a regular file, to @out_fd (holes as zeros). Entry names are
+ * never translated: a name the locale cannot represent is no error.
+ * @shown names the file in errors; @read_code is the code of a stream that
+ * breaks off (connection when it comes from a provider). Returns 1 when
+ * the file was copied, 0 when the stream holds no entry (no error set: the
+ * caller knows why, e.g. an HTTP status), -1 with *@err set:
+ * invalid_argument (not a regular file, context "path"), @read_code,
+ * workspace (writing @out_fd failed). Thread-safe.
+ */
+int sbx_tar_first_file(const sbx_fs_env *env, int in_fd, int out_fd, const char *shown,
+                       sbx_error_code read_code, sbx_error **err);
 
 #ifdef SBX_ARCHIVE_TEST_HOOKS
 /** Tests only (built with -DSBX_ARCHIVE_TEST_HOOKS): called by the tree

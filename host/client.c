@@ -3,11 +3,19 @@
  * its generic steps (git clone), destroy, is_alive, free. Every error that
  * leaves these functions carries the backend name and the op.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+extern char **environ;
 
 #include "internal.h"
 #include "proxy.h"
@@ -351,10 +359,123 @@ replace_all(const char *line, const char *secret, const char *shown)
     return sbx_buf_steal(&b, NULL);
 }
 
+/* The host directory @url names when it is a local repository path
+ * ("file://" stripped), else NULL. */
+static const char *
+host_repo_dir(const char *url)
+{
+    const char *p = strncmp(url, "file://", 7) == 0 ? url + 7 : url;
+    struct stat st;
+
+    if (strstr(p, "://") || stat(p, &st) < 0 || !S_ISDIR(st.st_mode))
+        return NULL;
+    return p;
+}
+
+/*
+ * Writes a bundle of the host repository @dir (HEAD, every branch and tag:
+ * `git -C DIR bundle create FILE HEAD --all`) to a new unlinked temporary
+ * file and returns its descriptor at offset 0, or -1 with a creation_failed
+ * error naming the step and git's last line. Nothing is left on disk.
+ */
+static int
+bundle_repo(const char *dir, const char *shown, sbx_error **err)
+{
+    const char *t = getenv("TMPDIR");
+    char *path = sbx_asprintf("%s/sbx-git-XXXXXX.bundle", t && *t ? t : "/tmp");
+    int pfd[2] = { -1, -1 }, fd = -1, rc = -1, status = 0;
+    pid_t pid = -1;
+    sbx_buf msg = { 0 };
+    posix_spawn_file_actions_t fa;
+    sbx_error *e;
+
+    if (!path) {
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
+        return -1;
+    }
+    fd = mkstemps(path, 7);
+    if (fd < 0) {
+        e = sbx_set_error(err, SBX_ERROR_CREATION_FAILED, NULL,
+                          "git clone of %s: cannot make a temporary file in %s: %s", shown,
+                          t && *t ? t : "/tmp", strerror(errno));
+        sbx_error_add_context(e, "step", "git_clone");
+        free(path);
+        return -1;
+    }
+    close(fd);
+    fd = -1;
+    /* git writes the bundle itself (through FILE.lock). */
+    unlink(path);
+    if (pipe2(pfd, O_CLOEXEC) < 0) {
+        e = sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "pipe: %s", strerror(errno));
+        goto out;
+    }
+    const char *argv[] = { "git", "-C", dir, "bundle", "create", path, "HEAD", "--all", NULL };
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, pfd[1], 2);
+    int se = posix_spawnp(&pid, "git", &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(pfd[1]);
+    pfd[1] = -1;
+    if (se != 0) {
+        e = sbx_set_error(err, SBX_ERROR_CREATION_FAILED, NULL,
+                          "git clone of %s: cannot run git on this host to carry the "
+                          "repository into the sandbox: %s", shown, strerror(se));
+        sbx_error_add_context(e, "step", "git_clone");
+        goto out;
+    }
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(pfd[0], buf, sizeof buf)) != 0) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            break;
+        if (msg.len < 65536)
+            sbx_buf_append(&msg, buf, (size_t)n);
+    }
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        char *line = last_line(msg.data, msg.len);
+        e = sbx_set_error(err, SBX_ERROR_CREATION_FAILED, NULL,
+                          "git clone of %s failed: the bundle of the host repository could "
+                          "not be made%s%s", shown, line && *line ? ": " : "",
+                          line ? line : "");
+        sbx_error_add_context(e, "step", "git_clone");
+        free(line);
+        goto out;
+    }
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        e = sbx_set_error(err, SBX_ERROR_CREATION_FAILED, NULL,
+                          "git clone of %s: cannot open the bundle %s: %s", shown, path,
+                          strerror(errno));
+        sbx_error_add_context(e, "step", "git_clone");
+        goto out;
+    }
+    rc = fd;
+out:
+    if (pfd[0] >= 0)
+        close(pfd[0]);
+    if (pfd[1] >= 0)
+        close(pfd[1]);
+    unlink(path);
+    free(path);
+    sbx_buf_clear(&msg);
+    return rc;
+}
+
 /*
  * Runs `git clone --depth 1 [--branch REF] -- URL NAME` in the sandbox's
- * working directory through the exec engine. Returns 0, or -1 with *@err a
- * creation_failed error naming the step.
+ * working directory through the exec engine. A local repository path on a
+ * backend with isolation (the sandbox cannot see the host's path) is
+ * carried in: a bundle of it (bundle_repo) is written to
+ * /tmp/.sbx-git-XXXXXXXX.bundle in the sandbox and cloned from there, its
+ * origin set back to URL and the bundle removed. Returns 0, or -1 with
+ * *@err a creation_failed error naming the step.
  */
 static int
 git_clone(sbx_sandbox *sandbox, const char *url, const char *ref, sbx_error **err)
@@ -368,9 +489,38 @@ git_clone(sbx_sandbox *sandbox, const char *url, const char *ref, sbx_error **er
     size_t n = 0;
     int rc = -1;
 
+    const char *host_dir = host_repo_dir(url);
+    char *carried = NULL, *clone_from = (char *)url;
+
     if (!name || !shown) {
         sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
         goto out;
+    }
+    if (host_dir && (sandbox->client->plugin->caps & SBX_CAP_ISOLATION)) {
+        unsigned long long r = 0;
+        int bfd = bundle_repo(host_dir, shown, err);
+
+        if (bfd < 0)
+            goto out;
+        if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
+            r = (unsigned long long)getpid() * 2654435761ULL;
+        carried = sbx_asprintf("/tmp/.sbx-git-%08llx.bundle", r & 0xffffffffULL);
+        if (!carried) {
+            close(bfd);
+            sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
+            goto out;
+        }
+        int w = sbx_sandbox_write_file_from_fd(sandbox, carried, bfd, 0644, &inner);
+        close(bfd);
+        if (w < 0) {
+            e = sbx_set_error(err, SBX_ERROR_CREATION_FAILED, NULL,
+                              "git clone of %s failed: cannot carry the repository into the "
+                              "sandbox: %s", shown,
+                              inner ? sbx_error_get0_message(inner) : "write_file failed");
+            sbx_error_add_context(e, "step", "git_clone");
+            goto out;
+        }
+        clone_from = carried;
     }
     argv[n++] = "git";
     argv[n++] = "clone";
@@ -381,7 +531,7 @@ git_clone(sbx_sandbox *sandbox, const char *url, const char *ref, sbx_error **er
         argv[n++] = ref;
     }
     argv[n++] = "--";
-    argv[n++] = url;
+    argv[n++] = clone_from;
     argv[n++] = name;
     argv[n] = NULL;
     rq.argv = argv;
@@ -410,8 +560,38 @@ git_clone(sbx_sandbox *sandbox, const char *url, const char *ref, sbx_error **er
         free(line);
         goto out;
     }
+    if (carried) {
+        /* The clone's origin is the repository the caller named. */
+        const char *set_url[] = { "git", "-C", name, "remote", "set-url", "origin", url, NULL };
+        sbx_exec_request sq = SBX_EXEC_REQUEST_INIT;
+        sbx_result *sr;
+
+        sq.argv = set_url;
+        sq.env = env;
+        sr = sbx_exec_run(sandbox, &sq, &inner);
+        if (!sr || sr->exit_code != 0) {
+            e = sbx_set_error(err, SBX_ERROR_CREATION_FAILED, NULL,
+                              "git clone of %s: cannot set its origin (exit code %d)", shown,
+                              sr ? sr->exit_code : -1);
+            sbx_error_add_context(e, "step", "git_clone");
+            sbx_result_free(sr);
+            goto out;
+        }
+        sbx_result_free(sr);
+    }
     rc = 0;
 out:
+    if (carried) {
+        /* The bundle goes again, whatever happened. */
+        const char *rm[] = { "rm", "-f", "--", carried, NULL };
+        sbx_exec_request rq2 = SBX_EXEC_REQUEST_INIT;
+        sbx_error *ignored = NULL;
+
+        rq2.argv = rm;
+        sbx_result_free(sbx_exec_run(sandbox, &rq2, &ignored));
+        sbx_error_free(ignored);
+    }
+    free(carried);
     sbx_error_free(inner);
     sbx_result_free(res);
     free(name);

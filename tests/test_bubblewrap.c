@@ -205,14 +205,27 @@ Test(bubblewrap, memory_limit_kills_with_137)
     free(cg);
 }
 
-Test(bubblewrap, bad_backend_options_and_image_are_invalid_argument)
+Test(bubblewrap, bad_backend_options_and_image_are_refused)
 {
+    /* A key the backend does not know is a configuration error naming it. */
     sbx_options *o = sbx_options_new();
     cr_assert_eq(sbx_options_set_backend_options(o, "{\"binds\":[]}", NULL), 0);
     sbx_error *err = NULL;
     cr_assert_null(sbx_sandbox_create(g_client, o, &err));
     sbx_options_free(o);
-    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "binds", NULL);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, NULL);
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "bubblewrap backend_options: unknown key \"binds\" (known: \"ro_binds\", "
+                     "\"root_dir\")");
+    cr_assert_str_eq(sbx_error_get0_context(err, "name"), "binds");
+    sbx_error_free(err);
+    /* A known key with a malformed value is invalid_argument. */
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_backend_options(o, "{\"ro_binds\":\"/usr\"}", NULL), 0);
+    err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    sbx_options_free(o);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "\"ro_binds\" must be an array", NULL);
     sbx_error_free(err);
 
     char *img = tu_strdup_printf("%s/no-image", g_tmp);
@@ -410,7 +423,7 @@ Test(bubblewrap, mountinfo_names_no_host_path_of_the_root)
 
 /*
  * What the sandbox and the file calls create belongs to the sandbox's user,
- * and both may change what the other made; a caller's workdir is the
+ * and both may change what the other made; a caller's root_dir is the
  * sandbox's for its life and its owner's again after destroy.
  */
 Test(bubblewrap, files_belong_to_the_sandbox_user)
@@ -427,7 +440,9 @@ Test(bubblewrap, files_belong_to_the_sandbox_user)
     tu_write_file(upf, "a\n", 2, 0644);
 
     sbx_options *o = sbx_options_new();
-    cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
+    char *bo = tu_strdup_printf("{\"root_dir\":\"%s\"}", wd);
+    cr_assert_eq(sbx_options_set_backend_options(o, bo, NULL), 0);
+    free(bo);
     g_sb = tu_create(g_client, o);
     sbx_options_free(o);
     cr_assert_eq(stat(wd, &st), 0);
@@ -458,6 +473,218 @@ Test(bubblewrap, files_belong_to_the_sandbox_user)
     free(wd);
     free(up);
     free(upf);
+}
+
+/* The modification time of @path, in nanoseconds (-1 when it cannot be
+ * read). */
+static long long mtime_ns(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return -1;
+    return (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+}
+
+/*
+ * -w is a path inside the sandbox: /usr is the sandbox's own /usr (bound
+ * read-only from the host, which stays untouched), a missing directory is
+ * made in the sandbox's root, as its user, and never on the host; one in
+ * the read-only system tree that does not exist, /proc and relative paths
+ * are refused naming it.
+ */
+Test(bubblewrap, workdir_is_a_path_inside)
+{
+    long long usr_before = mtime_ns("/usr");
+    cr_assert(usr_before >= 0);
+    static const char *const mount_points[] = { "/usr/usr", "/usr/etc", "/usr/proc",
+                                                "/usr/dev", "/usr/.sbx", "/usr/tmp" };
+    int existed[sizeof mount_points / sizeof mount_points[0]];
+    for (size_t i = 0; i < sizeof mount_points / sizeof mount_points[0]; i++)
+        existed[i] = tu_exists(mount_points[i]);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_workdir(o, "/usr", NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    expect(g_sb, "pwd; ls -d share; touch x 2>/dev/null; echo $?", 0, "/usr\nshare\n1\n");
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+    cr_assert_eq(mtime_ns("/usr"), usr_before, "a sandbox start changed the host's /usr");
+    for (size_t i = 0; i < sizeof mount_points / sizeof mount_points[0]; i++)
+        cr_assert(existed[i] || !tu_exists(mount_points[i]), "%s was made on the host",
+                  mount_points[i]);
+
+    char *inside = tu_strdup_printf("/work-%d/a/b", (int)getpid());
+    char *top = tu_strdup_printf("/work-%d", (int)getpid());
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_workdir(o, inside, NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    char *want = tu_strdup_printf("%s\n65534 65534\nin\n", inside);
+    expect(g_sb, "pwd; stat -c '%u %g' .; echo in > f; cat f", 0, want);
+    free(want);
+    cr_assert(!tu_exists(top), "the workdir %s was made on the host", top);
+    /* A command given no cwd starts there; the file calls see it too. */
+    char *fpath = tu_strdup_printf("%s/f", inside);
+    char *data = NULL;
+    size_t len = 0;
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_read_file(g_sb, fpath, &data, &len, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(len, 3);
+    cr_assert_eq(memcmp(data, "in\n", 3), 0);
+    free(data);
+    free(fpath);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+    free(inside);
+    free(top);
+
+    static const struct {
+        const char *workdir, *message;
+    } refused[] = {
+        { "/usr/sbx-no-such-dir", "workdir \"/usr/sbx-no-such-dir\" does not exist and cannot "
+                                  "be made: /usr is bound read-only from the host in the "
+                                  "sandbox" },
+        { "/proc/x", "workdir \"/proc/x\" is refused and cannot be made: /proc is the "
+                     "sandbox's own in the sandbox" },
+        { "work/dir", "workdir \"work/dir\" must be an absolute path in the sandbox" },
+        { "/a/../b", "workdir \"/a/../b\" must not contain \"..\"" },
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        o = sbx_options_new();
+        cr_assert_eq(sbx_options_set_workdir(o, refused[i].workdir, NULL), 0);
+        err = NULL;
+        cr_assert_null(sbx_sandbox_create(g_client, o, &err), "workdir %s was accepted",
+                       refused[i].workdir);
+        sbx_options_free(o);
+        tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL);
+        cr_assert_str_eq(sbx_error_get0_message(err), refused[i].message);
+        cr_assert_str_eq(sbx_error_get0_context(err, "path"), refused[i].workdir);
+        sbx_error_free(err);
+    }
+    cr_assert_eq(tu_count_entries(g_tmp), 0, "a refused create left something in %s", g_tmp);
+}
+
+/*
+ * root_dir: a host directory of the caller's becomes the sandbox's "/";
+ * system directories are refused naming the path, and destroy leaves no
+ * mount point bwrap made in the given directory.
+ */
+Test(bubblewrap, root_dir_is_a_host_directory_and_refuses_system_ones)
+{
+    static const struct {
+        const char *given, *refused;
+    } sys[] = { { "/", "/" }, { "/usr", "/usr" }, { "/etc", "/etc" }, { "/var", "/var" },
+                { "/home", "/home" }, { "/usr/share", "/usr" }, { "/proc/1", "/proc" },
+                { "/dev", "/dev" }, { "/boot", "/boot" }, { "/sys", "/sys" } };
+    long long usr_before = mtime_ns("/usr");
+    for (size_t i = 0; i < sizeof sys / sizeof sys[0]; i++) {
+        if (!tu_exists(sys[i].given))
+            continue;
+        char *bo = tu_strdup_printf("{\"root_dir\":\"%s\"}", sys[i].given);
+        sbx_options *o = sbx_options_new();
+        cr_assert_eq(sbx_options_set_backend_options(o, bo, NULL), 0);
+        free(bo);
+        sbx_error *err = NULL;
+        cr_assert_null(sbx_sandbox_create(g_client, o, &err), "root_dir %s was accepted",
+                       sys[i].given);
+        sbx_options_free(o);
+        tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "is refused: a system directory",
+                        NULL);
+        cr_assert_str_eq(sbx_error_get0_context(err, "option"), "root_dir");
+        char real[4096];
+        cr_assert_not_null(realpath(sys[i].given, real));
+        cr_assert_str_eq(sbx_error_get0_context(err, "path"), real);
+        char *head = tu_strdup_printf("bubblewrap backend_options: root_dir %s", sys[i].given);
+        cr_assert(strncmp(sbx_error_get0_message(err), head, strlen(head)) == 0, "%s",
+                  sbx_error_get0_message(err));
+        free(head);
+        sbx_error_free(err);
+    }
+    cr_assert_eq(mtime_ns("/usr"), usr_before, "a refused root_dir changed the host's /usr");
+
+    char *rd = tu_strdup_printf("%s/rd", g_tmp);
+    cr_assert_eq(mkdir(rd, 0755), 0);
+    char *bo = tu_strdup_printf("{\"root_dir\":\"%s\"}", rd);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_backend_options(o, bo, NULL), 0);
+    cr_assert_eq(sbx_options_set_workdir(o, "/w", NULL), 0);
+    free(bo);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    expect(g_sb, "pwd; echo hi > x; cat /etc/os-release >/dev/null && echo os", 0,
+           "/w\nos\n");
+    char *x = tu_strdup_printf("%s/w/x", rd);
+    cr_assert(tu_exists(x), "the command's file is not at %s", x);
+    free(x);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    /* Only what the command made: no empty mount point, no tmp. */
+    cr_assert_eq(tu_count_entries(rd), 1, "%s holds %d entries after destroy", rd,
+                 tu_count_entries(rd));
+    free(rd);
+}
+
+/* The whole of a file the sandbox sees (NULL with *@err on failure). */
+static char *read_in(sbx_sandbox *sb, const char *path, sbx_error **err)
+{
+    char *data = NULL;
+    size_t len = 0;
+    if (sbx_sandbox_read_file(sb, path, &data, &len, err) < 0)
+        return NULL;
+    return data;
+}
+
+/*
+ * The file calls see what commands see, with a root the library made and
+ * with a caller's root_dir alike: the system tree bound from the host is
+ * readable and listed, and a write to it is refused as inside.
+ */
+Test(bubblewrap, file_calls_see_what_commands_see)
+{
+    char *host_os = slurp("/etc/os-release");
+    cr_assert(host_os[0], "cannot read the host's /etc/os-release");
+    char *rd = tu_strdup_printf("%s/rd", g_tmp);
+    cr_assert_eq(mkdir(rd, 0755), 0);
+    char *bo = tu_strdup_printf("{\"root_dir\":\"%s\"}", rd);
+    for (int with_root_dir = 0; with_root_dir < 2; with_root_dir++) {
+        sbx_options *o = sbx_options_new();
+        if (with_root_dir)
+            cr_assert_eq(sbx_options_set_backend_options(o, bo, NULL), 0);
+        g_sb = tu_create(g_client, o);
+        sbx_options_free(o);
+        sbx_error *err = NULL;
+        char *got = read_in(g_sb, "/etc/os-release", &err);
+        cr_assert_not_null(got, "read_file /etc/os-release: %s",
+                           err ? sbx_error_get0_message(err) : "");
+        cr_assert_str_eq(got, host_os);
+        free(got);
+        sbx_file_info **list = NULL;
+        size_t count = 0;
+        cr_assert_eq(sbx_sandbox_list_files(g_sb, "/usr", &list, &count, &err), 0, "%s",
+                     err ? sbx_error_get0_message(err) : "");
+        int bin = 0, share = 0;
+        for (size_t i = 0; i < count; i++) {
+            bin |= strcmp(sbx_file_info_get0_name(list[i]), "bin") == 0
+                   && sbx_file_info_is_dir(list[i]);
+            share |= strcmp(sbx_file_info_get0_name(list[i]), "share") == 0;
+        }
+        sbx_file_info_list_free(list, count);
+        cr_assert(bin && share, "list_files /usr has no bin/ or share/ (%zu entries)", count);
+        cr_assert_eq(sbx_sandbox_write_file(g_sb, "/usr/sbx-canary", "x", 1, &err), -1);
+        tu_assert_error(err, SBX_ERROR_WORKSPACE, "/usr/sbx-canary", "Read-only file system",
+                        NULL);
+        sbx_error_free(err);
+        err = NULL;
+        cr_assert(!tu_exists("/usr/sbx-canary"), "write_file wrote the host's /usr");
+        cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+        sbx_sandbox_free(g_sb);
+        g_sb = NULL;
+    }
+    free(bo);
+    free(rd);
+    free(host_os);
 }
 
 /* A client made now: an out-of-process plugin sees the environment as it

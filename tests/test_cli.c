@@ -647,11 +647,32 @@ Test(cli, run_env_bad_key_is_125)
     free_run(&r);
 }
 
-Test(cli, run_missing_workdir_is_125)
+Test(cli, run_unmakeable_workdir_is_125)
 {
-    cli_run r = SBX("run", "-w", "/definitely/not/here", "--", "true");
+    char file[PATH_MAX + 8], dir[PATH_MAX + 16];
+    int fd;
 
-    EXPECT_TOOL_FAILURE(&r, "/definitely/not/here");
+    snprintf(file, sizeof file, "%s/a-file", g_tmpdir);
+    fd = open(file, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    cr_assert(fd >= 0);
+    close(fd);
+    snprintf(dir, sizeof dir, "%s/sub", file);
+    cli_run r = SBX("run", "-w", dir, "--", "true");
+
+    EXPECT_TOOL_FAILURE(&r, dir, "a component is not a directory", "invalid_argument");
+    free_run(&r);
+}
+
+Test(cli, run_missing_workdir_is_made)
+{
+    char dir[PATH_MAX + 16], expected[PATH_MAX + 32];
+    struct stat st;
+
+    snprintf(dir, sizeof dir, "%s/new/wd", g_tmpdir);
+    cli_run r = SBX("run", "-w", dir, "--", "pwd");
+    snprintf(expected, sizeof expected, "%s\n", dir);
+    expect_run(&r, 0, expected);
+    cr_expect_eq(stat(dir, &st), 0, "%s is gone", dir);
     free_run(&r);
 }
 
@@ -2236,9 +2257,15 @@ Test(cli, version_command_lists_library_abi_and_plugins)
 
 Test(cli, create_failures_leave_nothing)
 {
-    cli_run r = SBX("create", "-w", "/no/such/directory");
+    char bad[PATH_MAX + 16], blocker[PATH_MAX];
+    set_path(blocker, sizeof blocker, "%s/a-file", g_tmpdir);
+    FILE *bf = fopen(blocker, "w");
+    cr_assert_not_null(bf);
+    fclose(bf);
+    set_path(bad, sizeof bad, "%s/sub", blocker);
+    cli_run r = SBX("create", "-w", bad);
 
-    EXPECT_TOOL_FAILURE(&r, "/no/such/directory");
+    EXPECT_TOOL_FAILURE(&r, bad, "a component is not a directory");
     free_run(&r);
     r = SBX("create", "--cpu", "2");
     EXPECT_TOOL_FAILURE(&r, "cpu");

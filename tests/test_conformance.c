@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <locale.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -622,6 +623,50 @@ Test(creation, git_clone_of_local_repo)
     free(repo);
 }
 
+/*
+ * A local repository path works where the sandbox cannot see the host's
+ * path (docker, bubblewrap: nothing bound here): the repository is carried
+ * in, cloned with its branches, its origin is the path given, and neither
+ * the sandbox nor this host keeps the carried copy.
+ */
+Test(creation, git_clone_of_local_repo_carried_in)
+{
+    char *src = tu_mkdtemp("src");
+    char *repo = tu_strdup_printf("%s/proj.git", src);
+    make_git_repo(repo);
+    for (int with_ref = 0; with_ref < 2; with_ref++) {
+        sbx_options *o = sbx_options_new();
+        cr_assert_eq(sbx_options_set_git_repo(o, repo, with_ref ? "feature" : NULL, NULL), 0);
+        g_sb = tu_create(g_client, o);
+        sbx_options_free(o);
+        char *script = tu_strdup_printf(
+            "cat proj/hello.txt; test -e proj/branch.txt; echo $?; "
+            "git -C proj remote get-url origin; n=$(ls -a /tmp | grep -c '^\\.sbx-git-'); "
+            "echo $n");
+        sbx_result *r = tu_sh(g_sb, script, 20);
+        free(script);
+        tu_assert_exit(r, 0);
+        char *want = tu_strdup_printf("hello\n%d\n%s\n0\n", with_ref ? 0 : 1, repo);
+        tu_assert_stdout(r, want);
+        free(want);
+        sbx_result_free(r);
+        cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+        sbx_sandbox_free(g_sb);
+        g_sb = NULL;
+    }
+    /* No bundle left in this host's TMPDIR. */
+    DIR *d = opendir(g_tmp);
+    cr_assert_not_null(d);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        cr_assert(strncmp(de->d_name, "sbx-git-", 8) != 0, "%s/%s was left", g_tmp,
+                  de->d_name);
+    closedir(d);
+    tu_rmtree(src);
+    free(src);
+    free(repo);
+}
+
 Test(creation, failing_git_clone_leaves_nothing)
 {
     char *missing = tu_strdup_printf("%s/no-such-repo", g_tmp);
@@ -650,6 +695,9 @@ Test(creation, failing_git_clone_leaves_nothing)
     free(missing);
 }
 
+/* An existing workdir: commands start there; on local it is the root and
+ * is kept; bubblewrap's root_dir is a host directory as the sandbox's /,
+ * kept and left without the mount points bwrap made in it. */
 Test(creation, workdir_is_root_and_kept)
 {
     char *wd;
@@ -660,12 +708,18 @@ Test(creation, workdir_is_root_and_kept)
         wd = strdup("/tmp");
     }
     sbx_options *o = sbx_options_new();
-    cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
+    if (backend_is_bubblewrap()) {
+        char *bo = tu_strdup_printf("{\"root_dir\":\"%s\"}", wd);
+        cr_assert_eq(sbx_options_set_backend_options(o, bo, NULL), 0);
+        free(bo);
+    } else {
+        cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
+    }
     g_sb = tu_create(g_client, o);
     sbx_options_free(o);
     sbx_result *r = tu_sh(g_sb, "pwd; echo kept > kept.txt", 10);
     tu_assert_exit(r, 0);
-    /* bubblewrap: the workdir is the sandbox's /. */
+    /* bubblewrap: the root_dir is the sandbox's /. */
     char *want = tu_strdup_printf("%s\n", backend_is_bubblewrap() ? "/" : wd);
     tu_assert_stdout(r, want);
     free(want);
@@ -699,23 +753,40 @@ Test(creation, workdir_is_root_and_kept)
 }
 
 /*
- * docker documents that it creates a missing workdir (CASE-18's exception):
- * commands then start in it; a workdir that is not an absolute path is its
- * invalid_argument naming the value.
+ * A missing workdir is made on every backend, with its parents, and
+ * commands start in it: on local (and safehouse) a host directory, kept
+ * after destroy; on docker and bubblewrap a path inside the sandbox, where
+ * a relative one is invalid_argument naming it.
  */
-static void missing_workdir_docker(const char *wd)
+Test(creation, missing_workdir_is_made)
 {
+    int host = !backend_is_docker() && !backend_is_bubblewrap();
+    char *wd = host ? tu_strdup_printf("%s/does/not/exist", g_tmp)
+                    : tu_strdup_printf("/sbx-wd-%d/does/not/exist", (int)getpid());
+    char *top = host ? tu_strdup_printf("%s/does", g_tmp)
+                     : tu_strdup_printf("/sbx-wd-%d", (int)getpid());
     sbx_options *o = sbx_options_new();
     cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
     g_sb = tu_create(g_client, o);
     sbx_options_free(o);
-    sbx_result *r = tu_sh(g_sb, "pwd", 10);
+    sbx_result *r = tu_sh(g_sb, "pwd; echo made > f; cat f", 10);
     tu_assert_exit(r, 0);
-    char *want = tu_strdup_printf("%s\n", wd);
+    char *want = tu_strdup_printf("%s\nmade\n", wd);
     tu_assert_stdout(r, want);
     free(want);
     sbx_result_free(r);
-
+    if (!host && !backend_is_docker())
+        cr_assert(!tu_exists(top), "the workdir %s was made on the host", top);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    if (host) {
+        char *f = tu_strdup_printf("%s/f", wd);
+        cr_assert(tu_exists(f), "destroy removed %s of the caller's workdir", f);
+        free(f);
+    }
+    free(wd);
+    free(top);
+    if (host)
+        return;
     o = sbx_options_new();
     cr_assert_eq(sbx_options_set_workdir(o, "relative/dir", NULL), 0);
     sbx_error *err = NULL;
@@ -726,24 +797,31 @@ static void missing_workdir_docker(const char *wd)
     sbx_error_free(err);
 }
 
-Test(creation, missing_workdir_is_invalid_argument)
+/* On local, a workdir that cannot be made (a component is a file) is
+ * invalid_argument naming it, and what create made on the way is gone. */
+Test(creation, unmakeable_workdir_is_invalid_argument)
 {
-    char *wd = tu_strdup_printf("%s/does/not/exist", g_tmp);
-    if (backend_is_docker()) {
-        missing_workdir_docker(wd);
-        free(wd);
-        return;
-    }
+    if (backend_is_docker() || backend_is_bubblewrap())
+        return;     /* their workdir is inside: missing_workdir_is_made */
+    char *file = tu_strdup_printf("%s/a-file", g_tmp);
+    tu_write_file(file, "x", 1, 0644);
+    char *wd = tu_strdup_printf("%s/a-file/sub", g_tmp);
     sbx_options *o = sbx_options_new();
     cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
     sbx_error *err = NULL;
     cr_assert_null(sbx_sandbox_create(g_client, o, &err));
     sbx_options_free(o);
-    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, wd, NULL);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL);
+    char *msg = tu_strdup_printf("cannot make workdir \"%s\": a component is not a directory",
+                                 wd);
+    cr_assert_str_eq(sbx_error_get0_message(err), msg);
+    free(msg);
+    cr_assert_str_eq(sbx_error_get0_context(err, "path"), wd);
     cr_assert_str_eq(sbx_error_get0_backend(err), tu_backend());
     sbx_error_free(err);
-    cr_assert_eq(tu_count_entries(g_tmp), 0, "a refused create left something in %s", g_tmp);
+    cr_assert_eq(tu_count_entries(g_tmp), 1, "a refused create left something in %s", g_tmp);
     free(wd);
+    free(file);
 }
 
 Test(creation, unsupported_limits_are_configuration_errors)
@@ -810,7 +888,7 @@ Test(creation, local_refuses_provider_options)
         else if (strcmp(name, "disk_mb") == 0)
             rc = sbx_options_set_disk_mb(o, 2048, NULL);
         else if (strcmp(name, "backend_options") == 0)
-            rc = sbx_options_set_backend_options(o, "{}", NULL);
+            rc = sbx_options_set_backend_options(o, "{\"Frob\":1}", NULL);
         else
             rc = sbx_options_set_allow_internet(o, 0, NULL);
         cr_assert_eq(rc, 0);
@@ -830,6 +908,40 @@ Test(creation, local_refuses_provider_options)
     cr_assert_eq(sbx_options_set_allow_internet(o, 1, NULL), 0);
     g_sb = tu_create(g_client, o);
     sbx_options_free(o);
+}
+
+/*
+ * A backend_options key the backend does not know is a configuration error
+ * naming the key, on every backend (each declares its keys), and nothing
+ * is left behind.
+ */
+Test(creation, unknown_backend_option_key_is_a_configuration_error)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_backend_options(o, "{\"Frob\":1}", NULL), 0);
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err), "backend_options Frob accepted");
+    sbx_options_free(o);
+    assert_backend_error(err, SBX_ERROR_CONFIGURATION);
+    char *want;
+    if (backend_is_docker())
+        want = strdup("docker backend_options: unknown key \"Frob\" (known: the members of "
+                      "the Docker Engine's container create body, e.g. \"HostConfig\", "
+                      "\"User\", \"Labels\")");
+    else if (backend_is_bubblewrap())
+        want = strdup("bubblewrap backend_options: unknown key \"Frob\" (known: "
+                      "\"ro_binds\", \"root_dir\")");
+    else
+        want = tu_strdup_printf("%s backend_options: unknown key \"Frob\" (the %s backend "
+                                "takes no backend options)", tu_backend(), tu_backend());
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    free(want);
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), "backend_options");
+    cr_assert_str_eq(sbx_error_get0_context(err, "name"), "Frob");
+    sbx_error_free(err);
+    if (!backend_is_docker())
+        cr_assert_eq(tu_count_entries(g_tmp), 0, "a refused create left something in %s",
+                     g_tmp);
 }
 
 /* timeout_secs is the sandbox's lifetime and the default exec timeout,
@@ -1792,10 +1904,19 @@ Test(errors, every_error_names_code_backend_and_op)
               "message \"%s\" does not name the key", sbx_error_get0_message(err));
     sbx_error_free(err);
 
-    /* Create errors (docker creates a missing workdir: a relative one is
-     * its invalid workdir). */
+    /* Create errors (a missing workdir is made: a relative one is the
+     * invalid workdir of docker and bubblewrap, one beneath a file that of
+     * local). */
     sbx_options *o = sbx_options_new();
-    char *wd = backend_is_docker() ? strdup("relative/nope") : tu_strdup_printf("%s/nope", g_tmp);
+    char *wd = NULL;
+    if (backend_is_docker() || backend_is_bubblewrap()) {
+        wd = strdup("relative/nope");
+    } else {
+        char *file = tu_strdup_printf("%s/a-file", g_tmp);
+        tu_write_file(file, "x", 1, 0644);
+        wd = tu_strdup_printf("%s/nope", file);
+        free(file);
+    }
     cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
     err = NULL;
     cr_assert_null(sbx_sandbox_create(g_client, o, &err));
@@ -1892,4 +2013,93 @@ Test(concurrency, eight_threads_create_exec_destroy)
             usleep(50000);
         cr_assert_eq(n, 0, "a process survived (pid %d)", n ? (int)pids[0] : 0);
     }
+}
+
+/* ------------------------------------------------------------ file names */
+
+TestSuite(names, .init = sandbox_setup, .fini = teardown, .timeout = 120);
+
+/* The whole of host file @path (NULL when unreadable). */
+static char *host_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char buf[256];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strdup(buf);
+}
+
+/*
+ * File names are bytes, whatever the process's locale: single files and
+ * directories named "naïve.txt" and "文件.txt" go in and out the same in the
+ * C locale and in a UTF-8 one.
+ */
+static void names_round_trip(const char *locale)
+{
+    cr_assert_not_null(setlocale(LC_ALL, locale), "locale %s is not available", locale);
+    static const char *const names[] = { "na\xc3\xafve.txt", "\xe6\x96\x87\xe4\xbb\xb6.txt" };
+    char *up = tu_strdup_printf("%s/up-%s", g_tmp, locale);
+    char *down = tu_strdup_printf("%s/down-%s", g_tmp, locale);
+    cr_assert_eq(mkdir(up, 0755), 0);
+    char *dir = tu_strdup_printf("names-%s", locale);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        /* A single file, both directions. */
+        char *in = tu_strdup_printf("%s/%s", dir, names[i]);
+        sbx_error *err = NULL;
+        cr_assert_eq(sbx_sandbox_write_file(g_sb, in, names[i], strlen(names[i]), &err), 0,
+                     "write_file %s in %s: %s", in, locale,
+                     err ? sbx_error_get0_message(err) : "");
+        char *data = NULL;
+        size_t len = 0;
+        cr_assert_eq(sbx_sandbox_read_file(g_sb, in, &data, &len, &err), 0,
+                     "read_file %s in %s: %s", in, locale,
+                     err ? sbx_error_get0_message(err) : "");
+        cr_assert_eq(len, strlen(names[i]));
+        cr_assert_eq(memcmp(data, names[i], len), 0);
+        free(data);
+        char *script = tu_strdup_printf("cat '%s'", in);
+        sbx_result *r = tu_sh(g_sb, script, 20);
+        tu_assert_exit(r, 0);
+        tu_assert_stdout(r, names[i]);
+        sbx_result_free(r);
+        free(script);
+        free(in);
+        char *host = tu_strdup_printf("%s/%s", up, names[i]);
+        tu_write_file(host, names[i], strlen(names[i]), 0644);
+        free(host);
+    }
+    /* A directory holding both, both directions. */
+    char *sdir = tu_strdup_printf("%s-dir", dir);
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_upload_dir(g_sb, up, sdir, &err), 2, "upload_dir in %s: %s",
+                 locale, err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_download_dir(g_sb, sdir, down, &err), 2,
+                 "download_dir in %s: %s", locale, err ? sbx_error_get0_message(err) : "");
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char *host = tu_strdup_printf("%s/%s", down, names[i]);
+        char *text = host_text(host);
+        cr_assert_not_null(text, "download_dir made no %s", host);
+        cr_assert_str_eq(text, names[i]);
+        free(text);
+        free(host);
+    }
+    cr_assert_eq(tu_count_entries(down), 2);
+    free(sdir);
+    free(dir);
+    free(up);
+    free(down);
+    setlocale(LC_ALL, "C");
+}
+
+Test(names, file_names_are_bytes_in_the_c_locale)
+{
+    names_round_trip("C");
+}
+
+Test(names, file_names_are_bytes_in_a_utf8_locale)
+{
+    names_round_trip("C.UTF-8");
 }

@@ -23,7 +23,9 @@
  *    StorageOpt size (only some storage drivers allow it: a refusal is a
  *    configuration error naming disk_mb), labels sbx.backend=docker,
  *    sbx.create_token, sbx.expires_at, and backend_options merged into the
- *    body last (objects merged key by key; the sbx.* labels stay).
+ *    body last (objects merged key by key; the sbx.* labels stay); a key
+ *    of backend_options that is not a member of the Engine's create body
+ *    (dk_option_keys) is a configuration error naming it.
  *  - POST /containers/{id}/start. Any failure after the container exists
  *    removes it; a create whose answer was lost removes it by name.
  *
@@ -58,6 +60,17 @@
                      | SBX_CAP_NETWORK_POLICY | SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT     \
                      | SBX_CAP_IMAGE | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED                \
                      | SBX_CAP_BACKGROUND | SBX_CAP_PTY)
+
+/* The keys backend_options may have: the members of the Engine's
+ * POST /containers/create body (ContainerConfig, HostConfig and
+ * NetworkingConfig), merged into the body sbx makes. */
+static const char *const dk_option_keys[] = {
+    "Hostname", "Domainname", "User", "AttachStdin", "AttachStdout", "AttachStderr",
+    "ExposedPorts", "Tty", "OpenStdin", "StdinOnce", "Env", "Cmd", "Healthcheck",
+    "ArgsEscaped", "Image", "Volumes", "WorkingDir", "Entrypoint", "NetworkDisabled",
+    "MacAddress", "OnBuild", "Labels", "StopSignal", "StopTimeout", "Shell", "HostConfig",
+    "NetworkingConfig", NULL
+};
 
 #define PIDS_LIMIT 4096
 /* The container's main process ends this long after the sandbox's lifetime:
@@ -649,6 +662,23 @@ static int docker_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                 sbx_error *err = dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                                          "backend_options is not a JSON object");
                 dk_context(err, "option", "backend_options");
+                goto out;
+            }
+            /* Only keys of the Engine's container-create body. */
+            json_object_object_foreach(extra, key, val) {
+                (void)val;
+                size_t i = 0;
+                while (dk_option_keys[i] && strcmp(dk_option_keys[i], key) != 0)
+                    i++;
+                if (dk_option_keys[i])
+                    continue;
+                sbx_error *err = dk_fail(error, SBX_ERROR_CONFIGURATION, op,
+                                         "docker backend_options: unknown key \"%s\" (known: "
+                                         "the members of the Docker Engine's container "
+                                         "create body, e.g. \"HostConfig\", \"User\", "
+                                         "\"Labels\")", key);
+                dk_context(err, "option", "backend_options");
+                dk_context(err, "name", key);
                 goto out;
             }
         }

@@ -5,11 +5,11 @@
  *  - stat_file: HEAD; the X-Docker-Container-Path-Stat header (base64
  *    JSON {name,size,mode,mtime,linkTarget}, mode a Go os.FileMode).
  *  - read_file: GET of the file (symlinks followed, at most 8), a one-entry
- *    tar read with libarchive as it arrives (curl runs in a helper thread
+ *    tar read by the tar helper library (host/archive.h) as it arrives (curl runs in a helper thread
  *    feeding a pipe), its data written to the caller's descriptor.
  *  - write_file: PUT at "/" of a one-entry tar built on the fly: the
- *    header made by libarchive (PAX where needed: long names, sizes over
- *    8 GiB), then the bytes streamed from the caller's descriptor (its size
+ *    header made by the tar helper library (PAX where needed: long names,
+ *    names that are not ASCII, as bytes, sizes over 8 GiB), then the bytes streamed from the caller's descriptor (its size
  *    from fstat, or spooled to an unlinked temporary file when it is a pipe),
  *    then padding and the end-of-archive blocks. The Engine creates missing
  *    parent directories (0755).
@@ -23,6 +23,7 @@
  * Memory stays bounded whatever the size.
  */
 #include "docker.h"
+#include "../../host/archive.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -262,68 +263,15 @@ static void *getter_main(void *arg)
 /* ------------------------------------------------------------------------ */
 
 /* Copies the data of the archive's first entry (a regular file) to @fd. */
+/* The first entry of the tar stream on @rfd, a regular file, copied to
+ * @fd by the tar helper library: 0, -2 for an empty stream (the caller
+ * looks at the HTTP status), -1 with an error. */
 static int extract_first(int rfd, int fd, const char *shown, const char *op,
                          sbx_error **error)
 {
-    struct archive *a = archive_read_new();
-    struct archive_entry *e;
-    int rc = -1;
-    if (!a) {
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    archive_read_support_format_tar(a);
-    if (archive_read_open_fd(a, rfd, 65536) != ARCHIVE_OK
-        || archive_read_next_header(a, &e) != ARCHIVE_OK) {
-        /* An empty stream: the caller looks at the HTTP status. */
-        rc = -2;
-        goto out;
-    }
-    if (archive_entry_filetype(e) != AE_IFREG) {
-        sbx_error *err = dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
-                                 "\"%s\" is not a regular file", shown);
-        dk_context(err, "path", shown);
-        goto out;
-    }
-    int64_t pos = 0;
-    static const char zeros[65536];
-    for (;;) {
-        const void *buf;
-        size_t size;
-        la_int64_t off;
-        int r = archive_read_data_block(a, &buf, &size, &off);
-        if (r == ARCHIVE_EOF)
-            break;
-        if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
-            dk_fail(error, SBX_ERROR_CONNECTION, op, "reading \"%s\" from the sandbox: %s",
-                    shown, archive_error_string(a));
-            goto out;
-        }
-        while (pos < off) {     /* a hole */
-            size_t z = off - pos > (int64_t)sizeof(zeros) ? sizeof(zeros) : (size_t)(off - pos);
-            if (dk_write_all(fd, zeros, z, -1, NULL) < 0)
-                goto write_failed;
-            pos += (int64_t)z;
-        }
-        if (size && dk_write_all(fd, buf, size, -1, NULL) < 0)
-            goto write_failed;
-        pos += (int64_t)size;
-    }
-    int64_t want = archive_entry_size(e);
-    while (pos < want) {        /* a trailing hole */
-        size_t z = want - pos > (int64_t)sizeof(zeros) ? sizeof(zeros) : (size_t)(want - pos);
-        if (dk_write_all(fd, zeros, z, -1, NULL) < 0)
-            goto write_failed;
-        pos += (int64_t)z;
-    }
-    rc = 0;
-    goto out;
-write_failed:
-    dk_fail(error, SBX_ERROR_WORKSPACE, op, "writing \"%s\" to the descriptor: %s", shown,
-            strerror(errno));
-out:
-    archive_read_free(a);
-    return rc;
+    sbx_fs_env env = { dk_host, NULL, op };
+    int r = sbx_tar_first_file(&env, rfd, fd, shown, SBX_ERROR_CONNECTION, error);
+    return r == 1 ? 0 : r == 0 ? -2 : -1;
 }
 
 /* Runs GET @path, handing the body (a pipe) to @consume on this thread. */
@@ -494,62 +442,22 @@ static ssize_t one_entry_source(void *ud, char *buf, size_t cap)
     return 0;
 }
 
-typedef struct collector {
-    dk_buf *out;
-    int done;           /* the header is complete: drop the rest */
-} collector;
-
-static ssize_t collect(struct archive *a, void *ud, const void *p, size_t n)
-{
-    collector *c = ud;
-    if (c->done)
-        return -1;      /* stops libarchive's padding at once */
-    return dk_buf_append(c->out, p, n) < 0 ? -1 : (ssize_t)n;
-}
-
-/* The header bytes (PAX + ustar) of one entry, made by libarchive. */
+/* The header bytes (PAX + ustar) of one entry, from the tar helper
+ * library: names are bytes, whatever the locale. */
 static int entry_header(const char *name, mode_t type, uint32_t mode, int64_t size,
                         dk_buf *out, const char *op, sbx_error **error)
 {
-    struct archive *a = archive_write_new();
-    struct archive_entry *e = archive_entry_new();
-    collector col = { .out = out };
-    int rc = -1;
-    if (!a || !e) {
+    sbx_fs_env env = { dk_host, NULL, op };
+    unsigned char *h = NULL;
+    size_t len = 0;
+    if (sbx_tar_entry_header(&env, name, type == AE_IFDIR ? S_IFDIR : S_IFREG, mode, size,
+                             (int64_t)time(NULL), &h, &len, error) < 0)
+        return -1;
+    int rc = dk_buf_append(out, h, len);
+    free(h);
+    if (rc < 0)
         dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto out;
-    }
-    archive_write_set_format_pax_restricted(a);
-    archive_write_set_bytes_per_block(a, 0);
-    if (archive_write_open(a, &col, NULL, collect, NULL) != ARCHIVE_OK)
-        goto arch_fail;
-    archive_entry_set_pathname(e, name);
-    archive_entry_set_filetype(e, type);
-    archive_entry_set_perm(e, mode & 07777);
-    archive_entry_set_size(e, type == AE_IFREG ? size : 0);
-    archive_entry_set_uid(e, 0);
-    archive_entry_set_gid(e, 0);
-    archive_entry_set_mtime(e, time(NULL), 0);
-    if (archive_write_header(a, e) != ARCHIVE_OK)
-        goto arch_fail;
-    /* On close libarchive pads the data it never got (all of it) and ends
-     * the archive: none of that is ours to keep. */
-    col.done = 1;
-    if (out->len == 0 || out->len % BLOCK != 0) {
-        dk_fail(error, SBX_ERROR_WORKSPACE, op, "tar header of %zu bytes", out->len);
-        goto out;
-    }
-    rc = 0;
-    goto out;
-arch_fail:
-    dk_fail(error, SBX_ERROR_WORKSPACE, op, "making a tar header for \"%s\": %s", name,
-            archive_error_string(a));
-out:
-    col.done = 1;
-    if (a)
-        archive_write_free(a);
-    archive_entry_free(e);
-    return rc;
+    return rc < 0 ? -1 : 0;
 }
 
 /* PUT /containers/{id}/archive?path=@dir with @src. */

@@ -80,6 +80,8 @@
  *     paths show.
  */
 #include "local.h"
+#include "proto.h"
+#include "../../host/archive.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -574,12 +576,24 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
             return NULL;
         }
         json_object_object_foreach(opts, key, val) {
-            if (strcmp(key, "ro_binds") != 0 || !json_object_is_type(val, json_type_array)) {
-                sbx_error *err = bfail(error, SBX_ERROR_INVALID_ARGUMENT, op,
-                                       "bubblewrap backend_options: unknown or malformed "
-                                       "member \"%s\" (known: \"ro_binds\", an array of "
-                                       "absolute host paths)", key);
+            if (strcmp(key, "root_dir") == 0)
+                continue;       /* bwrap_root_dir checked it */
+            if (strcmp(key, "ro_binds") != 0) {
+                sbx_error *err = bfail(error, SBX_ERROR_CONFIGURATION, op,
+                                       "bubblewrap backend_options: unknown key \"%s\" "
+                                       "(known: " BWRAP_OPTION_KEYS ")", key);
                 bcontext(err, "option", "backend_options");
+                bcontext(err, "name", key);
+                json_object_put(opts);
+                return NULL;
+            }
+            if (!json_object_is_type(val, json_type_array)) {
+                sbx_error *err = bfail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                       "bubblewrap backend_options: \"ro_binds\" must be an "
+                                       "array of absolute host paths, not %s",
+                                       json_object_to_json_string(val));
+                bcontext(err, "option", "backend_options");
+                bcontext(err, "name", key);
                 json_object_put(opts);
                 return NULL;
             }
@@ -1035,6 +1049,249 @@ int bwrap_upload_tar(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const
     int r = local_upload_tar(sandbox, ctx, path, fd, error);
     as_before(&s);
     return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* root_dir and the working directory                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Host directories that never become a sandbox's root: the system's own,
+ * and (SYS_TREE) everything beneath the system tree. */
+static const char *const refused_roots[] = { "/", "/usr", "/etc", "/bin", "/sbin", "/lib",
+                                             "/lib32", "/lib64", "/libx32", "/var", "/proc",
+                                             "/sys", "/dev", "/boot", "/home", "/root", "/run",
+                                             "/tmp", "/opt", "/srv", "/mnt", "/media",
+                                             "/var/tmp", "/var/lib", "/var/log", "/var/cache" };
+static const char *const refused_trees[] = { "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32",
+                                             "/lib64", "/libx32", "/proc", "/sys", "/dev",
+                                             "/boot", "/run" };
+
+/** 1 when @path (a real path) is @dir or beneath it. */
+static int path_within(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+int bwrap_root_dir(const char *backend_options, char **out, const char *op, sbx_error **error)
+{
+    *out = NULL;
+    if (!backend_options || !*backend_options)
+        return 0;
+    json_object *opts = json_tokener_parse(backend_options), *v;
+    if (!opts || !json_object_is_type(opts, json_type_object)
+        || !json_object_object_get_ex(opts, "root_dir", &v)) {
+        json_object_put(opts);
+        return 0;       /* bwrap_argv refuses what is not an object */
+    }
+    const char *given = json_object_is_type(v, json_type_string) ? json_object_get_string(v)
+                                                                 : NULL;
+    struct stat st;
+    if (!given || given[0] != '/' || stat(given, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        sbx_error *err = bfail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                               "bubblewrap backend_options: root_dir %s is not an existing "
+                               "absolute host directory",
+                               given ? given : json_object_to_json_string(v));
+        bcontext(err, "option", "root_dir");
+        if (given)
+            bcontext(err, "path", given);
+        json_object_put(opts);
+        return -1;
+    }
+    char *real = realpath(given, NULL);
+    if (!real) {
+        sbx_error *err = bfail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                               "bubblewrap backend_options: root_dir %s: %s", given,
+                               strerror(errno));
+        bcontext(err, "option", "root_dir");
+        bcontext(err, "path", given);
+        json_object_put(opts);
+        return -1;
+    }
+    const char *refused = NULL;
+    for (size_t i = 0; !refused && i < sizeof(refused_roots) / sizeof(refused_roots[0]); i++)
+        if (strcmp(real, refused_roots[i]) == 0)
+            refused = refused_roots[i];
+    for (size_t i = 0; !refused && i < sizeof(refused_trees) / sizeof(refused_trees[0]); i++)
+        if (path_within(real, refused_trees[i]))
+            refused = refused_trees[i];
+    if (refused) {
+        int same = strcmp(real, refused) == 0;
+        sbx_error *err = bfail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                               "bubblewrap backend_options: root_dir %s%s%s%s is refused: a "
+                               "system directory%s never becomes a sandbox's root (bwrap "
+                               "would make its mount points in it); give a directory of "
+                               "your own", given, strcmp(given, real) != 0 ? " (" : "",
+                               strcmp(given, real) != 0 ? real : "",
+                               strcmp(given, real) != 0 ? ")" : "",
+                               same ? "" : " or one beneath it");
+        bcontext(err, "option", "root_dir");
+        bcontext(err, "path", real);
+        free(real);
+        json_object_put(opts);
+        return -1;
+    }
+    json_object_put(opts);
+    *out = real;
+    return 0;
+}
+
+int bwrap_check_workdir(const char *workdir, const char *src, char **out, const char *op,
+                        sbx_error **error)
+{
+    *out = NULL;
+    if (!workdir || workdir[0] != '/') {
+        sbx_error *err = bfail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                               "workdir \"%s\" must be an absolute path in the sandbox",
+                               workdir ? workdir : "");
+        bcontext(err, "option", "workdir");
+        bcontext(err, "path", workdir ? workdir : "");
+        return -1;
+    }
+    /* The normal form: single slashes, no "." and no trailing slash. */
+    size_t len = strlen(workdir);
+    char *norm = malloc(len + 2), *first = NULL;
+    if (!norm) {
+        bfail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    size_t n = 0;
+    for (const char *p = workdir; *p;) {
+        while (*p == '/')
+            p++;
+        const char *e = p;
+        while (*e && *e != '/')
+            e++;
+        size_t cl = (size_t)(e - p);
+        if (cl == 2 && p[0] == '.' && p[1] == '.') {
+            free(norm);
+            sbx_error *err = bfail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                   "workdir \"%s\" must not contain \"..\"", workdir);
+            bcontext(err, "option", "workdir");
+            bcontext(err, "path", workdir);
+            return -1;
+        }
+        if (cl > 0 && !(cl == 1 && p[0] == '.')) {
+            norm[n++] = '/';
+            if (!first)
+                first = norm + n;
+            memcpy(norm + n, p, cl);
+            n += cl;
+        }
+        p = e;
+    }
+    if (n == 0)
+        norm[n++] = '/';
+    norm[n] = '\0';
+    if (strcmp(norm, "/") == 0) {
+        *out = norm;
+        return 0;
+    }
+    size_t fl = strcspn(first, "/");
+    /* What bwrap mounts: the system tree (from @src, read-only), /proc,
+     * /dev and the supervisor's /.sbx. A workdir there must exist. */
+    int sys = 0;
+    for (size_t i = 0; i < sizeof(sys_dirs) / sizeof(sys_dirs[0]); i++)
+        if (strlen(sys_dirs[i]) == fl && strncmp(first, sys_dirs[i], fl) == 0)
+            sys = 1;
+    if (sys) {
+        char *host_path;
+        struct stat st;
+        if (asprintf(&host_path, "%s%s", strcmp(src, "/") == 0 ? "" : src, norm) < 0) {
+            free(norm);
+            bfail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            return -1;
+        }
+        int ok = stat(host_path, &st) == 0 && S_ISDIR(st.st_mode);
+        free(host_path);
+        if (ok) {
+            *out = norm;
+            return 0;
+        }
+    }
+    if (sys || (fl == 4 && strncmp(first, "proc", 4) == 0)
+        || (fl == 3 && strncmp(first, "dev", 3) == 0)
+        || (fl == 4 && strncmp(first, ".sbx", 4) == 0)) {
+        sbx_error *err = bfail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                               "workdir \"%s\" %s and cannot be made: /%.*s is %s in the "
+                               "sandbox", workdir, sys ? "does not exist" : "is refused",
+                               (int)fl, first,
+                               sys ? "bound read-only from the host" : "the sandbox's own");
+        bcontext(err, "option", "workdir");
+        bcontext(err, "path", workdir);
+        free(norm);
+        return -1;
+    }
+    *out = norm;
+    return 0;
+}
+
+int bwrap_make_workdir(const char *root, const char *workdir, char **made, const char *op,
+                       sbx_error **error)
+{
+    *made = NULL;
+    if (strcmp(workdir, "/") == 0)
+        return 0;
+    int rfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (rfd < 0) {
+        sbx_error *err = bfail(error, SBX_ERROR_CREATION_FAILED, op, "cannot open %s: %s", root,
+                               strerror(errno));
+        bcontext(err, "path", root);
+        return -1;
+    }
+    /* The first component that does not exist yet is what create made
+     * (removed again when create fails). */
+    const char *p = workdir + 1;
+    char *prefix = strdup(workdir);
+    if (!prefix) {
+        close(rfd);
+        bfail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    for (;;) {
+        const char *e = strchr(p, '/');
+        size_t l = e ? (size_t)(e - workdir) : strlen(workdir);
+        prefix[l] = '\0';
+        struct stat st;
+        if (fstatat(rfd, prefix + 1, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+            if (asprintf(made, "%s%s", root, prefix) < 0)
+                *made = NULL;
+            break;
+        }
+        if (!e)
+            break;
+        prefix[l] = '/';
+        p = e + 1;
+    }
+    free(prefix);
+    fs_ids s;
+    if (as_sandbox(&s, op, error) < 0) {
+        close(rfd);
+        free(*made);
+        *made = NULL;
+        return -1;
+    }
+    int fd = sbx_fs_open_beneath(rfd, workdir, SBX_BENEATH_CREATE_DIRS,
+                                 O_RDONLY | O_DIRECTORY, 0);
+    int e = errno;
+    as_before(&s);
+    close(rfd);
+    if (fd < 0) {
+        sbx_error *err = bfail(error, e == ENOTDIR || e == EEXIST ? SBX_ERROR_INVALID_ARGUMENT
+                                     : SBX_ERROR_CREATION_FAILED, op,
+                               "cannot make workdir \"%s\" in the sandbox: %s", workdir,
+                               e == EXDEV ? "it leads outside the root (through a symlink)"
+                               : strerror(e));
+        bcontext(err, "option", "workdir");
+        bcontext(err, "path", workdir);
+        if (*made)
+            proto_rm_tree(*made);
+        free(*made);
+        *made = NULL;
+        return -1;
+    }
+    close(fd);
+    return 0;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -8,9 +8,12 @@
  * has it, else a component walk with O_NOFOLLOW): ".." above the root and
  * symlinks that lead out of it (absolute, or climbing above it) are refused
  * with invalid_argument, so nothing outside the root is read or written.
- * Symlinks that stay inside are followed. On bubblewrap, a root the
- * library made is reached through /proc/PID/root of the sandbox's pid 1
- * (the overlay bwrap.c describes), never beside it.
+ * Symlinks that stay inside are followed. On bubblewrap, every path is
+ * resolved in the sandbox's mount namespace, through /proc/PID/root of its
+ * pid 1: the file slots see what its commands see (/usr, /etc and the
+ * other system directories bound read-only, ro_binds, an owned root
+ * through its overlay, never beside it), and a write where the sandbox
+ * may not write fails as it would inside (a read-only file system).
  *
  * Data moves between descriptors in bounded chunks (copy_file_range or
  * sendfile where the kernel can); directories move as tar streams made and
@@ -146,10 +149,13 @@ static int open_root(struct sbx_plugin_sandbox *sb, const sbx_fs_env *env, const
         return -1;
     }
 #ifdef SBX_LOCAL_BUBBLEWRAP
-    /* An owned root is the upper layer of the sandbox's overlay (bwrap.c):
-     * reach it through the sandbox's own view, its pid 1's root, never
-     * beside the overlay; that pid must still be the supervisor. */
-    if (sb->owns_root) {
+    /* Every path is resolved in the sandbox's own view, its pid 1's root
+     * (/proc/PID/root): what its commands see, the read-only system
+     * directories bound from the host included (writes to them fail with
+     * EROFS, as inside), and an owned root, the upper layer of the
+     * sandbox's overlay (bwrap.c), never reached beside the overlay. That
+     * pid must still be the supervisor. */
+    {
         char via[64];
         snprintf(via, sizeof(via), "/proc/%d/root", (int)sb->sup_pid);
         fd = sb->sup_pid > 1 ? open(via, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;

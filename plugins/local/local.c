@@ -11,12 +11,14 @@
  *     owner       the create token
  *     record      what create made, as JSON (mode 0600):
  *                 {"supervisor_pid":P,"supervisor_start":S,"supervisor_uid":U,
- *                  "root":"/...","owns_root":B,"made_tmp":B,"lifetime":L,
- *                  "expires_at":E}
+ *                  "root":"/...","owns_root":B,"made_tmp":B,["cwd":"/...",]
+ *                  "lifetime":L,"expires_at":E}
  *                 (S: field 22 of /proc/P/stat; U: the supervisor's uid as
  *                 SO_PEERCRED reports it; L: the lifetime in seconds, 0 =
- *                 none; E: when it ends, UNIX seconds, 0 = never)
+ *                 none; E: when it ends, UNIX seconds, 0 = never; cwd, on
+ *                 bubblewrap: the sandbox path commands start in)
  *     root/       the sandbox root, unless the caller gave a workdir
+ *                 (bubblewrap: a root_dir; its workdir is a path inside)
  *
  * Only the library writes there. Resume takes the meta directory only when
  * it is a directory of this user that nobody else may write (create makes
@@ -1448,6 +1450,7 @@ static char *record_json(const struct sbx_plugin_sandbox *sb)
         && json_object_object_add(o, "root", json_object_new_string(sb->root)) == 0
         && json_object_object_add(o, "owns_root", json_object_new_boolean(sb->owns_root)) == 0
         && json_object_object_add(o, "made_tmp", json_object_new_boolean(sb->made_tmp)) == 0
+        && (!sb->cwd || json_object_object_add(o, "cwd", json_object_new_string(sb->cwd)) == 0)
         && json_object_object_add(o, "lifetime", json_object_new_double(sb->lifetime)) == 0
         && json_object_object_add(o, "expires_at",
                                   json_object_new_double(sb->expires_at)) == 0) {
@@ -1468,6 +1471,7 @@ static void sandbox_free_fields(struct sbx_plugin_sandbox *sb)
     free(sb->root);
     free(sb->sock);
     free(sb->tmp);
+    free(sb->cwd);
 }
 
 /** Removes what a sandbox left on disk: the meta directory (with an owned
@@ -1505,6 +1509,52 @@ static char *temp_base(const char *op, sbx_error **error)
     return r;
 }
 
+#ifndef SBX_LOCAL_BUBBLEWRAP
+/** mkdir -p @path (mode 0755 less the umask): 0 when it is a directory
+ *  afterwards, with the first directory this call made in *@made
+ *  (malloc'd; NULL when it existed); else -1 with an invalid_argument
+ *  (a component is not a directory) or creation_failed error naming the
+ *  workdir, and nothing made left. */
+static int make_dirs(const char *path, char **made, const char *op, sbx_error **error)
+{
+    *made = NULL;
+    size_t len = strlen(path);
+    char *p = strdup(path);
+    if (!p) {
+        fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    int e = 0;
+    for (size_t i = 1; i <= len && !e; i++) {
+        if (path[i] != '/' && path[i] != '\0')
+            continue;
+        if (path[i - 1] == '/')
+            continue;
+        p[i] = '\0';
+        if (mkdir(p, 0755) == 0) {
+            if (!*made && !(*made = strdup(p)))
+                e = ENOMEM;
+        } else if (errno != EEXIST) {
+            e = errno;
+        }
+        p[i] = path[i];
+    }
+    free(p);
+    if (!e)
+        return 0;
+    if (*made)
+        proto_rm_tree(*made);
+    free(*made);
+    *made = NULL;
+    sbx_error *err = fail(error, e == ENOTDIR ? SBX_ERROR_INVALID_ARGUMENT
+                                 : e == ENOMEM ? SBX_ERROR_RESOURCE_EXHAUSTED
+                                 : SBX_ERROR_CREATION_FAILED, op,
+                          "cannot make workdir \"%s\": %s", path,
+                          e == ENOTDIR ? "a component is not a directory" : strerror(e));
+    add_context(err, "path", path);
+    return -1;
+}
+#endif
 
 /*
  * Options the local backend has no notion of: refused when the caller set
@@ -1531,13 +1581,35 @@ static int refuse_unsupported(const sbx_plugin_create_request *request, const ch
 #else
         { SBX_OPTION_DISK_MB, "disk_mb", "no isolation" },
 #endif
-#ifndef SBX_LOCAL_BUBBLEWRAP
-        { SBX_OPTION_BACKEND_OPTIONS, "backend_options", "it takes no backend options" },
-#endif
     };
     if (request->struct_size < offsetof(sbx_plugin_create_request, backend_options)
                                    + sizeof(request->backend_options))
         return 0;
+#ifndef SBX_LOCAL_BUBBLEWRAP
+    /* It knows no backend option: the first key given is named. */
+    if ((request->set_fields & SBX_OPTION_BACKEND_OPTIONS) && request->backend_options) {
+        json_object *o = json_tokener_parse(request->backend_options);
+        if (!o || !json_object_is_type(o, json_type_object)) {
+            json_object_put(o);
+            sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                  BACKEND " backend_options must be a JSON object, not %s",
+                                  request->backend_options);
+            add_context(err, "option", "backend_options");
+            return -1;
+        }
+        json_object_object_foreach(o, key, val) {
+            (void)val;
+            sbx_error *err = fail(error, SBX_ERROR_CONFIGURATION, op,
+                                  BACKEND " backend_options: unknown key \"%s\" (the "
+                                  BACKEND " backend takes no backend options)", key);
+            add_context(err, "option", "backend_options");
+            add_context(err, "name", key);
+            json_object_put(o);
+            return -1;
+        }
+        json_object_put(o);
+    }
+#endif
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
         if (!(request->set_fields & table[i].field))
             continue;
@@ -1569,6 +1641,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     const char *op = "create";
     struct sbx_plugin_sandbox *sb = NULL;
     char *exe = NULL, *base = NULL, *workdir = NULL;
+    char *made_workdir = NULL;  /* the first directory create made for the workdir */
     strv env = { 0 };
     int made_meta = 0;
     int sock_fds[2] = { -1, -1 };
@@ -1580,7 +1653,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         return -1;
     }
 #ifdef SBX_LOCAL_BUBBLEWRAP
-    char *bwrap = NULL, *image_root = NULL, **launch_argv = NULL;
+    char *bwrap = NULL, *image_root = NULL, **launch_argv = NULL, *cwd_inside = NULL;
     char *cg_procs[2] = { NULL, NULL };
     size_t n_cg = 0;
     int made_cg = 0;
@@ -1684,7 +1757,22 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
 #endif
 
-    /* A caller's workdir is the root itself: it must exist already. */
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    /* The root: backend_options' root_dir, else META/root (made below);
+     * the workdir is a path inside, made when missing once the root is
+     * ready. */
+    if (bwrap_root_dir((request->set_fields & SBX_OPTION_BACKEND_OPTIONS)
+                       ? request->backend_options : NULL, &workdir, op, error) < 0)
+        goto fail;
+    if (request->workdir && bwrap_check_workdir(request->workdir,
+                                                image_root ? image_root : "/", &cwd_inside,
+                                                op, error) < 0)
+        goto fail;
+#else
+    /* A caller's workdir is the root itself, made when missing (with its
+     * parents; what create made goes again when create fails). */
+    if (request->workdir && make_dirs(request->workdir, &made_workdir, op, error) < 0)
+        goto fail;
     if (request->workdir) {
         struct stat st;
         if (stat(request->workdir, &st) < 0 || !S_ISDIR(st.st_mode)) {
@@ -1705,6 +1793,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             goto fail;
         }
     }
+#endif
 
     base = temp_base(op, error);
     if (!base)
@@ -1753,6 +1842,12 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     if (!sb->id || !sb->sock || !sb->root)
         goto nomem;
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    sb->cwd = cwd_inside ? cwd_inside : strdup("/");
+    cwd_inside = NULL;
+    if (!sb->cwd)
+        goto nomem;
+#endif
     sb->tmp = join_path(sb->root, "tmp");
     if (!sb->tmp)
         goto nomem;
@@ -1835,13 +1930,14 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (image_root && !image_usr)
         goto nomem;
     int reach = bwrap_check_reach(sb->meta, "the temporary directory", op, error) < 0
-        || (!sb->owns_root && bwrap_check_reach(sb->root, "the workdir", op, error) < 0)
+        || (!sb->owns_root && bwrap_check_reach(sb->root, "the root_dir", op, error) < 0)
         || bwrap_check_reach(exe, "the supervisor", op, error) < 0
         || bwrap_check_reach(bwrap, "the bwrap program", op, error) < 0
         || (image_usr && bwrap_check_reach(image_usr, "the image", op, error) < 0);
     free(image_usr);
     if (reach || bwrap_prepare_dirs(sb->meta, sb->root, sb->owns_root, sb->tmp, sb->made_tmp,
-                                    op, error) < 0)
+                                    op, error) < 0
+        || bwrap_make_workdir(sb->root, sb->cwd, &made_workdir, op, error) < 0)
         goto fail;
     if (request->set_fields & (SBX_OPTION_CPU | SBX_OPTION_MEMORY_MB)) {
         if (bwrap_cgroups_create(sb->id, request, cg_procs, &n_cg, op, error) < 0)
@@ -1885,6 +1981,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
 
     LOG(SBX_LOG_DEBUG, "created %s (root %s, supervisor pid %d)", sb->id, sb->root,
         (int)sb->sup_pid);
+    free(made_workdir);
     strv_free(&env);
     free(exe);
     free(base);
@@ -1923,6 +2020,7 @@ fail:
 #ifdef SBX_LOCAL_BUBBLEWRAP
     free(bwrap);
     free(image_root);
+    free(cwd_inside);
     for (size_t i = 0; i < n_cg; i++)
         free(cg_procs[i]);
     bwrap_argv_free(launch_argv);
@@ -1945,6 +2043,10 @@ fail:
         sandbox_free_fields(sb);
         free(sb);
     }
+    /* A workdir create made (local) or made in a root_dir (bubblewrap). */
+    if (made_workdir)
+        proto_rm_tree(made_workdir);
+    free(made_workdir);
     strv_free(&env);
     free(workdir);
     free(exe);
@@ -2445,6 +2547,16 @@ static int read_record(struct sbx_plugin_sandbox *sb, sbx_error **error)
     if (ok && json_object_object_get_ex(o, "expires_at", &lv)
         && (json_object_is_type(lv, json_type_double) || json_object_is_type(lv, json_type_int)))
         sb->expires_at = json_object_get_double(lv);
+    json_object *cv;
+    if (ok && json_object_object_get_ex(o, "cwd", &cv)) {
+        ok = json_object_is_type(cv, json_type_string) && json_object_get_string(cv)[0] == '/'
+             && strlen(json_object_get_string(cv)) == (size_t)json_object_get_string_len(cv);
+        if (ok) {
+            free(sb->cwd);
+            sb->cwd = strdup(json_object_get_string(cv));
+            ok = sb->cwd != NULL;
+        }
+    }
     if (ok) {
         free(sb->root);
         free(sb->tmp);
@@ -2663,15 +2775,17 @@ static int local_detach(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, sb
 /** The path the supervisor opens for sandbox path @cwd (new string in
  *  *@out): resolved beneath the root by the file slots' rule
  *  (local_resolve_dir, whose errors it reports); inside bubblewrap, where
- *  the root is /, as given. Returns 0 or -1. */
+ *  the root is /, as given, and the workdir when none is. Returns 0 or -1. */
 static int resolve_cwd(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cwd,
                        char **out, sbx_error **error)
 {
 #ifdef SBX_LOCAL_BUBBLEWRAP
-    /* Inside, the root is /. */
+    /* Inside, the root is /; commands start in the workdir. */
     const char *root = "/";
     (void)ctx;
     (void)error;
+    if (!cwd || !*cwd)
+        cwd = sb->cwd;
 #else
     const char *root = sb->root;
     if (cwd && *cwd)

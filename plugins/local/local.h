@@ -19,6 +19,8 @@ struct sbx_plugin_sandbox {
     char *root;                 /* SANDBOX_ROOT */
     char *sock;                 /* meta/sock */
     char *tmp;                  /* root/tmp */
+    char *cwd;                  /* bubblewrap: the sandbox path commands start in
+                                 * (the workdir, "/" by default); else NULL */
     pid_t sup_pid;              /* the supervisor, as seen from this host */
     unsigned long long sup_start;
     uid_t sup_uid;              /* its uid (SO_PEERCRED at create) */
@@ -115,17 +117,47 @@ void bwrap_cgroups_remove(const char *id);
  *  no memory cgroup (no memory_mb) or the counter cannot be read. */
 int bwrap_oom_kills(const char *id, uint64_t *count);
 /** The launcher's argv (NULL-terminated, free with bwrap_argv_free), or
- *  NULL with an error. @src: "/" or the image's root filesystem. @remove
- *  (may be NULL): a path the launcher's keeper removes with META when the
- *  sandbox ends on its own (the tmp create made in a caller's workdir).
- *  @backend_options (may be NULL): {"ro_binds":["/HOST/PATH",...]}, host
- *  paths bound read-only at the same path inside; anything else is an
- *  invalid_argument error naming it. */
+ *  NULL with an error. @root: META/root, or the root_dir the caller gave.
+ *  @src: "/" or the image's root filesystem. @remove (may be NULL): a path
+ *  the launcher's keeper removes with META when the sandbox ends on its
+ *  own (the tmp create made in a caller's root_dir). @backend_options (may
+ *  be NULL): a JSON object of "ro_binds" (["/HOST/PATH",...], host paths
+ *  bound read-only at the same path inside) and "root_dir" (read by
+ *  bwrap_root_dir); any other key is a configuration error naming it
+ *  (context "name"), a malformed value an invalid_argument error. */
 char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const char *bwrap,
                   const char *supervisor, const char *root, const char *meta, const char *src,
                   const char *remove, int allow_internet, const char *backend_options,
                   const char *op, sbx_error **error);
 void bwrap_argv_free(char **argv);
+/** The keys bwrap_argv and bwrap_root_dir know, for messages. */
+#define BWRAP_OPTION_KEYS "\"ro_binds\", \"root_dir\""
+/** backend_options' "root_dir" (may be absent: 0 and *@out NULL): the
+ *  host directory that becomes the sandbox's "/" (its real path, malloc'd,
+ *  in *@out). It must be an existing absolute directory, and never a
+ *  system directory: /, /usr, /etc, /bin, /sbin, /lib*, /var (and its lib,
+ *  log, cache, tmp), /proc, /sys, /dev, /boot, /home, /root, /run, /tmp,
+ *  /opt, /srv, /mnt, /media, nor anything beneath /usr, /etc, /bin, /sbin,
+ *  /lib*, /proc, /sys, /dev, /boot, /run: an invalid_argument error naming
+ *  the refused path (context "option" = "root_dir", "path"). Thread-safe. */
+int bwrap_root_dir(const char *backend_options, char **out, const char *op,
+                   sbx_error **error);
+/** The workdir @workdir (a sandbox path) checked and in normal form (a new
+ *  string in *@out: absolute, single slashes, no "." and no trailing
+ *  slash). Relative paths and ".." are invalid_argument; so is a path in
+ *  what bwrap mounts (the system tree bound from @src, "/" or an image)
+ *  that does not exist there, and one in /proc, /dev or /.sbx, each naming
+ *  it (context "option" = "workdir", "path"). Thread-safe. */
+int bwrap_check_workdir(const char *workdir, const char *src, char **out, const char *op,
+                        sbx_error **error);
+/** Makes the normal-form @workdir (bwrap_check_workdir) beneath the host
+ *  directory @root (the sandbox's "/" before it starts) when missing, as
+ *  the sandbox's user (bwrap_sandbox_ids), never through a symlink leading
+ *  out. *@made: the host path of the first directory it made (malloc'd;
+ *  NULL when the workdir existed), for create to remove when it fails.
+ *  0, or -1 with an error naming the workdir (nothing made left). */
+int bwrap_make_workdir(const char *root, const char *workdir, char **made, const char *op,
+                       sbx_error **error);
 /** When the sandbox runs as another user (bwrap_sandbox_ids): 0 when it
  *  may search every directory above @path (bwrap, running as that user,
  *  binds @path), else -1 with a configuration error naming @what ("the

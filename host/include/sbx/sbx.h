@@ -363,10 +363,18 @@ SBX_EXPORT int sbx_options_set_env(sbx_options *options, const char *key,
 
 /**
  * sbx_options_set_workdir:
- * The directory commands start in. On `local` it is the sandbox root itself:
- * it must exist when the sandbox is created (invalid_argument naming it
- * otherwise, and nothing is created), and it is never deleted. @path is
- * copied; it must be non-empty and contain no NUL. Since 0.1.
+ * The directory commands start in, inside the sandbox, on every backend;
+ * made (with its parents) when missing. On `local` and `safehouse`, which
+ * see the host's filesystem, it is a host directory and the sandbox root
+ * itself (file paths resolve under it; a relative path is relative to the
+ * creating process's directory); it is never deleted, but what create made
+ * of it is removed again when create fails. On `bubblewrap` and `docker`
+ * it is an absolute path inside (a relative one, or one with "..", is
+ * invalid_argument naming it); on bubblewrap a path in the read-only
+ * system tree (/usr, /etc, ...) must exist there, and /proc, /dev and
+ * /.sbx are refused (bubblewrap's backend option "root_dir" names a host
+ * directory to be the sandbox's "/"). @path is copied; it must be
+ * non-empty and contain no NUL. Since 0.1.
  */
 SBX_EXPORT int sbx_options_set_workdir(sbx_options *options, const char *path,
                                        sbx_error **error);
@@ -405,7 +413,12 @@ SBX_EXPORT int sbx_options_set_memory_mb(sbx_options *options, int64_t memory_mb
  * sbx_options_set_git_repo:
  * After the sandbox exists, `git clone --depth 1 [--branch REF] -- URL NAME`
  * runs in its working directory (NAME = last path component of @url without
- * ".git"), as the reference does. @url may be a local path (works offline).
+ * ".git"), as the reference does. @url may be a local path (works offline):
+ * on a backend with SBX_CAP_ISOLATION (docker, bubblewrap), whose sandbox
+ * cannot see the host's path, the repository is carried in (a git bundle
+ * of HEAD and every branch and tag, made with this host's git, written to
+ * the sandbox's /tmp, cloned from there and removed; the clone's origin is
+ * @url).
  * @ref may be NULL (the default branch). Both copied; @url must be
  * non-empty and must not start with '-'. A failed clone fails the create
  * with creation_failed naming the step "git_clone", and the sandbox is
