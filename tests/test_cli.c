@@ -2687,3 +2687,21 @@ Test(cli, create_ends_on_sigterm_and_leaves_no_sandbox)
     cr_expect_eq(count_entries(path), 0, "a record was left");
     expect_no_tool_processes(3);
 }
+
+/* A sandbox never holds sbx's stdout: `id=$(sbx create -b bubblewrap)`
+ * returns once the id is printed, not when the sandbox ends (its lifetime
+ * here, 60 s, would be the wait). */
+Test(cli, create_on_bubblewrap_does_not_hold_stdout)
+{
+    cr_assert_eq(chmod(g_tmpdir, 0711), 0);
+    cli_run r = SBX_KEEP("create", "--backend", "bubblewrap", "--timeout", "60");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert(r.out_len > 11 && strncmp(r.out, "sbx-bwrap-", 10) == 0, "%s", r.out);
+    cr_expect(r.secs < 30, "sbx create returned after %.1f s", r.secs);
+    char *id = strndup(r.out, r.out_len - 1);
+    free_run(&r);
+    r = SBX("rm", id);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    free_run(&r);
+    free(id);
+}
