@@ -36,7 +36,7 @@ trap cleanup EXIT
 trap 'exit 1' HUP INT TERM
 
 echo "1..17"
-id=$("$sbx" create -b docker --image "$image" --name dk -t 300 2>"$tmp/err")
+id=$("$sbx" create -b docker --image "$image" --name dk --timeout 300 2>"$tmp/err")
 if ! printf '%s' "$id" | grep -Eqx '[0-9a-f]{64}'; then
     not_ok "sbx create -b docker --name dk prints a 64-digit id" "printed: $id" "$(cat "$tmp/err")"
     exit 1

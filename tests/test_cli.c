@@ -2012,7 +2012,7 @@ static void unique_prefix(const char *a, const char *b, char *out, size_t size)
 
 Test(cli, ids_take_names_and_unique_prefixes_as_docker_does)
 {
-    char *web = CREATE("--name", "web", "-t", "300");
+    char *web = CREATE("--name", "web", "--timeout", "300");
     char *other = create_with(NULL, NULL);
     char prefix[64], *want, *ambiguous;
     cli_run r;
@@ -2083,7 +2083,7 @@ Test(cli, ids_take_names_and_unique_prefixes_as_docker_does)
 
 Test(cli, inspect_prints_the_record_state_options_and_capabilities)
 {
-    char *id = CREATE("--name", "box", "-t", "300", "-e", "SECRET=hidden");
+    char *id = CREATE("--name", "box", "--timeout", "300", "-e", "SECRET=hidden");
     char *created = record_created(id), *want;
     json_object *doc = NULL, *v;
     cli_run r = SBX_KEEP("inspect", "box");
@@ -2134,8 +2134,8 @@ Test(cli, inspect_prints_the_record_state_options_and_capabilities)
 
 Test(cli, ps_all_lists_expired_ones_with_their_state_and_rm_f_forgets)
 {
-    char *brief = CREATE("-t", "1");
-    char *lasting = CREATE("-t", "300");
+    char *brief = CREATE("--timeout", "1");
+    char *lasting = CREATE("--timeout", "300");
     char *c_brief = record_created(brief), *c_lasting = record_created(lasting), *want;
 
     usleep(2200 * 1000);
@@ -3578,6 +3578,20 @@ Test(cli, interactive_pipes_stdin)
     free_run(&r);
     r = SBX_KEEP("rm", id);
     cr_expect_eq(r.status, 0);
+/* A sandbox never holds sbx's stdout: `id=$(sbx create -b bubblewrap)`
+ * returns once the id is printed, not when the sandbox ends (its lifetime
+ * here, 60 s, would be the wait). */
+Test(cli, create_on_bubblewrap_does_not_hold_stdout)
+{
+    cr_assert_eq(chmod(g_tmpdir, 0711), 0);
+    cli_run r = SBX_KEEP("create", "--backend", "bubblewrap", "--timeout", "60");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert(r.out_len > 11 && strncmp(r.out, "sbx-bwrap-", 10) == 0, "%s", r.out);
+    cr_expect(r.secs < 30, "sbx create returned after %.1f s", r.secs);
+    char *id = strndup(r.out, r.out_len - 1);
+    free_run(&r);
+    r = SBX("rm", id);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
     free_run(&r);
     free(id);
 }

@@ -1773,11 +1773,14 @@ static void ignore_output(sbx_stream stream, const void *data, size_t len, void 
 Test(exec, execute_code_python_fallback)
 {
     sbx_error *err = NULL;
-    sbx_result *r = tu_sh(g_sb, "d=\"${TMPDIR:-/tmp}/pyonly\"; e=\"${TMPDIR:-/tmp}/nopy\"; "
-                          "mkdir -p \"$d\" \"$e\" && ln -sf \"$(python3 -c 'import os, sys; "
-                          "print(os.path.realpath(sys.executable))')\" "
-                          "\"$d/python\" && ln -sf \"$(command -v sh)\" \"$d/sh\" && "
-                          "ln -sf \"$(command -v sh)\" \"$e/sh\" && printf '%s\\n%s' \"$d\" \"$e\"", 10);
+    /* Two PATH directories with every program of the system's but python:
+     * one with "python" (python3 under that name), one without. */
+    sbx_result *r = tu_sh(g_sb,
+        "d=\"${TMPDIR:-/tmp}/pyonly\"; e=\"${TMPDIR:-/tmp}/nopy\"; "
+        "py=$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))') && "
+        "mkdir -p \"$d\" \"$e\" && for f in /usr/bin/* /bin/*; do "
+        "case ${f##*/} in python*) ;; *) ln -sf \"$f\" \"$d/\"; ln -sf \"$f\" \"$e/\";; esac; "
+        "done && ln -sf \"$py\" \"$d/python\" && printf '%s\\n%s' \"$d\" \"$e\"", 30);
     tu_assert_exit(r, 0);
     char dirs[2][512];
     cr_assert_eq(sscanf(sbx_result_get0_stdout(r, NULL), "%511[^\n]\n%511s", dirs[0], dirs[1]), 2);

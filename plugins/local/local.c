@@ -141,6 +141,7 @@ void sbx_fault_init(void);
 #define FREE_KILL_SECS 5.0
 #define DESTROY_SECS 15.0
 #define GONE_SECS 5.0
+#define WARM_WAIT_SECS 2       /* a create waits for a warm supervisor on its way */
 
 static const sbx_host_services *host;
 
@@ -165,6 +166,7 @@ struct sbx_plugin_client {
     int fill_joinable;          /* fill_thread is to be joined */
     int closing;                /* client_free began: start no more */
     pthread_t fill_thread;
+    pthread_cond_t filled;      /* signalled when filling goes back to 0 */
 };
 
 struct sbx_plugin_process {
@@ -944,8 +946,44 @@ typedef struct warm_sup {
  * Returns 0 with the library's end of the control socket in *@ctl_out, or
  * -1 with an error (nothing left running).
  */
+/** The end of start-up log @path (the sandbox's stderr while it starts),
+ *  at most 1 KiB, lines joined by "; ", as ": TEXT" for a message; "" when
+ *  there is none (a static buffer). */
+static const char *log_tail(const char *path)
+{
+    static __thread char out[1100];
+    char buf[1025];
+    out[0] = '\0';
+    if (!path)
+        return out;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return out;
+    off_t end = lseek(fd, 0, SEEK_END);
+    off_t from = end > (off_t)sizeof(buf) - 1 ? end - (off_t)sizeof(buf) + 1 : 0;
+    ssize_t n = pread(fd, buf, sizeof(buf) - 1, from);
+    close(fd);
+    if (n <= 0)
+        return out;
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+        n--;
+    buf[n] = '\0';
+    size_t o = 0;
+    o += (size_t)snprintf(out, sizeof(out), ": ");
+    for (ssize_t i = 0; i < n && o + 3 < sizeof(out); i++) {
+        if (buf[i] == '\n') {
+            out[o++] = ';';
+            out[o++] = ' ';
+        } else {
+            out[o++] = buf[i];
+        }
+    }
+    out[o] = '\0';
+    return n > 0 ? out : "";
+}
+
 static int spawn_supervisor(const char *exe, char *const *argv, const bound *bdp, int *ctl_out,
-                            sbx_error **error)
+                            const char *log_path, sbx_error **error)
 {
     const char *op = "create";
     bound bd = *bdp;
@@ -987,7 +1025,17 @@ static int spawn_supervisor(const char *exe, char *const *argv, const bound *bdp
     if (r == 0) {
         r = posix_spawnattr_init(&attr);
         if (r == 0) {
+            /* Nothing of the sandbox holds the caller's stdout or stderr
+             * open (`id=$(sbx create -b bubblewrap)` returns at once):
+             * stderr is META/log, whose end a start-up failure quotes
+             * (bwrap's and the supervisor's reasons). */
             r = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+            if (r == 0)
+                r = posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+            if (r == 0)
+                r = posix_spawn_file_actions_addopen(&fa, 2, log_path ? log_path : "/dev/null",
+                                                     O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW,
+                                                     0600);
             if (r == 0)
                 r = posix_spawn_file_actions_adddup2(&fa, child_end, PROTO_CONTROL_FD);
             if (r == 0)
@@ -1017,14 +1065,23 @@ static int spawn_supervisor(const char *exe, char *const *argv, const bound *bdp
     /* The spawned process forks the supervisor and exits at once. */
     int status = reap_child(pid, &bd);
     if (status != -1 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-        fail(error, SBX_ERROR_CREATION_FAILED, op, "the supervisor %s failed to start (%s %d)",
+        fail(error, SBX_ERROR_CREATION_FAILED, op, "the supervisor %s failed to start (%s %d)%s",
              exe, WIFEXITED(status) ? "exit status" : "signal",
-             WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+             WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), log_tail(log_path));
         close(sv[0]);
         return -1;
     }
     *ctl_out = sv[0];
     return 0;
+}
+
+/** log_tail() of @sb's META/log. */
+static const char *start_log(const struct sbx_plugin_sandbox *sb)
+{
+    char *path = join_path(sb->meta, "log");
+    const char *t = log_tail(path);
+    free(path);
+    return t;
 }
 
 /** Sends CLAIM to the warm supervisor on @ctl for @sb; 0, or -1 when it is
@@ -1084,7 +1141,12 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
         }
         char *local_argv[] = { (char *)exe, "--control-fd=3", dir_arg, rm_arg, NULL };
         /* bubblewrap: the launcher's argv (bwrap.c). */
-        int r = spawn_supervisor(exe, launch_argv ? launch_argv : local_argv, &bd, &ctl, error);
+        char *log_path = join_path(sb->meta, "log");
+        int r = log_path ? spawn_supervisor(exe, launch_argv ? launch_argv : local_argv, &bd,
+                                            &ctl, log_path, error) : -1;
+        free(log_path);
+        if (!log_path)
+            fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         free(dir_arg);
         free(rm_arg);
         if (r < 0)
@@ -1099,7 +1161,7 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
             fail(error, SBX_ERROR_CREATION_FAILED, op, "%s is not an sbx-supervisor", exe);
         else if (io == IO_EOF)
             fail(error, SBX_ERROR_CREATION_FAILED, op,
-                 "the supervisor %s exited during start-up", exe);
+                 "the supervisor %s exited during start-up%s", exe, start_log(sb));
         else
             io_fail(error, io, op, sb->id, "supervisor start-up");
         free(payload);
@@ -1222,7 +1284,7 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
         fail(error, SBX_ERROR_CREATION_FAILED, op, "unexpected answer from the supervisor");
     } else if (io == IO_EOF) {
         fail(error, SBX_ERROR_CREATION_FAILED, op,
-             "the supervisor %s exited during start-up", exe);
+             "the supervisor %s exited during start-up%s", exe, start_log(sb));
     } else {
         io_fail(error, io, op, sb->id, "supervisor start-up");
     }
@@ -1260,7 +1322,7 @@ static void *warm_fill(void *arg)
     int ctl = -1;
     uint32_t type = 0, len = 0;
     unsigned char *hello = NULL;
-    if (exe && spawn_supervisor(exe, argv, &bd, &ctl, NULL) < 0)
+    if (exe && spawn_supervisor(exe, argv, &bd, &ctl, NULL, NULL) < 0)
         ctl = -1;
     if (ctl >= 0 && (read_frame(ctl, &type, &hello, &len, &bd) != IO_OK || type != PROTO_HELLO)) {
         close(ctl);
@@ -1278,6 +1340,7 @@ static void *warm_fill(void *arg)
         hello = NULL;
     }
     c->filling = 0;
+    pthread_cond_broadcast(&c->filled);
     pthread_mutex_unlock(&c->lock);
     if (ctl >= 0)
         close(ctl);
@@ -1297,6 +1360,14 @@ static void warm_take(struct sbx_plugin_client *c, const char *exe, warm_sup *w)
 #if LOCAL_WARM
     int stale = -1;
     pthread_mutex_lock(&c->lock);
+    /* One on its way is further along than a cold start: wait for it
+     * (bounded). */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)WARM_WAIT_SECS;
+    while (c->filling && !c->closing
+           && pthread_cond_timedwait(&c->filled, &c->lock, &until) == 0)
+        ;
     if (c->warm_ctl >= 0 && !c->filling) {
         if (c->warm_exe && strcmp(c->warm_exe, exe) == 0) {
             w->ctl = c->warm_ctl;
@@ -1378,6 +1449,7 @@ static int local_client_new(const char *config_json, sbx_plugin_client **client,
         return -1;
     }
     pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->filled, NULL);
     c->warm_ctl = -1;
     *client = c;
     return 0;
@@ -1398,6 +1470,7 @@ static void local_client_free(sbx_plugin_client *client)
         close(client->warm_ctl);
     free(client->warm_exe);
     free(client->warm_hello);
+    pthread_cond_destroy(&client->filled);
     pthread_mutex_destroy(&client->lock);
     free(client);
 }
