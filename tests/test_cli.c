@@ -2108,7 +2108,7 @@ Test(cli, inspect_prints_the_record_state_options_and_capabilities)
                        "\"provider_id\": \"%s\", \"state\": \"running\", \"created\": \"%s\", "
                        "\"expires\": \"%s\", \"options\": { \"timeout_secs\": 300.0, "
                        "\"env_vars\": true }, \"capabilities\": [ \"exec\", \"exec_stdin\", "
-                       "\"files\", \"dir_transfer\", \"resume\", \"lifetime\", "
+                       "\"files\", \"dir_transfer\", \"resume\", \"pty\", \"lifetime\", "
                        "\"background\" ] }", id, id, created, expires) > 0);
     cr_expect_str_eq(json_object_to_json_string_ext(o, JSON_C_TO_STRING_SPACED), want);
     free(want);
@@ -3578,6 +3578,10 @@ Test(cli, interactive_pipes_stdin)
     free_run(&r);
     r = SBX_KEEP("rm", id);
     cr_expect_eq(r.status, 0);
+    free_run(&r);
+    free(id);
+}
+
 /* A sandbox never holds sbx's stdout: `id=$(sbx create -b bubblewrap)`
  * returns once the id is printed, not when the sandbox ends (its lifetime
  * here, 60 s, would be the wait). */

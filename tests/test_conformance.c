@@ -1778,9 +1778,9 @@ Test(exec, execute_code_python_fallback)
     sbx_result *r = tu_sh(g_sb,
         "d=\"${TMPDIR:-/tmp}/pyonly\"; e=\"${TMPDIR:-/tmp}/nopy\"; "
         "py=$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))') && "
-        "mkdir -p \"$d\" \"$e\" && for f in /usr/bin/* /bin/*; do "
-        "case ${f##*/} in python*) ;; *) ln -sf \"$f\" \"$d/\"; ln -sf \"$f\" \"$e/\";; esac; "
-        "done && ln -sf \"$py\" \"$d/python\" && printf '%s\\n%s' \"$d\" \"$e\"", 30);
+        "mkdir -p \"$d\" \"$e\" && for t in \"$d\" \"$e\"; do "
+        "find -H /usr/bin /bin -maxdepth 1 ! -type d ! -name 'python*' -exec ln -sf -t \"$t\" {} + "
+        "|| exit 1; done && ln -sf \"$py\" \"$d/python\" && printf '%s\\n%s' \"$d\" \"$e\"", 30);
     tu_assert_exit(r, 0);
     char dirs[2][512];
     cr_assert_eq(sscanf(sbx_result_get0_stdout(r, NULL), "%511[^\n]\n%511s", dirs[0], dirs[1]), 2);
