@@ -847,6 +847,9 @@ static void must_not_run(sbx_op *op, void *ud)
 
 Test(async, free_cancels_pending_and_leaves_nothing)
 {
+    /* No local supervisor started ahead: its socket and starting thread
+     * come and go with creates, and are not the pool's. */
+    cr_assert_eq(setenv("SBX_LOCAL_WARM", "0", 1), 0);
     sbx_sandbox *sb = tu_create(g_client, NULL);
     /* sbx_create_async() uses the process's shared client of the backend,
      * which stays once made (its plugin host and socket are not the

@@ -702,10 +702,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "13"
+#define N_TESTS "14"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "10"
+#define N_TESTS "11"
 #define BWRAP_PLUGIN ""
 #endif
 
@@ -867,6 +867,23 @@ Test(warm, the_next_create_claims_the_warm_supervisor_and_names_its_sandbox)
     cr_assert_eq(tu_count_entries(g_tmp), 0, "%s holds %d entries", g_tmp,
                  tu_count_entries(g_tmp));
     free(dir);
+}
+
+Test(warm, sbx_local_warm_0_starts_none_ahead)
+{
+    cr_assert_eq(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+    cr_assert_eq(setenv("SBX_LOCAL_WARM", "0", 1), 0);
+    pid_t pids[16];
+    sbx_client *c = client_of("local");
+    sbx_sandbox *first = create_in(c);
+    sbx_sandbox *second = create_in(c);
+    /* Each create spawned its own: nothing waits for a third. */
+    usleep(300000);
+    cr_assert_eq(wait_warm_family("--warm", 0, 0.5, pids, 16), 0);
+    destroy_free(first);
+    destroy_free(second);
+    sbx_client_free(c);
+    cr_assert_eq(unsetenv("SBX_LOCAL_WARM"), 0);
 }
 
 Test(warm, sigkill_of_the_process_holding_it_ends_the_warm_supervisor)

@@ -1396,6 +1396,10 @@ static void warm_take(struct sbx_plugin_client *c, const char *exe, warm_sup *w)
 static void warm_refill(struct sbx_plugin_client *c, const char *exe)
 {
 #if LOCAL_WARM
+    /* SBX_LOCAL_WARM=0: none started ahead (every create spawns). */
+    const char *knob = getenv("SBX_LOCAL_WARM");
+    if (knob && strcmp(knob, "0") == 0)
+        return;
     pthread_mutex_lock(&c->lock);
     if (!c->closing && !c->filling && c->warm_ctl < 0) {
         if (c->fill_joinable) {
