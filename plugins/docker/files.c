@@ -873,7 +873,8 @@ int dk_list_files(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const ch
         ents[n++] = (list_ent){ .name = rec + used, .is_dir = type == 'd', .size = size,
                                 .mode = mode & 07777 };
     }
-    qsort(ents, n, sizeof(*ents), ent_cmp);
+    if (n > 1)
+        qsort(ents, n, sizeof(*ents), ent_cmp);
     rc = 0;
     for (size_t i = 0; i < n; i++) {
         sbx_plugin_file_info info = { .struct_size = sizeof(info), .name = ents[i].name,
