@@ -763,10 +763,43 @@ Test(supervisor, sbx_rm_after_kill_9_of_the_supervisor_removes_the_directory)
 
 /* The supervisor processes of warm supervisors started by this process (it
  * is their subreaper: the process the library spawns exits at once), and
- * of the sandboxes that claimed them: a keeper, the child of this process,
- * and its child, the supervisor. @want: a string their command lines hold
+ * of the sandboxes that claimed them: a settled keeper (settled_keeper()),
+ * the child of this process, and its child, the supervisor. @want: a string their command lines hold
  * ("--warm", or a sandbox's directory). Stores keepers and supervisors in
  * @pids (at most @max); returns how many. */
+/* Whether @pid runs the supervisor program with a command line holding
+ * @want. */
+static bool supervisor_of(pid_t pid, const char *want)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t k = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (k <= 0)
+        return false;
+    for (ssize_t i = 0; i < k; i++)
+        if (buf[i] == '\0')
+            buf[i] = ' ';
+    buf[k] = '\0';
+    return strstr(buf, "sbx-supervisor --control-fd=3 ") && strstr(buf, want);
+}
+
+/* Whether @pid is a keeper settled under this process: a supervisor
+ * program, a child of this process, that holds no control socket (fd 3).
+ * The process the library spawned also runs the program as a child of
+ * this process, with fd 3, until it exits just after its fork; until then
+ * it and the keeper-to-be would look like a keeper and its supervisor. */
+static bool settled_keeper(pid_t pid, const char *want)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/3", (int)pid);
+    return pid > 1 && tu_ppid(pid) == getpid() && supervisor_of(pid, want)
+           && access(path, F_OK) != 0 && errno == ENOENT;
+}
+
 static size_t warm_family(const char *want, pid_t *pids, size_t max)
 {
     size_t n = 0;
@@ -777,23 +810,8 @@ static size_t warm_family(const char *want, pid_t *pids, size_t max)
         pid_t pid = (pid_t)atoi(e->d_name);
         if (pid <= 1 || tu_pid_gone(pid))
             continue;
-        pid_t pp = tu_ppid(pid);
-        if (pp != getpid() && (pp <= 1 || tu_ppid(pp) != getpid()))
-            continue;
-        char path[64], buf[4096];
-        snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        ssize_t k = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (k <= 0)
-            continue;
-        for (ssize_t i = 0; i < k; i++)
-            if (buf[i] == '\0')
-                buf[i] = ' ';
-        buf[k] = '\0';
-        if (strstr(buf, "sbx-supervisor --control-fd=3 ") && strstr(buf, want))
+        if (settled_keeper(pid, want)
+            || (supervisor_of(pid, want) && settled_keeper(tu_ppid(pid), want)))
             pids[n++] = pid;
     }
     closedir(d);
