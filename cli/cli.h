@@ -96,6 +96,10 @@ int cli_flush(const char *what);
 /* The backend when -b is not given: $SBX_BACKEND, else "local" (borrowed). */
 const char *cli_default_backend(void);
 
+/* Removes @path and everything below it, not following symbolic links;
+ * best effort (what cannot be removed stays, silently). */
+void cli_remove_tree(const char *path);
+
 /* ------------------------------------------------ option parsing (common.c) */
 
 /*

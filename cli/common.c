@@ -2,12 +2,15 @@
  * The sbx tool's messages, usage errors and option parsing (cli.h).
  */
 #include <errno.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -256,4 +259,20 @@ int cli_check_env(const cli_command *cmd, const char *arg)
     if (eq == NULL || eq == arg)
         return cli_usage_error(cmd, "invalid -e value \"%s\": expected KEY=VALUE", arg);
     return CLI_GO_ON;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    if (type == FTW_DP)
+        rmdir(path);
+    else
+        unlink(path);
+    return 0;
+}
+
+void cli_remove_tree(const char *path)
+{
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

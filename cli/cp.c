@@ -3,7 +3,6 @@
  */
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -218,17 +217,6 @@ static void cp_leftovers_note(cp_leftovers *l, const char *target)
     }
 }
 
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    if (type == FTW_DP)
-        rmdir(path);
-    else
-        unlink(path);
-    return 0;
-}
-
 /* Removes what the copy left (cp_leftovers) and frees @arg's contents. */
 static void cp_leftovers_remove(void *arg)
 {
@@ -245,7 +233,7 @@ static void cp_leftovers_remove(void *arg)
                 old = strcmp(now[k], l->before[i][j]) == 0;
             if (old || asprintf(&path, "%s/%s", l->dir[i], now[k]) < 0)
                 continue;
-            nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+            cli_remove_tree(path);
             free(path);
         }
         free_names(now);
@@ -259,7 +247,7 @@ static void cp_leftovers_remove(void *arg)
                 char *path;
 
                 if (asprintf(&path, "%s/%s", l->missing[i], inside[k]) >= 0) {
-                    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+                    cli_remove_tree(path);
                     free(path);
                 }
             }

@@ -6,7 +6,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,21 +16,10 @@
 
 #include "cli.h"
 
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    if (type == FTW_DP)
-        rmdir(path);
-    else
-        unlink(path);
-    return 0;
-}
-
 /* Removes the staging directory @arg (a path) and all in it. */
 static void remove_staging(void *arg)
 {
-    nftw((const char *)arg, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    cli_remove_tree((const char *)arg);
 }
 
 /* A new private staging directory (new string), NULL after reporting. */

@@ -1163,13 +1163,34 @@ sbx_sandbox_note_gone(sbx_sandbox *sandbox, const sbx_error *err)
     sbx_error_free(e);
 }
 
+/* Calls the sandbox slot @slot of @sandbox as @op with a fresh call
+ * context; a failure is finished into *@error with the backend, @op and
+ * the sandbox's id. Returns the slot's 0, or -1. */
+static int
+call_sandbox_slot(sbx_sandbox *sandbox, const char *op,
+                  int (*slot)(sbx_plugin_sandbox *, const sbx_call_ctx *, sbx_error **),
+                  sbx_error **error)
+{
+    sbx_error *err = NULL;
+    sbx_call_ctx ctx;
+
+    sbx_call_ctx_init(&ctx);
+    if (slot(sandbox->handle, &ctx, &err) != 0) {
+        sbx_error_ensure(&err, sandbox->client->backend, op);
+        sbx_error_add_context(err, "sandbox_id", sandbox->id);
+        finish_error(error, err, sandbox->client->backend, op);
+        return -1;
+    }
+    sbx_error_free(err);
+    return 0;
+}
+
 SBX_EXPORT int
 sbx_sandbox_destroy(sbx_sandbox *sandbox, sbx_error **error)
 {
     static const char op[] = "destroy";
     int (*destroy)(sbx_plugin_sandbox *, const sbx_call_ctx *, sbx_error **);
     sbx_error *err = NULL;
-    sbx_call_ctx ctx;
 
     if (!sandbox) {
         sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, op, "sandbox is NULL");
@@ -1185,14 +1206,8 @@ sbx_sandbox_destroy(sbx_sandbox *sandbox, sbx_error **error)
         finish_error(error, err, sandbox->client->backend, op);
         return -1;
     }
-    sbx_call_ctx_init(&ctx);
-    if (destroy(sandbox->handle, &ctx, &err) != 0) {
-        sbx_error_ensure(&err, sandbox->client->backend, op);
-        sbx_error_add_context(err, "sandbox_id", sandbox->id);
-        finish_error(error, err, sandbox->client->backend, op);
+    if (call_sandbox_slot(sandbox, op, destroy, error) < 0)
         return -1;
-    }
-    sbx_error_free(err);
     pthread_mutex_lock(&sandbox->lock);
     sandbox->destroyed = 1;
     pthread_mutex_unlock(&sandbox->lock);
@@ -1207,7 +1222,6 @@ sbx_sandbox_detach(sbx_sandbox *sandbox, sbx_error **error)
     static const char op[] = "detach";
     int (*detach)(sbx_plugin_sandbox *, const sbx_call_ctx *, sbx_error **);
     sbx_error *err = NULL;
-    sbx_call_ctx ctx;
 
     if (sbx_sandbox_check_usable(sandbox, &err) < 0) {
         finish_error(error, err, sandbox ? sandbox->client->backend : NULL, op);
@@ -1227,16 +1241,8 @@ sbx_sandbox_detach(sbx_sandbox *sandbox, sbx_error **error)
     }
     /* A backend that watches its owners itself stops doing so. */
     detach = SBX_SLOT(sandbox->client->plugin, detach);
-    if (detach) {
-        sbx_call_ctx_init(&ctx);
-        if (detach(sandbox->handle, &ctx, &err) != 0) {
-            sbx_error_ensure(&err, sandbox->client->backend, op);
-            sbx_error_add_context(err, "sandbox_id", sandbox->id);
-            finish_error(error, err, sandbox->client->backend, op);
-            return -1;
-        }
-        sbx_error_free(err);
-    }
+    if (detach && call_sandbox_slot(sandbox, op, detach, error) < 0)
+        return -1;
     return 0;
 }
 
@@ -1248,7 +1254,6 @@ stop_or_start(sbx_sandbox *sandbox, const char *op,
               sbx_error **error)
 {
     sbx_error *err = NULL;
-    sbx_call_ctx ctx;
 
     if (!slot) {
         sbx_set_error(&err, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
@@ -1258,15 +1263,7 @@ stop_or_start(sbx_sandbox *sandbox, const char *op,
         finish_error(error, err, sandbox->client->backend, op);
         return -1;
     }
-    sbx_call_ctx_init(&ctx);
-    if (slot(sandbox->handle, &ctx, &err) != 0) {
-        sbx_error_ensure(&err, sandbox->client->backend, op);
-        sbx_error_add_context(err, "sandbox_id", sandbox->id);
-        finish_error(error, err, sandbox->client->backend, op);
-        return -1;
-    }
-    sbx_error_free(err);
-    return 0;
+    return call_sandbox_slot(sandbox, op, slot, error);
 }
 
 SBX_EXPORT int
