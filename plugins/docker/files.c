@@ -317,6 +317,40 @@ typedef struct read_job {
     sbx_error **error;
 } read_job;
 
+/* The sandbox path @path of a file (@want_dir 0) or a directory (1) that
+ * must exist: stores its absolute path and, symbolic links followed, its
+ * final path in *@abs and *@final (new strings). Returns 0, or -1 with
+ * *@error set (missing, of the other kind) and nothing stored. */
+static int resolve_existing(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                            const char *path, int want_dir, const char *op, char **abs,
+                            char **final, sbx_error **error)
+{
+    if (dk_sandbox_check(sb, op, error) < 0)
+        return -1;
+    char *a = dk_sandbox_path(sb, path, op, error), *f = NULL;
+    uint32_t mode = 0;
+    if (!a)
+        return -1;
+    int r = resolve(sb, ctx, a, &f, &mode, op, error);
+    if (r == 0)
+        fail_missing(error, sb, op, path);
+    if (r > 0 && !(mode & DK_MODE_DIR) != !want_dir) {
+        sbx_error *err = dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                 want_dir ? "\"%s\" is not a directory" : "\"%s\" is a directory",
+                                 path);
+        dk_context(err, "path", path);
+        r = -1;
+    }
+    if (r <= 0) {
+        free(a);
+        free(f);
+        return -1;
+    }
+    *abs = a;
+    *final = f;
+    return 0;
+}
+
 static int read_consume(int rfd, void *ud)
 {
     read_job *j = ud;
@@ -332,25 +366,10 @@ int dk_read_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const cha
 {
     const char *op = "read_file";
     struct sbx_plugin_sandbox *sb = sandbox;
-    if (dk_sandbox_check(sb, op, error) < 0)
-        return -1;
-    char *abs = dk_sandbox_path(sb, path, op, error), *final = NULL, *apath = NULL;
-    uint32_t mode = 0;
+    char *abs = NULL, *final = NULL, *apath = NULL;
     int rc = -1;
-    if (!abs)
+    if (resolve_existing(sb, ctx, path, 0, op, &abs, &final, error) < 0)
         return -1;
-    int r = resolve(sb, ctx, abs, &final, &mode, op, error);
-    if (r <= 0) {
-        if (r == 0)
-            fail_missing(error, sb, op, path);
-        goto out;
-    }
-    if (mode & DK_MODE_DIR) {
-        sbx_error *err = dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
-                                 "\"%s\" is a directory", path);
-        dk_context(err, "path", path);
-        goto out;
-    }
     if (!(apath = archive_path(sb, final, ""))) {
         dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
@@ -737,25 +756,10 @@ int dk_download_tar(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const 
 {
     const char *op = "download_tar";
     struct sbx_plugin_sandbox *sb = sandbox;
-    if (dk_sandbox_check(sb, op, error) < 0)
-        return -1;
-    char *abs = dk_sandbox_path(sb, path, op, error), *final = NULL, *apath = NULL;
-    uint32_t mode = 0;
+    char *abs = NULL, *final = NULL, *apath = NULL;
     int rc = -1;
-    if (!abs)
+    if (resolve_existing(sb, ctx, path, 1, op, &abs, &final, error) < 0)
         return -1;
-    int r = resolve(sb, ctx, abs, &final, &mode, op, error);
-    if (r <= 0) {
-        if (r == 0)
-            fail_missing(error, sb, op, path);
-        goto out;
-    }
-    if (!(mode & DK_MODE_DIR)) {
-        sbx_error *err = dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
-                                 "\"%s\" is not a directory", path);
-        dk_context(err, "path", path);
-        goto out;
-    }
     size_t fl = strlen(final);
     if (!(apath = archive_path(sb, final, fl && final[fl - 1] == '/' ? "." : "/."))) {
         dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
