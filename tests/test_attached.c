@@ -38,31 +38,21 @@
 
 #include <sbx/sbx.h>
 
+#include "recordutil.h"
 #include "testutil.h"
 
-static char *g_top;     /* this test's directory */
-static char *g_tmp;     /* its TMPDIR */
-static char *g_state;   /* its SBX_STATE_DIR */
+static tu_dirs g_dirs;   /* this test's directory, its TMPDIR and SBX_STATE_DIR */
 
 static void setup(void)
 {
-    g_top = tu_mkdtemp("sbx-attached");
-    g_tmp = tu_strdup_printf("%s/tmp", g_top);
-    cr_assert_eq(mkdir(g_tmp, 0700), 0);
-    /* Searchable by others: a bubblewrap sandbox of a library running as
-     * root runs as uid 65534, and its bwrap passes through TMPDIR. */
-    cr_assert_eq(chmod(g_top, 0711), 0);
-    cr_assert_eq(chmod(g_tmp, 0711), 0);
-    cr_assert_eq(setenv("TMPDIR", g_tmp, 1), 0);
-    g_state = tu_strdup_printf("%s/state", g_top);
-    cr_assert_eq(setenv("SBX_STATE_DIR", g_state, 1), 0);
+    tu_dirs_make(&g_dirs, "sbx-attached", 1);
 }
 
 /* Whatever a failed test left: every sandbox the record still knows is
  * destroyed (detached ones too), so nothing outlives the test. */
 static void destroy_leftovers(void)
 {
-    char *path = tu_strdup_printf("%s/lifecycle.db", g_state);
+    char *path = tu_strdup_printf("%s/lifecycle.db", g_dirs.state);
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;
     if (tu_exists(path) && sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
@@ -83,10 +73,7 @@ static void destroy_leftovers(void)
 static void teardown(void)
 {
     destroy_leftovers();
-    tu_rmtree(g_top);
-    free(g_top);
-    free(g_tmp);
-    free(g_state);
+    tu_dirs_free(&g_dirs);
 }
 
 TestSuite(attached, .init = setup, .fini = teardown, .timeout = 240);
@@ -96,38 +83,17 @@ static int is_dir_backend(void)
     return tu_backend_is_local() || strcmp(tu_backend(), "bubblewrap") == 0;
 }
 
-/* Runs @sql (one integer result) against this test's record. */
-static long long record_int(const char *sql)
-{
-    char *path = tu_strdup_printf("%s/lifecycle.db", g_state);
-    sqlite3 *db = NULL;
-    sqlite3_stmt *st = NULL;
-    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK, "%s", path);
-    sqlite3_busy_timeout(db, 10000);
-    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
-                 sqlite3_errmsg(db));
-    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
-    long long v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    free(path);
-    return v;
-}
-
 static long long rows_where(const char *what)
 {
     char *sql = tu_strdup_printf("SELECT count(*) FROM sandboxes WHERE %s", what);
-    long long n = record_int(sql);
+    long long n = tu_record_int(g_dirs.state, sql);
     free(sql);
     return n;
 }
 
 static long long rows_for(const char *id)
 {
-    char *sql = sqlite3_mprintf("provider_id = %Q", id);
-    long long n = rows_where(sql);
-    sqlite3_free(sql);
-    return n;
+    return tu_record_rows_for(g_dirs.state, id);
 }
 
 /* ------------------------------------------------------------ the holder */
@@ -287,7 +253,7 @@ static int gone(const held *h, int i)
     if (h->cmd[i] > 0 && !tu_pid_gone(h->cmd[i]))
         return 0;
     if (is_dir_backend()) {
-        char *dir = tu_strdup_printf("%s/%s", g_tmp, h->id[i]);
+        char *dir = tu_strdup_printf("%s/%s", g_dirs.tmp, h->id[i]);
         int there = tu_exists(dir);
         free(dir);
         if (there)
@@ -395,7 +361,7 @@ static pid_t proc_naming_attached(const held *h, int *which)
 static const char *left_on_host(const held *h, int i)
 {
     static char what[512];
-    char *dir = tu_strdup_printf("%s/%s", g_tmp, h->id[i]);
+    char *dir = tu_strdup_printf("%s/%s", g_dirs.tmp, h->id[i]);
     what[0] = '\0';
     if (h->cmd[i] > 0 && !tu_pid_gone(h->cmd[i]))
         snprintf(what, sizeof what, "its command (%s)", tu_proc_describe(h->cmd[i]));
@@ -442,7 +408,7 @@ static void assert_there(const held *h, int i)
         cr_assert_eq(tu_pid_gone(h->cmd[i]), 0, "the command of %s ended: %s", h->id[i],
                      tu_proc_describe(h->cmd[i]));
     if (is_dir_backend()) {
-        char *dir = tu_strdup_printf("%s/%s", g_tmp, h->id[i]);
+        char *dir = tu_strdup_printf("%s/%s", g_dirs.tmp, h->id[i]);
         cr_assert(tu_exists(dir), "%s is gone", dir);
         free(dir);
     }
@@ -514,7 +480,7 @@ Test(attached, sigkill_of_the_application_destroys_its_attached_sandboxes)
     cr_assert_eq(rows_where("detached = 0"), 0);
     cr_assert_eq(rows_where("detached = 1"), 2);
     if (is_dir_backend())
-        cr_assert_eq(tu_count_entries(g_tmp), 2, "more than the detached directories are left");
+        cr_assert_eq(tu_count_entries(g_dirs.tmp), 2, "more than the detached directories are left");
     assert_listing(&h);
     /* Nothing left for gc but the detached ones, which it leaves. */
     cr_assert_eq(sbx_gc(SBX_GC_DRY_RUN, NULL, NULL, NULL), 0);
@@ -561,7 +527,7 @@ Test(attached, sigkill_of_the_plugin_host_leaves_them_to_gc)
     for (int i = 0; i < h.n; i++) {
         cr_assert_eq(rows_for(h.id[i]), 1);
         if (is_dir_backend()) {
-            char *dir = tu_strdup_printf("%s/%s", g_tmp, h.id[i]);
+            char *dir = tu_strdup_printf("%s/%s", g_dirs.tmp, h.id[i]);
             cr_assert(tu_exists(dir), "%s went without a host to remove it", dir);
             free(dir);
         }
@@ -607,17 +573,17 @@ Test(attached, a_sandbox_resumed_by_a_live_process_survives)
     cr_assert(tu_is_plugin_host(bhost));
     char *sql = sqlite3_mprintf("SELECT count(*) FROM owners JOIN sandboxes USING "
                                 "(create_token) WHERE provider_id = %Q", a.id[0]);
-    cr_assert_eq(record_int(sql), 2);
+    cr_assert_eq(tu_record_int(g_dirs.state, sql), 2);
 
     cr_assert_eq(kill(a.child, SIGKILL), 0);
     cr_assert_eq(waitpid(a.child, NULL, 0), a.child);
     /* The creator's host is done once it exits: it left the sandbox. */
     cr_assert(tu_wait_pid_gone(a.host, 5.0), "%s", tu_proc_describe(a.host));
     assert_there(&a, 0);
-    cr_assert_eq(record_int(sql), 1, "the dead creator is still an owner");
+    cr_assert_eq(tu_record_int(g_dirs.state, sql), 1, "the dead creator is still an owner");
     char *owner = sqlite3_mprintf("SELECT pid FROM owners JOIN sandboxes USING "
                                   "(create_token) WHERE provider_id = %Q", a.id[0]);
-    cr_assert_eq(record_int(owner), b);
+    cr_assert_eq(tu_record_int(g_dirs.state, owner), b);
     sqlite3_free(owner);
 
     double t0 = tu_now();
@@ -683,7 +649,7 @@ Test(attached, freeing_the_client_keeps_the_sandbox_until_the_process_ends)
     cr_assert_eq(rows_for(id), 0, "the sandbox outlived its process by 5 s");
     cr_assert(tu_wait_pid_gone(host, 5.0), "%s", tu_proc_describe(host));
     if (is_dir_backend())
-        cr_assert_eq(tu_count_entries(g_tmp), 0);
+        cr_assert_eq(tu_count_entries(g_dirs.tmp), 0);
 }
 
 /* In process there is no plugin host: a SIGKILLed application's attached
@@ -742,7 +708,7 @@ static void supervisors_end_them(sbx_plugin_mode mode, char victim)
         cr_assert(tu_wait_pid_gone(h.host, 5.0), "%s", tu_proc_describe(h.host));
         usleep(1000 * 1000);
         for (int i = 0; i < h.n; i++) {
-            char *dir = tu_strdup_printf("%s/%s", g_tmp, h.id[i]);
+            char *dir = tu_strdup_printf("%s/%s", g_dirs.tmp, h.id[i]);
             cr_assert(tu_exists(dir), "%s went with the plugin host", dir);
             free(dir);
             cr_assert_eq(rows_for(h.id[i]), 1);
@@ -759,7 +725,7 @@ static void supervisors_end_them(sbx_plugin_mode mode, char victim)
     for (int i = 0; i < h.n; i++)
         if (h.detached[i])
             assert_there(&h, i);
-    cr_assert_eq(tu_count_entries(g_tmp), 2, "more than the detached directories are left");
+    cr_assert_eq(tu_count_entries(g_dirs.tmp), 2, "more than the detached directories are left");
     cr_assert_eq(rows_where("detached = 0"), 20);
     gc_count n = { 0, 0 };
     cr_assert_eq(sbx_gc(0, count_gc, &n, NULL), 20);
@@ -798,7 +764,7 @@ Test(attached, supervisor_watch_plugin_host_sigkill_bubblewrap)
 /* The supervisor_pid of sandbox @id's record file (META/record). */
 static pid_t supervisor_pid(const char *id)
 {
-    char *path = tu_strdup_printf("%s/%s/record", g_tmp, id);
+    char *path = tu_strdup_printf("%s/%s/record", g_dirs.tmp, id);
     FILE *f = fopen(path, "r");
     cr_assert_not_null(f, "%s", path);
     char buf[4096];

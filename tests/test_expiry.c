@@ -27,30 +27,19 @@
 
 #include <sbx/sbx.h>
 
+#include "recordutil.h"
 #include "testutil.h"
 
-static char *g_top;     /* this test's directory */
-static char *g_tmp;     /* its TMPDIR */
-static char *g_state;   /* its SBX_STATE_DIR */
+static tu_dirs g_dirs;   /* this test's directory, its TMPDIR and SBX_STATE_DIR */
 
 static void setup(void)
 {
-    g_top = tu_mkdtemp("sbx-expiry");
-    g_tmp = tu_strdup_printf("%s/tmp", g_top);
-    cr_assert_eq(mkdir(g_tmp, 0700), 0);
-    cr_assert_eq(chmod(g_top, 0711), 0);
-    cr_assert_eq(chmod(g_tmp, 0711), 0);
-    cr_assert_eq(setenv("TMPDIR", g_tmp, 1), 0);
-    g_state = tu_strdup_printf("%s/state", g_top);
-    cr_assert_eq(setenv("SBX_STATE_DIR", g_state, 1), 0);
+    tu_dirs_make(&g_dirs, "sbx-expiry", 1);
 }
 
 static void teardown(void)
 {
-    tu_rmtree(g_top);
-    free(g_top);
-    free(g_tmp);
-    free(g_state);
+    tu_dirs_free(&g_dirs);
 }
 
 TestSuite(expiry, .init = setup, .fini = teardown, .timeout = 120);
@@ -65,20 +54,7 @@ static double wall_now(void)
 /* Rows of this test's lifecycle record for provider id @id. */
 static long long rows_for(const char *id)
 {
-    char *path = tu_strdup_printf("%s/lifecycle.db", g_state);
-    sqlite3 *db = NULL;
-    sqlite3_stmt *st = NULL;
-    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK, "%s", path);
-    sqlite3_busy_timeout(db, 10000);
-    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT count(*) FROM sandboxes WHERE provider_id = ?",
-                                    -1, &st, NULL), SQLITE_OK);
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
-    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
-    long long n = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    free(path);
-    return n;
+    return tu_record_rows_for(g_dirs.state, id);
 }
 
 /* 1 when this host's mount table names @id. */
@@ -100,7 +76,7 @@ static int mounts_mention(const char *id)
 static const char *left_of(const char *id, pid_t bg)
 {
     static char what[256];
-    char *dir = tu_strdup_printf("%s/%s", g_tmp, id);
+    char *dir = tu_strdup_printf("%s/%s", g_dirs.tmp, id);
     pid_t pids[4];
     size_t np = tu_procs_mentioning(id, pids, 4);
     if (tu_exists(dir))

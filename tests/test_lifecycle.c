@@ -31,27 +31,19 @@
 
 #include <sbx/sbx.h>
 
+#include "recordutil.h"
 #include "testutil.h"
 
-static char *g_top;     /* this test's directory */
-static char *g_state;   /* its SBX_STATE_DIR */
+static tu_dirs g_dirs;   /* this test's directory, its TMPDIR and SBX_STATE_DIR */
 
 static void setup(void)
 {
-    g_top = tu_mkdtemp("sbx-lifecycle");
-    char *tmp = tu_strdup_printf("%s/tmp", g_top);
-    cr_assert_eq(mkdir(tmp, 0700), 0);
-    cr_assert_eq(setenv("TMPDIR", tmp, 1), 0);
-    free(tmp);
-    g_state = tu_strdup_printf("%s/state", g_top);
-    cr_assert_eq(setenv("SBX_STATE_DIR", g_state, 1), 0);
+    tu_dirs_make(&g_dirs, "sbx-lifecycle", 0);
 }
 
 static void teardown(void)
 {
-    tu_rmtree(g_top);
-    free(g_top);
-    free(g_state);
+    tu_dirs_free(&g_dirs);
 }
 
 TestSuite(record, .init = setup, .fini = teardown, .timeout = 120);
@@ -60,27 +52,12 @@ TestSuite(gc, .init = setup, .fini = teardown, .timeout = 120);
 /* Runs @sql (one integer result) against this test's record. */
 static long long record_int(const char *sql)
 {
-    char *path = tu_strdup_printf("%s/lifecycle.db", g_state);
-    sqlite3 *db = NULL;
-    sqlite3_stmt *st = NULL;
-    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK, "%s", path);
-    sqlite3_busy_timeout(db, 10000);
-    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
-                 sqlite3_errmsg(db));
-    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
-    long long v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    free(path);
-    return v;
+    return tu_record_int(g_dirs.state, sql);
 }
 
 static long long rows_for(const char *id)
 {
-    char *sql = sqlite3_mprintf("SELECT count(*) FROM sandboxes WHERE provider_id = %Q", id);
-    long long n = record_int(sql);
-    sqlite3_free(sql);
-    return n;
+    return tu_record_rows_for(g_dirs.state, id);
 }
 
 /* ------------------------------------------------------------------ record */
@@ -112,9 +89,9 @@ Test(record, row_written_at_create_and_removed_at_destroy)
 
     /* The record is the user's alone. */
     struct stat st;
-    cr_assert_eq(stat(g_state, &st), 0);
+    cr_assert_eq(stat(g_dirs.state, &st), 0);
     cr_assert_eq(st.st_mode & 07777, 0700);
-    char *db = tu_strdup_printf("%s/lifecycle.db", g_state);
+    char *db = tu_strdup_printf("%s/lifecycle.db", g_dirs.state);
     cr_assert_eq(stat(db, &st), 0);
     cr_assert_eq(st.st_mode & 07777, 0600);
     free(db);
@@ -128,22 +105,22 @@ Test(record, row_written_at_create_and_removed_at_destroy)
 
 Test(record, untrusted_state_directory_refuses_create)
 {
-    cr_assert_eq(mkdir(g_state, 0777), 0);
-    cr_assert_eq(chmod(g_state, 0777), 0);
+    cr_assert_eq(mkdir(g_dirs.state, 0777), 0);
+    cr_assert_eq(chmod(g_dirs.state, 0777), 0);
     sbx_error *err = NULL;
     sbx_client *c = sbx_client_new(tu_backend(), &err);
     cr_assert_not_null(c);
     cr_assert_null(sbx_sandbox_create(c, NULL, &err));
     char *want = tu_strdup_printf("refusing %s: owned by uid %lu with mode 0777; it must "
                                   "belong to uid %lu and not be writable by group or others",
-                                  g_state, (unsigned long)geteuid(), (unsigned long)geteuid());
+                                  g_dirs.state, (unsigned long)geteuid(), (unsigned long)geteuid());
     cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION);
     cr_assert_str_eq(sbx_error_get0_message(err), want);
     cr_assert_str_eq(sbx_error_get0_op(err), "create");
     free(want);
     sbx_error_free(err);
     /* Nothing was made. */
-    char *tmp = tu_strdup_printf("%s/tmp", g_top);
+    char *tmp = tu_strdup_printf("%s/tmp", g_dirs.top);
     cr_assert_eq(tu_count_entries(tmp), 0);
     free(tmp);
     sbx_client_free(c);
@@ -332,7 +309,7 @@ Test(gc, reaps_attached_of_a_killed_owner_and_keeps_detached)
      * becomes an owner. */
     int ends_itself = tu_backend_is_local() || strcmp(tu_backend(), "bubblewrap") == 0;
     if (ends_itself) {
-        char *dir = tu_strdup_printf("%s/tmp/%s", g_top, attached);
+        char *dir = tu_strdup_printf("%s/tmp/%s", g_dirs.top, attached);
         double t0 = tu_now();
         while (tu_exists(dir) && tu_now() - t0 < 5.0)
             usleep(20 * 1000);
@@ -366,7 +343,7 @@ Test(gc, reaps_attached_of_a_killed_owner_and_keeps_detached)
     err = NULL;
     if (tu_backend_is_local() || strcmp(tu_backend(), "bubblewrap") == 0) {
         /* Only the detached sandbox's directory is left. */
-        char *tmp = tu_strdup_printf("%s/tmp", g_top);
+        char *tmp = tu_strdup_printf("%s/tmp", g_dirs.top);
         char *left = tu_strdup_printf("%s/%s", tmp, detached);
         cr_assert_eq(tu_count_entries(tmp), 1);
         cr_assert(tu_exists(left), "%s is gone", left);

@@ -1,0 +1,67 @@
+/*
+ * Helpers of the test programs that read the lifecycle record
+ * (recordutil.h).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <criterion/criterion.h>
+
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <sqlite3.h>
+
+#include "recordutil.h"
+#include "testutil.h"
+
+void tu_dirs_make(tu_dirs *d, const char *prefix, int searchable)
+{
+    d->top = tu_mkdtemp(prefix);
+    d->tmp = tu_strdup_printf("%s/tmp", d->top);
+    cr_assert_eq(mkdir(d->tmp, 0700), 0, "mkdir %s", d->tmp);
+    if (searchable) {
+        cr_assert_eq(chmod(d->top, 0711), 0);
+        cr_assert_eq(chmod(d->tmp, 0711), 0);
+    }
+    cr_assert_eq(setenv("TMPDIR", d->tmp, 1), 0);
+    d->state = tu_strdup_printf("%s/state", d->top);
+    cr_assert_eq(setenv("SBX_STATE_DIR", d->state, 1), 0);
+}
+
+void tu_dirs_free(tu_dirs *d)
+{
+    if (d->top)
+        tu_rmtree(d->top);
+    free(d->top);
+    free(d->tmp);
+    free(d->state);
+    d->top = d->tmp = d->state = NULL;
+}
+
+long long tu_record_int(const char *state_dir, const char *sql)
+{
+    char *path = tu_strdup_printf("%s/lifecycle.db", state_dir);
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK, "%s", path);
+    sqlite3_busy_timeout(db, 10000);
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+                 sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
+    long long v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    free(path);
+    return v;
+}
+
+long long tu_record_rows_for(const char *state_dir, const char *id)
+{
+    char *sql = sqlite3_mprintf("SELECT count(*) FROM sandboxes WHERE provider_id = %Q", id);
+    cr_assert_not_null(sql);
+    long long n = tu_record_int(state_dir, sql);
+    sqlite3_free(sql);
+    return n;
+}
