@@ -167,6 +167,10 @@ struct sbx_plugin_client {
     int closing;                /* client_free began: start no more */
     pthread_t fill_thread;
     pthread_cond_t filled;      /* signalled when filling goes back to 0 */
+    /* The warm spawner, which forks the warm supervisors; used by the
+     * filling thread only (and by client_free once that is joined): */
+    int spawner_ctl;            /* its control socket; -1 none */
+    char *spawner_exe;          /* the program it runs */
 };
 
 struct sbx_plugin_process {
@@ -430,6 +434,70 @@ static int recv_exact(int fd, void *p, size_t n, const bound *bd)
     }
     return IO_OK;
 }
+
+#if LOCAL_WARM
+/** Reads one frame and drops its payload; the first descriptor riding
+ *  with it goes to *@passed (close-on-exec; -1 when none came), any other
+ *  is closed. On an error nothing is left open. */
+static int read_fd_frame(int fd, uint32_t *type, int *passed, const bound *bd)
+{
+    unsigned char hdr[PROTO_HEADER_SIZE];
+    size_t got = 0;
+    int r = IO_OK;
+    *passed = -1;
+    while (got < sizeof(hdr)) {
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(sizeof(int) * 4)];
+        } ctl;
+        struct iovec iov = { hdr + got, sizeof(hdr) - got };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                             .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+        ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n > 0) {
+            for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+                if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                    continue;
+                size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                for (size_t i = 0; i < k; i++) {
+                    int f;
+                    memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+                    if (*passed < 0)
+                        *passed = f;
+                    else
+                        close(f);
+                }
+            }
+            got += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n == 0 || errno == ECONNRESET)
+            r = IO_EOF;
+        else if (errno != EAGAIN && errno != EWOULDBLOCK)
+            r = IO_ERR;
+        else
+            r = wait_io(fd, POLLIN, bd);
+        if (r != IO_OK)
+            break;
+    }
+    uint32_t len = 0;
+    if (r == IO_OK && proto_parse_header(hdr, type, &len) < 0) {
+        errno = EPROTO;
+        r = IO_ERR;
+    }
+    unsigned char *p = r == IO_OK ? malloc((size_t)len + 1) : NULL;
+    if (r == IO_OK)
+        r = p ? recv_exact(fd, p, len, bd) : IO_ERR;
+    free(p);
+    if (r != IO_OK && *passed >= 0) {
+        close(*passed);
+        *passed = -1;
+    }
+    return r;
+}
+#endif
 
 /** Reads one frame; *@payload is malloc'd (NUL-terminated) on IO_OK.
  *  Only the frame's own bytes are consumed. */
@@ -1306,6 +1374,67 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
  * supervisor program is still the same ($SBX_SUPERVISOR).
  */
 #if LOCAL_WARM
+/* The warm supervisors come from the client's warm spawner
+ * (`--warm`), spawned at the first fill and asked for each next one (FORK,
+ * proto.h): a fork of that loaded process instead of a spawn, an exec and
+ * the dynamic loading of the program, so that the fill, which runs while
+ * the new sandbox's first exec does, takes little of the CPU from it. The
+ * spawner lives as long as its control socket, as a warm supervisor does. */
+
+/** Closes the client's warm spawner (it exits at EOF). */
+static void spawner_close(struct sbx_plugin_client *c)
+{
+    if (c->spawner_ctl >= 0)
+        close(c->spawner_ctl);
+    c->spawner_ctl = -1;
+    free(c->spawner_exe);
+    c->spawner_exe = NULL;
+}
+
+/** A new warm supervisor of @exe from the client's warm spawner, which is
+ *  spawned first when there is none, it is gone or it runs another
+ *  program: the library's end of its control socket, or -1 (nothing left
+ *  running). Called by the filling thread only. */
+static int spawner_fork(struct sbx_plugin_client *c, const char *exe, const bound *bd)
+{
+    char pad[PROTO_WARM_PAD + 1];
+    memset(pad, ' ', PROTO_WARM_PAD);
+    pad[PROTO_WARM_PAD] = '\0';
+    char *argv[] = { (char *)exe, "--control-fd=3", "--warm", pad, NULL };
+    /* A spawner found gone is replaced once. */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (c->spawner_ctl >= 0 && strcmp(c->spawner_exe, exe) != 0)
+            spawner_close(c);
+        if (c->spawner_ctl < 0) {
+            int sctl = -1;
+            if (spawn_supervisor(exe, argv, bd, &sctl, NULL, NULL) < 0)
+                return -1;
+            c->spawner_exe = strdup(exe);
+            if (!c->spawner_exe) {
+                close(sctl);
+                return -1;
+            }
+            c->spawner_ctl = sctl;
+        }
+        proto_buf b;
+        proto_buf_init(&b, PROTO_FORK);
+        int io = send_frame(c->spawner_ctl, &b, NULL, 0, bd);
+        proto_buf_free(&b);
+        uint32_t type = 0;
+        int fd = -1;
+        if (io == IO_OK)
+            io = read_fd_frame(c->spawner_ctl, &type, &fd, bd);
+        if (io == IO_OK && type == PROTO_FORKED && fd >= 0)
+            return fd;
+        if (fd >= 0)
+            close(fd);
+        spawner_close(c);
+        if (io == IO_TIMEOUT || io == IO_CANCEL)
+            return -1;
+    }
+    return -1;
+}
+
 static void *warm_fill(void *arg)
 {
     struct sbx_plugin_client *c = arg;
@@ -1314,16 +1443,10 @@ static void *warm_fill(void *arg)
     c->warm_exe = NULL;
     pthread_mutex_unlock(&c->lock);
 
-    char pad[PROTO_WARM_PAD + 1];
-    memset(pad, ' ', PROTO_WARM_PAD);
-    pad[PROTO_WARM_PAD] = '\0';
-    char *argv[] = { exe, "--control-fd=3", "--warm", pad, NULL };
     bound bd = make_bound(NULL, HANDSHAKE_SECS);
-    int ctl = -1;
+    int ctl = exe ? spawner_fork(c, exe, &bd) : -1;
     uint32_t type = 0, len = 0;
     unsigned char *hello = NULL;
-    if (exe && spawn_supervisor(exe, argv, &bd, &ctl, NULL, NULL) < 0)
-        ctl = -1;
     if (ctl >= 0 && (read_frame(ctl, &type, &hello, &len, &bd) != IO_OK || type != PROTO_HELLO)) {
         close(ctl);
         ctl = -1;
@@ -1455,6 +1578,7 @@ static int local_client_new(const char *config_json, sbx_plugin_client **client,
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->filled, NULL);
     c->warm_ctl = -1;
+    c->spawner_ctl = -1;
     *client = c;
     return 0;
 }
@@ -1474,6 +1598,9 @@ static void local_client_free(sbx_plugin_client *client)
         close(client->warm_ctl);
     free(client->warm_exe);
     free(client->warm_hello);
+#if LOCAL_WARM
+    spawner_close(client);
+#endif
     pthread_cond_destroy(&client->filled);
     pthread_mutex_destroy(&client->lock);
     free(client);
