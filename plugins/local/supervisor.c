@@ -79,6 +79,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 /** How long the plugin may take to send CONFIG. */
@@ -2496,26 +2497,6 @@ static void __attribute__((noreturn)) warm_keeper(pid_t child, int pipe_rd, char
     keeper(child, dir, remove[0] == '/' ? remove : NULL, NULL, NULL, 0);
 }
 
-/**
- * A warm supervisor (`--control-fd=3 --warm PAD`): the process the library
- * spawned exits at once, as on a cold start; the keeper and the supervisor
- * are forked, and the supervisor says HELLO, then waits with no time limit
- * for CLAIM (read_claim()). When the control socket closes first (the
- * library, or the process holding the warm one, is gone) both end, leaving
- * nothing: nothing was made yet. Claimed, it goes on as a cold start
- * (run()).
- */
-static int warm_main(char **argv)
-{
-    start_up();
-    pid_t p = fork();
-    if (p < 0)
-        return 1;
-    if (p > 0)
-        _exit(0);
-    return run(0, NULL, argv);
-}
-
 /** Sends an empty frame of @type on @fd with @pass (>= 0) riding along as
  *  SCM_RIGHTS; 0 or -1. */
 static int send_fd_frame(int fd, uint32_t type, int pass)
@@ -2553,12 +2534,16 @@ static int send_fd_frame(int fd, uint32_t type, int pass)
  * The warm spawner (`--control-fd=3 --warm PAD`): the process the library
  * spawned exits at once, as on a cold start, and its child stays, loaded,
  * for as long as the control socket is open. At each FORK it forks a fresh
- * warm supervisor (warm_main(), on a new control socketpair as its
- * descriptor 3: keeper and supervisor, the one forked in between exiting
- * at once, so the keeper settles where a spawned one would) and answers
- * FORKED with the library's end of that socket; ERROR when it could not.
- * A fork of this loaded process costs a fraction of a spawn (no exec, no
- * dynamic loading). It holds nothing of any sandbox; at EOF it exits 0.
+ * warm supervisor on a new control socketpair (its descriptor 3) and
+ * answers FORKED with the library's end of that socket; ERROR when it
+ * could not. The fork is the warm keeper, which forks the supervisor
+ * (run()); the supervisor says HELLO, then waits with no time limit for
+ * CLAIM (read_claim()). When that control socket closes first (the
+ * library, or the process holding the warm one, is gone) both end,
+ * leaving nothing: nothing was made yet. Claimed, it goes on as a cold
+ * start. A fork of this loaded process costs a fraction of a spawn (no
+ * exec, no dynamic loading). The spawner holds nothing of any sandbox; at
+ * EOF on its own control socket it exits 0.
  */
 static int spawner_main(char **argv)
 {
@@ -2586,20 +2571,23 @@ static int spawner_main(char **argv)
             send_error_fd(ctl, PROTO_ERR_INTERNAL, errno, "socketpair");
             continue;
         }
-        pid_t x = fork();
+        /* A sibling, not a child: the keeper settles under this
+         * process's parent (the caller's subreaper, or init) at once,
+         * with no process forked in between to exit. A raw clone: this
+         * process has one thread, and nothing of glibc it uses depends on
+         * the thread id fork would have updated (raise() asks the
+         * kernel). */
+        pid_t x = (pid_t)syscall(SYS_clone, (unsigned long)(CLONE_PARENT | SIGCHLD), NULL,
+                                 NULL, NULL, NULL);
         if (x == 0) {
             /* Its own control socket in place of this one's. */
             if (dup2(sv[1], PROTO_CONTROL_FD) < 0)
                 _exit(1);
-            _exit(warm_main(argv));
+            start_up();
+            _exit(run(0, NULL, argv));
         }
         int err = x < 0 ? errno : 0;
         close(sv[1]);
-        int status = 0;
-        while (x > 0 && waitpid(x, &status, 0) < 0 && errno == EINTR)
-            ;
-        if (x > 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-            err = ECHILD;
         if (err)
             send_error_fd(ctl, PROTO_ERR_INTERNAL, err, "cannot fork a warm supervisor");
         else if (send_fd_frame(ctl, PROTO_FORKED, sv[0]) < 0)
