@@ -142,6 +142,7 @@ void sbx_fault_init(void);
 #define DESTROY_SECS 15.0
 #define GONE_SECS 5.0
 #define WARM_WAIT_SECS 2       /* a create waits for a warm supervisor on its way */
+#define WARM_DEFER_SECS 1.0    /* a fill waits at most this for its gate */
 
 static const sbx_host_services *host;
 
@@ -152,6 +153,100 @@ static const sbx_host_services *host;
 #define LOCAL_WARM 1
 #else
 #define LOCAL_WARM 0
+#endif
+
+/*
+ * The gate of a warm fill. The fill started by a create would run while
+ * the new sandbox's first exec does, and take the CPU from it (forks,
+ * page-table copies and their TLB flushes; measured: the first exec after
+ * a create ran 5-6 ms slower than raw with the fill beside it, 1-2 ms with
+ * the fill put off); so it waits at this gate, which opens at the end of
+ * that sandbox's destroy or at its free, at the client's next create
+ * (which then waits for the fill, as for one on its way) or client_free,
+ * and at the latest WARM_DEFER_SECS after the create. Shared, by
+ * reference count, by the client, the fill thread and the sandbox;
+ * thread-safe.
+ */
+typedef struct fill_gate {
+    pthread_mutex_t lock;
+    pthread_cond_t opened;
+    int open;
+    int refs;
+} fill_gate;
+
+#if LOCAL_WARM
+/** A new closed gate with one reference; NULL when out of memory (a fill
+ *  without a gate does not wait). */
+static fill_gate *gate_new(void)
+{
+    fill_gate *g = calloc(1, sizeof(*g));
+    if (!g)
+        return NULL;
+    pthread_mutex_init(&g->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g->opened, &ca);
+    pthread_condattr_destroy(&ca);
+    g->refs = 1;
+    return g;
+}
+
+
+/** Another reference to @g (NULL: none); returns @g. */
+static fill_gate *gate_ref(fill_gate *g)
+{
+    if (g) {
+        pthread_mutex_lock(&g->lock);
+        g->refs++;
+        pthread_mutex_unlock(&g->lock);
+    }
+    return g;
+}
+#endif
+
+/** Opens @g (NULL: nothing); opening an open gate does nothing. */
+static void gate_open(fill_gate *g)
+{
+    if (!g)
+        return;
+    pthread_mutex_lock(&g->lock);
+    g->open = 1;
+    pthread_cond_broadcast(&g->opened);
+    pthread_mutex_unlock(&g->lock);
+}
+
+/** Drops a reference to @g (NULL: nothing), freeing it with the last. */
+static void gate_unref(fill_gate *g)
+{
+    if (!g)
+        return;
+    pthread_mutex_lock(&g->lock);
+    int last = --g->refs == 0;
+    pthread_mutex_unlock(&g->lock);
+    if (last) {
+        pthread_cond_destroy(&g->opened);
+        pthread_mutex_destroy(&g->lock);
+        free(g);
+    }
+}
+
+#if LOCAL_WARM
+/** Waits until @g opens, at most @secs seconds (NULL: returns at once). */
+static void gate_wait(fill_gate *g, double secs)
+{
+    if (!g)
+        return;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    long long ns = (long long)until.tv_nsec + (long long)((secs - (double)(long long)secs) * 1e9);
+    until.tv_sec += (time_t)secs + (time_t)(ns / 1000000000LL);
+    until.tv_nsec = (long)(ns % 1000000000LL);
+    pthread_mutex_lock(&g->lock);
+    while (!g->open && pthread_cond_timedwait(&g->opened, &g->lock, &until) == 0)
+        ;
+    pthread_mutex_unlock(&g->lock);
+}
 #endif
 
 struct sbx_plugin_client {
@@ -167,6 +262,13 @@ struct sbx_plugin_client {
     int closing;                /* client_free began: start no more */
     pthread_t fill_thread;
     pthread_cond_t filled;      /* signalled when filling goes back to 0 */
+    /* The warm spawner, which forks the warm supervisors; used by the
+     * filling thread only (and by client_free once that is joined): */
+    int spawner_ctl;            /* its control socket; -1 none */
+    char *spawner_exe;          /* the program it runs */
+    fill_gate *gate;            /* under lock: the gate of the last fill
+                                 * started (a reference; NULL none) */
+    fill_gate *fill_gate;       /* the filling thread's own reference */
 };
 
 struct sbx_plugin_process {
@@ -430,6 +532,70 @@ static int recv_exact(int fd, void *p, size_t n, const bound *bd)
     }
     return IO_OK;
 }
+
+#if LOCAL_WARM
+/** Reads one frame and drops its payload; the first descriptor riding
+ *  with it goes to *@passed (close-on-exec; -1 when none came), any other
+ *  is closed. On an error nothing is left open. */
+static int read_fd_frame(int fd, uint32_t *type, int *passed, const bound *bd)
+{
+    unsigned char hdr[PROTO_HEADER_SIZE];
+    size_t got = 0;
+    int r = IO_OK;
+    *passed = -1;
+    while (got < sizeof(hdr)) {
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(sizeof(int) * 4)];
+        } ctl;
+        struct iovec iov = { hdr + got, sizeof(hdr) - got };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                             .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+        ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n > 0) {
+            for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+                if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                    continue;
+                size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                for (size_t i = 0; i < k; i++) {
+                    int f;
+                    memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+                    if (*passed < 0)
+                        *passed = f;
+                    else
+                        close(f);
+                }
+            }
+            got += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n == 0 || errno == ECONNRESET)
+            r = IO_EOF;
+        else if (errno != EAGAIN && errno != EWOULDBLOCK)
+            r = IO_ERR;
+        else
+            r = wait_io(fd, POLLIN, bd);
+        if (r != IO_OK)
+            break;
+    }
+    uint32_t len = 0;
+    if (r == IO_OK && proto_parse_header(hdr, type, &len) < 0) {
+        errno = EPROTO;
+        r = IO_ERR;
+    }
+    unsigned char *p = r == IO_OK ? malloc((size_t)len + 1) : NULL;
+    if (r == IO_OK)
+        r = p ? recv_exact(fd, p, len, bd) : IO_ERR;
+    free(p);
+    if (r != IO_OK && *passed >= 0) {
+        close(*passed);
+        *passed = -1;
+    }
+    return r;
+}
+#endif
 
 /** Reads one frame; *@payload is malloc'd (NUL-terminated) on IO_OK.
  *  Only the frame's own bytes are consumed. */
@@ -1306,6 +1472,67 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
  * supervisor program is still the same ($SBX_SUPERVISOR).
  */
 #if LOCAL_WARM
+/* The warm supervisors come from the client's warm spawner
+ * (`--warm`), spawned at the first fill and asked for each next one (FORK,
+ * proto.h): a fork of that loaded process instead of a spawn, an exec and
+ * the dynamic loading of the program, so that the fill, which runs while
+ * the new sandbox's first exec does, takes little of the CPU from it. The
+ * spawner lives as long as its control socket, as a warm supervisor does. */
+
+/** Closes the client's warm spawner (it exits at EOF). */
+static void spawner_close(struct sbx_plugin_client *c)
+{
+    if (c->spawner_ctl >= 0)
+        close(c->spawner_ctl);
+    c->spawner_ctl = -1;
+    free(c->spawner_exe);
+    c->spawner_exe = NULL;
+}
+
+/** A new warm supervisor of @exe from the client's warm spawner, which is
+ *  spawned first when there is none, it is gone or it runs another
+ *  program: the library's end of its control socket, or -1 (nothing left
+ *  running). Called by the filling thread only. */
+static int spawner_fork(struct sbx_plugin_client *c, const char *exe, const bound *bd)
+{
+    char pad[PROTO_WARM_PAD + 1];
+    memset(pad, ' ', PROTO_WARM_PAD);
+    pad[PROTO_WARM_PAD] = '\0';
+    char *argv[] = { (char *)exe, "--control-fd=3", "--warm", pad, NULL };
+    /* A spawner found gone is replaced once. */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (c->spawner_ctl >= 0 && strcmp(c->spawner_exe, exe) != 0)
+            spawner_close(c);
+        if (c->spawner_ctl < 0) {
+            int sctl = -1;
+            if (spawn_supervisor(exe, argv, bd, &sctl, NULL, NULL) < 0)
+                return -1;
+            c->spawner_exe = strdup(exe);
+            if (!c->spawner_exe) {
+                close(sctl);
+                return -1;
+            }
+            c->spawner_ctl = sctl;
+        }
+        proto_buf b;
+        proto_buf_init(&b, PROTO_FORK);
+        int io = send_frame(c->spawner_ctl, &b, NULL, 0, bd);
+        proto_buf_free(&b);
+        uint32_t type = 0;
+        int fd = -1;
+        if (io == IO_OK)
+            io = read_fd_frame(c->spawner_ctl, &type, &fd, bd);
+        if (io == IO_OK && type == PROTO_FORKED && fd >= 0)
+            return fd;
+        if (fd >= 0)
+            close(fd);
+        spawner_close(c);
+        if (io == IO_TIMEOUT || io == IO_CANCEL)
+            return -1;
+    }
+    return -1;
+}
+
 static void *warm_fill(void *arg)
 {
     struct sbx_plugin_client *c = arg;
@@ -1314,16 +1541,13 @@ static void *warm_fill(void *arg)
     c->warm_exe = NULL;
     pthread_mutex_unlock(&c->lock);
 
-    char pad[PROTO_WARM_PAD + 1];
-    memset(pad, ' ', PROTO_WARM_PAD);
-    pad[PROTO_WARM_PAD] = '\0';
-    char *argv[] = { exe, "--control-fd=3", "--warm", pad, NULL };
+    gate_wait(c->fill_gate, WARM_DEFER_SECS);
+    gate_unref(c->fill_gate);
+    c->fill_gate = NULL;
     bound bd = make_bound(NULL, HANDSHAKE_SECS);
-    int ctl = -1;
+    int ctl = exe ? spawner_fork(c, exe, &bd) : -1;
     uint32_t type = 0, len = 0;
     unsigned char *hello = NULL;
-    if (exe && spawn_supervisor(exe, argv, &bd, &ctl, NULL, NULL) < 0)
-        ctl = -1;
     if (ctl >= 0 && (read_frame(ctl, &type, &hello, &len, &bd) != IO_OK || type != PROTO_HELLO)) {
         close(ctl);
         ctl = -1;
@@ -1361,7 +1585,8 @@ static void warm_take(struct sbx_plugin_client *c, const char *exe, warm_sup *w)
     int stale = -1;
     pthread_mutex_lock(&c->lock);
     /* One on its way is further along than a cold start: wait for it
-     * (bounded). */
+     * (bounded), its gate open. */
+    gate_open(c->gate);
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += (time_t)WARM_WAIT_SECS;
@@ -1392,14 +1617,17 @@ static void warm_take(struct sbx_plugin_client *c, const char *exe, warm_sup *w)
 }
 
 /** Starts the next warm supervisor of @exe in the background, unless one
- *  is there or on its way. */
-static void warm_refill(struct sbx_plugin_client *c, const char *exe)
+ *  is there or on its way; it waits at a gate (fill_gate) first. Returns a
+ *  reference to that gate for the sandbox just created (NULL when no fill
+ *  started). */
+static fill_gate *warm_refill(struct sbx_plugin_client *c, const char *exe)
 {
 #if LOCAL_WARM
     /* SBX_LOCAL_WARM=0: none started ahead (every create spawns). */
     const char *knob = getenv("SBX_LOCAL_WARM");
+    fill_gate *mine = NULL;
     if (knob && strcmp(knob, "0") == 0)
-        return;
+        return NULL;
     pthread_mutex_lock(&c->lock);
     if (!c->closing && !c->filling && c->warm_ctl < 0) {
         if (c->fill_joinable) {
@@ -1409,18 +1637,29 @@ static void warm_refill(struct sbx_plugin_client *c, const char *exe)
         }
         free(c->warm_exe);
         c->warm_exe = strdup(exe);
+        fill_gate *g = gate_new();
+        c->fill_gate = gate_ref(g);
         if (c->warm_exe && pthread_create(&c->fill_thread, NULL, warm_fill, c) == 0) {
             c->filling = 1;
             c->fill_joinable = 1;
+            gate_unref(c->gate);
+            c->gate = gate_ref(g);
+            mine = g;
+            g = NULL;
         } else {
             free(c->warm_exe);
             c->warm_exe = NULL;
+            gate_unref(c->fill_gate);
+            c->fill_gate = NULL;
         }
+        gate_unref(g);
     }
     pthread_mutex_unlock(&c->lock);
+    return mine;
 #else
     (void)c;
     (void)exe;
+    return NULL;
 #endif
 }
 
@@ -1455,6 +1694,7 @@ static int local_client_new(const char *config_json, sbx_plugin_client **client,
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->filled, NULL);
     c->warm_ctl = -1;
+    c->spawner_ctl = -1;
     *client = c;
     return 0;
 }
@@ -1466,6 +1706,7 @@ static void local_client_free(sbx_plugin_client *client)
     pthread_mutex_lock(&client->lock);
     client->closing = 1;
     int joinable = client->fill_joinable;
+    gate_open(client->gate);
     pthread_mutex_unlock(&client->lock);
     if (joinable)
         pthread_join(client->fill_thread, NULL);
@@ -1474,6 +1715,10 @@ static void local_client_free(sbx_plugin_client *client)
         close(client->warm_ctl);
     free(client->warm_exe);
     free(client->warm_hello);
+#if LOCAL_WARM
+    spawner_close(client);
+#endif
+    gate_unref(client->gate);
     pthread_cond_destroy(&client->filled);
     pthread_mutex_destroy(&client->lock);
     free(client);
@@ -2039,7 +2284,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     close(sock_fds[1]);
     if (started < 0)
         goto fail;
-    warm_refill(client, exe);
+    sb->fill_gate = warm_refill(client, exe);
 
     char *recfile = join_path(sb->meta, "record");
     char *rec = recfile ? record_json(sb) : NULL;
@@ -2116,6 +2361,8 @@ fail:
     if (sb) {
         if (made_meta)
             remove_dirs(sb, op, NULL);
+        gate_open(sb->fill_gate);
+        gate_unref(sb->fill_gate);
         pthread_mutex_destroy(&sb->lock);
         sandbox_free_fields(sb);
         free(sb);
@@ -2262,6 +2509,8 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     LOG(SBX_LOG_DEBUG, "destroyed %s", sb->id);
 out:
     pthread_mutex_unlock(&sb->lock);
+    /* Its work done, the client's next fill may run. */
+    gate_open(sb->fill_gate);
     return rc;
 }
 
@@ -2322,6 +2571,8 @@ static void local_sandbox_free(sbx_plugin_sandbox *sandbox)
 {
     if (!sandbox)
         return;
+    gate_open(sandbox->fill_gate);
+    gate_unref(sandbox->fill_gate);
     pthread_mutex_destroy(&sandbox->lock);
     sandbox_free_fields(sandbox);
     free(sandbox);

@@ -31,6 +31,9 @@ struct sbx_plugin_sandbox {
     double expires_at;          /* UNIX seconds the lifetime ends; 0 = none */
     pthread_mutex_t lock;       /* guards destroyed; serialises destroy */
     int destroyed;
+    struct fill_gate *fill_gate; /* local.c: the gate the client's next warm
+                                 * fill waits at, opened when this sandbox
+                                 * is destroyed (a reference; NULL none) */
 };
 
 /** local.c: 0 while @sandbox's lifetime lasts; else -1 with a not_found

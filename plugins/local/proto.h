@@ -17,9 +17,18 @@
  * the sandbox's meta directory; the socket is DIR/sock), or inside
  * bubblewrap as `sbx-supervisor --control-fd=3 --init` (no path of the host
  * in view), and handshakes on the control socketpair it hands over as
- * descriptor 3. A warm supervisor, started ahead of any create as
- * `sbx-supervisor --control-fd=3 --warm PAD` (PAD: PROTO_WARM_PAD spaces,
- * room for the directory on its command line), waits with no time limit
+ * descriptor 3. Warm supervisors come from a warm spawner, started once
+ * per client as `sbx-supervisor --control-fd=3 --warm PAD` (PAD:
+ * PROTO_WARM_PAD spaces, room for the directory on the command line its
+ * forks inherit), which forks one at each request until its control
+ * socket closes:
+ *
+ *     plugin     -> FORK     (empty)
+ *     spawner    -> FORKED   (empty), with the plugin's end of the new warm
+ *                            supervisor's control socket as SCM_RIGHTS;
+ *                            or ERROR
+ *
+ * A warm supervisor says HELLO (below) at once, waits with no time limit
  * for its sandbox, and ends when the control socket closes first:
  *
  *     plugin     -> CLAIM    str DIR, str PATH ("" = none): as the two
@@ -93,7 +102,7 @@
 #include <sys/types.h>
 
 /** Bumped whenever a frame changes shape. */
-#define PROTO_VERSION 4u
+#define PROTO_VERSION 5u
 
 /** The supervisor's exit status when it ended the sandbox on its own
  *  (lifetime, owners gone, a signal); 0 after DESTROY. */
@@ -142,7 +151,9 @@ typedef enum proto_type {
     PROTO_DETACHED = 17,
     PROTO_RESIZE = 18,
     PROTO_RESIZED = 19,
-    PROTO_CLAIM = 20
+    PROTO_CLAIM = 20,
+    PROTO_FORK = 21,
+    PROTO_FORKED = 22
 } proto_type;
 
 /** ERROR kinds. */

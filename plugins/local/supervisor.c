@@ -79,6 +79,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 /** How long the plugin may take to send CONFIG. */
@@ -2496,24 +2497,103 @@ static void __attribute__((noreturn)) warm_keeper(pid_t child, int pipe_rd, char
     keeper(child, dir, remove[0] == '/' ? remove : NULL, NULL, NULL, 0);
 }
 
-/**
- * A warm supervisor (`--control-fd=3 --warm PAD`): the process the library
- * spawned exits at once, as on a cold start; the keeper and the supervisor
- * are forked, and the supervisor says HELLO, then waits with no time limit
- * for CLAIM (read_claim()). When the control socket closes first (the
- * library, or the process holding the warm one, is gone) both end, leaving
- * nothing: nothing was made yet. Claimed, it goes on as a cold start
- * (run()).
- */
-static int warm_main(char **argv)
+/** Sends an empty frame of @type on @fd with @pass (>= 0) riding along as
+ *  SCM_RIGHTS; 0 or -1. */
+static int send_fd_frame(int fd, uint32_t type, int pass)
 {
+    proto_buf b;
+    proto_buf_init(&b, type);
+    if (proto_buf_finish(&b) < 0) {
+        proto_buf_free(&b);
+        return -1;
+    }
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof(ctl));
+    struct iovec iov = { b.data, b.len };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                         .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &pass, sizeof(int));
+    ssize_t n;
+    while ((n = sendmsg(fd, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+        ;
+    int rc = n < 0 ? -1
+             : (size_t)n < b.len ? write_all(fd, b.data + n, b.len - (size_t)n, CONFIG_WAIT_MS)
+             : 0;
+    proto_buf_free(&b);
+    return rc < 0 ? -1 : 0;
+}
+
+/**
+ * The warm spawner (`--control-fd=3 --warm PAD`): the process the library
+ * spawned exits at once, as on a cold start, and its child stays, loaded,
+ * for as long as the control socket is open. At each FORK it forks a fresh
+ * warm supervisor on a new control socketpair (its descriptor 3) and
+ * answers FORKED with the library's end of that socket; ERROR when it
+ * could not. The fork is the warm keeper, which forks the supervisor
+ * (run()); the supervisor says HELLO, then waits with no time limit for
+ * CLAIM (read_claim()). When that control socket closes first (the
+ * library, or the process holding the warm one, is gone) both end,
+ * leaving nothing: nothing was made yet. Claimed, it goes on as a cold
+ * start. A fork of this loaded process costs a fraction of a spawn (no
+ * exec, no dynamic loading). The spawner holds nothing of any sandbox; at
+ * EOF on its own control socket it exits 0.
+ */
+static int spawner_main(char **argv)
+{
+    int ctl = PROTO_CONTROL_FD;
     start_up();
     pid_t p = fork();
     if (p < 0)
         return 1;
     if (p > 0)
         _exit(0);
-    return run(0, NULL, argv);
+    for (;;) {
+        struct pollfd pf = { .fd = ctl, .events = POLLIN };
+        while (poll(&pf, 1, -1) < 0 && errno == EINTR)
+            ;
+        unsigned char hdr[PROTO_HEADER_SIZE];
+        uint32_t type, len;
+        if (read_all(ctl, hdr, sizeof(hdr), CONFIG_WAIT_MS) < 0)
+            _exit(0);
+        if (proto_parse_header(hdr, &type, &len) < 0 || type != PROTO_FORK || len != 0) {
+            send_error_fd(ctl, PROTO_ERR_PROTOCOL, EPROTO, "expected FORK");
+            _exit(1);
+        }
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+            send_error_fd(ctl, PROTO_ERR_INTERNAL, errno, "socketpair");
+            continue;
+        }
+        /* A sibling, not a child: the keeper settles under this
+         * process's parent (the caller's subreaper, or init) at once,
+         * with no process forked in between to exit. A raw clone: this
+         * process has one thread, and nothing of glibc it uses depends on
+         * the thread id fork would have updated (raise() asks the
+         * kernel). */
+        pid_t x = (pid_t)syscall(SYS_clone, (unsigned long)(CLONE_PARENT | SIGCHLD), NULL,
+                                 NULL, NULL, NULL);
+        if (x == 0) {
+            /* Its own control socket in place of this one's. */
+            if (dup2(sv[1], PROTO_CONTROL_FD) < 0)
+                _exit(1);
+            start_up();
+            _exit(run(0, NULL, argv));
+        }
+        int err = x < 0 ? errno : 0;
+        close(sv[1]);
+        if (err)
+            send_error_fd(ctl, PROTO_ERR_INTERNAL, err, "cannot fork a warm supervisor");
+        else if (send_fd_frame(ctl, PROTO_FORKED, sv[0]) < 0)
+            _exit(0);
+        close(sv[0]);
+    }
 }
 
 int main(int argc, char **argv)
@@ -2536,7 +2616,7 @@ int main(int argc, char **argv)
                && strcmp(argv[2], "--warm") == 0 && strlen(argv[3]) == PROTO_WARM_PAD
                && fcntl(ctl, F_GETFD) >= 0;
     if (warm)
-        return warm_main(argv);
+        return spawner_main(argv);
     if (argc == 4 && strncmp(argv[3], rm_opt, sizeof(rm_opt) - 1) == 0
         && argv[3][sizeof(rm_opt) - 1] == '/')
         remove = argv[3] + sizeof(rm_opt) - 1;
