@@ -1,0 +1,523 @@
+/*
+ * cloud.h — the hosted-provider base: what every plugin under plugins/cloud/
+ * links (a static convenience library, libsbx-cloud-base.la, compiled into
+ * each libsbx-NAME.so, so that each provider stays its own package and
+ * nothing is shared at run time but libsbx).
+ *
+ *   util.c    host services, errors (the last error of the thread), buffers,
+ *             clocks, bounds from the call context, base64, JSON helpers,
+ *             shell quoting and the command script (cwd for every part of a
+ *             command list, CASE-46), credentials from the provider's
+ *             variables and files, base URLs
+ *   http.c    one libcurl pool per client (a share handle for connections,
+ *             DNS and TLS sessions; keep-alive; HTTP/2 where the server
+ *             offers it), requests bounded by the call's deadline, the retry
+ *             policy (only calls safe to repeat; Retry-After in seconds or as
+ *             an HTTP-date, capped; exponential backoff with jitter), the
+ *             mapping of HTTP statuses to error codes, credential redaction
+ *   stream.c  streaming readers fed arbitrary chunks: Server-Sent Events,
+ *             NDJSON, Connect's enveloped stream
+ *   reap.c    the ownership labels, and orphans of creates whose outcome
+ *             is unknown, found by their create token and deleted
+ *   proc.c    a process handle over a worker thread that runs one streaming
+ *             call (exec_wait, exec_event_fd, output to the host's
+ *             descriptors)
+ *
+ * A provider plugin is then mostly a table: how options map to its create
+ * body, how its responses map to ids and states, how exec and files are
+ * framed.
+ *
+ * Prefix: cl_ (functions, types), CL_ (macros). Threading: every function
+ * is thread-safe unless it says otherwise; a cl_http is shared by the
+ * threads of one client. Errors: functions returning int give 0 (or a
+ * count) on success and -1 with *error set on failure; the error always
+ * names the backend (the host fills it in from the plugin) and the op.
+ * Ownership: "a new string" is malloc()ed and freed by the caller with
+ * free().
+ *
+ * Credentials: a credential given to cl_http_set_secret() is never put in an
+ * error, a log line, a context value or a session state: every message the
+ * base builds from a provider's answer is scrubbed of it (CASE-36). It only
+ * travels in the request header named by cl_http_set_auth().
+ */
+#ifndef SBX_CLOUD_H
+#define SBX_CLOUD_H
+
+#include <sbx/plugin.h>
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct json_object;
+
+/* ------------------------------------------------------------------------ */
+/* Host services and errors (util.c)                                         */
+/* ------------------------------------------------------------------------ */
+
+/** The host services handed to setup; NULL before. */
+extern const sbx_host_services *cl_host;
+
+/** The backend name of this plugin ("e2b"), used in log lines; set by
+ *  cl_setup. */
+extern const char *cl_backend;
+
+/** For a plugin's setup slot: keeps @host and @backend (a static string),
+ *  initialises libcurl once (curl_global_init is not thread-safe, so it
+ *  runs here, on the host's first call). Returns 0 or -1. */
+int cl_setup(const sbx_host_services *host, const char *backend, sbx_error **error);
+
+/**
+ * Stores a new error (when @error wants one and holds none: the first error
+ * stands) and returns it, or NULL. Also recorded as this thread's last
+ * error (cl_last), so a caller that passed NULL can still look at it.
+ */
+sbx_error *cl_fail(sbx_error **error, sbx_error_code code, const char *op,
+                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/** Adds key=value to @err (copied; NULL @err or @value: nothing). */
+void cl_context(sbx_error *err, const char *key, const char *value);
+/** Marks @err (and this thread's last error) as outcome unknown: the
+ *  provider may have acted. */
+void cl_outcome_unknown(sbx_error *err);
+
+typedef struct cl_last_error {
+    sbx_error_code code;
+    int unknown;          /* outcome unknown */
+    long http_status;     /* the answer's status; 0 when none came */
+    double retry_after_s; /* the provider's Retry-After; 0 when none */
+    char msg[2048];
+} cl_last_error;
+/** The last error made on this thread (cl_fail / cl_fail_status). */
+const cl_last_error *cl_last(void);
+
+#define CL_LOG(level, ...)                                                  \
+    do {                                                                    \
+        if (cl_host && cl_host->log)                                        \
+            cl_host->log(level, cl_backend, __VA_ARGS__);                   \
+    } while (0)
+
+/* ------------------------------------------------------------------------ */
+/* Buffers, clocks, bounds (util.c)                                          */
+/* ------------------------------------------------------------------------ */
+
+/** A growable byte buffer, NUL-terminated whenever data != NULL. */
+typedef struct cl_buf {
+    char *data;
+    size_t len, cap;
+} cl_buf;
+
+int cl_buf_append(cl_buf *b, const void *p, size_t n);   /* 0 or -1 (ENOMEM) */
+int cl_buf_printf(cl_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cl_buf_clear(cl_buf *b);
+
+double cl_now(void);        /* CLOCK_MONOTONIC seconds */
+double cl_wallclock(void);  /* UNIX seconds */
+/** Sleeps @secs, waking early (returns 1) when @cancel_fd becomes readable;
+ *  0 after the full sleep. */
+int cl_sleep(double secs, int cancel_fd);
+
+/** A wait bound: the earlier of a limit of our own and the call's deadline,
+ *  and the call's cancel descriptor. */
+typedef struct cl_bound {
+    double until;       /* CLOCK_MONOTONIC seconds; 0 = none */
+    double deadline;    /* the call's own deadline; 0 = none */
+    int cancel_fd;      /* -1 = none */
+} cl_bound;
+
+/** @ctx may be NULL; @secs <= 0: no limit of our own. */
+cl_bound cl_bound_make(const sbx_call_ctx *ctx, double secs);
+/** Seconds left (-1 = unbounded, 0 = expired). */
+double cl_bound_left(const cl_bound *b);
+int cl_bound_cancelled(const cl_bound *b);
+
+/* ------------------------------------------------------------------------ */
+/* Encodings, JSON, shell (util.c)                                           */
+/* ------------------------------------------------------------------------ */
+
+/** Standard base64 of @n bytes: a new NUL-terminated string, or NULL. */
+char *cl_base64_encode(const void *p, size_t n);
+/** Decodes standard or URL-safe base64 (padding optional, whitespace
+ *  skipped) into @out (appended). Returns 0, or -1 on a byte outside the
+ *  alphabet. */
+int cl_base64_decode(const char *s, size_t n, cl_buf *out);
+/** Percent-encodes @s for a URL query or path segment: a new string. */
+char *cl_url_escape(const char *s);
+
+/** Member @key of object @o as a string (borrowed), or NULL when missing or
+ *  not a string. */
+const char *cl_json_str(struct json_object *o, const char *key);
+/** Member @key as an int64: a JSON integer, or a string holding one
+ *  (proto3 JSON writes int64 as strings). Returns 1 and sets *@v when
+ *  present, 0 when missing, -1 when it is neither. */
+int cl_json_int(struct json_object *o, const char *key, int64_t *v);
+/** Nested lookup: cl_json_path(o, "a", "b", NULL) is o.a.b, or NULL. */
+struct json_object *cl_json_path(struct json_object *o, ...) __attribute__((sentinel));
+
+/** @s quoted for a POSIX shell ('…', with ' as '\''): a new string. */
+char *cl_shell_quote(const char *s);
+/**
+ * The shell script that runs an exec request's command: argv (each word
+ * quoted) or the shell text, in @cwd when it is not NULL. The cwd is
+ * entered on a line of its own before the command ("cd -- 'DIR' || exit
+ * CL_CWD_MISSING_EXIT", then a newline, then the command), so that it
+ * holds for every part of a command list, background operators, comments
+ * and here-documents included (CASE-46). Environment values never go into
+ * the script: they travel in the provider's env field. A new string.
+ */
+char *cl_shell_script(const char *const *argv, const char *shell, const char *cwd);
+#define CL_CWD_MISSING_EXIT 211
+
+/* ------------------------------------------------------------------------ */
+/* Configuration: credentials and base URLs (util.c)                         */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * The credential: the first non-empty of the environment variables @envs
+ * (NULL-terminated), else member @json_key of the JSON file @file_under_home
+ * (a path relative to $HOME, e.g. ".e2b/config.json"; NULL for none), else
+ * NULL. A new string. Never logged.
+ */
+char *cl_credential(const char *const *envs, const char *file_under_home, const char *json_key);
+
+/**
+ * A base URL: member @key of the client's config JSON @config (a string),
+ * else environment variable @env, else @dflt. Trailing slashes are removed.
+ * An URL that does not start with http:// or https:// is a configuration
+ * error naming it. A new string, or NULL with *@error set.
+ */
+char *cl_base_url(struct json_object *config, const char *key, const char *env,
+                  const char *dflt, sbx_error **error);
+
+/* ------------------------------------------------------------------------ */
+/* HTTP (http.c)                                                             */
+/* ------------------------------------------------------------------------ */
+
+/** The retry policy of a client (CASE-19). */
+typedef struct cl_retry_policy {
+    int retries;            /* re-sends after the first attempt; default 3 */
+    double base_s;          /* first backoff without Retry-After; default 0.5 */
+    double max_backoff_s;   /* cap of one backoff; default 8 */
+    double max_wait_s;      /* a Retry-After above this fails at once with
+                             * rate_limited (retry_after_s in context);
+                             * default 60 */
+} cl_retry_policy;
+
+#define CL_RETRY_POLICY_DEFAULT { 3, 0.5, 8.0, 60.0 }
+
+/** One connection pool per client; opaque. */
+typedef struct cl_http cl_http;
+
+/** New pool (no I/O). NULL on memory exhaustion. */
+cl_http *cl_http_new(void);
+void cl_http_free(cl_http *h);
+/** The header that carries the credential on every request ("X-API-Key",
+ *  "Authorization" with @value "Bearer KEY"); the value is a secret (see
+ *  cl_http_set_secret). Copied. Not thread-safe: call before requests. */
+int cl_http_set_auth(cl_http *h, const char *header, const char *value);
+/** Adds @secret to what is scrubbed from every message (copied; up to 8).
+ *  Not thread-safe: call before requests. */
+int cl_http_set_secret(cl_http *h, const char *secret);
+/** Sets the retry policy (copied). Not thread-safe: call before requests. */
+void cl_http_set_retry(cl_http *h, const cl_retry_policy *p);
+/** Reads "retries" (integer >= 0) and "max_retry_wait_s" (number >= 0) of
+ *  the client's config JSON into @p; a bad value is a configuration error
+ *  naming it. */
+int cl_retry_policy_from_config(struct json_object *config, cl_retry_policy *p,
+                                sbx_error **error);
+
+/** Streams a request body: fills @buf with up to @cap bytes; returns the
+ *  count, 0 at the end, -1 to abort (after storing its own error). */
+typedef ssize_t (*cl_source_fn)(void *ud, char *buf, size_t cap);
+/** Takes a chunk of a 2xx response body; returns 0, or -1 to abort. */
+typedef int (*cl_sink_fn)(void *ud, const char *p, size_t n);
+
+/** Whether a request may be sent again after a failure that may have
+ *  reached the provider. */
+typedef enum cl_idempotency {
+    CL_UNSAFE = 0,      /* never re-sent once it may have reached the
+                         * provider: such a failure has outcome unknown */
+    CL_SAFE = 1         /* reads, deletes, creates carrying a client-chosen
+                         * id or token: retried on 429, 5xx and transport
+                         * errors */
+} cl_idempotency;
+
+typedef struct cl_req {
+    const char *method;         /* GET POST PUT DELETE PATCH */
+    const char *url;            /* absolute */
+    const char *const *headers; /* extra "Name: value" lines, NULL-terminated; may be NULL */
+    const char *content_type;   /* of the body; NULL = application/json when body set */
+    const void *body;           /* whole body, or NULL */
+    size_t body_len;
+    cl_source_fn source;        /* or a streamed body (not retried once started) */
+    void *source_ud;
+    int64_t source_len;         /* its length, or -1 (chunked) */
+    cl_sink_fn sink;            /* a 2xx body goes here; else it is kept in resp->body */
+    void *sink_ud;
+    cl_idempotency idempotent;
+    double secs;                /* our own bound on the whole call (retries
+                                 * included); <= 0: only the call's deadline */
+    double idle_secs;           /* a stream with no byte for this long fails
+                                 * as a timeout; <= 0: no idle limit (the
+                                 * call's bound only: a quiet command is not
+                                 * cut by a fixed read timeout, CASE-52) */
+    int no_auth;                /* 1: leave the credential header out */
+    const char *what;           /* for messages ("create the sandbox"); NULL = METHOD URL path */
+} cl_req;
+
+typedef struct cl_resp {
+    long status;                /* HTTP status of the last attempt; 0 when none came */
+    cl_buf body;                /* kept (non-sunk) body, capped at 64 MiB */
+    double retry_after_s;       /* Retry-After of the last answer; 0 when none */
+    int attempts;               /* requests sent */
+    char *content_type;         /* the answer's Content-Type; NULL when none */
+    int maybe_acted;            /* a CL_UNSAFE request answered 5xx / 408: the
+                                 * provider may have acted (cl_fail_status
+                                 * then marks the error outcome unknown) */
+} cl_resp;
+
+/**
+ * Performs @req with the client's retry policy. Returns 0 when an HTTP
+ * answer came that is not retried any more (any status: look at
+ * resp->status), -1 with *@error when no usable answer came: transport
+ * failure, bound expired (timeout), cancelled, a source or sink aborted, or
+ * a 429 whose Retry-After passes the policy's max_wait_s (rate_limited with
+ * context retry_after_s, at once). A request that failed after it may
+ * have reached the provider and is CL_UNSAFE fails with outcome unknown.
+ * After retries are exhausted on 429 / 5xx it returns 0 with that status.
+ */
+int cl_request(cl_http *h, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *resp,
+               const char *op, sbx_error **error);
+void cl_resp_clear(cl_resp *r);
+
+/** The error code of an HTTP status: 400, 409, 422 configuration; 401, 403
+ *  authentication; 404, 410 not_found; 408, 504 timeout; 429 rate_limited;
+ *  other 5xx connection; anything else execution_failed. */
+sbx_error_code cl_code_of_status(long status);
+
+/** The provider's message of an error answer ("message", else "error" as a
+ *  string or as {"message"}, else the body text), trimmed to 1 KiB and
+ *  scrubbed of the client's secrets: a new string (never NULL unless out
+ *  of memory). */
+char *cl_resp_message(cl_http *h, const cl_resp *r);
+
+/**
+ * Stores the error of an unexpected answer: "@what: MESSAGE (HTTP N)" with
+ * the code of the status (or @code when it is not (sbx_error_code)-1),
+ * context http_status and, for 429, retry_after_s. Returns it.
+ */
+#define CL_CODE_BY_STATUS ((sbx_error_code)-1)
+sbx_error *cl_fail_status(cl_http *h, sbx_error **error, sbx_error_code code,
+                          const cl_resp *r, const char *op, const char *what);
+
+/** Parses a JSON answer body; NULL (and a connection error naming @what)
+ *  when it is not JSON. The caller json_object_put()s it. */
+struct json_object *cl_resp_json(const cl_resp *r, const char *op, const char *what,
+                                 sbx_error **error);
+
+/** Parses a Retry-After value, seconds or an HTTP-date (relative to
+ *  @now_wall, UNIX seconds); returns the wait in seconds (>= 0), or -1 when
+ *  it is neither. */
+double cl_parse_retry_after(const char *value, double now_wall);
+
+/* ------------------------------------------------------------------------ */
+/* Streaming readers (stream.c)                                              */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Each reader is fed any chunking of its stream (down to single bytes)
+ * and calls its callback once per complete frame. A callback returns 0 to
+ * go on, 1 when the frame was the stream's final one (the reader then
+ * ignores the rest), -1 to abort (after storing its own error). cl_*_end
+ * is called when the transport ended: it fails (connection error, "the
+ * stream ended before its final frame") unless a callback returned 1, so a
+ * cut stream never passes for a finished command. Keepalive frames (SSE
+ * comments, empty NDJSON lines) never reach the callback.
+ */
+
+/** One Server-Sent Event: @event ("message" when the stream named none),
+ *  @data (the data lines joined with \n, NUL-terminated, @data_len bytes),
+ *  @id (NULL when none). Borrowed for the call. */
+typedef int (*cl_sse_fn)(void *ud, const char *event, const char *data, size_t data_len,
+                         const char *id);
+
+typedef struct cl_sse {
+    cl_sse_fn fn;
+    void *ud;
+    cl_buf line;        /* the line being read */
+    cl_buf data;        /* data of the event being read */
+    char *event;
+    char *id;
+    int has_data;
+    int cr;             /* the last byte was \r (a \n after it ends nothing) */
+    int done;           /* the callback returned 1 */
+    int failed;
+} cl_sse;
+
+void cl_sse_init(cl_sse *s, cl_sse_fn fn, void *ud);
+int cl_sse_feed(cl_sse *s, const char *p, size_t n, const char *op, sbx_error **error);
+int cl_sse_end(cl_sse *s, const char *op, sbx_error **error);
+void cl_sse_clear(cl_sse *s);
+
+/** One NDJSON line, parsed (borrowed for the call). */
+typedef int (*cl_ndjson_fn)(void *ud, struct json_object *obj);
+
+typedef struct cl_ndjson {
+    cl_ndjson_fn fn;
+    void *ud;
+    cl_buf line;
+    int done;
+    int failed;
+} cl_ndjson;
+
+void cl_ndjson_init(cl_ndjson *s, cl_ndjson_fn fn, void *ud);
+/** A line that is not JSON fails (connection error quoting its start). */
+int cl_ndjson_feed(cl_ndjson *s, const char *p, size_t n, const char *op, sbx_error **error);
+int cl_ndjson_end(cl_ndjson *s, const char *op, sbx_error **error);
+void cl_ndjson_clear(cl_ndjson *s);
+
+/** Connect's envelope flags (connectrpc.com docs/protocol.md). */
+#define CL_CONNECT_COMPRESSED 0x01u
+#define CL_CONNECT_END_STREAM 0x02u
+
+/** One Connect envelope: @flags and its message (@p, @n bytes; for the JSON
+ *  codec, JSON text, NUL-terminated). Borrowed for the call. */
+typedef int (*cl_connect_fn)(void *ud, unsigned flags, const char *p, size_t n);
+
+typedef struct cl_connect {
+    cl_connect_fn fn;
+    void *ud;
+    unsigned char hdr[5];
+    size_t hdr_len;
+    cl_buf msg;
+    uint32_t want;      /* length of the envelope being read */
+    int done;
+    int failed;
+    size_t max_len;     /* an envelope longer is refused; default 16 MiB */
+} cl_connect;
+
+void cl_connect_init(cl_connect *s, cl_connect_fn fn, void *ud);
+/** A compressed envelope (none was asked for) or one longer than max_len
+ *  fails. */
+int cl_connect_feed(cl_connect *s, const char *p, size_t n, const char *op, sbx_error **error);
+int cl_connect_end(cl_connect *s, const char *op, sbx_error **error);
+void cl_connect_clear(cl_connect *s);
+/** One envelope around @n bytes of @p (flags 0): a new buffer in @out. */
+int cl_connect_envelope(const void *p, size_t n, unsigned flags, cl_buf *out);
+
+/**
+ * The error of a Connect end-of-stream message or unary error body
+ * ({"error":{"code","message"}} or {"code","message"}): 1 and an error
+ * stored when it holds one, 0 when it holds none. Codes: unauthenticated,
+ * permission_denied -> authentication; not_found -> not_found;
+ * deadline_exceeded -> timeout; resource_exhausted -> rate_limited;
+ * unavailable -> connection; invalid_argument, failed_precondition,
+ * already_exists -> configuration; others -> execution_failed.
+ */
+int cl_connect_error(cl_http *h, struct json_object *msg, const char *op, const char *what,
+                     sbx_error **error);
+
+/* ------------------------------------------------------------------------ */
+/* Process handles over one streaming call (proc.c)                          */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A cl_proc runs @run on a worker thread of its own. @run performs the
+ * provider's streaming exec call, writes output with cl_proc_output as it
+ * arrives, and returns the exit code (0..255) or -1 after cl_proc_fail.
+ * exec_wait / exec_event_fd / exec_free of a plugin map onto
+ * cl_proc_wait / cl_proc_event_fd / cl_proc_clear. The plugin's own
+ * process struct embeds a cl_proc as its first member. @run passes
+ * stop_fd as the cancel_fd of the call context of its requests, so that
+ * cl_proc_stop (exec_free, destroy) ends a quiet stream too.
+ */
+typedef struct cl_proc cl_proc;
+typedef int (*cl_proc_run_fn)(cl_proc *p);
+
+struct cl_proc {
+    cl_proc_run_fn run;
+    void *ud;                   /* the plugin's */
+    int stdout_fd, stderr_fd;   /* dup()s of the host's descriptors; -1 closed */
+    int stop_fd;                /* readable once cl_proc_stop was called */
+    int stop_wr;
+    int event_rd, event_wr;     /* readable once the command ended */
+    pthread_t thread;
+    int started;
+    pthread_mutex_t lock;
+    int ended;                  /* run returned */
+    int exit_code;
+    int stopped;
+    char err_msg[2048];         /* cl_proc_fail's error, handed to exec_wait */
+    sbx_error_code err_code;
+    int err_unknown;
+    char err_ctx_key[32], err_ctx_val[512];
+};
+
+/** Starts @p (its run and ud set by the caller) on its thread with dup()s
+ *  of @stdout_fd / @stderr_fd. Returns 0 or -1. */
+int cl_proc_start(cl_proc *p, int stdout_fd, int stderr_fd, const char *op, sbx_error **error);
+/** Writes output of stream 1 (stdout) or 2 (stderr) to the host's
+ *  descriptor, whole, even when the descriptor is non-blocking; 0, or -1
+ *  when the host closed it or cl_proc_stop was called. Empty writes do
+ *  nothing. Called on the worker thread. */
+int cl_proc_output(cl_proc *p, int stream, const void *data, size_t n);
+/** Records the command's failure (on the worker thread, before @run returns
+ *  -1); exec_wait hands it out. @ctx_key/@ctx_val: one context pair or
+ *  NULL. */
+void cl_proc_fail(cl_proc *p, sbx_error_code code, int unknown, const char *ctx_key,
+                  const char *ctx_val, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/** Takes the error of the thread's last cl_fail as @p's failure. */
+void cl_proc_fail_last(cl_proc *p);
+/** The exec_wait slot: 1 and *@exit_code when ended, 0 while it runs, -1
+ *  with the run's error. */
+int cl_proc_wait(cl_proc *p, int timeout_ms, int *exit_code, const char *op,
+                 sbx_error **error);
+int cl_proc_event_fd(cl_proc *p);
+/** Asks the worker to stop reading (its stream is abandoned). */
+void cl_proc_stop(cl_proc *p);
+/** 1 once cl_proc_stop was called (for the worker's sinks). */
+int cl_proc_stopping(cl_proc *p);
+/** Stops, joins the worker and closes the descriptors (not @p itself). */
+void cl_proc_clear(cl_proc *p);
+
+/* ------------------------------------------------------------------------ */
+/* Ownership labels and orphans (reap.c)                                     */
+/* ------------------------------------------------------------------------ */
+
+/* The metadata / label keys every hosted sandbox made by libsbx carries, so
+ * that list_owned, destroy_by_id and `sbx gc` find it and a create whose
+ * answer was lost can be undone: the backend name, the create token
+ * ("sbx-" + 32 hex digits) and the expiry (UNIX seconds, decimal). */
+#define CL_META_BACKEND "sbx_backend"
+#define CL_META_TOKEN "sbx_create_token"
+#define CL_META_EXPIRES "sbx_expires_at"
+
+/** Finds the provider ids of the sandboxes carrying create token @token:
+ *  stores a NULL-terminated array of new strings in *@ids (freed with
+ *  cl_strv_free). Returns 0 or -1. */
+typedef int (*cl_reap_find_fn)(void *ud, const sbx_call_ctx *ctx, const char *token,
+                               char ***ids, sbx_error **error);
+/** Deletes sandbox @id; 0 also when it is already gone. */
+typedef int (*cl_reap_delete_fn)(void *ud, const sbx_call_ctx *ctx, const char *id,
+                                 sbx_error **error);
+
+void cl_strv_free(char **v);
+
+/**
+ * The orphans of a client: creates whose outcome is unknown (sent, no
+ * answer in time). cl_reap_now looks for the token's sandboxes once and
+ * deletes them (bounded by @ctx's deadline plus @grace_s; returns how many
+ * it deleted, or -1). cl_reaper_add keeps looking, on a thread of the
+ * reaper, once a second for @window_s seconds, deleting what appears (a
+ * provider may finish a create after the client gave up, CASE-20).
+ * cl_reaper_free stops the thread after one last look. @ud (the plugin's
+ * client) must outlive the reaper.
+ */
+typedef struct cl_reaper cl_reaper;
+cl_reaper *cl_reaper_new(cl_reap_find_fn find, cl_reap_delete_fn del, void *ud);
+int cl_reap_now(cl_reaper *r, const sbx_call_ctx *ctx, const char *token, double grace_s);
+int cl_reaper_add(cl_reaper *r, const char *token, double window_s);
+void cl_reaper_free(cl_reaper *r);
+
+#endif /* SBX_CLOUD_H */

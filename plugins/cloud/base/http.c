@@ -1,0 +1,696 @@
+/*
+ * http.c — the hosted-provider base's HTTP client (cloud.h): one libcurl
+ * pool per client, requests bounded by the call context, the retry policy,
+ * the mapping of statuses to error codes, and the scrubbing of secrets.
+ *
+ * Pool: a curl share handle holds the client's connection cache, DNS cache
+ * and TLS sessions, so every easy handle of the client reuses connections
+ * (keep-alive); idle easy handles are kept for reuse too. HTTP/2 is asked
+ * for over TLS (ALPN; CURL_HTTP_VERSION_2TLS), HTTP/1.1 otherwise.
+ *
+ * Retries (CASE-19): an attempt is repeated when it got 429 or 5xx, or a
+ * transport error, and the request is CL_SAFE; a transport error before
+ * the request could reach the server (no connection) is repeated for any
+ * request. The wait is the answer's Retry-After (seconds or an HTTP-date,
+ * taken against the answer's Date header when it has one), else
+ * base_s * 2^k plus up to 50% jitter, capped at max_backoff_s. A
+ * Retry-After above max_wait_s fails at once with rate_limited and
+ * retry_after_s in the context. A wait that passes the call's bound ends
+ * the retries with the last answer.
+ */
+#include "cloud.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include <curl/curl.h>
+#include <json-c/json.h>
+
+#define KEEP_MAX ((size_t)64 << 20)
+#define POOL_MAX 8
+#define SECRETS_MAX 8
+#define CONNECT_SECS 10.0
+
+void cl_last_set_http(long status, double retry_after_s);
+
+struct cl_http {
+    CURLSH *share;
+    pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
+    pthread_mutex_t lock;           /* guards the idle pool and the jitter seed */
+    CURL *idle[POOL_MAX];
+    int nidle;
+    char *auth_header;              /* "Name: value" */
+    char *secrets[SECRETS_MAX];
+    int nsecrets;
+    cl_retry_policy retry;
+    unsigned seed;
+};
+
+static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *ud)
+{
+    cl_http *c = ud;
+    if (data >= 0 && data < CURL_LOCK_DATA_LAST)
+        pthread_mutex_lock(&c->share_locks[data]);
+}
+
+static void share_unlock(CURL *h, curl_lock_data data, void *ud)
+{
+    cl_http *c = ud;
+    if (data >= 0 && data < CURL_LOCK_DATA_LAST)
+        pthread_mutex_unlock(&c->share_locks[data]);
+}
+
+cl_http *cl_http_new(void)
+{
+    cl_http *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_init(&c->share_locks[i], NULL);
+    pthread_mutex_init(&c->lock, NULL);
+    c->retry = (cl_retry_policy)CL_RETRY_POLICY_DEFAULT;
+    c->seed = (unsigned)(cl_now() * 1e6) ^ (unsigned)(uintptr_t)c;
+    c->share = curl_share_init();
+    if (c->share) {
+        curl_share_setopt(c->share, CURLSHOPT_LOCKFUNC, share_lock);
+        curl_share_setopt(c->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+        curl_share_setopt(c->share, CURLSHOPT_USERDATA, c);
+        curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+        curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+        curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+    }
+    return c;
+}
+
+void cl_http_free(cl_http *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->nidle; i++)
+        curl_easy_cleanup(c->idle[i]);
+    if (c->share)
+        curl_share_cleanup(c->share);
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_destroy(&c->share_locks[i]);
+    pthread_mutex_destroy(&c->lock);
+    if (c->auth_header) {
+        memset(c->auth_header, 0, strlen(c->auth_header));
+        free(c->auth_header);
+    }
+    for (int i = 0; i < c->nsecrets; i++) {
+        memset(c->secrets[i], 0, strlen(c->secrets[i]));
+        free(c->secrets[i]);
+    }
+    free(c);
+}
+
+int cl_http_set_secret(cl_http *c, const char *secret)
+{
+    if (!secret || strlen(secret) < 4)
+        return 0;           /* too short to scrub without mangling text */
+    for (int i = 0; i < c->nsecrets; i++)
+        if (strcmp(c->secrets[i], secret) == 0)
+            return 0;
+    if (c->nsecrets == SECRETS_MAX)
+        return -1;
+    if (!(c->secrets[c->nsecrets] = strdup(secret)))
+        return -1;
+    c->nsecrets++;
+    return 0;
+}
+
+int cl_http_set_auth(cl_http *c, const char *header, const char *value)
+{
+    free(c->auth_header);
+    c->auth_header = NULL;
+    if (!header || !value)
+        return 0;
+    if (asprintf(&c->auth_header, "%s: %s", header, value) < 0) {
+        c->auth_header = NULL;
+        return -1;
+    }
+    /* "Bearer KEY": the key alone is scrubbed too. */
+    const char *sp = strrchr(value, ' ');
+    if (sp && cl_http_set_secret(c, sp + 1) < 0)
+        return -1;
+    return cl_http_set_secret(c, value);
+}
+
+void cl_http_set_retry(cl_http *c, const cl_retry_policy *p)
+{
+    c->retry = *p;
+}
+
+int cl_retry_policy_from_config(json_object *config, cl_retry_policy *p, sbx_error **error)
+{
+    json_object *v;
+    if (config && json_object_object_get_ex(config, "retries", &v)) {
+        int64_t n = -1;
+        if (!json_object_is_type(v, json_type_int) || (n = json_object_get_int64(v)) < 0
+            || n > 100) {
+            sbx_error *e = cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
+                                   "retries: \"%s\" is not an integer from 0 to 100",
+                                   json_object_to_json_string(v));
+            cl_context(e, "option", "retries");
+            return -1;
+        }
+        p->retries = (int)n;
+    }
+    if (config && json_object_object_get_ex(config, "max_retry_wait_s", &v)) {
+        double d = -1;
+        if ((!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double))
+            || (d = json_object_get_double(v)) < 0 || !isfinite(d)) {
+            sbx_error *e = cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
+                                   "max_retry_wait_s: \"%s\" is not a number of seconds >= 0",
+                                   json_object_to_json_string(v));
+            cl_context(e, "option", "max_retry_wait_s");
+            return -1;
+        }
+        p->max_wait_s = d;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Scrubbing                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Replaces every secret of @c in @s (in place: "[redacted]" is written only
+ * where it fits, else the secret's bytes become '*'). */
+static void scrub(const cl_http *c, char *s)
+{
+    if (!c || !s)
+        return;
+    for (int i = 0; i < c->nsecrets; i++) {
+        size_t n = strlen(c->secrets[i]);
+        char *p;
+        while ((p = strstr(s, c->secrets[i])) != NULL) {
+            static const char red[] = "[redacted]";
+            if (n >= sizeof(red) - 1) {
+                memcpy(p, red, sizeof(red) - 1);
+                memmove(p + sizeof(red) - 1, p + n, strlen(p + n) + 1);
+            } else {
+                memset(p, '*', n);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Requests                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static CURL *pool_take(cl_http *c)
+{
+    CURL *h = NULL;
+    pthread_mutex_lock(&c->lock);
+    if (c->nidle > 0)
+        h = c->idle[--c->nidle];
+    pthread_mutex_unlock(&c->lock);
+    if (h)
+        curl_easy_reset(h);
+    else
+        h = curl_easy_init();
+    return h;
+}
+
+static void pool_give(cl_http *c, CURL *h, int reusable)
+{
+    if (!h)
+        return;
+    if (reusable) {
+        pthread_mutex_lock(&c->lock);
+        if (c->nidle < POOL_MAX) {
+            c->idle[c->nidle++] = h;
+            h = NULL;
+        }
+        pthread_mutex_unlock(&c->lock);
+    }
+    if (h)
+        curl_easy_cleanup(h);
+}
+
+typedef struct xfer {
+    const cl_req *req;
+    cl_resp *resp;
+    CURL *h;
+    cl_bound bound;
+    int got_status;
+    long status;
+    int sunk;           /* bytes went to the sink: the attempt cannot be repeated */
+    int sink_failed;
+    int source_started;
+    int source_failed;
+    int cancelled;
+    char *retry_after;
+    char *date;
+} xfer;
+
+static long xfer_status(xfer *x)
+{
+    if (!x->got_status) {
+        long st = 0;
+        curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &st);
+        x->status = st;
+        x->got_status = 1;
+    }
+    return x->status;
+}
+
+static size_t on_body(char *p, size_t size, size_t nmemb, void *ud)
+{
+    xfer *x = ud;
+    size_t n = size * nmemb;
+    long st = xfer_status(x);
+    if (x->req->sink && st >= 200 && st < 300) {
+        x->sunk = 1;
+        if (x->req->sink(x->req->sink_ud, p, n) < 0) {
+            x->sink_failed = 1;
+            return 0;
+        }
+        return n;
+    }
+    if (x->resp->body.len + n > KEEP_MAX)
+        return 0;
+    if (cl_buf_append(&x->resp->body, p, n) < 0)
+        return 0;
+    return n;
+}
+
+static char *header_value(const char *line, size_t n, const char *name)
+{
+    size_t nl = strlen(name);
+    if (n <= nl + 1 || strncasecmp(line, name, nl) != 0 || line[nl] != ':')
+        return NULL;
+    const char *v = line + nl + 1, *end = line + n;
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' '))
+        end--;
+    return strndup(v, (size_t)(end - v));
+}
+
+static size_t on_header(char *p, size_t size, size_t nmemb, void *ud)
+{
+    xfer *x = ud;
+    size_t n = size * nmemb;
+    char *v;
+    if (n >= 5 && strncmp(p, "HTTP/", 5) == 0) {
+        /* A new answer (after a 100 Continue, say): forget the last one's. */
+        free(x->retry_after);
+        free(x->date);
+        x->retry_after = x->date = NULL;
+    } else if ((v = header_value(p, n, "Retry-After")) != NULL) {
+        free(x->retry_after);
+        x->retry_after = v;
+    } else if ((v = header_value(p, n, "Date")) != NULL) {
+        free(x->date);
+        x->date = v;
+    } else if ((v = header_value(p, n, "Content-Type")) != NULL) {
+        free(x->resp->content_type);
+        x->resp->content_type = v;
+    }
+    return n;
+}
+
+static size_t on_source(char *buf, size_t size, size_t nitems, void *ud)
+{
+    xfer *x = ud;
+    x->source_started = 1;
+    ssize_t r = x->req->source(x->req->source_ud, buf, size * nitems);
+    if (r < 0) {
+        x->source_failed = 1;
+        return CURL_READFUNC_ABORT;
+    }
+    return (size_t)r;
+}
+
+static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+    xfer *x = ud;
+    if (cl_bound_cancelled(&x->bound)) {
+        x->cancelled = 1;
+        return 1;
+    }
+    return 0;
+}
+
+void cl_resp_clear(cl_resp *r)
+{
+    cl_buf_clear(&r->body);
+    free(r->content_type);
+    memset(r, 0, sizeof(*r));
+}
+
+/* Parses an IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT"); -1 when not. */
+static double parse_http_date(const char *s)
+{
+    struct tm tm;
+    memset(&tm, 0, sizeof(tm));
+    const char *end = strptime(s, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    if (!end) {
+        memset(&tm, 0, sizeof(tm));
+        end = strptime(s, "%A, %d-%b-%y %H:%M:%S GMT", &tm);   /* RFC 850 */
+    }
+    if (!end) {
+        memset(&tm, 0, sizeof(tm));
+        end = strptime(s, "%a %b %e %H:%M:%S %Y", &tm);       /* asctime */
+    }
+    if (!end)
+        return -1;
+    while (*end == ' ')
+        end++;
+    if (*end)
+        return -1;
+    return (double)timegm(&tm);
+}
+
+double cl_parse_retry_after(const char *value, double now_wall)
+{
+    if (!value)
+        return -1;
+    while (*value == ' ')
+        value++;
+    if (isdigit((unsigned char)*value)) {
+        char *end;
+        errno = 0;
+        double d = strtod(value, &end);
+        while (*end == ' ')
+            end++;
+        if (*end || errno || d < 0 || !isfinite(d))
+            return -1;
+        return d;
+    }
+    double t = parse_http_date(value);
+    if (t < 0)
+        return -1;
+    return t > now_wall ? t - now_wall : 0;
+}
+
+sbx_error_code cl_code_of_status(long s)
+{
+    return s == 400 || s == 409 || s == 422 ? SBX_ERROR_CONFIGURATION
+         : s == 401 || s == 403 ? SBX_ERROR_AUTHENTICATION
+         : s == 404 || s == 410 ? SBX_ERROR_NOT_FOUND
+         : s == 408 || s == 504 ? SBX_ERROR_TIMEOUT
+         : s == 429 ? SBX_ERROR_RATE_LIMITED
+         : s >= 500 && s <= 599 ? SBX_ERROR_CONNECTION
+         : SBX_ERROR_EXECUTION_FAILED;
+}
+
+/* The path of @url without its query, for messages. */
+static void url_path(const char *url, char *out, size_t cap)
+{
+    const char *p = strstr(url, "://");
+    p = p ? strchr(p + 3, '/') : NULL;
+    if (!p)
+        p = "/";
+    size_t n = strcspn(p, "?");
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(out, p, n);
+    out[n] = '\0';
+}
+
+static double backoff(cl_http *c, int k)
+{
+    double b = c->retry.base_s * pow(2.0, k);
+    if (b > c->retry.max_backoff_s)
+        b = c->retry.max_backoff_s;
+    pthread_mutex_lock(&c->lock);
+    double r = (double)rand_r(&c->seed) / RAND_MAX;
+    pthread_mutex_unlock(&c->lock);
+    return b + b * 0.5 * r;
+}
+
+int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *resp,
+               const char *op, sbx_error **error)
+{
+    memset(resp, 0, sizeof(*resp));
+    char path[512];
+    url_path(req->url, path, sizeof(path));
+    char whatbuf[600];
+    const char *what = req->what;
+    if (!what) {
+        snprintf(whatbuf, sizeof(whatbuf), "%s %s", req->method, path);
+        what = whatbuf;
+    }
+    cl_bound bound = cl_bound_make(ctx, req->secs);
+
+    for (int attempt = 0;; attempt++) {
+        if (bound.until && cl_bound_left(&bound) == 0) {
+            sbx_error *e = cl_fail(error, SBX_ERROR_TIMEOUT, op, "%s: the call's time ran out%s",
+                                   what, attempt ? " while waiting to retry" : "");
+            if (attempt && !req->idempotent)
+                cl_outcome_unknown(e);
+            return -1;
+        }
+        if (cl_bound_cancelled(&bound)) {
+            sbx_error *e = cl_fail(error, SBX_ERROR_CANCELLED, op, "%s: cancelled", what);
+            if (attempt && !req->idempotent)
+                cl_outcome_unknown(e);
+            return -1;
+        }
+        CURL *h = pool_take(c);
+        if (!h) {
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "%s: cannot make a curl handle", what);
+            return -1;
+        }
+        cl_buf_clear(&resp->body);
+        free(resp->content_type);
+        resp->content_type = NULL;
+        resp->status = 0;
+        resp->retry_after_s = 0;
+        xfer x = { .req = req, .resp = resp, .h = h, .bound = bound };
+        struct curl_slist *hdrs = NULL;
+        char ctype[256];
+
+        curl_easy_setopt(h, CURLOPT_URL, req->url);
+        if (c->share)
+            curl_easy_setopt(h, CURLOPT_SHARE, c->share);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+        curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+        curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 30L);
+        curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 15L);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &x);
+        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(h, CURLOPT_HEADERDATA, &x);
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, &x);
+        double left = cl_bound_left(&bound);
+        double cto = CONNECT_SECS;
+        if (left >= 0 && left < cto)
+            cto = left;
+        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(cto * 1000) + 1);
+        if (left >= 0)
+            curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(left * 1000) + 1);
+        if (req->idle_secs > 0) {
+            curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+            curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)ceil(req->idle_secs));
+        }
+        hdrs = curl_slist_append(hdrs, "Expect:");
+        if (c->auth_header && !req->no_auth)
+            hdrs = curl_slist_append(hdrs, c->auth_header);
+        for (size_t i = 0; req->headers && req->headers[i]; i++)
+            hdrs = curl_slist_append(hdrs, req->headers[i]);
+        const char *ct = req->content_type;
+        if (!ct && req->body)
+            ct = "application/json";
+        if (ct) {
+            snprintf(ctype, sizeof(ctype), "Content-Type: %s", ct);
+            hdrs = curl_slist_append(hdrs, ctype);
+        }
+        if (req->source) {
+            curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+            curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
+            curl_easy_setopt(h, CURLOPT_READFUNCTION, on_source);
+            curl_easy_setopt(h, CURLOPT_READDATA, &x);
+            if (req->source_len >= 0)
+                curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)req->source_len);
+        } else if (req->body || strcmp(req->method, "POST") == 0
+                   || strcmp(req->method, "PUT") == 0 || strcmp(req->method, "PATCH") == 0) {
+            curl_easy_setopt(h, CURLOPT_POST, 1L);
+            curl_easy_setopt(h, CURLOPT_POSTFIELDS, req->body ? (const char *)req->body : "");
+            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE,
+                             (curl_off_t)(req->body ? req->body_len : 0));
+            if (strcmp(req->method, "POST") != 0)
+                curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
+        } else if (strcmp(req->method, "GET") != 0) {
+            curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
+        }
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+
+        CURLcode rc = curl_easy_perform(h);
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp->status);
+        long connects = 0;
+        curl_easy_getinfo(h, CURLINFO_NUM_CONNECTS, &connects);
+        curl_off_t sent = 0;
+        curl_easy_getinfo(h, CURLINFO_SIZE_UPLOAD_T, &sent);
+        curl_slist_free_all(hdrs);
+        pool_give(c, h, rc == CURLE_OK);
+        resp->attempts = attempt + 1;
+        double now_wall = x.date ? parse_http_date(x.date) : -1;
+        if (now_wall < 0)
+            now_wall = cl_wallclock();
+        double ra = cl_parse_retry_after(x.retry_after, now_wall);
+        free(x.retry_after);
+        free(x.date);
+        resp->retry_after_s = ra > 0 ? ra : 0;
+
+        if (rc == CURLE_OK) {
+            long s = resp->status;
+            int retryable = (s == 429 || (s >= 500 && s <= 599)) && req->idempotent
+                            && !x.sunk && !x.source_started;
+            if (s == 429 && ra > c->retry.max_wait_s) {
+                cl_fail_status(c, error, SBX_ERROR_RATE_LIMITED, resp, op, what);
+                return -1;
+            }
+            if (!req->idempotent && (s >= 500 || s == 408))
+                resp->maybe_acted = 1;
+            if (!retryable || attempt >= c->retry.retries)
+                return 0;
+            double wait = (s == 429 && ra >= 0) ? ra : ra > 0 ? ra : backoff(c, attempt);
+            double l = cl_bound_left(&bound);
+            if (l >= 0 && wait >= l)
+                return 0;       /* no time to wait: the last answer stands */
+            CL_LOG(SBX_LOG_DEBUG, "%s: HTTP %ld, retrying in %.2f s (attempt %d of %d)", what, s,
+                   wait, attempt + 2, c->retry.retries + 1);
+            if (cl_sleep(wait, bound.cancel_fd)) {
+                cl_fail(error, SBX_ERROR_CANCELLED, op, "%s: cancelled", what);
+                return -1;
+            }
+            continue;
+        }
+
+        /* No usable answer. */
+        int not_sent = (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST
+                        || rc == CURLE_COULDNT_RESOLVE_PROXY);
+        if (x.sink_failed || x.source_failed) {
+            sbx_error *e = cl_fail(error, SBX_ERROR_CONNECTION, op, "%s: transfer aborted", what);
+            if (!req->idempotent)
+                cl_outcome_unknown(e);
+            return -1;
+        }
+        if (x.cancelled) {
+            sbx_error *e = cl_fail(error, SBX_ERROR_CANCELLED, op, "%s: cancelled", what);
+            if (!req->idempotent)
+                cl_outcome_unknown(e);
+            return -1;
+        }
+        int may_repeat = not_sent || (req->idempotent && !x.sunk && !x.source_started);
+        if (rc == CURLE_OPERATION_TIMEDOUT && bound.until && cl_bound_left(&bound) < 0.01)
+            may_repeat = 0;
+        if (may_repeat && attempt < c->retry.retries) {
+            double wait = backoff(c, attempt);
+            double l = cl_bound_left(&bound);
+            if (l < 0 || wait < l) {
+                CL_LOG(SBX_LOG_DEBUG, "%s: %s, retrying in %.2f s", what, curl_easy_strerror(rc),
+                       wait);
+                if (cl_sleep(wait, bound.cancel_fd)) {
+                    cl_fail(error, SBX_ERROR_CANCELLED, op, "%s: cancelled", what);
+                    return -1;
+                }
+                continue;
+            }
+        }
+        sbx_error *e;
+        if (rc == CURLE_OPERATION_TIMEDOUT) {
+            double idle = req->idle_secs;
+            if (idle > 0 && (!bound.until || cl_bound_left(&bound) > 0.01))
+                e = cl_fail(error, SBX_ERROR_TIMEOUT, op,
+                            "%s: no byte came for %.0f s", what, idle);
+            else
+                e = cl_fail(error, SBX_ERROR_TIMEOUT, op, "%s: no answer in time", what);
+        } else {
+            char host[256];
+            const char *p = strstr(req->url, "://");
+            p = p ? p + 3 : req->url;
+            size_t n = strcspn(p, "/");
+            if (n >= sizeof(host))
+                n = sizeof(host) - 1;
+            memcpy(host, p, n);
+            host[n] = '\0';
+            e = cl_fail(error, SBX_ERROR_CONNECTION, op, "%s on %s: %s", what, host,
+                        curl_easy_strerror(rc));
+            cl_context(e, "host", host);
+        }
+        if (!not_sent && !req->idempotent)
+            cl_outcome_unknown(e);
+        (void)connects;
+        (void)sent;
+        return -1;
+    }
+}
+
+char *cl_resp_message(cl_http *c, const cl_resp *r)
+{
+    const char *text = r->body.data ? r->body.data : "";
+    json_object *j = r->body.len ? json_tokener_parse(text) : NULL;
+    const char *m = cl_json_str(j, "message");
+    if (!m)
+        m = cl_json_str(j, "error");
+    if (!m)
+        m = cl_json_str(cl_json_path(j, "error", NULL), "message");
+    if (!m)
+        m = cl_json_str(j, "detail");
+    char *msg = strdup(m ? m : text);
+    json_object_put(j);
+    if (!msg)
+        return NULL;
+    for (char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20)
+            *p = ' ';
+    size_t n = strlen(msg);
+    while (n > 0 && msg[n - 1] == ' ')
+        msg[--n] = '\0';
+    if (n > 1024)
+        strcpy(msg + 1021, "...");
+    scrub(c, msg);
+    return msg;
+}
+
+sbx_error *cl_fail_status(cl_http *c, sbx_error **error, sbx_error_code code, const cl_resp *r,
+                          const char *op, const char *what)
+{
+    char *msg = cl_resp_message(c, r);
+    if (code == CL_CODE_BY_STATUS)
+        code = cl_code_of_status(r->status);
+    sbx_error *err;
+    if (code == SBX_ERROR_RATE_LIMITED && r->retry_after_s > 0)
+        err = cl_fail(error, code, op, "%s: %s (HTTP %ld; the provider asks to wait %.0f s)",
+                      what, msg && *msg ? msg : "no message", r->status, r->retry_after_s);
+    else
+        err = cl_fail(error, code, op, "%s: %s (HTTP %ld)", what,
+                      msg && *msg ? msg : "no message", r->status);
+    cl_last_set_http(r->status, r->retry_after_s);
+    char st[32];
+    snprintf(st, sizeof(st), "%ld", r->status);
+    cl_context(err, "http_status", st);
+    if (r->retry_after_s > 0 || code == SBX_ERROR_RATE_LIMITED) {
+        snprintf(st, sizeof(st), "%g", r->retry_after_s);
+        cl_context(err, "retry_after_s", st);
+    }
+    if (r->maybe_acted)
+        cl_outcome_unknown(err);
+    free(msg);
+    return err;
+}
+
+json_object *cl_resp_json(const cl_resp *r, const char *op, const char *what, sbx_error **error)
+{
+    json_object *j = r->body.len ? json_tokener_parse(r->body.data) : NULL;
+    if (!j)
+        cl_fail(error, SBX_ERROR_CONNECTION, op,
+                "%s: the provider answered HTTP %ld with a body that is not JSON", what,
+                r->status);
+    return j;
+}
