@@ -84,10 +84,10 @@ class Box:
                     args += ["--ro-bind", p, p]
             rd, wr = os.pipe()
             args += ["--proc", "/proc", "--dev", "/dev", "--info-fd", str(wr),
-                     "--", "sleep", "infinity"]
+                     "--", "/bin/sh", "-c", "echo ready; exec sleep infinity"]
             try:
                 proc = subprocess.Popen(args, pass_fds=(wr,), stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         start_new_session=True)
             finally:
                 os.close(wr)
@@ -104,6 +104,13 @@ class Box:
                 err = proc.stderr.read().decode(errors="replace")
                 proc.wait()
                 raise OSError("bwrap did not start: " + err.strip())
+            # The info comes before the instance's mounts are made; its
+            # command's first line comes after.
+            if proc.stdout.readline() != b"ready\n":
+                err = proc.stderr.read().decode(errors="replace")
+                proc.wait()
+                raise OSError("bwrap did not start: " + err.strip())
+            proc.stdout.close()
             self.proc = proc
             self.child_pid = int(info["child-pid"])
 
