@@ -93,6 +93,18 @@ class Handler(BaseHTTPRequestHandler):
     def body_bytes(self):
         if getattr(self, "_body", None) is not None:
             return self._body
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            parts = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+            self._body = b"".join(parts)
+            return self._body
         n = int(self.headers.get("Content-Length") or 0)
         data = b""
         while len(data) < n:
