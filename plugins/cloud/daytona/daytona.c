@@ -1,0 +1,1631 @@
+/*
+ * daytona.c — libsbx-daytona.so, the `daytona` backend: Daytona's v0 REST
+ * API for the lifecycle and its Toolbox API for commands and files, over
+ * the hosted-provider base (plugins/cloud/base/cloud.h).
+ *
+ * Contract: the Daytona section of the provider contracts (daytona/clients
+ * openapi-specs api.json and toolbox.json; daytonaio/daytona v0.190.0).
+ *
+ *  - Credentials: DAYTONA_API_KEY, else DAYTONA_JWT_TOKEN with
+ *    DAYTONA_ORGANIZATION_ID (sent as X-Daytona-Organization-ID); always as
+ *    "Authorization: Bearer ...". Base URL: the client config's "api_url",
+ *    else DAYTONA_API_URL, else https://app.daytona.io/api. Region: config
+ *    "target", else DAYTONA_TARGET.
+ *  - create: POST /sandbox. cpu → integer cores (ceil, at least 1);
+ *    memory_mb, disk_mb → GB (ceil); gpu "TYPE[:N]" → gpuType [TYPE], gpu N;
+ *    image → buildInfo with a "FROM image" Dockerfile; template or
+ *    snapshot_id → snapshot; allow_internet=0 → networkBlockAll; env → env;
+ *    the create token, backend and expiry → labels. Lifetime (the
+ *    reference's mapping): ttlMinutes = max(1, ceil(timeout_secs / 60))
+ *    only when the caller set timeout_secs; otherwise Daytona's idle stop
+ *    (autoStopInterval 15 minutes) is the provider-side bound, and is sent
+ *    explicitly. app_name is refused (a configuration error naming it).
+ *    The sandbox is polled until "started"; "error"/"build_failed" fail the
+ *    create with its errorReason, and the sandbox is deleted.
+ *  - exec: a toolbox session per command, never the merged `result` of
+ *    /process/execute: POST /process/session, then POST
+ *    /process/session/{sid}/exec {"command", "runAsync": true}, then the
+ *    command's logs followed (GET .../command/{cmdId}/logs?follow=true; each
+ *    chunk prefixed by \x01\x01\x01 for stdout or \x02\x02\x02 for stderr),
+ *    then GET .../command/{cmdId} for its exitCode; the session is deleted.
+ *    The command runs as "sh -c SCRIPT" (cl_shell_script: the cwd on a line
+ *    of its own, CASE-46), its environment exported before it, its stdin a
+ *    file uploaded first (or /dev/null). Its shell's pid is written to a file
+ *    beside it, so exec_kill signals the command's process group through
+ *    /process/execute.
+ *  - A stopped or archived sandbox is started on use (CASE-53): a toolbox
+ *    answer 400 "... Is the Sandbox started?" makes the plugin look at the
+ *    sandbox's state; stopped/archived → POST /sandbox/{id}/start and wait
+ *    for "started"; starting/restoring/creating → wait; error → an error
+ *    carrying state and errorReason; 404 → not_found "gone" (CASE-32),
+ *    after which every call fails at once.
+ *  - files: GET /files/download (raw bytes to the host's descriptor),
+ *    POST /files/upload (multipart, streamed from the descriptor), then the
+ *    mode set with chmod; GET /files (list), GET /files/info (stat).
+ *  - snapshot: POST /sandbox/{id}/snapshot {"name"}: the name is the
+ *    snapshot id, given back as `snapshot` at create.
+ *  - list_owned / destroy_by_id: GET /sandbox?labels={"sbx_backend":"daytona"}.
+ *
+ * Threading: slots may run at once on different sandboxes and on one; a
+ * sandbox's mutable state (gone flag) is guarded by its lock.
+ */
+#include "cloud.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "0.1.0"
+#endif
+
+#define DT_BACKEND "daytona"
+#define DT_DEFAULT_URL "https://app.daytona.io/api"
+#define DT_STATE_VERSION 1
+#define DT_START_WAIT_S 300.0   /* bound on waiting for "started" */
+#define DT_IDLE_STOP_MIN 15     /* autoStopInterval when no lifetime was set */
+
+#define DT_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_SNAPSHOT      \
+                 | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY            \
+                 | SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT | SBX_CAP_DISK_LIMIT          \
+                 | SBX_CAP_GPU | SBX_CAP_IMAGE | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED    \
+                 | SBX_CAP_BACKGROUND)
+
+static const char *const dt_gpu_types[] = { "H100", "H200", "RTX-PRO-6000", "RTX-4090",
+                                            "RTX-5090", NULL };
+
+struct sbx_plugin_client {
+    cl_http *http;
+    char *api;          /* base URL, no trailing slash */
+    char *target;       /* region, or NULL */
+    char *org_header;   /* "X-Daytona-Organization-ID: ..." or NULL */
+};
+
+struct sbx_plugin_sandbox {
+    struct sbx_plugin_client *c;
+    char *id;
+    char *toolbox;      /* toolboxProxyUrl + "/" + id */
+    pthread_mutex_t lock;
+    int gone;           /* a 404 was seen: every later call fails at once */
+};
+
+typedef struct dt_proc {
+    cl_proc base;       /* first member (cloud.h) */
+    struct sbx_plugin_sandbox *sb;
+    char *script;       /* the command, as a shell script */
+    char **env;         /* "K=V" overlay, copied */
+    int stdin_fd;       /* a dup of the host's, or -1 */
+    char sid[40];       /* the toolbox session */
+} dt_proc;
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static char *dt_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *dt_printf(const char *fmt, ...)
+{
+    va_list ap;
+    char *s = NULL;
+    va_start(ap, fmt);
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    return s;
+}
+
+static void dt_hex(char *out, size_t nbytes)
+{
+    unsigned char r[32];
+    if (nbytes > sizeof(r))
+        nbytes = sizeof(r);
+    if (getrandom(r, nbytes, 0) != (ssize_t)nbytes)
+        for (size_t i = 0; i < nbytes; i++)
+            r[i] = (unsigned char)(rand() & 0xff);
+    for (size_t i = 0; i < nbytes; i++)
+        sprintf(out + 2 * i, "%02x", r[i]);
+}
+
+static const char *dt_extra_headers(struct sbx_plugin_client *c, const char **h)
+{
+    h[0] = c->org_header;
+    h[1] = NULL;
+    return NULL;
+}
+
+/* One JSON call: @body_json may be NULL. The answer (any status) is in
+ * @resp. Returns 0 or -1 (no usable answer). */
+static int dt_call(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *method,
+                   const char *url, const char *body_json, cl_idempotency idem, cl_resp *resp,
+                   const char *op, const char *what, sbx_error **error)
+{
+    const char *h[2];
+    dt_extra_headers(c, h);
+    cl_req rq = { 0 };
+    rq.method = method;
+    rq.url = url;
+    rq.headers = h;
+    rq.body = body_json;
+    rq.body_len = body_json ? strlen(body_json) : 0;
+    rq.idempotent = idem;
+    rq.what = what;
+    return cl_request(c->http, ctx, &rq, resp, op, error);
+}
+
+static int dt_is_gone(struct sbx_plugin_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    int g = sb->gone;
+    pthread_mutex_unlock(&sb->lock);
+    return g;
+}
+
+static sbx_error *dt_fail_gone(struct sbx_plugin_sandbox *sb, sbx_error **error, const char *op)
+{
+    pthread_mutex_lock(&sb->lock);
+    sb->gone = 1;
+    pthread_mutex_unlock(&sb->lock);
+    sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
+                             "daytona sandbox %s is gone (the provider no longer has it)", sb->id);
+    cl_context(err, "sandbox_id", sb->id);
+    cl_context(err, "reason", "gone");
+    return err;
+}
+
+static int dt_check(struct sbx_plugin_sandbox *sb, const char *op, sbx_error **error)
+{
+    if (dt_is_gone(sb)) {
+        dt_fail_gone(sb, error, op);
+        return -1;
+    }
+    return 0;
+}
+
+/* GET /sandbox/{id}: the parsed Sandbox, or NULL (*@status: the HTTP
+ * status, 0 when none came). */
+static json_object *dt_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
+                           long *status, const char *op, sbx_error **error)
+{
+    char *esc = cl_url_escape(id);
+    char *url = dt_printf("%s/sandbox/%s", c->api, esc ? esc : "");
+    free(esc);
+    cl_resp r = { 0 };
+    json_object *j = NULL;
+    *status = 0;
+    if (url && dt_call(c, ctx, "GET", url, NULL, CL_SAFE, &r, op, "get the sandbox", error) == 0) {
+        *status = r.status;
+        if (r.status == 200)
+            j = cl_resp_json(&r, op, "get the sandbox", error);
+        else if (r.status != 404)
+            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "get the sandbox");
+    }
+    free(url);
+    cl_resp_clear(&r);
+    return j;
+}
+
+static const char *dt_state(json_object *j)
+{
+    const char *s = cl_json_str(j, "state");
+    return s ? s : "unknown";
+}
+
+static int dt_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
+                     const char *op, sbx_error **error)
+{
+    char *esc = cl_url_escape(id);
+    char *url = dt_printf("%s/sandbox/%s", c->api, esc ? esc : "");
+    free(esc);
+    cl_resp r = { 0 };
+    int rc = -1;
+    if (url && dt_call(c, ctx, "DELETE", url, NULL, CL_SAFE, &r, op, "delete the sandbox",
+                       error) == 0) {
+        if (r.status / 100 == 2 || r.status == 404)
+            rc = 0;
+        else
+            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "delete the sandbox");
+    }
+    free(url);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+/*
+ * Waits until the sandbox is "started", starting it when it is stopped or
+ * archived (CASE-53). Returns 0, or -1: not_found (gone), or an error
+ * carrying the state (and errorReason).
+ */
+static int dt_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *op,
+                   sbx_error **error)
+{
+    struct sbx_plugin_client *c = sb->c;
+    cl_bound b = cl_bound_make(ctx, DT_START_WAIT_S);
+    int started_once = 0;
+    double pause = 0.05;
+    for (;;) {
+        long st;
+        json_object *j = dt_get(c, ctx, sb->id, &st, op, error);
+        if (!j) {
+            if (st == 404)
+                dt_fail_gone(sb, error, op);
+            return -1;
+        }
+        const char *state = dt_state(j);
+        if (strcmp(state, "started") == 0) {
+            json_object_put(j);
+            return 0;
+        }
+        if (strcmp(state, "error") == 0 || strcmp(state, "build_failed") == 0
+            || strcmp(state, "destroyed") == 0 || strcmp(state, "destroying") == 0) {
+            const char *why = cl_json_str(j, "errorReason");
+            sbx_error *err = strncmp(state, "destr", 5) == 0
+                ? dt_fail_gone(sb, error, op)
+                : cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+                          "daytona sandbox %s is in state %s%s%s", sb->id, state,
+                          why ? ": " : "", why ? why : "");
+            cl_context(err, "state", state);
+            if (why)
+                cl_context(err, "error_reason", why);
+            json_object_put(j);
+            return -1;
+        }
+        if ((strcmp(state, "stopped") == 0 || strcmp(state, "archived") == 0) && !started_once) {
+            char *url = dt_printf("%s/sandbox/%s/start", c->api, sb->id);
+            cl_resp r = { 0 };
+            int rc = url ? dt_call(c, ctx, "POST", url, NULL, CL_SAFE, &r, op,
+                                   "start the sandbox", error) : -1;
+            if (rc == 0 && r.status / 100 != 2) {
+                if (r.status == 404)
+                    dt_fail_gone(sb, error, op);
+                else
+                    cl_context(cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op,
+                                              "start the sandbox"), "state", state);
+                rc = -1;
+            }
+            free(url);
+            cl_resp_clear(&r);
+            if (rc < 0) {
+                json_object_put(j);
+                return -1;
+            }
+            started_once = 1;
+            CL_LOG(SBX_LOG_INFO, "sandbox %s was %s: started it", sb->id, state);
+        }
+        json_object_put(j);
+        double left = cl_bound_left(&b);
+        if (left == 0) {
+            sbx_error *err = cl_fail(error, SBX_ERROR_TIMEOUT, op,
+                                     "daytona sandbox %s did not reach state started (it is %s)",
+                                     sb->id, state);
+            cl_context(err, "state", state);
+            return -1;
+        }
+        if (cl_sleep(pause, b.cancel_fd)) {
+            cl_fail(error, SBX_ERROR_TIMEOUT, op, "cancelled while waiting for sandbox %s",
+                    sb->id);
+            return -1;
+        }
+        if (pause < 0.5)
+            pause *= 2;
+    }
+}
+
+static int dt_not_started(cl_http *h, const cl_resp *r)
+{
+    if (r->status != 400)
+        return 0;
+    char *m = cl_resp_message(h, r);
+    int yes = m && strstr(m, "Is the Sandbox started?") != NULL;
+    free(m);
+    return yes;
+}
+
+/*
+ * A toolbox call: wakes the sandbox and sends it again when the toolbox
+ * says the sandbox is not started (the first request did not reach a
+ * running sandbox, so it cannot have acted); a 404 marks the sandbox gone.
+ * Returns 0 with a 2xx answer in @r, -1 otherwise (error stored).
+ */
+static int dt_toolbox(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
+                      const char *path, cl_resp *r, const char *op, sbx_error **error)
+{
+    if (dt_check(sb, op, error) < 0)
+        return -1;
+    const char *h[2];
+    dt_extra_headers(sb->c, h);
+    char *url = dt_printf("%s%s", sb->toolbox, path);
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    rq->url = url;
+    rq->headers = h;
+    int rc = -1;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        cl_resp_clear(r);
+        memset(r, 0, sizeof(*r));
+        if (cl_request(sb->c->http, ctx, rq, r, op, error) < 0)
+            break;
+        if (r->status / 100 == 2) {
+            rc = 0;
+            break;
+        }
+        if (attempt == 0 && dt_not_started(sb->c->http, r) && !rq->source) {
+            if (dt_wake(sb, ctx, op, error) < 0)
+                break;
+            continue;
+        }
+        if (r->status == 404 && rq->what && strstr(rq->what, "file") == NULL) {
+            dt_fail_gone(sb, error, op);
+            break;
+        }
+        cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, rq->what);
+        break;
+    }
+    free(url);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Client                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static int dt_setup(const sbx_host_services *host, sbx_error **error)
+{
+    return cl_setup(host, DT_BACKEND, error);
+}
+
+static void dt_client_free(sbx_plugin_client *c)
+{
+    if (!c)
+        return;
+    cl_http_free(c->http);
+    free(c->api);
+    free(c->target);
+    free(c->org_header);
+    free(c);
+}
+
+static int dt_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
+{
+    const char *op = "client_new";
+    json_object *cfg = NULL;
+    if (config_json && *config_json) {
+        cfg = json_tokener_parse(config_json);
+        if (!cfg || !json_object_is_type(cfg, json_type_object)) {
+            json_object_put(cfg);
+            cl_fail(error, SBX_ERROR_CONFIGURATION, op,
+                    "daytona client options must be a JSON object");
+            return -1;
+        }
+    }
+    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
+    if (!c || !(c->http = cl_http_new())) {
+        free(c);
+        json_object_put(cfg);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    c->api = cl_base_url(cfg, "api_url", "DAYTONA_API_URL", DT_DEFAULT_URL, error);
+    cl_retry_policy pol = CL_RETRY_POLICY_DEFAULT;
+    if (!c->api || cl_retry_policy_from_config(cfg, &pol, error) < 0)
+        goto fail;
+    cl_http_set_retry(c->http, &pol);
+    const char *t = cl_json_str(cfg, "target");
+    if (!t)
+        t = getenv("DAYTONA_TARGET");
+    if (t && *t)
+        c->target = strdup(t);
+    static const char *const key_envs[] = { "DAYTONA_API_KEY", NULL };
+    static const char *const jwt_envs[] = { "DAYTONA_JWT_TOKEN", NULL };
+    char *key = cl_credential(key_envs, NULL, NULL);
+    if (!key) {
+        key = cl_credential(jwt_envs, NULL, NULL);
+        const char *org = getenv("DAYTONA_ORGANIZATION_ID");
+        if (key && org && *org)
+            c->org_header = dt_printf("X-Daytona-Organization-ID: %s", org);
+    }
+    if (key) {
+        char *bearer = dt_printf("Bearer %s", key);
+        if (!bearer || cl_http_set_auth(c->http, "Authorization", bearer) < 0
+            || cl_http_set_secret(c->http, key) < 0) {
+            free(bearer);
+            free(key);
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            goto fail;
+        }
+        free(bearer);
+        free(key);
+    }
+    json_object_put(cfg);
+    *client = c;
+    return 0;
+fail:
+    json_object_put(cfg);
+    dt_client_free(c);
+    return -1;
+}
+
+static int dt_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
+                    sbx_error **error)
+{
+    (void)client;
+    (void)ctx;
+    (void)error;
+    *caps = DT_CAPS;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lifecycle                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static struct sbx_plugin_sandbox *dt_sandbox_new(struct sbx_plugin_client *c, const char *id,
+                                                 const char *toolbox_base)
+{
+    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
+    if (!sb)
+        return NULL;
+    sb->c = c;
+    sb->id = strdup(id);
+    sb->toolbox = dt_printf("%s/%s", toolbox_base, id);
+    pthread_mutex_init(&sb->lock, NULL);
+    if (!sb->id || !sb->toolbox) {
+        free(sb->id);
+        free(sb->toolbox);
+        free(sb);
+        return NULL;
+    }
+    return sb;
+}
+
+static void dt_sandbox_free(sbx_plugin_sandbox *sb)
+{
+    if (!sb)
+        return;
+    pthread_mutex_destroy(&sb->lock);
+    free(sb->id);
+    free(sb->toolbox);
+    free(sb);
+}
+
+static sbx_error *dt_refuse(sbx_error **error, const char *option, const char *value,
+                            const char *why)
+{
+    sbx_error *err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                             "daytona backend: %s %s: %s", option, value ? value : "", why);
+    cl_context(err, "option", option);
+    return err;
+}
+
+/* The create body (a new JSON object), or NULL with a configuration error. */
+static json_object *dt_create_body(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
+                                   const sbx_plugin_create_request *rq, sbx_error **error)
+{
+    json_object *b = json_object_new_object(), *labels = json_object_new_object();
+    json_object *env = json_object_new_object();
+    uint64_t set = rq->set_fields;
+    char buf[64];
+    if (set & SBX_OPTION_APP_NAME) {
+        dt_refuse(error, "app_name", rq->app_name, "Daytona has no apps");
+        goto fail;
+    }
+    if (set & SBX_OPTION_CPU) {
+        if (!(rq->cpu > 0)) {
+            snprintf(buf, sizeof buf, "%g", rq->cpu);
+            dt_refuse(error, "cpu", buf, "must be more than 0");
+            goto fail;
+        }
+        json_object_object_add(b, "cpu", json_object_new_int((int)ceil(rq->cpu)));
+    }
+    if (set & SBX_OPTION_MEMORY_MB) {
+        if (rq->memory_mb <= 0) {
+            snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
+            dt_refuse(error, "memory_mb", buf, "must be more than 0");
+            goto fail;
+        }
+        json_object_object_add(b, "memory",
+                               json_object_new_int((int)((rq->memory_mb + 1023) / 1024)));
+    }
+    if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb > 0)
+        json_object_object_add(b, "disk", json_object_new_int((int)((rq->disk_mb + 1023) / 1024)));
+    if ((set & SBX_OPTION_GPU) && rq->gpu) {
+        char type[64];
+        long count = 1;
+        const char *colon = strchr(rq->gpu, ':');
+        size_t tl = colon ? (size_t)(colon - rq->gpu) : strlen(rq->gpu);
+        char *end = NULL;
+        if (colon)
+            count = strtol(colon + 1, &end, 10);
+        int known = 0;
+        for (size_t i = 0; dt_gpu_types[i]; i++)
+            known |= strlen(dt_gpu_types[i]) == tl && strncmp(dt_gpu_types[i], rq->gpu, tl) == 0;
+        if (tl >= sizeof type || !known || (colon && (*end || count < 1 || count > 8))) {
+            dt_refuse(error, "gpu", rq->gpu,
+                      "Daytona offers H100, H200, RTX-PRO-6000, RTX-4090, RTX-5090 (TYPE[:COUNT])");
+            goto fail;
+        }
+        memcpy(type, rq->gpu, tl);
+        type[tl] = '\0';
+        json_object *types = json_object_new_array();
+        json_object_array_add(types, json_object_new_string(type));
+        json_object_object_add(b, "gpuType", types);
+        json_object_object_add(b, "gpu", json_object_new_int((int)count));
+    }
+    if (rq->image) {
+        json_object *bi = json_object_new_object();
+        char *df = dt_printf("FROM %s\n", rq->image);
+        json_object_object_add(bi, "dockerfileContent", json_object_new_string(df ? df : ""));
+        json_object_object_add(bi, "contextHashes", json_object_new_array());
+        json_object_object_add(b, "buildInfo", bi);
+        free(df);
+        if (rq->template_name || rq->snapshot_id) {
+            dt_refuse(error, "image", rq->image, "give an image or a template/snapshot, not both");
+            goto fail;
+        }
+    }
+    if (rq->template_name && rq->snapshot_id) {
+        dt_refuse(error, "template", rq->template_name,
+                  "a template and a snapshot_id cannot both be given");
+        goto fail;
+    }
+    if (rq->snapshot_id || rq->template_name)
+        json_object_object_add(b, "snapshot",
+                               json_object_new_string(rq->snapshot_id ? rq->snapshot_id
+                                                                      : rq->template_name));
+    if (!rq->allow_internet)
+        json_object_object_add(b, "networkBlockAll", json_object_new_boolean(1));
+    if (c->target)
+        json_object_object_add(b, "target", json_object_new_string(c->target));
+    for (size_t i = 0; rq->env && rq->env[i]; i++) {
+        const char *eq = strchr(rq->env[i], '=');
+        if (!eq)
+            continue;
+        char *k = strndup(rq->env[i], (size_t)(eq - rq->env[i]));
+        if (k)
+            json_object_object_add(env, k, json_object_new_string(eq + 1));
+        free(k);
+    }
+    json_object_object_add(b, "env", env);
+    env = NULL;
+    json_object_object_add(labels, CL_META_BACKEND, json_object_new_string(DT_BACKEND));
+    if (ctx && ctx->create_token)
+        json_object_object_add(labels, CL_META_TOKEN, json_object_new_string(ctx->create_token));
+    if (rq->expires_at > 0) {
+        snprintf(buf, sizeof buf, "%.0f", rq->expires_at);
+        json_object_object_add(labels, CL_META_EXPIRES, json_object_new_string(buf));
+    }
+    json_object_object_add(b, "labels", labels);
+    labels = NULL;
+    /* The reference's TTL mapping: only a lifetime the caller set becomes
+     * ttlMinutes; otherwise the provider's idle stop bounds the sandbox. */
+    if (set & SBX_OPTION_TIMEOUT_SECS) {
+        double m = ceil(rq->timeout_secs / 60.0);
+        json_object_object_add(b, "ttlMinutes", json_object_new_int(m < 1 ? 1 : (int)m));
+    }
+    json_object_object_add(b, "autoStopInterval", json_object_new_int(DT_IDLE_STOP_MIN));
+    if (rq->backend_options && *rq->backend_options) {
+        json_object *bo = json_tokener_parse(rq->backend_options);
+        if (!bo || !json_object_is_type(bo, json_type_object)) {
+            json_object_put(bo);
+            dt_refuse(error, "backend_options", rq->backend_options, "must be a JSON object");
+            goto fail;
+        }
+        json_object_object_foreach(bo, k, v) {
+            static const char *const allowed[] = { "name", "user", "public", "target",
+                                                   "autoStopInterval", "autoArchiveInterval",
+                                                   "autoDeleteInterval", "networkAllowList",
+                                                   "domainAllowList", "spot", NULL };
+            int ok = 0;
+            for (size_t i = 0; allowed[i]; i++)
+                ok |= strcmp(allowed[i], k) == 0;
+            if (!ok) {
+                dt_refuse(error, "backend_options", k,
+                          "not a Daytona create field this backend passes on (name, user, "
+                          "public, target, autoStopInterval, autoArchiveInterval, "
+                          "autoDeleteInterval, networkAllowList, domainAllowList, spot)");
+                json_object_put(bo);
+                goto fail;
+            }
+            json_object_object_add(b, k, json_object_get(v));
+        }
+        json_object_put(bo);
+    }
+    return b;
+fail:
+    json_object_put(b);
+    json_object_put(labels);
+    json_object_put(env);
+    return NULL;
+}
+
+static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                     const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
+                     sbx_error **error)
+{
+    const char *op = "create";
+    struct sbx_plugin_client *c = client;
+    json_object *body = dt_create_body(c, ctx, rq, error), *j = NULL;
+    if (!body)
+        return -1;
+    char *url = dt_printf("%s/sandbox", c->api);
+    cl_resp r = { 0 };
+    int rc = -1;
+    struct sbx_plugin_sandbox *sb = NULL;
+    /* A create carries the create token in its labels: safe to repeat
+     * only in the sense that an orphan can be found; send it once. */
+    if (!url || dt_call(c, ctx, "POST", url,
+                        json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN),
+                        CL_UNSAFE, &r, op, "create the sandbox", error) < 0)
+        goto out;
+    if (r.status != 200 && r.status != 201) {
+        cl_fail_status(c->http, error, r.status / 100 == 4 ? SBX_ERROR_CONFIGURATION
+                                                           : CL_CODE_BY_STATUS,
+                       &r, op, "create the sandbox");
+        goto out;
+    }
+    j = cl_resp_json(&r, op, "create the sandbox", error);
+    const char *id = j ? cl_json_str(j, "id") : NULL;
+    const char *tb = j ? cl_json_str(j, "toolboxProxyUrl") : NULL;
+    if (!id || !tb) {
+        if (j)
+            cl_fail(error, SBX_ERROR_CREATION_FAILED, op,
+                    "daytona create answered without an id or a toolboxProxyUrl");
+        goto out;
+    }
+    char *tbs = strdup(tb);
+    if (tbs) {
+        size_t n = strlen(tbs);
+        while (n && tbs[n - 1] == '/')
+            tbs[--n] = '\0';
+        sb = dt_sandbox_new(c, id, tbs);
+    }
+    free(tbs);
+    if (!sb) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        dt_delete(c, NULL, id, op, NULL);
+        goto out;
+    }
+    if (strcmp(dt_state(j), "started") != 0 && dt_wake(sb, ctx, op, error) < 0) {
+        sbx_error *e = error ? *error : NULL;
+        if (e)
+            cl_context(e, "sandbox_id", id);
+        dt_delete(c, NULL, id, op, NULL);
+        dt_sandbox_free(sb);
+        sb = NULL;
+        goto out;
+    }
+    *sandbox = sb;
+    rc = 0;
+out:
+    if (rc < 0 && r.status == 0 && ctx && ctx->create_token)
+        CL_LOG(SBX_LOG_WARNING, "create of %s had no answer", ctx->create_token);
+    json_object_put(body);
+    json_object_put(j);
+    free(url);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static int dt_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    if (dt_is_gone(sb))
+        return 0;
+    if (dt_delete(sb->c, ctx, sb->id, "destroy", error) < 0)
+        return -1;
+    pthread_mutex_lock(&sb->lock);
+    sb->gone = 1;
+    pthread_mutex_unlock(&sb->lock);
+    return 0;
+}
+
+/* 1 for every state but destroyed (a stopped, archived or errored sandbox
+ * still exists: exec starts it or names its state), 0 when gone. */
+static int dt_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    if (dt_is_gone(sb))
+        return 0;
+    long st;
+    json_object *j = dt_get(sb->c, ctx, sb->id, &st, "is_alive", error);
+    if (!j) {
+        if (st == 404) {
+            pthread_mutex_lock(&sb->lock);
+            sb->gone = 1;
+            pthread_mutex_unlock(&sb->lock);
+            return 0;
+        }
+        return -1;
+    }
+    const char *s = dt_state(j);
+    int alive = strcmp(s, "destroyed") != 0 && strcmp(s, "destroying") != 0;
+    json_object_put(j);
+    return alive;
+}
+
+static const char *dt_sandbox_id(sbx_plugin_sandbox *sb)
+{
+    return sb->id;
+}
+
+static const char *dt_sandbox_root(sbx_plugin_sandbox *sb)
+{
+    (void)sb;
+    return "";
+}
+
+/* {"version":1,"sandbox_id":ID,"toolbox":URL}: no credential, no env. */
+static char *dt_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    (void)ctx;
+    if (dt_check(sb, "session_state", error) < 0)
+        return NULL;
+    json_object *j = json_object_new_object();
+    json_object_object_add(j, "version", json_object_new_int(DT_STATE_VERSION));
+    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->id));
+    size_t tl = strlen(sb->toolbox) - strlen(sb->id) - 1;
+    json_object_object_add(j, "toolbox", json_object_new_string_len(sb->toolbox, (int)tl));
+    const char *s = json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN
+                                                      | JSON_C_TO_STRING_NOSLASHESCAPE);
+    char *out = cl_host->alloc(strlen(s) + 1);
+    if (out)
+        memcpy(out, s, strlen(s) + 1);
+    else
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "session_state", "out of memory");
+    json_object_put(j);
+    return out;
+}
+
+static int dt_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
+                     sbx_plugin_sandbox **sandbox, sbx_error **error)
+{
+    const char *op = "resume";
+    json_object *data = state_json ? json_tokener_parse(state_json) : NULL;
+    const char *id = cl_json_str(data, "sandbox_id");
+    int64_t ver = 0;
+    if (!id || !*id || cl_json_int(data, "version", &ver) != 1 || ver != DT_STATE_VERSION) {
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                "daytona session state: needs \"version\": %d and a \"sandbox_id\"",
+                DT_STATE_VERSION);
+        json_object_put(data);
+        return -1;
+    }
+    long st;
+    json_object *j = dt_get(client, ctx, id, &st, op, error);
+    int rc = -1;
+    if (!j) {
+        if (st == 404) {
+            sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
+                                     "daytona sandbox %s is gone (the provider no longer has it)",
+                                     id);
+            cl_context(err, "sandbox_id", id);
+        }
+        goto out;
+    }
+    json_object *labels = cl_json_path(j, "labels", NULL);
+    const char *be = cl_json_str(labels, CL_META_BACKEND);
+    const char *tb = cl_json_str(j, "toolboxProxyUrl");
+    if (!be || strcmp(be, DT_BACKEND) != 0) {
+        sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                 "daytona sandbox %s was not made by libsbx (no %s=%s label)",
+                                 id, CL_META_BACKEND, DT_BACKEND);
+        cl_context(err, "sandbox_id", id);
+        goto out;
+    }
+    if (!tb)
+        tb = cl_json_str(data, "toolbox");
+    char *tbs = tb ? strdup(tb) : NULL;
+    if (tbs) {
+        size_t n = strlen(tbs);
+        while (n && tbs[n - 1] == '/')
+            tbs[--n] = '\0';
+    }
+    struct sbx_plugin_sandbox *sb = tbs ? dt_sandbox_new(client, id, tbs) : NULL;
+    free(tbs);
+    if (!sb) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    *sandbox = sb;
+    rc = 0;
+out:
+    json_object_put(j);
+    json_object_put(data);
+    return rc;
+}
+
+static int dt_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    const char *op = "stop";
+    if (dt_check(sb, op, error) < 0)
+        return -1;
+    char *url = dt_printf("%s/sandbox/%s/stop", sb->c->api, sb->id);
+    cl_resp r = { 0 };
+    int rc = -1;
+    if (url && dt_call(sb->c, ctx, "POST", url, NULL, CL_SAFE, &r, op, "stop the sandbox",
+                       error) == 0) {
+        if (r.status / 100 == 2)
+            rc = 0;
+        else if (r.status == 404)
+            dt_fail_gone(sb, error, op);
+        else
+            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "stop the sandbox");
+    }
+    free(url);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static int dt_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    if (dt_check(sb, "start", error) < 0)
+        return -1;
+    return dt_wake(sb, ctx, "start", error);
+}
+
+static char *dt_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    const char *op = "snapshot";
+    if (dt_check(sb, op, error) < 0)
+        return NULL;
+    char name[48] = "sbx-snap-";
+    dt_hex(name + 9, 12);
+    json_object *b = json_object_new_object();
+    json_object_object_add(b, "name", json_object_new_string(name));
+    json_object_object_add(b, "includeMemory", json_object_new_boolean(0));
+    char *url = dt_printf("%s/sandbox/%s/snapshot", sb->c->api, sb->id);
+    cl_resp r = { 0 };
+    char *out = NULL;
+    if (url && dt_call(sb->c, ctx, "POST", url,
+                       json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN), CL_UNSAFE, &r,
+                       op, "snapshot the sandbox", error) == 0) {
+        if (r.status / 100 == 2) {
+            out = cl_host->alloc(strlen(name) + 1);
+            if (out)
+                memcpy(out, name, strlen(name) + 1);
+        } else if (r.status == 404) {
+            dt_fail_gone(sb, error, op);
+        } else {
+            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "snapshot the sandbox");
+        }
+    }
+    json_object_put(b);
+    free(url);
+    cl_resp_clear(&r);
+    return out;
+}
+
+static int dt_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                         sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
+{
+    const char *op = "list_owned";
+    struct sbx_plugin_client *c = client;
+    char *labels = cl_url_escape("{\"" CL_META_BACKEND "\":\"" DT_BACKEND "\"}");
+    char *cursor = NULL;
+    int rc = 0;
+    for (int page = 0; page < 1000 && rc == 0; page++) {
+        char *cur = cursor ? cl_url_escape(cursor) : NULL;
+        char *url = dt_printf("%s/sandbox?limit=200&labels=%s%s%s", c->api, labels ? labels : "",
+                              cur ? "&cursor=" : "", cur ? cur : "");
+        free(cur);
+        cl_resp r = { 0 };
+        json_object *j = NULL;
+        rc = -1;
+        if (url && dt_call(c, ctx, "GET", url, NULL, CL_SAFE, &r, op, "list sandboxes",
+                           error) == 0) {
+            if (r.status == 200)
+                j = cl_resp_json(&r, op, "list sandboxes", error);
+            else
+                cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "list sandboxes");
+        }
+        free(url);
+        cl_resp_clear(&r);
+        if (!j)
+            break;
+        rc = 0;
+        json_object *items = cl_json_path(j, "items", NULL);
+        size_t n = items && json_object_is_type(items, json_type_array)
+                   ? json_object_array_length(items) : 0;
+        int stop = 0;
+        for (size_t i = 0; i < n && !stop; i++) {
+            json_object *it = json_object_array_get_idx(items, i);
+            json_object *lb = cl_json_path(it, "labels", NULL);
+            const char *tok = cl_json_str(lb, CL_META_TOKEN);
+            const char *exp = cl_json_str(lb, CL_META_EXPIRES);
+            sbx_plugin_owned_info info = { sizeof(info), cl_json_str(it, "id"), tok, 0,
+                                           exp ? strtod(exp, NULL) : 0 };
+            if (info.id && tok)
+                stop = fn(&info, ud) != 0;
+        }
+        free(cursor);
+        const char *nx = cl_json_str(j, "nextCursor");
+        cursor = nx && *nx && !stop ? strdup(nx) : NULL;
+        json_object_put(j);
+        if (!cursor)
+            break;
+    }
+    free(cursor);
+    free(labels);
+    return rc;
+}
+
+static int dt_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                            sbx_error **error)
+{
+    return dt_delete(client, ctx, id, "destroy_by_id", error);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Files                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static sbx_error *dt_path_error(sbx_error **error, const char *op, const char *path)
+{
+    sbx_error *err = error ? *error : NULL;
+    if (err)
+        cl_context(err, "path", path);
+    return err;
+}
+
+typedef struct dt_fd_sink {
+    int fd;
+    int failed;
+} dt_fd_sink;
+
+static int dt_sink_fd(void *ud, const char *p, size_t n)
+{
+    dt_fd_sink *s = ud;
+    while (n) {
+        ssize_t w = write(s->fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            s->failed = errno ? errno : EIO;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static char *dt_query_path(const char *prefix, const char *path)
+{
+    char *e = cl_url_escape(path);
+    char *s = e ? dt_printf("%s%s", prefix, e) : NULL;
+    free(e);
+    return s;
+}
+
+static int dt_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
+                        sbx_error **error)
+{
+    const char *op = "read_file";
+    char *q = dt_query_path("/files/download?path=", path);
+    dt_fd_sink s = { fd, 0 };
+    cl_req rq = { .method = "GET", .sink = dt_sink_fd, .sink_ud = &s, .idempotent = CL_SAFE,
+                  .what = "download the file" };
+    cl_resp r = { 0 };
+    int rc = q ? dt_toolbox(sb, ctx, &rq, q, &r, op, error) : -1;
+    if (rc < 0) {
+        if (r.status == 404) {
+            sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
+                                     "no such file in the sandbox: %s", path);
+            cl_context(err, "path", path);
+        } else {
+            dt_path_error(error, op, path);
+        }
+    }
+    free(q);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+/* A multipart body streamed from a descriptor: head, the bytes, tail. */
+typedef struct dt_mp_source {
+    const char *head, *tail;
+    size_t head_len, tail_len, head_off, tail_off;
+    int fd;
+    int at_eof;
+} dt_mp_source;
+
+static ssize_t dt_mp_read(void *ud, char *buf, size_t cap)
+{
+    dt_mp_source *m = ud;
+    if (m->head_off < m->head_len) {
+        size_t n = m->head_len - m->head_off;
+        if (n > cap)
+            n = cap;
+        memcpy(buf, m->head + m->head_off, n);
+        m->head_off += n;
+        return (ssize_t)n;
+    }
+    while (!m->at_eof) {
+        ssize_t n = read(m->fd, buf, cap);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        if (n == 0) {
+            m->at_eof = 1;
+            break;
+        }
+        return n;
+    }
+    size_t n = m->tail_len - m->tail_off;
+    if (n > cap)
+        n = cap;
+    memcpy(buf, m->tail + m->tail_off, n);
+    m->tail_off += n;
+    return (ssize_t)n;
+}
+
+/* Uploads the bytes of @fd to @path (multipart field "file"). */
+static int dt_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                     int fd, const char *op, sbx_error **error)
+{
+    char boundary[40] = "sbx";
+    dt_hex(boundary + 3, 16);
+    char *head = dt_printf("--%s\r\nContent-Disposition: form-data; name=\"file\"; "
+                           "filename=\"upload\"\r\nContent-Type: application/octet-stream\r\n\r\n",
+                           boundary);
+    char *tail = dt_printf("\r\n--%s--\r\n", boundary);
+    char *ctype = dt_printf("multipart/form-data; boundary=%s", boundary);
+    char *q = dt_query_path("/files/upload?path=", path);
+    int rc = -1;
+    if (head && tail && ctype && q) {
+        dt_mp_source m = { head, tail, strlen(head), strlen(tail), 0, 0, fd, 0 };
+        cl_req rq = { .method = "POST", .content_type = ctype, .source = dt_mp_read,
+                      .source_ud = &m, .source_len = -1, .idempotent = CL_UNSAFE,
+                      .what = "upload the file" };
+        cl_resp r = { 0 };
+        rc = dt_toolbox(sb, ctx, &rq, q, &r, op, error);
+        if (rc < 0)
+            dt_path_error(error, op, path);
+        cl_resp_clear(&r);
+    } else {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    }
+    free(head);
+    free(tail);
+    free(ctype);
+    free(q);
+    return rc;
+}
+
+/* Runs @cmd through /process/execute (short housekeeping commands: chmod,
+ * kill, rm); *@exit_code gets its exit code. */
+static int dt_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
+                        int *exit_code, const char *op, sbx_error **error)
+{
+    json_object *b = json_object_new_object();
+    json_object_object_add(b, "command", json_object_new_string(cmd));
+    json_object_object_add(b, "timeout", json_object_new_int(60));
+    const char *body = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
+    cl_req rq = { .method = "POST", .body = body, .body_len = strlen(body),
+                  .idempotent = CL_SAFE, .what = "run a command" };
+    cl_resp r = { 0 };
+    int rc = dt_toolbox(sb, ctx, &rq, "/process/execute", &r, op, error);
+    json_object *j = rc == 0 ? cl_resp_json(&r, op, "run a command", error) : NULL;
+    int64_t code = -1;
+    if (rc == 0 && (!j || cl_json_int(j, "exitCode", &code) != 1)) {
+        if (j)
+            cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "daytona execute answered no exitCode");
+        rc = -1;
+    }
+    if (rc == 0)
+        *exit_code = (int)code;
+    json_object_put(j);
+    json_object_put(b);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static int dt_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
+                         uint32_t mode, sbx_error **error)
+{
+    const char *op = "write_file";
+    if (dt_upload(sb, ctx, path, fd, op, error) < 0)
+        return -1;
+    char *qp = cl_shell_quote(path);
+    char *cmd = qp ? dt_printf("chmod %o %s", (unsigned)(mode & 07777), qp) : NULL;
+    int code = 0, rc = cmd ? dt_run_short(sb, ctx, cmd, &code, op, error) : -1;
+    if (rc == 0 && code != 0) {
+        sbx_error *err = cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+                                 "cannot set mode %o on %s (chmod exited %d)",
+                                 (unsigned)(mode & 07777), path, code);
+        cl_context(err, "path", path);
+        rc = -1;
+    }
+    free(qp);
+    free(cmd);
+    return rc;
+}
+
+static uint32_t dt_mode_of(json_object *e)
+{
+    const char *p = cl_json_str(e, "permissions");
+    return p ? (uint32_t)strtoul(p, NULL, 8) & 07777 : 0;
+}
+
+static int dt_json_bool(json_object *o, const char *k)
+{
+    json_object *v;
+    return json_object_object_get_ex(o, k, &v) && json_object_get_boolean(v);
+}
+
+static int dt_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                         sbx_plugin_file_fn fn, void *ud, sbx_error **error)
+{
+    const char *op = "list_files";
+    char *q = dt_query_path("/files?path=", path);
+    cl_req rq = { .method = "GET", .idempotent = CL_SAFE, .what = "list the directory" };
+    cl_resp r = { 0 };
+    int rc = q ? dt_toolbox(sb, ctx, &rq, q, &r, op, error) : -1;
+    free(q);
+    if (rc < 0) {
+        if (r.status == 404) {
+            sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
+                                     "no such directory in the sandbox: %s", path);
+            cl_context(err, "path", path);
+        }
+        cl_resp_clear(&r);
+        return -1;
+    }
+    json_object *j = cl_resp_json(&r, op, "list the directory", error);
+    cl_resp_clear(&r);
+    if (!j)
+        return -1;
+    size_t n = json_object_is_type(j, json_type_array) ? json_object_array_length(j) : 0;
+    for (size_t i = 0; i < n; i++) {
+        json_object *e = json_object_array_get_idx(j, i);
+        int64_t size = -1;
+        cl_json_int(e, "size", &size);
+        int is_dir = dt_json_bool(e, "isDir");
+        sbx_plugin_file_info info = { sizeof(info), cl_json_str(e, "name"), is_dir,
+                                      is_dir ? -1 : size, dt_mode_of(e) };
+        if (info.name && fn(&info, ud) != 0)
+            break;
+    }
+    json_object_put(j);
+    return 0;
+}
+
+static __thread char dt_stat_name[4096];
+
+static int dt_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                        sbx_plugin_file_info *info, sbx_error **error)
+{
+    const char *op = "stat_file";
+    char *q = dt_query_path("/files/info?path=", path);
+    cl_req rq = { .method = "GET", .idempotent = CL_SAFE, .what = "look at the file" };
+    cl_resp r = { 0 };
+    int rc = q ? dt_toolbox(sb, ctx, &rq, q, &r, op, error) : -1;
+    free(q);
+    if (rc < 0) {
+        if (r.status == 404) {
+            sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
+                                     "no such file in the sandbox: %s", path);
+            cl_context(err, "path", path);
+        }
+        cl_resp_clear(&r);
+        return -1;
+    }
+    json_object *j = cl_resp_json(&r, op, "look at the file", error);
+    cl_resp_clear(&r);
+    if (!j)
+        return -1;
+    const char *name = cl_json_str(j, "name");
+    snprintf(dt_stat_name, sizeof dt_stat_name, "%s", name ? name : "");
+    int64_t size = -1;
+    cl_json_int(j, "size", &size);
+    info->struct_size = sizeof(*info);
+    info->name = dt_stat_name;
+    info->is_dir = dt_json_bool(j, "isDir");
+    info->size = info->is_dir ? -1 : size;
+    info->mode = dt_mode_of(j);
+    json_object_put(j);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Exec                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Demultiplexes the followed logs: \x01\x01\x01 switches to stdout,
+ * \x02\x02\x02 to stderr; up to two bytes of a possible marker are held
+ * back across chunks. */
+typedef struct dt_demux {
+    dt_proc *p;
+    int stream;             /* 1 or 2 */
+    char held[2];
+    size_t nheld;
+} dt_demux;
+
+static int dt_demux_emit(dt_demux *d, const char *s, size_t n)
+{
+    return n ? cl_proc_output(&d->p->base, d->stream, s, n) : 0;
+}
+
+static int dt_demux_sink(void *ud, const char *p, size_t n)
+{
+    dt_demux *d = ud;
+    char tmp[65536 + 2];
+    while (n) {
+        size_t take = n > 65536 ? 65536 : n;
+        memcpy(tmp, d->held, d->nheld);
+        memcpy(tmp + d->nheld, p, take);
+        size_t len = d->nheld + take, start = 0, i = 0;
+        p += take;
+        n -= take;
+        d->nheld = 0;
+        while (i + 3 <= len) {
+            char ch = tmp[i];
+            if ((ch == 1 || ch == 2) && tmp[i + 1] == ch && tmp[i + 2] == ch) {
+                if (dt_demux_emit(d, tmp + start, i - start) < 0)
+                    return -1;
+                d->stream = ch;
+                i += 3;
+                start = i;
+            } else {
+                i++;
+            }
+        }
+        /* The last one or two bytes may begin a marker. */
+        size_t keep = 0;
+        if (len - start >= 1 && (tmp[len - 1] == 1 || tmp[len - 1] == 2)) {
+            keep = 1;
+            if (len - start >= 2 && tmp[len - 2] == tmp[len - 1])
+                keep = 2;
+        }
+        if (dt_demux_emit(d, tmp + start, len - start - keep) < 0)
+            return -1;
+        memcpy(d->held, tmp + len - keep, keep);
+        d->nheld = keep;
+    }
+    return 0;
+}
+
+static int dt_session_delete(struct sbx_plugin_sandbox *sb, const char *sid)
+{
+    char *path = dt_printf("/process/session/%s", sid);
+    cl_req rq = { .method = "DELETE", .idempotent = CL_SAFE, .what = "delete the session" };
+    cl_resp r = { 0 };
+    sbx_call_ctx ctx = { sizeof(ctx), cl_now() + 30, -1, NULL };
+    int rc = path ? dt_toolbox(sb, &ctx, &rq, path, &r, "exec", NULL) : -1;
+    free(path);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+/* The command line the session runs: the pid file, the environment, then
+ * sh -c SCRIPT with its stdin. A new string. */
+static char *dt_command_line(dt_proc *p, const char *stdin_path)
+{
+    cl_buf b = { 0 };
+    int bad = cl_buf_printf(&b, "echo $$ > /tmp/.%s.pid; ", p->sid) < 0;
+    for (size_t i = 0; p->env && p->env[i] && !bad; i++) {
+        const char *eq = strchr(p->env[i], '=');
+        if (!eq)
+            continue;
+        char *q = cl_shell_quote(eq + 1);
+        bad |= !q || cl_buf_printf(&b, "export %.*s=%s; ", (int)(eq - p->env[i]), p->env[i],
+                                   q) < 0;
+        free(q);
+    }
+    char *qs = cl_shell_quote(p->script);
+    char *qi = cl_shell_quote(stdin_path ? stdin_path : "/dev/null");
+    bad |= !qs || !qi || cl_buf_printf(&b, "exec /bin/sh -c %s sh < %s", qs, qi) < 0;
+    free(qs);
+    free(qi);
+    if (bad) {
+        cl_buf_clear(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
+static int dt_exec_run(cl_proc *base)
+{
+    dt_proc *p = (dt_proc *)base;
+    struct sbx_plugin_sandbox *sb = p->sb;
+    const char *op = "exec";
+    sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
+    char *stdin_path = NULL, *cmd = NULL, *path = NULL, *cmd_id = NULL;
+    json_object *j = NULL;
+    int code = -1, have_session = 0;
+    cl_resp r = { 0 };
+
+    /* The session. */
+    json_object *sb_body = json_object_new_object();
+    json_object_object_add(sb_body, "sessionId", json_object_new_string(p->sid));
+    const char *sbs = json_object_to_json_string_ext(sb_body, JSON_C_TO_STRING_PLAIN);
+    cl_req rq = { .method = "POST", .body = sbs, .body_len = strlen(sbs),
+                  .idempotent = CL_SAFE, .what = "create a session" };
+    int rc = dt_toolbox(sb, &ctx, &rq, "/process/session", &r, op, NULL);
+    json_object_put(sb_body);
+    if (rc < 0)
+        goto fail;
+    have_session = 1;
+    /* Its stdin, uploaded first. */
+    if (p->stdin_fd >= 0) {
+        stdin_path = dt_printf("/tmp/.%s.in", p->sid);
+        if (!stdin_path || dt_upload(sb, &ctx, stdin_path, p->stdin_fd, op, NULL) < 0)
+            goto fail;
+    }
+    cmd = dt_command_line(p, stdin_path);
+    if (!cmd) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
+    json_object *eb = json_object_new_object();
+    json_object_object_add(eb, "command", json_object_new_string(cmd));
+    json_object_object_add(eb, "runAsync", json_object_new_boolean(1));
+    const char *ebs = json_object_to_json_string_ext(eb, JSON_C_TO_STRING_PLAIN);
+    path = dt_printf("/process/session/%s/exec", p->sid);
+    cl_req rq2 = { .method = "POST", .body = ebs, .body_len = strlen(ebs),
+                   .idempotent = CL_UNSAFE, .what = "start the command" };
+    rc = path ? dt_toolbox(sb, &ctx, &rq2, path, &r, op, NULL) : -1;
+    json_object_put(eb);
+    if (rc < 0)
+        goto fail;
+    j = cl_resp_json(&r, op, "start the command", NULL);
+    const char *id = j ? cl_json_str(j, "cmdId") : NULL;
+    if (!id) {
+        if (j)
+            cl_fail(NULL, SBX_ERROR_EXECUTION_FAILED, op, "daytona session exec gave no cmdId");
+        goto fail;
+    }
+    cmd_id = strdup(id);
+    /* Output as it comes. */
+    free(path);
+    path = dt_printf("/process/session/%s/command/%s/logs?follow=true", p->sid, cmd_id);
+    dt_demux d = { p, 1, { 0, 0 }, 0 };
+    cl_req rq3 = { .method = "GET", .sink = dt_demux_sink, .sink_ud = &d,
+                   .idempotent = CL_UNSAFE, .what = "follow the command's output" };
+    if (!path || dt_toolbox(sb, &ctx, &rq3, path, &r, op, NULL) < 0)
+        goto fail;
+    if (d.nheld)
+        cl_proc_output(&p->base, d.stream, d.held, d.nheld);
+    /* Its exit code (the logs end with the command). */
+    free(path);
+    path = dt_printf("/process/session/%s/command/%s", p->sid, cmd_id);
+    for (double pause = 0.02;; pause = pause < 0.5 ? pause * 2 : pause) {
+        cl_req rq4 = { .method = "GET", .idempotent = CL_SAFE, .what = "get the command" };
+        json_object_put(j);
+        j = NULL;
+        if (!path || dt_toolbox(sb, &ctx, &rq4, path, &r, op, NULL) < 0)
+            goto fail;
+        j = cl_resp_json(&r, op, "get the command", NULL);
+        if (!j)
+            goto fail;
+        int64_t ec;
+        if (cl_json_int(j, "exitCode", &ec) == 1) {
+            code = (int)ec;
+            break;
+        }
+        if (cl_sleep(pause, base->stop_fd))
+            goto fail;
+    }
+    if (code < 0 || code > 255)
+        code = code < 0 ? 255 : code & 0xff;
+    goto out;
+fail:
+    /* The error of the call that failed is this thread's last (cloud.h). */
+    cl_proc_fail_last(base);
+    code = -1;
+out:
+    if (have_session)
+        dt_session_delete(sb, p->sid);
+    if (stdin_path) {
+        char *rm = dt_printf("rm -f /tmp/.%s.in /tmp/.%s.pid", p->sid, p->sid);
+        int ignored;
+        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
+        if (rm)
+            dt_run_short(sb, &c2, rm, &ignored, op, NULL);
+        free(rm);
+    }
+    if (code < 0 && dt_is_gone(sb)) {
+        snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
+        snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
+    }
+    json_object_put(j);
+    free(stdin_path);
+    free(cmd);
+    free(path);
+    free(cmd_id);
+    cl_resp_clear(&r);
+    return code;
+}
+
+static void dt_proc_free_fields(dt_proc *p)
+{
+    if (p->stdin_fd >= 0)
+        close(p->stdin_fd);
+    for (size_t i = 0; p->env && p->env[i]; i++)
+        free(p->env[i]);
+    free(p->env);
+    free(p->script);
+}
+
+static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                         const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
+                         sbx_error **error)
+{
+    const char *op = "exec";
+    (void)ctx;
+    if (dt_check(sb, op, error) < 0)
+        return -1;
+    if (rq->tty_rows || rq->tty_cols) {
+        cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                "daytona backend: commands on a terminal are not supported");
+        return -1;
+    }
+    if (rq->user) {
+        sbx_error *err = cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                                 "daytona backend: commands run as the sandbox's user; user %s "
+                                 "cannot be chosen per command", rq->user);
+        cl_context(err, "user", rq->user);
+        return -1;
+    }
+    dt_proc *p = calloc(1, sizeof(*p));
+    if (!p) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    p->sb = sb;
+    p->stdin_fd = -1;
+    memcpy(p->sid, "sbx-exec-", 9);
+    dt_hex(p->sid + 9, 12);
+    p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd);
+    size_t n = 0;
+    while (rq->env && rq->env[n])
+        n++;
+    p->env = calloc(n + 1, sizeof(char *));
+    int bad = !p->script || !p->env;
+    for (size_t i = 0; i < n && !bad; i++)
+        bad |= !(p->env[i] = strdup(rq->env[i]));
+    if (!bad && rq->stdin_fd >= 0 && (p->stdin_fd = fcntl(rq->stdin_fd, F_DUPFD_CLOEXEC, 3)) < 0)
+        bad = 1;
+    if (bad) {
+        dt_proc_free_fields(p);
+        free(p);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot start the command: %s",
+                strerror(errno ? errno : ENOMEM));
+        return -1;
+    }
+    p->base.run = dt_exec_run;
+    p->base.ud = p;
+    if (cl_proc_start(&p->base, rq->stdout_fd, rq->stderr_fd, op, error) < 0) {
+        dt_proc_free_fields(p);
+        free(p);
+        return -1;
+    }
+    *process = (sbx_plugin_process *)p;
+    return 0;
+}
+
+static int dt_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
+                        int *exit_code, sbx_error **error)
+{
+    (void)ctx;
+    dt_proc *p = (dt_proc *)process;
+    int rc = cl_proc_wait(&p->base, timeout_ms, exit_code, "exec_wait", error);
+    /* A missing working directory: the script's cd failed (cloud.h). */
+    if (rc == 1 && *exit_code == CL_CWD_MISSING_EXIT && p->script
+        && strncmp(p->script, "cd -- ", 6) == 0) {
+        const char *q = p->script + 6;
+        const char *nl = strstr(q, " || exit");
+        char *quoted = nl ? strndup(q, (size_t)(nl - q)) : NULL;
+        char *cmd = quoted ? dt_printf("test -d %s", quoted) : NULL;
+        int code = 0;
+        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
+        if (cmd && dt_run_short(p->sb, &c2, cmd, &code, "exec", NULL) == 0 && code != 0) {
+            sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, "exec",
+                                     "the working directory %s does not exist in the sandbox",
+                                     quoted);
+            cl_context(err, "path", quoted);
+            rc = -1;
+        }
+        free(cmd);
+        free(quoted);
+    }
+    return rc;
+}
+
+static int dt_exec_event_fd(sbx_plugin_process *process)
+{
+    return cl_proc_event_fd(&((dt_proc *)process)->base);
+}
+
+/* Signals the command's process group: its shell wrote its pid (its
+ * process group, as the session runs each command in a group of its own). */
+static int dt_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
+                        sbx_error **error)
+{
+    dt_proc *p = (dt_proc *)process;
+    int code;
+    pthread_mutex_lock(&p->base.lock);
+    int ended = p->base.ended;
+    pthread_mutex_unlock(&p->base.lock);
+    if (ended)
+        return 0;
+    char *cmd = dt_printf("p=$(cat /tmp/.%s.pid 2>/dev/null) && kill -%d -- -$p 2>/dev/null; "
+                          "exit 0", p->sid, sig);
+    int rc = cmd ? dt_run_short(p->sb, ctx, cmd, &code, "exec_kill", error) : -1;
+    free(cmd);
+    return rc;
+}
+
+static void dt_exec_free(sbx_plugin_process *process)
+{
+    dt_proc *p = (dt_proc *)process;
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->base.lock);
+    int ended = p->base.ended;
+    pthread_mutex_unlock(&p->base.lock);
+    if (!ended) {
+        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
+        dt_exec_kill(process, &c2, SIGKILL, NULL);
+    }
+    cl_proc_clear(&p->base);
+    dt_proc_free_fields(p);
+    free(p);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The descriptor                                                            */
+/* ------------------------------------------------------------------------ */
+
+static const sbx_plugin dt_plugin = {
+    .struct_size = sizeof(sbx_plugin),
+    .abi_major = SBX_PLUGIN_ABI_MAJOR,
+    .abi_minor = SBX_PLUGIN_ABI_MINOR,
+    .name = DT_BACKEND,
+    .version = PACKAGE_VERSION,
+    .description = "Daytona sandboxes (REST API and Toolbox API) over libcurl",
+    .caps = DT_CAPS,
+    .setup = dt_setup,
+    .client_new = dt_client_new,
+    .client_free = dt_client_free,
+    .probe = dt_probe,
+    .create = dt_create,
+    .resume = dt_resume,
+    .session_state = dt_session_state,
+    .destroy = dt_destroy,
+    .is_alive = dt_is_alive,
+    .sandbox_free = dt_sandbox_free,
+    .sandbox_id = dt_sandbox_id,
+    .sandbox_root = dt_sandbox_root,
+    .snapshot = dt_snapshot,
+    .exec_start = dt_exec_start,
+    .exec_wait = dt_exec_wait,
+    .exec_event_fd = dt_exec_event_fd,
+    .exec_kill = dt_exec_kill,
+    .exec_free = dt_exec_free,
+    .list_files = dt_list_files,
+    .read_file = dt_read_file,
+    .write_file = dt_write_file,
+    .stat_file = dt_stat_file,
+    .list_owned = dt_list_owned,
+    .destroy_by_id = dt_destroy_by_id,
+    .stop = dt_stop,
+    .start = dt_start,
+};
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
+{
+    return &dt_plugin;
+}
