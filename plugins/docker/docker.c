@@ -101,14 +101,14 @@ int dk_sandbox_check(struct sbx_plugin_sandbox *sb, const char *op, sbx_error **
         return 0;
     if (ended[0]) {
         /* It ended by itself (its memory limit): every later call says so. */
-        sbx_error *err = dk_fail(error, SBX_ERROR_NOT_FOUND, op, "%s", ended);
-        dk_context(err, "sandbox_id", sb->id);
-        dk_context(err, "reason", "oom_killed");
+        sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op, "%s", ended);
+        cl_context(err, "sandbox_id", sb->id);
+        cl_context(err, "reason", "oom_killed");
         return -1;
     }
-    sbx_error *err = dk_fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %.12s was destroyed",
+    sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %.12s was destroyed",
                              sb->id);
-    dk_context(err, "sandbox_id", sb->id);
+    cl_context(err, "sandbox_id", sb->id);
     return -1;
 }
 
@@ -116,7 +116,7 @@ char *dk_sandbox_path(struct sbx_plugin_sandbox *sb, const char *path, const cha
                       sbx_error **error)
 {
     if (!path || !*path) {
-        dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "empty path");
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "empty path");
         return NULL;
     }
     char *s;
@@ -126,7 +126,7 @@ char *dk_sandbox_path(struct sbx_plugin_sandbox *sb, const char *path, const cha
                       sb->workdir[strlen(sb->workdir) - 1] == '/' ? "" : "/", path) < 0)
         s = NULL;
     if (!s)
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     return s;
 }
 
@@ -137,16 +137,16 @@ sbx_error *dk_fail_container(sbx_error **error, struct sbx_plugin_sandbox *sb,
     char *msg = dk_resp_message(r);
     sbx_error *err = NULL;
     if (r->status == 404 && msg && strstr(msg, "No such container")) {
-        err = dk_fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %.12s no longer exists (%s)",
+        err = cl_fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %.12s no longer exists (%s)",
                       sb->id, msg);
     } else if (r->status == 409 && msg && strstr(msg, "is not running")) {
-        err = dk_fail(error, SBX_ERROR_NOT_FOUND, op,
+        err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
                       "sandbox %.12s is not running (its lifetime ended?): %s", sb->id, msg);
     } else {
         free(msg);
         return dk_fail_resp(error, code, r, op, what);
     }
-    dk_context(err, "sandbox_id", sb->id);
+    cl_context(err, "sandbox_id", sb->id);
     free(msg);
     return err;
 }
@@ -160,12 +160,7 @@ static int docker_setup(const sbx_host_services *services, sbx_error **error)
     if (!services || services->struct_size < offsetof(sbx_host_services, free) + sizeof(void *)
         || !services->set_error)
         return -1;
-    dk_host = services;
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-        dk_fail(error, SBX_ERROR_CONFIGURATION, "setup", "libcurl failed to initialise");
-        return -1;
-    }
-    return 0;
+    return cl_setup(services, DK_BACKEND, error);
 }
 
 /* A string member of the client config, or NULL; -1 when of another type. */
@@ -177,10 +172,10 @@ static int config_string(json_object *cfg, const char *key, const char **out,
     if (!cfg || !json_object_object_get_ex(cfg, key, &v))
         return 0;
     if (!json_object_is_type(v, json_type_string) || json_object_get_string_len(v) == 0) {
-        sbx_error *err = dk_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
+        sbx_error *err = cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
                                  "docker backend config: \"%s\" must be a non-empty string",
                                  key);
-        dk_context(err, "option", key);
+        cl_context(err, "option", key);
         return -1;
     }
     *out = json_object_get_string(v);
@@ -208,17 +203,17 @@ static int docker_client_new(const char *config_json, sbx_plugin_client **client
     if (config_json && *config_json) {
         cfg = json_tokener_parse(config_json);
         if (!cfg || !json_object_is_type(cfg, json_type_object)) {
-            dk_fail(error, SBX_ERROR_CONFIGURATION, op,
+            cl_fail(error, SBX_ERROR_CONFIGURATION, op,
                     "docker backend config is not a JSON object");
             goto fail;
         }
         json_object_object_foreach(cfg, key, val) {
             (void)val;
             if (strcmp(key, "host") && strcmp(key, "image") && strcmp(key, "network_mode")) {
-                sbx_error *err = dk_fail(error, SBX_ERROR_CONFIGURATION, op,
+                sbx_error *err = cl_fail(error, SBX_ERROR_CONFIGURATION, op,
                                          "docker backend config: unknown key \"%s\" (known: "
                                          "host, image, network_mode)", key);
-                dk_context(err, "option", key);
+                cl_context(err, "option", key);
                 goto fail;
             }
         }
@@ -253,7 +248,7 @@ static int docker_client_new(const char *config_json, sbx_plugin_client **client
     *client = c;
     return 0;
 nomem:
-    dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 fail:
     client_release(c);
     json_object_put(cfg);
@@ -304,7 +299,7 @@ static int image_inspect(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
 {
     char *path;
     if (asprintf(&path, "/images/%s/json", ref) < 0) {
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     dk_req req = { .method = "GET", .path = path, .secs = API_SECS };
@@ -320,7 +315,7 @@ static int image_inspect(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
     if (r.status != 200) {
         sbx_error *err = dk_fail_resp(error, SBX_ERROR_CREATION_FAILED, &r, op,
                                       "cannot inspect the image");
-        dk_context(err, "image", ref);
+        cl_context(err, "image", ref);
         dk_resp_clear(&r);
         return -1;
     }
@@ -338,7 +333,7 @@ static int image_inspect(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
 
 typedef struct pull_state {
     const char *image;
-    dk_buf line;
+    cl_buf line;
     char *error;            /* the first error line's message */
     char *last_status;
     int tty;
@@ -377,7 +372,7 @@ static void pull_line(pull_state *ps, const char *text)
         char *key;
         if (asprintf(&key, "%s %s", id, st) >= 0) {
             if (!ps->last_status || strcmp(ps->last_status, key) != 0) {
-                DK_LOG(SBX_LOG_DEBUG, "pull %s: %s", ps->image, key);
+                CL_LOG(SBX_LOG_DEBUG, "pull %s: %s", ps->image, key);
                 free(ps->last_status);
                 ps->last_status = key;
             } else {
@@ -399,7 +394,7 @@ static int pull_sink(void *ud, const char *p, size_t n)
             if (ps->line.data)
                 ps->line.data[0] = '\0';
         } else if (ps->line.len < ((size_t)1 << 20)) {
-            if (dk_buf_append(&ps->line, p + i, 1) < 0)
+            if (cl_buf_append(&ps->line, p + i, 1) < 0)
                 return -1;
         }
     }
@@ -426,13 +421,13 @@ static int image_pull(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
         repo = strdup(ref);
         tag = strdup("latest");
     }
-    if (!repo || !tag || !(erepo = dk_escape(repo)) || !(etag = dk_escape(tag))
+    if (!repo || !tag || !(erepo = cl_url_escape(repo)) || !(etag = cl_url_escape(tag))
         || asprintf(&path, "/images/create?fromImage=%s&tag=%s", erepo, etag) < 0) {
         path = NULL;
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
-    DK_LOG(SBX_LOG_INFO, "pulling image %s", ref);
+    CL_LOG(SBX_LOG_INFO, "pulling image %s", ref);
     if (ps.tty)
         fprintf(stderr, "docker: image %s is not here; pulling it\n", ref);
     dk_req req = { .method = "POST", .path = path, .sink = pull_sink, .sink_ud = &ps,
@@ -444,17 +439,17 @@ static int image_pull(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
         pull_line(&ps, ps.line.data);
     if (r.status != 200) {
         char *msg = dk_resp_message(&r);
-        sbx_error *err = dk_fail(error, SBX_ERROR_CREATION_FAILED, op,
+        sbx_error *err = cl_fail(error, SBX_ERROR_CREATION_FAILED, op,
                                  "cannot pull image \"%s\": %s (HTTP %ld)", ref,
                                  msg && *msg ? msg : "no message", r.status);
-        dk_context(err, "image", ref);
-        dk_context(err, "step", "image_pull");
+        cl_context(err, "image", ref);
+        cl_context(err, "step", "image_pull");
         free(msg);
     } else if (ps.error) {
-        sbx_error *err = dk_fail(error, SBX_ERROR_CREATION_FAILED, op,
+        sbx_error *err = cl_fail(error, SBX_ERROR_CREATION_FAILED, op,
                                  "cannot pull image \"%s\": %s", ref, ps.error);
-        dk_context(err, "image", ref);
-        dk_context(err, "step", "image_pull");
+        cl_context(err, "image", ref);
+        cl_context(err, "step", "image_pull");
     } else {
         rc = 0;
     }
@@ -468,7 +463,7 @@ out:
     if (ps.shown)
         fputc('\n', stderr);   /* the summary line stays, finished */
     dk_pull_progress_clear(&ps.progress);
-    dk_buf_clear(&ps.line);
+    cl_buf_clear(&ps.line);
     free(ps.error);
     free(ps.last_status);
     return rc;
@@ -518,7 +513,7 @@ static int remove_container(struct sbx_plugin_client *c, const sbx_call_ctx *ctx
     char *path, *epath;
     if (asprintf(&path, "/containers/%s?force=1&v=1", id) < 0
         || asprintf(&epath, "/containers/%s/json", id) < 0) {
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     dk_bound b = dk_bound_make(ctx, DESTROY_SECS);
@@ -546,7 +541,7 @@ static int remove_container(struct sbx_plugin_client *c, const sbx_call_ctx *ctx
             if (dk_bound_ms(&b, -1) == 0) {
                 sbx_error *err = dk_fail_resp(error, SBX_ERROR_TIMEOUT, &r, op,
                                               "the container is still being removed");
-                dk_outcome_unknown(err);
+                cl_outcome_unknown(err);
                 break;
             }
             dk_sleep_ms(50);
@@ -554,7 +549,7 @@ static int remove_container(struct sbx_plugin_client *c, const sbx_call_ctx *ctx
     } else {
         sbx_error *err = dk_fail_resp(error, DK_CODE_BY_STATUS, &r, op,
                                       "cannot remove the container");
-        dk_context(err, "sandbox_id", id);
+        cl_context(err, "sandbox_id", id);
     }
     dk_resp_clear(&r);
 out:
@@ -566,11 +561,11 @@ out:
 /* Best-effort removal after a failed create (its own time bound). */
 static void cleanup_container(struct sbx_plugin_client *c, const char *id_or_name)
 {
-    sbx_call_ctx ctx = { .struct_size = sizeof(ctx), .deadline = dk_now() + CLEANUP_SECS,
+    sbx_call_ctx ctx = { .struct_size = sizeof(ctx), .deadline = cl_now() + CLEANUP_SECS,
                          .cancel_fd = -1 };
     if (remove_container(c, &ctx, id_or_name, "create", NULL) < 0)
-        DK_LOG(SBX_LOG_WARNING, "could not remove container %s after a failed create: %s",
-               id_or_name, dk_last()->msg);
+        CL_LOG(SBX_LOG_WARNING, "could not remove container %s after a failed create: %s",
+               id_or_name, cl_last()->msg);
 }
 
 /* Merges object @over into object @base, key by key (objects recursively). */
@@ -617,7 +612,7 @@ static int docker_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
 
     if (!request || request->struct_size < offsetof(sbx_plugin_create_request, expires_at)
                                            + sizeof(request->expires_at)) {
-        dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "create request missing or too short");
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "create request missing or too short");
         return -1;
     }
     int v2 = request->struct_size >= offsetof(sbx_plugin_create_request, backend_options)
@@ -625,20 +620,20 @@ static int docker_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     const char *image = v2 && request->image ? request->image : NULL;
     const char *snapshot = v2 ? request->snapshot_id : NULL;
     if (image && snapshot) {
-        sbx_error *err = dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+        sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                                  "set image (\"%s\") or snapshot_id (\"%s\"), not both", image,
                                  snapshot);
-        dk_context(err, "option", "snapshot_id");
+        cl_context(err, "option", "snapshot_id");
         return -1;
     }
     if (!image)
         image = snapshot ? snapshot : c->image;
     if (!image_ref_ok(image)) {
-        sbx_error *err = dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+        sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                                  "\"%s\" is not a Docker image reference",
                                  image ? image : "");
-        dk_context(err, "option", snapshot ? "snapshot_id" : "image");
-        dk_context(err, "value", image ? image : "");
+        cl_context(err, "option", snapshot ? "snapshot_id" : "image");
+        cl_context(err, "value", image ? image : "");
         return -1;
     }
     if (v2) {
@@ -650,18 +645,18 @@ static int docker_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
             if (!(request->set_fields & refused[i].bit))
                 continue;
-            sbx_error *err = dk_fail(error, SBX_ERROR_CONFIGURATION, op,
+            sbx_error *err = cl_fail(error, SBX_ERROR_CONFIGURATION, op,
                                      "docker backend: option %s is not supported (%s)",
                                      refused[i].name, refused[i].why);
-            dk_context(err, "option", refused[i].name);
+            cl_context(err, "option", refused[i].name);
             return -1;
         }
         if (request->backend_options) {
             extra = json_tokener_parse(request->backend_options);
             if (!extra || !json_object_is_type(extra, json_type_object)) {
-                sbx_error *err = dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                                          "backend_options is not a JSON object");
-                dk_context(err, "option", "backend_options");
+                cl_context(err, "option", "backend_options");
                 goto out;
             }
             /* Only keys of the Engine's container-create body. */
@@ -672,27 +667,27 @@ static int docker_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                     i++;
                 if (dk_option_keys[i])
                     continue;
-                sbx_error *err = dk_fail(error, SBX_ERROR_CONFIGURATION, op,
+                sbx_error *err = cl_fail(error, SBX_ERROR_CONFIGURATION, op,
                                          "docker backend_options: unknown key \"%s\" (known: "
                                          "the members of the Docker Engine's container "
                                          "create body, e.g. \"HostConfig\", \"User\", "
                                          "\"Labels\")", key);
-                dk_context(err, "option", "backend_options");
-                dk_context(err, "name", key);
+                cl_context(err, "option", "backend_options");
+                cl_context(err, "name", key);
                 goto out;
             }
         }
     }
     if (request->workdir && request->workdir[0] != '/') {
-        sbx_error *err = dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+        sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                                  "workdir \"%s\" must be an absolute path in the container",
                                  request->workdir);
-        dk_context(err, "path", request->workdir);
+        cl_context(err, "path", request->workdir);
         goto out;
     }
     if (!(request->cpu > 0) || request->cpu > 1e6 || request->memory_mb <= 0
         || request->memory_mb > ((int64_t)1 << 40) || !(request->timeout_secs > 0)) {
-        dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                 "cpu %g, memory_mb %lld or timeout_secs %g out of range", request->cpu,
                 (long long)request->memory_mb, request->timeout_secs);
         goto out;
@@ -701,7 +696,7 @@ static int docker_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                                                    + sizeof(ctx->create_token)
                         ? ctx->create_token : NULL;
     if (!token || !*token) {
-        dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "create without a create token");
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "create without a create token");
         goto out;
     }
     if (!(name = strdup(token)))
@@ -716,10 +711,10 @@ static int docker_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto out;
     if (have == 0) {
         if (snapshot) {
-            sbx_error *err = dk_fail(error, SBX_ERROR_NOT_FOUND, op,
+            sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
                                      "snapshot \"%s\" does not exist on the Docker Engine",
                                      snapshot);
-            dk_context(err, "snapshot_id", snapshot);
+            cl_context(err, "snapshot_id", snapshot);
             goto out;
         }
         if (image_pull(c, ctx, image, op, error) < 0)
@@ -728,11 +723,11 @@ static int docker_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         if (have < 0)
             goto out;
         if (have == 0) {
-            sbx_error *err = dk_fail(error, SBX_ERROR_CREATION_FAILED, op,
+            sbx_error *err = cl_fail(error, SBX_ERROR_CREATION_FAILED, op,
                                      "the pull of image \"%s\" reported no error, but the "
                                      "image is not there", image);
-            dk_context(err, "image", image);
-            dk_context(err, "step", "image_pull");
+            cl_context(err, "image", image);
+            cl_context(err, "step", "image_pull");
             goto out;
         }
     }
@@ -802,7 +797,7 @@ static int docker_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         }
     }
 
-    char *ename = dk_escape(name);
+    char *ename = cl_url_escape(name);
     if (!ename || asprintf(&path, "/containers/create?name=%s", ename) < 0) {
         free(ename);
         path = NULL;
@@ -824,13 +819,13 @@ static int docker_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         const char *opt = r.status == 400 || r.status == 500 ? refused_option(msg) : NULL;
         sbx_error *err;
         if (opt) {
-            err = dk_fail(error, SBX_ERROR_CONFIGURATION, op,
+            err = cl_fail(error, SBX_ERROR_CONFIGURATION, op,
                           "the Docker Engine refused %s: %s (HTTP %ld)", opt, msg, r.status);
-            dk_context(err, "option", opt);
+            cl_context(err, "option", opt);
         } else {
             err = dk_fail_resp(error, SBX_ERROR_CREATION_FAILED, &r, op,
                                "cannot create the container");
-            dk_context(err, "image", image);
+            cl_context(err, "image", image);
         }
         free(msg);
         dk_resp_clear(&r);
@@ -847,11 +842,11 @@ static int docker_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (json_object_object_get_ex(j, "Warnings", &warn)
         && json_object_is_type(warn, json_type_array))
         for (size_t i = 0; i < json_object_array_length(warn); i++)
-            DK_LOG(SBX_LOG_WARNING, "create: %s",
+            CL_LOG(SBX_LOG_WARNING, "create: %s",
                    json_object_get_string(json_object_array_get_idx(warn, i)));
     json_object_put(j);
     if (!id) {
-        dk_fail(error, SBX_ERROR_CREATION_FAILED, op, "container create answered without an Id");
+        cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "container create answered without an Id");
         cleanup_container(c, name);
         goto out;
     }
@@ -868,7 +863,7 @@ static int docker_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (r.status != 204 && r.status != 304) {
         sbx_error *err = dk_fail_resp(error, SBX_ERROR_CREATION_FAILED, &r, op,
                                       "cannot start the container");
-        dk_context(err, "image", image);
+        cl_context(err, "image", image);
         dk_resp_clear(&r);
         goto out;
     }
@@ -879,13 +874,13 @@ static int docker_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!sb)
         goto nomem;
     sb->oom_known = 1;          /* a new container: its counter starts at 0 */
-    DK_LOG(SBX_LOG_DEBUG, "created container %.12s from %s", id, image);
+    CL_LOG(SBX_LOG_DEBUG, "created container %.12s from %s", id, image);
     *sandbox = sb;
     rc = 0;
     goto out;
 
 nomem:
-    dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 out:
     if (rc < 0 && made)
         cleanup_container(c, id);
@@ -911,7 +906,7 @@ static int docker_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
         rc = remove_container(sb->client, ctx, sb->id, "destroy", error);
         if (rc == 0) {
             sb->destroyed = 1;
-            DK_LOG(SBX_LOG_DEBUG, "removed container %.12s", sb->id);
+            CL_LOG(SBX_LOG_DEBUG, "removed container %.12s", sb->id);
         }
     }
     pthread_mutex_unlock(&sb->lock);
@@ -927,7 +922,7 @@ static json_object *container_inspect(struct sbx_plugin_client *c, const sbx_cal
     char *path;
     *status = 0;
     if (asprintf(&path, "/containers/%s/json", id) < 0) {
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return NULL;
     }
     dk_req req = { .method = "GET", .path = path, .secs = API_SECS };
@@ -1003,7 +998,7 @@ static int read_oom_kills(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
         "/bin/sh", "-c", "cat /sys/fs/cgroup/memory.events 2>/dev/null || "
                          "cat /sys/fs/cgroup/memory/memory.oom_control", NULL
     };
-    dk_buf out = { 0 }, err = { 0 };
+    cl_buf out = { 0 }, err = { 0 };
     int code = -1, rc = -1;
     if (dk_exec_capture(sb, ctx, argv, API_SECS, 4096, &out, &err, &code, "exec_wait",
                         error) < 0)
@@ -1019,11 +1014,11 @@ static int read_oom_kills(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
         line = line ? line + 1 : NULL;
     }
     if (rc < 0)
-        dk_fail(error, SBX_ERROR_EXECUTION_FAILED, "exec_wait",
+        cl_fail(error, SBX_ERROR_EXECUTION_FAILED, "exec_wait",
                 "no oom_kill counter in the container's cgroup (exit code %d)", code);
 done:
-    dk_buf_clear(&out);
-    dk_buf_clear(&err);
+    cl_buf_clear(&out);
+    cl_buf_clear(&err);
     return rc;
 }
 
@@ -1059,7 +1054,7 @@ static int docker_exec_end_info(sbx_plugin_process *process, const sbx_call_ctx 
     json_object *j = container_inspect(sb->client, ctx, sb->id, &st, "exec_wait", NULL), *s,
                 *v, *hc;
     if (!j || state_running(j)) {
-        DK_LOG(SBX_LOG_WARNING, "container %.12s: the OOM-kill counter could not be read",
+        CL_LOG(SBX_LOG_WARNING, "container %.12s: the OOM-kill counter could not be read",
                sb->id);
         json_object_put(j);
         return 0;
@@ -1091,7 +1086,7 @@ static int docker_exec_end_info(sbx_plugin_process *process, const sbx_call_ctx 
     if (error && *error && mib > 0) {
         char num[32];
         snprintf(num, sizeof(num), "%lld", mib);
-        dk_context(*error, "memory_mb", num);
+        cl_context(*error, "memory_mb", num);
     }
     return -1;
 }
@@ -1117,9 +1112,9 @@ static int container_stop_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx 
     j = container_inspect(sb->client, ctx, sb->id, &status, op, error);
     if (!j) {
         if (status == 404) {
-            sbx_error *err = dk_fail(error, SBX_ERROR_NOT_FOUND, op,
+            sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
                                      "sandbox %.12s no longer exists", sb->id);
-            dk_context(err, "sandbox_id", sb->id);
+            cl_context(err, "sandbox_id", sb->id);
         }
         return -1;
     }
@@ -1130,7 +1125,7 @@ static int container_stop_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx 
     if (is_paused == stop)
         return 0;
     if (asprintf(&path, "/containers/%s/%s", sb->id, stop ? "pause" : "unpause") < 0) {
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     dk_req req = { .method = "POST", .path = path, .secs = API_SECS };
@@ -1140,12 +1135,12 @@ static int container_stop_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx 
     }
     free(path);
     if (r.status == 204) {
-        DK_LOG(SBX_LOG_DEBUG, "%s container %.12s", stop ? "paused" : "unpaused", sb->id);
+        CL_LOG(SBX_LOG_DEBUG, "%s container %.12s", stop ? "paused" : "unpaused", sb->id);
         rc = 0;
     } else if (r.status == 404) {
-        sbx_error *err = dk_fail(error, SBX_ERROR_NOT_FOUND, op,
+        sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
                                  "sandbox %.12s no longer exists", sb->id);
-        dk_context(err, "sandbox_id", sb->id);
+        cl_context(err, "sandbox_id", sb->id);
     } else {
         dk_fail_resp(error, DK_CODE_BY_STATUS, &r, op, stop ? "cannot pause the container"
                                                             : "cannot unpause the container");
@@ -1184,7 +1179,7 @@ static char *docker_session_state(sbx_plugin_sandbox *sandbox, const sbx_call_ct
         return NULL;
     json_object *j = json_object_new_object();
     if (!j) {
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "session_state", "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "session_state", "out of memory");
         return NULL;
     }
     json_object_object_add(j, "container", json_object_new_string(sb->id));
@@ -1192,11 +1187,11 @@ static char *docker_session_state(sbx_plugin_sandbox *sandbox, const sbx_call_ct
     const char *s = json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN
                                                       | JSON_C_TO_STRING_NOSLASHESCAPE);
     size_t n = strlen(s);
-    char *out = dk_host->alloc(n + 1);
+    char *out = cl_host->alloc(n + 1);
     if (out)
         memcpy(out, s, n + 1);
     else
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "session_state", "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "session_state", "out of memory");
     json_object_put(j);
     return out;
 }
@@ -1224,7 +1219,7 @@ static int docker_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!data || !json_object_is_type(data, json_type_object)
         || !json_object_object_get_ex(data, "container", &v)
         || !json_object_is_type(v, json_type_string) || !hex_id_ok(json_object_get_string(v))) {
-        dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                 "docker session state: \"container\" must be a container id");
         goto out;
     }
@@ -1236,24 +1231,24 @@ static int docker_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     j = container_inspect(client, ctx, cid, &st, op, error);
     if (!j) {
         if (st == 404) {
-            sbx_error *err = dk_fail(error, SBX_ERROR_NOT_FOUND, op,
+            sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
                                      "sandbox %.12s no longer exists", cid);
-            dk_context(err, "sandbox_id", cid);
+            cl_context(err, "sandbox_id", cid);
         }
         goto out;
     }
     const char *backend = label_of(config_labels(j), DK_LABEL_BACKEND);
     if (!backend || strcmp(backend, DK_BACKEND) != 0) {
-        sbx_error *err = dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+        sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                                  "container %.12s was not made by libsbx (no %s=%s label)",
                                  cid, DK_LABEL_BACKEND, DK_BACKEND);
-        dk_context(err, "sandbox_id", cid);
+        cl_context(err, "sandbox_id", cid);
         goto out;
     }
     if (!state_running(j)) {
-        sbx_error *err = dk_fail(error, SBX_ERROR_NOT_FOUND, op,
+        sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
                                  "sandbox %.12s is not running (its lifetime ended?)", cid);
-        dk_context(err, "sandbox_id", cid);
+        cl_context(err, "sandbox_id", cid);
         goto out;
     }
     json_object *cfg, *w, *idv;
@@ -1266,7 +1261,7 @@ static int docker_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                        ? json_object_get_string(idv) : cid;
     struct sbx_plugin_sandbox *sb = sandbox_new(client, full, wd);
     if (!sb) {
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
     *sandbox = sb;
@@ -1287,10 +1282,10 @@ static char *docker_snapshot(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ct
     if (dk_sandbox_check(sb, op, error) < 0)
         return NULL;
     char tag[64];
-    snprintf(tag, sizeof(tag), "%.12s-%.0f", sb->id, floor(dk_wallclock() * 1000.0));
+    snprintf(tag, sizeof(tag), "%.12s-%.0f", sb->id, floor(cl_wallclock() * 1000.0));
     if (asprintf(&path, "/commit?container=%s&repo=sbx-snapshot&tag=%s&pause=1"
                         "&comment=libsbx%%20snapshot", sb->id, tag) < 0) {
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return NULL;
     }
     json_object *body = json_object_new_object(), *labels = json_object_new_object();
@@ -1315,13 +1310,13 @@ static char *docker_snapshot(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ct
     if (json_object_object_get_ex(j, "Id", &idv) && json_object_is_type(idv, json_type_string)) {
         const char *s = json_object_get_string(idv);
         size_t n = strlen(s);
-        out = dk_host->alloc(n + 1);
+        out = cl_host->alloc(n + 1);
         if (out)
             memcpy(out, s, n + 1);
         else
-            dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     } else {
-        dk_fail(error, SBX_ERROR_CONNECTION, op, "commit answered without an Id");
+        cl_fail(error, SBX_ERROR_CONNECTION, op, "commit answered without an Id");
     }
     json_object_put(j);
 done:
@@ -1338,12 +1333,12 @@ static int docker_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                              sbx_plugin_owned_fn fn, void *user_data, sbx_error **error)
 {
     const char *op = "list_owned";
-    char *filter = dk_escape("{\"label\":[\"" DK_LABEL_BACKEND "=" DK_BACKEND "\",\""
+    char *filter = cl_url_escape("{\"label\":[\"" DK_LABEL_BACKEND "=" DK_BACKEND "\",\""
                              DK_LABEL_TOKEN "\"]}"), *path = NULL;
     int rc = -1;
     if (!filter || asprintf(&path, "/containers/json?all=1&filters=%s", filter) < 0) {
         path = NULL;
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
     dk_req req = { .method = "GET", .path = path, .secs = API_SECS };
@@ -1360,7 +1355,7 @@ static int docker_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!j)
         goto out;
     if (!json_object_is_type(j, json_type_array)) {
-        dk_fail(error, SBX_ERROR_CONNECTION, op, "container list is not an array");
+        cl_fail(error, SBX_ERROR_CONNECTION, op, "container list is not an array");
         json_object_put(j);
         goto out;
     }
@@ -1392,9 +1387,9 @@ static int docker_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *c
 {
     const char *op = "destroy_by_id";
     if (!id || !hex_id_ok(id)) {
-        sbx_error *err = dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+        sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                                  "\"%s\" is not a container id", id ? id : "(null)");
-        dk_context(err, "sandbox_id", id);
+        cl_context(err, "sandbox_id", id);
         return -1;
     }
     long st;
@@ -1405,10 +1400,10 @@ static int docker_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *c
     int ours = backend && strcmp(backend, DK_BACKEND) == 0;
     json_object_put(j);
     if (!ours) {
-        sbx_error *err = dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+        sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                                  "container %.12s was not made by libsbx (no %s=%s label); "
                                  "not removed", id, DK_LABEL_BACKEND, DK_BACKEND);
-        dk_context(err, "sandbox_id", id);
+        cl_context(err, "sandbox_id", id);
         return -1;
     }
     return remove_container(client, ctx, id, op, error);

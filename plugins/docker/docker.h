@@ -11,8 +11,10 @@
  *   files.c   the file slots (archive endpoints, libarchive)
  *   progress.c the summary line of an image pull (progress.h)
  *
- * The plugin links libcurl, json-c and libarchive, never libsbx: errors and
- * logging go through the host services handed to setup.
+ * The plugin links libcurl, json-c, libarchive and, statically, the HTTP
+ * base of the hosted providers (plugins/cloud/base) and the SDK's tar
+ * helpers, never libsbx: errors and logging go through the host services
+ * handed to setup.
  */
 #ifndef SBX_DOCKER_H
 #define SBX_DOCKER_H
@@ -46,53 +48,17 @@
  * be found inside the container (exec_kill). */
 #define DK_EXEC_MARKER "SBX_EXEC_ID"
 
-/** The host services (setup); NULL before setup. */
-extern const sbx_host_services *dk_host;
-
-/* ------------------------------------------------------------------------ */
-/* Errors and logging                                                        */
-/* ------------------------------------------------------------------------ */
-
-/** Stores a new error (when @error wants one); returns it, or NULL. */
-sbx_error *dk_fail(sbx_error **error, sbx_error_code code, const char *op,
-                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-void dk_context(sbx_error *err, const char *key, const char *value);
-void dk_outcome_unknown(sbx_error *err);
-
-/**
- * The last error dk_fail made on this thread, also when the caller passed
- * a NULL @error (a plugin cannot read or free the host's sbx_error objects,
- * so internal callers that want to look at an error without keeping it
- * pass NULL and read this). dk_outcome_unknown marks it too.
- */
-typedef struct dk_last_error {
-    sbx_error_code code;
-    int unknown;
-    char msg[2048];
-} dk_last_error;
-const dk_last_error *dk_last(void);
-
-#define DK_LOG(level, ...)                                                  \
-    do {                                                                    \
-        if (dk_host && dk_host->log)                                        \
-            dk_host->log(level, DK_BACKEND, __VA_ARGS__);                   \
-    } while (0)
+/* The errors (cl_fail, cl_context, cl_outcome_unknown, cl_last), the log
+ * macro CL_LOG, byte buffers (cl_buf), clocks (cl_now, cl_wallclock) and
+ * encodings (cl_url_escape, cl_base64_decode) come from the HTTP base the
+ * hosted providers stand on too (plugins/cloud/base/cloud.h), linked in
+ * statically; cl_setup() keeps the host services in cl_host. */
+#include "cloud.h"
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                             */
 /* ------------------------------------------------------------------------ */
 
-/** A growable byte buffer, always NUL-terminated when data != NULL. */
-typedef struct dk_buf {
-    char *data;
-    size_t len, cap;
-} dk_buf;
-
-int dk_buf_append(dk_buf *b, const void *p, size_t n);
-void dk_buf_clear(dk_buf *b);
-
-double dk_now(void);          /* CLOCK_MONOTONIC seconds */
-double dk_wallclock(void);    /* UNIX seconds */
 void dk_sleep_ms(long ms);
 
 /** A wait bound: the earlier of our own limit and the call's deadline, plus
@@ -126,7 +92,7 @@ void dk_sigpipe_block(sigset_t *old);
 void dk_sigpipe_restore(const sigset_t *old);
 
 /** Percent-encodes @s for a URL query (a new string, or NULL). */
-char *dk_escape(const char *s);
+char *cl_url_escape(const char *s);
 
 /* ------------------------------------------------------------------------ */
 /* The client and its Engine connection (engine.c)                           */
@@ -182,7 +148,7 @@ typedef struct dk_req {
 
 typedef struct dk_resp {
     long status;
-    dk_buf body;                /* kept body (not sunk), capped */
+    cl_buf body;                /* kept body (not sunk), capped */
     char *path_stat;            /* X-Docker-Container-Path-Stat, decoded JSON */
     char *api_version;          /* Api-Version header */
 } dk_resp;
@@ -312,8 +278,8 @@ void dk_exec_free(sbx_plugin_process *process);
  * exit code. Bounded by @secs and the call's deadline. Returns 0 or -1.
  */
 int dk_exec_capture(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                    const char *const *argv, double secs, size_t cap, dk_buf *out,
-                    dk_buf *err, int *exit_code, const char *op, sbx_error **error);
+                    const char *const *argv, double secs, size_t cap, cl_buf *out,
+                    cl_buf *err, int *exit_code, const char *op, sbx_error **error);
 
 /* files.c */
 int dk_list_files(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const char *path,

@@ -43,91 +43,9 @@
 #define KEEP_MAX ((size_t)64 << 20)
 #define HEADER_MAX 65536
 
-const sbx_host_services *dk_host;
-
 /* ------------------------------------------------------------------------ */
-/* Errors                                                                    */
+/* Time and bounds                                                           */
 /* ------------------------------------------------------------------------ */
-
-static __thread dk_last_error last_error;
-
-const dk_last_error *dk_last(void)
-{
-    return &last_error;
-}
-
-sbx_error *dk_fail(sbx_error **error, sbx_error_code code, const char *op,
-                   const char *fmt, ...)
-{
-    if (error && *error)
-        return NULL;        /* the first error stands */
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(last_error.msg, sizeof(last_error.msg), fmt, ap);
-    va_end(ap);
-    last_error.code = code;
-    last_error.unknown = 0;
-    if (!error || !dk_host)
-        return NULL;
-    dk_host->set_error(error, code, op, "%s", last_error.msg);
-    return *error;
-}
-
-void dk_context(sbx_error *err, const char *key, const char *value)
-{
-    if (err && dk_host && dk_host->error_add_context && value)
-        dk_host->error_add_context(err, key, value);
-}
-
-void dk_outcome_unknown(sbx_error *err)
-{
-    last_error.unknown = 1;
-    if (err && dk_host && dk_host->error_set_outcome)
-        dk_host->error_set_outcome(err, SBX_ERROR_OUTCOME_UNKNOWN);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Buffers, time, bounds                                                     */
-/* ------------------------------------------------------------------------ */
-
-int dk_buf_append(dk_buf *b, const void *p, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *d = realloc(b->data, cap);
-        if (!d)
-            return -1;
-        b->data = d;
-        b->cap = cap;
-    }
-    if (n)
-        memcpy(b->data + b->len, p, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-    return 0;
-}
-
-void dk_buf_clear(dk_buf *b)
-{
-    free(b->data);
-    memset(b, 0, sizeof(*b));
-}
-
-double dk_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-double dk_wallclock(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 void dk_sleep_ms(long ms)
 {
@@ -138,7 +56,7 @@ void dk_sleep_ms(long ms)
 
 dk_bound dk_bound_make(const sbx_call_ctx *ctx, double secs)
 {
-    dk_bound b = { .until = secs > 0 ? dk_now() + secs : 0, .cancel_fd = -1 };
+    dk_bound b = { .until = secs > 0 ? cl_now() + secs : 0, .cancel_fd = -1 };
     if (ctx && ctx->struct_size >= offsetof(sbx_call_ctx, cancel_fd) + sizeof(int)) {
         if (ctx->deadline > 0) {
             b.deadline = ctx->deadline;
@@ -154,7 +72,7 @@ int dk_bound_ms(const dk_bound *b, int cap_ms)
 {
     if (!b || !b->until)
         return cap_ms;
-    double left = (b->until - dk_now()) * 1000.0;
+    double left = (b->until - cl_now()) * 1000.0;
     int ms = left <= 0 ? 0 : left >= INT_MAX - 1 ? INT_MAX - 1 : (int)left + 1;
     return cap_ms >= 0 && ms > cap_ms ? cap_ms : ms;
 }
@@ -172,10 +90,10 @@ sbx_error *dk_fail_bound(sbx_error **error, const dk_bound *b, const char *op,
 {
     sbx_error *err;
     if (dk_bound_cancelled(b))
-        err = dk_fail(error, SBX_ERROR_TIMEOUT, op, "call cancelled during %s", what);
+        err = cl_fail(error, SBX_ERROR_TIMEOUT, op, "call cancelled during %s", what);
     else
-        err = dk_fail(error, SBX_ERROR_TIMEOUT, op, "timed out during %s", what);
-    dk_outcome_unknown(err);
+        err = cl_fail(error, SBX_ERROR_TIMEOUT, op, "timed out during %s", what);
+    cl_outcome_unknown(err);
     return err;
 }
 
@@ -247,26 +165,6 @@ void dk_sigpipe_restore(const sigset_t *old)
     pthread_sigmask(SIG_SETMASK, old, NULL);
 }
 
-char *dk_escape(const char *s)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    size_t n = strlen(s);
-    char *out = malloc(3 * n + 1), *o = out;
-    if (!out)
-        return NULL;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')
-            || *p == '-' || *p == '_' || *p == '.' || *p == '~' || *p == '/') {
-            *o++ = (char)*p;
-        } else {
-            *o++ = '%';
-            *o++ = hex[*p >> 4];
-            *o++ = hex[*p & 15];
-        }
-    }
-    *o = '\0';
-    return out;
-}
 
 /* ------------------------------------------------------------------------ */
 /* Transport                                                                 */
@@ -281,9 +179,9 @@ int dk_engine_init(struct sbx_plugin_client *c, const char *docker_host, sbx_err
     if (strncmp(h, "unix://", 7) == 0) {
         const char *path = h + 7;
         if (path[0] != '/') {
-            sbx_error *err = dk_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
+            sbx_error *err = cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
                                      "DOCKER_HOST \"%s\": the socket path must be absolute", h);
-            dk_context(err, "docker_host", h);
+            cl_context(err, "docker_host", h);
             return -1;
         }
         c->sock = strdup(path);
@@ -293,27 +191,27 @@ int dk_engine_init(struct sbx_plugin_client *c, const char *docker_host, sbx_err
         const char *hp = h + 6;
         size_t n = strcspn(hp, "/");
         if (n == 0 || !memchr(hp, ':', n)) {
-            sbx_error *err = dk_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
+            sbx_error *err = cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
                                      "DOCKER_HOST \"%s\": expected tcp://HOST:PORT", h);
-            dk_context(err, "docker_host", h);
+            cl_context(err, "docker_host", h);
             return -1;
         }
         const char *tls = getenv("DOCKER_TLS_VERIFY");
         if (tls && *tls) {
-            sbx_error *err = dk_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
+            sbx_error *err = cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
                                      "DOCKER_HOST \"%s\" with DOCKER_TLS_VERIFY: TLS to the "
                                      "Docker Engine is not supported by this backend", h);
-            dk_context(err, "docker_host", h);
+            cl_context(err, "docker_host", h);
             return -1;
         }
         if (asprintf(&c->base, "http://%.*s", (int)n, hp) < 0)
             c->base = NULL;
         c->host_header = strndup(hp, n);
     } else {
-        sbx_error *err = dk_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
+        sbx_error *err = cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
                                  "DOCKER_HOST \"%s\" is not supported (use unix:///PATH or "
                                  "tcp://HOST:PORT)", h);
-        dk_context(err, "docker_host", h);
+        cl_context(err, "docker_host", h);
         return -1;
     }
     if (!c->base || !c->host_header || (strncmp(h, "unix://", 7) == 0 && !c->sock))
@@ -321,7 +219,7 @@ int dk_engine_init(struct sbx_plugin_client *c, const char *docker_host, sbx_err
     pthread_mutex_init(&c->lock, NULL);
     return 0;
 nomem:
-    dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "client_new", "out of memory");
+    cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "client_new", "out of memory");
     return -1;
 }
 
@@ -408,65 +306,27 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *ud)
     }
     if (x->resp->body.len + n > KEEP_MAX)
         return 0;
-    if (dk_buf_append(&x->resp->body, p, n) < 0)
+    if (cl_buf_append(&x->resp->body, p, n) < 0)
         return 0;
     return n;
 }
 
-static char *header_value(const char *line, size_t n, const char *name)
-{
-    size_t nl = strlen(name);
-    if (n <= nl + 1 || strncasecmp(line, name, nl) != 0 || line[nl] != ':')
-        return NULL;
-    const char *v = line + nl + 1, *end = line + n;
-    while (v < end && (*v == ' ' || *v == '\t'))
-        v++;
-    while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' '))
-        end--;
-    return strndup(v, (size_t)(end - v));
-}
 
-/* Decodes standard base64 (padding optional); a new NUL-terminated string. */
-static char *base64_decode(const char *s)
-{
-    size_t n = strlen(s);
-    char *out = malloc(n / 4 * 3 + 4);
-    if (!out)
-        return NULL;
-    unsigned v = 0;
-    int bits = 0;
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        int c = (unsigned char)s[i], d;
-        if (c >= 'A' && c <= 'Z') d = c - 'A';
-        else if (c >= 'a' && c <= 'z') d = c - 'a' + 26;
-        else if (c >= '0' && c <= '9') d = c - '0' + 52;
-        else if (c == '+' || c == '-') d = 62;
-        else if (c == '/' || c == '_') d = 63;
-        else if (c == '=') break;
-        else continue;
-        v = (v << 6) | (unsigned)d;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out[o++] = (char)((v >> bits) & 0xff);
-        }
-    }
-    out[o] = '\0';
-    return out;
-}
 
 static size_t on_header(char *p, size_t size, size_t nmemb, void *ud)
 {
     xfer *x = ud;
     size_t n = size * nmemb;
     char *v;
-    if ((v = header_value(p, n, "Api-Version")) != NULL) {
+    if ((v = cl_header_value(p, n, "Api-Version")) != NULL) {
         free(x->resp->api_version);
         x->resp->api_version = v;
-    } else if ((v = header_value(p, n, "X-Docker-Container-Path-Stat")) != NULL) {
+    } else if ((v = cl_header_value(p, n, "X-Docker-Container-Path-Stat")) != NULL) {
         free(x->resp->path_stat);
-        x->resp->path_stat = base64_decode(v);
+        cl_buf stat = { 0 };
+        if (cl_base64_decode(v, strlen(v), &stat) < 0)
+            cl_buf_clear(&stat);
+        x->resp->path_stat = stat.data;
         free(v);
     }
     return n;
@@ -495,7 +355,7 @@ static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, cu
 
 void dk_resp_clear(dk_resp *r)
 {
-    dk_buf_clear(&r->body);
+    cl_buf_clear(&r->body);
     free(r->path_stat);
     free(r->api_version);
     memset(r, 0, sizeof(*r));
@@ -515,7 +375,7 @@ int dk_request(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const dk_re
     }
     CURL *h = pool_take(c);
     if (!h) {
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot make a curl handle");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot make a curl handle");
         return -1;
     }
     x.h = h;
@@ -527,7 +387,7 @@ int dk_request(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const dk_re
     if ((req->unversioned ? asprintf(&url, "%s%s", c->base, req->path)
                           : asprintf(&url, "%s/v1.%d%s", c->base, minor, req->path)) < 0) {
         pool_give(c, h, 0);
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     struct curl_slist *hdrs = NULL;
@@ -585,21 +445,21 @@ int dk_request(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const dk_re
     sbx_error *err = NULL;
     if (x.sink_failed || x.source_failed) {
         /* The sink or source stored its own error; else a generic one. */
-        err = dk_fail(error, SBX_ERROR_CONNECTION, op, "%s %s: transfer aborted", req->method,
+        err = cl_fail(error, SBX_ERROR_CONNECTION, op, "%s %s: transfer aborted", req->method,
                       req->path);
     } else if (x.cancelled || rc == CURLE_OPERATION_TIMEDOUT) {
         err = dk_fail_bound(error, &x.bound, op, req->path);
     } else if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST) {
-        err = dk_fail(error, SBX_ERROR_CONNECTION, op,
+        err = cl_fail(error, SBX_ERROR_CONNECTION, op,
                       "cannot reach the Docker Engine at %s: %s (is dockerd running?)",
                       c->host_shown, curl_easy_strerror(rc));
-        dk_context(err, "docker_host", c->host_shown);
+        cl_context(err, "docker_host", c->host_shown);
     } else {
-        err = dk_fail(error, SBX_ERROR_CONNECTION, op, "%s %s on the Docker Engine at %s: %s",
+        err = cl_fail(error, SBX_ERROR_CONNECTION, op, "%s %s on the Docker Engine at %s: %s",
                       req->method, req->path, c->host_shown, curl_easy_strerror(rc));
-        dk_context(err, "docker_host", c->host_shown);
+        cl_context(err, "docker_host", c->host_shown);
         if (req->outcome_unknown_on_fail)
-            dk_outcome_unknown(err);
+            cl_outcome_unknown(err);
     }
     return -1;
 }
@@ -639,11 +499,11 @@ sbx_error *dk_fail_resp(sbx_error **error, sbx_error_code code, const dk_resp *r
              : s >= 500 && s <= 599 ? SBX_ERROR_CONNECTION
              : SBX_ERROR_EXECUTION_FAILED;
     }
-    sbx_error *err = dk_fail(error, code, op, "%s: %s (HTTP %ld)", what,
+    sbx_error *err = cl_fail(error, code, op, "%s: %s (HTTP %ld)", what,
                              msg && *msg ? msg : "no message", r->status);
     char st[32];
     snprintf(st, sizeof(st), "%ld", r->status);
-    dk_context(err, "http_status", st);
+    cl_context(err, "http_status", st);
     free(msg);
     return err;
 }
@@ -652,7 +512,7 @@ json_object *dk_resp_json(const dk_resp *r, const char *op, sbx_error **error)
 {
     json_object *j = r->body.len ? json_tokener_parse(r->body.data) : NULL;
     if (!j)
-        dk_fail(error, SBX_ERROR_CONNECTION, op,
+        cl_fail(error, SBX_ERROR_CONNECTION, op,
                 "the Docker Engine answered HTTP %ld with a body that is not JSON", r->status);
     return j;
 }
@@ -672,7 +532,7 @@ int dk_engine_ready(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const 
     if (r.status != 200) {
         sbx_error *err = dk_fail_resp(error, SBX_ERROR_CONNECTION, &r, op,
                                       "the Docker Engine did not answer /_ping");
-        dk_context(err, "docker_host", c->host_shown);
+        cl_context(err, "docker_host", c->host_shown);
         dk_resp_clear(&r);
         return -1;
     }
@@ -680,20 +540,20 @@ int dk_engine_ready(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const 
     if (r.api_version) {
         unsigned maj = 0, min = 0;
         if (sscanf(r.api_version, "%u.%u", &maj, &min) != 2 || maj != 1) {
-            sbx_error *err = dk_fail(error, SBX_ERROR_CONFIGURATION, op,
+            sbx_error *err = cl_fail(error, SBX_ERROR_CONFIGURATION, op,
                                      "the Docker Engine at %s reports API version \"%s\", "
                                      "which this backend does not understand",
                                      c->host_shown, r.api_version);
-            dk_context(err, "api_version", r.api_version);
+            cl_context(err, "api_version", r.api_version);
             dk_resp_clear(&r);
             return -1;
         }
         if ((int)min < DK_API_MIN_MINOR) {
-            sbx_error *err = dk_fail(error, SBX_ERROR_CONFIGURATION, op,
+            sbx_error *err = cl_fail(error, SBX_ERROR_CONFIGURATION, op,
                                      "the Docker Engine at %s speaks API %s; this backend "
                                      "needs 1.%d or newer", c->host_shown, r.api_version,
                                      DK_API_MIN_MINOR);
-            dk_context(err, "api_version", r.api_version);
+            cl_context(err, "api_version", r.api_version);
             dk_resp_clear(&r);
             return -1;
         }
@@ -704,7 +564,7 @@ int dk_engine_ready(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const 
     pthread_mutex_lock(&c->lock);
     c->api_minor = minor;
     pthread_mutex_unlock(&c->lock);
-    DK_LOG(SBX_LOG_DEBUG, "Docker Engine at %s: using API 1.%d", c->host_shown, minor);
+    CL_LOG(SBX_LOG_DEBUG, "Docker Engine at %s: using API 1.%d", c->host_shown, minor);
     return 0;
 }
 
@@ -749,7 +609,7 @@ int dk_hijack(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *
         return -1;
     dk_bound b = dk_bound_make(ctx, HEADER_SECS);
     char *url = NULL, *reqtext = NULL;
-    dk_buf in = { 0 };
+    cl_buf in = { 0 };
     int rc = -1;
     pthread_mutex_lock(&c->lock);
     int minor = c->api_minor;
@@ -758,7 +618,7 @@ int dk_hijack(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *
     CURL *h = curl_easy_init();
     if (!h || asprintf(&url, "%s/", c->base) < 0) {
         url = NULL;
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
     conn->h = h;
@@ -771,15 +631,15 @@ int dk_hijack(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(ms ? ms : 1));
     CURLcode cc = curl_easy_perform(h);
     if (cc != CURLE_OK) {
-        sbx_error *err = dk_fail(error, SBX_ERROR_CONNECTION, op,
+        sbx_error *err = cl_fail(error, SBX_ERROR_CONNECTION, op,
                                  "cannot reach the Docker Engine at %s: %s",
                                  c->host_shown, curl_easy_strerror(cc));
-        dk_context(err, "docker_host", c->host_shown);
+        cl_context(err, "docker_host", c->host_shown);
         goto out;
     }
     curl_socket_t s = CURL_SOCKET_BAD;
     if (curl_easy_getinfo(h, CURLINFO_ACTIVESOCKET, &s) != CURLE_OK || s == CURL_SOCKET_BAD) {
-        dk_fail(error, SBX_ERROR_CONNECTION, op, "no socket to the Docker Engine");
+        cl_fail(error, SBX_ERROR_CONNECTION, op, "no socket to the Docker Engine");
         goto out;
     }
     conn->fd = (int)s;
@@ -792,7 +652,7 @@ int dk_hijack(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *
                      minor, path, c->host_header, jl, json);
     if (n < 0) {
         reqtext = NULL;
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
     size_t off = 0;
@@ -812,7 +672,7 @@ int dk_hijack(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *
             }
             continue;
         }
-        dk_fail(error, SBX_ERROR_CONNECTION, op, "sending to the Docker Engine: %s",
+        cl_fail(error, SBX_ERROR_CONNECTION, op, "sending to the Docker Engine: %s",
                 strerror(errno));
         goto out;
     }
@@ -823,27 +683,27 @@ int dk_hijack(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *
         char tmp[4096];
         ssize_t r = recv(conn->fd, tmp, sizeof(tmp), MSG_DONTWAIT);
         if (r > 0) {
-            if (dk_buf_append(&in, tmp, (size_t)r) < 0) {
-                dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            if (cl_buf_append(&in, tmp, (size_t)r) < 0) {
+                cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
                 goto out;
             }
             end = strstr(in.data, "\r\n\r\n");
             if (!end && in.len > HEADER_MAX) {
-                dk_fail(error, SBX_ERROR_CONNECTION, op,
+                cl_fail(error, SBX_ERROR_CONNECTION, op,
                         "the Docker Engine sent more than %d bytes of headers", HEADER_MAX);
                 goto out;
             }
             continue;
         }
         if (r == 0) {
-            dk_fail(error, SBX_ERROR_CONNECTION, op,
+            cl_fail(error, SBX_ERROR_CONNECTION, op,
                     "the Docker Engine closed the connection before answering exec start");
             goto out;
         }
         if (errno == EINTR)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            dk_fail(error, SBX_ERROR_CONNECTION, op, "reading from the Docker Engine: %s",
+            cl_fail(error, SBX_ERROR_CONNECTION, op, "reading from the Docker Engine: %s",
                     strerror(errno));
             goto out;
         }
@@ -855,7 +715,7 @@ int dk_hijack(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *
     }
     int status = 0;
     if (sscanf(in.data, "HTTP/1.%*d %d", &status) != 1) {
-        dk_fail(error, SBX_ERROR_CONNECTION, op, "the Docker Engine answered \"%.40s\"",
+        cl_fail(error, SBX_ERROR_CONNECTION, op, "the Docker Engine answered \"%.40s\"",
                 in.data);
         goto out;
     }
@@ -865,7 +725,7 @@ int dk_hijack(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *
         if (conn->pre_len) {
             conn->pre = malloc(conn->pre_len);
             if (!conn->pre) {
-                dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+                cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
                 goto out;
             }
             memcpy(conn->pre, in.data + hdr_len, conn->pre_len);
@@ -881,14 +741,14 @@ int dk_hijack(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *
             clen = strtol(l + 17, NULL, 10);
     }
     dk_resp r = { .status = status };
-    dk_buf_append(&r.body, in.data + hdr_len, in.len - hdr_len);
+    cl_buf_append(&r.body, in.data + hdr_len, in.len - hdr_len);
     while (clen < 0 || (long)r.body.len < clen) {
         char tmp[4096];
         if (r.body.len > HEADER_MAX)
             break;
         ssize_t got = recv(conn->fd, tmp, sizeof(tmp), MSG_DONTWAIT);
         if (got > 0) {
-            dk_buf_append(&r.body, tmp, (size_t)got);
+            cl_buf_append(&r.body, tmp, (size_t)got);
             continue;
         }
         if (got == 0)
@@ -904,7 +764,7 @@ int dk_hijack(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *
 out:
     if (rc < 0)
         dk_conn_close(conn);
-    dk_buf_clear(&in);
+    cl_buf_clear(&in);
     free(url);
     free(reqtext);
     return rc;

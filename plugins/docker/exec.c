@@ -77,7 +77,7 @@ struct sbx_plugin_process {
     int err_unknown;            /* the failure leaves the outcome unknown */
     char err_msg[1024];
     double kill_empty_at;       /* when a kill found no process (0 = never) */
-    dk_buf syserr;              /* stream 3: the Engine's own error text */
+    cl_buf syserr;              /* stream 3: the Engine's own error text */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -92,7 +92,7 @@ static int exec_create(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                                                           | JSON_C_TO_STRING_NOSLASHESCAPE);
     char *path;
     if (asprintf(&path, "/containers/%s/exec", sb->id) < 0) {
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     dk_req req = { .method = "POST", .path = path, .body = js, .body_len = strlen(js),
@@ -115,9 +115,9 @@ static int exec_create(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
         *eid = strdup(json_object_get_string(id));
         rc = *eid ? 0 : -1;
         if (rc < 0)
-            dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     } else {
-        dk_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "exec create answered without an Id");
+        cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "exec create answered without an Id");
     }
     json_object_put(j);
 out:
@@ -134,7 +134,7 @@ static int exec_inspect(struct sbx_plugin_client *c, const char *eid, int *code,
 {
     char *path;
     if (asprintf(&path, "/exec/%s/json", eid) < 0) {
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     dk_req req = { .method = "GET", .path = path, .secs = INSPECT_SECS };
@@ -158,18 +158,18 @@ static int exec_inspect(struct sbx_plugin_client *c, const char *eid, int *code,
         goto out;
     if (!json_object_object_get_ex(j, "Running", &running)
         || !json_object_is_type(running, json_type_boolean)) {
-        dk_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "exec inspect answered without Running");
+        cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "exec inspect answered without Running");
     } else if (json_object_get_boolean(running)) {
         rc = INSPECT_RUNNING;
     } else if (!json_object_object_get_ex(j, "ExitCode", &ec) || ec == NULL) {
         rc = INSPECT_NULL;
     } else if (!json_object_is_type(ec, json_type_int)) {
-        dk_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+        cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
                 "exec inspect answered an ExitCode that is not an integer");
     } else {
         int64_t v = json_object_get_int64(ec);
         if (v < 0 || v > 255) {
-            dk_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+            cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
                     "exec inspect answered ExitCode %lld, outside 0..255", (long long)v);
         } else {
             *code = (int)v;
@@ -227,8 +227,8 @@ static json_object *make_cmd(const char *const *argv, const char *shell, int wra
 /* ------------------------------------------------------------------------ */
 
 typedef struct capture {
-    dk_buf *out, *err;
-    dk_buf sys;
+    cl_buf *out, *err;
+    cl_buf sys;
     size_t cap;
     int over;
 } capture;
@@ -236,17 +236,17 @@ typedef struct capture {
 static int capture_fn(void *ud, int stream, const unsigned char *p, size_t n)
 {
     capture *c = ud;
-    dk_buf *b = stream == 1 ? c->out : stream == 2 ? c->err : &c->sys;
+    cl_buf *b = stream == 1 ? c->out : stream == 2 ? c->err : &c->sys;
     if (b->len + n > c->cap) {
         c->over = 1;
         return -1;
     }
-    return dk_buf_append(b, p, n);
+    return cl_buf_append(b, p, n);
 }
 
 int dk_exec_capture(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                    const char *const *argv, double secs, size_t cap, dk_buf *out,
-                    dk_buf *err, int *exit_code, const char *op, sbx_error **error)
+                    const char *const *argv, double secs, size_t cap, cl_buf *out,
+                    cl_buf *err, int *exit_code, const char *op, sbx_error **error)
 {
     dk_bound b = dk_bound_make(ctx, secs);
     json_object *body = json_object_new_object();
@@ -286,7 +286,7 @@ int dk_exec_capture(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
         if (errno == EINTR)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            dk_fail(error, SBX_ERROR_CONNECTION, op, "reading an exec stream: %s",
+            cl_fail(error, SBX_ERROR_CONNECTION, op, "reading an exec stream: %s",
                     strerror(errno));
             goto out;
         }
@@ -301,11 +301,11 @@ int dk_exec_capture(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
         }
     }
     if (!dk_demux_at_boundary(&d)) {
-        dk_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "an exec stream ended inside a frame");
+        cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "an exec stream ended inside a frame");
         goto out;
     }
     if (c.sys.len) {
-        dk_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "the Docker Engine: %s", c.sys.data);
+        cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "the Docker Engine: %s", c.sys.data);
         goto out;
     }
     /* The stream is at EOF: the exit status follows. */
@@ -322,9 +322,9 @@ int dk_exec_capture(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
         }
         if (s == INSPECT_NULL) {
             if (!null_since)
-                null_since = dk_now();
-            else if (dk_now() - null_since > NULL_CODE_SECS) {
-                dk_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+                null_since = cl_now();
+            else if (cl_now() - null_since > NULL_CODE_SECS) {
+                cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
                         "exit status unknown: exec of %s is not running and has no exit code",
                         argv[0]);
                 goto out;
@@ -340,20 +340,20 @@ int dk_exec_capture(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 
 bad_stream:
     if (c.over)
-        dk_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+        cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
                 "output of %s exceeds %zu bytes", argv[0], cap);
     else if (d.bad)
-        dk_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+        cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
                 "malformed exec stream: frame header %02x %02x %02x %02x", d.bad_hdr[0],
                 d.bad_hdr[1], d.bad_hdr[2], d.bad_hdr[3]);
     else
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     goto out;
 nomem:
-    dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 out:
     dk_conn_close(&conn);
-    dk_buf_clear(&c.sys);
+    cl_buf_clear(&c.sys);
     json_object_put(body);
     free(eid);
     free(path);
@@ -393,7 +393,7 @@ static void proc_finish(struct sbx_plugin_process *p, int state, int code,
 /* Fails @p with the last error made on this thread. */
 static void proc_fail_last(struct sbx_plugin_process *p, const char *what)
 {
-    const dk_last_error *e = dk_last();
+    const cl_last_error *e = cl_last();
     proc_finish(p, P_FAILED, 0, e->code, e->unknown, "%s: %s", what, e->msg);
 }
 
@@ -408,7 +408,7 @@ static int relay_out(void *ud, int stream, const unsigned char *buf, size_t n)
     struct sbx_plugin_process *p = ud;
     if (stream == 3) {
         pthread_mutex_lock(&p->lock);
-        int r = p->syserr.len < 4096 ? dk_buf_append(&p->syserr, buf, n) : 0;
+        int r = p->syserr.len < 4096 ? cl_buf_append(&p->syserr, buf, n) : 0;
         pthread_mutex_unlock(&p->lock);
         return r;
     }
@@ -487,7 +487,7 @@ static int relay_stream(struct sbx_plugin_process *p)
                 shutdown(p->conn.fd, SHUT_WR);
                 if (p->tty) {
                     sbx_call_ctx kctx = { .struct_size = sizeof(kctx),
-                                          .deadline = dk_now() + KILL_SECS, .cancel_fd = -1 };
+                                          .deadline = cl_now() + KILL_SECS, .cancel_fd = -1 };
                     dk_exec_kill(p, &kctx, SIGHUP, NULL);
                 }
             }
@@ -569,7 +569,7 @@ static void *relay_main(void *arg)
     for (;;) {
         int code = 0, s = exec_inspect(p->client, p->eid, &code, "exec_wait", NULL);
         if (s < 0) {
-            if (dk_last()->code == SBX_ERROR_NOT_FOUND)
+            if (cl_last()->code == SBX_ERROR_NOT_FOUND)
                 proc_fail_last(p, "exit status unknown");
             else
                 proc_fail_last(p, "exit status unknown (exec inspect failed)");
@@ -579,7 +579,7 @@ static void *relay_main(void *arg)
             proc_finish(p, P_DONE, code, SBX_ERROR_EXECUTION_FAILED /* unused: no error */, 0, NULL);
             return NULL;
         }
-        double now = dk_now();
+        double now = cl_now();
         if (s == INSPECT_NULL) {
             if (!null_since)
                 null_since = now;
@@ -622,7 +622,7 @@ static void proc_free(struct sbx_plugin_process *p)
     close_fd(&p->stop_fd);
     close_fd(&p->event_fd);
     pthread_mutex_destroy(&p->lock);
-    dk_buf_clear(&p->syserr);
+    cl_buf_clear(&p->syserr);
     free(p->cid);
     free(p->eid);
     free(p);
@@ -669,12 +669,12 @@ static int check_cwd(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
             break;
         }
         if (r == 0 || (!(mode & DK_MODE_DIR) && !(mode & DK_MODE_SYMLINK))) {
-            sbx_error *err = dk_fail(error, SBX_ERROR_NOT_FOUND, op,
+            sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
                                      r == 0 ? "working directory \"%s\" does not exist in "
                                               "sandbox %.12s"
                                             : "working directory \"%s\" is not a directory "
                                               "in sandbox %.12s", shown, sb->id);
-            dk_context(err, "path", shown);
+            cl_context(err, "path", shown);
             free(target);
             break;
         }
@@ -690,7 +690,7 @@ static int check_cwd(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
             free(target);
     }
     if (rc < 0 && !cur && error && !*error)
-        dk_fail(error, SBX_ERROR_NOT_FOUND, op, "working directory \"%s\" cannot be resolved",
+        cl_fail(error, SBX_ERROR_NOT_FOUND, op, "working directory \"%s\" cannot be resolved",
                 shown);
     free(cur);
     return rc;
@@ -708,16 +708,16 @@ int dk_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
 
     if (!request || request->struct_size < offsetof(sbx_plugin_exec_request, stderr_fd)
                                            + sizeof(int)) {
-        dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "exec request missing or too short");
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "exec request missing or too short");
         return -1;
     }
     if (!request->shell == !(request->argv && request->argv[0])) {
-        dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                 "exactly one of argv (non-empty) and shell must be set");
         return -1;
     }
     if (request->stdin_fd < -1) {
-        dk_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+        cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
                 "the docker backend does not take interactive stdin in this version");
         return -1;
     }
@@ -741,14 +741,14 @@ int dk_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     if (!(p->cid = strdup(sb->id)))
         goto nomem;
     if (random_hex(p->marker, 16) < 0) {
-        dk_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "cannot read /dev/urandom: %s",
+        cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "cannot read /dev/urandom: %s",
                 strerror(errno));
         goto fail;
     }
     p->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     p->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (p->stop_fd < 0 || p->event_fd < 0) {
-        dk_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "eventfd: %s", strerror(errno));
+        cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "eventfd: %s", strerror(errno));
         goto fail;
     }
     int fds[3] = { request->stdin_fd, request->stdout_fd, request->stderr_fd };
@@ -758,7 +758,7 @@ int dk_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
             continue;
         *mine[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
         if (*mine[i] < 0) {
-            dk_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "dup: %s", strerror(errno));
+            cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "dup: %s", strerror(errno));
             goto fail;
         }
     }
@@ -804,9 +804,9 @@ int dk_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     if (dk_hijack(sb->client, ctx, path, start, &p->conn, op, error) < 0) {
         /* The start request may have reached the Engine: make sure nothing
          * of it runs on. */
-        if (dk_last()->code != SBX_ERROR_NOT_FOUND) {
+        if (cl_last()->code != SBX_ERROR_NOT_FOUND) {
             sbx_call_ctx kctx = { .struct_size = sizeof(kctx),
-                                  .deadline = dk_now() + FREE_KILL_SECS, .cancel_fd = -1 };
+                                  .deadline = cl_now() + FREE_KILL_SECS, .cancel_fd = -1 };
             dk_exec_kill(p, &kctx, SIGKILL, NULL);
         }
         goto fail;
@@ -815,7 +815,7 @@ int dk_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
         dk_exec_resize(p, ctx, request->tty_rows, request->tty_cols, NULL);
     int e = pthread_create(&p->thread, NULL, relay_main, p);
     if (e) {
-        dk_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "pthread_create: %s", strerror(e));
+        cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "pthread_create: %s", strerror(e));
         /* The command runs: end it before giving up. */
         dk_exec_kill(p, NULL, SIGKILL, NULL);
         goto fail;
@@ -829,7 +829,7 @@ int dk_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     return 0;
 
 nomem:
-    dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 fail:
     json_object_put(body);
     json_object_put(env);
@@ -859,9 +859,9 @@ int dk_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeo
             return 1;
         }
         if (state == P_FAILED) {
-            sbx_error *err = dk_fail(error, ec, "exec_wait", "%s", msg);
+            sbx_error *err = cl_fail(error, ec, "exec_wait", "%s", msg);
             if (unknown)
-                dk_outcome_unknown(err);
+                cl_outcome_unknown(err);
             return -1;
         }
         if (timeout_ms == 0)
@@ -871,7 +871,7 @@ int dk_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeo
         int ms = dk_bound_ms(&b, -1);
         int r = poll(pf, b.cancel_fd >= 0 ? 2 : 1, ms);
         if (r < 0 && errno != EINTR) {
-            dk_fail(error, SBX_ERROR_EXECUTION_FAILED, "exec_wait", "poll: %s",
+            cl_fail(error, SBX_ERROR_EXECUTION_FAILED, "exec_wait", "poll: %s",
                     strerror(errno));
             return -1;
         }
@@ -880,7 +880,7 @@ int dk_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeo
             return -1;
         }
         if (r == 0) {
-            if (b.deadline && dk_now() >= b.deadline) {
+            if (b.deadline && cl_now() >= b.deadline) {
                 dk_fail_bound(error, &b, "exec_wait", "wait");
                 return -1;
             }
@@ -958,9 +958,9 @@ int dk_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int signa
     char sig[16];
     if (signal <= 0 || signal >= NSIG) {
         snprintf(sig, sizeof(sig), "%d", signal);
-        sbx_error *err = dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "invalid signal %d",
+        sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "invalid signal %d",
                                  signal);
-        dk_context(err, "signal", sig);
+        cl_context(err, "signal", sig);
         return -1;
     }
     pthread_mutex_lock(&p->lock);
@@ -971,46 +971,46 @@ int dk_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int signa
     snprintf(sig, sizeof(sig), "%d", signal);
     const char *argv[] = { "/bin/sh", "-c", kill_script, "sbx-kill", sig, p->marker, NULL };
     struct sbx_plugin_sandbox tmp = { .client = p->client, .id = p->cid, .workdir = "/" };
-    dk_buf out = { 0 }, err = { 0 };
+    cl_buf out = { 0 }, err = { 0 };
     int code = -1;
     int r = dk_exec_capture(&tmp, ctx, argv, KILL_SECS, 4096, &out, &err, &code, op, NULL);
     if (r < 0) {
-        const dk_last_error *e = dk_last();
-        dk_buf_clear(&out);
-        dk_buf_clear(&err);
+        const cl_last_error *e = cl_last();
+        cl_buf_clear(&out);
+        cl_buf_clear(&err);
         if (e->code == SBX_ERROR_NOT_FOUND) {
             /* The container is gone or stopped: so is the command. */
             pthread_mutex_lock(&p->lock);
             if (!p->kill_empty_at)
-                p->kill_empty_at = dk_now();
+                p->kill_empty_at = cl_now();
             pthread_mutex_unlock(&p->lock);
             return 0;
         }
-        sbx_error *ee = dk_fail(error, e->code, op, "signal %d to exec %.12s: %s", signal,
+        sbx_error *ee = cl_fail(error, e->code, op, "signal %d to exec %.12s: %s", signal,
                                 p->eid, e->msg);
         if (e->unknown)
-            dk_outcome_unknown(ee);
+            cl_outcome_unknown(ee);
         return -1;
     }
     long n = out.data ? strtol(out.data, NULL, 10) : -1;
     if (code != 0 || n < 0) {
-        sbx_error *ee = dk_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+        sbx_error *ee = cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
                                 "the kill helper for exec %.12s failed (exit %d): %s", p->eid,
                                 code, err.data ? err.data : "");
-        dk_outcome_unknown(ee);
-        dk_buf_clear(&out);
-        dk_buf_clear(&err);
+        cl_outcome_unknown(ee);
+        cl_buf_clear(&out);
+        cl_buf_clear(&err);
         return -1;
     }
-    DK_LOG(SBX_LOG_DEBUG, "signal %d to exec %.12s: %ld processes", signal, p->eid, n);
+    CL_LOG(SBX_LOG_DEBUG, "signal %d to exec %.12s: %ld processes", signal, p->eid, n);
     if (n == 0) {
         pthread_mutex_lock(&p->lock);
         if (!p->kill_empty_at)
-            p->kill_empty_at = dk_now();
+            p->kill_empty_at = cl_now();
         pthread_mutex_unlock(&p->lock);
     }
-    dk_buf_clear(&out);
-    dk_buf_clear(&err);
+    cl_buf_clear(&out);
+    cl_buf_clear(&err);
     return 0;
 }
 
@@ -1020,12 +1020,12 @@ int dk_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx, unsigne
     struct sbx_plugin_process *p = process;
     const char *op = "exec_resize";
     if (!p->tty) {
-        dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "exec %.12s has no terminal", p->eid);
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "exec %.12s has no terminal", p->eid);
         return -1;
     }
     char *path;
     if (asprintf(&path, "/exec/%s/resize?h=%u&w=%u", p->eid, rows, cols) < 0) {
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     dk_req req = { .method = "POST", .path = path, .secs = INSPECT_SECS };
@@ -1049,7 +1049,7 @@ void dk_exec_free(sbx_plugin_process *process)
     int running = p->state == P_RUNNING;
     pthread_mutex_unlock(&p->lock);
     if (running && p->thread_started) {
-        sbx_call_ctx kctx = { .struct_size = sizeof(kctx), .deadline = dk_now() + FREE_KILL_SECS,
+        sbx_call_ctx kctx = { .struct_size = sizeof(kctx), .deadline = cl_now() + FREE_KILL_SECS,
                               .cancel_fd = -1 };
         dk_exec_kill(p, &kctx, SIGKILL, NULL);
     }

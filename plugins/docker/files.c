@@ -52,7 +52,7 @@
 
 static char *archive_path(struct sbx_plugin_sandbox *sb, const char *abs, const char *suffix)
 {
-    char *e = dk_escape(abs), *p = NULL;
+    char *e = cl_url_escape(abs), *p = NULL;
     if (e && asprintf(&p, "/containers/%s/archive?path=%s%s", sb->id, e, suffix) < 0)
         p = NULL;
     free(e);
@@ -66,7 +66,7 @@ static int container_gone(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
 {
     char *path;
     if (asprintf(&path, "/containers/%s/json", sb->id) < 0) {
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     dk_req req = { .method = "GET", .path = path, .secs = API_SECS };
@@ -77,9 +77,9 @@ static int container_gone(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
         return -1;
     rc = 0;
     if (r.status == 404) {
-        sbx_error *err = dk_fail(error, SBX_ERROR_NOT_FOUND, op,
+        sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
                                  "sandbox %.12s no longer exists", sb->id);
-        dk_context(err, "sandbox_id", sb->id);
+        cl_context(err, "sandbox_id", sb->id);
         rc = 1;
     }
     dk_resp_clear(&r);
@@ -92,7 +92,7 @@ int dk_path_stat(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 {
     char *path = archive_path(sb, abs, "");
     if (!path) {
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     dk_req req = { .method = "HEAD", .path = path, .secs = API_SECS };
@@ -109,14 +109,14 @@ int dk_path_stat(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
     }
     if (r.status != 200 || !r.path_stat) {
         if (r.status == 200)
-            dk_fail(error, SBX_ERROR_CONNECTION, op, "the archive HEAD of %s carried no stat", abs);
+            cl_fail(error, SBX_ERROR_CONNECTION, op, "the archive HEAD of %s carried no stat", abs);
         else
             dk_fail_container(error, sb, &r, DK_CODE_BY_STATUS, op, "cannot stat the path");
         goto out;
     }
     json_object *j = json_tokener_parse(r.path_stat), *v;
     if (!j || !json_object_is_type(j, json_type_object)) {
-        dk_fail(error, SBX_ERROR_CONNECTION, op, "the path stat of %s is not JSON", abs);
+        cl_fail(error, SBX_ERROR_CONNECTION, op, "the path stat of %s is not JSON", abs);
         json_object_put(j);
         goto out;
     }
@@ -156,9 +156,9 @@ static uint32_t go_perm(uint32_t m)
 static sbx_error *fail_missing(sbx_error **error, struct sbx_plugin_sandbox *sb, const char *op,
                                const char *shown)
 {
-    sbx_error *err = dk_fail(error, SBX_ERROR_NOT_FOUND, op,
+    sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
                              "\"%s\" does not exist in sandbox %.12s", shown, sb->id);
-    dk_context(err, "path", shown);
+    cl_context(err, "path", shown);
     return err;
 }
 
@@ -217,9 +217,9 @@ static int resolve(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const
     }
     free(cur);
     if (!cur)
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     else
-        dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "too many symlinks at %s", abs);
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "too many symlinks at %s", abs);
     return -1;
 }
 
@@ -235,7 +235,7 @@ typedef struct getter {
     int wfd;
     int rc;
     dk_resp resp;
-    dk_last_error last;
+    cl_last_error last;
 } getter;
 
 static int pipe_sink(void *ud, const char *p, size_t n)
@@ -252,7 +252,7 @@ static void *getter_main(void *arg)
     dk_req req = { .method = "GET", .path = g->path, .sink = pipe_sink, .sink_ud = g };
     g->rc = dk_request(g->sb->client, g->ctx, &req, &g->resp, g->op, NULL);
     if (g->rc < 0)
-        g->last = *dk_last();
+        g->last = *cl_last();
     close(g->wfd);
     g->wfd = -1;
     return NULL;
@@ -269,7 +269,7 @@ static void *getter_main(void *arg)
 static int extract_first(int rfd, int fd, const char *shown, const char *op,
                          sbx_error **error)
 {
-    sbx_fs_env env = { dk_host, NULL, op };
+    sbx_fs_env env = { cl_host, NULL, op };
     int r = sbx_tar_first_file(&env, rfd, fd, shown, SBX_ERROR_CONNECTION, error);
     return r == 1 ? 0 : r == 0 ? -2 : -1;
 }
@@ -281,7 +281,7 @@ static int get_via_pipe(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 {
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) < 0) {
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "pipe: %s", strerror(errno));
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "pipe: %s", strerror(errno));
         return -1;
     }
     getter g = { .sb = sb, .ctx = ctx, .path = path, .op = op, .wfd = pfd[1] };
@@ -290,7 +290,7 @@ static int get_via_pipe(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     if (e) {
         close(pfd[0]);
         close(pfd[1]);
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "pthread_create: %s", strerror(e));
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "pthread_create: %s", strerror(e));
         return -1;
     }
     *consume_rc = consume(pfd[0], ud);
@@ -302,9 +302,9 @@ static int get_via_pipe(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     pthread_join(t, NULL);
     *resp = g.resp;
     if (g.rc < 0) {
-        sbx_error *err = dk_fail(error, g.last.code, op, "%s", g.last.msg);
+        sbx_error *err = cl_fail(error, g.last.code, op, "%s", g.last.msg);
         if (g.last.unknown)
-            dk_outcome_unknown(err);
+            cl_outcome_unknown(err);
         return -1;
     }
     return 0;
@@ -335,10 +335,10 @@ static int resolve_existing(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *c
     if (r == 0)
         fail_missing(error, sb, op, path);
     if (r > 0 && !(mode & DK_MODE_DIR) != !want_dir) {
-        sbx_error *err = dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+        sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                                  want_dir ? "\"%s\" is not a directory" : "\"%s\" is a directory",
                                  path);
-        dk_context(err, "path", path);
+        cl_context(err, "path", path);
         r = -1;
     }
     if (r <= 0) {
@@ -371,7 +371,7 @@ int dk_read_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const cha
     if (resolve_existing(sb, ctx, path, 0, op, &abs, &final, error) < 0)
         return -1;
     if (!(apath = archive_path(sb, final, ""))) {
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
     read_job job = { .fd = fd, .shown = path, .op = op, .error = error };
@@ -387,7 +387,7 @@ int dk_read_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const cha
     } else if (resp.status != 200) {
         dk_fail_container(error, sb, &resp, DK_CODE_BY_STATUS, op, "cannot read the file");
     } else if (crc == -2) {
-        dk_fail(error, SBX_ERROR_CONNECTION, op, "the Engine sent no archive for \"%s\"", path);
+        cl_fail(error, SBX_ERROR_CONNECTION, op, "the Engine sent no archive for \"%s\"", path);
     } else if (crc == 0) {
         rc = 0;
     }
@@ -411,7 +411,7 @@ static int64_t pad_of(int64_t size)
 /* One-entry tar: header bytes, then @data_len bytes from @fd, then padding
  * and two zero blocks. */
 typedef struct one_entry {
-    dk_buf header;
+    cl_buf header;
     size_t hdr_off;
     int fd;
     int64_t data_left;
@@ -443,11 +443,11 @@ static ssize_t one_entry_source(void *ud, char *buf, size_t cap)
             if (n < 0 && errno == EINTR)
                 continue;
             if (n == 0)
-                dk_fail(o->error, SBX_ERROR_WORKSPACE, o->op,
+                cl_fail(o->error, SBX_ERROR_WORKSPACE, o->op,
                         "the data ended %lld bytes early (the file shrank?)",
                         (long long)o->data_left);
             else
-                dk_fail(o->error, SBX_ERROR_WORKSPACE, o->op, "reading the data: %s",
+                cl_fail(o->error, SBX_ERROR_WORKSPACE, o->op, "reading the data: %s",
                         strerror(errno));
             return -1;
         }
@@ -464,18 +464,18 @@ static ssize_t one_entry_source(void *ud, char *buf, size_t cap)
 /* The header bytes (PAX + ustar) of one entry, from the tar helper
  * library: names are bytes, whatever the locale. */
 static int entry_header(const char *name, mode_t type, uint32_t mode, int64_t size,
-                        dk_buf *out, const char *op, sbx_error **error)
+                        cl_buf *out, const char *op, sbx_error **error)
 {
-    sbx_fs_env env = { dk_host, NULL, op };
+    sbx_fs_env env = { cl_host, NULL, op };
     unsigned char *h = NULL;
     size_t len = 0;
     if (sbx_tar_entry_header(&env, name, type == AE_IFDIR ? S_IFDIR : S_IFREG, mode, size,
                              (int64_t)time(NULL), &h, &len, error) < 0)
         return -1;
-    int rc = dk_buf_append(out, h, len);
+    int rc = cl_buf_append(out, h, len);
     free(h);
     if (rc < 0)
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     return rc < 0 ? -1 : 0;
 }
 
@@ -486,7 +486,7 @@ static int archive_put(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, c
 {
     char *path = archive_path(sb, dir, "");
     if (!path) {
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     dk_req req = { .method = "PUT", .path = path, .source = src, .source_ud = ud,
@@ -505,7 +505,7 @@ static int archive_put(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, c
                                                || r.status == 500 || r.status == 404
                                                ? SBX_ERROR_INVALID_ARGUMENT : SBX_ERROR_WORKSPACE,
                                                op, shown);
-            dk_context(err, "path", shown);
+            cl_context(err, "path", shown);
         }
     }
     dk_resp_clear(&r);
@@ -524,7 +524,7 @@ static int make_dir(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cons
         return 0;
     char *name;
     if (asprintf(&name, "%s/", rel) < 0) {
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     int rc = entry_header(name, AE_IFDIR, 0755, 0, &o.header, op, error);
@@ -534,7 +534,7 @@ static int make_dir(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cons
         rc = archive_put(sb, ctx, "/", one_entry_source, &o,
                          (int64_t)o.header.len + o.tail_left, shown, op, error);
     }
-    dk_buf_clear(&o.header);
+    cl_buf_clear(&o.header);
     return rc;
 }
 
@@ -562,7 +562,7 @@ static int sized_source(int fd, int *owned, int64_t *size, const char *op, sbx_e
     if (t < 0) {
         char *tmpl;
         if (asprintf(&tmpl, "%s/sbx-docker-XXXXXX", dir) < 0) {
-            dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
             return -1;
         }
         t = mkostemp(tmpl, O_CLOEXEC);
@@ -571,7 +571,7 @@ static int sized_source(int fd, int *owned, int64_t *size, const char *op, sbx_e
         free(tmpl);
     }
     if (t < 0) {
-        dk_fail(error, SBX_ERROR_WORKSPACE, op, "cannot make a temporary file in %s: %s", dir,
+        cl_fail(error, SBX_ERROR_WORKSPACE, op, "cannot make a temporary file in %s: %s", dir,
                 strerror(errno));
         return -1;
     }
@@ -579,7 +579,7 @@ static int sized_source(int fd, int *owned, int64_t *size, const char *op, sbx_e
     int64_t total = 0;
     if (!buf) {
         close(t);
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     for (;;) {
@@ -593,7 +593,7 @@ static int sized_source(int fd, int *owned, int64_t *size, const char *op, sbx_e
         }
         if (n <= 0) {
             if (n < 0) {
-                dk_fail(error, SBX_ERROR_WORKSPACE, op, "reading the data: %s", strerror(errno));
+                cl_fail(error, SBX_ERROR_WORKSPACE, op, "reading the data: %s", strerror(errno));
                 free(buf);
                 close(t);
                 return -1;
@@ -601,7 +601,7 @@ static int sized_source(int fd, int *owned, int64_t *size, const char *op, sbx_e
             break;
         }
         if (dk_write_all(t, buf, (size_t)n, -1, NULL) < 0) {
-            dk_fail(error, SBX_ERROR_WORKSPACE, op, "spooling the data to %s: %s", dir,
+            cl_fail(error, SBX_ERROR_WORKSPACE, op, "spooling the data to %s: %s", dir,
                     strerror(errno));
             free(buf);
             close(t);
@@ -633,9 +633,9 @@ int dk_write_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const ch
         rel++;
     size_t rl = strlen(rel);
     if (!*rel || rel[rl - 1] == '/') {
-        sbx_error *err = dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+        sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                                  "\"%s\" does not name a file", path);
-        dk_context(err, "path", path);
+        cl_context(err, "path", path);
         goto out;
     }
     int64_t size = 0;
@@ -651,7 +651,7 @@ int dk_write_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const ch
 out:
     if (owned >= 0)
         close(owned);
-    dk_buf_clear(&o.header);
+    cl_buf_clear(&o.header);
     free(abs);
     return rc;
 }
@@ -677,7 +677,7 @@ static ssize_t fd_source_read(void *ud, char *buf, size_t cap)
         if (errno == EINTR)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            dk_fail(s->error, SBX_ERROR_WORKSPACE, s->op, "reading the tar stream: %s",
+            cl_fail(s->error, SBX_ERROR_WORKSPACE, s->op, "reading the tar stream: %s",
                     strerror(errno));
             return -1;
         }
@@ -704,9 +704,9 @@ static int ensure_dir(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
     if (r == 0)
         return make_dir(sb, ctx, abs, shown, op, error);
     if (!(mode & DK_MODE_DIR)) {
-        sbx_error *err = dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+        sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                                  "\"%s\" is not a directory", shown);
-        dk_context(err, "path", shown);
+        cl_context(err, "path", shown);
         return -1;
     }
     return 0;
@@ -746,7 +746,7 @@ static int fd_sink_write(void *ud, const char *p, size_t n)
     if (errno == ECANCELED || errno == ETIMEDOUT)
         dk_fail_bound(s->error, &s->bound, s->op, "writing the tar stream");
     else
-        dk_fail(s->error, SBX_ERROR_WORKSPACE, s->op, "writing the tar stream: %s",
+        cl_fail(s->error, SBX_ERROR_WORKSPACE, s->op, "writing the tar stream: %s",
                 strerror(errno));
     return -1;
 }
@@ -762,7 +762,7 @@ int dk_download_tar(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const 
         return -1;
     size_t fl = strlen(final);
     if (!(apath = archive_path(sb, final, fl && final[fl - 1] == '/' ? "." : "/."))) {
-        dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
     fd_sink s = { .fd = fd, .bound = dk_bound_make(ctx, 0), .op = op, .error = error };
@@ -833,7 +833,7 @@ int dk_list_files(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const ch
     if (!abs)
         return -1;
     const char *argv[] = { "/bin/sh", "-c", list_script, "sbx-ls", abs, NULL };
-    dk_buf out = { 0 }, err = { 0 };
+    cl_buf out = { 0 }, err = { 0 };
     list_ent *ents = NULL;
     size_t n = 0, cap = 0;
     int code = -1, rc = -1;
@@ -844,13 +844,13 @@ int dk_list_files(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const ch
         goto out;
     }
     if (code == 4) {
-        sbx_error *e = dk_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+        sbx_error *e = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                                "\"%s\" is not a directory", path);
-        dk_context(e, "path", path);
+        cl_context(e, "path", path);
         goto out;
     }
     if (code != 0) {
-        dk_fail(error, SBX_ERROR_WORKSPACE, op, "listing \"%s\" failed (exit %d): %.200s", path,
+        cl_fail(error, SBX_ERROR_WORKSPACE, op, "listing \"%s\" failed (exit %d): %.200s", path,
                 code, err.data ? err.data : "");
         goto out;
     }
@@ -869,7 +869,7 @@ int dk_list_files(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const ch
             cap = cap ? cap * 2 : 64;
             list_ent *ne = realloc(ents, cap * sizeof(*ents));
             if (!ne) {
-                dk_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+                cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
                 goto out;
             }
             ents = ne;
@@ -889,8 +889,8 @@ int dk_list_files(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const ch
     }
 out:
     free(ents);
-    dk_buf_clear(&out);
-    dk_buf_clear(&err);
+    cl_buf_clear(&out);
+    cl_buf_clear(&err);
     free(abs);
     return rc;
 }

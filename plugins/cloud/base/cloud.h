@@ -315,6 +315,12 @@ sbx_error *cl_fail_status(cl_http *h, sbx_error **error, sbx_error_code code,
 struct json_object *cl_resp_json(const cl_resp *r, const char *op, const char *what,
                                  sbx_error **error);
 
+/** The value of header @name (case-insensitive) when the raw header line
+ *  @line (@n bytes, as libcurl's header callback gets it, CRLF included) is
+ *  that header: a new string, blanks and the line end trimmed; NULL when
+ *  it is another header (or out of memory). */
+char *cl_header_value(const char *line, size_t n, const char *name);
+
 /** Parses a Retry-After value, seconds or an HTTP-date (relative to
  *  @now_wall, UNIX seconds); returns the wait in seconds (>= 0), or -1 when
  *  it is neither. */

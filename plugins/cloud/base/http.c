@@ -283,7 +283,7 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *ud)
     return n;
 }
 
-static char *header_value(const char *line, size_t n, const char *name)
+char *cl_header_value(const char *line, size_t n, const char *name)
 {
     size_t nl = strlen(name);
     if (n <= nl + 1 || strncasecmp(line, name, nl) != 0 || line[nl] != ':')
@@ -306,13 +306,13 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *ud)
         free(x->retry_after);
         free(x->date);
         x->retry_after = x->date = NULL;
-    } else if ((v = header_value(p, n, "Retry-After")) != NULL) {
+    } else if ((v = cl_header_value(p, n, "Retry-After")) != NULL) {
         free(x->retry_after);
         x->retry_after = v;
-    } else if ((v = header_value(p, n, "Date")) != NULL) {
+    } else if ((v = cl_header_value(p, n, "Date")) != NULL) {
         free(x->date);
         x->date = v;
-    } else if ((v = header_value(p, n, "Content-Type")) != NULL) {
+    } else if ((v = cl_header_value(p, n, "Content-Type")) != NULL) {
         free(x->resp->content_type);
         x->resp->content_type = v;
     }
