@@ -44,8 +44,9 @@ Header X-Access-Token: <envdAccessToken> when created with "secure": true.
   POST /filesystem.Filesystem/ListDir|Stat|MakeDir|Remove|Move   unary JSON
   Unary errors: HTTP status and {"code": "not_found", "message": "..."}.
 int64 values (pid is uint32, so a number; size is a string) follow proto3
-JSON. The user of a command (Authorization: Basic base64("user:")) chooses
-HOME (/home/<user>); commands run as the sandbox's root otherwise.
+JSON. The user (Authorization: Basic base64("user:"), or ?username= on
+/files; "user" or "root") chooses HOME (/home/user or /root) and the base of
+relative paths; every command runs as the sandbox's root (uid 0 in it).
 
 The API key is SBX_FAKE_API_KEY (default "fake-e2b-key"). Every request is
 logged (tests/fakes/fakehttp.py: GET/DELETE /_fake/log, POST /_fake/faults).
@@ -63,6 +64,7 @@ import os
 import re
 import shutil
 import signal
+import stat as stm
 import struct
 import subprocess
 import sys
@@ -633,7 +635,6 @@ class E2BHandler(fakehttp.Handler):
     def entry(self, sb, p):
         h = self.host(sb, p)
         st = os.lstat(h)
-        import stat as stm
         kind = ("FILE_TYPE_SYMLINK" if stm.S_ISLNK(st.st_mode) else
                 "FILE_TYPE_DIRECTORY" if stm.S_ISDIR(st.st_mode) else "FILE_TYPE_FILE")
         e = {"name": os.path.basename(p.rstrip("/")) or "/", "type": kind,
