@@ -83,6 +83,7 @@ struct sbx_plugin_sandbox {
     char *id;
     char *url;          /* its sandbox_url, no trailing slash */
     char **env;         /* "K=V" from the create, sent with every command */
+    char *workdir;      /* the default working directory, or NULL */
     pthread_mutex_t lock;
     int gone;
 };
@@ -343,6 +344,9 @@ static int tl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
     return rc;
 }
 
+static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
+                        int *code, const char *op, sbx_error **error);
+
 /* ------------------------------------------------------------------------ */
 /* Client                                                                    */
 /* ------------------------------------------------------------------------ */
@@ -451,6 +455,7 @@ static void tl_sandbox_free(sbx_plugin_sandbox *sb)
     pthread_mutex_destroy(&sb->lock);
     free(sb->id);
     free(sb->url);
+    free(sb->workdir);
     cl_strv_free(sb->env);
     free(sb);
 }
@@ -543,8 +548,24 @@ static json_object *tl_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cre
     if (ctx && ctx->create_token)
         json_object_object_add(b, "name", json_object_new_string(ctx->create_token));
     if (rq->backend_options && *rq->backend_options) {
-        tl_refuse(error, "backend_options", rq->backend_options,
-                  "the tensorlake backend takes no backend options");
+        json_object *bo = json_tokener_parse(rq->backend_options);
+        const char *key = NULL;
+        if (bo && json_object_is_type(bo, json_type_object)) {
+            json_object_object_foreach(bo, k, v) {
+                (void)v;
+                key = k;
+                break;
+            }
+        }
+        sbx_error *err = key
+            ? cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                      "tensorlake backend_options: unknown key \"%s\" (the tensorlake backend "
+                      "takes no backend options)", key)
+            : cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                      "tensorlake backend_options: %s (the tensorlake backend takes no backend "
+                      "options)", rq->backend_options);
+        cl_context(err, "option", "backend_options");
+        json_object_put(bo);
         goto fail;
     }
     return b;
@@ -600,6 +621,27 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         tl_sandbox_free(sb);
         sb = NULL;
         goto out;
+    }
+    if (rq->workdir && *rq->workdir) {
+        char *q = cl_shell_quote(rq->workdir);
+        char *cmd = q ? tl_printf("mkdir -p -- %s", q) : NULL;
+        int code = 0;
+        sb->workdir = strdup(rq->workdir);
+        int wrc = cmd && sb->workdir ? tl_run_short(sb, ctx, cmd, &code, op, error) : -1;
+        if (wrc == 0 && code != 0) {
+            cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                               "tensorlake: cannot make the working directory %s (mkdir exited "
+                               "%d)", rq->workdir, code), "workdir", rq->workdir);
+            wrc = -1;
+        }
+        free(q);
+        free(cmd);
+        if (wrc < 0) {
+            tl_delete(c, NULL, id, op, NULL);
+            tl_sandbox_free(sb);
+            sb = NULL;
+            goto out;
+        }
     }
     *sandbox = sb;
     rc = 0;
@@ -662,6 +704,8 @@ static char *tl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
     json_object_object_add(j, "version", json_object_new_int(TL_STATE_VERSION));
     json_object_object_add(j, "sandbox_id", json_object_new_string(sb->id));
     json_object_object_add(j, "sandbox_url", json_object_new_string(sb->url));
+    if (sb->workdir)
+        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
     const char *s = json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN
                                                       | JSON_C_TO_STRING_NOSLASHESCAPE);
     char *out = cl_host->alloc(strlen(s) + 1);
@@ -698,6 +742,11 @@ static int tl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
     if (!su)
         su = cl_json_str(data, "sandbox_url");
     struct sbx_plugin_sandbox *sb = su ? tl_sandbox_new(client, id, su, NULL) : NULL;
+    const char *wd = cl_json_str(data, "workdir");
+    if (sb && wd && !(sb->workdir = strdup(wd))) {
+        tl_sandbox_free(sb);
+        sb = NULL;
+    }
     if (!sb) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
@@ -937,9 +986,6 @@ static int tl_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
     cl_resp_clear(&r);
     return rc;
 }
-
-static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
-                        int *code, const char *op, sbx_error **error);
 
 static int tl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                          uint32_t mode, sbx_error **error)
@@ -1197,7 +1243,7 @@ static int tl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     pthread_mutex_init(&p->pid_lock, NULL);
     memcpy(p->tag, "sbx-exec-", 9);
     tl_hex(p->tag + 9, 12);
-    p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd);
+    p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
     p->env = tl_strv_dup(rq->env);
     int bad = !p->script || !p->env;
     if (!bad && rq->stdin_fd >= 0 && (p->stdin_fd = fcntl(rq->stdin_fd, F_DUPFD_CLOEXEC, 3)) < 0)
