@@ -1152,6 +1152,17 @@ static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
     return rc;
 }
 
+typedef struct tl_out {
+    tl_proc *p;
+    int fd;
+} tl_out;
+
+static int tl_out_sink(void *ud, const char *data, size_t n)
+{
+    tl_out *o = ud;
+    return cl_proc_output(&o->p->base, o->fd, data, n);
+}
+
 static int tl_exec_run(cl_proc *base)
 {
     tl_proc *p = (tl_proc *)base;
@@ -1164,9 +1175,11 @@ static int tl_exec_run(cl_proc *base)
         stdin_path = tl_printf("/tmp/.%s.in", p->tag);
         if (!stdin_path || tl_upload(sb, &ctx, stdin_path, p->stdin_fd, op, NULL) < 0)
             goto fail;
-        script = tl_printf("exec </tmp/.%s.in; rm -f /tmp/.%s.in\n%s", p->tag, p->tag, p->script);
+        script = tl_printf("exec </tmp/.%s.in >/tmp/.%s.out 2>/tmp/.%s.err; rm -f /tmp/.%s.in\n%s",
+                           p->tag, p->tag, p->tag, p->tag, p->script);
     } else {
-        script = tl_printf("exec </dev/null\n%s", p->script);
+        script = tl_printf("exec </dev/null >/tmp/.%s.out 2>/tmp/.%s.err\n%s", p->tag, p->tag,
+                           p->script);
     }
     if (!script) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1189,6 +1202,27 @@ static int tl_exec_run(cl_proc *base)
     cl_sse_clear(&s.sse);
     json_object_put(b);
     cl_resp_clear(&r);
+    /* The output, as raw bytes (the run stream is line-oriented text). */
+    for (int fd = 1; rc == 0 && fd <= 2; fd++) {
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/.%s.%s", p->tag, fd == 1 ? "out" : "err");
+        char *q = tl_files_path("", path);
+        tl_out o = { p, fd };
+        cl_req rg = { .method = "GET", .sink = tl_out_sink, .sink_ud = &o, .idempotent = CL_SAFE,
+                      .what = "read the command's output" };
+        cl_resp r2 = { 0 };
+        rc = q ? tl_host(sb, &ctx, &rg, q, &r2, 1, op, NULL) : -1;
+        if (rc < 0 && r2.status == 404 && !tl_is_gone(sb))
+            rc = 0;     /* the command removed it */
+        cl_resp_clear(&r2);
+        if (q) {
+            cl_req rd = { .method = "DELETE", .idempotent = CL_SAFE, .what = "remove the output" };
+            cl_resp r3 = { 0 };
+            tl_host(sb, &ctx, &rd, q, &r3, 1, op, NULL);
+            cl_resp_clear(&r3);
+        }
+        free(q);
+    }
     if (rc < 0)
         goto fail;
     goto out;
