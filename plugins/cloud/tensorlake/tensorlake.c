@@ -565,6 +565,8 @@ static json_object *tl_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cre
                       "tensorlake backend_options: %s (the tensorlake backend takes no backend "
                       "options)", rq->backend_options);
         cl_context(err, "option", "backend_options");
+        if (key)
+            cl_context(err, "name", key);
         json_object_put(bo);
         goto fail;
     }
@@ -930,12 +932,23 @@ static ssize_t tl_source_fd(void *ud, char *buf, size_t cap)
     }
 }
 
-static char *tl_files_path(const char *route, const char *path)
+/* The files route for @path; a relative path is taken from the sandbox's
+ * working directory (its workdir, else /), as a command would take it. */
+static char *tl_files_path_in(struct sbx_plugin_sandbox *sb, const char *route, const char *path)
 {
-    char *e = cl_url_escape(path);
+    char *abs = NULL;
+    if (sb && path[0] != '/')
+        abs = tl_printf("%s/%s", sb->workdir ? sb->workdir : "", path);
+    char *e = cl_url_escape(abs ? abs : path);
     char *s = e ? tl_printf("/api/v1/files%s?path=%s", route, e) : NULL;
     free(e);
+    free(abs);
     return s;
+}
+
+static char *tl_files_path(const char *route, const char *path)
+{
+    return tl_files_path_in(NULL, route, path);
 }
 
 static int tl_file_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r, const char *op,
@@ -957,7 +970,7 @@ static int tl_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
                         sbx_error **error)
 {
     const char *op = "read_file";
-    char *q = tl_files_path("", path);
+    char *q = tl_files_path_in(sb, "", path);
     tl_fd_io s = { fd };
     cl_req rq = { .method = "GET", .sink = tl_sink_fd, .sink_ud = &s, .idempotent = CL_SAFE,
                   .what = "download the file" };
@@ -973,7 +986,7 @@ static int tl_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 static int tl_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                      int fd, const char *op, sbx_error **error)
 {
-    char *q = tl_files_path("", path);
+    char *q = tl_files_path_in(sb, "", path);
     tl_fd_io s = { fd };
     cl_req rq = { .method = "PUT", .content_type = "application/octet-stream",
                   .source = tl_source_fd, .source_ud = &s, .source_len = -1,
@@ -1011,7 +1024,7 @@ static int tl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
     const char *op = "list_files";
-    char *q = tl_files_path("/list", path);
+    char *q = tl_files_path_in(sb, "/list", path);
     cl_req rq = { .method = "GET", .idempotent = CL_SAFE, .what = "list the directory" };
     cl_resp r = { 0 };
     int rc = q ? tl_host(sb, ctx, &rq, q, &r, 1, op, error) : -1;
