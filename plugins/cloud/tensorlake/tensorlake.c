@@ -23,13 +23,19 @@
  *    values are per process at Tensorlake: the create's env is kept and
  *    sent with every command. The sandbox is polled until "running".
  *  - exec: POST {sandbox_url}/api/v1/processes/run (SSE): "bash -c SCRIPT"
- *    (cl_shell_script: the cwd on a line of its own, CASE-46), env in the
- *    env field; {"pid"} first, then one {"line","stream"} per output line
- *    (stdout and stderr apart), then {"exit_code"|"signal"}. A stream
- *    without its exit event is an error. stdin: uploaded as a file first and
- *    redirected. exec_kill: POST /api/v1/processes/{pid}/signal.
+ *    (cl_shell_script: the cwd on a line of its own, CASE-46; the create's
+ *    workdir when the call names no cwd), env in the env field; {"pid"}
+ *    first, then {"exit_code"|"signal"}. A stream without its exit event is
+ *    an error. The run stream's output is line-oriented text, so the
+ *    command's stdout and stderr are redirected into two files in the
+ *    sandbox, read back as raw bytes after it ends (kept apart, exact) and
+ *    deleted; output therefore arrives when the command ends, not while it
+ *    runs. stdin: uploaded as a file first and redirected. exec_kill: POST
+ *    /api/v1/processes/{pid}/signal (the provider signals the process
+ *    group).
  *  - files: GET|PUT /api/v1/files?path= (raw bytes both ways, never text,
- *    CASE-17), GET /api/v1/files/list?path=.
+ *    CASE-17), GET /api/v1/files/list?path=; a relative path is taken from
+ *    the workdir (else /).
  *  - snapshot: POST /sandboxes/{id}/snapshot {"snapshot_type":"filesystem"},
  *    polled at GET /snapshots/{id} until "completed"; restore is a create
  *    with snapshot_id.
