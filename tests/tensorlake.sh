@@ -6,7 +6,8 @@
 # suites run with SBX_TEST_BACKEND=tensorlake twice, with the plugin out of
 # process and then with SBX_PLUGIN_MODE=inprocess (the *_slow tests only in
 # the first run), and the fake is stopped by its PID. Their TAP streams are
-# joined into one, as tests/bubblewrap.sh does.
+# joined into one, as tests/bubblewrap.sh does. The local plugins of the
+# build are on the plugin path too: test_files compares against them.
 #
 # Runs from the build directory; writes only TAP to stdout. Exits 0 when
 # every test passed, 1 otherwise. SBX_CLOUD_SUITES overrides the programs.
@@ -38,7 +39,7 @@ port=$(sed -n 's/^PORT //p' "$dir/port")
 TENSORLAKE_API_URL="http://127.0.0.1:$port"
 TENSORLAKE_API_KEY=sbx-test-dummy-key
 SBX_TEST_BACKEND=$backend
-SBX_PLUGIN_PATH="$PWD/plugins/cloud/$backend/.libs${SBX_PLUGIN_PATH:+:$SBX_PLUGIN_PATH}"
+SBX_PLUGIN_PATH="$PWD/plugins/cloud/$backend/.libs:$PWD/plugins/local/.libs${SBX_PLUGIN_PATH:+:$SBX_PLUGIN_PATH}"
 export TENSORLAKE_API_URL TENSORLAKE_API_KEY SBX_TEST_BACKEND SBX_PLUGIN_PATH
 unset TENSORLAKE_SANDBOX_PROXY_URL SBX_PLUGIN_MODE
 
