@@ -1,0 +1,1433 @@
+/*
+ * tensorlake.c — libsbx-tensorlake.so, the `tensorlake` backend: Tensorlake
+ * Sandboxes' control plane (REST) for the lifecycle and each sandbox's own
+ * host (its sandbox_url) for processes and files, over the hosted-provider
+ * base (plugins/cloud/base/cloud.h).
+ *
+ * Contract: the Tensorlake section of the provider contracts
+ * (tensorlakeai/tensorlake src/tensorlake/sandbox/_defaults.py,
+ * crates/cloud-sdk/src/sandboxes/; docs.tensorlake.ai/api-reference/v2).
+ *
+ *  - Credentials: TENSORLAKE_API_KEY, as "Authorization: Bearer ..." on
+ *    both planes. Base URL: the client config's "api_url", else
+ *    TENSORLAKE_API_URL, else https://api.tensorlake.ai.
+ *  - create: POST /sandboxes. cpu → resources.cpus; memory_mb →
+ *    resources.memory_mb; disk_mb → resources.disk_mb; gpu "MODEL[:N]" →
+ *    resources.gpus [{model, count}]; image → image; snapshot_id →
+ *    snapshot_id; template → template_id; allow_internet=0 →
+ *    network.allow_internet_access false. Tensorlake has no labels: the
+ *    create token is the sandbox's name, which is how list_owned, destroy_by_id
+ *    and the reaper find it. timeout_secs is always sent (the caller's, else
+ *    TL_DEFAULT_LIFETIME_S), so the provider bounds every sandbox (CASE-33).
+ *    app_name is refused (a configuration error naming it). Environment
+ *    values are per process at Tensorlake: the create's env is kept and
+ *    sent with every command. The sandbox is polled until "running".
+ *  - exec: POST {sandbox_url}/api/v1/processes/run (SSE): "bash -c SCRIPT"
+ *    (cl_shell_script: the cwd on a line of its own, CASE-46; the create's
+ *    workdir when the call names no cwd), env in the env field; {"pid"}
+ *    first, then {"exit_code"|"signal"}. A stream without its exit event is
+ *    an error. The run stream's output is line-oriented text, so the
+ *    command's stdout and stderr are redirected into two files in the
+ *    sandbox, read back as raw bytes after it ends (kept apart, exact) and
+ *    deleted; output therefore arrives when the command ends, not while it
+ *    runs. stdin: uploaded as a file first and redirected. exec_kill: POST
+ *    /api/v1/processes/{pid}/signal (the provider signals the process
+ *    group).
+ *  - files: GET|PUT /api/v1/files?path= (raw bytes both ways, never text,
+ *    CASE-17), GET /api/v1/files/list?path=; a relative path is taken from
+ *    the workdir (else /).
+ *  - snapshot: POST /sandboxes/{id}/snapshot {"snapshot_type":"filesystem"},
+ *    polled at GET /snapshots/{id} until "completed"; restore is a create
+ *    with snapshot_id.
+ *  - A sandbox the provider no longer has (404, or status terminated) is
+ *    not_found with reason "gone" (CASE-32); every later call fails at once.
+ *
+ * Threading: slots may run at once on different sandboxes and on one; a
+ * sandbox's mutable state (gone flag) is guarded by its lock.
+ */
+#include "cloud.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "0.1.0"
+#endif
+
+#define TL_BACKEND "tensorlake"
+#define TL_DEFAULT_URL "https://api.tensorlake.ai"
+#define TL_STATE_VERSION 1
+#define TL_WAIT_S 300.0                 /* bound on waiting for running / a snapshot */
+#define TL_DEFAULT_LIFETIME_S 3600      /* timeout_secs when the caller set none */
+
+#define TL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_SNAPSHOT      \
+                 | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY            \
+                 | SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT | SBX_CAP_DISK_LIMIT          \
+                 | SBX_CAP_GPU | SBX_CAP_IMAGE | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED    \
+                 | SBX_CAP_BACKGROUND)
+
+static const char *const tl_gpu_models[] = { "A100-40GB", "A100-80GB", "H100", "T4", "A6000",
+                                             "A10", NULL };
+
+struct sbx_plugin_client {
+    cl_http *http;
+    char *api;          /* base URL, no trailing slash */
+};
+
+struct sbx_plugin_sandbox {
+    struct sbx_plugin_client *c;
+    char *id;
+    char *url;          /* its sandbox_url, no trailing slash */
+    char **env;         /* "K=V" from the create, sent with every command */
+    char *workdir;      /* the default working directory, or NULL */
+    pthread_mutex_t lock;
+    int gone;
+};
+
+typedef struct tl_proc {
+    cl_proc base;       /* first member (cloud.h) */
+    struct sbx_plugin_sandbox *sb;
+    char *script;
+    char **env;         /* "K=V" of the command, copied */
+    int stdin_fd;
+    char tag[40];
+    pthread_mutex_t pid_lock;
+    int64_t pid;        /* the provider's pid; 0 until the stream names it */
+    cl_buf line;        /* SSE data is parsed per event */
+} tl_proc;
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static char *tl_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *tl_printf(const char *fmt, ...)
+{
+    va_list ap;
+    char *s = NULL;
+    va_start(ap, fmt);
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    return s;
+}
+
+static void tl_hex(char *out, size_t nbytes)
+{
+    unsigned char r[32];
+    if (nbytes > sizeof(r))
+        nbytes = sizeof(r);
+    if (getrandom(r, nbytes, 0) != (ssize_t)nbytes)
+        for (size_t i = 0; i < nbytes; i++)
+            r[i] = (unsigned char)(rand() & 0xff);
+    for (size_t i = 0; i < nbytes; i++)
+        sprintf(out + 2 * i, "%02x", r[i]);
+}
+
+static char **tl_strv_dup(const char *const *v)
+{
+    size_t n = 0;
+    while (v && v[n])
+        n++;
+    char **o = calloc(n + 1, sizeof(char *));
+    for (size_t i = 0; o && i < n; i++)
+        if (!(o[i] = strdup(v[i]))) {
+            cl_strv_free(o);
+            return NULL;
+        }
+    return o;
+}
+
+static char *tl_trim_slash(const char *s)
+{
+    char *o = strdup(s);
+    size_t n = o ? strlen(o) : 0;
+    while (n && o[n - 1] == '/')
+        o[--n] = '\0';
+    return o;
+}
+
+static int tl_call(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *method,
+                   const char *url, json_object *body, cl_idempotency idem, cl_resp *resp,
+                   const char *op, const char *what, sbx_error **error)
+{
+    const char *b = body ? json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN) : NULL;
+    cl_req rq = { .method = method, .url = url, .body = b, .body_len = b ? strlen(b) : 0,
+                  .idempotent = idem, .what = what };
+    return cl_request(c->http, ctx, &rq, resp, op, error);
+}
+
+static int tl_is_gone(struct sbx_plugin_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    int g = sb->gone;
+    pthread_mutex_unlock(&sb->lock);
+    return g;
+}
+
+static void tl_mark_gone(struct sbx_plugin_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    sb->gone = 1;
+    pthread_mutex_unlock(&sb->lock);
+}
+
+static sbx_error *tl_gone_error(sbx_error **error, const char *op, const char *id)
+{
+    sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
+                             "tensorlake sandbox %s is gone (the provider no longer has it)", id);
+    cl_context(err, "sandbox_id", id);
+    cl_context(err, "reason", "gone");
+    return err;
+}
+
+static int tl_check(struct sbx_plugin_sandbox *sb, const char *op, sbx_error **error)
+{
+    if (tl_is_gone(sb)) {
+        tl_gone_error(error, op, sb->id);
+        return -1;
+    }
+    return 0;
+}
+
+/* GET /sandboxes/{id}: SandboxInfo, or NULL (*@status: 0 when no answer). */
+static json_object *tl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
+                           long *status, const char *op, sbx_error **error)
+{
+    char *esc = cl_url_escape(id);
+    char *url = esc ? tl_printf("%s/sandboxes/%s", c->api, esc) : NULL;
+    free(esc);
+    cl_resp r = { 0 };
+    json_object *j = NULL;
+    *status = 0;
+    if (url && tl_call(c, ctx, "GET", url, NULL, CL_SAFE, &r, op, "get the sandbox", error) == 0) {
+        *status = r.status;
+        if (r.status == 200)
+            j = cl_resp_json(&r, op, "get the sandbox", error);
+        else if (r.status != 404)
+            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "get the sandbox");
+    }
+    free(url);
+    cl_resp_clear(&r);
+    return j;
+}
+
+static const char *tl_status(json_object *j)
+{
+    const char *s = cl_json_str(j, "status");
+    return s ? s : "unknown";
+}
+
+static int tl_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
+                     const char *op, sbx_error **error)
+{
+    char *esc = cl_url_escape(id);
+    char *url = esc ? tl_printf("%s/sandboxes/%s", c->api, esc) : NULL;
+    free(esc);
+    cl_resp r = { 0 };
+    int rc = -1;
+    if (url && tl_call(c, ctx, "DELETE", url, NULL, CL_SAFE, &r, op, "delete the sandbox",
+                       error) == 0) {
+        if (r.status / 100 == 2 || r.status == 404)
+            rc = 0;
+        else
+            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "delete the sandbox");
+    }
+    free(url);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+/* Waits for "running", resuming a suspended sandbox (CASE-53). */
+static int tl_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *op,
+                   sbx_error **error)
+{
+    cl_bound b = cl_bound_make(ctx, TL_WAIT_S);
+    int resumed = 0;
+    for (double pause = 0.05;; pause = pause < 0.5 ? pause * 2 : pause) {
+        long st;
+        json_object *j = tl_get(sb->c, ctx, sb->id, &st, op, error);
+        if (!j) {
+            if (st == 404) {
+                tl_mark_gone(sb);
+                tl_gone_error(error, op, sb->id);
+            }
+            return -1;
+        }
+        const char *s = tl_status(j);
+        if (strcmp(s, "running") == 0) {
+            json_object_put(j);
+            return 0;
+        }
+        if (strcmp(s, "terminated") == 0 || strcmp(s, "timeout") == 0) {
+            tl_mark_gone(sb);
+            sbx_error *err = tl_gone_error(error, op, sb->id);
+            cl_context(err, "state", s);
+            const char *why = cl_json_str(j, "termination_reason");
+            if (why)
+                cl_context(err, "termination_reason", why);
+            json_object_put(j);
+            return -1;
+        }
+        if (strcmp(s, "suspended") == 0 && !resumed) {
+            char *url = tl_printf("%s/sandboxes/%s/resume", sb->c->api, sb->id);
+            cl_resp r = { 0 };
+            int rc = url ? tl_call(sb->c, ctx, "POST", url, NULL, CL_SAFE, &r, op,
+                                   "resume the sandbox", error) : -1;
+            if (rc == 0 && r.status / 100 != 2) {
+                cl_context(cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op,
+                                          "resume the sandbox"), "state", s);
+                rc = -1;
+            }
+            free(url);
+            cl_resp_clear(&r);
+            if (rc < 0) {
+                json_object_put(j);
+                return -1;
+            }
+            resumed = 1;
+        }
+        if (cl_bound_left(&b) == 0) {
+            cl_context(cl_fail(error, SBX_ERROR_TIMEOUT, op,
+                               "tensorlake sandbox %s did not reach status running (it is %s)",
+                               sb->id, s), "state", s);
+            json_object_put(j);
+            return -1;
+        }
+        json_object_put(j);
+        if (cl_sleep(pause, b.cancel_fd)) {
+            cl_fail(error, SBX_ERROR_TIMEOUT, op, "cancelled while waiting for sandbox %s",
+                    sb->id);
+            return -1;
+        }
+    }
+}
+
+/* A data-plane call on @sb: 0 with a 2xx answer in @r, -1 otherwise; a 404
+ * that is the sandbox's own (not a file's) marks it gone. */
+static int tl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
+                   const char *path, cl_resp *r, int file_call, const char *op, sbx_error **error)
+{
+    if (tl_check(sb, op, error) < 0)
+        return -1;
+    char *url = tl_printf("%s%s", sb->url, path);
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    rq->url = url;
+    int rc = -1;
+    if (cl_request(sb->c->http, ctx, rq, r, op, error) == 0) {
+        if (r->status / 100 == 2) {
+            rc = 0;
+        } else if (r->status == 404 && !file_call) {
+            tl_mark_gone(sb);
+            tl_gone_error(error, op, sb->id);
+        } else if (r->status == 404) {
+            /* A file's 404, unless the sandbox itself is gone. */
+            long st;
+            json_object *j = tl_get(sb->c, ctx, sb->id, &st, op, NULL);
+            if (st == 404 || (j && strcmp(tl_status(j), "terminated") == 0)) {
+                tl_mark_gone(sb);
+                tl_gone_error(error, op, sb->id);
+            }
+            json_object_put(j);
+        } else {
+            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, rq->what);
+        }
+    }
+    free(url);
+    return rc;
+}
+
+static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
+                        int *code, const char *op, sbx_error **error);
+
+/* ------------------------------------------------------------------------ */
+/* Client                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static int tl_setup(const sbx_host_services *host, sbx_error **error)
+{
+    return cl_setup(host, TL_BACKEND, error);
+}
+
+static void tl_client_free(sbx_plugin_client *c)
+{
+    if (!c)
+        return;
+    cl_http_free(c->http);
+    free(c->api);
+    free(c);
+}
+
+static int tl_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
+{
+    const char *op = "client_new";
+    json_object *cfg = NULL;
+    if (config_json && *config_json) {
+        cfg = json_tokener_parse(config_json);
+        if (!cfg || !json_object_is_type(cfg, json_type_object)) {
+            json_object_put(cfg);
+            cl_fail(error, SBX_ERROR_CONFIGURATION, op,
+                    "tensorlake client options must be a JSON object");
+            return -1;
+        }
+    }
+    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
+    if (!c || !(c->http = cl_http_new())) {
+        free(c);
+        json_object_put(cfg);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    c->api = cl_base_url(cfg, "api_url", "TENSORLAKE_API_URL", TL_DEFAULT_URL, error);
+    cl_retry_policy pol = CL_RETRY_POLICY_DEFAULT;
+    if (!c->api || cl_retry_policy_from_config(cfg, &pol, error) < 0)
+        goto fail;
+    cl_http_set_retry(c->http, &pol);
+    static const char *const key_envs[] = { "TENSORLAKE_API_KEY", NULL };
+    char *key = cl_credential(key_envs, NULL, NULL);
+    if (key) {
+        char *bearer = tl_printf("Bearer %s", key);
+        int bad = !bearer || cl_http_set_auth(c->http, "Authorization", bearer) < 0
+                  || cl_http_set_secret(c->http, key) < 0;
+        free(bearer);
+        free(key);
+        if (bad) {
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            goto fail;
+        }
+    }
+    json_object_put(cfg);
+    *client = c;
+    return 0;
+fail:
+    json_object_put(cfg);
+    tl_client_free(c);
+    return -1;
+}
+
+static int tl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
+                    sbx_error **error)
+{
+    (void)client;
+    (void)ctx;
+    (void)error;
+    *caps = TL_CAPS;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lifecycle                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static struct sbx_plugin_sandbox *tl_sandbox_new(struct sbx_plugin_client *c, const char *id,
+                                                 const char *url, const char *const *env)
+{
+    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
+    if (!sb)
+        return NULL;
+    sb->c = c;
+    sb->id = strdup(id);
+    sb->url = tl_trim_slash(url);
+    sb->env = tl_strv_dup(env);
+    pthread_mutex_init(&sb->lock, NULL);
+    if (!sb->id || !sb->url || !sb->env) {
+        free(sb->id);
+        free(sb->url);
+        cl_strv_free(sb->env);
+        pthread_mutex_destroy(&sb->lock);
+        free(sb);
+        return NULL;
+    }
+    return sb;
+}
+
+static void tl_sandbox_free(sbx_plugin_sandbox *sb)
+{
+    if (!sb)
+        return;
+    pthread_mutex_destroy(&sb->lock);
+    free(sb->id);
+    free(sb->url);
+    free(sb->workdir);
+    cl_strv_free(sb->env);
+    free(sb);
+}
+
+static sbx_error *tl_refuse(sbx_error **error, const char *option, const char *value,
+                            const char *why)
+{
+    sbx_error *err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                             "tensorlake backend: %s %s: %s", option, value ? value : "", why);
+    cl_context(err, "option", option);
+    return err;
+}
+
+static json_object *tl_create_body(const sbx_call_ctx *ctx, const sbx_plugin_create_request *rq,
+                                   sbx_error **error)
+{
+    json_object *b = json_object_new_object(), *res = json_object_new_object();
+    uint64_t set = rq->set_fields;
+    char buf[64];
+    json_object_object_add(b, "resources", res);
+    if (set & SBX_OPTION_APP_NAME) {
+        tl_refuse(error, "app_name", rq->app_name, "Tensorlake has no apps");
+        goto fail;
+    }
+    if (set & SBX_OPTION_CPU) {
+        if (!(rq->cpu > 0)) {
+            snprintf(buf, sizeof buf, "%g", rq->cpu);
+            tl_refuse(error, "cpu", buf, "must be more than 0");
+            goto fail;
+        }
+        json_object_object_add(res, "cpus", json_object_new_double(rq->cpu));
+    }
+    if (set & SBX_OPTION_MEMORY_MB) {
+        if (rq->memory_mb < 256) {
+            snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
+            tl_refuse(error, "memory_mb", buf, "Tensorlake needs at least 256 MB");
+            goto fail;
+        }
+        json_object_object_add(res, "memory_mb", json_object_new_int64(rq->memory_mb));
+    }
+    if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb > 0)
+        json_object_object_add(res, "disk_mb", json_object_new_int64(rq->disk_mb));
+    if ((set & SBX_OPTION_GPU) && rq->gpu) {
+        const char *colon = strchr(rq->gpu, ':');
+        size_t ml = colon ? (size_t)(colon - rq->gpu) : strlen(rq->gpu);
+        char *end = NULL;
+        long count = colon ? strtol(colon + 1, &end, 10) : 1;
+        int known = 0;
+        for (size_t i = 0; tl_gpu_models[i]; i++)
+            known |= strlen(tl_gpu_models[i]) == ml && strncmp(tl_gpu_models[i], rq->gpu, ml) == 0;
+        if (!known || (colon && (*end || count < 1 || count > 8))) {
+            tl_refuse(error, "gpu", rq->gpu, "Tensorlake offers A100-40GB, A100-80GB, H100, T4, "
+                                             "A6000, A10 (MODEL[:COUNT])");
+            goto fail;
+        }
+        json_object *g = json_object_new_object(), *gs = json_object_new_array();
+        json_object_object_add(g, "model", json_object_new_string_len(rq->gpu, (int)ml));
+        json_object_object_add(g, "count", json_object_new_int((int)count));
+        json_object_array_add(gs, g);
+        json_object_object_add(res, "gpus", gs);
+    }
+    if (rq->image && (rq->snapshot_id || rq->template_name)) {
+        tl_refuse(error, "image", rq->image, "give an image or a template/snapshot, not both");
+        goto fail;
+    }
+    if (rq->image)
+        json_object_object_add(b, "image", json_object_new_string(rq->image));
+    if (rq->snapshot_id)
+        json_object_object_add(b, "snapshot_id", json_object_new_string(rq->snapshot_id));
+    if (rq->template_name)
+        json_object_object_add(b, "template_id", json_object_new_string(rq->template_name));
+    if (!rq->allow_internet) {
+        json_object *n = json_object_new_object();
+        json_object_object_add(n, "allow_internet_access", json_object_new_boolean(0));
+        json_object_object_add(b, "network", n);
+    }
+    /* The provider-side lifetime, always (CASE-33): whole seconds. */
+    long long t = TL_DEFAULT_LIFETIME_S;
+    if (set & SBX_OPTION_TIMEOUT_SECS) {
+        if (!(rq->timeout_secs > 0)) {
+            snprintf(buf, sizeof buf, "%g", rq->timeout_secs);
+            tl_refuse(error, "timeout_secs", buf, "must be more than 0");
+            goto fail;
+        }
+        t = (long long)rq->timeout_secs;
+        if ((double)t < rq->timeout_secs)
+            t++;
+    }
+    json_object_object_add(b, "timeout_secs", json_object_new_int64(t));
+    if (ctx && ctx->create_token)
+        json_object_object_add(b, "name", json_object_new_string(ctx->create_token));
+    if (rq->backend_options && *rq->backend_options) {
+        json_object *bo = json_tokener_parse(rq->backend_options);
+        const char *key = NULL;
+        if (bo && json_object_is_type(bo, json_type_object)) {
+            json_object_object_foreach(bo, k, v) {
+                (void)v;
+                key = k;
+                break;
+            }
+        }
+        sbx_error *err = key
+            ? cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                      "tensorlake backend_options: unknown key \"%s\" (the tensorlake backend "
+                      "takes no backend options)", key)
+            : cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                      "tensorlake backend_options: %s (the tensorlake backend takes no backend "
+                      "options)", rq->backend_options);
+        cl_context(err, "option", "backend_options");
+        if (key)
+            cl_context(err, "name", key);
+        json_object_put(bo);
+        goto fail;
+    }
+    return b;
+fail:
+    json_object_put(b);
+    return NULL;
+}
+
+static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                     const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
+                     sbx_error **error)
+{
+    const char *op = "create";
+    struct sbx_plugin_client *c = client;
+    json_object *body = tl_create_body(ctx, rq, error), *j = NULL;
+    if (!body)
+        return -1;
+    char *url = tl_printf("%s/sandboxes", c->api);
+    cl_resp r = { 0 };
+    int rc = -1;
+    struct sbx_plugin_sandbox *sb = NULL;
+    if (!url || tl_call(c, ctx, "POST", url, body, CL_UNSAFE, &r, op, "create the sandbox",
+                        error) < 0)
+        goto out;
+    if (r.status / 100 != 2) {
+        cl_fail_status(c->http, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
+                                       && r.status != 429 ? SBX_ERROR_CONFIGURATION
+                                                          : CL_CODE_BY_STATUS,
+                       &r, op, "create the sandbox");
+        goto out;
+    }
+    j = cl_resp_json(&r, op, "create the sandbox", error);
+    const char *id = j ? cl_json_str(j, "sandbox_id") : NULL;
+    const char *su = j ? cl_json_str(j, "sandbox_url") : NULL;
+    if (!id || !su) {
+        if (j)
+            cl_fail(error, SBX_ERROR_CREATION_FAILED, op,
+                    "tensorlake create answered without a sandbox_id or a sandbox_url");
+        if (id)
+            tl_delete(c, NULL, id, op, NULL);
+        goto out;
+    }
+    sb = tl_sandbox_new(c, id, su, rq->env);
+    if (!sb) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        tl_delete(c, NULL, id, op, NULL);
+        goto out;
+    }
+    if (tl_wake(sb, ctx, op, error) < 0) {
+        if (error && *error)
+            cl_context(*error, "sandbox_id", id);
+        tl_delete(c, NULL, id, op, NULL);
+        tl_sandbox_free(sb);
+        sb = NULL;
+        goto out;
+    }
+    if (rq->workdir && *rq->workdir) {
+        char *q = cl_shell_quote(rq->workdir);
+        char *cmd = q ? tl_printf("mkdir -p -- %s", q) : NULL;
+        int code = 0;
+        sb->workdir = strdup(rq->workdir);
+        int wrc = cmd && sb->workdir ? tl_run_short(sb, ctx, cmd, &code, op, error) : -1;
+        if (wrc == 0 && code != 0) {
+            cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                               "tensorlake: cannot make the working directory %s (mkdir exited "
+                               "%d)", rq->workdir, code), "workdir", rq->workdir);
+            wrc = -1;
+        }
+        free(q);
+        free(cmd);
+        if (wrc < 0) {
+            tl_delete(c, NULL, id, op, NULL);
+            tl_sandbox_free(sb);
+            sb = NULL;
+            goto out;
+        }
+    }
+    *sandbox = sb;
+    rc = 0;
+out:
+    json_object_put(body);
+    json_object_put(j);
+    free(url);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static int tl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    if (tl_is_gone(sb))
+        return 0;
+    if (tl_delete(sb->c, ctx, sb->id, "destroy", error) < 0)
+        return -1;
+    tl_mark_gone(sb);
+    return 0;
+}
+
+static int tl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    if (tl_is_gone(sb))
+        return 0;
+    long st;
+    json_object *j = tl_get(sb->c, ctx, sb->id, &st, "is_alive", error);
+    if (!j) {
+        if (st == 404) {
+            tl_mark_gone(sb);
+            return 0;
+        }
+        return -1;
+    }
+    int alive = strcmp(tl_status(j), "terminated") != 0 && strcmp(tl_status(j), "timeout") != 0;
+    json_object_put(j);
+    if (!alive)
+        tl_mark_gone(sb);
+    return alive;
+}
+
+static const char *tl_sandbox_id(sbx_plugin_sandbox *sb)
+{
+    return sb->id;
+}
+
+static const char *tl_sandbox_root(sbx_plugin_sandbox *sb)
+{
+    (void)sb;
+    return "";
+}
+
+/* {"version":1,"sandbox_id":ID,"sandbox_url":URL}: no credential, no env. */
+static char *tl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    (void)ctx;
+    if (tl_check(sb, "session_state", error) < 0)
+        return NULL;
+    json_object *j = json_object_new_object();
+    json_object_object_add(j, "version", json_object_new_int(TL_STATE_VERSION));
+    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->id));
+    json_object_object_add(j, "sandbox_url", json_object_new_string(sb->url));
+    if (sb->workdir)
+        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
+    const char *s = json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN
+                                                      | JSON_C_TO_STRING_NOSLASHESCAPE);
+    char *out = cl_host->alloc(strlen(s) + 1);
+    if (out)
+        memcpy(out, s, strlen(s) + 1);
+    else
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "session_state", "out of memory");
+    json_object_put(j);
+    return out;
+}
+
+static int tl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
+                     sbx_plugin_sandbox **sandbox, sbx_error **error)
+{
+    const char *op = "resume";
+    json_object *data = state_json ? json_tokener_parse(state_json) : NULL, *j = NULL;
+    const char *id = cl_json_str(data, "sandbox_id");
+    int64_t ver = 0;
+    int rc = -1;
+    if (!id || !*id || cl_json_int(data, "version", &ver) != 1 || ver != TL_STATE_VERSION) {
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                "tensorlake session state: needs \"version\": %d and a \"sandbox_id\"",
+                TL_STATE_VERSION);
+        goto out;
+    }
+    long st;
+    j = tl_get(client, ctx, id, &st, op, error);
+    if (!j) {
+        if (st == 404)
+            tl_gone_error(error, op, id);
+        goto out;
+    }
+    const char *su = cl_json_str(j, "sandbox_url");
+    if (!su)
+        su = cl_json_str(data, "sandbox_url");
+    struct sbx_plugin_sandbox *sb = su ? tl_sandbox_new(client, id, su, NULL) : NULL;
+    const char *wd = cl_json_str(data, "workdir");
+    if (sb && wd && !(sb->workdir = strdup(wd))) {
+        tl_sandbox_free(sb);
+        sb = NULL;
+    }
+    if (!sb) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    if (tl_wake(sb, ctx, op, error) < 0) {
+        tl_sandbox_free(sb);
+        goto out;
+    }
+    *sandbox = sb;
+    rc = 0;
+out:
+    json_object_put(j);
+    json_object_put(data);
+    return rc;
+}
+
+static char *tl_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    const char *op = "snapshot";
+    if (tl_check(sb, op, error) < 0)
+        return NULL;
+    json_object *b = json_object_new_object(), *j = NULL;
+    json_object_object_add(b, "snapshot_type", json_object_new_string("filesystem"));
+    char *url = tl_printf("%s/sandboxes/%s/snapshot", sb->c->api, sb->id), *snap = NULL;
+    char *out = NULL;
+    cl_resp r = { 0 };
+    if (!url || tl_call(sb->c, ctx, "POST", url, b, CL_UNSAFE, &r, op, "snapshot the sandbox",
+                        error) < 0)
+        goto done;
+    if (r.status / 100 != 2) {
+        if (r.status == 404) {
+            tl_mark_gone(sb);
+            tl_gone_error(error, op, sb->id);
+        } else {
+            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "snapshot the sandbox");
+        }
+        goto done;
+    }
+    j = cl_resp_json(&r, op, "snapshot the sandbox", error);
+    const char *sid = j ? cl_json_str(j, "snapshot_id") : NULL;
+    if (!sid) {
+        if (j)
+            cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "tensorlake snapshot gave no id");
+        goto done;
+    }
+    snap = strdup(sid);
+    free(url);
+    url = snap ? tl_printf("%s/snapshots/%s", sb->c->api, snap) : NULL;
+    cl_bound bd = cl_bound_make(ctx, TL_WAIT_S);
+    for (double pause = 0.05; url; pause = pause < 0.5 ? pause * 2 : pause) {
+        json_object_put(j);
+        j = NULL;
+        cl_resp_clear(&r);
+        memset(&r, 0, sizeof r);
+        if (tl_call(sb->c, ctx, "GET", url, NULL, CL_SAFE, &r, op, "get the snapshot", error) < 0)
+            goto done;
+        if (r.status != 200) {
+            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "get the snapshot");
+            goto done;
+        }
+        if (!(j = cl_resp_json(&r, op, "get the snapshot", error)))
+            goto done;
+        const char *s = tl_status(j);
+        if (strcmp(s, "completed") == 0) {
+            out = cl_host->alloc(strlen(snap) + 1);
+            if (out)
+                memcpy(out, snap, strlen(snap) + 1);
+            break;
+        }
+        if (strcmp(s, "failed") == 0 || cl_bound_left(&bd) == 0) {
+            cl_context(cl_fail(error, s[0] == 'f' ? SBX_ERROR_EXECUTION_FAILED : SBX_ERROR_TIMEOUT,
+                               op, "tensorlake snapshot %s is %s", snap, s), "state", s);
+            break;
+        }
+        if (cl_sleep(pause, bd.cancel_fd)) {
+            cl_fail(error, SBX_ERROR_TIMEOUT, op, "cancelled while waiting for snapshot %s", snap);
+            break;
+        }
+    }
+done:
+    json_object_put(b);
+    json_object_put(j);
+    free(url);
+    free(snap);
+    cl_resp_clear(&r);
+    return out;
+}
+
+/* The sandboxes this backend made: the ones named by a create token. */
+static int tl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                         sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
+{
+    const char *op = "list_owned";
+    struct sbx_plugin_client *c = client;
+    char *cursor = NULL;
+    int rc = 0;
+    for (int page = 0; page < 1000 && rc == 0; page++) {
+        char *cur = cursor ? cl_url_escape(cursor) : NULL;
+        char *url = tl_printf("%s/sandboxes?limit=100%s%s", c->api, cur ? "&cursor=" : "",
+                              cur ? cur : "");
+        free(cur);
+        cl_resp r = { 0 };
+        json_object *j = NULL;
+        rc = -1;
+        if (url && tl_call(c, ctx, "GET", url, NULL, CL_SAFE, &r, op, "list sandboxes",
+                           error) == 0) {
+            if (r.status == 200)
+                j = cl_resp_json(&r, op, "list sandboxes", error);
+            else
+                cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "list sandboxes");
+        }
+        free(url);
+        cl_resp_clear(&r);
+        if (!j)
+            break;
+        rc = 0;
+        json_object *items = cl_json_path(j, "sandboxes", NULL);
+        size_t n = items && json_object_is_type(items, json_type_array)
+                   ? json_object_array_length(items) : 0;
+        int stop = 0;
+        for (size_t i = 0; i < n && !stop; i++) {
+            json_object *it = json_object_array_get_idx(items, i);
+            const char *id = cl_json_str(it, "id");
+            const char *name = cl_json_str(it, "name");
+            if (!id)
+                id = cl_json_str(it, "sandbox_id");
+            if (!id || !name || strncmp(name, "sbx-", 4) != 0
+                || strcmp(tl_status(it), "terminated") == 0)
+                continue;
+            sbx_plugin_owned_info info = { sizeof(info), id, name, 0, 0 };
+            stop = fn(&info, ud) != 0;
+        }
+        free(cursor);
+        const char *nx = cl_json_str(j, "next_cursor");
+        cursor = nx && *nx && !stop ? strdup(nx) : NULL;
+        json_object_put(j);
+        if (!cursor)
+            break;
+    }
+    free(cursor);
+    return rc;
+}
+
+static int tl_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                            sbx_error **error)
+{
+    return tl_delete(client, ctx, id, "destroy_by_id", error);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Files: raw bytes both ways (CASE-17)                                      */
+/* ------------------------------------------------------------------------ */
+
+typedef struct tl_fd_io {
+    int fd;
+} tl_fd_io;
+
+static int tl_sink_fd(void *ud, const char *p, size_t n)
+{
+    tl_fd_io *s = ud;
+    while (n) {
+        ssize_t w = write(s->fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static ssize_t tl_source_fd(void *ud, char *buf, size_t cap)
+{
+    tl_fd_io *s = ud;
+    for (;;) {
+        ssize_t r = read(s->fd, buf, cap);
+        if (r < 0 && errno == EINTR)
+            continue;
+        return r;
+    }
+}
+
+/* The files route for @path; a relative path is taken from the sandbox's
+ * working directory (its workdir, else /), as a command would take it. */
+static char *tl_files_path_in(struct sbx_plugin_sandbox *sb, const char *route, const char *path)
+{
+    char *abs = NULL;
+    if (sb && path[0] != '/')
+        abs = tl_printf("%s/%s", sb->workdir ? sb->workdir : "", path);
+    char *e = cl_url_escape(abs ? abs : path);
+    char *s = e ? tl_printf("/api/v1/files%s?path=%s", route, e) : NULL;
+    free(e);
+    free(abs);
+    return s;
+}
+
+static char *tl_files_path(const char *route, const char *path)
+{
+    return tl_files_path_in(NULL, route, path);
+}
+
+static int tl_file_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r, const char *op,
+                        const char *path, const char *what, sbx_error **error)
+{
+    if (tl_is_gone(sb))
+        return -1;
+    sbx_error *err = error ? *error : NULL;
+    if (r->status == 404)
+        err = cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such %s in the sandbox: %s", what, path);
+    else if (r->status == 400 || r->status == 403)
+        err = cl_fail_status(sb->c->http, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
+    if (err)
+        cl_context(err, "path", path);
+    return -1;
+}
+
+static int tl_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
+                        sbx_error **error)
+{
+    const char *op = "read_file";
+    char *q = tl_files_path_in(sb, "", path);
+    tl_fd_io s = { fd };
+    cl_req rq = { .method = "GET", .sink = tl_sink_fd, .sink_ud = &s, .idempotent = CL_SAFE,
+                  .what = "download the file" };
+    cl_resp r = { 0 };
+    int rc = q ? tl_host(sb, ctx, &rq, q, &r, 1, op, error) : -1;
+    if (rc < 0 && r.status)
+        tl_file_fail(sb, &r, op, path, "file", error);
+    free(q);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static int tl_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                     int fd, const char *op, sbx_error **error)
+{
+    char *q = tl_files_path_in(sb, "", path);
+    tl_fd_io s = { fd };
+    cl_req rq = { .method = "PUT", .content_type = "application/octet-stream",
+                  .source = tl_source_fd, .source_ud = &s, .source_len = -1,
+                  .idempotent = CL_SAFE, .what = "upload the file" };
+    cl_resp r = { 0 };
+    int rc = q ? tl_host(sb, ctx, &rq, q, &r, 1, op, error) : -1;
+    if (rc < 0 && r.status)
+        tl_file_fail(sb, &r, op, path, "directory for file", error);
+    free(q);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static int tl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
+                         uint32_t mode, sbx_error **error)
+{
+    const char *op = "write_file";
+    if (tl_upload(sb, ctx, path, fd, op, error) < 0)
+        return -1;
+    char *qp = cl_shell_quote(path);
+    char *cmd = qp ? tl_printf("chmod %o %s", (unsigned)(mode & 07777), qp) : NULL;
+    int code = 0, rc = cmd ? tl_run_short(sb, ctx, cmd, &code, op, error) : -1;
+    if (rc == 0 && code != 0) {
+        cl_context(cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+                           "cannot set mode %o on %s (chmod exited %d)",
+                           (unsigned)(mode & 07777), path, code), "path", path);
+        rc = -1;
+    }
+    free(qp);
+    free(cmd);
+    return rc;
+}
+
+static int tl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                         sbx_plugin_file_fn fn, void *ud, sbx_error **error)
+{
+    const char *op = "list_files";
+    char *q = tl_files_path_in(sb, "/list", path);
+    cl_req rq = { .method = "GET", .idempotent = CL_SAFE, .what = "list the directory" };
+    cl_resp r = { 0 };
+    int rc = q ? tl_host(sb, ctx, &rq, q, &r, 1, op, error) : -1;
+    free(q);
+    if (rc < 0) {
+        if (r.status)
+            tl_file_fail(sb, &r, op, path, "directory", error);
+        cl_resp_clear(&r);
+        return -1;
+    }
+    json_object *j = cl_resp_json(&r, op, "list the directory", error);
+    cl_resp_clear(&r);
+    if (!j)
+        return -1;
+    json_object *es = cl_json_path(j, "entries", NULL);
+    size_t n = es && json_object_is_type(es, json_type_array) ? json_object_array_length(es) : 0;
+    for (size_t i = 0; i < n; i++) {
+        json_object *e = json_object_array_get_idx(es, i), *d;
+        int64_t size = -1;
+        cl_json_int(e, "size", &size);
+        int is_dir = json_object_object_get_ex(e, "is_dir", &d) && json_object_get_boolean(d);
+        sbx_plugin_file_info info = { sizeof(info), cl_json_str(e, "name"), is_dir,
+                                      is_dir ? -1 : size, 0 };
+        if (info.name && fn(&info, ud) != 0)
+            break;
+    }
+    json_object_put(j);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Exec: POST /api/v1/processes/run, SSE                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct tl_stream {
+    tl_proc *p;
+    cl_sse sse;
+    int have_exit;
+    int exit_code;
+} tl_stream;
+
+static int tl_on_event(void *ud, const char *event, const char *data, size_t n, const char *id)
+{
+    tl_stream *s = ud;
+    (void)event;
+    (void)id;
+    json_object *j = json_tokener_parse(data);
+    if (!j) {
+        cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "tensorlake: an event that is not JSON: "
+                "%.80s", data);
+        (void)n;
+        return -1;
+    }
+    int rc = 0;
+    json_object *v;
+    int64_t x;
+    if (json_object_object_get_ex(j, "line", &v)) {
+        const char *st = cl_json_str(j, "stream");
+        const char *line = json_object_get_string(v);
+        int fd = st && strcmp(st, "stderr") == 0 ? 2 : 1;
+        if (cl_proc_output(&s->p->base, fd, line, strlen(line)) < 0
+            || cl_proc_output(&s->p->base, fd, "\n", 1) < 0)
+            rc = -1;
+    } else if (cl_json_int(j, "exit_code", &x) == 1) {
+        s->have_exit = 1;
+        s->exit_code = (int)(x & 0xff);
+        rc = 1;
+    } else if (cl_json_int(j, "signal", &x) == 1) {
+        s->have_exit = 1;
+        s->exit_code = (int)((128 + x) & 0xff);
+        rc = 1;
+    } else if (json_object_object_get_ex(j, "oom_killed", &v) && json_object_get_boolean(v)) {
+        s->have_exit = 1;
+        s->exit_code = 137;
+        rc = 1;
+    } else if (cl_json_int(j, "pid", &x) == 1) {
+        pthread_mutex_lock(&s->p->pid_lock);
+        s->p->pid = x;
+        pthread_mutex_unlock(&s->p->pid_lock);
+    }
+    json_object_put(j);
+    return rc;
+}
+
+static int tl_sse_sink(void *ud, const char *p, size_t n)
+{
+    tl_stream *s = ud;
+    return cl_sse_feed(&s->sse, p, n, "exec", NULL);
+}
+
+static json_object *tl_run_body(struct sbx_plugin_sandbox *sb, const char *script,
+                                char *const *env)
+{
+    json_object *b = json_object_new_object(), *args = json_object_new_array();
+    json_object *e = json_object_new_object();
+    json_object_object_add(b, "command", json_object_new_string("bash"));
+    json_object_array_add(args, json_object_new_string("-c"));
+    json_object_array_add(args, json_object_new_string(script));
+    json_object_object_add(b, "args", args);
+    char *const *lists[2] = { sb->env, env };
+    for (int l = 0; l < 2; l++)
+        for (size_t i = 0; lists[l] && lists[l][i]; i++) {
+            const char *eq = strchr(lists[l][i], '=');
+            char *k = eq ? strndup(lists[l][i], (size_t)(eq - lists[l][i])) : NULL;
+            if (k)
+                json_object_object_add(e, k, json_object_new_string(eq + 1));
+            free(k);
+        }
+    json_object_object_add(b, "env", e);
+    return b;
+}
+
+static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
+                        int *code, const char *op, sbx_error **error)
+{
+    tl_proc p = { 0 };
+    p.sb = sb;
+    pthread_mutex_init(&p.pid_lock, NULL);
+    p.base.stdout_fd = p.base.stderr_fd = -1;
+    tl_stream s = { &p, { 0 }, 0, 0 };
+    cl_sse_init(&s.sse, tl_on_event, &s);
+    json_object *b = tl_run_body(sb, cmd, NULL);
+    const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
+    static const char *const h[] = { "Accept: text/event-stream", NULL };
+    cl_req rq = { .method = "POST", .headers = h, .body = bs, .body_len = strlen(bs),
+                  .sink = tl_sse_sink, .sink_ud = &s, .idempotent = CL_UNSAFE,
+                  .what = "run a command" };
+    cl_resp r = { 0 };
+    int rc = tl_host(sb, ctx, &rq, "/api/v1/processes/run", &r, 0, op, error);
+    if (rc == 0 && cl_sse_end(&s.sse, op, error) < 0)
+        rc = -1;
+    if (rc == 0)
+        *code = s.exit_code;
+    cl_sse_clear(&s.sse);
+    json_object_put(b);
+    cl_resp_clear(&r);
+    pthread_mutex_destroy(&p.pid_lock);
+    return rc;
+}
+
+typedef struct tl_out {
+    tl_proc *p;
+    int fd;
+} tl_out;
+
+static int tl_out_sink(void *ud, const char *data, size_t n)
+{
+    tl_out *o = ud;
+    return cl_proc_output(&o->p->base, o->fd, data, n);
+}
+
+static int tl_exec_run(cl_proc *base)
+{
+    tl_proc *p = (tl_proc *)base;
+    struct sbx_plugin_sandbox *sb = p->sb;
+    const char *op = "exec";
+    sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
+    char *stdin_path = NULL, *script = NULL;
+    int code = -1;
+    if (p->stdin_fd >= 0) {
+        stdin_path = tl_printf("/tmp/.%s.in", p->tag);
+        if (!stdin_path || tl_upload(sb, &ctx, stdin_path, p->stdin_fd, op, NULL) < 0)
+            goto fail;
+        script = tl_printf("exec </tmp/.%s.in >/tmp/.%s.out 2>/tmp/.%s.err; rm -f /tmp/.%s.in\n%s",
+                           p->tag, p->tag, p->tag, p->tag, p->script);
+    } else {
+        script = tl_printf("exec </dev/null >/tmp/.%s.out 2>/tmp/.%s.err\n%s", p->tag, p->tag,
+                           p->script);
+    }
+    if (!script) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
+    tl_stream s = { p, { 0 }, 0, 0 };
+    cl_sse_init(&s.sse, tl_on_event, &s);
+    json_object *b = tl_run_body(sb, script, p->env);
+    const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
+    static const char *const h[] = { "Accept: text/event-stream", NULL };
+    cl_req rq = { .method = "POST", .headers = h, .body = bs, .body_len = strlen(bs),
+                  .sink = tl_sse_sink, .sink_ud = &s, .idempotent = CL_UNSAFE,
+                  .what = "run the command" };
+    cl_resp r = { 0 };
+    int rc = tl_host(sb, &ctx, &rq, "/api/v1/processes/run", &r, 0, op, NULL);
+    if (rc == 0 && cl_sse_end(&s.sse, op, NULL) < 0)
+        rc = -1;
+    if (rc == 0)
+        code = s.exit_code;
+    cl_sse_clear(&s.sse);
+    json_object_put(b);
+    cl_resp_clear(&r);
+    /* The output, as raw bytes (the run stream is line-oriented text). */
+    for (int fd = 1; rc == 0 && fd <= 2; fd++) {
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/.%s.%s", p->tag, fd == 1 ? "out" : "err");
+        char *q = tl_files_path("", path);
+        tl_out o = { p, fd };
+        cl_req rg = { .method = "GET", .sink = tl_out_sink, .sink_ud = &o, .idempotent = CL_SAFE,
+                      .what = "read the command's output" };
+        cl_resp r2 = { 0 };
+        rc = q ? tl_host(sb, &ctx, &rg, q, &r2, 1, op, NULL) : -1;
+        if (rc < 0 && r2.status == 404 && !tl_is_gone(sb))
+            rc = 0;     /* the command removed it */
+        cl_resp_clear(&r2);
+        if (q) {
+            cl_req rd = { .method = "DELETE", .idempotent = CL_SAFE, .what = "remove the output" };
+            cl_resp r3 = { 0 };
+            tl_host(sb, &ctx, &rd, q, &r3, 1, op, NULL);
+            cl_resp_clear(&r3);
+        }
+        free(q);
+    }
+    if (rc < 0)
+        goto fail;
+    goto out;
+fail:
+    cl_proc_fail_last(base);
+    code = -1;
+    if (tl_is_gone(sb)) {
+        snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
+        snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
+    }
+out:
+    free(script);
+    free(stdin_path);
+    return code;
+}
+
+static void tl_proc_free_fields(tl_proc *p)
+{
+    if (p->stdin_fd >= 0)
+        close(p->stdin_fd);
+    cl_strv_free(p->env);
+    free(p->script);
+    pthread_mutex_destroy(&p->pid_lock);
+}
+
+static int tl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                         const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
+                         sbx_error **error)
+{
+    const char *op = "exec";
+    (void)ctx;
+    if (tl_check(sb, op, error) < 0)
+        return -1;
+    if (rq->tty_rows || rq->tty_cols) {
+        cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                "tensorlake backend: commands on a terminal are not supported");
+        return -1;
+    }
+    if (rq->user) {
+        cl_context(cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                           "tensorlake backend: user %s cannot be chosen per command",
+                           rq->user), "user", rq->user);
+        return -1;
+    }
+    tl_proc *p = calloc(1, sizeof(*p));
+    if (!p) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    p->sb = sb;
+    p->stdin_fd = -1;
+    pthread_mutex_init(&p->pid_lock, NULL);
+    memcpy(p->tag, "sbx-exec-", 9);
+    tl_hex(p->tag + 9, 12);
+    p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
+    p->env = tl_strv_dup(rq->env);
+    int bad = !p->script || !p->env;
+    if (!bad && rq->stdin_fd >= 0 && (p->stdin_fd = fcntl(rq->stdin_fd, F_DUPFD_CLOEXEC, 3)) < 0)
+        bad = 1;
+    if (bad) {
+        tl_proc_free_fields(p);
+        free(p);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot start the command: %s",
+                strerror(errno ? errno : ENOMEM));
+        return -1;
+    }
+    p->base.run = tl_exec_run;
+    p->base.ud = p;
+    if (cl_proc_start(&p->base, rq->stdout_fd, rq->stderr_fd, op, error) < 0) {
+        tl_proc_free_fields(p);
+        free(p);
+        return -1;
+    }
+    *process = (sbx_plugin_process *)p;
+    return 0;
+}
+
+static int tl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
+                        int *exit_code, sbx_error **error)
+{
+    (void)ctx;
+    tl_proc *p = (tl_proc *)process;
+    int rc = cl_proc_wait(&p->base, timeout_ms, exit_code, "exec_wait", error);
+    /* A missing working directory: the script's cd failed (cloud.h). */
+    if (rc == 1 && *exit_code == CL_CWD_MISSING_EXIT && strncmp(p->script, "cd -- ", 6) == 0) {
+        const char *q = p->script + 6;
+        const char *nl = strstr(q, " || exit");
+        char *quoted = nl ? strndup(q, (size_t)(nl - q)) : NULL;
+        char *cmd = quoted ? tl_printf("test -d %s", quoted) : NULL;
+        int code = 0;
+        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
+        if (cmd && tl_run_short(p->sb, &c2, cmd, &code, "exec", NULL) == 0 && code != 0) {
+            cl_context(cl_fail(error, SBX_ERROR_NOT_FOUND, "exec",
+                               "the working directory %s does not exist in the sandbox", quoted),
+                       "path", quoted);
+            rc = -1;
+        }
+        free(cmd);
+        free(quoted);
+    }
+    return rc;
+}
+
+static int tl_exec_event_fd(sbx_plugin_process *process)
+{
+    return cl_proc_event_fd(&((tl_proc *)process)->base);
+}
+
+static int tl_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
+                        sbx_error **error)
+{
+    tl_proc *p = (tl_proc *)process;
+    pthread_mutex_lock(&p->pid_lock);
+    int64_t pid = p->pid;
+    pthread_mutex_unlock(&p->pid_lock);
+    pthread_mutex_lock(&p->base.lock);
+    int ended = p->base.ended;
+    pthread_mutex_unlock(&p->base.lock);
+    if (ended || pid <= 0)
+        return 0;
+    char path[64];
+    snprintf(path, sizeof path, "/api/v1/processes/%lld/signal", (long long)pid);
+    char body[32];
+    snprintf(body, sizeof body, "{\"signal\":%d}", sig);
+    cl_req rq = { .method = "POST", .body = body, .body_len = strlen(body),
+                  .idempotent = CL_SAFE, .what = "signal the command" };
+    cl_resp r = { 0 };
+    int rc = tl_host(p->sb, ctx, &rq, path, &r, 1, "exec_kill", error);
+    if (rc < 0 && r.status == 404)
+        rc = 0;     /* it ended meanwhile */
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static void tl_exec_free(sbx_plugin_process *process)
+{
+    tl_proc *p = (tl_proc *)process;
+    if (!p)
+        return;
+    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
+    tl_exec_kill(process, &c2, SIGKILL, NULL);
+    cl_proc_clear(&p->base);
+    tl_proc_free_fields(p);
+    free(p);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The descriptor                                                            */
+/* ------------------------------------------------------------------------ */
+
+static const sbx_plugin tl_plugin = {
+    .struct_size = sizeof(sbx_plugin),
+    .abi_major = SBX_PLUGIN_ABI_MAJOR,
+    .abi_minor = SBX_PLUGIN_ABI_MINOR,
+    .name = TL_BACKEND,
+    .version = PACKAGE_VERSION,
+    .description = "Tensorlake sandboxes (control plane and sandbox host APIs) over libcurl",
+    .caps = TL_CAPS,
+    .setup = tl_setup,
+    .client_new = tl_client_new,
+    .client_free = tl_client_free,
+    .probe = tl_probe,
+    .create = tl_create,
+    .resume = tl_resume,
+    .session_state = tl_session_state,
+    .destroy = tl_destroy,
+    .is_alive = tl_is_alive,
+    .sandbox_free = tl_sandbox_free,
+    .sandbox_id = tl_sandbox_id,
+    .sandbox_root = tl_sandbox_root,
+    .snapshot = tl_snapshot,
+    .exec_start = tl_exec_start,
+    .exec_wait = tl_exec_wait,
+    .exec_event_fd = tl_exec_event_fd,
+    .exec_kill = tl_exec_kill,
+    .exec_free = tl_exec_free,
+    .list_files = tl_list_files,
+    .read_file = tl_read_file,
+    .write_file = tl_write_file,
+    .list_owned = tl_list_owned,
+    .destroy_by_id = tl_destroy_by_id,
+};
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
+{
+    return &tl_plugin;
+}
