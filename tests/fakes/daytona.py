@@ -27,11 +27,17 @@ stops it after that many idle minutes (a request about the sandbox is
 activity). SBX_FAKE_MINUTE sets the length of a minute in seconds (default
 60), so tests can see those timers.
 
+Commands see the sandbox's env (CreateSandbox `env`) and start in the
+user's home, /root, unless a cwd is given; relative file paths resolve
+against it too (the daemon's working directory).
+
 Exec: POST /process/execute pipes the command into /bin/sh on its stdin,
 stdout and stderr merged into `result` (as the daemon does); 408 when its
 timeout passes (the process group is killed). Sessions keep stdout and stderr
 apart: POST /process/session/{sid}/exec runs the command with /bin/sh -c
-(each command in a shell of its own), synchronously, or with runAsync=true in
+(each command in a shell of its own, its script passed through a pipe, never
+a host command line; the command ends when its shell exits, whatever
+background children still hold its output), synchronously, or with runAsync=true in
 the background; GET .../command/{cmdId} gives its exitCode (null while it
 runs) and GET .../command/{cmdId}/logs its output, each chunk prefixed by
 \\x01\\x01\\x01 (stdout) or \\x02\\x02\\x02 (stderr); ?follow=true streams the
@@ -72,6 +78,13 @@ import nsbox  # noqa: E402
 from fakehttp import Reply  # noqa: E402
 
 MINUTE = float(os.environ.get("SBX_FAKE_MINUTE", "60"))
+# The toolbox daemon's working directory: the sandbox user's home. Commands
+# without a cwd start there and relative file paths resolve against it.
+WORKDIR = "/root"
+# After a session command's shell exits, how long its output pipes are
+# still read (a background child that keeps them open does not hold the
+# command: its exit code is recorded once the shell is gone).
+DRAIN_S = 0.2
 ORG_ID = "org-fake"
 MAX_CPU, MAX_MEMORY_GB, MAX_DISK_GB = 4, 8, 10
 STDOUT_PREFIX = b"\x01\x01\x01"
@@ -114,6 +127,7 @@ class Sandbox:
         self.auto_archive = body.get("autoArchiveInterval", 10080)
         self.auto_delete = body.get("autoDeleteInterval", -1)
         self.ttl = body.get("ttlMinutes")
+        self.env = dict(body.get("env") or {})
         self.starts = 0
         self.box = nsbox.Box(fake.dir, "daytona")
         self.sessions = {}          # sid -> {cmdId: Command}
@@ -634,8 +648,10 @@ class DaytonaHandler(fakehttp.Handler):
 
     @staticmethod
     def host(sb, p):
-        if p is None:
+        if p is None or p == "":
             raise Reply(400, None, {"x-message": "path is required"})
+        if not p.startswith("/"):
+            p = WORKDIR + "/" + p
         host = sb.box.host_path(p)
         if host is None:
             raise Reply(400, None, {"x-message": "invalid path: %s" % p})
@@ -674,14 +690,15 @@ class DaytonaHandler(fakehttp.Handler):
         cmd = body.get("command")
         if not isinstance(cmd, str):
             raise Reply(400, None, {"x-message": "command is required"})
-        cwd = body.get("cwd") or "/"
+        cwd = body.get("cwd") or WORKDIR
         envs = body.get("envs") or {}
         timeout = body.get("timeout")
         host = sb.box.host_path(cwd)
         if host is None or not os.path.isdir(host):
             return self.send_json(200, {"exitCode": -1,
                                         "result": "chdir %s: no such file or directory" % cwd})
-        env = dict(envs)
+        env = dict(sb.env)
+        env.update(envs)
         p = sb.box.popen(["/bin/sh"], env=env, cwd=cwd, stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
@@ -705,7 +722,26 @@ class DaytonaHandler(fakehttp.Handler):
         run_async = bool(body.get("runAsync", body.get("async", False)))
         c = Command(str(uuid.uuid4()), cmd)
         sess[c.id] = c
-        p = sb.box.popen(["/bin/sh", "-c", cmd], cwd="/", stdin=subprocess.DEVNULL)
+        # The script reaches the shell through a pipe (as the daemon writes
+        # it to the session's shell), never through a command line on the
+        # host, where `ps` would show what it exports.
+        # The shell reads it whole from its stdin, then gives the command
+        # /dev/null as stdin.
+        rd, wr = os.pipe()
+        try:
+            p = sb.box.popen(["/bin/sh", "-c", 'c=$(cat); exec </dev/null; eval "$c"'],
+                             env=sb.env, cwd=WORKDIR, stdin=rd)
+        finally:
+            os.close(rd)
+
+        def feed():
+            try:
+                os.write(wr, cmd.encode("utf-8", "surrogateescape"))
+            except OSError:
+                pass
+            finally:
+                os.close(wr)
+        threading.Thread(target=feed, daemon=True).start()
         c.popen = p
 
         def pump(stream, prefix):
@@ -714,6 +750,8 @@ class DaytonaHandler(fakehttp.Handler):
                 if not data:
                     break
                 with c.cond:
+                    if c.exit_code is not None:
+                        break       # the command ended: later bytes are dropped
                     c.chunks.append((prefix, data))
                     c.cond.notify_all()
 
@@ -723,9 +761,9 @@ class DaytonaHandler(fakehttp.Handler):
             t.start()
 
         def finish():
-            for t in threads:
-                t.join()
             code = p.wait()
+            for t in threads:
+                t.join(DRAIN_S)
             sb.box.forget(p)
             with c.cond:
                 c.exit_code = 128 - code if code < 0 else code
