@@ -12,7 +12,9 @@
  *    else DAYTONA_API_URL, else https://app.daytona.io/api. Region: config
  *    "target", else DAYTONA_TARGET.
  *  - create: POST /sandbox. cpu → integer cores (ceil, at least 1);
- *    memory_mb, disk_mb → GB (ceil); gpu "TYPE[:N]" → gpuType [TYPE], gpu N;
+ *    memory_mb → GB, refused (configuration, context min_mb and step_mb)
+ *    unless a multiple of 1024, as Daytona could not enforce it; disk_mb →
+ *    GB (ceil); gpu "TYPE[:N]" → gpuType [TYPE], gpu N;
  *    image → buildInfo with a "FROM image" Dockerfile; template or
  *    snapshot_id → snapshot; allow_internet=0 → networkBlockAll; env → env;
  *    the create token, backend and expiry → labels. Lifetime (the
@@ -30,9 +32,13 @@
  *    then GET .../command/{cmdId} for its exitCode; the session is deleted.
  *    The command runs as "sh -c SCRIPT" (cl_shell_script: the cwd on a line
  *    of its own, CASE-46), its environment exported before it, its stdin a
- *    file uploaded first (or /dev/null). Its shell's pid is written to a file
- *    beside it, so exec_kill signals the command's process group through
- *    /process/execute.
+ *    file uploaded first (or /dev/null). Every process of the command
+ *    carries SBX_EXEC_ID=<its session id> in its environment, so exec_kill
+ *    (through /process/execute) signals all of them, setsid'd and orphaned
+ *    descendants included. The default cwd is the caller's workdir (made
+ *    with mkdir -p at create; it must be absolute) or, unset, the
+ *    toolbox's working directory; relative file paths resolve the same
+ *    way.
  *  - A stopped or archived sandbox is started on use (CASE-53): a toolbox
  *    answer 400 "... Is the Sandbox started?" makes the plugin look at the
  *    sandbox's state; stopped/archived → POST /sandbox/{id}/start and wait
@@ -74,6 +80,9 @@
 #define DT_STATE_VERSION 1
 #define DT_START_WAIT_S 300.0   /* bound on waiting for "started" */
 #define DT_IDLE_STOP_MIN 15     /* autoStopInterval when no lifetime was set */
+/* The environment variable that marks every process of one command (its
+ * value: the command's session id), for exec_kill. */
+#define DT_EXEC_MARK "SBX_EXEC_ID"
 
 #define DT_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_SNAPSHOT      \
                  | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY            \
@@ -95,6 +104,8 @@ struct sbx_plugin_sandbox {
     struct sbx_plugin_client *c;
     char *id;
     char *toolbox;      /* toolboxProxyUrl + "/" + id */
+    char *workdir;      /* the caller's workdir (absolute), or NULL: the
+                         * toolbox's own working directory */
     pthread_mutex_t lock;
     int gone;           /* a 404 was seen: every later call fails at once */
 };
@@ -471,7 +482,7 @@ static int dt_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t
 /* ------------------------------------------------------------------------ */
 
 static struct sbx_plugin_sandbox *dt_sandbox_new(struct sbx_plugin_client *c, const char *id,
-                                                 const char *toolbox_base)
+                                                 const char *toolbox_base, const char *workdir)
 {
     struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
     if (!sb)
@@ -479,14 +490,29 @@ static struct sbx_plugin_sandbox *dt_sandbox_new(struct sbx_plugin_client *c, co
     sb->c = c;
     sb->id = strdup(id);
     sb->toolbox = dt_printf("%s/%s", toolbox_base, id);
+    sb->workdir = workdir ? strdup(workdir) : NULL;
     pthread_mutex_init(&sb->lock, NULL);
-    if (!sb->id || !sb->toolbox) {
+    if (!sb->id || !sb->toolbox || (workdir && !sb->workdir)) {
+        pthread_mutex_destroy(&sb->lock);
         free(sb->id);
         free(sb->toolbox);
+        free(sb->workdir);
         free(sb);
         return NULL;
     }
     return sb;
+}
+
+/* @path as the toolbox gets it: an absolute path as it is; a relative one
+ * under the caller's workdir when one was set, else as it is (the toolbox
+ * resolves it against its own working directory, as the sandbox's
+ * commands do). A new string, or NULL (out of memory). */
+static char *dt_abs(struct sbx_plugin_sandbox *sb, const char *path)
+{
+    if (path[0] == '/' || !sb->workdir)
+        return strdup(path);
+    size_t n = strlen(sb->workdir);
+    return dt_printf("%s%s%s", sb->workdir, n && sb->workdir[n - 1] == '/' ? "" : "/", path);
 }
 
 static void dt_sandbox_free(sbx_plugin_sandbox *sb)
@@ -496,6 +522,7 @@ static void dt_sandbox_free(sbx_plugin_sandbox *sb)
     pthread_mutex_destroy(&sb->lock);
     free(sb->id);
     free(sb->toolbox);
+    free(sb->workdir);
     free(sb);
 }
 
@@ -529,13 +556,18 @@ static json_object *dt_create_body(struct sbx_plugin_client *c, const sbx_call_c
         json_object_object_add(b, "cpu", json_object_new_int((int)ceil(rq->cpu)));
     }
     if (set & SBX_OPTION_MEMORY_MB) {
-        if (rq->memory_mb <= 0) {
+        /* Daytona's memory is whole GB: a limit it cannot enforce exactly
+         * (a smaller or fractional one would be rounded up) is refused. */
+        if (rq->memory_mb <= 0 || rq->memory_mb % 1024 != 0) {
             snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
-            dt_refuse(error, "memory_mb", buf, "must be more than 0");
+            sbx_error *err = dt_refuse(error, "memory_mb", buf,
+                                       "Daytona sets memory in whole GB: give a multiple of "
+                                       "1024 MiB (the smallest is 1024)");
+            cl_context(err, "min_mb", "1024");
+            cl_context(err, "step_mb", "1024");
             goto fail;
         }
-        json_object_object_add(b, "memory",
-                               json_object_new_int((int)((rq->memory_mb + 1023) / 1024)));
+        json_object_object_add(b, "memory", json_object_new_int((int)(rq->memory_mb / 1024)));
     }
     if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb > 0)
         json_object_object_add(b, "disk", json_object_new_int((int)((rq->disk_mb + 1023) / 1024)));
@@ -630,10 +662,16 @@ static json_object *dt_create_body(struct sbx_plugin_client *c, const sbx_call_c
             for (size_t i = 0; allowed[i]; i++)
                 ok |= strcmp(allowed[i], k) == 0;
             if (!ok) {
-                dt_refuse(error, "backend_options", k,
-                          "not a Daytona create field this backend passes on (name, user, "
-                          "public, target, autoStopInterval, autoArchiveInterval, "
-                          "autoDeleteInterval, networkAllowList, domainAllowList, spot)");
+                static const char known[] = "\"name\", \"user\", \"public\", \"target\", "
+                                            "\"autoStopInterval\", \"autoArchiveInterval\", "
+                                            "\"autoDeleteInterval\", \"networkAllowList\", "
+                                            "\"domainAllowList\", \"spot\"";
+                sbx_error *err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                                         "daytona backend_options: unknown key \"%s\" (known: "
+                                         "%s)", k, known);
+                cl_context(err, "option", "backend_options");
+                cl_context(err, "name", k);
+                cl_context(err, "known", known);
                 json_object_put(bo);
                 goto fail;
             }
@@ -649,12 +687,54 @@ fail:
     return NULL;
 }
 
+static int dt_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
+                        int *exit_code, const char *op, sbx_error **error);
+
+/* 1 when @wd is an absolute path without a ".." component. */
+static int dt_workdir_ok(const char *wd)
+{
+    if (wd[0] != '/')
+        return 0;
+    for (const char *p = wd; (p = strstr(p, "..")) != NULL; p += 2)
+        if (p[-1] == '/' && (p[2] == '/' || p[2] == '\0'))
+            return 0;
+    return 1;
+}
+
+/* Makes the caller's workdir in the new sandbox (mkdir -p). */
+static int dt_make_workdir(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                           sbx_error **error)
+{
+    char *q = cl_shell_quote(sb->workdir);
+    char *cmd = q ? dt_printf("mkdir -p -- %s", q) : NULL;
+    int code = 0, rc = cmd ? dt_run_short(sb, ctx, cmd, &code, "create", error) : -1;
+    if (!cmd)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "create", "out of memory");
+    if (rc == 0 && code != 0) {
+        sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "create",
+                                 "cannot make workdir \"%s\" in the sandbox (mkdir exited %d)",
+                                 sb->workdir, code);
+        cl_context(err, "path", sb->workdir);
+        rc = -1;
+    }
+    free(q);
+    free(cmd);
+    return rc;
+}
+
 static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                      const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
                      sbx_error **error)
 {
     const char *op = "create";
     struct sbx_plugin_client *c = client;
+    if (rq->workdir && !dt_workdir_ok(rq->workdir)) {
+        sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                 "workdir \"%s\" must be an absolute path in the sandbox, "
+                                 "without \"..\"", rq->workdir);
+        cl_context(err, "path", rq->workdir);
+        return -1;
+    }
     json_object *body = dt_create_body(c, ctx, rq, error), *j = NULL;
     if (!body)
         return -1;
@@ -688,7 +768,7 @@ static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         size_t n = strlen(tbs);
         while (n && tbs[n - 1] == '/')
             tbs[--n] = '\0';
-        sb = dt_sandbox_new(c, id, tbs);
+        sb = dt_sandbox_new(c, id, tbs, rq->workdir);
     }
     free(tbs);
     if (!sb) {
@@ -696,7 +776,8 @@ static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         dt_delete(c, NULL, id, op, NULL);
         goto out;
     }
-    if (strcmp(dt_state(j), "started") != 0 && dt_wake(sb, ctx, op, error) < 0) {
+    if ((strcmp(dt_state(j), "started") != 0 && dt_wake(sb, ctx, op, error) < 0)
+        || (sb->workdir && dt_make_workdir(sb, ctx, error) < 0)) {
         sbx_error *e = error ? *error : NULL;
         if (e)
             cl_context(e, "sandbox_id", id);
@@ -763,7 +844,8 @@ static const char *dt_sandbox_root(sbx_plugin_sandbox *sb)
     return "";
 }
 
-/* {"version":1,"sandbox_id":ID,"toolbox":URL}: no credential, no env. */
+/* {"version":1,"sandbox_id":ID,"toolbox":URL[,"workdir":DIR]}: no
+ * credential, no env. */
 static char *dt_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
@@ -774,6 +856,8 @@ static char *dt_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
     json_object_object_add(j, "sandbox_id", json_object_new_string(sb->id));
     size_t tl = strlen(sb->toolbox) - strlen(sb->id) - 1;
     json_object_object_add(j, "toolbox", json_object_new_string_len(sb->toolbox, (int)tl));
+    if (sb->workdir)
+        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
     const char *s = json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN
                                                       | JSON_C_TO_STRING_NOSLASHESCAPE);
     char *out = cl_host->alloc(strlen(s) + 1);
@@ -829,7 +913,10 @@ static int dt_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
         while (n && tbs[n - 1] == '/')
             tbs[--n] = '\0';
     }
-    struct sbx_plugin_sandbox *sb = tbs ? dt_sandbox_new(client, id, tbs) : NULL;
+    const char *wd = cl_json_str(data, "workdir");
+    struct sbx_plugin_sandbox *sb = tbs ? dt_sandbox_new(client, id, tbs,
+                                                         wd && dt_workdir_ok(wd) ? wd : NULL)
+                                        : NULL;
     free(tbs);
     if (!sb) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1010,7 +1097,9 @@ static int dt_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
                         sbx_error **error)
 {
     const char *op = "read_file";
-    char *q = dt_query_path("/files/download?path=", path);
+    char *ap = dt_abs(sb, path);
+    char *q = ap ? dt_query_path("/files/download?path=", ap) : NULL;
+    free(ap);
     dt_fd_sink s = { fd, 0 };
     cl_req rq = { .method = "GET", .sink = dt_sink_fd, .sink_ud = &s, .idempotent = CL_SAFE,
                   .what = "download the file" };
@@ -1134,9 +1223,17 @@ static int dt_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                          uint32_t mode, sbx_error **error)
 {
     const char *op = "write_file";
-    if (dt_upload(sb, ctx, path, fd, op, error) < 0)
+    char *ap = dt_abs(sb, path);
+    if (!ap) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
-    char *qp = cl_shell_quote(path);
+    }
+    if (dt_upload(sb, ctx, ap, fd, op, error) < 0) {
+        free(ap);
+        return -1;
+    }
+    char *qp = cl_shell_quote(ap);
+    free(ap);
     char *cmd = qp ? dt_printf("chmod %o %s", (unsigned)(mode & 07777), qp) : NULL;
     int code = 0, rc = cmd ? dt_run_short(sb, ctx, cmd, &code, op, error) : -1;
     if (rc == 0 && code != 0) {
@@ -1167,7 +1264,9 @@ static int dt_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
     const char *op = "list_files";
-    char *q = dt_query_path("/files?path=", path);
+    char *ap = dt_abs(sb, path);
+    char *q = ap ? dt_query_path("/files?path=", ap) : NULL;
+    free(ap);
     cl_req rq = { .method = "GET", .idempotent = CL_SAFE, .what = "list the directory" };
     cl_resp r = { 0 };
     int rc = q ? dt_toolbox(sb, ctx, &rq, q, &r, op, error) : -1;
@@ -1206,7 +1305,9 @@ static int dt_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
                         sbx_plugin_file_info *info, sbx_error **error)
 {
     const char *op = "stat_file";
-    char *q = dt_query_path("/files/info?path=", path);
+    char *ap = dt_abs(sb, path);
+    char *q = ap ? dt_query_path("/files/info?path=", ap) : NULL;
+    free(ap);
     cl_req rq = { .method = "GET", .idempotent = CL_SAFE, .what = "look at the file" };
     cl_resp r = { 0 };
     int rc = q ? dt_toolbox(sb, ctx, &rq, q, &r, op, error) : -1;
@@ -1307,12 +1408,12 @@ static int dt_session_delete(struct sbx_plugin_sandbox *sb, const char *sid)
     return rc;
 }
 
-/* The command line the session runs: the pid file, the environment, then
+/* The command line the session runs: the marker, the environment, then
  * sh -c SCRIPT with its stdin. A new string. */
 static char *dt_command_line(dt_proc *p, const char *stdin_path)
 {
     cl_buf b = { 0 };
-    int bad = cl_buf_printf(&b, "echo $$ > /tmp/.%s.pid; ", p->sid) < 0;
+    int bad = cl_buf_printf(&b, "export " DT_EXEC_MARK "=%s; ", p->sid) < 0;
     for (size_t i = 0; p->env && p->env[i] && !bad; i++) {
         const char *eq = strchr(p->env[i], '=');
         if (!eq)
@@ -1427,7 +1528,7 @@ out:
     if (have_session)
         dt_session_delete(sb, p->sid);
     if (stdin_path) {
-        char *rm = dt_printf("rm -f /tmp/.%s.in /tmp/.%s.pid", p->sid, p->sid);
+        char *rm = dt_printf("rm -f /tmp/.%s.in", p->sid);
         int ignored;
         sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
         if (rm)
@@ -1486,7 +1587,10 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     p->stdin_fd = -1;
     memcpy(p->sid, "sbx-exec-", 9);
     dt_hex(p->sid + 9, 12);
-    p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd);
+    char *cwd = rq->cwd ? dt_abs(sb, rq->cwd) : sb->workdir ? strdup(sb->workdir) : NULL;
+    p->script = (cwd || (!rq->cwd && !sb->workdir)) ? cl_shell_script(rq->argv, rq->shell, cwd)
+                                                    : NULL;
+    free(cwd);
     size_t n = 0;
     while (rq->env && rq->env[n])
         n++;
@@ -1547,8 +1651,12 @@ static int dt_exec_event_fd(sbx_plugin_process *process)
     return cl_proc_event_fd(&((dt_proc *)process)->base);
 }
 
-/* Signals the command's process group: its shell wrote its pid (its
- * process group, as the session runs each command in a group of its own). */
+/* Signals every process of the command: each carries DT_EXEC_MARK=<its
+ * session id> in its environment (inherited from the command's shell), so
+ * the signal reaches background children, children that made sessions of
+ * their own (setsid) and orphans the sandbox's init adopted, which a
+ * process-group kill would miss. The scan runs through /process/execute,
+ * whose own processes carry no marker. */
 static int dt_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
                         sbx_error **error)
 {
@@ -1559,8 +1667,9 @@ static int dt_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
     pthread_mutex_unlock(&p->base.lock);
     if (ended)
         return 0;
-    char *cmd = dt_printf("p=$(cat /tmp/.%s.pid 2>/dev/null) && kill -%d -- -$p 2>/dev/null; "
-                          "exit 0", p->sid, sig);
+    char *cmd = dt_printf("for d in /proc/[0-9]*; do tr '\\0' '\\n' < $d/environ 2>/dev/null "
+                          "| grep -qx '" DT_EXEC_MARK "=%s' && kill -%d ${d#/proc/} "
+                          "2>/dev/null; done; exit 0", p->sid, sig);
     int rc = cmd ? dt_run_short(p->sb, ctx, cmd, &code, "exec_kill", error) : -1;
     free(cmd);
     return rc;
