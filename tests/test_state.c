@@ -91,6 +91,17 @@ static void assert_nothing_left(void)
                  tu_count_entries(g_tmp), g_tmp);
 }
 
+/* Whether the pids of the sandbox's processes can be looked at from here:
+ * the host's own (a backend without SBX_CAP_ISOLATION), or bubblewrap's,
+ * which tu_host_pid maps out of its namespace. Other isolated backends'
+ * (containers, hosted providers) are checked from inside the sandbox. */
+static int pids_seen_here(void)
+{
+    uint64_t caps = 0;
+    cr_assert_eq(sbx_client_probe(g_client, &caps, NULL), 0);
+    return !(caps & SBX_CAP_ISOLATION) || strcmp(tu_backend(), "bubblewrap") == 0;
+}
+
 /* A sandbox with env FOO=SECRET_VALUE (and @timeout_secs when > 0). */
 static sbx_sandbox *create_with_secret(double timeout_secs)
 {
@@ -396,9 +407,11 @@ Test(state, resume_in_another_process_sees_files_and_background_processes)
     pid_t bg;
     cr_assert_eq(tu_read_pids(sb, "$SANDBOX_ROOT/tmp/bg.pid", &bg, 1), 1);
     /* Its pid seen from here (bubblewrap: outside the sandbox's pid namespace). */
-    pid_t bg_host = tu_host_pid(sb, bg);
-    cr_assert_eq(tu_pid_gone(bg_host), 0, "the background sleep %d is not running",
-                 (int)bg_host);
+    int here = pids_seen_here();
+    pid_t bg_host = here ? tu_host_pid(sb, bg) : 0;
+    if (here)
+        cr_assert_eq(tu_pid_gone(bg_host), 0, "the background sleep %d is not running",
+                     (int)bg_host);
     char *json = session_state(sb);
     char *want = tu_strdup_printf("hello\nalive %d\n%s\n%s", (int)bg,
                                   sbx_sandbox_get0_root(sb), SECRET_VALUE);
@@ -415,14 +428,16 @@ Test(state, resume_in_another_process_sees_files_and_background_processes)
     h = run_helper(json, script, "");
     cr_assert_eq(h.status, 0, "helper exit %d, stdout: %s", h.status, h.out);
     cr_assert_str_eq(h.out, want);
-    cr_assert_eq(tu_pid_gone(bg_host), 0, "the background sleep %d died", (int)bg_host);
+    if (here)
+        cr_assert_eq(tu_pid_gone(bg_host), 0, "the background sleep %d died", (int)bg_host);
 
     /* Another process destroys it: the background process ends with it. */
     h = run_helper(json, "", "destroy");
     cr_assert_eq(h.status, 0, "helper exit %d, stdout: %s", h.status, h.out);
     cr_assert_str_eq(h.out, "");
-    cr_assert(tu_wait_pid_gone(bg_host, 5.0), "background sleep survived: %s",
-              tu_proc_describe(bg_host));
+    if (here)
+        cr_assert(tu_wait_pid_gone(bg_host, 5.0), "background sleep survived: %s",
+                  tu_proc_describe(bg_host));
     assert_nothing_left();
 
     /* And now it is gone for every process. */
