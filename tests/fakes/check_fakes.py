@@ -9,6 +9,8 @@ is left.
 Usage: check_fakes.py [daytona|tensorlake]...  (default: both)
 """
 
+import email.utils
+import http.client
 import json
 import os
 import signal
@@ -281,6 +283,38 @@ def daytona():
     eq(P + "the log holds every request, never the key",
        (any("dkey-123" in json.dumps(e) for e in log), log[0]["auth"], log[1]["auth"]),
        (False, None, "Bearer <redacted>"))
+    eq(P + "the log numbers requests and keeps bodies, the header redacted",
+       ([e["n"] for e in log[:2]], log[0]["headers"].get("Authorization"),
+        log[1]["headers"].get("Authorization"), json.loads(log[-1]["body"])),
+       ([1, 2], None, "Bearer <redacted>", {"autoStopInterval": 0}))
+    # after / times -1 / pass (with delay) / drop / retry_after_date.
+    f.json("POST", "/_fake/faults", [{"method": "GET", "path": "^/api/sandbox/", "status": 500,
+                                      "after": 1, "times": -1}], auth=False)
+    codes = [f.json("GET", "/api/sandbox/" + sid)[0] for _ in range(3)]
+    eq(P + "after 1, always", codes, [200, 500, 500])
+    st, rules, _ = f.json("GET", "/_fake/faults", auth=False)
+    eq(P + "the rule counts what it saw and did", (rules[0]["seen"], rules[0]["acted"]), (3, 2))
+    f.req("DELETE", "/_fake/faults", auth=False)
+    eq(P + "DELETE /_fake/faults removes them", f.json("GET", "/api/sandbox/" + sid)[0], 200)
+    f.json("POST", "/_fake/faults", {"path": "^/api/sandbox/", "action": "pass", "delay": 0.5},
+           auth=False)
+    t0 = time.time()
+    st, r, _ = f.json("GET", "/api/sandbox/" + sid)
+    eq(P + "pass: answered normally after the delay", (st, r["id"], time.time() - t0 >= 0.5),
+       (200, sid, True))
+    f.json("POST", "/_fake/faults", {"path": "^/api/sandbox/", "action": "drop"}, auth=False)
+    try:
+        f.req("GET", "/api/sandbox/" + sid)
+        dropped = False
+    except (urllib.error.URLError, ConnectionError, http.client.HTTPException):
+        dropped = True
+    check(P + "drop: the connection closes without an answer", dropped)
+    f.json("POST", "/_fake/faults", {"path": "^/api/sandbox/", "status": 429,
+                                     "retry_after_date": 3}, auth=False)
+    st, r, hd = f.json("GET", "/api/sandbox/" + sid)
+    gap = (email.utils.parsedate_to_datetime(hd["Retry-After"])
+           - email.utils.parsedate_to_datetime(hd["Date"])).total_seconds()
+    eq(P + "retry_after_date: an HTTP-date 3 s after Date", (st, gap), (429, 3.0))
     st, lst, _ = f.json("GET", "/api/sandbox?limit=1")
     eq(P + "pagination: nextCursor", (len(lst["items"]), lst["nextCursor"]), (1, "1"))
     for s in f.json("GET", "/api/sandbox")[1]["items"]:

@@ -75,7 +75,7 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fakehttp  # noqa: E402
 import nsbox  # noqa: E402
-from fakehttp import Reply  # noqa: E402
+from fakehttp import Reply, q1  # noqa: E402
 
 MINUTE = float(os.environ.get("SBX_FAKE_MINUTE", "60"))
 # The toolbox daemon's working directory: the sandbox user's home. Commands
@@ -179,8 +179,7 @@ class DaytonaFake(fakehttp.Fake):
         self.snapshots = {}         # name -> directory
         self.config = {"start_delay": {"stopped": 0.0, "archived": 0.0}, "create_pending": 0.0}
         self.port = 0
-        t = threading.Thread(target=self.reaper, daemon=True)
-        t.start()
+        self.start_reaper(self.reap)
 
     def error_body(self, status, message, path, method):
         if path.startswith("/toolbox/"):
@@ -247,39 +246,26 @@ class DaytonaFake(fakehttp.Fake):
         else:
             self.later(sb, delay, done)
 
-    def reaper(self):
-        while True:
-            time.sleep(0.2)
-            t = time.time()
-            with self.lock:
-                boxes = list(self.sandboxes.values())
-            for sb in boxes:
-                if sb.ttl and t >= sb.created + sb.ttl * MINUTE:
-                    self.remove(sb)
-                elif (sb.state == "started" and sb.auto_stop and not self.busy(sb)
-                      and t >= sb.last_activity + sb.auto_stop * MINUTE):
-                    self.set_state(sb, "stopped")
+    def reap(self, sb, t):
+        """ttlMinutes deletes; autoStopInterval stops an idle sandbox."""
+        if sb.ttl and t >= sb.created + sb.ttl * MINUTE:
+            self.remove(sb)
+        elif (sb.state == "started" and sb.auto_stop and not self.busy(sb)
+              and t >= sb.last_activity + sb.auto_stop * MINUTE):
+            self.set_state(sb, "stopped")
 
     @staticmethod
     def busy(sb):
         return False
 
     def cleanup(self):
-        with self.lock:
-            boxes = list(self.sandboxes.values())
-        for sb in boxes:
-            self.remove(sb)
-        for d in self.snapshots.values():
-            shutil.rmtree(d, ignore_errors=True)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        for sb in self.boxes():
+            if sb.state_timer:
+                sb.state_timer.cancel()
+        super().cleanup()   # the snapshots are under self.dir too
 
 
 FAKE = None
-
-
-def q1(query, name, default=None):
-    v = query.get(name)
-    return v[0] if v else default
 
 
 def file_info(host, sandbox_path):

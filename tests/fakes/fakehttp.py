@@ -1,33 +1,64 @@
-"""HTTP plumbing of the Daytona and Tensorlake contract fakes.
+"""HTTP plumbing of the contract fakes of hosted providers (tests/fakes/).
 
 - serve(): a ThreadingHTTPServer on 127.0.0.1, port 0 (the kernel picks
   one); the port is printed on stdout as one line "PORT <n>" once it listens.
   SIGTERM and SIGINT stop the server and call the fake's cleanup (which kills
   every process its sandboxes run).
-- A request log: every request (method, path, query, a few headers, the body
-  length, the status answered), without the credential: the Authorization
-  header is recorded as "Bearer <redacted>" or absent. GET /_fake/log returns
-  it as JSON; DELETE /_fake/log empties it.
-- A fault script: POST /_fake/faults with a JSON list of rules, each
-  {"method": "GET"|"*", "path": regex matched against the path, "status": N,
-   "times": N (how many requests it answers; default 1), "retry_after": "s",
-   "body": object, "delay": seconds before answering}.
-  A matching rule answers in place of the route, with the provider's error
-  body when "body" is not given. The env variable SBX_FAKE_FAULTS may hold
-  the same list at start.
+- A request log that tests read: every request, numbered from 1 ("n"), with
+  its time, method, path, query, headers, body (as text, undecodable bytes
+  escaped, the first 64 KiB), body length and the status answered ("fault":
+  true when a fault rule answered). The credential is never in it: the
+  Authorization header is recorded as "Bearer <redacted>" (in "auth" and in
+  "headers"; X-API-Key, X-Access-Token, Cookie and any header holding the
+  fake's key as "<redacted>"), so a test can search the log for a secret. GET /_fake/log
+  returns it as JSON; DELETE /_fake/log empties it. With SBX_FAKE_LOG set,
+  every entry is also appended to that file as a JSON line.
+- A fault script: POST /_fake/faults with a JSON list of rules (or one rule)
+  replaces the rules; DELETE /_fake/faults removes them; GET /_fake/faults
+  lists them with their counters. Rules are tried in order; a rule is
+  {"method": "GET"|"*" (default "*"),
+   "path": regex searched in the path,
+   "after": let this many matching requests through first (default 0),
+   "times": act on this many requests (default 1; -1 = always),
+   "action": "status" (default): answer "status" (default 500) with "body"
+             (default: the provider's error body with "message"), after
+             "delay" seconds when given;
+             "pass": wait "delay" seconds, then handle the request normally
+             (a create that answers after the client gave up);
+             "drop": close the connection without an answer;
+             "hang": read the request, answer nothing for "delay" seconds
+             (default 5), then close,
+   "retry_after": a Retry-After value sent as is,
+   "retry_after_date": seconds: Retry-After as the HTTP-date that many
+             seconds after the answer's Date header}.
+  Each rule counts "seen" (matching requests) and "acted". The env variable
+  SBX_FAKE_FAULTS may hold a list at start.
+- q1() and Fake's sandbox helpers (boxes(), start_reaper(), the default
+  cleanup()) are what every fake writes alike.
 
 Python 3 standard library only.
 """
 
+import email.utils
 import json
 import os
 import re
+import shutil
 import signal
+import socket
 import sys
 import threading
 import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+LOG_BODY_MAX = 65536
+
+
+def q1(query, name, default=None):
+    """The first value of query parameter @name (parse_qs form), or @default."""
+    v = query.get(name)
+    return v[0] if v else default
 
 
 class Reply(Exception):
@@ -41,41 +72,101 @@ class Reply(Exception):
 
 
 class Fake:
-    """State shared by a fake's handlers: the log and the fault rules."""
+    """State shared by a fake's handlers: the log and the fault rules.
+
+    A fake keeps its sandboxes in self.sandboxes (id -> object with a .box,
+    an nsbox.Box) and its files under self.dir (None: none), both guarded
+    by self.lock, for boxes(), start_reaper() and cleanup()."""
 
     def __init__(self, api_key):
         self.api_key = api_key
         self.lock = threading.Lock()
         self.log = []
         self.faults = []
+        self.sandboxes = {}
+        self.dir = None
+        self.log_file = None
+        path = os.environ.get("SBX_FAKE_LOG")
+        if path:
+            self.log_file = open(path, "a", encoding="utf-8")
         env = os.environ.get("SBX_FAKE_FAULTS")
         if env:
-            self.faults = json.loads(env)
+            self.set_faults(json.loads(env))
 
     def record(self, entry):
         with self.lock:
+            entry["n"] = len(self.log) + 1
             self.log.append(entry)
+            if self.log_file:
+                self.log_file.write(json.dumps(entry) + "\n")
+                self.log_file.flush()
+
+    def set_faults(self, rules):
+        """Replaces the fault rules with @rules (a rule or a list)."""
+        if isinstance(rules, dict):
+            rules = [rules]
+        fresh = []
+        for r in rules:
+            r = dict(r)
+            r.setdefault("times", 1)
+            r.setdefault("after", 0)
+            r["seen"] = 0
+            r["acted"] = 0
+            fresh.append(r)
+        with self.lock:
+            self.faults = fresh
 
     def take_fault(self, method, path):
+        """The first rule that acts on this request (a copy), or None."""
         with self.lock:
             for rule in self.faults:
                 if rule.get("method", "*") not in ("*", method):
                     continue
                 if not re.search(rule.get("path", ""), path):
                     continue
-                left = rule.get("times", 1)
-                if left == 0:
+                times = rule.get("times", 1)
+                if times >= 0 and rule.get("acted", 0) >= times:
                     continue
-                rule["times"] = left - 1
+                rule["seen"] = rule.get("seen", 0) + 1
+                if rule["seen"] <= rule.get("after", 0):
+                    continue
+                rule["acted"] = rule.get("acted", 0) + 1
                 return dict(rule)
         return None
+
+    def boxes(self):
+        """A snapshot of the sandboxes (a list)."""
+        with self.lock:
+            return list(self.sandboxes.values())
+
+    def start_reaper(self, fn, interval=0.2):
+        """Calls fn(sandbox, now) for every sandbox every @interval seconds on
+        a daemon thread (lifetimes, idle stops); an exception of @fn is
+        printed to stderr and the loop goes on."""
+        def loop():
+            while True:
+                time.sleep(interval)
+                now = time.time()
+                for sb in self.boxes():
+                    try:
+                        fn(sb, now)
+                    except Exception as e:  # noqa: BLE001 - keep reaping
+                        sys.stderr.write("reaper: %r\n" % (e,))
+        threading.Thread(target=loop, daemon=True).start()
 
     # Overridden by each fake.
     def error_body(self, status, message, path, method):
         return {"statusCode": status, "message": message}
 
     def cleanup(self):
-        pass
+        """At exit: deletes every sandbox's box (its processes end, its
+        directory goes) and the fake's directory."""
+        for sb in self.boxes():
+            box = getattr(sb, "box", None)
+            if box is not None:
+                box.delete()
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -150,16 +241,74 @@ class Handler(BaseHTTPRequestHandler):
                        headers)
 
     # ------------------------------------------------------------ dispatch
+    def date_time_string(self, timestamp=None):
+        # The Date header of a fault's answer is the time its
+        # retry_after_date counts from.
+        if timestamp is None:
+            timestamp = getattr(self, "_now", None)
+        return email.utils.formatdate(timestamp, usegmt=True)
+
+    # Headers that carry a credential in some provider's protocol.
+    SECRET_HEADERS = ("authorization", "x-api-key", "x-access-token", "cookie")
+
+    def redact_header(self, name, value):
+        """@value as the log keeps it: a credential header (or any header
+        holding the fake's key) as "<redacted>", Authorization keeping its
+        scheme ("Bearer <redacted>")."""
+        key = self.fake.api_key
+        if name.lower() == "authorization":
+            return value.split(" ", 1)[0] + " <redacted>"
+        if name.lower() in self.SECRET_HEADERS or (key and key in value):
+            return "<redacted>"
+        return value
+
+    def fault(self, rule, path):
+        """Acts on a fault rule; True when it answered (or dropped)."""
+        act = rule.get("action", "status")
+        self.body_bytes()
+        if act == "drop":
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return True
+        if act == "hang":
+            time.sleep(float(rule.get("delay", 5)))
+            self.close_connection = True
+            return True
+        if rule.get("delay"):
+            time.sleep(float(rule["delay"]))
+        if act == "pass":
+            return False
+        status = int(rule.get("status", 500))
+        headers = {}
+        self._now = time.time()
+        if "retry_after" in rule:
+            headers["Retry-After"] = str(rule["retry_after"])
+        if "retry_after_date" in rule:
+            headers["Retry-After"] = email.utils.formatdate(
+                self._now + float(rule["retry_after_date"]), usegmt=True)
+        body = rule.get("body")
+        if body is None:
+            body = self.fake.error_body(status, rule.get("message", "scripted fault"),
+                                        path, self.command)
+        self.send_json(status, body, headers)
+        return True
+
     def handle_any(self):
         self._body = None
         self._status = 0
+        self._now = None
         path, query = self.parsed()
         auth = self.headers.get("Authorization")
+        redacted = None if auth is None else (auth.split(" ", 1)[0] + " <redacted>")
         entry = {
             "method": self.command,
             "path": path,
             "query": {k: v[0] for k, v in query.items()},
-            "auth": None if auth is None else (auth.split(" ", 1)[0] + " <redacted>"),
+            "auth": redacted,
+            "headers": {k: self.redact_header(k, v) for k, v in self.headers.items()},
             "content_type": self.headers.get("Content-Type"),
             "time": time.time(),
         }
@@ -168,24 +317,14 @@ class Handler(BaseHTTPRequestHandler):
                 self.control(path)
             else:
                 rule = self.fake.take_fault(self.command, path)
-                if rule is not None:
-                    self.body_bytes()
-                    if rule.get("delay"):
-                        time.sleep(float(rule["delay"]))
-                    status = int(rule.get("status", 500))
-                    headers = {}
-                    if "retry_after" in rule:
-                        headers["Retry-After"] = str(rule["retry_after"])
-                    body = rule.get("body")
-                    if body is None:
-                        body = self.fake.error_body(status, rule.get("message", "scripted fault"),
-                                                    path, self.command)
-                    self.send_json(status, body, headers)
+                if rule is not None and self.fault(rule, path):
                     entry["fault"] = True
                 elif auth != "Bearer " + self.fake.api_key:
                     self.body_bytes()
                     self.send_error_reply(401, "Unauthorized")
                 else:
+                    if rule is not None:
+                        entry["fault"] = True
                     self.route(path, query)
         except Reply as r:
             if r.body is not None:
@@ -197,6 +336,7 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         entry["status"] = self._status
         entry["body_len"] = len(self._body or b"")
+        entry["body"] = (self._body or b"")[:LOG_BODY_MAX].decode("utf-8", "backslashreplace")
         if not path.startswith("/_fake/"):
             self.fake.record(entry)
 
@@ -210,10 +350,14 @@ class Handler(BaseHTTPRequestHandler):
                 f.log.clear()
             self.send_json(204, None)
         elif path == "/_fake/faults" and self.command == "POST":
-            rules = self.json_body()
-            with f.lock:
-                f.faults = rules if isinstance(rules, list) else [rules]
+            f.set_faults(self.json_body())
             self.send_json(204, None)
+        elif path == "/_fake/faults" and self.command == "DELETE":
+            f.set_faults([])
+            self.send_json(204, None)
+        elif path == "/_fake/faults" and self.command == "GET":
+            with f.lock:
+                self.send_json(200, [dict(r) for r in f.faults])
         else:
             self.fake_control(path)
 
