@@ -1,6 +1,7 @@
 #!/bin/sh
-# The backend-neutral suites (conformance, cases, session state) on the
-# daytona backend, through the Daytona contract fake (tests/fakes/daytona.py),
+# The backend-neutral suites (conformance, cases, session state), then the
+# daytona backend's own fault tests (tests/test_daytona), on the daytona
+# backend through the Daytona contract fake (tests/fakes/daytona.py),
 # in both plugin modes: out of process (the default) and in process
 # (SBX_PLUGIN_MODE=inprocess). The fake is started on an ephemeral 127.0.0.1
 # port, DAYTONA_API_URL points at it with a dummy DAYTONA_API_KEY, the suites
@@ -57,13 +58,17 @@ failed=0
 for mode in ${SBX_CLOUD_MODES:-outofprocess inprocess}; do
     SBX_PLUGIN_MODE=$mode
     export SBX_PLUGIN_MODE
-    for prog in ${SBX_CLOUD_SUITES:-tests/test_conformance tests/test_cases tests/test_state}; do
+    for prog in ${SBX_CLOUD_SUITES:-tests/test_conformance tests/test_cases tests/test_state tests/test_daytona}; do
         if [ ! -x "./$prog" ]; then
             echo "Bail out! $prog not found (run from the build directory)"
             exit 99
         fi
         out="$dir/tap"
-        "./$prog" >"$out"
+        # The fault tests script the one fake, so they run one at a time.
+        case $prog in
+        tests/test_daytona) CRITERION_JOBS=1 "./$prog" >"$out" ;;
+        *) "./$prog" >"$out" ;;
+        esac
         status=$?
         name="$backend $mode ${prog#tests/}"
         sed -e '/^TAP version/d' -e '/^1\.\.[0-9]*$/d' \

@@ -251,6 +251,10 @@ static int dt_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const
     return rc;
 }
 
+/* The state named by this thread's last dt_wake failure ("" when none), so
+ * that an exec's worker can hand it on as the error's context. */
+static __thread char dt_wake_state[32];
+
 /*
  * Waits until the sandbox is "started", starting it when it is stopped or
  * archived (CASE-53). Returns 0, or -1: not_found (gone), or an error
@@ -285,6 +289,7 @@ static int dt_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const
                           "daytona sandbox %s is in state %s%s%s", sb->id, state,
                           why ? ": " : "", why ? why : "");
             cl_context(err, "state", state);
+            snprintf(dt_wake_state, sizeof dt_wake_state, "%s", state);
             if (why)
                 cl_context(err, "error_reason", why);
             json_object_put(j);
@@ -749,8 +754,9 @@ static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                         CL_UNSAFE, &r, op, "create the sandbox", error) < 0)
         goto out;
     if (r.status != 200 && r.status != 201) {
-        cl_fail_status(c->http, error, r.status / 100 == 4 ? SBX_ERROR_CONFIGURATION
-                                                           : CL_CODE_BY_STATUS,
+        /* A 404 names a snapshot that is not there: a bad option. */
+        cl_fail_status(c->http, error, r.status == 404 ? SBX_ERROR_CONFIGURATION
+                                                       : CL_CODE_BY_STATUS,
                        &r, op, "create the sandbox");
         goto out;
     }
@@ -1442,6 +1448,7 @@ static int dt_exec_run(cl_proc *base)
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
     char *stdin_path = NULL, *cmd = NULL, *path = NULL, *cmd_id = NULL;
+    dt_wake_state[0] = '\0';
     json_object *j = NULL;
     int code = -1, have_session = 0;
     cl_resp r = { 0 };
@@ -1521,8 +1528,13 @@ static int dt_exec_run(cl_proc *base)
         code = code < 0 ? 255 : code & 0xff;
     goto out;
 fail:
-    /* The error of the call that failed is this thread's last (cloud.h). */
+    /* The error of the call that failed is this thread's last (cloud.h);
+     * a sandbox in a state that cannot run commands names it. */
     cl_proc_fail_last(base);
+    if (dt_wake_state[0]) {
+        snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "state");
+        snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "%s", dt_wake_state);
+    }
     code = -1;
 out:
     if (have_session)
