@@ -4,9 +4,10 @@
  * Retry-After), 5xx bursts on a read (retried) and on an unsafe call
  * (never re-sent, outcome unknown), CASE-32 (a sandbox deleted behind the
  * library's back is not_found "gone"), CASE-53 (a stopped sandbox is
- * started on use; an errored one names its state) and CASE-36 (the
+ * started on use; an errored one names its state), CASE-36 (the
  * credential is never in an error, the session state or the fake's log
- * outside the header).
+ * outside the header) and CASE-20 (a create answered after the client's
+ * timeout leaves no sandbox: found by its create token and deleted).
  *
  * Run by tests/daytona.sh, which starts the fake and sets DAYTONA_API_URL
  * (http://127.0.0.1:PORT/api) and DAYTONA_API_KEY. The fake's control
@@ -423,5 +424,68 @@ Test(daytona_faults, case36_the_credential_is_never_shown)
     cr_assert(json_object_array_length(log) >= 2);
     json_object *first = json_object_array_get_idx(log, 0);
     cr_assert_str_eq(jstr(first, "auth"), "Bearer <redacted>");
+    json_object_put(log);
+}
+
+/* ------------------------------------------------------------ CASE-20 */
+
+/* How many sandboxes the fake holds. */
+static size_t fake_sandbox_count(void)
+{
+    char *body = NULL;
+    cr_assert_eq(fake_http("GET", "/_fake/sandboxes", NULL, &body), 200);
+    json_object *j = json_tokener_parse(body);
+    cr_assert(j && json_object_is_type(j, json_type_array), "%s", body);
+    size_t n = json_object_array_length(j);
+    json_object_put(j);
+    free(body);
+    return n;
+}
+
+/* The create's answer comes 5 s after the client's create_timeout (1 s):
+ * create fails with timeout and outcome unknown before the answer, after
+ * one POST; the sandbox the fake then makes is found by its create token
+ * (a labels query) and deleted, so the fake holds what it held before. */
+Test(daytona_faults, case20_a_create_answered_too_late_leaves_nothing)
+{
+    size_t before = fake_sandbox_count();
+    fake_post("/_fake/faults", "{\"method\":\"POST\",\"path\":\"^/api/sandbox$\","
+                               "\"action\":\"pass\",\"delay\":5}");
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_backend_options(o, "{\"create_timeout\":1}", NULL), 0);
+    sbx_error *err = NULL;
+    double t0 = tu_now();
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err), "the late create succeeded");
+    double dt = tu_now() - t0;
+    sbx_options_free(o);
+    cr_assert(dt < 5.0, "create waited %.2f s, past the provider's answer", dt);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_TIMEOUT, "%s", sbx_error_get0_message(err));
+    cr_assert_eq(sbx_error_get_outcome(err), SBX_ERROR_OUTCOME_UNKNOWN);
+    sbx_error_free(err);
+    /* The fake makes the sandbox when it answers, 5 s after the POST; the
+     * reaper looks once a second. */
+    double end = tu_now() + 20.0;
+    int deleted = 0;
+    while (tu_now() < end && !deleted) {
+        json_object *log = fake_log();
+        deleted = log_count(log, "DELETE", "/api/sandbox/[^/]+", NULL) == 1;
+        json_object_put(log);
+        if (!deleted)
+            usleep(200000);
+    }
+    cr_assert(deleted, "the late sandbox was not deleted");
+    cr_assert_eq(fake_sandbox_count(), before);
+    json_object *log = fake_log();
+    cr_assert_eq(log_count(log, "POST", "/api/sandbox", NULL), 1);
+    cr_assert(log_count(log, "GET", "/api/sandbox", NULL) >= 1, "no look-up by token");
+    int by_token = 0;
+    for (size_t i = 0; i < json_object_array_length(log); i++) {
+        json_object *e = json_object_array_get_idx(log, i), *q, *l;
+        if (strcmp(jstr(e, "path"), "/api/sandbox") == 0 && strcmp(jstr(e, "method"), "GET") == 0
+            && json_object_object_get_ex(e, "query", &q) && json_object_object_get_ex(q, "labels", &l)
+            && strstr(json_object_get_string(l), "\"sbx_create_token\":\"sbx-") != NULL)
+            by_token = 1;
+    }
+    cr_assert(by_token, "no look-up by the create token label");
     json_object_put(log);
 }

@@ -51,6 +51,11 @@
  *  - snapshot: POST /sandbox/{id}/snapshot {"name"}: the name is the
  *    snapshot id, given back as `snapshot` at create.
  *  - list_owned / destroy_by_id: GET /sandbox?labels={"sbx_backend":"daytona"}.
+ *  - A create whose outcome is unknown (no answer within the backend
+ *    option "create_timeout" seconds or the call's deadline, or a 5xx)
+ *    fails with outcome unknown; the sandbox it may have made is found by
+ *    its create token label and deleted, at once and then once a second
+ *    for DT_REAP_WINDOW_S on the client's reaper thread (CASE-20).
  *
  * Threading: slots may run at once on different sandboxes and on one; a
  * sandbox's mutable state (gone flag) is guarded by its lock.
@@ -80,6 +85,7 @@
 #define DT_STATE_VERSION 1
 #define DT_START_WAIT_S 300.0   /* bound on waiting for "started" */
 #define DT_IDLE_STOP_MIN 15     /* autoStopInterval when no lifetime was set */
+#define DT_REAP_WINDOW_S 60.0   /* how long a lost create's sandbox is looked for */
 /* The environment variable that marks every process of one command (its
  * value: the command's session id), for exec_kill. */
 #define DT_EXEC_MARK "SBX_EXEC_ID"
@@ -95,6 +101,7 @@ static const char *const dt_gpu_types[] = { "H100", "H200", "RTX-PRO-6000", "RTX
 
 struct sbx_plugin_client {
     cl_http *http;
+    cl_reaper *reaper;  /* orphans of creates whose answer was lost */
     char *api;          /* base URL, no trailing slash */
     char *target;       /* region, or NULL */
     char *org_header;   /* "X-Daytona-Organization-ID: ..." or NULL */
@@ -255,6 +262,57 @@ static int dt_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const
  * that an exec's worker can hand it on as the error's context. */
 static __thread char dt_wake_state[32];
 
+/* The reaper's look-up (cloud.h): the sandboxes labelled with @token. */
+static int dt_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
+                         sbx_error **error)
+{
+    struct sbx_plugin_client *c = ud;
+    json_object *want = json_object_new_object();
+    json_object_object_add(want, CL_META_TOKEN, json_object_new_string(token));
+    char *labels = cl_url_escape(json_object_to_json_string_ext(want, JSON_C_TO_STRING_PLAIN));
+    json_object_put(want);
+    char *url = labels ? dt_printf("%s/sandbox?limit=200&labels=%s", c->api, labels) : NULL;
+    free(labels);
+    cl_resp r = { 0 };
+    json_object *j = NULL;
+    int rc = -1;
+    if (url && dt_call(c, ctx, "GET", url, NULL, CL_SAFE, &r, "create", "list sandboxes",
+                       error) == 0) {
+        if (r.status == 200)
+            j = cl_resp_json(&r, "create", "list sandboxes", error);
+        else
+            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, "create", "list sandboxes");
+    }
+    json_object *items = j ? cl_json_path(j, "items", NULL) : NULL;
+    if (j) {
+        size_t n = items && json_object_is_type(items, json_type_array)
+                   ? json_object_array_length(items) : 0;
+        char **v = calloc(n + 1, sizeof(char *));
+        size_t k = 0;
+        for (size_t i = 0; v && i < n; i++) {
+            const char *id = cl_json_str(json_object_array_get_idx(items, i), "id");
+            if (id && (v[k] = strdup(id)) != NULL)
+                k++;
+        }
+        if (v) {
+            *ids = v;
+            rc = 0;
+        } else {
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "create", "out of memory");
+        }
+    }
+    json_object_put(j);
+    free(url);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static int dt_delete_for_reaper(void *ud, const sbx_call_ctx *ctx, const char *id,
+                                sbx_error **error)
+{
+    return dt_delete(ud, ctx, id, "create", error);
+}
+
 /*
  * Waits until the sandbox is "started", starting it when it is stopped or
  * archived (CASE-53). Returns 0, or -1: not_found (gone), or an error
@@ -405,6 +463,7 @@ static void dt_client_free(sbx_plugin_client *c)
 {
     if (!c)
         return;
+    cl_reaper_free(c->reaper);
     cl_http_free(c->http);
     free(c->api);
     free(c->target);
@@ -426,7 +485,10 @@ static int dt_client_new(const char *config_json, sbx_plugin_client **client, sb
         }
     }
     struct sbx_plugin_client *c = calloc(1, sizeof(*c));
-    if (!c || !(c->http = cl_http_new())) {
+    if (!c || !(c->http = cl_http_new())
+        || !(c->reaper = cl_reaper_new(dt_find_token, dt_delete_for_reaper, c))) {
+        if (c)
+            cl_http_free(c->http);
         free(c);
         json_object_put(cfg);
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -540,10 +602,13 @@ static sbx_error *dt_refuse(sbx_error **error, const char *option, const char *v
     return err;
 }
 
-/* The create body (a new JSON object), or NULL with a configuration error. */
+/* The create body (a new JSON object), or NULL with a configuration error.
+ * *@create_timeout: backend option "create_timeout" (seconds; 0 = none). */
 static json_object *dt_create_body(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
-                                   const sbx_plugin_create_request *rq, sbx_error **error)
+                                   const sbx_plugin_create_request *rq, double *create_timeout,
+                                   sbx_error **error)
 {
+    *create_timeout = 0;
     json_object *b = json_object_new_object(), *labels = json_object_new_object();
     json_object *env = json_object_new_object();
     uint64_t set = rq->set_fields;
@@ -659,6 +724,22 @@ static json_object *dt_create_body(struct sbx_plugin_client *c, const sbx_call_c
             goto fail;
         }
         json_object_object_foreach(bo, k, v) {
+            if (strcmp(k, "create_timeout") == 0) {
+                double t = json_object_is_type(v, json_type_int)
+                               || json_object_is_type(v, json_type_double)
+                           ? json_object_get_double(v) : -1;
+                if (!(t > 0) || t > 86400) {
+                    sbx_error *err = dt_refuse(error, "backend_options",
+                                               json_object_to_json_string(v),
+                                               "create_timeout must be a number of seconds "
+                                               "in (0, 86400]");
+                    cl_context(err, "name", "create_timeout");
+                    json_object_put(bo);
+                    goto fail;
+                }
+                *create_timeout = t;
+                continue;
+            }
             static const char *const allowed[] = { "name", "user", "public", "target",
                                                    "autoStopInterval", "autoArchiveInterval",
                                                    "autoDeleteInterval", "networkAllowList",
@@ -667,7 +748,8 @@ static json_object *dt_create_body(struct sbx_plugin_client *c, const sbx_call_c
             for (size_t i = 0; allowed[i]; i++)
                 ok |= strcmp(allowed[i], k) == 0;
             if (!ok) {
-                static const char known[] = "\"name\", \"user\", \"public\", \"target\", "
+                static const char known[] = "\"create_timeout\", \"name\", \"user\", "
+                                            "\"public\", \"target\", "
                                             "\"autoStopInterval\", \"autoArchiveInterval\", "
                                             "\"autoDeleteInterval\", \"networkAllowList\", "
                                             "\"domainAllowList\", \"spot\"";
@@ -727,6 +809,17 @@ static int dt_make_workdir(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
     return rc;
 }
 
+/* A create whose outcome is unknown: its sandbox, if the provider made
+ * one, is deleted once now and looked for on the reaper's thread. */
+static void dt_reap_lost(struct sbx_plugin_client *c, const char *token)
+{
+    sbx_call_ctx now = { sizeof(now), 0, -1, NULL };
+    int n = cl_reap_now(c->reaper, &now, token, 10.0);
+    CL_LOG(SBX_LOG_WARNING, "create %s had no usable answer: %d sandbox(es) deleted so far, "
+           "looking for %.0f s more", token, n < 0 ? 0 : n, DT_REAP_WINDOW_S);
+    cl_reaper_add(c->reaper, token, DT_REAP_WINDOW_S);
+}
+
 static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                      const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
                      sbx_error **error)
@@ -740,7 +833,8 @@ static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         cl_context(err, "path", rq->workdir);
         return -1;
     }
-    json_object *body = dt_create_body(c, ctx, rq, error), *j = NULL;
+    double create_timeout = 0;
+    json_object *body = dt_create_body(c, ctx, rq, &create_timeout, error), *j = NULL;
     if (!body)
         return -1;
     char *url = dt_printf("%s/sandbox", c->api);
@@ -748,11 +842,23 @@ static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     int rc = -1;
     struct sbx_plugin_sandbox *sb = NULL;
     /* A create carries the create token in its labels: safe to repeat
-     * only in the sense that an orphan can be found; send it once. */
-    if (!url || dt_call(c, ctx, "POST", url,
-                        json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN),
-                        CL_UNSAFE, &r, op, "create the sandbox", error) < 0)
+     * only in the sense that an orphan can be found; send it once. When
+     * its outcome is unknown (no answer in time, or a 5xx), the sandbox it
+     * may have made is looked for by the token and deleted, now and for a
+     * while on the reaper's thread (CASE-20). */
+    const char *h[2];
+    dt_extra_headers(c, h);
+    const char *bs = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
+    cl_req crq = { .method = "POST", .url = url, .headers = h, .body = bs,
+                   .body_len = strlen(bs), .idempotent = CL_UNSAFE, .secs = create_timeout,
+                   .what = "create the sandbox" };
+    if (!url || cl_request(c->http, ctx, &crq, &r, op, error) < 0) {
+        if (url && ctx && ctx->create_token)
+            dt_reap_lost(c, ctx->create_token);
         goto out;
+    }
+    if (r.maybe_acted && ctx && ctx->create_token)
+        dt_reap_lost(c, ctx->create_token);
     if (r.status != 200 && r.status != 201) {
         /* A 404 names a snapshot that is not there: a bad option. */
         cl_fail_status(c->http, error, r.status == 404 ? SBX_ERROR_CONFIGURATION
@@ -795,8 +901,6 @@ static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     *sandbox = sb;
     rc = 0;
 out:
-    if (rc < 0 && r.status == 0 && ctx && ctx->create_token)
-        CL_LOG(SBX_LOG_WARNING, "create of %s had no answer", ctx->create_token);
     json_object_put(body);
     json_object_put(j);
     free(url);
