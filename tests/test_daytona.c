@@ -359,6 +359,26 @@ Test(daytona_faults, case53_a_stopped_sandbox_is_started_on_use)
     free(path);
 }
 
+/* Being started by someone else ("starting", then "started" after 1 s):
+ * the exec waits for it and sends no start request of its own. */
+Test(daytona_faults, case53_a_starting_sandbox_is_waited_for)
+{
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/work/keep.txt", "kept\n", 5, &err), 0);
+    char *path = tu_strdup_printf("/_fake/sandbox/%s/state", sb_id());
+    fake_post(path, "{\"state\":\"starting\",\"after\":1}");
+    free(path);
+    fake_reset();
+    sbx_result *r = tu_sh(g_sb, "cat /work/keep.txt", 30);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "kept\n");
+    sbx_result_free(r);
+    json_object *log = fake_log();
+    cr_assert_eq(log_count(log, "POST", "/api/sandbox/.*/start", NULL), 0);
+    cr_assert(log_count(log, "GET", "/api/sandbox/[^/]+", NULL) >= 1, "the state was not read");
+    json_object_put(log);
+}
+
 /* In state error: no start request, and an error carrying the state (in
  * its context) and the provider's errorReason (in its message); not
  * not_found. */
