@@ -586,9 +586,16 @@ class TensorlakeHandler(fakehttp.Handler):
         err_mode = body.get("stderr_mode", "capture")
         sb.next_pid += 1
         p = Process(sb.next_pid, cmd, args)
+        # The command's PATH is the sandbox's, not the one this fake finds
+        # nsenter by: /usr/bin/env sets it inside, before the command is
+        # looked up.
+        env = dict(env)
+        argv = [cmd] + args
+        if "PATH" in env:
+            argv = ["/usr/bin/env", "PATH=" + env.pop("PATH")] + argv
         try:
             p.popen = sb.box.popen(
-                [cmd] + args, env=env, cwd=cwd,
+                argv, env=env, cwd=cwd,
                 stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL if out_mode == "discard" else subprocess.PIPE,
                 stderr=subprocess.DEVNULL if err_mode == "discard" else subprocess.PIPE)

@@ -482,6 +482,12 @@ static json_object *tl_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cre
     uint64_t set = rq->set_fields;
     char buf[64];
     json_object_object_add(b, "resources", res);
+    if (rq->workdir && *rq->workdir && rq->workdir[0] != '/') {
+        cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "create",
+                           "tensorlake backend: workdir %s is not an absolute path in the "
+                           "sandbox", rq->workdir), "path", rq->workdir);
+        goto fail;
+    }
     if (set & SBX_OPTION_APP_NAME) {
         tl_refuse(error, "app_name", rq->app_name, "Tensorlake has no apps");
         goto fail;
