@@ -70,6 +70,9 @@
 #define TL_STATE_VERSION 1
 #define TL_WAIT_S 300.0                 /* bound on waiting for running / a snapshot */
 #define TL_DEFAULT_LIFETIME_S 3600      /* timeout_secs when the caller set none */
+#define TL_MIN_MEMORY_MB 256           /* the provider's smallest resources.memory_mb */
+#define TL_STR_(x) #x
+#define TL_STR(x) TL_STR_(x)
 #define TL_LIFETIME_MARGIN_S 5          /* provider end after the caller's lifetime */
 /* The create's environment, sourced by every command (provider.h). */
 #define TL_ENV_FILE "/var/lib/sbx/create.env"
@@ -110,6 +113,7 @@ typedef struct tl_proc {
     char tag[40];
     pthread_mutex_t pid_lock;
     int64_t pid;        /* the provider's pid; 0 until the stream names it */
+    int oom_killed;     /* the end event said oom_killed (the worker sets it) */
     cl_buf line;        /* SSE data is parsed per event */
 } tl_proc;
 
@@ -488,9 +492,11 @@ static json_object *tl_create_body(struct sbx_plugin_client *c, const sbx_call_c
         json_object_object_add(res, "cpus", json_object_new_double(rq->cpu));
     }
     if (set & SBX_OPTION_MEMORY_MB) {
-        if (rq->memory_mb < 256) {
+        if (rq->memory_mb < TL_MIN_MEMORY_MB) {
             snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
-            tl_refuse(error, "memory_mb", buf, "Tensorlake needs at least 256 MB");
+            cl_context(tl_refuse(error, "memory_mb", buf, "below Tensorlake's minimum of "
+                                 TL_STR(TL_MIN_MEMORY_MB) " MB"), "minimum",
+                       TL_STR(TL_MIN_MEMORY_MB));
             goto fail;
         }
         json_object_object_add(res, "memory_mb", json_object_new_int64(rq->memory_mb));
@@ -1199,17 +1205,18 @@ static int tl_on_event(void *ud, const char *event, const char *data, size_t n, 
         if (cl_proc_output(&s->p->base, fd, line, strlen(line)) < 0
             || cl_proc_output(&s->p->base, fd, "\n", 1) < 0)
             rc = -1;
-    } else if (cl_json_int(j, "exit_code", &x) == 1) {
-        s->have_exit = 1;
-        s->exit_code = (int)(x & 0xff);
-        rc = 1;
-    } else if (cl_json_int(j, "signal", &x) == 1) {
-        s->have_exit = 1;
-        s->exit_code = (int)((128 + x) & 0xff);
-        rc = 1;
-    } else if (json_object_object_get_ex(j, "oom_killed", &v) && json_object_get_boolean(v)) {
+    } else if (json_object_object_get_ex(j, "exit_code", NULL)
+               || json_object_object_get_ex(j, "signal", NULL)
+               || json_object_object_get_ex(j, "oom_killed", NULL)) {
+        /* The end: {"exit_code"?, "signal"?, "oom_killed"}. */
         s->have_exit = 1;
         s->exit_code = 137;
+        if (cl_json_int(j, "exit_code", &x) == 1)
+            s->exit_code = (int)(x & 0xff);
+        else if (cl_json_int(j, "signal", &x) == 1)
+            s->exit_code = (int)((128 + x) & 0xff);
+        if (json_object_object_get_ex(j, "oom_killed", &v) && json_object_get_boolean(v))
+            s->p->oom_killed = 1;
         rc = 1;
     } else if (cl_json_int(j, "pid", &x) == 1) {
         pthread_mutex_lock(&s->p->pid_lock);
@@ -1486,6 +1493,21 @@ static int tl_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
     return rc;
 }
 
+/* SBX_PLUGIN_EXEC_OOM_KILLED when the run's end event said oom_killed: the
+ * provider's memory limit killed a process of the command. Read after
+ * exec_wait returned 1, when the worker has ended. */
+static int tl_exec_end_info(sbx_plugin_process *process, const sbx_call_ctx *ctx,
+                            uint64_t *flags, sbx_error **error)
+{
+    (void)ctx;
+    (void)error;
+    tl_proc *p = (tl_proc *)process;
+    pthread_mutex_lock(&p->base.lock);
+    *flags = p->oom_killed ? SBX_PLUGIN_EXEC_OOM_KILLED : 0;
+    pthread_mutex_unlock(&p->base.lock);
+    return 0;
+}
+
 static void tl_exec_free(sbx_plugin_process *process)
 {
     tl_proc *p = (tl_proc *)process;
@@ -1533,6 +1555,7 @@ static const sbx_plugin tl_plugin = {
     .write_file = tl_write_file,
     .list_owned = tl_list_owned,
     .destroy_by_id = tl_destroy_by_id,
+    .exec_end_info = tl_exec_end_info,
     .stop = tl_stop,
     .start = tl_start,
 };
