@@ -40,7 +40,11 @@ TENSORLAKE_API_URL="http://127.0.0.1:$port"
 TENSORLAKE_API_KEY=sbx-test-dummy-key
 SBX_TEST_BACKEND=$backend
 SBX_PLUGIN_PATH="$PWD/plugins/cloud/$backend/.libs:$PWD/plugins/local/.libs${SBX_PLUGIN_PATH:+:$SBX_PLUGIN_PATH}"
-export TENSORLAKE_API_URL TENSORLAKE_API_KEY SBX_TEST_BACKEND SBX_PLUGIN_PATH
+# The fake's sandboxes are processes of this host: the suites may look for
+# them here.
+SBX_TEST_SANDBOX_PROCS_ON_HOST=1
+export TENSORLAKE_API_URL TENSORLAKE_API_KEY SBX_TEST_BACKEND SBX_PLUGIN_PATH \
+    SBX_TEST_SANDBOX_PROCS_ON_HOST
 unset TENSORLAKE_SANDBOX_PROXY_URL SBX_PLUGIN_MODE
 
 total=0
