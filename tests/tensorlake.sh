@@ -1,6 +1,7 @@
 #!/bin/sh
-# The backend-neutral suites (conformance, cases, files, session state) on
-# the tensorlake backend, through the Tensorlake contract fake
+# The backend-neutral suites (conformance, cases, files, session state), and
+# tests/test_tensorlake for what only this backend does, on the tensorlake
+# backend, through the Tensorlake contract fake
 # (tests/fakes/tensorlake.py): the fake is started on an ephemeral 127.0.0.1
 # port, TENSORLAKE_API_URL points at it with a dummy TENSORLAKE_API_KEY, the
 # suites run with SBX_TEST_BACKEND=tensorlake twice, with the plugin out of
@@ -53,7 +54,7 @@ failed=0
 run_suites() {
     label=$1
     shift
-    for prog in ${SBX_CLOUD_SUITES:-tests/test_conformance tests/test_cases tests/test_files tests/test_state}; do
+    for prog in ${SBX_CLOUD_SUITES:-tests/test_conformance tests/test_cases tests/test_files tests/test_state tests/test_tensorlake}; do
         if [ ! -x "./$prog" ]; then
             echo "Bail out! $prog not found (run from the build directory)"
             exit 99
