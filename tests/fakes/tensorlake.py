@@ -40,7 +40,11 @@ seconds after create (termination_reason "timeout"); a named one is suspended
 after timeout_secs without traffic, and data-plane traffic resumes it.
 Terminated sandboxes stay visible to GET and to list without a status filter;
 their data plane answers 404. Signals and kills go to the process's whole
-process group. Sandboxes are real (tests/fakes/nsbox.py).
+process group. Sandboxes are real (tests/fakes/nsbox.py). resources.memory_mb
+is enforced with a cgroup v1 memory cgroup per sandbox (where the memory
+controller is writable), and a run's end event says oom_killed when the
+cgroup's oom_kill counter rose while the command ran. A command's PATH is
+set inside the sandbox.
 
 Control routes (no auth; not logged): GET/DELETE /_fake/log, POST /_fake/faults
 (tests/fakes/fakehttp.py); POST /_fake/sandbox/{id}/vanish (the provider lost

@@ -15,13 +15,29 @@
  *    resources.memory_mb; disk_mb → resources.disk_mb; gpu "MODEL[:N]" →
  *    resources.gpus [{model, count}]; image → image; snapshot_id →
  *    snapshot_id; template → template_id; allow_internet=0 →
- *    network.allow_internet_access false. Tensorlake has no labels: the
- *    create token is the sandbox's name, which is how list_owned, destroy_by_id
- *    and the reaper find it. timeout_secs is always sent (the caller's, else
- *    TL_DEFAULT_LIFETIME_S), so the provider bounds every sandbox (CASE-33).
- *    app_name is refused (a configuration error naming it). Environment
- *    values are per process at Tensorlake: the create's env is kept and
- *    sent with every command. The sandbox is polled until "running".
+ *    network.allow_internet_access false. memory_mb under 256 (the
+ *    provider's minimum) is a configuration error with context
+ *    minimum=256. timeout_secs is always sent (the caller's lifetime plus
+ *    TL_LIFETIME_MARGIN_S, so that a command the library times out at the
+ *    lifetime's end is reported timed out; else TL_DEFAULT_LIFETIME_S).
+ *  - Named or not (CASE-33, CASE-20): a named Tensorlake sandbox suspends
+ *    after timeout_secs without traffic instead of ending, so by default the
+ *    sandbox is UNNAMED (ephemeral) and the provider ends it at its
+ *    lifetime, which also bounds one whose create answer was lost
+ *    (Tensorlake has no labels to find it by). The backend option
+ *    {"suspendable": true} (or the client option of that name) names it
+ *    with the create token: only then can it be stopped (suspended) and
+ *    started (resumed), and only named sandboxes are found by list_owned
+ *    and destroy_by_id, which a client reports (SBX_CAP_LIST_OWNED) only
+ *    with the client option; stop on an unnamed sandbox is
+ *    feature_not_supported naming the option. app_name is refused (a
+ *    configuration error naming it). The sandbox is polled until
+ *    "running".
+ *  - Environment values are per process at Tensorlake: the create's env is
+ *    written to TL_ENV_FILE (mode 0600) in the sandbox, in the upload's
+ *    body, and every command sources it, leaving alone the keys the call
+ *    sets itself (provider.h); so it holds after a resume in another
+ *    process, and the session state holds no env value.
  *  - exec: POST {sandbox_url}/api/v1/processes/run (SSE): "bash -c SCRIPT"
  *    (cl_shell_script: the cwd on a line of its own, CASE-46; the create's
  *    workdir when the call names no cwd), env in the env field; {"pid"}
@@ -30,9 +46,11 @@
  *    command's stdout and stderr are redirected into two files in the
  *    sandbox, read back as raw bytes after it ends (kept apart, exact) and
  *    deleted; output therefore arrives when the command ends, not while it
- *    runs. stdin: uploaded as a file first and redirected. exec_kill: POST
- *    /api/v1/processes/{pid}/signal (the provider signals the process
- *    group).
+ *    runs. stdin: uploaded as a file first and redirected. Every process
+ *    of the command carries CL_EXEC_MARK=<its tag> in its environment, so
+ *    exec_kill (a scan run as a command of its own) signals all of them,
+ *    setsid'd and orphaned descendants included. The end event's
+ *    oom_killed is the result's OOM flag (exec_end_info, CASE-49).
  *  - files: GET|PUT /api/v1/files?path= (raw bytes both ways, never text,
  *    CASE-17), GET /api/v1/files/list?path=; a relative path is taken from
  *    the workdir (else /).
@@ -43,7 +61,7 @@
  *    not_found with reason "gone" (CASE-32); every later call fails at once.
  *
  * Threading: slots may run at once on different sandboxes and on one; a
- * sandbox's mutable state (gone flag) is guarded by its lock.
+ * sandbox's mutable state (the gone flag, a cl_gone) has its own lock.
  */
 #include "cloud.h"
 #include "provider.h"
@@ -1530,7 +1548,12 @@ static const sbx_plugin tl_plugin = {
     .abi_minor = SBX_PLUGIN_ABI_MINOR,
     .name = TL_BACKEND,
     .version = PACKAGE_VERSION,
-    .description = "Tensorlake sandboxes (control plane and sandbox host APIs) over libcurl",
+    .description = "Tensorlake sandboxes (control plane and sandbox host APIs) over libcurl; "
+                   "unnamed sandboxes the provider ends at their lifetime unless the backend "
+                   "option \"suspendable\": true names them (then stop/start suspend and "
+                   "resume; list_owned finds only named ones, with the client option "
+                   "suspendable); output arrives when a command ends; relative paths are "
+                   "taken from the workdir",
     .caps = TL_CAPS,
     .setup = tl_setup,
     .client_new = tl_client_new,
