@@ -1,13 +1,17 @@
 #!/bin/sh
-# The backend-neutral suites (conformance, cases, files, session state) on
-# the tensorlake backend, through the Tensorlake contract fake
+# The backend-neutral suites (conformance, cases, session state), and
+# tests/test_tensorlake for what only this backend does, on the tensorlake
+# backend, through the Tensorlake contract fake
 # (tests/fakes/tensorlake.py): the fake is started on an ephemeral 127.0.0.1
 # port, TENSORLAKE_API_URL points at it with a dummy TENSORLAKE_API_KEY, the
 # suites run with SBX_TEST_BACKEND=tensorlake twice, with the plugin out of
 # process and then with SBX_PLUGIN_MODE=inprocess (the *_slow tests only in
 # the first run), and the fake is stopped by its PID. Their TAP streams are
 # joined into one, as tests/bubblewrap.sh does. The local plugins of the
-# build are on the plugin path too: test_files compares against them.
+# build are on the plugin path too, for the suites that compare against them.
+# tests/test_files is not among them: it never takes SBX_TEST_BACKEND (it
+# runs in TESTS already); a backend's file behaviour is in the conformance
+# suite and the cases.
 #
 # Runs from the build directory; writes only TAP to stdout. Exits 0 when
 # every test passed, 1 otherwise. SBX_CLOUD_SUITES overrides the programs.
@@ -40,7 +44,11 @@ TENSORLAKE_API_URL="http://127.0.0.1:$port"
 TENSORLAKE_API_KEY=sbx-test-dummy-key
 SBX_TEST_BACKEND=$backend
 SBX_PLUGIN_PATH="$PWD/plugins/cloud/$backend/.libs:$PWD/plugins/local/.libs${SBX_PLUGIN_PATH:+:$SBX_PLUGIN_PATH}"
-export TENSORLAKE_API_URL TENSORLAKE_API_KEY SBX_TEST_BACKEND SBX_PLUGIN_PATH
+# The fake's sandboxes are processes of this host: the suites may look for
+# them here.
+SBX_TEST_SANDBOX_PROCS_ON_HOST=1
+export TENSORLAKE_API_URL TENSORLAKE_API_KEY SBX_TEST_BACKEND SBX_PLUGIN_PATH \
+    SBX_TEST_SANDBOX_PROCS_ON_HOST
 unset TENSORLAKE_SANDBOX_PROXY_URL SBX_PLUGIN_MODE
 
 total=0
@@ -49,7 +57,7 @@ failed=0
 run_suites() {
     label=$1
     shift
-    for prog in ${SBX_CLOUD_SUITES:-tests/test_conformance tests/test_cases tests/test_files tests/test_state}; do
+    for prog in ${SBX_CLOUD_SUITES:-tests/test_conformance tests/test_cases tests/test_state tests/test_tensorlake}; do
         if [ ! -x "./$prog" ]; then
             echo "Bail out! $prog not found (run from the build directory)"
             exit 99

@@ -94,9 +94,17 @@ class Fake:
             self.set_faults(json.loads(env))
 
     def record(self, entry):
+        """Logs @entry as the request arrives, before any answer is sent, so
+        that a client reading /_fake/log after its answer always finds it;
+        finish() fills in the answer's fields."""
         with self.lock:
             entry["n"] = len(self.log) + 1
             self.log.append(entry)
+
+    def finish(self, entry):
+        """Completes @entry (status, body) once answered and writes it to the
+        log file."""
+        with self.lock:
             if self.log_file:
                 self.log_file.write(json.dumps(entry) + "\n")
                 self.log_file.flush()
@@ -311,7 +319,10 @@ class Handler(BaseHTTPRequestHandler):
             "headers": {k: self.redact_header(k, v) for k, v in self.headers.items()},
             "content_type": self.headers.get("Content-Type"),
             "time": time.time(),
+            "status": None,     # filled in once answered (None: still open)
         }
+        if not path.startswith("/_fake/"):
+            self.fake.record(entry)
         try:
             if path.startswith("/_fake/"):
                 self.control(path)
@@ -334,11 +345,13 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_error_reply(r.status, msg, r.headers)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
-        entry["status"] = self._status
-        entry["body_len"] = len(self._body or b"")
-        entry["body"] = (self._body or b"")[:LOG_BODY_MAX].decode("utf-8", "backslashreplace")
+        with self.fake.lock:
+            entry["status"] = self._status
+            entry["body_len"] = len(self._body or b"")
+            entry["body"] = (self._body or b"")[:LOG_BODY_MAX].decode("utf-8",
+                                                                      "backslashreplace")
         if not path.startswith("/_fake/"):
-            self.fake.record(entry)
+            self.fake.finish(entry)
 
     def control(self, path):
         f = self.fake

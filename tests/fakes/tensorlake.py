@@ -40,7 +40,11 @@ seconds after create (termination_reason "timeout"); a named one is suspended
 after timeout_secs without traffic, and data-plane traffic resumes it.
 Terminated sandboxes stay visible to GET and to list without a status filter;
 their data plane answers 404. Signals and kills go to the process's whole
-process group. Sandboxes are real (tests/fakes/nsbox.py).
+process group. Sandboxes are real (tests/fakes/nsbox.py). resources.memory_mb
+is enforced with a cgroup v1 memory cgroup per sandbox (where the memory
+controller is writable), and a run's end event says oom_killed when the
+cgroup's oom_kill counter rose while the command ran. A command's PATH is
+set inside the sandbox.
 
 Control routes (no auth; not logged): GET/DELETE /_fake/log, POST /_fake/faults
 (tests/fakes/fakehttp.py); POST /_fake/sandbox/{id}/vanish (the provider lost
@@ -72,6 +76,90 @@ from fakehttp import Reply  # noqa: E402
 NAMESPACE = "default"
 GPU_MODELS = ("A100-40GB", "A100-80GB", "H100", "T4", "A6000", "A10")
 KEEPALIVE_SECS = 2.0
+MEMCG = "/sys/fs/cgroup/memory"     # cgroup v1 memory controller
+
+
+class MemoryLimit:
+    """resources.memory_mb, enforced: a cgroup v1 memory cgroup per sandbox
+    that each command joins before it runs (the command waits for it, so
+    nothing of it runs outside), and its oom_kill counter, which tells an
+    out-of-memory kill from another SIGKILL. Without a writable memory
+    controller the limit is not enforced."""
+
+    def __init__(self, sid, memory_mb):
+        self.name = "sbx-fake-tl-" + sid
+        self.path = os.path.join(MEMCG, self.name)
+        try:
+            os.mkdir(self.path)
+            limit = str(memory_mb * 1024 * 1024)
+            for f in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
+                if os.path.exists(os.path.join(self.path, f)):
+                    with open(os.path.join(self.path, f), "w") as fh:
+                        fh.write(limit)
+        except OSError:
+            self.path = None
+
+    def wrap(self, argv):
+        if self.path is None:
+            return argv
+        return ["/bin/sh", "-c", "until grep -q ':memory:.*/%s$' /proc/self/cgroup; do "
+                "sleep 0.01; done; exec \"$@\"" % self.name, "sh"] + argv
+
+    def join(self, pid):
+        """Moves @pid and its descendants into the cgroup, again and again
+        for a second from a thread: nsenter forks the command after it
+        starts, and the wrapped command waits until it is inside."""
+        if self.path is None:
+            return
+
+        def tree(top):
+            out, todo = [], [top]
+            while todo:
+                q = todo.pop()
+                out.append(q)
+                try:
+                    for t in os.listdir("/proc/%d/task" % q):
+                        with open("/proc/%d/task/%s/children" % (q, t)) as fh:
+                            todo += [int(x) for x in fh.read().split()]
+                except OSError:
+                    pass
+            return out
+
+        def mover():
+            end = time.time() + 1.0
+            while time.time() < end and self.path is not None:
+                for q in tree(pid):
+                    try:
+                        with open(os.path.join(self.path, "cgroup.procs"), "w") as fh:
+                            fh.write(str(q))
+                    except OSError:
+                        pass
+                time.sleep(0.01)
+        threading.Thread(target=mover, daemon=True).start()
+
+    def oom_kills(self):
+        if self.path is None:
+            return 0
+        try:
+            with open(os.path.join(self.path, "memory.oom_control")) as fh:
+                for line in fh:
+                    if line.startswith("oom_kill "):
+                        return int(line.split()[1])
+        except OSError:
+            pass
+        return 0
+
+    def delete(self):
+        if self.path is not None:
+            for _ in range(50):
+                try:
+                    os.rmdir(self.path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            self.path = None
 
 
 def ms(t=None):
@@ -101,6 +189,7 @@ class Process:
         self.lines = []             # (stream, text, timestamp ms)
         self.exit_code = None
         self.signal = None
+        self.oom_killed = False
         self.ended = None
         self.started = ms()
         self.stdin_writable = False
@@ -109,6 +198,8 @@ class Process:
     def status(self):
         if self.ended is None:
             return "running"
+        if self.oom_killed:
+            return "oom_killed"
         return "signaled" if self.signal is not None else "exited"
 
     def info(self):
@@ -135,6 +226,8 @@ class Sandbox:
         self.termination_reason = None
         self.outcome = None
         self.box = nsbox.Box(fake.dir, "tensorlake")
+        self.memory = MemoryLimit(self.id, int((body.get("resources") or {}).get("memory_mb",
+                                                                               1024)))
         self.processes = {}
         self.next_pid = 100
         self.runs = 0
@@ -199,6 +292,7 @@ class TensorlakeFake(fakehttp.Fake):
         sb.termination_reason = reason
         sb.outcome = "success" if reason == "user_request" else reason
         sb.box.delete()
+        sb.memory.delete()
 
     def suspend(self, sb):
         sb.status = "suspended"
@@ -229,6 +323,7 @@ class TensorlakeFake(fakehttp.Fake):
             boxes = list(self.sandboxes.values())
         for sb in boxes:
             sb.box.delete()
+            sb.memory.delete()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -253,6 +348,7 @@ class TensorlakeHandler(fakehttp.Handler):
         sb = f.find(m.group(1))
         if m.group(2) == "/vanish":
             sb.box.delete()
+            sb.memory.delete()
             with f.lock:
                 f.sandboxes.pop(sb.id, None)
             return self.send_json(204, None)
@@ -405,6 +501,7 @@ class TensorlakeHandler(fakehttp.Handler):
             sb.box.start(sb.allow_internet)
         except OSError as e:
             sb.box.delete()
+            sb.memory.delete()
             raise cerr(500, "sandbox failed to start: %s" % e)
         with f.lock:
             f.sandboxes[sb.id] = sb
@@ -586,14 +683,23 @@ class TensorlakeHandler(fakehttp.Handler):
         err_mode = body.get("stderr_mode", "capture")
         sb.next_pid += 1
         p = Process(sb.next_pid, cmd, args)
+        # The command's PATH is the sandbox's, not the one this fake finds
+        # nsenter by: /usr/bin/env sets it inside, before the command is
+        # looked up.
+        env = dict(env)
+        argv = [cmd] + args
+        if "PATH" in env:
+            argv = ["/usr/bin/env", "PATH=" + env.pop("PATH")] + argv
+        oom_before = sb.memory.oom_kills()
         try:
             p.popen = sb.box.popen(
-                [cmd] + args, env=env, cwd=cwd,
+                sb.memory.wrap(argv), env=env, cwd=cwd,
                 stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL if out_mode == "discard" else subprocess.PIPE,
                 stderr=subprocess.DEVNULL if err_mode == "discard" else subprocess.PIPE)
         except nsbox.SandboxGone:
             raise err(404, "sandbox %s not found" % sb.id)
+        sb.memory.join(p.popen.pid)
         p.stdin_writable = stdin_pipe
         sb.processes[p.pid] = p
 
@@ -632,6 +738,10 @@ class TensorlakeHandler(fakehttp.Handler):
                     p.signal = -code
                 else:
                     p.exit_code = code
+                # A SIGKILL of the command, or of the last command of its
+                # shell (128 + 9).
+                killed = code == -signal.SIGKILL or code == 128 + signal.SIGKILL
+                p.oom_killed = killed and sb.memory.oom_kills() > oom_before
                 p.ended = ms()
                 p.cond.notify_all()
         threading.Thread(target=reap, daemon=True).start()
@@ -675,7 +785,7 @@ class TensorlakeHandler(fakehttp.Handler):
                 if time.time() - quiet_since >= KEEPALIVE_SECS:
                     write(b": keepalive\n\n")
                     quiet_since = time.time()
-            end = {"oom_killed": False}
+            end = {"oom_killed": p.oom_killed}
             if p.exit_code is not None:
                 end["exit_code"] = p.exit_code
             if p.signal is not None:

@@ -15,13 +15,29 @@
  *    resources.memory_mb; disk_mb → resources.disk_mb; gpu "MODEL[:N]" →
  *    resources.gpus [{model, count}]; image → image; snapshot_id →
  *    snapshot_id; template → template_id; allow_internet=0 →
- *    network.allow_internet_access false. Tensorlake has no labels: the
- *    create token is the sandbox's name, which is how list_owned, destroy_by_id
- *    and the reaper find it. timeout_secs is always sent (the caller's, else
- *    TL_DEFAULT_LIFETIME_S), so the provider bounds every sandbox (CASE-33).
- *    app_name is refused (a configuration error naming it). Environment
- *    values are per process at Tensorlake: the create's env is kept and
- *    sent with every command. The sandbox is polled until "running".
+ *    network.allow_internet_access false. memory_mb under 256 (the
+ *    provider's minimum) is a configuration error with context
+ *    min_mb=256. timeout_secs is always sent (the caller's lifetime plus
+ *    TL_LIFETIME_MARGIN_S, so that a command the library times out at the
+ *    lifetime's end is reported timed out; else TL_DEFAULT_LIFETIME_S).
+ *  - Named or not (CASE-33, CASE-20): a named Tensorlake sandbox suspends
+ *    after timeout_secs without traffic instead of ending, so by default the
+ *    sandbox is UNNAMED (ephemeral) and the provider ends it at its
+ *    lifetime, which also bounds one whose create answer was lost
+ *    (Tensorlake has no labels to find it by). The backend option
+ *    {"suspendable": true} (or the client option of that name) names it
+ *    with the create token: only then can it be stopped (suspended) and
+ *    started (resumed), and only named sandboxes are found by list_owned
+ *    and destroy_by_id, which a client reports (SBX_CAP_LIST_OWNED) only
+ *    with the client option; stop on an unnamed sandbox is
+ *    feature_not_supported naming the option. app_name is refused (a
+ *    configuration error naming it). The sandbox is polled until
+ *    "running".
+ *  - Environment values are per process at Tensorlake: the create's env is
+ *    written to TL_ENV_FILE (mode 0600) in the sandbox, in the upload's
+ *    body, and every command sources it, leaving alone the keys the call
+ *    sets itself (provider.h); so it holds after a resume in another
+ *    process, and the session state holds no env value.
  *  - exec: POST {sandbox_url}/api/v1/processes/run (SSE): "bash -c SCRIPT"
  *    (cl_shell_script: the cwd on a line of its own, CASE-46; the create's
  *    workdir when the call names no cwd), env in the env field; {"pid"}
@@ -30,9 +46,11 @@
  *    command's stdout and stderr are redirected into two files in the
  *    sandbox, read back as raw bytes after it ends (kept apart, exact) and
  *    deleted; output therefore arrives when the command ends, not while it
- *    runs. stdin: uploaded as a file first and redirected. exec_kill: POST
- *    /api/v1/processes/{pid}/signal (the provider signals the process
- *    group).
+ *    runs. stdin: uploaded as a file first and redirected. Every process
+ *    of the command carries CL_EXEC_MARK=<its tag> in its environment, so
+ *    exec_kill (a scan run as a command of its own) signals all of them,
+ *    setsid'd and orphaned descendants included. The end event's
+ *    oom_killed is the result's OOM flag (exec_end_info, CASE-49).
  *  - files: GET|PUT /api/v1/files?path= (raw bytes both ways, never text,
  *    CASE-17), GET /api/v1/files/list?path=; a relative path is taken from
  *    the workdir (else /).
@@ -43,9 +61,10 @@
  *    not_found with reason "gone" (CASE-32); every later call fails at once.
  *
  * Threading: slots may run at once on different sandboxes and on one; a
- * sandbox's mutable state (gone flag) is guarded by its lock.
+ * sandbox's mutable state (the gone flag, a cl_gone) has its own lock.
  */
 #include "cloud.h"
+#include "provider.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -69,12 +88,21 @@
 #define TL_STATE_VERSION 1
 #define TL_WAIT_S 300.0                 /* bound on waiting for running / a snapshot */
 #define TL_DEFAULT_LIFETIME_S 3600      /* timeout_secs when the caller set none */
+#define TL_MIN_MEMORY_MB 256           /* the provider's smallest resources.memory_mb */
+#define TL_STR_(x) #x
+#define TL_STR(x) TL_STR_(x)
+#define TL_LIFETIME_MARGIN_S 5          /* provider end after the caller's lifetime */
+/* The create's environment, sourced by every command (provider.h). */
+#define TL_ENV_FILE "/var/lib/sbx/create.env"
 
 #define TL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_SNAPSHOT      \
                  | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY            \
                  | SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT | SBX_CAP_DISK_LIMIT          \
                  | SBX_CAP_GPU | SBX_CAP_IMAGE | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED    \
                  | SBX_CAP_BACKGROUND)
+/* What a client has by default: list_owned (and destroy_by_id) only find
+ * named sandboxes, which a client makes with "suspendable": true. */
+#define TL_CAPS_UNNAMED (TL_CAPS & ~SBX_CAP_LIST_OWNED)
 
 static const char *const tl_gpu_models[] = { "A100-40GB", "A100-80GB", "H100", "T4", "A6000",
                                              "A10", NULL };
@@ -82,16 +110,16 @@ static const char *const tl_gpu_models[] = { "A100-40GB", "A100-80GB", "H100", "
 struct sbx_plugin_client {
     cl_http *http;
     char *api;          /* base URL, no trailing slash */
+    int suspendable;    /* client option: its sandboxes are named by default */
 };
 
 struct sbx_plugin_sandbox {
     struct sbx_plugin_client *c;
     char *id;
     char *url;          /* its sandbox_url, no trailing slash */
-    char **env;         /* "K=V" from the create, sent with every command */
     char *workdir;      /* the default working directory, or NULL */
-    pthread_mutex_t lock;
-    int gone;
+    int named;          /* named by its create token: suspendable, listed */
+    cl_gone gone;
 };
 
 typedef struct tl_proc {
@@ -103,6 +131,7 @@ typedef struct tl_proc {
     char tag[40];
     pthread_mutex_t pid_lock;
     int64_t pid;        /* the provider's pid; 0 until the stream names it */
+    int oom_killed;     /* the end event said oom_killed (the worker sets it) */
     cl_buf line;        /* SSE data is parsed per event */
 } tl_proc;
 
@@ -167,38 +196,10 @@ static int tl_call(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
     return cl_request(c->http, ctx, &rq, resp, op, error);
 }
 
-static int tl_is_gone(struct sbx_plugin_sandbox *sb)
-{
-    pthread_mutex_lock(&sb->lock);
-    int g = sb->gone;
-    pthread_mutex_unlock(&sb->lock);
-    return g;
-}
-
-static void tl_mark_gone(struct sbx_plugin_sandbox *sb)
-{
-    pthread_mutex_lock(&sb->lock);
-    sb->gone = 1;
-    pthread_mutex_unlock(&sb->lock);
-}
-
-static sbx_error *tl_gone_error(sbx_error **error, const char *op, const char *id)
-{
-    sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
-                             "tensorlake sandbox %s is gone (the provider no longer has it)", id);
-    cl_context(err, "sandbox_id", id);
-    cl_context(err, "reason", "gone");
-    return err;
-}
-
-static int tl_check(struct sbx_plugin_sandbox *sb, const char *op, sbx_error **error)
-{
-    if (tl_is_gone(sb)) {
-        tl_gone_error(error, op, sb->id);
-        return -1;
-    }
-    return 0;
-}
+#define tl_is_gone(sb) cl_gone_get(&(sb)->gone)
+#define tl_mark_gone(sb) cl_gone_set(&(sb)->gone)
+#define tl_gone_error(error, op, id) cl_gone_error((error), (op), TL_BACKEND, (id))
+#define tl_check(sb, op, error) cl_gone_check(&(sb)->gone, (op), TL_BACKEND, (sb)->id, (error))
 
 /* GET /sandboxes/{id}: SandboxInfo, or NULL (*@status: 0 when no answer). */
 static json_object *tl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
@@ -248,69 +249,69 @@ static int tl_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const
     return rc;
 }
 
+typedef struct tl_waking {
+    struct sbx_plugin_sandbox *sb;
+    const sbx_call_ctx *ctx;
+    const char *op;
+    int resumed;
+    char state[32];
+} tl_waking;
+
+/* One look for cl_wait_until(): 1 at "running", -1 when gone, 0 otherwise
+ * (a suspended sandbox is resumed once). */
+static int tl_wake_look(void *ud, const char **state, sbx_error **error)
+{
+    tl_waking *w = ud;
+    struct sbx_plugin_sandbox *sb = w->sb;
+    long st;
+    json_object *j = tl_get(sb->c, w->ctx, sb->id, &st, w->op, error);
+    if (!j) {
+        if (st == 404) {
+            tl_mark_gone(sb);
+            tl_gone_error(error, w->op, sb->id);
+        }
+        return -1;
+    }
+    const char *s = tl_status(j);
+    snprintf(w->state, sizeof w->state, "%s", s);
+    *state = w->state;
+    int rc = 0;
+    if (strcmp(s, "running") == 0) {
+        rc = 1;
+    } else if (strcmp(s, "terminated") == 0 || strcmp(s, "timeout") == 0) {
+        tl_mark_gone(sb);
+        sbx_error *err = tl_gone_error(error, w->op, sb->id);
+        cl_context(err, "state", s);
+        const char *why = cl_json_str(j, "termination_reason");
+        if (why)
+            cl_context(err, "termination_reason", why);
+        rc = -1;
+    } else if (strcmp(s, "suspended") == 0 && !w->resumed) {
+        char *url = tl_printf("%s/sandboxes/%s/resume", sb->c->api, sb->id);
+        cl_resp r = { 0 };
+        rc = url ? tl_call(sb->c, w->ctx, "POST", url, NULL, CL_SAFE, &r, w->op,
+                           "resume the sandbox", error) : -1;
+        if (rc == 0 && r.status / 100 != 2) {
+            cl_context(cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, w->op,
+                                      "resume the sandbox"), "state", w->state);
+            rc = -1;
+        }
+        free(url);
+        cl_resp_clear(&r);
+        w->resumed = 1;
+    }
+    json_object_put(j);
+    return rc;
+}
+
 /* Waits for "running", resuming a suspended sandbox (CASE-53). */
 static int tl_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *op,
                    sbx_error **error)
 {
-    cl_bound b = cl_bound_make(ctx, TL_WAIT_S);
-    int resumed = 0;
-    for (double pause = 0.05;; pause = pause < 0.5 ? pause * 2 : pause) {
-        long st;
-        json_object *j = tl_get(sb->c, ctx, sb->id, &st, op, error);
-        if (!j) {
-            if (st == 404) {
-                tl_mark_gone(sb);
-                tl_gone_error(error, op, sb->id);
-            }
-            return -1;
-        }
-        const char *s = tl_status(j);
-        if (strcmp(s, "running") == 0) {
-            json_object_put(j);
-            return 0;
-        }
-        if (strcmp(s, "terminated") == 0 || strcmp(s, "timeout") == 0) {
-            tl_mark_gone(sb);
-            sbx_error *err = tl_gone_error(error, op, sb->id);
-            cl_context(err, "state", s);
-            const char *why = cl_json_str(j, "termination_reason");
-            if (why)
-                cl_context(err, "termination_reason", why);
-            json_object_put(j);
-            return -1;
-        }
-        if (strcmp(s, "suspended") == 0 && !resumed) {
-            char *url = tl_printf("%s/sandboxes/%s/resume", sb->c->api, sb->id);
-            cl_resp r = { 0 };
-            int rc = url ? tl_call(sb->c, ctx, "POST", url, NULL, CL_SAFE, &r, op,
-                                   "resume the sandbox", error) : -1;
-            if (rc == 0 && r.status / 100 != 2) {
-                cl_context(cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op,
-                                          "resume the sandbox"), "state", s);
-                rc = -1;
-            }
-            free(url);
-            cl_resp_clear(&r);
-            if (rc < 0) {
-                json_object_put(j);
-                return -1;
-            }
-            resumed = 1;
-        }
-        if (cl_bound_left(&b) == 0) {
-            cl_context(cl_fail(error, SBX_ERROR_TIMEOUT, op,
-                               "tensorlake sandbox %s did not reach status running (it is %s)",
-                               sb->id, s), "state", s);
-            json_object_put(j);
-            return -1;
-        }
-        json_object_put(j);
-        if (cl_sleep(pause, b.cancel_fd)) {
-            cl_fail(error, SBX_ERROR_TIMEOUT, op, "cancelled while waiting for sandbox %s",
-                    sb->id);
-            return -1;
-        }
-    }
+    tl_waking w = { sb, ctx, op, 0, "" };
+    char what[160];
+    snprintf(what, sizeof what, "tensorlake sandbox %s reaching status running", sb->id);
+    return cl_wait_until(ctx, TL_WAIT_S, tl_wake_look, &w, op, what, error);
 }
 
 /* A data-plane call on @sb: 0 with a 2xx answer in @r, -1 otherwise; a 404
@@ -396,6 +397,16 @@ static int tl_client_new(const char *config_json, sbx_plugin_client **client, sb
     if (!c->api || cl_retry_policy_from_config(cfg, &pol, error) < 0)
         goto fail;
     cl_http_set_retry(c->http, &pol);
+    json_object *sv;
+    if (cfg && json_object_object_get_ex(cfg, "suspendable", &sv)) {
+        if (!json_object_is_type(sv, json_type_boolean)) {
+            cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op,
+                               "tensorlake client option suspendable %s is not true or false",
+                               json_object_to_json_string(sv)), "option", "suspendable");
+            goto fail;
+        }
+        c->suspendable = json_object_get_boolean(sv);
+    }
     static const char *const key_envs[] = { "TENSORLAKE_API_KEY", NULL };
     char *key = cl_credential(key_envs, NULL, NULL);
     if (key) {
@@ -421,10 +432,9 @@ fail:
 static int tl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
                     sbx_error **error)
 {
-    (void)client;
     (void)ctx;
     (void)error;
-    *caps = TL_CAPS;
+    *caps = client->suspendable ? TL_CAPS : TL_CAPS_UNNAMED;
     return 0;
 }
 
@@ -433,7 +443,7 @@ static int tl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t
 /* ------------------------------------------------------------------------ */
 
 static struct sbx_plugin_sandbox *tl_sandbox_new(struct sbx_plugin_client *c, const char *id,
-                                                 const char *url, const char *const *env)
+                                                 const char *url, int named)
 {
     struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
     if (!sb)
@@ -441,13 +451,12 @@ static struct sbx_plugin_sandbox *tl_sandbox_new(struct sbx_plugin_client *c, co
     sb->c = c;
     sb->id = strdup(id);
     sb->url = tl_trim_slash(url);
-    sb->env = tl_strv_dup(env);
-    pthread_mutex_init(&sb->lock, NULL);
-    if (!sb->id || !sb->url || !sb->env) {
+    sb->named = named;
+    cl_gone_init(&sb->gone);
+    if (!sb->id || !sb->url) {
         free(sb->id);
         free(sb->url);
-        cl_strv_free(sb->env);
-        pthread_mutex_destroy(&sb->lock);
+        cl_gone_destroy(&sb->gone);
         free(sb);
         return NULL;
     }
@@ -458,11 +467,10 @@ static void tl_sandbox_free(sbx_plugin_sandbox *sb)
 {
     if (!sb)
         return;
-    pthread_mutex_destroy(&sb->lock);
+    cl_gone_destroy(&sb->gone);
     free(sb->id);
     free(sb->url);
     free(sb->workdir);
-    cl_strv_free(sb->env);
     free(sb);
 }
 
@@ -475,13 +483,20 @@ static sbx_error *tl_refuse(sbx_error **error, const char *option, const char *v
     return err;
 }
 
-static json_object *tl_create_body(const sbx_call_ctx *ctx, const sbx_plugin_create_request *rq,
+static json_object *tl_create_body(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
+                                   const sbx_plugin_create_request *rq, int *named,
                                    sbx_error **error)
 {
     json_object *b = json_object_new_object(), *res = json_object_new_object();
     uint64_t set = rq->set_fields;
     char buf[64];
     json_object_object_add(b, "resources", res);
+    if (rq->workdir && *rq->workdir && rq->workdir[0] != '/') {
+        cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "create",
+                           "tensorlake backend: workdir %s is not an absolute path in the "
+                           "sandbox", rq->workdir), "path", rq->workdir);
+        goto fail;
+    }
     if (set & SBX_OPTION_APP_NAME) {
         tl_refuse(error, "app_name", rq->app_name, "Tensorlake has no apps");
         goto fail;
@@ -495,9 +510,11 @@ static json_object *tl_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cre
         json_object_object_add(res, "cpus", json_object_new_double(rq->cpu));
     }
     if (set & SBX_OPTION_MEMORY_MB) {
-        if (rq->memory_mb < 256) {
+        if (rq->memory_mb < TL_MIN_MEMORY_MB) {
             snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
-            tl_refuse(error, "memory_mb", buf, "Tensorlake needs at least 256 MB");
+            cl_context(tl_refuse(error, "memory_mb", buf, "below Tensorlake's minimum of "
+                                 TL_STR(TL_MIN_MEMORY_MB) " MB"), "min_mb",
+                       TL_STR(TL_MIN_MEMORY_MB));
             goto fail;
         }
         json_object_object_add(res, "memory_mb", json_object_new_int64(rq->memory_mb));
@@ -549,37 +566,98 @@ static json_object *tl_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cre
         t = (long long)rq->timeout_secs;
         if ((double)t < rq->timeout_secs)
             t++;
+        /* The library times commands out at the lifetime's end; the
+         * provider ends the sandbox TL_LIFETIME_MARGIN_S later, so that such
+         * a command is reported timed out (124), not lost with it. */
+        t += TL_LIFETIME_MARGIN_S;
     }
     json_object_object_add(b, "timeout_secs", json_object_new_int64(t));
-    if (ctx && ctx->create_token)
-        json_object_object_add(b, "name", json_object_new_string(ctx->create_token));
+    /* Named (suspendable, listed) when the client or the create's backend
+     * option "suspendable" says so; else unnamed, ended at its lifetime. */
+    *named = c->suspendable;
     if (rq->backend_options && *rq->backend_options) {
         json_object *bo = json_tokener_parse(rq->backend_options);
-        const char *key = NULL;
-        if (bo && json_object_is_type(bo, json_type_object)) {
+        sbx_error *err = NULL;
+        if (!bo || !json_object_is_type(bo, json_type_object)) {
+            err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                          "tensorlake backend_options: %s is not a JSON object",
+                          rq->backend_options);
+        } else {
             json_object_object_foreach(bo, k, v) {
-                (void)v;
-                key = k;
-                break;
+                if (strcmp(k, "suspendable") != 0) {
+                    err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                                  "tensorlake backend_options: unknown key \"%s\" (known: "
+                                  "\"suspendable\")", k);
+                    cl_context(err, "name", k);
+                    cl_context(err, "known", "\"suspendable\"");
+                    break;
+                }
+                if (!json_object_is_type(v, json_type_boolean)) {
+                    err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                                  "tensorlake backend_options: suspendable %s is not true or "
+                                  "false", json_object_to_json_string(v));
+                    cl_context(err, "name", k);
+                    break;
+                }
+                *named = json_object_get_boolean(v);
             }
         }
-        sbx_error *err = key
-            ? cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                      "tensorlake backend_options: unknown key \"%s\" (the tensorlake backend "
-                      "takes no backend options)", key)
-            : cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                      "tensorlake backend_options: %s (the tensorlake backend takes no backend "
-                      "options)", rq->backend_options);
-        cl_context(err, "option", "backend_options");
-        if (key)
-            cl_context(err, "name", key);
         json_object_put(bo);
-        goto fail;
+        if (err) {
+            cl_context(err, "option", "backend_options");
+            goto fail;
+        }
     }
+    if (*named && ctx && ctx->create_token)
+        json_object_object_add(b, "name", json_object_new_string(ctx->create_token));
     return b;
 fail:
     json_object_put(b);
     return NULL;
+}
+
+static int tl_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                     int fd, const char *op, sbx_error **error);
+
+/* The create's environment as TL_ENV_FILE (mode 0600), which every
+ * command sources (Tensorlake takes environment values per process only,
+ * and the session state holds none). The values travel in the upload's
+ * body, never in a command line. */
+static int tl_write_env(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                        const char *const *env, const char *op, sbx_error **error)
+{
+    char *text = cl_env_file(env);
+    if (!text) {
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "tensorlake: an environment key is not "
+                "a shell name");
+        return -1;
+    }
+    int fds[2] = { -1, -1 };
+    int rc = -1;
+    if (pipe2(fds, O_CLOEXEC) < 0) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "pipe: %s", strerror(errno));
+        free(text);
+        return -1;
+    }
+    /* The file is small (the create's env): it fits the pipe, else fails. */
+    size_t n = strlen(text);
+    ssize_t w = n < 65536 ? write(fds[1], text, n) : -1;
+    close(fds[1]);
+    free(text);
+    if (w != (ssize_t)n) {
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "tensorlake: the create's environment "
+                "is larger than 64 KiB");
+    } else if (tl_upload(sb, ctx, TL_ENV_FILE, fds[0], op, error) == 0) {
+        int code = 0;
+        rc = tl_run_short(sb, ctx, "chmod 600 " TL_ENV_FILE, &code, op, error);
+        if (rc == 0 && code != 0) {
+            cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "tensorlake: chmod of %s exited %d",
+                    TL_ENV_FILE, code);
+            rc = -1;
+        }
+    }
+    close(fds[0]);
+    return rc;
 }
 
 static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
@@ -588,7 +666,8 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
 {
     const char *op = "create";
     struct sbx_plugin_client *c = client;
-    json_object *body = tl_create_body(ctx, rq, error), *j = NULL;
+    int named = 0;
+    json_object *body = tl_create_body(c, ctx, rq, &named, error), *j = NULL;
     if (!body)
         return -1;
     char *url = tl_printf("%s/sandboxes", c->api);
@@ -616,7 +695,7 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             tl_delete(c, NULL, id, op, NULL);
         goto out;
     }
-    sb = tl_sandbox_new(c, id, su, rq->env);
+    sb = tl_sandbox_new(c, id, su, named);
     if (!sb) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         tl_delete(c, NULL, id, op, NULL);
@@ -625,6 +704,12 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (tl_wake(sb, ctx, op, error) < 0) {
         if (error && *error)
             cl_context(*error, "sandbox_id", id);
+        tl_delete(c, NULL, id, op, NULL);
+        tl_sandbox_free(sb);
+        sb = NULL;
+        goto out;
+    }
+    if (rq->env && rq->env[0] && tl_write_env(sb, ctx, rq->env, op, error) < 0) {
         tl_delete(c, NULL, id, op, NULL);
         tl_sandbox_free(sb);
         sb = NULL;
@@ -702,7 +787,9 @@ static const char *tl_sandbox_root(sbx_plugin_sandbox *sb)
     return "";
 }
 
-/* {"version":1,"sandbox_id":ID,"sandbox_url":URL}: no credential, no env. */
+/* {"version":1,"sandbox_id":ID,"sandbox_url":URL,"named":B[,"workdir":W]}:
+ * no credential, no env value (the create's environment is a file in the
+ * sandbox). */
 static char *tl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
@@ -712,15 +799,10 @@ static char *tl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
     json_object_object_add(j, "version", json_object_new_int(TL_STATE_VERSION));
     json_object_object_add(j, "sandbox_id", json_object_new_string(sb->id));
     json_object_object_add(j, "sandbox_url", json_object_new_string(sb->url));
+    json_object_object_add(j, "named", json_object_new_boolean(sb->named));
     if (sb->workdir)
         json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
-    const char *s = json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN
-                                                      | JSON_C_TO_STRING_NOSLASHESCAPE);
-    char *out = cl_host->alloc(strlen(s) + 1);
-    if (out)
-        memcpy(out, s, strlen(s) + 1);
-    else
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "session_state", "out of memory");
+    char *out = cl_state_out(j, "session_state", error);
     json_object_put(j);
     return out;
 }
@@ -729,16 +811,12 @@ static int tl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
     const char *op = "resume";
-    json_object *data = state_json ? json_tokener_parse(state_json) : NULL, *j = NULL;
-    const char *id = cl_json_str(data, "sandbox_id");
-    int64_t ver = 0;
+    const char *id = NULL;
+    json_object *data = cl_state_in(state_json, TL_STATE_VERSION, "sandbox_id", TL_BACKEND, op,
+                                    &id, error), *j = NULL, *nm;
     int rc = -1;
-    if (!id || !*id || cl_json_int(data, "version", &ver) != 1 || ver != TL_STATE_VERSION) {
-        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
-                "tensorlake session state: needs \"version\": %d and a \"sandbox_id\"",
-                TL_STATE_VERSION);
-        goto out;
-    }
+    if (!data)
+        return -1;
     long st;
     j = tl_get(client, ctx, id, &st, op, error);
     if (!j) {
@@ -749,7 +827,8 @@ static int tl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
     const char *su = cl_json_str(j, "sandbox_url");
     if (!su)
         su = cl_json_str(data, "sandbox_url");
-    struct sbx_plugin_sandbox *sb = su ? tl_sandbox_new(client, id, su, NULL) : NULL;
+    int named = json_object_object_get_ex(data, "named", &nm) && json_object_get_boolean(nm);
+    struct sbx_plugin_sandbox *sb = su ? tl_sandbox_new(client, id, su, named) : NULL;
     const char *wd = cl_json_str(data, "workdir");
     if (sb && wd && !(sb->workdir = strdup(wd))) {
         tl_sandbox_free(sb);
@@ -843,6 +922,76 @@ done:
     return out;
 }
 
+typedef struct tl_suspending {
+    struct sbx_plugin_sandbox *sb;
+    const sbx_call_ctx *ctx;
+    char state[32];
+} tl_suspending;
+
+static int tl_suspend_look(void *ud, const char **state, sbx_error **error)
+{
+    tl_suspending *w = ud;
+    long st;
+    json_object *j = tl_get(w->sb->c, w->ctx, w->sb->id, &st, "stop", error);
+    if (!j) {
+        if (st == 404) {
+            tl_mark_gone(w->sb);
+            tl_gone_error(error, "stop", w->sb->id);
+        }
+        return -1;
+    }
+    snprintf(w->state, sizeof w->state, "%s", tl_status(j));
+    json_object_put(j);
+    *state = w->state;
+    return strcmp(w->state, "suspended") == 0;
+}
+
+/* stop: POST /sandboxes/{id}/suspend (202 started, 200 already), then
+ * polled until "suspended". Only a named sandbox can be suspended
+ * (Tensorlake answers 400 for an ephemeral one): an unnamed one is
+ * feature_not_supported naming the option that makes it named. */
+static int tl_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    const char *op = "stop";
+    if (tl_check(sb, op, error) < 0)
+        return -1;
+    if (!sb->named) {
+        cl_context(cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                           "tensorlake sandbox %s cannot be suspended: it is unnamed (create it "
+                           "with the backend option or client option \"suspendable\": true)",
+                           sb->id), "option", "suspendable");
+        return -1;
+    }
+    char *url = tl_printf("%s/sandboxes/%s/suspend", sb->c->api, sb->id);
+    cl_resp r = { 0 };
+    int rc = url ? tl_call(sb->c, ctx, "POST", url, NULL, CL_SAFE, &r, op,
+                           "suspend the sandbox", error) : -1;
+    if (rc == 0 && r.status == 404) {
+        tl_mark_gone(sb);
+        tl_gone_error(error, op, sb->id);
+        rc = -1;
+    } else if (rc == 0 && r.status / 100 != 2) {
+        cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "suspend the sandbox");
+        rc = -1;
+    }
+    free(url);
+    cl_resp_clear(&r);
+    if (rc < 0)
+        return -1;
+    tl_suspending w = { sb, ctx, "" };
+    char what[160];
+    snprintf(what, sizeof what, "tensorlake sandbox %s reaching status suspended", sb->id);
+    return cl_wait_until(ctx, TL_WAIT_S, tl_suspend_look, &w, op, what, error);
+}
+
+/* start: resumes a suspended sandbox and waits for "running". */
+static int tl_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    if (tl_check(sb, "start", error) < 0)
+        return -1;
+    return tl_wake(sb, ctx, "start", error);
+}
+
 /* The sandboxes this backend made: the ones named by a create token. */
 static int tl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                          sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
@@ -850,6 +999,12 @@ static int tl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     const char *op = "list_owned";
     struct sbx_plugin_client *c = client;
     char *cursor = NULL;
+    if (!c->suspendable) {
+        cl_context(cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                           "backend \"%s\" cannot list the sandboxes this library made",
+                           TL_BACKEND), "option", "suspendable");
+        return -1;
+    }
     int rc = 0;
     for (int page = 0; page < 1000 && rc == 0; page++) {
         char *cur = cursor ? cl_url_escape(cursor) : NULL;
@@ -901,42 +1056,18 @@ static int tl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
 static int tl_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
                             sbx_error **error)
 {
+    if (!client->suspendable) {
+        cl_context(cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, "destroy_by_id",
+                           "backend \"%s\" cannot destroy sandboxes by id", TL_BACKEND),
+                   "option", "suspendable");
+        return -1;
+    }
     return tl_delete(client, ctx, id, "destroy_by_id", error);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Files: raw bytes both ways (CASE-17)                                      */
 /* ------------------------------------------------------------------------ */
-
-typedef struct tl_fd_io {
-    int fd;
-} tl_fd_io;
-
-static int tl_sink_fd(void *ud, const char *p, size_t n)
-{
-    tl_fd_io *s = ud;
-    while (n) {
-        ssize_t w = write(s->fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static ssize_t tl_source_fd(void *ud, char *buf, size_t cap)
-{
-    tl_fd_io *s = ud;
-    for (;;) {
-        ssize_t r = read(s->fd, buf, cap);
-        if (r < 0 && errno == EINTR)
-            continue;
-        return r;
-    }
-}
 
 /* The files route for @path; a relative path is taken from the sandbox's
  * working directory (its workdir, else /), as a command would take it. */
@@ -977,8 +1108,7 @@ static int tl_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 {
     const char *op = "read_file";
     char *q = tl_files_path_in(sb, "", path);
-    tl_fd_io s = { fd };
-    cl_req rq = { .method = "GET", .sink = tl_sink_fd, .sink_ud = &s, .idempotent = CL_SAFE,
+    cl_req rq = { .method = "GET", .sink = cl_fd_sink, .sink_ud = &fd, .idempotent = CL_SAFE,
                   .what = "download the file" };
     cl_resp r = { 0 };
     int rc = q ? tl_host(sb, ctx, &rq, q, &r, 1, op, error) : -1;
@@ -993,9 +1123,8 @@ static int tl_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
                      int fd, const char *op, sbx_error **error)
 {
     char *q = tl_files_path_in(sb, "", path);
-    tl_fd_io s = { fd };
     cl_req rq = { .method = "PUT", .content_type = "application/octet-stream",
-                  .source = tl_source_fd, .source_ud = &s, .source_len = -1,
+                  .source = cl_fd_source, .source_ud = &fd, .source_len = -1,
                   .idempotent = CL_SAFE, .what = "upload the file" };
     cl_resp r = { 0 };
     int rc = q ? tl_host(sb, ctx, &rq, q, &r, 1, op, error) : -1;
@@ -1094,17 +1223,18 @@ static int tl_on_event(void *ud, const char *event, const char *data, size_t n, 
         if (cl_proc_output(&s->p->base, fd, line, strlen(line)) < 0
             || cl_proc_output(&s->p->base, fd, "\n", 1) < 0)
             rc = -1;
-    } else if (cl_json_int(j, "exit_code", &x) == 1) {
-        s->have_exit = 1;
-        s->exit_code = (int)(x & 0xff);
-        rc = 1;
-    } else if (cl_json_int(j, "signal", &x) == 1) {
-        s->have_exit = 1;
-        s->exit_code = (int)((128 + x) & 0xff);
-        rc = 1;
-    } else if (json_object_object_get_ex(j, "oom_killed", &v) && json_object_get_boolean(v)) {
+    } else if (json_object_object_get_ex(j, "exit_code", NULL)
+               || json_object_object_get_ex(j, "signal", NULL)
+               || json_object_object_get_ex(j, "oom_killed", NULL)) {
+        /* The end: {"exit_code"?, "signal"?, "oom_killed"}. */
         s->have_exit = 1;
         s->exit_code = 137;
+        if (cl_json_int(j, "exit_code", &x) == 1)
+            s->exit_code = (int)(x & 0xff);
+        else if (cl_json_int(j, "signal", &x) == 1)
+            s->exit_code = (int)((128 + x) & 0xff);
+        if (json_object_object_get_ex(j, "oom_killed", &v) && json_object_get_boolean(v))
+            s->p->oom_killed = 1;
         rc = 1;
     } else if (cl_json_int(j, "pid", &x) == 1) {
         pthread_mutex_lock(&s->p->pid_lock);
@@ -1121,8 +1251,10 @@ static int tl_sse_sink(void *ud, const char *p, size_t n)
     return cl_sse_feed(&s->sse, p, n, "exec", NULL);
 }
 
-static json_object *tl_run_body(struct sbx_plugin_sandbox *sb, const char *script,
-                                char *const *env)
+/* The run request: "bash -c @script" with the per-call @env, the keys of
+ * @env in CL_CALL_KEYS (the create's file leaves them alone) and, when
+ * @mark is given, CL_EXEC_MARK=@mark on every process of the command. */
+static json_object *tl_run_body(const char *script, const char *const *env, const char *mark)
 {
     json_object *b = json_object_new_object(), *args = json_object_new_array();
     json_object *e = json_object_new_object();
@@ -1130,15 +1262,18 @@ static json_object *tl_run_body(struct sbx_plugin_sandbox *sb, const char *scrip
     json_object_array_add(args, json_object_new_string("-c"));
     json_object_array_add(args, json_object_new_string(script));
     json_object_object_add(b, "args", args);
-    char *const *lists[2] = { sb->env, env };
-    for (int l = 0; l < 2; l++)
-        for (size_t i = 0; lists[l] && lists[l][i]; i++) {
-            const char *eq = strchr(lists[l][i], '=');
-            char *k = eq ? strndup(lists[l][i], (size_t)(eq - lists[l][i])) : NULL;
-            if (k)
-                json_object_object_add(e, k, json_object_new_string(eq + 1));
-            free(k);
-        }
+    for (size_t i = 0; env && env[i]; i++) {
+        const char *eq = strchr(env[i], '=');
+        char *k = eq ? strndup(env[i], (size_t)(eq - env[i])) : NULL;
+        if (k)
+            json_object_object_add(e, k, json_object_new_string(eq + 1));
+        free(k);
+    }
+    char *keys = cl_call_keys(env);
+    json_object_object_add(e, CL_CALL_KEYS, json_object_new_string(keys ? keys : ""));
+    free(keys);
+    if (mark)
+        json_object_object_add(e, CL_EXEC_MARK, json_object_new_string(mark));
     json_object_object_add(b, "env", e);
     return b;
 }
@@ -1152,7 +1287,7 @@ static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
     p.base.stdout_fd = p.base.stderr_fd = -1;
     tl_stream s = { &p, { 0 }, 0, 0 };
     cl_sse_init(&s.sse, tl_on_event, &s);
-    json_object *b = tl_run_body(sb, cmd, NULL);
+    json_object *b = tl_run_body(cmd, NULL, NULL);
     const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
     static const char *const h[] = { "Accept: text/event-stream", NULL };
     cl_req rq = { .method = "POST", .headers = h, .body = bs, .body_len = strlen(bs),
@@ -1188,17 +1323,22 @@ static int tl_exec_run(cl_proc *base)
     struct sbx_plugin_sandbox *sb = p->sb;
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
-    char *stdin_path = NULL, *script = NULL;
+    char *stdin_path = NULL, *script = NULL, *src = cl_env_file_source(TL_ENV_FILE);
     int code = -1;
+    if (!src) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
     if (p->stdin_fd >= 0) {
         stdin_path = tl_printf("/tmp/.%s.in", p->tag);
         if (!stdin_path || tl_upload(sb, &ctx, stdin_path, p->stdin_fd, op, NULL) < 0)
             goto fail;
-        script = tl_printf("exec </tmp/.%s.in >/tmp/.%s.out 2>/tmp/.%s.err; rm -f /tmp/.%s.in\n%s",
-                           p->tag, p->tag, p->tag, p->tag, p->script);
-    } else {
-        script = tl_printf("exec </dev/null >/tmp/.%s.out 2>/tmp/.%s.err\n%s", p->tag, p->tag,
+        script = tl_printf("%sexec </tmp/.%s.in >/tmp/.%s.out 2>/tmp/.%s.err; "
+                           "rm -f /tmp/.%s.in\n%s", src, p->tag, p->tag, p->tag, p->tag,
                            p->script);
+    } else {
+        script = tl_printf("%sexec </dev/null >/tmp/.%s.out 2>/tmp/.%s.err\n%s", src, p->tag,
+                           p->tag, p->script);
     }
     if (!script) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1206,7 +1346,7 @@ static int tl_exec_run(cl_proc *base)
     }
     tl_stream s = { p, { 0 }, 0, 0 };
     cl_sse_init(&s.sse, tl_on_event, &s);
-    json_object *b = tl_run_body(sb, script, p->env);
+    json_object *b = tl_run_body(script, (const char *const *)p->env, p->tag);
     const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
     static const char *const h[] = { "Accept: text/event-stream", NULL };
     cl_req rq = { .method = "POST", .headers = h, .body = bs, .body_len = strlen(bs),
@@ -1255,6 +1395,7 @@ fail:
 out:
     free(script);
     free(stdin_path);
+    free(src);
     return code;
 }
 
@@ -1326,17 +1467,14 @@ static int tl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
     tl_proc *p = (tl_proc *)process;
     int rc = cl_proc_wait(&p->base, timeout_ms, exit_code, "exec_wait", error);
     /* A missing working directory: the script's cd failed (cloud.h). */
-    if (rc == 1 && *exit_code == CL_CWD_MISSING_EXIT && strncmp(p->script, "cd -- ", 6) == 0) {
-        const char *q = p->script + 6;
-        const char *nl = strstr(q, " || exit");
-        char *quoted = nl ? strndup(q, (size_t)(nl - q)) : NULL;
-        char *cmd = quoted ? tl_printf("test -d %s", quoted) : NULL;
+    char *quoted = rc == 1 && *exit_code == CL_CWD_MISSING_EXIT ? cl_script_cwd(p->script)
+                                                                  : NULL;
+    if (quoted) {
+        char *cmd = tl_printf("test -d %s", quoted);
         int code = 0;
         sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
         if (cmd && tl_run_short(p->sb, &c2, cmd, &code, "exec", NULL) == 0 && code != 0) {
-            cl_context(cl_fail(error, SBX_ERROR_NOT_FOUND, "exec",
-                               "the working directory %s does not exist in the sandbox", quoted),
-                       "path", quoted);
+            cl_cwd_missing_error(error, "exec", quoted);
             rc = -1;
         }
         free(cmd);
@@ -1350,30 +1488,42 @@ static int tl_exec_event_fd(sbx_plugin_process *process)
     return cl_proc_event_fd(&((tl_proc *)process)->base);
 }
 
+/* Signals every process of the command: each carries CL_EXEC_MARK=<its
+ * tag> in its environment (the run request's env, inherited), so the
+ * signal reaches background children, children that made sessions of their
+ * own (setsid) and orphans, which the provider's process-group signal
+ * misses. The scan runs as a command of its own, without the mark. */
 static int tl_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
                         sbx_error **error)
 {
     tl_proc *p = (tl_proc *)process;
-    pthread_mutex_lock(&p->pid_lock);
-    int64_t pid = p->pid;
-    pthread_mutex_unlock(&p->pid_lock);
     pthread_mutex_lock(&p->base.lock);
     int ended = p->base.ended;
     pthread_mutex_unlock(&p->base.lock);
-    if (ended || pid <= 0)
+    if (ended)
         return 0;
-    char path[64];
-    snprintf(path, sizeof path, "/api/v1/processes/%lld/signal", (long long)pid);
-    char body[32];
-    snprintf(body, sizeof body, "{\"signal\":%d}", sig);
-    cl_req rq = { .method = "POST", .body = body, .body_len = strlen(body),
-                  .idempotent = CL_SAFE, .what = "signal the command" };
-    cl_resp r = { 0 };
-    int rc = tl_host(p->sb, ctx, &rq, path, &r, 1, "exec_kill", error);
-    if (rc < 0 && r.status == 404)
-        rc = 0;     /* it ended meanwhile */
-    cl_resp_clear(&r);
+    char *cmd = cl_mark_kill_command(p->tag, sig);
+    int code = 0;
+    int rc = cmd ? tl_run_short(p->sb, ctx, cmd, &code, "exec_kill", error) : -1;
+    if (!cmd)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec_kill", "out of memory");
+    free(cmd);
     return rc;
+}
+
+/* SBX_PLUGIN_EXEC_OOM_KILLED when the run's end event said oom_killed: the
+ * provider's memory limit killed a process of the command. Read after
+ * exec_wait returned 1, when the worker has ended. */
+static int tl_exec_end_info(sbx_plugin_process *process, const sbx_call_ctx *ctx,
+                            uint64_t *flags, sbx_error **error)
+{
+    (void)ctx;
+    (void)error;
+    tl_proc *p = (tl_proc *)process;
+    pthread_mutex_lock(&p->base.lock);
+    *flags = p->oom_killed ? SBX_PLUGIN_EXEC_OOM_KILLED : 0;
+    pthread_mutex_unlock(&p->base.lock);
+    return 0;
 }
 
 static void tl_exec_free(sbx_plugin_process *process)
@@ -1398,7 +1548,12 @@ static const sbx_plugin tl_plugin = {
     .abi_minor = SBX_PLUGIN_ABI_MINOR,
     .name = TL_BACKEND,
     .version = PACKAGE_VERSION,
-    .description = "Tensorlake sandboxes (control plane and sandbox host APIs) over libcurl",
+    .description = "Tensorlake sandboxes (control plane and sandbox host APIs) over libcurl; "
+                   "unnamed sandboxes the provider ends at their lifetime unless the backend "
+                   "option \"suspendable\": true names them (then stop/start suspend and "
+                   "resume; list_owned finds only named ones, with the client option "
+                   "suspendable); output arrives when a command ends; relative paths are "
+                   "taken from the workdir",
     .caps = TL_CAPS,
     .setup = tl_setup,
     .client_new = tl_client_new,
@@ -1423,6 +1578,9 @@ static const sbx_plugin tl_plugin = {
     .write_file = tl_write_file,
     .list_owned = tl_list_owned,
     .destroy_by_id = tl_destroy_by_id,
+    .exec_end_info = tl_exec_end_info,
+    .stop = tl_stop,
+    .start = tl_start,
 };
 
 SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);

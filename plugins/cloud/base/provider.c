@@ -1,0 +1,265 @@
+/*
+ * provider.c — what the hosted-provider plugins write alike (provider.h).
+ */
+#include "provider.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+/* ------------------------------------------------------------------------ */
+/* The gone flag                                                             */
+/* ------------------------------------------------------------------------ */
+
+void cl_gone_init(cl_gone *g)
+{
+    pthread_mutex_init(&g->lock, NULL);
+    g->gone = 0;
+}
+
+void cl_gone_destroy(cl_gone *g)
+{
+    pthread_mutex_destroy(&g->lock);
+}
+
+int cl_gone_get(cl_gone *g)
+{
+    pthread_mutex_lock(&g->lock);
+    int v = g->gone;
+    pthread_mutex_unlock(&g->lock);
+    return v;
+}
+
+void cl_gone_set(cl_gone *g)
+{
+    pthread_mutex_lock(&g->lock);
+    g->gone = 1;
+    pthread_mutex_unlock(&g->lock);
+}
+
+sbx_error *cl_gone_error(sbx_error **error, const char *op, const char *provider,
+                         const char *id)
+{
+    sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
+                             "%s sandbox %s is gone (the provider no longer has it)", provider,
+                             id);
+    cl_context(err, "sandbox_id", id);
+    cl_context(err, "reason", "gone");
+    return err;
+}
+
+int cl_gone_check(cl_gone *g, const char *op, const char *provider, const char *id,
+                  sbx_error **error)
+{
+    if (!cl_gone_get(g))
+        return 0;
+    cl_gone_error(error, op, provider, id);
+    return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Waiting for a state                                                       */
+/* ------------------------------------------------------------------------ */
+
+int cl_wait_until(const sbx_call_ctx *ctx, double max_s, cl_wait_fn fn, void *ud,
+                  const char *op, const char *what, sbx_error **error)
+{
+    cl_bound b = cl_bound_make(ctx, max_s);
+    for (double pause = 0.05;; pause = pause < 0.5 ? pause * 2 : pause) {
+        const char *state = NULL;
+        int rc = fn(ud, &state, error);
+        if (rc > 0)
+            return 0;
+        if (rc < 0)
+            return -1;
+        if (cl_bound_left(&b) == 0) {
+            sbx_error *err = cl_fail(error, SBX_ERROR_TIMEOUT, op, "%s did not happen (it is %s)",
+                                     what, state ? state : "unknown");
+            if (state)
+                cl_context(err, "state", state);
+            return -1;
+        }
+        double left = cl_bound_left(&b);
+        if (cl_sleep(pause < left ? pause : left, b.cancel_fd)) {
+            cl_fail(error, SBX_ERROR_TIMEOUT, op, "cancelled while waiting: %s", what);
+            return -1;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Session state                                                             */
+/* ------------------------------------------------------------------------ */
+
+char *cl_state_out(json_object *j, const char *op, sbx_error **error)
+{
+    const char *s = json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN
+                                                      | JSON_C_TO_STRING_NOSLASHESCAPE);
+    size_t n = s ? strlen(s) + 1 : 0;
+    char *out = s ? cl_host->alloc(n) : NULL;
+    if (out)
+        memcpy(out, s, n);
+    else
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    return out;
+}
+
+json_object *cl_state_in(const char *state_json, int version, const char *id_key,
+                         const char *provider, const char *op, const char **id,
+                         sbx_error **error)
+{
+    json_object *data = state_json ? json_tokener_parse(state_json) : NULL;
+    const char *v = cl_json_str(data, id_key);
+    int64_t ver = 0;
+    if (!v || !*v || cl_json_int(data, "version", &ver) != 1 || ver != version) {
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                "%s session state: needs \"version\": %d and a \"%s\"", provider, version,
+                id_key);
+        json_object_put(data);
+        return NULL;
+    }
+    *id = v;
+    return data;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The missing working directory                                             */
+/* ------------------------------------------------------------------------ */
+
+char *cl_script_cwd(const char *script)
+{
+    if (!script || strncmp(script, "cd -- ", 6) != 0)
+        return NULL;
+    const char *q = script + 6;
+    const char *end = strstr(q, " || exit");
+    return end ? strndup(q, (size_t)(end - q)) : NULL;
+}
+
+sbx_error *cl_cwd_missing_error(sbx_error **error, const char *op, const char *quoted_cwd)
+{
+    sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
+                             "the working directory %s does not exist in the sandbox",
+                             quoted_cwd);
+    cl_context(err, "path", quoted_cwd);
+    return err;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Descriptors                                                               */
+/* ------------------------------------------------------------------------ */
+
+int cl_fd_sink(void *ud, const char *p, size_t n)
+{
+    int fd = *(int *)ud;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+ssize_t cl_fd_source(void *ud, char *buf, size_t cap)
+{
+    int fd = *(int *)ud;
+    for (;;) {
+        ssize_t r = read(fd, buf, cap);
+        if (r < 0 && errno == EINTR)
+            continue;
+        return r;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Every process of one command                                              */
+/* ------------------------------------------------------------------------ */
+
+char *cl_mark_kill_command(const char *tag, int sig)
+{
+    if (!tag || !*tag || strspn(tag, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                     "0123456789-_") != strlen(tag))
+        return NULL;
+    char *s = NULL;
+    if (asprintf(&s, "for d in /proc/[0-9]*; do tr '\\0' '\\n' < $d/environ 2>/dev/null "
+                     "| grep -qx '" CL_EXEC_MARK "=%s' && kill -%d ${d#/proc/} 2>/dev/null; "
+                     "done; exit 0", tag, sig) < 0)
+        return NULL;
+    return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The create's environment as a file                                        */
+/* ------------------------------------------------------------------------ */
+
+static int cl_is_name(const char *k, size_t n)
+{
+    if (n == 0 || (k[0] >= '0' && k[0] <= '9'))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((k[i] >= 'a' && k[i] <= 'z') || (k[i] >= 'A' && k[i] <= 'Z')
+              || (k[i] >= '0' && k[i] <= '9') || k[i] == '_'))
+            return 0;
+    return 1;
+}
+
+char *cl_env_file(const char *const *env)
+{
+    cl_buf b = { 0 };
+    int bad = 0;
+    for (size_t i = 0; env && env[i] && !bad; i++) {
+        const char *eq = strchr(env[i], '=');
+        size_t kn = eq ? (size_t)(eq - env[i]) : 0;
+        if (!eq || !cl_is_name(env[i], kn)) {
+            bad = 1;
+            break;
+        }
+        char *q = cl_shell_quote(eq + 1);
+        char *line = NULL;
+        if (!q || asprintf(&line, "case :$" CL_CALL_KEYS ": in *:%.*s:*) ;; *) export %.*s=%s "
+                                  ";; esac\n", (int)kn, env[i], (int)kn, env[i], q) < 0)
+            line = NULL;
+        bad = !line || cl_buf_append(&b, line, strlen(line)) < 0;
+        free(line);
+        free(q);
+    }
+    if (!bad && cl_buf_append(&b, "", 1) < 0)
+        bad = 1;
+    if (bad) {
+        cl_buf_clear(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
+char *cl_env_file_source(const char *path)
+{
+    char *q = cl_shell_quote(path), *s = NULL;
+    if (!q || asprintf(&s, "[ -r %s ] && . %s; unset " CL_CALL_KEYS "\n", q, q) < 0)
+        s = NULL;
+    free(q);
+    return s;
+}
+
+char *cl_call_keys(const char *const *env)
+{
+    cl_buf b = { 0 };
+    int bad = 0;
+    for (size_t i = 0; env && env[i] && !bad; i++) {
+        const char *eq = strchr(env[i], '=');
+        size_t kn = eq ? (size_t)(eq - env[i]) : strlen(env[i]);
+        bad = (i && cl_buf_append(&b, ":", 1) < 0) || cl_buf_append(&b, env[i], kn) < 0;
+    }
+    if (bad || cl_buf_append(&b, "", 1) < 0) {
+        cl_buf_clear(&b);
+        return NULL;
+    }
+    return b.data;
+}

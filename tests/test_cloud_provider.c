@@ -1,0 +1,188 @@
+/*
+ * test_cloud_provider.c — plugins/cloud/base/provider.c, linked in: the
+ * gone flag and its error, the wait for a state (done, failed, timed out),
+ * the session state's version check, the cwd of a command script and its
+ * error, descriptors as sink and source, the command that signals every
+ * marked process, and the create's environment file, run by sh to show
+ * that a per-call key wins and values arrive literally. Errors are looked
+ * at through cl_last() (no host is loaded here).
+ */
+#include "provider.h"
+
+#include <criterion/criterion.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+Test(provider, gone_flag_and_its_error)
+{
+    cl_gone g;
+    cl_gone_init(&g);
+    cr_assert_eq(cl_gone_get(&g), 0);
+    cr_assert_eq(cl_gone_check(&g, "exec", "acme", "sb-1", NULL), 0);
+    cl_gone_set(&g);
+    cr_assert_eq(cl_gone_get(&g), 1);
+    cr_assert_eq(cl_gone_check(&g, "exec", "acme", "sb-1", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-1 is gone (the provider no longer has it)");
+    cl_gone_destroy(&g);
+}
+
+typedef struct looks {
+    int n, done_at, fail_at;
+} looks;
+
+static int look(void *ud, const char **state, sbx_error **error)
+{
+    looks *l = ud;
+    (void)error;
+    l->n++;
+    *state = "pending";
+    if (l->fail_at && l->n == l->fail_at) {
+        cl_fail(NULL, SBX_ERROR_CREATION_FAILED, "create", "it broke");
+        return -1;
+    }
+    return l->done_at && l->n >= l->done_at;
+}
+
+Test(provider, wait_until_done_failed_and_timed_out)
+{
+    looks a = { 0, 3, 0 };
+    cr_assert_eq(cl_wait_until(NULL, 30, look, &a, "create", "x running", NULL), 0);
+    cr_assert_eq(a.n, 3);
+    looks b = { 0, 0, 2 };
+    cr_assert_eq(cl_wait_until(NULL, 30, look, &b, "create", "x running", NULL), -1);
+    cr_assert_eq(b.n, 2);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CREATION_FAILED);
+    cr_assert_str_eq(cl_last()->msg, "it broke");
+    looks c = { 0, 0, 0 };
+    cr_assert_eq(cl_wait_until(NULL, 0.2, look, &c, "create", "x running", NULL), -1);
+    cr_assert(c.n >= 2, "%d looks", c.n);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_TIMEOUT);
+    cr_assert_str_eq(cl_last()->msg, "x running did not happen (it is pending)");
+}
+
+Test(provider, state_in_checks_version_and_id)
+{
+    const char *id = NULL;
+    json_object *j = cl_state_in("{\"version\":1,\"sandbox_id\":\"sb-9\"}", 1, "sandbox_id",
+                                 "acme", "resume", &id, NULL);
+    cr_assert_not_null(j);
+    cr_assert_str_eq(id, "sb-9");
+    json_object_put(j);
+    const char *bad[] = { "{\"version\":2,\"sandbox_id\":\"sb-9\"}", "{\"version\":1}",
+                          "{\"version\":1,\"sandbox_id\":\"\"}", "not json", NULL };
+    for (int i = 0; bad[i]; i++) {
+        cr_assert_null(cl_state_in(bad[i], 1, "sandbox_id", "acme", "resume", &id, NULL),
+                       "%s", bad[i]);
+        cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+        cr_assert_str_eq(cl_last()->msg,
+                         "acme session state: needs \"version\": 1 and a \"sandbox_id\"");
+    }
+    cr_assert_null(cl_state_in(NULL, 1, "sandbox_id", "acme", "resume", &id, NULL));
+}
+
+Test(provider, script_cwd_and_its_error)
+{
+    char *script = cl_shell_script(NULL, "pwd", "/work/my dir");
+    char *q = cl_script_cwd(script);
+    cr_assert_str_eq(q, "'/work/my dir'");
+    cl_cwd_missing_error(NULL, "exec", q);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg,
+                     "the working directory '/work/my dir' does not exist in the sandbox");
+    free(q);
+    free(script);
+    script = cl_shell_script(NULL, "pwd", NULL);
+    cr_assert_null(cl_script_cwd(script));
+    free(script);
+    cr_assert_null(cl_script_cwd(NULL));
+}
+
+Test(provider, fd_sink_and_source)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    cr_assert_eq(cl_fd_sink(&fds[1], "abc\0def", 7), 0);
+    close(fds[1]);
+    char buf[16];
+    cr_assert_eq(cl_fd_source(&fds[0], buf, sizeof buf), 7);
+    cr_assert_eq(memcmp(buf, "abc\0def", 7), 0);
+    cr_assert_eq(cl_fd_source(&fds[0], buf, sizeof buf), 0);
+    close(fds[0]);
+    int closed = fds[1];
+    cr_assert_eq(cl_fd_sink(&closed, "x", 1), -1);
+}
+
+Test(provider, mark_kill_command)
+{
+    char *c = cl_mark_kill_command("sbx-exec-0a1b", SIGTERM);
+    cr_assert_str_eq(c, "for d in /proc/[0-9]*; do tr '\\0' '\\n' < $d/environ 2>/dev/null "
+                        "| grep -qx 'SBX_EXEC_ID=sbx-exec-0a1b' && kill -15 ${d#/proc/} "
+                        "2>/dev/null; done; exit 0");
+    free(c);
+    cr_assert_null(cl_mark_kill_command("a'b", SIGKILL));
+    cr_assert_null(cl_mark_kill_command("", SIGKILL));
+    cr_assert_null(cl_mark_kill_command(NULL, SIGKILL));
+}
+
+/* Runs @script with sh; its stdout, a new string. */
+static char *sh_out(const char *script)
+{
+    FILE *f = popen(script, "r");
+    cr_assert_not_null(f);
+    static char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    cr_assert_eq(pclose(f), 0, "%s", script);
+    return strdup(buf);
+}
+
+Test(provider, env_file_per_call_keys_win_and_values_are_literal)
+{
+    const char *env[] = { "A=one", "B=it's $x `y` \"z\"\nline 2", "C=", NULL };
+    char *text = cl_env_file(env);
+    cr_assert_str_eq(text, "case :$SBX_CALL_ENV_KEYS: in *:A:*) ;; *) export A='one' ;; esac\n"
+                           "case :$SBX_CALL_ENV_KEYS: in *:B:*) ;; *) export B='it'\\''s $x `y` "
+                           "\"z\"\nline 2' ;; esac\n"
+                           "case :$SBX_CALL_ENV_KEYS: in *:C:*) ;; *) export C='' ;; esac\n");
+    char path[] = "/tmp/sbx-provider-env-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    char *src = cl_env_file_source(path);
+    const char *call[] = { "A=call", NULL };
+    char *keys = cl_call_keys(call);
+    cr_assert_str_eq(keys, "A");
+    char *script = NULL;
+    cr_assert(asprintf(&script, "A=call SBX_CALL_ENV_KEYS=%s sh -c '%s"
+                                "printf \"%%s|%%s|%%s|%%s\" \"$A\" \"$B\" \"$C\" "
+                                "\"${SBX_CALL_ENV_KEYS-unset}\"'", keys, src) > 0);
+    char *out = sh_out(script);
+    cr_assert_str_eq(out, "call|it's $x `y` \"z\"\nline 2||unset");
+    free(out);
+    free(script);
+    free(src);
+    free(keys);
+    unlink(path);
+    free(text);
+    const char *two[] = { "K=1", "L=2", NULL };
+    keys = cl_call_keys(two);
+    cr_assert_str_eq(keys, "K:L");
+    free(keys);
+    keys = cl_call_keys(NULL);
+    cr_assert_str_eq(keys, "");
+    free(keys);
+    const char *badkey[] = { "1X=2", NULL };
+    cr_assert_null(cl_env_file(badkey));
+    const char *none[] = { NULL };
+    text = cl_env_file(none);
+    cr_assert_str_eq(text, "");
+    free(text);
+}

@@ -1,0 +1,119 @@
+/*
+ * test_tensorlake.c — what only the tensorlake backend does, through its
+ * contract fake (tests/tensorlake.sh starts it and runs this program with
+ * SBX_TEST_BACKEND=tensorlake): sandboxes are unnamed by default, so stop
+ * (suspend) names the backend option that makes them suspendable; with
+ * {"suspendable": true} stop suspends and start resumes the same sandbox
+ * with its files; a bad value of the option and a memory_mb under the
+ * provider's 256 MB minimum are configuration errors naming them.
+ */
+#include "testutil.h"
+
+#include <criterion/criterion.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <sbx/sbx.h>
+
+static sbx_client *g_client;
+static sbx_sandbox *g_sb;
+
+static void setup(void)
+{
+    sbx_error *err = NULL;
+    cr_assert_str_eq(tu_backend(), "tensorlake", "run by tests/tensorlake.sh");
+    g_client = sbx_client_new("tensorlake", &err);
+    cr_assert_not_null(g_client, "sbx_client_new: %s", err ? sbx_error_get0_message(err) : "");
+}
+
+static void teardown(void)
+{
+    if (g_sb) {
+        sbx_sandbox_destroy(g_sb, NULL);
+        sbx_sandbox_free(g_sb);
+        g_sb = NULL;
+    }
+    sbx_client_free(g_client);
+}
+
+TestSuite(tensorlake, .init = setup, .fini = teardown, .timeout = 60);
+
+static sbx_sandbox *create_with(const char *backend_options)
+{
+    sbx_options *o = sbx_options_new();
+    if (backend_options)
+        cr_assert_eq(sbx_options_set_backend_options(o, backend_options, NULL), 0);
+    sbx_sandbox *sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    return sb;
+}
+
+Test(tensorlake, unnamed_by_default_so_stop_names_the_option)
+{
+    g_sb = create_with(NULL);
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_stop(g_sb, &err), -1);
+    char *msg = tu_strdup_printf("tensorlake sandbox %s cannot be suspended: it is unnamed "
+                                 "(create it with the backend option or client option "
+                                 "\"suspendable\": true)", sbx_sandbox_get0_id(g_sb));
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_FEATURE_NOT_SUPPORTED);
+    cr_assert_str_eq(sbx_error_get0_message(err), msg);
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), "suspendable");
+    cr_assert_str_eq(sbx_error_get0_op(err), "stop");
+    free(msg);
+    sbx_error_free(err);
+    /* It runs on. */
+    sbx_result *r = tu_sh(g_sb, "echo still", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "still\n");
+    sbx_result_free(r);
+}
+
+Test(tensorlake, suspendable_sandbox_stops_and_starts_with_its_files)
+{
+    g_sb = create_with("{\"suspendable\": true}");
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/work/keep.txt", "kept\n", 5, &err), 0,
+                 "write_file: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_stop(g_sb, &err), 0, "stop: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    /* Stopping a stopped sandbox succeeds. */
+    cr_assert_eq(sbx_sandbox_stop(g_sb, &err), 0, "second stop: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_start(g_sb, &err), 0, "start: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    sbx_result *r = tu_sh(g_sb, "cat /work/keep.txt", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "kept\n");
+    sbx_result_free(r);
+}
+
+Test(tensorlake, suspendable_must_be_a_boolean)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_backend_options(o, "{\"suspendable\": \"yes\"}", NULL), 0);
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    sbx_options_free(o);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "tensorlake backend_options: suspendable \"yes\" is not true or false");
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), "backend_options");
+    sbx_error_free(err);
+}
+
+Test(tensorlake, memory_under_the_minimum_names_it)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_memory_mb(o, 255, NULL), 0);
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    sbx_options_free(o);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "tensorlake backend: memory_mb 255: below Tensorlake's minimum of 256 MB");
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), "memory_mb");
+    cr_assert_str_eq(sbx_error_get0_context(err, "min_mb"), "256");
+    sbx_error_free(err);
+}
