@@ -24,7 +24,10 @@
  * library/raw at p50 and p99, and, where the sandbox has a supervisor
  * (local, bubblewrap), its and its reapers' wake-ups per exec (voluntary
  * context switches from /proc of the supervisor and of its children, the
- * reapers: a figure the machine's load does not change). Targets (issue "exec benchmarks"): p50 ratio
+ * reapers: a figure the machine's load does not change); then the
+ * caller's own wake-ups per library exec (getrusage(RUSAGE_THREAD) around
+ * each call only) and, out of process, the plugin host's (every thread of
+ * each child of this program that is an sbx-plugin-host). Targets (issue "exec benchmarks"): p50 ratio
  * <= 1.10, and <= 1.20 with 1 GiB held.
  *
  * Usage: exec_overhead [-n ITERATIONS] [-b BACKEND]   (default 400, local)
@@ -33,6 +36,8 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <dirent.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -191,6 +196,54 @@ static long supervisor_sleeps(void)
     return total;
 }
 
+/* Wake-ups so far of every thread of each plugin host this program
+ * started (its children named sbx-plugin-host); 0 in process. */
+static long host_sleeps(void)
+{
+    char path[96], comm[64];
+    long total = 0, kid;
+    snprintf(path, sizeof path, "/proc/self/task/%ld/children", (long)getpid());
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    while (fscanf(f, "%ld", &kid) == 1) {
+        snprintf(path, sizeof path, "/proc/%ld/comm", kid);
+        FILE *c = fopen(path, "r");
+        int is_host = c && fgets(comm, sizeof comm, c) && strncmp(comm, "sbx-plugin-host", 15) == 0;
+        if (c)
+            fclose(c);
+        if (!is_host)
+            continue;
+        snprintf(path, sizeof path, "/proc/%ld/task", kid);
+        DIR *d = opendir(path);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            char st[384];
+            if (e->d_name[0] == '.')
+                continue;
+            snprintf(st, sizeof st, "/proc/%ld/task/%s/status", kid, e->d_name);
+            FILE *s = fopen(st, "r");
+            char line[256];
+            while (s && fgets(line, sizeof line, s))
+                if (strncmp(line, "voluntary_ctxt_switches:", 24) == 0)
+                    total += strtol(line + 24, NULL, 10);
+            if (s)
+                fclose(s);
+        }
+        if (d)
+            closedir(d);
+    }
+    fclose(f);
+    return total;
+}
+
+/* The calling thread's voluntary context switches so far. */
+static long own_sleeps(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_nvcsw : 0;
+}
+
 static void measure(sbx_sandbox *sb, const char *label, int shell_form, int n,
                     char *const *raw_argv)
 {
@@ -209,11 +262,13 @@ static void measure(sbx_sandbox *sb, const char *label, int shell_form, int n,
         lib_exec(sb, shell_form ? NULL : true_argv, shell_form ? "echo hi" : NULL);
         raw_spawn(shell_form ? raw_shell : raw_true);
     }
-    long sleeps0 = supervisor_sleeps();
+    long sleeps0 = supervisor_sleeps(), host0 = host_sleeps(), own = 0;
     for (int i = 0; i < n; i++) {
+        long own0 = own_sleeps();
         double t0 = now_us();
         int a = lib_exec(sb, shell_form ? NULL : true_argv, shell_form ? "echo hi" : NULL);
         double t1 = now_us();
+        own += own_sleeps() - own0;
         int b = raw_spawn(shell_form ? raw_shell : raw_true);
         double t2 = now_us();
         if (a != 0 || b != 0) {
@@ -224,13 +279,14 @@ static void measure(sbx_sandbox *sb, const char *label, int shell_form, int n,
         raw[i] = t2 - t1;
     }
     /* The raw spawns (the supervisor never sees them) barely add to it. */
-    long sleeps = supervisor_sleeps() - sleeps0;
+    long sleeps = supervisor_sleeps() - sleeps0, host = host_sleeps() - host0;
     double lp50 = percentile(lib, (size_t)n, 0.50), lp99 = percentile(lib, (size_t)n, 0.99);
     double rp50 = percentile(raw, (size_t)n, 0.50), rp99 = percentile(raw, (size_t)n, 0.99);
     printf("%-22s lib p50 %8.1f us p99 %8.1f us | raw p50 %8.1f us p99 %8.1f us | ratio p50 %.3f p99 %.3f",
            label, lp50, lp99, rp50, rp99, lp50 / rp50, lp99 / rp99);
     if (g_sup > 0)
         printf(" | supervisor+reaper wake-ups/exec %.2f", (double)sleeps / n);
+    printf(" | caller %.2f host %.2f", (double)own / n, (double)host / n);
     printf("\n");
     free(lib);
     free(raw);

@@ -762,6 +762,8 @@ exec_begin(exec_state *st, sbx_sandbox *sandbox, const sbx_exec_request *request
     preq.stdin_fd = far[0];
     preq.stdout_fd = far[1];
     preq.stderr_fd = far[2];
+    /* Run to the end: a failure to start may come from exec_wait. */
+    preq.flags = interactive ? 0 : SBX_PLUGIN_EXEC_START_UNCONFIRMED;
     sbx_call_ctx_init(&st->ctx);
     st->cancel_fd = st->ctx.cancel_fd;
     if (cancel_ready(st)) {

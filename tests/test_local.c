@@ -148,7 +148,7 @@ static size_t children_of(pid_t parent, pid_t *out, size_t max)
 /* Frames of the supervisor protocol (plugins/local/proto.h): u32 type,
  * u32 length, payload, host byte order. */
 enum { F_EXEC = 5, F_STARTED = 6, F_EXIT = 7, F_PING = 10, F_PONG = 11, F_DESTROY = 12,
-       F_DESTROYED = 13 };
+       F_DESTROYED = 13, F_EXEC_QUIET = 23 };
 
 static void put_frame(int fd, uint32_t type, int32_t value)
 {
@@ -406,6 +406,117 @@ Test(supervisor, bubblewrap_sandbox_cannot_reach_or_take_the_supervisor_socket)
 /* Random frames on a local sandbox's socket (a fixed seed, so a failure
  * repeats): the supervisor survives every one and still serves exec. Run
  * under the sanitizers this is the supervisor protocol's fuzzing. */
+/* Appends a protocol string (u32 length, the bytes, a NUL) to @b at *@n. */
+static void put_str(unsigned char *b, size_t *n, const char *s)
+{
+    uint32_t l = (uint32_t)strlen(s);
+    memcpy(b + *n, &l, 4);
+    memcpy(b + *n + 4, s, l + 1);
+    *n += 4 + l + 1;
+}
+
+/* Sends @type (EXEC or EXEC_QUIET) for `/bin/sh -c 'exit 7'` in @cwd on a
+ * new connection to @sock, /dev/null as its three streams; returns the
+ * connection. */
+static int send_exit7(const char *sock, uint32_t type, const char *cwd)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+    int c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert(c >= 0);
+    cr_assert_eq(connect(c, (struct sockaddr *)&sa, sizeof sa), 0, "%s", strerror(errno));
+    unsigned char buf[1024];
+    size_t n = 8;
+    uint32_t argc = 3, envc = 0;
+    memcpy(buf + n, &argc, 4);
+    n += 4;
+    put_str(buf, &n, "/bin/sh");
+    put_str(buf, &n, "-c");
+    put_str(buf, &n, "exit 7");
+    memcpy(buf + n, &envc, 4);
+    n += 4;
+    put_str(buf, &n, cwd);
+    uint32_t len = (uint32_t)(n - 8);
+    memcpy(buf, &type, 4);
+    memcpy(buf + 4, &len, 4);
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    cr_assert(devnull >= 0);
+    int fds[3] = { devnull, devnull, devnull };
+    union {
+        struct cmsghdr align;
+        char b[CMSG_SPACE(sizeof fds)];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = { buf, n };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
+                         .msg_controllen = sizeof ctl.b };
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof fds);
+    memcpy(CMSG_DATA(cm), fds, sizeof fds);
+    cr_assert_eq(sendmsg(c, &mh, MSG_NOSIGNAL), (ssize_t)n);
+    close(devnull);
+    return c;
+}
+
+/* Reads one frame of a 4-byte payload from @c into *@type, *@value. */
+static void get_i32_frame(int c, uint32_t *type, int32_t *value)
+{
+    uint32_t f[3];
+    size_t got = 0;
+    while (got < sizeof f) {
+        ssize_t r = read(c, (char *)f + got, sizeof f - got);
+        cr_assert(r > 0, "connection ended after %zu bytes", got);
+        got += (size_t)r;
+    }
+    cr_assert_eq(f[1], 4u, "payload of %u bytes", f[1]);
+    *type = f[0];
+    *value = (int32_t)f[2];
+}
+
+/*
+ * EXEC is answered by STARTED (the pid) then EXIT; EXEC_QUIET, for a
+ * caller that waits for the end only, by EXIT alone: its first frame is
+ * EXIT with the command's code, and the connection ends after it.
+ */
+Test(supervisor, exec_quiet_answers_exit_without_started)
+{
+    sbx_client *client = client_of("local");
+    sbx_sandbox *sb = tu_create(client, NULL);
+    char *json = session_state(sb);
+    char *meta = state_str(json, "meta");
+    char *sock = tu_strdup_printf("%s/sock", meta);
+    const char *root = sbx_sandbox_get0_root(sb);
+    cr_assert_not_null(root);
+    uint32_t type;
+    int32_t value;
+
+    int c = send_exit7(sock, F_EXEC, root);
+    get_i32_frame(c, &type, &value);
+    cr_assert_eq(type, (uint32_t)F_STARTED, "EXEC: first frame type %u", type);
+    cr_assert_gt(value, 1, "pid %d", value);
+    get_i32_frame(c, &type, &value);
+    cr_assert_eq(type, (uint32_t)F_EXIT, "EXEC: second frame type %u", type);
+    cr_assert_eq(value, 7);
+    close(c);
+
+    c = send_exit7(sock, F_EXEC_QUIET, root);
+    get_i32_frame(c, &type, &value);
+    cr_assert_eq(type, (uint32_t)F_EXIT, "EXEC_QUIET: first frame type %u", type);
+    cr_assert_eq(value, 7);
+    close(c);
+
+    /* The library's exec on it still runs (the supervisor serves on). */
+    expect_sh(sb, "echo ok", "ok\n");
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(client);
+    free(sock);
+    free(meta);
+    free(json);
+}
+
 Test(supervisor, random_frames_leave_the_supervisor_serving)
 {
     sbx_client *client = client_of("local");
@@ -702,10 +813,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "14"
+#define N_TESTS "15"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "11"
+#define N_TESTS "12"
 #define BWRAP_PLUGIN ""
 #endif
 

@@ -760,6 +760,7 @@ decode_arg(const sbx_slot_row *row, unsigned i, sbx_wire_msg *req, call_frame *f
             if (r->stdin_fd < 0)
                 r->stdin_fd = raw_in < INT_MIN ? INT_MIN : (int)raw_in;
         }
+        r->flags = sbx_wire_get_u32(req);
         if (r->stdin_fd >= 0)
             f->fds[f->nfds++] = r->stdin_fd;
         if (r->stdout_fd >= 0)

@@ -290,6 +290,13 @@ struct sbx_plugin_process {
     double lifetime;
     int oom_known;              /* bubblewrap: oom_before was read at the start */
     uint64_t oom_before;        /* the sandbox's OOM-kill counter then */
+    /* An exec sent as EXEC_QUIET (SBX_PLUGIN_EXEC_START_UNCONFIRMED): its
+     * ERROR, when nothing could start, comes in place of EXIT. */
+    int start_failed;           /* an ERROR came (lost is set too) */
+    uint32_t err_kind;          /* its PROTO_ERR_* */
+    int err_no;                 /* its errno */
+    char *err_msg;              /* its message; NULL when none */
+    char *cwd_shown;            /* the cwd as the caller gave it (or the root) */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -3125,6 +3132,29 @@ static int resolve_cwd(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, c
     return *out ? 0 : -1;
 }
 
+/** Stores the error of an exec that could not start: the supervisor's
+ *  ERROR (@kind PROTO_ERR_*, @err_no, @msg or NULL) for the cwd @shown (as
+ *  the caller gave it) in sandbox @id. */
+static void start_fail(sbx_error **error, uint32_t kind, int err_no, const char *msg,
+                       const char *shown, const char *id)
+{
+    const char *op = "exec";
+    if (kind == PROTO_ERR_CWD) {
+        sbx_error *err;
+        if (err_no == ENOENT || err_no == ENOTDIR)
+            err = fail(error, SBX_ERROR_NOT_FOUND, op,
+                       "working directory \"%s\" does not exist in sandbox %s", shown, id);
+        else
+            err = fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+                       "working directory \"%s\" cannot be used in sandbox %s: %s",
+                       shown, id, strerror(err_no));
+        add_context(err, "path", shown);
+    } else {
+        fail(error, SBX_ERROR_EXECUTION_FAILED, op, "supervisor of sandbox %s: %s", id,
+             msg ? msg : "request refused");
+    }
+}
+
 static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
                             const sbx_plugin_exec_request *request,
                             sbx_plugin_process **process, sbx_error **error)
@@ -3211,7 +3241,12 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
     int oom_known = bwrap_oom_kills(sb->id, &oom_before) == 0;
 #endif
 
-    proto_buf_init(&b, PROTO_EXEC);
+    /* A caller that runs the command to its end needs no STARTED: a
+     * terminal's exec still gets it (resizes follow the start). */
+    int quiet = request->struct_size >= offsetof(sbx_plugin_exec_request, flags)
+                                        + sizeof(request->flags)
+                && (request->flags & SBX_PLUGIN_EXEC_START_UNCONFIRMED) && !request->tty_rows;
+    proto_buf_init(&b, quiet ? PROTO_EXEC_QUIET : PROTO_EXEC);
 #ifdef SBX_LOCAL_SAFEHOUSE
     char *workdir_arg = NULL;
     if (asprintf(&workdir_arg, "--workdir=%s", sb->root) < 0)
@@ -3288,7 +3323,9 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
     }
     int io = send_frame(fd, &b, fds, PROTO_EXEC_FDS, &bd);
     uint32_t type = 0, len = 0;
-    if (io == IO_OK)
+    /* Unconfirmed, the answer (EXIT, or ERROR when nothing could start) is
+     * exec_wait's to read: the caller waits for one frame, not two. */
+    if (io == IO_OK && !quiet)
         io = read_frame(fd, &type, &payload, &len, &bd);
     if (io != IO_OK) {
         sbx_error *err = io == IO_EOF && lifetime_over(sb->expires_at)
@@ -3297,39 +3334,30 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
         set_outcome_unknown(err);
         goto out;
     }
-    proto_reader rd;
-    proto_reader_init(&rd, payload, len);
-    if (type == PROTO_ERROR) {
-        uint32_t kind = proto_get_u32(&rd);
-        int err_no = proto_get_i32(&rd);
-        const char *msg = proto_get_str(&rd);
-        const char *shown = request->cwd ? request->cwd : sb->root;
-        if (kind == PROTO_ERR_CWD) {
-            sbx_error *err;
-            if (err_no == ENOENT || err_no == ENOTDIR)
-                err = fail(error, SBX_ERROR_NOT_FOUND, op,
-                           "working directory \"%s\" does not exist in sandbox %s",
-                           shown, sb->id);
-            else
-                err = fail(error, SBX_ERROR_EXECUTION_FAILED, op,
-                           "working directory \"%s\" cannot be used in sandbox %s: %s",
-                           shown, sb->id, strerror(err_no));
-            add_context(err, "path", shown);
-        } else {
-            fail(error, SBX_ERROR_EXECUTION_FAILED, op, "supervisor of sandbox %s: %s",
-                 sb->id, msg ? msg : "request refused");
+    int32_t pid = 0;
+    if (!quiet) {
+        proto_reader rd;
+        proto_reader_init(&rd, payload, len);
+        if (type == PROTO_ERROR) {
+            uint32_t kind = proto_get_u32(&rd);
+            int err_no = proto_get_i32(&rd);
+            const char *msg = proto_get_str(&rd);
+            start_fail(error, kind, err_no, msg, request->cwd ? request->cwd : sb->root, sb->id);
+            goto out;
         }
-        goto out;
-    }
-    int32_t pid = proto_get_i32(&rd);
-    if (type != PROTO_STARTED || rd.failed || pid <= 0) {
-        fail(error, SBX_ERROR_EXECUTION_FAILED, op,
-             "unexpected answer from the supervisor of sandbox %s", sb->id);
-        goto out;
+        pid = proto_get_i32(&rd);
+        if (type != PROTO_STARTED || rd.failed || pid <= 0) {
+            fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+                 "unexpected answer from the supervisor of sandbox %s", sb->id);
+            goto out;
+        }
     }
 
     struct sbx_plugin_process *p = calloc(1, sizeof(*p));
-    if (!p || !(p->sandbox_id = strdup(sb->id))) {
+    if (!p || !(p->sandbox_id = strdup(sb->id))
+        || (quiet && !(p->cwd_shown = strdup(request->cwd ? request->cwd : sb->root)))) {
+        if (p)
+            free(p->sandbox_id);
         free(p);
         goto nomem;
     }
@@ -3402,6 +3430,14 @@ static int proc_pump(struct sbx_plugin_process *p, const bound *bd)
             int e = proto_get_i32(&rd);
             p->resize_errno = rd.failed ? EPROTO : e;
             p->resizes_acked++;
+        } else if (type == PROTO_ERROR && p->cwd_shown && !p->exited) {
+            /* An unconfirmed exec that could not start: nothing runs. */
+            p->err_kind = proto_get_u32(&rd);
+            p->err_no = proto_get_i32(&rd);
+            const char *msg = proto_get_str(&rd);
+            p->err_msg = msg ? strdup(msg) : NULL;
+            p->start_failed = 1;
+            p->lost = 1;
         }
         free(payload);
     } else {
@@ -3421,11 +3457,16 @@ static int local_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx,
     for (;;) {
         pthread_mutex_lock(&p->lock);
         int exited = p->exited, lost = p->lost, code = p->code;
+        int start_failed = p->start_failed;
         pthread_mutex_unlock(&p->lock);
         if (exited) {
             if (exit_code)
                 *exit_code = code;
             return 1;
+        }
+        if (start_failed) {
+            start_fail(error, p->err_kind, p->err_no, p->err_msg, p->cwd_shown, p->sandbox_id);
+            return -1;
         }
         if (lost) {
             sbx_error *err = lifetime_over(p->expires_at)
@@ -3615,6 +3656,8 @@ static void local_exec_free(sbx_plugin_process *process)
     pthread_mutex_destroy(&p->lock);
     pthread_mutex_destroy(&p->wlock);
     free(p->sandbox_id);
+    free(p->err_msg);
+    free(p->cwd_shown);
     free(p);
 }
 

@@ -78,6 +78,9 @@
  *             controlling terminal, its bytes go to stdout, stdin's bytes
  *             to it; stderr is closed at once.
  *             <- STARTED i32 pid, later EXIT i32 code; or ERROR.
+ *     EXEC_QUIET  the same as EXEC without a terminal, for a caller that
+ *             waits for the end only: no STARTED comes
+ *             <- EXIT i32 code; or ERROR when nothing could start.
  *     RESIZE  u32 rows, u32 cols, on an EXEC connection with a terminal
  *             <- RESIZED i32 errno (0: the size is set, SIGWINCH sent to the
  *             terminal's foreground process group)
@@ -102,7 +105,7 @@
 #include <sys/types.h>
 
 /** Bumped whenever a frame changes shape. */
-#define PROTO_VERSION 5u
+#define PROTO_VERSION 6u
 
 /** The supervisor's exit status when it ended the sandbox on its own
  *  (lifetime, owners gone, a signal); 0 after DESTROY. */
@@ -153,7 +156,8 @@ typedef enum proto_type {
     PROTO_RESIZED = 19,
     PROTO_CLAIM = 20,
     PROTO_FORK = 21,
-    PROTO_FORKED = 22
+    PROTO_FORKED = 22,
+    PROTO_EXEC_QUIET = 23
 } proto_type;
 
 /** ERROR kinds. */

@@ -107,6 +107,9 @@
 /** In place of a job's length on a reaper's socket: the exec was killed,
  *  leave its EXIT to the supervisor. */
 #define JOB_HOLD 0xffffffffu
+/** Or'ed into a job's length (which PROTO_MAX_FRAME keeps far below it):
+ *  the exec came as EXEC_QUIET, send the client no STARTED. */
+#define JOB_QUIET 0x80000000u
 
 /** Fallback PATH when the command's environment has none. */
 #define DEFAULT_PATH "/usr/local/bin:/usr/bin:/bin"
@@ -142,10 +145,11 @@ typedef struct exec_tty {
 
 /**
  * An exec reaper (see the top of this file). The supervisor sends it a job
- * on its socket: u32 length and the EXEC payload, with the JOB_FDS
- * descriptors riding as SCM_RIGHTS on the first byte; and JOB_HOLD when the
- * exec is killed. It answers with reaper_msg reports: REAPER_PID (then it
- * sends STARTED to the client; or REAPER_ERROR when nothing could start,
+ * on its socket: u32 length (JOB_QUIET or'ed in for an EXEC_QUIET) and the
+ * EXEC payload, with the JOB_FDS descriptors riding as SCM_RIGHTS on the
+ * first byte; and JOB_HOLD when the exec is killed. It answers with
+ * reaper_msg reports: REAPER_PID (then it sends STARTED to the client,
+ * unless quiet; or REAPER_ERROR when nothing could start,
  * after which it exits), REAPER_EXIT_SENT when the main process ended and
  * it is sending EXIT to the client, REAPER_EXIT instead when a JOB_HOLD
  * came (the supervisor sends EXIT), and REAPER_IDLE once it reaped
@@ -920,7 +924,8 @@ static pid_t start_command(char **argv, uint32_t argc, char **envp,
  * *@payload and the four descriptors in @fds (close-on-exec), or -1 at EOF
  * or on a malformed job.
  */
-static int reaper_recv_job(int fd, unsigned char **payload, uint32_t *len, int fds[JOB_FDS])
+static int reaper_recv_job(int fd, unsigned char **payload, uint32_t *len, int fds[JOB_FDS],
+                           int *quiet)
 {
     uint32_t n = 0;
     size_t got = 0;
@@ -959,6 +964,8 @@ static int reaper_recv_job(int fd, unsigned char **payload, uint32_t *len, int f
         if (got == sizeof(n) && n == JOB_HOLD && nfds == 0)
             got = 0;    /* a late note about the exec before: nothing to hold now */
     }
+    *quiet = (n & JOB_QUIET) != 0;
+    n &= ~JOB_QUIET;
     if (nfds != JOB_FDS || n > PROTO_MAX_FRAME || !(*payload = malloc(n + 1)))
         goto fail;
     for (got = 0; got < n;) {
@@ -1210,8 +1217,9 @@ static void __attribute__((noreturn)) reaper_main(int fd)
         exec_tty tty;
         char tty_path[64];
         relay rl = { .master = -1, .in = -1, .out = -1 };
+        int quiet = 0;
 
-        if (reaper_recv_job(fd, &payload, &len, fds) < 0)
+        if (reaper_recv_job(fd, &payload, &len, fds, &quiet) < 0)
             _exit(0);
         int err = parse_exec(payload, len, &argv, &argc, &overlay, &envc, &cwd, &tty);
         if (err == 0 && !(envp = env_merge(overlay, envc)))
@@ -1248,7 +1256,8 @@ static void __attribute__((noreturn)) reaper_main(int fd)
         if (pid <= 0)
             _exit(1);
         /* A client that is gone is the supervisor's to notice. */
-        send_i32_frame(client, PROTO_STARTED, pid);
+        if (!quiet)
+            send_i32_frame(client, PROTO_STARTED, pid);
         for (;;) {
             int status;
             pid_t p = waitpid(-1, &status, WNOHANG);
@@ -1350,15 +1359,16 @@ static reaper *reaper_get(void)
  * Returns 0 or an errno.
  */
 static int reaper_send_job(reaper *rp, const unsigned char *payload, uint32_t len,
-                           const int fds[PROTO_EXEC_FDS], int cwd_fd, int client)
+                           const int fds[PROTO_EXEC_FDS], int cwd_fd, int client, int quiet)
 {
     int all[JOB_FDS] = { fds[0], fds[1], fds[2], cwd_fd, client };
+    uint32_t head = quiet ? len | JOB_QUIET : len;
     union {
         struct cmsghdr align;
         char buf[CMSG_SPACE(sizeof(all))];
     } ctl;
     memset(&ctl, 0, sizeof(ctl));
-    struct iovec iov[2] = { { &len, sizeof(len) }, { (void *)payload, len } };
+    struct iovec iov[2] = { { &head, sizeof(head) }, { (void *)payload, len } };
     struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2,
                          .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
     struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
@@ -1395,7 +1405,7 @@ static int reaper_send_job(reaper *rp, const unsigned char *payload, uint32_t le
  * reaper's REAPER_PID: it takes it in when it needs the pid (a KILL, the
  * client gone; exec_pid_known), so an exec costs it one wake-up less.
  */
-static void do_exec(conn *c, const unsigned char *payload, size_t len)
+static void do_exec(conn *c, const unsigned char *payload, size_t len, int quiet)
 {
     char **argv = NULL, **overlay = NULL;
     uint32_t argc, envc;
@@ -1449,7 +1459,8 @@ static void do_exec(conn *c, const unsigned char *payload, size_t len)
         master = -1;
     }
     rp = reaper_get();
-    e = rp ? reaper_send_job(rp, payload, (uint32_t)len, c->fds, cwd_fd, c->fd) : errno;
+    e = rp ? reaper_send_job(rp, payload, (uint32_t)len, c->fds, cwd_fd, c->fd, quiet)
+            : errno;
     if (e != 0) {
         if (rp)
             reaper_retire(rp, 1);
@@ -1602,11 +1613,12 @@ static void handle_frame(conn *c)
     proto_reader r;
     proto_buf b;
 
-    if (c->type != PROTO_EXEC && c->type != PROTO_OWN)
+    if (c->type != PROTO_EXEC && c->type != PROTO_EXEC_QUIET && c->type != PROTO_OWN)
         conn_close_fds(c);
     switch (c->type) {
     case PROTO_EXEC:
-        do_exec(c, payload, c->plen);
+    case PROTO_EXEC_QUIET:
+        do_exec(c, payload, c->plen, c->type == PROTO_EXEC_QUIET);
         break;
     case PROTO_KILL: {
         proto_reader_init(&r, payload, c->plen);

@@ -207,7 +207,20 @@ typedef struct sbx_plugin_exec_request {
     int stdin_fd;
     int stdout_fd;
     int stderr_fd;
+    /* ABI 1.2: SBX_PLUGIN_EXEC_* request bits; check struct_size before
+     * reading it (a shorter request has none). */
+    unsigned flags;
 } sbx_plugin_exec_request;
+
+/**
+ * Exec request bit: the caller runs the command to its end and needs no
+ * confirmation that it started (sbx_sandbox_execute_*, not
+ * sbx_sandbox_start_process). exec_start may then return once the request
+ * is on its way, without waiting for the command to start, and report a
+ * failure to start (a working directory that cannot be used included, with
+ * the same error) from exec_wait instead. A plugin may ignore the bit.
+ */
+#define SBX_PLUGIN_EXEC_START_UNCONFIRMED 1u
 
 /** One entry of list_files. Strings borrowed for the callback. */
 typedef struct sbx_plugin_file_info {
