@@ -110,6 +110,28 @@ def ferr(status, message):
     return Reply(status, {"message": message, "code": status})
 
 
+def signal_command(sb, p, sig):
+    """SendSignal: @sig to the command's processes. The fake's own wrapper
+    (nsenter, the group's leader outside the sandbox) gets only SIGKILL, so
+    that a command that ignores SIGTERM keeps running, as under envd."""
+    if sig == signal.SIGKILL:
+        sb.box.kill_command(p.popen, sig)
+        return
+    outer = p.popen.pid
+    try:
+        group = os.getpgid(outer)
+    except OSError:
+        return
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == outer:
+            continue
+        try:
+            if os.getpgid(int(d)) == group:
+                os.kill(int(d), sig)
+        except OSError:
+            pass
+
+
 def envelope(flags, obj):
     data = json.dumps(obj, separators=(",", ":")).encode()
     return struct.pack(">BI", flags, len(data)) + data
@@ -515,9 +537,13 @@ class E2BHandler(fakehttp.Handler):
             t.start()
 
         def waiter():
+            # envd's end event follows the process's exit (os/exec Wait),
+            # not the end of its output: a background child that keeps
+            # stdout open does not hold the command. What is in the pipes
+            # when it exits is still sent.
             p.popen.wait()
             for t in pumps:
-                t.join()
+                t.join(0.5)
             sb.box.forget(p.popen)
             with p.cond:
                 p.ended = True
@@ -527,6 +553,7 @@ class E2BHandler(fakehttp.Handler):
         self.send_response(200)
         self.send_header("Content-Type", "application/connect+json")
         self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")     # it is closed after the stream
         self.end_headers()
         self._status = 200
         self.close_connection = True
@@ -628,7 +655,7 @@ class E2BHandler(fakehttp.Handler):
             sig = SIGNALS.get(body.get("signal"))
             if sig is None:
                 raise cerr("invalid_argument", "invalid signal %r" % body.get("signal"))
-            sb.box.kill_command(p.popen, sig)
+            signal_command(sb, p, sig)
             return self.send_json(200, {})
         raise cerr("not_found", "no such procedure process.Process/%s" % name)
 

@@ -67,6 +67,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -84,6 +85,7 @@
 #define E2B_MAX_TIMEOUT_S 86400         /* the API's bound on timeout */
 #define E2B_STATE_VERSION 1
 #define E2B_STDIN_CHUNK 49152           /* bytes per SendInput */
+#define E2B_TAG_VAR "SBX_EXEC_TAG"      /* marks the processes of one command */
 
 #define E2B_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_RESUME        \
                   | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY | SBX_CAP_IMAGE               \
@@ -122,6 +124,7 @@ typedef struct e2b_proc {
     pthread_mutex_t plock;
     pthread_cond_t pcond;
     int64_t pid;        /* envd's pid; 0 until the start event */
+    char tag[32];       /* E2B_EXEC_TAG of the command's processes; "" for none */
     int over;           /* the stream is over */
 } e2b_proc;
 
@@ -757,7 +760,8 @@ static int e2b_stream_sink(void *ud, const char *p, size_t n)
 }
 
 static json_object *e2b_start_body(struct sbx_plugin_sandbox *sb, const char *script,
-                                   char *const *env, const char *cwd, int want_stdin)
+                                   char *const *env, const char *cwd, const char *tag,
+                                   int want_stdin)
 {
     json_object *b = json_object_new_object(), *pr = json_object_new_object();
     json_object *args = json_object_new_array(), *e = json_object_new_object();
@@ -772,6 +776,8 @@ static json_object *e2b_start_body(struct sbx_plugin_sandbox *sb, const char *sc
             json_object_object_add(e, k, json_object_new_string(eq + 1));
         free(k);
     }
+    if (tag && *tag)
+        json_object_object_add(e, E2B_TAG_VAR, json_object_new_string(tag));
     json_object_object_add(pr, "envs", e);
     if (cwd || sb->workdir)
         json_object_object_add(pr, "cwd", json_object_new_string(cwd ? cwd : sb->workdir));
@@ -789,7 +795,7 @@ static int e2b_run_stream(e2b_proc *p, const sbx_call_ctx *ctx, int discard, int
     const char *op = "exec";
     e2b_stream s = { .p = p, .discard = discard };
     cl_connect_init(&s.cs, e2b_on_frame, &s);
-    json_object *b = e2b_start_body(sb, p->script, p->env, p->cwd, want_stdin);
+    json_object *b = e2b_start_body(sb, p->script, p->env, p->cwd, p->tag, want_stdin);
     const char *js = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
     cl_buf env = { 0 };
     int code = -1;
@@ -849,7 +855,6 @@ static int e2b_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     e2b_proc p = { 0 };
     p.sb = sb;
     p.script = (char *)script;
-    p.cwd = (char *)"/";
     p.base.stdout_fd = p.base.stderr_fd = p.base.stop_fd = -1;
     pthread_mutex_init(&p.plock, NULL);
     pthread_cond_init(&p.pcond, NULL);
@@ -982,6 +987,15 @@ static int e2b_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     p->stdin_fd = -1;
     pthread_mutex_init(&p->plock, NULL);
     pthread_cond_init(&p->pcond, NULL);
+    static const char hexd[] = "0123456789abcdef";
+    unsigned char rnd[12];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        for (size_t i = 0; i < sizeof rnd; i++)
+            rnd[i] = (unsigned char)rand();
+    for (size_t i = 0; i < sizeof rnd; i++) {
+        p->tag[2 * i] = hexd[rnd[i] >> 4];
+        p->tag[2 * i + 1] = hexd[rnd[i] & 15];
+    }
     p->script = cl_shell_script(rq->argv, rq->shell, NULL);
     p->env = e2b_strv_dup(rq->env);
     int bad = !p->script || !p->env;
@@ -1043,8 +1057,21 @@ static int e2b_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, i
     json_object_put(b);
     if (rc < 0 && cl_last()->code == SBX_ERROR_NOT_FOUND && !e2b_is_gone(p->sb))
         rc = 0;     /* it ended meanwhile */
-    if (rc < 0)
+    if (rc < 0) {
         e2b_relay(error, "exec_kill");
+        return -1;
+    }
+    /* envd signals the one process: the rest of its tree (background and
+     * setsid'd descendants included) is found by the tag in its
+     * environment. */
+    char *cmd = e2b_printf("for d in /proc/[0-9]*; do tr '\\0' '\\n' <\"$d/environ\" 2>/dev/null "
+                           "| grep -qx '" E2B_TAG_VAR "=%s' && kill -%d \"${d#/proc/}\" "
+                           "2>/dev/null; done; exit 0", p->tag, sig == SIGTERM ? SIGTERM : SIGKILL);
+    int code = 0;
+    rc = cmd ? e2b_run_short(p->sb, ctx, cmd, &code, "exec_kill", error) : -1;
+    if (!cmd)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec_kill", "out of memory");
+    free(cmd);
     return rc;
 }
 
