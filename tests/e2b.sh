@@ -41,7 +41,7 @@ E2B_API_URL="http://127.0.0.1:$port"
 E2B_SANDBOX_URL="http://127.0.0.1:$port"
 E2B_API_KEY=sbx-test-dummy-key
 SBX_TEST_BACKEND=$backend
-SBX_PLUGIN_PATH="$PWD/plugins/cloud/$backend/.libs:$PWD/plugins/local/.libs${SBX_PLUGIN_PATH:+:$SBX_PLUGIN_PATH}"
+SBX_PLUGIN_PATH="$PWD/plugins/cloud/$backend/.libs:$PWD/plugins/local/.libs:$PWD/tests/plugins/.libs${SBX_PLUGIN_PATH:+:$SBX_PLUGIN_PATH}"
 export E2B_API_URL E2B_SANDBOX_URL E2B_API_KEY SBX_TEST_BACKEND SBX_PLUGIN_PATH
 unset E2B_DOMAIN E2B_DEBUG SBX_PLUGIN_MODE
 

@@ -523,8 +523,14 @@ class E2BHandler(fakehttp.Handler):
             sb.next_pid += 1
         p = Process(pid, {"cmd": cmd, "args": args, "envs": cfg.get("envs") or {},
                           "cwd": cwd}, req.get("tag"))
+        argv = [cmd] + list(args)
+        if "PATH" in env:
+            # The command's PATH names sandbox directories: the host looks
+            # its wrapper (nsenter) up in its own, and env(1) sets the
+            # command's inside.
+            argv = ["/usr/bin/env", "PATH=" + env.pop("PATH")] + argv
         try:
-            p.popen = sb.box.popen([cmd] + list(args), env=env, cwd=self.spath(cwd),
+            p.popen = sb.box.popen(argv, env=env, cwd=self.spath(cwd),
                                    stdin=subprocess.PIPE if req.get("stdin") else
                                    subprocess.DEVNULL)
         except nsbox.SandboxGone:
@@ -542,6 +548,17 @@ class E2BHandler(fakehttp.Handler):
             # stdout open does not hold the command. What is in the pipes
             # when it exits is still sent.
             p.popen.wait()
+            if p.popen.returncode < 0:
+                # Killed: the command itself is reaped before its end event
+                # (envd is its parent); here it is the wrapper's child, so
+                # wait (a little) for the group to be gone, zombies too.
+                until = time.time() + 2.0
+                while time.time() < until:
+                    try:
+                        os.killpg(p.popen.pid, 0)
+                    except OSError:
+                        break
+                    time.sleep(0.01)
             for t in pumps:
                 t.join(0.5)
             sb.box.forget(p.popen)
