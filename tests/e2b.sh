@@ -1,6 +1,7 @@
 #!/bin/sh
-# The backend-neutral suites (conformance, cases, files, session state) on
-# the e2b backend, through the E2B contract fake (tests/fakes/e2b.py): the
+# The backend-neutral suites (conformance, cases, files, session state), and
+# tests/test_e2b (what is E2B's own: gone, lifetime, pause), on the e2b
+# backend, through the E2B contract fake (tests/fakes/e2b.py): the
 # fake is started on an ephemeral 127.0.0.1 port, E2B_API_URL points at it
 # for the control plane and E2B_SANDBOX_URL for envd (the sandbox is chosen
 # by the E2b-Sandbox-Id header), with a dummy E2B_API_KEY, the suites run
@@ -51,7 +52,7 @@ failed=0
 run_suites() {
     label=$1
     shift
-    for prog in ${SBX_CLOUD_SUITES:-tests/test_conformance tests/test_cases tests/test_files tests/test_state}; do
+    for prog in ${SBX_CLOUD_SUITES:-tests/test_conformance tests/test_cases tests/test_files tests/test_state tests/test_e2b}; do
         if [ ! -x "./$prog" ]; then
             echo "Bail out! $prog not found (run from the build directory)"
             exit 99
