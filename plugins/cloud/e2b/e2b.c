@@ -37,8 +37,12 @@
  *    a command list (CASE-46); a missing one is not_found naming it. stdin:
  *    SendInput (base64 chunks) then CloseStdin, by pid. exec_kill:
  *    SendSignal (SIGTERM as SIGNAL_SIGTERM, any other signal as
- *    SIGNAL_SIGKILL: envd has no others). Keepalive-Ping-Interval is 20 s
- *    and there is no read timeout of our own (CASE-52).
+ *    SIGNAL_SIGKILL: envd has no others), which reaches the one process;
+ *    the rest of its tree (background and setsid'd descendants) is found by
+ *    the variable SBX_EXEC_TAG=<random> every command carries in its
+ *    environment, and signalled by a short command in the sandbox.
+ *    Keepalive-Ping-Interval is 20 s and there is no read timeout of our
+ *    own (CASE-52).
  *  - files: GET|POST {envd}/files?path=&username= as raw bytes both ways
  *    (never text, CASE-17); then the mode with chmod. list_files and
  *    stat_file: filesystem.Filesystem/ListDir and Stat. A relative path is
@@ -818,7 +822,7 @@ static int e2b_run_stream(e2b_proc *p, const sbx_call_ctx *ctx, int discard, int
         const char *cwd = p->cwd ? p->cwd : sb->workdir;
         json_object *sb_ = json_object_new_object(), *st = NULL;
         json_object_object_add(sb_, "path", json_object_new_string(cwd ? cwd : "/"));
-        if (cwd && r.status == 400
+        if (cwd && r.status / 100 != 2
             && e2b_unary(sb, ctx, "/filesystem.Filesystem/Stat", sb_, &st, cwd, op,
                          "look up the working directory", NULL) < 0
             && cl_last()->code == SBX_ERROR_NOT_FOUND) {
