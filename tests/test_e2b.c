@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -53,7 +54,8 @@ static size_t collect(char *p, size_t size, size_t n, void *ud)
 
 /* A request to the fake's test route @path: its status, the body in *@body
  * (or freed when @body is NULL). */
-static long fake_call(const char *method, const char *path, char **body)
+static long fake_call_body(const char *method, const char *path, const char *data,
+                           char **body)
 {
     const char *api = getenv("E2B_API_URL");
     cr_assert_not_null(api, "E2B_API_URL is not set (run through tests/e2b.sh)");
@@ -63,20 +65,33 @@ static long fake_call(const char *method, const char *path, char **body)
     cr_assert_not_null(h);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    struct curl_slist *hdrs = NULL;
+    char *key = tu_strdup_printf("X-API-Key: %s", getenv("E2B_API_KEY") ? getenv("E2B_API_KEY")
+                                                                        : "");
+    hdrs = curl_slist_append(hdrs, key);
+    hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
     if (strcmp(method, "POST") == 0)
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, data ? data : "");
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &buf);
     cr_assert_eq(curl_easy_perform(h), CURLE_OK, "%s %s", method, url);
     long status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_cleanup(h);
+    curl_slist_free_all(hdrs);
+    free(key);
     free(url);
     if (body)
         *body = buf;
     else
         free(buf);
     return status;
+}
+
+static long fake_call(const char *method, const char *path, char **body)
+{
+    return fake_call_body(method, path, NULL, body);
 }
 
 /* The fake's record of sandbox @id: its "state" (copied into @state) and
@@ -184,4 +199,51 @@ Test(e2b, paused_sandbox_is_woken_with_its_files)
     r = tu_sh(g_sb, "cat /work/keep.txt", 10);
     tu_assert_stdout(r, "kept\n");
     sbx_result_free(r);
+}
+
+/* The number of sandboxes the fake's control plane lists. */
+static size_t fake_live(void)
+{
+    char *body = NULL;
+    cr_assert_eq(fake_call("GET", "/v2/sandboxes", &body), 200, "%s", body ? body : "");
+    json_object *j = json_tokener_parse(body);
+    cr_assert(j && json_object_is_type(j, json_type_array), "%s", body);
+    size_t n = json_object_array_length(j);
+    json_object_put(j);
+    free(body);
+    return n;
+}
+
+/* CASE-20: a create answered after the call's deadline made a sandbox; the
+ * plugin finds it by its create token and deletes it. In process, calls are
+ * not bounded (sbx_client_set_call_timeout): the create waits for the late
+ * answer and succeeds. */
+Test(e2b, late_create_is_deleted)
+{
+    cr_assert_eq(fake_live(), 0);
+    cr_assert_eq(fake_call_body("POST", "/_fake/hold_create", "{\"seconds\":4}", NULL), 204);
+    cr_assert_eq(sbx_client_set_call_timeout(g_client, 1.0, NULL), 0);
+    const char *mode = getenv("SBX_PLUGIN_MODE");
+    int inprocess = mode && strcmp(mode, "inprocess") == 0;
+    double t0 = tu_now();
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_sandbox_create(g_client, NULL, &err);
+    double dt = tu_now() - t0;
+    if (inprocess) {
+        cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+        cr_assert(dt >= 4.0, "the create returned after %.2f s", dt);
+        cr_assert_eq(fake_live(), 1);
+        cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+        sbx_sandbox_free(sb);
+        cr_assert_eq(fake_live(), 0);
+        return;
+    }
+    cr_assert_null(sb);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_TIMEOUT, "%s", sbx_error_get0_message(err));
+    cr_assert(dt < 4.0, "the create returned after %.2f s", dt);
+    sbx_error_free(err);
+    size_t live = 1;
+    for (int i = 0; i < 100 && (live = fake_live()) != 0; i++)
+        usleep(100000);
+    cr_assert_eq(live, 0, "the late sandbox was not deleted within 10 s");
 }

@@ -52,7 +52,9 @@ The API key is SBX_FAKE_API_KEY (default "fake-e2b-key"). Every request is
 logged (tests/fakes/fakehttp.py: GET/DELETE /_fake/log, POST /_fake/faults).
 Control routes (no auth): GET /_fake/sandbox/{id} {"state", "root",
 "running", "end_at", "timeout", "processes"}; POST /_fake/sandbox/{id}/vanish;
-POST /_fake/sandbox/{id}/expire (its timeout passes now).
+POST /_fake/sandbox/{id}/expire (its timeout passes now); POST
+/_fake/hold_create {"seconds": s}: the next create makes its sandbox, then
+waits s seconds before it answers.
 
 Python 3 standard library only. Run as root (bubblewrap and nsenter).
 """
@@ -203,6 +205,7 @@ class E2BFake(fakehttp.Fake):
         self.domain = domain
         self.dir = tempfile.mkdtemp(prefix="sbx-fake-e2b-")
         self.sandboxes = {}
+        self.hold_create = 0.0
         self.port = 0
         threading.Thread(target=self.reaper, daemon=True).start()
 
@@ -311,6 +314,9 @@ class E2BHandler(fakehttp.Handler):
 
     def fake_control(self, path):
         f = FAKE
+        if path == "/_fake/hold_create" and self.command == "POST":
+            f.hold_create = float(self.json_body().get("seconds", 0))
+            return self.send_json(204, None)
         m = re.fullmatch(r"/_fake/sandbox/([^/]+)(/vanish|/expire)?", path)
         if not m:
             raise Reply(404, {"error": "no such control route: " + path})
@@ -407,6 +413,9 @@ class E2BHandler(fakehttp.Handler):
             raise aerr(500, "sandbox failed to start: %s" % e)
         with f.lock:
             f.sandboxes[sb.id] = sb
+            hold, f.hold_create = f.hold_create, 0.0
+        if hold > 0:
+            time.sleep(hold)    # made, and answered late (CASE-20)
         self.send_json(201, sb.sandbox(f))
 
     def list(self, query):

@@ -1215,18 +1215,33 @@ static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     cl_resp r = { 0 };
     int rc = -1;
     struct sbx_plugin_sandbox *sb = NULL;
-    if (!url || e2b_call(c, ctx, "POST", url, body, CL_UNSAFE, &r, op, "create the sandbox",
-                         error) < 0) {
-        /* Sent and not answered: the provider may finish it (CASE-20). */
-        if (url && ctx && ctx->create_token && cl_last()->unknown) {
-            cl_reap_now(c->reaper, ctx, ctx->create_token, 5.0);
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    if (e2b_call(c, ctx, "POST", url, body, CL_UNSAFE, &r, op, "create the sandbox",
+                 NULL) < 0) {
+        cl_last_error l = *cl_last();
+        /* The call's deadline cancelled it: a timeout. */
+        if (l.code == SBX_ERROR_CANCELLED && ctx && ctx->deadline > 0
+            && cl_now() >= ctx->deadline - 0.05)
+            l.code = SBX_ERROR_TIMEOUT;
+        sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
+        if (l.unknown)
+            cl_outcome_unknown(err);
+        /* Sent and not answered: the provider may finish it (CASE-20),
+         * looked for now (briefly: the call is over) and for a while. */
+        if (ctx && ctx->create_token && l.unknown) {
+            sbx_call_ctx rc2 = { sizeof(rc2), cl_now() + 1.5, -1, NULL };
+            cl_reap_now(c->reaper, &rc2, ctx->create_token, 0);
             cl_reaper_add(c->reaper, ctx->create_token, 30.0);
         }
         goto out;
     }
     if (r.status / 100 != 2) {
         if (r.maybe_acted && ctx && ctx->create_token) {
-            cl_reap_now(c->reaper, ctx, ctx->create_token, 5.0);
+            sbx_call_ctx rc2 = { sizeof(rc2), cl_now() + 1.5, -1, NULL };
+            cl_reap_now(c->reaper, &rc2, ctx->create_token, 0);
             cl_reaper_add(c->reaper, ctx->create_token, 30.0);
         }
         cl_fail_status(c->http, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
