@@ -147,6 +147,7 @@ class Process:
         self.popen = None
         self.events = []            # ("stdout"|"stderr", bytes)
         self.ended = False
+        self.exited = False         # its process exited (ended: end event due)
         self.stdin_open = False
         self.cond = threading.Condition()
 
@@ -330,7 +331,7 @@ class E2BHandler(fakehttp.Handler):
         self.send_json(200, {"state": sb.state, "root": sb.box.root, "running": sb.box.running(),
                              "end_at": sb.end_at, "timeout": sb.timeout,
                              "processes": sorted(p.pid for p in sb.processes.values()
-                                                 if not p.ended)})
+                                                 if not (p.exited or p.ended))})
 
     def route(self, path, query):
         if self.envd_id is not None:
@@ -557,6 +558,7 @@ class E2BHandler(fakehttp.Handler):
             # stdout open does not hold the command. What is in the pipes
             # when it exits is still sent.
             p.popen.wait()
+            p.exited = True
             if p.popen.returncode < 0:
                 # Killed: the command itself is reaped before its end event
                 # (envd is its parent); here it is the wrapper's child, so
@@ -643,14 +645,15 @@ class E2BHandler(fakehttp.Handler):
             p = next((x for x in sb.processes.values() if x.tag == sel["tag"]), None)
         else:
             raise cerr("invalid_argument", "process.pid or process.tag is required")
-        if p is None or p.ended:
+        if p is None or p.exited or p.ended:
             raise cerr("not_found", "process with pid %s not found" % sel.get("pid", sel.get("tag")))
         return p
 
     def process_rpc(self, sb, name, body):
         if name == "List":
             procs = [{"config": p.config, "pid": p.pid, **({"tag": p.tag} if p.tag else {})}
-                     for p in sorted(sb.processes.values(), key=lambda x: x.pid) if not p.ended]
+                     for p in sorted(sb.processes.values(), key=lambda x: x.pid)
+                     if not (p.exited or p.ended)]
             return self.send_json(200, {"processes": procs})
         p = self.selected(sb, body)
         if name == "SendInput":
