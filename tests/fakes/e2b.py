@@ -52,7 +52,9 @@ The API key is SBX_FAKE_API_KEY (default "fake-e2b-key"). Every request is
 logged (tests/fakes/fakehttp.py: GET/DELETE /_fake/log, POST /_fake/faults).
 Control routes (no auth): GET /_fake/sandbox/{id} {"state", "root",
 "running", "end_at", "timeout", "processes"}; POST /_fake/sandbox/{id}/vanish;
-POST /_fake/sandbox/{id}/expire (its timeout passes now).
+POST /_fake/sandbox/{id}/expire (its timeout passes now); POST
+/_fake/hold_create {"seconds": s}: the next create makes its sandbox, then
+waits s seconds before it answers.
 
 Python 3 standard library only. Run as root (bubblewrap and nsenter).
 """
@@ -110,6 +112,28 @@ def ferr(status, message):
     return Reply(status, {"message": message, "code": status})
 
 
+def signal_command(sb, p, sig):
+    """SendSignal: @sig to the command's processes. The fake's own wrapper
+    (nsenter, the group's leader outside the sandbox) gets only SIGKILL, so
+    that a command that ignores SIGTERM keeps running, as under envd."""
+    if sig == signal.SIGKILL:
+        sb.box.kill_command(p.popen, sig)
+        return
+    outer = p.popen.pid
+    try:
+        group = os.getpgid(outer)
+    except OSError:
+        return
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == outer:
+            continue
+        try:
+            if os.getpgid(int(d)) == group:
+                os.kill(int(d), sig)
+        except OSError:
+            pass
+
+
 def envelope(flags, obj):
     data = json.dumps(obj, separators=(",", ":")).encode()
     return struct.pack(">BI", flags, len(data)) + data
@@ -123,6 +147,7 @@ class Process:
         self.popen = None
         self.events = []            # ("stdout"|"stderr", bytes)
         self.ended = False
+        self.exited = False         # its process exited (ended: end event due)
         self.stdin_open = False
         self.cond = threading.Condition()
 
@@ -181,6 +206,7 @@ class E2BFake(fakehttp.Fake):
         self.domain = domain
         self.dir = tempfile.mkdtemp(prefix="sbx-fake-e2b-")
         self.sandboxes = {}
+        self.hold_create = 0.0
         self.port = 0
         threading.Thread(target=self.reaper, daemon=True).start()
 
@@ -289,6 +315,9 @@ class E2BHandler(fakehttp.Handler):
 
     def fake_control(self, path):
         f = FAKE
+        if path == "/_fake/hold_create" and self.command == "POST":
+            f.hold_create = float(self.json_body().get("seconds", 0))
+            return self.send_json(204, None)
         m = re.fullmatch(r"/_fake/sandbox/([^/]+)(/vanish|/expire)?", path)
         if not m:
             raise Reply(404, {"error": "no such control route: " + path})
@@ -302,7 +331,7 @@ class E2BHandler(fakehttp.Handler):
         self.send_json(200, {"state": sb.state, "root": sb.box.root, "running": sb.box.running(),
                              "end_at": sb.end_at, "timeout": sb.timeout,
                              "processes": sorted(p.pid for p in sb.processes.values()
-                                                 if not p.ended)})
+                                                 if not (p.exited or p.ended))})
 
     def route(self, path, query):
         if self.envd_id is not None:
@@ -385,6 +414,9 @@ class E2BHandler(fakehttp.Handler):
             raise aerr(500, "sandbox failed to start: %s" % e)
         with f.lock:
             f.sandboxes[sb.id] = sb
+            hold, f.hold_create = f.hold_create, 0.0
+        if hold > 0:
+            time.sleep(hold)    # made, and answered late (CASE-20)
         self.send_json(201, sb.sandbox(f))
 
     def list(self, query):
@@ -501,8 +533,14 @@ class E2BHandler(fakehttp.Handler):
             sb.next_pid += 1
         p = Process(pid, {"cmd": cmd, "args": args, "envs": cfg.get("envs") or {},
                           "cwd": cwd}, req.get("tag"))
+        argv = [cmd] + list(args)
+        if "PATH" in env:
+            # The command's PATH names sandbox directories: the host looks
+            # its wrapper (nsenter) up in its own, and env(1) sets the
+            # command's inside.
+            argv = ["/usr/bin/env", "PATH=" + env.pop("PATH")] + argv
         try:
-            p.popen = sb.box.popen([cmd] + list(args), env=env, cwd=self.spath(cwd),
+            p.popen = sb.box.popen(argv, env=env, cwd=self.spath(cwd),
                                    stdin=subprocess.PIPE if req.get("stdin") else
                                    subprocess.DEVNULL)
         except nsbox.SandboxGone:
@@ -515,9 +553,25 @@ class E2BHandler(fakehttp.Handler):
             t.start()
 
         def waiter():
+            # envd's end event follows the process's exit (os/exec Wait),
+            # not the end of its output: a background child that keeps
+            # stdout open does not hold the command. What is in the pipes
+            # when it exits is still sent.
             p.popen.wait()
+            p.exited = True
+            if p.popen.returncode < 0:
+                # Killed: the command itself is reaped before its end event
+                # (envd is its parent); here it is the wrapper's child, so
+                # wait (a little) for the group to be gone, zombies too.
+                until = time.time() + 2.0
+                while time.time() < until:
+                    try:
+                        os.killpg(p.popen.pid, 0)
+                    except OSError:
+                        break
+                    time.sleep(0.01)
             for t in pumps:
-                t.join()
+                t.join(0.5)
             sb.box.forget(p.popen)
             with p.cond:
                 p.ended = True
@@ -527,6 +581,7 @@ class E2BHandler(fakehttp.Handler):
         self.send_response(200)
         self.send_header("Content-Type", "application/connect+json")
         self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")     # it is closed after the stream
         self.end_headers()
         self._status = 200
         self.close_connection = True
@@ -590,14 +645,15 @@ class E2BHandler(fakehttp.Handler):
             p = next((x for x in sb.processes.values() if x.tag == sel["tag"]), None)
         else:
             raise cerr("invalid_argument", "process.pid or process.tag is required")
-        if p is None or p.ended:
+        if p is None or p.exited or p.ended:
             raise cerr("not_found", "process with pid %s not found" % sel.get("pid", sel.get("tag")))
         return p
 
     def process_rpc(self, sb, name, body):
         if name == "List":
             procs = [{"config": p.config, "pid": p.pid, **({"tag": p.tag} if p.tag else {})}
-                     for p in sorted(sb.processes.values(), key=lambda x: x.pid) if not p.ended]
+                     for p in sorted(sb.processes.values(), key=lambda x: x.pid)
+                     if not (p.exited or p.ended)]
             return self.send_json(200, {"processes": procs})
         p = self.selected(sb, body)
         if name == "SendInput":
@@ -628,7 +684,7 @@ class E2BHandler(fakehttp.Handler):
             sig = SIGNALS.get(body.get("signal"))
             if sig is None:
                 raise cerr("invalid_argument", "invalid signal %r" % body.get("signal"))
-            sb.box.kill_command(p.popen, sig)
+            signal_command(sb, p, sig)
             return self.send_json(200, {})
         raise cerr("not_found", "no such procedure process.Process/%s" % name)
 

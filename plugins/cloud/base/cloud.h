@@ -263,6 +263,9 @@ typedef struct cl_req {
                                  * cut by a fixed read timeout, CASE-52) */
     int no_auth;                /* 1: leave the credential header out */
     const char *what;           /* for messages ("create the sandbox"); NULL = METHOD URL path */
+    const char *keep_header;    /* an answer header whose value goes to
+                                 * resp->kept_header (a page token such as
+                                 * "X-Next-Token"); NULL = none */
 } cl_req;
 
 typedef struct cl_resp {
@@ -274,6 +277,8 @@ typedef struct cl_resp {
     int maybe_acted;            /* a CL_UNSAFE request answered 5xx / 408: the
                                  * provider may have acted (cl_fail_status
                                  * then marks the error outcome unknown) */
+    char *kept_header;          /* the value of req->keep_header in the last
+                                 * answer, blanks trimmed; NULL when absent */
 } cl_resp;
 
 /**

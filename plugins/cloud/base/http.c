@@ -315,6 +315,10 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *ud)
     } else if ((v = cl_header_value(p, n, "Content-Type")) != NULL) {
         free(x->resp->content_type);
         x->resp->content_type = v;
+    } else if (x->req->keep_header
+               && (v = cl_header_value(p, n, x->req->keep_header)) != NULL) {
+        free(x->resp->kept_header);
+        x->resp->kept_header = v;
     }
     return n;
 }
@@ -345,6 +349,7 @@ void cl_resp_clear(cl_resp *r)
 {
     cl_buf_clear(&r->body);
     free(r->content_type);
+    free(r->kept_header);
     memset(r, 0, sizeof(*r));
 }
 
@@ -465,6 +470,8 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
         cl_buf_clear(&resp->body);
         free(resp->content_type);
         resp->content_type = NULL;
+        free(resp->kept_header);
+        resp->kept_header = NULL;
         resp->status = 0;
         resp->retry_after_s = 0;
         xfer x = { .req = req, .resp = resp, .h = h, .bound = bound };

@@ -1,0 +1,1764 @@
+/*
+ * e2b.c — libsbx-e2b.so, the `e2b` backend: E2B's control plane (REST) for
+ * the lifecycle and each sandbox's daemon, envd, for processes (Connect
+ * protocol, JSON codec) and files, over the hosted-provider base
+ * (plugins/cloud/base/cloud.h).
+ *
+ * Contract: the E2B section of the provider contracts (e2b-dev/E2B
+ * spec/openapi.yml, spec/envd/process/process.proto,
+ * spec/envd/filesystem/filesystem.proto, spec/envd/envd.yaml,
+ * packages/python-sdk/e2b/).
+ *
+ *  - Credentials: E2B_API_KEY, as "X-API-Key" on the control plane only.
+ *    Control plane: the client config's "api_url", else E2B_API_URL, else
+ *    https://api.<domain>; the domain is "domain", else E2B_DOMAIN, else
+ *    e2b.app. envd: "sandbox_url", else E2B_SANDBOX_URL, with the headers
+ *    E2b-Sandbox-Id and E2b-Sandbox-Port: 49983 (as the SDK does for
+ *    https://sandbox.<domain> on E2B's own domains); for other domains
+ *    https://49983-<id>.<domain>. envd requests carry X-Access-Token (the
+ *    sandbox's envdAccessToken: sandboxes are made with "secure": true; the
+ *    token is kept in memory only and fetched again by resume) and
+ *    "Authorization: Basic base64(USER:)" (default user "user").
+ *  - create: POST /sandboxes. template → templateID (default "base");
+ *    timeout_secs → timeout, always sent, so the provider bounds every
+ *    sandbox (CASE-33); env → envVars; allow_internet=0 →
+ *    allow_internet_access false; the create token, backend and expiry →
+ *    metadata (CL_META_*), which is how list_owned, destroy_by_id and the
+ *    reaper of lost creates find it (CASE-20). Size comes from the template:
+ *    cpu, memory_mb, disk_mb, gpu, image, snapshot_id and app_name are
+ *    configuration errors naming the option, and so is any backend option.
+ *  - exec: POST {envd}/process.Process/Start, one envelope
+ *    {"process":{"cmd":"/bin/bash","args":["-c",SCRIPT],"envs",
+ *    "cwd"},"stdin"}; the answer is a stream of envelopes: start {pid},
+ *    data {stdout|stderr: base64} written to the host's descriptors as raw
+ *    bytes as they arrive, keepalive (never output), end {exitCode (left
+ *    out when 0), exited, status}, then the end-of-stream frame. The
+ *    working directory is envd's native cwd, so it holds for every part of
+ *    a command list (CASE-46); a missing one is not_found naming it. stdin:
+ *    SendInput (base64 chunks) then CloseStdin, by pid. exec_kill:
+ *    SendSignal (SIGTERM as SIGNAL_SIGTERM, any other signal as
+ *    SIGNAL_SIGKILL: envd has no others), which reaches the one process;
+ *    the rest of its tree (background and setsid'd descendants) is found by
+ *    the variable SBX_EXEC_TAG=<random> every command carries in its
+ *    environment, and signalled by a short command in the sandbox.
+ *    Keepalive-Ping-Interval is 20 s and there is no read timeout of our
+ *    own (CASE-52).
+ *  - files: GET|POST {envd}/files?path=&username= as raw bytes both ways
+ *    (never text, CASE-17); then the mode with chmod. list_files and
+ *    stat_file: filesystem.Filesystem/ListDir and Stat. A relative path is
+ *    taken from the sandbox's working directory (else the user's home, as
+ *    envd takes it).
+ *  - lifetime: resume and start send POST /sandboxes/{id}/connect with
+ *    {"timeout": the remaining lifetime} read from endAt, never a shorter
+ *    one (CASE-33). stop pauses (POST /pause). An envd 502 "not found" is
+ *    looked up: a paused sandbox is connected and the call sent once more
+ *    (it cannot have run, CASE-53); a sandbox the control plane no longer
+ *    has is not_found with reason "gone" (CASE-32), and every later call
+ *    fails at once.
+ *
+ * Threading: slots may run at once on different sandboxes and on one; a
+ * sandbox's mutable state (gone flag, access token) is guarded by its lock.
+ */
+#include "cloud.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "0.1.0"
+#endif
+
+#define E2B_BACKEND "e2b"
+#define E2B_DEFAULT_DOMAIN "e2b.app"
+#define E2B_ENVD_PORT "49983"
+#define E2B_DEFAULT_TEMPLATE "base"
+#define E2B_DEFAULT_USER "user"
+#define E2B_MAX_TIMEOUT_S 86400         /* the API's bound on timeout */
+#define E2B_STATE_VERSION 1
+#define E2B_STDIN_CHUNK 49152           /* bytes per SendInput */
+#define E2B_TAG_VAR "SBX_EXEC_TAG"      /* marks the processes of one command */
+
+#define E2B_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_RESUME        \
+                  | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY | SBX_CAP_IMAGE               \
+                  | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED | SBX_CAP_BACKGROUND)
+
+struct sbx_plugin_client {
+    cl_http *http;
+    char *api;          /* control plane base URL, no trailing slash */
+    char *domain;
+    char *sandbox_url;  /* envd through one URL and headers, or NULL */
+    cl_reaper *reaper;
+};
+
+struct sbx_plugin_sandbox {
+    struct sbx_plugin_client *c;
+    char *id;
+    char *envd;         /* envd base URL */
+    int by_header;      /* E2b-Sandbox-Id / -Port headers choose the sandbox */
+    char *workdir;      /* default working directory, or NULL */
+    double lifetime_s;  /* the create's timeout, for a sandbox resumed past its end */
+    pthread_mutex_t lock;
+    char *token;        /* envdAccessToken (a secret), or NULL */
+    int gone;
+};
+
+typedef struct e2b_proc {
+    cl_proc base;       /* first member (cloud.h) */
+    struct sbx_plugin_sandbox *sb;
+    char *script;
+    char *cwd;          /* as asked, or NULL */
+    char *user;
+    char **env;
+    int stdin_fd;       /* -1: no stdin */
+    pthread_t stdin_thread;
+    int stdin_started;
+    pthread_mutex_t plock;
+    pthread_cond_t pcond;
+    int64_t pid;        /* envd's pid; 0 until the start event */
+    char tag[32];       /* E2B_EXEC_TAG of the command's processes; "" for none */
+    int over;           /* the stream is over */
+} e2b_proc;
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static char *e2b_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *e2b_printf(const char *fmt, ...)
+{
+    va_list ap;
+    char *s = NULL;
+    va_start(ap, fmt);
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    return s;
+}
+
+static char *e2b_dup_alloc(const char *s)
+{
+    char *o = cl_host->alloc(strlen(s) + 1);
+    if (o)
+        memcpy(o, s, strlen(s) + 1);
+    return o;
+}
+
+/* Stores this thread's last error (made with no error to store it in) in
+ * @error. */
+static void e2b_relay(sbx_error **error, const char *op)
+{
+    cl_last_error l = *cl_last();
+    sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
+    if (l.unknown)
+        cl_outcome_unknown(err);
+}
+
+static int e2b_is_gone(struct sbx_plugin_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    int g = sb->gone;
+    pthread_mutex_unlock(&sb->lock);
+    return g;
+}
+
+static void e2b_mark_gone(struct sbx_plugin_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    sb->gone = 1;
+    pthread_mutex_unlock(&sb->lock);
+}
+
+static sbx_error *e2b_gone_error(sbx_error **error, const char *op, const char *id)
+{
+    sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
+                             "e2b sandbox %s is gone (the provider no longer has it)", id);
+    cl_context(err, "sandbox_id", id);
+    cl_context(err, "reason", "gone");
+    return err;
+}
+
+static int e2b_check(struct sbx_plugin_sandbox *sb, const char *op, sbx_error **error)
+{
+    if (e2b_is_gone(sb)) {
+        e2b_gone_error(error, op, sb->id);
+        return -1;
+    }
+    return 0;
+}
+
+/* RFC 3339 ("2026-08-21T10:00:00.123Z") to UNIX seconds; 0 when it is not. */
+static double e2b_rfc3339(const char *s)
+{
+    struct tm tm = { 0 };
+    const char *e = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+    if (!e)
+        return 0;
+    double frac = 0;
+    if (*e == '.')
+        frac = strtod(e, NULL);
+    return (double)timegm(&tm) + frac;
+}
+
+static int e2b_call(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *method,
+                    const char *url, json_object *body, cl_idempotency idem, cl_resp *resp,
+                    const char *op, const char *what, sbx_error **error)
+{
+    const char *b = body ? json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN) : NULL;
+    cl_req rq = { .method = method, .url = url, .body = b, .body_len = b ? strlen(b) : 0,
+                  .idempotent = idem, .what = what };
+    return cl_request(c->http, ctx, &rq, resp, op, error);
+}
+
+/* A control-plane call on /sandboxes/{id}@suffix. */
+static int e2b_sbcall(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *method,
+                      const char *id, const char *suffix, json_object *body, cl_idempotency idem,
+                      cl_resp *r, const char *op, const char *what, sbx_error **error)
+{
+    char *esc = cl_url_escape(id);
+    char *url = esc ? e2b_printf("%s/sandboxes/%s%s", c->api, esc, suffix) : NULL;
+    free(esc);
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    int rc = e2b_call(c, ctx, method, url, body, idem, r, op, what, error);
+    free(url);
+    return rc;
+}
+
+/* GET /sandboxes/{id}: SandboxDetail, or NULL (*@status 404 when gone, 0
+ * when no answer came; other statuses store an error). */
+static json_object *e2b_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
+                            long *status, const char *op, sbx_error **error)
+{
+    cl_resp r = { 0 };
+    json_object *j = NULL;
+    *status = 0;
+    if (e2b_sbcall(c, ctx, "GET", id, "", NULL, CL_SAFE, &r, op, "get the sandbox", error) == 0) {
+        *status = r.status;
+        if (r.status == 200)
+            j = cl_resp_json(&r, op, "get the sandbox", error);
+        else if (r.status != 404)
+            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "get the sandbox");
+    }
+    cl_resp_clear(&r);
+    return j;
+}
+
+static int e2b_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
+                      const char *op, sbx_error **error)
+{
+    cl_resp r = { 0 };
+    int rc = -1;
+    if (e2b_sbcall(c, ctx, "DELETE", id, "", NULL, CL_SAFE, &r, op, "kill the sandbox",
+                   error) == 0) {
+        if (r.status / 100 == 2 || r.status == 404)
+            rc = 0;     /* 404: already gone */
+        else
+            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "kill the sandbox");
+    }
+    cl_resp_clear(&r);
+    return rc;
+}
+
+/* Takes envd's address and access token from a Sandbox answer. */
+static int e2b_take_sandbox(struct sbx_plugin_sandbox *sb, json_object *j)
+{
+    struct sbx_plugin_client *c = sb->c;
+    const char *dom = cl_json_str(j, "domain");
+    char *envd;
+    if (c->sandbox_url) {
+        envd = strdup(c->sandbox_url);
+        sb->by_header = 1;
+    } else {
+        if (!dom || !*dom)
+            dom = c->domain;
+        static const char *const own[] = { "e2b.app", "e2b.dev", "e2b.pro", "e2b-staging.dev",
+                                           NULL };
+        int mine = 0;
+        for (size_t i = 0; own[i]; i++)
+            mine |= strcmp(dom, own[i]) == 0;
+        envd = mine ? e2b_printf("https://sandbox.%s", dom)
+                    : e2b_printf("https://" E2B_ENVD_PORT "-%s.%s", sb->id, dom);
+        sb->by_header = mine;
+    }
+    const char *tok = cl_json_str(j, "envdAccessToken");
+    char *t = tok && *tok ? strdup(tok) : NULL;
+    if (!envd || (tok && *tok && !t)) {
+        free(envd);
+        free(t);
+        return -1;
+    }
+    pthread_mutex_lock(&sb->lock);
+    free(sb->envd);
+    sb->envd = envd;
+    free(sb->token);
+    sb->token = t;
+    pthread_mutex_unlock(&sb->lock);
+    return 0;
+}
+
+static struct sbx_plugin_sandbox *e2b_sandbox_new(struct sbx_plugin_client *c, const char *id)
+{
+    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
+    if (!sb || !(sb->id = strdup(id))) {
+        free(sb);
+        return NULL;
+    }
+    sb->c = c;
+    pthread_mutex_init(&sb->lock, NULL);
+    return sb;
+}
+
+static void e2b_sandbox_free(sbx_plugin_sandbox *sb)
+{
+    if (!sb)
+        return;
+    pthread_mutex_destroy(&sb->lock);
+    free(sb->id);
+    free(sb->envd);
+    free(sb->workdir);
+    free(sb->token);
+    free(sb);
+}
+
+/*
+ * Makes @sb run: GET, and when it is paused, POST /connect with the lifetime
+ * it has left (its create's when none is left), never a shorter one
+ * (CASE-33, CASE-53). When @always, a running sandbox is connected too (to
+ * get its access token). 0 or -1; 404 marks it gone.
+ */
+static int e2b_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, int always,
+                    const char *op, sbx_error **error)
+{
+    long st;
+    json_object *d = e2b_get(sb->c, ctx, sb->id, &st, op, error);
+    if (!d) {
+        if (st == 404) {
+            e2b_mark_gone(sb);
+            e2b_gone_error(error, op, sb->id);
+        }
+        return -1;
+    }
+    const char *state = cl_json_str(d, "state");
+    int paused = state && strcmp(state, "paused") == 0;
+    if (!paused && !always) {
+        json_object_put(d);
+        return 0;
+    }
+    double left = e2b_rfc3339(cl_json_str(d, "endAt")) - cl_wallclock();
+    long long t = left >= 1 ? (long long)ceil(left) : (long long)ceil(sb->lifetime_s);
+    if (t < 1)
+        t = 300;
+    if (t > E2B_MAX_TIMEOUT_S)
+        t = E2B_MAX_TIMEOUT_S;
+    json_object_put(d);
+    json_object *b = json_object_new_object();
+    json_object_object_add(b, "timeout", json_object_new_int64(t));
+    cl_resp r = { 0 };
+    int rc = e2b_sbcall(sb->c, ctx, "POST", sb->id, "/connect", b, CL_SAFE, &r, op,
+                        "connect to the sandbox", error);
+    json_object_put(b);
+    if (rc == 0) {
+        if (r.status == 404) {
+            e2b_mark_gone(sb);
+            e2b_gone_error(error, op, sb->id);
+            rc = -1;
+        } else if (r.status / 100 != 2) {
+            cl_context(cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op,
+                                      "connect to the sandbox"), "state", state ? "paused" : "");
+            rc = -1;
+        } else {
+            json_object *j = cl_resp_json(&r, op, "connect to the sandbox", error);
+            if (!j || e2b_take_sandbox(sb, j) < 0) {
+                if (j)
+                    cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+                rc = -1;
+            }
+            json_object_put(j);
+        }
+    }
+    cl_resp_clear(&r);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* envd requests                                                             */
+/* ------------------------------------------------------------------------ */
+
+typedef struct e2b_hdrs {
+    char *v[8];
+    const char *list[9];
+} e2b_hdrs;
+
+static void e2b_hdrs_clear(e2b_hdrs *h)
+{
+    for (size_t i = 0; i < 8; i++)
+        free(h->v[i]);
+}
+
+static const char *const *e2b_hdrs_make(struct sbx_plugin_sandbox *sb, e2b_hdrs *h,
+                                        const char *user, const char *extra)
+{
+    size_t n = 0;
+    memset(h, 0, sizeof(*h));
+    pthread_mutex_lock(&sb->lock);
+    if (sb->token)
+        h->v[n++] = e2b_printf("X-Access-Token: %s", sb->token);
+    pthread_mutex_unlock(&sb->lock);
+    if (sb->by_header) {
+        h->v[n++] = e2b_printf("E2b-Sandbox-Id: %s", sb->id);
+        h->v[n++] = strdup("E2b-Sandbox-Port: " E2B_ENVD_PORT);
+    }
+    char *up = e2b_printf("%s:", user ? user : E2B_DEFAULT_USER);
+    char *b64 = up ? cl_base64_encode(up, strlen(up)) : NULL;
+    h->v[n++] = b64 ? e2b_printf("Authorization: Basic %s", b64) : NULL;
+    free(up);
+    free(b64);
+    h->v[n++] = strdup("Connect-Protocol-Version: 1");
+    if (extra)
+        h->v[n++] = strdup(extra);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (h->v[i])
+            h->list[k++] = h->v[i];
+    h->list[k] = NULL;
+    return h->list;
+}
+
+/*
+ * A request to @sb's envd at @path: 0 with a 2xx answer in @r; -1 with an
+ * error stored when no answer came or the sandbox is gone; -1 with no error
+ * stored and r->status set for another answer (the caller names it, with
+ * e2b_envd_fail). An envd 502 (the sandbox is not running there) is looked
+ * up on the control plane: gone, or paused and connected, then the request
+ * is sent once more when its body can be (no streamed source).
+ */
+static int e2b_envd(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
+                    const char *path, const char *user, const char *extra, cl_resp *r,
+                    const char *op, sbx_error **error)
+{
+    for (int attempt = 0;; attempt++) {
+        if (e2b_check(sb, op, error) < 0)
+            return -1;
+        pthread_mutex_lock(&sb->lock);
+        char *url = e2b_printf("%s%s", sb->envd, path);
+        pthread_mutex_unlock(&sb->lock);
+        e2b_hdrs h;
+        rq->headers = e2b_hdrs_make(sb, &h, user, extra);
+        rq->url = url;
+        rq->no_auth = 1;
+        int rc = url ? cl_request(sb->c->http, ctx, rq, r, op, error) : -1;
+        if (!url)
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        free(url);
+        e2b_hdrs_clear(&h);
+        rq->url = NULL;
+        rq->headers = NULL;
+        if (rc < 0)
+            return -1;
+        if (r->status / 100 == 2)
+            return 0;
+        if (r->status != 502)
+            return -1;
+        /* Not running at envd: gone, or paused (CASE-32, CASE-53). */
+        long st;
+        json_object *d = e2b_get(sb->c, ctx, sb->id, &st, op, NULL);
+        const char *state = d ? cl_json_str(d, "state") : NULL;
+        int paused = state && strcmp(state, "paused") == 0;
+        json_object_put(d);
+        if (st == 404) {
+            e2b_mark_gone(sb);
+            e2b_gone_error(error, op, sb->id);
+            return -1;
+        }
+        if (!paused || attempt > 0) {
+            cl_fail_status(sb->c->http, error, SBX_ERROR_CONNECTION, r, op, rq->what);
+            return -1;
+        }
+        if (e2b_wake(sb, ctx, 0, op, error) < 0)
+            return -1;
+        if (rq->source) {
+            cl_context(cl_fail(error, SBX_ERROR_CONNECTION, op,
+                               "%s: e2b sandbox %s was paused and has been resumed; the data "
+                               "was not sent", rq->what, sb->id), "state", "paused");
+            return -1;
+        }
+        cl_resp_clear(r);
+        memset(r, 0, sizeof(*r));
+    }
+}
+
+/* The error of an envd answer @r to a call on @path (NULL: none). */
+static sbx_error *e2b_envd_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r, const char *op,
+                                const char *what, const char *path, sbx_error **error)
+{
+    sbx_error *err = NULL;
+    json_object *j = r->body.data ? json_tokener_parse(r->body.data) : NULL;
+    const char *code = cl_json_str(j, "code");
+    if (r->status == 404 || (code && strcmp(code, "not_found") == 0)) {
+        err = path ? cl_fail(error, SBX_ERROR_NOT_FOUND, op, "%s: no such file or directory in "
+                             "the sandbox: %s", what, path)
+                   : cl_fail_status(sb->c->http, error, SBX_ERROR_NOT_FOUND, r, op, what);
+    } else if (code && cl_connect_error(sb->c->http, j, op, what, error) == 1) {
+        err = error ? *error : NULL;
+    } else if (r->status == 400) {
+        err = cl_fail_status(sb->c->http, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
+    } else {
+        err = cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, what);
+    }
+    if (path)
+        cl_context(err, "path", path);
+    json_object_put(j);
+    return err;
+}
+
+/* A unary Connect call: @body (JSON) to /SERVICE/METHOD; the answer JSON
+ * in *@out when @out. @path_arg names the file for errors (or NULL). */
+static int e2b_unary(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *rpc,
+                     json_object *body, json_object **out, const char *path_arg, const char *op,
+                     const char *what, sbx_error **error)
+{
+    const char *b = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
+    cl_req rq = { .method = "POST", .content_type = "application/json", .body = b,
+                  .body_len = strlen(b), .idempotent = CL_SAFE, .what = what };
+    cl_resp r = { 0 };
+    int rc = e2b_envd(sb, ctx, &rq, rpc, NULL, NULL, &r, op, error);
+    if (rc < 0 && r.status && !(error && *error) && !e2b_is_gone(sb))
+        e2b_envd_fail(sb, &r, op, what, path_arg, error);
+    if (rc == 0 && out && !(*out = cl_resp_json(&r, op, what, error)))
+        rc = -1;
+    cl_resp_clear(&r);
+    return rc;
+}
+
+/* An absolute sandbox path for @path: a relative one from the working
+ * directory (else left to envd, which takes it from the user's home). */
+static char *e2b_abs(struct sbx_plugin_sandbox *sb, const char *path)
+{
+    if (path[0] == '/' || !sb->workdir)
+        return strdup(path);
+    return e2b_printf("%s/%s", sb->workdir, path);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Client                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static int e2b_setup(const sbx_host_services *host, sbx_error **error)
+{
+    return cl_setup(host, E2B_BACKEND, error);
+}
+
+static void e2b_client_free(sbx_plugin_client *c)
+{
+    if (!c)
+        return;
+    cl_reaper_free(c->reaper);
+    cl_http_free(c->http);
+    free(c->api);
+    free(c->domain);
+    free(c->sandbox_url);
+    free(c);
+}
+
+static int e2b_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
+                          sbx_error **error);
+static int e2b_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
+{
+    return e2b_delete(ud, ctx, id, "create", error);
+}
+
+static int e2b_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
+{
+    const char *op = "client_new";
+    json_object *cfg = NULL;
+    if (config_json && *config_json) {
+        cfg = json_tokener_parse(config_json);
+        if (!cfg || !json_object_is_type(cfg, json_type_object)) {
+            json_object_put(cfg);
+            cl_fail(error, SBX_ERROR_CONFIGURATION, op, "e2b client options must be a JSON object");
+            return -1;
+        }
+    }
+    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
+    if (!c || !(c->http = cl_http_new())) {
+        free(c);
+        json_object_put(cfg);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    const char *dom = cl_json_str(cfg, "domain");
+    if (!dom || !*dom)
+        dom = getenv("E2B_DOMAIN");
+    c->domain = strdup(dom && *dom ? dom : E2B_DEFAULT_DOMAIN);
+    char *dflt = c->domain ? e2b_printf("https://api.%s", c->domain) : NULL;
+    c->api = dflt ? cl_base_url(cfg, "api_url", "E2B_API_URL", dflt, error) : NULL;
+    free(dflt);
+    if (!c->api)
+        goto fail;
+    const char *su = cl_json_str(cfg, "sandbox_url");
+    if ((su && *su) || (getenv("E2B_SANDBOX_URL") && *getenv("E2B_SANDBOX_URL"))) {
+        c->sandbox_url = cl_base_url(cfg, "sandbox_url", "E2B_SANDBOX_URL", "", error);
+        if (!c->sandbox_url)
+            goto fail;
+    }
+    cl_retry_policy pol = CL_RETRY_POLICY_DEFAULT;
+    if (cl_retry_policy_from_config(cfg, &pol, error) < 0)
+        goto fail;
+    cl_http_set_retry(c->http, &pol);
+    static const char *const key_envs[] = { "E2B_API_KEY", NULL };
+    char *key = cl_credential(key_envs, NULL, NULL);
+    if (key) {
+        int bad = cl_http_set_auth(c->http, "X-API-Key", key) < 0
+                  || cl_http_set_secret(c->http, key) < 0;
+        free(key);
+        if (bad) {
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            goto fail;
+        }
+    }
+    if (!(c->reaper = cl_reaper_new(e2b_find_token, e2b_reap_delete, c))) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
+    json_object_put(cfg);
+    *client = c;
+    return 0;
+fail:
+    json_object_put(cfg);
+    e2b_client_free(c);
+    return -1;
+}
+
+static int e2b_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
+                     sbx_error **error)
+{
+    (void)client;
+    (void)ctx;
+    (void)error;
+    *caps = E2B_CAPS;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Exec: process.Process/Start, a Connect server stream                      */
+/* ------------------------------------------------------------------------ */
+
+typedef struct e2b_stream {
+    e2b_proc *p;
+    cl_connect cs;
+    int discard;        /* output is not wanted (the plugin's own commands) */
+    int have_end;
+    int exit_code;
+    int failed;
+    cl_last_error saved;        /* the frame callback's error */
+} e2b_stream;
+
+/* A Go os.ProcessState signal text ("killed") or a name ("SIGKILL"). */
+static int e2b_signal_number(const char *s)
+{
+    static const char *const go[] = { NULL, "hangup", "interrupt", "quit", "illegal instruction",
+                                      "trace/breakpoint trap", "aborted", "bus error",
+                                      "floating point exception", "killed",
+                                      "user defined signal 1", "segmentation fault",
+                                      "user defined signal 2", "broken pipe", "alarm clock",
+                                      "terminated" };
+    static const char *const names[] = { NULL, "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL",
+                                         "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE", "SIGKILL",
+                                         "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM",
+                                         "SIGTERM" };
+    for (int i = 1; i < 16; i++)
+        if (strcmp(s, go[i]) == 0 || strcmp(s, names[i]) == 0)
+            return i;
+    if (strncmp(s, "signal ", 7) == 0)
+        return atoi(s + 7);
+    return 0;
+}
+
+static int e2b_stream_fail(e2b_stream *s, sbx_error_code code, const char *fmt, const char *arg)
+{
+    cl_fail(NULL, code, "exec", fmt, arg);
+    s->saved = *cl_last();
+    s->failed = 1;
+    return -1;
+}
+
+static int e2b_on_frame(void *ud, unsigned flags, const char *p, size_t n)
+{
+    e2b_stream *s = ud;
+    (void)n;
+    json_object *j = json_tokener_parse(p);
+    if (!j)
+        return e2b_stream_fail(s, SBX_ERROR_CONNECTION, "e2b: a stream message that is not JSON: "
+                               "%.80s", p);
+    int rc = 0;
+    if (flags & CL_CONNECT_END_STREAM) {
+        if (cl_connect_error(s->p->sb->c->http, j, "exec", "run the command", NULL) == 1) {
+            s->saved = *cl_last();
+            s->failed = 1;
+            rc = -1;
+        } else if (!s->have_end) {
+            rc = e2b_stream_fail(s, SBX_ERROR_CONNECTION, "e2b: %s", "the process stream ended "
+                                 "without the process's end event");
+        } else {
+            rc = 1;
+        }
+        json_object_put(j);
+        return rc;
+    }
+    json_object *ev = cl_json_path(j, "event", NULL), *x;
+    int64_t v;
+    if ((x = cl_json_path(ev, "start", NULL))) {
+        if (cl_json_int(x, "pid", &v) == 1) {
+            pthread_mutex_lock(&s->p->plock);
+            s->p->pid = v;
+            pthread_cond_broadcast(&s->p->pcond);
+            pthread_mutex_unlock(&s->p->plock);
+        }
+    } else if ((x = cl_json_path(ev, "data", NULL))) {
+        static const char *const keys[] = { "stdout", "stderr", "pty" };
+        for (int k = 0; k < 3 && rc == 0; k++) {
+            const char *b = cl_json_str(x, keys[k]);
+            if (!b || s->discard)
+                continue;
+            cl_buf out = { 0 };
+            if (cl_base64_decode(b, strlen(b), &out) < 0)
+                rc = e2b_stream_fail(s, SBX_ERROR_CONNECTION, "e2b: %s output that is not base64",
+                                     keys[k]);
+            else if (cl_proc_output(&s->p->base, k == 1 ? 2 : 1, out.data, out.len) < 0)
+                rc = -1;
+            cl_buf_clear(&out);
+        }
+    } else if ((x = cl_json_path(ev, "end", NULL))) {
+        v = 0;
+        cl_json_int(x, "exitCode", &v);    /* left out when 0 (proto3 JSON) */
+        const char *status = cl_json_str(x, "status");
+        int sig = status && strncmp(status, "signal: ", 8) == 0
+                  ? e2b_signal_number(status + 8) : 0;
+        s->exit_code = sig > 0 ? 128 + sig : v < 0 ? 255 : (int)(v & 0xff);
+        s->have_end = 1;
+    }
+    /* keepalive: nothing */
+    json_object_put(j);
+    return rc;
+}
+
+static int e2b_stream_sink(void *ud, const char *p, size_t n)
+{
+    e2b_stream *s = ud;
+    return cl_connect_feed(&s->cs, p, n, "exec", NULL);
+}
+
+static json_object *e2b_start_body(struct sbx_plugin_sandbox *sb, const char *script,
+                                   char *const *env, const char *cwd, const char *tag,
+                                   int want_stdin)
+{
+    json_object *b = json_object_new_object(), *pr = json_object_new_object();
+    json_object *args = json_object_new_array(), *e = json_object_new_object();
+    json_object_object_add(pr, "cmd", json_object_new_string("/bin/bash"));
+    json_object_array_add(args, json_object_new_string("-c"));
+    json_object_array_add(args, json_object_new_string(script));
+    json_object_object_add(pr, "args", args);
+    for (size_t i = 0; env && env[i]; i++) {
+        const char *eq = strchr(env[i], '=');
+        char *k = eq ? strndup(env[i], (size_t)(eq - env[i])) : NULL;
+        if (k)
+            json_object_object_add(e, k, json_object_new_string(eq + 1));
+        free(k);
+    }
+    if (tag && *tag)
+        json_object_object_add(e, E2B_TAG_VAR, json_object_new_string(tag));
+    json_object_object_add(pr, "envs", e);
+    if (cwd || sb->workdir)
+        json_object_object_add(pr, "cwd", json_object_new_string(cwd ? cwd : sb->workdir));
+    json_object_object_add(b, "process", pr);
+    json_object_object_add(b, "stdin", json_object_new_boolean(want_stdin));
+    return b;
+}
+
+/* Runs the Start stream of @p (on the calling thread): the exit code, or
+ * -1 with the error in cl_last() (or with @p stopped). */
+static int e2b_run_stream(e2b_proc *p, const sbx_call_ctx *ctx, int discard, int want_stdin,
+                          sbx_error **error)
+{
+    struct sbx_plugin_sandbox *sb = p->sb;
+    const char *op = "exec";
+    e2b_stream s = { .p = p, .discard = discard };
+    cl_connect_init(&s.cs, e2b_on_frame, &s);
+    json_object *b = e2b_start_body(sb, p->script, p->env, p->cwd, p->tag, want_stdin);
+    const char *js = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
+    cl_buf env = { 0 };
+    int code = -1;
+    if (cl_connect_envelope(js, strlen(js), 0, &env) < 0) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    cl_req rq = { .method = "POST", .content_type = "application/connect+json",
+                  .body = env.data, .body_len = env.len, .sink = e2b_stream_sink,
+                  .sink_ud = &s, .idempotent = CL_UNSAFE, .what = "run the command" };
+    cl_resp r = { 0 };
+    int rc = e2b_envd(sb, ctx, &rq, "/process.Process/Start", p->user,
+                      "Keepalive-Ping-Interval: 20", &r, op, error);
+    if (rc < 0 && s.failed) {
+        cl_fail(NULL, s.saved.code, op, "%s", s.saved.msg);
+        if (error && !*error)
+            cl_fail(error, s.saved.code, op, "%s", s.saved.msg);
+    } else if (rc < 0 && r.status && !(error && *error) && !e2b_is_gone(sb)) {
+        /* Refused before it ran: a missing working directory is not_found. */
+        const char *cwd = p->cwd ? p->cwd : sb->workdir;
+        json_object *sb_ = json_object_new_object(), *st = NULL;
+        json_object_object_add(sb_, "path", json_object_new_string(cwd ? cwd : "/"));
+        if (cwd && r.status / 100 != 2
+            && e2b_unary(sb, ctx, "/filesystem.Filesystem/Stat", sb_, &st, cwd, op,
+                         "look up the working directory", NULL) < 0
+            && cl_last()->code == SBX_ERROR_NOT_FOUND) {
+            cl_context(cl_fail(error, SBX_ERROR_NOT_FOUND, op,
+                               "the working directory %s does not exist in the sandbox", cwd),
+                       "path", cwd);
+        } else {
+            e2b_envd_fail(sb, &r, op, "run the command", NULL, error);
+        }
+        json_object_put(st);
+        json_object_put(sb_);
+    } else if (rc == 0 && cl_connect_end(&s.cs, op, error) < 0) {
+        rc = -1;
+    }
+    if (rc == 0)
+        code = s.exit_code;
+    cl_resp_clear(&r);
+out:
+    pthread_mutex_lock(&p->plock);
+    p->over = 1;
+    pthread_cond_broadcast(&p->pcond);
+    pthread_mutex_unlock(&p->plock);
+    cl_buf_clear(&env);
+    cl_connect_clear(&s.cs);
+    json_object_put(b);
+    return code;
+}
+
+/* One of the plugin's own commands (mkdir, chmod), output discarded:
+ * 0 and *@code, or -1. */
+static int e2b_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                         const char *script, int *code, const char *op, sbx_error **error)
+{
+    e2b_proc p = { 0 };
+    p.sb = sb;
+    p.script = (char *)script;
+    p.base.stdout_fd = p.base.stderr_fd = p.base.stop_fd = -1;
+    pthread_mutex_init(&p.plock, NULL);
+    pthread_cond_init(&p.pcond, NULL);
+    *code = e2b_run_stream(&p, ctx, 1, 0, error);
+    if (*code < 0 && error && !*error)
+        e2b_relay(error, op);
+    pthread_cond_destroy(&p.pcond);
+    pthread_mutex_destroy(&p.plock);
+    return *code < 0 ? -1 : 0;
+}
+
+/* stdin: SendInput chunks once the pid is known, then CloseStdin. */
+static void *e2b_stdin_main(void *arg)
+{
+    e2b_proc *p = arg;
+    const char *op = "exec";
+    sbx_call_ctx ctx = { sizeof(ctx), 0, p->base.stop_fd, NULL };
+    pthread_mutex_lock(&p->plock);
+    while (p->pid <= 0 && !p->over)
+        pthread_cond_wait(&p->pcond, &p->plock);
+    int64_t pid = p->pid;
+    int over = p->over;
+    pthread_mutex_unlock(&p->plock);
+    if (over && pid <= 0)
+        return NULL;
+    char *buf = malloc(E2B_STDIN_CHUNK);
+    for (int eof = 0; buf && !eof;) {
+        struct pollfd pf[2] = { { .fd = p->stdin_fd, .events = POLLIN },
+                                { .fd = p->base.stop_fd, .events = POLLIN } };
+        int r = poll(pf, 2, 200);
+        if (r < 0 && errno == EINTR)
+            continue;
+        pthread_mutex_lock(&p->plock);
+        over = p->over;
+        pthread_mutex_unlock(&p->plock);
+        if (r < 0 || pf[1].revents || over)
+            break;
+        if (r == 0)
+            continue;
+        ssize_t n = read(p->stdin_fd, buf, E2B_STDIN_CHUNK);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        json_object *b = json_object_new_object(), *sel = json_object_new_object();
+        json_object_object_add(sel, "pid", json_object_new_int64(pid));
+        json_object_object_add(b, "process", sel);
+        const char *rpc = "/process.Process/CloseStdin";
+        if (n > 0) {
+            char *b64 = cl_base64_encode(buf, (size_t)n);
+            json_object *in = json_object_new_object();
+            json_object_object_add(in, "stdin", json_object_new_string(b64 ? b64 : ""));
+            json_object_object_add(b, "input", in);
+            free(b64);
+            rpc = "/process.Process/SendInput";
+        } else {
+            eof = 1;
+        }
+        int rc = e2b_unary(p->sb, &ctx, rpc, b, NULL, NULL, op, "send the command's stdin", NULL);
+        json_object_put(b);
+        if (rc < 0)
+            break;
+    }
+    free(buf);
+    return NULL;
+}
+
+static int e2b_exec_run(cl_proc *base)
+{
+    e2b_proc *p = (e2b_proc *)base;
+    sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
+    int code = e2b_run_stream(p, &ctx, 0, p->stdin_fd >= 0, NULL);
+    if (code < 0) {
+        cl_proc_fail_last(base);
+        if (e2b_is_gone(p->sb)) {
+            snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
+            snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
+        } else if (cl_last()->code == SBX_ERROR_NOT_FOUND && (p->cwd || p->sb->workdir)) {
+            snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "path");
+            snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "%s",
+                     p->cwd ? p->cwd : p->sb->workdir);
+        }
+    }
+    return code;
+}
+
+static void e2b_proc_free_fields(e2b_proc *p)
+{
+    if (p->stdin_fd >= 0)
+        close(p->stdin_fd);
+    cl_strv_free(p->env);
+    free(p->script);
+    free(p->cwd);
+    free(p->user);
+    pthread_cond_destroy(&p->pcond);
+    pthread_mutex_destroy(&p->plock);
+}
+
+static char **e2b_strv_dup(const char *const *v)
+{
+    size_t n = 0;
+    while (v && v[n])
+        n++;
+    char **o = calloc(n + 1, sizeof(char *));
+    for (size_t i = 0; o && i < n; i++)
+        if (!(o[i] = strdup(v[i]))) {
+            cl_strv_free(o);
+            return NULL;
+        }
+    return o;
+}
+
+static int e2b_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                          const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
+                          sbx_error **error)
+{
+    const char *op = "exec";
+    (void)ctx;
+    if (e2b_check(sb, op, error) < 0)
+        return -1;
+    if (rq->tty_rows || rq->tty_cols) {
+        cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                "e2b backend: commands on a terminal are not supported");
+        return -1;
+    }
+    e2b_proc *p = calloc(1, sizeof(*p));
+    if (!p) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    p->sb = sb;
+    p->stdin_fd = -1;
+    pthread_mutex_init(&p->plock, NULL);
+    pthread_cond_init(&p->pcond, NULL);
+    static const char hexd[] = "0123456789abcdef";
+    unsigned char rnd[12];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        for (size_t i = 0; i < sizeof rnd; i++)
+            rnd[i] = (unsigned char)rand();
+    for (size_t i = 0; i < sizeof rnd; i++) {
+        p->tag[2 * i] = hexd[rnd[i] >> 4];
+        p->tag[2 * i + 1] = hexd[rnd[i] & 15];
+    }
+    p->script = cl_shell_script(rq->argv, rq->shell, NULL);
+    p->env = e2b_strv_dup(rq->env);
+    int bad = !p->script || !p->env;
+    if (!bad && rq->cwd)
+        bad = !(p->cwd = e2b_abs(sb, rq->cwd));
+    if (!bad && rq->user)
+        bad = !(p->user = strdup(rq->user));
+    if (!bad && rq->stdin_fd >= 0 && (p->stdin_fd = fcntl(rq->stdin_fd, F_DUPFD_CLOEXEC, 3)) < 0)
+        bad = 1;
+    if (bad) {
+        e2b_proc_free_fields(p);
+        free(p);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot start the command: %s",
+                strerror(errno ? errno : ENOMEM));
+        return -1;
+    }
+    p->base.run = e2b_exec_run;
+    p->base.ud = p;
+    if (cl_proc_start(&p->base, rq->stdout_fd, rq->stderr_fd, op, error) < 0) {
+        e2b_proc_free_fields(p);
+        free(p);
+        return -1;
+    }
+    if (p->stdin_fd >= 0)
+        p->stdin_started = pthread_create(&p->stdin_thread, NULL, e2b_stdin_main, p) == 0;
+    *process = (sbx_plugin_process *)p;
+    return 0;
+}
+
+static int e2b_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
+                         int *exit_code, sbx_error **error)
+{
+    (void)ctx;
+    return cl_proc_wait(&((e2b_proc *)process)->base, timeout_ms, exit_code, "exec_wait", error);
+}
+
+static int e2b_exec_event_fd(sbx_plugin_process *process)
+{
+    return cl_proc_event_fd(&((e2b_proc *)process)->base);
+}
+
+static int e2b_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
+                         sbx_error **error)
+{
+    e2b_proc *p = (e2b_proc *)process;
+    pthread_mutex_lock(&p->plock);
+    int64_t pid = p->pid;
+    int over = p->over;
+    pthread_mutex_unlock(&p->plock);
+    if (over || pid <= 0)
+        return 0;
+    json_object *b = json_object_new_object(), *sel = json_object_new_object();
+    json_object_object_add(sel, "pid", json_object_new_int64(pid));
+    json_object_object_add(b, "process", sel);
+    json_object_object_add(b, "signal", json_object_new_string(sig == SIGTERM ? "SIGNAL_SIGTERM"
+                                                                              : "SIGNAL_SIGKILL"));
+    int rc = e2b_unary(p->sb, ctx, "/process.Process/SendSignal", b, NULL, NULL, "exec_kill",
+                       "signal the command", NULL);
+    json_object_put(b);
+    if (rc < 0 && cl_last()->code == SBX_ERROR_NOT_FOUND && !e2b_is_gone(p->sb))
+        rc = 0;     /* it ended meanwhile */
+    if (rc < 0) {
+        e2b_relay(error, "exec_kill");
+        return -1;
+    }
+    /* envd signals the one process: the rest of its tree (background and
+     * setsid'd descendants included) is found by the tag in its
+     * environment. */
+    char *cmd = e2b_printf("for d in /proc/[0-9]*; do tr '\\0' '\\n' <\"$d/environ\" 2>/dev/null "
+                           "| grep -qx '" E2B_TAG_VAR "=%s' && kill -%d \"${d#/proc/}\" "
+                           "2>/dev/null; done; exit 0", p->tag, sig == SIGTERM ? SIGTERM : SIGKILL);
+    int code = 0;
+    rc = cmd ? e2b_run_short(p->sb, ctx, cmd, &code, "exec_kill", error) : -1;
+    if (!cmd)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec_kill", "out of memory");
+    free(cmd);
+    return rc;
+}
+
+static void e2b_exec_free(sbx_plugin_process *process)
+{
+    e2b_proc *p = (e2b_proc *)process;
+    if (!p)
+        return;
+    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 10, -1, NULL };
+    e2b_exec_kill(process, &c2, SIGKILL, NULL);
+    cl_proc_stop(&p->base);
+    if (p->stdin_started)
+        pthread_join(p->stdin_thread, NULL);
+    cl_proc_clear(&p->base);
+    e2b_proc_free_fields(p);
+    free(p);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lifecycle                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static sbx_error *e2b_refuse(sbx_error **error, const char *option, const char *value,
+                             const char *why)
+{
+    sbx_error *err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create", "e2b backend: %s%s%s: %s",
+                             option, value ? " " : "", value ? value : "", why);
+    cl_context(err, "option", option);
+    return err;
+}
+
+static json_object *e2b_create_body(const sbx_call_ctx *ctx, const sbx_plugin_create_request *rq,
+                                    long long *timeout, sbx_error **error)
+{
+    uint64_t set = rq->set_fields;
+    char buf[64];
+    if (rq->workdir && *rq->workdir && rq->workdir[0] != '/') {
+        cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "create",
+                           "e2b backend: workdir %s is not an absolute path in the sandbox",
+                           rq->workdir), "path", rq->workdir);
+        return NULL;
+    }
+    if (set & SBX_OPTION_CPU) {
+        snprintf(buf, sizeof buf, "%g", rq->cpu);
+        e2b_refuse(error, "cpu", buf, "E2B takes the vCPU count from the template");
+        return NULL;
+    }
+    if (set & SBX_OPTION_MEMORY_MB) {
+        snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
+        e2b_refuse(error, "memory_mb", buf, "E2B takes the memory size from the template");
+        return NULL;
+    }
+    if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb) {
+        snprintf(buf, sizeof buf, "%lld", (long long)rq->disk_mb);
+        e2b_refuse(error, "disk_mb", buf, "E2B takes the disk size from the template");
+        return NULL;
+    }
+    if (rq->gpu) {
+        e2b_refuse(error, "gpu", rq->gpu, "E2B has no GPUs");
+        return NULL;
+    }
+    if (rq->image) {
+        e2b_refuse(error, "image", rq->image, "E2B runs templates, not images (use template)");
+        return NULL;
+    }
+    if (rq->snapshot_id) {
+        e2b_refuse(error, "snapshot_id", rq->snapshot_id, "the e2b backend has no snapshots");
+        return NULL;
+    }
+    if (rq->app_name) {
+        e2b_refuse(error, "app_name", rq->app_name, "E2B has no apps");
+        return NULL;
+    }
+    if (rq->backend_options && *rq->backend_options) {
+        json_object *bo = json_tokener_parse(rq->backend_options);
+        const char *key = NULL;
+        if (bo && json_object_is_type(bo, json_type_object)) {
+            json_object_object_foreach(bo, k, v) {
+                (void)v;
+                key = k;
+                break;
+            }
+        }
+        if (key || !bo || !json_object_is_type(bo, json_type_object)) {
+            sbx_error *err = key
+                ? cl_fail(error, SBX_ERROR_CONFIGURATION, "create", "e2b backend_options: unknown "
+                          "key \"%s\" (the e2b backend takes no backend options)", key)
+                : cl_fail(error, SBX_ERROR_CONFIGURATION, "create", "e2b backend_options: %s is "
+                          "not a JSON object", rq->backend_options);
+            cl_context(err, "option", "backend_options");
+            if (key)
+                cl_context(err, "name", key);
+            json_object_put(bo);
+            return NULL;
+        }
+        json_object_put(bo);
+    }
+    /* The provider-side lifetime, always (CASE-33): whole seconds. */
+    double ts = rq->timeout_secs;
+    if (!(ts > 0) || ts > E2B_MAX_TIMEOUT_S) {
+        snprintf(buf, sizeof buf, "%g", ts);
+        e2b_refuse(error, "timeout_secs", buf, "E2B takes 1 to 86400 seconds");
+        return NULL;
+    }
+    *timeout = (long long)ceil(ts);
+    json_object *b = json_object_new_object(), *meta = json_object_new_object();
+    json_object *envs = json_object_new_object();
+    json_object_object_add(b, "templateID", json_object_new_string(
+                               rq->template_name ? rq->template_name : E2B_DEFAULT_TEMPLATE));
+    json_object_object_add(b, "timeout", json_object_new_int64(*timeout));
+    json_object_object_add(b, "secure", json_object_new_boolean(1));
+    if (!rq->allow_internet)
+        json_object_object_add(b, "allow_internet_access", json_object_new_boolean(0));
+    json_object_object_add(meta, CL_META_BACKEND, json_object_new_string(E2B_BACKEND));
+    if (ctx && ctx->create_token)
+        json_object_object_add(meta, CL_META_TOKEN, json_object_new_string(ctx->create_token));
+    snprintf(buf, sizeof buf, "%.0f", rq->expires_at > 0 ? rq->expires_at
+                                                        : cl_wallclock() + (double)*timeout);
+    json_object_object_add(meta, CL_META_EXPIRES, json_object_new_string(buf));
+    json_object_object_add(b, "metadata", meta);
+    for (size_t i = 0; rq->env && rq->env[i]; i++) {
+        const char *eq = strchr(rq->env[i], '=');
+        char *k = eq ? strndup(rq->env[i], (size_t)(eq - rq->env[i])) : NULL;
+        if (k)
+            json_object_object_add(envs, k, json_object_new_string(eq + 1));
+        free(k);
+    }
+    json_object_object_add(b, "envVars", envs);
+    return b;
+}
+
+static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                      const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
+                      sbx_error **error)
+{
+    const char *op = "create";
+    struct sbx_plugin_client *c = client;
+    long long timeout = 0;
+    json_object *body = e2b_create_body(ctx, rq, &timeout, error), *j = NULL;
+    if (!body)
+        return -1;
+    char *url = e2b_printf("%s/sandboxes", c->api);
+    cl_resp r = { 0 };
+    int rc = -1;
+    struct sbx_plugin_sandbox *sb = NULL;
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    if (e2b_call(c, ctx, "POST", url, body, CL_UNSAFE, &r, op, "create the sandbox",
+                 NULL) < 0) {
+        cl_last_error l = *cl_last();
+        /* The call's deadline cancelled it: a timeout. */
+        if (l.code == SBX_ERROR_CANCELLED && ctx && ctx->deadline > 0
+            && cl_now() >= ctx->deadline - 0.05)
+            l.code = SBX_ERROR_TIMEOUT;
+        sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
+        if (l.unknown)
+            cl_outcome_unknown(err);
+        /* Sent and not answered: the provider may finish it (CASE-20),
+         * looked for now (briefly: the call is over) and for a while. */
+        if (ctx && ctx->create_token && l.unknown) {
+            sbx_call_ctx rc2 = { sizeof(rc2), cl_now() + 1.5, -1, NULL };
+            cl_reap_now(c->reaper, &rc2, ctx->create_token, 0);
+            cl_reaper_add(c->reaper, ctx->create_token, 30.0);
+        }
+        goto out;
+    }
+    if (r.status / 100 != 2) {
+        if (r.maybe_acted && ctx && ctx->create_token) {
+            sbx_call_ctx rc2 = { sizeof(rc2), cl_now() + 1.5, -1, NULL };
+            cl_reap_now(c->reaper, &rc2, ctx->create_token, 0);
+            cl_reaper_add(c->reaper, ctx->create_token, 30.0);
+        }
+        cl_fail_status(c->http, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
+                                       && r.status != 429 && r.status != 408
+                                       ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,
+                       &r, op, "create the sandbox");
+        goto out;
+    }
+    j = cl_resp_json(&r, op, "create the sandbox", error);
+    const char *id = j ? cl_json_str(j, "sandboxID") : NULL;
+    if (!id) {
+        if (j)
+            cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "e2b create answered without a "
+                    "sandboxID");
+        if (ctx && ctx->create_token)
+            cl_reap_now(c->reaper, NULL, ctx->create_token, 5.0);
+        goto out;
+    }
+    sb = e2b_sandbox_new(c, id);
+    if (!sb || e2b_take_sandbox(sb, j) < 0) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto undo;
+    }
+    sb->lifetime_s = (double)timeout;
+    if (rq->workdir && *rq->workdir) {
+        char *q = cl_shell_quote(rq->workdir);
+        char *cmd = q ? e2b_printf("mkdir -p -- %s", q) : NULL;
+        int code = 0;
+        int wrc = cmd ? e2b_run_short(sb, ctx, cmd, &code, op, error) : -1;
+        free(q);
+        free(cmd);
+        if (wrc == 0 && code != 0) {
+            cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                               "e2b: cannot make the working directory %s (mkdir exited %d)",
+                               rq->workdir, code), "workdir", rq->workdir);
+            wrc = -1;
+        }
+        if (wrc < 0 || !(sb->workdir = strdup(rq->workdir))) {
+            if (wrc == 0)
+                cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            goto undo;
+        }
+    }
+    *sandbox = sb;
+    rc = 0;
+    goto out;
+undo:
+    if (error && *error)
+        cl_context(*error, "sandbox_id", id);
+    e2b_delete(c, NULL, id, op, NULL);
+    e2b_sandbox_free(sb);
+out:
+    json_object_put(body);
+    json_object_put(j);
+    free(url);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static int e2b_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    if (e2b_is_gone(sb))
+        return 0;
+    if (e2b_delete(sb->c, ctx, sb->id, "destroy", error) < 0)
+        return -1;
+    e2b_mark_gone(sb);
+    return 0;
+}
+
+static int e2b_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    if (e2b_is_gone(sb))
+        return 0;
+    long st;
+    json_object *j = e2b_get(sb->c, ctx, sb->id, &st, "is_alive", error);
+    if (!j) {
+        if (st == 404) {
+            e2b_mark_gone(sb);
+            return 0;
+        }
+        return -1;
+    }
+    json_object_put(j);     /* running or paused: it exists */
+    return 1;
+}
+
+static const char *e2b_sandbox_id(sbx_plugin_sandbox *sb)
+{
+    return sb->id;
+}
+
+static const char *e2b_sandbox_root(sbx_plugin_sandbox *sb)
+{
+    (void)sb;
+    return "";
+}
+
+/* {"version":1,"sandbox_id","workdir"?,"lifetime_s"}: no access token, no
+ * credential, no env value. */
+static char *e2b_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    (void)ctx;
+    if (e2b_check(sb, "session_state", error) < 0)
+        return NULL;
+    json_object *j = json_object_new_object();
+    json_object_object_add(j, "version", json_object_new_int(E2B_STATE_VERSION));
+    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->id));
+    if (sb->workdir)
+        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
+    json_object_object_add(j, "lifetime_s", json_object_new_int64((int64_t)sb->lifetime_s));
+    char *out = e2b_dup_alloc(json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN
+                                                                 | JSON_C_TO_STRING_NOSLASHESCAPE));
+    if (!out)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "session_state", "out of memory");
+    json_object_put(j);
+    return out;
+}
+
+static int e2b_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
+                      sbx_plugin_sandbox **sandbox, sbx_error **error)
+{
+    const char *op = "resume";
+    json_object *data = state_json ? json_tokener_parse(state_json) : NULL;
+    const char *id = cl_json_str(data, "sandbox_id");
+    int64_t ver = 0, life = 0;
+    int rc = -1;
+    if (!id || !*id || cl_json_int(data, "version", &ver) != 1 || ver != E2B_STATE_VERSION) {
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                "e2b session state: needs \"version\": %d and a \"sandbox_id\"",
+                E2B_STATE_VERSION);
+        goto out;
+    }
+    cl_json_int(data, "lifetime_s", &life);
+    struct sbx_plugin_sandbox *sb = e2b_sandbox_new(client, id);
+    const char *wd = cl_json_str(data, "workdir");
+    if (!sb || (wd && !(sb->workdir = strdup(wd)))) {
+        e2b_sandbox_free(sb);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    sb->lifetime_s = (double)life;
+    /* connect with the lifetime it has left: its access token, and a
+     * paused sandbox resumed (CASE-33, CASE-53) */
+    if (e2b_wake(sb, ctx, 1, op, error) < 0) {
+        e2b_sandbox_free(sb);
+        goto out;
+    }
+    *sandbox = sb;
+    rc = 0;
+out:
+    json_object_put(data);
+    return rc;
+}
+
+/* stop pauses the sandbox (its files and memory kept); start connects. */
+static int e2b_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    const char *op = "stop";
+    if (e2b_check(sb, op, error) < 0)
+        return -1;
+    cl_resp r = { 0 };
+    int rc = e2b_sbcall(sb->c, ctx, "POST", sb->id, "/pause", NULL, CL_SAFE, &r, op,
+                        "pause the sandbox", error);
+    if (rc == 0 && r.status / 100 != 2 && r.status != 409) {
+        if (r.status == 404) {
+            e2b_mark_gone(sb);
+            e2b_gone_error(error, op, sb->id);
+        } else {
+            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "pause the sandbox");
+        }
+        rc = -1;
+    }
+    cl_resp_clear(&r);
+    return rc;      /* 409: it is paused already */
+}
+
+static int e2b_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    if (e2b_check(sb, "start", error) < 0)
+        return -1;
+    return e2b_wake(sb, ctx, 0, "start", error);
+}
+
+/* GET /v2/sandboxes?metadata=K%3DV, every page: @fn per listed sandbox. */
+typedef int (*e2b_listed_fn)(void *ud, json_object *it);
+
+static int e2b_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *key,
+                    const char *value, e2b_listed_fn fn, void *ud, const char *op,
+                    sbx_error **error)
+{
+    char *kv = e2b_printf("%s=%s", key, value);
+    char *meta = kv ? cl_url_escape(kv) : NULL;
+    free(kv);
+    char *next = NULL;
+    int rc = meta ? 0 : -1;
+    for (int page = 0; page < 1000 && rc == 0; page++) {
+        char *nt = next ? cl_url_escape(next) : NULL;
+        char *url = e2b_printf("%s/v2/sandboxes?state=running,paused&metadata=%s&limit=100%s%s",
+                               c->api, meta, nt ? "&nextToken=" : "", nt ? nt : "");
+        free(nt);
+        free(next);
+        next = NULL;
+        rc = -1;
+        json_object *j = NULL;
+        if (!url) {
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            break;
+        }
+        cl_resp r = { 0 };
+        cl_req rq = { .method = "GET", .url = url, .idempotent = CL_SAFE,
+                      .keep_header = "X-Next-Token", .what = "list sandboxes" };
+        if (cl_request(c->http, ctx, &rq, &r, op, error) == 0) {
+            if (r.status == 200)
+                j = cl_resp_json(&r, op, "list sandboxes", error);
+            else
+                cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "list sandboxes");
+        }
+        free(url);
+        if (j && json_object_is_type(j, json_type_array)) {
+            rc = 0;
+            int stop = 0;
+            for (size_t i = 0; i < json_object_array_length(j) && !stop; i++)
+                stop = fn(ud, json_object_array_get_idx(j, i)) != 0;
+            next = !stop && r.kept_header && *r.kept_header ? strdup(r.kept_header) : NULL;
+        } else if (j) {
+            cl_fail(error, SBX_ERROR_CONNECTION, op, "e2b list answered with no array");
+        }
+        cl_resp_clear(&r);
+        json_object_put(j);
+        if (!next)
+            break;
+    }
+    free(next);
+    free(meta);
+    return rc;
+}
+
+typedef struct e2b_owned {
+    sbx_plugin_owned_fn fn;
+    void *ud;
+} e2b_owned;
+
+static int e2b_owned_one(void *ud, json_object *it)
+{
+    e2b_owned *o = ud;
+    const char *id = cl_json_str(it, "sandboxID");
+    json_object *meta = cl_json_path(it, "metadata", NULL);
+    const char *tok = cl_json_str(meta, CL_META_TOKEN);
+    const char *exp = cl_json_str(meta, CL_META_EXPIRES);
+    if (!id || !tok)
+        return 0;
+    sbx_plugin_owned_info info = { sizeof(info), id, tok,
+                                   e2b_rfc3339(cl_json_str(it, "startedAt")),
+                                   exp ? strtod(exp, NULL) : 0 };
+    return o->fn(&info, o->ud);
+}
+
+/* The sandboxes this backend made: metadata sbx_backend=e2b. */
+static int e2b_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                          sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
+{
+    e2b_owned o = { fn, ud };
+    return e2b_list(client, ctx, CL_META_BACKEND, E2B_BACKEND, e2b_owned_one, &o, "list_owned",
+                    error);
+}
+
+static int e2b_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                             sbx_error **error)
+{
+    return e2b_delete(client, ctx, id, "destroy_by_id", error);
+}
+
+typedef struct e2b_ids {
+    char **v;
+    size_t n;
+} e2b_ids;
+
+static int e2b_id_one(void *ud, json_object *it)
+{
+    e2b_ids *s = ud;
+    const char *id = cl_json_str(it, "sandboxID");
+    char **nv = id ? realloc(s->v, (s->n + 2) * sizeof(char *)) : NULL;
+    if (!nv)
+        return 0;
+    s->v = nv;
+    if ((s->v[s->n] = strdup(id)))
+        s->n++;
+    s->v[s->n] = NULL;
+    return 0;
+}
+
+/* The reaper's look-up: the sandboxes carrying create token @token. */
+static int e2b_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
+                          sbx_error **error)
+{
+    e2b_ids s = { NULL, 0 };
+    int rc = e2b_list(ud, ctx, CL_META_TOKEN, token, e2b_id_one, &s, "create", error);
+    if (rc < 0) {
+        cl_strv_free(s.v);
+        return -1;
+    }
+    if (!s.v)
+        s.v = calloc(1, sizeof(char *));
+    *ids = s.v;
+    return s.v ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Files: envd's /files as raw bytes (CASE-17), Filesystem for listings      */
+/* ------------------------------------------------------------------------ */
+
+typedef struct e2b_fd_io {
+    int fd;
+} e2b_fd_io;
+
+static int e2b_sink_fd(void *ud, const char *p, size_t n)
+{
+    e2b_fd_io *s = ud;
+    while (n) {
+        ssize_t w = write(s->fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static ssize_t e2b_source_fd(void *ud, char *buf, size_t cap)
+{
+    e2b_fd_io *s = ud;
+    for (;;) {
+        ssize_t r = read(s->fd, buf, cap);
+        if (r < 0 && errno == EINTR)
+            continue;
+        return r;
+    }
+}
+
+static char *e2b_files_path(struct sbx_plugin_sandbox *sb, const char *path)
+{
+    char *abs = e2b_abs(sb, path);
+    char *e = abs ? cl_url_escape(abs) : NULL;
+    char *s = e ? e2b_printf("/files?path=%s&username=" E2B_DEFAULT_USER, e) : NULL;
+    free(e);
+    free(abs);
+    return s;
+}
+
+static int e2b_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                         int fd, sbx_error **error)
+{
+    const char *op = "read_file";
+    char *q = e2b_files_path(sb, path);
+    e2b_fd_io s = { fd };
+    cl_req rq = { .method = "GET", .sink = e2b_sink_fd, .sink_ud = &s, .idempotent = CL_SAFE,
+                  .what = "download the file" };
+    cl_resp r = { 0 };
+    int rc = q ? e2b_envd(sb, ctx, &rq, q, NULL, NULL, &r, op, error) : -1;
+    if (!q)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else if (rc < 0 && r.status && !(error && *error) && !e2b_is_gone(sb))
+        e2b_envd_fail(sb, &r, op, "download the file", path, error);
+    free(q);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static int e2b_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                          int fd, uint32_t mode, sbx_error **error)
+{
+    const char *op = "write_file";
+    char *q = e2b_files_path(sb, path);
+    e2b_fd_io s = { fd };
+    cl_req rq = { .method = "POST", .content_type = "application/octet-stream",
+                  .source = e2b_source_fd, .source_ud = &s, .source_len = -1,
+                  .idempotent = CL_SAFE, .what = "upload the file" };
+    cl_resp r = { 0 };
+    int rc = q ? e2b_envd(sb, ctx, &rq, q, NULL, NULL, &r, op, error) : -1;
+    if (!q)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else if (rc < 0 && r.status && !(error && *error) && !e2b_is_gone(sb))
+        e2b_envd_fail(sb, &r, op, "upload the file", path, error);
+    free(q);
+    cl_resp_clear(&r);
+    if (rc < 0)
+        return -1;
+    /* envd's upload has no mode: set it. */
+    char *abs = e2b_abs(sb, path);
+    char *qp = abs ? cl_shell_quote(abs) : NULL;
+    char *cmd = qp ? e2b_printf("chmod %o -- %s", (unsigned)(mode & 07777), qp) : NULL;
+    int code = 0;
+    rc = cmd ? e2b_run_short(sb, ctx, cmd, &code, op, error) : -1;
+    if (!cmd)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else if (rc == 0 && code != 0) {
+        cl_context(cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+                           "cannot set mode %o on %s (chmod exited %d)",
+                           (unsigned)(mode & 07777), path, code), "path", path);
+        rc = -1;
+    }
+    free(abs);
+    free(qp);
+    free(cmd);
+    return rc;
+}
+
+/* A Filesystem EntryInfo to a file info (name borrowed from @e). */
+static void e2b_entry(json_object *e, sbx_plugin_file_info *info)
+{
+    int64_t size = -1, mode = 0;
+    cl_json_int(e, "size", &size);
+    cl_json_int(e, "mode", &mode);
+    const char *type = cl_json_str(e, "type");
+    int is_dir = type && strcmp(type, "FILE_TYPE_DIRECTORY") == 0;
+    *info = (sbx_plugin_file_info){ sizeof(*info), cl_json_str(e, "name"), is_dir,
+                                    is_dir ? -1 : size, (uint32_t)(mode & 07777) };
+}
+
+static int e2b_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
+{
+    const char *op = "list_files";
+    char *abs = e2b_abs(sb, path);
+    json_object *b = json_object_new_object(), *j = NULL;
+    json_object_object_add(b, "path", json_object_new_string(abs ? abs : path));
+    json_object_object_add(b, "depth", json_object_new_int(1));
+    free(abs);
+    int rc = e2b_unary(sb, ctx, "/filesystem.Filesystem/ListDir", b, &j, path, op,
+                       "list the directory", error);
+    json_object_put(b);
+    if (rc < 0)
+        return -1;
+    json_object *es = cl_json_path(j, "entries", NULL);
+    size_t n = es && json_object_is_type(es, json_type_array) ? json_object_array_length(es) : 0;
+    for (size_t i = 0; i < n; i++) {
+        sbx_plugin_file_info info;
+        e2b_entry(json_object_array_get_idx(es, i), &info);
+        if (info.name && fn(&info, ud) != 0)
+            break;
+    }
+    json_object_put(j);
+    return 0;
+}
+
+static int e2b_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                         sbx_plugin_file_info *info, sbx_error **error)
+{
+    static __thread char name[4096];
+    const char *op = "stat_file";
+    char *abs = e2b_abs(sb, path);
+    json_object *b = json_object_new_object(), *j = NULL;
+    json_object_object_add(b, "path", json_object_new_string(abs ? abs : path));
+    free(abs);
+    int rc = e2b_unary(sb, ctx, "/filesystem.Filesystem/Stat", b, &j, path, op,
+                       "look up the file", error);
+    json_object_put(b);
+    if (rc < 0)
+        return -1;
+    e2b_entry(cl_json_path(j, "entry", NULL), info);
+    snprintf(name, sizeof name, "%s", info->name ? info->name : "");
+    info->name = name;
+    json_object_put(j);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The descriptor                                                            */
+/* ------------------------------------------------------------------------ */
+
+static const sbx_plugin e2b_plugin = {
+    .struct_size = sizeof(sbx_plugin),
+    .abi_major = SBX_PLUGIN_ABI_MAJOR,
+    .abi_minor = SBX_PLUGIN_ABI_MINOR,
+    .name = E2B_BACKEND,
+    .version = PACKAGE_VERSION,
+    .description = "E2B sandboxes (REST API; envd's Connect process stream and raw-byte files) "
+                   "over libcurl",
+    .caps = E2B_CAPS,
+    .setup = e2b_setup,
+    .client_new = e2b_client_new,
+    .client_free = e2b_client_free,
+    .probe = e2b_probe,
+    .create = e2b_create,
+    .resume = e2b_resume,
+    .session_state = e2b_session_state,
+    .destroy = e2b_destroy,
+    .is_alive = e2b_is_alive,
+    .sandbox_free = e2b_sandbox_free,
+    .sandbox_id = e2b_sandbox_id,
+    .sandbox_root = e2b_sandbox_root,
+    .exec_start = e2b_exec_start,
+    .exec_wait = e2b_exec_wait,
+    .exec_event_fd = e2b_exec_event_fd,
+    .exec_kill = e2b_exec_kill,
+    .exec_free = e2b_exec_free,
+    .list_files = e2b_list_files,
+    .read_file = e2b_read_file,
+    .write_file = e2b_write_file,
+    .stat_file = e2b_stat_file,
+    .list_owned = e2b_list_owned,
+    .destroy_by_id = e2b_destroy_by_id,
+    .stop = e2b_stop,
+    .start = e2b_start,
+};
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
+{
+    return &e2b_plugin;
+}

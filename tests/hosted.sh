@@ -1,0 +1,121 @@
+#!/bin/sh
+# tests/hosted.sh BACKEND: the backend-neutral suites (conformance, cases,
+# session state), then tests/test_BACKEND for what only that backend does, on
+# a hosted backend through its contract fake (tests/fakes/BACKEND.py). The
+# fake is started on an ephemeral 127.0.0.1 port with a dummy key, the
+# backend's URL variables point at it, the suites run with
+# SBX_TEST_BACKEND=BACKEND in each plugin mode, and the fake is stopped by its
+# PID. Their TAP streams are joined into one, as tests/bubblewrap.sh does;
+# each test's name carries the backend, the mode and the program. One wrapper
+# per backend (tests/daytona.sh, tests/e2b.sh, tests/tensorlake.sh) is what
+# TESTS runs.
+#
+# Modes: SBX_CLOUD_MODES, "outofprocess inprocess" by default. When both run,
+# the slow cases (*_slow) run only out of process; scripts/test runs
+# "outofprocess" in build/ci and "inprocess" in build/asan, so each case runs
+# once per build. The backend's own tests script the one fake, so they run
+# one at a time (CRITERION_JOBS=1).
+#
+# tests/test_files is not among the suites: it never takes SBX_TEST_BACKEND
+# (it runs in TESTS already); a backend's file behaviour is in the
+# conformance suite and the cases. The fakes' sandboxes are real processes of
+# this host, so SBX_TEST_SANDBOX_PROCS_ON_HOST=1 lets the suites look for what
+# a sandbox left behind. The build's local plugins are on the plugin path
+# too, for the suites that compare against them.
+#
+# Runs from the build directory; writes only TAP to stdout. Exits 0 when
+# every test passed, 1 otherwise, 99 when the fake could not start.
+# SBX_CLOUD_SUITES overrides the programs.
+
+backend=$1
+here=${SBX_TEST_SRCDIR:-$(dirname "$0")}
+fake="$here/fakes/$backend.py"
+case $backend in
+daytona | e2b | tensorlake) ;;
+*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake)"; exit 99 ;;
+esac
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+dir=$(mktemp -d "${TMPDIR:-/tmp}/sbx-$backend-XXXXXX") || { echo "Bail out! mktemp"; exit 99; }
+SBX_FAKE_API_KEY=sbx-test-dummy-key "$py" "$fake" >"$dir/port" 2>"$dir/fake.log" &
+fake_pid=$!
+stop_fake() {
+    kill "$fake_pid" 2>/dev/null
+    wait "$fake_pid" 2>/dev/null
+    rm -rf "$dir"
+}
+trap stop_fake EXIT
+trap 'exit 1' INT TERM
+i=0
+while ! grep -q '^PORT ' "$dir/port" 2>/dev/null; do
+    i=$((i + 1))
+    if [ "$i" -gt 200 ] || ! kill -0 "$fake_pid" 2>/dev/null; then
+        echo "Bail out! the $backend fake did not start: $(cat "$dir/fake.log")"
+        exit 99
+    fi
+    sleep 0.05
+done
+url="http://127.0.0.1:$(sed -n 's/^PORT //p' "$dir/port")"
+
+# The provider's own variables (the contracts name them): where it is, the
+# dummy key, and nothing from the caller's environment that would send the
+# plugin elsewhere.
+case $backend in
+daytona)
+    DAYTONA_API_URL="$url/api" DAYTONA_API_KEY=sbx-test-dummy-key
+    export DAYTONA_API_URL DAYTONA_API_KEY
+    unset DAYTONA_JWT_TOKEN DAYTONA_TARGET DAYTONA_ORGANIZATION_ID ;;
+e2b)
+    # envd is reached on the same port; the sandbox is chosen by the
+    # E2b-Sandbox-Id header.
+    E2B_API_URL=$url E2B_SANDBOX_URL=$url E2B_API_KEY=sbx-test-dummy-key
+    export E2B_API_URL E2B_SANDBOX_URL E2B_API_KEY
+    unset E2B_DOMAIN E2B_DEBUG E2B_ACCESS_TOKEN ;;
+tensorlake)
+    TENSORLAKE_API_URL=$url TENSORLAKE_API_KEY=sbx-test-dummy-key
+    export TENSORLAKE_API_URL TENSORLAKE_API_KEY
+    unset TENSORLAKE_SANDBOX_PROXY_URL ;;
+esac
+SBX_TEST_BACKEND=$backend
+SBX_TEST_SANDBOX_PROCS_ON_HOST=1
+SBX_PLUGIN_PATH="$PWD/plugins/cloud/$backend/.libs:$PWD/plugins/local/.libs:$PWD/tests/plugins/.libs${SBX_PLUGIN_PATH:+:$SBX_PLUGIN_PATH}"
+export SBX_TEST_BACKEND SBX_TEST_SANDBOX_PROCS_ON_HOST SBX_PLUGIN_PATH
+
+modes=${SBX_CLOUD_MODES:-outofprocess inprocess}
+total=0
+failed=0
+for mode in $modes; do
+    SBX_PLUGIN_MODE=$mode
+    export SBX_PLUGIN_MODE
+    filter=
+    case " $modes " in
+    *" outofprocess "*) [ "$mode" = outofprocess ] || filter='--filter=*/!(*_slow)' ;;
+    esac
+    for prog in ${SBX_CLOUD_SUITES:-tests/test_conformance tests/test_cases tests/test_state tests/test_$backend}; do
+        if [ ! -x "./$prog" ]; then
+            echo "Bail out! $prog not found (run from the build directory)"
+            exit 99
+        fi
+        out="$dir/tap"
+        case $prog in
+        tests/test_$backend) CRITERION_JOBS=1 "./$prog" $filter >"$out" ;;
+        *) "./$prog" $filter >"$out" ;;
+        esac
+        status=$?
+        name="$backend $mode ${prog#tests/}"
+        sed -e '/^TAP version/d' -e '/^1\.\.[0-9]*$/d' \
+            -e "s|^ok - |ok - $name |" \
+            -e "s|^not ok - |not ok - $name |" "$out"
+        n=$(grep -c '^ok - \|^not ok - ' "$out")
+        bad=$(grep -c '^not ok - ' "$out")
+        total=$((total + n))
+        failed=$((failed + bad))
+        if [ "$status" -ne 0 ] && [ "$bad" -eq 0 ]; then
+            echo "not ok - $name exited with status $status"
+            total=$((total + 1))
+            failed=$((failed + 1))
+        fi
+    done
+done
+echo "1..$total"
+[ "$failed" -eq 0 ]
