@@ -73,8 +73,11 @@ def frames(raw):
 
 
 class Fake:
-    def __init__(self):
+    def __init__(self, tmpdir):
         e = dict(os.environ)
+        # The fake's temporary files go below @tmpdir, this check's own, so
+        # that fakes other tests run at the same time are not counted.
+        e["TMPDIR"] = tmpdir
         e["SBX_FAKE_API_KEY"] = KEY
         e["E2B_DOMAIN"] = "e2b.check"
         self.proc = subprocess.Popen([PY, os.path.join(HERE, "e2b.py")], stdout=subprocess.PIPE,
@@ -139,21 +142,25 @@ def events(raw):
     return [x[2]["event"] for x in fr if x[0] == 0], fr[-1]
 
 
-def fake_dirs():
-    import tempfile
-    t = tempfile.gettempdir()
-    return {n for n in os.listdir(t) if n.startswith("sbx-fake-e2b-")}
+def fake_dirs(tmpdir):
+    return {n for n in os.listdir(tmpdir) if n.startswith("sbx-fake-e2b-")}
 
 
 def run():
-    before = fake_dirs()
-    f = Fake()
+    import shutil
+    import tempfile
+    tmpdir = tempfile.mkdtemp(prefix="sbx-check-e2b-")
+    os.chmod(tmpdir, 0o755)
     try:
-        body(f)
+        f = Fake(tmpdir)
+        try:
+            body(f)
+        finally:
+            if f.proc.poll() is None:
+                f.stop()
+        eq("e2b: the fake's temporary directory is removed", fake_dirs(tmpdir), set())
     finally:
-        if f.proc.poll() is None:
-            f.stop()
-    eq("e2b: the fake's temporary directory is removed", fake_dirs() - before, set())
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def body(f):
