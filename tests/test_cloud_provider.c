@@ -4,8 +4,10 @@
  * the session state's version check, the cwd of a command script and its
  * error, descriptors as sink and source, the command that signals every
  * marked process, and the create's environment file, run by sh to show
- * that a per-call key wins and values arrive literally. Errors are looked
- * at through cl_last() (no host is loaded here).
+ * that a per-call key wins and values arrive literally; then the sandbox
+ * head (accessors, destroy), the workdir check, and the plugin's own mkdir
+ * and chmod commands over a stand-in runner. Errors are looked at through
+ * cl_last() (no host is loaded here).
  */
 #include "provider.h"
 
@@ -185,4 +187,125 @@ Test(provider, env_file_per_call_keys_win_and_values_are_literal)
     text = cl_env_file(none);
     cr_assert_str_eq(text, "");
     free(text);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The sandbox head, and what creates and commands write alike               */
+/* ------------------------------------------------------------------------ */
+
+Test(provider, printf_strv_dup_random_hex_and_env_object)
+{
+    char *s = cl_printf("%s-%d", "sb", 7);
+    cr_assert_str_eq(s, "sb-7");
+    free(s);
+    const char *v[] = { "A=1", "B", NULL };
+    char **d = cl_strv_dup(v);
+    cr_assert_str_eq(d[0], "A=1");
+    cr_assert_str_eq(d[1], "B");
+    cr_assert_null(d[2]);
+    cr_assert_neq((void *)d[0], (void *)v[0]);
+    cl_strv_free(d);
+    d = cl_strv_dup(NULL);
+    cr_assert_not_null(d);
+    cr_assert_null(d[0]);
+    cl_strv_free(d);
+    char a[25], b[25];
+    cl_random_hex(a, 12);
+    cl_random_hex(b, 12);
+    cr_assert_eq(strlen(a), 24);
+    cr_assert_eq(strspn(a, "0123456789abcdef"), 24, "%s", a);
+    cr_assert_str_neq(a, b);
+    const char *env[] = { "K=v=w", "EMPTY=", "NOEQ", NULL };
+    json_object *e = cl_env_object(env);
+    cr_assert_str_eq(json_object_to_json_string_ext(e, JSON_C_TO_STRING_PLAIN),
+                     "{\"K\":\"v=w\",\"EMPTY\":\"\"}");
+    json_object_put(e);
+    e = cl_env_object(NULL);
+    cr_assert_str_eq(json_object_to_json_string_ext(e, JSON_C_TO_STRING_PLAIN), "{}");
+    json_object_put(e);
+}
+
+Test(provider, workdir_check)
+{
+    cr_assert_eq(cl_workdir_check("acme", NULL, NULL), 0);
+    cr_assert_eq(cl_workdir_check("acme", "", NULL), 0);
+    cr_assert_eq(cl_workdir_check("acme", "/work", NULL), 0);
+    cr_assert_eq(cl_workdir_check("acme", "work/x", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg,
+                     "acme backend: workdir work/x is not an absolute path in the sandbox");
+}
+
+/* A plugin's sandbox: the head first. */
+struct sbx_plugin_sandbox {
+    cl_sandbox s;
+    int deletes;        /* calls of del() */
+    int fail;           /* del() fails */
+    char cmd[256];      /* the last command run() got */
+    int code;           /* run()'s exit status */
+};
+
+static int del(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id, const char *op,
+               sbx_error **error)
+{
+    sbx_plugin_sandbox *sb = (sbx_plugin_sandbox *)client;
+    (void)ctx;
+    cr_assert_str_eq(id, "sb-3");
+    cr_assert_str_eq(op, "destroy");
+    sb->deletes++;
+    if (sb->fail) {
+        cl_fail(error, SBX_ERROR_CONNECTION, op, "no answer");
+        return -1;
+    }
+    return 0;
+}
+
+Test(provider, sandbox_head_accessors_and_destroy)
+{
+    sbx_plugin_sandbox sb = { 0 };
+    cr_assert_eq(cl_sandbox_init(&sb.s, "sb-3"), 0);
+    cr_assert_str_eq(cl_sandbox_id(&sb), "sb-3");
+    cr_assert_str_eq(cl_sandbox_root(&sb), "");
+    sbx_plugin_client *c = (sbx_plugin_client *)&sb;
+    sb.fail = 1;
+    cr_assert_eq(cl_sandbox_destroy(&sb.s, c, del, NULL, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONNECTION);
+    cr_assert_eq(cl_gone_get(&sb.s.gone), 0);
+    sb.fail = 0;
+    cr_assert_eq(cl_sandbox_destroy(&sb.s, c, del, NULL, NULL), 0);
+    cr_assert_eq(cl_gone_get(&sb.s.gone), 1);
+    cr_assert_eq(cl_sandbox_destroy(&sb.s, c, del, NULL, NULL), 0);
+    cr_assert_eq(sb.deletes, 2);
+    cl_sandbox_clear(&sb.s);
+    cr_assert_null(sb.s.id);
+}
+
+static int run(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd, int *code,
+               const char *op, sbx_error **error)
+{
+    (void)ctx;
+    (void)op;
+    (void)error;
+    snprintf(sb->cmd, sizeof sb->cmd, "%s", cmd);
+    *code = sb->code;
+    return 0;
+}
+
+Test(provider, make_workdir_and_set_mode)
+{
+    sbx_plugin_sandbox sb = { 0 };
+    cr_assert_eq(cl_make_workdir(&sb, run, NULL, "acme", "/w o", "create", NULL), 0);
+    cr_assert_str_eq(sb.cmd, "mkdir -p -- '/w o'");
+    sb.code = 1;
+    cr_assert_eq(cl_make_workdir(&sb, run, NULL, "acme", "/w o", "create", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg,
+                     "acme: cannot make the working directory /w o (mkdir exited 1)");
+    sb.code = 0;
+    cr_assert_eq(cl_set_mode(&sb, run, NULL, "/h/a b", "a b", 0100755, "write_file", NULL), 0);
+    cr_assert_str_eq(sb.cmd, "chmod 755 -- '/h/a b'");
+    sb.code = 2;
+    cr_assert_eq(cl_set_mode(&sb, run, NULL, "/h/a b", "a b", 0600, "write_file", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_EXECUTION_FAILED);
+    cr_assert_str_eq(cl_last()->msg, "cannot set mode 600 on a b (chmod exited 2)");
 }

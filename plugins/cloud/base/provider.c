@@ -4,9 +4,11 @@
 #include "provider.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -262,4 +264,160 @@ char *cl_call_keys(const char *const *env)
         return NULL;
     }
     return b.data;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The sandbox head, and what creates and commands write alike               */
+/* ------------------------------------------------------------------------ */
+
+char *cl_printf(const char *fmt, ...)
+{
+    va_list ap;
+    char *s = NULL;
+    va_start(ap, fmt);
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    return s;
+}
+
+char **cl_strv_dup(const char *const *v)
+{
+    size_t n = 0;
+    while (v && v[n])
+        n++;
+    char **o = calloc(n + 1, sizeof(char *));
+    for (size_t i = 0; o && i < n; i++)
+        if (!(o[i] = strdup(v[i]))) {
+            cl_strv_free(o);
+            return NULL;
+        }
+    return o;
+}
+
+void cl_random_hex(char *out, size_t nbytes)
+{
+    static const char hexd[] = "0123456789abcdef";
+    unsigned char r[32];
+    if (nbytes > sizeof(r))
+        nbytes = sizeof(r);
+    if (getrandom(r, nbytes, 0) != (ssize_t)nbytes)
+        for (size_t i = 0; i < nbytes; i++)
+            r[i] = (unsigned char)(rand() & 0xff);
+    for (size_t i = 0; i < nbytes; i++) {
+        out[2 * i] = hexd[r[i] >> 4];
+        out[2 * i + 1] = hexd[r[i] & 15];
+    }
+    out[2 * nbytes] = '\0';
+}
+
+json_object *cl_env_object(const char *const *env)
+{
+    json_object *e = json_object_new_object();
+    for (size_t i = 0; e && env && env[i]; i++) {
+        const char *eq = strchr(env[i], '=');
+        char *k = eq ? strndup(env[i], (size_t)(eq - env[i])) : NULL;
+        if (k)
+            json_object_object_add(e, k, json_object_new_string(eq + 1));
+        free(k);
+    }
+    return e;
+}
+
+int cl_request_json(cl_http *h, const sbx_call_ctx *ctx, const char *method, const char *url,
+                    json_object *body, cl_idempotency idem, cl_resp *resp, const char *op,
+                    const char *what, sbx_error **error)
+{
+    const char *b = body ? json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN) : NULL;
+    cl_req rq = { .method = method, .url = url, .body = b, .body_len = b ? strlen(b) : 0,
+                  .idempotent = idem, .what = what };
+    return cl_request(h, ctx, &rq, resp, op, error);
+}
+
+int cl_workdir_check(const char *provider, const char *workdir, sbx_error **error)
+{
+    if (!workdir || !*workdir || workdir[0] == '/')
+        return 0;
+    cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "create",
+                       "%s backend: workdir %s is not an absolute path in the sandbox", provider,
+                       workdir), "path", workdir);
+    return -1;
+}
+
+int cl_sandbox_init(cl_sandbox *s, const char *id)
+{
+    if (!(s->id = strdup(id)))
+        return -1;
+    cl_gone_init(&s->gone);
+    return 0;
+}
+
+void cl_sandbox_clear(cl_sandbox *s)
+{
+    cl_gone_destroy(&s->gone);
+    free(s->id);
+    s->id = NULL;
+}
+
+const char *cl_sandbox_id(sbx_plugin_sandbox *sb)
+{
+    return ((cl_sandbox *)(void *)sb)->id;
+}
+
+const char *cl_sandbox_root(sbx_plugin_sandbox *sb)
+{
+    (void)sb;
+    return "";
+}
+
+int cl_sandbox_destroy(cl_sandbox *s, sbx_plugin_client *client, cl_delete_fn del,
+                       const sbx_call_ctx *ctx, sbx_error **error)
+{
+    if (cl_gone_get(&s->gone))
+        return 0;
+    if (del(client, ctx, s->id, "destroy", error) < 0)
+        return -1;
+    cl_gone_set(&s->gone);
+    return 0;
+}
+
+int cl_make_workdir(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *ctx,
+                    const char *provider, const char *workdir, const char *op,
+                    sbx_error **error)
+{
+    char *q = cl_shell_quote(workdir);
+    char *cmd = q ? cl_printf("mkdir -p -- %s", q) : NULL;
+    int code = 0;
+    int rc = cmd ? run(sb, ctx, cmd, &code, op, error) : -1;
+    if (!cmd)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else if (rc == 0 && code != 0) {
+        cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                           "%s: cannot make the working directory %s (mkdir exited %d)",
+                           provider, workdir, code), "workdir", workdir);
+        rc = -1;
+    }
+    free(q);
+    free(cmd);
+    return rc;
+}
+
+int cl_set_mode(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *ctx, const char *path,
+                const char *shown, uint32_t mode, const char *op, sbx_error **error)
+{
+    char *q = cl_shell_quote(path);
+    char *cmd = q ? cl_printf("chmod %o -- %s", (unsigned)(mode & 07777), q) : NULL;
+    int code = 0;
+    int rc = cmd ? run(sb, ctx, cmd, &code, op, error) : -1;
+    if (!cmd)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else if (rc == 0 && code != 0) {
+        cl_context(cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+                           "cannot set mode %o on %s (chmod exited %d)",
+                           (unsigned)(mode & 07777), shown, code), "path", shown);
+        rc = -1;
+    }
+    free(q);
+    free(cmd);
+    return rc;
 }

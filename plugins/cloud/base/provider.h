@@ -178,4 +178,107 @@ char *cl_env_file_source(const char *path);
  */
 char *cl_call_keys(const char *const *env);
 
+/* ------------------------------------------------------------------------ */
+/* The sandbox head, and what creates and commands write alike               */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * printf into a new string (free()), or NULL on no memory.
+ */
+char *cl_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/**
+ * A copy of the NULL-terminated string array @v (NULL: an empty array):
+ * new strings in a new array, freed with cl_strv_free(); NULL on no
+ * memory.
+ */
+char **cl_strv_dup(const char *const *v);
+
+/**
+ * Writes @nbytes random bytes (at most 32; getrandom(), else rand()) as
+ * 2 * @nbytes lowercase hex digits and a NUL to @out: a tag that names one
+ * command (CL_EXEC_MARK) or one of its files.
+ */
+void cl_random_hex(char *out, size_t nbytes);
+
+/**
+ * The JSON object {"K": "V", ...} of the "K=V" strings of @env (NULL: {});
+ * a string without '=' is left out. A new object (json_object_put()).
+ */
+struct json_object *cl_env_object(const char *const *env);
+
+/**
+ * cl_request() with @body (a JSON object the caller keeps, or NULL for
+ * none) as the request's plain JSON body. Returns as cl_request().
+ */
+int cl_request_json(cl_http *h, const sbx_call_ctx *ctx, const char *method, const char *url,
+                    struct json_object *body, cl_idempotency idem, cl_resp *resp,
+                    const char *op, const char *what, sbx_error **error);
+
+/**
+ * The create's workdir check: 0 when @workdir is NULL, empty or absolute;
+ * else -1 with invalid_argument "@provider backend: workdir @workdir is not
+ * an absolute path in the sandbox", context path=@workdir, op "create".
+ */
+int cl_workdir_check(const char *provider, const char *workdir, sbx_error **error);
+
+/**
+ * What every plugin's sandbox starts with (its first member, so that the
+ * slots below take the plugin's sbx_plugin_sandbox): the provider's id and
+ * the gone flag. Not thread-safe to init or clear; the flag has its lock.
+ */
+typedef struct cl_sandbox {
+    char *id;           /* the provider's id, a new string */
+    cl_gone gone;
+} cl_sandbox;
+
+/** Copies @id into @s and clears its gone flag: 0, or -1 on no memory
+ *  (then @s holds nothing to clear). */
+int cl_sandbox_init(cl_sandbox *s, const char *id);
+/** Frees what cl_sandbox_init() made (not @s itself). */
+void cl_sandbox_clear(cl_sandbox *s);
+/** The sandbox_id slot: the id of a sandbox whose struct starts with a
+ *  cl_sandbox (borrowed, lives as long as the sandbox). */
+const char *cl_sandbox_id(sbx_plugin_sandbox *sb);
+/** The sandbox_root slot of a provider whose sandbox owns "/": "". */
+const char *cl_sandbox_root(sbx_plugin_sandbox *sb);
+
+/** Deletes sandbox @id at the provider: 0 also when it was gone already,
+ *  -1 with *@error set. @op names the call in errors. */
+typedef int (*cl_delete_fn)(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                            const char *op, sbx_error **error);
+
+/**
+ * The destroy slot's body: 0 at once when @s is gone; else @del (op
+ * "destroy"), and on success the gone flag set, so that every later call
+ * fails at once and a second destroy sends nothing. -1 with @del's error.
+ */
+int cl_sandbox_destroy(cl_sandbox *s, sbx_plugin_client *client, cl_delete_fn del,
+                       const sbx_call_ctx *ctx, sbx_error **error);
+
+/** Runs the plugin's own short command @cmd in @sb (output discarded): 0
+ *  with its exit status in *@code, or -1 with *@error set. */
+typedef int (*cl_run_fn)(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
+                         int *code, const char *op, sbx_error **error);
+
+/**
+ * Makes @workdir (absolute) in @sb with "mkdir -p -- WORKDIR" through @run:
+ * 0, or -1 with @run's error, or invalid_argument "@provider: cannot make
+ * the working directory @workdir (mkdir exited N)" (context workdir) when
+ * mkdir failed.
+ */
+int cl_make_workdir(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *ctx,
+                    const char *provider, const char *workdir, const char *op,
+                    sbx_error **error);
+
+/**
+ * Sets the mode bits (mode & 07777) of the file @path in @sb with "chmod
+ * MODE -- PATH" through @run (providers whose upload takes no mode): 0, or
+ * -1 with @run's error, or execution_failed "cannot set mode MODE on @shown
+ * (chmod exited N)" (context path=@shown) when chmod failed. @shown names
+ * the file as the caller did.
+ */
+int cl_set_mode(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *ctx, const char *path,
+                const char *shown, uint32_t mode, const char *op, sbx_error **error);
+
 #endif

@@ -39,7 +39,7 @@
  *    SendSignal (SIGTERM as SIGNAL_SIGTERM, any other signal as
  *    SIGNAL_SIGKILL: envd has no others), which reaches the one process;
  *    the rest of its tree (background and setsid'd descendants) is found by
- *    the variable SBX_EXEC_TAG=<random> every command carries in its
+ *    the variable SBX_EXEC_ID=<random> every command carries in its
  *    environment, and signalled by a short command in the sandbox.
  *    Keepalive-Ping-Interval is 20 s and there is no read timeout of our
  *    own (CASE-52).
@@ -59,7 +59,7 @@
  * Threading: slots may run at once on different sandboxes and on one; a
  * sandbox's mutable state (gone flag, access token) is guarded by its lock.
  */
-#include "cloud.h"
+#include "provider.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -67,11 +67,9 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -89,7 +87,6 @@
 #define E2B_MAX_TIMEOUT_S 86400         /* the API's bound on timeout */
 #define E2B_STATE_VERSION 1
 #define E2B_STDIN_CHUNK 49152           /* bytes per SendInput */
-#define E2B_TAG_VAR "SBX_EXEC_TAG"      /* marks the processes of one command */
 
 #define E2B_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_RESUME        \
                   | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY | SBX_CAP_IMAGE               \
@@ -104,15 +101,14 @@ struct sbx_plugin_client {
 };
 
 struct sbx_plugin_sandbox {
+    cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
     struct sbx_plugin_client *c;
-    char *id;
     char *envd;         /* envd base URL */
     int by_header;      /* E2b-Sandbox-Id / -Port headers choose the sandbox */
     char *workdir;      /* default working directory, or NULL */
     double lifetime_s;  /* the create's timeout, for a sandbox resumed past its end */
-    pthread_mutex_t lock;
+    pthread_mutex_t lock;   /* guards envd and token */
     char *token;        /* envdAccessToken (a secret), or NULL */
-    int gone;
 };
 
 typedef struct e2b_proc {
@@ -128,33 +124,13 @@ typedef struct e2b_proc {
     pthread_mutex_t plock;
     pthread_cond_t pcond;
     int64_t pid;        /* envd's pid; 0 until the start event */
-    char tag[32];       /* E2B_EXEC_TAG of the command's processes; "" for none */
+    char tag[32];       /* CL_EXEC_MARK of the command's processes; "" for none */
     int over;           /* the stream is over */
 } e2b_proc;
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
 /* ------------------------------------------------------------------------ */
-
-static char *e2b_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *e2b_printf(const char *fmt, ...)
-{
-    va_list ap;
-    char *s = NULL;
-    va_start(ap, fmt);
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
-
-static char *e2b_dup_alloc(const char *s)
-{
-    char *o = cl_host->alloc(strlen(s) + 1);
-    if (o)
-        memcpy(o, s, strlen(s) + 1);
-    return o;
-}
 
 /* Stores this thread's last error (made with no error to store it in) in
  * @error. */
@@ -166,38 +142,11 @@ static void e2b_relay(sbx_error **error, const char *op)
         cl_outcome_unknown(err);
 }
 
-static int e2b_is_gone(struct sbx_plugin_sandbox *sb)
-{
-    pthread_mutex_lock(&sb->lock);
-    int g = sb->gone;
-    pthread_mutex_unlock(&sb->lock);
-    return g;
-}
-
-static void e2b_mark_gone(struct sbx_plugin_sandbox *sb)
-{
-    pthread_mutex_lock(&sb->lock);
-    sb->gone = 1;
-    pthread_mutex_unlock(&sb->lock);
-}
-
-static sbx_error *e2b_gone_error(sbx_error **error, const char *op, const char *id)
-{
-    sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
-                             "e2b sandbox %s is gone (the provider no longer has it)", id);
-    cl_context(err, "sandbox_id", id);
-    cl_context(err, "reason", "gone");
-    return err;
-}
-
-static int e2b_check(struct sbx_plugin_sandbox *sb, const char *op, sbx_error **error)
-{
-    if (e2b_is_gone(sb)) {
-        e2b_gone_error(error, op, sb->id);
-        return -1;
-    }
-    return 0;
-}
+#define e2b_is_gone(sb) cl_gone_get(&(sb)->s.gone)
+#define e2b_mark_gone(sb) cl_gone_set(&(sb)->s.gone)
+#define e2b_gone_error(error, op, id) cl_gone_error((error), (op), E2B_BACKEND, (id))
+#define e2b_check(sb, op, error) cl_gone_check(&(sb)->s.gone, (op), E2B_BACKEND, (sb)->s.id, \
+                                               (error))
 
 /* RFC 3339 ("2026-08-21T10:00:00.123Z") to UNIX seconds; 0 when it is not. */
 static double e2b_rfc3339(const char *s)
@@ -212,29 +161,19 @@ static double e2b_rfc3339(const char *s)
     return (double)timegm(&tm) + frac;
 }
 
-static int e2b_call(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *method,
-                    const char *url, json_object *body, cl_idempotency idem, cl_resp *resp,
-                    const char *op, const char *what, sbx_error **error)
-{
-    const char *b = body ? json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN) : NULL;
-    cl_req rq = { .method = method, .url = url, .body = b, .body_len = b ? strlen(b) : 0,
-                  .idempotent = idem, .what = what };
-    return cl_request(c->http, ctx, &rq, resp, op, error);
-}
-
 /* A control-plane call on /sandboxes/{id}@suffix. */
 static int e2b_sbcall(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *method,
                       const char *id, const char *suffix, json_object *body, cl_idempotency idem,
                       cl_resp *r, const char *op, const char *what, sbx_error **error)
 {
     char *esc = cl_url_escape(id);
-    char *url = esc ? e2b_printf("%s/sandboxes/%s%s", c->api, esc, suffix) : NULL;
+    char *url = esc ? cl_printf("%s/sandboxes/%s%s", c->api, esc, suffix) : NULL;
     free(esc);
     if (!url) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
-    int rc = e2b_call(c, ctx, method, url, body, idem, r, op, what, error);
+    int rc = cl_request_json(c->http, ctx, method, url, body, idem, r, op, what, error);
     free(url);
     return rc;
 }
@@ -291,8 +230,8 @@ static int e2b_take_sandbox(struct sbx_plugin_sandbox *sb, json_object *j)
         int mine = 0;
         for (size_t i = 0; own[i]; i++)
             mine |= strcmp(dom, own[i]) == 0;
-        envd = mine ? e2b_printf("https://sandbox.%s", dom)
-                    : e2b_printf("https://" E2B_ENVD_PORT "-%s.%s", sb->id, dom);
+        envd = mine ? cl_printf("https://sandbox.%s", dom)
+                    : cl_printf("https://" E2B_ENVD_PORT "-%s.%s", sb->s.id, dom);
         sb->by_header = mine;
     }
     const char *tok = cl_json_str(j, "envdAccessToken");
@@ -314,7 +253,7 @@ static int e2b_take_sandbox(struct sbx_plugin_sandbox *sb, json_object *j)
 static struct sbx_plugin_sandbox *e2b_sandbox_new(struct sbx_plugin_client *c, const char *id)
 {
     struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
-    if (!sb || !(sb->id = strdup(id))) {
+    if (!sb || cl_sandbox_init(&sb->s, id) < 0) {
         free(sb);
         return NULL;
     }
@@ -328,7 +267,7 @@ static void e2b_sandbox_free(sbx_plugin_sandbox *sb)
     if (!sb)
         return;
     pthread_mutex_destroy(&sb->lock);
-    free(sb->id);
+    cl_sandbox_clear(&sb->s);
     free(sb->envd);
     free(sb->workdir);
     free(sb->token);
@@ -345,11 +284,11 @@ static int e2b_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, int 
                     const char *op, sbx_error **error)
 {
     long st;
-    json_object *d = e2b_get(sb->c, ctx, sb->id, &st, op, error);
+    json_object *d = e2b_get(sb->c, ctx, sb->s.id, &st, op, error);
     if (!d) {
         if (st == 404) {
             e2b_mark_gone(sb);
-            e2b_gone_error(error, op, sb->id);
+            e2b_gone_error(error, op, sb->s.id);
         }
         return -1;
     }
@@ -369,13 +308,13 @@ static int e2b_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, int 
     json_object *b = json_object_new_object();
     json_object_object_add(b, "timeout", json_object_new_int64(t));
     cl_resp r = { 0 };
-    int rc = e2b_sbcall(sb->c, ctx, "POST", sb->id, "/connect", b, CL_SAFE, &r, op,
+    int rc = e2b_sbcall(sb->c, ctx, "POST", sb->s.id, "/connect", b, CL_SAFE, &r, op,
                         "connect to the sandbox", error);
     json_object_put(b);
     if (rc == 0) {
         if (r.status == 404) {
             e2b_mark_gone(sb);
-            e2b_gone_error(error, op, sb->id);
+            e2b_gone_error(error, op, sb->s.id);
             rc = -1;
         } else if (r.status / 100 != 2) {
             cl_context(cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op,
@@ -417,15 +356,15 @@ static const char *const *e2b_hdrs_make(struct sbx_plugin_sandbox *sb, e2b_hdrs 
     memset(h, 0, sizeof(*h));
     pthread_mutex_lock(&sb->lock);
     if (sb->token)
-        h->v[n++] = e2b_printf("X-Access-Token: %s", sb->token);
+        h->v[n++] = cl_printf("X-Access-Token: %s", sb->token);
     pthread_mutex_unlock(&sb->lock);
     if (sb->by_header) {
-        h->v[n++] = e2b_printf("E2b-Sandbox-Id: %s", sb->id);
+        h->v[n++] = cl_printf("E2b-Sandbox-Id: %s", sb->s.id);
         h->v[n++] = strdup("E2b-Sandbox-Port: " E2B_ENVD_PORT);
     }
-    char *up = e2b_printf("%s:", user ? user : E2B_DEFAULT_USER);
+    char *up = cl_printf("%s:", user ? user : E2B_DEFAULT_USER);
     char *b64 = up ? cl_base64_encode(up, strlen(up)) : NULL;
-    h->v[n++] = b64 ? e2b_printf("Authorization: Basic %s", b64) : NULL;
+    h->v[n++] = b64 ? cl_printf("Authorization: Basic %s", b64) : NULL;
     free(up);
     free(b64);
     h->v[n++] = strdup("Connect-Protocol-Version: 1");
@@ -455,7 +394,7 @@ static int e2b_envd(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_r
         if (e2b_check(sb, op, error) < 0)
             return -1;
         pthread_mutex_lock(&sb->lock);
-        char *url = e2b_printf("%s%s", sb->envd, path);
+        char *url = cl_printf("%s%s", sb->envd, path);
         pthread_mutex_unlock(&sb->lock);
         e2b_hdrs h;
         rq->headers = e2b_hdrs_make(sb, &h, user, extra);
@@ -476,13 +415,13 @@ static int e2b_envd(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_r
             return -1;
         /* Not running at envd: gone, or paused (CASE-32, CASE-53). */
         long st;
-        json_object *d = e2b_get(sb->c, ctx, sb->id, &st, op, NULL);
+        json_object *d = e2b_get(sb->c, ctx, sb->s.id, &st, op, NULL);
         const char *state = d ? cl_json_str(d, "state") : NULL;
         int paused = state && strcmp(state, "paused") == 0;
         json_object_put(d);
         if (st == 404) {
             e2b_mark_gone(sb);
-            e2b_gone_error(error, op, sb->id);
+            e2b_gone_error(error, op, sb->s.id);
             return -1;
         }
         if (!paused || attempt > 0) {
@@ -494,7 +433,7 @@ static int e2b_envd(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_r
         if (rq->source) {
             cl_context(cl_fail(error, SBX_ERROR_CONNECTION, op,
                                "%s: e2b sandbox %s was paused and has been resumed; the data "
-                               "was not sent", rq->what, sb->id), "state", "paused");
+                               "was not sent", rq->what, sb->s.id), "state", "paused");
             return -1;
         }
         cl_resp_clear(r);
@@ -551,7 +490,7 @@ static char *e2b_abs(struct sbx_plugin_sandbox *sb, const char *path)
 {
     if (path[0] == '/' || !sb->workdir)
         return strdup(path);
-    return e2b_printf("%s/%s", sb->workdir, path);
+    return cl_printf("%s/%s", sb->workdir, path);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -605,7 +544,7 @@ static int e2b_client_new(const char *config_json, sbx_plugin_client **client, s
     if (!dom || !*dom)
         dom = getenv("E2B_DOMAIN");
     c->domain = strdup(dom && *dom ? dom : E2B_DEFAULT_DOMAIN);
-    char *dflt = c->domain ? e2b_printf("https://api.%s", c->domain) : NULL;
+    char *dflt = c->domain ? cl_printf("https://api.%s", c->domain) : NULL;
     c->api = dflt ? cl_base_url(cfg, "api_url", "E2B_API_URL", dflt, error) : NULL;
     free(dflt);
     if (!c->api)
@@ -768,20 +707,13 @@ static json_object *e2b_start_body(struct sbx_plugin_sandbox *sb, const char *sc
                                    int want_stdin)
 {
     json_object *b = json_object_new_object(), *pr = json_object_new_object();
-    json_object *args = json_object_new_array(), *e = json_object_new_object();
+    json_object *args = json_object_new_array(), *e = cl_env_object((const char *const *)env);
     json_object_object_add(pr, "cmd", json_object_new_string("/bin/bash"));
     json_object_array_add(args, json_object_new_string("-c"));
     json_object_array_add(args, json_object_new_string(script));
     json_object_object_add(pr, "args", args);
-    for (size_t i = 0; env && env[i]; i++) {
-        const char *eq = strchr(env[i], '=');
-        char *k = eq ? strndup(env[i], (size_t)(eq - env[i])) : NULL;
-        if (k)
-            json_object_object_add(e, k, json_object_new_string(eq + 1));
-        free(k);
-    }
     if (tag && *tag)
-        json_object_object_add(e, E2B_TAG_VAR, json_object_new_string(tag));
+        json_object_object_add(e, CL_EXEC_MARK, json_object_new_string(tag));
     json_object_object_add(pr, "envs", e);
     if (cwd || sb->workdir)
         json_object_object_add(pr, "cwd", json_object_new_string(cwd ? cwd : sb->workdir));
@@ -826,9 +758,7 @@ static int e2b_run_stream(e2b_proc *p, const sbx_call_ctx *ctx, int discard, int
             && e2b_unary(sb, ctx, "/filesystem.Filesystem/Stat", sb_, &st, cwd, op,
                          "look up the working directory", NULL) < 0
             && cl_last()->code == SBX_ERROR_NOT_FOUND) {
-            cl_context(cl_fail(error, SBX_ERROR_NOT_FOUND, op,
-                               "the working directory %s does not exist in the sandbox", cwd),
-                       "path", cwd);
+            cl_cwd_missing_error(error, op, cwd);
         } else {
             e2b_envd_fail(sb, &r, op, "run the command", NULL, error);
         }
@@ -955,20 +885,6 @@ static void e2b_proc_free_fields(e2b_proc *p)
     pthread_mutex_destroy(&p->plock);
 }
 
-static char **e2b_strv_dup(const char *const *v)
-{
-    size_t n = 0;
-    while (v && v[n])
-        n++;
-    char **o = calloc(n + 1, sizeof(char *));
-    for (size_t i = 0; o && i < n; i++)
-        if (!(o[i] = strdup(v[i]))) {
-            cl_strv_free(o);
-            return NULL;
-        }
-    return o;
-}
-
 static int e2b_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                           const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
                           sbx_error **error)
@@ -991,17 +907,9 @@ static int e2b_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     p->stdin_fd = -1;
     pthread_mutex_init(&p->plock, NULL);
     pthread_cond_init(&p->pcond, NULL);
-    static const char hexd[] = "0123456789abcdef";
-    unsigned char rnd[12];
-    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
-        for (size_t i = 0; i < sizeof rnd; i++)
-            rnd[i] = (unsigned char)rand();
-    for (size_t i = 0; i < sizeof rnd; i++) {
-        p->tag[2 * i] = hexd[rnd[i] >> 4];
-        p->tag[2 * i + 1] = hexd[rnd[i] & 15];
-    }
+    cl_random_hex(p->tag, 12);
     p->script = cl_shell_script(rq->argv, rq->shell, NULL);
-    p->env = e2b_strv_dup(rq->env);
+    p->env = cl_strv_dup(rq->env);
     int bad = !p->script || !p->env;
     if (!bad && rq->cwd)
         bad = !(p->cwd = e2b_abs(sb, rq->cwd));
@@ -1066,11 +974,9 @@ static int e2b_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, i
         return -1;
     }
     /* envd signals the one process: the rest of its tree (background and
-     * setsid'd descendants included) is found by the tag in its
+     * setsid'd descendants included) is found by the mark in its
      * environment. */
-    char *cmd = e2b_printf("for d in /proc/[0-9]*; do tr '\\0' '\\n' <\"$d/environ\" 2>/dev/null "
-                           "| grep -qx '" E2B_TAG_VAR "=%s' && kill -%d \"${d#/proc/}\" "
-                           "2>/dev/null; done; exit 0", p->tag, sig == SIGTERM ? SIGTERM : SIGKILL);
+    char *cmd = cl_mark_kill_command(p->tag, sig == SIGTERM ? SIGTERM : SIGKILL);
     int code = 0;
     rc = cmd ? e2b_run_short(p->sb, ctx, cmd, &code, "exec_kill", error) : -1;
     if (!cmd)
@@ -1112,12 +1018,8 @@ static json_object *e2b_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cr
 {
     uint64_t set = rq->set_fields;
     char buf[64];
-    if (rq->workdir && *rq->workdir && rq->workdir[0] != '/') {
-        cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "create",
-                           "e2b backend: workdir %s is not an absolute path in the sandbox",
-                           rq->workdir), "path", rq->workdir);
+    if (cl_workdir_check(E2B_BACKEND, rq->workdir, error) < 0)
         return NULL;
-    }
     if (set & SBX_OPTION_CPU) {
         snprintf(buf, sizeof buf, "%g", rq->cpu);
         e2b_refuse(error, "cpu", buf, "E2B takes the vCPU count from the template");
@@ -1182,7 +1084,6 @@ static json_object *e2b_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cr
     }
     *timeout = (long long)ceil(ts);
     json_object *b = json_object_new_object(), *meta = json_object_new_object();
-    json_object *envs = json_object_new_object();
     json_object_object_add(b, "templateID", json_object_new_string(
                                rq->template_name ? rq->template_name : E2B_DEFAULT_TEMPLATE));
     json_object_object_add(b, "timeout", json_object_new_int64(*timeout));
@@ -1196,14 +1097,7 @@ static json_object *e2b_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cr
                                                         : cl_wallclock() + (double)*timeout);
     json_object_object_add(meta, CL_META_EXPIRES, json_object_new_string(buf));
     json_object_object_add(b, "metadata", meta);
-    for (size_t i = 0; rq->env && rq->env[i]; i++) {
-        const char *eq = strchr(rq->env[i], '=');
-        char *k = eq ? strndup(rq->env[i], (size_t)(eq - rq->env[i])) : NULL;
-        if (k)
-            json_object_object_add(envs, k, json_object_new_string(eq + 1));
-        free(k);
-    }
-    json_object_object_add(b, "envVars", envs);
+    json_object_object_add(b, "envVars", cl_env_object(rq->env));
     return b;
 }
 
@@ -1217,7 +1111,7 @@ static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     json_object *body = e2b_create_body(ctx, rq, &timeout, error), *j = NULL;
     if (!body)
         return -1;
-    char *url = e2b_printf("%s/sandboxes", c->api);
+    char *url = cl_printf("%s/sandboxes", c->api);
     cl_resp r = { 0 };
     int rc = -1;
     struct sbx_plugin_sandbox *sb = NULL;
@@ -1225,8 +1119,8 @@ static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
-    if (e2b_call(c, ctx, "POST", url, body, CL_UNSAFE, &r, op, "create the sandbox",
-                 NULL) < 0) {
+    if (cl_request_json(c->http, ctx, "POST", url, body, CL_UNSAFE, &r, op,
+                        "create the sandbox", NULL) < 0) {
         cl_last_error l = *cl_last();
         /* The call's deadline cancelled it: a timeout. */
         if (l.code == SBX_ERROR_CANCELLED && ctx && ctx->deadline > 0
@@ -1273,18 +1167,7 @@ static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     sb->lifetime_s = (double)timeout;
     if (rq->workdir && *rq->workdir) {
-        char *q = cl_shell_quote(rq->workdir);
-        char *cmd = q ? e2b_printf("mkdir -p -- %s", q) : NULL;
-        int code = 0;
-        int wrc = cmd ? e2b_run_short(sb, ctx, cmd, &code, op, error) : -1;
-        free(q);
-        free(cmd);
-        if (wrc == 0 && code != 0) {
-            cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
-                               "e2b: cannot make the working directory %s (mkdir exited %d)",
-                               rq->workdir, code), "workdir", rq->workdir);
-            wrc = -1;
-        }
+        int wrc = cl_make_workdir(sb, e2b_run_short, ctx, E2B_BACKEND, rq->workdir, op, error);
         if (wrc < 0 || !(sb->workdir = strdup(rq->workdir))) {
             if (wrc == 0)
                 cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1309,12 +1192,7 @@ out:
 
 static int e2b_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    if (e2b_is_gone(sb))
-        return 0;
-    if (e2b_delete(sb->c, ctx, sb->id, "destroy", error) < 0)
-        return -1;
-    e2b_mark_gone(sb);
-    return 0;
+    return cl_sandbox_destroy(&sb->s, sb->c, e2b_delete, ctx, error);
 }
 
 static int e2b_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
@@ -1322,7 +1200,7 @@ static int e2b_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_err
     if (e2b_is_gone(sb))
         return 0;
     long st;
-    json_object *j = e2b_get(sb->c, ctx, sb->id, &st, "is_alive", error);
+    json_object *j = e2b_get(sb->c, ctx, sb->s.id, &st, "is_alive", error);
     if (!j) {
         if (st == 404) {
             e2b_mark_gone(sb);
@@ -1334,17 +1212,6 @@ static int e2b_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_err
     return 1;
 }
 
-static const char *e2b_sandbox_id(sbx_plugin_sandbox *sb)
-{
-    return sb->id;
-}
-
-static const char *e2b_sandbox_root(sbx_plugin_sandbox *sb)
-{
-    (void)sb;
-    return "";
-}
-
 /* {"version":1,"sandbox_id","workdir"?,"lifetime_s"}: no access token, no
  * credential, no env value. */
 static char *e2b_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
@@ -1354,14 +1221,11 @@ static char *e2b_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
         return NULL;
     json_object *j = json_object_new_object();
     json_object_object_add(j, "version", json_object_new_int(E2B_STATE_VERSION));
-    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->id));
+    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
     if (sb->workdir)
         json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
     json_object_object_add(j, "lifetime_s", json_object_new_int64((int64_t)sb->lifetime_s));
-    char *out = e2b_dup_alloc(json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN
-                                                                 | JSON_C_TO_STRING_NOSLASHESCAPE));
-    if (!out)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "session_state", "out of memory");
+    char *out = cl_state_out(j, "session_state", error);
     json_object_put(j);
     return out;
 }
@@ -1370,16 +1234,13 @@ static int e2b_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const 
                       sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
     const char *op = "resume";
-    json_object *data = state_json ? json_tokener_parse(state_json) : NULL;
-    const char *id = cl_json_str(data, "sandbox_id");
-    int64_t ver = 0, life = 0;
+    const char *id = NULL;
+    json_object *data = cl_state_in(state_json, E2B_STATE_VERSION, "sandbox_id", E2B_BACKEND, op,
+                                    &id, error);
+    int64_t life = 0;
     int rc = -1;
-    if (!id || !*id || cl_json_int(data, "version", &ver) != 1 || ver != E2B_STATE_VERSION) {
-        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
-                "e2b session state: needs \"version\": %d and a \"sandbox_id\"",
-                E2B_STATE_VERSION);
-        goto out;
-    }
+    if (!data)
+        return -1;
     cl_json_int(data, "lifetime_s", &life);
     struct sbx_plugin_sandbox *sb = e2b_sandbox_new(client, id);
     const char *wd = cl_json_str(data, "workdir");
@@ -1409,12 +1270,12 @@ static int e2b_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error *
     if (e2b_check(sb, op, error) < 0)
         return -1;
     cl_resp r = { 0 };
-    int rc = e2b_sbcall(sb->c, ctx, "POST", sb->id, "/pause", NULL, CL_SAFE, &r, op,
+    int rc = e2b_sbcall(sb->c, ctx, "POST", sb->s.id, "/pause", NULL, CL_SAFE, &r, op,
                         "pause the sandbox", error);
     if (rc == 0 && r.status / 100 != 2 && r.status != 409) {
         if (r.status == 404) {
             e2b_mark_gone(sb);
-            e2b_gone_error(error, op, sb->id);
+            e2b_gone_error(error, op, sb->s.id);
         } else {
             cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "pause the sandbox");
         }
@@ -1438,15 +1299,15 @@ static int e2b_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const 
                     const char *value, e2b_listed_fn fn, void *ud, const char *op,
                     sbx_error **error)
 {
-    char *kv = e2b_printf("%s=%s", key, value);
+    char *kv = cl_printf("%s=%s", key, value);
     char *meta = kv ? cl_url_escape(kv) : NULL;
     free(kv);
     char *next = NULL;
     int rc = meta ? 0 : -1;
     for (int page = 0; page < 1000 && rc == 0; page++) {
         char *nt = next ? cl_url_escape(next) : NULL;
-        char *url = e2b_printf("%s/v2/sandboxes?state=running,paused&metadata=%s&limit=100%s%s",
-                               c->api, meta, nt ? "&nextToken=" : "", nt ? nt : "");
+        char *url = cl_printf("%s/v2/sandboxes?state=running,paused&metadata=%s&limit=100%s%s",
+                              c->api, meta, nt ? "&nextToken=" : "", nt ? nt : "");
         free(nt);
         free(next);
         next = NULL;
@@ -1559,41 +1420,11 @@ static int e2b_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, 
 /* Files: envd's /files as raw bytes (CASE-17), Filesystem for listings      */
 /* ------------------------------------------------------------------------ */
 
-typedef struct e2b_fd_io {
-    int fd;
-} e2b_fd_io;
-
-static int e2b_sink_fd(void *ud, const char *p, size_t n)
-{
-    e2b_fd_io *s = ud;
-    while (n) {
-        ssize_t w = write(s->fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static ssize_t e2b_source_fd(void *ud, char *buf, size_t cap)
-{
-    e2b_fd_io *s = ud;
-    for (;;) {
-        ssize_t r = read(s->fd, buf, cap);
-        if (r < 0 && errno == EINTR)
-            continue;
-        return r;
-    }
-}
-
 static char *e2b_files_path(struct sbx_plugin_sandbox *sb, const char *path)
 {
     char *abs = e2b_abs(sb, path);
     char *e = abs ? cl_url_escape(abs) : NULL;
-    char *s = e ? e2b_printf("/files?path=%s&username=" E2B_DEFAULT_USER, e) : NULL;
+    char *s = e ? cl_printf("/files?path=%s&username=" E2B_DEFAULT_USER, e) : NULL;
     free(e);
     free(abs);
     return s;
@@ -1604,8 +1435,7 @@ static int e2b_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
 {
     const char *op = "read_file";
     char *q = e2b_files_path(sb, path);
-    e2b_fd_io s = { fd };
-    cl_req rq = { .method = "GET", .sink = e2b_sink_fd, .sink_ud = &s, .idempotent = CL_SAFE,
+    cl_req rq = { .method = "GET", .sink = cl_fd_sink, .sink_ud = &fd, .idempotent = CL_SAFE,
                   .what = "download the file" };
     cl_resp r = { 0 };
     int rc = q ? e2b_envd(sb, ctx, &rq, q, NULL, NULL, &r, op, error) : -1;
@@ -1623,9 +1453,8 @@ static int e2b_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const
 {
     const char *op = "write_file";
     char *q = e2b_files_path(sb, path);
-    e2b_fd_io s = { fd };
     cl_req rq = { .method = "POST", .content_type = "application/octet-stream",
-                  .source = e2b_source_fd, .source_ud = &s, .source_len = -1,
+                  .source = cl_fd_source, .source_ud = &fd, .source_len = -1,
                   .idempotent = CL_SAFE, .what = "upload the file" };
     cl_resp r = { 0 };
     int rc = q ? e2b_envd(sb, ctx, &rq, q, NULL, NULL, &r, op, error) : -1;
@@ -1639,21 +1468,10 @@ static int e2b_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const
         return -1;
     /* envd's upload has no mode: set it. */
     char *abs = e2b_abs(sb, path);
-    char *qp = abs ? cl_shell_quote(abs) : NULL;
-    char *cmd = qp ? e2b_printf("chmod %o -- %s", (unsigned)(mode & 07777), qp) : NULL;
-    int code = 0;
-    rc = cmd ? e2b_run_short(sb, ctx, cmd, &code, op, error) : -1;
-    if (!cmd)
+    rc = abs ? cl_set_mode(sb, e2b_run_short, ctx, abs, path, mode, op, error) : -1;
+    if (!abs)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (rc == 0 && code != 0) {
-        cl_context(cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
-                           "cannot set mode %o on %s (chmod exited %d)",
-                           (unsigned)(mode & 07777), path, code), "path", path);
-        rc = -1;
-    }
     free(abs);
-    free(qp);
-    free(cmd);
     return rc;
 }
 
@@ -1739,8 +1557,8 @@ static const sbx_plugin e2b_plugin = {
     .destroy = e2b_destroy,
     .is_alive = e2b_is_alive,
     .sandbox_free = e2b_sandbox_free,
-    .sandbox_id = e2b_sandbox_id,
-    .sandbox_root = e2b_sandbox_root,
+    .sandbox_id = cl_sandbox_id,
+    .sandbox_root = cl_sandbox_root,
     .exec_start = e2b_exec_start,
     .exec_wait = e2b_exec_wait,
     .exec_event_fd = e2b_exec_event_fd,

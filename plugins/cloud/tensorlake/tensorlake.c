@@ -70,11 +70,9 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -114,12 +112,11 @@ struct sbx_plugin_client {
 };
 
 struct sbx_plugin_sandbox {
+    cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
     struct sbx_plugin_client *c;
-    char *id;
     char *url;          /* its sandbox_url, no trailing slash */
     char *workdir;      /* the default working directory, or NULL */
     int named;          /* named by its create token: suspendable, listed */
-    cl_gone gone;
 };
 
 typedef struct tl_proc {
@@ -139,44 +136,6 @@ typedef struct tl_proc {
 /* Helpers                                                                   */
 /* ------------------------------------------------------------------------ */
 
-static char *tl_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *tl_printf(const char *fmt, ...)
-{
-    va_list ap;
-    char *s = NULL;
-    va_start(ap, fmt);
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
-
-static void tl_hex(char *out, size_t nbytes)
-{
-    unsigned char r[32];
-    if (nbytes > sizeof(r))
-        nbytes = sizeof(r);
-    if (getrandom(r, nbytes, 0) != (ssize_t)nbytes)
-        for (size_t i = 0; i < nbytes; i++)
-            r[i] = (unsigned char)(rand() & 0xff);
-    for (size_t i = 0; i < nbytes; i++)
-        sprintf(out + 2 * i, "%02x", r[i]);
-}
-
-static char **tl_strv_dup(const char *const *v)
-{
-    size_t n = 0;
-    while (v && v[n])
-        n++;
-    char **o = calloc(n + 1, sizeof(char *));
-    for (size_t i = 0; o && i < n; i++)
-        if (!(o[i] = strdup(v[i]))) {
-            cl_strv_free(o);
-            return NULL;
-        }
-    return o;
-}
-
 static char *tl_trim_slash(const char *s)
 {
     char *o = strdup(s);
@@ -186,32 +145,24 @@ static char *tl_trim_slash(const char *s)
     return o;
 }
 
-static int tl_call(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *method,
-                   const char *url, json_object *body, cl_idempotency idem, cl_resp *resp,
-                   const char *op, const char *what, sbx_error **error)
-{
-    const char *b = body ? json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN) : NULL;
-    cl_req rq = { .method = method, .url = url, .body = b, .body_len = b ? strlen(b) : 0,
-                  .idempotent = idem, .what = what };
-    return cl_request(c->http, ctx, &rq, resp, op, error);
-}
-
-#define tl_is_gone(sb) cl_gone_get(&(sb)->gone)
-#define tl_mark_gone(sb) cl_gone_set(&(sb)->gone)
+#define tl_is_gone(sb) cl_gone_get(&(sb)->s.gone)
+#define tl_mark_gone(sb) cl_gone_set(&(sb)->s.gone)
 #define tl_gone_error(error, op, id) cl_gone_error((error), (op), TL_BACKEND, (id))
-#define tl_check(sb, op, error) cl_gone_check(&(sb)->gone, (op), TL_BACKEND, (sb)->id, (error))
+#define tl_check(sb, op, error) cl_gone_check(&(sb)->s.gone, (op), TL_BACKEND, (sb)->s.id, \
+                                              (error))
 
 /* GET /sandboxes/{id}: SandboxInfo, or NULL (*@status: 0 when no answer). */
 static json_object *tl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                            long *status, const char *op, sbx_error **error)
 {
     char *esc = cl_url_escape(id);
-    char *url = esc ? tl_printf("%s/sandboxes/%s", c->api, esc) : NULL;
+    char *url = esc ? cl_printf("%s/sandboxes/%s", c->api, esc) : NULL;
     free(esc);
     cl_resp r = { 0 };
     json_object *j = NULL;
     *status = 0;
-    if (url && tl_call(c, ctx, "GET", url, NULL, CL_SAFE, &r, op, "get the sandbox", error) == 0) {
+    if (url && cl_request_json(c->http, ctx, "GET", url, NULL, CL_SAFE, &r, op, "get the sandbox",
+                               error) == 0) {
         *status = r.status;
         if (r.status == 200)
             j = cl_resp_json(&r, op, "get the sandbox", error);
@@ -233,12 +184,12 @@ static int tl_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const
                      const char *op, sbx_error **error)
 {
     char *esc = cl_url_escape(id);
-    char *url = esc ? tl_printf("%s/sandboxes/%s", c->api, esc) : NULL;
+    char *url = esc ? cl_printf("%s/sandboxes/%s", c->api, esc) : NULL;
     free(esc);
     cl_resp r = { 0 };
     int rc = -1;
-    if (url && tl_call(c, ctx, "DELETE", url, NULL, CL_SAFE, &r, op, "delete the sandbox",
-                       error) == 0) {
+    if (url && cl_request_json(c->http, ctx, "DELETE", url, NULL, CL_SAFE, &r, op,
+                               "delete the sandbox", error) == 0) {
         if (r.status / 100 == 2 || r.status == 404)
             rc = 0;
         else
@@ -264,11 +215,11 @@ static int tl_wake_look(void *ud, const char **state, sbx_error **error)
     tl_waking *w = ud;
     struct sbx_plugin_sandbox *sb = w->sb;
     long st;
-    json_object *j = tl_get(sb->c, w->ctx, sb->id, &st, w->op, error);
+    json_object *j = tl_get(sb->c, w->ctx, sb->s.id, &st, w->op, error);
     if (!j) {
         if (st == 404) {
             tl_mark_gone(sb);
-            tl_gone_error(error, w->op, sb->id);
+            tl_gone_error(error, w->op, sb->s.id);
         }
         return -1;
     }
@@ -280,17 +231,17 @@ static int tl_wake_look(void *ud, const char **state, sbx_error **error)
         rc = 1;
     } else if (strcmp(s, "terminated") == 0 || strcmp(s, "timeout") == 0) {
         tl_mark_gone(sb);
-        sbx_error *err = tl_gone_error(error, w->op, sb->id);
+        sbx_error *err = tl_gone_error(error, w->op, sb->s.id);
         cl_context(err, "state", s);
         const char *why = cl_json_str(j, "termination_reason");
         if (why)
             cl_context(err, "termination_reason", why);
         rc = -1;
     } else if (strcmp(s, "suspended") == 0 && !w->resumed) {
-        char *url = tl_printf("%s/sandboxes/%s/resume", sb->c->api, sb->id);
+        char *url = cl_printf("%s/sandboxes/%s/resume", sb->c->api, sb->s.id);
         cl_resp r = { 0 };
-        rc = url ? tl_call(sb->c, w->ctx, "POST", url, NULL, CL_SAFE, &r, w->op,
-                           "resume the sandbox", error) : -1;
+        rc = url ? cl_request_json(sb->c->http, w->ctx, "POST", url, NULL, CL_SAFE, &r, w->op,
+                                   "resume the sandbox", error) : -1;
         if (rc == 0 && r.status / 100 != 2) {
             cl_context(cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, w->op,
                                       "resume the sandbox"), "state", w->state);
@@ -310,7 +261,7 @@ static int tl_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const
 {
     tl_waking w = { sb, ctx, op, 0, "" };
     char what[160];
-    snprintf(what, sizeof what, "tensorlake sandbox %s reaching status running", sb->id);
+    snprintf(what, sizeof what, "tensorlake sandbox %s reaching status running", sb->s.id);
     return cl_wait_until(ctx, TL_WAIT_S, tl_wake_look, &w, op, what, error);
 }
 
@@ -321,7 +272,7 @@ static int tl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
 {
     if (tl_check(sb, op, error) < 0)
         return -1;
-    char *url = tl_printf("%s%s", sb->url, path);
+    char *url = cl_printf("%s%s", sb->url, path);
     if (!url) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
@@ -333,14 +284,14 @@ static int tl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
             rc = 0;
         } else if (r->status == 404 && !file_call) {
             tl_mark_gone(sb);
-            tl_gone_error(error, op, sb->id);
+            tl_gone_error(error, op, sb->s.id);
         } else if (r->status == 404) {
             /* A file's 404, unless the sandbox itself is gone. */
             long st;
-            json_object *j = tl_get(sb->c, ctx, sb->id, &st, op, NULL);
+            json_object *j = tl_get(sb->c, ctx, sb->s.id, &st, op, NULL);
             if (st == 404 || (j && strcmp(tl_status(j), "terminated") == 0)) {
                 tl_mark_gone(sb);
-                tl_gone_error(error, op, sb->id);
+                tl_gone_error(error, op, sb->s.id);
             }
             json_object_put(j);
         } else {
@@ -410,7 +361,7 @@ static int tl_client_new(const char *config_json, sbx_plugin_client **client, sb
     static const char *const key_envs[] = { "TENSORLAKE_API_KEY", NULL };
     char *key = cl_credential(key_envs, NULL, NULL);
     if (key) {
-        char *bearer = tl_printf("Bearer %s", key);
+        char *bearer = cl_printf("Bearer %s", key);
         int bad = !bearer || cl_http_set_auth(c->http, "Authorization", bearer) < 0
                   || cl_http_set_secret(c->http, key) < 0;
         free(bearer);
@@ -449,14 +400,10 @@ static struct sbx_plugin_sandbox *tl_sandbox_new(struct sbx_plugin_client *c, co
     if (!sb)
         return NULL;
     sb->c = c;
-    sb->id = strdup(id);
     sb->url = tl_trim_slash(url);
     sb->named = named;
-    cl_gone_init(&sb->gone);
-    if (!sb->id || !sb->url) {
-        free(sb->id);
+    if (!sb->url || cl_sandbox_init(&sb->s, id) < 0) {
         free(sb->url);
-        cl_gone_destroy(&sb->gone);
         free(sb);
         return NULL;
     }
@@ -467,8 +414,7 @@ static void tl_sandbox_free(sbx_plugin_sandbox *sb)
 {
     if (!sb)
         return;
-    cl_gone_destroy(&sb->gone);
-    free(sb->id);
+    cl_sandbox_clear(&sb->s);
     free(sb->url);
     free(sb->workdir);
     free(sb);
@@ -491,12 +437,8 @@ static json_object *tl_create_body(struct sbx_plugin_client *c, const sbx_call_c
     uint64_t set = rq->set_fields;
     char buf[64];
     json_object_object_add(b, "resources", res);
-    if (rq->workdir && *rq->workdir && rq->workdir[0] != '/') {
-        cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "create",
-                           "tensorlake backend: workdir %s is not an absolute path in the "
-                           "sandbox", rq->workdir), "path", rq->workdir);
+    if (cl_workdir_check(TL_BACKEND, rq->workdir, error) < 0)
         goto fail;
-    }
     if (set & SBX_OPTION_APP_NAME) {
         tl_refuse(error, "app_name", rq->app_name, "Tensorlake has no apps");
         goto fail;
@@ -670,12 +612,12 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     json_object *body = tl_create_body(c, ctx, rq, &named, error), *j = NULL;
     if (!body)
         return -1;
-    char *url = tl_printf("%s/sandboxes", c->api);
+    char *url = cl_printf("%s/sandboxes", c->api);
     cl_resp r = { 0 };
     int rc = -1;
     struct sbx_plugin_sandbox *sb = NULL;
-    if (!url || tl_call(c, ctx, "POST", url, body, CL_UNSAFE, &r, op, "create the sandbox",
-                        error) < 0)
+    if (!url || cl_request_json(c->http, ctx, "POST", url, body, CL_UNSAFE, &r, op,
+                                "create the sandbox", error) < 0)
         goto out;
     if (r.status / 100 != 2) {
         cl_fail_status(c->http, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
@@ -716,19 +658,11 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto out;
     }
     if (rq->workdir && *rq->workdir) {
-        char *q = cl_shell_quote(rq->workdir);
-        char *cmd = q ? tl_printf("mkdir -p -- %s", q) : NULL;
-        int code = 0;
         sb->workdir = strdup(rq->workdir);
-        int wrc = cmd && sb->workdir ? tl_run_short(sb, ctx, cmd, &code, op, error) : -1;
-        if (wrc == 0 && code != 0) {
-            cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
-                               "tensorlake: cannot make the working directory %s (mkdir exited "
-                               "%d)", rq->workdir, code), "workdir", rq->workdir);
-            wrc = -1;
-        }
-        free(q);
-        free(cmd);
+        int wrc = sb->workdir ? cl_make_workdir(sb, tl_run_short, ctx, TL_BACKEND, rq->workdir,
+                                                op, error) : -1;
+        if (!sb->workdir)
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         if (wrc < 0) {
             tl_delete(c, NULL, id, op, NULL);
             tl_sandbox_free(sb);
@@ -748,12 +682,7 @@ out:
 
 static int tl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    if (tl_is_gone(sb))
-        return 0;
-    if (tl_delete(sb->c, ctx, sb->id, "destroy", error) < 0)
-        return -1;
-    tl_mark_gone(sb);
-    return 0;
+    return cl_sandbox_destroy(&sb->s, sb->c, tl_delete, ctx, error);
 }
 
 static int tl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
@@ -761,7 +690,7 @@ static int tl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
     if (tl_is_gone(sb))
         return 0;
     long st;
-    json_object *j = tl_get(sb->c, ctx, sb->id, &st, "is_alive", error);
+    json_object *j = tl_get(sb->c, ctx, sb->s.id, &st, "is_alive", error);
     if (!j) {
         if (st == 404) {
             tl_mark_gone(sb);
@@ -776,17 +705,6 @@ static int tl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
     return alive;
 }
 
-static const char *tl_sandbox_id(sbx_plugin_sandbox *sb)
-{
-    return sb->id;
-}
-
-static const char *tl_sandbox_root(sbx_plugin_sandbox *sb)
-{
-    (void)sb;
-    return "";
-}
-
 /* {"version":1,"sandbox_id":ID,"sandbox_url":URL,"named":B[,"workdir":W]}:
  * no credential, no env value (the create's environment is a file in the
  * sandbox). */
@@ -797,7 +715,7 @@ static char *tl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
         return NULL;
     json_object *j = json_object_new_object();
     json_object_object_add(j, "version", json_object_new_int(TL_STATE_VERSION));
-    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->id));
+    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
     json_object_object_add(j, "sandbox_url", json_object_new_string(sb->url));
     json_object_object_add(j, "named", json_object_new_boolean(sb->named));
     if (sb->workdir)
@@ -857,16 +775,16 @@ static char *tl_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
         return NULL;
     json_object *b = json_object_new_object(), *j = NULL;
     json_object_object_add(b, "snapshot_type", json_object_new_string("filesystem"));
-    char *url = tl_printf("%s/sandboxes/%s/snapshot", sb->c->api, sb->id), *snap = NULL;
+    char *url = cl_printf("%s/sandboxes/%s/snapshot", sb->c->api, sb->s.id), *snap = NULL;
     char *out = NULL;
     cl_resp r = { 0 };
-    if (!url || tl_call(sb->c, ctx, "POST", url, b, CL_UNSAFE, &r, op, "snapshot the sandbox",
-                        error) < 0)
+    if (!url || cl_request_json(sb->c->http, ctx, "POST", url, b, CL_UNSAFE, &r, op,
+                                "snapshot the sandbox", error) < 0)
         goto done;
     if (r.status / 100 != 2) {
         if (r.status == 404) {
             tl_mark_gone(sb);
-            tl_gone_error(error, op, sb->id);
+            tl_gone_error(error, op, sb->s.id);
         } else {
             cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "snapshot the sandbox");
         }
@@ -881,14 +799,15 @@ static char *tl_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
     }
     snap = strdup(sid);
     free(url);
-    url = snap ? tl_printf("%s/snapshots/%s", sb->c->api, snap) : NULL;
+    url = snap ? cl_printf("%s/snapshots/%s", sb->c->api, snap) : NULL;
     cl_bound bd = cl_bound_make(ctx, TL_WAIT_S);
     for (double pause = 0.05; url; pause = pause < 0.5 ? pause * 2 : pause) {
         json_object_put(j);
         j = NULL;
         cl_resp_clear(&r);
         memset(&r, 0, sizeof r);
-        if (tl_call(sb->c, ctx, "GET", url, NULL, CL_SAFE, &r, op, "get the snapshot", error) < 0)
+        if (cl_request_json(sb->c->http, ctx, "GET", url, NULL, CL_SAFE, &r, op,
+                            "get the snapshot", error) < 0)
             goto done;
         if (r.status != 200) {
             cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "get the snapshot");
@@ -932,11 +851,11 @@ static int tl_suspend_look(void *ud, const char **state, sbx_error **error)
 {
     tl_suspending *w = ud;
     long st;
-    json_object *j = tl_get(w->sb->c, w->ctx, w->sb->id, &st, "stop", error);
+    json_object *j = tl_get(w->sb->c, w->ctx, w->sb->s.id, &st, "stop", error);
     if (!j) {
         if (st == 404) {
             tl_mark_gone(w->sb);
-            tl_gone_error(error, "stop", w->sb->id);
+            tl_gone_error(error, "stop", w->sb->s.id);
         }
         return -1;
     }
@@ -959,16 +878,16 @@ static int tl_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **
         cl_context(cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
                            "tensorlake sandbox %s cannot be suspended: it is unnamed (create it "
                            "with the backend option or client option \"suspendable\": true)",
-                           sb->id), "option", "suspendable");
+                           sb->s.id), "option", "suspendable");
         return -1;
     }
-    char *url = tl_printf("%s/sandboxes/%s/suspend", sb->c->api, sb->id);
+    char *url = cl_printf("%s/sandboxes/%s/suspend", sb->c->api, sb->s.id);
     cl_resp r = { 0 };
-    int rc = url ? tl_call(sb->c, ctx, "POST", url, NULL, CL_SAFE, &r, op,
-                           "suspend the sandbox", error) : -1;
+    int rc = url ? cl_request_json(sb->c->http, ctx, "POST", url, NULL, CL_SAFE, &r, op,
+                                   "suspend the sandbox", error) : -1;
     if (rc == 0 && r.status == 404) {
         tl_mark_gone(sb);
-        tl_gone_error(error, op, sb->id);
+        tl_gone_error(error, op, sb->s.id);
         rc = -1;
     } else if (rc == 0 && r.status / 100 != 2) {
         cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "suspend the sandbox");
@@ -980,7 +899,7 @@ static int tl_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **
         return -1;
     tl_suspending w = { sb, ctx, "" };
     char what[160];
-    snprintf(what, sizeof what, "tensorlake sandbox %s reaching status suspended", sb->id);
+    snprintf(what, sizeof what, "tensorlake sandbox %s reaching status suspended", sb->s.id);
     return cl_wait_until(ctx, TL_WAIT_S, tl_suspend_look, &w, op, what, error);
 }
 
@@ -1008,14 +927,14 @@ static int tl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     int rc = 0;
     for (int page = 0; page < 1000 && rc == 0; page++) {
         char *cur = cursor ? cl_url_escape(cursor) : NULL;
-        char *url = tl_printf("%s/sandboxes?limit=100%s%s", c->api, cur ? "&cursor=" : "",
+        char *url = cl_printf("%s/sandboxes?limit=100%s%s", c->api, cur ? "&cursor=" : "",
                               cur ? cur : "");
         free(cur);
         cl_resp r = { 0 };
         json_object *j = NULL;
         rc = -1;
-        if (url && tl_call(c, ctx, "GET", url, NULL, CL_SAFE, &r, op, "list sandboxes",
-                           error) == 0) {
+        if (url && cl_request_json(c->http, ctx, "GET", url, NULL, CL_SAFE, &r, op,
+                                   "list sandboxes", error) == 0) {
             if (r.status == 200)
                 j = cl_resp_json(&r, op, "list sandboxes", error);
             else
@@ -1075,9 +994,9 @@ static char *tl_files_path_in(struct sbx_plugin_sandbox *sb, const char *route, 
 {
     char *abs = NULL;
     if (sb && path[0] != '/')
-        abs = tl_printf("%s/%s", sb->workdir ? sb->workdir : "", path);
+        abs = cl_printf("%s/%s", sb->workdir ? sb->workdir : "", path);
     char *e = cl_url_escape(abs ? abs : path);
-    char *s = e ? tl_printf("/api/v1/files%s?path=%s", route, e) : NULL;
+    char *s = e ? cl_printf("/api/v1/files%s?path=%s", route, e) : NULL;
     free(e);
     free(abs);
     return s;
@@ -1141,18 +1060,7 @@ static int tl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
     const char *op = "write_file";
     if (tl_upload(sb, ctx, path, fd, op, error) < 0)
         return -1;
-    char *qp = cl_shell_quote(path);
-    char *cmd = qp ? tl_printf("chmod %o %s", (unsigned)(mode & 07777), qp) : NULL;
-    int code = 0, rc = cmd ? tl_run_short(sb, ctx, cmd, &code, op, error) : -1;
-    if (rc == 0 && code != 0) {
-        cl_context(cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
-                           "cannot set mode %o on %s (chmod exited %d)",
-                           (unsigned)(mode & 07777), path, code), "path", path);
-        rc = -1;
-    }
-    free(qp);
-    free(cmd);
-    return rc;
+    return cl_set_mode(sb, tl_run_short, ctx, path, path, mode, op, error);
 }
 
 static int tl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
@@ -1257,18 +1165,11 @@ static int tl_sse_sink(void *ud, const char *p, size_t n)
 static json_object *tl_run_body(const char *script, const char *const *env, const char *mark)
 {
     json_object *b = json_object_new_object(), *args = json_object_new_array();
-    json_object *e = json_object_new_object();
+    json_object *e = cl_env_object(env);
     json_object_object_add(b, "command", json_object_new_string("bash"));
     json_object_array_add(args, json_object_new_string("-c"));
     json_object_array_add(args, json_object_new_string(script));
     json_object_object_add(b, "args", args);
-    for (size_t i = 0; env && env[i]; i++) {
-        const char *eq = strchr(env[i], '=');
-        char *k = eq ? strndup(env[i], (size_t)(eq - env[i])) : NULL;
-        if (k)
-            json_object_object_add(e, k, json_object_new_string(eq + 1));
-        free(k);
-    }
     char *keys = cl_call_keys(env);
     json_object_object_add(e, CL_CALL_KEYS, json_object_new_string(keys ? keys : ""));
     free(keys);
@@ -1330,14 +1231,14 @@ static int tl_exec_run(cl_proc *base)
         goto fail;
     }
     if (p->stdin_fd >= 0) {
-        stdin_path = tl_printf("/tmp/.%s.in", p->tag);
+        stdin_path = cl_printf("/tmp/.%s.in", p->tag);
         if (!stdin_path || tl_upload(sb, &ctx, stdin_path, p->stdin_fd, op, NULL) < 0)
             goto fail;
-        script = tl_printf("%sexec </tmp/.%s.in >/tmp/.%s.out 2>/tmp/.%s.err; "
+        script = cl_printf("%sexec </tmp/.%s.in >/tmp/.%s.out 2>/tmp/.%s.err; "
                            "rm -f /tmp/.%s.in\n%s", src, p->tag, p->tag, p->tag, p->tag,
                            p->script);
     } else {
-        script = tl_printf("%sexec </dev/null >/tmp/.%s.out 2>/tmp/.%s.err\n%s", src, p->tag,
+        script = cl_printf("%sexec </dev/null >/tmp/.%s.out 2>/tmp/.%s.err\n%s", src, p->tag,
                            p->tag, p->script);
     }
     if (!script) {
@@ -1436,9 +1337,9 @@ static int tl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     p->stdin_fd = -1;
     pthread_mutex_init(&p->pid_lock, NULL);
     memcpy(p->tag, "sbx-exec-", 9);
-    tl_hex(p->tag + 9, 12);
+    cl_random_hex(p->tag + 9, 12);
     p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
-    p->env = tl_strv_dup(rq->env);
+    p->env = cl_strv_dup(rq->env);
     int bad = !p->script || !p->env;
     if (!bad && rq->stdin_fd >= 0 && (p->stdin_fd = fcntl(rq->stdin_fd, F_DUPFD_CLOEXEC, 3)) < 0)
         bad = 1;
@@ -1470,7 +1371,7 @@ static int tl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
     char *quoted = rc == 1 && *exit_code == CL_CWD_MISSING_EXIT ? cl_script_cwd(p->script)
                                                                   : NULL;
     if (quoted) {
-        char *cmd = tl_printf("test -d %s", quoted);
+        char *cmd = cl_printf("test -d %s", quoted);
         int code = 0;
         sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
         if (cmd && tl_run_short(p->sb, &c2, cmd, &code, "exec", NULL) == 0 && code != 0) {
@@ -1565,8 +1466,8 @@ static const sbx_plugin tl_plugin = {
     .destroy = tl_destroy,
     .is_alive = tl_is_alive,
     .sandbox_free = tl_sandbox_free,
-    .sandbox_id = tl_sandbox_id,
-    .sandbox_root = tl_sandbox_root,
+    .sandbox_id = cl_sandbox_id,
+    .sandbox_root = cl_sandbox_root,
     .snapshot = tl_snapshot,
     .exec_start = tl_exec_start,
     .exec_wait = tl_exec_wait,
