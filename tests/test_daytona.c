@@ -16,14 +16,9 @@
  */
 #include <criterion/criterion.h>
 
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -35,121 +30,23 @@ static sbx_client *g_client;
 static sbx_sandbox *g_sb;
 static int g_port;
 
-/* ------------------------------------------------------------ the fake */
-
-/* One HTTP/1.1 request to the fake's port (Connection: close): the status,
- * and the body in *@out (malloc()ed, NUL-terminated; may be NULL). */
-static int fake_http(const char *method, const char *path, const char *body, char **out)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    cr_assert(fd >= 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)g_port) };
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0, "connect to the fake: %s",
-                 strerror(errno));
-    char *req = tu_strdup_printf("%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                                 "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
-                                 method, path, body ? strlen(body) : 0, body ? body : "");
-    size_t len = strlen(req), off = 0;
-    while (off < len) {
-        ssize_t w = write(fd, req + off, len - off);
-        cr_assert(w > 0, "write to the fake: %s", strerror(errno));
-        off += (size_t)w;
-    }
-    free(req);
-    size_t cap = 65536, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (n + 4096 > cap)
-            buf = realloc(buf, cap *= 2);
-        ssize_t r = read(fd, buf + n, cap - n - 1);
-        cr_assert(r >= 0, "read from the fake: %s", strerror(errno));
-        if (r == 0)
-            break;
-        n += (size_t)r;
-    }
-    close(fd);
-    buf[n] = '\0';
-    int status = 0;
-    cr_assert_eq(sscanf(buf, "HTTP/1.%*d %d", &status), 1, "not HTTP: %.80s", buf);
-    char *b = strstr(buf, "\r\n\r\n");
-    if (out)
-        *out = b ? strdup(b + 4) : NULL;
-    free(buf);
-    return status;
-}
-
-static void fake_post(const char *path, const char *body)
-{
-    int st = fake_http("POST", path, body, NULL);
-    cr_assert(st == 204 || st == 200, "POST %s: %d", path, st);
-}
-
-static void fake_reset(void)
-{
-    cr_assert_eq(fake_http("DELETE", "/_fake/faults", NULL, NULL), 204);
-    cr_assert_eq(fake_http("DELETE", "/_fake/log", NULL, NULL), 204);
-}
-
-/* The fake's request log, parsed (json_object_put() it). */
-static json_object *fake_log(void)
-{
-    char *body = NULL;
-    cr_assert_eq(fake_http("GET", "/_fake/log", NULL, &body), 200);
-    json_object *j = json_tokener_parse(body);
-    cr_assert(j && json_object_is_type(j, json_type_array), "log: %s", body);
-    free(body);
-    return j;
-}
-
-static const char *jstr(json_object *o, const char *k)
-{
-    json_object *v;
-    return json_object_object_get_ex(o, k, &v) ? json_object_get_string(v) : NULL;
-}
-
-/* The entries of @log with @method whose path matches @re (extended, whole
- * path): how many, and the times of the first two in @t (may be NULL). */
-static int log_count(json_object *log, const char *method, const char *re, double *t)
-{
-    regex_t rx;
-    char *anchored = tu_strdup_printf("^%s$", re);
-    cr_assert_eq(regcomp(&rx, anchored, REG_EXTENDED | REG_NOSUB), 0, "regex %s", anchored);
-    free(anchored);
-    int n = 0;
-    for (size_t i = 0; i < json_object_array_length(log); i++) {
-        json_object *e = json_object_array_get_idx(log, i);
-        if (strcmp(jstr(e, "method"), method) != 0 || regexec(&rx, jstr(e, "path"), 0, NULL, 0))
-            continue;
-        json_object *tv;
-        if (t && n < 2 && json_object_object_get_ex(e, "time", &tv))
-            t[n] = json_object_get_double(tv);
-        n++;
-    }
-    regfree(&rx);
-    return n;
-}
-
 /* ------------------------------------------------------------ fixtures */
 
 static void setup(void)
 {
-    const char *url = getenv("DAYTONA_API_URL");
-    cr_assert(url && sscanf(url, "http://127.0.0.1:%d/api", &g_port) == 1,
-              "DAYTONA_API_URL (%s) is not the fake's http://127.0.0.1:PORT/api: run "
-              "tests/daytona.sh", url ? url : "unset");
+    g_port = tu_fake_use("DAYTONA_API_URL");
     cr_assert_str_eq(tu_backend(), "daytona");
     sbx_error *err = NULL;
     g_client = sbx_client_new("daytona", &err);
     cr_assert_not_null(g_client, "client: %s", err ? sbx_error_get0_message(err) : "");
     g_sb = tu_create(g_client, NULL);
-    fake_reset();
+    tu_fake_reset();
 }
 
 static void teardown(void)
 {
     if (g_port)
-        fake_reset();
+        tu_fake_reset();
     if (g_sb) {
         sbx_sandbox_destroy(g_sb, NULL);
         sbx_sandbox_free(g_sb);
@@ -174,15 +71,15 @@ Test(daytona_faults, case19_429_with_retry_after_is_honoured)
 {
     char *rule = tu_strdup_printf("{\"method\":\"GET\",\"path\":\"^/api/sandbox/%s$\","
                                   "\"status\":429,\"retry_after\":\"1\"}", sb_id());
-    fake_post("/_fake/faults", rule);
+    tu_fake_post("/_fake/faults", rule);
     free(rule);
     sbx_error *err = NULL;
     cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 1, "is_alive: %s",
                  err ? sbx_error_get0_message(err) : "");
-    json_object *log = fake_log();
+    json_object *log = tu_fake_log();
     char *re = tu_strdup_printf("/api/sandbox/%s", sb_id());
     double t[2] = { 0, 0 };
-    cr_assert_eq(log_count(log, "GET", re, t), 2);
+    cr_assert_eq(tu_fake_count(log, "GET", re, t, 2), 2);
     cr_assert(t[1] - t[0] >= 1.0, "the retry came %.3f s after the 429", t[1] - t[0]);
     free(re);
     json_object_put(log);
@@ -193,13 +90,13 @@ Test(daytona_faults, case19_429_without_retry_after_backs_off)
 {
     char *rule = tu_strdup_printf("{\"method\":\"GET\",\"path\":\"^/api/sandbox/%s$\","
                                   "\"status\":429}", sb_id());
-    fake_post("/_fake/faults", rule);
+    tu_fake_post("/_fake/faults", rule);
     free(rule);
     cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 1);
-    json_object *log = fake_log();
+    json_object *log = tu_fake_log();
     char *re = tu_strdup_printf("/api/sandbox/%s", sb_id());
     double t[2] = { 0, 0 };
-    cr_assert_eq(log_count(log, "GET", re, t), 2);
+    cr_assert_eq(tu_fake_count(log, "GET", re, t, 2), 2);
     cr_assert(t[1] - t[0] >= 0.5, "the retry came %.3f s after the 429", t[1] - t[0]);
     free(re);
     json_object_put(log);
@@ -211,7 +108,7 @@ Test(daytona_faults, case19_429_with_an_hour_is_rate_limited_at_once)
 {
     char *rule = tu_strdup_printf("{\"method\":\"GET\",\"path\":\"^/api/sandbox/%s$\","
                                   "\"status\":429,\"retry_after\":\"3600\"}", sb_id());
-    fake_post("/_fake/faults", rule);
+    tu_fake_post("/_fake/faults", rule);
     free(rule);
     sbx_error *err = NULL;
     double t0 = tu_now();
@@ -224,9 +121,9 @@ Test(daytona_faults, case19_429_with_an_hour_is_rate_limited_at_once)
     const char *ra = sbx_error_get0_context(err, "retry_after_s");
     cr_assert(ra && atof(ra) == 3600.0, "retry_after_s: %s", ra ? ra : "(none)");
     sbx_error_free(err);
-    json_object *log = fake_log();
+    json_object *log = tu_fake_log();
     char *re = tu_strdup_printf("/api/sandbox/%s", sb_id());
-    cr_assert_eq(log_count(log, "GET", re, NULL), 1);
+    cr_assert_eq(tu_fake_count(log, "GET", re, NULL, 0), 1);
     free(re);
     json_object_put(log);
 }
@@ -242,7 +139,7 @@ Test(daytona_faults, a_5xx_burst_on_a_read_is_retried)
     char *re = tu_strdup_printf("/toolbox/%s/files/download", sb_id());
     char *rule = tu_strdup_printf("{\"method\":\"GET\",\"path\":\"^%s$\",\"status\":503,"
                                   "\"times\":2}", re);
-    fake_post("/_fake/faults", rule);
+    tu_fake_post("/_fake/faults", rule);
     free(rule);
     char *data = NULL;
     size_t len = 0;
@@ -251,8 +148,8 @@ Test(daytona_faults, a_5xx_burst_on_a_read_is_retried)
     cr_assert_eq(len, 8);
     cr_assert_eq(memcmp(data, "read me\n", 8), 0);
     free(data);
-    json_object *log = fake_log();
-    cr_assert_eq(log_count(log, "GET", re, NULL), 3);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "GET", re, NULL, 0), 3);
     free(re);
     json_object_put(log);
 }
@@ -265,7 +162,7 @@ Test(daytona_faults, a_5xx_on_an_unsafe_call_is_never_resent)
     const char *re_fmt = "/toolbox/%s/process/session/[^/]+/exec";
     char *re = tu_strdup_printf(re_fmt, sb_id());
     char *rule = tu_strdup_printf("{\"method\":\"POST\",\"path\":\"^%s$\",\"status\":502}", re);
-    fake_post("/_fake/faults", rule);
+    tu_fake_post("/_fake/faults", rule);
     free(rule);
     sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
     req.shell = "echo once";
@@ -280,8 +177,8 @@ Test(daytona_faults, a_5xx_on_an_unsafe_call_is_never_resent)
     cr_assert_eq(sbx_error_is_retryable(err), 1);
     cr_assert_str_eq(sbx_error_get0_backend(err), "daytona");
     sbx_error_free(err);
-    json_object *log = fake_log();
-    cr_assert_eq(log_count(log, "POST", re, NULL), 1);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", re, NULL, 0), 1);
     free(re);
     json_object_put(log);
     /* The sandbox works on. */
@@ -302,9 +199,9 @@ Test(daytona_faults, case32_a_vanished_sandbox_is_gone)
     tu_assert_stdout(r, "hi\n");
     sbx_result_free(r);
     char *path = tu_strdup_printf("/_fake/sandbox/%s/vanish", sb_id());
-    fake_post(path, NULL);
+    tu_fake_post(path, NULL);
     free(path);
-    fake_reset();
+    tu_fake_reset();
 
     sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
     req.shell = "echo again";
@@ -316,7 +213,7 @@ Test(daytona_faults, case32_a_vanished_sandbox_is_gone)
     cr_assert_str_eq(sbx_error_get0_message(err), want);
     free(want);
     sbx_error_free(err);
-    json_object *log = fake_log();
+    json_object *log = tu_fake_log();
     cr_assert_eq(json_object_array_length(log), 1, "%s",
                  json_object_to_json_string(log));
     json_object_put(log);
@@ -328,7 +225,7 @@ Test(daytona_faults, case32_a_vanished_sandbox_is_gone)
     err = NULL;
     cr_assert_eq(sbx_sandbox_destroy(g_sb, &err), 0);
     cr_assert_null(err);
-    log = fake_log();
+    log = tu_fake_log();
     cr_assert_eq(json_object_array_length(log), 1, "%s", json_object_to_json_string(log));
     json_object_put(log);
 }
@@ -342,18 +239,18 @@ Test(daytona_faults, case53_a_stopped_sandbox_is_started_on_use)
     sbx_error *err = NULL;
     cr_assert_eq(sbx_sandbox_write_file(g_sb, "/work/keep.txt", "kept\n", 5, &err), 0);
     char *path = tu_strdup_printf("/_fake/sandbox/%s/state", sb_id());
-    fake_post(path, "{\"state\":\"stopped\"}");
+    tu_fake_post(path, "{\"state\":\"stopped\"}");
     cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 1);
-    fake_reset();
+    tu_fake_reset();
     sbx_result *r = tu_sh(g_sb, "cat /work/keep.txt", 30);
     tu_assert_exit(r, 0);
     tu_assert_stdout(r, "kept\n");
     sbx_result_free(r);
-    json_object *log = fake_log();
+    json_object *log = tu_fake_log();
     char *re = tu_strdup_printf("/api/sandbox/%s/start", sb_id());
-    cr_assert_eq(log_count(log, "POST", re, NULL), 1);
-    cr_assert_eq(log_count(log, "POST", "/api/sandbox", NULL), 0);
-    cr_assert_eq(log_count(log, "DELETE", "/api/sandbox/.*", NULL), 0);
+    cr_assert_eq(tu_fake_count(log, "POST", re, NULL, 0), 1);
+    cr_assert_eq(tu_fake_count(log, "POST", "/api/sandbox", NULL, 0), 0);
+    cr_assert_eq(tu_fake_count(log, "DELETE", "/api/sandbox/.*", NULL, 0), 0);
     free(re);
     json_object_put(log);
     free(path);
@@ -366,16 +263,17 @@ Test(daytona_faults, case53_a_starting_sandbox_is_waited_for)
     sbx_error *err = NULL;
     cr_assert_eq(sbx_sandbox_write_file(g_sb, "/work/keep.txt", "kept\n", 5, &err), 0);
     char *path = tu_strdup_printf("/_fake/sandbox/%s/state", sb_id());
-    fake_post(path, "{\"state\":\"starting\",\"after\":1}");
+    tu_fake_post(path, "{\"state\":\"starting\",\"after\":1}");
     free(path);
-    fake_reset();
+    tu_fake_reset();
     sbx_result *r = tu_sh(g_sb, "cat /work/keep.txt", 30);
     tu_assert_exit(r, 0);
     tu_assert_stdout(r, "kept\n");
     sbx_result_free(r);
-    json_object *log = fake_log();
-    cr_assert_eq(log_count(log, "POST", "/api/sandbox/.*/start", NULL), 0);
-    cr_assert(log_count(log, "GET", "/api/sandbox/[^/]+", NULL) >= 1, "the state was not read");
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", "/api/sandbox/.*/start", NULL, 0), 0);
+    cr_assert(tu_fake_count(log, "GET", "/api/sandbox/[^/]+", NULL, 0) >= 1,
+              "the state was not read");
     json_object_put(log);
 }
 
@@ -385,7 +283,7 @@ Test(daytona_faults, case53_a_starting_sandbox_is_waited_for)
 Test(daytona_faults, case53_an_errored_sandbox_names_its_state)
 {
     char *path = tu_strdup_printf("/_fake/sandbox/%s/state", sb_id());
-    fake_post(path, "{\"state\":\"error\",\"errorReason\":\"disk quota exceeded\"}");
+    tu_fake_post(path, "{\"state\":\"error\",\"errorReason\":\"disk quota exceeded\"}");
     free(path);
     sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
     req.shell = "echo no";
@@ -396,8 +294,8 @@ Test(daytona_faults, case53_an_errored_sandbox_names_its_state)
     cr_assert_str_eq(sbx_error_get0_message(err), want);
     free(want);
     sbx_error_free(err);
-    json_object *log = fake_log();
-    cr_assert_eq(log_count(log, "POST", "/api/sandbox/.*/start", NULL), 0);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", "/api/sandbox/.*/start", NULL, 0), 0);
     json_object_put(log);
     cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 1);
 }
@@ -414,7 +312,7 @@ Test(daytona_faults, case36_the_credential_is_never_shown)
     char *rule = tu_strdup_printf("{\"method\":\"POST\",\"path\":\"^/api/sandbox$\",\"status\":401,"
                                   "\"body\":{\"statusCode\":401,\"message\":\"invalid key %s\"}}",
                                   key);
-    fake_post("/_fake/faults", rule);
+    tu_fake_post("/_fake/faults", rule);
     free(rule);
     sbx_error *err = NULL;
     cr_assert_null(sbx_sandbox_create(g_client, NULL, &err));
@@ -438,12 +336,12 @@ Test(daytona_faults, case36_the_credential_is_never_shown)
     sbx_result *r = tu_sh(g_sb, "echo fine", 10);
     tu_assert_stdout(r, "fine\n");
     sbx_result_free(r);
-    json_object *log = fake_log();
+    json_object *log = tu_fake_log();
     const char *text = json_object_to_json_string(log);
     cr_assert(strstr(text, key) == NULL, "the fake's log holds the key");
     cr_assert(json_object_array_length(log) >= 2);
     json_object *first = json_object_array_get_idx(log, 0);
-    cr_assert_str_eq(jstr(first, "auth"), "Bearer <redacted>");
+    cr_assert_str_eq(tu_json_str(first, "auth"), "Bearer <redacted>");
     json_object_put(log);
 }
 
@@ -453,7 +351,7 @@ Test(daytona_faults, case36_the_credential_is_never_shown)
 static size_t fake_sandbox_count(void)
 {
     char *body = NULL;
-    cr_assert_eq(fake_http("GET", "/_fake/sandboxes", NULL, &body), 200);
+    cr_assert_eq(tu_fake_http("GET", "/_fake/sandboxes", NULL, NULL, &body), 200);
     json_object *j = json_tokener_parse(body);
     cr_assert(j && json_object_is_type(j, json_type_array), "%s", body);
     size_t n = json_object_array_length(j);
@@ -469,7 +367,7 @@ static size_t fake_sandbox_count(void)
 Test(daytona_faults, case20_a_create_answered_too_late_leaves_nothing)
 {
     size_t before = fake_sandbox_count();
-    fake_post("/_fake/faults", "{\"method\":\"POST\",\"path\":\"^/api/sandbox$\","
+    tu_fake_post("/_fake/faults", "{\"method\":\"POST\",\"path\":\"^/api/sandbox$\","
                                "\"action\":\"pass\",\"delay\":5}");
     sbx_options *o = sbx_options_new();
     cr_assert_eq(sbx_options_set_backend_options(o, "{\"create_timeout\":1}", NULL), 0);
@@ -487,21 +385,22 @@ Test(daytona_faults, case20_a_create_answered_too_late_leaves_nothing)
     double end = tu_now() + 20.0;
     int deleted = 0;
     while (tu_now() < end && !deleted) {
-        json_object *log = fake_log();
-        deleted = log_count(log, "DELETE", "/api/sandbox/[^/]+", NULL) == 1;
+        json_object *log = tu_fake_log();
+        deleted = tu_fake_count(log, "DELETE", "/api/sandbox/[^/]+", NULL, 0) == 1;
         json_object_put(log);
         if (!deleted)
             usleep(200000);
     }
     cr_assert(deleted, "the late sandbox was not deleted");
     cr_assert_eq(fake_sandbox_count(), before);
-    json_object *log = fake_log();
-    cr_assert_eq(log_count(log, "POST", "/api/sandbox", NULL), 1);
-    cr_assert(log_count(log, "GET", "/api/sandbox", NULL) >= 1, "no look-up by token");
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", "/api/sandbox", NULL, 0), 1);
+    cr_assert(tu_fake_count(log, "GET", "/api/sandbox", NULL, 0) >= 1, "no look-up by token");
     int by_token = 0;
     for (size_t i = 0; i < json_object_array_length(log); i++) {
         json_object *e = json_object_array_get_idx(log, i), *q, *l;
-        if (strcmp(jstr(e, "path"), "/api/sandbox") == 0 && strcmp(jstr(e, "method"), "GET") == 0
+        if (strcmp(tu_json_str(e, "path"), "/api/sandbox") == 0
+            && strcmp(tu_json_str(e, "method"), "GET") == 0
             && json_object_object_get_ex(e, "query", &q) && json_object_object_get_ex(q, "labels", &l)
             && strstr(json_object_get_string(l), "\"sbx_create_token\":\"sbx-") != NULL)
             by_token = 1;

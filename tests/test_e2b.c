@@ -4,13 +4,19 @@
  * tests/e2b.sh, which sets E2B_API_URL): a sandbox that vanished is a
  * distinct "gone" error (CASE-32); resume never shortens the provider's
  * lifetime (CASE-33); a paused sandbox is woken by the next call, its files
- * kept (CASE-53 F); stop pauses and start resumes. The fake's test routes
- * (/_fake/sandbox/{id}, .../vanish) show and change the provider's side.
+ * kept (CASE-53 F); stop pauses and start resumes; a 429 waits what its
+ * Retry-After asks (seconds or an HTTP-date), backs off without one, and
+ * past the wait cap is rate_limited at once (CASE-19); a command quiet for
+ * longer than any fixed limit of the transport is not cut, its bound is its
+ * own timeout, and envd's keepalive messages never reach its output
+ * (CASE-52). The fake's test routes (/_fake/sandbox/{id}, .../vanish,
+ * /_fake/keepalive) show and change the provider's side; its fault rules and
+ * request log (/_fake/faults, /_fake/log) script and count requests.
  */
 #include <criterion/criterion.h>
 
-#include <curl/curl.h>
 #include <json-c/json.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -23,6 +29,8 @@ static sbx_sandbox *g_sb;
 
 static void setup(void)
 {
+    tu_fake_use("E2B_API_URL");
+    tu_fake_reset();
     sbx_error *err = NULL;
     g_client = sbx_client_new("e2b", &err);
     cr_assert_not_null(g_client, "%s", err ? sbx_error_get0_message(err) : "");
@@ -31,6 +39,8 @@ static void setup(void)
 
 static void teardown(void)
 {
+    tu_fake_reset();
+    tu_fake_post("/_fake/keepalive", "{\"seconds\":0}");
     if (g_sb) {
         sbx_sandbox_destroy(g_sb, NULL);
         sbx_sandbox_free(g_sb);
@@ -40,52 +50,16 @@ static void teardown(void)
 
 TestSuite(e2b, .init = setup, .fini = teardown, .timeout = 90);
 
-static size_t collect(char *p, size_t size, size_t n, void *ud)
-{
-    char **buf = ud;
-    size_t old = *buf ? strlen(*buf) : 0;
-    char *nb = realloc(*buf, old + size * n + 1);
-    cr_assert_not_null(nb);
-    memcpy(nb + old, p, size * n);
-    nb[old + size * n] = '\0';
-    *buf = nb;
-    return size * n;
-}
-
-/* A request to the fake's test route @path: its status, the body in *@body
- * (or freed when @body is NULL). */
+/* A request to the fake with the API key (its control plane's routes need
+ * it; its test routes take it): the status, the body in *@body (or freed
+ * when @body is NULL). */
 static long fake_call_body(const char *method, const char *path, const char *data,
                            char **body)
 {
-    const char *api = getenv("E2B_API_URL");
-    cr_assert_not_null(api, "E2B_API_URL is not set (run through tests/e2b.sh)");
-    char *url = tu_strdup_printf("%s%s", api, path);
-    char *buf = NULL;
-    CURL *h = curl_easy_init();
-    cr_assert_not_null(h);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    struct curl_slist *hdrs = NULL;
-    char *key = tu_strdup_printf("X-API-Key: %s", getenv("E2B_API_KEY") ? getenv("E2B_API_KEY")
-                                                                        : "");
-    hdrs = curl_slist_append(hdrs, key);
-    hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-    if (strcmp(method, "POST") == 0)
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, data ? data : "");
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &buf);
-    cr_assert_eq(curl_easy_perform(h), CURLE_OK, "%s %s", method, url);
-    long status = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    curl_easy_cleanup(h);
-    curl_slist_free_all(hdrs);
-    free(key);
-    free(url);
-    if (body)
-        *body = buf;
-    else
-        free(buf);
+    const char *key = getenv("E2B_API_KEY");
+    char *h = tu_strdup_printf("X-API-Key: %s", key ? key : "");
+    long status = tu_fake_http(method, path, h, data, body);
+    free(h);
     return status;
 }
 
@@ -246,4 +220,188 @@ Test(e2b, late_create_is_deleted)
     for (int i = 0; i < 100 && (live = fake_live()) != n0; i++)
         usleep(100000);
     cr_assert_eq(live, n0, "the late sandbox was not deleted within 10 s");
+}
+
+/* ------------------------------------------------------------ CASE-19 */
+
+/* Answers is_alive's read, GET /sandboxes/{id}, 429 @times times, the rule
+ * ending with @extra (",\"retry_after\":..." or ""). A fresh sandbox and an
+ * empty log first. */
+static void answer_429(int times, const char *extra)
+{
+    g_sb = create_with_lifetime(600);
+    tu_fake_reset();
+    char *rule = tu_strdup_printf("{\"method\":\"GET\",\"path\":\"^/sandboxes/%s$\",\"status\":429,"
+                                  "\"times\":%d,\"message\":\"slow down\"%s}",
+                                  sbx_sandbox_get0_id(g_sb), times, extra);
+    tu_fake_post("/_fake/faults", rule);
+    free(rule);
+}
+
+/* The GETs of the sandbox in the fake's log: how many, their times in @t. */
+static int sandbox_gets(double *t, size_t tmax)
+{
+    json_object *log = tu_fake_log();
+    char *re = tu_strdup_printf("/sandboxes/%s", sbx_sandbox_get0_id(g_sb));
+    int n = tu_fake_count(log, "GET", re, t, tmax);
+    free(re);
+    json_object_put(log);
+    return n;
+}
+
+/* A: Retry-After: 2 twice: the read is sent three times, each after the
+ * wait the provider asked for, and succeeds. */
+Test(e2b, case19_retry_after_seconds_is_waited_each_time)
+{
+    answer_429(2, ",\"retry_after\":\"2\"");
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 1, "is_alive: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    double t[3] = { 0, 0, 0 };
+    cr_assert_eq(sandbox_gets(t, 3), 3);
+    cr_assert(t[1] - t[0] >= 2.0, "the first retry came %.3f s after the 429", t[1] - t[0]);
+    cr_assert(t[2] - t[1] >= 2.0, "the second retry came %.3f s after the 429", t[2] - t[1]);
+}
+
+/* B: Retry-After as the HTTP-date 3 s after the answer's Date: the retry
+ * waits for it (0.5 s allowed for skew). */
+Test(e2b, case19_retry_after_date_is_waited)
+{
+    answer_429(1, ",\"retry_after_date\":3");
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 1);
+    double t[2] = { 0, 0 };
+    cr_assert_eq(sandbox_gets(t, 2), 2);
+    cr_assert(t[1] - t[0] >= 2.5, "the retry came %.3f s after the 429", t[1] - t[0]);
+}
+
+/* D: Retry-After: 3600 passes the wait cap (60 s): rate_limited at once,
+ * retryable, the wait in the context, after one request. */
+Test(e2b, case19_retry_after_past_the_cap_is_rate_limited_at_once)
+{
+    answer_429(1, ",\"retry_after\":\"3600\"");
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_RATE_LIMITED, "%s",
+                 sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "get the sandbox: slow down (HTTP 429; the provider asks to wait 3600 s)");
+    cr_assert_eq(sbx_error_is_retryable(err), 1);
+    cr_assert_str_eq(sbx_error_get0_backend(err), "e2b");
+    cr_assert_str_eq(sbx_error_get0_op(err), "is_alive");
+    cr_assert_str_eq(sbx_error_get0_context(err, "retry_after_s"), "3600");
+    cr_assert_str_eq(sbx_error_get0_context(err, "http_status"), "429");
+    sbx_error_free(err);
+    cr_assert_eq(sandbox_gets(NULL, 0), 1);
+}
+
+/* E: no Retry-After: the first backoff is at least 0.5 s (no tight loop). */
+Test(e2b, case19_without_retry_after_backs_off)
+{
+    answer_429(1, "");
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 1);
+    double t[2] = { 0, 0 };
+    cr_assert_eq(sandbox_gets(t, 2), 2);
+    cr_assert(t[1] - t[0] >= 0.5, "the retry came %.3f s after the 429", t[1] - t[0]);
+}
+
+/* ------------------------------------------------------------ CASE-52 */
+
+/* The keepalive messages the fake's process streams sent since the last
+ * POST /_fake/keepalive. */
+static int keepalives_sent(void)
+{
+    char *body = NULL;
+    cr_assert_eq(fake_call("GET", "/_fake/keepalive", &body), 200);
+    json_object *j = json_tokener_parse(body), *v;
+    cr_assert(j && json_object_object_get_ex(j, "sent", &v), "%s", body);
+    int n = json_object_get_int(v);
+    json_object_put(j);
+    free(body);
+    return n;
+}
+
+/* C: a command that prints nothing for 12 s, longer than the transport's
+ * one fixed limit (the 10 s to connect) and, with the plugin's keepalive
+ * interval of 20 s, with no byte on its stream meanwhile: it is not cut; it
+ * ends with its output after one start of the command. The stream has no
+ * read timeout of its own: the command's timeout bounds it. */
+Test(e2b, case52_a_quiet_command_is_not_cut_slow)
+{
+    g_sb = create_with_lifetime(600);
+    tu_fake_reset();
+    tu_fake_post("/_fake/keepalive", "{\"seconds\":0}");
+    double t0 = tu_now();
+    sbx_result *r = tu_sh(g_sb, "sleep 12; echo done", 60);
+    double dt = tu_now() - t0;
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "done\n");
+    tu_assert_stderr(r, "");
+    sbx_result_free(r);
+    cr_assert(dt >= 12.0, "the command took %.2f s", dt);
+    cr_assert_eq(keepalives_sent(), 0, "the stream was not quiet");
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", "/process.Process/Start", NULL, 0), 1);
+    json_object *start = NULL;
+    for (size_t i = 0; i < json_object_array_length(log) && !start; i++) {
+        json_object *e = json_object_array_get_idx(log, i);
+        if (strcmp(tu_json_str(e, "path"), "/process.Process/Start") == 0)
+            start = e;
+    }
+    json_object *h = NULL, *v;
+    cr_assert(json_object_object_get_ex(start, "headers", &h));
+    cr_assert_str_eq(tu_json_str(h, "Keepalive-Ping-Interval"), "20");
+    cr_assert(!json_object_object_get_ex(h, "Connect-Timeout-Ms", &v),
+              "the start asked envd for a deadline of its own");
+    json_object_put(log);
+}
+
+/* C: the quiet command's bound is its own timeout: cut at 2 s (124, timed
+ * out), not run to its end. */
+Test(e2b, case52_a_quiet_command_ends_at_its_own_timeout)
+{
+    g_sb = create_with_lifetime(600);
+    sbx_result *r = tu_sh(g_sb, "sleep 30; echo done", 2);
+    cr_assert_eq(sbx_result_get_exit_code(r), 124);
+    cr_assert_eq(sbx_result_is_timed_out(r), 1);
+    tu_assert_stdout(r, "");
+    sbx_result_free(r);
+}
+
+typedef struct chunks {
+    char out[64];
+    size_t len;
+    int n, empty;
+} chunks;
+
+static void on_output(sbx_stream stream, const void *data, size_t len, void *ud)
+{
+    chunks *c = ud;
+    cr_assert_eq(stream, SBX_STREAM_STDOUT);
+    c->n++;
+    c->empty += len == 0;
+    cr_assert(c->len + len < sizeof c->out, "%zu bytes of output", c->len + len);
+    memcpy(c->out + c->len, data, len);
+    c->len += len;
+}
+
+/* B: envd sends keepalive messages every 0.5 s while the command is quiet;
+ * none reaches the output callback, empty or not: it gets "done\n" and
+ * nothing else. */
+Test(e2b, case52_keepalives_never_reach_the_output)
+{
+    g_sb = create_with_lifetime(600);
+    tu_fake_post("/_fake/keepalive", "{\"seconds\":0.5}");
+    chunks c = { .len = 0 };
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "sleep 3; echo done";
+    req.timeout_secs = 30;
+    req.on_output = on_output;
+    req.user_data = &c;
+    sbx_result *r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "done\n");
+    sbx_result_free(r);
+    cr_assert(keepalives_sent() >= 2, "the fake sent %d keepalive messages", keepalives_sent());
+    tu_assert_bytes("the streamed output", c.out, c.len, "done\n", 5);
+    cr_assert_eq(c.empty, 0, "%d empty chunks", c.empty);
 }

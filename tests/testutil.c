@@ -11,15 +11,22 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <regex.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <json-c/json.h>
 
 const char *tu_backend(void)
 {
@@ -669,5 +676,119 @@ size_t tu_procs_mentioning(const char *path, pid_t *pids, size_t max)
             pids[n++] = (pid_t)v;
     }
     closedir(d);
+    return n;
+}
+
+/* ------------------------------------------------------------------------
+ * The hosted backends' contract fakes
+ * ---------------------------------------------------------------------- */
+
+static int tu_fake_port;
+
+int tu_fake_use(const char *env)
+{
+    const char *url = getenv(env);
+    int port = 0;
+    cr_assert(url && sscanf(url, "http://127.0.0.1:%d", &port) == 1 && port > 0,
+              "%s (%s) is not a fake's http://127.0.0.1:PORT: run tests/hosted.sh", env,
+              url ? url : "unset");
+    tu_fake_port = port;
+    return port;
+}
+
+int tu_fake_http(const char *method, const char *path, const char *header, const char *body,
+                 char **out)
+{
+    cr_assert(tu_fake_port > 0, "tu_fake_use() was not called");
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert(fd >= 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)tu_fake_port) };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0, "connect to the fake: %s",
+                 strerror(errno));
+    char *req = tu_strdup_printf("%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                                 "%s%sContent-Type: application/json\r\n"
+                                 "Content-Length: %zu\r\n\r\n%s",
+                                 method, path, header ? header : "", header ? "\r\n" : "",
+                                 body ? strlen(body) : 0, body ? body : "");
+    size_t len = strlen(req), off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, req + off, len - off);
+        cr_assert(w > 0, "write to the fake: %s", strerror(errno));
+        off += (size_t)w;
+    }
+    free(req);
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap);
+    cr_assert_not_null(buf);
+    for (;;) {
+        if (n + 4096 > cap) {
+            buf = realloc(buf, cap *= 2);
+            cr_assert_not_null(buf);
+        }
+        ssize_t r = read(fd, buf + n, cap - n - 1);
+        cr_assert(r >= 0, "read from the fake: %s", strerror(errno));
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    close(fd);
+    buf[n] = '\0';
+    int status = 0;
+    cr_assert_eq(sscanf(buf, "HTTP/1.%*d %d", &status), 1, "not HTTP: %.80s", buf);
+    char *b = strstr(buf, "\r\n\r\n");
+    if (out)
+        *out = b ? strdup(b + 4) : NULL;
+    free(buf);
+    return status;
+}
+
+void tu_fake_post(const char *path, const char *body)
+{
+    int st = tu_fake_http("POST", path, NULL, body, NULL);
+    cr_assert(st == 204 || st == 200, "POST %s: %d", path, st);
+}
+
+void tu_fake_reset(void)
+{
+    cr_assert_eq(tu_fake_http("DELETE", "/_fake/faults", NULL, NULL, NULL), 204);
+    cr_assert_eq(tu_fake_http("DELETE", "/_fake/log", NULL, NULL, NULL), 204);
+}
+
+struct json_object *tu_fake_log(void)
+{
+    char *body = NULL;
+    cr_assert_eq(tu_fake_http("GET", "/_fake/log", NULL, NULL, &body), 200);
+    json_object *j = json_tokener_parse(body);
+    cr_assert(j && json_object_is_type(j, json_type_array), "log: %s", body);
+    free(body);
+    return j;
+}
+
+const char *tu_json_str(struct json_object *o, const char *key)
+{
+    json_object *v;
+    return json_object_object_get_ex(o, key, &v) && json_object_is_type(v, json_type_string)
+           ? json_object_get_string(v) : NULL;
+}
+
+int tu_fake_count(struct json_object *log, const char *method, const char *re, double *t,
+                  size_t tmax)
+{
+    regex_t rx;
+    char *anchored = tu_strdup_printf("^%s$", re);
+    cr_assert_eq(regcomp(&rx, anchored, REG_EXTENDED | REG_NOSUB), 0, "regex %s", anchored);
+    free(anchored);
+    int n = 0;
+    for (size_t i = 0; i < json_object_array_length(log); i++) {
+        json_object *e = json_object_array_get_idx(log, i), *tv;
+        const char *m = tu_json_str(e, "method"), *p = tu_json_str(e, "path");
+        if (!m || !p || strcmp(m, method) != 0 || regexec(&rx, p, 0, NULL, 0))
+            continue;
+        if (t && (size_t)n < tmax && json_object_object_get_ex(e, "time", &tv))
+            t[n] = json_object_get_double(tv);
+        n++;
+    }
+    regfree(&rx);
     return n;
 }

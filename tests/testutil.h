@@ -1,7 +1,8 @@
 /*
  * Helpers shared by the Criterion test programs: the backend under test,
  * a monotonic clock, temporary directories, running commands in a sandbox
- * and comparing their output byte for byte, SHA-256, and process checks.
+ * and comparing their output byte for byte, SHA-256, process checks, and
+ * the control routes of the hosted backends' contract fakes.
  *
  * Helpers whose names end in nothing special assert with Criterion and
  * never return on failure; the ones documented as returning a status do not
@@ -109,5 +110,37 @@ size_t tu_procs_mentioning(const char *path, pid_t *pids, size_t max);
 /* 1 when @pid runs the plugin host program ($SBX_PLUGIN_HOST). */
 int tu_is_plugin_host(pid_t pid);
 
-#endif /* SBX_TESTUTIL_H */
 
+/* ------------------------------------------------------------------------
+ * The contract fakes of the hosted backends (tests/fakes/fakehttp.py): their
+ * control routes (/_fake/faults, /_fake/log, ...) on the provider's port.
+ * ---------------------------------------------------------------------- */
+
+struct json_object;
+
+/* Takes the fake's port from the environment variable @env holding its URL
+ * ("http://127.0.0.1:PORT..."), for the calls below; asserts that it names
+ * one (run through tests/hosted.sh). Returns the port. */
+int tu_fake_use(const char *env);
+/* One HTTP/1.1 request to the fake (Connection: close) with @body as JSON
+ * (NULL: none) and the extra header line @header ("Name: value"; NULL:
+ * none): the status, and the answer's body in *@out (malloc()ed,
+ * NUL-terminated; may be NULL) when @out is not NULL. Asserts that an
+ * answer came. */
+int tu_fake_http(const char *method, const char *path, const char *header, const char *body,
+                 char **out);
+/* POST @body to the control route @path; asserts 200 or 204. */
+void tu_fake_post(const char *path, const char *body);
+/* Removes the fault rules and empties the request log. */
+void tu_fake_reset(void);
+/* The request log, parsed (json_object_put() it); asserts it is a list. */
+struct json_object *tu_fake_log(void);
+/* Member @key of @o as a string (borrowed), or NULL. */
+const char *tu_json_str(struct json_object *o, const char *key);
+/* The entries of @log with @method whose path matches the extended regex
+ * @re (whole path): how many; the times (UNIX seconds) of the first @tmax
+ * of them go to @t (may be NULL). */
+int tu_fake_count(struct json_object *log, const char *method, const char *re, double *t,
+                  size_t tmax);
+
+#endif /* SBX_TESTUTIL_H */

@@ -54,7 +54,11 @@ Control routes (no auth): GET /_fake/sandbox/{id} {"state", "root",
 "running", "end_at", "timeout", "processes"}; POST /_fake/sandbox/{id}/vanish;
 POST /_fake/sandbox/{id}/expire (its timeout passes now); POST
 /_fake/hold_create {"seconds": s}: the next create makes its sandbox, then
-waits s seconds before it answers.
+waits s seconds before it answers. POST /_fake/keepalive {"seconds": s}: every
+process stream started from now sends its keepalive after s seconds of quiet
+whatever Keepalive-Ping-Interval says (0: as the header says again); GET
+/_fake/keepalive {"seconds": s, "sent": n}, n the keepalive messages sent
+since the last POST.
 
 Python 3 standard library only. Run as root (bubblewrap and nsenter).
 """
@@ -207,6 +211,8 @@ class E2BFake(fakehttp.Fake):
         self.dir = tempfile.mkdtemp(prefix="sbx-fake-e2b-")
         self.sandboxes = {}
         self.hold_create = 0.0
+        self.keepalive = 0.0     # a forced keepalive interval (0: the header's)
+        self.keepalives = 0      # keepalive messages sent since it was set
         self.port = 0
         threading.Thread(target=self.reaper, daemon=True).start()
 
@@ -318,6 +324,14 @@ class E2BHandler(fakehttp.Handler):
         if path == "/_fake/hold_create" and self.command == "POST":
             f.hold_create = float(self.json_body().get("seconds", 0))
             return self.send_json(204, None)
+        if path == "/_fake/keepalive" and self.command == "POST":
+            with f.lock:
+                f.keepalive = float(self.json_body().get("seconds", 0))
+                f.keepalives = 0
+            return self.send_json(204, None)
+        if path == "/_fake/keepalive" and self.command == "GET":
+            with f.lock:
+                return self.send_json(200, {"seconds": f.keepalive, "sent": f.keepalives})
         m = re.fullmatch(r"/_fake/sandbox/([^/]+)(/vanish|/expire)?", path)
         if not m:
             raise Reply(404, {"error": "no such control route: " + path})
@@ -524,6 +538,9 @@ class E2BHandler(fakehttp.Handler):
             interval = float(self.headers.get("Keepalive-Ping-Interval") or 50)
         except ValueError:
             interval = 50.0
+        with f.lock:
+            if f.keepalive > 0:
+                interval = f.keepalive
         deadline = None
         tmo = self.headers.get("Connect-Timeout-Ms")
         if tmo:
@@ -615,6 +632,8 @@ class E2BHandler(fakehttp.Handler):
                 break
             if time.time() >= last + interval:
                 self.chunk(envelope(0, {"event": {"keepalive": {}}}))
+                with f.lock:
+                    f.keepalives += 1
                 last = time.time()
         if timed_out:
             self.chunk(envelope(2, {"error": {"code": "deadline_exceeded",
