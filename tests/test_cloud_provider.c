@@ -5,8 +5,9 @@
  * error, descriptors as sink and source, the command that signals every
  * marked process, and the create's environment file, run by sh to show
  * that a per-call key wins and values arrive literally; then the sandbox
- * head (accessors, destroy), the workdir check, and the plugin's own mkdir
- * and chmod commands over a stand-in runner. Errors are looked at through
+ * head (accessors, destroy), the workdir check, the plugin's own mkdir
+ * and chmod commands over a stand-in runner, the client's config and
+ * credential, and the refusal of an option. Errors are looked at through
  * cl_last() (no host is loaded here).
  */
 #include "provider.h"
@@ -308,4 +309,37 @@ Test(provider, make_workdir_and_set_mode)
     cr_assert_eq(cl_set_mode(&sb, run, NULL, "/h/a b", "a b", 0600, "write_file", NULL), -1);
     cr_assert_eq(cl_last()->code, SBX_ERROR_EXECUTION_FAILED);
     cr_assert_str_eq(cl_last()->msg, "cannot set mode 600 on a b (chmod exited 2)");
+}
+
+Test(provider, client_config_http_configure_and_refuse)
+{
+    json_object *cfg = (json_object *)1;
+    cr_assert_eq(cl_client_config(NULL, "acme", &cfg, NULL), 0);
+    cr_assert_null(cfg);
+    cr_assert_eq(cl_client_config("", "acme", &cfg, NULL), 0);
+    cr_assert_null(cfg);
+    cr_assert_eq(cl_client_config("[1]", "acme", &cfg, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "acme client options must be a JSON object");
+    cr_assert_eq(cl_client_config("{\"retries\":\"many\"}", "acme", &cfg, NULL), 0);
+    cr_assert_not_null(cfg);
+
+    cl_http *h = cl_http_new();
+    cr_assert_not_null(h);
+    static const char *const envs[] = { "SBX_TEST_PROVIDER_KEY", NULL };
+    setenv("SBX_TEST_PROVIDER_KEY", "k-123", 1);
+    cr_assert_eq(cl_http_configure(h, cfg, envs, "Authorization", "Bearer ", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert(strstr(cl_last()->msg, "retries") != NULL, "%s", cl_last()->msg);
+    json_object_put(cfg);
+    cr_assert_eq(cl_http_configure(h, NULL, envs, "Authorization", "Bearer ", NULL), 0);
+    unsetenv("SBX_TEST_PROVIDER_KEY");
+    cr_assert_eq(cl_http_configure(h, NULL, envs, "X-API-Key", NULL, NULL), 0);
+    cl_http_free(h);
+
+    cl_refuse(NULL, "acme", "gpu", "A100", "acme has no GPUs");
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: gpu A100: acme has no GPUs");
+    cl_refuse(NULL, "acme", "app_name", NULL, "acme has no apps");
+    cr_assert_str_eq(cl_last()->msg, "acme backend: app_name: acme has no apps");
 }

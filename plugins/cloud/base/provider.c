@@ -421,3 +421,62 @@ int cl_set_mode(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *ctx, 
     free(cmd);
     return rc;
 }
+
+int cl_client_config(const char *config_json, const char *provider, json_object **cfg,
+                     sbx_error **error)
+{
+    *cfg = NULL;
+    if (!config_json || !*config_json)
+        return 0;
+    json_object *j = json_tokener_parse(config_json);
+    if (!j || !json_object_is_type(j, json_type_object)) {
+        json_object_put(j);
+        cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
+                "%s client options must be a JSON object", provider);
+        return -1;
+    }
+    *cfg = j;
+    return 0;
+}
+
+int cl_http_configure(cl_http *h, json_object *cfg, const char *const *key_envs,
+                      const char *header, const char *prefix, sbx_error **error)
+{
+    cl_retry_policy pol = CL_RETRY_POLICY_DEFAULT;
+    if (cl_retry_policy_from_config(cfg, &pol, error) < 0)
+        return -1;
+    cl_http_set_retry(h, &pol);
+    char *key = cl_credential(key_envs, NULL, NULL);
+    if (!key)
+        return 0;
+    char *value = cl_printf("%s%s", prefix ? prefix : "", key);
+    int bad = !value || cl_http_set_auth(h, header, value) < 0 || cl_http_set_secret(h, key) < 0;
+    free(value);
+    free(key);
+    if (bad) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "client_new", "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+sbx_error *cl_refuse(sbx_error **error, const char *provider, const char *option,
+                     const char *value, const char *why)
+{
+    sbx_error *err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create", "%s backend: %s%s%s: %s",
+                             provider, option, value ? " " : "", value ? value : "", why);
+    cl_context(err, "option", option);
+    return err;
+}
+
+int cl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
+                 int *exit_code, sbx_error **error)
+{
+    (void)ctx;
+    return cl_proc_wait((cl_proc *)(void *)process, timeout_ms, exit_code, "exec_wait", error);
+}
+
+int cl_exec_event_fd(sbx_plugin_process *process)
+{
+    return cl_proc_event_fd((cl_proc *)(void *)process);
+}

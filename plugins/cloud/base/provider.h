@@ -281,4 +281,42 @@ int cl_make_workdir(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *c
 int cl_set_mode(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *ctx, const char *path,
                 const char *shown, uint32_t mode, const char *op, sbx_error **error);
 
+
+/**
+ * The client's config JSON @config_json parsed: 0 with a new object
+ * (json_object_put()) in *@cfg, or NULL when @config_json is NULL or "";
+ * -1 with configuration "@provider client options must be a JSON object"
+ * (op client_new) when it is not one.
+ */
+int cl_client_config(const char *config_json, const char *provider, struct json_object **cfg,
+                     sbx_error **error);
+
+/**
+ * Sets @h's retry policy from @cfg (cl_retry_policy_from_config() over
+ * CL_RETRY_POLICY_DEFAULT; @cfg may be NULL) and its credential: the first
+ * non-empty of the environment variables @key_envs (cl_credential()), sent
+ * as "@header: @prefixKEY" (@prefix NULL: the key alone) and scrubbed from
+ * every message (cl_http_set_secret()); no key, no credential header. 0, or
+ * -1 with configuration (a bad retry option, named) or resource_exhausted.
+ * Not thread-safe: call before requests.
+ */
+int cl_http_configure(cl_http *h, struct json_object *cfg, const char *const *key_envs,
+                      const char *header, const char *prefix, sbx_error **error);
+
+/**
+ * The error of a create option @option (set to @value, which may be NULL)
+ * that the provider cannot honour: configuration "@provider backend: @option
+ * @value: @why" (" @value" left out when NULL), context option=@option, op
+ * create. Returns it (also in *@error when @error wants one).
+ */
+sbx_error *cl_refuse(sbx_error **error, const char *provider, const char *option,
+                     const char *value, const char *why);
+
+/** The exec_wait slot of a plugin whose process struct starts with a
+ *  cl_proc: cl_proc_wait() with op exec_wait (@ctx unused). */
+int cl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
+                 int *exit_code, sbx_error **error);
+/** The exec_event_fd slot of such a plugin: cl_proc_event_fd(). */
+int cl_exec_event_fd(sbx_plugin_process *process);
+
 #endif

@@ -525,14 +525,8 @@ static int e2b_client_new(const char *config_json, sbx_plugin_client **client, s
 {
     const char *op = "client_new";
     json_object *cfg = NULL;
-    if (config_json && *config_json) {
-        cfg = json_tokener_parse(config_json);
-        if (!cfg || !json_object_is_type(cfg, json_type_object)) {
-            json_object_put(cfg);
-            cl_fail(error, SBX_ERROR_CONFIGURATION, op, "e2b client options must be a JSON object");
-            return -1;
-        }
-    }
+    if (cl_client_config(config_json, E2B_BACKEND, &cfg, error) < 0)
+        return -1;
     struct sbx_plugin_client *c = calloc(1, sizeof(*c));
     if (!c || !(c->http = cl_http_new())) {
         free(c);
@@ -555,21 +549,9 @@ static int e2b_client_new(const char *config_json, sbx_plugin_client **client, s
         if (!c->sandbox_url)
             goto fail;
     }
-    cl_retry_policy pol = CL_RETRY_POLICY_DEFAULT;
-    if (cl_retry_policy_from_config(cfg, &pol, error) < 0)
-        goto fail;
-    cl_http_set_retry(c->http, &pol);
     static const char *const key_envs[] = { "E2B_API_KEY", NULL };
-    char *key = cl_credential(key_envs, NULL, NULL);
-    if (key) {
-        int bad = cl_http_set_auth(c->http, "X-API-Key", key) < 0
-                  || cl_http_set_secret(c->http, key) < 0;
-        free(key);
-        if (bad) {
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-            goto fail;
-        }
-    }
+    if (cl_http_configure(c->http, cfg, key_envs, "X-API-Key", NULL, error) < 0)
+        goto fail;
     if (!(c->reaper = cl_reaper_new(e2b_find_token, e2b_reap_delete, c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
@@ -937,18 +919,6 @@ static int e2b_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     return 0;
 }
 
-static int e2b_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
-                         int *exit_code, sbx_error **error)
-{
-    (void)ctx;
-    return cl_proc_wait(&((e2b_proc *)process)->base, timeout_ms, exit_code, "exec_wait", error);
-}
-
-static int e2b_exec_event_fd(sbx_plugin_process *process)
-{
-    return cl_proc_event_fd(&((e2b_proc *)process)->base);
-}
-
 static int e2b_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
                          sbx_error **error)
 {
@@ -1004,14 +974,8 @@ static void e2b_exec_free(sbx_plugin_process *process)
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static sbx_error *e2b_refuse(sbx_error **error, const char *option, const char *value,
-                             const char *why)
-{
-    sbx_error *err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create", "e2b backend: %s%s%s: %s",
-                             option, value ? " " : "", value ? value : "", why);
-    cl_context(err, "option", option);
-    return err;
-}
+#define e2b_refuse(error, option, value, why) \
+    cl_refuse((error), E2B_BACKEND, (option), (value), (why))
 
 static json_object *e2b_create_body(const sbx_call_ctx *ctx, const sbx_plugin_create_request *rq,
                                     long long *timeout, sbx_error **error)
@@ -1560,8 +1524,8 @@ static const sbx_plugin e2b_plugin = {
     .sandbox_id = cl_sandbox_id,
     .sandbox_root = cl_sandbox_root,
     .exec_start = e2b_exec_start,
-    .exec_wait = e2b_exec_wait,
-    .exec_event_fd = e2b_exec_event_fd,
+    .exec_wait = cl_exec_wait,
+    .exec_event_fd = cl_exec_event_fd,
     .exec_kill = e2b_exec_kill,
     .exec_free = e2b_exec_free,
     .list_files = e2b_list_files,

@@ -327,15 +327,8 @@ static int tl_client_new(const char *config_json, sbx_plugin_client **client, sb
 {
     const char *op = "client_new";
     json_object *cfg = NULL;
-    if (config_json && *config_json) {
-        cfg = json_tokener_parse(config_json);
-        if (!cfg || !json_object_is_type(cfg, json_type_object)) {
-            json_object_put(cfg);
-            cl_fail(error, SBX_ERROR_CONFIGURATION, op,
-                    "tensorlake client options must be a JSON object");
-            return -1;
-        }
-    }
+    if (cl_client_config(config_json, TL_BACKEND, &cfg, error) < 0)
+        return -1;
     struct sbx_plugin_client *c = calloc(1, sizeof(*c));
     if (!c || !(c->http = cl_http_new())) {
         free(c);
@@ -344,10 +337,10 @@ static int tl_client_new(const char *config_json, sbx_plugin_client **client, sb
         return -1;
     }
     c->api = cl_base_url(cfg, "api_url", "TENSORLAKE_API_URL", TL_DEFAULT_URL, error);
-    cl_retry_policy pol = CL_RETRY_POLICY_DEFAULT;
-    if (!c->api || cl_retry_policy_from_config(cfg, &pol, error) < 0)
+    static const char *const key_envs[] = { "TENSORLAKE_API_KEY", NULL };
+    if (!c->api || cl_http_configure(c->http, cfg, key_envs, "Authorization", "Bearer ",
+                                     error) < 0)
         goto fail;
-    cl_http_set_retry(c->http, &pol);
     json_object *sv;
     if (cfg && json_object_object_get_ex(cfg, "suspendable", &sv)) {
         if (!json_object_is_type(sv, json_type_boolean)) {
@@ -357,19 +350,6 @@ static int tl_client_new(const char *config_json, sbx_plugin_client **client, sb
             goto fail;
         }
         c->suspendable = json_object_get_boolean(sv);
-    }
-    static const char *const key_envs[] = { "TENSORLAKE_API_KEY", NULL };
-    char *key = cl_credential(key_envs, NULL, NULL);
-    if (key) {
-        char *bearer = cl_printf("Bearer %s", key);
-        int bad = !bearer || cl_http_set_auth(c->http, "Authorization", bearer) < 0
-                  || cl_http_set_secret(c->http, key) < 0;
-        free(bearer);
-        free(key);
-        if (bad) {
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-            goto fail;
-        }
     }
     json_object_put(cfg);
     *client = c;
@@ -420,14 +400,8 @@ static void tl_sandbox_free(sbx_plugin_sandbox *sb)
     free(sb);
 }
 
-static sbx_error *tl_refuse(sbx_error **error, const char *option, const char *value,
-                            const char *why)
-{
-    sbx_error *err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                             "tensorlake backend: %s %s: %s", option, value ? value : "", why);
-    cl_context(err, "option", option);
-    return err;
-}
+#define tl_refuse(error, option, value, why) \
+    cl_refuse((error), TL_BACKEND, (option), (value), (why))
 
 static json_object *tl_create_body(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
                                    const sbx_plugin_create_request *rq, int *named,
@@ -1384,11 +1358,6 @@ static int tl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
     return rc;
 }
 
-static int tl_exec_event_fd(sbx_plugin_process *process)
-{
-    return cl_proc_event_fd(&((tl_proc *)process)->base);
-}
-
 /* Signals every process of the command: each carries CL_EXEC_MARK=<its
  * tag> in its environment (the run request's env, inherited), so the
  * signal reaches background children, children that made sessions of their
@@ -1471,7 +1440,7 @@ static const sbx_plugin tl_plugin = {
     .snapshot = tl_snapshot,
     .exec_start = tl_exec_start,
     .exec_wait = tl_exec_wait,
-    .exec_event_fd = tl_exec_event_fd,
+    .exec_event_fd = cl_exec_event_fd,
     .exec_kill = tl_exec_kill,
     .exec_free = tl_exec_free,
     .list_files = tl_list_files,
