@@ -343,3 +343,18 @@ Test(provider, client_config_http_configure_and_refuse)
     cl_refuse(NULL, "acme", "app_name", NULL, "acme has no apps");
     cr_assert_str_eq(cl_last()->msg, "acme backend: app_name: acme has no apps");
 }
+
+/* The item URL; the calls on it go through the hosted suites (is_alive,
+ * destroy); here, a URL that could not be made. */
+Test(provider, item_url_and_calls_without_one)
+{
+    char *u = cl_item_url("http://127.0.0.1:1/api", "sandboxes", "a b/c", "/connect");
+    cr_assert_str_eq(u, "http://127.0.0.1:1/api/sandboxes/a%20b%2Fc/connect");
+    free(u);
+    long st = -1;
+    cr_assert_null(cl_get_json(NULL, NULL, NULL, &st, "is_alive", "get the sandbox", NULL));
+    cr_assert_eq(st, 0);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
+    cr_assert_eq(cl_delete_url(NULL, NULL, NULL, "destroy", "delete the sandbox", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
+}

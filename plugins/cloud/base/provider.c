@@ -480,3 +480,51 @@ int cl_exec_event_fd(sbx_plugin_process *process)
 {
     return cl_proc_event_fd((cl_proc *)(void *)process);
 }
+
+char *cl_item_url(const char *api, const char *collection, const char *id, const char *suffix)
+{
+    char *esc = cl_url_escape(id);
+    char *url = esc ? cl_printf("%s/%s/%s%s", api, collection, esc, suffix) : NULL;
+    free(esc);
+    return url;
+}
+
+json_object *cl_get_json(cl_http *h, const sbx_call_ctx *ctx, const char *url, long *status,
+                         const char *op, const char *what, sbx_error **error)
+{
+    *status = 0;
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return NULL;
+    }
+    cl_resp r = { 0 };
+    json_object *j = NULL;
+    if (cl_request_json(h, ctx, "GET", url, NULL, CL_SAFE, &r, op, what, error) == 0) {
+        *status = r.status;
+        if (r.status == 200)
+            j = cl_resp_json(&r, op, what, error);
+        else if (r.status != 404)
+            cl_fail_status(h, error, CL_CODE_BY_STATUS, &r, op, what);
+    }
+    cl_resp_clear(&r);
+    return j;
+}
+
+int cl_delete_url(cl_http *h, const sbx_call_ctx *ctx, const char *url, const char *op,
+                  const char *what, sbx_error **error)
+{
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    cl_resp r = { 0 };
+    int rc = -1;
+    if (cl_request_json(h, ctx, "DELETE", url, NULL, CL_SAFE, &r, op, what, error) == 0) {
+        if (r.status / 100 == 2 || r.status == 404)
+            rc = 0;
+        else
+            cl_fail_status(h, error, CL_CODE_BY_STATUS, &r, op, what);
+    }
+    cl_resp_clear(&r);
+    return rc;
+}

@@ -319,4 +319,31 @@ int cl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeo
 /** The exec_event_fd slot of such a plugin: cl_proc_event_fd(). */
 int cl_exec_event_fd(sbx_plugin_process *process);
 
+
+/**
+ * "@api/@collection/ID@suffix" with @id percent-encoded (@suffix "" for
+ * none): the URL of one item of the provider's API. A new string, NULL on
+ * no memory.
+ */
+char *cl_item_url(const char *api, const char *collection, const char *id, const char *suffix);
+
+/**
+ * GET @url (a safe call, retried): the JSON of a 200 answer (a new object,
+ * json_object_put()), else NULL with *@status the answer's status (0 when
+ * none came) and, unless it is 404 (the item does not exist: no error), the
+ * error of the call or of the answer (@what names the call). A NULL @url
+ * (no memory building it) is resource_exhausted.
+ */
+struct json_object *cl_get_json(cl_http *h, const sbx_call_ctx *ctx, const char *url,
+                                long *status, const char *op, const char *what,
+                                sbx_error **error);
+
+/**
+ * DELETE @url (a safe call, retried): 0 on a 2xx answer or 404 (gone
+ * already), else -1 with the error of the call or of the answer (@what
+ * names the call). A NULL @url is resource_exhausted.
+ */
+int cl_delete_url(cl_http *h, const sbx_call_ctx *ctx, const char *url, const char *op,
+                  const char *what, sbx_error **error);
+
 #endif

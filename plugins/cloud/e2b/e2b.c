@@ -166,9 +166,7 @@ static int e2b_sbcall(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
                       const char *id, const char *suffix, json_object *body, cl_idempotency idem,
                       cl_resp *r, const char *op, const char *what, sbx_error **error)
 {
-    char *esc = cl_url_escape(id);
-    char *url = esc ? cl_printf("%s/sandboxes/%s%s", c->api, esc, suffix) : NULL;
-    free(esc);
+    char *url = cl_item_url(c->api, "sandboxes", id, suffix);
     if (!url) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
@@ -183,33 +181,19 @@ static int e2b_sbcall(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
 static json_object *e2b_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                             long *status, const char *op, sbx_error **error)
 {
-    cl_resp r = { 0 };
-    json_object *j = NULL;
-    *status = 0;
-    if (e2b_sbcall(c, ctx, "GET", id, "", NULL, CL_SAFE, &r, op, "get the sandbox", error) == 0) {
-        *status = r.status;
-        if (r.status == 200)
-            j = cl_resp_json(&r, op, "get the sandbox", error);
-        else if (r.status != 404)
-            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "get the sandbox");
-    }
-    cl_resp_clear(&r);
+    char *url = cl_item_url(c->api, "sandboxes", id, "");
+    json_object *j = cl_get_json(c->http, ctx, url, status, op, "get the sandbox", error);
+    free(url);
     return j;
 }
 
+/* DELETE /sandboxes/{id}; 404: already gone. */
 static int e2b_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                       const char *op, sbx_error **error)
 {
-    cl_resp r = { 0 };
-    int rc = -1;
-    if (e2b_sbcall(c, ctx, "DELETE", id, "", NULL, CL_SAFE, &r, op, "kill the sandbox",
-                   error) == 0) {
-        if (r.status / 100 == 2 || r.status == 404)
-            rc = 0;     /* 404: already gone */
-        else
-            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "kill the sandbox");
-    }
-    cl_resp_clear(&r);
+    char *url = cl_item_url(c->api, "sandboxes", id, "");
+    int rc = cl_delete_url(c->http, ctx, url, op, "kill the sandbox", error);
+    free(url);
     return rc;
 }
 

@@ -155,22 +155,9 @@ static char *tl_trim_slash(const char *s)
 static json_object *tl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                            long *status, const char *op, sbx_error **error)
 {
-    char *esc = cl_url_escape(id);
-    char *url = esc ? cl_printf("%s/sandboxes/%s", c->api, esc) : NULL;
-    free(esc);
-    cl_resp r = { 0 };
-    json_object *j = NULL;
-    *status = 0;
-    if (url && cl_request_json(c->http, ctx, "GET", url, NULL, CL_SAFE, &r, op, "get the sandbox",
-                               error) == 0) {
-        *status = r.status;
-        if (r.status == 200)
-            j = cl_resp_json(&r, op, "get the sandbox", error);
-        else if (r.status != 404)
-            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "get the sandbox");
-    }
+    char *url = cl_item_url(c->api, "sandboxes", id, "");
+    json_object *j = cl_get_json(c->http, ctx, url, status, op, "get the sandbox", error);
     free(url);
-    cl_resp_clear(&r);
     return j;
 }
 
@@ -183,20 +170,9 @@ static const char *tl_status(json_object *j)
 static int tl_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                      const char *op, sbx_error **error)
 {
-    char *esc = cl_url_escape(id);
-    char *url = esc ? cl_printf("%s/sandboxes/%s", c->api, esc) : NULL;
-    free(esc);
-    cl_resp r = { 0 };
-    int rc = -1;
-    if (url && cl_request_json(c->http, ctx, "DELETE", url, NULL, CL_SAFE, &r, op,
-                               "delete the sandbox", error) == 0) {
-        if (r.status / 100 == 2 || r.status == 404)
-            rc = 0;
-        else
-            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "delete the sandbox");
-    }
+    char *url = cl_item_url(c->api, "sandboxes", id, "");
+    int rc = cl_delete_url(c->http, ctx, url, op, "delete the sandbox", error);
     free(url);
-    cl_resp_clear(&r);
     return rc;
 }
 
