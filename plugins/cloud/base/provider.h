@@ -16,7 +16,12 @@
  *     orphaned descendants included, which a process-group kill misses);
  *   - the create's environment as a file in the sandbox that each command
  *     sources, so that it holds after a resume in another process while the
- *     session state holds no env value (per-call values still win).
+ *     session state holds no env value (per-call values still win);
+ *   - the sandbox head (id, gone flag) with the sandbox_id, sandbox_root
+ *     and destroy slots over it, the exec_wait and exec_event_fd slots over
+ *     a cl_proc, the client's config and credential, the create's workdir
+ *     check and refusals, the plugin's own mkdir and chmod commands, an
+ *     item's GET and DELETE, and small string helpers.
  *
  * Prefix, threading, errors and ownership as in cloud.h.
  */
@@ -115,10 +120,11 @@ char *cl_script_cwd(const char *script);
 
 /**
  * The error of a command whose working directory @quoted_cwd (as
- * cl_script_cwd() gives it) does not exist: not_found, "the working
- * directory @quoted_cwd does not exist in the sandbox", context path. The
- * caller has checked (e.g. with "test -d") that the directory is missing,
- * since the command itself may exit CL_CWD_MISSING_EXIT.
+ * cl_script_cwd() gives it, or the plain path where the provider takes the
+ * cwd itself) does not exist: not_found, "the working directory
+ * @quoted_cwd does not exist in the sandbox", context path. The caller has
+ * checked (e.g. with "test -d") that the directory is missing, since the
+ * command itself may exit CL_CWD_MISSING_EXIT.
  */
 sbx_error *cl_cwd_missing_error(sbx_error **error, const char *op, const char *quoted_cwd);
 
