@@ -325,7 +325,7 @@ static int keepalives_sent(void)
  * interval of 20 s, with no byte on its stream meanwhile: it is not cut; it
  * ends with its output after one start of the command. The stream has no
  * read timeout of its own: the command's timeout bounds it. */
-Test(e2b, case52_a_quiet_command_is_not_cut_slow)
+Test(e2b, case52_a_quiet_command_is_not_cut)
 {
     g_sb = create_with_lifetime(600);
     tu_fake_reset();
