@@ -57,10 +57,14 @@
  *    its create token label and deleted, at once and then once a second
  *    for DT_REAP_WINDOW_S on the client's reaper thread (CASE-20).
  *
+ * What the hosted plugins write alike (the gone flag, the wait for a state,
+ * the session state, the missing-cwd error, descriptors as bodies and
+ * sinks, the kill of every marked process) is the base's (provider.h).
+ *
  * Threading: slots may run at once on different sandboxes and on one; a
- * sandbox's mutable state (gone flag) is guarded by its lock.
+ * sandbox's mutable state (the gone flag, a cl_gone) has its own lock.
  */
-#include "cloud.h"
+#include "provider.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -86,9 +90,6 @@
 #define DT_START_WAIT_S 300.0   /* bound on waiting for "started" */
 #define DT_IDLE_STOP_MIN 15     /* autoStopInterval when no lifetime was set */
 #define DT_REAP_WINDOW_S 60.0   /* how long a lost create's sandbox is looked for */
-/* The environment variable that marks every process of one command (its
- * value: the command's session id), for exec_kill. */
-#define DT_EXEC_MARK "SBX_EXEC_ID"
 
 #define DT_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_SNAPSHOT      \
                  | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY            \
@@ -113,8 +114,7 @@ struct sbx_plugin_sandbox {
     char *toolbox;      /* toolboxProxyUrl + "/" + id */
     char *workdir;      /* the caller's workdir (absolute), or NULL: the
                          * toolbox's own working directory */
-    pthread_mutex_t lock;
-    int gone;           /* a 404 was seen: every later call fails at once */
+    cl_gone gone;       /* a 404 was seen: every later call fails at once */
 };
 
 typedef struct dt_proc {
@@ -180,33 +180,15 @@ static int dt_call(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
     return cl_request(c->http, ctx, &rq, resp, op, error);
 }
 
-static int dt_is_gone(struct sbx_plugin_sandbox *sb)
-{
-    pthread_mutex_lock(&sb->lock);
-    int g = sb->gone;
-    pthread_mutex_unlock(&sb->lock);
-    return g;
-}
+/* The gone flag (provider.h): set on a 404 about the sandbox. */
+#define dt_is_gone(sb) cl_gone_get(&(sb)->gone)
+#define dt_check(sb, op, error) cl_gone_check(&(sb)->gone, (op), DT_BACKEND, (sb)->id, (error))
 
+/* Marks @sb gone and gives the error of a call on it (provider.h). */
 static sbx_error *dt_fail_gone(struct sbx_plugin_sandbox *sb, sbx_error **error, const char *op)
 {
-    pthread_mutex_lock(&sb->lock);
-    sb->gone = 1;
-    pthread_mutex_unlock(&sb->lock);
-    sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
-                             "daytona sandbox %s is gone (the provider no longer has it)", sb->id);
-    cl_context(err, "sandbox_id", sb->id);
-    cl_context(err, "reason", "gone");
-    return err;
-}
-
-static int dt_check(struct sbx_plugin_sandbox *sb, const char *op, sbx_error **error)
-{
-    if (dt_is_gone(sb)) {
-        dt_fail_gone(sb, error, op);
-        return -1;
-    }
-    return 0;
+    cl_gone_set(&sb->gone);
+    return cl_gone_error(error, op, DT_BACKEND, sb->id);
 }
 
 /* GET /sandbox/{id}: the parsed Sandbox, or NULL (*@status: the HTTP
@@ -313,85 +295,85 @@ static int dt_delete_for_reaper(void *ud, const sbx_call_ctx *ctx, const char *i
     return dt_delete(ud, ctx, id, "create", error);
 }
 
+typedef struct dt_waking {
+    struct sbx_plugin_sandbox *sb;
+    const sbx_call_ctx *ctx;
+    const char *op;
+    int started_once;   /* a start request was sent */
+    char state[32];
+} dt_waking;
+
+/* One look for cl_wait_until(): 1 at "started"; -1 when gone (a 404, or
+ * destroying/destroyed) or failed (error/build_failed, with the state and
+ * errorReason); 0 otherwise, a stopped or archived sandbox started once. */
+static int dt_wake_look(void *ud, const char **state, sbx_error **error)
+{
+    dt_waking *w = ud;
+    struct sbx_plugin_sandbox *sb = w->sb;
+    struct sbx_plugin_client *c = sb->c;
+    const char *op = w->op;
+    long st;
+    json_object *j = dt_get(c, w->ctx, sb->id, &st, op, error);
+    if (!j) {
+        if (st == 404)
+            dt_fail_gone(sb, error, op);
+        return -1;
+    }
+    snprintf(w->state, sizeof w->state, "%s", dt_state(j));
+    *state = w->state;
+    const char *s = w->state;
+    int rc = 0;
+    if (strcmp(s, "started") == 0) {
+        rc = 1;
+    } else if (strcmp(s, "error") == 0 || strcmp(s, "build_failed") == 0
+               || strcmp(s, "destroyed") == 0 || strcmp(s, "destroying") == 0) {
+        const char *why = cl_json_str(j, "errorReason");
+        sbx_error *err = strncmp(s, "destr", 5) == 0
+            ? dt_fail_gone(sb, error, op)
+            : cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+                      "daytona sandbox %s is in state %s%s%s", sb->id, s,
+                      why ? ": " : "", why ? why : "");
+        cl_context(err, "state", s);
+        snprintf(dt_wake_state, sizeof dt_wake_state, "%s", s);
+        if (why)
+            cl_context(err, "error_reason", why);
+        rc = -1;
+    } else if ((strcmp(s, "stopped") == 0 || strcmp(s, "archived") == 0) && !w->started_once) {
+        char *url = dt_printf("%s/sandbox/%s/start", c->api, sb->id);
+        cl_resp r = { 0 };
+        rc = url ? dt_call(c, w->ctx, "POST", url, NULL, CL_SAFE, &r, op, "start the sandbox",
+                           error) : -1;
+        if (rc == 0 && r.status / 100 != 2) {
+            if (r.status == 404)
+                dt_fail_gone(sb, error, op);
+            else
+                cl_context(cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op,
+                                          "start the sandbox"), "state", s);
+            rc = -1;
+        }
+        free(url);
+        cl_resp_clear(&r);
+        if (rc == 0) {
+            w->started_once = 1;
+            CL_LOG(SBX_LOG_INFO, "sandbox %s was %s: started it", sb->id, s);
+        }
+    }
+    json_object_put(j);
+    return rc;
+}
+
 /*
  * Waits until the sandbox is "started", starting it when it is stopped or
  * archived (CASE-53). Returns 0, or -1: not_found (gone), or an error
- * carrying the state (and errorReason).
+ * carrying the state (and errorReason), or a timeout naming the state.
  */
 static int dt_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *op,
                    sbx_error **error)
 {
-    struct sbx_plugin_client *c = sb->c;
-    cl_bound b = cl_bound_make(ctx, DT_START_WAIT_S);
-    int started_once = 0;
-    double pause = 0.05;
-    for (;;) {
-        long st;
-        json_object *j = dt_get(c, ctx, sb->id, &st, op, error);
-        if (!j) {
-            if (st == 404)
-                dt_fail_gone(sb, error, op);
-            return -1;
-        }
-        const char *state = dt_state(j);
-        if (strcmp(state, "started") == 0) {
-            json_object_put(j);
-            return 0;
-        }
-        if (strcmp(state, "error") == 0 || strcmp(state, "build_failed") == 0
-            || strcmp(state, "destroyed") == 0 || strcmp(state, "destroying") == 0) {
-            const char *why = cl_json_str(j, "errorReason");
-            sbx_error *err = strncmp(state, "destr", 5) == 0
-                ? dt_fail_gone(sb, error, op)
-                : cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
-                          "daytona sandbox %s is in state %s%s%s", sb->id, state,
-                          why ? ": " : "", why ? why : "");
-            cl_context(err, "state", state);
-            snprintf(dt_wake_state, sizeof dt_wake_state, "%s", state);
-            if (why)
-                cl_context(err, "error_reason", why);
-            json_object_put(j);
-            return -1;
-        }
-        if ((strcmp(state, "stopped") == 0 || strcmp(state, "archived") == 0) && !started_once) {
-            char *url = dt_printf("%s/sandbox/%s/start", c->api, sb->id);
-            cl_resp r = { 0 };
-            int rc = url ? dt_call(c, ctx, "POST", url, NULL, CL_SAFE, &r, op,
-                                   "start the sandbox", error) : -1;
-            if (rc == 0 && r.status / 100 != 2) {
-                if (r.status == 404)
-                    dt_fail_gone(sb, error, op);
-                else
-                    cl_context(cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op,
-                                              "start the sandbox"), "state", state);
-                rc = -1;
-            }
-            free(url);
-            cl_resp_clear(&r);
-            if (rc < 0) {
-                json_object_put(j);
-                return -1;
-            }
-            started_once = 1;
-            CL_LOG(SBX_LOG_INFO, "sandbox %s was %s: started it", sb->id, state);
-        }
-        json_object_put(j);
-        double left = cl_bound_left(&b);
-        if (left == 0) {
-            sbx_error *err = cl_fail(error, SBX_ERROR_TIMEOUT, op,
-                                     "daytona sandbox %s did not reach state started (it is %s)",
-                                     sb->id, state);
-            cl_context(err, "state", state);
-            return -1;
-        }
-        if (cl_sleep(pause, b.cancel_fd)) {
-            cl_fail(error, SBX_ERROR_TIMEOUT, op, "cancelled while waiting for sandbox %s",
-                    sb->id);
-            return -1;
-        }
-        if (pause < 0.5)
-            pause *= 2;
-    }
+    dt_waking w = { sb, ctx, op, 0, "" };
+    char what[160];
+    snprintf(what, sizeof what, "daytona sandbox %s reaching state started", sb->id);
+    return cl_wait_until(ctx, DT_START_WAIT_S, dt_wake_look, &w, op, what, error);
 }
 
 static int dt_not_started(cl_http *h, const cl_resp *r)
@@ -558,9 +540,9 @@ static struct sbx_plugin_sandbox *dt_sandbox_new(struct sbx_plugin_client *c, co
     sb->id = strdup(id);
     sb->toolbox = dt_printf("%s/%s", toolbox_base, id);
     sb->workdir = workdir ? strdup(workdir) : NULL;
-    pthread_mutex_init(&sb->lock, NULL);
+    cl_gone_init(&sb->gone);
     if (!sb->id || !sb->toolbox || (workdir && !sb->workdir)) {
-        pthread_mutex_destroy(&sb->lock);
+        cl_gone_destroy(&sb->gone);
         free(sb->id);
         free(sb->toolbox);
         free(sb->workdir);
@@ -586,7 +568,7 @@ static void dt_sandbox_free(sbx_plugin_sandbox *sb)
 {
     if (!sb)
         return;
-    pthread_mutex_destroy(&sb->lock);
+    cl_gone_destroy(&sb->gone);
     free(sb->id);
     free(sb->toolbox);
     free(sb->workdir);
@@ -914,9 +896,7 @@ static int dt_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
         return 0;
     if (dt_delete(sb->c, ctx, sb->id, "destroy", error) < 0)
         return -1;
-    pthread_mutex_lock(&sb->lock);
-    sb->gone = 1;
-    pthread_mutex_unlock(&sb->lock);
+    cl_gone_set(&sb->gone);
     return 0;
 }
 
@@ -930,9 +910,7 @@ static int dt_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
     json_object *j = dt_get(sb->c, ctx, sb->id, &st, "is_alive", error);
     if (!j) {
         if (st == 404) {
-            pthread_mutex_lock(&sb->lock);
-            sb->gone = 1;
-            pthread_mutex_unlock(&sb->lock);
+            cl_gone_set(&sb->gone);
             return 0;
         }
         return -1;
@@ -968,13 +946,7 @@ static char *dt_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
     json_object_object_add(j, "toolbox", json_object_new_string_len(sb->toolbox, (int)tl));
     if (sb->workdir)
         json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
-    const char *s = json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN
-                                                      | JSON_C_TO_STRING_NOSLASHESCAPE);
-    char *out = cl_host->alloc(strlen(s) + 1);
-    if (out)
-        memcpy(out, s, strlen(s) + 1);
-    else
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "session_state", "out of memory");
+    char *out = cl_state_out(j, "session_state", error);
     json_object_put(j);
     return out;
 }
@@ -983,26 +955,17 @@ static int dt_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
     const char *op = "resume";
-    json_object *data = state_json ? json_tokener_parse(state_json) : NULL;
-    const char *id = cl_json_str(data, "sandbox_id");
-    int64_t ver = 0;
-    if (!id || !*id || cl_json_int(data, "version", &ver) != 1 || ver != DT_STATE_VERSION) {
-        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
-                "daytona session state: needs \"version\": %d and a \"sandbox_id\"",
-                DT_STATE_VERSION);
-        json_object_put(data);
+    const char *id = NULL;
+    json_object *data = cl_state_in(state_json, DT_STATE_VERSION, "sandbox_id", DT_BACKEND, op,
+                                    &id, error);
+    if (!data)
         return -1;
-    }
     long st;
     json_object *j = dt_get(client, ctx, id, &st, op, error);
     int rc = -1;
     if (!j) {
-        if (st == 404) {
-            sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
-                                     "daytona sandbox %s is gone (the provider no longer has it)",
-                                     id);
-            cl_context(err, "sandbox_id", id);
-        }
+        if (st == 404)
+            cl_gone_error(error, op, DT_BACKEND, id);
         goto out;
     }
     json_object *labels = cl_json_path(j, "labels", NULL);
@@ -1173,28 +1136,6 @@ static sbx_error *dt_path_error(sbx_error **error, const char *op, const char *p
     return err;
 }
 
-typedef struct dt_fd_sink {
-    int fd;
-    int failed;
-} dt_fd_sink;
-
-static int dt_sink_fd(void *ud, const char *p, size_t n)
-{
-    dt_fd_sink *s = ud;
-    while (n) {
-        ssize_t w = write(s->fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            s->failed = errno ? errno : EIO;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 static char *dt_query_path(const char *prefix, const char *path)
 {
     char *e = cl_url_escape(path);
@@ -1210,8 +1151,7 @@ static int dt_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
     char *ap = dt_abs(sb, path);
     char *q = ap ? dt_query_path("/files/download?path=", ap) : NULL;
     free(ap);
-    dt_fd_sink s = { fd, 0 };
-    cl_req rq = { .method = "GET", .sink = dt_sink_fd, .sink_ud = &s, .idempotent = CL_SAFE,
+    cl_req rq = { .method = "GET", .sink = cl_fd_sink, .sink_ud = &fd, .idempotent = CL_SAFE,
                   .what = "download the file" };
     cl_resp r = { 0 };
     int rc = q ? dt_toolbox(sb, ctx, &rq, q, &r, op, error) : -1;
@@ -1248,17 +1188,11 @@ static ssize_t dt_mp_read(void *ud, char *buf, size_t cap)
         m->head_off += n;
         return (ssize_t)n;
     }
-    while (!m->at_eof) {
-        ssize_t n = read(m->fd, buf, cap);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -1;
-        if (n == 0) {
-            m->at_eof = 1;
-            break;
-        }
-        return n;
+    if (!m->at_eof) {
+        ssize_t n = cl_fd_source(&m->fd, buf, cap);
+        if (n != 0)
+            return n;
+        m->at_eof = 1;
     }
     size_t n = m->tail_len - m->tail_off;
     if (n > cap)
@@ -1523,7 +1457,7 @@ static int dt_session_delete(struct sbx_plugin_sandbox *sb, const char *sid)
 static char *dt_command_line(dt_proc *p, const char *stdin_path)
 {
     cl_buf b = { 0 };
-    int bad = cl_buf_printf(&b, "export " DT_EXEC_MARK "=%s; ", p->sid) < 0;
+    int bad = cl_buf_printf(&b, "export " CL_EXEC_MARK "=%s; ", p->sid) < 0;
     for (size_t i = 0; p->env && p->env[i] && !bad; i++) {
         const char *eq = strchr(p->env[i], '=');
         if (!eq)
@@ -1741,19 +1675,14 @@ static int dt_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
     dt_proc *p = (dt_proc *)process;
     int rc = cl_proc_wait(&p->base, timeout_ms, exit_code, "exec_wait", error);
     /* A missing working directory: the script's cd failed (cloud.h). */
-    if (rc == 1 && *exit_code == CL_CWD_MISSING_EXIT && p->script
-        && strncmp(p->script, "cd -- ", 6) == 0) {
-        const char *q = p->script + 6;
-        const char *nl = strstr(q, " || exit");
-        char *quoted = nl ? strndup(q, (size_t)(nl - q)) : NULL;
-        char *cmd = quoted ? dt_printf("test -d %s", quoted) : NULL;
+    char *quoted = rc == 1 && *exit_code == CL_CWD_MISSING_EXIT ? cl_script_cwd(p->script)
+                                                                : NULL;
+    if (quoted) {
+        char *cmd = dt_printf("test -d %s", quoted);
         int code = 0;
         sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
         if (cmd && dt_run_short(p->sb, &c2, cmd, &code, "exec", NULL) == 0 && code != 0) {
-            sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, "exec",
-                                     "the working directory %s does not exist in the sandbox",
-                                     quoted);
-            cl_context(err, "path", quoted);
+            cl_cwd_missing_error(error, "exec", quoted);
             rc = -1;
         }
         free(cmd);
@@ -1767,7 +1696,7 @@ static int dt_exec_event_fd(sbx_plugin_process *process)
     return cl_proc_event_fd(&((dt_proc *)process)->base);
 }
 
-/* Signals every process of the command: each carries DT_EXEC_MARK=<its
+/* Signals every process of the command: each carries CL_EXEC_MARK=<its
  * session id> in its environment (inherited from the command's shell), so
  * the signal reaches background children, children that made sessions of
  * their own (setsid) and orphans the sandbox's init adopted, which a
@@ -1783,9 +1712,7 @@ static int dt_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
     pthread_mutex_unlock(&p->base.lock);
     if (ended)
         return 0;
-    char *cmd = dt_printf("for d in /proc/[0-9]*; do tr '\\0' '\\n' < $d/environ 2>/dev/null "
-                          "| grep -qx '" DT_EXEC_MARK "=%s' && kill -%d ${d#/proc/} "
-                          "2>/dev/null; done; exit 0", p->sid, sig);
+    char *cmd = cl_mark_kill_command(p->sid, sig);
     int rc = cmd ? dt_run_short(p->sb, ctx, cmd, &code, "exec_kill", error) : -1;
     free(cmd);
     return rc;
