@@ -3,8 +3,10 @@
  * contract fake (tests/fakes/daytona.py): CASE-19 (429 with and without
  * Retry-After), 5xx bursts on a read (retried) and on an unsafe call
  * (never re-sent, outcome unknown), CASE-32 (a sandbox deleted behind the
- * library's back is not_found "gone"), CASE-53 (a stopped sandbox is
- * started on use; an errored one names its state), CASE-36 (the
+ * library's back is not_found "gone"), CASE-53 (a stopped or archived
+ * sandbox is started on use, also for a command with stdin, a starting one
+ * waited for, an errored one names its state), the requests of a warm
+ * exec, CASE-36 (the
  * credential is never in an error, the session state or the fake's log
  * outside the header) and CASE-20 (a create answered after the client's
  * timeout leaves no sandbox: found by its create token and deleted).
@@ -298,6 +300,201 @@ Test(daytona_faults, case53_an_errored_sandbox_names_its_state)
     cr_assert_eq(tu_fake_count(log, "POST", "/api/sandbox/.*/start", NULL, 0), 0);
     json_object_put(log);
     cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 1);
+}
+
+/* The fake's view of the sandbox (GET /_fake/sandbox/ID), parsed. */
+static json_object *fake_sandbox(void)
+{
+    char *path = tu_strdup_printf("/_fake/sandbox/%s", sb_id());
+    char *body = NULL;
+    cr_assert_eq(fake_http("GET", path, NULL, &body), 200);
+    json_object *j = json_tokener_parse(body);
+    cr_assert(j && json_object_is_type(j, json_type_object), "%s", body);
+    free(body);
+    free(path);
+    return j;
+}
+
+static int64_t jint(json_object *o, const char *k)
+{
+    json_object *v;
+    cr_assert(json_object_object_get_ex(o, k, &v), "no \"%s\" in %s", k,
+              json_object_to_json_string(o));
+    return json_object_get_int64(v);
+}
+
+/* Archived by the provider (CASE-53 B): is_alive says it exists and
+ * starts nothing; the exec sends exactly one start request, waits through
+ * "restoring" (3 s here) until "started" and sees the file written before:
+ * the same sandbox, no create, no delete. The handle's toolbox session
+ * ended with the archived sandbox's daemon: the command is sent to it
+ * twice (400 "Is the Sandbox started?", then, after the start, 404), then
+ * once to one new session. */
+Test(daytona_faults, case53_an_archived_sandbox_is_started_on_use)
+{
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/work/keep.txt", "kept\n", 5, &err), 0);
+    sbx_result *r = tu_sh(g_sb, "echo warm", 10);
+    tu_assert_stdout(r, "warm\n");
+    sbx_result_free(r);
+    fake_post("/_fake/config", "{\"start_delay\":{\"archived\":3}}");
+    char *path = tu_strdup_printf("/_fake/sandbox/%s/state", sb_id());
+    fake_post(path, "{\"state\":\"archived\"}");
+    free(path);
+    fake_reset();
+
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 1, "is_alive: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    json_object *fs = fake_sandbox();
+    cr_assert_str_eq(jstr(fs, "state"), "archived");
+    cr_assert_eq(jint(fs, "starts"), 0);
+    json_object_put(fs);
+
+    double t0 = tu_now();
+    r = tu_sh(g_sb, "cat /work/keep.txt", 30);
+    double waited = tu_now() - t0;
+    fake_post("/_fake/config", "{\"start_delay\":{\"archived\":0}}");
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "kept\n");
+    tu_assert_stderr(r, "");
+    sbx_result_free(r);
+    /* Not before the fake's restore was over. */
+    cr_assert(waited >= 3.0, "the exec ended %.3f s after it began, inside \"restoring\"",
+              waited);
+
+    json_object *log = fake_log();
+    char *re = tu_strdup_printf("/api/sandbox/%s/start", sb_id());
+    cr_assert_eq(log_count(log, "POST", re, NULL), 1);
+    free(re);
+    cr_assert_eq(log_count(log, "POST", "/api/sandbox", NULL), 0);
+    cr_assert_eq(log_count(log, "DELETE", "/api/sandbox/.*", NULL), 0);
+    re = tu_strdup_printf("/toolbox/%s/process/session", sb_id());
+    cr_assert_eq(log_count(log, "POST", re, NULL), 1);
+    free(re);
+    re = tu_strdup_printf("/toolbox/%s/process/session/[^/]+/exec", sb_id());
+    cr_assert_eq(log_count(log, "POST", re, NULL), 3, "%s", json_object_to_json_string(log));
+    free(re);
+    json_object_put(log);
+    fs = fake_sandbox();
+    cr_assert_str_eq(jstr(fs, "state"), "started");
+    cr_assert_eq(jint(fs, "starts"), 1);
+    json_object_put(fs);
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 1);
+}
+
+/* A command with stdin on a stopped sandbox: the stdin upload is the
+ * exec's first request and meets the stopped sandbox; after the one start
+ * it is sent again whole (300,000 bytes of every byte value), and the
+ * command reads all of it. */
+Test(daytona_faults, case53_stdin_reaches_a_command_on_a_stopped_sandbox)
+{
+    sbx_result *r = tu_sh(g_sb, "echo warm", 10);
+    sbx_result_free(r);
+    char *path = tu_strdup_printf("/_fake/sandbox/%s/state", sb_id());
+    fake_post(path, "{\"state\":\"stopped\"}");
+    free(path);
+    fake_reset();
+
+    size_t n = 300000;
+    unsigned char *in = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        in[i] = (unsigned char)(i * 7 + i / 256);
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "cat; echo done >&2";
+    req.stdin_data = in;
+    req.stdin_len = n;
+    req.timeout_secs = 30;
+    r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout_bytes(r, in, n);
+    tu_assert_stderr(r, "done\n");
+    sbx_result_free(r);
+    free(in);
+
+    json_object *log = fake_log();
+    char *re = tu_strdup_printf("/api/sandbox/%s/start", sb_id());
+    cr_assert_eq(log_count(log, "POST", re, NULL), 1);
+    free(re);
+    re = tu_strdup_printf("/toolbox/%s/files/upload", sb_id());
+    cr_assert_eq(log_count(log, "POST", re, NULL), 2);
+    free(re);
+    json_object_put(log);
+}
+
+/* ------------------------------------------------------------ warm exec */
+
+/* An exec on a handle that has run a command before (so it has an idle
+ * toolbox session) takes exactly three requests: the command started in
+ * that session (POST .../exec), its output followed to its end
+ * (GET .../logs) and its exit code read (GET .../command/ID); no session is
+ * made or deleted, stdout and stderr stay apart. With stdin, the upload of
+ * stdin is a fourth, in the same session, and the command removes the
+ * uploaded file itself. */
+Test(daytona_faults, a_warm_exec_takes_three_requests)
+{
+    sbx_result *r = tu_sh(g_sb, "echo warm", 10);
+    tu_assert_stdout(r, "warm\n");
+    sbx_result_free(r);
+    char *sess = tu_strdup_printf("/toolbox/%s/process/session/sbx-session-[0-9a-f]{24}",
+                                  sb_id());
+    char *exec_re = tu_strdup_printf("%s/exec", sess);
+    char *logs_re = tu_strdup_printf("%s/command/[^/]+/logs", sess);
+    char *cmd_re = tu_strdup_printf("%s/command/[^/]+", sess);
+    char *upload_re = tu_strdup_printf("/toolbox/%s/files/upload", sb_id());
+    char *first_session = NULL;
+
+    for (int round = 0; round < 2; round++) {
+        fake_reset();
+        sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+        if (round == 0) {
+            req.shell = "echo out; echo err >&2; exit 3";
+        } else {
+            req.shell = "cat; echo err >&2";
+            req.stdin_data = "piped\n";
+            req.stdin_len = 6;
+        }
+        req.timeout_secs = 10;
+        r = tu_exec(g_sb, &req);
+        tu_assert_exit(r, round == 0 ? 3 : 0);
+        tu_assert_stdout(r, round == 0 ? "out\n" : "piped\n");
+        tu_assert_stderr(r, "err\n");
+        sbx_result_free(r);
+
+        json_object *log = fake_log();
+        cr_assert_eq(json_object_array_length(log), round == 0 ? 3 : 4, "round %d: %s", round,
+                     json_object_to_json_string(log));
+        cr_assert_eq(log_count(log, "POST", exec_re, NULL), 1);
+        cr_assert_eq(log_count(log, "GET", logs_re, NULL), 1);
+        cr_assert_eq(log_count(log, "GET", cmd_re, NULL), 1);
+        cr_assert_eq(log_count(log, "POST", upload_re, NULL), round == 0 ? 0 : 1);
+        /* The same session both times. */
+        for (size_t i = 0; i < json_object_array_length(log); i++) {
+            const char *pth = jstr(json_object_array_get_idx(log, i), "path");
+            const char *at = strstr(pth, "/process/session/");
+            if (!at)
+                continue;
+            at += strlen("/process/session/");
+            char *id = strndup(at, strcspn(at, "/"));
+            if (!first_session)
+                first_session = id;
+            else {
+                cr_assert_str_eq(id, first_session);
+                free(id);
+            }
+        }
+        json_object_put(log);
+    }
+    /* The stdin file is gone from the sandbox. */
+    r = tu_sh(g_sb, "ls -a /tmp | grep '^\\.sbx-exec-' || true", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "");
+    sbx_result_free(r);
+    free(first_session);
+    free(sess);
+    free(exec_re);
+    free(logs_re);
+    free(cmd_re);
+    free(upload_re);
 }
 
 /* ------------------------------------------------------------ CASE-36 */

@@ -237,6 +237,8 @@ def daytona():
 
     # CASE-53: stopped and archived sandboxes keep their files; start wakes them.
     f.json("POST", "/_fake/config", {"start_delay": {"stopped": 0.5, "archived": 1.0}}, auth=False)
+    st, _, _ = f.req("POST", T + "/process/session", {"sessionId": "s2"})
+    eq(P + "a session made before the stop: 201", st, 201)
     f.json("POST", "/_fake/sandbox/%s/state" % sid, {"state": "stopped"}, auth=False)
     st, r, _ = f.json("GET", "/api/sandbox/" + sid)
     eq(P + "stopped: GET shows it", (st, r["state"]), (200, "stopped"))
@@ -250,6 +252,9 @@ def daytona():
           wait_until(lambda: f.json("GET", "/api/sandbox/" + sid)[1]["state"] == "started", 5))
     st, r, _ = f.json("POST", T + "/process/execute", {"command": "wc -c < /work/deep/bin.dat"})
     eq(P + "files kept over a stop", r, {"exitCode": 0, "result": "1048576\n"})
+    st, r, _ = f.json("POST", T + "/process/session/s2/exec", {"command": "echo x"})
+    eq(P + "sessions end with the stopped daemon: 404", (st, r["statusCode"], r["message"]),
+       (404, 404, "session s2 not found"))
     f.json("POST", "/_fake/sandbox/%s/state" % sid, {"state": "archived"}, auth=False)
     st, r, _ = f.json("POST", "/api/sandbox/%s/start" % sid)
     eq(P + "start from archived: restoring", r["state"], "restoring")

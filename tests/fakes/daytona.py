@@ -41,7 +41,10 @@ background children still hold its output), synchronously, or with runAsync=true
 the background; GET .../command/{cmdId} gives its exitCode (null while it
 runs) and GET .../command/{cmdId}/logs its output, each chunk prefixed by
 \\x01\\x01\\x01 (stdout) or \\x02\\x02\\x02 (stderr); ?follow=true streams the
-chunks as they come until the command ends.
+chunks as they come until the command ends. Sessions live in the toolbox
+daemon's memory (apps/daemon/pkg/toolbox/process/session), which ends with
+the sandbox's processes: once a sandbox was stopped, archived or in error,
+its sessions are gone (404 "session <id> not found").
 
 Control routes (no auth; not logged):
   GET  /_fake/log, DELETE /_fake/log, POST /_fake/faults  (tests/fakes/fakehttp.py)
@@ -213,9 +216,16 @@ class DaytonaFake(fakehttp.Fake):
         sb.state = state
         sb.updated = time.time()
         if state in ("stopped", "archived", "error"):
-            sb.box.stop()
+            self.stop_box(sb)
         if reason is not None:
             sb.error_reason = reason
+
+    @staticmethod
+    def stop_box(sb):
+        """The sandbox's processes end, and with them its toolbox daemon,
+        which holds the sessions in its memory: a started sandbox has none."""
+        sb.box.stop()
+        sb.sessions = {}
 
     def later(self, sb, delay, fn):
         if sb.state_timer:
@@ -342,7 +352,7 @@ class DaytonaHandler(fakehttp.Handler):
             state = body["state"]
             f.set_state(sb, state, body.get("errorReason"))
             if state == "starting":
-                sb.box.stop()
+                f.stop_box(sb)
                 f.later(sb, float(body.get("after", 0)), lambda: f.start_sandbox(sb)
                         if sb.state != "destroyed" else None)
                 sb.starts -= 1  # someone else started it: not a start request
@@ -516,6 +526,10 @@ class DaytonaHandler(fakehttp.Handler):
     # ------------------------------------------------------------ toolbox
     def toolbox(self, sid, path, query):
         f = FAKE
+        # The body is read whatever the answer, as the daemon's HTTP server
+        # does, so that the next request on a kept-alive connection starts
+        # where it should.
+        self.body_bytes()
         try:
             sb = f.find(sid)
         except Reply:

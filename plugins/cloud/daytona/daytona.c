@@ -24,16 +24,28 @@
  *    explicitly. app_name is refused (a configuration error naming it).
  *    The sandbox is polled until "started"; "error"/"build_failed" fail the
  *    create with its errorReason, and the sandbox is deleted.
- *  - exec: a toolbox session per command, never the merged `result` of
- *    /process/execute: POST /process/session, then POST
- *    /process/session/{sid}/exec {"command", "runAsync": true}, then the
- *    command's logs followed (GET .../command/{cmdId}/logs?follow=true; each
- *    chunk prefixed by \x01\x01\x01 for stdout or \x02\x02\x02 for stderr),
- *    then GET .../command/{cmdId} for its exitCode; the session is deleted.
- *    The command runs as "sh -c SCRIPT" (cl_shell_script: the cwd on a line
- *    of its own, CASE-46), its environment exported before it, its stdin a
- *    file uploaded first (or /dev/null). Every process of the command
- *    carries SBX_EXEC_ID=<its session id> in its environment, so exec_kill
+ *  - exec: in a toolbox session, never the merged `result` of
+ *    /process/execute. A sandbox handle keeps the sessions whose commands
+ *    have ended and reuses them (made with POST /process/session when it
+ *    has none idle, so one session while commands run one at a time, more
+ *    only for commands that run at once, as a session's shell runs its
+ *    commands in turn; deleted when the handle is freed with the sandbox
+ *    still there, and with the sandbox at destroy). A command is
+ *    POST /process/session/{sid}/exec {"command", "runAsync": true}, then
+ *    its logs followed (GET .../command/{cmdId}/logs?follow=true; each
+ *    chunk prefixed by \x01\x01\x01 for stdout or \x02\x02\x02 for
+ *    stderr) to its end, then GET .../command/{cmdId} for its exitCode:
+ *    three requests (the contract gives the exit code only there), plus
+ *    the upload of stdin when given. A session the daemon no longer has
+ *    (404 about the session: a started sandbox's daemon is a new one) is
+ *    dropped and the command sent to another. The command runs as
+ *    "sh -c SCRIPT" (cl_shell_script: the cwd on a line of its own,
+ *    CASE-46) with its environment as assignments in front of it, so that
+ *    nothing stays in the session's shell; its stdin a file uploaded first
+ *    (kept in an unlinked host file while it is sent, to be sent again
+ *    when the sandbox had to be started first) and removed by the command
+ *    once open, or /dev/null. Every process of the command
+ *    carries SBX_EXEC_ID=<its tag> in its environment, so exec_kill
  *    (through /process/execute) signals all of them, setsid'd and orphaned
  *    descendants included. The default cwd is the caller's workdir (made
  *    with mkdir -p at create; it must be absolute) or, unset, the
@@ -57,10 +69,14 @@
  *    its create token label and deleted, at once and then once a second
  *    for DT_REAP_WINDOW_S on the client's reaper thread (CASE-20).
  *
+ * What the hosted plugins write alike (the gone flag, the wait for a state,
+ * the session state, the missing-cwd error, descriptors as bodies and
+ * sinks, the kill of every marked process) is the base's (provider.h).
+ *
  * Threading: slots may run at once on different sandboxes and on one; a
- * sandbox's mutable state (gone flag) is guarded by its lock.
+ * sandbox's mutable state (the gone flag, a cl_gone) has its own lock.
  */
-#include "cloud.h"
+#include "provider.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -86,9 +102,6 @@
 #define DT_START_WAIT_S 300.0   /* bound on waiting for "started" */
 #define DT_IDLE_STOP_MIN 15     /* autoStopInterval when no lifetime was set */
 #define DT_REAP_WINDOW_S 60.0   /* how long a lost create's sandbox is looked for */
-/* The environment variable that marks every process of one command (its
- * value: the command's session id), for exec_kill. */
-#define DT_EXEC_MARK "SBX_EXEC_ID"
 
 #define DT_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_SNAPSHOT      \
                  | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY            \
@@ -113,9 +126,18 @@ struct sbx_plugin_sandbox {
     char *toolbox;      /* toolboxProxyUrl + "/" + id */
     char *workdir;      /* the caller's workdir (absolute), or NULL: the
                          * toolbox's own working directory */
-    pthread_mutex_t lock;
-    int gone;           /* a 404 was seen: every later call fails at once */
+    cl_gone gone;       /* a 404 was seen: every later call fails at once */
+    pthread_mutex_t lock;   /* guards idle */
+    struct dt_session *idle;    /* toolbox sessions no command of ours runs
+                                 * in, made by this handle, reused by the
+                                 * next exec */
 };
+
+/* A toolbox session of one sandbox handle (DT_SESSION_FMT). */
+typedef struct dt_session {
+    struct dt_session *next;
+    char id[40];
+} dt_session;
 
 typedef struct dt_proc {
     cl_proc base;       /* first member (cloud.h) */
@@ -123,8 +145,13 @@ typedef struct dt_proc {
     char *script;       /* the command, as a shell script */
     char **env;         /* "K=V" overlay, copied */
     int stdin_fd;       /* a dup of the host's, or -1 */
-    char sid[40];       /* the toolbox session */
+    char tag[40];       /* CL_EXEC_MARK's value on every process of the
+                         * command, and its stdin file's name */
 } dt_proc;
+
+static dt_session *dt_pool_take(struct sbx_plugin_sandbox *sb);
+static void dt_pool_drop(struct sbx_plugin_sandbox *sb);
+static void dt_session_delete(struct sbx_plugin_sandbox *sb, const char *sid);
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
@@ -180,33 +207,15 @@ static int dt_call(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
     return cl_request(c->http, ctx, &rq, resp, op, error);
 }
 
-static int dt_is_gone(struct sbx_plugin_sandbox *sb)
-{
-    pthread_mutex_lock(&sb->lock);
-    int g = sb->gone;
-    pthread_mutex_unlock(&sb->lock);
-    return g;
-}
+/* The gone flag (provider.h): set on a 404 about the sandbox. */
+#define dt_is_gone(sb) cl_gone_get(&(sb)->gone)
+#define dt_check(sb, op, error) cl_gone_check(&(sb)->gone, (op), DT_BACKEND, (sb)->id, (error))
 
+/* Marks @sb gone and gives the error of a call on it (provider.h). */
 static sbx_error *dt_fail_gone(struct sbx_plugin_sandbox *sb, sbx_error **error, const char *op)
 {
-    pthread_mutex_lock(&sb->lock);
-    sb->gone = 1;
-    pthread_mutex_unlock(&sb->lock);
-    sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
-                             "daytona sandbox %s is gone (the provider no longer has it)", sb->id);
-    cl_context(err, "sandbox_id", sb->id);
-    cl_context(err, "reason", "gone");
-    return err;
-}
-
-static int dt_check(struct sbx_plugin_sandbox *sb, const char *op, sbx_error **error)
-{
-    if (dt_is_gone(sb)) {
-        dt_fail_gone(sb, error, op);
-        return -1;
-    }
-    return 0;
+    cl_gone_set(&sb->gone);
+    return cl_gone_error(error, op, DT_BACKEND, sb->id);
 }
 
 /* GET /sandbox/{id}: the parsed Sandbox, or NULL (*@status: the HTTP
@@ -313,85 +322,86 @@ static int dt_delete_for_reaper(void *ud, const sbx_call_ctx *ctx, const char *i
     return dt_delete(ud, ctx, id, "create", error);
 }
 
+typedef struct dt_waking {
+    struct sbx_plugin_sandbox *sb;
+    const sbx_call_ctx *ctx;
+    const char *op;
+    int started_once;   /* a start request was sent */
+    char state[32];
+} dt_waking;
+
+/* One look for cl_wait_until(): 1 at "started"; -1 when gone (a 404, or
+ * destroying/destroyed) or failed (error/build_failed, with the state and
+ * errorReason); 0 otherwise, a stopped or archived sandbox started once. */
+static int dt_wake_look(void *ud, const char **state, sbx_error **error)
+{
+    dt_waking *w = ud;
+    struct sbx_plugin_sandbox *sb = w->sb;
+    struct sbx_plugin_client *c = sb->c;
+    const char *op = w->op;
+    long st;
+    json_object *j = dt_get(c, w->ctx, sb->id, &st, op, error);
+    if (!j) {
+        if (st == 404)
+            dt_fail_gone(sb, error, op);
+        return -1;
+    }
+    snprintf(w->state, sizeof w->state, "%s", dt_state(j));
+    *state = w->state;
+    const char *s = w->state;
+    int rc = 0;
+    if (strcmp(s, "started") == 0) {
+        rc = 1;
+    } else if (strcmp(s, "error") == 0 || strcmp(s, "build_failed") == 0
+               || strcmp(s, "destroyed") == 0 || strcmp(s, "destroying") == 0) {
+        const char *why = cl_json_str(j, "errorReason");
+        sbx_error *err = strncmp(s, "destr", 5) == 0
+            ? dt_fail_gone(sb, error, op)
+            : cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+                      "daytona sandbox %s is in state %s%s%s", sb->id, s,
+                      why ? ": " : "", why ? why : "");
+        cl_context(err, "state", s);
+        snprintf(dt_wake_state, sizeof dt_wake_state, "%s", s);
+        if (why)
+            cl_context(err, "error_reason", why);
+        rc = -1;
+    } else if ((strcmp(s, "stopped") == 0 || strcmp(s, "archived") == 0) && !w->started_once) {
+        char *url = dt_printf("%s/sandbox/%s/start", c->api, sb->id);
+        cl_resp r = { 0 };
+        rc = url ? dt_call(c, w->ctx, "POST", url, NULL, CL_SAFE, &r, op, "start the sandbox",
+                           error) : -1;
+        if (rc == 0 && r.status / 100 != 2) {
+            if (r.status == 404)
+                dt_fail_gone(sb, error, op);
+            else
+                cl_context(cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op,
+                                          "start the sandbox"), "state", s);
+            rc = -1;
+        }
+        free(url);
+        cl_resp_clear(&r);
+        if (rc == 0) {
+            w->started_once = 1;
+            dt_pool_drop(sb);   /* the daemon starts anew, without them */
+            CL_LOG(SBX_LOG_INFO, "sandbox %s was %s: started it", sb->id, s);
+        }
+    }
+    json_object_put(j);
+    return rc;
+}
+
 /*
  * Waits until the sandbox is "started", starting it when it is stopped or
  * archived (CASE-53). Returns 0, or -1: not_found (gone), or an error
- * carrying the state (and errorReason).
+ * carrying the state (and errorReason), or a timeout naming the state.
  */
 static int dt_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *op,
                    sbx_error **error)
 {
-    struct sbx_plugin_client *c = sb->c;
-    cl_bound b = cl_bound_make(ctx, DT_START_WAIT_S);
-    int started_once = 0;
-    double pause = 0.05;
-    for (;;) {
-        long st;
-        json_object *j = dt_get(c, ctx, sb->id, &st, op, error);
-        if (!j) {
-            if (st == 404)
-                dt_fail_gone(sb, error, op);
-            return -1;
-        }
-        const char *state = dt_state(j);
-        if (strcmp(state, "started") == 0) {
-            json_object_put(j);
-            return 0;
-        }
-        if (strcmp(state, "error") == 0 || strcmp(state, "build_failed") == 0
-            || strcmp(state, "destroyed") == 0 || strcmp(state, "destroying") == 0) {
-            const char *why = cl_json_str(j, "errorReason");
-            sbx_error *err = strncmp(state, "destr", 5) == 0
-                ? dt_fail_gone(sb, error, op)
-                : cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
-                          "daytona sandbox %s is in state %s%s%s", sb->id, state,
-                          why ? ": " : "", why ? why : "");
-            cl_context(err, "state", state);
-            snprintf(dt_wake_state, sizeof dt_wake_state, "%s", state);
-            if (why)
-                cl_context(err, "error_reason", why);
-            json_object_put(j);
-            return -1;
-        }
-        if ((strcmp(state, "stopped") == 0 || strcmp(state, "archived") == 0) && !started_once) {
-            char *url = dt_printf("%s/sandbox/%s/start", c->api, sb->id);
-            cl_resp r = { 0 };
-            int rc = url ? dt_call(c, ctx, "POST", url, NULL, CL_SAFE, &r, op,
-                                   "start the sandbox", error) : -1;
-            if (rc == 0 && r.status / 100 != 2) {
-                if (r.status == 404)
-                    dt_fail_gone(sb, error, op);
-                else
-                    cl_context(cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op,
-                                              "start the sandbox"), "state", state);
-                rc = -1;
-            }
-            free(url);
-            cl_resp_clear(&r);
-            if (rc < 0) {
-                json_object_put(j);
-                return -1;
-            }
-            started_once = 1;
-            CL_LOG(SBX_LOG_INFO, "sandbox %s was %s: started it", sb->id, state);
-        }
-        json_object_put(j);
-        double left = cl_bound_left(&b);
-        if (left == 0) {
-            sbx_error *err = cl_fail(error, SBX_ERROR_TIMEOUT, op,
-                                     "daytona sandbox %s did not reach state started (it is %s)",
-                                     sb->id, state);
-            cl_context(err, "state", state);
-            return -1;
-        }
-        if (cl_sleep(pause, b.cancel_fd)) {
-            cl_fail(error, SBX_ERROR_TIMEOUT, op, "cancelled while waiting for sandbox %s",
-                    sb->id);
-            return -1;
-        }
-        if (pause < 0.5)
-            pause *= 2;
-    }
+    dt_waking w = { sb, ctx, op, 0, "" };
+    char what[160];
+    snprintf(what, sizeof what, "daytona sandbox %s reaching state started", sb->id);
+    return cl_wait_until(ctx, DT_START_WAIT_S, dt_wake_look, &w, op, what, error);
 }
 
 static int dt_not_started(cl_http *h, const cl_resp *r)
@@ -404,14 +414,31 @@ static int dt_not_started(cl_http *h, const cl_resp *r)
     return yes;
 }
 
+/* 1 when @r is the daemon's 404 about a toolbox session it does not have
+ * (it keeps its sessions in memory: a stopped sandbox's are gone), which
+ * says nothing of the sandbox itself. */
+static int dt_session_lost(cl_http *h, const cl_resp *r)
+{
+    if (r->status != 404)
+        return 0;
+    char *m = cl_resp_message(h, r);
+    int yes = m && strstr(m, "session") != NULL;
+    free(m);
+    return yes;
+}
+
 /*
  * A toolbox call: wakes the sandbox and sends it again when the toolbox
  * says the sandbox is not started (the first request did not reach a
- * running sandbox, so it cannot have acted); a 404 marks the sandbox gone.
- * Returns 0 with a 2xx answer in @r, -1 otherwise (error stored).
+ * running sandbox, so it cannot have acted; a streamed body is sent again
+ * only when @rewind puts its source back at its start); a 404 marks the
+ * sandbox gone, unless it is about a file or a session (dt_session_lost:
+ * then @r keeps the 404). Returns 0 with a 2xx answer in @r, -1 otherwise
+ * (error stored).
  */
-static int dt_toolbox(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
-                      const char *path, cl_resp *r, const char *op, sbx_error **error)
+static int dt_toolbox_rw(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
+                         const char *path, cl_resp *r, int (*rewind)(void *), void *rewind_ud,
+                         const char *op, sbx_error **error)
 {
     if (dt_check(sb, op, error) < 0)
         return -1;
@@ -434,12 +461,14 @@ static int dt_toolbox(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl
             rc = 0;
             break;
         }
-        if (attempt == 0 && dt_not_started(sb->c->http, r) && !rq->source) {
+        if (attempt == 0 && dt_not_started(sb->c->http, r)
+            && (!rq->source || (rewind && rewind(rewind_ud) == 0))) {
             if (dt_wake(sb, ctx, op, error) < 0)
                 break;
             continue;
         }
-        if (r->status == 404 && rq->what && strstr(rq->what, "file") == NULL) {
+        if (r->status == 404 && rq->what && strstr(rq->what, "file") == NULL
+            && !dt_session_lost(sb->c->http, r)) {
             dt_fail_gone(sb, error, op);
             break;
         }
@@ -448,6 +477,12 @@ static int dt_toolbox(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl
     }
     free(url);
     return rc;
+}
+
+static int dt_toolbox(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
+                      const char *path, cl_resp *r, const char *op, sbx_error **error)
+{
+    return dt_toolbox_rw(sb, ctx, rq, path, r, NULL, NULL, op, error);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -558,8 +593,10 @@ static struct sbx_plugin_sandbox *dt_sandbox_new(struct sbx_plugin_client *c, co
     sb->id = strdup(id);
     sb->toolbox = dt_printf("%s/%s", toolbox_base, id);
     sb->workdir = workdir ? strdup(workdir) : NULL;
+    cl_gone_init(&sb->gone);
     pthread_mutex_init(&sb->lock, NULL);
     if (!sb->id || !sb->toolbox || (workdir && !sb->workdir)) {
+        cl_gone_destroy(&sb->gone);
         pthread_mutex_destroy(&sb->lock);
         free(sb->id);
         free(sb->toolbox);
@@ -586,6 +623,12 @@ static void dt_sandbox_free(sbx_plugin_sandbox *sb)
 {
     if (!sb)
         return;
+    /* The sandbox lives on (not destroyed, not gone): the handle's idle
+     * sessions are deleted, so that no shell of ours stays in it. */
+    for (dt_session *s; !cl_gone_get(&sb->gone) && (s = dt_pool_take(sb)) != NULL; free(s))
+        dt_session_delete(sb, s->id);
+    dt_pool_drop(sb);
+    cl_gone_destroy(&sb->gone);
     pthread_mutex_destroy(&sb->lock);
     free(sb->id);
     free(sb->toolbox);
@@ -914,9 +957,8 @@ static int dt_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
         return 0;
     if (dt_delete(sb->c, ctx, sb->id, "destroy", error) < 0)
         return -1;
-    pthread_mutex_lock(&sb->lock);
-    sb->gone = 1;
-    pthread_mutex_unlock(&sb->lock);
+    cl_gone_set(&sb->gone);
+    dt_pool_drop(sb);   /* deleted with the sandbox */
     return 0;
 }
 
@@ -930,9 +972,7 @@ static int dt_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
     json_object *j = dt_get(sb->c, ctx, sb->id, &st, "is_alive", error);
     if (!j) {
         if (st == 404) {
-            pthread_mutex_lock(&sb->lock);
-            sb->gone = 1;
-            pthread_mutex_unlock(&sb->lock);
+            cl_gone_set(&sb->gone);
             return 0;
         }
         return -1;
@@ -968,13 +1008,7 @@ static char *dt_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
     json_object_object_add(j, "toolbox", json_object_new_string_len(sb->toolbox, (int)tl));
     if (sb->workdir)
         json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
-    const char *s = json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN
-                                                      | JSON_C_TO_STRING_NOSLASHESCAPE);
-    char *out = cl_host->alloc(strlen(s) + 1);
-    if (out)
-        memcpy(out, s, strlen(s) + 1);
-    else
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "session_state", "out of memory");
+    char *out = cl_state_out(j, "session_state", error);
     json_object_put(j);
     return out;
 }
@@ -983,26 +1017,17 @@ static int dt_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
     const char *op = "resume";
-    json_object *data = state_json ? json_tokener_parse(state_json) : NULL;
-    const char *id = cl_json_str(data, "sandbox_id");
-    int64_t ver = 0;
-    if (!id || !*id || cl_json_int(data, "version", &ver) != 1 || ver != DT_STATE_VERSION) {
-        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
-                "daytona session state: needs \"version\": %d and a \"sandbox_id\"",
-                DT_STATE_VERSION);
-        json_object_put(data);
+    const char *id = NULL;
+    json_object *data = cl_state_in(state_json, DT_STATE_VERSION, "sandbox_id", DT_BACKEND, op,
+                                    &id, error);
+    if (!data)
         return -1;
-    }
     long st;
     json_object *j = dt_get(client, ctx, id, &st, op, error);
     int rc = -1;
     if (!j) {
-        if (st == 404) {
-            sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
-                                     "daytona sandbox %s is gone (the provider no longer has it)",
-                                     id);
-            cl_context(err, "sandbox_id", id);
-        }
+        if (st == 404)
+            cl_gone_error(error, op, DT_BACKEND, id);
         goto out;
     }
     json_object *labels = cl_json_path(j, "labels", NULL);
@@ -1173,28 +1198,6 @@ static sbx_error *dt_path_error(sbx_error **error, const char *op, const char *p
     return err;
 }
 
-typedef struct dt_fd_sink {
-    int fd;
-    int failed;
-} dt_fd_sink;
-
-static int dt_sink_fd(void *ud, const char *p, size_t n)
-{
-    dt_fd_sink *s = ud;
-    while (n) {
-        ssize_t w = write(s->fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            s->failed = errno ? errno : EIO;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 static char *dt_query_path(const char *prefix, const char *path)
 {
     char *e = cl_url_escape(path);
@@ -1210,8 +1213,7 @@ static int dt_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
     char *ap = dt_abs(sb, path);
     char *q = ap ? dt_query_path("/files/download?path=", ap) : NULL;
     free(ap);
-    dt_fd_sink s = { fd, 0 };
-    cl_req rq = { .method = "GET", .sink = dt_sink_fd, .sink_ud = &s, .idempotent = CL_SAFE,
+    cl_req rq = { .method = "GET", .sink = cl_fd_sink, .sink_ud = &fd, .idempotent = CL_SAFE,
                   .what = "download the file" };
     cl_resp r = { 0 };
     int rc = q ? dt_toolbox(sb, ctx, &rq, q, &r, op, error) : -1;
@@ -1229,12 +1231,16 @@ static int dt_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
     return rc;
 }
 
-/* A multipart body streamed from a descriptor: head, the bytes, tail. */
+/* A multipart body streamed from a descriptor: head, the bytes, tail.
+ * With a spool, every byte read from the descriptor is also kept there, so
+ * that the body can be sent again from its start (dt_mp_rewind). */
 typedef struct dt_mp_source {
     const char *head, *tail;
     size_t head_len, tail_len, head_off, tail_off;
     int fd;
     int at_eof;
+    FILE *spool;        /* an unlinked host file, or NULL */
+    int replaying;      /* reading the spool back before the descriptor */
 } dt_mp_source;
 
 static ssize_t dt_mp_read(void *ud, char *buf, size_t cap)
@@ -1248,17 +1254,27 @@ static ssize_t dt_mp_read(void *ud, char *buf, size_t cap)
         m->head_off += n;
         return (ssize_t)n;
     }
-    while (!m->at_eof) {
-        ssize_t n = read(m->fd, buf, cap);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
+    if (m->replaying) {
+        size_t n = fread(buf, 1, cap, m->spool);
+        if (n > 0)
+            return (ssize_t)n;
+        m->replaying = 0;
+        if (ferror(m->spool) || fseek(m->spool, 0, SEEK_END) != 0) {
+            cl_fail(NULL, SBX_ERROR_EXECUTION_FAILED, "exec", "cannot read back the spooled "
+                    "stdin: %s", strerror(errno ? errno : EIO));
             return -1;
-        if (n == 0) {
-            m->at_eof = 1;
-            break;
         }
-        return n;
+    }
+    if (!m->at_eof) {
+        ssize_t n = cl_fd_source(&m->fd, buf, cap);
+        if (n > 0 && m->spool && fwrite(buf, 1, (size_t)n, m->spool) != (size_t)n) {
+            cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, "exec", "cannot spool stdin: %s",
+                    strerror(errno ? errno : EIO));
+            return -1;
+        }
+        if (n != 0)
+            return n;
+        m->at_eof = 1;
     }
     size_t n = m->tail_len - m->tail_off;
     if (n > cap)
@@ -1268,9 +1284,24 @@ static ssize_t dt_mp_read(void *ud, char *buf, size_t cap)
     return (ssize_t)n;
 }
 
-/* Uploads the bytes of @fd to @path (multipart field "file"). */
+/* Puts a spooled source back at its start: 0, or -1 (no spool). */
+static int dt_mp_rewind(void *ud)
+{
+    dt_mp_source *m = ud;
+    if (!m->spool || fflush(m->spool) != 0 || fseek(m->spool, 0, SEEK_SET) != 0)
+        return -1;
+    m->head_off = m->tail_off = 0;
+    m->replaying = 1;
+    return 0;
+}
+
+/* Uploads the bytes of @fd to @path (multipart field "file"). With @spool
+ * set, the bytes are also kept in an unlinked host file (tmpfile(3)) while
+ * they are sent, so that the upload is sent again after the sandbox was
+ * started (a stopped sandbox answers before it reads the body); without
+ * it, a stopped sandbox fails the upload. */
 static int dt_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
-                     int fd, const char *op, sbx_error **error)
+                     int fd, int spool, const char *op, sbx_error **error)
 {
     char boundary[40] = "sbx";
     dt_hex(boundary + 3, 16);
@@ -1280,20 +1311,26 @@ static int dt_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
     char *tail = dt_printf("\r\n--%s--\r\n", boundary);
     char *ctype = dt_printf("multipart/form-data; boundary=%s", boundary);
     char *q = dt_query_path("/files/upload?path=", path);
+    FILE *f = spool ? tmpfile() : NULL;
     int rc = -1;
-    if (head && tail && ctype && q) {
-        dt_mp_source m = { head, tail, strlen(head), strlen(tail), 0, 0, fd, 0 };
+    if (spool && !f) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot make a spool file for stdin: %s",
+                strerror(errno));
+    } else if (head && tail && ctype && q) {
+        dt_mp_source m = { head, tail, strlen(head), strlen(tail), 0, 0, fd, 0, f, 0 };
         cl_req rq = { .method = "POST", .content_type = ctype, .source = dt_mp_read,
                       .source_ud = &m, .source_len = -1, .idempotent = CL_UNSAFE,
                       .what = "upload the file" };
         cl_resp r = { 0 };
-        rc = dt_toolbox(sb, ctx, &rq, q, &r, op, error);
+        rc = dt_toolbox_rw(sb, ctx, &rq, q, &r, f ? dt_mp_rewind : NULL, &m, op, error);
         if (rc < 0)
             dt_path_error(error, op, path);
         cl_resp_clear(&r);
     } else {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     }
+    if (f)
+        fclose(f);
     free(head);
     free(tail);
     free(ctype);
@@ -1338,7 +1375,7 @@ static int dt_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
-    if (dt_upload(sb, ctx, ap, fd, op, error) < 0) {
+    if (dt_upload(sb, ctx, ap, fd, 0, op, error) < 0) {
         free(ap);
         return -1;
     }
@@ -1506,36 +1543,117 @@ static int dt_demux_sink(void *ud, const char *p, size_t n)
     return 0;
 }
 
-static int dt_session_delete(struct sbx_plugin_sandbox *sb, const char *sid)
+/* ------------------------------------------------------------------------ */
+/* Toolbox sessions                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* Deletes the toolbox session @sid (with any command of ours still running
+ * in it), without waking a stopped sandbox: best effort, 5 s at most. */
+static void dt_session_delete(struct sbx_plugin_sandbox *sb, const char *sid)
 {
-    char *path = dt_printf("/process/session/%s", sid);
-    cl_req rq = { .method = "DELETE", .idempotent = CL_SAFE, .what = "delete the session" };
+    char *url = dt_printf("%s/process/session/%s", sb->toolbox, sid);
+    const char *h[2];
+    dt_extra_headers(sb->c, h);
+    cl_req rq = { .method = "DELETE", .url = url, .headers = h, .idempotent = CL_SAFE,
+                  .secs = 5, .what = "delete the session" };
     cl_resp r = { 0 };
-    sbx_call_ctx ctx = { sizeof(ctx), cl_now() + 30, -1, NULL };
-    int rc = path ? dt_toolbox(sb, &ctx, &rq, path, &r, "exec", NULL) : -1;
-    free(path);
+    if (url)
+        cl_request(sb->c->http, NULL, &rq, &r, "exec", NULL);
+    free(url);
     cl_resp_clear(&r);
-    return rc;
 }
 
-/* The command line the session runs: the marker, the environment, then
- * sh -c SCRIPT with its stdin. A new string. */
+/* An idle session of the handle's, or NULL when it has none. */
+static dt_session *dt_pool_take(struct sbx_plugin_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    dt_session *s = sb->idle;
+    if (s)
+        sb->idle = s->next;
+    pthread_mutex_unlock(&sb->lock);
+    return s;
+}
+
+/* Gives back a session whose command has ended. */
+static void dt_pool_put(struct sbx_plugin_sandbox *sb, dt_session *s)
+{
+    pthread_mutex_lock(&sb->lock);
+    s->next = sb->idle;
+    sb->idle = s;
+    pthread_mutex_unlock(&sb->lock);
+}
+
+/* Forgets the idle sessions (no request): the sandbox was started again,
+ * so its daemon, which held them, is a new one. */
+static void dt_pool_drop(struct sbx_plugin_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    dt_session *s = sb->idle;
+    sb->idle = NULL;
+    pthread_mutex_unlock(&sb->lock);
+    while (s) {
+        dt_session *next = s->next;
+        free(s);
+        s = next;
+    }
+}
+
+/* A new toolbox session (POST /process/session), or NULL with this
+ * thread's last error set. */
+static dt_session *dt_session_open(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                                   const char *op)
+{
+    dt_session *s = calloc(1, sizeof(*s));
+    if (!s) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return NULL;
+    }
+    memcpy(s->id, "sbx-session-", 12);
+    dt_hex(s->id + 12, 12);
+    json_object *body = json_object_new_object();
+    json_object_object_add(body, "sessionId", json_object_new_string(s->id));
+    const char *bs = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
+    cl_req rq = { .method = "POST", .body = bs, .body_len = strlen(bs),
+                  .idempotent = CL_SAFE, .what = "create a session" };
+    cl_resp r = { 0 };
+    int rc = dt_toolbox(sb, ctx, &rq, "/process/session", &r, op, NULL);
+    json_object_put(body);
+    cl_resp_clear(&r);
+    if (rc < 0) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Commands                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* The command line the session's shell runs: the command's environment
+ * (the marker, then the per-call overlay) as assignments in front of
+ * sh -c SCRIPT, so that none of it stays in the session's shell, which
+ * later commands reuse; its stdin the uploaded file, removed as soon as it
+ * is open, or /dev/null. A new string. */
 static char *dt_command_line(dt_proc *p, const char *stdin_path)
 {
     cl_buf b = { 0 };
-    int bad = cl_buf_printf(&b, "export " DT_EXEC_MARK "=%s; ", p->sid) < 0;
+    char *qi = cl_shell_quote(stdin_path ? stdin_path : "/dev/null");
+    int bad = !qi || (stdin_path && cl_buf_printf(&b, "{ rm -f -- %s; ", qi) < 0);
+    bad |= cl_buf_printf(&b, CL_EXEC_MARK "=%s ", p->tag) < 0;
     for (size_t i = 0; p->env && p->env[i] && !bad; i++) {
         const char *eq = strchr(p->env[i], '=');
         if (!eq)
             continue;
         char *q = cl_shell_quote(eq + 1);
-        bad |= !q || cl_buf_printf(&b, "export %.*s=%s; ", (int)(eq - p->env[i]), p->env[i],
-                                   q) < 0;
+        bad |= !q || cl_buf_printf(&b, "%.*s=%s ", (int)(eq - p->env[i]), p->env[i], q) < 0;
         free(q);
     }
     char *qs = cl_shell_quote(p->script);
-    char *qi = cl_shell_quote(stdin_path ? stdin_path : "/dev/null");
-    bad |= !qs || !qi || cl_buf_printf(&b, "exec /bin/sh -c %s sh < %s", qs, qi) < 0;
+    bad |= !qs || cl_buf_printf(&b, "/bin/sh -c %s sh", qs) < 0;
+    if (!bad)
+        bad = stdin_path ? cl_buf_printf(&b, "; } < %s", qi) < 0
+                         : cl_buf_printf(&b, " < %s", qi) < 0;
     free(qs);
     free(qi);
     if (bad) {
@@ -1545,6 +1663,15 @@ static char *dt_command_line(dt_proc *p, const char *stdin_path)
     return b.data;
 }
 
+/*
+ * The command's worker: its stdin uploaded (when given), then
+ * POST /process/session/{sid}/exec {"command", "runAsync": true} in an
+ * idle session of the handle's (or a new one), the logs followed to the
+ * command's end, and GET .../command/{cmdId} for its exitCode: three
+ * requests for a command without stdin once the handle has a session. The
+ * session goes back to the handle's pool when its command has ended, and
+ * is deleted when that is not known.
+ */
 static int dt_exec_run(cl_proc *base)
 {
     dt_proc *p = (dt_proc *)base;
@@ -1553,25 +1680,16 @@ static int dt_exec_run(cl_proc *base)
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
     char *stdin_path = NULL, *cmd = NULL, *path = NULL, *cmd_id = NULL;
     dt_wake_state[0] = '\0';
-    json_object *j = NULL;
-    int code = -1, have_session = 0;
+    json_object *j = NULL, *eb = NULL;
+    int code = -1;
+    dt_session *s = NULL;       /* the session a command of ours may run in */
     cl_resp r = { 0 };
 
-    /* The session. */
-    json_object *sb_body = json_object_new_object();
-    json_object_object_add(sb_body, "sessionId", json_object_new_string(p->sid));
-    const char *sbs = json_object_to_json_string_ext(sb_body, JSON_C_TO_STRING_PLAIN);
-    cl_req rq = { .method = "POST", .body = sbs, .body_len = strlen(sbs),
-                  .idempotent = CL_SAFE, .what = "create a session" };
-    int rc = dt_toolbox(sb, &ctx, &rq, "/process/session", &r, op, NULL);
-    json_object_put(sb_body);
-    if (rc < 0)
-        goto fail;
-    have_session = 1;
-    /* Its stdin, uploaded first. */
+    /* Its stdin, uploaded first (spooled, so that it can be sent again
+     * after a wake). */
     if (p->stdin_fd >= 0) {
-        stdin_path = dt_printf("/tmp/.%s.in", p->sid);
-        if (!stdin_path || dt_upload(sb, &ctx, stdin_path, p->stdin_fd, op, NULL) < 0)
+        stdin_path = dt_printf("/tmp/.%s.in", p->tag);
+        if (!stdin_path || dt_upload(sb, &ctx, stdin_path, p->stdin_fd, 1, op, NULL) < 0)
             goto fail;
     }
     cmd = dt_command_line(p, stdin_path);
@@ -1579,17 +1697,34 @@ static int dt_exec_run(cl_proc *base)
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    json_object *eb = json_object_new_object();
+    eb = json_object_new_object();
     json_object_object_add(eb, "command", json_object_new_string(cmd));
     json_object_object_add(eb, "runAsync", json_object_new_boolean(1));
     const char *ebs = json_object_to_json_string_ext(eb, JSON_C_TO_STRING_PLAIN);
-    path = dt_printf("/process/session/%s/exec", p->sid);
-    cl_req rq2 = { .method = "POST", .body = ebs, .body_len = strlen(ebs),
-                   .idempotent = CL_UNSAFE, .what = "start the command" };
-    rc = path ? dt_toolbox(sb, &ctx, &rq2, path, &r, op, NULL) : -1;
-    json_object_put(eb);
-    if (rc < 0)
+    /* The command, in an idle session or a new one; a pooled session the
+     * daemon no longer has (a 404 about it: the command did not run) is
+     * dropped and the next one tried. */
+    for (;;) {
+        s = dt_pool_take(sb);
+        int pooled = s != NULL;
+        if (!s && !(s = dt_session_open(sb, &ctx, op)))
+            goto fail;
+        path = dt_printf("/process/session/%s/exec", s->id);
+        cl_req rq = { .method = "POST", .body = ebs, .body_len = strlen(ebs),
+                      .idempotent = CL_UNSAFE, .what = "start the command" };
+        int rc = path ? dt_toolbox(sb, &ctx, &rq, path, &r, op, NULL) : -1;
+        free(path);
+        path = NULL;
+        if (rc == 0)
+            break;
+        if (r.status == 404 && !dt_is_gone(sb) && dt_session_lost(sb->c->http, &r)) {
+            free(s);
+            s = NULL;
+            if (pooled)
+                continue;
+        }
         goto fail;
+    }
     j = cl_resp_json(&r, op, "start the command", NULL);
     const char *id = j ? cl_json_str(j, "cmdId") : NULL;
     if (!id) {
@@ -1599,8 +1734,8 @@ static int dt_exec_run(cl_proc *base)
     }
     cmd_id = strdup(id);
     /* Output as it comes. */
-    free(path);
-    path = dt_printf("/process/session/%s/command/%s/logs?follow=true", p->sid, cmd_id);
+    path = cmd_id ? dt_printf("/process/session/%s/command/%s/logs?follow=true", s->id, cmd_id)
+                  : NULL;
     dt_demux d = { p, 1, { 0, 0 }, 0 };
     cl_req rq3 = { .method = "GET", .sink = dt_demux_sink, .sink_ud = &d,
                    .idempotent = CL_UNSAFE, .what = "follow the command's output" };
@@ -1610,7 +1745,7 @@ static int dt_exec_run(cl_proc *base)
         cl_proc_output(&p->base, d.stream, d.held, d.nheld);
     /* Its exit code (the logs end with the command). */
     free(path);
-    path = dt_printf("/process/session/%s/command/%s", p->sid, cmd_id);
+    path = dt_printf("/process/session/%s/command/%s", s->id, cmd_id);
     for (double pause = 0.02;; pause = pause < 0.5 ? pause * 2 : pause) {
         cl_req rq4 = { .method = "GET", .idempotent = CL_SAFE, .what = "get the command" };
         json_object_put(j);
@@ -1630,6 +1765,9 @@ static int dt_exec_run(cl_proc *base)
     }
     if (code < 0 || code > 255)
         code = code < 0 ? 255 : code & 0xff;
+    /* The command has ended: its session is free for the next one. */
+    dt_pool_put(sb, s);
+    s = NULL;
     goto out;
 fail:
     /* The error of the call that failed is this thread's last (cloud.h);
@@ -1640,22 +1778,28 @@ fail:
         snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "%s", dt_wake_state);
     }
     code = -1;
-out:
-    if (have_session)
-        dt_session_delete(sb, p->sid);
-    if (stdin_path) {
-        char *rm = dt_printf("rm -f /tmp/.%s.in", p->sid);
+    if (stdin_path && !dt_is_gone(sb)) {
+        /* The command may not have run to remove its stdin file. */
+        char *rm = dt_printf("rm -f /tmp/.%s.in", p->tag);
         int ignored;
         sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
         if (rm)
             dt_run_short(sb, &c2, rm, &ignored, op, NULL);
         free(rm);
     }
+out:
+    if (s) {
+        /* A command of ours may still run in it. */
+        if (!dt_is_gone(sb))
+            dt_session_delete(sb, s->id);
+        free(s);
+    }
     if (code < 0 && dt_is_gone(sb)) {
         snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
         snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
     }
     json_object_put(j);
+    json_object_put(eb);
     free(stdin_path);
     free(cmd);
     free(path);
@@ -1694,6 +1838,23 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
         cl_context(err, "user", rq->user);
         return -1;
     }
+    /* The overlay becomes shell assignments (dt_command_line): each key
+     * must be a shell name. */
+    for (size_t i = 0; rq->env && rq->env[i]; i++) {
+        const char *e = rq->env[i], *eq = strchr(e, '=');
+        size_t kn = eq ? (size_t)(eq - e) : strlen(e);
+        static const char name_chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                         "0123456789_";
+        if (!eq || kn == 0 || (e[0] >= '0' && e[0] <= '9') || strspn(e, name_chars) != kn) {
+            char key[128];
+            snprintf(key, sizeof key, "%.*s", (int)kn, e);
+            sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                     "env key \"%s\" is not a shell name (KEY=VALUE, KEY of "
+                                     "letters, digits and _, not starting with a digit)", key);
+            cl_context(err, "env_key", key);
+            return -1;
+        }
+    }
     dt_proc *p = calloc(1, sizeof(*p));
     if (!p) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1701,8 +1862,8 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     }
     p->sb = sb;
     p->stdin_fd = -1;
-    memcpy(p->sid, "sbx-exec-", 9);
-    dt_hex(p->sid + 9, 12);
+    memcpy(p->tag, "sbx-exec-", 9);
+    dt_hex(p->tag + 9, 12);
     char *cwd = rq->cwd ? dt_abs(sb, rq->cwd) : sb->workdir ? strdup(sb->workdir) : NULL;
     p->script = (cwd || (!rq->cwd && !sb->workdir)) ? cl_shell_script(rq->argv, rq->shell, cwd)
                                                     : NULL;
@@ -1741,19 +1902,14 @@ static int dt_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
     dt_proc *p = (dt_proc *)process;
     int rc = cl_proc_wait(&p->base, timeout_ms, exit_code, "exec_wait", error);
     /* A missing working directory: the script's cd failed (cloud.h). */
-    if (rc == 1 && *exit_code == CL_CWD_MISSING_EXIT && p->script
-        && strncmp(p->script, "cd -- ", 6) == 0) {
-        const char *q = p->script + 6;
-        const char *nl = strstr(q, " || exit");
-        char *quoted = nl ? strndup(q, (size_t)(nl - q)) : NULL;
-        char *cmd = quoted ? dt_printf("test -d %s", quoted) : NULL;
+    char *quoted = rc == 1 && *exit_code == CL_CWD_MISSING_EXIT ? cl_script_cwd(p->script)
+                                                                : NULL;
+    if (quoted) {
+        char *cmd = dt_printf("test -d %s", quoted);
         int code = 0;
         sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
         if (cmd && dt_run_short(p->sb, &c2, cmd, &code, "exec", NULL) == 0 && code != 0) {
-            sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, "exec",
-                                     "the working directory %s does not exist in the sandbox",
-                                     quoted);
-            cl_context(err, "path", quoted);
+            cl_cwd_missing_error(error, "exec", quoted);
             rc = -1;
         }
         free(cmd);
@@ -1767,8 +1923,8 @@ static int dt_exec_event_fd(sbx_plugin_process *process)
     return cl_proc_event_fd(&((dt_proc *)process)->base);
 }
 
-/* Signals every process of the command: each carries DT_EXEC_MARK=<its
- * session id> in its environment (inherited from the command's shell), so
+/* Signals every process of the command: each carries CL_EXEC_MARK=<its
+ * tag> in its environment (inherited from the command's shell), so
  * the signal reaches background children, children that made sessions of
  * their own (setsid) and orphans the sandbox's init adopted, which a
  * process-group kill would miss. The scan runs through /process/execute,
@@ -1783,9 +1939,7 @@ static int dt_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
     pthread_mutex_unlock(&p->base.lock);
     if (ended)
         return 0;
-    char *cmd = dt_printf("for d in /proc/[0-9]*; do tr '\\0' '\\n' < $d/environ 2>/dev/null "
-                          "| grep -qx '" DT_EXEC_MARK "=%s' && kill -%d ${d#/proc/} "
-                          "2>/dev/null; done; exit 0", p->sid, sig);
+    char *cmd = cl_mark_kill_command(p->tag, sig);
     int rc = cmd ? dt_run_short(p->sb, ctx, cmd, &code, "exec_kill", error) : -1;
     free(cmd);
     return rc;
