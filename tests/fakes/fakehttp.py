@@ -1,7 +1,7 @@
 """HTTP plumbing of the contract fakes of hosted providers (tests/fakes/).
 
 - serve(): a ThreadingHTTPServer on 127.0.0.1, port 0 (the kernel picks
-  one); the port is printed on stdout as one line "PORT <n>" once it listens.
+  one), with a listen backlog of 1024 (bursts of connections); the port is printed on stdout as one line "PORT <n>" once it listens.
   SIGTERM and SIGINT stop the server and call the fake's cleanup (which kills
   every process its sandboxes run).
 - A request log that tests read: every request, numbered from 1 ("n"), with
@@ -430,11 +430,18 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = handle_any
 
 
+class Server(ThreadingHTTPServer):
+    # socketserver's listen backlog is 5: a burst of clients connecting at
+    # once (a create storm) would see SYNs dropped and wait out TCP's
+    # retransmission (1, 3, 7, 15 s ...), which no provider does.
+    request_queue_size = 1024
+
+
 def serve(fake, handler_class):
     """Listens on 127.0.0.1 (ephemeral port), prints "PORT <n>", serves
     until SIGTERM/SIGINT, then runs fake.cleanup()."""
     handler_class.fake = fake
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_class)
+    server = Server(("127.0.0.1", 0), handler_class)
     server.daemon_threads = True
     fake.port = server.server_address[1]
 
