@@ -2,16 +2,24 @@
  * test_cloud_base.c — the hosted-provider base (plugins/cloud/base/), linked
  * in: the streaming readers fed sample streams split at every point (and
  * byte by byte), Retry-After in both forms, the status mapping, the shell
- * script of a command with a cwd (CASE-46), base64 and JSON helpers.
- * Errors are looked at through cl_last() (no host is loaded here).
+ * script of a command with a cwd (CASE-46), base64 and JSON helpers, and
+ * the retry of a rate-limited create (cl_request against a scripted HTTP
+ * server on 127.0.0.1, counting requests). Errors are looked at through
+ * cl_last() (no host is loaded here), or, for the context of cl_request's
+ * errors, through a stand-in host whose errors this file defines.
  */
 #include "cloud.h"
 
 #include <criterion/criterion.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -392,6 +400,391 @@ Test(http, messages_are_scrubbed)
         cl_resp_clear(&x);
     }
     cl_http_free(h);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Rate-limited creates (cl_request)                                         */
+/* ------------------------------------------------------------------------ */
+
+/* A stand-in host: errors with their context, so that what cl_request and
+ * cl_fail_status put in an error's context can be read back. */
+struct sbx_error {
+    sbx_error_code code;
+    char msg[2048];
+    char keys[16][64], vals[16][256];
+    int nctx;
+};
+
+static void th_set_error(sbx_error **error, sbx_error_code code, const char *op,
+                         const char *fmt, ...)
+{
+    sbx_error *e = calloc(1, sizeof(*e));
+    cr_assert_not_null(e);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+    va_end(ap);
+    e->code = code;
+    *error = e;
+}
+
+static void th_add_context(sbx_error *e, const char *key, const char *value)
+{
+    if (e->nctx == 16)
+        return;
+    snprintf(e->keys[e->nctx], sizeof(e->keys[0]), "%s", key);
+    snprintf(e->vals[e->nctx], sizeof(e->vals[0]), "%s", value);
+    e->nctx++;
+}
+
+static void th_set_outcome(sbx_error *e, sbx_error_outcome o)
+{
+}
+
+static const sbx_host_services test_host = {
+    .struct_size = sizeof(sbx_host_services),
+    .set_error = th_set_error,
+    .error_add_context = th_add_context,
+    .error_set_outcome = th_set_outcome,
+};
+
+/* The value of context @key of @e, or NULL. */
+static const char *ctx_of(const sbx_error *e, const char *key)
+{
+    for (int i = 0; i < e->nctx; i++)
+        if (strcmp(e->keys[i], key) == 0)
+            return e->vals[i];
+    return NULL;
+}
+
+/* One scripted answer: a status and a Retry-After header ("" = none; "+N":
+ * the HTTP-date N seconds after the answer's Date header). */
+typedef struct answer {
+    int status;
+    const char *retry_after;
+} answer;
+
+/* A server on 127.0.0.1 that answers request i (from 0) with script[i], or
+ * with the last entry once the script is spent, each on a connection of its
+ * own (Connection: close), and counts the requests it read and the bodies
+ * that carried @needle. */
+typedef struct script_server {
+    int fd, port;
+    const answer *script;
+    int n;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    int requests;
+    int stop;
+} script_server;
+
+static void *serve_script(void *ud)
+{
+    script_server *sv = ud;
+    for (;;) {
+        int c = accept(sv->fd, NULL, NULL);
+        if (c < 0)
+            return NULL;
+        pthread_mutex_lock(&sv->lock);
+        int stop = sv->stop;
+        pthread_mutex_unlock(&sv->lock);
+        if (stop) {
+            close(c);
+            return NULL;
+        }
+        char buf[65536];
+        size_t len = 0;
+        char *end = NULL;
+        while (!end && len < sizeof(buf) - 1) {
+            ssize_t r = read(c, buf + len, sizeof(buf) - 1 - len);
+            if (r <= 0)
+                break;
+            len += (size_t)r;
+            buf[len] = '\0';
+            end = strstr(buf, "\r\n\r\n");
+        }
+        if (!end) {
+            close(c);
+            continue;
+        }
+        const char *cl = strcasestr(buf, "\r\nContent-Length:");
+        size_t want = cl ? strtoul(cl + 17, NULL, 10) : 0;
+        size_t have = len - (size_t)(end + 4 - buf);
+        while (have < want) {
+            ssize_t r = read(c, buf, sizeof(buf) < want - have ? sizeof(buf) : want - have);
+            if (r <= 0)
+                break;
+            have += (size_t)r;
+        }
+        pthread_mutex_lock(&sv->lock);
+        const answer *a = &sv->script[sv->requests < sv->n ? sv->requests : sv->n - 1];
+        sv->requests++;
+        pthread_mutex_unlock(&sv->lock);
+        time_t now = time(NULL);
+        char date[64], ra[128] = "";
+        struct tm tm;
+        strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&now, &tm));
+        if (a->retry_after[0] == '+') {
+            time_t t = now + atoi(a->retry_after + 1);
+            strftime(ra, sizeof(ra), "Retry-After: %a, %d %b %Y %H:%M:%S GMT\r\n",
+                     gmtime_r(&t, &tm));
+        } else if (a->retry_after[0]) {
+            snprintf(ra, sizeof(ra), "Retry-After: %s\r\n", a->retry_after);
+        }
+        const char *body = "{\"message\":\"too many requests\"}";
+        char out[1024];
+        int n = snprintf(out, sizeof(out),
+                         "HTTP/1.1 %d Scripted\r\nDate: %s\r\n%sContent-Type: application/json\r\n"
+                         "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                         a->status, date, ra, strlen(body), body);
+        ssize_t w = write(c, out, (size_t)n);
+        (void)w;
+        close(c);
+    }
+}
+
+static void server_start(script_server *sv, const answer *script, int n)
+{
+    memset(sv, 0, sizeof(*sv));
+    sv->script = script;
+    sv->n = n;
+    pthread_mutex_init(&sv->lock, NULL);
+    sv->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert(sv->fd >= 0);
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof(a);
+    cr_assert_eq(bind(sv->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(listen(sv->fd, 16), 0);
+    cr_assert_eq(getsockname(sv->fd, (struct sockaddr *)&a, &al), 0);
+    sv->port = ntohs(a.sin_port);
+    cr_assert_eq(pthread_create(&sv->thread, NULL, serve_script, sv), 0);
+}
+
+/* Stops the server (a last connection wakes its accept) and returns how
+ * many requests it answered. */
+static int server_stop(script_server *sv)
+{
+    pthread_mutex_lock(&sv->lock);
+    sv->stop = 1;
+    pthread_mutex_unlock(&sv->lock);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)sv->port) };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    close(fd);
+    pthread_join(sv->thread, NULL);
+    close(sv->fd);
+    pthread_mutex_destroy(&sv->lock);
+    return sv->requests;
+}
+
+#define TOKEN "sbx-0123456789abcdef0123456789abcdef"
+
+/* A client with a quick schedule: backoffs of 10 ms, 20 ms, then 20 ms. */
+static cl_http *quick_client(int retries, int rate_limit_retries)
+{
+    cr_assert_eq(cl_setup(&test_host, "test", NULL), 0);
+    cl_http *h = cl_http_new();
+    cr_assert_not_null(h);
+    cl_retry_policy p = CL_RETRY_POLICY_DEFAULT;
+    p.retries = retries;
+    p.base_s = 0.01;
+    p.max_backoff_s = 0.02;
+    p.rate_limit_retries = rate_limit_retries;
+    cl_http_set_retry(h, &p);
+    return h;
+}
+
+/* Sends a create POST to @sv (its body holds @body) with @ctx_token as the
+ * call's create token; returns cl_request's value. */
+static int post_create(cl_http *h, script_server *sv, const char *ctx_token, const char *body,
+                       cl_idempotency idem, cl_resp *r, sbx_error **err)
+{
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/sandbox", sv->port);
+    sbx_call_ctx ctx = { .struct_size = sizeof(ctx), .cancel_fd = -1,
+                         .create_token = ctx_token };
+    cl_req rq = { .method = "POST", .url = url, .body = body, .body_len = strlen(body),
+                  .idempotent = idem, .secs = 30, .what = "create the sandbox" };
+    return cl_request(h, &ctx, &rq, r, "create", err);
+}
+
+static const char token_body[] = "{\"labels\":{\"sbx_create_token\":\"" TOKEN "\"}}";
+
+/* Three 429s without Retry-After, then 201: four requests, the waits full
+ * jitter below 10 + 20 + 20 ms. */
+Test(rate_limit, token_create_is_resent_after_429)
+{
+    static const answer script[] = { { 429, "" }, { 429, "" }, { 429, "" }, { 201, "" } };
+    script_server sv;
+    server_start(&sv, script, 4);
+    cl_http *h = quick_client(0, 8);
+    cl_resp r;
+    sbx_error *err = NULL;
+    cr_assert_eq(post_create(h, &sv, TOKEN, token_body, CL_UNSAFE, &r, &err), 0);
+    cr_assert_null(err);
+    cr_assert_eq(r.status, 201);
+    cr_assert_eq(r.attempts, 4);
+    cr_assert(r.waited_s >= 0 && r.waited_s < 0.05, "waited %.4f s", r.waited_s);
+    cr_assert_eq(server_stop(&sv), 4);
+    cl_resp_clear(&r);
+    cl_http_free(h);
+}
+
+/* Always 429: 1 + rate_limit_retries (3) requests, then rate_limited with
+ * the attempts and the wait in the context; retries (0) does not count. */
+Test(rate_limit, spent_retries_are_rate_limited_with_the_wait)
+{
+    static const answer script[] = { { 429, "" } };
+    script_server sv;
+    server_start(&sv, script, 1);
+    cl_http *h = quick_client(0, 3);
+    cl_resp r;
+    sbx_error *err = NULL;
+    cr_assert_eq(post_create(h, &sv, TOKEN, token_body, CL_UNSAFE, &r, &err), 0);
+    cr_assert_eq(r.status, 429);
+    cr_assert_eq(r.attempts, 4);
+    cr_assert_eq(server_stop(&sv), 4);
+    cl_fail_status(h, &err, CL_CODE_BY_STATUS, &r, "create", "create the sandbox");
+    cr_assert_not_null(err);
+    cr_assert_eq(err->code, SBX_ERROR_RATE_LIMITED);
+    cr_assert_str_eq(err->msg, "create the sandbox: too many requests (HTTP 429)");
+    cr_assert_str_eq(ctx_of(err, "http_status"), "429");
+    cr_assert_str_eq(ctx_of(err, "retry_after_s"), "0");
+    cr_assert_str_eq(ctx_of(err, "attempts"), "4");
+    char want[32];
+    snprintf(want, sizeof(want), "%.3f", r.waited_s);
+    cr_assert_str_eq(ctx_of(err, "waited_s"), want);
+    cr_assert(r.waited_s < 0.05, "waited %.4f s", r.waited_s);
+    free(err);
+    cl_resp_clear(&r);
+    cl_http_free(h);
+}
+
+/* Retry-After is honoured in both forms: 0.2 s twice, then an HTTP-date 1 s
+ * after the answer's Date: the waits add up to exactly 1.4 s. */
+Test(rate_limit, retry_after_in_both_forms_is_the_wait)
+{
+    static const answer script[] = {
+        { 429, "0.2" }, { 429, "0.2" }, { 429, "+1" }, { 201, "" },
+    };
+    script_server sv;
+    server_start(&sv, script, 4);
+    cl_http *h = quick_client(0, 8);
+    cl_resp r;
+    cr_assert_eq(post_create(h, &sv, TOKEN, token_body, CL_UNSAFE, &r, NULL), 0);
+    cr_assert_eq(r.status, 201);
+    cr_assert_eq(r.attempts, 4);
+    cr_assert_float_eq(r.waited_s, 1.4, 1e-9);
+    cr_assert_eq(server_stop(&sv), 4);
+    cl_resp_clear(&r);
+    cl_http_free(h);
+}
+
+/* A Retry-After past max_wait_s (60 s) fails at once: one request. */
+Test(rate_limit, retry_after_past_the_cap_fails_at_once)
+{
+    static const answer script[] = { { 429, "3600" } };
+    script_server sv;
+    server_start(&sv, script, 1);
+    cl_http *h = quick_client(0, 8);
+    cl_resp r;
+    sbx_error *err = NULL;
+    cr_assert_eq(post_create(h, &sv, TOKEN, token_body, CL_UNSAFE, &r, &err), -1);
+    cr_assert_eq(err->code, SBX_ERROR_RATE_LIMITED);
+    cr_assert_str_eq(ctx_of(err, "retry_after_s"), "3600");
+    cr_assert_eq(server_stop(&sv), 1);
+    free(err);
+    cl_resp_clear(&r);
+    cl_http_free(h);
+}
+
+/* Only a POST whose body carries the call's token is re-sent after a 429:
+ * a body without it, or a call without a token, is sent once; a 5xx to the
+ * token create is never re-sent (the provider may have acted). */
+Test(rate_limit, only_the_token_create_is_resent)
+{
+    static const answer too_many[] = { { 429, "" } };
+    static const answer broken[] = { { 503, "" } };
+    struct {
+        const answer *script;
+        const char *ctx_token, *body;
+        long status;
+        int maybe_acted;
+    } cases[] = {
+        { too_many, TOKEN, "{\"labels\":{}}", 429, 0 },
+        { too_many, NULL, token_body, 429, 0 },
+        { too_many, "", token_body, 429, 0 },
+        { broken, TOKEN, token_body, 503, 1 },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        script_server sv;
+        server_start(&sv, cases[i].script, 1);
+        cl_http *h = quick_client(3, 8);
+        cl_resp r;
+        cr_assert_eq(post_create(h, &sv, cases[i].ctx_token, cases[i].body, CL_UNSAFE, &r,
+                                 NULL), 0);
+        cr_assert_eq(r.status, cases[i].status, "case %zu", i);
+        cr_assert_eq(r.attempts, 1, "case %zu", i);
+        cr_assert_eq(r.maybe_acted, cases[i].maybe_acted, "case %zu", i);
+        cr_assert_eq(server_stop(&sv), 1, "case %zu", i);
+        cl_resp_clear(&r);
+        cl_http_free(h);
+    }
+}
+
+/* A CL_SAFE token create: its 429s count against rate_limit_retries (2),
+ * its 5xx against retries (1), each apart: 503 (re-sent), 429, 429 (both
+ * re-sent), then the second 503 is past retries: four requests. */
+Test(rate_limit, the_two_counts_are_apart)
+{
+    static const answer script[] = {
+        { 503, "" }, { 429, "" }, { 429, "" }, { 503, "" }, { 429, "" }, { 201, "" },
+    };
+    script_server sv;
+    server_start(&sv, script, 6);
+    cl_http *h = quick_client(1, 2);
+    cl_resp r;
+    cr_assert_eq(post_create(h, &sv, TOKEN, token_body, CL_SAFE, &r, NULL), 0);
+    cr_assert_eq(r.status, 503);
+    cr_assert_eq(r.attempts, 4);
+    cr_assert_eq(server_stop(&sv), 4);
+    cl_resp_clear(&r);
+    cl_http_free(h);
+}
+
+Test(rate_limit, policy_from_config)
+{
+    cr_assert_eq(cl_setup(&test_host, "test", NULL), 0);
+    cl_retry_policy p = CL_RETRY_POLICY_DEFAULT;
+    cr_assert_eq(p.rate_limit_retries, 8);
+    json_object *cfg = json_tokener_parse("{\"rate_limit_retries\":2,\"retries\":1}");
+    cr_assert_eq(cl_retry_policy_from_config(cfg, &p, NULL), 0);
+    cr_assert_eq(p.rate_limit_retries, 2);
+    cr_assert_eq(p.retries, 1);
+    json_object_put(cfg);
+    /* retries alone sets both: 0 is no re-send at all (CASE-19 C). */
+    cfg = json_tokener_parse("{\"retries\":0}");
+    cr_assert_eq(cl_retry_policy_from_config(cfg, &p, NULL), 0);
+    cr_assert_eq(p.rate_limit_retries, 0);
+    cr_assert_eq(p.retries, 0);
+    json_object_put(cfg);
+    const char *bad[] = { "{\"rate_limit_retries\":-1}", "{\"rate_limit_retries\":101}",
+                          "{\"rate_limit_retries\":\"3\"}" };
+    const char *msg[] = { "rate_limit_retries: \"-1\" is not an integer from 0 to 100",
+                          "rate_limit_retries: \"101\" is not an integer from 0 to 100",
+                          "rate_limit_retries: \"\"3\"\" is not an integer from 0 to 100" };
+    for (size_t i = 0; i < 3; i++) {
+        sbx_error *err = NULL;
+        cfg = json_tokener_parse(bad[i]);
+        cr_assert_eq(cl_retry_policy_from_config(cfg, &p, &err), -1);
+        cr_assert_eq(err->code, SBX_ERROR_CONFIGURATION);
+        cr_assert_str_eq(err->msg, msg[i]);
+        cr_assert_str_eq(ctx_of(err, "option"), "rate_limit_retries");
+        free(err);
+        json_object_put(cfg);
+    }
 }
 
 /* ------------------------------------------------------------------------ */

@@ -8,8 +8,10 @@
  * waited for, an errored one names its state), the requests of a warm
  * exec, CASE-36 (the
  * credential is never in an error, the session state or the fake's log
- * outside the header) and CASE-20 (a create answered after the client's
- * timeout leaves no sandbox: found by its create token and deleted).
+ * outside the header), CASE-20 (a create answered after the client's
+ * timeout leaves no sandbox: found by its create token and deleted) and a
+ * storm of 100 async creates against a provider that takes 5 at a time
+ * (the fake's "concurrency" rule): all succeed, with backoff that grows.
  *
  * Run by tests/daytona.sh, which starts the fake and sets DAYTONA_API_URL
  * (http://127.0.0.1:PORT/api) and DAYTONA_API_KEY. The fake's control
@@ -603,5 +605,197 @@ Test(daytona_faults, case20_a_create_answered_too_late_leaves_nothing)
             by_token = 1;
     }
     cr_assert(by_token, "no look-up by the create token label");
+    json_object_put(log);
+}
+
+/* ------------------------------------------------------------ a create storm */
+
+#define STORM_N 100
+#define STORM_AT_ONCE 5
+/* How long the fake holds each create it takes, so that a slot lasts as a
+ * provider's create does and the storm takes some seconds. */
+#define STORM_HOLD_S "0.15"
+/* The client's defaults (cloud.h): a create refused with 429 is sent again
+ * up to 8 times, after full-jitter waits below 0.5, 1, 2, 4, 8, 8, 8, 8 s. */
+#define STORM_RATE_LIMIT_RETRIES 8
+
+typedef struct storm {
+    sbx_sandbox *sb[STORM_N];
+    int created, failed, destroyed;
+    char first_error[512];
+} storm;
+
+static void storm_created(sbx_op *op, void *ud)
+{
+    storm *s = ud;
+    sbx_sandbox *sb = sbx_op_steal_sandbox(op);
+    if (sb) {
+        s->sb[s->created++] = sb;
+        return;
+    }
+    if (!s->failed++) {
+        const sbx_error *e = sbx_op_get_error(op);
+        snprintf(s->first_error, sizeof(s->first_error), "%s",
+                 e ? sbx_error_get0_message(e) : "no error");
+    }
+}
+
+static void storm_destroyed(sbx_op *op, void *ud)
+{
+    storm *s = ud;
+    if (!sbx_op_get_error(op))
+        s->destroyed++;
+    else if (!s->failed++)
+        snprintf(s->first_error, sizeof(s->first_error), "destroy: %s",
+                 sbx_error_get0_message(sbx_op_get_error(op)));
+}
+
+/* The create token in the body of a logged create. */
+static char *storm_token(json_object *entry)
+{
+    json_object *b = json_tokener_parse(jstr(entry, "body"));
+    json_object *labels, *t;
+    cr_assert(b && json_object_object_get_ex(b, "labels", &labels)
+              && json_object_object_get_ex(labels, "sbx_create_token", &t),
+              "a create without a token: %s", jstr(entry, "body"));
+    char *s = strdup(json_object_get_string(t));
+    json_object_put(b);
+    return s;
+}
+
+/* 100 creates at once through the async API against a provider that takes
+ * 5 at a time and answers 429 without Retry-After beyond that: every
+ * create succeeds. At the fake's log, each create token was answered 200
+ * exactly once, on its last attempt, after at most 8 refusals (the
+ * client's rate_limit_retries): at most 900 creates in all, whatever the
+ * timing, where a client that did not wait would have spent its 9 attempts
+ * at once and failed. The re-sends spread out: across tokens, the mean gap
+ * before the k-th re-send grows with k (full jitter below 0.5 s, then
+ * below 1 s, 2 s: means near 0.25, 0.5, 1 s), compared while at least 20
+ * tokens were re-sent k times (the means' spread is then a fifth of the
+ * step). Then 100 destroys, and the fake holds only the fixture's
+ * sandbox. */
+Test(daytona_faults, storm_100_creates_5_at_a_time_slow, .timeout = 180)
+{
+    char *rule = tu_strdup_printf("{\"method\":\"POST\",\"path\":\"^/api/sandbox$\","
+                                  "\"concurrency\":%d,\"delay\":" STORM_HOLD_S "}",
+                                  STORM_AT_ONCE);
+    fake_post("/_fake/faults", rule);
+    free(rule);
+    storm *s = calloc(1, sizeof(*s));
+    sbx_error *err = NULL;
+    sbx_async *async = sbx_async_new(STORM_N, &err);
+    cr_assert_not_null(async, "async: %s", err ? sbx_error_get0_message(err) : "");
+    for (int i = 0; i < STORM_N; i++)
+        cr_assert_not_null(sbx_sandbox_create_async(async, g_client, NULL, storm_created, s,
+                                                    &err));
+    while (sbx_async_pending(async) > 0)
+        sbx_async_wait(async, -1);
+    cr_assert_eq(s->failed, 0, "%d creates failed, the first: %s", s->failed, s->first_error);
+    cr_assert_eq(s->created, STORM_N);
+
+    char *body = NULL;
+    cr_assert_eq(fake_http("GET", "/_fake/faults", NULL, &body), 200);
+    json_object *rules = json_tokener_parse(body);
+    free(body);
+    json_object *r0 = json_object_array_get_idx(rules, 0), *v;
+    cr_assert(json_object_object_get_ex(r0, "admitted", &v));
+    cr_assert_eq(json_object_get_int(v), STORM_N);
+    cr_assert(json_object_object_get_ex(r0, "peak", &v));
+    cr_assert_eq(json_object_get_int(v), STORM_AT_ONCE, "the fake never had 5 at once");
+    cr_assert(json_object_object_get_ex(r0, "acted", &v));
+    int refused = json_object_get_int(v);
+    json_object_put(rules);
+
+    /* Per token: its attempts' times and statuses, in log order. */
+    json_object *log = fake_log();
+    size_t n = json_object_array_length(log);
+    char *tokens[STORM_N];
+    int ntok = 0, attempts[STORM_N] = { 0 }, ok[STORM_N] = { 0 }, posts = 0, n429 = 0;
+    double times[STORM_N][STORM_RATE_LIMIT_RETRIES + 1];
+    for (size_t i = 0; i < n; i++) {
+        json_object *e = json_object_array_get_idx(log, i), *st, *tv;
+        if (strcmp(jstr(e, "method"), "POST") != 0 || strcmp(jstr(e, "path"), "/api/sandbox"))
+            continue;
+        posts++;
+        char *t = storm_token(e);
+        int k = 0;
+        while (k < ntok && strcmp(tokens[k], t) != 0)
+            k++;
+        if (k == ntok) {
+            cr_assert_lt(ntok, STORM_N, "more than %d create tokens", STORM_N);
+            tokens[ntok++] = t;
+        } else {
+            free(t);
+        }
+        cr_assert(json_object_object_get_ex(e, "status", &st));
+        cr_assert(json_object_object_get_ex(e, "time", &tv));
+        int status = json_object_get_int(st);
+        cr_assert_eq(ok[k], 0, "token %s was sent again after its 200", tokens[k]);
+        cr_assert(status == 200 || status == 429, "a create answered %d", status);
+        cr_assert_lt(attempts[k], STORM_RATE_LIMIT_RETRIES + 1,
+                     "token %s was sent more than 1 + %d times", tokens[k],
+                     STORM_RATE_LIMIT_RETRIES);
+        times[k][attempts[k]++] = json_object_get_double(tv);
+        if (status == 200)
+            ok[k] = 1;
+        else
+            n429++;
+    }
+    json_object_put(log);
+    cr_assert_eq(ntok, STORM_N);
+    for (int k = 0; k < ntok; k++)
+        cr_assert_eq(ok[k], 1, "token %s never got its 200", tokens[k]);
+    cr_assert_eq(n429, refused);
+    cr_assert_eq(posts, STORM_N + n429);
+    cr_assert_leq(posts, STORM_N * (1 + STORM_RATE_LIMIT_RETRIES));
+
+    /* The mean gap before the k-th re-send, over the tokens re-sent k
+     * times, for k = 1..3 while at least 20 tokens were. */
+    double mean[3] = { 0, 0, 0 };
+    int nmean = 0;
+    for (int k = 1; k <= 3; k++) {
+        double sum = 0;
+        int g = 0;
+        for (int i = 0; i < ntok; i++)
+            if (attempts[i] > k) {
+                sum += times[i][k] - times[i][k - 1];
+                g++;
+            }
+        if (g < 20)
+            break;
+        mean[nmean++] = sum / g;
+    }
+    cr_log_info("storm: %d creates, %d refused, mean gaps %.3f %.3f %.3f s", posts, n429,
+                mean[0], mean[1], mean[2]);
+    cr_assert_geq(nmean, 2, "fewer than 20 tokens were re-sent twice: no storm");
+    for (int k = 1; k < nmean; k++)
+        cr_assert_gt(mean[k], mean[k - 1], "the mean gap before re-send %d (%.3f s) is not "
+                     "above the one before re-send %d (%.3f s)", k + 1, mean[k], k,
+                     mean[k - 1]);
+    for (int k = 0; k < ntok; k++)
+        free(tokens[k]);
+
+    /* 100 destroys; the fake holds the fixture's sandbox only. */
+    fake_reset();
+    for (int i = 0; i < STORM_N; i++)
+        cr_assert_not_null(sbx_sandbox_destroy_async(async, s->sb[i], storm_destroyed, s,
+                                                     &err));
+    while (sbx_async_pending(async) > 0)
+        sbx_async_wait(async, -1);
+    cr_assert_eq(s->failed, 0, "%s", s->first_error);
+    cr_assert_eq(s->destroyed, STORM_N);
+    sbx_async_free(async);
+    for (int i = 0; i < STORM_N; i++)
+        sbx_sandbox_free(s->sb[i]);
+    free(s);
+    char *ids = NULL;
+    cr_assert_eq(fake_http("GET", "/_fake/sandboxes", NULL, &ids), 200);
+    char *want = tu_strdup_printf("[\"%s\"]", sb_id());
+    cr_assert_str_eq(ids, want);
+    free(want);
+    free(ids);
+    log = fake_log();
+    cr_assert_eq(log_count(log, "DELETE", "/api/sandbox/[^/]+", NULL), STORM_N);
     json_object_put(log);
 }

@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -320,6 +321,29 @@ def daytona():
     gap = (email.utils.parsedate_to_datetime(hd["Retry-After"])
            - email.utils.parsedate_to_datetime(hd["Date"])).total_seconds()
     eq(P + "retry_after_date: an HTTP-date 3 s after Date", (st, gap), (429, 3.0))
+    # concurrency: two held for 1 s each; two more meanwhile are refused with
+    # the provider's 429, without Retry-After; the slots free up after.
+    f.json("POST", "/_fake/faults", {"method": "GET", "path": "^/api/sandbox/",
+                                     "concurrency": 2, "delay": 1}, auth=False)
+    held = [threading.Thread(target=lambda: f.json("GET", "/api/sandbox/" + sid))
+            for _ in range(2)]
+    for t in held:
+        t.start()
+    check(P + "concurrency: two requests hold the slots",
+          wait_until(lambda: f.json("GET", "/_fake/faults", auth=False)[1][0]["inflight"] == 2, 4))
+    refused = [f.json("GET", "/api/sandbox/" + sid) for _ in range(2)]
+    eq(P + "concurrency: beyond the limit, 429 in the NestJS body, no Retry-After",
+       [(st, r["statusCode"], r["error"], r["message"], "Retry-After" in hd)
+        for st, r, hd in refused],
+       [(429, 429, "Too Many Requests", "Too many concurrent requests (limit 2)", False)] * 2)
+    for t in held:
+        t.join()
+    eq(P + "concurrency: a slot is free again once answered",
+       f.json("GET", "/api/sandbox/" + sid)[0], 200)
+    rule = f.json("GET", "/_fake/faults", auth=False)[1][0]
+    eq(P + "concurrency: the rule counts what it admitted and refused",
+       [rule[k] for k in ("seen", "admitted", "acted", "inflight", "peak")], [5, 3, 2, 0, 2])
+    f.req("DELETE", "/_fake/faults", auth=False)
     st, lst, _ = f.json("GET", "/api/sandbox?limit=1")
     eq(P + "pagination: nextCursor", (len(lst["items"]), lst["nextCursor"]), (1, "1"))
     for s in f.json("GET", "/api/sandbox")[1]["items"]:

@@ -1,7 +1,7 @@
 """HTTP plumbing of the contract fakes of hosted providers (tests/fakes/).
 
 - serve(): a ThreadingHTTPServer on 127.0.0.1, port 0 (the kernel picks
-  one); the port is printed on stdout as one line "PORT <n>" once it listens.
+  one), with a listen backlog of 1024 (bursts of connections); the port is printed on stdout as one line "PORT <n>" once it listens.
   SIGTERM and SIGINT stop the server and call the fake's cleanup (which kills
   every process its sandboxes run).
 - A request log that tests read: every request, numbered from 1 ("n"), with
@@ -30,7 +30,18 @@
              (default 5), then close,
    "retry_after": a Retry-After value sent as is,
    "retry_after_date": seconds: Retry-After as the HTTP-date that many
-             seconds after the answer's Date header}.
+             seconds after the answer's Date header,
+   "concurrency": N: a provider that takes N at a time: at most N matching
+             requests are handled at once (each holds its slot until its
+             answer is sent, after "delay" seconds when given, so that a
+             test can make slots last); one that comes while N are being
+             handled is answered "status" (default 429) with the provider's
+             error body ("message" default "Too many concurrent requests
+             (limit N)") and no Retry-After unless "retry_after" or
+             "retry_after_date" is given. "times" (default -1 here) bounds
+             the refusals; "after" is not used. The rule counts "admitted",
+             "inflight" (now) and "peak" (the most at once) besides "seen"
+             and "acted" (refusals)}.
   Each rule counts "seen" (matching requests) and "acted". The env variable
   SBX_FAKE_FAULTS may hold a list at start.
 - q1() and Fake's sandbox helpers (boxes(), start_reaper(), the default
@@ -116,6 +127,12 @@ class Fake:
         fresh = []
         for r in rules:
             r = dict(r)
+            if "concurrency" in r:
+                r.setdefault("times", -1)
+                r.setdefault("status", 429)
+                r.setdefault("message", "Too many concurrent requests (limit %d)"
+                             % int(r["concurrency"]))
+                r["admitted"] = r["inflight"] = r["peak"] = 0
             r.setdefault("times", 1)
             r.setdefault("after", 0)
             r["seen"] = 0
@@ -124,8 +141,11 @@ class Fake:
         with self.lock:
             self.faults = fresh
 
-    def take_fault(self, method, path):
-        """The first rule that acts on this request (a copy), or None."""
+    def take_fault(self, method, path, held):
+        """The first rule that acts on this request (a copy), or None. A
+        concurrency rule that admits the request appends itself to @held
+        (a list; release() frees the slot once the request is answered) and
+        acts as "pass" with its delay."""
         with self.lock:
             for rule in self.faults:
                 if rule.get("method", "*") not in ("*", method):
@@ -133,6 +153,23 @@ class Fake:
                 if not re.search(rule.get("path", ""), path):
                     continue
                 times = rule.get("times", 1)
+                if "concurrency" in rule:
+                    rule["seen"] += 1
+                    if rule["inflight"] < int(rule["concurrency"]):
+                        rule["inflight"] += 1
+                        rule["admitted"] += 1
+                        rule["peak"] = max(rule["peak"], rule["inflight"])
+                        held.append(rule)
+                        if rule.get("delay"):
+                            return {"action": "pass", "delay": rule["delay"]}
+                        return None
+                    if times >= 0 and rule["acted"] >= times:
+                        continue
+                    rule["acted"] += 1
+                    refusal = dict(rule)
+                    refusal.pop("delay", None)
+                    refusal["action"] = "status"
+                    return refusal
                 if times >= 0 and rule.get("acted", 0) >= times:
                     continue
                 rule["seen"] = rule.get("seen", 0) + 1
@@ -141,6 +178,13 @@ class Fake:
                 rule["acted"] = rule.get("acted", 0) + 1
                 return dict(rule)
         return None
+
+    def release(self, held):
+        """Frees the slots of the concurrency rules in @held."""
+        with self.lock:
+            for rule in held:
+                rule["inflight"] -= 1
+            held.clear()
 
     def boxes(self):
         """A snapshot of the sandboxes (a list)."""
@@ -323,18 +367,19 @@ class Handler(BaseHTTPRequestHandler):
         }
         if not path.startswith("/_fake/"):
             self.fake.record(entry)
+        held = []
         try:
             if path.startswith("/_fake/"):
                 self.control(path)
             else:
-                rule = self.fake.take_fault(self.command, path)
+                rule = self.fake.take_fault(self.command, path, held)
                 if rule is not None and self.fault(rule, path):
                     entry["fault"] = True
                 elif auth != "Bearer " + self.fake.api_key:
                     self.body_bytes()
                     self.send_error_reply(401, "Unauthorized")
                 else:
-                    if rule is not None:
+                    if rule is not None and not held:
                         entry["fault"] = True
                     self.route(path, query)
         except Reply as r:
@@ -345,6 +390,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_error_reply(r.status, msg, r.headers)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        finally:
+            self.fake.release(held)
         with self.fake.lock:
             entry["status"] = self._status
             entry["body_len"] = len(self._body or b"")
@@ -383,11 +430,18 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = handle_any
 
 
+class Server(ThreadingHTTPServer):
+    # socketserver's listen backlog is 5: a burst of clients connecting at
+    # once (a create storm) would see SYNs dropped and wait out TCP's
+    # retransmission (1, 3, 7, 15 s ...), which no provider does.
+    request_queue_size = 1024
+
+
 def serve(fake, handler_class):
     """Listens on 127.0.0.1 (ephemeral port), prints "PORT <n>", serves
     until SIGTERM/SIGINT, then runs fake.cleanup()."""
     handler_class.fake = fake
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_class)
+    server = Server(("127.0.0.1", 0), handler_class)
     server.daemon_threads = True
     fake.port = server.server_address[1]
 

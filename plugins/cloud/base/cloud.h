@@ -201,9 +201,12 @@ typedef struct cl_retry_policy {
     double max_wait_s;      /* a Retry-After above this fails at once with
                              * rate_limited (retry_after_s in context);
                              * default 60 */
+    int rate_limit_retries; /* re-sends of a create that carries the call's
+                             * create token after a 429 (see cl_request);
+                             * default 8 */
 } cl_retry_policy;
 
-#define CL_RETRY_POLICY_DEFAULT { 3, 0.5, 8.0, 60.0 }
+#define CL_RETRY_POLICY_DEFAULT { 3, 0.5, 8.0, 60.0, 8 }
 
 /** One connection pool per client; opaque. */
 typedef struct cl_http cl_http;
@@ -220,9 +223,11 @@ int cl_http_set_auth(cl_http *h, const char *header, const char *value);
 int cl_http_set_secret(cl_http *h, const char *secret);
 /** Sets the retry policy (copied). Not thread-safe: call before requests. */
 void cl_http_set_retry(cl_http *h, const cl_retry_policy *p);
-/** Reads "retries" (integer >= 0) and "max_retry_wait_s" (number >= 0) of
- *  the client's config JSON into @p; a bad value is a configuration error
- *  naming it. */
+/** Reads "retries" and "rate_limit_retries" (integers from 0 to 100) and
+ *  "max_retry_wait_s" (number >= 0) of the client's config JSON into @p; a
+ *  bad value is a configuration error naming it (context option). When
+ *  "retries" is given without "rate_limit_retries", both take its value
+ *  (retries 0: nothing is re-sent, CASE-19 C). */
 int cl_retry_policy_from_config(struct json_object *config, cl_retry_policy *p,
                                 sbx_error **error);
 
@@ -241,6 +246,10 @@ typedef enum cl_idempotency {
                          * id or token: retried on 429, 5xx and transport
                          * errors */
 } cl_idempotency;
+/* A create POST whose body carries the call's create token (ctx's
+ * create_token) is re-sent after a 429 whatever its cl_idempotency: the
+ * provider refused it without acting, and the token finds any sandbox a
+ * repeat could duplicate (reap.c). See cl_request. */
 
 typedef struct cl_req {
     const char *method;         /* GET POST PUT DELETE PATCH */
@@ -279,6 +288,7 @@ typedef struct cl_resp {
                                  * then marks the error outcome unknown) */
     char *kept_header;          /* the value of req->keep_header in the last
                                  * answer, blanks trimmed; NULL when absent */
+    double waited_s;            /* seconds slept between attempts */
 } cl_resp;
 
 /**
@@ -290,6 +300,16 @@ typedef struct cl_resp {
  * context retry_after_s, at once). A request that failed after it may
  * have reached the provider and is CL_UNSAFE fails with outcome unknown.
  * After retries are exhausted on 429 / 5xx it returns 0 with that status.
+ *
+ * Rate-limited creates: a POST whose body holds @ctx's create_token (the
+ * create of a sandbox labelled with it), answered 429, is sent again up to
+ * the policy's rate_limit_retries times (the other retries count apart),
+ * even when CL_UNSAFE: each wait is the answer's Retry-After (either form;
+ * above max_wait_s: rate_limited at once, as for any request), else a full
+ * jitter backoff, uniform in [0, min(max_backoff_s, base_s * 2^k)) for the
+ * k-th such re-send (k from 0). Once they are spent it returns 0 with the
+ * 429; cl_fail_status then makes it rate_limited with context attempts and
+ * waited_s (seconds slept). Thread-safe (the jitter's seed is locked).
  */
 int cl_request(cl_http *h, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *resp,
                const char *op, sbx_error **error);
@@ -309,7 +329,9 @@ char *cl_resp_message(cl_http *h, const cl_resp *r);
 /**
  * Stores the error of an unexpected answer: "@what: MESSAGE (HTTP N)" with
  * the code of the status (or @code when it is not (sbx_error_code)-1),
- * context http_status and, for 429, retry_after_s. Returns it.
+ * context http_status and, for 429, retry_after_s and, when the request
+ * was sent more than once, attempts and waited_s (seconds slept between
+ * them). Returns it.
  */
 #define CL_CODE_BY_STATUS ((sbx_error_code)-1)
 sbx_error *cl_fail_status(cl_http *h, sbx_error **error, sbx_error_code code,

@@ -17,6 +17,12 @@
  * Retry-After above max_wait_s fails at once with rate_limited and
  * retry_after_s in the context. A wait that passes the call's bound ends
  * the retries with the last answer.
+ *
+ * The same loop re-sends a create POST carrying the call's create token
+ * (token_create) after a 429, CL_UNSAFE or not, counting those re-sends
+ * against rate_limit_retries apart from the others; without Retry-After
+ * its wait is full jitter, uniform in [0, min(max_backoff_s,
+ * base_s * 2^k)), so that many clients refused at once spread out.
  */
 #include "cloud.h"
 
@@ -161,6 +167,21 @@ int cl_retry_policy_from_config(json_object *config, cl_retry_policy *p, sbx_err
             return -1;
         }
         p->retries = (int)n;
+        /* "retries": 0 is no re-send at all (CASE-19 C), a create's 429
+         * included, unless rate_limit_retries says otherwise. */
+        p->rate_limit_retries = (int)n;
+    }
+    if (config && json_object_object_get_ex(config, "rate_limit_retries", &v)) {
+        int64_t n = -1;
+        if (!json_object_is_type(v, json_type_int) || (n = json_object_get_int64(v)) < 0
+            || n > 100) {
+            sbx_error *e = cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
+                                   "rate_limit_retries: \"%s\" is not an integer from 0 to 100",
+                                   json_object_to_json_string(v));
+            cl_context(e, "option", "rate_limit_retries");
+            return -1;
+        }
+        p->rate_limit_retries = (int)n;
     }
     if (config && json_object_object_get_ex(config, "max_retry_wait_s", &v)) {
         double d = -1;
@@ -423,15 +444,27 @@ static void url_path(const char *url, char *out, size_t cap)
     out[n] = '\0';
 }
 
-static double backoff(cl_http *c, int k)
+/* The k-th backoff (k from 0): base_s * 2^k capped at max_backoff_s, plus
+ * up to 50% jitter; with @full, full jitter instead: uniform in [0, that). */
+static double backoff(cl_http *c, int k, int full)
 {
-    double b = c->retry.base_s * pow(2.0, k);
+    double b = c->retry.base_s * pow(2.0, k > 60 ? 60 : k);
     if (b > c->retry.max_backoff_s)
         b = c->retry.max_backoff_s;
     pthread_mutex_lock(&c->lock);
-    double r = (double)rand_r(&c->seed) / RAND_MAX;
+    double r = (double)rand_r(&c->seed) / ((double)RAND_MAX + 1.0);
     pthread_mutex_unlock(&c->lock);
-    return b + b * 0.5 * r;
+    return full ? b * r : b + b * 0.5 * r;
+}
+
+/* 1 when @req is a create POST whose body carries @ctx's create token (a
+ * 429 to it is re-sent, see cloud.h). */
+static int token_create(const sbx_call_ctx *ctx, const cl_req *req)
+{
+    const char *t = ctx ? ctx->create_token : NULL;
+    size_t n = t ? strlen(t) : 0;
+    return n && strcmp(req->method, "POST") == 0 && req->body && !req->source
+           && req->body_len >= n && memmem(req->body, req->body_len, t, n) != NULL;
 }
 
 int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *resp,
@@ -447,6 +480,9 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
         what = whatbuf;
     }
     cl_bound bound = cl_bound_make(ctx, req->secs);
+    int tc = token_create(ctx, req);
+    int rl = 0;             /* 429s of a token create re-sent so far */
+    double waited = 0;
 
     for (int attempt = 0;; attempt++) {
         if (bound.until && cl_bound_left(&bound) == 0) {
@@ -474,6 +510,7 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
         resp->kept_header = NULL;
         resp->status = 0;
         resp->retry_after_s = 0;
+        resp->waited_s = waited;
         xfer x = { .req = req, .resp = resp, .h = h, .bound = bound };
         struct curl_slist *hdrs = NULL;
         char ctype[256];
@@ -555,26 +592,33 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
 
         if (rc == CURLE_OK) {
             long s = resp->status;
-            int retryable = (s == 429 || (s >= 500 && s <= 599)) && req->idempotent
-                            && !x.sunk && !x.source_started;
+            /* A token create's 429: a refusal, re-sent on a count of its own. */
+            int rate = s == 429 && tc && !x.sunk;
+            int retryable = rate || ((s == 429 || (s >= 500 && s <= 599)) && req->idempotent
+                                     && !x.sunk && !x.source_started);
             if (s == 429 && ra > c->retry.max_wait_s) {
                 cl_fail_status(c, error, SBX_ERROR_RATE_LIMITED, resp, op, what);
                 return -1;
             }
             if (!req->idempotent && (s >= 500 || s == 408))
                 resp->maybe_acted = 1;
-            if (!retryable || attempt >= c->retry.retries)
+            int limit = rate ? c->retry.rate_limit_retries : c->retry.retries;
+            if (!retryable || (rate ? rl : attempt - rl) >= limit)
                 return 0;
-            double wait = (s == 429 && ra >= 0) ? ra : ra > 0 ? ra : backoff(c, attempt);
+            double wait = ra >= 0 && (s == 429 || ra > 0) ? ra
+                        : rate ? backoff(c, rl, 1) : backoff(c, attempt - rl, 0);
             double l = cl_bound_left(&bound);
             if (l >= 0 && wait >= l)
                 return 0;       /* no time to wait: the last answer stands */
-            CL_LOG(SBX_LOG_DEBUG, "%s: HTTP %ld, retrying in %.2f s (attempt %d of %d)", what, s,
-                   wait, attempt + 2, c->retry.retries + 1);
+            CL_LOG(SBX_LOG_DEBUG, "%s: HTTP %ld, retrying in %.2f s (re-send %d of %d)", what, s,
+                   wait, (rate ? rl : attempt - rl) + 1, limit);
+            if (rate)
+                rl++;
             if (cl_sleep(wait, bound.cancel_fd)) {
                 cl_fail(error, SBX_ERROR_CANCELLED, op, "%s: cancelled", what);
                 return -1;
             }
+            waited += wait;
             continue;
         }
 
@@ -596,8 +640,8 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
         int may_repeat = not_sent || (req->idempotent && !x.sunk && !x.source_started);
         if (rc == CURLE_OPERATION_TIMEDOUT && bound.until && cl_bound_left(&bound) < 0.01)
             may_repeat = 0;
-        if (may_repeat && attempt < c->retry.retries) {
-            double wait = backoff(c, attempt);
+        if (may_repeat && attempt - rl < c->retry.retries) {
+            double wait = backoff(c, attempt - rl, 0);
             double l = cl_bound_left(&bound);
             if (l < 0 || wait < l) {
                 CL_LOG(SBX_LOG_DEBUG, "%s: %s, retrying in %.2f s", what, curl_easy_strerror(rc),
@@ -606,6 +650,7 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
                     cl_fail(error, SBX_ERROR_CANCELLED, op, "%s: cancelled", what);
                     return -1;
                 }
+                waited += wait;
                 continue;
             }
         }
@@ -685,6 +730,12 @@ sbx_error *cl_fail_status(cl_http *c, sbx_error **error, sbx_error_code code, co
     if (r->retry_after_s > 0 || code == SBX_ERROR_RATE_LIMITED) {
         snprintf(st, sizeof(st), "%g", r->retry_after_s);
         cl_context(err, "retry_after_s", st);
+    }
+    if (r->attempts > 1) {
+        snprintf(st, sizeof(st), "%d", r->attempts);
+        cl_context(err, "attempts", st);
+        snprintf(st, sizeof(st), "%.3f", r->waited_s);
+        cl_context(err, "waited_s", st);
     }
     if (r->maybe_acted)
         cl_outcome_unknown(err);

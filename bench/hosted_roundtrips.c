@@ -1,0 +1,426 @@
+/*
+ * bench/hosted_roundtrips: the HTTP requests the hosted backends make, counted
+ * where they arrive, at each provider's contract fake (tests/fakes/NAME.py,
+ * started here on 127.0.0.1 with a dummy key and stopped by its PID), and
+ * the latency of a warm exec against the provider's own exec endpoint.
+ *
+ * For each backend (daytona, e2b, tensorlake; -b picks one):
+ *   - requests per create and per destroy: the fake's request log
+ *     (GET /_fake/log) emptied before each call and read after it;
+ *   - requests per warm exec: `echo hi` through execute_shell on a live
+ *     sandbox that already ran one command, over -k execs;
+ *   - daytona only: the p50 of that exec through libsbx against a raw
+ *     libcurl request to the fake's own exec endpoint (POST
+ *     /toolbox/ID/process/execute {"command": "echo hi"}, one reused
+ *     handle: keep-alive), the two alternating in one run (-n rounds), and
+ *     the ratio library/raw. Target: <= 1.10, printed, not enforced.
+ *
+ * The fakes are the tree's (SBX_FAKES_DIR overrides), the plugins the build
+ * tree's (their directories go before SBX_PLUGIN_PATH); the plugin mode is
+ * SBX_PLUGIN_MODE's (out of process by default). The fakes run real
+ * sandboxes (bwrap), as root, as in the tests.
+ *
+ * Usage: hosted_roundtrips [-b BACKEND] [-n ROUNDS] [-k EXECS]
+ *        (defaults: every backend, 100 rounds, 20 counted execs)
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <json-c/json.h>
+#include <sbx/sbx.h>
+
+#define FAKE_KEY "sbx-bench-dummy-key"
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double p50(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[n / 2];
+}
+
+/* ------------------------------------------------------------ the fake */
+
+typedef struct fake {
+    pid_t pid;
+    int port;
+    CURL *ctl;          /* control requests (/_fake/...) */
+} fake;
+
+/* Starts tests/fakes/@backend.py; 0, or -1 after saying why. */
+static int fake_start(const char *backend, fake *f)
+{
+    const char *dir = getenv("SBX_FAKES_DIR");
+    char script[4096];
+    snprintf(script, sizeof script, "%s/%s.py", dir && *dir ? dir : SBX_TOP_SRCDIR "/tests/fakes",
+             backend);
+    if (access(script, R_OK) != 0) {
+        printf("(left out: no fake %s: %s)\n", script, strerror(errno));
+        return -1;
+    }
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        dup2(p[1], 1);
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0)
+            dup2(null, 2);
+        setenv("SBX_FAKE_API_KEY", FAKE_KEY, 1);
+        unsetenv("SBX_FAKE_LOG");
+        unsetenv("SBX_FAKE_FAULTS");
+        execl("/usr/bin/python3", "python3", script, (char *)NULL);
+        execlp("python3", "python3", script, (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    f->pid = pid;
+    f->port = 0;
+    char line[64];
+    size_t len = 0;
+    double end = now_ms() + 10000;
+    while (len < sizeof line - 1 && !memchr(line, '\n', len)) {
+        struct pollfd pf = { p[0], POLLIN, 0 };
+        int left = (int)(end - now_ms());
+        if (left <= 0 || poll(&pf, 1, left) <= 0)
+            break;
+        ssize_t r = read(p[0], line + len, sizeof line - 1 - len);
+        if (r <= 0)
+            break;
+        len += (size_t)r;
+    }
+    close(p[0]);
+    line[len] = '\0';
+    if (sscanf(line, "PORT %d", &f->port) != 1) {
+        printf("(left out: the %s fake did not start)\n", backend);
+        kill(pid, SIGTERM);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    f->ctl = curl_easy_init();
+    return 0;
+}
+
+static void fake_stop(fake *f)
+{
+    if (f->ctl)
+        curl_easy_cleanup(f->ctl);
+    kill(f->pid, SIGTERM);
+    waitpid(f->pid, NULL, 0);
+}
+
+typedef struct body {
+    char *data;
+    size_t len;
+} body;
+
+static size_t collect(char *p, size_t size, size_t n, void *ud)
+{
+    body *b = ud;
+    size_t len = size * n;
+    char *d = realloc(b->data, b->len + len + 1);
+    if (!d)
+        return 0;
+    memcpy(d + b->len, p, len);
+    b->len += len;
+    d[b->len] = '\0';
+    b->data = d;
+    return len;
+}
+
+/* A request to @url with @h (reused); the status, the body in @out (may be
+ * NULL). @json: a POST body, or NULL. @auth: send the fake's key. */
+static long http(CURL *h, const char *method, const char *url, const char *json, int auth,
+                 body *out)
+{
+    body b = { 0 };
+    struct curl_slist *hd = NULL;
+    if (auth)
+        hd = curl_slist_append(hd, "Authorization: Bearer " FAKE_KEY);
+    if (json)
+        hd = curl_slist_append(hd, "Content-Type: application/json");
+    hd = curl_slist_append(hd, "Expect:");
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+    if (json)
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, json);
+    else
+        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST,
+                     strcmp(method, "GET") == 0 || strcmp(method, "POST") == 0 ? NULL : method);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    long status = 0;
+    if (curl_easy_perform(h) == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all(hd);
+    if (out)
+        *out = b;
+    else
+        free(b.data);
+    return status;
+}
+
+static void log_clear(fake *f)
+{
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/_fake/log", f->port);
+    http(f->ctl, "DELETE", url, NULL, 0, NULL);
+}
+
+/* How many requests the fake logged since log_clear (-1 on failure). */
+static int log_count(fake *f)
+{
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/_fake/log", f->port);
+    body b;
+    if (http(f->ctl, "GET", url, NULL, 0, &b) != 200) {
+        free(b.data);
+        return -1;
+    }
+    json_object *j = json_tokener_parse(b.data);
+    free(b.data);
+    int n = j && json_object_is_type(j, json_type_array) ? (int)json_object_array_length(j) : -1;
+    json_object_put(j);
+    return n;
+}
+
+/* ------------------------------------------------------------ one backend */
+
+static int exec_echo(sbx_sandbox *sb)
+{
+    sbx_error *err = NULL;
+    sbx_result *r = sbx_sandbox_execute_shell(sb, "echo hi", &err);
+    if (!r) {
+        fprintf(stderr, "exec: %s\n", sbx_error_get0_message(err));
+        sbx_error_free(err);
+        return -1;
+    }
+    size_t len;
+    const char *out = sbx_result_get0_stdout(r, &len);
+    int ok = len == 3 && memcmp(out, "hi\n", 3) == 0 && sbx_result_get_exit_code(r) == 0;
+    sbx_result_free(r);
+    if (!ok)
+        fprintf(stderr, "exec: not \"hi\"\n");
+    return ok ? 0 : -1;
+}
+
+/* The provider's variables, pointed at the fake (as tests/hosted.sh does). */
+static void point_at(const char *backend, int port)
+{
+    char url[128], api[160];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    if (strcmp(backend, "daytona") == 0) {
+        snprintf(api, sizeof api, "%s/api", url);
+        setenv("DAYTONA_API_URL", api, 1);
+        setenv("DAYTONA_API_KEY", FAKE_KEY, 1);
+        unsetenv("DAYTONA_JWT_TOKEN");
+        unsetenv("DAYTONA_TARGET");
+        unsetenv("DAYTONA_ORGANIZATION_ID");
+    } else if (strcmp(backend, "e2b") == 0) {
+        setenv("E2B_API_URL", url, 1);
+        setenv("E2B_SANDBOX_URL", url, 1);
+        setenv("E2B_API_KEY", FAKE_KEY, 1);
+        unsetenv("E2B_DOMAIN");
+        unsetenv("E2B_DEBUG");
+        unsetenv("E2B_ACCESS_TOKEN");
+    } else {
+        setenv("TENSORLAKE_API_URL", url, 1);
+        setenv("TENSORLAKE_API_KEY", FAKE_KEY, 1);
+        unsetenv("TENSORLAKE_SANDBOX_PROXY_URL");
+    }
+}
+
+#define CREATES 3
+
+static int run_backend(const char *backend, int rounds, int execs)
+{
+    fake f;
+    if (fake_start(backend, &f) < 0)
+        return 0;       /* left out, said so */
+    point_at(backend, f.port);
+    const char *mode = getenv("SBX_PLUGIN_MODE");
+    printf("fake on 127.0.0.1:%d, plugin mode %s\n", f.port,
+           mode && *mode ? mode : "default (out of process)");
+    int status = 1;
+    sbx_error *err = NULL;
+    sbx_sandbox *sb[CREATES] = { 0 };
+    CURL *raw = NULL;
+    double *lib = calloc((size_t)rounds, sizeof *lib), *rw = calloc((size_t)rounds, sizeof *rw);
+    sbx_client *c = sbx_client_new(backend, &err);
+    if (!c) {
+        printf("(left out: %s)\n", sbx_error_get0_message(err));
+        sbx_error_free(err);
+        status = 0;
+        goto out;
+    }
+    int creq[CREATES];
+    for (int i = 0; i < CREATES; i++) {
+        log_clear(&f);
+        if (!(sb[i] = sbx_sandbox_create(c, NULL, &err))) {
+            fprintf(stderr, "%s: create: %s\n", backend, sbx_error_get0_message(err));
+            goto out;
+        }
+        creq[i] = log_count(&f);
+    }
+    printf("create:     %d requests per create (%d creates:", creq[0], CREATES);
+    for (int i = 0; i < CREATES; i++)
+        printf(" %d", creq[i]);
+    printf(")\n");
+
+    /* Warm: the sandbox has run a command. */
+    if (exec_echo(sb[0]) < 0)
+        goto out;
+    log_clear(&f);
+    for (int i = 0; i < execs; i++)
+        if (exec_echo(sb[0]) < 0)
+            goto out;
+    int ereq = log_count(&f);
+    printf("warm exec:  %.2f requests per exec (%d requests over %d execs of `echo hi`)\n",
+           (double)ereq / execs, ereq, execs);
+
+    if (strcmp(backend, "daytona") == 0) {
+        char url[512];
+        snprintf(url, sizeof url, "http://127.0.0.1:%d/toolbox/%s/process/execute", f.port,
+                 sbx_sandbox_get0_id(sb[0]));
+        raw = curl_easy_init();
+        body b;
+        if (http(raw, "POST", url, "{\"command\":\"echo hi\"}", 1, &b) != 200
+            || !b.data || !strstr(b.data, "\"result\": \"hi\\n\"")) {
+            fprintf(stderr, "raw exec: %s\n", b.data ? b.data : "no answer");
+            free(b.data);
+            goto out;
+        }
+        free(b.data);
+        for (int i = 0; i < rounds; i++) {
+            double t0 = now_ms();
+            if (exec_echo(sb[0]) < 0)
+                goto out;
+            lib[i] = now_ms() - t0;
+            t0 = now_ms();
+            long st = http(raw, "POST", url, "{\"command\":\"echo hi\"}", 1, NULL);
+            rw[i] = now_ms() - t0;
+            if (st != 200) {
+                fprintf(stderr, "raw exec: HTTP %ld\n", st);
+                goto out;
+            }
+        }
+        double l = p50(lib, rounds), r = p50(rw, rounds);
+        printf("exec p50:   library %.2f ms, raw %.2f ms (one POST /process/execute, "
+               "reused handle), %d rounds\n", l, r, rounds);
+        printf("ratio:      library/raw %.2f (target <= 1.10)%s\n", l / r,
+               l / r <= 1.10 ? "" : "  ABOVE TARGET");
+    } else {
+        printf("exec p50:   (no raw baseline for %s)\n", backend);
+    }
+
+    int dreq = -1;
+    for (int i = 0; i < CREATES; i++) {
+        log_clear(&f);
+        if (sbx_sandbox_destroy(sb[i], &err) < 0) {
+            fprintf(stderr, "%s: destroy: %s\n", backend, sbx_error_get0_message(err));
+            goto out;
+        }
+        int n = log_count(&f);
+        if (dreq < 0 || n > dreq)
+            dreq = n;
+        sbx_sandbox_free(sb[i]);
+        sb[i] = NULL;
+    }
+    printf("destroy:    %d requests per destroy (the most of %d)\n", dreq, CREATES);
+    status = 0;
+out:
+    sbx_error_free(err);
+    for (int i = 0; i < CREATES; i++)
+        if (sb[i]) {
+            sbx_sandbox_destroy(sb[i], NULL);
+            sbx_sandbox_free(sb[i]);
+        }
+    sbx_client_free(c);
+    if (raw)
+        curl_easy_cleanup(raw);
+    free(lib);
+    free(rw);
+    fake_stop(&f);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    const char *only = NULL;
+    int rounds = 100, execs = 20, opt;
+    while ((opt = getopt(argc, argv, "b:n:k:")) != -1) {
+        if (opt == 'b')
+            only = optarg;
+        else if (opt == 'n')
+            rounds = atoi(optarg);
+        else if (opt == 'k')
+            execs = atoi(optarg);
+        else {
+            fprintf(stderr, "usage: hosted_roundtrips [-b BACKEND] [-n ROUNDS] [-k EXECS]\n");
+            return 2;
+        }
+    }
+    if (rounds < 1)
+        rounds = 1;
+    if (execs < 1)
+        execs = 1;
+    static const char *const all[] = { "daytona", "e2b", "tensorlake" };
+    if (only && strcmp(only, all[0]) && strcmp(only, all[1]) && strcmp(only, all[2])) {
+        fprintf(stderr, "hosted_roundtrips: unknown backend \"%s\" (daytona, e2b, tensorlake)\n",
+                only);
+        return 2;
+    }
+    /* The build tree's hosted plugins first. */
+    const char *pp = getenv("SBX_PLUGIN_PATH");
+    char *path = NULL;
+    if (asprintf(&path, "%s/plugins/cloud/daytona/.libs:%s/plugins/cloud/e2b/.libs:"
+                 "%s/plugins/cloud/tensorlake/.libs%s%s", SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR,
+                 SBX_TOP_BUILDDIR, pp && *pp ? ":" : "", pp && *pp ? pp : "") < 0)
+        return 1;
+    setenv("SBX_PLUGIN_PATH", path, 1);
+    free(path);
+    signal(SIGPIPE, SIG_IGN);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    int status = 0;
+    for (size_t i = 0; i < 3; i++) {
+        if (only && strcmp(only, all[i]) != 0)
+            continue;
+        printf("-- %s\n", all[i]);
+        fflush(stdout);
+        if (run_backend(all[i], rounds, execs) != 0)
+            status = 1;
+        fflush(stdout);
+    }
+    curl_global_cleanup();
+    return status;
+}
