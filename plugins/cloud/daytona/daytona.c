@@ -133,7 +133,7 @@ struct sbx_plugin_sandbox {
                                  * next exec */
 };
 
-/* A toolbox session of one sandbox handle (DT_SESSION_FMT). */
+/* A toolbox session of one sandbox handle: "sbx-session-" and 24 hex digits. */
 typedef struct dt_session {
     struct dt_session *next;
     char id[40];
