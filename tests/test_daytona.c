@@ -6,9 +6,9 @@
  * library's back is not_found "gone"), CASE-53 (a stopped or archived
  * sandbox is started on use, also for a command with stdin, a starting one
  * waited for, an errored one names its state), the requests of a warm
- * exec and the sessions of commands at once, CASE-36 (the
- * credential is never in an error, the session state or the fake's log
- * outside the header) and CASE-20 (a create answered after the client's
+ * exec, the sessions of commands at once and of a freed handle, CASE-36
+ * (the credential is never in an error, the session state or the fake's
+ * log outside the header) and CASE-20 (a create answered after the client's
  * timeout leaves no sandbox: found by its create token and deleted).
  *
  * Run by tests/daytona.sh, which starts the fake and sets DAYTONA_API_URL
@@ -672,6 +672,49 @@ Test(daytona_faults, commands_at_once_get_sessions_of_their_own)
     free(second);
     free(mk);
     free(ex);
+}
+
+/* A handle freed while its sandbox lives on (here a second handle,
+ * resumed from the first's session state on an in-process client, whose
+ * free reaches the plugin at once; out of process the plugin host holds
+ * a freed handle until it ends) deletes its idle session: one DELETE of
+ * it and nothing else; the sandbox and the first handle work on. */
+Test(daytona_faults, a_freed_handle_deletes_its_session)
+{
+    sbx_error *err = NULL;
+    sbx_client *c2 = sbx_client_new_with_mode("daytona", SBX_PLUGIN_MODE_IN_PROCESS, &err);
+    cr_assert_not_null(c2, "client: %s", err ? sbx_error_get0_message(err) : "");
+    char *state = sbx_sandbox_session_state(g_sb, &err);
+    cr_assert_not_null(state, "session_state: %s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *sb2 = sbx_sandbox_resume(c2, state, &err);
+    free(state);
+    cr_assert_not_null(sb2, "resume: %s", err ? sbx_error_get0_message(err) : "");
+    sbx_result *r = tu_sh(sb2, "echo two", 10);
+    tu_assert_stdout(r, "two\n");
+    sbx_result_free(r);
+    json_object *log = fake_log();
+    char *mk = tu_strdup_printf("/toolbox/%s/process/session", sb_id());
+    cr_assert_eq(log_count(log, "POST", mk, NULL), 1);
+    char *sid = NULL;
+    for (size_t i = 0; i < json_object_array_length(log) && !sid; i++)
+        sid = session_of(json_object_array_get_idx(log, i));
+    cr_assert_not_null(sid);
+    json_object_put(log);
+    fake_reset();
+
+    sbx_sandbox_free(sb2);
+    log = fake_log();
+    char *del = tu_strdup_printf("/toolbox/%s/process/session/%s", sb_id(), sid);
+    cr_assert_eq(log_count(log, "DELETE", del, NULL), 1);
+    cr_assert_eq(json_object_array_length(log), 1, "%s", json_object_to_json_string(log));
+    json_object_put(log);
+    sbx_client_free(c2);
+    r = tu_sh(g_sb, "echo one", 10);
+    tu_assert_stdout(r, "one\n");
+    sbx_result_free(r);
+    free(del);
+    free(sid);
+    free(mk);
 }
 
 /* ------------------------------------------------------------ CASE-36 */
