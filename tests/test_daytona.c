@@ -6,9 +6,9 @@
  * library's back is not_found "gone"), CASE-53 (a stopped or archived
  * sandbox is started on use, also for a command with stdin, a starting one
  * waited for, an errored one names its state), the requests of a warm
- * exec, CASE-36 (the
- * credential is never in an error, the session state or the fake's log
- * outside the header), CASE-20 (a create answered after the client's
+ * exec, the sessions of commands at once and of a freed handle, CASE-36
+ * (the credential is never in an error, the session state or the fake's
+ * log outside the header), CASE-20 (a create answered after the client's
  * timeout leaves no sandbox: found by its create token and deleted) and a
  * storm of 100 async creates against a provider that takes 5 at a time
  * (the fake's "concurrency" rule): all succeed, with backoff that grows.
@@ -304,6 +304,17 @@ Test(daytona_faults, case53_an_errored_sandbox_names_its_state)
     cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 1);
 }
 
+/* The session id in a logged toolbox path (a new string), or NULL. */
+static char *session_of(json_object *entry)
+{
+    const char *pth = jstr(entry, "path");
+    const char *at = strstr(pth, "/process/session/");
+    if (!at)
+        return NULL;
+    at += strlen("/process/session/");
+    return strndup(at, strcspn(at, "/"));
+}
+
 /* The fake's view of the sandbox (GET /_fake/sandbox/ID), parsed. */
 static json_object *fake_sandbox(void)
 {
@@ -471,12 +482,9 @@ Test(daytona_faults, a_warm_exec_takes_three_requests)
         cr_assert_eq(log_count(log, "POST", upload_re, NULL), round == 0 ? 0 : 1);
         /* The same session both times. */
         for (size_t i = 0; i < json_object_array_length(log); i++) {
-            const char *pth = jstr(json_object_array_get_idx(log, i), "path");
-            const char *at = strstr(pth, "/process/session/");
-            if (!at)
+            char *id = session_of(json_object_array_get_idx(log, i));
+            if (!id)
                 continue;
-            at += strlen("/process/session/");
-            char *id = strndup(at, strcspn(at, "/"));
             if (!first_session)
                 first_session = id;
             else {
@@ -497,6 +505,116 @@ Test(daytona_faults, a_warm_exec_takes_three_requests)
     free(logs_re);
     free(cmd_re);
     free(upload_re);
+}
+
+/* Two commands at once on one handle run in two sessions (a session's
+ * shell runs its commands in turn, so a busy one is never handed out):
+ * the first waits on a FIFO the second writes. One session is made for
+ * the second command; a third command, after both ended, makes none. */
+Test(daytona_faults, commands_at_once_get_sessions_of_their_own)
+{
+    sbx_result *r = tu_sh(g_sb, "rm -f /tmp/f && mkfifo /tmp/f", 10);
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    fake_reset();
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "cat /tmp/f";
+    req.timeout_secs = 20;
+    sbx_error *err = NULL;
+    sbx_process *p = sbx_sandbox_start_process(g_sb, &req, &err);
+    cr_assert_not_null(p, "start_process: %s", err ? sbx_error_get0_message(err) : "");
+    r = tu_sh(g_sb, "echo through > /tmp/f; echo sent", 20);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "sent\n");
+    sbx_result_free(r);
+    int code = -1;
+    sbx_result *pr = NULL;
+    cr_assert_eq(sbx_process_wait(p, 20, &code, &pr, &err), 1, "wait: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(code, 0);
+    tu_assert_stdout(pr, "through\n");
+    sbx_result_free(pr);
+    sbx_process_free(p);
+
+    json_object *log = fake_log();
+    char *mk = tu_strdup_printf("/toolbox/%s/process/session", sb_id());
+    char *ex = tu_strdup_printf("/toolbox/%s/process/session/[^/]+/exec", sb_id());
+    cr_assert_eq(log_count(log, "POST", mk, NULL), 1);
+    cr_assert_eq(log_count(log, "POST", ex, NULL), 2);
+    char *first = NULL, *second = NULL;
+    regex_t rx;
+    char *anch = tu_strdup_printf("^%s$", ex);
+    cr_assert_eq(regcomp(&rx, anch, REG_EXTENDED | REG_NOSUB), 0);
+    for (size_t i = 0; i < json_object_array_length(log); i++) {
+        json_object *e = json_object_array_get_idx(log, i);
+        if (strcmp(jstr(e, "method"), "POST") != 0 || regexec(&rx, jstr(e, "path"), 0, NULL, 0))
+            continue;
+        if (!first)
+            first = session_of(e);
+        else
+            second = session_of(e);
+    }
+    regfree(&rx);
+    cr_assert(first && second && strcmp(first, second) != 0,
+              "both commands ran in session %s", first ? first : "(none)");
+    json_object_put(log);
+
+    fake_reset();
+    r = tu_sh(g_sb, "echo third", 10);
+    tu_assert_stdout(r, "third\n");
+    sbx_result_free(r);
+    log = fake_log();
+    cr_assert_eq(log_count(log, "POST", mk, NULL), 0);
+    cr_assert_eq(json_object_array_length(log), 3, "%s", json_object_to_json_string(log));
+    json_object_put(log);
+    free(anch);
+    free(first);
+    free(second);
+    free(mk);
+    free(ex);
+}
+
+/* A handle freed while its sandbox lives on (here a second handle,
+ * resumed from the first's session state on an in-process client, whose
+ * free reaches the plugin at once; out of process the plugin host holds
+ * a freed handle until it ends) deletes its idle session: one DELETE of
+ * it and nothing else; the sandbox and the first handle work on. */
+Test(daytona_faults, a_freed_handle_deletes_its_session)
+{
+    sbx_error *err = NULL;
+    sbx_client *c2 = sbx_client_new_with_mode("daytona", SBX_PLUGIN_MODE_IN_PROCESS, &err);
+    cr_assert_not_null(c2, "client: %s", err ? sbx_error_get0_message(err) : "");
+    char *state = sbx_sandbox_session_state(g_sb, &err);
+    cr_assert_not_null(state, "session_state: %s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *sb2 = sbx_sandbox_resume(c2, state, &err);
+    free(state);
+    cr_assert_not_null(sb2, "resume: %s", err ? sbx_error_get0_message(err) : "");
+    sbx_result *r = tu_sh(sb2, "echo two", 10);
+    tu_assert_stdout(r, "two\n");
+    sbx_result_free(r);
+    json_object *log = fake_log();
+    char *mk = tu_strdup_printf("/toolbox/%s/process/session", sb_id());
+    cr_assert_eq(log_count(log, "POST", mk, NULL), 1);
+    char *sid = NULL;
+    for (size_t i = 0; i < json_object_array_length(log) && !sid; i++)
+        sid = session_of(json_object_array_get_idx(log, i));
+    cr_assert_not_null(sid);
+    json_object_put(log);
+    fake_reset();
+
+    sbx_sandbox_free(sb2);
+    log = fake_log();
+    char *del = tu_strdup_printf("/toolbox/%s/process/session/%s", sb_id(), sid);
+    cr_assert_eq(log_count(log, "DELETE", del, NULL), 1);
+    cr_assert_eq(json_object_array_length(log), 1, "%s", json_object_to_json_string(log));
+    json_object_put(log);
+    sbx_client_free(c2);
+    r = tu_sh(g_sb, "echo one", 10);
+    tu_assert_stdout(r, "one\n");
+    sbx_result_free(r);
+    free(del);
+    free(sid);
+    free(mk);
 }
 
 /* ------------------------------------------------------------ CASE-36 */

@@ -133,7 +133,7 @@ struct sbx_plugin_sandbox {
                                  * next exec */
 };
 
-/* A toolbox session of one sandbox handle (DT_SESSION_FMT). */
+/* A toolbox session of one sandbox handle: "sbx-session-" and 24 hex digits. */
 typedef struct dt_session {
     struct dt_session *next;
     char id[40];
@@ -1240,6 +1240,7 @@ typedef struct dt_mp_source {
     int fd;
     int at_eof;
     FILE *spool;        /* an unlinked host file, or NULL */
+    int spool_ok;       /* the spool holds every byte read so far */
     int replaying;      /* reading the spool back before the descriptor */
 } dt_mp_source;
 
@@ -1267,10 +1268,10 @@ static ssize_t dt_mp_read(void *ud, char *buf, size_t cap)
     }
     if (!m->at_eof) {
         ssize_t n = cl_fd_source(&m->fd, buf, cap);
-        if (n > 0 && m->spool && fwrite(buf, 1, (size_t)n, m->spool) != (size_t)n) {
-            cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, "exec", "cannot spool stdin: %s",
-                    strerror(errno ? errno : EIO));
-            return -1;
+        if (n > 0 && m->spool_ok && fwrite(buf, 1, (size_t)n, m->spool) != (size_t)n) {
+            CL_LOG(SBX_LOG_WARNING, "cannot spool stdin (%s): it cannot be sent again",
+                   strerror(errno ? errno : EIO));
+            m->spool_ok = 0;
         }
         if (n != 0)
             return n;
@@ -1284,11 +1285,11 @@ static ssize_t dt_mp_read(void *ud, char *buf, size_t cap)
     return (ssize_t)n;
 }
 
-/* Puts a spooled source back at its start: 0, or -1 (no spool). */
+/* Puts a spooled source back at its start: 0, or -1 (no whole spool). */
 static int dt_mp_rewind(void *ud)
 {
     dt_mp_source *m = ud;
-    if (!m->spool || fflush(m->spool) != 0 || fseek(m->spool, 0, SEEK_SET) != 0)
+    if (!m->spool_ok || fflush(m->spool) != 0 || fseek(m->spool, 0, SEEK_SET) != 0)
         return -1;
     m->head_off = m->tail_off = 0;
     m->replaying = 1;
@@ -1299,7 +1300,8 @@ static int dt_mp_rewind(void *ud)
  * set, the bytes are also kept in an unlinked host file (tmpfile(3)) while
  * they are sent, so that the upload is sent again after the sandbox was
  * started (a stopped sandbox answers before it reads the body); without
- * it, a stopped sandbox fails the upload. */
+ * it (or when the host file cannot be made or written: a warning), a
+ * stopped sandbox fails the upload. */
 static int dt_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                      int fd, int spool, const char *op, sbx_error **error)
 {
@@ -1312,12 +1314,12 @@ static int dt_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
     char *ctype = dt_printf("multipart/form-data; boundary=%s", boundary);
     char *q = dt_query_path("/files/upload?path=", path);
     FILE *f = spool ? tmpfile() : NULL;
+    if (spool && !f)
+        CL_LOG(SBX_LOG_WARNING, "cannot make a spool file for stdin (%s): it cannot be sent "
+               "again", strerror(errno));
     int rc = -1;
-    if (spool && !f) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot make a spool file for stdin: %s",
-                strerror(errno));
-    } else if (head && tail && ctype && q) {
-        dt_mp_source m = { head, tail, strlen(head), strlen(tail), 0, 0, fd, 0, f, 0 };
+    if (head && tail && ctype && q) {
+        dt_mp_source m = { head, tail, strlen(head), strlen(tail), 0, 0, fd, 0, f, f != NULL, 0 };
         cl_req rq = { .method = "POST", .content_type = ctype, .source = dt_mp_read,
                       .source_ud = &m, .source_len = -1, .idempotent = CL_UNSAFE,
                       .what = "upload the file" };
