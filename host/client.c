@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <json-c/json.h>
+
 extern char **environ;
 
 #include "internal.h"
@@ -125,6 +127,36 @@ client_alloc(const char *backend, sbx_plugin_mode mode, sbx_error **error)
 SBX_EXPORT sbx_client *
 sbx_client_new_with_mode(const char *backend, sbx_plugin_mode mode, sbx_error **error)
 {
+    return sbx_client_new_with_config(backend, mode, NULL, error);
+}
+
+/* 0 when @config_json is NULL, empty or a JSON object; else -1 with
+ * invalid_argument naming the text (cut to 64 bytes) in the message and
+ * its context "config". */
+static int
+check_client_config(const char *config_json, sbx_error **err)
+{
+    struct json_object *j;
+    int ok;
+
+    if (!config_json || !*config_json)
+        return 0;
+    j = json_tokener_parse(config_json);
+    ok = j && json_object_is_type(j, json_type_object);
+    json_object_put(j);
+    if (ok)
+        return 0;
+    sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, "client_new",
+                  "client config '%.64s%s' is not a JSON object", config_json,
+                  strlen(config_json) > 64 ? "..." : "");
+    sbx_error_add_context(*err, "config", "not a JSON object");
+    return -1;
+}
+
+SBX_EXPORT sbx_client *
+sbx_client_new_with_config(const char *backend, sbx_plugin_mode mode, const char *config_json,
+                           sbx_error **error)
+{
     static const char op[] = "client_new";
     int (*client_new)(const char *, sbx_plugin_client **, sbx_error **);
     sbx_error *err = NULL;
@@ -133,6 +165,12 @@ sbx_client_new_with_mode(const char *backend, sbx_plugin_mode mode, sbx_error **
     int resolved = sbx_plugin_mode_resolve(mode, &err);
 
     if (resolved < 0) {
+        finish_error(error, err, backend && sbx_backend_name_valid(backend) ? backend : NULL, op);
+        return NULL;
+    }
+    if (config_json && !*config_json)
+        config_json = NULL;
+    if (check_client_config(config_json, &err) < 0) {
         finish_error(error, err, backend && sbx_backend_name_valid(backend) ? backend : NULL, op);
         return NULL;
     }
@@ -147,7 +185,7 @@ sbx_client_new_with_mode(const char *backend, sbx_plugin_mode mode, sbx_error **
         }
         if (!(client = client_alloc(backend, SBX_PLUGIN_MODE_OUT_OF_PROCESS, error)))
             return NULL;
-        if (sbx_proxy_open(backend, NULL, &client->plugin, &handle, &err) < 0) {
+        if (sbx_proxy_open(backend, config_json, &client->plugin, &handle, &err) < 0) {
             sbx_error_ensure(&err, backend, op);
             finish_error(error, err, backend, op);
             free(client->backend);
@@ -167,7 +205,7 @@ sbx_client_new_with_mode(const char *backend, sbx_plugin_mode mode, sbx_error **
         return NULL;
     client->plugin = plugin;
     client_new = SBX_SLOT(plugin, client_new);
-    if (client_new && client_new(NULL, &client->handle, &err) != 0) {
+    if (client_new && client_new(config_json, &client->handle, &err) != 0) {
         sbx_error_ensure(&err, backend, op);
         finish_error(error, err, backend, op);
         free(client->backend);

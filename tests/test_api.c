@@ -572,3 +572,22 @@ Test(state_dir, follows_sbx_state_dir_then_xdg_then_home)
     unsetenv("XDG_STATE_HOME");
     expect_state_dir("/home/someone/.local/state/sbx");
 }
+
+Test(api, client_config_that_is_not_a_json_object_is_named)
+{
+    static const char *bad[] = { "[1, 2]", "not json", "\"text\"" };
+    static const char *msg[] = { "client config '[1, 2]' is not a JSON object",
+                                 "client config 'not json' is not a JSON object",
+                                 "client config '\"text\"' is not a JSON object" };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        sbx_error *err = NULL;
+        cr_assert_null(sbx_client_new_with_config("local", SBX_PLUGIN_MODE_IN_PROCESS, bad[i],
+                                                  &err));
+        cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
+        cr_assert_str_eq(sbx_error_get0_message(err), msg[i]);
+        cr_assert_str_eq(sbx_error_get0_context(err, "config"), "not a JSON object");
+        cr_assert_str_eq(sbx_error_get0_backend(err), "local");
+        cr_assert_str_eq(sbx_error_get0_op(err), "client_new");
+        sbx_error_free(err);
+    }
+}

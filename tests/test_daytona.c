@@ -307,7 +307,7 @@ Test(daytona_faults, case53_an_errored_sandbox_names_its_state)
 /* The session id in a logged toolbox path (a new string), or NULL. */
 static char *session_of(json_object *entry)
 {
-    const char *pth = jstr(entry, "path");
+    const char *pth = tu_json_str(entry, "path");
     const char *at = strstr(pth, "/process/session/");
     if (!at)
         return NULL;
@@ -320,7 +320,7 @@ static json_object *fake_sandbox(void)
 {
     char *path = tu_strdup_printf("/_fake/sandbox/%s", sb_id());
     char *body = NULL;
-    cr_assert_eq(fake_http("GET", path, NULL, &body), 200);
+    cr_assert_eq(tu_fake_http("GET", path, NULL, NULL, &body), 200);
     json_object *j = json_tokener_parse(body);
     cr_assert(j && json_object_is_type(j, json_type_object), "%s", body);
     free(body);
@@ -350,23 +350,23 @@ Test(daytona_faults, case53_an_archived_sandbox_is_started_on_use)
     sbx_result *r = tu_sh(g_sb, "echo warm", 10);
     tu_assert_stdout(r, "warm\n");
     sbx_result_free(r);
-    fake_post("/_fake/config", "{\"start_delay\":{\"archived\":3}}");
+    tu_fake_post("/_fake/config", "{\"start_delay\":{\"archived\":3}}");
     char *path = tu_strdup_printf("/_fake/sandbox/%s/state", sb_id());
-    fake_post(path, "{\"state\":\"archived\"}");
+    tu_fake_post(path, "{\"state\":\"archived\"}");
     free(path);
-    fake_reset();
+    tu_fake_reset();
 
     cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 1, "is_alive: %s",
                  err ? sbx_error_get0_message(err) : "");
     json_object *fs = fake_sandbox();
-    cr_assert_str_eq(jstr(fs, "state"), "archived");
+    cr_assert_str_eq(tu_json_str(fs, "state"), "archived");
     cr_assert_eq(jint(fs, "starts"), 0);
     json_object_put(fs);
 
     double t0 = tu_now();
     r = tu_sh(g_sb, "cat /work/keep.txt", 30);
     double waited = tu_now() - t0;
-    fake_post("/_fake/config", "{\"start_delay\":{\"archived\":0}}");
+    tu_fake_post("/_fake/config", "{\"start_delay\":{\"archived\":0}}");
     tu_assert_exit(r, 0);
     tu_assert_stdout(r, "kept\n");
     tu_assert_stderr(r, "");
@@ -375,21 +375,21 @@ Test(daytona_faults, case53_an_archived_sandbox_is_started_on_use)
     cr_assert(waited >= 3.0, "the exec ended %.3f s after it began, inside \"restoring\"",
               waited);
 
-    json_object *log = fake_log();
+    json_object *log = tu_fake_log();
     char *re = tu_strdup_printf("/api/sandbox/%s/start", sb_id());
-    cr_assert_eq(log_count(log, "POST", re, NULL), 1);
+    cr_assert_eq(tu_fake_count(log, "POST", re, NULL, 0), 1);
     free(re);
-    cr_assert_eq(log_count(log, "POST", "/api/sandbox", NULL), 0);
-    cr_assert_eq(log_count(log, "DELETE", "/api/sandbox/.*", NULL), 0);
+    cr_assert_eq(tu_fake_count(log, "POST", "/api/sandbox", NULL, 0), 0);
+    cr_assert_eq(tu_fake_count(log, "DELETE", "/api/sandbox/.*", NULL, 0), 0);
     re = tu_strdup_printf("/toolbox/%s/process/session", sb_id());
-    cr_assert_eq(log_count(log, "POST", re, NULL), 1);
+    cr_assert_eq(tu_fake_count(log, "POST", re, NULL, 0), 1);
     free(re);
     re = tu_strdup_printf("/toolbox/%s/process/session/[^/]+/exec", sb_id());
-    cr_assert_eq(log_count(log, "POST", re, NULL), 3, "%s", json_object_to_json_string(log));
+    cr_assert_eq(tu_fake_count(log, "POST", re, NULL, 0), 3, "%s", json_object_to_json_string(log));
     free(re);
     json_object_put(log);
     fs = fake_sandbox();
-    cr_assert_str_eq(jstr(fs, "state"), "started");
+    cr_assert_str_eq(tu_json_str(fs, "state"), "started");
     cr_assert_eq(jint(fs, "starts"), 1);
     json_object_put(fs);
     cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 1);
@@ -404,9 +404,9 @@ Test(daytona_faults, case53_stdin_reaches_a_command_on_a_stopped_sandbox)
     sbx_result *r = tu_sh(g_sb, "echo warm", 10);
     sbx_result_free(r);
     char *path = tu_strdup_printf("/_fake/sandbox/%s/state", sb_id());
-    fake_post(path, "{\"state\":\"stopped\"}");
+    tu_fake_post(path, "{\"state\":\"stopped\"}");
     free(path);
-    fake_reset();
+    tu_fake_reset();
 
     size_t n = 300000;
     unsigned char *in = malloc(n);
@@ -424,12 +424,12 @@ Test(daytona_faults, case53_stdin_reaches_a_command_on_a_stopped_sandbox)
     sbx_result_free(r);
     free(in);
 
-    json_object *log = fake_log();
+    json_object *log = tu_fake_log();
     char *re = tu_strdup_printf("/api/sandbox/%s/start", sb_id());
-    cr_assert_eq(log_count(log, "POST", re, NULL), 1);
+    cr_assert_eq(tu_fake_count(log, "POST", re, NULL, 0), 1);
     free(re);
     re = tu_strdup_printf("/toolbox/%s/files/upload", sb_id());
-    cr_assert_eq(log_count(log, "POST", re, NULL), 2);
+    cr_assert_eq(tu_fake_count(log, "POST", re, NULL, 0), 2);
     free(re);
     json_object_put(log);
 }
@@ -457,7 +457,7 @@ Test(daytona_faults, a_warm_exec_takes_three_requests)
     char *first_session = NULL;
 
     for (int round = 0; round < 2; round++) {
-        fake_reset();
+        tu_fake_reset();
         sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
         if (round == 0) {
             req.shell = "echo out; echo err >&2; exit 3";
@@ -473,13 +473,13 @@ Test(daytona_faults, a_warm_exec_takes_three_requests)
         tu_assert_stderr(r, "err\n");
         sbx_result_free(r);
 
-        json_object *log = fake_log();
+        json_object *log = tu_fake_log();
         cr_assert_eq(json_object_array_length(log), round == 0 ? 3 : 4, "round %d: %s", round,
                      json_object_to_json_string(log));
-        cr_assert_eq(log_count(log, "POST", exec_re, NULL), 1);
-        cr_assert_eq(log_count(log, "GET", logs_re, NULL), 1);
-        cr_assert_eq(log_count(log, "GET", cmd_re, NULL), 1);
-        cr_assert_eq(log_count(log, "POST", upload_re, NULL), round == 0 ? 0 : 1);
+        cr_assert_eq(tu_fake_count(log, "POST", exec_re, NULL, 0), 1);
+        cr_assert_eq(tu_fake_count(log, "GET", logs_re, NULL, 0), 1);
+        cr_assert_eq(tu_fake_count(log, "GET", cmd_re, NULL, 0), 1);
+        cr_assert_eq(tu_fake_count(log, "POST", upload_re, NULL, 0), round == 0 ? 0 : 1);
         /* The same session both times. */
         for (size_t i = 0; i < json_object_array_length(log); i++) {
             char *id = session_of(json_object_array_get_idx(log, i));
@@ -516,7 +516,7 @@ Test(daytona_faults, commands_at_once_get_sessions_of_their_own)
     sbx_result *r = tu_sh(g_sb, "rm -f /tmp/f && mkfifo /tmp/f", 10);
     tu_assert_exit(r, 0);
     sbx_result_free(r);
-    fake_reset();
+    tu_fake_reset();
     sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
     req.shell = "cat /tmp/f";
     req.timeout_secs = 20;
@@ -536,18 +536,18 @@ Test(daytona_faults, commands_at_once_get_sessions_of_their_own)
     sbx_result_free(pr);
     sbx_process_free(p);
 
-    json_object *log = fake_log();
+    json_object *log = tu_fake_log();
     char *mk = tu_strdup_printf("/toolbox/%s/process/session", sb_id());
     char *ex = tu_strdup_printf("/toolbox/%s/process/session/[^/]+/exec", sb_id());
-    cr_assert_eq(log_count(log, "POST", mk, NULL), 1);
-    cr_assert_eq(log_count(log, "POST", ex, NULL), 2);
+    cr_assert_eq(tu_fake_count(log, "POST", mk, NULL, 0), 1);
+    cr_assert_eq(tu_fake_count(log, "POST", ex, NULL, 0), 2);
     char *first = NULL, *second = NULL;
     regex_t rx;
     char *anch = tu_strdup_printf("^%s$", ex);
     cr_assert_eq(regcomp(&rx, anch, REG_EXTENDED | REG_NOSUB), 0);
     for (size_t i = 0; i < json_object_array_length(log); i++) {
         json_object *e = json_object_array_get_idx(log, i);
-        if (strcmp(jstr(e, "method"), "POST") != 0 || regexec(&rx, jstr(e, "path"), 0, NULL, 0))
+        if (strcmp(tu_json_str(e, "method"), "POST") != 0 || regexec(&rx, tu_json_str(e, "path"), 0, NULL, 0))
             continue;
         if (!first)
             first = session_of(e);
@@ -559,12 +559,12 @@ Test(daytona_faults, commands_at_once_get_sessions_of_their_own)
               "both commands ran in session %s", first ? first : "(none)");
     json_object_put(log);
 
-    fake_reset();
+    tu_fake_reset();
     r = tu_sh(g_sb, "echo third", 10);
     tu_assert_stdout(r, "third\n");
     sbx_result_free(r);
-    log = fake_log();
-    cr_assert_eq(log_count(log, "POST", mk, NULL), 0);
+    log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", mk, NULL, 0), 0);
     cr_assert_eq(json_object_array_length(log), 3, "%s", json_object_to_json_string(log));
     json_object_put(log);
     free(anch);
@@ -592,20 +592,20 @@ Test(daytona_faults, a_freed_handle_deletes_its_session)
     sbx_result *r = tu_sh(sb2, "echo two", 10);
     tu_assert_stdout(r, "two\n");
     sbx_result_free(r);
-    json_object *log = fake_log();
+    json_object *log = tu_fake_log();
     char *mk = tu_strdup_printf("/toolbox/%s/process/session", sb_id());
-    cr_assert_eq(log_count(log, "POST", mk, NULL), 1);
+    cr_assert_eq(tu_fake_count(log, "POST", mk, NULL, 0), 1);
     char *sid = NULL;
     for (size_t i = 0; i < json_object_array_length(log) && !sid; i++)
         sid = session_of(json_object_array_get_idx(log, i));
     cr_assert_not_null(sid);
     json_object_put(log);
-    fake_reset();
+    tu_fake_reset();
 
     sbx_sandbox_free(sb2);
-    log = fake_log();
+    log = tu_fake_log();
     char *del = tu_strdup_printf("/toolbox/%s/process/session/%s", sb_id(), sid);
-    cr_assert_eq(log_count(log, "DELETE", del, NULL), 1);
+    cr_assert_eq(tu_fake_count(log, "DELETE", del, NULL, 0), 1);
     cr_assert_eq(json_object_array_length(log), 1, "%s", json_object_to_json_string(log));
     json_object_put(log);
     sbx_client_free(c2);
@@ -768,11 +768,11 @@ static void storm_destroyed(sbx_op *op, void *ud)
 /* The create token in the body of a logged create. */
 static char *storm_token(json_object *entry)
 {
-    json_object *b = json_tokener_parse(jstr(entry, "body"));
+    json_object *b = json_tokener_parse(tu_json_str(entry, "body"));
     json_object *labels, *t;
     cr_assert(b && json_object_object_get_ex(b, "labels", &labels)
               && json_object_object_get_ex(labels, "sbx_create_token", &t),
-              "a create without a token: %s", jstr(entry, "body"));
+              "a create without a token: %s", tu_json_str(entry, "body"));
     char *s = strdup(json_object_get_string(t));
     json_object_put(b);
     return s;
@@ -797,7 +797,7 @@ Test(daytona_faults, storm_100_creates_5_at_a_time_slow, .timeout = 180)
 {
     char *rule = tu_strdup_printf("{\"method\":\"POST\",\"path\":\"^/api/sandbox$\","
                                   "\"concurrency\":%d}", STORM_AT_ONCE);
-    fake_post("/_fake/faults", rule);
+    tu_fake_post("/_fake/faults", rule);
     free(rule);
     storm *s = calloc(1, sizeof(*s));
     sbx_error *err = NULL;
@@ -812,7 +812,7 @@ Test(daytona_faults, storm_100_creates_5_at_a_time_slow, .timeout = 180)
     cr_assert_eq(s->created, STORM_N);
 
     char *body = NULL;
-    cr_assert_eq(fake_http("GET", "/_fake/faults", NULL, &body), 200);
+    cr_assert_eq(tu_fake_http("GET", "/_fake/faults", NULL, NULL, &body), 200);
     json_object *rules = json_tokener_parse(body);
     free(body);
     json_object *r0 = json_object_array_get_idx(rules, 0), *v;
@@ -825,14 +825,14 @@ Test(daytona_faults, storm_100_creates_5_at_a_time_slow, .timeout = 180)
     json_object_put(rules);
 
     /* Per token: its attempts' times and statuses, in log order. */
-    json_object *log = fake_log();
+    json_object *log = tu_fake_log();
     size_t n = json_object_array_length(log);
     char *tokens[STORM_N];
     int ntok = 0, attempts[STORM_N] = { 0 }, ok[STORM_N] = { 0 }, posts = 0, n429 = 0;
     double times[STORM_N][STORM_RATE_LIMIT_RETRIES + 1];
     for (size_t i = 0; i < n; i++) {
         json_object *e = json_object_array_get_idx(log, i), *st, *tv;
-        if (strcmp(jstr(e, "method"), "POST") != 0 || strcmp(jstr(e, "path"), "/api/sandbox"))
+        if (strcmp(tu_json_str(e, "method"), "POST") != 0 || strcmp(tu_json_str(e, "path"), "/api/sandbox"))
             continue;
         posts++;
         char *t = storm_token(e);
@@ -894,7 +894,7 @@ Test(daytona_faults, storm_100_creates_5_at_a_time_slow, .timeout = 180)
         free(tokens[k]);
 
     /* 100 destroys; the fake holds the fixture's sandbox only. */
-    fake_reset();
+    tu_fake_reset();
     for (int i = 0; i < STORM_N; i++)
         cr_assert_not_null(sbx_sandbox_destroy_async(async, s->sb[i], storm_destroyed, s,
                                                      &err));
@@ -907,12 +907,12 @@ Test(daytona_faults, storm_100_creates_5_at_a_time_slow, .timeout = 180)
         sbx_sandbox_free(s->sb[i]);
     free(s);
     char *ids = NULL;
-    cr_assert_eq(fake_http("GET", "/_fake/sandboxes", NULL, &ids), 200);
+    cr_assert_eq(tu_fake_http("GET", "/_fake/sandboxes", NULL, NULL, &ids), 200);
     char *want = tu_strdup_printf("[\"%s\"]", sb_id());
     cr_assert_str_eq(ids, want);
     free(want);
     free(ids);
-    log = fake_log();
-    cr_assert_eq(log_count(log, "DELETE", "/api/sandbox/[^/]+", NULL), STORM_N);
+    log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "DELETE", "/api/sandbox/[^/]+", NULL, 0), STORM_N);
     json_object_put(log);
 }

@@ -5,7 +5,10 @@
  * (suspend) names the backend option that makes them suspendable; with
  * {"suspendable": true} stop suspends and start resumes the same sandbox
  * with its files; a bad value of the option and a memory_mb under the
- * provider's 256 MB minimum are configuration errors naming them.
+ * provider's 256 MB minimum are configuration errors naming them; a client
+ * made with the client option (sbx_client_new_with_config) names every
+ * sandbox, so it has list_owned and destroy_by_id, which a client without
+ * it refuses naming the option.
  */
 #include "testutil.h"
 
@@ -115,5 +118,69 @@ Test(tensorlake, memory_under_the_minimum_names_it)
                      "tensorlake backend: memory_mb 255: below Tensorlake's minimum of 256 MB");
     cr_assert_str_eq(sbx_error_get0_context(err, "option"), "memory_mb");
     cr_assert_str_eq(sbx_error_get0_context(err, "min_mb"), "256");
+    sbx_error_free(err);
+}
+
+static int count_token(const sbx_owned_sandbox *o, void *ud)
+{
+    const char **want = ud;
+    if (strcmp(o->id, want[0]) == 0)
+        want[1] = "found";
+    return 0;
+}
+
+Test(tensorlake, the_client_option_names_every_sandbox_so_it_can_be_listed_and_reaped)
+{
+    sbx_error *err = NULL;
+    uint64_t caps = 0;
+
+    /* Without the option: no list_owned, and the call names the option. */
+    cr_assert_eq(sbx_client_probe(g_client, &caps, &err), 0);
+    cr_assert_eq(caps & SBX_CAP_LIST_OWNED, 0);
+    cr_assert_eq(sbx_client_list_owned(g_client, NULL, NULL, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_FEATURE_NOT_SUPPORTED);
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), "suspendable");
+    sbx_error_free(err);
+    err = NULL;
+
+    sbx_client *named = sbx_client_new_with_config("tensorlake", SBX_PLUGIN_MODE_DEFAULT,
+                                                   "{\"suspendable\": true}", &err);
+    cr_assert_not_null(named, "client: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_client_probe(named, &caps, &err), 0);
+    cr_assert_eq(caps & SBX_CAP_LIST_OWNED, SBX_CAP_LIST_OWNED);
+
+    sbx_sandbox *sb = tu_create(named, NULL);
+    char *id = strdup(sbx_sandbox_get0_id(sb));
+    const char *want[2] = { id, NULL };
+    cr_assert_geq(sbx_client_list_owned(named, count_token, want, &err), 1, "list_owned: %s",
+                  err ? sbx_error_get0_message(err) : "");
+    cr_assert_str_eq(want[1] ? want[1] : "missing", "found");
+
+    /* Reaped by id, as sbx gc would: then it is listed no more. */
+    cr_assert_eq(sbx_client_destroy_by_id(named, id, &err), 0, "destroy_by_id: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    want[1] = NULL;
+    cr_assert_geq(sbx_client_list_owned(named, count_token, want, &err), 0);
+    cr_assert_null(want[1]);
+    /* A second destroy is a no-op. */
+    cr_assert_eq(sbx_client_destroy_by_id(named, id, &err), 0);
+    cr_assert_eq(sbx_sandbox_is_alive(sb, &err), 0);
+    sbx_error_free(err);
+    sbx_sandbox_free(sb);
+    free(id);
+    sbx_client_free(named);
+}
+
+Test(tensorlake, a_client_option_of_the_wrong_type_names_it)
+{
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_client_new_with_config("tensorlake", SBX_PLUGIN_MODE_DEFAULT,
+                                              "{\"suspendable\": 1}", &err));
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "tensorlake client option suspendable 1 is not true or false");
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), "suspendable");
+    cr_assert_str_eq(sbx_error_get0_backend(err), "tensorlake");
+    cr_assert_str_eq(sbx_error_get0_op(err), "client_new");
     sbx_error_free(err);
 }

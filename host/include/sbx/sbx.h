@@ -856,6 +856,27 @@ SBX_EXPORT sbx_client *sbx_client_new_with_mode(const char *backend, sbx_plugin_
                                                 sbx_error **error);
 
 /**
+ * sbx_client_new_with_config:
+ * sbx_client_new_with_mode() with client options for the plugin: @config_json
+ * is a JSON object (borrowed; copied) handed to the plugin's client_new, and
+ * again to each plugin host started after a crash. NULL or "" means none.
+ * What each backend takes is its own and listed in the plugin's
+ * description (`sbx backends`); the hosted backends (daytona, e2b,
+ * tensorlake) take "api_url" (before their standard URL variable),
+ * "retries" (re-sends of a call that is safe to repeat; 0 sends every call
+ * once), "rate_limit_retries" (re-sends of a create refused with 429) and
+ * "max_retry_wait_s"; tensorlake also takes "suspendable". A value of the
+ * wrong type is a configuration error from the plugin naming the key.
+ * docker takes "host", "image" and "network_mode" (before DOCKER_HOST,
+ * SBX_DOCKER_IMAGE and SBX_DOCKER_NETWORK) and refuses any other key;
+ * local, bubblewrap and safehouse take none and ignore the object. Errors as
+ * sbx_client_new_with_mode(), plus invalid_argument when @config_json is not
+ * a JSON object (context "config"). Thread-safe. Since 0.1.
+ */
+SBX_EXPORT sbx_client *sbx_client_new_with_config(const char *backend, sbx_plugin_mode mode,
+                                                  const char *config_json, sbx_error **error);
+
+/**
  * sbx_plugin_mode_resolve:
  * What @mode means here: SBX_PLUGIN_MODE_DEFAULT becomes the mode the
  * environment selects. Returns SBX_PLUGIN_MODE_OUT_OF_PROCESS or
