@@ -20,6 +20,7 @@
  */
 #include <criterion/criterion.h>
 
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
