@@ -606,6 +606,7 @@ typedef struct call_frame {
     sbx_error *error;
     listing list;
     call_rec rec;
+    int registered;             /* rec is on H.calls (CANCEL and STOP find it) */
     uint64_t handle_id;         /* of the first argument, for FREES rows */
     int64_t bad_fd;             /* a descriptor number the frame did not pass */
 } call_frame;
@@ -813,10 +814,13 @@ row_has_ctx(const sbx_slot_row *row)
     return 0;
 }
 
-/* The frame of call @req, its cancel record registered (when the slot
- * takes a call context). NULL when memory runs out. */
+/* The frame of call @req, its cancel record registered when the slot takes
+ * a call context and @cancellable: a call the reader runs itself (a QUICK
+ * one, handle_inline()) is over before the next frame, a CANCEL for it
+ * included, is read, so its context's cancel_fd is -1 ("cannot be
+ * cancelled") and it costs no eventfd. NULL when memory runs out. */
 static call_frame *
-call_prepare(const sbx_wire_msg *req)
+call_prepare(const sbx_wire_msg *req, int cancellable)
 {
     const sbx_slot_row *row = &sbx_slot_rows[req->slot];
     call_frame *f = calloc(1, sizeof(*f));
@@ -828,9 +832,10 @@ call_prepare(const sbx_wire_msg *req)
     f->list.call_id = req->call_id;
     f->list.slot = req->slot;
     f->list.rec = &f->rec;
-    if (row_has_ctx(row)) {
+    if (cancellable && row_has_ctx(row)) {
         f->rec.cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         call_register(&f->rec);
+        f->registered = 1;
     }
     return f;
 }
@@ -838,7 +843,8 @@ call_prepare(const sbx_wire_msg *req)
 /*
  * Decodes, calls and replies to one CALL frame; frees it. @f is its frame
  * from call_prepare() (registered before the next frame was read, so that a
- * CANCEL right behind the call finds it), or NULL to make one here.
+ * CANCEL right behind the call finds it), or NULL to make one here for a
+ * call run inline, which no CANCEL can reach.
  */
 static void
 run_call(sbx_wire_msg *req, call_frame *f)
@@ -847,17 +853,16 @@ run_call(sbx_wire_msg *req, call_frame *f)
     sbx_wire_msg rep;
     ffi_arg rv = 0;
     void *fn;
-    int rc, ok = 0, has_ctx;
+    int rc, ok = 0;
 
     row = &sbx_slot_rows[req->slot];
     fn = sbx_slot_get(H.plugin, req->slot);
     if (!f)
-        f = call_prepare(req);
+        f = call_prepare(req, 0);
     if (!f) {
         reply_error(req->call_id, req->slot, SBX_ERROR_RESOURCE_EXHAUSTED, "out of memory in the plugin host");
         goto out;
     }
-    has_ctx = row_has_ctx(row);
     for (unsigned i = 0; i < row->nargs; i++) {
         rc = decode_arg(row, i, req, f);
         if (rc == -2) {
@@ -983,11 +988,10 @@ run_call(sbx_wire_msg *req, call_frame *f)
 done:
     if (ok && (row->flags & SBX_ROW_FREES))
         handle_remove(f->handle_id);
-    if (has_ctx) {
+    if (f->registered)
         call_unregister(&f->rec);
-        if (f->rec.cancel_fd >= 0)
-            close(f->rec.cancel_fd);
-    }
+    if (f->rec.cancel_fd >= 0)
+        close(f->rec.cancel_fd);
     for (unsigned i = 0; i < f->nfds; i++)
         close(f->fds[i]);
     for (unsigned i = 0; i < 4; i++)
@@ -1173,7 +1177,7 @@ lf_thread(void *arg)
             m = NULL;
         }
         if (blocking) {
-            frame = call_prepare(m);
+            frame = call_prepare(m, 1);
             kick_idle(self);
         }
         pthread_mutex_unlock(&LF.recv_lock);
