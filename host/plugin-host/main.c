@@ -1014,6 +1014,12 @@ out:
  * reaches its plugin slot on the thread that read it, and nothing is woken
  * to take over the reading: the other idle threads already wait. A thread
  * that takes the last idle place for a blocking call starts one more.
+ * A thread woken while another holds the receive lock does not queue on
+ * it (which cost it two more wake-ups for a frame, such as an exec's free
+ * right behind its wait, that the holder reads anyway): it waits again.
+ * The holder reads until no frame is left, and after letting go looks
+ * once more, reading what came meanwhile itself, or, leaving for a
+ * blocking call, kicking an idle thread to read it (kick_idle()).
  */
 /* One thread of the pool. */
 typedef struct lf_rec {
@@ -1032,7 +1038,8 @@ static struct {
 /*
  * An exclusive wake-up wakes one thread per arrival; when the thread that
  * was woken stops reading at a blocking call while more frames wait, it
- * kicks an idle thread to read them.
+ * kicks an idle thread to read them (after releasing the receive lock,
+ * which a kicked thread only tries to take).
  */
 static void
 kick_idle(const lf_rec *self)
@@ -1100,7 +1107,9 @@ static void *
 lf_thread(void *arg)
 {
     void *scratch = malloc(SBX_WIRE_MAX_FRAME);
-    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE };
+    /* Edge-triggered: a thread that found the receive lock held waits for
+     * the next frame, not again for the one the holder is reading. */
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE | EPOLLET };
     struct epoll_event kev = { .events = EPOLLIN };
     int ep = epoll_create1(EPOLL_CLOEXEC);
     lf_rec *self = calloc(1, sizeof(*self));
@@ -1148,39 +1157,53 @@ lf_thread(void *arg)
             }
             continue;
         }
-        __atomic_store_n(&self->idle, 0, __ATOMIC_SEQ_CST);
         if (ev.data.fd == self->kick_fd) {
             eventfd_t v;
 
             eventfd_read(self->kick_fd, &v);
         }
-        pthread_mutex_lock(&LF.recv_lock);
         for (;;) {
-            int rc;
+            struct pollfd more = { H.sock, POLLIN, 0 };
 
-            m = malloc(sizeof(*m));
-            if (!m)
-                exit(1);
-            rc = sbx_wire_recv_nowait(H.sock, m, scratch);
-            if (rc < 0 && errno == EAGAIN) {
-                free(m);
+            /* Held: its holder reads every frame there is and looks again
+             * after letting go (below), so this one goes back to wait,
+             * still idle (kick_idle() may pick it). */
+            if (pthread_mutex_trylock(&LF.recv_lock) != 0)
+                break;
+            __atomic_store_n(&self->idle, 0, __ATOMIC_SEQ_CST);
+            for (;;) {
+                int rc;
+
+                m = malloc(sizeof(*m));
+                if (!m)
+                    exit(1);
+                rc = sbx_wire_recv_nowait(H.sock, m, scratch);
+                if (rc < 0 && errno == EAGAIN) {
+                    free(m);
+                    m = NULL;
+                    break;
+                }
+                if (rc <= 0)
+                    host_end(rc == 0 ? 0 : 1); /* the application closed its end */
+                if (m->type == SBX_MSG_CALL && m->slot < SBX_SLOT_COUNT && !is_quick(m)) {
+                    blocking = 1;
+                    break;
+                }
+                handle_inline(m);
                 m = NULL;
+            }
+            if (blocking)
+                frame = call_prepare(m, 1);
+            pthread_mutex_unlock(&LF.recv_lock);
+            if (blocking) {
+                kick_idle(self);
                 break;
             }
-            if (rc <= 0)
-                host_end(rc == 0 ? 0 : 1); /* the application closed its end */
-            if (m->type == SBX_MSG_CALL && m->slot < SBX_SLOT_COUNT && !is_quick(m)) {
-                blocking = 1;
+            /* A frame that came after the last read woke a thread that
+             * found the lock held: read it here. */
+            if (poll(&more, 1, 0) <= 0)
                 break;
-            }
-            handle_inline(m);
-            m = NULL;
         }
-        if (blocking) {
-            frame = call_prepare(m, 1);
-            kick_idle(self);
-        }
-        pthread_mutex_unlock(&LF.recv_lock);
         if (!blocking)
             continue;
         if (__atomic_sub_fetch(&LF.idle, 1, __ATOMIC_SEQ_CST) == 0)
