@@ -107,15 +107,16 @@ sbx_process_start_ticks(pid_t pid, unsigned long long *ticks)
         return -1;
     buf[n] = '\0';
     /* The name (field 2) may hold spaces and parentheses: start after the
-     * last ')'. Field 3 follows; the start time is field 22. */
+     * last ')'. Each space passed begins the next field, so the loop ends
+     * at the start of field 22, the start time. */
     p = strrchr(buf, ')');
     if (!p)
         return -1;
     p++;
-    for (field = 2; field < 21 && *p; p++)
+    for (field = 2; field < 22 && *p; p++)
         if (*p == ' ')
             field++;
-    if (field != 21)
+    if (field != 22)
         return -1;
     *ticks = strtoull(p, NULL, 10);
     return 0;
@@ -130,7 +131,10 @@ sbx_process_is(pid_t pid, unsigned long long start_ticks)
 
     if (pid <= 0 || sbx_process_start_ticks(pid, &now) < 0)
         return 0;
-    if (now != start_ticks)
+    /* 0: a row of a library that read field 21 (always 0) for the start
+     * time; its owner is taken to be whatever process has the pid, as
+     * that library did. */
+    if (start_ticks != 0 && now != start_ticks)
         return 0;
     /* A zombie is gone for every purpose here. */
     snprintf(path, sizeof(path), "/proc/%ld/task", (long)pid);
