@@ -10,7 +10,8 @@
  *  - cycle: create + execute_code('python', 'print(1)') + destroy on one
  *    client, out of process and in process; and through sbx_create() (the
  *    process's shared client) out of process;
- *  - create-only and destroy-only times of the cycle, per mode;
+ *  - create-only, exec-only (the execute_code on the fresh sandbox) and
+ *    destroy-only times of the cycle, per mode, the exec's against raw;
  *  - destroy with 1,000 other live processes on the host (children of this
  *    program, each `sleep 600` that also dies with this program through
  *    PR_SET_PDEATHSIG; all of them are checked to run before the row and
@@ -262,7 +263,8 @@ int main(int argc, char **argv)
     sbx_sandbox_free(probe);
 
     double *raw = calloc((size_t)rounds, sizeof(double));
-    double *tot[3], *cre[3], *des[3], *dplain = calloc((size_t)rounds, sizeof(double));
+    double *tot[3], *cre[3], *exe[3], *des[3];
+    double *dplain = calloc((size_t)rounds, sizeof(double));
     double *dloaded = calloc((size_t)rounds, sizeof(double));
     double *dafter = calloc((size_t)rounds, sizeof(double));
     long *sw = calloc((size_t)rounds, sizeof(long));
@@ -270,6 +272,7 @@ int main(int argc, char **argv)
     for (int m = 0; m < 3; m++) {
         tot[m] = calloc((size_t)rounds, sizeof(double));
         cre[m] = calloc((size_t)rounds, sizeof(double));
+        exe[m] = calloc((size_t)rounds, sizeof(double));
         des[m] = calloc((size_t)rounds, sizeof(double));
     }
     sbx_client *clients[3] = { out, in, NULL };
@@ -286,6 +289,7 @@ int main(int argc, char **argv)
             cycle_times t = cycle_once(clients[m]);
             tot[m][i] = t.total;
             cre[m][i] = t.create;
+            exe[m][i] = t.exec;
             des[m][i] = t.destroy;
             if (m == 1) {
                 sw[i] = t.switches;
@@ -340,12 +344,14 @@ int main(int argc, char **argv)
     double raw50 = median(raw, rounds);
     printf("lifecycle on %s, %d rounds; raw = posix_spawn of %s -c 'print(1)'\n", g_backend,
            rounds, python);
-    printf("%-22s %10s %10s %10s %10s\n", "", "cycle p50", "create", "destroy", "cycle/raw");
-    printf("%-22s %8.2fms %10s %10s %10s\n", "raw spawn", raw50, "", "", "1.00");
+    printf("%-22s %10s %10s %10s %10s %10s %10s\n", "", "cycle p50", "create", "exec",
+           "destroy", "cycle/raw", "exec/raw");
+    printf("%-22s %8.2fms %10s %8.2fms %10s %10s %10s\n", "raw spawn", raw50, "", raw50, "",
+           "1.00", "1.00");
     for (int m = 0; m < 3; m++) {
-        double c = median(tot[m], rounds);
-        printf("%-22s %8.2fms %8.2fms %8.2fms %10.2f\n", names[m], c, median(cre[m], rounds),
-               median(des[m], rounds), c / raw50);
+        double c = median(tot[m], rounds), x = median(exe[m], rounds);
+        printf("%-22s %8.2fms %8.2fms %8.2fms %8.2fms %10.2f %10.2f\n", names[m], c,
+               median(cre[m], rounds), x, median(des[m], rounds), c / raw50, x / raw50);
     }
     double dp = median(dplain, rounds), dl = median(dloaded, rounds);
     double da = median(dafter, rounds);

@@ -109,7 +109,8 @@ char *sbx_redact_url(const char *url);
 /** The start time of process @pid in clock ticks since boot (field 22 of
  *  /proc/PID/stat). Returns 0, or -1 when it is gone or unreadable. */
 int sbx_process_start_ticks(pid_t pid, unsigned long long *ticks);
-/** 1 when process @pid lives (not a zombie) and started at @start_ticks. */
+/** 1 when process @pid lives (not a zombie) and started at @start_ticks
+ *  (0, as recorded by older libraries: any start time). */
 int sbx_process_is(pid_t pid, unsigned long long start_ticks);
 
 /** The state directory: $SBX_STATE_DIR, else $XDG_STATE_HOME/sbx, else

@@ -91,7 +91,20 @@ typedef struct proxy_process {
     int dead_fd;                /* dup of its host's socket: hangs up when the
                                  * host dies */
     int poll_fd;                /* epoll over both, handed to the caller */
+    int event_added;            /* event_fd is in poll_fd */
 } proxy_process;
+
+/* Idle epoll sets kept per client (each with its host's hang-up watch in
+ * it), so that an exec does not make and tear down one of its own: one, the
+ * exec after exec of a caller; execs running side by side beyond it make
+ * their own, closed when they end. */
+#define PROXY_POLLSETS_KEPT 1
+
+typedef struct proxy_pollset {
+    int epfd;                   /* holds dead_fd (EPOLLRDHUP), nothing else */
+    int dead_fd;
+    unsigned gen;               /* the host generation dead_fd watches */
+} proxy_pollset;
 
 struct proxy_client {
     proxy_handle h;             /* h.pc == self; h.remote = plugin client */
@@ -121,6 +134,8 @@ struct proxy_client {
     uint64_t next_call;
     proxy_call *calls;
     proxy_sandbox *sandboxes;
+    proxy_pollset idle_sets[PROXY_POLLSETS_KEPT]; /* of ended processes */
+    unsigned n_idle_sets;
 };
 
 /* A slot's return value, whatever its type. */
@@ -1046,6 +1061,61 @@ sandbox_unlink(proxy_client *pc, proxy_sandbox *sb)
     pthread_mutex_unlock(&pc->lock);
 }
 
+/*
+ * Keeps the epoll set @epfd of an ended process (its event descriptor
+ * already taken out; @dead_fd, the hang-up watch in it, of host
+ * generation @gen) for the next process of @pc. 1 when kept (@pc owns both
+ * descriptors now), 0 when the caller closes them: the set is not whole
+ * (-1), of another generation or of a host that died, or enough are kept.
+ */
+static int
+pollset_keep(proxy_client *pc, int epfd, int dead_fd, unsigned gen)
+{
+    int kept = 0;
+
+    if (epfd < 0 || dead_fd < 0)
+        return 0;
+    pthread_mutex_lock(&pc->lock);
+    if (!pc->dead && pc->gen == gen && pc->n_idle_sets < PROXY_POLLSETS_KEPT) {
+        pc->idle_sets[pc->n_idle_sets++] = (proxy_pollset){ epfd, dead_fd, gen };
+        kept = 1;
+    }
+    pthread_mutex_unlock(&pc->lock);
+    return kept;
+}
+
+/* Takes a kept set of host generation @gen out of @pc into @p (poll_fd,
+ * dead_fd), closing the kept sets of other generations met on the way; 0,
+ * or -1 when none is kept. Call with pc->lock held. */
+static int
+pollset_take_locked(proxy_client *pc, unsigned gen, proxy_process *p)
+{
+    while (pc->n_idle_sets > 0) {
+        proxy_pollset *ps = &pc->idle_sets[--pc->n_idle_sets];
+
+        if (ps->gen == gen && !pc->dead) {
+            p->poll_fd = ps->epfd;
+            p->dead_fd = ps->dead_fd;
+            return 0;
+        }
+        close(ps->epfd);
+        close(ps->dead_fd);
+    }
+    return -1;
+}
+
+/* Closes the sets @pc keeps. */
+static void
+pollsets_close(proxy_client *pc)
+{
+    while (pc->n_idle_sets > 0) {
+        proxy_pollset *ps = &pc->idle_sets[--pc->n_idle_sets];
+
+        close(ps->epfd);
+        close(ps->dead_fd);
+    }
+}
+
 /* Frees our side of sandbox or process handle @h (encoder @enc): a
  * sandbox leaves @pc's list (when @pc is not NULL), a process closes its
  * descriptors. */
@@ -1060,9 +1130,14 @@ handle_free_local(proxy_client *pc, int enc, proxy_handle *h)
         free(sb->state);
     } else if (enc == SBX_ENC_PROCESS) {
         proxy_process *p = (proxy_process *)h;
+        int clean = 1;
 
-        sbx_close_fd(&p->poll_fd);
+        if (p->event_added)
+            clean = epoll_ctl(p->poll_fd, EPOLL_CTL_DEL, p->event_fd, NULL) == 0;
         sbx_close_fd(&p->event_fd);
+        if (pc && clean && pollset_keep(pc, p->poll_fd, p->dead_fd, p->h.gen))
+            p->poll_fd = p->dead_fd = -1;
+        sbx_close_fd(&p->poll_fd);
         sbx_close_fd(&p->dead_fd);
     }
     free(h);
@@ -1268,29 +1343,38 @@ sandbox_keep_state(proxy_client *pc, proxy_sandbox *sb)
 /*
  * Keeps @fd (received: the plugin's event descriptor of process @p) and
  * returns what the caller polls: an epoll descriptor over it and this host
- * generation's death eventfd, so a crash wakes the caller too.
+ * generation's hang-up watch (dead_fd), so a crash wakes the caller too.
+ * The set is one kept from an ended process (set up with the process,
+ * pollset_take_locked()) or made here; it stays with @p until it is freed.
  */
 static int
 process_set_event_fd(proxy_process *p, int fd)
 {
     struct epoll_event ev = { .events = EPOLLIN };
 
+    if (p->event_added && epoll_ctl(p->poll_fd, EPOLL_CTL_DEL, p->event_fd, NULL) < 0)
+        sbx_close_fd(&p->poll_fd);    /* not to be kept with a stale entry */
+    p->event_added = 0;
     sbx_close_fd(&p->event_fd);
-    sbx_close_fd(&p->poll_fd);
     if (fd < 0)
         return -1;
     p->event_fd = fd;
-    p->poll_fd = epoll_create1(EPOLL_CLOEXEC);
-    if (p->poll_fd < 0)
-        return p->event_fd;
-    ev.data.fd = p->event_fd;
-    epoll_ctl(p->poll_fd, EPOLL_CTL_ADD, p->event_fd, &ev);
-    if (p->dead_fd >= 0) {
-        /* Only the hang-up (always reported), not the frames. */
-        ev.events = EPOLLRDHUP;
-        ev.data.fd = p->dead_fd;
-        epoll_ctl(p->poll_fd, EPOLL_CTL_ADD, p->dead_fd, &ev);
+    if (p->poll_fd < 0) {
+        p->poll_fd = epoll_create1(EPOLL_CLOEXEC);
+        if (p->poll_fd < 0)
+            return p->event_fd;
+        if (p->dead_fd >= 0) {
+            /* Only the hang-up (always reported), not the frames. */
+            ev.events = EPOLLRDHUP;
+            ev.data.fd = p->dead_fd;
+            epoll_ctl(p->poll_fd, EPOLL_CTL_ADD, p->dead_fd, &ev);
+        }
     }
+    ev.events = EPOLLIN;
+    ev.data.fd = p->event_fd;
+    if (epoll_ctl(p->poll_fd, EPOLL_CTL_ADD, p->event_fd, &ev) < 0)
+        return p->event_fd;
+    p->event_added = 1;
     return p->poll_fd;
 }
 
@@ -1396,10 +1480,10 @@ decode_reply(proxy_client *pc, const sbx_slot_row *row, unsigned slot, void **av
                 p->h.pc = pc;
                 p->h.remote = id;
                 p->h.gen = gen;
-                p->event_fd = p->poll_fd = -1;
+                p->event_fd = p->poll_fd = p->dead_fd = -1;
                 pthread_mutex_lock(&pc->lock);
-                p->dead_fd = pc->sock >= 0 && pc->gen == gen
-                                 ? fcntl(pc->sock, F_DUPFD_CLOEXEC, 3) : -1;
+                if (pc->sock >= 0 && pc->gen == gen && pollset_take_locked(pc, gen, p) < 0)
+                    p->dead_fd = fcntl(pc->sock, F_DUPFD_CLOEXEC, 3);
                 pthread_mutex_unlock(&pc->lock);
                 process_set_event_fd(p, efd);
                 efd = -1;
@@ -1491,7 +1575,7 @@ sbx_proxy_invoke_on(proxy_client *pc, unsigned slot, void **av, void *retp)
         /* exec_event_fd: it came with the process. */
         proxy_process *p = (proxy_process *)first;
 
-        ret->i = p->poll_fd >= 0 ? p->poll_fd : p->event_fd;
+        ret->i = p->event_added ? p->poll_fd : p->event_fd;
         return;
     }
     sbx_wire_init(&req, SBX_MSG_CALL, slot, 0);
@@ -1675,6 +1759,7 @@ static void
 proxy_client_destroy(proxy_client *pc)
 {
     sbx_close_fd(&pc->old_sock);
+    pollsets_close(pc);
     pthread_mutex_destroy(&pc->lock);
     pthread_mutex_destroy(&pc->restart_lock);
     free(pc->scratch);

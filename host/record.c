@@ -71,6 +71,50 @@ static const char schema[] =
     "  boot_id TEXT NOT NULL,"
     "  PRIMARY KEY (create_token, pid, start_ticks));";
 
+/*
+ * The statements of the calls every sandbox makes (create: begin, owner,
+ * complete; destroy: remove), prepared once per connection
+ * (SQLITE_PREPARE_PERSISTENT) instead of parsed at each call, and the
+ * creating process's own owner facts (start time, boot id), read from
+ * /proc once per process. Guarded by record_lock; a statement is reset and
+ * its bindings cleared after each use, so none holds a transaction or
+ * points at a caller's strings between calls.
+ */
+enum {
+    ST_BEGIN,
+    ST_COMMIT,
+    ST_INSERT_SANDBOX,
+    ST_ADD_OWNER,
+    ST_COMPLETE,
+    ST_REMOVE,
+    ST_SET_DETACHED,
+    ST_FIND,
+    ST_REMOVE_OWNER,
+    ST_COUNT
+};
+
+static const char *const stmt_sql[ST_COUNT] = {
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_INSERT_SANDBOX] = "INSERT INTO sandboxes(create_token, backend, created_at, "
+                          "expires_at, detached) VALUES(?1, ?2, ?3, ?4, ?5)",
+    [ST_ADD_OWNER] = "INSERT OR IGNORE INTO owners(create_token, pid, start_ticks, boot_id) "
+                     "VALUES(?1, ?2, ?3, ?4)",
+    [ST_COMPLETE] = "UPDATE sandboxes SET provider_id = ?2, session_state = ?3 "
+                    "WHERE create_token = ?1",
+    [ST_REMOVE] = "DELETE FROM sandboxes WHERE create_token = ?1",
+    [ST_SET_DETACHED] = "UPDATE sandboxes SET detached = ?4 WHERE create_token = ?1",
+    [ST_FIND] = "SELECT create_token FROM sandboxes WHERE backend = ?1 AND provider_id = ?2",
+    [ST_REMOVE_OWNER] = "DELETE FROM owners WHERE create_token = ?1 AND pid = ?2 AND "
+                        "start_ticks = ?3",
+};
+
+static sqlite3_stmt *record_stmts[ST_COUNT]; /* of record_db; NULL until first used */
+
+static pid_t self_pid;                       /* whose facts these are; 0: none yet */
+static unsigned long long self_ticks;
+static char self_boot[40];
+
 /* ------------------------------------------------------------- processes */
 
 /* The kernel's boot id (36 characters), "" when unreadable. */
@@ -107,15 +151,16 @@ sbx_process_start_ticks(pid_t pid, unsigned long long *ticks)
         return -1;
     buf[n] = '\0';
     /* The name (field 2) may hold spaces and parentheses: start after the
-     * last ')'. Field 3 follows; the start time is field 22. */
+     * last ')'. Each space passed begins the next field, so the loop ends
+     * at the start of field 22, the start time. */
     p = strrchr(buf, ')');
     if (!p)
         return -1;
     p++;
-    for (field = 2; field < 21 && *p; p++)
+    for (field = 2; field < 22 && *p; p++)
         if (*p == ' ')
             field++;
-    if (field != 21)
+    if (field != 22)
         return -1;
     *ticks = strtoull(p, NULL, 10);
     return 0;
@@ -130,7 +175,10 @@ sbx_process_is(pid_t pid, unsigned long long start_ticks)
 
     if (pid <= 0 || sbx_process_start_ticks(pid, &now) < 0)
         return 0;
-    if (now != start_ticks)
+    /* 0: a row of a library that read field 21 (always 0) for the start
+     * time; its owner is taken to be whatever process has the pid, as
+     * that library did. */
+    if (start_ticks != 0 && now != start_ticks)
         return 0;
     /* A zombie is gone for every purpose here. */
     snprintf(path, sizeof(path), "/proc/%ld/task", (long)pid);
@@ -275,6 +323,55 @@ exec_sql(const char *sql, sbx_error **err)
     return 0;
 }
 
+/* Statement @which of record_db, prepared on first use. Call with
+ * record_lock held and the database open; NULL with *@err set when it
+ * cannot be prepared. Hand it back with stmt_done(). */
+static sqlite3_stmt *
+stmt_get(int which, sbx_error **err)
+{
+    if (!record_stmts[which] &&
+        sqlite3_prepare_v3(record_db, stmt_sql[which], -1, SQLITE_PREPARE_PERSISTENT,
+                           &record_stmts[which], NULL) != SQLITE_OK) {
+        record_stmts[which] = NULL;
+        db_fail(err, "prepare");
+        return NULL;
+    }
+    return record_stmts[which];
+}
+
+/* Resets @st (NULL: nothing) and drops its bindings, ready for the next
+ * call. */
+static void
+stmt_done(sqlite3_stmt *st)
+{
+    if (st) {
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
+    }
+}
+
+/* Runs statement @which, one without parameters or rows (BEGIN, COMMIT);
+ * errors as exec_sql(). */
+static int
+stmt_exec(int which, sbx_error **err)
+{
+    sqlite3_stmt *st = stmt_get(which, err);
+    int rc;
+
+    if (!st)
+        return -1;
+    rc = sqlite3_step(st);
+    stmt_done(st);
+    if (rc != SQLITE_DONE) {
+        sbx_error *e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL,
+                                     "lifecycle record %s: %s", record_path,
+                                     sqlite3_errmsg(record_db));
+        sbx_error_add_context(e, "path", record_path);
+        return -1;
+    }
+    return 0;
+}
+
 /* The store id from meta, made on first use. */
 static int
 load_store_id(sbx_error **err)
@@ -319,8 +416,10 @@ record_open(sbx_error **err)
     if (record_db && record_pid == getpid())
         return 0;
     /* A connection inherited through fork() belongs to the parent: it is
-     * left alone (not closed, which could disturb the parent's locks). */
+     * left alone (not closed, which could disturb the parent's locks), and
+     * so are its statements. */
     record_db = NULL;
+    memset(record_stmts, 0, sizeof(record_stmts));
     if (sbx_state_dir_make(dir, sizeof(dir), err) < 0)
         return -1;
     if ((size_t)snprintf(record_path, sizeof(record_path), "%s/" RECORD_FILE, dir) >=
@@ -397,24 +496,26 @@ sbx_record_token_is_ours(const char *token)
 static int
 add_owner_locked(const char *token, sbx_error **err)
 {
-    unsigned long long ticks = 0;
-    sqlite3_stmt *st = NULL;
-    char boot[40];
+    pid_t pid = getpid();
+    sqlite3_stmt *st;
     int rc;
 
-    if (sbx_process_start_ticks(getpid(), &ticks) < 0)
-        ticks = 0;
-    boot_id(boot);
-    if (sqlite3_prepare_v2(record_db, "INSERT OR IGNORE INTO owners(create_token, pid, "
-                           "start_ticks, boot_id) VALUES(?1, ?2, ?3, ?4)", -1, &st,
-                           NULL) != SQLITE_OK)
-        return db_fail(err, "prepare");
+    if (self_pid != pid) {
+        /* Read once per process; a start time that cannot be read is 0
+         * (and read again next time), as the boot id "". */
+        if (sbx_process_start_ticks(pid, &self_ticks) < 0)
+            self_ticks = 0;
+        boot_id(self_boot);
+        self_pid = self_ticks && self_boot[0] ? pid : 0;
+    }
+    if (!(st = stmt_get(ST_ADD_OWNER, err)))
+        return -1;
     sqlite3_bind_text(st, 1, token, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, (sqlite3_int64)getpid());
-    sqlite3_bind_int64(st, 3, (sqlite3_int64)ticks);
-    sqlite3_bind_text(st, 4, boot, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)pid);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)self_ticks);
+    sqlite3_bind_text(st, 4, self_boot, -1, SQLITE_STATIC);
     rc = sqlite3_step(st);
-    sqlite3_finalize(st);
+    stmt_done(st);
     return rc == SQLITE_DONE ? 0 : db_fail(err, "add owner");
 }
 
@@ -428,14 +529,10 @@ sbx_record_begin(const char *token, const char *backend, double expires_at, int 
     pthread_mutex_lock(&record_lock);
     if (record_open(err) < 0)
         goto out;
-    if (exec_sql("BEGIN IMMEDIATE", err) < 0)
+    if (stmt_exec(ST_BEGIN, err) < 0)
         goto out;
-    if (sqlite3_prepare_v2(record_db, "INSERT INTO sandboxes(create_token, backend, "
-                           "created_at, expires_at, detached) VALUES(?1, ?2, ?3, ?4, ?5)",
-                           -1, &st, NULL) != SQLITE_OK) {
-        db_fail(err, "prepare");
+    if (!(st = stmt_get(ST_INSERT_SANDBOX, err)))
         goto rollback;
-    }
     sqlite3_bind_text(st, 1, token, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, backend, -1, SQLITE_STATIC);
     sqlite3_bind_double(st, 3, sbx_wallclock_now());
@@ -445,36 +542,36 @@ sbx_record_begin(const char *token, const char *backend, double expires_at, int 
         db_fail(err, "insert");
         goto rollback;
     }
+    stmt_done(st);
+    st = NULL;
     if (add_owner_locked(token, err) < 0)
         goto rollback;
-    if (exec_sql("COMMIT", err) < 0)
+    if (stmt_exec(ST_COMMIT, err) < 0)
         goto rollback;
     rc = 0;
     goto out;
 rollback:
+    stmt_done(st);
+    st = NULL;
     sqlite3_exec(record_db, "ROLLBACK", NULL, NULL, NULL);
 out:
-    sqlite3_finalize(st);
+    stmt_done(st);
     pthread_mutex_unlock(&record_lock);
     return rc;
 }
 
-/* Runs one UPDATE/DELETE with up to three text arguments (NULL = none)
- * and an optional integer. */
+/* Runs the UPDATE/DELETE statement @which with up to three text arguments
+ * (NULL = none) and an optional integer (?4). */
 static int
-record_change(const char *sql, const char *a, const char *b, const char *c, int n,
+record_change(int which, const char *a, const char *b, const char *c, int n,
               sbx_error **err)
 {
     sqlite3_stmt *st = NULL;
     int rc = -1;
 
     pthread_mutex_lock(&record_lock);
-    if (record_open(err) < 0)
+    if (record_open(err) < 0 || !(st = stmt_get(which, err)))
         goto out;
-    if (sqlite3_prepare_v2(record_db, sql, -1, &st, NULL) != SQLITE_OK) {
-        db_fail(err, "prepare");
-        goto out;
-    }
     if (a)
         sqlite3_bind_text(st, 1, a, -1, SQLITE_STATIC);
     if (b)
@@ -489,7 +586,7 @@ record_change(const char *sql, const char *a, const char *b, const char *c, int 
     }
     rc = sqlite3_changes(record_db);
 out:
-    sqlite3_finalize(st);
+    stmt_done(st);
     pthread_mutex_unlock(&record_lock);
     return rc;
 }
@@ -498,23 +595,20 @@ int
 sbx_record_complete(const char *token, const char *provider_id, const char *session_state,
                     sbx_error **err)
 {
-    return record_change("UPDATE sandboxes SET provider_id = ?2, session_state = ?3 "
-                         "WHERE create_token = ?1", token, provider_id ? provider_id : "",
+    return record_change(ST_COMPLETE, token, provider_id ? provider_id : "",
                          session_state ? session_state : "", 0, err) < 0 ? -1 : 0;
 }
 
 int
 sbx_record_remove(const char *token, sbx_error **err)
 {
-    return record_change("DELETE FROM sandboxes WHERE create_token = ?1", token, NULL, NULL,
-                         0, err);
+    return record_change(ST_REMOVE, token, NULL, NULL, 0, err);
 }
 
 int
 sbx_record_set_detached(const char *token, int detached, sbx_error **err)
 {
-    return record_change("UPDATE sandboxes SET detached = ?4 WHERE create_token = ?1", token,
-                         NULL, NULL, detached ? 1 : 0, err);
+    return record_change(ST_SET_DETACHED, token, NULL, NULL, detached ? 1 : 0, err);
 }
 
 int
@@ -525,13 +619,8 @@ sbx_record_find(const char *backend, const char *provider_id, char token[SBX_TOK
     int rc = -1;
 
     pthread_mutex_lock(&record_lock);
-    if (record_open(err) < 0)
+    if (record_open(err) < 0 || !(st = stmt_get(ST_FIND, err)))
         goto out;
-    if (sqlite3_prepare_v2(record_db, "SELECT create_token FROM sandboxes WHERE backend = ?1 "
-                           "AND provider_id = ?2", -1, &st, NULL) != SQLITE_OK) {
-        db_fail(err, "prepare");
-        goto out;
-    }
     sqlite3_bind_text(st, 1, backend, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, provider_id, -1, SQLITE_STATIC);
     switch (sqlite3_step(st)) {
@@ -546,7 +635,7 @@ sbx_record_find(const char *backend, const char *provider_id, char token[SBX_TOK
         db_fail(err, "select");
     }
 out:
-    sqlite3_finalize(st);
+    stmt_done(st);
     pthread_mutex_unlock(&record_lock);
     return rc;
 }
@@ -570,13 +659,8 @@ sbx_record_remove_owner(const char *token, pid_t pid, unsigned long long start_t
     int rc = -1;
 
     pthread_mutex_lock(&record_lock);
-    if (record_open(err) < 0)
+    if (record_open(err) < 0 || !(st = stmt_get(ST_REMOVE_OWNER, err)))
         goto out;
-    if (sqlite3_prepare_v2(record_db, "DELETE FROM owners WHERE create_token = ?1 AND "
-                           "pid = ?2 AND start_ticks = ?3", -1, &st, NULL) != SQLITE_OK) {
-        db_fail(err, "prepare");
-        goto out;
-    }
     sqlite3_bind_text(st, 1, token, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)pid);
     sqlite3_bind_int64(st, 3, (sqlite3_int64)start_ticks);
@@ -586,7 +670,7 @@ sbx_record_remove_owner(const char *token, pid_t pid, unsigned long long start_t
     }
     rc = sqlite3_changes(record_db);
 out:
-    sqlite3_finalize(st);
+    stmt_done(st);
     pthread_mutex_unlock(&record_lock);
     return rc;
 }

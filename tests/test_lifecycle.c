@@ -60,6 +60,36 @@ static long long rows_for(const char *id)
     return tu_record_rows_for(g_dirs.state, id);
 }
 
+/* Field 22 of /proc/self/stat (this process's start time in clock ticks
+ * since boot), read here independently of the library. */
+static unsigned long long own_start_ticks(void)
+{
+    char buf[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    cr_assert_not_null(f);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    cr_assert_not_null(p);
+    /* Fields 3 to 22 follow ") ", one space before each. */
+    char *save = NULL, *tok = strtok_r(p + 1, " ", &save);
+    for (int field = 3; field < 22 && tok; field++)
+        tok = strtok_r(NULL, " ", &save);
+    cr_assert_not_null(tok);
+    return strtoull(tok, NULL, 10);
+}
+
+/* The kernel's boot id, read here. */
+static void own_boot_id(char out[64])
+{
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    cr_assert_not_null(f);
+    cr_assert_not_null(fgets(out, 64, f));
+    fclose(f);
+    out[strcspn(out, "\n")] = '\0';
+}
+
 /* ------------------------------------------------------------------ record */
 
 Test(record, row_written_at_create_and_removed_at_destroy)
@@ -85,6 +115,22 @@ Test(record, row_written_at_create_and_removed_at_destroy)
     sql = sqlite3_mprintf("SELECT count(*) FROM owners JOIN sandboxes USING (create_token) "
                           "WHERE provider_id = %Q AND pid = %d", id, (int)getpid());
     cr_assert_eq(record_int(sql), 1, "this process is not the owner");
+    sqlite3_free(sql);
+    /* The owner is this process as it started (so a later process given
+     * the same pid is not taken for it), on this boot. */
+    unsigned long long ticks = own_start_ticks();
+    cr_assert_gt(ticks, 0);
+    sql = sqlite3_mprintf("SELECT start_ticks FROM owners JOIN sandboxes USING (create_token) "
+                          "WHERE provider_id = %Q", id);
+    cr_assert_eq(record_int(sql), (long long)ticks, "the owner's start time is not field 22 "
+                 "of /proc/self/stat (%llu)", ticks);
+    sqlite3_free(sql);
+    char boot[64];
+    own_boot_id(boot);
+    cr_assert_eq(strlen(boot), 36);
+    sql = sqlite3_mprintf("SELECT count(*) FROM owners JOIN sandboxes USING (create_token) "
+                          "WHERE provider_id = %Q AND boot_id = %Q", id, boot);
+    cr_assert_eq(record_int(sql), 1, "the owner's boot id is not %s", boot);
     sqlite3_free(sql);
 
     /* The record is the user's alone. */

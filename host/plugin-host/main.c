@@ -606,6 +606,7 @@ typedef struct call_frame {
     sbx_error *error;
     listing list;
     call_rec rec;
+    int registered;             /* rec is on H.calls (CANCEL and STOP find it) */
     uint64_t handle_id;         /* of the first argument, for FREES rows */
     int64_t bad_fd;             /* a descriptor number the frame did not pass */
 } call_frame;
@@ -813,10 +814,13 @@ row_has_ctx(const sbx_slot_row *row)
     return 0;
 }
 
-/* The frame of call @req, its cancel record registered (when the slot
- * takes a call context). NULL when memory runs out. */
+/* The frame of call @req, its cancel record registered when the slot takes
+ * a call context and @cancellable: a call the reader runs itself (a QUICK
+ * one, handle_inline()) is over before the next frame, a CANCEL for it
+ * included, is read, so its context's cancel_fd is -1 ("cannot be
+ * cancelled") and it costs no eventfd. NULL when memory runs out. */
 static call_frame *
-call_prepare(const sbx_wire_msg *req)
+call_prepare(const sbx_wire_msg *req, int cancellable)
 {
     const sbx_slot_row *row = &sbx_slot_rows[req->slot];
     call_frame *f = calloc(1, sizeof(*f));
@@ -828,9 +832,10 @@ call_prepare(const sbx_wire_msg *req)
     f->list.call_id = req->call_id;
     f->list.slot = req->slot;
     f->list.rec = &f->rec;
-    if (row_has_ctx(row)) {
+    if (cancellable && row_has_ctx(row)) {
         f->rec.cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         call_register(&f->rec);
+        f->registered = 1;
     }
     return f;
 }
@@ -838,7 +843,8 @@ call_prepare(const sbx_wire_msg *req)
 /*
  * Decodes, calls and replies to one CALL frame; frees it. @f is its frame
  * from call_prepare() (registered before the next frame was read, so that a
- * CANCEL right behind the call finds it), or NULL to make one here.
+ * CANCEL right behind the call finds it), or NULL to make one here for a
+ * call run inline, which no CANCEL can reach.
  */
 static void
 run_call(sbx_wire_msg *req, call_frame *f)
@@ -847,17 +853,16 @@ run_call(sbx_wire_msg *req, call_frame *f)
     sbx_wire_msg rep;
     ffi_arg rv = 0;
     void *fn;
-    int rc, ok = 0, has_ctx;
+    int rc, ok = 0;
 
     row = &sbx_slot_rows[req->slot];
     fn = sbx_slot_get(H.plugin, req->slot);
     if (!f)
-        f = call_prepare(req);
+        f = call_prepare(req, 0);
     if (!f) {
         reply_error(req->call_id, req->slot, SBX_ERROR_RESOURCE_EXHAUSTED, "out of memory in the plugin host");
         goto out;
     }
-    has_ctx = row_has_ctx(row);
     for (unsigned i = 0; i < row->nargs; i++) {
         rc = decode_arg(row, i, req, f);
         if (rc == -2) {
@@ -983,11 +988,10 @@ run_call(sbx_wire_msg *req, call_frame *f)
 done:
     if (ok && (row->flags & SBX_ROW_FREES))
         handle_remove(f->handle_id);
-    if (has_ctx) {
+    if (f->registered)
         call_unregister(&f->rec);
-        if (f->rec.cancel_fd >= 0)
-            close(f->rec.cancel_fd);
-    }
+    if (f->rec.cancel_fd >= 0)
+        close(f->rec.cancel_fd);
     for (unsigned i = 0; i < f->nfds; i++)
         close(f->fds[i]);
     for (unsigned i = 0; i < 4; i++)
@@ -1010,6 +1014,12 @@ out:
  * reaches its plugin slot on the thread that read it, and nothing is woken
  * to take over the reading: the other idle threads already wait. A thread
  * that takes the last idle place for a blocking call starts one more.
+ * A thread woken while another holds the receive lock does not queue on
+ * it (which cost it two more wake-ups for a frame, such as an exec's free
+ * right behind its wait, that the holder reads anyway): it waits again.
+ * The holder reads until no frame is left, and after letting go looks
+ * once more, reading what came meanwhile itself, or, leaving for a
+ * blocking call, kicking an idle thread to read it (kick_idle()).
  */
 /* One thread of the pool. */
 typedef struct lf_rec {
@@ -1028,7 +1038,8 @@ static struct {
 /*
  * An exclusive wake-up wakes one thread per arrival; when the thread that
  * was woken stops reading at a blocking call while more frames wait, it
- * kicks an idle thread to read them.
+ * kicks an idle thread to read them (after releasing the receive lock,
+ * which a kicked thread only tries to take).
  */
 static void
 kick_idle(const lf_rec *self)
@@ -1096,7 +1107,9 @@ static void *
 lf_thread(void *arg)
 {
     void *scratch = malloc(SBX_WIRE_MAX_FRAME);
-    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE };
+    /* Edge-triggered: a thread that found the receive lock held waits for
+     * the next frame, not again for the one the holder is reading. */
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE | EPOLLET };
     struct epoll_event kev = { .events = EPOLLIN };
     int ep = epoll_create1(EPOLL_CLOEXEC);
     lf_rec *self = calloc(1, sizeof(*self));
@@ -1144,39 +1157,53 @@ lf_thread(void *arg)
             }
             continue;
         }
-        __atomic_store_n(&self->idle, 0, __ATOMIC_SEQ_CST);
         if (ev.data.fd == self->kick_fd) {
             eventfd_t v;
 
             eventfd_read(self->kick_fd, &v);
         }
-        pthread_mutex_lock(&LF.recv_lock);
         for (;;) {
-            int rc;
+            struct pollfd more = { H.sock, POLLIN, 0 };
 
-            m = malloc(sizeof(*m));
-            if (!m)
-                exit(1);
-            rc = sbx_wire_recv_nowait(H.sock, m, scratch);
-            if (rc < 0 && errno == EAGAIN) {
-                free(m);
+            /* Held: its holder reads every frame there is and looks again
+             * after letting go (below), so this one goes back to wait,
+             * still idle (kick_idle() may pick it). */
+            if (pthread_mutex_trylock(&LF.recv_lock) != 0)
+                break;
+            __atomic_store_n(&self->idle, 0, __ATOMIC_SEQ_CST);
+            for (;;) {
+                int rc;
+
+                m = malloc(sizeof(*m));
+                if (!m)
+                    exit(1);
+                rc = sbx_wire_recv_nowait(H.sock, m, scratch);
+                if (rc < 0 && errno == EAGAIN) {
+                    free(m);
+                    m = NULL;
+                    break;
+                }
+                if (rc <= 0)
+                    host_end(rc == 0 ? 0 : 1); /* the application closed its end */
+                if (m->type == SBX_MSG_CALL && m->slot < SBX_SLOT_COUNT && !is_quick(m)) {
+                    blocking = 1;
+                    break;
+                }
+                handle_inline(m);
                 m = NULL;
+            }
+            if (blocking)
+                frame = call_prepare(m, 1);
+            pthread_mutex_unlock(&LF.recv_lock);
+            if (blocking) {
+                kick_idle(self);
                 break;
             }
-            if (rc <= 0)
-                host_end(rc == 0 ? 0 : 1); /* the application closed its end */
-            if (m->type == SBX_MSG_CALL && m->slot < SBX_SLOT_COUNT && !is_quick(m)) {
-                blocking = 1;
+            /* A frame that came after the last read woke a thread that
+             * found the lock held: read it here. */
+            if (poll(&more, 1, 0) <= 0)
                 break;
-            }
-            handle_inline(m);
-            m = NULL;
         }
-        if (blocking) {
-            frame = call_prepare(m);
-            kick_idle(self);
-        }
-        pthread_mutex_unlock(&LF.recv_lock);
         if (!blocking)
             continue;
         if (__atomic_sub_fetch(&LF.idle, 1, __ATOMIC_SEQ_CST) == 0)
