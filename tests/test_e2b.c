@@ -214,12 +214,12 @@ Test(e2b, late_create_is_deleted)
     }
     cr_assert_null(sb);
     cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_TIMEOUT, "%s", sbx_error_get0_message(err));
-    cr_assert(dt < 4.0, "the create returned after %.2f s", dt);
+    /* CASE-20: a timeout within 1.5 s, and the sandbox the provider made
+     * meanwhile is found by its create token and deleted before the error
+     * is returned. */
+    cr_assert(dt <= 1.5, "the create returned after %.2f s", dt);
     sbx_error_free(err);
-    size_t live = n0 + 1;
-    for (int i = 0; i < 100 && (live = fake_live()) != n0; i++)
-        usleep(100000);
-    cr_assert_eq(live, n0, "the late sandbox was not deleted within 10 s");
+    cr_assert_eq(fake_live(), n0, "the late sandbox was not deleted before the create returned");
 }
 
 /* ------------------------------------------------------------ CASE-19 */

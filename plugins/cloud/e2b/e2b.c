@@ -1049,6 +1049,17 @@ static json_object *e2b_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cr
     return b;
 }
 
+/* A create sent and not answered (or answered with a failure after it may
+ * have acted): the provider may still finish it (CASE-20). Its sandbox,
+ * found by the create token in its metadata, is looked for once now, with
+ * 1.5 s of its own (the call's deadline has passed), then on the reaper's
+ * thread for 30 s. */
+static void e2b_reap_lost(struct sbx_plugin_client *c, const char *token)
+{
+    cl_reap_now(c->reaper, NULL, token, 1.5);
+    cl_reaper_add(c->reaper, token, 30.0);
+}
+
 static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                       const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
                       sbx_error **error)
@@ -1079,19 +1090,13 @@ static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             cl_outcome_unknown(err);
         /* Sent and not answered: the provider may finish it (CASE-20),
          * looked for now (briefly: the call is over) and for a while. */
-        if (ctx && ctx->create_token && l.unknown) {
-            sbx_call_ctx rc2 = { sizeof(rc2), cl_now() + 1.5, -1, NULL };
-            cl_reap_now(c->reaper, &rc2, ctx->create_token, 0);
-            cl_reaper_add(c->reaper, ctx->create_token, 30.0);
-        }
+        if (ctx && ctx->create_token && l.unknown)
+            e2b_reap_lost(c, ctx->create_token);
         goto out;
     }
     if (r.status / 100 != 2) {
-        if (r.maybe_acted && ctx && ctx->create_token) {
-            sbx_call_ctx rc2 = { sizeof(rc2), cl_now() + 1.5, -1, NULL };
-            cl_reap_now(c->reaper, &rc2, ctx->create_token, 0);
-            cl_reaper_add(c->reaper, ctx->create_token, 30.0);
-        }
+        if (r.maybe_acted && ctx && ctx->create_token)
+            e2b_reap_lost(c, ctx->create_token);
         cl_fail_status(c->http, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
                                        && r.status != 429 && r.status != 408
                                        ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,
