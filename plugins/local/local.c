@@ -8,7 +8,6 @@
  *
  *     sock        the supervisor's unix socket (bound here, listened on by
  *                 the supervisor; bubblewrap: never in the sandbox's view)
- *     owner       the create token
  *     record      what create made, as JSON (mode 0600):
  *                 {"supervisor_pid":P,"supervisor_start":S,"supervisor_uid":U,
  *                  "root":"/...","owns_root":B,"made_tmp":B,["cwd":"/...",]
@@ -2199,25 +2198,6 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         }
     }
 
-    char *owner = join_path(sb->meta, "owner");
-    const char *token = ctx && ctx->struct_size >= offsetof(sbx_call_ctx, create_token)
-                                                   + sizeof(ctx->create_token)
-                        && ctx->create_token ? ctx->create_token : "";
-    if (!owner)
-        goto nomem;
-    char *line;
-    int wr = asprintf(&line, "%s\n", token) < 0 ? -1 : 0;
-    if (wr == 0) {
-        wr = write_small_file(owner, line);
-        free(line);
-    }
-    free(owner);
-    if (wr < 0) {
-        fail(error, SBX_ERROR_CREATION_FAILED, op, "cannot write the owner file in %s: %s",
-             sb->meta, strerror(errno));
-        goto fail;
-    }
-
     /* The command environment: nothing of the caller's environment but
      * PATH and LANG; then the sandbox's own variables. npm's global prefix
      * points into the root (its bin/ first on PATH), so `npm install -g`
@@ -2299,7 +2279,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         free(recfile);
         goto nomem_started;
     }
-    wr = write_small_file(recfile, rec);
+    int wr = write_small_file(recfile, rec);
     free(rec);
     free(recfile);
     if (wr < 0) {
