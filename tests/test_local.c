@@ -813,10 +813,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "15"
+#define N_TESTS "16"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "12"
+#define N_TESTS "13"
 #define BWRAP_PLUGIN ""
 #endif
 
@@ -996,6 +996,99 @@ Test(warm, the_next_create_claims_the_warm_supervisor_and_names_its_sandbox)
     cr_assert_eq(tu_count_entries(g_tmp), 0, "%s holds %d entries", g_tmp,
                  tu_count_entries(g_tmp));
     free(dir);
+}
+
+/* The names in @dir, sorted, space-separated (free()). */
+static char *entries_of(const char *dir)
+{
+    struct dirent **list;
+    int n = scandir(dir, &list, NULL, alphasort);
+    cr_assert(n >= 0, "scandir %s: %s", dir, strerror(errno));
+    char *out = strdup("");
+    for (int i = 0; i < n; i++) {
+        if (strcmp(list[i]->d_name, ".") != 0 && strcmp(list[i]->d_name, "..") != 0) {
+            char *next = tu_strdup_printf("%s%s%s", out, *out ? " " : "", list[i]->d_name);
+            free(out);
+            out = next;
+        }
+        free(list[i]);
+    }
+    free(list);
+    return out;
+}
+
+/* What create leaves in a sandbox's directory, started cold (the first;
+ * with the supervisor's log) and warm (the second): the record (naming
+ * this process's uid, a root of its own and the tmp/ it made), the socket
+ * and the root with its tmp/, mode 0700, all there when create returns
+ * (the root is made while the supervisor starts). Destroy removes it all,
+ * a command's tree included (an empty directory, a directory without
+ * rights holding a file, a symlink out of the sandbox, which is not
+ * followed), and nothing else. */
+Test(warm, create_makes_the_directory_and_destroy_removes_it_cold_and_warm)
+{
+    sbx_client *c = client_of("local");
+    char *outside = tu_strdup_printf("%s/outside", g_tmp);
+    FILE *f = fopen(outside, "w");
+    cr_assert_not_null(f);
+    fputs("kept\n", f);
+    cr_assert_eq(fclose(f), 0);
+    const char *want[2] = { "log record root sock", "record root sock" };
+    for (int i = 0; i < 2; i++) {
+        sbx_sandbox *sb = create_in(c);
+        char *meta = tu_strdup_printf("%s/%s", g_tmp, sbx_sandbox_get0_id(sb));
+        char *names = entries_of(meta);
+        cr_assert_str_eq(names, want[i], "sandbox %d", i);
+        free(names);
+        char *root = tu_strdup_printf("%s/root", meta);
+        names = entries_of(root);
+        cr_assert_str_eq(names, "tmp", "sandbox %d", i);
+        free(names);
+        char *tmp = tu_strdup_printf("%s/root/tmp", meta);
+        struct stat st;
+        cr_assert_eq(stat(tmp, &st), 0);
+        cr_assert(S_ISDIR(st.st_mode));
+        cr_assert_eq(st.st_mode & 07777, 0700, "%s: %o", tmp, st.st_mode & 07777);
+        cr_assert_eq(stat(root, &st), 0);
+        cr_assert_eq(st.st_mode & 07777, 0700, "%s: %o", root, st.st_mode & 07777);
+
+        char *recfile = tu_strdup_printf("%s/record", meta);
+        json_object *rec = json_object_from_file(recfile), *v;
+        cr_assert_not_null(rec, "%s", recfile);
+        cr_assert(json_object_object_get_ex(rec, "supervisor_uid", &v));
+        cr_assert_eq(json_object_get_int64(v), (int64_t)geteuid());
+        cr_assert(json_object_object_get_ex(rec, "root", &v));
+        cr_assert_str_eq(json_object_get_string(v), root);
+        cr_assert(json_object_object_get_ex(rec, "owns_root", &v));
+        cr_assert_eq(json_object_get_boolean(v), 1);
+        cr_assert(json_object_object_get_ex(rec, "made_tmp", &v));
+        cr_assert_eq(json_object_get_boolean(v), 1);
+        json_object_put(rec);
+
+        char *script = tu_strdup_printf(
+            "mkdir -p empty full/deeper locked && echo x > full/deeper/file"
+            " && echo y > locked/file && chmod 000 locked"
+            " && ln -s '%s' link && echo \"$TMPDIR\" && echo z > \"$TMPDIR/t\"", outside);
+        char *tmp_line = tu_strdup_printf("%s\n", tmp);
+        expect_sh(sb, script, tmp_line);
+        free(tmp_line);
+        free(script);
+        destroy_free(sb);
+        cr_assert_eq(access(meta, F_OK), -1, "%s is left", meta);
+        cr_assert_eq(errno, ENOENT);
+        free(recfile);
+        free(tmp);
+        free(root);
+        free(meta);
+    }
+    sbx_client_free(c);
+    char kept[16] = "";
+    f = fopen(outside, "r");
+    cr_assert_not_null(f, "%s: %s", outside, strerror(errno));
+    cr_assert_not_null(fgets(kept, sizeof kept, f));
+    fclose(f);
+    cr_assert_str_eq(kept, "kept\n");
+    free(outside);
 }
 
 Test(warm, sbx_local_warm_0_starts_none_ahead)

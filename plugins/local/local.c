@@ -8,7 +8,6 @@
  *
  *     sock        the supervisor's unix socket (bound here, listened on by
  *                 the supervisor; bubblewrap: never in the sandbox's view)
- *     owner       the create token
  *     record      what create made, as JSON (mode 0600):
  *                 {"supervisor_pid":P,"supervisor_start":S,"supervisor_uid":U,
  *                  "root":"/...","owns_root":B,"made_tmp":B,["cwd":"/...",]
@@ -1271,14 +1270,81 @@ static int claim_warm(struct sbx_plugin_sandbox *sb, int ctl, const bound *bd)
 }
 
 /**
+ * Makes @sb's root (when it owns it) and the root's tmp/ (made_tmp tells
+ * whether this call made it; an existing directory is used). Returns 0, or
+ * -1 with a creation_failed error naming the path; what it made is removed
+ * with the meta directory.
+ */
+static int make_root_dirs(struct sbx_plugin_sandbox *sb, const char *op, sbx_error **error)
+{
+    if (sb->owns_root && mkdir(sb->root, 0700) < 0) {
+        sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op, "cannot create %s: %s",
+                              sb->root, strerror(errno));
+        add_context(err, "path", sb->root);
+        return -1;
+    }
+    if (mkdir(sb->tmp, 0700) == 0) {
+        sb->made_tmp = 1;
+        return 0;
+    }
+    struct stat st;
+    if (errno != EEXIST || stat(sb->tmp, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op, "cannot create %s: %s",
+                              sb->tmp, errno == EEXIST ? "exists and is not a directory"
+                              : strerror(errno));
+        add_context(err, "path", sb->tmp);
+        return -1;
+    }
+    sb->made_tmp = 0;
+    return 0;
+}
+
+static char *record_json(const struct sbx_plugin_sandbox *sb);
+
+/**
+ * Writes @sb's record (meta/record, described at the top; mode 0600, a new
+ * file: @replace removes an existing one first). Returns 0, or -1 with a
+ * creation_failed (or resource_exhausted) error naming the meta directory.
+ */
+static int write_record(struct sbx_plugin_sandbox *sb, int replace, const char *op,
+                        sbx_error **error)
+{
+    char *recfile = join_path(sb->meta, "record");
+    char *rec = recfile ? record_json(sb) : NULL;
+    if (!rec) {
+        free(recfile);
+        fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    if (replace && unlink(recfile) < 0 && errno != ENOENT)
+        replace = -1;
+    int wr = replace < 0 ? -1 : write_small_file(recfile, rec);
+    free(rec);
+    free(recfile);
+    if (wr < 0) {
+        sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op,
+                              "cannot write the record file in %s: %s", sb->meta,
+                              strerror(errno));
+        add_context(err, "path", sb->meta);
+        return -1;
+    }
+    return 0;
+}
+
+/**
  * Starts @sb's supervisor and handshakes (HELLO, CONFIG, READY): through
  * the warm one on @warm_ctl (>= 0; taken, closed here) when it is still
- * there, else by spawning @exe. Returns 0, or -1 with an error and nothing
- * left running.
+ * there, else by spawning @exe. @late (a root of its own, plain local):
+ * the root, its tmp/ and the record are made here, while the supervisor
+ * applies CONFIG (which never looks at the root), with sup_uid taken to be
+ * this process's euid (create writes the record again should the listener
+ * be of another uid). Returns 0, or -1 with an error and nothing left
+ * running.
  */
 static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, const strv *env,
                             char *const *launch_argv, const int sock_fds[2], int detached,
-                            warm_sup *warm, const sbx_call_ctx *ctx, sbx_error **error)
+                            int late, warm_sup *warm, const sbx_call_ctx *ctx,
+                            sbx_error **error)
 {
     const char *op = "create";
     bound bd = make_bound(ctx, HANDSHAKE_SECS);
@@ -1394,6 +1460,15 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
     proto_buf_free(&b);
     if (cfg_fds[2] >= 0)
         close(cfg_fds[2]);
+    if (io == IO_OK && late) {
+        sb->sup_uid = geteuid();
+        if (make_root_dirs(sb, op, error) < 0 || write_record(sb, 0, op, error) < 0) {
+            close(ctl);
+            if (sb->sup_pid > 1 && proto_proc_alive(sb->sup_pid, sb->sup_start))
+                kill(sb->sup_pid, SIGKILL);
+            return -1;
+        }
+    }
     if (io == IO_OK)
         io = read_frame(ctl, &type, &payload, &len, &bd);
     close(ctl);
@@ -2180,43 +2255,18 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     sb->tmp = join_path(sb->root, "tmp");
     if (!sb->tmp)
         goto nomem;
-    if (sb->owns_root && mkdir(sb->root, 0700) < 0) {
-        fail(error, SBX_ERROR_CREATION_FAILED, op, "cannot create %s: %s", sb->root,
-             strerror(errno));
-        goto fail;
-    }
-    if (mkdir(sb->tmp, 0700) == 0) {
+    /* A root of its own is made (with its tmp/) while the supervisor
+     * starts (start_supervisor's late); on bubblewrap bwrap binds it, and a
+     * caller's workdir decides made_tmp, which the supervisor's keeper
+     * needs first: made now. */
+    int late = 0;
+#ifndef SBX_LOCAL_BUBBLEWRAP
+    late = sb->owns_root;
+#endif
+    if (late)
         sb->made_tmp = 1;
-    } else {
-        struct stat st;
-        if (errno != EEXIST || stat(sb->tmp, &st) < 0 || !S_ISDIR(st.st_mode)) {
-            sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op,
-                                  "cannot create %s: %s", sb->tmp,
-                                  errno == EEXIST ? "exists and is not a directory"
-                                  : strerror(errno));
-            add_context(err, "path", sb->tmp);
-            goto fail;
-        }
-    }
-
-    char *owner = join_path(sb->meta, "owner");
-    const char *token = ctx && ctx->struct_size >= offsetof(sbx_call_ctx, create_token)
-                                                   + sizeof(ctx->create_token)
-                        && ctx->create_token ? ctx->create_token : "";
-    if (!owner)
-        goto nomem;
-    char *line;
-    int wr = asprintf(&line, "%s\n", token) < 0 ? -1 : 0;
-    if (wr == 0) {
-        wr = write_small_file(owner, line);
-        free(line);
-    }
-    free(owner);
-    if (wr < 0) {
-        fail(error, SBX_ERROR_CREATION_FAILED, op, "cannot write the owner file in %s: %s",
-             sb->meta, strerror(errno));
+    else if (make_root_dirs(sb, op, error) < 0)
         goto fail;
-    }
 
     /* The command environment: nothing of the caller's environment but
      * PATH and LANG; then the sandbox's own variables. npm's global prefix
@@ -2285,28 +2335,19 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto fail;
     warm_sup warm;
     warm_take(client, exe, &warm);
-    int started = start_supervisor(sb, exe, &env, launch_argv, sock_fds, detached, &warm, ctx,
-                                   error);
+    uid_t guessed_uid = geteuid();
+    int started = start_supervisor(sb, exe, &env, launch_argv, sock_fds, detached, late, &warm,
+                                   ctx, error);
     close(sock_fds[0]);
     close(sock_fds[1]);
     if (started < 0)
         goto fail;
     sb->fill_gate = warm_refill(client, exe);
 
-    char *recfile = join_path(sb->meta, "record");
-    char *rec = recfile ? record_json(sb) : NULL;
-    if (!rec) {
-        free(recfile);
-        goto nomem_started;
-    }
-    wr = write_small_file(recfile, rec);
-    free(rec);
-    free(recfile);
-    if (wr < 0) {
-        fail(error, SBX_ERROR_CREATION_FAILED, op,
-             "cannot write the record file in %s: %s", sb->meta, strerror(errno));
+    /* Written during start-up (late) unless the listener's uid differs
+     * from the one the record took. */
+    if ((!late || sb->sup_uid != guessed_uid) && write_record(sb, late, op, error) < 0)
         goto fail_started;
-    }
 
     LOG(SBX_LOG_DEBUG, "created %s (root %s, supervisor pid %d)", sb->id, sb->root,
         (int)sb->sup_pid);
@@ -2324,8 +2365,6 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     *sandbox = sb;
     return 0;
 
-nomem_started:
-    fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 fail_started: {
         /* Ask the supervisor to end; kill it if it does not answer. */
         bound bd = make_bound(NULL, GONE_SECS);

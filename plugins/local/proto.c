@@ -443,11 +443,30 @@ size_t proto_kill_descendants(pid_t ancestor, int sig, size_t *zombies)
     return k.live;
 }
 
-/** Removes @name under @parent with all it holds (see proto_rm_tree). */
-static int rm_tree_at(int parent, const char *name, dev_t dev, int depth)
+/**
+ * Removes @name under @parent with all it holds (see proto_rm_tree).
+ * @type: the entry's d_type as its directory listed it (DT_UNKNOWN when
+ * not known); @known: its lstat when the caller has it, else NULL.
+ *
+ * A listed non-directory is unlinked and a listed directory rmdir'd
+ * first, without a stat: a sandbox's files and its empty directories (its
+ * tmp/) cost one call each. Should the entry have changed type since the
+ * listing, or the directory not be empty (or be a mount point: EBUSY),
+ * the call fails and the entry takes the full path below, which looks at
+ * it first: nothing on another filesystem is entered.
+ */
+static int rm_tree_at(int parent, const char *name, dev_t dev, int depth, unsigned char type,
+                      const struct stat *known)
 {
+    if (type != DT_UNKNOWN
+        && unlinkat(parent, name, type == DT_DIR ? AT_REMOVEDIR : 0) == 0)
+        return 0;
+    if (type != DT_UNKNOWN && errno == ENOENT)
+        return 0;
     struct stat st;
-    if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+    if (known)
+        st = *known;
+    else if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
         return errno == ENOENT ? 0 : -1;
     if (!S_ISDIR(st.st_mode))
         return unlinkat(parent, name, 0) == 0 || errno == ENOENT ? 0 : -1;
@@ -476,7 +495,7 @@ static int rm_tree_at(int parent, const char *name, dev_t dev, int depth)
         while ((e = readdir(d)) != NULL) {
             if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
                 continue;
-            if (rm_tree_at(fd, e->d_name, dev, depth + 1) < 0)
+            if (rm_tree_at(fd, e->d_name, dev, depth + 1, e->d_type, NULL) < 0)
                 rc = -1;
         }
         closedir(d);
@@ -509,7 +528,7 @@ int proto_rm_tree(const char *path)
     if (fstatat(dfd, slash + 1, &st, AT_SYMLINK_NOFOLLOW) < 0)
         rc = errno == ENOENT ? 0 : -1;
     else
-        rc = rm_tree_at(dfd, slash + 1, st.st_dev, 0);
+        rc = rm_tree_at(dfd, slash + 1, st.st_dev, 0, DT_UNKNOWN, &st);
     int e = errno;
     close(dfd);
     errno = e;
