@@ -43,26 +43,9 @@
 #include <json-c/json.h>
 #include <sbx/sbx.h>
 
+#include "bench.h"
+
 #define FAKE_KEY "sbx-bench-dummy-key"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double p50(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return v[n / 2];
-}
 
 /* ------------------------------------------------------------ the fake */
 
@@ -138,31 +121,12 @@ static void fake_stop(fake *f)
     waitpid(f->pid, NULL, 0);
 }
 
-typedef struct body {
-    char *data;
-    size_t len;
-} body;
-
-static size_t collect(char *p, size_t size, size_t n, void *ud)
-{
-    body *b = ud;
-    size_t len = size * n;
-    char *d = realloc(b->data, b->len + len + 1);
-    if (!d)
-        return 0;
-    memcpy(d + b->len, p, len);
-    b->len += len;
-    d[b->len] = '\0';
-    b->data = d;
-    return len;
-}
-
 /* A request to @url with @h (reused); the status, the body in @out (may be
  * NULL). @json: a POST body, or NULL. @auth: send the fake's key. */
 static long http(CURL *h, const char *method, const char *url, const char *json, int auth,
-                 body *out)
+                 bench_body *out)
 {
-    body b = { 0 };
+    bench_body b = { 0 };
     struct curl_slist *hd = NULL;
     if (auth)
         hd = curl_slist_append(hd, "Authorization: Bearer " FAKE_KEY);
@@ -177,7 +141,7 @@ static long http(CURL *h, const char *method, const char *url, const char *json,
         curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST,
                      strcmp(method, "GET") == 0 || strcmp(method, "POST") == 0 ? NULL : method);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, bench_collect);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     long status = 0;
     if (curl_easy_perform(h) == CURLE_OK)
@@ -202,7 +166,7 @@ static int log_count(fake *f)
 {
     char url[128];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/_fake/log", f->port);
-    body b;
+    bench_body b;
     if (http(f->ctl, "GET", url, NULL, 0, &b) != 200) {
         free(b.data);
         return -1;
@@ -313,7 +277,7 @@ static int run_backend(const char *backend, int rounds, int execs)
         snprintf(url, sizeof url, "http://127.0.0.1:%d/toolbox/%s/process/execute", f.port,
                  sbx_sandbox_get0_id(sb[0]));
         raw = curl_easy_init();
-        body b;
+        bench_body b;
         if (http(raw, "POST", url, "{\"command\":\"echo hi\"}", 1, &b) != 200
             || !b.data || !strstr(b.data, "\"result\": \"hi\\n\"")) {
             fprintf(stderr, "raw exec: %s\n", b.data ? b.data : "no answer");
@@ -334,7 +298,7 @@ static int run_backend(const char *backend, int rounds, int execs)
                 goto out;
             }
         }
-        double l = p50(lib, rounds), r = p50(rw, rounds);
+        double l = median(lib, rounds), r = median(rw, rounds);
         printf("exec p50:   library %.2f ms, raw %.2f ms (one POST /process/execute, "
                "reused handle), %d rounds\n", l, r, rounds);
         printf("ratio:      library/raw %.2f (target <= 1.10)%s\n", l / r,
