@@ -9,6 +9,10 @@
  * spec/envd/filesystem/filesystem.proto, spec/envd/envd.yaml,
  * packages/python-sdk/e2b/).
  *
+ *  - Client options (sbx_client_new_with_config): "api_url", "domain",
+ *    "sandbox_url", "keepalive_s" (see exec), and the base's "retries",
+ *    "rate_limit_retries" and "max_retry_wait_s"; a bad keepalive_s is a
+ *    configuration error with context option=keepalive_s.
  *  - Credentials: E2B_API_KEY, as "X-API-Key" on the control plane only.
  *    Control plane: the client config's "api_url", else E2B_API_URL, else
  *    https://api.<domain>; the domain is "domain", else E2B_DOMAIN, else
@@ -41,8 +45,18 @@
  *    the rest of its tree (background and setsid'd descendants) is found by
  *    the variable SBX_EXEC_ID=<random> every command carries in its
  *    environment, and signalled by a short command in the sandbox.
- *    Keepalive-Ping-Interval is 20 s and there is no read timeout of our
- *    own (CASE-52).
+ *    Every process stream asks envd for a keepalive message after each
+ *    Keepalive-Ping-Interval seconds of quiet: the client option
+ *    "keepalive_s" (a number > 0, at most 86400, rounded up to whole
+ *    seconds as envd counts them; default 20), so that a path that closes
+ *    idle connections sooner can be kept busy; there is no read timeout of
+ *    our own (CASE-52). A stream the path cuts (closed or reset) before its
+ *    end-of-stream frame is re-attached to the same process by its pid with
+ *    process.Process/Connect ({"process":{"pid"}}; the same events from
+ *    then on, output sent while it was cut is not sent again), as often as
+ *    it is cut; the command is never started again. When that fails (no
+ *    pid yet, envd no longer has the process, no stream comes back) the
+ *    exec fails with a connection error whose outcome is unknown.
  *  - files: GET|POST {envd}/files?path=&username= as raw bytes both ways
  *    (never text, CASE-17); then the mode with chmod. list_files and
  *    stat_file: filesystem.Filesystem/ListDir and Stat. A relative path is
@@ -87,6 +101,8 @@
 #define E2B_MAX_TIMEOUT_S 86400         /* the API's bound on timeout */
 #define E2B_STATE_VERSION 1
 #define E2B_STDIN_CHUNK 49152           /* bytes per SendInput */
+#define E2B_KEEPALIVE_S 20              /* Keepalive-Ping-Interval by default */
+#define E2B_MAX_KEEPALIVE_S 86400
 
 #define E2B_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_RESUME        \
                   | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY | SBX_CAP_IMAGE               \
@@ -97,6 +113,7 @@ struct sbx_plugin_client {
     char *api;          /* control plane base URL, no trailing slash */
     char *domain;
     char *sandbox_url;  /* envd through one URL and headers, or NULL */
+    long keepalive_s;   /* Keepalive-Ping-Interval of the process streams */
     cl_reaper *reaper;
 };
 
@@ -505,6 +522,28 @@ static int e2b_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sb
     return e2b_delete(ud, ctx, id, "create", error);
 }
 
+/* The client option "keepalive_s": a number of seconds > 0 (at most a
+ * day), rounded up to whole seconds as envd counts them; E2B_KEEPALIVE_S
+ * when absent. -1 with a configuration error naming it otherwise. */
+static int e2b_keepalive_option(json_object *cfg, long *out, sbx_error **error)
+{
+    json_object *v;
+    *out = E2B_KEEPALIVE_S;
+    if (!cfg || !json_object_object_get_ex(cfg, "keepalive_s", &v))
+        return 0;
+    double d = 0;
+    if ((!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double))
+        || !isfinite(d = json_object_get_double(v)) || !(d > 0) || d > E2B_MAX_KEEPALIVE_S) {
+        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
+                           "e2b client option keepalive_s %s is not a number of seconds "
+                           "above 0 and at most %d", json_object_to_json_string(v),
+                           E2B_MAX_KEEPALIVE_S), "option", "keepalive_s");
+        return -1;
+    }
+    *out = (long)ceil(d);
+    return 0;
+}
+
 static int e2b_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
@@ -535,6 +574,8 @@ static int e2b_client_new(const char *config_json, sbx_plugin_client **client, s
     }
     static const char *const key_envs[] = { "E2B_API_KEY", NULL };
     if (cl_http_configure(c->http, cfg, key_envs, "X-API-Key", NULL, error) < 0)
+        goto fail;
+    if (e2b_keepalive_option(cfg, &c->keepalive_s, error) < 0)
         goto fail;
     if (!(c->reaper = cl_reaper_new(e2b_find_token, e2b_reap_delete, c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -570,6 +611,7 @@ typedef struct e2b_stream {
     int have_end;
     int exit_code;
     int failed;
+    int frames;         /* frames of the current stream */
     cl_last_error saved;        /* the frame callback's error */
 } e2b_stream;
 
@@ -606,6 +648,7 @@ static int e2b_on_frame(void *ud, unsigned flags, const char *p, size_t n)
 {
     e2b_stream *s = ud;
     (void)n;
+    s->frames++;
     json_object *j = json_tokener_parse(p);
     if (!j)
         return e2b_stream_fail(s, SBX_ERROR_CONNECTION, "e2b: a stream message that is not JSON: "
@@ -688,8 +731,132 @@ static json_object *e2b_start_body(struct sbx_plugin_sandbox *sb, const char *sc
     return b;
 }
 
-/* Runs the Start stream of @p (on the calling thread): the exit code, or
- * -1 with the error in cl_last() (or with @p stopped). */
+/* One process stream of @p fed to @s: @rpc ("/process.Process/Start" or
+ * ".../Connect") with @msg as its one request envelope, and the client's
+ * Keepalive-Ping-Interval. As e2b_envd(); @r holds the answer. */
+static int e2b_stream_call(e2b_proc *p, const sbx_call_ctx *ctx, e2b_stream *s, const char *rpc,
+                           json_object *msg, cl_idempotency idem, cl_resp *r, sbx_error **error)
+{
+    const char *op = "exec";
+    const char *js = json_object_to_json_string_ext(msg, JSON_C_TO_STRING_PLAIN);
+    cl_buf env = { 0 };
+    char *ka = cl_printf("Keepalive-Ping-Interval: %ld", p->sb->c->keepalive_s);
+    memset(r, 0, sizeof(*r));
+    if (!ka || cl_connect_envelope(js, strlen(js), 0, &env) < 0) {
+        free(ka);
+        cl_buf_clear(&env);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    cl_req rq = { .method = "POST", .content_type = "application/connect+json",
+                  .body = env.data, .body_len = env.len, .sink = e2b_stream_sink,
+                  .sink_ud = s, .idempotent = idem, .what = "run the command" };
+    int rc = e2b_envd(p->sb, ctx, &rq, rpc, p->user, ka, r, op, error);
+    free(ka);
+    cl_buf_clear(&env);
+    return rc;
+}
+
+/* 1 when a stream call that gave @rc and @r was cut by the path before its
+ * end-of-stream frame (the connection closed or reset after a 2xx began):
+ * not a refusal, not the stream's own error, not a cancellation. */
+static int e2b_stream_cut(const e2b_stream *s, int rc, const cl_resp *r)
+{
+    if (s->failed || r->status / 100 != 2)
+        return 0;
+    if (rc == 0)
+        return !s->cs.done;
+    return cl_last()->code == SBX_ERROR_CONNECTION;
+}
+
+/* The stream of @p was cut: re-attaches to the same process by its pid with
+ * process.Process/Connect, as many times as the path cuts it, and reads on
+ * (its output and its end) into @s; never starts the command again. 0 when
+ * the end-of-stream frame came; -1 with the error in cl_last() (and
+ * *@error): the stream's own error, or a connection error with outcome
+ * unknown when the process cannot be re-attached (its pid never came,
+ * envd no longer has it, or no stream came back). @why: how it was cut. */
+static int e2b_reattach(e2b_proc *p, const sbx_call_ctx *ctx, e2b_stream *s, const char *why,
+                        sbx_error **error)
+{
+    const char *op = "exec";
+    char cut[256];
+    snprintf(cut, sizeof cut, "%.250s", why);
+    pthread_mutex_lock(&p->plock);
+    int64_t pid = p->pid;
+    pthread_mutex_unlock(&p->plock);
+    if (pid <= 0) {
+        cl_outcome_unknown(cl_fail(error, SBX_ERROR_CONNECTION, op, "e2b: the command's stream "
+                                   "was cut before envd named its process (%s): its outcome is "
+                                   "unknown", cut));
+        return -1;
+    }
+    for (int empty = 0;;) {
+        if (e2b_is_gone(p->sb))
+            return e2b_check(p->sb, op, error);
+        CL_LOG(SBX_LOG_DEBUG, "e2b: the stream of process %lld was cut (%s): re-attaching",
+               (long long)pid, cut);
+        cl_connect_clear(&s->cs);
+        cl_connect_init(&s->cs, e2b_on_frame, s);
+        s->frames = 0;
+        json_object *b = json_object_new_object(), *sel = json_object_new_object();
+        json_object_object_add(sel, "pid", json_object_new_int64(pid));
+        json_object_object_add(b, "process", sel);
+        cl_resp r = { 0 };
+        int rc = e2b_stream_call(p, ctx, s, "/process.Process/Connect", b, CL_SAFE, &r, NULL);
+        json_object_put(b);
+        int again = e2b_stream_cut(s, rc, &r);
+        if (rc == 0 && !again && s->cs.done) {
+            cl_resp_clear(&r);
+            return 0;
+        }
+        /* The stream's own error once it re-attached (past its start
+         * event); an error frame at once is a refusal (not_found: envd no
+         * longer has the process). */
+        if (s->failed && s->frames > 1) {
+            cl_resp_clear(&r);
+            cl_fail(error, s->saved.code, op, "%s", s->saved.msg);
+            return -1;
+        }
+        /* A stream came back and was cut again: once more, unless it
+         * carried no frame three times in a row. */
+        if (again && (s->frames > 0 || ++empty < 3)) {
+            if (s->frames > 0)
+                empty = 0;
+            snprintf(cut, sizeof cut, "%.250s", rc == 0 ? "it ended early" : cl_last()->msg);
+            cl_resp_clear(&r);
+            continue;
+        }
+        /* Not re-attached: envd's answer, or the transport's error. */
+        char why2[1024];
+        if (e2b_is_gone(p->sb)) {
+            cl_resp_clear(&r);
+            return e2b_check(p->sb, op, error);
+        }
+        if (s->failed) {
+            snprintf(why2, sizeof why2, "%.1000s", s->saved.msg);
+        } else if (rc == 0 || (r.status && r.status / 100 != 2)) {
+            if (r.status / 100 == 2) {
+                snprintf(why2, sizeof why2, "the stream came back with no frame");
+            } else {
+                e2b_envd_fail(p->sb, &r, op, "re-attach to the command", NULL, NULL);
+                snprintf(why2, sizeof why2, "%.1000s", cl_last()->msg);
+            }
+        } else {
+            snprintf(why2, sizeof why2, "%.1000s", cl_last()->msg);
+        }
+        cl_resp_clear(&r);
+        sbx_error *err = cl_fail(error, SBX_ERROR_CONNECTION, op, "e2b: the command's stream was "
+                                 "cut (%s) and re-attaching to its process %lld failed (%s): "
+                                 "its outcome is unknown", cut, (long long)pid, why2);
+        cl_outcome_unknown(err);
+        return -1;
+    }
+}
+
+/* Runs the Start stream of @p (on the calling thread), re-attached by
+ * e2b_reattach() when the path cuts it: the exit code, or -1 with the error
+ * in cl_last() (or with @p stopped). */
 static int e2b_run_stream(e2b_proc *p, const sbx_call_ctx *ctx, int discard, int want_stdin,
                           sbx_error **error)
 {
@@ -698,31 +865,28 @@ static int e2b_run_stream(e2b_proc *p, const sbx_call_ctx *ctx, int discard, int
     e2b_stream s = { .p = p, .discard = discard };
     cl_connect_init(&s.cs, e2b_on_frame, &s);
     json_object *b = e2b_start_body(sb, p->script, p->env, p->cwd, p->tag, want_stdin);
-    const char *js = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
-    cl_buf env = { 0 };
     int code = -1;
-    if (cl_connect_envelope(js, strlen(js), 0, &env) < 0) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto out;
-    }
-    cl_req rq = { .method = "POST", .content_type = "application/connect+json",
-                  .body = env.data, .body_len = env.len, .sink = e2b_stream_sink,
-                  .sink_ud = &s, .idempotent = CL_UNSAFE, .what = "run the command" };
     cl_resp r = { 0 };
-    int rc = e2b_envd(sb, ctx, &rq, "/process.Process/Start", p->user,
-                      "Keepalive-Ping-Interval: 20", &r, op, error);
-    if (rc < 0 && s.failed) {
+    /* Its error is made here (a cut stream is no error yet). */
+    int rc = e2b_stream_call(p, ctx, &s, "/process.Process/Start", b, CL_UNSAFE, &r, NULL);
+    if (e2b_stream_cut(&s, rc, &r)) {
+        /* The path closed the stream before its end: the command runs on. */
+        char why[256];
+        snprintf(why, sizeof why, "%.250s", rc == 0 ? "it ended early" : cl_last()->msg);
+        rc = e2b_reattach(p, ctx, &s, why, error);
+    } else if (rc < 0 && s.failed) {
         cl_fail(NULL, s.saved.code, op, "%s", s.saved.msg);
         if (error && !*error)
             cl_fail(error, s.saved.code, op, "%s", s.saved.msg);
-    } else if (rc < 0 && r.status && !(error && *error) && !e2b_is_gone(sb)) {
+    } else if (rc < 0 && e2b_is_gone(sb)) {
+        e2b_check(sb, op, error);
+    } else if (rc < 0 && r.status && r.status / 100 != 2) {
         /* Refused before it ran: a missing working directory is not_found. */
         const char *cwd = p->cwd ? p->cwd : sb->workdir;
         json_object *sb_ = json_object_new_object(), *st = NULL;
         json_object_object_add(sb_, "path", json_object_new_string(cwd ? cwd : "/"));
-        if (cwd && r.status / 100 != 2
-            && e2b_unary(sb, ctx, "/filesystem.Filesystem/Stat", sb_, &st, cwd, op,
-                         "look up the working directory", NULL) < 0
+        if (cwd && e2b_unary(sb, ctx, "/filesystem.Filesystem/Stat", sb_, &st, cwd, op,
+                             "look up the working directory", NULL) < 0
             && cl_last()->code == SBX_ERROR_NOT_FOUND) {
             cl_cwd_missing_error(error, op, cwd);
         } else {
@@ -730,18 +894,16 @@ static int e2b_run_stream(e2b_proc *p, const sbx_call_ctx *ctx, int discard, int
         }
         json_object_put(st);
         json_object_put(sb_);
-    } else if (rc == 0 && cl_connect_end(&s.cs, op, error) < 0) {
-        rc = -1;
+    } else if (rc < 0) {
+        e2b_relay(error, op);   /* no answer: the transport's error */
     }
     if (rc == 0)
         code = s.exit_code;
     cl_resp_clear(&r);
-out:
     pthread_mutex_lock(&p->plock);
     p->over = 1;
     pthread_cond_broadcast(&p->pcond);
     pthread_mutex_unlock(&p->plock);
-    cl_buf_clear(&env);
     cl_connect_clear(&s.cs);
     json_object_put(b);
     return code;
