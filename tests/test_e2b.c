@@ -18,6 +18,9 @@
  * /_fake/keepalive) show and change the provider's side; its fault rules and
  * request log (/_fake/faults, /_fake/log) script and count requests.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE     /* memmem */
+#endif
 #include <criterion/criterion.h>
 
 #include <errno.h>
@@ -598,4 +601,75 @@ Test(e2b, bad_keepalive_s_is_a_configuration_error)
                                                "{\"keepalive_s\":0.5}", &err);
     cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
     sbx_client_free(c);
+}
+
+/* The Start requests in @log whose body (a Connect envelope: NUL bytes
+ * first) holds @script. */
+static int starts_of(json_object *log, const char *script)
+{
+    int n = 0;
+    for (size_t i = 0; i < json_object_array_length(log); i++) {
+        json_object *e = json_object_array_get_idx(log, i), *b;
+        if (strcmp(tu_json_str(e, "path"), "/process.Process/Start") != 0
+            || !json_object_object_get_ex(e, "body", &b))
+            continue;
+        n += memmem(json_object_get_string(b), (size_t)json_object_get_string_len(b), script,
+                    strlen(script)) != NULL;
+    }
+    return n;
+}
+
+/* A, re-attach refused (envd answers Connect not_found): the exec fails
+ * with a connection error whose outcome is unknown, never exit 0 with the
+ * output missing; the command was started once and is not left running. */
+Test(e2b, case52_a_failed_reattach_is_a_connection_error_of_unknown_outcome)
+{
+    int envd = reaper_start(tu_fake_use("E2B_API_URL"), 3);
+    client_through(envd, "");
+    g_sb = create_with_lifetime(600);
+    tu_fake_reset();
+    tu_fake_post("/_fake/faults", "{\"method\":\"POST\",\"path\":\"^/process\\\\.Process/"
+                                  "Connect$\",\"status\":404,\"times\":-1,"
+                                  "\"message\":\"process with pid 1000 not found\"}");
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "sleep 8; echo done";
+    req.timeout_secs = 60;
+    sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_CONNECTION);
+    cr_assert_eq(sbx_error_get_outcome(err), SBX_ERROR_OUTCOME_UNKNOWN);
+    const char *m = sbx_error_get0_message(err);
+    cr_assert(strstr(m, "e2b: the command's stream was cut (") == m, "%s", m);
+    cr_assert(strstr(m, ") and re-attaching to its process 1000 failed (re-attach to the "
+                        "command: process with pid 1000 not found"), "%s", m);
+    cr_assert(strstr(m, "): its outcome is unknown"), "%s", m);
+    sbx_error_free(err);
+    cr_assert(reaper_stop() >= 1);
+    /* The fake logs a request's body once it has answered it: its cut
+     * Start stream ends when it next writes to the closed connection. */
+    json_object *log = NULL;
+    for (int i = 0; i < 100; i++) {
+        json_object_put(log);
+        log = tu_fake_log();
+        int open = 0;
+        for (size_t k = 0; k < json_object_array_length(log); k++) {
+            json_object *st;
+            open |= json_object_object_get_ex(json_object_array_get_idx(log, k), "status", &st)
+                    && json_object_is_type(st, json_type_null);
+        }
+        if (!open)
+            break;
+        usleep(100000);
+    }
+    cr_assert_eq(starts_of(log, "sleep 8; echo done"), 1, "%s",
+                 json_object_to_json_string(log));
+    cr_assert(tu_fake_count(log, "POST", "/process.Process/Connect", NULL, 0) >= 1);
+    json_object_put(log);
+    /* Killed after the error: the fake runs none of its processes. */
+    char *path = tu_strdup_printf("/_fake/sandbox/%s", sbx_sandbox_get0_id(g_sb)), *body = NULL;
+    cr_assert_eq(fake_call("GET", path, &body), 200);
+    json_object *j = json_tokener_parse(body), *v;
+    cr_assert(j && json_object_object_get_ex(j, "processes", &v), "%s", body);
+    cr_assert_eq(json_object_array_length(v), 0, "still running: %s", body);
+    json_object_put(j);
+    free(body);
+    free(path);
 }

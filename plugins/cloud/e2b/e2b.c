@@ -143,6 +143,7 @@ typedef struct e2b_proc {
     int64_t pid;        /* envd's pid; 0 until the start event */
     char tag[32];       /* CL_EXEC_MARK of the command's processes; "" for none */
     int over;           /* the stream is over */
+    int lost;           /* its stream was cut and could not be re-attached */
 } e2b_proc;
 
 /* ------------------------------------------------------------------------ */
@@ -731,6 +732,9 @@ static json_object *e2b_start_body(struct sbx_plugin_sandbox *sb, const char *sc
     return b;
 }
 
+static int e2b_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
+                         sbx_error **error);
+
 /* One process stream of @p fed to @s: @rpc ("/process.Process/Start" or
  * ".../Connect") with @msg as its one request envelope, and the client's
  * Keepalive-Ping-Interval. As e2b_envd(); @r holds the answer. */
@@ -785,6 +789,7 @@ static int e2b_reattach(e2b_proc *p, const sbx_call_ctx *ctx, e2b_stream *s, con
     pthread_mutex_lock(&p->plock);
     int64_t pid = p->pid;
     pthread_mutex_unlock(&p->plock);
+    p->lost = 1;        /* until it is re-attached */
     if (pid <= 0) {
         cl_outcome_unknown(cl_fail(error, SBX_ERROR_CONNECTION, op, "e2b: the command's stream "
                                    "was cut before envd named its process (%s): its outcome is "
@@ -808,6 +813,7 @@ static int e2b_reattach(e2b_proc *p, const sbx_call_ctx *ctx, e2b_stream *s, con
         int again = e2b_stream_cut(s, rc, &r);
         if (rc == 0 && !again && s->cs.done) {
             cl_resp_clear(&r);
+            p->lost = 0;
             return 0;
         }
         /* The stream's own error once it re-attached (past its start
@@ -815,6 +821,7 @@ static int e2b_reattach(e2b_proc *p, const sbx_call_ctx *ctx, e2b_stream *s, con
          * longer has the process). */
         if (s->failed && s->frames > 1) {
             cl_resp_clear(&r);
+            p->lost = 0;
             cl_fail(error, s->saved.code, op, "%s", s->saved.msg);
             return -1;
         }
@@ -900,6 +907,16 @@ static int e2b_run_stream(e2b_proc *p, const sbx_call_ctx *ctx, int discard, int
     if (rc == 0)
         code = s.exit_code;
     cl_resp_clear(&r);
+    if (rc < 0 && p->lost && !discard) {
+        /* Its outcome is unknown and it may run on: killed (best effort,
+         * 10 s) so that nothing of it is left running after the error. */
+        cl_last_error l = *cl_last();
+        sbx_call_ctx kc = { sizeof(kc), cl_now() + 10, -1, NULL };
+        e2b_exec_kill((sbx_plugin_process *)p, &kc, SIGKILL, NULL);
+        cl_fail(NULL, l.code, op, "%s", l.msg);
+        if (l.unknown)
+            cl_outcome_unknown(NULL);
+    }
     pthread_mutex_lock(&p->plock);
     p->over = 1;
     pthread_cond_broadcast(&p->pcond);
