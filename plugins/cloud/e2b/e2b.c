@@ -1677,7 +1677,9 @@ static const sbx_plugin e2b_plugin = {
     .name = E2B_BACKEND,
     .version = PACKAGE_VERSION,
     .description = "E2B sandboxes (REST API; envd's Connect process stream and raw-byte files) "
-                   "over libcurl",
+                   "over libcurl; the client option keepalive_s (seconds, default 20) is how "
+                   "long a command's stream may be quiet before envd sends a keepalive, and a "
+                   "stream the path cuts is re-attached to the same process by its pid",
     .caps = E2B_CAPS,
     .setup = e2b_setup,
     .client_new = e2b_client_new,
