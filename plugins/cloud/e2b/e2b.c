@@ -161,20 +161,10 @@ static double e2b_rfc3339(const char *s)
     return (double)timegm(&tm) + frac;
 }
 
-/* A control-plane call on /sandboxes/{id}@suffix. */
-static int e2b_sbcall(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *method,
-                      const char *id, const char *suffix, json_object *body, cl_idempotency idem,
-                      cl_resp *r, const char *op, const char *what, sbx_error **error)
-{
-    char *url = cl_item_url(c->api, "sandboxes", id, suffix);
-    if (!url) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    int rc = cl_request_json(c->http, ctx, method, url, body, idem, r, op, what, error);
-    free(url);
-    return rc;
-}
+/* A control-plane call on /sandboxes/{id}@suffix (provider.h). */
+#define e2b_sbcall(c, ctx, method, id, suffix, body, idem, r, op, what, error)               \
+    cl_item_request((c)->http, (ctx), (method), (c)->api, "sandboxes", (id), (suffix), (body), \
+                    (idem), (r), (op), (what), (error))
 
 /* GET /sandboxes/{id}: SandboxDetail, or NULL (*@status 404 when gone, 0
  * when no answer came; other statuses store an error). */
@@ -472,9 +462,7 @@ static int e2b_unary(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
  * directory (else left to envd, which takes it from the user's home). */
 static char *e2b_abs(struct sbx_plugin_sandbox *sb, const char *path)
 {
-    if (path[0] == '/' || !sb->workdir)
-        return strdup(path);
-    return cl_printf("%s/%s", sb->workdir, path);
+    return cl_path_in(sb->workdir, path);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -881,18 +869,7 @@ static int e2b_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
         bad = !(p->cwd = e2b_abs(sb, rq->cwd));
     if (!bad && rq->user)
         bad = !(p->user = strdup(rq->user));
-    if (!bad && rq->stdin_fd >= 0 && (p->stdin_fd = fcntl(rq->stdin_fd, F_DUPFD_CLOEXEC, 3)) < 0)
-        bad = 1;
-    if (bad) {
-        e2b_proc_free_fields(p);
-        free(p);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot start the command: %s",
-                strerror(errno ? errno : ENOMEM));
-        return -1;
-    }
-    p->base.run = e2b_exec_run;
-    p->base.ud = p;
-    if (cl_proc_start(&p->base, rq->stdout_fd, rq->stderr_fd, op, error) < 0) {
+    if (cl_exec_launch(&p->base, e2b_exec_run, p, !bad, rq, &p->stdin_fd, op, error) < 0) {
         e2b_proc_free_fields(p);
         free(p);
         return -1;
@@ -1143,21 +1120,13 @@ static int e2b_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
     return cl_sandbox_destroy(&sb->s, sb->c, e2b_delete, ctx, error);
 }
 
+/* Running or paused: it exists. */
 static int e2b_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    if (e2b_is_gone(sb))
-        return 0;
-    long st;
-    json_object *j = e2b_get(sb->c, ctx, sb->s.id, &st, "is_alive", error);
-    if (!j) {
-        if (st == 404) {
-            e2b_mark_gone(sb);
-            return 0;
-        }
-        return -1;
-    }
-    json_object_put(j);     /* running or paused: it exists */
-    return 1;
+    char *url = cl_item_url(sb->c->api, "sandboxes", sb->s.id, "");
+    int rc = cl_sandbox_is_alive(&sb->s, sb->c->http, ctx, url, NULL, NULL, error);
+    free(url);
+    return rc;
 }
 
 /* {"version":1,"sandbox_id","workdir"?,"lifetime_s"}: no access token, no
@@ -1220,15 +1189,9 @@ static int e2b_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error *
     cl_resp r = { 0 };
     int rc = e2b_sbcall(sb->c, ctx, "POST", sb->s.id, "/pause", NULL, CL_SAFE, &r, op,
                         "pause the sandbox", error);
-    if (rc == 0 && r.status / 100 != 2 && r.status != 409) {
-        if (r.status == 404) {
-            e2b_mark_gone(sb);
-            e2b_gone_error(error, op, sb->s.id);
-        } else {
-            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "pause the sandbox");
-        }
-        rc = -1;
-    }
+    if (rc == 0 && r.status != 409)
+        rc = cl_sandbox_answer(&sb->s, sb->c->http, &r, E2B_BACKEND, op, "pause the sandbox",
+                               error);
     cl_resp_clear(&r);
     return rc;      /* 409: it is paused already */
 }
