@@ -7,8 +7,9 @@
  * that a per-call key wins and values arrive literally; then the sandbox
  * head (accessors, destroy), the workdir check and the path helpers, the plugin's own mkdir
  * and chmod commands over a stand-in runner, the answer to a call on the
- * sandbox, the kill of a command's marked processes, the client's config
- * and credential, and the refusal of an option. Errors are looked at through
+ * sandbox, what exec_start checks first, the kill of a command's marked
+ * processes, the ids a listing collects, the client's config and
+ * credential, and the refusal of an option. Errors are looked at through
  * cl_last() (no host is loaded here).
  */
 #include "provider.h"
@@ -387,6 +388,59 @@ Test(provider, proc_mark_kill)
     cr_assert_eq(cl_proc_mark_kill(&p, &sb, run, NULL, "sbx-exec-1a", 9, NULL), 0);
     cr_assert_str_eq(sb.cmd, "");
     pthread_mutex_destroy(&p.lock);
+}
+
+/* What exec_start checks first: the gone flag, a terminal, a user. */
+Test(provider, exec_check)
+{
+    cl_sandbox s;
+    cr_assert_eq(cl_sandbox_init(&s, "sb-5"), 0);
+    sbx_plugin_exec_request rq = { 0 };
+    cr_assert_eq(cl_exec_check(&s, "acme", &rq, 0, NULL), 0);
+    rq.user = "root";
+    cr_assert_eq(cl_exec_check(&s, "acme", &rq, 1, NULL), 0);
+    cr_assert_eq(cl_exec_check(&s, "acme", &rq, 0, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_FEATURE_NOT_SUPPORTED);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: commands run as the sandbox's user; user "
+                                     "root cannot be chosen per command");
+    rq.user = NULL;
+    rq.tty_cols = 80;
+    cr_assert_eq(cl_exec_check(&s, "acme", &rq, 1, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_FEATURE_NOT_SUPPORTED);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: commands on a terminal are not supported");
+    rq.tty_cols = 0;
+    cl_gone_set(&s.gone);
+    cr_assert_eq(cl_exec_check(&s, "acme", &rq, 1, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cl_sandbox_clear(&s);
+}
+
+/* The ids a listing collects, and its end: an empty array for none, the
+ * ids freed when the listing failed. */
+Test(provider, ids_collected_and_finished)
+{
+    cl_ids s = { 0 };
+    char **ids = NULL;
+    cr_assert_eq(cl_ids_finish(&s, 0, &ids, "create", NULL), 0);
+    cr_assert_not_null(ids);
+    cr_assert_null(ids[0]);
+    cl_strv_free(ids);
+    cr_assert_eq(cl_ids_add(&s, "a"), 0);
+    cr_assert_eq(cl_ids_add(&s, NULL), 0);
+    cr_assert_eq(cl_ids_add(&s, "b"), 0);
+    cr_assert_eq(s.n, 2);
+    cr_assert_eq(cl_ids_finish(&s, 0, &ids, "create", NULL), 0);
+    cr_assert_str_eq(ids[0], "a");
+    cr_assert_str_eq(ids[1], "b");
+    cr_assert_null(ids[2]);
+    cr_assert_null(s.v);
+    cr_assert_eq(s.n, 0);
+    cl_strv_free(ids);
+    cr_assert_eq(cl_ids_add(&s, "c"), 0);
+    ids = NULL;
+    cr_assert_eq(cl_ids_finish(&s, -1, &ids, "create", NULL), -1);
+    cr_assert_null(ids);
+    cr_assert_null(s.v);
 }
 
 Test(provider, client_config_http_configure_and_refuse)

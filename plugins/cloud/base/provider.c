@@ -547,6 +547,52 @@ int cl_exec_event_fd(sbx_plugin_process *process)
     return cl_proc_event_fd((cl_proc *)(void *)process);
 }
 
+int cl_exec_check(cl_sandbox *s, const char *provider, const sbx_plugin_exec_request *rq,
+                  int per_command_user, sbx_error **error)
+{
+    if (cl_gone_check(&s->gone, "exec", provider, s->id, error) < 0)
+        return -1;
+    if (rq->tty_rows || rq->tty_cols) {
+        cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, "exec",
+                "%s backend: commands on a terminal are not supported", provider);
+        return -1;
+    }
+    if (rq->user && !per_command_user) {
+        cl_context(cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, "exec",
+                           "%s backend: commands run as the sandbox's user; user %s cannot be "
+                           "chosen per command", provider, rq->user), "user", rq->user);
+        return -1;
+    }
+    return 0;
+}
+
+int cl_ids_add(cl_ids *s, const char *id)
+{
+    char **nv = id ? realloc(s->v, (s->n + 2) * sizeof(char *)) : NULL;
+    if (!nv)
+        return id ? -1 : 0;
+    s->v = nv;
+    if (!(s->v[s->n] = strdup(id)))
+        return -1;
+    s->v[++s->n] = NULL;
+    return 0;
+}
+
+int cl_ids_finish(cl_ids *s, int rc, char ***ids, const char *op, sbx_error **error)
+{
+    if (rc == 0 && !s->v && !(s->v = calloc(1, sizeof(char *)))) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        rc = -1;
+    }
+    if (rc == 0)
+        *ids = s->v;
+    else
+        cl_strv_free(s->v);
+    s->v = NULL;
+    s->n = 0;
+    return rc < 0 ? -1 : 0;
+}
+
 int cl_exec_launch(cl_proc *p, cl_proc_run_fn run, void *ud, int made,
                    const sbx_plugin_exec_request *rq, int *stdin_fd, const char *op,
                    sbx_error **error)

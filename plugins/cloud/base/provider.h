@@ -367,6 +367,37 @@ int cl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeo
 int cl_exec_event_fd(sbx_plugin_process *process);
 
 /**
+ * The checks an exec_start slot makes first (op exec): -1 with
+ * cl_gone_error() when @s is gone; -1 with feature_not_supported
+ * "@provider backend: commands on a terminal are not supported" when @rq
+ * asks for a terminal; unless @per_command_user, -1 with
+ * feature_not_supported "@provider backend: commands run as the sandbox's
+ * user; user U cannot be chosen per command" (context user) when @rq names
+ * a user. Else 0.
+ */
+int cl_exec_check(cl_sandbox *s, const char *provider, const sbx_plugin_exec_request *rq,
+                  int per_command_user, sbx_error **error);
+
+/** The ids a listing collects (the reaper's look-up, cloud.h): start from
+ *  { 0 }. Not thread-safe. */
+typedef struct cl_ids {
+    char **v;       /* NULL-terminated once one is added; NULL before */
+    size_t n;
+} cl_ids;
+
+/** Appends a copy of @id to @s (NULL @id: nothing): 0, or -1 on no memory
+ *  (@s keeps what it had). */
+int cl_ids_add(cl_ids *s, const char *id);
+
+/**
+ * Ends a listing whose result was @rc: when 0, *@ids gets the ids (an
+ * empty array when none; the caller frees it with cl_strv_free()) and 0 is
+ * returned; when -1 (its error stored), or on no memory (resource_exhausted
+ * with @op), the ids are freed and -1 returned. @s is empty afterwards.
+ */
+int cl_ids_finish(cl_ids *s, int rc, char ***ids, const char *op, sbx_error **error);
+
+/**
  * The end of an exec_start slot, once the caller made what its command
  * needs (@made: 0 when something could not be made): *@stdin_fd becomes a
  * close-on-exec dup of rq->stdin_fd (left alone when the request has none),

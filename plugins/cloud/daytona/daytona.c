@@ -261,22 +261,9 @@ static int dt_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
     return rc;
 }
 
-typedef struct dt_ids {
-    char **v;
-    size_t n;
-} dt_ids;
-
 static int dt_id_one(void *ud, json_object *it)
 {
-    dt_ids *s = ud;
-    const char *id = cl_json_str(it, "id");
-    char **nv = id ? realloc(s->v, (s->n + 2) * sizeof(char *)) : NULL;
-    if (!nv)
-        return 0;
-    s->v = nv;
-    if ((s->v[s->n] = strdup(id)))
-        s->n++;
-    s->v[s->n] = NULL;
+    cl_ids_add(ud, cl_json_str(it, "id"));
     return 0;
 }
 
@@ -284,17 +271,9 @@ static int dt_id_one(void *ud, json_object *it)
 static int dt_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
                          sbx_error **error)
 {
-    dt_ids s = { NULL, 0 };
-    if (dt_list(ud, ctx, CL_META_TOKEN, token, dt_id_one, &s, "create", error) < 0) {
-        cl_strv_free(s.v);
-        return -1;
-    }
-    if (!s.v && !(s.v = calloc(1, sizeof(char *)))) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "create", "out of memory");
-        return -1;
-    }
-    *ids = s.v;
-    return 0;
+    cl_ids s = { 0 };
+    int rc = dt_list(ud, ctx, CL_META_TOKEN, token, dt_id_one, &s, "create", error);
+    return cl_ids_finish(&s, rc, ids, "create", error);
 }
 
 static int dt_delete_for_reaper(void *ud, const sbx_call_ctx *ctx, const char *id,
@@ -1020,27 +999,38 @@ static char *dt_query_path(const char *prefix, const char *path)
     return s;
 }
 
+/* A GET of the toolbox's files route @route ("/files/download?path=") on
+ * @path (dt_abs): 0 with the 2xx answer in @r (or sunk by @rq), else -1
+ * with the error naming @path, not_found "no such @missing in the sandbox:
+ * PATH" for a 404. */
+static int dt_files_get(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                        const char *route, const char *path, cl_req *rq, cl_resp *r,
+                        const char *missing, const char *op, sbx_error **error)
+{
+    char *ap = dt_abs(sb, path);
+    char *q = ap ? dt_query_path(route, ap) : NULL;
+    free(ap);
+    if (!q) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    int rc = dt_toolbox(sb, ctx, rq, q, r, op, error);
+    free(q);
+    if (rc < 0 && r->status == 404)
+        cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such %s in the sandbox: %s", missing, path);
+    if (rc < 0)
+        dt_path_error(error, op, path);
+    return rc;
+}
+
 static int dt_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                         sbx_error **error)
 {
-    const char *op = "read_file";
-    char *ap = dt_abs(sb, path);
-    char *q = ap ? dt_query_path("/files/download?path=", ap) : NULL;
-    free(ap);
     cl_req rq = { .method = "GET", .sink = cl_fd_sink, .sink_ud = &fd, .idempotent = CL_SAFE,
                   .what = "download the file" };
     cl_resp r = { 0 };
-    int rc = q ? dt_toolbox(sb, ctx, &rq, q, &r, op, error) : -1;
-    if (rc < 0) {
-        if (r.status == 404) {
-            sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
-                                     "no such file in the sandbox: %s", path);
-            cl_context(err, "path", path);
-        } else {
-            dt_path_error(error, op, path);
-        }
-    }
-    free(q);
+    int rc = dt_files_get(sb, ctx, "/files/download?path=", path, &rq, &r, "file", "read_file",
+                          error);
     cl_resp_clear(&r);
     return rc;
 }
@@ -1217,19 +1207,9 @@ static int dt_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
     const char *op = "list_files";
-    char *ap = dt_abs(sb, path);
-    char *q = ap ? dt_query_path("/files?path=", ap) : NULL;
-    free(ap);
     cl_req rq = { .method = "GET", .idempotent = CL_SAFE, .what = "list the directory" };
     cl_resp r = { 0 };
-    int rc = q ? dt_toolbox(sb, ctx, &rq, q, &r, op, error) : -1;
-    free(q);
-    if (rc < 0) {
-        if (r.status == 404) {
-            sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
-                                     "no such directory in the sandbox: %s", path);
-            cl_context(err, "path", path);
-        }
+    if (dt_files_get(sb, ctx, "/files?path=", path, &rq, &r, "directory", op, error) < 0) {
         cl_resp_clear(&r);
         return -1;
     }
@@ -1258,19 +1238,9 @@ static int dt_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
                         sbx_plugin_file_info *info, sbx_error **error)
 {
     const char *op = "stat_file";
-    char *ap = dt_abs(sb, path);
-    char *q = ap ? dt_query_path("/files/info?path=", ap) : NULL;
-    free(ap);
     cl_req rq = { .method = "GET", .idempotent = CL_SAFE, .what = "look at the file" };
     cl_resp r = { 0 };
-    int rc = q ? dt_toolbox(sb, ctx, &rq, q, &r, op, error) : -1;
-    free(q);
-    if (rc < 0) {
-        if (r.status == 404) {
-            sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
-                                     "no such file in the sandbox: %s", path);
-            cl_context(err, "path", path);
-        }
+    if (dt_files_get(sb, ctx, "/files/info?path=", path, &rq, &r, "file", op, error) < 0) {
         cl_resp_clear(&r);
         return -1;
     }
@@ -1626,20 +1596,8 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 {
     const char *op = "exec";
     (void)ctx;
-    if (dt_check(sb, op, error) < 0)
+    if (cl_exec_check(&sb->s, DT_BACKEND, rq, 0, error) < 0)
         return -1;
-    if (rq->tty_rows || rq->tty_cols) {
-        cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                "daytona backend: commands on a terminal are not supported");
-        return -1;
-    }
-    if (rq->user) {
-        sbx_error *err = cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                                 "daytona backend: commands run as the sandbox's user; user %s "
-                                 "cannot be chosen per command", rq->user);
-        cl_context(err, "user", rq->user);
-        return -1;
-    }
     /* The overlay becomes shell assignments (dt_command_line): each key
      * must be a shell name. */
     for (size_t i = 0; rq->env && rq->env[i]; i++) {

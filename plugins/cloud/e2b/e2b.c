@@ -845,13 +845,8 @@ static int e2b_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 {
     const char *op = "exec";
     (void)ctx;
-    if (e2b_check(sb, op, error) < 0)
+    if (cl_exec_check(&sb->s, E2B_BACKEND, rq, 1, error) < 0)
         return -1;
-    if (rq->tty_rows || rq->tty_cols) {
-        cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                "e2b backend: commands on a terminal are not supported");
-        return -1;
-    }
     e2b_proc *p = calloc(1, sizeof(*p));
     if (!p) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1292,22 +1287,9 @@ static int e2b_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     return e2b_delete(client, ctx, id, "destroy_by_id", error);
 }
 
-typedef struct e2b_ids {
-    char **v;
-    size_t n;
-} e2b_ids;
-
 static int e2b_id_one(void *ud, json_object *it)
 {
-    e2b_ids *s = ud;
-    const char *id = cl_json_str(it, "sandboxID");
-    char **nv = id ? realloc(s->v, (s->n + 2) * sizeof(char *)) : NULL;
-    if (!nv)
-        return 0;
-    s->v = nv;
-    if ((s->v[s->n] = strdup(id)))
-        s->n++;
-    s->v[s->n] = NULL;
+    cl_ids_add(ud, cl_json_str(it, "sandboxID"));
     return 0;
 }
 
@@ -1315,16 +1297,9 @@ static int e2b_id_one(void *ud, json_object *it)
 static int e2b_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
                           sbx_error **error)
 {
-    e2b_ids s = { NULL, 0 };
+    cl_ids s = { 0 };
     int rc = e2b_list(ud, ctx, CL_META_TOKEN, token, e2b_id_one, &s, "create", error);
-    if (rc < 0) {
-        cl_strv_free(s.v);
-        return -1;
-    }
-    if (!s.v)
-        s.v = calloc(1, sizeof(char *));
-    *ids = s.v;
-    return s.v ? 0 : -1;
+    return cl_ids_finish(&s, rc, ids, "create", error);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -1228,19 +1228,8 @@ static int tl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 {
     const char *op = "exec";
     (void)ctx;
-    if (tl_check(sb, op, error) < 0)
+    if (cl_exec_check(&sb->s, TL_BACKEND, rq, 0, error) < 0)
         return -1;
-    if (rq->tty_rows || rq->tty_cols) {
-        cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                "tensorlake backend: commands on a terminal are not supported");
-        return -1;
-    }
-    if (rq->user) {
-        cl_context(cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                           "tensorlake backend: user %s cannot be chosen per command",
-                           rq->user), "user", rq->user);
-        return -1;
-    }
     tl_proc *p = calloc(1, sizeof(*p));
     if (!p) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
