@@ -443,6 +443,32 @@ Test(provider, ids_collected_and_finished)
     cr_assert_null(s.v);
 }
 
+/* A command's failure: the thread's last error, reason=gone when the
+ * sandbox is, and a context pair set after it. */
+Test(provider, proc_failure_and_its_context)
+{
+    cl_proc p = { 0 };
+    pthread_mutex_init(&p.lock, NULL);
+    cl_sandbox s;
+    cr_assert_eq(cl_sandbox_init(&s, "sb-6"), 0);
+    cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "no answer");
+    cl_proc_fail_in(&p, &s);
+    cr_assert_eq(p.err_code, SBX_ERROR_CONNECTION);
+    cr_assert_str_eq(p.err_msg, "no answer");
+    cr_assert_str_eq(p.err_ctx_key, "");
+    cl_gone_error(NULL, "exec", "acme", "sb-6");
+    cl_gone_set(&s.gone);
+    cl_proc_fail_in(&p, &s);
+    cr_assert_eq(p.err_code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(p.err_ctx_key, "reason");
+    cr_assert_str_eq(p.err_ctx_val, "gone");
+    cl_proc_context(&p, "state", "archived");
+    cr_assert_str_eq(p.err_ctx_key, "state");
+    cr_assert_str_eq(p.err_ctx_val, "archived");
+    cl_sandbox_clear(&s);
+    pthread_mutex_destroy(&p.lock);
+}
+
 Test(provider, client_config_http_configure_and_refuse)
 {
     json_object *cfg = (json_object *)1;

@@ -609,6 +609,21 @@ int cl_exec_launch(cl_proc *p, cl_proc_run_fn run, void *ud, int made,
     return cl_proc_start(p, rq->stdout_fd, rq->stderr_fd, op, error);
 }
 
+void cl_proc_context(cl_proc *p, const char *key, const char *value)
+{
+    pthread_mutex_lock(&p->lock);
+    snprintf(p->err_ctx_key, sizeof p->err_ctx_key, "%s", key);
+    snprintf(p->err_ctx_val, sizeof p->err_ctx_val, "%s", value);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void cl_proc_fail_in(cl_proc *p, cl_sandbox *s)
+{
+    cl_proc_fail_last(p);
+    if (cl_gone_get(&s->gone))
+        cl_proc_context(p, "reason", "gone");
+}
+
 int cl_exec_wait_script(sbx_plugin_process *process, sbx_plugin_sandbox *sb,
                         const char *script, cl_run_fn run, int timeout_ms, int *exit_code,
                         sbx_error **error)

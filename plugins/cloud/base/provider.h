@@ -410,6 +410,15 @@ int cl_exec_launch(cl_proc *p, cl_proc_run_fn run, void *ud, int made,
                    const sbx_plugin_exec_request *rq, int *stdin_fd, const char *op,
                    sbx_error **error);
 
+/** Sets the one context pair (@key=@value, both copied, cut to fit) of
+ *  @p's failure, which exec_wait hands out: on the worker thread, after
+ *  cl_proc_fail() or cl_proc_fail_last(). */
+void cl_proc_context(cl_proc *p, const char *key, const char *value);
+
+/** cl_proc_fail_last(), with context reason=gone when sandbox @s is gone
+ *  (its flag set by the call that failed). On the worker thread. */
+void cl_proc_fail_in(cl_proc *p, cl_sandbox *s);
+
 /**
  * The exec_wait slot's body for a command run as @script (cl_shell_script()
  * with a cwd) in @sb, whose process struct starts with a cl_proc:

@@ -1547,10 +1547,8 @@ fail:
     /* The error of the call that failed is this thread's last (cloud.h);
      * a sandbox in a state that cannot run commands names it. */
     cl_proc_fail_last(base);
-    if (dt_wake_state[0]) {
-        snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "state");
-        snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "%s", dt_wake_state);
-    }
+    if (dt_wake_state[0])
+        cl_proc_context(base, "state", dt_wake_state);
     code = -1;
     if (stdin_path && !dt_is_gone(sb)) {
         /* The command may not have run to remove its stdin file. */
@@ -1568,10 +1566,8 @@ out:
             dt_session_delete(sb, s->id);
         free(s);
     }
-    if (code < 0 && dt_is_gone(sb)) {
-        snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
-        snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
-    }
+    if (code < 0 && dt_is_gone(sb))
+        cl_proc_context(base, "reason", "gone");
     json_object_put(j);
     json_object_put(eb);
     free(stdin_path);

@@ -814,15 +814,10 @@ static int e2b_exec_run(cl_proc *base)
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
     int code = e2b_run_stream(p, &ctx, 0, p->stdin_fd >= 0, NULL);
     if (code < 0) {
-        cl_proc_fail_last(base);
-        if (e2b_is_gone(p->sb)) {
-            snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
-            snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
-        } else if (cl_last()->code == SBX_ERROR_NOT_FOUND && (p->cwd || p->sb->workdir)) {
-            snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "path");
-            snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "%s",
-                     p->cwd ? p->cwd : p->sb->workdir);
-        }
+        cl_proc_fail_in(base, &p->sb->s);
+        if (!e2b_is_gone(p->sb) && cl_last()->code == SBX_ERROR_NOT_FOUND
+            && (p->cwd || p->sb->workdir))
+            cl_proc_context(base, "path", p->cwd ? p->cwd : p->sb->workdir);
     }
     return code;
 }

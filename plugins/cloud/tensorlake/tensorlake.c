@@ -1200,12 +1200,8 @@ static int tl_exec_run(cl_proc *base)
         goto fail;
     goto out;
 fail:
-    cl_proc_fail_last(base);
+    cl_proc_fail_in(base, &sb->s);
     code = -1;
-    if (tl_is_gone(sb)) {
-        snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
-        snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
-    }
 out:
     free(script);
     free(stdin_path);
