@@ -179,20 +179,10 @@ static double e2b_rfc3339(const char *s)
     return (double)timegm(&tm) + frac;
 }
 
-/* A control-plane call on /sandboxes/{id}@suffix. */
-static int e2b_sbcall(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *method,
-                      const char *id, const char *suffix, json_object *body, cl_idempotency idem,
-                      cl_resp *r, const char *op, const char *what, sbx_error **error)
-{
-    char *url = cl_item_url(c->api, "sandboxes", id, suffix);
-    if (!url) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    int rc = cl_request_json(c->http, ctx, method, url, body, idem, r, op, what, error);
-    free(url);
-    return rc;
-}
+/* A control-plane call on /sandboxes/{id}@suffix (provider.h). */
+#define e2b_sbcall(c, ctx, method, id, suffix, body, idem, r, op, what, error)               \
+    cl_item_request((c)->http, (ctx), (method), (c)->api, "sandboxes", (id), (suffix), (body), \
+                    (idem), (r), (op), (what), (error))
 
 /* GET /sandboxes/{id}: SandboxDetail, or NULL (*@status 404 when gone, 0
  * when no answer came; other statuses store an error). */
@@ -490,9 +480,7 @@ static int e2b_unary(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
  * directory (else left to envd, which takes it from the user's home). */
 static char *e2b_abs(struct sbx_plugin_sandbox *sb, const char *path)
 {
-    if (path[0] == '/' || !sb->workdir)
-        return strdup(path);
-    return cl_printf("%s/%s", sb->workdir, path);
+    return cl_path_in(sb->workdir, path);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1005,15 +993,10 @@ static int e2b_exec_run(cl_proc *base)
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
     int code = e2b_run_stream(p, &ctx, 0, p->stdin_fd >= 0, NULL);
     if (code < 0) {
-        cl_proc_fail_last(base);
-        if (e2b_is_gone(p->sb)) {
-            snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
-            snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
-        } else if (cl_last()->code == SBX_ERROR_NOT_FOUND && (p->cwd || p->sb->workdir)) {
-            snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "path");
-            snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "%s",
-                     p->cwd ? p->cwd : p->sb->workdir);
-        }
+        cl_proc_fail_in(base, &p->sb->s);
+        if (!e2b_is_gone(p->sb) && cl_last()->code == SBX_ERROR_NOT_FOUND
+            && (p->cwd || p->sb->workdir))
+            cl_proc_context(base, "path", p->cwd ? p->cwd : p->sb->workdir);
     }
     return code;
 }
@@ -1036,13 +1019,8 @@ static int e2b_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 {
     const char *op = "exec";
     (void)ctx;
-    if (e2b_check(sb, op, error) < 0)
+    if (cl_exec_check(&sb->s, E2B_BACKEND, rq, 1, error) < 0)
         return -1;
-    if (rq->tty_rows || rq->tty_cols) {
-        cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                "e2b backend: commands on a terminal are not supported");
-        return -1;
-    }
     e2b_proc *p = calloc(1, sizeof(*p));
     if (!p) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1060,18 +1038,7 @@ static int e2b_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
         bad = !(p->cwd = e2b_abs(sb, rq->cwd));
     if (!bad && rq->user)
         bad = !(p->user = strdup(rq->user));
-    if (!bad && rq->stdin_fd >= 0 && (p->stdin_fd = fcntl(rq->stdin_fd, F_DUPFD_CLOEXEC, 3)) < 0)
-        bad = 1;
-    if (bad) {
-        e2b_proc_free_fields(p);
-        free(p);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot start the command: %s",
-                strerror(errno ? errno : ENOMEM));
-        return -1;
-    }
-    p->base.run = e2b_exec_run;
-    p->base.ud = p;
-    if (cl_proc_start(&p->base, rq->stdout_fd, rq->stderr_fd, op, error) < 0) {
+    if (cl_exec_launch(&p->base, e2b_exec_run, p, !bad, rq, &p->stdin_fd, op, error) < 0) {
         e2b_proc_free_fields(p);
         free(p);
         return -1;
@@ -1327,21 +1294,13 @@ static int e2b_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
     return cl_sandbox_destroy(&sb->s, sb->c, e2b_delete, ctx, error);
 }
 
+/* Running or paused: it exists. */
 static int e2b_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    if (e2b_is_gone(sb))
-        return 0;
-    long st;
-    json_object *j = e2b_get(sb->c, ctx, sb->s.id, &st, "is_alive", error);
-    if (!j) {
-        if (st == 404) {
-            e2b_mark_gone(sb);
-            return 0;
-        }
-        return -1;
-    }
-    json_object_put(j);     /* running or paused: it exists */
-    return 1;
+    char *url = cl_item_url(sb->c->api, "sandboxes", sb->s.id, "");
+    int rc = cl_sandbox_is_alive(&sb->s, sb->c->http, ctx, url, NULL, NULL, error);
+    free(url);
+    return rc;
 }
 
 /* {"version":1,"sandbox_id","workdir"?,"lifetime_s"}: no access token, no
@@ -1404,15 +1363,9 @@ static int e2b_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error *
     cl_resp r = { 0 };
     int rc = e2b_sbcall(sb->c, ctx, "POST", sb->s.id, "/pause", NULL, CL_SAFE, &r, op,
                         "pause the sandbox", error);
-    if (rc == 0 && r.status / 100 != 2 && r.status != 409) {
-        if (r.status == 404) {
-            e2b_mark_gone(sb);
-            e2b_gone_error(error, op, sb->s.id);
-        } else {
-            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "pause the sandbox");
-        }
-        rc = -1;
-    }
+    if (rc == 0 && r.status != 409)
+        rc = cl_sandbox_answer(&sb->s, sb->c->http, &r, E2B_BACKEND, op, "pause the sandbox",
+                               error);
     cl_resp_clear(&r);
     return rc;      /* 409: it is paused already */
 }
@@ -1513,22 +1466,9 @@ static int e2b_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     return e2b_delete(client, ctx, id, "destroy_by_id", error);
 }
 
-typedef struct e2b_ids {
-    char **v;
-    size_t n;
-} e2b_ids;
-
 static int e2b_id_one(void *ud, json_object *it)
 {
-    e2b_ids *s = ud;
-    const char *id = cl_json_str(it, "sandboxID");
-    char **nv = id ? realloc(s->v, (s->n + 2) * sizeof(char *)) : NULL;
-    if (!nv)
-        return 0;
-    s->v = nv;
-    if ((s->v[s->n] = strdup(id)))
-        s->n++;
-    s->v[s->n] = NULL;
+    cl_ids_add(ud, cl_json_str(it, "sandboxID"));
     return 0;
 }
 
@@ -1536,16 +1476,9 @@ static int e2b_id_one(void *ud, json_object *it)
 static int e2b_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
                           sbx_error **error)
 {
-    e2b_ids s = { NULL, 0 };
+    cl_ids s = { 0 };
     int rc = e2b_list(ud, ctx, CL_META_TOKEN, token, e2b_id_one, &s, "create", error);
-    if (rc < 0) {
-        cl_strv_free(s.v);
-        return -1;
-    }
-    if (!s.v)
-        s.v = calloc(1, sizeof(char *));
-    *ids = s.v;
-    return s.v ? 0 : -1;
+    return cl_ids_finish(&s, rc, ids, "create", error);
 }
 
 /* ------------------------------------------------------------------------ */
