@@ -24,8 +24,9 @@
  *    token is kept in memory only and fetched again by resume) and
  *    "Authorization: Basic base64(USER:)" (default user "user").
  *  - create: POST /sandboxes. template → templateID (default "base");
- *    timeout_secs → timeout, always sent, so the provider bounds every
- *    sandbox (CASE-33); env → envVars; allow_internet=0 →
+ *    timeout_secs → timeout, plus E2B_LIFETIME_MARGIN_S (5 s: a command
+ *    the library times out at the lifetime's end reports 124, not a lost
+ *    sandbox), always sent, so the provider bounds every sandbox (CASE-33); env → envVars; allow_internet=0 →
  *    allow_internet_access false; the create token, backend and expiry →
  *    metadata (CL_META_*), which is how list_owned, destroy_by_id and the
  *    reaper of lost creates find it (CASE-20). Size comes from the template:
@@ -98,6 +99,7 @@
 #define E2B_ENVD_PORT "49983"
 #define E2B_DEFAULT_TEMPLATE "base"
 #define E2B_DEFAULT_USER "user"
+#define E2B_LIFETIME_MARGIN_S 5    /* provider end after the caller's lifetime */
 #define E2B_MAX_TIMEOUT_S 86400         /* the API's bound on timeout */
 #define E2B_STATE_VERSION 1
 #define E2B_STDIN_CHUNK 49152           /* bytes per SendInput */
@@ -1176,7 +1178,12 @@ static json_object *e2b_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cr
         e2b_refuse(error, "timeout_secs", buf, "E2B takes 1 to 86400 seconds");
         return NULL;
     }
-    *timeout = (long long)ceil(ts);
+    /* The library times commands out at the lifetime's end; the provider
+     * ends the sandbox E2B_LIFETIME_MARGIN_S later, so that such a command
+     * is reported timed out (124), not lost with its sandbox. */
+    *timeout = (long long)ceil(ts) + E2B_LIFETIME_MARGIN_S;
+    if (*timeout > E2B_MAX_TIMEOUT_S)
+        *timeout = E2B_MAX_TIMEOUT_S;
     json_object *b = json_object_new_object(), *meta = json_object_new_object();
     json_object_object_add(b, "templateID", json_object_new_string(
                                rq->template_name ? rq->template_name : E2B_DEFAULT_TEMPLATE));
