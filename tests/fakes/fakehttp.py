@@ -224,6 +224,7 @@ class Fake:
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     fake = None  # set by serve()
+    auth_header = "Authorization"  # the header that carries "Bearer <key>"
 
     def log_message(self, fmt, *args):  # quiet: the request log is the record
         pass
@@ -353,7 +354,7 @@ class Handler(BaseHTTPRequestHandler):
         self._status = 0
         self._now = None
         path, query = self.parsed()
-        auth = self.headers.get("Authorization")
+        auth = self.headers.get(self.auth_header)
         redacted = None if auth is None else (auth.split(" ", 1)[0] + " <redacted>")
         entry = {
             "method": self.command,

@@ -218,6 +218,11 @@ void cl_http_free(cl_http *h);
  *  "Authorization" with @value "Bearer KEY"); the value is a secret (see
  *  cl_http_set_secret). Copied. Not thread-safe: call before requests. */
 int cl_http_set_auth(cl_http *h, const char *header, const char *value);
+/** Adds the header "@header: @value" (copied; not a secret: it appears in
+ *  no message but is not scrubbed either) to every request of @h, after
+ *  the credential: a workspace or API version header. 0, or -1 on no
+ *  memory or past 8 headers. Not thread-safe: call before requests. */
+int cl_http_add_header(cl_http *h, const char *header, const char *value);
 /** Adds @secret to what is scrubbed from every message (copied; up to 8).
  *  Not thread-safe: call before requests. */
 int cl_http_set_secret(cl_http *h, const char *secret);

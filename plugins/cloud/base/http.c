@@ -41,6 +41,7 @@
 #define KEEP_MAX ((size_t)64 << 20)
 #define POOL_MAX 8
 #define SECRETS_MAX 8
+#define FIXED_MAX 8                 /* headers sent on every request */
 #define CONNECT_SECS 10.0
 
 void cl_last_set_http(long status, double retry_after_s);
@@ -52,6 +53,8 @@ struct cl_http {
     CURL *idle[POOL_MAX];
     int nidle;
     char *auth_header;              /* "Name: value" */
+    char *fixed[FIXED_MAX];         /* "Name: value" sent on every request */
+    int nfixed;
     char *secrets[SECRETS_MAX];
     int nsecrets;
     cl_retry_policy retry;
@@ -109,6 +112,8 @@ void cl_http_free(cl_http *c)
         memset(c->auth_header, 0, strlen(c->auth_header));
         free(c->auth_header);
     }
+    for (int i = 0; i < c->nfixed; i++)
+        free(c->fixed[i]);
     for (int i = 0; i < c->nsecrets; i++) {
         memset(c->secrets[i], 0, strlen(c->secrets[i]));
         free(c->secrets[i]);
@@ -128,6 +133,18 @@ int cl_http_set_secret(cl_http *c, const char *secret)
     if (!(c->secrets[c->nsecrets] = strdup(secret)))
         return -1;
     c->nsecrets++;
+    return 0;
+}
+
+int cl_http_add_header(cl_http *c, const char *header, const char *value)
+{
+    if (c->nfixed == FIXED_MAX)
+        return -1;
+    if (asprintf(&c->fixed[c->nfixed], "%s: %s", header, value) < 0) {
+        c->fixed[c->nfixed] = NULL;
+        return -1;
+    }
+    c->nfixed++;
     return 0;
 }
 
@@ -544,6 +561,8 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
         hdrs = curl_slist_append(hdrs, "Expect:");
         if (c->auth_header && !req->no_auth)
             hdrs = curl_slist_append(hdrs, c->auth_header);
+        for (int i = 0; i < c->nfixed; i++)
+            hdrs = curl_slist_append(hdrs, c->fixed[i]);
         for (size_t i = 0; req->headers && req->headers[i]; i++)
             hdrs = curl_slist_append(hdrs, req->headers[i]);
         const char *ct = req->content_type;
