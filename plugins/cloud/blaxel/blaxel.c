@@ -36,7 +36,7 @@
  *  - Standby: Blaxel puts an idle sandbox on standby (state STANDBY) and
  *    any data-plane call wakes it; is_alive counts it alive, and nothing
  *    else needs to be done.
- *  - exec: POST {url}/process {command: "bash -c SCRIPT", env,
+ *  - exec: POST {url}/process {command: "exec bash -c SCRIPT", env,
  *    waitForCompletion: true, timeout: 0} with "Accept: text/event-stream",
  *    read as the NDJSON stream (keepalive lines dropped; "result" carries
  *    the ProcessResponse as a JSON string: exitCode; "error" is an error;
@@ -565,11 +565,28 @@ static json_object *bl_create_body(struct sbx_plugin_client *c, const char *name
     json_object_object_add(rt, "ttl", json_object_new_string(buf));
     if (c->region)
         json_object_object_add(spec, "region", json_object_new_string(c->region));
-    if (rq->backend_options && *rq->backend_options && strcmp(rq->backend_options, "{}") != 0) {
-        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                           "blaxel backend_options: %s: this backend takes none",
-                           rq->backend_options), "option", "backend_options");
-        goto fail;
+    if (rq->backend_options && *rq->backend_options) {
+        json_object *bo = json_tokener_parse(rq->backend_options);
+        sbx_error *err = NULL;
+        if (!bo || !json_object_is_type(bo, json_type_object)) {
+            err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                          "blaxel backend_options: %s is not a JSON object",
+                          rq->backend_options);
+        } else {
+            json_object_object_foreach(bo, k, v) {
+                (void)v;
+                err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                              "blaxel backend_options: unknown key \"%s\" (the blaxel backend "
+                              "takes no backend options)", k);
+                cl_context(err, "name", k);
+                break;
+            }
+        }
+        json_object_put(bo);
+        if (err) {
+            cl_context(err, "option", "backend_options");
+            goto fail;
+        }
     }
     return b;
 fail:
@@ -1224,7 +1241,9 @@ static int bl_run(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
 {
     json_object *b = json_object_new_object(), *e = cl_env_object(env);
     char *q = cl_shell_quote(script);
-    char *cmd = q ? cl_printf("bash -c %s", q) : NULL;
+    /* exec: the provider's shell becomes bash, so that no process of the
+     * provider's own stands between the command and its signals. */
+    char *cmd = q ? cl_printf("exec bash -c %s", q) : NULL;
     free(q);
     if (!cmd) {
         json_object_put(b);
