@@ -455,8 +455,10 @@ static int bl_size(const sbx_plugin_create_request *rq, int64_t *memory, sbx_err
     if (set & SBX_OPTION_MEMORY_MB) {
         if (rq->memory_mb < BL_MEMORY_STEP_MB || rq->memory_mb % BL_MEMORY_STEP_MB) {
             snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
-            cl_context(bl_refuse(error, "memory_mb", buf, "Blaxel takes memory in multiples "
-                                 "of 1024 MB"), "step_mb", "1024");
+            sbx_error *err = bl_refuse(error, "memory_mb", buf, "Blaxel takes memory in "
+                                       "multiples of 1024 MB, from 1024 MB");
+            cl_context(err, "step_mb", "1024");
+            cl_context(err, "min_mb", "1024");
             return -1;
         }
         *memory = rq->memory_mb;
