@@ -474,6 +474,8 @@ class BlaxelHandler(fakehttp.Handler):
                 parts = multipart(ctype, body)
                 if "file" not in parts:
                     raise err(400, "multipart body without a file part")
+                if len(parts["file"]) > PART_MAX:
+                    raise err(413, "file over 5 MB: use /filesystem-multipart")
                 return self.put_file(host, fpath, parts["file"],
                                      parts.get("permissions", b"").decode() or None)
             req = json.loads(body or b"{}")
