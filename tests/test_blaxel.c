@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <json-c/json.h>
 #include <sbx/sbx.h>
@@ -236,4 +237,61 @@ Test(blaxel, a_sandbox_the_provider_lost_is_gone)
     sbx_error_free(err);
     err = NULL;
     cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 0);
+}
+
+/* The live sandboxes at the fake (its control route, no credential). */
+static size_t fake_live(void)
+{
+    char *body = NULL;
+    cr_assert_eq(tu_fake_http("GET", "/_fake/sandboxes", NULL, NULL, &body), 200);
+    json_object *j = json_tokener_parse(body);
+    cr_assert(json_object_is_type(j, json_type_array));
+    size_t n = json_object_array_length(j);
+    json_object_put(j);
+    free(body);
+    return n;
+}
+
+/* CASE-20: the provider makes the sandbox after the create call gave up;
+ * the plugin finds it by its name (the create token) and label and deletes
+ * it. In process, calls are not bounded (sbx_client_set_call_timeout): the
+ * create waits for the late answer and succeeds. */
+Test(blaxel, a_create_the_provider_finishes_after_the_timeout_is_deleted)
+{
+    size_t n0 = fake_live();
+    tu_fake_post("/_fake/faults", "{\"method\":\"POST\",\"path\":\"^/v0/sandboxes$\","
+                 "\"action\":\"pass\",\"delay\":2}");
+    cr_assert_eq(sbx_client_set_call_timeout(g_client, 1.0, NULL), 0);
+    const char *mode = getenv("SBX_PLUGIN_MODE");
+    int inprocess = mode && strcmp(mode, "inprocess") == 0;
+    double t0 = tu_now();
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_sandbox_create(g_client, NULL, &err);
+    double dt = tu_now() - t0;
+    if (inprocess) {
+        cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+        cr_assert_eq(fake_live(), n0 + 1);
+        cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+        sbx_sandbox_free(sb);
+        cr_assert_eq(fake_live(), n0);
+        return;
+    }
+    cr_assert_null(sb);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_TIMEOUT, "%s", sbx_error_get0_message(err));
+    cr_assert(dt <= 1.5, "the create returned after %.2f s", dt);
+    sbx_error_free(err);
+    /* The case's bound: within 10 s the sandbox the provider made late is
+     * deleted (once), and its live list is as before. */
+    int deletes = 0;
+    for (int i = 0; i < 100 && deletes == 0; i++) {
+        usleep(100000);
+        json_object *log = tu_fake_log();
+        deletes = tu_fake_count(log, "DELETE", "/v0/sandboxes/sbx-[0-9a-f]+", NULL, 0);
+        json_object_put(log);
+    }
+    cr_assert_eq(deletes, 1, "the late sandbox was not deleted within 10 s");
+    cr_assert_eq(fake_live(), n0);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", "/v0/sandboxes", NULL, 0), 1);
+    json_object_put(log);
 }

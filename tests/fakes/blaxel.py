@@ -49,7 +49,8 @@ Sandboxes are real (tests/fakes/nsbox.py); spec.runtime.envs is the
 environment of every process, the per-call env winning.
 
 Control routes (no auth; not logged): GET/DELETE /_fake/log, POST /_fake/faults
-(tests/fakes/fakehttp.py); POST /_fake/sandbox/{name}/vanish (404 everywhere);
+(tests/fakes/fakehttp.py); GET /_fake/sandboxes (the live names);
+POST /_fake/sandbox/{name}/vanish (404 everywhere);
 POST /_fake/sandbox/{name}/standby; GET /_fake/sandbox/{name} {"status",
 "state", "root", "running", "ttl_s", "wakes"}; POST /_fake/config
 {"deploy_delay": s, "page_size": n}.
@@ -264,6 +265,10 @@ class BlaxelHandler(fakehttp.Handler):
     def fake_control(self, path):
         f = FAKE
         m = re.fullmatch(r"/_fake/sandbox/([^/]+)(/vanish|/standby)?", path)
+        if path == "/_fake/sandboxes" and self.command == "GET":
+            with f.lock:
+                names = sorted(f.sandboxes)
+            return self.send_json(200, names)
         if path == "/_fake/config" and self.command == "POST":
             with f.lock:
                 f.config.update(self.json_body())

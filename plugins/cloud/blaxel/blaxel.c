@@ -93,8 +93,8 @@
 #define BL_MB_PER_VCPU 2048             /* memory decides vCPU */
 #define BL_MEMORY_STEP_MB 1024
 #define BL_PART_BYTES ((size_t)5 << 20) /* one request's file bytes; past it, parts */
-#define BL_LABEL_BACKEND "sbx_backend"
-#define BL_LABEL_TOKEN "sbx_create_token"
+#define BL_LABEL_BACKEND CL_META_BACKEND
+#define BL_LABEL_TOKEN CL_META_TOKEN
 
 #define BL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_RESUME          \
                  | SBX_CAP_ISOLATION | SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT              \
@@ -106,6 +106,7 @@ struct sbx_plugin_client {
     char *run;          /* data plane base, no trailing slash */
     char *workspace;
     char *region;       /* or NULL */
+    cl_reaper *reaper;  /* creates whose answer was lost (CASE-20) */
 };
 
 struct sbx_plugin_sandbox {
@@ -315,6 +316,7 @@ static void bl_client_free(sbx_plugin_client *c)
 {
     if (!c)
         return;
+    cl_reaper_free(c->reaper);
     cl_http_free(c->http);
     free(c->api);
     free(c->run);
@@ -351,6 +353,37 @@ static int bl_opt(json_object *cfg, const char *key, const char *env, char **out
     return 0;
 }
 
+static void bl_name(const sbx_call_ctx *ctx, char *out, size_t cap);
+
+/* The reaper's look-up: the sandbox named by @token when it carries
+ * @token in its labels (a create names its sandbox by its token). */
+static int bl_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
+                         sbx_error **error)
+{
+    struct sbx_plugin_client *c = ud;
+    sbx_call_ctx tc = { sizeof(tc), ctx ? ctx->deadline : 0, ctx ? ctx->cancel_fd : -1,
+                        token };
+    char name[64];
+    bl_name(&tc, name, sizeof name);
+    long st;
+    json_object *j = bl_get(c, ctx, name, &st, "create", error);
+    if (!j && st != 404)
+        return -1;
+    const char *lt = j ? cl_json_str(cl_json_path(j, "metadata", "labels", NULL),
+                                     BL_LABEL_TOKEN) : NULL;
+    int ours = lt && strcmp(lt, token) == 0;
+    *ids = calloc(2, sizeof(char *));
+    if (*ids && ours)
+        (*ids)[0] = strdup(name);
+    json_object_put(j);
+    return *ids ? 0 : -1;
+}
+
+static int bl_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
+{
+    return bl_delete(ud, ctx, id, "create", error);
+}
+
 static int bl_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
@@ -381,6 +414,10 @@ static int bl_client_new(const char *config_json, sbx_plugin_client **client, sb
         goto fail;
     if (cl_http_add_header(c->http, "X-Blaxel-Workspace", c->workspace) < 0
         || cl_http_add_header(c->http, "Blaxel-Version", BL_API_VERSION) < 0) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
+    if (!(c->reaper = cl_reaper_new(bl_find_token, bl_reap_delete, c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
@@ -613,6 +650,17 @@ static void bl_name(const sbx_call_ctx *ctx, char *out, size_t cap)
     }
 }
 
+/* A create sent and not answered (or answered 5xx / 408 after it may have
+ * acted): the provider may still finish it (CASE-20). Its sandbox, named
+ * and labelled by the create token, is looked for once now, with 1.5 s of
+ * its own (the call's deadline has passed), then on the reaper's thread
+ * for 30 s. */
+static void bl_reap_lost(struct sbx_plugin_client *c, const char *token)
+{
+    cl_reap_now(c->reaper, NULL, token, 1.5);
+    cl_reaper_add(c->reaper, token, 30.0);
+}
+
 static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                      const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
                      sbx_error **error)
@@ -631,9 +679,26 @@ static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     int rc = -1;
     struct sbx_plugin_sandbox *sb = NULL;
     /* Safe to re-send: the name is this call's, and a 409 is looked into. */
-    if (!url || cl_request_json(c->http, ctx, "POST", url, body, CL_SAFE, &r, op,
-                                "create the sandbox", error) < 0)
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
+    }
+    if (cl_request_json(c->http, ctx, "POST", url, body, CL_SAFE, &r, op,
+                        "create the sandbox", NULL) < 0) {
+        cl_last_error l = *cl_last();
+        /* The call's deadline cancelled it: a timeout. */
+        if (l.code == SBX_ERROR_CANCELLED && ctx && ctx->deadline > 0
+            && cl_now() >= ctx->deadline - 0.05)
+            l.code = SBX_ERROR_TIMEOUT;
+        sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
+        if (l.unknown)
+            cl_outcome_unknown(err);
+        /* Its name is this call's: whatever the provider made of it is
+         * looked for now (briefly: the call is over) and for a while. */
+        if (token)
+            bl_reap_lost(c, token);
+        goto out;
+    }
     if (r.status == 409 && r.attempts > 1) {
         /* An earlier attempt made it: ours when it carries our token. */
         long st;
@@ -649,6 +714,8 @@ static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             goto out;
         }
     } else if (r.status / 100 != 2) {
+        if (token && (r.status / 100 == 5 || r.status == 408))
+            bl_reap_lost(c, token);
         sbx_error *err = cl_fail_status(c->http, error,
                                         r.status / 100 == 4 && r.status != 401
                                         && r.status != 403 && r.status != 429
