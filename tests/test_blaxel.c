@@ -295,3 +295,20 @@ Test(blaxel, a_create_the_provider_finishes_after_the_timeout_is_deleted)
     cr_assert_eq(tu_fake_count(log, "POST", "/v0/sandboxes", NULL, 0), 1);
     json_object_put(log);
 }
+
+/* The data plane answers a directory with its JSON listing whatever the
+ * Accept header asks: reading one is invalid_argument, and none of the
+ * listing reaches the caller. */
+Test(blaxel, reading_a_directory_is_refused_and_writes_nothing)
+{
+    g_sb = tu_create(g_client, NULL);
+    sbx_error *err = NULL;
+    char *data = NULL;
+    size_t len = 7;
+    cr_assert_eq(sbx_sandbox_read_file(g_sb, "/tmp", &data, &len, &err), -1);
+    cr_assert_null(data);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(sbx_error_get0_message(err), "/tmp is a directory in the sandbox, not a file");
+    cr_assert_str_eq(sbx_error_get0_context(err, "path"), "/tmp");
+    sbx_error_free(err);
+}

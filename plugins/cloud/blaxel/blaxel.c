@@ -969,20 +969,53 @@ static int bl_file_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r, const c
     return -1;
 }
 
+/* The sink of a raw read: the answer's bytes to @fd, unless the answer is
+ * a directory's JSON listing (the data plane answers a directory so
+ * whatever the Accept header asks): then nothing is written and the read
+ * stops. The answer's headers (in @r) are in before its first byte. */
+typedef struct bl_raw {
+    int fd;
+    const cl_resp *r;
+    int is_dir;
+} bl_raw;
+
+static int bl_raw_sink(void *ud, const char *p, size_t n)
+{
+    bl_raw *w = ud;
+    const char *ct = w->r->content_type;
+    if (ct && strncmp(ct, "application/json", 16) == 0) {
+        w->is_dir = 1;
+        return -1;
+    }
+    return cl_fd_sink(&w->fd, p, n);
+}
+
 static int bl_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                         sbx_error **error)
 {
     const char *op = "read_file";
     char *q = bl_files_path(sb, "/filesystem", path);
     static const char *const h[] = { "Accept: application/octet-stream", NULL };
-    cl_req rq = { .method = "GET", .headers = h, .sink = cl_fd_sink, .sink_ud = &fd,
-                  .idempotent = CL_SAFE, .what = "download the file" };
     cl_resp r = { 0 };
-    int rc = q ? bl_host(sb, ctx, &rq, q, &r, 1, op, error) : -1;
-    if (!q)
+    bl_raw w = { fd, &r, 0 };
+    cl_req rq = { .method = "GET", .headers = h, .sink = bl_raw_sink, .sink_ud = &w,
+                  .idempotent = CL_SAFE, .what = "download the file" };
+    int rc = q ? bl_host(sb, ctx, &rq, q, &r, 1, op, NULL) : -1;
+    if (!q) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (rc < 0)
+    } else if (rc < 0 && w.is_dir) {
+        cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "%s is a directory in the "
+                           "sandbox, not a file", path), "path", path);
+    } else if (rc < 0 && bl_is_gone(sb)) {
+        bl_gone_error(error, op, sb->s.id);
+    } else if (rc < 0 && r.status / 100 > 2) {
         bl_file_fail(sb, &r, op, path, "file", error);
+    } else if (rc < 0) {
+        cl_last_error l = *cl_last();
+        sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
+        if (l.unknown)
+            cl_outcome_unknown(err);
+    }
     free(q);
     cl_resp_clear(&r);
     return rc;
