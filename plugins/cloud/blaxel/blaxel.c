@@ -44,9 +44,10 @@
  *    stderr are text, so the command's are redirected into two files in
  *    the sandbox, read back as raw bytes after it ends (kept apart, exact)
  *    and deleted: output arrives when a command ends. stdin: uploaded as
- *    a file first and redirected. Every process of the command carries
- *    CL_EXEC_MARK=<its tag>, so exec_kill (a command of its own) signals
- *    all of them, setsid'd and orphaned ones included.
+ *    a file first and redirected; the three files are in a directory of
+ *    the command's own, removed in one request. Every process of the
+ *    command carries CL_EXEC_MARK=<its tag>, so exec_kill (a command of
+ *    its own) signals all of them, setsid'd and orphaned ones included.
  *  - files: GET {url}/filesystem/{path} ("Accept: application/octet-stream":
  *    raw bytes; else a directory's listing), PUT as multipart/form-data
  *    (file, permissions) up to BL_PART_BYTES, past that the multipart
@@ -1212,8 +1213,9 @@ static int bl_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
     ssize_t k = bl_read_chunk(fd, &first, BL_PART_BYTES);
     int rc = -1;
     if (k < 0) {
-        cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "cannot read the bytes for %s: %s", path,
-                           strerror(errno)), "path", path);
+        cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                           "cannot read the bytes for %s: %s", path, strerror(errno)),
+                   "path", path);
     } else if ((size_t)k == BL_PART_BYTES) {
         rc = bl_upload_parts(sb, ctx, path, fd, &first, mode, op, error);
     } else {
@@ -1413,27 +1415,31 @@ static int bl_exec_run(cl_proc *base)
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
     char *stdin_path = NULL, *script = NULL;
-    int code = -1;
+    char dir[64];
+    int code = -1, rc = -1;
+    /* The command's files: its stdin, stdout and stderr, in a directory of
+     * its own, removed in one request at the end. */
+    snprintf(dir, sizeof dir, "/tmp/.%s", p->tag);
     if (p->stdin_fd >= 0) {
-        stdin_path = cl_printf("/tmp/.%s.in", p->tag);
+        stdin_path = cl_printf("%s/in", dir);
         if (!stdin_path || bl_upload(sb, &ctx, stdin_path, p->stdin_fd, 0600, op, NULL) < 0)
             goto fail;
-        script = cl_printf("exec </tmp/.%s.in >/tmp/.%s.out 2>/tmp/.%s.err; "
-                           "rm -f /tmp/.%s.in\n%s", p->tag, p->tag, p->tag, p->tag, p->script);
+        script = cl_printf("exec <%s/in >%s/out 2>%s/err; rm -f %s/in\n%s", dir, dir, dir,
+                           dir, p->script);
     } else {
-        script = cl_printf("exec </dev/null >/tmp/.%s.out 2>/tmp/.%s.err\n%s", p->tag, p->tag,
+        script = cl_printf("mkdir -p %s; exec </dev/null >%s/out 2>%s/err\n%s", dir, dir, dir,
                            p->script);
     }
     if (!script) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    int rc = bl_run(sb, &ctx, script, (const char *const *)p->env, p->tag, &code, op, NULL);
+    rc = bl_run(sb, &ctx, script, (const char *const *)p->env, p->tag, &code, op, NULL);
     /* The output, as raw bytes (the stream's output is text). */
     static const char *const h[] = { "Accept: application/octet-stream", NULL };
     for (int fd = 1; rc == 0 && fd <= 2; fd++) {
         char path[80];
-        snprintf(path, sizeof path, "/tmp/.%s.%s", p->tag, fd == 1 ? "out" : "err");
+        snprintf(path, sizeof path, "%s/%s", dir, fd == 1 ? "out" : "err");
         char *q = bl_files_path(sb, "/filesystem", path);
         bl_out o = { p, fd };
         cl_req rg = { .method = "GET", .headers = h, .sink = bl_out_sink, .sink_ud = &o,
@@ -1443,13 +1449,6 @@ static int bl_exec_run(cl_proc *base)
         if (rc < 0 && r2.status == 404 && !bl_is_gone(sb))
             rc = 0;     /* the command removed it */
         cl_resp_clear(&r2);
-        if (q) {
-            cl_req rd = { .method = "DELETE", .idempotent = CL_SAFE,
-                          .what = "remove the output" };
-            cl_resp r3 = { 0 };
-            bl_host(sb, &ctx, &rd, q, &r3, 1, op, NULL);
-            cl_resp_clear(&r3);
-        }
         free(q);
     }
     if (rc < 0)
@@ -1463,6 +1462,20 @@ fail:
         snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
     }
 out:
+    if (!bl_is_gone(sb)) {
+        /* With a bound of its own: the call may have been cancelled. */
+        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 10, -1, NULL };
+        char *q = bl_files_path(sb, "/filesystem", dir);
+        char *qr = q ? cl_printf("%s?recursive=true", q) : NULL;
+        cl_req rd = { .method = "DELETE", .idempotent = CL_SAFE,
+                      .what = "remove the command's files" };
+        cl_resp r3 = { 0 };
+        if (qr)
+            bl_host(sb, &c2, &rd, qr, &r3, 1, op, NULL);
+        cl_resp_clear(&r3);
+        free(qr);
+        free(q);
+    }
     free(script);
     free(stdin_path);
     return code;
