@@ -312,3 +312,23 @@ Test(blaxel, reading_a_directory_is_refused_and_writes_nothing)
     cr_assert_str_eq(sbx_error_get0_context(err, "path"), "/tmp");
     sbx_error_free(err);
 }
+
+/* A process stream that ends with an "error" line instead of its result is
+ * an error naming the provider's message, never exit 0. */
+Test(blaxel, a_stream_ending_in_an_error_line_is_an_error)
+{
+    g_sb = tu_create(g_client, NULL);
+    tu_fake_post("/_fake/config", "{\"stream_error\": \"process supervisor lost\"}");
+    sbx_error *err = NULL;
+    sbx_result *r = sbx_sandbox_execute_shell(g_sb, "echo hi", &err);
+    cr_assert_null(r, "exit %d", r ? sbx_result_get_exit_code(r) : -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_EXECUTION_FAILED);
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "blaxel: the command's stream said: process supervisor lost");
+    sbx_error_free(err);
+    /* The sandbox runs on. */
+    r = tu_sh(g_sb, "echo after", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "after\n");
+    sbx_result_free(r);
+}

@@ -53,7 +53,9 @@ Control routes (no auth; not logged): GET/DELETE /_fake/log, POST /_fake/faults
 POST /_fake/sandbox/{name}/vanish (404 everywhere);
 POST /_fake/sandbox/{name}/standby; GET /_fake/sandbox/{name} {"status",
 "state", "root", "running", "ttl_s", "wakes"}; POST /_fake/config
-{"deploy_delay": s, "page_size": n}.
+{"deploy_delay": s, "page_size": n, "stream_error": message} (the next
+process stream ends with an "error" line carrying the message instead of
+its "result").
 
 Python 3 standard library only. Run as root (bubblewrap and nsenter).
 """
@@ -620,6 +622,7 @@ class BlaxelHandler(fakehttp.Handler):
         return p
 
     def run(self, sb, body):
+        f = FAKE
         timeout = body.get("timeout") or 0
         p = self.start(sb, body)
         deadline = time.time() + timeout if timeout else None
@@ -665,7 +668,12 @@ class BlaxelHandler(fakehttp.Handler):
                 if time.time() - quiet >= KEEPALIVE_SECS:
                     line({"type": "keepalive", "data": ""})
                     quiet = time.time()
-            line({"type": "result", "data": json.dumps(p.info())})
+            with f.lock:
+                fail = f.config.pop("stream_error", None)
+            if fail:
+                line({"type": "error", "data": fail})
+            else:
+                line({"type": "result", "data": json.dumps(p.info())})
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
