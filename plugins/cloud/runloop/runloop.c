@@ -865,20 +865,30 @@ static int rl_backend_options(const char *s, const char **policy, int *custom, j
                       "runloop backend_options: %s is not a JSON object", s);
     } else {
         json_object_object_foreach(bo, k, v) {
-            if (strcmp(k, "network_policy_id") == 0 && json_object_is_type(v, json_type_string)
-                && json_object_get_string_len(v) > 0) {
-                *policy = json_object_get_string(v);
-            } else if (strcmp(k, "custom_size") == 0
-                       && json_object_is_type(v, json_type_boolean)) {
-                *custom = json_object_get_boolean(v);
-            } else {
+            static const char known[] = "\"network_policy_id\", \"custom_size\"";
+            if (strcmp(k, "network_policy_id") != 0 && strcmp(k, "custom_size") != 0) {
                 err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                              "runloop backend_options: %s %s is not known or not valid (known: "
-                              "\"network_policy_id\" a string, \"custom_size\" true or false)",
-                              k, json_object_to_json_string(v));
+                              "runloop backend_options: unknown key \"%s\" (known: %s)", k,
+                              known);
+                cl_context(err, "name", k);
+                cl_context(err, "known", known);
+                break;
+            }
+            int is_policy = k[0] == 'n';
+            if (is_policy ? !json_object_is_type(v, json_type_string)
+                                || json_object_get_string_len(v) == 0
+                          : !json_object_is_type(v, json_type_boolean)) {
+                err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                              "runloop backend_options: %s %s is not %s", k,
+                              json_object_to_json_string(v),
+                              is_policy ? "a non-empty string" : "true or false");
                 cl_context(err, "name", k);
                 break;
             }
+            if (is_policy)
+                *policy = json_object_get_string(v);
+            else
+                *custom = json_object_get_boolean(v);
         }
     }
     if (err) {
