@@ -15,7 +15,9 @@
  *    sizes that fits both (X_SMALL 0.5 vCPU / 1 GiB, SMALL 1/2, MEDIUM 2/4,
  *    LARGE 2/8, X_LARGE 4/16, XX_LARGE 8/32), else CUSTOM_SIZE with
  *    custom_cpu_cores and custom_gb_memory rounded up; disk_mb always makes
- *    it CUSTOM_SIZE (custom_disk_size, GiB rounded up); the backend option
+ *    it CUSTOM_SIZE (custom_disk_size, GiB rounded up); memory_mb under
+ *    1024 (X_SMALL's, the least Runloop gives) is a configuration error
+ *    with context min_mb=1024, not a silently larger limit; the backend option
  *    {"custom_size": true} asks for CUSTOM_SIZE with the exact request. The
  *    size chosen is logged. template → blueprint_name (blueprint_id when it
  *    starts with "bpt_"); snapshot_id → snapshot_id; image, gpu and
@@ -82,6 +84,9 @@
 #define RL_LIFETIME_MARGIN_S 5          /* provider end after the caller's lifetime */
 #define RL_EXEC_HOLD_S 25               /* the longest execution hold */
 #define RL_STATUS_HOLD_S 30             /* the longest devbox status hold */
+#define RL_MIN_MEMORY_MB 1024           /* the smallest size's memory (X_SMALL) */
+#define RL_STR_(x) #x
+#define RL_STR(x) RL_STR_(x)
 
 #define RL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_SNAPSHOT      \
                  | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_CPU_LIMIT                 \
@@ -950,9 +955,11 @@ static json_object *rl_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cre
         cpu = rq->cpu;
     }
     if (set & SBX_OPTION_MEMORY_MB) {
-        if (rq->memory_mb < 1 || rq->memory_mb > 256 * 1024) {
+        if (rq->memory_mb < RL_MIN_MEMORY_MB || rq->memory_mb > 256 * 1024) {
             snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
-            rl_refuse(error, "memory_mb", buf, "Runloop takes 1 MB to 256 GiB");
+            cl_context(rl_refuse(error, "memory_mb", buf, "Runloop devboxes have "
+                                 RL_STR(RL_MIN_MEMORY_MB) " MB (X_SMALL) to 256 GiB"),
+                       "min_mb", RL_STR(RL_MIN_MEMORY_MB));
             goto fail;
         }
         gb = (double)rq->memory_mb / 1024.0;
