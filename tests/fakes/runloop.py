@@ -43,7 +43,10 @@ Control routes (no auth; not logged): GET/DELETE /_fake/log, POST /_fake/faults
 POST /_fake/devbox/{id}/fail {"reason"} (status failure with that
 failure_reason); GET /_fake/devbox/{id} {"status", "root", "running",
 "keep_alive", "executions", "body"}; POST /_fake/config {"create_pending": s,
-"hold_cap": s (caps the long-poll holds, to test the 408 loop)}.
+"hold_cap": s (caps the long-poll holds, to test the 408 loop),
+"page_cap": n (list pages hold at most n devboxes, whatever the limit),
+"lose_execute_answers": n (the next n executes start their command, then
+answer 502 as if the answer were lost on the way)}.
 
 Python 3 standard library only. Run as root (bubblewrap and nsenter).
 """
@@ -151,7 +154,8 @@ class RunloopFake(fakehttp.Fake):
         super().__init__(os.environ.get("SBX_FAKE_API_KEY", "fake-runloop-key"))
         self.dir = tempfile.mkdtemp(prefix="sbx-fake-runloop-")
         self.snapshots = {}         # id -> {"dir", "view"}
-        self.config = {"create_pending": 0.0, "hold_cap": 30.0}
+        self.config = {"create_pending": 0.0, "hold_cap": 30.0, "page_cap": 5000,
+                       "lose_execute_answers": 0}
         self.port = 0
         self.start_reaper(self.reap)
 
@@ -463,6 +467,7 @@ class RunloopHandler(fakehttp.Handler):
             if after not in ids:
                 raise rerr(400, "starting_after %s is not a devbox" % after)
             items = items[ids.index(after) + 1:]
+        limit = min(limit, int(f.config.get("page_cap", 5000)))
         page = items[:limit]
         self.send_json(200, {"devboxes": [d.view() for d in page],
                              "has_more": len(items) > limit, "total_count": len(items)})
@@ -507,6 +512,12 @@ class RunloopHandler(fakehttp.Handler):
                     ex.exit_status = code if code >= 0 else 128 - code
                     ex.cond.notify_all()
             threading.Thread(target=reap, daemon=True).start()
+        with FAKE.lock:
+            lose = fresh and FAKE.config.get("lose_execute_answers", 0) > 0
+            if lose:
+                FAKE.config["lose_execute_answers"] -= 1
+        if lose:
+            raise rerr(502, "bad gateway")
         with ex.cond:
             ex.cond.wait_for(lambda: ex.exit_status is not None, FAKE.hold(t))
         self.send_json(200, ex.view(dbx.id))

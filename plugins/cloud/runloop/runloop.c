@@ -346,6 +346,21 @@ static int rl_wait_running(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
 /* Running a command                                                         */
 /* ------------------------------------------------------------------------ */
 
+/* 1 when @sb is gone because it failed with failure_reason out_of_memory
+ * (the provider's memory limit ended it), else 0. */
+static int rl_oom_gone(struct sbx_plugin_sandbox *sb)
+{
+    if (!rl_is_gone(sb))
+        return 0;
+    long gs = 0;
+    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 10, -1, NULL };
+    json_object *v = rl_get(sb->c, &c2, sb->s.id, &gs, "exec", NULL);
+    const char *fr = v ? cl_json_str(v, "failure_reason") : NULL;
+    int oom = fr && strcmp(fr, "out_of_memory") == 0;
+    json_object_put(v);
+    return oom;
+}
+
 /* Runs @command on @sb through execute with a command_id of its own, then
  * waits for its execution to complete (re-polling on 408) until @ctx's
  * deadline or cancel. 0 with its exit status in *@code (and its stdout
@@ -427,16 +442,10 @@ static int rl_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
                           error);
         json_object_put(w);
     }
-    if (rc < 0 && oom && rl_is_gone(sb)) {
-        long gs = 0;
-        json_object *v = rl_get(sb->c, NULL, sb->s.id, &gs, op, NULL);
-        const char *fr = v ? cl_json_str(v, "failure_reason") : NULL;
-        if (fr && strcmp(fr, "out_of_memory") == 0) {
-            *oom = 1;
-            *code = 137;
-            rc = 0;
-        }
-        json_object_put(v);
+    if (rc < 0 && oom && rl_oom_gone(sb)) {
+        *oom = 1;
+        *code = 137;
+        rc = 0;
     }
     json_object_put(j);
     free(suffix);
@@ -1380,6 +1389,15 @@ static int rl_exec_run(cl_proc *base)
         goto fail;
     goto out;
 fail:
+    if (rl_oom_gone(sb)) {
+        /* Ended by the memory limit after it completed or while its output
+         * was read: 137 with the OOM flag (CASE-49). */
+        pthread_mutex_lock(&base->lock);
+        p->oom_killed = 1;
+        pthread_mutex_unlock(&base->lock);
+        code = 137;
+        goto out;
+    }
     cl_proc_fail_last(base);
     code = -1;
     if (rl_is_gone(sb)) {
