@@ -8,7 +8,7 @@
  * resources/devboxes/, types/).
  *
  *  - Credentials: RUNLOOP_API_KEY, as "Authorization: Bearer ...". Base
- *    URL: the client config's "base_url", else RUNLOOP_BASE_URL, else
+ *    URL: the client config's "api_url", else RUNLOOP_BASE_URL, else
  *    https://api.runloop.ai.
  *  - create: POST /v1/devboxes. cpu and memory_mb pick
  *    launch_parameters.resource_size_request: the smallest of Runloop's
@@ -801,7 +801,7 @@ static int rl_client_new(const char *config_json, sbx_plugin_client **client, sb
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
-    c->api = cl_base_url(cfg, "base_url", "RUNLOOP_BASE_URL", RL_DEFAULT_URL, error);
+    c->api = cl_base_url(cfg, "api_url", "RUNLOOP_BASE_URL", RL_DEFAULT_URL, error);
     static const char *const key_envs[] = { "RUNLOOP_API_KEY", NULL };
     if (!c->api || cl_http_configure(c->http, cfg, key_envs, "Authorization", "Bearer ",
                                      error) < 0)
