@@ -36,9 +36,13 @@
  *    UUIDv7), so a re-sent execute never runs the command twice, then
  *    executions/{eid}/wait_for_status re-polled on 408 (holds of at most
  *    25 s). The execution's stdout and stderr are text and may be cut, so
- *    the command writes them to two files in the devbox, downloaded as raw
- *    bytes after it ends (kept apart, exact) and removed: output arrives
- *    when the command ends. Per-call env values and stdin are uploaded as
+ *    the command runs in a shell of its own with its output in two files;
+ *    the wrapper around it then prints its exit code and, up to
+ *    RL_INLINE_MAX bytes, both outputs in base64 (one line each) and
+ *    removes the files, so a small command is one request; larger output,
+ *    or a wrapper killed with the command, is downloaded as raw bytes and
+ *    removed. Output stays apart and exact, and arrives when the command
+ *    ends. Per-call env values and stdin are uploaded as
  *    files first (never in the command line); every process of the
  *    command carries CL_EXEC_MARK=<its tag>, so exec_kill signals all of
  *    them. A devbox that fails with failure_reason out_of_memory while a
@@ -84,6 +88,7 @@
 #define RL_LIFETIME_MARGIN_S 5          /* provider end after the caller's lifetime */
 #define RL_EXEC_HOLD_S 25               /* the longest execution hold */
 #define RL_STATUS_HOLD_S 30             /* the longest devbox status hold */
+#define RL_INLINE_MAX 32768            /* output bytes a command's report carries */
 #define RL_MIN_MEMORY_MB 1024           /* the smallest size's memory (X_SMALL) */
 #define RL_STR_(x) #x
 #define RL_STR(x) RL_STR_(x)
@@ -1325,6 +1330,40 @@ static char *rl_call_env_file(const char *const *env)
     return b.data;
 }
 
+/* The wrapper's report @so ("SBX-OUT CODE", then stdout and stderr in
+ * base64, a line each): 1 with both written out and the code in *@code, 0
+ * when @so is no report (the files are to be read), -1 when the host
+ * closed its descriptors or the report is malformed. */
+static int rl_inline_output(rl_proc *p, const char *so, int *code)
+{
+    if (strncmp(so, "SBX-OUT ", 8) != 0)
+        return 0;
+    char *end = NULL;
+    long rc = strtol(so + 8, &end, 10);
+    const char *l1 = end && *end == '\n' ? end + 1 : NULL;
+    const char *l2 = l1 ? strchr(l1, '\n') : NULL;
+    const char *l3 = l2 ? strchr(l2 + 1, '\n') : NULL;
+    if (!l3) {
+        cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "runloop: the command's report is cut");
+        return -1;
+    }
+    cl_buf o = { 0 }, e = { 0 };
+    int ok = cl_base64_decode(l1, (size_t)(l2 - l1), &o) == 0
+             && cl_base64_decode(l2 + 1, (size_t)(l3 - l2 - 1), &e) == 0;
+    if (!ok)
+        cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "runloop: the command's report is not "
+                "base64");
+    else if (cl_proc_output(&p->base, 1, o.data, o.len) < 0
+             || cl_proc_output(&p->base, 2, e.data, e.len) < 0)
+        ok = 0;
+    cl_buf_clear(&o);
+    cl_buf_clear(&e);
+    if (!ok)
+        return -1;
+    *code = (int)(rc & 0xff);
+    return 1;
+}
+
 static int rl_exec_run(cl_proc *base)
 {
     rl_proc *p = (rl_proc *)base;
@@ -1344,29 +1383,49 @@ static int rl_exec_run(cl_proc *base)
             goto fail;
         bad = bad || cl_buf_printf(&pre, ". %s; rm -f %s\n", path, path) < 0;
     }
+    char in[64] = "/dev/null";
     if (!bad && p->stdin_fd >= 0) {
-        char path[64];
-        snprintf(path, sizeof path, "/tmp/.%s.in", p->tag);
-        if (rl_upload(sb, &ctx, path, p->stdin_fd, "stdin", op, NULL) < 0)
+        snprintf(in, sizeof in, "/tmp/.%s.in", p->tag);
+        if (rl_upload(sb, &ctx, in, p->stdin_fd, "stdin", op, NULL) < 0)
             goto fail;
-        bad = cl_buf_printf(&pre, "exec <%s >/tmp/.%s.out 2>/tmp/.%s.err; rm -f %s\n", path,
-                            p->tag, p->tag, path) < 0;
-    } else if (!bad) {
-        bad = cl_buf_printf(&pre, "exec </dev/null >/tmp/.%s.out 2>/tmp/.%s.err\n", p->tag,
-                            p->tag) < 0;
     }
-    if (bad || !(script = cl_printf("%s%s", pre.data, p->script))) {
+    /* The command runs in a shell of its own with its output in two files;
+     * the wrapper then prints its exit code and, when small, both outputs
+     * in base64 (text-safe, one line each), and removes the files: one
+     * request in all. Killed (exec_kill signals the wrapper too) or large,
+     * it prints nothing and the files are downloaded. */
+    char *q = bad ? NULL : cl_shell_quote(p->script);
+    bad = bad || !q
+          || cl_buf_printf(&pre, "bash -c %s sbx <%s >/tmp/.%s.out 2>/tmp/.%s.err\nrc=$?\n"
+                           "%s%s%so=/tmp/.%s.out e=/tmp/.%s.err\n"
+                           "if [ $(( $(stat -c %%s $o) + $(stat -c %%s $e) )) -le %d ]; then "
+                           "printf 'SBX-OUT %%d\\n' $rc; base64 -w0 $o; echo; base64 -w0 $e; "
+                           "echo; rm -f $o $e; fi\nexit $rc\n", q, in, p->tag, p->tag,
+                           p->stdin_fd >= 0 ? "rm -f " : "", p->stdin_fd >= 0 ? in : "",
+                           p->stdin_fd >= 0 ? "\n" : "", p->tag, p->tag, RL_INLINE_MAX) < 0;
+    free(q);
+    if (bad || !(script = strdup(pre.data))) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
     int oom = 0;
-    rc = rl_execute(sb, &ctx, script, &code, NULL, &oom, op, NULL);
+    char *so = NULL;
+    rc = rl_execute(sb, &ctx, script, &code, &so, &oom, op, NULL);
     if (rc == 0 && oom) {
         pthread_mutex_lock(&base->lock);
         p->oom_killed = 1;
         pthread_mutex_unlock(&base->lock);
+        free(so);
         goto out;
     }
+    int inl = rc == 0 && so ? rl_inline_output(p, so, &code) : 0;
+    free(so);
+    if (inl < 0) {
+        rc = -1;
+        goto fail;
+    }
+    if (inl)
+        goto out;
     /* The output, as raw bytes (the execution's fields are text). */
     for (int fd = 1; rc == 0 && fd <= 2; fd++) {
         char path[64];
