@@ -8,7 +8,10 @@
  * is always sent; destroy shuts the devbox down once; a devbox that failed
  * out_of_memory ends its command with 137 and the OOM flag (CASE-49), and
  * one that failed otherwise is gone with its failure_reason; list_owned
- * follows has_more to the last page (CASE-35).
+ * follows has_more to the last page (CASE-35); output past the wrapper's
+ * report is downloaded exact; stop suspends (twice is fine) and start
+ * resumes with the files; a resume from the session state wakes a
+ * suspended devbox before it waits (CASE-53).
  */
 #include "testutil.h"
 
@@ -341,4 +344,94 @@ Test(runloop, list_owned_follows_every_page)
         cr_assert_eq(seen.found[i], 1, "devbox %d found %d times", i, seen.found[i]);
     cr_assert_eq(seen.others, 0);
     cr_assert(pages >= 3, "%d pages", pages);
+}
+
+/* Output past what the wrapper's report carries is downloaded from its
+ * files, exact, and the files are removed. */
+Test(runloop, large_output_is_downloaded_exact)
+{
+    g_sb = create_sized(0, 0, 0);
+    tu_fake_reset();
+    sbx_result *r = tu_sh(g_sb, "head -c 100000 /dev/zero | tr '\\0' 'a'; printf 'e%.0s' "
+                          "$(seq 1 40000) >&2; exit 3", 30);
+    tu_assert_exit(r, 3);
+    size_t n = 0, m = 0;
+    const char *out = sbx_result_get0_stdout(r, &n);
+    const char *err = sbx_result_get0_stderr(r, &m);
+    cr_assert_eq(n, 100000);
+    cr_assert_eq(m, 40000);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(out[i], 'a', "byte %zu", i);
+    for (size_t i = 0; i < m; i++)
+        cr_assert_eq(err[i], 'e', "byte %zu", i);
+    sbx_result_free(r);
+    json_object *log = tu_fake_log();
+    char *re = tu_strdup_printf("/v1/devboxes/%s/download_file", sbx_sandbox_get0_id(g_sb));
+    cr_assert_eq(tu_fake_count(log, "POST", re, NULL, 0), 2);
+    free(re);
+    json_object_put(log);
+    /* Only this command's own two files are there. */
+    r = tu_sh(g_sb, "ls -a /tmp | grep -c '^\\.sbx-exec-'", 30);
+    tu_assert_stdout(r, "2\n");
+    sbx_result_free(r);
+}
+
+/* stop suspends the devbox, start resumes it with its files. */
+Test(runloop, stop_suspends_and_start_resumes_with_the_files)
+{
+    g_sb = create_sized(0, 0, 0);
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/root/keep.txt", "kept\n", 5, &err), 0,
+                 "write_file: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_stop(g_sb, &err), 0, "stop: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    json_object *j = fake_devbox(sbx_sandbox_get0_id(g_sb));
+    cr_assert_str_eq(tu_json_str(j, "status"), "suspended");
+    json_object_put(j);
+    /* Stopping a stopped devbox succeeds. */
+    cr_assert_eq(sbx_sandbox_stop(g_sb, &err), 0, "second stop: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_start(g_sb, &err), 0, "start: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    sbx_result *r = tu_sh(g_sb, "cat /root/keep.txt", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "kept\n");
+    sbx_result_free(r);
+}
+
+/* A devbox suspended while no process had it is resumed by a resume from
+ * its session state, with its files (CASE-53). */
+Test(runloop, resume_wakes_a_suspended_devbox)
+{
+    g_sb = create_sized(0, 0, 0);
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/root/keep.txt", "kept\n", 5, &err), 0);
+    char *state = sbx_sandbox_session_state(g_sb, &err);
+    cr_assert_not_null(state);
+    cr_assert_eq(sbx_sandbox_stop(g_sb, &err), 0, "stop: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    tu_fake_reset();
+    sbx_sandbox *again = sbx_sandbox_resume(g_client, state, &err);
+    cr_assert_not_null(again, "resume: %s", err ? sbx_error_get0_message(err) : "");
+    /* Resumed first, then waited for: no status hold ran out on the
+     * suspended devbox. */
+    json_object *log = tu_fake_log();
+    char *re = tu_strdup_printf("/v1/devboxes/%s/(resume|wait_for_status)",
+                                sbx_sandbox_get0_id(again));
+    cr_assert_eq(tu_fake_count(log, "POST", re, NULL, 0), 2);
+    const char *first = NULL;
+    for (size_t i = 0; i < json_object_array_length(log) && !first; i++) {
+        const char *p = tu_json_str(json_object_array_get_idx(log, i), "path");
+        if (strstr(p, "/resume") || strstr(p, "/wait_for_status"))
+            first = p;
+    }
+    cr_assert_not_null(strstr(first, "/resume"), "first: %s", first);
+    free(re);
+    json_object_put(log);
+    sbx_result *r = tu_sh(again, "cat /root/keep.txt", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "kept\n");
+    sbx_result_free(r);
+    sbx_sandbox_free(again);
+    free(state);
 }

@@ -282,7 +282,7 @@ static int rl_wait_running(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
                            const char *op, sbx_error **error)
 {
     cl_bound bd = cl_bound_make(ctx, RL_WAIT_S);
-    int resumed = 0;
+    int resumed = 0, looked = 0;
     for (;;) {
         double left = cl_bound_left(&bd);
         if (left == 0) {
@@ -307,11 +307,13 @@ static int rl_wait_running(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
             cl_resp_clear(&r);
             return 0;
         }
-        if (r.status == 408) {
+        if (r.status == 408 && looked) {
             cl_resp_clear(&r);
             continue;
         }
-        /* Another answer: look at the devbox. */
+        /* Another answer, or the first hold that ended: look at the devbox
+         * (a suspended one holds until it is resumed). */
+        looked = 1;
         long gs = 0;
         json_object *j = rl_get(sb->c, ctx, sb->s.id, &gs, op, NULL);
         const char *s = j ? rl_status(j) : NULL;
@@ -340,6 +342,10 @@ static int rl_wait_running(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
             continue;
         }
         json_object_put(j);
+        if (r.status == 408 || (s && strcmp(s, "suspended") != 0)) {
+            cl_resp_clear(&r);
+            continue;       /* on its way: hold again */
+        }
         cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op,
                        "wait for the devbox to run");
         cl_resp_clear(&r);
@@ -1197,6 +1203,17 @@ static int rl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
+    if (strcmp(rl_status(j), "suspended") == 0) {
+        /* Woken on use (CASE-53). */
+        cl_resp r = { 0 };
+        int wrc = rl_post(client, ctx, id, "/resume", NULL, CL_SAFE, &r, op,
+                          "resume the devbox", error);
+        cl_resp_clear(&r);
+        if (wrc < 0) {
+            rl_sandbox_free(sb);
+            goto out;
+        }
+    }
     if (rl_wait_running(sb, ctx, op, error) < 0) {
         rl_sandbox_free(sb);
         goto out;
@@ -1236,15 +1253,24 @@ static char *rl_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
     return out;
 }
 
-/* stop: suspend (a suspended devbox accrues no compute). */
+/* stop: suspend (a suspended devbox accrues no compute); a devbox
+ * suspended already stays so (0). */
 static int rl_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     const char *op = "stop";
-    json_object *b = json_object_new_object();
+    if (rl_check(sb, op, error) < 0)
+        return -1;
     cl_resp r = { 0 };
-    int rc = rl_call_json(sb, ctx, "/suspend", b, CL_SAFE, &r, 0, op, "suspend the devbox",
-                          error);
-    json_object_put(b);
+    int rc = rl_post(sb->c, ctx, sb->s.id, "/suspend", NULL, CL_SAFE, &r, op,
+                     "suspend the devbox", error);
+    if (rc == 0 && r.status / 100 != 2) {
+        long st = 0;
+        json_object *j = r.status == 404 ? NULL : rl_get(sb->c, ctx, sb->s.id, &st, op, NULL);
+        const char *s = j ? rl_status(j) : "";
+        if (strcmp(s, "suspended") != 0 && strcmp(s, "suspending") != 0)
+            rc = rl_answer_fail(sb, ctx, &r, 0, op, "suspend the devbox", error);
+        json_object_put(j);
+    }
     cl_resp_clear(&r);
     return rc;
 }
@@ -1253,6 +1279,14 @@ static int rl_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **
 static int rl_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     if (rl_check(sb, "start", error) < 0)
+        return -1;
+    /* Resumed at once (a devbox that is not suspended refuses it, and is
+     * then waited for as it is). */
+    cl_resp r = { 0 };
+    int rc = rl_post(sb->c, ctx, sb->s.id, "/resume", NULL, CL_SAFE, &r, "start",
+                     "resume the devbox", error);
+    cl_resp_clear(&r);
+    if (rc < 0)
         return -1;
     return rl_wait_running(sb, ctx, "start", error);
 }
