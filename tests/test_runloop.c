@@ -11,7 +11,8 @@
  * follows has_more to the last page (CASE-35); output past the wrapper's
  * report is downloaded exact; stop suspends (twice is fine) and start
  * resumes with the files; a resume from the session state wakes a
- * suspended devbox before it waits (CASE-53).
+ * suspended devbox before it waits (CASE-53); a create answered after
+ * its deadline is found by its token and shut down (CASE-20).
  */
 #include "testutil.h"
 
@@ -34,7 +35,7 @@ static void setup(void)
     tu_fake_use("RUNLOOP_BASE_URL");
     tu_fake_reset();
     tu_fake_post("/_fake/config", "{\"hold_cap\": 30, \"page_cap\": 5000, "
-                 "\"lose_execute_answers\": 0}");
+                 "\"lose_execute_answers\": 0, \"hold_create\": 0}");
     g_client = sbx_client_new("runloop", &err);
     cr_assert_not_null(g_client, "sbx_client_new: %s", err ? sbx_error_get0_message(err) : "");
     g_sb = NULL;
@@ -43,7 +44,7 @@ static void setup(void)
 static void teardown(void)
 {
     tu_fake_post("/_fake/config", "{\"hold_cap\": 30, \"page_cap\": 5000, "
-                 "\"lose_execute_answers\": 0}");
+                 "\"lose_execute_answers\": 0, \"hold_create\": 0}");
     if (g_sb) {
         sbx_sandbox_destroy(g_sb, NULL);
         sbx_sandbox_free(g_sb);
@@ -434,4 +435,49 @@ Test(runloop, resume_wakes_a_suspended_devbox)
     sbx_result_free(r);
     sbx_sandbox_free(again);
     free(state);
+}
+
+/* The running devboxes at the fake, through its list route. */
+static size_t fake_running(void)
+{
+    const char *key = getenv("RUNLOOP_API_KEY");
+    char *h = tu_strdup_printf("Authorization: Bearer %s", key ? key : "");
+    char *body = NULL;
+    cr_assert_eq(tu_fake_http("GET", "/v1/devboxes?limit=5000&status=running", h, NULL, &body),
+                 200, "%s", body ? body : "");
+    json_object *j = json_tokener_parse(body), *a = NULL;
+    cr_assert(j && json_object_object_get_ex(j, "devboxes", &a), "%s", body);
+    size_t n = json_object_array_length(a);
+    json_object_put(j);
+    free(body);
+    free(h);
+    return n;
+}
+
+/* CASE-20: a create answered after the call's deadline made a devbox; the
+ * plugin finds it by its create token (metadata) and shuts it down before
+ * the timeout is returned. In process, calls are not bounded: the create
+ * waits for the late answer and succeeds. */
+Test(runloop, late_create_is_shut_down)
+{
+    size_t n0 = fake_running();
+    tu_fake_post("/_fake/config", "{\"hold_create\": 4}");
+    cr_assert_eq(sbx_client_set_call_timeout(g_client, 1.0, NULL), 0);
+    const char *mode = getenv("SBX_PLUGIN_MODE");
+    int inprocess = mode && strcmp(mode, "inprocess") == 0;
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_sandbox_create(g_client, NULL, &err);
+    if (inprocess) {
+        cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+        cr_assert_eq(fake_running(), n0 + 1);
+        cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+        sbx_sandbox_free(sb);
+        cr_assert_eq(fake_running(), n0);
+        return;
+    }
+    cr_assert_null(sb);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_TIMEOUT, "%s", sbx_error_get0_message(err));
+    sbx_error_free(err);
+    cr_assert_eq(fake_running(), n0, "the late devbox was not shut down before the create "
+                 "returned");
 }

@@ -46,7 +46,8 @@ failure_reason); GET /_fake/devbox/{id} {"status", "root", "running",
 "hold_cap": s (caps the long-poll holds, to test the 408 loop),
 "page_cap": n (list pages hold at most n devboxes, whatever the limit),
 "lose_execute_answers": n (the next n executes start their command, then
-answer 502 as if the answer were lost on the way)}.
+answer 502 as if the answer were lost on the way), "hold_create": s (a create
+makes its devbox at once and answers s seconds later)}.
 
 Python 3 standard library only. Run as root (bubblewrap and nsenter).
 """
@@ -155,7 +156,7 @@ class RunloopFake(fakehttp.Fake):
         self.dir = tempfile.mkdtemp(prefix="sbx-fake-runloop-")
         self.snapshots = {}         # id -> {"dir", "view"}
         self.config = {"create_pending": 0.0, "hold_cap": 30.0, "page_cap": 5000,
-                       "lose_execute_answers": 0}
+                       "lose_execute_answers": 0, "hold_create": 0.0}
         self.port = 0
         self.start_reaper(self.reap)
 
@@ -439,6 +440,11 @@ class RunloopHandler(fakehttp.Handler):
                 return
             if dbx.status == "provisioning":
                 dbx.set_status("running")
+        hold = float(f.config.get("hold_create", 0))
+        if hold > 0:
+            ready()
+            time.sleep(hold)
+            return self.send_json(200, dbx.view())
         if pending > 0:
             tm = threading.Timer(pending, ready)
             tm.daemon = True
