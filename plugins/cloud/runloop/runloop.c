@@ -531,35 +531,14 @@ static int rl_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 static int rl_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                      int fd, const char *shown, const char *op, sbx_error **error)
 {
-    char bnd[40] = "sbx-form-";
-    cl_random_hex(bnd + 9, 12);
+    const char *const fields[] = { "path", path, NULL };
     cl_buf body = { 0 };
-    int bad = cl_buf_printf(&body, "--%s\r\nContent-Disposition: form-data; name=\"path\"\r\n\r\n"
-                            "%s\r\n--%s\r\nContent-Disposition: form-data; name=\"file\"; "
-                            "filename=\"file\"\r\nContent-Type: application/octet-stream\r\n\r\n",
-                            bnd, path, bnd) < 0;
-    char chunk[65536];
-    while (!bad) {
-        ssize_t n = read(fd, chunk, sizeof chunk);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "cannot read the data for %s: %s",
-                    shown, strerror(errno));
-            cl_buf_clear(&body);
-            return -1;
-        }
-        if (n == 0)
-            break;
-        bad = cl_buf_append(&body, chunk, (size_t)n) < 0;
-    }
-    if (bad || cl_buf_printf(&body, "\r\n--%s--\r\n", bnd) < 0) {
+    char ctype[80];
+    if (cl_multipart_body(&body, ctype, sizeof ctype, fields, "file", "file", fd, shown, op,
+                          error) < 0) {
         cl_buf_clear(&body);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
-    char ctype[80];
-    snprintf(ctype, sizeof ctype, "multipart/form-data; boundary=%s", bnd);
     cl_req rq = { .method = "POST", .content_type = ctype, .body = body.data,
                   .body_len = body.len, .idempotent = CL_SAFE, .what = "upload the file" };
     cl_resp r = { 0 };
