@@ -17,25 +17,7 @@
 
 #include <curl/curl.h>
 
-static inline double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static inline double percentile(double *v, size_t n, double p)
-{
-    qsort(v, n, sizeof *v, cmp_double);
-    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
-    return v[i];
-}
+#include "bench.h"
 
 static inline const char *bench_image(void)
 {
@@ -51,26 +33,6 @@ static inline const char *bench_socket(void)
     return "/var/run/docker.sock";
 }
 
-/* A growing response body. */
-typedef struct raw_body {
-    char *data;
-    size_t len;
-} raw_body;
-
-static size_t raw_collect(char *p, size_t size, size_t n, void *ud)
-{
-    raw_body *b = ud;
-    size_t len = size * n;
-    char *d = realloc(b->data, b->len + len + 1);
-    if (!d)
-        return 0;
-    memcpy(d + b->len, p, len);
-    b->len += len;
-    d[b->len] = '\0';
-    b->data = d;
-    return len;
-}
-
 /* One request with handle @h (reused: keep-alive); returns the status and
  * stores the body in *@out (free()) when @out is not NULL. */
 static inline long raw_call(CURL *h, const char *method, const char *path, const char *json,
@@ -78,12 +40,12 @@ static inline long raw_call(CURL *h, const char *method, const char *path, const
 {
     char url[1024];
     snprintf(url, sizeof url, "http://localhost/v1.41%s", path);
-    raw_body b = { 0 };
+    bench_body b = { 0 };
     struct curl_slist *hd = NULL;
     curl_easy_reset(h);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, bench_socket());
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, raw_collect);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, bench_collect);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     if (json) {
         hd = curl_slist_append(hd, "Content-Type: application/json");

@@ -103,11 +103,6 @@ static int in_sandbox(sbx_sandbox *sb, const char *script)
     return ok ? 0 : -1;
 }
 
-static double median(double *v, int n)
-{
-    return percentile(v, (size_t)n, 0.5);
-}
-
 int main(int argc, char **argv)
 {
     int rounds = 3, opt;

@@ -48,27 +48,9 @@
 
 #include <sbx/sbx.h>
 
+#include "bench.h"
+
 extern char **environ;
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double percentile(double *v, size_t n, double p)
-{
-    qsort(v, n, sizeof *v, cmp_double);
-    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
-    return v[i];
-}
 
 /* Runs argv with posix_spawn, stdout on a pipe that is read to EOF, stdin
  * and stderr on /dev/null, and waits for it: what a caller would do. */

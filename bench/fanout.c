@@ -37,6 +37,8 @@
 
 #include <sbx/sbx.h>
 
+#include "bench.h"
+
 static const char *g_backend = "local";
 static sbx_client *g_client;  /* -s: the shared client; NULL: one per sandbox */
 
@@ -45,12 +47,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 static void die(const char *what, const sbx_error *err)

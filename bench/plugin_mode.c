@@ -27,25 +27,7 @@
 
 #include <sbx/sbx.h>
 
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double percentile(double *v, size_t n, double p)
-{
-    qsort(v, n, sizeof *v, cmp_double);
-    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
-    return v[i];
-}
+#include "bench.h"
 
 static void die(const char *what, sbx_error *err)
 {

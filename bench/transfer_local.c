@@ -37,6 +37,8 @@
 
 #include <sbx/sbx.h>
 
+#include "bench.h"
+
 #define BIG_BYTES ((size_t)200 << 20)
 #define SMALL_COUNT 2000
 #define SMALL_TOTAL ((size_t)56 << 20)
@@ -47,18 +49,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;

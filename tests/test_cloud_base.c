@@ -476,6 +476,7 @@ typedef struct script_server {
     pthread_mutex_t lock;
     int requests;
     int stop;
+    char head[4096];    /* the last request's line and headers */
 } script_server;
 
 static void *serve_script(void *ud)
@@ -517,6 +518,7 @@ static void *serve_script(void *ud)
             have += (size_t)r;
         }
         pthread_mutex_lock(&sv->lock);
+        snprintf(sv->head, sizeof sv->head, "%.*s", (int)(end + 2 - buf), buf);
         const answer *a = &sv->script[sv->requests < sv->n ? sv->requests : sv->n - 1];
         sv->requests++;
         pthread_mutex_unlock(&sv->lock);
@@ -581,7 +583,8 @@ static int server_stop(script_server *sv)
 
 #define TOKEN "sbx-0123456789abcdef0123456789abcdef"
 
-/* A client with a quick schedule: backoffs of 10 ms, 20 ms, then 20 ms. */
+/* A client with a quick schedule: every backoff is equal jitter over a
+ * step of 20 ms (base 10 ms doubled, capped at 20 ms): in [10, 20) ms. */
 static cl_http *quick_client(int retries, int rate_limit_retries)
 {
     cr_assert_eq(cl_setup(&test_host, "test", NULL), 0);
@@ -612,8 +615,8 @@ static int post_create(cl_http *h, script_server *sv, const char *ctx_token, con
 
 static const char token_body[] = "{\"labels\":{\"sbx_create_token\":\"" TOKEN "\"}}";
 
-/* Three 429s without Retry-After, then 201: four requests, the waits full
- * jitter below 10 + 20 + 20 ms. */
+/* Three 429s without Retry-After, then 201: four requests, the three
+ * waits each in [10, 20) ms, so in all in [30, 60) ms. */
 Test(rate_limit, token_create_is_resent_after_429)
 {
     static const answer script[] = { { 429, "" }, { 429, "" }, { 429, "" }, { 201, "" } };
@@ -626,7 +629,7 @@ Test(rate_limit, token_create_is_resent_after_429)
     cr_assert_null(err);
     cr_assert_eq(r.status, 201);
     cr_assert_eq(r.attempts, 4);
-    cr_assert(r.waited_s >= 0 && r.waited_s < 0.05, "waited %.4f s", r.waited_s);
+    cr_assert(r.waited_s >= 0.03 && r.waited_s < 0.06, "waited %.4f s", r.waited_s);
     cr_assert_eq(server_stop(&sv), 4);
     cl_resp_clear(&r);
     cl_http_free(h);
@@ -656,7 +659,7 @@ Test(rate_limit, spent_retries_are_rate_limited_with_the_wait)
     char want[32];
     snprintf(want, sizeof(want), "%.3f", r.waited_s);
     cr_assert_str_eq(ctx_of(err, "waited_s"), want);
-    cr_assert(r.waited_s < 0.05, "waited %.4f s", r.waited_s);
+    cr_assert(r.waited_s >= 0.03 && r.waited_s < 0.06, "waited %.4f s", r.waited_s);
     free(err);
     cl_resp_clear(&r);
     cl_http_free(h);
@@ -677,6 +680,30 @@ Test(rate_limit, retry_after_in_both_forms_is_the_wait)
     cr_assert_eq(r.status, 201);
     cr_assert_eq(r.attempts, 4);
     cr_assert_float_eq(r.waited_s, 1.4, 1e-9);
+    cr_assert_eq(server_stop(&sv), 4);
+    cl_resp_clear(&r);
+    cl_http_free(h);
+}
+
+/* A read (GET, CL_SAFE) answered 503, 429, 503 without Retry-After, then
+ * 200, waits as a create's re-sends do: four requests, the three waits each
+ * in [10, 20) ms (the floor holds for reads too), in all in [30, 60) ms. */
+Test(rate_limit, a_read_backs_off_as_a_create_does)
+{
+    static const answer script[] = { { 503, "" }, { 429, "" }, { 503, "" }, { 200, "" } };
+    script_server sv;
+    server_start(&sv, script, 4);
+    cl_http *h = quick_client(3, 0);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/sandbox/sb-1", sv.port);
+    sbx_call_ctx ctx = { .struct_size = sizeof(ctx), .cancel_fd = -1 };
+    cl_req rq = { .method = "GET", .url = url, .idempotent = CL_SAFE, .secs = 30,
+                  .what = "get the sandbox" };
+    cl_resp r;
+    cr_assert_eq(cl_request(h, &ctx, &rq, &r, "is_alive", NULL), 0);
+    cr_assert_eq(r.status, 200);
+    cr_assert_eq(r.attempts, 4);
+    cr_assert(r.waited_s >= 0.03 && r.waited_s < 0.06, "waited %.4f s", r.waited_s);
     cr_assert_eq(server_stop(&sv), 4);
     cl_resp_clear(&r);
     cl_http_free(h);
@@ -898,4 +925,37 @@ Test(util, shell_script_cwd_holds_for_every_part)
     free(s);
     rmdir(sub);
     rmdir(dir);
+}
+
+/* The headers added to a client go with its credential on every request,
+ * and are left out with it (no_auth). */
+Test(http, added_headers_go_with_the_credential)
+{
+    static const answer script[] = { { 200, "" } };
+    script_server sv;
+    server_start(&sv, script, 1);
+    cl_http *h = quick_client(0, 0);
+    cr_assert_eq(cl_http_set_auth(h, "Authorization", "Bearer k-secret-1"), 0);
+    cr_assert_eq(cl_http_add_header(h, "X-Org-Id", "org-7"), 0);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/sandbox", sv.port);
+    for (int no_auth = 0; no_auth <= 1; no_auth++) {
+        cl_req rq = { .method = "GET", .url = url, .idempotent = CL_SAFE, .secs = 30,
+                      .no_auth = no_auth, .what = "get the sandbox" };
+        cl_resp r = { 0 };
+        cr_assert_eq(cl_request(h, NULL, &rq, &r, "is_alive", NULL), 0);
+        cr_assert_eq(r.status, 200);
+        cl_resp_clear(&r);
+        pthread_mutex_lock(&sv.lock);
+        int has_org = strstr(sv.head, "\r\nX-Org-Id: org-7\r\n") != NULL;
+        int has_auth = strstr(sv.head, "\r\nAuthorization: Bearer k-secret-1\r\n") != NULL;
+        pthread_mutex_unlock(&sv.lock);
+        cr_assert_eq(has_org, !no_auth, "no_auth %d: %s", no_auth, sv.head);
+        cr_assert_eq(has_auth, !no_auth, "no_auth %d: %s", no_auth, sv.head);
+    }
+    for (int i = 1; i < 4; i++)
+        cr_assert_eq(cl_http_add_header(h, "X-More", "v"), 0);
+    cr_assert_eq(cl_http_add_header(h, "X-Fifth", "v"), -1);
+    cl_http_free(h);
+    cr_assert_eq(server_stop(&sv), 2);
 }

@@ -1,7 +1,7 @@
 /*
  * test_daytona.c — the daytona backend against scripted faults of its
  * contract fake (tests/fakes/daytona.py): CASE-19 (429 with and without
- * Retry-After), 5xx bursts on a read (retried) and on an unsafe call
+ * Retry-After, on a read and, A to E, on the create), 5xx bursts on a read (retried) and on an unsafe call
  * (never re-sent, outcome unknown), CASE-32 (a sandbox deleted behind the
  * library's back is not_found "gone"), CASE-53 (a stopped or archived
  * sandbox is started on use, also for a command with stdin, a starting one
@@ -131,6 +131,187 @@ Test(daytona_faults, case19_429_with_an_hour_is_rate_limited_at_once)
     cr_assert_eq(tu_fake_count(log, "GET", re, NULL, 0), 1);
     free(re);
     json_object_put(log);
+}
+
+/* CASE-19 A-E on the create (POST /api/sandbox), whose 429s are re-sent
+ * (it carries its create token). */
+
+#define CREATE_RE "/api/sandbox"
+
+/* A client of its own with the client options @config (JSON). */
+static sbx_client *client_with(const char *config)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new_with_config("daytona", SBX_PLUGIN_MODE_DEFAULT, config, &err);
+    cr_assert_not_null(c, "client %s: %s", config, err ? sbx_error_get0_message(err) : "");
+    return c;
+}
+
+/* The next @times creates (-1: every one) are answered 429, with the rule's
+ * members @extra (",\"retry_after\":...", or ""). */
+static void creates_answer_429(int times, const char *extra)
+{
+    char *rule = tu_strdup_printf("{\"method\":\"POST\",\"path\":\"^%s$\",\"status\":429,"
+                                  "\"times\":%d%s}", CREATE_RE, times, extra);
+    tu_fake_post("/_fake/faults", rule);
+    free(rule);
+}
+
+/* The statuses the fake answered to the creates it logged, in order, into
+ * @st (up to @max); returns how many creates it logged. */
+static int create_statuses(json_object *log, int *st, int max)
+{
+    int n = 0;
+    for (size_t i = 0; i < json_object_array_length(log); i++) {
+        json_object *e = json_object_array_get_idx(log, i), *v;
+        if (strcmp(tu_json_str(e, "method"), "POST") != 0
+            || strcmp(tu_json_str(e, "path"), CREATE_RE) != 0)
+            continue;
+        if (n < max)
+            st[n] = json_object_object_get_ex(e, "status", &v) ? json_object_get_int(v) : -1;
+        n++;
+    }
+    return n;
+}
+
+/* Asserts that the fake holds the fixture's sandbox and @id only (sorted,
+ * as /_fake/sandboxes lists them), or the fixture's alone when @id is NULL. */
+static void assert_fake_holds(const char *id)
+{
+    char *ids = NULL, *want;
+    cr_assert_eq(tu_fake_http("GET", "/_fake/sandboxes", NULL, NULL, &ids), 200);
+    if (!id)
+        want = tu_strdup_printf("[\"%s\"]", sb_id());
+    else if (strcmp(id, sb_id()) < 0)
+        want = tu_strdup_printf("[\"%s\", \"%s\"]", id, sb_id());
+    else
+        want = tu_strdup_printf("[\"%s\", \"%s\"]", sb_id(), id);
+    cr_assert_str_eq(ids, want);
+    free(want);
+    free(ids);
+}
+
+/* CASE-19 A: two 429s with Retry-After: 2, then success, with retries = 3:
+ * the create returns the sandbox the third POST made, after exactly 3
+ * POSTs (429, 429, 200), each gap >= 2.0 s as the fake saw them. */
+Test(daytona_faults, case19_a_create_waits_retry_after_each_time)
+{
+    sbx_client *c = client_with("{\"retries\": 3}");
+    creates_answer_429(2, ",\"retry_after\":\"2\"");
+    sbx_sandbox *sb = tu_create(c, NULL);
+    json_object *log = tu_fake_log();
+    double t[3] = { 0, 0, 0 };
+    int st[3] = { 0, 0, 0 };
+    cr_assert_eq(tu_fake_count(log, "POST", CREATE_RE, t, 3), 3);
+    cr_assert_eq(create_statuses(log, st, 3), 3);
+    cr_assert(st[0] == 429 && st[1] == 429 && st[2] == 200, "statuses %d %d %d", st[0], st[1],
+              st[2]);
+    cr_assert(t[1] - t[0] >= 2.0, "the second POST came %.3f s after the first", t[1] - t[0]);
+    cr_assert(t[2] - t[1] >= 2.0, "the third POST came %.3f s after the second", t[2] - t[1]);
+    json_object_put(log);
+    assert_fake_holds(sbx_sandbox_get0_id(sb));
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "destroy: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+}
+
+/* CASE-19 B: one 429 whose Retry-After is an HTTP-date 3 s after the
+ * answer's Date, then success: 2 POSTs, the gap >= 2.5 s (3 s less 0.5 s
+ * of skew). */
+Test(daytona_faults, case19_b_create_waits_retry_after_date)
+{
+    creates_answer_429(1, ",\"retry_after_date\":3");
+    sbx_sandbox *sb = tu_create(g_client, NULL);
+    json_object *log = tu_fake_log();
+    double t[2] = { 0, 0 };
+    int st[2] = { 0, 0 };
+    cr_assert_eq(tu_fake_count(log, "POST", CREATE_RE, t, 2), 2);
+    cr_assert_eq(create_statuses(log, st, 2), 2);
+    cr_assert(st[0] == 429 && st[1] == 200, "statuses %d %d", st[0], st[1]);
+    cr_assert(t[1] - t[0] >= 2.5, "the second POST came %.3f s after the first", t[1] - t[0]);
+    json_object_put(log);
+    assert_fake_holds(sbx_sandbox_get0_id(sb));
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+}
+
+/* CASE-19 C: as A with retries = 0: rate_limited, retryable, with
+ * retry_after_s 2 in its context, after exactly 1 POST; no sandbox made. */
+Test(daytona_faults, case19_c_create_without_retries_is_rate_limited)
+{
+    sbx_client *c = client_with("{\"retries\": 0}");
+    creates_answer_429(2, ",\"retry_after\":\"2\"");
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(c, NULL, &err), "the create succeeded");
+    cr_assert_not_null(err);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_RATE_LIMITED, "code %s: %s",
+                 sbx_error_code_name(sbx_error_get_code(err)), sbx_error_get0_message(err));
+    cr_assert_eq(sbx_error_is_retryable(err), 1);
+    cr_assert_str_eq(sbx_error_get0_backend(err), "daytona");
+    cr_assert_str_eq(sbx_error_get0_context(err, "retry_after_s"), "2");
+    cr_assert_str_eq(sbx_error_get0_context(err, "http_status"), "429");
+    cr_assert_null(sbx_error_get0_context(err, "attempts"), "attempts: %s",
+                   sbx_error_get0_context(err, "attempts"));
+    sbx_error_free(err);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", CREATE_RE, NULL, 0), 1);
+    json_object_put(log);
+    assert_fake_holds(NULL);
+    sbx_client_free(c);
+}
+
+/* CASE-19 D: Retry-After: 3600, past the 60 s cap: rate_limited at once
+ * with retry_after_s 3600 in its context, after exactly 1 POST. */
+Test(daytona_faults, case19_d_create_with_an_hour_is_rate_limited_at_once)
+{
+    creates_answer_429(1, ",\"retry_after\":\"3600\"");
+    sbx_error *err = NULL;
+    double t0 = tu_now();
+    cr_assert_null(sbx_sandbox_create(g_client, NULL, &err), "the create succeeded");
+    cr_assert(tu_now() - t0 < 30.0, "it waited");
+    cr_assert_not_null(err);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_RATE_LIMITED, "code %s: %s",
+                 sbx_error_code_name(sbx_error_get_code(err)), sbx_error_get0_message(err));
+    cr_assert_eq(sbx_error_is_retryable(err), 1);
+    cr_assert_str_eq(sbx_error_get0_context(err, "retry_after_s"), "3600");
+    cr_assert_null(sbx_error_get0_context(err, "attempts"));
+    sbx_error_free(err);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", CREATE_RE, NULL, 0), 1);
+    json_object_put(log);
+    assert_fake_holds(NULL);
+}
+
+/* CASE-19 E: every create answered 429 without Retry-After, retries = 3:
+ * exactly 1 + 3 POSTs (no tight loop), then rate_limited with attempts 4.
+ * The waits are equal jitter over steps of 1, 2 and 4 s, so the gaps are at
+ * least their fixed halves, 0.5, 1 and 2 s: the first >= 0.5 s, and
+ * growing. */
+Test(daytona_faults, case19_e_create_without_retry_after_backs_off)
+{
+    sbx_client *c = client_with("{\"retries\": 3}");
+    creates_answer_429(-1, "");
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(c, NULL, &err), "the create succeeded");
+    cr_assert_not_null(err);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_RATE_LIMITED, "code %s: %s",
+                 sbx_error_code_name(sbx_error_get_code(err)), sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_context(err, "attempts"), "4");
+    cr_assert_str_eq(sbx_error_get0_context(err, "retry_after_s"), "0");
+    const char *w = sbx_error_get0_context(err, "waited_s");
+    cr_assert(w && atof(w) >= 3.5, "waited_s: %s", w ? w : "(none)");
+    sbx_error_free(err);
+    json_object *log = tu_fake_log();
+    double t[4] = { 0, 0, 0, 0 };
+    cr_assert_eq(tu_fake_count(log, "POST", CREATE_RE, t, 4), 4);
+    json_object_put(log);
+    cr_assert(t[1] - t[0] >= 0.5, "the first re-send came %.3f s after the 429", t[1] - t[0]);
+    cr_assert(t[2] - t[1] >= 1.0, "the second re-send came %.3f s after", t[2] - t[1]);
+    cr_assert(t[3] - t[2] >= 2.0, "the third re-send came %.3f s after", t[3] - t[2]);
+    assert_fake_holds(NULL);
+    sbx_client_free(c);
 }
 
 /* ------------------------------------------------------------ 5xx bursts */
@@ -732,7 +913,8 @@ Test(daytona_faults, case20_a_create_answered_too_late_leaves_nothing)
 #define STORM_N 100
 #define STORM_AT_ONCE 5
 /* The client's defaults (cloud.h): a create refused with 429 is sent again
- * up to 8 times, after full-jitter waits below 0.5, 1, 2, 4, 8, 8, 8, 8 s. */
+ * up to 8 times, after equal-jitter waits in [0.5, 1), [1, 2), [2, 4), then
+ * [4, 8) s. */
 #define STORM_RATE_LIMIT_RETRIES 8
 
 typedef struct storm {
@@ -786,12 +968,13 @@ static char *storm_token(json_object *entry)
  * client's rate_limit_retries): at most 900 creates in all, whatever the
  * timing, where a client that did not wait would have spent its 9 attempts
  * at once and failed. The re-sends spread out: across tokens, the mean gap
- * before the k-th re-send grows with k (full jitter below 0.5 s, then
- * below 1 s, 2 s: means near 0.25, 0.5, 1 s, each plus the same request
- * latency), compared while at least 10 tokens were re-sent k times (the
- * standard deviation of such a mean is then at most a quarter of the step
- * to the next; k = 1 and 2 always have more: most tokens are refused
- * twice). The fake's creates take as long as they take (a real sandbox
+ * before the k-th re-send grows with k (equal jitter in [0.5, 1) s, then
+ * [1, 2), [2, 4): means near 0.75, 1.5, 3 s, each plus the same request
+ * latency; the waits before re-sends k and k + 1 do not even overlap),
+ * compared while at least 10 tokens were
+ * re-sent k times (k = 1 and 2 always have more: most tokens are refused
+ * twice). And no gap, of any token, is below the fixed half of its step
+ * (0.5, 1, 2, then 4 s): the floor of the backoff. The fake's creates take as long as they take (a real sandbox
  * each), so the storm lasts some seconds. Then 100 destroys, and the fake
  * holds only the fixture's sandbox. */
 Test(daytona_faults, storm_100_creates_5_at_a_time_slow, .timeout = 180)
@@ -867,6 +1050,15 @@ Test(daytona_faults, storm_100_creates_5_at_a_time_slow, .timeout = 180)
     cr_assert_eq(n429, refused);
     cr_assert_eq(posts, STORM_N + n429);
     cr_assert_leq(posts, STORM_N * (1 + STORM_RATE_LIMIT_RETRIES));
+
+    /* Every gap at least the fixed half of its step. */
+    for (int i = 0; i < ntok; i++)
+        for (int k = 1; k < attempts[i]; k++) {
+            double floor_s = k >= 4 ? 4.0 : 0.5 * (1 << (k - 1));
+            cr_assert_geq(times[i][k] - times[i][k - 1], floor_s,
+                          "token %s: re-send %d came %.3f s after the 429 before it, below "
+                          "%.1f s", tokens[i], k, times[i][k] - times[i][k - 1], floor_s);
+        }
 
     /* The mean gap before the k-th re-send, over the tokens re-sent k
      * times, for k = 1..3 while at least 10 tokens were. */

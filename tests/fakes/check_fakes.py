@@ -2,11 +2,12 @@
 """Drives the Daytona and Tensorlake contract fakes over HTTP and checks the
 exact answers the contracts give (paths, status codes, JSON fields, error
 bodies, SSE framing, raw bytes), so the fakes the plugins are tested against
-are themselves tested. Prints TAP. Each fake is started on an ephemeral port
-and stopped by its PID; afterwards no process of it and no sandbox directory
-is left.
+are themselves tested, and checks that the HTTP plumbing every fake shares
+(fakehttp.py) answers on sockets with TCP_NODELAY set. Prints TAP. Each fake
+is started on an ephemeral port and stopped by its PID; afterwards no
+process of it and no sandbox directory is left.
 
-Usage: check_fakes.py [daytona|tensorlake]...  (default: both)
+Usage: check_fakes.py [daytona|tensorlake|fakehttp]...  (default: all three)
 """
 
 import email.utils
@@ -14,6 +15,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -503,11 +505,43 @@ def tensorlake():
     eq(P + "no sandbox process left", bwrap_roots() & (roots | {root}), set())
 
 
+def fakehttp_nodelay():
+    """fakehttp's server, in this process, with a route that answers the
+    TCP_NODELAY option of the connection it answers on: set (Nagle's
+    algorithm would hold a streamed answer's last small write until the
+    client's delayed ACK) on each of two connections."""
+    sys.path.insert(0, HERE)
+    import fakehttp
+
+    class Probe(fakehttp.Handler):
+        def route(self, path, query):
+            self.send_json(200, {"nodelay": self.connection.getsockopt(
+                socket.IPPROTO_TCP, socket.TCP_NODELAY)})
+
+    Probe.fake = fakehttp.Fake("probe-key")
+    server = fakehttp.Server(("127.0.0.1", 0), Probe)
+    server.daemon_threads = True
+    t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    t.start()
+    try:
+        for i in (1, 2):
+            c = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=30)
+            c.request("GET", "/probe", headers={"Authorization": "Bearer probe-key"})
+            r = c.getresponse()
+            eq("fakehttp: connection %d is answered with TCP_NODELAY set" % i,
+               (r.status, json.loads(r.read())["nodelay"] != 0), (200, True))
+            c.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+        t.join()
+
+
 def main():
-    which = sys.argv[1:] or ["daytona", "tensorlake"]
+    which = sys.argv[1:] or ["daytona", "tensorlake", "fakehttp"]
     for w in which:
         try:
-            {"daytona": daytona, "tensorlake": tensorlake}[w]()
+            {"daytona": daytona, "tensorlake": tensorlake, "fakehttp": fakehttp_nodelay}[w]()
         except Exception as e:  # a crash is a failure of its own, named
             check(w + " ran to the end", False, "%s: %s" % (type(e).__name__, e))
     print("TAP version 13")

@@ -1,7 +1,9 @@
 """HTTP plumbing of the contract fakes of hosted providers (tests/fakes/).
 
 - serve(): a ThreadingHTTPServer on 127.0.0.1, port 0 (the kernel picks
-  one), with a listen backlog of 1024 (bursts of connections); the port is printed on stdout as one line "PORT <n>" once it listens.
+  one), with a listen backlog of 1024 (bursts of connections) and
+  TCP_NODELAY on every accepted connection (Handler); the port is printed
+  on stdout as one line "PORT <n>" once it listens.
   SIGTERM and SIGINT stop the server and call the fake's cleanup (which kills
   every process its sandboxes run).
 - A request log that tests read: every request, numbered from 1 ("n"), with
@@ -224,6 +226,12 @@ class Fake:
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     fake = None  # set by serve()
+    # TCP_NODELAY on each accepted socket (StreamRequestHandler.setup()):
+    # with Nagle's algorithm on, an answer written in more than one small
+    # write (headers, then body; a stream's frames) holds its last write
+    # until the client's delayed ACK, some 40 ms or more per request on
+    # loopback, which no provider's server adds.
+    disable_nagle_algorithm = True
 
     def log_message(self, fmt, *args):  # quiet: the request log is the record
         pass

@@ -196,8 +196,9 @@ char *cl_base_url(struct json_object *config, const char *key, const char *env,
 /** The retry policy of a client (CASE-19). */
 typedef struct cl_retry_policy {
     int retries;            /* re-sends after the first attempt; default 3 */
-    double base_s;          /* first backoff without Retry-After; default 0.5 */
-    double max_backoff_s;   /* cap of one backoff; default 8 */
+    double base_s;          /* floor of the first backoff without Retry-After
+                             * (it is in [base_s, 2 * base_s)); default 0.5 */
+    double max_backoff_s;   /* every backoff is below this; default 8 */
     double max_wait_s;      /* a Retry-After above this fails at once with
                              * rate_limited (retry_after_s in context);
                              * default 60 */
@@ -218,6 +219,12 @@ void cl_http_free(cl_http *h);
  *  "Authorization" with @value "Bearer KEY"); the value is a secret (see
  *  cl_http_set_secret). Copied. Not thread-safe: call before requests. */
 int cl_http_set_auth(cl_http *h, const char *header, const char *value);
+/** Adds the header "@header: @value" (copied; up to 4) to every request
+ *  that carries the credential (every one but those with no_auth): what
+ *  goes with the credential, such as the organization a token acts for.
+ *  Not a secret. 0, or -1 on no memory or a fifth header. Not
+ *  thread-safe: call before requests. */
+int cl_http_add_header(cl_http *h, const char *header, const char *value);
 /** Adds @secret to what is scrubbed from every message (copied; up to 8).
  *  Not thread-safe: call before requests. */
 int cl_http_set_secret(cl_http *h, const char *secret);
@@ -305,10 +312,12 @@ typedef struct cl_resp {
  * create of a sandbox labelled with it), answered 429, is sent again up to
  * the policy's rate_limit_retries times (the other retries count apart),
  * even when CL_UNSAFE: each wait is the answer's Retry-After (either form;
- * above max_wait_s: rate_limited at once, as for any request), else a full
- * jitter backoff, uniform in [0, min(max_backoff_s, base_s * 2^k)) for the
- * k-th such re-send (k from 0). Once they are spent it returns 0 with the
- * 429; cl_fail_status then makes it rate_limited with context attempts and
+ * above max_wait_s: rate_limited at once, as for any request), else the
+ * backoff of every retry: equal jitter, uniform in [s/2, s) for the step
+ * s = min(max_backoff_s, base_s * 2^(k+1)) of the k-th such re-send (k
+ * from 0; with the defaults [0.5, 1), [1, 2), [2, 4), then [4, 8) s: the
+ * first wait is never below base_s). Once they are spent it returns 0 with
+ * the 429; cl_fail_status then makes it rate_limited with context attempts and
  * waited_s (seconds slept). Thread-safe (the jitter's seed is locked).
  */
 int cl_request(cl_http *h, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *resp,

@@ -12,17 +12,20 @@
  * transport error, and the request is CL_SAFE; a transport error before
  * the request could reach the server (no connection) is repeated for any
  * request. The wait is the answer's Retry-After (seconds or an HTTP-date,
- * taken against the answer's Date header when it has one), else
- * base_s * 2^k plus up to 50% jitter, capped at max_backoff_s. A
- * Retry-After above max_wait_s fails at once with rate_limited and
- * retry_after_s in the context. A wait that passes the call's bound ends
- * the retries with the last answer.
+ * taken against the answer's Date header when it has one), else the k-th
+ * backoff (k from 0): equal jitter over the step
+ * s = min(max_backoff_s, base_s * 2^(k+1)), half of it fixed and half
+ * random, uniform in [s/2, s): [0.5, 1), [1, 2), [2, 4), then [4, 8) s
+ * with the defaults. The fixed half is the floor (the first wait is never
+ * below base_s: no tight loop, CASE-19 E); the random half spreads out
+ * many clients refused at once. A Retry-After above max_wait_s fails at
+ * once with rate_limited and retry_after_s in the context. A wait that
+ * passes the call's bound ends the retries with the last answer.
  *
- * The same loop re-sends a create POST carrying the call's create token
- * (token_create) after a 429, CL_UNSAFE or not, counting those re-sends
- * against rate_limit_retries apart from the others; without Retry-After
- * its wait is full jitter, uniform in [0, min(max_backoff_s,
- * base_s * 2^k)), so that many clients refused at once spread out.
+ * The same loop, with the same waits, re-sends a create POST carrying the
+ * call's create token (token_create) after a 429, CL_UNSAFE or not,
+ * counting those re-sends against rate_limit_retries apart from the
+ * others (k counts each kind apart too).
  */
 #include "cloud.h"
 
@@ -41,6 +44,7 @@
 #define KEEP_MAX ((size_t)64 << 20)
 #define POOL_MAX 8
 #define SECRETS_MAX 8
+#define EXTRA_HEADERS_MAX 4
 #define CONNECT_SECS 10.0
 
 void cl_last_set_http(long status, double retry_after_s);
@@ -52,6 +56,8 @@ struct cl_http {
     CURL *idle[POOL_MAX];
     int nidle;
     char *auth_header;              /* "Name: value" */
+    char *extra_headers[EXTRA_HEADERS_MAX]; /* "Name: value", sent with auth_header */
+    int nextra;
     char *secrets[SECRETS_MAX];
     int nsecrets;
     cl_retry_policy retry;
@@ -113,6 +119,8 @@ void cl_http_free(cl_http *c)
         memset(c->secrets[i], 0, strlen(c->secrets[i]));
         free(c->secrets[i]);
     }
+    for (int i = 0; i < c->nextra; i++)
+        free(c->extra_headers[i]);
     free(c);
 }
 
@@ -146,6 +154,18 @@ int cl_http_set_auth(cl_http *c, const char *header, const char *value)
     if (sp && cl_http_set_secret(c, sp + 1) < 0)
         return -1;
     return cl_http_set_secret(c, value);
+}
+
+int cl_http_add_header(cl_http *c, const char *header, const char *value)
+{
+    if (c->nextra == EXTRA_HEADERS_MAX)
+        return -1;
+    if (asprintf(&c->extra_headers[c->nextra], "%s: %s", header, value) < 0) {
+        c->extra_headers[c->nextra] = NULL;
+        return -1;
+    }
+    c->nextra++;
+    return 0;
 }
 
 void cl_http_set_retry(cl_http *c, const cl_retry_policy *p)
@@ -444,17 +464,20 @@ static void url_path(const char *url, char *out, size_t cap)
     out[n] = '\0';
 }
 
-/* The k-th backoff (k from 0): base_s * 2^k capped at max_backoff_s, plus
- * up to 50% jitter; with @full, full jitter instead: uniform in [0, that). */
-static double backoff(cl_http *c, int k, int full)
+/* The k-th backoff in seconds (k from 0), for every retry without a
+ * Retry-After: equal jitter, uniform in [s/2, s) for the step
+ * s = min(max_backoff_s, base_s * 2^(k+1)); so never below
+ * min(base_s * 2^k, max_backoff_s / 2) and always below max_backoff_s.
+ * Thread-safe (the seed is taken under c->lock). */
+static double backoff(cl_http *c, int k)
 {
-    double b = c->retry.base_s * pow(2.0, k > 60 ? 60 : k);
-    if (b > c->retry.max_backoff_s)
-        b = c->retry.max_backoff_s;
+    double s = c->retry.base_s * pow(2.0, k > 60 ? 61 : k + 1);
+    if (s > c->retry.max_backoff_s)
+        s = c->retry.max_backoff_s;
     pthread_mutex_lock(&c->lock);
     double r = (double)rand_r(&c->seed) / ((double)RAND_MAX + 1.0);
     pthread_mutex_unlock(&c->lock);
-    return full ? b * r : b + b * 0.5 * r;
+    return s * 0.5 + s * 0.5 * r;
 }
 
 /* 1 when @req is a create POST whose body carries @ctx's create token (a
@@ -544,6 +567,8 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
         hdrs = curl_slist_append(hdrs, "Expect:");
         if (c->auth_header && !req->no_auth)
             hdrs = curl_slist_append(hdrs, c->auth_header);
+        for (int i = 0; i < c->nextra && !req->no_auth; i++)
+            hdrs = curl_slist_append(hdrs, c->extra_headers[i]);
         for (size_t i = 0; req->headers && req->headers[i]; i++)
             hdrs = curl_slist_append(hdrs, req->headers[i]);
         const char *ct = req->content_type;
@@ -606,7 +631,7 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
             if (!retryable || (rate ? rl : attempt - rl) >= limit)
                 return 0;
             double wait = ra >= 0 && (s == 429 || ra > 0) ? ra
-                        : rate ? backoff(c, rl, 1) : backoff(c, attempt - rl, 0);
+                        : backoff(c, rate ? rl : attempt - rl);
             double l = cl_bound_left(&bound);
             if (l >= 0 && wait >= l)
                 return 0;       /* no time to wait: the last answer stands */
@@ -641,7 +666,7 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
         if (rc == CURLE_OPERATION_TIMEDOUT && bound.until && cl_bound_left(&bound) < 0.01)
             may_repeat = 0;
         if (may_repeat && attempt - rl < c->retry.retries) {
-            double wait = backoff(c, attempt - rl, 0);
+            double wait = backoff(c, attempt - rl);
             double l = cl_bound_left(&bound);
             if (l < 0 || wait < l) {
                 CL_LOG(SBX_LOG_DEBUG, "%s: %s, retrying in %.2f s", what, curl_easy_strerror(rc),
