@@ -171,11 +171,14 @@ class RunloopFake(fakehttp.Fake):
     def end(self, dbx, status, shutdown_reason=None, failure_reason=None):
         if dbx.status in TERMINAL:
             return
+        # The end is recorded before the devbox's processes are killed, as
+        # the provider records why it ends a devbox: a command killed with
+        # it finds its devbox ended, with the reason.
         dbx.shutdown_reason = shutdown_reason
         dbx.failure_reason = failure_reason
         dbx.ended = time.time()
-        dbx.box.delete()
         dbx.set_status(status)
+        dbx.box.delete()
 
     def find(self, key):
         with self.lock:
