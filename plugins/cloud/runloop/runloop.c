@@ -478,9 +478,7 @@ static int rl_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
  * from the workdir, or as is (Runloop takes it from the home directory). */
 static char *rl_path(struct sbx_plugin_sandbox *sb, const char *path)
 {
-    if (path[0] != '/' && sb->workdir)
-        return cl_printf("%s/%s", sb->workdir, path);
-    return strdup(path);
+    return cl_path_in(sb->workdir, path);
 }
 
 static int rl_file_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r, const char *op,
@@ -722,24 +720,15 @@ static int rl_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, rl_each
 
 typedef struct rl_ids {
     const char *token;
-    char **v;
-    size_t n;
+    cl_ids ids;
 } rl_ids;
 
 static int rl_id_one(void *ud, json_object *it)
 {
     rl_ids *s = ud;
     const char *tok = cl_json_str(cl_json_path(it, "metadata", NULL), CL_META_TOKEN);
-    const char *id = cl_json_str(it, "id");
-    if (!tok || strcmp(tok, s->token) != 0)
-        return 0;
-    char **nv = realloc(s->v, (s->n + 2) * sizeof(char *));
-    if (!nv)
-        return 0;
-    s->v = nv;
-    if ((s->v[s->n] = strdup(id)))
-        s->n++;
-    s->v[s->n] = NULL;
+    if (tok && strcmp(tok, s->token) == 0)
+        cl_ids_add(&s->ids, cl_json_str(it, "id"));
     return 0;
 }
 
@@ -747,15 +736,9 @@ static int rl_id_one(void *ud, json_object *it)
 static int rl_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
                          sbx_error **error)
 {
-    rl_ids s = { token, NULL, 0 };
-    if (rl_list(ud, ctx, rl_id_one, &s, "create", error) < 0) {
-        cl_strv_free(s.v);
-        return -1;
-    }
-    if (!s.v)
-        s.v = calloc(1, sizeof(char *));
-    *ids = s.v;
-    return s.v ? 0 : -1;
+    rl_ids s = { token, { 0 } };
+    int rc = rl_list(ud, ctx, rl_id_one, &s, "create", error);
+    return cl_ids_finish(&s.ids, rc, ids, "create", error);
 }
 
 static int rl_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
@@ -1470,12 +1453,8 @@ fail:
         code = 137;
         goto out;
     }
-    cl_proc_fail_last(base);
+    cl_proc_fail_in(base, &sb->s);
     code = -1;
-    if (rl_is_gone(sb)) {
-        snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
-        snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
-    }
 out:
     free(script);
     free(envf);
@@ -1497,19 +1476,8 @@ static int rl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 {
     const char *op = "exec";
     (void)ctx;
-    if (rl_check(sb, op, error) < 0)
+    if (cl_exec_check(&sb->s, RL_BACKEND, rq, 0, error) < 0)
         return -1;
-    if (rq->tty_rows || rq->tty_cols) {
-        cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                "runloop backend: commands on a terminal are not supported");
-        return -1;
-    }
-    if (rq->user) {
-        cl_context(cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                           "runloop backend: user %s cannot be chosen per command", rq->user),
-                   "user", rq->user);
-        return -1;
-    }
     rl_proc *p = calloc(1, sizeof(*p));
     if (!p) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1521,19 +1489,8 @@ static int rl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     cl_random_hex(p->tag + 9, 12);
     p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
     p->env = cl_strv_dup(rq->env);
-    int bad = !p->script || !p->env;
-    if (!bad && rq->stdin_fd >= 0 && (p->stdin_fd = fcntl(rq->stdin_fd, F_DUPFD_CLOEXEC, 3)) < 0)
-        bad = 1;
-    if (bad) {
-        rl_proc_free_fields(p);
-        free(p);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot start the command: %s",
-                strerror(errno ? errno : ENOMEM));
-        return -1;
-    }
-    p->base.run = rl_exec_run;
-    p->base.ud = p;
-    if (cl_proc_start(&p->base, rq->stdout_fd, rq->stderr_fd, op, error) < 0) {
+    if (cl_exec_launch(&p->base, rl_exec_run, p, p->script && p->env, rq, &p->stdin_fd, op,
+                       error) < 0) {
         rl_proc_free_fields(p);
         free(p);
         return -1;
@@ -1547,22 +1504,8 @@ static int rl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
 {
     (void)ctx;
     rl_proc *p = (rl_proc *)process;
-    int rc = cl_proc_wait(&p->base, timeout_ms, exit_code, "exec_wait", error);
-    /* A missing working directory: the script's cd failed (cloud.h). */
-    char *quoted = rc == 1 && *exit_code == CL_CWD_MISSING_EXIT ? cl_script_cwd(p->script)
-                                                                  : NULL;
-    if (quoted) {
-        char *cmd = cl_printf("test -d %s", quoted);
-        int code = 0;
-        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-        if (cmd && rl_run_short(p->sb, &c2, cmd, &code, "exec", NULL) == 0 && code != 0) {
-            cl_cwd_missing_error(error, "exec", quoted);
-            rc = -1;
-        }
-        free(cmd);
-        free(quoted);
-    }
-    return rc;
+    return cl_exec_wait_script(process, p->sb, p->script, rl_run_short, timeout_ms, exit_code,
+                               error);
 }
 
 /* Signals every process of the command (each carries CL_EXEC_MARK=<its
@@ -1572,18 +1515,7 @@ static int rl_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
                         sbx_error **error)
 {
     rl_proc *p = (rl_proc *)process;
-    pthread_mutex_lock(&p->base.lock);
-    int ended = p->base.ended;
-    pthread_mutex_unlock(&p->base.lock);
-    if (ended)
-        return 0;
-    char *cmd = cl_mark_kill_command(p->tag, sig);
-    int code = 0;
-    int rc = cmd ? rl_run_short(p->sb, ctx, cmd, &code, "exec_kill", error) : -1;
-    if (!cmd)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec_kill", "out of memory");
-    free(cmd);
-    return rc;
+    return cl_proc_mark_kill(&p->base, p->sb, rl_run_short, ctx, p->tag, sig, error);
 }
 
 /* SBX_PLUGIN_EXEC_OOM_KILLED when the devbox failed with out_of_memory
