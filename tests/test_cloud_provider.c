@@ -9,8 +9,8 @@
  * and chmod commands over a stand-in runner, the answer to a call on the
  * sandbox, what exec_start checks first, the kill of a command's marked
  * processes, the ids a listing collects, the client's config and
- * credential, and the refusal of an option. Errors are looked at through
- * cl_last() (no host is loaded here).
+ * credential, the refusal of an option, and the multipart body of an
+ * upload. Errors are looked at through cl_last() (no host is loaded here).
  */
 #include "provider.h"
 
@@ -515,4 +515,41 @@ Test(provider, item_url_and_calls_without_one)
     cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
     cr_assert_eq(cl_delete_url(NULL, NULL, NULL, "destroy", "delete the sandbox", NULL), -1);
     cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
+}
+
+/* The multipart body: the text fields, then the file's bytes exactly (CR,
+ * LF and NUL included), one random boundary named in the Content-Type. */
+Test(provider, multipart_body_holds_fields_and_file_exactly)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    static const char data[] = "a\r\nb\0c--";
+    cr_assert_eq(write(fds[1], data, sizeof data - 1), (ssize_t)(sizeof data - 1));
+    close(fds[1]);
+    const char *const fields[] = { "path", "/tmp/x y", NULL };
+    cl_buf b = { 0 };
+    char ct[80];
+    cr_assert_eq(cl_multipart_body(&b, ct, sizeof ct, fields, "file", "f.bin", fds[0], "x",
+                                   "write_file", NULL), 0);
+    close(fds[0]);
+    cr_assert_eq(strncmp(ct, "multipart/form-data; boundary=sbx-form-", 39), 0, "%s", ct);
+    const char *bnd = ct + 30;
+    cr_assert_eq(strlen(bnd), 33);
+    char want[1024];
+    int n = snprintf(want, sizeof want,
+                     "--%s\r\nContent-Disposition: form-data; name=\"path\"\r\n\r\n/tmp/x y\r\n"
+                     "--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f.bin\""
+                     "\r\nContent-Type: application/octet-stream\r\n\r\n", bnd, bnd);
+    memcpy(want + n, data, sizeof data - 1);
+    n += (int)(sizeof data - 1);
+    n += snprintf(want + n, sizeof want - (size_t)n, "\r\n--%s--\r\n", bnd);
+    cr_assert_eq(b.len, (size_t)n);
+    cr_assert_eq(memcmp(b.data, want, (size_t)n), 0);
+    cl_buf_clear(&b);
+    /* A descriptor that cannot be read names what it was for. */
+    cr_assert_eq(cl_multipart_body(&b, ct, sizeof ct, NULL, "file", "f", -1, "/w/out.txt",
+                                   "write_file", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg, "cannot read the data for /w/out.txt: Bad file descriptor");
+    cl_buf_clear(&b);
 }

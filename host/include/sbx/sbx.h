@@ -862,7 +862,7 @@ SBX_EXPORT sbx_client *sbx_client_new_with_mode(const char *backend, sbx_plugin_
  * again to each plugin host started after a crash. NULL or "" means none.
  * What each backend takes is its own and listed in the plugin's
  * description (`sbx backends`); the hosted backends (daytona, e2b,
- * tensorlake) take "api_url" (before their standard URL variable),
+ * tensorlake, runloop) take "api_url" (before their standard URL variable),
  * "retries" (re-sends of a call that is safe to repeat; 0 sends every call
  * once), "rate_limit_retries" (re-sends of a create refused with 429) and
  * "max_retry_wait_s"; tensorlake also takes "suspendable"; e2b also takes

@@ -724,3 +724,43 @@ int cl_delete_url(cl_http *h, const sbx_call_ctx *ctx, const char *url, const ch
     cl_resp_clear(&r);
     return rc;
 }
+
+/* ------------------------------------------------------------------------ */
+/* A multipart/form-data body (runloop's upload_file)                        */
+/* ------------------------------------------------------------------------ */
+
+int cl_multipart_body(cl_buf *out, char *ctype, size_t ctype_cap, const char *const *fields,
+                      const char *file_field, const char *filename, int fd, const char *shown,
+                      const char *op, sbx_error **error)
+{
+    char bnd[40] = "sbx-form-";
+    cl_random_hex(bnd + 9, 12);
+    int bad = ctype_cap < 64;
+    for (size_t i = 0; !bad && fields && fields[i] && fields[i + 1]; i += 2)
+        bad = cl_buf_printf(out, "--%s\r\nContent-Disposition: form-data; name=\"%s\"\r\n\r\n"
+                            "%s\r\n", bnd, fields[i], fields[i + 1]) < 0;
+    bad = bad || cl_buf_printf(out, "--%s\r\nContent-Disposition: form-data; name=\"%s\"; "
+                               "filename=\"%s\"\r\nContent-Type: application/octet-stream"
+                               "\r\n\r\n", bnd, file_field, filename) < 0;
+    char chunk[65536];
+    while (!bad) {
+        ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                               "cannot read the data for %s: %s", shown, strerror(errno)),
+                       "path", shown);
+            return -1;
+        }
+        if (n == 0)
+            break;
+        bad = cl_buf_append(out, chunk, (size_t)n) < 0;
+    }
+    if (bad || cl_buf_printf(out, "\r\n--%s--\r\n", bnd) < 0) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    snprintf(ctype, ctype_cap, "multipart/form-data; boundary=%s", bnd);
+    return 0;
+}

@@ -479,4 +479,24 @@ struct json_object *cl_get_json(cl_http *h, const sbx_call_ctx *ctx, const char 
 int cl_delete_url(cl_http *h, const sbx_call_ctx *ctx, const char *url, const char *op,
                   const char *what, sbx_error **error);
 
+/* ------------------------------------------------------------------------ */
+/* A multipart/form-data body (runloop's upload_file)                        */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * Builds in @out (appended to; the caller clears it) a multipart/form-data
+ * body (RFC 7578): the text fields @fields ("name", "value", ... pairs,
+ * NULL-terminated; NULL for none), then the file field @file_field, with
+ * filename @filename and type application/octet-stream, holding what @fd
+ * holds to its end (read here, retrying on EINTR; the body is in memory).
+ * The boundary is "sbx-form-" and 24 random hex digits; the Content-Type
+ * header's value ("multipart/form-data; boundary=...") goes to @ctype,
+ * @ctype_cap bytes (at least 64). 0, or -1 with invalid_argument "cannot
+ * read the data for @shown: ..." (context path=@shown) or
+ * resource_exhausted. Thread-safe.
+ */
+int cl_multipart_body(cl_buf *out, char *ctype, size_t ctype_cap, const char *const *fields,
+                      const char *file_field, const char *filename, int fd, const char *shown,
+                      const char *op, sbx_error **error);
+
 #endif
