@@ -7,7 +7,8 @@
 # SBX_TEST_BACKEND=BACKEND in each plugin mode, and the fake is stopped by its
 # PID. Their TAP streams are joined into one, as tests/bubblewrap.sh does;
 # each test's name carries the backend, the mode and the program. One wrapper
-# per backend (tests/daytona.sh, tests/e2b.sh, tests/tensorlake.sh) is what
+# per backend (tests/daytona.sh, tests/e2b.sh, tests/tensorlake.sh,
+# tests/cloudflare.sh) is what
 # TESTS runs.
 #
 # Modes: SBX_CLOUD_MODES, "outofprocess inprocess" by default. When both run,
@@ -31,8 +32,8 @@ backend=$1
 here=${SBX_TEST_SRCDIR:-$(dirname "$0")}
 fake="$here/fakes/$backend.py"
 case $backend in
-daytona | e2b | tensorlake) ;;
-*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake)"; exit 99 ;;
+daytona | e2b | tensorlake | cloudflare) ;;
+*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, cloudflare)"; exit 99 ;;
 esac
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
@@ -75,6 +76,10 @@ tensorlake)
     TENSORLAKE_API_URL=$url TENSORLAKE_API_KEY=sbx-test-dummy-key
     export TENSORLAKE_API_URL TENSORLAKE_API_KEY
     unset TENSORLAKE_SANDBOX_PROXY_URL ;;
+cloudflare)
+    # The Sandbox Bridge worker the user deploys; the fake plays it.
+    CLOUDFLARE_SANDBOX_WORKER_URL=$url CLOUDFLARE_SANDBOX_API_KEY=sbx-test-dummy-key
+    export CLOUDFLARE_SANDBOX_WORKER_URL CLOUDFLARE_SANDBOX_API_KEY ;;
 esac
 SBX_TEST_BACKEND=$backend
 SBX_TEST_SANDBOX_PROCS_ON_HOST=1
