@@ -288,18 +288,21 @@ class CloudflareHandler(fakehttp.Handler):
         self.end_headers()
         self._status = 200
         wlock = threading.Lock()
+        broken = []
+        ended = []
 
         def write(raw):
-            with wlock:
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(raw), raw))
-                self.wfile.flush()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(raw), raw))
+            self.wfile.flush()
+
+        def frame(name, data):
+            return (("event: %s\n" % name).encode()
+                    + b"".join(b"data: " + ln.encode() + b"\n" for ln in data.split("\n"))
+                    + b"\n")
 
         def event(name, data):
-            lines = data.split("\n")
-            write(("event: %s\n" % name).encode()
-                  + b"".join(b"data: " + ln.encode() + b"\n" for ln in lines) + b"\n")
-
-        broken = []
+            with wlock:
+                write(frame(name, data))
 
         def pump(stream, name):
             while True:
@@ -307,7 +310,11 @@ class CloudflareHandler(fakehttp.Handler):
                 if not data:
                     break
                 try:
-                    event(name, base64.b64encode(data).decode())
+                    with wlock:
+                        # A background child's output after the exit event
+                        # is dropped: the stream has ended.
+                        if not ended:
+                            write(frame(name, base64.b64encode(data).decode()))
                 except (BrokenPipeError, ConnectionResetError, ValueError):
                     broken.append(1)
                     sb.box.kill_command(c)
@@ -322,8 +329,12 @@ class CloudflareHandler(fakehttp.Handler):
             timed_out = True
             sb.box.kill_command(c, signal.SIGKILL)
             c.wait()
+        # The stream ends with the command's own process: what it wrote is
+        # drained, a background child holding the pipes is not waited for.
         for t in threads:
-            t.join()
+            t.join(0.2)
+        with wlock:
+            ended.append(1)
         sb.box.forget(c)
         crashed = not sb.box.running()
         try:

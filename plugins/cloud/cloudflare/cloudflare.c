@@ -85,6 +85,13 @@
 #define CF_EXIT_MISSING 2
 #define CF_EXIT_ISDIR 3
 #define CF_EXIT_NOTDIR 4
+/* The file every command of a live sandbox finds: made by the create's
+ * first command. The bridge starts a fresh container for any id it is
+ * asked about, a deleted one too; such a container lacks it. */
+#define CF_LIVE_FILE "/var/lib/sbx/live"
+/* A command's exit status when CF_LIVE_FILE is missing (checked again
+ * before it is taken for the sandbox's loss: the command may exit so). */
+#define CF_GONE_EXIT 212
 
 #define CF_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_SNAPSHOT      \
                  | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_BACKGROUND)
@@ -545,12 +552,28 @@ static int cf_check_options(const sbx_plugin_create_request *rq, sbx_error **err
     if (!rq->allow_internet)
         return cf_refuse(error, "allow_internet", "false", "the Sandbox Bridge has no per-"
                          "sandbox network policy"), -1;
-    if (rq->backend_options && *rq->backend_options && strcmp(rq->backend_options, "{}") != 0) {
-        sbx_error *err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                                 "cloudflare backend_options: %s: the backend takes none",
-                                 rq->backend_options);
-        cl_context(err, "option", "backend_options");
-        return -1;
+    if (rq->backend_options && *rq->backend_options) {
+        json_object *bo = json_tokener_parse(rq->backend_options);
+        sbx_error *err = NULL;
+        if (!bo || !json_object_is_type(bo, json_type_object)) {
+            err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                          "cloudflare backend_options: %s is not a JSON object",
+                          rq->backend_options);
+        } else {
+            json_object_object_foreach(bo, k, v) {
+                (void)v;
+                err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                              "cloudflare backend_options: unknown key \"%s\" (the cloudflare "
+                              "backend takes no backend options)", k);
+                cl_context(err, "name", k);
+                break;
+            }
+        }
+        json_object_put(bo);
+        if (err) {
+            cl_context(err, "option", "backend_options");
+            return -1;
+        }
     }
     return 0;
 }
@@ -629,7 +652,8 @@ static int cf_first_command(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *c
                             const char *env_path, const char *op, sbx_error **error)
 {
     cl_buf b = { 0 };
-    cl_buf_printf(&b, "mkdir -p " CF_WORKSPACE " || exit 1\n");
+    cl_buf_printf(&b, "mkdir -p " CF_WORKSPACE " /var/lib/sbx && : >" CF_LIVE_FILE
+                  " || exit 1\n");
     if (env_path) {
         char *q = cl_shell_quote(env_path);
         cl_buf_printf(&b, "mkdir -p /var/lib/sbx && mv -f -- %s " CF_ENV_FILE
@@ -883,15 +907,21 @@ static int cf_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     (void)fn;
     (void)ud;
     cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, "list_owned",
-            "backend \"%s\" cannot list the sandboxes this library made: the Sandbox Bridge "
-            "has no list call", CF_BACKEND);
+            "backend \"%s\" cannot list the sandboxes this library made", CF_BACKEND);
     return -1;
 }
 
+/* Without a list call the library could not find what to destroy by id
+ * (`sbx gc`), so destroy_by_id goes with list_owned. */
 static int cf_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
                             sbx_error **error)
 {
-    return cf_delete(client, ctx, id, "destroy_by_id", error);
+    (void)client;
+    (void)ctx;
+    (void)id;
+    cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, "destroy_by_id",
+            "backend \"%s\" cannot destroy sandboxes by id", CF_BACKEND);
+    return -1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1114,6 +1144,7 @@ static int cf_exec_run(cl_proc *base)
         if (!in_path || cf_put(sb, &ctx, in_path, p->stdin_fd, "stdin", op, NULL) < 0)
             goto fail;
     }
+    cl_buf_printf(&s, "[ -e " CF_LIVE_FILE " ] || exit %d\n", CF_GONE_EXIT);
     if (env_path)
         cl_buf_printf(&s, ". %s; rm -f %s\n", env_path, env_path);
     cl_buf_printf(&s, "%s", src);
@@ -1134,10 +1165,25 @@ static int cf_exec_run(cl_proc *base)
         goto fail;
     }
     code = st.exit_code;
+    if (code == CF_GONE_EXIT) {
+        /* The container is a fresh one: the sandbox was deleted (or its
+         * container slept and lost its files). The fresh one is deleted. */
+        int c2 = 0;
+        if (cf_run_short(sb, &ctx, "test -e " CF_LIVE_FILE, &c2, op, NULL) == 0 && c2 != 0) {
+            cl_gone_set(&sb->s.gone);
+            cf_delete(sb->c, NULL, sb->s.id, op, NULL);
+            cl_gone_error(NULL, op, CF_BACKEND, sb->s.id);
+            goto fail;
+        }
+    }
     goto out;
 fail:
     cl_proc_fail_last(base);
     code = -1;
+    if (cf_is_gone(sb)) {
+        snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
+        snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
+    }
 out:
     cl_buf_clear(&s);
     free(src);
