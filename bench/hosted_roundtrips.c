@@ -4,7 +4,7 @@
  * started here on 127.0.0.1 with a dummy key and stopped by its PID), and
  * the latency of a warm exec against the provider's own exec endpoint.
  *
- * For each backend (daytona, e2b, tensorlake; -b picks one):
+ * For each backend (daytona, e2b, tensorlake, cloudflare; -b picks one):
  *   - requests per create and per destroy: the fake's request log
  *     (GET /_fake/log) emptied before each call and read after it;
  *   - requests per warm exec: `echo hi` through execute_shell on a live
@@ -283,6 +283,15 @@ static int raw_exec_for(const char *backend, int port, const char *id, raw_exec 
         }
         x->body_len = 5 + n;
         x->expect = "\"stdout\":\"aGkK\"";     /* base64 of "hi\n" */
+    } else if (strcmp(backend, "cloudflare") == 0) {
+        static const char cf_json[] = "{\"argv\":[\"bash\",\"-c\",\"echo hi\"]}";
+        x->what = "one SSE POST /v1/sandbox/ID/exec";
+        snprintf(x->url, sizeof x->url, "http://127.0.0.1:%d/v1/sandbox/%s/exec", port, id);
+        x->headers = curl_slist_append(NULL, "Authorization: Bearer " FAKE_KEY);
+        x->headers = curl_slist_append(x->headers, "Content-Type: application/json");
+        x->body = strdup(cf_json);
+        x->body_len = strlen(cf_json);
+        x->expect = "data: aGkK";   /* base64 of "hi\n" */
     } else {
         return -1;
     }
@@ -351,6 +360,9 @@ static void point_at(const char *backend, int port)
         unsetenv("E2B_DOMAIN");
         unsetenv("E2B_DEBUG");
         unsetenv("E2B_ACCESS_TOKEN");
+    } else if (strcmp(backend, "cloudflare") == 0) {
+        setenv("CLOUDFLARE_SANDBOX_WORKER_URL", url, 1);
+        setenv("CLOUDFLARE_SANDBOX_API_KEY", FAKE_KEY, 1);
     } else {
         setenv("TENSORLAKE_API_URL", url, 1);
         setenv("TENSORLAKE_API_KEY", FAKE_KEY, 1);
@@ -488,25 +500,27 @@ int main(int argc, char **argv)
         rounds = 1;
     if (execs < 1)
         execs = 1;
-    static const char *const all[] = { "daytona", "e2b", "tensorlake" };
-    if (only && strcmp(only, all[0]) && strcmp(only, all[1]) && strcmp(only, all[2])) {
-        fprintf(stderr, "hosted_roundtrips: unknown backend \"%s\" (daytona, e2b, tensorlake)\n",
-                only);
+    static const char *const all[] = { "daytona", "e2b", "tensorlake", "cloudflare" };
+    if (only && strcmp(only, all[0]) && strcmp(only, all[1]) && strcmp(only, all[2])
+        && strcmp(only, all[3])) {
+        fprintf(stderr, "hosted_roundtrips: unknown backend \"%s\" (daytona, e2b, tensorlake, "
+                "cloudflare)\n", only);
         return 2;
     }
     /* The build tree's hosted plugins first. */
     const char *pp = getenv("SBX_PLUGIN_PATH");
     char *path = NULL;
     if (asprintf(&path, "%s/plugins/cloud/daytona/.libs:%s/plugins/cloud/e2b/.libs:"
-                 "%s/plugins/cloud/tensorlake/.libs%s%s", SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR,
-                 SBX_TOP_BUILDDIR, pp && *pp ? ":" : "", pp && *pp ? pp : "") < 0)
+                 "%s/plugins/cloud/tensorlake/.libs:%s/plugins/cloud/cloudflare/.libs%s%s",
+                 SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR,
+                 pp && *pp ? ":" : "", pp && *pp ? pp : "") < 0)
         return 1;
     setenv("SBX_PLUGIN_PATH", path, 1);
     free(path);
     signal(SIGPIPE, SIG_IGN);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int status = 0;
-    for (size_t i = 0; i < 3; i++) {
+    for (size_t i = 0; i < 4; i++) {
         if (only && strcmp(only, all[i]) != 0)
             continue;
         printf("-- %s\n", all[i]);

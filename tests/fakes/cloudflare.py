@@ -35,7 +35,9 @@ Control routes (no auth; not logged): GET/DELETE /_fake/log, POST
 /_fake/faults (tests/fakes/fakehttp.py); GET /_fake/sandbox/{id}
 {"root", "running", "execs", "sessions"}; POST /_fake/sandbox/{id}/crash
 (the container stops: a running exec ends with "event: error" code
-exec_transport_error).
+exec_transport_error); POST /_fake/exec_error {"error", "code", "stdout"?}
+(the next exec runs nothing: it sends the base64 of "stdout" when given,
+then "event: error" with that error and code).
 
 Python 3 standard library only. Run as root (bubblewrap and nsenter).
 """
@@ -90,6 +92,7 @@ class CloudflareFake(fakehttp.Fake):
         super().__init__(os.environ.get("SBX_FAKE_API_KEY", "fake-cloudflare-key"))
         self.dir = tempfile.mkdtemp(prefix="sbx-fake-cloudflare-")
         self.port = 0
+        self.exec_errors = []      # scripted error events, for the next execs
 
     def error_body(self, status, message, path, method):
         return {"error": message, "code": {401: "unauthorized", 404: "not_found",
@@ -134,8 +137,21 @@ def workspace_path(path):
 
 
 class CloudflareHandler(fakehttp.Handler):
+    def handle_any(self):
+        # GET /health is the one route without the key (and is not logged).
+        if self.command == "GET" and self.path.split("?")[0] == "/health":
+            self._status = 0
+            return self.send_json(200, {"ok": True})
+        return fakehttp.Handler.handle_any(self)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = handle_any
+
     def fake_control(self, path):
         f = FAKE
+        if path == "/_fake/exec_error" and self.command == "POST":
+            with f.lock:
+                f.exec_errors.append(self.json_body())
+            return self.send_json(204, None)
         m = re.fullmatch(r"/_fake/sandbox/([^/]+)(/crash)?", path)
         if not m:
             raise Reply(404, {"error": "no such control route: " + path})
@@ -152,8 +168,6 @@ class CloudflareHandler(fakehttp.Handler):
     def route(self, path, query):
         f = FAKE
         meth = self.command
-        if path == "/health" and meth == "GET":
-            return self.send_json(200, {"ok": True})
         if path == "/v1/sandbox" and meth == "POST":
             self.body_bytes()
             sid = "".join(secrets.choice(B32) for _ in range(26))
@@ -277,6 +291,10 @@ class CloudflareHandler(fakehttp.Handler):
         if host is None or not os.path.isdir(host):
             raise err(400, "cwd does not exist: %s" % cwd)
         sb.execs += 1
+        with FAKE.lock:
+            scripted = FAKE.exec_errors.pop(0) if FAKE.exec_errors else None
+        if scripted is not None:
+            return self.scripted_error(scripted)
         try:
             c = sb.box.popen(argv, cwd=cwd)
         except nsbox.SandboxGone:
@@ -352,6 +370,18 @@ class CloudflareHandler(fakehttp.Handler):
             write(b"")
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+
+
+    def scripted_error(self, e):
+        out = b""
+        if e.get("stdout"):
+            out += (b"event: stdout\ndata: " + base64.b64encode(e["stdout"].encode())
+                    + b"\n\n")
+        msg = json.dumps({"error": e.get("error", "scripted"), "code": e.get("code",
+                                                                          "exec_error")})
+        out += b"event: error\n" + b"".join(b"data: " + ln.encode() + b"\n"
+                                            for ln in msg.split("\n")) + b"\n"
+        self.send_bytes(200, out, "text/event-stream")
 
 
 def main():

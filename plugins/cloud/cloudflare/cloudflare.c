@@ -1114,6 +1114,7 @@ static int cf_exec_run(cl_proc *base)
     char *src = cl_env_file_source(CF_ENV_FILE), *in_path = NULL, *env_path = NULL;
     char *keys = cl_call_keys((const char *const *)p->env);
     cl_buf s = { 0 };
+    cf_stream st = { 0 };
     int code = -1;
     if (!src || !keys) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1157,7 +1158,6 @@ static int cf_exec_run(cl_proc *base)
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    cf_stream st = { 0 };
     st.proc = base;
     st.out_fd = -1;
     if (cf_exec_call(sb, &ctx, s.data, p->tag, &st, op, NULL) < 0) {
@@ -1180,6 +1180,10 @@ static int cf_exec_run(cl_proc *base)
 fail:
     cl_proc_fail_last(base);
     code = -1;
+    if (st.failed) {
+        snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "code");
+        snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "%s", st.err_code);
+    }
     if (cf_is_gone(sb)) {
         snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
         snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
