@@ -79,7 +79,10 @@ tensorlake)
 cloudflare)
     # The Sandbox Bridge worker the user deploys; the fake plays it.
     CLOUDFLARE_SANDBOX_WORKER_URL=$url CLOUDFLARE_SANDBOX_API_KEY=sbx-test-dummy-key
-    export CLOUDFLARE_SANDBOX_WORKER_URL CLOUDFLARE_SANDBOX_API_KEY ;;
+    # Snapshots are kept on this side: in the run's directory, removed
+    # with it.
+    SBX_CLOUDFLARE_SNAPSHOT_DIR="$dir/snapshots"
+    export CLOUDFLARE_SANDBOX_WORKER_URL CLOUDFLARE_SANDBOX_API_KEY SBX_CLOUDFLARE_SNAPSHOT_DIR ;;
 esac
 SBX_TEST_BACKEND=$backend
 SBX_TEST_SANDBOX_PROCS_ON_HOST=1

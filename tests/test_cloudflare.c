@@ -10,15 +10,19 @@
  * image, network) are configuration errors naming the option; create is
  * POST /v1/sandbox and destroy DELETE /v1/sandbox/{id}, with the bearer
  * key; a sandbox deleted elsewhere is gone although the bridge would start
- * a fresh container for its id. The fake's routes (/_fake/exec_error,
+ * a fresh container for its id; a snapshot is the workspace's tar kept on
+ * the client's side. The fake's routes (/_fake/exec_error,
  * /_fake/faults, /_fake/log) script and count requests.
  */
 #include "testutil.h"
 
 #include <criterion/criterion.h>
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <json-c/json.h>
 #include <sbx/sbx.h>
@@ -217,4 +221,60 @@ Test(cloudflare, a_sandbox_deleted_elsewhere_is_gone_and_its_fresh_container_del
     free(re);
     free(path);
     free(auth);
+}
+
+/* A snapshot is persist's tar of /workspace, kept as ID.tar (mode 0600) in
+ * the client's snapshot directory (tests/hosted.sh points
+ * SBX_CLOUDFLARE_SNAPSHOT_DIR into its run directory); a create with it
+ * hydrates /workspace. What is outside /workspace is not in it. An id that
+ * is not there is not_found, and the sandbox made for it is deleted. */
+Test(cloudflare, a_snapshot_is_the_workspace_kept_on_the_client_side)
+{
+    g_sb = create_plain();
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/workspace/keep.txt", "kept\n", 5, &err), 0);
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/tmp/lost.txt", "lost\n", 5, &err), 0);
+    char *snap = sbx_sandbox_snapshot(g_sb, &err);
+    cr_assert_not_null(snap, "snapshot: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(strlen(snap), 7 + 32);
+    cr_assert_eq(strncmp(snap, "cfsnap-", 7), 0);
+    char *file = tu_strdup_printf("%s/%s.tar", getenv("SBX_CLOUDFLARE_SNAPSHOT_DIR"), snap);
+    struct stat st;
+    cr_assert_eq(stat(file, &st), 0, "%s: %s", file, strerror(errno));
+    cr_assert_eq(st.st_mode & 0777, 0600);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_snapshot_id(o, snap, NULL), 0);
+    sbx_sandbox *sb2 = tu_create(g_client, o);
+    sbx_options_free(o);
+    char *data = NULL;
+    size_t len = 0;
+    cr_assert_eq(sbx_sandbox_read_file(sb2, "/workspace/keep.txt", &data, &len, &err), 0,
+                 "read_file: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(len, 5);
+    cr_assert_eq(memcmp(data, "kept\n", 5), 0);
+    free(data);
+    cr_assert_eq(sbx_sandbox_read_file(sb2, "/tmp/lost.txt", &data, &len, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
+    sbx_error_free(err);
+    err = NULL;
+    cr_assert_eq(sbx_sandbox_destroy(sb2, NULL), 0);
+    sbx_sandbox_free(sb2);
+    unlink(file);
+    free(file);
+
+    /* The file removed, the id is gone. */
+    tu_fake_reset();
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_snapshot_id(o, snap, NULL), 0);
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    sbx_options_free(o);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
+    char *msg = tu_strdup_printf("cloudflare snapshot %s is not in %s", snap,
+                                 getenv("SBX_CLOUDFLARE_SNAPSHOT_DIR"));
+    cr_assert_str_eq(sbx_error_get0_message(err), msg);
+    free(msg);
+    sbx_error_free(err);
+    cr_assert_eq(count("POST", "/v1/sandbox"), 1);
+    cr_assert_eq(count("DELETE", "/v1/sandbox/[a-z2-7]{26}"), 1);
+    free(snap);
 }

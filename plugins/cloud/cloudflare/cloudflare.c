@@ -45,9 +45,14 @@
  *    limited to 32 MiB by the bridge (413: invalid_argument naming the
  *    path).
  *  - snapshot: POST …/persist gives a tar of /workspace (only /workspace:
- *    the bridge's snapshot mechanism); it is stored as a file of a new,
- *    never-started bridge sandbox, whose id is the snapshot id; a create
- *    with snapshot_id reads it back and POSTs it to …/hydrate.
+ *    the bridge's snapshot mechanism), which the bridge hands to its client
+ *    and does not keep (a container's disk goes when it sleeps); it is kept
+ *    as cfsnap-<32 hex>.tar (mode 0600) in the client's snapshot directory
+ *    (client option "snapshot_dir", else SBX_CLOUDFLARE_SNAPSHOT_DIR, else
+ *    $XDG_STATE_HOME/sbx/cloudflare-snapshots, else
+ *    ~/.local/state/sbx/cloudflare-snapshots), and a create with that
+ *    snapshot_id POSTs it to …/hydrate. So a snapshot is usable where its
+ *    directory is; removing it is removing the file.
  *  - session_state: {"version":1,"sandbox_id","workdir"?}; resume checks
  *    GET …/running and starts the container when it slept.
  *  - destroy: DELETE /v1/sandbox/{id} (204, also when never started).
@@ -68,6 +73,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -78,6 +84,7 @@
 
 #define CF_BACKEND "cloudflare"
 #define CF_STATE_VERSION 1
+#define CF_SNAP_PREFIX "cfsnap-"
 #define CF_WORKSPACE "/workspace"
 /* The create's environment, sourced by every command (provider.h). */
 #define CF_ENV_FILE "/var/lib/sbx/create.env"
@@ -99,6 +106,7 @@
 struct sbx_plugin_client {
     cl_http *http;
     char *api;          /* the worker's URL, no trailing slash */
+    char *snap_dir;     /* where snapshots are kept (absolute) */
 };
 
 struct sbx_plugin_sandbox {
@@ -436,6 +444,7 @@ static void cf_client_free(sbx_plugin_client *c)
         return;
     cl_http_free(c->http);
     free(c->api);
+    free(c->snap_dir);
     free(c);
 }
 
@@ -465,6 +474,30 @@ static int cf_client_new(const char *config_json, sbx_plugin_client **client, sb
     if (!c->api || cl_http_configure(c->http, cfg, key_envs, "Authorization", "Bearer ",
                                      error) < 0)
         goto fail;
+    /* The snapshot directory: the option, else $SBX_CLOUDFLARE_SNAPSHOT_DIR,
+     * else $XDG_STATE_HOME/sbx/cloudflare-snapshots, else
+     * $HOME/.local/state/sbx/cloudflare-snapshots. */
+    const char *sd = cfg ? cl_json_str(cfg, "snapshot_dir") : NULL;
+    const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+    if (!sd || !*sd)
+        sd = getenv("SBX_CLOUDFLARE_SNAPSHOT_DIR");
+    if (sd && *sd)
+        c->snap_dir = strdup(sd);
+    else if (xdg && *xdg == '/')
+        c->snap_dir = cl_printf("%s/sbx/cloudflare-snapshots", xdg);
+    else
+        c->snap_dir = cl_printf("%s/.local/state/sbx/cloudflare-snapshots",
+                                home && *home ? home : "/tmp");
+    if (!c->snap_dir) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
+    if (c->snap_dir[0] != '/') {
+        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op, "cloudflare backend: "
+                           "snapshot_dir %s is not an absolute path", c->snap_dir),
+                   "option", "snapshot_dir");
+        goto fail;
+    }
     json_object_put(cfg);
     *client = c;
     return 0;
@@ -598,49 +631,42 @@ static char *cf_stage_text(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
     return path;
 }
 
-/* Restores the snapshot @snap (a holder sandbox's persisted tar) into
- * @sb's /workspace. */
+/* 1 when @id has the shape of this backend's snapshot ids. */
+static int cf_snapshot_id_ok(const char *id)
+{
+    size_t n = strlen(CF_SNAP_PREFIX);
+    return strncmp(id, CF_SNAP_PREFIX, n) == 0 && strlen(id) == n + 32
+           && strspn(id + n, "0123456789abcdef") == 32;
+}
+
+/* Restores the snapshot @snap (a tar of /workspace in the client's
+ * snapshot directory) into @sb's /workspace with POST …/hydrate. */
 static int cf_hydrate(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *snap,
                       const char *op, sbx_error **error)
 {
-    char tmpl[] = "/tmp/sbx-cf-snap-XXXXXX";
-    int fd = mkostemp(tmpl, O_CLOEXEC);
+    char *path = cf_snapshot_id_ok(snap) ? cl_printf("%s/%s.tar", sb->c->snap_dir, snap) : NULL;
+    int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
     if (fd < 0) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "mkstemp: %s", strerror(errno));
+        sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
+                                 "cloudflare snapshot %s is not in %s", snap, sb->c->snap_dir);
+        cl_context(err, "snapshot_id", snap);
+        cl_context(err, "path", sb->c->snap_dir);
+        free(path);
         return -1;
     }
-    unlink(tmpl);
+    free(path);
     int rc = -1;
-    char *sfx = cf_file_suffix(CF_WORKSPACE "/snapshot.tar");
-    cl_req rq = { .method = "GET", .sink = cl_fd_sink, .sink_ud = &fd, .idempotent = CL_SAFE,
-                  .what = "read the snapshot" };
+    cl_req hq = { .method = "POST", .content_type = "application/x-tar", .source = cl_fd_source,
+                  .source_ud = &fd, .source_len = -1, .idempotent = CL_SAFE,
+                  .what = "hydrate the workspace" };
     cl_resp r = { 0 };
-    if (sfx && cf_call(sb->c, ctx, snap, sfx, &rq, &r, op, error) == 0) {
-        if (r.status == 404 || r.status == 400) {
-            cl_context(cl_fail(error, SBX_ERROR_NOT_FOUND, op,
-                               "cloudflare snapshot %s does not exist", snap), "snapshot_id",
-                       snap);
-        } else if (r.status / 100 != 2) {
-            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "read the snapshot");
-        } else {
-            cl_resp_clear(&r);
-            memset(&r, 0, sizeof r);
-            lseek(fd, 0, SEEK_SET);
-            cl_req hq = { .method = "POST", .content_type = "application/x-tar",
-                          .source = cl_fd_source, .source_ud = &fd, .source_len = -1,
-                          .idempotent = CL_SAFE, .what = "hydrate the workspace" };
-            if (cf_call(sb->c, ctx, sb->s.id, "/hydrate", &hq, &r, op, error) == 0) {
-                if (r.status / 100 == 2)
-                    rc = 0;
-                else
-                    cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op,
-                                   "hydrate the workspace");
-            }
-        }
-    } else if (!sfx) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    if (cf_call(sb->c, ctx, sb->s.id, "/hydrate", &hq, &r, op, error) == 0) {
+        if (r.status / 100 == 2)
+            rc = 0;
+        else
+            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op,
+                           "hydrate the workspace");
     }
-    free(sfx);
     cl_resp_clear(&r);
     close(fd);
     return rc;
@@ -825,77 +851,83 @@ out:
     return rc;
 }
 
-/* persist's tar of /workspace, stored as CF_WORKSPACE/snapshot.tar of a
- * new holder sandbox, whose id is the snapshot's. */
+/* mkdir -p @dir with mode 0700 for what it makes: 0, or -1 (errno). */
+static int cf_mkdirs(const char *dir)
+{
+    char *d = strdup(dir);
+    if (!d)
+        return -1;
+    for (char *p = d + 1; ; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(d, 0700) < 0 && errno != EEXIST) {
+                free(d);
+                return -1;
+            }
+            *p = c;
+            if (!c)
+                break;
+        }
+    }
+    free(d);
+    return 0;
+}
+
+/* persist's tar of /workspace, kept as SNAPSHOT_ID.tar (mode 0600) in the
+ * client's snapshot directory: the bridge gives the archive to its client
+ * and keeps none (a container's disk goes when it sleeps). */
 static char *cf_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     const char *op = "snapshot";
     if (cf_check(sb, op, error) < 0)
         return NULL;
-    char tmpl[] = "/tmp/sbx-cf-snap-XXXXXX";
-    int fd = mkostemp(tmpl, O_CLOEXEC);
-    if (fd < 0) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "mkstemp: %s", strerror(errno));
-        return NULL;
+    char id[sizeof CF_SNAP_PREFIX + 32];
+    memcpy(id, CF_SNAP_PREFIX, strlen(CF_SNAP_PREFIX));
+    cl_random_hex(id + strlen(CF_SNAP_PREFIX), 16);
+    char *tmp = cl_printf("%s/.%s.part", sb->c->snap_dir, id);
+    char *dst = cl_printf("%s/%s.tar", sb->c->snap_dir, id);
+    char *out = NULL;
+    int fd = -1;
+    if (!tmp || !dst) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto done;
     }
-    unlink(tmpl);
-    char *out = NULL, *url = NULL, *sfx = NULL;
-    json_object *j = NULL;
+    if (cf_mkdirs(sb->c->snap_dir) < 0
+        || (fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
+        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op, "cloudflare: cannot write "
+                           "snapshots in %s: %s", sb->c->snap_dir, strerror(errno)),
+                   "path", sb->c->snap_dir);
+        goto done;
+    }
     cl_req rq = { .method = "POST", .sink = cl_fd_sink, .sink_ud = &fd, .idempotent = CL_SAFE,
                   .what = "persist the workspace" };
     cl_resp r = { 0 };
-    if (cf_call(sb->c, ctx, sb->s.id, "/persist", &rq, &r, op, error) < 0)
-        goto done;
-    if (r.status / 100 != 2) {
+    int rc = cf_call(sb->c, ctx, sb->s.id, "/persist", &rq, &r, op, error);
+    if (rc == 0 && r.status / 100 != 2) {
         cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "persist the workspace");
-        goto done;
+        rc = -1;
     }
     cl_resp_clear(&r);
-    memset(&r, 0, sizeof r);
-    url = cl_printf("%s/v1/sandbox", sb->c->api);
-    if (!url || cl_request_json(sb->c->http, ctx, "POST", url, NULL, CL_UNSAFE, &r, op,
-                                "create the snapshot's holder", error) < 0)
-        goto done;
-    if (r.status / 100 != 2) {
-        cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op,
-                       "create the snapshot's holder");
+    if (rc == 0 && (fsync(fd) < 0 || rename(tmp, dst) < 0)) {
+        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op, "cloudflare: cannot keep the "
+                           "snapshot as %s: %s", dst, strerror(errno)), "path", dst);
+        rc = -1;
+    }
+    if (rc < 0) {
+        unlink(tmp);
         goto done;
     }
-    j = cl_resp_json(&r, op, "create the snapshot's holder", error);
-    const char *hid = j ? cl_json_str(j, "id") : NULL;
-    if (!hid) {
-        if (j)
-            cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "cloudflare create answered "
-                    "without an id");
-        goto done;
-    }
-    cl_resp_clear(&r);
-    memset(&r, 0, sizeof r);
-    lseek(fd, 0, SEEK_SET);
-    sfx = cf_file_suffix(CF_WORKSPACE "/snapshot.tar");
-    cl_req pq = { .method = "PUT", .content_type = "application/x-tar", .source = cl_fd_source,
-                  .source_ud = &fd, .source_len = -1, .idempotent = CL_SAFE,
-                  .what = "store the snapshot" };
-    if (!sfx || cf_call(sb->c, ctx, hid, sfx, &pq, &r, op, error) < 0) {
-        cf_delete(sb->c, NULL, hid, op, NULL);
-        goto done;
-    }
-    if (r.status / 100 != 2) {
-        cf_file_fail(sb->c, &r, op, "the snapshot", "store the snapshot", error);
-        cf_delete(sb->c, NULL, hid, op, NULL);
-        goto done;
-    }
-    out = cl_host->alloc(strlen(hid) + 1);
+    out = cl_host->alloc(strlen(id) + 1);
     if (out)
-        memcpy(out, hid, strlen(hid) + 1);
+        memcpy(out, id, strlen(id) + 1);
     else
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 done:
-    close(fd);
-    json_object_put(j);
-    free(url);
-    free(sfx);
-    cl_resp_clear(&r);
+    if (fd >= 0)
+        close(fd);
+    free(tmp);
+    free(dst);
     return out;
 }
 
