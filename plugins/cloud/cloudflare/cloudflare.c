@@ -55,6 +55,9 @@
  *    directory is; removing it is removing the file.
  *  - session_state: {"version":1,"sandbox_id","workdir"?}; resume checks
  *    GET …/running and starts the container when it slept.
+ *  - A create whose answer is lost leaves nothing running (CASE-20): the
+ *    bridge's create only mints an id, and the container starts with the
+ *    plugin's first command, which a lost create never sends.
  *  - destroy: DELETE /v1/sandbox/{id} (204, also when never started).
  *    destroy_by_id is the same DELETE. The bridge has no list call, so
  *    list_owned is feature_not_supported (no SBX_CAP_LIST_OWNED): `sbx gc`
