@@ -123,6 +123,11 @@ def body(f):
     eq(P + "stdout is base64, exact", outs, b"a\0b")
     eq(P + "stderr apart", errs, b"e")
     eq(P + "the exit event ends the stream", ev[-1], ("exit", json.dumps({"exit_code": 7})))
+    st, raw = f.req("POST", "/v1/sandbox/%s/exec" % sid,
+                    {"argv": ["sh", "-c", "printf 'x\\377y'"]})
+    outs = b"".join(base64.b64decode(d) for e, d in sse(raw) if e == "stdout")
+    eq(P + "output is carried as UTF-8 text (a bad byte is U+FFFD)", outs,
+       "x\ufffdy".encode())
     st, raw = f.req("POST", "/v1/sandbox/%s/exec" % sid, {"argv": ["sleep", "5"],
                                                           "timeout_ms": 200})
     eq(P + "timeout_ms ends with an error event", sse(raw)[-1],

@@ -11,7 +11,9 @@ URL is CLOUDFLARE_SANDBOX_WORKER_URL, http://127.0.0.1:<n> here:
                                       an id; the container starts lazily on
                                       the first exec or file call
   POST   /v1/sandbox/{id}/exec        {argv[], timeout_ms?, cwd?} -> SSE:
-                                      "event: stdout|stderr" with base64 data,
+                                      "event: stdout|stderr" with base64 data
+                                      (of the output decoded as UTF-8 text,
+                                      as the bridge's toBase64 has it),
                                       then "event: exit" {"exit_code": N}, or
                                       "event: error" {"error", "code"}
   GET|PUT /v1/sandbox/{id}/file/<path minus its leading />
@@ -43,6 +45,7 @@ Python 3 standard library only. Run as root (bubblewrap and nsenter).
 """
 
 import base64
+import codecs
 import io
 import json
 import os
@@ -323,10 +326,16 @@ class CloudflareHandler(fakehttp.Handler):
                 write(frame(name, data))
 
         def pump(stream, name):
+            # The bridge's onOutput gets the output as text and base64s its
+            # UTF-8 (toBase64): bytes that are not UTF-8 become U+FFFD.
+            dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
             while True:
-                data = stream.read1(65536)
+                raw = stream.read1(65536)
+                data = dec.decode(raw, final=not raw).encode()
                 if not data:
-                    break
+                    if not raw:
+                        break
+                    continue
                 try:
                     with wlock:
                         # A background child's output after the exit event

@@ -24,8 +24,10 @@
  *    lifetime: the container sleeps after the worker's sleepAfter of
  *    idleness, and the sandbox lasts until destroy (DELETE).
  *  - exec: POST /v1/sandbox/{id}/exec {"argv": ["bash", "-c", SCRIPT]}: SSE
- *    with "stdout"/"stderr" events whose data is base64 (the bytes exact,
- *    streamed as they come), then "exit" {"exit_code"}; an "error" event
+ *    with "stdout"/"stderr" events whose data is base64 of the output as
+ *    UTF-8 text (the bridge decodes it as text first: bytes that are not
+ *    UTF-8 come back as U+FFFD), streamed as they come, then "exit"
+ *    {"exit_code"} (-1 when the bridge saw no code); an "error" event
  *    is the command's error (exec_error: execution_failed;
  *    exec_transport_error: connection, outcome unknown), never an exit 0,
  *    and a stream without either is an error. The script enters the cwd
@@ -39,8 +41,9 @@
  *  - files: GET|PUT /v1/sandbox/{id}/file/<path> for paths under
  *    /workspace (raw bytes both ways); the bridge answers 403 outside it,
  *    so other paths are staged: a write is PUT under /workspace and moved
- *    into place by a command, a read is "cat" over the exec stream (base64,
- *    binary-safe). A 403 that still comes is a configuration error naming
+ *    into place by a command, a read is "base64" over the exec stream,
+ *    decoded here (the bridge carries output as text, so bytes that are
+ *    not UTF-8 do not come through "cat" as they are). A 403 that still comes is a configuration error naming
  *    the path. list_files is "find" over the exec stream. PUT bodies are
  *    limited to 32 MiB by the bridge (413: invalid_argument naming the
  *    path).
@@ -1018,16 +1021,33 @@ static int cf_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
         free(sfx);
         cl_resp_clear(&r);
     } else {
-        /* Outside /workspace: "cat" over the exec stream (base64). */
+        /* Outside /workspace: "base64" over the exec stream, decoded here
+         * (the bridge carries a command's output as text: bytes that are
+         * not UTF-8 would not come through as they are). */
         char *q = cl_shell_quote(abs);
-        char *script = q ? cl_printf("[ -d %s ] && exit %d; [ -e %s ] || exit %d; exec cat -- %s",
+        char *script = q ? cl_printf("[ -d %s ] && exit %d; [ -e %s ] || exit %d; "
+                                     "exec base64 -w 0 -- %s",
                                      q, CF_EXIT_ISDIR, q, CF_EXIT_MISSING, q) : NULL;
         int code = 0;
         char *msg = NULL;
+        cl_buf b64 = { 0 }, raw = { 0 };
         if (!script)
             cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        else if (cf_run(sb, ctx, script, fd, NULL, &msg, &code, op, error) == 0)
-            rc = code == 0 ? 0 : cf_script_fail(code, op, path, msg, error);
+        else if (cf_run(sb, ctx, script, -1, &b64, &msg, &code, op, error) == 0) {
+            if (code != 0) {
+                rc = cf_script_fail(code, op, path, msg, error);
+            } else if (b64.len && cl_base64_decode(b64.data, b64.len, &raw) < 0) {
+                cl_context(cl_fail(error, SBX_ERROR_CONNECTION, op, "cloudflare: the base64 of "
+                                   "%s did not decode", path), "path", path);
+            } else if (raw.len && cl_fd_sink(&fd, raw.data, raw.len) < 0) {
+                cl_context(cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot write %s to "
+                                   "the caller: %s", path, strerror(errno)), "path", path);
+            } else {
+                rc = 0;
+            }
+        }
+        cl_buf_clear(&b64);
+        cl_buf_clear(&raw);
         free(msg);
         free(q);
         free(script);
