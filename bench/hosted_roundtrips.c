@@ -4,7 +4,7 @@
  * started here on 127.0.0.1 with a dummy key and stopped by its PID), and
  * the latency of a warm exec against the provider's own exec endpoint.
  *
- * For each backend (daytona, e2b, tensorlake, blaxel, runloop; -b picks one):
+ * For each backend (daytona, e2b, tensorlake, blaxel, runloop, cloudflare; -b picks one):
  *   - requests per create and per destroy: the fake's request log
  *     (GET /_fake/log) emptied before each call and read after it;
  *   - requests per warm exec: `echo hi` through execute_shell on a live
@@ -283,6 +283,15 @@ static int raw_exec_for(const char *backend, int port, const char *id, raw_exec 
         }
         x->body_len = 5 + n;
         x->expect = "\"stdout\":\"aGkK\"";     /* base64 of "hi\n" */
+    } else if (strcmp(backend, "cloudflare") == 0) {
+        static const char cf_json[] = "{\"argv\":[\"bash\",\"-c\",\"echo hi\"]}";
+        x->what = "one SSE POST /v1/sandbox/ID/exec";
+        snprintf(x->url, sizeof x->url, "http://127.0.0.1:%d/v1/sandbox/%s/exec", port, id);
+        x->headers = curl_slist_append(NULL, "Authorization: Bearer " FAKE_KEY);
+        x->headers = curl_slist_append(x->headers, "Content-Type: application/json");
+        x->body = strdup(cf_json);
+        x->body_len = strlen(cf_json);
+        x->expect = "data: aGkK";   /* base64 of "hi\n" */
     } else {
         return -1;
     }
@@ -362,6 +371,9 @@ static void point_at(const char *backend, int port)
     } else if (strcmp(backend, "runloop") == 0) {
         setenv("RUNLOOP_BASE_URL", url, 1);
         setenv("RUNLOOP_API_KEY", FAKE_KEY, 1);
+    } else if (strcmp(backend, "cloudflare") == 0) {
+        setenv("CLOUDFLARE_SANDBOX_WORKER_URL", url, 1);
+        setenv("CLOUDFLARE_SANDBOX_API_KEY", FAKE_KEY, 1);
     } else {
         setenv("TENSORLAKE_API_URL", url, 1);
         setenv("TENSORLAKE_API_KEY", FAKE_KEY, 1);
@@ -499,13 +511,14 @@ int main(int argc, char **argv)
         rounds = 1;
     if (execs < 1)
         execs = 1;
-    static const char *const all[] = { "daytona", "e2b", "tensorlake", "blaxel", "runloop" };
+    static const char *const all[] = { "daytona", "e2b", "tensorlake", "blaxel", "runloop",
+                                       "cloudflare" };
     size_t nall = sizeof all / sizeof all[0], k;
     for (k = 0; only && k < nall && strcmp(only, all[k]) != 0; k++)
         ;
     if (only && k == nall) {
         fprintf(stderr, "hosted_roundtrips: unknown backend \"%s\" (daytona, e2b, tensorlake, "
-                "blaxel, runloop)\n", only);
+                "blaxel, runloop, cloudflare)\n", only);
         return 2;
     }
     /* The build tree's hosted plugins first. */
@@ -513,9 +526,10 @@ int main(int argc, char **argv)
     char *path = NULL;
     if (asprintf(&path, "%s/plugins/cloud/daytona/.libs:%s/plugins/cloud/e2b/.libs:"
                  "%s/plugins/cloud/tensorlake/.libs:%s/plugins/cloud/blaxel/.libs:"
-                 "%s/plugins/cloud/runloop/.libs%s%s",
+                 "%s/plugins/cloud/runloop/.libs:%s/plugins/cloud/cloudflare/.libs%s%s",
                  SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR,
-                 SBX_TOP_BUILDDIR, pp && *pp ? ":" : "", pp && *pp ? pp : "") < 0)
+                 SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR, pp && *pp ? ":" : "",
+                 pp && *pp ? pp : "") < 0)
         return 1;
     setenv("SBX_PLUGIN_PATH", path, 1);
     free(path);

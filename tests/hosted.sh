@@ -8,7 +8,7 @@
 # PID. Their TAP streams are joined into one, as tests/bubblewrap.sh does;
 # each test's name carries the backend, the mode and the program. One wrapper
 # per backend (tests/daytona.sh, tests/e2b.sh, tests/tensorlake.sh,
-# tests/blaxel.sh, tests/runloop.sh) is what
+# tests/blaxel.sh, tests/runloop.sh, tests/cloudflare.sh) is what
 # TESTS runs.
 #
 # Modes: SBX_CLOUD_MODES, "outofprocess inprocess" by default. When both run,
@@ -32,8 +32,8 @@ backend=$1
 here=${SBX_TEST_SRCDIR:-$(dirname "$0")}
 fake="$here/fakes/$backend.py"
 case $backend in
-daytona | e2b | tensorlake | blaxel | runloop) ;;
-*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, blaxel, runloop)"; exit 99 ;;
+daytona | e2b | tensorlake | blaxel | runloop | cloudflare) ;;
+*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, blaxel, runloop, cloudflare)"; exit 99 ;;
 esac
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
@@ -85,6 +85,13 @@ blaxel)
 runloop)
     RUNLOOP_BASE_URL=$url RUNLOOP_API_KEY=sbx-test-dummy-key
     export RUNLOOP_BASE_URL RUNLOOP_API_KEY ;;
+cloudflare)
+    # The Sandbox Bridge worker the user deploys; the fake plays it.
+    CLOUDFLARE_SANDBOX_WORKER_URL=$url CLOUDFLARE_SANDBOX_API_KEY=sbx-test-dummy-key
+    # Snapshots are kept on this side: in the run's directory, removed
+    # with it.
+    SBX_CLOUDFLARE_SNAPSHOT_DIR="$dir/snapshots"
+    export CLOUDFLARE_SANDBOX_WORKER_URL CLOUDFLARE_SANDBOX_API_KEY SBX_CLOUDFLARE_SNAPSHOT_DIR ;;
 esac
 SBX_TEST_BACKEND=$backend
 SBX_TEST_SANDBOX_PROCS_ON_HOST=1

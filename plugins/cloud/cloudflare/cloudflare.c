@@ -1,0 +1,1414 @@
+/*
+ * cloudflare.c — libsbx-cloudflare.so, the `cloudflare` backend: Cloudflare
+ * Sandboxes through the Sandbox Bridge worker (the Worker of
+ * cloudflare/sandbox-sdk's bridge/worker, which the user deploys with
+ * `wrangler deploy`), over the hosted-provider base
+ * (plugins/cloud/base/cloud.h).
+ *
+ * Contract: the Cloudflare section of the provider contracts
+ * (packages/sandbox/src/bridge/{routes,helpers,types}.ts).
+ *
+ *  - Where: the client config's "worker_url", else
+ *    CLOUDFLARE_SANDBOX_WORKER_URL (no default: the bridge is the user's
+ *    own Worker; a missing URL is a configuration error naming both).
+ *    Credential: CLOUDFLARE_SANDBOX_API_KEY (the worker's SANDBOX_API_KEY
+ *    secret) as "Authorization: Bearer ..."; none when unset.
+ *  - create: POST /v1/sandbox mints an id (the container starts lazily);
+ *    the plugin then runs one command to start it (and to make the
+ *    workdir, and to install the create's environment file). cpu,
+ *    memory_mb, disk_mb, gpu, image, template, app_name,
+ *    allow_internet=0 and backend_options are configuration errors naming
+ *    the option: the instance type, image and network are the worker's
+ *    settings (wrangler.jsonc), not per sandbox. timeout_secs is taken (the
+ *    library's default exec timeout) but the bridge ends no sandbox at a
+ *    lifetime: the container sleeps after the worker's sleepAfter of
+ *    idleness, and the sandbox lasts until destroy (DELETE).
+ *  - exec: POST /v1/sandbox/{id}/exec {"argv": ["bash", "-c", SCRIPT]}: SSE
+ *    with "stdout"/"stderr" events whose data is base64 of the output as
+ *    UTF-8 text (the bridge decodes it as text first: bytes that are not
+ *    UTF-8 come back as U+FFFD), streamed as they come, then "exit"
+ *    {"exit_code"} (-1 when the bridge saw no code); an "error" event
+ *    is the command's error (exec_error: execution_failed;
+ *    exec_transport_error: connection, outcome unknown), never an exit 0,
+ *    and a stream without either is an error. The script enters the cwd
+ *    itself (cl_shell_script, CASE-46), so no shell session is needed for
+ *    a per-call cwd, and the bridge's cwd field (inside /workspace only)
+ *    is not sent. The bridge takes no environment and no stdin: both go
+ *    as files staged under /workspace (PUT), which the script sources or
+ *    redirects and removes at once; environment values never go in a
+ *    command line. Every process of the command carries CL_EXEC_MARK, so
+ *    exec_kill signals all of them (provider.h).
+ *  - files: GET|PUT /v1/sandbox/{id}/file/<path> for paths under
+ *    /workspace (raw bytes both ways); the bridge answers 403 outside it,
+ *    so other paths are staged: a write is PUT under /workspace and moved
+ *    into place by a command, a read is "base64" over the exec stream,
+ *    decoded here (the bridge carries output as text, so bytes that are
+ *    not UTF-8 do not come through "cat" as they are). A 403 that still comes is a configuration error naming
+ *    the path. list_files is "find" over the exec stream. PUT bodies are
+ *    limited to 32 MiB by the bridge (413: invalid_argument naming the
+ *    path).
+ *  - snapshot: POST …/persist gives a tar of /workspace (only /workspace:
+ *    the bridge's snapshot mechanism), which the bridge hands to its client
+ *    and does not keep (a container's disk goes when it sleeps); it is kept
+ *    as cfsnap-<32 hex>.tar (mode 0600) in the client's snapshot directory
+ *    (client option "snapshot_dir", else SBX_CLOUDFLARE_SNAPSHOT_DIR, else
+ *    $XDG_STATE_HOME/sbx/cloudflare-snapshots, else
+ *    ~/.local/state/sbx/cloudflare-snapshots), and a create with that
+ *    snapshot_id POSTs it to …/hydrate. So a snapshot is usable where its
+ *    directory is; removing it is removing the file.
+ *  - session_state: {"version":1,"sandbox_id","workdir"?}; resume checks
+ *    GET …/running and starts the container when it slept.
+ *  - A create whose answer is lost leaves nothing running (CASE-20): the
+ *    bridge's create only mints an id, and the container starts with the
+ *    plugin's first command, which a lost create never sends.
+ *  - destroy: DELETE /v1/sandbox/{id} (204, also when never started).
+ *    destroy_by_id is the same DELETE. The bridge has no list call, so
+ *    list_owned is feature_not_supported (no SBX_CAP_LIST_OWNED): `sbx gc`
+ *    cannot find a sandbox whose create answer was lost.
+ *
+ * Threading: slots may run at once on different sandboxes and on one; a
+ * sandbox's mutable state (the gone flag, a cl_gone) has its own lock.
+ */
+#include "cloud.h"
+#include "provider.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "0.1.0"
+#endif
+
+#define CF_BACKEND "cloudflare"
+#define CF_STATE_VERSION 1
+#define CF_SNAP_PREFIX "cfsnap-"
+#define CF_WORKSPACE "/workspace"
+/* The create's environment, sourced by every command (provider.h). */
+#define CF_ENV_FILE "/var/lib/sbx/create.env"
+/* Exit codes of the plugin's own file scripts. */
+#define CF_EXIT_MISSING 2
+#define CF_EXIT_ISDIR 3
+#define CF_EXIT_NOTDIR 4
+/* The file every command of a live sandbox finds: made by the create's
+ * first command. The bridge starts a fresh container for any id it is
+ * asked about, a deleted one too; such a container lacks it. */
+#define CF_LIVE_FILE "/var/lib/sbx/live"
+/* A command's exit status when CF_LIVE_FILE is missing (checked again
+ * before it is taken for the sandbox's loss: the command may exit so). */
+#define CF_GONE_EXIT 212
+
+#define CF_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_SNAPSHOT      \
+                 | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_BACKGROUND)
+
+struct sbx_plugin_client {
+    cl_http *http;
+    char *api;          /* the worker's URL, no trailing slash */
+    char *snap_dir;     /* where snapshots are kept (absolute) */
+};
+
+struct sbx_plugin_sandbox {
+    cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
+    struct sbx_plugin_client *c;
+    char *workdir;      /* the default working directory, or NULL */
+};
+
+typedef struct cf_proc {
+    cl_proc base;       /* first member (cloud.h) */
+    struct sbx_plugin_sandbox *sb;
+    char *script;
+    char **env;         /* "K=V" of the command, copied */
+    int stdin_fd;
+    char tag[40];
+} cf_proc;
+
+#define cf_is_gone(sb) cl_gone_get(&(sb)->s.gone)
+#define cf_check(sb, op, error) cl_gone_check(&(sb)->s.gone, (op), CF_BACKEND, (sb)->s.id, \
+                                              (error))
+
+/* ------------------------------------------------------------------------ */
+/* Requests                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* "{api}/v1/sandbox/{id}{suffix}". */
+static char *cf_url(struct sbx_plugin_client *c, const char *id, const char *suffix)
+{
+    return cl_item_url(c->api, "v1/sandbox", id, suffix);
+}
+
+/* The bridge's file route for the absolute @path (each segment escaped). */
+static char *cf_file_suffix(const char *path)
+{
+    cl_buf b = { 0 };
+    cl_buf_append(&b, "/file", 5);
+    const char *p = path;
+    while (*p) {
+        while (*p == '/')
+            p++;
+        if (!*p)
+            break;
+        const char *e = strchr(p, '/');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        char *seg = strndup(p, n);
+        char *q = seg ? cl_url_escape(seg) : NULL;
+        if (!q || cl_buf_append(&b, "/", 1) < 0 || cl_buf_append(&b, q, strlen(q)) < 0) {
+            free(seg);
+            free(q);
+            cl_buf_clear(&b);
+            return NULL;
+        }
+        free(seg);
+        free(q);
+        p += n;
+    }
+    return b.data;
+}
+
+/* 1 when the absolute @path is /workspace or under it (no "..", no "."). */
+static int cf_in_workspace(const char *path)
+{
+    size_t n = strlen(CF_WORKSPACE);
+    if (strncmp(path, CF_WORKSPACE, n) != 0 || (path[n] != '/' && path[n] != '\0'))
+        return 0;
+    return strstr(path, "/../") == NULL && strstr(path, "/./") == NULL
+           && !(strlen(path) >= 3 && strcmp(path + strlen(path) - 3, "/..") == 0);
+}
+
+static int cf_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
+                     const char *op, sbx_error **error)
+{
+    char *url = cf_url(c, id, "");
+    int rc = cl_delete_url(c->http, ctx, url, op, "delete the sandbox", error);
+    free(url);
+    return rc;
+}
+
+/* A call on sandbox @id's route @suffix: 0 with the answer in @r (any
+ * status), -1 when none came. */
+static int cf_call(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
+                   const char *suffix, cl_req *rq, cl_resp *r, const char *op, sbx_error **error)
+{
+    char *url = cf_url(c, id, suffix);
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    rq->url = url;
+    int rc = cl_request(c->http, ctx, rq, r, op, error);
+    free(url);
+    return rc;
+}
+
+/* The error of a file route's answer @r for @path. */
+static sbx_error *cf_file_fail(struct sbx_plugin_client *c, const cl_resp *r, const char *op,
+                               const char *path, const char *what, sbx_error **error)
+{
+    sbx_error *err;
+    if (r->status == 404)
+        err = cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such file in the sandbox: %s", path);
+    else if (r->status == 403)
+        err = cl_fail(error, SBX_ERROR_CONFIGURATION, op,
+                      "cloudflare bridge refused %s: the Sandbox Bridge serves files under "
+                      CF_WORKSPACE " only", path);
+    else if (r->status == 413)
+        err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                      "%s is larger than the Sandbox Bridge's 32 MiB body limit", path);
+    else
+        err = cl_fail_status(c->http, error, CL_CODE_BY_STATUS, r, op, what);
+    cl_context(err, "path", path);
+    return err;
+}
+
+/* PUT the bytes of @fd to the absolute @path under /workspace. */
+static int cf_put(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                  int fd, const char *shown, const char *op, sbx_error **error)
+{
+    char *sfx = cf_file_suffix(path);
+    cl_req rq = { .method = "PUT", .content_type = "application/octet-stream",
+                  .source = cl_fd_source, .source_ud = &fd, .source_len = -1,
+                  .idempotent = CL_SAFE, .what = "write the file" };
+    cl_resp r = { 0 };
+    int rc = -1;
+    if (!sfx)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else if (cf_call(sb->c, ctx, sb->s.id, sfx, &rq, &r, op, error) == 0) {
+        if (r.status / 100 == 2)
+            rc = 0;
+        else
+            cf_file_fail(sb->c, &r, op, shown, "write the file", error);
+    }
+    free(sfx);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+/* PUT the string @text to @path under /workspace. */
+static int cf_put_text(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                       const char *text, const char *op, sbx_error **error)
+{
+    char *sfx = cf_file_suffix(path);
+    cl_req rq = { .method = "PUT", .content_type = "application/octet-stream", .body = text,
+                  .body_len = strlen(text), .idempotent = CL_SAFE, .what = "write a file" };
+    cl_resp r = { 0 };
+    int rc = -1;
+    if (!sfx)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else if (cf_call(sb->c, ctx, sb->s.id, sfx, &rq, &r, op, error) == 0) {
+        if (r.status / 100 == 2)
+            rc = 0;
+        else
+            cf_file_fail(sb->c, &r, op, path, "write a file", error);
+    }
+    free(sfx);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The exec stream                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* Where a stream's bytes go: a cl_proc, or a descriptor / buffer. */
+typedef struct cf_stream {
+    cl_proc *proc;      /* the command's, or NULL */
+    int out_fd;         /* without a proc: stdout goes here (-1: dropped) */
+    cl_buf *out_buf;    /* or here */
+    cl_buf err_buf;     /* without a proc: stderr, kept for messages */
+    cl_sse sse;
+    cl_buf dec;
+    int have_exit;
+    int exit_code;
+    int failed;         /* an error event came */
+    char err_code[64];
+    char err_msg[512];
+} cf_stream;
+
+static int cf_on_event(void *ud, const char *event, const char *data, size_t n, const char *id)
+{
+    cf_stream *s = ud;
+    (void)id;
+    if (strcmp(event, "stdout") == 0 || strcmp(event, "stderr") == 0) {
+        int fd = event[3] == 'o' ? 1 : 2;
+        s->dec.len = 0;
+        if (cl_base64_decode(data, n, &s->dec) < 0) {
+            cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "cloudflare: a %s event that is not "
+                    "base64: %.80s", event, data);
+            return -1;
+        }
+        const char *p = s->dec.data ? s->dec.data : "";
+        if (s->proc)
+            return cl_proc_output(s->proc, fd, p, s->dec.len);
+        if (fd == 2)
+            return s->err_buf.len < 4096 ? cl_buf_append(&s->err_buf, p, s->dec.len) : 0;
+        if (s->out_buf)
+            return cl_buf_append(s->out_buf, p, s->dec.len);
+        return s->out_fd >= 0 ? cl_fd_sink(&s->out_fd, p, s->dec.len) : 0;
+    }
+    if (strcmp(event, "exit") == 0) {
+        json_object *j = json_tokener_parse(data);
+        int64_t x;
+        if (!j || cl_json_int(j, "exit_code", &x) != 1) {
+            json_object_put(j);
+            cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "cloudflare: an exit event without "
+                    "exit_code: %.80s", data);
+            return -1;
+        }
+        json_object_put(j);
+        s->have_exit = 1;
+        s->exit_code = (int)(x & 0xff);
+        return 1;
+    }
+    if (strcmp(event, "error") == 0) {
+        json_object *j = json_tokener_parse(data);
+        const char *m = j ? cl_json_str(j, "error") : NULL;
+        const char *c = j ? cl_json_str(j, "code") : NULL;
+        snprintf(s->err_msg, sizeof s->err_msg, "%s", m ? m : data);
+        snprintf(s->err_code, sizeof s->err_code, "%s", c ? c : "exec_error");
+        json_object_put(j);
+        s->failed = 1;
+        return 1;
+    }
+    return 0;   /* an event the contract does not name */
+}
+
+static int cf_sse_sink(void *ud, const char *p, size_t n)
+{
+    cf_stream *s = ud;
+    return cl_sse_feed(&s->sse, p, n, "exec", NULL);
+}
+
+/* The error of an "error" event. */
+static sbx_error *cf_event_error(cf_stream *s, const char *op, sbx_error **error)
+{
+    int transport = strcmp(s->err_code, "exec_transport_error") == 0;
+    sbx_error *err = cl_fail(error, transport ? SBX_ERROR_CONNECTION
+                                              : SBX_ERROR_EXECUTION_FAILED, op,
+                             "cloudflare exec failed: %s (%s)", s->err_msg, s->err_code);
+    cl_context(err, "code", s->err_code);
+    if (transport)
+        cl_outcome_unknown(err);
+    return err;
+}
+
+/*
+ * POST …/exec with "bash -c @script" and reads its stream into @s: 0 with
+ * s->exit_code, or -1 with the error (an "error" event, a failed answer, a
+ * cut stream). @mark: CL_EXEC_MARK's value for every process, or NULL.
+ */
+static int cf_exec_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                        const char *script, const char *mark, cf_stream *s, const char *op,
+                        sbx_error **error)
+{
+    if (cf_check(sb, op, error) < 0)
+        return -1;
+    char *full = mark ? cl_printf("export " CL_EXEC_MARK "=%s\n%s", mark, script)
+                      : strdup(script);
+    if (!full) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    json_object *b = json_object_new_object(), *argv = json_object_new_array();
+    json_object_array_add(argv, json_object_new_string("bash"));
+    json_object_array_add(argv, json_object_new_string("-c"));
+    json_object_array_add(argv, json_object_new_string(full));
+    json_object_object_add(b, "argv", argv);
+    free(full);
+    const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
+    static const char *const h[] = { "Accept: text/event-stream", NULL };
+    cl_sse_init(&s->sse, cf_on_event, s);
+    cl_req rq = { .method = "POST", .headers = h, .body = bs, .body_len = strlen(bs),
+                  .sink = cf_sse_sink, .sink_ud = s, .idempotent = CL_UNSAFE,
+                  .what = "run a command" };
+    cl_resp r = { 0 };
+    int rc = cf_call(sb->c, ctx, sb->s.id, "/exec", &rq, &r, op, error);
+    if (rc == 0 && r.status / 100 != 2) {
+        sbx_error *err = cl_fail_status(sb->c->http, error,
+                                        r.status == 403 || r.status == 400
+                                        ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,
+                                        &r, op, "run a command");
+        cl_context(err, "sandbox_id", sb->s.id);
+        rc = -1;
+    }
+    if (rc == 0 && cl_sse_end(&s->sse, op, error) < 0)
+        rc = -1;
+    if (rc == 0 && s->failed) {
+        cf_event_error(s, op, error);
+        rc = -1;
+    }
+    cl_sse_clear(&s->sse);
+    cl_buf_clear(&s->dec);
+    json_object_put(b);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+/* Runs the plugin's own @script: 0 with its exit status in *@code (stdout
+ * to @out_fd or @out_buf, -1/NULL: dropped; stderr in @errmsg, up to 4 KiB,
+ * when not NULL: a new string), or -1 with *@error set. */
+static int cf_run(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *script,
+                  int out_fd, cl_buf *out_buf, char **errmsg, int *code, const char *op,
+                  sbx_error **error)
+{
+    cf_stream s = { 0 };
+    s.out_fd = out_fd;
+    s.out_buf = out_buf;
+    int rc = cf_exec_call(sb, ctx, script, NULL, &s, op, error);
+    if (rc == 0)
+        *code = s.exit_code;
+    if (errmsg)
+        *errmsg = strdup(s.err_buf.data ? s.err_buf.data : "");
+    cl_buf_clear(&s.err_buf);
+    return rc;
+}
+
+static int cf_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
+                        int *code, const char *op, sbx_error **error)
+{
+    return cf_run(sb, ctx, cmd, -1, NULL, NULL, code, op, error);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Client                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static int cf_setup(const sbx_host_services *host, sbx_error **error)
+{
+    return cl_setup(host, CF_BACKEND, error);
+}
+
+static void cf_client_free(sbx_plugin_client *c)
+{
+    if (!c)
+        return;
+    cl_http_free(c->http);
+    free(c->api);
+    free(c->snap_dir);
+    free(c);
+}
+
+static int cf_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
+{
+    const char *op = "client_new";
+    json_object *cfg = NULL;
+    if (cl_client_config(config_json, CF_BACKEND, &cfg, error) < 0)
+        return -1;
+    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
+    if (!c || !(c->http = cl_http_new())) {
+        free(c);
+        json_object_put(cfg);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    static const char *const key_envs[] = { "CLOUDFLARE_SANDBOX_API_KEY", NULL };
+    c->api = cl_base_url(cfg, "worker_url", "CLOUDFLARE_SANDBOX_WORKER_URL", "", error);
+    if (c->api && !*c->api) {
+        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op,
+                           "cloudflare backend: no Sandbox Bridge worker URL (set "
+                           "CLOUDFLARE_SANDBOX_WORKER_URL or the client option worker_url to "
+                           "the deployed bridge, e.g. https://sandbox-bridge.NAME.workers.dev)"),
+                   "option", "worker_url");
+        goto fail;
+    }
+    if (!c->api || cl_http_configure(c->http, cfg, key_envs, "Authorization", "Bearer ",
+                                     error) < 0)
+        goto fail;
+    /* The snapshot directory: the option, else $SBX_CLOUDFLARE_SNAPSHOT_DIR,
+     * else $XDG_STATE_HOME/sbx/cloudflare-snapshots, else
+     * $HOME/.local/state/sbx/cloudflare-snapshots. */
+    const char *sd = cfg ? cl_json_str(cfg, "snapshot_dir") : NULL;
+    const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+    if (!sd || !*sd)
+        sd = getenv("SBX_CLOUDFLARE_SNAPSHOT_DIR");
+    if (sd && *sd)
+        c->snap_dir = strdup(sd);
+    else if (xdg && *xdg == '/')
+        c->snap_dir = cl_printf("%s/sbx/cloudflare-snapshots", xdg);
+    else
+        c->snap_dir = cl_printf("%s/.local/state/sbx/cloudflare-snapshots",
+                                home && *home ? home : "/tmp");
+    if (!c->snap_dir) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
+    if (c->snap_dir[0] != '/') {
+        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op, "cloudflare backend: "
+                           "snapshot_dir %s is not an absolute path", c->snap_dir),
+                   "option", "snapshot_dir");
+        goto fail;
+    }
+    json_object_put(cfg);
+    *client = c;
+    return 0;
+fail:
+    json_object_put(cfg);
+    cf_client_free(c);
+    return -1;
+}
+
+static int cf_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
+                    sbx_error **error)
+{
+    (void)client;
+    (void)ctx;
+    (void)error;
+    *caps = CF_CAPS;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lifecycle                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static struct sbx_plugin_sandbox *cf_sandbox_new(struct sbx_plugin_client *c, const char *id,
+                                                 const char *workdir)
+{
+    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
+    if (!sb)
+        return NULL;
+    sb->c = c;
+    if (cl_sandbox_init(&sb->s, id) < 0 || (workdir && !(sb->workdir = strdup(workdir)))) {
+        cl_sandbox_clear(&sb->s);
+        free(sb);
+        return NULL;
+    }
+    return sb;
+}
+
+static void cf_sandbox_free(sbx_plugin_sandbox *sb)
+{
+    if (!sb)
+        return;
+    cl_sandbox_clear(&sb->s);
+    free(sb->workdir);
+    free(sb);
+}
+
+#define cf_refuse(error, option, value, why) \
+    cl_refuse((error), CF_BACKEND, (option), (value), (why))
+
+/* The options the bridge cannot honour per sandbox. */
+static int cf_check_options(const sbx_plugin_create_request *rq, sbx_error **error)
+{
+    uint64_t set = rq->set_fields;
+    char buf[64];
+    if (cl_workdir_check(CF_BACKEND, rq->workdir, error) < 0)
+        return -1;
+    if (set & SBX_OPTION_APP_NAME)
+        return cf_refuse(error, "app_name", rq->app_name, "the Sandbox Bridge has no apps"), -1;
+    if (set & SBX_OPTION_CPU) {
+        snprintf(buf, sizeof buf, "%g", rq->cpu);
+        cf_refuse(error, "cpu", buf, "the container's instance type is the worker's setting "
+                  "(wrangler.jsonc containers.instance_type), not per sandbox");
+        return -1;
+    }
+    if (set & SBX_OPTION_MEMORY_MB) {
+        snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
+        cf_refuse(error, "memory_mb", buf, "the container's instance type is the worker's "
+                  "setting (wrangler.jsonc containers.instance_type), not per sandbox");
+        return -1;
+    }
+    if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb > 0) {
+        snprintf(buf, sizeof buf, "%lld", (long long)rq->disk_mb);
+        cf_refuse(error, "disk_mb", buf, "the disk comes with the worker's instance type");
+        return -1;
+    }
+    if ((set & SBX_OPTION_GPU) && rq->gpu)
+        return cf_refuse(error, "gpu", rq->gpu, "Cloudflare containers have no GPUs"), -1;
+    if (rq->image)
+        return cf_refuse(error, "image", rq->image, "the image is the worker's setting "
+                         "(wrangler.jsonc containers.image)"), -1;
+    if (rq->template_name)
+        return cf_refuse(error, "template", rq->template_name, "the Sandbox Bridge has no "
+                         "templates"), -1;
+    if (!rq->allow_internet)
+        return cf_refuse(error, "allow_internet", "false", "the Sandbox Bridge has no per-"
+                         "sandbox network policy"), -1;
+    if (rq->backend_options && *rq->backend_options) {
+        json_object *bo = json_tokener_parse(rq->backend_options);
+        sbx_error *err = NULL;
+        if (!bo || !json_object_is_type(bo, json_type_object)) {
+            err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                          "cloudflare backend_options: %s is not a JSON object",
+                          rq->backend_options);
+        } else {
+            json_object_object_foreach(bo, k, v) {
+                (void)v;
+                err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                              "cloudflare backend_options: unknown key \"%s\" (the cloudflare "
+                              "backend takes no backend options)", k);
+                cl_context(err, "name", k);
+                break;
+            }
+        }
+        json_object_put(bo);
+        if (err) {
+            cl_context(err, "option", "backend_options");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Stages @text at a new file under /workspace: its path (a new string),
+ * or NULL with *@error set. */
+static char *cf_stage_text(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                           const char *text, const char *suffix, const char *op,
+                           sbx_error **error)
+{
+    char tag[25];
+    cl_random_hex(tag, 12);
+    char *path = cl_printf(CF_WORKSPACE "/.sbx-%s.%s", tag, suffix);
+    if (!path) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return NULL;
+    }
+    if (cf_put_text(sb, ctx, path, text, op, error) < 0) {
+        free(path);
+        return NULL;
+    }
+    return path;
+}
+
+/* 1 when @id has the shape of this backend's snapshot ids. */
+static int cf_snapshot_id_ok(const char *id)
+{
+    size_t n = strlen(CF_SNAP_PREFIX);
+    return strncmp(id, CF_SNAP_PREFIX, n) == 0 && strlen(id) == n + 32
+           && strspn(id + n, "0123456789abcdef") == 32;
+}
+
+/* Restores the snapshot @snap (a tar of /workspace in the client's
+ * snapshot directory) into @sb's /workspace with POST …/hydrate. */
+static int cf_hydrate(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *snap,
+                      const char *op, sbx_error **error)
+{
+    char *path = cf_snapshot_id_ok(snap) ? cl_printf("%s/%s.tar", sb->c->snap_dir, snap) : NULL;
+    int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    if (fd < 0) {
+        sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
+                                 "cloudflare snapshot %s is not in %s", snap, sb->c->snap_dir);
+        cl_context(err, "snapshot_id", snap);
+        cl_context(err, "path", sb->c->snap_dir);
+        free(path);
+        return -1;
+    }
+    free(path);
+    int rc = -1;
+    cl_req hq = { .method = "POST", .content_type = "application/x-tar", .source = cl_fd_source,
+                  .source_ud = &fd, .source_len = -1, .idempotent = CL_SAFE,
+                  .what = "hydrate the workspace" };
+    cl_resp r = { 0 };
+    if (cf_call(sb->c, ctx, sb->s.id, "/hydrate", &hq, &r, op, error) == 0) {
+        if (r.status / 100 == 2)
+            rc = 0;
+        else
+            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op,
+                           "hydrate the workspace");
+    }
+    cl_resp_clear(&r);
+    close(fd);
+    return rc;
+}
+
+/* The create's first command: starts the container, installs the
+ * create's environment file (staged at @env_path) and makes the workdir. */
+static int cf_first_command(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                            const char *env_path, const char *op, sbx_error **error)
+{
+    cl_buf b = { 0 };
+    cl_buf_printf(&b, "mkdir -p " CF_WORKSPACE " /var/lib/sbx && : >" CF_LIVE_FILE
+                  " || exit 1\n");
+    if (env_path) {
+        char *q = cl_shell_quote(env_path);
+        cl_buf_printf(&b, "mkdir -p /var/lib/sbx && mv -f -- %s " CF_ENV_FILE
+                      " && chmod 600 " CF_ENV_FILE " || exit 2\n", q ? q : "''");
+        free(q);
+    }
+    int code = -1;
+    char *msg = NULL;
+    int rc = b.data ? cf_run(sb, ctx, b.data, -1, NULL, &msg, &code, op, error) : -1;
+    if (!b.data)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    if (rc == 0 && code != 0) {
+        cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "cloudflare: the sandbox's setup command "
+                "exited %d: %s", code, msg ? msg : "");
+        rc = -1;
+    }
+    free(msg);
+    cl_buf_clear(&b);
+    if (rc == 0 && sb->workdir)
+        rc = cl_make_workdir(sb, cf_run_short, ctx, CF_BACKEND, sb->workdir, op, error);
+    return rc;
+}
+
+static int cf_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                     const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
+                     sbx_error **error)
+{
+    const char *op = "create";
+    struct sbx_plugin_client *c = client;
+    if (cf_check_options(rq, error) < 0)
+        return -1;
+    char *envtext = NULL;
+    if (rq->env && rq->env[0] && !(envtext = cl_env_file(rq->env))) {
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "cloudflare: an environment key is not "
+                "a shell name");
+        return -1;
+    }
+    char *url = cl_printf("%s/v1/sandbox", c->api), *env_path = NULL;
+    cl_resp r = { 0 };
+    json_object *j = NULL;
+    struct sbx_plugin_sandbox *sb = NULL;
+    int rc = -1;
+    if (!url || cl_request_json(c->http, ctx, "POST", url, NULL, CL_UNSAFE, &r, op,
+                                "create the sandbox", error) < 0)
+        goto out;
+    if (r.status / 100 != 2) {
+        cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "create the sandbox");
+        goto out;
+    }
+    j = cl_resp_json(&r, op, "create the sandbox", error);
+    const char *id = j ? cl_json_str(j, "id") : NULL;
+    if (!id) {
+        if (j)
+            cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "cloudflare create answered without "
+                    "an id");
+        goto out;
+    }
+    sb = cf_sandbox_new(c, id, rq->workdir && *rq->workdir ? rq->workdir : NULL);
+    if (!sb) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cf_delete(c, NULL, id, op, NULL);
+        goto out;
+    }
+    if ((envtext && !(env_path = cf_stage_text(sb, ctx, envtext, "env", op, error)))
+        || cf_first_command(sb, ctx, env_path, op, error) < 0
+        || (rq->snapshot_id && cf_hydrate(sb, ctx, rq->snapshot_id, op, error) < 0)) {
+        if (error && *error)
+            cl_context(*error, "sandbox_id", id);
+        cf_delete(c, NULL, id, op, NULL);
+        cf_sandbox_free(sb);
+        sb = NULL;
+        goto out;
+    }
+    *sandbox = sb;
+    rc = 0;
+out:
+    json_object_put(j);
+    free(url);
+    free(envtext);
+    free(env_path);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static int cf_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    return cl_sandbox_destroy(&sb->s, sb->c, cf_delete, ctx, error);
+}
+
+/* GET …/running: 1 or 0 in *@running, or -1. */
+static int cf_running(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
+                      int *running, const char *op, sbx_error **error)
+{
+    char *url = cf_url(c, id, "/running");
+    long st = 0;
+    json_object *j = cl_get_json(c->http, ctx, url, &st, op, "ask whether the sandbox runs",
+                                 error), *v;
+    free(url);
+    if (!j) {
+        if (st == 404 || st == 400)
+            cl_context(cl_fail(error, SBX_ERROR_NOT_FOUND, op, "cloudflare sandbox %s does not "
+                               "exist", id), "sandbox_id", id);
+        return -1;
+    }
+    *running = json_object_object_get_ex(j, "running", &v) && json_object_get_boolean(v);
+    json_object_put(j);
+    return 0;
+}
+
+/* Alive while its container runs. The bridge cannot tell a sandbox whose
+ * container slept after the worker's sleepAfter from a deleted one: both
+ * answer running false. */
+static int cf_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    if (cf_is_gone(sb))
+        return 0;
+    int running = 0;
+    if (cf_running(sb->c, ctx, sb->s.id, &running, "is_alive", error) < 0)
+        return -1;
+    return running;
+}
+
+/* {"version":1,"sandbox_id":ID[,"workdir":W]}: no credential, no env value
+ * (the create's environment is a file in the sandbox). */
+static char *cf_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    (void)ctx;
+    if (cf_check(sb, "session_state", error) < 0)
+        return NULL;
+    json_object *j = json_object_new_object();
+    json_object_object_add(j, "version", json_object_new_int(CF_STATE_VERSION));
+    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
+    if (sb->workdir)
+        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
+    char *out = cl_state_out(j, "session_state", error);
+    json_object_put(j);
+    return out;
+}
+
+static int cf_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
+                     sbx_plugin_sandbox **sandbox, sbx_error **error)
+{
+    const char *op = "resume";
+    const char *id = NULL;
+    json_object *data = cl_state_in(state_json, CF_STATE_VERSION, "sandbox_id", CF_BACKEND, op,
+                                    &id, error);
+    if (!data)
+        return -1;
+    int running = 0, rc = -1;
+    struct sbx_plugin_sandbox *sb = NULL;
+    if (cf_running(client, ctx, id, &running, op, error) < 0)
+        goto out;
+    sb = cf_sandbox_new(client, id, cl_json_str(data, "workdir"));
+    if (!sb) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    /* A container that slept: its files are gone with it (the bridge keeps
+     * none), so it is the provider's loss (CASE-32). */
+    if (!running) {
+        cl_gone_error(error, op, CF_BACKEND, id);
+        cf_sandbox_free(sb);
+        goto out;
+    }
+    *sandbox = sb;
+    rc = 0;
+out:
+    json_object_put(data);
+    return rc;
+}
+
+/* mkdir -p @dir with mode 0700 for what it makes: 0, or -1 (errno). */
+static int cf_mkdirs(const char *dir)
+{
+    char *d = strdup(dir);
+    if (!d)
+        return -1;
+    for (char *p = d + 1; ; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(d, 0700) < 0 && errno != EEXIST) {
+                free(d);
+                return -1;
+            }
+            *p = c;
+            if (!c)
+                break;
+        }
+    }
+    free(d);
+    return 0;
+}
+
+/* persist's tar of /workspace, kept as SNAPSHOT_ID.tar (mode 0600) in the
+ * client's snapshot directory: the bridge gives the archive to its client
+ * and keeps none (a container's disk goes when it sleeps). */
+static char *cf_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    const char *op = "snapshot";
+    if (cf_check(sb, op, error) < 0)
+        return NULL;
+    char id[sizeof CF_SNAP_PREFIX + 32];
+    memcpy(id, CF_SNAP_PREFIX, strlen(CF_SNAP_PREFIX));
+    cl_random_hex(id + strlen(CF_SNAP_PREFIX), 16);
+    char *tmp = cl_printf("%s/.%s.part", sb->c->snap_dir, id);
+    char *dst = cl_printf("%s/%s.tar", sb->c->snap_dir, id);
+    char *out = NULL;
+    int fd = -1;
+    if (!tmp || !dst) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto done;
+    }
+    if (cf_mkdirs(sb->c->snap_dir) < 0
+        || (fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
+        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op, "cloudflare: cannot write "
+                           "snapshots in %s: %s", sb->c->snap_dir, strerror(errno)),
+                   "path", sb->c->snap_dir);
+        goto done;
+    }
+    cl_req rq = { .method = "POST", .sink = cl_fd_sink, .sink_ud = &fd, .idempotent = CL_SAFE,
+                  .what = "persist the workspace" };
+    cl_resp r = { 0 };
+    int rc = cf_call(sb->c, ctx, sb->s.id, "/persist", &rq, &r, op, error);
+    if (rc == 0 && r.status / 100 != 2) {
+        cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "persist the workspace");
+        rc = -1;
+    }
+    cl_resp_clear(&r);
+    if (rc == 0 && (fsync(fd) < 0 || rename(tmp, dst) < 0)) {
+        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op, "cloudflare: cannot keep the "
+                           "snapshot as %s: %s", dst, strerror(errno)), "path", dst);
+        rc = -1;
+    }
+    if (rc < 0) {
+        unlink(tmp);
+        goto done;
+    }
+    out = cl_host->alloc(strlen(id) + 1);
+    if (out)
+        memcpy(out, id, strlen(id) + 1);
+    else
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+done:
+    if (fd >= 0)
+        close(fd);
+    free(tmp);
+    free(dst);
+    return out;
+}
+
+static int cf_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                         sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
+{
+    (void)client;
+    (void)ctx;
+    (void)fn;
+    (void)ud;
+    cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, "list_owned",
+            "backend \"%s\" cannot list the sandboxes this library made", CF_BACKEND);
+    return -1;
+}
+
+/* Without a list call the library could not find what to destroy by id
+ * (`sbx gc`), so destroy_by_id goes with list_owned. */
+static int cf_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                            sbx_error **error)
+{
+    (void)client;
+    (void)ctx;
+    (void)id;
+    cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, "destroy_by_id",
+            "backend \"%s\" cannot destroy sandboxes by id", CF_BACKEND);
+    return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Files                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* The absolute path of @path: a relative one is taken from the workdir
+ * (else /workspace, where the bridge starts commands). */
+static char *cf_abs(struct sbx_plugin_sandbox *sb, const char *path)
+{
+    if (path[0] == '/')
+        return strdup(path);
+    return cl_printf("%s/%s", sb->workdir ? sb->workdir : CF_WORKSPACE, path);
+}
+
+/* The error of a file script's exit @code for @path (the caller's name). */
+static int cf_script_fail(int code, const char *op, const char *path, const char *msg,
+                          sbx_error **error)
+{
+    sbx_error *err;
+    if (code == CF_EXIT_MISSING)
+        err = cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such file in the sandbox: %s", path);
+    else if (code == CF_EXIT_ISDIR)
+        err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "%s is a directory", path);
+    else if (code == CF_EXIT_NOTDIR)
+        err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "%s is not a directory", path);
+    else
+        err = cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "cloudflare: %s on %s exited %d: "
+                      "%s", op, path, code, msg ? msg : "");
+    cl_context(err, "path", path);
+    return -1;
+}
+
+static int cf_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
+                        sbx_error **error)
+{
+    const char *op = "read_file";
+    if (cf_check(sb, op, error) < 0)
+        return -1;
+    char *abs = cf_abs(sb, path);
+    int rc = -1;
+    if (!abs) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    if (cf_in_workspace(abs)) {
+        char *sfx = cf_file_suffix(abs);
+        cl_req rq = { .method = "GET", .sink = cl_fd_sink, .sink_ud = &fd,
+                      .idempotent = CL_SAFE, .what = "read the file" };
+        cl_resp r = { 0 };
+        if (!sfx)
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        else if (cf_call(sb->c, ctx, sb->s.id, sfx, &rq, &r, op, error) == 0) {
+            if (r.status / 100 == 2)
+                rc = 0;
+            else
+                cf_file_fail(sb->c, &r, op, path, "read the file", error);
+        }
+        free(sfx);
+        cl_resp_clear(&r);
+    } else {
+        /* Outside /workspace: "base64" over the exec stream, decoded here
+         * (the bridge carries a command's output as text: bytes that are
+         * not UTF-8 would not come through as they are). */
+        char *q = cl_shell_quote(abs);
+        char *script = q ? cl_printf("[ -d %s ] && exit %d; [ -e %s ] || exit %d; "
+                                     "exec base64 -w 0 -- %s",
+                                     q, CF_EXIT_ISDIR, q, CF_EXIT_MISSING, q) : NULL;
+        int code = 0;
+        char *msg = NULL;
+        cl_buf b64 = { 0 }, raw = { 0 };
+        if (!script)
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        else if (cf_run(sb, ctx, script, -1, &b64, &msg, &code, op, error) == 0) {
+            if (code != 0) {
+                rc = cf_script_fail(code, op, path, msg, error);
+            } else if (b64.len && cl_base64_decode(b64.data, b64.len, &raw) < 0) {
+                cl_context(cl_fail(error, SBX_ERROR_CONNECTION, op, "cloudflare: the base64 of "
+                                   "%s did not decode", path), "path", path);
+            } else if (raw.len && cl_fd_sink(&fd, raw.data, raw.len) < 0) {
+                cl_context(cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot write %s to "
+                                   "the caller: %s", path, strerror(errno)), "path", path);
+            } else {
+                rc = 0;
+            }
+        }
+        cl_buf_clear(&b64);
+        cl_buf_clear(&raw);
+        free(msg);
+        free(q);
+        free(script);
+    }
+    free(abs);
+    return rc;
+}
+
+static int cf_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
+                         uint32_t mode, sbx_error **error)
+{
+    const char *op = "write_file";
+    if (cf_check(sb, op, error) < 0)
+        return -1;
+    char *abs = cf_abs(sb, path), *staged = NULL, *q = NULL, *sq = NULL, *script = NULL;
+    int rc = -1;
+    if (!abs) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    int direct = cf_in_workspace(abs);
+    if (!direct) {
+        char tag[25];
+        cl_random_hex(tag, 12);
+        staged = cl_printf(CF_WORKSPACE "/.sbx-%s.up", tag);
+    }
+    if ((!direct && !staged) || cf_put(sb, ctx, direct ? abs : staged, fd, path, op, error) < 0) {
+        if (!direct && !staged)
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    q = cl_shell_quote(abs);
+    sq = staged ? cl_shell_quote(staged) : NULL;
+    if (!q || (staged && !sq)) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    if (staged)
+        script = cl_printf("[ -d %s ] && { rm -f -- %s; exit %d; }\n"
+                           "mkdir -p -- \"$(dirname -- %s)\" && mv -f -- %s %s && "
+                           "chmod %o -- %s || { rm -f -- %s; exit 1; }",
+                           q, sq, CF_EXIT_ISDIR, q, sq, q, mode & 07777, q, sq);
+    else
+        script = cl_printf("chmod %o -- %s", mode & 07777, q);
+    int code = 0;
+    char *msg = NULL;
+    if (!script)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else if (cf_run(sb, ctx, script, -1, NULL, &msg, &code, op, error) == 0)
+        rc = code == 0 ? 0 : cf_script_fail(code, op, path, msg, error);
+    free(msg);
+out:
+    free(abs);
+    free(staged);
+    free(q);
+    free(sq);
+    free(script);
+    return rc;
+}
+
+/* "find" over the exec stream: one "TYPE SIZE MODE NAME\0" per entry. */
+static int cf_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                         sbx_plugin_file_fn fn, void *ud, sbx_error **error)
+{
+    const char *op = "list_files";
+    if (cf_check(sb, op, error) < 0)
+        return -1;
+    char *abs = cf_abs(sb, path);
+    char *q = abs ? cl_shell_quote(abs) : NULL;
+    char *script = q ? cl_printf("[ -e %s ] || exit %d; [ -d %s ] || exit %d; cd -- %s && "
+                                 "exec find . -mindepth 1 -maxdepth 1 -printf '%%y %%s %%m %%P\\0'",
+                                 q, CF_EXIT_MISSING, q, CF_EXIT_NOTDIR, q) : NULL;
+    cl_buf out = { 0 };
+    int code = 0, rc = -1;
+    char *msg = NULL;
+    if (!script)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else if (cf_run(sb, ctx, script, -1, &out, &msg, &code, op, error) == 0) {
+        if (code != 0) {
+            cf_script_fail(code, op, path, msg, error);
+        } else {
+            rc = 0;
+            size_t i = 0;
+            while (i < out.len) {
+                const char *e = out.data + i;
+                size_t n = strlen(e);
+                char type = 0;
+                long long size = -1;
+                unsigned m = 0;
+                int off = 0;
+                if (sscanf(e, "%c %lld %o %n", &type, &size, &m, &off) >= 3 && off > 0) {
+                    sbx_plugin_file_info info = { sizeof(info), e + off, type == 'd',
+                                                  type == 'd' ? -1 : size, m & 07777 };
+                    if (fn(&info, ud) != 0)
+                        break;
+                }
+                i += n + 1;
+            }
+        }
+    }
+    free(msg);
+    cl_buf_clear(&out);
+    free(abs);
+    free(q);
+    free(script);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Exec                                                                      */
+/* ------------------------------------------------------------------------ */
+
+static int cf_exec_run(cl_proc *base)
+{
+    cf_proc *p = (cf_proc *)base;
+    struct sbx_plugin_sandbox *sb = p->sb;
+    const char *op = "exec";
+    sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
+    char *src = cl_env_file_source(CF_ENV_FILE), *in_path = NULL, *env_path = NULL;
+    char *keys = cl_call_keys((const char *const *)p->env);
+    cl_buf s = { 0 };
+    cf_stream st = { 0 };
+    int code = -1;
+    if (!src || !keys) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
+    /* The per-call environment as a staged file, sourced and removed. */
+    if (p->env && p->env[0]) {
+        cl_buf e = { 0 };
+        for (size_t i = 0; p->env[i]; i++) {
+            const char *eq = strchr(p->env[i], '=');
+            if (!eq)
+                continue;
+            char *v = cl_shell_quote(eq + 1);
+            cl_buf_printf(&e, "export %.*s=%s\n", (int)(eq - p->env[i]), p->env[i],
+                          v ? v : "''");
+            free(v);
+        }
+        char *kq = cl_shell_quote(keys);
+        cl_buf_printf(&e, "export " CL_CALL_KEYS "=%s\n", kq ? kq : "''");
+        free(kq);
+        env_path = e.data ? cf_stage_text(sb, &ctx, e.data, "env", op, NULL) : NULL;
+        cl_buf_clear(&e);
+        if (!env_path)
+            goto fail;
+    }
+    if (p->stdin_fd >= 0) {
+        in_path = cl_printf(CF_WORKSPACE "/.%s.in", p->tag);
+        if (!in_path || cf_put(sb, &ctx, in_path, p->stdin_fd, "stdin", op, NULL) < 0)
+            goto fail;
+    }
+    cl_buf_printf(&s, "[ -e " CF_LIVE_FILE " ] || exit %d\n", CF_GONE_EXIT);
+    if (env_path)
+        cl_buf_printf(&s, ". %s; rm -f %s\n", env_path, env_path);
+    cl_buf_printf(&s, "%s", src);
+    if (in_path)
+        cl_buf_printf(&s, "exec <%s; rm -f %s\n", in_path, in_path);
+    else
+        cl_buf_printf(&s, "exec </dev/null\n");
+    cl_buf_printf(&s, "%s", p->script);
+    if (!s.data) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
+    st.proc = base;
+    st.out_fd = -1;
+    if (cf_exec_call(sb, &ctx, s.data, p->tag, &st, op, NULL) < 0) {
+        cl_buf_clear(&st.err_buf);
+        goto fail;
+    }
+    code = st.exit_code;
+    if (code == CF_GONE_EXIT) {
+        /* The container is a fresh one: the sandbox was deleted (or its
+         * container slept and lost its files). The fresh one is deleted. */
+        int c2 = 0;
+        if (cf_run_short(sb, &ctx, "test -e " CF_LIVE_FILE, &c2, op, NULL) == 0 && c2 != 0) {
+            cl_gone_set(&sb->s.gone);
+            cf_delete(sb->c, NULL, sb->s.id, op, NULL);
+            cl_gone_error(NULL, op, CF_BACKEND, sb->s.id);
+            goto fail;
+        }
+    }
+    goto out;
+fail:
+    cl_proc_fail_last(base);
+    code = -1;
+    if (st.failed) {
+        snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "code");
+        snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "%s", st.err_code);
+    }
+    if (cf_is_gone(sb)) {
+        snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
+        snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
+    }
+out:
+    cl_buf_clear(&s);
+    free(src);
+    free(keys);
+    free(in_path);
+    free(env_path);
+    return code;
+}
+
+static void cf_proc_free_fields(cf_proc *p)
+{
+    if (p->stdin_fd >= 0)
+        close(p->stdin_fd);
+    cl_strv_free(p->env);
+    free(p->script);
+}
+
+static int cf_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                         const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
+                         sbx_error **error)
+{
+    const char *op = "exec";
+    (void)ctx;
+    if (cf_check(sb, op, error) < 0)
+        return -1;
+    if (rq->tty_rows || rq->tty_cols) {
+        cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                "cloudflare backend: commands on a terminal are not supported");
+        return -1;
+    }
+    if (rq->user) {
+        cl_context(cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                           "cloudflare backend: user %s cannot be chosen per command",
+                           rq->user), "user", rq->user);
+        return -1;
+    }
+    cf_proc *p = calloc(1, sizeof(*p));
+    if (!p) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    p->sb = sb;
+    p->stdin_fd = -1;
+    memcpy(p->tag, "sbx-exec-", 9);
+    cl_random_hex(p->tag + 9, 12);
+    p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
+    p->env = cl_strv_dup(rq->env);
+    int bad = !p->script || !p->env;
+    if (!bad && rq->stdin_fd >= 0 && (p->stdin_fd = fcntl(rq->stdin_fd, F_DUPFD_CLOEXEC, 3)) < 0)
+        bad = 1;
+    if (bad) {
+        cf_proc_free_fields(p);
+        free(p);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot start the command: %s",
+                strerror(errno ? errno : ENOMEM));
+        return -1;
+    }
+    p->base.run = cf_exec_run;
+    p->base.ud = p;
+    if (cl_proc_start(&p->base, rq->stdout_fd, rq->stderr_fd, op, error) < 0) {
+        cf_proc_free_fields(p);
+        free(p);
+        return -1;
+    }
+    *process = (sbx_plugin_process *)p;
+    return 0;
+}
+
+static int cf_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
+                        int *exit_code, sbx_error **error)
+{
+    (void)ctx;
+    cf_proc *p = (cf_proc *)process;
+    int rc = cl_proc_wait(&p->base, timeout_ms, exit_code, "exec_wait", error);
+    /* A missing working directory: the script's cd failed (cloud.h). */
+    char *quoted = rc == 1 && *exit_code == CL_CWD_MISSING_EXIT ? cl_script_cwd(p->script)
+                                                                  : NULL;
+    if (quoted) {
+        char *cmd = cl_printf("test -d %s", quoted);
+        int code = 0;
+        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
+        if (cmd && cf_run_short(p->sb, &c2, cmd, &code, "exec", NULL) == 0 && code != 0) {
+            cl_cwd_missing_error(error, "exec", quoted);
+            rc = -1;
+        }
+        free(cmd);
+        free(quoted);
+    }
+    return rc;
+}
+
+/* Signals every process of the command (each carries CL_EXEC_MARK=<its
+ * tag>): a scan run as a command of its own, without the mark. */
+static int cf_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
+                        sbx_error **error)
+{
+    cf_proc *p = (cf_proc *)process;
+    pthread_mutex_lock(&p->base.lock);
+    int ended = p->base.ended;
+    pthread_mutex_unlock(&p->base.lock);
+    if (ended || cf_is_gone(p->sb))
+        return 0;
+    char *cmd = cl_mark_kill_command(p->tag, sig);
+    int code = 0;
+    int rc = cmd ? cf_run_short(p->sb, ctx, cmd, &code, "exec_kill", error) : -1;
+    if (!cmd)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec_kill", "out of memory");
+    free(cmd);
+    return rc;
+}
+
+static void cf_exec_free(sbx_plugin_process *process)
+{
+    cf_proc *p = (cf_proc *)process;
+    if (!p)
+        return;
+    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
+    cf_exec_kill(process, &c2, SIGKILL, NULL);
+    cl_proc_clear(&p->base);
+    cf_proc_free_fields(p);
+    free(p);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The descriptor                                                            */
+/* ------------------------------------------------------------------------ */
+
+static const sbx_plugin cf_plugin = {
+    .struct_size = sizeof(sbx_plugin),
+    .abi_major = SBX_PLUGIN_ABI_MAJOR,
+    .abi_minor = SBX_PLUGIN_ABI_MINOR,
+    .name = CF_BACKEND,
+    .version = PACKAGE_VERSION,
+    .description = "Cloudflare Sandboxes through the user's Sandbox Bridge worker over libcurl "
+                   "(CLOUDFLARE_SANDBOX_WORKER_URL); the instance type, image and network are "
+                   "the worker's settings; snapshots hold /workspace only; no list call, so "
+                   "no list_owned",
+    .caps = CF_CAPS,
+    .setup = cf_setup,
+    .client_new = cf_client_new,
+    .client_free = cf_client_free,
+    .probe = cf_probe,
+    .create = cf_create,
+    .resume = cf_resume,
+    .session_state = cf_session_state,
+    .destroy = cf_destroy,
+    .is_alive = cf_is_alive,
+    .sandbox_free = cf_sandbox_free,
+    .sandbox_id = cl_sandbox_id,
+    .sandbox_root = cl_sandbox_root,
+    .snapshot = cf_snapshot,
+    .exec_start = cf_exec_start,
+    .exec_wait = cf_exec_wait,
+    .exec_event_fd = cl_exec_event_fd,
+    .exec_kill = cf_exec_kill,
+    .exec_free = cf_exec_free,
+    .list_files = cf_list_files,
+    .read_file = cf_read_file,
+    .write_file = cf_write_file,
+    .list_owned = cf_list_owned,
+    .destroy_by_id = cf_destroy_by_id,
+};
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
+{
+    return &cf_plugin;
+}

@@ -1,0 +1,280 @@
+/*
+ * test_cloudflare.c — what only the cloudflare backend does, through its
+ * contract fake of the Sandbox Bridge worker (tests/cloudflare.sh starts it
+ * and runs this program with SBX_TEST_BACKEND=cloudflare): an "error"
+ * event of the exec stream is the command's error, never an exit 0
+ * (exec_error: execution_failed; exec_transport_error: connection, outcome
+ * unknown); files under /workspace go straight to the bridge's file route
+ * while others are staged there and moved by a command; the bridge's 403
+ * is a configuration error naming the path; the worker's settings (cpu,
+ * image, network) are configuration errors naming the option; create is
+ * POST /v1/sandbox and destroy DELETE /v1/sandbox/{id}, with the bearer
+ * key; a sandbox deleted elsewhere is gone although the bridge would start
+ * a fresh container for its id; a snapshot is the workspace's tar kept on
+ * the client's side. The fake's routes (/_fake/exec_error,
+ * /_fake/faults, /_fake/log) script and count requests.
+ */
+#include "testutil.h"
+
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+#include <sbx/sbx.h>
+
+static sbx_client *g_client;
+static sbx_sandbox *g_sb;
+
+static void setup(void)
+{
+    sbx_error *err = NULL;
+    cr_assert_str_eq(tu_backend(), "cloudflare", "run by tests/cloudflare.sh");
+    tu_fake_use("CLOUDFLARE_SANDBOX_WORKER_URL");
+    tu_fake_reset();
+    g_client = sbx_client_new("cloudflare", &err);
+    cr_assert_not_null(g_client, "sbx_client_new: %s", err ? sbx_error_get0_message(err) : "");
+}
+
+static void teardown(void)
+{
+    if (g_sb) {
+        sbx_sandbox_destroy(g_sb, NULL);
+        sbx_sandbox_free(g_sb);
+        g_sb = NULL;
+    }
+    sbx_client_free(g_client);
+    tu_fake_reset();
+}
+
+TestSuite(cloudflare, .init = setup, .fini = teardown, .timeout = 60);
+
+static sbx_sandbox *create_plain(void)
+{
+    sbx_options *o = sbx_options_new();
+    sbx_sandbox *sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    return sb;
+}
+
+static sbx_error *exec_with_error_event(const char *code)
+{
+    g_sb = create_plain();
+    char *body = tu_strdup_printf("{\"error\":\"boom\",\"code\":\"%s\",\"stdout\":\"partial\"}",
+                                  code);
+    tu_fake_post("/_fake/exec_error", body);
+    free(body);
+    return tu_exec_fail(g_sb, &(sbx_exec_request){ .struct_size = sizeof(sbx_exec_request),
+                                                   .shell = "echo never" },
+                        strcmp(code, "exec_error") == 0 ? SBX_ERROR_EXECUTION_FAILED
+                                                        : SBX_ERROR_CONNECTION);
+}
+
+Test(cloudflare, an_exec_error_event_is_an_error_not_exit_0)
+{
+    sbx_error *err = exec_with_error_event("exec_error");
+    cr_assert_str_eq(sbx_error_get0_message(err), "cloudflare exec failed: boom (exec_error)");
+    cr_assert_str_eq(sbx_error_get0_context(err, "code"), "exec_error");
+    sbx_error_free(err);
+    /* The sandbox runs on. */
+    sbx_result *r = tu_sh(g_sb, "echo still", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "still\n");
+    sbx_result_free(r);
+}
+
+Test(cloudflare, a_transport_error_event_is_a_connection_error)
+{
+    sbx_error *err = exec_with_error_event("exec_transport_error");
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "cloudflare exec failed: boom (exec_transport_error)");
+    cr_assert_str_eq(sbx_error_get0_context(err, "code"), "exec_transport_error");
+    sbx_error_free(err);
+}
+
+static int count(const char *method, const char *re)
+{
+    json_object *log = tu_fake_log();
+    int n = tu_fake_count(log, method, re, NULL, 0);
+    json_object_put(log);
+    return n;
+}
+
+Test(cloudflare, workspace_files_use_the_file_route_others_are_staged)
+{
+    g_sb = create_plain();
+    const char *id = sbx_sandbox_get0_id(g_sb);
+    static const char bytes[] = { 'a', 0, '\n', (char)0xff, 'z' };
+    sbx_error *err = NULL;
+    tu_fake_reset();
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/workspace/d/in.bin", bytes, sizeof bytes, &err),
+                 0, "write_file: %s", err ? sbx_error_get0_message(err) : "");
+    char *re = tu_strdup_printf("/v1/sandbox/%s/file/workspace/d/in\\.bin", id);
+    cr_assert_eq(count("PUT", re), 1);
+    free(re);
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/tmp/out.bin", bytes, sizeof bytes, &err), 0,
+                 "write_file: %s", err ? sbx_error_get0_message(err) : "");
+    re = tu_strdup_printf("/v1/sandbox/%s/file/workspace/\\.sbx-[0-9a-f]{24}\\.up", id);
+    cr_assert_eq(count("PUT", re), 1);
+    free(re);
+    re = tu_strdup_printf("/v1/sandbox/%s/file/tmp/.*", id);
+    cr_assert_eq(count("PUT", re), 0);
+    free(re);
+    /* Both read back exact, through the route and through cat. */
+    const char *paths[] = { "/workspace/d/in.bin", "/tmp/out.bin" };
+    for (int i = 0; i < 2; i++) {
+        char *data = NULL;
+        size_t len = 0;
+        cr_assert_eq(sbx_sandbox_read_file(g_sb, paths[i], &data, &len, &err), 0,
+                     "read_file %s: %s", paths[i], err ? sbx_error_get0_message(err) : "");
+        cr_assert_eq(len, sizeof bytes);
+        cr_assert_eq(memcmp(data, bytes, len), 0);
+        free(data);
+    }
+    /* Nothing staged is left in /workspace. */
+    sbx_result *r = tu_sh(g_sb, "ls -A /workspace", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "d\n");
+    sbx_result_free(r);
+}
+
+Test(cloudflare, the_bridges_403_is_a_configuration_error_naming_the_path)
+{
+    g_sb = create_plain();
+    tu_fake_post("/_fake/faults", "{\"method\":\"GET\",\"path\":\"/file/workspace/x\","
+                                  "\"status\":403,\"message\":\"outside the workspace\"}");
+    sbx_error *err = NULL;
+    char *data = NULL;
+    size_t len = 0;
+    cr_assert_eq(sbx_sandbox_read_file(g_sb, "/workspace/x", &data, &len, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(sbx_error_get0_message(err), "cloudflare bridge refused /workspace/x: the "
+                     "Sandbox Bridge serves files under /workspace only");
+    cr_assert_str_eq(sbx_error_get0_context(err, "path"), "/workspace/x");
+    sbx_error_free(err);
+}
+
+Test(cloudflare, the_workers_settings_are_configuration_errors)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_cpu(o, 2, NULL), 0);
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    sbx_options_free(o);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(sbx_error_get0_message(err), "cloudflare backend: cpu 2: the container's "
+                     "instance type is the worker's setting (wrangler.jsonc "
+                     "containers.instance_type), not per sandbox");
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), "cpu");
+    sbx_error_free(err);
+    err = NULL;
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_allow_internet(o, 0, NULL), 0);
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    sbx_options_free(o);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), "allow_internet");
+    sbx_error_free(err);
+    /* Nothing was asked of the bridge. */
+    cr_assert_eq(count("POST", "/v1/sandbox"), 0);
+}
+
+Test(cloudflare, create_and_destroy_are_the_bridges_post_and_delete)
+{
+    g_sb = create_plain();
+    const char *id = sbx_sandbox_get0_id(g_sb);
+    cr_assert_eq(strlen(id), 26);
+    cr_assert_eq(strspn(id, "abcdefghijklmnopqrstuvwxyz234567"), 26);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", "/v1/sandbox", NULL, 0), 1);
+    json_object *first = json_object_array_get_idx(log, 0);
+    cr_assert_str_eq(tu_json_str(first, "auth"), "Bearer <redacted>");
+    json_object_put(log);
+    char *re = tu_strdup_printf("/v1/sandbox/%s", id);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    cr_assert_eq(count("DELETE", re), 1);
+    /* A second destroy sends nothing. */
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    cr_assert_eq(count("DELETE", re), 1);
+    free(re);
+}
+
+Test(cloudflare, a_sandbox_deleted_elsewhere_is_gone_and_its_fresh_container_deleted)
+{
+    g_sb = create_plain();
+    const char *id = sbx_sandbox_get0_id(g_sb);
+    char *path = tu_strdup_printf("/v1/sandbox/%s", id);
+    char *auth = tu_strdup_printf("Authorization: Bearer %s", getenv("CLOUDFLARE_SANDBOX_API_KEY"));
+    cr_assert_eq(tu_fake_http("DELETE", path, auth, NULL, NULL), 204);
+    tu_fake_reset();
+    sbx_error *err = tu_exec_fail(g_sb, &(sbx_exec_request){
+                                      .struct_size = sizeof(sbx_exec_request),
+                                      .shell = "echo hi" }, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone");
+    sbx_error_free(err);
+    char *re = tu_strdup_printf("/v1/sandbox/%s", id);
+    cr_assert_eq(count("DELETE", re), 1);
+    free(re);
+    free(path);
+    free(auth);
+}
+
+/* A snapshot is persist's tar of /workspace, kept as ID.tar (mode 0600) in
+ * the client's snapshot directory (tests/hosted.sh points
+ * SBX_CLOUDFLARE_SNAPSHOT_DIR into its run directory); a create with it
+ * hydrates /workspace. What is outside /workspace is not in it. An id that
+ * is not there is not_found, and the sandbox made for it is deleted. */
+Test(cloudflare, a_snapshot_is_the_workspace_kept_on_the_client_side)
+{
+    g_sb = create_plain();
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/workspace/keep.txt", "kept\n", 5, &err), 0);
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/tmp/lost.txt", "lost\n", 5, &err), 0);
+    char *snap = sbx_sandbox_snapshot(g_sb, &err);
+    cr_assert_not_null(snap, "snapshot: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(strlen(snap), 7 + 32);
+    cr_assert_eq(strncmp(snap, "cfsnap-", 7), 0);
+    char *file = tu_strdup_printf("%s/%s.tar", getenv("SBX_CLOUDFLARE_SNAPSHOT_DIR"), snap);
+    struct stat st;
+    cr_assert_eq(stat(file, &st), 0, "%s: %s", file, strerror(errno));
+    cr_assert_eq(st.st_mode & 0777, 0600);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_snapshot_id(o, snap, NULL), 0);
+    sbx_sandbox *sb2 = tu_create(g_client, o);
+    sbx_options_free(o);
+    char *data = NULL;
+    size_t len = 0;
+    cr_assert_eq(sbx_sandbox_read_file(sb2, "/workspace/keep.txt", &data, &len, &err), 0,
+                 "read_file: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(len, 5);
+    cr_assert_eq(memcmp(data, "kept\n", 5), 0);
+    free(data);
+    cr_assert_eq(sbx_sandbox_read_file(sb2, "/tmp/lost.txt", &data, &len, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
+    sbx_error_free(err);
+    err = NULL;
+    cr_assert_eq(sbx_sandbox_destroy(sb2, NULL), 0);
+    sbx_sandbox_free(sb2);
+    unlink(file);
+    free(file);
+
+    /* The file removed, the id is gone. */
+    tu_fake_reset();
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_snapshot_id(o, snap, NULL), 0);
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    sbx_options_free(o);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
+    char *msg = tu_strdup_printf("cloudflare snapshot %s is not in %s", snap,
+                                 getenv("SBX_CLOUDFLARE_SNAPSHOT_DIR"));
+    cr_assert_str_eq(sbx_error_get0_message(err), msg);
+    free(msg);
+    sbx_error_free(err);
+    cr_assert_eq(count("POST", "/v1/sandbox"), 1);
+    cr_assert_eq(count("DELETE", "/v1/sandbox/[a-z2-7]{26}"), 1);
+    free(snap);
+}
