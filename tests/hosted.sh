@@ -31,8 +31,8 @@ backend=$1
 here=${SBX_TEST_SRCDIR:-$(dirname "$0")}
 fake="$here/fakes/$backend.py"
 case $backend in
-daytona | e2b | tensorlake) ;;
-*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake)"; exit 99 ;;
+daytona | e2b | tensorlake | vercel) ;;
+*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, vercel)"; exit 99 ;;
 esac
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
@@ -75,6 +75,11 @@ tensorlake)
     TENSORLAKE_API_URL=$url TENSORLAKE_API_KEY=sbx-test-dummy-key
     export TENSORLAKE_API_URL TENSORLAKE_API_KEY
     unset TENSORLAKE_SANDBOX_PROXY_URL ;;
+vercel)
+    VERCEL_API_URL=$url VERCEL_TOKEN=sbx-test-dummy-key
+    VERCEL_TEAM_ID=team_fake VERCEL_PROJECT_ID=prj_fake
+    export VERCEL_API_URL VERCEL_TOKEN VERCEL_TEAM_ID VERCEL_PROJECT_ID
+    unset VERCEL_OIDC_TOKEN ;;
 esac
 SBX_TEST_BACKEND=$backend
 SBX_TEST_SANDBOX_PROCS_ON_HOST=1
