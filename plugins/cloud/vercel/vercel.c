@@ -313,15 +313,17 @@ static int vc_cmd_line(void *ud, json_object *o)
     json_object *cmd = cl_json_path(o, "command", NULL);
     if (cl_json_path(o, "error", NULL)) {
         l->stopped = 1;
-        return 0;
+        return 1;
     }
     if (!cmd)
         return 0;
     const char *id = cl_json_str(cmd, "id");
     if (id && !l->id)
         l->id = strdup(id);
-    if (cl_json_int(cmd, "exitCode", &l->code) == 1)
+    if (cl_json_int(cmd, "exitCode", &l->code) == 1) {
         l->have_code = 1;
+        return 1;   /* the final line */
+    }
     return 0;
 }
 
@@ -392,8 +394,9 @@ static int vc_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
         rc = suffix ? vc_call(sb, ctx, &lq, suffix, &r2, 0, op, error) : -1;
         if (!suffix)
             cl_fail(error, SBX_ERROR_CONNECTION, op, "vercel command has no id");
-        if (rc == 0 && cl_ndjson_end(&lg, op, error) < 0)
-            rc = -1;
+        /* The logs stream has no final line: it ends with the command. */
+        if (rc == 0 && lg.line.len)
+            cl_ndjson_feed(&lg, "\n", 1, op, NULL);
         if (rc == 0 && cl_buf_append(&text, "", 1) < 0) {
             cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
             rc = -1;
@@ -1027,9 +1030,27 @@ static json_object *vc_create_body(struct sbx_plugin_client *c, const sbx_call_c
     if (cl_workdir_check(VC_BACKEND, rq->workdir, error) < 0)
         return NULL;
     if (rq->backend_options && *rq->backend_options) {
-        cl_context(vc_refuse(error, "backend_options", rq->backend_options, "the vercel "
-                             "backend takes no backend options"), "known", "");
-        return NULL;
+        /* No backend options: any key is unknown. */
+        json_object *bo = json_tokener_parse(rq->backend_options);
+        sbx_error *err = NULL;
+        if (!bo || !json_object_is_type(bo, json_type_object)) {
+            err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                          "vercel backend_options: %s is not a JSON object", rq->backend_options);
+        } else {
+            json_object_object_foreach(bo, k, v) {
+                (void)v;
+                err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                              "vercel backend_options: unknown key \"%s\" (known: )", k);
+                cl_context(err, "name", k);
+                cl_context(err, "known", "");
+                break;
+            }
+        }
+        json_object_put(bo);
+        if (err) {
+            cl_context(err, "option", "backend_options");
+            return NULL;
+        }
     }
     json_object *b = json_object_new_object();
     json_object_object_add(b, "projectId", json_object_new_string(c->project));
