@@ -15,8 +15,9 @@
  *    https://vercel.com/api.
  *  - create: POST /v1/sandboxes with projectId. cpu and memory_mb pick
  *    resources.vcpus: the fewest of 1, 2, 4, 8 that hold both (Vercel gives
- *    2048 MB per vCPU); more than 8 vCPUs or 16384 MB is a configuration
- *    error naming the value; disk_mb, gpu, image and app_name are
+ *    2048 MB per vCPU); more than 8 vCPUs, or memory_mb outside 2048 to
+ *    16384 MB, is a configuration error naming the value (min_mb 2048:
+ *    never a silently larger limit, CASE-49); disk_mb, gpu, image and app_name are
  *    configuration errors; template is the runtime (node22, node24,
  *    node26, python3.13); snapshot_id → source {type: snapshot};
  *    allow_internet=0 → networkPolicy {mode: deny-all}. The create's env is
@@ -1107,10 +1108,12 @@ static json_object *vc_create_body(struct sbx_plugin_client *c, const sbx_call_c
         cpu = rq->cpu;
     }
     if (set & SBX_OPTION_MEMORY_MB) {
-        if (rq->memory_mb <= 0 || rq->memory_mb > 8 * VC_MB_PER_VCPU) {
+        if (rq->memory_mb < VC_MB_PER_VCPU || rq->memory_mb > 8 * VC_MB_PER_VCPU) {
             snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
-            cl_context(vc_refuse(error, "memory_mb", buf, "Vercel gives 2048 MB per vCPU, at "
-                                 "most 16384 MB (8 vCPUs)"), "max_mb", "16384");
+            sbx_error *err = vc_refuse(error, "memory_mb", buf, "Vercel gives 2048 MB per "
+                                       "vCPU: from 2048 MB (1 vCPU) to 16384 MB (8 vCPUs)");
+            cl_context(err, "min_mb", "2048");
+            cl_context(err, "max_mb", "16384");
             goto fail;
         }
         mem = rq->memory_mb;
