@@ -15,9 +15,10 @@
  *    https://vercel.com/api.
  *  - create: POST /v1/sandboxes with projectId. cpu and memory_mb pick
  *    resources.vcpus: the fewest of 1, 2, 4, 8 that hold both (Vercel gives
- *    2048 MB per vCPU); more than 8 vCPUs, or memory_mb outside 2048 to
- *    16384 MB, is a configuration error naming the value (min_mb 2048:
- *    never a silently larger limit, CASE-49); disk_mb, gpu, image and app_name are
+ *    2048 MB per vCPU; the vCPUs chosen are logged); more than 8 vCPUs, or
+ *    memory_mb outside 1024 to 16384 MB, is a configuration error naming
+ *    the value (with min_mb 1024, CASE-49: a request below half of one
+ *    vCPU's memory is refused, not given a limit many times larger); disk_mb, gpu, image and app_name are
  *    configuration errors; template is the runtime (node22, node24,
  *    node26, python3.13); snapshot_id → source {type: snapshot};
  *    allow_internet=0 → networkPolicy {mode: deny-all}. The create's env is
@@ -90,6 +91,7 @@
 #define VC_MAX_CREATE_S 2700                /* the longest create timeout (45 min) */
 #define VC_MAX_LIFETIME_S 18000             /* the longest lifetime (5 h, Pro) */
 #define VC_MB_PER_VCPU 2048
+#define VC_MIN_MEMORY_MB 1024               /* the least memory_mb taken (1 vCPU) */
 
 #define VC_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_SNAPSHOT      \
                  | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY            \
@@ -1108,11 +1110,11 @@ static json_object *vc_create_body(struct sbx_plugin_client *c, const sbx_call_c
         cpu = rq->cpu;
     }
     if (set & SBX_OPTION_MEMORY_MB) {
-        if (rq->memory_mb < VC_MB_PER_VCPU || rq->memory_mb > 8 * VC_MB_PER_VCPU) {
+        if (rq->memory_mb < VC_MIN_MEMORY_MB || rq->memory_mb > 8 * VC_MB_PER_VCPU) {
             snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
             sbx_error *err = vc_refuse(error, "memory_mb", buf, "Vercel gives 2048 MB per "
-                                       "vCPU: from 2048 MB (1 vCPU) to 16384 MB (8 vCPUs)");
-            cl_context(err, "min_mb", "2048");
+                                       "vCPU: from 1024 MB (1 vCPU) to 16384 MB (8 vCPUs)");
+            cl_context(err, "min_mb", "1024");
             cl_context(err, "max_mb", "16384");
             goto fail;
         }
