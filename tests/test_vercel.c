@@ -10,7 +10,8 @@
  * (gone afterwards) and a create from it has its files; a sandbox the
  * provider stops during a command is gone; list_owned follows every page
  * of the list (CASE-35); a VERCEL_OIDC_TOKEN that is not a JWT is a
- * configuration error.
+ * configuration error; the client options team_id and project_id come
+ * before the variables and must be strings.
  */
 #include "testutil.h"
 
@@ -334,4 +335,25 @@ Test(vercel, an_oidc_token_that_is_not_a_jwt_is_a_configuration_error)
     cr_assert_null(c);
     tu_assert_error(err, SBX_ERROR_CONFIGURATION, "VERCEL_OIDC_TOKEN", NULL);
     sbx_error_free(err);
+}
+
+Test(vercel, the_client_options_team_and_project_come_first_and_must_be_strings)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new_with_config("vercel", SBX_PLUGIN_MODE_DEFAULT,
+                                               "{\"team_id\": 7}", &err);
+    cr_assert_null(c);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, "team_id", NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), "team_id");
+    sbx_error_free(err);
+    err = NULL;
+    /* A team the fake does not know: the provider's 403 names it. */
+    c = sbx_client_new_with_config("vercel", SBX_PLUGIN_MODE_DEFAULT,
+                                   "{\"team_id\": \"team_other\"}", &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *sb = sbx_sandbox_create(c, NULL, &err);
+    cr_assert_null(sb);
+    tu_assert_error(err, SBX_ERROR_AUTHENTICATION, "team_other", NULL);
+    sbx_error_free(err);
+    sbx_client_free(c);
 }

@@ -937,6 +937,17 @@ static int vc_client_new(const char *config_json, sbx_plugin_client **client, sb
     c->api = cl_base_url(cfg, "api_url", "VERCEL_API_URL", VC_DEFAULT_URL, error);
     if (!c->api)
         goto fail;
+    static const char *const str_keys[] = { "team_id", "project_id", NULL };
+    for (int i = 0; cfg && str_keys[i]; i++) {
+        json_object *v = NULL;
+        if (json_object_object_get_ex(cfg, str_keys[i], &v)
+            && (!json_object_is_type(v, json_type_string) || json_object_get_string_len(v) == 0)) {
+            cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op, "vercel client option %s: "
+                               "%s is not a non-empty string", str_keys[i],
+                               json_object_to_json_string(v)), "option", str_keys[i]);
+            goto fail;
+        }
+    }
     /* The OIDC token names its team and project; an access token needs them
      * given. */
     const char *oidc = getenv("VERCEL_OIDC_TOKEN");
