@@ -11,7 +11,8 @@
  * provider stops during a command is gone; list_owned follows every page
  * of the list (CASE-35); a VERCEL_OIDC_TOKEN that is not a JWT is a
  * configuration error; the client options team_id and project_id come
- * before the variables and must be strings.
+ * before the variables and must be strings; a create answered after its
+ * deadline is found by the token in its env and stopped (CASE-20).
  */
 #include "testutil.h"
 
@@ -33,7 +34,8 @@ static void setup(void)
     cr_assert_str_eq(tu_backend(), "vercel", "run by tests/vercel.sh");
     tu_fake_use("VERCEL_API_URL");
     tu_fake_reset();
-    tu_fake_post("/_fake/config", "{\"page_cap\": 100, \"create_pending\": 0}");
+    tu_fake_post("/_fake/config",
+                 "{\"page_cap\": 100, \"create_pending\": 0, \"hold_create\": 0}");
     g_client = sbx_client_new("vercel", &err);
     cr_assert_not_null(g_client, "sbx_client_new: %s", err ? sbx_error_get0_message(err) : "");
     g_sb = NULL;
@@ -41,7 +43,8 @@ static void setup(void)
 
 static void teardown(void)
 {
-    tu_fake_post("/_fake/config", "{\"page_cap\": 100, \"create_pending\": 0}");
+    tu_fake_post("/_fake/config",
+                 "{\"page_cap\": 100, \"create_pending\": 0, \"hold_create\": 0}");
     if (g_sb) {
         sbx_sandbox_destroy(g_sb, NULL);
         sbx_sandbox_free(g_sb);
@@ -356,4 +359,52 @@ Test(vercel, the_client_options_team_and_project_come_first_and_must_be_strings)
     tu_assert_error(err, SBX_ERROR_AUTHENTICATION, "team_other", NULL);
     sbx_error_free(err);
     sbx_client_free(c);
+}
+
+/* The running sandboxes at the fake, through its list route. */
+static size_t fake_running(void)
+{
+    const char *key = getenv("VERCEL_TOKEN");
+    char *h = tu_strdup_printf("Authorization: Bearer %s", key ? key : "");
+    char *body = NULL;
+    cr_assert_eq(tu_fake_http("GET", "/v1/sandboxes?teamId=team_fake&limit=100", h, NULL, &body),
+                 200, "%s", body ? body : "");
+    json_object *j = json_tokener_parse(body), *a = NULL;
+    cr_assert(j && json_object_object_get_ex(j, "sandboxes", &a), "%s", body);
+    size_t n = 0;
+    for (size_t i = 0; i < json_object_array_length(a); i++)
+        n += strcmp(tu_json_str(json_object_array_get_idx(a, i), "status"), "running") == 0;
+    json_object_put(j);
+    free(body);
+    free(h);
+    return n;
+}
+
+/* CASE-20: a create answered after the call's deadline made a sandbox that
+ * has no label file yet; the plugin finds it by the create token in its env
+ * and stops it before the timeout is returned. In process, calls are not
+ * bounded: the create waits for the late answer and succeeds. */
+Test(vercel, late_create_is_stopped)
+{
+    size_t n0 = fake_running();
+    tu_fake_post("/_fake/config", "{\"hold_create\": 4}");
+    cr_assert_eq(sbx_client_set_call_timeout(g_client, 1.0, NULL), 0);
+    const char *mode = getenv("SBX_PLUGIN_MODE");
+    int inprocess = mode && strcmp(mode, "inprocess") == 0;
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_sandbox_create(g_client, NULL, &err);
+    tu_fake_post("/_fake/config", "{\"hold_create\": 0}");
+    if (inprocess) {
+        cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+        cr_assert_eq(fake_running(), n0 + 1);
+        cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+        sbx_sandbox_free(sb);
+        cr_assert_eq(fake_running(), n0);
+        return;
+    }
+    cr_assert_null(sb);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_TIMEOUT, "%s", sbx_error_get0_message(err));
+    sbx_error_free(err);
+    cr_assert_eq(fake_running(), n0, "the late sandbox was not stopped before the create "
+                 "returned");
 }

@@ -48,7 +48,8 @@ Control routes (no auth; not logged): GET/DELETE /_fake/log, POST /_fake/faults
 POST /_fake/sandbox/{id}/stop (stopped by the provider, as at its timeout);
 GET /_fake/sandbox/{id} {"status", "root", "running", "timeout", "body"};
 POST /_fake/config {"create_pending": s, "page_cap": n (list pages hold at
-most n sandboxes, whatever the limit)}.
+most n sandboxes, whatever the limit), "hold_create": s (a create makes its
+sandbox, then answers that many seconds later)}.
 
 Python 3 standard library only. Run as root (bubblewrap and nsenter).
 """
@@ -154,7 +155,7 @@ class VercelFake(fakehttp.Fake):
         super().__init__(os.environ.get("SBX_FAKE_API_KEY", "fake-vercel-token"))
         self.dir = tempfile.mkdtemp(prefix="sbx-fake-vercel-")
         self.snapshots = {}
-        self.config = {"create_pending": 0.0, "page_cap": 100}
+        self.config = {"create_pending": 0.0, "page_cap": 100, "hold_create": 0.0}
         self.port = 0
         self.start_reaper(self.reap)
 
@@ -456,6 +457,9 @@ class VercelHandler(fakehttp.Handler):
             tm.start()
         else:
             ready()
+        hold = float(f.config.get("hold_create", 0))
+        if hold > 0:
+            time.sleep(hold)    # made, then answered late (a lost answer)
         self.send_json(200, {"sandbox": sb.view(), "routes": []})
 
     def list(self, query):

@@ -18,9 +18,9 @@
  *    2048 MB per vCPU; the vCPUs chosen are logged); more than 8 vCPUs, or
  *    memory_mb outside 1024 to 16384 MB, is a configuration error naming
  *    the value (with min_mb 1024, CASE-49: a request below half of one
- *    vCPU's memory is refused, not given a limit many times larger); disk_mb, gpu, image and app_name are
- *    configuration errors; template is the runtime (node22, node24,
- *    node26, python3.13); snapshot_id → source {type: snapshot};
+ *    vCPU's memory is refused, not given a limit many times larger);
+ *    disk_mb, gpu, image and app_name are configuration errors; template
+ *    is the runtime (node22, node24, node26, python3.13); snapshot_id → source {type: snapshot};
  *    allow_internet=0 → networkPolicy {mode: deny-all}. The create's env is
  *    the sandbox's env (the provider keeps it). The provider-side lifetime
  *    is always set: timeout (ms) is the caller's lifetime plus
@@ -31,9 +31,9 @@
  *    labels (CL_META_*) as JSON into VC_OWNER_FILE in the sandbox right
  *    after create; list_owned, destroy_by_id and the reaper of lost creates
  *    list the project's sandboxes (every page, CASE-35) and read that file
- *    in each running one. A create whose answer was lost before the file
- *    was written is found by none of them: its provider-side timeout ends
- *    it.
+ *    in each running one. The create token is also in the sandbox's env
+ *    (VC_TOKEN_ENV): the reaper of lost creates (CASE-20) asks a running
+ *    sandbox without the file for it by a command.
  *  - exec: POST /v1/sandboxes/{id}/cmd {"command": "bash", "args": ["-c",
  *    script], "wait": true}; the NDJSON answer's last {command} carries the
  *    exit code, an {"error"} line means the sandbox stopped (gone). The
@@ -83,6 +83,7 @@
 #define VC_DEFAULT_URL "https://vercel.com/api"
 #define VC_CWD "/vercel/sandbox"            /* Vercel's default cwd */
 #define VC_OWNER_FILE "/tmp/.sbx-owner.json" /* the plugin's labels in the sandbox */
+#define VC_TOKEN_ENV "SBX_CREATE_TOKEN"     /* the create token in the sandbox's env */
 #define VC_STATE_VERSION 1
 #define VC_WAIT_S 300.0                     /* bound on waiting for running */
 #define VC_POLL_S 0.1                       /* between status polls */
@@ -831,13 +832,33 @@ typedef struct vc_ids {
     size_t n;
 } vc_ids;
 
+/* The create token in running sandbox @id's env (VC_TOKEN_ENV), for a
+ * sandbox whose create was not answered (no label file): a new string, or
+ * NULL. */
+static char *vc_env_token(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id)
+{
+    struct sbx_plugin_sandbox tmp = { .c = c };
+    if (cl_sandbox_init(&tmp.s, id) < 0)
+        return NULL;
+    char *out = NULL;
+    int code = -1;
+    if (vc_execute(&tmp, ctx, "printf %s \"$" VC_TOKEN_ENV "\"", &code, &out, "create", NULL) < 0
+        || code != 0) {
+        free(out);
+        out = NULL;
+    }
+    cl_sandbox_clear(&tmp.s);
+    return out;
+}
+
 static int vc_id_one(void *ud, json_object *it)
 {
     vc_ids *s = ud;
     const char *id = cl_json_str(it, "id");
-    json_object *own = strcmp(vc_status(it), "running") == 0 ? vc_owner(s->c, s->ctx, id, "create")
-                                                            : NULL;
-    const char *tok = cl_json_str(own, CL_META_TOKEN);
+    int running = strcmp(vc_status(it), "running") == 0;
+    json_object *own = running ? vc_owner(s->c, s->ctx, id, "create") : NULL;
+    char *etok = running && !own ? vc_env_token(s->c, s->ctx, id) : NULL;
+    const char *tok = own ? cl_json_str(own, CL_META_TOKEN) : etok;
     if (tok && strcmp(tok, s->token) == 0) {
         char **nv = realloc(s->v, (s->n + 2) * sizeof(char *));
         if (nv) {
@@ -848,6 +869,7 @@ static int vc_id_one(void *ud, json_object *it)
         }
     }
     json_object_put(own);
+    free(etok);
     return 0;
 }
 
@@ -1162,7 +1184,10 @@ static json_object *vc_create_body(struct sbx_plugin_client *c, const sbx_call_c
         t = VC_MAX_CREATE_S;
     }
     json_object_object_add(b, "timeout", json_object_new_int64(t * 1000));
-    json_object_object_add(b, "env", cl_env_object(rq->env));
+    json_object *env = cl_env_object(rq->env);
+    if (ctx && ctx->create_token)
+        json_object_object_add(env, VC_TOKEN_ENV, json_object_new_string(ctx->create_token));
+    json_object_object_add(b, "env", env);
     json_object *lab = json_object_new_object();
     json_object_object_add(lab, CL_META_BACKEND, json_object_new_string(VC_BACKEND));
     if (ctx && ctx->create_token)
