@@ -101,7 +101,7 @@ class Command:
         self.exit_code = None
         self.out = []           # (stream, bytes) in arrival order
         self.cond = threading.Condition()
-        self.readers = 0
+        self.stopped = False    # ended by its sandbox's stop, not by itself
 
     def view(self):
         return {"id": self.id, "name": self.name, "args": self.args, "cwd": self.cwd,
@@ -256,7 +256,8 @@ class VercelHandler(fakehttp.Handler):
                 return self.logs(sb, c)
             if q1(query, "wait") == "true":
                 with c.cond:
-                    c.cond.wait_for(lambda: c.exit_code is not None or sb.status in ENDED)
+                    c.cond.wait_for(lambda: c.exit_code is not None or c.stopped or
+                                    sb.status in ENDED)
                 if c.exit_code is None:
                     raise rerr(410, "sandbox_stopped", "sandbox %s stopped" % sb.id)
             return self.send_json(200, {"command": c.view()})
@@ -530,7 +531,10 @@ class VercelHandler(fakehttp.Handler):
                 t.join()
             sb.box.forget(c.popen)
             with c.cond:
-                c.exit_code = code if code >= 0 else 128 - code
+                if sb.status in ("stopping",) + ENDED:
+                    c.stopped = True
+                else:
+                    c.exit_code = code if code >= 0 else 128 - code
                 c.cond.notify_all()
         threading.Thread(target=reap, daemon=True).start()
         if not body.get("wait"):
@@ -538,7 +542,8 @@ class VercelHandler(fakehttp.Handler):
         self.ndjson_start()
         self.line({"command": c.view()})
         with c.cond:
-            c.cond.wait_for(lambda: c.exit_code is not None or sb.status in ENDED)
+            c.cond.wait_for(lambda: c.exit_code is not None or c.stopped or
+                            sb.status in ENDED)
         if c.exit_code is None:
             self.line({"error": {"code": "sandbox_stopped",
                                  "message": "sandbox %s stopped" % sb.id}})
@@ -552,11 +557,11 @@ class VercelHandler(fakehttp.Handler):
         while True:
             with c.cond:
                 c.cond.wait_for(lambda: len(c.out) > i or c.exit_code is not None or
-                                sb.status in ENDED)
+                                c.stopped or sb.status in ENDED)
                 items = c.out[i:]
                 i = len(c.out)
                 done = c.exit_code is not None
-                ended = sb.status in ENDED
+                ended = c.stopped or sb.status in ENDED
             for stream, data in items:
                 self.line({"stream": stream, "data": data.decode("utf-8", "replace")})
             if done and len(c.out) == i:
