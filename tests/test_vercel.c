@@ -408,3 +408,39 @@ Test(vercel, late_create_is_stopped)
     cr_assert_eq(fake_running(), n0, "the late sandbox was not stopped before the create "
                  "returned");
 }
+
+/* A command's small output comes in its wrapper's report (the cmd and its
+ * logs: two requests); output past VC_REPORT_MAX (64 KiB) is read back from
+ * the sandbox as bytes, exact. */
+Test(vercel, small_output_in_the_report_large_output_read_back)
+{
+    g_sb = create_with(0, 0, 0, 1);
+    tu_fake_reset();
+    sbx_result *r = tu_sh(g_sb, "printf 'a\\000b'; printf e >&2; exit 4", 30);
+    tu_assert_exit(r, 4);
+    tu_assert_stdout_bytes(r, "a\0b", 3);
+    sbx_result_free(r);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(json_object_array_length(log), 2);
+    cr_assert_eq(tu_fake_count(log, "POST", "/v1/sandboxes/[^/]+/cmd", NULL, 0), 1);
+    cr_assert_eq(tu_fake_count(log, "GET", "/v1/sandboxes/[^/]+/cmd/[^/]+/logs", NULL, 0), 1);
+    json_object_put(log);
+    tu_fake_reset();
+    r = tu_sh(g_sb, "head -c 200000 /dev/zero | tr '\\000' x; echo", 30);
+    tu_assert_exit(r, 0);
+    size_t n = 0;
+    const char *out = sbx_result_get0_stdout(r, &n);
+    cr_assert_eq(n, 200001);
+    cr_assert_eq(out[0], 'x');
+    cr_assert_eq(out[199999], 'x');
+    cr_assert_eq(out[200000], '\n');
+    sbx_result_free(r);
+    log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", "/v1/sandboxes/[^/]+/fs/read", NULL, 0), 2);
+    json_object_put(log);
+    /* Nothing is left in /tmp but the plugin's label file (and this
+     * command's own output files). */
+    r = tu_sh(g_sb, "ls -A /tmp | grep -v \"^\\.$SBX_EXEC_ID\\.\"", 30);
+    tu_assert_stdout(r, ".sbx-owner.json\n");
+    sbx_result_free(r);
+}

@@ -35,14 +35,18 @@
  *    (VC_TOKEN_ENV): the reaper of lost creates (CASE-20) asks a running
  *    sandbox without the file for it by a command.
  *  - exec: POST /v1/sandboxes/{id}/cmd {"command": "bash", "args": ["-c",
- *    script], "wait": true}; the NDJSON answer's last {command} carries the
- *    exit code, an {"error"} line means the sandbox stopped (gone). The
- *    logs stream is text, so the command writes stdout and stderr to two
- *    files in the sandbox, read as raw bytes after it ends (kept apart,
- *    exact) and removed: output arrives when a command ends. Per-call env
- *    values and stdin are written as files first (never in the command
- *    line); every process of the command carries CL_EXEC_MARK=<its tag>,
- *    so exec_kill signals all of them.
+ *    wrapper], "wait": true}; the NDJSON answer's last {command} carries
+ *    the exit code, an {"error"} line means the sandbox stopped (gone). The
+ *    logs stream is text, so the wrapper runs the command in a bash of its
+ *    own with stdout and stderr in two files in the sandbox, then, when
+ *    both hold at most VC_REPORT_MAX bytes, prints them in base64 on one
+ *    report line of its own stdout and removes them: one GET of the logs
+ *    brings them (two requests per exec). Larger output, or a wrapper
+ *    killed before its report, is read from the files as raw bytes
+ *    (fs/read) and the files removed. Output arrives when a command ends.
+ *    Per-call env values and stdin are written as files first (never in
+ *    the command line); every process of the command carries
+ *    CL_EXEC_MARK=<its tag>, so exec_kill signals all of them.
  *  - files: fs/write takes a gzipped tar (written here: ustar entries,
  *    GNU long names, deflate stored blocks), fs/read answers raw bytes or
  *    404; listings by a command (v1 has no list-dir). Relative paths are
@@ -85,6 +89,8 @@
 #define VC_OWNER_FILE "/tmp/.sbx-owner.json" /* the plugin's labels in the sandbox */
 #define VC_TOKEN_ENV "SBX_CREATE_TOKEN"     /* the create token in the sandbox's env */
 #define VC_STATE_VERSION 1
+#define VC_REPORT_TAG "SBX-VERCEL-REPORT"   /* the exec wrapper's report line */
+#define VC_REPORT_MAX 65536                 /* outputs up to this come in the report */
 #define VC_WAIT_S 300.0                     /* bound on waiting for running */
 #define VC_POLL_S 0.1                       /* between status polls */
 #define VC_DEFAULT_LIFETIME_S 3600          /* timeout when none was set */
@@ -331,7 +337,7 @@ static int vc_cmd_line(void *ud, json_object *o)
     return 0;
 }
 
-/* The stdout text of command @cmd_id from its logs stream, appended to @out. */
+/* A logs line: its stdout text appended to @ud (a cl_buf). */
 static int vc_log_line(void *ud, json_object *o)
 {
     cl_buf *out = ud;
@@ -1500,6 +1506,37 @@ static char *vc_call_env_file(const char *const *env)
     return b.data;
 }
 
+/* The wrapper's report in @text (its stdout): the line "VC_REPORT_TAG
+ * B64OUT B64ERR", whose bytes go to the command's stdout and stderr. 0 when
+ * it was there and delivered, -1 when not (the caller reads the files). */
+static int vc_report(vc_proc *p, const char *text)
+{
+    const char *line = text ? strstr(text, VC_REPORT_TAG " ") : NULL;
+    while (line && line != text && line[-1] != '\n')
+        line = strstr(line + 1, VC_REPORT_TAG " ");
+    if (!line)
+        return -1;
+    const char *a = line + strlen(VC_REPORT_TAG " ");
+    const char *sp = strchr(a, ' ');
+    const char *nl = sp ? strchr(sp + 1, '\n') : NULL;
+    if (!nl)
+        return -1;
+    cl_buf out = { 0 }, err = { 0 };
+    int rc = -1;
+    if (cl_base64_decode(a, (size_t)(sp - a), &out) == 0
+        && cl_base64_decode(sp + 1, (size_t)(nl - sp - 1), &err) == 0) {
+        rc = 0;
+        if (out.len)
+            rc = cl_proc_output(&p->base, 1, out.data, out.len);
+        if (rc == 0 && err.len)
+            rc = cl_proc_output(&p->base, 2, err.data, err.len);
+        rc = rc < 0 ? -2 : 0;
+    }
+    cl_buf_clear(&out);
+    cl_buf_clear(&err);
+    return rc == -2 ? 0 : rc;
+}
+
 static int vc_exec_run(cl_proc *base)
 {
     vc_proc *p = (vc_proc *)base;
@@ -1507,9 +1544,9 @@ static int vc_exec_run(cl_proc *base)
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
     cl_buf pre = { 0 };
-    char *script = NULL, *envf = NULL;
+    char *script = NULL, *envf = NULL, *quoted = cl_shell_quote(p->script);
     int code = -1, rc = -1;
-    int bad = cl_buf_printf(&pre, "export " CL_EXEC_MARK "=%s\n", p->tag) < 0;
+    int bad = !quoted || cl_buf_printf(&pre, "export " CL_EXEC_MARK "=%s\n", p->tag) < 0;
     if (!bad && p->env && p->env[0]) {
         char path[64];
         snprintf(path, sizeof path, "/tmp/.%s.env", p->tag);
@@ -1524,18 +1561,33 @@ static int vc_exec_run(cl_proc *base)
         snprintf(path, sizeof path, "/tmp/.%s.in", p->tag);
         if (vc_upload(sb, &ctx, path, p->stdin_fd, "stdin", op, NULL) < 0)
             goto fail;
-        bad = cl_buf_printf(&pre, "exec <%s >/tmp/.%s.out 2>/tmp/.%s.err; rm -f %s\n", path,
-                            p->tag, p->tag, path) < 0;
+        bad = cl_buf_printf(&pre, "trap 'rm -f %s' EXIT\nbash -c %s <%s >/tmp/.%s.out "
+                            "2>/tmp/.%s.err\n", path, quoted, path, p->tag, p->tag) < 0;
     } else if (!bad) {
-        bad = cl_buf_printf(&pre, "exec </dev/null >/tmp/.%s.out 2>/tmp/.%s.err\n", p->tag,
-                            p->tag) < 0;
+        bad = cl_buf_printf(&pre, "bash -c %s </dev/null >/tmp/.%s.out 2>/tmp/.%s.err\n",
+                            quoted, p->tag, p->tag) < 0;
     }
-    if (bad || !(script = cl_printf("%s%s", pre.data, p->script))) {
+    /* The command runs in a bash of its own; the wrapper then reports both
+     * outputs in base64 on its own stdout (the logs stream) when they are
+     * small, removes them and exits with the command's status. */
+    if (bad || !(script = cl_printf("%sc=$?\no=/tmp/.%s.out e=/tmp/.%s.err\n"
+                                    "if [ $(($(stat -c %%s $o) + $(stat -c %%s $e))) -le %d ]; "
+                                    "then printf '%s '; base64 -w0 $o; printf ' '; "
+                                    "base64 -w0 $e; printf '\\n'; rm -f $o $e; fi\nexit $c\n",
+                                    pre.data, p->tag, p->tag, VC_REPORT_MAX,
+                                    VC_REPORT_TAG))) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    rc = vc_execute(sb, &ctx, script, &code, NULL, op, NULL);
-    /* The output, as raw bytes (the execution's fields are text). */
+    char *report = NULL;
+    rc = vc_execute(sb, &ctx, script, &code, &report, op, NULL);
+    if (rc == 0 && vc_report(p, report) == 0) {
+        free(report);
+        goto out;
+    }
+    free(report);
+    /* No report (the wrapper was killed, or the output is large): the
+     * output files, as raw bytes (the logs stream is text). */
     for (int fd = 1; rc == 0 && fd <= 2; fd++) {
         char path[64];
         snprintf(path, sizeof path, "/tmp/.%s.%s", p->tag, fd == 1 ? "out" : "err");
@@ -1565,6 +1617,7 @@ fail:
     }
 out:
     free(script);
+    free(quoted);
     free(envf);
     cl_buf_clear(&pre);
     return code;
