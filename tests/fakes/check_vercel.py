@@ -14,6 +14,7 @@ import gzip
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -104,6 +105,15 @@ def targz(name, data, mode=0o644):
 def run():
     tmp = tempfile.mkdtemp(prefix="sbx-check-vercel-")
     f = Fake(tmp)
+    try:
+        checks(f)
+    finally:
+        if f.proc.poll() is None:      # a check raised before the fake was stopped
+            f.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def checks(f):
     P = ""
     st, b, _ = f.json("POST", "/v1/sandboxes" + T, {"projectId": "prj_fake"}, auth=False)
     eq("no token is 401", st, 401)
