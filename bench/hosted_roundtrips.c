@@ -4,7 +4,7 @@
  * started here on 127.0.0.1 with a dummy key and stopped by its PID), and
  * the latency of a warm exec against the provider's own exec endpoint.
  *
- * For each backend (daytona, e2b, tensorlake, vercel; -b picks one):
+ * For each backend (daytona, e2b, tensorlake, blaxel, runloop, vercel; -b picks one):
  *   - requests per create and per destroy: the fake's request log
  *     (GET /_fake/log) emptied before each call and read after it;
  *   - requests per warm exec: `echo hi` through execute_shell on a live
@@ -358,6 +358,17 @@ static void point_at(const char *backend, int port)
         setenv("VERCEL_TEAM_ID", "team_fake", 1);
         setenv("VERCEL_PROJECT_ID", "prj_fake", 1);
         unsetenv("VERCEL_OIDC_TOKEN");
+    } else if (strcmp(backend, "blaxel") == 0) {
+        snprintf(api, sizeof api, "%s/v0", url);
+        setenv("BL_API_URL", api, 1);
+        snprintf(api, sizeof api, "%s/run", url);
+        setenv("BL_RUN_URL", api, 1);
+        setenv("BL_API_KEY", FAKE_KEY, 1);
+        setenv("BL_WORKSPACE", "sbx-test-ws", 1);
+        unsetenv("BL_REGION");
+    } else if (strcmp(backend, "runloop") == 0) {
+        setenv("RUNLOOP_BASE_URL", url, 1);
+        setenv("RUNLOOP_API_KEY", FAKE_KEY, 1);
     } else {
         setenv("TENSORLAKE_API_URL", url, 1);
         setenv("TENSORLAKE_API_KEY", FAKE_KEY, 1);
@@ -495,22 +506,24 @@ int main(int argc, char **argv)
         rounds = 1;
     if (execs < 1)
         execs = 1;
-    static const char *const all[] = { "daytona", "e2b", "tensorlake", "vercel" };
+    static const char *const all[] = { "daytona", "e2b", "tensorlake", "blaxel", "runloop",
+                                       "vercel" };
     size_t nall = sizeof all / sizeof all[0], k;
     for (k = 0; only && k < nall && strcmp(only, all[k]) != 0; k++)
         ;
     if (only && k == nall) {
         fprintf(stderr, "hosted_roundtrips: unknown backend \"%s\" (daytona, e2b, tensorlake, "
-                "vercel)\n", only);
+                "blaxel, runloop, vercel)\n", only);
         return 2;
     }
     /* The build tree's hosted plugins first. */
     const char *pp = getenv("SBX_PLUGIN_PATH");
     char *path = NULL;
     if (asprintf(&path, "%s/plugins/cloud/daytona/.libs:%s/plugins/cloud/e2b/.libs:"
-                 "%s/plugins/cloud/tensorlake/.libs:%s/plugins/cloud/vercel/.libs%s%s",
+                 "%s/plugins/cloud/tensorlake/.libs:%s/plugins/cloud/blaxel/.libs:"
+                 "%s/plugins/cloud/runloop/.libs:%s/plugins/cloud/vercel/.libs%s%s",
                  SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR,
-                 pp && *pp ? ":" : "", pp && *pp ? pp : "") < 0)
+                 SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR, pp && *pp ? ":" : "", pp && *pp ? pp : "") < 0)
         return 1;
     setenv("SBX_PLUGIN_PATH", path, 1);
     free(path);

@@ -7,7 +7,8 @@
 # SBX_TEST_BACKEND=BACKEND in each plugin mode, and the fake is stopped by its
 # PID. Their TAP streams are joined into one, as tests/bubblewrap.sh does;
 # each test's name carries the backend, the mode and the program. One wrapper
-# per backend (tests/daytona.sh, tests/e2b.sh, tests/tensorlake.sh) is what
+# per backend (tests/daytona.sh, tests/e2b.sh, tests/tensorlake.sh,
+# tests/blaxel.sh, tests/runloop.sh) is what
 # TESTS runs.
 #
 # Modes: SBX_CLOUD_MODES, "outofprocess inprocess" by default. When both run,
@@ -31,8 +32,8 @@ backend=$1
 here=${SBX_TEST_SRCDIR:-$(dirname "$0")}
 fake="$here/fakes/$backend.py"
 case $backend in
-daytona | e2b | tensorlake | vercel) ;;
-*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, vercel)"; exit 99 ;;
+daytona | e2b | tensorlake | blaxel | runloop | vercel) ;;
+*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, blaxel, runloop, vercel)"; exit 99 ;;
 esac
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
@@ -75,6 +76,15 @@ tensorlake)
     TENSORLAKE_API_URL=$url TENSORLAKE_API_KEY=sbx-test-dummy-key
     export TENSORLAKE_API_URL TENSORLAKE_API_KEY
     unset TENSORLAKE_SANDBOX_PROXY_URL ;;
+blaxel)
+    # Each sandbox's data plane is on the same port (its metadata.url).
+    BL_API_URL=$url/v0 BL_RUN_URL=$url/run BL_API_KEY=sbx-test-dummy-key
+    BL_WORKSPACE=sbx-test-ws
+    export BL_API_URL BL_RUN_URL BL_API_KEY BL_WORKSPACE
+    unset BL_REGION ;;
+runloop)
+    RUNLOOP_BASE_URL=$url RUNLOOP_API_KEY=sbx-test-dummy-key
+    export RUNLOOP_BASE_URL RUNLOOP_API_KEY ;;
 vercel)
     VERCEL_API_URL=$url VERCEL_TOKEN=sbx-test-dummy-key
     VERCEL_TEAM_ID=team_fake VERCEL_PROJECT_ID=prj_fake

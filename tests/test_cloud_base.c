@@ -476,6 +476,7 @@ typedef struct script_server {
     pthread_mutex_t lock;
     int requests;
     int stop;
+    char head[4096];    /* the last request's line and headers */
 } script_server;
 
 static void *serve_script(void *ud)
@@ -517,6 +518,7 @@ static void *serve_script(void *ud)
             have += (size_t)r;
         }
         pthread_mutex_lock(&sv->lock);
+        snprintf(sv->head, sizeof sv->head, "%.*s", (int)(end + 2 - buf), buf);
         const answer *a = &sv->script[sv->requests < sv->n ? sv->requests : sv->n - 1];
         sv->requests++;
         pthread_mutex_unlock(&sv->lock);
@@ -923,4 +925,37 @@ Test(util, shell_script_cwd_holds_for_every_part)
     free(s);
     rmdir(sub);
     rmdir(dir);
+}
+
+/* The headers added to a client go with its credential on every request,
+ * and are left out with it (no_auth). */
+Test(http, added_headers_go_with_the_credential)
+{
+    static const answer script[] = { { 200, "" } };
+    script_server sv;
+    server_start(&sv, script, 1);
+    cl_http *h = quick_client(0, 0);
+    cr_assert_eq(cl_http_set_auth(h, "Authorization", "Bearer k-secret-1"), 0);
+    cr_assert_eq(cl_http_add_header(h, "X-Org-Id", "org-7"), 0);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/sandbox", sv.port);
+    for (int no_auth = 0; no_auth <= 1; no_auth++) {
+        cl_req rq = { .method = "GET", .url = url, .idempotent = CL_SAFE, .secs = 30,
+                      .no_auth = no_auth, .what = "get the sandbox" };
+        cl_resp r = { 0 };
+        cr_assert_eq(cl_request(h, NULL, &rq, &r, "is_alive", NULL), 0);
+        cr_assert_eq(r.status, 200);
+        cl_resp_clear(&r);
+        pthread_mutex_lock(&sv.lock);
+        int has_org = strstr(sv.head, "\r\nX-Org-Id: org-7\r\n") != NULL;
+        int has_auth = strstr(sv.head, "\r\nAuthorization: Bearer k-secret-1\r\n") != NULL;
+        pthread_mutex_unlock(&sv.lock);
+        cr_assert_eq(has_org, !no_auth, "no_auth %d: %s", no_auth, sv.head);
+        cr_assert_eq(has_auth, !no_auth, "no_auth %d: %s", no_auth, sv.head);
+    }
+    for (int i = 1; i < 4; i++)
+        cr_assert_eq(cl_http_add_header(h, "X-More", "v"), 0);
+    cr_assert_eq(cl_http_add_header(h, "X-Fifth", "v"), -1);
+    cl_http_free(h);
+    cr_assert_eq(server_stop(&sv), 2);
 }

@@ -5,10 +5,12 @@
  * error, descriptors as sink and source, the command that signals every
  * marked process, and the create's environment file, run by sh to show
  * that a per-call key wins and values arrive literally; then the sandbox
- * head (accessors, destroy), the workdir check, the plugin's own mkdir
- * and chmod commands over a stand-in runner, the client's config and
- * credential, and the refusal of an option. Errors are looked at through
- * cl_last() (no host is loaded here).
+ * head (accessors, destroy), the workdir check and the path helpers, the plugin's own mkdir
+ * and chmod commands over a stand-in runner, the answer to a call on the
+ * sandbox, what exec_start checks first, the kill of a command's marked
+ * processes, the ids a listing collects, the client's config and
+ * credential, the refusal of an option, and the multipart body of an
+ * upload. Errors are looked at through cl_last() (no host is loaded here).
  */
 #include "provider.h"
 
@@ -235,6 +237,36 @@ Test(provider, workdir_check)
     cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
     cr_assert_str_eq(cl_last()->msg,
                      "acme backend: workdir work/x is not an absolute path in the sandbox");
+    cr_assert_eq(cl_workdir_check("acme", "/a/../b", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: workdir /a/../b has a \"..\" component");
+    cr_assert_eq(cl_workdir_check("acme", "/a/..", NULL), -1);
+    cr_assert_eq(cl_workdir_check("acme", "/a/..b/c..", NULL), 0);
+    cr_assert_eq(cl_workdir_ok("/a/..b"), 1);
+    cr_assert_eq(cl_workdir_ok("/.."), 0);
+    cr_assert_eq(cl_workdir_ok("a"), 0);
+    cr_assert_eq(cl_workdir_ok(""), 0);
+    cr_assert_eq(cl_workdir_ok(NULL), 0);
+}
+
+Test(provider, trim_slash_and_path_in)
+{
+    char *s = cl_trim_slash("https://x.test/api//");
+    cr_assert_str_eq(s, "https://x.test/api");
+    free(s);
+    s = cl_trim_slash("/");
+    cr_assert_str_eq(s, "");
+    free(s);
+    const char *cases[][3] = {
+        { "/w", "f", "/w/f" },       { "/w/", "d/f", "/w/d/f" }, { "/", "f", "/f" },
+        { "/w", "/abs", "/abs" },    { NULL, "rel", "rel" },     { NULL, "/abs", "/abs" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        s = cl_path_in(cases[i][0], cases[i][1]);
+        cr_assert_str_eq(s, cases[i][2], "%s + %s", cases[i][0] ? cases[i][0] : "(none)",
+                         cases[i][1]);
+        free(s);
+    }
 }
 
 /* A plugin's sandbox: the head first. */
@@ -292,6 +324,31 @@ static int run(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
     return 0;
 }
 
+/* An answer to a call on the sandbox: 2xx is 0; 404 sets the gone flag
+ * and is its error; another status is the answer's error. */
+Test(provider, sandbox_answer)
+{
+    sbx_plugin_sandbox sb = { 0 };
+    cr_assert_eq(cl_sandbox_init(&sb.s, "sb-4"), 0);
+    cl_http *h = cl_http_new();
+    cr_assert_not_null(h);
+    cl_resp r = { 0 };
+    r.status = 202;
+    cr_assert_eq(cl_sandbox_answer(&sb.s, h, &r, "acme", "stop", "stop the sandbox", NULL), 0);
+    r.status = 500;
+    cr_assert_eq(cl_sandbox_answer(&sb.s, h, &r, "acme", "stop", "stop the sandbox", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONNECTION);
+    cr_assert_str_eq(cl_last()->msg, "stop the sandbox: no message (HTTP 500)");
+    cr_assert_eq(cl_gone_get(&sb.s.gone), 0);
+    r.status = 404;
+    cr_assert_eq(cl_sandbox_answer(&sb.s, h, &r, "acme", "stop", "stop the sandbox", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-4 is gone (the provider no longer has it)");
+    cr_assert_eq(cl_gone_get(&sb.s.gone), 1);
+    cl_http_free(h);
+    cl_sandbox_clear(&sb.s);
+}
+
 Test(provider, make_workdir_and_set_mode)
 {
     sbx_plugin_sandbox sb = { 0 };
@@ -309,6 +366,107 @@ Test(provider, make_workdir_and_set_mode)
     cr_assert_eq(cl_set_mode(&sb, run, NULL, "/h/a b", "a b", 0600, "write_file", NULL), -1);
     cr_assert_eq(cl_last()->code, SBX_ERROR_EXECUTION_FAILED);
     cr_assert_str_eq(cl_last()->msg, "cannot set mode 600 on a b (chmod exited 2)");
+}
+
+/* The kill of a command's marked processes: nothing once it has ended,
+ * else the scan of cl_mark_kill_command() through the runner. */
+Test(provider, proc_mark_kill)
+{
+    sbx_plugin_sandbox sb = { 0 };
+    cl_proc p = { 0 };
+    pthread_mutex_init(&p.lock, NULL);
+    sb.code = 7;
+    cr_assert_eq(cl_proc_mark_kill(&p, &sb, run, NULL, "sbx-exec-1a", 9, NULL), 0);
+    char *want = cl_mark_kill_command("sbx-exec-1a", 9);
+    cr_assert_str_eq(sb.cmd, want);
+    free(want);
+    sb.cmd[0] = '\0';
+    cr_assert_eq(cl_proc_mark_kill(&p, &sb, run, NULL, "bad tag", 9, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
+    cr_assert_str_eq(sb.cmd, "");
+    p.ended = 1;
+    cr_assert_eq(cl_proc_mark_kill(&p, &sb, run, NULL, "sbx-exec-1a", 9, NULL), 0);
+    cr_assert_str_eq(sb.cmd, "");
+    pthread_mutex_destroy(&p.lock);
+}
+
+/* What exec_start checks first: the gone flag, a terminal, a user. */
+Test(provider, exec_check)
+{
+    cl_sandbox s;
+    cr_assert_eq(cl_sandbox_init(&s, "sb-5"), 0);
+    sbx_plugin_exec_request rq = { 0 };
+    cr_assert_eq(cl_exec_check(&s, "acme", &rq, 0, NULL), 0);
+    rq.user = "root";
+    cr_assert_eq(cl_exec_check(&s, "acme", &rq, 1, NULL), 0);
+    cr_assert_eq(cl_exec_check(&s, "acme", &rq, 0, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_FEATURE_NOT_SUPPORTED);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: commands run as the sandbox's user; user "
+                                     "root cannot be chosen per command");
+    rq.user = NULL;
+    rq.tty_cols = 80;
+    cr_assert_eq(cl_exec_check(&s, "acme", &rq, 1, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_FEATURE_NOT_SUPPORTED);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: commands on a terminal are not supported");
+    rq.tty_cols = 0;
+    cl_gone_set(&s.gone);
+    cr_assert_eq(cl_exec_check(&s, "acme", &rq, 1, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cl_sandbox_clear(&s);
+}
+
+/* The ids a listing collects, and its end: an empty array for none, the
+ * ids freed when the listing failed. */
+Test(provider, ids_collected_and_finished)
+{
+    cl_ids s = { 0 };
+    char **ids = NULL;
+    cr_assert_eq(cl_ids_finish(&s, 0, &ids, "create", NULL), 0);
+    cr_assert_not_null(ids);
+    cr_assert_null(ids[0]);
+    cl_strv_free(ids);
+    cr_assert_eq(cl_ids_add(&s, "a"), 0);
+    cr_assert_eq(cl_ids_add(&s, NULL), 0);
+    cr_assert_eq(cl_ids_add(&s, "b"), 0);
+    cr_assert_eq(s.n, 2);
+    cr_assert_eq(cl_ids_finish(&s, 0, &ids, "create", NULL), 0);
+    cr_assert_str_eq(ids[0], "a");
+    cr_assert_str_eq(ids[1], "b");
+    cr_assert_null(ids[2]);
+    cr_assert_null(s.v);
+    cr_assert_eq(s.n, 0);
+    cl_strv_free(ids);
+    cr_assert_eq(cl_ids_add(&s, "c"), 0);
+    ids = NULL;
+    cr_assert_eq(cl_ids_finish(&s, -1, &ids, "create", NULL), -1);
+    cr_assert_null(ids);
+    cr_assert_null(s.v);
+}
+
+/* A command's failure: the thread's last error, reason=gone when the
+ * sandbox is, and a context pair set after it. */
+Test(provider, proc_failure_and_its_context)
+{
+    cl_proc p = { 0 };
+    pthread_mutex_init(&p.lock, NULL);
+    cl_sandbox s;
+    cr_assert_eq(cl_sandbox_init(&s, "sb-6"), 0);
+    cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "no answer");
+    cl_proc_fail_in(&p, &s);
+    cr_assert_eq(p.err_code, SBX_ERROR_CONNECTION);
+    cr_assert_str_eq(p.err_msg, "no answer");
+    cr_assert_str_eq(p.err_ctx_key, "");
+    cl_gone_error(NULL, "exec", "acme", "sb-6");
+    cl_gone_set(&s.gone);
+    cl_proc_fail_in(&p, &s);
+    cr_assert_eq(p.err_code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(p.err_ctx_key, "reason");
+    cr_assert_str_eq(p.err_ctx_val, "gone");
+    cl_proc_context(&p, "state", "archived");
+    cr_assert_str_eq(p.err_ctx_key, "state");
+    cr_assert_str_eq(p.err_ctx_val, "archived");
+    cl_sandbox_clear(&s);
+    pthread_mutex_destroy(&p.lock);
 }
 
 Test(provider, client_config_http_configure_and_refuse)
@@ -357,4 +515,41 @@ Test(provider, item_url_and_calls_without_one)
     cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
     cr_assert_eq(cl_delete_url(NULL, NULL, NULL, "destroy", "delete the sandbox", NULL), -1);
     cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
+}
+
+/* The multipart body: the text fields, then the file's bytes exactly (CR,
+ * LF and NUL included), one random boundary named in the Content-Type. */
+Test(provider, multipart_body_holds_fields_and_file_exactly)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    static const char data[] = "a\r\nb\0c--";
+    cr_assert_eq(write(fds[1], data, sizeof data - 1), (ssize_t)(sizeof data - 1));
+    close(fds[1]);
+    const char *const fields[] = { "path", "/tmp/x y", NULL };
+    cl_buf b = { 0 };
+    char ct[80];
+    cr_assert_eq(cl_multipart_body(&b, ct, sizeof ct, fields, "file", "f.bin", fds[0], "x",
+                                   "write_file", NULL), 0);
+    close(fds[0]);
+    cr_assert_eq(strncmp(ct, "multipart/form-data; boundary=sbx-form-", 39), 0, "%s", ct);
+    const char *bnd = ct + 30;
+    cr_assert_eq(strlen(bnd), 33);
+    char want[1024];
+    int n = snprintf(want, sizeof want,
+                     "--%s\r\nContent-Disposition: form-data; name=\"path\"\r\n\r\n/tmp/x y\r\n"
+                     "--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f.bin\""
+                     "\r\nContent-Type: application/octet-stream\r\n\r\n", bnd, bnd);
+    memcpy(want + n, data, sizeof data - 1);
+    n += (int)(sizeof data - 1);
+    n += snprintf(want + n, sizeof want - (size_t)n, "\r\n--%s--\r\n", bnd);
+    cr_assert_eq(b.len, (size_t)n);
+    cr_assert_eq(memcmp(b.data, want, (size_t)n), 0);
+    cl_buf_clear(&b);
+    /* A descriptor that cannot be read names what it was for. */
+    cr_assert_eq(cl_multipart_body(&b, ct, sizeof ct, NULL, "file", "f", -1, "/w/out.txt",
+                                   "write_file", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg, "cannot read the data for /w/out.txt: Bad file descriptor");
+    cl_buf_clear(&b);
 }

@@ -9,23 +9,38 @@
  * past the wait cap is rate_limited at once (CASE-19); a command quiet for
  * longer than any fixed limit of the transport is not cut, its bound is its
  * own timeout, and envd's keepalive messages never reach its output
- * (CASE-52). The fake's test routes (/_fake/sandbox/{id}, .../vanish,
+ * (CASE-52 B, C); behind an idle reaper (tests/fakes/idlereaper.py, a
+ * proxy that closes a connection quiet for 5 s) in front of envd, a quiet
+ * command is kept alive by the client option keepalive_s, or, with the
+ * default interval, re-attached by its pid (process.Process/Connect) each
+ * time the path cuts its stream, and never started again (CASE-52 A); a bad
+ * keepalive_s is a configuration error naming it. The fake's test routes (/_fake/sandbox/{id}, .../vanish,
  * /_fake/keepalive) show and change the provider's side; its fault rules and
  * request log (/_fake/faults, /_fake/log) script and count requests.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE     /* memmem */
+#endif
 #include <criterion/criterion.h>
 
+#include <errno.h>
 #include <json-c/json.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "testutil.h"
 
 static sbx_client *g_client;
 static sbx_sandbox *g_sb;
+static pid_t g_reaper = -1;     /* the idle reaper of a CASE-52 A test, or -1 */
+static int g_reaper_err = -1;   /* the read end of its stderr */
+
+static int reaper_stop(void);
 
 static void setup(void)
 {
@@ -39,6 +54,7 @@ static void setup(void)
 
 static void teardown(void)
 {
+    reaper_stop();
     tu_fake_reset();
     tu_fake_post("/_fake/keepalive", "{\"seconds\":0}");
     if (g_sb) {
@@ -404,4 +420,256 @@ Test(e2b, case52_keepalives_never_reach_the_output)
     cr_assert(keepalives_sent() >= 2, "the fake sent %d keepalive messages", keepalives_sent());
     tu_assert_bytes("the streamed output", c.out, c.len, "done\n", 5);
     cr_assert_eq(c.empty, 0, "%d empty chunks", c.empty);
+}
+
+/* ------------------------------------------------------------ CASE-52 A */
+
+/* Starts the idle reaper in front of 127.0.0.1:@target, closing a
+ * connection after @idle seconds without a byte: its port. Stopped by
+ * reaper_stop() (teardown too). */
+static int reaper_start(int target, int idle)
+{
+    int out[2], err[2];
+    cr_assert_eq(pipe(out), 0);
+    cr_assert_eq(pipe(err), 0);
+    char tport[16], tidle[16];
+    snprintf(tport, sizeof tport, "%d", target);
+    snprintf(tidle, sizeof tidle, "%d", idle);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        dup2(out[1], 1);
+        dup2(err[1], 2);
+        close(out[0]);
+        close(out[1]);
+        close(err[0]);
+        close(err[1]);
+        execl("/usr/bin/python3", "python3", SBX_SOURCE_DIR "/tests/fakes/idlereaper.py", tport,
+              tidle, (char *)NULL);
+        _exit(127);
+    }
+    close(out[1]);
+    close(err[1]);
+    g_reaper = pid;
+    g_reaper_err = err[0];
+    char line[64];
+    size_t n = 0;
+    while (n < sizeof line - 1) {
+        ssize_t k = read(out[0], line + n, 1);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0 || line[n] == '\n')
+            break;
+        n++;
+    }
+    line[n] = '\0';
+    close(out[0]);
+    int port = 0;
+    cr_assert_eq(sscanf(line, "PORT %d", &port), 1, "the idle reaper said \"%s\"", line);
+    return port;
+}
+
+/* Stops the idle reaper by its pid: the connections it reaped (its
+ * "REAPED n" lines); 0 when none runs. */
+static int reaper_stop(void)
+{
+    if (g_reaper <= 0)
+        return 0;
+    kill(g_reaper, SIGTERM);
+    int st;
+    while (waitpid(g_reaper, &st, 0) < 0 && errno == EINTR)
+        ;
+    g_reaper = -1;
+    char buf[4096];
+    size_t n = 0;
+    for (;;) {
+        ssize_t k = read(g_reaper_err, buf + n, sizeof buf - 1 - n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0 || (n += (size_t)k) == sizeof buf - 1)
+            break;
+    }
+    buf[n] = '\0';
+    close(g_reaper_err);
+    g_reaper_err = -1;
+    int reaped = 0;
+    for (const char *p = buf; (p = strstr(p, "REAPED ")); p += 7)
+        reaped++;
+    return reaped;
+}
+
+/* g_client becomes a client whose envd requests go to 127.0.0.1:@port
+ * (the control plane stays direct), with @extra client options
+ * (",\"keepalive_s\":2" or ""). */
+static void client_through(int port, const char *extra)
+{
+    sbx_client_free(g_client);
+    char *cfg = tu_strdup_printf("{\"sandbox_url\":\"http://127.0.0.1:%d\"%s}", port, extra);
+    sbx_error *err = NULL;
+    g_client = sbx_client_new_with_config("e2b", SBX_PLUGIN_MODE_DEFAULT, cfg, &err);
+    cr_assert_not_null(g_client, "%s: %s", cfg, err ? sbx_error_get0_message(err) : "");
+    free(cfg);
+}
+
+/* Runs CASE-52 A's command behind a 5 s idle reaper: done, exit 0, in
+ * [12, 16) s; the fake's request log (json_object_put() it) in *@log and
+ * the reaped connections returned. */
+static int quiet_command_behind_reaper(const char *extra, json_object **log)
+{
+    int envd = reaper_start(tu_fake_use("E2B_API_URL"), 5);
+    client_through(envd, extra);
+    g_sb = create_with_lifetime(600);
+    tu_fake_reset();
+    double t0 = tu_now();
+    sbx_result *r = tu_sh(g_sb, "sleep 12; echo done", 60);
+    double dt = tu_now() - t0;
+    tu_assert_stdout(r, "done\n");
+    tu_assert_stderr(r, "");
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    cr_assert(dt >= 12.0 && dt < 16.0, "the command took %.2f s", dt);
+    *log = tu_fake_log();
+    return reaper_stop();
+}
+
+/* The Keepalive-Ping-Interval of the first @path request in @log. */
+static const char *keepalive_header(json_object *log, const char *path)
+{
+    for (size_t i = 0; i < json_object_array_length(log); i++) {
+        json_object *e = json_object_array_get_idx(log, i), *h;
+        if (strcmp(tu_json_str(e, "path"), path) == 0
+            && json_object_object_get_ex(e, "headers", &h))
+            return tu_json_str(h, "Keepalive-Ping-Interval");
+    }
+    return NULL;
+}
+
+/* A, keepalive_s = 2: envd's keepalive messages every 2 s keep the path
+ * busy: nothing is reaped, one Start, no re-attach. */
+Test(e2b, case52_keepalive_s_keeps_an_idle_path_busy)
+{
+    json_object *log = NULL;
+    int reaped = quiet_command_behind_reaper(",\"keepalive_s\":2", &log);
+    cr_assert_eq(reaped, 0, "the reaper closed %d connections", reaped);
+    cr_assert_eq(tu_fake_count(log, "POST", "/process.Process/Start", NULL, 0), 1);
+    cr_assert_eq(tu_fake_count(log, "POST", "/process.Process/Connect", NULL, 0), 0);
+    const char *ka = keepalive_header(log, "/process.Process/Start");
+    cr_assert_not_null(ka);
+    cr_assert_str_eq(ka, "2");
+    json_object_put(log);
+}
+
+/* A, the default keepalive (20 s): the reaper cuts the quiet stream; the
+ * plugin re-attaches to the same process by its pid, as often as it is
+ * cut, and the command runs once. */
+Test(e2b, case52_a_cut_stream_is_reattached_by_pid)
+{
+    json_object *log = NULL;
+    int reaped = quiet_command_behind_reaper("", &log);
+    cr_assert(reaped >= 1, "the reaper closed no connection");
+    cr_assert_eq(tu_fake_count(log, "POST", "/process.Process/Start", NULL, 0), 1);
+    int connects = tu_fake_count(log, "POST", "/process.Process/Connect", NULL, 0);
+    cr_assert(connects >= 1, "no re-attach");
+    const char *ka = keepalive_header(log, "/process.Process/Connect");
+    cr_assert_not_null(ka);
+    cr_assert_str_eq(ka, "20");
+    json_object_put(log);
+}
+
+/* keepalive_s must be a number of seconds above 0 (at most a day): else a
+ * configuration error naming it. */
+Test(e2b, bad_keepalive_s_is_a_configuration_error)
+{
+    static const char *const bad[] = { "0", "-2.5", "\"20\"", "true", "86401", NULL };
+    for (size_t i = 0; bad[i]; i++) {
+        char *cfg = tu_strdup_printf("{\"keepalive_s\":%s}", bad[i]);
+        sbx_error *err = NULL;
+        sbx_client *c = sbx_client_new_with_config("e2b", SBX_PLUGIN_MODE_DEFAULT, cfg, &err);
+        cr_assert_null(c, "%s was taken", cfg);
+        cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION, "%s: %s", cfg,
+                     sbx_error_get0_message(err));
+        char *want = tu_strdup_printf("e2b client option keepalive_s %s is not a number of "
+                                      "seconds above 0 and at most 86400", bad[i]);
+        cr_assert_str_eq(sbx_error_get0_message(err), want);
+        cr_assert_str_eq(sbx_error_get0_context(err, "option"), "keepalive_s");
+        free(want);
+        sbx_error_free(err);
+        free(cfg);
+    }
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new_with_config("e2b", SBX_PLUGIN_MODE_DEFAULT,
+                                               "{\"keepalive_s\":0.5}", &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_client_free(c);
+}
+
+/* The Start requests in @log whose body (a Connect envelope: NUL bytes
+ * first) holds @script. */
+static int starts_of(json_object *log, const char *script)
+{
+    int n = 0;
+    for (size_t i = 0; i < json_object_array_length(log); i++) {
+        json_object *e = json_object_array_get_idx(log, i), *b;
+        if (strcmp(tu_json_str(e, "path"), "/process.Process/Start") != 0
+            || !json_object_object_get_ex(e, "body", &b))
+            continue;
+        n += memmem(json_object_get_string(b), (size_t)json_object_get_string_len(b), script,
+                    strlen(script)) != NULL;
+    }
+    return n;
+}
+
+/* A, re-attach refused (envd answers Connect not_found): the exec fails
+ * with a connection error whose outcome is unknown, never exit 0 with the
+ * output missing; the command was started once and is not left running. */
+Test(e2b, case52_a_failed_reattach_is_a_connection_error_of_unknown_outcome)
+{
+    int envd = reaper_start(tu_fake_use("E2B_API_URL"), 3);
+    client_through(envd, "");
+    g_sb = create_with_lifetime(600);
+    tu_fake_reset();
+    tu_fake_post("/_fake/faults", "{\"method\":\"POST\",\"path\":\"^/process\\\\.Process/"
+                                  "Connect$\",\"status\":404,\"times\":-1,"
+                                  "\"message\":\"process with pid 1000 not found\"}");
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "sleep 8; echo done";
+    req.timeout_secs = 60;
+    sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_CONNECTION);
+    cr_assert_eq(sbx_error_get_outcome(err), SBX_ERROR_OUTCOME_UNKNOWN);
+    const char *m = sbx_error_get0_message(err);
+    cr_assert(strstr(m, "e2b: the command's stream was cut (") == m, "%s", m);
+    cr_assert(strstr(m, ") and re-attaching to its process 1000 failed (re-attach to the "
+                        "command: process with pid 1000 not found"), "%s", m);
+    cr_assert(strstr(m, "): its outcome is unknown"), "%s", m);
+    sbx_error_free(err);
+    cr_assert(reaper_stop() >= 1);
+    /* The fake logs a request's body once it has answered it: its cut
+     * Start stream ends when it next writes to the closed connection. */
+    json_object *log = NULL;
+    for (int i = 0; i < 100; i++) {
+        json_object_put(log);
+        log = tu_fake_log();
+        int open = 0;
+        for (size_t k = 0; k < json_object_array_length(log); k++) {
+            json_object *st;
+            open |= json_object_object_get_ex(json_object_array_get_idx(log, k), "status", &st)
+                    && json_object_is_type(st, json_type_null);
+        }
+        if (!open)
+            break;
+        usleep(100000);
+    }
+    cr_assert_eq(starts_of(log, "sleep 8; echo done"), 1, "%s",
+                 json_object_to_json_string(log));
+    cr_assert(tu_fake_count(log, "POST", "/process.Process/Connect", NULL, 0) >= 1);
+    json_object_put(log);
+    /* Killed after the error: the fake runs none of its processes. */
+    char *path = tu_strdup_printf("/_fake/sandbox/%s", sbx_sandbox_get0_id(g_sb)), *body = NULL;
+    cr_assert_eq(fake_call("GET", path, &body), 200);
+    json_object *j = json_tokener_parse(body), *v;
+    cr_assert(j && json_object_object_get_ex(j, "processes", &v), "%s", body);
+    cr_assert_eq(json_object_array_length(v), 0, "still running: %s", body);
+    json_object_put(j);
+    free(body);
+    free(path);
 }

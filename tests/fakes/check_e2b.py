@@ -291,6 +291,38 @@ def body(f):
                       {"process": {"pid": 999}, "input": {"stdin": ""}}, sandbox=sid)
     eq(P + "unknown pid is not_found", (st, b["code"]), (404, "not_found"))
 
+    # ---- Connect: the running process's stream again, by pid
+    def connect(sel):
+        return f.req("POST", "/process.Process/Connect", raw=envelope(0, {"process": sel}),
+                     sandbox=sid, ctype="application/connect+json",
+                     headers={"Connect-Protocol-Version": "1", "Keepalive-Ping-Interval": "50"})
+    t = threading.Thread(target=bg, args=("late", "echo early; sleep 1; echo late; exit 4"))
+    t.start()
+    for _ in range(100):
+        st, b, _ = f.json("POST", "/process.Process/List", {}, sandbox=sid)
+        if b["processes"]:
+            pid = b["processes"][0]["pid"]
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)     # "early" is out before the Connect
+    st, raw, hd = connect({"pid": pid})
+    t.join(30)
+    eq(P + "Connect is 200 connect+json", (st, hd.get("Content-Type")),
+       (200, "application/connect+json"))
+    evs, last = events(raw)
+    eq(P + "Connect events: start, later output, end", evs,
+       [{"start": {"pid": pid}}, {"data": {"stdout": base64.b64encode(b"late\n").decode()}},
+        {"end": {"exitCode": 4, "exited": True, "status": "exit status 4"}}])
+    eq(P + "Connect end-of-stream frame", (last[0], last[2]), (2, {}))
+    evs, _ = events(got["late"][1])
+    eq(P + "the Start stream still has it all",
+       b"".join(base64.b64decode(e["data"]["stdout"]) for e in evs if "data" in e),
+       b"early\nlate\n")
+    st, raw, _ = connect({"pid": pid})
+    fr = frames(raw)
+    eq(P + "Connect to an ended process: 200, not_found end-of-stream frame",
+       (st, len(fr), fr[0][0], fr[0][2]["error"]["code"]), (200, 1, 2, "not_found"))
+
     # ---- files
     st, b, _ = f.json("POST", "/files?path=/home/user/d/all.bin&username=user", raw=ALL,
                       sandbox=sid, ctype="application/octet-stream")

@@ -37,6 +37,13 @@ Header X-Access-Token: <envdAccessToken> when created with "secure": true.
         "status":"signal: killed"), then the end-of-stream frame (flag 2)
         "{}", or {"error":{"code":"deadline_exceeded",...}} when
         Connect-Timeout-Ms passes (the process is killed).
+  POST /process.Process/Connect      Connect server stream: request one
+        envelope {"process": {"pid": N} | {"tag": T}}; the answer is Start's
+        stream of that running process from now on (its start event first;
+        output sent before is not sent again; Keepalive-Ping-Interval and
+        Connect-Timeout-Ms as for Start, the deadline ending only the
+        stream). A process that is not running: 200 and the end-of-stream
+        frame {"error": {"code": "not_found", ...}}.
   POST /process.Process/List|SendInput|CloseStdin|SendSignal   unary JSON
   GET|POST /files?path=&username=    raw bytes (POST: octet-stream or
         multipart field "file"; creates parents) -> [{"path","name","type"}]
@@ -149,6 +156,7 @@ class Process:
         self.config = config
         self.tag = tag
         self.popen = None
+        self.box = None             # its sandbox's nsbox.Box
         self.events = []            # ("stdout"|"stderr", bytes)
         self.ended = False
         self.exited = False         # its process exited (ended: end event due)
@@ -479,6 +487,8 @@ class E2BHandler(fakehttp.Handler):
             raise cerr("invalid_argument", "method %s not allowed" % self.command)
         if path == "/process.Process/Start":
             return self.start(sb)
+        if path == "/process.Process/Connect":
+            return self.connect(sb)
         body = self.json_body()
         if path.startswith("/process.Process/"):
             return self.process_rpc(sb, path[len("/process.Process/"):], body)
@@ -507,21 +517,7 @@ class E2BHandler(fakehttp.Handler):
 
     def start(self, sb):
         f = FAKE
-        if self.headers.get("Content-Type") != "application/connect+json":
-            self.body_bytes()
-            raise Reply(415, {"code": "unknown", "message": "unsupported content type %r"
-                              % self.headers.get("Content-Type")})
-        raw = self.body_bytes()
-        if len(raw) < 5:
-            raise cerr("invalid_argument", "the request is not one Connect envelope")
-        flags, n = struct.unpack(">BI", raw[:5])
-        if flags != 0 or n != len(raw) - 5:
-            raise cerr("invalid_argument", "bad envelope (flags %d, length %d, %d bytes)"
-                       % (flags, n, len(raw) - 5))
-        try:
-            req = json.loads(raw[5:])
-        except ValueError:
-            raise cerr("invalid_argument", "the envelope is not JSON")
+        req = self.request_envelope()
         cfg = req.get("process") or {}
         cmd = cfg.get("cmd")
         if not isinstance(cmd, str) or not cmd:
@@ -534,22 +530,14 @@ class E2BHandler(fakehttp.Handler):
         env = {"HOME": self.home(), "USER": self.user}
         env.update(sb.envs)
         env.update(cfg.get("envs") or {})
-        try:
-            interval = float(self.headers.get("Keepalive-Ping-Interval") or 50)
-        except ValueError:
-            interval = 50.0
-        with f.lock:
-            if f.keepalive > 0:
-                interval = f.keepalive
-        deadline = None
-        tmo = self.headers.get("Connect-Timeout-Ms")
-        if tmo:
-            deadline = time.time() + int(tmo) / 1000.0
+        interval = self.keepalive_interval()
+        deadline = self.deadline()
         with f.lock:
             pid = sb.next_pid
             sb.next_pid += 1
         p = Process(pid, {"cmd": cmd, "args": args, "envs": cfg.get("envs") or {},
                           "cwd": cwd}, req.get("tag"))
+        p.box = sb.box
         argv = [cmd] + list(args)
         if "PATH" in env:
             # The command's PATH names sandbox directories: the host looks
@@ -595,6 +583,44 @@ class E2BHandler(fakehttp.Handler):
                 p.cond.notify_all()
         threading.Thread(target=waiter, daemon=True).start()
 
+        self.stream(p, 0, interval, deadline, True)
+
+    def keepalive_interval(self):
+        """The stream's keepalive interval: Keepalive-Ping-Interval (whole
+        seconds, default 50), or the one POST /_fake/keepalive forced."""
+        f = FAKE
+        try:
+            interval = float(self.headers.get("Keepalive-Ping-Interval") or 50)
+        except ValueError:
+            interval = 50.0
+        with f.lock:
+            if f.keepalive > 0:
+                interval = f.keepalive
+        return interval
+
+    def deadline(self):
+        tmo = self.headers.get("Connect-Timeout-Ms")
+        return time.time() + int(tmo) / 1000.0 if tmo else None
+
+    def request_envelope(self):
+        """The one request envelope of a server-stream call, as JSON."""
+        if self.headers.get("Content-Type") != "application/connect+json":
+            self.body_bytes()
+            raise Reply(415, {"code": "unknown", "message": "unsupported content type %r"
+                              % self.headers.get("Content-Type")})
+        raw = self.body_bytes()
+        if len(raw) < 5:
+            raise cerr("invalid_argument", "the request is not one Connect envelope")
+        flags, n = struct.unpack(">BI", raw[:5])
+        if flags != 0 or n != len(raw) - 5:
+            raise cerr("invalid_argument", "bad envelope (flags %d, length %d, %d bytes)"
+                       % (flags, n, len(raw) - 5))
+        try:
+            return json.loads(raw[5:])
+        except ValueError:
+            raise cerr("invalid_argument", "the envelope is not JSON")
+
+    def stream_head(self):
         self.send_response(200)
         self.send_header("Content-Type", "application/connect+json")
         self.send_header("Transfer-Encoding", "chunked")
@@ -602,8 +628,17 @@ class E2BHandler(fakehttp.Handler):
         self.end_headers()
         self._status = 200
         self.close_connection = True
-        self.chunk(envelope(0, {"event": {"start": {"pid": pid}}}))
-        sent = 0
+
+    def stream(self, p, sent, interval, deadline, owner):
+        """The stream of process @p from its event @sent on: the start event,
+        its output, a keepalive after each @interval seconds of quiet, its
+        end and the end-of-stream frame. When @deadline passes: the
+        deadline_exceeded end-of-stream frame, and the process is killed
+        when this is its Start stream (@owner)."""
+        f = FAKE
+        sb_box = p.box
+        self.stream_head()
+        self.chunk(envelope(0, {"event": {"start": {"pid": p.pid}}}))
         last = time.time()
         timed_out = False
         while True:
@@ -627,8 +662,9 @@ class E2BHandler(fakehttp.Handler):
                 break
             if deadline is not None and time.time() >= deadline:
                 timed_out = True
-                sb.box.kill_command(p.popen)
-                p.popen.wait()
+                if owner:
+                    sb_box.kill_command(p.popen)
+                    p.popen.wait()
                 break
             if time.time() >= last + interval:
                 self.chunk(envelope(0, {"event": {"keepalive": {}}}))
@@ -651,6 +687,29 @@ class E2BHandler(fakehttp.Handler):
             self.chunk(envelope(0, {"event": {"end": end}}))
             self.chunk(envelope(2, {}))
         self.chunk(b"")
+
+    def connect(self, sb):
+        """process.Process/Connect: {"process": {"pid"} or {"tag"}}, a server
+        stream of the running process as Start's from now on (its start
+        event first; output sent before the call is not sent again). A
+        process that is not running: 200 and the end-of-stream frame
+        {"error": {"code": "not_found", ...}}, as connect-go answers a
+        stream's error."""
+        req = self.request_envelope()
+        interval = self.keepalive_interval()
+        deadline = self.deadline()
+        try:
+            p = self.selected(sb, req)
+        except Reply as e:
+            if e.status != 404:
+                raise
+            self.stream_head()
+            self.chunk(envelope(2, {"error": e.body}))
+            self.chunk(b"")
+            return
+        with p.cond:
+            sent = len(p.events)
+        self.stream(p, sent, interval, deadline, False)
 
     def chunk(self, data):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

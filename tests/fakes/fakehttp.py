@@ -226,6 +226,7 @@ class Fake:
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     fake = None  # set by serve()
+    auth_header = "Authorization"  # the header that carries "Bearer <key>"
     # TCP_NODELAY on each accepted socket (StreamRequestHandler.setup()):
     # with Nagle's algorithm on, an answer written in more than one small
     # write (headers, then body; a stream's frames) holds its last write
@@ -361,7 +362,7 @@ class Handler(BaseHTTPRequestHandler):
         self._status = 0
         self._now = None
         path, query = self.parsed()
-        auth = self.headers.get("Authorization")
+        auth = self.headers.get(self.auth_header)
         redacted = None if auth is None else (auth.split(" ", 1)[0] + " <redacted>")
         entry = {
             "method": self.command,

@@ -40,6 +40,13 @@ def main():
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # A signal wakes the select at once (it is otherwise resumed after the
+    # handler, and would sleep up to IDLE_SECONDS more).
+    rsig, wsig = socket.socketpair()
+    rsig.setblocking(False)
+    wsig.setblocking(False)
+    signal.set_wakeup_fd(wsig.fileno())
+    sel.register(rsig, selectors.EVENT_READ, None)
     sys.stdout.write("PORT %d\n" % lsock.getsockname()[1])
     sys.stdout.flush()
 
@@ -80,6 +87,12 @@ def main():
             continue
         for key, _ in events:
             s = key.fileobj
+            if s is rsig:
+                try:
+                    rsig.recv(64)
+                except OSError:
+                    pass
+                continue
             if s is lsock:
                 try:
                     c, _ = lsock.accept()
@@ -119,6 +132,9 @@ def main():
     for s in list(pairs):
         close_pair(s)
     lsock.close()
+    signal.set_wakeup_fd(-1)
+    rsig.close()
+    wsig.close()
 
 
 if __name__ == "__main__":

@@ -219,6 +219,12 @@ void cl_http_free(cl_http *h);
  *  "Authorization" with @value "Bearer KEY"); the value is a secret (see
  *  cl_http_set_secret). Copied. Not thread-safe: call before requests. */
 int cl_http_set_auth(cl_http *h, const char *header, const char *value);
+/** Adds the header "@header: @value" (copied; up to 4) to every request
+ *  that carries the credential (every one but those with no_auth): what
+ *  goes with the credential, such as the organization a token acts for.
+ *  Not a secret. 0, or -1 on no memory or a fifth header. Not
+ *  thread-safe: call before requests. */
+int cl_http_add_header(cl_http *h, const char *header, const char *value);
 /** Adds @secret to what is scrubbed from every message (copied; up to 8).
  *  Not thread-safe: call before requests. */
 int cl_http_set_secret(cl_http *h, const char *secret);

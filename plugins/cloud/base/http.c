@@ -44,6 +44,7 @@
 #define KEEP_MAX ((size_t)64 << 20)
 #define POOL_MAX 8
 #define SECRETS_MAX 8
+#define EXTRA_HEADERS_MAX 4
 #define CONNECT_SECS 10.0
 
 void cl_last_set_http(long status, double retry_after_s);
@@ -55,6 +56,8 @@ struct cl_http {
     CURL *idle[POOL_MAX];
     int nidle;
     char *auth_header;              /* "Name: value" */
+    char *extra_headers[EXTRA_HEADERS_MAX]; /* "Name: value", sent with auth_header */
+    int nextra;
     char *secrets[SECRETS_MAX];
     int nsecrets;
     cl_retry_policy retry;
@@ -116,6 +119,8 @@ void cl_http_free(cl_http *c)
         memset(c->secrets[i], 0, strlen(c->secrets[i]));
         free(c->secrets[i]);
     }
+    for (int i = 0; i < c->nextra; i++)
+        free(c->extra_headers[i]);
     free(c);
 }
 
@@ -149,6 +154,18 @@ int cl_http_set_auth(cl_http *c, const char *header, const char *value)
     if (sp && cl_http_set_secret(c, sp + 1) < 0)
         return -1;
     return cl_http_set_secret(c, value);
+}
+
+int cl_http_add_header(cl_http *c, const char *header, const char *value)
+{
+    if (c->nextra == EXTRA_HEADERS_MAX)
+        return -1;
+    if (asprintf(&c->extra_headers[c->nextra], "%s: %s", header, value) < 0) {
+        c->extra_headers[c->nextra] = NULL;
+        return -1;
+    }
+    c->nextra++;
+    return 0;
 }
 
 void cl_http_set_retry(cl_http *c, const cl_retry_policy *p)
@@ -550,6 +567,8 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
         hdrs = curl_slist_append(hdrs, "Expect:");
         if (c->auth_header && !req->no_auth)
             hdrs = curl_slist_append(hdrs, c->auth_header);
+        for (int i = 0; i < c->nextra && !req->no_auth; i++)
+            hdrs = curl_slist_append(hdrs, c->extra_headers[i]);
         for (size_t i = 0; req->headers && req->headers[i]; i++)
             hdrs = curl_slist_append(hdrs, req->headers[i]);
         const char *ct = req->content_type;

@@ -4,6 +4,7 @@
 #include "provider.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -334,14 +335,42 @@ int cl_request_json(cl_http *h, const sbx_call_ctx *ctx, const char *method, con
     return cl_request(h, ctx, &rq, resp, op, error);
 }
 
+int cl_workdir_ok(const char *workdir)
+{
+    if (!workdir || workdir[0] != '/')
+        return 0;
+    for (const char *p = workdir; (p = strstr(p, "..")) != NULL; p += 2)
+        if (p[-1] == '/' && (p[2] == '/' || p[2] == '\0'))
+            return 0;
+    return 1;
+}
+
 int cl_workdir_check(const char *provider, const char *workdir, sbx_error **error)
 {
-    if (!workdir || !*workdir || workdir[0] == '/')
+    if (!workdir || !*workdir || cl_workdir_ok(workdir))
         return 0;
     cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "create",
-                       "%s backend: workdir %s is not an absolute path in the sandbox", provider,
-                       workdir), "path", workdir);
+                       workdir[0] == '/' ? "%s backend: workdir %s has a \"..\" component"
+                                         : "%s backend: workdir %s is not an absolute path in "
+                                           "the sandbox", provider, workdir), "path", workdir);
     return -1;
+}
+
+char *cl_trim_slash(const char *s)
+{
+    char *o = strdup(s);
+    size_t n = o ? strlen(o) : 0;
+    while (n && o[n - 1] == '/')
+        o[--n] = '\0';
+    return o;
+}
+
+char *cl_path_in(const char *workdir, const char *path)
+{
+    if (path[0] == '/' || !workdir)
+        return strdup(path);
+    size_t n = strlen(workdir);
+    return cl_printf("%s%s%s", workdir, n && workdir[n - 1] == '/' ? "" : "/", path);
 }
 
 int cl_sandbox_init(cl_sandbox *s, const char *id)
@@ -381,6 +410,43 @@ int cl_sandbox_destroy(cl_sandbox *s, sbx_plugin_client *client, cl_delete_fn de
     return 0;
 }
 
+int cl_sandbox_answer(cl_sandbox *s, cl_http *h, const cl_resp *r, const char *provider,
+                      const char *op, const char *what, sbx_error **error)
+{
+    if (r->status / 100 == 2)
+        return 0;
+    if (r->status == 404) {
+        cl_gone_set(&s->gone);
+        cl_gone_error(error, op, provider, s->id);
+    } else {
+        cl_fail_status(h, error, CL_CODE_BY_STATUS, r, op, what);
+    }
+    return -1;
+}
+
+int cl_sandbox_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *url,
+                        const char *state_key, const char *const *dead, sbx_error **error)
+{
+    if (cl_gone_get(&s->gone))
+        return 0;
+    long st;
+    json_object *j = cl_get_json(h, ctx, url, &st, "is_alive", "get the sandbox", error);
+    if (!j) {
+        if (st != 404)
+            return -1;
+        cl_gone_set(&s->gone);
+        return 0;
+    }
+    const char *state = state_key ? cl_json_str(j, state_key) : NULL;
+    int alive = 1;
+    for (size_t i = 0; state && dead && dead[i]; i++)
+        alive &= strcmp(state, dead[i]) != 0;
+    json_object_put(j);
+    if (!alive)
+        cl_gone_set(&s->gone);
+    return alive;
+}
+
 int cl_make_workdir(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *ctx,
                     const char *provider, const char *workdir, const char *op,
                     sbx_error **error)
@@ -394,7 +460,7 @@ int cl_make_workdir(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *c
     else if (rc == 0 && code != 0) {
         cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                            "%s: cannot make the working directory %s (mkdir exited %d)",
-                           provider, workdir, code), "workdir", workdir);
+                           provider, workdir, code), "path", workdir);
         rc = -1;
     }
     free(q);
@@ -481,12 +547,142 @@ int cl_exec_event_fd(sbx_plugin_process *process)
     return cl_proc_event_fd((cl_proc *)(void *)process);
 }
 
+int cl_exec_check(cl_sandbox *s, const char *provider, const sbx_plugin_exec_request *rq,
+                  int per_command_user, sbx_error **error)
+{
+    if (cl_gone_check(&s->gone, "exec", provider, s->id, error) < 0)
+        return -1;
+    if (rq->tty_rows || rq->tty_cols) {
+        cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, "exec",
+                "%s backend: commands on a terminal are not supported", provider);
+        return -1;
+    }
+    if (rq->user && !per_command_user) {
+        cl_context(cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, "exec",
+                           "%s backend: commands run as the sandbox's user; user %s cannot be "
+                           "chosen per command", provider, rq->user), "user", rq->user);
+        return -1;
+    }
+    return 0;
+}
+
+int cl_ids_add(cl_ids *s, const char *id)
+{
+    char **nv = id ? realloc(s->v, (s->n + 2) * sizeof(char *)) : NULL;
+    if (!nv)
+        return id ? -1 : 0;
+    s->v = nv;
+    if (!(s->v[s->n] = strdup(id)))
+        return -1;
+    s->v[++s->n] = NULL;
+    return 0;
+}
+
+int cl_ids_finish(cl_ids *s, int rc, char ***ids, const char *op, sbx_error **error)
+{
+    if (rc == 0 && !s->v && !(s->v = calloc(1, sizeof(char *)))) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        rc = -1;
+    }
+    if (rc == 0)
+        *ids = s->v;
+    else
+        cl_strv_free(s->v);
+    s->v = NULL;
+    s->n = 0;
+    return rc < 0 ? -1 : 0;
+}
+
+int cl_exec_launch(cl_proc *p, cl_proc_run_fn run, void *ud, int made,
+                   const sbx_plugin_exec_request *rq, int *stdin_fd, const char *op,
+                   sbx_error **error)
+{
+    if (made && rq->stdin_fd >= 0 && (*stdin_fd = fcntl(rq->stdin_fd, F_DUPFD_CLOEXEC, 3)) < 0)
+        made = 0;
+    if (!made) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot start the command: %s",
+                strerror(errno ? errno : ENOMEM));
+        return -1;
+    }
+    p->run = run;
+    p->ud = ud;
+    return cl_proc_start(p, rq->stdout_fd, rq->stderr_fd, op, error);
+}
+
+void cl_proc_context(cl_proc *p, const char *key, const char *value)
+{
+    pthread_mutex_lock(&p->lock);
+    snprintf(p->err_ctx_key, sizeof p->err_ctx_key, "%s", key);
+    snprintf(p->err_ctx_val, sizeof p->err_ctx_val, "%s", value);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void cl_proc_fail_in(cl_proc *p, cl_sandbox *s)
+{
+    cl_proc_fail_last(p);
+    if (cl_gone_get(&s->gone))
+        cl_proc_context(p, "reason", "gone");
+}
+
+int cl_exec_wait_script(sbx_plugin_process *process, sbx_plugin_sandbox *sb,
+                        const char *script, cl_run_fn run, int timeout_ms, int *exit_code,
+                        sbx_error **error)
+{
+    int rc = cl_proc_wait((cl_proc *)(void *)process, timeout_ms, exit_code, "exec_wait", error);
+    /* A missing working directory: the script's cd failed (cloud.h). */
+    char *quoted = rc == 1 && *exit_code == CL_CWD_MISSING_EXIT ? cl_script_cwd(script) : NULL;
+    if (quoted) {
+        char *cmd = cl_printf("test -d %s", quoted);
+        int code = 0;
+        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
+        if (cmd && run(sb, &c2, cmd, &code, "exec", NULL) == 0 && code != 0) {
+            cl_cwd_missing_error(error, "exec", quoted);
+            rc = -1;
+        }
+        free(cmd);
+        free(quoted);
+    }
+    return rc;
+}
+
+int cl_proc_mark_kill(cl_proc *p, sbx_plugin_sandbox *sb, cl_run_fn run,
+                      const sbx_call_ctx *ctx, const char *tag, int sig, sbx_error **error)
+{
+    pthread_mutex_lock(&p->lock);
+    int ended = p->ended;
+    pthread_mutex_unlock(&p->lock);
+    if (ended)
+        return 0;
+    char *cmd = cl_mark_kill_command(tag, sig);
+    int code = 0;
+    int rc = cmd ? run(sb, ctx, cmd, &code, "exec_kill", error) : -1;
+    if (!cmd)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec_kill", "out of memory");
+    free(cmd);
+    return rc;
+}
+
 char *cl_item_url(const char *api, const char *collection, const char *id, const char *suffix)
 {
     char *esc = cl_url_escape(id);
     char *url = esc ? cl_printf("%s/%s/%s%s", api, collection, esc, suffix) : NULL;
     free(esc);
     return url;
+}
+
+int cl_item_request(cl_http *h, const sbx_call_ctx *ctx, const char *method, const char *api,
+                    const char *collection, const char *id, const char *suffix,
+                    json_object *body, cl_idempotency idem, cl_resp *r, const char *op,
+                    const char *what, sbx_error **error)
+{
+    char *url = cl_item_url(api, collection, id, suffix);
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    int rc = cl_request_json(h, ctx, method, url, body, idem, r, op, what, error);
+    free(url);
+    return rc;
 }
 
 json_object *cl_get_json(cl_http *h, const sbx_call_ctx *ctx, const char *url, long *status,
@@ -527,4 +723,44 @@ int cl_delete_url(cl_http *h, const sbx_call_ctx *ctx, const char *url, const ch
     }
     cl_resp_clear(&r);
     return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* A multipart/form-data body (runloop's upload_file)                        */
+/* ------------------------------------------------------------------------ */
+
+int cl_multipart_body(cl_buf *out, char *ctype, size_t ctype_cap, const char *const *fields,
+                      const char *file_field, const char *filename, int fd, const char *shown,
+                      const char *op, sbx_error **error)
+{
+    char bnd[40] = "sbx-form-";
+    cl_random_hex(bnd + 9, 12);
+    int bad = ctype_cap < 64;
+    for (size_t i = 0; !bad && fields && fields[i] && fields[i + 1]; i += 2)
+        bad = cl_buf_printf(out, "--%s\r\nContent-Disposition: form-data; name=\"%s\"\r\n\r\n"
+                            "%s\r\n", bnd, fields[i], fields[i + 1]) < 0;
+    bad = bad || cl_buf_printf(out, "--%s\r\nContent-Disposition: form-data; name=\"%s\"; "
+                               "filename=\"%s\"\r\nContent-Type: application/octet-stream"
+                               "\r\n\r\n", bnd, file_field, filename) < 0;
+    char chunk[65536];
+    while (!bad) {
+        ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                               "cannot read the data for %s: %s", shown, strerror(errno)),
+                       "path", shown);
+            return -1;
+        }
+        if (n == 0)
+            break;
+        bad = cl_buf_append(out, chunk, (size_t)n) < 0;
+    }
+    if (bad || cl_buf_printf(out, "\r\n--%s--\r\n", bnd) < 0) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    snprintf(ctype, ctype_cap, "multipart/form-data; boundary=%s", bnd);
+    return 0;
 }

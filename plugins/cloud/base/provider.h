@@ -17,11 +17,14 @@
  *   - the create's environment as a file in the sandbox that each command
  *     sources, so that it holds after a resume in another process while the
  *     session state holds no env value (per-call values still win);
- *   - the sandbox head (id, gone flag) with the sandbox_id, sandbox_root
- *     and destroy slots over it, the exec_wait and exec_event_fd slots over
- *     a cl_proc, the client's config and credential, the create's workdir
+ *   - the sandbox head (id, gone flag) with the sandbox_id, sandbox_root,
+ *     destroy and is_alive slots over it and the answer to a call on it,
+ *     the start of a command and the exec_wait (with the missing-cwd
+ *     check), exec_kill (by the mark) and exec_event_fd slots over a
+ *     cl_proc, the client's config and credential, the create's workdir
  *     check and refusals, the plugin's own mkdir and chmod commands, an
- *     item's GET and DELETE, and small string helpers.
+ *     item's GET and DELETE, paths under the workdir, and small string
+ *     helpers.
  *
  * Prefix, threading, errors and ownership as in cloud.h.
  */
@@ -221,12 +224,31 @@ int cl_request_json(cl_http *h, const sbx_call_ctx *ctx, const char *method, con
                     struct json_object *body, cl_idempotency idem, cl_resp *resp,
                     const char *op, const char *what, sbx_error **error);
 
+/** 1 when @workdir is an absolute path without a ".." component, else 0
+ *  (NULL too): a working directory a plugin takes from the caller or from
+ *  a session state. */
+int cl_workdir_ok(const char *workdir);
+
 /**
- * The create's workdir check: 0 when @workdir is NULL, empty or absolute;
- * else -1 with invalid_argument "@provider backend: workdir @workdir is not
- * an absolute path in the sandbox", context path=@workdir, op "create".
+ * The create's workdir check: 0 when @workdir is NULL, empty or
+ * cl_workdir_ok(); else -1 with invalid_argument "@provider backend:
+ * workdir @workdir is not an absolute path in the sandbox" (or, for an
+ * absolute one, "... has a \"..\" component"), context path=@workdir, op
+ * "create".
  */
 int cl_workdir_check(const char *provider, const char *workdir, sbx_error **error);
+
+/** @s without its trailing slashes (a base URL): a new string, NULL on no
+ *  memory. */
+char *cl_trim_slash(const char *s);
+
+/**
+ * @path as a file call sends it: an absolute @path as it is; a relative one
+ * under @workdir ("@workdir/@path", one slash between) when @workdir is
+ * not NULL, else as it is (the provider resolves it). A new string, NULL
+ * on no memory.
+ */
+char *cl_path_in(const char *workdir, const char *path);
 
 /**
  * What every plugin's sandbox starts with (its first member, so that the
@@ -262,6 +284,25 @@ typedef int (*cl_delete_fn)(sbx_plugin_client *client, const sbx_call_ctx *ctx, 
 int cl_sandbox_destroy(cl_sandbox *s, sbx_plugin_client *client, cl_delete_fn del,
                        const sbx_call_ctx *ctx, sbx_error **error);
 
+/**
+ * The answer @r to a call on sandbox @s (of @provider; @what names the
+ * call): 0 for a 2xx; -1 for a 404 with @s's gone flag set and
+ * cl_gone_error(); -1 with the answer's error (cl_fail_status(),
+ * CL_CODE_BY_STATUS) otherwise.
+ */
+int cl_sandbox_answer(cl_sandbox *s, cl_http *h, const cl_resp *r, const char *provider,
+                      const char *op, const char *what, sbx_error **error);
+
+/**
+ * The is_alive slot's body: 0 at once when @s is gone; else GET @url (the
+ * sandbox at the provider; NULL: resource_exhausted): 0 with the gone flag
+ * set on a 404, or when the answer's member @state_key (NULL: none looked
+ * at) is one of the NULL-terminated @dead states; 1 for any other answer;
+ * -1 with the call's error (op is_alive).
+ */
+int cl_sandbox_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *url,
+                        const char *state_key, const char *const *dead, sbx_error **error);
+
 /** Runs the plugin's own short command @cmd in @sb (output discarded): 0
  *  with its exit status in *@code, or -1 with *@error set. */
 typedef int (*cl_run_fn)(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
@@ -270,8 +311,8 @@ typedef int (*cl_run_fn)(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
 /**
  * Makes @workdir (absolute) in @sb with "mkdir -p -- WORKDIR" through @run:
  * 0, or -1 with @run's error, or invalid_argument "@provider: cannot make
- * the working directory @workdir (mkdir exited N)" (context workdir) when
- * mkdir failed.
+ * the working directory @workdir (mkdir exited N)" (context path=@workdir)
+ * when mkdir failed.
  */
 int cl_make_workdir(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *ctx,
                     const char *provider, const char *workdir, const char *op,
@@ -325,6 +366,82 @@ int cl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeo
 /** The exec_event_fd slot of such a plugin: cl_proc_event_fd(). */
 int cl_exec_event_fd(sbx_plugin_process *process);
 
+/**
+ * The checks an exec_start slot makes first (op exec): -1 with
+ * cl_gone_error() when @s is gone; -1 with feature_not_supported
+ * "@provider backend: commands on a terminal are not supported" when @rq
+ * asks for a terminal; unless @per_command_user, -1 with
+ * feature_not_supported "@provider backend: commands run as the sandbox's
+ * user; user U cannot be chosen per command" (context user) when @rq names
+ * a user. Else 0.
+ */
+int cl_exec_check(cl_sandbox *s, const char *provider, const sbx_plugin_exec_request *rq,
+                  int per_command_user, sbx_error **error);
+
+/** The ids a listing collects (the reaper's look-up, cloud.h): start from
+ *  { 0 }. Not thread-safe. */
+typedef struct cl_ids {
+    char **v;       /* NULL-terminated once one is added; NULL before */
+    size_t n;
+} cl_ids;
+
+/** Appends a copy of @id to @s (NULL @id: nothing): 0, or -1 on no memory
+ *  (@s keeps what it had). */
+int cl_ids_add(cl_ids *s, const char *id);
+
+/**
+ * Ends a listing whose result was @rc: when 0, *@ids gets the ids (an
+ * empty array when none; the caller frees it with cl_strv_free()) and 0 is
+ * returned; when -1 (its error stored), or on no memory (resource_exhausted
+ * with @op), the ids are freed and -1 returned. @s is empty afterwards.
+ */
+int cl_ids_finish(cl_ids *s, int rc, char ***ids, const char *op, sbx_error **error);
+
+/**
+ * The end of an exec_start slot, once the caller made what its command
+ * needs (@made: 0 when something could not be made): *@stdin_fd becomes a
+ * close-on-exec dup of rq->stdin_fd (left alone when the request has none),
+ * then @p starts with @run and @ud on rq's stdout and stderr
+ * (cl_proc_start()). 0 when started; else -1 with resource_exhausted
+ * "cannot start the command: REASON" or cl_proc_start()'s error, and the
+ * caller frees what it made, *@stdin_fd included when it is >= 0.
+ */
+int cl_exec_launch(cl_proc *p, cl_proc_run_fn run, void *ud, int made,
+                   const sbx_plugin_exec_request *rq, int *stdin_fd, const char *op,
+                   sbx_error **error);
+
+/** Sets the one context pair (@key=@value, both copied, cut to fit) of
+ *  @p's failure, which exec_wait hands out: on the worker thread, after
+ *  cl_proc_fail() or cl_proc_fail_last(). */
+void cl_proc_context(cl_proc *p, const char *key, const char *value);
+
+/** cl_proc_fail_last(), with context reason=gone when sandbox @s is gone
+ *  (its flag set by the call that failed). On the worker thread. */
+void cl_proc_fail_in(cl_proc *p, cl_sandbox *s);
+
+/**
+ * The exec_wait slot's body for a command run as @script (cl_shell_script()
+ * with a cwd) in @sb, whose process struct starts with a cl_proc:
+ * cl_exec_wait(); then, when the command exited CL_CWD_MISSING_EXIT, "test
+ * -d CWD" through @run (bounded by 30 s) and, when the directory is
+ * missing, -1 with cl_cwd_missing_error() (op exec). Otherwise as
+ * cl_proc_wait(): 1 with *@exit_code when it ended, 0 when @timeout_ms
+ * passed, -1 with *@error set.
+ */
+int cl_exec_wait_script(sbx_plugin_process *process, sbx_plugin_sandbox *sb,
+                        const char *script, cl_run_fn run, int timeout_ms, int *exit_code,
+                        sbx_error **error);
+
+/**
+ * The exec_kill slot's body for a command whose processes carry
+ * CL_EXEC_MARK=@tag: 0 at once when @p has ended; else
+ * cl_mark_kill_command(@tag, @sig) through @run (op exec_kill): 0, or -1
+ * with @run's error (resource_exhausted for a @tag it refuses, or no
+ * memory). The exit status of the scan is not looked at (it exits 0).
+ */
+int cl_proc_mark_kill(cl_proc *p, sbx_plugin_sandbox *sb, cl_run_fn run,
+                      const sbx_call_ctx *ctx, const char *tag, int sig, sbx_error **error);
+
 
 /**
  * "@api/@collection/ID@suffix" with @id percent-encoded (@suffix "" for
@@ -332,6 +449,16 @@ int cl_exec_event_fd(sbx_plugin_process *process);
  * no memory.
  */
 char *cl_item_url(const char *api, const char *collection, const char *id, const char *suffix);
+
+/**
+ * cl_request_json() on cl_item_url(@api, @collection, @id, @suffix): a call
+ * on one item (@body NULL: none). Returns as cl_request(); a URL that
+ * cannot be made is resource_exhausted.
+ */
+int cl_item_request(cl_http *h, const sbx_call_ctx *ctx, const char *method, const char *api,
+                    const char *collection, const char *id, const char *suffix,
+                    struct json_object *body, cl_idempotency idem, cl_resp *r, const char *op,
+                    const char *what, sbx_error **error);
 
 /**
  * GET @url (a safe call, retried): the JSON of a 200 answer (a new object,
@@ -351,5 +478,25 @@ struct json_object *cl_get_json(cl_http *h, const sbx_call_ctx *ctx, const char 
  */
 int cl_delete_url(cl_http *h, const sbx_call_ctx *ctx, const char *url, const char *op,
                   const char *what, sbx_error **error);
+
+/* ------------------------------------------------------------------------ */
+/* A multipart/form-data body (runloop's upload_file)                        */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * Builds in @out (appended to; the caller clears it) a multipart/form-data
+ * body (RFC 7578): the text fields @fields ("name", "value", ... pairs,
+ * NULL-terminated; NULL for none), then the file field @file_field, with
+ * filename @filename and type application/octet-stream, holding what @fd
+ * holds to its end (read here, retrying on EINTR; the body is in memory).
+ * The boundary is "sbx-form-" and 24 random hex digits; the Content-Type
+ * header's value ("multipart/form-data; boundary=...") goes to @ctype,
+ * @ctype_cap bytes (at least 64). 0, or -1 with invalid_argument "cannot
+ * read the data for @shown: ..." (context path=@shown) or
+ * resource_exhausted. Thread-safe.
+ */
+int cl_multipart_body(cl_buf *out, char *ctype, size_t ctype_cap, const char *const *fields,
+                      const char *file_field, const char *filename, int fd, const char *shown,
+                      const char *op, sbx_error **error);
 
 #endif

@@ -69,9 +69,13 @@
  *    its create token label and deleted, at once and then once a second
  *    for DT_REAP_WINDOW_S on the client's reaper thread (CASE-20).
  *
- * What the hosted plugins write alike (the gone flag, the wait for a state,
- * the session state, the missing-cwd error, descriptors as bodies and
- * sinks, the kill of every marked process) is the base's (provider.h).
+ * What the hosted plugins write alike is the base's (provider.h): the
+ * sandbox head (id, gone flag) and its id, root and destroy slots, the wait
+ * for a state, the session state, the client's config and credential (the
+ * organization header rides with it), the workdir check and mkdir, the
+ * chmod after an upload, the refusal of an option, the item GET and
+ * DELETE, the missing-cwd error, descriptors as bodies and sinks, and the
+ * kill of every marked process.
  *
  * Threading: slots may run at once on different sandboxes and on one; a
  * sandbox's mutable state (the gone flag, a cl_gone) has its own lock.
@@ -83,11 +87,9 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -117,16 +119,14 @@ struct sbx_plugin_client {
     cl_reaper *reaper;  /* orphans of creates whose answer was lost */
     char *api;          /* base URL, no trailing slash */
     char *target;       /* region, or NULL */
-    char *org_header;   /* "X-Daytona-Organization-ID: ..." or NULL */
 };
 
 struct sbx_plugin_sandbox {
+    cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
     struct sbx_plugin_client *c;
-    char *id;
     char *toolbox;      /* toolboxProxyUrl + "/" + id */
     char *workdir;      /* the caller's workdir (absolute), or NULL: the
                          * toolbox's own working directory */
-    cl_gone gone;       /* a 404 was seen: every later call fails at once */
     pthread_mutex_t lock;   /* guards idle */
     struct dt_session *idle;    /* toolbox sessions no command of ours runs
                                  * in, made by this handle, reused by the
@@ -143,7 +143,7 @@ typedef struct dt_proc {
     cl_proc base;       /* first member (cloud.h) */
     struct sbx_plugin_sandbox *sb;
     char *script;       /* the command, as a shell script */
-    char **env;         /* "K=V" overlay, copied */
+    char **env;         /* "K=V" overlay, copied (cl_strv_dup) */
     int stdin_fd;       /* a dup of the host's, or -1 */
     char tag[40];       /* CL_EXEC_MARK's value on every process of the
                          * command, and its stdin file's name */
@@ -157,87 +157,31 @@ static void dt_session_delete(struct sbx_plugin_sandbox *sb, const char *sid);
 /* Helpers                                                                   */
 /* ------------------------------------------------------------------------ */
 
-static char *dt_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *dt_printf(const char *fmt, ...)
-{
-    va_list ap;
-    char *s = NULL;
-    va_start(ap, fmt);
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
-
-static void dt_hex(char *out, size_t nbytes)
-{
-    unsigned char r[32];
-    if (nbytes > sizeof(r))
-        nbytes = sizeof(r);
-    if (getrandom(r, nbytes, 0) != (ssize_t)nbytes)
-        for (size_t i = 0; i < nbytes; i++)
-            r[i] = (unsigned char)(rand() & 0xff);
-    for (size_t i = 0; i < nbytes; i++)
-        sprintf(out + 2 * i, "%02x", r[i]);
-}
-
-static const char *dt_extra_headers(struct sbx_plugin_client *c, const char **h)
-{
-    h[0] = c->org_header;
-    h[1] = NULL;
-    return NULL;
-}
-
-/* One JSON call: @body_json may be NULL. The answer (any status) is in
- * @resp. Returns 0 or -1 (no usable answer). */
-static int dt_call(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *method,
-                   const char *url, const char *body_json, cl_idempotency idem, cl_resp *resp,
-                   const char *op, const char *what, sbx_error **error)
-{
-    const char *h[2];
-    dt_extra_headers(c, h);
-    cl_req rq = { 0 };
-    rq.method = method;
-    rq.url = url;
-    rq.headers = h;
-    rq.body = body_json;
-    rq.body_len = body_json ? strlen(body_json) : 0;
-    rq.idempotent = idem;
-    rq.what = what;
-    return cl_request(c->http, ctx, &rq, resp, op, error);
-}
-
 /* The gone flag (provider.h): set on a 404 about the sandbox. */
-#define dt_is_gone(sb) cl_gone_get(&(sb)->gone)
-#define dt_check(sb, op, error) cl_gone_check(&(sb)->gone, (op), DT_BACKEND, (sb)->id, (error))
+#define dt_is_gone(sb) cl_gone_get(&(sb)->s.gone)
+#define dt_check(sb, op, error) cl_gone_check(&(sb)->s.gone, (op), DT_BACKEND, (sb)->s.id, \
+                                              (error))
 
 /* Marks @sb gone and gives the error of a call on it (provider.h). */
 static sbx_error *dt_fail_gone(struct sbx_plugin_sandbox *sb, sbx_error **error, const char *op)
 {
-    cl_gone_set(&sb->gone);
-    return cl_gone_error(error, op, DT_BACKEND, sb->id);
+    cl_gone_set(&sb->s.gone);
+    return cl_gone_error(error, op, DT_BACKEND, sb->s.id);
 }
+
+/* A control-plane call on /sandbox/{id}@suffix (provider.h). */
+#define dt_sbcall(c, ctx, method, id, suffix, body, idem, r, op, what, error)                 \
+    cl_item_request((c)->http, (ctx), (method), (c)->api, "sandbox", (id), (suffix), (body),   \
+                    (idem), (r), (op), (what), (error))
 
 /* GET /sandbox/{id}: the parsed Sandbox, or NULL (*@status: the HTTP
  * status, 0 when none came). */
 static json_object *dt_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                            long *status, const char *op, sbx_error **error)
 {
-    char *esc = cl_url_escape(id);
-    char *url = dt_printf("%s/sandbox/%s", c->api, esc ? esc : "");
-    free(esc);
-    cl_resp r = { 0 };
-    json_object *j = NULL;
-    *status = 0;
-    if (url && dt_call(c, ctx, "GET", url, NULL, CL_SAFE, &r, op, "get the sandbox", error) == 0) {
-        *status = r.status;
-        if (r.status == 200)
-            j = cl_resp_json(&r, op, "get the sandbox", error);
-        else if (r.status != 404)
-            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "get the sandbox");
-    }
+    char *url = cl_item_url(c->api, "sandbox", id, "");
+    json_object *j = cl_get_json(c->http, ctx, url, status, op, "get the sandbox", error);
     free(url);
-    cl_resp_clear(&r);
     return j;
 }
 
@@ -250,20 +194,9 @@ static const char *dt_state(json_object *j)
 static int dt_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                      const char *op, sbx_error **error)
 {
-    char *esc = cl_url_escape(id);
-    char *url = dt_printf("%s/sandbox/%s", c->api, esc ? esc : "");
-    free(esc);
-    cl_resp r = { 0 };
-    int rc = -1;
-    if (url && dt_call(c, ctx, "DELETE", url, NULL, CL_SAFE, &r, op, "delete the sandbox",
-                       error) == 0) {
-        if (r.status / 100 == 2 || r.status == 404)
-            rc = 0;
-        else
-            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "delete the sandbox");
-    }
+    char *url = cl_item_url(c->api, "sandbox", id, "");
+    int rc = cl_delete_url(c->http, ctx, url, op, "delete the sandbox", error);
     free(url);
-    cl_resp_clear(&r);
     return rc;
 }
 
@@ -271,49 +204,76 @@ static int dt_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const
  * that an exec's worker can hand it on as the error's context. */
 static __thread char dt_wake_state[32];
 
+/* Calls @fn on each sandbox listed (GET /sandbox?labels=@labels, every
+ * page), until it gives non-zero. 0, or -1 with *@error set. */
+typedef int (*dt_listed_fn)(void *ud, json_object *it);
+
+static int dt_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *key,
+                   const char *value, dt_listed_fn fn, void *ud, const char *op,
+                   sbx_error **error)
+{
+    json_object *want = json_object_new_object();
+    json_object_object_add(want, key, json_object_new_string(value));
+    char *labels = cl_url_escape(json_object_to_json_string_ext(want, JSON_C_TO_STRING_PLAIN));
+    json_object_put(want);
+    char *cursor = NULL;
+    int rc = labels ? 0 : -1;
+    if (!labels)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    for (int page = 0; page < 1000 && rc == 0; page++) {
+        char *cur = cursor ? cl_url_escape(cursor) : NULL;
+        char *url = cl_printf("%s/sandbox?limit=200&labels=%s%s%s", c->api, labels,
+                              cur ? "&cursor=" : "", cur ? cur : "");
+        free(cur);
+        free(cursor);
+        cursor = NULL;
+        cl_resp r = { 0 };
+        json_object *j = NULL;
+        if (!url)
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        else if (cl_request_json(c->http, ctx, "GET", url, NULL, CL_SAFE, &r, op,
+                                 "list sandboxes", error) == 0) {
+            if (r.status == 200)
+                j = cl_resp_json(&r, op, "list sandboxes", error);
+            else
+                cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "list sandboxes");
+        }
+        free(url);
+        cl_resp_clear(&r);
+        if (!j) {
+            rc = -1;
+            break;
+        }
+        json_object *items = cl_json_path(j, "items", NULL);
+        size_t n = items && json_object_is_type(items, json_type_array)
+                   ? json_object_array_length(items) : 0;
+        int stop = 0;
+        for (size_t i = 0; i < n && !stop; i++)
+            stop = fn(ud, json_object_array_get_idx(items, i)) != 0;
+        const char *nx = cl_json_str(j, "nextCursor");
+        cursor = nx && *nx && !stop ? strdup(nx) : NULL;
+        json_object_put(j);
+        if (!cursor)
+            break;
+    }
+    free(cursor);
+    free(labels);
+    return rc;
+}
+
+static int dt_id_one(void *ud, json_object *it)
+{
+    cl_ids_add(ud, cl_json_str(it, "id"));
+    return 0;
+}
+
 /* The reaper's look-up (cloud.h): the sandboxes labelled with @token. */
 static int dt_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
                          sbx_error **error)
 {
-    struct sbx_plugin_client *c = ud;
-    json_object *want = json_object_new_object();
-    json_object_object_add(want, CL_META_TOKEN, json_object_new_string(token));
-    char *labels = cl_url_escape(json_object_to_json_string_ext(want, JSON_C_TO_STRING_PLAIN));
-    json_object_put(want);
-    char *url = labels ? dt_printf("%s/sandbox?limit=200&labels=%s", c->api, labels) : NULL;
-    free(labels);
-    cl_resp r = { 0 };
-    json_object *j = NULL;
-    int rc = -1;
-    if (url && dt_call(c, ctx, "GET", url, NULL, CL_SAFE, &r, "create", "list sandboxes",
-                       error) == 0) {
-        if (r.status == 200)
-            j = cl_resp_json(&r, "create", "list sandboxes", error);
-        else
-            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, "create", "list sandboxes");
-    }
-    json_object *items = j ? cl_json_path(j, "items", NULL) : NULL;
-    if (j) {
-        size_t n = items && json_object_is_type(items, json_type_array)
-                   ? json_object_array_length(items) : 0;
-        char **v = calloc(n + 1, sizeof(char *));
-        size_t k = 0;
-        for (size_t i = 0; v && i < n; i++) {
-            const char *id = cl_json_str(json_object_array_get_idx(items, i), "id");
-            if (id && (v[k] = strdup(id)) != NULL)
-                k++;
-        }
-        if (v) {
-            *ids = v;
-            rc = 0;
-        } else {
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "create", "out of memory");
-        }
-    }
-    json_object_put(j);
-    free(url);
-    cl_resp_clear(&r);
-    return rc;
+    cl_ids s = { 0 };
+    int rc = dt_list(ud, ctx, CL_META_TOKEN, token, dt_id_one, &s, "create", error);
+    return cl_ids_finish(&s, rc, ids, "create", error);
 }
 
 static int dt_delete_for_reaper(void *ud, const sbx_call_ctx *ctx, const char *id,
@@ -340,7 +300,7 @@ static int dt_wake_look(void *ud, const char **state, sbx_error **error)
     struct sbx_plugin_client *c = sb->c;
     const char *op = w->op;
     long st;
-    json_object *j = dt_get(c, w->ctx, sb->id, &st, op, error);
+    json_object *j = dt_get(c, w->ctx, sb->s.id, &st, op, error);
     if (!j) {
         if (st == 404)
             dt_fail_gone(sb, error, op);
@@ -358,7 +318,7 @@ static int dt_wake_look(void *ud, const char **state, sbx_error **error)
         sbx_error *err = strncmp(s, "destr", 5) == 0
             ? dt_fail_gone(sb, error, op)
             : cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
-                      "daytona sandbox %s is in state %s%s%s", sb->id, s,
+                      "daytona sandbox %s is in state %s%s%s", sb->s.id, s,
                       why ? ": " : "", why ? why : "");
         cl_context(err, "state", s);
         snprintf(dt_wake_state, sizeof dt_wake_state, "%s", s);
@@ -366,10 +326,9 @@ static int dt_wake_look(void *ud, const char **state, sbx_error **error)
             cl_context(err, "error_reason", why);
         rc = -1;
     } else if ((strcmp(s, "stopped") == 0 || strcmp(s, "archived") == 0) && !w->started_once) {
-        char *url = dt_printf("%s/sandbox/%s/start", c->api, sb->id);
         cl_resp r = { 0 };
-        rc = url ? dt_call(c, w->ctx, "POST", url, NULL, CL_SAFE, &r, op, "start the sandbox",
-                           error) : -1;
+        rc = dt_sbcall(c, w->ctx, "POST", sb->s.id, "/start", NULL, CL_SAFE, &r, op,
+                       "start the sandbox", error);
         if (rc == 0 && r.status / 100 != 2) {
             if (r.status == 404)
                 dt_fail_gone(sb, error, op);
@@ -378,12 +337,11 @@ static int dt_wake_look(void *ud, const char **state, sbx_error **error)
                                           "start the sandbox"), "state", s);
             rc = -1;
         }
-        free(url);
         cl_resp_clear(&r);
         if (rc == 0) {
             w->started_once = 1;
             dt_pool_drop(sb);   /* the daemon starts anew, without them */
-            CL_LOG(SBX_LOG_INFO, "sandbox %s was %s: started it", sb->id, s);
+            CL_LOG(SBX_LOG_INFO, "sandbox %s was %s: started it", sb->s.id, s);
         }
     }
     json_object_put(j);
@@ -400,7 +358,7 @@ static int dt_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const
 {
     dt_waking w = { sb, ctx, op, 0, "" };
     char what[160];
-    snprintf(what, sizeof what, "daytona sandbox %s reaching state started", sb->id);
+    snprintf(what, sizeof what, "daytona sandbox %s reaching state started", sb->s.id);
     return cl_wait_until(ctx, DT_START_WAIT_S, dt_wake_look, &w, op, what, error);
 }
 
@@ -442,15 +400,12 @@ static int dt_toolbox_rw(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 {
     if (dt_check(sb, op, error) < 0)
         return -1;
-    const char *h[2];
-    dt_extra_headers(sb->c, h);
-    char *url = dt_printf("%s%s", sb->toolbox, path);
+    char *url = cl_printf("%s%s", sb->toolbox, path);
     if (!url) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
     rq->url = url;
-    rq->headers = h;
     int rc = -1;
     for (int attempt = 0; attempt < 2; attempt++) {
         cl_resp_clear(r);
@@ -502,7 +457,6 @@ static void dt_client_free(sbx_plugin_client *c)
     cl_http_free(c->http);
     free(c->api);
     free(c->target);
-    free(c->org_header);
     free(c);
 }
 
@@ -510,15 +464,8 @@ static int dt_client_new(const char *config_json, sbx_plugin_client **client, sb
 {
     const char *op = "client_new";
     json_object *cfg = NULL;
-    if (config_json && *config_json) {
-        cfg = json_tokener_parse(config_json);
-        if (!cfg || !json_object_is_type(cfg, json_type_object)) {
-            json_object_put(cfg);
-            cl_fail(error, SBX_ERROR_CONFIGURATION, op,
-                    "daytona client options must be a JSON object");
-            return -1;
-        }
-    }
+    if (cl_client_config(config_json, DT_BACKEND, &cfg, error) < 0)
+        return -1;
     struct sbx_plugin_client *c = calloc(1, sizeof(*c));
     if (!c || !(c->http = cl_http_new())
         || !(c->reaper = cl_reaper_new(dt_find_token, dt_delete_for_reaper, c))) {
@@ -530,36 +477,23 @@ static int dt_client_new(const char *config_json, sbx_plugin_client **client, sb
         return -1;
     }
     c->api = cl_base_url(cfg, "api_url", "DAYTONA_API_URL", DT_DEFAULT_URL, error);
-    cl_retry_policy pol = CL_RETRY_POLICY_DEFAULT;
-    if (!c->api || cl_retry_policy_from_config(cfg, &pol, error) < 0)
+    /* The API key, else a JWT, which acts for the organization named. */
+    static const char *const key_envs[] = { "DAYTONA_API_KEY", "DAYTONA_JWT_TOKEN", NULL };
+    if (!c->api || cl_http_configure(c->http, cfg, key_envs, "Authorization", "Bearer ",
+                                     error) < 0)
         goto fail;
-    cl_http_set_retry(c->http, &pol);
+    const char *key = getenv("DAYTONA_API_KEY"), *jwt = getenv("DAYTONA_JWT_TOKEN");
+    const char *org = getenv("DAYTONA_ORGANIZATION_ID");
+    if (!(key && *key) && jwt && *jwt && org && *org
+        && cl_http_add_header(c->http, "X-Daytona-Organization-ID", org) < 0) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
     const char *t = cl_json_str(cfg, "target");
     if (!t)
         t = getenv("DAYTONA_TARGET");
     if (t && *t)
         c->target = strdup(t);
-    static const char *const key_envs[] = { "DAYTONA_API_KEY", NULL };
-    static const char *const jwt_envs[] = { "DAYTONA_JWT_TOKEN", NULL };
-    char *key = cl_credential(key_envs, NULL, NULL);
-    if (!key) {
-        key = cl_credential(jwt_envs, NULL, NULL);
-        const char *org = getenv("DAYTONA_ORGANIZATION_ID");
-        if (key && org && *org)
-            c->org_header = dt_printf("X-Daytona-Organization-ID: %s", org);
-    }
-    if (key) {
-        char *bearer = dt_printf("Bearer %s", key);
-        if (!bearer || cl_http_set_auth(c->http, "Authorization", bearer) < 0
-            || cl_http_set_secret(c->http, key) < 0) {
-            free(bearer);
-            free(key);
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-            goto fail;
-        }
-        free(bearer);
-        free(key);
-    }
     json_object_put(cfg);
     *client = c;
     return 0;
@@ -583,22 +517,26 @@ static int dt_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
 
+/* A handle on sandbox @id, whose toolbox is at @toolbox_base (a trailing
+ * slash is dropped) + "/" + @id; @workdir may be NULL. NULL on no memory. */
 static struct sbx_plugin_sandbox *dt_sandbox_new(struct sbx_plugin_client *c, const char *id,
                                                  const char *toolbox_base, const char *workdir)
 {
     struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
-    if (!sb)
+    char *base = toolbox_base ? cl_trim_slash(toolbox_base) : NULL;
+    if (!sb || !base || cl_sandbox_init(&sb->s, id) < 0) {
+        free(base);
+        free(sb);
         return NULL;
+    }
     sb->c = c;
-    sb->id = strdup(id);
-    sb->toolbox = dt_printf("%s/%s", toolbox_base, id);
+    sb->toolbox = cl_printf("%s/%s", base, id);
     sb->workdir = workdir ? strdup(workdir) : NULL;
-    cl_gone_init(&sb->gone);
+    free(base);
     pthread_mutex_init(&sb->lock, NULL);
-    if (!sb->id || !sb->toolbox || (workdir && !sb->workdir)) {
-        cl_gone_destroy(&sb->gone);
+    if (!sb->toolbox || (workdir && !sb->workdir)) {
         pthread_mutex_destroy(&sb->lock);
-        free(sb->id);
+        cl_sandbox_clear(&sb->s);
         free(sb->toolbox);
         free(sb->workdir);
         free(sb);
@@ -607,17 +545,10 @@ static struct sbx_plugin_sandbox *dt_sandbox_new(struct sbx_plugin_client *c, co
     return sb;
 }
 
-/* @path as the toolbox gets it: an absolute path as it is; a relative one
- * under the caller's workdir when one was set, else as it is (the toolbox
- * resolves it against its own working directory, as the sandbox's
- * commands do). A new string, or NULL (out of memory). */
-static char *dt_abs(struct sbx_plugin_sandbox *sb, const char *path)
-{
-    if (path[0] == '/' || !sb->workdir)
-        return strdup(path);
-    size_t n = strlen(sb->workdir);
-    return dt_printf("%s%s%s", sb->workdir, n && sb->workdir[n - 1] == '/' ? "" : "/", path);
-}
+/* @path as the toolbox gets it (provider.h): a relative one under the
+ * caller's workdir when one was set, else as it is (the toolbox resolves
+ * it against its own working directory, as the sandbox's commands do). */
+#define dt_abs(sb, path) cl_path_in((sb)->workdir, (path))
 
 static void dt_sandbox_free(sbx_plugin_sandbox *sb)
 {
@@ -625,25 +556,18 @@ static void dt_sandbox_free(sbx_plugin_sandbox *sb)
         return;
     /* The sandbox lives on (not destroyed, not gone): the handle's idle
      * sessions are deleted, so that no shell of ours stays in it. */
-    for (dt_session *s; !cl_gone_get(&sb->gone) && (s = dt_pool_take(sb)) != NULL; free(s))
+    for (dt_session *s; !cl_gone_get(&sb->s.gone) && (s = dt_pool_take(sb)) != NULL; free(s))
         dt_session_delete(sb, s->id);
     dt_pool_drop(sb);
-    cl_gone_destroy(&sb->gone);
+    cl_sandbox_clear(&sb->s);
     pthread_mutex_destroy(&sb->lock);
-    free(sb->id);
     free(sb->toolbox);
     free(sb->workdir);
     free(sb);
 }
 
-static sbx_error *dt_refuse(sbx_error **error, const char *option, const char *value,
-                            const char *why)
-{
-    sbx_error *err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                             "daytona backend: %s %s: %s", option, value ? value : "", why);
-    cl_context(err, "option", option);
-    return err;
-}
+#define dt_refuse(error, option, value, why) \
+    cl_refuse((error), DT_BACKEND, (option), (value), (why))
 
 /* The create body (a new JSON object), or NULL with a configuration error.
  * *@create_timeout: backend option "create_timeout" (seconds; 0 = none). */
@@ -653,7 +577,6 @@ static json_object *dt_create_body(struct sbx_plugin_client *c, const sbx_call_c
 {
     *create_timeout = 0;
     json_object *b = json_object_new_object(), *labels = json_object_new_object();
-    json_object *env = json_object_new_object();
     uint64_t set = rq->set_fields;
     char buf[64];
     if (set & SBX_OPTION_APP_NAME) {
@@ -709,7 +632,7 @@ static json_object *dt_create_body(struct sbx_plugin_client *c, const sbx_call_c
     }
     if (rq->image) {
         json_object *bi = json_object_new_object();
-        char *df = dt_printf("FROM %s\n", rq->image);
+        char *df = cl_printf("FROM %s\n", rq->image);
         json_object_object_add(bi, "dockerfileContent", json_object_new_string(df ? df : ""));
         json_object_object_add(bi, "contextHashes", json_object_new_array());
         json_object_object_add(b, "buildInfo", bi);
@@ -732,17 +655,7 @@ static json_object *dt_create_body(struct sbx_plugin_client *c, const sbx_call_c
         json_object_object_add(b, "networkBlockAll", json_object_new_boolean(1));
     if (c->target)
         json_object_object_add(b, "target", json_object_new_string(c->target));
-    for (size_t i = 0; rq->env && rq->env[i]; i++) {
-        const char *eq = strchr(rq->env[i], '=');
-        if (!eq)
-            continue;
-        char *k = strndup(rq->env[i], (size_t)(eq - rq->env[i]));
-        if (k)
-            json_object_object_add(env, k, json_object_new_string(eq + 1));
-        free(k);
-    }
-    json_object_object_add(b, "env", env);
-    env = NULL;
+    json_object_object_add(b, "env", cl_env_object(rq->env));
     json_object_object_add(labels, CL_META_BACKEND, json_object_new_string(DT_BACKEND));
     if (ctx && ctx->create_token)
         json_object_object_add(labels, CL_META_TOKEN, json_object_new_string(ctx->create_token));
@@ -813,44 +726,11 @@ static json_object *dt_create_body(struct sbx_plugin_client *c, const sbx_call_c
 fail:
     json_object_put(b);
     json_object_put(labels);
-    json_object_put(env);
     return NULL;
 }
 
 static int dt_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
                         int *exit_code, const char *op, sbx_error **error);
-
-/* 1 when @wd is an absolute path without a ".." component. */
-static int dt_workdir_ok(const char *wd)
-{
-    if (wd[0] != '/')
-        return 0;
-    for (const char *p = wd; (p = strstr(p, "..")) != NULL; p += 2)
-        if (p[-1] == '/' && (p[2] == '/' || p[2] == '\0'))
-            return 0;
-    return 1;
-}
-
-/* Makes the caller's workdir in the new sandbox (mkdir -p). */
-static int dt_make_workdir(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                           sbx_error **error)
-{
-    char *q = cl_shell_quote(sb->workdir);
-    char *cmd = q ? dt_printf("mkdir -p -- %s", q) : NULL;
-    int code = 0, rc = cmd ? dt_run_short(sb, ctx, cmd, &code, "create", error) : -1;
-    if (!cmd)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "create", "out of memory");
-    if (rc == 0 && code != 0) {
-        sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "create",
-                                 "cannot make workdir \"%s\" in the sandbox (mkdir exited %d)",
-                                 sb->workdir, code);
-        cl_context(err, "path", sb->workdir);
-        rc = -1;
-    }
-    free(q);
-    free(cmd);
-    return rc;
-}
 
 /* A create whose outcome is unknown: its sandbox, if the provider made
  * one, is deleted once now and looked for on the reaper's thread. */
@@ -869,18 +749,13 @@ static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
 {
     const char *op = "create";
     struct sbx_plugin_client *c = client;
-    if (rq->workdir && !dt_workdir_ok(rq->workdir)) {
-        sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
-                                 "workdir \"%s\" must be an absolute path in the sandbox, "
-                                 "without \"..\"", rq->workdir);
-        cl_context(err, "path", rq->workdir);
+    if (cl_workdir_check(DT_BACKEND, rq->workdir, error) < 0)
         return -1;
-    }
     double create_timeout = 0;
     json_object *body = dt_create_body(c, ctx, rq, &create_timeout, error), *j = NULL;
     if (!body)
         return -1;
-    char *url = dt_printf("%s/sandbox", c->api);
+    char *url = cl_printf("%s/sandbox", c->api);
     cl_resp r = { 0 };
     int rc = -1;
     struct sbx_plugin_sandbox *sb = NULL;
@@ -889,10 +764,8 @@ static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
      * its outcome is unknown (no answer in time, or a 5xx), the sandbox it
      * may have made is looked for by the token and deleted, now and for a
      * while on the reaper's thread (CASE-20). */
-    const char *h[2];
-    dt_extra_headers(c, h);
     const char *bs = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
-    cl_req crq = { .method = "POST", .url = url, .headers = h, .body = bs,
+    cl_req crq = { .method = "POST", .url = url, .body = bs,
                    .body_len = strlen(bs), .idempotent = CL_UNSAFE, .secs = create_timeout,
                    .what = "create the sandbox" };
     if (!url || cl_request(c->http, ctx, &crq, &r, op, error) < 0) {
@@ -918,21 +791,15 @@ static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                     "daytona create answered without an id or a toolboxProxyUrl");
         goto out;
     }
-    char *tbs = strdup(tb);
-    if (tbs) {
-        size_t n = strlen(tbs);
-        while (n && tbs[n - 1] == '/')
-            tbs[--n] = '\0';
-        sb = dt_sandbox_new(c, id, tbs, rq->workdir);
-    }
-    free(tbs);
+    sb = dt_sandbox_new(c, id, tb, rq->workdir && *rq->workdir ? rq->workdir : NULL);
     if (!sb) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         dt_delete(c, NULL, id, op, NULL);
         goto out;
     }
     if ((strcmp(dt_state(j), "started") != 0 && dt_wake(sb, ctx, op, error) < 0)
-        || (sb->workdir && dt_make_workdir(sb, ctx, error) < 0)) {
+        || (sb->workdir && cl_make_workdir(sb, dt_run_short, ctx, DT_BACKEND, sb->workdir, op,
+                                           error) < 0)) {
         sbx_error *e = error ? *error : NULL;
         if (e)
             cl_context(e, "sandbox_id", id);
@@ -953,11 +820,8 @@ out:
 
 static int dt_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    if (dt_is_gone(sb))
-        return 0;
-    if (dt_delete(sb->c, ctx, sb->id, "destroy", error) < 0)
+    if (cl_sandbox_destroy(&sb->s, sb->c, dt_delete, ctx, error) < 0)
         return -1;
-    cl_gone_set(&sb->gone);
     dt_pool_drop(sb);   /* deleted with the sandbox */
     return 0;
 }
@@ -966,32 +830,11 @@ static int dt_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
  * still exists: exec starts it or names its state), 0 when gone. */
 static int dt_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    if (dt_is_gone(sb))
-        return 0;
-    long st;
-    json_object *j = dt_get(sb->c, ctx, sb->id, &st, "is_alive", error);
-    if (!j) {
-        if (st == 404) {
-            cl_gone_set(&sb->gone);
-            return 0;
-        }
-        return -1;
-    }
-    const char *s = dt_state(j);
-    int alive = strcmp(s, "destroyed") != 0 && strcmp(s, "destroying") != 0;
-    json_object_put(j);
-    return alive;
-}
-
-static const char *dt_sandbox_id(sbx_plugin_sandbox *sb)
-{
-    return sb->id;
-}
-
-static const char *dt_sandbox_root(sbx_plugin_sandbox *sb)
-{
-    (void)sb;
-    return "";
+    static const char *const dead[] = { "destroyed", "destroying", NULL };
+    char *url = cl_item_url(sb->c->api, "sandbox", sb->s.id, "");
+    int rc = cl_sandbox_is_alive(&sb->s, sb->c->http, ctx, url, "state", dead, error);
+    free(url);
+    return rc;
 }
 
 /* {"version":1,"sandbox_id":ID,"toolbox":URL[,"workdir":DIR]}: no
@@ -1003,8 +846,8 @@ static char *dt_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
         return NULL;
     json_object *j = json_object_new_object();
     json_object_object_add(j, "version", json_object_new_int(DT_STATE_VERSION));
-    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->id));
-    size_t tl = strlen(sb->toolbox) - strlen(sb->id) - 1;
+    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
+    size_t tl = strlen(sb->toolbox) - strlen(sb->s.id) - 1;
     json_object_object_add(j, "toolbox", json_object_new_string_len(sb->toolbox, (int)tl));
     if (sb->workdir)
         json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
@@ -1042,17 +885,10 @@ static int dt_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
     }
     if (!tb)
         tb = cl_json_str(data, "toolbox");
-    char *tbs = tb ? strdup(tb) : NULL;
-    if (tbs) {
-        size_t n = strlen(tbs);
-        while (n && tbs[n - 1] == '/')
-            tbs[--n] = '\0';
-    }
     const char *wd = cl_json_str(data, "workdir");
-    struct sbx_plugin_sandbox *sb = tbs ? dt_sandbox_new(client, id, tbs,
-                                                         wd && dt_workdir_ok(wd) ? wd : NULL)
-                                        : NULL;
-    free(tbs);
+    struct sbx_plugin_sandbox *sb = tb ? dt_sandbox_new(client, id, tb,
+                                                        cl_workdir_ok(wd) ? wd : NULL)
+                                       : NULL;
     if (!sb) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
@@ -1070,19 +906,12 @@ static int dt_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **
     const char *op = "stop";
     if (dt_check(sb, op, error) < 0)
         return -1;
-    char *url = dt_printf("%s/sandbox/%s/stop", sb->c->api, sb->id);
     cl_resp r = { 0 };
-    int rc = -1;
-    if (url && dt_call(sb->c, ctx, "POST", url, NULL, CL_SAFE, &r, op, "stop the sandbox",
-                       error) == 0) {
-        if (r.status / 100 == 2)
-            rc = 0;
-        else if (r.status == 404)
-            dt_fail_gone(sb, error, op);
-        else
-            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "stop the sandbox");
-    }
-    free(url);
+    int rc = dt_sbcall(sb->c, ctx, "POST", sb->s.id, "/stop", NULL, CL_SAFE, &r, op,
+                       "stop the sandbox", error);
+    if (rc == 0)
+        rc = cl_sandbox_answer(&sb->s, sb->c->http, &r, DT_BACKEND, op, "stop the sandbox",
+                               error);
     cl_resp_clear(&r);
     return rc;
 }
@@ -1100,84 +929,48 @@ static char *dt_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
     if (dt_check(sb, op, error) < 0)
         return NULL;
     char name[48] = "sbx-snap-";
-    dt_hex(name + 9, 12);
+    cl_random_hex(name + 9, 12);
     json_object *b = json_object_new_object();
     json_object_object_add(b, "name", json_object_new_string(name));
     json_object_object_add(b, "includeMemory", json_object_new_boolean(0));
-    char *url = dt_printf("%s/sandbox/%s/snapshot", sb->c->api, sb->id);
     cl_resp r = { 0 };
     char *out = NULL;
-    if (url && dt_call(sb->c, ctx, "POST", url,
-                       json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN), CL_UNSAFE, &r,
-                       op, "snapshot the sandbox", error) == 0) {
-        if (r.status / 100 == 2) {
-            out = cl_host->alloc(strlen(name) + 1);
-            if (out)
-                memcpy(out, name, strlen(name) + 1);
-        } else if (r.status == 404) {
-            dt_fail_gone(sb, error, op);
-        } else {
-            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "snapshot the sandbox");
-        }
+    if (dt_sbcall(sb->c, ctx, "POST", sb->s.id, "/snapshot", b, CL_UNSAFE, &r, op,
+                  "snapshot the sandbox", error) == 0
+        && cl_sandbox_answer(&sb->s, sb->c->http, &r, DT_BACKEND, op, "snapshot the sandbox",
+                             error) == 0) {
+        out = cl_host->alloc(strlen(name) + 1);
+        if (out)
+            memcpy(out, name, strlen(name) + 1);
     }
     json_object_put(b);
-    free(url);
     cl_resp_clear(&r);
     return out;
 }
 
+typedef struct dt_owned {
+    sbx_plugin_owned_fn fn;
+    void *ud;
+} dt_owned;
+
+static int dt_owned_one(void *ud, json_object *it)
+{
+    dt_owned *o = ud;
+    json_object *lb = cl_json_path(it, "labels", NULL);
+    const char *tok = cl_json_str(lb, CL_META_TOKEN);
+    const char *exp = cl_json_str(lb, CL_META_EXPIRES);
+    sbx_plugin_owned_info info = { sizeof(info), cl_json_str(it, "id"), tok, 0,
+                                   exp ? strtod(exp, NULL) : 0 };
+    return info.id && tok ? o->fn(&info, o->ud) : 0;
+}
+
+/* The sandboxes this backend made: label sbx_backend=daytona. */
 static int dt_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                          sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
 {
-    const char *op = "list_owned";
-    struct sbx_plugin_client *c = client;
-    char *labels = cl_url_escape("{\"" CL_META_BACKEND "\":\"" DT_BACKEND "\"}");
-    char *cursor = NULL;
-    int rc = 0;
-    for (int page = 0; page < 1000 && rc == 0; page++) {
-        char *cur = cursor ? cl_url_escape(cursor) : NULL;
-        char *url = dt_printf("%s/sandbox?limit=200&labels=%s%s%s", c->api, labels ? labels : "",
-                              cur ? "&cursor=" : "", cur ? cur : "");
-        free(cur);
-        cl_resp r = { 0 };
-        json_object *j = NULL;
-        rc = -1;
-        if (url && dt_call(c, ctx, "GET", url, NULL, CL_SAFE, &r, op, "list sandboxes",
-                           error) == 0) {
-            if (r.status == 200)
-                j = cl_resp_json(&r, op, "list sandboxes", error);
-            else
-                cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "list sandboxes");
-        }
-        free(url);
-        cl_resp_clear(&r);
-        if (!j)
-            break;
-        rc = 0;
-        json_object *items = cl_json_path(j, "items", NULL);
-        size_t n = items && json_object_is_type(items, json_type_array)
-                   ? json_object_array_length(items) : 0;
-        int stop = 0;
-        for (size_t i = 0; i < n && !stop; i++) {
-            json_object *it = json_object_array_get_idx(items, i);
-            json_object *lb = cl_json_path(it, "labels", NULL);
-            const char *tok = cl_json_str(lb, CL_META_TOKEN);
-            const char *exp = cl_json_str(lb, CL_META_EXPIRES);
-            sbx_plugin_owned_info info = { sizeof(info), cl_json_str(it, "id"), tok, 0,
-                                           exp ? strtod(exp, NULL) : 0 };
-            if (info.id && tok)
-                stop = fn(&info, ud) != 0;
-        }
-        free(cursor);
-        const char *nx = cl_json_str(j, "nextCursor");
-        cursor = nx && *nx && !stop ? strdup(nx) : NULL;
-        json_object_put(j);
-        if (!cursor)
-            break;
-    }
-    free(cursor);
-    free(labels);
-    return rc;
+    dt_owned o = { fn, ud };
+    return dt_list(client, ctx, CL_META_BACKEND, DT_BACKEND, dt_owned_one, &o, "list_owned",
+                   error);
 }
 
 static int dt_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
@@ -1201,32 +994,43 @@ static sbx_error *dt_path_error(sbx_error **error, const char *op, const char *p
 static char *dt_query_path(const char *prefix, const char *path)
 {
     char *e = cl_url_escape(path);
-    char *s = e ? dt_printf("%s%s", prefix, e) : NULL;
+    char *s = e ? cl_printf("%s%s", prefix, e) : NULL;
     free(e);
     return s;
+}
+
+/* A GET of the toolbox's files route @route ("/files/download?path=") on
+ * @path (dt_abs): 0 with the 2xx answer in @r (or sunk by @rq), else -1
+ * with the error naming @path, not_found "no such @missing in the sandbox:
+ * PATH" for a 404. */
+static int dt_files_get(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                        const char *route, const char *path, cl_req *rq, cl_resp *r,
+                        const char *missing, const char *op, sbx_error **error)
+{
+    char *ap = dt_abs(sb, path);
+    char *q = ap ? dt_query_path(route, ap) : NULL;
+    free(ap);
+    if (!q) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    int rc = dt_toolbox(sb, ctx, rq, q, r, op, error);
+    free(q);
+    if (rc < 0 && r->status == 404)
+        cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such %s in the sandbox: %s", missing, path);
+    if (rc < 0)
+        dt_path_error(error, op, path);
+    return rc;
 }
 
 static int dt_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                         sbx_error **error)
 {
-    const char *op = "read_file";
-    char *ap = dt_abs(sb, path);
-    char *q = ap ? dt_query_path("/files/download?path=", ap) : NULL;
-    free(ap);
     cl_req rq = { .method = "GET", .sink = cl_fd_sink, .sink_ud = &fd, .idempotent = CL_SAFE,
                   .what = "download the file" };
     cl_resp r = { 0 };
-    int rc = q ? dt_toolbox(sb, ctx, &rq, q, &r, op, error) : -1;
-    if (rc < 0) {
-        if (r.status == 404) {
-            sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
-                                     "no such file in the sandbox: %s", path);
-            cl_context(err, "path", path);
-        } else {
-            dt_path_error(error, op, path);
-        }
-    }
-    free(q);
+    int rc = dt_files_get(sb, ctx, "/files/download?path=", path, &rq, &r, "file", "read_file",
+                          error);
     cl_resp_clear(&r);
     return rc;
 }
@@ -1306,12 +1110,12 @@ static int dt_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
                      int fd, int spool, const char *op, sbx_error **error)
 {
     char boundary[40] = "sbx";
-    dt_hex(boundary + 3, 16);
-    char *head = dt_printf("--%s\r\nContent-Disposition: form-data; name=\"file\"; "
+    cl_random_hex(boundary + 3, 16);
+    char *head = cl_printf("--%s\r\nContent-Disposition: form-data; name=\"file\"; "
                            "filename=\"upload\"\r\nContent-Type: application/octet-stream\r\n\r\n",
                            boundary);
-    char *tail = dt_printf("\r\n--%s--\r\n", boundary);
-    char *ctype = dt_printf("multipart/form-data; boundary=%s", boundary);
+    char *tail = cl_printf("\r\n--%s--\r\n", boundary);
+    char *ctype = cl_printf("multipart/form-data; boundary=%s", boundary);
     char *q = dt_query_path("/files/upload?path=", path);
     FILE *f = spool ? tmpfile() : NULL;
     if (spool && !f)
@@ -1381,19 +1185,9 @@ static int dt_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
         free(ap);
         return -1;
     }
-    char *qp = cl_shell_quote(ap);
+    /* The upload takes no mode: set it. */
+    int rc = cl_set_mode(sb, dt_run_short, ctx, ap, path, mode, op, error);
     free(ap);
-    char *cmd = qp ? dt_printf("chmod %o %s", (unsigned)(mode & 07777), qp) : NULL;
-    int code = 0, rc = cmd ? dt_run_short(sb, ctx, cmd, &code, op, error) : -1;
-    if (rc == 0 && code != 0) {
-        sbx_error *err = cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
-                                 "cannot set mode %o on %s (chmod exited %d)",
-                                 (unsigned)(mode & 07777), path, code);
-        cl_context(err, "path", path);
-        rc = -1;
-    }
-    free(qp);
-    free(cmd);
     return rc;
 }
 
@@ -1413,19 +1207,9 @@ static int dt_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
     const char *op = "list_files";
-    char *ap = dt_abs(sb, path);
-    char *q = ap ? dt_query_path("/files?path=", ap) : NULL;
-    free(ap);
     cl_req rq = { .method = "GET", .idempotent = CL_SAFE, .what = "list the directory" };
     cl_resp r = { 0 };
-    int rc = q ? dt_toolbox(sb, ctx, &rq, q, &r, op, error) : -1;
-    free(q);
-    if (rc < 0) {
-        if (r.status == 404) {
-            sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
-                                     "no such directory in the sandbox: %s", path);
-            cl_context(err, "path", path);
-        }
+    if (dt_files_get(sb, ctx, "/files?path=", path, &rq, &r, "directory", op, error) < 0) {
         cl_resp_clear(&r);
         return -1;
     }
@@ -1454,19 +1238,9 @@ static int dt_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
                         sbx_plugin_file_info *info, sbx_error **error)
 {
     const char *op = "stat_file";
-    char *ap = dt_abs(sb, path);
-    char *q = ap ? dt_query_path("/files/info?path=", ap) : NULL;
-    free(ap);
     cl_req rq = { .method = "GET", .idempotent = CL_SAFE, .what = "look at the file" };
     cl_resp r = { 0 };
-    int rc = q ? dt_toolbox(sb, ctx, &rq, q, &r, op, error) : -1;
-    free(q);
-    if (rc < 0) {
-        if (r.status == 404) {
-            sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
-                                     "no such file in the sandbox: %s", path);
-            cl_context(err, "path", path);
-        }
+    if (dt_files_get(sb, ctx, "/files/info?path=", path, &rq, &r, "file", op, error) < 0) {
         cl_resp_clear(&r);
         return -1;
     }
@@ -1553,10 +1327,8 @@ static int dt_demux_sink(void *ud, const char *p, size_t n)
  * in it), without waking a stopped sandbox: best effort, 5 s at most. */
 static void dt_session_delete(struct sbx_plugin_sandbox *sb, const char *sid)
 {
-    char *url = dt_printf("%s/process/session/%s", sb->toolbox, sid);
-    const char *h[2];
-    dt_extra_headers(sb->c, h);
-    cl_req rq = { .method = "DELETE", .url = url, .headers = h, .idempotent = CL_SAFE,
+    char *url = cl_printf("%s/process/session/%s", sb->toolbox, sid);
+    cl_req rq = { .method = "DELETE", .url = url, .idempotent = CL_SAFE,
                   .secs = 5, .what = "delete the session" };
     cl_resp r = { 0 };
     if (url)
@@ -1611,7 +1383,7 @@ static dt_session *dt_session_open(struct sbx_plugin_sandbox *sb, const sbx_call
         return NULL;
     }
     memcpy(s->id, "sbx-session-", 12);
-    dt_hex(s->id + 12, 12);
+    cl_random_hex(s->id + 12, 12);
     json_object *body = json_object_new_object();
     json_object_object_add(body, "sessionId", json_object_new_string(s->id));
     const char *bs = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
@@ -1690,7 +1462,7 @@ static int dt_exec_run(cl_proc *base)
     /* Its stdin, uploaded first (spooled, so that it can be sent again
      * after a wake). */
     if (p->stdin_fd >= 0) {
-        stdin_path = dt_printf("/tmp/.%s.in", p->tag);
+        stdin_path = cl_printf("/tmp/.%s.in", p->tag);
         if (!stdin_path || dt_upload(sb, &ctx, stdin_path, p->stdin_fd, 1, op, NULL) < 0)
             goto fail;
     }
@@ -1711,7 +1483,7 @@ static int dt_exec_run(cl_proc *base)
         int pooled = s != NULL;
         if (!s && !(s = dt_session_open(sb, &ctx, op)))
             goto fail;
-        path = dt_printf("/process/session/%s/exec", s->id);
+        path = cl_printf("/process/session/%s/exec", s->id);
         cl_req rq = { .method = "POST", .body = ebs, .body_len = strlen(ebs),
                       .idempotent = CL_UNSAFE, .what = "start the command" };
         int rc = path ? dt_toolbox(sb, &ctx, &rq, path, &r, op, NULL) : -1;
@@ -1736,7 +1508,7 @@ static int dt_exec_run(cl_proc *base)
     }
     cmd_id = strdup(id);
     /* Output as it comes. */
-    path = cmd_id ? dt_printf("/process/session/%s/command/%s/logs?follow=true", s->id, cmd_id)
+    path = cmd_id ? cl_printf("/process/session/%s/command/%s/logs?follow=true", s->id, cmd_id)
                   : NULL;
     dt_demux d = { p, 1, { 0, 0 }, 0 };
     cl_req rq3 = { .method = "GET", .sink = dt_demux_sink, .sink_ud = &d,
@@ -1747,7 +1519,7 @@ static int dt_exec_run(cl_proc *base)
         cl_proc_output(&p->base, d.stream, d.held, d.nheld);
     /* Its exit code (the logs end with the command). */
     free(path);
-    path = dt_printf("/process/session/%s/command/%s", s->id, cmd_id);
+    path = cl_printf("/process/session/%s/command/%s", s->id, cmd_id);
     for (double pause = 0.02;; pause = pause < 0.5 ? pause * 2 : pause) {
         cl_req rq4 = { .method = "GET", .idempotent = CL_SAFE, .what = "get the command" };
         json_object_put(j);
@@ -1775,14 +1547,12 @@ fail:
     /* The error of the call that failed is this thread's last (cloud.h);
      * a sandbox in a state that cannot run commands names it. */
     cl_proc_fail_last(base);
-    if (dt_wake_state[0]) {
-        snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "state");
-        snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "%s", dt_wake_state);
-    }
+    if (dt_wake_state[0])
+        cl_proc_context(base, "state", dt_wake_state);
     code = -1;
     if (stdin_path && !dt_is_gone(sb)) {
         /* The command may not have run to remove its stdin file. */
-        char *rm = dt_printf("rm -f /tmp/.%s.in", p->tag);
+        char *rm = cl_printf("rm -f /tmp/.%s.in", p->tag);
         int ignored;
         sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
         if (rm)
@@ -1796,10 +1566,8 @@ out:
             dt_session_delete(sb, s->id);
         free(s);
     }
-    if (code < 0 && dt_is_gone(sb)) {
-        snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
-        snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
-    }
+    if (code < 0 && dt_is_gone(sb))
+        cl_proc_context(base, "reason", "gone");
     json_object_put(j);
     json_object_put(eb);
     free(stdin_path);
@@ -1814,9 +1582,7 @@ static void dt_proc_free_fields(dt_proc *p)
 {
     if (p->stdin_fd >= 0)
         close(p->stdin_fd);
-    for (size_t i = 0; p->env && p->env[i]; i++)
-        free(p->env[i]);
-    free(p->env);
+    cl_strv_free(p->env);
     free(p->script);
 }
 
@@ -1826,20 +1592,8 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 {
     const char *op = "exec";
     (void)ctx;
-    if (dt_check(sb, op, error) < 0)
+    if (cl_exec_check(&sb->s, DT_BACKEND, rq, 0, error) < 0)
         return -1;
-    if (rq->tty_rows || rq->tty_cols) {
-        cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                "daytona backend: commands on a terminal are not supported");
-        return -1;
-    }
-    if (rq->user) {
-        sbx_error *err = cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                                 "daytona backend: commands run as the sandbox's user; user %s "
-                                 "cannot be chosen per command", rq->user);
-        cl_context(err, "user", rq->user);
-        return -1;
-    }
     /* The overlay becomes shell assignments (dt_command_line): each key
      * must be a shell name. */
     for (size_t i = 0; rq->env && rq->env[i]; i++) {
@@ -1865,30 +1619,14 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     p->sb = sb;
     p->stdin_fd = -1;
     memcpy(p->tag, "sbx-exec-", 9);
-    dt_hex(p->tag + 9, 12);
+    cl_random_hex(p->tag + 9, 12);
     char *cwd = rq->cwd ? dt_abs(sb, rq->cwd) : sb->workdir ? strdup(sb->workdir) : NULL;
     p->script = (cwd || (!rq->cwd && !sb->workdir)) ? cl_shell_script(rq->argv, rq->shell, cwd)
                                                     : NULL;
     free(cwd);
-    size_t n = 0;
-    while (rq->env && rq->env[n])
-        n++;
-    p->env = calloc(n + 1, sizeof(char *));
-    int bad = !p->script || !p->env;
-    for (size_t i = 0; i < n && !bad; i++)
-        bad |= !(p->env[i] = strdup(rq->env[i]));
-    if (!bad && rq->stdin_fd >= 0 && (p->stdin_fd = fcntl(rq->stdin_fd, F_DUPFD_CLOEXEC, 3)) < 0)
-        bad = 1;
-    if (bad) {
-        dt_proc_free_fields(p);
-        free(p);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot start the command: %s",
-                strerror(errno ? errno : ENOMEM));
-        return -1;
-    }
-    p->base.run = dt_exec_run;
-    p->base.ud = p;
-    if (cl_proc_start(&p->base, rq->stdout_fd, rq->stderr_fd, op, error) < 0) {
+    p->env = cl_strv_dup(rq->env);
+    if (cl_exec_launch(&p->base, dt_exec_run, p, p->script && p->env, rq, &p->stdin_fd, op,
+                       error) < 0) {
         dt_proc_free_fields(p);
         free(p);
         return -1;
@@ -1900,29 +1638,10 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 static int dt_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
                         int *exit_code, sbx_error **error)
 {
-    (void)ctx;
     dt_proc *p = (dt_proc *)process;
-    int rc = cl_proc_wait(&p->base, timeout_ms, exit_code, "exec_wait", error);
-    /* A missing working directory: the script's cd failed (cloud.h). */
-    char *quoted = rc == 1 && *exit_code == CL_CWD_MISSING_EXIT ? cl_script_cwd(p->script)
-                                                                : NULL;
-    if (quoted) {
-        char *cmd = dt_printf("test -d %s", quoted);
-        int code = 0;
-        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-        if (cmd && dt_run_short(p->sb, &c2, cmd, &code, "exec", NULL) == 0 && code != 0) {
-            cl_cwd_missing_error(error, "exec", quoted);
-            rc = -1;
-        }
-        free(cmd);
-        free(quoted);
-    }
-    return rc;
-}
-
-static int dt_exec_event_fd(sbx_plugin_process *process)
-{
-    return cl_proc_event_fd(&((dt_proc *)process)->base);
+    (void)ctx;
+    return cl_exec_wait_script(process, p->sb, p->script, dt_run_short, timeout_ms, exit_code,
+                               error);
 }
 
 /* Signals every process of the command: each carries CL_EXEC_MARK=<its
@@ -1935,16 +1654,7 @@ static int dt_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
                         sbx_error **error)
 {
     dt_proc *p = (dt_proc *)process;
-    int code;
-    pthread_mutex_lock(&p->base.lock);
-    int ended = p->base.ended;
-    pthread_mutex_unlock(&p->base.lock);
-    if (ended)
-        return 0;
-    char *cmd = cl_mark_kill_command(p->tag, sig);
-    int rc = cmd ? dt_run_short(p->sb, ctx, cmd, &code, "exec_kill", error) : -1;
-    free(cmd);
-    return rc;
+    return cl_proc_mark_kill(&p->base, p->sb, dt_run_short, ctx, p->tag, sig, error);
 }
 
 static void dt_exec_free(sbx_plugin_process *process)
@@ -1952,13 +1662,8 @@ static void dt_exec_free(sbx_plugin_process *process)
     dt_proc *p = (dt_proc *)process;
     if (!p)
         return;
-    pthread_mutex_lock(&p->base.lock);
-    int ended = p->base.ended;
-    pthread_mutex_unlock(&p->base.lock);
-    if (!ended) {
-        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-        dt_exec_kill(process, &c2, SIGKILL, NULL);
-    }
+    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
+    dt_exec_kill(process, &c2, SIGKILL, NULL);
     cl_proc_clear(&p->base);
     dt_proc_free_fields(p);
     free(p);
@@ -1986,12 +1691,12 @@ static const sbx_plugin dt_plugin = {
     .destroy = dt_destroy,
     .is_alive = dt_is_alive,
     .sandbox_free = dt_sandbox_free,
-    .sandbox_id = dt_sandbox_id,
-    .sandbox_root = dt_sandbox_root,
+    .sandbox_id = cl_sandbox_id,
+    .sandbox_root = cl_sandbox_root,
     .snapshot = dt_snapshot,
     .exec_start = dt_exec_start,
     .exec_wait = dt_exec_wait,
-    .exec_event_fd = dt_exec_event_fd,
+    .exec_event_fd = cl_exec_event_fd,
     .exec_kill = dt_exec_kill,
     .exec_free = dt_exec_free,
     .list_files = dt_list_files,

@@ -9,6 +9,10 @@
  * spec/envd/filesystem/filesystem.proto, spec/envd/envd.yaml,
  * packages/python-sdk/e2b/).
  *
+ *  - Client options (sbx_client_new_with_config): "api_url", "domain",
+ *    "sandbox_url", "keepalive_s" (see exec), and the base's "retries",
+ *    "rate_limit_retries" and "max_retry_wait_s"; a bad keepalive_s is a
+ *    configuration error with context option=keepalive_s.
  *  - Credentials: E2B_API_KEY, as "X-API-Key" on the control plane only.
  *    Control plane: the client config's "api_url", else E2B_API_URL, else
  *    https://api.<domain>; the domain is "domain", else E2B_DOMAIN, else
@@ -20,8 +24,9 @@
  *    token is kept in memory only and fetched again by resume) and
  *    "Authorization: Basic base64(USER:)" (default user "user").
  *  - create: POST /sandboxes. template → templateID (default "base");
- *    timeout_secs → timeout, always sent, so the provider bounds every
- *    sandbox (CASE-33); env → envVars; allow_internet=0 →
+ *    timeout_secs → timeout, plus E2B_LIFETIME_MARGIN_S (5 s: a command
+ *    the library times out at the lifetime's end reports 124, not a lost
+ *    sandbox), always sent, so the provider bounds every sandbox (CASE-33); env → envVars; allow_internet=0 →
  *    allow_internet_access false; the create token, backend and expiry →
  *    metadata (CL_META_*), which is how list_owned, destroy_by_id and the
  *    reaper of lost creates find it (CASE-20). Size comes from the template:
@@ -41,8 +46,18 @@
  *    the rest of its tree (background and setsid'd descendants) is found by
  *    the variable SBX_EXEC_ID=<random> every command carries in its
  *    environment, and signalled by a short command in the sandbox.
- *    Keepalive-Ping-Interval is 20 s and there is no read timeout of our
- *    own (CASE-52).
+ *    Every process stream asks envd for a keepalive message after each
+ *    Keepalive-Ping-Interval seconds of quiet: the client option
+ *    "keepalive_s" (a number > 0, at most 86400, rounded up to whole
+ *    seconds as envd counts them; default 20), so that a path that closes
+ *    idle connections sooner can be kept busy; there is no read timeout of
+ *    our own (CASE-52). A stream the path cuts (closed or reset) before its
+ *    end-of-stream frame is re-attached to the same process by its pid with
+ *    process.Process/Connect ({"process":{"pid"}}; the same events from
+ *    then on, output sent while it was cut is not sent again), as often as
+ *    it is cut; the command is never started again. When that fails (no
+ *    pid yet, envd no longer has the process, no stream comes back) the
+ *    exec fails with a connection error whose outcome is unknown.
  *  - files: GET|POST {envd}/files?path=&username= as raw bytes both ways
  *    (never text, CASE-17); then the mode with chmod. list_files and
  *    stat_file: filesystem.Filesystem/ListDir and Stat. A relative path is
@@ -84,9 +99,12 @@
 #define E2B_ENVD_PORT "49983"
 #define E2B_DEFAULT_TEMPLATE "base"
 #define E2B_DEFAULT_USER "user"
+#define E2B_LIFETIME_MARGIN_S 5    /* provider end after the caller's lifetime */
 #define E2B_MAX_TIMEOUT_S 86400         /* the API's bound on timeout */
 #define E2B_STATE_VERSION 1
 #define E2B_STDIN_CHUNK 49152           /* bytes per SendInput */
+#define E2B_KEEPALIVE_S 20              /* Keepalive-Ping-Interval by default */
+#define E2B_MAX_KEEPALIVE_S 86400
 
 #define E2B_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_RESUME        \
                   | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY | SBX_CAP_IMAGE               \
@@ -97,6 +115,7 @@ struct sbx_plugin_client {
     char *api;          /* control plane base URL, no trailing slash */
     char *domain;
     char *sandbox_url;  /* envd through one URL and headers, or NULL */
+    long keepalive_s;   /* Keepalive-Ping-Interval of the process streams */
     cl_reaper *reaper;
 };
 
@@ -126,6 +145,7 @@ typedef struct e2b_proc {
     int64_t pid;        /* envd's pid; 0 until the start event */
     char tag[32];       /* CL_EXEC_MARK of the command's processes; "" for none */
     int over;           /* the stream is over */
+    int lost;           /* its stream was cut and could not be re-attached */
 } e2b_proc;
 
 /* ------------------------------------------------------------------------ */
@@ -161,20 +181,10 @@ static double e2b_rfc3339(const char *s)
     return (double)timegm(&tm) + frac;
 }
 
-/* A control-plane call on /sandboxes/{id}@suffix. */
-static int e2b_sbcall(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *method,
-                      const char *id, const char *suffix, json_object *body, cl_idempotency idem,
-                      cl_resp *r, const char *op, const char *what, sbx_error **error)
-{
-    char *url = cl_item_url(c->api, "sandboxes", id, suffix);
-    if (!url) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    int rc = cl_request_json(c->http, ctx, method, url, body, idem, r, op, what, error);
-    free(url);
-    return rc;
-}
+/* A control-plane call on /sandboxes/{id}@suffix (provider.h). */
+#define e2b_sbcall(c, ctx, method, id, suffix, body, idem, r, op, what, error)               \
+    cl_item_request((c)->http, (ctx), (method), (c)->api, "sandboxes", (id), (suffix), (body), \
+                    (idem), (r), (op), (what), (error))
 
 /* GET /sandboxes/{id}: SandboxDetail, or NULL (*@status 404 when gone, 0
  * when no answer came; other statuses store an error). */
@@ -472,9 +482,7 @@ static int e2b_unary(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
  * directory (else left to envd, which takes it from the user's home). */
 static char *e2b_abs(struct sbx_plugin_sandbox *sb, const char *path)
 {
-    if (path[0] == '/' || !sb->workdir)
-        return strdup(path);
-    return cl_printf("%s/%s", sb->workdir, path);
+    return cl_path_in(sb->workdir, path);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -503,6 +511,28 @@ static int e2b_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, 
 static int e2b_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
 {
     return e2b_delete(ud, ctx, id, "create", error);
+}
+
+/* The client option "keepalive_s": a number of seconds > 0 (at most a
+ * day), rounded up to whole seconds as envd counts them; E2B_KEEPALIVE_S
+ * when absent. -1 with a configuration error naming it otherwise. */
+static int e2b_keepalive_option(json_object *cfg, long *out, sbx_error **error)
+{
+    json_object *v;
+    *out = E2B_KEEPALIVE_S;
+    if (!cfg || !json_object_object_get_ex(cfg, "keepalive_s", &v))
+        return 0;
+    double d = 0;
+    if ((!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double))
+        || !isfinite(d = json_object_get_double(v)) || !(d > 0) || d > E2B_MAX_KEEPALIVE_S) {
+        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
+                           "e2b client option keepalive_s %s is not a number of seconds "
+                           "above 0 and at most %d", json_object_to_json_string(v),
+                           E2B_MAX_KEEPALIVE_S), "option", "keepalive_s");
+        return -1;
+    }
+    *out = (long)ceil(d);
+    return 0;
 }
 
 static int e2b_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
@@ -535,6 +565,8 @@ static int e2b_client_new(const char *config_json, sbx_plugin_client **client, s
     }
     static const char *const key_envs[] = { "E2B_API_KEY", NULL };
     if (cl_http_configure(c->http, cfg, key_envs, "X-API-Key", NULL, error) < 0)
+        goto fail;
+    if (e2b_keepalive_option(cfg, &c->keepalive_s, error) < 0)
         goto fail;
     if (!(c->reaper = cl_reaper_new(e2b_find_token, e2b_reap_delete, c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -570,6 +602,7 @@ typedef struct e2b_stream {
     int have_end;
     int exit_code;
     int failed;
+    int frames;         /* frames of the current stream */
     cl_last_error saved;        /* the frame callback's error */
 } e2b_stream;
 
@@ -606,6 +639,7 @@ static int e2b_on_frame(void *ud, unsigned flags, const char *p, size_t n)
 {
     e2b_stream *s = ud;
     (void)n;
+    s->frames++;
     json_object *j = json_tokener_parse(p);
     if (!j)
         return e2b_stream_fail(s, SBX_ERROR_CONNECTION, "e2b: a stream message that is not JSON: "
@@ -688,8 +722,138 @@ static json_object *e2b_start_body(struct sbx_plugin_sandbox *sb, const char *sc
     return b;
 }
 
-/* Runs the Start stream of @p (on the calling thread): the exit code, or
- * -1 with the error in cl_last() (or with @p stopped). */
+static int e2b_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
+                         sbx_error **error);
+
+/* One process stream of @p fed to @s: @rpc ("/process.Process/Start" or
+ * ".../Connect") with @msg as its one request envelope, and the client's
+ * Keepalive-Ping-Interval. As e2b_envd(); @r holds the answer. */
+static int e2b_stream_call(e2b_proc *p, const sbx_call_ctx *ctx, e2b_stream *s, const char *rpc,
+                           json_object *msg, cl_idempotency idem, cl_resp *r, sbx_error **error)
+{
+    const char *op = "exec";
+    const char *js = json_object_to_json_string_ext(msg, JSON_C_TO_STRING_PLAIN);
+    cl_buf env = { 0 };
+    char *ka = cl_printf("Keepalive-Ping-Interval: %ld", p->sb->c->keepalive_s);
+    memset(r, 0, sizeof(*r));
+    if (!ka || cl_connect_envelope(js, strlen(js), 0, &env) < 0) {
+        free(ka);
+        cl_buf_clear(&env);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    cl_req rq = { .method = "POST", .content_type = "application/connect+json",
+                  .body = env.data, .body_len = env.len, .sink = e2b_stream_sink,
+                  .sink_ud = s, .idempotent = idem, .what = "run the command" };
+    int rc = e2b_envd(p->sb, ctx, &rq, rpc, p->user, ka, r, op, error);
+    free(ka);
+    cl_buf_clear(&env);
+    return rc;
+}
+
+/* 1 when a stream call that gave @rc and @r was cut by the path before its
+ * end-of-stream frame (the connection closed or reset after a 2xx began):
+ * not a refusal, not the stream's own error, not a cancellation. */
+static int e2b_stream_cut(const e2b_stream *s, int rc, const cl_resp *r)
+{
+    if (s->failed || r->status / 100 != 2)
+        return 0;
+    if (rc == 0)
+        return !s->cs.done;
+    return cl_last()->code == SBX_ERROR_CONNECTION;
+}
+
+/* The stream of @p was cut: re-attaches to the same process by its pid with
+ * process.Process/Connect, as many times as the path cuts it, and reads on
+ * (its output and its end) into @s; never starts the command again. 0 when
+ * the end-of-stream frame came; -1 with the error in cl_last() (and
+ * *@error): the stream's own error, or a connection error with outcome
+ * unknown when the process cannot be re-attached (its pid never came,
+ * envd no longer has it, or no stream came back). @why: how it was cut. */
+static int e2b_reattach(e2b_proc *p, const sbx_call_ctx *ctx, e2b_stream *s, const char *why,
+                        sbx_error **error)
+{
+    const char *op = "exec";
+    char cut[256];
+    snprintf(cut, sizeof cut, "%.250s", why);
+    pthread_mutex_lock(&p->plock);
+    int64_t pid = p->pid;
+    pthread_mutex_unlock(&p->plock);
+    p->lost = 1;        /* until it is re-attached */
+    if (pid <= 0) {
+        cl_outcome_unknown(cl_fail(error, SBX_ERROR_CONNECTION, op, "e2b: the command's stream "
+                                   "was cut before envd named its process (%s): its outcome is "
+                                   "unknown", cut));
+        return -1;
+    }
+    for (int empty = 0;;) {
+        if (e2b_is_gone(p->sb))
+            return e2b_check(p->sb, op, error);
+        CL_LOG(SBX_LOG_DEBUG, "e2b: the stream of process %lld was cut (%s): re-attaching",
+               (long long)pid, cut);
+        cl_connect_clear(&s->cs);
+        cl_connect_init(&s->cs, e2b_on_frame, s);
+        s->frames = 0;
+        json_object *b = json_object_new_object(), *sel = json_object_new_object();
+        json_object_object_add(sel, "pid", json_object_new_int64(pid));
+        json_object_object_add(b, "process", sel);
+        cl_resp r = { 0 };
+        int rc = e2b_stream_call(p, ctx, s, "/process.Process/Connect", b, CL_SAFE, &r, NULL);
+        json_object_put(b);
+        int again = e2b_stream_cut(s, rc, &r);
+        if (rc == 0 && !again && s->cs.done) {
+            cl_resp_clear(&r);
+            p->lost = 0;
+            return 0;
+        }
+        /* The stream's own error once it re-attached (past its start
+         * event); an error frame at once is a refusal (not_found: envd no
+         * longer has the process). */
+        if (s->failed && s->frames > 1) {
+            cl_resp_clear(&r);
+            p->lost = 0;
+            cl_fail(error, s->saved.code, op, "%s", s->saved.msg);
+            return -1;
+        }
+        /* A stream came back and was cut again: once more, unless it
+         * carried no frame three times in a row. */
+        if (again && (s->frames > 0 || ++empty < 3)) {
+            if (s->frames > 0)
+                empty = 0;
+            snprintf(cut, sizeof cut, "%.250s", rc == 0 ? "it ended early" : cl_last()->msg);
+            cl_resp_clear(&r);
+            continue;
+        }
+        /* Not re-attached: envd's answer, or the transport's error. */
+        char why2[1024];
+        if (e2b_is_gone(p->sb)) {
+            cl_resp_clear(&r);
+            return e2b_check(p->sb, op, error);
+        }
+        if (s->failed) {
+            snprintf(why2, sizeof why2, "%.1000s", s->saved.msg);
+        } else if (rc == 0 || (r.status && r.status / 100 != 2)) {
+            if (r.status / 100 == 2) {
+                snprintf(why2, sizeof why2, "the stream came back with no frame");
+            } else {
+                e2b_envd_fail(p->sb, &r, op, "re-attach to the command", NULL, NULL);
+                snprintf(why2, sizeof why2, "%.1000s", cl_last()->msg);
+            }
+        } else {
+            snprintf(why2, sizeof why2, "%.1000s", cl_last()->msg);
+        }
+        cl_resp_clear(&r);
+        sbx_error *err = cl_fail(error, SBX_ERROR_CONNECTION, op, "e2b: the command's stream was "
+                                 "cut (%s) and re-attaching to its process %lld failed (%s): "
+                                 "its outcome is unknown", cut, (long long)pid, why2);
+        cl_outcome_unknown(err);
+        return -1;
+    }
+}
+
+/* Runs the Start stream of @p (on the calling thread), re-attached by
+ * e2b_reattach() when the path cuts it: the exit code, or -1 with the error
+ * in cl_last() (or with @p stopped). */
 static int e2b_run_stream(e2b_proc *p, const sbx_call_ctx *ctx, int discard, int want_stdin,
                           sbx_error **error)
 {
@@ -698,31 +862,28 @@ static int e2b_run_stream(e2b_proc *p, const sbx_call_ctx *ctx, int discard, int
     e2b_stream s = { .p = p, .discard = discard };
     cl_connect_init(&s.cs, e2b_on_frame, &s);
     json_object *b = e2b_start_body(sb, p->script, p->env, p->cwd, p->tag, want_stdin);
-    const char *js = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
-    cl_buf env = { 0 };
     int code = -1;
-    if (cl_connect_envelope(js, strlen(js), 0, &env) < 0) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto out;
-    }
-    cl_req rq = { .method = "POST", .content_type = "application/connect+json",
-                  .body = env.data, .body_len = env.len, .sink = e2b_stream_sink,
-                  .sink_ud = &s, .idempotent = CL_UNSAFE, .what = "run the command" };
     cl_resp r = { 0 };
-    int rc = e2b_envd(sb, ctx, &rq, "/process.Process/Start", p->user,
-                      "Keepalive-Ping-Interval: 20", &r, op, error);
-    if (rc < 0 && s.failed) {
+    /* Its error is made here (a cut stream is no error yet). */
+    int rc = e2b_stream_call(p, ctx, &s, "/process.Process/Start", b, CL_UNSAFE, &r, NULL);
+    if (e2b_stream_cut(&s, rc, &r)) {
+        /* The path closed the stream before its end: the command runs on. */
+        char why[256];
+        snprintf(why, sizeof why, "%.250s", rc == 0 ? "it ended early" : cl_last()->msg);
+        rc = e2b_reattach(p, ctx, &s, why, error);
+    } else if (rc < 0 && s.failed) {
         cl_fail(NULL, s.saved.code, op, "%s", s.saved.msg);
         if (error && !*error)
             cl_fail(error, s.saved.code, op, "%s", s.saved.msg);
-    } else if (rc < 0 && r.status && !(error && *error) && !e2b_is_gone(sb)) {
+    } else if (rc < 0 && e2b_is_gone(sb)) {
+        e2b_check(sb, op, error);
+    } else if (rc < 0 && r.status && r.status / 100 != 2) {
         /* Refused before it ran: a missing working directory is not_found. */
         const char *cwd = p->cwd ? p->cwd : sb->workdir;
         json_object *sb_ = json_object_new_object(), *st = NULL;
         json_object_object_add(sb_, "path", json_object_new_string(cwd ? cwd : "/"));
-        if (cwd && r.status / 100 != 2
-            && e2b_unary(sb, ctx, "/filesystem.Filesystem/Stat", sb_, &st, cwd, op,
-                         "look up the working directory", NULL) < 0
+        if (cwd && e2b_unary(sb, ctx, "/filesystem.Filesystem/Stat", sb_, &st, cwd, op,
+                             "look up the working directory", NULL) < 0
             && cl_last()->code == SBX_ERROR_NOT_FOUND) {
             cl_cwd_missing_error(error, op, cwd);
         } else {
@@ -730,18 +891,26 @@ static int e2b_run_stream(e2b_proc *p, const sbx_call_ctx *ctx, int discard, int
         }
         json_object_put(st);
         json_object_put(sb_);
-    } else if (rc == 0 && cl_connect_end(&s.cs, op, error) < 0) {
-        rc = -1;
+    } else if (rc < 0) {
+        e2b_relay(error, op);   /* no answer: the transport's error */
     }
     if (rc == 0)
         code = s.exit_code;
     cl_resp_clear(&r);
-out:
+    if (rc < 0 && p->lost && !discard) {
+        /* Its outcome is unknown and it may run on: killed (best effort,
+         * 10 s) so that nothing of it is left running after the error. */
+        cl_last_error l = *cl_last();
+        sbx_call_ctx kc = { sizeof(kc), cl_now() + 10, -1, NULL };
+        e2b_exec_kill((sbx_plugin_process *)p, &kc, SIGKILL, NULL);
+        cl_fail(NULL, l.code, op, "%s", l.msg);
+        if (l.unknown)
+            cl_outcome_unknown(NULL);
+    }
     pthread_mutex_lock(&p->plock);
     p->over = 1;
     pthread_cond_broadcast(&p->pcond);
     pthread_mutex_unlock(&p->plock);
-    cl_buf_clear(&env);
     cl_connect_clear(&s.cs);
     json_object_put(b);
     return code;
@@ -826,15 +995,10 @@ static int e2b_exec_run(cl_proc *base)
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
     int code = e2b_run_stream(p, &ctx, 0, p->stdin_fd >= 0, NULL);
     if (code < 0) {
-        cl_proc_fail_last(base);
-        if (e2b_is_gone(p->sb)) {
-            snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
-            snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
-        } else if (cl_last()->code == SBX_ERROR_NOT_FOUND && (p->cwd || p->sb->workdir)) {
-            snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "path");
-            snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "%s",
-                     p->cwd ? p->cwd : p->sb->workdir);
-        }
+        cl_proc_fail_in(base, &p->sb->s);
+        if (!e2b_is_gone(p->sb) && cl_last()->code == SBX_ERROR_NOT_FOUND
+            && (p->cwd || p->sb->workdir))
+            cl_proc_context(base, "path", p->cwd ? p->cwd : p->sb->workdir);
     }
     return code;
 }
@@ -857,13 +1021,8 @@ static int e2b_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 {
     const char *op = "exec";
     (void)ctx;
-    if (e2b_check(sb, op, error) < 0)
+    if (cl_exec_check(&sb->s, E2B_BACKEND, rq, 1, error) < 0)
         return -1;
-    if (rq->tty_rows || rq->tty_cols) {
-        cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                "e2b backend: commands on a terminal are not supported");
-        return -1;
-    }
     e2b_proc *p = calloc(1, sizeof(*p));
     if (!p) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -881,18 +1040,7 @@ static int e2b_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
         bad = !(p->cwd = e2b_abs(sb, rq->cwd));
     if (!bad && rq->user)
         bad = !(p->user = strdup(rq->user));
-    if (!bad && rq->stdin_fd >= 0 && (p->stdin_fd = fcntl(rq->stdin_fd, F_DUPFD_CLOEXEC, 3)) < 0)
-        bad = 1;
-    if (bad) {
-        e2b_proc_free_fields(p);
-        free(p);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot start the command: %s",
-                strerror(errno ? errno : ENOMEM));
-        return -1;
-    }
-    p->base.run = e2b_exec_run;
-    p->base.ud = p;
-    if (cl_proc_start(&p->base, rq->stdout_fd, rq->stderr_fd, op, error) < 0) {
+    if (cl_exec_launch(&p->base, e2b_exec_run, p, !bad, rq, &p->stdin_fd, op, error) < 0) {
         e2b_proc_free_fields(p);
         free(p);
         return -1;
@@ -1030,7 +1178,12 @@ static json_object *e2b_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cr
         e2b_refuse(error, "timeout_secs", buf, "E2B takes 1 to 86400 seconds");
         return NULL;
     }
-    *timeout = (long long)ceil(ts);
+    /* The library times commands out at the lifetime's end; the provider
+     * ends the sandbox E2B_LIFETIME_MARGIN_S later, so that such a command
+     * is reported timed out (124), not lost with its sandbox. */
+    *timeout = (long long)ceil(ts) + E2B_LIFETIME_MARGIN_S;
+    if (*timeout > E2B_MAX_TIMEOUT_S)
+        *timeout = E2B_MAX_TIMEOUT_S;
     json_object *b = json_object_new_object(), *meta = json_object_new_object();
     json_object_object_add(b, "templateID", json_object_new_string(
                                rq->template_name ? rq->template_name : E2B_DEFAULT_TEMPLATE));
@@ -1148,21 +1301,13 @@ static int e2b_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
     return cl_sandbox_destroy(&sb->s, sb->c, e2b_delete, ctx, error);
 }
 
+/* Running or paused: it exists. */
 static int e2b_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    if (e2b_is_gone(sb))
-        return 0;
-    long st;
-    json_object *j = e2b_get(sb->c, ctx, sb->s.id, &st, "is_alive", error);
-    if (!j) {
-        if (st == 404) {
-            e2b_mark_gone(sb);
-            return 0;
-        }
-        return -1;
-    }
-    json_object_put(j);     /* running or paused: it exists */
-    return 1;
+    char *url = cl_item_url(sb->c->api, "sandboxes", sb->s.id, "");
+    int rc = cl_sandbox_is_alive(&sb->s, sb->c->http, ctx, url, NULL, NULL, error);
+    free(url);
+    return rc;
 }
 
 /* {"version":1,"sandbox_id","workdir"?,"lifetime_s"}: no access token, no
@@ -1225,15 +1370,9 @@ static int e2b_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error *
     cl_resp r = { 0 };
     int rc = e2b_sbcall(sb->c, ctx, "POST", sb->s.id, "/pause", NULL, CL_SAFE, &r, op,
                         "pause the sandbox", error);
-    if (rc == 0 && r.status / 100 != 2 && r.status != 409) {
-        if (r.status == 404) {
-            e2b_mark_gone(sb);
-            e2b_gone_error(error, op, sb->s.id);
-        } else {
-            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "pause the sandbox");
-        }
-        rc = -1;
-    }
+    if (rc == 0 && r.status != 409)
+        rc = cl_sandbox_answer(&sb->s, sb->c->http, &r, E2B_BACKEND, op, "pause the sandbox",
+                               error);
     cl_resp_clear(&r);
     return rc;      /* 409: it is paused already */
 }
@@ -1334,22 +1473,9 @@ static int e2b_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     return e2b_delete(client, ctx, id, "destroy_by_id", error);
 }
 
-typedef struct e2b_ids {
-    char **v;
-    size_t n;
-} e2b_ids;
-
 static int e2b_id_one(void *ud, json_object *it)
 {
-    e2b_ids *s = ud;
-    const char *id = cl_json_str(it, "sandboxID");
-    char **nv = id ? realloc(s->v, (s->n + 2) * sizeof(char *)) : NULL;
-    if (!nv)
-        return 0;
-    s->v = nv;
-    if ((s->v[s->n] = strdup(id)))
-        s->n++;
-    s->v[s->n] = NULL;
+    cl_ids_add(ud, cl_json_str(it, "sandboxID"));
     return 0;
 }
 
@@ -1357,16 +1483,9 @@ static int e2b_id_one(void *ud, json_object *it)
 static int e2b_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
                           sbx_error **error)
 {
-    e2b_ids s = { NULL, 0 };
+    cl_ids s = { 0 };
     int rc = e2b_list(ud, ctx, CL_META_TOKEN, token, e2b_id_one, &s, "create", error);
-    if (rc < 0) {
-        cl_strv_free(s.v);
-        return -1;
-    }
-    if (!s.v)
-        s.v = calloc(1, sizeof(char *));
-    *ids = s.v;
-    return s.v ? 0 : -1;
+    return cl_ids_finish(&s, rc, ids, "create", error);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1498,7 +1617,9 @@ static const sbx_plugin e2b_plugin = {
     .name = E2B_BACKEND,
     .version = PACKAGE_VERSION,
     .description = "E2B sandboxes (REST API; envd's Connect process stream and raw-byte files) "
-                   "over libcurl",
+                   "over libcurl; the client option keepalive_s (seconds, default 20) is how "
+                   "long a command's stream may be quiet before envd sends a keepalive, and a "
+                   "stream the path cuts is re-attached to the same process by its pid",
     .caps = E2B_CAPS,
     .setup = e2b_setup,
     .client_new = e2b_client_new,

@@ -136,15 +136,6 @@ typedef struct tl_proc {
 /* Helpers                                                                   */
 /* ------------------------------------------------------------------------ */
 
-static char *tl_trim_slash(const char *s)
-{
-    char *o = strdup(s);
-    size_t n = o ? strlen(o) : 0;
-    while (n && o[n - 1] == '/')
-        o[--n] = '\0';
-    return o;
-}
-
 #define tl_is_gone(sb) cl_gone_get(&(sb)->s.gone)
 #define tl_mark_gone(sb) cl_gone_set(&(sb)->s.gone)
 #define tl_gone_error(error, op, id) cl_gone_error((error), (op), TL_BACKEND, (id))
@@ -214,16 +205,14 @@ static int tl_wake_look(void *ud, const char **state, sbx_error **error)
             cl_context(err, "termination_reason", why);
         rc = -1;
     } else if (strcmp(s, "suspended") == 0 && !w->resumed) {
-        char *url = cl_printf("%s/sandboxes/%s/resume", sb->c->api, sb->s.id);
         cl_resp r = { 0 };
-        rc = url ? cl_request_json(sb->c->http, w->ctx, "POST", url, NULL, CL_SAFE, &r, w->op,
-                                   "resume the sandbox", error) : -1;
+        rc = cl_item_request(sb->c->http, w->ctx, "POST", sb->c->api, "sandboxes", sb->s.id,
+                             "/resume", NULL, CL_SAFE, &r, w->op, "resume the sandbox", error);
         if (rc == 0 && r.status / 100 != 2) {
             cl_context(cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, w->op,
                                       "resume the sandbox"), "state", w->state);
             rc = -1;
         }
-        free(url);
         cl_resp_clear(&r);
         w->resumed = 1;
     }
@@ -356,7 +345,7 @@ static struct sbx_plugin_sandbox *tl_sandbox_new(struct sbx_plugin_client *c, co
     if (!sb)
         return NULL;
     sb->c = c;
-    sb->url = tl_trim_slash(url);
+    sb->url = cl_trim_slash(url);
     sb->named = named;
     if (!sb->url || cl_sandbox_init(&sb->s, id) < 0) {
         free(sb->url);
@@ -637,22 +626,11 @@ static int tl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
 
 static int tl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    if (tl_is_gone(sb))
-        return 0;
-    long st;
-    json_object *j = tl_get(sb->c, ctx, sb->s.id, &st, "is_alive", error);
-    if (!j) {
-        if (st == 404) {
-            tl_mark_gone(sb);
-            return 0;
-        }
-        return -1;
-    }
-    int alive = strcmp(tl_status(j), "terminated") != 0 && strcmp(tl_status(j), "timeout") != 0;
-    json_object_put(j);
-    if (!alive)
-        tl_mark_gone(sb);
-    return alive;
+    static const char *const dead[] = { "terminated", "timeout", NULL };
+    char *url = cl_item_url(sb->c->api, "sandboxes", sb->s.id, "");
+    int rc = cl_sandbox_is_alive(&sb->s, sb->c->http, ctx, url, "status", dead, error);
+    free(url);
+    return rc;
 }
 
 /* {"version":1,"sandbox_id":ID,"sandbox_url":URL,"named":B[,"workdir":W]}:
@@ -725,21 +703,15 @@ static char *tl_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
         return NULL;
     json_object *b = json_object_new_object(), *j = NULL;
     json_object_object_add(b, "snapshot_type", json_object_new_string("filesystem"));
-    char *url = cl_printf("%s/sandboxes/%s/snapshot", sb->c->api, sb->s.id), *snap = NULL;
+    char *url = NULL, *snap = NULL;
     char *out = NULL;
     cl_resp r = { 0 };
-    if (!url || cl_request_json(sb->c->http, ctx, "POST", url, b, CL_UNSAFE, &r, op,
-                                "snapshot the sandbox", error) < 0)
+    if (cl_item_request(sb->c->http, ctx, "POST", sb->c->api, "sandboxes", sb->s.id, "/snapshot",
+                        b, CL_UNSAFE, &r, op, "snapshot the sandbox", error) < 0)
         goto done;
-    if (r.status / 100 != 2) {
-        if (r.status == 404) {
-            tl_mark_gone(sb);
-            tl_gone_error(error, op, sb->s.id);
-        } else {
-            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "snapshot the sandbox");
-        }
+    if (cl_sandbox_answer(&sb->s, sb->c->http, &r, TL_BACKEND, op, "snapshot the sandbox",
+                          error) < 0)
         goto done;
-    }
     j = cl_resp_json(&r, op, "snapshot the sandbox", error);
     const char *sid = j ? cl_json_str(j, "snapshot_id") : NULL;
     if (!sid) {
@@ -831,19 +803,12 @@ static int tl_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **
                            sb->s.id), "option", "suspendable");
         return -1;
     }
-    char *url = cl_printf("%s/sandboxes/%s/suspend", sb->c->api, sb->s.id);
     cl_resp r = { 0 };
-    int rc = url ? cl_request_json(sb->c->http, ctx, "POST", url, NULL, CL_SAFE, &r, op,
-                                   "suspend the sandbox", error) : -1;
-    if (rc == 0 && r.status == 404) {
-        tl_mark_gone(sb);
-        tl_gone_error(error, op, sb->s.id);
-        rc = -1;
-    } else if (rc == 0 && r.status / 100 != 2) {
-        cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "suspend the sandbox");
-        rc = -1;
-    }
-    free(url);
+    int rc = cl_item_request(sb->c->http, ctx, "POST", sb->c->api, "sandboxes", sb->s.id,
+                             "/suspend", NULL, CL_SAFE, &r, op, "suspend the sandbox", error);
+    if (rc == 0)
+        rc = cl_sandbox_answer(&sb->s, sb->c->http, &r, TL_BACKEND, op, "suspend the sandbox",
+                               error);
     cl_resp_clear(&r);
     if (rc < 0)
         return -1;
@@ -942,9 +907,7 @@ static int tl_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, 
  * working directory (its workdir, else /), as a command would take it. */
 static char *tl_files_path_in(struct sbx_plugin_sandbox *sb, const char *route, const char *path)
 {
-    char *abs = NULL;
-    if (sb && path[0] != '/')
-        abs = cl_printf("%s/%s", sb->workdir ? sb->workdir : "", path);
+    char *abs = sb && path[0] != '/' ? cl_path_in(sb->workdir ? sb->workdir : "/", path) : NULL;
     char *e = cl_url_escape(abs ? abs : path);
     char *s = e ? cl_printf("/api/v1/files%s?path=%s", route, e) : NULL;
     free(e);
@@ -1237,12 +1200,8 @@ static int tl_exec_run(cl_proc *base)
         goto fail;
     goto out;
 fail:
-    cl_proc_fail_last(base);
+    cl_proc_fail_in(base, &sb->s);
     code = -1;
-    if (tl_is_gone(sb)) {
-        snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
-        snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
-    }
 out:
     free(script);
     free(stdin_path);
@@ -1265,19 +1224,8 @@ static int tl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 {
     const char *op = "exec";
     (void)ctx;
-    if (tl_check(sb, op, error) < 0)
+    if (cl_exec_check(&sb->s, TL_BACKEND, rq, 0, error) < 0)
         return -1;
-    if (rq->tty_rows || rq->tty_cols) {
-        cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                "tensorlake backend: commands on a terminal are not supported");
-        return -1;
-    }
-    if (rq->user) {
-        cl_context(cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                           "tensorlake backend: user %s cannot be chosen per command",
-                           rq->user), "user", rq->user);
-        return -1;
-    }
     tl_proc *p = calloc(1, sizeof(*p));
     if (!p) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1290,19 +1238,8 @@ static int tl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     cl_random_hex(p->tag + 9, 12);
     p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
     p->env = cl_strv_dup(rq->env);
-    int bad = !p->script || !p->env;
-    if (!bad && rq->stdin_fd >= 0 && (p->stdin_fd = fcntl(rq->stdin_fd, F_DUPFD_CLOEXEC, 3)) < 0)
-        bad = 1;
-    if (bad) {
-        tl_proc_free_fields(p);
-        free(p);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot start the command: %s",
-                strerror(errno ? errno : ENOMEM));
-        return -1;
-    }
-    p->base.run = tl_exec_run;
-    p->base.ud = p;
-    if (cl_proc_start(&p->base, rq->stdout_fd, rq->stderr_fd, op, error) < 0) {
+    if (cl_exec_launch(&p->base, tl_exec_run, p, p->script && p->env, rq, &p->stdin_fd, op,
+                       error) < 0) {
         tl_proc_free_fields(p);
         free(p);
         return -1;
@@ -1314,24 +1251,10 @@ static int tl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 static int tl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
                         int *exit_code, sbx_error **error)
 {
-    (void)ctx;
     tl_proc *p = (tl_proc *)process;
-    int rc = cl_proc_wait(&p->base, timeout_ms, exit_code, "exec_wait", error);
-    /* A missing working directory: the script's cd failed (cloud.h). */
-    char *quoted = rc == 1 && *exit_code == CL_CWD_MISSING_EXIT ? cl_script_cwd(p->script)
-                                                                  : NULL;
-    if (quoted) {
-        char *cmd = cl_printf("test -d %s", quoted);
-        int code = 0;
-        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-        if (cmd && tl_run_short(p->sb, &c2, cmd, &code, "exec", NULL) == 0 && code != 0) {
-            cl_cwd_missing_error(error, "exec", quoted);
-            rc = -1;
-        }
-        free(cmd);
-        free(quoted);
-    }
-    return rc;
+    (void)ctx;
+    return cl_exec_wait_script(process, p->sb, p->script, tl_run_short, timeout_ms, exit_code,
+                               error);
 }
 
 /* Signals every process of the command: each carries CL_EXEC_MARK=<its
@@ -1343,18 +1266,7 @@ static int tl_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
                         sbx_error **error)
 {
     tl_proc *p = (tl_proc *)process;
-    pthread_mutex_lock(&p->base.lock);
-    int ended = p->base.ended;
-    pthread_mutex_unlock(&p->base.lock);
-    if (ended)
-        return 0;
-    char *cmd = cl_mark_kill_command(p->tag, sig);
-    int code = 0;
-    int rc = cmd ? tl_run_short(p->sb, ctx, cmd, &code, "exec_kill", error) : -1;
-    if (!cmd)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec_kill", "out of memory");
-    free(cmd);
-    return rc;
+    return cl_proc_mark_kill(&p->base, p->sb, tl_run_short, ctx, p->tag, sig, error);
 }
 
 /* SBX_PLUGIN_EXEC_OOM_KILLED when the run's end event said oom_killed: the

@@ -1,0 +1,1644 @@
+/*
+ * blaxel.c — libsbx-blaxel.so, the `blaxel` backend: Blaxel sandboxes'
+ * control API for the lifecycle and each sandbox's own data plane (its
+ * metadata.url) for processes and files, over the hosted-provider base
+ * (plugins/cloud/base/cloud.h, provider.h).
+ *
+ * Contract: the Blaxel section of the provider contracts
+ * (blaxel-ai/sdk-typescript @blaxel/core src/common/settings.ts,
+ * src/client/{sdk,types}.gen.ts, src/sandbox/{process,filesystem};
+ * blaxel-ai/sandbox sandbox-api).
+ *
+ *  - Credentials: BL_API_KEY as "X-Blaxel-Authorization: Bearer KEY", the
+ *    workspace (client option "workspace", else BL_WORKSPACE; required) as
+ *    "X-Blaxel-Workspace", and "Blaxel-Version: BL_API_VERSION", on every
+ *    call of both planes. Control plane: the client option "api_url", else
+ *    BL_API_URL, else https://api.blaxel.ai/v0. Data plane: the sandbox's
+ *    metadata.url, else "run_url" / BL_RUN_URL (default
+ *    https://run.blaxel.ai) + /{workspace}/sandboxes/{name}. The client
+ *    option "region" (else BL_REGION) goes to spec.region.
+ *  - create: POST /sandboxes with metadata.name = the call's create token
+ *    (so a retried create that meets 409 finds its own sandbox, and the
+ *    create is safe to re-send), labels sbx_backend=blaxel and
+ *    sbx_create_token=TOKEN (list_owned and the gc find it by them);
+ *    image → spec.runtime.image; env → spec.runtime.envs (held by the
+ *    provider, so it holds after a resume and the session state holds no
+ *    env value; the call's own env wins). Memory decides vCPU at Blaxel
+ *    (vCPU = memory / 2048): memory_mb must be a multiple of 1024; cpu
+ *    alone asks for cpu * 2048 MB; a cpu that is not memory / 2048 is a
+ *    configuration error naming both. disk_mb, gpu, snapshot_id,
+ *    template, app_name and allow_internet=false are configuration errors
+ *    (Blaxel has no such option). The provider-side lifetime is always
+ *    set: spec.runtime.ttl = the caller's lifetime plus BL_LIFETIME_MARGIN_S
+ *    (so that a command the library times out at the lifetime's end is
+ *    reported timed out), else BL_DEFAULT_LIFETIME_S. The sandbox is polled
+ *    until status DEPLOYED; FAILED, TERMINATED, DELETING are errors.
+ *  - Standby: Blaxel puts an idle sandbox on standby (state STANDBY) and
+ *    any data-plane call wakes it; is_alive counts it alive, and nothing
+ *    else needs to be done.
+ *  - exec: POST {url}/process {command: "exec bash -c SCRIPT", env,
+ *    waitForCompletion: true, timeout: 0} with "Accept: text/event-stream",
+ *    read as the NDJSON stream (keepalive lines dropped; "result" carries
+ *    the ProcessResponse as a JSON string: exitCode; "error" is an error;
+ *    a stream without a result is an error). The stream's stdout and
+ *    stderr are text, so the command's are redirected into two files in
+ *    the sandbox, read back as raw bytes after it ends (kept apart, exact)
+ *    and deleted: output arrives when a command ends. stdin: uploaded as
+ *    a file first and redirected; the three files are in a directory of
+ *    the command's own, removed in one request. Every process of the
+ *    command carries CL_EXEC_MARK=<its tag>, so exec_kill (a command of
+ *    its own) signals all of them, setsid'd and orphaned ones included.
+ *  - files: GET {url}/filesystem/{path} ("Accept: application/octet-stream":
+ *    raw bytes; else a directory's listing), PUT as multipart/form-data
+ *    (file, permissions) up to BL_PART_BYTES, past that the multipart
+ *    upload (initiate, parts of BL_PART_BYTES, complete with the parts'
+ *    etags; abort on failure). A relative path is taken from the workdir
+ *    (else /). At most BL_PART_BYTES of a file are in memory at once.
+ *  - A sandbox the provider no longer has (404, or status TERMINATED,
+ *    DELETING, FAILED) is not_found with reason "gone" (CASE-32); every
+ *    later call fails at once.
+ *  - list_owned: GET /sandboxes?limit=&cursor= followed to the end
+ *    ({data, meta.nextCursor}, or a bare array from older API versions),
+ *    keeping the ones labelled by this backend.
+ *
+ * Threading: slots may run at once on different sandboxes and on one; a
+ * sandbox's mutable state (the gone flag) has its own lock.
+ */
+#include "cloud.h"
+#include "provider.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "0.1.0"
+#endif
+
+#define BL_BACKEND "blaxel"
+#define BL_DEFAULT_API "https://api.blaxel.ai/v0"
+#define BL_DEFAULT_RUN "https://run.blaxel.ai"
+#define BL_API_VERSION "2026-04-28"
+#define BL_STATE_VERSION 1
+#define BL_WAIT_S 300.0                 /* bound on waiting for DEPLOYED */
+#define BL_DEFAULT_LIFETIME_S 3600      /* ttl when the caller set none */
+#define BL_LIFETIME_MARGIN_S 5          /* provider end after the caller's lifetime */
+#define BL_MB_PER_VCPU 2048             /* memory decides vCPU */
+#define BL_MEMORY_STEP_MB 1024
+#define BL_PART_BYTES ((size_t)5 << 20) /* one request's file bytes; past it, parts */
+#define BL_LABEL_BACKEND CL_META_BACKEND
+#define BL_LABEL_TOKEN CL_META_TOKEN
+
+#define BL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_RESUME          \
+                 | SBX_CAP_ISOLATION | SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT              \
+                 | SBX_CAP_IMAGE | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED | SBX_CAP_BACKGROUND)
+
+struct sbx_plugin_client {
+    cl_http *http;
+    char *api;          /* control plane, no trailing slash */
+    char *run;          /* data plane base, no trailing slash */
+    char *workspace;
+    char *region;       /* or NULL */
+    cl_reaper *reaper;  /* creates whose answer was lost (CASE-20) */
+};
+
+struct sbx_plugin_sandbox {
+    cl_sandbox s;       /* first member: the name and the gone flag (provider.h) */
+    struct sbx_plugin_client *c;
+    char *url;          /* its data plane, no trailing slash */
+    char *workdir;      /* the default working directory, or NULL */
+};
+
+typedef struct bl_proc {
+    cl_proc base;       /* first member (cloud.h) */
+    struct sbx_plugin_sandbox *sb;
+    char *script;
+    char **env;         /* "K=V" of the command, copied */
+    int stdin_fd;
+    char tag[40];
+} bl_proc;
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static char *bl_trim_slash(const char *s)
+{
+    char *o = strdup(s);
+    size_t n = o ? strlen(o) : 0;
+    while (n && o[n - 1] == '/')
+        o[--n] = '\0';
+    return o;
+}
+
+#define bl_is_gone(sb) cl_gone_get(&(sb)->s.gone)
+#define bl_mark_gone(sb) cl_gone_set(&(sb)->s.gone)
+#define bl_gone_error(error, op, id) cl_gone_error((error), (op), BL_BACKEND, (id))
+#define bl_check(sb, op, error) cl_gone_check(&(sb)->s.gone, (op), BL_BACKEND, (sb)->s.id, \
+                                              (error))
+#define bl_refuse(error, option, value, why) \
+    cl_refuse((error), BL_BACKEND, (option), (value), (why))
+
+/* @path percent-encoded for a URL path, its slashes kept. A new string. */
+static char *bl_path_escape(const char *path)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = strlen(path);
+    char *o = malloc(3 * n + 1), *w = o;
+    if (!o)
+        return NULL;
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')
+            || strchr("-._~/", *p)) {
+            *w++ = (char)*p;
+        } else {
+            *w++ = '%';
+            *w++ = hex[*p >> 4];
+            *w++ = hex[*p & 15];
+        }
+    }
+    *w = '\0';
+    return o;
+}
+
+/* 1 when status @s means the sandbox is gone for good. */
+static int bl_terminal(const char *s)
+{
+    return strcmp(s, "TERMINATED") == 0 || strcmp(s, "DELETING") == 0
+           || strcmp(s, "FAILED") == 0 || strcmp(s, "DEACTIVATED") == 0
+           || strcmp(s, "DEACTIVATING") == 0;
+}
+
+static const char *bl_status(json_object *j)
+{
+    const char *s = cl_json_str(j, "status");
+    return s ? s : "UNKNOWN";
+}
+
+/* GET /sandboxes/{name}: the Sandbox, or NULL (*@status: 0 when no answer). */
+static json_object *bl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
+                           long *status, const char *op, sbx_error **error)
+{
+    char *url = cl_item_url(c->api, "sandboxes", id, "");
+    json_object *j = cl_get_json(c->http, ctx, url, status, op, "get the sandbox", error);
+    free(url);
+    return j;
+}
+
+static int bl_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
+                     const char *op, sbx_error **error)
+{
+    char *url = cl_item_url(c->api, "sandboxes", id, "");
+    int rc = cl_delete_url(c->http, ctx, url, op, "delete the sandbox", error);
+    free(url);
+    return rc;
+}
+
+/* The gone error of @sb with the provider's status in context. */
+static void bl_gone(struct sbx_plugin_sandbox *sb, const char *op, const char *status,
+                    sbx_error **error)
+{
+    bl_mark_gone(sb);
+    sbx_error *err = bl_gone_error(error, op, sb->s.id);
+    if (status)
+        cl_context(err, "status", status);
+}
+
+/* Asks the control plane whether @sb still exists: 1 when it is gone (the
+ * gone flag set and its error stored), 0 otherwise (nothing stored). */
+static int bl_confirm_gone(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                           const char *op, sbx_error **error)
+{
+    long st;
+    json_object *j = bl_get(sb->c, ctx, sb->s.id, &st, op, NULL);
+    int gone = st == 404 || (j && bl_terminal(bl_status(j)));
+    if (gone)
+        bl_gone(sb, op, j ? bl_status(j) : NULL, error);
+    json_object_put(j);
+    return gone;
+}
+
+typedef struct bl_waiting {
+    struct sbx_plugin_sandbox *sb;
+    const sbx_call_ctx *ctx;
+    const char *op;
+    char state[32];
+} bl_waiting;
+
+/* One look for cl_wait_until(): 1 at DEPLOYED, -1 when gone or failed. */
+static int bl_deploy_look(void *ud, const char **state, sbx_error **error)
+{
+    bl_waiting *w = ud;
+    struct sbx_plugin_sandbox *sb = w->sb;
+    long st;
+    json_object *j = bl_get(sb->c, w->ctx, sb->s.id, &st, w->op, error);
+    if (!j) {
+        if (st == 404)
+            bl_gone(sb, w->op, NULL, error);
+        return -1;
+    }
+    snprintf(w->state, sizeof w->state, "%s", bl_status(j));
+    *state = w->state;
+    int rc = 0;
+    if (strcmp(w->state, "DEPLOYED") == 0) {
+        rc = 1;
+    } else if (strcmp(w->state, "FAILED") == 0) {
+        sbx_error *err = cl_fail(error, SBX_ERROR_CREATION_FAILED, w->op,
+                                 "blaxel sandbox %s failed to deploy", sb->s.id);
+        cl_context(err, "status", w->state);
+        cl_context(err, "sandbox_id", sb->s.id);
+        rc = -1;
+    } else if (bl_terminal(w->state)) {
+        bl_gone(sb, w->op, w->state, error);
+        rc = -1;
+    }
+    json_object_put(j);
+    return rc;
+}
+
+static int bl_wait_deployed(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                            const char *op, sbx_error **error)
+{
+    bl_waiting w = { sb, ctx, op, "" };
+    char what[160];
+    snprintf(what, sizeof what, "blaxel sandbox %s reaching status DEPLOYED", sb->s.id);
+    return cl_wait_until(ctx, BL_WAIT_S, bl_deploy_look, &w, op, what, error);
+}
+
+/* A data-plane call on @sb: 0 with a 2xx answer in @r, -1 otherwise. A 404
+ * is looked into: when the sandbox is gone, its gone error; else, for a
+ * file call, -1 with no error stored (the caller names the file), and for
+ * another call the answer's error. */
+static int bl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
+                   const char *path, cl_resp *r, int file_call, const char *op, sbx_error **error)
+{
+    if (bl_check(sb, op, error) < 0)
+        return -1;
+    char *url = cl_printf("%s%s", sb->url, path);
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    rq->url = url;
+    int rc = -1;
+    if (cl_request(sb->c->http, ctx, rq, r, op, error) == 0) {
+        if (r->status / 100 == 2)
+            rc = 0;
+        else if (r->status == 404 && bl_confirm_gone(sb, ctx, op, error))
+            ;
+        else if (r->status != 404 || !file_call)
+            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, rq->what);
+    }
+    free(url);
+    return rc;
+}
+
+static int bl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
+                        int *code, const char *op, sbx_error **error);
+
+/* ------------------------------------------------------------------------ */
+/* Client                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static int bl_setup(const sbx_host_services *host, sbx_error **error)
+{
+    return cl_setup(host, BL_BACKEND, error);
+}
+
+static void bl_client_free(sbx_plugin_client *c)
+{
+    if (!c)
+        return;
+    cl_reaper_free(c->reaper);
+    cl_http_free(c->http);
+    free(c->api);
+    free(c->run);
+    free(c->workspace);
+    free(c->region);
+    free(c);
+}
+
+/* Client option @key (a non-empty string), else environment variable @env,
+ * else NULL: a new string in *@out. -1 with a configuration error when the
+ * option is there but not a non-empty string. */
+static int bl_opt(json_object *cfg, const char *key, const char *env, char **out,
+                  sbx_error **error)
+{
+    json_object *v;
+    *out = NULL;
+    if (cfg && json_object_object_get_ex(cfg, key, &v)) {
+        if (!json_object_is_type(v, json_type_string) || !*json_object_get_string(v)) {
+            cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
+                               "blaxel client option %s %s is not a non-empty string", key,
+                               json_object_to_json_string(v)), "option", key);
+            return -1;
+        }
+        *out = strdup(json_object_get_string(v));
+    } else if (getenv(env) && *getenv(env)) {
+        *out = strdup(getenv(env));
+    } else {
+        return 0;
+    }
+    if (!*out) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "client_new", "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+static void bl_name(const sbx_call_ctx *ctx, char *out, size_t cap);
+
+/* The reaper's look-up: the sandbox named by @token when it carries
+ * @token in its labels (a create names its sandbox by its token). */
+static int bl_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
+                         sbx_error **error)
+{
+    struct sbx_plugin_client *c = ud;
+    sbx_call_ctx tc = { sizeof(tc), ctx ? ctx->deadline : 0, ctx ? ctx->cancel_fd : -1,
+                        token };
+    char name[64];
+    bl_name(&tc, name, sizeof name);
+    long st;
+    json_object *j = bl_get(c, ctx, name, &st, "create", error);
+    if (!j && st != 404)
+        return -1;
+    const char *lt = j ? cl_json_str(cl_json_path(j, "metadata", "labels", NULL),
+                                     BL_LABEL_TOKEN) : NULL;
+    int ours = lt && strcmp(lt, token) == 0;
+    *ids = calloc(2, sizeof(char *));
+    if (*ids && ours)
+        (*ids)[0] = strdup(name);
+    json_object_put(j);
+    return *ids ? 0 : -1;
+}
+
+static int bl_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
+{
+    return bl_delete(ud, ctx, id, "create", error);
+}
+
+static int bl_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
+{
+    const char *op = "client_new";
+    json_object *cfg = NULL;
+    if (cl_client_config(config_json, BL_BACKEND, &cfg, error) < 0)
+        return -1;
+    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
+    if (!c || !(c->http = cl_http_new())) {
+        free(c);
+        json_object_put(cfg);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    static const char *const key_envs[] = { "BL_API_KEY", NULL };
+    if (!(c->api = cl_base_url(cfg, "api_url", "BL_API_URL", BL_DEFAULT_API, error))
+        || !(c->run = cl_base_url(cfg, "run_url", "BL_RUN_URL", BL_DEFAULT_RUN, error))
+        || bl_opt(cfg, "workspace", "BL_WORKSPACE", &c->workspace, error) < 0
+        || bl_opt(cfg, "region", "BL_REGION", &c->region, error) < 0)
+        goto fail;
+    if (!c->workspace) {
+        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op,
+                           "blaxel backend: no workspace (set BL_WORKSPACE or the client "
+                           "option workspace)"), "option", "workspace");
+        goto fail;
+    }
+    if (cl_http_configure(c->http, cfg, key_envs, "X-Blaxel-Authorization", "Bearer ",
+                          error) < 0)
+        goto fail;
+    if (cl_http_add_header(c->http, "X-Blaxel-Workspace", c->workspace) < 0
+        || cl_http_add_header(c->http, "Blaxel-Version", BL_API_VERSION) < 0) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
+    if (!(c->reaper = cl_reaper_new(bl_find_token, bl_reap_delete, c))) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
+    json_object_put(cfg);
+    *client = c;
+    return 0;
+fail:
+    json_object_put(cfg);
+    bl_client_free(c);
+    return -1;
+}
+
+static int bl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
+                    sbx_error **error)
+{
+    (void)client;
+    (void)ctx;
+    (void)error;
+    *caps = BL_CAPS;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lifecycle                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static struct sbx_plugin_sandbox *bl_sandbox_new(struct sbx_plugin_client *c, const char *id,
+                                                 const char *url)
+{
+    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
+    if (!sb)
+        return NULL;
+    sb->c = c;
+    sb->url = bl_trim_slash(url);
+    if (!sb->url || cl_sandbox_init(&sb->s, id) < 0) {
+        free(sb->url);
+        free(sb);
+        return NULL;
+    }
+    return sb;
+}
+
+static void bl_sandbox_free(sbx_plugin_sandbox *sb)
+{
+    if (!sb)
+        return;
+    cl_sandbox_clear(&sb->s);
+    free(sb->url);
+    free(sb->workdir);
+    free(sb);
+}
+
+/* The data plane of sandbox @j (metadata.url, else the run URL's). */
+static char *bl_data_url(struct sbx_plugin_client *c, json_object *j, const char *name)
+{
+    const char *u = cl_json_str(cl_json_path(j, "metadata", NULL), "url");
+    if (u && *u)
+        return strdup(u);
+    char *ws = cl_url_escape(c->workspace), *nm = cl_url_escape(name);
+    char *out = ws && nm ? cl_printf("%s/%s/sandboxes/%s", c->run, ws, nm) : NULL;
+    free(ws);
+    free(nm);
+    return out;
+}
+
+/* cpu and memory: memory decides vCPU (memory / BL_MB_PER_VCPU). */
+static int bl_size(const sbx_plugin_create_request *rq, int64_t *memory, sbx_error **error)
+{
+    char buf[64];
+    uint64_t set = rq->set_fields;
+    *memory = -1;
+    if (set & SBX_OPTION_MEMORY_MB) {
+        if (rq->memory_mb < BL_MEMORY_STEP_MB || rq->memory_mb % BL_MEMORY_STEP_MB) {
+            snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
+            sbx_error *err = bl_refuse(error, "memory_mb", buf, "Blaxel takes memory in "
+                                       "multiples of 1024 MB, from 1024 MB");
+            cl_context(err, "step_mb", "1024");
+            cl_context(err, "min_mb", "1024");
+            return -1;
+        }
+        *memory = rq->memory_mb;
+    }
+    if (set & SBX_OPTION_CPU) {
+        double want = rq->cpu * BL_MB_PER_VCPU;
+        snprintf(buf, sizeof buf, "%g", rq->cpu);
+        if (!(rq->cpu > 0) || want != floor(want) || (int64_t)want % BL_MEMORY_STEP_MB) {
+            bl_refuse(error, "cpu", buf, "Blaxel gives one vCPU per 2048 MB of memory, so cpu "
+                                         "must be a multiple of 0.5");
+            return -1;
+        }
+        if (*memory >= 0 && (int64_t)want != *memory) {
+            char why[160];
+            snprintf(why, sizeof why, "Blaxel gives one vCPU per 2048 MB of memory: memory_mb "
+                     "%lld means cpu %g", (long long)*memory, (double)*memory / BL_MB_PER_VCPU);
+            sbx_error *err = bl_refuse(error, "cpu", buf, why);
+            snprintf(buf, sizeof buf, "%lld", (long long)*memory);
+            cl_context(err, "memory_mb", buf);
+            return -1;
+        }
+        *memory = (int64_t)want;
+    }
+    return 0;
+}
+
+static json_object *bl_create_body(struct sbx_plugin_client *c, const char *name,
+                                   const char *token, const sbx_plugin_create_request *rq,
+                                   sbx_error **error)
+{
+    json_object *b = json_object_new_object(), *meta = json_object_new_object();
+    json_object *labels = json_object_new_object(), *spec = json_object_new_object();
+    json_object *rt = json_object_new_object();
+    uint64_t set = rq->set_fields;
+    char buf[64];
+    json_object_object_add(b, "metadata", meta);
+    json_object_object_add(b, "spec", spec);
+    json_object_object_add(spec, "runtime", rt);
+    json_object_object_add(meta, "name", json_object_new_string(name));
+    json_object_object_add(meta, "labels", labels);
+    json_object_object_add(labels, BL_LABEL_BACKEND, json_object_new_string(BL_BACKEND));
+    if (token)
+        json_object_object_add(labels, BL_LABEL_TOKEN, json_object_new_string(token));
+    if (cl_workdir_check(BL_BACKEND, rq->workdir, error) < 0)
+        goto fail;
+    if (set & SBX_OPTION_APP_NAME) {
+        bl_refuse(error, "app_name", rq->app_name, "Blaxel has no apps");
+        goto fail;
+    }
+    if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb > 0) {
+        snprintf(buf, sizeof buf, "%lld", (long long)rq->disk_mb);
+        bl_refuse(error, "disk_mb", buf, "Blaxel sandboxes take no disk size");
+        goto fail;
+    }
+    if ((set & SBX_OPTION_GPU) && rq->gpu && *rq->gpu) {
+        bl_refuse(error, "gpu", rq->gpu, "Blaxel sandboxes have no GPUs");
+        goto fail;
+    }
+    if (rq->snapshot_id) {
+        bl_refuse(error, "snapshot_id", rq->snapshot_id, "Blaxel sandbox snapshots are not "
+                  "offered by this backend");
+        goto fail;
+    }
+    if (rq->template_name) {
+        bl_refuse(error, "template", rq->template_name, "Blaxel has no templates (give an "
+                  "image)");
+        goto fail;
+    }
+    if (!rq->allow_internet) {
+        bl_refuse(error, "allow_internet", "false", "this backend cannot cut a Blaxel "
+                  "sandbox off the internet");
+        goto fail;
+    }
+    int64_t memory;
+    if (bl_size(rq, &memory, error) < 0)
+        goto fail;
+    if (memory > 0)
+        json_object_object_add(rt, "memory", json_object_new_int64(memory));
+    if (rq->image)
+        json_object_object_add(rt, "image", json_object_new_string(rq->image));
+    if (rq->env && rq->env[0]) {
+        json_object *envs = json_object_new_array();
+        for (size_t i = 0; rq->env[i]; i++) {
+            const char *eq = strchr(rq->env[i], '=');
+            if (!eq)
+                continue;
+            json_object *e = json_object_new_object();
+            json_object_object_add(e, "name", json_object_new_string_len(
+                                                  rq->env[i], (int)(eq - rq->env[i])));
+            json_object_object_add(e, "value", json_object_new_string(eq + 1));
+            json_object_array_add(envs, e);
+        }
+        json_object_object_add(rt, "envs", envs);
+    }
+    /* The provider-side lifetime, always (CASE-33): whole seconds. */
+    long long t = BL_DEFAULT_LIFETIME_S;
+    if (set & SBX_OPTION_TIMEOUT_SECS) {
+        if (!(rq->timeout_secs > 0)) {
+            snprintf(buf, sizeof buf, "%g", rq->timeout_secs);
+            bl_refuse(error, "timeout_secs", buf, "must be more than 0");
+            goto fail;
+        }
+        t = (long long)ceil(rq->timeout_secs) + BL_LIFETIME_MARGIN_S;
+    }
+    snprintf(buf, sizeof buf, "%llds", t);
+    json_object_object_add(rt, "ttl", json_object_new_string(buf));
+    if (c->region)
+        json_object_object_add(spec, "region", json_object_new_string(c->region));
+    if (rq->backend_options && *rq->backend_options) {
+        json_object *bo = json_tokener_parse(rq->backend_options);
+        sbx_error *err = NULL;
+        if (!bo || !json_object_is_type(bo, json_type_object)) {
+            err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                          "blaxel backend_options: %s is not a JSON object",
+                          rq->backend_options);
+        } else {
+            json_object_object_foreach(bo, k, v) {
+                (void)v;
+                err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                              "blaxel backend_options: unknown key \"%s\" (the blaxel backend "
+                              "takes no backend options)", k);
+                cl_context(err, "name", k);
+                break;
+            }
+        }
+        json_object_put(bo);
+        if (err) {
+            cl_context(err, "option", "backend_options");
+            goto fail;
+        }
+    }
+    return b;
+fail:
+    json_object_put(b);
+    return NULL;
+}
+
+/* The sandbox's name: the create token (lowercase letters, digits and
+ * '-', as Blaxel names are), else a random one. */
+static void bl_name(const sbx_call_ctx *ctx, char *out, size_t cap)
+{
+    const char *t = ctx ? ctx->create_token : NULL;
+    int ok = t && *t && strlen(t) < cap && strlen(t) <= 48;
+    for (const char *p = t; ok && *p; p++)
+        ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-';
+    if (ok) {
+        snprintf(out, cap, "%s", t);
+    } else {
+        char hex[33];
+        cl_random_hex(hex, 16);
+        snprintf(out, cap, "sbx-%s", hex);
+    }
+}
+
+/* A create sent and not answered (or answered 5xx / 408 after it may have
+ * acted): the provider may still finish it (CASE-20). Its sandbox, named
+ * and labelled by the create token, is looked for once now, with 1.5 s of
+ * its own (the call's deadline has passed), then on the reaper's thread
+ * for 30 s. */
+static void bl_reap_lost(struct sbx_plugin_client *c, const char *token)
+{
+    cl_reap_now(c->reaper, NULL, token, 1.5);
+    cl_reaper_add(c->reaper, token, 30.0);
+}
+
+static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                     const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
+                     sbx_error **error)
+{
+    const char *op = "create";
+    struct sbx_plugin_client *c = client;
+    char name[64];
+    bl_name(ctx, name, sizeof name);
+    const char *token = ctx && ctx->create_token && *ctx->create_token ? ctx->create_token
+                                                                        : NULL;
+    json_object *body = bl_create_body(c, name, token, rq, error), *j = NULL;
+    if (!body)
+        return -1;
+    char *url = cl_printf("%s/sandboxes", c->api), *du = NULL;
+    cl_resp r = { 0 };
+    int rc = -1;
+    struct sbx_plugin_sandbox *sb = NULL;
+    /* Safe to re-send: the name is this call's, and a 409 is looked into. */
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    if (cl_request_json(c->http, ctx, "POST", url, body, CL_SAFE, &r, op,
+                        "create the sandbox", NULL) < 0) {
+        cl_last_error l = *cl_last();
+        /* The call's deadline cancelled it: a timeout. */
+        if (l.code == SBX_ERROR_CANCELLED && ctx && ctx->deadline > 0
+            && cl_now() >= ctx->deadline - 0.05)
+            l.code = SBX_ERROR_TIMEOUT;
+        sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
+        if (l.unknown)
+            cl_outcome_unknown(err);
+        /* Its name is this call's: whatever the provider made of it is
+         * looked for now (briefly: the call is over) and for a while. */
+        if (token)
+            bl_reap_lost(c, token);
+        goto out;
+    }
+    if (r.status == 409 && r.attempts > 1) {
+        /* An earlier attempt made it: ours when it carries our token. */
+        long st;
+        j = bl_get(c, ctx, name, &st, op, error);
+        const char *lt = j ? cl_json_str(cl_json_path(j, "metadata", "labels", NULL),
+                                         BL_LABEL_TOKEN) : NULL;
+        if (!j)
+            goto out;
+        if (!token || !lt || strcmp(lt, token) != 0) {
+            cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op,
+                               "blaxel: a sandbox named %s exists and is not this call's",
+                               name), "name", name);
+            goto out;
+        }
+    } else if (r.status / 100 != 2) {
+        if (token && (r.status / 100 == 5 || r.status == 408))
+            bl_reap_lost(c, token);
+        sbx_error *err = cl_fail_status(c->http, error,
+                                        r.status / 100 == 4 && r.status != 401
+                                        && r.status != 403 && r.status != 429
+                                        ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,
+                                        &r, op, "create the sandbox");
+        json_object *e = cl_resp_json(&r, op, "create the sandbox", NULL);
+        const char *code = e ? cl_json_str(e, "code") : NULL;
+        if (code)
+            cl_context(err, "provider_code", code);
+        json_object_put(e);
+        goto out;
+    } else {
+        j = cl_resp_json(&r, op, "create the sandbox", error);
+        if (!j)
+            goto out;
+    }
+    du = bl_data_url(c, j, name);
+    sb = du ? bl_sandbox_new(c, name, du) : NULL;
+    if (!sb) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        bl_delete(c, NULL, name, op, NULL);
+        goto out;
+    }
+    if (strcmp(bl_status(j), "DEPLOYED") != 0 && bl_wait_deployed(sb, ctx, op, error) < 0) {
+        if (error && *error)
+            cl_context(*error, "sandbox_id", name);
+        bl_delete(c, NULL, name, op, NULL);
+        bl_sandbox_free(sb);
+        sb = NULL;
+        goto out;
+    }
+    if (rq->workdir && *rq->workdir) {
+        sb->workdir = strdup(rq->workdir);
+        int wrc = sb->workdir ? cl_make_workdir(sb, bl_run_short, ctx, BL_BACKEND,
+                                                rq->workdir, op, error) : -1;
+        if (!sb->workdir)
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        if (wrc < 0) {
+            bl_delete(c, NULL, name, op, NULL);
+            bl_sandbox_free(sb);
+            sb = NULL;
+            goto out;
+        }
+    }
+    *sandbox = sb;
+    rc = 0;
+out:
+    json_object_put(body);
+    json_object_put(j);
+    free(url);
+    free(du);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static int bl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    return cl_sandbox_destroy(&sb->s, sb->c, bl_delete, ctx, error);
+}
+
+/* Alive while the provider has it and it is not ending: DEPLOYED (on
+ * standby or running) or still deploying. */
+static int bl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    if (bl_is_gone(sb))
+        return 0;
+    long st;
+    json_object *j = bl_get(sb->c, ctx, sb->s.id, &st, "is_alive", error);
+    if (!j) {
+        if (st == 404) {
+            bl_mark_gone(sb);
+            return 0;
+        }
+        return -1;
+    }
+    int alive = !bl_terminal(bl_status(j));
+    json_object_put(j);
+    if (!alive)
+        bl_mark_gone(sb);
+    return alive;
+}
+
+/* {"version":1,"name":NAME,"url":URL[,"workdir":W]}: no credential, no
+ * workspace key, no env value (the provider holds the create's env). */
+static char *bl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    (void)ctx;
+    if (bl_check(sb, "session_state", error) < 0)
+        return NULL;
+    json_object *j = json_object_new_object();
+    json_object_object_add(j, "version", json_object_new_int(BL_STATE_VERSION));
+    json_object_object_add(j, "name", json_object_new_string(sb->s.id));
+    json_object_object_add(j, "url", json_object_new_string(sb->url));
+    if (sb->workdir)
+        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
+    char *out = cl_state_out(j, "session_state", error);
+    json_object_put(j);
+    return out;
+}
+
+static int bl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
+                     sbx_plugin_sandbox **sandbox, sbx_error **error)
+{
+    const char *op = "resume";
+    const char *id = NULL;
+    json_object *data = cl_state_in(state_json, BL_STATE_VERSION, "name", BL_BACKEND, op, &id,
+                                    error), *j = NULL;
+    int rc = -1;
+    char *du = NULL;
+    struct sbx_plugin_sandbox *sb = NULL;
+    if (!data)
+        return -1;
+    long st;
+    j = bl_get(client, ctx, id, &st, op, error);
+    if (!j) {
+        if (st == 404)
+            bl_gone_error(error, op, id);
+        goto out;
+    }
+    if (bl_terminal(bl_status(j))) {
+        cl_context(bl_gone_error(error, op, id), "status", bl_status(j));
+        goto out;
+    }
+    du = cl_json_str(cl_json_path(j, "metadata", NULL), "url") || !cl_json_str(data, "url")
+         ? bl_data_url(client, j, id) : strdup(cl_json_str(data, "url"));
+    sb = du ? bl_sandbox_new(client, id, du) : NULL;
+    const char *wd = cl_json_str(data, "workdir");
+    if (sb && wd && !(sb->workdir = strdup(wd))) {
+        bl_sandbox_free(sb);
+        sb = NULL;
+    }
+    if (!sb) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    if (strcmp(bl_status(j), "DEPLOYED") != 0 && bl_wait_deployed(sb, ctx, op, error) < 0) {
+        bl_sandbox_free(sb);
+        goto out;
+    }
+    *sandbox = sb;
+    rc = 0;
+out:
+    free(du);
+    json_object_put(j);
+    json_object_put(data);
+    return rc;
+}
+
+/* The sandboxes this backend made: labelled sbx_backend=blaxel with a
+ * create token. Every page is read (CASE-35). */
+static int bl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                         sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
+{
+    const char *op = "list_owned";
+    struct sbx_plugin_client *c = client;
+    char *cursor = NULL;
+    int rc = 0;
+    for (int page = 0; page < 10000 && rc == 0; page++) {
+        char *cur = cursor ? cl_url_escape(cursor) : NULL;
+        char *url = cl_printf("%s/sandboxes?limit=100%s%s", c->api, cur ? "&cursor=" : "",
+                              cur ? cur : "");
+        free(cur);
+        cl_resp r = { 0 };
+        json_object *j = NULL;
+        rc = -1;
+        if (!url) {
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        } else if (cl_request_json(c->http, ctx, "GET", url, NULL, CL_SAFE, &r, op,
+                                   "list sandboxes", error) == 0) {
+            if (r.status == 200)
+                j = cl_resp_json(&r, op, "list sandboxes", error);
+            else
+                cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "list sandboxes");
+        }
+        free(url);
+        cl_resp_clear(&r);
+        if (!j)
+            break;
+        rc = 0;
+        json_object *items = json_object_is_type(j, json_type_array) ? j
+                                                                    : cl_json_path(j, "data", NULL);
+        size_t n = items && json_object_is_type(items, json_type_array)
+                   ? json_object_array_length(items) : 0;
+        int stop = 0;
+        for (size_t i = 0; i < n && !stop; i++) {
+            json_object *it = json_object_array_get_idx(items, i);
+            json_object *labels = cl_json_path(it, "metadata", "labels", NULL);
+            const char *id = cl_json_str(cl_json_path(it, "metadata", NULL), "name");
+            const char *be = cl_json_str(labels, BL_LABEL_BACKEND);
+            const char *tok = cl_json_str(labels, BL_LABEL_TOKEN);
+            if (!id || !be || strcmp(be, BL_BACKEND) != 0 || !tok || strncmp(tok, "sbx-", 4)
+                || bl_terminal(bl_status(it)))
+                continue;
+            sbx_plugin_owned_info info = { sizeof(info), id, tok, 0, 0 };
+            stop = fn(&info, ud) != 0;
+        }
+        free(cursor);
+        cursor = NULL;
+        const char *nx = json_object_is_type(j, json_type_array)
+                         ? NULL : cl_json_str(cl_json_path(j, "meta", NULL), "nextCursor");
+        if (nx && *nx && !stop && n > 0)
+            cursor = strdup(nx);
+        json_object_put(j);
+        if (!cursor)
+            break;
+    }
+    free(cursor);
+    return rc;
+}
+
+static int bl_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                            sbx_error **error)
+{
+    return bl_delete(client, ctx, id, "destroy_by_id", error);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Files: raw bytes both ways (CASE-17)                                      */
+/* ------------------------------------------------------------------------ */
+
+/* "@route" + the absolute path of @path (a relative one from the workdir,
+ * else /), percent-encoded. A new string. */
+static char *bl_files_path(struct sbx_plugin_sandbox *sb, const char *route, const char *path)
+{
+    char *abs = NULL;
+    if (path[0] != '/')
+        abs = cl_printf("%s/%s", sb->workdir ? sb->workdir : "", path);
+    char *e = bl_path_escape(abs ? abs : path);
+    char *s = e ? cl_printf("%s%s", route, e) : NULL;
+    free(e);
+    free(abs);
+    return s;
+}
+
+/* The error of a file call whose answer @r was not 2xx, when no error is
+ * stored yet. */
+static int bl_file_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r, const char *op,
+                        const char *path, const char *what, sbx_error **error)
+{
+    if (bl_is_gone(sb) || (error && *error) || !r->status)
+        return -1;
+    sbx_error *err;
+    if (r->status == 404)
+        err = cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such %s in the sandbox: %s", what,
+                      path);
+    else if (r->status == 400 || r->status == 403 || r->status == 422)
+        err = cl_fail_status(sb->c->http, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
+    else
+        err = cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, what);
+    cl_context(err, "path", path);
+    return -1;
+}
+
+/* The sink of a raw read: the answer's bytes to @fd, unless the answer is
+ * a directory's JSON listing (the data plane answers a directory so
+ * whatever the Accept header asks): then nothing is written and the read
+ * stops. The answer's headers (in @r) are in before its first byte. */
+typedef struct bl_raw {
+    int fd;
+    const cl_resp *r;
+    int is_dir;
+} bl_raw;
+
+static int bl_raw_sink(void *ud, const char *p, size_t n)
+{
+    bl_raw *w = ud;
+    const char *ct = w->r->content_type;
+    if (ct && strncmp(ct, "application/json", 16) == 0) {
+        w->is_dir = 1;
+        return -1;
+    }
+    return cl_fd_sink(&w->fd, p, n);
+}
+
+static int bl_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
+                        sbx_error **error)
+{
+    const char *op = "read_file";
+    char *q = bl_files_path(sb, "/filesystem", path);
+    static const char *const h[] = { "Accept: application/octet-stream", NULL };
+    cl_resp r = { 0 };
+    bl_raw w = { fd, &r, 0 };
+    cl_req rq = { .method = "GET", .headers = h, .sink = bl_raw_sink, .sink_ud = &w,
+                  .idempotent = CL_SAFE, .what = "download the file" };
+    int rc = q ? bl_host(sb, ctx, &rq, q, &r, 1, op, NULL) : -1;
+    if (!q) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    } else if (rc < 0 && w.is_dir) {
+        cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "%s is a directory in the "
+                           "sandbox, not a file", path), "path", path);
+    } else if (rc < 0 && bl_is_gone(sb)) {
+        bl_gone_error(error, op, sb->s.id);
+    } else if (rc < 0 && r.status / 100 > 2) {
+        bl_file_fail(sb, &r, op, path, "file", error);
+    } else if (rc < 0) {
+        cl_last_error l = *cl_last();
+        sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
+        if (l.unknown)
+            cl_outcome_unknown(err);
+    }
+    free(q);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+/* Reads up to @cap bytes of @fd into @b (cleared first): the count, or -1
+ * with errno. */
+static ssize_t bl_read_chunk(int fd, cl_buf *b, size_t cap)
+{
+    b->len = 0;
+    if (b->cap < cap + 1) {
+        char *n = realloc(b->data, cap + 1);
+        if (!n) {
+            errno = ENOMEM;
+            return -1;
+        }
+        b->data = n;
+        b->cap = cap + 1;
+    }
+    while (b->len < cap) {
+        ssize_t k = read(fd, b->data + b->len, cap - b->len);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return -1;
+        if (k == 0)
+            break;
+        b->len += (size_t)k;
+    }
+    b->data[b->len] = '\0';
+    return (ssize_t)b->len;
+}
+
+/* A multipart/form-data body: the field "permissions" (when @mode is
+ * not 0) and the file part "file" holding @data. */
+static int bl_form(cl_buf *out, char *ctype, size_t ctype_cap, const char *data, size_t n,
+                   uint32_t mode)
+{
+    char bnd[40];
+    memcpy(bnd, "sbx-", 4);
+    cl_random_hex(bnd + 4, 16);
+    snprintf(ctype, ctype_cap, "multipart/form-data; boundary=%s", bnd);
+    out->len = 0;
+    int rc = 0;
+    if (mode)
+        rc |= cl_buf_printf(out, "--%s\r\nContent-Disposition: form-data; name=\"permissions\""
+                            "\r\n\r\n%04o\r\n", bnd, (unsigned)(mode & 07777));
+    rc |= cl_buf_printf(out, "--%s\r\nContent-Disposition: form-data; name=\"file\"; "
+                        "filename=\"file\"\r\nContent-Type: application/octet-stream\r\n\r\n",
+                        bnd);
+    rc |= cl_buf_append(out, data, n);
+    rc |= cl_buf_printf(out, "\r\n--%s--\r\n", bnd);
+    return rc ? -1 : 0;
+}
+
+/* Sends @body (a form) with @method to @route on @sb: 0, or -1. */
+static int bl_send_form(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                        const char *method, const char *route, const cl_buf *body,
+                        const char *ctype, cl_resp *r, const char *op, const char *path,
+                        sbx_error **error)
+{
+    cl_req rq = { .method = method, .content_type = ctype, .body = body->data,
+                  .body_len = body->len, .idempotent = CL_SAFE, .what = "upload the file" };
+    int rc = bl_host(sb, ctx, &rq, route, r, 1, op, error);
+    if (rc < 0)
+        bl_file_fail(sb, r, op, path, "directory for file", error);
+    return rc;
+}
+
+/* The multipart upload of a file larger than one request: @first (its
+ * first BL_PART_BYTES, already read) and the rest of @fd. */
+static int bl_upload_parts(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                           const char *path, int fd, cl_buf *first, uint32_t mode,
+                           const char *op, sbx_error **error)
+{
+    char *q = bl_files_path(sb, "/filesystem-multipart/initiate", path);
+    json_object *ib = json_object_new_object(), *parts = json_object_new_array(), *j = NULL;
+    char perm[16];
+    snprintf(perm, sizeof perm, "%04o", (unsigned)((mode ? mode : 0644) & 07777));
+    json_object_object_add(ib, "permissions", json_object_new_string(perm));
+    const char *ibs = json_object_to_json_string_ext(ib, JSON_C_TO_STRING_PLAIN);
+    cl_req rq = { .method = "POST", .body = ibs, .body_len = strlen(ibs), .idempotent = CL_SAFE,
+                  .what = "start the multipart upload" };
+    cl_resp r = { 0 };
+    char *uid = NULL;
+    int rc = q ? bl_host(sb, ctx, &rq, q, &r, 1, op, error) : -1;
+    if (!q)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else if (rc < 0)
+        bl_file_fail(sb, &r, op, path, "directory for file", error);
+    if (rc == 0) {
+        j = cl_resp_json(&r, op, "start the multipart upload", error);
+        const char *u = j ? cl_json_str(j, "uploadId") : NULL;
+        if (u)
+            uid = strdup(u);
+        else if (j)
+            cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "blaxel: the multipart upload of "
+                    "%s gave no uploadId", path);
+        if (!uid)
+            rc = -1;
+        json_object_put(j);
+        j = NULL;
+    }
+    cl_resp_clear(&r);
+    cl_buf form = { 0 };
+    cl_buf chunk = { 0 };
+    char ctype[96];
+    for (int n = 1; rc == 0; n++) {
+        cl_buf *data = n == 1 ? first : &chunk;
+        if (n > 1) {
+            ssize_t k = bl_read_chunk(fd, &chunk, BL_PART_BYTES);
+            if (k < 0) {
+                cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "cannot read the file's bytes: %s",
+                        strerror(errno));
+                rc = -1;
+                break;
+            }
+            if (k == 0)
+                break;
+        }
+        char *pr = cl_printf("/filesystem-multipart/%s/part?partNumber=%d", uid, n);
+        memset(&r, 0, sizeof r);
+        if (!pr || bl_form(&form, ctype, sizeof ctype, data->data, data->len, 0) < 0) {
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            rc = -1;
+        } else {
+            rc = bl_send_form(sb, ctx, "PUT", pr, &form, ctype, &r, op, path, error);
+        }
+        free(pr);
+        if (rc == 0) {
+            j = cl_resp_json(&r, op, "upload a part", error);
+            const char *etag = j ? cl_json_str(j, "etag") : NULL;
+            if (etag) {
+                json_object *p = json_object_new_object();
+                json_object_object_add(p, "partNumber", json_object_new_int(n));
+                json_object_object_add(p, "etag", json_object_new_string(etag));
+                json_object_array_add(parts, p);
+            } else {
+                if (j)
+                    cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "blaxel: part %d of %s "
+                            "gave no etag", n, path);
+                rc = -1;
+            }
+            json_object_put(j);
+            j = NULL;
+        }
+        cl_resp_clear(&r);
+        if (n == 1 && first->len < BL_PART_BYTES)
+            break;
+    }
+    if (rc == 0) {
+        json_object *cb = json_object_new_object();
+        json_object_object_add(cb, "parts", json_object_get(parts));
+        const char *cbs = json_object_to_json_string_ext(cb, JSON_C_TO_STRING_PLAIN);
+        char *cr = cl_printf("/filesystem-multipart/%s/complete", uid);
+        cl_req rc2 = { .method = "POST", .body = cbs, .body_len = strlen(cbs),
+                       .idempotent = CL_SAFE, .what = "complete the multipart upload" };
+        memset(&r, 0, sizeof r);
+        rc = cr ? bl_host(sb, ctx, &rc2, cr, &r, 1, op, error) : -1;
+        if (rc < 0)
+            bl_file_fail(sb, &r, op, path, "directory for file", error);
+        cl_resp_clear(&r);
+        free(cr);
+        json_object_put(cb);
+    }
+    if (rc < 0 && uid) {
+        /* Nothing is left behind: the parts are dropped. */
+        char *ar = cl_printf("/filesystem-multipart/%s/abort", uid);
+        cl_req ra = { .method = "DELETE", .idempotent = CL_SAFE, .what = "abort the upload" };
+        memset(&r, 0, sizeof r);
+        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 10, -1, NULL };
+        if (ar)
+            bl_host(sb, &c2, &ra, ar, &r, 1, op, NULL);
+        cl_resp_clear(&r);
+        free(ar);
+    }
+    cl_buf_clear(&form);
+    cl_buf_clear(&chunk);
+    json_object_put(ib);
+    json_object_put(parts);
+    free(uid);
+    free(q);
+    return rc;
+}
+
+/* Writes @fd's bytes to @path with @mode (0: the provider's default): one
+ * multipart/form-data PUT up to BL_PART_BYTES, else the multipart upload. */
+static int bl_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                     int fd, uint32_t mode, const char *op, sbx_error **error)
+{
+    if (bl_check(sb, op, error) < 0)
+        return -1;
+    cl_buf first = { 0 }, form = { 0 };
+    ssize_t k = bl_read_chunk(fd, &first, BL_PART_BYTES);
+    int rc = -1;
+    if (k < 0) {
+        cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                           "cannot read the bytes for %s: %s", path, strerror(errno)),
+                   "path", path);
+    } else if ((size_t)k == BL_PART_BYTES) {
+        rc = bl_upload_parts(sb, ctx, path, fd, &first, mode, op, error);
+    } else {
+        char ctype[96];
+        char *q = bl_files_path(sb, "/filesystem", path);
+        cl_resp r = { 0 };
+        if (!q || bl_form(&form, ctype, sizeof ctype, first.data ? first.data : "", first.len,
+                          mode) < 0)
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        else
+            rc = bl_send_form(sb, ctx, "PUT", q, &form, ctype, &r, op, path, error);
+        cl_resp_clear(&r);
+        free(q);
+    }
+    cl_buf_clear(&first);
+    cl_buf_clear(&form);
+    return rc;
+}
+
+static int bl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
+                         uint32_t mode, sbx_error **error)
+{
+    return bl_upload(sb, ctx, path, fd, mode, "write_file", error);
+}
+
+static int bl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                         sbx_plugin_file_fn fn, void *ud, sbx_error **error)
+{
+    const char *op = "list_files";
+    char *q = bl_files_path(sb, "/filesystem", path);
+    cl_req rq = { .method = "GET", .idempotent = CL_SAFE, .what = "list the directory" };
+    cl_resp r = { 0 };
+    int rc = q ? bl_host(sb, ctx, &rq, q, &r, 1, op, error) : -1;
+    free(q);
+    if (rc < 0) {
+        bl_file_fail(sb, &r, op, path, "directory", error);
+        cl_resp_clear(&r);
+        return -1;
+    }
+    json_object *j = cl_resp_json(&r, op, "list the directory", error);
+    cl_resp_clear(&r);
+    if (!j)
+        return -1;
+    json_object *subs = cl_json_path(j, "subdirectories", NULL);
+    json_object *files = cl_json_path(j, "files", NULL);
+    if (!json_object_is_type(subs, json_type_array) && !json_object_is_type(files,
+                                                                            json_type_array)) {
+        /* A file's answer, not a directory's. */
+        cl_context(cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such directory in the sandbox: "
+                           "%s (it is a file)", path), "path", path);
+        json_object_put(j);
+        return -1;
+    }
+    int stop = 0;
+    for (int dir = 1; dir >= 0 && !stop; dir--) {
+        json_object *es = dir ? subs : files;
+        size_t n = json_object_is_type(es, json_type_array) ? json_object_array_length(es) : 0;
+        for (size_t i = 0; i < n && !stop; i++) {
+            json_object *e = json_object_array_get_idx(es, i);
+            int64_t size = -1;
+            if (!dir)
+                cl_json_int(e, "size", &size);
+            const char *perm = cl_json_str(e, "permissions");
+            uint32_t mode = perm ? (uint32_t)strtoul(perm, NULL, 8) & 07777 : 0;
+            sbx_plugin_file_info info = { sizeof(info), cl_json_str(e, "name"), dir,
+                                          dir ? -1 : size, mode };
+            if (info.name)
+                stop = fn(&info, ud) != 0;
+        }
+    }
+    json_object_put(j);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Exec: POST /process, NDJSON                                               */
+/* ------------------------------------------------------------------------ */
+
+typedef struct bl_stream {
+    cl_ndjson nd;
+    int have_result;
+    int exit_code;
+    char err[256];
+} bl_stream;
+
+static int bl_on_line(void *ud, json_object *j)
+{
+    bl_stream *s = ud;
+    const char *type = cl_json_str(j, "type");
+    const char *data = cl_json_str(j, "data");
+    if (!type || strcmp(type, "keepalive") == 0 || strcmp(type, "stdout") == 0
+        || strcmp(type, "stderr") == 0)
+        return 0;       /* the command's output goes to files (see exec) */
+    if (strcmp(type, "error") == 0) {
+        snprintf(s->err, sizeof s->err, "%s", data ? data : "(no message)");
+        return 1;
+    }
+    if (strcmp(type, "result") != 0)
+        return 0;
+    json_object *res = data ? json_tokener_parse(data) : NULL;
+    int64_t code = 0;
+    if (!res || cl_json_int(res, "exitCode", &code) != 1) {
+        snprintf(s->err, sizeof s->err, "a result without an exitCode: %.120s",
+                 data ? data : "(none)");
+    } else {
+        s->have_result = 1;
+        s->exit_code = (int)(code & 0xff);
+        const char *st = cl_json_str(res, "status");
+        if (st && strcmp(st, "killed") == 0 && code == 0)
+            s->exit_code = 128 + SIGKILL;
+    }
+    json_object_put(res);
+    return 1;
+}
+
+static int bl_nd_sink(void *ud, const char *p, size_t n)
+{
+    bl_stream *s = ud;
+    return cl_ndjson_feed(&s->nd, p, n, "exec", NULL) < 0 ? -1 : 0;
+}
+
+/* Runs "bash -c @script" with @env (and CL_EXEC_MARK=@mark when given) to
+ * its end: 0 with its exit status in *@code, or -1 with *@error set. */
+static int bl_run(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *script,
+                  const char *const *env, const char *mark, int *code, const char *op,
+                  sbx_error **error)
+{
+    json_object *b = json_object_new_object(), *e = cl_env_object(env);
+    char *q = cl_shell_quote(script);
+    /* exec: the provider's shell becomes bash, so that no process of the
+     * provider's own stands between the command and its signals. */
+    char *cmd = q ? cl_printf("exec bash -c %s", q) : NULL;
+    free(q);
+    if (!cmd) {
+        json_object_put(b);
+        json_object_put(e);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    if (mark)
+        json_object_object_add(e, CL_EXEC_MARK, json_object_new_string(mark));
+    json_object_object_add(b, "command", json_object_new_string(cmd));
+    json_object_object_add(b, "env", e);
+    json_object_object_add(b, "waitForCompletion", json_object_new_boolean(1));
+    json_object_object_add(b, "timeout", json_object_new_int(0));
+    free(cmd);
+    bl_stream s = { .have_result = 0 };
+    cl_ndjson_init(&s.nd, bl_on_line, &s);
+    const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
+    static const char *const h[] = { "Accept: text/event-stream", NULL };
+    cl_req rq = { .method = "POST", .headers = h, .body = bs, .body_len = strlen(bs),
+                  .sink = bl_nd_sink, .sink_ud = &s, .idempotent = CL_UNSAFE,
+                  .what = "run the command" };
+    cl_resp r = { 0 };
+    int rc = bl_host(sb, ctx, &rq, "/process", &r, 0, op, error);
+    if (rc == 0 && !s.err[0] && !s.have_result && cl_ndjson_end(&s.nd, op, error) < 0)
+        rc = -1;
+    if (rc == 0 && s.err[0]) {
+        cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "blaxel: the command's stream said: %s",
+                s.err);
+        rc = -1;
+    } else if (rc == 0 && !s.have_result) {
+        if (!bl_confirm_gone(sb, ctx, op, error))
+            cl_fail(error, SBX_ERROR_CONNECTION, op, "blaxel: the command's stream ended "
+                    "without its result");
+        rc = -1;
+    }
+    if (rc == 0)
+        *code = s.exit_code;
+    cl_ndjson_clear(&s.nd);
+    json_object_put(b);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static int bl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
+                        int *code, const char *op, sbx_error **error)
+{
+    return bl_run(sb, ctx, cmd, NULL, NULL, code, op, error);
+}
+
+typedef struct bl_out {
+    bl_proc *p;
+    int fd;
+} bl_out;
+
+static int bl_out_sink(void *ud, const char *data, size_t n)
+{
+    bl_out *o = ud;
+    return cl_proc_output(&o->p->base, o->fd, data, n);
+}
+
+static int bl_exec_run(cl_proc *base)
+{
+    bl_proc *p = (bl_proc *)base;
+    struct sbx_plugin_sandbox *sb = p->sb;
+    const char *op = "exec";
+    sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
+    char *stdin_path = NULL, *script = NULL;
+    char dir[64];
+    int code = -1, rc = -1;
+    /* The command's files: its stdin, stdout and stderr, in a directory of
+     * its own, removed in one request at the end. */
+    snprintf(dir, sizeof dir, "/tmp/.%s", p->tag);
+    if (p->stdin_fd >= 0) {
+        stdin_path = cl_printf("%s/in", dir);
+        if (!stdin_path || bl_upload(sb, &ctx, stdin_path, p->stdin_fd, 0600, op, NULL) < 0)
+            goto fail;
+        script = cl_printf("exec <%s/in >%s/out 2>%s/err; rm -f %s/in\n%s", dir, dir, dir,
+                           dir, p->script);
+    } else {
+        script = cl_printf("mkdir -p %s; exec </dev/null >%s/out 2>%s/err\n%s", dir, dir, dir,
+                           p->script);
+    }
+    if (!script) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
+    rc = bl_run(sb, &ctx, script, (const char *const *)p->env, p->tag, &code, op, NULL);
+    /* The output, as raw bytes (the stream's output is text). */
+    static const char *const h[] = { "Accept: application/octet-stream", NULL };
+    for (int fd = 1; rc == 0 && fd <= 2; fd++) {
+        char path[80];
+        snprintf(path, sizeof path, "%s/%s", dir, fd == 1 ? "out" : "err");
+        char *q = bl_files_path(sb, "/filesystem", path);
+        bl_out o = { p, fd };
+        cl_req rg = { .method = "GET", .headers = h, .sink = bl_out_sink, .sink_ud = &o,
+                      .idempotent = CL_SAFE, .what = "read the command's output" };
+        cl_resp r2 = { 0 };
+        rc = q ? bl_host(sb, &ctx, &rg, q, &r2, 1, op, NULL) : -1;
+        if (rc < 0 && r2.status == 404 && !bl_is_gone(sb))
+            rc = 0;     /* the command removed it */
+        cl_resp_clear(&r2);
+        free(q);
+    }
+    if (rc < 0)
+        goto fail;
+    goto out;
+fail:
+    cl_proc_fail_last(base);
+    code = -1;
+    if (bl_is_gone(sb)) {
+        snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
+        snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
+    }
+out:
+    if (!bl_is_gone(sb)) {
+        /* With a bound of its own: the call may have been cancelled. */
+        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 10, -1, NULL };
+        char *q = bl_files_path(sb, "/filesystem", dir);
+        char *qr = q ? cl_printf("%s?recursive=true", q) : NULL;
+        cl_req rd = { .method = "DELETE", .idempotent = CL_SAFE,
+                      .what = "remove the command's files" };
+        cl_resp r3 = { 0 };
+        if (qr)
+            bl_host(sb, &c2, &rd, qr, &r3, 1, op, NULL);
+        cl_resp_clear(&r3);
+        free(qr);
+        free(q);
+    }
+    free(script);
+    free(stdin_path);
+    return code;
+}
+
+static void bl_proc_free_fields(bl_proc *p)
+{
+    if (p->stdin_fd >= 0)
+        close(p->stdin_fd);
+    cl_strv_free(p->env);
+    free(p->script);
+}
+
+static int bl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                         const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
+                         sbx_error **error)
+{
+    const char *op = "exec";
+    (void)ctx;
+    if (bl_check(sb, op, error) < 0)
+        return -1;
+    if (rq->tty_rows || rq->tty_cols) {
+        cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                "blaxel backend: commands on a terminal are not supported");
+        return -1;
+    }
+    if (rq->user) {
+        cl_context(cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                           "blaxel backend: user %s cannot be chosen per command", rq->user),
+                   "user", rq->user);
+        return -1;
+    }
+    bl_proc *p = calloc(1, sizeof(*p));
+    if (!p) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    p->sb = sb;
+    p->stdin_fd = -1;
+    memcpy(p->tag, "sbx-exec-", 9);
+    cl_random_hex(p->tag + 9, 12);
+    p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
+    p->env = cl_strv_dup(rq->env);
+    int bad = !p->script || !p->env;
+    if (!bad && rq->stdin_fd >= 0 && (p->stdin_fd = fcntl(rq->stdin_fd, F_DUPFD_CLOEXEC, 3)) < 0)
+        bad = 1;
+    if (bad) {
+        bl_proc_free_fields(p);
+        free(p);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot start the command: %s",
+                strerror(errno ? errno : ENOMEM));
+        return -1;
+    }
+    p->base.run = bl_exec_run;
+    p->base.ud = p;
+    if (cl_proc_start(&p->base, rq->stdout_fd, rq->stderr_fd, op, error) < 0) {
+        bl_proc_free_fields(p);
+        free(p);
+        return -1;
+    }
+    *process = (sbx_plugin_process *)p;
+    return 0;
+}
+
+static int bl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
+                        int *exit_code, sbx_error **error)
+{
+    (void)ctx;
+    bl_proc *p = (bl_proc *)process;
+    int rc = cl_proc_wait(&p->base, timeout_ms, exit_code, "exec_wait", error);
+    /* A missing working directory: the script's cd failed (cloud.h). */
+    char *quoted = rc == 1 && *exit_code == CL_CWD_MISSING_EXIT ? cl_script_cwd(p->script)
+                                                                  : NULL;
+    if (quoted) {
+        char *cmd = cl_printf("test -d %s", quoted);
+        int code = 0;
+        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
+        if (cmd && bl_run_short(p->sb, &c2, cmd, &code, "exec", NULL) == 0 && code != 0) {
+            cl_cwd_missing_error(error, "exec", quoted);
+            rc = -1;
+        }
+        free(cmd);
+        free(quoted);
+    }
+    return rc;
+}
+
+/* Signals every process of the command: each carries CL_EXEC_MARK=<its
+ * tag> in its environment, so the signal reaches background children,
+ * children in sessions of their own and orphans. The scan runs as a
+ * command of its own, without the mark. */
+static int bl_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
+                        sbx_error **error)
+{
+    bl_proc *p = (bl_proc *)process;
+    pthread_mutex_lock(&p->base.lock);
+    int ended = p->base.ended;
+    pthread_mutex_unlock(&p->base.lock);
+    if (ended)
+        return 0;
+    char *cmd = cl_mark_kill_command(p->tag, sig);
+    int code = 0;
+    int rc = cmd ? bl_run_short(p->sb, ctx, cmd, &code, "exec_kill", error) : -1;
+    if (!cmd)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec_kill", "out of memory");
+    free(cmd);
+    return rc;
+}
+
+static void bl_exec_free(sbx_plugin_process *process)
+{
+    bl_proc *p = (bl_proc *)process;
+    if (!p)
+        return;
+    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
+    bl_exec_kill(process, &c2, SIGKILL, NULL);
+    cl_proc_clear(&p->base);
+    bl_proc_free_fields(p);
+    free(p);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The descriptor                                                            */
+/* ------------------------------------------------------------------------ */
+
+static const sbx_plugin bl_plugin = {
+    .struct_size = sizeof(sbx_plugin),
+    .abi_major = SBX_PLUGIN_ABI_MAJOR,
+    .abi_minor = SBX_PLUGIN_ABI_MINOR,
+    .name = BL_BACKEND,
+    .version = PACKAGE_VERSION,
+    .description = "Blaxel sandboxes (control API and each sandbox's data plane) over "
+                   "libcurl; memory decides vCPU; the provider ends a sandbox at its ttl and "
+                   "wakes one on standby at use; output arrives when a command ends; "
+                   "relative paths are taken from the workdir",
+    .caps = BL_CAPS,
+    .setup = bl_setup,
+    .client_new = bl_client_new,
+    .client_free = bl_client_free,
+    .probe = bl_probe,
+    .create = bl_create,
+    .resume = bl_resume,
+    .session_state = bl_session_state,
+    .destroy = bl_destroy,
+    .is_alive = bl_is_alive,
+    .sandbox_free = bl_sandbox_free,
+    .sandbox_id = cl_sandbox_id,
+    .sandbox_root = cl_sandbox_root,
+    .exec_start = bl_exec_start,
+    .exec_wait = bl_exec_wait,
+    .exec_event_fd = cl_exec_event_fd,
+    .exec_kill = bl_exec_kill,
+    .exec_free = bl_exec_free,
+    .list_files = bl_list_files,
+    .read_file = bl_read_file,
+    .write_file = bl_write_file,
+    .list_owned = bl_list_owned,
+    .destroy_by_id = bl_destroy_by_id,
+};
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
+{
+    return &bl_plugin;
+}

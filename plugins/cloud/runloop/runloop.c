@@ -1,0 +1,1596 @@
+/*
+ * runloop.c — libsbx-runloop.so, the `runloop` backend: Runloop devboxes
+ * over their REST API, on the hosted-provider base
+ * (plugins/cloud/base/cloud.h).
+ *
+ * Contract: the Runloop section of the provider contracts
+ * (runloopai/api-client-python src/runloop_api_client/_client.py,
+ * resources/devboxes/, types/).
+ *
+ *  - Credentials: RUNLOOP_API_KEY, as "Authorization: Bearer ...". Base
+ *    URL: the client config's "api_url", else RUNLOOP_BASE_URL, else
+ *    https://api.runloop.ai.
+ *  - create: POST /v1/devboxes. cpu and memory_mb pick
+ *    launch_parameters.resource_size_request: the smallest of Runloop's
+ *    sizes that fits both (X_SMALL 0.5 vCPU / 1 GiB, SMALL 1/2, MEDIUM 2/4,
+ *    LARGE 2/8, X_LARGE 4/16, XX_LARGE 8/32), else CUSTOM_SIZE with
+ *    custom_cpu_cores and custom_gb_memory rounded up; disk_mb always makes
+ *    it CUSTOM_SIZE (custom_disk_size, GiB rounded up); memory_mb under
+ *    1024 (X_SMALL's, the least Runloop gives) is a configuration error
+ *    with context min_mb=1024, not a silently larger limit; the backend option
+ *    {"custom_size": true} asks for CUSTOM_SIZE with the exact request. The
+ *    size chosen is logged. template → blueprint_name (blueprint_id when it
+ *    starts with "bpt_"); snapshot_id → snapshot_id; image, gpu and
+ *    app_name are configuration errors naming them; allow_internet=0 needs
+ *    the backend option "network_policy_id" (a deny-egress policy made at
+ *    Runloop), else it is a configuration error naming that option. The
+ *    create's env is the devbox's environment_variables (the provider keeps
+ *    it: it holds after a resume, and the session state holds none).
+ *    launch_parameters.keep_alive_time_seconds is always sent (the caller's
+ *    lifetime plus RL_LIFETIME_MARGIN_S, else RL_DEFAULT_LIFETIME_S), so
+ *    the provider ends a devbox that is lost. metadata carries the
+ *    ownership labels (CL_META_*), by which list_owned, destroy_by_id and
+ *    the reaper of lost creates find it (CASE-20). Readiness: POST
+ *    wait_for_status {"statuses":["running"]}, re-polled on 408.
+ *  - exec: POST /v1/devboxes/{id}/execute with a command_id made here (a
+ *    UUIDv7), so a re-sent execute never runs the command twice, then
+ *    executions/{eid}/wait_for_status re-polled on 408 (holds of at most
+ *    25 s). The execution's stdout and stderr are text and may be cut, so
+ *    the command runs in a shell of its own with its output in two files;
+ *    the wrapper around it then prints its exit code and, up to
+ *    RL_INLINE_MAX bytes, both outputs in base64 (one line each) and
+ *    removes the files, so a small command is one request; larger output,
+ *    or a wrapper killed with the command, is downloaded as raw bytes and
+ *    removed. Output stays apart and exact, and arrives when the command
+ *    ends. Per-call env values and stdin are uploaded as
+ *    files first (never in the command line); every process of the
+ *    command carries CL_EXEC_MARK=<its tag>, so exec_kill signals all of
+ *    them. A devbox that fails with failure_reason out_of_memory while a
+ *    command runs ends the command with 137 and the OOM flag (CASE-49).
+ *  - files: upload_file (multipart) and download_file (raw bytes both
+ *    ways, CASE-17); listings by a command. Relative paths are taken from
+ *    the workdir, else from the devbox's home directory (as Runloop does).
+ *  - destroy: POST shutdown (Runloop has no DELETE); stop / start: suspend
+ *    and resume; snapshot: snapshot_disk, restored by a create with
+ *    snapshot_id.
+ *  - A devbox the provider no longer has (404, or status shutdown or
+ *    failure) is not_found with reason "gone" (CASE-32), with its
+ *    failure_reason and shutdown_reason in the context; every later call
+ *    fails at once.
+ *
+ * Threading: slots may run at once on different devboxes and on one; a
+ * devbox's mutable state (the gone flag) has its own lock.
+ */
+#include "cloud.h"
+#include "provider.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "0.1.0"
+#endif
+
+#define RL_BACKEND "runloop"
+#define RL_DEFAULT_URL "https://api.runloop.ai"
+#define RL_STATE_VERSION 1
+#define RL_WAIT_S 300.0                 /* bound on waiting for running */
+#define RL_DEFAULT_LIFETIME_S 3600      /* keep_alive_time_seconds when none was set */
+#define RL_LIFETIME_MARGIN_S 5          /* provider end after the caller's lifetime */
+#define RL_EXEC_HOLD_S 25               /* the longest execution hold */
+#define RL_STATUS_HOLD_S 30             /* the longest devbox status hold */
+#define RL_INLINE_MAX 32768            /* output bytes a command's report carries */
+#define RL_MIN_MEMORY_MB 1024           /* the smallest size's memory (X_SMALL) */
+#define RL_STR_(x) #x
+#define RL_STR(x) RL_STR_(x)
+
+#define RL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_SNAPSHOT      \
+                 | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_CPU_LIMIT                 \
+                 | SBX_CAP_MEMORY_LIMIT | SBX_CAP_DISK_LIMIT | SBX_CAP_IMAGE              \
+                 | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED | SBX_CAP_BACKGROUND)
+
+struct sbx_plugin_client {
+    cl_http *http;
+    char *api;          /* base URL, no trailing slash */
+    cl_reaper *reaper;  /* devboxes of creates whose outcome is unknown */
+};
+
+struct sbx_plugin_sandbox {
+    cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
+    struct sbx_plugin_client *c;
+    char *workdir;      /* the default working directory, or NULL */
+};
+
+typedef struct rl_proc {
+    cl_proc base;       /* first member (cloud.h) */
+    struct sbx_plugin_sandbox *sb;
+    char *script;
+    char **env;         /* "K=V" of the command, copied */
+    int stdin_fd;
+    char tag[40];
+    int oom_killed;     /* the devbox failed out_of_memory (the worker sets it) */
+} rl_proc;
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+#define rl_is_gone(sb) cl_gone_get(&(sb)->s.gone)
+#define rl_mark_gone(sb) cl_gone_set(&(sb)->s.gone)
+#define rl_check(sb, op, error) cl_gone_check(&(sb)->s.gone, (op), RL_BACKEND, (sb)->s.id, \
+                                              (error))
+#define rl_refuse(error, option, value, why) \
+    cl_refuse((error), RL_BACKEND, (option), (value), (why))
+
+static const char *rl_status(json_object *j)
+{
+    const char *s = cl_json_str(j, "status");
+    return s ? s : "unknown";
+}
+
+static int rl_terminal(const char *status)
+{
+    return strcmp(status, "shutdown") == 0 || strcmp(status, "failure") == 0;
+}
+
+/* The gone error of devbox @id, with its state and reasons from @view (may
+ * be NULL). */
+static sbx_error *rl_gone_error(sbx_error **error, const char *op, const char *id,
+                                json_object *view)
+{
+    sbx_error *err = cl_gone_error(error, op, RL_BACKEND, id);
+    if (view) {
+        static const char *const keys[] = { "status", "failure_reason", "shutdown_reason", NULL };
+        for (int i = 0; keys[i]; i++) {
+            const char *v = cl_json_str(view, keys[i]);
+            if (v)
+                cl_context(err, strcmp(keys[i], "status") == 0 ? "state" : keys[i], v);
+        }
+    }
+    return err;
+}
+
+/* GET /v1/devboxes/{id}: the DevboxView, or NULL (*@status: 0 when no
+ * answer, 404 when the provider has no such devbox). */
+static json_object *rl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
+                           long *status, const char *op, sbx_error **error)
+{
+    char *url = cl_item_url(c->api, "v1/devboxes", id, "");
+    json_object *j = cl_get_json(c->http, ctx, url, status, op, "get the devbox", error);
+    free(url);
+    return j;
+}
+
+/* POST @api/v1/devboxes/@id@suffix with @body (NULL: none) as a safe or
+ * unsafe call: 0 with the answer in @r (any status), -1 when none came. */
+static int rl_post(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
+                   const char *suffix, json_object *body, cl_idempotency idem, cl_resp *r,
+                   const char *op, const char *what, sbx_error **error)
+{
+    char *url = cl_item_url(c->api, "v1/devboxes", id, suffix);
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    json_object *empty = body ? NULL : json_object_new_object();
+    int rc = cl_request_json(c->http, ctx, "POST", url, body ? body : empty, idem, r, op, what,
+                             error);
+    json_object_put(empty);
+    free(url);
+    return rc;
+}
+
+/* After an unexpected answer @r on @sb: marks it gone when the provider no
+ * longer has it (404, or a terminal status on a GET) and stores the gone
+ * error; else stores the answer's error unless @quiet. Returns -1. */
+static int rl_answer_fail(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                          const cl_resp *r, int quiet, const char *op, const char *what,
+                          sbx_error **error)
+{
+    long st = 0;
+    json_object *j = NULL;
+    if (r->status != 404)
+        j = rl_get(sb->c, ctx, sb->s.id, &st, op, NULL);
+    if (r->status == 404 || st == 404 || (j && rl_terminal(rl_status(j)))) {
+        if (r->status == 404 && !j && quiet)
+            j = rl_get(sb->c, ctx, sb->s.id, &st, op, NULL);
+        if (r->status != 404 || st == 404 || (j && rl_terminal(rl_status(j))) || !quiet) {
+            rl_mark_gone(sb);
+            rl_gone_error(error, op, sb->s.id, j);
+            json_object_put(j);
+            return -1;
+        }
+    }
+    json_object_put(j);
+    if (!quiet)
+        cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, what);
+    return -1;
+}
+
+/* A call on devbox @sb (the request @rq, its url set here from @suffix):
+ * 0 with a 2xx answer in @r (or a 408 when @ok408), -1 otherwise. A 404
+ * with @file_call set is a file's, unless the devbox itself is gone: then
+ * no error is stored (the caller names the file). */
+static int rl_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
+                   const char *suffix, cl_resp *r, int ok408, int file_call, const char *op,
+                   sbx_error **error)
+{
+    if (rl_check(sb, op, error) < 0)
+        return -1;
+    char *url = cl_item_url(sb->c->api, "v1/devboxes", sb->s.id, suffix);
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    rq->url = url;
+    int rc = -1;
+    if (cl_request(sb->c->http, ctx, rq, r, op, error) == 0) {
+        if (r->status / 100 == 2 || (ok408 && r->status == 408))
+            rc = 0;
+        else
+            rl_answer_fail(sb, ctx, r, file_call && (r->status == 404 || r->status == 400), op,
+                           rq->what, error);
+    }
+    free(url);
+    return rc;
+}
+
+/* rl_call() with the JSON object @body. */
+static int rl_call_json(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                        const char *suffix, json_object *body, cl_idempotency idem, cl_resp *r,
+                        int ok408, const char *op, const char *what, sbx_error **error)
+{
+    const char *bs = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
+    cl_req rq = { .method = "POST", .body = bs, .body_len = strlen(bs), .idempotent = idem,
+                  .what = what };
+    return rl_call(sb, ctx, &rq, suffix, r, ok408, 0, op, error);
+}
+
+/* A UUIDv7 (RFC 9562): 48 bits of UNIX milliseconds, version 7, random
+ * bits, variant 10: the client's command_id. @out holds 37 bytes. */
+static void rl_uuid7(char out[37])
+{
+    char hex[33];
+    cl_random_hex(hex, 16);
+    unsigned long long msec = (unsigned long long)(cl_wallclock() * 1000.0);
+    char ts[13];
+    snprintf(ts, sizeof ts, "%012llx", msec & 0xffffffffffffULL);
+    memcpy(hex, ts, 12);
+    hex[12] = '7';
+    static const char variant[] = "89ab";
+    hex[16] = variant[(unsigned char)hex[17] % 4];
+    snprintf(out, 37, "%.8s-%.4s-%.4s-%.4s-%.12s", hex, hex + 8, hex + 12, hex + 16, hex + 20);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Waiting for running                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Holds wait_for_status {"statuses":["running"]} until the devbox runs,
+ * re-polling on 408, resuming a suspended devbox once, within RL_WAIT_S
+ * and the call's deadline. A terminal devbox is gone (with its reasons). */
+static int rl_wait_running(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                           const char *op, sbx_error **error)
+{
+    cl_bound bd = cl_bound_make(ctx, RL_WAIT_S);
+    int resumed = 0, looked = 0;
+    for (;;) {
+        double left = cl_bound_left(&bd);
+        if (left == 0) {
+            cl_context(cl_fail(error, SBX_ERROR_TIMEOUT, op, "runloop devbox %s did not reach "
+                               "status running", sb->s.id), "sandbox_id", sb->s.id);
+            return -1;
+        }
+        int hold = left < 0 || left > RL_STATUS_HOLD_S ? RL_STATUS_HOLD_S : (int)left;
+        json_object *b = json_object_new_object(), *st = json_object_new_array();
+        json_object_array_add(st, json_object_new_string("running"));
+        json_object_object_add(b, "statuses", st);
+        json_object_object_add(b, "timeout_seconds", json_object_new_int(hold));
+        cl_resp r = { 0 };
+        int rc = rl_post(sb->c, ctx, sb->s.id, "/wait_for_status", b, CL_SAFE, &r, op,
+                         "wait for the devbox to run", error);
+        json_object_put(b);
+        if (rc < 0) {
+            cl_resp_clear(&r);
+            return -1;
+        }
+        if (r.status == 200) {
+            cl_resp_clear(&r);
+            return 0;
+        }
+        if (r.status == 408 && looked) {
+            cl_resp_clear(&r);
+            continue;
+        }
+        /* Another answer, or the first hold that ended: look at the devbox
+         * (a suspended one holds until it is resumed). */
+        looked = 1;
+        long gs = 0;
+        json_object *j = rl_get(sb->c, ctx, sb->s.id, &gs, op, NULL);
+        const char *s = j ? rl_status(j) : NULL;
+        if (gs == 404 || (s && rl_terminal(s))) {
+            rl_mark_gone(sb);
+            rl_gone_error(error, op, sb->s.id, j);
+            json_object_put(j);
+            cl_resp_clear(&r);
+            return -1;
+        }
+        if (s && strcmp(s, "suspended") == 0 && !resumed) {
+            cl_resp r2 = { 0 };
+            resumed = 1;
+            rc = rl_post(sb->c, ctx, sb->s.id, "/resume", NULL, CL_SAFE, &r2, op,
+                         "resume the devbox", error);
+            if (rc == 0 && r2.status / 100 != 2) {
+                cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r2, op,
+                               "resume the devbox");
+                rc = -1;
+            }
+            cl_resp_clear(&r2);
+            json_object_put(j);
+            cl_resp_clear(&r);
+            if (rc < 0)
+                return -1;
+            continue;
+        }
+        json_object_put(j);
+        if (r.status == 408 || (s && strcmp(s, "suspended") != 0)) {
+            cl_resp_clear(&r);
+            continue;       /* on its way: hold again */
+        }
+        cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op,
+                       "wait for the devbox to run");
+        cl_resp_clear(&r);
+        return -1;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Running a command                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* 1 when @sb is gone because it failed with failure_reason out_of_memory
+ * (the provider's memory limit ended it), else 0. */
+static int rl_oom_gone(struct sbx_plugin_sandbox *sb)
+{
+    if (!rl_is_gone(sb))
+        return 0;
+    long gs = 0;
+    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 10, -1, NULL };
+    json_object *v = rl_get(sb->c, &c2, sb->s.id, &gs, "exec", NULL);
+    const char *fr = v ? cl_json_str(v, "failure_reason") : NULL;
+    int oom = fr && strcmp(fr, "out_of_memory") == 0;
+    json_object_put(v);
+    return oom;
+}
+
+/* Runs @command on @sb through execute with a command_id of its own, then
+ * waits for its execution to complete (re-polling on 408) until @ctx's
+ * deadline or cancel. 0 with its exit status in *@code (and its stdout
+ * text in *@out, a new string, when @out is not NULL), or -1 with *@error
+ * set. When the devbox failed with out_of_memory meanwhile, 0 with 137 and
+ * *@oom set (when @oom is not NULL). */
+static int rl_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *command,
+                      int *code, char **out, int *oom, const char *op, sbx_error **error)
+{
+    char cid[37];
+    rl_uuid7(cid);
+    cl_bound bd = cl_bound_make(ctx, 0);
+    double left = cl_bound_left(&bd);
+    int hold = left < 0 || left > RL_EXEC_HOLD_S ? RL_EXEC_HOLD_S : (int)left;
+    json_object *b = json_object_new_object(), *j = NULL;
+    json_object_object_add(b, "command", json_object_new_string(command));
+    json_object_object_add(b, "command_id", json_object_new_string(cid));
+    json_object_object_add(b, "optimistic_timeout", json_object_new_int(hold));
+    cl_resp r = { 0 };
+    int rc = rl_call_json(sb, ctx, "/execute", b, CL_SAFE, &r, 0, op, "execute the command",
+                          error);
+    json_object_put(b);
+    char *suffix = NULL;
+    while (rc == 0) {
+        int held = r.status == 408;    /* the hold ended: look again */
+        json_object_put(j);
+        j = held ? NULL : cl_resp_json(&r, op, "execute the command", error);
+        cl_resp_clear(&r);
+        memset(&r, 0, sizeof r);
+        if (!held && !j) {
+            rc = -1;
+            break;
+        }
+        if (j && strcmp(rl_status(j), "completed") == 0) {
+            int64_t x = 0;
+            if (cl_json_int(j, "exit_status", &x) != 1) {
+                cl_fail(error, SBX_ERROR_CONNECTION, op, "runloop execution completed without "
+                        "an exit_status");
+                rc = -1;
+                break;
+            }
+            *code = (int)(x & 0xff);
+            if (out) {
+                const char *so = cl_json_str(j, "stdout");
+                if (!(*out = strdup(so ? so : ""))) {
+                    cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+                    rc = -1;
+                }
+            }
+            break;
+        }
+        if (!suffix) {
+            const char *eid = j ? cl_json_str(j, "execution_id") : NULL;
+            char *e = eid ? cl_url_escape(eid) : NULL;
+            suffix = e ? cl_printf("/executions/%s/wait_for_status", e) : NULL;
+            free(e);
+            if (!suffix) {
+                if (eid)
+                    cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+                else
+                    cl_fail(error, SBX_ERROR_CONNECTION, op, "runloop execute answered without "
+                            "an execution_id");
+                rc = -1;
+                break;
+            }
+        }
+        left = cl_bound_left(&bd);
+        if (left == 0) {
+            cl_fail(error, SBX_ERROR_TIMEOUT, op, "runloop execution did not complete in time");
+            rc = -1;
+            break;
+        }
+        hold = left < 0 || left > RL_EXEC_HOLD_S ? RL_EXEC_HOLD_S : (int)left;
+        json_object *w = json_object_new_object(), *st = json_object_new_array();
+        json_object_array_add(st, json_object_new_string("completed"));
+        json_object_object_add(w, "statuses", st);
+        json_object_object_add(w, "timeout_seconds", json_object_new_int(hold));
+        rc = rl_call_json(sb, ctx, suffix, w, CL_SAFE, &r, 1, op, "wait for the command",
+                          error);
+        json_object_put(w);
+    }
+    if (rc < 0 && oom && rl_oom_gone(sb)) {
+        *oom = 1;
+        *code = 137;
+        rc = 0;
+    }
+    json_object_put(j);
+    free(suffix);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static int rl_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
+                        int *code, const char *op, sbx_error **error)
+{
+    return rl_execute(sb, ctx, cmd, code, NULL, NULL, op, error);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Files: upload_file (multipart) and download_file, raw bytes (CASE-17)      */
+/* ------------------------------------------------------------------------ */
+
+/* @path as the provider takes it: an absolute path as is; a relative one
+ * from the workdir, or as is (Runloop takes it from the home directory). */
+static char *rl_path(struct sbx_plugin_sandbox *sb, const char *path)
+{
+    return cl_path_in(sb->workdir, path);
+}
+
+static int rl_file_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r, const char *op,
+                        const char *path, const char *what, sbx_error **error)
+{
+    if (rl_is_gone(sb) || (error && *error))
+        return -1;
+    sbx_error *err = NULL;
+    if (r->status == 404)
+        err = cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such %s in the sandbox: %s", what, path);
+    else
+        err = cl_fail_status(sb->c->http, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
+    cl_context(err, "path", path);
+    return -1;
+}
+
+static int rl_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                       cl_sink_fn sink, void *ud, cl_resp *r, const char *op, sbx_error **error)
+{
+    json_object *b = json_object_new_object();
+    json_object_object_add(b, "path", json_object_new_string(path));
+    const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
+    cl_req rq = { .method = "POST", .body = bs, .body_len = strlen(bs), .sink = sink,
+                  .sink_ud = ud, .idempotent = CL_SAFE, .what = "download the file" };
+    int rc = rl_call(sb, ctx, &rq, "/download_file", r, 0, 1, op, error);
+    json_object_put(b);
+    return rc;
+}
+
+static int rl_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
+                        sbx_error **error)
+{
+    const char *op = "read_file";
+    char *p = rl_path(sb, path);
+    cl_resp r = { 0 };
+    int rc = p ? rl_download(sb, ctx, p, cl_fd_sink, &fd, &r, op, error) : -1;
+    if (!p)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    if (rc < 0 && r.status)
+        rl_file_fail(sb, &r, op, path, "file", error);
+    free(p);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+/* Uploads what @fd holds (to its end) as @path (provider form): multipart
+ * fields "path" and "file". */
+static int rl_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                     int fd, const char *shown, const char *op, sbx_error **error)
+{
+    const char *const fields[] = { "path", path, NULL };
+    cl_buf body = { 0 };
+    char ctype[80];
+    if (cl_multipart_body(&body, ctype, sizeof ctype, fields, "file", "file", fd, shown, op,
+                          error) < 0) {
+        cl_buf_clear(&body);
+        return -1;
+    }
+    cl_req rq = { .method = "POST", .content_type = ctype, .body = body.data,
+                  .body_len = body.len, .idempotent = CL_SAFE, .what = "upload the file" };
+    cl_resp r = { 0 };
+    int rc = rl_call(sb, ctx, &rq, "/upload_file", &r, 0, 1, op, error);
+    if (rc < 0 && r.status)
+        rl_file_fail(sb, &r, op, shown, "directory for file", error);
+    cl_resp_clear(&r);
+    cl_buf_clear(&body);
+    return rc;
+}
+
+/* Uploads the @n bytes of @data as @path (small files the plugin makes). */
+static int rl_upload_bytes(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                           const char *path, const char *data, size_t n, const char *op,
+                           sbx_error **error)
+{
+    int fds[2];
+    if (n >= 65536) {
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "runloop: %s would be larger than 64 KiB",
+                path);
+        return -1;
+    }
+    if (pipe2(fds, O_CLOEXEC) < 0) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    ssize_t w = n ? write(fds[1], data, n) : 0;
+    close(fds[1]);
+    int rc = -1;
+    if (w != (ssize_t)n)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "pipe write: %s", strerror(errno));
+    else
+        rc = rl_upload(sb, ctx, path, fds[0], path, op, error);
+    close(fds[0]);
+    return rc;
+}
+
+static int rl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
+                         uint32_t mode, sbx_error **error)
+{
+    const char *op = "write_file";
+    char *p = rl_path(sb, path);
+    if (!p) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    int rc = rl_upload(sb, ctx, p, fd, path, op, error);
+    if (rc == 0)
+        rc = cl_set_mode(sb, rl_run_short, ctx, p, path, mode, op, error);
+    free(p);
+    return rc;
+}
+
+/* The listing by a command: "TYPE SIZE NAME" lines of find -printf. */
+static int rl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                         sbx_plugin_file_fn fn, void *ud, sbx_error **error)
+{
+    const char *op = "list_files";
+    char *p = rl_path(sb, path), *q = p ? cl_shell_quote(p) : NULL;
+    char *cmd = q ? cl_printf("test -d %s || exit 3; find %s -mindepth 1 -maxdepth 1 "
+                              "-printf '%%y %%s %%f\\n'", q, q) : NULL;
+    char *out = NULL;
+    int code = 0, rc = -1;
+    if (!cmd)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else if (rl_execute(sb, ctx, cmd, &code, &out, NULL, op, error) == 0) {
+        if (code == 3) {
+            cl_context(cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such directory in the "
+                               "sandbox: %s", path), "path", path);
+        } else if (code != 0) {
+            cl_context(cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "cannot list %s (find "
+                               "exited %d)", path, code), "path", path);
+        } else {
+            rc = 0;
+            for (char *line = out, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+                nl = strchr(line, '\n');
+                if (nl)
+                    *nl = '\0';
+                char type = line[0];
+                char *sp = strchr(line, ' ');
+                char *sp2 = sp ? strchr(sp + 1, ' ') : NULL;
+                if (!sp2)
+                    continue;
+                int is_dir = type == 'd';
+                sbx_plugin_file_info info = { sizeof(info), sp2 + 1, is_dir,
+                                              is_dir ? -1 : strtoll(sp + 1, NULL, 10), 0 };
+                if (fn(&info, ud) != 0)
+                    break;
+            }
+        }
+    }
+    free(out);
+    free(cmd);
+    free(q);
+    free(p);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Client                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static int rl_shutdown(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
+                       const char *op, sbx_error **error)
+{
+    cl_resp r = { 0 };
+    int rc = rl_post(c, ctx, id, "/shutdown", NULL, CL_SAFE, &r, op, "shut the devbox down",
+                     error);
+    if (rc == 0 && r.status / 100 != 2 && r.status != 404) {
+        /* Shut down already (a terminal devbox refuses more calls). */
+        long st = 0;
+        json_object *j = rl_get(c, ctx, id, &st, op, NULL);
+        if (st != 404 && !(j && rl_terminal(rl_status(j)))) {
+            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "shut the devbox down");
+            rc = -1;
+        }
+        json_object_put(j);
+    }
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static int rl_delete(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                     const char *op, sbx_error **error)
+{
+    return rl_shutdown(client, ctx, id, op, error);
+}
+
+/* Walks every page of GET /v1/devboxes (starting_after the last id while
+ * has_more, CASE-35), calling @fn on each live devbox; @fn returns
+ * non-zero to stop. */
+typedef int (*rl_each_fn)(void *ud, json_object *devbox);
+
+static int rl_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, rl_each_fn fn, void *ud,
+                   const char *op, sbx_error **error)
+{
+    char *after = NULL;
+    int rc = 0;
+    for (int page = 0; page < 100000; page++) {
+        char *e = after ? cl_url_escape(after) : NULL;
+        char *url = cl_printf("%s/v1/devboxes?limit=100%s%s", c->api, e ? "&starting_after=" : "",
+                              e ? e : "");
+        free(e);
+        long st = 0;
+        json_object *j = url ? cl_get_json(c->http, ctx, url, &st, op, "list devboxes", error)
+                             : NULL;
+        free(url);
+        if (!j) {
+            if (st == 404)
+                cl_fail(error, SBX_ERROR_NOT_FOUND, op, "runloop: no devbox list at %s", c->api);
+            rc = -1;
+            break;
+        }
+        json_object *items = cl_json_path(j, "devboxes", NULL), *hm;
+        if (!items || !json_object_is_type(items, json_type_array)) {
+            cl_fail(error, SBX_ERROR_CONNECTION, op, "runloop list answered with no devboxes "
+                    "array");
+            json_object_put(j);
+            rc = -1;
+            break;
+        }
+        size_t n = json_object_array_length(items);
+        int stop = 0;
+        const char *last = NULL;
+        for (size_t i = 0; i < n && !stop; i++) {
+            json_object *it = json_object_array_get_idx(items, i);
+            last = cl_json_str(it, "id");
+            if (last && !rl_terminal(rl_status(it)))
+                stop = fn(ud, it) != 0;
+        }
+        int more = json_object_object_get_ex(j, "has_more", &hm) && json_object_get_boolean(hm);
+        free(after);
+        after = more && !stop && last ? strdup(last) : NULL;
+        json_object_put(j);
+        if (!after)
+            break;
+    }
+    free(after);
+    return rc;
+}
+
+typedef struct rl_ids {
+    const char *token;
+    cl_ids ids;
+} rl_ids;
+
+static int rl_id_one(void *ud, json_object *it)
+{
+    rl_ids *s = ud;
+    const char *tok = cl_json_str(cl_json_path(it, "metadata", NULL), CL_META_TOKEN);
+    if (tok && strcmp(tok, s->token) == 0)
+        cl_ids_add(&s->ids, cl_json_str(it, "id"));
+    return 0;
+}
+
+/* The reaper's look-up: the devboxes carrying create token @token. */
+static int rl_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
+                         sbx_error **error)
+{
+    rl_ids s = { token, { 0 } };
+    int rc = rl_list(ud, ctx, rl_id_one, &s, "create", error);
+    return cl_ids_finish(&s.ids, rc, ids, "create", error);
+}
+
+static int rl_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
+{
+    return rl_shutdown(ud, ctx, id, "create", error);
+}
+
+static int rl_setup(const sbx_host_services *host, sbx_error **error)
+{
+    return cl_setup(host, RL_BACKEND, error);
+}
+
+static void rl_client_free(sbx_plugin_client *c)
+{
+    if (!c)
+        return;
+    cl_reaper_free(c->reaper);
+    cl_http_free(c->http);
+    free(c->api);
+    free(c);
+}
+
+static int rl_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
+{
+    const char *op = "client_new";
+    json_object *cfg = NULL;
+    if (cl_client_config(config_json, RL_BACKEND, &cfg, error) < 0)
+        return -1;
+    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
+    if (!c || !(c->http = cl_http_new())) {
+        free(c);
+        json_object_put(cfg);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    c->api = cl_base_url(cfg, "api_url", "RUNLOOP_BASE_URL", RL_DEFAULT_URL, error);
+    static const char *const key_envs[] = { "RUNLOOP_API_KEY", NULL };
+    if (!c->api || cl_http_configure(c->http, cfg, key_envs, "Authorization", "Bearer ",
+                                     error) < 0)
+        goto fail;
+    if (!(c->reaper = cl_reaper_new(rl_find_token, rl_reap_delete, c))) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
+    json_object_put(cfg);
+    *client = c;
+    return 0;
+fail:
+    json_object_put(cfg);
+    rl_client_free(c);
+    return -1;
+}
+
+static int rl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
+                    sbx_error **error)
+{
+    (void)client;
+    (void)ctx;
+    (void)error;
+    *caps = RL_CAPS;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lifecycle                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static struct sbx_plugin_sandbox *rl_sandbox_new(struct sbx_plugin_client *c, const char *id)
+{
+    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
+    if (!sb)
+        return NULL;
+    sb->c = c;
+    if (cl_sandbox_init(&sb->s, id) < 0) {
+        free(sb);
+        return NULL;
+    }
+    return sb;
+}
+
+static void rl_sandbox_free(sbx_plugin_sandbox *sb)
+{
+    if (!sb)
+        return;
+    cl_sandbox_clear(&sb->s);
+    free(sb->workdir);
+    free(sb);
+}
+
+/* Runloop's named sizes: vCPUs and GiB. */
+static const struct {
+    const char *name;
+    double cpu;
+    double gb;
+} rl_sizes[] = {
+    { "X_SMALL", 0.5, 1 }, { "SMALL", 1, 2 }, { "MEDIUM", 2, 4 }, { "LARGE", 2, 8 },
+    { "X_LARGE", 4, 16 }, { "XX_LARGE", 8, 32 },
+};
+
+/* The backend options: {"network_policy_id": "...", "custom_size": bool}. */
+static int rl_backend_options(const char *s, const char **policy, int *custom, json_object **keep,
+                              sbx_error **error)
+{
+    *keep = NULL;
+    if (!s || !*s)
+        return 0;
+    json_object *bo = json_tokener_parse(s);
+    sbx_error *err = NULL;
+    if (!bo || !json_object_is_type(bo, json_type_object)) {
+        err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                      "runloop backend_options: %s is not a JSON object", s);
+    } else {
+        json_object_object_foreach(bo, k, v) {
+            static const char known[] = "\"network_policy_id\", \"custom_size\"";
+            if (strcmp(k, "network_policy_id") != 0 && strcmp(k, "custom_size") != 0) {
+                err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                              "runloop backend_options: unknown key \"%s\" (known: %s)", k,
+                              known);
+                cl_context(err, "name", k);
+                cl_context(err, "known", known);
+                break;
+            }
+            int is_policy = k[0] == 'n';
+            if (is_policy ? !json_object_is_type(v, json_type_string)
+                                || json_object_get_string_len(v) == 0
+                          : !json_object_is_type(v, json_type_boolean)) {
+                err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                              "runloop backend_options: %s %s is not %s", k,
+                              json_object_to_json_string(v),
+                              is_policy ? "a non-empty string" : "true or false");
+                cl_context(err, "name", k);
+                break;
+            }
+            if (is_policy)
+                *policy = json_object_get_string(v);
+            else
+                *custom = json_object_get_boolean(v);
+        }
+    }
+    if (err) {
+        cl_context(err, "option", "backend_options");
+        json_object_put(bo);
+        return -1;
+    }
+    *keep = bo;
+    return 0;
+}
+
+static json_object *rl_create_body(const sbx_call_ctx *ctx, const sbx_plugin_create_request *rq,
+                                   sbx_error **error)
+{
+    uint64_t set = rq->set_fields;
+    char buf[64];
+    const char *policy = NULL;
+    int custom = 0;
+    json_object *bo = NULL;
+    if (cl_workdir_check(RL_BACKEND, rq->workdir, error) < 0
+        || rl_backend_options(rq->backend_options, &policy, &custom, &bo, error) < 0)
+        return NULL;
+    json_object *b = json_object_new_object(), *lp = json_object_new_object();
+    json_object *meta = json_object_new_object();
+    json_object_object_add(b, "launch_parameters", lp);
+    json_object_object_add(b, "metadata", meta);
+    if (set & SBX_OPTION_APP_NAME) {
+        rl_refuse(error, "app_name", rq->app_name, "Runloop has no apps");
+        goto fail;
+    }
+    if ((set & SBX_OPTION_GPU) && rq->gpu) {
+        rl_refuse(error, "gpu", rq->gpu, "Runloop devboxes have no GPUs");
+        goto fail;
+    }
+    if (rq->image) {
+        rl_refuse(error, "image", rq->image, "Runloop starts devboxes from blueprints: give "
+                  "the blueprint as the template");
+        goto fail;
+    }
+    if (rq->template_name && rq->snapshot_id) {
+        rl_refuse(error, "template", rq->template_name, "give a blueprint or a snapshot, not "
+                  "both");
+        goto fail;
+    }
+    if (rq->template_name)
+        json_object_object_add(b, strncmp(rq->template_name, "bpt_", 4) == 0 ? "blueprint_id"
+                                                                          : "blueprint_name",
+                               json_object_new_string(rq->template_name));
+    if (rq->snapshot_id)
+        json_object_object_add(b, "snapshot_id", json_object_new_string(rq->snapshot_id));
+    /* Size: the smallest named size that fits cpu and memory, else custom. */
+    double cpu = 0, gb = 0;
+    if (set & SBX_OPTION_CPU) {
+        if (!(rq->cpu > 0) || rq->cpu > 64) {
+            snprintf(buf, sizeof buf, "%g", rq->cpu);
+            rl_refuse(error, "cpu", buf, "Runloop takes more than 0 and at most 64 vCPUs");
+            goto fail;
+        }
+        cpu = rq->cpu;
+    }
+    if (set & SBX_OPTION_MEMORY_MB) {
+        if (rq->memory_mb < RL_MIN_MEMORY_MB || rq->memory_mb > 256 * 1024) {
+            snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
+            cl_context(rl_refuse(error, "memory_mb", buf, "Runloop devboxes have "
+                                 RL_STR(RL_MIN_MEMORY_MB) " MB (X_SMALL) to 256 GiB"),
+                       "min_mb", RL_STR(RL_MIN_MEMORY_MB));
+            goto fail;
+        }
+        gb = (double)rq->memory_mb / 1024.0;
+    }
+    int want_disk = (set & SBX_OPTION_DISK_MB) && rq->disk_mb > 0;
+    if (cpu > 0 || gb > 0 || want_disk || custom) {
+        const char *size = NULL;
+        for (size_t i = 0; !custom && !want_disk && i < sizeof rl_sizes / sizeof rl_sizes[0];
+             i++)
+            if (rl_sizes[i].cpu >= cpu && rl_sizes[i].gb >= gb) {
+                size = rl_sizes[i].name;
+                break;
+            }
+        if (size) {
+            json_object_object_add(lp, "resource_size_request", json_object_new_string(size));
+        } else {
+            long long cc = cpu > 0 ? (long long)ceil(cpu) : 1;
+            long long gg = gb > 0 ? (long long)ceil(gb) : 2 * cc;
+            json_object_object_add(lp, "resource_size_request",
+                                   json_object_new_string("CUSTOM_SIZE"));
+            json_object_object_add(lp, "custom_cpu_cores", json_object_new_int64(cc));
+            json_object_object_add(lp, "custom_gb_memory", json_object_new_int64(gg));
+            if (want_disk)
+                json_object_object_add(lp, "custom_disk_size",
+                                       json_object_new_int64((rq->disk_mb + 1023) / 1024));
+            size = "CUSTOM_SIZE";
+        }
+        CL_LOG(SBX_LOG_INFO, "create: cpu %g, memory %g GiB: resource_size_request %s", cpu, gb,
+               size);
+    }
+    if (!rq->allow_internet) {
+        if (!policy) {
+            cl_context(rl_refuse(error, "allow_internet", "false", "Runloop limits egress by a "
+                                 "network policy: give its id as the backend option "
+                                 "network_policy_id"), "needs", "network_policy_id");
+            goto fail;
+        }
+        json_object_object_add(lp, "network_policy_id", json_object_new_string(policy));
+    }
+    /* The provider-side lifetime, always (CASE-33): whole seconds. */
+    long long t = RL_DEFAULT_LIFETIME_S;
+    if (set & SBX_OPTION_TIMEOUT_SECS) {
+        if (!(rq->timeout_secs > 0)) {
+            snprintf(buf, sizeof buf, "%g", rq->timeout_secs);
+            rl_refuse(error, "timeout_secs", buf, "must be more than 0");
+            goto fail;
+        }
+        t = (long long)ceil(rq->timeout_secs) + RL_LIFETIME_MARGIN_S;
+    }
+    json_object_object_add(lp, "keep_alive_time_seconds", json_object_new_int64(t));
+    json_object_object_add(meta, CL_META_BACKEND, json_object_new_string(RL_BACKEND));
+    if (ctx && ctx->create_token)
+        json_object_object_add(meta, CL_META_TOKEN, json_object_new_string(ctx->create_token));
+    snprintf(buf, sizeof buf, "%.0f", rq->expires_at > 0 ? rq->expires_at
+                                                        : cl_wallclock() + (double)t);
+    json_object_object_add(meta, CL_META_EXPIRES, json_object_new_string(buf));
+    json_object_object_add(b, "environment_variables", cl_env_object(rq->env));
+    json_object_put(bo);
+    return b;
+fail:
+    json_object_put(bo);
+    json_object_put(b);
+    return NULL;
+}
+
+/* A create sent and not answered: the provider may finish it (CASE-20). */
+static void rl_reap_lost(struct sbx_plugin_client *c, const char *token)
+{
+    cl_reap_now(c->reaper, NULL, token, 1.5);
+    cl_reaper_add(c->reaper, token, 30.0);
+}
+
+static int rl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                     const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
+                     sbx_error **error)
+{
+    const char *op = "create";
+    struct sbx_plugin_client *c = client;
+    json_object *body = rl_create_body(ctx, rq, error), *j = NULL;
+    if (!body)
+        return -1;
+    char *url = cl_printf("%s/v1/devboxes", c->api);
+    cl_resp r = { 0 };
+    int rc = -1;
+    struct sbx_plugin_sandbox *sb = NULL;
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    if (cl_request_json(c->http, ctx, "POST", url, body, CL_UNSAFE, &r, op,
+                        "create the devbox", NULL) < 0) {
+        cl_last_error l = *cl_last();
+        if (l.code == SBX_ERROR_CANCELLED && ctx && ctx->deadline > 0
+            && cl_now() >= ctx->deadline - 0.05)
+            l.code = SBX_ERROR_TIMEOUT;
+        sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
+        if (l.unknown)
+            cl_outcome_unknown(err);
+        if (ctx && ctx->create_token && l.unknown)
+            rl_reap_lost(c, ctx->create_token);
+        goto out;
+    }
+    if (r.status / 100 != 2) {
+        if (r.maybe_acted && ctx && ctx->create_token)
+            rl_reap_lost(c, ctx->create_token);
+        cl_fail_status(c->http, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
+                                       && r.status != 429 && r.status != 408
+                                       ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,
+                       &r, op, "create the devbox");
+        goto out;
+    }
+    j = cl_resp_json(&r, op, "create the devbox", error);
+    const char *id = j ? cl_json_str(j, "id") : NULL;
+    if (!id) {
+        if (j)
+            cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "runloop create answered without an "
+                    "id");
+        if (ctx && ctx->create_token)
+            cl_reap_now(c->reaper, NULL, ctx->create_token, 5.0);
+        goto out;
+    }
+    sb = rl_sandbox_new(c, id);
+    if (!sb) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        rl_shutdown(c, NULL, id, op, NULL);
+        goto out;
+    }
+    if (rl_wait_running(sb, ctx, op, error) < 0) {
+        if (error && *error)
+            cl_context(*error, "sandbox_id", id);
+        goto undo;
+    }
+    if (rq->workdir && *rq->workdir) {
+        int wrc = cl_make_workdir(sb, rl_run_short, ctx, RL_BACKEND, rq->workdir, op, error);
+        if (wrc < 0 || !(sb->workdir = strdup(rq->workdir))) {
+            if (wrc == 0)
+                cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            goto undo;
+        }
+    }
+    *sandbox = sb;
+    rc = 0;
+    goto out;
+undo:
+    rl_shutdown(c, NULL, id, op, NULL);
+    rl_sandbox_free(sb);
+out:
+    json_object_put(body);
+    json_object_put(j);
+    free(url);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static int rl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    return cl_sandbox_destroy(&sb->s, sb->c, rl_delete, ctx, error);
+}
+
+static int rl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    if (rl_is_gone(sb))
+        return 0;
+    long st;
+    json_object *j = rl_get(sb->c, ctx, sb->s.id, &st, "is_alive", error);
+    if (!j) {
+        if (st == 404) {
+            rl_mark_gone(sb);
+            return 0;
+        }
+        return -1;
+    }
+    int alive = !rl_terminal(rl_status(j));
+    json_object_put(j);
+    if (!alive)
+        rl_mark_gone(sb);
+    return alive;
+}
+
+/* {"version":1,"devbox_id":ID[,"workdir":W]}: no credential, no env value
+ * (the devbox keeps its environment_variables). */
+static char *rl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    (void)ctx;
+    if (rl_check(sb, "session_state", error) < 0)
+        return NULL;
+    json_object *j = json_object_new_object();
+    json_object_object_add(j, "version", json_object_new_int(RL_STATE_VERSION));
+    json_object_object_add(j, "devbox_id", json_object_new_string(sb->s.id));
+    if (sb->workdir)
+        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
+    char *out = cl_state_out(j, "session_state", error);
+    json_object_put(j);
+    return out;
+}
+
+static int rl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
+                     sbx_plugin_sandbox **sandbox, sbx_error **error)
+{
+    const char *op = "resume";
+    const char *id = NULL;
+    json_object *data = cl_state_in(state_json, RL_STATE_VERSION, "devbox_id", RL_BACKEND, op,
+                                    &id, error), *j = NULL;
+    int rc = -1;
+    if (!data)
+        return -1;
+    long st;
+    j = rl_get(client, ctx, id, &st, op, error);
+    if (!j || rl_terminal(rl_status(j))) {
+        if (st == 404 || j)
+            rl_gone_error(error, op, id, j);
+        goto out;
+    }
+    struct sbx_plugin_sandbox *sb = rl_sandbox_new(client, id);
+    const char *wd = cl_json_str(data, "workdir");
+    if (sb && wd && !(sb->workdir = strdup(wd))) {
+        rl_sandbox_free(sb);
+        sb = NULL;
+    }
+    if (!sb) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    if (strcmp(rl_status(j), "suspended") == 0) {
+        /* Woken on use (CASE-53). */
+        cl_resp r = { 0 };
+        int wrc = rl_post(client, ctx, id, "/resume", NULL, CL_SAFE, &r, op,
+                          "resume the devbox", error);
+        cl_resp_clear(&r);
+        if (wrc < 0) {
+            rl_sandbox_free(sb);
+            goto out;
+        }
+    }
+    if (rl_wait_running(sb, ctx, op, error) < 0) {
+        rl_sandbox_free(sb);
+        goto out;
+    }
+    *sandbox = sb;
+    rc = 0;
+out:
+    json_object_put(j);
+    json_object_put(data);
+    return rc;
+}
+
+/* snapshot: POST snapshot_disk; the snapshot's id, restored by a create
+ * with snapshot_id. */
+static char *rl_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    const char *op = "snapshot";
+    json_object *b = json_object_new_object(), *meta = json_object_new_object(), *j = NULL;
+    json_object_object_add(meta, CL_META_BACKEND, json_object_new_string(RL_BACKEND));
+    json_object_object_add(b, "metadata", meta);
+    cl_resp r = { 0 };
+    char *out = NULL;
+    if (rl_call_json(sb, ctx, "/snapshot_disk", b, CL_UNSAFE, &r, 0, op, "snapshot the disk",
+                     error) == 0
+        && (j = cl_resp_json(&r, op, "snapshot the disk", error))) {
+        const char *sid = cl_json_str(j, "id");
+        if (!sid)
+            cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "runloop snapshot_disk gave no id");
+        else if ((out = cl_host->alloc(strlen(sid) + 1)))
+            memcpy(out, sid, strlen(sid) + 1);
+        else
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    }
+    json_object_put(b);
+    json_object_put(j);
+    cl_resp_clear(&r);
+    return out;
+}
+
+/* stop: suspend (a suspended devbox accrues no compute); a devbox
+ * suspended already stays so (0). */
+static int rl_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    const char *op = "stop";
+    if (rl_check(sb, op, error) < 0)
+        return -1;
+    cl_resp r = { 0 };
+    int rc = rl_post(sb->c, ctx, sb->s.id, "/suspend", NULL, CL_SAFE, &r, op,
+                     "suspend the devbox", error);
+    if (rc == 0 && r.status / 100 != 2) {
+        long st = 0;
+        json_object *j = r.status == 404 ? NULL : rl_get(sb->c, ctx, sb->s.id, &st, op, NULL);
+        const char *s = j ? rl_status(j) : "";
+        if (strcmp(s, "suspended") != 0 && strcmp(s, "suspending") != 0)
+            rc = rl_answer_fail(sb, ctx, &r, 0, op, "suspend the devbox", error);
+        json_object_put(j);
+    }
+    cl_resp_clear(&r);
+    return rc;
+}
+
+/* start: resumes a suspended devbox and waits until it runs. */
+static int rl_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    if (rl_check(sb, "start", error) < 0)
+        return -1;
+    /* Resumed at once (a devbox that is not suspended refuses it, and is
+     * then waited for as it is). */
+    cl_resp r = { 0 };
+    int rc = rl_post(sb->c, ctx, sb->s.id, "/resume", NULL, CL_SAFE, &r, "start",
+                     "resume the devbox", error);
+    cl_resp_clear(&r);
+    if (rc < 0)
+        return -1;
+    return rl_wait_running(sb, ctx, "start", error);
+}
+
+typedef struct rl_owned {
+    sbx_plugin_owned_fn fn;
+    void *ud;
+} rl_owned;
+
+static int rl_owned_one(void *ud, json_object *it)
+{
+    rl_owned *o = ud;
+    json_object *meta = cl_json_path(it, "metadata", NULL);
+    const char *be = cl_json_str(meta, CL_META_BACKEND);
+    const char *tok = cl_json_str(meta, CL_META_TOKEN);
+    const char *exp = cl_json_str(meta, CL_META_EXPIRES);
+    const char *id = cl_json_str(it, "id");
+    int64_t created = 0;
+    if (!be || strcmp(be, RL_BACKEND) != 0 || !tok || !id)
+        return 0;
+    cl_json_int(it, "create_time_ms", &created);
+    sbx_plugin_owned_info info = { sizeof(info), id, tok, (double)created / 1000.0,
+                                   exp ? strtod(exp, NULL) : 0 };
+    return o->fn(&info, o->ud);
+}
+
+/* The devboxes this backend made: metadata sbx_backend=runloop. */
+static int rl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                         sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
+{
+    rl_owned o = { fn, ud };
+    return rl_list(client, ctx, rl_owned_one, &o, "list_owned", error);
+}
+
+static int rl_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                            sbx_error **error)
+{
+    return rl_shutdown(client, ctx, id, "destroy_by_id", error);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Exec                                                                      */
+/* ------------------------------------------------------------------------ */
+
+typedef struct rl_out {
+    rl_proc *p;
+    int fd;
+} rl_out;
+
+static int rl_out_sink(void *ud, const char *data, size_t n)
+{
+    rl_out *o = ud;
+    return cl_proc_output(&o->p->base, o->fd, data, n);
+}
+
+/* The per-call environment as a file the command sources: "export K=V"
+ * lines, values shell-quoted. NULL on no memory. */
+static char *rl_call_env_file(const char *const *env)
+{
+    cl_buf b = { 0 };
+    if (cl_buf_append(&b, "", 0) < 0)
+        return NULL;
+    for (size_t i = 0; env && env[i]; i++) {
+        const char *eq = strchr(env[i], '=');
+        if (!eq)
+            continue;
+        char *q = cl_shell_quote(eq + 1);
+        int bad = !q || cl_buf_printf(&b, "export %.*s=%s\n", (int)(eq - env[i]), env[i], q) < 0;
+        free(q);
+        if (bad) {
+            cl_buf_clear(&b);
+            return NULL;
+        }
+    }
+    return b.data;
+}
+
+/* The wrapper's report @so ("SBX-OUT CODE", then stdout and stderr in
+ * base64, a line each): 1 with both written out and the code in *@code, 0
+ * when @so is no report (the files are to be read), -1 when the host
+ * closed its descriptors or the report is malformed. */
+static int rl_inline_output(rl_proc *p, const char *so, int *code)
+{
+    if (strncmp(so, "SBX-OUT ", 8) != 0)
+        return 0;
+    char *end = NULL;
+    long rc = strtol(so + 8, &end, 10);
+    const char *l1 = end && *end == '\n' ? end + 1 : NULL;
+    const char *l2 = l1 ? strchr(l1, '\n') : NULL;
+    const char *l3 = l2 ? strchr(l2 + 1, '\n') : NULL;
+    if (!l3) {
+        cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "runloop: the command's report is cut");
+        return -1;
+    }
+    cl_buf o = { 0 }, e = { 0 };
+    int ok = cl_base64_decode(l1, (size_t)(l2 - l1), &o) == 0
+             && cl_base64_decode(l2 + 1, (size_t)(l3 - l2 - 1), &e) == 0;
+    if (!ok)
+        cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "runloop: the command's report is not "
+                "base64");
+    else if (cl_proc_output(&p->base, 1, o.data, o.len) < 0
+             || cl_proc_output(&p->base, 2, e.data, e.len) < 0)
+        ok = 0;
+    cl_buf_clear(&o);
+    cl_buf_clear(&e);
+    if (!ok)
+        return -1;
+    *code = (int)(rc & 0xff);
+    return 1;
+}
+
+static int rl_exec_run(cl_proc *base)
+{
+    rl_proc *p = (rl_proc *)base;
+    struct sbx_plugin_sandbox *sb = p->sb;
+    const char *op = "exec";
+    sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
+    cl_buf pre = { 0 };
+    char *script = NULL, *envf = NULL;
+    int code = -1, rc = -1;
+    int bad = cl_buf_printf(&pre, "export " CL_EXEC_MARK "=%s\n", p->tag) < 0;
+    if (!bad && p->env && p->env[0]) {
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/.%s.env", p->tag);
+        if (!(envf = rl_call_env_file((const char *const *)p->env)))
+            bad = 1;
+        else if (rl_upload_bytes(sb, &ctx, path, envf, strlen(envf), op, NULL) < 0)
+            goto fail;
+        bad = bad || cl_buf_printf(&pre, ". %s; rm -f %s\n", path, path) < 0;
+    }
+    char in[64] = "/dev/null";
+    if (!bad && p->stdin_fd >= 0) {
+        snprintf(in, sizeof in, "/tmp/.%s.in", p->tag);
+        if (rl_upload(sb, &ctx, in, p->stdin_fd, "stdin", op, NULL) < 0)
+            goto fail;
+    }
+    /* The command runs in a shell of its own with its output in two files;
+     * the wrapper then prints its exit code and, when small, both outputs
+     * in base64 (text-safe, one line each), and removes the files: one
+     * request in all. Killed (exec_kill signals the wrapper too) or large,
+     * it prints nothing and the files are downloaded. */
+    char *q = bad ? NULL : cl_shell_quote(p->script);
+    bad = bad || !q
+          || cl_buf_printf(&pre, "bash -c %s sbx <%s >/tmp/.%s.out 2>/tmp/.%s.err\nrc=$?\n"
+                           "%s%s%so=/tmp/.%s.out e=/tmp/.%s.err\n"
+                           "if [ $(( $(stat -c %%s $o) + $(stat -c %%s $e) )) -le %d ]; then "
+                           "printf 'SBX-OUT %%d\\n' $rc; base64 -w0 $o; echo; base64 -w0 $e; "
+                           "echo; rm -f $o $e; fi\nexit $rc\n", q, in, p->tag, p->tag,
+                           p->stdin_fd >= 0 ? "rm -f " : "", p->stdin_fd >= 0 ? in : "",
+                           p->stdin_fd >= 0 ? "\n" : "", p->tag, p->tag, RL_INLINE_MAX) < 0;
+    free(q);
+    if (bad || !(script = strdup(pre.data))) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
+    int oom = 0;
+    char *so = NULL;
+    rc = rl_execute(sb, &ctx, script, &code, &so, &oom, op, NULL);
+    if (rc == 0 && oom) {
+        pthread_mutex_lock(&base->lock);
+        p->oom_killed = 1;
+        pthread_mutex_unlock(&base->lock);
+        free(so);
+        goto out;
+    }
+    int inl = rc == 0 && so ? rl_inline_output(p, so, &code) : 0;
+    free(so);
+    if (inl < 0) {
+        rc = -1;
+        goto fail;
+    }
+    if (inl)
+        goto out;
+    /* The output, as raw bytes (the execution's fields are text). */
+    for (int fd = 1; rc == 0 && fd <= 2; fd++) {
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/.%s.%s", p->tag, fd == 1 ? "out" : "err");
+        rl_out o = { p, fd };
+        cl_resp r = { 0 };
+        rc = rl_download(sb, &ctx, path, rl_out_sink, &o, &r, op, NULL);
+        if (rc < 0 && r.status == 404 && !rl_is_gone(sb))
+            rc = 0;     /* the command removed it */
+        cl_resp_clear(&r);
+    }
+    if (rc == 0) {
+        char *rm = cl_printf("rm -f /tmp/.%s.out /tmp/.%s.err", p->tag, p->tag);
+        int c2 = 0;
+        if (rm)
+            rl_execute(sb, &ctx, rm, &c2, NULL, NULL, op, NULL);
+        free(rm);
+    }
+    if (rc < 0)
+        goto fail;
+    goto out;
+fail:
+    if (rl_oom_gone(sb)) {
+        /* Ended by the memory limit after it completed or while its output
+         * was read: 137 with the OOM flag (CASE-49). */
+        pthread_mutex_lock(&base->lock);
+        p->oom_killed = 1;
+        pthread_mutex_unlock(&base->lock);
+        code = 137;
+        goto out;
+    }
+    cl_proc_fail_in(base, &sb->s);
+    code = -1;
+out:
+    free(script);
+    free(envf);
+    cl_buf_clear(&pre);
+    return code;
+}
+
+static void rl_proc_free_fields(rl_proc *p)
+{
+    if (p->stdin_fd >= 0)
+        close(p->stdin_fd);
+    cl_strv_free(p->env);
+    free(p->script);
+}
+
+static int rl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                         const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
+                         sbx_error **error)
+{
+    const char *op = "exec";
+    (void)ctx;
+    if (cl_exec_check(&sb->s, RL_BACKEND, rq, 0, error) < 0)
+        return -1;
+    rl_proc *p = calloc(1, sizeof(*p));
+    if (!p) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    p->sb = sb;
+    p->stdin_fd = -1;
+    memcpy(p->tag, "sbx-exec-", 9);
+    cl_random_hex(p->tag + 9, 12);
+    p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
+    p->env = cl_strv_dup(rq->env);
+    if (cl_exec_launch(&p->base, rl_exec_run, p, p->script && p->env, rq, &p->stdin_fd, op,
+                       error) < 0) {
+        rl_proc_free_fields(p);
+        free(p);
+        return -1;
+    }
+    *process = (sbx_plugin_process *)p;
+    return 0;
+}
+
+static int rl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
+                        int *exit_code, sbx_error **error)
+{
+    (void)ctx;
+    rl_proc *p = (rl_proc *)process;
+    return cl_exec_wait_script(process, p->sb, p->script, rl_run_short, timeout_ms, exit_code,
+                               error);
+}
+
+/* Signals every process of the command (each carries CL_EXEC_MARK=<its
+ * tag>), setsid'd and orphaned descendants included; the scan runs as a
+ * command of its own, without the mark. */
+static int rl_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
+                        sbx_error **error)
+{
+    rl_proc *p = (rl_proc *)process;
+    return cl_proc_mark_kill(&p->base, p->sb, rl_run_short, ctx, p->tag, sig, error);
+}
+
+/* SBX_PLUGIN_EXEC_OOM_KILLED when the devbox failed with out_of_memory
+ * while the command ran. Read after exec_wait returned 1. */
+static int rl_exec_end_info(sbx_plugin_process *process, const sbx_call_ctx *ctx,
+                            uint64_t *flags, sbx_error **error)
+{
+    (void)ctx;
+    (void)error;
+    rl_proc *p = (rl_proc *)process;
+    pthread_mutex_lock(&p->base.lock);
+    *flags = p->oom_killed ? SBX_PLUGIN_EXEC_OOM_KILLED : 0;
+    pthread_mutex_unlock(&p->base.lock);
+    return 0;
+}
+
+static void rl_exec_free(sbx_plugin_process *process)
+{
+    rl_proc *p = (rl_proc *)process;
+    if (!p)
+        return;
+    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
+    if (!rl_is_gone(p->sb))
+        rl_exec_kill(process, &c2, SIGKILL, NULL);
+    cl_proc_clear(&p->base);
+    rl_proc_free_fields(p);
+    free(p);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The descriptor                                                            */
+/* ------------------------------------------------------------------------ */
+
+static const sbx_plugin rl_plugin = {
+    .struct_size = sizeof(sbx_plugin),
+    .abi_major = SBX_PLUGIN_ABI_MAJOR,
+    .abi_minor = SBX_PLUGIN_ABI_MINOR,
+    .name = RL_BACKEND,
+    .version = PACKAGE_VERSION,
+    .description = "Runloop devboxes (REST) over libcurl; cpu/memory pick the smallest named "
+                   "size that fits, else CUSTOM_SIZE; destroy shuts the devbox down, stop/start "
+                   "suspend and resume; output arrives when a command ends; relative paths are "
+                   "taken from the workdir, else the home directory",
+    .caps = RL_CAPS,
+    .setup = rl_setup,
+    .client_new = rl_client_new,
+    .client_free = rl_client_free,
+    .probe = rl_probe,
+    .create = rl_create,
+    .resume = rl_resume,
+    .session_state = rl_session_state,
+    .destroy = rl_destroy,
+    .is_alive = rl_is_alive,
+    .sandbox_free = rl_sandbox_free,
+    .sandbox_id = cl_sandbox_id,
+    .sandbox_root = cl_sandbox_root,
+    .snapshot = rl_snapshot,
+    .exec_start = rl_exec_start,
+    .exec_wait = rl_exec_wait,
+    .exec_event_fd = cl_exec_event_fd,
+    .exec_kill = rl_exec_kill,
+    .exec_free = rl_exec_free,
+    .list_files = rl_list_files,
+    .read_file = rl_read_file,
+    .write_file = rl_write_file,
+    .list_owned = rl_list_owned,
+    .destroy_by_id = rl_destroy_by_id,
+    .exec_end_info = rl_exec_end_info,
+    .stop = rl_stop,
+    .start = rl_start,
+};
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
+{
+    return &rl_plugin;
+}

@@ -1,0 +1,334 @@
+/*
+ * test_blaxel.c — what only the blaxel backend does, through its contract
+ * fake (tests/blaxel.sh starts tests/fakes/blaxel.py and runs this program
+ * with SBX_TEST_BACKEND=blaxel and BL_API_URL pointing at it): every call
+ * of both planes carries the workspace, the API version and the key; the
+ * create names the sandbox by its create token, labels it, always sends a
+ * ttl and derives memory from cpu (memory decides vCPU), refusing a cpu
+ * that does not fit the memory; a file past 5 MB goes through the
+ * multipart upload and reads back byte for byte; a sandbox on standby is
+ * woken by the next command; list_owned follows the list's cursor to the
+ * end; a sandbox the provider lost is gone (CASE-32).
+ */
+#include "testutil.h"
+
+#include <criterion/criterion.h>
+
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+#include <sbx/sbx.h>
+
+static sbx_client *g_client;
+static sbx_sandbox *g_sb;
+
+static void setup(void)
+{
+    sbx_error *err = NULL;
+    cr_assert_str_eq(tu_backend(), "blaxel", "run by tests/blaxel.sh");
+    tu_fake_use("BL_API_URL");
+    tu_fake_reset();
+    tu_fake_post("/_fake/config", "{\"deploy_delay\": 0, \"page_size\": 0}");
+    g_client = sbx_client_new("blaxel", &err);
+    cr_assert_not_null(g_client, "sbx_client_new: %s", err ? sbx_error_get0_message(err) : "");
+}
+
+static void teardown(void)
+{
+    if (g_sb) {
+        sbx_sandbox_destroy(g_sb, NULL);
+        sbx_sandbox_free(g_sb);
+        g_sb = NULL;
+    }
+    sbx_client_free(g_client);
+}
+
+TestSuite(blaxel, .init = setup, .fini = teardown, .timeout = 90);
+
+/* The body of the first logged request @method @path_re, parsed. */
+static json_object *logged_body(const char *method, const char *path_re)
+{
+    json_object *log = tu_fake_log(), *out = NULL;
+    regex_t rx;
+    char *anchored = tu_strdup_printf("^%s$", path_re);
+    cr_assert_eq(regcomp(&rx, anchored, REG_EXTENDED | REG_NOSUB), 0);
+    free(anchored);
+    for (size_t i = 0; i < json_object_array_length(log) && !out; i++) {
+        json_object *e = json_object_array_get_idx(log, i);
+        if (strcmp(tu_json_str(e, "method"), method) == 0
+            && regexec(&rx, tu_json_str(e, "path"), 0, NULL, 0) == 0)
+            out = json_tokener_parse(tu_json_str(e, "body"));
+    }
+    regfree(&rx);
+    json_object_put(log);
+    cr_assert_not_null(out, "no %s %s in the fake's log", method, path_re);
+    return out;
+}
+
+Test(blaxel, every_call_carries_the_workspace_the_version_and_the_key)
+{
+    g_sb = tu_create(g_client, NULL);
+    sbx_result *r = tu_sh(g_sb, "echo hi", 10);
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    json_object *log = tu_fake_log();
+    size_t n = json_object_array_length(log);
+    cr_assert_geq(n, 4);
+    int data_plane = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_object *e = json_object_array_get_idx(log, i), *h;
+        cr_assert(json_object_object_get_ex(e, "headers", &h));
+        cr_assert_str_eq(tu_json_str(h, "X-Blaxel-Workspace"), "sbx-test-ws", "%s",
+                         tu_json_str(e, "path"));
+        cr_assert_str_eq(tu_json_str(h, "Blaxel-Version"), "2026-04-28");
+        cr_assert_str_eq(tu_json_str(e, "auth"), "Bearer <redacted>");
+        data_plane += strncmp(tu_json_str(e, "path"), "/run/sbx-test-ws/sandboxes/", 27) == 0;
+    }
+    cr_assert_geq(data_plane, 1);
+    json_object_put(log);
+}
+
+Test(blaxel, create_is_named_by_its_token_labelled_and_always_has_a_ttl)
+{
+    g_sb = tu_create(g_client, NULL);
+    json_object *b = logged_body("POST", "/v0/sandboxes");
+    const char *id = sbx_sandbox_get0_id(g_sb);
+    json_object *meta = json_object_object_get(b, "metadata");
+    json_object *labels = json_object_object_get(meta, "labels");
+    json_object *rt = json_object_object_get(json_object_object_get(b, "spec"), "runtime");
+    cr_assert_str_eq(tu_json_str(meta, "name"), id);
+    cr_assert_eq(strncmp(id, "sbx-", 4), 0);
+    cr_assert_str_eq(tu_json_str(labels, "sbx_backend"), "blaxel");
+    cr_assert_str_eq(tu_json_str(labels, "sbx_create_token"), id);
+    cr_assert_str_eq(tu_json_str(rt, "ttl"), "3600s");
+    cr_assert_null(json_object_object_get(rt, "memory"));
+    json_object_put(b);
+}
+
+Test(blaxel, cpu_asks_for_its_memory_and_the_lifetime_gets_a_margin)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_cpu(o, 1.5, NULL), 0);
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 60.5, NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    json_object *b = logged_body("POST", "/v0/sandboxes");
+    json_object *rt = json_object_object_get(json_object_object_get(b, "spec"), "runtime");
+    cr_assert_eq(json_object_get_int64(json_object_object_get(rt, "memory")), 3072);
+    cr_assert_str_eq(tu_json_str(rt, "ttl"), "66s");
+    json_object_put(b);
+}
+
+Test(blaxel, a_cpu_the_memory_does_not_give_is_a_configuration_error)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_cpu(o, 2, NULL), 0);
+    cr_assert_eq(sbx_options_set_memory_mb(o, 2048, NULL), 0);
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    sbx_options_free(o);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "blaxel backend: cpu 2: Blaxel gives one vCPU per 2048 MB of memory: "
+                     "memory_mb 2048 means cpu 1");
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), "cpu");
+    cr_assert_str_eq(sbx_error_get0_context(err, "memory_mb"), "2048");
+    sbx_error_free(err);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", "/v0/sandboxes", NULL, 0), 0);
+    json_object_put(log);
+}
+
+Test(blaxel, a_file_past_5_mb_goes_in_parts_and_reads_back_exactly)
+{
+    g_sb = tu_create(g_client, NULL);
+    size_t n = (size_t)11 << 20;
+    char *data = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (char)((i * 131 + (i >> 12)) & 0xff);
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/tmp/big.bin", data, n, &err), 0,
+                 "write_file: %s", err ? sbx_error_get0_message(err) : "");
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", "/run/.*/filesystem-multipart/initiate/tmp/big.bin",
+                               NULL, 0), 1);
+    cr_assert_eq(tu_fake_count(log, "PUT", "/run/.*/filesystem-multipart/[0-9a-f]+/part",
+                               NULL, 0), 3);
+    cr_assert_eq(tu_fake_count(log, "POST", "/run/.*/filesystem-multipart/[0-9a-f]+/complete",
+                               NULL, 0), 1);
+    cr_assert_eq(tu_fake_count(log, "PUT", "/run/.*/filesystem/tmp/big.bin", NULL, 0), 0);
+    json_object_put(log);
+    char *back = NULL;
+    size_t len = 0;
+    cr_assert_eq(sbx_sandbox_read_file(g_sb, "/tmp/big.bin", &back, &len, &err), 0);
+    cr_assert_eq(len, n);
+    cr_assert_eq(memcmp(back, data, n), 0);
+    free(back);
+    free(data);
+}
+
+Test(blaxel, a_sandbox_on_standby_is_woken_by_the_next_command)
+{
+    g_sb = tu_create(g_client, NULL);
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/tmp/keep.txt", "kept\n", 5, &err), 0);
+    char *path = tu_strdup_printf("/_fake/sandbox/%s/standby", sbx_sandbox_get0_id(g_sb));
+    tu_fake_post(path, NULL);
+    free(path);
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 1);
+    sbx_result *r = tu_sh(g_sb, "cat /tmp/keep.txt", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "kept\n");
+    sbx_result_free(r);
+    char *info = NULL;
+    path = tu_strdup_printf("/_fake/sandbox/%s", sbx_sandbox_get0_id(g_sb));
+    cr_assert_eq(tu_fake_http("GET", path, NULL, NULL, &info), 200);
+    free(path);
+    json_object *j = json_tokener_parse(info);
+    cr_assert_str_eq(tu_json_str(j, "state"), "RUNNING");
+    cr_assert_eq(json_object_get_int(json_object_object_get(j, "wakes")), 1);
+    json_object_put(j);
+    free(info);
+}
+
+static int note_id(const sbx_owned_sandbox *o, void *ud)
+{
+    const char **want = ud;
+    for (int i = 0; i < 2; i++)
+        if (strcmp(o->id, want[2 * i]) == 0 && strcmp(o->create_token, want[2 * i]) == 0)
+            want[2 * i + 1] = "found";
+    return 0;
+}
+
+Test(blaxel, list_owned_follows_the_cursor_to_the_end)
+{
+    g_sb = tu_create(g_client, NULL);
+    sbx_sandbox *other = tu_create(g_client, NULL);
+    tu_fake_post("/_fake/config", "{\"page_size\": 1}");
+    tu_fake_reset();
+    const char *want[4] = { sbx_sandbox_get0_id(g_sb), NULL, sbx_sandbox_get0_id(other), NULL };
+    sbx_error *err = NULL;
+    int rc = sbx_client_list_owned(g_client, note_id, want, &err);
+    cr_assert_geq(rc, 2, "list_owned: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_str_eq(want[1] ? want[1] : "missing", "found");
+    cr_assert_str_eq(want[3] ? want[3] : "missing", "found");
+    json_object *log = tu_fake_log();
+    cr_assert_geq(tu_fake_count(log, "GET", "/v0/sandboxes", NULL, 0), 2);
+    json_object_put(log);
+    cr_assert_eq(sbx_client_destroy_by_id(g_client, sbx_sandbox_get0_id(other), &err), 0);
+    sbx_sandbox_free(other);
+}
+
+Test(blaxel, a_sandbox_the_provider_lost_is_gone)
+{
+    g_sb = tu_create(g_client, NULL);
+    char *path = tu_strdup_printf("/_fake/sandbox/%s/vanish", sbx_sandbox_get0_id(g_sb));
+    tu_fake_post(path, NULL);
+    free(path);
+    sbx_error *err = NULL;
+    sbx_result *r = sbx_sandbox_execute_shell(g_sb, "echo hi", &err);
+    cr_assert_null(r);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone");
+    sbx_error_free(err);
+    err = NULL;
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 0);
+}
+
+/* The live sandboxes at the fake (its control route, no credential). */
+static size_t fake_live(void)
+{
+    char *body = NULL;
+    cr_assert_eq(tu_fake_http("GET", "/_fake/sandboxes", NULL, NULL, &body), 200);
+    json_object *j = json_tokener_parse(body);
+    cr_assert(json_object_is_type(j, json_type_array));
+    size_t n = json_object_array_length(j);
+    json_object_put(j);
+    free(body);
+    return n;
+}
+
+/* CASE-20: the provider makes the sandbox after the create call gave up;
+ * the plugin finds it by its name (the create token) and label and deletes
+ * it. In process, calls are not bounded (sbx_client_set_call_timeout): the
+ * create waits for the late answer and succeeds. */
+Test(blaxel, a_create_the_provider_finishes_after_the_timeout_is_deleted)
+{
+    size_t n0 = fake_live();
+    tu_fake_post("/_fake/faults", "{\"method\":\"POST\",\"path\":\"^/v0/sandboxes$\","
+                 "\"action\":\"pass\",\"delay\":2}");
+    cr_assert_eq(sbx_client_set_call_timeout(g_client, 1.0, NULL), 0);
+    const char *mode = getenv("SBX_PLUGIN_MODE");
+    int inprocess = mode && strcmp(mode, "inprocess") == 0;
+    double t0 = tu_now();
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_sandbox_create(g_client, NULL, &err);
+    double dt = tu_now() - t0;
+    if (inprocess) {
+        cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+        cr_assert_eq(fake_live(), n0 + 1);
+        cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+        sbx_sandbox_free(sb);
+        cr_assert_eq(fake_live(), n0);
+        return;
+    }
+    cr_assert_null(sb);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_TIMEOUT, "%s", sbx_error_get0_message(err));
+    cr_assert(dt <= 1.5, "the create returned after %.2f s", dt);
+    sbx_error_free(err);
+    /* The case's bound: within 10 s the sandbox the provider made late is
+     * deleted (once), and its live list is as before. */
+    int deletes = 0;
+    for (int i = 0; i < 100 && deletes == 0; i++) {
+        usleep(100000);
+        json_object *log = tu_fake_log();
+        deletes = tu_fake_count(log, "DELETE", "/v0/sandboxes/sbx-[0-9a-f]+", NULL, 0);
+        json_object_put(log);
+    }
+    cr_assert_eq(deletes, 1, "the late sandbox was not deleted within 10 s");
+    cr_assert_eq(fake_live(), n0);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", "/v0/sandboxes", NULL, 0), 1);
+    json_object_put(log);
+}
+
+/* The data plane answers a directory with its JSON listing whatever the
+ * Accept header asks: reading one is invalid_argument, and none of the
+ * listing reaches the caller. */
+Test(blaxel, reading_a_directory_is_refused_and_writes_nothing)
+{
+    g_sb = tu_create(g_client, NULL);
+    sbx_error *err = NULL;
+    char *data = NULL;
+    size_t len = 7;
+    cr_assert_eq(sbx_sandbox_read_file(g_sb, "/tmp", &data, &len, &err), -1);
+    cr_assert_null(data);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(sbx_error_get0_message(err), "/tmp is a directory in the sandbox, not a file");
+    cr_assert_str_eq(sbx_error_get0_context(err, "path"), "/tmp");
+    sbx_error_free(err);
+}
+
+/* A process stream that ends with an "error" line instead of its result is
+ * an error naming the provider's message, never exit 0. */
+Test(blaxel, a_stream_ending_in_an_error_line_is_an_error)
+{
+    g_sb = tu_create(g_client, NULL);
+    tu_fake_post("/_fake/config", "{\"stream_error\": \"process supervisor lost\"}");
+    sbx_error *err = NULL;
+    sbx_result *r = sbx_sandbox_execute_shell(g_sb, "echo hi", &err);
+    cr_assert_null(r, "exit %d", r ? sbx_result_get_exit_code(r) : -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_EXECUTION_FAILED);
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "blaxel: the command's stream said: process supervisor lost");
+    sbx_error_free(err);
+    /* The sandbox runs on. */
+    r = tu_sh(g_sb, "echo after", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "after\n");
+    sbx_result_free(r);
+}
