@@ -441,9 +441,7 @@ static int vc_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
  * workdir, else from Vercel's cwd. A new string. */
 static char *vc_path(struct sbx_plugin_sandbox *sb, const char *path)
 {
-    if (path[0] == '/')
-        return strdup(path);
-    return cl_printf("%s/%s", sb->workdir ? sb->workdir : VC_CWD, path);
+    return cl_path_in(sb->workdir ? sb->workdir : VC_CWD, path);
 }
 
 static int vc_file_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r, const char *op,
@@ -834,8 +832,7 @@ typedef struct vc_ids {
     struct sbx_plugin_client *c;
     const sbx_call_ctx *ctx;
     const char *token;
-    char **v;
-    size_t n;
+    cl_ids ids;
 } vc_ids;
 
 /* The create token in running sandbox @id's env (VC_TOKEN_ENV), for a
@@ -865,15 +862,8 @@ static int vc_id_one(void *ud, json_object *it)
     json_object *own = running ? vc_owner(s->c, s->ctx, id, "create") : NULL;
     char *etok = running && !own ? vc_env_token(s->c, s->ctx, id) : NULL;
     const char *tok = own ? cl_json_str(own, CL_META_TOKEN) : etok;
-    if (tok && strcmp(tok, s->token) == 0) {
-        char **nv = realloc(s->v, (s->n + 2) * sizeof(char *));
-        if (nv) {
-            s->v = nv;
-            if ((s->v[s->n] = strdup(id)))
-                s->n++;
-            s->v[s->n] = NULL;
-        }
-    }
+    if (tok && strcmp(tok, s->token) == 0)
+        cl_ids_add(&s->ids, id);
     json_object_put(own);
     free(etok);
     return 0;
@@ -884,15 +874,9 @@ static int vc_id_one(void *ud, json_object *it)
 static int vc_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
                          sbx_error **error)
 {
-    vc_ids s = { ud, ctx, token, NULL, 0 };
-    if (vc_list(ud, ctx, vc_id_one, &s, "create", error) < 0) {
-        cl_strv_free(s.v);
-        return -1;
-    }
-    if (!s.v)
-        s.v = calloc(1, sizeof(char *));
-    *ids = s.v;
-    return s.v ? 0 : -1;
+    vc_ids s = { ud, ctx, token, { 0 } };
+    int rc = vc_list(ud, ctx, vc_id_one, &s, "create", error);
+    return cl_ids_finish(&s.ids, rc, ids, "create", error);
 }
 
 static int vc_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
@@ -1609,12 +1593,8 @@ static int vc_exec_run(cl_proc *base)
         goto fail;
     goto out;
 fail:
-    cl_proc_fail_last(base);
+    cl_proc_fail_in(base, &sb->s);
     code = -1;
-    if (vc_is_gone(sb)) {
-        snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
-        snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
-    }
 out:
     free(script);
     free(quoted);
@@ -1637,19 +1617,8 @@ static int vc_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 {
     const char *op = "exec";
     (void)ctx;
-    if (vc_check(sb, op, error) < 0)
+    if (cl_exec_check(&sb->s, VC_BACKEND, rq, 0, error) < 0)
         return -1;
-    if (rq->tty_rows || rq->tty_cols) {
-        cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                "vercel backend: commands on a terminal are not supported");
-        return -1;
-    }
-    if (rq->user) {
-        cl_context(cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                           "vercel backend: user %s cannot be chosen per command", rq->user),
-                   "user", rq->user);
-        return -1;
-    }
     vc_proc *p = calloc(1, sizeof(*p));
     if (!p) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1661,19 +1630,8 @@ static int vc_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     cl_random_hex(p->tag + 9, 12);
     p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
     p->env = cl_strv_dup(rq->env);
-    int bad = !p->script || !p->env;
-    if (!bad && rq->stdin_fd >= 0 && (p->stdin_fd = fcntl(rq->stdin_fd, F_DUPFD_CLOEXEC, 3)) < 0)
-        bad = 1;
-    if (bad) {
-        vc_proc_free_fields(p);
-        free(p);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot start the command: %s",
-                strerror(errno ? errno : ENOMEM));
-        return -1;
-    }
-    p->base.run = vc_exec_run;
-    p->base.ud = p;
-    if (cl_proc_start(&p->base, rq->stdout_fd, rq->stderr_fd, op, error) < 0) {
+    if (cl_exec_launch(&p->base, vc_exec_run, p, p->script && p->env, rq, &p->stdin_fd, op,
+                       error) < 0) {
         vc_proc_free_fields(p);
         free(p);
         return -1;
@@ -1687,22 +1645,8 @@ static int vc_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
 {
     (void)ctx;
     vc_proc *p = (vc_proc *)process;
-    int rc = cl_proc_wait(&p->base, timeout_ms, exit_code, "exec_wait", error);
-    /* A missing working directory: the script's cd failed (cloud.h). */
-    char *quoted = rc == 1 && *exit_code == CL_CWD_MISSING_EXIT ? cl_script_cwd(p->script)
-                                                                  : NULL;
-    if (quoted) {
-        char *cmd = cl_printf("test -d %s", quoted);
-        int code = 0;
-        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-        if (cmd && vc_run_short(p->sb, &c2, cmd, &code, "exec", NULL) == 0 && code != 0) {
-            cl_cwd_missing_error(error, "exec", quoted);
-            rc = -1;
-        }
-        free(cmd);
-        free(quoted);
-    }
-    return rc;
+    return cl_exec_wait_script(process, p->sb, p->script, vc_run_short, timeout_ms, exit_code,
+                               error);
 }
 
 /* Signals every process of the command (each carries CL_EXEC_MARK=<its
@@ -1712,18 +1656,7 @@ static int vc_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
                         sbx_error **error)
 {
     vc_proc *p = (vc_proc *)process;
-    pthread_mutex_lock(&p->base.lock);
-    int ended = p->base.ended;
-    pthread_mutex_unlock(&p->base.lock);
-    if (ended)
-        return 0;
-    char *cmd = cl_mark_kill_command(p->tag, sig);
-    int code = 0;
-    int rc = cmd ? vc_run_short(p->sb, ctx, cmd, &code, "exec_kill", error) : -1;
-    if (!cmd)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec_kill", "out of memory");
-    free(cmd);
-    return rc;
+    return cl_proc_mark_kill(&p->base, p->sb, vc_run_short, ctx, p->tag, sig, error);
 }
 
 static void vc_exec_free(sbx_plugin_process *process)
