@@ -4,7 +4,8 @@
  * started here on 127.0.0.1 with a dummy key and stopped by its PID), and
  * the latency of a warm exec against the provider's own exec endpoint.
  *
- * For each backend (daytona, e2b, tensorlake, blaxel, runloop, cloudflare; -b picks one):
+ * For each backend (daytona, e2b, tensorlake, blaxel, runloop, vercel,
+ *   cloudflare; -b picks one):
  *   - requests per create and per destroy: the fake's request log
  *     (GET /_fake/log) emptied before each call and read after it;
  *   - requests per warm exec: `echo hi` through execute_shell on a live
@@ -236,7 +237,8 @@ static char *e2b_envd_token(int port, const char *id)
 
 /* The request for @backend's sandbox @id on the fake at @port: 0, or -1
  * when the backend has no one-request exec (tensorlake's output is lines of
- * text, so its exec reads the output back as bytes). */
+ * text, and vercel's logs stream is text, so their execs read the output
+ * back as bytes). */
 static int raw_exec_for(const char *backend, int port, const char *id, raw_exec *x)
 {
     static const char daytona_json[] = "{\"command\":\"echo hi\"}";
@@ -360,6 +362,12 @@ static void point_at(const char *backend, int port)
         unsetenv("E2B_DOMAIN");
         unsetenv("E2B_DEBUG");
         unsetenv("E2B_ACCESS_TOKEN");
+    } else if (strcmp(backend, "vercel") == 0) {
+        setenv("VERCEL_API_URL", url, 1);
+        setenv("VERCEL_TOKEN", FAKE_KEY, 1);
+        setenv("VERCEL_TEAM_ID", "team_fake", 1);
+        setenv("VERCEL_PROJECT_ID", "prj_fake", 1);
+        unsetenv("VERCEL_OIDC_TOKEN");
     } else if (strcmp(backend, "blaxel") == 0) {
         snprintf(api, sizeof api, "%s/v0", url);
         setenv("BL_API_URL", api, 1);
@@ -512,13 +520,13 @@ int main(int argc, char **argv)
     if (execs < 1)
         execs = 1;
     static const char *const all[] = { "daytona", "e2b", "tensorlake", "blaxel", "runloop",
-                                       "cloudflare" };
+                                       "vercel", "cloudflare" };
     size_t nall = sizeof all / sizeof all[0], k;
     for (k = 0; only && k < nall && strcmp(only, all[k]) != 0; k++)
         ;
     if (only && k == nall) {
         fprintf(stderr, "hosted_roundtrips: unknown backend \"%s\" (daytona, e2b, tensorlake, "
-                "blaxel, runloop, cloudflare)\n", only);
+                "blaxel, runloop, vercel, cloudflare)\n", only);
         return 2;
     }
     /* The build tree's hosted plugins first. */
@@ -526,9 +534,10 @@ int main(int argc, char **argv)
     char *path = NULL;
     if (asprintf(&path, "%s/plugins/cloud/daytona/.libs:%s/plugins/cloud/e2b/.libs:"
                  "%s/plugins/cloud/tensorlake/.libs:%s/plugins/cloud/blaxel/.libs:"
-                 "%s/plugins/cloud/runloop/.libs:%s/plugins/cloud/cloudflare/.libs%s%s",
+                 "%s/plugins/cloud/runloop/.libs:%s/plugins/cloud/vercel/.libs:"
+                 "%s/plugins/cloud/cloudflare/.libs%s%s",
                  SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR,
-                 SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR, pp && *pp ? ":" : "",
+                 SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR, pp && *pp ? ":" : "",
                  pp && *pp ? pp : "") < 0)
         return 1;
     setenv("SBX_PLUGIN_PATH", path, 1);

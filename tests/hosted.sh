@@ -8,7 +8,7 @@
 # PID. Their TAP streams are joined into one, as tests/bubblewrap.sh does;
 # each test's name carries the backend, the mode and the program. One wrapper
 # per backend (tests/daytona.sh, tests/e2b.sh, tests/tensorlake.sh,
-# tests/blaxel.sh, tests/runloop.sh, tests/cloudflare.sh) is what
+# tests/blaxel.sh, tests/runloop.sh, tests/vercel.sh, tests/cloudflare.sh) is what
 # TESTS runs.
 #
 # Modes: SBX_CLOUD_MODES, "outofprocess inprocess" by default. When both run,
@@ -32,8 +32,8 @@ backend=$1
 here=${SBX_TEST_SRCDIR:-$(dirname "$0")}
 fake="$here/fakes/$backend.py"
 case $backend in
-daytona | e2b | tensorlake | blaxel | runloop | cloudflare) ;;
-*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, blaxel, runloop, cloudflare)"; exit 99 ;;
+daytona | e2b | tensorlake | blaxel | runloop | vercel | cloudflare) ;;
+*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, blaxel, runloop, vercel, cloudflare)"; exit 99 ;;
 esac
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
@@ -92,6 +92,11 @@ cloudflare)
     # with it.
     SBX_CLOUDFLARE_SNAPSHOT_DIR="$dir/snapshots"
     export CLOUDFLARE_SANDBOX_WORKER_URL CLOUDFLARE_SANDBOX_API_KEY SBX_CLOUDFLARE_SNAPSHOT_DIR ;;
+vercel)
+    VERCEL_API_URL=$url VERCEL_TOKEN=sbx-test-dummy-key
+    VERCEL_TEAM_ID=team_fake VERCEL_PROJECT_ID=prj_fake
+    export VERCEL_API_URL VERCEL_TOKEN VERCEL_TEAM_ID VERCEL_PROJECT_ID
+    unset VERCEL_OIDC_TOKEN ;;
 esac
 SBX_TEST_BACKEND=$backend
 SBX_TEST_SANDBOX_PROCS_ON_HOST=1

@@ -862,14 +862,15 @@ SBX_EXPORT sbx_client *sbx_client_new_with_mode(const char *backend, sbx_plugin_
  * again to each plugin host started after a crash. NULL or "" means none.
  * What each backend takes is its own and listed in the plugin's
  * description (`sbx backends`); the hosted backends (daytona, e2b,
- * tensorlake, runloop) take "api_url" (before their standard URL variable),
+ * tensorlake, runloop, vercel) take "api_url" (before their standard URL variable),
  * "retries" (re-sends of a call that is safe to repeat; 0 sends every call
  * once), "rate_limit_retries" (re-sends of a create refused with 429) and
  * "max_retry_wait_s"; tensorlake also takes "suspendable"; e2b also takes
  * "keepalive_s" (seconds above 0 and at most 86400, rounded up to whole
  * seconds; default 20: how long a process stream may be quiet before envd
  * sends a keepalive message; set it below the idle timeout of a proxy or
- * NAT on the path). A value of the
+ * NAT on the path); vercel also takes "team_id" and "project_id" (before
+ * VERCEL_TEAM_ID and VERCEL_PROJECT_ID). A value of the
  * wrong type is a configuration error from the plugin naming the key.
  * docker takes "host", "image" and "network_mode" (before DOCKER_HOST,
  * SBX_DOCKER_IMAGE and SBX_DOCKER_NETWORK) and refuses any other key;

@@ -1,0 +1,1720 @@
+/*
+ * vercel.c — libsbx-vercel.so, the `vercel` backend: Vercel Sandbox
+ * (Firecracker microVMs) over its v1 REST API, on the hosted-provider base
+ * (plugins/cloud/base/cloud.h).
+ *
+ * Contract: the Vercel section of the provider contracts (vercel/sandbox
+ * tag @vercel/sandbox@1.10.2, packages/vercel-sandbox/src/api-client/).
+ *
+ *  - Credentials: VERCEL_OIDC_TOKEN (a JWT whose payload, read unverified,
+ *    names the team as owner_id and the project as project_id), else
+ *    VERCEL_TOKEN with VERCEL_TEAM_ID and VERCEL_PROJECT_ID (the client
+ *    config's "team_id" and "project_id" before them). Sent as
+ *    "Authorization: Bearer ..."; every request carries ?teamId=. Base URL:
+ *    the client config's "api_url", else VERCEL_API_URL, else
+ *    https://vercel.com/api.
+ *  - create: POST /v1/sandboxes with projectId. cpu and memory_mb pick
+ *    resources.vcpus: the fewest of 1, 2, 4, 8 that hold both (Vercel gives
+ *    2048 MB per vCPU; the vCPUs chosen are logged); more than 8 vCPUs, or
+ *    memory_mb outside 1024 to 16384 MB, is a configuration error naming
+ *    the value (with min_mb 1024, CASE-49: a request below half of one
+ *    vCPU's memory is refused, not given a limit many times larger);
+ *    disk_mb, gpu, image and app_name are configuration errors; template
+ *    is the runtime (node22, node24, node26, python3.13); snapshot_id → source {type: snapshot};
+ *    allow_internet=0 → networkPolicy {mode: deny-all}. The create's env is
+ *    the sandbox's env (the provider keeps it). The provider-side lifetime
+ *    is always set: timeout (ms) is the caller's lifetime plus
+ *    VC_LIFETIME_MARGIN_S, else VC_DEFAULT_LIFETIME_S; a lifetime past what
+ *    a create takes (VC_MAX_CREATE_S) is created at that and extended by
+ *    extend-timeout for the rest. Readiness: GET until status running.
+ *  - Ownership: v1 sandboxes carry no labels, so the plugin writes its
+ *    labels (CL_META_*) as JSON into VC_OWNER_FILE in the sandbox right
+ *    after create; list_owned, destroy_by_id and the reaper of lost creates
+ *    list the project's sandboxes (every page, CASE-35) and read that file
+ *    in each running one. The create token is also in the sandbox's env
+ *    (VC_TOKEN_ENV): the reaper of lost creates (CASE-20) asks a running
+ *    sandbox without the file for it by a command.
+ *  - exec: POST /v1/sandboxes/{id}/cmd {"command": "bash", "args": ["-c",
+ *    wrapper], "wait": true}; the NDJSON answer's last {command} carries
+ *    the exit code, an {"error"} line means the sandbox stopped (gone). The
+ *    logs stream is text, so the wrapper runs the command in a bash of its
+ *    own with stdout and stderr in two files in the sandbox, then, when
+ *    both hold at most VC_REPORT_MAX bytes, prints them in base64 on one
+ *    report line of its own stdout and removes them: one GET of the logs
+ *    brings them (two requests per exec). Larger output, or a wrapper
+ *    killed before its report, is read from the files as raw bytes
+ *    (fs/read) and the files removed. Output arrives when a command ends.
+ *    Per-call env values and stdin are written as files first (never in
+ *    the command line); every process of the command carries
+ *    CL_EXEC_MARK=<its tag>, so exec_kill signals all of them.
+ *  - files: fs/write takes a gzipped tar (written here: ustar entries,
+ *    GNU long names, deflate stored blocks), fs/read answers raw bytes or
+ *    404; listings by a command (v1 has no list-dir). Relative paths are
+ *    taken from the workdir, else from /vercel/sandbox (Vercel's cwd).
+ *  - destroy: POST stop (v1 has no delete; stop is terminal); a sandbox
+ *    stopped already is destroyed. snapshot: POST snapshot, which stops the
+ *    sandbox (Vercel says so): the sandbox is gone afterwards; a create
+ *    with the snapshot's id starts from it.
+ *  - A sandbox the provider no longer has (404, or status stopping,
+ *    stopped, failed or aborted) is not_found with reason "gone" (CASE-32),
+ *    its status in the context; every later call fails at once.
+ *  - v2's named, persistent sandboxes (see the README) are not used here.
+ *
+ * Threading: slots may run at once on different sandboxes and on one; a
+ * sandbox's mutable state (the gone flag) has its own lock.
+ */
+#include "cloud.h"
+#include "provider.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "0.1.0"
+#endif
+
+#define VC_BACKEND "vercel"
+#define VC_DEFAULT_URL "https://vercel.com/api"
+#define VC_CWD "/vercel/sandbox"            /* Vercel's default cwd */
+#define VC_OWNER_FILE "/tmp/.sbx-owner.json" /* the plugin's labels in the sandbox */
+#define VC_TOKEN_ENV "SBX_CREATE_TOKEN"     /* the create token in the sandbox's env */
+#define VC_STATE_VERSION 1
+#define VC_REPORT_TAG "SBX-VERCEL-REPORT"   /* the exec wrapper's report line */
+#define VC_REPORT_MAX 65536                 /* outputs up to this come in the report */
+#define VC_WAIT_S 300.0                     /* bound on waiting for running */
+#define VC_POLL_S 0.1                       /* between status polls */
+#define VC_DEFAULT_LIFETIME_S 3600          /* timeout when none was set */
+#define VC_LIFETIME_MARGIN_S 5              /* provider end after the caller's lifetime */
+#define VC_MAX_CREATE_S 2700                /* the longest create timeout (45 min) */
+#define VC_MAX_LIFETIME_S 18000             /* the longest lifetime (5 h, Pro) */
+#define VC_MB_PER_VCPU 2048
+#define VC_MIN_MEMORY_MB 1024               /* the least memory_mb taken (1 vCPU) */
+
+#define VC_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_SNAPSHOT      \
+                 | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY            \
+                 | SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT | SBX_CAP_IMAGE               \
+                 | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED | SBX_CAP_BACKGROUND)
+
+struct sbx_plugin_client {
+    cl_http *http;
+    char *api;          /* base URL, no trailing slash */
+    char *team;         /* teamId, percent-encoded */
+    char *project;      /* projectId */
+    cl_reaper *reaper;  /* sandboxes of creates whose outcome is unknown */
+};
+
+struct sbx_plugin_sandbox {
+    cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
+    struct sbx_plugin_client *c;
+    char *workdir;      /* the default working directory, or NULL */
+};
+
+typedef struct vc_proc {
+    cl_proc base;       /* first member (cloud.h) */
+    struct sbx_plugin_sandbox *sb;
+    char *script;
+    char **env;         /* "K=V" of the command, copied */
+    int stdin_fd;
+    char tag[40];
+} vc_proc;
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+#define vc_is_gone(sb) cl_gone_get(&(sb)->s.gone)
+#define vc_mark_gone(sb) cl_gone_set(&(sb)->s.gone)
+#define vc_check(sb, op, error) cl_gone_check(&(sb)->s.gone, (op), VC_BACKEND, (sb)->s.id, \
+                                              (error))
+#define vc_refuse(error, option, value, why) \
+    cl_refuse((error), VC_BACKEND, (option), (value), (why))
+
+static const char *vc_status(json_object *j)
+{
+    const char *s = cl_json_str(j, "status");
+    return s ? s : "unknown";
+}
+
+/* Ended, or ending: nothing more runs in it. */
+static int vc_terminal(const char *status)
+{
+    return strcmp(status, "stopped") == 0 || strcmp(status, "failed") == 0
+           || strcmp(status, "aborted") == 0 || strcmp(status, "stopping") == 0;
+}
+
+static sbx_error *vc_gone_error(sbx_error **error, const char *op, const char *id,
+                                json_object *sandbox)
+{
+    sbx_error *err = cl_gone_error(error, op, VC_BACKEND, id);
+    const char *s = sandbox ? cl_json_str(sandbox, "status") : NULL;
+    if (s)
+        cl_context(err, "state", s);
+    return err;
+}
+
+/* "@api/v1/sandboxes[/ID]@suffix" with ?teamId= (or &teamId= when @suffix
+ * holds a query): a new string, NULL on no memory. @id NULL: the
+ * collection. */
+static char *vc_url(struct sbx_plugin_client *c, const char *id, const char *suffix)
+{
+    char *u = id ? cl_item_url(c->api, "v1/sandboxes", id, suffix)
+                 : cl_printf("%s/v1/sandboxes%s", c->api, suffix);
+    if (!u)
+        return NULL;
+    char *out = cl_printf("%s%cteamId=%s", u, strchr(u, '?') ? '&' : '?', c->team);
+    free(u);
+    return out;
+}
+
+/* GET /v1/sandboxes/{id}: its "sandbox" object (a new reference), or NULL
+ * (*@status: 0 when no answer, 404 when the provider has no such sandbox). */
+static json_object *vc_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
+                           long *status, const char *op, sbx_error **error)
+{
+    char *url = vc_url(c, id, "");
+    json_object *j = cl_get_json(c->http, ctx, url, status, op, "get the sandbox", error);
+    free(url);
+    json_object *s = j ? cl_json_path(j, "sandbox", NULL) : NULL;
+    if (j && !s) {
+        cl_fail(error, SBX_ERROR_CONNECTION, op, "vercel get answered without a sandbox");
+        *status = 0;
+    }
+    if (s)
+        json_object_get(s);
+    json_object_put(j);
+    return s;
+}
+
+/* POST @id@suffix with @body (NULL: {}): 0 with the answer in @r (any
+ * status), -1 when none came. */
+static int vc_post(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
+                   const char *suffix, json_object *body, cl_idempotency idem, cl_resp *r,
+                   const char *op, const char *what, sbx_error **error)
+{
+    char *url = vc_url(c, id, suffix);
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    json_object *empty = body ? NULL : json_object_new_object();
+    int rc = cl_request_json(c->http, ctx, "POST", url, body ? body : empty, idem, r, op, what,
+                             error);
+    json_object_put(empty);
+    free(url);
+    return rc;
+}
+
+/* After an unexpected answer @r on @sb: marks it gone when the provider no
+ * longer has it (404 or 410, or a terminal status on a GET) and stores the
+ * gone error; else stores the answer's error unless @quiet. Returns -1. */
+static int vc_answer_fail(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                          const cl_resp *r, int quiet, const char *op, const char *what,
+                          sbx_error **error)
+{
+    long st = 0;
+    json_object *j = vc_get(sb->c, ctx, sb->s.id, &st, op, NULL);
+    if (st == 404 || (j && vc_terminal(vc_status(j)))) {
+        vc_mark_gone(sb);
+        vc_gone_error(error, op, sb->s.id, j);
+        json_object_put(j);
+        return -1;
+    }
+    json_object_put(j);
+    if (!quiet)
+        cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, what);
+    return -1;
+}
+
+/* A call on sandbox @sb (the request @rq, its url set here from @suffix):
+ * 0 with a 2xx answer in @r, -1 otherwise. A 404 or 400 with @file_call
+ * set is a file's, unless the sandbox itself is gone: then no error is
+ * stored (the caller names the file). */
+static int vc_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
+                   const char *suffix, cl_resp *r, int file_call, const char *op,
+                   sbx_error **error)
+{
+    if (vc_check(sb, op, error) < 0)
+        return -1;
+    char *url = vc_url(sb->c, sb->s.id, suffix);
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    rq->url = url;
+    int rc = -1;
+    if (cl_request(sb->c->http, ctx, rq, r, op, error) == 0) {
+        if (r->status / 100 == 2)
+            rc = 0;
+        else
+            vc_answer_fail(sb, ctx, r, file_call && (r->status == 404 || r->status == 400), op,
+                           rq->what, error);
+    }
+    free(url);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Waiting for running                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Polls GET every VC_POLL_S until the sandbox runs, within VC_WAIT_S and
+ * the call's deadline. A terminal sandbox is gone (with its status). */
+static int vc_wait_running(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                           const char *op, sbx_error **error)
+{
+    cl_bound bd = cl_bound_make(ctx, VC_WAIT_S);
+    for (;;) {
+        long st = 0;
+        json_object *j = vc_get(sb->c, ctx, sb->s.id, &st, op, error);
+        if (!j) {
+            if (st == 404) {
+                vc_mark_gone(sb);
+                vc_gone_error(error, op, sb->s.id, NULL);
+            }
+            return -1;
+        }
+        const char *s = vc_status(j);
+        if (strcmp(s, "running") == 0) {
+            json_object_put(j);
+            return 0;
+        }
+        if (vc_terminal(s)) {
+            vc_mark_gone(sb);
+            vc_gone_error(error, op, sb->s.id, j);
+            json_object_put(j);
+            return -1;
+        }
+        json_object_put(j);
+        double left = cl_bound_left(&bd);
+        if (left == 0 || (left > 0 && left < VC_POLL_S)) {
+            cl_context(cl_fail(error, SBX_ERROR_TIMEOUT, op, "vercel sandbox %s did not reach "
+                               "status running", sb->s.id), "sandbox_id", sb->s.id);
+            return -1;
+        }
+        struct timespec ts = { 0, (long)(VC_POLL_S * 1e9) };
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Running a command                                                         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct vc_cmd_lines {
+    int64_t code;
+    int have_code;
+    int stopped;        /* an {"error"} line: the sandbox stopped */
+    char *id;           /* the command's id */
+} vc_cmd_lines;
+
+static int vc_cmd_line(void *ud, json_object *o)
+{
+    vc_cmd_lines *l = ud;
+    json_object *cmd = cl_json_path(o, "command", NULL);
+    if (cl_json_path(o, "error", NULL)) {
+        l->stopped = 1;
+        return 1;
+    }
+    if (!cmd)
+        return 0;
+    const char *id = cl_json_str(cmd, "id");
+    if (id && !l->id)
+        l->id = strdup(id);
+    if (cl_json_int(cmd, "exitCode", &l->code) == 1) {
+        l->have_code = 1;
+        return 1;   /* the final line */
+    }
+    return 0;
+}
+
+/* A logs line: its stdout text appended to @ud (a cl_buf). */
+static int vc_log_line(void *ud, json_object *o)
+{
+    cl_buf *out = ud;
+    const char *s = cl_json_str(o, "stream");
+    const char *d = cl_json_str(o, "data");
+    if (s && d && strcmp(s, "stdout") == 0)
+        return cl_buf_append(out, d, strlen(d)) < 0 ? -1 : 0;
+    return 0;
+}
+
+static int vc_feed_sink(void *ud, const char *p, size_t n)
+{
+    return cl_ndjson_feed(ud, p, n, "exec", NULL);
+}
+
+/* Runs @script with bash -c on @sb (POST cmd, wait true) until @ctx's
+ * deadline or cancel. 0 with its exit status in *@code (and its stdout
+ * text in *@out, a new string, when @out is not NULL), or -1 with *@error
+ * set. */
+static int vc_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *script,
+                      int *code, char **out, const char *op, sbx_error **error)
+{
+    json_object *b = json_object_new_object(), *args = json_object_new_array();
+    json_object_array_add(args, json_object_new_string("-c"));
+    json_object_array_add(args, json_object_new_string(script));
+    json_object_object_add(b, "command", json_object_new_string("bash"));
+    json_object_object_add(b, "args", args);
+    json_object_object_add(b, "cwd", json_object_new_string(VC_CWD));
+    json_object_object_add(b, "wait", json_object_new_boolean(1));
+    const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
+    vc_cmd_lines l = { 0 };
+    cl_ndjson nd;
+    cl_ndjson_init(&nd, vc_cmd_line, &l);
+    cl_req rq = { .method = "POST", .body = bs, .body_len = strlen(bs), .sink = vc_feed_sink,
+                  .sink_ud = &nd, .idempotent = CL_UNSAFE, .what = "run the command" };
+    cl_resp r = { 0 };
+    int rc = vc_call(sb, ctx, &rq, "/cmd", &r, 0, op, error);
+    if (rc == 0 && cl_ndjson_end(&nd, op, error) < 0)
+        rc = -1;
+    if (rc == 0 && (l.stopped || !l.have_code)) {
+        long st = 0;
+        json_object *j = vc_get(sb->c, ctx, sb->s.id, &st, op, NULL);
+        if (l.stopped || st == 404 || (j && vc_terminal(vc_status(j)))) {
+            vc_mark_gone(sb);
+            vc_gone_error(error, op, sb->s.id, j);
+        } else {
+            cl_fail(error, SBX_ERROR_CONNECTION, op, "vercel command ended without an "
+                    "exitCode");
+        }
+        json_object_put(j);
+        rc = -1;
+    }
+    if (rc == 0)
+        *code = (int)(l.code & 0xff);
+    if (rc == 0 && out) {
+        cl_buf text = { 0 };
+        char *e = l.id ? cl_url_escape(l.id) : NULL;
+        char *suffix = e ? cl_printf("/cmd/%s/logs", e) : NULL;
+        cl_ndjson lg;
+        cl_ndjson_init(&lg, vc_log_line, &text);
+        cl_req lq = { .method = "GET", .sink = vc_feed_sink, .sink_ud = &lg,
+                      .idempotent = CL_SAFE, .what = "read the command's logs" };
+        cl_resp r2 = { 0 };
+        rc = suffix ? vc_call(sb, ctx, &lq, suffix, &r2, 0, op, error) : -1;
+        if (!suffix)
+            cl_fail(error, SBX_ERROR_CONNECTION, op, "vercel command has no id");
+        /* The logs stream has no final line: it ends with the command. */
+        if (rc == 0 && lg.line.len)
+            cl_ndjson_feed(&lg, "\n", 1, op, NULL);
+        if (rc == 0 && cl_buf_append(&text, "", 1) < 0) {
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            rc = -1;
+        }
+        if (rc == 0)
+            *out = text.data;
+        else
+            cl_buf_clear(&text);
+        cl_ndjson_clear(&lg);
+        cl_resp_clear(&r2);
+        free(suffix);
+        free(e);
+    }
+    cl_ndjson_clear(&nd);
+    free(l.id);
+    json_object_put(b);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static int vc_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
+                        int *code, const char *op, sbx_error **error)
+{
+    return vc_execute(sb, ctx, cmd, code, NULL, op, error);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Files: fs/write (a gzipped tar) and fs/read (raw bytes, CASE-17)          */
+/* ------------------------------------------------------------------------ */
+
+/* @path as the provider takes it: absolute as is; relative from the
+ * workdir, else from Vercel's cwd. A new string. */
+static char *vc_path(struct sbx_plugin_sandbox *sb, const char *path)
+{
+    return cl_path_in(sb->workdir ? sb->workdir : VC_CWD, path);
+}
+
+static int vc_file_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r, const char *op,
+                        const char *path, const char *what, sbx_error **error)
+{
+    if (vc_is_gone(sb) || (error && *error))
+        return -1;
+    sbx_error *err = NULL;
+    if (r->status == 404)
+        err = cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such %s in the sandbox: %s", what, path);
+    else
+        err = cl_fail_status(sb->c->http, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
+    cl_context(err, "path", path);
+    return -1;
+}
+
+static int vc_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                       cl_sink_fn sink, void *ud, cl_resp *r, const char *op, sbx_error **error)
+{
+    json_object *b = json_object_new_object();
+    json_object_object_add(b, "path", json_object_new_string(path));
+    json_object_object_add(b, "cwd", json_object_new_string("/"));
+    const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
+    cl_req rq = { .method = "POST", .body = bs, .body_len = strlen(bs), .sink = sink,
+                  .sink_ud = ud, .idempotent = CL_SAFE, .what = "read the file" };
+    int rc = vc_call(sb, ctx, &rq, "/fs/read", r, 1, op, error);
+    json_object_put(b);
+    return rc;
+}
+
+static int vc_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
+                        sbx_error **error)
+{
+    const char *op = "read_file";
+    char *p = vc_path(sb, path);
+    cl_resp r = { 0 };
+    int rc = p ? vc_download(sb, ctx, p, cl_fd_sink, &fd, &r, op, error) : -1;
+    if (!p)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    if (rc < 0 && r.status)
+        vc_file_fail(sb, &r, op, path, "file", error);
+    free(p);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static uint32_t vc_crc_table[256];
+static pthread_once_t vc_crc_once = PTHREAD_ONCE_INIT;
+
+static void vc_crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+        vc_crc_table[i] = c;
+    }
+}
+
+/* The CRC-32 (IEEE) of gzip, updated over @n bytes. Thread-safe. */
+static uint32_t vc_crc32(uint32_t crc, const unsigned char *p, size_t n)
+{
+    pthread_once(&vc_crc_once, vc_crc_init);
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++)
+        crc = vc_crc_table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+/* One 512-byte tar header: @name (at most 100 bytes), @size, @mode,
+ * @type ('0' file, 'L' GNU long name). */
+static void vc_tar_header(unsigned char h[512], const char *name, size_t size, uint32_t mode,
+                          char type)
+{
+    memset(h, 0, 512);
+    memcpy(h, name, strlen(name) > 100 ? 100 : strlen(name));
+    snprintf((char *)h + 100, 8, "%07o", mode & 07777);
+    snprintf((char *)h + 108, 8, "%07o", 0);
+    snprintf((char *)h + 116, 8, "%07o", 0);
+    snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)size);
+    snprintf((char *)h + 136, 12, "%011llo", (unsigned long long)time(NULL));
+    memset(h + 148, ' ', 8);
+    h[156] = (unsigned char)type;
+    memcpy(h + 257, "ustar  ", 8);      /* GNU magic and version */
+    unsigned sum = 0;
+    for (int i = 0; i < 512; i++)
+        sum += h[i];
+    snprintf((char *)h + 148, 8, "%06o", sum);
+}
+
+/* The tar of one file @name (relative to /) holding @data, gzipped with
+ * stored deflate blocks, appended to @out. */
+static int vc_targz(cl_buf *out, const char *name, const cl_buf *data, uint32_t mode)
+{
+    cl_buf tar = { 0 };
+    unsigned char h[512], zero[1024] = { 0 };
+    size_t nl = strlen(name);
+    int bad = 0;
+    if (nl > 100) {
+        vc_tar_header(h, "././@LongLink", nl + 1, 0644, 'L');
+        bad = cl_buf_append(&tar, h, 512) < 0 || cl_buf_append(&tar, name, nl + 1) < 0
+              || cl_buf_append(&tar, zero, (512 - (nl + 1) % 512) % 512) < 0;
+    }
+    vc_tar_header(h, name, data->len, mode, '0');
+    bad = bad || cl_buf_append(&tar, h, 512) < 0
+          || (data->len && cl_buf_append(&tar, data->data, data->len) < 0)
+          || cl_buf_append(&tar, zero, (512 - data->len % 512) % 512) < 0
+          || cl_buf_append(&tar, zero, 1024) < 0;
+    static const unsigned char gz[10] = { 0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255 };
+    bad = bad || cl_buf_append(out, gz, sizeof gz) < 0;
+    const unsigned char *p = (const unsigned char *)tar.data;
+    size_t left = tar.len;
+    while (!bad) {
+        size_t n = left > 65535 ? 65535 : left;
+        unsigned char bh[5] = { left == n ? 1 : 0, (unsigned char)(n & 0xff),
+                                (unsigned char)(n >> 8), (unsigned char)(~n & 0xff),
+                                (unsigned char)((~n >> 8) & 0xff) };
+        bad = cl_buf_append(out, bh, 5) < 0 || cl_buf_append(out, p, n) < 0;
+        p += n;
+        left -= n;
+        if (left == 0)
+            break;
+    }
+    uint32_t crc = vc_crc32(0, (const unsigned char *)tar.data, tar.len);
+    uint32_t isize = (uint32_t)tar.len;
+    unsigned char tail[8] = { crc & 0xff, (crc >> 8) & 0xff, (crc >> 16) & 0xff, crc >> 24,
+                              isize & 0xff, (isize >> 8) & 0xff, (isize >> 16) & 0xff,
+                              isize >> 24 };
+    bad = bad || cl_buf_append(out, tail, 8) < 0;
+    cl_buf_clear(&tar);
+    return bad ? -1 : 0;
+}
+
+/* Writes @data as @path (provider form, absolute) with @mode by fs/write. */
+static int vc_upload_buf(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                         const cl_buf *data, uint32_t mode, const char *shown, const char *op,
+                         sbx_error **error)
+{
+    cl_buf body = { 0 };
+    while (*path == '/')
+        path++;
+    if (vc_targz(&body, path, data, mode ? mode : 0644) < 0) {
+        cl_buf_clear(&body);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    static const char *const hdrs[] = { "x-cwd: /", NULL };
+    cl_req rq = { .method = "POST", .headers = hdrs, .content_type = "application/gzip",
+                  .body = body.data, .body_len = body.len, .idempotent = CL_SAFE,
+                  .what = "write the file" };
+    cl_resp r = { 0 };
+    int rc = vc_call(sb, ctx, &rq, "/fs/write", &r, 1, op, error);
+    if (rc < 0 && r.status)
+        vc_file_fail(sb, &r, op, shown, "directory for file", error);
+    cl_resp_clear(&r);
+    cl_buf_clear(&body);
+    return rc;
+}
+
+/* Reads @fd to its end into @out. */
+static int vc_slurp(int fd, cl_buf *out, const char *shown, const char *op, sbx_error **error)
+{
+    char chunk[65536];
+    for (;;) {
+        ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "cannot read the data for %s: %s",
+                    shown, strerror(errno));
+            return -1;
+        }
+        if (n == 0)
+            return 0;
+        if (cl_buf_append(out, chunk, (size_t)n) < 0) {
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            return -1;
+        }
+    }
+}
+
+static int vc_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                     int fd, const char *shown, const char *op, sbx_error **error)
+{
+    cl_buf data = { 0 };
+    int rc = vc_slurp(fd, &data, shown, op, error);
+    if (rc == 0)
+        rc = vc_upload_buf(sb, ctx, path, &data, 0600, shown, op, error);
+    cl_buf_clear(&data);
+    return rc;
+}
+
+static int vc_upload_bytes(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                           const char *path, const char *data, size_t n, const char *op,
+                           sbx_error **error)
+{
+    cl_buf b = { 0 };
+    int rc = -1;
+    if (cl_buf_append(&b, data, n) < 0)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else
+        rc = vc_upload_buf(sb, ctx, path, &b, 0600, path, op, error);
+    cl_buf_clear(&b);
+    return rc;
+}
+
+static int vc_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
+                         uint32_t mode, sbx_error **error)
+{
+    const char *op = "write_file";
+    char *p = vc_path(sb, path);
+    if (!p) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    cl_buf data = { 0 };
+    int rc = vc_slurp(fd, &data, path, op, error);
+    if (rc == 0)
+        rc = vc_upload_buf(sb, ctx, p, &data, 0644, path, op, error);
+    if (rc == 0)
+        rc = cl_set_mode(sb, vc_run_short, ctx, p, path, mode, op, error);
+    cl_buf_clear(&data);
+    free(p);
+    return rc;
+}
+
+/* The listing by a command: "TYPE SIZE NAME" lines of find -printf. */
+static int vc_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                         sbx_plugin_file_fn fn, void *ud, sbx_error **error)
+{
+    const char *op = "list_files";
+    char *p = vc_path(sb, path), *q = p ? cl_shell_quote(p) : NULL;
+    char *cmd = q ? cl_printf("test -d %s || exit 3; find %s -mindepth 1 -maxdepth 1 "
+                              "-printf '%%y %%s %%f\\n'", q, q) : NULL;
+    char *out = NULL;
+    int code = 0, rc = -1;
+    if (!cmd)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else if (vc_execute(sb, ctx, cmd, &code, &out, op, error) == 0) {
+        if (code == 3) {
+            cl_context(cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such directory in the "
+                               "sandbox: %s", path), "path", path);
+        } else if (code != 0) {
+            cl_context(cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "cannot list %s (find "
+                               "exited %d)", path, code), "path", path);
+        } else {
+            rc = 0;
+            for (char *line = out, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+                nl = strchr(line, '\n');
+                if (nl)
+                    *nl = '\0';
+                char type = line[0];
+                char *sp = strchr(line, ' ');
+                char *sp2 = sp ? strchr(sp + 1, ' ') : NULL;
+                if (!sp2)
+                    continue;
+                int is_dir = type == 'd';
+                sbx_plugin_file_info info = { sizeof(info), sp2 + 1, is_dir,
+                                              is_dir ? -1 : strtoll(sp + 1, NULL, 10), 0 };
+                if (fn(&info, ud) != 0)
+                    break;
+            }
+        }
+    }
+    free(out);
+    free(cmd);
+    free(q);
+    free(p);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Client                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* POST stop: 0 when stopped, stopping or gone already. */
+static int vc_stop_id(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
+                      const char *op, sbx_error **error)
+{
+    cl_resp r = { 0 };
+    int rc = vc_post(c, ctx, id, "/stop", NULL, CL_SAFE, &r, op, "stop the sandbox", error);
+    if (rc == 0 && r.status / 100 != 2 && r.status != 404 && r.status != 410) {
+        long st = 0;
+        json_object *j = vc_get(c, ctx, id, &st, op, NULL);
+        if (st != 404 && !(j && vc_terminal(vc_status(j)))) {
+            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "stop the sandbox");
+            rc = -1;
+        }
+        json_object_put(j);
+    }
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static int vc_delete(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                     const char *op, sbx_error **error)
+{
+    return vc_stop_id(client, ctx, id, op, error);
+}
+
+/* Walks every page of GET /v1/sandboxes?project= (until= the page's
+ * pagination.next while it is set, CASE-35), calling @fn on each sandbox
+ * that is not ended; @fn returns non-zero to stop. */
+typedef int (*vc_each_fn)(void *ud, json_object *sandbox);
+
+static int vc_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, vc_each_fn fn, void *ud,
+                   const char *op, sbx_error **error)
+{
+    int64_t until = -1;
+    int rc = 0;
+    char *proj = cl_url_escape(c->project);
+    for (int page = 0; proj && page < 100000; page++) {
+        char *q = until >= 0 ? cl_printf("?project=%s&limit=100&until=%lld", proj,
+                                         (long long)until)
+                             : cl_printf("?project=%s&limit=100", proj);
+        char *url = q ? vc_url(c, NULL, q) : NULL;
+        free(q);
+        long st = 0;
+        json_object *j = url ? cl_get_json(c->http, ctx, url, &st, op, "list sandboxes", error)
+                             : NULL;
+        free(url);
+        if (!j) {
+            if (st == 404)
+                cl_fail(error, SBX_ERROR_NOT_FOUND, op, "vercel: no sandbox list at %s", c->api);
+            rc = -1;
+            break;
+        }
+        json_object *items = cl_json_path(j, "sandboxes", NULL);
+        if (!items || !json_object_is_type(items, json_type_array)) {
+            cl_fail(error, SBX_ERROR_CONNECTION, op, "vercel list answered with no sandboxes "
+                    "array");
+            json_object_put(j);
+            rc = -1;
+            break;
+        }
+        size_t n = json_object_array_length(items);
+        int stop = 0;
+        for (size_t i = 0; i < n && !stop; i++) {
+            json_object *it = json_object_array_get_idx(items, i);
+            if (cl_json_str(it, "id") && !vc_terminal(vc_status(it)))
+                stop = fn(ud, it) != 0;
+        }
+        int64_t next = -1;
+        int more = cl_json_int(cl_json_path(j, "pagination", NULL), "next", &next) == 1 && n > 0;
+        json_object_put(j);
+        if (stop || !more || (until >= 0 && next >= until))
+            break;
+        until = next;
+    }
+    if (!proj) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        rc = -1;
+    }
+    free(proj);
+    return rc;
+}
+
+static int vc_buf_sink(void *ud, const char *p, size_t n)
+{
+    return cl_buf_append(ud, p, n) < 0 ? -1 : 0;
+}
+
+/* The labels in VC_OWNER_FILE of running sandbox @id: a new object, or
+ * NULL when it has none (or cannot be read). */
+static json_object *vc_owner(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
+                             const char *op)
+{
+    struct sbx_plugin_sandbox tmp = { .c = c };
+    if (cl_sandbox_init(&tmp.s, id) < 0)
+        return NULL;
+    cl_buf b = { 0 };
+    cl_resp r = { 0 };
+    json_object *j = NULL;
+    if (vc_download(&tmp, ctx, VC_OWNER_FILE, vc_buf_sink, &b, &r, op, NULL) == 0
+        && cl_buf_append(&b, "", 1) == 0)
+        j = json_tokener_parse(b.data);
+    if (j && !json_object_is_type(j, json_type_object)) {
+        json_object_put(j);
+        j = NULL;
+    }
+    cl_buf_clear(&b);
+    cl_resp_clear(&r);
+    cl_sandbox_clear(&tmp.s);
+    return j;
+}
+
+typedef struct vc_ids {
+    struct sbx_plugin_client *c;
+    const sbx_call_ctx *ctx;
+    const char *token;
+    cl_ids ids;
+} vc_ids;
+
+/* The create token in running sandbox @id's env (VC_TOKEN_ENV), for a
+ * sandbox whose create was not answered (no label file): a new string, or
+ * NULL. */
+static char *vc_env_token(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id)
+{
+    struct sbx_plugin_sandbox tmp = { .c = c };
+    if (cl_sandbox_init(&tmp.s, id) < 0)
+        return NULL;
+    char *out = NULL;
+    int code = -1;
+    if (vc_execute(&tmp, ctx, "printf %s \"$" VC_TOKEN_ENV "\"", &code, &out, "create", NULL) < 0
+        || code != 0) {
+        free(out);
+        out = NULL;
+    }
+    cl_sandbox_clear(&tmp.s);
+    return out;
+}
+
+static int vc_id_one(void *ud, json_object *it)
+{
+    vc_ids *s = ud;
+    const char *id = cl_json_str(it, "id");
+    int running = strcmp(vc_status(it), "running") == 0;
+    json_object *own = running ? vc_owner(s->c, s->ctx, id, "create") : NULL;
+    char *etok = running && !own ? vc_env_token(s->c, s->ctx, id) : NULL;
+    const char *tok = own ? cl_json_str(own, CL_META_TOKEN) : etok;
+    if (tok && strcmp(tok, s->token) == 0)
+        cl_ids_add(&s->ids, id);
+    json_object_put(own);
+    free(etok);
+    return 0;
+}
+
+/* The reaper's look-up: the sandboxes whose labels carry create token
+ * @token. */
+static int vc_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
+                         sbx_error **error)
+{
+    vc_ids s = { ud, ctx, token, { 0 } };
+    int rc = vc_list(ud, ctx, vc_id_one, &s, "create", error);
+    return cl_ids_finish(&s.ids, rc, ids, "create", error);
+}
+
+static int vc_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
+{
+    return vc_stop_id(ud, ctx, id, "create", error);
+}
+
+static int vc_setup(const sbx_host_services *host, sbx_error **error)
+{
+    return cl_setup(host, VC_BACKEND, error);
+}
+
+static void vc_client_free(sbx_plugin_client *c)
+{
+    if (!c)
+        return;
+    cl_reaper_free(c->reaper);
+    cl_http_free(c->http);
+    free(c->api);
+    free(c->team);
+    free(c->project);
+    free(c);
+}
+
+/* The payload of JWT @tok (unverified): a new object, or NULL. */
+static json_object *vc_jwt_payload(const char *tok)
+{
+    const char *a = strchr(tok, '.');
+    const char *b = a ? strchr(a + 1, '.') : NULL;
+    if (!b)
+        return NULL;
+    cl_buf out = { 0 };
+    json_object *j = NULL;
+    if (cl_base64_decode(a + 1, (size_t)(b - a - 1), &out) == 0
+        && cl_buf_append(&out, "", 1) == 0)
+        j = json_tokener_parse(out.data);
+    cl_buf_clear(&out);
+    if (j && !json_object_is_type(j, json_type_object)) {
+        json_object_put(j);
+        j = NULL;
+    }
+    return j;
+}
+
+/* A string setting: member @key of @cfg, else environment variable @env
+ * when set and not empty, else @dflt (may be NULL). Borrowed. */
+static const char *vc_setting(json_object *cfg, const char *key, const char *env,
+                              const char *dflt)
+{
+    const char *v = cfg ? cl_json_str(cfg, key) : NULL;
+    if (v && *v)
+        return v;
+    v = env ? getenv(env) : NULL;
+    return v && *v ? v : dflt;
+}
+
+static int vc_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
+{
+    const char *op = "client_new";
+    json_object *cfg = NULL, *jwt = NULL;
+    if (cl_client_config(config_json, VC_BACKEND, &cfg, error) < 0)
+        return -1;
+    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
+    if (!c || !(c->http = cl_http_new())) {
+        free(c);
+        json_object_put(cfg);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    c->api = cl_base_url(cfg, "api_url", "VERCEL_API_URL", VC_DEFAULT_URL, error);
+    if (!c->api)
+        goto fail;
+    static const char *const str_keys[] = { "team_id", "project_id", NULL };
+    for (int i = 0; cfg && str_keys[i]; i++) {
+        json_object *v = NULL;
+        if (json_object_object_get_ex(cfg, str_keys[i], &v)
+            && (!json_object_is_type(v, json_type_string) || json_object_get_string_len(v) == 0)) {
+            cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op, "vercel client option %s: "
+                               "%s is not a non-empty string", str_keys[i],
+                               json_object_to_json_string(v)), "option", str_keys[i]);
+            goto fail;
+        }
+    }
+    /* The OIDC token names its team and project; an access token needs them
+     * given. */
+    const char *oidc = getenv("VERCEL_OIDC_TOKEN");
+    const char *team = NULL, *project = NULL;
+    if (oidc && *oidc) {
+        jwt = vc_jwt_payload(oidc);
+        if (!jwt) {
+            cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op, "vercel backend: "
+                               "VERCEL_OIDC_TOKEN is not a JWT"), "option",
+                       "VERCEL_OIDC_TOKEN");
+            goto fail;
+        }
+        team = vc_setting(cfg, "team_id", NULL, cl_json_str(jwt, "owner_id"));
+        project = vc_setting(cfg, "project_id", NULL, cl_json_str(jwt, "project_id"));
+    } else {
+        team = vc_setting(cfg, "team_id", "VERCEL_TEAM_ID", NULL);
+        project = vc_setting(cfg, "project_id", "VERCEL_PROJECT_ID", NULL);
+    }
+    static const char *const key_envs[] = { "VERCEL_OIDC_TOKEN", "VERCEL_TOKEN", NULL };
+    if (cl_http_configure(c->http, cfg, key_envs, "Authorization", "Bearer ", error) < 0)
+        goto fail;
+    if (!team || !project) {
+        const char *missing = !team ? "team_id" : "project_id";
+        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op, "vercel backend: no %s: set "
+                           "VERCEL_OIDC_TOKEN, or VERCEL_TOKEN with VERCEL_TEAM_ID and "
+                           "VERCEL_PROJECT_ID (or the client config's team_id and "
+                           "project_id)", missing), "option", missing);
+        goto fail;
+    }
+    if (!(c->team = cl_url_escape(team)) || !(c->project = strdup(project))
+        || !(c->reaper = cl_reaper_new(vc_find_token, vc_reap_delete, c))) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
+    json_object_put(jwt);
+    json_object_put(cfg);
+    *client = c;
+    return 0;
+fail:
+    json_object_put(jwt);
+    json_object_put(cfg);
+    vc_client_free(c);
+    return -1;
+}
+
+static int vc_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
+                    sbx_error **error)
+{
+    (void)client;
+    (void)ctx;
+    (void)error;
+    *caps = VC_CAPS;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lifecycle                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static struct sbx_plugin_sandbox *vc_sandbox_new(struct sbx_plugin_client *c, const char *id)
+{
+    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
+    if (!sb)
+        return NULL;
+    sb->c = c;
+    if (cl_sandbox_init(&sb->s, id) < 0) {
+        free(sb);
+        return NULL;
+    }
+    return sb;
+}
+
+static void vc_sandbox_free(sbx_plugin_sandbox *sb)
+{
+    if (!sb)
+        return;
+    cl_sandbox_clear(&sb->s);
+    free(sb->workdir);
+    free(sb);
+}
+
+static const char *const vc_runtimes[] = { "node22", "node24", "node26", "python3.13", NULL };
+
+/* The create body; *@extend_s: seconds of lifetime to add by extend-timeout
+ * once it runs (0: none); @labels: the labels to write into VC_OWNER_FILE. */
+static json_object *vc_create_body(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
+                                   const sbx_plugin_create_request *rq, long long *extend_s,
+                                   json_object **labels, sbx_error **error)
+{
+    uint64_t set = rq->set_fields;
+    char buf[64];
+    *extend_s = 0;
+    *labels = NULL;
+    if (cl_workdir_check(VC_BACKEND, rq->workdir, error) < 0)
+        return NULL;
+    if (rq->backend_options && *rq->backend_options) {
+        /* No backend options: any key is unknown. */
+        json_object *bo = json_tokener_parse(rq->backend_options);
+        sbx_error *err = NULL;
+        if (!bo || !json_object_is_type(bo, json_type_object)) {
+            err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                          "vercel backend_options: %s is not a JSON object", rq->backend_options);
+        } else {
+            json_object_object_foreach(bo, k, v) {
+                (void)v;
+                err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                              "vercel backend_options: unknown key \"%s\" (known: )", k);
+                cl_context(err, "name", k);
+                cl_context(err, "known", "");
+                break;
+            }
+        }
+        json_object_put(bo);
+        if (err) {
+            cl_context(err, "option", "backend_options");
+            return NULL;
+        }
+    }
+    json_object *b = json_object_new_object();
+    json_object_object_add(b, "projectId", json_object_new_string(c->project));
+    if (set & SBX_OPTION_APP_NAME) {
+        vc_refuse(error, "app_name", rq->app_name, "Vercel has no apps");
+        goto fail;
+    }
+    if ((set & SBX_OPTION_GPU) && rq->gpu) {
+        vc_refuse(error, "gpu", rq->gpu, "Vercel sandboxes have no GPUs");
+        goto fail;
+    }
+    if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb > 0) {
+        snprintf(buf, sizeof buf, "%lld", (long long)rq->disk_mb);
+        vc_refuse(error, "disk_mb", buf, "Vercel sandboxes have a fixed disk");
+        goto fail;
+    }
+    if (rq->image) {
+        vc_refuse(error, "image", rq->image, "Vercel starts sandboxes from a runtime: give "
+                  "node22, node24, node26 or python3.13 as the template");
+        goto fail;
+    }
+    if (rq->template_name && rq->snapshot_id) {
+        vc_refuse(error, "template", rq->template_name, "give a runtime or a snapshot, not "
+                  "both");
+        goto fail;
+    }
+    if (rq->template_name) {
+        int ok = 0;
+        for (int i = 0; vc_runtimes[i]; i++)
+            ok = ok || strcmp(vc_runtimes[i], rq->template_name) == 0;
+        if (!ok) {
+            vc_refuse(error, "template", rq->template_name, "Vercel's runtimes are node22, "
+                      "node24, node26 and python3.13");
+            goto fail;
+        }
+        json_object_object_add(b, "runtime", json_object_new_string(rq->template_name));
+    }
+    if (rq->snapshot_id) {
+        json_object *src = json_object_new_object();
+        json_object_object_add(src, "type", json_object_new_string("snapshot"));
+        json_object_object_add(src, "snapshotId", json_object_new_string(rq->snapshot_id));
+        json_object_object_add(b, "source", src);
+    }
+    /* vCPUs: the fewest of 1, 2, 4, 8 that hold cpu and memory. */
+    double cpu = 0;
+    long long mem = 0;
+    if (set & SBX_OPTION_CPU) {
+        if (!(rq->cpu > 0) || rq->cpu > 8) {
+            snprintf(buf, sizeof buf, "%g", rq->cpu);
+            cl_context(vc_refuse(error, "cpu", buf, "Vercel takes more than 0 and at most 8 "
+                                 "vCPUs"), "max", "8");
+            goto fail;
+        }
+        cpu = rq->cpu;
+    }
+    if (set & SBX_OPTION_MEMORY_MB) {
+        if (rq->memory_mb < VC_MIN_MEMORY_MB || rq->memory_mb > 8 * VC_MB_PER_VCPU) {
+            snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
+            sbx_error *err = vc_refuse(error, "memory_mb", buf, "Vercel gives 2048 MB per "
+                                       "vCPU: from 1024 MB (1 vCPU) to 16384 MB (8 vCPUs)");
+            cl_context(err, "min_mb", "1024");
+            cl_context(err, "max_mb", "16384");
+            goto fail;
+        }
+        mem = rq->memory_mb;
+    }
+    if (cpu > 0 || mem > 0) {
+        int v = 1;
+        while (v < 8 && (v < cpu || (long long)v * VC_MB_PER_VCPU < mem))
+            v *= 2;
+        json_object *res = json_object_new_object();
+        json_object_object_add(res, "vcpus", json_object_new_int(v));
+        json_object_object_add(b, "resources", res);
+        CL_LOG(SBX_LOG_INFO, "create: cpu %g, memory %lld MB: %d vCPUs (%d MB)", cpu, mem, v,
+               v * VC_MB_PER_VCPU);
+    }
+    if (!rq->allow_internet) {
+        json_object *pol = json_object_new_object();
+        json_object_object_add(pol, "mode", json_object_new_string("deny-all"));
+        json_object_object_add(b, "networkPolicy", pol);
+    }
+    /* The provider-side lifetime, always (CASE-33): ms. */
+    long long t = VC_DEFAULT_LIFETIME_S;
+    if (set & SBX_OPTION_TIMEOUT_SECS) {
+        if (!(rq->timeout_secs > 0) || rq->timeout_secs > VC_MAX_LIFETIME_S) {
+            snprintf(buf, sizeof buf, "%g", rq->timeout_secs);
+            vc_refuse(error, "timeout_secs", buf, "Vercel sandboxes live more than 0 and at "
+                      "most 18000 s (5 h)");
+            goto fail;
+        }
+        t = (long long)ceil(rq->timeout_secs) + VC_LIFETIME_MARGIN_S;
+    }
+    if (t > VC_MAX_CREATE_S) {
+        *extend_s = t - VC_MAX_CREATE_S;
+        t = VC_MAX_CREATE_S;
+    }
+    json_object_object_add(b, "timeout", json_object_new_int64(t * 1000));
+    json_object *env = cl_env_object(rq->env);
+    if (ctx && ctx->create_token)
+        json_object_object_add(env, VC_TOKEN_ENV, json_object_new_string(ctx->create_token));
+    json_object_object_add(b, "env", env);
+    json_object *lab = json_object_new_object();
+    json_object_object_add(lab, CL_META_BACKEND, json_object_new_string(VC_BACKEND));
+    if (ctx && ctx->create_token)
+        json_object_object_add(lab, CL_META_TOKEN, json_object_new_string(ctx->create_token));
+    snprintf(buf, sizeof buf, "%.0f", rq->expires_at > 0 ? rq->expires_at
+                                                        : cl_wallclock() + (double)(t + *extend_s));
+    json_object_object_add(lab, CL_META_EXPIRES, json_object_new_string(buf));
+    *labels = lab;
+    return b;
+fail:
+    json_object_put(b);
+    return NULL;
+}
+
+/* A create sent and not answered: the provider may finish it (CASE-20). */
+static void vc_reap_lost(struct sbx_plugin_client *c, const char *token)
+{
+    cl_reap_now(c->reaper, NULL, token, 1.5);
+    cl_reaper_add(c->reaper, token, 30.0);
+}
+
+static int vc_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                     const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
+                     sbx_error **error)
+{
+    const char *op = "create";
+    struct sbx_plugin_client *c = client;
+    long long extend_s = 0;
+    json_object *labels = NULL;
+    json_object *body = vc_create_body(c, ctx, rq, &extend_s, &labels, error), *j = NULL;
+    if (!body)
+        return -1;
+    char *url = vc_url(c, NULL, "");
+    cl_resp r = { 0 };
+    int rc = -1;
+    struct sbx_plugin_sandbox *sb = NULL;
+    const char *id = NULL;
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    if (cl_request_json(c->http, ctx, "POST", url, body, CL_UNSAFE, &r, op,
+                        "create the sandbox", NULL) < 0) {
+        cl_last_error l = *cl_last();
+        if (l.code == SBX_ERROR_CANCELLED && ctx && ctx->deadline > 0
+            && cl_now() >= ctx->deadline - 0.05)
+            l.code = SBX_ERROR_TIMEOUT;
+        sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
+        if (l.unknown)
+            cl_outcome_unknown(err);
+        if (ctx && ctx->create_token && l.unknown)
+            vc_reap_lost(c, ctx->create_token);
+        goto out;
+    }
+    if (r.status / 100 != 2) {
+        if (r.maybe_acted && ctx && ctx->create_token)
+            vc_reap_lost(c, ctx->create_token);
+        cl_fail_status(c->http, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
+                                       && r.status != 429 && r.status != 408
+                                       ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,
+                       &r, op, "create the sandbox");
+        goto out;
+    }
+    j = cl_resp_json(&r, op, "create the sandbox", error);
+    id = j ? cl_json_str(cl_json_path(j, "sandbox", NULL), "id") : NULL;
+    if (!id) {
+        if (j)
+            cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "vercel create answered without a "
+                    "sandbox id");
+        goto out;
+    }
+    sb = vc_sandbox_new(c, id);
+    if (!sb) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        vc_stop_id(c, NULL, id, op, NULL);
+        goto out;
+    }
+    if (vc_wait_running(sb, ctx, op, error) < 0) {
+        if (error && *error)
+            cl_context(*error, "sandbox_id", id);
+        goto undo;
+    }
+    const char *ls = json_object_to_json_string_ext(labels, JSON_C_TO_STRING_PLAIN);
+    if (vc_upload_bytes(sb, ctx, VC_OWNER_FILE, ls, strlen(ls), op, error) < 0)
+        goto undo;
+    if (extend_s > 0) {
+        json_object *e = json_object_new_object();
+        json_object_object_add(e, "duration", json_object_new_int64(extend_s * 1000));
+        cl_resp r2 = { 0 };
+        const char *es = json_object_to_json_string_ext(e, JSON_C_TO_STRING_PLAIN);
+        cl_req xq = { .method = "POST", .body = es, .body_len = strlen(es),
+                      .idempotent = CL_UNSAFE, .what = "extend the sandbox's timeout" };
+        int xr = vc_call(sb, ctx, &xq, "/extend-timeout", &r2, 0, op, error);
+        cl_resp_clear(&r2);
+        json_object_put(e);
+        if (xr < 0)
+            goto undo;
+    }
+    if (rq->workdir && *rq->workdir) {
+        int wrc = cl_make_workdir(sb, vc_run_short, ctx, VC_BACKEND, rq->workdir, op, error);
+        if (wrc < 0 || !(sb->workdir = strdup(rq->workdir))) {
+            if (wrc == 0)
+                cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            goto undo;
+        }
+    }
+    *sandbox = sb;
+    rc = 0;
+    goto out;
+undo:
+    vc_stop_id(c, NULL, id, op, NULL);
+    vc_sandbox_free(sb);
+out:
+    json_object_put(body);
+    json_object_put(labels);
+    json_object_put(j);
+    free(url);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static int vc_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    return cl_sandbox_destroy(&sb->s, sb->c, vc_delete, ctx, error);
+}
+
+static int vc_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    if (vc_is_gone(sb))
+        return 0;
+    long st;
+    json_object *j = vc_get(sb->c, ctx, sb->s.id, &st, "is_alive", error);
+    if (!j) {
+        if (st == 404) {
+            vc_mark_gone(sb);
+            return 0;
+        }
+        return -1;
+    }
+    int alive = !vc_terminal(vc_status(j));
+    json_object_put(j);
+    if (!alive)
+        vc_mark_gone(sb);
+    return alive;
+}
+
+/* {"version":1,"sandbox_id":ID[,"workdir":W]}: no credential, no env value
+ * (the sandbox keeps its env). */
+static char *vc_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    (void)ctx;
+    if (vc_check(sb, "session_state", error) < 0)
+        return NULL;
+    json_object *j = json_object_new_object();
+    json_object_object_add(j, "version", json_object_new_int(VC_STATE_VERSION));
+    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
+    if (sb->workdir)
+        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
+    char *out = cl_state_out(j, "session_state", error);
+    json_object_put(j);
+    return out;
+}
+
+static int vc_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
+                     sbx_plugin_sandbox **sandbox, sbx_error **error)
+{
+    const char *op = "resume";
+    const char *id = NULL;
+    json_object *data = cl_state_in(state_json, VC_STATE_VERSION, "sandbox_id", VC_BACKEND, op,
+                                    &id, error), *j = NULL;
+    int rc = -1;
+    if (!data)
+        return -1;
+    long st;
+    j = vc_get(client, ctx, id, &st, op, error);
+    if (!j || vc_terminal(vc_status(j))) {
+        if (st == 404 || j)
+            vc_gone_error(error, op, id, j);
+        goto out;
+    }
+    struct sbx_plugin_sandbox *sb = vc_sandbox_new(client, id);
+    const char *wd = cl_json_str(data, "workdir");
+    if (sb && wd && !(sb->workdir = strdup(wd))) {
+        vc_sandbox_free(sb);
+        sb = NULL;
+    }
+    if (!sb) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    if (vc_wait_running(sb, ctx, op, error) < 0) {
+        vc_sandbox_free(sb);
+        goto out;
+    }
+    *sandbox = sb;
+    rc = 0;
+out:
+    json_object_put(j);
+    json_object_put(data);
+    return rc;
+}
+
+/* snapshot: POST snapshot; the snapshot's id, restored by a create with
+ * source {type: snapshot}. Vercel stops the sandbox to snapshot it: it is
+ * gone afterwards. */
+static char *vc_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    const char *op = "snapshot";
+    json_object *b = json_object_new_object(), *j = NULL;
+    const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
+    cl_req rq = { .method = "POST", .body = bs, .body_len = strlen(bs),
+                  .idempotent = CL_UNSAFE, .what = "snapshot the sandbox" };
+    cl_resp r = { 0 };
+    char *out = NULL;
+    if (vc_call(sb, ctx, &rq, "/snapshot", &r, 0, op, error) == 0
+        && (j = cl_resp_json(&r, op, "snapshot the sandbox", error))) {
+        const char *sid = cl_json_str(cl_json_path(j, "snapshot", NULL), "id");
+        vc_mark_gone(sb);
+        if (!sid)
+            cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "vercel snapshot gave no id");
+        else if ((out = cl_host->alloc(strlen(sid) + 1)))
+            memcpy(out, sid, strlen(sid) + 1);
+        else
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    }
+    json_object_put(b);
+    json_object_put(j);
+    cl_resp_clear(&r);
+    return out;
+}
+
+typedef struct vc_owned {
+    struct sbx_plugin_client *c;
+    const sbx_call_ctx *ctx;
+    sbx_plugin_owned_fn fn;
+    void *ud;
+} vc_owned;
+
+static int vc_owned_one(void *ud, json_object *it)
+{
+    vc_owned *o = ud;
+    const char *id = cl_json_str(it, "id");
+    if (strcmp(vc_status(it), "running") != 0)
+        return 0;
+    json_object *own = vc_owner(o->c, o->ctx, id, "list_owned");
+    const char *be = cl_json_str(own, CL_META_BACKEND);
+    const char *tok = cl_json_str(own, CL_META_TOKEN);
+    const char *exp = cl_json_str(own, CL_META_EXPIRES);
+    int64_t created = 0;
+    int rc = 0;
+    if (be && strcmp(be, VC_BACKEND) == 0 && tok) {
+        cl_json_int(it, "createdAt", &created);
+        sbx_plugin_owned_info info = { sizeof(info), id, tok, (double)created / 1000.0,
+                                       exp ? strtod(exp, NULL) : 0 };
+        rc = o->fn(&info, o->ud);
+    }
+    json_object_put(own);
+    return rc;
+}
+
+/* The sandboxes this backend made: labels sbx_backend=vercel in their
+ * VC_OWNER_FILE. */
+static int vc_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                         sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
+{
+    vc_owned o = { client, ctx, fn, ud };
+    return vc_list(client, ctx, vc_owned_one, &o, "list_owned", error);
+}
+
+static int vc_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                            sbx_error **error)
+{
+    return vc_stop_id(client, ctx, id, "destroy_by_id", error);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Exec                                                                      */
+/* ------------------------------------------------------------------------ */
+
+typedef struct vc_out {
+    vc_proc *p;
+    int fd;
+} vc_out;
+
+static int vc_out_sink(void *ud, const char *data, size_t n)
+{
+    vc_out *o = ud;
+    return cl_proc_output(&o->p->base, o->fd, data, n);
+}
+
+/* The per-call environment as a file the command sources: "export K=V"
+ * lines, values shell-quoted. NULL on no memory. */
+static char *vc_call_env_file(const char *const *env)
+{
+    cl_buf b = { 0 };
+    if (cl_buf_append(&b, "", 0) < 0)
+        return NULL;
+    for (size_t i = 0; env && env[i]; i++) {
+        const char *eq = strchr(env[i], '=');
+        if (!eq)
+            continue;
+        char *q = cl_shell_quote(eq + 1);
+        int bad = !q || cl_buf_printf(&b, "export %.*s=%s\n", (int)(eq - env[i]), env[i], q) < 0;
+        free(q);
+        if (bad) {
+            cl_buf_clear(&b);
+            return NULL;
+        }
+    }
+    return b.data;
+}
+
+/* The wrapper's report in @text (its stdout): the line "VC_REPORT_TAG
+ * B64OUT B64ERR", whose bytes go to the command's stdout and stderr. 0 when
+ * it was there and delivered, -1 when not (the caller reads the files). */
+static int vc_report(vc_proc *p, const char *text)
+{
+    const char *line = text ? strstr(text, VC_REPORT_TAG " ") : NULL;
+    while (line && line != text && line[-1] != '\n')
+        line = strstr(line + 1, VC_REPORT_TAG " ");
+    if (!line)
+        return -1;
+    const char *a = line + strlen(VC_REPORT_TAG " ");
+    const char *sp = strchr(a, ' ');
+    const char *nl = sp ? strchr(sp + 1, '\n') : NULL;
+    if (!nl)
+        return -1;
+    cl_buf out = { 0 }, err = { 0 };
+    int rc = -1;
+    if (cl_base64_decode(a, (size_t)(sp - a), &out) == 0
+        && cl_base64_decode(sp + 1, (size_t)(nl - sp - 1), &err) == 0) {
+        rc = 0;
+        if (out.len)
+            rc = cl_proc_output(&p->base, 1, out.data, out.len);
+        if (rc == 0 && err.len)
+            rc = cl_proc_output(&p->base, 2, err.data, err.len);
+        rc = rc < 0 ? -2 : 0;
+    }
+    cl_buf_clear(&out);
+    cl_buf_clear(&err);
+    return rc == -2 ? 0 : rc;
+}
+
+static int vc_exec_run(cl_proc *base)
+{
+    vc_proc *p = (vc_proc *)base;
+    struct sbx_plugin_sandbox *sb = p->sb;
+    const char *op = "exec";
+    sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
+    cl_buf pre = { 0 };
+    char *script = NULL, *envf = NULL, *quoted = cl_shell_quote(p->script);
+    int code = -1, rc = -1;
+    int bad = !quoted || cl_buf_printf(&pre, "export " CL_EXEC_MARK "=%s\n", p->tag) < 0;
+    if (!bad && p->env && p->env[0]) {
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/.%s.env", p->tag);
+        if (!(envf = vc_call_env_file((const char *const *)p->env)))
+            bad = 1;
+        else if (vc_upload_bytes(sb, &ctx, path, envf, strlen(envf), op, NULL) < 0)
+            goto fail;
+        bad = bad || cl_buf_printf(&pre, ". %s; rm -f %s\n", path, path) < 0;
+    }
+    if (!bad && p->stdin_fd >= 0) {
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/.%s.in", p->tag);
+        if (vc_upload(sb, &ctx, path, p->stdin_fd, "stdin", op, NULL) < 0)
+            goto fail;
+        bad = cl_buf_printf(&pre, "trap 'rm -f %s' EXIT\nbash -c %s <%s >/tmp/.%s.out "
+                            "2>/tmp/.%s.err\n", path, quoted, path, p->tag, p->tag) < 0;
+    } else if (!bad) {
+        bad = cl_buf_printf(&pre, "bash -c %s </dev/null >/tmp/.%s.out 2>/tmp/.%s.err\n",
+                            quoted, p->tag, p->tag) < 0;
+    }
+    /* The command runs in a bash of its own; the wrapper then reports both
+     * outputs in base64 on its own stdout (the logs stream) when they are
+     * small, removes them and exits with the command's status. */
+    if (bad || !(script = cl_printf("%sc=$?\no=/tmp/.%s.out e=/tmp/.%s.err\n"
+                                    "if [ $(($(stat -c %%s $o) + $(stat -c %%s $e))) -le %d ]; "
+                                    "then printf '%s '; base64 -w0 $o; printf ' '; "
+                                    "base64 -w0 $e; printf '\\n'; rm -f $o $e; fi\nexit $c\n",
+                                    pre.data, p->tag, p->tag, VC_REPORT_MAX,
+                                    VC_REPORT_TAG))) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
+    char *report = NULL;
+    rc = vc_execute(sb, &ctx, script, &code, &report, op, NULL);
+    if (rc == 0 && vc_report(p, report) == 0) {
+        free(report);
+        goto out;
+    }
+    free(report);
+    /* No report (the wrapper was killed, or the output is large): the
+     * output files, as raw bytes (the logs stream is text). */
+    for (int fd = 1; rc == 0 && fd <= 2; fd++) {
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/.%s.%s", p->tag, fd == 1 ? "out" : "err");
+        vc_out o = { p, fd };
+        cl_resp r = { 0 };
+        rc = vc_download(sb, &ctx, path, vc_out_sink, &o, &r, op, NULL);
+        if (rc < 0 && r.status == 404 && !vc_is_gone(sb))
+            rc = 0;     /* the command removed it */
+        cl_resp_clear(&r);
+    }
+    if (rc == 0) {
+        char *rm = cl_printf("rm -f /tmp/.%s.out /tmp/.%s.err", p->tag, p->tag);
+        int c2 = 0;
+        if (rm)
+            vc_execute(sb, &ctx, rm, &c2, NULL, op, NULL);
+        free(rm);
+    }
+    if (rc < 0)
+        goto fail;
+    goto out;
+fail:
+    cl_proc_fail_in(base, &sb->s);
+    code = -1;
+out:
+    free(script);
+    free(quoted);
+    free(envf);
+    cl_buf_clear(&pre);
+    return code;
+}
+
+static void vc_proc_free_fields(vc_proc *p)
+{
+    if (p->stdin_fd >= 0)
+        close(p->stdin_fd);
+    cl_strv_free(p->env);
+    free(p->script);
+}
+
+static int vc_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                         const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
+                         sbx_error **error)
+{
+    const char *op = "exec";
+    (void)ctx;
+    if (cl_exec_check(&sb->s, VC_BACKEND, rq, 0, error) < 0)
+        return -1;
+    vc_proc *p = calloc(1, sizeof(*p));
+    if (!p) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    p->sb = sb;
+    p->stdin_fd = -1;
+    memcpy(p->tag, "sbx-exec-", 9);
+    cl_random_hex(p->tag + 9, 12);
+    p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
+    p->env = cl_strv_dup(rq->env);
+    if (cl_exec_launch(&p->base, vc_exec_run, p, p->script && p->env, rq, &p->stdin_fd, op,
+                       error) < 0) {
+        vc_proc_free_fields(p);
+        free(p);
+        return -1;
+    }
+    *process = (sbx_plugin_process *)p;
+    return 0;
+}
+
+static int vc_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
+                        int *exit_code, sbx_error **error)
+{
+    (void)ctx;
+    vc_proc *p = (vc_proc *)process;
+    return cl_exec_wait_script(process, p->sb, p->script, vc_run_short, timeout_ms, exit_code,
+                               error);
+}
+
+/* Signals every process of the command (each carries CL_EXEC_MARK=<its
+ * tag>), setsid'd and orphaned descendants included; the scan runs as a
+ * command of its own, without the mark. */
+static int vc_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
+                        sbx_error **error)
+{
+    vc_proc *p = (vc_proc *)process;
+    return cl_proc_mark_kill(&p->base, p->sb, vc_run_short, ctx, p->tag, sig, error);
+}
+
+static void vc_exec_free(sbx_plugin_process *process)
+{
+    vc_proc *p = (vc_proc *)process;
+    if (!p)
+        return;
+    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
+    if (!vc_is_gone(p->sb))
+        vc_exec_kill(process, &c2, SIGKILL, NULL);
+    cl_proc_clear(&p->base);
+    vc_proc_free_fields(p);
+    free(p);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The descriptor                                                            */
+/* ------------------------------------------------------------------------ */
+
+static const sbx_plugin vc_plugin = {
+    .struct_size = sizeof(sbx_plugin),
+    .abi_major = SBX_PLUGIN_ABI_MAJOR,
+    .abi_minor = SBX_PLUGIN_ABI_MINOR,
+    .name = VC_BACKEND,
+    .version = PACKAGE_VERSION,
+    .description = "Vercel Sandbox microVMs (v1 REST API) over libcurl; cpu/memory pick "
+                   "1, 2, 4 or 8 vCPUs (2048 MB each); destroy stops the sandbox; snapshot "
+                   "stops it too; output arrives when a command ends; relative paths are "
+                   "taken from the workdir, else /vercel/sandbox",
+    .caps = VC_CAPS,
+    .setup = vc_setup,
+    .client_new = vc_client_new,
+    .client_free = vc_client_free,
+    .probe = vc_probe,
+    .create = vc_create,
+    .resume = vc_resume,
+    .session_state = vc_session_state,
+    .destroy = vc_destroy,
+    .is_alive = vc_is_alive,
+    .sandbox_free = vc_sandbox_free,
+    .sandbox_id = cl_sandbox_id,
+    .sandbox_root = cl_sandbox_root,
+    .snapshot = vc_snapshot,
+    .exec_start = vc_exec_start,
+    .exec_wait = vc_exec_wait,
+    .exec_event_fd = cl_exec_event_fd,
+    .exec_kill = vc_exec_kill,
+    .exec_free = vc_exec_free,
+    .list_files = vc_list_files,
+    .read_file = vc_read_file,
+    .write_file = vc_write_file,
+    .list_owned = vc_list_owned,
+    .destroy_by_id = vc_destroy_by_id,
+};
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
+{
+    return &vc_plugin;
+}
