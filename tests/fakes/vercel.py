@@ -536,11 +536,14 @@ class VercelHandler(fakehttp.Handler):
                 else:
                     c.exit_code = code if code >= 0 else 128 - code
                 c.cond.notify_all()
+        # The command as started (exitCode null), taken before its reaper
+        # runs: a command that ends at once still answers its start first.
+        started = c.view()
         threading.Thread(target=reap, daemon=True).start()
         if not body.get("wait"):
-            return self.send_json(200, {"command": c.view()})
+            return self.send_json(200, {"command": started})
         self.ndjson_start()
-        self.line({"command": c.view()})
+        self.line({"command": started})
         with c.cond:
             c.cond.wait_for(lambda: c.exit_code is not None or c.stopped or
                             sb.status in ENDED)
