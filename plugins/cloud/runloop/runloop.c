@@ -1103,22 +1103,12 @@ static int rl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
 
 static int rl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    if (rl_is_gone(sb))
-        return 0;
-    long st;
-    json_object *j = rl_get(sb->c, ctx, sb->s.id, &st, "is_alive", error);
-    if (!j) {
-        if (st == 404) {
-            rl_mark_gone(sb);
-            return 0;
-        }
-        return -1;
-    }
-    int alive = !rl_terminal(rl_status(j));
-    json_object_put(j);
-    if (!alive)
-        rl_mark_gone(sb);
-    return alive;
+    /* rl_terminal()'s states. */
+    static const char *const dead[] = { "shutdown", "failure", NULL };
+    char *url = cl_item_url(sb->c->api, "v1/devboxes", sb->s.id, "");
+    int rc = cl_sandbox_is_alive(&sb->s, sb->c->http, ctx, url, "status", dead, error);
+    free(url);
+    return rc;
 }
 
 /* {"version":1,"devbox_id":ID[,"workdir":W]}: no credential, no env value
