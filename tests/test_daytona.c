@@ -974,13 +974,17 @@ static char *storm_token(json_object *entry)
  * compared while at least 10 tokens were
  * re-sent k times (k = 1 and 2 always have more: most tokens are refused
  * twice). And no gap, of any token, is below the fixed half of its step
- * (0.5, 1, 2, then 4 s): the floor of the backoff. The fake's creates take as long as they take (a real sandbox
- * each), so the storm lasts some seconds. Then 100 destroys, and the fake
+ * (0.5, 1, 2, then 4 s): the floor of the backoff. Each admitted create
+ * holds its slot 0.05 s longer than its real sandbox takes, so the fake
+ * takes at most 100 a second however fast this machine is: the re-sends
+ * of the first half second are refused again, a storm every time (without
+ * the hold a quiet machine drained it before 10 tokens were refused
+ * twice). The storm lasts some seconds. Then 100 destroys, and the fake
  * holds only the fixture's sandbox. */
 Test(daytona_faults, storm_100_creates_5_at_a_time_slow, .timeout = 180)
 {
     char *rule = tu_strdup_printf("{\"method\":\"POST\",\"path\":\"^/api/sandbox$\","
-                                  "\"concurrency\":%d}", STORM_AT_ONCE);
+                                  "\"concurrency\":%d,\"delay\":0.05}", STORM_AT_ONCE);
     tu_fake_post("/_fake/faults", rule);
     free(rule);
     storm *s = calloc(1, sizeof(*s));
