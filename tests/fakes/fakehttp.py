@@ -237,6 +237,17 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):  # quiet: the request log is the record
         pass
 
+    def send_response(self, code, message=None):
+        """Puts @code in the request's log entry before the answer can reach
+        the client (the headers are buffered until end_headers), so a client
+        reading /_fake/log after its answer never finds the status open.
+        No lock: routes answer while holding the fake's lock, and storing
+        into a key the entry already has is atomic and keeps its size."""
+        entry = getattr(self, "_entry", None)
+        if entry is not None:
+            entry["status"] = code
+        super().send_response(code, message)
+
     # ------------------------------------------------------------ helpers
     def parsed(self):
         u = urllib.parse.urlsplit(self.path)
@@ -374,8 +385,10 @@ class Handler(BaseHTTPRequestHandler):
             "time": time.time(),
             "status": None,     # filled in once answered (None: still open)
         }
+        self._entry = None
         if not path.startswith("/_fake/"):
             self.fake.record(entry)
+            self._entry = entry
         held = []
         try:
             if path.startswith("/_fake/"):
