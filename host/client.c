@@ -558,6 +558,18 @@ git_clone(sbx_sandbox *sandbox, const char *url, const char *ref, sbx_error **er
             sbx_error_add_context(e, "step", "git_clone");
             goto out;
         }
+        if (sandbox->root && *sandbox->root) {
+            /* Written as a sandbox path: commands name it under the root
+             * (an isolated sandbox that is a directory, as on ray). */
+            char *in_root = sbx_asprintf("%s%s", sandbox->root, carried);
+
+            if (!in_root) {
+                sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
+                goto out;
+            }
+            free(carried);
+            carried = in_root;
+        }
         clone_from = carried;
     }
     argv[n++] = "git";
