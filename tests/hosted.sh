@@ -8,7 +8,8 @@
 # PID. Their TAP streams are joined into one, as tests/bubblewrap.sh does;
 # each test's name carries the backend, the mode and the program. One wrapper
 # per backend (tests/daytona.sh, tests/e2b.sh, tests/tensorlake.sh,
-# tests/blaxel.sh, tests/runloop.sh, tests/vercel.sh, tests/cloudflare.sh) is what
+# tests/blaxel.sh, tests/runloop.sh, tests/vercel.sh, tests/cloudflare.sh, tests/ray.sh)
+# is what
 # TESTS runs.
 #
 # Modes: SBX_CLOUD_MODES, "outofprocess inprocess" by default. When both run,
@@ -32,8 +33,8 @@ backend=$1
 here=${SBX_TEST_SRCDIR:-$(dirname "$0")}
 fake="$here/fakes/$backend.py"
 case $backend in
-daytona | e2b | tensorlake | blaxel | runloop | vercel | cloudflare) ;;
-*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, blaxel, runloop, vercel, cloudflare)"; exit 99 ;;
+daytona | e2b | tensorlake | blaxel | runloop | vercel | cloudflare | ray) ;;
+*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, blaxel, runloop, vercel, cloudflare, ray)"; exit 99 ;;
 esac
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
@@ -97,10 +98,18 @@ vercel)
     VERCEL_TEAM_ID=team_fake VERCEL_PROJECT_ID=prj_fake
     export VERCEL_API_URL VERCEL_TOKEN VERCEL_TEAM_ID VERCEL_PROJECT_ID
     unset VERCEL_OIDC_TOKEN ;;
+ray)
+    # The fake cluster runs with RAY_AUTH_MODE=token, the dummy key its
+    # token.
+    RAY_ADDRESS=$url RAY_AUTH_TOKEN=sbx-test-dummy-key
+    export RAY_ADDRESS RAY_AUTH_TOKEN
+    unset RAY_AUTH_TOKEN_PATH ;;
 esac
 SBX_TEST_BACKEND=$backend
 SBX_TEST_SANDBOX_PROCS_ON_HOST=1
-SBX_PLUGIN_PATH="$PWD/plugins/cloud/$backend/.libs:$PWD/plugins/local/.libs:$PWD/tests/plugins/.libs${SBX_PLUGIN_PATH:+:$SBX_PLUGIN_PATH}"
+plugin_dir=$PWD/plugins/cloud/$backend/.libs
+[ "$backend" = ray ] && plugin_dir=$PWD/plugins/ray/.libs
+SBX_PLUGIN_PATH="$plugin_dir:$PWD/plugins/local/.libs:$PWD/tests/plugins/.libs${SBX_PLUGIN_PATH:+:$SBX_PLUGIN_PATH}"
 export SBX_TEST_BACKEND SBX_TEST_SANDBOX_PROCS_ON_HOST SBX_PLUGIN_PATH
 
 modes=${SBX_CLOUD_MODES:-outofprocess inprocess}
@@ -119,8 +128,12 @@ for mode in $modes; do
             exit 99
         fi
         out="$dir/tap"
-        case $prog in
-        tests/test_$backend) CRITERION_JOBS=1 "./$prog" $filter >"$out" ;;
+        case $backend:$prog in
+        *:tests/test_$backend) CRITERION_JOBS=1 "./$prog" $filter >"$out" ;;
+        # The sandboxes of one Ray cluster share its node's process table:
+        # the cases that count a command's processes with ps run one at a
+        # time.
+        ray:tests/test_cases) CRITERION_JOBS=1 "./$prog" $filter >"$out" ;;
         *) "./$prog" $filter >"$out" ;;
         esac
         status=$?

@@ -1,0 +1,1403 @@
+/*
+ * ray.c — libsbx-ray.so, the `ray` backend: a sandbox's work runs on a Ray
+ * cluster through the Jobs REST API of its dashboard, on the hosted-provider
+ * base (plugins/cloud/base/cloud.h: HTTP, retries, process handles, the
+ * command script).
+ *
+ * Contract: the Ray section of the provider contracts (ray-project/ray
+ * python/ray/dashboard/modules/job/{job_head,common,pydantic_models}.py;
+ * API version "5").
+ *
+ *  - Where: the client config's "address", else RAY_ADDRESS, else
+ *    http://127.0.0.1:8265 (the dashboard; "host:port" gets http://; a Ray
+ *    Client address, ray://, is a configuration error naming it). Token
+ *    auth (RAY_AUTH_MODE=token clusters): the first of RAY_AUTH_TOKEN, the
+ *    file named by RAY_AUTH_TOKEN_PATH and ~/.ray/auth_token is sent as
+ *    "Authorization: Bearer ..." on every request; none found, none sent
+ *    (a cluster that asks for one answers 401, an authentication error).
+ *  - A sandbox is a directory on the cluster: the caller's workdir (made
+ *    when missing, kept at destroy), else ROOT_DIR/ID (made at create,
+ *    removed at destroy), ROOT_DIR being the client config's "root_dir"
+ *    (default /tmp/sbx-ray). Its own files (the create's environment, for
+ *    commands to source) are in ROOT_DIR/ID.sbx beside it. It is the
+ *    sandbox's root (sandbox_root): SANDBOX_ROOT, HOME and the default cwd
+ *    of every command, TMPDIR its tmp/; sandbox paths of file calls and per
+ *    call cwds are taken under it. Sandboxes on one cluster see the node's
+ *    filesystem and each other's processes: the isolation is the
+ *    cluster's, from the caller's machine.
+ *  - Each command is one job: POST /api/jobs/ with a submission_id of the
+ *    plugin's own ("sbx-" and 24 hex digits; a re-sent submit that finds
+ *    it in use found its own job), entrypoint_num_cpus, _num_gpus and
+ *    entrypoint_resources from the create's cpu and gpu (and the backend
+ *    option "entrypoint_memory_mb" as entrypoint_memory), the per-call env
+ *    in runtime_env.env_vars as one variable (RAY_CALL_ENV, base64 of its
+ *    JSON) that the driver lays over the command's environment only (a
+ *    call's PATH never changes how the driver is found), stdin (read to
+ *    its end first) as a working_dir package (a zip PUT to
+ *    /api/packages/gcs/_ray_pkg_HEX.zip).
+ *    The entrypoint is a small Python driver (Ray runs Python on every
+ *    node; the client config's "python", default python3) that starts
+ *    "bash -c SCRIPT" in a session of its own with the sandbox's variables
+ *    and CL_EXEC_MARK, reads its stdout and stderr apart and prints each
+ *    chunk as a line "@@sbx TAG o|e BASE64" (one write per line, so Ray's
+ *    merged, text-only job log keeps both streams apart and every byte),
+ *    then "@@sbx TAG x CODE" (128+N for death by signal N) and exits with
+ *    that code. The plugin polls the job's status and GET .../logs (the
+ *    whole log; only lines not seen yet are decoded), writes each chunk to
+ *    the host's descriptors as it arrives, and ends the command only once
+ *    it read the end line: a job that is terminal while its log lacks it
+ *    has its log read again (up to RAY_LOG_SETTLE_S), so the last line is
+ *    never lost (CASE-24, ray-project/ray#46413). The exit code is the
+ *    job's driver_exit_code (Ray 2.x reports it), else the end line's. The
+ *    job's record is deleted (DELETE, API v4) once read.
+ *  - Kill and timeouts: exec_kill runs a job that signals every process
+ *    carrying the command's CL_EXEC_MARK; SIGKILL also stops the job
+ *    (POST .../stop). Destroy runs a job that kills every process of the
+ *    sandbox (SBX_RAY_SANDBOX=ID in its environment) and removes what
+ *    create made.
+ *  - Files go through the host's generic fallbacks over exec (cat, tar),
+ *    that is through jobs: writes carry the bytes as the job's stdin
+ *    package, reads come back through the log.
+ *  - session_state {"version":1,"sandbox_id","dir","meta","made"} (no
+ *    credential, no env value: the create's env stays in the sandbox's
+ *    files on the cluster); resume checks that the sandbox's files are
+ *    still there (a job), else not_found with reason "gone".
+ *
+ * Threading: slots may run at once on different sandboxes and on one; a
+ * sandbox's mutable state (the gone flag) has its own lock.
+ */
+#include "cloud.h"
+#include "provider.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "0.1.0"
+#endif
+
+#define RAY_BACKEND "ray"
+#define RAY_DEFAULT_URL "http://127.0.0.1:8265"
+#define RAY_DEFAULT_ROOT "/tmp/sbx-ray"
+#define RAY_STATE_VERSION 1
+#define RAY_LOG_SETTLE_S 10.0       /* a terminal job's log is read again this long */
+#define RAY_SHORT_S 60.0            /* bound on the plugin's own jobs */
+#define RAY_SANDBOX_MARK "SBX_RAY_SANDBOX"
+#define RAY_CALL_ENV "SBX_RAY_CALL_ENV" /* the call's env, for the command only */
+#define RAY_CHUNK 3072              /* output bytes per log line (4096 in base64) */
+#define RAY_STR_(x) #x
+#define RAY_STR(x) RAY_STR_(x)
+
+#define RAY_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_RESUME       \
+                  | SBX_CAP_ISOLATION | SBX_CAP_CPU_LIMIT | SBX_CAP_GPU                      \
+                  | SBX_CAP_BACKGROUND)
+
+struct sbx_plugin_client {
+    cl_http *http;
+    char *api;          /* the dashboard's URL, no trailing slash */
+    char *python;       /* the driver's interpreter on the cluster */
+    char *root_dir;     /* where sandboxes' directories go */
+};
+
+struct sbx_plugin_sandbox {
+    cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
+    struct sbx_plugin_client *c;
+    char *dir;          /* the sandbox's directory on the cluster (its root) */
+    char *meta;         /* the sandbox's own files: ROOT_DIR/ID.sbx */
+    int made;           /* create made dir (destroy removes it) */
+    json_object *res;   /* entrypoint_* members every job carries (an object) */
+};
+
+/* One job's run: its submission id and what its log gave so far. */
+typedef struct ray_run {
+    char sid[32];               /* "sbx-" and 24 hex digits: also the tag */
+    size_t seen;                /* log characters consumed (whole lines) */
+    int ended;                  /* the end line was read */
+    int end_code;
+    int gone;                   /* the driver found no sandbox directory */
+    int (*out)(void *ud, int stream, const char *p, size_t n);
+    void *ud;
+} ray_run;
+
+typedef struct ray_proc {
+    cl_proc base;       /* first member (cloud.h) */
+    struct sbx_plugin_sandbox *sb;
+    char *script;       /* cl_shell_script(): the command in its cwd */
+    char **env;         /* "K=V" of the call, copied */
+    int stdin_fd;
+    ray_run run;
+    int submitted;      /* the job was sent (exec_kill may stop it) */
+} ray_proc;
+
+#define ray_check(sb, op, error) cl_gone_check(&(sb)->s.gone, (op), RAY_BACKEND, (sb)->s.id, \
+                                               (error))
+#define ray_refuse(error, option, value, why) \
+    cl_refuse((error), RAY_BACKEND, (option), (value), (why))
+
+/* ------------------------------------------------------------------------ */
+/* The driver                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* The entrypoint's Python (argv after itself: script in base64, root, tag, sandbox id or
+ * "-", stdin file or "-"). It waits for the command's main process (woken
+ * by SIGCHLD through a wakeup descriptor), then takes what is already in
+ * the pipes without waiting for EOF (a background child may hold them). */
+static const char ray_driver[] =
+    "import base64,json,os,select,signal,subprocess,sys\n"
+    "a=sys.argv[1:]\n"
+    "t=a[3].encode()\n"
+    "def w(k,d):\n"
+    " os.write(1,b'@@sbx '+t+b' '+k+b' '+d+b'\\n')\n"
+    "if not os.path.isdir(a[2]):\n"
+    " w(b'g',b'0');sys.exit(1)\n"
+    "e=dict(os.environ)\n"
+    "e.update(SANDBOX_ROOT=a[2],HOME=a[2],TMPDIR=a[2].rstrip('/')+'/tmp'," CL_EXEC_MARK "=a[3])\n"
+    "if a[4]!='-':e['" RAY_SANDBOX_MARK "']=a[4]\n"
+    "for k in ('RAY_JOB_ID','RAY_SUBMISSION_ID','RAY_ADDRESS','" RAY_CALL_ENV "'):e.pop(k,None)\n"
+    "e.update(json.loads(base64.b64decode(os.environ.get('" RAY_CALL_ENV "','e30='))))\n"
+    "i=open(a[5],'rb') if a[5]!='-' else subprocess.DEVNULL\n"
+    "r,wf=os.pipe();os.set_blocking(wf,False)\n"
+    "signal.set_wakeup_fd(wf);signal.signal(signal.SIGCHLD,lambda n,f:None)\n"
+    "p=subprocess.Popen([b'bash',b'-c',base64.b64decode(a[1]),b'sbx'],stdin=i,"
+    "stdout=subprocess.PIPE,stderr=subprocess.PIPE,env=e,cwd=a[2],start_new_session=True)\n"
+    "if i!=subprocess.DEVNULL:i.close()\n"
+    "def term(n,f):\n"
+    " try:os.killpg(p.pid,signal.SIGKILL)\n"
+    " except OSError:pass\n"
+    "signal.signal(signal.SIGTERM,term)\n"
+    "fs={p.stdout.fileno():b'o',p.stderr.fileno():b'e'}\n"
+    "done=False\n"
+    "while fs:\n"
+    " rs,_,_=select.select(list(fs)+[r],[],[],0 if done else None)\n"
+    " if r in rs:\n"
+    "  os.read(r,512)\n"
+    " if not done and p.poll() is not None:\n"
+    "  done=True;continue\n"
+    " rs=[f for f in rs if f!=r]\n"
+    " if done and not rs:break\n"
+    " for f in rs:\n"
+    "  d=os.read(f," RAY_STR(RAY_CHUNK) ")\n"
+    "  if d:w(fs[f],base64.b64encode(d))\n"
+    "  else:del fs[f]\n"
+    "c=p.wait()\n"
+    "c=c if c>=0 else 128-c\n"
+    "w(b'x',str(c).encode())\n"
+    "sys.exit(c)\n";
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* The job's details: GET /api/jobs/{sid}; NULL with *@status 404 when the
+ * cluster has no such job. */
+static json_object *ray_job_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
+                                const char *sid, long *status, const char *op,
+                                sbx_error **error)
+{
+    char *url = cl_item_url(c->api, "api/jobs", sid, "");
+    json_object *j = cl_get_json(c->http, ctx, url, status, op, "get the job", error);
+    free(url);
+    return j;
+}
+
+static int ray_terminal(const char *status)
+{
+    return status && (strcmp(status, "SUCCEEDED") == 0 || strcmp(status, "FAILED") == 0
+                      || strcmp(status, "STOPPED") == 0);
+}
+
+/* POST /api/jobs/{sid}/stop: 0 also when the job ended or is unknown. */
+static int ray_job_stop(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *sid,
+                        const char *op, sbx_error **error)
+{
+    cl_resp r = { 0 };
+    int rc = cl_item_request(c->http, ctx, "POST", c->api, "api/jobs", sid, "/stop", NULL,
+                             CL_SAFE, &r, op, "stop the job", error);
+    if (rc == 0 && r.status / 100 != 2 && r.status != 404) {
+        cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "stop the job");
+        rc = -1;
+    }
+    cl_resp_clear(&r);
+    return rc;
+}
+
+/* DELETE /api/jobs/{sid} (a terminal job's record): best effort. */
+static void ray_job_delete(struct sbx_plugin_client *c, const char *sid)
+{
+    sbx_call_ctx ctx = { sizeof(ctx), cl_now() + 10, -1, NULL };
+    char *url = cl_item_url(c->api, "api/jobs", sid, "");
+    if (url && cl_delete_url(c->http, &ctx, url, "exec", "delete the job", NULL) < 0)
+        CL_LOG(SBX_LOG_INFO, "the record of job %s stays on the cluster: %s", sid,
+               cl_last()->msg);
+    free(url);
+}
+
+/* @a joined under the sandbox directory @dir (one slash between). */
+static char *ray_join(const char *dir, const char *a)
+{
+    while (*a == '/')
+        a++;
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    return *a ? cl_printf("%.*s/%s", (int)n, dir, a) : cl_printf("%.*s", (int)n, dir);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Stdin as a working_dir package                                            */
+/* ------------------------------------------------------------------------ */
+
+/* A temporary file nobody else sees (O_TMPFILE, else made and unlinked at
+ * once): nothing stays on disk whatever happens. -1 with errno. */
+static int ray_tmpfile(void)
+{
+    const char *t = getenv("TMPDIR");
+    const char *dir = t && *t ? t : "/tmp";
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != ENOENT))
+        return fd;
+    char *p = cl_printf("%s/sbx-ray-XXXXXX", dir);
+    if (!p)
+        return -1;
+    fd = mkostemp(p, O_CLOEXEC);
+    if (fd >= 0)
+        unlink(p);
+    free(p);
+    return fd;
+}
+
+/* Reads @in to its end into a zip (stored, one entry "stdin") in a
+ * temporary file: its descriptor (at offset 0) and length, or -1 with
+ * *@error. */
+static int ray_stdin_zip(int in, int64_t *len, const char *op, sbx_error **error)
+{
+    int data = ray_tmpfile(), zip = -1;
+    char buf[65536];
+    struct archive *a = NULL;
+    struct archive_entry *e = NULL;
+    if (data < 0)
+        goto sys;
+    for (;;) {
+        ssize_t n = read(in, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            goto sys;
+        if (n == 0)
+            break;
+        if (cl_fd_sink(&data, buf, (size_t)n) < 0)
+            goto sys;
+    }
+    struct stat st;
+    if (fstat(data, &st) < 0 || lseek(data, 0, SEEK_SET) < 0 || (zip = ray_tmpfile()) < 0)
+        goto sys;
+    a = archive_write_new();
+    e = archive_entry_new();
+    if (!a || !e || archive_write_set_format_zip(a) != ARCHIVE_OK
+        || archive_write_zip_set_compression_store(a) != ARCHIVE_OK
+        || archive_write_open_fd(a, zip) != ARCHIVE_OK)
+        goto arc;
+    archive_entry_set_pathname(e, "stdin");
+    archive_entry_set_filetype(e, AE_IFREG);
+    archive_entry_set_perm(e, 0600);
+    archive_entry_set_size(e, st.st_size);
+    if (archive_write_header(a, e) != ARCHIVE_OK)
+        goto arc;
+    for (;;) {
+        ssize_t n = read(data, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            goto sys;
+        if (n == 0)
+            break;
+        if (archive_write_data(a, buf, (size_t)n) != n)
+            goto arc;
+    }
+    if (archive_write_close(a) != ARCHIVE_OK)
+        goto arc;
+    archive_write_free(a);
+    archive_entry_free(e);
+    close(data);
+    off_t end = lseek(zip, 0, SEEK_END);
+    if (end < 0 || lseek(zip, 0, SEEK_SET) < 0) {
+        data = -1;
+        a = NULL;
+        e = NULL;
+        goto sys;
+    }
+    *len = end;
+    return zip;
+arc:
+    cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot make the stdin package: %s",
+            a && archive_error_string(a) ? archive_error_string(a) : "out of memory");
+    goto out;
+sys:
+    cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot keep the command's stdin: %s",
+            strerror(errno));
+out:
+    if (a)
+        archive_write_free(a);
+    archive_entry_free(e);
+    if (data >= 0)
+        close(data);
+    if (zip >= 0)
+        close(zip);
+    return -1;
+}
+
+/* Uploads what @in holds as a working_dir package: 0 with its URI
+ * ("gcs://_ray_pkg_HEX.zip") in @uri (64 bytes), or -1. */
+static int ray_put_stdin(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, int in,
+                         char uri[64], const char *op, sbx_error **error)
+{
+    int64_t len = 0;
+    int zip = ray_stdin_zip(in, &len, op, error);
+    if (zip < 0)
+        return -1;
+    char hex[33];
+    cl_random_hex(hex, 16);
+    snprintf(uri, 64, "gcs://_ray_pkg_%s.zip", hex);
+    char *url = cl_printf("%s/api/packages/gcs/_ray_pkg_%s.zip", c->api, hex);
+    cl_req rq = { .method = "PUT", .url = url, .content_type = "application/zip",
+                  .source = cl_fd_source, .source_ud = &zip, .source_len = len,
+                  .idempotent = CL_SAFE, .what = "upload the stdin package" };
+    cl_resp r = { 0 };
+    int rc = -1;
+    if (!url)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else if (cl_request(c->http, ctx, &rq, &r, op, error) == 0) {
+        if (r.status / 100 == 2)
+            rc = 0;
+        else
+            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "upload the stdin package");
+    }
+    cl_resp_clear(&r);
+    free(url);
+    close(zip);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Running one job                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* The lines of @logs past run->seen (whole lines only): the run's own
+ * output lines are decoded and handed to run->out, its end line recorded;
+ * other lines (Ray's own) are skipped. 0, or -1 when the output's sink
+ * refused (the host closed its descriptors) or a line is malformed. */
+static int ray_take_lines(ray_run *run, const char *logs, size_t n, const char *op)
+{
+    char prefix[48];
+    int pn = snprintf(prefix, sizeof prefix, "@@sbx %s ", run->sid);
+    while (run->seen < n && !run->ended) {
+        const char *line = logs + run->seen;
+        const char *nl = memchr(line, '\n', n - run->seen);
+        if (!nl)
+            break;
+        size_t len = (size_t)(nl - line);
+        run->seen += len + 1;
+        if (len < (size_t)pn + 2 || memcmp(line, prefix, (size_t)pn) != 0 || line[pn + 1] != ' ')
+            continue;
+        char kind = line[pn];
+        const char *p = line + pn + 2;
+        size_t pl = len - (size_t)pn - 2;
+        if (kind == 'o' || kind == 'e') {
+            cl_buf b = { 0 };
+            if (cl_base64_decode(p, pl, &b) < 0) {
+                cl_fail(NULL, SBX_ERROR_CONNECTION, op, "ray: a line of job %s's log is not "
+                        "base64", run->sid);
+                cl_buf_clear(&b);
+                return -1;
+            }
+            int rc = run->out && b.len ? run->out(run->ud, kind == 'o' ? 1 : 2, b.data, b.len)
+                                       : 0;
+            cl_buf_clear(&b);
+            if (rc < 0) {
+                cl_fail(NULL, SBX_ERROR_EXECUTION_FAILED, op, "the command's output could not "
+                        "be written");
+                return -1;
+            }
+        } else if (kind == 'x') {
+            run->ended = 1;
+            run->end_code = atoi(p) & 0xff;
+        } else if (kind == 'g') {
+            run->ended = 1;
+            run->gone = 1;
+        }
+    }
+    return 0;
+}
+
+/* GET the job's log and takes its new lines. 0, or -1 (a 404: *@missing
+ * set). */
+static int ray_read_log(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, ray_run *run,
+                        int *missing, const char *op)
+{
+    long st = 0;
+    char *url = cl_item_url(c->api, "api/jobs", run->sid, "/logs");
+    json_object *j = cl_get_json(c->http, ctx, url, &st, op, "read the job's log", NULL);
+    free(url);
+    if (!j) {
+        if (st == 404) {
+            *missing = 1;
+            cl_fail(NULL, SBX_ERROR_NOT_FOUND, op, "ray: job %s does not exist", run->sid);
+        }
+        return -1;
+    }
+    json_object *lj = NULL;
+    int rc = 0;
+    if (!json_object_object_get_ex(j, "logs", &lj) || !json_object_is_type(lj, json_type_string)) {
+        cl_fail(NULL, SBX_ERROR_CONNECTION, op, "ray: the log of job %s came without \"logs\"",
+                run->sid);
+        rc = -1;
+    } else {
+        rc = ray_take_lines(run, json_object_get_string(lj),
+                            (size_t)json_object_get_string_len(lj), op);
+    }
+    json_object_put(j);
+    return rc;
+}
+
+/* Submits job @run->sid running @script (a shell script) under the
+ * sandbox directory @root (the driver reports "gone" when it is missing),
+ * with @env ("K=V" per call; may be NULL) in its runtime environment, the
+ * package @stdin_uri (NULL: none) as its working_dir and the sandbox's
+ * entrypoint resources. @mark: mark the command's processes as the
+ * sandbox's. 0, or -1 with the thread's last error set. */
+static int ray_submit(struct sbx_plugin_sandbox *sb, struct sbx_plugin_client *c,
+                      const sbx_call_ctx *ctx, ray_run *run, const char *root,
+                      const char *script, const char *const *env, const char *stdin_uri,
+                      int mark, const char *op)
+{
+    char *s64 = cl_base64_encode(script, strlen(script));
+    char *d64 = cl_base64_encode(ray_driver, strlen(ray_driver));
+    char *qroot = cl_shell_quote(root), *qpy = cl_shell_quote(c->python);
+    char *entry = s64 && d64 && qroot && qpy
+                  ? cl_printf("%s -c 'import base64,sys;exec(base64.b64decode(sys.argv[1]))' "
+                              "%s %s %s %s %s %s", qpy, d64, s64, qroot, run->sid,
+                              mark && sb ? sb->s.id : "-", stdin_uri ? "stdin" : "-")
+                  : NULL;
+    free(s64);
+    free(d64);
+    free(qroot);
+    free(qpy);
+    if (!entry) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    json_object *b = json_object_new_object(), *renv = json_object_new_object();
+    json_object *meta = json_object_new_object();
+    json_object_object_add(b, "entrypoint", json_object_new_string(entry));
+    free(entry);
+    json_object_object_add(b, "submission_id", json_object_new_string(run->sid));
+    /* The call's variables reach the command only (a PATH of the call
+     * must not change how the driver itself is found): one variable of
+     * the runtime environment, base64 of their JSON, that the driver
+     * applies to the command. */
+    json_object *ev = json_object_new_object(), *call = cl_env_object(env);
+    char *keys = cl_call_keys(env);
+    if (keys && *keys)
+        json_object_object_add(call, CL_CALL_KEYS, json_object_new_string(keys));
+    free(keys);
+    const char *cs = json_object_to_json_string_ext(call, JSON_C_TO_STRING_PLAIN);
+    char *c64 = cl_base64_encode(cs, strlen(cs));
+    json_object_put(call);
+    if (!c64) {
+        json_object_put(ev);
+        json_object_put(renv);
+        json_object_put(meta);
+        json_object_put(b);
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    json_object_object_add(ev, RAY_CALL_ENV, json_object_new_string(c64));
+    free(c64);
+    json_object_object_add(renv, "env_vars", ev);
+    if (stdin_uri)
+        json_object_object_add(renv, "working_dir", json_object_new_string(stdin_uri));
+    json_object_object_add(b, "runtime_env", renv);
+    json_object_object_add(meta, CL_META_BACKEND, json_object_new_string(RAY_BACKEND));
+    if (sb)
+        json_object_object_add(meta, "sbx_sandbox", json_object_new_string(sb->s.id));
+    json_object_object_add(b, "metadata", meta);
+    if (sb && sb->res) {
+        json_object_object_foreach(sb->res, k, v)
+            json_object_object_add(b, k, json_object_get(v));
+    }
+    char *url = cl_printf("%s/api/jobs/", c->api);
+    cl_resp r = { 0 };
+    int rc = -1;
+    if (!url)
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else if (cl_request_json(c->http, ctx, "POST", url, b, CL_SAFE, &r, op, "submit the job",
+                             NULL) == 0) {
+        if (r.status / 100 == 2) {
+            rc = 0;
+        } else if (r.status == 400 && r.attempts > 1) {
+            /* A re-sent submit whose first reached the cluster: the id is
+             * ours, and so is the job. */
+            long st = 0;
+            json_object *j = ray_job_get(c, ctx, run->sid, &st, op, NULL);
+            rc = j ? 0 : -1;
+            json_object_put(j);
+            if (rc < 0)
+                cl_fail_status(c->http, NULL, CL_CODE_BY_STATUS, &r, op, "submit the job");
+        } else {
+            cl_fail_status(c->http, NULL, r.status == 400 ? SBX_ERROR_CONFIGURATION
+                                                          : CL_CODE_BY_STATUS,
+                           &r, op, "submit the job");
+        }
+    }
+    cl_resp_clear(&r);
+    free(url);
+    json_object_put(b);
+    return rc;
+}
+
+/* Follows job @run->sid to its end: its log's new lines as they come, its
+ * status between reads, pausing from 10 ms up to 200 ms, until the end line
+ * is read (a terminal job's log is read again up to RAY_LOG_SETTLE_S for
+ * it) and the job is terminal. 0 with the exit code in *@code (the
+ * driver's exit code when the job reports one), or -1 with the thread's
+ * last error (a cancelled @ctx: cancelled). *@driver_status gets the job's
+ * last status (a new string, NULL when none) when not NULL. */
+static int ray_follow(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, ray_run *run,
+                      int *code, const char *op)
+{
+    cl_bound bd = cl_bound_make(ctx, 0);
+    double pause = 0.01, settle_until = 0;
+    char status[16] = "";
+    int64_t driver = 0;
+    int have_driver = 0;
+    for (;;) {
+        int missing = 0;
+        if (ray_read_log(c, ctx, run, &missing, op) < 0)
+            return -1;
+        long st = 0;
+        json_object *j = ray_job_get(c, ctx, run->sid, &st, op, NULL);
+        if (!j) {
+            if (st == 404)
+                cl_fail(NULL, SBX_ERROR_NOT_FOUND, op, "ray: job %s does not exist (deleted "
+                        "by someone else?)", run->sid);
+            return -1;
+        }
+        const char *s = cl_json_str(j, "status");
+        snprintf(status, sizeof status, "%s", s ? s : "");
+        have_driver = cl_json_int(j, "driver_exit_code", &driver) == 1;
+        int term = ray_terminal(s);
+        char msg[512];
+        const char *m = cl_json_str(j, "message");
+        snprintf(msg, sizeof msg, "%s", m ? m : "");
+        json_object_put(j);
+        if (term && !run->ended) {
+            /* Lines written just before the end may reach the log after the
+             * status (CASE-24): read it once more at once. */
+            if (ray_read_log(c, ctx, run, &missing, op) < 0)
+                return -1;
+        }
+        if (run->ended && term)
+            break;
+        if (term && !run->ended) {
+            if (settle_until == 0)
+                settle_until = cl_now() + RAY_LOG_SETTLE_S;
+            else if (cl_now() >= settle_until) {
+                if (have_driver || strcmp(status, "STOPPED") == 0) {
+                    /* The driver itself was killed (a stop): its own code. */
+                    int64_t x = have_driver ? driver : 128 + SIGKILL;
+                    *code = x < 0 ? (int)(128 - x) & 0xff : (int)(x & 0xff);
+                    return 0;
+                }
+                cl_fail(NULL, SBX_ERROR_EXECUTION_FAILED, op, "ray job %s ended %s without its "
+                        "exit code: %s", run->sid, status, msg);
+                return -1;
+            }
+        }
+        double left = cl_bound_left(&bd);
+        if (left == 0) {
+            cl_fail(NULL, SBX_ERROR_TIMEOUT, op, "ray job %s did not end in time (it is %s)",
+                    run->sid, status);
+            return -1;
+        }
+        double p = left > 0 && left < pause ? left : pause;
+        if (cl_sleep(p, bd.cancel_fd)) {
+            cl_fail(NULL, SBX_ERROR_CANCELLED, op, "cancelled while following ray job %s",
+                    run->sid);
+            return -1;
+        }
+        pause = pause < 0.2 ? pause * 2 : 0.2;
+    }
+    if (have_driver && !run->gone)
+        *code = driver < 0 ? (int)(128 - driver) & 0xff : (int)(driver & 0xff);
+    else
+        *code = run->end_code;
+    return 0;
+}
+
+static void ray_new_sid(ray_run *run)
+{
+    memcpy(run->sid, "sbx-", 4);
+    cl_random_hex(run->sid + 4, 12);
+}
+
+/* Runs the plugin's own script @script under @root as one job and follows
+ * it (bounded by RAY_SHORT_S and @ctx): 0 with its exit code in *@code, or
+ * -1 with *@error set. @sb may be NULL (no sandbox's resources). The
+ * sandbox is gone (reason gone) when the driver finds no @root. */
+static int ray_run_script(struct sbx_plugin_sandbox *sb, struct sbx_plugin_client *c,
+                          const sbx_call_ctx *ctx, const char *root, const char *script,
+                          const char *const *env, int *code, const char *op, sbx_error **error)
+{
+    ray_run run = { 0 };
+    ray_new_sid(&run);
+    cl_bound bd = cl_bound_make(ctx, RAY_SHORT_S);
+    sbx_call_ctx c2 = { sizeof(c2), bd.until, ctx ? ctx->cancel_fd : -1,
+                        ctx ? ctx->create_token : NULL };
+    int rc = ray_submit(sb, c, &c2, &run, root, script, env, NULL, 0, op);
+    if (rc == 0) {
+        rc = ray_follow(c, &c2, &run, code, op);
+        ray_job_delete(c, run.sid);
+    }
+    if (rc < 0) {
+        cl_last_error l = *cl_last();   /* cl_fail writes over the original */
+        sbx_error *e = cl_fail(error, l.code, op, "%s", l.msg);
+        if (l.http_status) {
+            char st[32];
+            snprintf(st, sizeof st, "%ld", l.http_status);
+            cl_context(e, "http_status", st);
+        }
+        if (l.unknown)
+            cl_outcome_unknown(e);
+        return -1;
+    }
+    if (run.gone) {
+        if (sb) {
+            cl_gone_set(&sb->s.gone);
+            cl_gone_error(error, op, RAY_BACKEND, sb->s.id);
+        } else {
+            cl_fail(error, SBX_ERROR_NOT_FOUND, op, "ray: %s does not exist on the cluster", root);
+        }
+        return -1;
+    }
+    return 0;
+}
+
+/* The run_short of provider.h: @cmd in the sandbox's directory. */
+static int ray_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
+                         int *code, const char *op, sbx_error **error)
+{
+    if (ray_check(sb, op, error) < 0)
+        return -1;
+    return ray_run_script(sb, sb->c, ctx, sb->dir, cmd, NULL, code, op, error);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Client                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static int ray_setup(const sbx_host_services *host, sbx_error **error)
+{
+    return cl_setup(host, RAY_BACKEND, error);
+}
+
+static void ray_client_free(sbx_plugin_client *c)
+{
+    if (!c)
+        return;
+    cl_http_free(c->http);
+    free(c->api);
+    free(c->python);
+    free(c->root_dir);
+    free(c);
+}
+
+/* The token file's first line, or NULL. */
+static char *ray_token_file(const char *path)
+{
+    FILE *f = path && *path ? fopen(path, "re") : NULL;
+    if (!f)
+        return NULL;
+    char buf[4096];
+    char *t = fgets(buf, sizeof buf, f) ? buf : NULL;
+    fclose(f);
+    if (!t)
+        return NULL;
+    t[strcspn(t, "\r\n")] = '\0';
+    while (*t == ' ' || *t == '\t')
+        t++;
+    size_t n = strlen(t);
+    while (n && (t[n - 1] == ' ' || t[n - 1] == '\t'))
+        t[--n] = '\0';
+    return *t ? strdup(t) : NULL;
+}
+
+/* The dashboard's URL: config "address", RAY_ADDRESS, or the default;
+ * "host:port" gets http://. */
+static char *ray_address(json_object *cfg, sbx_error **error)
+{
+    const char *v = cl_json_str(cfg, "address");
+    const char *from = "the client option address";
+    if (!v) {
+        v = getenv("RAY_ADDRESS");
+        from = "RAY_ADDRESS";
+    }
+    if (!v || !*v)
+        return cl_trim_slash(RAY_DEFAULT_URL);
+    if (strncmp(v, "ray://", 6) == 0 || strcmp(v, "auto") == 0) {
+        sbx_error *e = cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
+                               "ray: %s is %s, not the dashboard's URL: the Jobs API needs "
+                               "http://HOST:8265", from, v);
+        cl_context(e, "address", v);
+        return NULL;
+    }
+    char *u = strstr(v, "://") ? strdup(v) : cl_printf("http://%s", v);
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "address", json_object_new_string(u ? u : ""));
+    char *out = u ? cl_base_url(o, "address", NULL, NULL, error) : NULL;
+    json_object_put(o);
+    free(u);
+    return out;
+}
+
+static int ray_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
+{
+    const char *op = "client_new";
+    json_object *cfg = NULL;
+    if (cl_client_config(config_json, RAY_BACKEND, &cfg, error) < 0)
+        return -1;
+    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
+    if (!c || !(c->http = cl_http_new())) {
+        free(c);
+        json_object_put(cfg);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    static const char *const key_envs[] = { "RAY_AUTH_TOKEN", NULL };
+    if (!(c->api = ray_address(cfg, error))
+        || cl_http_configure(c->http, cfg, key_envs, "Authorization", "Bearer ", error) < 0)
+        goto fail;
+    const char *t = getenv("RAY_AUTH_TOKEN");
+    if (!t || !*t) {
+        char *tok = ray_token_file(getenv("RAY_AUTH_TOKEN_PATH"));
+        if (!tok && getenv("HOME")) {
+            char *p = cl_printf("%s/.ray/auth_token", getenv("HOME"));
+            tok = ray_token_file(p);
+            free(p);
+        }
+        if (tok) {
+            char *h = cl_printf("Bearer %s", tok);
+            int bad = !h || cl_http_set_auth(c->http, "Authorization", h) < 0
+                      || cl_http_set_secret(c->http, tok) < 0;
+            free(h);
+            free(tok);
+            if (bad) {
+                cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+                goto fail;
+            }
+        }
+    }
+    const char *py = cl_json_str(cfg, "python");
+    const char *rd = cl_json_str(cfg, "root_dir");
+    if (rd && !cl_workdir_ok(rd)) {
+        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op, "ray: root_dir %s is not an "
+                           "absolute path without \"..\"", rd), "option", "root_dir");
+        goto fail;
+    }
+    if (!(c->python = strdup(py && *py ? py : "python3"))
+        || !(c->root_dir = cl_trim_slash(rd ? rd : RAY_DEFAULT_ROOT))) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
+    json_object_put(cfg);
+    *client = c;
+    return 0;
+fail:
+    json_object_put(cfg);
+    ray_client_free(c);
+    return -1;
+}
+
+static int ray_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
+                     sbx_error **error)
+{
+    (void)client;
+    (void)ctx;
+    (void)error;
+    *caps = RAY_CAPS;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lifecycle                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static struct sbx_plugin_sandbox *ray_sandbox_new(struct sbx_plugin_client *c, const char *id,
+                                                  const char *dir, const char *meta, int made)
+{
+    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
+    if (!sb)
+        return NULL;
+    sb->c = c;
+    sb->made = made;
+    if (cl_sandbox_init(&sb->s, id) < 0) {
+        free(sb);
+        return NULL;
+    }
+    if (!(sb->dir = strdup(dir)) || !(sb->meta = strdup(meta))) {
+        cl_sandbox_clear(&sb->s);
+        free(sb->dir);
+        free(sb);
+        return NULL;
+    }
+    return sb;
+}
+
+static void ray_sandbox_free(sbx_plugin_sandbox *sb)
+{
+    if (!sb)
+        return;
+    cl_sandbox_clear(&sb->s);
+    free(sb->dir);
+    free(sb->meta);
+    json_object_put(sb->res);
+    free(sb);
+}
+
+/* The entrypoint resources of the create's cpu and gpu, and the backend
+ * option entrypoint_memory_mb: a new object, or NULL with *@error. */
+static json_object *ray_resources(const sbx_plugin_create_request *rq, sbx_error **error)
+{
+    uint64_t set = rq->set_fields;
+    char buf[64];
+    json_object *res = json_object_new_object(), *bo = NULL;
+    if (set & SBX_OPTION_CPU) {
+        if (!(rq->cpu > 0) || !isfinite(rq->cpu)) {
+            snprintf(buf, sizeof buf, "%g", rq->cpu);
+            ray_refuse(error, "cpu", buf, "must be more than 0 (Ray's logical CPUs)");
+            goto fail;
+        }
+        json_object_object_add(res, "entrypoint_num_cpus", json_object_new_double(rq->cpu));
+    }
+    if ((set & SBX_OPTION_GPU) && rq->gpu && *rq->gpu) {
+        /* "N", "TYPE" or "TYPE:N". */
+        const char *colon = strrchr(rq->gpu, ':');
+        const char *num = colon ? colon + 1 : rq->gpu;
+        char *end = NULL;
+        double n = strtod(num, &end);
+        int has_num = end && end != num && *end == '\0';
+        if (!has_num && colon) {
+            ray_refuse(error, "gpu", rq->gpu, "give N, TYPE or TYPE:N (N a number of GPUs)");
+            goto fail;
+        }
+        if (!has_num)
+            n = 1;
+        if (!(n > 0) || !isfinite(n)) {
+            ray_refuse(error, "gpu", rq->gpu, "the number of GPUs must be more than 0");
+            goto fail;
+        }
+        json_object_object_add(res, "entrypoint_num_gpus", json_object_new_double(n));
+        if (colon || !has_num) {
+            size_t tl = colon ? (size_t)(colon - rq->gpu) : strlen(rq->gpu);
+            char *key = cl_printf("accelerator_type:%.*s", (int)tl, rq->gpu);
+            json_object *er = json_object_new_object();
+            json_object_object_add(er, key ? key : "", json_object_new_double(0.001));
+            free(key);
+            json_object_object_add(res, "entrypoint_resources", er);
+        }
+    }
+    if (set & SBX_OPTION_MEMORY_MB) {
+        snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
+        ray_refuse(error, "memory_mb", buf, "Ray does not limit a job's memory (its "
+                   "entrypoint_memory only reserves it for scheduling): give the backend "
+                   "option entrypoint_memory_mb to reserve it");
+        goto fail;
+    }
+    if (rq->backend_options && *rq->backend_options) {
+        bo = json_tokener_parse(rq->backend_options);
+        if (!bo || !json_object_is_type(bo, json_type_object)) {
+            cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                               "ray backend_options: %s is not a JSON object",
+                               rq->backend_options), "option", "backend_options");
+            goto fail;
+        }
+        json_object_object_foreach(bo, k, v) {
+            int64_t mb = 0;
+            if (strcmp(k, "entrypoint_memory_mb") != 0) {
+                sbx_error *e = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                                       "ray backend_options: unknown key \"%s\" (known: "
+                                       "\"entrypoint_memory_mb\")", k);
+                cl_context(e, "option", "backend_options");
+                cl_context(e, "name", k);
+                cl_context(e, "known", "\"entrypoint_memory_mb\"");
+                goto fail;
+            }
+            if (!json_object_is_type(v, json_type_int) || (mb = json_object_get_int64(v)) <= 0) {
+                sbx_error *e = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                                       "ray backend_options: entrypoint_memory_mb %s is not a "
+                                       "whole number of MiB above 0",
+                                       json_object_to_json_string(v));
+                cl_context(e, "option", "backend_options");
+                cl_context(e, "name", k);
+                goto fail;
+            }
+            json_object_object_add(res, "entrypoint_memory",
+                                   json_object_new_int64(mb * 1024 * 1024));
+        }
+    }
+    json_object_put(bo);
+    return res;
+fail:
+    json_object_put(bo);
+    json_object_put(res);
+    return NULL;
+}
+
+/* The options Ray has no notion of, refused when the caller set them. */
+static int ray_refusals(const sbx_plugin_create_request *rq, sbx_error **error)
+{
+    uint64_t set = rq->set_fields;
+    char buf[64];
+    if (rq->image) {
+        ray_refuse(error, "image", rq->image, "Ray runs jobs on the cluster's nodes");
+        return -1;
+    }
+    if (rq->template_name) {
+        ray_refuse(error, "template", rq->template_name, "Ray has no templates");
+        return -1;
+    }
+    if (rq->snapshot_id) {
+        ray_refuse(error, "snapshot_id", rq->snapshot_id, "Ray has no snapshots");
+        return -1;
+    }
+    if ((set & SBX_OPTION_APP_NAME) && rq->app_name) {
+        ray_refuse(error, "app_name", rq->app_name, "Ray has no apps");
+        return -1;
+    }
+    if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb > 0) {
+        snprintf(buf, sizeof buf, "%lld", (long long)rq->disk_mb);
+        ray_refuse(error, "disk_mb", buf, "Ray does not limit a job's disk");
+        return -1;
+    }
+    if (!rq->allow_internet) {
+        ray_refuse(error, "allow_internet", "false", "Ray has no network policy for jobs");
+        return -1;
+    }
+    if ((set & SBX_OPTION_TIMEOUT_SECS) && !(rq->timeout_secs > 0)) {
+        snprintf(buf, sizeof buf, "%g", rq->timeout_secs);
+        ray_refuse(error, "timeout_secs", buf, "must be more than 0");
+        return -1;
+    }
+    return 0;
+}
+
+/* The script that ends sandbox @sb: kills every process marked as its own,
+ * removes its own files and, when create made it, its directory. */
+static char *ray_destroy_script(const char *id, const char *dir, const char *meta, int made)
+{
+    char *qd = cl_shell_quote(dir), *qm = cl_shell_quote(meta);
+    char *s = qd && qm
+              ? cl_printf("for d in /proc/[0-9]*; do tr '\\0' '\\n' < $d/environ 2>/dev/null "
+                          "| grep -qx '" RAY_SANDBOX_MARK "=%s' && kill -9 ${d#/proc/} "
+                          "2>/dev/null; done\nrm -rf -- %s%s%s\n", id, qm, made ? " " : "",
+                          made ? qd : "")
+              : NULL;
+    free(qd);
+    free(qm);
+    return s;
+}
+
+static int ray_remove(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
+                      const char *dir, const char *meta, int made, const char *op,
+                      sbx_error **error)
+{
+    char *s = ray_destroy_script(id, dir, meta, made);
+    int code = 0;
+    if (!s) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    int rc = ray_run_script(NULL, c, ctx, "/", s, NULL, &code, op, error);
+    free(s);
+    if (rc == 0 && code != 0) {
+        cl_context(cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "ray: cannot remove sandbox "
+                           "%s (%s): the job exited %d", id, dir, code), "sandbox_id", id);
+        return -1;
+    }
+    return rc;
+}
+
+static int ray_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                      const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
+                      sbx_error **error)
+{
+    const char *op = "create";
+    struct sbx_plugin_client *c = client;
+    if (cl_workdir_check(RAY_BACKEND, rq->workdir, error) < 0 || ray_refusals(rq, error) < 0)
+        return -1;
+    json_object *res = ray_resources(rq, error);
+    if (!res)
+        return -1;
+    char id[32] = "sbx-ray-";
+    cl_random_hex(id + 8, 8);
+    int made = !(rq->workdir && *rq->workdir);
+    char *dir = made ? cl_printf("%s/%s", c->root_dir, id) : cl_trim_slash(rq->workdir);
+    char *meta = cl_printf("%s/%s.sbx", c->root_dir, id);
+    char *envf = cl_env_file(rq->env);
+    struct sbx_plugin_sandbox *sb = dir && meta ? ray_sandbox_new(c, id, dir, meta, made) : NULL;
+    char *qd = dir ? cl_shell_quote(dir) : NULL, *qm = meta ? cl_shell_quote(meta) : NULL;
+    char *tmp = dir ? ray_join(dir, "tmp") : NULL, *qt = tmp ? cl_shell_quote(tmp) : NULL;
+    char *script = qd && qm && qt
+                   ? cl_printf("mkdir -p -- %s 2>/dev/null || exit 3\n"
+                               "mkdir -p -- %s %s || exit 4\n"
+                               "printf '%%s' \"$SBX_RAY_ENV_FILE\" > %s/env || exit 4\n"
+                               "printf '%%s\\n' \"$SBX_RAY_TOKEN\" > %s/token || exit 4\n",
+                               qd, qt, qm, qm, qm)
+                   : NULL;
+    char *ev[3] = { NULL, NULL, NULL };
+    ev[0] = envf ? cl_printf("SBX_RAY_ENV_FILE=%s", envf) : NULL;
+    ev[1] = cl_printf("SBX_RAY_TOKEN=%s", ctx && ctx->create_token ? ctx->create_token : "");
+    int rc = -1, code = 0;
+    if (!envf) {
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "ray: an env key of the create is not a "
+                "shell variable name");
+        goto out;
+    }
+    if (!sb || !script || !ev[0] || !ev[1]) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    sb->res = res;
+    res = NULL;
+    if (ray_run_script(sb, c, ctx, "/", script, (const char *const *)ev, &code, op, error) < 0) {
+        if (error && *error)
+            cl_context(*error, "sandbox_id", id);
+        /* The job may have made something before it failed. */
+        ray_remove(c, NULL, id, dir, meta, made, op, NULL);
+        goto out;
+    }
+    if (code != 0) {
+        if (code == 3)
+            cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "ray: cannot make the "
+                               "working directory %s on the cluster", dir), "path", dir);
+        else
+            cl_context(cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "ray: cannot make the "
+                               "sandbox's files in %s (the job exited %d)", meta, code),
+                       "path", meta);
+        ray_remove(c, NULL, id, dir, meta, made, op, NULL);
+        goto out;
+    }
+    CL_LOG(SBX_LOG_INFO, "create: sandbox %s in %s on %s", id, dir, c->api);
+    *sandbox = sb;
+    sb = NULL;
+    rc = 0;
+out:
+    ray_sandbox_free(sb);
+    json_object_put(res);
+    free(dir);
+    free(meta);
+    free(envf);
+    free(qd);
+    free(qm);
+    free(tmp);
+    free(qt);
+    free(script);
+    free(ev[0]);
+    free(ev[1]);
+    return rc;
+}
+
+static int ray_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    if (cl_gone_get(&sb->s.gone))
+        return 0;
+    if (ray_remove(sb->c, ctx, sb->s.id, sb->dir, sb->meta, sb->made, "destroy", error) < 0)
+        return -1;
+    cl_gone_set(&sb->s.gone);
+    return 0;
+}
+
+/* 1 when the sandbox's own files are on the cluster, 0 when not (gone),
+ * -1 with *@error. */
+static int ray_exists(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *meta,
+                      const char *op, sbx_error **error)
+{
+    char *q = cl_shell_quote(meta), *s = q ? cl_printf("test -d %s", q) : NULL;
+    int code = 0, rc = -1;
+    if (!s)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else if (ray_run_script(NULL, c, ctx, "/", s, NULL, &code, op, error) == 0)
+        rc = code == 0;
+    free(q);
+    free(s);
+    return rc;
+}
+
+static int ray_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    if (cl_gone_get(&sb->s.gone))
+        return 0;
+    int rc = ray_exists(sb->c, ctx, sb->meta, "is_alive", error);
+    if (rc == 0)
+        cl_gone_set(&sb->s.gone);
+    return rc;
+}
+
+static const char *ray_sandbox_root(sbx_plugin_sandbox *sb)
+{
+    return sb->dir;
+}
+
+/* {"version":1,"sandbox_id","dir","meta","made"[,"resources"]}: no
+ * credential, no env value. */
+static char *ray_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    (void)ctx;
+    if (ray_check(sb, "session_state", error) < 0)
+        return NULL;
+    json_object *j = json_object_new_object();
+    json_object_object_add(j, "version", json_object_new_int(RAY_STATE_VERSION));
+    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
+    json_object_object_add(j, "dir", json_object_new_string(sb->dir));
+    json_object_object_add(j, "meta", json_object_new_string(sb->meta));
+    json_object_object_add(j, "made", json_object_new_boolean(sb->made));
+    if (sb->res && json_object_object_length(sb->res) > 0)
+        json_object_object_add(j, "resources", json_object_get(sb->res));
+    char *out = cl_state_out(j, "session_state", error);
+    json_object_put(j);
+    return out;
+}
+
+static int ray_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
+                      sbx_plugin_sandbox **sandbox, sbx_error **error)
+{
+    const char *op = "resume";
+    const char *id = NULL;
+    json_object *data = cl_state_in(state_json, RAY_STATE_VERSION, "sandbox_id", RAY_BACKEND,
+                                    op, &id, error);
+    if (!data)
+        return -1;
+    const char *dir = cl_json_str(data, "dir"), *meta = cl_json_str(data, "meta");
+    json_object *mv = NULL, *res = NULL;
+    int rc = -1;
+    if (!cl_workdir_ok(dir) || !cl_workdir_ok(meta)
+        || !json_object_object_get_ex(data, "made", &mv)
+        || !json_object_is_type(mv, json_type_boolean)
+        || strspn(id, "abcdefghijklmnopqrstuvwxyz0123456789-") != strlen(id)) {
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "ray session state: needs absolute "
+                "\"dir\" and \"meta\", a boolean \"made\" and a plain \"sandbox_id\"");
+        goto out;
+    }
+    int there = ray_exists(client, ctx, meta, op, error);
+    if (there < 0)
+        goto out;
+    if (!there) {
+        cl_gone_error(error, op, RAY_BACKEND, id);
+        goto out;
+    }
+    struct sbx_plugin_sandbox *sb = ray_sandbox_new(client, id, dir, meta,
+                                                    json_object_get_boolean(mv));
+    if (!sb) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    if (json_object_object_get_ex(data, "resources", &res)
+        && json_object_is_type(res, json_type_object))
+        sb->res = json_object_get(res);
+    *sandbox = sb;
+    rc = 0;
+out:
+    json_object_put(data);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Exec                                                                      */
+/* ------------------------------------------------------------------------ */
+
+static int ray_out(void *ud, int stream, const char *p, size_t n)
+{
+    ray_proc *rp = ud;
+    return cl_proc_output(&rp->base, stream, p, n);
+}
+
+static int ray_exec_run(cl_proc *base)
+{
+    ray_proc *p = (ray_proc *)base;
+    struct sbx_plugin_sandbox *sb = p->sb;
+    struct sbx_plugin_client *c = sb->c;
+    const char *op = "exec";
+    sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
+    char uri[64];
+    int code = -1, have_pkg = 0;
+    char *envf = cl_printf("%s/env", sb->meta);
+    char *src = envf ? cl_env_file_source(envf) : NULL;
+    char *script = src ? cl_printf("%s%s", src, p->script) : NULL;
+    free(envf);
+    free(src);
+    if (!script) {
+        cl_proc_fail(base, SBX_ERROR_RESOURCE_EXHAUSTED, 0, NULL, NULL, "out of memory");
+        return -1;
+    }
+    if (p->stdin_fd >= 0) {
+        if (ray_put_stdin(c, &ctx, p->stdin_fd, uri, op, NULL) < 0)
+            goto fail;
+        have_pkg = 1;
+    }
+    if (ray_submit(sb, c, &ctx, &p->run, sb->dir, script, (const char *const *)p->env,
+                   have_pkg ? uri : NULL, 1, op) < 0)
+        goto fail;
+    pthread_mutex_lock(&base->lock);
+    p->submitted = 1;
+    pthread_mutex_unlock(&base->lock);
+    int rc = ray_follow(c, &ctx, &p->run, &code, op);
+    if (rc == 0 || !cl_proc_stopping(base))
+        ray_job_delete(c, p->run.sid);
+    if (rc < 0)
+        goto fail;
+    if (p->run.gone) {
+        cl_gone_set(&sb->s.gone);
+        cl_gone_error(NULL, op, RAY_BACKEND, sb->s.id);
+        goto fail;
+    }
+    free(script);
+    return code;
+fail:
+    free(script);
+    cl_proc_fail_in(base, &sb->s);
+    return -1;
+}
+
+static void ray_proc_free_fields(ray_proc *p)
+{
+    if (p->stdin_fd >= 0)
+        close(p->stdin_fd);
+    cl_strv_free(p->env);
+    free(p->script);
+}
+
+static int ray_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                          const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
+                          sbx_error **error)
+{
+    const char *op = "exec";
+    (void)ctx;
+    if (cl_exec_check(&sb->s, RAY_BACKEND, rq, 0, error) < 0)
+        return -1;
+    ray_proc *p = calloc(1, sizeof(*p));
+    if (!p) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    p->sb = sb;
+    p->stdin_fd = -1;
+    ray_new_sid(&p->run);
+    p->run.out = ray_out;
+    p->run.ud = p;
+    char *cwd = rq->cwd && *rq->cwd ? ray_join(sb->dir, rq->cwd) : strdup(sb->dir);
+    p->script = cwd ? cl_shell_script(rq->argv, rq->shell, cwd) : NULL;
+    free(cwd);
+    p->env = cl_strv_dup(rq->env);
+    if (cl_exec_launch(&p->base, ray_exec_run, p, p->script && p->env, rq, &p->stdin_fd, op,
+                       error) < 0) {
+        ray_proc_free_fields(p);
+        free(p);
+        return -1;
+    }
+    *process = (sbx_plugin_process *)p;
+    return 0;
+}
+
+static int ray_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
+                         int *exit_code, sbx_error **error)
+{
+    (void)ctx;
+    ray_proc *p = (ray_proc *)process;
+    return cl_exec_wait_script(process, p->sb, p->script, ray_run_short, timeout_ms, exit_code,
+                               error);
+}
+
+/* SIGKILL first stops the command's job (POST .../stop: Ray sends the
+ * driver SIGTERM, on which it kills the command's session and reports);
+ * then every process of the command (each carries CL_EXEC_MARK=<its job's
+ * id>, setsid'd ones included) gets @sig from a job of its own. */
+static int ray_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
+                         sbx_error **error)
+{
+    ray_proc *p = (ray_proc *)process;
+    pthread_mutex_lock(&p->base.lock);
+    int stop = sig == SIGKILL && p->submitted && !p->base.ended;
+    pthread_mutex_unlock(&p->base.lock);
+    if (stop && ray_job_stop(p->sb->c, ctx, p->run.sid, "exec_kill", error) < 0)
+        return -1;
+    return cl_proc_mark_kill(&p->base, p->sb, ray_run_short, ctx, p->run.sid, sig, error);
+}
+
+static void ray_exec_free(sbx_plugin_process *process)
+{
+    ray_proc *p = (ray_proc *)process;
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->base.lock);
+    int running = p->base.started && !p->base.ended;
+    pthread_mutex_unlock(&p->base.lock);
+    if (running && !cl_gone_get(&p->sb->s.gone)) {
+        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
+        ray_exec_kill(process, &c2, SIGKILL, NULL);
+    }
+    cl_proc_clear(&p->base);
+    ray_proc_free_fields(p);
+    free(p);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The descriptor                                                            */
+/* ------------------------------------------------------------------------ */
+
+static const sbx_plugin ray_plugin = {
+    .struct_size = sizeof(sbx_plugin),
+    .abi_major = SBX_PLUGIN_ABI_MAJOR,
+    .abi_minor = SBX_PLUGIN_ABI_MINOR,
+    .name = RAY_BACKEND,
+    .version = PACKAGE_VERSION,
+    .description = "Ray clusters through the Jobs REST API over libcurl: a sandbox is a "
+                   "directory on the cluster, each command a job (stdout and stderr framed "
+                   "apart in the job's log); cpu and gpu are entrypoint resources; files move "
+                   "through jobs",
+    .caps = RAY_CAPS,
+    .setup = ray_setup,
+    .client_new = ray_client_new,
+    .client_free = ray_client_free,
+    .probe = ray_probe,
+    .create = ray_create,
+    .resume = ray_resume,
+    .session_state = ray_session_state,
+    .destroy = ray_destroy,
+    .is_alive = ray_is_alive,
+    .sandbox_free = ray_sandbox_free,
+    .sandbox_id = cl_sandbox_id,
+    .sandbox_root = ray_sandbox_root,
+    .exec_start = ray_exec_start,
+    .exec_wait = ray_exec_wait,
+    .exec_event_fd = cl_exec_event_fd,
+    .exec_kill = ray_exec_kill,
+    .exec_free = ray_exec_free,
+};
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
+
+SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
+{
+    return &ray_plugin;
+}

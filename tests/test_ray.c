@@ -1,0 +1,418 @@
+/*
+ * test_ray.c — what only the ray backend does, through its contract fake of
+ * Ray's Jobs API (tests/ray.sh starts it and runs this program with
+ * SBX_TEST_BACKEND=ray): the last line of a command is never lost, also
+ * when the job's log lags its status (CASE-24, ten runs at once); stdout
+ * and stderr come apart out of the merged job log, byte-exact; each
+ * command is one job whose record is deleted once read, carrying cpu and
+ * gpu as entrypoint resources and stdin as a working_dir package; the
+ * sandbox's variables; a timeout stops the job; destroy removes the
+ * directory create made and keeps the caller's workdir; the token comes
+ * from RAY_AUTH_TOKEN or the file RAY_AUTH_TOKEN_PATH names, and none is an
+ * authentication error; a plain-text error answer is reported with its
+ * text; memory_mb is refused naming the backend option that reserves it.
+ */
+#include "testutil.h"
+
+#include <criterion/criterion.h>
+
+#include <json-c/json.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <sbx/sbx.h>
+
+static sbx_client *g_client;
+static sbx_sandbox *g_sb;
+
+static void setup(void)
+{
+    sbx_error *err = NULL;
+    cr_assert_str_eq(tu_backend(), "ray", "run by tests/ray.sh");
+    tu_fake_use("RAY_ADDRESS");
+    tu_fake_reset();
+    tu_fake_post("/_fake/config", "{\"log_lag_s\": 0}");
+    g_client = sbx_client_new("ray", &err);
+    cr_assert_not_null(g_client, "sbx_client_new: %s", err ? sbx_error_get0_message(err) : "");
+    g_sb = NULL;
+}
+
+static void teardown(void)
+{
+    tu_fake_post("/_fake/config", "{\"log_lag_s\": 0}");
+    if (g_sb) {
+        sbx_sandbox_destroy(g_sb, NULL);
+        sbx_sandbox_free(g_sb);
+        g_sb = NULL;
+    }
+    sbx_client_free(g_client);
+}
+
+TestSuite(ray, .init = setup, .fini = teardown, .timeout = 90);
+
+/* The fake node's directory on this host. */
+static char *node_root(void)
+{
+    char *body = NULL;
+    cr_assert_eq(tu_fake_http("GET", "/_fake/node", NULL, NULL, &body), 200);
+    json_object *j = json_tokener_parse(body);
+    char *root = strdup(tu_json_str(j, "root"));
+    json_object_put(j);
+    free(body);
+    return root;
+}
+
+/* 1 when the node path @path exists. */
+static int on_node(const char *path)
+{
+    char *root = node_root(), *p = tu_strdup_printf("%s%s", root, path);
+    int there = tu_exists(p);
+    free(p);
+    free(root);
+    return there;
+}
+
+/* The bodies of the job submissions in the fake's log, parsed (a new
+ * array). */
+static json_object *submissions(void)
+{
+    json_object *log = tu_fake_log(), *out = json_object_new_array();
+    for (size_t i = 0; i < json_object_array_length(log); i++) {
+        json_object *e = json_object_array_get_idx(log, i);
+        const char *m = tu_json_str(e, "method"), *p = tu_json_str(e, "path");
+        if (strcmp(m, "POST") == 0 && strcmp(p, "/api/jobs/") == 0)
+            json_object_array_add(out, json_tokener_parse(tu_json_str(e, "body")));
+    }
+    json_object_put(log);
+    return out;
+}
+
+/* ------------------------------------------------------------- CASE-24 */
+
+typedef struct case24_run {
+    sbx_sandbox *sb;
+    char streamed[256];
+    size_t streamed_len;
+    int chunk_after_end;
+    int ended;
+    sbx_result *r;
+    char err[512];
+} case24_run;
+
+static void case24_chunk(sbx_stream stream, const void *data, size_t len, void *ud)
+{
+    case24_run *run = ud;
+    if (run->ended)
+        run->chunk_after_end = 1;
+    if (stream == SBX_STREAM_STDOUT && run->streamed_len + len <= sizeof run->streamed) {
+        memcpy(run->streamed + run->streamed_len, data, len);
+        run->streamed_len += len;
+    }
+}
+
+static void *case24_thread(void *arg)
+{
+    case24_run *run = arg;
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "python3 -c \"import time; print('hello', flush=True); time.sleep(2); "
+                "print('world', flush=True); time.sleep(2); print('last-line')\"";
+    req.timeout_secs = 30;
+    req.on_output = case24_chunk;
+    req.user_data = run;
+    sbx_error *err = NULL;
+    run->r = sbx_sandbox_execute_command(run->sb, &req, &err);
+    run->ended = 1;
+    if (!run->r)
+        snprintf(run->err, sizeof run->err, "%s", err ? sbx_error_get0_message(err) : "?");
+    sbx_error_free(err);
+    return NULL;
+}
+
+/* CASE-24: ten runs at once, the job's log holding its last line back for
+ * 0.5 s after the job ended (the fake's log_lag_s): every run ends with
+ * exactly "hello\nworld\nlast-line\n", streamed whole before the end. */
+Test(ray, case24_last_line_is_never_lost)
+{
+    g_sb = tu_create(g_client, NULL);
+    tu_fake_post("/_fake/config", "{\"log_lag_s\": 0.5}");
+    case24_run runs[10];
+    pthread_t th[10];
+    memset(runs, 0, sizeof runs);
+    for (int i = 0; i < 10; i++) {
+        runs[i].sb = g_sb;
+        cr_assert_eq(pthread_create(&th[i], NULL, case24_thread, &runs[i]), 0);
+    }
+    for (int i = 0; i < 10; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 10; i++) {
+        cr_assert_not_null(runs[i].r, "run %d: %s", i, runs[i].err);
+        tu_assert_exit(runs[i].r, 0);
+        tu_assert_stdout(runs[i].r, "hello\nworld\nlast-line\n");
+        tu_assert_stderr(runs[i].r, "");
+        tu_assert_bytes("streamed", runs[i].streamed, runs[i].streamed_len,
+                        "hello\nworld\nlast-line\n", 22);
+        cr_assert_eq(runs[i].chunk_after_end, 0, "run %d: a chunk came after the end", i);
+        sbx_result_free(runs[i].r);
+    }
+}
+
+/* ------------------------------------------------------------- jobs */
+
+/* Ray merges a job's stdout and stderr into one text log; they come back
+ * apart, in order within each stream, with every byte value. */
+Test(ray, streams_come_apart_out_of_the_merged_log)
+{
+    g_sb = tu_create(g_client, NULL);
+    sbx_result *r = tu_sh(g_sb, "for i in 1 2 3; do echo out$i; echo err$i >&2; done; "
+                                "printf '\\000\\377\\n' >&2; printf 'no newline'", 30);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "out1\nout2\nout3\nno newline");
+    tu_assert_stderr_bytes(r, "err1\nerr2\nerr3\n\000\377\n", 18);
+    sbx_result_free(r);
+}
+
+/* One job per command: its submission carries the entrypoint resources
+ * of the create's cpu and gpu, a submission_id of the plugin's, the
+ * backend's metadata and the call's env as one runtime_env variable; the
+ * job's record is deleted once read. */
+Test(ray, each_command_is_one_job_with_the_sandbox_resources)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_cpu(o, 2.0, NULL), 0);
+    cr_assert_eq(sbx_options_set_gpu(o, "1", NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    tu_fake_reset();
+    const char *env[] = { "GREETING=hi there", NULL };
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "echo \"$GREETING\"";
+    req.env = env;
+    sbx_result *r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "hi there\n");
+    sbx_result_free(r);
+    json_object *subs = submissions();
+    cr_assert_eq(json_object_array_length(subs), 1);
+    json_object *b = json_object_array_get_idx(subs, 0), *v = NULL;
+    const char *sid = tu_json_str(b, "submission_id");
+    cr_assert_not_null(sid);
+    cr_assert_eq(strncmp(sid, "sbx-", 4), 0, "submission_id %s", sid);
+    cr_assert_eq(strlen(sid), 28, "submission_id %s", sid);
+    cr_assert(json_object_object_get_ex(b, "entrypoint_num_cpus", &v));
+    cr_assert(json_object_get_double(v) == 2.0);
+    cr_assert(json_object_object_get_ex(b, "entrypoint_num_gpus", &v));
+    cr_assert(json_object_get_double(v) == 1.0);
+    json_object *meta = NULL, *renv = NULL, *ev = NULL;
+    cr_assert(json_object_object_get_ex(b, "metadata", &meta));
+    cr_assert_str_eq(tu_json_str(meta, "sbx_backend"), "ray");
+    cr_assert_str_eq(tu_json_str(meta, "sbx_sandbox"), sbx_sandbox_get0_id(g_sb));
+    cr_assert(json_object_object_get_ex(b, "runtime_env", &renv));
+    cr_assert(json_object_object_get_ex(renv, "env_vars", &ev));
+    cr_assert_eq(json_object_object_length(ev), 1);
+    cr_assert_not_null(tu_json_str(ev, "SBX_RAY_CALL_ENV"));
+    cr_assert_null(strstr(json_object_to_json_string(b), "hi there"),
+                   "the env value is in the submission as text");
+    json_object *log = tu_fake_log();
+    char *del = tu_strdup_printf("/api/jobs/%s", sid);
+    cr_assert_eq(tu_fake_count(log, "DELETE", del, NULL, 0), 1);
+    free(del);
+    json_object_put(log);
+    json_object_put(subs);
+    char *body = NULL;
+    cr_assert_eq(tu_fake_http("GET", "/_fake/jobs", NULL, NULL, &body), 200);
+    json_object *jobs = json_tokener_parse(body);
+    cr_assert_null(json_object_object_get(jobs, sid), "job %s is still on the cluster", sid);
+    json_object_put(jobs);
+    free(body);
+}
+
+/* stdin travels as a working_dir package (a zip PUT to
+ * /api/packages/gcs/), the job's runtime_env.working_dir. */
+Test(ray, stdin_is_a_working_dir_package)
+{
+    g_sb = tu_create(g_client, NULL);
+    tu_fake_reset();
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "wc -c; ls";
+    req.stdin_data = "twelve bytes";
+    req.stdin_len = 12;
+    sbx_result *r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "12\ntmp\n");
+    sbx_result_free(r);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "PUT", "/api/packages/gcs/_ray_pkg_[0-9a-f]{32}\\.zip", NULL,
+                               0), 1);
+    json_object_put(log);
+    json_object *subs = submissions(), *renv = NULL;
+    cr_assert_eq(json_object_array_length(subs), 1);
+    cr_assert(json_object_object_get_ex(json_object_array_get_idx(subs, 0), "runtime_env",
+                                        &renv));
+    const char *wd = tu_json_str(renv, "working_dir");
+    cr_assert_not_null(wd);
+    cr_assert_eq(strncmp(wd, "gcs://_ray_pkg_", 15), 0, "working_dir %s", wd);
+    json_object_put(subs);
+}
+
+/* A command runs in the sandbox's directory, which is its HOME and
+ * SANDBOX_ROOT, with TMPDIR under it; a per-call cwd is under it too. */
+Test(ray, commands_run_in_the_sandbox_directory)
+{
+    g_sb = tu_create(g_client, NULL);
+    const char *root = sbx_sandbox_get0_root(g_sb);
+    char *want = tu_strdup_printf("/tmp/sbx-ray/%s", sbx_sandbox_get0_id(g_sb));
+    cr_assert_str_eq(root, want);
+    sbx_result *r = tu_sh(g_sb, "pwd; echo \"$HOME|$SANDBOX_ROOT|$TMPDIR\"", 30);
+    tu_assert_exit(r, 0);
+    char *out = tu_strdup_printf("%s\n%s|%s|%s/tmp\n", want, want, want, want);
+    tu_assert_stdout(r, out);
+    sbx_result_free(r);
+    free(out);
+    free(want);
+}
+
+/* A timeout ends the command with 124 and stops its job. */
+Test(ray, a_timeout_stops_the_job)
+{
+    g_sb = tu_create(g_client, NULL);
+    tu_fake_reset();
+    sbx_result *r = tu_sh(g_sb, "trap '' TERM; sleep 60", 1);
+    cr_assert_eq(sbx_result_is_timed_out(r), 1);
+    cr_assert_eq(sbx_result_get_exit_code(r), 124);
+    sbx_result_free(r);
+    json_object *subs = submissions();
+    const char *sid = tu_json_str(json_object_array_get_idx(subs, 0), "submission_id");
+    json_object *log = tu_fake_log();
+    char *stop = tu_strdup_printf("/api/jobs/%s/stop", sid);
+    cr_assert_eq(tu_fake_count(log, "POST", stop, NULL, 0), 1);
+    free(stop);
+    json_object_put(log);
+    json_object_put(subs);
+    r = tu_sh(g_sb, "ps -eo args | grep -c '^sleep 60$'", 30);
+    tu_assert_stdout(r, "0\n");
+    sbx_result_free(r);
+}
+
+/* destroy removes the directory create made and the sandbox's own files;
+ * a caller's workdir stays. */
+Test(ray, destroy_removes_what_create_made)
+{
+    g_sb = tu_create(g_client, NULL);
+    char *dir = strdup(sbx_sandbox_get0_root(g_sb));
+    char *meta = tu_strdup_printf("%s.sbx", dir);
+    cr_assert(on_node(dir) && on_node(meta));
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    cr_assert(!on_node(dir), "%s is still on the node", dir);
+    cr_assert(!on_node(meta), "%s is still on the node", meta);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+
+    char *wd = tu_strdup_printf("/work/ray-wd-%d", (int)getpid());
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    cr_assert_str_eq(sbx_sandbox_get0_root(g_sb), wd);
+    sbx_result *r = tu_sh(g_sb, "echo kept > f", 30);
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    char *f = tu_strdup_printf("%s/f", wd);
+    cr_assert(on_node(f), "destroy removed the caller's workdir");
+    free(f);
+    free(wd);
+    free(dir);
+    free(meta);
+}
+
+/* ------------------------------------------------------------- auth, errors */
+
+/* The token from the file RAY_AUTH_TOKEN_PATH names works; with no token
+ * the cluster's 401 is an authentication error carrying its text. Every
+ * request carried "Bearer" (the fake logs it redacted). */
+Test(ray, token_from_file_and_missing_token)
+{
+    char *dir = tu_fresh_tmpdir();
+    char *path = tu_strdup_printf("%s/token", dir);
+    tu_write_file(path, "sbx-test-dummy-key\n", 19, 0600);
+    const char *saved = getenv("RAY_AUTH_TOKEN");
+    char *keep = saved ? strdup(saved) : NULL;
+    unsetenv("RAY_AUTH_TOKEN");
+    setenv("RAY_AUTH_TOKEN_PATH", path, 1);
+    setenv("HOME", dir, 1);
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new("ray", &err);
+    cr_assert_not_null(c);
+    tu_fake_reset();
+    sbx_sandbox *sb = tu_create(c, NULL);
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+    json_object *log = tu_fake_log();
+    size_t n = json_object_array_length(log);
+    cr_assert(n > 0);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_str_eq(tu_json_str(json_object_array_get_idx(log, i), "auth"),
+                         "Bearer <redacted>");
+    json_object_put(log);
+
+    unsetenv("RAY_AUTH_TOKEN_PATH");
+    c = sbx_client_new("ray", &err);
+    cr_assert_not_null(c);
+    cr_assert_null(sbx_sandbox_create(c, NULL, &err));
+    tu_assert_error(err, SBX_ERROR_AUTHENTICATION, "Unauthorized: missing authentication token",
+                    NULL);
+    sbx_error_free(err);
+    sbx_client_free(c);
+    if (keep)
+        setenv("RAY_AUTH_TOKEN", keep, 1);
+    free(keep);
+    free(path);
+    free(dir);
+}
+
+/* Ray answers errors as text/plain: the text is the error's message. */
+Test(ray, a_plain_text_error_is_reported_with_its_text)
+{
+    tu_fake_post("/_fake/faults", "{\"method\": \"POST\", \"path\": \"^/api/jobs/$\", "
+                 "\"status\": 400, \"message\": \"entrypoint_num_cpus must be a number, got "
+                 "str\"}");
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, NULL, &err));
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION,
+                    "entrypoint_num_cpus must be a number, got str (HTTP 400)", NULL);
+    cr_assert_str_eq(sbx_error_get0_backend(err), "ray");
+    sbx_error_free(err);
+}
+
+/* memory_mb is no limit on Ray: refused, naming the backend option that
+ * reserves it; that option becomes entrypoint_memory in bytes. */
+Test(ray, memory_is_a_reservation_by_backend_option)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_memory_mb(o, 512, NULL), 0);
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, "memory_mb 512", "entrypoint_memory_mb", NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), "memory_mb");
+    sbx_error_free(err);
+    sbx_options_free(o);
+
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_backend_options(o, "{\"entrypoint_memory_mb\": 512}", NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    tu_fake_reset();
+    sbx_result *r = tu_sh(g_sb, "true", 30);
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    json_object *subs = submissions(), *v = NULL;
+    cr_assert(json_object_object_get_ex(json_object_array_get_idx(subs, 0), "entrypoint_memory",
+                                        &v));
+    cr_assert_eq(json_object_get_int64(v), 512LL * 1024 * 1024);
+    json_object_put(subs);
+}
