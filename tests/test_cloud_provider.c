@@ -136,6 +136,19 @@ Test(provider, mark_kill_command)
     cr_assert_null(cl_mark_kill_command(NULL, SIGKILL));
 }
 
+Test(provider, mark_kill_command_var)
+{
+    char *c = cl_mark_kill_command_var("SBX_RAY_SANDBOX", "sbx-ray-0a1b", SIGKILL);
+    cr_assert_str_eq(c, "for d in /proc/[0-9]*; do tr '\\0' '\\n' < $d/environ 2>/dev/null "
+                        "| grep -qx 'SBX_RAY_SANDBOX=sbx-ray-0a1b' && kill -9 ${d#/proc/} "
+                        "2>/dev/null; done; exit 0");
+    free(c);
+    cr_assert_null(cl_mark_kill_command_var("A=B", "x", SIGKILL));
+    cr_assert_null(cl_mark_kill_command_var("", "x", SIGKILL));
+    cr_assert_null(cl_mark_kill_command_var(NULL, "x", SIGKILL));
+    cr_assert_null(cl_mark_kill_command_var("SBX_RAY_SANDBOX", "a b", SIGKILL));
+}
+
 /* Runs @script with sh; its stdout, a new string. */
 static char *sh_out(const char *script)
 {

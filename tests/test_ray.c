@@ -10,7 +10,8 @@
  * directory create made and keeps the caller's workdir; the token comes
  * from RAY_AUTH_TOKEN or the file RAY_AUTH_TOKEN_PATH names, and none is an
  * authentication error; a plain-text error answer is reported with its
- * text; memory_mb is refused naming the backend option that reserves it.
+ * text; memory_mb is refused naming the backend option that reserves it; a
+ * command too long for an entrypoint travels in the package.
  */
 #include "testutil.h"
 
@@ -415,4 +416,30 @@ Test(ray, memory_is_a_reservation_by_backend_option)
                                         &v));
     cr_assert_eq(json_object_get_int64(v), 512LL * 1024 * 1024);
     json_object_put(subs);
+}
+
+/* A command longer than an entrypoint can hold (Ray hands the entrypoint
+ * to "sh -c", one argument of at most 128 KiB) travels in the job's
+ * working_dir package and runs the same. */
+Test(ray, a_long_command_travels_in_the_package)
+{
+    g_sb = tu_create(g_client, NULL);
+    size_t n = 100 * 1024;
+    char *big = malloc(n + 1);
+    cr_assert_not_null(big);
+    memset(big, 'x', n);
+    big[n] = '\0';
+    const char *argv[] = { "sh", "-c", "printf %s \"$1\" | wc -c", "sh", big, NULL };
+    tu_fake_reset();
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.argv = argv;
+    sbx_result *r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "102400\n");
+    sbx_result_free(r);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "PUT", "/api/packages/gcs/_ray_pkg_[0-9a-f]{32}\\.zip", NULL,
+                               0), 1);
+    json_object_put(log);
+    free(big);
 }

@@ -97,6 +97,12 @@
 #define RAY_SANDBOX_MARK "SBX_RAY_SANDBOX"
 #define RAY_CALL_ENV "SBX_RAY_CALL_ENV" /* the call's env, for the command only */
 #define RAY_CHUNK 3072              /* output bytes per log line (4096 in base64) */
+#define RAY_INLINE_SCRIPT 65536     /* a longer script goes in the package and
+                                     * the command's shell sources it: an
+                                     * argument holds at most 128 KiB (Linux's
+                                     * MAX_ARG_STRLEN), and both Ray's "sh -c
+                                     * ENTRYPOINT" and "bash -c SCRIPT" take
+                                     * one */
 #define RAY_STR_(x) #x
 #define RAY_STR(x) RAY_STR_(x)
 
@@ -155,7 +161,7 @@ typedef struct ray_proc {
  * by SIGCHLD through a wakeup descriptor), then takes what is already in
  * the pipes without waiting for EOF (a background child may hold them). */
 static const char ray_driver[] =
-    "import base64,json,os,select,signal,subprocess,sys\n"
+    "import base64,json,os,select,shlex,signal,subprocess,sys\n"
     "a=sys.argv[1:]\n"
     "t=a[3].encode()\n"
     "def w(k,d):\n"
@@ -170,7 +176,8 @@ static const char ray_driver[] =
     "i=open(a[5],'rb') if a[5]!='-' else subprocess.DEVNULL\n"
     "r,wf=os.pipe();os.set_blocking(wf,False)\n"
     "signal.set_wakeup_fd(wf);signal.signal(signal.SIGCHLD,lambda n,f:None)\n"
-    "p=subprocess.Popen([b'bash',b'-c',base64.b64decode(a[1]),b'sbx'],stdin=i,"
+    "s=b'. '+shlex.quote(os.path.abspath('script')).encode() if a[1]=='-' else base64.b64decode(a[1])\n"
+    "p=subprocess.Popen([b'bash',b'-c',s,b'sbx'],stdin=i,"
     "stdout=subprocess.PIPE,stderr=subprocess.PIPE,env=e,cwd=a[2],start_new_session=True)\n"
     "if i!=subprocess.DEVNULL:i.close()\n"
     "def term(n,f):\n"
@@ -278,10 +285,10 @@ static int ray_tmpfile(void)
     return fd;
 }
 
-/* Reads @in to its end into a zip (stored, one entry "stdin") in a
- * temporary file: its descriptor (at offset 0) and length, or -1 with
- * *@error. */
-static int ray_stdin_zip(int in, int64_t *len, const char *op, sbx_error **error)
+/* A zip (stored) in a temporary file holding the entry "stdin", what @in
+ * holds to its end (@in -1: none), and the entry "script", @script (NULL:
+ * none): its descriptor (at offset 0) and length, or -1 with *@error. */
+static int ray_zip(int in, const char *script, int64_t *len, const char *op, sbx_error **error)
 {
     int data = ray_tmpfile(), zip = -1;
     char buf[65536];
@@ -289,7 +296,7 @@ static int ray_stdin_zip(int in, int64_t *len, const char *op, sbx_error **error
     struct archive_entry *e = NULL;
     if (data < 0)
         goto sys;
-    for (;;) {
+    for (; in >= 0;) {
         ssize_t n = read(in, buf, sizeof buf);
         if (n < 0 && errno == EINTR)
             continue;
@@ -309,6 +316,19 @@ static int ray_stdin_zip(int in, int64_t *len, const char *op, sbx_error **error
         || archive_write_zip_set_compression_store(a) != ARCHIVE_OK
         || archive_write_open_fd(a, zip) != ARCHIVE_OK)
         goto arc;
+    if (script) {
+        size_t sl = strlen(script);
+        archive_entry_set_pathname(e, "script");
+        archive_entry_set_filetype(e, AE_IFREG);
+        archive_entry_set_perm(e, 0600);
+        archive_entry_set_size(e, (int64_t)sl);
+        if (archive_write_header(a, e) != ARCHIVE_OK
+            || archive_write_data(a, script, sl) != (ssize_t)sl)
+            goto arc;
+        archive_entry_clear(e);
+    }
+    if (in < 0)
+        goto closed;
     archive_entry_set_pathname(e, "stdin");
     archive_entry_set_filetype(e, AE_IFREG);
     archive_entry_set_perm(e, 0600);
@@ -326,6 +346,7 @@ static int ray_stdin_zip(int in, int64_t *len, const char *op, sbx_error **error
         if (archive_write_data(a, buf, (size_t)n) != n)
             goto arc;
     }
+closed:
     if (archive_write_close(a) != ARCHIVE_OK)
         goto arc;
     archive_write_free(a);
@@ -341,7 +362,7 @@ static int ray_stdin_zip(int in, int64_t *len, const char *op, sbx_error **error
     *len = end;
     return zip;
 arc:
-    cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot make the stdin package: %s",
+    cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot make the package: %s",
             a && archive_error_string(a) ? archive_error_string(a) : "out of memory");
     goto out;
 sys:
@@ -358,13 +379,13 @@ out:
     return -1;
 }
 
-/* Uploads what @in holds as a working_dir package: 0 with its URI
+/* Uploads ray_zip(@in, @script) as a working_dir package: 0 with its URI
  * ("gcs://_ray_pkg_HEX.zip") in @uri (64 bytes), or -1. */
-static int ray_put_stdin(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, int in,
-                         char uri[64], const char *op, sbx_error **error)
+static int ray_put_package(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, int in,
+                           const char *script, char uri[64], const char *op, sbx_error **error)
 {
     int64_t len = 0;
-    int zip = ray_stdin_zip(in, &len, op, error);
+    int zip = ray_zip(in, script, &len, op, error);
     if (zip < 0)
         return -1;
     char hex[33];
@@ -373,7 +394,7 @@ static int ray_put_stdin(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, i
     char *url = cl_printf("%s/api/packages/gcs/_ray_pkg_%s.zip", c->api, hex);
     cl_req rq = { .method = "PUT", .url = url, .content_type = "application/zip",
                   .source = cl_fd_source, .source_ud = &zip, .source_len = len,
-                  .idempotent = CL_SAFE, .what = "upload the stdin package" };
+                  .idempotent = CL_SAFE, .what = "upload the package" };
     cl_resp r = { 0 };
     int rc = -1;
     if (!url)
@@ -382,7 +403,7 @@ static int ray_put_stdin(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, i
         if (r.status / 100 == 2)
             rc = 0;
         else
-            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "upload the stdin package");
+            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "upload the package");
     }
     cl_resp_clear(&r);
     free(url);
@@ -471,24 +492,26 @@ static int ray_read_log(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, ra
     return rc;
 }
 
-/* Submits job @run->sid running @script (a shell script) under the
- * sandbox directory @root (the driver reports "gone" when it is missing),
- * with @env ("K=V" per call; may be NULL) in its runtime environment, the
- * package @stdin_uri (NULL: none) as its working_dir and the sandbox's
+/* Submits job @run->sid running @script (a shell script; NULL: the
+ * package's "script") under the sandbox directory @root (the driver reports
+ * "gone" when it is missing), with @env ("K=V" per call; may be NULL) in its
+ * runtime environment, the package @pkg_uri (NULL: none; @pkg_stdin: it
+ * holds the command's stdin) as its working_dir and the sandbox's
  * entrypoint resources. @mark: mark the command's processes as the
  * sandbox's. 0, or -1 with the thread's last error set. */
 static int ray_submit(struct sbx_plugin_sandbox *sb, struct sbx_plugin_client *c,
                       const sbx_call_ctx *ctx, ray_run *run, const char *root,
-                      const char *script, const char *const *env, const char *stdin_uri,
-                      int mark, const char *op)
+                      const char *script, const char *const *env, const char *pkg_uri,
+                      int pkg_stdin, int mark, const char *op)
 {
-    char *s64 = cl_base64_encode(script, strlen(script));
+    /* A script that would make the entrypoint too long is in the package. */
+    char *s64 = script ? cl_base64_encode(script, strlen(script)) : strdup("-");
     char *d64 = cl_base64_encode(ray_driver, strlen(ray_driver));
     char *qroot = cl_shell_quote(root), *qpy = cl_shell_quote(c->python);
     char *entry = s64 && d64 && qroot && qpy
                   ? cl_printf("%s -c 'import base64,sys;exec(base64.b64decode(sys.argv[1]))' "
                               "%s %s %s %s %s %s", qpy, d64, s64, qroot, run->sid,
-                              mark && sb ? sb->s.id : "-", stdin_uri ? "stdin" : "-")
+                              mark && sb ? sb->s.id : "-", pkg_stdin ? "stdin" : "-")
                   : NULL;
     free(s64);
     free(d64);
@@ -526,8 +549,8 @@ static int ray_submit(struct sbx_plugin_sandbox *sb, struct sbx_plugin_client *c
     json_object_object_add(ev, RAY_CALL_ENV, json_object_new_string(c64));
     free(c64);
     json_object_object_add(renv, "env_vars", ev);
-    if (stdin_uri)
-        json_object_object_add(renv, "working_dir", json_object_new_string(stdin_uri));
+    if (pkg_uri)
+        json_object_object_add(renv, "working_dir", json_object_new_string(pkg_uri));
     json_object_object_add(b, "runtime_env", renv);
     json_object_object_add(meta, CL_META_BACKEND, json_object_new_string(RAY_BACKEND));
     if (sb)
@@ -614,7 +637,7 @@ static int ray_follow(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, ray_
             if (settle_until == 0)
                 settle_until = cl_now() + RAY_LOG_SETTLE_S;
             else if (cl_now() >= settle_until) {
-                if (have_driver || strcmp(status, "STOPPED") == 0) {
+                if (strcmp(status, "STOPPED") == 0) {
                     /* The driver itself was killed (a stop): its own code. */
                     int64_t x = have_driver ? driver : 128 + SIGKILL;
                     *code = x < 0 ? (int)(128 - x) & 0xff : (int)(x & 0xff);
@@ -627,8 +650,8 @@ static int ray_follow(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, ray_
         }
         double left = cl_bound_left(&bd);
         if (left == 0) {
-            cl_fail(NULL, SBX_ERROR_TIMEOUT, op, "ray job %s did not end in time (it is %s)",
-                    run->sid, status);
+            cl_fail(NULL, SBX_ERROR_TIMEOUT, op, "ray job %s did not end in time (it is %s%s%s)",
+                    run->sid, status, msg[0] ? ": " : "", msg);
             return -1;
         }
         double p = left > 0 && left < pause ? left : pause;
@@ -665,7 +688,7 @@ static int ray_run_script(struct sbx_plugin_sandbox *sb, struct sbx_plugin_clien
     cl_bound bd = cl_bound_make(ctx, RAY_SHORT_S);
     sbx_call_ctx c2 = { sizeof(c2), bd.until, ctx ? ctx->cancel_fd : -1,
                         ctx ? ctx->create_token : NULL };
-    int rc = ray_submit(sb, c, &c2, &run, root, script, env, NULL, 0, op);
+    int rc = ray_submit(sb, c, &c2, &run, root, script, env, NULL, 0, 0, op);
     if (rc == 0) {
         rc = ray_follow(c, &c2, &run, code, op);
         ray_job_delete(c, run.sid);
@@ -1007,14 +1030,15 @@ static int ray_refusals(const sbx_plugin_create_request *rq, sbx_error **error)
 static char *ray_destroy_script(const char *id, const char *dir, const char *meta, int made)
 {
     char *qd = cl_shell_quote(dir), *qm = cl_shell_quote(meta);
-    char *s = qd && qm
-              ? cl_printf("for d in /proc/[0-9]*; do tr '\\0' '\\n' < $d/environ 2>/dev/null "
-                          "| grep -qx '" RAY_SANDBOX_MARK "=%s' && kill -9 ${d#/proc/} "
-                          "2>/dev/null; done\nrm -rf -- %s%s%s\n", id, qm, made ? " " : "",
+    char *kill = cl_mark_kill_command_var(RAY_SANDBOX_MARK, id, SIGKILL);
+    /* The scan ends with "exit 0": a subshell of its own. */
+    char *s = qd && qm && kill
+              ? cl_printf("(%s)\nrm -rf -- %s%s%s\n", kill, qm, made ? " " : "",
                           made ? qd : "")
               : NULL;
     free(qd);
     free(qm);
+    free(kill);
     return s;
 }
 
@@ -1250,13 +1274,15 @@ static int ray_exec_run(cl_proc *base)
         cl_proc_fail(base, SBX_ERROR_RESOURCE_EXHAUSTED, 0, NULL, NULL, "out of memory");
         return -1;
     }
-    if (p->stdin_fd >= 0) {
-        if (ray_put_stdin(c, &ctx, p->stdin_fd, uri, op, NULL) < 0)
+    int big = strlen(script) > RAY_INLINE_SCRIPT;
+    if (p->stdin_fd >= 0 || big) {
+        if (ray_put_package(c, &ctx, p->stdin_fd, big ? script : NULL, uri, op, NULL) < 0)
             goto fail;
         have_pkg = 1;
     }
-    if (ray_submit(sb, c, &ctx, &p->run, sb->dir, script, (const char *const *)p->env,
-                   have_pkg ? uri : NULL, 1, op) < 0)
+    if (ray_submit(sb, c, &ctx, &p->run, sb->dir, big ? NULL : script,
+                   (const char *const *)p->env, have_pkg ? uri : NULL, p->stdin_fd >= 0, 1,
+                   op) < 0)
         goto fail;
     pthread_mutex_lock(&base->lock);
     p->submitted = 1;

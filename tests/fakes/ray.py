@@ -46,7 +46,10 @@ The cluster is one node: a real directory that is "/" for the entrypoints
 session of its own, with the node's environment and the runtime
 environment's env_vars, in the unpacked working_dir package when the job
 names one (else in /tmp), its stdout and stderr both appended to the job's
-one log. The node has the resources {"CPU": 4, "GPU": 1, "memory": 8 GiB}
+one log. The entrypoint runs under nsenter(1), which a stop's SIGTERM ends
+at once: the job is STOPPED with driver_exit_code -15 (the signal, as
+Popen reports it) whatever the entrypoint does with the signal, and what it
+still writes reaches the log after that. The node has the resources {"CPU": 4, "GPU": 1, "memory": 8 GiB}
 (SBX_FAKE_RAY_RESOURCES, a JSON object, overrides them); a job whose
 entrypoint resources are not free waits PENDING until they are; one that
 asks more than the node has stays PENDING until stopped, as on a cluster

@@ -872,6 +872,8 @@ SBX_EXPORT sbx_client *sbx_client_new_with_mode(const char *backend, sbx_plugin_
  * NAT on the path); vercel also takes "team_id" and "project_id" (before
  * VERCEL_TEAM_ID and VERCEL_PROJECT_ID). A value of the
  * wrong type is a configuration error from the plugin naming the key.
+ * ray takes "address" (before RAY_ADDRESS), "root_dir", "python" and the
+ * retry keys.
  * docker takes "host", "image" and "network_mode" (before DOCKER_HOST,
  * SBX_DOCKER_IMAGE and SBX_DOCKER_NETWORK) and refuses any other key;
  * local, bubblewrap and safehouse take none and ignore the object. Errors as

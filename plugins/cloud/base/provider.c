@@ -185,17 +185,23 @@ ssize_t cl_fd_source(void *ud, char *buf, size_t cap)
 /* Every process of one command                                              */
 /* ------------------------------------------------------------------------ */
 
-char *cl_mark_kill_command(const char *tag, int sig)
+char *cl_mark_kill_command_var(const char *var, const char *tag, int sig)
 {
-    if (!tag || !*tag || strspn(tag, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                     "0123456789-_") != strlen(tag))
+    static const char ok[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_";
+    if (!var || !*var || strspn(var, ok) != strlen(var) || !tag || !*tag
+        || strspn(tag, ok) != strlen(tag))
         return NULL;
     char *s = NULL;
     if (asprintf(&s, "for d in /proc/[0-9]*; do tr '\\0' '\\n' < $d/environ 2>/dev/null "
-                     "| grep -qx '" CL_EXEC_MARK "=%s' && kill -%d ${d#/proc/} 2>/dev/null; "
-                     "done; exit 0", tag, sig) < 0)
+                     "| grep -qx '%s=%s' && kill -%d ${d#/proc/} 2>/dev/null; "
+                     "done; exit 0", var, tag, sig) < 0)
         return NULL;
     return s;
+}
+
+char *cl_mark_kill_command(const char *tag, int sig)
+{
+    return cl_mark_kill_command_var(CL_EXEC_MARK, tag, sig);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -158,6 +158,15 @@ ssize_t cl_fd_source(void *ud, char *buf, size_t cap);
  */
 char *cl_mark_kill_command(const char *tag, int sig);
 
+/**
+ * cl_mark_kill_command() for another mark: the command signals every
+ * process whose environment holds @var=@tag (a sandbox's mark, carried by
+ * all of its commands' processes). @var and @tag: letters, digits, '-' and
+ * '_' only (NULL otherwise). A new string; NULL also on no memory.
+ * Thread-safe.
+ */
+char *cl_mark_kill_command_var(const char *var, const char *tag, int sig);
+
 /* ------------------------------------------------------------------------ */
 /* The create's environment as a file in the sandbox                         */
 /* ------------------------------------------------------------------------ */
