@@ -11,7 +11,8 @@
  * from RAY_AUTH_TOKEN or the file RAY_AUTH_TOKEN_PATH names, and none is an
  * authentication error; a plain-text error answer is reported with its
  * text; memory_mb is refused naming the backend option that reserves it; a
- * command too long for an entrypoint travels in the package.
+ * command too long for an entrypoint travels in the package; the job that
+ * made a sandbox is its label and holds no env value.
  */
 #include "testutil.h"
 
@@ -442,4 +443,42 @@ Test(ray, a_long_command_travels_in_the_package)
                                0), 1);
     json_object_put(log);
     free(big);
+}
+
+/* The job that made a sandbox is its label (list_owned, destroy_by_id,
+ * `sbx gc`): its record, kept until destroy, carries the ownership
+ * metadata and no env value (the create's env reached the sandbox by a job
+ * whose record went at once). */
+Test(ray, the_label_job_holds_no_env_value)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_env(o, "SECRET", "s3cr3t-value", NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    sbx_result *r = tu_sh(g_sb, "echo \"$SECRET\"", 30);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "s3cr3t-value\n");
+    sbx_result_free(r);
+    char *path = tu_strdup_printf("/api/jobs/%s", sbx_sandbox_get0_id(g_sb)), *body = NULL;
+    const char *auth = "Authorization: Bearer sbx-test-dummy-key";
+    cr_assert_eq(tu_fake_http("GET", path, auth, NULL, &body), 200);
+    cr_assert_null(strstr(body, "s3cr3t-value"), "the label holds the env value: %s", body);
+    json_object *j = json_tokener_parse(body), *meta = NULL;
+    cr_assert(json_object_object_get_ex(j, "metadata", &meta));
+    cr_assert_str_eq(tu_json_str(meta, "sbx_backend"), "ray");
+    cr_assert_str_eq(tu_json_str(meta, "sbx_kind"), "sandbox");
+    cr_assert_str_eq(tu_json_str(meta, "sbx_dir"), sbx_sandbox_get0_root(g_sb));
+    cr_assert_str_eq(tu_json_str(meta, "sbx_made"), "1");
+    cr_assert_eq(strlen(tu_json_str(meta, "sbx_create_token")), 36);
+    cr_assert_str_eq(tu_json_str(j, "status"), "SUCCEEDED");
+    json_object_put(j);
+    free(body);
+    body = NULL;
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    cr_assert_eq(tu_fake_http("GET", path, auth, NULL, &body), 404);
+    char *want = tu_strdup_printf("Job %s does not exist", sbx_sandbox_get0_id(g_sb));
+    cr_assert_str_eq(body, want);
+    free(want);
+    free(body);
+    free(path);
 }

@@ -58,6 +58,12 @@
  *  - Files go through the host's generic fallbacks over exec (cat, tar),
  *    that is through jobs: writes carry the bytes as the job's stdin
  *    package, reads come back through the log.
+ *  - Ownership: the job that makes a sandbox (submission_id = the sandbox's
+ *    id) is its label, kept until destroy: metadata sbx_backend=ray,
+ *    sbx_kind=sandbox, the create token, the expiry, sbx_dir, sbx_meta and
+ *    sbx_made, read by list_owned (GET /api/jobs/) and destroy_by_id. The
+ *    create's env goes by a second job whose record is deleted at once (a
+ *    record holds its runtime environment).
  *  - session_state {"version":1,"sandbox_id","dir","meta","made"} (no
  *    credential, no env value: the create's env stays in the sandbox's
  *    files on the cluster); resume checks that the sandbox's files are
@@ -108,7 +114,7 @@
 
 #define RAY_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_RESUME       \
                   | SBX_CAP_ISOLATION | SBX_CAP_CPU_LIMIT | SBX_CAP_GPU                      \
-                  | SBX_CAP_BACKGROUND)
+                  | SBX_CAP_BACKGROUND | SBX_CAP_LIST_OWNED)
 
 struct sbx_plugin_client {
     cl_http *http;
@@ -498,11 +504,12 @@ static int ray_read_log(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, ra
  * runtime environment, the package @pkg_uri (NULL: none; @pkg_stdin: it
  * holds the command's stdin) as its working_dir and the sandbox's
  * entrypoint resources. @mark: mark the command's processes as the
- * sandbox's. 0, or -1 with the thread's last error set. */
+ * sandbox's. @labels (borrowed; NULL: none): more metadata members. 0, or
+ * -1 with the thread's last error set. */
 static int ray_submit(struct sbx_plugin_sandbox *sb, struct sbx_plugin_client *c,
                       const sbx_call_ctx *ctx, ray_run *run, const char *root,
                       const char *script, const char *const *env, const char *pkg_uri,
-                      int pkg_stdin, int mark, const char *op)
+                      int pkg_stdin, int mark, json_object *labels, const char *op)
 {
     /* A script that would make the entrypoint too long is in the package. */
     char *s64 = script ? cl_base64_encode(script, strlen(script)) : strdup("-");
@@ -555,6 +562,10 @@ static int ray_submit(struct sbx_plugin_sandbox *sb, struct sbx_plugin_client *c
     json_object_object_add(meta, CL_META_BACKEND, json_object_new_string(RAY_BACKEND));
     if (sb)
         json_object_object_add(meta, "sbx_sandbox", json_object_new_string(sb->s.id));
+    if (labels) {
+        json_object_object_foreach(labels, lk, lv)
+            json_object_object_add(meta, lk, json_object_get(lv));
+    }
     json_object_object_add(b, "metadata", meta);
     if (sb && sb->res) {
         json_object_object_foreach(sb->res, k, v)
@@ -678,20 +689,26 @@ static void ray_new_sid(ray_run *run)
 /* Runs the plugin's own script @script under @root as one job and follows
  * it (bounded by RAY_SHORT_S and @ctx): 0 with its exit code in *@code, or
  * -1 with *@error set. @sb may be NULL (no sandbox's resources). The
- * sandbox is gone (reason gone) when the driver finds no @root. */
+ * sandbox is gone (reason gone) when the driver finds no @root. @sid (NULL:
+ * one made here): the job's submission_id, and then its record is kept
+ * (the sandbox's label); @labels: more metadata (ray_submit()). */
 static int ray_run_script(struct sbx_plugin_sandbox *sb, struct sbx_plugin_client *c,
                           const sbx_call_ctx *ctx, const char *root, const char *script,
-                          const char *const *env, int *code, const char *op, sbx_error **error)
+                          const char *const *env, const char *sid, json_object *labels,
+                          int *code, const char *op, sbx_error **error)
 {
     ray_run run = { 0 };
     ray_new_sid(&run);
     cl_bound bd = cl_bound_make(ctx, RAY_SHORT_S);
     sbx_call_ctx c2 = { sizeof(c2), bd.until, ctx ? ctx->cancel_fd : -1,
                         ctx ? ctx->create_token : NULL };
-    int rc = ray_submit(sb, c, &c2, &run, root, script, env, NULL, 0, 0, op);
+    if (sid)
+        snprintf(run.sid, sizeof run.sid, "%s", sid);
+    int rc = ray_submit(sb, c, &c2, &run, root, script, env, NULL, 0, 0, labels, op);
     if (rc == 0) {
         rc = ray_follow(c, &c2, &run, code, op);
-        ray_job_delete(c, run.sid);
+        if (!sid)
+            ray_job_delete(c, run.sid);
     }
     if (rc < 0) {
         cl_last_error l = *cl_last();   /* cl_fail writes over the original */
@@ -723,7 +740,7 @@ static int ray_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
 {
     if (ray_check(sb, op, error) < 0)
         return -1;
-    return ray_run_script(sb, sb->c, ctx, sb->dir, cmd, NULL, code, op, error);
+    return ray_run_script(sb, sb->c, ctx, sb->dir, cmd, NULL, NULL, NULL, code, op, error);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1052,13 +1069,19 @@ static int ray_remove(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
-    int rc = ray_run_script(NULL, c, ctx, "/", s, NULL, &code, op, error);
+    int rc = ray_run_script(NULL, c, ctx, "/", s, NULL, NULL, NULL, &code, op, error);
     free(s);
     if (rc == 0 && code != 0) {
         cl_context(cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "ray: cannot remove sandbox "
                            "%s (%s): the job exited %d", id, dir, code), "sandbox_id", id);
         return -1;
     }
+    if (rc < 0)
+        return -1;
+    /* Then its label: the record of the job that made it (id). */
+    char *url = cl_item_url(c->api, "api/jobs", id, "");
+    rc = cl_delete_url(c->http, ctx, url, op, "delete the sandbox's job record", error);
+    free(url);
     return rc;
 }
 
@@ -1082,32 +1105,47 @@ static int ray_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     struct sbx_plugin_sandbox *sb = dir && meta ? ray_sandbox_new(c, id, dir, meta, made) : NULL;
     char *qd = dir ? cl_shell_quote(dir) : NULL, *qm = meta ? cl_shell_quote(meta) : NULL;
     char *tmp = dir ? ray_join(dir, "tmp") : NULL, *qt = tmp ? cl_shell_quote(tmp) : NULL;
+    /* The job that makes the sandbox is its label: its record (id = the
+     * sandbox's) stays until destroy, with the ownership metadata that
+     * list_owned, destroy_by_id and `sbx gc` read. The create's env goes
+     * to the sandbox's files by a job of its own, whose record goes at once
+     * (a record holds its runtime environment). */
     char *script = qd && qm && qt
                    ? cl_printf("mkdir -p -- %s 2>/dev/null || exit 3\n"
-                               "mkdir -p -- %s %s || exit 4\n"
-                               "printf '%%s' \"$SBX_RAY_ENV_FILE\" > %s/env || exit 4\n"
-                               "printf '%%s\\n' \"$SBX_RAY_TOKEN\" > %s/token || exit 4\n",
-                               qd, qt, qm, qm, qm)
+                               "mkdir -p -- %s %s || exit 4\n", qd, qt, qm)
                    : NULL;
-    char *ev[3] = { NULL, NULL, NULL };
+    char *env_script = qm ? cl_printf("printf '%%s' \"$SBX_RAY_ENV_FILE\" > %s/env", qm) : NULL;
+    char *ev[2] = { NULL, NULL };
     ev[0] = envf ? cl_printf("SBX_RAY_ENV_FILE=%s", envf) : NULL;
-    ev[1] = cl_printf("SBX_RAY_TOKEN=%s", ctx && ctx->create_token ? ctx->create_token : "");
+    char exp[32];
+    snprintf(exp, sizeof exp, "%.0f", rq->expires_at > 0 ? rq->expires_at : 0.0);
+    json_object *labels = json_object_new_object();
+    json_object_object_add(labels, "sbx_kind", json_object_new_string("sandbox"));
+    json_object_object_add(labels, CL_META_TOKEN, json_object_new_string(
+                               ctx && ctx->create_token ? ctx->create_token : ""));
+    json_object_object_add(labels, CL_META_EXPIRES, json_object_new_string(exp));
+    json_object_object_add(labels, "sbx_dir", json_object_new_string(dir ? dir : ""));
+    json_object_object_add(labels, "sbx_meta", json_object_new_string(meta ? meta : ""));
+    json_object_object_add(labels, "sbx_made", json_object_new_string(made ? "1" : "0"));
     int rc = -1, code = 0;
     if (!envf) {
         cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "ray: an env key of the create is not a "
                 "shell variable name");
         goto out;
     }
-    if (!sb || !script || !ev[0] || !ev[1]) {
+    if (!sb || !script || !env_script || !ev[0]) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
     sb->res = res;
     res = NULL;
-    if (ray_run_script(sb, c, ctx, "/", script, (const char *const *)ev, &code, op, error) < 0) {
+    if (ray_run_script(sb, c, ctx, "/", script, NULL, id, labels, &code, op, error) < 0
+        || (code == 0 && *envf
+            && ray_run_script(sb, c, ctx, "/", env_script, (const char *const *)ev, NULL,
+                              NULL, &code, op, error) < 0)) {
         if (error && *error)
             cl_context(*error, "sandbox_id", id);
-        /* The job may have made something before it failed. */
+        /* The jobs may have made something before they failed. */
         ray_remove(c, NULL, id, dir, meta, made, op, NULL);
         goto out;
     }
@@ -1137,8 +1175,9 @@ out:
     free(tmp);
     free(qt);
     free(script);
+    free(env_script);
     free(ev[0]);
-    free(ev[1]);
+    json_object_put(labels);
     return rc;
 }
 
@@ -1161,7 +1200,7 @@ static int ray_exists(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
     int code = 0, rc = -1;
     if (!s)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (ray_run_script(NULL, c, ctx, "/", s, NULL, &code, op, error) == 0)
+    else if (ray_run_script(NULL, c, ctx, "/", s, NULL, NULL, NULL, &code, op, error) == 0)
         rc = code == 0;
     free(q);
     free(s);
@@ -1247,6 +1286,80 @@ out:
 }
 
 /* ------------------------------------------------------------------------ */
+/* The sandboxes this library made: their create jobs' records               */
+/* ------------------------------------------------------------------------ */
+
+/* Every sandbox label on the cluster (GET /api/jobs/, one answer: Ray's
+ * list has no pages): the jobs with metadata sbx_backend=ray and
+ * sbx_kind=sandbox. */
+static int ray_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                          sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
+{
+    const char *op = "list_owned";
+    long st = 0;
+    char *url = cl_printf("%s/api/jobs/", client->api);
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    json_object *j = cl_get_json(client->http, ctx, url, &st, op, "list jobs", error);
+    free(url);
+    if (!j) {
+        if (st == 404)
+            cl_fail(error, SBX_ERROR_NOT_FOUND, op, "ray: no job list at %s", client->api);
+        return -1;
+    }
+    if (!json_object_is_type(j, json_type_array)) {
+        cl_fail(error, SBX_ERROR_CONNECTION, op, "ray: the job list is not an array");
+        json_object_put(j);
+        return -1;
+    }
+    for (size_t i = 0; i < json_object_array_length(j); i++) {
+        json_object *it = json_object_array_get_idx(j, i);
+        json_object *meta = cl_json_path(it, "metadata", NULL);
+        const char *be = cl_json_str(meta, CL_META_BACKEND), *kind = cl_json_str(meta, "sbx_kind");
+        const char *tok = cl_json_str(meta, CL_META_TOKEN), *exp = cl_json_str(meta, CL_META_EXPIRES);
+        const char *id = cl_json_str(it, "submission_id");
+        if (!be || strcmp(be, RAY_BACKEND) != 0 || !kind || strcmp(kind, "sandbox") != 0 || !id)
+            continue;
+        int64_t started = 0;
+        cl_json_int(it, "start_time", &started);
+        sbx_plugin_owned_info info = { sizeof(info), id, tok ? tok : "",
+                                       (double)started / 1000.0, exp ? strtod(exp, NULL) : 0 };
+        if (fn(&info, ud) != 0)
+            break;
+    }
+    json_object_put(j);
+    return 0;
+}
+
+/* Reads sandbox @id's label (its create job) and removes the sandbox as
+ * destroy does; 0 also when there is no label any more. */
+static int ray_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                             sbx_error **error)
+{
+    const char *op = "destroy_by_id";
+    long st = 0;
+    json_object *j = ray_job_get(client, ctx, id, &st, op, error);
+    if (!j)
+        return st == 404 ? 0 : -1;
+    json_object *meta = cl_json_path(j, "metadata", NULL);
+    const char *be = cl_json_str(meta, CL_META_BACKEND), *kind = cl_json_str(meta, "sbx_kind");
+    const char *dir = cl_json_str(meta, "sbx_dir"), *m = cl_json_str(meta, "sbx_meta");
+    const char *made = cl_json_str(meta, "sbx_made");
+    int rc = -1;
+    if (!be || strcmp(be, RAY_BACKEND) != 0 || !kind || strcmp(kind, "sandbox") != 0
+        || !cl_workdir_ok(dir) || !cl_workdir_ok(m) || !made) {
+        cl_context(cl_fail(error, SBX_ERROR_NOT_FOUND, op, "ray: job %s is no sandbox of this "
+                           "library (its metadata has no sandbox labels)", id), "sandbox_id", id);
+    } else {
+        rc = ray_remove(client, ctx, id, dir, m, strcmp(made, "1") == 0, op, error);
+    }
+    json_object_put(j);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Exec                                                                      */
 /* ------------------------------------------------------------------------ */
 
@@ -1282,7 +1395,7 @@ static int ray_exec_run(cl_proc *base)
     }
     if (ray_submit(sb, c, &ctx, &p->run, sb->dir, big ? NULL : script,
                    (const char *const *)p->env, have_pkg ? uri : NULL, p->stdin_fd >= 0, 1,
-                   op) < 0)
+                   NULL, op) < 0)
         goto fail;
     pthread_mutex_lock(&base->lock);
     p->submitted = 1;
@@ -1419,6 +1532,8 @@ static const sbx_plugin ray_plugin = {
     .exec_event_fd = cl_exec_event_fd,
     .exec_kill = ray_exec_kill,
     .exec_free = ray_exec_free,
+    .list_owned = ray_list_owned,
+    .destroy_by_id = ray_destroy_by_id,
 };
 
 SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
