@@ -8,7 +8,8 @@
  * gpu as entrypoint resources and stdin as a working_dir package; the
  * sandbox's variables; a timeout stops the job; destroy removes the
  * directory create made and keeps the caller's workdir; the token comes
- * from RAY_AUTH_TOKEN or the file RAY_AUTH_TOKEN_PATH names, and none is an
+ * from RAY_AUTH_TOKEN or the file RAY_AUTH_TOKEN_PATH names (one that
+ * cannot be read is a configuration error naming it), and none is an
  * authentication error; a plain-text error answer is reported with its
  * text; memory_mb is refused naming the backend option that reserves it; a
  * command too long for an entrypoint travels in the package; the job that
@@ -361,6 +362,18 @@ Test(ray, token_from_file_and_missing_token)
         cr_assert_str_eq(tu_json_str(json_object_array_get_idx(log, i), "auth"),
                          "Bearer <redacted>");
     json_object_put(log);
+
+    /* A token file named and not there is a configuration error naming
+     * it. */
+    char *missing = tu_strdup_printf("%s/no-such-token", dir);
+    setenv("RAY_AUTH_TOKEN_PATH", missing, 1);
+    cr_assert_null(sbx_client_new("ray", &err));
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, missing, "(RAY_AUTH_TOKEN_PATH)",
+                    "No such file or directory", NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "path"), missing);
+    sbx_error_free(err);
+    err = NULL;
+    free(missing);
 
     unsetenv("RAY_AUTH_TOKEN_PATH");
     c = sbx_client_new("ray", &err);

@@ -763,12 +763,15 @@ static void ray_client_free(sbx_plugin_client *c)
     free(c);
 }
 
-/* The token file's first line, or NULL. */
+/* The token file's first line, blanks trimmed, or NULL (errno set when the
+ * file could not be read, 0 when it holds no token). */
 static char *ray_token_file(const char *path)
 {
+    errno = 0;
     FILE *f = path && *path ? fopen(path, "re") : NULL;
     if (!f)
         return NULL;
+    errno = 0;
     char buf[4096];
     char *t = fgets(buf, sizeof buf, f) ? buf : NULL;
     fclose(f);
@@ -780,7 +783,9 @@ static char *ray_token_file(const char *path)
     size_t n = strlen(t);
     while (n && (t[n - 1] == ' ' || t[n - 1] == '\t'))
         t[--n] = '\0';
-    return *t ? strdup(t) : NULL;
+    char *out = *t ? strdup(t) : NULL;
+    errno = 0;
+    return out;
 }
 
 /* The dashboard's URL: config "address", RAY_ADDRESS, or the default;
@@ -830,7 +835,16 @@ static int ray_client_new(const char *config_json, sbx_plugin_client **client, s
         goto fail;
     const char *t = getenv("RAY_AUTH_TOKEN");
     if (!t || !*t) {
-        char *tok = ray_token_file(getenv("RAY_AUTH_TOKEN_PATH"));
+        const char *tp = getenv("RAY_AUTH_TOKEN_PATH");
+        char *tok = ray_token_file(tp);
+        if (!tok && tp && *tp) {
+            /* A file named and not read is a mistake, not "no token". */
+            sbx_error *e = cl_fail(error, SBX_ERROR_CONFIGURATION, op, "ray: cannot read a "
+                                   "token from %s (RAY_AUTH_TOKEN_PATH): %s", tp,
+                                   errno ? strerror(errno) : "it is empty");
+            cl_context(e, "path", tp);
+            goto fail;
+        }
         if (!tok && getenv("HOME")) {
             char *p = cl_printf("%s/.ray/auth_token", getenv("HOME"));
             tok = ray_token_file(p);
