@@ -201,8 +201,8 @@ Test(ray, each_command_is_one_job_with_the_sandbox_resources)
     json_object *subs = submissions();
     cr_assert_eq(json_object_array_length(subs), 1);
     json_object *b = json_object_array_get_idx(subs, 0), *v = NULL;
-    const char *sid = tu_json_str(b, "submission_id");
-    cr_assert_not_null(sid);
+    cr_assert_not_null(tu_json_str(b, "submission_id"));
+    char *sid = strdup(tu_json_str(b, "submission_id"));
     cr_assert_eq(strncmp(sid, "sbx-", 4), 0, "submission_id %s", sid);
     cr_assert_eq(strlen(sid), 28, "submission_id %s", sid);
     cr_assert(json_object_object_get_ex(b, "entrypoint_num_cpus", &v));
@@ -231,6 +231,7 @@ Test(ray, each_command_is_one_job_with_the_sandbox_resources)
     cr_assert_null(json_object_object_get(jobs, sid), "job %s is still on the cluster", sid);
     json_object_put(jobs);
     free(body);
+    free(sid);
 }
 
 /* stdin travels as a working_dir package (a zip PUT to
