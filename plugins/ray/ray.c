@@ -1527,7 +1527,8 @@ static const sbx_plugin ray_plugin = {
     .description = "Ray clusters through the Jobs REST API over libcurl: a sandbox is a "
                    "directory on the cluster, each command a job (stdout and stderr framed "
                    "apart in the job's log); cpu and gpu are entrypoint resources; files move "
-                   "through jobs",
+                   "through jobs; client options \"address\" (else RAY_ADDRESS), "
+                   "\"root_dir\", \"python\"; backend option \"entrypoint_memory_mb\"",
     .caps = RAY_CAPS,
     .setup = ray_setup,
     .client_new = ray_client_new,
