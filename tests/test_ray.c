@@ -13,7 +13,8 @@
  * authentication error; a plain-text error answer is reported with its
  * text; memory_mb is refused naming the backend option that reserves it; a
  * command too long for an entrypoint travels in the package; the job that
- * made a sandbox is its label and holds no env value.
+ * made a sandbox is its label and holds no env value; a submit whose answer
+ * was lost is sent again and the command runs once.
  */
 #include "testutil.h"
 
@@ -38,7 +39,7 @@ static void setup(void)
     cr_assert_str_eq(tu_backend(), "ray", "run by tests/ray.sh");
     tu_fake_use("RAY_ADDRESS");
     tu_fake_reset();
-    tu_fake_post("/_fake/config", "{\"log_lag_s\": 0}");
+    tu_fake_post("/_fake/config", "{\"log_lag_s\": 0, \"lose_submit_answers\": 0}");
     g_client = sbx_client_new("ray", &err);
     cr_assert_not_null(g_client, "sbx_client_new: %s", err ? sbx_error_get0_message(err) : "");
     g_sb = NULL;
@@ -46,7 +47,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    tu_fake_post("/_fake/config", "{\"log_lag_s\": 0}");
+    tu_fake_post("/_fake/config", "{\"log_lag_s\": 0, \"lose_submit_answers\": 0}");
     if (g_sb) {
         sbx_sandbox_destroy(g_sb, NULL);
         sbx_sandbox_free(g_sb);
@@ -495,4 +496,34 @@ Test(ray, the_label_job_holds_no_env_value)
     free(want);
     free(body);
     free(path);
+}
+
+/* A submit whose answer was lost is sent again with the same
+ * submission_id; the cluster refuses it (400, the id is in use), which
+ * says the job is there: the command runs once and its output comes. */
+Test(ray, a_lost_submit_answer_runs_the_command_once)
+{
+    g_sb = tu_create(g_client, NULL);
+    tu_fake_reset();
+    tu_fake_post("/_fake/config", "{\"lose_submit_answers\": 1}");
+    sbx_result *r = tu_sh(g_sb, "echo once >> \"$SANDBOX_ROOT/count\"; cat \"$SANDBOX_ROOT/count\"",
+                          30);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "once\n");
+    sbx_result_free(r);
+    json_object *subs = submissions();
+    cr_assert_eq(json_object_array_length(subs), 2);
+    cr_assert_str_eq(tu_json_str(json_object_array_get_idx(subs, 0), "submission_id"),
+                     tu_json_str(json_object_array_get_idx(subs, 1), "submission_id"));
+    json_object_put(subs);
+    json_object *log = tu_fake_log();
+    int n400 = 0;
+    for (size_t i = 0; i < json_object_array_length(log); i++) {
+        json_object *e = json_object_array_get_idx(log, i), *st = NULL;
+        if (strcmp(tu_json_str(e, "path"), "/api/jobs/") == 0
+            && json_object_object_get_ex(e, "status", &st) && json_object_get_int(st) == 400)
+            n400++;
+    }
+    cr_assert_eq(n400, 1, "the re-sent submit was answered 400 %d times", n400);
+    json_object_put(log);
 }

@@ -498,6 +498,19 @@ static int ray_read_log(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, ra
     return rc;
 }
 
+/* 1 when job @sid exists and carries this backend's metadata (a submit of
+ * ours made it), else 0. */
+static int ray_is_ours(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *sid,
+                       const char *op)
+{
+    long st = 0;
+    json_object *j = ray_job_get(c, ctx, sid, &st, op, NULL);
+    const char *be = j ? cl_json_str(cl_json_path(j, "metadata", NULL), CL_META_BACKEND) : NULL;
+    int ours = be && strcmp(be, RAY_BACKEND) == 0;
+    json_object_put(j);
+    return ours;
+}
+
 /* Submits job @run->sid running @script (a shell script; NULL: the
  * package's "script") under the sandbox directory @root (the driver reports
  * "gone" when it is missing), with @env ("K=V" per call; may be NULL) in its
@@ -580,15 +593,11 @@ static int ray_submit(struct sbx_plugin_sandbox *sb, struct sbx_plugin_client *c
                              NULL) == 0) {
         if (r.status / 100 == 2) {
             rc = 0;
-        } else if (r.status == 400 && r.attempts > 1) {
-            /* A re-sent submit whose first reached the cluster: the id is
-             * ours, and so is the job. */
-            long st = 0;
-            json_object *j = ray_job_get(c, ctx, run->sid, &st, op, NULL);
-            rc = j ? 0 : -1;
-            json_object_put(j);
-            if (rc < 0)
-                cl_fail_status(c->http, NULL, CL_CODE_BY_STATUS, &r, op, "submit the job");
+        } else if (r.status == 400 && ray_is_ours(c, ctx, run->sid, op)) {
+            /* A re-sent submit whose first reached the cluster (its answer
+             * lost): the id, 96 random bits of this plugin, is in use by
+             * the job that submit made. */
+            rc = 0;
         } else {
             cl_fail_status(c->http, NULL, r.status == 400 ? SBX_ERROR_CONFIGURATION
                                                           : CL_CODE_BY_STATUS,

@@ -65,7 +65,8 @@ Control routes (no auth; not logged): GET/DELETE /_fake/log, POST
 /_fake/faults (tests/fakes/fakehttp.py); POST /_fake/config {"log_lag_s":
 s}: a job's last line (after the last newline before its end) shows in its
 logs only s seconds after the job ended (ray-project/ray#46413, the log
-that lags its job's status, CASE-24); GET /_fake/jobs {id: {"status",
+that lags its job's status, CASE-24), "lose_submit_answers": n (the next n
+submits make their job, then close the connection without an answer); GET /_fake/jobs {id: {"status",
 "pid", "alive"}}; GET /_fake/node {"root"}.
 
 Python 3 standard library only. Run as root (bubblewrap and nsenter).
@@ -79,6 +80,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import string
 import subprocess
 import sys
@@ -173,6 +175,7 @@ class RayFake(fakehttp.Fake):
         self.used = {}
         self.cond = threading.Condition(self.lock)
         self.log_lag_s = 0.0
+        self.lose_submit_answers = 0
 
     def error_body(self, status, message, path, method):
         """Ray's errors are text: a fault rule answers its message as is."""
@@ -501,6 +504,18 @@ class RayHandler(fakehttp.Handler):
             open(job.log_path, "wb").close()
             f.jobs[sid] = job
         threading.Thread(target=f.run, args=(job,), daemon=True).start()
+        with f.lock:
+            lose = f.lose_submit_answers > 0
+            if lose:
+                f.lose_submit_answers -= 1
+        if lose:
+            # The job is submitted; its answer is lost on the way.
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return
         self.send_json(200, {"submission_id": sid, "job_id": sid})
 
     # ------------------------------------------------------------ tail
@@ -552,6 +567,8 @@ class RayHandler(fakehttp.Handler):
             cfg = self.json_body()
             if "log_lag_s" in cfg:
                 f.log_lag_s = float(cfg["log_lag_s"])
+            if "lose_submit_answers" in cfg:
+                f.lose_submit_answers = int(cfg["lose_submit_answers"])
             self.send_json(204, None)
         elif path == "/_fake/jobs" and self.command == "GET":
             with f.lock:
