@@ -14,7 +14,8 @@
  * text; memory_mb is refused naming the backend option that reserves it; a
  * command too long for an entrypoint travels in the package; the job that
  * made a sandbox is its label and holds no env value; a submit whose answer
- * was lost is sent again and the command runs once.
+ * was lost is sent again and the command runs once; the plugin's own jobs
+ * take none of the sandbox's resources.
  */
 #include "testutil.h"
 
@@ -526,4 +527,34 @@ Test(ray, a_lost_submit_answer_runs_the_command_once)
     }
     cr_assert_eq(n400, 1, "the re-sent submit was answered 400 %d times", n400);
     json_object_put(log);
+}
+
+/* The sandbox's resources go with the caller's commands only: with every
+ * CPU of the node (4) held by a command, a timeout's kill jobs (and the
+ * plugin's other jobs) carry none and run at once; the command ends 124. */
+Test(ray, the_plugins_own_jobs_take_no_resources)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_cpu(o, 4.0, NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    tu_fake_reset();
+    sbx_result *r = tu_sh(g_sb, "sleep 30", 1);
+    cr_assert_eq(sbx_result_is_timed_out(r), 1);
+    cr_assert_eq(sbx_result_get_exit_code(r), 124);
+    sbx_result_free(r);
+    json_object *subs = submissions();
+    size_t n = json_object_array_length(subs);
+    /* The command, then the TERM's kill job (and the KILL's, when the
+     * command outlived the grace). */
+    cr_assert(n >= 2, "%zu submissions: the command and its kill", n);
+    for (size_t i = 0; i < n; i++) {
+        json_object *b = json_object_array_get_idx(subs, i), *v = NULL;
+        int has = json_object_object_get_ex(b, "entrypoint_num_cpus", &v);
+        cr_assert_eq(has, i == 0, "submission %zu %s entrypoint_num_cpus", i,
+                     has ? "carries" : "lacks");
+        if (has)
+            cr_assert(json_object_get_double(v) == 4.0);
+    }
+    json_object_put(subs);
 }

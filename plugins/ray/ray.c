@@ -515,9 +515,9 @@ static int ray_is_ours(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, con
  * package's "script") under the sandbox directory @root (the driver reports
  * "gone" when it is missing), with @env ("K=V" per call; may be NULL) in its
  * runtime environment, the package @pkg_uri (NULL: none; @pkg_stdin: it
- * holds the command's stdin) as its working_dir and the sandbox's
- * entrypoint resources. @mark: mark the command's processes as the
- * sandbox's. @labels (borrowed; NULL: none): more metadata members. 0, or
+ * holds the command's stdin) as its working_dir. @mark: a command of the
+ * caller's: its processes are marked as the sandbox's, and the job carries
+ * the sandbox's entrypoint resources. @labels (borrowed; NULL: none): more metadata members. 0, or
  * -1 with the thread's last error set. */
 static int ray_submit(struct sbx_plugin_sandbox *sb, struct sbx_plugin_client *c,
                       const sbx_call_ctx *ctx, ray_run *run, const char *root,
@@ -580,7 +580,10 @@ static int ray_submit(struct sbx_plugin_sandbox *sb, struct sbx_plugin_client *c
             json_object_object_add(meta, lk, json_object_get(lv));
     }
     json_object_object_add(b, "metadata", meta);
-    if (sb && sb->res) {
+    /* The sandbox's resources go with its commands only: a job of the
+     * plugin's own (a kill, a look) must never wait for the CPUs the
+     * command it is about holds. */
+    if (mark && sb && sb->res) {
         json_object_object_foreach(sb->res, k, v)
             json_object_object_add(b, k, json_object_get(v));
     }
