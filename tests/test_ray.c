@@ -15,7 +15,8 @@
  * command too long for an entrypoint travels in the package; the job that
  * made a sandbox is its label and holds no env value; a submit whose answer
  * was lost is sent again and the command runs once; the plugin's own jobs
- * take none of the sandbox's resources.
+ * take none of the sandbox's resources; a process freed while it runs leaves
+ * no job.
  */
 #include "testutil.h"
 
@@ -557,4 +558,53 @@ Test(ray, the_plugins_own_jobs_take_no_resources)
             cr_assert(json_object_get_double(v) == 4.0);
     }
     json_object_put(subs);
+}
+
+/* A process freed while its command runs: the command's job is stopped
+ * and its record deleted; nothing of it runs on. */
+Test(ray, a_freed_process_leaves_no_job)
+{
+    g_sb = tu_create(g_client, NULL);
+    tu_fake_reset();
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "echo started; sleep 30";
+    sbx_error *err = NULL;
+    sbx_process *p = sbx_sandbox_start_process(g_sb, &req, &err);
+    cr_assert_not_null(p, "start_process: %s", err ? sbx_error_get0_message(err) : "");
+    /* Wait for the job to run (the fake's view of it). */
+    char *sid = NULL;
+    for (int i = 0; i < 400 && !sid; i++) {
+        char *body = NULL;
+        cr_assert_eq(tu_fake_http("GET", "/_fake/jobs", NULL, NULL, &body), 200);
+        json_object *jobs = json_tokener_parse(body);
+        json_object_object_foreach(jobs, k, v) {
+            const char *st = tu_json_str(v, "status");
+            if (st && strcmp(st, "RUNNING") == 0 && strncmp(k, "sbx-ray-", 8) != 0)
+                sid = strdup(k);
+        }
+        json_object_put(jobs);
+        free(body);
+        if (!sid)
+            usleep(25000);
+    }
+    cr_assert_not_null(sid, "the command's job never ran");
+    sbx_process_free(p);
+    /* Out of process the free completes in the plugin host after the call
+     * returned: wait for the record to go (up to 15 s). */
+    int there = 1;
+    for (int i = 0; i < 600 && there; i++) {
+        char *body = NULL;
+        cr_assert_eq(tu_fake_http("GET", "/_fake/jobs", NULL, NULL, &body), 200);
+        json_object *jobs = json_tokener_parse(body);
+        there = json_object_object_get(jobs, sid) != NULL;
+        json_object_put(jobs);
+        free(body);
+        if (there)
+            usleep(25000);
+    }
+    cr_assert_eq(there, 0, "job %s is still on the cluster", sid);
+    sbx_result *r = tu_sh(g_sb, "ps -eo args | grep -c '^sleep 30$'", 30);
+    tu_assert_stdout(r, "0\n");
+    sbx_result_free(r);
+    free(sid);
 }

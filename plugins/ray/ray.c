@@ -151,6 +151,7 @@ typedef struct ray_proc {
     int stdin_fd;
     ray_run run;
     int submitted;      /* the job was sent (exec_kill may stop it) */
+    int deleted;        /* the worker deleted the job's record */
 } ray_proc;
 
 #define ray_check(sb, op, error) cl_gone_check(&(sb)->s.gone, (op), RAY_BACKEND, (sb)->s.id, \
@@ -255,6 +256,34 @@ static void ray_job_delete(struct sbx_plugin_client *c, const char *sid)
         CL_LOG(SBX_LOG_INFO, "the record of job %s stays on the cluster: %s", sid,
                cl_last()->msg);
     free(url);
+}
+
+/* The end of a job whose follower stopped early (a process freed while it
+ * ran): stops it (it may have been sent as the follower stopped, so
+ * whatever the follower knew) and, once it is terminal, deletes its record;
+ * best effort, bounded by 10 s. */
+static void ray_job_reap(struct sbx_plugin_client *c, const char *sid)
+{
+    sbx_call_ctx ctx = { sizeof(ctx), cl_now() + 10, -1, NULL };
+    if (ray_job_stop(c, &ctx, sid, "exec", NULL) < 0)
+        return;
+    for (double pause = 0.02;; pause = pause < 0.5 ? pause * 2 : pause) {
+        long st = 0;
+        json_object *j = ray_job_get(c, &ctx, sid, &st, "exec", NULL);
+        int term = j && ray_terminal(cl_json_str(j, "status"));
+        json_object_put(j);
+        if (!j)
+            return;     /* none (404), or the cluster is not answering */
+        if (term) {
+            ray_job_delete(c, sid);
+            return;
+        }
+        if (cl_now() + pause >= ctx.deadline) {
+            CL_LOG(SBX_LOG_INFO, "job %s did not stop in time; its record stays", sid);
+            return;
+        }
+        cl_sleep(pause, -1);
+    }
 }
 
 /* @a joined under the sandbox directory @dir (one slash between). */
@@ -1427,8 +1456,12 @@ static int ray_exec_run(cl_proc *base)
     p->submitted = 1;
     pthread_mutex_unlock(&base->lock);
     int rc = ray_follow(c, &ctx, &p->run, &code, op);
-    if (rc == 0 || !cl_proc_stopping(base))
+    if (rc == 0 || !cl_proc_stopping(base)) {
         ray_job_delete(c, p->run.sid);
+        pthread_mutex_lock(&base->lock);
+        p->deleted = 1;
+        pthread_mutex_unlock(&base->lock);
+    }
     if (rc < 0)
         goto fail;
     if (p->run.gone) {
@@ -1521,7 +1554,12 @@ static void ray_exec_free(sbx_plugin_process *process)
         sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
         ray_exec_kill(process, &c2, SIGKILL, NULL);
     }
+    pthread_mutex_lock(&p->base.lock);
+    int deleted = p->deleted;
+    pthread_mutex_unlock(&p->base.lock);
     cl_proc_clear(&p->base);
+    if (!deleted && !cl_gone_get(&p->sb->s.gone))
+        ray_job_reap(p->sb->c, p->run.sid);
     ray_proc_free_fields(p);
     free(p);
 }
