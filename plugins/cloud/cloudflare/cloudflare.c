@@ -50,10 +50,14 @@
  *    the path. list_files is "find" over the exec stream. PUT bodies are
  *    limited to 32 MiB by the bridge (413: invalid_argument naming the
  *    path).
- *  - snapshot: POST …/persist gives a tar of /workspace (only /workspace:
- *    the bridge's snapshot mechanism), which the bridge hands to its client
- *    and does not keep (a container's disk goes when it sleeps); it is kept
- *    as cfsnap-<32 hex>.tar (mode 0600) in the client's snapshot directory
+ *  - snapshot: POST …/persist gives a tar of /workspace (the bridge's
+ *    snapshot mechanism); what changed elsewhere since the create (every
+ *    file, link and directory whose inode changed, other mounts left out)
+ *    is first archived into /workspace/.sbx-root.tar so persist carries
+ *    it, and a restore puts it back in place (files deleted outside
+ *    /workspace are not deleted in the copy). The bridge hands the archive
+ *    to its client and does not keep it (a container's disk goes when it
+ *    sleeps); it is kept as cfsnap-<32 hex>.tar (mode 0600) in the client's snapshot directory
  *    (client option "snapshot_dir", else SBX_CLOUDFLARE_SNAPSHOT_DIR, else
  *    $XDG_STATE_HOME/sbx/cloudflare-snapshots, else
  *    ~/.local/state/sbx/cloudflare-snapshots), and a create with that
@@ -108,6 +112,9 @@
 /* A command's exit status when CF_LIVE_FILE is missing (checked again
  * before it is taken for the sandbox's loss: the command may exit so). */
 #define CF_GONE_EXIT 212
+/* Where a snapshot keeps what changed outside /workspace, inside the
+ * workspace persist archives (cf_snapshot). */
+#define CF_ROOT_TAR CF_WORKSPACE "/.sbx-root.tar"
 /* The create's first command's exit status when the image has no perl. */
 #define CF_NO_PERL_EXIT 3
 
@@ -762,6 +769,20 @@ static int cf_hydrate(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
     }
     cl_resp_clear(&r);
     close(fd);
+    /* What the snapshot kept from outside /workspace goes back in place. */
+    int code = -1;
+    char *msg = NULL;
+    if (rc == 0 && cf_run(sb, ctx, "[ -e " CF_ROOT_TAR " ] || exit 0\n"
+                          "tar -xpf " CF_ROOT_TAR " -C /; rc=$?; rm -f " CF_ROOT_TAR
+                          "; exit $rc\n", -1, NULL, &msg, &code, op, error) < 0)
+        rc = -1;
+    else if (rc == 0 && code != 0) {
+        cl_context(cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "cloudflare: restoring "
+                           "snapshot %s outside " CF_WORKSPACE " failed (exit %d): %s", snap,
+                           code, msg ? msg : ""), "snapshot_id", snap);
+        rc = -1;
+    }
+    free(msg);
     return rc;
 }
 
@@ -999,10 +1020,37 @@ static char *cf_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
                    "path", sb->c->snap_dir);
         goto done;
     }
+    /* What changed outside /workspace since the create (files, links and
+     * directories whose inode changed after CF_LIVE_FILE was made; other
+     * mounts, /workspace and the plugin's own /var/lib/sbx left out) goes
+     * into CF_ROOT_TAR, so persist's archive of /workspace carries it. */
+    int code = -1;
+    char *msg = NULL;
+    if (cf_run(sb, ctx, "cd / || exit 1\nset --\n"
+               "while read -r _ _ _ _ m _; do [ \"$m\" = / ] || set -- \"$@\" -o -path \".$m\";"
+               " done </proc/self/mountinfo\n"
+               "find . \\( -path ./workspace -o -path ./var/lib/sbx \"$@\" \\) -prune -o ! -path . "
+               "-cnewer " CF_LIVE_FILE " \\( -type f -o -type l -o -type d \\) -print0 "
+               "| tar --null --no-recursion -cf " CF_ROOT_TAR " -T -\n"
+               "[ $? -le 1 ]\n", -1, NULL, &msg, &code, op, error) < 0) {
+        free(msg);
+        unlink(tmp);
+        goto done;
+    }
+    if (code != 0) {
+        cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "cloudflare: archiving what changed "
+                "outside " CF_WORKSPACE " failed (exit %d): %s", code, msg ? msg : "");
+        free(msg);
+        cf_run_short(sb, ctx, "rm -f " CF_ROOT_TAR, &code, op, NULL);
+        unlink(tmp);
+        goto done;
+    }
+    free(msg);
     cl_req rq = { .method = "POST", .sink = cl_fd_sink, .sink_ud = &fd, .idempotent = CL_SAFE,
                   .what = "persist the workspace" };
     cl_resp r = { 0 };
     int rc = cf_call(sb->c, ctx, sb->s.id, "/persist", &rq, &r, op, error);
+    cf_run_short(sb, ctx, "rm -f " CF_ROOT_TAR, &code, op, NULL);
     if (rc == 0 && r.status / 100 != 2) {
         cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "persist the workspace");
         rc = -1;
