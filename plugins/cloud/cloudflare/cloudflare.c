@@ -38,7 +38,7 @@
  *    redirects and removes at once; environment values never go in a
  *    command line. Every process of the command carries CL_EXEC_MARK, so
  *    exec_kill signals all of them (provider.h). The command runs under
- *    CF_ENCODER (perl), which sends each output byte 0x80-0xFF as the UTF-8
+ *    CL_OUTPUT_ENCODER (perl), which sends each output byte 0x80-0xFF as the UTF-8
  *    of U+0080-U+00FF, so any bytes come through the text-only bridge as
  *    they were and still live; the create checks the image has perl.
  *  - files: GET|PUT /v1/sandbox/{id}/file/<path> for paths under
@@ -118,38 +118,6 @@
 /* The create's first command's exit status when the image has no perl. */
 #define CF_NO_PERL_EXIT 3
 
-/*
- * The bridge carries a command's output as UTF-8 text: bytes that are not
- * UTF-8 come back as U+FFFD. So a command runs under this perl program
- * (perl-base is in every Debian and Ubuntu image, the bridge's default
- * among them), which runs its arguments with stdout and stderr on pipes
- * and passes on each read at once (output stays live), each byte 0x80-0xFF
- * as the 2-byte UTF-8 of U+0080-U+00FF (latin-1 to UTF-8: valid text, and
- * undone in cf_on_event). It stops reading when its child has ended and
- * the pipes are drained, so a background child that keeps them open does
- * not hold the command; it ends as its child did (the same exit status, or
- * the same signal).
- */
-static const char CF_ENCODER[] =
-    "$SIG{PIPE}='IGNORE';my $d=0;$SIG{CHLD}=sub{$d=1};"
-    "pipe(OR,OW)||exit 126;pipe(ER,EW)||exit 126;"
-    "my $p=fork;exit 126 unless defined $p;"
-    "if(!$p){close OR;close ER;open(STDOUT,'>&OW');open(STDERR,'>&EW');close OW;close EW;"
-    "$SIG{PIPE}='DEFAULT';$SIG{CHLD}='DEFAULT';exec{$ARGV[0]}@ARGV;exit 127}"
-    "close OW;close EW;my @f=([*OR,*STDOUT],[*ER,*STDERR]);my $s=-1;"
-    "while(@f){my $r='';vec($r,fileno($_->[0]),1)=1 for @f;"
-    "my $n=select($r,undef,undef,($s>=0||$d)?0:0.25);"
-    "if($s<0&&($d||$n<=0)){$d=0;$s=$? if waitpid($p,1)==$p}"
-    "if($n<=0){last if $s>=0;next}"
-    "for my $e(@f){next unless vec($r,fileno($e->[0]),1);"
-    "my $k=sysread($e->[0],my $b,65536);next if !defined $k&&$!==4;"
-    "if(!$k){$e->[2]=1;next}utf8::encode($b);"
-    "for(my $o=0;$o<length $b;){my $w=syswrite($e->[1],$b,length($b)-$o,$o);"
-    "unless(defined $w){next if $!==4;last}$o+=$w}}"
-    "@f=grep{!$_->[2]}@f}"
-    "$s=$? if $s<0&&waitpid($p,0)==$p;"
-    "if($s&127){$SIG{$_}='DEFAULT' for keys %SIG;kill($s&127,$$)}"
-    "exit($s&127?128+($s&127):$s>>8)";
 
 #define CF_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_SNAPSHOT      \
                  | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_BACKGROUND)
@@ -332,45 +300,11 @@ typedef struct cf_stream {
     int have_exit;
     int exit_code;
     int failed;         /* an error event came */
-    int encoded;        /* the output is CF_ENCODER's (latin-1 as UTF-8) */
-    unsigned char lead[3];  /* per fd: a lead byte whose next byte is to come */
+    int encoded;        /* the output is CL_OUTPUT_ENCODER's */
+    cl_unencoder unenc[3];  /* per fd (1, 2) */
     char err_code[64];
     char err_msg[512];
 } cf_stream;
-
-/* Undoes CF_ENCODER on @b in place: U+0000-U+00FF, as UTF-8, back to the
- * bytes they stand for. A lead byte ending @b waits in s->lead[@fd] for the
- * next event of the stream. Anything else (U+FFFD from a bridge that split a
- * character, say) is a connection error: the output did not come through
- * byte for byte. */
-static int cf_unencode(cf_stream *s, int fd, cl_buf *b)
-{
-    unsigned char *p = (unsigned char *)b->data;
-    size_t o = 0;
-    for (size_t i = 0; i < b->len; i++) {
-        unsigned char c = p[i];
-        if (s->lead[fd]) {
-            if ((c & 0xc0) != 0x80)
-                goto bad;
-            p[o++] = (unsigned char)(((s->lead[fd] & 0x03) << 6) | (c & 0x3f));
-            s->lead[fd] = 0;
-        } else if (c < 0x80) {
-            p[o++] = c;
-        } else if (c == 0xc2 || c == 0xc3) {
-            s->lead[fd] = c;
-        } else {
-            goto bad;
-        }
-        continue;
-bad:
-        cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "cloudflare: the command's %s came "
-                "through the bridge changed (byte 0x%02x at offset %zu of an event)",
-                fd == 1 ? "stdout" : "stderr", c, i);
-        return -1;
-    }
-    b->len = o;
-    return 0;
-}
 
 static int cf_on_event(void *ud, const char *event, const char *data, size_t n, const char *id)
 {
@@ -385,7 +319,7 @@ static int cf_on_event(void *ud, const char *event, const char *data, size_t n, 
             return -1;
         }
         const char *p = s->dec.data ? s->dec.data : "";
-        if (s->encoded && cf_unencode(s, fd, &s->dec) < 0)
+        if (s->encoded && cl_unencode(&s->unenc[fd], fd, &s->dec) < 0)
             return -1;
         if (s->proc)
             return cl_proc_output(s->proc, fd, p, s->dec.len);
@@ -463,7 +397,7 @@ static int cf_exec_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     if (s->encoded) {
         json_object_array_add(argv, json_object_new_string("perl"));
         json_object_array_add(argv, json_object_new_string("-e"));
-        json_object_array_add(argv, json_object_new_string(CF_ENCODER));
+        json_object_array_add(argv, json_object_new_string(CL_OUTPUT_ENCODER));
     }
     json_object_array_add(argv, json_object_new_string("bash"));
     json_object_array_add(argv, json_object_new_string("-c"));
@@ -492,11 +426,9 @@ static int cf_exec_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
         cf_event_error(s, op, error);
         rc = -1;
     }
-    if (rc == 0 && (s->lead[1] || s->lead[2])) {
-        cl_fail(error, SBX_ERROR_CONNECTION, op, "cloudflare: the command's output ended "
-                "inside a character");
+    if (rc == 0 && (cl_unencode_end(&s->unenc[1], 1, op, error) < 0
+                    || cl_unencode_end(&s->unenc[2], 2, op, error) < 0))
         rc = -1;
-    }
     cl_sse_clear(&s->sse);
     cl_buf_clear(&s->dec);
     json_object_put(b);
