@@ -173,7 +173,10 @@ char *cl_shell_script(const char *const *argv, const char *shell, const char *cw
  * providers that carry a command's output as text: it runs CMD with stdout
  * and stderr on pipes and passes each read on at once (output stays live),
  * every byte 0x80-0xFF as the 2-byte UTF-8 of U+0080-U+00FF (latin-1 read
- * as UTF-8: valid text whatever the command wrote; cl_unencode undoes it).
+ * as UTF-8: valid text whatever the command wrote; cl_unencode undoes it),
+ * in writes of at most 4096 bytes (PIPE_BUF: a reader of the pipe gets
+ * whole writes) that each end on a character's end, so a server that
+ * decodes each read as text on its own splits no character.
  * It stops reading once CMD has ended and the pipes hold nothing more, so
  * a background child that keeps them open does not hold the command, and
  * it ends as CMD did (the same exit status, or the same signal). perl-base
