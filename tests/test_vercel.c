@@ -51,6 +51,7 @@ static void teardown(void)
         sbx_sandbox_free(g_sb);
         g_sb = NULL;
     }
+    tu_reaper_stop();
     sbx_client_free(g_client);
 }
 
@@ -314,8 +315,8 @@ Test(vercel, list_owned_follows_every_page)
     owned_seen seen = { { sbx_sandbox_get0_id(sbs[0]), sbx_sandbox_get0_id(sbs[1]),
                           sbx_sandbox_get0_id(sbs[2]) }, { 0, 0, 0 }, 0 };
     sbx_error *err = NULL;
-    cr_assert_eq(sbx_client_list_owned(g_client, note_owned, &seen, &err), 3, "%s",
-                 err ? sbx_error_get0_message(err) : "");
+    int listed = sbx_client_list_owned(g_client, note_owned, &seen, &err);
+    cr_assert_eq(listed, 3, "%d listed: %s", listed, err ? sbx_error_get0_message(err) : "");
     json_object *log = tu_fake_log();
     int pages = tu_fake_count(log, "GET", "/v1/sandboxes", NULL, 0);
     json_object_put(log);
@@ -474,4 +475,34 @@ Test(vercel, output_arrives_as_the_command_writes_it)
     r = tu_sh(g_sb, "ls -A /tmp", 30);
     tu_assert_stdout(r, ".sbx-owner.json\ngo\n");
     sbx_result_free(r);
+}
+
+/* CASE-52 behind a proxy that ends a connection quiet for 2 s: a command
+ * quiet for 5 s completes with its output and exit code; its logs stream,
+ * cut while it was quiet, is read again (at least twice in all), and the
+ * command is started once. */
+Test(vercel, case52_a_quiet_command_outlives_an_idle_proxy)
+{
+    int port = tu_reaper_start(tu_fake_use("VERCEL_API_URL"), 2);
+    sbx_client_free(g_client);
+    char *cfg = tu_strdup_printf("{\"api_url\":\"http://127.0.0.1:%d\"}", port);
+    sbx_error *err = NULL;
+    g_client = sbx_client_new_with_config("vercel", SBX_PLUGIN_MODE_DEFAULT, cfg, &err);
+    cr_assert_not_null(g_client, "%s: %s", cfg, err ? sbx_error_get0_message(err) : "");
+    free(cfg);
+    g_sb = create_with(0, 0, 0, 1);
+    tu_fake_reset();
+    sbx_result *r = tu_sh(g_sb, "printf 'a\\377'; sleep 5; echo done", 60);
+    tu_assert_stdout_bytes(r, "a\377done\n", 7);
+    tu_assert_stderr(r, "");
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", "/v1/sandboxes/[^/]+/cmd", NULL, 0), 1);
+    int reads = tu_fake_count(log, "GET", "/v1/sandboxes/[^/]+/cmd/[^/]+/logs", NULL, 0);
+    cr_assert(reads >= 2, "the logs were read %d times", reads);
+    json_object_put(log);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, &err), 0, "destroy: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert(tu_reaper_stop() >= 1);
 }

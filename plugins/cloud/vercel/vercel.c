@@ -41,7 +41,9 @@
  *    the plugin undoes it, so output is exact and live) and ends with the
  *    command, an {"stream":"error"} line meaning the sandbox stopped
  *    (gone); a cut stream is read again with the bytes already delivered
- *    skipped; GET …/cmd/{cmdId}?wait=true gives the exit code. Three
+ *    skipped (as long as the command runs, when the stream was held a
+ *    while first: a quiet command behind a proxy that ends idle
+ *    connections completes, CASE-52); GET …/cmd/{cmdId}?wait=true gives the exit code. Three
  *    requests per exec.
  *    Per-call env values and stdin are written as files first (never in
  *    the command line); every process of the command carries
@@ -88,7 +90,8 @@
 #define VC_OWNER_FILE "/tmp/.sbx-owner.json" /* the plugin's labels in the sandbox */
 #define VC_TOKEN_ENV "SBX_CREATE_TOKEN"     /* the create token in the sandbox's env */
 #define VC_STATE_VERSION 1
-#define VC_LOGS_TRIES 4     /* readings of a command's logs stream, first included */
+#define VC_LOGS_TRIES 4     /* readings of a logs stream cut within VC_LOGS_HELD_S */
+#define VC_LOGS_HELD_S 1.0  /* a logs stream held this long and cut is read again */
 #define VC_WAIT_S 300.0                     /* bound on waiting for running */
 #define VC_POLL_S 0.1                       /* between status polls */
 #define VC_DEFAULT_LIFETIME_S 3600          /* timeout when none was set */
@@ -1597,8 +1600,12 @@ static int vc_exec_run(cl_proc *base)
             cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    /* The logs, as they come, to the command's end. */
-    for (int tries = 0;; tries++) {
+    /* The logs, as they come, to the command's end. A stream cut after
+     * VC_LOGS_HELD_S or more (a proxy that ends quiet connections: a quiet
+     * command, CASE-52) is read again as long as the command runs; one cut
+     * sooner counts as a failed try. */
+    for (int tries = 0;;) {
+        double t0 = cl_now();
         cl_ndjson nd;
         cl_ndjson_init(&nd, vc_logs_line, &lg);
         memset(lg.seen, 0, sizeof lg.seen);
@@ -1618,7 +1625,9 @@ static int vc_exec_run(cl_proc *base)
                   && !vc_is_gone(sb) && !cl_proc_stopping(base);
         cl_ndjson_clear(&nd);
         cl_resp_clear(&r2);
-        if (!cut || tries + 1 >= VC_LOGS_TRIES)
+        if (cut && cl_now() - t0 < VC_LOGS_HELD_S)
+            tries++;
+        if (!cut || tries >= VC_LOGS_TRIES)
             break;
     }
     if (rc == 0 && lg.stopped) {
