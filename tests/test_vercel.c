@@ -502,6 +502,7 @@ Test(vercel, case52_a_quiet_command_outlives_an_idle_proxy)
     int reads = tu_fake_count(log, "GET", "/v1/sandboxes/[^/]+/cmd/[^/]+/logs", NULL, 0);
     cr_assert(reads >= 2, "the logs were read %d times", reads);
     json_object_put(log);
+    /* Destroyed through the proxy, before it stops. */
     cr_assert_eq(sbx_sandbox_destroy(g_sb, &err), 0, "destroy: %s",
                  err ? sbx_error_get0_message(err) : "");
     cr_assert(tu_reaper_stop() >= 1);
