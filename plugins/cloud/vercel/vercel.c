@@ -120,14 +120,7 @@ struct sbx_plugin_sandbox {
     char *workdir;      /* the default working directory, or NULL */
 };
 
-typedef struct vc_proc {
-    cl_proc base;       /* first member (cloud.h) */
-    struct sbx_plugin_sandbox *sb;
-    char *script;
-    char **env;         /* "K=V" of the command, copied */
-    int stdin_fd;
-    char tag[40];
-} vc_proc;
+typedef cl_script_proc vc_proc;  /* provider.h */
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
@@ -1673,73 +1666,16 @@ out:
     return code;
 }
 
-static void vc_proc_free_fields(vc_proc *p)
-{
-    if (p->stdin_fd >= 0)
-        close(p->stdin_fd);
-    cl_strv_free(p->env);
-    free(p->script);
-}
-
 static int vc_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
                          sbx_error **error)
 {
-    const char *op = "exec";
     (void)ctx;
     if (cl_exec_check(&sb->s, VC_BACKEND, rq, 0, error) < 0)
         return -1;
-    vc_proc *p = calloc(1, sizeof(*p));
-    if (!p) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    p->sb = sb;
-    p->stdin_fd = -1;
-    memcpy(p->tag, "sbx-exec-", 9);
-    cl_random_hex(p->tag + 9, 12);
-    p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
-    p->env = cl_strv_dup(rq->env);
-    if (cl_exec_launch(&p->base, vc_exec_run, p, p->script && p->env, rq, &p->stdin_fd, op,
-                       error) < 0) {
-        vc_proc_free_fields(p);
-        free(p);
-        return -1;
-    }
-    *process = (sbx_plugin_process *)p;
-    return 0;
-}
-
-static int vc_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
-                        int *exit_code, sbx_error **error)
-{
-    (void)ctx;
-    vc_proc *p = (vc_proc *)process;
-    return cl_exec_wait_script(process, p->sb, p->script, vc_run_short, timeout_ms, exit_code,
-                               error);
-}
-
-/* Signals every process of the command (each carries CL_EXEC_MARK=<its
- * tag>), setsid'd and orphaned descendants included; the scan runs as a
- * command of its own, without the mark. */
-static int vc_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
-                        sbx_error **error)
-{
-    vc_proc *p = (vc_proc *)process;
-    return cl_proc_mark_kill(&p->base, p->sb, vc_run_short, ctx, p->tag, sig, error);
-}
-
-static void vc_exec_free(sbx_plugin_process *process)
-{
-    vc_proc *p = (vc_proc *)process;
-    if (!p)
-        return;
-    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-    if (!vc_is_gone(p->sb))
-        vc_exec_kill(process, &c2, SIGKILL, NULL);
-    cl_proc_clear(&p->base);
-    vc_proc_free_fields(p);
-    free(p);
+    cl_script_proc *p = cl_script_proc_new(sizeof(*p), sb, sb->workdir, rq, vc_run_short,
+                                           "exec", error);
+    return p ? cl_script_proc_launch(p, vc_exec_run, rq, "exec", process, error) : -1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1771,10 +1707,10 @@ static const sbx_plugin vc_plugin = {
     .sandbox_root = cl_sandbox_root,
     .snapshot = vc_snapshot,
     .exec_start = vc_exec_start,
-    .exec_wait = vc_exec_wait,
+    .exec_wait = cl_script_exec_wait,
     .exec_event_fd = cl_exec_event_fd,
-    .exec_kill = vc_exec_kill,
-    .exec_free = vc_exec_free,
+    .exec_kill = cl_script_exec_kill,
+    .exec_free = cl_script_exec_free,
     .list_files = vc_list_files,
     .read_file = vc_read_file,
     .write_file = vc_write_file,
