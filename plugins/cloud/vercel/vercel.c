@@ -1474,7 +1474,8 @@ static int vc_logs_line(void *ud, json_object *o)
     }
     json_object *d = NULL;
     int fd = s && strcmp(s, "stdout") == 0 ? 1 : s && strcmp(s, "stderr") == 0 ? 2 : 0;
-    if (!fd || !json_object_object_get_ex(o, "data", &d) || !json_object_is_type(d, json_type_string))
+    if (!fd || !json_object_object_get_ex(o, "data", &d)
+        || !json_object_is_type(d, json_type_string))
         return 0;   /* a line the contract does not name */
     l->dec.len = 0;
     if (cl_buf_append(&l->dec, json_object_get_string(d), (size_t)json_object_get_string_len(d))
