@@ -52,6 +52,17 @@ sbx_call_ctx_init(sbx_call_ctx *ctx)
     ctx->create_token = NULL;
 }
 
+void
+sbx_call_ctx_init_for(sbx_call_ctx *ctx, const sbx_client *client)
+{
+    sbx_call_ctx_init(ctx);
+    if (client && client->mode == SBX_PLUGIN_MODE_IN_PROCESS && client->call_timeout > 0) {
+        double d = sbx_monotonic_now() + client->call_timeout;
+        if (ctx->deadline <= 0 || d < ctx->deadline)
+            ctx->deadline = d;
+    }
+}
+
 /* Fills backend and op into @err and hands it to the caller's @error. */
 static void
 finish_error(sbx_error **error, sbx_error *err, const char *backend, const char *op)
@@ -269,6 +280,7 @@ sbx_client_set_call_timeout(sbx_client *client, double secs, sbx_error **error)
         finish_error(error, err, client->backend, op);
         return -1;
     }
+    client->call_timeout = secs;
     if (client->mode == SBX_PLUGIN_MODE_OUT_OF_PROCESS)
         sbx_proxy_set_call_timeout(client->handle, secs);
     return 0;
@@ -296,7 +308,7 @@ sbx_client_probe(sbx_client *client, uint64_t *caps, sbx_error **error)
         finish_error(error, err, client->backend, op);
         return -1;
     }
-    sbx_call_ctx_init(&ctx);
+    sbx_call_ctx_init_for(&ctx, client);
     if (probe(client->handle, &ctx, &got, &err) != 0) {
         sbx_error_ensure(&err, client->backend, op);
         finish_error(error, err, client->backend, op);
@@ -866,7 +878,7 @@ destroy_after_failure(sbx_sandbox *sandbox, sbx_error *err)
     sbx_call_ctx ctx;
 
     destroy = SBX_SLOT(sandbox->client->plugin, destroy);
-    sbx_call_ctx_init(&ctx);
+    sbx_call_ctx_init_for(&ctx, sandbox->client);
     ctx.cancel_fd = -1;
     ctx.deadline = 0;
     if (!destroy || destroy(sandbox->handle, &ctx, &derr) != 0) {
@@ -985,7 +997,7 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
     if (sbx_record_begin(token, client->backend, req.timeout_secs > 0 ? req.expires_at : 0,
                          sbx_options_get_detached(options), &err) < 0)
         goto fail;
-    sbx_call_ctx_init(&ctx);
+    sbx_call_ctx_init_for(&ctx, client);
     ctx.create_token = token;
     if (create(client->handle, &ctx, &req, &handle, &err) != 0) {
         sbx_error_ensure(&err, client->backend, op);
@@ -1207,7 +1219,7 @@ sbx_sandbox_note_gone(sbx_sandbox *sandbox, const sbx_error *err)
     is_alive = SBX_SLOT(sandbox->client->plugin, is_alive);
     if (!is_alive)
         return;
-    sbx_call_ctx_init(&ctx);
+    sbx_call_ctx_init_for(&ctx, sandbox->client);
     if (is_alive(sandbox->handle, &ctx, &e) == 0)
         sbx_record_remove(sandbox->token, NULL);
     sbx_error_free(e);
@@ -1224,7 +1236,7 @@ call_sandbox_slot(sbx_sandbox *sandbox, const char *op,
     sbx_error *err = NULL;
     sbx_call_ctx ctx;
 
-    sbx_call_ctx_init(&ctx);
+    sbx_call_ctx_init_for(&ctx, sandbox->client);
     if (slot(sandbox->handle, &ctx, &err) != 0) {
         sbx_error_ensure(&err, sandbox->client->backend, op);
         sbx_error_add_context(err, "sandbox_id", sandbox->id);
@@ -1370,7 +1382,7 @@ sbx_sandbox_is_alive(sbx_sandbox *sandbox, sbx_error **error)
         finish_error(error, err, sandbox->client->backend, op);
         return -1;
     }
-    sbx_call_ctx_init(&ctx);
+    sbx_call_ctx_init_for(&ctx, sandbox->client);
     rc = is_alive(sandbox->handle, &ctx, &err);
     if (rc < 0) {
         sbx_error_ensure(&err, sandbox->client->backend, op);
@@ -1402,7 +1414,7 @@ sbx_sandbox_snapshot(sbx_sandbox *sandbox, sbx_error **error)
         finish_error(error, err, sandbox->client->backend, op);
         return NULL;
     }
-    sbx_call_ctx_init(&ctx);
+    sbx_call_ctx_init_for(&ctx, sandbox->client);
     raw = snapshot(sandbox->handle, &ctx, &err);
     if (!raw) {
         sbx_error_ensure(&err, sandbox->client->backend, op);
@@ -1468,7 +1480,7 @@ sbx_client_list_owned(sbx_client *client, sbx_owned_fn fn, void *user_data, sbx_
         finish_error(error, err, client->backend, op);
         return -1;
     }
-    sbx_call_ctx_init(&ctx);
+    sbx_call_ctx_init_for(&ctx, client);
     if (list_owned(client->handle, &ctx, owned_walk_one, &walk, &err) != 0) {
         sbx_error_ensure(&err, client->backend, op);
         finish_error(error, err, client->backend, op);
@@ -1499,7 +1511,7 @@ sbx_client_destroy_by_id(sbx_client *client, const char *id, sbx_error **error)
         finish_error(error, err, client->backend, op);
         return -1;
     }
-    sbx_call_ctx_init(&ctx);
+    sbx_call_ctx_init_for(&ctx, client);
     if (destroy_by_id(client->handle, &ctx, id, &err) != 0) {
         sbx_error_ensure(&err, client->backend, op);
         sbx_error_add_context(err, "sandbox_id", id);

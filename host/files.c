@@ -462,7 +462,7 @@ sbx_sandbox_list_files(sbx_sandbox *sandbox, const char *path, sbx_file_info ***
     if (slot) {
         sbx_call_ctx ctx;
 
-        sbx_call_ctx_init(&ctx);
+        sbx_call_ctx_init_for(&ctx, sandbox->client);
         if (slot(sandbox->handle, &ctx, path, list_cb, &l, &err) != 0) {
             sbx_error_ensure(&err, sandbox->client->backend, op);
             goto fail;
@@ -555,7 +555,7 @@ read_to_fd(sbx_sandbox *sandbox, const char *path, int fd, sbx_error **err)
     if (slot) {
         sbx_call_ctx ctx;
 
-        sbx_call_ctx_init(&ctx);
+        sbx_call_ctx_init_for(&ctx, sandbox->client);
         if (slot(sandbox->handle, &ctx, path, fd, err) != 0) {
             sbx_error_ensure(err, sandbox->client->backend, "read_file");
             return -1;
@@ -671,7 +671,7 @@ write_from_fd(sbx_sandbox *sandbox, const char *path, int fd, uint32_t mode, sbx
     if (slot) {
         sbx_call_ctx ctx;
 
-        sbx_call_ctx_init(&ctx);
+        sbx_call_ctx_init_for(&ctx, sandbox->client);
         if (slot(sandbox->handle, &ctx, path, fd, mode, err) != 0) {
             sbx_error_ensure(err, sandbox->client->backend, "write_file");
             return -1;
@@ -815,7 +815,7 @@ sandbox_file_mode(sbx_sandbox *sandbox, const char *path, uint32_t *mode, sbx_er
 
         memset(&info, 0, sizeof(info));
         info.struct_size = sizeof(info);
-        sbx_call_ctx_init(&ctx);
+        sbx_call_ctx_init_for(&ctx, sandbox->client);
         if (slot(sandbox->handle, &ctx, path, &info, err) != 0) {
             sbx_error_ensure(err, sandbox->client->backend, "stat_file");
             return -1;
@@ -1133,7 +1133,7 @@ untar_consumer(void *arg, int fd, sbx_error **err)
     if (slot) {
         sbx_call_ctx ctx;
 
-        sbx_call_ctx_init(&ctx);
+        sbx_call_ctx_init_for(&ctx, sb->client);
         if (slot(sb->handle, &ctx, j->sandbox_dir, fd, err) != 0) {
             sbx_error_ensure(err, sb->client->backend, "upload_tar");
             return -1;
@@ -1156,7 +1156,7 @@ tar_producer(void *arg, int fd, sbx_error **err)
     if (slot) {
         sbx_call_ctx ctx;
 
-        sbx_call_ctx_init(&ctx);
+        sbx_call_ctx_init_for(&ctx, sb->client);
         if (slot(sb->handle, &ctx, j->sandbox_dir, fd, err) != 0) {
             sbx_error_ensure(err, sb->client->backend, "download_tar");
             return -1;

@@ -318,6 +318,7 @@ struct sbx_client {
     sbx_plugin_client *handle;    /* the plugin's client (may be NULL) */
     char *backend;                /* backend name */
     sbx_plugin_mode mode;         /* OUT_OF_PROCESS or IN_PROCESS */
+    double call_timeout;          /* seconds per slot call; 0 = none */
 };
 
 struct sbx_sandbox {
@@ -351,6 +352,11 @@ void sbx_shared_client_put(sbx_client *client);
  * descriptor, see sbx_call_scope_set; none by default) and no token.
  */
 void sbx_call_ctx_init(sbx_call_ctx *ctx);
+/* sbx_call_ctx_init() for one slot call on @client: in process, the
+ * deadline is also at most the client's call timeout from now
+ * (sbx_client_set_call_timeout), which the plugin honours as it honours
+ * any deadline; out of process the proxy applies it. */
+void sbx_call_ctx_init_for(sbx_call_ctx *ctx, const sbx_client *client);
 
 /**
  * The calling thread's call scope: every call context made on this thread

@@ -59,7 +59,7 @@ sbx_sandbox_session_state(sbx_sandbox *sandbox, sbx_error **error)
                       "backend \"%s\" has no session state (cannot resume)", backend);
         goto fail;
     }
-    sbx_call_ctx_init(&ctx);
+    sbx_call_ctx_init_for(&ctx, sandbox->client);
     raw = session_state(sandbox->handle, &ctx, &err);
     if (!raw) {
         sbx_error_ensure(&err, backend, op);
@@ -307,7 +307,7 @@ sbx_sandbox_resume(sbx_client *client, const char *state_json, sbx_error **error
                       "backend \"%s\" cannot resume sandboxes", client->backend);
         goto fail;
     }
-    sbx_call_ctx_init(&ctx);
+    sbx_call_ctx_init_for(&ctx, client);
     if (resume(client->handle, &ctx, st.data, &handle, &err) != 0) {
         sbx_error_ensure(&err, client->backend, op);
         sbx_error_add_context(err, "sandbox_id", st.id);

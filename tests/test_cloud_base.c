@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -958,4 +959,96 @@ Test(http, added_headers_go_with_the_credential)
     cr_assert_eq(cl_http_add_header(h, "X-Fifth", "v"), -1);
     cl_http_free(h);
     cr_assert_eq(server_stop(&sv), 2);
+}
+
+/* Runs "perl -e CL_OUTPUT_ENCODER sh -c @script": its stdout and stderr
+ * (each under 64 KiB) into @out and @err, its wait status returned. */
+static int run_encoder(const char *script, cl_buf *out, cl_buf *err)
+{
+    int po[2], pe[2];
+    cr_assert_eq(pipe(po), 0);
+    cr_assert_eq(pipe(pe), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        dup2(po[1], 1);
+        dup2(pe[1], 2);
+        close(po[0]);
+        close(pe[0]);
+        execlp("perl", "perl", "-e", CL_OUTPUT_ENCODER, "sh", "-c", script, (char *)NULL);
+        _exit(127);
+    }
+    close(po[1]);
+    close(pe[1]);
+    int fds[2] = { po[0], pe[0] };
+    cl_buf *bufs[2] = { out, err };
+    for (int i = 0; i < 2; i++) {
+        char tmp[4096];
+        ssize_t n;
+        while ((n = read(fds[i], tmp, sizeof tmp)) > 0)
+            cr_assert_eq(cl_buf_append(bufs[i], tmp, (size_t)n), 0);
+        close(fds[i]);
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    return st;
+}
+
+/* CL_OUTPUT_ENCODER sends bytes 0x80-0xFF as the UTF-8 of U+0080-U+00FF
+ * (NUL and ASCII as they are), keeps stdout and stderr apart and ends with
+ * the command's exit status; cl_unencode gives back the bytes, a character
+ * split between two pieces too. */
+Test(util, output_encoder_round_trip)
+{
+    cl_buf out = { 0 }, err = { 0 };
+    int st = run_encoder("printf 'a\\377\\000\\303x'; printf 'e\\200' >&2; exit 5", &out, &err);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 5, "status %#x", st);
+    cr_assert_eq(out.len, 7);
+    cr_assert_eq(memcmp(out.data, "a\xc3\xbf\0\xc3\x83x", 7), 0);
+    cr_assert_eq(err.len, 3);
+    cr_assert_eq(memcmp(err.data, "e\xc2\x80", 3), 0);
+    /* stdout in two pieces, split inside the first character */
+    cl_unencoder u = { 0 };
+    cl_buf a = { 0 }, b = { 0 };
+    cr_assert_eq(cl_buf_append(&a, out.data, 2), 0);
+    cr_assert_eq(cl_buf_append(&b, out.data + 2, 5), 0);
+    cr_assert_eq(cl_unencode(&u, 1, &a), 0);
+    cr_assert_eq(a.len, 1);
+    cr_assert_eq(a.data[0], 'a');
+    cr_assert_eq(cl_unencode_end(&u, 1, "exec", NULL), -1);
+    cr_assert_eq(cl_unencode(&u, 1, &b), 0);
+    cr_assert_eq(b.len, 4);
+    cr_assert_eq(memcmp(b.data, "\xff\0\xc3x", 4), 0);
+    cr_assert_eq(cl_unencode_end(&u, 1, "exec", NULL), 0);
+    cl_unencoder ue = { 0 };
+    cr_assert_eq(cl_unencode(&ue, 2, &err), 0);
+    cr_assert_eq(err.len, 2);
+    cr_assert_eq(memcmp(err.data, "e\x80", 2), 0);
+    cl_buf_clear(&out);
+    cl_buf_clear(&err);
+    cl_buf_clear(&a);
+    cl_buf_clear(&b);
+}
+
+/* A command killed by a signal: the encoder dies of the same signal. Text
+ * the encoder does not write (U+FFFD, a server's replacement) is a
+ * connection error naming the stream and the byte. */
+Test(util, output_encoder_signal_and_foreign_text)
+{
+    cl_buf out = { 0 }, err = { 0 };
+    int st = run_encoder("echo x; kill -TERM $$", &out, &err);
+    cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "status %#x", st);
+    cr_assert_eq(out.len, 2);
+    cr_assert_eq(memcmp(out.data, "x\n", 2), 0);
+    cl_buf_clear(&out);
+    cl_buf_clear(&err);
+    cl_unencoder u = { 0 };
+    cl_buf r = { 0 };
+    cr_assert_eq(cl_buf_append(&r, "ok\xef\xbf\xbd", 5), 0);
+    cr_assert_eq(cl_unencode(&u, 2, &r), -1);
+    const cl_last_error *e = cl_last();
+    cr_assert_eq(e->code, SBX_ERROR_CONNECTION);
+    cr_assert_str_eq(e->msg, "the command's stderr came through the provider changed (byte "
+                     "0xef at offset 2 of a piece)");
+    cl_buf_clear(&r);
 }

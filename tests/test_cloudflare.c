@@ -226,14 +226,21 @@ Test(cloudflare, a_sandbox_deleted_elsewhere_is_gone_and_its_fresh_container_del
 /* A snapshot is persist's tar of /workspace, kept as ID.tar (mode 0600) in
  * the client's snapshot directory (tests/hosted.sh points
  * SBX_CLOUDFLARE_SNAPSHOT_DIR into its run directory); a create with it
- * hydrates /workspace. What is outside /workspace is not in it. An id that
- * is not there is not_found, and the sandbox made for it is deleted. */
+ * hydrates /workspace. What changed outside /workspace since the create
+ * (a file in /tmp, a new directory tree under /root with its mode) comes
+ * with it, through /workspace/.sbx-root.tar, which neither sandbox keeps.
+ * An id that is not there is not_found, and the sandbox made for it is
+ * deleted. */
 Test(cloudflare, a_snapshot_is_the_workspace_kept_on_the_client_side)
 {
     g_sb = create_plain();
     sbx_error *err = NULL;
     cr_assert_eq(sbx_sandbox_write_file(g_sb, "/workspace/keep.txt", "kept\n", 5, &err), 0);
-    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/tmp/lost.txt", "lost\n", 5, &err), 0);
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/tmp/also.txt", "also\n", 5, &err), 0);
+    sbx_result *res = tu_sh(g_sb, "mkdir -p /root/made/deep && printf 'deep\\n' "
+                                  ">/root/made/deep/f && chmod 0710 /root/made/deep", 0);
+    tu_assert_exit(res, 0);
+    sbx_result_free(res);
     char *snap = sbx_sandbox_snapshot(g_sb, &err);
     cr_assert_not_null(snap, "snapshot: %s", err ? sbx_error_get0_message(err) : "");
     cr_assert_eq(strlen(snap), 7 + 32);
@@ -253,10 +260,21 @@ Test(cloudflare, a_snapshot_is_the_workspace_kept_on_the_client_side)
     cr_assert_eq(len, 5);
     cr_assert_eq(memcmp(data, "kept\n", 5), 0);
     free(data);
-    cr_assert_eq(sbx_sandbox_read_file(sb2, "/tmp/lost.txt", &data, &len, &err), -1);
-    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
-    sbx_error_free(err);
-    err = NULL;
+    cr_assert_eq(sbx_sandbox_read_file(sb2, "/tmp/also.txt", &data, &len, &err), 0,
+                 "read_file: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(len, 5);
+    cr_assert_eq(memcmp(data, "also\n", 5), 0);
+    free(data);
+    res = tu_sh(sb2, "stat -c %a /root/made/deep; cat /root/made/deep/f; ls -A /workspace; "
+                     "ls /tmp", 0);
+    tu_assert_stdout(res, "710\ndeep\nkeep.txt\nalso.txt\n");
+    tu_assert_stderr(res, "");
+    tu_assert_exit(res, 0);
+    sbx_result_free(res);
+    res = tu_sh(g_sb, "ls -A /workspace", 0);
+    tu_assert_stdout(res, "keep.txt\n");
+    tu_assert_exit(res, 0);
+    sbx_result_free(res);
     cr_assert_eq(sbx_sandbox_destroy(sb2, NULL), 0);
     sbx_sandbox_free(sb2);
     unlink(file);

@@ -37,10 +37,7 @@
 
 static sbx_client *g_client;
 static sbx_sandbox *g_sb;
-static pid_t g_reaper = -1;     /* the idle reaper of a CASE-52 A test, or -1 */
-static int g_reaper_err = -1;   /* the read end of its stderr */
 
-static int reaper_stop(void);
 
 static void setup(void)
 {
@@ -54,7 +51,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    reaper_stop();
+    tu_reaper_stop();
     tu_fake_reset();
     tu_fake_post("/_fake/keepalive", "{\"seconds\":0}");
     if (g_sb) {
@@ -205,29 +202,17 @@ static size_t fake_live(void)
 }
 
 /* CASE-20: a create answered after the call's deadline made a sandbox; the
- * plugin finds it by its create token and deletes it. In process, calls are
- * not bounded (sbx_client_set_call_timeout): the create waits for the late
- * answer and succeeds. */
+ * plugin finds it by its create token and deletes it. The call timeout
+ * (sbx_client_set_call_timeout) bounds the create in both plugin modes. */
 Test(e2b, late_create_is_deleted)
 {
     size_t n0 = fake_live();
     cr_assert_eq(fake_call_body("POST", "/_fake/hold_create", "{\"seconds\":4}", NULL), 204);
     cr_assert_eq(sbx_client_set_call_timeout(g_client, 1.0, NULL), 0);
-    const char *mode = getenv("SBX_PLUGIN_MODE");
-    int inprocess = mode && strcmp(mode, "inprocess") == 0;
     double t0 = tu_now();
     sbx_error *err = NULL;
     sbx_sandbox *sb = sbx_sandbox_create(g_client, NULL, &err);
     double dt = tu_now() - t0;
-    if (inprocess) {
-        cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
-        cr_assert(dt >= 4.0, "the create returned after %.2f s", dt);
-        cr_assert_eq(fake_live(), n0 + 1);
-        cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
-        sbx_sandbox_free(sb);
-        cr_assert_eq(fake_live(), n0);
-        return;
-    }
     cr_assert_null(sb);
     cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_TIMEOUT, "%s", sbx_error_get0_message(err));
     /* CASE-20: a timeout within 1.5 s, and the sandbox the provider made
@@ -424,80 +409,6 @@ Test(e2b, case52_keepalives_never_reach_the_output)
 
 /* ------------------------------------------------------------ CASE-52 A */
 
-/* Starts the idle reaper in front of 127.0.0.1:@target, closing a
- * connection after @idle seconds without a byte: its port. Stopped by
- * reaper_stop() (teardown too). */
-static int reaper_start(int target, int idle)
-{
-    int out[2], err[2];
-    cr_assert_eq(pipe(out), 0);
-    cr_assert_eq(pipe(err), 0);
-    char tport[16], tidle[16];
-    snprintf(tport, sizeof tport, "%d", target);
-    snprintf(tidle, sizeof tidle, "%d", idle);
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1);
-    if (pid == 0) {
-        dup2(out[1], 1);
-        dup2(err[1], 2);
-        close(out[0]);
-        close(out[1]);
-        close(err[0]);
-        close(err[1]);
-        execl("/usr/bin/python3", "python3", SBX_SOURCE_DIR "/tests/fakes/idlereaper.py", tport,
-              tidle, (char *)NULL);
-        _exit(127);
-    }
-    close(out[1]);
-    close(err[1]);
-    g_reaper = pid;
-    g_reaper_err = err[0];
-    char line[64];
-    size_t n = 0;
-    while (n < sizeof line - 1) {
-        ssize_t k = read(out[0], line + n, 1);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0 || line[n] == '\n')
-            break;
-        n++;
-    }
-    line[n] = '\0';
-    close(out[0]);
-    int port = 0;
-    cr_assert_eq(sscanf(line, "PORT %d", &port), 1, "the idle reaper said \"%s\"", line);
-    return port;
-}
-
-/* Stops the idle reaper by its pid: the connections it reaped (its
- * "REAPED n" lines); 0 when none runs. */
-static int reaper_stop(void)
-{
-    if (g_reaper <= 0)
-        return 0;
-    kill(g_reaper, SIGTERM);
-    int st;
-    while (waitpid(g_reaper, &st, 0) < 0 && errno == EINTR)
-        ;
-    g_reaper = -1;
-    char buf[4096];
-    size_t n = 0;
-    for (;;) {
-        ssize_t k = read(g_reaper_err, buf + n, sizeof buf - 1 - n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0 || (n += (size_t)k) == sizeof buf - 1)
-            break;
-    }
-    buf[n] = '\0';
-    close(g_reaper_err);
-    g_reaper_err = -1;
-    int reaped = 0;
-    for (const char *p = buf; (p = strstr(p, "REAPED ")); p += 7)
-        reaped++;
-    return reaped;
-}
-
 /* g_client becomes a client whose envd requests go to 127.0.0.1:@port
  * (the control plane stays direct), with @extra client options
  * (",\"keepalive_s\":2" or ""). */
@@ -516,7 +427,7 @@ static void client_through(int port, const char *extra)
  * the reaped connections returned. */
 static int quiet_command_behind_reaper(const char *extra, json_object **log)
 {
-    int envd = reaper_start(tu_fake_use("E2B_API_URL"), 5);
+    int envd = tu_reaper_start(tu_fake_use("E2B_API_URL"), 5);
     client_through(envd, extra);
     g_sb = create_with_lifetime(600);
     tu_fake_reset();
@@ -529,7 +440,7 @@ static int quiet_command_behind_reaper(const char *extra, json_object **log)
     sbx_result_free(r);
     cr_assert(dt >= 12.0 && dt < 16.0, "the command took %.2f s", dt);
     *log = tu_fake_log();
-    return reaper_stop();
+    return tu_reaper_stop();
 }
 
 /* The Keepalive-Ping-Interval of the first @path request in @log. */
@@ -624,7 +535,7 @@ static int starts_of(json_object *log, const char *script)
  * output missing; the command was started once and is not left running. */
 Test(e2b, case52_a_failed_reattach_is_a_connection_error_of_unknown_outcome)
 {
-    int envd = reaper_start(tu_fake_use("E2B_API_URL"), 3);
+    int envd = tu_reaper_start(tu_fake_use("E2B_API_URL"), 3);
     client_through(envd, "");
     g_sb = create_with_lifetime(600);
     tu_fake_reset();
@@ -642,19 +553,18 @@ Test(e2b, case52_a_failed_reattach_is_a_connection_error_of_unknown_outcome)
                         "command: process with pid 1000 not found"), "%s", m);
     cr_assert(strstr(m, "): its outcome is unknown"), "%s", m);
     sbx_error_free(err);
-    cr_assert(reaper_stop() >= 1);
-    /* The fake logs a request's body once it has answered it: its cut
-     * Start stream ends when it next writes to the closed connection. */
+    cr_assert(tu_reaper_stop() >= 1);
+    /* The fake logs a request's body (and body_len) once it has finished
+     * answering it: its cut Start stream ends when it next writes to the
+     * closed connection. */
     json_object *log = NULL;
     for (int i = 0; i < 100; i++) {
         json_object_put(log);
         log = tu_fake_log();
         int open = 0;
-        for (size_t k = 0; k < json_object_array_length(log); k++) {
-            json_object *st;
-            open |= json_object_object_get_ex(json_object_array_get_idx(log, k), "status", &st)
-                    && json_object_is_type(st, json_type_null);
-        }
+        for (size_t k = 0; k < json_object_array_length(log); k++)
+            open |= !json_object_object_get_ex(json_object_array_get_idx(log, k), "body_len",
+                                               NULL);
         if (!open)
             break;
         usleep(100000);

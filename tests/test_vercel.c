@@ -20,6 +20,7 @@
 
 #include <json-c/json.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +51,7 @@ static void teardown(void)
         sbx_sandbox_free(g_sb);
         g_sb = NULL;
     }
+    tu_reaper_stop();
     sbx_client_free(g_client);
 }
 
@@ -313,8 +315,8 @@ Test(vercel, list_owned_follows_every_page)
     owned_seen seen = { { sbx_sandbox_get0_id(sbs[0]), sbx_sandbox_get0_id(sbs[1]),
                           sbx_sandbox_get0_id(sbs[2]) }, { 0, 0, 0 }, 0 };
     sbx_error *err = NULL;
-    cr_assert_eq(sbx_client_list_owned(g_client, note_owned, &seen, &err), 3, "%s",
-                 err ? sbx_error_get0_message(err) : "");
+    int listed = sbx_client_list_owned(g_client, note_owned, &seen, &err);
+    cr_assert_eq(listed, 3, "%d listed: %s", listed, err ? sbx_error_get0_message(err) : "");
     json_object *log = tu_fake_log();
     int pages = tu_fake_count(log, "GET", "/v1/sandboxes", NULL, 0);
     json_object_put(log);
@@ -382,26 +384,16 @@ static size_t fake_running(void)
 
 /* CASE-20: a create answered after the call's deadline made a sandbox that
  * has no label file yet; the plugin finds it by the create token in its env
- * and stops it before the timeout is returned. In process, calls are not
- * bounded: the create waits for the late answer and succeeds. */
+ * and stops it before the timeout is returned, in both plugin modes (the
+ * call timeout bounds the create in each). */
 Test(vercel, late_create_is_stopped)
 {
     size_t n0 = fake_running();
     tu_fake_post("/_fake/config", "{\"hold_create\": 4}");
     cr_assert_eq(sbx_client_set_call_timeout(g_client, 1.0, NULL), 0);
-    const char *mode = getenv("SBX_PLUGIN_MODE");
-    int inprocess = mode && strcmp(mode, "inprocess") == 0;
     sbx_error *err = NULL;
     sbx_sandbox *sb = sbx_sandbox_create(g_client, NULL, &err);
     tu_fake_post("/_fake/config", "{\"hold_create\": 0}");
-    if (inprocess) {
-        cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
-        cr_assert_eq(fake_running(), n0 + 1);
-        cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
-        sbx_sandbox_free(sb);
-        cr_assert_eq(fake_running(), n0);
-        return;
-    }
     cr_assert_null(sb);
     cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_TIMEOUT, "%s", sbx_error_get0_message(err));
     sbx_error_free(err);
@@ -409,38 +401,99 @@ Test(vercel, late_create_is_stopped)
                  "returned");
 }
 
-/* A command's small output comes in its wrapper's report (the cmd and its
- * logs: two requests); output past VC_REPORT_MAX (64 KiB) is read back from
- * the sandbox as bytes, exact. */
-Test(vercel, small_output_in_the_report_large_output_read_back)
+typedef struct live {
+    char go[512];       /* the host path of the sandbox's /tmp/go */
+    char out[64];
+    size_t len;
+    int made;           /* /tmp/go made on seeing "first\n" */
+} live;
+
+static void live_output(sbx_stream stream, const void *data, size_t len, void *ud)
+{
+    live *l = ud;
+    if (stream != SBX_STREAM_STDOUT)
+        return;
+    cr_assert(l->len + len < sizeof l->out, "%zu bytes of output", l->len + len);
+    memcpy(l->out + l->len, data, len);
+    l->len += len;
+    if (!l->made && l->len >= 6 && memcmp(l->out, "first\n", 6) == 0) {
+        tu_write_file(l->go, "", 0, 0644);
+        l->made = 1;
+    }
+}
+
+/* Output arrives as the command writes it: the command waits (up to 20 s,
+ * then exits 9) for /tmp/go, which the test makes only once "first\n" has
+ * reached the output callback. The bytes come exact (0xff and NUL through
+ * the text logs stream), in three requests (cmd, its logs, its exit code);
+ * large output too; nothing is left in /tmp but the label file. */
+Test(vercel, output_arrives_as_the_command_writes_it)
 {
     g_sb = create_with(0, 0, 0, 1);
+    json_object *fs = fake_sandbox(sbx_sandbox_get0_id(g_sb));
+    live l = { .len = 0 };
+    snprintf(l.go, sizeof l.go, "%s/tmp/go", tu_json_str(fs, "root"));
+    json_object_put(fs);
     tu_fake_reset();
-    sbx_result *r = tu_sh(g_sb, "printf 'a\\000b'; printf e >&2; exit 4", 30);
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "printf 'first\\n'; i=0; while [ ! -e /tmp/go ]; do sleep 0.05; "
+                "i=$((i+1)); [ $i -lt 400 ] || exit 9; done; printf '\\377\\000second\\n'; "
+                "printf e >&2; exit 4";
+    req.timeout_secs = 60;
+    req.on_output = live_output;
+    req.user_data = &l;
+    sbx_result *r = tu_exec(g_sb, &req);
     tu_assert_exit(r, 4);
-    tu_assert_stdout_bytes(r, "a\0b", 3);
     sbx_result_free(r);
+    cr_assert_eq(l.made, 1);
+    tu_assert_bytes("the streamed output", l.out, l.len, "first\n\377\000second\n", 15);
     json_object *log = tu_fake_log();
-    cr_assert_eq(json_object_array_length(log), 2);
+    cr_assert_eq(json_object_array_length(log), 3, "%s", json_object_to_json_string(log));
     cr_assert_eq(tu_fake_count(log, "POST", "/v1/sandboxes/[^/]+/cmd", NULL, 0), 1);
     cr_assert_eq(tu_fake_count(log, "GET", "/v1/sandboxes/[^/]+/cmd/[^/]+/logs", NULL, 0), 1);
+    cr_assert_eq(tu_fake_count(log, "GET", "/v1/sandboxes/[^/]+/cmd/[^/]+", NULL, 0), 1);
     json_object_put(log);
-    tu_fake_reset();
-    r = tu_sh(g_sb, "head -c 200000 /dev/zero | tr '\\000' x; echo", 30);
+    r = tu_sh(g_sb, "head -c 200000 /dev/zero | tr '\\000' '\\351'; echo", 30);
     tu_assert_exit(r, 0);
     size_t n = 0;
     const char *out = sbx_result_get0_stdout(r, &n);
     cr_assert_eq(n, 200001);
-    cr_assert_eq(out[0], 'x');
-    cr_assert_eq(out[199999], 'x');
+    cr_assert_eq((unsigned char)out[0], 0xe9);
+    cr_assert_eq((unsigned char)out[199999], 0xe9);
     cr_assert_eq(out[200000], '\n');
     sbx_result_free(r);
-    log = tu_fake_log();
-    cr_assert_eq(tu_fake_count(log, "POST", "/v1/sandboxes/[^/]+/fs/read", NULL, 0), 2);
-    json_object_put(log);
-    /* Nothing is left in /tmp but the plugin's label file (and this
-     * command's own output files). */
-    r = tu_sh(g_sb, "ls -A /tmp | grep -v \"^\\.$SBX_EXEC_ID\\.\"", 30);
-    tu_assert_stdout(r, ".sbx-owner.json\n");
+    r = tu_sh(g_sb, "ls -A /tmp", 30);
+    tu_assert_stdout(r, ".sbx-owner.json\ngo\n");
     sbx_result_free(r);
+}
+
+/* CASE-52 behind a proxy that ends a connection quiet for 2 s: a command
+ * quiet for 5 s completes with its output and exit code; its logs stream,
+ * cut while it was quiet, is read again (at least twice in all), and the
+ * command is started once. */
+Test(vercel, case52_a_quiet_command_outlives_an_idle_proxy)
+{
+    int port = tu_reaper_start(tu_fake_use("VERCEL_API_URL"), 2);
+    sbx_client_free(g_client);
+    char *cfg = tu_strdup_printf("{\"api_url\":\"http://127.0.0.1:%d\"}", port);
+    sbx_error *err = NULL;
+    g_client = sbx_client_new_with_config("vercel", SBX_PLUGIN_MODE_DEFAULT, cfg, &err);
+    cr_assert_not_null(g_client, "%s: %s", cfg, err ? sbx_error_get0_message(err) : "");
+    free(cfg);
+    g_sb = create_with(0, 0, 0, 1);
+    tu_fake_reset();
+    sbx_result *r = tu_sh(g_sb, "printf 'a\\377'; sleep 5; echo done", 60);
+    tu_assert_stdout_bytes(r, "a\377done\n", 7);
+    tu_assert_stderr(r, "");
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", "/v1/sandboxes/[^/]+/cmd", NULL, 0), 1);
+    int reads = tu_fake_count(log, "GET", "/v1/sandboxes/[^/]+/cmd/[^/]+/logs", NULL, 0);
+    cr_assert(reads >= 2, "the logs were read %d times", reads);
+    json_object_put(log);
+    /* Destroyed through the proxy, before it stops. */
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, &err), 0, "destroy: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert(tu_reaper_stop() >= 1);
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -791,4 +792,83 @@ int tu_fake_count(struct json_object *log, const char *method, const char *re, d
     }
     regfree(&rx);
     return n;
+}
+
+/* ---------------------------------------------------------- the idle reaper */
+
+static pid_t g_reaper = -1;     /* the idle reaper, or -1 */
+static int g_reaper_err = -1;   /* the read end of its stderr */
+
+/* Starts the idle reaper in front of 127.0.0.1:@target, closing a
+ * connection after @idle seconds without a byte: its port. Stopped by
+ * tu_reaper_stop() (a suite's teardown too). */
+int tu_reaper_start(int target, int idle)
+{
+    int out[2], err[2];
+    cr_assert_eq(pipe(out), 0);
+    cr_assert_eq(pipe(err), 0);
+    char tport[16], tidle[16];
+    snprintf(tport, sizeof tport, "%d", target);
+    snprintf(tidle, sizeof tidle, "%d", idle);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        dup2(out[1], 1);
+        dup2(err[1], 2);
+        close(out[0]);
+        close(out[1]);
+        close(err[0]);
+        close(err[1]);
+        execl("/usr/bin/python3", "python3", SBX_SOURCE_DIR "/tests/fakes/idlereaper.py", tport,
+              tidle, (char *)NULL);
+        _exit(127);
+    }
+    close(out[1]);
+    close(err[1]);
+    g_reaper = pid;
+    g_reaper_err = err[0];
+    char line[64];
+    size_t n = 0;
+    while (n < sizeof line - 1) {
+        ssize_t k = read(out[0], line + n, 1);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0 || line[n] == '\n')
+            break;
+        n++;
+    }
+    line[n] = '\0';
+    close(out[0]);
+    int port = 0;
+    cr_assert_eq(sscanf(line, "PORT %d", &port), 1, "the idle reaper said \"%s\"", line);
+    return port;
+}
+
+/* Stops the idle reaper by its pid: the connections it reaped (its
+ * "REAPED n" lines); 0 when none runs. */
+int tu_reaper_stop(void)
+{
+    if (g_reaper <= 0)
+        return 0;
+    kill(g_reaper, SIGTERM);
+    int st;
+    while (waitpid(g_reaper, &st, 0) < 0 && errno == EINTR)
+        ;
+    g_reaper = -1;
+    char buf[4096];
+    size_t n = 0;
+    for (;;) {
+        ssize_t k = read(g_reaper_err, buf + n, sizeof buf - 1 - n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0 || (n += (size_t)k) == sizeof buf - 1)
+            break;
+    }
+    buf[n] = '\0';
+    close(g_reaper_err);
+    g_reaper_err = -1;
+    int reaped = 0;
+    for (const char *p = buf; (p = strstr(p, "REAPED ")); p += 7)
+        reaped++;
+    return reaped;
 }

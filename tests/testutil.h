@@ -143,4 +143,13 @@ const char *tu_json_str(struct json_object *o, const char *key);
 int tu_fake_count(struct json_object *log, const char *method, const char *re, double *t,
                   size_t tmax);
 
+/* Starts tests/fakes/idlereaper.py in front of 127.0.0.1:@target, closing
+ * a connection after @idle seconds without a byte either way (as a proxy
+ * that ends quiet connections does): its port. One at a time; stopped by
+ * tu_reaper_stop() (by its pid). */
+int tu_reaper_start(int target, int idle);
+/* Stops the idle reaper: the connections it reaped (its "REAPED n"
+ * lines); 0 when none runs. */
+int tu_reaper_stop(void);
+
 #endif /* SBX_TESTUTIL_H */

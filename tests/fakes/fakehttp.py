@@ -9,7 +9,9 @@
 - A request log that tests read: every request, numbered from 1 ("n"), with
   its time, method, path, query, headers, body (as text, undecodable bytes
   escaped, the first 64 KiB), body length and the status answered ("fault":
-  true when a fault rule answered). The credential is never in it: the
+  true when a fault rule answered). The entry is listed as the request
+  arrives; its status is set as the answer starts (before the client can
+  read it), its body and body_len once the answer is finished. The credential is never in it: the
   Authorization header is recorded as "Bearer <redacted>" (in "auth" and in
   "headers"; X-API-Key, X-Access-Token, Cookie and any header holding the
   fake's key as "<redacted>"), so a test can search the log for a secret. GET /_fake/log
@@ -383,7 +385,7 @@ class Handler(BaseHTTPRequestHandler):
             "headers": {k: self.redact_header(k, v) for k, v in self.headers.items()},
             "content_type": self.headers.get("Content-Type"),
             "time": time.time(),
-            "status": None,     # filled in once answered (None: still open)
+            "status": None,     # set as the answer starts (None: not yet)
         }
         self._entry = None
         if not path.startswith("/_fake/"):
@@ -415,7 +417,8 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             self.fake.release(held)
         with self.fake.lock:
-            entry["status"] = self._status
+            if self._status or entry["status"] is None:
+                entry["status"] = self._status
             entry["body_len"] = len(self._body or b"")
             entry["body"] = (self._body or b"")[:LOG_BODY_MAX].decode("utf-8",
                                                                       "backslashreplace")

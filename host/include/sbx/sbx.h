@@ -907,11 +907,13 @@ SBX_EXPORT int sbx_client_get_host_pid(const sbx_client *client);
 /**
  * sbx_client_set_call_timeout:
  * A deadline of @secs seconds (> 0; 0 removes it) for each plugin call of
- * @client when it runs out of process: handed to the plugin in its call
- * context, and a call past it is cancelled (the plugin's cancel descriptor
- * fires); when the plugin does not answer within 2 s after that, its host
- * is killed, the call fails with a timeout error and the next call starts a
- * new host. In-process calls are not bounded by it (a plugin running in the
+ * @client, handed to the plugin in its call context (the hosted plugins
+ * bound every HTTP request by it, and a create that times out deletes
+ * what it may have made). Out of process a call past it is also cancelled
+ * (the plugin's cancel descriptor fires); when the plugin does not answer
+ * within 2 s after that, its host is killed, the call fails with a timeout
+ * error and the next call starts a new host. In process only the plugin's
+ * own honouring of the deadline bounds the call (a plugin running in the
  * application's own process cannot be stopped safely).
  * Covers single slot calls (create, destroy, a file call, one exec's start
  * and wait steps), not an exec's whole run: that is the exec timeout.

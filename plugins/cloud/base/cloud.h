@@ -168,6 +168,38 @@ char *cl_shell_quote(const char *s);
 char *cl_shell_script(const char *const *argv, const char *shell, const char *cwd);
 #define CL_CWD_MISSING_EXIT 211
 
+/**
+ * A perl program (for "perl -e CL_OUTPUT_ENCODER CMD ARG..."), for
+ * providers that carry a command's output as text: it runs CMD with stdout
+ * and stderr on pipes and passes each read on at once (output stays live),
+ * every byte 0x80-0xFF as the 2-byte UTF-8 of U+0080-U+00FF (latin-1 read
+ * as UTF-8: valid text whatever the command wrote; cl_unencode undoes it),
+ * in writes of at most 4096 bytes (PIPE_BUF: a reader of the pipe gets
+ * whole writes) that each end on a character's end, so a server that
+ * decodes each read as text on its own splits no character.
+ * It stops reading once CMD has ended and the pipes hold nothing more, so
+ * a background child that keeps them open does not hold the command, and
+ * it ends as CMD did (the same exit status, or the same signal). perl-base
+ * is in every Debian and Ubuntu image.
+ */
+extern const char CL_OUTPUT_ENCODER[];
+
+/** One output stream's decoder of CL_OUTPUT_ENCODER's text: zero it to
+ *  start. Not thread-safe (one per stream). */
+typedef struct cl_unencoder {
+    unsigned char lead;     /* a lead byte whose continuation is to come */
+} cl_unencoder;
+/** Decodes the next piece @b of stream @fd (1 or 2) in place, back to the
+ *  bytes the command wrote; a character split across pieces is joined.
+ *  Returns 0, or -1 with a connection error (last error, op "exec") when
+ *  @b holds anything the encoder does not write (U+FFFD from a server that
+ *  split a character, say): the output did not come through byte for
+ *  byte. */
+int cl_unencode(cl_unencoder *u, int fd, cl_buf *b);
+/** At the stream's end: 0, or -1 with a connection error in *@error when
+ *  it ended inside a character. */
+int cl_unencode_end(const cl_unencoder *u, int fd, const char *op, sbx_error **error);
+
 /* ------------------------------------------------------------------------ */
 /* Configuration: credentials and base URLs (util.c)                         */
 /* ------------------------------------------------------------------------ */

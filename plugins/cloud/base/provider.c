@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -613,6 +614,93 @@ int cl_exec_launch(cl_proc *p, cl_proc_run_fn run, void *ud, int made,
     p->run = run;
     p->ud = ud;
     return cl_proc_start(p, rq->stdout_fd, rq->stderr_fd, op, error);
+}
+
+void cl_script_proc_free(cl_script_proc *p)
+{
+    if (p->fini)
+        p->fini(p);
+    if (p->stdin_fd >= 0)
+        close(p->stdin_fd);
+    cl_strv_free(p->env);
+    free(p->script);
+    free(p);
+}
+
+cl_script_proc *cl_script_proc_new(size_t size, sbx_plugin_sandbox *sb, const char *workdir,
+                                   const sbx_plugin_exec_request *rq, cl_run_fn run_short,
+                                   const char *op, sbx_error **error)
+{
+    cl_script_proc *p = calloc(1, size < sizeof(*p) ? sizeof(*p) : size);
+    if (!p) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return NULL;
+    }
+    p->sb = sb;
+    p->stdin_fd = -1;
+    p->run_short = run_short;
+    memcpy(p->tag, "sbx-exec-", 9);
+    cl_random_hex(p->tag + 9, 12);
+    p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : workdir);
+    p->env = cl_strv_dup(rq->env);
+    if (!p->script || !p->env) {
+        cl_script_proc_free(p);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return NULL;
+    }
+    return p;
+}
+
+int cl_script_proc_launch(cl_script_proc *p, cl_proc_run_fn run,
+                          const sbx_plugin_exec_request *rq, const char *op,
+                          sbx_plugin_process **process, sbx_error **error)
+{
+    if (cl_exec_launch(&p->base, run, p, 1, rq, &p->stdin_fd, op, error) < 0) {
+        cl_script_proc_free(p);
+        return -1;
+    }
+    *process = (sbx_plugin_process *)p;
+    return 0;
+}
+
+int cl_script_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
+                        int *exit_code, sbx_error **error)
+{
+    (void)ctx;
+    cl_script_proc *p = (cl_script_proc *)(void *)process;
+    return cl_exec_wait_script(process, p->sb, p->script, p->run_short, timeout_ms, exit_code,
+                               error);
+}
+
+int cl_script_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
+                        sbx_error **error)
+{
+    cl_script_proc *p = (cl_script_proc *)(void *)process;
+    return cl_proc_mark_kill(&p->base, p->sb, p->run_short, ctx, p->tag, sig, error);
+}
+
+int cl_script_exec_end_info(sbx_plugin_process *process, const sbx_call_ctx *ctx,
+                            uint64_t *flags, sbx_error **error)
+{
+    (void)ctx;
+    (void)error;
+    cl_script_proc *p = (cl_script_proc *)(void *)process;
+    pthread_mutex_lock(&p->base.lock);
+    *flags = p->oom_killed ? SBX_PLUGIN_EXEC_OOM_KILLED : 0;
+    pthread_mutex_unlock(&p->base.lock);
+    return 0;
+}
+
+void cl_script_exec_free(sbx_plugin_process *process)
+{
+    cl_script_proc *p = (cl_script_proc *)(void *)process;
+    if (!p)
+        return;
+    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
+    if (!cl_gone_get(&((cl_sandbox *)(void *)p->sb)->gone))
+        cl_script_exec_kill(process, &c2, SIGKILL, NULL);
+    cl_proc_clear(&p->base);
+    cl_script_proc_free(p);
 }
 
 void cl_proc_context(cl_proc *p, const char *key, const char *value)

@@ -453,6 +453,69 @@ int cl_proc_mark_kill(cl_proc *p, sbx_plugin_sandbox *sb, cl_run_fn run,
 
 
 /**
+ * A command run as a shell script on a sandbox whose first member is a
+ * cl_sandbox: the exec request's script (cl_shell_script, in the request's
+ * cwd, else @workdir), its environment overlay and a dup of its stdin,
+ * and a tag, "sbx-exec-" and 24 hex digits, which every process of the
+ * command carries as CL_EXEC_MARK (the plugin's worker sets it) so that
+ * exec_kill reaches all of them. A plugin's process struct may begin with
+ * one and add fields of its own (freed by @fini). The worker (@run, on
+ * the cl_proc's thread) does the provider's part. The slots below serve
+ * exec_wait, exec_kill and exec_free as they are. Not thread-safe beyond
+ * what cl_proc gives (one caller at a time).
+ */
+typedef struct cl_script_proc {
+    cl_proc base;               /* first member (cloud.h) */
+    sbx_plugin_sandbox *sb;
+    char *script;
+    char **env;                 /* "K=V" overlay, copied; never NULL */
+    int stdin_fd;               /* a dup of the request's, or -1 */
+    char tag[40];
+    int oom_killed;             /* the provider said the command's memory ran
+                                 * out (CASE-49; the worker sets it) */
+    cl_run_fn run_short;        /* the plugin's runner of its own commands */
+    void (*fini)(struct cl_script_proc *p);  /* frees the plugin's fields, or NULL */
+} cl_script_proc;
+
+/**
+ * Allocates @size bytes (at least a cl_script_proc; zeroed) for a command
+ * of @rq on @sb and fills in the script, env and tag; stdin is taken by
+ * cl_script_proc_launch(). Returns it, or NULL with resource_exhausted
+ * (op @op) in *@error.
+ */
+cl_script_proc *cl_script_proc_new(size_t size, sbx_plugin_sandbox *sb, const char *workdir,
+                                   const sbx_plugin_exec_request *rq, cl_run_fn run_short,
+                                   const char *op, sbx_error **error);
+
+/** Frees @p before cl_script_proc_launch() (its @fini called). */
+void cl_script_proc_free(cl_script_proc *p);
+
+/**
+ * Takes @rq's stdin (a dup) and starts @p's worker @run (cl_exec_launch):
+ * 0 with *@process set, or -1 with *@error set and @p freed (its @fini
+ * called).
+ */
+int cl_script_proc_launch(cl_script_proc *p, cl_proc_run_fn run,
+                          const sbx_plugin_exec_request *rq, const char *op,
+                          sbx_plugin_process **process, sbx_error **error);
+
+/** The exec_wait slot for a cl_script_proc: cl_exec_wait_script(). */
+int cl_script_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
+                        int *exit_code, sbx_error **error);
+/** The exec_kill slot for a cl_script_proc: cl_proc_mark_kill() with its
+ *  tag, the scan run by its run_short (without the mark). */
+int cl_script_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
+                        sbx_error **error);
+/** The exec_end_info slot for a cl_script_proc: SBX_PLUGIN_EXEC_OOM_KILLED
+ *  when its worker set oom_killed. Read after exec_wait returned 1. */
+int cl_script_exec_end_info(sbx_plugin_process *process, const sbx_call_ctx *ctx,
+                            uint64_t *flags, sbx_error **error);
+/** The exec_free slot for a cl_script_proc (NULL: nothing): SIGKILL to
+ *  every process of the command unless the sandbox is gone (within 30 s),
+ *  then the worker joined and everything freed, @fini first. */
+void cl_script_exec_free(sbx_plugin_process *process);
+
+/**
  * "@api/@collection/ID@suffix" with @id percent-encoded (@suffix "" for
  * none): the URL of one item of the provider's API. A new string, NULL on
  * no memory.

@@ -395,6 +395,67 @@ char *cl_shell_script(const char *const *argv, const char *shell, const char *cw
     return b.data;
 }
 
+const char CL_OUTPUT_ENCODER[] =
+    "$SIG{PIPE}='IGNORE';my $d=0;$SIG{CHLD}=sub{$d=1};"
+    "pipe(OR,OW)||exit 126;pipe(ER,EW)||exit 126;"
+    "my $p=fork;exit 126 unless defined $p;"
+    "if(!$p){close OR;close ER;open(STDOUT,'>&OW');open(STDERR,'>&EW');close OW;close EW;"
+    "$SIG{PIPE}='DEFAULT';$SIG{CHLD}='DEFAULT';exec{$ARGV[0]}@ARGV;exit 127}"
+    "close OW;close EW;my @f=([*OR,*STDOUT],[*ER,*STDERR]);my $s=-1;"
+    "while(@f){my $r='';vec($r,fileno($_->[0]),1)=1 for @f;"
+    "my $n=select($r,undef,undef,($s>=0||$d)?0:0.25);"
+    "if($s<0&&($d||$n<=0)){$d=0;$s=$? if waitpid($p,1)==$p}"
+    "if($n<=0){last if $s>=0;next}"
+    "for my $e(@f){next unless vec($r,fileno($e->[0]),1);"
+    "my $k=sysread($e->[0],my $b,65536);next if !defined $k&&$!==4;"
+    "if(!$k){$e->[2]=1;next}utf8::encode($b);"
+    "for(my $o=0;$o<length $b;){my $l=length($b)-$o;"
+    "if($l>4096){$l=4096;$l-- if ord(substr($b,$o+$l-1,1))>=192}"
+    "my $w=syswrite($e->[1],$b,$l,$o);"
+    "unless(defined $w){next if $!==4;last}$o+=$w}}"
+    "@f=grep{!$_->[2]}@f}"
+    "$s=$? if $s<0&&waitpid($p,0)==$p;"
+    "if($s&127){$SIG{$_}='DEFAULT' for keys %SIG;kill($s&127,$$)}"
+    "exit($s&127?128+($s&127):$s>>8)";
+
+int cl_unencode(cl_unencoder *u, int fd, cl_buf *b)
+{
+    unsigned char *p = (unsigned char *)b->data;
+    size_t o = 0;
+    for (size_t i = 0; i < b->len; i++) {
+        unsigned char c = p[i];
+        if (u->lead) {
+            if ((c & 0xc0) != 0x80)
+                goto bad;
+            p[o++] = (unsigned char)(((u->lead & 0x03) << 6) | (c & 0x3f));
+            u->lead = 0;
+        } else if (c < 0x80) {
+            p[o++] = c;
+        } else if (c == 0xc2 || c == 0xc3) {
+            u->lead = c;
+        } else {
+            goto bad;
+        }
+        continue;
+bad:
+        cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "the command's %s came through the "
+                "provider changed (byte 0x%02x at offset %zu of a piece)",
+                fd == 1 ? "stdout" : "stderr", c, i);
+        return -1;
+    }
+    b->len = o;
+    return 0;
+}
+
+int cl_unencode_end(const cl_unencoder *u, int fd, const char *op, sbx_error **error)
+{
+    if (!u->lead)
+        return 0;
+    cl_fail(error, SBX_ERROR_CONNECTION, op, "the command's %s ended inside a character",
+            fd == 1 ? "stdout" : "stderr");
+    return -1;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Configuration                                                             */
 /* ------------------------------------------------------------------------ */

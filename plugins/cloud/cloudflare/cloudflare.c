@@ -37,7 +37,10 @@
  *    as files staged under /workspace (PUT), which the script sources or
  *    redirects and removes at once; environment values never go in a
  *    command line. Every process of the command carries CL_EXEC_MARK, so
- *    exec_kill signals all of them (provider.h).
+ *    exec_kill signals all of them (provider.h). The command runs under
+ *    CL_OUTPUT_ENCODER (perl), which sends each output byte 0x80-0xFF as the UTF-8
+ *    of U+0080-U+00FF, so any bytes come through the text-only bridge as
+ *    they were and still live; the create checks the image has perl.
  *  - files: GET|PUT /v1/sandbox/{id}/file/<path> for paths under
  *    /workspace (raw bytes both ways); the bridge answers 403 outside it,
  *    so other paths are staged: a write is PUT under /workspace and moved
@@ -47,10 +50,14 @@
  *    the path. list_files is "find" over the exec stream. PUT bodies are
  *    limited to 32 MiB by the bridge (413: invalid_argument naming the
  *    path).
- *  - snapshot: POST …/persist gives a tar of /workspace (only /workspace:
- *    the bridge's snapshot mechanism), which the bridge hands to its client
- *    and does not keep (a container's disk goes when it sleeps); it is kept
- *    as cfsnap-<32 hex>.tar (mode 0600) in the client's snapshot directory
+ *  - snapshot: POST …/persist gives a tar of /workspace (the bridge's
+ *    snapshot mechanism); what changed elsewhere since the create (every
+ *    file, link and directory whose inode changed, other mounts left out)
+ *    is first archived into /workspace/.sbx-root.tar so persist carries
+ *    it, and a restore puts it back in place (files deleted outside
+ *    /workspace are not deleted in the copy). The bridge hands the archive
+ *    to its client and does not keep it (a container's disk goes when it
+ *    sleeps); it is kept as cfsnap-<32 hex>.tar (mode 0600) in the client's snapshot directory
  *    (client option "snapshot_dir", else SBX_CLOUDFLARE_SNAPSHOT_DIR, else
  *    $XDG_STATE_HOME/sbx/cloudflare-snapshots, else
  *    ~/.local/state/sbx/cloudflare-snapshots), and a create with that
@@ -105,6 +112,12 @@
 /* A command's exit status when CF_LIVE_FILE is missing (checked again
  * before it is taken for the sandbox's loss: the command may exit so). */
 #define CF_GONE_EXIT 212
+/* Where a snapshot keeps what changed outside /workspace, inside the
+ * workspace persist archives (cf_snapshot). */
+#define CF_ROOT_TAR CF_WORKSPACE "/.sbx-root.tar"
+/* The create's first command's exit status when the image has no perl. */
+#define CF_NO_PERL_EXIT 3
+
 
 #define CF_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_SNAPSHOT      \
                  | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_BACKGROUND)
@@ -287,6 +300,8 @@ typedef struct cf_stream {
     int have_exit;
     int exit_code;
     int failed;         /* an error event came */
+    int encoded;        /* the output is CL_OUTPUT_ENCODER's */
+    cl_unencoder unenc[3];  /* per fd (1, 2) */
     char err_code[64];
     char err_msg[512];
 } cf_stream;
@@ -304,6 +319,8 @@ static int cf_on_event(void *ud, const char *event, const char *data, size_t n, 
             return -1;
         }
         const char *p = s->dec.data ? s->dec.data : "";
+        if (s->encoded && cl_unencode(&s->unenc[fd], fd, &s->dec) < 0)
+            return -1;
         if (s->proc)
             return cl_proc_output(s->proc, fd, p, s->dec.len);
         if (fd == 2)
@@ -376,6 +393,12 @@ static int cf_exec_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
         return -1;
     }
     json_object *b = json_object_new_object(), *argv = json_object_new_array();
+    s->encoded = mark != NULL;
+    if (s->encoded) {
+        json_object_array_add(argv, json_object_new_string("perl"));
+        json_object_array_add(argv, json_object_new_string("-e"));
+        json_object_array_add(argv, json_object_new_string(CL_OUTPUT_ENCODER));
+    }
     json_object_array_add(argv, json_object_new_string("bash"));
     json_object_array_add(argv, json_object_new_string("-c"));
     json_object_array_add(argv, json_object_new_string(full));
@@ -403,6 +426,9 @@ static int cf_exec_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
         cf_event_error(s, op, error);
         rc = -1;
     }
+    if (rc == 0 && (cl_unencode_end(&s->unenc[1], 1, op, error) < 0
+                    || cl_unencode_end(&s->unenc[2], 2, op, error) < 0))
+        rc = -1;
     cl_sse_clear(&s->sse);
     cl_buf_clear(&s->dec);
     json_object_put(b);
@@ -675,6 +701,20 @@ static int cf_hydrate(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
     }
     cl_resp_clear(&r);
     close(fd);
+    /* What the snapshot kept from outside /workspace goes back in place. */
+    int code = -1;
+    char *msg = NULL;
+    if (rc == 0 && cf_run(sb, ctx, "[ -e " CF_ROOT_TAR " ] || exit 0\n"
+                          "tar -xpf " CF_ROOT_TAR " -C /; rc=$?; rm -f " CF_ROOT_TAR
+                          "; exit $rc\n", -1, NULL, &msg, &code, op, error) < 0)
+        rc = -1;
+    else if (rc == 0 && code != 0) {
+        cl_context(cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "cloudflare: restoring "
+                           "snapshot %s outside " CF_WORKSPACE " failed (exit %d): %s", snap,
+                           code, msg ? msg : ""), "snapshot_id", snap);
+        rc = -1;
+    }
+    free(msg);
     return rc;
 }
 
@@ -686,6 +726,7 @@ static int cf_first_command(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *c
     cl_buf b = { 0 };
     cl_buf_printf(&b, "mkdir -p " CF_WORKSPACE " /var/lib/sbx && : >" CF_LIVE_FILE
                   " || exit 1\n");
+    cl_buf_printf(&b, "command -v perl >/dev/null || exit %d\n", CF_NO_PERL_EXIT);
     if (env_path) {
         char *q = cl_shell_quote(env_path);
         cl_buf_printf(&b, "mkdir -p /var/lib/sbx && mv -f -- %s " CF_ENV_FILE
@@ -697,7 +738,12 @@ static int cf_first_command(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *c
     int rc = b.data ? cf_run(sb, ctx, b.data, -1, NULL, &msg, &code, op, error) : -1;
     if (!b.data)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    if (rc == 0 && code != 0) {
+    if (rc == 0 && code == CF_NO_PERL_EXIT) {
+        cl_fail(error, SBX_ERROR_CONFIGURATION, op, "cloudflare: the sandbox's image has no "
+                "perl, which carries commands' output through the bridge byte for byte "
+                "(the bridge's default image has it)");
+        rc = -1;
+    } else if (rc == 0 && code != 0) {
         cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "cloudflare: the sandbox's setup command "
                 "exited %d: %s", code, msg ? msg : "");
         rc = -1;
@@ -906,10 +952,37 @@ static char *cf_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
                    "path", sb->c->snap_dir);
         goto done;
     }
+    /* What changed outside /workspace since the create (files, links and
+     * directories whose inode changed after CF_LIVE_FILE was made; other
+     * mounts, /workspace and the plugin's own /var/lib/sbx left out) goes
+     * into CF_ROOT_TAR, so persist's archive of /workspace carries it. */
+    int code = -1;
+    char *msg = NULL;
+    if (cf_run(sb, ctx, "cd / || exit 1\nset --\n"
+               "while read -r _ _ _ _ m _; do [ \"$m\" = / ] || set -- \"$@\" -o -path \".$m\";"
+               " done </proc/self/mountinfo\n"
+               "find . \\( -path ./workspace -o -path ./var/lib/sbx \"$@\" \\) -prune -o ! -path . "
+               "-cnewer " CF_LIVE_FILE " \\( -type f -o -type l -o -type d \\) -print0 "
+               "| tar --null --no-recursion -cf " CF_ROOT_TAR " -T -\n"
+               "[ $? -le 1 ]\n", -1, NULL, &msg, &code, op, error) < 0) {
+        free(msg);
+        unlink(tmp);
+        goto done;
+    }
+    if (code != 0) {
+        cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "cloudflare: archiving what changed "
+                "outside " CF_WORKSPACE " failed (exit %d): %s", code, msg ? msg : "");
+        free(msg);
+        cf_run_short(sb, ctx, "rm -f " CF_ROOT_TAR, &code, op, NULL);
+        unlink(tmp);
+        goto done;
+    }
+    free(msg);
     cl_req rq = { .method = "POST", .sink = cl_fd_sink, .sink_ud = &fd, .idempotent = CL_SAFE,
                   .what = "persist the workspace" };
     cl_resp r = { 0 };
     int rc = cf_call(sb->c, ctx, sb->s.id, "/persist", &rq, &r, op, error);
+    cf_run_short(sb, ctx, "rm -f " CF_ROOT_TAR, &code, op, NULL);
     if (rc == 0 && r.status / 100 != 2) {
         cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "persist the workspace");
         rc = -1;

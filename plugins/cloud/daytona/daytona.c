@@ -139,15 +139,7 @@ typedef struct dt_session {
     char id[40];
 } dt_session;
 
-typedef struct dt_proc {
-    cl_proc base;       /* first member (cloud.h) */
-    struct sbx_plugin_sandbox *sb;
-    char *script;       /* the command, as a shell script */
-    char **env;         /* "K=V" overlay, copied (cl_strv_dup) */
-    int stdin_fd;       /* a dup of the host's, or -1 */
-    char tag[40];       /* CL_EXEC_MARK's value on every process of the
-                         * command, and its stdin file's name */
-} dt_proc;
+typedef cl_script_proc dt_proc;  /* provider.h */
 
 static dt_session *dt_pool_take(struct sbx_plugin_sandbox *sb);
 static void dt_pool_drop(struct sbx_plugin_sandbox *sb);
@@ -1578,14 +1570,6 @@ out:
     return code;
 }
 
-static void dt_proc_free_fields(dt_proc *p)
-{
-    if (p->stdin_fd >= 0)
-        close(p->stdin_fd);
-    cl_strv_free(p->env);
-    free(p->script);
-}
-
 static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
                          sbx_error **error)
@@ -1611,62 +1595,21 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
             return -1;
         }
     }
-    dt_proc *p = calloc(1, sizeof(*p));
-    if (!p) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    cl_script_proc *p = cl_script_proc_new(sizeof(*p), sb, NULL, rq, dt_run_short, op, error);
+    if (!p)
         return -1;
-    }
-    p->sb = sb;
-    p->stdin_fd = -1;
-    memcpy(p->tag, "sbx-exec-", 9);
-    cl_random_hex(p->tag + 9, 12);
+    /* A relative cwd is taken from the sandbox's root (dt_abs). */
     char *cwd = rq->cwd ? dt_abs(sb, rq->cwd) : sb->workdir ? strdup(sb->workdir) : NULL;
+    free(p->script);
     p->script = (cwd || (!rq->cwd && !sb->workdir)) ? cl_shell_script(rq->argv, rq->shell, cwd)
                                                     : NULL;
     free(cwd);
-    p->env = cl_strv_dup(rq->env);
-    if (cl_exec_launch(&p->base, dt_exec_run, p, p->script && p->env, rq, &p->stdin_fd, op,
-                       error) < 0) {
-        dt_proc_free_fields(p);
-        free(p);
+    if (!p->script) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        cl_script_proc_free(p);
         return -1;
     }
-    *process = (sbx_plugin_process *)p;
-    return 0;
-}
-
-static int dt_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
-                        int *exit_code, sbx_error **error)
-{
-    dt_proc *p = (dt_proc *)process;
-    (void)ctx;
-    return cl_exec_wait_script(process, p->sb, p->script, dt_run_short, timeout_ms, exit_code,
-                               error);
-}
-
-/* Signals every process of the command: each carries CL_EXEC_MARK=<its
- * tag> in its environment (inherited from the command's shell), so
- * the signal reaches background children, children that made sessions of
- * their own (setsid) and orphans the sandbox's init adopted, which a
- * process-group kill would miss. The scan runs through /process/execute,
- * whose own processes carry no marker. */
-static int dt_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
-                        sbx_error **error)
-{
-    dt_proc *p = (dt_proc *)process;
-    return cl_proc_mark_kill(&p->base, p->sb, dt_run_short, ctx, p->tag, sig, error);
-}
-
-static void dt_exec_free(sbx_plugin_process *process)
-{
-    dt_proc *p = (dt_proc *)process;
-    if (!p)
-        return;
-    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-    dt_exec_kill(process, &c2, SIGKILL, NULL);
-    cl_proc_clear(&p->base);
-    dt_proc_free_fields(p);
-    free(p);
+    return cl_script_proc_launch(p, dt_exec_run, rq, op, process, error);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1695,10 +1638,10 @@ static const sbx_plugin dt_plugin = {
     .sandbox_root = cl_sandbox_root,
     .snapshot = dt_snapshot,
     .exec_start = dt_exec_start,
-    .exec_wait = dt_exec_wait,
+    .exec_wait = cl_script_exec_wait,
     .exec_event_fd = cl_exec_event_fd,
-    .exec_kill = dt_exec_kill,
-    .exec_free = dt_exec_free,
+    .exec_kill = cl_script_exec_kill,
+    .exec_free = cl_script_exec_free,
     .list_files = dt_list_files,
     .read_file = dt_read_file,
     .write_file = dt_write_file,

@@ -110,15 +110,7 @@ struct sbx_plugin_sandbox {
     char *workdir;      /* the default working directory, or NULL */
 };
 
-typedef struct rl_proc {
-    cl_proc base;       /* first member (cloud.h) */
-    struct sbx_plugin_sandbox *sb;
-    char *script;
-    char **env;         /* "K=V" of the command, copied */
-    int stdin_fd;
-    char tag[40];
-    int oom_killed;     /* the devbox failed out_of_memory (the worker sets it) */
-} rl_proc;
+typedef cl_script_proc rl_proc;  /* provider.h */
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
@@ -1452,87 +1444,16 @@ out:
     return code;
 }
 
-static void rl_proc_free_fields(rl_proc *p)
-{
-    if (p->stdin_fd >= 0)
-        close(p->stdin_fd);
-    cl_strv_free(p->env);
-    free(p->script);
-}
-
 static int rl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
                          sbx_error **error)
 {
-    const char *op = "exec";
     (void)ctx;
     if (cl_exec_check(&sb->s, RL_BACKEND, rq, 0, error) < 0)
         return -1;
-    rl_proc *p = calloc(1, sizeof(*p));
-    if (!p) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    p->sb = sb;
-    p->stdin_fd = -1;
-    memcpy(p->tag, "sbx-exec-", 9);
-    cl_random_hex(p->tag + 9, 12);
-    p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
-    p->env = cl_strv_dup(rq->env);
-    if (cl_exec_launch(&p->base, rl_exec_run, p, p->script && p->env, rq, &p->stdin_fd, op,
-                       error) < 0) {
-        rl_proc_free_fields(p);
-        free(p);
-        return -1;
-    }
-    *process = (sbx_plugin_process *)p;
-    return 0;
-}
-
-static int rl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
-                        int *exit_code, sbx_error **error)
-{
-    (void)ctx;
-    rl_proc *p = (rl_proc *)process;
-    return cl_exec_wait_script(process, p->sb, p->script, rl_run_short, timeout_ms, exit_code,
-                               error);
-}
-
-/* Signals every process of the command (each carries CL_EXEC_MARK=<its
- * tag>), setsid'd and orphaned descendants included; the scan runs as a
- * command of its own, without the mark. */
-static int rl_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
-                        sbx_error **error)
-{
-    rl_proc *p = (rl_proc *)process;
-    return cl_proc_mark_kill(&p->base, p->sb, rl_run_short, ctx, p->tag, sig, error);
-}
-
-/* SBX_PLUGIN_EXEC_OOM_KILLED when the devbox failed with out_of_memory
- * while the command ran. Read after exec_wait returned 1. */
-static int rl_exec_end_info(sbx_plugin_process *process, const sbx_call_ctx *ctx,
-                            uint64_t *flags, sbx_error **error)
-{
-    (void)ctx;
-    (void)error;
-    rl_proc *p = (rl_proc *)process;
-    pthread_mutex_lock(&p->base.lock);
-    *flags = p->oom_killed ? SBX_PLUGIN_EXEC_OOM_KILLED : 0;
-    pthread_mutex_unlock(&p->base.lock);
-    return 0;
-}
-
-static void rl_exec_free(sbx_plugin_process *process)
-{
-    rl_proc *p = (rl_proc *)process;
-    if (!p)
-        return;
-    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-    if (!rl_is_gone(p->sb))
-        rl_exec_kill(process, &c2, SIGKILL, NULL);
-    cl_proc_clear(&p->base);
-    rl_proc_free_fields(p);
-    free(p);
+    cl_script_proc *p = cl_script_proc_new(sizeof(*p), sb, sb->workdir, rq, rl_run_short,
+                                           "exec", error);
+    return p ? cl_script_proc_launch(p, rl_exec_run, rq, "exec", process, error) : -1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1564,16 +1485,16 @@ static const sbx_plugin rl_plugin = {
     .sandbox_root = cl_sandbox_root,
     .snapshot = rl_snapshot,
     .exec_start = rl_exec_start,
-    .exec_wait = rl_exec_wait,
+    .exec_wait = cl_script_exec_wait,
     .exec_event_fd = cl_exec_event_fd,
-    .exec_kill = rl_exec_kill,
-    .exec_free = rl_exec_free,
+    .exec_kill = cl_script_exec_kill,
+    .exec_free = cl_script_exec_free,
     .list_files = rl_list_files,
     .read_file = rl_read_file,
     .write_file = rl_write_file,
     .list_owned = rl_list_owned,
     .destroy_by_id = rl_destroy_by_id,
-    .exec_end_info = rl_exec_end_info,
+    .exec_end_info = cl_script_exec_end_info,
     .stop = rl_stop,
     .start = rl_start,
 };

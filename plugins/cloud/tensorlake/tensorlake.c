@@ -120,16 +120,9 @@ struct sbx_plugin_sandbox {
 };
 
 typedef struct tl_proc {
-    cl_proc base;       /* first member (cloud.h) */
-    struct sbx_plugin_sandbox *sb;
-    char *script;
-    char **env;         /* "K=V" of the command, copied */
-    int stdin_fd;
-    char tag[40];
+    cl_script_proc sp;  /* first member: script, env, stdin, tag (provider.h) */
     pthread_mutex_t pid_lock;
     int64_t pid;        /* the provider's pid; 0 until the stream names it */
-    int oom_killed;     /* the end event said oom_killed (the worker sets it) */
-    cl_buf line;        /* SSE data is parsed per event */
 } tl_proc;
 
 /* ------------------------------------------------------------------------ */
@@ -1041,8 +1034,8 @@ static int tl_on_event(void *ud, const char *event, const char *data, size_t n, 
         const char *st = cl_json_str(j, "stream");
         const char *line = json_object_get_string(v);
         int fd = st && strcmp(st, "stderr") == 0 ? 2 : 1;
-        if (cl_proc_output(&s->p->base, fd, line, strlen(line)) < 0
-            || cl_proc_output(&s->p->base, fd, "\n", 1) < 0)
+        if (cl_proc_output(&s->p->sp.base, fd, line, strlen(line)) < 0
+            || cl_proc_output(&s->p->sp.base, fd, "\n", 1) < 0)
             rc = -1;
     } else if (json_object_object_get_ex(j, "exit_code", NULL)
                || json_object_object_get_ex(j, "signal", NULL)
@@ -1055,7 +1048,7 @@ static int tl_on_event(void *ud, const char *event, const char *data, size_t n, 
         else if (cl_json_int(j, "signal", &x) == 1)
             s->exit_code = (int)((128 + x) & 0xff);
         if (json_object_object_get_ex(j, "oom_killed", &v) && json_object_get_boolean(v))
-            s->p->oom_killed = 1;
+            s->p->sp.oom_killed = 1;
         rc = 1;
     } else if (cl_json_int(j, "pid", &x) == 1) {
         pthread_mutex_lock(&s->p->pid_lock);
@@ -1096,9 +1089,9 @@ static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
                         int *code, const char *op, sbx_error **error)
 {
     tl_proc p = { 0 };
-    p.sb = sb;
+    p.sp.sb = sb;
     pthread_mutex_init(&p.pid_lock, NULL);
-    p.base.stdout_fd = p.base.stderr_fd = -1;
+    p.sp.base.stdout_fd = p.sp.base.stderr_fd = -1;
     tl_stream s = { &p, { 0 }, 0, 0 };
     cl_sse_init(&s.sse, tl_on_event, &s);
     json_object *b = tl_run_body(cmd, NULL, NULL);
@@ -1128,13 +1121,13 @@ typedef struct tl_out {
 static int tl_out_sink(void *ud, const char *data, size_t n)
 {
     tl_out *o = ud;
-    return cl_proc_output(&o->p->base, o->fd, data, n);
+    return cl_proc_output(&o->p->sp.base, o->fd, data, n);
 }
 
 static int tl_exec_run(cl_proc *base)
 {
     tl_proc *p = (tl_proc *)base;
-    struct sbx_plugin_sandbox *sb = p->sb;
+    struct sbx_plugin_sandbox *sb = p->sp.sb;
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
     char *stdin_path = NULL, *script = NULL, *src = cl_env_file_source(TL_ENV_FILE);
@@ -1143,16 +1136,16 @@ static int tl_exec_run(cl_proc *base)
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    if (p->stdin_fd >= 0) {
-        stdin_path = cl_printf("/tmp/.%s.in", p->tag);
-        if (!stdin_path || tl_upload(sb, &ctx, stdin_path, p->stdin_fd, op, NULL) < 0)
+    if (p->sp.stdin_fd >= 0) {
+        stdin_path = cl_printf("/tmp/.%s.in", p->sp.tag);
+        if (!stdin_path || tl_upload(sb, &ctx, stdin_path, p->sp.stdin_fd, op, NULL) < 0)
             goto fail;
+        const char *t = p->sp.tag;
         script = cl_printf("%sexec </tmp/.%s.in >/tmp/.%s.out 2>/tmp/.%s.err; "
-                           "rm -f /tmp/.%s.in\n%s", src, p->tag, p->tag, p->tag, p->tag,
-                           p->script);
+                           "rm -f /tmp/.%s.in\n%s", src, t, t, t, t, p->sp.script);
     } else {
-        script = cl_printf("%sexec </dev/null >/tmp/.%s.out 2>/tmp/.%s.err\n%s", src, p->tag,
-                           p->tag, p->script);
+        script = cl_printf("%sexec </dev/null >/tmp/.%s.out 2>/tmp/.%s.err\n%s", src, p->sp.tag,
+                           p->sp.tag, p->sp.script);
     }
     if (!script) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1160,7 +1153,7 @@ static int tl_exec_run(cl_proc *base)
     }
     tl_stream s = { p, { 0 }, 0, 0 };
     cl_sse_init(&s.sse, tl_on_event, &s);
-    json_object *b = tl_run_body(script, (const char *const *)p->env, p->tag);
+    json_object *b = tl_run_body(script, (const char *const *)p->sp.env, p->sp.tag);
     const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
     static const char *const h[] = { "Accept: text/event-stream", NULL };
     cl_req rq = { .method = "POST", .headers = h, .body = bs, .body_len = strlen(bs),
@@ -1178,7 +1171,7 @@ static int tl_exec_run(cl_proc *base)
     /* The output, as raw bytes (the run stream is line-oriented text). */
     for (int fd = 1; rc == 0 && fd <= 2; fd++) {
         char path[64];
-        snprintf(path, sizeof path, "/tmp/.%s.%s", p->tag, fd == 1 ? "out" : "err");
+        snprintf(path, sizeof path, "/tmp/.%s.%s", p->sp.tag, fd == 1 ? "out" : "err");
         char *q = tl_files_path("", path);
         tl_out o = { p, fd };
         cl_req rg = { .method = "GET", .sink = tl_out_sink, .sink_ud = &o, .idempotent = CL_SAFE,
@@ -1209,12 +1202,10 @@ out:
     return code;
 }
 
-static void tl_proc_free_fields(tl_proc *p)
+/* Frees what a tl_proc adds to its cl_script_proc. */
+static void tl_proc_fini(cl_script_proc *sp)
 {
-    if (p->stdin_fd >= 0)
-        close(p->stdin_fd);
-    cl_strv_free(p->env);
-    free(p->script);
+    tl_proc *p = (tl_proc *)sp;
     pthread_mutex_destroy(&p->pid_lock);
 }
 
@@ -1222,78 +1213,16 @@ static int tl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
                          sbx_error **error)
 {
-    const char *op = "exec";
     (void)ctx;
     if (cl_exec_check(&sb->s, TL_BACKEND, rq, 0, error) < 0)
         return -1;
-    tl_proc *p = calloc(1, sizeof(*p));
-    if (!p) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    p->sb = sb;
-    p->stdin_fd = -1;
-    pthread_mutex_init(&p->pid_lock, NULL);
-    memcpy(p->tag, "sbx-exec-", 9);
-    cl_random_hex(p->tag + 9, 12);
-    p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
-    p->env = cl_strv_dup(rq->env);
-    if (cl_exec_launch(&p->base, tl_exec_run, p, p->script && p->env, rq, &p->stdin_fd, op,
-                       error) < 0) {
-        tl_proc_free_fields(p);
-        free(p);
-        return -1;
-    }
-    *process = (sbx_plugin_process *)p;
-    return 0;
-}
-
-static int tl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
-                        int *exit_code, sbx_error **error)
-{
-    tl_proc *p = (tl_proc *)process;
-    (void)ctx;
-    return cl_exec_wait_script(process, p->sb, p->script, tl_run_short, timeout_ms, exit_code,
-                               error);
-}
-
-/* Signals every process of the command: each carries CL_EXEC_MARK=<its
- * tag> in its environment (the run request's env, inherited), so the
- * signal reaches background children, children that made sessions of their
- * own (setsid) and orphans, which the provider's process-group signal
- * misses. The scan runs as a command of its own, without the mark. */
-static int tl_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
-                        sbx_error **error)
-{
-    tl_proc *p = (tl_proc *)process;
-    return cl_proc_mark_kill(&p->base, p->sb, tl_run_short, ctx, p->tag, sig, error);
-}
-
-/* SBX_PLUGIN_EXEC_OOM_KILLED when the run's end event said oom_killed: the
- * provider's memory limit killed a process of the command. Read after
- * exec_wait returned 1, when the worker has ended. */
-static int tl_exec_end_info(sbx_plugin_process *process, const sbx_call_ctx *ctx,
-                            uint64_t *flags, sbx_error **error)
-{
-    (void)ctx;
-    (void)error;
-    tl_proc *p = (tl_proc *)process;
-    pthread_mutex_lock(&p->base.lock);
-    *flags = p->oom_killed ? SBX_PLUGIN_EXEC_OOM_KILLED : 0;
-    pthread_mutex_unlock(&p->base.lock);
-    return 0;
-}
-
-static void tl_exec_free(sbx_plugin_process *process)
-{
-    tl_proc *p = (tl_proc *)process;
+    tl_proc *p = (tl_proc *)cl_script_proc_new(sizeof(tl_proc), sb, sb->workdir, rq,
+                                               tl_run_short, "exec", error);
     if (!p)
-        return;
-    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-    tl_exec_kill(process, &c2, SIGKILL, NULL);
-    cl_proc_clear(&p->base);
-    tl_proc_free_fields(p);
-    free(p);
+        return -1;
+    pthread_mutex_init(&p->pid_lock, NULL);
+    p->sp.fini = tl_proc_fini;
+    return cl_script_proc_launch(&p->sp, tl_exec_run, rq, "exec", process, error);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1327,16 +1256,16 @@ static const sbx_plugin tl_plugin = {
     .sandbox_root = cl_sandbox_root,
     .snapshot = tl_snapshot,
     .exec_start = tl_exec_start,
-    .exec_wait = tl_exec_wait,
+    .exec_wait = cl_script_exec_wait,
     .exec_event_fd = cl_exec_event_fd,
-    .exec_kill = tl_exec_kill,
-    .exec_free = tl_exec_free,
+    .exec_kill = cl_script_exec_kill,
+    .exec_free = cl_script_exec_free,
     .list_files = tl_list_files,
     .read_file = tl_read_file,
     .write_file = tl_write_file,
     .list_owned = tl_list_owned,
     .destroy_by_id = tl_destroy_by_id,
-    .exec_end_info = tl_exec_end_info,
+    .exec_end_info = cl_script_exec_end_info,
     .stop = tl_stop,
     .start = tl_start,
 };

@@ -34,16 +34,17 @@
  *    in each running one. The create token is also in the sandbox's env
  *    (VC_TOKEN_ENV): the reaper of lost creates (CASE-20) asks a running
  *    sandbox without the file for it by a command.
- *  - exec: POST /v1/sandboxes/{id}/cmd {"command": "bash", "args": ["-c",
- *    wrapper], "wait": true}; the NDJSON answer's last {command} carries
- *    the exit code, an {"error"} line means the sandbox stopped (gone). The
- *    logs stream is text, so the wrapper runs the command in a bash of its
- *    own with stdout and stderr in two files in the sandbox, then, when
- *    both hold at most VC_REPORT_MAX bytes, prints them in base64 on one
- *    report line of its own stdout and removes them: one GET of the logs
- *    brings them (two requests per exec). Larger output, or a wrapper
- *    killed before its report, is read from the files as raw bytes
- *    (fs/read) and the files removed. Output arrives when a command ends.
+ *  - exec: POST /v1/sandboxes/{id}/cmd {"command": "perl", "args": ["-e",
+ *    CL_OUTPUT_ENCODER, "bash", "-c", SCRIPT], "wait": false} gives the
+ *    command's id; GET …/cmd/{cmdId}/logs streams its output as it comes
+ *    ({"stream", "data"} lines, text: the encoder makes any bytes text and
+ *    the plugin undoes it, so output is exact and live) and ends with the
+ *    command, an {"stream":"error"} line meaning the sandbox stopped
+ *    (gone); a cut stream is read again with the bytes already delivered
+ *    skipped (as long as the command runs, when the stream was held a
+ *    while first: a quiet command behind a proxy that ends idle
+ *    connections completes, CASE-52); GET …/cmd/{cmdId}?wait=true gives the exit code. Three
+ *    requests per exec.
  *    Per-call env values and stdin are written as files first (never in
  *    the command line); every process of the command carries
  *    CL_EXEC_MARK=<its tag>, so exec_kill signals all of them.
@@ -89,8 +90,8 @@
 #define VC_OWNER_FILE "/tmp/.sbx-owner.json" /* the plugin's labels in the sandbox */
 #define VC_TOKEN_ENV "SBX_CREATE_TOKEN"     /* the create token in the sandbox's env */
 #define VC_STATE_VERSION 1
-#define VC_REPORT_TAG "SBX-VERCEL-REPORT"   /* the exec wrapper's report line */
-#define VC_REPORT_MAX 65536                 /* outputs up to this come in the report */
+#define VC_LOGS_TRIES 4     /* readings of a logs stream cut within VC_LOGS_HELD_S */
+#define VC_LOGS_HELD_S 1.0  /* a logs stream held this long and cut is read again */
 #define VC_WAIT_S 300.0                     /* bound on waiting for running */
 #define VC_POLL_S 0.1                       /* between status polls */
 #define VC_DEFAULT_LIFETIME_S 3600          /* timeout when none was set */
@@ -119,14 +120,7 @@ struct sbx_plugin_sandbox {
     char *workdir;      /* the default working directory, or NULL */
 };
 
-typedef struct vc_proc {
-    cl_proc base;       /* first member (cloud.h) */
-    struct sbx_plugin_sandbox *sb;
-    char *script;
-    char **env;         /* "K=V" of the command, copied */
-    int stdin_fd;
-    char tag[40];
-} vc_proc;
+typedef cl_script_proc vc_proc;  /* provider.h */
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
@@ -1457,15 +1451,50 @@ static int vc_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, 
 /* Exec                                                                      */
 /* ------------------------------------------------------------------------ */
 
-typedef struct vc_out {
+/* A command's logs stream, read as it comes: each line's text, undone from
+ * CL_OUTPUT_ENCODER, goes to the command's stdout or stderr. A re-read
+ * stream (after a cut) starts again from the command's first line, so the
+ * bytes already delivered of each stream (@sent) are skipped. */
+typedef struct vc_logs {
     vc_proc *p;
-    int fd;
-} vc_out;
+    cl_unencoder unenc[3];  /* per fd (1, 2) */
+    uint64_t sent[3];       /* bytes delivered so far, per fd */
+    uint64_t seen[3];       /* bytes of this reading so far, per fd */
+    cl_buf dec;
+    int stopped;            /* an error line: the sandbox stopped */
+} vc_logs;
 
-static int vc_out_sink(void *ud, const char *data, size_t n)
+static int vc_logs_line(void *ud, json_object *o)
 {
-    vc_out *o = ud;
-    return cl_proc_output(&o->p->base, o->fd, data, n);
+    vc_logs *l = ud;
+    const char *s = cl_json_str(o, "stream");
+    if (s && strcmp(s, "error") == 0) {
+        l->stopped = 1;
+        return 1;
+    }
+    json_object *d = NULL;
+    int fd = s && strcmp(s, "stdout") == 0 ? 1 : s && strcmp(s, "stderr") == 0 ? 2 : 0;
+    if (!fd || !json_object_object_get_ex(o, "data", &d)
+        || !json_object_is_type(d, json_type_string))
+        return 0;   /* a line the contract does not name */
+    l->dec.len = 0;
+    if (cl_buf_append(&l->dec, json_object_get_string(d), (size_t)json_object_get_string_len(d))
+        < 0) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, "exec", "out of memory");
+        return -1;
+    }
+    if (cl_unencode(&l->unenc[fd], fd, &l->dec) < 0)
+        return -1;
+    const char *p = l->dec.data ? l->dec.data : "";
+    size_t n = l->dec.len, skip = 0;
+    if (l->seen[fd] < l->sent[fd])
+        skip = (size_t)(l->sent[fd] - l->seen[fd]) < n ? (size_t)(l->sent[fd] - l->seen[fd]) : n;
+    l->seen[fd] += n;
+    if (n > skip) {
+        l->sent[fd] += n - skip;
+        return cl_proc_output(&l->p->base, fd, p + skip, n - skip);
+    }
+    return 0;
 }
 
 /* The per-call environment as a file the command sources: "export K=V"
@@ -1490,37 +1519,15 @@ static char *vc_call_env_file(const char *const *env)
     return b.data;
 }
 
-/* The wrapper's report in @text (its stdout): the line "VC_REPORT_TAG
- * B64OUT B64ERR", whose bytes go to the command's stdout and stderr. 0 when
- * it was there and delivered, -1 when not (the caller reads the files). */
-static int vc_report(vc_proc *p, const char *text)
-{
-    const char *line = text ? strstr(text, VC_REPORT_TAG " ") : NULL;
-    while (line && line != text && line[-1] != '\n')
-        line = strstr(line + 1, VC_REPORT_TAG " ");
-    if (!line)
-        return -1;
-    const char *a = line + strlen(VC_REPORT_TAG " ");
-    const char *sp = strchr(a, ' ');
-    const char *nl = sp ? strchr(sp + 1, '\n') : NULL;
-    if (!nl)
-        return -1;
-    cl_buf out = { 0 }, err = { 0 };
-    int rc = -1;
-    if (cl_base64_decode(a, (size_t)(sp - a), &out) == 0
-        && cl_base64_decode(sp + 1, (size_t)(nl - sp - 1), &err) == 0) {
-        rc = 0;
-        if (out.len)
-            rc = cl_proc_output(&p->base, 1, out.data, out.len);
-        if (rc == 0 && err.len)
-            rc = cl_proc_output(&p->base, 2, err.data, err.len);
-        rc = rc < 0 ? -2 : 0;
-    }
-    cl_buf_clear(&out);
-    cl_buf_clear(&err);
-    return rc == -2 ? 0 : rc;
-}
-
+/*
+ * Runs the command: POST cmd (wait false) with "perl -e CL_OUTPUT_ENCODER
+ * bash -c SCRIPT", where SCRIPT exports the mark, sources the per-call
+ * environment file and takes stdin from its file (both uploaded first and
+ * removed as the command starts); then GET its logs, which stream the
+ * output as it comes and end with the command (a cut stream is read again,
+ * at most VC_LOGS_TRIES times, the bytes already delivered skipped); then
+ * GET cmd?wait=true for the exit code. Three requests, output live.
+ */
 static int vc_exec_run(cl_proc *base)
 {
     vc_proc *p = (vc_proc *)base;
@@ -1528,9 +1535,11 @@ static int vc_exec_run(cl_proc *base)
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
     cl_buf pre = { 0 };
-    char *script = NULL, *envf = NULL, *quoted = cl_shell_quote(p->script);
+    char *envf = NULL, *id = NULL, *esc = NULL, *suffix = NULL;
+    json_object *b = NULL, *j = NULL;
+    vc_logs lg = { .p = p };
     int code = -1, rc = -1;
-    int bad = !quoted || cl_buf_printf(&pre, "export " CL_EXEC_MARK "=%s\n", p->tag) < 0;
+    int bad = cl_buf_printf(&pre, "export " CL_EXEC_MARK "=%s\n", p->tag) < 0;
     if (!bad && p->env && p->env[0]) {
         char path[64];
         snprintf(path, sizeof path, "/tmp/.%s.env", p->tag);
@@ -1545,131 +1554,129 @@ static int vc_exec_run(cl_proc *base)
         snprintf(path, sizeof path, "/tmp/.%s.in", p->tag);
         if (vc_upload(sb, &ctx, path, p->stdin_fd, "stdin", op, NULL) < 0)
             goto fail;
-        bad = cl_buf_printf(&pre, "trap 'rm -f %s' EXIT\nbash -c %s <%s >/tmp/.%s.out "
-                            "2>/tmp/.%s.err\n", path, quoted, path, p->tag, p->tag) < 0;
+        bad = cl_buf_printf(&pre, "exec <%s; rm -f %s\n", path, path) < 0;
     } else if (!bad) {
-        bad = cl_buf_printf(&pre, "bash -c %s </dev/null >/tmp/.%s.out 2>/tmp/.%s.err\n",
-                            quoted, p->tag, p->tag) < 0;
+        bad = cl_buf_printf(&pre, "exec </dev/null\n") < 0;
     }
-    /* The command runs in a bash of its own; the wrapper then reports both
-     * outputs in base64 on its own stdout (the logs stream) when they are
-     * small, removes them and exits with the command's status. */
-    if (bad || !(script = cl_printf("%sc=$?\no=/tmp/.%s.out e=/tmp/.%s.err\n"
-                                    "if [ $(($(stat -c %%s $o) + $(stat -c %%s $e))) -le %d ]; "
-                                    "then printf '%s '; base64 -w0 $o; printf ' '; "
-                                    "base64 -w0 $e; printf '\\n'; rm -f $o $e; fi\nexit $c\n",
-                                    pre.data, p->tag, p->tag, VC_REPORT_MAX,
-                                    VC_REPORT_TAG))) {
+    bad = bad || cl_buf_printf(&pre, "%s", p->script) < 0;
+    b = json_object_new_object();
+    json_object *args = json_object_new_array();
+    if (bad || !b || !args) {
+        json_object_put(args);
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    char *report = NULL;
-    rc = vc_execute(sb, &ctx, script, &code, &report, op, NULL);
-    if (rc == 0 && vc_report(p, report) == 0) {
-        free(report);
-        goto out;
+    json_object_array_add(args, json_object_new_string("-e"));
+    json_object_array_add(args, json_object_new_string(CL_OUTPUT_ENCODER));
+    json_object_array_add(args, json_object_new_string("bash"));
+    json_object_array_add(args, json_object_new_string("-c"));
+    json_object_array_add(args, json_object_new_string(pre.data));
+    json_object_object_add(b, "command", json_object_new_string("perl"));
+    json_object_object_add(b, "args", args);
+    json_object_object_add(b, "cwd", json_object_new_string(VC_CWD));
+    json_object_object_add(b, "wait", json_object_new_boolean(0));
+    const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
+    cl_req rq = { .method = "POST", .body = bs, .body_len = strlen(bs),
+                  .idempotent = CL_UNSAFE, .what = "run the command" };
+    cl_resp r = { 0 };
+    rc = vc_call(sb, &ctx, &rq, "/cmd", &r, 0, op, NULL);
+    if (rc == 0 && !(j = cl_resp_json(&r, op, "run the command", NULL)))
+        rc = -1;
+    cl_resp_clear(&r);
+    const char *cid = j ? cl_json_str(cl_json_path(j, "command", NULL), "id") : NULL;
+    if (rc == 0 && !cid) {
+        cl_fail(NULL, SBX_ERROR_CONNECTION, op, "vercel command answered without an id");
+        rc = -1;
     }
-    free(report);
-    /* No report (the wrapper was killed, or the output is large): the
-     * output files, as raw bytes (the logs stream is text). */
-    for (int fd = 1; rc == 0 && fd <= 2; fd++) {
-        char path[64];
-        snprintf(path, sizeof path, "/tmp/.%s.%s", p->tag, fd == 1 ? "out" : "err");
-        vc_out o = { p, fd };
-        cl_resp r = { 0 };
-        rc = vc_download(sb, &ctx, path, vc_out_sink, &o, &r, op, NULL);
-        if (rc < 0 && r.status == 404 && !vc_is_gone(sb))
-            rc = 0;     /* the command removed it */
-        cl_resp_clear(&r);
+    if (rc < 0 || !(id = strdup(cid)) || !(esc = cl_url_escape(id))
+        || !(suffix = cl_printf("/cmd/%s/logs", esc))) {
+        if (rc == 0)
+            cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
     }
-    if (rc == 0) {
-        char *rm = cl_printf("rm -f /tmp/.%s.out /tmp/.%s.err", p->tag, p->tag);
-        int c2 = 0;
-        if (rm)
-            vc_execute(sb, &ctx, rm, &c2, NULL, op, NULL);
-        free(rm);
+    /* The logs, as they come, to the command's end. A stream cut after
+     * VC_LOGS_HELD_S or more (a proxy that ends quiet connections: a quiet
+     * command, CASE-52) is read again as long as the command runs; one cut
+     * sooner counts as a failed try. */
+    for (int tries = 0;;) {
+        double t0 = cl_now();
+        cl_ndjson nd;
+        cl_ndjson_init(&nd, vc_logs_line, &lg);
+        memset(lg.seen, 0, sizeof lg.seen);
+        memset(lg.unenc, 0, sizeof lg.unenc);
+        cl_req lq = { .method = "GET", .sink = vc_feed_sink, .sink_ud = &nd,
+                      .idempotent = CL_SAFE, .what = "read the command's logs" };
+        cl_resp r2 = { 0 };
+        rc = vc_call(sb, &ctx, &lq, suffix, &r2, 0, op, NULL);
+        /* The stream has no final line: it ends with the command. */
+        if (rc == 0 && nd.line.len && cl_ndjson_feed(&nd, "\n", 1, op, NULL) < 0)
+            rc = -1;
+        if (rc == 0 && (cl_unencode_end(&lg.unenc[1], 1, op, NULL) < 0
+                        || cl_unencode_end(&lg.unenc[2], 2, op, NULL) < 0))
+            rc = -1;
+        int cut = rc < 0 && (r2.status == 0 || r2.status / 100 == 2)
+                  && cl_last()->code == SBX_ERROR_CONNECTION
+                  && !vc_is_gone(sb) && !cl_proc_stopping(base);
+        cl_ndjson_clear(&nd);
+        cl_resp_clear(&r2);
+        if (cut && cl_now() - t0 < VC_LOGS_HELD_S)
+            tries++;
+        if (!cut || tries >= VC_LOGS_TRIES)
+            break;
+    }
+    if (rc == 0 && lg.stopped) {
+        vc_mark_gone(sb);
+        vc_gone_error(NULL, op, sb->s.id, NULL);
+        rc = -1;
     }
     if (rc < 0)
         goto fail;
+    /* The exit code (the command has ended: the logs did). */
+    free(suffix);
+    suffix = cl_printf("/cmd/%s?wait=true", esc);
+    json_object_put(j);
+    j = NULL;
+    cl_req wq = { .method = "GET", .idempotent = CL_SAFE, .what = "wait for the command" };
+    cl_resp r3 = { 0 };
+    rc = suffix ? vc_call(sb, &ctx, &wq, suffix, &r3, 0, op, NULL) : -1;
+    if (rc == 0 && !(j = cl_resp_json(&r3, op, "wait for the command", NULL)))
+        rc = -1;
+    cl_resp_clear(&r3);
+    int64_t x = 0;
+    if (rc == 0 && cl_json_int(cl_json_path(j, "command", NULL), "exitCode", &x) != 1) {
+        cl_fail(NULL, SBX_ERROR_CONNECTION, op, "vercel command %s ended without an exitCode",
+                id);
+        rc = -1;
+    }
+    if (rc < 0)
+        goto fail;
+    code = (int)(x & 0xff);
     goto out;
 fail:
     cl_proc_fail_in(base, &sb->s);
     code = -1;
 out:
-    free(script);
-    free(quoted);
+    json_object_put(b);
+    json_object_put(j);
+    cl_buf_clear(&lg.dec);
     free(envf);
+    free(id);
+    free(esc);
+    free(suffix);
     cl_buf_clear(&pre);
     return code;
-}
-
-static void vc_proc_free_fields(vc_proc *p)
-{
-    if (p->stdin_fd >= 0)
-        close(p->stdin_fd);
-    cl_strv_free(p->env);
-    free(p->script);
 }
 
 static int vc_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
                          sbx_error **error)
 {
-    const char *op = "exec";
     (void)ctx;
     if (cl_exec_check(&sb->s, VC_BACKEND, rq, 0, error) < 0)
         return -1;
-    vc_proc *p = calloc(1, sizeof(*p));
-    if (!p) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    p->sb = sb;
-    p->stdin_fd = -1;
-    memcpy(p->tag, "sbx-exec-", 9);
-    cl_random_hex(p->tag + 9, 12);
-    p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
-    p->env = cl_strv_dup(rq->env);
-    if (cl_exec_launch(&p->base, vc_exec_run, p, p->script && p->env, rq, &p->stdin_fd, op,
-                       error) < 0) {
-        vc_proc_free_fields(p);
-        free(p);
-        return -1;
-    }
-    *process = (sbx_plugin_process *)p;
-    return 0;
-}
-
-static int vc_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
-                        int *exit_code, sbx_error **error)
-{
-    (void)ctx;
-    vc_proc *p = (vc_proc *)process;
-    return cl_exec_wait_script(process, p->sb, p->script, vc_run_short, timeout_ms, exit_code,
-                               error);
-}
-
-/* Signals every process of the command (each carries CL_EXEC_MARK=<its
- * tag>), setsid'd and orphaned descendants included; the scan runs as a
- * command of its own, without the mark. */
-static int vc_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
-                        sbx_error **error)
-{
-    vc_proc *p = (vc_proc *)process;
-    return cl_proc_mark_kill(&p->base, p->sb, vc_run_short, ctx, p->tag, sig, error);
-}
-
-static void vc_exec_free(sbx_plugin_process *process)
-{
-    vc_proc *p = (vc_proc *)process;
-    if (!p)
-        return;
-    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-    if (!vc_is_gone(p->sb))
-        vc_exec_kill(process, &c2, SIGKILL, NULL);
-    cl_proc_clear(&p->base);
-    vc_proc_free_fields(p);
-    free(p);
+    cl_script_proc *p = cl_script_proc_new(sizeof(*p), sb, sb->workdir, rq, vc_run_short,
+                                           "exec", error);
+    return p ? cl_script_proc_launch(p, vc_exec_run, rq, "exec", process, error) : -1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1684,7 +1691,7 @@ static const sbx_plugin vc_plugin = {
     .version = PACKAGE_VERSION,
     .description = "Vercel Sandbox microVMs (v1 REST API) over libcurl; cpu/memory pick "
                    "1, 2, 4 or 8 vCPUs (2048 MB each); destroy stops the sandbox; snapshot "
-                   "stops it too; output arrives when a command ends; relative paths are "
+                   "stops it too; output streams as it comes; relative paths are "
                    "taken from the workdir, else /vercel/sandbox",
     .caps = VC_CAPS,
     .setup = vc_setup,
@@ -1701,10 +1708,10 @@ static const sbx_plugin vc_plugin = {
     .sandbox_root = cl_sandbox_root,
     .snapshot = vc_snapshot,
     .exec_start = vc_exec_start,
-    .exec_wait = vc_exec_wait,
+    .exec_wait = cl_script_exec_wait,
     .exec_event_fd = cl_exec_event_fd,
-    .exec_kill = vc_exec_kill,
-    .exec_free = vc_exec_free,
+    .exec_kill = cl_script_exec_kill,
+    .exec_free = cl_script_exec_free,
     .list_files = vc_list_files,
     .read_file = vc_read_file,
     .write_file = vc_write_file,
