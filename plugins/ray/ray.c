@@ -48,13 +48,16 @@
  *    it read the end line: a job that is terminal while its log lacks it
  *    has its log read again (up to RAY_LOG_SETTLE_S), so the last line is
  *    never lost (CASE-24, ray-project/ray#46413). The exit code is the
- *    job's driver_exit_code (Ray 2.x reports it), else the end line's. The
- *    job's record is deleted (DELETE, API v4) once read.
+ *    job's driver_exit_code (newer Rays report it), else the end line's. The
+ *    job's record is deleted (DELETE, API v4) once read. A script over
+ *    RAY_INLINE_SCRIPT bytes travels in the package too.
  *  - Kill and timeouts: exec_kill runs a job that signals every process
- *    carrying the command's CL_EXEC_MARK; SIGKILL also stops the job
- *    (POST .../stop). Destroy runs a job that kills every process of the
- *    sandbox (SBX_RAY_SANDBOX=ID in its environment) and removes what
- *    create made.
+ *    carrying the command's CL_EXEC_MARK; SIGKILL first stops the job
+ *    (POST .../stop). The plugin's own jobs carry none of the sandbox's
+ *    resources. A process freed while it runs has its job stopped and its
+ *    record deleted. Destroy runs a job that kills every process of the
+ *    sandbox (SBX_RAY_SANDBOX=ID in its environment), removes what create
+ *    made and deletes the sandbox's label.
  *  - Files go through the host's generic fallbacks over exec (cat, tar),
  *    that is through jobs: writes carry the bytes as the job's stdin
  *    package, reads come back through the log.
@@ -64,7 +67,8 @@
  *    sbx_made, read by list_owned (GET /api/jobs/) and destroy_by_id. The
  *    create's env goes by a second job whose record is deleted at once (a
  *    record holds its runtime environment).
- *  - session_state {"version":1,"sandbox_id","dir","meta","made"} (no
+ *  - session_state {"version":1,"sandbox_id","dir","meta","made"
+ *    [,"resources"]} (no
  *    credential, no env value: the create's env stays in the sandbox's
  *    files on the cluster); resume checks that the sandbox's files are
  *    still there (a job), else not_found with reason "gone".
