@@ -8,8 +8,8 @@
 # PID. Their TAP streams are joined into one, as tests/bubblewrap.sh does;
 # each test's name carries the backend, the mode and the program. One wrapper
 # per backend (tests/daytona.sh, tests/e2b.sh, tests/tensorlake.sh,
-# tests/blaxel.sh, tests/runloop.sh, tests/vercel.sh, tests/cloudflare.sh) is what
-# TESTS runs.
+# tests/blaxel.sh, tests/runloop.sh, tests/vercel.sh, tests/cloudflare.sh,
+# tests/modal.sh) is what TESTS runs.
 #
 # Modes: SBX_CLOUD_MODES, "outofprocess inprocess" by default. When both run,
 # the slow cases (*_slow) run only out of process; scripts/test runs
@@ -32,8 +32,8 @@ backend=$1
 here=${SBX_TEST_SRCDIR:-$(dirname "$0")}
 fake="$here/fakes/$backend.py"
 case $backend in
-daytona | e2b | tensorlake | blaxel | runloop | vercel | cloudflare) ;;
-*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, blaxel, runloop, vercel, cloudflare)"; exit 99 ;;
+daytona | e2b | tensorlake | blaxel | runloop | vercel | cloudflare | modal) ;;
+*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, blaxel, runloop, vercel, cloudflare, modal)"; exit 99 ;;
 esac
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
@@ -92,6 +92,15 @@ cloudflare)
     # with it.
     SBX_CLOUDFLARE_SNAPSHOT_DIR="$dir/snapshots"
     export CLOUDFLARE_SANDBOX_WORKER_URL CLOUDFLARE_SANDBOX_API_KEY SBX_CLOUDFLARE_SNAPSHOT_DIR ;;
+modal)
+    # gRPC, not HTTP: the fake's control service on the port it printed as
+    # "GRPC <n>" (h2c); its test routes (log, faults) stay on $url. No
+    # ~/.modal.toml of the caller's is read.
+    MODAL_SERVER_URL="http://127.0.0.1:$(sed -n 's/^GRPC //p' "$dir/port")"
+    MODAL_TOKEN_ID=ak-sbx-test MODAL_TOKEN_SECRET=sbx-test-dummy-key
+    MODAL_CONFIG_PATH="$dir/no-modal.toml" SBX_MODAL_FAKE_URL=$url
+    export MODAL_SERVER_URL MODAL_TOKEN_ID MODAL_TOKEN_SECRET MODAL_CONFIG_PATH SBX_MODAL_FAKE_URL
+    unset MODAL_ENVIRONMENT MODAL_PROFILE ;;
 vercel)
     VERCEL_API_URL=$url VERCEL_TOKEN=sbx-test-dummy-key
     VERCEL_TEAM_ID=team_fake VERCEL_PROJECT_ID=prj_fake
