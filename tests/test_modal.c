@@ -10,7 +10,9 @@
  * creating process's environment never reaches the sandbox (CASE-48); a
  * quiet command outlives any fixed stream timeout, and an output stream cut
  * mid-output is read on from its offset without starting the command again
- * (CASE-52); an expired command-router JWT is fetched again.
+ * (CASE-52); an expired command-router JWT is fetched again; UNAVAILABLE is
+ * retried only where safe; the call's bound travels as grpc-timeout; calls
+ * fail over to a second URL when the first does not answer.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE     /* memmem */
@@ -117,6 +119,83 @@ Test(modal, case19_resource_exhausted_without_retries_is_rate_limited)
     cr_assert_str_eq(sbx_error_get0_backend(err), "modal");
     cr_assert_str_eq(sbx_error_get0_op(err), "create");
     sbx_error_free(err);
+    cr_assert_eq(calls(CTL "SandboxCreate", NULL, 0), 1);
+}
+
+/* UNAVAILABLE on a call that is safe to repeat (SandboxWait, is_alive's
+ * look) is sent again after a backoff; on SandboxCreate, which is not, it
+ * fails at once as a connection error whose outcome is unknown. */
+Test(modal, unavailable_is_retried_only_where_safe)
+{
+    g_sb = tu_create(g_client, NULL);
+    tu_fake_reset();
+    tu_fake_post("/_fake/faults", "{\"path\":\"SandboxWait$\",\"code\":14,\"times\":2}");
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 1, "%s", err ? sbx_error_get0_message(err) : "");
+    double t[3] = { 0, 0, 0 };
+    cr_assert_eq(calls(CTL "SandboxWait", t, 3), 3);
+    cr_assert(t[1] - t[0] >= 0.5, "the first re-send came %.3f s after UNAVAILABLE", t[1] - t[0]);
+
+    tu_fake_reset();
+    tu_fake_post("/_fake/faults", "{\"path\":\"SandboxCreate$\",\"code\":14,"
+                                  "\"message\":\"backend unavailable\"}");
+    sbx_sandbox *sb = sbx_sandbox_create(g_client, NULL, &err);
+    cr_assert_null(sb);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONNECTION, "%s", sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "create the sandbox: backend unavailable (gRPC UNAVAILABLE)");
+    cr_assert_eq(sbx_error_get_outcome(err), SBX_ERROR_OUTCOME_UNKNOWN);
+    cr_assert_str_eq(sbx_error_get0_context(err, "grpc_status"), "14");
+    sbx_error_free(err);
+    cr_assert_eq(calls(CTL "SandboxCreate", NULL, 0), 1);
+}
+
+/* The call's bound travels as grpc-timeout: out of process, a call
+ * timeout of 20 s reaches the fake as a deadline of at most 20 s (and more
+ * than 15: the create's first calls took less than that); in process calls
+ * are not bounded (sbx_client_set_call_timeout) and none is sent. */
+Test(modal, the_call_bound_is_sent_as_grpc_timeout)
+{
+    cr_assert_eq(sbx_client_set_call_timeout(g_client, 20.0, NULL), 0);
+    g_sb = tu_create(g_client, NULL);
+    json_object *log = tu_fake_log(), *v = NULL;
+    int found = 0;
+    for (size_t i = 0; i < json_object_array_length(log); i++) {
+        json_object *e = json_object_array_get_idx(log, i);
+        const char *p = tu_json_str(e, "path");
+        if (p && strcmp(p, CTL "SandboxCreate") == 0) {
+            found = json_object_object_get_ex(e, "timeout_s", &v);
+            break;
+        }
+    }
+    cr_assert(found, "no SandboxCreate in the log");
+    const char *mode = getenv("SBX_PLUGIN_MODE");
+    if (mode && strcmp(mode, "inprocess") == 0) {
+        cr_assert_null(v, "an unbounded call sent grpc-timeout (%s)",
+                       json_object_to_json_string(v));
+    } else {
+        cr_assert_not_null(v, "no grpc-timeout came");
+        double left = json_object_get_double(v);
+        cr_assert(left > 15.0 && left <= 20.0, "grpc-timeout left %.3f s", left);
+    }
+    json_object_put(log);
+}
+
+/* The first server does not answer (nothing listens on 127.0.0.1:1): the
+ * calls go to the failover URL, and stay there. */
+Test(modal, calls_fail_over_when_the_first_server_does_not_answer)
+{
+    sbx_client_free(g_client);
+    char *cfg = tu_strdup_printf("{\"server_url\":\"http://127.0.0.1:1\",\"failover_url\":\"%s\"}",
+                                 getenv("MODAL_SERVER_URL"));
+    sbx_error *err = NULL;
+    g_client = sbx_client_new_with_config("modal", SBX_PLUGIN_MODE_DEFAULT, cfg, &err);
+    free(cfg);
+    cr_assert_not_null(g_client, "%s", err ? sbx_error_get0_message(err) : "");
+    g_sb = tu_create(g_client, NULL);
+    sbx_result *r = tu_sh(g_sb, "echo over", 10);
+    tu_assert_stdout(r, "over\n");
+    sbx_result_free(r);
     cr_assert_eq(calls(CTL "SandboxCreate", NULL, 0), 1);
 }
 

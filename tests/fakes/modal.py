@@ -33,7 +33,8 @@ request log and the fault rules (/_fake/log, /_fake/faults) on that port;
 the gRPC ports are printed before it as "GRPC <n>" and "ROUTER <n>". Every
 RPC is a log entry {"method": "POST", "path": "/SERVICE/METHOD", "status":
 its gRPC code, "body": the request in protobuf text form, "auth": the
-metadata, secrets redacted}. Fault rules match that path; their actions
+metadata, secrets redacted, "timeout_s": the seconds its grpc-timeout left
+when it arrived, or null}. Fault rules match that path; their actions
 here: "status" answers gRPC code "code" (default 8, RESOURCE_EXHAUSTED)
 with "message"; "pass" waits "delay" seconds and then serves the call (a
 create answered after the client's deadline); "cut" (TaskExecStdioRead)
@@ -163,6 +164,13 @@ class Sandbox:
         self.box.delete()
 
 
+def _remaining(ctx):
+    """The seconds the call's grpc-timeout leaves, or None when it has none
+    (grpcio then gives a huge number)."""
+    t = ctx.time_remaining()
+    return t if t is not None and t < 1e9 else None
+
+
 def _copy_tree(src, dst):
     for name in os.listdir(src):
         s, t = os.path.join(src, name), os.path.join(dst, name)
@@ -223,7 +231,7 @@ class ModalFake(fakehttp.Fake):
                  "auth": {k: ("<redacted>" if k in ("x-modal-token-secret", "authorization")
                               else v) for k, v in md.items()
                           if k.startswith("x-modal") or k == "authorization"},
-                 "status": None}
+                 "timeout_s": _remaining(ctx), "status": None}
         self.record(entry)
         try:
             if service == CTRL:

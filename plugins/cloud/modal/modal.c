@@ -1619,16 +1619,23 @@ static int modal_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     cq.n_tags = ntags;
     cq.tags = ptags;
     Modal__Client__SandboxCreateResponse *cr = NULL;
+    int st;
     if (modal_ctl(c, ctx, "SandboxCreate", &cq.base,
                   &modal__client__sandbox_create_response__descriptor, (ProtobufCMessage **)&cr,
-                  CL_UNSAFE, 0, NULL, op, "create the sandbox", NULL) < 0) {
+                  CL_UNSAFE, 0, &st, op, "create the sandbox", NULL) < 0) {
         cl_last_error l = *cl_last();
+        /* The call's deadline cancelled it: a timeout. */
         if (l.code == SBX_ERROR_CANCELLED && ctx && ctx->deadline > 0
             && cl_now() >= ctx->deadline - 0.05)
             l.code = SBX_ERROR_TIMEOUT;
         sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
         if (l.unknown)
             cl_outcome_unknown(err);
+        if (st > 0) {
+            char num[16];
+            snprintf(num, sizeof num, "%d", st);
+            cl_context(err, "grpc_status", num);
+        }
         if (ctx && ctx->create_token && l.unknown)
             modal_reap_lost(c, ctx->create_token);
         goto out;
