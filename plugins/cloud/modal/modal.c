@@ -128,6 +128,8 @@ struct sbx_plugin_sandbox {
     char *app_id;       /* its app, or NULL (resumed: the default app's) */
     char *task_id;
     cl_grpc *router;
+    cl_grpc *retired[4];    /* earlier routers (another thread's call may use
+                             * one), freed with the sandbox */
     char *router_url;
     char *jwt;          /* a secret: memory only */
     unsigned jwt_gen;
@@ -602,6 +604,8 @@ static void modal_sandbox_free(sbx_plugin_sandbox *sb)
     pthread_mutex_destroy(&sb->lock);
     cl_sandbox_clear(&sb->s);
     cl_grpc_free(sb->router);
+    for (size_t i = 0; i < sizeof sb->retired / sizeof sb->retired[0]; i++)
+        cl_grpc_free(sb->retired[i]);
     free(sb->app_id);
     free(sb->task_id);
     free(sb->router_url);
@@ -638,13 +642,25 @@ static int modal_delete(sbx_plugin_client *client, const sbx_call_ctx *ctx, cons
  * @ctx's deadline and @secs). A sandbox that ended (or that the provider
  * does not have) is marked gone: -1 with the gone error.
  */
+static int modal_task_look(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, double secs,
+                           int recheck, const char *op, sbx_error **error);
+
 static int modal_task(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, double secs,
                       const char *op, sbx_error **error)
+{
+    return modal_task_look(sb, ctx, secs, 0, op, error);
+}
+
+/* As modal_task(), but asking the control plane even when the task id is
+ * known (@recheck): whether the sandbox still runs. The task id, once
+ * known, never changes (commands of other threads use it unlocked). */
+static int modal_task_look(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, double secs,
+                           int recheck, const char *op, sbx_error **error)
 {
     pthread_mutex_lock(&sb->lock);
     int have = sb->task_id != NULL;
     pthread_mutex_unlock(&sb->lock);
-    if (have)
+    if (have && !recheck)
         return 0;
     cl_bound b = cl_bound_make(ctx, secs);
     for (;;) {
@@ -656,7 +672,7 @@ static int modal_task(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, do
         }
         Modal__Client__SandboxGetTaskIdRequest rq = MODAL__CLIENT__SANDBOX_GET_TASK_ID_REQUEST__INIT;
         rq.sandbox_id = sb->s.id;
-        rq.wait_until_ready = 1;
+        rq.wait_until_ready = !have;
         rq.timeout = (float)(left < 0 || left > MODAL_POLL_S ? MODAL_POLL_S : left);
         Modal__Client__SandboxGetTaskIdResponse *r = NULL;
         int st;
@@ -750,23 +766,27 @@ static int modal_router_access(struct sbx_plugin_sandbox *sb, const sbx_call_ctx
     if (!sb->router_url || strcmp(sb->router_url, a->url) != 0) {
         cl_grpc *g = cl_grpc_new(sb->c->http, a->url, NULL);
         char *u = strdup(a->url);
-        if (!g || !u) {
+        size_t slot = 0, nslots = sizeof sb->retired / sizeof sb->retired[0];
+        while (sb->router && slot < nslots && sb->retired[slot])
+            slot++;
+        if (!g || !u || slot == nslots) {
             cl_grpc_free(g);
             free(u);
-            rc = -1;
+            rc = slot == nslots ? -2 : -1;
         } else {
             /* The old channel may be in use by another thread's call: it
-             * is kept until the sandbox is freed only when unchanged;
-             * a changed URL replaces it (the old one's calls finish on
-             * their own handles). */
-            cl_grpc_free(sb->router);
+             * is retired, freed with the sandbox. */
+            if (sb->router)
+                sb->retired[slot] = sb->router;
             sb->router = g;
             free(sb->router_url);
             sb->router_url = u;
         }
     }
     char *j = rc == 0 ? strdup(a->jwt) : NULL;
-    if (j) {
+    if (rc == -2) {
+        /* keeps its error below */
+    } else if (j) {
         if (sb->jwt) {
             memset(sb->jwt, 0, strlen(sb->jwt));
             free(sb->jwt);
@@ -779,9 +799,12 @@ static int modal_router_access(struct sbx_plugin_sandbox *sb, const sbx_call_ctx
     pthread_mutex_unlock(&sb->lock);
     memset(a->jwt, 0, strlen(a->jwt));
     protobuf_c_message_free_unpacked(&a->base, NULL);
-    if (rc < 0)
+    if (rc == -2)
+        cl_fail(error, SBX_ERROR_CONNECTION, op, "modal: the command router of sandbox %s "
+                "moved more than %zu times", sb->s.id, sizeof sb->retired / sizeof sb->retired[0]);
+    else if (rc < 0)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    return rc;
+    return rc < 0 ? -1 : 0;
 }
 
 /*
@@ -855,12 +878,8 @@ static int modal_router_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *
                 /* The task or the sandbox is no more: gone when the control
                  * plane says it ended or does not know it. */
                 cl_last_error l = *cl_last();
-                pthread_mutex_lock(&sb->lock);
-                free(sb->task_id);
-                sb->task_id = NULL;
-                pthread_mutex_unlock(&sb->lock);
                 sbx_call_ctx c2 = { sizeof(c2), cl_now() + 10, -1, NULL };
-                if (modal_task(sb, &c2, 10, op, NULL) < 0 && modal_is_gone(sb))
+                if (modal_task_look(sb, &c2, 10, 1, op, NULL) < 0 && modal_is_gone(sb))
                     cl_gone_error(NULL, op, MODAL_BACKEND, sb->s.id);
                 else
                     cl_fail(NULL, l.code, op, "%s", l.msg);
