@@ -12,7 +12,8 @@
  * mid-output is read on from its offset without starting the command again
  * (CASE-52); an expired command-router JWT is fetched again; UNAVAILABLE is
  * retried only where safe; the call's bound travels as grpc-timeout; calls
- * fail over to a second URL when the first does not answer.
+ * fail over to a second URL when the first does not answer; the token pair
+ * comes from ~/.modal.toml's profile when the environment has none.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE     /* memmem */
@@ -389,4 +390,80 @@ Test(modal, an_expired_jwt_is_fetched_again)
     sbx_result_free(r);
     cr_assert_eq(calls(CTL "TaskGetCommandRouterAccess", NULL, 0), 1);
     cr_assert_eq(calls(ROUTER "TaskExecStart", NULL, 0), 2);   /* refused, then sent again */
+}
+
+/* ------------------------------------------------------------ ~/.modal.toml */
+
+/* Makes a client with no MODAL_TOKEN_* in the environment, MODAL_CONFIG_PATH
+ * naming @toml and MODAL_PROFILE @profile (NULL: unset); the environment is
+ * put back afterwards. */
+static sbx_client *client_from_toml(const char *toml, const char *profile)
+{
+    const char *names[] = { "MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET", "MODAL_CONFIG_PATH",
+                            "MODAL_PROFILE" };
+    char *keep[4];
+    for (int i = 0; i < 4; i++) {
+        const char *v = getenv(names[i]);
+        keep[i] = v ? strdup(v) : NULL;
+    }
+    unsetenv("MODAL_TOKEN_ID");
+    unsetenv("MODAL_TOKEN_SECRET");
+    setenv("MODAL_CONFIG_PATH", toml, 1);
+    if (profile)
+        setenv("MODAL_PROFILE", profile, 1);
+    else
+        unsetenv("MODAL_PROFILE");
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new("modal", &err);
+    for (int i = 0; i < 4; i++) {
+        if (keep[i])
+            setenv(names[i], keep[i], 1);
+        else
+            unsetenv(names[i]);
+        free(keep[i]);
+    }
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    return c;
+}
+
+/* The token pair comes from the config file's active profile, or from the
+ * one MODAL_PROFILE names. */
+Test(modal, credentials_come_from_the_modal_toml_profile)
+{
+    char path[] = "/tmp/sbx-modal-toml-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    static const char toml[] =
+        "[other]\n"
+        "token_id = \"ak-other\"\n"
+        "token_secret = \"as-wrong-secret\"\n"
+        "\n"
+        "[main]\n"
+        "token_id = 'ak-main'\n"
+        "token_secret = \"sbx-test-dummy-key\"\n"
+        "active = true\n";
+    cr_assert_eq(write(fd, toml, sizeof toml - 1), (ssize_t)(sizeof toml - 1));
+    close(fd);
+    sbx_client *c = client_from_toml(path, NULL);
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_sandbox_create(c, NULL, &err);
+    cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+    json_object *log = tu_fake_log(), *auth, *id;
+    json_object *first = json_object_array_get_idx(log, 0);
+    cr_assert(json_object_object_get_ex(first, "auth", &auth));
+    cr_assert(json_object_object_get_ex(auth, "x-modal-token-id", &id));
+    cr_assert_str_eq(json_object_get_string(id), "ak-main");
+    json_object_put(log);
+
+    c = client_from_toml(path, "other");
+    sb = sbx_sandbox_create(c, NULL, &err);
+    cr_assert_null(sb);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_AUTHENTICATION, "%s",
+                 sbx_error_get0_message(err));
+    sbx_error_free(err);
+    sbx_client_free(c);
+    unlink(path);
 }
