@@ -99,7 +99,10 @@ modal)
     MODAL_SERVER_URL="http://127.0.0.1:$(sed -n 's/^GRPC //p' "$dir/port")"
     MODAL_TOKEN_ID=ak-sbx-test MODAL_TOKEN_SECRET=sbx-test-dummy-key
     MODAL_CONFIG_PATH="$dir/no-modal.toml" SBX_MODAL_FAKE_URL=$url
-    export MODAL_SERVER_URL MODAL_TOKEN_ID MODAL_TOKEN_SECRET MODAL_CONFIG_PATH SBX_MODAL_FAKE_URL
+    # The command router's own port, for a test that puts a proxy before it.
+    SBX_MODAL_ROUTER_PORT=$(sed -n 's/^ROUTER //p' "$dir/port")
+    export MODAL_SERVER_URL MODAL_TOKEN_ID MODAL_TOKEN_SECRET MODAL_CONFIG_PATH SBX_MODAL_FAKE_URL \
+        SBX_MODAL_ROUTER_PORT
     unset MODAL_ENVIRONMENT MODAL_PROFILE ;;
 vercel)
     VERCEL_API_URL=$url VERCEL_TOKEN=sbx-test-dummy-key

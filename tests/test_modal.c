@@ -9,8 +9,9 @@
  * secret is an authentication error that names no secret (CASE-36); the
  * creating process's environment never reaches the sandbox (CASE-48); a
  * quiet command outlives any fixed stream timeout, and an output stream cut
- * mid-output is read on from its offset without starting the command again
- * (CASE-52); an expired command-router JWT is fetched again; UNAVAILABLE is
+ * mid-output, by the fake or by an idle reaper (tests/fakes/idlereaper.py)
+ * before the command router, is read on from its offset without starting
+ * the command again (CASE-52); an expired command-router JWT is fetched again; UNAVAILABLE is
  * retried only where safe; the call's bound travels as grpc-timeout; calls
  * fail over to a second URL when the first does not answer; the token pair
  * comes from ~/.modal.toml's profile when the environment has none.
@@ -43,7 +44,9 @@ static void setup(void)
 
 static void teardown(void)
 {
+    tu_reaper_stop();
     tu_fake_reset();
+    tu_fake_post("/_fake/router_url", "{\"url\":\"\"}");
     tu_fake_post("/_fake/jwt", "{\"ttl\":3600}");
     if (g_sb) {
         sbx_sandbox_destroy(g_sb, NULL);
@@ -370,6 +373,31 @@ Test(modal, case52_a_cut_stream_is_read_on_from_its_offset)
     sbx_result_free(r);
     cr_assert_eq(calls(ROUTER "TaskExecStart", NULL, 0), 1);
     cr_assert_eq(calls(ROUTER "TaskExecStdioRead", NULL, 0), 4);
+}
+
+/* CASE-52 A: an idle reaper (5 s) between the plugin and the command
+ * router: the streams of a command quiet for 12 s are cut by it, and read
+ * on from their offsets; the command ran once and its output is whole. */
+Test(modal, case52_streams_cut_by_an_idle_reaper_are_read_on)
+{
+    const char *rp = getenv("SBX_MODAL_ROUTER_PORT");
+    cr_assert_not_null(rp, "SBX_MODAL_ROUTER_PORT is not set: run tests/modal.sh");
+    int port = tu_reaper_start(atoi(rp), 5);
+    char *b = tu_strdup_printf("{\"url\":\"http://127.0.0.1:%d\"}", port);
+    tu_fake_post("/_fake/router_url", b);
+    free(b);
+    g_sb = tu_create(g_client, NULL);
+    tu_fake_reset();
+    double t0 = tu_now();
+    sbx_result *r = tu_sh(g_sb, "echo begin; sleep 12; echo done", 60);
+    double dt = tu_now() - t0;
+    tu_assert_stdout(r, "begin\ndone\n");
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    cr_assert(dt >= 12.0 && dt < 16.0, "the command took %.2f s", dt);
+    cr_assert_eq(calls(ROUTER "TaskExecStart", NULL, 0), 1);
+    cr_assert_geq(calls(ROUTER "TaskExecStdioRead", NULL, 0), 3);
+    cr_assert_geq(tu_reaper_stop(), 1);
 }
 
 /* ------------------------------------------------------------ JWT */

@@ -43,7 +43,9 @@ TaskExecStdioRead is matched as ".../TaskExecStdioRead#stdout" or
 "#stderr". Test
 routes: POST /_fake/jwt {"ttl": SECONDS} sets the lifetime of JWTs handed
 out from then on and POST /_fake/jwt/expire expires every JWT handed out
-so far; GET /_fake/sandboxes lists the running sandboxes' ids;
+so far; POST /_fake/router_url {"url": URL} makes TaskGetCommandRouterAccess
+name URL (a proxy in front of the router; "" for the router itself);
+GET /_fake/sandboxes lists the running sandboxes' ids;
 GET /_fake/sandbox/{id} shows one sandbox ({"state", "task_id",
 "tags", "execs", "workdir"}); POST /_fake/sandbox/{id}/vanish drops it as
 the provider would after an outage (its processes end, NOT_FOUND from then
@@ -193,6 +195,7 @@ class ModalFake(fakehttp.Fake):
         self.jwts = {}          # jwt -> [task_id, expires_at]
         self.jwt_ttl = 3600.0
         self.router_port = 0
+        self.router_url = None  # the URL handed out instead of the router's own
         self.seq = 0
         self.start_reaper(self.expire)
 
@@ -384,8 +387,9 @@ class ModalFake(fakehttp.Fake):
         jwt = "fakejwt." + uuid.uuid4().hex
         with self.lock:
             self.jwts[jwt] = [req.task_id, time.time() + self.jwt_ttl]
-        return api.TaskGetCommandRouterAccessResponse(
-            jwt=jwt, url="http://127.0.0.1:%d" % self.router_port)
+        with self.lock:
+            url = self.router_url or "http://127.0.0.1:%d" % self.router_port
+        return api.TaskGetCommandRouterAccessResponse(jwt=jwt, url=url)
 
     # ------------------------------------------------------------ router
     def router_sandbox(self, req, md):
@@ -544,6 +548,10 @@ class Handler(fakehttp.Handler):
         if path == "/_fake/jwt" and self.command == "POST":
             with f.lock:
                 f.jwt_ttl = float(self.json_body().get("ttl", 3600))
+            self.send_json(204, None)
+        elif path == "/_fake/router_url" and self.command == "POST":
+            with f.lock:
+                f.router_url = self.json_body().get("url") or None
             self.send_json(204, None)
         elif path == "/_fake/jwt/expire" and self.command == "POST":
             with f.lock:
