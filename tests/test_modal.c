@@ -344,7 +344,7 @@ Test(modal, case48_creator_environment_never_reaches_the_sandbox)
 
 /* A command quiet for 12 s, longer than the transport's one fixed limit
  * (10 s to connect): it is not cut, and it ran once. */
-Test(modal, case52_a_quiet_command_is_not_cut)
+Test(modal, case52_a_quiet_command_is_not_cut_slow)
 {
     g_sb = tu_create(g_client, NULL);
     tu_fake_reset();
@@ -378,7 +378,7 @@ Test(modal, case52_a_cut_stream_is_read_on_from_its_offset)
 /* CASE-52 A: an idle reaper (5 s) between the plugin and the command
  * router: the streams of a command quiet for 12 s are cut by it, and read
  * on from their offsets; the command ran once and its output is whole. */
-Test(modal, case52_streams_cut_by_an_idle_reaper_are_read_on)
+Test(modal, case52_streams_cut_by_an_idle_reaper_are_read_on_slow)
 {
     const char *rp = getenv("SBX_MODAL_ROUTER_PORT");
     cr_assert_not_null(rp, "SBX_MODAL_ROUTER_PORT is not set: run tests/modal.sh");
