@@ -728,6 +728,13 @@ typedef struct cl_reaper cl_reaper;
 cl_reaper *cl_reaper_new(cl_reap_find_fn find, cl_reap_delete_fn del, void *ud);
 int cl_reap_now(cl_reaper *r, const sbx_call_ctx *ctx, const char *token, double grace_s);
 int cl_reaper_add(cl_reaper *r, const char *token, double window_s);
+/**
+ * What a plugin does with a create sent and not answered (or answered with
+ * a failure after the provider may have acted), whose sandbox the provider
+ * may still make (CASE-20): cl_reap_now() once, with 1.5 s of its own (the
+ * call's deadline has passed), then cl_reaper_add() for 30 s. Thread-safe.
+ */
+void cl_reap_lost(cl_reaper *r, const char *token);
 void cl_reaper_free(cl_reaper *r);
 
 #endif /* SBX_CLOUD_H */

@@ -1516,16 +1516,6 @@ static char *modal_image(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
     return id;
 }
 
-/* A create sent and not answered: the provider may still finish it
- * (CASE-20). Its sandbox, found by the create token in its tags, is looked
- * for once now (1.5 s of its own: the call's deadline has passed), then on
- * the reaper's thread for 30 s. */
-static void modal_reap_lost(struct sbx_plugin_client *c, const char *token)
-{
-    cl_reap_now(c->reaper, NULL, token, 1.5);
-    cl_reaper_add(c->reaper, token, 30.0);
-}
-
 static int modal_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                         const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
                         sbx_error **error)
@@ -1656,7 +1646,7 @@ static int modal_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             cl_context(err, "grpc_status", num);
         }
         if (ctx && ctx->create_token && l.unknown)
-            modal_reap_lost(c, ctx->create_token);
+            cl_reap_lost(c->reaper, ctx->create_token);
         goto out;
     }
     if (cr->sandbox_id && *cr->sandbox_id)
