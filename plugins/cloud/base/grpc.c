@@ -320,6 +320,27 @@ static int on_xfer(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_o
 /* The call                                                                  */
 /* ------------------------------------------------------------------------ */
 
+/* Before the @k-th re-send of one kind (@why: what the last attempt got):
+ * sleeps the client's k-th backoff when it fits in @bound, adding it to
+ * *@waited: 1 (send again); 0 when it does not fit (the last answer
+ * stands); -1 with a cancelled error when the call was cancelled during
+ * the sleep. */
+static int grpc_pause(cl_grpc *g, const cl_bound *bound, int k, double *waited,
+                      const char *what, const char *why, const char *op, sbx_error **error)
+{
+    double wait = cl_http_backoff(g->http, k);
+    double l = cl_bound_left(bound);
+    if (l >= 0 && wait >= l)
+        return 0;
+    CL_LOG(SBX_LOG_DEBUG, "%s: %s, retrying in %.2f s", what, why, wait);
+    if (cl_sleep(wait, bound->cancel_fd)) {
+        cl_fail(error, SBX_ERROR_CANCELLED, op, "%s: cancelled", what);
+        return -1;
+    }
+    *waited += wait;
+    return 1;
+}
+
 int cl_grpc_invoke(cl_grpc *g, const sbx_call_ctx *ctx, const cl_grpc_call *call,
                    cl_grpc_resp *resp, const char *op, sbx_error **error)
 {
@@ -462,20 +483,17 @@ int cl_grpc_invoke(cl_grpc *g, const sbx_call_ctx *ctx, const cl_grpc_call *call
             int limit = rate ? pol.rate_limit_retries : pol.retries;
             int k = rate ? rl : other;
             if (again && k < limit) {
-                double wait = cl_http_backoff(g->http, k);
-                double l = cl_bound_left(&bound);
-                if (l < 0 || wait < l) {
-                    CL_LOG(SBX_LOG_DEBUG, "%s: gRPC %s, retrying in %.2f s (re-send %d of %d)",
-                           what, cl_grpc_status_name(s), wait, k + 1, limit);
+                char why[96];
+                snprintf(why, sizeof why, "gRPC %s (re-send %d of %d)", cl_grpc_status_name(s),
+                         k + 1, limit);
+                int p = grpc_pause(g, &bound, k, &waited, what, why, op, error);
+                if (p < 0)
+                    break;
+                if (p > 0) {
                     if (rate)
                         rl++;
                     else
                         other++;
-                    if (cl_sleep(wait, bound.cancel_fd)) {
-                        cl_fail(error, SBX_ERROR_CANCELLED, op, "%s: cancelled", what);
-                        break;
-                    }
-                    waited += wait;
                     continue;
                 }
             }
@@ -502,9 +520,13 @@ int cl_grpc_invoke(cl_grpc *g, const sbx_call_ctx *ctx, const cl_grpc_call *call
             /* Not a gRPC answer (a proxy's): its HTTP status. */
             sbx_error_code code = cl_code_of_status(x.http_status);
             if (code == SBX_ERROR_CONNECTION && call->idempotent && other < pol.retries) {
-                double wait = cl_http_backoff(g->http, other++);
-                if (!cl_sleep(wait, bound.cancel_fd)) {
-                    waited += wait;
+                char why[64];
+                snprintf(why, sizeof why, "HTTP %ld", x.http_status);
+                int p = grpc_pause(g, &bound, other, &waited, what, why, op, error);
+                if (p < 0)
+                    break;
+                if (p > 0) {
+                    other++;
                     continue;
                 }
             }
@@ -521,17 +543,13 @@ int cl_grpc_invoke(cl_grpc *g, const sbx_call_ctx *ctx, const cl_grpc_call *call
         if (cc == CURLE_OPERATION_TIMEDOUT && bound.until && cl_bound_left(&bound) < 0.01)
             may_repeat = 0;
         if (may_repeat && other < pol.retries) {
-            double wait = cl_http_backoff(g->http, other);
-            double l = cl_bound_left(&bound);
-            if (l < 0 || wait < l) {
-                CL_LOG(SBX_LOG_DEBUG, "%s: %s, retrying in %.2f s", what,
-                       cc == CURLE_OK ? "no gRPC status" : curl_easy_strerror(cc), wait);
+            int p = grpc_pause(g, &bound, other, &waited, what,
+                               cc == CURLE_OK ? "no gRPC status" : curl_easy_strerror(cc), op,
+                               error);
+            if (p < 0)
+                break;
+            if (p > 0) {
                 other++;
-                if (cl_sleep(wait, bound.cancel_fd)) {
-                    cl_fail(error, SBX_ERROR_CANCELLED, op, "%s: cancelled", what);
-                    break;
-                }
-                waited += wait;
                 continue;
             }
         }
