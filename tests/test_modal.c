@@ -265,11 +265,19 @@ Test(modal, case32_vanished_sandbox_is_gone)
         cr_assert_eq(sbx_error_is_retryable(err), 0);
         sbx_error_free(err);
     }
-    /* The second exec sent nothing: the first marked it gone. */
+    /* The first exec: its TaskExecStart (NOT_FOUND) and one confirming
+     * SandboxGetTaskId; the second sent nothing. */
     json_object *log = tu_fake_log();
-    size_t n = json_object_array_length(log);
+    cr_assert_eq(json_object_array_length(log), 2, "%s", json_object_to_json_string(log));
+    cr_assert_eq(tu_fake_count(log, "POST", ROUTER "TaskExecStart", NULL, 0), 1);
+    cr_assert_eq(tu_fake_count(log, "POST", CTL "SandboxGetTaskId", NULL, 0), 1);
     json_object_put(log);
-    cr_assert_leq(n, 3, "%zu calls for two execs on a vanished sandbox", n);
+    /* A file call on it fails at once the same way. */
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/tmp/x", "x", 1, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND, "%s", sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone");
+    sbx_error_free(err);
     cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
 }
 

@@ -178,6 +178,16 @@ static void modal_relay(sbx_error **error, const char *op)
         cl_outcome_unknown(err);
 }
 
+/* As modal_relay(), for a call on sandbox @sb: the gone error (context
+ * reason=gone, CASE-32) when the call found it gone. */
+static void modal_relay_in(struct sbx_plugin_sandbox *sb, sbx_error **error, const char *op)
+{
+    if (modal_is_gone(sb))
+        cl_gone_error(error, op, MODAL_BACKEND, sb->s.id);
+    else
+        modal_relay(error, op);
+}
+
 /* A unary call on @g: @req packed, the answer unpacked into *@out (with
  * @rd; free with protobuf_c_message_free_unpacked) when @out. 0, or -1 with
  * the error (cl_grpc_invoke); *@status gets the gRPC status (-1: none). */
@@ -845,7 +855,6 @@ static int modal_router_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *
         unsigned gen = sb->jwt_gen;
         cl_grpc *g = sb->router;
         pthread_mutex_unlock(&sb->lock);
-        (void)gen;
         if (!auth) {
             cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
             break;
@@ -891,11 +900,8 @@ static int modal_router_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *
             break;
     }
     free(buf);
-    if (rc < 0) {
-        if (modal_is_gone(sb) && cl_last()->code != SBX_ERROR_NOT_FOUND)
-            cl_gone_error(NULL, op, MODAL_BACKEND, sb->s.id);
-        modal_relay(error, op);
-    }
+    if (rc < 0)
+        modal_relay_in(sb, error, op);
     return rc;
 }
 
@@ -1225,7 +1231,7 @@ static int modal_run_own(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     *code = modal_run(&p, ctx);
     pthread_mutex_destroy(&p.plock);
     if (*code < 0) {
-        modal_relay(error, op);
+        modal_relay_in(sb, error, op);
         return -1;
     }
     return 0;
