@@ -41,6 +41,13 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/sbx-$backend-XXXXXX") || { echo "Bail out! mkte
 SBX_FAKE_API_KEY=sbx-test-dummy-key "$py" "$fake" >"$dir/port" 2>"$dir/fake.log" &
 fake_pid=$!
 stop_fake() {
+    # A fake that ended before the suites did is said (its status and the
+    # end of its log) as TAP comments: the failures above came from it.
+    if ! kill -0 "$fake_pid" 2>/dev/null; then
+        wait "$fake_pid"
+        echo "# the $backend fake ended early with status $?; the end of its log:"
+        tail -n 20 "$dir/fake.log" 2>/dev/null | sed 's/^/#   /'
+    fi
     kill "$fake_pid" 2>/dev/null
     wait "$fake_pid" 2>/dev/null
     rm -rf "$dir"

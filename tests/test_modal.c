@@ -503,3 +503,29 @@ Test(modal, credentials_come_from_the_modal_toml_profile)
     sbx_client_free(c);
     unlink(path);
 }
+
+/* ------------------------------------------------------------ stdin */
+
+/* A command that ends without reading its stdin (8 MiB given): it ends
+ * with its own status, and the fake is not hurt by writes to a pipe no one
+ * reads any more (the next command runs). */
+Test(modal, stdin_to_a_command_that_does_not_read_it)
+{
+    g_sb = tu_create(g_client, NULL);
+    size_t n = (size_t)8 << 20;
+    char *data = malloc(n);
+    cr_assert_not_null(data);
+    memset(data, 'x', n);
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "exit 7";
+    req.stdin_data = data;
+    req.stdin_len = n;
+    req.timeout_secs = 30;
+    sbx_result *r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 7);
+    sbx_result_free(r);
+    free(data);
+    r = tu_sh(g_sb, "echo still here", 10);
+    tu_assert_stdout(r, "still here\n");
+    sbx_result_free(r);
+}
