@@ -154,10 +154,9 @@ Test(modal, unavailable_is_retried_only_where_safe)
     cr_assert_eq(calls(CTL "SandboxCreate", NULL, 0), 1);
 }
 
-/* The call's bound travels as grpc-timeout: out of process, a call
- * timeout of 20 s reaches the fake as a deadline of at most 20 s (and more
- * than 15: the create's first calls took less than that); in process calls
- * are not bounded (sbx_client_set_call_timeout) and none is sent. */
+/* The call's bound travels as grpc-timeout: a call timeout of 20 s reaches
+ * the fake as a deadline of at most 20 s (and more than 15: the create's
+ * first calls took less than that), in both plugin modes. */
 Test(modal, the_call_bound_is_sent_as_grpc_timeout)
 {
     cr_assert_eq(sbx_client_set_call_timeout(g_client, 20.0, NULL), 0);
@@ -173,15 +172,9 @@ Test(modal, the_call_bound_is_sent_as_grpc_timeout)
         }
     }
     cr_assert(found, "no SandboxCreate in the log");
-    const char *mode = getenv("SBX_PLUGIN_MODE");
-    if (mode && strcmp(mode, "inprocess") == 0) {
-        cr_assert_null(v, "an unbounded call sent grpc-timeout (%s)",
-                       json_object_to_json_string(v));
-    } else {
-        cr_assert_not_null(v, "no grpc-timeout came");
-        double left = json_object_get_double(v);
-        cr_assert(left > 15.0 && left <= 20.0, "grpc-timeout left %.3f s", left);
-    }
+    cr_assert_not_null(v, "no grpc-timeout came");
+    double left = json_object_get_double(v);
+    cr_assert(left > 15.0 && left <= 20.0, "grpc-timeout left %.3f s", left);
     json_object_put(log);
 }
 
@@ -205,31 +198,19 @@ Test(modal, calls_fail_over_when_the_first_server_does_not_answer)
 
 /* ------------------------------------------------------------ CASE-20 */
 
-/* SandboxCreate answered 4 s late, the call bounded to 1 s: out of process
- * a timeout within 1.5 s, and the sandbox the fake made meanwhile is found
- * by its create token (SandboxList by tag) and terminated; in process calls
- * are not bounded (sbx_client_set_call_timeout) and the create succeeds. */
+/* SandboxCreate answered 4 s late, the call bounded to 1 s (in both plugin
+ * modes): a timeout within 1.5 s, and the sandbox the fake made meanwhile
+ * is found by its create token (SandboxList by tag) and terminated. */
 Test(modal, case20_late_create_is_terminated)
 {
     size_t n0 = fake_live();
     tu_fake_post("/_fake/faults", "{\"path\":\"SandboxCreate$\",\"action\":\"pass\","
                                   "\"delay\":4}");
     cr_assert_eq(sbx_client_set_call_timeout(g_client, 1.0, NULL), 0);
-    const char *mode = getenv("SBX_PLUGIN_MODE");
-    int inprocess = mode && strcmp(mode, "inprocess") == 0;
     double t0 = tu_now();
     sbx_error *err = NULL;
     sbx_sandbox *sb = sbx_sandbox_create(g_client, NULL, &err);
     double dt = tu_now() - t0;
-    if (inprocess) {
-        cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
-        cr_assert(dt >= 4.0, "the create returned after %.2f s", dt);
-        cr_assert_eq(fake_live(), n0 + 1);
-        cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
-        sbx_sandbox_free(sb);
-        cr_assert_eq(fake_live(), n0);
-        return;
-    }
     cr_assert_null(sb);
     cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_TIMEOUT, "%s", sbx_error_get0_message(err));
     cr_assert(dt <= 1.5, "the create returned after %.2f s", dt);
