@@ -5,8 +5,9 @@
  * the latency of a warm exec against the provider's own exec endpoint.
  *
  * For each backend (daytona, e2b, tensorlake, blaxel, runloop, vercel,
- *   cloudflare; -b picks one):
- *   - requests per create and per destroy: the fake's request log
+ *   cloudflare, modal; -b picks one):
+ *   - requests per create and per destroy (for modal: gRPC calls, to the
+ *     control service and the command router): the fake's request log
  *     (GET /_fake/log) emptied before each call and read after it;
  *   - requests per warm exec: `echo hi` through execute_shell on a live
  *     sandbox that already ran one command, over -k execs;
@@ -53,6 +54,7 @@
 typedef struct fake {
     pid_t pid;
     int port;
+    int grpc_port;      /* modal: the gRPC control service's ("GRPC <n>") */
     CURL *ctl;          /* control requests (/_fake/...) */
 } fake;
 
@@ -89,10 +91,16 @@ static int fake_start(const char *backend, fake *f)
     close(p[1]);
     f->pid = pid;
     f->port = 0;
-    char line[64];
+    char line[256];
     size_t len = 0;
     double end = now_ms() + 10000;
-    while (len < sizeof line - 1 && !memchr(line, '\n', len)) {
+    /* Up to its "PORT <n>" line (modal's fake prints "GRPC <n>" and
+     * "ROUTER <n>" first). */
+    while (len < sizeof line - 1) {
+        line[len] = '\0';
+        char *pl = strstr(line, "PORT ");
+        if (pl && (pl == line || pl[-1] == '\n') && strchr(pl, '\n'))
+            break;
         struct pollfd pf = { p[0], POLLIN, 0 };
         int left = (int)(end - now_ms());
         if (left <= 0 || poll(&pf, 1, left) <= 0)
@@ -104,7 +112,11 @@ static int fake_start(const char *backend, fake *f)
     }
     close(p[0]);
     line[len] = '\0';
-    if (sscanf(line, "PORT %d", &f->port) != 1) {
+    char *pl = strstr(line, "PORT "), *gl = strstr(line, "GRPC ");
+    f->grpc_port = 0;
+    if (gl)
+        sscanf(gl, "GRPC %d", &f->grpc_port);
+    if (!pl || sscanf(pl, "PORT %d", &f->port) != 1) {
         printf("(left out: the %s fake did not start)\n", backend);
         kill(pid, SIGTERM);
         waitpid(pid, NULL, 0);
@@ -344,11 +356,19 @@ static int exec_echo(sbx_sandbox *sb)
 }
 
 /* The provider's variables, pointed at the fake (as tests/hosted.sh does). */
-static void point_at(const char *backend, int port)
+static void point_at(const char *backend, int port, int grpc_port)
 {
     char url[128], api[160];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
-    if (strcmp(backend, "daytona") == 0) {
+    if (strcmp(backend, "modal") == 0) {
+        snprintf(api, sizeof api, "http://127.0.0.1:%d", grpc_port);
+        setenv("MODAL_SERVER_URL", api, 1);
+        setenv("MODAL_TOKEN_ID", "ak-sbx-bench", 1);
+        setenv("MODAL_TOKEN_SECRET", FAKE_KEY, 1);
+        setenv("MODAL_CONFIG_PATH", "/nonexistent/modal.toml", 1);
+        unsetenv("MODAL_ENVIRONMENT");
+        unsetenv("MODAL_PROFILE");
+    } else if (strcmp(backend, "daytona") == 0) {
         snprintf(api, sizeof api, "%s/api", url);
         setenv("DAYTONA_API_URL", api, 1);
         setenv("DAYTONA_API_KEY", FAKE_KEY, 1);
@@ -396,7 +416,7 @@ static int run_backend(const char *backend, int rounds, int execs)
     fake f;
     if (fake_start(backend, &f) < 0)
         return 0;       /* left out, said so */
-    point_at(backend, f.port);
+    point_at(backend, f.port, f.grpc_port);
     const char *mode = getenv("SBX_PLUGIN_MODE");
     printf("fake on 127.0.0.1:%d, plugin mode %s\n", f.port,
            mode && *mode ? mode : "default (out of process)");
@@ -520,13 +540,13 @@ int main(int argc, char **argv)
     if (execs < 1)
         execs = 1;
     static const char *const all[] = { "daytona", "e2b", "tensorlake", "blaxel", "runloop",
-                                       "vercel", "cloudflare" };
+                                       "vercel", "cloudflare", "modal" };
     size_t nall = sizeof all / sizeof all[0], k;
     for (k = 0; only && k < nall && strcmp(only, all[k]) != 0; k++)
         ;
     if (only && k == nall) {
         fprintf(stderr, "hosted_roundtrips: unknown backend \"%s\" (daytona, e2b, tensorlake, "
-                "blaxel, runloop, vercel, cloudflare)\n", only);
+                "blaxel, runloop, vercel, cloudflare, modal)\n", only);
         return 2;
     }
     /* The build tree's hosted plugins first. */
@@ -535,9 +555,10 @@ int main(int argc, char **argv)
     if (asprintf(&path, "%s/plugins/cloud/daytona/.libs:%s/plugins/cloud/e2b/.libs:"
                  "%s/plugins/cloud/tensorlake/.libs:%s/plugins/cloud/blaxel/.libs:"
                  "%s/plugins/cloud/runloop/.libs:%s/plugins/cloud/vercel/.libs:"
-                 "%s/plugins/cloud/cloudflare/.libs%s%s",
+                 "%s/plugins/cloud/cloudflare/.libs:%s/plugins/cloud/modal/.libs%s%s",
                  SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR,
-                 SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR, pp && *pp ? ":" : "",
+                 SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR, SBX_TOP_BUILDDIR,
+                 pp && *pp ? ":" : "",
                  pp && *pp ? pp : "") < 0)
         return 1;
     setenv("SBX_PLUGIN_PATH", path, 1);

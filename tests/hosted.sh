@@ -8,9 +8,8 @@
 # PID. Their TAP streams are joined into one, as tests/bubblewrap.sh does;
 # each test's name carries the backend, the mode and the program. One wrapper
 # per backend (tests/daytona.sh, tests/e2b.sh, tests/tensorlake.sh,
-# tests/blaxel.sh, tests/runloop.sh, tests/vercel.sh, tests/cloudflare.sh, tests/ray.sh)
-# is what
-# TESTS runs.
+# tests/blaxel.sh, tests/runloop.sh, tests/vercel.sh, tests/cloudflare.sh,
+# tests/modal.sh, tests/ray.sh) is what TESTS runs.
 #
 # Modes: SBX_CLOUD_MODES, "outofprocess inprocess" by default. When both run,
 # the slow cases (*_slow) run only out of process; scripts/test runs
@@ -33,8 +32,8 @@ backend=$1
 here=${SBX_TEST_SRCDIR:-$(dirname "$0")}
 fake="$here/fakes/$backend.py"
 case $backend in
-daytona | e2b | tensorlake | blaxel | runloop | vercel | cloudflare | ray) ;;
-*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, blaxel, runloop, vercel, cloudflare, ray)"; exit 99 ;;
+daytona | e2b | tensorlake | blaxel | runloop | vercel | cloudflare | modal | ray) ;;
+*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, blaxel, runloop, vercel, cloudflare, modal, ray)"; exit 99 ;;
 esac
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
@@ -42,6 +41,13 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/sbx-$backend-XXXXXX") || { echo "Bail out! mkte
 SBX_FAKE_API_KEY=sbx-test-dummy-key "$py" "$fake" >"$dir/port" 2>"$dir/fake.log" &
 fake_pid=$!
 stop_fake() {
+    # A fake that ended before the suites did is said (its status and the
+    # end of its log) as TAP comments: the failures above came from it.
+    if ! kill -0 "$fake_pid" 2>/dev/null; then
+        wait "$fake_pid"
+        echo "# the $backend fake ended early with status $?; the end of its log:"
+        tail -n 20 "$dir/fake.log" 2>/dev/null | sed 's/^/#   /'
+    fi
     kill "$fake_pid" 2>/dev/null
     wait "$fake_pid" 2>/dev/null
     rm -rf "$dir"
@@ -93,6 +99,18 @@ cloudflare)
     # with it.
     SBX_CLOUDFLARE_SNAPSHOT_DIR="$dir/snapshots"
     export CLOUDFLARE_SANDBOX_WORKER_URL CLOUDFLARE_SANDBOX_API_KEY SBX_CLOUDFLARE_SNAPSHOT_DIR ;;
+modal)
+    # gRPC, not HTTP: the fake's control service on the port it printed as
+    # "GRPC <n>" (h2c); its test routes (log, faults) stay on $url. No
+    # ~/.modal.toml of the caller's is read.
+    MODAL_SERVER_URL="http://127.0.0.1:$(sed -n 's/^GRPC //p' "$dir/port")"
+    MODAL_TOKEN_ID=ak-sbx-test MODAL_TOKEN_SECRET=sbx-test-dummy-key
+    MODAL_CONFIG_PATH="$dir/no-modal.toml" SBX_MODAL_FAKE_URL=$url
+    # The command router's own port, for a test that puts a proxy before it.
+    SBX_MODAL_ROUTER_PORT=$(sed -n 's/^ROUTER //p' "$dir/port")
+    export MODAL_SERVER_URL MODAL_TOKEN_ID MODAL_TOKEN_SECRET MODAL_CONFIG_PATH SBX_MODAL_FAKE_URL \
+        SBX_MODAL_ROUTER_PORT
+    unset MODAL_ENVIRONMENT MODAL_PROFILE ;;
 vercel)
     VERCEL_API_URL=$url VERCEL_TOKEN=sbx-test-dummy-key
     VERCEL_TEAM_ID=team_fake VERCEL_PROJECT_ID=prj_fake

@@ -6,7 +6,8 @@
  * the retry of a rate-limited create (cl_request against a scripted HTTP
  * server on 127.0.0.1, counting requests). Errors are looked at through
  * cl_last() (no host is loaded here), or, for the context of cl_request's
- * errors, through a stand-in host whose errors this file defines.
+ * errors, through a stand-in host whose errors this file defines; the gRPC
+ * layer's status mapping, channel URLs, failover and deadlines.
  */
 #include "cloud.h"
 
@@ -1051,4 +1052,148 @@ Test(util, output_encoder_signal_and_foreign_text)
     cr_assert_str_eq(e->msg, "the command's stderr came through the provider changed (byte "
                      "0xef at offset 2 of a piece)");
     cl_buf_clear(&r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* gRPC (grpc.c)                                                             */
+/* ------------------------------------------------------------------------ */
+
+Test(grpc, status_codes_and_names)
+{
+    sbx_error_code want[17] = {
+        SBX_ERROR_EXECUTION_FAILED,     /* OK: never an error; not mapped */
+        SBX_ERROR_CONNECTION,           /* CANCELLED */
+        SBX_ERROR_CONNECTION,           /* UNKNOWN */
+        SBX_ERROR_CONFIGURATION,        /* INVALID_ARGUMENT */
+        SBX_ERROR_TIMEOUT,              /* DEADLINE_EXCEEDED */
+        SBX_ERROR_NOT_FOUND,            /* NOT_FOUND */
+        SBX_ERROR_CONFIGURATION,        /* ALREADY_EXISTS */
+        SBX_ERROR_AUTHENTICATION,       /* PERMISSION_DENIED */
+        SBX_ERROR_RATE_LIMITED,         /* RESOURCE_EXHAUSTED */
+        SBX_ERROR_CONFIGURATION,        /* FAILED_PRECONDITION */
+        SBX_ERROR_EXECUTION_FAILED,     /* ABORTED */
+        SBX_ERROR_CONFIGURATION,        /* OUT_OF_RANGE */
+        SBX_ERROR_EXECUTION_FAILED,     /* UNIMPLEMENTED */
+        SBX_ERROR_CONNECTION,           /* INTERNAL */
+        SBX_ERROR_CONNECTION,           /* UNAVAILABLE */
+        SBX_ERROR_CONNECTION,           /* DATA_LOSS */
+        SBX_ERROR_AUTHENTICATION,       /* UNAUTHENTICATED */
+    };
+    for (int s = 1; s <= 16; s++)
+        cr_assert_eq(cl_grpc_code(s), want[s], "gRPC status %d", s);
+    cr_assert_eq(cl_grpc_code(17), SBX_ERROR_EXECUTION_FAILED);
+    cr_assert_str_eq(cl_grpc_status_name(CL_GRPC_OK), "OK");
+    cr_assert_str_eq(cl_grpc_status_name(CL_GRPC_RESOURCE_EXHAUSTED), "RESOURCE_EXHAUSTED");
+    cr_assert_str_eq(cl_grpc_status_name(CL_GRPC_UNAUTHENTICATED), "UNAUTHENTICATED");
+    cr_assert_str_eq(cl_grpc_status_name(17), "(unknown status)");
+    cr_assert_str_eq(cl_grpc_status_name(-1), "(unknown status)");
+}
+
+Test(grpc, channel_urls)
+{
+    cl_http *h = cl_http_new();
+    cr_assert_not_null(h);
+    cr_assert_null(cl_grpc_new(h, "ftp://127.0.0.1:1", NULL));
+    cr_assert_null(cl_grpc_new(h, "127.0.0.1:1", NULL));
+    cr_assert_null(cl_grpc_new(h, "http://127.0.0.1:1", "grpc://127.0.0.1:2"));
+    cl_grpc *g = cl_grpc_new(h, "https://api.example.test///", "");
+    cr_assert_not_null(g);
+    cr_assert_str_eq(cl_grpc_url(g), "https://api.example.test");
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(cl_grpc_add_metadata(g, "x-test", "v"), 0);
+    cr_assert_eq(cl_grpc_add_metadata(g, "x-test", "ninth"), -1);
+    cl_grpc_free(g);
+    cl_http_free(h);
+}
+
+/* A 127.0.0.1 port nothing listens on (bound, then closed). */
+static int dead_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(fd >= 0);
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t n = sizeof a;
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &n), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* No server: a connection error naming the host, sent once with retries 0,
+ * and not of unknown outcome (nothing was sent). */
+Test(grpc, no_server_is_a_connection_error)
+{
+    cl_http *h = cl_http_new();
+    cl_retry_policy p = CL_RETRY_POLICY_DEFAULT;
+    p.retries = p.rate_limit_retries = 0;
+    cl_http_set_retry(h, &p);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", dead_port());
+    cl_grpc *g = cl_grpc_new(h, url, NULL);
+    cr_assert_not_null(g);
+    cl_grpc_call call = { .method = "/pkg.Svc/Do", .req = "", .req_len = 0,
+                          .idempotent = CL_UNSAFE, .what = "do it" };
+    cl_grpc_resp r;
+    cr_assert_eq(cl_grpc_invoke(g, NULL, &call, &r, "create", NULL), -1);
+    cr_assert_eq(r.attempts, 1);
+    cr_assert_eq(r.status, -1);
+    cr_assert_eq(r.cut, 0);
+    const cl_last_error *l = cl_last();
+    cr_assert_eq(l->code, SBX_ERROR_CONNECTION, "%s", l->msg);
+    cr_assert_eq(l->unknown, 0);
+    char *want = NULL;
+    cr_assert(asprintf(&want, "do it on %s: ", url) > 0);
+    cr_assert_eq(strncmp(l->msg, want, strlen(want)), 0, "%s", l->msg);
+    free(want);
+    cl_grpc_resp_clear(&r);
+    cl_grpc_free(g);
+    cl_http_free(h);
+}
+
+/* The first URL does not answer: the call goes to the failover URL at once
+ * (no backoff), and the channel stays there. */
+Test(grpc, failover_is_taken_and_kept)
+{
+    cl_http *h = cl_http_new();
+    cl_retry_policy p = CL_RETRY_POLICY_DEFAULT;
+    p.retries = p.rate_limit_retries = 0;
+    cl_http_set_retry(h, &p);
+    char first[64], second[64];
+    snprintf(first, sizeof first, "http://127.0.0.1:%d", dead_port());
+    snprintf(second, sizeof second, "http://127.0.0.1:%d", dead_port());
+    cl_grpc *g = cl_grpc_new(h, first, second);
+    cr_assert_str_eq(cl_grpc_url(g), first);
+    cl_grpc_call call = { .method = "/pkg.Svc/Do", .idempotent = CL_SAFE, .what = "do it" };
+    cl_grpc_resp r;
+    cr_assert_eq(cl_grpc_invoke(g, NULL, &call, &r, "op", NULL), -1);
+    cr_assert_eq(r.attempts, 2);
+    cr_assert_float_eq(r.waited_s, 0.0, 1e-9);
+    cr_assert_str_eq(cl_grpc_url(g), second);
+    cl_grpc_resp_clear(&r);
+    cr_assert_eq(cl_grpc_invoke(g, NULL, &call, &r, "op", NULL), -1);
+    cr_assert_eq(r.attempts, 1);
+    cr_assert_str_eq(cl_grpc_url(g), second);
+    cl_grpc_resp_clear(&r);
+    cl_grpc_free(g);
+    cl_http_free(h);
+}
+
+/* A call whose deadline has passed sends nothing: a timeout. */
+Test(grpc, a_passed_deadline_sends_nothing)
+{
+    cl_http *h = cl_http_new();
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", dead_port());
+    cl_grpc *g = cl_grpc_new(h, url, NULL);
+    sbx_call_ctx ctx = { sizeof(ctx), cl_now() - 1.0, -1, NULL };
+    cl_grpc_call call = { .method = "/pkg.Svc/Do", .idempotent = CL_SAFE, .what = "do it" };
+    cl_grpc_resp r;
+    cr_assert_eq(cl_grpc_invoke(g, &ctx, &call, &r, "op", NULL), -1);
+    cr_assert_eq(r.attempts, 0);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_TIMEOUT);
+    cr_assert_str_eq(cl_last()->msg, "do it: the call's time ran out");
+    cl_grpc_resp_clear(&r);
+    cl_grpc_free(g);
+    cl_http_free(h);
 }

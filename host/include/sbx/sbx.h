@@ -870,7 +870,10 @@ SBX_EXPORT sbx_client *sbx_client_new_with_mode(const char *backend, sbx_plugin_
  * seconds; default 20: how long a process stream may be quiet before envd
  * sends a keepalive message; set it below the idle timeout of a proxy or
  * NAT on the path); vercel also takes "team_id" and "project_id" (before
- * VERCEL_TEAM_ID and VERCEL_PROJECT_ID). A value of the
+ * VERCEL_TEAM_ID and VERCEL_PROJECT_ID); modal takes "server_url" and
+ * "failover_url" (gRPC endpoints, before MODAL_SERVER_URL), "environment"
+ * (before MODAL_ENVIRONMENT), "app_name" (the default app, "libsbx") and
+ * the retry keys above. A value of the
  * wrong type is a configuration error from the plugin naming the key.
  * ray takes "address" (before RAY_ADDRESS), "root_dir", "python" and the
  * retry keys.

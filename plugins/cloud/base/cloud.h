@@ -22,6 +22,11 @@
  *   proc.c    a process handle over a worker thread that runs one streaming
  *             call (exec_wait, exec_event_fd, output to the host's
  *             descriptors)
+ *   grpc.c    gRPC over HTTP/2 through libcurl (h2c with prior knowledge
+ *             for http:// channels, ALPN for https://): framing, metadata,
+ *             trailers, the status-to-error mapping, deadlines as
+ *             grpc-timeout, server streams read as they arrive, the retry
+ *             rules of gRPC statuses and a failover host
  *
  * A provider plugin is then mostly a table: how options map to its create
  * body, how its responses map to ids and states, how exec and files are
@@ -492,6 +497,137 @@ int cl_connect_error(cl_http *h, struct json_object *msg, const char *op, const 
                      sbx_error **error);
 
 /* ------------------------------------------------------------------------ */
+/* gRPC over HTTP/2 (grpc.c)                                                 */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A gRPC channel: calls POST /SERVICE/METHOD with content-type
+ * application/grpc, te: trailers, the channel's metadata and the call's,
+ * and a body of one length-prefixed message (1 flag byte, 4-byte
+ * big-endian length; never compressed). The answer's messages are read as
+ * they arrive; grpc-status and grpc-message come as trailers (or in the
+ * headers of a trailers-only answer) through libcurl's header callback.
+ * Messages themselves are bytes: the caller packs and unpacks them (with
+ * protobuf-c). A channel borrows a cl_http for its retry policy and its
+ * secrets, which are scrubbed from every message built from an answer
+ * (CASE-36); its calls share DNS and TLS sessions, each on a connection of
+ * its own.
+ *
+ * Retries (the official SDKs' rules, contract section 5): RESOURCE_EXHAUSTED
+ * is a refusal made before the server acted, so any call is sent again, up
+ * to the policy's rate_limit_retries, after the backoff of cl_http (equal
+ * jitter: [0.5, 1), [1, 2), [2, 4) s ... with the defaults; never a tight
+ * loop), then fails rate_limited with context grpc_status, attempts and
+ * waited_s. UNAVAILABLE, and a transport failure after the call may have
+ * reached the server, are retried only for CL_SAFE calls (up to retries);
+ * a transport failure before the call was sent (no connection) is retried
+ * for any call, on the failover URL when the channel has one (once it
+ * answered there, the channel stays on it). A server stream whose messages
+ * already went to the caller is never re-sent here: the caller resumes it
+ * (from its offset).
+ *
+ * Deadlines: the earlier of the call's own bound (secs) and the call
+ * context's deadline goes to the server as grpc-timeout (milliseconds) and
+ * bounds the transfer; a call with neither is unbounded (a quiet server
+ * stream is not cut by a fixed read timeout, CASE-52); the context's
+ * cancel descriptor ends it at once.
+ *
+ * Threading: a channel is shared by the threads of one client once made;
+ * cl_grpc_add_metadata is not thread-safe (call it before calls).
+ */
+typedef struct cl_grpc cl_grpc;
+
+/** gRPC status codes (grpc/doc/statuscodes.md). */
+enum {
+    CL_GRPC_OK = 0, CL_GRPC_CANCELLED = 1, CL_GRPC_UNKNOWN = 2, CL_GRPC_INVALID_ARGUMENT = 3,
+    CL_GRPC_DEADLINE_EXCEEDED = 4, CL_GRPC_NOT_FOUND = 5, CL_GRPC_ALREADY_EXISTS = 6,
+    CL_GRPC_PERMISSION_DENIED = 7, CL_GRPC_RESOURCE_EXHAUSTED = 8,
+    CL_GRPC_FAILED_PRECONDITION = 9, CL_GRPC_ABORTED = 10, CL_GRPC_OUT_OF_RANGE = 11,
+    CL_GRPC_UNIMPLEMENTED = 12, CL_GRPC_INTERNAL = 13, CL_GRPC_UNAVAILABLE = 14,
+    CL_GRPC_DATA_LOSS = 15, CL_GRPC_UNAUTHENTICATED = 16
+};
+
+/**
+ * A new channel to @url ("http://HOST:PORT" or "https://HOST[:PORT]", no
+ * path; trailing slashes are dropped), over @http (borrowed: it must
+ * outlive the channel). @failover_url (or NULL) is where calls go once
+ * @url does not answer (no connection). No I/O. NULL on no memory or an
+ * URL of another scheme.
+ */
+cl_grpc *cl_grpc_new(cl_http *http, const char *url, const char *failover_url);
+void cl_grpc_free(cl_grpc *g);
+/** Adds the metadata "@name: @value" (copied; up to 8) to every call of
+ *  @g. A secret value is given to cl_http_set_secret() of the channel's
+ *  cl_http as well, by the caller. 0, or -1 on no memory or a ninth. */
+int cl_grpc_add_metadata(cl_grpc *g, const char *name, const char *value);
+/** The URL calls go to now (the failover URL once failed over): borrowed,
+ *  lives as long as @g. */
+const char *cl_grpc_url(cl_grpc *g);
+
+/** Takes one message of a server stream (@p, @n bytes: the serialized
+ *  protobuf, borrowed for the call); returns 0 to go on, -1 to end the call
+ *  (after storing its own error). */
+typedef int (*cl_grpc_msg_fn)(void *ud, const uint8_t *p, size_t n);
+
+typedef struct cl_grpc_call {
+    const char *method;         /* "/modal.client.ModalClient/SandboxCreate" */
+    const void *req;            /* the serialized request message */
+    size_t req_len;
+    cl_idempotency idempotent;  /* CL_SAFE: may be sent again after it may
+                                 * have reached the server */
+    double secs;                /* our own bound (retries included); <= 0:
+                                 * only the call's deadline */
+    cl_grpc_msg_fn on_msg;      /* a server stream's messages go here; NULL:
+                                 * unary, the answer in resp->msg */
+    void *ud;
+    const char *const *headers; /* more metadata lines ("name: value") for
+                                 * this call, NULL-terminated; NULL: none */
+    const char *what;           /* for messages ("create the sandbox") */
+} cl_grpc_call;
+
+typedef struct cl_grpc_resp {
+    int status;         /* grpc-status of the last attempt; -1 when none came */
+    char *message;      /* its grpc-message (percent-decoded, scrubbed), or NULL */
+    cl_buf msg;         /* unary: the answer (empty for an empty message) */
+    int messages;       /* messages of the last attempt given to on_msg */
+    int attempts;       /* calls sent */
+    double waited_s;    /* seconds slept between attempts */
+    int cut;            /* the last attempt's answer began and ended with no
+                         * grpc-status (the path cut it): a stream to resume */
+    int aborted;        /* on_msg returned -1 (its error is the caller's) */
+} cl_grpc_resp;
+
+/**
+ * Performs @call on @g with the retry rules above. 0 when the answer's
+ * grpc-status is OK (a unary answer in resp->msg, a stream's messages given
+ * to on_msg). Otherwise -1, with *@error set (unless on_msg aborted:
+ * resp->aborted, its own error stands): the status's code
+ * (cl_grpc_code(); message "@what: GRPC-MESSAGE (gRPC NAME)", context
+ * grpc_status), a connection error for a transport failure or a cut stream
+ * (resp->cut), a timeout when the bound passed, cancelled when the context
+ * was. An error of a CL_UNSAFE call that may have reached the server has
+ * outcome unknown. Thread-safe.
+ */
+int cl_grpc_invoke(cl_grpc *g, const sbx_call_ctx *ctx, const cl_grpc_call *call,
+                   cl_grpc_resp *resp, const char *op, sbx_error **error);
+void cl_grpc_resp_clear(cl_grpc_resp *r);
+
+/** The error code of gRPC status @status: UNAUTHENTICATED, PERMISSION_DENIED
+ *  authentication; NOT_FOUND not_found; RESOURCE_EXHAUSTED rate_limited;
+ *  DEADLINE_EXCEEDED timeout; UNAVAILABLE, CANCELLED, INTERNAL, UNKNOWN,
+ *  DATA_LOSS connection; INVALID_ARGUMENT, FAILED_PRECONDITION,
+ *  ALREADY_EXISTS, OUT_OF_RANGE configuration; others execution_failed. */
+sbx_error_code cl_grpc_code(int status);
+/** The name of gRPC status @status ("RESOURCE_EXHAUSTED"), static. */
+const char *cl_grpc_status_name(int status);
+
+/* What grpc.c takes from http.c (not for plugins): the retry policy, the
+ * scrubbing of secrets in place, the k-th backoff in seconds. */
+cl_retry_policy cl_http_retry_policy(cl_http *h);
+void cl_http_scrub(const cl_http *h, char *s);
+double cl_http_backoff(cl_http *h, int k);
+
+/* ------------------------------------------------------------------------ */
 /* Process handles over one streaming call (proc.c)                          */
 /* ------------------------------------------------------------------------ */
 
@@ -592,6 +728,13 @@ typedef struct cl_reaper cl_reaper;
 cl_reaper *cl_reaper_new(cl_reap_find_fn find, cl_reap_delete_fn del, void *ud);
 int cl_reap_now(cl_reaper *r, const sbx_call_ctx *ctx, const char *token, double grace_s);
 int cl_reaper_add(cl_reaper *r, const char *token, double window_s);
+/**
+ * What a plugin does with a create sent and not answered (or answered with
+ * a failure after the provider may have acted), whose sandbox the provider
+ * may still make (CASE-20): cl_reap_now() once, with 1.5 s of its own (the
+ * call's deadline has passed), then cl_reaper_add() for 30 s. Thread-safe.
+ */
+void cl_reap_lost(cl_reaper *r, const char *token);
 void cl_reaper_free(cl_reaper *r);
 
 #endif /* SBX_CLOUD_H */

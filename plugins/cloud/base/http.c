@@ -480,6 +480,23 @@ static double backoff(cl_http *c, int k)
     return s * 0.5 + s * 0.5 * r;
 }
 
+/* What the gRPC layer (grpc.c) shares with a client's HTTP pool: the
+ * retry policy, the scrubbing of secrets and the backoff (cloud.h). */
+cl_retry_policy cl_http_retry_policy(cl_http *c)
+{
+    return c->retry;
+}
+
+void cl_http_scrub(const cl_http *c, char *s)
+{
+    scrub(c, s);
+}
+
+double cl_http_backoff(cl_http *c, int k)
+{
+    return backoff(c, k);
+}
+
 /* 1 when @req is a create POST whose body carries @ctx's create token (a
  * 429 to it is re-sent, see cloud.h). */
 static int token_create(const sbx_call_ctx *ctx, const cl_req *req)

@@ -188,3 +188,9 @@ void cl_reaper_free(cl_reaper *r)
     pthread_mutex_destroy(&r->lock);
     free(r);
 }
+
+void cl_reap_lost(cl_reaper *r, const char *token)
+{
+    cl_reap_now(r, NULL, token, 1.5);
+    cl_reaper_add(r, token, 30.0);
+}

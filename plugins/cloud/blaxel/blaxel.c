@@ -651,17 +651,6 @@ static void bl_name(const sbx_call_ctx *ctx, char *out, size_t cap)
     }
 }
 
-/* A create sent and not answered (or answered 5xx / 408 after it may have
- * acted): the provider may still finish it (CASE-20). Its sandbox, named
- * and labelled by the create token, is looked for once now, with 1.5 s of
- * its own (the call's deadline has passed), then on the reaper's thread
- * for 30 s. */
-static void bl_reap_lost(struct sbx_plugin_client *c, const char *token)
-{
-    cl_reap_now(c->reaper, NULL, token, 1.5);
-    cl_reaper_add(c->reaper, token, 30.0);
-}
-
 static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                      const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
                      sbx_error **error)
@@ -697,7 +686,7 @@ static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         /* Its name is this call's: whatever the provider made of it is
          * looked for now (briefly: the call is over) and for a while. */
         if (token)
-            bl_reap_lost(c, token);
+            cl_reap_lost(c->reaper, token);
         goto out;
     }
     if (r.status == 409 && r.attempts > 1) {
@@ -716,7 +705,7 @@ static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         }
     } else if (r.status / 100 != 2) {
         if (token && (r.status / 100 == 5 || r.status == 408))
-            bl_reap_lost(c, token);
+            cl_reap_lost(c->reaper, token);
         sbx_error *err = cl_fail_status(c->http, error,
                                         r.status / 100 == 4 && r.status != 401
                                         && r.status != 403 && r.status != 429

@@ -1202,17 +1202,6 @@ static json_object *e2b_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cr
     return b;
 }
 
-/* A create sent and not answered (or answered with a failure after it may
- * have acted): the provider may still finish it (CASE-20). Its sandbox,
- * found by the create token in its metadata, is looked for once now, with
- * 1.5 s of its own (the call's deadline has passed), then on the reaper's
- * thread for 30 s. */
-static void e2b_reap_lost(struct sbx_plugin_client *c, const char *token)
-{
-    cl_reap_now(c->reaper, NULL, token, 1.5);
-    cl_reaper_add(c->reaper, token, 30.0);
-}
-
 static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                       const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
                       sbx_error **error)
@@ -1244,12 +1233,12 @@ static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         /* Sent and not answered: the provider may finish it (CASE-20),
          * looked for now (briefly: the call is over) and for a while. */
         if (ctx && ctx->create_token && l.unknown)
-            e2b_reap_lost(c, ctx->create_token);
+            cl_reap_lost(c->reaper, ctx->create_token);
         goto out;
     }
     if (r.status / 100 != 2) {
         if (r.maybe_acted && ctx && ctx->create_token)
-            e2b_reap_lost(c, ctx->create_token);
+            cl_reap_lost(c->reaper, ctx->create_token);
         cl_fail_status(c->http, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
                                        && r.status != 429 && r.status != 408
                                        ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,

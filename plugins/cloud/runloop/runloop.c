@@ -999,13 +999,6 @@ fail:
     return NULL;
 }
 
-/* A create sent and not answered: the provider may finish it (CASE-20). */
-static void rl_reap_lost(struct sbx_plugin_client *c, const char *token)
-{
-    cl_reap_now(c->reaper, NULL, token, 1.5);
-    cl_reaper_add(c->reaper, token, 30.0);
-}
-
 static int rl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                      const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
                      sbx_error **error)
@@ -1033,12 +1026,12 @@ static int rl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         if (l.unknown)
             cl_outcome_unknown(err);
         if (ctx && ctx->create_token && l.unknown)
-            rl_reap_lost(c, ctx->create_token);
+            cl_reap_lost(c->reaper, ctx->create_token);
         goto out;
     }
     if (r.status / 100 != 2) {
         if (r.maybe_acted && ctx && ctx->create_token)
-            rl_reap_lost(c, ctx->create_token);
+            cl_reap_lost(c->reaper, ctx->create_token);
         cl_fail_status(c->http, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
                                        && r.status != 429 && r.status != 408
                                        ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,

@@ -1,0 +1,512 @@
+/*
+ * test_modal.c — what the modal backend does beyond the backend-neutral
+ * suites, through the Modal gRPC contract fake (tests/fakes/modal.py,
+ * started by tests/modal.sh, which sets MODAL_SERVER_URL to its gRPC port
+ * and SBX_MODAL_FAKE_URL to its test routes): RESOURCE_EXHAUSTED is
+ * retried with backoff and, past the retries, rate_limited (CASE-19); a
+ * create answered after the call's deadline leaves no sandbox (CASE-20); a
+ * sandbox that vanished is a distinct "gone" error (CASE-32); a bad token
+ * secret is an authentication error that names no secret (CASE-36); the
+ * creating process's environment never reaches the sandbox (CASE-48); a
+ * quiet command outlives any fixed stream timeout, and an output stream cut
+ * mid-output, by the fake or by an idle reaper (tests/fakes/idlereaper.py)
+ * before the command router, is read on from its offset without starting
+ * the command again (CASE-52); an expired command-router JWT is fetched again; UNAVAILABLE is
+ * retried only where safe; the call's bound travels as grpc-timeout; calls
+ * fail over to a second URL when the first does not answer; the token pair
+ * comes from ~/.modal.toml's profile when the environment has none.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE     /* memmem */
+#endif
+#include <criterion/criterion.h>
+
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+static sbx_client *g_client;
+static sbx_sandbox *g_sb;
+
+static void setup(void)
+{
+    tu_fake_use("SBX_MODAL_FAKE_URL");
+    tu_fake_reset();
+    sbx_error *err = NULL;
+    g_client = sbx_client_new("modal", &err);
+    cr_assert_not_null(g_client, "%s", err ? sbx_error_get0_message(err) : "");
+    g_sb = NULL;
+}
+
+static void teardown(void)
+{
+    tu_reaper_stop();
+    tu_fake_reset();
+    tu_fake_post("/_fake/router_url", "{\"url\":\"\"}");
+    tu_fake_post("/_fake/jwt", "{\"ttl\":3600}");
+    if (g_sb) {
+        sbx_sandbox_destroy(g_sb, NULL);
+        sbx_sandbox_free(g_sb);
+    }
+    sbx_client_free(g_client);
+}
+
+TestSuite(modal, .init = setup, .fini = teardown, .timeout = 90);
+
+#define CTL "/modal.client.ModalClient/"
+#define ROUTER "/modal.task_command_router.TaskCommandRouter/"
+
+/* How many calls of @method (a full gRPC path) the fake's log holds; their
+ * times in @t (at most @tmax). */
+static int calls(const char *method, double *t, size_t tmax)
+{
+    json_object *log = tu_fake_log();
+    int n = tu_fake_count(log, "POST", method, t, tmax);
+    json_object_put(log);
+    return n;
+}
+
+/* The number of running sandboxes at the fake. */
+static size_t fake_live(void)
+{
+    char *body = NULL;
+    cr_assert_eq(tu_fake_http("GET", "/_fake/sandboxes", NULL, NULL, &body), 200);
+    json_object *j = json_tokener_parse(body);
+    cr_assert(j && json_object_is_type(j, json_type_array), "%s", body);
+    size_t n = json_object_array_length(j);
+    json_object_put(j);
+    free(body);
+    return n;
+}
+
+/* ------------------------------------------------------------ CASE-19 */
+
+/* SandboxCreate answered RESOURCE_EXHAUSTED twice: sent three times, each
+ * re-send after a backoff of at least 0.5 s (no tight loop), and the create
+ * succeeds. */
+Test(modal, case19_resource_exhausted_is_retried_with_backoff)
+{
+    tu_fake_post("/_fake/faults", "{\"path\":\"SandboxCreate$\",\"code\":8,\"times\":2,"
+                                  "\"message\":\"too many sandboxes\"}");
+    g_sb = tu_create(g_client, NULL);
+    double t[3] = { 0, 0, 0 };
+    cr_assert_eq(calls(CTL "SandboxCreate", t, 3), 3);
+    cr_assert(t[1] - t[0] >= 0.5, "the first re-send came %.3f s after the refusal", t[1] - t[0]);
+    cr_assert(t[2] - t[1] >= 0.5, "the second re-send came %.3f s after the refusal",
+              t[2] - t[1]);
+    sbx_result *r = tu_sh(g_sb, "echo after", 10);
+    tu_assert_stdout(r, "after\n");
+    sbx_result_free(r);
+}
+
+/* With retries 0: rate_limited after exactly one SandboxCreate, retryable,
+ * the gRPC status in the context. */
+Test(modal, case19_resource_exhausted_without_retries_is_rate_limited)
+{
+    sbx_client_free(g_client);
+    sbx_error *err = NULL;
+    g_client = sbx_client_new_with_config("modal", SBX_PLUGIN_MODE_DEFAULT, "{\"retries\":0}", &err);
+    cr_assert_not_null(g_client, "%s", err ? sbx_error_get0_message(err) : "");
+    tu_fake_post("/_fake/faults", "{\"path\":\"SandboxCreate$\",\"code\":8,\"times\":-1,"
+                                  "\"message\":\"too many sandboxes\"}");
+    sbx_sandbox *sb = sbx_sandbox_create(g_client, NULL, &err);
+    cr_assert_null(sb);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_RATE_LIMITED, "%s",
+                 sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "create the sandbox: too many sandboxes (gRPC RESOURCE_EXHAUSTED)");
+    cr_assert_eq(sbx_error_is_retryable(err), 1);
+    cr_assert_str_eq(sbx_error_get0_backend(err), "modal");
+    cr_assert_str_eq(sbx_error_get0_op(err), "create");
+    sbx_error_free(err);
+    cr_assert_eq(calls(CTL "SandboxCreate", NULL, 0), 1);
+}
+
+/* UNAVAILABLE on a call that is safe to repeat (SandboxWait, is_alive's
+ * look) is sent again after a backoff; on SandboxCreate, which is not, it
+ * fails at once as a connection error whose outcome is unknown. */
+Test(modal, unavailable_is_retried_only_where_safe)
+{
+    g_sb = tu_create(g_client, NULL);
+    tu_fake_reset();
+    tu_fake_post("/_fake/faults", "{\"path\":\"SandboxWait$\",\"code\":14,\"times\":2}");
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 1, "%s", err ? sbx_error_get0_message(err) : "");
+    double t[3] = { 0, 0, 0 };
+    cr_assert_eq(calls(CTL "SandboxWait", t, 3), 3);
+    cr_assert(t[1] - t[0] >= 0.5, "the first re-send came %.3f s after UNAVAILABLE", t[1] - t[0]);
+
+    tu_fake_reset();
+    tu_fake_post("/_fake/faults", "{\"path\":\"SandboxCreate$\",\"code\":14,"
+                                  "\"message\":\"backend unavailable\"}");
+    sbx_sandbox *sb = sbx_sandbox_create(g_client, NULL, &err);
+    cr_assert_null(sb);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONNECTION, "%s", sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "create the sandbox: backend unavailable (gRPC UNAVAILABLE)");
+    cr_assert_eq(sbx_error_get_outcome(err), SBX_ERROR_OUTCOME_UNKNOWN);
+    cr_assert_str_eq(sbx_error_get0_context(err, "grpc_status"), "14");
+    sbx_error_free(err);
+    cr_assert_eq(calls(CTL "SandboxCreate", NULL, 0), 1);
+}
+
+/* The call's bound travels as grpc-timeout: a call timeout of 20 s reaches
+ * the fake as a deadline of at most 20 s (and more than 15: the create's
+ * first calls took less than that), in both plugin modes. */
+Test(modal, the_call_bound_is_sent_as_grpc_timeout)
+{
+    cr_assert_eq(sbx_client_set_call_timeout(g_client, 20.0, NULL), 0);
+    g_sb = tu_create(g_client, NULL);
+    json_object *log = tu_fake_log(), *v = NULL;
+    int found = 0;
+    for (size_t i = 0; i < json_object_array_length(log); i++) {
+        json_object *e = json_object_array_get_idx(log, i);
+        const char *p = tu_json_str(e, "path");
+        if (p && strcmp(p, CTL "SandboxCreate") == 0) {
+            found = json_object_object_get_ex(e, "timeout_s", &v);
+            break;
+        }
+    }
+    cr_assert(found, "no SandboxCreate in the log");
+    cr_assert_not_null(v, "no grpc-timeout came");
+    double left = json_object_get_double(v);
+    cr_assert(left > 15.0 && left <= 20.0, "grpc-timeout left %.3f s", left);
+    json_object_put(log);
+}
+
+/* The first server does not answer (nothing listens on 127.0.0.1:1): the
+ * calls go to the failover URL, and stay there. */
+Test(modal, calls_fail_over_when_the_first_server_does_not_answer)
+{
+    sbx_client_free(g_client);
+    char *cfg = tu_strdup_printf("{\"server_url\":\"http://127.0.0.1:1\",\"failover_url\":\"%s\"}",
+                                 getenv("MODAL_SERVER_URL"));
+    sbx_error *err = NULL;
+    g_client = sbx_client_new_with_config("modal", SBX_PLUGIN_MODE_DEFAULT, cfg, &err);
+    free(cfg);
+    cr_assert_not_null(g_client, "%s", err ? sbx_error_get0_message(err) : "");
+    g_sb = tu_create(g_client, NULL);
+    sbx_result *r = tu_sh(g_sb, "echo over", 10);
+    tu_assert_stdout(r, "over\n");
+    sbx_result_free(r);
+    cr_assert_eq(calls(CTL "SandboxCreate", NULL, 0), 1);
+}
+
+/* ------------------------------------------------------------ CASE-20 */
+
+/* SandboxCreate answered 4 s late, the call bounded to 1 s (in both plugin
+ * modes): a timeout within 1.5 s, and the sandbox the fake made meanwhile
+ * is found by its create token (SandboxList by tag) and terminated. */
+Test(modal, case20_late_create_is_terminated)
+{
+    size_t n0 = fake_live();
+    tu_fake_post("/_fake/faults", "{\"path\":\"SandboxCreate$\",\"action\":\"pass\","
+                                  "\"delay\":4}");
+    cr_assert_eq(sbx_client_set_call_timeout(g_client, 1.0, NULL), 0);
+    double t0 = tu_now();
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_sandbox_create(g_client, NULL, &err);
+    double dt = tu_now() - t0;
+    cr_assert_null(sb);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_TIMEOUT, "%s", sbx_error_get0_message(err));
+    cr_assert(dt <= 1.5, "the create returned after %.2f s", dt);
+    sbx_error_free(err);
+    /* The late sandbox appears 4 s after the create began; the reaper
+     * finds it by its create token and terminates it within 10 s. */
+    int terminated = 0;
+    for (int i = 0; i < 100 && !(terminated = calls(CTL "SandboxTerminate", NULL, 0)); i++)
+        usleep(100000);
+    cr_assert_eq(terminated, 1, "the late sandbox was not terminated");
+    cr_assert_eq(fake_live(), n0);
+}
+
+/* ------------------------------------------------------------ CASE-32 */
+
+/* The provider dropped the sandbox: not_found with reason "gone", not
+ * retryable, and at once for the next call; destroy succeeds. */
+Test(modal, case32_vanished_sandbox_is_gone)
+{
+    g_sb = tu_create(g_client, NULL);
+    sbx_result *r = tu_sh(g_sb, "echo hi", 10);
+    tu_assert_stdout(r, "hi\n");
+    sbx_result_free(r);
+    char *path = tu_strdup_printf("/_fake/sandbox/%s/vanish", sbx_sandbox_get0_id(g_sb));
+    tu_fake_post(path, NULL);
+    free(path);
+    tu_fake_reset();
+    for (int i = 0; i < 2; i++) {
+        sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+        req.shell = i ? "echo third" : "echo again";
+        sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
+        cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone");
+        cr_assert_eq(sbx_error_is_retryable(err), 0);
+        sbx_error_free(err);
+    }
+    /* The first exec: its TaskExecStart (NOT_FOUND) and one confirming
+     * SandboxGetTaskId; the second sent nothing. */
+    json_object *log = tu_fake_log();
+    cr_assert_eq(json_object_array_length(log), 2, "%s", json_object_to_json_string(log));
+    cr_assert_eq(tu_fake_count(log, "POST", ROUTER "TaskExecStart", NULL, 0), 1);
+    cr_assert_eq(tu_fake_count(log, "POST", CTL "SandboxGetTaskId", NULL, 0), 1);
+    json_object_put(log);
+    /* A file call on it fails at once the same way. */
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/tmp/x", "x", 1, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND, "%s", sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone");
+    sbx_error_free(err);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+}
+
+/* ------------------------------------------------------------ CASE-36 */
+
+/* A token secret the fake refuses: authentication, and the secret is in no
+ * message, context or log line. */
+Test(modal, case36_bad_secret_is_authentication_and_never_echoed)
+{
+    static const char secret[] = "modal_TESTSECRET_0123456789abcdef";
+    const char *old = getenv("MODAL_TOKEN_SECRET");
+    char *keep = old ? strdup(old) : NULL;
+    setenv("MODAL_TOKEN_SECRET", secret, 1);
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new("modal", &err);
+    if (keep)
+        setenv("MODAL_TOKEN_SECRET", keep, 1);
+    free(keep);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *sb = sbx_sandbox_create(c, NULL, &err);
+    cr_assert_null(sb);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_AUTHENTICATION, "%s",
+                 sbx_error_get0_message(err));
+    char *text = sbx_error_to_string(err);
+    cr_assert_not_null(text);
+    cr_assert_null(strstr(text, "TESTSECRET"), "%s", text);
+    free(text);
+    sbx_error_free(err);
+    sbx_client_free(c);
+    char *body = NULL;
+    cr_assert_eq(tu_fake_http("GET", "/_fake/log", NULL, NULL, &body), 200);
+    cr_assert_null(strstr(body, "TESTSECRET"), "the fake's log holds the secret");
+    cr_assert_not_null(strstr(body, "x-modal-token-secret"));
+    free(body);
+}
+
+/* ------------------------------------------------------------ CASE-48 */
+
+/* Canaries in this process's environment never reach the sandbox or the
+ * provider; the create's env does. */
+Test(modal, case48_creator_environment_never_reaches_the_sandbox)
+{
+    setenv("E2B_API_KEY", "e2b_TESTSECRET_0123456789abcdef", 1);
+    setenv("ANTHROPIC_API_KEY", "sk-ant-TESTSECRET-0000", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "TESTSECRETaws0000", 1);
+    setenv("BESPOKE_CONTROL_PLANE_ADMIN_TOKEN", "TESTSECRETadmin0000", 1);
+    setenv("SSH_AUTH_SOCK", "/tmp/TESTSECRET-agent.sock", 1);
+    sbx_client_free(g_client);
+    sbx_error *err = NULL;
+    g_client = sbx_client_new("modal", &err);
+    cr_assert_not_null(g_client, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_env(o, "WANTED", "yes", NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    sbx_result *r = tu_sh(g_sb, "env; for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do "
+                                "tr '\\0' '\\n' < \"$f\"; done 2>/dev/null", 30);
+    tu_assert_exit(r, 0);
+    size_t len = 0;
+    const char *out = sbx_result_get0_stdout(r, &len);
+    cr_assert_not_null(memmem(out, len, "WANTED=yes", 10), "WANTED=yes is missing");
+    cr_assert_null(memmem(out, len, "TESTSECRET", 10), "a canary reached the sandbox");
+    cr_assert_null(memmem(out, len, "SSH_AUTH_SOCK", 13), "SSH_AUTH_SOCK is set inside");
+    sbx_result_free(r);
+    char *body = NULL;
+    cr_assert_eq(tu_fake_http("GET", "/_fake/log", NULL, NULL, &body), 200);
+    cr_assert_null(strstr(body, "TESTSECRET"), "a canary reached the provider");
+    free(body);
+}
+
+/* ------------------------------------------------------------ CASE-52 */
+
+/* A command quiet for 12 s, longer than the transport's one fixed limit
+ * (10 s to connect): it is not cut, and it ran once. */
+Test(modal, case52_a_quiet_command_is_not_cut_slow)
+{
+    g_sb = tu_create(g_client, NULL);
+    tu_fake_reset();
+    double t0 = tu_now();
+    sbx_result *r = tu_sh(g_sb, "sleep 12; echo done", 60);
+    double dt = tu_now() - t0;
+    tu_assert_stdout(r, "done\n");
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    cr_assert(dt >= 12.0 && dt < 16.0, "the command took %.2f s", dt);
+    cr_assert_eq(calls(ROUTER "TaskExecStart", NULL, 0), 1);
+}
+
+/* The stdout stream is cut after 3 bytes, twice: it is read on from its
+ * offset each time (three TaskExecStdioRead of stdout, one of stderr), the
+ * output is whole, and the command started once. */
+Test(modal, case52_a_cut_stream_is_read_on_from_its_offset)
+{
+    g_sb = tu_create(g_client, NULL);
+    tu_fake_reset();
+    tu_fake_post("/_fake/faults", "{\"path\":\"TaskExecStdioRead#stdout$\",\"action\":\"cut\","
+                                  "\"bytes\":3,\"times\":2}");
+    sbx_result *r = tu_sh(g_sb, "printf 'abcdefgh'; sleep 0.5; printf 'ijkl\\n'", 30);
+    tu_assert_stdout(r, "abcdefghijkl\n");
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    cr_assert_eq(calls(ROUTER "TaskExecStart", NULL, 0), 1);
+    cr_assert_eq(calls(ROUTER "TaskExecStdioRead", NULL, 0), 4);
+}
+
+/* CASE-52 A: an idle reaper (5 s) between the plugin and the command
+ * router: the streams of a command quiet for 12 s are cut by it, and read
+ * on from their offsets; the command ran once and its output is whole. */
+Test(modal, case52_streams_cut_by_an_idle_reaper_are_read_on_slow)
+{
+    const char *rp = getenv("SBX_MODAL_ROUTER_PORT");
+    cr_assert_not_null(rp, "SBX_MODAL_ROUTER_PORT is not set: run tests/modal.sh");
+    int port = tu_reaper_start(atoi(rp), 5);
+    char *b = tu_strdup_printf("{\"url\":\"http://127.0.0.1:%d\"}", port);
+    tu_fake_post("/_fake/router_url", b);
+    free(b);
+    g_sb = tu_create(g_client, NULL);
+    tu_fake_reset();
+    double t0 = tu_now();
+    sbx_result *r = tu_sh(g_sb, "echo begin; sleep 12; echo done", 60);
+    double dt = tu_now() - t0;
+    tu_assert_stdout(r, "begin\ndone\n");
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    cr_assert(dt >= 12.0 && dt < 16.0, "the command took %.2f s", dt);
+    cr_assert_eq(calls(ROUTER "TaskExecStart", NULL, 0), 1);
+    cr_assert_geq(calls(ROUTER "TaskExecStdioRead", NULL, 0), 3);
+    cr_assert_geq(tu_reaper_stop(), 1);
+}
+
+/* ------------------------------------------------------------ JWT */
+
+/* Every JWT the fake handed out expires: the next command's router call is
+ * refused, a new JWT is fetched once, and the command runs once. */
+Test(modal, an_expired_jwt_is_fetched_again)
+{
+    g_sb = tu_create(g_client, NULL);
+    sbx_result *r = tu_sh(g_sb, "echo one", 10);
+    tu_assert_stdout(r, "one\n");
+    sbx_result_free(r);
+    tu_fake_post("/_fake/jwt/expire", NULL);
+    tu_fake_reset();
+    r = tu_sh(g_sb, "echo two", 10);
+    tu_assert_stdout(r, "two\n");
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    cr_assert_eq(calls(CTL "TaskGetCommandRouterAccess", NULL, 0), 1);
+    cr_assert_eq(calls(ROUTER "TaskExecStart", NULL, 0), 2);   /* refused, then sent again */
+}
+
+/* ------------------------------------------------------------ ~/.modal.toml */
+
+/* Makes a client with no MODAL_TOKEN_* in the environment, MODAL_CONFIG_PATH
+ * naming @toml and MODAL_PROFILE @profile (NULL: unset); the environment is
+ * put back afterwards. */
+static sbx_client *client_from_toml(const char *toml, const char *profile)
+{
+    const char *names[] = { "MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET", "MODAL_CONFIG_PATH",
+                            "MODAL_PROFILE" };
+    char *keep[4];
+    for (int i = 0; i < 4; i++) {
+        const char *v = getenv(names[i]);
+        keep[i] = v ? strdup(v) : NULL;
+    }
+    unsetenv("MODAL_TOKEN_ID");
+    unsetenv("MODAL_TOKEN_SECRET");
+    setenv("MODAL_CONFIG_PATH", toml, 1);
+    if (profile)
+        setenv("MODAL_PROFILE", profile, 1);
+    else
+        unsetenv("MODAL_PROFILE");
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new("modal", &err);
+    for (int i = 0; i < 4; i++) {
+        if (keep[i])
+            setenv(names[i], keep[i], 1);
+        else
+            unsetenv(names[i]);
+        free(keep[i]);
+    }
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    return c;
+}
+
+/* The token pair comes from the config file's active profile, or from the
+ * one MODAL_PROFILE names. */
+Test(modal, credentials_come_from_the_modal_toml_profile)
+{
+    char path[] = "/tmp/sbx-modal-toml-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    static const char toml[] =
+        "[other]\n"
+        "token_id = \"ak-other\"\n"
+        "token_secret = \"as-wrong-secret\"\n"
+        "\n"
+        "[main]\n"
+        "token_id = 'ak-main'\n"
+        "token_secret = \"sbx-test-dummy-key\"\n"
+        "active = true\n";
+    cr_assert_eq(write(fd, toml, sizeof toml - 1), (ssize_t)(sizeof toml - 1));
+    close(fd);
+    sbx_client *c = client_from_toml(path, NULL);
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_sandbox_create(c, NULL, &err);
+    cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+    json_object *log = tu_fake_log(), *auth, *id;
+    json_object *first = json_object_array_get_idx(log, 0);
+    cr_assert(json_object_object_get_ex(first, "auth", &auth));
+    cr_assert(json_object_object_get_ex(auth, "x-modal-token-id", &id));
+    cr_assert_str_eq(json_object_get_string(id), "ak-main");
+    json_object_put(log);
+
+    c = client_from_toml(path, "other");
+    sb = sbx_sandbox_create(c, NULL, &err);
+    cr_assert_null(sb);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_AUTHENTICATION, "%s",
+                 sbx_error_get0_message(err));
+    sbx_error_free(err);
+    sbx_client_free(c);
+    unlink(path);
+}
+
+/* ------------------------------------------------------------ stdin */
+
+/* A command that ends without reading its stdin (8 MiB given): it ends
+ * with its own status, and the fake is not hurt by writes to a pipe no one
+ * reads any more (the next command runs). */
+Test(modal, stdin_to_a_command_that_does_not_read_it)
+{
+    g_sb = tu_create(g_client, NULL);
+    size_t n = (size_t)8 << 20;
+    char *data = malloc(n);
+    cr_assert_not_null(data);
+    memset(data, 'x', n);
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "exit 7";
+    req.stdin_data = data;
+    req.stdin_len = n;
+    req.timeout_secs = 30;
+    sbx_result *r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 7);
+    sbx_result_free(r);
+    free(data);
+    r = tu_sh(g_sb, "echo still here", 10);
+    tu_assert_stdout(r, "still here\n");
+    sbx_result_free(r);
+}
