@@ -8,8 +8,8 @@
 # PID. Their TAP streams are joined into one, as tests/bubblewrap.sh does;
 # each test's name carries the backend, the mode and the program. One wrapper
 # per backend (tests/daytona.sh, tests/e2b.sh, tests/tensorlake.sh,
-# tests/blaxel.sh, tests/runloop.sh, tests/vercel.sh, tests/cloudflare.sh) is what
-# TESTS runs.
+# tests/blaxel.sh, tests/runloop.sh, tests/vercel.sh, tests/cloudflare.sh,
+# tests/runpod.sh) is what TESTS runs.
 #
 # Modes: SBX_CLOUD_MODES, "outofprocess inprocess" by default. When both run,
 # the slow cases (*_slow) run only out of process; scripts/test runs
@@ -32,8 +32,8 @@ backend=$1
 here=${SBX_TEST_SRCDIR:-$(dirname "$0")}
 fake="$here/fakes/$backend.py"
 case $backend in
-daytona | e2b | tensorlake | blaxel | runloop | vercel | cloudflare) ;;
-*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, blaxel, runloop, vercel, cloudflare)"; exit 99 ;;
+daytona | e2b | tensorlake | blaxel | runloop | vercel | cloudflare | runpod) ;;
+*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, blaxel, runloop, vercel, cloudflare, runpod)"; exit 99 ;;
 esac
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
@@ -97,10 +97,22 @@ vercel)
     VERCEL_TEAM_ID=team_fake VERCEL_PROJECT_ID=prj_fake
     export VERCEL_API_URL VERCEL_TOKEN VERCEL_TEAM_ID VERCEL_PROJECT_ID
     unset VERCEL_OIDC_TOKEN ;;
+runpod)
+    # The fake's pods are OpenSSH servers on 127.0.0.1 that trust the
+    # PUBLIC_KEY of their env: a throwaway client key in the run's
+    # directory (removed with it), and a default GPU type for the suites'
+    # creates, which name none.
+    ssh-keygen -q -t ed25519 -N '' -C sbx-test -f "$dir/id_ed25519" </dev/null ||
+        { echo "Bail out! ssh-keygen failed"; exit 99; }
+    RUNPOD_API_BASE_URL=$url RUNPOD_API_KEY=sbx-test-dummy-key
+    SBX_RUNPOD_SSH_KEY="$dir/id_ed25519" SBX_RUNPOD_GPU="NVIDIA GeForce RTX 4090"
+    export RUNPOD_API_BASE_URL RUNPOD_API_KEY SBX_RUNPOD_SSH_KEY SBX_RUNPOD_GPU ;;
 esac
 SBX_TEST_BACKEND=$backend
 SBX_TEST_SANDBOX_PROCS_ON_HOST=1
-SBX_PLUGIN_PATH="$PWD/plugins/cloud/$backend/.libs:$PWD/plugins/local/.libs:$PWD/tests/plugins/.libs${SBX_PLUGIN_PATH:+:$SBX_PLUGIN_PATH}"
+plugdir=plugins/cloud/$backend
+[ "$backend" = runpod ] && plugdir=plugins/runpod
+SBX_PLUGIN_PATH="$PWD/$plugdir/.libs:$PWD/plugins/local/.libs:$PWD/tests/plugins/.libs${SBX_PLUGIN_PATH:+:$SBX_PLUGIN_PATH}"
 export SBX_TEST_BACKEND SBX_TEST_SANDBOX_PROCS_ON_HOST SBX_PLUGIN_PATH
 
 modes=${SBX_CLOUD_MODES:-outofprocess inprocess}
