@@ -1196,9 +1196,19 @@ static int rp_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, 
  * env, then @inner in a process marked with @tag. A new string. */
 static char *rp_exec_script(const char *const *env, const char *inner, const char *tag)
 {
+    /* The command's output goes through two relays, so that a background
+     * child that keeps it open holds the exec at most RP_RELAY_GRACE_S
+     * after the command ended (as Docker's Engine does): the relays are
+     * ended then. The environment is set in the command's own subshell
+     * only, so that no relay carries it. */
     cl_buf b = { 0 };
-    int bad = cl_buf_printf(&b, "[ -r \"%s\" ] && . \"%s\"\nexport SANDBOX_ROOT=\n",
-                            RP_ENV_FILE, RP_ENV_FILE) < 0;
+    int bad = cl_buf_printf(&b,
+                            "d=$(mktemp -d) && mkfifo \"$d/o\" \"$d/e\" || exit 212\n"
+                            "cat \"$d/o\" & co=$!\n"
+                            "cat \"$d/e\" >&2 & ce=$!\n"
+                            "(\n"
+                            "[ -r \"%s\" ] && . \"%s\"\n"
+                            "export SANDBOX_ROOT=\n", RP_ENV_FILE, RP_ENV_FILE) < 0;
     for (size_t i = 0; env && env[i] && !bad; i++) {
         const char *eq = strchr(env[i], '=');
         if (!eq)
@@ -1207,17 +1217,11 @@ static char *rp_exec_script(const char *const *env, const char *inner, const cha
         bad = !q || cl_buf_printf(&b, "export %.*s=%s\n", (int)(eq - env[i]), env[i], q) < 0;
         free(q);
     }
-    /* The command's output goes through two relays, so that a background
-     * child that keeps it open holds the exec at most RP_RELAY_GRACE_S
-     * after the command ended (as Docker's Engine does): the relays are
-     * ended then. */
     char *qi = bad ? NULL : cl_shell_quote(inner);
     bad = bad || !qi
           || cl_buf_printf(&b,
-                           "d=$(mktemp -d) && mkfifo \"$d/o\" \"$d/e\" || exit 212\n"
-                           "cat \"$d/o\" & co=$!\n"
-                           "cat \"$d/e\" >&2 & ce=$!\n"
-                           CL_EXEC_MARK "=%s /bin/sh -c %s >\"$d/o\" 2>\"$d/e\"\n"
+                           CL_EXEC_MARK "=%s exec /bin/sh -c %s\n"
+                           ") >\"$d/o\" 2>\"$d/e\"\n"
                            "s=$?\n"
                            "rm -rf \"$d\"\n"
                            "{ sleep " RP_RELAY_GRACE_S "; kill $co $ce; } >/dev/null 2>&1 &\n"
