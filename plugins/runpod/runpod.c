@@ -1052,9 +1052,9 @@ static int rp_delete(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
 
 static int rp_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    /* The master first: it would only see its server go. */
-    rp_ssh_free(sb->ssh);
-    sb->ssh = NULL;
+    /* The master first: it would only see its server go. The handle stays
+     * (a command's worker may still hold it) until sandbox_free. */
+    rp_ssh_close(sb->ssh);
     return cl_sandbox_destroy(&sb->s, sb->c, rp_delete, ctx, error);
 }
 

@@ -44,8 +44,9 @@ struct rp_ssh {
     char dir[RP_SSH_PATH_MAX + 1];      /* the private directory */
     char sock[RP_SSH_PATH_MAX + 1];     /* "" when commands run without a master */
     char kh[4096];                      /* the known_hosts file used */
-    pthread_mutex_t lock;               /* guards master */
+    pthread_mutex_t lock;               /* guards master, closed */
     pid_t master;
+    int closed;                         /* rp_ssh_close() was called */
 };
 
 static char *rp_expand_home(const char *path)
@@ -173,15 +174,23 @@ static void rp_master_kill(rp_ssh *s)
         ;
 }
 
-void rp_ssh_free(rp_ssh *s)
+void rp_ssh_close(rp_ssh *s)
 {
     if (!s)
         return;
     pthread_mutex_lock(&s->lock);
     rp_master_kill(s);
-    pthread_mutex_unlock(&s->lock);
+    s->closed = 1;
     if (s->dir[0])
         nftw(s->dir, rp_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    pthread_mutex_unlock(&s->lock);
+}
+
+void rp_ssh_free(rp_ssh *s)
+{
+    if (!s)
+        return;
+    rp_ssh_close(s);
     pthread_mutex_destroy(&s->lock);
     free(s->host);
     free(s->user);
@@ -442,9 +451,17 @@ static int rp_sock_answers(const char *path)
 
 int rp_ssh_master(rp_ssh *s, const sbx_call_ctx *ctx, const char *op, sbx_error **error)
 {
-    if (!s->sock[0])
-        return 0;
     pthread_mutex_lock(&s->lock);
+    if (s->closed) {
+        pthread_mutex_unlock(&s->lock);
+        cl_fail(error, SBX_ERROR_NOT_FOUND, op, "ssh to %s@%s port %d: closed (the sandbox "
+                "was destroyed)", s->user, s->host, s->port);
+        return -1;
+    }
+    if (!s->sock[0]) {
+        pthread_mutex_unlock(&s->lock);
+        return 0;
+    }
     if (s->master > 0) {
         pid_t r = waitpid(s->master, NULL, WNOHANG);
         if (r == s->master || (r < 0 && errno == ECHILD)) {

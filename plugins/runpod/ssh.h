@@ -74,8 +74,15 @@ rp_ssh *rp_ssh_new(const rp_ssh_conf *conf, const char *op, sbx_error **error);
 
 /**
  * Closes the master (SIGTERM, then SIGKILL after 1 s, reaped by its pid)
- * and removes the private directory and all in it. NULL: nothing.
+ * and removes the private directory and all in it; later rp_ssh_master()
+ * calls fail (not_found), and commands still running lose their
+ * connection. The handle stays valid for threads that still use it.
+ * NULL: nothing. Thread-safe.
  */
+void rp_ssh_close(rp_ssh *s);
+
+/** rp_ssh_close(), then frees @s: no other thread may use it. NULL:
+ *  nothing. */
 void rp_ssh_free(rp_ssh *s);
 
 /**
