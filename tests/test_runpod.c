@@ -586,11 +586,11 @@ Test(runpod, one_master_replaced_when_dead_or_stopped_closed_at_destroy)
     /* Stopped (wedged): replaced, never a hang. */
     kill(m2, SIGSTOP);
     cr_assert(wait_state(m2, 'T'));
-    double t0 = tu_now();
+    /* A hang would end by the exec's timeout (exit 124, no output). */
     r = tu_sh(g_sb, "echo still", 20);
+    tu_assert_exit(r, 0);
     tu_assert_stdout(r, "still\n");
     sbx_result_free(r);
-    cr_assert(tu_now() - t0 < 10.0);
     pid_t m3 = master_pid(port);
     cr_assert(m3 > 0 && m3 != m2, "the stopped master was kept");
     cr_assert(tu_wait_pid_gone(m2, 5.0), "the stopped master was left");

@@ -1203,7 +1203,7 @@ static char *rp_exec_script(const char *const *env, const char *inner, const cha
      * only, so that no relay carries it. */
     cl_buf b = { 0 };
     int bad = cl_buf_printf(&b,
-                            "d=$(mktemp -d) && mkfifo \"$d/o\" \"$d/e\" || exit 212\n"
+                            "d=$1 && mkfifo \"$d/o\" \"$d/e\" || exit 212\n"
                             "cat \"$d/o\" & co=$!\n"
                             "cat \"$d/e\" >&2 & ce=$!\n"
                             "(\n"
@@ -1223,7 +1223,6 @@ static char *rp_exec_script(const char *const *env, const char *inner, const cha
                            CL_EXEC_MARK "=%s exec /bin/sh -c %s\n"
                            ") >\"$d/o\" 2>\"$d/e\"\n"
                            "s=$?\n"
-                           "rm -rf \"$d\"\n"
                            "{ sleep " RP_RELAY_GRACE_S "; kill $co $ce; } >/dev/null 2>&1 &\n"
                            "k=$!\n"
                            "wait $co $ce\n"

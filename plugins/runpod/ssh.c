@@ -28,10 +28,10 @@
 #endif
 
 /* The remote command line of every command: reads the script's length and
- * the script from stdin into a temporary file and runs it with the rest of
- * stdin (the script removes its file first). Holds no value of the
- * caller's. */
-#define RP_BOOT "IFS= read -r n && f=$(mktemp) && head -c \"$n\" >\"$f\" && exec /bin/sh \"$f\""
+ * the script from stdin into a private temporary directory and runs it with
+ * the rest of stdin, the directory as $1 (removed when the script ends).
+ * Holds no value of the caller's. */
+#define RP_BOOT "IFS= read -r n && d=$(mktemp -d) && head -c \"$n\" >\"$d/s\" && exec /bin/sh \"$d/s\" \"$d\""
 /* Where a script that exits 255 leaves its marker (CASE-31). */
 #define RP_MARK_DIR "/tmp"
 #define RP_BUF_MAX (1024 * 1024)
@@ -587,9 +587,9 @@ static int rp_marker(rp_ssh *s, const sbx_call_ctx *ctx, const char *tag, const 
 static int rp_run1(rp_ssh *s, const sbx_call_ctx *ctx, const rp_ssh_cmd *c, int check_mark,
                    int *code, const char *op, sbx_error **error)
 {
-    /* The script file: removes itself, runs the script in a subshell and
-     * marks a 255 (CASE-31). */
-    char *file = cl_printf("rm -f -- \"$0\"\n(\n%s\n)\ns=$?\n"
+    /* The script file: runs the script in a subshell, removes its
+     * directory and marks a 255 (CASE-31). */
+    char *file = cl_printf("(\n%s\n)\ns=$?\nrm -rf -- \"$1\"\n"
                            "[ \"$s\" -ne 255 ] || : >" RP_MARK_DIR "/.sbx-255-%s\nexit \"$s\"\n",
                            c->script, c->tag);
     char *head = file ? cl_printf("%zu\n", strlen(file)) : NULL;

@@ -115,7 +115,9 @@ const char *rp_ssh_socket_path(rp_ssh *s);
 
 /** One command. Set what is used, zero the rest. */
 typedef struct rp_ssh_cmd {
-    const char *script;     /* the POSIX sh script run remotely (any bytes) */
+    const char *script;     /* the POSIX sh script run remotely (any bytes); "$1"
+                             * is a private directory of its own, removed
+                             * when it ends */
     const char *tag;        /* names its 255 marker: [0-9a-f]+, at most 32 */
     int in_fd;              /* its stdin after the script; -1: EOF at once */
     int out_fd, err_fd;     /* where its stdout and stderr go; -1: to out_buf / err_buf */
