@@ -62,6 +62,8 @@ static void setup(void)
 }
 
 static int reaper_stop(void);
+static pid_t master_pid(int port);
+static int wait_state(pid_t pid, char want);
 
 static void teardown(void)
 {
@@ -385,8 +387,12 @@ Test(runpod, case31_255_is_an_exit_code_transport_failures_are_errors)
     tu_assert_stdout(r, "out\n");
     tu_assert_stderr(r, "err\n");
     sbx_result_free(r);
-    /* 2 */
+    /* 2: the server's end takes the master with it (awaited, so that the
+     * command finds no connection rather than losing one on the way). */
+    pid_t m = master_pid(pod_port(g_sb));
+    cr_assert(m > 0);
     sshd_action(g_sb, "{\"action\": \"stop\"}");
+    cr_assert(wait_state(m, 'Z'), "the master outlived its server");
     sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
     req.shell = "echo hi";
     req.timeout_secs = 20;

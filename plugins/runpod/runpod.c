@@ -1252,6 +1252,10 @@ static int rp_exec_run(cl_proc *base)
         if (killed)
             return 128 + SIGKILL;
         cl_proc_fail_in(base, &sb->s);
+        /* The transport's reason (connection_refused, host_key_mismatch,
+         * ...), the one context pair exec_wait hands out. */
+        if (!cl_gone_get(&sb->s.gone) && *rp_ssh_last_reason())
+            cl_proc_context(base, "reason", rp_ssh_last_reason());
         return -1;
     }
     return code;
