@@ -69,10 +69,13 @@ DEFAULT_PRICE = 0.50
 SSHD = "/usr/sbin/sshd"
 
 
-def problem(status, detail, title=None):
-    titles = {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 409: "Conflict",
-              422: "Unprocessable Entity", 429: "Too Many Requests"}
-    return Reply(status, {"title": title or titles.get(status, "Error"), "status": status,
+TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+          409: "Conflict", 422: "Unprocessable Entity", 429: "Too Many Requests",
+          500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
+
+
+def problem(status, detail):
+    return Reply(status, {"title": TITLES.get(status, "Error"), "status": status,
                           "detail": detail})
 
 
@@ -216,7 +219,7 @@ class RunpodFake(fakehttp.Fake):
                        check=True, stdout=subprocess.DEVNULL)
 
     def error_body(self, status, message, path, method):
-        return {"title": "Error", "status": status, "detail": message}
+        return {"title": TITLES.get(status, "Error"), "status": status, "detail": message}
 
     def find(self, pid):
         with self.lock:
