@@ -606,6 +606,51 @@ Test(runpod, one_master_replaced_when_dead_or_stopped_closed_at_destroy)
     cr_assert_eq(ssh_procs("-p", port), 0, "an ssh process outlived destroy");
 }
 
+/* A master stopped while a command runs over it (once the command has
+ * started: before, the client falls back to a connection of its own): the
+ * command fails as a lost connection (no hang: the request's own 30 s
+ * timeout would give exit 124 instead), and the next command gets a new
+ * master. */
+Test(runpod, master_stopped_mid_command_fails_it_and_is_replaced)
+{
+    g_sb = create_with(NULL);
+    int port = pod_port(g_sb);
+    json_object *pod = fake_pod(sbx_sandbox_get0_id(g_sb)), *rootv = NULL;
+    cr_assert(json_object_object_get_ex(pod, "root", &rootv));
+    char *started = tu_strdup_printf("%s/tmp/started", json_object_get_string(rootv));
+    json_object_put(pod);
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "touch /tmp/started; sleep 5; echo late";
+    req.timeout_secs = 30;
+    sbx_error *err = NULL;
+    sbx_process *p = sbx_sandbox_start_process(g_sb, &req, &err);
+    cr_assert_not_null(p, "start_process: %s", err ? sbx_error_get0_message(err) : "");
+    for (int i = 0; i < 1000 && !tu_exists(started); i++)
+        usleep(10000);
+    cr_assert(tu_exists(started), "the command did not start");
+    free(started);
+    pid_t m = master_pid(port);
+    cr_assert(m > 0);
+    kill(m, SIGSTOP);
+    cr_assert(wait_state(m, 'T'));
+    int code = -1;
+    sbx_result *r = NULL;
+    int rc = sbx_process_wait(p, -1, &code, &r, &err);
+    cr_assert_eq(rc, -1, "the command ended with %d through a stopped master", code);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONNECTION, "%s",
+                 sbx_error_get0_message(err));
+    sbx_error_free(err);
+    sbx_process_free(p);
+    cr_assert(wait_state(m, 'Z'), "the stopped master was left");
+    r = tu_sh(g_sb, "echo next", 20);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "next\n");
+    sbx_result_free(r);
+    pid_t m2 = master_pid(port);
+    cr_assert(m2 > 0 && m2 != m, "no new master");
+    cr_assert_eq(ssh_procs("ControlMaster", port), 1);
+}
+
 /* ------------------------------------------------------------ CASE-52 A */
 
 static int reaper_start(int target, int idle)

@@ -35,6 +35,7 @@
 /* Where a script that exits 255 leaves its marker (CASE-31). */
 #define RP_MARK_DIR "/tmp"
 #define RP_BUF_MAX (1024 * 1024)
+#define RP_MASTER_LOOK_MS 1000  /* a running command looks at its master this often */
 
 struct rp_ssh {
     char *host, *user, *key, *strict, *known_hosts;
@@ -449,6 +450,21 @@ static int rp_sock_answers(const char *path)
     return ok;
 }
 
+/* Ends the master when it is stopped (state T). */
+static void rp_master_unwedge(rp_ssh *s)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->master > 0 && rp_stopped(s->master)) {
+        CL_LOG(SBX_LOG_WARNING, "ssh master %d of %s:%d is stopped while a command runs; "
+               "ending it", (int)s->master, s->host, s->port);
+        kill(s->master, SIGKILL);
+        while (waitpid(s->master, NULL, 0) < 0 && errno == EINTR)
+            ;
+        s->master = 0;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
 int rp_ssh_master(rp_ssh *s, const sbx_call_ctx *ctx, const char *op, sbx_error **error)
 {
     pthread_mutex_lock(&s->lock);
@@ -643,6 +659,7 @@ static int rp_run1(rp_ssh *s, const sbx_call_ctx *ctx, const rp_ssh_cmd *c, int 
     int in_open = c->in_fd >= 0, exited = 0, stopped = 0;
     int status = 0;
     cl_bound b = cl_bound_make(ctx, 0);
+    double next_look = cl_now() + RP_MASTER_LOOK_MS / 1000.0;
     char buf[65536];
     for (;;) {
         struct pollfd p[7];
@@ -684,6 +701,15 @@ static int rp_run1(rp_ssh *s, const sbx_call_ctx *ctx, const rp_ssh_cmd *c, int 
         int tmo = left < 0 ? -1 : (int)(left * 1000) + 1;
         if (pidfd < 0 && !exited && (tmo < 0 || tmo > 10))
             tmo = 10;
+        /* A master that stops while the command runs would hold it for
+         * ever: looked at once a second, and ended (the command then
+         * fails as a lost connection; the next one starts a master). */
+        if (!exited && (tmo < 0 || tmo > RP_MASTER_LOOK_MS))
+            tmo = RP_MASTER_LOOK_MS;
+        if (!exited && cl_now() >= next_look) {
+            next_look = cl_now() + RP_MASTER_LOOK_MS / 1000.0;
+            rp_master_unwedge(s);
+        }
         int pr = poll(p, (nfds_t)n, tmo);
         if (pr < 0 && errno != EINTR) {
             cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "poll: %s", strerror(errno));

@@ -12,7 +12,9 @@
  *     is closed (killed by its pid, reaped) by rp_ssh_free(). A master that
  *     exited, that is stopped (state T in /proc) or whose socket no longer
  *     answers, is found before each
- *     command (no process is started for the look) and replaced, so a dead
+ *     command (no process is started for the look) and replaced; a
+ *     running command looks at its master once a second and ends one that
+ *     is stopped (the command then fails as a lost connection), so a dead
  *     or wedged master never hangs a command; a master whose server went
  *     quiet ends by its keepalives (ServerAliveInterval x
  *     ServerAliveCountMax), which also keep a quiet command's connection
