@@ -32,7 +32,8 @@
  *    Each may also be set in the client config. Refused, naming the
  *    option: allow_internet=false, snapshot_id, app_name, cpu and
  *    memory_mb (the GPU type decides them).
- *  - Readiness: GET the pod until it is RUNNING with a public IP and a
+ *  - Readiness: GET the pod (pauses from 0.05 s doubling up to
+ *    poll_interval_secs) until it is RUNNING with a public IP and a
  *    port mapping for 22 (runtime.ports), then an SSH probe (the control
  *    master connects); on failure or timeout the pod is deleted and the
  *    error carries the pod id (context sandbox_id) and any error of the
@@ -837,12 +838,14 @@ static int rp_ready_once(void *ud, const char **state, sbx_error **error)
     return rc;
 }
 
-/* Polls the pod every poll interval until it is ready, bounded by
- * create_timeout_secs and the call's deadline. */
+/* Polls the pod until it is ready (pauses from 0.05 s, doubling up to
+ * poll_interval_secs), bounded by create_timeout_secs and the call's
+ * deadline. */
 static int rp_wait_ready(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, double until,
                          sbx_error **error)
 {
     rp_wait w = { sb, ctx, "unknown" };
+    double step = 0.05;
     for (;;) {
         const char *state = NULL;
         int r = rp_ready_once(&w, &state, error);
@@ -859,7 +862,10 @@ static int rp_wait_ready(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
             cl_context(e, "state", w.state);
             return -1;
         }
-        double pause = sb->opts.poll_s;
+        /* 0.05 s, doubling up to the poll interval: a pod that is quick
+         * to run is seen soon, a slow one is not asked about too often. */
+        double pause = step < sb->opts.poll_s ? step : sb->opts.poll_s;
+        step *= 2;
         if (left > 0 && pause > left)
             pause = left;
         if (cl_sleep(pause, b.cancel_fd))
