@@ -12,12 +12,13 @@
  *  - capacity fallback through gpuTypeIds; 429 with Retry-After on create;
  *  - readiness that never comes: the pod is deleted, the error names it;
  *  - the pod's hourly price in the session state;
+ *  - no lifetime at RunPod: sbx gc reaps a pod past its recorded expiry;
  *  - CASE-31: a command's 255 against ssh's (connection refused, changed
  *    host key), host keys per sandbox, the user's known_hosts untouched;
  *  - CASE-29: an 80-byte TMPDIR/HOME/XDG_RUNTIME_DIR, control sockets of at
  *    most 90 bytes;
  *  - the control master: one per sandbox, replaced when it dies or is
- *    stopped, closed at destroy;
+ *    stopped (before a command, or while one runs), closed at destroy;
  *  - CASE-52 A (slow): a quiet command behind an idle reaper.
  */
 #include "testutil.h"
@@ -358,6 +359,64 @@ Test(runpod, hourly_price_is_in_the_session_state)
     cr_assert_float_eq(json_object_get_double(c), 0.69, 1e-9);
     cr_assert(!strstr(state, "sbx-test-dummy-key"));
     json_object_put(j);
+    free(state);
+}
+
+/* ------------------------------------------------------------ expiry */
+
+typedef struct gc_seen {
+    const char *id;
+    int found, reaped;
+    sbx_gc_reason reason;
+} gc_seen;
+
+static int on_gc(const sbx_gc_item *it, void *ud)
+{
+    gc_seen *g = ud;
+    if (strcmp(it->backend, "runpod") == 0 && strcmp(it->id, g->id) == 0) {
+        g->found++;
+        g->reaped = it->reaped;
+        g->reason = it->reason;
+    }
+    return 0;
+}
+
+/* RunPod has no lifetime: the expiry recorded with the pod is what sbx gc
+ * goes by. A detached pod past its lifetime is reaped by gc, and the fake
+ * has it no more. */
+Test(runpod, gc_reaps_a_pod_past_its_recorded_expiry)
+{
+    char *state = tu_mkdtemp("sbx-rp-state");
+    cr_assert_eq(setenv("SBX_STATE_DIR", state, 1), 0);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 2, NULL), 0);
+    cr_assert_eq(sbx_options_set_detached(o, 1, NULL), 0);
+    sbx_sandbox *sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    char *id = strdup(sbx_sandbox_get0_id(sb));
+    json_object *pod = fake_pod(id), *body = NULL, *env = NULL;
+    cr_assert(json_object_object_get_ex(pod, "body", &body));
+    cr_assert(json_object_object_get_ex(body, "env", &env));
+    double exp = strtod(tu_json_str(env, "SBX_EXPIRES_AT"), NULL);
+    cr_assert(exp > 0 && exp <= (double)time(NULL) + 3, "expiry %.0f", exp);
+    json_object_put(pod);
+    sbx_sandbox_free(sb);
+    /* Until the lifetime has passed, gc leaves it. */
+    gc_seen g = { id, 0, 0, 0 };
+    sbx_error *err = NULL;
+    cr_assert(sbx_gc(0, on_gc, &g, &err) >= 0, "gc: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(g.found, 0, "gc took a pod before its expiry");
+    while ((double)time(NULL) <= exp + 1)
+        usleep(100000);
+    cr_assert(sbx_gc(0, on_gc, &g, &err) >= 1, "gc: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(g.found, 1);
+    cr_assert_eq(g.reason, SBX_GC_EXPIRED);
+    cr_assert_eq(g.reaped, 1);
+    char *path = tu_strdup_printf("/_fake/pods/%s", id);
+    cr_assert_eq(tu_fake_http("GET", path, NULL, NULL, NULL), 404, "the pod outlived gc");
+    free(path);
+    free(id);
+    tu_rmtree(state);
     free(state);
 }
 
