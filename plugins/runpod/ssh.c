@@ -47,6 +47,8 @@ struct rp_ssh {
     char kh[4096];                      /* the known_hosts file used */
     pthread_mutex_t lock;               /* guards master, closed */
     pid_t master;
+    pid_t janitor;                      /* the master's janitor (rp_janitor_start) */
+    int janitor_fd;                     /* the write end of its stdin; -1 none */
     int closed;                         /* rp_ssh_close() was called */
 };
 
@@ -102,6 +104,7 @@ rp_ssh *rp_ssh_new(const rp_ssh_conf *conf, const char *op, sbx_error **error)
         return NULL;
     }
     pthread_mutex_init(&s->lock, NULL);
+    s->janitor_fd = -1;
     s->host = strdup(conf->host ? conf->host : "");
     s->user = strdup(conf->user && *conf->user ? conf->user : "root");
     s->key = conf->key_path ? rp_expand_home(conf->key_path) : NULL;
@@ -156,9 +159,26 @@ static int rp_rm_one(const char *path, const struct stat *st, int flag, struct F
     return 0;
 }
 
+/* Ends and reaps the janitor of the master, which then does nothing
+ * (s->lock held). */
+static void rp_janitor_end(rp_ssh *s)
+{
+    if (s->janitor > 0) {
+        kill(s->janitor, SIGKILL);
+        while (waitpid(s->janitor, NULL, 0) < 0 && errno == EINTR)
+            ;
+        s->janitor = 0;
+    }
+    if (s->janitor_fd >= 0) {
+        close(s->janitor_fd);
+        s->janitor_fd = -1;
+    }
+}
+
 /* Kills and reaps the master (s->lock held). */
 static void rp_master_kill(rp_ssh *s)
 {
+    rp_janitor_end(s);
     if (s->master <= 0)
         return;
     pid_t pid = s->master;
@@ -450,6 +470,38 @@ static int rp_sock_answers(const char *path)
     return ok;
 }
 
+/* The master's janitor: a sh in a session of its own whose stdin is a
+ * pipe this process holds the other end of (close-on-exec). When this
+ * process ends without closing the master (a crash, an exit without
+ * sandbox_free), the pipe reaches end of file and the janitor ends the
+ * master and removes the private directory, so neither outlives its owner.
+ * rp_janitor_end() ends it first on every orderly close. Best effort: a
+ * janitor that cannot start is logged (s->lock held). */
+static void rp_janitor_start(rp_ssh *s)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0) {
+        CL_LOG(SBX_LOG_WARNING, "no janitor for ssh master %d: %s", (int)s->master,
+               strerror(errno));
+        return;
+    }
+    char pid[16];
+    snprintf(pid, sizeof pid, "%d", (int)s->master);
+    char *argv[] = { "/bin/sh", "-c",
+                     "read x; kill -TERM \"$1\" 2>/dev/null; rm -rf -- \"$2\"",
+                     "sbx-ssh-janitor", pid, s->dir, NULL };
+    pid_t j = rp_spawn(argv, p[0], -1, -1, 1);
+    close(p[0]);
+    if (j < 0) {
+        CL_LOG(SBX_LOG_WARNING, "no janitor for ssh master %d: %s", (int)s->master,
+               strerror(errno));
+        close(p[1]);
+        return;
+    }
+    s->janitor = j;
+    s->janitor_fd = p[1];
+}
+
 /* Ends the master when it is stopped (state T). */
 static void rp_master_unwedge(rp_ssh *s)
 {
@@ -457,6 +509,7 @@ static void rp_master_unwedge(rp_ssh *s)
     if (s->master > 0 && rp_stopped(s->master)) {
         CL_LOG(SBX_LOG_WARNING, "ssh master %d of %s:%d is stopped while a command runs; "
                "ending it", (int)s->master, s->host, s->port);
+        rp_janitor_end(s);
         kill(s->master, SIGKILL);
         while (waitpid(s->master, NULL, 0) < 0 && errno == EINTR)
             ;
@@ -484,9 +537,11 @@ int rp_ssh_master(rp_ssh *s, const sbx_call_ctx *ctx, const char *op, sbx_error 
             CL_LOG(SBX_LOG_INFO, "ssh master %d of %s:%d ended; starting another",
                    (int)s->master, s->host, s->port);
             s->master = 0;
+            rp_janitor_end(s);
         } else if (rp_stopped(s->master) || !rp_sock_answers(s->sock)) {
             CL_LOG(SBX_LOG_WARNING, "ssh master %d of %s:%d is stopped or gone; replacing it",
                    (int)s->master, s->host, s->port);
+            rp_janitor_end(s);
             kill(s->master, SIGKILL);
             while (waitpid(s->master, NULL, 0) < 0 && errno == EINTR)
                 ;
@@ -539,6 +594,7 @@ int rp_ssh_master(rp_ssh *s, const sbx_call_ctx *ctx, const char *op, sbx_error 
     }
     if (rc == 0) {
         s->master = pid;
+        rp_janitor_start(s);
     } else if (pid > 0) {
         kill(pid, SIGKILL);
         while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)

@@ -9,7 +9,9 @@
  *     adds 17 bytes while binding it, and sun_path holds 108 with the NUL),
  *     made under $TMPDIR when that is short enough, else under /tmp; when
  *     even that is too long, commands run without multiplexing. The master
- *     is closed (killed by its pid, reaped) by rp_ssh_free(). A master that
+ *     is closed (killed by its pid, reaped) by rp_ssh_close(); a janitor
+ *     process (a sh reading a pipe this process holds) ends it and removes
+ *     the directory when this process ends without closing it. A master that
  *     exited, that is stopped (state T in /proc) or whose socket no longer
  *     answers, is found before each
  *     command (no process is started for the look) and replaced; a
