@@ -9,7 +9,7 @@
 # each test's name carries the backend, the mode and the program. One wrapper
 # per backend (tests/daytona.sh, tests/e2b.sh, tests/tensorlake.sh,
 # tests/blaxel.sh, tests/runloop.sh, tests/vercel.sh, tests/cloudflare.sh,
-# tests/modal.sh, tests/ray.sh) is what TESTS runs.
+# tests/modal.sh, tests/ray.sh, tests/runpod.sh) is what TESTS runs.
 #
 # Modes: SBX_CLOUD_MODES, "outofprocess inprocess" by default. When both run,
 # the slow cases (*_slow) run only out of process; scripts/test runs
@@ -32,8 +32,8 @@ backend=$1
 here=${SBX_TEST_SRCDIR:-$(dirname "$0")}
 fake="$here/fakes/$backend.py"
 case $backend in
-daytona | e2b | tensorlake | blaxel | runloop | vercel | cloudflare | modal | ray) ;;
-*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, blaxel, runloop, vercel, cloudflare, modal, ray)"; exit 99 ;;
+daytona | e2b | tensorlake | blaxel | runloop | vercel | cloudflare | modal | ray | runpod) ;;
+*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, blaxel, runloop, vercel, cloudflare, modal, ray, runpod)"; exit 99 ;;
 esac
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
@@ -122,11 +122,22 @@ ray)
     RAY_ADDRESS=$url RAY_AUTH_TOKEN=sbx-test-dummy-key
     export RAY_ADDRESS RAY_AUTH_TOKEN
     unset RAY_AUTH_TOKEN_PATH ;;
+runpod)
+    # The fake's pods are OpenSSH servers on 127.0.0.1 that trust the
+    # PUBLIC_KEY of their env: a throwaway client key in the run's
+    # directory (removed with it), and a default GPU type for the suites'
+    # creates, which name none.
+    ssh-keygen -q -t ed25519 -N '' -C sbx-test -f "$dir/id_ed25519" </dev/null ||
+        { echo "Bail out! ssh-keygen failed"; exit 99; }
+    RUNPOD_API_BASE_URL=$url RUNPOD_API_KEY=sbx-test-dummy-key
+    SBX_RUNPOD_SSH_KEY="$dir/id_ed25519" SBX_RUNPOD_GPU="NVIDIA GeForce RTX 4090"
+    export RUNPOD_API_BASE_URL RUNPOD_API_KEY SBX_RUNPOD_SSH_KEY SBX_RUNPOD_GPU ;;
 esac
 SBX_TEST_BACKEND=$backend
 SBX_TEST_SANDBOX_PROCS_ON_HOST=1
 plugin_dir=$PWD/plugins/cloud/$backend/.libs
 [ "$backend" = ray ] && plugin_dir=$PWD/plugins/ray/.libs
+[ "$backend" = runpod ] && plugin_dir=$PWD/plugins/runpod/.libs
 SBX_PLUGIN_PATH="$plugin_dir:$PWD/plugins/local/.libs:$PWD/tests/plugins/.libs${SBX_PLUGIN_PATH:+:$SBX_PLUGIN_PATH}"
 export SBX_TEST_BACKEND SBX_TEST_SANDBOX_PROCS_ON_HOST SBX_PLUGIN_PATH
 
