@@ -1,0 +1,830 @@
+/*
+ * Agents and cost: the price table and sbx_cost_per_second, exact money,
+ * sbx_sandbox_run_agent for Claude Code, Codex and OpenCode against the
+ * stand-in CLIs of tests/agents (CASE-41, CASE-48, CASE-56 and more of each
+ * CLI's documented shapes), the running usage of sandboxes and clients and
+ * the ledger of JSON lines. On local: the stand-ins are host scripts put on
+ * the sandbox's PATH through the call's environment.
+ */
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include <sbx/sbx.h>
+
+#include "testutil.h"
+
+/* ------------------------------------------------------------ helpers */
+
+/* A private config home (no user pricing file unless a test writes one). */
+static char *config_home;
+
+static void
+isolate(void)
+{
+    config_home = tu_mkdtemp("sbx-agent-config-");
+    setenv("XDG_CONFIG_HOME", config_home, 1);
+    unsetenv("SBX_PRICING_FILE");
+    unsetenv("SBX_PRICING_DATA");
+    unsetenv("SBX_LEDGER");
+}
+
+static void
+cleanup(void)
+{
+    if (config_home) {
+        tu_rmtree(config_home);
+        free(config_home);
+        config_home = NULL;
+    }
+}
+
+/* Writes @json as the user's pricing file (SBX_PRICING_FILE). */
+static void
+user_pricing(const char *json)
+{
+    char *path = tu_strdup_printf("%s/pricing.json", config_home);
+
+    tu_write_file(path, json, strlen(json), 0644);
+    setenv("SBX_PRICING_FILE", path, 1);
+    free(path);
+}
+
+static int64_t
+fusd(const char *backend, double vcpu, double ram, const char *gpu)
+{
+    sbx_error *err = NULL;
+    int64_t v = -1;
+
+    cr_assert_eq(sbx_cost_per_second(backend, vcpu, ram, gpu, &v, &err), 0,
+                 "%s: %s", backend, err ? sbx_error_get0_message(err) : "");
+    return v;
+}
+
+static void
+assert_usd(int64_t pusd, const char *want)
+{
+    char buf[SBX_USD_FORMAT_SIZE];
+
+    cr_assert(sbx_usd_format(pusd, buf, sizeof buf) > 0);
+    cr_assert_str_eq(buf, want, "%lld pico-dollars print as %s, expected %s",
+                     (long long)pusd, buf, want);
+}
+
+static sbx_client *client;
+static sbx_sandbox *sandbox;
+static char *path_env;
+
+static void
+agent_setup(void)
+{
+    sbx_error *err = NULL;
+
+    isolate();
+    path_env = tu_strdup_printf("PATH=%s/agents:/usr/local/bin:/usr/bin:/bin",
+                                getenv("SBX_TEST_SRCDIR"));
+    client = sbx_client_new("local", &err);
+    cr_assert_not_null(client, "%s", err ? sbx_error_get0_message(err) : "");
+    sandbox = tu_create(client, NULL);
+}
+
+static void
+agent_teardown(void)
+{
+    if (sandbox) {
+        sbx_sandbox_destroy(sandbox, NULL);
+        sbx_sandbox_free(sandbox);
+        sandbox = NULL;
+    }
+    sbx_client_free(client);
+    client = NULL;
+    free(path_env);
+    cleanup();
+}
+
+/* Runs @prompt (a fixture name) with @harness; asserts the call worked. */
+static sbx_agent_run *
+run_fixture(sbx_agent_harness harness, const char *prompt)
+{
+    const char *env[] = { path_env, NULL };
+    sbx_agent_request req = SBX_AGENT_REQUEST_INIT;
+    sbx_error *err = NULL;
+    sbx_agent_run *run;
+
+    req.harness = harness;
+    req.prompt = prompt;
+    req.env = env;
+    run = sbx_sandbox_run_agent(sandbox, &req, &err);
+    cr_assert_not_null(run, "%s: %s", prompt, err ? sbx_error_get0_message(err) : "");
+    return run;
+}
+
+/* Runs @prompt and asserts that the call FAILED with @code. */
+static sbx_error *
+run_fixture_fail(sbx_agent_harness harness, const char *prompt, const char *command,
+                 sbx_error_code code)
+{
+    const char *env[] = { path_env, NULL };
+    sbx_agent_request req = SBX_AGENT_REQUEST_INIT;
+    sbx_error *err = NULL;
+
+    req.harness = harness;
+    req.prompt = prompt;
+    req.env = env;
+    req.command = command;
+    cr_assert_null(sbx_sandbox_run_agent(sandbox, &req, &err), "%s: a run came back", prompt);
+    tu_assert_error(err, code, NULL);
+    return err;
+}
+
+static sbx_usage
+usage_of(const sbx_agent_run *run)
+{
+    sbx_usage u = SBX_USAGE_INIT;
+
+    cr_assert_eq(sbx_agent_run_get_usage(run, &u), 0);
+    return u;
+}
+
+static void
+assert_tokens(const sbx_usage *u, int64_t input, int64_t output, int64_t reasoning,
+              int64_t cache_read, int64_t cache_write)
+{
+    cr_assert_eq(u->input_tokens, input, "input %lld", (long long)u->input_tokens);
+    cr_assert_eq(u->output_tokens, output, "output %lld", (long long)u->output_tokens);
+    cr_assert_eq(u->reasoning_tokens, reasoning, "reasoning %lld",
+                 (long long)u->reasoning_tokens);
+    cr_assert_eq(u->cache_read_tokens, cache_read, "cache_read %lld",
+                 (long long)u->cache_read_tokens);
+    cr_assert_eq(u->cache_write_tokens, cache_write, "cache_write %lld",
+                 (long long)u->cache_write_tokens);
+}
+
+/* The call's LLM cost is known and prints as @want. */
+static void
+assert_llm_cost(const sbx_usage *u, const char *want)
+{
+    cr_assert_eq(u->llm_cost_unknown, 0, "the cost is unknown, expected %s", want);
+    assert_usd(u->llm_cost_pusd, want);
+}
+
+static void
+assert_succeeded(const sbx_agent_run *run, const char *text)
+{
+    cr_assert_eq(sbx_agent_run_get_status(run), SBX_AGENT_SUCCEEDED, "failed: %s",
+                 sbx_agent_run_get0_reason(run));
+    cr_assert_str_eq(sbx_agent_run_get0_text(run), text);
+    cr_assert_null(sbx_agent_run_get0_reason(run));
+    cr_assert_eq(sbx_agent_run_get_error_code(run), 0);
+}
+
+static void
+assert_failed(const sbx_agent_run *run, const char *reason, sbx_error_code code)
+{
+    cr_assert_eq(sbx_agent_run_get_status(run), SBX_AGENT_FAILED, "succeeded");
+    cr_assert_null(sbx_agent_run_get0_text(run), "a failed run has text \"%s\"",
+                   sbx_agent_run_get0_text(run));
+    cr_assert_str_eq(sbx_agent_run_get0_reason(run), reason);
+    cr_assert_eq(sbx_agent_run_get_error_code(run), code, "error code %s, expected %s",
+                 sbx_error_code_name(sbx_agent_run_get_error_code(run)),
+                 sbx_error_code_name(code));
+}
+
+/* ------------------------------------------------------------ money */
+
+Test(money, usd_format_is_exact)
+{
+    char small[4];
+
+    assert_usd(11117000000, "0.011117");
+    assert_usd(73124500000, "0.0731245");
+    assert_usd(31500000000000, "31.5");
+    assert_usd(0, "0");
+    assert_usd(1, "0.000000000001");
+    assert_usd(-250000000000, "-0.25");
+    cr_assert_eq(sbx_usd_format(11117000000, small, sizeof small), -1);
+    cr_assert_eq(sbx_usd_format(1, NULL, 10), -1);
+}
+
+/* ------------------------------------------------------------ pricing */
+
+TestSuite(pricing, .init = isolate, .fini = cleanup);
+
+Test(pricing, cost_per_second_from_the_bundled_table)
+{
+    /* e2b: 0.000014 + 0.0000045 per second. */
+    cr_assert_eq(fusd("e2b", 1, 1, NULL), INT64_C(18500000000));
+    /* daytona: (2 × 0.0504 + 4 × 0.0162) per hour = 0.000046 per second. */
+    cr_assert_eq(fusd("daytona", 2, 4, NULL), INT64_C(46000000000));
+    /* tensorlake: 0.065 per hour, not a finite decimal per second. */
+    cr_assert_eq(fusd("tensorlake", 1, 1, NULL), INT64_C(18055555556));
+    /* modal: two H100 at 0.001097 each. */
+    cr_assert_eq(fusd("modal", 0, 0, "H100:2"), INT64_C(2194000000000));
+    cr_assert_eq(fusd("cloudflare", 1, 1, NULL), INT64_C(22500000000));
+    cr_assert_eq(fusd("blaxel", 2, 4, NULL), INT64_C(46000000000));
+    cr_assert_eq(fusd("local", 4, 8, NULL), 0);
+    cr_assert_eq(fusd("docker", 4, 8, NULL), 0);
+}
+
+Test(pricing, unknown_prices_are_errors_naming_what_is_missing)
+{
+    sbx_error *err = NULL;
+    int64_t v = 7;
+
+    cr_assert_eq(sbx_cost_per_second("nosuchcloud", 1, 1, NULL, &v, &err), -1);
+    tu_assert_error(err, SBX_ERROR_NOT_FOUND, "nosuchcloud", NULL);
+    cr_assert_eq(v, 0);
+    sbx_error_clear(&err);
+    /* RunPod pods are priced live: no list rate for a vCPU. */
+    cr_assert_eq(sbx_cost_per_second("runpod", 1, 1, NULL, &v, &err), -1);
+    tu_assert_error(err, SBX_ERROR_NOT_FOUND, "runpod", NULL);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_cost_per_second("modal", 1, 1, "Z99", &v, &err), -1);
+    tu_assert_error(err, SBX_ERROR_NOT_FOUND, "Z99", NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "gpu"), "Z99");
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_cost_per_second("modal", 1, 1, "H100:x", &v, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "H100:x", NULL);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_cost_per_second("e2b", -1, 1, NULL, &v, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "vcpu -1", NULL);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_cost_per_second("e2b", 1, 1, NULL, NULL, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL);
+    sbx_error_clear(&err);
+}
+
+Test(pricing, entries_carry_their_source_and_date)
+{
+    sbx_error *err = NULL;
+    char *entry = sbx_pricing_get_entry("e2b", &err), *all;
+    json_object *o, *doc, *backends, *v;
+    static const char *const backends_of_the_project[] = {
+        "local", "bubblewrap", "safehouse", "docker", "ray", "kubernetes", "e2b", "daytona",
+        "tensorlake", "modal", "runpod", "vercel", "cloudflare", "blaxel", "runloop", NULL
+    };
+
+    cr_assert_not_null(entry, "%s", err ? sbx_error_get0_message(err) : "");
+    o = json_tokener_parse(entry);
+    cr_assert_not_null(o);
+    cr_assert_str_eq(json_object_get_string(json_object_object_get(o, "source_url")),
+                     "https://e2b.dev/docs/faq/calculate-sandbox-price");
+    cr_assert_str_eq(json_object_get_string(json_object_object_get(o, "read_on")), "2026-08");
+    cr_assert(strstr(entry, "\"vcpu_usd_per_s\":0.000014,"), "%s", entry);
+    cr_assert(strstr(json_object_get_string(json_object_object_get(o, "origin")),
+                     "pricing/pricing.json"));
+    json_object_put(o);
+    free(entry);
+
+    all = sbx_pricing_to_json(&err);
+    cr_assert_not_null(all);
+    doc = json_tokener_parse(all);
+    cr_assert_str_eq(json_object_get_string(json_object_object_get(doc, "last_updated")),
+                     "2026-12-04");
+    backends = json_object_object_get(doc, "backends");
+    for (size_t i = 0; backends_of_the_project[i]; i++) {
+        cr_assert(json_object_object_get_ex(backends, backends_of_the_project[i], &v),
+                  "no entry for %s", backends_of_the_project[i]);
+        cr_assert(json_object_object_get_ex(v, "source_url", NULL));
+        cr_assert(json_object_object_get_ex(v, "read_on", NULL));
+        cr_assert(json_object_object_get_ex(v, "billing_granularity_s", NULL));
+        cr_assert(json_object_object_get_ex(v, "free_tier", NULL));
+    }
+    json_object_put(doc);
+    free(all);
+
+    cr_assert_null(sbx_pricing_get_entry("nosuchcloud", &err));
+    tu_assert_error(err, SBX_ERROR_NOT_FOUND, "nosuchcloud", NULL);
+    sbx_error_free(err);
+}
+
+Test(pricing, a_user_file_overrides_and_extends_the_table)
+{
+    sbx_error *err = NULL;
+    char *entry;
+    int64_t v;
+
+    user_pricing("{\"backends\":{\"local\":{\"vcpu_usd_per_h\":0.36},"
+                 "\"mycloud\":{\"vcpu_usd_per_s\":0.001,\"ram_gib_usd_per_s\":0}}}");
+    cr_assert_eq(fusd("local", 1, 16, NULL), INT64_C(100000000000));
+    cr_assert_eq(fusd("mycloud", 2, 1, NULL), INT64_C(2000000000000));
+    cr_assert_eq(fusd("e2b", 1, 1, NULL), INT64_C(18500000000));
+    entry = sbx_pricing_get_entry("local", &err);
+    cr_assert(strstr(entry, config_home), "%s", entry);
+    cr_assert_null(strstr(entry, "vcpu_usd_per_s"), "%s", entry);
+    free(entry);
+
+    /* A file named that cannot be read is an error naming it. */
+    setenv("SBX_PRICING_FILE", "/nonexistent/pricing.json", 1);
+    cr_assert_eq(sbx_cost_per_second("local", 1, 1, NULL, &v, &err), -1);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, "/nonexistent/pricing.json", NULL);
+    sbx_error_free(err);
+}
+
+/* ------------------------------------------------------------ Claude Code */
+
+TestSuite(claude, .init = agent_setup, .fini = agent_teardown, .timeout = 60);
+
+/* CASE-41 F1: one result object. */
+Test(claude, case41_f1_reads_total_cost_usd_and_every_token_count)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_CLAUDE_CODE, "F1");
+    sbx_usage u = usage_of(run);
+
+    assert_succeeded(run, "done");
+    assert_llm_cost(&u, "0.0731245");
+    cr_assert_eq(u.llm_cost_pusd, INT64_C(73124500000));
+    assert_tokens(&u, 12, 842, 0, 20480, 5120);
+    cr_assert_eq(u.calls, 1);
+    cr_assert_str_eq(sbx_agent_run_get0_session_id(run),
+                     "00000000-0000-4000-8000-000000000001");
+    cr_assert_eq(sbx_agent_run_get_exit_code(run), 0);
+    sbx_agent_run_free(run);
+}
+
+/* CASE-41 F2: the verbose array, the result last. */
+Test(claude, case41_f2_verbose_array)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_CLAUDE_CODE, "F2");
+    sbx_usage u = usage_of(run);
+
+    assert_succeeded(run, "done");
+    assert_llm_cost(&u, "0.0731245");
+    assert_tokens(&u, 12, 842, 0, 20480, 5120);
+    sbx_agent_run_free(run);
+}
+
+/* CASE-41 F3: no total_cost_usd (as under a subscription): unknown, not 0. */
+Test(claude, case41_f3_a_missing_cost_is_unknown_never_zero)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_CLAUDE_CODE, "F3");
+    sbx_usage u = usage_of(run);
+    char *json = sbx_agent_run_to_json(run);
+    int64_t total;
+
+    assert_succeeded(run, "done");
+    cr_assert_eq(u.llm_cost_unknown, 1);
+    cr_assert_eq(u.llm_cost_pusd, 0);
+    assert_tokens(&u, 12, 842, 0, 20480, 5120);
+    cr_assert(strstr(json, "\"llm_cost_usd\":null"), "%s", json);
+    cr_assert(strstr(json, "\"total_cost_usd\":null"), "%s", json);
+    cr_assert_eq(sbx_usage_total_cost(&u, &total), 0);
+    free(json);
+    sbx_agent_run_free(run);
+}
+
+/* CASE-41 F4: error_max_turns with an empty errors list, exit code 1. */
+Test(claude, case41_f4_max_turns_fails_naming_it_and_keeps_its_cost)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_CLAUDE_CODE, "F4");
+    sbx_usage u = usage_of(run);
+
+    assert_failed(run, "error_max_turns", SBX_ERROR_COMMAND_FAILED);
+    assert_llm_cost(&u, "0.41");
+    assert_tokens(&u, 900, 300, 0, 0, 0);
+    cr_assert_eq(sbx_agent_run_get_exit_code(run), 1);
+    sbx_agent_run_free(run);
+}
+
+/* CASE-56 G1: subtype success with is_error true, exit code 0. */
+Test(claude, case56_g1_is_error_true_is_a_rate_limited_failure)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_CLAUDE_CODE, "G1");
+    sbx_usage u = usage_of(run);
+    char *json = sbx_agent_run_to_json(run);
+
+    assert_failed(run, "success with is_error true: API Error: Rate limit reached",
+                  SBX_ERROR_RATE_LIMITED);
+    assert_llm_cost(&u, "0");
+    assert_tokens(&u, 0, 0, 0, 0, 0);
+    cr_assert_eq(sbx_agent_run_get_exit_code(run), 0);
+    cr_assert(strstr(json, "\"text\":null"), "%s", json);
+    cr_assert(strstr(json, "\"llm_cost_usd\":0,"), "%s", json);
+    cr_assert(strstr(json, "\"error_code\":\"rate_limited\""), "%s", json);
+    free(json);
+    sbx_agent_run_free(run);
+}
+
+/* CASE-56 G2: stream-json, an authentication error after 484 paid turns. */
+Test(claude, case56_g2_authentication_failure_keeps_the_paid_turns)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_CLAUDE_CODE, "G2");
+    sbx_usage u = usage_of(run);
+
+    assert_failed(run, "success with is_error true: Your organization has disabled Claude "
+                       "subscription access for Claude Code", SBX_ERROR_AUTHENTICATION);
+    assert_llm_cost(&u, "31.5");
+    assert_tokens(&u, 1200, 3400, 0, 880000, 0);
+    sbx_agent_run_free(run);
+}
+
+/* CASE-56 G3: an answer that reads like an error is still an answer. */
+Test(claude, case56_g3_status_never_comes_from_the_text)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_CLAUDE_CODE, "G3");
+    sbx_usage u = usage_of(run);
+
+    assert_succeeded(run, "API Error: Rate limit reached");
+    assert_llm_cost(&u, "0.0123");
+    sbx_agent_run_free(run);
+}
+
+/* CASE-56 G4: is_error false but the subtype is not success. */
+Test(claude, case56_g4_a_subtype_other_than_success_fails)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_CLAUDE_CODE, "G4");
+    sbx_usage u = usage_of(run);
+
+    assert_failed(run, "error_during_execution", SBX_ERROR_COMMAND_FAILED);
+    assert_llm_cost(&u, "0.004");
+    assert_tokens(&u, 40, 12, 0, 0, 0);
+    sbx_agent_run_free(run);
+}
+
+/* stream-json cut short: records but no result. */
+Test(claude, a_stream_without_its_result_fails_with_an_unknown_cost)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_CLAUDE_CODE, "cut");
+    sbx_usage u = usage_of(run);
+
+    assert_failed(run, "no result record", SBX_ERROR_COMMAND_FAILED);
+    cr_assert_eq(u.llm_cost_unknown, 1);
+    cr_assert_str_eq(sbx_agent_run_get0_session_id(run),
+                     "00000000-0000-4000-8000-000000000006");
+    sbx_agent_run_free(run);
+}
+
+Test(claude, output_that_is_not_its_json_is_command_failed_with_the_output)
+{
+    sbx_error *err = run_fixture_fail(SBX_AGENT_CLAUDE_CODE, "garbage", NULL,
+                                      SBX_ERROR_COMMAND_FAILED);
+
+    cr_assert_str_eq(sbx_error_get0_context(err, "exit_code"), "1");
+    cr_assert_str_eq(sbx_error_get0_context(err, "stdout"),
+                     "Error: Invalid API key \xc2\xb7 Please run /login\n");
+    cr_assert_str_eq(sbx_error_get0_op(err), "run_agent");
+    cr_assert_str_eq(sbx_error_get0_backend(err), "local");
+    sbx_error_free(err);
+
+    err = run_fixture_fail(SBX_AGENT_CLAUDE_CODE, "crash", NULL, SBX_ERROR_COMMAND_FAILED);
+    cr_assert_str_eq(sbx_error_get0_context(err, "stderr"),
+                     "TypeError: cannot read properties of undefined\n");
+    cr_assert_str_eq(sbx_error_get0_context(err, "stdout"), "");
+    sbx_error_free(err);
+}
+
+Test(claude, a_missing_cli_is_command_failed_naming_it)
+{
+    sbx_error *err = run_fixture_fail(SBX_AGENT_CLAUDE_CODE, "F1", "claude-not-installed",
+                                      SBX_ERROR_COMMAND_FAILED);
+
+    tu_assert_error(err, SBX_ERROR_COMMAND_FAILED, "claude-not-installed", "not found", NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "exit_code"), "127");
+    sbx_error_free(err);
+}
+
+Test(claude, bad_requests_are_invalid_argument)
+{
+    sbx_agent_request req = SBX_AGENT_REQUEST_INIT;
+    sbx_error *err = NULL;
+
+    cr_assert_null(sbx_sandbox_run_agent(sandbox, &req, &err));
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "prompt", NULL);
+    sbx_error_clear(&err);
+    req.prompt = "x";
+    req.harness = 9;
+    cr_assert_null(sbx_sandbox_run_agent(sandbox, &req, &err));
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "harness 9", NULL);
+    sbx_error_clear(&err);
+    cr_assert_null(sbx_sandbox_run_agent(NULL, &req, &err));
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "sandbox", NULL);
+    sbx_error_free(err);
+}
+
+/* Reads the argument log of the stand-in into one line per argument. */
+static char *
+argv_of(sbx_agent_harness harness, const char *prompt, const char *model, const char *resume,
+        const char *const *extra)
+{
+    char *dir = tu_mkdtemp("sbx-agent-argv-");
+    char *log = tu_strdup_printf("%s/argv", dir);
+    char *log_env = tu_strdup_printf("SBX_AGENT_ARGV_LOG=%s", log);
+    const char *env[] = { path_env, log_env, NULL };
+    sbx_agent_request req = SBX_AGENT_REQUEST_INIT;
+    sbx_agent_run *run;
+    char buf[4096];
+    size_t n;
+    FILE *f;
+
+    req.harness = harness;
+    req.prompt = prompt;
+    req.model = model;
+    req.resume = resume;
+    req.extra_args = extra;
+    req.env = env;
+    run = sbx_sandbox_run_agent(sandbox, &req, NULL);
+    cr_assert_not_null(run);
+    sbx_agent_run_free(run);
+    f = fopen(log, "r");
+    cr_assert_not_null(f, "the stand-in wrote no argument log");
+    n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    tu_rmtree(dir);
+    free(dir);
+    free(log);
+    free(log_env);
+    return strdup(buf);
+}
+
+Test(claude, each_cli_gets_its_documented_command_line)
+{
+    const char *extra[] = { "--max-turns", "3", NULL };
+    char *a;
+
+    a = argv_of(SBX_AGENT_CLAUDE_CODE, "F1", "claude-sonnet-4-5", "sess-1", extra);
+    cr_assert_str_eq(a, "claude\n-p\nF1\n--output-format\njson\n--model\nclaude-sonnet-4-5\n"
+                        "--resume\nsess-1\n--max-turns\n3\n");
+    free(a);
+    a = argv_of(SBX_AGENT_CLAUDE_CODE, "F1", NULL, "", NULL);
+    cr_assert_str_eq(a, "claude\n-p\nF1\n--output-format\njson\n-c\n");
+    free(a);
+    a = argv_of(SBX_AGENT_CODEX, "C1", "gpt-5-codex", "", NULL);
+    cr_assert_str_eq(a, "codex\nexec\n--json\n--model\ngpt-5-codex\nresume\n--last\nC1\n");
+    free(a);
+    a = argv_of(SBX_AGENT_CODEX, "C1", NULL, "0199a213-81c0-7800-8aa1-bbab2a035a53", NULL);
+    cr_assert_str_eq(a, "codex\nexec\n--json\nresume\n0199a213-81c0-7800-8aa1-bbab2a035a53\n"
+                        "C1\n");
+    free(a);
+    a = argv_of(SBX_AGENT_OPENCODE, "F5", "anthropic/claude-sonnet-4-5", NULL, extra);
+    cr_assert_str_eq(a, "opencode\nrun\n--format\njson\n--model\nanthropic/claude-sonnet-4-5\n"
+                        "--max-turns\n3\nF5\n");
+    free(a);
+    a = argv_of(SBX_AGENT_OPENCODE, "F5", NULL, "ses_1", NULL);
+    cr_assert_str_eq(a, "opencode\nrun\n--format\njson\n--session\nses_1\nF5\n");
+    free(a);
+}
+
+/* CASE-48: the agent's key reaches the sandbox only when the call passes it. */
+Test(claude, case48_credentials_reach_the_agent_only_when_passed)
+{
+    const char *with_key[] = { path_env, "ANTHROPIC_API_KEY=sk-ant-TESTSECRET-0000", NULL };
+    sbx_agent_request req = SBX_AGENT_REQUEST_INIT;
+    sbx_agent_run *run;
+
+    setenv("E2B_API_KEY", "e2b_TESTSECRET_0123456789abcdef", 1);
+    setenv("ANTHROPIC_API_KEY", "sk-ant-TESTSECRET-0000", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "TESTSECRETaws0000", 1);
+    setenv("BESPOKE_CONTROL_PLANE_ADMIN_TOKEN", "TESTSECRETadmin0000", 1);
+    setenv("SSH_AUTH_SOCK", "/tmp/TESTSECRET-agent.sock", 1);
+    /* A sandbox made after the canaries are in this process's environment. */
+    sbx_sandbox_destroy(sandbox, NULL);
+    sbx_sandbox_free(sandbox);
+    sandbox = tu_create(client, NULL);
+
+    run = run_fixture(SBX_AGENT_CLAUDE_CODE, "env");
+    assert_succeeded(run, "keys=[] secrets=0");
+    sbx_agent_run_free(run);
+
+    req.prompt = "env";
+    req.env = with_key;
+    run = sbx_sandbox_run_agent(sandbox, &req, NULL);
+    cr_assert_not_null(run);
+    assert_succeeded(run, "keys=[ANTHROPIC_API_KEY ] secrets=1");
+    sbx_agent_run_free(run);
+}
+
+/* ------------------------------------------------------------ Codex */
+
+TestSuite(codex, .init = agent_setup, .fini = agent_teardown, .timeout = 60);
+
+Test(codex, a_completed_turn_succeeds_and_cached_input_is_counted_once)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_CODEX, "C1");
+    sbx_usage u = usage_of(run);
+
+    assert_succeeded(run, "The repository has a README.");
+    /* input_tokens 24763 include the 24448 cached ones. */
+    assert_tokens(&u, 315, 122, 0, 24448, 0);
+    cr_assert_eq(u.llm_cost_unknown, 1, "Codex reports no cost");
+    cr_assert_str_eq(sbx_agent_run_get0_session_id(run),
+                     "0199a213-81c0-7800-8aa1-bbab2a035a53");
+    sbx_agent_run_free(run);
+}
+
+Test(codex, turn_failed_fails_naming_the_error)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_CODEX, "C2");
+
+    assert_failed(run, "turn.failed: stream error: unexpected status 401 Unauthorized",
+                  SBX_ERROR_COMMAND_FAILED);
+    cr_assert_eq(sbx_agent_run_get_exit_code(run), 1);
+    sbx_agent_run_free(run);
+}
+
+Test(codex, a_stream_cut_before_its_terminal_event_fails_even_with_exit_0)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_CODEX, "C3");
+
+    assert_failed(run, "no terminal event", SBX_ERROR_COMMAND_FAILED);
+    cr_assert_eq(sbx_agent_run_get_exit_code(run), 0);
+    sbx_agent_run_free(run);
+}
+
+Test(codex, turns_are_summed_and_reasoning_is_taken_out_of_output)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_CODEX, "C4");
+    sbx_usage u = usage_of(run);
+
+    assert_succeeded(run, "Second");
+    assert_tokens(&u, 1500, 150, 200, 1500, 0);
+    cr_assert_eq(sbx_usage_total_tokens(&u), 3350);
+    sbx_agent_run_free(run);
+}
+
+/* ------------------------------------------------------------ OpenCode */
+
+TestSuite(opencode, .init = agent_setup, .fini = agent_teardown, .timeout = 60);
+
+/* CASE-41 F5: step_finish records summed in decimal. */
+Test(opencode, case41_f5_costs_are_summed_exactly)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_OPENCODE, "F5");
+    sbx_usage u = usage_of(run);
+    char *json = sbx_agent_run_to_json(run);
+
+    assert_succeeded(run, "PONG");
+    assert_llm_cost(&u, "0.011117");
+    cr_assert_eq(u.llm_cost_pusd, INT64_C(11117000000));
+    assert_tokens(&u, 23088, 197, 31, 10880, 256);
+    cr_assert(strstr(json, "\"llm_cost_usd\":0.011117,"), "%s", json);
+    cr_assert_str_eq(sbx_agent_run_get0_session_id(run), "ses_6f1a2b3c4d5e");
+    free(json);
+    sbx_agent_run_free(run);
+}
+
+Test(opencode, an_error_event_fails_with_its_kind)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_OPENCODE, "O2");
+
+    assert_failed(run, "error: ProviderAuthError: invalid x-api-key", SBX_ERROR_AUTHENTICATION);
+    sbx_agent_run_free(run);
+}
+
+Test(opencode, a_step_left_open_fails_and_keeps_the_paid_steps)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_OPENCODE, "O3");
+    sbx_usage u = usage_of(run);
+
+    assert_failed(run, "no step_finish after the last step_start", SBX_ERROR_COMMAND_FAILED);
+    assert_llm_cost(&u, "0.001");
+    assert_tokens(&u, 100, 10, 0, 0, 0);
+    sbx_agent_run_free(run);
+}
+
+Test(opencode, a_repeated_step_finish_counts_once_and_no_cost_is_unknown)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_OPENCODE, "O4");
+    sbx_usage u = usage_of(run);
+
+    assert_succeeded(run, "Done: 3 files");
+    assert_tokens(&u, 1200, 60, 5, 400, 0);
+    cr_assert_eq(u.llm_cost_unknown, 1);
+    sbx_agent_run_free(run);
+}
+
+/* ------------------------------------------------------------ usage, ledger */
+
+TestSuite(usage, .init = agent_setup, .fini = agent_teardown, .timeout = 60);
+
+/* Reads the ledger's lines. */
+static size_t
+ledger_lines(const char *path, char lines[][2048], size_t max)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = 0;
+
+    cr_assert_not_null(f, "no ledger at %s", path);
+    while (n < max && fgets(lines[n], 2048, f))
+        n++;
+    fclose(f);
+    return n;
+}
+
+Test(usage, sandbox_and_client_totals_and_the_ledger)
+{
+    char *ledger = tu_strdup_printf("%s/ledger.jsonl", config_home);
+    sbx_usage s = SBX_USAGE_INIT, c = SBX_USAGE_INIT;
+    char lines[8][2048];
+    sbx_agent_run *run;
+    sbx_error *err = NULL;
+    int64_t total;
+    json_object *rec;
+    size_t n;
+
+    /* Billed by the hour: any run shorter than an hour costs exactly one
+     * hour, so the compute costs are exact whatever the machine's speed. */
+    user_pricing("{\"backends\":{\"local\":{\"vcpu_usd_per_h\":0.36,\"ram_gib_usd_per_h\":0,"
+                 "\"billing_granularity_s\":3600,\"source_url\":\"https://example.com/rates\"}}}");
+    cr_assert_eq(sbx_client_set_ledger(client, ledger, &err), 0);
+    sbx_agent_run_free(run_fixture(SBX_AGENT_CLAUDE_CODE, "F1"));
+    sbx_agent_run_free(run_fixture(SBX_AGENT_OPENCODE, "F5"));
+    run = run_fixture(SBX_AGENT_CLAUDE_CODE, "F3");
+    {
+        sbx_usage u = usage_of(run);
+
+        assert_usd(u.compute_cost_pusd, "0.36");
+        cr_assert_eq(u.compute_cost_unknown, 0);
+    }
+    sbx_agent_run_free(run);
+
+    cr_assert_eq(sbx_sandbox_get_usage(sandbox, &s, &err), 0);
+    cr_assert_eq(s.calls, 3);
+    assert_tokens(&s, 12 + 23088 + 12, 842 + 197 + 842, 31, 20480 + 10880 + 20480,
+                  5120 + 256 + 5120);
+    assert_usd(s.llm_cost_pusd, "0.0842415");
+    cr_assert_eq(s.llm_cost_unknown, 1);
+    assert_usd(s.compute_cost_pusd, "1.08");
+    cr_assert_eq(s.sandboxes, 1);
+    assert_usd(s.sandbox_cost_pusd, "0.36");
+    cr_assert_eq(sbx_usage_total_cost(&s, &total), 0, "one cost is unknown");
+    assert_usd(total, "0.4442415");
+
+    cr_assert_eq(sbx_sandbox_destroy(sandbox, &err), 0);
+    cr_assert_eq(sbx_client_get_usage(client, &c, &err), 0);
+    cr_assert_eq(c.calls, 3);
+    cr_assert_eq(c.sandboxes, 1);
+    assert_usd(c.sandbox_cost_pusd, "0.36");
+    assert_usd(c.llm_cost_pusd, "0.0842415");
+
+    n = ledger_lines(ledger, lines, 8);
+    cr_assert_eq(n, 4, "%zu ledger lines", n);
+    cr_assert(strstr(lines[0], "\"kind\":\"agent_call\""), "%s", lines[0]);
+    cr_assert(strstr(lines[0], "\"llm_cost_usd\":0.0731245,"), "%s", lines[0]);
+    cr_assert(strstr(lines[0], "\"compute_cost_usd\":0.36"), "%s", lines[0]);
+    cr_assert(strstr(lines[0], "\"rate_usd_per_s\":0.0001,"), "%s", lines[0]);
+    cr_assert(strstr(lines[0], "\"rate_source\":\"https://example.com/rates\""), "%s",
+              lines[0]);
+    cr_assert(strstr(lines[1], "\"llm_cost_usd\":0.011117,"), "%s", lines[1]);
+    cr_assert(strstr(lines[1], "\"harness\":\"opencode\""), "%s", lines[1]);
+    cr_assert(strstr(lines[2], "\"llm_cost_usd\":null"), "%s", lines[2]);
+    rec = json_tokener_parse(lines[3]);
+    cr_assert_not_null(rec, "%s", lines[3]);
+    cr_assert_str_eq(json_object_get_string(json_object_object_get(rec, "kind")), "sandbox");
+    cr_assert_str_eq(json_object_get_string(json_object_object_get(rec, "end")), "destroyed");
+    cr_assert_str_eq(json_object_get_string(json_object_object_get(rec, "backend")), "local");
+    cr_assert_str_eq(json_object_get_string(json_object_object_get(rec, "sandbox_id")),
+                     sbx_sandbox_get0_id(sandbox));
+    cr_assert_eq(json_object_get_int(json_object_object_get(rec, "agent_calls")), 3);
+    cr_assert_eq(json_object_get_int(json_object_object_get(rec, "llm_cost_unknown_calls")), 1);
+    cr_assert(strstr(lines[3], "\"llm_cost_usd\":0.0842415,"), "%s", lines[3]);
+    cr_assert(strstr(lines[3], "\"compute_cost_usd\":0.36"), "%s", lines[3]);
+    cr_assert(strstr(lines[3], "\"billed_seconds\":3600,"), "%s", lines[3]);
+    json_object_put(rec);
+    free(ledger);
+}
+
+Test(usage, a_backend_without_a_price_has_an_unknown_compute_cost)
+{
+    sbx_agent_run *run;
+    sbx_usage u;
+
+    /* local's entry replaced by one without published rates. */
+    user_pricing("{\"backends\":{\"local\":{\"vcpu_usd_per_s\":null}}}");
+    run = run_fixture(SBX_AGENT_CLAUDE_CODE, "F1");
+    u = usage_of(run);
+    cr_assert_eq(u.compute_cost_unknown, 1);
+    cr_assert_eq(u.compute_cost_pusd, 0);
+    assert_llm_cost(&u, "0.0731245");
+    sbx_agent_run_free(run);
+}
+
+Test(usage, the_ledger_comes_from_SBX_LEDGER_and_a_bad_path_is_named)
+{
+    char *ledger = tu_strdup_printf("%s/from-env.jsonl", config_home);
+    char lines[4][2048];
+    sbx_client *c2;
+    sbx_sandbox *sb;
+    sbx_error *err = NULL;
+
+    setenv("SBX_LEDGER", ledger, 1);
+    c2 = sbx_client_new("local", &err);
+    cr_assert_not_null(c2);
+    sb = tu_create(c2, NULL);
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    cr_assert_eq(ledger_lines(ledger, lines, 4), 1);
+    cr_assert(strstr(lines[0], "\"kind\":\"sandbox\""), "%s", lines[0]);
+    cr_assert(strstr(lines[0], "\"agent_calls\":0,"), "%s", lines[0]);
+    cr_assert(strstr(lines[0], "\"compute_cost_usd\":0,"), "%s", lines[0]);
+
+    cr_assert_eq(sbx_client_set_ledger(c2, "/nonexistent/dir/ledger.jsonl", &err), -1);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, "/nonexistent/dir/ledger.jsonl", NULL);
+    sbx_error_free(err);
+    sbx_client_free(c2);
+    free(ledger);
+}
