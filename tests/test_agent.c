@@ -828,3 +828,87 @@ Test(usage, the_ledger_comes_from_SBX_LEDGER_and_a_bad_path_is_named)
     sbx_client_free(c2);
     free(ledger);
 }
+
+/* ------------------------------------------------------------ structured output */
+
+static char *
+extract_text(const char *text)
+{
+    sbx_error *err = NULL;
+    json_object *v = sbx_json_extract(text, strlen(text), &err);
+    char *s;
+
+    cr_assert_not_null(v, "no JSON found in \"%s\": %s", text,
+                       err ? sbx_error_get0_message(err) : "");
+    s = strdup(json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
+    json_object_put(v);
+    return s;
+}
+
+static void
+assert_extracts(const char *text, const char *want)
+{
+    char *got = extract_text(text);
+
+    cr_assert_str_eq(got, want, "from \"%s\"", text);
+    free(got);
+}
+
+Test(json, the_whole_text_then_a_fence_then_the_first_object)
+{
+    assert_extracts("  {\"a\": 1}\n", "{\"a\":1}");
+    assert_extracts("[1, 2]", "[1,2]");
+    assert_extracts("Here you go:\n```json\n{\"stars\": 42, \"ok\": true}\n```\nBye.",
+                    "{\"stars\":42,\"ok\":true}");
+    /* A fence that does not parse is passed over for the next one. */
+    assert_extracts("```\nnot json\n```\ntext\n```JSON\n[\"x\"]\n```", "[\"x\"]");
+    /* Braces inside strings do not end an object; a bad one is skipped. */
+    assert_extracts("Result: {not json} then {\"s\": \"a } b {\", \"n\": {\"m\": 2}} done",
+                    "{\"s\":\"a } b {\",\"n\":{\"m\":2}}");
+}
+
+Test(json, text_without_json_is_an_error_naming_it)
+{
+    sbx_error *err = NULL;
+
+    cr_assert_null(sbx_json_extract("The answer is 42.", 17, &err));
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "17 bytes", "The answer is 42.", NULL);
+    sbx_error_clear(&err);
+    /* A scalar is not a structured answer. */
+    cr_assert_null(sbx_json_extract("42", 2, &err));
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL);
+    sbx_error_clear(&err);
+    cr_assert_null(sbx_json_extract(NULL, 0, &err));
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL);
+    sbx_error_free(err);
+}
+
+TestSuite(json_result, .init = agent_setup, .fini = agent_teardown, .timeout = 60);
+
+Test(json_result, a_command_result_gives_its_json_or_command_failed)
+{
+    sbx_result *r = tu_sh(sandbox, "echo 'thinking...'; printf '```json\\n{\"n\": 3}\\n```\\n'",
+                          0);
+    sbx_error *err = NULL;
+    json_object *v = sbx_result_get_json(r, &err);
+
+    cr_assert_not_null(v, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(json_object_get_int(json_object_object_get(v, "n")), 3);
+    json_object_put(v);
+    sbx_result_free(r);
+
+    r = tu_sh(sandbox, "echo '{\"n\": 3}'; echo oops >&2; exit 4", 0);
+    cr_assert_null(sbx_result_get_json(r, &err));
+    tu_assert_error(err, SBX_ERROR_COMMAND_FAILED, "exit", "4", NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "stderr"), "oops\n");
+    cr_assert_str_eq(sbx_error_get0_context(err, "stdout"), "{\"n\": 3}\n");
+    sbx_error_clear(&err);
+    sbx_result_free(r);
+
+    r = tu_sh(sandbox, "echo no json here", 0);
+    cr_assert_null(sbx_result_get_json(r, &err));
+    tu_assert_error(err, SBX_ERROR_COMMAND_FAILED, "no JSON", NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "exit_code"), "0");
+    sbx_error_free(err);
+    sbx_result_free(r);
+}

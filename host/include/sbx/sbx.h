@@ -2130,6 +2130,38 @@ SBX_EXPORT char *sbx_agent_run_to_json(const sbx_agent_run *run);
 SBX_EXPORT void sbx_agent_run_free(sbx_agent_run *run);
 
 /* ------------------------------------------------------------------------ */
+/* Structured output                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* A json-c value (<json-c/json.h>); the caller includes json-c to use it. */
+struct json_object;
+
+/**
+ * sbx_json_extract:
+ * The JSON object or array in @len bytes of @text (borrowed), searched as
+ * the reference's return_type parsing does: the whole text (white space
+ * around it allowed), then each fenced block (``` or ```json ... ```) in
+ * order, then each balanced {...} from left to right (braces inside JSON
+ * strings skipped); the first that parses wins. Scalars are not answers.
+ * Returns a new json-c object (release with json_object_put()), or NULL:
+ * invalid_argument (NULL @text; no JSON found: the message names the
+ * length and the first 80 bytes). Thread-safe. Since 0.1.
+ */
+SBX_EXPORT struct json_object *sbx_json_extract(const char *text, size_t len,
+                                                sbx_error **error);
+
+/**
+ * sbx_result_get_json:
+ * sbx_json_extract() on the stdout of a command that exited 0 (the
+ * reference's rule: exit code != 0 raises CommandFailedError). Errors:
+ * invalid_argument (NULL @result), command_failed, with contexts
+ * "exit_code", "stdout" and "stderr" (their last 2048 bytes), for a
+ * non-zero exit code or an output without JSON. Thread-safe. Since 0.1.
+ */
+SBX_EXPORT struct json_object *sbx_result_get_json(const sbx_result *result,
+                                                   sbx_error **error);
+
+/* ------------------------------------------------------------------------ */
 /* Asynchronous calls                                                        */
 /* ------------------------------------------------------------------------ */
 
