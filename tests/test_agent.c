@@ -912,3 +912,163 @@ Test(json_result, a_command_result_gives_its_json_or_command_failed)
     sbx_error_free(err);
     sbx_result_free(r);
 }
+
+/* ------------------------------------------------------------ apply_patch */
+
+TestSuite(patch, .init = agent_setup, .fini = agent_teardown, .timeout = 60);
+
+static void
+put(const char *path, const char *text)
+{
+    sbx_error *err = NULL;
+
+    cr_assert_eq(sbx_sandbox_write_file(sandbox, path, text, strlen(text), &err), 0, "%s: %s",
+                 path, err ? sbx_error_get0_message(err) : "");
+}
+
+static void
+assert_file(const char *path, const char *want)
+{
+    sbx_error *err = NULL;
+    char *data = NULL;
+    size_t len = 0;
+
+    cr_assert_eq(sbx_sandbox_read_file(sandbox, path, &data, &len, &err), 0, "%s: %s", path,
+                 err ? sbx_error_get0_message(err) : "");
+    tu_assert_bytes(path, data, len, want, strlen(want));
+    free(data);
+}
+
+static int
+file_exists(const char *path)
+{
+    char *data = NULL;
+    size_t len;
+    int ok = sbx_sandbox_read_file(sandbox, path, &data, &len, NULL) == 0;
+
+    free(data);
+    return ok;
+}
+
+static const char multi_patch[] =
+    "diff --git a/a.txt b/a.txt\n"
+    "index 1111111..2222222 100644\n"
+    "--- a/a.txt\n"
+    "+++ b/a.txt\n"
+    "@@ -1,3 +1,3 @@\n"
+    " one\n"
+    "-two\n"
+    "+TWO\n"
+    " three\n"
+    "@@ -7,3 +7,4 @@\n"
+    " seven\n"
+    " eight\n"
+    "+eight and a half\n"
+    " nine\n"
+    "--- a/run.sh\n"
+    "+++ b/run.sh\n"
+    "@@ -1,2 +1,2 @@\n"
+    " #!/bin/sh\n"
+    "-echo old\n"
+    "+echo new\n"
+    "--- /dev/null\n"
+    "+++ b/new/b.txt\n"
+    "@@ -0,0 +1,2 @@\n"
+    "+hello\n"
+    "+world\n"
+    "\\ No newline at end of file\n"
+    "--- a/gone.txt\n"
+    "+++ /dev/null\n"
+    "@@ -1 +0,0 @@\n"
+    "-bye\n";
+
+Test(patch, a_unified_diff_changes_creates_and_removes_files)
+{
+    sbx_error *err = NULL;
+    sbx_result *r;
+
+    /* Two lines more at the top than the patch expects: the second hunk
+     * is found two lines down. */
+    put("/w/a.txt", "zero\nhalf\none\ntwo\nthree\nfour\nfive\nsix\nseven\neight\nnine\nten\n");
+    put("/w/run.sh", "#!/bin/sh\necho old\n");
+    put("/w/gone.txt", "bye\n");
+    r = tu_sh(sandbox, "chmod 755 \"$SANDBOX_ROOT/w/run.sh\"", 0);
+    sbx_result_free(r);
+
+    cr_assert_eq(sbx_sandbox_apply_patch(sandbox, multi_patch, strlen(multi_patch), 1, "/w",
+                                         &err), 4, "%s", err ? sbx_error_get0_message(err) : "");
+    assert_file("/w/a.txt", "zero\nhalf\none\nTWO\nthree\nfour\nfive\nsix\nseven\neight\n"
+                            "eight and a half\nnine\nten\n");
+    assert_file("/w/run.sh", "#!/bin/sh\necho new\n");
+    assert_file("/w/new/b.txt", "hello\nworld");
+    cr_assert_not(file_exists("/w/gone.txt"), "gone.txt is still there");
+    r = tu_sh(sandbox, "stat -c %a \"$SANDBOX_ROOT/w/run.sh\"", 0);
+    tu_assert_stdout(r, "755\n");
+    sbx_result_free(r);
+}
+
+Test(patch, a_hunk_that_does_not_apply_changes_no_file_and_is_named)
+{
+    static const char p[] =
+        "--- x.txt\n"
+        "+++ x.txt\n"
+        "@@ -1,2 +1,2 @@\n"
+        "-alpha\n"
+        "+ALPHA\n"
+        " beta\n"
+        "--- y.txt\n"
+        "+++ y.txt\n"
+        "@@ -1,1 +1,1 @@\n"
+        "-first\n"
+        "+FIRST\n"
+        "@@ -3,2 +3,2 @@\n"
+        " third\n"
+        "-fourth\n"
+        "+FOURTH\n";
+    sbx_error *err = NULL;
+
+    put("/w/x.txt", "alpha\nbeta\n");
+    put("/w/y.txt", "first\nsecond\nthird\n4th\n");
+    cr_assert_eq(sbx_sandbox_apply_patch(sandbox, p, strlen(p), 0, "/w", &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT,
+                    "hunk 2 of y.txt (@@ -3,2 +3,2 @@) does not apply", NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "hunk"), "2");
+    cr_assert_str_eq(sbx_error_get0_context(err, "path"), "/w/y.txt");
+    cr_assert_str_eq(sbx_error_get0_op(err), "apply_patch");
+    sbx_error_free(err);
+    /* x.txt's hunk matched, but nothing was written. */
+    assert_file("/w/x.txt", "alpha\nbeta\n");
+    assert_file("/w/y.txt", "first\nsecond\nthird\n4th\n");
+}
+
+Test(patch, malformed_patches_and_missing_files_are_named)
+{
+    static const char no_diff[] = "just some text\n";
+    static const char bad_header[] = "--- a\n+++ a\n@@ -x +1 @@\n";
+    static const char short_strip[] = "--- a.txt\n+++ a.txt\n@@ -1 +1 @@\n-a\n+b\n";
+    static const char missing[] = "--- nothere.txt\n+++ nothere.txt\n@@ -1 +1 @@\n-a\n+b\n";
+    static const char exists[] = "--- /dev/null\n+++ x.txt\n@@ -0,0 +1 @@\n+a\n";
+    sbx_error *err = NULL;
+
+    cr_assert_eq(sbx_sandbox_apply_patch(sandbox, no_diff, strlen(no_diff), 0, "/w", &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "no unified diff", NULL);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_sandbox_apply_patch(sandbox, bad_header, strlen(bad_header), 0, "/w", &err),
+                 -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "line 3", "@@ -x +1 @@", NULL);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_sandbox_apply_patch(sandbox, short_strip, strlen(short_strip), 1, "/w",
+                                         &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "fewer than 1", NULL);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_sandbox_apply_patch(sandbox, missing, strlen(missing), 0, "/w", &err), -1);
+    tu_assert_error(err, SBX_ERROR_NOT_FOUND, "/w/nothere.txt", NULL);
+    sbx_error_clear(&err);
+    put("/w/x.txt", "a\n");
+    cr_assert_eq(sbx_sandbox_apply_patch(sandbox, exists, strlen(exists), 0, "/w", &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "exists already", NULL);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_sandbox_apply_patch(sandbox, exists, strlen(exists), -1, "/w", &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "strip level -1", NULL);
+    sbx_error_free(err);
+}

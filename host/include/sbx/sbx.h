@@ -2162,6 +2162,36 @@ SBX_EXPORT struct json_object *sbx_result_get_json(const sbx_result *result,
                                                    sbx_error **error);
 
 /* ------------------------------------------------------------------------ */
+/* Patches                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * sbx_sandbox_apply_patch:
+ * Applies the unified diff in @len bytes of @patch (borrowed; `diff -u`,
+ * `git diff`: other lines between files are ignored) to files of
+ * @sandbox: each file's paths have @strip leading components removed
+ * (patch -pN; the reference's apply_patch(patch, strip)) and are taken
+ * under the sandbox directory @dir (NULL: as the file calls take them).
+ * A file from /dev/null is created (0644; it must not exist), one to
+ * /dev/null removed (its whole content must be the hunk's), any other
+ * changed keeping its permission bits. Each hunk must match the file's
+ * lines exactly (no fuzz), at the line its header names or the nearest
+ * one after the previous hunk. All or nothing: every hunk of every file is
+ * matched before any file is written, so a patch that does not apply
+ * changes no file. The file calls move the bytes (no patch program is
+ * needed in the sandbox). Returns the number of files changed, or -1.
+ * Errors: invalid_argument (NULL @patch, negative @strip, a malformed
+ * patch naming the line, a hunk that does not apply: "hunk 2 of src/a.c
+ * (@@ -10,4 +10,5 @@) does not apply", contexts "path", "hunk" (its number
+ * in the file) and "hunk_header"; a file to create that exists), the
+ * errors of the file calls (not_found naming a file to change that does
+ * not exist), not_found after destroy. Thread-safe as the file calls; not
+ * atomic against other writers of the same files. Since 0.1.
+ */
+SBX_EXPORT int sbx_sandbox_apply_patch(sbx_sandbox *sandbox, const char *patch, size_t len,
+                                       int strip, const char *dir, sbx_error **error);
+
+/* ------------------------------------------------------------------------ */
 /* Asynchronous calls                                                        */
 /* ------------------------------------------------------------------------ */
 
