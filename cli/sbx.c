@@ -16,6 +16,7 @@
  *   sbx gc [--dry-run] [--json]
  *   sbx presets [--json]
  *   sbx pricing [--json]
+ *   sbx find-cheapest [-b BACKEND,...] [-n RUNS] [--json]
  *   sbx version [--json]
  *
  * The command's output goes to stdout/stderr untouched, as it arrives. The
@@ -55,6 +56,7 @@ static const cli_command *const commands[] = {
     &cli_command_gc,
     &cli_command_presets,
     &cli_command_pricing,
+    &cli_command_find_cheapest,
     &cli_command_version,
     &cli_command_help,
 };

@@ -3765,3 +3765,45 @@ Test(cli, agent_usage_errors_name_the_value)
     cr_assert(strstr(r.err, "SBX_NO_SUCH_VARIABLE_SET"), "%s", r.err);
     free_run(&r);
 }
+
+Test(cli, find_cheapest_measures_each_backend_and_names_the_cheapest_that_worked)
+{
+    cli_run r = SBX("find-cheapest", "-b", "local,nosuch", "-n", "3", "--json");
+    json_object *doc, *results, *o;
+
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    doc = json_tokener_parse(r.out);
+    cr_assert_not_null(doc, "not JSON: %s", r.out);
+    cr_assert_str_eq(json_object_get_string(json_object_object_get(doc, "cheapest")), "local");
+    results = json_object_object_get(doc, "results");
+    cr_assert_eq(json_object_array_length(results), 2);
+    o = json_object_array_get_idx(results, 0);
+    cr_assert_str_eq(json_object_get_string(json_object_object_get(o, "backend")), "local");
+    cr_assert(json_object_get_boolean(json_object_object_get(o, "ok")));
+    cr_assert_eq(json_object_get_int(json_object_object_get(o, "runs")), 3);
+    cr_assert_str_eq(json_object_to_json_string(json_object_object_get(o, "cost_per_run_usd")),
+                     "0");
+    cr_assert(json_object_get_double(json_object_object_get(o, "cold_p50_s")) <=
+              json_object_get_double(json_object_object_get(o, "cold_p90_s")));
+    cr_assert(json_object_get_double(json_object_object_get(o, "total_p50_s")) > 0);
+    cr_assert(json_object_object_get(o, "error") == NULL);
+    o = json_object_array_get_idx(results, 1);
+    cr_assert_str_eq(json_object_get_string(json_object_object_get(o, "backend")), "nosuch");
+    cr_assert_not(json_object_get_boolean(json_object_object_get(o, "ok")));
+    cr_assert_eq(json_object_get_int(json_object_object_get(o, "runs")), 0);
+    cr_assert(json_object_object_get(o, "cost_per_run_usd") == NULL);
+    cr_assert(strstr(json_object_get_string(json_object_object_get(o, "error")),
+                     "backend \"nosuch\" is not installed"));
+    json_object_put(doc);
+    free_run(&r);
+
+    r = SBX("find-cheapest", "-b", "nosuch", "-n", "1");
+    cr_assert_eq(r.status, 1);
+    cr_assert(strstr(r.out, "\n-> No backend worked\n"), "%s", r.out);
+    free_run(&r);
+
+    r = SBX("find-cheapest", "-n", "0");
+    cr_assert_eq(r.status, 125);
+    cr_assert(strstr(r.err, "invalid -n value \"0\""), "%s", r.err);
+    free_run(&r);
+}
