@@ -1072,3 +1072,140 @@ Test(patch, malformed_patches_and_missing_files_are_named)
     tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "strip level -1", NULL);
     sbx_error_free(err);
 }
+
+/* ------------------------------------------------------------ agent specs */
+
+TestSuite(specs, .init = agent_setup, .fini = agent_teardown, .timeout = 60);
+
+Test(specs, a_context_allows_only_the_capabilities_granted)
+{
+    static const char p[] = "--- n.txt\n+++ n.txt\n@@ -1 +1 @@\n-a\n+b\n";
+    sbx_agent_context *ctx;
+    sbx_error *err = NULL;
+    sbx_result *r;
+    char *data = NULL;
+    size_t len;
+
+    cr_assert_null(sbx_sandbox_agent_tools(sandbox, 1u << 9, &err));
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "0x200", NULL);
+    sbx_error_clear(&err);
+
+    ctx = sbx_sandbox_agent_tools(sandbox, SBX_AGENT_CAP_SHELL, &err);
+    cr_assert_not_null(ctx);
+    cr_assert_eq(sbx_agent_context_get_capabilities(ctx), SBX_AGENT_CAP_SHELL);
+    r = sbx_agent_context_shell(ctx, "echo hi", 0, &err);
+    cr_assert_not_null(r);
+    tu_assert_stdout(r, "hi\n");
+    sbx_result_free(r);
+    cr_assert_eq(sbx_agent_context_write_file(ctx, "/n.txt", "a\n", 2, &err), -1);
+    tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED, "\"files\" capability", NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "capability"), "files");
+    sbx_error_clear(&err);
+    cr_assert_not(file_exists("/n.txt"), "a refused write wrote");
+    cr_assert_eq(sbx_agent_context_read_file(ctx, "/x", &data, &len, &err), -1);
+    tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED, "read_file", NULL);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_agent_context_apply_patch(ctx, p, strlen(p), 0, "/", &err), -1);
+    tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED, "\"patch\" capability", NULL);
+    sbx_error_clear(&err);
+    sbx_agent_context_free(ctx);
+
+    ctx = sbx_sandbox_agent_tools(sandbox, SBX_AGENT_CAP_FILES | SBX_AGENT_CAP_PATCH, &err);
+    cr_assert_not_null(ctx);
+    cr_assert_eq(sbx_agent_context_write_file(ctx, "/n.txt", "a\n", 2, &err), 0);
+    cr_assert_eq(sbx_agent_context_apply_patch(ctx, p, strlen(p), 0, "/", &err), 1);
+    cr_assert_eq(sbx_agent_context_read_file(ctx, "/n.txt", &data, &len, &err), 0);
+    tu_assert_bytes("n.txt", data, len, "b\n", 2);
+    free(data);
+    cr_assert_null(sbx_agent_context_shell(ctx, "echo hi", 0, &err));
+    tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED, "\"shell\" capability", NULL);
+    sbx_error_free(err);
+    sbx_agent_context_free(ctx);
+    cr_assert_str_eq(sbx_agent_capability_name(SBX_AGENT_CAP_PORTS), "ports");
+    cr_assert_null(sbx_agent_capability_name(3));
+}
+
+/* An outside agent: writes what it was asked, reads it back, and tries a
+ * shell it may not have when asked to. */
+static int
+outside(sbx_agent_context *ctx, const char *prompt, void *user_data, char **answer,
+        sbx_error **error)
+{
+    char *data = NULL;
+    size_t len = 0;
+    sbx_result *r;
+
+    (void)user_data;
+    if (strcmp(prompt, "use the shell") == 0) {
+        r = sbx_agent_context_shell(ctx, "true", 0, error);
+        sbx_result_free(r);
+        return r ? 0 : -1;
+    }
+    if (sbx_agent_context_write_file(ctx, "/notes.txt", prompt, strlen(prompt), error) < 0 ||
+        sbx_agent_context_read_file(ctx, "/notes.txt", &data, &len, error) < 0)
+        return -1;
+    *answer = data;
+    return 0;
+}
+
+Test(specs, an_outside_agent_works_through_its_checked_context)
+{
+    sbx_error *err = NULL;
+    char *answer = sbx_sandbox_run_outside_agent(sandbox, SBX_AGENT_CAP_DEFAULT, outside,
+                                                 "remember this", NULL, &err);
+
+    cr_assert_not_null(answer, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_str_eq(answer, "remember this");
+    free(answer);
+    cr_assert_null(sbx_sandbox_run_outside_agent(sandbox, SBX_AGENT_CAP_FILES, outside,
+                                                 "use the shell", NULL, &err));
+    tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED, "\"shell\" capability", NULL);
+    sbx_error_free(err);
+}
+
+static sbx_result *
+inside(const char *command, sbx_agent_input input, const char *prompt)
+{
+    sbx_inside_agent spec = SBX_INSIDE_AGENT_INIT;
+    sbx_error *err = NULL;
+    sbx_result *r;
+
+    spec.command = command;
+    spec.input = input;
+    r = sbx_sandbox_run_inside_agent(sandbox, &spec, prompt, &err);
+    cr_assert_not_null(r, "%s: %s", command, err ? sbx_error_get0_message(err) : "");
+    return r;
+}
+
+Test(specs, an_inside_agent_gets_the_prompt_by_stdin_argv_file_or_not_at_all)
+{
+    const char *prompt = "it's \"$HOME\" & `x`";
+    sbx_inside_agent spec = SBX_INSIDE_AGENT_INIT;
+    sbx_error *err = NULL;
+    sbx_result *r;
+
+    r = inside("tr a-z A-Z", SBX_AGENT_INPUT_STDIN, "shout");
+    tu_assert_stdout(r, "SHOUT");
+    sbx_result_free(r);
+    /* The prompt is an argument, never part of the script. */
+    r = inside("printf '[%s]'", SBX_AGENT_INPUT_ARGV, prompt);
+    tu_assert_stdout(r, "[it's \"$HOME\" & `x`]");
+    sbx_result_free(r);
+    r = inside("printf '%s|' \"$SBX_AGENT_INPUT\"; cat \"$SANDBOX_ROOT$SBX_AGENT_INPUT\"",
+               SBX_AGENT_INPUT_FILE, "from a file");
+    tu_assert_stdout(r, "/tmp/agent-input.txt|from a file");
+    sbx_result_free(r);
+    cr_assert_not(file_exists("/tmp/agent-input.txt"), "the prompt file was left behind");
+    r = inside("echo none; exit 3", SBX_AGENT_INPUT_NONE, NULL);
+    tu_assert_stdout(r, "none\n");
+    cr_assert_eq(sbx_result_get_exit_code(r), 3);
+    sbx_result_free(r);
+
+    cr_assert_null(sbx_sandbox_run_inside_agent(sandbox, &spec, "x", &err));
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "command", NULL);
+    sbx_error_clear(&err);
+    spec.command = "cat";
+    cr_assert_null(sbx_sandbox_run_inside_agent(sandbox, &spec, NULL, &err));
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "prompt", NULL);
+    sbx_error_free(err);
+}

@@ -2129,6 +2129,142 @@ SBX_EXPORT char *sbx_agent_run_to_json(const sbx_agent_run *run);
 /** sbx_agent_run_free: NULL ignored. Since 0.1. */
 SBX_EXPORT void sbx_agent_run_free(sbx_agent_run *run);
 
+/*
+ * Agent specs (the reference's AgentSpec): an agent placed inside the
+ * sandbox is a command run there with the prompt; one placed outside is
+ * the caller's own code, given a context whose calls reach the sandbox
+ * only through the capabilities granted. Placement stays explicit.
+ */
+
+/** Capabilities of an agent context; values fixed, new bits appended. */
+#define SBX_AGENT_CAP_SHELL     (1u << 0)  /* sbx_agent_context_shell */
+#define SBX_AGENT_CAP_FILES     (1u << 1)  /* list_files, read_file, write_file */
+#define SBX_AGENT_CAP_PATCH     (1u << 2)  /* apply_patch */
+#define SBX_AGENT_CAP_PORTS     (1u << 3)  /* reserved: no context call uses it yet */
+#define SBX_AGENT_CAP_ARTIFACTS (1u << 4)  /* reserved: no context call uses it yet */
+#define SBX_AGENT_CAP_ALL       ((1u << 5) - 1)
+/** The reference's default grant: shell and files. */
+#define SBX_AGENT_CAP_DEFAULT   (SBX_AGENT_CAP_SHELL | SBX_AGENT_CAP_FILES)
+
+/** sbx_agent_capability_name: "shell", "files", "patch", "ports",
+ *  "artifacts"; NULL when @cap is not exactly one of them. Static. Since
+ *  0.1. */
+SBX_EXPORT const char *sbx_agent_capability_name(unsigned cap);
+
+/** A sandbox as an agent may use it: every call checked against the
+ *  capabilities granted. */
+typedef struct sbx_agent_context sbx_agent_context;
+
+/**
+ * sbx_sandbox_agent_tools:
+ * A context over @sandbox (borrowed: it must outlive the context) granting
+ * @capabilities (SBX_AGENT_CAP_* bits), to hand to any agent framework as
+ * its tools: the calls below act on the sandbox as the sbx_sandbox_* call
+ * of the same name does, and a call whose capability was not granted
+ * fails with feature_not_supported naming it (context "capability"),
+ * touching nothing. Errors: invalid_argument (NULL @sandbox, unknown
+ * bits), not_found after destroy. Free with sbx_agent_context_free(). A
+ * context may be used from several threads as its sandbox can. Since 0.1.
+ */
+SBX_EXPORT sbx_agent_context *sbx_sandbox_agent_tools(sbx_sandbox *sandbox,
+                                                      unsigned capabilities,
+                                                      sbx_error **error);
+/** The capabilities granted (0 for NULL). Since 0.1. */
+SBX_EXPORT unsigned sbx_agent_context_get_capabilities(const sbx_agent_context *ctx);
+/** sbx_agent_context_free: NULL ignored; the sandbox is left alone. */
+SBX_EXPORT void sbx_agent_context_free(sbx_agent_context *ctx);
+
+/** shell (SBX_AGENT_CAP_SHELL): @script run with /bin/sh -c, @timeout_secs
+ *  as sbx_exec_request's; the result as sbx_sandbox_execute_shell's.
+ *  Since 0.1. */
+SBX_EXPORT sbx_result *sbx_agent_context_shell(sbx_agent_context *ctx, const char *script,
+                                               double timeout_secs, sbx_error **error);
+/** list_files / read_file / write_file (SBX_AGENT_CAP_FILES): as the
+ *  sbx_sandbox_* calls. Since 0.1. */
+SBX_EXPORT int sbx_agent_context_list_files(sbx_agent_context *ctx, const char *path,
+                                            sbx_file_info ***list, size_t *count,
+                                            sbx_error **error);
+SBX_EXPORT int sbx_agent_context_read_file(sbx_agent_context *ctx, const char *path,
+                                           char **data, size_t *len, sbx_error **error);
+SBX_EXPORT int sbx_agent_context_write_file(sbx_agent_context *ctx, const char *path,
+                                            const void *data, size_t len, sbx_error **error);
+/** apply_patch (SBX_AGENT_CAP_PATCH): as sbx_sandbox_apply_patch. Since 0.1. */
+SBX_EXPORT int sbx_agent_context_apply_patch(sbx_agent_context *ctx, const char *patch,
+                                             size_t len, int strip, const char *dir,
+                                             sbx_error **error);
+
+/**
+ * sbx_outside_agent_fn:
+ * An agent outside the sandbox: given @ctx (valid for the call only),
+ * @prompt and @user_data, it works through @ctx and stores its answer, a
+ * malloc()ed string, in *@answer (may be left NULL: ""). Returns 0, or
+ * non-zero with *@error set (an error from a context call may be passed
+ * on as it is).
+ */
+typedef int (*sbx_outside_agent_fn)(sbx_agent_context *ctx, const char *prompt,
+                                    void *user_data, char **answer, sbx_error **error);
+
+/**
+ * sbx_sandbox_run_outside_agent:
+ * Runs @fn with a context over @sandbox granting @capabilities (see
+ * sbx_sandbox_agent_tools) and returns its answer (free with free()), or
+ * NULL with its error (execution_failed when it gave none), the context
+ * freed either way. Errors: those of agent_tools, invalid_argument (NULL
+ * @fn), and @fn's. Thread-safe as the context. Since 0.1.
+ */
+SBX_EXPORT char *sbx_sandbox_run_outside_agent(sbx_sandbox *sandbox, unsigned capabilities,
+                                               sbx_outside_agent_fn fn, const char *prompt,
+                                               void *user_data, sbx_error **error);
+
+/** How an inside agent gets its prompt. Values explicit, append-only. */
+typedef enum sbx_agent_input {
+    SBX_AGENT_INPUT_STDIN = 1,   /* on the command's stdin, then EOF */
+    SBX_AGENT_INPUT_ARGV = 2,    /* as the command's last argument */
+    SBX_AGENT_INPUT_FILE = 3,    /* in the file input_path, named by $SBX_AGENT_INPUT
+                                  * (a sandbox path: on local, under $SANDBOX_ROOT) */
+    SBX_AGENT_INPUT_NONE = 4     /* not at all */
+} sbx_agent_input;
+
+/** The reference's default input_path. */
+#define SBX_AGENT_INPUT_PATH "/tmp/agent-input.txt"
+
+/**
+ * sbx_inside_agent:
+ * An agent inside the sandbox. Initialise with SBX_INSIDE_AGENT_INIT.
+ *  - command: a shell command (run as `/bin/sh -c COMMAND`), required.
+ *  - input: how the prompt reaches it (default stdin). With argv it is
+ *    passed as an argument ("$@" after the command), never spliced into
+ *    the script.
+ *  - input_path: the sandbox file of file input (default
+ *    SBX_AGENT_INPUT_PATH), removed again after the call.
+ *  - cwd, env ("KEY=VALUE", NULL-terminated), timeout_secs: as
+ *    sbx_exec_request's.
+ */
+typedef struct sbx_inside_agent {
+    size_t struct_size;
+    const char *command;
+    sbx_agent_input input;
+    const char *input_path;
+    const char *cwd;
+    const char *const *env;
+    double timeout_secs;
+} sbx_inside_agent;
+
+#define SBX_INSIDE_AGENT_INIT { sizeof(sbx_inside_agent), NULL, SBX_AGENT_INPUT_STDIN, \
+                                NULL, NULL, NULL, 0.0 }
+
+/**
+ * sbx_sandbox_run_inside_agent:
+ * Runs @spec's command in @sandbox with @prompt (may be NULL only with
+ * SBX_AGENT_INPUT_NONE) and returns its result, as execute_command does
+ * (the command's failure is its exit code). Errors: invalid_argument (no
+ * command, no prompt, an unknown input mode), the errors of write_file
+ * (file input) and execute_command. Thread-safe as exec. Since 0.1.
+ */
+SBX_EXPORT sbx_result *sbx_sandbox_run_inside_agent(sbx_sandbox *sandbox,
+                                                    const sbx_inside_agent *spec,
+                                                    const char *prompt, sbx_error **error);
+
 /* ------------------------------------------------------------------------ */
 /* Structured output                                                         */
 /* ------------------------------------------------------------------------ */
