@@ -1209,3 +1209,54 @@ Test(specs, an_inside_agent_gets_the_prompt_by_stdin_argv_file_or_not_at_all)
     tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "prompt", NULL);
     sbx_error_free(err);
 }
+
+/* ------------------------------------------------------------ any backend */
+
+/* On the backend under test ($SBX_TEST_BACKEND): the stand-ins copied into
+ * the sandbox, as an agent CLI installed there would be. */
+Test(backend, run_agent_reads_the_cli_installed_in_the_sandbox, .timeout = 120)
+{
+    sbx_sandbox *sb;
+    sbx_client *c;
+    sbx_error *err = NULL;
+    sbx_agent_request req = SBX_AGENT_REQUEST_INIT;
+    sbx_agent_run *run;
+    sbx_usage u = SBX_USAGE_INIT;
+    char *src = tu_strdup_printf("%s/agents", getenv("SBX_TEST_SRCDIR"));
+    char *path;
+    const char *env[2] = { NULL, NULL };
+
+    c = sbx_client_new(tu_backend(), &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    sb = tu_create(c, NULL);
+    cr_assert(sbx_sandbox_upload_dir(sb, src, "/opt/sbx-agents", &err) > 0, "%s",
+              err ? sbx_error_get0_message(err) : "");
+    /* A command sees the sandbox's /opt under its root (local's directory). */
+    path = tu_strdup_printf("PATH=%s/opt/sbx-agents:/usr/local/bin:/usr/bin:/bin",
+                            sbx_sandbox_get0_root(sb));
+    env[0] = path;
+    req.env = env;
+    req.prompt = "F1";
+    run = sbx_sandbox_run_agent(sb, &req, &err);
+    cr_assert_not_null(run, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_agent_run_get_status(run), SBX_AGENT_SUCCEEDED, "%s",
+                 sbx_agent_run_get0_reason(run));
+    cr_assert_str_eq(sbx_agent_run_get0_text(run), "done");
+    sbx_agent_run_free(run);
+    req.harness = SBX_AGENT_OPENCODE;
+    req.prompt = "F5";
+    run = sbx_sandbox_run_agent(sb, &req, &err);
+    cr_assert_not_null(run, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_str_eq(sbx_agent_run_get0_text(run), "PONG");
+    sbx_agent_run_free(run);
+    cr_assert_eq(sbx_sandbox_get_usage(sb, &u, &err), 0);
+    cr_assert_eq(u.calls, 2);
+    assert_usd(u.llm_cost_pusd, "0.0842415");
+    cr_assert_eq(u.llm_cost_unknown, 0);
+    assert_tokens(&u, 12 + 23088, 842 + 197, 31, 20480 + 10880, 5120 + 256);
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+    free(path);
+    free(src);
+}
