@@ -1260,3 +1260,73 @@ Test(backend, run_agent_reads_the_cli_installed_in_the_sandbox, .timeout = 120)
     free(path);
     free(src);
 }
+
+/* ------------------------------------------------------------ asynchronous */
+
+typedef struct async_got {
+    int calls;
+    sbx_agent_run *run;
+    int64_t value;
+    sbx_op_kind kind;
+    sbx_error *error;
+} async_got;
+
+static void
+on_done(sbx_op *op, void *user_data)
+{
+    async_got *got = user_data;
+
+    got->calls++;
+    got->kind = sbx_op_get_kind(op);
+    got->run = sbx_op_steal_agent_run(op);
+    got->value = sbx_op_get_int64(op);
+    got->error = sbx_op_steal_error(op);
+}
+
+TestSuite(async_agent, .init = agent_setup, .fini = agent_teardown, .timeout = 60);
+
+Test(async_agent, run_agent_and_apply_patch_have_asynchronous_forms)
+{
+    char prompt[] = "F5";
+    const char *env[] = { path_env, NULL };
+    char patch[] = "--- f.txt\n+++ f.txt\n@@ -1 +1 @@\n-x\n+y\n";
+    sbx_agent_request req = SBX_AGENT_REQUEST_INIT;
+    async_got got = { 0 };
+    sbx_error *err = NULL;
+    sbx_async *async = sbx_async_new(2, &err);
+    sbx_usage u = SBX_USAGE_INIT;
+
+    cr_assert_not_null(async);
+    req.harness = SBX_AGENT_OPENCODE;
+    req.prompt = prompt;
+    req.env = env;
+    cr_assert_not_null(sbx_sandbox_run_agent_async(async, sandbox, &req, on_done, &got, &err));
+    /* The request was copied: the caller's buffers may change at once. */
+    strcpy(prompt, "XX");
+    while (got.calls == 0)
+        sbx_async_wait(async, -1);
+    cr_assert_eq(got.kind, SBX_OP_RUN_AGENT);
+    cr_assert_null(got.error, "%s", got.error ? sbx_error_get0_message(got.error) : "");
+    cr_assert_not_null(got.run);
+    cr_assert_str_eq(sbx_agent_run_get0_text(got.run), "PONG");
+    cr_assert_eq(sbx_agent_run_get_usage(got.run, &u), 0);
+    assert_llm_cost(&u, "0.011117");
+    sbx_agent_run_free(got.run);
+
+    put("/w/f.txt", "x\n");
+    memset(&got, 0, sizeof got);
+    cr_assert_not_null(sbx_sandbox_apply_patch_async(async, sandbox, patch, strlen(patch), 0,
+                                                     "/w", on_done, &got, &err));
+    memset(patch, 0, sizeof patch);
+    while (got.calls == 0)
+        sbx_async_wait(async, -1);
+    cr_assert_eq(got.kind, SBX_OP_APPLY_PATCH);
+    cr_assert_null(got.error);
+    cr_assert_eq(got.value, 1);
+    assert_file("/w/f.txt", "y\n");
+
+    cr_assert_null(sbx_sandbox_run_agent_async(async, sandbox, NULL, on_done, &got, &err));
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "request", NULL);
+    sbx_error_free(err);
+    sbx_async_free(async);
+}

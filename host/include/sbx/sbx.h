@@ -2337,7 +2337,9 @@ SBX_EXPORT int sbx_sandbox_apply_patch(sbx_sandbox *sandbox, const char *patch, 
  * asynchronous form, named after it with the suffix _async, for programs
  * built around an event loop (poll, epoll, libuv, ...) or that run many
  * sandboxes at once from one thread; calls that only read local
- * configuration (options, presets, sbx_backends_list) have none. An
+ * configuration (options, presets, sbx_backends_list, pricing) have none,
+ * and neither have, yet, the agent specs' calls (sbx_sandbox_agent_tools'
+ * context, sbx_sandbox_run_inside_agent, sbx_sandbox_run_outside_agent). An
  * sbx_async is a pool of worker threads: an _async call copies its
  * arguments into a new operation (sbx_op), queues it and returns at once;
  * a worker runs the synchronous call; the operation's completion callback
@@ -2449,7 +2451,9 @@ typedef enum sbx_op_kind {
     SBX_OP_SESSION_STATE = 21,      /* sbx_sandbox_session_state_async */
     SBX_OP_EXTRACT_TAR = 22,        /* sbx_extract_tar_fd_async */
     SBX_OP_SNAPSHOT = 23,           /* sbx_sandbox_snapshot_async */
-    SBX_OP_DESTROY_BY_ID = 24       /* sbx_client_destroy_by_id_async */
+    SBX_OP_DESTROY_BY_ID = 24,      /* sbx_client_destroy_by_id_async */
+    SBX_OP_RUN_AGENT = 25,          /* sbx_sandbox_run_agent_async */
+    SBX_OP_APPLY_PATCH = 26         /* sbx_sandbox_apply_patch_async */
 } sbx_op_kind;
 
 /** Worker threads of a pool made with max_workers 0. */
@@ -2599,6 +2603,15 @@ SBX_EXPORT const sbx_result *sbx_op_get0_result(const sbx_op *op);
 SBX_EXPORT sbx_result *sbx_op_steal_result(sbx_op *op);
 
 /**
+ * sbx_op_get0_agent_run / sbx_op_steal_agent_run:
+ * The run of a run_agent operation: borrowed from @op, or handed to the
+ * caller (sbx_agent_run_free()). NULL when the call failed, for other
+ * kinds, and after a steal. Since 0.1.
+ */
+SBX_EXPORT const sbx_agent_run *sbx_op_get0_agent_run(const sbx_op *op);
+SBX_EXPORT sbx_agent_run *sbx_op_steal_agent_run(sbx_op *op);
+
+/**
  * sbx_op_steal_data:
  * The bytes of a read_file operation, or the JSON document of a
  * session_state operation, handed to the caller (free with free();
@@ -2621,7 +2634,7 @@ SBX_EXPORT sbx_file_info **sbx_op_steal_file_list(sbx_op *op, size_t *count);
 /**
  * sbx_op_get_int64:
  * The integer outcome of @op: is_alive 1 or 0; upload_dir, download_dir
- * and extract_tar the number of entries; probe the capability bits (cast
+ * and extract_tar the number of entries; apply_patch the files changed; probe the capability bits (cast
  * to uint64_t); 0 for a successful operation of another kind; -1 when the
  * operation failed. Since 0.1.
  */
@@ -2768,6 +2781,19 @@ SBX_EXPORT sbx_op *sbx_sandbox_snapshot_async(sbx_async *async, sbx_sandbox *san
 SBX_EXPORT sbx_op *sbx_client_destroy_by_id_async(sbx_async *async, sbx_client *client,
                                                   const char *id, sbx_op_done_fn done,
                                                   void *user_data, sbx_error **error);
+/** sbx_sandbox_run_agent(); the request copied (within its struct_size:
+ *  its strings, extra_args and env) [get0_agent_run, steal_agent_run].
+ *  Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_run_agent_async(sbx_async *async, sbx_sandbox *sandbox,
+                                               const sbx_agent_request *request,
+                                               sbx_op_done_fn done, void *user_data,
+                                               sbx_error **error);
+/** sbx_sandbox_apply_patch(); the @len bytes of @patch and @dir copied
+ *  [get_int64: files changed]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_apply_patch_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                 const char *patch, size_t len, int strip,
+                                                 const char *dir, sbx_op_done_fn done,
+                                                 void *user_data, sbx_error **error);
 /** sbx_extract_tar_fd(); @fd borrowed until the callback [get_int64:
  *  entries]. Since 0.1. */
 SBX_EXPORT sbx_op *sbx_extract_tar_fd_async(sbx_async *async, int fd, const char *dest_dir,
