@@ -83,6 +83,9 @@ typedef struct file_patch {
     sbx_buf out;
     int remove, create;
     uint32_t mode;
+    char *orig;                 /* the content before (to put back) */
+    size_t orig_len;
+    int written;                /* the write or removal happened */
 } file_patch;
 
 static void
@@ -426,6 +429,10 @@ apply_file(sbx_sandbox *sandbox, const char *dir, file_patch *f, size_t index, s
         goto out;
     }
     rc = 0;
+    /* Kept to put the file back should a later write fail. */
+    f->orig = data;
+    f->orig_len = len;
+    data = NULL;
     goto out;
 oom:
     sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, "apply_patch", "out of memory");
@@ -435,11 +442,13 @@ out:
     return rc;
 }
 
-/* Writes @f's new content (mode kept), or removes its file. */
+/* Writes @len bytes of @data to @f's file (mode kept), or removes it
+ * (@remove). */
 static int
-write_file(sbx_sandbox *sandbox, const char *dir, file_patch *f, sbx_error **err)
+put_file(sbx_sandbox *sandbox, const char *dir, file_patch *f, int remove, const char *data,
+         size_t len, sbx_error **err)
 {
-    if (f->remove) {
+    if (remove) {
         /* A command sees an absolute sandbox path under the sandbox's root
          * (local's directory on the host; "" where the sandbox owns /). */
         char *target = f->path[0] == '/' ? sbx_asprintf("%s%s", sandbox->root, f->path)
@@ -480,8 +489,8 @@ write_file(sbx_sandbox *sandbox, const char *dir, file_patch *f, sbx_error **err
                           "memfd_create: %s", strerror(errno));
             return -1;
         }
-        while (off < f->out.len) {
-            ssize_t n = write(fd, f->out.data + off, f->out.len - off);
+        while (off < len) {
+            ssize_t n = write(fd, data + off, len - off);
 
             if (n < 0 && errno == EINTR)
                 continue;
@@ -524,10 +533,24 @@ sbx_sandbox_apply_patch(sbx_sandbox *sandbox, const char *patch, size_t len, int
     for (size_t i = 0; i < nfiles; i++)
         if (apply_file(sandbox, dir, &files[i], i, &err) < 0)
             goto out;
-    /* Every hunk matched: now the files change. */
-    for (size_t i = 0; i < nfiles; i++)
-        if (write_file(sandbox, dir, &files[i], &err) < 0)
+    /* Every hunk matched: now the files change. A write that fails puts
+     * the files written before it back as they were (best effort). */
+    for (size_t i = 0; i < nfiles; i++) {
+        file_patch *f = &files[i];
+
+        if (put_file(sandbox, dir, f, f->remove, f->out.data, f->out.len, &err) < 0) {
+            for (size_t j = i; j-- > 0;) {
+                file_patch *g = &files[j];
+                sbx_error *undo = NULL;
+
+                if (put_file(sandbox, dir, g, g->create, g->orig, g->orig_len, &undo) < 0)
+                    sbx_error_add_context(err, "not_restored", g->path);
+                sbx_error_free(undo);
+            }
             goto out;
+        }
+        f->written = 1;
+    }
     rc = (int)nfiles;
 out:
     for (size_t i = 0; i < nfiles; i++) {
@@ -537,6 +560,7 @@ out:
         free(files[i].old_path);
         free(files[i].new_path);
         free(files[i].path);
+        free(files[i].orig);
         sbx_buf_clear(&files[i].out);
     }
     free(files);

@@ -1330,3 +1330,21 @@ Test(async_agent, run_agent_and_apply_patch_have_asynchronous_forms)
     sbx_error_free(err);
     sbx_async_free(async);
 }
+
+Test(patch, a_write_that_fails_puts_the_files_written_before_it_back)
+{
+    static const char p[] =
+        "--- a.txt\n+++ a.txt\n@@ -1 +1 @@\n-old\n+new\n"
+        "--- /dev/null\n+++ blocker/x.txt\n@@ -0,0 +1 @@\n+x\n";
+    sbx_error *err = NULL;
+
+    put("/w/a.txt", "old\n");
+    /* blocker is a file: x.txt cannot be made under it. */
+    put("/w/blocker", "in the way\n");
+    cr_assert_eq(sbx_sandbox_apply_patch(sandbox, p, strlen(p), 0, "/w", &err), -1);
+    cr_assert_not_null(err);
+    cr_assert_null(sbx_error_get0_context(err, "not_restored"));
+    sbx_error_free(err);
+    assert_file("/w/a.txt", "old\n");
+    assert_file("/w/blocker", "in the way\n");
+}

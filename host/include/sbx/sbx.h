@@ -2314,8 +2314,11 @@ SBX_EXPORT struct json_object *sbx_result_get_json(const sbx_result *result,
  * lines exactly (no fuzz), at the line its header names or the nearest
  * one after the previous hunk. All or nothing: every hunk of every file is
  * matched before any file is written, so a patch that does not apply
- * changes no file. The file calls move the bytes (no patch program is
- * needed in the sandbox). Returns the number of files changed, or -1.
+ * changes no file; and should a write then fail, the files written before
+ * it are put back as they were (best effort: context "not_restored" names
+ * a file that could not be). The file calls move the bytes (no patch
+ * program is needed in the sandbox). Returns the number of files changed,
+ * or -1.
  * Errors: invalid_argument (NULL @patch, negative @strip, a malformed
  * patch naming the line, a hunk that does not apply: "hunk 2 of src/a.c
  * (@@ -10,4 +10,5 @@) does not apply", contexts "path", "hunk" (its number
