@@ -3807,3 +3807,29 @@ Test(cli, find_cheapest_measures_each_backend_and_names_the_cheapest_that_worked
     cr_assert(strstr(r.err, "invalid -n value \"0\""), "%s", r.err);
     free_run(&r);
 }
+
+/* CASE-48 through sbx agent: the key in sbx's environment reaches the agent
+ * only with --pass-env. */
+Test(cli, agent_passes_credentials_only_when_asked)
+{
+    char *path = agents_path();
+    const char *env[] = { "ANTHROPIC_API_KEY=sk-ant-TESTSECRET-0000",
+                          "AWS_SECRET_ACCESS_KEY=TESTSECRETaws0000", NULL };
+    const char *without[] = { "agent", "-e", path, "env", NULL };
+    const char *with[] = { "agent", "--pass-env", "ANTHROPIC_API_KEY", "-e", path, "env", NULL };
+    cli_spec spec = { 0 };
+    cli_run r;
+
+    spec.env = env;
+    spec.args = without;
+    r = run_spec(&spec);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.out, "keys=[] secrets=0\n");
+    free_run(&r);
+    spec.args = with;
+    r = run_spec(&spec);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.out, "keys=[ANTHROPIC_API_KEY ] secrets=1\n");
+    free_run(&r);
+    free(path);
+}
