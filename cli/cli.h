@@ -71,7 +71,7 @@ extern const cli_command cli_command_run, cli_command_exec_code, cli_command_bac
     cli_command_create, cli_command_exec, cli_command_cp, cli_command_ls, cli_command_rm,
     cli_command_ps, cli_command_gc, cli_command_presets, cli_command_inspect,
     cli_command_version, cli_command_stop, cli_command_start, cli_command_pricing,
-    cli_command_agent, cli_command_find_cheapest;
+    cli_command_agent, cli_command_find_cheapest, cli_command_ledger;
 
 /* ---------------------------------------------------- messages (common.c) */
 

@@ -17,6 +17,7 @@
  *   sbx presets [--json]
  *   sbx pricing [--json]
  *   sbx find-cheapest [-b BACKEND,...] [-n RUNS] [--json]
+ *   sbx ledger [--json] FILE...
  *   sbx version [--json]
  *
  * The command's output goes to stdout/stderr untouched, as it arrives. The
@@ -57,6 +58,7 @@ static const cli_command *const commands[] = {
     &cli_command_presets,
     &cli_command_pricing,
     &cli_command_find_cheapest,
+    &cli_command_ledger,
     &cli_command_version,
     &cli_command_help,
 };

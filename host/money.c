@@ -162,3 +162,19 @@ sbx_usd_format(int64_t pusd, char *buf, size_t cap)
     memcpy(buf, tmp, n + 1);
     return (int)n;
 }
+
+SBX_EXPORT int
+sbx_usd_parse(const char *text, int64_t *pusd, sbx_error **error)
+{
+    sbx_error *err = NULL;
+
+    if (!text || !pusd || sbx_decimal_parse(text, 12, pusd) < 0) {
+        sbx_error *e = sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, "usd_parse",
+                                     "\"%s\" is not a decimal amount of dollars that fits",
+                                     text ? text : "(null)");
+        sbx_error_add_context(e, "value", text ? text : "(null)");
+        sbx_error_propagate(error, err);
+        return -1;
+    }
+    return 0;
+}

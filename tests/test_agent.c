@@ -210,6 +210,29 @@ Test(money, usd_format_is_exact)
     cr_assert_eq(sbx_usd_format(1, NULL, 10), -1);
 }
 
+Test(money, usd_parse_reads_json_numbers_exactly)
+{
+    sbx_error *err = NULL;
+    int64_t a, b;
+
+    cr_assert_eq(sbx_usd_parse("0.0070147", &a, &err), 0);
+    cr_assert_eq(sbx_usd_parse("0.0041023", &b, &err), 0);
+    assert_usd(a + b, "0.011117");
+    cr_assert_eq(sbx_usd_parse("1e-5", &a, &err), 0);
+    cr_assert_eq(a, INT64_C(10000000));
+    cr_assert_eq(sbx_usd_parse("-31.5", &a, &err), 0);
+    assert_usd(a, "-31.5");
+    /* Past the twelfth decimal: rounded half away from zero. */
+    cr_assert_eq(sbx_usd_parse("0.0000000000015", &a, &err), 0);
+    cr_assert_eq(a, 2);
+    cr_assert_eq(sbx_usd_parse("12abc", &a, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "\"12abc\"", NULL);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_usd_parse("99999999", &a, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "99999999", NULL);
+    sbx_error_free(err);
+}
+
 /* ------------------------------------------------------------ pricing */
 
 TestSuite(pricing, .init = isolate, .fini = cleanup);

@@ -3833,3 +3833,54 @@ Test(cli, agent_passes_credentials_only_when_asked)
     free_run(&r);
     free(path);
 }
+
+Test(cli, ledger_sums_records_exactly_per_backend)
+{
+    char *file, *bad;
+    FILE *f;
+    cli_run r;
+
+    cr_assert(asprintf(&file, "%s/ledger.jsonl", g_tmpdir) > 0);
+    cr_assert(asprintf(&bad, "%s/bad.jsonl", g_tmpdir) > 0);
+    f = fopen(file, "w");
+    cr_assert_not_null(f);
+    fputs("{\"kind\":\"agent_call\",\"backend\":\"e2b\",\"input_tokens\":11087,"
+          "\"output_tokens\":145,\"llm_cost_usd\":0.0070147,\"compute_cost_usd\":0.0001}\n"
+          "{\"kind\":\"agent_call\",\"backend\":\"e2b\",\"input_tokens\":12001,"
+          "\"output_tokens\":52,\"reasoning_tokens\":31,\"cache_read_tokens\":10880,"
+          "\"cache_write_tokens\":256,\"llm_cost_usd\":0.0041023,\"compute_cost_usd\":null}\n"
+          "{\"kind\":\"sandbox\",\"backend\":\"e2b\",\"compute_cost_usd\":0.36}\n"
+          "\n"
+          "{\"kind\":\"agent_call\",\"backend\":\"local\",\"input_tokens\":1,"
+          "\"llm_cost_usd\":null}\n"
+          "{\"kind\":\"sandbox\",\"backend\":\"local\",\"compute_cost_usd\":0}\n"
+          "{\"kind\":\"sandbox\",\"backend\":\"runpod\",\"compute_cost_usd\":null}\n", f);
+    fclose(f);
+    r = SBX("ledger", file);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.out,
+        "BACKEND     SANDBOXES CALLS   TOKENS     LLM USD        COMPUTE USD    TOTAL USD\n"
+        "e2b         1         2       34452      0.011117       0.36           0.371117\n"
+        "local       1         1       1          0              0              0 "
+        "(unknown: 1 llm, 0 compute)\n"
+        "runpod      1         0       0          0              0              0 "
+        "(unknown: 0 llm, 1 compute)\n"
+        "all         3         3       34453      0.011117       0.36           0.371117 "
+        "(unknown: 1 llm, 1 compute)\n");
+    free_run(&r);
+    r = SBX("ledger", "--json", file);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert(strstr(r.out, "\"total_cost_usd\": 0.371117\n"), "%s", r.out);
+    free_run(&r);
+
+    f = fopen(bad, "w");
+    cr_assert_not_null(f);
+    fputs("{\"kind\":\"sandbox\",\"backend\":\"e2b\",\"compute_cost_usd\":0.36}\nnot json\n", f);
+    fclose(f);
+    r = SBX("ledger", bad);
+    cr_assert_eq(r.status, 125);
+    cr_assert(strstr(r.err, "bad.jsonl:2: not a ledger record"), "%s", r.err);
+    free_run(&r);
+    free(file);
+    free(bad);
+}

@@ -1794,6 +1794,17 @@ SBX_EXPORT sbx_sandbox *sbx_resume(const char *state_json, sbx_error **error);
  */
 SBX_EXPORT int sbx_usd_format(int64_t pusd, char *buf, size_t cap);
 
+/**
+ * sbx_usd_parse:
+ * Reads the decimal number of dollars @text ("0.0070147", "31.5", "-2",
+ * "1e-5": as JSON writes numbers) exactly into *@pusd pico-dollars, digits
+ * past the 12th decimal rounded half away from zero. Errors:
+ * invalid_argument naming @text when it is not such a number or does not
+ * fit (about 9.2 million dollars), or for NULL arguments. Returns 0 or -1.
+ * Thread-safe. Since 0.1.
+ */
+SBX_EXPORT int sbx_usd_parse(const char *text, int64_t *pusd, sbx_error **error);
+
 /*
  * The price table: one bundled data file, dated ("last_updated"), with an
  * entry per backend of the project: vcpu_usd_per_s or vcpu_usd_per_h,
