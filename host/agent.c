@@ -489,13 +489,6 @@ build_argv(const sbx_agent_request *req, sbx_strv *argv)
     return r ? -1 : 0;
 }
 
-/* The last @max bytes of @s (@len long), as a new string. */
-static char *
-tail(const char *s, size_t len, size_t max)
-{
-    return len > max ? sbx_strndup(s + len - max, max) : sbx_strndup(s, len);
-}
-
 /* The ledger record of one finished call. */
 static json_object *
 call_record(const sbx_sandbox *sandbox, const sbx_agent_request *req, const sbx_agent_run *run)
@@ -528,8 +521,8 @@ sbx_sandbox_run_agent(sbx_sandbox *sandbox, const sbx_agent_request *request,
     sbx_error *err = NULL;
     sbx_agent_run *run = NULL;
     json_object *records = NULL, *record;
-    const char *out, *errout;
-    size_t out_len, err_len, seen = 0;
+    const char *out;
+    size_t out_len, seen = 0;
     sbx_result *result;
 
     if (!sandbox || !request) {
@@ -571,7 +564,6 @@ sbx_sandbox_run_agent(sbx_sandbox *sandbox, const sbx_agent_request *request,
     run->usage.struct_size = sizeof(run->usage);
     run->usage.calls = 1;
     out = sbx_result_get0_stdout(result, &out_len);
-    errout = sbx_result_get0_stderr(result, &err_len);
     records = parse_records(out, out_len);
     if (!records)
         goto oom;
@@ -583,7 +575,6 @@ sbx_sandbox_run_agent(sbx_sandbox *sandbox, const sbx_agent_request *request,
     json_object_put(records);
     if (seen == 0) {
         sbx_error *e;
-        char *t;
 
         if (sbx_result_is_timed_out(result))
             e = sbx_set_error(&err, SBX_ERROR_TIMEOUT, op,
@@ -601,13 +592,7 @@ sbx_sandbox_run_agent(sbx_sandbox *sandbox, const sbx_agent_request *request,
                               "the %s CLI exited with code %d and printed no %s JSON "
                               "record", sbx_agent_harness_name(req.harness), run->exit_code,
                               sbx_agent_harness_name(req.harness));
-        sbx_error_add_contextf(e, "exit_code", "%d", run->exit_code);
-        t = tail(out, out_len, TAIL_BYTES);
-        sbx_error_add_context(e, "stdout", t ? t : "");
-        free(t);
-        t = tail(errout, err_len, TAIL_BYTES);
-        sbx_error_add_context(e, "stderr", t ? t : "");
-        free(t);
+        sbx_error_add_output(e, result, TAIL_BYTES);
         sbx_agent_run_free(run);
         run = NULL;
         goto fail;

@@ -194,21 +194,6 @@ sbx_sandbox_run_outside_agent(sbx_sandbox *sandbox, unsigned capabilities,
     return answer;
 }
 
-/* Removes sandbox file @path through a command (best effort). */
-static void
-remove_file(sbx_sandbox *sandbox, const char *path)
-{
-    char *target = path[0] == '/' ? sbx_asprintf("%s%s", sandbox->root, path) : sbx_strdup(path);
-    const char *argv[] = { "rm", "-f", "--", target, NULL };
-    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
-
-    if (!target)
-        return;
-    req.argv = argv;
-    sbx_result_free(sbx_sandbox_execute_command(sandbox, &req, NULL));
-    free(target);
-}
-
 SBX_EXPORT sbx_result *
 sbx_sandbox_run_inside_agent(sbx_sandbox *sandbox, const sbx_inside_agent *spec,
                              const char *prompt, sbx_error **error)
@@ -282,7 +267,7 @@ oom:
 out:
     /* The prompt file does not outlive the call. */
     if (wrote)
-        remove_file(sandbox, input_path);
+        sbx_sandbox_remove_path(sandbox, input_path, NULL, NULL);
     sbx_strv_clear(&env);
     sbx_strv_clear(&argv);
     if (!r) {

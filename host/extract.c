@@ -150,7 +150,6 @@ sbx_result_get_json(const sbx_result *result, sbx_error **error)
 {
     sbx_error *err = NULL, *e;
     json_object *v;
-    char *t;
 
     if (!result) {
         sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, "json_extract", "result is NULL");
@@ -174,15 +173,7 @@ sbx_result_get_json(const sbx_result *result, sbx_error **error)
                           "the command's output holds no JSON object or array");
     }
 attach:
-    sbx_error_add_contextf(e, "exit_code", "%d", result->exit_code);
-    t = sbx_strndup(result->out_len > 2048 ? result->out + result->out_len - 2048 : result->out,
-                    result->out_len > 2048 ? 2048 : result->out_len);
-    sbx_error_add_context(e, "stdout", t ? t : "");
-    free(t);
-    t = sbx_strndup(result->err_len > 2048 ? result->err + result->err_len - 2048 : result->err,
-                    result->err_len > 2048 ? 2048 : result->err_len);
-    sbx_error_add_context(e, "stderr", t ? t : "");
-    free(t);
+    sbx_error_add_output(e, result, 2048);
     sbx_error_propagate(error, err);
     return NULL;
 }

@@ -444,6 +444,10 @@ struct sbx_result {
 
 /** A result with empty (non-NULL) buffers, exit code 0; NULL on OOM. */
 sbx_result *sbx_result_new(void);
+/** Adds to @error the contexts "exit_code", "stdout" and "stderr" of
+ *  @result, each stream's last @max bytes (what a command_failed error
+ *  carries). NULL @error or @result: nothing. */
+void sbx_error_add_output(sbx_error *error, const sbx_result *result, size_t max);
 /** Moves the bytes of @b into the result's @stream buffer. Returns 0 or -1. */
 int sbx_result_take_output(sbx_result *result, sbx_stream stream, sbx_buf *b);
 
@@ -547,6 +551,12 @@ void sbx_usage_sandbox_free(sbx_sandbox *sandbox);
 struct json_object *sbx_usage_json(const sbx_usage *u);
 /** usage.c: the five token members of @u added to @o. */
 void sbx_usage_add_tokens_json(struct json_object *o, const sbx_usage *u);
+/** patch.c: removes sandbox file @path (`rm -f`; an absolute path is
+ *  taken under the sandbox's root, as the file calls take it; a relative
+ *  one from @cwd, NULL: the workdir). 0, or -1 with execution_failed
+ *  naming the path. */
+int sbx_sandbox_remove_path(sbx_sandbox *sandbox, const char *path, const char *cwd,
+                            sbx_error **err);
 /** usage.c: the compute of one call of @seconds on @sandbox into @u, and
  *  the size, rate and seconds members into @record (may be NULL). 1 when
  *  the rate is known, else 0 (compute_cost_unknown set). */

@@ -442,71 +442,74 @@ out:
     return rc;
 }
 
+int
+sbx_sandbox_remove_path(sbx_sandbox *sandbox, const char *path, const char *cwd,
+                        sbx_error **err)
+{
+    /* A command sees an absolute sandbox path under the sandbox's root
+     * (local's directory on the host; "" where the sandbox owns /). */
+    char *target = path[0] == '/' ? sbx_asprintf("%s%s", sandbox->root, path)
+                                  : sbx_strdup(path);
+    const char *argv[] = { "rm", "-f", "--", target, NULL };
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    sbx_result *r;
+    int code;
+
+    if (!target) {
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
+        return -1;
+    }
+    req.argv = argv;
+    req.cwd = cwd;
+    r = sbx_sandbox_execute_command(sandbox, &req, err);
+    free(target);
+    if (!r)
+        return -1;
+    code = sbx_result_get_exit_code(r);
+    sbx_result_free(r);
+    if (code != 0) {
+        sbx_error *e = sbx_set_error(err, SBX_ERROR_EXECUTION_FAILED, NULL,
+                                     "cannot remove %s (rm exited with code %d)", path, code);
+        sbx_error_add_context(e, "path", path);
+        return -1;
+    }
+    return 0;
+}
+
 /* Writes @len bytes of @data to @f's file (mode kept), or removes it
  * (@remove). */
 static int
 put_file(sbx_sandbox *sandbox, const char *dir, file_patch *f, int remove, const char *data,
          size_t len, sbx_error **err)
 {
-    if (remove) {
-        /* A command sees an absolute sandbox path under the sandbox's root
-         * (local's directory on the host; "" where the sandbox owns /). */
-        char *target = f->path[0] == '/' ? sbx_asprintf("%s%s", sandbox->root, f->path)
-                                         : sbx_strdup(f->path);
-        const char *argv[] = { "rm", "-f", "--", target, NULL };
-        sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
-        sbx_result *r;
-        int code;
+    size_t off = 0;
+    int fd, rc;
 
-        if (!target) {
-            sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, "apply_patch", "out of memory");
-            return -1;
-        }
-        req.argv = argv;
-        req.cwd = dir;
-        r = sbx_sandbox_execute_command(sandbox, &req, err);
-        free(target);
-        if (!r)
-            return -1;
-        code = sbx_result_get_exit_code(r);
-        sbx_result_free(r);
-        if (code != 0) {
-            sbx_error *e = sbx_set_error(err, SBX_ERROR_EXECUTION_FAILED, "apply_patch",
-                                         "cannot remove %s (rm exited with code %d)",
-                                         f->path, code);
-            sbx_error_add_context(e, "path", f->path);
-            return -1;
-        }
-        return 0;
+    if (remove)
+        return sbx_sandbox_remove_path(sandbox, f->path, dir, err);
+    fd = memfd_create("sbx-patch", MFD_CLOEXEC);
+    if (fd < 0) {
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, "apply_patch", "memfd_create: %s",
+                      strerror(errno));
+        return -1;
     }
-    {
-        int fd = memfd_create("sbx-patch", MFD_CLOEXEC);
-        size_t off = 0;
-        int rc;
+    while (off < len) {
+        ssize_t n = write(fd, data + off, len - off);
 
-        if (fd < 0) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
             sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, "apply_patch",
-                          "memfd_create: %s", strerror(errno));
+                          "cannot stage %s: %s", f->path, strerror(errno));
+            close(fd);
             return -1;
         }
-        while (off < len) {
-            ssize_t n = write(fd, data + off, len - off);
-
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0) {
-                sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, "apply_patch",
-                              "cannot stage %s: %s", f->path, strerror(errno));
-                close(fd);
-                return -1;
-            }
-            off += (size_t)n;
-        }
-        lseek(fd, 0, SEEK_SET);
-        rc = sbx_sandbox_write_file_from_fd(sandbox, f->path, fd, f->mode, err);
-        close(fd);
-        return rc;
+        off += (size_t)n;
     }
+    lseek(fd, 0, SEEK_SET);
+    rc = sbx_sandbox_write_file_from_fd(sandbox, f->path, fd, f->mode, err);
+    close(fd);
+    return rc;
 }
 
 SBX_EXPORT int
