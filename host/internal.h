@@ -528,6 +528,8 @@ int sbx_pricing_rate(const char *backend, double vcpu, double ram_gib, const cha
                      sbx_rate *rate, sbx_error **err);
 /** Seconds billed for @seconds of use (granularity and minimum applied). */
 double sbx_rate_billed_seconds(const sbx_rate *rate, double seconds);
+/** @rate per second in femto-dollars (rounded to the femto-dollar). */
+int64_t sbx_rate_fusd_per_second(const sbx_rate *rate);
 /** The cost of @seconds at @rate, pico-dollars (rounded once). */
 int64_t sbx_rate_cost(const sbx_rate *rate, double seconds);
 

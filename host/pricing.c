@@ -332,6 +332,13 @@ sbx_rate_cost(const sbx_rate *rate, double seconds)
     return q > (unsigned __int128)INT64_MAX ? INT64_MAX : (int64_t)q;
 }
 
+int64_t
+sbx_rate_fusd_per_second(const sbx_rate *rate)
+{
+    /* pico-dollars per hour × 1000 / 3600 = femto-dollars per second. */
+    return (int64_t)(((unsigned __int128)(uint64_t)rate->pusd_per_hour * 1000u + 1800u) / 3600u);
+}
+
 SBX_EXPORT int
 sbx_cost_per_second(const char *backend, double vcpu, double ram_gib, const char *gpu,
                     int64_t *fusd_per_second, sbx_error **error)
@@ -352,9 +359,7 @@ sbx_cost_per_second(const char *backend, double vcpu, double ram_gib, const char
         sbx_error_propagate(error, err);
         return -1;
     }
-    /* pico per hour × 1000 / 3600 = femto per second. */
-    *fusd_per_second = (int64_t)(((unsigned __int128)(uint64_t)rate.pusd_per_hour * 1000u +
-                                  1800u) / 3600u);
+    *fusd_per_second = sbx_rate_fusd_per_second(&rate);
     return 0;
 }
 

@@ -326,18 +326,13 @@ add_rate(json_object *o, const sbx_sandbox *sandbox, const sbx_rate *rate, int k
     json_object_object_add(o, "gpu", sandbox->gpu ? json_object_new_string(sandbox->gpu) : NULL);
     if (known) {
         char buf[64];
-        /* pico per hour / 3600 = per second, exactly, at scale 12+4. */
-        int64_t r = rate->pusd_per_hour;
+        int64_t f = sbx_rate_fusd_per_second(rate);
 
-        if (r % 3600 == 0) {
-            json_object_object_add(o, "rate_usd_per_s", sbx_json_new_decimal(r / 3600, 12));
-        } else {
-            /* Not a finite decimal: 15 digits after the point, rounded. */
-            int64_t f = (int64_t)(((unsigned __int128)(uint64_t)r * 1000u + 1800u) / 3600u);
-            sbx_decimal_format(f, 15, buf, sizeof buf);
-            json_object_object_add(o, "rate_usd_per_s",
-                                   json_object_new_double_s((double)f / 1e15, buf));
-        }
+        /* Exact for rates published per second; 15 decimals, rounded, for
+         * a rate per hour that is no finite decimal per second. */
+        sbx_decimal_format(f, 15, buf, sizeof buf);
+        json_object_object_add(o, "rate_usd_per_s",
+                               json_object_new_double_s((double)f / 1e15, buf));
         json_object_object_add(o, "rate_source",
                                json_object_new_string(rate->source[0] ? rate->source
                                                                       : rate->origin));
