@@ -2066,9 +2066,10 @@ typedef enum sbx_agent_status {
  *  - Claude Code succeeds only when its result record has is_error false
  *    and subtype "success" (CASE-56) and the exit code is 0;
  *  - Codex succeeds only with a turn.completed event and no turn.failed
- *    or error event (a stream cut short before its terminal event fails,
- *    even with exit code 0); its input_tokens include the cached ones,
- *    which are counted as cache_read only;
+ *    (an error event, such as a reconnect notice, fails the run only when
+ *    no turn completed; a stream cut short before its terminal event
+ *    fails, even with exit code 0); its input_tokens include the cached
+ *    ones, which are counted as cache_read only;
  *  - OpenCode succeeds with a step_finish after its last step_start and no
  *    error event; step_finish records are summed once each (by part id).
  * A failed run has a reason (sbx_agent_run_get0_reason) and an error kind
@@ -2096,8 +2097,8 @@ SBX_EXPORT sbx_agent_run *sbx_sandbox_run_agent(sbx_sandbox *sandbox,
  *  (FAILED for NULL). Since 0.1. */
 SBX_EXPORT sbx_agent_status sbx_agent_run_get_status(const sbx_agent_run *run);
 /** sbx_agent_run_get0_text: the answer of a succeeded run (Claude's
- *  result, Codex's last agent message, OpenCode's text parts); NULL for a
- *  failed run. Borrowed. Since 0.1. */
+ *  result, Codex's last agent message, OpenCode's last text part); NULL
+ *  for a failed run. Borrowed. Since 0.1. */
 SBX_EXPORT const char *sbx_agent_run_get0_text(const sbx_agent_run *run);
 /**
  * sbx_agent_run_get0_reason: why a run failed, NULL for a success.
