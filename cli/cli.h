@@ -70,7 +70,8 @@ typedef struct cli_command {
 extern const cli_command cli_command_run, cli_command_exec_code, cli_command_backends,
     cli_command_create, cli_command_exec, cli_command_cp, cli_command_ls, cli_command_rm,
     cli_command_ps, cli_command_gc, cli_command_presets, cli_command_inspect,
-    cli_command_version, cli_command_stop, cli_command_start;
+    cli_command_version, cli_command_stop, cli_command_start, cli_command_pricing,
+    cli_command_agent, cli_command_find_cheapest, cli_command_ledger;
 
 /* ---------------------------------------------------- messages (common.c) */
 
@@ -535,6 +536,14 @@ int cli_set_timeout(const cli_command *cmd, const char *arg, void *ctx);
 int cli_parse_creation_options(const cli_command *cmd, int argc, char **argv,
                                sbx_options *options, const char **backend, cli_terminal *term);
 
+/* cli_parse_creation_options (without run's -i and -t) with the rows of
+ * @extra (at most 7, ended by a zero row) added: the command's own options.
+ * Their handlers get the creation context as @ctx: they keep what they
+ * parse in the command's own state. */
+int cli_parse_creation_options_extra(const cli_command *cmd, int argc, char **argv,
+                                     sbx_options *options, const char **backend,
+                                     const cli_option *extra);
+
 /* The value of --name (borrowed from argv), set by
  * cli_parse_creation_options for create (run refuses it); NULL when not
  * given. */
@@ -546,12 +555,17 @@ sbx_options *cli_options_new(void);
 /* Destroys @sandbox (not freed); reports a failure. Returns 0 or -1. */
 int cli_sandbox_destroy(sbx_sandbox *sandbox);
 
-/* What run and exec-code run in their one-shot sandbox. */
+/* What run, exec-code and agent run in their one-shot sandbox. */
 typedef struct cli_oneshot {
     const char *const *argv;  /* run: the command */
     const char *language;     /* exec-code: NULL for python */
     const char *code;         /* exec-code: non-NULL selects execute_code */
     cli_terminal term;        /* run: -i and -t */
+    /* agent: non-NULL selects run_agent (its timeout_secs is set from the
+     * options'); the finished run is stored in *agent_run (the caller's to
+     * free), or its failure reported. */
+    const sbx_agent_request *agent;
+    sbx_agent_run **agent_run;
 } cli_oneshot;
 
 /* How much longer than its command's timeout (-t) the one-shot sandbox of

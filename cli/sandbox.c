@@ -284,8 +284,9 @@ static int set_name(const cli_command *cmd, const char *arg, void *ctx)
     return CLI_GO_ON;
 }
 
-int cli_parse_creation_options(const cli_command *cmd, int argc, char **argv,
-                               sbx_options *options, const char **backend, cli_terminal *term)
+/* The creation options, run's or create's letters, and @extra. */
+static int parse_creation(const cli_command *cmd, int argc, char **argv, sbx_options *options,
+                          const char **backend, cli_terminal *term, const cli_option *extra)
 {
     static const cli_option table[] = {
         { "backend", 'b', 1, NULL, cli_set_backend },
@@ -314,15 +315,18 @@ int cli_parse_creation_options(const cli_command *cmd, int argc, char **argv,
         { NULL, 't', 1, NULL, cli_old_timeout_letter },
         { NULL, 'i', 1, NULL, old_image_letter },
     };
-    cli_option all[sizeof table / sizeof table[0] + 3];
+    cli_option all[sizeof table / sizeof table[0] + 3 + 7];
     creation_ctx c = { { options, backend }, term, NULL, NULL, NULL, NULL };
     sbx_error *error = NULL;
-    size_t n = sizeof table / sizeof table[0];
+    size_t n = sizeof table / sizeof table[0], k = 0;
     int status;
 
     memcpy(all, table, sizeof table);
     memcpy(all + n, term != NULL ? run_letters : create_letters, sizeof run_letters);
-    memset(all + n + 2, 0, sizeof all[0]);
+    n += 2;
+    for (; extra != NULL && k < 7 && (extra[k].name != NULL || extra[k].letter != 0); k++)
+        all[n++] = extra[k];
+    memset(all + n, 0, sizeof all[0]);
     status = cli_check_old_letters(cmd, argc, argv, term != NULL ? "lifetime" : NULL);
     if (status == CLI_GO_ON)
         status = cli_parse_options(cmd, argc, argv, all, &c);
@@ -352,6 +356,19 @@ int cli_parse_creation_options(const cli_command *cmd, int argc, char **argv,
         return CLI_EXIT_TOOL;
     }
     return CLI_GO_ON;
+}
+
+int cli_parse_creation_options(const cli_command *cmd, int argc, char **argv,
+                               sbx_options *options, const char **backend, cli_terminal *term)
+{
+    return parse_creation(cmd, argc, argv, options, backend, term, NULL);
+}
+
+int cli_parse_creation_options_extra(const cli_command *cmd, int argc, char **argv,
+                                     sbx_options *options, const char **backend,
+                                     const cli_option *extra)
+{
+    return parse_creation(cmd, argc, argv, options, backend, NULL, extra);
 }
 
 sbx_options *cli_options_new(void)
@@ -386,6 +403,7 @@ typedef struct exec_job {
     double timeout;           /* the command's timeout (s); 0: the sandbox's */
     cli_sink sink;
     sbx_result *result;
+    sbx_agent_run *run;       /* agent */
     sbx_error *error;
     int done_pipe[2];
 } exec_job;
@@ -401,7 +419,12 @@ static void *exec_job_main(void *arg)
     request.on_output = cli_sink_output;
     request.user_data = &job->sink;
     request.flags = SBX_EXEC_NO_CAPTURE;
-    if (job->what->code != NULL) {
+    if (job->what->agent != NULL) {
+        sbx_agent_request agent = *job->what->agent;
+
+        agent.timeout_secs = job->timeout;
+        job->run = sbx_sandbox_run_agent(job->sandbox, &agent, &job->error);
+    } else if (job->what->code != NULL) {
         job->result = sbx_sandbox_execute_code(job->sandbox, job->what->language,
                                                job->what->code, &request, &job->error);
     } else {
@@ -483,10 +506,19 @@ static int run_job(exec_job *job)
     if (job->destroyed) {
         /* The sandbox is gone: 128+N whatever the exec said. */
         sbx_result_free(job->result);
+        sbx_agent_run_free(job->run);
         sbx_error_free(job->error);
         return 128 + cli_signal;
     }
     job->finished = 1;
+    if (job->what->agent != NULL) {
+        if (job->run == NULL) {
+            cli_error(job->error);
+            return CLI_EXIT_TOOL;
+        }
+        *job->what->agent_run = job->run;
+        return 0;
+    }
     return cli_exec_status(job->result, job->error);
 }
 

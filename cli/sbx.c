@@ -3,6 +3,7 @@
  *
  *   sbx run [OPTION]... [--] COMMAND [ARG]...
  *   sbx exec-code [OPTION]... CODE
+ *   sbx agent [OPTION]... PROMPT
  *   sbx backends [--json]
  *   sbx create [OPTION]...
  *   sbx exec [OPTION]... ID [--] COMMAND [ARG]...
@@ -14,6 +15,9 @@
  *   sbx ps [-a] [--no-trunc] [--json]
  *   sbx gc [--dry-run] [--json]
  *   sbx presets [--json]
+ *   sbx pricing [--json]
+ *   sbx find-cheapest [-b BACKEND,...] [-n RUNS] [--json]
+ *   sbx ledger [--json] FILE...
  *   sbx version [--json]
  *
  * The command's output goes to stdout/stderr untouched, as it arrives. The
@@ -39,6 +43,7 @@ static const cli_command cli_command_help;
 static const cli_command *const commands[] = {
     &cli_command_run,
     &cli_command_exec_code,
+    &cli_command_agent,
     &cli_command_backends,
     &cli_command_create,
     &cli_command_exec,
@@ -51,6 +56,9 @@ static const cli_command *const commands[] = {
     &cli_command_ps,
     &cli_command_gc,
     &cli_command_presets,
+    &cli_command_pricing,
+    &cli_command_find_cheapest,
+    &cli_command_ledger,
     &cli_command_version,
     &cli_command_help,
 };

@@ -126,6 +126,11 @@ struct sbx_op {
     sbx_file_info **list;
     size_t list_count;
     int64_t value;
+    /* run_agent: the request (strings in s1..s3, shell, cwd, argv, env)
+     * and its run; apply_patch: the strip level (patch in bytes, dir in s1). */
+    sbx_agent_request agent;
+    sbx_agent_run *agent_run;
+    int strip;
 };
 
 /* ---------------------------------------------------------------- lists */
@@ -235,6 +240,8 @@ kind_op_name(sbx_op_kind kind)
     case SBX_OP_EXTRACT_TAR: return "extract_tar";
     case SBX_OP_SNAPSHOT: return "snapshot";
     case SBX_OP_DESTROY_BY_ID: return "destroy_by_id";
+    case SBX_OP_RUN_AGENT: return "run_agent";
+    case SBX_OP_APPLY_PATCH: return "apply_patch";
     }
     return "async";
 }
@@ -288,6 +295,8 @@ op_drop_outputs(sbx_op *op)
     sbx_file_info_list_free(op->list, op->list_count);
     op->list = NULL;
     op->list_count = 0;
+    sbx_agent_run_free(op->agent_run);
+    op->agent_run = NULL;
 }
 
 /* Frees @op entirely (outputs released in this thread). */
@@ -476,6 +485,14 @@ op_run(sbx_op *op)
         break;
     case SBX_OP_DESTROY_BY_ID:
         rc = sbx_client_destroy_by_id(op->client, op->s1, &err);
+        break;
+    case SBX_OP_RUN_AGENT:
+        op->agent_run = sbx_sandbox_run_agent(op->sandbox, &op->agent, &err);
+        rc = op->agent_run ? 0 : -1;
+        break;
+    case SBX_OP_APPLY_PATCH:
+        v = sbx_sandbox_apply_patch(op->sandbox, op->bytes, op->nbytes, op->strip, op->s1, &err);
+        rc = v < 0 ? -1 : 0;
         break;
     }
     if (rc < 0) {
@@ -972,6 +989,24 @@ sbx_op_steal_client(sbx_op *op)
     c = op->made_client;
     op->made_client = NULL;
     return c;
+}
+
+SBX_EXPORT const sbx_agent_run *
+sbx_op_get0_agent_run(const sbx_op *op)
+{
+    return op ? op->agent_run : NULL;
+}
+
+SBX_EXPORT sbx_agent_run *
+sbx_op_steal_agent_run(sbx_op *op)
+{
+    sbx_agent_run *r;
+
+    if (!op)
+        return NULL;
+    r = op->agent_run;
+    op->agent_run = NULL;
+    return r;
 }
 
 SBX_EXPORT const sbx_result *
@@ -1715,4 +1750,61 @@ sbx_client_destroy_by_id_async(sbx_async *async, sbx_client *client, const char 
     if (copy_str(&op->s1, id) < 0)
         return copy_failed(op, error);
     return submit(op, client, NULL, error);
+}
+
+SBX_EXPORT sbx_op *
+sbx_sandbox_run_agent_async(sbx_async *async, sbx_sandbox *sandbox,
+                            const sbx_agent_request *request, sbx_op_done_fn done,
+                            void *user_data, sbx_error **error)
+{
+    const char *const *view;
+    sbx_op *op;
+
+    if (async && sandbox && !request)
+        return null_arg(error, "run_agent", "request", sbx_sandbox_get0_backend(sandbox));
+    if (!(op = sandbox_op(async, sandbox, SBX_OP_RUN_AGENT, done, user_data, error)))
+        return NULL;
+    memcpy(&op->agent, request, request->struct_size < sizeof(op->agent)
+                                ? request->struct_size : sizeof(op->agent));
+    op->agent.struct_size = sizeof(op->agent);
+    if (copy_str(&op->s1, request->prompt) < 0 || copy_str(&op->s2, request->model) < 0 ||
+        copy_str(&op->s3, request->resume) < 0 || copy_str(&op->cwd, op->agent.cwd) < 0 ||
+        copy_str(&op->shell, op->agent.command) < 0)
+        return copy_failed(op, error);
+    op->agent.prompt = op->s1;
+    op->agent.model = op->s2;
+    op->agent.resume = op->s3;
+    op->agent.cwd = op->cwd;
+    op->agent.command = op->shell;
+    if (copy_vec(request->extra_args, &op->argv, &view) < 0)
+        return copy_failed(op, error);
+    op->agent.extra_args = view;
+    if (copy_vec(request->env, &op->env, &view) < 0)
+        return copy_failed(op, error);
+    op->agent.env = view;
+    return submit_sandbox_op(op, error);
+}
+
+SBX_EXPORT sbx_op *
+sbx_sandbox_apply_patch_async(sbx_async *async, sbx_sandbox *sandbox, const char *patch,
+                              size_t len, int strip, const char *dir, sbx_op_done_fn done,
+                              void *user_data, sbx_error **error)
+{
+    sbx_op *op = sandbox_op(async, sandbox, SBX_OP_APPLY_PATCH, done, user_data, error);
+
+    if (!op)
+        return NULL;
+    op->strip = strip;
+    if (copy_str(&op->s1, dir) < 0)
+        return copy_failed(op, error);
+    /* A NULL patch reaches the call, which reports it. */
+    if (patch) {
+        op->bytes = malloc(len ? len : 1);
+        if (!op->bytes)
+            return copy_failed(op, error);
+        if (len)
+            memcpy(op->bytes, patch, len);
+        op->nbytes = len;
+    }
+    return submit_sandbox_op(op, error);
 }

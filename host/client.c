@@ -132,6 +132,7 @@ client_alloc(const char *backend, sbx_plugin_mode mode, sbx_error **error)
         return NULL;
     }
     client->mode = mode;
+    sbx_usage_client_init(client);
     return client;
 }
 
@@ -237,6 +238,7 @@ sbx_client_free(sbx_client *client)
     client_free = SBX_SLOT(client->plugin, client_free);
     if (client_free && client->handle)
         client_free(client->handle);
+    sbx_usage_client_free(client);
     free(client->backend);
     free(client);
 }
@@ -327,6 +329,9 @@ sandbox_release(sbx_sandbox *sandbox)
 {
     void (*sandbox_free)(sbx_plugin_sandbox *);
 
+    /* A handle freed without a destroy ends its lifetime in this process. */
+    sbx_usage_sandbox_end(sandbox, 0);
+    sbx_usage_sandbox_free(sandbox);
     sandbox_free = SBX_SLOT(sandbox->client->plugin, sandbox_free);
     if (sandbox_free && sandbox->handle)
         sandbox_free(sandbox->handle);
@@ -1062,6 +1067,7 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
     }
     sbx_strv_clear(&setup);
     sbx_preset_free(preset);
+    sbx_usage_sandbox_start(sandbox, req.cpu, req.memory_mb, req.gpu);
     return sandbox;
 
 oom_after_create:
@@ -1275,6 +1281,7 @@ sbx_sandbox_destroy(sbx_sandbox *sandbox, sbx_error **error)
     pthread_mutex_unlock(&sandbox->lock);
     if (sandbox->token[0])
         sbx_record_remove(sandbox->token, NULL);
+    sbx_usage_sandbox_end(sandbox, 1);
     return 0;
 }
 

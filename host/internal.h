@@ -313,6 +313,12 @@ const char *sbx_options_get0_git_ref(const sbx_options *options);
 /* ------------------------------------------------------------------------ */
 
 struct sbx_client {
+    /* usage.c: the calls of its sandboxes and their ended lifetimes, the
+     * sandboxes whose lifetime runs, the ledger file; under usage_lock. */
+    pthread_mutex_t usage_lock;
+    sbx_usage usage;
+    struct sbx_sandbox *live;
+    char *ledger_path;
     const sbx_plugin *plugin;     /* loaded and checked, never unloaded; or
                                    * the proxy's descriptor (out of process) */
     sbx_plugin_client *handle;    /* the plugin's client (may be NULL) */
@@ -335,6 +341,18 @@ struct sbx_sandbox {
     pthread_mutex_t lock;         /* guards destroyed */
     int destroyed;
     char token[SBX_TOKEN_LEN + 1];/* its lifecycle record's create token; "" = none */
+    /* usage.c: its size (for its rate), the start of its lifetime in this
+     * process, its agent calls (under lock), its place in the client's
+     * list of live sandboxes (under the client's usage_lock). */
+    double cpu;
+    double ram_gib;
+    char *gpu;
+    double started_mono;
+    int usage_started;
+    int usage_ended;
+    sbx_usage usage;
+    struct sbx_sandbox *live_next;
+    struct sbx_sandbox *live_prev;
 };
 
 /**
@@ -432,6 +450,10 @@ struct sbx_result {
 
 /** A result with empty (non-NULL) buffers, exit code 0; NULL on OOM. */
 sbx_result *sbx_result_new(void);
+/** Adds to @error the contexts "exit_code", "stdout" and "stderr" of
+ *  @result, each stream's last @max bytes (what a command_failed error
+ *  carries). NULL @error or @result: nothing. */
+void sbx_error_add_output(sbx_error *error, const sbx_result *result, size_t max);
 /** Moves the bytes of @b into the result's @stream buffer. Returns 0 or -1. */
 int sbx_result_take_output(sbx_result *result, sbx_stream stream, sbx_buf *b);
 
@@ -472,5 +494,81 @@ void sbx_options_get0_file(const sbx_options *options, size_t index, const char 
  * New string, or NULL with *@err set.
  */
 char *sbx_sandbox_resolve_path(const sbx_sandbox *sandbox, const char *path, sbx_error **err);
+
+
+/* ------------------------------------------------------------------------ */
+/* money.c, pricing.c, usage.c, agent.c                                      */
+/* ------------------------------------------------------------------------ */
+
+struct json_object;
+
+/** Reads the decimal @text ("0.0070147", "-2", "1e-5") as a count of
+ *  10^-@scale units, rounded half away from zero past the scale. 0, or -1
+ *  when it is not a decimal number or does not fit an int64_t. */
+int sbx_decimal_parse(const char *text, int scale, int64_t *out);
+/** Prints @value (10^-@scale units) exactly, without trailing zeros
+ *  ("0.011117", "31.5", "0") into @buf. */
+void sbx_decimal_format(int64_t value, int scale, char *buf, size_t cap);
+/** sbx_decimal_parse on a JSON number (its text as written in the
+ *  document) or string. 0 or -1. */
+int sbx_json_decimal(struct json_object *v, int scale, int64_t *out);
+/** A JSON number printed as the exact decimal @value (10^-@scale units). */
+struct json_object *sbx_json_new_decimal(int64_t value, int scale);
+
+/** One size's price on one backend. */
+typedef struct sbx_rate {
+    int64_t pusd_per_hour;        /* the whole size's rate, pico-dollars per hour */
+    double granularity_s;         /* billing step (0: continuous) */
+    double minimum_s;             /* least seconds billed */
+    char source[512];             /* the entry's source_url ("" when none) */
+    char origin[512];             /* the file the entry came from */
+} sbx_rate;
+
+/** The merged price table (bundled file, then the user's), with "files"
+ *  and each entry's "origin". NULL with configuration naming the file. */
+struct json_object *sbx_pricing_load(sbx_error **err);
+/** The rate of @vcpu, @ram_gib and @gpu ("TYPE[:N]", NULL: none) on
+ *  @backend. 0, or -1: not_found (no entry, or a rate not published),
+ *  invalid_argument, configuration. */
+int sbx_pricing_rate(const char *backend, double vcpu, double ram_gib, const char *gpu,
+                     sbx_rate *rate, sbx_error **err);
+/** Seconds billed for @seconds of use (granularity and minimum applied). */
+double sbx_rate_billed_seconds(const sbx_rate *rate, double seconds);
+/** @rate per second in femto-dollars (rounded to the femto-dollar). */
+int64_t sbx_rate_fusd_per_second(const sbx_rate *rate);
+/** The cost of @seconds at @rate, pico-dollars (rounded once). */
+int64_t sbx_rate_cost(const sbx_rate *rate, double seconds);
+
+/** usage.c: a sandbox made or resumed: its size, start, client list. */
+void sbx_usage_sandbox_start(sbx_sandbox *sandbox, double cpu, int64_t memory_mb,
+                             const char *gpu);
+/** usage.c: the sandbox was destroyed (@destroyed 1) or its handle is
+ *  released without destroying it (0): its lifetime is counted into its
+ *  client, and a lifetime record goes to the ledger. Once per sandbox. */
+void sbx_usage_sandbox_end(sbx_sandbox *sandbox, int destroyed);
+/** usage.c: client side. */
+void sbx_usage_client_init(sbx_client *client);
+void sbx_usage_client_free(sbx_client *client);
+/** usage.c: adds one agent call's usage to its sandbox and client and
+ *  writes its ledger record (@record, a JSON object, borrowed). */
+void sbx_usage_add_call(sbx_sandbox *sandbox, const sbx_usage *call,
+                        struct json_object *record);
+/** usage.c: the ledger path of @client (borrowed; NULL when none). */
+void sbx_usage_sandbox_free(sbx_sandbox *sandbox);
+/** usage.c: @u as a JSON object (sbx_usage_to_json's members). */
+struct json_object *sbx_usage_json(const sbx_usage *u);
+/** usage.c: the five token members of @u added to @o. */
+void sbx_usage_add_tokens_json(struct json_object *o, const sbx_usage *u);
+/** patch.c: removes sandbox file @path (`rm -f`; an absolute path is
+ *  taken under the sandbox's root, as the file calls take it; a relative
+ *  one from @cwd, NULL: the workdir). 0, or -1 with execution_failed
+ *  naming the path. */
+int sbx_sandbox_remove_path(sbx_sandbox *sandbox, const char *path, const char *cwd,
+                            sbx_error **err);
+/** usage.c: the compute of one call of @seconds on @sandbox into @u, and
+ *  the size, rate and seconds members into @record (may be NULL). 1 when
+ *  the rate is known, else 0 (compute_cost_unknown set). */
+int sbx_usage_call_rate(const sbx_sandbox *sandbox, double seconds, sbx_usage *u,
+                        struct json_object *record);
 
 #endif /* SBX_HOST_INTERNAL_H */

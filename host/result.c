@@ -94,6 +94,24 @@ sbx_result_get_duration_secs(const sbx_result *result)
     return result ? result->duration_secs : 0.0;
 }
 
+void
+sbx_error_add_output(sbx_error *error, const sbx_result *result, size_t max)
+{
+    char *t;
+
+    if (!error || !result)
+        return;
+    sbx_error_add_contextf(error, "exit_code", "%d", result->exit_code);
+    t = sbx_strndup(result->out_len > max ? result->out + result->out_len - max : result->out,
+                    result->out_len > max ? max : result->out_len);
+    sbx_error_add_context(error, "stdout", t ? t : "");
+    free(t);
+    t = sbx_strndup(result->err_len > max ? result->err + result->err_len - max : result->err,
+                    result->err_len > max ? max : result->err_len);
+    sbx_error_add_context(error, "stderr", t ? t : "");
+    free(t);
+}
+
 SBX_EXPORT void
 sbx_result_free(sbx_result *result)
 {

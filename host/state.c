@@ -349,6 +349,9 @@ sbx_sandbox_resume(sbx_client *client, const char *state_json, sbx_error **error
     else
         sandbox->token[0] = '\0';
     json_object_put(st.doc);
+    /* The session state holds no size: a resumed sandbox is priced at the
+     * default size (SBX_DEFAULT_CPU, SBX_DEFAULT_MEMORY_MB). */
+    sbx_usage_sandbox_start(sandbox, SBX_DEFAULT_CPU, SBX_DEFAULT_MEMORY_MB, NULL);
     return sandbox;
 
 oom_handle:

@@ -3599,3 +3599,288 @@ Test(cli, create_on_bubblewrap_does_not_hold_stdout)
     free_run(&r);
     free(id);
 }
+
+/* ------------------------------------------------ pricing and agent */
+
+Test(cli, pricing_prints_the_table_with_sources)
+{
+    cli_run r = SBX("pricing");
+    json_object *doc, *e2b, *v;
+
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.err, "");
+    cr_assert(strncmp(r.out, "BACKEND     USD/VCPU-S         USD/GIB-S          GPUS  BILLED  "
+                             "READ ON     SOURCE\n", 83) == 0, "%s", r.out);
+    cr_assert(strstr(r.out, "\ne2b         0.000014           0.0000045          0     1s      "
+                            "2026-08     https://e2b.dev/docs/faq/calculate-sandbox-price\n"),
+              "%s", r.out);
+    cr_assert(strstr(r.out, "\nlocal       0                  0                  0     cont.   "
+                            "-           -\n"), "%s", r.out);
+    cr_assert(strstr(r.out, "\nrunpod      -                  -                  7     1s"),
+              "%s", r.out);
+    free_run(&r);
+
+    r = SBX("pricing", "--json");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    doc = json_tokener_parse(r.out);
+    cr_assert_not_null(doc, "not JSON: %s", r.out);
+    cr_assert(json_object_object_get_ex(json_object_object_get(doc, "backends"), "e2b", &e2b));
+    cr_assert(json_object_object_get_ex(e2b, "source_url", &v));
+    cr_assert_str_eq(json_object_get_string(v), "https://e2b.dev/docs/faq/calculate-sandbox-price");
+    json_object_put(doc);
+    free_run(&r);
+}
+
+/* The PATH that puts the stand-in agent CLIs of tests/agents first. */
+static char *agents_path(void)
+{
+    char *p;
+
+    cr_assert(asprintf(&p, "PATH=%s/agents:/usr/local/bin:/usr/bin:/bin",
+                       getenv("SBX_TEST_SRCDIR")) > 0);
+    return p;
+}
+
+Test(cli, agent_prints_the_answer_and_exits_0_only_on_success)
+{
+    char *path = agents_path();
+    cli_run r = SBX("agent", "-e", path, "F1");
+
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.out, "done\n");
+    cr_assert_str_eq(r.err, "");
+    free_run(&r);
+
+    /* CASE-56 G1: exit code 0 from the CLI, a failed run all the same. */
+    r = SBX("agent", "-e", path, "G1");
+    cr_assert_eq(r.status, 1);
+    cr_assert_str_eq(r.out, "");
+    cr_assert_str_eq(r.err, "sbx: the agent run failed: success with is_error true: API Error: "
+                            "Rate limit reached [code=rate_limited]\n");
+    free_run(&r);
+
+    /* Output that is not the CLI's JSON: sbx's own failure. */
+    r = SBX("agent", "-e", path, "garbage");
+    cr_assert_eq(r.status, 125);
+    cr_assert(strstr(r.err, "printed no claude-code JSON record [code=command_failed"), "%s",
+              r.err);
+    free_run(&r);
+    free(path);
+}
+
+Test(cli, agent_json_has_exact_costs_and_null_for_unknown_ones)
+{
+    char *path = agents_path();
+    cli_run r = SBX("agent", "--json", "--harness", "opencode", "-e", path, "F5");
+    json_object *doc, *usage, *v;
+
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert(strstr(r.out, "\"llm_cost_usd\": 0.011117,"), "%s", r.out);
+    doc = json_tokener_parse(r.out);
+    cr_assert_not_null(doc, "not JSON: %s", r.out);
+    cr_assert_str_eq(json_object_get_string(json_object_object_get(doc, "status")), "succeeded");
+    cr_assert_str_eq(json_object_get_string(json_object_object_get(doc, "text")), "PONG");
+    cr_assert_eq(json_object_get_int(json_object_object_get(doc, "exit_code")), 0);
+    usage = json_object_object_get(doc, "usage");
+    cr_assert_eq(json_object_get_int64(json_object_object_get(usage, "input_tokens")), 23088);
+    cr_assert_eq(json_object_get_int64(json_object_object_get(usage, "reasoning_tokens")), 31);
+    cr_assert(json_object_object_get_ex(usage, "compute_cost_usd", &v) && v != NULL);
+    json_object_put(doc);
+    free_run(&r);
+
+    /* CASE-41 F3: no cost reported: null, never 0; still a success. */
+    r = SBX("agent", "--json", "-e", path, "F3");
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert(strstr(r.out, "\"llm_cost_usd\": null,"), "%s", r.out);
+    cr_assert(strstr(r.out, "\"input_tokens\": 12,"), "%s", r.out);
+    free_run(&r);
+
+    /* CASE-41 F4: failed, exit status 1, the paid cost kept. */
+    r = SBX("agent", "--json", "-e", path, "F4");
+    cr_assert_eq(r.status, 1);
+    cr_assert(strstr(r.out, "\"status\": \"failed\","), "%s", r.out);
+    cr_assert(strstr(r.out, "\"reason\": \"error_max_turns\","), "%s", r.out);
+    cr_assert(strstr(r.out, "\"llm_cost_usd\": 0.41,"), "%s", r.out);
+    cr_assert(strstr(r.out, "\"exit_code\": 1,"), "%s", r.out);
+    free_run(&r);
+    free(path);
+}
+
+Test(cli, agent_writes_the_ledger_named_by_SBX_LEDGER)
+{
+    char *path = agents_path();
+    char *ledger, *ledger_env;
+    const char *env[2] = { NULL, NULL };
+    const char *args[] = { "agent", "--harness", "codex", "-e", path, "C1", NULL };
+    cli_spec spec = { 0 };
+    char line[4096];
+    cli_run r;
+    FILE *f;
+    int n = 0;
+
+    cr_assert(asprintf(&ledger, "%s/ledger.jsonl", g_tmpdir) > 0);
+    cr_assert(asprintf(&ledger_env, "SBX_LEDGER=%s", ledger) > 0);
+    env[0] = ledger_env;
+    spec.args = args;
+    spec.env = env;
+    r = run_spec(&spec);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.out, "The repository has a README.\n");
+    free_run(&r);
+    f = fopen(ledger, "r");
+    cr_assert_not_null(f, "no ledger written");
+    while (fgets(line, sizeof line, f)) {
+        if (n == 0) {
+            cr_assert(strstr(line, "\"kind\":\"agent_call\""), "%s", line);
+            cr_assert(strstr(line, "\"harness\":\"codex\""), "%s", line);
+            cr_assert(strstr(line, "\"llm_cost_usd\":null"), "%s", line);
+            cr_assert(strstr(line, "\"cache_read_tokens\":24448,"), "%s", line);
+        } else {
+            cr_assert(strstr(line, "\"kind\":\"sandbox\""), "%s", line);
+            cr_assert(strstr(line, "\"end\":\"destroyed\""), "%s", line);
+            cr_assert(strstr(line, "\"agent_calls\":1,"), "%s", line);
+        }
+        n++;
+    }
+    fclose(f);
+    cr_assert_eq(n, 2, "%d ledger lines", n);
+    free(ledger_env);
+    free(ledger);
+    free(path);
+}
+
+Test(cli, agent_usage_errors_name_the_value)
+{
+    cli_run r = SBX("agent");
+
+    cr_assert_eq(r.status, 125);
+    cr_assert(strstr(r.err, "no prompt given"), "%s", r.err);
+    free_run(&r);
+    r = SBX("agent", "--harness", "aider", "x");
+    cr_assert_eq(r.status, 125);
+    cr_assert(strstr(r.err, "unknown harness \"aider\""), "%s", r.err);
+    free_run(&r);
+    r = SBX("agent", "--pass-env", "SBX_NO_SUCH_VARIABLE_SET", "x");
+    cr_assert_eq(r.status, 125);
+    cr_assert(strstr(r.err, "SBX_NO_SUCH_VARIABLE_SET"), "%s", r.err);
+    free_run(&r);
+}
+
+Test(cli, find_cheapest_measures_each_backend_and_names_the_cheapest_that_worked)
+{
+    cli_run r = SBX("find-cheapest", "-b", "local,nosuch", "-n", "3", "--json");
+    json_object *doc, *results, *o;
+
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    doc = json_tokener_parse(r.out);
+    cr_assert_not_null(doc, "not JSON: %s", r.out);
+    cr_assert_str_eq(json_object_get_string(json_object_object_get(doc, "cheapest")), "local");
+    results = json_object_object_get(doc, "results");
+    cr_assert_eq(json_object_array_length(results), 2);
+    o = json_object_array_get_idx(results, 0);
+    cr_assert_str_eq(json_object_get_string(json_object_object_get(o, "backend")), "local");
+    cr_assert(json_object_get_boolean(json_object_object_get(o, "ok")));
+    cr_assert_eq(json_object_get_int(json_object_object_get(o, "runs")), 3);
+    cr_assert_str_eq(json_object_to_json_string(json_object_object_get(o, "cost_per_run_usd")),
+                     "0");
+    cr_assert(json_object_get_double(json_object_object_get(o, "cold_p50_s")) <=
+              json_object_get_double(json_object_object_get(o, "cold_p90_s")));
+    cr_assert(json_object_get_double(json_object_object_get(o, "total_p50_s")) > 0);
+    cr_assert(json_object_object_get(o, "error") == NULL);
+    o = json_object_array_get_idx(results, 1);
+    cr_assert_str_eq(json_object_get_string(json_object_object_get(o, "backend")), "nosuch");
+    cr_assert_not(json_object_get_boolean(json_object_object_get(o, "ok")));
+    cr_assert_eq(json_object_get_int(json_object_object_get(o, "runs")), 0);
+    cr_assert(json_object_object_get(o, "cost_per_run_usd") == NULL);
+    cr_assert(strstr(json_object_get_string(json_object_object_get(o, "error")),
+                     "backend \"nosuch\" is not installed"));
+    json_object_put(doc);
+    free_run(&r);
+
+    r = SBX("find-cheapest", "-b", "nosuch", "-n", "1");
+    cr_assert_eq(r.status, 1);
+    cr_assert(strstr(r.out, "\n-> No backend worked\n"), "%s", r.out);
+    free_run(&r);
+
+    r = SBX("find-cheapest", "-n", "0");
+    cr_assert_eq(r.status, 125);
+    cr_assert(strstr(r.err, "invalid -n value \"0\""), "%s", r.err);
+    free_run(&r);
+}
+
+/* CASE-48 through sbx agent: the key in sbx's environment reaches the agent
+ * only with --pass-env. */
+Test(cli, agent_passes_credentials_only_when_asked)
+{
+    char *path = agents_path();
+    const char *env[] = { "ANTHROPIC_API_KEY=sk-ant-TESTSECRET-0000",
+                          "AWS_SECRET_ACCESS_KEY=TESTSECRETaws0000", NULL };
+    const char *without[] = { "agent", "-e", path, "env", NULL };
+    const char *with[] = { "agent", "--pass-env", "ANTHROPIC_API_KEY", "-e", path, "env", NULL };
+    cli_spec spec = { 0 };
+    cli_run r;
+
+    spec.env = env;
+    spec.args = without;
+    r = run_spec(&spec);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.out, "keys=[] secrets=0\n");
+    free_run(&r);
+    spec.args = with;
+    r = run_spec(&spec);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.out, "keys=[ANTHROPIC_API_KEY ] secrets=1\n");
+    free_run(&r);
+    free(path);
+}
+
+Test(cli, ledger_sums_records_exactly_per_backend)
+{
+    char *file, *bad;
+    FILE *f;
+    cli_run r;
+
+    cr_assert(asprintf(&file, "%s/ledger.jsonl", g_tmpdir) > 0);
+    cr_assert(asprintf(&bad, "%s/bad.jsonl", g_tmpdir) > 0);
+    f = fopen(file, "w");
+    cr_assert_not_null(f);
+    fputs("{\"kind\":\"agent_call\",\"backend\":\"e2b\",\"input_tokens\":11087,"
+          "\"output_tokens\":145,\"llm_cost_usd\":0.0070147,\"compute_cost_usd\":0.0001}\n"
+          "{\"kind\":\"agent_call\",\"backend\":\"e2b\",\"input_tokens\":12001,"
+          "\"output_tokens\":52,\"reasoning_tokens\":31,\"cache_read_tokens\":10880,"
+          "\"cache_write_tokens\":256,\"llm_cost_usd\":0.0041023,\"compute_cost_usd\":null}\n"
+          "{\"kind\":\"sandbox\",\"backend\":\"e2b\",\"compute_cost_usd\":0.36}\n"
+          "\n"
+          "{\"kind\":\"agent_call\",\"backend\":\"local\",\"input_tokens\":1,"
+          "\"llm_cost_usd\":null}\n"
+          "{\"kind\":\"sandbox\",\"backend\":\"local\",\"compute_cost_usd\":0}\n"
+          "{\"kind\":\"sandbox\",\"backend\":\"runpod\",\"compute_cost_usd\":null}\n", f);
+    fclose(f);
+    r = SBX("ledger", file);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.out,
+        "BACKEND     SANDBOXES CALLS   TOKENS     LLM USD        COMPUTE USD    TOTAL USD\n"
+        "e2b         1         2       34452      0.011117       0.36           0.371117\n"
+        "local       1         1       1          0              0              0 "
+        "(unknown: 1 llm, 0 compute)\n"
+        "runpod      1         0       0          0              0              0 "
+        "(unknown: 0 llm, 1 compute)\n"
+        "all         3         3       34453      0.011117       0.36           0.371117 "
+        "(unknown: 1 llm, 1 compute)\n");
+    free_run(&r);
+    r = SBX("ledger", "--json", file);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert(strstr(r.out, "\"total_cost_usd\": 0.371117\n"), "%s", r.out);
+    free_run(&r);
+
+    f = fopen(bad, "w");
+    cr_assert_not_null(f);
+    fputs("{\"kind\":\"sandbox\",\"backend\":\"e2b\",\"compute_cost_usd\":0.36}\nnot json\n", f);
+    fclose(f);
+    r = SBX("ledger", bad);
+    cr_assert_eq(r.status, 125);
+    cr_assert(strstr(r.err, "bad.jsonl:2: not a ledger record"), "%s", r.err);
+    free_run(&r);
+    free(file);
+    free(bad);
+}

@@ -1776,6 +1776,580 @@ SBX_EXPORT sbx_sandbox *sbx_sandbox_resume(sbx_client *client, const char *state
 SBX_EXPORT sbx_sandbox *sbx_resume(const char *state_json, sbx_error **error);
 
 /* ------------------------------------------------------------------------ */
+/* Money and pricing                                                         */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Money is exact decimal, never a sum of binary floats: an amount is an
+ * int64_t count of pico-dollars (10^-12 USD, SBX_PUSD_PER_USD to a dollar;
+ * an int64_t holds up to about 9.2 million USD), a per-second rate a count
+ * of femto-dollars (10^-15 USD) per second. Costs the agent CLIs report are
+ * read from the exact decimal text of their JSON ("0.0070147"), added as
+ * integers, and printed back exactly by sbx_usd_format() (CASE-41:
+ * 0.0070147 + 0.0041023 prints "0.011117", not 0.011116999999999998).
+ */
+#define SBX_PUSD_PER_USD INT64_C(1000000000000)
+/** Bytes sbx_usd_format() needs at most, the NUL included. */
+#define SBX_USD_FORMAT_SIZE 32
+
+/**
+ * sbx_usd_format:
+ * Prints @pusd pico-dollars as an exact decimal number of dollars, without
+ * trailing zeros or exponent ("0.011117", "31.5", "0", "-0.25"), into @buf
+ * (@cap bytes; SBX_USD_FORMAT_SIZE always suffices). Returns the length
+ * written, or -1 when @buf is NULL or too small. Thread-safe. Since 0.1.
+ */
+SBX_EXPORT int sbx_usd_format(int64_t pusd, char *buf, size_t cap);
+
+/**
+ * sbx_usd_parse:
+ * Reads the decimal number of dollars @text ("0.0070147", "31.5", "-2",
+ * "1e-5": as JSON writes numbers) exactly into *@pusd pico-dollars, digits
+ * past the 12th decimal rounded half away from zero. Errors:
+ * invalid_argument naming @text when it is not such a number or does not
+ * fit (about 9.2 million dollars), or for NULL arguments. Returns 0 or -1.
+ * Thread-safe. Since 0.1.
+ */
+SBX_EXPORT int sbx_usd_parse(const char *text, int64_t *pusd, sbx_error **error);
+
+/*
+ * The price table: one bundled data file, dated ("last_updated"), with an
+ * entry per backend of the project: vcpu_usd_per_s or vcpu_usd_per_h,
+ * ram_gib_usd_per_s or ram_gib_usd_per_h, gpu_usd_per_s (per GPU type, as
+ * sbx_options_set_gpu names it), storage and free_tier (as the provider
+ * words them), billing_granularity_s (0 = continuous), minimum_s,
+ * source_url, read_on (the date the source was read) and notes. Rates are
+ * the providers' list prices from the project's provider contracts; local,
+ * bubblewrap, safehouse, docker, ray and kubernetes cost 0 unless the user
+ * sets a rate. A rate given as null is not published: a cost that needs it
+ * is unknown (an error here, null in usage), never 0.
+ *
+ * The bundled file is $(pkgdatadir)/pricing.json (the source tree's
+ * pricing/pricing.json when the library runs uninstalled; the environment
+ * variable SBX_PRICING_DATA names another). A user file is laid over it:
+ * $SBX_PRICING_FILE, else $XDG_CONFIG_HOME/sbx/pricing.json (an absolute
+ * XDG_CONFIG_HOME), else $HOME/.config/sbx/pricing.json, when it exists;
+ * same format, each key of a backend's entry replacing the bundled one (a
+ * rate per second replaces the bundled rate per hour, and the other way
+ * round), new backends added. Each merged entry gains "origin": the file
+ * that set it last. Files are read at each call (no cache).
+ */
+
+/**
+ * sbx_cost_per_second:
+ * What @vcpu vCPUs, @ram_gib GiB of memory and @gpu ("TYPE" or
+ * "TYPE:COUNT" as sbx_options_set_gpu, NULL or "" for none) cost on
+ * @backend per second, in femto-dollars (10^-15 USD) stored in
+ * *@fusd_per_second: vcpu × the vCPU rate + ram_gib × the memory rate +
+ * COUNT × the GPU type's rate (the reference's formula, plus GPUs), rounded
+ * to the femto-dollar (exact for rates published per second; a rate per
+ * hour such as 0.05 is 13888888889). The granularity and minimum apply to
+ * costs of a duration (usage), not here. Errors: invalid_argument (NULL
+ * @fusd_per_second, empty @backend, a negative or non-finite size, a bad
+ * @gpu), not_found naming the backend (no entry) or the rate it lacks (a
+ * rate published as null, a GPU type without a rate), configuration naming
+ * a pricing file that cannot be read. Returns 0 or -1. Thread-safe. Since
+ * 0.1.
+ */
+SBX_EXPORT int sbx_cost_per_second(const char *backend, double vcpu, double ram_gib,
+                                   const char *gpu, int64_t *fusd_per_second,
+                                   sbx_error **error);
+
+/**
+ * sbx_pricing_get_entry:
+ * The raw entry of @backend in the merged table, as a JSON object (new
+ * string, free with free()), with its "origin". Errors: invalid_argument,
+ * not_found naming the backend, configuration naming a file. Thread-safe.
+ * Since 0.1.
+ */
+SBX_EXPORT char *sbx_pricing_get_entry(const char *backend, sbx_error **error);
+
+/**
+ * sbx_pricing_to_json:
+ * The whole merged table as a JSON document (the bundled file's keys,
+ * "backends" merged, "files": the files read, in order), new string, free
+ * with free(). Errors: configuration naming a file. Thread-safe. Since 0.1.
+ */
+SBX_EXPORT char *sbx_pricing_to_json(sbx_error **error);
+
+/* ------------------------------------------------------------------------ */
+/* Usage and the ledger                                                      */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * sbx_usage:
+ * Tokens and money of agent calls and sandbox lifetimes: of one call
+ * (sbx_agent_run_get_usage), the running total of a sandbox
+ * (sbx_sandbox_get_usage) or of a client's sandboxes
+ * (sbx_client_get_usage). A plain value; set struct_size (SBX_USAGE_INIT)
+ * before a getter fills it: fields past it are left alone.
+ *
+ * Tokens follow the CLIs' own counts: input (not read from the cache),
+ * output, reasoning (OpenCode's, Codex's reasoning_output_tokens taken out
+ * of its output), cache_read and cache_write. Money is in pico-dollars.
+ *  - llm_cost_pusd: the sum of the costs the CLIs reported;
+ *    llm_cost_unknown the number of calls whose CLI reported none (Codex
+ *    never does; Claude Code under a subscription does not): with 0 the
+ *    sum is the cost, otherwise it is only what is known (the JSON forms
+ *    print null for a single call's unknown cost). A failed call that was
+ *    paid for keeps its cost (CASE-41, CASE-56).
+ *  - compute_seconds / compute_cost_pusd: the sandbox time of the agent
+ *    calls (wall seconds of each call, × the backend's rate for the
+ *    sandbox's size, billing granularity and minimum applied per call);
+ *    compute_cost_unknown counts calls without a price (see
+ *    sbx_cost_per_second).
+ *  - sandboxes / sandbox_seconds / sandbox_cost_pusd: sandbox lifetimes
+ *    (from the create or resume in this process to the destroy, or to the
+ *    free of the handle), × the rate; for a sandbox, its own lifetime so
+ *    far; sandbox_cost_unknown counts lifetimes without a price. The agent
+ *    calls' compute is part of these lifetimes: the whole cost of a run is
+ *    llm cost + sandbox cost (sbx_usage_total_cost), never + compute cost.
+ */
+typedef struct sbx_usage {
+    size_t struct_size;
+    int64_t calls;
+    int64_t input_tokens;
+    int64_t output_tokens;
+    int64_t reasoning_tokens;
+    int64_t cache_read_tokens;
+    int64_t cache_write_tokens;
+    int64_t llm_cost_pusd;
+    int64_t llm_cost_unknown;
+    double compute_seconds;
+    int64_t compute_cost_pusd;
+    int64_t compute_cost_unknown;
+    int64_t sandboxes;
+    double sandbox_seconds;
+    int64_t sandbox_cost_pusd;
+    int64_t sandbox_cost_unknown;
+} sbx_usage;
+
+#define SBX_USAGE_INIT { sizeof(sbx_usage), 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0, 0.0, 0, 0 }
+
+/** sbx_usage_total_tokens: input + output + reasoning + cache_read +
+ *  cache_write. 0 for NULL. Since 0.1. */
+SBX_EXPORT int64_t sbx_usage_total_tokens(const sbx_usage *usage);
+
+/**
+ * sbx_usage_total_cost:
+ * llm_cost_pusd + sandbox_cost_pusd (for one call, whose usage has no
+ * lifetime: + compute_cost_pusd) into *@pusd. Returns 1 when every part is
+ * known, 0 when a part is unknown (*@pusd is then the known part), -1 for
+ * NULL arguments. Since 0.1.
+ */
+SBX_EXPORT int sbx_usage_total_cost(const sbx_usage *usage, int64_t *pusd);
+
+/**
+ * sbx_usage_to_json:
+ * @usage as a JSON object (new string, free()): every field under its own
+ * name, money as exact decimal numbers of dollars named *_usd instead of
+ * *_pusd (a single call's unknown cost as null), plus total_tokens and
+ * total_cost_usd (null when a part is unknown and @usage is one call).
+ * NULL only when memory runs out. Since 0.1.
+ */
+SBX_EXPORT char *sbx_usage_to_json(const sbx_usage *usage);
+
+/**
+ * sbx_sandbox_get_usage / sbx_client_get_usage:
+ * The running total of the agent calls made on @sandbox, with its
+ * lifetime so far; or of every sandbox made or resumed on @client (calls,
+ * and lifetimes: ended ones whole, live ones so far), into *@usage (its
+ * struct_size set by the caller). Readable at any time, from any thread.
+ * Returns 0, or -1 (invalid_argument for NULL arguments). Since 0.1.
+ */
+SBX_EXPORT int sbx_sandbox_get_usage(sbx_sandbox *sandbox, sbx_usage *usage,
+                                     sbx_error **error);
+SBX_EXPORT int sbx_client_get_usage(sbx_client *client, sbx_usage *usage,
+                                    sbx_error **error);
+
+/**
+ * sbx_client_set_ledger:
+ * Appends one JSON line to the file @path (made 0600 when missing; NULL
+ * stops) for each agent call and each sandbox lifetime of @client's
+ * sandboxes, from now on. Without a call the environment variable
+ * SBX_LEDGER, read when the client is made, names the file, so every
+ * process of a large run can write one ledger. Each line is one write to
+ * a file opened O_APPEND, so lines of concurrent writers never mix.
+ *
+ * Records: {"kind":"agent_call", "time" (ISO 8601 UTC), "backend",
+ * "sandbox_id", "harness", "model", "status", "reason", "exit_code",
+ * "session_id", "vcpu", "ram_gib", "gpu", "seconds", "rate_usd_per_s",
+ * "rate_source", the token counts, "llm_cost_usd", "compute_cost_usd"} and
+ * {"kind":"sandbox", "time", "backend", "sandbox_id", "end" ("destroyed" or
+ * "released"), "vcpu", "ram_gib", "gpu", "seconds", "billed_seconds",
+ * "rate_usd_per_s", "rate_source", "agent_calls", the token counts,
+ * "llm_cost_usd", "llm_cost_unknown_calls", "compute_cost_usd"}; money as
+ * exact decimal numbers, null when unknown. The cost of a whole run is the
+ * sum of llm_cost_usd over the agent_call records plus compute_cost_usd
+ * over the sandbox records (an agent call's compute is inside its
+ * sandbox's lifetime). A write that fails is logged (SBX_DEBUG) and
+ * dropped; it never fails the call it records. Errors: invalid_argument
+ * (NULL @client), configuration naming @path when it cannot be opened.
+ * Returns 0 or -1. Thread-safe. Since 0.1.
+ */
+SBX_EXPORT int sbx_client_set_ledger(sbx_client *client, const char *path,
+                                     sbx_error **error);
+
+/* ------------------------------------------------------------------------ */
+/* Agents                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * sbx_agent_harness: the agent CLI run_agent runs. Values are explicit
+ * and append-only.
+ *  - CLAUDE_CODE: `claude -p PROMPT --output-format json [--model M]
+ *    [-c | --resume ID] [EXTRA...]`; read from its result record (one
+ *    object, the verbose array, or stream-json lines).
+ *  - CODEX: `codex exec --json [--model M] [EXTRA...] [resume (--last |
+ *    ID)] PROMPT`; read from its JSONL events.
+ *  - OPENCODE: `opencode run --format json [--model M] [-c | --session
+ *    ID] [EXTRA...] PROMPT`; read from its JSONL events.
+ */
+typedef enum sbx_agent_harness {
+    SBX_AGENT_CLAUDE_CODE = 1,
+    SBX_AGENT_CODEX = 2,
+    SBX_AGENT_OPENCODE = 3
+} sbx_agent_harness;
+
+/** sbx_agent_harness_name: "claude-code", "codex", "opencode"; NULL for
+ *  another value. Static. Since 0.1. */
+SBX_EXPORT const char *sbx_agent_harness_name(sbx_agent_harness harness);
+/** sbx_agent_harness_from_name: the harness named @name, or 0. Since 0.1. */
+SBX_EXPORT sbx_agent_harness sbx_agent_harness_from_name(const char *name);
+
+/**
+ * sbx_agent_request:
+ * One agent call. Initialise with SBX_AGENT_REQUEST_INIT, then set:
+ *  - harness: which CLI (default claude-code).
+ *  - prompt: the prompt, required, passed as one argument (never through a
+ *    shell).
+ *  - model: NULL = the CLI's default.
+ *  - resume: NULL = a new conversation; "" = continue the last one
+ *    (claude -c, codex resume --last, opencode -c); else the session or
+ *    thread id to resume (claude --resume ID, codex resume ID, opencode
+ *    --session ID), as sbx_agent_run_get0_session_id returns it.
+ *  - extra_args: more arguments for the CLI, NULL-terminated (may be NULL).
+ *  - env: "KEY=VALUE" for the call, NULL-terminated: the agent's
+ *    credentials (ANTHROPIC_API_KEY, OPENAI_API_KEY, ...) reach the sandbox
+ *    only this way or through the sandbox's own environment, never from
+ *    this process's (CASE-48).
+ *  - cwd: sandbox directory to run in (NULL: the sandbox's workdir).
+ *  - timeout_secs: as sbx_exec_request's.
+ *  - command: the CLI program (NULL: "claude", "codex", "opencode", looked
+ *    up in the sandbox's PATH).
+ * Pointers are borrowed for the call.
+ */
+typedef struct sbx_agent_request {
+    size_t struct_size;
+    sbx_agent_harness harness;
+    const char *prompt;
+    const char *model;
+    const char *resume;
+    const char *const *extra_args;
+    const char *const *env;
+    const char *cwd;
+    double timeout_secs;
+    const char *command;
+} sbx_agent_request;
+
+#define SBX_AGENT_REQUEST_INIT { sizeof(sbx_agent_request), SBX_AGENT_CLAUDE_CODE, \
+                                 NULL, NULL, NULL, NULL, NULL, NULL, 0.0, NULL }
+
+/** The outcome of a finished agent call. */
+typedef struct sbx_agent_run sbx_agent_run;
+
+/** sbx_agent_status: values explicit and append-only. */
+typedef enum sbx_agent_status {
+    SBX_AGENT_SUCCEEDED = 1,
+    SBX_AGENT_FAILED = 2
+} sbx_agent_status;
+
+/**
+ * sbx_sandbox_run_agent:
+ * Runs the agent CLI of @request in @sandbox, waits for it, and returns
+ * what it answered and what it cost. The status comes from the CLI's own
+ * status fields, never from matching the text and never from the exit code
+ * alone:
+ *  - Claude Code succeeds only when its result record has is_error false
+ *    and subtype "success" (CASE-56) and the exit code is 0;
+ *  - Codex succeeds only with a turn.completed event and no turn.failed
+ *    (an error event, such as a reconnect notice, fails the run only when
+ *    no turn completed; a stream cut short before its terminal event
+ *    fails, even with exit code 0); its input_tokens include the cached
+ *    ones, which are counted as cache_read only;
+ *  - OpenCode succeeds with a step_finish after its last step_start and no
+ *    error event; step_finish records are summed once each (by part id).
+ * A failed run has a reason (sbx_agent_run_get0_reason) and an error kind
+ * (sbx_agent_run_get_error_code: rate_limited, authentication, timeout,
+ * command_failed); its answer text is NULL, its tokens and reported cost
+ * are kept. A cost the CLI did not report is unknown, never 0.
+ * The call's usage (with its compute cost: its wall time × the backend's
+ * rate for the sandbox's size) is added to the sandbox's and its client's
+ * and written to the client's ledger (sbx_client_set_ledger).
+ *
+ * Errors (NULL returned; nothing is added to any usage): invalid_argument
+ * (NULL @sandbox or @request, no prompt, an unknown harness, a bad env
+ * key); command_failed, with contexts "exit_code", "stdout" and "stderr"
+ * (their tails), when the CLI is missing (exit code 127), or its output
+ * holds none of the harness's JSON records (a non-zero exit without them
+ * included); timeout when the call timed out before any record came; and
+ * the errors of sbx_sandbox_execute_command. Thread-safe as exec. Free the
+ * run with sbx_agent_run_free(). Since 0.1.
+ */
+SBX_EXPORT sbx_agent_run *sbx_sandbox_run_agent(sbx_sandbox *sandbox,
+                                                const sbx_agent_request *request,
+                                                sbx_error **error);
+
+/** sbx_agent_run_get_status: SBX_AGENT_SUCCEEDED or SBX_AGENT_FAILED
+ *  (FAILED for NULL). Since 0.1. */
+SBX_EXPORT sbx_agent_status sbx_agent_run_get_status(const sbx_agent_run *run);
+/** sbx_agent_run_get0_text: the answer of a succeeded run (Claude's
+ *  result, Codex's last agent message, OpenCode's last text part); NULL
+ *  for a failed run. Borrowed. Since 0.1. */
+SBX_EXPORT const char *sbx_agent_run_get0_text(const sbx_agent_run *run);
+/**
+ * sbx_agent_run_get0_reason: why a run failed, NULL for a success.
+ * Claude: "SUBTYPE" plus ": " and the errors or the result text when there
+ * are any ("error_max_turns", "success with is_error true: API Error: Rate
+ * limit reached"); Codex: "turn.failed: MESSAGE", "error: MESSAGE" or "no
+ * terminal event"; OpenCode: "error: NAME: MESSAGE" or "no step_finish
+ * after the last step_start"; "exit code N" when only the exit code says
+ * so; "timed out" when the call's timeout ended it. Borrowed. Since 0.1.
+ */
+SBX_EXPORT const char *sbx_agent_run_get0_reason(const sbx_agent_run *run);
+/**
+ * sbx_agent_run_get_error_code: the kind of a failure, from the CLI's
+ * structured fields (an API error status 429 or error "rate_limit":
+ * rate_limited, retryable; 401 or 403, "authentication_failed",
+ * "oauth_org_not_allowed": authentication; Claude's "API Error: Rate
+ * limit" result with no status: rate_limited); timeout; command_failed
+ * otherwise. 0 for a success. Since 0.1.
+ */
+SBX_EXPORT sbx_error_code sbx_agent_run_get_error_code(const sbx_agent_run *run);
+/** The session (Claude, OpenCode) or thread (Codex) id, for resume; NULL
+ *  when the CLI gave none. Borrowed. Since 0.1. */
+SBX_EXPORT const char *sbx_agent_run_get0_session_id(const sbx_agent_run *run);
+/** The CLI's exit code, kept as its own field (0..255, 128+N, 124). */
+SBX_EXPORT int sbx_agent_run_get_exit_code(const sbx_agent_run *run);
+/** The CLI's raw stdout and stderr (binary-safe; lengths in *@len).
+ *  Borrowed. Since 0.1. */
+SBX_EXPORT const char *sbx_agent_run_get0_stdout(const sbx_agent_run *run, size_t *len);
+SBX_EXPORT const char *sbx_agent_run_get0_stderr(const sbx_agent_run *run, size_t *len);
+/** sbx_agent_run_get_usage: the call's usage into *@usage (struct_size
+ *  set by the caller). Returns 0, -1 for NULL. Since 0.1. */
+SBX_EXPORT int sbx_agent_run_get_usage(const sbx_agent_run *run, sbx_usage *usage);
+/**
+ * sbx_agent_run_to_json:
+ * {"status": "succeeded"|"failed", "reason", "error_code", "text",
+ * "session_id", "exit_code", "harness", "usage": sbx_usage_to_json} as a
+ * new string (free()); NULL only when memory runs out. Since 0.1.
+ */
+SBX_EXPORT char *sbx_agent_run_to_json(const sbx_agent_run *run);
+/** sbx_agent_run_free: NULL ignored. Since 0.1. */
+SBX_EXPORT void sbx_agent_run_free(sbx_agent_run *run);
+
+/*
+ * Agent specs (the reference's AgentSpec): an agent placed inside the
+ * sandbox is a command run there with the prompt; one placed outside is
+ * the caller's own code, given a context whose calls reach the sandbox
+ * only through the capabilities granted. Placement stays explicit.
+ */
+
+/** Capabilities of an agent context; values fixed, new bits appended. */
+#define SBX_AGENT_CAP_SHELL     (1u << 0)  /* sbx_agent_context_shell */
+#define SBX_AGENT_CAP_FILES     (1u << 1)  /* list_files, read_file, write_file */
+#define SBX_AGENT_CAP_PATCH     (1u << 2)  /* apply_patch */
+#define SBX_AGENT_CAP_PORTS     (1u << 3)  /* reserved: no context call uses it yet */
+#define SBX_AGENT_CAP_ARTIFACTS (1u << 4)  /* reserved: no context call uses it yet */
+#define SBX_AGENT_CAP_ALL       ((1u << 5) - 1)
+/** The reference's default grant: shell and files. */
+#define SBX_AGENT_CAP_DEFAULT   (SBX_AGENT_CAP_SHELL | SBX_AGENT_CAP_FILES)
+
+/** sbx_agent_capability_name: "shell", "files", "patch", "ports",
+ *  "artifacts"; NULL when @cap is not exactly one of them. Static. Since
+ *  0.1. */
+SBX_EXPORT const char *sbx_agent_capability_name(unsigned cap);
+
+/** A sandbox as an agent may use it: every call checked against the
+ *  capabilities granted. */
+typedef struct sbx_agent_context sbx_agent_context;
+
+/**
+ * sbx_sandbox_agent_tools:
+ * A context over @sandbox (borrowed: it must outlive the context) granting
+ * @capabilities (SBX_AGENT_CAP_* bits), to hand to any agent framework as
+ * its tools: the calls below act on the sandbox as the sbx_sandbox_* call
+ * of the same name does, and a call whose capability was not granted
+ * fails with feature_not_supported naming it (context "capability"),
+ * touching nothing. Errors: invalid_argument (NULL @sandbox, unknown
+ * bits), not_found after destroy. Free with sbx_agent_context_free(). A
+ * context may be used from several threads as its sandbox can. Since 0.1.
+ */
+SBX_EXPORT sbx_agent_context *sbx_sandbox_agent_tools(sbx_sandbox *sandbox,
+                                                      unsigned capabilities,
+                                                      sbx_error **error);
+/** The capabilities granted (0 for NULL). Since 0.1. */
+SBX_EXPORT unsigned sbx_agent_context_get_capabilities(const sbx_agent_context *ctx);
+/** sbx_agent_context_free: NULL ignored; the sandbox is left alone. */
+SBX_EXPORT void sbx_agent_context_free(sbx_agent_context *ctx);
+
+/** shell (SBX_AGENT_CAP_SHELL): @script run with /bin/sh -c, @timeout_secs
+ *  as sbx_exec_request's; the result as sbx_sandbox_execute_shell's.
+ *  Since 0.1. */
+SBX_EXPORT sbx_result *sbx_agent_context_shell(sbx_agent_context *ctx, const char *script,
+                                               double timeout_secs, sbx_error **error);
+/** list_files / read_file / write_file (SBX_AGENT_CAP_FILES): as the
+ *  sbx_sandbox_* calls. Since 0.1. */
+SBX_EXPORT int sbx_agent_context_list_files(sbx_agent_context *ctx, const char *path,
+                                            sbx_file_info ***list, size_t *count,
+                                            sbx_error **error);
+SBX_EXPORT int sbx_agent_context_read_file(sbx_agent_context *ctx, const char *path,
+                                           char **data, size_t *len, sbx_error **error);
+SBX_EXPORT int sbx_agent_context_write_file(sbx_agent_context *ctx, const char *path,
+                                            const void *data, size_t len, sbx_error **error);
+/** apply_patch (SBX_AGENT_CAP_PATCH): as sbx_sandbox_apply_patch. Since 0.1. */
+SBX_EXPORT int sbx_agent_context_apply_patch(sbx_agent_context *ctx, const char *patch,
+                                             size_t len, int strip, const char *dir,
+                                             sbx_error **error);
+
+/**
+ * sbx_outside_agent_fn:
+ * An agent outside the sandbox: given @ctx (valid for the call only),
+ * @prompt and @user_data, it works through @ctx and stores its answer, a
+ * malloc()ed string, in *@answer (may be left NULL: ""). Returns 0, or
+ * non-zero with *@error set (an error from a context call may be passed
+ * on as it is).
+ */
+typedef int (*sbx_outside_agent_fn)(sbx_agent_context *ctx, const char *prompt,
+                                    void *user_data, char **answer, sbx_error **error);
+
+/**
+ * sbx_sandbox_run_outside_agent:
+ * Runs @fn with a context over @sandbox granting @capabilities (see
+ * sbx_sandbox_agent_tools) and returns its answer (free with free()), or
+ * NULL with its error (execution_failed when it gave none), the context
+ * freed either way. Errors: those of agent_tools, invalid_argument (NULL
+ * @fn), and @fn's. Thread-safe as the context. Since 0.1.
+ */
+SBX_EXPORT char *sbx_sandbox_run_outside_agent(sbx_sandbox *sandbox, unsigned capabilities,
+                                               sbx_outside_agent_fn fn, const char *prompt,
+                                               void *user_data, sbx_error **error);
+
+/** How an inside agent gets its prompt. Values explicit, append-only. */
+typedef enum sbx_agent_input {
+    SBX_AGENT_INPUT_STDIN = 1,   /* on the command's stdin, then EOF */
+    SBX_AGENT_INPUT_ARGV = 2,    /* as the command's last argument */
+    SBX_AGENT_INPUT_FILE = 3,    /* in the file input_path, named by $SBX_AGENT_INPUT
+                                  * (a sandbox path: on local, under $SANDBOX_ROOT) */
+    SBX_AGENT_INPUT_NONE = 4     /* not at all */
+} sbx_agent_input;
+
+/** The reference's default input_path. */
+#define SBX_AGENT_INPUT_PATH "/tmp/agent-input.txt"
+
+/**
+ * sbx_inside_agent:
+ * An agent inside the sandbox. Initialise with SBX_INSIDE_AGENT_INIT.
+ *  - command: a shell command (run as `/bin/sh -c COMMAND`), required.
+ *  - input: how the prompt reaches it (default stdin). With argv it is
+ *    passed as an argument ("$@" after the command), never spliced into
+ *    the script.
+ *  - input_path: the sandbox file of file input (default
+ *    SBX_AGENT_INPUT_PATH), removed again after the call.
+ *  - cwd, env ("KEY=VALUE", NULL-terminated), timeout_secs: as
+ *    sbx_exec_request's.
+ */
+typedef struct sbx_inside_agent {
+    size_t struct_size;
+    const char *command;
+    sbx_agent_input input;
+    const char *input_path;
+    const char *cwd;
+    const char *const *env;
+    double timeout_secs;
+} sbx_inside_agent;
+
+#define SBX_INSIDE_AGENT_INIT { sizeof(sbx_inside_agent), NULL, SBX_AGENT_INPUT_STDIN, \
+                                NULL, NULL, NULL, 0.0 }
+
+/**
+ * sbx_sandbox_run_inside_agent:
+ * Runs @spec's command in @sandbox with @prompt (may be NULL only with
+ * SBX_AGENT_INPUT_NONE) and returns its result, as execute_command does
+ * (the command's failure is its exit code). Errors: invalid_argument (no
+ * command, no prompt, an unknown input mode), the errors of write_file
+ * (file input) and execute_command. Thread-safe as exec. Since 0.1.
+ */
+SBX_EXPORT sbx_result *sbx_sandbox_run_inside_agent(sbx_sandbox *sandbox,
+                                                    const sbx_inside_agent *spec,
+                                                    const char *prompt, sbx_error **error);
+
+/* ------------------------------------------------------------------------ */
+/* Structured output                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* A json-c value (<json-c/json.h>); the caller includes json-c to use it. */
+struct json_object;
+
+/**
+ * sbx_json_extract:
+ * The JSON object or array in @len bytes of @text (borrowed), searched as
+ * the reference's return_type parsing does: the whole text (white space
+ * around it allowed), then each fenced block (``` or ```json ... ```) in
+ * order, then each balanced {...} from left to right (braces inside JSON
+ * strings skipped); the first that parses wins. Scalars are not answers.
+ * Returns a new json-c object (release with json_object_put()), or NULL:
+ * invalid_argument (NULL @text; no JSON found: the message names the
+ * length and the first 80 bytes). Thread-safe. Since 0.1.
+ */
+SBX_EXPORT struct json_object *sbx_json_extract(const char *text, size_t len,
+                                                sbx_error **error);
+
+/**
+ * sbx_result_get_json:
+ * sbx_json_extract() on the stdout of a command that exited 0 (the
+ * reference's rule: exit code != 0 raises CommandFailedError). Errors:
+ * invalid_argument (NULL @result), command_failed, with contexts
+ * "exit_code", "stdout" and "stderr" (their last 2048 bytes), for a
+ * non-zero exit code or an output without JSON. Thread-safe. Since 0.1.
+ */
+SBX_EXPORT struct json_object *sbx_result_get_json(const sbx_result *result,
+                                                   sbx_error **error);
+
+/* ------------------------------------------------------------------------ */
+/* Patches                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * sbx_sandbox_apply_patch:
+ * Applies the unified diff in @len bytes of @patch (borrowed; `diff -u`,
+ * `git diff`: other lines between files are ignored) to files of
+ * @sandbox: each file's paths have @strip leading components removed
+ * (patch -pN; the reference's apply_patch(patch, strip)) and are taken
+ * under the sandbox directory @dir (NULL: as the file calls take them).
+ * A file from /dev/null is created (0644; it must not exist), one to
+ * /dev/null removed (its whole content must be the hunk's), any other
+ * changed keeping its permission bits. Each hunk must match the file's
+ * lines exactly (no fuzz), at the line its header names or the nearest
+ * one after the previous hunk. All or nothing: every hunk of every file is
+ * matched before any file is written, so a patch that does not apply
+ * changes no file; and should a write then fail, the files written before
+ * it are put back as they were (best effort: context "not_restored" names
+ * a file that could not be). The file calls move the bytes (no patch
+ * program is needed in the sandbox). Returns the number of files changed,
+ * or -1.
+ * Errors: invalid_argument (NULL @patch, negative @strip, a malformed
+ * patch naming the line, a hunk that does not apply: "hunk 2 of src/a.c
+ * (@@ -10,4 +10,5 @@) does not apply", contexts "path", "hunk" (its number
+ * in the file) and "hunk_header"; a file to create that exists), the
+ * errors of the file calls (not_found naming a file to change that does
+ * not exist), not_found after destroy. Thread-safe as the file calls; not
+ * atomic against other writers of the same files. Since 0.1.
+ */
+SBX_EXPORT int sbx_sandbox_apply_patch(sbx_sandbox *sandbox, const char *patch, size_t len,
+                                       int strip, const char *dir, sbx_error **error);
+
+/* ------------------------------------------------------------------------ */
 /* Asynchronous calls                                                        */
 /* ------------------------------------------------------------------------ */
 
@@ -1785,7 +2359,9 @@ SBX_EXPORT sbx_sandbox *sbx_resume(const char *state_json, sbx_error **error);
  * asynchronous form, named after it with the suffix _async, for programs
  * built around an event loop (poll, epoll, libuv, ...) or that run many
  * sandboxes at once from one thread; calls that only read local
- * configuration (options, presets, sbx_backends_list) have none. An
+ * configuration (options, presets, sbx_backends_list, pricing) have none,
+ * and neither have, yet, the agent specs' calls (sbx_sandbox_agent_tools'
+ * context, sbx_sandbox_run_inside_agent, sbx_sandbox_run_outside_agent). An
  * sbx_async is a pool of worker threads: an _async call copies its
  * arguments into a new operation (sbx_op), queues it and returns at once;
  * a worker runs the synchronous call; the operation's completion callback
@@ -1897,7 +2473,9 @@ typedef enum sbx_op_kind {
     SBX_OP_SESSION_STATE = 21,      /* sbx_sandbox_session_state_async */
     SBX_OP_EXTRACT_TAR = 22,        /* sbx_extract_tar_fd_async */
     SBX_OP_SNAPSHOT = 23,           /* sbx_sandbox_snapshot_async */
-    SBX_OP_DESTROY_BY_ID = 24       /* sbx_client_destroy_by_id_async */
+    SBX_OP_DESTROY_BY_ID = 24,      /* sbx_client_destroy_by_id_async */
+    SBX_OP_RUN_AGENT = 25,          /* sbx_sandbox_run_agent_async */
+    SBX_OP_APPLY_PATCH = 26         /* sbx_sandbox_apply_patch_async */
 } sbx_op_kind;
 
 /** Worker threads of a pool made with max_workers 0. */
@@ -2047,6 +2625,15 @@ SBX_EXPORT const sbx_result *sbx_op_get0_result(const sbx_op *op);
 SBX_EXPORT sbx_result *sbx_op_steal_result(sbx_op *op);
 
 /**
+ * sbx_op_get0_agent_run / sbx_op_steal_agent_run:
+ * The run of a run_agent operation: borrowed from @op, or handed to the
+ * caller (sbx_agent_run_free()). NULL when the call failed, for other
+ * kinds, and after a steal. Since 0.1.
+ */
+SBX_EXPORT const sbx_agent_run *sbx_op_get0_agent_run(const sbx_op *op);
+SBX_EXPORT sbx_agent_run *sbx_op_steal_agent_run(sbx_op *op);
+
+/**
  * sbx_op_steal_data:
  * The bytes of a read_file operation, or the JSON document of a
  * session_state operation, handed to the caller (free with free();
@@ -2069,7 +2656,7 @@ SBX_EXPORT sbx_file_info **sbx_op_steal_file_list(sbx_op *op, size_t *count);
 /**
  * sbx_op_get_int64:
  * The integer outcome of @op: is_alive 1 or 0; upload_dir, download_dir
- * and extract_tar the number of entries; probe the capability bits (cast
+ * and extract_tar the number of entries; apply_patch the files changed; probe the capability bits (cast
  * to uint64_t); 0 for a successful operation of another kind; -1 when the
  * operation failed. Since 0.1.
  */
@@ -2216,6 +2803,19 @@ SBX_EXPORT sbx_op *sbx_sandbox_snapshot_async(sbx_async *async, sbx_sandbox *san
 SBX_EXPORT sbx_op *sbx_client_destroy_by_id_async(sbx_async *async, sbx_client *client,
                                                   const char *id, sbx_op_done_fn done,
                                                   void *user_data, sbx_error **error);
+/** sbx_sandbox_run_agent(); the request copied (within its struct_size:
+ *  its strings, extra_args and env) [get0_agent_run, steal_agent_run].
+ *  Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_run_agent_async(sbx_async *async, sbx_sandbox *sandbox,
+                                               const sbx_agent_request *request,
+                                               sbx_op_done_fn done, void *user_data,
+                                               sbx_error **error);
+/** sbx_sandbox_apply_patch(); the @len bytes of @patch and @dir copied
+ *  [get_int64: files changed]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_apply_patch_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                 const char *patch, size_t len, int strip,
+                                                 const char *dir, sbx_op_done_fn done,
+                                                 void *user_data, sbx_error **error);
 /** sbx_extract_tar_fd(); @fd borrowed until the callback [get_int64:
  *  entries]. Since 0.1. */
 SBX_EXPORT sbx_op *sbx_extract_tar_fd_async(sbx_async *async, int fd, const char *dest_dir,
