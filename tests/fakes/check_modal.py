@@ -6,7 +6,8 @@ the token metadata (UNAUTHENTICATED without it), NOT_FOUND and
 INVALID_ARGUMENT where due, SandboxList by tags, the command router's JWT
 check (and an expired JWT), a TaskExecStart repeated with its exec id
 running once, stdout read from an offset, stdin by offset (a repeated chunk
-written once), code and signal from TaskExecWait, a filesystem snapshot
+written once; one write larger than the pipes, answered while the command's
+output is read), code and signal from TaskExecWait, a filesystem snapshot
 restored by image id, a scripted RESOURCE_EXHAUSTED. The fake is started
 on ephemeral ports and stopped by its PID; afterwards no process of it and
 no sandbox directory is left. Prints TAP.
@@ -189,6 +190,20 @@ def run(tmp):
                 task_id=task, exec_id="e3", offset=off, data=data, eof=eof),
                 tcr.TaskExecStdinWriteResponse)
         eq("stdin by offset, a repeated chunk written once", read("e3"), b"abcdef")
+        # One write far larger than the pipes between it and the command's
+        # output: cat takes it only while its output is read.
+        big = bytes(range(256)) * 8192
+        start("e7", "cat")
+        if eq("a 2 MiB stdin write to cat is answered", code_of(lambda: r(
+                "TaskExecStdinWrite", tcr.TaskExecStdinWriteRequest(
+                    task_id=task, exec_id="e7", offset=0, data=big, eof=True),
+                tcr.TaskExecStdinWriteResponse)), grpc.StatusCode.OK):
+            got = read("e7")
+            check("cat gives the 2 MiB back", got == big,
+                  "got %d bytes, %d of them as written" % (
+                      len(got), sum(1 for x, y in zip(got, big) if x == y)))
+            w = wait("e7")
+            eq("cat of the 2 MiB: code 0", (w.WhichOneof("exit_status"), w.code), ("code", 0))
         start("e4", "kill -9 $$")
         w = wait("e4")
         eq("TaskExecWait: the signal", (w.WhichOneof("exit_status"), w.signal), ("signal", 9))

@@ -20,7 +20,8 @@ serves:
 - the command router on a second port: TaskExecStart (idempotent by the
   client's exec_id), TaskExecStdioRead (a server stream of the command's
   stdout or stderr from an offset, sent as it arrives), TaskExecStdinWrite
-  (by offset: bytes already written are not written again) and
+  (by offset: bytes already written are not written again; answered once
+  they are in the command's stdin, its output pumped meanwhile) and
   TaskExecWait (code, or signal). Each checks "authorization: Bearer JWT"
   against the JWTs the fake handed out for that task and not expired, else
   UNAUTHENTICATED.
@@ -103,6 +104,10 @@ class Exec:
         self.done = False       # ended, and its output read (or given up on)
         self.stdin_off = 0
         self.stdin_closed = False
+        # stdin has a lock of its own: a write blocks until the command has
+        # taken its bytes, and the command takes them only while its output
+        # is pumped, which needs cond.
+        self.stdin_lock = threading.Lock()
         self.cond = threading.Condition()
 
     def pump(self, i, f):
@@ -472,7 +477,7 @@ class ModalFake(fakehttp.Fake):
     def TaskExecStdinWrite(self, req, ctx, md):
         sb = self.router_sandbox(req, md)
         ex = self.find_exec(sb, req.exec_id)
-        with ex.cond:
+        with ex.stdin_lock:
             if ex.stdin_closed:
                 return tcr.TaskExecStdinWriteResponse()
             data = req.data
