@@ -271,16 +271,20 @@ Test(blaxel, a_create_the_provider_finishes_after_the_timeout_is_deleted)
     cr_assert(dt <= 1.5, "the create returned after %.2f s", dt);
     sbx_error_free(err);
     /* The case's bound: within 10 s the sandbox the provider made late is
-     * deleted (once), and its live list is as before. */
+     * deleted (once), and its live list is as before. The fake logs a
+     * request as it arrives, before handling it: both are waited for. */
     int deletes = 0;
-    for (int i = 0; i < 100 && deletes == 0; i++) {
+    size_t live = 0;
+    for (int i = 0; i < 100; i++) {
         usleep(100000);
-        json_object *log = tu_fake_log();
-        deletes = tu_fake_count(log, "DELETE", "/v0/sandboxes/sbx-[0-9a-f]+", NULL, 0);
-        json_object_put(log);
+        json_object *l = tu_fake_log();
+        deletes = tu_fake_count(l, "DELETE", "/v0/sandboxes/sbx-[0-9a-f]+", NULL, 0);
+        json_object_put(l);
+        if (deletes > 0 && (live = fake_live()) == n0)
+            break;
     }
     cr_assert_eq(deletes, 1, "the late sandbox was not deleted within 10 s");
-    cr_assert_eq(fake_live(), n0);
+    cr_assert_eq(live, n0);
     json_object *log = tu_fake_log();
     cr_assert_eq(tu_fake_count(log, "POST", "/v0/sandboxes", NULL, 0), 1);
     json_object_put(log);
