@@ -14,8 +14,9 @@
 # Modes: SBX_CLOUD_MODES, "outofprocess inprocess" by default. When both run,
 # the slow cases (*_slow) run only out of process; scripts/test runs
 # "outofprocess" in build/ci and "inprocess" in build/asan, so each case runs
-# once per build. The backend's own tests script the one fake, so they run
-# one at a time (CRITERION_JOBS=1).
+# once per build; a CRITERION_TEST_PATTERN of the caller's chooses alone, in
+# both modes. The backend's own tests script the one fake, so they run one at
+# a time (CRITERION_JOBS=1).
 #
 # tests/test_files is not among the suites: it never takes SBX_TEST_BACKEND
 # (it runs in TESTS already); a backend's file behaviour is in the
@@ -149,7 +150,9 @@ for mode in $modes; do
     export SBX_PLUGIN_MODE
     filter=
     case " $modes " in
-    *" outofprocess "*) [ "$mode" = outofprocess ] || filter='--filter=*/!(*_slow)' ;;
+    *" outofprocess "*)
+        [ "$mode" = outofprocess ] || [ -n "${CRITERION_TEST_PATTERN:-}" ] ||
+            filter='--filter=*/!(*_slow)' ;;
     esac
     for prog in ${SBX_CLOUD_SUITES:-tests/test_conformance tests/test_cases tests/test_state tests/test_$backend}; do
         if [ ! -x "./$prog" ]; then
