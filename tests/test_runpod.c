@@ -66,6 +66,10 @@ static int reaper_stop(void);
 static pid_t master_pid(int port);
 static int wait_state(pid_t pid, char want);
 
+/* A test's own temporary directory, removed (with everything in it) once
+ * its sandbox and client are gone; NULL when none. */
+static char *g_tmp_base;
+
 static void teardown(void)
 {
     fake_config_reset();
@@ -75,7 +79,13 @@ static void teardown(void)
         g_sb = NULL;
     }
     sbx_client_free(g_client);
+    g_client = NULL;
     reaper_stop();
+    if (g_tmp_base) {
+        tu_rmtree(g_tmp_base);
+        free(g_tmp_base);
+        g_tmp_base = NULL;
+    }
 }
 
 TestSuite(runpod, .init = setup, .fini = teardown, .timeout = 120);
@@ -523,6 +533,7 @@ Test(runpod, case29_control_socket_fits_with_long_directories)
      * the client (and its plugin host) exists. */
     sbx_client_free(g_client);
     char *base = tu_mkdtemp("sbx-rp29");
+    g_tmp_base = strdup(base);
     char *dir = tu_strdup_printf("%s/", base);
     while (strlen(dir) < 80) {
         char *longer = tu_strdup_printf("%sx", dir);
