@@ -391,6 +391,7 @@ Test(ray, token_from_file_and_missing_token)
         setenv("RAY_AUTH_TOKEN", keep, 1);
     free(keep);
     free(path);
+    tu_rmtree(dir);
     free(dir);
 }
 
