@@ -42,8 +42,6 @@
 
 static sbx_client *g_client;
 static sbx_sandbox *g_sb;
-static pid_t g_reaper = -1;
-static int g_reaper_err = -1;
 
 static void fake_config_reset(void)
 {
@@ -62,7 +60,6 @@ static void setup(void)
     g_sb = NULL;
 }
 
-static int reaper_stop(void);
 static pid_t master_pid(int port);
 static int wait_state(pid_t pid, char want);
 
@@ -80,7 +77,7 @@ static void teardown(void)
     }
     sbx_client_free(g_client);
     g_client = NULL;
-    reaper_stop();
+    tu_reaper_stop();
     if (g_tmp_base) {
         tu_rmtree(g_tmp_base);
         free(g_tmp_base);
@@ -723,81 +720,13 @@ Test(runpod, master_stopped_mid_command_fails_it_and_is_replaced)
 
 /* ------------------------------------------------------------ CASE-52 A */
 
-static int reaper_start(int target, int idle)
-{
-    int out[2], err[2];
-    cr_assert_eq(pipe(out), 0);
-    cr_assert_eq(pipe(err), 0);
-    char tport[16], tidle[16];
-    snprintf(tport, sizeof tport, "%d", target);
-    snprintf(tidle, sizeof tidle, "%d", idle);
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1);
-    if (pid == 0) {
-        dup2(out[1], 1);
-        dup2(err[1], 2);
-        close(out[0]);
-        close(out[1]);
-        close(err[0]);
-        close(err[1]);
-        execl("/usr/bin/python3", "python3", SBX_SOURCE_DIR "/tests/fakes/idlereaper.py", tport,
-              tidle, (char *)NULL);
-        _exit(127);
-    }
-    close(out[1]);
-    close(err[1]);
-    g_reaper = pid;
-    g_reaper_err = err[0];
-    char line[64];
-    size_t n = 0;
-    while (n < sizeof line - 1) {
-        ssize_t k = read(out[0], line + n, 1);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0 || line[n] == '\n')
-            break;
-        n++;
-    }
-    line[n] = '\0';
-    close(out[0]);
-    int port = 0;
-    cr_assert_eq(sscanf(line, "PORT %d", &port), 1, "the idle reaper said \"%s\"", line);
-    return port;
-}
-
-static int reaper_stop(void)
-{
-    if (g_reaper <= 0)
-        return 0;
-    kill(g_reaper, SIGTERM);
-    while (waitpid(g_reaper, NULL, 0) < 0 && errno == EINTR)
-        ;
-    g_reaper = -1;
-    char buf[4096];
-    size_t n = 0;
-    for (;;) {
-        ssize_t k = read(g_reaper_err, buf + n, sizeof buf - 1 - n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0 || (n += (size_t)k) == sizeof buf - 1)
-            break;
-    }
-    buf[n] = '\0';
-    close(g_reaper_err);
-    g_reaper_err = -1;
-    int reaped = 0;
-    for (const char *p = buf; (p = strstr(p, "REAPED ")); p += 7)
-        reaped++;
-    return reaped;
-}
-
 /* The plugin's keepalive is ServerAliveInterval 5 s: the reaper cuts a
  * connection after 1.5 x 5 s without a byte. The sandbox is resumed
  * through the reaper (the fake reports the reaper's port). */
 Test(runpod, case52_quiet_command_survives_an_idle_reaper_slow, .timeout = 120)
 {
     g_sb = create_with(NULL);
-    int rport = reaper_start(pod_port(g_sb), 8);
+    int rport = tu_reaper_start(pod_port(g_sb), 8);
     char *path = tu_strdup_printf("/_fake/pods/%s/port", sbx_sandbox_get0_id(g_sb));
     char *body = tu_strdup_printf("{\"public\": %d}", rport);
     tu_fake_post(path, body);
@@ -815,7 +744,7 @@ Test(runpod, case52_quiet_command_survives_an_idle_reaper_slow, .timeout = 120)
     sbx_result_free(r);
     cr_assert_eq(ssh_procs("ControlMaster", rport), 1, "the master through the reaper");
     sbx_sandbox_free(sb2);
-    cr_assert_eq(reaper_stop(), 0, "the reaper cut a connection");
+    cr_assert_eq(tu_reaper_stop(), 0, "the reaper cut a connection");
     free(state);
     free(path);
     free(body);
