@@ -104,6 +104,7 @@
 #define RAY_STATE_VERSION 1
 #define RAY_LOG_SETTLE_S 10.0       /* a terminal job's log is read again this long */
 #define RAY_SHORT_S 60.0            /* bound on the plugin's own jobs */
+#define RAY_REAP_S 30.0             /* bound on stopping and deleting a freed job */
 #define RAY_SANDBOX_MARK "SBX_RAY_SANDBOX"
 #define RAY_CALL_ENV "SBX_RAY_CALL_ENV" /* the call's env, for the command only */
 #define RAY_CHUNK 3072              /* output bytes per log line (4096 in base64) */
@@ -265,10 +266,10 @@ static void ray_job_delete(struct sbx_plugin_client *c, const char *sid)
 /* The end of a job whose follower stopped early (a process freed while it
  * ran): stops it (it may have been sent as the follower stopped, so
  * whatever the follower knew) and, once it is terminal, deletes its record;
- * best effort, bounded by 10 s. */
+ * best effort, bounded by RAY_REAP_S. */
 static void ray_job_reap(struct sbx_plugin_client *c, const char *sid)
 {
-    sbx_call_ctx ctx = { sizeof(ctx), cl_now() + 10, -1, NULL };
+    sbx_call_ctx ctx = { sizeof(ctx), cl_now() + RAY_REAP_S, -1, NULL };
     if (ray_job_stop(c, &ctx, sid, "exec", NULL) < 0)
         return;
     for (double pause = 0.02;; pause = pause < 0.5 ? pause * 2 : pause) {
