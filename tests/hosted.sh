@@ -9,7 +9,8 @@
 # each test's name carries the backend, the mode and the program. One wrapper
 # per backend (tests/daytona.sh, tests/e2b.sh, tests/tensorlake.sh,
 # tests/blaxel.sh, tests/runloop.sh, tests/vercel.sh, tests/cloudflare.sh,
-# tests/modal.sh, tests/ray.sh, tests/runpod.sh) is what TESTS runs.
+# tests/modal.sh, tests/ray.sh, tests/runpod.sh, tests/kubernetes.sh) is what
+# TESTS runs.
 #
 # Modes: SBX_CLOUD_MODES, "outofprocess inprocess" by default. When both run,
 # the slow cases (*_slow) run only out of process; scripts/test runs
@@ -33,12 +34,36 @@ backend=$1
 here=${SBX_TEST_SRCDIR:-$(dirname "$0")}
 fake="$here/fakes/$backend.py"
 case $backend in
-daytona | e2b | tensorlake | blaxel | runloop | vercel | cloudflare | modal | ray | runpod) ;;
-*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, blaxel, runloop, vercel, cloudflare, modal, ray, runpod)"; exit 99 ;;
+daytona | e2b | tensorlake | blaxel | runloop | vercel | cloudflare | modal | ray | runpod | kubernetes) ;;
+*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, blaxel, runloop, vercel, cloudflare, modal, ray, runpod, kubernetes)"; exit 99 ;;
 esac
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 dir=$(mktemp -d "${TMPDIR:-/tmp}/sbx-$backend-XXXXXX") || { echo "Bail out! mktemp"; exit 99; }
+if [ "$backend" = kubernetes ]; then
+    # The API server fake speaks TLS: a throwaway CA, the server's
+    # certificate (127.0.0.1 and localhost) and a client certificate
+    # (mutual TLS, as a kubeconfig's user has it), made in the run's
+    # directory and removed with it.
+    tls_fail() { echo "Bail out! openssl failed: $(cat "$dir/openssl.log")"; rm -rf "$dir"; exit 99; }
+    (
+        cd "$dir" || exit 1
+        printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >server.ext
+        printf 'extendedKeyUsage=clientAuth\n' >client.ext
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+            -keyout ca.key -out ca.crt -days 1 -subj /CN=sbx-test-ca &&
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+            -keyout server.key -out server.csr -subj /CN=kube-apiserver &&
+        openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
+            -out server.crt -days 1 -extfile server.ext &&
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+            -keyout client.key -out client.csr -subj "/O=system:masters/CN=sbx-test" &&
+        openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
+            -out client.crt -days 1 -extfile client.ext
+    ) >"$dir/openssl.log" 2>&1 || tls_fail
+    SBX_FAKE_TLS_CERT=$dir/server.crt SBX_FAKE_TLS_KEY=$dir/server.key SBX_FAKE_TLS_CA=$dir/ca.crt
+    export SBX_FAKE_TLS_CERT SBX_FAKE_TLS_KEY SBX_FAKE_TLS_CA
+fi
 SBX_FAKE_API_KEY=sbx-test-dummy-key "$py" "$fake" >"$dir/port" 2>"$dir/fake.log" &
 fake_pid=$!
 stop_fake() {
@@ -123,6 +148,37 @@ ray)
     RAY_ADDRESS=$url RAY_AUTH_TOKEN=sbx-test-dummy-key
     export RAY_ADDRESS RAY_AUTH_TOKEN
     unset RAY_AUTH_TOKEN_PATH ;;
+kubernetes)
+    # A kubeconfig whose current context reaches the fake over TLS with
+    # the client certificate (no token); tests/test_kubernetes writes
+    # others (bearer tokens, bad values) of its own. SBX_K8S_TEST_DIR
+    # holds the CA and the certificates for them.
+    b64() { base64 -w0 <"$1"; }
+    url="https://127.0.0.1:$(sed -n 's/^PORT //p' "$dir/port")"
+    {
+        echo "apiVersion: v1"
+        echo "kind: Config"
+        echo "current-context: fake"
+        echo "clusters:"
+        echo "- name: fake"
+        echo "  cluster:"
+        echo "    server: $url"
+        echo "    certificate-authority-data: $(b64 "$dir/ca.crt")"
+        echo "users:"
+        echo "- name: sbx-test"
+        echo "  user:"
+        echo "    client-certificate-data: $(b64 "$dir/client.crt")"
+        echo "    client-key-data: $(b64 "$dir/client.key")"
+        echo "contexts:"
+        echo "- name: fake"
+        echo "  context:"
+        echo "    cluster: fake"
+        echo "    user: sbx-test"
+        echo "    namespace: sbx-test"
+    } >"$dir/kubeconfig"
+    KUBECONFIG=$dir/kubeconfig SBX_K8S_FAKE_URL=$url SBX_K8S_TEST_DIR=$dir
+    export KUBECONFIG SBX_K8S_FAKE_URL SBX_K8S_TEST_DIR
+    unset KUBERNETES_SERVICE_HOST KUBERNETES_SERVICE_PORT ;;
 runpod)
     # The fake's pods are OpenSSH servers on 127.0.0.1 that trust the
     # PUBLIC_KEY of their env: a throwaway client key in the run's

@@ -399,7 +399,7 @@ class Handler(BaseHTTPRequestHandler):
                 rule = self.fake.take_fault(self.command, path, held)
                 if rule is not None and self.fault(rule, path):
                     entry["fault"] = True
-                elif auth != "Bearer " + self.fake.api_key:
+                elif not self.authorized(auth):
                     self.body_bytes()
                     self.send_error_reply(401, "Unauthorized")
                 else:
@@ -424,6 +424,12 @@ class Handler(BaseHTTPRequestHandler):
                                                                       "backslashreplace")
         if not path.startswith("/_fake/"):
             self.fake.finish(entry)
+
+    def authorized(self, auth):
+        """Whether the request carries the fake's credential: by default
+        "Authorization: Bearer <key>" (a fake with other credentials, such
+        as client certificates, overrides it)."""
+        return auth == "Bearer " + self.fake.api_key
 
     def control(self, path):
         f = self.fake
@@ -462,11 +468,16 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 1024
 
 
-def serve(fake, handler_class):
+def serve(fake, handler_class, ssl_context=None):
     """Listens on 127.0.0.1 (ephemeral port), prints "PORT <n>", serves
-    until SIGTERM/SIGINT, then runs fake.cleanup()."""
+    until SIGTERM/SIGINT, then runs fake.cleanup(). With @ssl_context (an
+    ssl.SSLContext for a server), every connection is TLS, its handshake
+    made on the connection's own thread."""
     handler_class.fake = fake
     server = Server(("127.0.0.1", 0), handler_class)
+    if ssl_context is not None:
+        server.socket = ssl_context.wrap_socket(server.socket, server_side=True,
+                                                do_handshake_on_connect=False)
     server.daemon_threads = True
     fake.port = server.server_address[1]
 

@@ -142,12 +142,15 @@ class Box:
 
     # ------------------------------------------------------------ commands
     def popen(self, argv, env=None, cwd="/", stdin=subprocess.DEVNULL,
-              stdout=subprocess.PIPE, stderr=subprocess.PIPE):
+              stdout=subprocess.PIPE, stderr=subprocess.PIPE, user=None, tty=False):
         """Starts @argv inside the sandbox, in a session of its own.
 
         @env: the whole environment of the command (a dict), or None for a
         minimal one. @cwd: sandbox path (must exist: check with host_path()
-        first). Raises SandboxGone when the instance does not run."""
+        first). @user: (uid, gid) the command runs as (setpriv, no
+        supplementary groups), or None for root. @tty: stdin is a terminal
+        that becomes the session's controlling terminal. Raises SandboxGone
+        when the instance does not run."""
         with self.lock:
             if self.proc is None or self.proc.poll() is not None:
                 raise SandboxGone()
@@ -155,10 +158,21 @@ class Box:
         full_env = default_env()
         if env:
             full_env.update(env)
-        args = ["nsenter", "-t", str(pid), "-m", "-p", "-r", "--",
-                "/usr/bin/env", "-C", cwd, "--"] + list(argv)
+        as_user = []
+        if user is not None:
+            as_user = ["/usr/bin/setpriv", "--reuid=%d" % user[0], "--regid=%d" % user[1],
+                       "--clear-groups", "--"]
+        args = (["nsenter", "-t", str(pid), "-m", "-p", "-r", "--"] + as_user
+                + ["/usr/bin/env", "-C", cwd, "--"] + list(argv))
+        pre = None
+        if tty:
+            import fcntl
+            import termios
+
+            def pre():
+                fcntl.ioctl(0, termios.TIOCSCTTY, 0)
         c = subprocess.Popen(args, env=full_env, stdin=stdin, stdout=stdout, stderr=stderr,
-                             start_new_session=True)
+                             start_new_session=True, preexec_fn=pre)
         with self.lock:
             self.commands.add(c)
         return c

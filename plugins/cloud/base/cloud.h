@@ -262,6 +262,16 @@ int cl_http_set_auth(cl_http *h, const char *header, const char *value);
  *  Not a secret. 0, or -1 on no memory or a fifth header. Not
  *  thread-safe: call before requests. */
 int cl_http_add_header(cl_http *h, const char *header, const char *value);
+/**
+ * TLS for every request of @h (PEM bytes, copied; NULL for none): @ca_pem
+ * the CAs trusted instead of the system's, @cert_pem / @key_pem a client
+ * certificate and its key (mutual TLS, as a kubeconfig's client
+ * certificate), @insecure 1 to check no server certificate. The key is
+ * wiped when @h is freed. 0, or -1 on no memory or a libcurl older than
+ * 7.77 (no in-memory PEM). Not thread-safe: call before requests.
+ */
+int cl_http_set_tls(cl_http *h, const char *ca_pem, size_t ca_len, const char *cert_pem,
+                    size_t cert_len, const char *key_pem, size_t key_len, int insecure);
 /** Adds @secret to what is scrubbed from every message (copied; up to 8).
  *  Not thread-safe: call before requests. */
 int cl_http_set_secret(cl_http *h, const char *secret);

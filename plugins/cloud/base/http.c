@@ -62,6 +62,8 @@ struct cl_http {
     int nsecrets;
     cl_retry_policy retry;
     unsigned seed;
+    cl_buf tls_ca, tls_cert, tls_key;   /* PEM blobs; empty: none */
+    int tls_insecure;
 };
 
 static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *ud)
@@ -121,6 +123,11 @@ void cl_http_free(cl_http *c)
     }
     for (int i = 0; i < c->nextra; i++)
         free(c->extra_headers[i]);
+    if (c->tls_key.data)
+        memset(c->tls_key.data, 0, c->tls_key.len);
+    cl_buf_clear(&c->tls_ca);
+    cl_buf_clear(&c->tls_cert);
+    cl_buf_clear(&c->tls_key);
     free(c);
 }
 
@@ -154,6 +161,21 @@ int cl_http_set_auth(cl_http *c, const char *header, const char *value)
     if (sp && cl_http_set_secret(c, sp + 1) < 0)
         return -1;
     return cl_http_set_secret(c, value);
+}
+
+int cl_http_set_tls(cl_http *c, const char *ca_pem, size_t ca_len, const char *cert_pem,
+                    size_t cert_len, const char *key_pem, size_t key_len, int insecure)
+{
+#if LIBCURL_VERSION_NUM < 0x074d00
+    if (ca_pem || cert_pem || key_pem)
+        return -1;
+#endif
+    c->tls_insecure = insecure;
+    if ((ca_pem && cl_buf_append(&c->tls_ca, ca_pem, ca_len) < 0)
+        || (cert_pem && cl_buf_append(&c->tls_cert, cert_pem, cert_len) < 0)
+        || (key_pem && cl_buf_append(&c->tls_key, key_pem, key_len) < 0))
+        return -1;
+    return 0;
 }
 
 int cl_http_add_header(cl_http *c, const char *header, const char *value)
@@ -563,6 +585,26 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
         curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
         curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 30L);
         curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 15L);
+#if LIBCURL_VERSION_NUM >= 0x074d00
+        if (c->tls_ca.len) {
+            struct curl_blob b = { c->tls_ca.data, c->tls_ca.len, CURL_BLOB_NOCOPY };
+            curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &b);
+        }
+        if (c->tls_cert.len) {
+            struct curl_blob b = { c->tls_cert.data, c->tls_cert.len, CURL_BLOB_NOCOPY };
+            curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, &b);
+            curl_easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
+        }
+        if (c->tls_key.len) {
+            struct curl_blob b = { c->tls_key.data, c->tls_key.len, CURL_BLOB_NOCOPY };
+            curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &b);
+            curl_easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
+        }
+#endif
+        if (c->tls_insecure) {
+            curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+            curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+        }
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, &x);
         curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);

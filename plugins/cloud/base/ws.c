@@ -60,6 +60,7 @@ struct cl_ws {
 };
 
 static pthread_once_t ws_log_once = PTHREAD_ONCE_INIT;
+static pthread_rwlock_t ws_tls_lock = PTHREAD_RWLOCK_INITIALIZER;
 
 static void ws_log_emit(int level, const char *line)
 {
@@ -366,10 +367,20 @@ int cl_ws_connect(const cl_ws_opts *o, const sbx_call_ctx *ctx, double secs, cl_
     ci.protocols = ws_protocols;
     ci.user = w;
     ci.fd_limit_per_thread = 8;
+    /* The opening handshake is built in this buffer: room for long URLs
+     * (a command in the query) and headers. */
+    ci.pt_serv_buf_size = 32768;
     ci.count_threads = 1;
     ci.gid = -1;
     ci.uid = -1;
+    /* libwebsockets 4.1 makes a context's client TLS only with
+     * LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT, which also makes the OpenSSL
+     * ex-data indexes its verify callback reads anew, process-wide: a
+     * context made while another connection is in its TLS handshake would
+     * make that handshake fail. So contexts are made under the write side
+     * of ws_tls_lock and handshakes run under its read side. */
     ci.options = LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+    pthread_rwlock_wrlock(&ws_tls_lock);
     if (tls && o->tls) {
         if (o->tls->ca_pem) {
             ci.client_ssl_ca_mem = o->tls->ca_pem;
@@ -385,6 +396,7 @@ int cl_ws_connect(const cl_ws_opts *o, const sbx_call_ctx *ctx, double secs, cl_
         }
     }
     w->cx = lws_create_context(&ci);
+    pthread_rwlock_unlock(&ws_tls_lock);
     if (!w->cx) {
         cl_fail(error, SBX_ERROR_CONNECTION, op, "%s: cannot set up the WebSocket client "
                 "(libwebsockets context; bad TLS material?)", w->what);
@@ -410,12 +422,15 @@ int cl_ws_connect(const cl_ws_opts *o, const sbx_call_ctx *ctx, double secs, cl_
             ii.ssl_connection |= LCCSCF_ALLOW_SELFSIGNED | LCCSCF_SKIP_SERVER_CERT_HOSTNAME_CHECK
                                  | LCCSCF_ALLOW_EXPIRED | LCCSCF_ALLOW_INSECURE;
     }
+    pthread_rwlock_rdlock(&ws_tls_lock);
     if (!lws_client_connect_via_info(&ii) && !w->conn_error) {
+        pthread_rwlock_unlock(&ws_tls_lock);
         cl_fail(error, SBX_ERROR_CONNECTION, op, "%s: cannot connect to %s", w->what, hosthdr);
         goto fail;
     }
     while (!w->established && !w->closed && !w->bound_hit)
         lws_service(w->cx, 0);
+    pthread_rwlock_unlock(&ws_tls_lock);
     if (w->established && !w->closed) {
         free(host);
         free(path);
