@@ -176,8 +176,10 @@ kubernetes)
         echo "    user: sbx-test"
         echo "    namespace: sbx-test"
     } >"$dir/kubeconfig"
+    # The fake's routes without TLS (control and API, bearer key).
+    SBX_K8S_FAKE_CONTROL_URL="http://127.0.0.1:$(sed -n 's/^CONTROL //p' "$dir/port")"
     KUBECONFIG=$dir/kubeconfig SBX_K8S_FAKE_URL=$url SBX_K8S_TEST_DIR=$dir
-    export KUBECONFIG SBX_K8S_FAKE_URL SBX_K8S_TEST_DIR
+    export KUBECONFIG SBX_K8S_FAKE_URL SBX_K8S_TEST_DIR SBX_K8S_FAKE_CONTROL_URL
     unset KUBERNETES_SERVICE_HOST KUBERNETES_SERVICE_PORT ;;
 runpod)
     # The fake's pods are OpenSSH servers on 127.0.0.1 that trust the

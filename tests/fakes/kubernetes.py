@@ -61,7 +61,9 @@ certificate signed by the CA of SBX_FAKE_TLS_CA when the server speaks TLS
 (SBX_FAKE_TLS_CERT and SBX_FAKE_TLS_KEY: its certificate and key; no TLS
 when unset).
 
-Control routes (no auth; not logged): GET/DELETE /_fake/log, POST
+With TLS, the same routes are also served without TLS on a second port,
+printed as "CONTROL <n>" before "PORT <n>". Control routes (no auth; not
+logged): GET/DELETE /_fake/log, POST
 /_fake/faults (tests/fakes/fakehttp.py); POST /_fake/config with any of
 {"pending_s", "creating_s", "protocols", "exec_fault"} ("exec_fault":
 "no_status" ends the next exec stream with a close frame and no Status,
@@ -305,8 +307,10 @@ class K8sFake(fakehttp.Fake):
                     pod.state = "crashloop"
             return
         box = nsbox.Box(self.dir, "pod")
-        # A container's / is readable by its non-root user.
+        # A container's / is readable by its non-root user; a pod that a
+        # deny-egress policy selects has no network, for its execs too.
         os.chmod(box.root, 0o755)
+        box.join_net = True
         for m in pod.mounts:
             host = os.path.join(box.root, m.lstrip("/"))
             os.makedirs(host, exist_ok=True)
@@ -823,6 +827,16 @@ def main():
             ctx.load_verify_locations(FAKE.ca)
             ctx.verify_mode = ssl.CERT_OPTIONAL
     FAKE.start_reaper(FAKE.reap)
+    if ctx is not None:
+        # The control routes (and the API, with the bearer key) also on a
+        # plain HTTP port, printed as "CONTROL <n>", for tests that script
+        # the fake without TLS.
+        K8sHandler.fake = FAKE
+        plain = fakehttp.Server(("127.0.0.1", 0), K8sHandler)
+        plain.daemon_threads = True
+        sys.stdout.write("CONTROL %d\n" % plain.server_address[1])
+        sys.stdout.flush()
+        threading.Thread(target=plain.serve_forever, args=(0.2,), daemon=True).start()
     fakehttp.serve(FAKE, K8sHandler, ctx)
 
 

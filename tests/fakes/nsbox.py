@@ -60,6 +60,11 @@ class Box:
         self.proc = None        # the bwrap process
         self.child_pid = None   # its child, whose namespaces commands enter
         self.commands = set()   # Popen objects of running commands
+        # Set join_net before start(): when started without a network, its
+        # commands join the instance's network namespace too (no_net), so
+        # they have none either.
+        self.join_net = False
+        self.no_net = False
 
     # ------------------------------------------------------------ lifecycle
     def start(self, allow_internet=True):
@@ -75,6 +80,7 @@ class Box:
                     "--bind", self.root, "/"]
             if not allow_internet:
                 args.append("--unshare-net")
+            self.no_net = not allow_internet and self.join_net
             for d in _RO_DIRS:
                 if os.path.isdir("/" + d):
                     args += ["--ro-bind", "/" + d, "/" + d]
@@ -162,7 +168,8 @@ class Box:
         if user is not None:
             as_user = ["/usr/bin/setpriv", "--reuid=%d" % user[0], "--regid=%d" % user[1],
                        "--clear-groups", "--"]
-        args = (["nsenter", "-t", str(pid), "-m", "-p", "-r", "--"] + as_user
+        args = (["nsenter", "-t", str(pid), "-m", "-p", "-r"] + (["-n"] if self.no_net else [])
+                + ["--"] + as_user
                 + ["/usr/bin/env", "-C", cwd, "--"] + list(argv))
         pre = None
         if tty:

@@ -1,0 +1,636 @@
+/*
+ * test_kubernetes.c — what only the kubernetes backend does, through its
+ * contract fake of the API server (tests/kubernetes.sh starts it with TLS,
+ * a generated CA and client certificate, and runs this program with
+ * SBX_TEST_BACKEND=kubernetes and a KUBECONFIG that reaches it):
+ *  - CASE-43: stdin EOF over v5 (the [255, 0] close), 1 MiB of stdin, no
+ *    stdin, and a server that speaks only v4 (stdin read first and ended by
+ *    head -c); a stream that closes without a Status, or is cut, is an
+ *    error, never exit 0;
+ *  - CASE-54: create returns only once the container runs and takes an
+ *    exec; ImagePullBackOff and CrashLoopBackOff fail create with the
+ *    reason, and the pod is deleted;
+ *  - the pod's body: restricted Pod Security fields, resources, lifetime,
+ *    ownership labels; the deny-egress NetworkPolicy made and deleted;
+ *    delete with the grace period;
+ *  - a terminal with resize on channel 4;
+ *  - credentials: a bearer token with the cluster's CA; kubeconfig errors
+ *    naming the bad value (context, exec plugin, base64).
+ * The fake's control routes are reached without TLS
+ * (SBX_K8S_FAKE_CONTROL_URL).
+ */
+#include "testutil.h"
+
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdarg.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+#include <sbx/sbx.h>
+
+static sbx_client *g_client;
+static sbx_sandbox *g_sb;
+static char *g_tmp;
+
+static void setup(void)
+{
+    sbx_error *err = NULL;
+    cr_assert_str_eq(tu_backend(), "kubernetes", "run by tests/kubernetes.sh");
+    tu_fake_use("SBX_K8S_FAKE_CONTROL_URL");
+    tu_fake_reset();
+    tu_fake_post("/_fake/config", "{\"pending_s\":0.05,\"creating_s\":0.05,\"protocols\":"
+                                  "[\"v5.channel.k8s.io\",\"v4.channel.k8s.io\"],"
+                                  "\"exec_fault\":null}");
+    g_tmp = tu_fresh_tmpdir();
+    g_client = sbx_client_new("kubernetes", &err);
+    cr_assert_not_null(g_client, "sbx_client_new: %s", err ? sbx_error_get0_message(err) : "");
+}
+
+static void teardown(void)
+{
+    if (g_sb) {
+        sbx_sandbox_destroy(g_sb, NULL);
+        sbx_sandbox_free(g_sb);
+        g_sb = NULL;
+    }
+    sbx_client_free(g_client);
+    g_client = NULL;
+    tu_fake_post("/_fake/config", "{\"pending_s\":0.05,\"creating_s\":0.05,\"protocols\":"
+                                  "[\"v5.channel.k8s.io\",\"v4.channel.k8s.io\"],"
+                                  "\"exec_fault\":null}");
+    tu_fake_reset();
+    tu_rmtree(g_tmp);
+    free(g_tmp);
+}
+
+TestSuite(kubernetes, .init = setup, .fini = teardown, .timeout = 90);
+
+/* GET a control route: parsed JSON (json_object_put() it). */
+static json_object *control_get(const char *path)
+{
+    char *out = NULL;
+    int st = tu_fake_http("GET", path, NULL, NULL, &out);
+    cr_assert_eq(st, 200, "GET %s: %d %s", path, st, out ? out : "");
+    json_object *j = json_tokener_parse(out);
+    cr_assert_not_null(j, "GET %s: not JSON: %s", path, out);
+    free(out);
+    return j;
+}
+
+/* The last exec record of the fake whose command's script holds @needle. */
+static json_object *last_exec(json_object *execs, const char *needle)
+{
+    json_object *found = NULL;
+    for (size_t i = 0; i < json_object_array_length(execs); i++) {
+        json_object *e = json_object_array_get_idx(execs, i), *cmd = NULL;
+        json_object_object_get_ex(e, "command", &cmd);
+        const char *script = json_object_get_string(json_object_array_get_idx(cmd, 2));
+        if (script && strstr(script, needle))
+            found = e;
+    }
+    cr_assert_not_null(found, "no exec ran a script holding %s", needle);
+    return found;
+}
+
+/* The fake's record of pod @name (from /_fake/pods). */
+static json_object *pod_record(json_object *pods, const char *name)
+{
+    for (size_t i = 0; i < json_object_array_length(pods); i++) {
+        json_object *p = json_object_array_get_idx(pods, i);
+        if (strcmp(tu_json_str(p, "name"), name) == 0)
+            return p;
+    }
+    cr_assert_fail("the fake has no pod %s", name);
+    return NULL;
+}
+
+static sbx_sandbox *create_plain(void)
+{
+    sbx_options *o = sbx_options_new();
+    sbx_sandbox *sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    return sb;
+}
+
+static sbx_result *run_stdin(sbx_sandbox *sb, const char *script, const void *in, size_t n,
+                             double timeout)
+{
+    sbx_exec_request rq = { .struct_size = sizeof rq, .shell = script, .stdin_data = in,
+                            .stdin_len = n, .timeout_secs = timeout };
+    return tu_exec(sb, &rq);
+}
+
+static int json_int(json_object *o, const char *key)
+{
+    json_object *v = NULL;
+    cr_assert(json_object_object_get_ex(o, key, &v), "no %s", key);
+    return json_object_get_int(v);
+}
+
+static int jbool(json_object *o, const char *key)
+{
+    json_object *v = NULL;
+    cr_assert(json_object_object_get_ex(o, key, &v), "no %s", key);
+    return json_object_get_boolean(v);
+}
+
+/* ------------------------------------------------------------------ CASE-43 */
+
+Test(kubernetes, case43_v5_stdin_eof_reaches_the_command)
+{
+    g_sb = create_plain();
+    double t0 = tu_now();
+    sbx_result *r = run_stdin(g_sb, "cat; sleep 1; echo done", "hello\n", 6, 20);
+    double took = tu_now() - t0;
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "hello\ndone\n");
+    tu_assert_stderr(r, "");
+    sbx_result_free(r);
+    cr_assert_lt(took, 5.0, "took %.2f s", took);
+    json_object *execs = control_get("/_fake/execs");
+    json_object *e = last_exec(execs, "cat; sleep 1; echo done");
+    json_object *offered = NULL, *frames = NULL;
+    json_object_object_get_ex(e, "offered", &offered);
+    cr_assert_str_eq(json_object_get_string(json_object_array_get_idx(offered, 0)),
+                     "v5.channel.k8s.io");
+    cr_assert_str_eq(tu_json_str(e, "protocol"), "v5.channel.k8s.io");
+    cr_assert_eq(json_int(e, "stdin_bytes"), 6);
+    cr_assert_eq(jbool(e, "stdin_closed"), 1);
+    /* The client's frames: stdin (channel 0), then the close (255). */
+    json_object_object_get_ex(e, "client_frames", &frames);
+    size_t nf = json_object_array_length(frames);
+    cr_assert_geq(nf, 2);
+    cr_assert_eq(json_object_get_int(json_object_array_get_idx(frames, nf - 2)), 0);
+    cr_assert_eq(json_object_get_int(json_object_array_get_idx(frames, nf - 1)), 255);
+    json_object_put(execs);
+}
+
+Test(kubernetes, case43_one_mib_of_stdin)
+{
+    g_sb = create_plain();
+    size_t n = 1048576;
+    char *z = malloc(n);
+    cr_assert_not_null(z);
+    memset(z, 'z', n);
+    sbx_result *r = run_stdin(g_sb, "wc -c | tr -d ' '", z, n, 20);
+    free(z);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "1048576\n");
+    sbx_result_free(r);
+}
+
+Test(kubernetes, case43_no_stdin_is_eof_at_once)
+{
+    g_sb = create_plain();
+    double t0 = tu_now();
+    sbx_result *r = tu_sh(g_sb, "cat; echo eof", 20);
+    double took = tu_now() - t0;
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "eof\n");
+    sbx_result_free(r);
+    cr_assert_lt(took, 2.0, "took %.2f s", took);
+    json_object *execs = control_get("/_fake/execs");
+    json_object *e = last_exec(execs, "cat; echo eof");
+    cr_assert_eq(jbool(e, "stdin"), 0, "stdin was requested");
+    json_object_put(execs);
+}
+
+Test(kubernetes, case43_v4_only_server_gets_stdin_through_head)
+{
+    tu_fake_post("/_fake/config", "{\"protocols\":[\"v4.channel.k8s.io\"]}");
+    g_sb = create_plain();
+    double t0 = tu_now();
+    sbx_result *r = run_stdin(g_sb, "cat; sleep 1; echo done", "hello\n", 6, 20);
+    double took = tu_now() - t0;
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "hello\ndone\n");
+    sbx_result_free(r);
+    cr_assert_lt(took, 5.0, "took %.2f s (a v4 stream must not wait for the timeout)", took);
+    json_object *execs = control_get("/_fake/execs");
+    json_object *e = last_exec(execs, "cat; sleep 1; echo done");
+    cr_assert_str_eq(tu_json_str(e, "protocol"), "v4.channel.k8s.io");
+    json_object *cmd = NULL;
+    json_object_object_get_ex(e, "command", &cmd);
+    const char *script = json_object_get_string(json_object_array_get_idx(cmd, 2));
+    cr_assert(strncmp(script, "head -c 6 | sh -c ", 18) == 0, "script: %s", script);
+    cr_assert_eq(jbool(e, "stdin_closed"), 0);
+    json_object_put(execs);
+    /* And the exit code still comes from the v4 Status. */
+    r = tu_sh(g_sb, "exit 5", 20);
+    tu_assert_exit(r, 5);
+    sbx_result_free(r);
+}
+
+static void no_status_fault(const char *fault)
+{
+    g_sb = create_plain();
+    char *cfg = tu_strdup_printf("{\"exec_fault\":\"%s\"}", fault);
+    tu_fake_post("/_fake/config", cfg);
+    free(cfg);
+    sbx_exec_request rq = { .struct_size = sizeof rq, .shell = "echo out; exit 0",
+                            .timeout_secs = 20 };
+    sbx_error *err = tu_exec_fail(g_sb, &rq, SBX_ERROR_CONNECTION);
+    const char *msg = sbx_error_get0_message(err);
+    if (strcmp(fault, "no_status") == 0) {
+        char *want = tu_strdup_printf("the exec stream of pod %s closed without a status: the "
+                                      "command's exit code is unknown",
+                                      sbx_sandbox_get0_id(g_sb));
+        cr_assert_str_eq(msg, want);
+        free(want);
+    } else {
+        cr_assert(strstr(msg, "open the exec stream: the connection ended without a close "
+                              "frame"), "message: %s", msg);
+    }
+    sbx_error_free(err);
+    /* The sandbox is fine afterwards. */
+    sbx_result *r = tu_sh(g_sb, "echo ok", 20);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "ok\n");
+    sbx_result_free(r);
+}
+
+Test(kubernetes, case43_stream_closed_without_status_is_an_error)
+{
+    no_status_fault("no_status");
+}
+
+Test(kubernetes, case43_stream_cut_without_close_frame_is_an_error)
+{
+    no_status_fault("drop");
+}
+
+/* ------------------------------------------------------------------ CASE-54 */
+
+Test(kubernetes, case54_a_create_returns_when_the_container_takes_an_exec)
+{
+    tu_fake_post("/_fake/config", "{\"pending_s\":2,\"creating_s\":2}");
+    double t0 = tu_now();
+    g_sb = create_plain();
+    double took = tu_now() - t0;
+    cr_assert_geq(took, 4.0, "create returned after %.2f s, before the container ran", took);
+    sbx_result *r = tu_sh(g_sb, "echo ready", 20);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "ready\n");
+    sbx_result_free(r);
+    /* No exec upgrade was refused: the first one came once the container ran. */
+    json_object *log = tu_fake_log();
+    int refused = 0;
+    for (size_t i = 0; i < json_object_array_length(log); i++) {
+        json_object *e = json_object_array_get_idx(log, i), *st = NULL;
+        json_object_object_get_ex(e, "status", &st);
+        if (strstr(tu_json_str(e, "path"), "/exec") && json_object_get_int(st) == 400)
+            refused++;
+    }
+    cr_assert_eq(refused, 0);
+    json_object_put(log);
+}
+
+static void backoff_case(const char *image, const char *reason, const char *more)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_image(o, image, NULL), 0);
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 20, NULL), 0);
+    sbx_error *err = NULL;
+    double t0 = tu_now();
+    sbx_sandbox *sb = sbx_sandbox_create(g_client, o, &err);
+    double took = tu_now() - t0;
+    sbx_options_free(o);
+    cr_assert_null(sb);
+    cr_assert_lt(took, 22.0);
+    tu_assert_error(err, SBX_ERROR_CREATION_FAILED, reason, NULL);
+    const char *msg = sbx_error_get0_message(err);
+    cr_assert(strstr(msg, more), "message: %s", msg);
+    cr_assert_str_eq(sbx_error_get0_context(err, "reason"), reason);
+    const char *id = sbx_error_get0_context(err, "sandbox_id");
+    cr_assert_not_null(id);
+    json_object *pods = control_get("/_fake/pods");
+    json_object *p = pod_record(pods, id), *del = NULL;
+    json_object_object_get_ex(p, "deleted", &del);
+    cr_assert(json_object_is_type(del, json_type_double), "pod %s was not deleted", id);
+    json_object_put(pods);
+    sbx_error_free(err);
+}
+
+Test(kubernetes, case54_b_image_pull_backoff_fails_create_and_deletes_the_pod)
+{
+    backoff_case("nosuch:tag", "ImagePullBackOff", "Back-off pulling image \"nosuch:tag\"");
+}
+
+Test(kubernetes, case54_c_crash_loop_backoff_fails_create_and_deletes_the_pod)
+{
+    backoff_case("crashloop:1", "CrashLoopBackOff", "(last exit code 1)");
+}
+
+/* ------------------------------------------------------------------ the pod */
+
+/* o.a.b... (NULL-terminated keys; an integer key "#N" indexes an array). */
+static json_object *jpath(json_object *o, ...)
+{
+    va_list ap;
+    va_start(ap, o);
+    for (const char *k; o && (k = va_arg(ap, const char *));) {
+        json_object *next = NULL;
+        if (k[0] == '#')
+            next = json_object_array_get_idx(o, (size_t)atoi(k + 1));
+        else
+            json_object_object_get_ex(o, k, &next);
+        o = next;
+    }
+    va_end(ap);
+    return o;
+}
+
+static const char *jstr(json_object *o)
+{
+    cr_assert_not_null(o);
+    return json_object_get_string(o);
+}
+
+Test(kubernetes, pod_is_restricted_with_resources_lifetime_and_labels)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_cpu(o, 0.5, NULL), 0);
+    cr_assert_eq(sbx_options_set_memory_mb(o, 256, NULL), 0);
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 600, NULL), 0);
+    cr_assert_eq(sbx_options_set_gpu(o, "nvidia.com/gpu:2", NULL), 0);
+    double t0 = (double)time(NULL);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    json_object *pods = control_get("/_fake/pods");
+    json_object *p = pod_record(pods, sbx_sandbox_get0_id(g_sb));
+    json_object *spec = jpath(p, "spec", NULL), *c = jpath(spec, "containers", "#0", NULL);
+    /* Restricted Pod Security Standard. */
+    cr_assert_eq(json_object_get_boolean(jpath(spec, "securityContext", "runAsNonRoot", NULL)), 1);
+    cr_assert_eq(json_object_get_int(jpath(spec, "securityContext", "runAsUser", NULL)), 1000);
+    cr_assert_str_eq(jstr(jpath(spec, "securityContext", "seccompProfile", "type", NULL)),
+                     "RuntimeDefault");
+    cr_assert_eq(json_object_get_boolean(jpath(c, "securityContext", "allowPrivilegeEscalation",
+                                               NULL)), 0);
+    cr_assert_not_null(jpath(c, "securityContext", "allowPrivilegeEscalation", NULL));
+    cr_assert_str_eq(jstr(jpath(c, "securityContext", "capabilities", "drop", "#0", NULL)), "ALL");
+    cr_assert_eq(json_object_get_boolean(jpath(spec, "automountServiceAccountToken", NULL)), 0);
+    cr_assert_not_null(jpath(spec, "automountServiceAccountToken", NULL));
+    /* Resources: requests = limits. */
+    cr_assert_str_eq(jstr(jpath(c, "resources", "limits", "cpu", NULL)), "500m");
+    cr_assert_str_eq(jstr(jpath(c, "resources", "limits", "memory", NULL)), "256Mi");
+    cr_assert_eq(json_object_get_int(jpath(c, "resources", "limits", "nvidia.com/gpu", NULL)), 2);
+    cr_assert_str_eq(jstr(jpath(c, "resources", "requests", "memory", NULL)), "256Mi");
+    /* The lifetime, with the start margin. */
+    cr_assert_eq(json_object_get_int(jpath(spec, "activeDeadlineSeconds", NULL)), 630);
+    cr_assert_str_eq(jstr(jpath(spec, "restartPolicy", NULL)), "Never");
+    /* Ownership labels. */
+    json_object *labels = jpath(p, "labels", NULL);
+    cr_assert_str_eq(jstr(jpath(labels, "sbx_backend", NULL)), "kubernetes");
+    cr_assert_str_eq(jstr(jpath(labels, "sandbox", NULL)), sbx_sandbox_get0_id(g_sb));
+    const char *tok = jstr(jpath(labels, "sbx_create_token", NULL));
+    cr_assert_eq(strlen(tok), 36, "token %s", tok);
+    cr_assert(strncmp(tok, "sbx-", 4) == 0 && strspn(tok + 4, "0123456789abcdef") == 32,
+              "token %s", tok);
+    double exp = strtod(jstr(jpath(labels, "sbx_expires_at", NULL)), NULL);
+    cr_assert(exp >= t0 + 599 && exp <= t0 + 660, "expires_at %.0f, created at %.0f", exp, t0);
+    json_object_put(pods);
+    /* The commands run as the pod's non-root user, with HOME writable. */
+    sbx_result *r = tu_sh(g_sb, "id -u; echo x > \"$HOME/f\" && cat \"$HOME/f\"", 20);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "1000\nx\n");
+    sbx_result_free(r);
+    /* Destroy deletes with the grace period. */
+    char *id = strdup(sbx_sandbox_get0_id(g_sb));
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    pods = control_get("/_fake/pods");
+    p = pod_record(pods, id);
+    cr_assert_eq(json_object_get_int(jpath(p, "grace", NULL)), 2);
+    json_object_put(pods);
+    free(id);
+}
+
+Test(kubernetes, no_internet_is_a_deny_egress_network_policy)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_allow_internet(o, 0, NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    char *id = strdup(sbx_sandbox_get0_id(g_sb));
+    char *pname = tu_strdup_printf("%s-deny-egress", id);
+    json_object *np = control_get("/_fake/networkpolicies");
+    json_object *live = jpath(np, "live", NULL);
+    cr_assert_eq(json_object_array_length(live), 1);
+    json_object *pol = json_object_array_get_idx(live, 0);
+    cr_assert_str_eq(jstr(jpath(pol, "metadata", "name", NULL)), pname);
+    cr_assert_str_eq(jstr(jpath(pol, "metadata", "namespace", NULL)), "sbx-test");
+    cr_assert_str_eq(jstr(jpath(pol, "spec", "podSelector", "matchLabels", "sandbox", NULL)), id);
+    cr_assert_str_eq(jstr(jpath(pol, "spec", "policyTypes", "#0", NULL)), "Egress");
+    cr_assert_eq(json_object_array_length(jpath(pol, "spec", "policyTypes", NULL)), 1);
+    cr_assert_null(jpath(pol, "spec", "egress", NULL));
+    cr_assert_str_eq(jstr(jpath(pol, "metadata", "labels", "sbx_backend", NULL)), "kubernetes");
+    json_object_put(np);
+    /* The pod has no network but loopback. */
+    sbx_result *r = tu_sh(g_sb, "awk -F: 'NR > 2 { gsub(/ /, \"\", $1); print $1 }' "
+                             "/proc/net/dev", 20);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "lo\n");
+    sbx_result_free(r);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    np = control_get("/_fake/networkpolicies");
+    cr_assert_eq(json_object_array_length(jpath(np, "live", NULL)), 0);
+    /* Its log (of the fake's whole run): this policy made, then deleted. */
+    json_object *plog = jpath(np, "log", NULL);
+    char ops[64] = "";
+    for (size_t i = 0; i < json_object_array_length(plog); i++) {
+        json_object *e = json_object_array_get_idx(plog, i);
+        if (strcmp(jstr(jpath(e, "name", NULL)), pname) == 0)
+            snprintf(ops + strlen(ops), sizeof ops - strlen(ops), "%s ",
+                     jstr(jpath(e, "op", NULL)));
+    }
+    cr_assert_str_eq(ops, "create delete ");
+    json_object_put(np);
+    free(pname);
+    free(id);
+}
+
+/* ------------------------------------------------------------------ terminal */
+
+typedef struct out_acc {
+    char buf[4096];
+    size_t n;
+} out_acc;
+
+static void on_out(sbx_stream stream, const void *data, size_t len, void *ud)
+{
+    out_acc *a = ud;
+    (void)stream;
+    if (a->n + len < sizeof a->buf) {
+        memcpy(a->buf + a->n, data, len);
+        a->n += len;
+        a->buf[a->n] = '\0';
+    }
+}
+
+Test(kubernetes, terminal_takes_its_size_and_a_resize)
+{
+    g_sb = create_plain();
+    out_acc acc = { .n = 0 };
+    sbx_exec_request rq = { .struct_size = sizeof rq,
+                            .shell = "stty size; read x; stty size",
+                            .timeout_secs = 20, .on_output = on_out, .user_data = &acc,
+                            .tty_rows = 30, .tty_cols = 100 };
+    sbx_error *err = NULL;
+    sbx_process *p = sbx_sandbox_start_process(g_sb, &rq, &err);
+    cr_assert_not_null(p, "%s", err ? sbx_error_get0_message(err) : "");
+    double until = tu_now() + 10;
+    int code = -1;
+    while (!strstr(acc.buf, "30 100") && tu_now() < until)
+        sbx_process_wait(p, 0.1, &code, NULL, NULL);
+    cr_assert(strstr(acc.buf, "30 100\r\n"), "output: %s", acc.buf);
+    cr_assert_eq(sbx_process_resize(p, 40, 120, &err), 0);
+    cr_assert_eq(sbx_process_write_stdin(p, "\n", 1, &err), 0);
+    cr_assert_eq(sbx_process_wait(p, 15, &code, NULL, &err), 1, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(code, 0);
+    cr_assert(strstr(acc.buf, "40 120\r\n"), "output: %s", acc.buf);
+    sbx_process_free(p);
+    json_object *execs = control_get("/_fake/execs");
+    json_object *e = last_exec(execs, "stty size; read x; stty size");
+    cr_assert_eq(jbool(e, "tty"), 1);
+    json_object *rs = jpath(e, "resizes", NULL);
+    size_t n = json_object_array_length(rs);
+    cr_assert_geq(n, 2);
+    cr_assert_eq(json_object_get_int(jpath(rs, "#0", "#0", NULL)), 100);
+    cr_assert_eq(json_object_get_int(jpath(rs, "#0", "#1", NULL)), 30);
+    cr_assert_eq(json_object_get_int(jpath(rs, "#1", "#0", NULL)), 120);
+    cr_assert_eq(json_object_get_int(jpath(rs, "#1", "#1", NULL)), 40);
+    json_object_put(execs);
+}
+
+/* ------------------------------------------------------------------ credentials */
+
+/* A kubeconfig in g_tmp with @user_yaml as its one user's body (indented
+ * four spaces), the fake's URL and CA: its path. */
+static char *write_kubeconfig(const char *server, const char *user_yaml, const char *context)
+{
+    const char *dir = getenv("SBX_K8S_TEST_DIR");
+    cr_assert_not_null(dir);
+    char *ca = tu_strdup_printf("%s/ca.crt", dir);
+    char *path = tu_strdup_printf("%s/kubeconfig", g_tmp);
+    char *text = tu_strdup_printf(
+        "apiVersion: v1\nkind: Config\ncurrent-context: %s\n"
+        "clusters:\n- name: c\n  cluster:\n    server: %s\n    certificate-authority: %s\n"
+        "users:\n- name: u\n  user:\n%s\n"
+        "contexts:\n- name: t\n  context:\n    cluster: c\n    user: u\n    namespace: sbx-test\n",
+        context, server, ca, user_yaml);
+    tu_write_file(path, text, strlen(text), 0600);
+    free(text);
+    free(ca);
+    return path;
+}
+
+static sbx_client *client_for(const char *kubeconfig, sbx_error **err)
+{
+    char *cfg = tu_strdup_printf("{\"kubeconfig\":\"%s\"}", kubeconfig);
+    sbx_client *c = sbx_client_new_with_config("kubernetes", SBX_PLUGIN_MODE_DEFAULT, cfg, err);
+    free(cfg);
+    return c;
+}
+
+Test(kubernetes, bearer_token_with_the_cluster_ca)
+{
+    char *kc = write_kubeconfig(getenv("SBX_K8S_FAKE_URL"), "    token: sbx-test-dummy-key", "t");
+    sbx_error *err = NULL;
+    sbx_client *c = client_for(kc, &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_options *o = sbx_options_new();
+    sbx_sandbox *sb = sbx_sandbox_create(c, o, &err);
+    sbx_options_free(o);
+    cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_result *r = tu_sh(sb, "echo via-token", 20);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "via-token\n");
+    sbx_result_free(r);
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+    /* The token went as a bearer credential (the log redacts it). */
+    json_object *log = tu_fake_log();
+    int bearer = 0;
+    for (size_t i = 0; i < json_object_array_length(log); i++) {
+        const char *auth = tu_json_str(json_object_array_get_idx(log, i), "auth");
+        if (auth && strcmp(auth, "Bearer <redacted>") == 0)
+            bearer++;
+    }
+    cr_assert_geq(bearer, 3, "requests with the bearer token: %d", bearer);
+    json_object_put(log);
+    /* A wrong token is refused: authentication. */
+    free(kc);
+    kc = write_kubeconfig(getenv("SBX_K8S_FAKE_URL"), "    token: wrong", "t");
+    c = client_for(kc, &err);
+    cr_assert_not_null(c);
+    o = sbx_options_new();
+    cr_assert_null(sbx_sandbox_create(c, o, &err));
+    sbx_options_free(o);
+    tu_assert_error(err, SBX_ERROR_AUTHENTICATION, NULL);
+    cr_assert_null(strstr(sbx_error_get0_message(err), "wrong"), "%s",
+                   sbx_error_get0_message(err));
+    sbx_error_free(err);
+    sbx_client_free(c);
+    free(kc);
+}
+
+static void kubeconfig_error(const char *user_yaml, const char *context, const char *want_sub,
+                             const char *ctx_key, const char *ctx_val)
+{
+    char *kc = write_kubeconfig(getenv("SBX_K8S_FAKE_URL"), user_yaml, context);
+    sbx_error *err = NULL;
+    cr_assert_null(client_for(kc, &err));
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, NULL);
+    const char *msg = sbx_error_get0_message(err);
+    char *want = tu_strdup_printf(want_sub, kc);
+    cr_assert(strstr(msg, want), "message: %s\nwanted: %s", msg, want);
+    if (ctx_key)
+        cr_assert_str_eq(sbx_error_get0_context(err, ctx_key), ctx_val);
+    free(want);
+    sbx_error_free(err);
+    free(kc);
+}
+
+Test(kubernetes, kubeconfig_errors_name_the_bad_value)
+{
+    kubeconfig_error("    token: x", "nosuch",
+                     "kubernetes backend: context \"nosuch\" is not in the kubeconfig %s",
+                     "context", "nosuch");
+    kubeconfig_error("    exec:\n      apiVersion: client.authentication.k8s.io/v1\n"
+                     "      command: aws-iam-authenticator", "t",
+                     "kubernetes backend: user \"u\" in %s gets its credential from an exec "
+                     "plugin (aws-iam-authenticator), which this backend does not run",
+                     "user", "u");
+    kubeconfig_error("    client-certificate-data: '%%%%not base64'\n"
+                     "    client-key-data: '%%%%'", "t",
+                     "kubernetes backend: users[u].client-certificate-data in %s is not base64",
+                     "option", "client-certificate-data");
+    kubeconfig_error("    username: a\n    password: b", "t",
+                     "kubernetes backend: user \"u\" in %s uses basic authentication", "user",
+                     "u");
+}
+
+Test(kubernetes, kubeconfig_that_is_not_yaml_names_the_line)
+{
+    char *path = tu_strdup_printf("%s/bad", g_tmp);
+    const char *text = "apiVersion: v1\nclusters: [\n";
+    tu_write_file(path, text, strlen(text), 0600);
+    sbx_error *err = NULL;
+    cr_assert_null(client_for(path, &err));
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, NULL);
+    char *want = tu_strdup_printf("kubernetes backend: the kubeconfig %s is not YAML: ", path);
+    cr_assert(strncmp(sbx_error_get0_message(err), want, strlen(want)) == 0, "message: %s",
+              sbx_error_get0_message(err));
+    cr_assert(strstr(sbx_error_get0_message(err), " at line 3"), "message: %s",
+              sbx_error_get0_message(err));
+    free(want);
+    sbx_error_free(err);
+    free(path);
+}
