@@ -37,7 +37,10 @@ of mode 0777 at their mountPath. An image whose name starts with "nosuch"
 never pulls (waiting ImagePullBackOff, message 'Back-off pulling image
 "IMAGE"'); one that starts with "crashloop" crashes (waiting
 CrashLoopBackOff, lastState.terminated.exitCode 1). activeDeadlineSeconds
-ends the pod (phase Failed, reason DeadlineExceeded). A pod that a
+ends the pod (phase Failed, reason DeadlineExceeded). The container's
+memory limit (resources.limits.memory) is a cgroup v1 memory cgroup that
+its execs join, seen in the pod at /sys/fs/cgroup/memory (read-only, with
+its oom_kill counter in memory.oom_control), as a container sees its own. A pod that a
 NetworkPolicy with policyTypes ["Egress"] and no egress rules selects (by
 matchLabels) when it starts runs without a network (--unshare-net).
 Until the container runs, an exec upgrade is refused with 400 'unable to
@@ -198,6 +201,48 @@ def pss_violations(pod):
     return out
 
 
+MEMCG = "/sys/fs/cgroup/memory"     # cgroup v1 memory controller
+
+
+def parse_quantity(q):
+    """A memory quantity ("256Mi", "1Gi", "500M", "1048576") in bytes, or
+    None."""
+    if q is None:
+        return None
+    m = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti|K|M|G|T)?", str(q))
+    if not m:
+        return None
+    mult = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+            "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}[m.group(2)]
+    return int(m.group(1)) * mult
+
+
+def make_memcg(name, limit):
+    """A cgroup v1 memory cgroup limited to @limit bytes (swap included):
+    its path, or None where the controller cannot be written."""
+    path = os.path.join(MEMCG, name)
+    try:
+        os.mkdir(path)
+        for f in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
+            if os.path.exists(os.path.join(path, f)):
+                with open(os.path.join(path, f), "w") as fh:
+                    fh.write(str(limit))
+    except OSError:
+        return None
+    return path
+
+
+def drop_memcg(path):
+    for _ in range(50):
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.05)
+
+
 class Pod:
     def __init__(self, fake, ns, obj):
         self.ns = ns
@@ -224,6 +269,9 @@ class Pod:
         self.mounts = [m.get("mountPath") for m in c.get("volumeMounts") or []
                        if m.get("mountPath")]
         self.deadline = spec.get("activeDeadlineSeconds")
+        self.memory = parse_quantity(((c.get("resources") or {}).get("limits") or {})
+                                     .get("memory"))
+        self.cgroup = None
 
     def labels(self):
         return self.obj["metadata"].get("labels") or {}
@@ -311,6 +359,18 @@ class K8sFake(fakehttp.Fake):
         # deny-egress policy selects has no network, for its execs too.
         os.chmod(box.root, 0o755)
         box.join_net = True
+        # The container's memory limit: a memory cgroup that every exec
+        # joins, visible in the pod at /sys/fs/cgroup/memory (read-only)
+        # with its oom_kill counter, as a container sees its own cgroup.
+        if pod.memory:
+            pod.cgroup = make_memcg("sbx-fake-k8s-%s-%s" % (pod.name, secrets.token_hex(3)),
+                                    pod.memory)
+            if pod.cgroup:
+                mp = os.path.join(box.root, MEMCG.lstrip("/"))
+                os.makedirs(mp, exist_ok=True)
+                for d in ("sys", "sys/fs", "sys/fs/cgroup", MEMCG.lstrip("/")):
+                    os.chmod(os.path.join(box.root, d), 0o755)
+                box.ro_binds.append((pod.cgroup, MEMCG))
         for m in pod.mounts:
             host = os.path.join(box.root, m.lstrip("/"))
             os.makedirs(host, exist_ok=True)
@@ -332,6 +392,12 @@ class K8sFake(fakehttp.Fake):
                 pod.state = "running"
         if dead is not None:
             dead.delete()
+            self.drop_cgroup(pod)
+
+    def drop_cgroup(self, pod):
+        cg, pod.cgroup = pod.cgroup, None
+        if cg:
+            drop_memcg(cg)
 
     def egress_denied(self, pod):
         with self.lock:
@@ -357,6 +423,7 @@ class K8sFake(fakehttp.Fake):
                 box, pod.box = pod.box, None
             if box is not None:
                 box.delete()
+            self.drop_cgroup(pod)
 
     def delete_pod(self, pod, grace):
         with self.lock:
@@ -374,6 +441,7 @@ class K8sFake(fakehttp.Fake):
                 box, pod.box = pod.box, None
             if box is not None:
                 box.delete()
+            self.drop_cgroup(pod)
         if grace:
             threading.Thread(target=later, daemon=True).start()
         else:
@@ -387,6 +455,7 @@ class K8sFake(fakehttp.Fake):
         for pod in self.boxes():
             if pod.box is not None:
                 pod.box.delete()
+            self.drop_cgroup(pod)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -738,13 +807,14 @@ class ExecSession:
                 self.master, slave = os.openpty()
                 fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
                 self.proc = pod.box.popen(self.argv, env=env, cwd=pod.workdir, stdin=slave,
-                                          stdout=slave, stderr=slave, user=pod.user, tty=True)
+                                          stdout=slave, stderr=slave, user=pod.user, tty=True,
+                                          cgroup=pod.cgroup)
                 os.close(slave)
             else:
                 self.proc = pod.box.popen(self.argv, env=env, cwd=pod.workdir,
                                           stdin=subprocess.PIPE if self.want_in
                                           else subprocess.DEVNULL,
-                                          user=pod.user)
+                                          user=pod.user, cgroup=pod.cgroup)
                 self.stdin_w = self.proc.stdin
         except (nsbox.SandboxGone, OSError) as e:
             self.frame(3, json.dumps({"metadata": {}, "status": "Failure",

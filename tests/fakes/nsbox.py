@@ -64,6 +64,9 @@ class Box:
         # commands join the instance's network namespace too (no_net), so
         # they have none either.
         self.join_net = False
+        # (host path, sandbox path) pairs bound read-only into the instance
+        # at start (a pod's memory cgroup, for its OOM-kill counter).
+        self.ro_binds = []
         self.no_net = False
 
     # ------------------------------------------------------------ lifecycle
@@ -88,6 +91,8 @@ class Box:
                 p = "/" + d
                 if os.path.isdir(p) and not os.path.islink(p):
                     args += ["--ro-bind", p, p]
+            for src, dst in self.ro_binds:
+                args += ["--ro-bind", src, dst]
             rd, wr = os.pipe()
             args += ["--proc", "/proc", "--dev", "/dev", "--info-fd", str(wr),
                      "--", "/bin/sh", "-c", "echo ready; exec sleep infinity"]
@@ -148,15 +153,18 @@ class Box:
 
     # ------------------------------------------------------------ commands
     def popen(self, argv, env=None, cwd="/", stdin=subprocess.DEVNULL,
-              stdout=subprocess.PIPE, stderr=subprocess.PIPE, user=None, tty=False):
+              stdout=subprocess.PIPE, stderr=subprocess.PIPE, user=None, tty=False,
+              cgroup=None):
         """Starts @argv inside the sandbox, in a session of its own.
 
         @env: the whole environment of the command (a dict), or None for a
         minimal one. @cwd: sandbox path (must exist: check with host_path()
         first). @user: (uid, gid) the command runs as (setpriv, no
         supplementary groups), or None for root. @tty: stdin is a terminal
-        that becomes the session's controlling terminal. Raises SandboxGone
-        when the instance does not run."""
+        that becomes the session's controlling terminal. @cgroup: a cgroup
+        v1 directory the command joins before it runs (its limits hold for
+        the command and all it starts). Raises SandboxGone when the
+        instance does not run."""
         with self.lock:
             if self.proc is None or self.proc.poll() is not None:
                 raise SandboxGone()
@@ -172,12 +180,16 @@ class Box:
                 + ["--"] + as_user
                 + ["/usr/bin/env", "-C", cwd, "--"] + list(argv))
         pre = None
-        if tty:
+        if tty or cgroup:
             import fcntl
             import termios
 
             def pre():
-                fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+                if cgroup:
+                    with open(os.path.join(cgroup, "cgroup.procs"), "w") as fh:
+                        fh.write(str(os.getpid()))
+                if tty:
+                    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
         c = subprocess.Popen(args, env=full_env, stdin=stdin, stdout=stdout, stderr=stderr,
                              start_new_session=True, preexec_fn=pre)
         with self.lock:

@@ -90,6 +90,15 @@
 #define K8_DEFAULT_GRACE_S 2
 #define K8_PROTOCOLS "v5.channel.k8s.io,v4.channel.k8s.io"
 #define K8_CHUNK 32768
+/* The container's OOM-kill counter (cgroup v2 memory.events, else v1
+ * memory.oom_control, as the container sees its own cgroup), and the marker
+ * of a command whose run saw it rise (%s: the command's tag). */
+#define K8_OOM_FN                                                                  \
+    "__sbx_oom() { for f in /sys/fs/cgroup/memory.events "                         \
+    "/sys/fs/cgroup/memory/memory.oom_control; do [ -r \"$f\" ] || continue; "     \
+    "while read -r k v; do [ \"$k\" = oom_kill ] && { echo \"$v\"; return; }; "    \
+    "done < \"$f\"; done; echo 0; }\n"
+#define K8_OOM_MARK "/tmp/.sbx-oom-%s"
 #define K8_SCRIPT_INLINE_MAX 2048   /* longer scripts are staged as a file (the URL
                                      * holds the script percent-encoded) */
 #define K8_BACKEND_OPTIONS "\"image_pull_policy\", \"node_selector\", \"service_account\""
@@ -1512,7 +1521,16 @@ static int k8_exec_run(cl_proc *base)
                                   p->base.env[i], q) < 0;
         free(q);
     }
-    bad = bad || cl_buf_printf(&pre, "%s", p->base.script) < 0;
+    /* The command runs in a shell of its own (its $$ is its own) between
+     * two readings of the
+     * container's OOM-kill counter: a rise leaves a marker file that the
+     * worker looks for when the command died by SIGKILL (CASE-49). */
+    char *qs = cl_shell_quote(p->base.script);
+    bad = bad || !qs
+          || cl_buf_printf(&pre, K8_OOM_FN "__sbx_o0=$(__sbx_oom)\nsh -c %s\n"
+                                 "__sbx_rc=$?\n[ \"$(__sbx_oom)\" = \"$__sbx_o0\" ] || "
+                                 ": > " K8_OOM_MARK "\nexit $__sbx_rc\n", qs, p->base.tag) < 0;
+    free(qs);
     if (bad) {
         cl_proc_fail(base, SBX_ERROR_RESOURCE_EXHAUSTED, 0, NULL, NULL, "out of memory");
         goto out;
@@ -1537,8 +1555,17 @@ static int k8_exec_run(cl_proc *base)
         p->st.in_buf = &p->spool;
     }
     code = k8_stream_run(&p->st, &ctx, op, NULL);
-    if (code < 0)
+    if (code < 0) {
         cl_proc_fail_in(base, &sb->s);
+    } else if (code == 137) {
+        /* SIGKILL: by the memory limit when the marker is there. */
+        char *chk = cl_printf("[ -e " K8_OOM_MARK " ] || exit 1; rm -f " K8_OOM_MARK,
+                              p->base.tag, p->base.tag);
+        int c2 = -1;
+        if (chk && k8_run_short(sb, &ctx, chk, &c2, op, NULL) == 0 && c2 == 0)
+            p->base.oom_killed = 1;
+        free(chk);
+    }
 out:
     free(wrapped);
     cl_buf_clear(&pre);
@@ -1789,6 +1816,7 @@ static const sbx_plugin k8_plugin = {
     .exec_wait = cl_script_exec_wait,
     .exec_event_fd = cl_exec_event_fd,
     .exec_kill = cl_script_exec_kill,
+    .exec_end_info = cl_script_exec_end_info,
     .exec_resize = k8_exec_resize,
     .exec_free = cl_script_exec_free,
     .list_files = k8_list_files,
