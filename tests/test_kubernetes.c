@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdarg.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -633,4 +634,61 @@ Test(kubernetes, kubeconfig_that_is_not_yaml_names_the_line)
     free(want);
     sbx_error_free(err);
     free(path);
+}
+
+Test(kubernetes, in_cluster_service_account_token_and_ca)
+{
+    /* In a pod: KUBERNETES_SERVICE_HOST/_PORT and the service account's
+     * token, ca.crt and namespace (the directory moved here for the test
+     * by SBX_K8S_SERVICEACCOUNT_DIR). No kubeconfig is read. */
+    const char *dir = getenv("SBX_K8S_TEST_DIR");
+    const char *url = getenv("SBX_K8S_FAKE_URL");
+    int port = 0;
+    cr_assert(url && sscanf(url, "https://127.0.0.1:%d", &port) == 1);
+    char *sa = tu_strdup_printf("%s/sa", g_tmp);
+    cr_assert_eq(mkdir(sa, 0700), 0);
+    char *src = tu_strdup_printf("%s/ca.crt", dir);
+    FILE *f = fopen(src, "rb");
+    cr_assert_not_null(f);
+    char ca[8192];
+    size_t n = fread(ca, 1, sizeof ca, f);
+    fclose(f);
+    char *p = tu_strdup_printf("%s/ca.crt", sa);
+    tu_write_file(p, ca, n, 0644);
+    free(p);
+    p = tu_strdup_printf("%s/token", sa);
+    tu_write_file(p, "sbx-test-dummy-key\n", 19, 0600);
+    free(p);
+    p = tu_strdup_printf("%s/namespace", sa);
+    tu_write_file(p, "sbx-incluster\n", 14, 0644);
+    free(p);
+    char ports[16];
+    snprintf(ports, sizeof ports, "%d", port);
+    setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1", 1);
+    setenv("KUBERNETES_SERVICE_PORT", ports, 1);
+    setenv("SBX_K8S_SERVICEACCOUNT_DIR", sa, 1);
+    unsetenv("KUBECONFIG");
+    setenv("HOME", g_tmp, 1);       /* no ~/.kube/config */
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new_with_config("kubernetes", SBX_PLUGIN_MODE_DEFAULT,
+                                               "{\"in_cluster\":true}", &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_options *o = sbx_options_new();
+    sbx_sandbox *sb = sbx_sandbox_create(c, o, &err);
+    sbx_options_free(o);
+    cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_result *r = tu_sh(sb, "echo in-cluster", 20);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "in-cluster\n");
+    sbx_result_free(r);
+    /* The pod went to the service account's namespace. */
+    json_object *pods = control_get("/_fake/pods");
+    json_object *rec = pod_record(pods, sbx_sandbox_get0_id(sb));
+    cr_assert_str_eq(tu_json_str(rec, "ns"), "sbx-incluster");
+    json_object_put(pods);
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+    free(src);
+    free(sa);
 }
