@@ -1512,6 +1512,10 @@ static int k8_exec_run(cl_proc *base)
     char *wrapped = NULL;
     int code = -1;
     int bad = cl_buf_printf(&pre, "export " CL_EXEC_MARK "=%s\n", p->base.tag) < 0;
+    /* A terminal has its size before the command runs (the resize message
+     * on channel 4 may come after the command's first look at it). */
+    if (!bad && p->tty && p->rows && p->cols)
+        bad = cl_buf_printf(&pre, "stty rows %u cols %u 2>/dev/null\n", p->rows, p->cols) < 0;
     for (size_t i = 0; !bad && p->base.env[i]; i++) {
         const char *eq = strchr(p->base.env[i], '=');
         if (!eq)
