@@ -1511,7 +1511,7 @@ static int k8_exec_run(cl_proc *base)
     cl_buf pre = { 0 };
     char *wrapped = NULL;
     int code = -1;
-    int bad = cl_buf_printf(&pre, "export " CL_EXEC_MARK "=%s\n", p->base.tag) < 0;
+    int bad = 0;
     /* A terminal has its size before the command runs (the resize message
      * on channel 4 may come after the command's first look at it). */
     if (!bad && p->tty && p->rows && p->cols)
@@ -1525,15 +1525,18 @@ static int k8_exec_run(cl_proc *base)
                                   p->base.env[i], q) < 0;
         free(q);
     }
-    /* The command runs in a shell of its own (its $$ is its own) between
-     * two readings of the
+    /* The command runs in a shell of its own (its $$ is its own), the only
+     * one carrying the command's mark (the wrapper outlives a signal sent
+     * to the command and exits as it did), between two readings of the
      * container's OOM-kill counter: a rise leaves a marker file that the
      * worker looks for when the command died by SIGKILL (CASE-49). */
     char *qs = cl_shell_quote(p->base.script);
     bad = bad || !qs
-          || cl_buf_printf(&pre, K8_OOM_FN "__sbx_o0=$(__sbx_oom)\nsh -c %s\n"
+          || cl_buf_printf(&pre, K8_OOM_FN "__sbx_o0=$(__sbx_oom)\n"
+                                 CL_EXEC_MARK "=%s sh -c %s\n"
                                  "__sbx_rc=$?\n[ \"$(__sbx_oom)\" = \"$__sbx_o0\" ] || "
-                                 ": > " K8_OOM_MARK "\nexit $__sbx_rc\n", qs, p->base.tag) < 0;
+                                 ": > " K8_OOM_MARK "\nexit $__sbx_rc\n", p->base.tag, qs,
+                           p->base.tag) < 0;
     free(qs);
     if (bad) {
         cl_proc_fail(base, SBX_ERROR_RESOURCE_EXHAUSTED, 0, NULL, NULL, "out of memory");
