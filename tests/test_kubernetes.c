@@ -292,6 +292,58 @@ Test(kubernetes, case54_a_create_returns_when_the_container_takes_an_exec)
     json_object_put(log);
 }
 
+/* Refusals before the 101 are retried with backoff; a stream that was
+ * upgraded is never sent again. */
+Test(kubernetes, case54_refused_upgrades_are_retried_upgraded_streams_are_not)
+{
+    g_sb = create_plain();
+    tu_fake_reset();
+    tu_fake_post("/_fake/config", "{\"refuse_execs\":3}");
+    double t0 = tu_now();
+    sbx_result *r = tu_sh(g_sb, "echo after-refusals", 20);
+    double took = tu_now() - t0;
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "after-refusals\n");
+    sbx_result_free(r);
+    cr_assert_lt(took, 10.0, "took %.2f s", took);
+    json_object *log = tu_fake_log();
+    char seq[64] = "";
+    for (size_t i = 0; i < json_object_array_length(log); i++) {
+        json_object *e = json_object_array_get_idx(log, i), *st = NULL;
+        json_object_object_get_ex(e, "status", &st);
+        if (strstr(tu_json_str(e, "path"), "/exec"))
+            snprintf(seq + strlen(seq), sizeof seq - strlen(seq), "%d ", json_object_get_int(st));
+    }
+    json_object_put(log);
+    cr_assert_str_eq(seq, "400 400 400 101 ");
+    /* Cut after the upgrade: an error, and the command was not sent again. */
+    tu_fake_reset();
+    tu_fake_post("/_fake/config", "{\"exec_fault\":\"drop\"}");
+    sbx_exec_request rq = { .struct_size = sizeof rq, .shell = "echo once >> /work/count",
+                            .timeout_secs = 20 };
+    sbx_error *err = tu_exec_fail(g_sb, &rq, SBX_ERROR_CONNECTION);
+    sbx_error_free(err);
+    r = tu_sh(g_sb, "cat /work/count", 20);
+    tu_assert_stdout(r, "once\n");
+    sbx_result_free(r);
+}
+
+Test(kubernetes, a_pod_deleted_elsewhere_is_gone)
+{
+    g_sb = create_plain();
+    char *path = tu_strdup_printf("/api/v1/namespaces/sbx-test/pods/%s?gracePeriodSeconds=0",
+                                  sbx_sandbox_get0_id(g_sb));
+    int st = tu_fake_http("DELETE", path, "Authorization: Bearer sbx-test-dummy-key", NULL,
+                          NULL);
+    cr_assert_eq(st, 200);
+    free(path);
+    sbx_exec_request rq = { .struct_size = sizeof rq, .shell = "echo never", .timeout_secs = 20 };
+    sbx_error *err = tu_exec_fail(g_sb, &rq, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone");
+    sbx_error_free(err);
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 0);
+}
+
 static void backoff_case(const char *image, const char *reason, const char *more)
 {
     sbx_options *o = sbx_options_new();

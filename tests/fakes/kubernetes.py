@@ -68,7 +68,9 @@ With TLS, the same routes are also served without TLS on a second port,
 printed as "CONTROL <n>" before "PORT <n>". Control routes (no auth; not
 logged): GET/DELETE /_fake/log, POST
 /_fake/faults (tests/fakes/fakehttp.py); POST /_fake/config with any of
-{"pending_s", "creating_s", "protocols", "exec_fault"} ("exec_fault":
+{"pending_s", "creating_s", "protocols", "exec_fault", "refuse_execs"}
+("refuse_execs": N refuses the next N exec upgrades as if the container
+were not running; "exec_fault":
 "no_status" ends the next exec stream with a close frame and no Status,
 "drop" cuts its connection without a close frame; used once); GET
 /_fake/execs (what each exec stream carried: pod, command, offered,
@@ -615,6 +617,9 @@ class K8sHandler(fakehttp.Handler):
             pod = f.pods.get((ns, name))
             cfg = dict(f.config)
             fault, f.config["exec_fault"] = f.config["exec_fault"], None
+            refuse = int(f.config.get("refuse_execs") or 0) > 0
+            if refuse:
+                f.config["refuse_execs"] = int(f.config["refuse_execs"]) - 1
         if pod is None:
             raise status(404, "NotFound", 'pods "%s" not found' % name, name)
         if (self.headers.get("Upgrade") or "").lower() != "websocket":
@@ -623,7 +628,7 @@ class K8sHandler(fakehttp.Handler):
         if container != pod.container:
             raise status(400, "BadRequest", 'container %s is not valid for pod %s'
                          % (container, name))
-        if pod.state != "running" or pod.box is None:
+        if refuse or pod.state != "running" or pod.box is None:
             raise Reply(400, {"kind": "Status", "apiVersion": "v1", "metadata": {},
                               "status": "Failure",
                               "message": 'unable to upgrade connection: container not found '
