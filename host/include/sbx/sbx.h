@@ -877,6 +877,11 @@ SBX_EXPORT sbx_client *sbx_client_new_with_mode(const char *backend, sbx_plugin_
  * wrong type is a configuration error from the plugin naming the key.
  * ray takes "address" (before RAY_ADDRESS), "root_dir", "python" and the
  * retry keys.
+ * kubernetes takes "kubeconfig" (a path, before KUBECONFIG and
+ * ~/.kube/config), "context" (before the kubeconfig's current-context),
+ * "namespace" (before the context's), "in_cluster" (true: the service
+ * account's token and CA), "image" (the pods' default image),
+ * "grace_period_s" (delete; 0..3600, default 2) and the retry keys.
  * docker takes "host", "image" and "network_mode" (before DOCKER_HOST,
  * SBX_DOCKER_IMAGE and SBX_DOCKER_NETWORK) and refuses any other key;
  * local, bubblewrap and safehouse take none and ignore the object. Errors as
