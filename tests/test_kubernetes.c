@@ -744,3 +744,74 @@ Test(kubernetes, in_cluster_service_account_token_and_ca)
     free(src);
     free(sa);
 }
+
+typedef struct owned_acc {
+    char ids[16][64];
+    int n;
+} owned_acc;
+
+static int on_owned(const sbx_owned_sandbox *o, void *ud)
+{
+    owned_acc *a = ud;
+    if (a->n < 16)
+        snprintf(a->ids[a->n++], 64, "%s", o->id);
+    return 0;
+}
+
+static int owned_has(const owned_acc *a, const char *id)
+{
+    for (int i = 0; i < a->n; i++)
+        if (strcmp(a->ids[i], id) == 0)
+            return 1;
+    return 0;
+}
+
+Test(kubernetes, only_labelled_pods_and_policies_are_listed_and_destroyed)
+{
+    const char *hdr = "Authorization: Bearer sbx-test-dummy-key";
+    /* A pod this library did not make (no labels): never listed, and
+     * destroy_by_id refuses it. */
+    const char *foreign =
+        "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"not-ours\"},"
+        "\"spec\":{\"securityContext\":{\"runAsNonRoot\":true,\"runAsUser\":1000,"
+        "\"seccompProfile\":{\"type\":\"RuntimeDefault\"}},\"containers\":[{\"name\":"
+        "\"sandbox\",\"image\":\"x\",\"securityContext\":{\"allowPrivilegeEscalation\":false,"
+        "\"capabilities\":{\"drop\":[\"ALL\"]}}}]}}";
+    cr_assert_eq(tu_fake_http("POST", "/api/v1/namespaces/sbx-test/pods", hdr, foreign, NULL),
+                 201);
+    /* A deny-egress policy left by a create that ended before its pod was
+     * made: listed by its pod's name, and destroyed. */
+    const char *orphan =
+        "{\"apiVersion\":\"networking.k8s.io/v1\",\"kind\":\"NetworkPolicy\",\"metadata\":"
+        "{\"name\":\"sbx-0000deadbeef-deny-egress\",\"labels\":{\"sbx_backend\":\"kubernetes\","
+        "\"sbx_create_token\":\"sbx-00000000000000000000000000000001\",\"sandbox\":"
+        "\"sbx-0000deadbeef\"}},\"spec\":{\"podSelector\":{\"matchLabels\":{\"sandbox\":"
+        "\"sbx-0000deadbeef\"}},\"policyTypes\":[\"Egress\"]}}";
+    cr_assert_eq(tu_fake_http("POST", "/apis/networking.k8s.io/v1/namespaces/sbx-test/"
+                              "networkpolicies", hdr, orphan, NULL), 201);
+    g_sb = create_plain();
+    owned_acc a = { .n = 0 };
+    sbx_error *err = NULL;
+    cr_assert_geq(sbx_client_list_owned(g_client, on_owned, &a, &err), 2, "%s",
+                  err ? sbx_error_get0_message(err) : "");
+    cr_assert(owned_has(&a, sbx_sandbox_get0_id(g_sb)));
+    cr_assert(owned_has(&a, "sbx-0000deadbeef"));
+    cr_assert(!owned_has(&a, "not-ours"));
+    cr_assert_eq(sbx_client_destroy_by_id(g_client, "not-ours", &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL);
+    cr_assert_str_eq(sbx_error_get0_message(err), "kubernetes backend: pod not-ours does not "
+                     "carry this library's labels");
+    sbx_error_free(err);
+    err = NULL;
+    cr_assert_eq(sbx_client_destroy_by_id(g_client, "sbx-0000deadbeef", &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    json_object *np = control_get("/_fake/networkpolicies");
+    json_object *live = jpath(np, "live", NULL);
+    for (size_t i = 0; i < json_object_array_length(live); i++)
+        cr_assert_str_neq(jstr(jpath(json_object_array_get_idx(live, i), "metadata", "name",
+                                     NULL)),
+                          "sbx-0000deadbeef-deny-egress");
+    json_object_put(np);
+    cr_assert_eq(tu_fake_http("DELETE", "/api/v1/namespaces/sbx-test/pods/not-ours?"
+                              "gracePeriodSeconds=0", hdr, NULL, NULL), 200);
+}

@@ -867,18 +867,101 @@ static int k8_owned_one(void *ud, json_object *pod)
     return o->fn(&info, o->ud);
 }
 
+/* The pods this backend made, then the deny-egress policies whose pod is
+ * gone (a create that ended between the two), reported by their pod's name
+ * (destroy_by_id deletes both). */
 static int k8_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                          sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
 {
+    struct sbx_plugin_client *c = client;
+    const char *op = "list_owned";
     k8_owned o = { fn, ud };
-    return k8_list(client, ctx, CL_META_BACKEND "=" K8_BACKEND, k8_owned_one, &o, "list_owned",
-                   error);
+    cl_ids pods = { 0 };
+    if (k8_list(c, ctx, CL_META_BACKEND "=" K8_BACKEND, k8_id_one, &pods, op, error) < 0
+        || k8_list(c, ctx, CL_META_BACKEND "=" K8_BACKEND, k8_owned_one, &o, op, error) < 0) {
+        cl_strv_free(pods.v);
+        return -1;
+    }
+    char *qs = cl_url_escape(CL_META_BACKEND "=" K8_BACKEND);
+    char *url = qs ? cl_printf("%s/networkpolicies?labelSelector=%s", c->netapi, qs) : NULL;
+    free(qs);
+    long st = 0;
+    json_object *j = cl_get_json(c->http, ctx, url, &st, op, "list the NetworkPolicies", error);
+    free(url);
+    int rc = j ? 0 : -1;
+    json_object *items = j ? cl_json_path(j, "items", NULL) : NULL;
+    for (size_t i = 0; items && i < json_object_array_length(items); i++) {
+        json_object *md = cl_json_path(json_object_array_get_idx(items, i), "metadata", NULL);
+        json_object *labels = cl_json_path(md, "labels", NULL);
+        const char *pod = cl_json_str(labels, "sandbox"), *tok = cl_json_str(labels, CL_META_TOKEN);
+        const char *exp = cl_json_str(labels, CL_META_EXPIRES);
+        int live = 0;
+        for (size_t k = 0; pod && k < pods.n; k++)
+            if (strcmp(pods.v[k], pod) == 0)
+                live = 1;
+        if (!pod || !tok || live || cl_json_str(md, "deletionTimestamp"))
+            continue;
+        sbx_plugin_owned_info info = { sizeof(info), pod, tok, 0, exp ? strtod(exp, NULL) : 0 };
+        if (fn(&info, ud) != 0)
+            break;
+    }
+    json_object_put(j);
+    cl_strv_free(pods.v);
+    return rc;
 }
 
+/* 1 when object @o carries this backend's label. */
+static int k8_ours(json_object *o)
+{
+    const char *be = cl_json_str(cl_json_path(o, "metadata", "labels", NULL), CL_META_BACKEND);
+    return be && strcmp(be, K8_BACKEND) == 0;
+}
+
+/* Deletes pod @id and its policy, only when they carry this library's
+ * labels (a pod or policy without them is never touched). */
 static int k8_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
                             sbx_error **error)
 {
-    return k8_delete(client, ctx, id, "destroy_by_id", error);
+    const char *op = "destroy_by_id";
+    struct sbx_plugin_client *c = client;
+    if (!id || !k8_label_ok(id)) {
+        cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "kubernetes backend: %s is "
+                           "not a pod name", id ? id : "(null)"), "id", id ? id : "");
+        return -1;
+    }
+    long st = 0;
+    char *url = k8_pod_url(c, id, "");
+    json_object *pod = cl_get_json(c->http, ctx, url, &st, op, "get the pod", error);
+    free(url);
+    if (!pod && st != 404)
+        return -1;
+    char *pn = k8_policy_name(id);
+    char *purl = pn ? cl_item_url(c->netapi, "networkpolicies", pn, "") : NULL;
+    long pst = 0;
+    json_object *pol = cl_get_json(c->http, ctx, purl, &pst, op, "get the pod's NetworkPolicy",
+                                   error);
+    int rc = 0;
+    if ((!pol && pst != 404) || (pod && !k8_ours(pod)) || (pol && !k8_ours(pol))) {
+        if (pod || pol)
+            cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "kubernetes backend: "
+                               "%s %s does not carry this library's labels", pod ? "pod"
+                               : "NetworkPolicy", pod ? id : pn), "id", id);
+        rc = -1;
+    } else {
+        char sfx[64];
+        snprintf(sfx, sizeof sfx, "?gracePeriodSeconds=%d", c->grace_s);
+        char *durl = pod ? k8_pod_url(c, id, sfx) : NULL;
+        if (pod)
+            rc = cl_delete_url(c->http, ctx, durl, op, "delete the pod", error);
+        free(durl);
+        if (rc == 0 && pol)
+            rc = cl_delete_url(c->http, ctx, purl, op, "delete the pod's NetworkPolicy", error);
+    }
+    json_object_put(pod);
+    json_object_put(pol);
+    free(purl);
+    free(pn);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------ */
