@@ -815,3 +815,31 @@ Test(kubernetes, only_labelled_pods_and_policies_are_listed_and_destroyed)
     cr_assert_eq(tu_fake_http("DELETE", "/api/v1/namespaces/sbx-test/pods/not-ours?"
                               "gracePeriodSeconds=0", hdr, NULL, NULL), 200);
 }
+
+Test(kubernetes, a_pod_security_refusal_is_a_configuration_error_and_rbac_is_authentication)
+{
+    tu_fake_post("/_fake/faults",
+                 "[{\"method\":\"POST\",\"path\":\"/pods$\",\"status\":403,\"body\":"
+                 "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":"
+                 "\"Failure\",\"message\":\"pods \\\"x\\\" is forbidden: violates PodSecurity "
+                 "\\\"restricted:latest\\\": seccompProfile\",\"reason\":\"Forbidden\","
+                 "\"code\":403}},"
+                 "{\"method\":\"POST\",\"path\":\"/pods$\",\"status\":403,\"body\":"
+                 "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":"
+                 "\"Failure\",\"message\":\"pods is forbidden: User \\\"u\\\" cannot create "
+                 "resource \\\"pods\\\"\",\"reason\":\"Forbidden\",\"code\":403}}]");
+    sbx_options *o = sbx_options_new();
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, NULL);
+    cr_assert(strstr(sbx_error_get0_message(err), "violates PodSecurity \"restricted:latest\""),
+              "%s", sbx_error_get0_message(err));
+    sbx_error_free(err);
+    err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    tu_assert_error(err, SBX_ERROR_AUTHENTICATION, NULL);
+    cr_assert(strstr(sbx_error_get0_message(err), "cannot create resource \"pods\""), "%s",
+              sbx_error_get0_message(err));
+    sbx_error_free(err);
+    sbx_options_free(o);
+}

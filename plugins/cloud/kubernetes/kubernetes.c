@@ -1429,7 +1429,12 @@ static int k8_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (r.status / 100 != 2) {
         if (r.maybe_acted)
             k8_delete(c, NULL, name, op, NULL);
-        k8_fail_resp(c, error, r.status == 403 || r.status == 401 ? SBX_ERROR_AUTHENTICATION
+        /* 403 is RBAC (authentication), unless it is the namespace's Pod
+         * Security admission refusing the pod (configuration). */
+        int pss = r.status == 403 && r.body.data
+                  && strstr(r.body.data, "violates PodSecurity") != NULL;
+        k8_fail_resp(c, error, pss ? SBX_ERROR_CONFIGURATION
+                               : r.status == 403 || r.status == 401 ? SBX_ERROR_AUTHENTICATION
                                : r.status == 429 || r.status >= 500 ? CL_CODE_BY_STATUS
                                                                     : SBX_ERROR_CONFIGURATION,
                      &r, op, "create the pod");
