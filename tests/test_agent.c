@@ -8,6 +8,7 @@
  */
 #include <criterion/criterion.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -323,6 +324,40 @@ Test(pricing, entries_carry_their_source_and_date)
     cr_assert_null(sbx_pricing_get_entry("nosuchcloud", &err));
     tu_assert_error(err, SBX_ERROR_NOT_FOUND, "nosuchcloud", NULL);
     sbx_error_free(err);
+}
+
+/* sbx_cost_of_duration rounds up to the billing step, then to the minimum,
+ * and prices once: 61 s by the minute with a 120 s minimum is 120 s. */
+Test(pricing, a_duration_is_billed_by_the_granularity_and_minimum)
+{
+    sbx_error *err = NULL;
+    int64_t v = -1;
+
+    user_pricing("{\"backends\":{\"local\":{\"vcpu_usd_per_h\":3.6,\"ram_gib_usd_per_h\":0,"
+                 "\"billing_granularity_s\":60,\"minimum_s\":120}}}");
+    cr_assert_eq(sbx_cost_of_duration("local", 1, 1, NULL, 61, &v, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    assert_usd(v, "0.12");
+    cr_assert_eq(sbx_cost_of_duration("local", 2, 1, NULL, 121, &v, &err), 0);
+    assert_usd(v, "0.36");
+    cr_assert_eq(sbx_cost_of_duration("local", 1, 1, NULL, -5, &v, &err), 0);
+    assert_usd(v, "0.12");
+    /* The bundled e2b rate is billed by the second: 1.5 s of 2 vCPUs and
+     * 1 GiB is 2 s × (2 × 0.000014 + 0.0000045). */
+    unsetenv("SBX_PRICING_FILE");
+    cr_assert_eq(sbx_cost_of_duration("e2b", 2, 1, NULL, 1.5, &v, &err), 0);
+    assert_usd(v, "0.000065");
+    cr_assert_eq(sbx_cost_of_duration("e2b", 1, 1, NULL, NAN, &v, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL);
+    cr_assert(strstr(sbx_error_get0_message(err), "seconds nan is not a finite number"), "%s",
+              sbx_error_get0_message(err));
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_cost_of_duration("e2b", 1, 1, NULL, 1, NULL, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_cost_of_duration("nosuchcloud", 1, 1, NULL, 1, &v, &err), -1);
+    tu_assert_error(err, SBX_ERROR_NOT_FOUND, NULL);
+    sbx_error_clear(&err);
 }
 
 Test(pricing, a_user_file_overrides_and_extends_the_table)

@@ -1856,6 +1856,22 @@ SBX_EXPORT int sbx_cost_per_second(const char *backend, double vcpu, double ram_
                                    sbx_error **error);
 
 /**
+ * sbx_cost_of_duration:
+ * What @seconds of @vcpu vCPUs, @ram_gib GiB and @gpu (as
+ * sbx_cost_per_second) cost on @backend, in pico-dollars (10^-12 USD)
+ * stored in *@pusd: the seconds are first rounded up to the entry's
+ * billing_granularity_s and raised to its minimum_s (a negative @seconds
+ * counts as 0), then priced at the size's rate, rounded once to the
+ * pico-dollar. This is how usage prices a sandbox's lifetime, so an
+ * estimate made with it matches the ledger. Errors: as
+ * sbx_cost_per_second, and invalid_argument for NULL @pusd or a
+ * non-finite @seconds. Returns 0 or -1. Thread-safe. Since 0.1.
+ */
+SBX_EXPORT int sbx_cost_of_duration(const char *backend, double vcpu, double ram_gib,
+                                    const char *gpu, double seconds, int64_t *pusd,
+                                    sbx_error **error);
+
+/**
  * sbx_pricing_get_entry:
  * The raw entry of @backend in the merged table, as a JSON object (new
  * string, free with free()), with its "origin". Errors: invalid_argument,
