@@ -846,6 +846,46 @@ Test(usage, sandbox_and_client_totals_and_the_ledger)
     free(ledger);
 }
 
+/* A resumed sandbox is priced at the size it was created with, which its
+ * session state carries (an hour at least, so the cost is exact). */
+Test(usage, a_resumed_sandbox_is_priced_at_its_own_size)
+{
+    static const char def[] = "\"size\":{\"cpu\":1,\"memory_mb\":1024},";
+    static const char big[] = "\"size\":{\"cpu\":2,\"memory_mb\":3072},";
+    sbx_sandbox *again;
+    sbx_usage u = SBX_USAGE_INIT;
+    sbx_error *err = NULL;
+    char *state, *at, *edited;
+
+    user_pricing("{\"backends\":{\"local\":{\"vcpu_usd_per_h\":0.36,\"ram_gib_usd_per_h\":0.1,"
+                 "\"billing_granularity_s\":3600,\"minimum_s\":3600}}}");
+    state = sbx_sandbox_session_state(sandbox, &err);
+    cr_assert_not_null(state, "%s", err ? sbx_error_get0_message(err) : "");
+    at = strstr(state, def);
+    cr_assert_not_null(at, "%s", state);
+    /* The same sandbox as if it had been made with 2 vCPUs and 3 GiB (local
+     * cannot enforce a size, so the state is edited to say so). */
+    edited = tu_strdup_printf("%.*s%s%s", (int)(at - state), state, big, at + strlen(def));
+    again = sbx_sandbox_resume(client, edited, &err);
+    cr_assert_not_null(again, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_get_usage(again, &u, &err), 0);
+    /* One hour of 2 × 0.36 + 3 × 0.1. */
+    assert_usd(u.sandbox_cost_pusd, "1.02");
+    sbx_sandbox_free(again);
+    free(edited);
+    free(state);
+
+    /* A size that is not one is named. */
+    again = sbx_sandbox_resume(client, "{\"version\":1,\"backend\":\"local\",\"id\":\"x\","
+                               "\"timeout_secs\":60,\"size\":{\"cpu\":0,\"memory_mb\":1},"
+                               "\"data\":{}}", &err);
+    cr_assert_null(again);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL);
+    cr_assert(strstr(sbx_error_get0_message(err), "\"size.cpu\" must be a positive number (got 0)"),
+              "%s", sbx_error_get0_message(err));
+    sbx_error_clear(&err);
+}
+
 Test(usage, a_backend_without_a_price_has_an_unknown_compute_cost)
 {
     sbx_agent_run *run;

@@ -1748,9 +1748,13 @@ SBX_EXPORT int64_t sbx_extract_tar_fd_with_options(int fd, const char *dest_dir,
  * sbx_sandbox_session_state:
  * A versioned JSON document from which sbx_sandbox_resume() reattaches to
  * this sandbox, in this or another process:
- * {"version":1,"backend":"local","id":"...","timeout_secs":600,"data":{...}}
- * where data is the backend's own. It holds no secret: no credential and no
- * environment value. Returns a new string (free with free()) or NULL.
+ * {"version":1,"backend":"local","id":"...","timeout_secs":600,
+ *  "size":{"cpu":1,"memory_mb":1024},"data":{...}}
+ * where data is the backend's own and size the cpu, memory_mb and gpu (when
+ * one was asked for) the sandbox was created with, by which a resumed
+ * sandbox's compute is priced (a document without size is priced at the
+ * default size). It holds no secret: no credential and no environment
+ * value. Returns a new string (free with free()) or NULL.
  * Errors: not_found after destroy, feature_not_supported. Since 0.1.
  */
 SBX_EXPORT char *sbx_sandbox_session_state(sbx_sandbox *sandbox, sbx_error **error);
