@@ -1,0 +1,1117 @@
+/*
+ * tests/test_server.c — sbx-server through HTTP, on the local backend:
+ * every endpoint and status code of the contract this server serves
+ * (CONTROL-PLANE.md §1–§3, §5, §8), scopes, tenant isolation, idempotency
+ * under concurrency, replays, a crash between the provider create and the
+ * commit, restarts (sealed session state), two servers on one database,
+ * and the cases CASE-07, CASE-17, CASE-36 and CASE-38.
+ *
+ * The store is SQLite, or PostgreSQL when SBX_TEST_CP_PG_URL is set
+ * (scripts/test runs this program both ways; tests/cputil.h).
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "cputil.h"
+#include "testutil.h"
+
+static cpu_store *store;
+static cpu_server *srv;
+static char *key, *org;
+
+static void
+setup(void)
+{
+    store = cpu_store_new();
+    srv = cpu_start(store, NULL);
+    key = cpu_bootstrap(srv, "acme", &org);
+}
+
+static void
+teardown(void)
+{
+    cpu_stop(srv);
+    cpu_store_free(store);
+    free(key);
+    free(org);
+    srv = NULL;
+    store = NULL;
+    key = org = NULL;
+}
+
+TestSuite(server, .init = setup, .fini = teardown, .timeout = 60);
+
+/* The response, asserted to have @status. */
+static cpu_response *
+req_s(long status, const char *method, const char *path, const char *k,
+      const char *const *headers, const char *body)
+{
+    cpu_response *r = cpu_http(srv->url, method, path, k, headers, body);
+
+    cr_assert_eq(r->status, status, "%s %s: want %ld, got %ld: %s", method, path, status,
+                 r->status, r->body);
+    return r;
+}
+
+/* Asserts the body is {"detail": @detail}. */
+static void
+expect_detail(const cpu_response *r, const char *detail)
+{
+    json_object *d = cpu_jget(r->json, "detail");
+
+    cr_assert(json_object_is_type(d, json_type_string), "detail of %s", r->body);
+    cr_assert_str_eq(json_object_get_string(d), detail);
+    cr_assert_eq(json_object_object_length(r->json), 1);
+}
+
+static void
+expect_status_detail(long status, const char *method, const char *path, const char *k,
+                     const char *const *headers, const char *body, const char *detail)
+{
+    cpu_response *r = req_s(status, method, path, k, headers, body);
+
+    expect_detail(r, detail);
+    cpu_response_free(r);
+}
+
+static char *
+path_of(const char *fmt, const char *id)
+{
+    return tu_strdup_printf(fmt, id);
+}
+
+/* Creates a key of the organisation of @k with @scopes_json; its secret. */
+static char *
+make_key(const char *k, const char *scopes_json, char **key_id)
+{
+    char *body = tu_strdup_printf("{\"name\":\"k\",\"scopes\":%s}", scopes_json), *s;
+    cpu_response *r = req_s(201, "POST", "/v1/api-keys", k, NULL, body);
+
+    s = strdup(cpu_jstr(r, "secret"));
+    if (key_id)
+        *key_id = strdup(cpu_jstr(r, "id"));
+    cpu_response_free(r);
+    free(body);
+    return s;
+}
+
+/* Executes @body in sandbox @id with optional Idempotency-Key @rid. */
+static cpu_response *
+execute(const char *k, const char *id, const char *rid, const char *body, long status)
+{
+    char *p = path_of("/v1/sandboxes/%s/execute", id), *h = NULL;
+    const char *hdr[] = { NULL, NULL };
+    cpu_response *r;
+
+    if (rid) {
+        h = tu_strdup_printf("Idempotency-Key: %s", rid);
+        hdr[0] = h;
+    }
+    r = req_s(status, "POST", p, k, hdr, body);
+    free(p);
+    free(h);
+    return r;
+}
+
+static void
+terminate(const char *k, const char *id)
+{
+    char *p = path_of("/v1/sandboxes/%s", id);
+    cpu_response *r = req_s(200, "DELETE", p, k, NULL, NULL);
+
+    cr_assert_str_eq(cpu_jstr(r, "status"), "destroyed");
+    cpu_response_free(r);
+    free(p);
+}
+
+/* ---------------------------------------------------------------- basics */
+
+Test(server, healthz_and_security_headers)
+{
+    static const char *const want[][2] = {
+        { "Content-Security-Policy",
+          "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+          "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; "
+          "frame-ancestors 'none'; object-src 'none'" },
+        { "X-Content-Type-Options", "nosniff" },
+        { "X-Frame-Options", "DENY" },
+        { "Referrer-Policy", "no-referrer" },
+        { "Permissions-Policy", "camera=(), microphone=(), geolocation=()" },
+        { "Cross-Origin-Opener-Policy", "same-origin" },
+        { "Strict-Transport-Security", "max-age=63072000; includeSubDomains" },
+    };
+    struct { const char *method, *path, *key; long status; } cases[] = {
+        { "GET", "/healthz", NULL, 200 },
+        { "GET", "/v1/sandboxes", NULL, 401 },
+        { "GET", "/nope", NULL, 404 },
+        { "PUT", "/v1/sandboxes", key, 405 },
+        { "OPTIONS", "/v1/sandboxes", NULL, 405 },
+        { "GET", "/v1/sandboxes", key, 200 },
+        { "DELETE", "/v1/sandboxes/sbx_0", key, 404 },
+    };
+    cpu_response *r = req_s(200, "GET", "/healthz", NULL, NULL, NULL);
+
+    cr_assert_str_eq(r->body, "{\"status\":\"ok\"}");
+    cpu_response_free(r);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        r = req_s(cases[i].status, cases[i].method, cases[i].path, cases[i].key, NULL, NULL);
+        for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+            char *v = cpu_response_header(r, want[k][0]);
+            cr_assert(v, "%s %s lacks %s", cases[i].method, cases[i].path, want[k][0]);
+            cr_assert_str_eq(v, want[k][1]);
+            free(v);
+        }
+        if (r->status == 404 && !strcmp(cases[i].path, "/nope"))
+            expect_detail(r, "Not Found");
+        if (r->status == 405)
+            expect_detail(r, "Method Not Allowed");
+        cpu_response_free(r);
+    }
+}
+
+Test(server, missing_settings_are_named)
+{
+    const char *env1[] = { "BESPOKE_API_KEY_PEPPER=", NULL };
+    const char *env2[] = { "BESPOKE_API_KEY_PEPPER=", "BESPOKE_CONTROL_PLANE_ADMIN_TOKEN=", NULL };
+    const char *env3[] = { "BESPOKE_CUSTOMER_MARKUP=lots", NULL };
+    int st = 0;
+
+    cr_assert_null(cpu_try_start(store, env1, &st));
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    cr_assert_null(cpu_try_start(store, env2, &st));
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    cr_assert_null(cpu_try_start(store, env3, &st));
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+}
+
+Test(server, missing_settings_message)
+{
+    /* The message names exactly what is missing. */
+    const char *prog = getenv("SBX_SERVER") ? getenv("SBX_SERVER")
+                                            : SBX_BUILD_DIR "/server/sbx-server";
+    char *cmd = tu_strdup_printf("env -u BESPOKE_API_KEY_PEPPER -u BESPOKE_CONTROL_PLANE_ADMIN_TOKEN"
+                                 " BESPOKE_CONTROL_PLANE_ADMIN_TOKEN=x '%s' 2>&1", prog);
+    FILE *p = popen(cmd, "r");
+    char line[512] = "";
+    int st;
+
+    cr_assert(p);
+    cr_assert(fgets(line, sizeof line, p));
+    st = pclose(p);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    cr_assert_str_eq(line, "sbx-server: missing required setting: BESPOKE_API_KEY_PEPPER "
+                           "(set it in the environment)\n");
+    free(cmd);
+}
+
+Test(server, organizations_bootstrap)
+{
+    const char *bad[] = { "X-Control-Plane-Admin: wrong", NULL };
+    const char *good[] = { "X-Control-Plane-Admin: " CPU_ADMIN_TOKEN, NULL };
+    cpu_response *r;
+    const char *secret;
+
+    expect_status_detail(401, "POST", "/v1/organizations", NULL, NULL, "{\"name\":\"x\"}",
+                         "invalid control-plane admin token");
+    expect_status_detail(401, "POST", "/v1/organizations", NULL, bad, "{\"name\":\"x\"}",
+                         "invalid control-plane admin token");
+    r = req_s(422, "POST", "/v1/organizations", NULL, good, "{\"name\":\"\"}");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "string_too_short");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "name");
+    cpu_response_free(r);
+    r = req_s(422, "POST", "/v1/organizations", NULL, good, "{}");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "missing");
+    cpu_response_free(r);
+    expect_status_detail(422, "POST", "/v1/organizations", NULL, good, "{\"name\":\"   \"}",
+                         "organization name must not be blank");
+    r = req_s(201, "POST", "/v1/organizations", NULL, good, "{\"name\":\"beta\"}");
+    cr_assert_str_eq(cpu_jstr(r, "organization.name"), "beta");
+    cr_assert_eq(strncmp(cpu_jstr(r, "organization.id"), "org_", 4), 0);
+    cr_assert_eq(strlen(cpu_jstr(r, "organization.id")), 36);
+    cr_assert_str_eq(cpu_jstr(r, "api_key.name"), "Initial key");
+    secret = cpu_jstr(r, "api_key.secret");
+    cr_assert_eq(strlen(secret), 52);
+    cr_assert_eq(strncmp(secret, "bsk_live_", 9), 0);
+    cr_assert_eq(strncmp(cpu_jstr(r, "api_key.prefix"), secret, 17), 0);
+    cr_assert_eq(strlen(cpu_jstr(r, "api_key.prefix")), 17);
+    cr_assert_str_eq(cpu_jstr(r, "api_key.scopes.0"), "*");
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "api_key.scopes")), 1);
+    cr_assert_str_eq(cpu_jstr(r, "api_key.created_at"), cpu_jstr(r, "organization.created_at"));
+    cpu_response_free(r);
+}
+
+Test(server, authentication)
+{
+    const char *basic[] = { "Authorization: Basic abc", NULL };
+    char *k2, *k2_id, *p;
+    cpu_response *r;
+
+    expect_status_detail(401, "GET", "/v1/sandboxes", NULL, NULL, NULL,
+                         "Bearer API key or dashboard session required");
+    expect_status_detail(401, "GET", "/v1/sandboxes", NULL, basic, NULL, "Bearer API key required");
+    expect_status_detail(401, "GET", "/v1/sandboxes", "nope", NULL, NULL, "invalid API key");
+    expect_status_detail(401, "GET", "/v1/sandboxes", "bsk_live_nope", NULL, NULL,
+                         "invalid API key");
+    /* A key that expired. */
+    r = req_s(201, "POST", "/v1/api-keys", key, NULL,
+              "{\"name\":\"old\",\"expires_at\":\"2020-01-01T00:00:00Z\"}");
+    cr_assert_str_eq(cpu_jstr(r, "secret") + 0, cpu_jstr(r, "secret"));
+    expect_status_detail(401, "GET", "/v1/sandboxes", cpu_jstr(r, "secret"), NULL, NULL,
+                         "API key has expired");
+    cpu_response_free(r);
+    /* A revoked key. */
+    k2 = make_key(key, "[\"sandboxes:read\"]", &k2_id);
+    r = req_s(200, "GET", "/v1/sandboxes", k2, NULL, NULL);
+    cpu_response_free(r);
+    p = path_of("/v1/api-keys/%s", k2_id);
+    r = req_s(204, "DELETE", p, key, NULL, NULL);
+    cr_assert_eq(r->body_len, 0);
+    cpu_response_free(r);
+    expect_status_detail(404, "DELETE", p, key, NULL, NULL, "API key not found");
+    expect_status_detail(401, "GET", "/v1/sandboxes", k2, NULL, NULL, "invalid API key");
+    free(p);
+    free(k2);
+    free(k2_id);
+}
+
+Test(server, api_keys)
+{
+    cpu_response *r;
+    char *id;
+
+    r = req_s(201, "POST", "/v1/api-keys", key, NULL,
+              "{\"name\":\"ci\",\"scopes\":[\"usage:read\",\"sandboxes:read\",\"usage:read\"],"
+              "\"expires_at\":\"2099-01-02T03:04:05+02:00\"}");
+    cr_assert_str_eq(cpu_jstr(r, "name"), "ci");
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "scopes")), 2);
+    cr_assert_str_eq(cpu_jstr(r, "scopes.0"), "sandboxes:read");
+    cr_assert_str_eq(cpu_jstr(r, "scopes.1"), "usage:read");
+    cr_assert_eq(strlen(cpu_jstr(r, "secret")), 52);
+    cr_assert_eq(json_object_object_length(r->json), 6);
+    id = strdup(cpu_jstr(r, "id"));
+    cpu_response_free(r);
+    r = req_s(200, "GET", "/v1/api-keys", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(r->json), 2);
+    cr_assert_str_eq(cpu_jstr(r, "0.name"), "Initial key");
+    cr_assert_str_eq(cpu_jstr(r, "1.id"), id);
+    cr_assert_str_eq(cpu_jstr(r, "1.expires_at"), "2099-01-02T01:04:05+00:00");
+    cr_assert_null(cpu_jget(r->json, "1.secret"));
+    cr_assert_null(cpu_jget(r->json, "0.secret"));
+    cr_assert_null(cpu_jget(r->json, "1.revoked_at"));
+    cr_assert(json_object_object_get_ex(cpu_jget(r->json, "1"), "revoked_at", NULL));
+    cr_assert(strstr(r->body, "bsk_live_") == NULL || strstr(r->body, "\"prefix\""));
+    cpu_response_free(r);
+    expect_status_detail(422, "POST", "/v1/api-keys", key, NULL, "{\"name\":\"x\",\"scopes\":[]}",
+                         "at least one API-key scope is required");
+    expect_status_detail(422, "POST", "/v1/api-keys", key, NULL,
+                         "{\"name\":\"x\",\"expires_at\":\"2099-01-01T00:00:00\"}",
+                         "expires_at must include a timezone");
+    r = req_s(201, "POST", "/v1/api-keys", key, NULL, "{\"name\":\"all\"}");
+    cr_assert_str_eq(cpu_jstr(r, "scopes.0"), "*");
+    cpu_response_free(r);
+    expect_status_detail(404, "DELETE", "/v1/api-keys/key_unknown", key, NULL, NULL,
+                         "API key not found");
+    free(id);
+}
+
+Test(server, session)
+{
+    char *k = make_key(key, "[\"sandboxes:terminate\",\"sandboxes:read\"]", NULL);
+    cpu_response *r = req_s(200, "GET", "/v1/session", k, NULL, NULL);
+
+    cr_assert_str_eq(cpu_jstr(r, "role"), "operator");
+    cr_assert_str_eq(cpu_jstr(r, "scopes.0"), "sandboxes:read");
+    cr_assert_str_eq(cpu_jstr(r, "scopes.1"), "sandboxes:terminate");
+    cr_assert_str_eq(cpu_jstr(r, "auth_mode"), "api_key");
+    cr_assert(json_object_get_boolean(cpu_jget(r->json, "can_terminate")));
+    cr_assert_not(json_object_get_boolean(cpu_jget(r->json, "can_create")));
+    cr_assert_not(json_object_get_boolean(cpu_jget(r->json, "can_view_usage")));
+    cr_assert_null(cpu_jget(r->json, "csrf_token"));
+    cpu_response_free(r);
+    r = req_s(200, "GET", "/v1/session", key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "role"), "administrator");
+    cr_assert(json_object_get_boolean(cpu_jget(r->json, "can_export")));
+    cpu_response_free(r);
+    free(k);
+}
+
+/* ---------------------------------------------------------------- scopes */
+
+Test(server, scopes_on_every_route)
+{
+    struct { const char *method, *path, *body, *scope; } routes[] = {
+        { "GET", "/v1/sandboxes", NULL, "sandboxes:read" },
+        { "POST", "/v1/sandboxes", "{\"backend\":\"local\"}", "sandboxes:create" },
+        { "GET", "/v1/sandboxes/%s", NULL, "sandboxes:read" },
+        { "GET", "/v1/sandboxes/%s/detail", NULL, "sandboxes:read" },
+        { "POST", "/v1/sandboxes/%s/execute", "{\"command\":\"true\"}", "sandboxes:execute" },
+        { "DELETE", "/v1/sandboxes/%s", NULL, "sandboxes:terminate" },
+        { "GET", "/v1/costs", NULL, "usage:read" },
+        { "GET", "/v1/api-keys", NULL, "keys:write" },
+        { "POST", "/v1/api-keys", "{\"name\":\"x\"}", "keys:write" },
+        { "DELETE", "/v1/api-keys/key_x", NULL, "keys:write" },
+    };
+    char *id = cpu_create_local(srv, key, NULL);
+    char *none = make_key(key, "[\"alerts:read\"]", NULL);
+    char *legacy = make_key(key, "[\"sandboxes:write\"]", NULL);
+    cpu_response *r;
+
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        char *p = path_of(routes[i].path, id), *want;
+        char *one = make_key(key, (want = tu_strdup_printf("[\"%s\"]", routes[i].scope)), NULL);
+        free(want);
+        want = tu_strdup_printf("API key requires scope: %s", routes[i].scope);
+        expect_status_detail(403, routes[i].method, p, none, NULL, routes[i].body, want);
+        /* The one scope is enough to pass the check. */
+        r = cpu_http(srv->url, routes[i].method, p, one, NULL, routes[i].body);
+        cr_assert_neq(r->status, 403, "%s %s with %s: %s", routes[i].method, p,
+                      routes[i].scope, r->body);
+        cr_assert_neq(r->status, 401);
+        cpu_response_free(r);
+        free(want);
+        free(one);
+        free(p);
+    }
+    /* Legacy sandboxes:write: create, execute, terminate; not read. */
+    r = req_s(201, "POST", "/v1/sandboxes", legacy, NULL, "{\"backend\":\"local\"}");
+    {
+        char *p = path_of("/v1/sandboxes/%s", cpu_jstr(r, "id"));
+        cpu_response *g = req_s(403, "GET", p, legacy, NULL, NULL);
+        cpu_response_free(g);
+        g = req_s(200, "DELETE", p, legacy, NULL, NULL);
+        cpu_response_free(g);
+        free(p);
+    }
+    cpu_response_free(r);
+    free(id);
+    free(none);
+    free(legacy);
+}
+
+/* ---------------------------------------------------------------- sandboxes */
+
+Test(server, sandbox_lifecycle)
+{
+    const char *stale[] = { "If-Match: \"1\"", NULL };
+    const char *badm[] = { "If-Match: abc", NULL };
+    const char *weak[] = { "If-Match: W/\"2\"", NULL };
+    cpu_response *r;
+    char *id, *p, *pe;
+
+    r = req_s(201, "POST", "/v1/sandboxes", key, NULL,
+              "{\"backend\":\" LOCAL \",\"timeout_secs\":60,\"env_vars\":"
+              "{\"B\":\"2\",\"A\":\"1\"},\"unknown_field\":1,\"image\":null}");
+    id = strdup(cpu_jstr(r, "id"));
+    cr_assert_eq(strncmp(id, "sbx_", 4), 0);
+    cr_assert_str_eq(cpu_jstr(r, "backend"), "local");
+    cr_assert_str_eq(cpu_jstr(r, "status"), "running");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 2);
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "attempt_count")), 1);
+    cr_assert_str_eq(json_object_to_json_string_ext(cpu_jget(r->json, "config"),
+                                                    JSON_C_TO_STRING_PLAIN),
+                     "{\"env_var_names\":[\"A\",\"B\"],\"timeout_secs\":60}");
+    cr_assert_str_eq(cpu_jstr(r, "retry_status"), "not_applicable");
+    cr_assert_str_eq(cpu_jstr(r, "hourly_rate_usd"), "0");
+    cr_assert_str_eq(cpu_jstr(r, "currency"), "USD");
+    cr_assert_str_eq(cpu_jstr(r, "cost_state"), "estimated");
+    cr_assert_str_eq(cpu_jstr(r, "creator_api_key_name"), "Initial key");
+    cr_assert_null(cpu_jget(r->json, "organization_id"));
+    cr_assert_null(cpu_jget(r->json, "latest_error"));
+    cr_assert(cpu_jstr(r, "provider_resource_id"));
+    cr_assert(cpu_jstr(r, "expires_at"));
+    cr_assert_str_eq(cpu_jstr(r, "requested_at"), cpu_jstr(r, "created_at"));
+    cr_assert_eq(json_object_object_length(r->json), 31);
+    cpu_response_free(r);
+
+    p = path_of("/v1/sandboxes/%s", id);
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "id"), id);
+    cpu_response_free(r);
+    r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(r->json), 1);
+    cr_assert_str_eq(cpu_jstr(r, "0.id"), id);
+    cpu_response_free(r);
+
+    /* CASE-09 through HTTP: separate streams, exit codes, env. */
+    r = execute(key, id, NULL, "{\"command\":\"echo out; echo err >&2; echo out2\"}", 200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "out\nout2\n");
+    cr_assert_str_eq(cpu_jstr(r, "stderr"), "err\n");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "exit_code")), 0);
+    cr_assert_eq(strncmp(cpu_jstr(r, "request_id"), "req_", 4), 0);
+    cr_assert_str_eq(cpu_jstr(r, "usage.provider_cost_usd"), "0");
+    cr_assert_null(cpu_jget(r->json, "stdout_b64"));
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"echo boom >&2; echo $A$B; exit 3\"}", 200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "12\n");
+    cr_assert_str_eq(cpu_jstr(r, "stderr"), "boom\n");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "exit_code")), 3);
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"printf\",\"args\":[\"%s|\",\"a b\",\"$A\"]}", 200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "a b|$A|");
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"code\":\"echo $((6*7))\",\"language\":\"bash\"}", 200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "42\n");
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"true\",\"code\":\"x\"}", 422);
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.msg"), "Value error, provide exactly one of code or command");
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{}", 422);
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "value_error");
+    cpu_response_free(r);
+
+    /* Detail: attempts and executions, newest first. */
+    pe = path_of("/v1/sandboxes/%s/detail", id);
+    r = req_s(200, "GET", pe, key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "sandbox.id"), id);
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "attempts")), 1);
+    cr_assert_str_eq(cpu_jstr(r, "attempts.0.status"), "succeeded");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "attempts.0.attempt_number")), 1);
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "executions")), 4);
+    cr_assert_str_eq(cpu_jstr(r, "executions.0.status"), "completed");
+    cr_assert_str_eq(cpu_jstr(r, "executions.0.response.stdout"), "42\n");
+    cr_assert_str_eq(cpu_jstr(r, "executions.3.response.stdout"), "out\nout2\n");
+    cr_assert(json_object_is_type(cpu_jget(r->json, "provider_observations"), json_type_array));
+    cr_assert(json_object_object_get_ex(r->json, "cost", NULL));
+    cpu_response_free(r);
+
+    /* Terminate: If-Match checks. */
+    expect_status_detail(422, "DELETE", p, key, badm, NULL, "If-Match must be a sandbox version");
+    expect_status_detail(409, "DELETE", p, key, stale, NULL,
+                         "sandbox changed; refresh before terminating");
+    r = req_s(200, "DELETE", p, key, weak, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "destroyed");
+    cr_assert_str_eq(cpu_jstr(r, "termination_reason"), "operator");
+    cr_assert_str_eq(cpu_jstr(r, "terminated_by_api_key_name"), "Initial key");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 4);
+    cr_assert(cpu_jstr(r, "stopping_at"));
+    cr_assert(cpu_jstr(r, "terminated_at"));
+    cpu_response_free(r);
+    /* Destroyed: idempotent 200 before the version check. */
+    r = req_s(200, "DELETE", p, key, stale, NULL);
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 4);
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"true\"}", 409);
+    expect_detail(r, "sandbox is destroyed");
+    cpu_response_free(r);
+    expect_status_detail(404, "GET", "/v1/sandboxes/sbx_missing", key, NULL, NULL,
+                         "sandbox not found");
+    expect_status_detail(404, "GET", "/v1/sandboxes/sbx_missing/detail", key, NULL, NULL,
+                         "sandbox not found");
+    r = execute(key, "sbx_missing", NULL, "{\"command\":\"true\"}", 404);
+    cpu_response_free(r);
+    free(p);
+    free(pe);
+    free(id);
+}
+
+Test(server, create_validation)
+{
+    cpu_response *r;
+    const char *long_key;
+    char *h;
+    const char *hdr[2] = { NULL, NULL };
+
+    r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "{}");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "missing");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.0"), "body");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "backend");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.msg"), "Field required");
+    cpu_response_free(r);
+    r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"local\",\"cpu\":0}");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "greater_than");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "cpu");
+    cpu_response_free(r);
+    r = req_s(422, "POST", "/v1/sandboxes", key, NULL,
+              "{\"backend\":\"local\",\"timeout_secs\":\"x\"}");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "int_type");
+    cpu_response_free(r);
+    r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "json_invalid");
+    cpu_response_free(r);
+    r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "[1]");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "model_attributes_type");
+    cpu_response_free(r);
+    expect_status_detail(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"docker\"}",
+                         "backend is not enabled: docker");
+    {
+        static char lk[300] = "Idempotency-Key: ";
+        memset(lk + strlen("Idempotency-Key: "), 'x', 256);
+        long_key = lk;
+    }
+    hdr[0] = long_key;
+    expect_status_detail(422, "POST", "/v1/sandboxes", key, hdr, "{\"backend\":\"local\"}",
+                         "idempotency key must contain 1 to 255 characters");
+    h = tu_strdup_printf("Idempotency-Key;");
+    hdr[0] = h;
+    expect_status_detail(422, "POST", "/v1/sandboxes", key, hdr, "{\"backend\":\"local\"}",
+                         "idempotency key must contain 1 to 255 characters");
+    free(h);
+    /* Nothing was made. */
+    r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(r->json), 0);
+    cpu_response_free(r);
+}
+
+/* A provider failure is the contract's payload, the record left failed,
+ * and replays of its key return that record without a second attempt. */
+Test(server, provider_failure_payload)
+{
+    const char *hdr[] = { "Idempotency-Key: bad-1", NULL };
+    cpu_response *r;
+    char *p;
+
+    r = req_s(502, "POST", "/v1/sandboxes", key, hdr,
+              "{\"backend\":\"local\",\"git_repo\":\"/nonexistent/repo.git\"}");
+    cr_assert_str_eq(cpu_jstr(r, "detail.code"), "creation_failed");
+    cr_assert_str_eq(cpu_jstr(r, "detail.message"), "Provider sandbox creation failed.");
+    cr_assert_str_eq(cpu_jstr(r, "detail.backend"), "local");
+    cr_assert_str_eq(cpu_jstr(r, "detail.op"), "create");
+    cr_assert_str_eq(cpu_jstr(r, "detail.outcome"), "failed");
+    cr_assert(json_object_is_type(cpu_jget(r->json, "detail.retryable"), json_type_boolean));
+    cr_assert(json_object_is_type(cpu_jget(r->json, "detail.context"), json_type_object));
+    cr_assert_eq(json_object_object_length(cpu_jget(r->json, "detail")), 7);
+    cpu_response_free(r);
+    r = req_s(201, "POST", "/v1/sandboxes", key, hdr,
+              "{\"backend\":\"local\",\"git_repo\":\"/nonexistent/repo.git\"}");
+    cr_assert_str_eq(cpu_jstr(r, "status"), "failed");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "attempt_count")), 1);
+    cr_assert_str_eq(cpu_jstr(r, "latest_error.code"), "creation_failed");
+    cr_assert(cpu_jstr(r, "failed_at"));
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 2);
+    p = path_of("/v1/sandboxes/%s", cpu_jstr(r, "id"));
+    cpu_response_free(r);
+    /* A failed sandbox has no runtime to terminate. */
+    expect_status_detail(409, "DELETE", p, key, NULL, NULL,
+                         "sandbox runtime is not attached and provider termination is not configured");
+    free(p);
+    /* An option the backend cannot honour: 422 configuration. */
+    r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"local\",\"cpu\":2}");
+    cr_assert_str_eq(cpu_jstr(r, "detail.code"), "configuration");
+    cr_assert_str_eq(cpu_jstr(r, "detail.message"), "Provider configuration is invalid.");
+    cr_assert_str_eq(cpu_jstr(r, "detail.outcome"), "failed");
+    cr_assert_not(json_object_get_boolean(cpu_jget(r->json, "detail.retryable")));
+    cpu_response_free(r);
+}
+
+/* ---------------------------------------------------------------- idempotency */
+
+Test(server, create_idempotency_replay_and_mismatch)
+{
+    const char *hdr[] = { "Idempotency-Key: same", NULL };
+    cpu_response *a, *b, *c;
+    char *p;
+
+    a = req_s(201, "POST", "/v1/sandboxes", key, hdr,
+              "{\"backend\":\"local\",\"timeout_secs\":60,\"env_vars\":{\"X\":\"1\"}}");
+    /* The same request, written differently: 60 ≡ 60.0, LOCAL ≡ local, null ≡ absent. */
+    b = req_s(201, "POST", "/v1/sandboxes", key, hdr,
+              "{\"env_vars\":{\"X\":\"1\"},\"timeout_secs\":60.0,\"backend\":\"LOCAL\",\"gpu\":null}");
+    cr_assert_str_eq(cpu_jstr(a, "id"), cpu_jstr(b, "id"));
+    cr_assert_str_eq(a->body, b->body);
+    /* A different env value is a different request. */
+    expect_status_detail(409, "POST", "/v1/sandboxes", key, hdr,
+                         "{\"backend\":\"local\",\"timeout_secs\":60,\"env_vars\":{\"X\":\"2\"}}",
+                         "idempotency key was already used with a different request");
+    expect_status_detail(409, "POST", "/v1/sandboxes", key, hdr, "{\"backend\":\"local\"}",
+                         "idempotency key was already used with a different request");
+    c = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(c->json), 1);
+    cpu_response_free(c);
+    /* After terminate the replay returns the current record. */
+    p = path_of("/v1/sandboxes/%s", cpu_jstr(a, "id"));
+    c = req_s(200, "DELETE", p, key, NULL, NULL);
+    cpu_response_free(c);
+    c = req_s(201, "POST", "/v1/sandboxes", key, hdr,
+              "{\"backend\":\"local\",\"timeout_secs\":60,\"env_vars\":{\"X\":\"1\"}}");
+    cr_assert_str_eq(cpu_jstr(c, "status"), "destroyed");
+    cr_assert_str_eq(cpu_jstr(c, "id"), cpu_jstr(a, "id"));
+    cpu_response_free(a);
+    cpu_response_free(b);
+    cpu_response_free(c);
+    free(p);
+}
+
+typedef struct race {
+    const char *url, *key, *body;
+    const char *idem;
+    long status;
+    char id[64];
+} race;
+
+static void *
+race_create(void *arg)
+{
+    race *r = arg;
+    char *h = tu_strdup_printf("Idempotency-Key: %s", r->idem);
+    const char *hdr[] = { h, NULL };
+    cpu_response *res = cpu_http(r->url, "POST", "/v1/sandboxes", r->key, hdr, r->body);
+
+    r->status = res->status;
+    if (cpu_jstr(res, "id"))
+        snprintf(r->id, sizeof r->id, "%s", cpu_jstr(res, "id"));
+    cpu_response_free(res);
+    free(h);
+    return NULL;
+}
+
+/* 20 concurrent creates with one key (across @nurls servers) make one
+ * sandbox; every caller gets 201 and its id. */
+static void
+race_20(const char *const *urls, size_t nurls, const char *k)
+{
+    race rs[20];
+    pthread_t th[20];
+    cpu_response *r;
+
+    for (int i = 0; i < 20; i++) {
+        memset(&rs[i], 0, sizeof rs[i]);
+        rs[i].url = urls[(size_t)i % nurls];
+        rs[i].key = k;
+        rs[i].body = "{\"backend\":\"local\",\"timeout_secs\":120}";
+        rs[i].idem = "race-key";
+        cr_assert_eq(pthread_create(&th[i], NULL, race_create, &rs[i]), 0);
+    }
+    for (int i = 0; i < 20; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 20; i++) {
+        cr_assert_eq(rs[i].status, 201, "create %d: %ld", i, rs[i].status);
+        cr_assert_str_eq(rs[i].id, rs[0].id);
+    }
+    r = cpu_http(urls[0], "GET", "/v1/sandboxes", k, NULL, NULL);
+    cr_assert_eq(json_object_array_length(r->json), 1);
+    cpu_response_free(r);
+    /* Wait for the one create to finish, then terminate it. */
+    for (int i = 0; i < 200; i++) {
+        char *p = path_of("/v1/sandboxes/%s", rs[0].id);
+        r = cpu_http(urls[0], "GET", p, k, NULL, NULL);
+        free(p);
+        if (strcmp(cpu_jstr(r, "status"), "creating")) {
+            cr_assert_str_eq(cpu_jstr(r, "status"), "running");
+            cpu_response_free(r);
+            break;
+        }
+        cpu_response_free(r);
+        usleep(20000);
+    }
+    {
+        char *p = path_of("/v1/sandboxes/%s", rs[0].id);
+        r = cpu_http(urls[nurls - 1], "DELETE", p, k, NULL, NULL);
+        cr_assert_eq(r->status, 200, "%s", r->body);
+        cpu_response_free(r);
+        free(p);
+    }
+}
+
+Test(server, concurrent_same_key_creates_make_one_sandbox)
+{
+    const char *urls[] = { srv->url };
+
+    race_20(urls, 1, key);
+}
+
+Test(server, execute_replay)
+{
+    char *id = cpu_create_local(srv, key, NULL);
+    cpu_response *a, *b, *c;
+
+    a = execute(key, id, "run-1", "{\"command\":\"echo $$; date +%N\"}", 200);
+    cr_assert_str_eq(cpu_jstr(a, "request_id"), "run-1");
+    /* Replay: the stored response verbatim, whatever the body now says. */
+    b = execute(key, id, "run-1", "{\"command\":\"echo other\"}", 200);
+    cr_assert_str_eq(a->body, b->body);
+    c = execute(key, id, "run-2", "{\"command\":\"echo $$; date +%N\"}", 200);
+    cr_assert_str_neq(cpu_jstr(a, "stdout"), cpu_jstr(c, "stdout"));
+    cpu_response_free(a);
+    cpu_response_free(b);
+    cpu_response_free(c);
+    /* One usage event per request id. */
+    a = req_s(200, "GET", "/v1/costs?group_by=sandbox", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(cpu_jget(a->json, "items")), 1);
+    cr_assert_str_eq(cpu_jstr(a, "items.0.key"), id);
+    cpu_response_free(a);
+    terminate(key, id);
+    free(id);
+}
+
+/* ---------------------------------------------------------------- cases */
+
+Test(server, case07_non_utf8_output)
+{
+    char *id = cpu_create_local(srv, key, NULL);
+    cpu_response *r = execute(key, id, NULL,
+                              "{\"command\":\"printf 'ok\\\\377\\\\376\\\\n'; printf 'e\\\\200\\\\n' >&2\"}",
+                              200);
+
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "exit_code")), 0);
+    cr_assert_str_eq(cpu_jstr(r, "stdout_b64"), "b2v//go=");
+    cr_assert_str_eq(cpu_jstr(r, "stderr_b64"), "ZYAK");
+    cr_assert(json_object_get_boolean(cpu_jget(r->json, "stdout_lossy")));
+    cr_assert(json_object_get_boolean(cpu_jget(r->json, "stderr_lossy")));
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "ok\xef\xbf\xbd\xef\xbf\xbd\n");
+    cr_assert_str_eq(cpu_jstr(r, "stderr"), "e\xef\xbf\xbd\n");
+    cpu_response_free(r);
+    terminate(key, id);
+    free(id);
+}
+
+Test(server, case17_binary_bytes_through_http)
+{
+    char *id = cpu_create_local(srv, key, NULL), hex[65];
+    unsigned char *data = malloc(1048576), *got;
+    size_t len = 0;
+    cpu_response *r;
+
+    for (size_t i = 0; i < 1048576; i++)
+        data[i] = (unsigned char)(i & 0xff);
+    r = execute(key, id, NULL,
+                "{\"command\":\"/usr/bin/python3\",\"args\":[\"-c\",\"import os,sys; "
+                "open(os.environ['SANDBOX_ROOT']+'/bin.dat','wb').write(bytes(range(256))*4096)\"]}",
+                200);
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "exit_code")), 0, "%s", r->body);
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"sha256sum \\\"$SANDBOX_ROOT/bin.dat\\\" | cut -c1-64\"}",
+                200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"),
+                     "fbbab289f7f94b25736c58be46a994c441fd02552cc6022352e3d86d2fab7c83\n");
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"cat \\\"$SANDBOX_ROOT/bin.dat\\\"\"}", 200);
+    cr_assert(cpu_jstr(r, "stdout_b64"));
+    got = (unsigned char *)strdup(cpu_jstr(r, "stdout_b64"));
+    cpu_response_free(r);
+    {
+        /* base64 decode */
+        static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        size_t n = strlen((char *)got), o = 0;
+        unsigned char *out = malloc(n);
+        unsigned acc = 0;
+        int bits = 0;
+        for (size_t i = 0; i < n && got[i] != '='; i++) {
+            acc = acc << 6 | (unsigned)(strchr(tbl, got[i]) - tbl);
+            bits += 6;
+            if (bits >= 8) {
+                bits -= 8;
+                out[o++] = (unsigned char)(acc >> bits);
+            }
+        }
+        len = o;
+        free(got);
+        got = out;
+    }
+    cr_assert_eq(len, 1048576);
+    tu_sha256_hex(got, len, hex);
+    cr_assert_str_eq(hex, "fbbab289f7f94b25736c58be46a994c441fd02552cc6022352e3d86d2fab7c83");
+    cr_assert_eq(memcmp(got, data, len), 0);
+    free(got);
+    free(data);
+    terminate(key, id);
+    free(id);
+}
+
+/* CASE-38: idempotency keys and request ids belong to the organisation. */
+Test(server, case38_keys_scoped_to_the_tenant)
+{
+    char *kb = cpu_bootstrap(srv, "beta", NULL), *sa, *sb, *p;
+    const char *h1[] = { "Idempotency-Key: 1", NULL };
+    const char *h2[] = { "Idempotency-Key: 2", NULL };
+    cpu_response *a, *b;
+
+    a = req_s(201, "POST", "/v1/sandboxes", key, h1, "{\"backend\":\"local\"}");
+    b = req_s(201, "POST", "/v1/sandboxes", kb, h1, "{\"backend\":\"local\"}");
+    sa = strdup(cpu_jstr(a, "id"));
+    sb = strdup(cpu_jstr(b, "id"));
+    cr_assert_str_neq(sa, sb);
+    cr_assert_str_neq(cpu_jstr(a, "creator_api_key_id"), cpu_jstr(b, "creator_api_key_id"));
+    cpu_response_free(a);
+    cpu_response_free(b);
+    a = req_s(201, "POST", "/v1/sandboxes", key, h2, "{\"backend\":\"local\"}");
+    b = req_s(201, "POST", "/v1/sandboxes", kb, h2, "{\"backend\":\"local\",\"timeout_secs\":60}");
+    cr_assert_str_neq(cpu_jstr(a, "id"), cpu_jstr(b, "id"));
+    terminate(key, cpu_jstr(a, "id"));
+    terminate(kb, cpu_jstr(b, "id"));
+    cpu_response_free(a);
+    cpu_response_free(b);
+    a = execute(key, sa, "run-1", "{\"command\":\"echo secret-A\"}", 200);
+    b = execute(kb, sb, "run-1", "{\"command\":\"echo b\"}", 200);
+    cr_assert_str_eq(cpu_jstr(a, "stdout"), "secret-A\n");
+    cr_assert_str_eq(cpu_jstr(b, "stdout"), "b\n");
+    cr_assert_null(strstr(b->body, "secret-A"));
+    cpu_response_free(a);
+    cpu_response_free(b);
+    /* B never sees or touches A's sandbox. */
+    p = path_of("/v1/sandboxes/%s", sa);
+    expect_status_detail(404, "GET", p, kb, NULL, NULL, "sandbox not found");
+    expect_status_detail(404, "DELETE", p, kb, NULL, NULL, "sandbox not found");
+    free(p);
+    p = path_of("/v1/sandboxes/%s/detail", sa);
+    expect_status_detail(404, "GET", p, kb, NULL, NULL, "sandbox not found");
+    free(p);
+    a = execute(kb, sa, "run-1", "{\"command\":\"echo x\"}", 404);
+    expect_detail(a, "sandbox not found");
+    cpu_response_free(a);
+    a = req_s(200, "GET", "/v1/sandboxes", kb, NULL, NULL);
+    cr_assert_eq(json_object_array_length(a->json), 2);
+    cr_assert_null(strstr(a->body, sa));
+    cpu_response_free(a);
+    /* Within one org, the same key with another body is still 409. */
+    expect_status_detail(409, "POST", "/v1/sandboxes", key, h1,
+                         "{\"backend\":\"local\",\"timeout_secs\":5}",
+                         "idempotency key was already used with a different request");
+    terminate(key, sa);
+    terminate(kb, sb);
+    free(sa);
+    free(sb);
+    free(kb);
+}
+
+Test(server, cross_tenant_keys_and_costs)
+{
+    char *kb = cpu_bootstrap(srv, "beta", NULL), *kid, *p, *sa;
+    cpu_response *r;
+
+    free(make_key(key, "[\"usage:read\"]", &kid));
+    p = path_of("/v1/api-keys/%s", kid);
+    expect_status_detail(404, "DELETE", p, kb, NULL, NULL, "API key not found");
+    r = req_s(200, "GET", "/v1/api-keys", kb, NULL, NULL);
+    cr_assert_eq(json_object_array_length(r->json), 1);
+    cr_assert_null(strstr(r->body, kid));
+    cpu_response_free(r);
+    sa = cpu_create_local(srv, key, NULL);
+    r = execute(key, sa, NULL, "{\"command\":\"true\"}", 200);
+    cpu_response_free(r);
+    r = req_s(200, "GET", "/v1/costs", kb, NULL, NULL);
+    cr_assert_str_eq(r->body, "{\"group_by\":\"sandbox\",\"items\":[]}");
+    cpu_response_free(r);
+    r = req_s(200, "GET", "/v1/costs", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "items")), 1);
+    cpu_response_free(r);
+    terminate(key, sa);
+    /* The key still works for its own org after B's attempt. */
+    r = req_s(204, "DELETE", p, key, NULL, NULL);
+    cpu_response_free(r);
+    free(sa);
+    free(p);
+    free(kid);
+    free(kb);
+}
+
+/* CASE-36: no key or token is echoed or logged; the DB holds digests. */
+Test(server, case36_no_secret_echoed_or_logged)
+{
+    char *k2, *k2_id, *p, *out, *err, *malformed;
+    cpu_response *r;
+    const char *secrets[3];
+
+    k2 = make_key(key, "[\"sandboxes:read\"]", &k2_id);
+    p = path_of("/v1/api-keys/%s", k2_id);
+    r = req_s(204, "DELETE", p, key, NULL, NULL);
+    cpu_response_free(r);
+    malformed = strdup("bsk_live_QQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQ!!");
+    secrets[0] = key;
+    secrets[1] = k2;
+    secrets[2] = malformed;
+    {
+        struct { const char *method, *path, *k, *body; long status; } calls[] = {
+            { "GET", "/v1/sandboxes", k2, NULL, 401 },
+            { "GET", "/v1/sandboxes", malformed, NULL, 401 },
+            { "POST", "/v1/sandboxes", key, "{\"backend\":\"docker\"}", 422 },
+            { "POST", "/v1/sandboxes", key, "{\"backend\":\"local\",\"cpu\":-1}", 422 },
+            { "GET", "/v1/api-keys", key, NULL, 200 },
+            { "GET", "/v1/session", key, NULL, 200 },
+            { "POST", "/v1/api-keys", key, "{\"name\":\"x\",\"scopes\":[]}", 422 },
+        };
+        for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+            r = req_s(calls[i].status, calls[i].method, calls[i].path, calls[i].k, NULL,
+                      calls[i].body);
+            for (size_t s = 0; s < 3; s++) {
+                cr_assert_null(strstr(r->body, secrets[s]), "%s %s echoes a secret",
+                               calls[i].method, calls[i].path);
+                cr_assert_null(strstr(r->headers, secrets[s]));
+            }
+            cpu_response_free(r);
+        }
+    }
+    out = cpu_read_log(srv, 0);
+    err = cpu_read_log(srv, 1);
+    for (size_t s = 0; s < 3; s++) {
+        cr_assert_null(strstr(out, secrets[s]));
+        cr_assert_null(strstr(err, secrets[s]));
+    }
+    cr_assert_null(strstr(err, "bsk_live_"));
+    cr_assert_null(strstr(err, CPU_PEPPER));
+    cr_assert(strstr(err, "method=GET route=/v1/sandboxes status=401"));
+    /* The SQLite file holds no secret. */
+    if (!cpu_store_is_pg()) {
+        FILE *f;
+        char *db, *dbs[3];
+        dbs[0] = tu_strdup_printf("%s", store->url);
+        dbs[1] = tu_strdup_printf("%s-wal", store->url);
+        dbs[2] = NULL;
+        for (int i = 0; dbs[i]; i++) {
+            long n;
+            f = fopen(dbs[i], "rb");
+            if (!f)
+                continue;
+            fseek(f, 0, SEEK_END);
+            n = ftell(f);
+            fseek(f, 0, SEEK_SET);
+            db = malloc((size_t)n + 1);
+            cr_assert_eq(fread(db, 1, (size_t)n, f), (size_t)n);
+            fclose(f);
+            for (size_t s = 0; s < 2; s++)
+                cr_assert_null(memmem(db, (size_t)n, secrets[s], strlen(secrets[s])),
+                               "%s holds a key", dbs[i]);
+            free(db);
+        }
+        free(dbs[0]);
+        free(dbs[1]);
+    }
+    free(out);
+    free(err);
+    free(malformed);
+    free(p);
+    free(k2);
+    free(k2_id);
+}
+
+Test(server, request_log_line)
+{
+    char *id = cpu_create_local(srv, key, NULL), *err, *want;
+
+    terminate(key, id);
+    err = cpu_read_log(srv, 1);
+    want = tu_strdup_printf("method=POST route=/v1/sandboxes status=201 duration_ms=");
+    cr_assert(strstr(err, want), "%s", err);
+    free(want);
+    want = tu_strdup_printf("method=DELETE route=/v1/sandboxes/{id} status=200 duration_ms=");
+    cr_assert(strstr(err, want));
+    free(want);
+    want = tu_strdup_printf("organization=%s\n", org);
+    cr_assert(strstr(err, want));
+    cr_assert_null(strstr(err, id));   /* routes, not paths */
+    free(want);
+    free(err);
+    free(id);
+}
+
+/* ---------------------------------------------------------------- crash, restart, replicas */
+
+/* A server killed between the provider create and the commit of its
+ * outcome: the retry with the key returns the reserved record and never
+ * creates again. */
+Test(server, killed_between_provider_create_and_commit)
+{
+    const char *hook[] = { "SBX_SERVER_TEST_CRASH_AFTER_PROVIDER_CREATE=1", NULL };
+    const char *hdr[] = { "Idempotency-Key: crash-1", NULL };
+    const char *body = "{\"backend\":\"local\",\"timeout_secs\":2}";
+    cpu_server *dying = cpu_start(store, hook), *again;
+    cpu_response *r;
+    char *id;
+    int st;
+
+    r = cpu_http(dying->url, "POST", "/v1/sandboxes", key, hdr, body);
+    cr_assert_eq(r->status, 0);     /* the connection died with the server */
+    cpu_response_free(r);
+    st = cpu_signal(dying, 0);
+    cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    again = cpu_start(store, NULL);
+    r = cpu_http(again->url, "POST", "/v1/sandboxes", key, hdr, body);
+    cr_assert_eq(r->status, 201, "%s", r->body);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "creating");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "attempt_count")), 1);
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 1);
+    id = strdup(cpu_jstr(r, "id"));
+    cpu_response_free(r);
+    r = cpu_http(again->url, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(r->json), 1);
+    cr_assert_str_eq(cpu_jstr(r, "0.id"), id);
+    cpu_response_free(r);
+    r = cpu_http(again->url, "GET", "/v1/sandboxes/x/detail", key, NULL, NULL);
+    cpu_response_free(r);
+    cpu_stop(again);
+    cpu_stop(dying);
+    free(id);
+    /* The sandbox the dead server made ends with its 2 s lifetime. */
+    sleep(3);
+}
+
+/* Beyond the reference: the sealed session state lets a restarted server
+ * execute in and terminate a sandbox it did not make. */
+Test(server, restart_resumes_sandboxes)
+{
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":60}");
+    cpu_response *r;
+
+    r = execute(key, id, NULL, "{\"command\":\"echo kept > \\\"$SANDBOX_ROOT/f\\\"\"}", 200);
+    cpu_response_free(r);
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    srv = cpu_start(store, NULL);
+    r = execute(key, id, NULL, "{\"command\":\"cat \\\"$SANDBOX_ROOT/f\\\"\"}", 200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "kept\n");
+    cpu_response_free(r);
+    terminate(key, id);
+    free(id);
+}
+
+Test(server, session_state_is_sealed_under_the_pepper)
+{
+    const char *other[] = { "BESPOKE_API_KEY_PEPPER=another-pepper", NULL };
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":60}");
+    cpu_server *wrong;
+    char *k2;
+    cpu_response *r;
+
+    cpu_signal(srv, SIGTERM);
+    /* Another pepper: the old keys are invalid and the state cannot be
+     * opened, so nothing can be done with the sandbox. */
+    wrong = cpu_start(store, other);
+    r = cpu_http(wrong->url, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cr_assert_eq(r->status, 401);
+    cpu_response_free(r);
+    k2 = cpu_bootstrap(wrong, "other", NULL);
+    cpu_stop(wrong);
+    free(k2);
+    cpu_stop(srv);
+    srv = cpu_start(store, NULL);
+    terminate(key, id);
+    free(id);
+}
+
+Test(server, two_servers_one_database)
+{
+    cpu_server *b = cpu_start(store, NULL);
+    const char *urls[] = { srv->url, b->url };
+    char *id;
+    cpu_response *r;
+    char *p;
+
+    race_20(urls, 2, key);
+    /* Made through A, executed and terminated through B. */
+    id = cpu_create_local(srv, key, "{\"timeout_secs\":60}");
+    p = tu_strdup_printf("/v1/sandboxes/%s/execute", id);
+    r = cpu_http(b->url, "POST", p, key, NULL, "{\"command\":\"echo via-b\"}");
+    cr_assert_eq(r->status, 200, "%s", r->body);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "via-b\n");
+    cpu_response_free(r);
+    free(p);
+    p = tu_strdup_printf("/v1/sandboxes/%s", id);
+    r = cpu_http(b->url, "DELETE", p, key, NULL, NULL);
+    cr_assert_eq(r->status, 200, "%s", r->body);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "destroyed");
+    cpu_response_free(r);
+    r = cpu_http(srv->url, "POST", "/v1/sandboxes/x/execute", key, NULL, "{\"command\":\"true\"}");
+    cpu_response_free(r);
+    r = cpu_http(srv->url, "GET", p, key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "destroyed");
+    cpu_response_free(r);
+    free(p);
+    cpu_stop(b);
+    free(id);
+}
