@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -1113,5 +1114,277 @@ Test(server, two_servers_one_database)
     cpu_response_free(r);
     free(p);
     cpu_stop(b);
+    free(id);
+}
+
+/* ---------------------------------------------------------------- metering */
+
+/* A price for local (0.036 USD per vCPU-hour, 0.018 per GiB-hour: 0.054
+ * per hour at the default size) through the operator's pricing file, and a
+ * markup of 1.5. */
+static char *price_dir;
+
+static cpu_server *
+start_priced(const char *extra_env)
+{
+    char *file, *penv;
+    const char *env[4] = { NULL, "BESPOKE_CUSTOMER_MARKUP=1.5", extra_env, NULL };
+    cpu_server *s;
+
+    price_dir = tu_mkdtemp("cp-pricing");
+    file = tu_strdup_printf("%s/pricing.json", price_dir);
+    {
+        static const char doc[] = "{\"backends\":{\"local\":{\"vcpu_usd_per_h\":0.036,"
+                                  "\"ram_gib_usd_per_h\":0.018}}}";
+        tu_write_file(file, doc, sizeof doc - 1, 0644);
+    }
+    penv = tu_strdup_printf("SBX_PRICING_FILE=%s", file);
+    env[0] = penv;
+    s = cpu_start(store, env);
+    free(penv);
+    free(file);
+    return s;
+}
+
+static void
+metering_setup(void)
+{
+    store = cpu_store_new();
+    srv = start_priced(NULL);
+    key = cpu_bootstrap(srv, "acme", &org);
+}
+
+static void
+metering_teardown(void)
+{
+    teardown();
+    tu_rmtree(price_dir);
+    free(price_dir);
+    price_dir = NULL;
+}
+
+TestSuite(metering, .init = metering_setup, .fini = metering_teardown, .timeout = 60);
+
+/* "2026-12-04T22:37:31.783499+00:00" → microseconds since the epoch. */
+static int64_t
+iso_us(const char *s)
+{
+    struct tm tm = { 0 };
+    int us = 0, n = 0;
+    char frac[8] = "";
+
+    cr_assert(s);
+    cr_assert_eq(sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                        &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &n), 6);
+    if (s[n] == '.') {
+        snprintf(frac, sizeof frac, "%.6s", s + n + 1);
+        us = atoi(frac);
+        n += 7;
+    }
+    cr_assert_str_eq(s + n, "+00:00");
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    return (int64_t)timegm(&tm) * 1000000 + us;
+}
+
+/* Decimal text → pico units (money), or micro units for seconds (the
+ * same text read as pico-units, divided by 10^6). */
+static int64_t
+pico(const char *text)
+{
+    int64_t v;
+
+    cr_assert(text);
+    cr_assert_eq(sbx_usd_parse(text, &v, NULL), 0, "%s", text);
+    return v;
+}
+
+static int64_t
+round_div(__int128 n, int64_t d)
+{
+    __int128 q = n / d, r = n % d;
+
+    if (2 * (r < 0 ? -r : r) >= d)
+        q += n < 0 ? -1 : 1;
+    return (int64_t)q;
+}
+
+static char *
+usd(int64_t pusd)
+{
+    char buf[SBX_USD_FORMAT_SIZE];
+
+    cr_assert(sbx_usd_format(pusd, buf, sizeof buf) > 0);
+    return strdup(buf);
+}
+
+/* The price of @us microseconds at 0.054 USD per hour, in pico-dollars. */
+static int64_t
+price_of(int64_t us)
+{
+    return round_div((__int128)54000000000LL * us, 3600LL * 1000000LL);
+}
+
+static int64_t
+marked_up(int64_t pusd)
+{
+    return round_div((__int128)pusd * 3, 2);
+}
+
+Test(metering, execution_usage_and_ledger)
+{
+    char *id = cpu_create_local(srv, key, NULL), *p, *want;
+    cpu_response *r;
+    int64_t us, prov;
+
+    p = path_of("/v1/sandboxes/%s", id);
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "hourly_rate_usd"), "0.054");
+    cr_assert_str_eq(cpu_jstr(r, "pricing_source"), "2026-12-04");
+    cpu_response_free(r);
+    r = execute(key, id, "m-1", "{\"command\":\"sleep 0.05\"}", 200);
+    us = pico(cpu_jstr(r, "usage.runtime_seconds")) / 1000000;
+    cr_assert_geq(us, 50000);
+    prov = price_of(us);
+    want = usd(prov);
+    cr_assert_str_eq(cpu_jstr(r, "usage.provider_cost_usd"), want);
+    free(want);
+    want = usd(marked_up(prov));
+    cr_assert_str_eq(cpu_jstr(r, "usage.customer_cost_usd"), want);
+    free(want);
+    cpu_response_free(r);
+    /* The lifecycle: after terminate, billed from provisioning to the
+     * termination, once. */
+    r = req_s(200, "DELETE", p, key, NULL, NULL);
+    us = iso_us(cpu_jstr(r, "terminated_at")) - iso_us(cpu_jstr(r, "provisioning_at"));
+    cpu_response_free(r);
+    free(p);
+    p = path_of("/v1/sandboxes/%s/detail", id);
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    cr_assert_eq(pico(cpu_jstr(r, "cost.billable_seconds")) / 1000000, us);
+    want = usd(price_of(us));
+    cr_assert_str_eq(cpu_jstr(r, "cost.estimated_cost_usd"), want);
+    cr_assert_str_eq(cpu_jstr(r, "cost.effective_cost_usd"), want);
+    free(want);
+    want = usd(marked_up(price_of(us)));
+    cr_assert_str_eq(cpu_jstr(r, "cost.customer_cost_usd"), want);
+    cr_assert_str_eq(cpu_jstr(r, "cost.cost_state"), "estimated");
+    cr_assert_str_eq(cpu_jstr(r, "cost.currency"), "USD");
+    cr_assert_null(cpu_jget(r->json, "cost.provider_reported_cost_usd"));
+    cpu_response_free(r);
+    /* The report: the lifecycle rows (usage events of a sandbox with a
+     * lifecycle are not counted again). */
+    r = req_s(200, "GET", "/v1/costs?group_by=backend", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "items")), 1);
+    cr_assert_str_eq(cpu_jstr(r, "group_by"), "backend");
+    cr_assert_str_eq(cpu_jstr(r, "items.0.key"), "local");
+    cr_assert_eq(pico(cpu_jstr(r, "items.0.runtime_seconds")) / 1000000, us);
+    cr_assert_str_eq(cpu_jstr(r, "items.0.provider_cost_usd"), want = usd(price_of(us)));
+    free(want);
+    cr_assert_str_eq(cpu_jstr(r, "items.0.customer_cost_usd"),
+                     want = usd(marked_up(price_of(us))));
+    free(want);
+    cpu_response_free(r);
+    /* A window that ends before the sandbox: nothing. */
+    r = req_s(200, "GET", "/v1/costs?group_by=sandbox&start=2000-01-01T00:00:00Z"
+                          "&end=2000-01-02T00:00:00%2B00:00", key, NULL, NULL);
+    cr_assert_str_eq(r->body, "{\"group_by\":\"sandbox\",\"items\":[]}");
+    cpu_response_free(r);
+    free(p);
+    free(id);
+}
+
+Test(metering, costs_parameters)
+{
+    cpu_response *r;
+
+    r = req_s(422, "GET", "/v1/costs?group_by=week", key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "string_pattern_mismatch");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.0"), "query");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "group_by");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.input"), "week");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.ctx.pattern"), "^(sandbox|backend|day)$");
+    cpu_response_free(r);
+    expect_status_detail(422, "GET", "/v1/costs?start=2026-01-01T00:00:00", key, NULL, NULL,
+                         "start must include a timezone");
+    expect_status_detail(422, "GET", "/v1/costs?end=2026-01-01", key, NULL, NULL,
+                         "end must include a timezone");
+    expect_status_detail(422, "GET",
+                         "/v1/costs?start=2026-01-02T00:00:00Z&end=2026-01-01T00:00:00Z", key,
+                         NULL, NULL, "start must be before end");
+    r = req_s(422, "GET", "/v1/costs?start=yesterday", key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "start");
+    cpu_response_free(r);
+    r = req_s(200, "GET", "/v1/costs?group_by=day&start=2026-01-01T00:00:00.000Z", key, NULL,
+              NULL);
+    cr_assert_str_eq(r->body, "{\"group_by\":\"day\",\"items\":[]}");
+    cpu_response_free(r);
+}
+
+/* A lifetime across a UTC midnight is split into one ledger row per day
+ * (the server's clock is set 0.7 s before a midnight for this test). */
+Test(metering, lifecycle_split_at_midnight)
+{
+    struct timespec ts;
+    int64_t now_us, midnight, offset_us, prov_at, end_at, d1, d2;
+    char env[80], day1[16], day2[16], *id, *p, *q1, *want;
+    cpu_response *r;
+    time_t t;
+    struct tm tm;
+
+    cpu_stop(srv);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    midnight = (now_us / 86400000000LL + 1) * 86400000000LL;
+    offset_us = midnight - 700000 - now_us - 100000;   /* the server starts in ~0.1 s */
+    snprintf(env, sizeof env, "SBX_SERVER_TEST_CLOCK_OFFSET_S=%.6f", (double)offset_us / 1e6);
+    tu_rmtree(price_dir);
+    free(price_dir);
+    srv = start_priced(env);
+    id = cpu_create_local(srv, key, NULL);
+    usleep(1200000);
+    p = path_of("/v1/sandboxes/%s", id);
+    r = req_s(200, "DELETE", p, key, NULL, NULL);
+    prov_at = iso_us(cpu_jstr(r, "provisioning_at"));
+    end_at = iso_us(cpu_jstr(r, "terminated_at"));
+    cpu_response_free(r);
+    cr_assert_lt(prov_at, midnight, "the sandbox was made after the midnight");
+    cr_assert_gt(end_at, midnight);
+    d1 = midnight - prov_at;
+    d2 = end_at - midnight;
+    t = (time_t)(midnight / 1000000 - 1);
+    gmtime_r(&t, &tm);
+    strftime(day1, sizeof day1, "%Y-%m-%d", &tm);
+    t = (time_t)(midnight / 1000000);
+    gmtime_r(&t, &tm);
+    strftime(day2, sizeof day2, "%Y-%m-%d", &tm);
+    r = req_s(200, "GET", "/v1/costs?group_by=day", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "items")), 2, "%s", r->body);
+    cr_assert_str_eq(cpu_jstr(r, "items.0.key"), day1);
+    cr_assert_str_eq(cpu_jstr(r, "items.1.key"), day2);
+    cr_assert_eq(pico(cpu_jstr(r, "items.0.runtime_seconds")) / 1000000, d1);
+    cr_assert_eq(pico(cpu_jstr(r, "items.1.runtime_seconds")) / 1000000, d2);
+    /* The money of both days adds up to the lifetime's, exactly. */
+    cr_assert_eq(pico(cpu_jstr(r, "items.0.provider_cost_usd")) +
+                 pico(cpu_jstr(r, "items.1.provider_cost_usd")), price_of(d1 + d2));
+    cr_assert_eq(pico(cpu_jstr(r, "items.0.customer_cost_usd")) +
+                 pico(cpu_jstr(r, "items.1.customer_cost_usd")), marked_up(price_of(d1 + d2)));
+    cpu_response_free(r);
+    /* A window from the midnight: the second day only. */
+    t = (time_t)(midnight / 1000000);
+    gmtime_r(&t, &tm);
+    strftime(env, sizeof env, "/v1/costs?group_by=sandbox&start=%Y-%m-%dT%H:%M:%SZ", &tm);
+    r = req_s(200, "GET", env, key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "items")), 1);
+    cr_assert_str_eq(cpu_jstr(r, "items.0.key"), id);
+    cr_assert_eq(pico(cpu_jstr(r, "items.0.runtime_seconds")) / 1000000, d2);
+    q1 = strdup(cpu_jstr(r, "items.0.provider_cost_usd"));
+    cpu_response_free(r);
+    r = req_s(200, "GET", "/v1/costs?group_by=day", key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "items.1.provider_cost_usd"), q1);
+    cpu_response_free(r);
+    (void)want;
+    free(q1);
+    free(p);
     free(id);
 }
