@@ -175,6 +175,14 @@ server_program(void)
     return p && *p ? p : SBX_BUILD_DIR "/server/sbx-server";
 }
 
+static char *last_stderr;
+
+char *
+cpu_last_stderr(void)
+{
+    return strdup(last_stderr ? last_stderr : "");
+}
+
 cpu_server *
 cpu_try_start(const cpu_store *store, const char *const *env, int *status)
 {
@@ -235,6 +243,8 @@ cpu_try_start(const cpu_store *store, const char *const *env, int *status)
         if (waitpid(srv->pid, &st, WNOHANG) == srv->pid) {
             if (status)
                 *status = st;
+            free(last_stderr);
+            last_stderr = slurp(srv->err_path);
             srv->pid = 0;
             rmtree(srv->dir);
             free(srv->dir);

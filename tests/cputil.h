@@ -60,6 +60,9 @@ cpu_server *cpu_start(const cpu_store *store, const char *const *env);
 /* As cpu_start(), but returns NULL (no assertion) when the server exits
  * before listening; *@status gets its wait status then. */
 cpu_server *cpu_try_start(const cpu_store *store, const char *const *env, int *status);
+/* The stderr of the last server cpu_try_start() saw exit before listening
+ * (new string; "" when none). */
+char *cpu_last_stderr(void);
 /* Sends @sig to the server and waits for it to exit; returns the wait
  * status. */
 int cpu_signal(cpu_server *srv, int sig);

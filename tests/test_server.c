@@ -9,6 +9,7 @@
  * The store is SQLite, or PostgreSQL when SBX_TEST_CP_PG_URL is set
  * (scripts/test runs this program both ways; tests/cputil.h).
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +20,8 @@
 #include <unistd.h>
 
 #include <criterion/criterion.h>
+#include <libpq-fe.h>
+#include <sqlite3.h>
 
 #include "cputil.h"
 #include "testutil.h"
@@ -1387,4 +1390,226 @@ Test(metering, lifecycle_split_at_midnight)
     free(q1);
     free(p);
     free(id);
+}
+
+/* ---------------------------------------------------------------- schema */
+
+/* The first column of @sql's rows on the test store, comma-joined (new
+ * string); NULL when the statement fails. */
+static char *
+db_list(const char *sql)
+{
+    char *out = calloc(1, 1);
+    size_t n = 0;
+
+    if (cpu_store_is_pg()) {
+        PGconn *c = PQconnectdb(store->url);
+        PGresult *r = PQexec(c, sql);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK && PQresultStatus(r) != PGRES_COMMAND_OK) {
+            PQclear(r);
+            PQfinish(c);
+            free(out);
+            return NULL;
+        }
+        for (int i = 0; PQresultStatus(r) == PGRES_TUPLES_OK && i < PQntuples(r); i++) {
+            const char *v = PQgetvalue(r, i, 0);
+            out = realloc(out, n + strlen(v) + 2);
+            n += (size_t)sprintf(out + n, "%s%s", n ? "," : "", v);
+        }
+        PQclear(r);
+        PQfinish(c);
+    } else {
+        sqlite3 *db = NULL;
+        sqlite3_stmt *st = NULL;
+        int rc;
+        cr_assert_eq(sqlite3_open(store->url, &db), SQLITE_OK);
+        sqlite3_busy_timeout(db, 5000);
+        if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+            sqlite3_close(db);
+            free(out);
+            return NULL;
+        }
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            const char *v = (const char *)sqlite3_column_text(st, 0);
+            v = v ? v : "";
+            out = realloc(out, n + strlen(v) + 2);
+            n += (size_t)sprintf(out + n, "%s%s", n ? "," : "", v);
+        }
+        sqlite3_finalize(st);
+        sqlite3_close(db);
+        if (rc != SQLITE_DONE) {
+            free(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+Test(server, schema_migrations_forward)
+{
+    char *v = db_list("SELECT version FROM schema_migrations ORDER BY version"), *err;
+    int st = 0;
+
+    cr_assert_str_eq(v, "1,2");
+    free(v);
+    if (!cpu_store_is_pg()) {
+        v = db_list("PRAGMA journal_mode");
+        cr_assert_str_eq(v, "wal");
+        free(v);
+    }
+    /* A database at version 1: the server applies 2 on start. */
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    free(db_list("DELETE FROM schema_migrations WHERE version = 2"));
+    free(db_list("ALTER TABLE sandboxes DROP COLUMN session_state_sealed"));
+    v = db_list("SELECT version FROM schema_migrations ORDER BY version");
+    cr_assert_str_eq(v, "1");
+    free(v);
+    cr_assert_null(db_list("SELECT session_state_sealed FROM sandboxes"));
+    srv = cpu_start(store, NULL);
+    v = db_list("SELECT version FROM schema_migrations ORDER BY version");
+    cr_assert_str_eq(v, "1,2");
+    free(v);
+    v = db_list("SELECT session_state_sealed FROM sandboxes");
+    cr_assert_str_eq(v, "");
+    free(v);
+    /* Its data is kept: the key still works. */
+    {
+        cpu_response *r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+        cpu_response_free(r);
+    }
+    /* A database from a newer server is refused, naming the versions. */
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    srv = NULL;
+    free(db_list("INSERT INTO schema_migrations(version, applied_at) VALUES (99, 'x')"));
+    cr_assert_null(cpu_try_start(store, NULL, &st));
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    err = cpu_last_stderr();
+    cr_assert(strstr(err, "the database has schema version 99, newer than this sbx-server "
+                          "knows (2)"), "%s", err);
+    free(err);
+    free(db_list("DELETE FROM schema_migrations WHERE version = 99"));
+    srv = cpu_start(store, NULL);
+}
+
+/* ---------------------------------------------------------------- CASE-36, provider side */
+
+#define E2B_SECRET "e2b_TESTSECRET_0123456789abcdef"
+
+/* The e2b contract fake (tests/fakes/e2b.py) answering every create with a
+ * 401 whose body echoes the credential. Its pid in *@pid, its URL back. */
+static char *
+start_e2b_fake(pid_t *pid, char **dir)
+{
+    char *out, *line = NULL, *url = NULL;
+    const char *src = getenv("SBX_TEST_SRCDIR") ? getenv("SBX_TEST_SRCDIR")
+                                                : SBX_SOURCE_DIR "/tests";
+
+    *dir = tu_mkdtemp("cp-e2b");
+    out = tu_strdup_printf("%s/port", *dir);
+    *pid = fork();
+    cr_assert(*pid >= 0);
+    if (*pid == 0) {
+        char *script = tu_strdup_printf("%s/fakes/e2b.py", src);
+        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(fd, 1);
+        setenv("SBX_FAKE_FAULTS",
+               "[{\"method\":\"POST\",\"path\":\"^/sandboxes\",\"status\":401,\"times\":-1,"
+               "\"body\":{\"message\":\"invalid key " E2B_SECRET "\"}}]", 1);
+        execl("/usr/bin/python3", "python3", script, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 400 && !url; i++) {
+        FILE *f = fopen(out, "r");
+        size_t cap = 0;
+        if (f && getline(&line, &cap, f) > 0 && !strncmp(line, "PORT ", 5))
+            url = tu_strdup_printf("http://127.0.0.1:%d", atoi(line + 5));
+        if (f)
+            fclose(f);
+        if (!url)
+            usleep(25000);
+    }
+    free(line);
+    free(out);
+    cr_assert(url, "the e2b fake did not start");
+    return url;
+}
+
+Test(server, case36_provider_secret_never_leaves)
+{
+    pid_t fake;
+    char *fdir, *url = start_e2b_fake(&fake, &fdir), *penv, *uenv, *senv, *out, *err;
+    const char *env[6];
+    cpu_server *s;
+    cpu_response *r;
+    char *k;
+    sbx_error *e = NULL;
+    char *estr;
+
+    penv = tu_strdup_printf("SBX_PLUGIN_PATH=%s/plugins/cloud/e2b/.libs:%s", SBX_BUILD_DIR,
+                            getenv("SBX_PLUGIN_PATH") ? getenv("SBX_PLUGIN_PATH") : "");
+    uenv = tu_strdup_printf("E2B_API_URL=%s", url);
+    senv = tu_strdup_printf("E2B_SANDBOX_URL=%s", url);
+    env[0] = penv;
+    env[1] = uenv;
+    env[2] = senv;
+    env[3] = "E2B_API_KEY=" E2B_SECRET;
+    env[4] = "BESPOKE_ALLOWED_BACKENDS=local,e2b";
+    env[5] = NULL;
+    s = cpu_start(store, env);
+    k = cpu_bootstrap(s, "gamma", NULL);
+    r = cpu_http(s->url, "POST", "/v1/sandboxes", k, NULL, "{\"backend\":\"e2b\"}");
+    cr_assert_eq(r->status, 502, "%s", r->body);
+    cr_assert_str_eq(cpu_jstr(r, "detail.code"), "authentication");
+    cr_assert_str_eq(cpu_jstr(r, "detail.message"), "Provider authentication failed.");
+    cr_assert_str_eq(cpu_jstr(r, "detail.backend"), "e2b");
+    cr_assert_null(strstr(r->body, "TESTSECRET"));
+    cr_assert_null(strstr(r->headers, "TESTSECRET"));
+    cpu_response_free(r);
+    /* The stored record and its detail hold the fixed payload only. */
+    r = cpu_http(s->url, "GET", "/v1/sandboxes", k, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "0.status"), "failed");
+    cr_assert_str_eq(cpu_jstr(r, "0.latest_error.code"), "authentication");
+    cr_assert_null(strstr(r->body, "TESTSECRET"));
+    cr_assert_null(strstr(r->body, k));
+    cpu_response_free(r);
+    out = cpu_read_log(s, 0);
+    err = cpu_read_log(s, 1);
+    cr_assert_null(strstr(out, "TESTSECRET"));
+    cr_assert_null(strstr(err, "TESTSECRET"));
+    cr_assert_null(strstr(err, k));
+    free(out);
+    free(err);
+    cpu_stop(s);
+    /* The database holds neither. */
+    {
+        char *all = db_list("SELECT COALESCE(latest_error_json, '') || config_json FROM sandboxes");
+        cr_assert(all);
+        cr_assert_null(strstr(all, "TESTSECRET"));
+        free(all);
+        all = db_list("SELECT key_digest FROM api_keys");
+        cr_assert_null(strstr(all, "bsk_live_"));
+        free(all);
+    }
+    /* The C API's error string. */
+    setenv("E2B_API_URL", url, 1);
+    setenv("E2B_SANDBOX_URL", url, 1);
+    setenv("E2B_API_KEY", E2B_SECRET, 1);
+    setenv("SBX_PLUGIN_PATH", penv + strlen("SBX_PLUGIN_PATH="), 1);
+    cr_assert_null(sbx_create("e2b", NULL, &e));
+    cr_assert_eq(sbx_error_get_code(e), SBX_ERROR_AUTHENTICATION);
+    estr = sbx_error_to_string(e);
+    cr_assert_null(strstr(estr, "TESTSECRET"), "%s", estr);
+    free(estr);
+    sbx_error_free(e);
+    kill(fake, SIGTERM);
+    waitpid(fake, NULL, 0);
+    tu_rmtree(fdir);
+    free(fdir);
+    free(url);
+    free(penv);
+    free(uenv);
+    free(senv);
+    free(k);
 }
