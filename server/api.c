@@ -1345,8 +1345,18 @@ h_sandbox_terminate(cx *x, cp_request *req, cp_response *res)
         if (n < 0 || tx_commit(x) < 0)
             goto internal;
         if (n == 0) {
-            /* Another request changed it between the read and here. */
-            cp_reply_detail(res, 409, "sandbox changed; refresh before terminating");
+            /* Another request changed it between the read and here: a
+             * concurrent termination (in progress, or done) or a version
+             * the caller has not seen. */
+            store_rows *now_r = load_sandbox(x, req->who.org_id, id);
+            const char *st = now_r && now_r->nrows ? store_cell(now_r, 0, "status") : "";
+            if (!strcmp(st, "destroyed"))
+                cp_reply_json(res, 200, record_json(now_r, 0));
+            else if (!strcmp(st, "stopping"))
+                cp_reply_detail(res, 409, "sandbox termination is already in progress");
+            else
+                cp_reply_detail(res, 409, "sandbox changed; refresh before terminating");
+            store_rows_free(now_r);
             goto out;
         }
     }

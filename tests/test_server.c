@@ -1613,3 +1613,74 @@ Test(server, case36_provider_secret_never_leaves)
     free(senv);
     free(k);
 }
+
+/* ---------------------------------------------------------------- executions in flight and failed */
+
+typedef struct exec_arg {
+    const char *id, *body;
+    cpu_response *res;
+} exec_arg;
+
+static void *
+exec_thread(void *arg)
+{
+    exec_arg *a = arg;
+    char *p = path_of("/v1/sandboxes/%s/execute", a->id);
+    const char *hdr[] = { "Idempotency-Key: slow-1", NULL };
+
+    a->res = cpu_http(srv->url, "POST", p, key, hdr, a->body);
+    free(p);
+    return NULL;
+}
+
+Test(server, execution_in_progress_is_409)
+{
+    char *id = cpu_create_local(srv, key, NULL);
+    exec_arg a = { id, "{\"command\":\"sleep 1; echo done\"}", NULL };
+    pthread_t th;
+    cpu_response *r;
+
+    cr_assert_eq(pthread_create(&th, NULL, exec_thread, &a), 0);
+    usleep(400000);
+    r = execute(key, id, "slow-1", "{\"command\":\"sleep 1; echo done\"}", 409);
+    expect_detail(r, "execution is already in progress");
+    cpu_response_free(r);
+    pthread_join(th, NULL);
+    cr_assert_eq(a.res->status, 200);
+    cr_assert_str_eq(cpu_jstr(a.res, "stdout"), "done\n");
+    r = execute(key, id, "slow-1", "{\"command\":\"true\"}", 200);
+    cr_assert_str_eq(r->body, a.res->body);
+    cpu_response_free(r);
+    cpu_response_free(a.res);
+    terminate(key, id);
+    free(id);
+}
+
+Test(server, failed_execution_replays_its_payload)
+{
+    /* A sandbox whose 1 s lifetime ended: the provider call fails. */
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":1}");
+    cpu_response *r, *again;
+    json_object *stored;
+
+    usleep(1600000);
+    r = execute(key, id, "late-1", "{\"command\":\"echo hi\"}", 502);
+    cr_assert_str_eq(cpu_jstr(r, "detail.backend"), "local");
+    cr_assert_str_eq(cpu_jstr(r, "detail.op"), "execute");
+    cr_assert(cpu_jstr(r, "detail.code"));
+    /* The replay is 409 whose detail is the stored payload's JSON text. */
+    again = execute(key, id, "late-1", "{\"command\":\"echo hi\"}", 409);
+    cr_assert(json_object_is_type(cpu_jget(again->json, "detail"), json_type_string));
+    stored = json_tokener_parse(cpu_jstr(again, "detail"));
+    cr_assert_str_eq(json_object_to_json_string_ext(stored, JSON_C_TO_STRING_PLAIN),
+                     json_object_to_json_string_ext(cpu_jget(r->json, "detail"),
+                                                    JSON_C_TO_STRING_PLAIN));
+    json_object_put(stored);
+    cpu_response_free(r);
+    cpu_response_free(again);
+    /* Metered even so: one usage event. */
+    r = req_s(200, "GET", "/v1/costs", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "items")), 1);
+    cpu_response_free(r);
+    free(id);
+}
