@@ -1684,3 +1684,39 @@ Test(server, failed_execution_replays_its_payload)
     cpu_response_free(r);
     free(id);
 }
+
+/* ---------------------------------------------------------------- 413 and 500 */
+
+Test(server, oversized_body_and_store_failure)
+{
+    size_t n = (8u << 20) + 16;
+    char *big = malloc(n + 1), *v, *err;
+    cpu_response *r;
+
+    memset(big, ' ', n);
+    big[n] = 0;
+    r = req_s(413, "POST", "/v1/sandboxes", key, NULL, big);
+    expect_detail(r, "Request body is too large");
+    v = cpu_response_header(r, "X-Frame-Options");
+    cr_assert_str_eq(v, "DENY");
+    free(v);
+    cpu_response_free(r);
+    free(big);
+    /* A store that fails mid-request: 500 with the contract's text and
+     * headers, never the engine's message. */
+    free(db_list("ALTER TABLE api_keys RENAME TO api_keys_away"));
+    r = req_s(500, "GET", "/v1/sandboxes", key, NULL, NULL);
+    expect_detail(r, "Internal control-plane error.");
+    v = cpu_response_header(r, "Content-Security-Policy");
+    cr_assert(v);
+    free(v);
+    cr_assert_null(strstr(r->body, "api_keys"));
+    cpu_response_free(r);
+    free(db_list("ALTER TABLE api_keys_away RENAME TO api_keys"));
+    r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cpu_response_free(r);
+    err = cpu_read_log(srv, 1);
+    cr_assert(strstr(err, "method=GET route=/v1/sandboxes status=500"));
+    cr_assert_null(strstr(err, key));
+    free(err);
+}
