@@ -1470,6 +1470,14 @@ match(const char *pattern, const char *path, const char **params, char store_[][
     return !*p && !*s;
 }
 
+int
+cp_route_blocks(const char *method, const char *path)
+{
+    if (strncmp(path, "/v1/sandboxes", 13))
+        return 0;
+    return !strcmp(method, "POST") || !strcmp(method, "DELETE");
+}
+
 void
 cp_dispatch(cp_server *srv, cp_request *req, cp_response *res)
 {
