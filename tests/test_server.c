@@ -1720,3 +1720,37 @@ Test(server, oversized_body_and_store_failure)
     cr_assert_null(strstr(err, key));
     free(err);
 }
+
+/* A command that runs for a while holds a worker, not the polling thread:
+ * with one polling thread, other requests are answered meanwhile. */
+Test(server, slow_execute_does_not_stall_other_requests)
+{
+    const char *env[] = { "SBX_SERVER_THREADS=1", NULL };
+    char *id;
+    exec_arg a;
+    pthread_t th;
+    cpu_response *r;
+
+    cpu_stop(srv);
+    srv = cpu_start(store, env);
+    id = cpu_create_local(srv, key, NULL);
+    a.id = id;
+    a.body = "{\"command\":\"sleep 1; echo done\"}";
+    a.res = NULL;
+    cr_assert_eq(pthread_create(&th, NULL, exec_thread, &a), 0);
+    usleep(300000);
+    for (int i = 0; i < 5; i++) {
+        r = req_s(200, "GET", "/healthz", NULL, NULL, NULL);
+        cpu_response_free(r);
+        r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+        cpu_response_free(r);
+    }
+    /* All answered while the command still ran. */
+    cr_assert_null(__atomic_load_n(&a.res, __ATOMIC_ACQUIRE));
+    pthread_join(th, NULL);
+    cr_assert_eq(a.res->status, 200);
+    cr_assert_str_eq(cpu_jstr(a.res, "stdout"), "done\n");
+    cpu_response_free(a.res);
+    terminate(key, id);
+    free(id);
+}
