@@ -21,6 +21,7 @@
  *   SBX_SERVER_THREADS                   HTTP polling threads (default 8)
  *   SBX_SERVER_WORKERS                   threads for the requests that wait
  *                                        on a provider (default 64)
+ *   SBX_SERVER_DB_CONNECTIONS            store connections at most (16)
  *
  * A missing required setting, or a bad value, exits with status 2 and a
  * message naming the setting (never its value when it is a secret). On

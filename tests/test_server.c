@@ -1754,3 +1754,23 @@ Test(server, slow_execute_does_not_stall_other_requests)
     terminate(key, id);
     free(id);
 }
+
+/* One store connection for the whole server: 20 concurrent creates wait
+ * their turn and still make one sandbox. */
+Test(server, one_store_connection_suffices)
+{
+    const char *env[] = { "SBX_SERVER_DB_CONNECTIONS=1", NULL };
+    const char *urls[1];
+
+    cpu_stop(srv);
+    srv = cpu_start(store, env);
+    urls[0] = srv->url;
+    race_20(urls, 1, key);
+    if (cpu_store_is_pg()) {
+        char *sql = tu_strdup_printf("SELECT count(*) FROM pg_stat_activity WHERE datname = '%s' AND pid <> pg_backend_pid()",
+                                     store->pg_name), *n = db_list(sql);
+        cr_assert_str_eq(n, "1");
+        free(n);
+        free(sql);
+    }
+}
