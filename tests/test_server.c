@@ -1774,3 +1774,30 @@ Test(server, one_store_connection_suffices)
         free(sql);
     }
 }
+
+/* Without BESPOKE_ALLOWED_BACKENDS every installed backend is enabled;
+ * a name that is not installed is refused. */
+Test(server, all_installed_backends_by_default)
+{
+    const char *env[] = { "BESPOKE_ALLOWED_BACKENDS=", NULL };
+    char *id;
+
+    cpu_stop(srv);
+    srv = cpu_start(store, env);
+    id = cpu_create_local(srv, key, NULL);
+    terminate(key, id);
+    expect_status_detail(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"nosuch\"}",
+                         "backend is not enabled: nosuch");
+    free(id);
+}
+
+/* An empty list enables nothing. */
+Test(server, empty_backend_list_enables_none)
+{
+    const char *env[] = { "BESPOKE_ALLOWED_BACKENDS= , ", NULL };
+
+    cpu_stop(srv);
+    srv = cpu_start(store, env);
+    expect_status_detail(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"local\"}",
+                         "backend is not enabled: local");
+}
