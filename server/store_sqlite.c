@@ -7,6 +7,7 @@
  * decision takes the database's write lock at its start and decisions
  * never interleave, whatever their lock names.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,8 +20,15 @@
  * statements are a fixed set, so each is compiled once per connection. */
 #define STMT_CACHE 64
 
+/* Write transactions of this process take this lock before BEGIN IMMEDIATE:
+ * they queue here, woken at once, instead of in SQLite's busy handler,
+ * which sleeps in steps of up to 100 ms. Other processes on the same file
+ * still meet at SQLite's own lock (the busy timeout). */
+static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
+
 struct store_conn {
     sqlite3 *db;
+    int holds_write_lock;
     struct {
         char *sql;
         sqlite3_stmt *stmt;
@@ -95,13 +103,34 @@ static int
 sq_begin(store_conn *c, const char *lock_name, char **err)
 {
     (void)lock_name;
-    return sq_script(c, "BEGIN IMMEDIATE", err);
+    pthread_mutex_lock(&write_lock);
+    c->holds_write_lock = 1;
+    if (sq_script(c, "BEGIN IMMEDIATE", err) < 0) {
+        c->holds_write_lock = 0;
+        pthread_mutex_unlock(&write_lock);
+        return -1;
+    }
+    return 0;
+}
+
+static void
+drop_write_lock(store_conn *c)
+{
+    if (c->holds_write_lock) {
+        c->holds_write_lock = 0;
+        pthread_mutex_unlock(&write_lock);
+    }
 }
 
 static int
 sq_commit(store_conn *c, char **err)
 {
-    return sq_script(c, "COMMIT", err);
+    int rc = sq_script(c, "COMMIT", err);
+
+    if (rc < 0 && !sqlite3_get_autocommit(c->db))
+        return rc;                 /* still open: the caller rolls back */
+    drop_write_lock(c);
+    return rc;
 }
 
 static void
@@ -109,6 +138,7 @@ sq_rollback(store_conn *c)
 {
     if (!sqlite3_get_autocommit(c->db))
         sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
+    drop_write_lock(c);
 }
 
 /* Ends the use of @st: reset for its next use when cached, else finalized. */
