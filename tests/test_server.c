@@ -158,6 +158,7 @@ Test(server, healthz_and_security_headers)
         { "PUT", "/v1/sandboxes", key, 405 },
         { "OPTIONS", "/v1/sandboxes", NULL, 405 },
         { "GET", "/v1/sandboxes", key, 200 },
+        { "HEAD", "/healthz", NULL, 200 },
         { "DELETE", "/v1/sandboxes/sbx_0", key, 404 },
     };
     cpu_response *r = req_s(200, "GET", "/healthz", NULL, NULL, NULL);
