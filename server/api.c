@@ -26,6 +26,9 @@
  * Commands: {"command": C, "args": null} runs C through /bin/sh -c;
  * {"command": C, "args": [..]} runs the argument vector [C, args...] with
  * no shell; {"code": X, "language": L} runs X in L (python by default).
+ * Beyond the reference, an optional "stdin_b64" (standard base64) is fed to
+ * the command's stdin, then EOF, so bytes of any kind can be written into
+ * a sandbox through this API (CASE-17); without it stdin is at EOF.
  *
  * Session state (beyond the reference): each sandbox's libsbx session
  * state is kept sealed (AES-256-GCM under a key derived from the pepper,
@@ -1061,6 +1064,8 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     sbx_error *e = NULL;
     char *request_id = NULL, *exe_id = NULL, now[40], lock[400];
     const char **argv = NULL;
+    unsigned char *stdin_data = NULL;
+    size_t stdin_len = 0;
     double t0, elapsed;
     int64_t us, rate = 0, prov, cust;
     int conflict = 0;
@@ -1108,6 +1113,15 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
                 goto out;
             }
         args = v;
+    }
+    if (json_object_object_get_ex(body, "stdin_b64", &v) && !json_object_is_type(v, json_type_null)) {
+        if (!json_object_is_type(v, json_type_string) ||
+            !(stdin_data = cp_base64_decode(json_object_get_string(v), &stdin_len))) {
+            reply_validation(res, "value_error", "body", "stdin_b64",
+                             "Value error, stdin_b64 must be standard base64",
+                             json_object_get(v));
+            goto out;
+        }
     }
     if (!code == !command) {
         reply_validation(res, "value_error", "body", NULL,
@@ -1169,19 +1183,24 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
 
     /* The run. */
     t0 = cp_mono();
-    if (code) {
-        result = sbx_sandbox_execute_code(sb, language, code, NULL, &e);
-    } else if (args) {
-        size_t n = json_object_array_length(args);
+    {
         sbx_exec_request er = SBX_EXEC_REQUEST_INIT;
-        argv = calloc(n + 2, sizeof *argv);
-        argv[0] = command;
-        for (size_t i = 0; i < n; i++)
-            argv[i + 1] = json_object_get_string(json_object_array_get_idx(args, i));
-        er.argv = argv;
-        result = sbx_sandbox_execute_command(sb, &er, &e);
-    } else {
-        result = sbx_sandbox_execute_shell(sb, command, &e);
+        er.stdin_data = stdin_data;
+        er.stdin_len = stdin_len;
+        if (code) {
+            result = sbx_sandbox_execute_code(sb, language, code, &er, &e);
+        } else if (args) {
+            size_t n = json_object_array_length(args);
+            argv = calloc(n + 2, sizeof *argv);
+            argv[0] = command;
+            for (size_t i = 0; i < n; i++)
+                argv[i + 1] = json_object_get_string(json_object_array_get_idx(args, i));
+            er.argv = argv;
+            result = sbx_sandbox_execute_command(sb, &er, &e);
+        } else {
+            er.shell = command;
+            result = sbx_sandbox_execute_command(sb, &er, &e);
+        }
     }
     elapsed = cp_mono() - t0;
     us = (int64_t)(elapsed * 1e6 + 0.5);
@@ -1248,6 +1267,7 @@ out:
     sbx_error_free(e);
     json_object_put(out);
     free(argv);
+    free(stdin_data);
     free(request_id);
     free(exe_id);
     store_rows_free(r);

@@ -775,11 +775,38 @@ Test(server, case17_binary_bytes_through_http)
 
     for (size_t i = 0; i < 1048576; i++)
         data[i] = (unsigned char)(i & 0xff);
-    r = execute(key, id, NULL,
-                "{\"command\":\"/usr/bin/python3\",\"args\":[\"-c\",\"import os,sys; "
-                "open(os.environ['SANDBOX_ROOT']+'/bin.dat','wb').write(bytes(range(256))*4096)\"]}",
-                200);
-    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "exit_code")), 0, "%s", r->body);
+    /* Upload: the bytes as the command's stdin (stdin_b64). */
+    {
+        static const char tbl[] =
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        size_t o = 0;
+        char *b64 = malloc(1048576 / 3 * 4 + 8), *body;
+        size_t i = 0;
+        for (; i + 3 <= 1048576; i += 3) {
+            unsigned v = (unsigned)data[i] << 16 | (unsigned)data[i + 1] << 8 | data[i + 2];
+            b64[o++] = tbl[v >> 18];
+            b64[o++] = tbl[(v >> 12) & 63];
+            b64[o++] = tbl[(v >> 6) & 63];
+            b64[o++] = tbl[v & 63];
+        }
+        {
+            unsigned v = (unsigned)data[i] << 16;   /* 1048576 = 3k + 1 */
+            b64[o++] = tbl[v >> 18];
+            b64[o++] = tbl[(v >> 12) & 63];
+            b64[o++] = '=';
+            b64[o++] = '=';
+        }
+        b64[o] = 0;
+        body = tu_strdup_printf("{\"command\":\"cat > \\\"$SANDBOX_ROOT/bin.dat\\\"\","
+                                "\"stdin_b64\":\"%s\"}", b64);
+        r = execute(key, id, NULL, body, 200);
+        cr_assert_eq(json_object_get_int(cpu_jget(r->json, "exit_code")), 0, "%s", r->body);
+        cpu_response_free(r);
+        free(body);
+        free(b64);
+    }
+    r = execute(key, id, NULL, "{\"command\":\"true\",\"stdin_b64\":\"@@\"}", 422);
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "stdin_b64");
     cpu_response_free(r);
     r = execute(key, id, NULL, "{\"command\":\"sha256sum \\\"$SANDBOX_ROOT/bin.dat\\\" | cut -c1-64\"}",
                 200);
