@@ -1367,13 +1367,20 @@ Test(metering, lifecycle_split_at_midnight)
     clock_gettime(CLOCK_REALTIME, &ts);
     now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
     midnight = (now_us / 86400000000LL + 1) * 86400000000LL;
-    offset_us = midnight - 700000 - now_us - 100000;   /* the server starts in ~0.1 s */
+    offset_us = midnight - 1500000 - now_us;   /* the server's clock: 1.5 s before midnight */
     snprintf(env, sizeof env, "SBX_SERVER_TEST_CLOCK_OFFSET_S=%.6f", (double)offset_us / 1e6);
     tu_rmtree(price_dir);
     free(price_dir);
     srv = start_priced(env);
     id = cpu_create_local(srv, key, NULL);
-    usleep(1200000);
+    /* Until 0.3 s past the server's midnight. */
+    for (;;) {
+        clock_gettime(CLOCK_REALTIME, &ts);
+        now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+        if (now_us + offset_us >= midnight + 300000)
+            break;
+        usleep(20000);
+    }
     p = path_of("/v1/sandboxes/%s", id);
     r = req_s(200, "DELETE", p, key, NULL, NULL);
     prov_at = iso_us(cpu_jstr(r, "provisioning_at"));
@@ -1661,6 +1668,30 @@ exec_thread(void *arg)
     return NULL;
 }
 
+/* Waits (10 s at most) until sandbox @id's execution @rid is `running`. */
+static void
+wait_running(const char *id, const char *rid)
+{
+    char *p = path_of("/v1/sandboxes/%s/detail", id);
+
+    for (int i = 0; i < 500; i++) {
+        cpu_response *r = req_s(200, "GET", p, key, NULL, NULL);
+        json_object *ex = cpu_jget(r->json, "executions");
+        for (size_t k = 0; ex && k < json_object_array_length(ex); k++) {
+            json_object *e = json_object_array_get_idx(ex, k);
+            if (!strcmp(json_object_get_string(json_object_object_get(e, "request_id")), rid) &&
+                !strcmp(json_object_get_string(json_object_object_get(e, "status")), "running")) {
+                cpu_response_free(r);
+                free(p);
+                return;
+            }
+        }
+        cpu_response_free(r);
+        usleep(20000);
+    }
+    cr_assert_fail("execution %s never ran", rid);
+}
+
 Test(server, execution_in_progress_is_409)
 {
     char *id = cpu_create_local(srv, key, NULL);
@@ -1669,7 +1700,7 @@ Test(server, execution_in_progress_is_409)
     cpu_response *r;
 
     cr_assert_eq(pthread_create(&th, NULL, exec_thread, &a), 0);
-    usleep(400000);
+    wait_running(id, "slow-1");
     r = execute(key, id, "slow-1", "{\"command\":\"sleep 1; echo done\"}", 409);
     expect_detail(r, "execution is already in progress");
     cpu_response_free(r);
@@ -1763,17 +1794,17 @@ Test(server, slow_execute_does_not_stall_other_requests)
     srv = cpu_start(store, env);
     id = cpu_create_local(srv, key, NULL);
     a.id = id;
-    a.body = "{\"command\":\"sleep 1; echo done\"}";
+    a.body = "{\"command\":\"sleep 2; echo done\"}";
     a.res = NULL;
     cr_assert_eq(pthread_create(&th, NULL, exec_thread, &a), 0);
-    usleep(300000);
+    /* These requests are answered while the command runs. */
+    wait_running(id, "slow-1");
     for (int i = 0; i < 5; i++) {
         r = req_s(200, "GET", "/healthz", NULL, NULL, NULL);
         cpu_response_free(r);
         r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
         cpu_response_free(r);
     }
-    /* All answered while the command still ran. */
     cr_assert_null(__atomic_load_n(&a.res, __ATOMIC_ACQUIRE));
     pthread_join(th, NULL);
     cr_assert_eq(a.res->status, 200);
