@@ -1348,8 +1348,17 @@ h_sandbox_terminate(cx *x, cp_request *req, cp_response *res)
     }
     sb = runtime_of(x, r);
     if (!sb) {
-        cp_reply_detail(res, 409,
-                        "sandbox runtime is not attached and provider termination is not configured");
+        /* A concurrent termination may have just ended it. */
+        store_rows *now_r = load_sandbox(x, req->who.org_id, id);
+        const char *st = now_r && now_r->nrows ? store_cell(now_r, 0, "status") : "";
+        if (!strcmp(st, "destroyed"))
+            cp_reply_json(res, 200, record_json(now_r, 0));
+        else if (!strcmp(st, "stopping"))
+            cp_reply_detail(res, 409, "sandbox termination is already in progress");
+        else
+            cp_reply_detail(res, 409, "sandbox runtime is not attached and provider "
+                                      "termination is not configured");
+        store_rows_free(now_r);
         goto out;
     }
     /* The version check and the move to `stopping`, in one transaction. */

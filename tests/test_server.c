@@ -1860,3 +1860,114 @@ Test(server, empty_backend_list_enables_none)
     expect_status_detail(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"local\"}",
                          "backend is not enabled: local");
 }
+
+/* ---------------------------------------------------------------- concurrency of execute and terminate */
+
+typedef struct par_arg {
+    const char *url, *method, *path, *body, *hdr;
+    long status;
+    char *out;
+} par_arg;
+
+static void *
+par_thread(void *arg)
+{
+    par_arg *a = arg;
+    const char *hdr[] = { a->hdr, NULL };
+    cpu_response *r = cpu_http(a->url, a->method, a->path, key, a->hdr ? hdr : NULL, a->body);
+
+    a->status = r->status;
+    a->out = strdup(r->body);
+    cpu_response_free(r);
+    return NULL;
+}
+
+static void
+run_parallel(par_arg *args, int n)
+{
+    pthread_t th[32];
+
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(pthread_create(&th[i], NULL, par_thread, &args[i]), 0);
+    for (int i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+}
+
+/* 20 concurrent executes with one request id run the command once: the
+ * others get the stored response or 409 while it runs; one usage event. */
+Test(server, concurrent_same_request_id_runs_once)
+{
+    char *id = cpu_create_local(srv, key, NULL), *p = path_of("/v1/sandboxes/%s/execute", id);
+    par_arg a[20];
+    int ok = 0, busy = 0;
+    const char *first = NULL;
+    cpu_response *r;
+
+    for (int i = 0; i < 20; i++)
+        a[i] = (par_arg){ srv->url, "POST", p,
+                          "{\"command\":\"echo run >> \\\"$SANDBOX_ROOT/count\\\"; echo $$\"}",
+                          "Idempotency-Key: once", 0, NULL };
+    run_parallel(a, 20);
+    for (int i = 0; i < 20; i++) {
+        if (a[i].status == 200) {
+            ok++;
+            if (!first)
+                first = a[i].out;
+            cr_assert_str_eq(a[i].out, first);
+        } else {
+            cr_assert_eq(a[i].status, 409, "%ld %s", a[i].status, a[i].out);
+            cr_assert_str_eq(a[i].out, "{\"detail\":\"execution is already in progress\"}");
+            busy++;
+        }
+    }
+    cr_assert_geq(ok, 1);
+    cr_assert_eq(ok + busy, 20);
+    r = execute(key, id, NULL, "{\"command\":\"cat \\\"$SANDBOX_ROOT/count\\\"\"}", 200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "run\n");
+    cpu_response_free(r);
+    free(p);
+    p = path_of("/v1/sandboxes/%s/detail", id);
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "executions")), 2);
+    cpu_response_free(r);
+    for (int i = 0; i < 20; i++)
+        free(a[i].out);
+    terminate(key, id);
+    free(p);
+    free(id);
+}
+
+/* 10 concurrent terminations: the sandbox is destroyed once; each caller
+ * gets the destroyed record or "already in progress". */
+Test(server, concurrent_terminations_destroy_once)
+{
+    char *id = cpu_create_local(srv, key, NULL), *p = path_of("/v1/sandboxes/%s", id);
+    par_arg a[10];
+    int done = 0;
+    cpu_response *r;
+
+    for (int i = 0; i < 10; i++)
+        a[i] = (par_arg){ srv->url, "DELETE", p, NULL, NULL, 0, NULL };
+    run_parallel(a, 10);
+    for (int i = 0; i < 10; i++) {
+        if (a[i].status == 200) {
+            json_object *o = json_tokener_parse(a[i].out);
+            cr_assert_str_eq(json_object_get_string(json_object_object_get(o, "status")),
+                             "destroyed");
+            json_object_put(o);
+            done++;
+        } else {
+            cr_assert_eq(a[i].status, 409, "%ld %s", a[i].status, a[i].out);
+            cr_assert_str_eq(a[i].out,
+                             "{\"detail\":\"sandbox termination is already in progress\"}");
+        }
+        free(a[i].out);
+    }
+    cr_assert_geq(done, 1);
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "destroyed");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 4);
+    cpu_response_free(r);
+    free(p);
+    free(id);
+}
