@@ -1145,7 +1145,18 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     }
     sb = runtime_of(x, r);
     if (!sb) {
-        cp_reply_detail(res, 409, "sandbox runtime is unavailable after a control-plane restart");
+        /* Terminated meanwhile, or truly without a runtime. */
+        store_rows *now_r = load_sandbox(x, req->who.org_id, id);
+        const char *st = now_r && now_r->nrows ? store_cell(now_r, 0, "status") : "running";
+        if (strcmp(st, "running")) {
+            char *m = cp_printf("sandbox is %s", st);
+            cp_reply_detail(res, 409, m);
+            free(m);
+        } else {
+            cp_reply_detail(res, 409,
+                            "sandbox runtime is unavailable after a control-plane restart");
+        }
+        store_rows_free(now_r);
         goto out;
     }
     request_id = hdr ? strdup(hdr) : cp_new_id("req");
