@@ -1971,3 +1971,29 @@ Test(server, concurrent_terminations_destroy_once)
     free(p);
     free(id);
 }
+
+/* A sandbox that ended (its lifetime) while no server ran: the reattached
+ * handle reports the provider's not_found, and terminating it records the
+ * end. */
+Test(server, restart_with_a_vanished_sandbox)
+{
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":1}"), *p;
+    cpu_response *r;
+
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    usleep(1600000);
+    srv = cpu_start(store, NULL);
+    r = execute(key, id, NULL, "{\"command\":\"true\"}", 502);
+    cr_assert_str_eq(cpu_jstr(r, "detail.code"), "not_found");
+    cr_assert_str_eq(cpu_jstr(r, "detail.message"), "Provider resource was not found.");
+    cr_assert_str_eq(cpu_jstr(r, "detail.op"), "execute");
+    cpu_response_free(r);
+    p = path_of("/v1/sandboxes/%s", id);
+    r = cpu_http(srv->url, "DELETE", p, key, NULL, NULL);
+    cr_assert_eq(r->status, 200, "%s", r->body);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "destroyed");
+    cpu_response_free(r);
+    free(p);
+    free(id);
+}
