@@ -26,6 +26,8 @@
 #include "cputil.h"
 #include "testutil.h"
 
+static char *db_list(const char *sql);
+
 static cpu_store *store;
 static cpu_server *srv;
 static char *key, *org;
@@ -1082,6 +1084,16 @@ Test(server, restart_resumes_sandboxes)
 
     r = execute(key, id, NULL, "{\"command\":\"echo kept > \\\"$SANDBOX_ROOT/f\\\"\"}", 200);
     cpu_response_free(r);
+    /* At rest the session state is sealed: no JSON, no path, no id. */
+    {
+        char *sealed = db_list("SELECT session_state_sealed FROM sandboxes");
+        cr_assert(sealed);
+        cr_assert_eq(strncmp(sealed, "v1.", 3), 0, "%s", sealed);
+        cr_assert_null(strchr(sealed, '{'));
+        cr_assert_null(strstr(sealed, "sbx-local"));
+        cr_assert_null(strstr(sealed, "backend"));
+        free(sealed);
+    }
     cpu_signal(srv, SIGTERM);
     cpu_stop(srv);
     srv = cpu_start(store, NULL);
