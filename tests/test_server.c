@@ -198,6 +198,30 @@ Test(server, missing_settings_are_named)
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
 }
 
+Test(server, help_and_version)
+{
+    const char *prog = getenv("SBX_SERVER") ? getenv("SBX_SERVER")
+                                            : SBX_BUILD_DIR "/server/sbx-server";
+    char *cmd = tu_strdup_printf("'%s' --version", prog), line[256] = "";
+    FILE *p = popen(cmd, "r");
+    int st;
+
+    cr_assert(p);
+    cr_assert(fgets(line, sizeof line, p));
+    st = pclose(p);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    cr_assert_str_eq(line, "sbx-server " SBX_VERSION_STRING "\n");
+    free(cmd);
+    cmd = tu_strdup_printf("'%s' --port 1 2>&1", prog);
+    p = popen(cmd, "r");
+    cr_assert(fgets(line, sizeof line, p));
+    st = pclose(p);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    cr_assert_str_eq(line, "sbx-server: unexpected argument \"--port\" (settings come from the "
+                           "environment)\n");
+    free(cmd);
+}
+
 Test(server, missing_settings_message)
 {
     /* The message names exactly what is missing. */
@@ -1062,6 +1086,17 @@ Test(server, killed_between_provider_create_and_commit)
     cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 1);
     id = strdup(cpu_jstr(r, "id"));
     cpu_response_free(r);
+    /* The retry never reached a provider: this server started no plugin
+     * host (it makes one on a backend's first use). */
+    {
+        char *cmd = tu_strdup_printf("pgrep -P %d", (int)again->pid);
+        FILE *p = popen(cmd, "r");
+        char line[64];
+        cr_assert(p);
+        cr_assert_null(fgets(line, sizeof line, p), "the server has a child: %s", line);
+        pclose(p);
+        free(cmd);
+    }
     r = cpu_http(again->url, "GET", "/v1/sandboxes", key, NULL, NULL);
     cr_assert_eq(json_object_array_length(r->json), 1);
     cr_assert_str_eq(cpu_jstr(r, "0.id"), id);
