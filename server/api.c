@@ -469,6 +469,23 @@ typedef struct create_req {
     const char *gpu;
 } create_req;
 
+/* A JSON number for @d printed as Python's repr() does: the shortest text
+ * that reads back as @d, with ".0" on whole numbers ("2.0", "0.1"). */
+static json_object *
+jdouble(double d)
+{
+    char buf[40];
+
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, d);
+        if (strtod(buf, NULL) == d)
+            break;
+    }
+    if (!strpbrk(buf, ".eEn"))
+        strncat(buf, ".0", sizeof buf - strlen(buf) - 1);
+    return json_object_new_double_s(d, buf);
+}
+
 static int
 int_field(json_object *v, int64_t *out)
 {
@@ -552,8 +569,8 @@ parse_create(json_object *body, create_req *c, cp_response *res)
                 return -1;
             }
             c->cpu = d;
-            json_object_object_add(c->canon, f, json_object_new_double(d));
-            json_object_object_add(c->config, f, json_object_new_double(d));
+            json_object_object_add(c->canon, f, jdouble(d));
+            json_object_object_add(c->config, f, jdouble(d));
         } else if (!strcmp(f, "memory_mb") || !strcmp(f, "disk_mb") ||
                    !strcmp(f, "timeout_secs")) {
             int64_t iv;

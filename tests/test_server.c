@@ -2044,3 +2044,27 @@ Test(server, restart_with_a_vanished_sandbox)
     free(p);
     free(id);
 }
+
+/* An enabled backend whose plugin is not installed: 422 with the
+ * backend_not_installed payload; the stored config keeps numbers as
+ * written (0.1, not 0.10000000000000001). */
+Test(server, enabled_but_not_installed_backend)
+{
+    const char *env[] = { "BESPOKE_ALLOWED_BACKENDS=local,nosuch", NULL };
+    cpu_response *r;
+
+    cpu_stop(srv);
+    srv = cpu_start(store, env);
+    r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"nosuch\",\"cpu\":0.1}");
+    cr_assert_str_eq(r->body, "{\"detail\":{\"message\":\"Provider backend is unavailable.\","
+                              "\"code\":\"backend_not_installed\",\"backend\":\"nosuch\","
+                              "\"op\":\"create\",\"retryable\":false,\"outcome\":\"failed\","
+                              "\"context\":{}}}");
+    cpu_response_free(r);
+    r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cr_assert_str_eq(json_object_to_json_string_ext(cpu_jget(r->json, "0.config"),
+                                                    JSON_C_TO_STRING_PLAIN), "{\"cpu\":0.1}");
+    cr_assert_str_eq(cpu_jstr(r, "0.status"), "failed");
+    cr_assert_str_eq(cpu_jstr(r, "0.retry_status"), "not_retryable");
+    cpu_response_free(r);
+}
