@@ -26,9 +26,15 @@
  * Commands: {"command": C, "args": null} runs C through /bin/sh -c;
  * {"command": C, "args": [..]} runs the argument vector [C, args...] with
  * no shell; {"code": X, "language": L} runs X in L (python by default).
- * Beyond the reference, an optional "stdin_b64" (standard base64) is fed to
- * the command's stdin, then EOF, so bytes of any kind can be written into
- * a sandbox through this API (CASE-17); without it stdin is at EOF.
+ * Beyond the reference, optional fields map onto libsbx's exec request:
+ * "stdin_b64" (standard base64) is fed to the command's stdin, then EOF, so
+ * bytes of any kind can be written into a sandbox through this API
+ * (CASE-17; without it stdin is at EOF); "env" ({name: value}) is laid over
+ * the sandbox's environment; "cwd" is the working directory (a missing one
+ * is the provider's not_found); "timeout_secs" (> 0) bounds the command,
+ * which then exits 124 and the reply adds "timed_out": true. A stream cut
+ * at libsbx's output cap adds "stdout_truncated"/"stderr_truncated": true.
+ * Replies without these conditions carry exactly the reference's fields.
  *
  * Session state (beyond the reference): each sandbox's libsbx session
  * state is kept sealed (AES-256-GCM under a key derived from the pepper,
@@ -1083,6 +1089,9 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     const char **argv = NULL;
     unsigned char *stdin_data = NULL;
     size_t stdin_len = 0;
+    char **env = NULL;
+    const char *cwd = NULL;
+    double exec_timeout = 0;
     double t0, elapsed;
     int64_t us, rate = 0, prov, cust;
     int conflict = 0;
@@ -1139,6 +1148,41 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
                              json_object_get(v));
             goto out;
         }
+    }
+    if (json_object_object_get_ex(body, "env", &v) && !json_object_is_type(v, json_type_null)) {
+        size_t n = 0, k = 0;
+        if (!json_object_is_type(v, json_type_object)) {
+            reply_validation(res, "dict_type", "body", "env", "Input should be a valid dictionary",
+                             json_object_get(v));
+            goto out;
+        }
+        n = (size_t)json_object_object_length(v);
+        env = calloc(n + 1, sizeof *env);
+        json_object_object_foreach(v, ek, ev) {
+            if (!json_object_is_type(ev, json_type_string)) {
+                reply_validation(res, "string_type", "body", "env",
+                                 "Input should be a valid string", json_object_get(ev));
+                goto out;
+            }
+            env[k++] = cp_printf("%s=%s", ek, json_object_get_string(ev));
+        }
+    }
+    if (json_object_object_get_ex(body, "cwd", &v) && !json_object_is_type(v, json_type_null)) {
+        if (!json_object_is_type(v, json_type_string)) {
+            reply_validation(res, "string_type", "body", "cwd", "Input should be a valid string",
+                             json_object_get(v));
+            goto out;
+        }
+        cwd = json_object_get_string(v);
+    }
+    if (json_object_object_get_ex(body, "timeout_secs", &v) && !json_object_is_type(v, json_type_null)) {
+        if ((!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double)) ||
+            !(json_object_get_double(v) > 0)) {
+            reply_validation(res, "greater_than", "body", "timeout_secs",
+                             "Input should be greater than 0", json_object_get(v));
+            goto out;
+        }
+        exec_timeout = json_object_get_double(v);
     }
     if (!code == !command) {
         reply_validation(res, "value_error", "body", NULL,
@@ -1215,6 +1259,9 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         sbx_exec_request er = SBX_EXEC_REQUEST_INIT;
         er.stdin_data = stdin_data;
         er.stdin_len = stdin_len;
+        er.env = (const char *const *)env;
+        er.cwd = cwd;
+        er.timeout_secs = exec_timeout;
         if (code) {
             result = sbx_sandbox_execute_code(sb, language, code, &er, &e);
         } else if (args) {
@@ -1257,6 +1304,12 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         json_object_object_add(out, "exit_code",
                                json_object_new_int(sbx_result_get_exit_code(result)));
         json_object_object_add(out, "usage", usage);
+        if (sbx_result_is_timed_out(result))
+            json_object_object_add(out, "timed_out", json_object_new_boolean(1));
+        if (sbx_result_is_stdout_truncated(result))
+            json_object_object_add(out, "stdout_truncated", json_object_new_boolean(1));
+        if (sbx_result_is_stderr_truncated(result))
+            json_object_object_add(out, "stderr_truncated", json_object_new_boolean(1));
         text = json_object_to_json_string_ext(out, JSON_C_TO_STRING_PLAIN |
                                                        JSON_C_TO_STRING_NOSLASHESCAPE);
         if (tx_begin(x, lock) < 0 ||
@@ -1296,6 +1349,9 @@ out:
     json_object_put(out);
     free(argv);
     free(stdin_data);
+    for (size_t i = 0; env && env[i]; i++)
+        free(env[i]);
+    free(env);
     free(request_id);
     free(exe_id);
     store_rows_free(r);

@@ -2068,3 +2068,40 @@ Test(server, enabled_but_not_installed_backend)
     cr_assert_str_eq(cpu_jstr(r, "0.retry_status"), "not_retryable");
     cpu_response_free(r);
 }
+
+/* The execute extensions: env, cwd and timeout_secs map onto libsbx's exec
+ * request (CASE-18's missing directory is the provider's not_found). */
+Test(server, execute_env_cwd_timeout)
+{
+    char *id = cpu_create_local(srv, key, NULL);
+    cpu_response *r;
+    const char *out;
+
+    r = execute(key, id, NULL, "{\"command\":\"mkdir -p \\\"$SANDBOX_ROOT/sub\\\"\"}", 200);
+    cpu_response_free(r);
+    r = execute(key, id, NULL,
+                "{\"command\":\"echo $X-$Y; pwd\",\"env\":{\"X\":\"x 1\",\"Y\":\"\"},\"cwd\":\"/sub\"}",
+                200);
+    out = cpu_jstr(r, "stdout");
+    cr_assert_eq(strncmp(out, "x 1-\n", 5), 0, "%s", out);
+    cr_assert_str_eq(out + strlen(out) - 5, "/sub\n");
+    cr_assert_null(cpu_jget(r->json, "timed_out"));
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"true\",\"cwd\":\"/missing/dir\"}", 502);
+    cr_assert_str_eq(cpu_jstr(r, "detail.code"), "not_found");
+    cr_assert_str_eq(cpu_jstr(r, "detail.op"), "execute");
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"echo start; sleep 5\",\"timeout_secs\":0.5}", 200);
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "exit_code")), 124);
+    cr_assert(json_object_get_boolean(cpu_jget(r->json, "timed_out")));
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "start\n");
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"true\",\"env\":[1]}", 422);
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "env");
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"true\",\"timeout_secs\":0}", 422);
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "timeout_secs");
+    cpu_response_free(r);
+    terminate(key, id);
+    free(id);
+}
