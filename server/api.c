@@ -1050,6 +1050,13 @@ runtime_of(cx *x, const store_rows *r)
     free(state);
     if (!resumed)
         return NULL;
+    /* A resume may be lazy (out of process it is): ask once whether the
+     * sandbox is still there, so a vanished one is "unavailable" in every
+     * plugin mode. */
+    if (sbx_sandbox_is_alive(resumed, NULL) != 1) {
+        sbx_sandbox_free(resumed);
+        return NULL;
+    }
     cp_runtime_put(rt, id, resumed);
     return cp_runtime_get(rt, id);
 }

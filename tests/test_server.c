@@ -2019,27 +2019,35 @@ Test(server, concurrent_terminations_destroy_once)
     free(id);
 }
 
-/* A sandbox that ended (its lifetime) while no server ran: the reattached
- * handle reports the provider's not_found, and terminating it records the
- * end. */
+/* A sandbox that ended (its lifetime) while no server ran cannot be
+ * reattached: the reference's 409s, in every plugin mode. */
 Test(server, restart_with_a_vanished_sandbox)
 {
-    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":1}"), *p;
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":1}"), *p, *dir;
     cpu_response *r;
+    const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 
+    p = path_of("/v1/sandboxes/%s", id);
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    /* local's sandbox directory, which goes when its supervisor ends it */
+    dir = tu_strdup_printf("%s/%s", tmp, cpu_jstr(r, "provider_resource_id"));
+    cpu_response_free(r);
+    cr_assert(tu_exists(dir), "%s", dir);
     cpu_signal(srv, SIGTERM);
     cpu_stop(srv);
-    usleep(1600000);
+    for (int i = 0; i < 500 && tu_exists(dir); i++)
+        usleep(20000);
+    cr_assert_not(tu_exists(dir), "the sandbox outlived its lifetime");
+    free(dir);
     srv = cpu_start(store, NULL);
-    r = execute(key, id, NULL, "{\"command\":\"true\"}", 502);
-    cr_assert_str_eq(cpu_jstr(r, "detail.code"), "not_found");
-    cr_assert_str_eq(cpu_jstr(r, "detail.message"), "Provider resource was not found.");
-    cr_assert_str_eq(cpu_jstr(r, "detail.op"), "execute");
+    r = execute(key, id, NULL, "{\"command\":\"true\"}", 409);
+    expect_detail(r, "sandbox runtime is unavailable after a control-plane restart");
     cpu_response_free(r);
-    p = path_of("/v1/sandboxes/%s", id);
-    r = cpu_http(srv->url, "DELETE", p, key, NULL, NULL);
-    cr_assert_eq(r->status, 200, "%s", r->body);
-    cr_assert_str_eq(cpu_jstr(r, "status"), "destroyed");
+    expect_status_detail(409, "DELETE", p, key, NULL, NULL,
+                         "sandbox runtime is not attached and provider termination is not configured");
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "running");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 2);
     cpu_response_free(r);
     free(p);
     free(id);
