@@ -1,0 +1,619 @@
+/*
+ * test_remote.c — what only the remote backend does, through a real
+ * control plane (tests/remote.sh starts the build's sbx-server over its
+ * local backend and runs this program with SBX_TEST_BACKEND=remote,
+ * BESPOKE_SANDBOX_URL, BESPOKE_SANDBOX_KEY of an organization it made, and
+ * SBX_TEST_CP_ADMIN_TOKEN):
+ *
+ *  - the error contract (CONTROL-PLANE.md §0, §10) on sbx codes, each from
+ *    the server's own answer: 401 (a wrong key), 403 (a key without the
+ *    scope), 404 (a sandbox id the server does not have), 409 (one
+ *    idempotency key, two different creates), 422 as a string (a backend
+ *    the server does not enable), as a provider payload (local refusing an
+ *    image) and as a validation list (the body changed on the wire), 502
+ *    with a provider payload (docker with no engine), and a server that
+ *    does not answer (connection);
+ *  - a create and an execute whose answers are lost on the wire are sent
+ *    again with the same idempotency key, and the server makes one sandbox
+ *    and runs the command once (its list and the command's own file count);
+ *  - the session state holds the server's id and URL, no key, and a resume
+ *    through another client works;
+ *  - CASE-07 through the control plane: non-UTF-8 output arrives byte-exact.
+ *
+ * The proxy below is fault injection on the wire between the plugin and
+ * the real server (it relays both ways, and drops an answer or rewrites a
+ * request on purpose); every answer comes from sbx-server itself.
+ */
+#include "testutil.h"
+
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <json-c/json.h>
+
+#include <sbx/sbx.h>
+
+static sbx_client *g_client;
+static sbx_sandbox *g_sb;
+
+static void setup(void)
+{
+    sbx_error *err = NULL;
+    cr_assert_str_eq(tu_backend(), "remote", "run by tests/remote.sh");
+    cr_assert_not_null(getenv("BESPOKE_SANDBOX_URL"));
+    cr_assert_not_null(getenv("SBX_TEST_CP_ADMIN_TOKEN"));
+    g_client = sbx_client_new("remote", &err);
+    cr_assert_not_null(g_client, "sbx_client_new: %s", err ? sbx_error_get0_message(err) : "");
+}
+
+static void teardown(void)
+{
+    if (g_sb) {
+        sbx_sandbox_destroy(g_sb, NULL);
+        sbx_sandbox_free(g_sb);
+        g_sb = NULL;
+    }
+    sbx_client_free(g_client);
+}
+
+TestSuite(remote, .init = setup, .fini = teardown, .timeout = 90);
+
+/* ---------------------------------------------------------- HTTP helpers */
+
+static size_t on_body(char *p, size_t size, size_t n, void *ud)
+{
+    size_t len = size * n;
+    char **buf = ud;
+    size_t have = *buf ? strlen(*buf) : 0;
+    char *nb = realloc(*buf, have + len + 1);
+    cr_assert_not_null(nb);
+    memcpy(nb + have, p, len);
+    nb[have + len] = '\0';
+    *buf = nb;
+    return len;
+}
+
+/* @method BESPOKE_SANDBOX_URL@path with @header (or none) and @body (or
+ * none): the status, the answer's JSON in *@out (NULL when none). */
+static long cp_http(const char *method, const char *path, const char *header, const char *body,
+                    json_object **out)
+{
+    CURL *h = curl_easy_init();
+    struct curl_slist *hdrs = NULL;
+    char *url = tu_strdup_printf("%s%s", getenv("BESPOKE_SANDBOX_URL"), path), *got = NULL;
+    long status = 0;
+    if (header)
+        hdrs = curl_slist_append(hdrs, header);
+    if (body)
+        hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    if (body)
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &got);
+    cr_assert_eq(curl_easy_perform(h), CURLE_OK, "%s %s", method, url);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    if (out)
+        *out = got ? json_tokener_parse(got) : NULL;
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(h);
+    free(url);
+    free(got);
+    return status;
+}
+
+/* A new key of the suite's organization with @scopes (a JSON array): its
+ * secret, a new string. */
+static char *new_key(const char *scopes)
+{
+    char *auth = tu_strdup_printf("Authorization: Bearer %s", getenv("BESPOKE_SANDBOX_KEY"));
+    char *body = tu_strdup_printf("{\"name\":\"test\",\"scopes\":%s}", scopes);
+    json_object *j = NULL;
+    cr_assert_eq(cp_http("POST", "/v1/api-keys", auth, body, &j), 201);
+    char *secret = strdup(tu_json_str(j, "secret"));
+    json_object_put(j);
+    free(auth);
+    free(body);
+    return secret;
+}
+
+/* The ids of the sandboxes of the suite's organization whose status is
+ * @status (NULL: any): how many. */
+static int count_sandboxes(const char *status)
+{
+    char *auth = tu_strdup_printf("Authorization: Bearer %s", getenv("BESPOKE_SANDBOX_KEY"));
+    json_object *j = NULL;
+    cr_assert_eq(cp_http("GET", "/v1/sandboxes", auth, NULL, &j), 200);
+    cr_assert(json_object_is_type(j, json_type_array));
+    int n = 0;
+    for (size_t i = 0; i < json_object_array_length(j); i++)
+        if (!status || strcmp(tu_json_str(json_object_array_get_idx(j, i), "status"),
+                              status) == 0)
+            n++;
+    json_object_put(j);
+    free(auth);
+    return n;
+}
+
+/* A client of the remote backend with the client options @config. */
+static sbx_client *client_with(const char *config)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new_with_config("remote", SBX_PLUGIN_MODE_DEFAULT, config, &err);
+    cr_assert_not_null(c, "client %s: %s", config, err ? sbx_error_get0_message(err) : "");
+    return c;
+}
+
+/* Creates with @c and @o and expects it to fail: the error. */
+static sbx_error *create_fails(sbx_client *c, sbx_options *o)
+{
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_sandbox_create(c, o, &err);
+    if (sb) {
+        sbx_sandbox_destroy(sb, NULL);
+        sbx_sandbox_free(sb);
+    }
+    cr_assert_null(sb, "the create succeeded");
+    cr_assert_not_null(err);
+    cr_assert_str_eq(sbx_error_get0_backend(err), "remote");
+    return err;
+}
+
+static void assert_ctx(const sbx_error *err, const char *key, const char *want)
+{
+    const char *got = sbx_error_get0_context(err, key);
+    cr_assert_not_null(got, "no context %s (message: %s)", key, sbx_error_get0_message(err));
+    cr_assert_str_eq(got, want, "context %s", key);
+}
+
+/* ---------------------------------------------------------- the proxy */
+
+/*
+ * A proxy on 127.0.0.1 in front of the control plane, one request at a time
+ * per connection (Content-Length bodies, as sbx-server answers): requests
+ * go on as they came, except that the first @drop requests whose line
+ * starts with @match have their answer read from the server and thrown
+ * away, the client's connection closed instead (the answer lost on the
+ * wire), and a request body holding @from gets @to instead (same length).
+ */
+typedef struct proxy {
+    int lfd;
+    int port;
+    int upstream_port;
+    const char *match;
+    int drop;
+    const char *from, *to;
+    pthread_mutex_t lock;
+    int requests;       /* requests seen whose line starts with @match */
+    pthread_t thread;
+} proxy;
+
+/* Reads one HTTP message (headers and a Content-Length body) from @fd into
+ * a new buffer: its length, 0 at the end, -1 on error. */
+static ssize_t read_message(int fd, char **out)
+{
+    size_t cap = 65536, len = 0;
+    char *b = malloc(cap);
+    ssize_t want = -1;
+    for (;;) {
+        if (len + 1 >= cap)
+            b = realloc(b, cap *= 2);
+        ssize_t k = read(fd, b + len, cap - len - 1);
+        if (k <= 0) {
+            free(b);
+            return len == 0 && k == 0 ? 0 : -1;
+        }
+        len += (size_t)k;
+        b[len] = '\0';
+        if (want < 0) {
+            char *end = strstr(b, "\r\n\r\n");
+            if (!end)
+                continue;
+            long cl = 0;
+            for (char *p = b; p < end; p = strstr(p, "\r\n") + 2)
+                if (strncasecmp(p, "Content-Length:", 15) == 0)
+                    cl = strtol(p + 15, NULL, 10);
+            want = (end + 4 - b) + cl;
+        }
+        if ((ssize_t)len >= want) {
+            *out = b;
+            return (ssize_t)len;
+        }
+    }
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+typedef struct conn {
+    proxy *px;
+    int fd;
+} conn;
+
+static void *proxy_conn(void *ud)
+{
+    conn *c = ud;
+    proxy *px = c->px;
+    int up = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)px->upstream_port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    if (connect(up, (struct sockaddr *)&a, sizeof a) == 0) {
+        for (;;) {
+            char *rq = NULL, *rs = NULL;
+            ssize_t n = read_message(c->fd, &rq);
+            if (n <= 0)
+                break;
+            int drop = 0;
+            pthread_mutex_lock(&px->lock);
+            if (px->match && strncmp(rq, px->match, strlen(px->match)) == 0) {
+                px->requests++;
+                if (px->drop > 0) {
+                    px->drop--;
+                    drop = 1;
+                }
+            }
+            pthread_mutex_unlock(&px->lock);
+            if (px->from) {
+                char *hit = memmem(rq, (size_t)n, px->from, strlen(px->from));
+                if (hit)
+                    memcpy(hit, px->to, strlen(px->to));
+            }
+            ssize_t m = -1;
+            if (write_all(up, rq, (size_t)n) == 0)
+                m = read_message(up, &rs);
+            free(rq);
+            if (m <= 0 || drop || write_all(c->fd, rs, (size_t)m) < 0) {
+                free(rs);
+                break;
+            }
+            free(rs);
+        }
+    }
+    close(up);
+    close(c->fd);
+    free(c);
+    return NULL;
+}
+
+static void *proxy_main(void *ud)
+{
+    proxy *px = ud;
+    for (;;) {
+        int fd = accept(px->lfd, NULL, NULL);
+        if (fd < 0)
+            return NULL;
+        conn *c = malloc(sizeof *c);
+        c->px = px;
+        c->fd = fd;
+        pthread_t t;
+        pthread_create(&t, NULL, proxy_conn, c);
+        pthread_detach(t);
+    }
+}
+
+static proxy *proxy_start(const char *match, int drop, const char *from, const char *to)
+{
+    proxy *px = calloc(1, sizeof *px);
+    const char *url = getenv("BESPOKE_SANDBOX_URL");
+    const char *colon = strrchr(url, ':');
+    px->upstream_port = atoi(colon + 1);
+    px->match = match;
+    px->drop = drop;
+    px->from = from;
+    px->to = to;
+    pthread_mutex_init(&px->lock, NULL);
+    px->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t al = sizeof a;
+    cr_assert_eq(bind(px->lfd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(px->lfd, 16), 0);
+    getsockname(px->lfd, (struct sockaddr *)&a, &al);
+    px->port = ntohs(a.sin_port);
+    pthread_create(&px->thread, NULL, proxy_main, px);
+    return px;
+}
+
+static int proxy_requests(proxy *px)
+{
+    pthread_mutex_lock(&px->lock);
+    int n = px->requests;
+    pthread_mutex_unlock(&px->lock);
+    return n;
+}
+
+/* A client through @px (the rest from the environment). */
+static sbx_client *client_via(proxy *px)
+{
+    char *cfg = tu_strdup_printf("{\"url\":\"http://127.0.0.1:%d\"}", px->port);
+    sbx_client *c = client_with(cfg);
+    free(cfg);
+    return c;
+}
+
+/* ---------------------------------------------------------- the errors */
+
+Test(remote, wrong_key_is_authentication_401)
+{
+    sbx_client *c = client_with("{\"api_key\":\"bsk_live_not-a-key-of-this-server\"}");
+    sbx_error *err = create_fails(c, NULL);
+    tu_assert_error(err, SBX_ERROR_AUTHENTICATION, "create the sandbox: invalid API key (HTTP 401)",
+                    NULL);
+    assert_ctx(err, "http_status", "401");
+    cr_assert_null(strstr(sbx_error_get0_message(err), "not-a-key"), "the key was echoed");
+    cr_assert_str_eq(sbx_error_get0_op(err), "create");
+    cr_assert_eq(sbx_error_is_retryable(err), 0);
+    sbx_error_free(err);
+    sbx_client_free(c);
+}
+
+Test(remote, missing_scope_is_authentication_403_naming_it)
+{
+    char *key = new_key("[\"sandboxes:read\"]");
+    char *cfg = tu_strdup_printf("{\"api_key\":\"%s\"}", key);
+    sbx_client *c = client_with(cfg);
+    sbx_error *err = create_fails(c, NULL);
+    tu_assert_error(err, SBX_ERROR_AUTHENTICATION,
+                    "create the sandbox: API key requires scope: sandboxes:create (HTTP 403)",
+                    NULL);
+    assert_ctx(err, "http_status", "403");
+    assert_ctx(err, "scope", "sandboxes:create");
+    cr_assert_null(strstr(sbx_error_get0_message(err), key));
+    sbx_error_free(err);
+    sbx_client_free(c);
+    free(cfg);
+    free(key);
+}
+
+Test(remote, unknown_sandbox_is_not_found_404)
+{
+    char *state = tu_strdup_printf(
+        "{\"version\":1,\"backend\":\"remote\",\"id\":\"sbx_00000000000000000000000000000000\","
+        "\"timeout_secs\":600,\"data\":{\"version\":1,\"sandbox_id\":"
+        "\"sbx_00000000000000000000000000000000\",\"url\":\"%s\"}}",
+        getenv("BESPOKE_SANDBOX_URL"));
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_resume(g_client, state, &err));
+    tu_assert_error(err, SBX_ERROR_NOT_FOUND, "sbx_00000000000000000000000000000000", NULL);
+    assert_ctx(err, "reason", "gone");
+    sbx_error_free(err);
+    free(state);
+}
+
+Test(remote, same_key_other_request_is_invalid_argument_409)
+{
+    sbx_options *o = sbx_options_new();
+    char *bo = tu_strdup_printf("{\"idempotency_key\":\"test-409-%d\"}", (int)getpid());
+    cr_assert_eq(sbx_options_set_backend_options(o, bo, NULL), 0);
+    g_sb = tu_create(g_client, o);
+    /* The same request again: the same sandbox. */
+    sbx_sandbox *again = tu_create(g_client, o);
+    cr_assert_str_eq(sbx_sandbox_get0_id(again), sbx_sandbox_get0_id(g_sb));
+    sbx_sandbox_free(again);
+    /* Another request with that key. */
+    cr_assert_eq(sbx_options_set_env(o, "OTHER", "1", NULL), 0);
+    sbx_error *err = create_fails(g_client, o);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT,
+                    "create the sandbox: idempotency key was already used with a different "
+                    "request (HTTP 409)", NULL);
+    assert_ctx(err, "http_status", "409");
+    assert_ctx(err, "reason", "idempotency_key_reused");
+    sbx_error_free(err);
+    sbx_options_free(o);
+    free(bo);
+}
+
+Test(remote, backend_not_enabled_is_configuration_422)
+{
+    sbx_client *c = client_with("{\"backend\":\"bubblewrap\"}");
+    sbx_error *err = create_fails(c, NULL);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION,
+                    "create the sandbox: backend is not enabled: bubblewrap (HTTP 422)", NULL);
+    assert_ctx(err, "http_status", "422");
+    assert_ctx(err, "upstream_backend", "bubblewrap");
+    sbx_error_free(err);
+    sbx_client_free(c);
+}
+
+Test(remote, provider_refusal_is_its_payload_422)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_image(o, "debian:bookworm", NULL), 0);
+    sbx_error *err = create_fails(g_client, o);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION,
+                    "create the sandbox: Provider configuration is invalid. (HTTP 422, backend "
+                    "local)", NULL);
+    assert_ctx(err, "http_status", "422");
+    assert_ctx(err, "remote_code", "configuration");
+    assert_ctx(err, "upstream_backend", "local");
+    assert_ctx(err, "upstream_op", "create");
+    sbx_error_free(err);
+    sbx_options_free(o);
+}
+
+Test(remote, validation_list_is_invalid_argument_422)
+{
+    /* cpu 2.5 leaves as "cpu":2.5; the wire makes it -25. */
+    proxy *px = proxy_start("POST /v1/sandboxes ", 0, "\"cpu\":2.5", "\"cpu\":-25");
+    sbx_client *c = client_via(px);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_cpu(o, 2.5, NULL), 0);
+    sbx_error *err = create_fails(c, o);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT,
+                    "create the sandbox: cpu: Input should be greater than 0 (HTTP 422)", NULL);
+    assert_ctx(err, "http_status", "422");
+    assert_ctx(err, "field", "cpu");
+    cr_assert_eq(proxy_requests(px), 1);
+    sbx_error_free(err);
+    sbx_options_free(o);
+    sbx_client_free(c);
+}
+
+Test(remote, provider_failure_is_its_payload_502)
+{
+    /* docker is enabled at the server, and has no engine there. */
+    sbx_client *c = client_with("{\"backend\":\"docker\"}");
+    int before = count_sandboxes("failed");
+    sbx_error *err = create_fails(c, NULL);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONNECTION, "code %s: %s",
+                 sbx_error_code_name(sbx_error_get_code(err)), sbx_error_get0_message(err));
+    tu_assert_error(err, SBX_ERROR_CONNECTION,
+                    "create the sandbox: Provider connection failed. (HTTP 502, backend docker)",
+                    NULL);
+    assert_ctx(err, "http_status", "502");
+    assert_ctx(err, "remote_code", "connection");
+    assert_ctx(err, "upstream_backend", "docker");
+    assert_ctx(err, "upstream_op", "create");
+    /* Answers are never re-sent: one failed record. */
+    cr_assert_eq(count_sandboxes("failed"), before + 1);
+    sbx_error_free(err);
+    sbx_client_free(c);
+}
+
+Test(remote, server_down_is_connection)
+{
+    /* A port nothing listens on: bound, then closed. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t al = sizeof a;
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    getsockname(fd, (struct sockaddr *)&a, &al);
+    close(fd);
+    char *cfg = tu_strdup_printf("{\"url\":\"http://127.0.0.1:%d\",\"retries\":1}",
+                                 ntohs(a.sin_port));
+    sbx_client *c = client_with(cfg);
+    sbx_error *err = create_fails(c, NULL);
+    tu_assert_error(err, SBX_ERROR_CONNECTION, "create the sandbox on 127.0.0.1:", NULL);
+    cr_assert_eq(sbx_error_is_retryable(err), 1);
+    sbx_error_free(err);
+    sbx_client_free(c);
+    free(cfg);
+}
+
+Test(remote, missing_url_and_key_are_configuration)
+{
+    unsetenv("BESPOKE_SANDBOX_URL");
+    sbx_client *c = client_with(NULL);
+    sbx_error *err = create_fails(c, NULL);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, "no control-plane URL (set the client option "
+                    "url or BESPOKE_SANDBOX_URL)", NULL);
+    sbx_error_free(err);
+    sbx_client_free(c);
+}
+
+Test(remote, exec_after_destroy_is_not_found)
+{
+    g_sb = tu_create(g_client, NULL);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    sbx_error *err = NULL;
+    const char *argv[] = { "true", NULL };
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.argv = argv;
+    cr_assert_null(sbx_sandbox_execute_command(g_sb, &rq, &err));
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND, "%s",
+                 sbx_error_get0_message(err));
+    sbx_error_free(err);
+}
+
+/* ---------------------------------------------------------- retries */
+
+Test(remote, lost_create_answer_is_resent_with_the_key_and_makes_one_sandbox)
+{
+    int before = count_sandboxes(NULL);
+    proxy *px = proxy_start("POST /v1/sandboxes ", 1, NULL, NULL);
+    sbx_client *c = client_via(px);
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_sandbox_create(c, NULL, &err);
+    cr_assert_not_null(sb, "create: %s", err ? sbx_error_get0_message(err) : "");
+    /* Sent twice (the first answer lost), one sandbox made. */
+    cr_assert_eq(proxy_requests(px), 2);
+    cr_assert_eq(count_sandboxes(NULL), before + 1);
+    sbx_result *r = tu_sh(sb, "echo once", 10);
+    tu_assert_stdout(r, "once\n");
+    sbx_result_free(r);
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+}
+
+Test(remote, lost_execute_answer_is_resent_and_runs_once)
+{
+    proxy *px = proxy_start("POST /v1/sandboxes/", 0, NULL, NULL);
+    sbx_client *c = client_via(px);
+    g_sb = tu_create(c, NULL);
+    pthread_mutex_lock(&px->lock);
+    px->match = "POST /v1/sandboxes/";
+    px->requests = 0;
+    px->drop = 1;
+    pthread_mutex_unlock(&px->lock);
+    sbx_result *r = tu_sh(g_sb, "echo x >> \"$SANDBOX_ROOT/tmp-runs\"; wc -l < "
+                                "\"$SANDBOX_ROOT/tmp-runs\"", 20);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "1\n");
+    sbx_result_free(r);
+    cr_assert_eq(proxy_requests(px), 2);
+    r = tu_sh(g_sb, "wc -l < \"$SANDBOX_ROOT/tmp-runs\"", 20);
+    tu_assert_stdout(r, "1\n");
+    sbx_result_free(r);
+    sbx_sandbox_destroy(g_sb, NULL);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+    sbx_client_free(c);
+}
+
+/* ---------------------------------------------------------- state, output */
+
+Test(remote, session_state_holds_the_id_and_url_and_no_key)
+{
+    g_sb = tu_create(g_client, NULL);
+    sbx_error *err = NULL;
+    char *state = sbx_sandbox_session_state(g_sb, &err);
+    cr_assert_not_null(state, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_null(strstr(state, getenv("BESPOKE_SANDBOX_KEY")), "the key is in the state");
+    json_object *j = json_tokener_parse(state), *data = NULL;
+    cr_assert(json_object_object_get_ex(j, "data", &data));
+    cr_assert_str_eq(tu_json_str(data, "sandbox_id"), sbx_sandbox_get0_id(g_sb));
+    cr_assert_str_eq(tu_json_str(data, "url"), getenv("BESPOKE_SANDBOX_URL"));
+    cr_assert_str_eq(tu_json_str(data, "backend"), "local");
+    json_object_put(j);
+    /* Another client, without a URL of its own, resumes from it. */
+    unsetenv("BESPOKE_SANDBOX_URL");
+    sbx_client *c = client_with(NULL);
+    sbx_sandbox *sb = sbx_sandbox_resume(c, state, &err);
+    cr_assert_not_null(sb, "resume: %s", err ? sbx_error_get0_message(err) : "");
+    sbx_result *r = tu_sh(sb, "echo resumed", 10);
+    tu_assert_stdout(r, "resumed\n");
+    sbx_result_free(r);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+    free(state);
+}
+
+Test(remote, case_07_non_utf8_output_through_the_control_plane)
+{
+    g_sb = tu_create(g_client, NULL);
+    sbx_result *r = tu_sh(g_sb, "printf 'ok\\377\\376\\n'; printf 'e\\200\\n' >&2", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout_bytes(r, "ok\xff\xfe\n", 5);
+    tu_assert_stderr_bytes(r, "e\x80\n", 3);
+    sbx_result_free(r);
+}
