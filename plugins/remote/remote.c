@@ -49,9 +49,10 @@
  *    and stat through GNU find's -printf, NUL-separated.
  *  - destroy: DELETE /v1/sandboxes/{id} (200 with the record, also when it
  *    was destroyed already; 404: gone already). is_alive: GET, status
- *    running. session_state: {"version":1,"sandbox_id","url","backend"}
- *    (no key); resume GETs the record (a client without a URL uses the
- *    state's).
+ *    running. sandbox_root: SANDBOX_ROOT as the sandbox's commands see it,
+ *    asked with one command at create. session_state: {"version":1,
+ *    "sandbox_id","url","backend","root"} (no key); resume GETs the record
+ *    (a client without a URL uses the state's).
  *  - Errors (§0, §10): the answer's {"detail": X} mapped onto sbx codes
  *    (rm_fail below); a server that does not answer is connection.
  *
@@ -105,6 +106,7 @@ struct sbx_plugin_sandbox {
     struct sbx_plugin_client *c;
     char *api;          /* the control plane it lives on */
     char *backend;      /* its upstream backend, or NULL when not known */
+    char *root;         /* its SANDBOX_ROOT ("" where it owns /) */
 };
 
 typedef struct rm_proc {
@@ -580,11 +582,127 @@ static int rm_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t
 }
 
 /* ------------------------------------------------------------------------ */
+/* Execute: one command through the control plane                            */
+/* ------------------------------------------------------------------------ */
+
+/* What one execute gave: the exit code and the output (binary-safe). */
+typedef struct rm_result {
+    int exit_code;
+    cl_buf out, err;
+} rm_result;
+
+static void rm_result_clear(rm_result *x)
+{
+    cl_buf_clear(&x->out);
+    cl_buf_clear(&x->err);
+}
+
+/* Member @b64 (base64) of @j into @buf, else member @text. */
+static int rm_output(json_object *j, const char *b64, const char *text, cl_buf *buf)
+{
+    json_object *v;
+    if (json_object_object_get_ex(j, b64, &v) && json_object_is_type(v, json_type_string)) {
+        const char *s = json_object_get_string(v);
+        return cl_base64_decode(s, strlen(s), buf);
+    }
+    if (json_object_object_get_ex(j, text, &v) && json_object_is_type(v, json_type_string))
+        return cl_buf_append(buf, json_object_get_string(v),
+                             (size_t)json_object_get_string_len(v));
+    return 0;
+}
+
+/*
+ * POST /v1/sandboxes/{id}/execute {"command":"/bin/sh","args":["-c",
+ * @script]} with a new request id as the Idempotency-Key. A transport
+ * failure re-sends the same key (cl_request); when the re-sent one finds
+ * the first still running (409 "execution is already in progress") it asks
+ * again, pausing 0.05 s doubling to 0.5 s, until the stored result comes
+ * back. 0 with @x filled, -1 with *@error (a 404 or a destroyed sandbox sets
+ * the gone flag: not_found, reason gone).
+ */
+static int rm_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *script,
+                      rm_result *x, const char *op, sbx_error **error)
+{
+    if (cl_gone_check(&sb->s.gone, op, RM_BACKEND, sb->s.id, error) < 0)
+        return -1;
+    char key[40];
+    memcpy(key, "req_", 4);
+    cl_random_hex(key + 4, 16);
+    json_object *b = json_object_new_object(), *args = json_object_new_array(), *j = NULL;
+    json_object_object_add(b, "command", json_object_new_string("/bin/sh"));
+    json_object_array_add(args, json_object_new_string("-c"));
+    json_object_array_add(args, json_object_new_string(script));
+    json_object_object_add(b, "args", args);
+    char *path = rm_path(sb->s.id, "/execute");
+    cl_resp r = { 0 };
+    int rc = -1, resent = 0;
+    double pause = 0.05;
+    cl_bound bd = cl_bound_make(ctx, 0);
+    if (!path) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    for (;;) {
+        cl_resp_clear(&r);
+        if (rm_call(sb->c->http, ctx, "POST", sb->api, path, b, key, &r, op, "run the command",
+                    error) < 0)
+            goto out;
+        resent |= r.attempts > 1;
+        if (r.status == 409 && resent && r.body.data
+            && strstr(r.body.data, "execution is already in progress")) {
+            if (cl_bound_left(&bd) == 0 || cl_sleep(pause, bd.cancel_fd)) {
+                cl_fail(error, cl_bound_left(&bd) == 0 ? SBX_ERROR_TIMEOUT : SBX_ERROR_CANCELLED,
+                        op, "run the command: the control plane still runs request %s", key);
+                goto out;
+            }
+            pause = pause < 0.5 ? pause * 2 : pause;
+            continue;
+        }
+        break;
+    }
+    if (r.status / 100 != 2) {
+        sbx_error *e = rm_fail(sb->c->http, error, &r, op, "run the command");
+        if (r.status == 404 || (r.status == 409 && r.body.data
+                                && strstr(r.body.data, "\"sandbox is destroyed\""))) {
+            cl_gone_set(&sb->s.gone);
+            cl_context(e, "sandbox_id", sb->s.id);
+            if (r.status == 404)
+                cl_context(e, "reason", "gone");
+        }
+        goto out;
+    }
+    if (!(j = rm_json(&r, op, "run the command", error)))
+        goto out;
+    int64_t code;
+    if (cl_json_int(j, "exit_code", &code) != 1) {
+        cl_fail(error, SBX_ERROR_CONNECTION, op, "run the command: the answer has no exit_code");
+        goto out;
+    }
+    if (rm_output(j, "stdout_b64", "stdout", &x->out) < 0
+        || rm_output(j, "stderr_b64", "stderr", &x->err) < 0) {
+        cl_fail(error, SBX_ERROR_CONNECTION, op, "run the command: the answer's output is not "
+                "base64");
+        goto out;
+    }
+    /* 128+N for signal N; a negative code (a signal, as Python gives it)
+     * too. */
+    x->exit_code = code < 0 ? (int)((128 - code) & 0xff) : (int)(code & 0xff);
+    rc = 0;
+out:
+    json_object_put(b);
+    json_object_put(j);
+    free(path);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
 
 static struct sbx_plugin_sandbox *rm_sandbox_new(struct sbx_plugin_client *c, const char *id,
-                                                 const char *api, const char *backend)
+                                                 const char *api, const char *backend,
+                                                 const char *root)
 {
     struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
     if (!sb)
@@ -592,13 +710,22 @@ static struct sbx_plugin_sandbox *rm_sandbox_new(struct sbx_plugin_client *c, co
     sb->c = c;
     sb->api = strdup(api);
     sb->backend = backend ? strdup(backend) : NULL;
-    if (!sb->api || (backend && !sb->backend) || cl_sandbox_init(&sb->s, id) < 0) {
+    sb->root = strdup(root ? root : "");
+    if (!sb->api || (backend && !sb->backend) || !sb->root || cl_sandbox_init(&sb->s, id) < 0) {
         free(sb->api);
         free(sb->backend);
+        free(sb->root);
         free(sb);
         return NULL;
     }
     return sb;
+}
+
+/* The sandbox_root slot: what the sandbox's commands see as SANDBOX_ROOT
+ * (asked once at create, kept in the session state). */
+static const char *rm_sandbox_root(sbx_plugin_sandbox *sb)
+{
+    return sb->root;
 }
 
 static void rm_sandbox_free(sbx_plugin_sandbox *sb)
@@ -608,6 +735,7 @@ static void rm_sandbox_free(sbx_plugin_sandbox *sb)
     cl_sandbox_clear(&sb->s);
     free(sb->api);
     free(sb->backend);
+    free(sb->root);
     free(sb);
 }
 
@@ -855,10 +983,32 @@ static int rm_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto out;
     }
     const char *rb = cl_json_str(j, "backend");
-    struct sbx_plugin_sandbox *sb = rm_sandbox_new(c, id, api, rb ? rb : backend);
+    struct sbx_plugin_sandbox *sb = rm_sandbox_new(c, id, api, rb ? rb : backend, NULL);
     if (!sb) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         rm_delete(c, NULL, id, op, NULL);
+        goto out;
+    }
+    /* Its SANDBOX_ROOT, as its commands see it: the sandbox_root slot. */
+    rm_result x = { 0 };
+    if (rm_execute(sb, ctx, "printf %s \"$SANDBOX_ROOT\"", &x, op, error) < 0
+        || x.exit_code != 0) {
+        if (x.exit_code != 0)
+            cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "create the sandbox: the first "
+                    "command in control-plane sandbox %s exited %d", id, x.exit_code);
+        rm_result_clear(&x);
+        rm_delete(c, NULL, id, op, NULL);
+        rm_sandbox_free(sb);
+        goto out;
+    }
+    free(sb->root);
+    sb->root = strndup(x.out.data ? x.out.data : "", x.out.len);
+    rm_result_clear(&x);
+    if (!sb->root) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        rm_delete(c, NULL, id, op, NULL);
+        sb->root = NULL;
+        rm_sandbox_free(sb);
         goto out;
     }
     *sandbox = sb;
@@ -931,7 +1081,7 @@ static int rm_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
     return alive;
 }
 
-/* {"version":1,"sandbox_id":ID,"url":URL[,"backend":B]}: no key. */
+/* {"version":1,"sandbox_id":ID,"url":URL[,"backend":B],"root":R}: no key. */
 static char *rm_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
@@ -943,6 +1093,7 @@ static char *rm_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
     json_object_object_add(j, "url", json_object_new_string(sb->api));
     if (sb->backend)
         json_object_object_add(j, "backend", json_object_new_string(sb->backend));
+    json_object_object_add(j, "root", json_object_new_string(sb->root));
     char *out = cl_state_out(j, "session_state", error);
     json_object_put(j);
     return out;
@@ -983,7 +1134,8 @@ static int rm_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
     }
     const char *b = cl_json_str(j, "backend");
     struct sbx_plugin_sandbox *sb = rm_sandbox_new(client, id, use,
-                                                   b ? b : cl_json_str(data, "backend"));
+                                                   b ? b : cl_json_str(data, "backend"),
+                                                   cl_json_str(data, "root"));
     if (!sb) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
@@ -1000,117 +1152,6 @@ out:
 /* ------------------------------------------------------------------------ */
 /* Execute                                                                   */
 /* ------------------------------------------------------------------------ */
-
-/* What one execute gave: the exit code and the output (binary-safe). */
-typedef struct rm_result {
-    int exit_code;
-    cl_buf out, err;
-} rm_result;
-
-static void rm_result_clear(rm_result *x)
-{
-    cl_buf_clear(&x->out);
-    cl_buf_clear(&x->err);
-}
-
-/* Member @b64 (base64) of @j into @buf, else member @text. */
-static int rm_output(json_object *j, const char *b64, const char *text, cl_buf *buf)
-{
-    json_object *v;
-    if (json_object_object_get_ex(j, b64, &v) && json_object_is_type(v, json_type_string)) {
-        const char *s = json_object_get_string(v);
-        return cl_base64_decode(s, strlen(s), buf);
-    }
-    if (json_object_object_get_ex(j, text, &v) && json_object_is_type(v, json_type_string))
-        return cl_buf_append(buf, json_object_get_string(v),
-                             (size_t)json_object_get_string_len(v));
-    return 0;
-}
-
-/*
- * POST /v1/sandboxes/{id}/execute {"command":"/bin/sh","args":["-c",
- * @script]} with a new request id as the Idempotency-Key. A transport
- * failure re-sends the same key (cl_request); when the re-sent one finds
- * the first still running (409 "execution is already in progress") it asks
- * again, pausing 0.05 s doubling to 0.5 s, until the stored result comes
- * back. 0 with @x filled, -1 with *@error (a 404 or a destroyed sandbox sets
- * the gone flag: not_found, reason gone).
- */
-static int rm_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *script,
-                      rm_result *x, const char *op, sbx_error **error)
-{
-    if (cl_gone_check(&sb->s.gone, op, RM_BACKEND, sb->s.id, error) < 0)
-        return -1;
-    char key[40];
-    memcpy(key, "req_", 4);
-    cl_random_hex(key + 4, 16);
-    json_object *b = json_object_new_object(), *args = json_object_new_array(), *j = NULL;
-    json_object_object_add(b, "command", json_object_new_string("/bin/sh"));
-    json_object_array_add(args, json_object_new_string("-c"));
-    json_object_array_add(args, json_object_new_string(script));
-    json_object_object_add(b, "args", args);
-    char *path = rm_path(sb->s.id, "/execute");
-    cl_resp r = { 0 };
-    int rc = -1, resent = 0;
-    double pause = 0.05;
-    cl_bound bd = cl_bound_make(ctx, 0);
-    if (!path) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto out;
-    }
-    for (;;) {
-        cl_resp_clear(&r);
-        if (rm_call(sb->c->http, ctx, "POST", sb->api, path, b, key, &r, op, "run the command",
-                    error) < 0)
-            goto out;
-        resent |= r.attempts > 1;
-        if (r.status == 409 && resent && r.body.data
-            && strstr(r.body.data, "execution is already in progress")) {
-            if (cl_bound_left(&bd) == 0 || cl_sleep(pause, bd.cancel_fd)) {
-                cl_fail(error, cl_bound_left(&bd) == 0 ? SBX_ERROR_TIMEOUT : SBX_ERROR_CANCELLED,
-                        op, "run the command: the control plane still runs request %s", key);
-                goto out;
-            }
-            pause = pause < 0.5 ? pause * 2 : pause;
-            continue;
-        }
-        break;
-    }
-    if (r.status / 100 != 2) {
-        sbx_error *e = rm_fail(sb->c->http, error, &r, op, "run the command");
-        if (r.status == 404 || (r.status == 409 && r.body.data
-                                && strstr(r.body.data, "\"sandbox is destroyed\""))) {
-            cl_gone_set(&sb->s.gone);
-            cl_context(e, "sandbox_id", sb->s.id);
-            if (r.status == 404)
-                cl_context(e, "reason", "gone");
-        }
-        goto out;
-    }
-    if (!(j = rm_json(&r, op, "run the command", error)))
-        goto out;
-    int64_t code;
-    if (cl_json_int(j, "exit_code", &code) != 1) {
-        cl_fail(error, SBX_ERROR_CONNECTION, op, "run the command: the answer has no exit_code");
-        goto out;
-    }
-    if (rm_output(j, "stdout_b64", "stdout", &x->out) < 0
-        || rm_output(j, "stderr_b64", "stderr", &x->err) < 0) {
-        cl_fail(error, SBX_ERROR_CONNECTION, op, "run the command: the answer's output is not "
-                "base64");
-        goto out;
-    }
-    /* 128+N for signal N; a negative code (a signal, as Python gives it)
-     * too. */
-    x->exit_code = code < 0 ? (int)((128 - code) & 0xff) : (int)(code & 0xff);
-    rc = 0;
-out:
-    json_object_put(b);
-    json_object_put(j);
-    free(path);
-    cl_resp_clear(&r);
-    return rc;
-}
 
 /* The plugin's own short command (output dropped): the cl_run_fn. */
 static int rm_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
@@ -1544,7 +1585,7 @@ static const sbx_plugin rm_plugin = {
     .is_alive = rm_is_alive,
     .sandbox_free = rm_sandbox_free,
     .sandbox_id = cl_sandbox_id,
-    .sandbox_root = cl_sandbox_root,
+    .sandbox_root = rm_sandbox_root,
     .exec_start = rm_exec_start,
     .exec_wait = rm_exec_wait,
     .exec_event_fd = cl_exec_event_fd,
