@@ -424,12 +424,12 @@ Test(remote, same_key_other_request_is_invalid_argument_409)
 
 Test(remote, backend_not_enabled_is_configuration_422)
 {
-    sbx_client *c = client_with("{\"backend\":\"bubblewrap\"}");
+    sbx_client *c = client_with("{\"backend\":\"e2b\"}");
     sbx_error *err = create_fails(c, NULL);
     tu_assert_error(err, SBX_ERROR_CONFIGURATION,
-                    "create the sandbox: backend is not enabled: bubblewrap (HTTP 422)", NULL);
+                    "create the sandbox: backend is not enabled: e2b (HTTP 422)", NULL);
     assert_ctx(err, "http_status", "422");
-    assert_ctx(err, "upstream_backend", "bubblewrap");
+    assert_ctx(err, "upstream_backend", "e2b");
     sbx_error_free(err);
     sbx_client_free(c);
 }
@@ -440,12 +440,14 @@ Test(remote, provider_refusal_is_its_payload_422)
     cr_assert_eq(sbx_options_set_image(o, "debian:bookworm", NULL), 0);
     sbx_error *err = create_fails(g_client, o);
     tu_assert_error(err, SBX_ERROR_CONFIGURATION,
-                    "create the sandbox: Provider configuration is invalid. (HTTP 422, backend "
-                    "local)", NULL);
+                    "create the sandbox (image debian:bookworm): Provider configuration is "
+                    "invalid. (HTTP 422, backend local)", NULL);
     assert_ctx(err, "http_status", "422");
     assert_ctx(err, "remote_code", "configuration");
     assert_ctx(err, "upstream_backend", "local");
     assert_ctx(err, "upstream_op", "create");
+    /* The one option the request set. */
+    assert_ctx(err, "option", "image");
     sbx_error_free(err);
     sbx_options_free(o);
 }
@@ -459,7 +461,8 @@ Test(remote, validation_list_is_invalid_argument_422)
     cr_assert_eq(sbx_options_set_cpu(o, 2.5, NULL), 0);
     sbx_error *err = create_fails(c, o);
     tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT,
-                    "create the sandbox: cpu: Input should be greater than 0 (HTTP 422)", NULL);
+                    "create the sandbox (cpu 2.5): cpu: Input should be greater than 0 "
+                    "(HTTP 422)", NULL);
     assert_ctx(err, "http_status", "422");
     assert_ctx(err, "field", "cpu");
     cr_assert_eq(proxy_requests(px), 1);

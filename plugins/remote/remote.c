@@ -54,7 +54,11 @@
  *    "sandbox_id","url","backend","root"} (no key); resume GETs the record
  *    (a client without a URL uses the state's).
  *  - Errors (§0, §10): the answer's {"detail": X} mapped onto sbx codes
- *    (rm_fail below); a server that does not answer is connection.
+ *    (rm_fail below); a server that does not answer is connection. The
+ *    contract's provider payload has a fixed message per code and no
+ *    option name, so a refused create's message names the options the
+ *    request set ("create the sandbox (memory_mb 64): ..."), and, when it
+ *    set only one, context option names it.
  *
  * Threading: slots may run at once; a sandbox's gone flag has its lock.
  */
@@ -768,6 +772,7 @@ static json_object *rm_create_body(struct sbx_plugin_client *c, const sbx_call_c
                                   "remote backend_options: unknown key \"%s\" (known: "
                                   "\"backend\", \"idempotency_key\")", k);
                     cl_context(err, "name", k);
+                    cl_context(err, "known", "\"backend\", \"idempotency_key\"");
                     break;
                 }
                 size_t n = json_object_is_type(v, json_type_string)
@@ -931,6 +936,46 @@ static int rm_create_look(void *ud, const char **state, sbx_error **error)
 static int rm_delete(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
                      const char *op, sbx_error **error);
 
+/*
+ * "create the sandbox" and, when the request set any, " (NAME VALUE, ...)"
+ * for the options it set (never an env value) into @buf: what a refused
+ * create's message names. Returns how many were set, the first's name in
+ * *@one.
+ */
+static int rm_request_options(const sbx_plugin_create_request *rq, char *buf, size_t cap,
+                              const char **one)
+{
+    uint64_t set = rq->set_fields;
+    int n = 0;
+    size_t len = (size_t)snprintf(buf, cap, "create the sandbox");
+    *one = NULL;
+#define RM_ADD(name, fmt, ...)                                                                 do {                                                                                           if (len < cap)                                                                                 len += (size_t)snprintf(buf + len, cap - len, "%s" name " " fmt,                                                   n ? ", " : " (", __VA_ARGS__);                                 if (!n++)                                                                                      *one = name;                                                                       } while (0)
+    if (set & SBX_OPTION_CPU)
+        RM_ADD("cpu", "%g", rq->cpu);
+    if (set & SBX_OPTION_MEMORY_MB)
+        RM_ADD("memory_mb", "%lld", (long long)rq->memory_mb);
+    if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb > 0)
+        RM_ADD("disk_mb", "%lld", (long long)rq->disk_mb);
+    if ((set & SBX_OPTION_GPU) && rq->gpu)
+        RM_ADD("gpu", "%s", rq->gpu);
+    if (rq->image)
+        RM_ADD("image", "%s", rq->image);
+    if (rq->template_name)
+        RM_ADD("template", "%s", rq->template_name);
+    if (rq->snapshot_id)
+        RM_ADD("snapshot_id", "%s", rq->snapshot_id);
+    if (rq->app_name)
+        RM_ADD("app_name", "%s", rq->app_name);
+    if (rq->workdir && *rq->workdir)
+        RM_ADD("workdir", "%s", rq->workdir);
+    if (set & SBX_OPTION_ALLOW_INTERNET)
+        RM_ADD("allow_internet", "%s", rq->allow_internet ? "true" : "false");
+#undef RM_ADD
+    if (n && len < cap)
+        snprintf(buf + len, cap - len, ")");
+    return n;
+}
+
 static int rm_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                      const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
                      sbx_error **error)
@@ -958,7 +1003,15 @@ static int rm_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                 "create the sandbox", error) < 0)
         goto out;
     if (r.status / 100 != 2) {
-        rm_fail(c->http, error, &r, op, "create the sandbox");
+        /* The contract's payload carries a fixed message per code and no
+         * option name: the message names what the request set instead. */
+        char what[1024];
+        const char *one = NULL;
+        int nset = rm_request_options(rq, what, sizeof what, &one);
+        sbx_error *e = rm_fail(c->http, error, &r, op, what);
+        if (nset == 1 && r.status >= 400 && r.status < 500 && r.status != 401
+            && r.status != 403 && r.status != 404 && r.status != 409)
+            cl_context(e, "option", one);
         goto out;
     }
     j = rm_json(&r, op, "create the sandbox", error);
