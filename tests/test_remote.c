@@ -18,7 +18,11 @@
  *    and runs the command once (its list and the command's own file count);
  *  - the session state holds the server's id and URL, no key, and a resume
  *    through another client works;
- *  - CASE-07 through the control plane: non-UTF-8 output arrives byte-exact.
+ *  - CASE-07 through the control plane: non-UTF-8 output arrives byte-exact;
+ *  - the CLI: `sbx --remote URL` run, create, exec, ps and rm on the
+ *    server's sandboxes, and `sbx costs` printing the server's /v1/costs
+ *    (the same JSON, and its strings in the table), its refusals and usage
+ *    errors.
  *
  * The proxy below is fault injection on the wire between the plugin and
  * the real server (it relays both ways, and drops an answer or rewrites a
@@ -30,11 +34,13 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
@@ -619,4 +625,220 @@ Test(remote, case_07_non_utf8_output_through_the_control_plane)
     tu_assert_stdout_bytes(r, "ok\xff\xfe\n", 5);
     tu_assert_stderr_bytes(r, "e\x80\n", 3);
     sbx_result_free(r);
+}
+
+/* ---------------------------------------------------------- the CLI */
+
+/* Runs $SBX_CLI @args (stdin /dev/null) with SBX_STATE_DIR=@state and
+ * without BESPOKE_SANDBOX_URL (so --remote is what names the server),
+ * the key from the environment: its exit status; its stdout and stderr
+ * in *@out and *@err (new strings). */
+static int cli(const char *state, const char *const *args, char **out, char **err)
+{
+    char *dir = tu_mkdtemp("sbx-remote-cli");
+    char *o = tu_strdup_printf("%s/out", dir), *e = tu_strdup_printf("%s/err", dir);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        size_t n = 0;
+        while (args[n])
+            n++;
+        char **argv = calloc(n + 2, sizeof *argv);
+        argv[0] = (char *)getenv("SBX_CLI");
+        for (size_t i = 0; i < n; i++)
+            argv[i + 1] = (char *)args[i];
+        int in = open("/dev/null", O_RDONLY);
+        int fo = open(o, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int fe = open(e, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (in < 0 || fo < 0 || fe < 0 || dup2(in, 0) < 0 || dup2(fo, 1) < 0 || dup2(fe, 2) < 0)
+            _exit(126);
+        setenv("SBX_STATE_DIR", state, 1);
+        unsetenv("BESPOKE_SANDBOX_URL");
+        unsetenv("BESPOKE_SANDBOX_BACKEND");
+        unsetenv("SBX_BACKEND");
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    size_t len;
+    FILE *f = fopen(o, "r");
+    *out = calloc(1, 1 << 20);
+    len = fread(*out, 1, (1 << 20) - 1, f);
+    (*out)[len] = '\0';
+    fclose(f);
+    f = fopen(e, "r");
+    *err = calloc(1, 1 << 20);
+    len = fread(*err, 1, (1 << 20) - 1, f);
+    (*err)[len] = '\0';
+    fclose(f);
+    unlink(o);
+    unlink(e);
+    rmdir(dir);
+    free(o);
+    free(e);
+    free(dir);
+    cr_assert(WIFEXITED(st), "sbx ended by a signal");
+    return WEXITSTATUS(st);
+}
+
+/* The status of the server's sandbox @id. */
+static char *server_status(const char *id)
+{
+    char *auth = tu_strdup_printf("Authorization: Bearer %s", getenv("BESPOKE_SANDBOX_KEY"));
+    char *path = tu_strdup_printf("/v1/sandboxes/%s", id);
+    json_object *j = NULL;
+    cr_assert_eq(cp_http("GET", path, auth, NULL, &j), 200, "GET %s", path);
+    char *s = strdup(tu_json_str(j, "status"));
+    json_object_put(j);
+    free(auth);
+    free(path);
+    return s;
+}
+
+Test(remote, cli_remote_run_streams_and_destroys)
+{
+    char *state = tu_mkdtemp("sbx-remote-state");
+    const char *url = getenv("BESPOKE_SANDBOX_URL");
+    int before = count_sandboxes("destroyed");
+    const char *args[] = { "--remote", url, "run", "--", "sh", "-c",
+                           "echo hi; echo err >&2; exit 3", NULL };
+    char *out, *err;
+    cr_assert_eq(cli(state, args, &out, &err), 3, "stderr: %s", err);
+    cr_assert_str_eq(out, "hi\n");
+    cr_assert_str_eq(err, "err\n");
+    /* Made on the server and destroyed there. */
+    cr_assert_eq(count_sandboxes("destroyed"), before + 1);
+    free(out);
+    free(err);
+    tu_rmtree(state);
+    free(state);
+}
+
+Test(remote, cli_remote_create_exec_ps_rm)
+{
+    char *state = tu_mkdtemp("sbx-remote-state");
+    const char *url = getenv("BESPOKE_SANDBOX_URL");
+    char *out, *err;
+    const char *create[] = { "--remote", url, "create", "-b", "local", NULL };
+    cr_assert_eq(cli(state, create, &out, &err), 0, "stderr: %s", err);
+    cr_assert_eq(strncmp(out, "sbx_", 4), 0, "id %s", out);
+    cr_assert_eq(strlen(out), 37, "id %s", out);  /* sbx_ + 32 hex + \n */
+    char *id = strndup(out, 36);
+    free(out);
+    free(err);
+    char *s = server_status(id);
+    cr_assert_str_eq(s, "running");
+    free(s);
+
+    /* exec reaches it through its record; the URL from --remote. */
+    const char *exec[] = { "--remote", url, "exec", id, "--", "sh", "-c",
+                           "printf 'a\\377b'; exit 4", NULL };
+    cr_assert_eq(cli(state, exec, &out, &err), 4, "stderr: %s", err);
+    cr_assert_eq(memcmp(out, "a\377b", 4), 0);
+    free(out);
+    free(err);
+
+    const char *ps[] = { "--remote", url, "ps", "--json", NULL };
+    cr_assert_eq(cli(state, ps, &out, &err), 0, "stderr: %s", err);
+    json_object *j = json_tokener_parse(out);
+    cr_assert(json_object_is_type(j, json_type_array), "ps --json: %s", out);
+    cr_assert_eq(json_object_array_length(j), 1);
+    json_object *row = json_object_array_get_idx(j, 0);
+    cr_assert_str_eq(tu_json_str(row, "id"), id);
+    cr_assert_str_eq(tu_json_str(row, "backend"), "remote");
+    cr_assert_str_eq(tu_json_str(row, "state"), "running");
+    json_object_put(j);
+    free(out);
+    free(err);
+
+    const char *rm[] = { "--remote", url, "rm", id, NULL };
+    cr_assert_eq(cli(state, rm, &out, &err), 0, "stderr: %s", err);
+    free(out);
+    free(err);
+    s = server_status(id);
+    cr_assert_str_eq(s, "destroyed");
+    free(s);
+    const char *psa[] = { "--remote", url, "ps", "-a", "--json", NULL };
+    cr_assert_eq(cli(state, psa, &out, &err), 0, "stderr: %s", err);
+    cr_assert_str_eq(out, "[\n]\n");
+    free(out);
+    free(err);
+    free(id);
+    tu_rmtree(state);
+    free(state);
+}
+
+Test(remote, cli_costs_prints_the_servers_costs)
+{
+    char *state = tu_mkdtemp("sbx-remote-state");
+    const char *url = getenv("BESPOKE_SANDBOX_URL");
+    /* Something metered: a command run on local. */
+    g_sb = tu_create(g_client, NULL);
+    sbx_result *r = tu_sh(g_sb, "echo metered", 10);
+    tu_assert_stdout(r, "metered\n");
+    sbx_result_free(r);
+    char *auth = tu_strdup_printf("Authorization: Bearer %s", getenv("BESPOKE_SANDBOX_KEY"));
+    json_object *want = NULL;
+    cr_assert_eq(cp_http("GET", "/v1/costs?group_by=backend", auth, NULL, &want), 200);
+    char *out, *err;
+    const char *json[] = { "--remote", url, "costs", "--group-by", "backend", "--json", NULL };
+    cr_assert_eq(cli(state, json, &out, &err), 0, "stderr: %s", err);
+    json_object *got = json_tokener_parse(out);
+    cr_assert(json_object_equal(got, want), "sbx costs --json: %s, the server: %s", out,
+              json_object_to_json_string(want));
+    cr_assert_str_eq(tu_json_str(got, "group_by"), "backend");
+    json_object_put(got);
+    free(out);
+    free(err);
+
+    /* The table: a header and the local row, the server's strings. */
+    const char *table[] = { "--remote", url, "costs", "--group-by=backend", NULL };
+    cr_assert_eq(cli(state, table, &out, &err), 0, "stderr: %s", err);
+    json_object *items = NULL, *local = NULL;
+    cr_assert(json_object_object_get_ex(want, "items", &items));
+    for (size_t i = 0; i < json_object_array_length(items); i++)
+        if (strcmp(tu_json_str(json_object_array_get_idx(items, i), "key"), "local") == 0)
+            local = json_object_array_get_idx(items, i);
+    cr_assert_not_null(local, "no local row in %s", json_object_to_json_string(want));
+    char *line = tu_strdup_printf("%-40s %16s %18s %18s\n", "local",
+                                  tu_json_str(local, "runtime_seconds"),
+                                  tu_json_str(local, "provider_cost_usd"),
+                                  tu_json_str(local, "customer_cost_usd"));
+    char *header = tu_strdup_printf("%-40s %16s %18s %18s\n", "KEY", "RUNTIME_SECONDS",
+                                    "PROVIDER_COST_USD", "CUSTOMER_COST_USD");
+    cr_assert_eq(strncmp(out, header, strlen(header)), 0, "table: %s", out);
+    cr_assert_not_null(strstr(out, line), "table %s lacks %s", out, line);
+    free(line);
+    free(header);
+    free(out);
+    free(err);
+    json_object_put(want);
+    free(auth);
+
+    /* A window the server refuses: its message, exit 125. */
+    const char *bad[] = { "--remote", url, "costs", "--since", "2026-02-01", "--until",
+                          "2026-01-01", NULL };
+    cr_assert_eq(cli(state, bad, &out, &err), 125);
+    cr_assert_str_eq(out, "");
+    cr_assert_not_null(strstr(err, "sbx: costs: the control plane refused: "), "%s", err);
+    cr_assert_not_null(strstr(err, "(HTTP 422)\n"), "%s", err);
+    free(out);
+    free(err);
+
+    /* A bad group and no control plane: usage errors. */
+    const char *group[] = { "--remote", url, "costs", "--group-by", "week", NULL };
+    cr_assert_eq(cli(state, group, &out, &err), 125);
+    cr_assert_not_null(strstr(err, "invalid --group-by value \"week\": expected sandbox, "
+                                   "backend or day"), "%s", err);
+    free(out);
+    free(err);
+    const char *none[] = { "costs", NULL };
+    cr_assert_eq(cli(state, none, &out, &err), 125);
+    cr_assert_not_null(strstr(err, "no control plane: give --remote URL before the command, "
+                                   "or set BESPOKE_SANDBOX_URL"), "%s", err);
+    free(out);
+    free(err);
+    tu_rmtree(state);
+    free(state);
 }
