@@ -466,9 +466,6 @@ typedef struct create_req {
     const char *gpu;
 } create_req;
 
-static const char *const string_fields[] = { "app_name", "git_ref", "git_repo", "gpu", "image",
-                                              "preset", "snapshot_id", "template", "workdir" };
-
 static int
 int_field(json_object *v, int64_t *out)
 {
@@ -625,7 +622,6 @@ parse_create(json_object *body, create_req *c, cp_response *res)
             json_object_object_add(c->config, f, json_object_get(v));
         }
     }
-    (void)string_fields;
     return 0;
 }
 
@@ -703,7 +699,7 @@ h_sandbox_create(cx *x, cp_request *req, cp_response *res)
     const char *key = cp_header(req, "Idempotency-Key");
     json_object *body;
     create_req c;
-    char fp[65], now[40], expires[40], rate_text[40], lock[400], ver[16];
+    char fp[65], now[40], expires[40], rate_text[40], lock[400];
     const char *canon_text, *exp_p = NULL;
     char *id = NULL, *att = NULL, *config_text = NULL;
     store_rows *r = NULL;
@@ -794,7 +790,8 @@ h_sandbox_create(cx *x, cp_request *req, cp_response *res)
          * outcome, as a crash or SIGKILL there would. */
         kill(getpid(), SIGKILL);
     }
-    cp_now_iso(now, sizeof now);
+    now_us = cp_now_us();
+    cp_iso(now_us, now, sizeof now);
     if (sb) {
         char *state = sbx_sandbox_session_state(sb, NULL);
         char *sealed = state ? cp_seal(x->set->pepper, id, state) : NULL;
@@ -815,7 +812,7 @@ h_sandbox_create(cx *x, cp_request *req, cp_response *res)
         }
         free(sealed);
         cp_runtime_put(cp_server_runtimes(x->srv), id, sb);
-        meter_accrue(x, id, (snprintf(lock, sizeof lock, "create:%s", id), lock), cp_now_us());
+        meter_accrue(x, id, (snprintf(lock, sizeof lock, "create:%s", id), lock), now_us);
         reply_record(x, res, 201, req->who.org_id, id);
     } else {
         int status = 502;
@@ -832,7 +829,6 @@ h_sandbox_create(cx *x, cp_request *req, cp_response *res)
                                       ? "retryable" : "not_retryable";
         const char *ptext = json_object_to_json_string_ext(payload, JSON_C_TO_STRING_PLAIN);
 
-        snprintf(ver, sizeof ver, "%d", 0);
         if (tx_begin(x, id) < 0 ||
             ex(x, "UPDATE sandboxes SET status = 'failed', failed_at = ?, latest_error_json = ?,"
                   " retry_status = ?, cleanup_status = ?, provider_resource_id = ?,"
@@ -846,7 +842,7 @@ h_sandbox_create(cx *x, cp_request *req, cp_response *res)
             json_object_put(payload);
             goto internal;
         }
-        meter_accrue(x, id, (snprintf(lock, sizeof lock, "create:%s", id), lock), cp_now_us());
+        meter_accrue(x, id, (snprintf(lock, sizeof lock, "create:%s", id), lock), now_us);
         reply_payload(res, status, payload);
     }
     goto out;
@@ -1295,7 +1291,7 @@ static void
 h_sandbox_terminate(cx *x, cp_request *req, cp_response *res)
 {
     const char *id = req->params[0];
-    int64_t want = if_match(req), have;
+    int64_t want = if_match(req), have, end_us;
     store_rows *r = NULL;
     sbx_sandbox *sb = NULL;
     sbx_error *e = NULL;
@@ -1349,13 +1345,24 @@ h_sandbox_terminate(cx *x, cp_request *req, cp_response *res)
         if (n < 0 || tx_commit(x) < 0)
             goto internal;
         if (n == 0) {
-            /* Another request changed it between the read and here. */
-            cp_reply_detail(res, 409, "sandbox changed; refresh before terminating");
+            /* Another request changed it between the read and here: a
+             * concurrent termination (in progress, or done) or a version
+             * the caller has not seen. */
+            store_rows *now_r = load_sandbox(x, req->who.org_id, id);
+            const char *st = now_r && now_r->nrows ? store_cell(now_r, 0, "status") : "";
+            if (!strcmp(st, "destroyed"))
+                cp_reply_json(res, 200, record_json(now_r, 0));
+            else if (!strcmp(st, "stopping"))
+                cp_reply_detail(res, 409, "sandbox termination is already in progress");
+            else
+                cp_reply_detail(res, 409, "sandbox changed; refresh before terminating");
+            store_rows_free(now_r);
             goto out;
         }
     }
     if (sbx_sandbox_destroy(sb, &e) == 0) {
-        cp_now_iso(now, sizeof now);
+        end_us = cp_now_us();
+        cp_iso(end_us, now, sizeof now);
         if (tx_begin(x, id) < 0 ||
             ex(x, "UPDATE sandboxes SET status = 'destroyed', destroyed_at = ?, terminated_at = ?,"
                   " termination_reason = 'operator', terminated_by_api_key_id = ?,"
@@ -1365,13 +1372,14 @@ h_sandbox_terminate(cx *x, cp_request *req, cp_response *res)
             goto internal;
         cp_runtime_drop(cp_server_runtimes(x->srv), id);
         snprintf(obs, sizeof obs, "terminate:%s", id);
-        meter_accrue(x, id, obs, cp_now_us());
+        meter_accrue(x, id, obs, end_us);
         reply_record(x, res, 200, req->who.org_id, id);
     } else {
         int st = 502;
         json_object *payload = provider_payload(e, store_cell(r, 0, "backend"), "destroy", &st);
         const char *ptext = json_object_to_json_string_ext(payload, JSON_C_TO_STRING_PLAIN);
-        cp_now_iso(now, sizeof now);
+        end_us = cp_now_us();
+        cp_iso(end_us, now, sizeof now);
         if (tx_begin(x, id) < 0 ||
             ex(x, "UPDATE sandboxes SET status = 'failed', failed_at = ?, latest_error_json = ?,"
                   " retry_status = 'not_retryable', version = version + 1 WHERE id = ?",
@@ -1381,7 +1389,7 @@ h_sandbox_terminate(cx *x, cp_request *req, cp_response *res)
             goto internal;
         }
         snprintf(obs, sizeof obs, "terminate-failed:%s", id);
-        meter_accrue(x, id, obs, cp_now_us());
+        meter_accrue(x, id, obs, end_us);
         reply_payload(res, st, payload);
     }
     goto out;

@@ -16,12 +16,6 @@
 #include "api.h"
 #include "util.h"
 
-static const char *const all_scopes[] = {
-    "alerts:read", "alerts:write", "audit:read", "exports:read", "keys:write",
-    "policies:read", "policies:write", "providers:read", "providers:reconcile",
-    "providers:write", "retention:read", "retention:write", "sandboxes:create",
-    "sandboxes:execute", "sandboxes:read", "sandboxes:terminate", "usage:read",
-};
 
 void
 cp_new_product_key(const char *pepper, char secret[64], char digest[65], char prefix[18])
@@ -465,6 +459,5 @@ h_session(cx *x, cp_request *req, cp_response *res)
     json_object_object_add(out, "can_view_usage",
                            json_object_new_boolean(cp_has_scope(req, "usage:read")));
     json_object_object_add(out, "auth_mode", json_object_new_string("api_key"));
-    (void)all_scopes;
     cp_reply_json(res, 200, out);
 }

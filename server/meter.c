@@ -539,7 +539,8 @@ h_costs(cx *x, cp_request *req, cp_response *res)
         b->prov += p;
         b->cust += c;
     }
-    qsort(bs.b, bs.n, sizeof bs.b[0], cmp_bucket);
+    if (bs.n)
+        qsort(bs.b, bs.n, sizeof bs.b[0], cmp_bucket);
     out = json_object_new_object();
     items = json_object_new_array();
     for (size_t i = 0; i < bs.n; i++) {
