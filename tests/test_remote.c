@@ -15,7 +15,10 @@
  *    does not answer (connection);
  *  - a create and an execute whose answers are lost on the wire are sent
  *    again with the same idempotency key, and the server makes one sandbox
- *    and runs the command once (its list and the command's own file count);
+ *    and runs the command once (its list and the command's own file count),
+ *    also when the re-sent execute finds the first still running (409 in
+ *    progress, waited out); a failed execute's replay (409 with the stored
+ *    payload as a string) is the same error as the 502 it replays;
  *  - the session state holds the server's id and URL, no key, and a resume
  *    through another client works;
  *  - CASE-07 through the control plane: non-UTF-8 output arrives byte-exact;
@@ -200,6 +203,8 @@ typedef struct proxy {
     const char *match;
     int drop;
     const char *from, *to;
+    int early;          /* a dropped request's connection is closed as soon
+                         * as the request went on, before its answer */
     pthread_mutex_t lock;
     int requests;       /* requests seen whose line starts with @match */
     pthread_t thread;
@@ -285,8 +290,19 @@ static void *proxy_conn(void *ud)
                     memcpy(hit, px->to, strlen(px->to));
             }
             ssize_t m = -1;
-            if (write_all(up, rq, (size_t)n) == 0)
+            if (write_all(up, rq, (size_t)n) == 0) {
+                if (drop && px->early) {
+                    /* Lost on the way back before any answer: the client
+                     * sees its connection end now; the server's answer is
+                     * read and thrown away. */
+                    shutdown(c->fd, SHUT_RDWR);
+                    m = read_message(up, &rs);
+                    free(rq);
+                    free(rs);
+                    break;
+                }
                 m = read_message(up, &rs);
+            }
             free(rq);
             if (m <= 0 || drop || write_all(c->fd, rs, (size_t)m) < 0) {
                 free(rs);
@@ -583,6 +599,80 @@ Test(remote, lost_execute_answer_is_resent_and_runs_once)
     r = tu_sh(g_sb, "wc -l < \"$SANDBOX_ROOT/tmp-runs\"", 20);
     tu_assert_stdout(r, "1\n");
     sbx_result_free(r);
+    sbx_sandbox_destroy(g_sb, NULL);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+    sbx_client_free(c);
+}
+
+Test(remote, resent_execute_waits_out_the_first_and_runs_once)
+{
+    proxy *px = proxy_start("POST /v1/sandboxes/", 0, NULL, NULL);
+    sbx_client *c = client_via(px);
+    g_sb = tu_create(c, NULL);
+    pthread_mutex_lock(&px->lock);
+    px->requests = 0;
+    px->drop = 1;
+    px->early = 1;
+    pthread_mutex_unlock(&px->lock);
+    /* The first is cut before its answer; the re-sent one finds it running
+     * (409 in progress) and asks again until the stored answer comes. */
+    sbx_result *r = tu_sh(g_sb, "sleep 1; echo x >> \"$SANDBOX_ROOT/tmp-runs\"; "
+                                "wc -l < \"$SANDBOX_ROOT/tmp-runs\"", 20);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "1\n");
+    sbx_result_free(r);
+    cr_assert_geq(proxy_requests(px), 3, "%d requests", proxy_requests(px));
+    r = tu_sh(g_sb, "wc -l < \"$SANDBOX_ROOT/tmp-runs\"", 20);
+    tu_assert_stdout(r, "1\n");
+    sbx_result_free(r);
+    sbx_sandbox_destroy(g_sb, NULL);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+    sbx_client_free(c);
+}
+
+Test(remote, failed_execute_and_its_replay_are_the_providers_payload)
+{
+    /* A 1 s lifetime, over: the provider call fails (502 and its payload);
+     * with that answer lost, the re-sent request gets the stored payload
+     * as a 409 string, mapped the same. */
+    proxy *px = proxy_start("POST /v1/sandboxes/", 0, NULL, NULL);
+    sbx_client *c = client_via(px);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 1, NULL), 0);
+    g_sb = tu_create(c, o);
+    sbx_options_free(o);
+    usleep(1600000);
+    sbx_error *first = NULL;
+    const char *argv[] = { "true", NULL };
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.argv = argv;
+    cr_assert_null(sbx_sandbox_execute_command(g_sb, &rq, &first));
+    cr_assert_not_null(first);
+    assert_ctx(first, "http_status", "502");
+    assert_ctx(first, "upstream_backend", "local");
+    assert_ctx(first, "upstream_op", "execute");
+    const char *code = sbx_error_get0_context(first, "remote_code");
+    cr_assert_not_null(code);
+    pthread_mutex_lock(&px->lock);
+    px->requests = 0;
+    px->drop = 1;
+    pthread_mutex_unlock(&px->lock);
+    sbx_error *again = NULL;
+    cr_assert_null(sbx_sandbox_execute_command(g_sb, &rq, &again));
+    cr_assert_not_null(again);
+    /* Its own request: a 502 again, lost, then the replay's 409. */
+    cr_assert_eq(proxy_requests(px), 2);
+    assert_ctx(again, "http_status", "409");
+    assert_ctx(again, "remote_code", code);
+    assert_ctx(again, "upstream_backend", "local");
+    assert_ctx(again, "upstream_op", "execute");
+    cr_assert_eq(sbx_error_get_code(again), sbx_error_get_code(first), "%s / %s",
+                 sbx_error_get0_message(again), sbx_error_get0_message(first));
+    cr_assert_neq(sbx_error_get_code(again), SBX_ERROR_UNKNOWN);
+    sbx_error_free(first);
+    sbx_error_free(again);
     sbx_sandbox_destroy(g_sb, NULL);
     sbx_sandbox_free(g_sb);
     g_sb = NULL;

@@ -116,6 +116,7 @@ struct sbx_plugin_sandbox {
 typedef struct rm_proc {
     cl_script_proc sp;  /* first member (provider.h) */
     char *cwd;          /* the caller's cwd, or NULL */
+    struct rm_ctx_list *fail_ctx; /* the failure's context (rm_exec_wait), or NULL */
 } rm_proc;
 
 /* ------------------------------------------------------------------------ */
@@ -175,11 +176,35 @@ static const char *rm_ctx_text(json_object *v)
                : json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN);
 }
 
+/* The context pairs of the last error made on this thread by the
+ * functions below, kept apart from the error itself: a command's worker
+ * fails through cl_proc, which hands exec_wait one pair only, so
+ * rm_exec_wait adds these back to the error it returns. */
+#define RM_CTX_MAX 16
+typedef struct rm_ctx_list {
+    int n;
+    char key[RM_CTX_MAX][32];
+    char value[RM_CTX_MAX][256];
+} rm_ctx_list;
+static __thread rm_ctx_list rm_last_ctx;
+
+/* cl_context(), also recorded in rm_last_ctx. */
+static void rm_ctx(sbx_error *err, const char *key, const char *value)
+{
+    cl_context(err, key, value);
+    rm_ctx_list *l = &rm_last_ctx;
+    if (!value || l->n >= RM_CTX_MAX)
+        return;
+    snprintf(l->key[l->n], sizeof l->key[0], "%s", key);
+    snprintf(l->value[l->n], sizeof l->value[0], "%s", value);
+    l->n++;
+}
+
 static void rm_num_context(sbx_error *err, const char *key, long v)
 {
     char b[32];
     snprintf(b, sizeof b, "%ld", v);
-    cl_context(err, key, b);
+    rm_ctx(err, key, b);
 }
 
 /* The error of a provider payload @d ({"message","code","backend","op",
@@ -209,33 +234,33 @@ static sbx_error *rm_fail_payload(cl_http *h, sbx_error **error, long status, js
     sbx_error *err = cl_fail(error, code, op, "%s", text);
     rm_num_context(err, "http_status", status);
     if (code_s)
-        cl_context(err, "remote_code", code_s);
+        rm_ctx(err, "remote_code", code_s);
     if (ub)
-        cl_context(err, "upstream_backend", ub);
+        rm_ctx(err, "upstream_backend", ub);
     const char *uop = cl_json_str(d, "op");
     if (uop)
-        cl_context(err, "upstream_op", uop);
+        rm_ctx(err, "upstream_op", uop);
     json_object *v;
     if (json_object_object_get_ex(d, "retryable", &v))
-        cl_context(err, "remote_retryable", json_object_get_boolean(v) ? "true" : "false");
+        rm_ctx(err, "remote_retryable", json_object_get_boolean(v) ? "true" : "false");
     const char *outcome = cl_json_str(d, "outcome");
     if (outcome && strcmp(outcome, "unknown") == 0)
         cl_outcome_unknown(err);
     if (denial) {
         const char *pol = cl_json_str(d, "policy");
         if (pol)
-            cl_context(err, "policy", pol);
+            rm_ctx(err, "policy", pol);
         if (json_object_object_get_ex(d, "current", &v) && v)
-            cl_context(err, "current", rm_ctx_text(v));
+            rm_ctx(err, "current", rm_ctx_text(v));
         if (json_object_object_get_ex(d, "limit", &v) && v)
-            cl_context(err, "limit", rm_ctx_text(v));
+            rm_ctx(err, "limit", rm_ctx_text(v));
     }
     json_object *ctx = cl_json_path(d, "context", NULL);
     if (ctx && json_object_is_type(ctx, json_type_object)) {
         json_object_object_foreach(ctx, k, cv) {
             if (cv && !json_object_is_type(cv, json_type_object)
                 && !json_object_is_type(cv, json_type_array))
-                cl_context(err, k, rm_ctx_text(cv));
+                rm_ctx(err, k, rm_ctx_text(cv));
         }
     }
     return err;
@@ -303,7 +328,7 @@ static sbx_error *rm_fail(cl_http *h, sbx_error **error, const cl_resp *r, const
                                                                   : rm_status_code(r->status, op),
                       op, "%s", text);
         if (field)
-            cl_context(err, "field", field);
+            rm_ctx(err, "field", field);
         free((void *)field);
         rm_num_context(err, "http_status", r->status);
         goto out;
@@ -352,13 +377,13 @@ static sbx_error *rm_fail(cl_http *h, sbx_error **error, const cl_resp *r, const
         err = cl_fail(error, code, op, "%s", text);
         rm_num_context(err, "http_status", r->status);
         if (reason)
-            cl_context(err, "reason", reason);
+            rm_ctx(err, "reason", reason);
         if (status)
-            cl_context(err, "status", status);
+            rm_ctx(err, "status", status);
         if (scope)
-            cl_context(err, "scope", scope);
+            rm_ctx(err, "scope", scope);
         if (ub)
-            cl_context(err, "upstream_backend", ub);
+            rm_ctx(err, "upstream_backend", ub);
         goto out;
     }
     /* Not the contract's error body: the status and the text. */
@@ -627,6 +652,7 @@ static int rm_output(json_object *j, const char *b64, const char *text, cl_buf *
 static int rm_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *script,
                       rm_result *x, const char *op, sbx_error **error)
 {
+    rm_last_ctx.n = 0;
     if (cl_gone_check(&sb->s.gone, op, RM_BACKEND, sb->s.id, error) < 0)
         return -1;
     char key[40];
@@ -639,7 +665,7 @@ static int rm_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
     json_object_object_add(b, "args", args);
     char *path = rm_path(sb->s.id, "/execute");
     cl_resp r = { 0 };
-    int rc = -1, resent = 0;
+    int rc = -1;
     double pause = 0.05;
     cl_bound bd = cl_bound_make(ctx, 0);
     if (!path) {
@@ -651,8 +677,11 @@ static int rm_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
         if (rm_call(sb->c->http, ctx, "POST", sb->api, path, b, key, &r, op, "run the command",
                     error) < 0)
             goto out;
-        resent |= r.attempts > 1;
-        if (r.status == 409 && resent && r.body.data
+        /* The request id is ours alone (random, made for this call): a
+         * 409 "in progress" is our own earlier send, re-sent after a
+         * transport failure (by cl_request, or by libcurl itself on a
+         * reused connection that died). */
+        if (r.status == 409 && r.body.data
             && strstr(r.body.data, "execution is already in progress")) {
             if (cl_bound_left(&bd) == 0 || cl_sleep(pause, bd.cancel_fd)) {
                 cl_fail(error, cl_bound_left(&bd) == 0 ? SBX_ERROR_TIMEOUT : SBX_ERROR_CANCELLED,
@@ -669,9 +698,9 @@ static int rm_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
         if (r.status == 404 || (r.status == 409 && r.body.data
                                 && strstr(r.body.data, "\"sandbox is destroyed\""))) {
             cl_gone_set(&sb->s.gone);
-            cl_context(e, "sandbox_id", sb->s.id);
+            rm_ctx(e, "sandbox_id", sb->s.id);
             if (r.status == 404)
-                cl_context(e, "reason", "gone");
+                rm_ctx(e, "reason", "gone");
         }
         goto out;
     }
@@ -1379,6 +1408,8 @@ static int rm_exec_run(cl_proc *base)
     goto out;
 fail:
     cl_proc_fail_in(base, &sb->s);
+    if (rm_last_ctx.n && (p->fail_ctx = malloc(sizeof *p->fail_ctx)) != NULL)
+        *p->fail_ctx = rm_last_ctx;
     code = -1;
 out:
     rm_result_clear(&x);
@@ -1390,6 +1421,7 @@ out:
 static void rm_proc_fini(cl_script_proc *sp)
 {
     free(((rm_proc *)sp)->cwd);
+    free(((rm_proc *)sp)->fail_ctx);
 }
 
 /* exec_wait: the command's end; a missing cwd (the script's cd exited
@@ -1400,6 +1432,14 @@ static int rm_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
     (void)ctx;
     rm_proc *p = (rm_proc *)(void *)process;
     int rc = cl_proc_wait(&p->sp.base, timeout_ms, exit_code, "exec_wait", error);
+    if (rc < 0 && error && *error && p->fail_ctx) {
+        /* The worker's error came through cl_proc with one context pair:
+         * the rest of it (http_status, remote_code, upstream_backend ...). */
+        for (int i = 0; i < p->fail_ctx->n; i++)
+            if (strcmp(p->fail_ctx->key[i], "reason") != 0
+                || !p->sp.base.err_ctx_key[0])
+                cl_context(*error, p->fail_ctx->key[i], p->fail_ctx->value[i]);
+    }
     if (rc == 1 && *exit_code == CL_CWD_MISSING_EXIT && p->cwd) {
         char *q = rm_quote_path(p->cwd);
         char *cmd = q ? cl_printf("test -d %s", q) : NULL;
