@@ -42,7 +42,8 @@
  *    key (the server replays the stored result); a 409 "execution is
  *    already in progress" after such a re-send is waited out.
  *  - exec_kill: a command of its own that signals every process carrying
- *    the command's mark (provider.h), so timeouts end the whole tree.
+ *    the command's mark (provider.h), found with one grep over
+ *    /proc/N/environ, so timeouts end the whole tree.
  *  - files: through execute, byte-exact: data travels base64-encoded in
  *    the script (64 KiB per request, into a temporary file renamed into
  *    place) and back base64-encoded in stdout (4 MiB per request); listing
@@ -1458,6 +1459,37 @@ static int rm_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
     return rc;
 }
 
+/*
+ * exec_kill: signal @sig to every process carrying the command's mark,
+ * found by one grep over /proc/N/environ (a sandbox over local shares the
+ * host's process table, where a tr and a grep per process, as
+ * cl_mark_kill_command() does, takes seconds on a busy host); where grep
+ * has no -z, that per-process scan. 0 at once when the command ended.
+ */
+static int rm_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
+                        sbx_error **error)
+{
+    rm_proc *p = (rm_proc *)(void *)process;
+    pthread_mutex_lock(&p->sp.base.lock);
+    int ended = p->sp.base.ended;
+    pthread_mutex_unlock(&p->sp.base.lock);
+    if (ended)
+        return 0;
+    char *slow = cl_mark_kill_command(p->sp.tag, sig);
+    char *cmd = slow ? cl_printf(
+        "if printf 'a\\0' | grep -qzx a 2>/dev/null; then "
+        "for f in $(grep -lszx '%s=%s' /proc/[0-9]*/environ); do f=${f#/proc/}; "
+        "kill -%d ${f%%/environ} 2>/dev/null; done; exit 0; else %s; fi",
+        CL_EXEC_MARK, p->sp.tag, sig, slow) : NULL;
+    free(slow);
+    int code = 0;
+    int rc = cmd ? rm_run_short(p->sp.sb, ctx, cmd, &code, "exec_kill", error) : -1;
+    if (!cmd)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec_kill", "out of memory");
+    free(cmd);
+    return rc;
+}
+
 static int rm_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
                          sbx_error **error)
@@ -1682,7 +1714,7 @@ static const sbx_plugin rm_plugin = {
     .exec_start = rm_exec_start,
     .exec_wait = rm_exec_wait,
     .exec_event_fd = cl_exec_event_fd,
-    .exec_kill = cl_script_exec_kill,
+    .exec_kill = rm_exec_kill,
     .exec_free = cl_script_exec_free,
     .list_files = rm_list_files,
     .read_file = rm_read_file,
