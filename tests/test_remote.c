@@ -617,7 +617,7 @@ Test(remote, resent_execute_waits_out_the_first_and_runs_once)
     pthread_mutex_unlock(&px->lock);
     /* The first is cut before its answer; the re-sent one finds it running
      * (409 in progress) and asks again until the stored answer comes. */
-    sbx_result *r = tu_sh(g_sb, "sleep 1; echo x >> \"$SANDBOX_ROOT/tmp-runs\"; "
+    sbx_result *r = tu_sh(g_sb, "sleep 3; echo x >> \"$SANDBOX_ROOT/tmp-runs\"; "
                                 "wc -l < \"$SANDBOX_ROOT/tmp-runs\"", 20);
     tu_assert_exit(r, 0);
     tu_assert_stdout(r, "1\n");
