@@ -916,7 +916,8 @@ h_sandbox_detail(cx *x, cp_request *req, cp_response *res)
     {
         const char *st = store_cell(r, 0, "status");
         if ((!strcmp(st, "creating") || !strcmp(st, "running") || !strcmp(st, "stopping")) &&
-            !strcmp(store_cell(r, 0, "cost_state"), "estimated")) {
+            !strcmp(store_cell(r, 0, "cost_state"), "estimated") &&
+            strcmp(store_cell(r, 0, "hourly_rate_usd"), "0")) {
             cp_iso(now_us, now, sizeof now);
             snprintf(obs, sizeof obs, "estimate:%s:%s", id, now);
             meter_accrue(x, id, obs, now_us);
@@ -1470,6 +1471,14 @@ match(const char *pattern, const char *path, const char **params, char store_[][
     return !*p && !*s;
 }
 
+int
+cp_route_blocks(const char *method, const char *path)
+{
+    if (strncmp(path, "/v1/sandboxes", 13))
+        return 0;
+    return !strcmp(method, "POST") || !strcmp(method, "DELETE");
+}
+
 void
 cp_dispatch(cp_server *srv, cp_request *req, cp_response *res)
 {
@@ -1483,7 +1492,10 @@ cp_dispatch(cp_server *srv, cp_request *req, cp_response *res)
             continue;
         path_known = 1;
         req->route = routes[i].pattern;
-        if (!strcmp(routes[i].method, req->method)) {
+        /* HEAD is GET without the body (libmicrohttpd drops it), as
+         * Starlette routes it. */
+        if (!strcmp(routes[i].method, req->method) ||
+            (!strcmp(req->method, "HEAD") && !strcmp(routes[i].method, "GET"))) {
             found = &routes[i];
             break;
         }

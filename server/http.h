@@ -9,10 +9,11 @@
 typedef struct cp_http cp_http;
 
 /* Listens on @host (an IPv4 address) and @port (0: a free port) with a
- * pool of @threads polling threads, dispatching to cp_dispatch(). NULL
+ * pool of @threads polling threads and @workers worker threads for the
+ * requests that wait on a provider, dispatching to cp_dispatch(). NULL
  * with *@err (new string) when it cannot listen. */
 cp_http *cp_http_start(cp_server *srv, const char *host, unsigned port, unsigned threads,
-                       char **err);
+                       unsigned workers, char **err);
 /* The port it bound. */
 unsigned cp_http_port(const cp_http *h);
 /* Stops the daemon after the requests in flight. */

@@ -18,7 +18,10 @@
  *   BESPOKE_SESSION_COOKIE_SECURE        "0" drops the cookie's Secure
  *   HOST, PORT                           127.0.0.1, 8000 (PORT=0: any
  *                                        free port)
- *   SBX_SERVER_THREADS                   HTTP thread pool size (default 8)
+ *   SBX_SERVER_THREADS                   HTTP polling threads (default 8)
+ *   SBX_SERVER_WORKERS                   threads for the requests that wait
+ *                                        on a provider (default 64)
+ *   SBX_SERVER_DB_CONNECTIONS            store connections at most (16)
  *
  * A missing required setting, or a bad value, exits with status 2 and a
  * message naming the setting (never its value when it is a secret). On
@@ -134,6 +137,16 @@ read_settings(cp_settings *s)
         }
         s->port = (unsigned)p;
     }
+    v = getenv("SBX_SERVER_WORKERS");
+    s->workers = 64;
+    if (v) {
+        long t = strtol(v, &end, 10);
+        if (!*v || *end || t < 1 || t > 4096) {
+            fprintf(stderr, "sbx-server: SBX_SERVER_WORKERS must be 1..4096, not \"%s\"\n", v);
+            return -1;
+        }
+        s->workers = (unsigned)t;
+    }
     v = getenv("SBX_SERVER_THREADS");
     s->threads = 8;
     if (v) {
@@ -204,7 +217,8 @@ main(int argc, char **argv)
         return 1;
     }
     srv.rt = cp_runtimes_new(&srv.set);
-    http = cp_http_start(&srv, srv.set.host, srv.set.port, srv.set.threads, &err);
+    http = cp_http_start(&srv, srv.set.host, srv.set.port, srv.set.threads, srv.set.workers,
+                         &err);
     if (!http) {
         fprintf(stderr, "sbx-server: %s\n", err);
         free(err);

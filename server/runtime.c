@@ -26,6 +26,8 @@ typedef struct rt_sandbox {
 
 struct cp_runtimes {
     const cp_settings *settings;
+    char **installed;             /* with no BESPOKE_ALLOWED_BACKENDS: the usable */
+    size_t ninstalled;            /* backends installed at start */
     pthread_mutex_t lock;
     rt_client *clients;
     size_t nclients;
@@ -40,6 +42,18 @@ cp_runtimes_new(const cp_settings *settings)
 
     rt->settings = settings;
     pthread_mutex_init(&rt->lock, NULL);
+    if (!settings->backends) {
+        /* Every installed backend that loads, as found at start. */
+        sbx_backend_info **list = NULL;
+        size_t n = 0;
+        if (sbx_backends_list(&list, &n, NULL) == 0) {
+            rt->installed = calloc(n ? n : 1, sizeof *rt->installed);
+            for (size_t i = 0; i < n; i++)
+                if (!sbx_backend_info_get0_problem(list[i]))
+                    rt->installed[rt->ninstalled++] = strdup(sbx_backend_info_get0_name(list[i]));
+            sbx_backend_info_list_free(list, n);
+        }
+    }
     return rt;
 }
 
@@ -59,6 +73,9 @@ cp_runtimes_free(cp_runtimes *rt)
     }
     free(rt->sandboxes);
     free(rt->clients);
+    for (size_t i = 0; i < rt->ninstalled; i++)
+        free(rt->installed[i]);
+    free(rt->installed);
     pthread_mutex_destroy(&rt->lock);
     free(rt);
 }
@@ -67,25 +84,13 @@ int
 cp_backend_enabled(const cp_runtimes *rt, const char *backend)
 {
     const cp_settings *s = rt->settings;
+    char *const *list = s->backends ? s->backends : rt->installed;
+    size_t n = s->backends ? s->nbackends : rt->ninstalled;
 
     if (!backend || !*backend)
         return 0;
-    if (!s->backends) {
-        /* All installed backends are enabled. */
-        sbx_backend_info **list = NULL;
-        size_t n = 0;
-        int found = 0;
-        if (sbx_backends_list(&list, &n, NULL) < 0)
-            return 0;
-        for (size_t i = 0; i < n; i++)
-            if (!strcmp(sbx_backend_info_get0_name(list[i]), backend) &&
-                !sbx_backend_info_get0_problem(list[i]))
-                found = 1;
-        sbx_backend_info_list_free(list, n);
-        return found;
-    }
-    for (size_t i = 0; i < s->nbackends; i++)
-        if (!strcmp(s->backends[i], backend))
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(list[i], backend))
             return 1;
     return 0;
 }

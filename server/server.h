@@ -33,6 +33,7 @@ typedef struct cp_settings {
     char *host;                   /* HOST (127.0.0.1) */
     unsigned port;                /* PORT (8000; 0 = any free port) */
     unsigned threads;             /* SBX_SERVER_THREADS (default 8) */
+    unsigned workers;             /* SBX_SERVER_WORKERS (default 64) */
 } cp_settings;
 
 /* The server: settings, store, runtimes. One per process. */
@@ -51,7 +52,7 @@ typedef struct cp_request {
     const char *method;
     const char *path;             /* without the query */
     const char *route;            /* the route template, for the log */
-    void *mhd_conn;               /* struct MHD_Connection * */
+    void *owner;                  /* http.c's request context (headers) */
     const char *body;
     size_t body_len;
     const char *params[4];        /* path parameters ({id}) */
@@ -75,8 +76,11 @@ const char *cp_query(const cp_request *req, const char *name);
 void cp_reply_json(cp_response *res, int status, json_object *body);
 void cp_reply_detail(cp_response *res, int status, const char *message);
 
-/* The routes (api.c); @res is filled. */
+/* The routes (api.c); @res is filled. Thread-safe. */
 void cp_dispatch(cp_server *srv, cp_request *req, cp_response *res);
+/* 1 when the request waits on a provider (create, execute, terminate), so
+ * http.c runs it on a worker thread. */
+int cp_route_blocks(const char *method, const char *path);
 
 /* main.c. */
 const cp_settings *cp_server_settings(const cp_server *srv);

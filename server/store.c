@@ -24,8 +24,10 @@ struct store {
     const store_vtable *vt;
     char *target;
     pthread_mutex_t lock;
+    pthread_cond_t freed;
     store_conn **idle;
     size_t nidle, cap;
+    size_t open, max_open;        /* connections made and not closed; the cap */
 };
 
 /* ---------------------------------------------------------------- migrations */
@@ -246,6 +248,12 @@ store_open(const char *target, char **err)
                  ? &store_pg_vtable : &store_sqlite_vtable;
     st->target = strdup(target);
     pthread_mutex_init(&st->lock, NULL);
+    pthread_cond_init(&st->freed, NULL);
+    {
+        const char *m = getenv("SBX_SERVER_DB_CONNECTIONS");
+        long v = m ? strtol(m, NULL, 10) : 0;
+        st->max_open = v > 0 ? (size_t)v : 16;
+    }
     c = st->vt->connect(target, &why);
     if (!c || migrate(st, c, &why) < 0) {
         char *shown = redact_target(target);
@@ -259,6 +267,7 @@ store_open(const char *target, char **err)
         store_close(st);
         return NULL;
     }
+    st->open = 1;
     store_release(st, c);
     return st;
 }
@@ -273,6 +282,7 @@ store_close(store *st)
     free(st->idle);
     free(st->target);
     pthread_mutex_destroy(&st->lock);
+    pthread_cond_destroy(&st->freed);
     free(st);
 }
 
@@ -294,12 +304,25 @@ store_acquire(store *st, char **err)
     store_conn *c = NULL;
 
     pthread_mutex_lock(&st->lock);
+    /* A request holds one connection at a time, so waiting for one to come
+     * back cannot deadlock. */
+    while (!st->nidle && st->open >= st->max_open)
+        pthread_cond_wait(&st->freed, &st->lock);
     if (st->nidle)
         c = st->idle[--st->nidle];
+    else
+        st->open++;
     pthread_mutex_unlock(&st->lock);
     if (c)
         return c;
-    return st->vt->connect(st->target, err);
+    c = st->vt->connect(st->target, err);
+    if (!c) {
+        pthread_mutex_lock(&st->lock);
+        st->open--;
+        pthread_cond_signal(&st->freed);
+        pthread_mutex_unlock(&st->lock);
+    }
+    return c;
 }
 
 void
@@ -309,6 +332,10 @@ store_release(store *st, store_conn *conn)
         return;
     if (st->vt->is_broken(conn)) {
         st->vt->close(conn);
+        pthread_mutex_lock(&st->lock);
+        st->open--;
+        pthread_cond_signal(&st->freed);
+        pthread_mutex_unlock(&st->lock);
         return;
     }
     pthread_mutex_lock(&st->lock);
@@ -316,6 +343,8 @@ store_release(store *st, store_conn *conn)
         size_t ncap = st->cap ? st->cap * 2 : 8;
         store_conn **n = realloc(st->idle, ncap * sizeof *n);
         if (!n) {
+            st->open--;
+            pthread_cond_signal(&st->freed);
             pthread_mutex_unlock(&st->lock);
             st->vt->close(conn);
             return;
@@ -324,6 +353,7 @@ store_release(store *st, store_conn *conn)
         st->cap = ncap;
     }
     st->idle[st->nidle++] = conn;
+    pthread_cond_signal(&st->freed);
     pthread_mutex_unlock(&st->lock);
 }
 

@@ -31,7 +31,9 @@
  *
  * Threads: a connection is used by one thread at a time; the pool
  * (store_acquire/store_release) hands connections to request threads and
- * is thread-safe.
+ * is thread-safe. It opens at most SBX_SERVER_DB_CONNECTIONS connections
+ * (default 16; PostgreSQL's own default limit is 100 for all clients) and
+ * makes a request wait for one when all are in use.
  */
 #ifndef SBX_SERVER_STORE_H
 #define SBX_SERVER_STORE_H

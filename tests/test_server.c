@@ -158,6 +158,7 @@ Test(server, healthz_and_security_headers)
         { "PUT", "/v1/sandboxes", key, 405 },
         { "OPTIONS", "/v1/sandboxes", NULL, 405 },
         { "GET", "/v1/sandboxes", key, 200 },
+        { "HEAD", "/healthz", NULL, 200 },
         { "DELETE", "/v1/sandboxes/sbx_0", key, 404 },
     };
     cpu_response *r = req_s(200, "GET", "/healthz", NULL, NULL, NULL);
@@ -1719,4 +1720,85 @@ Test(server, oversized_body_and_store_failure)
     cr_assert(strstr(err, "method=GET route=/v1/sandboxes status=500"));
     cr_assert_null(strstr(err, key));
     free(err);
+}
+
+/* A command that runs for a while holds a worker, not the polling thread:
+ * with one polling thread, other requests are answered meanwhile. */
+Test(server, slow_execute_does_not_stall_other_requests)
+{
+    const char *env[] = { "SBX_SERVER_THREADS=1", NULL };
+    char *id;
+    exec_arg a;
+    pthread_t th;
+    cpu_response *r;
+
+    cpu_stop(srv);
+    srv = cpu_start(store, env);
+    id = cpu_create_local(srv, key, NULL);
+    a.id = id;
+    a.body = "{\"command\":\"sleep 1; echo done\"}";
+    a.res = NULL;
+    cr_assert_eq(pthread_create(&th, NULL, exec_thread, &a), 0);
+    usleep(300000);
+    for (int i = 0; i < 5; i++) {
+        r = req_s(200, "GET", "/healthz", NULL, NULL, NULL);
+        cpu_response_free(r);
+        r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+        cpu_response_free(r);
+    }
+    /* All answered while the command still ran. */
+    cr_assert_null(__atomic_load_n(&a.res, __ATOMIC_ACQUIRE));
+    pthread_join(th, NULL);
+    cr_assert_eq(a.res->status, 200);
+    cr_assert_str_eq(cpu_jstr(a.res, "stdout"), "done\n");
+    cpu_response_free(a.res);
+    terminate(key, id);
+    free(id);
+}
+
+/* One store connection for the whole server: 20 concurrent creates wait
+ * their turn and still make one sandbox. */
+Test(server, one_store_connection_suffices)
+{
+    const char *env[] = { "SBX_SERVER_DB_CONNECTIONS=1", NULL };
+    const char *urls[1];
+
+    cpu_stop(srv);
+    srv = cpu_start(store, env);
+    urls[0] = srv->url;
+    race_20(urls, 1, key);
+    if (cpu_store_is_pg()) {
+        char *sql = tu_strdup_printf("SELECT count(*) FROM pg_stat_activity WHERE datname = '%s' AND pid <> pg_backend_pid()",
+                                     store->pg_name), *n = db_list(sql);
+        cr_assert_str_eq(n, "1");
+        free(n);
+        free(sql);
+    }
+}
+
+/* Without BESPOKE_ALLOWED_BACKENDS every installed backend is enabled;
+ * a name that is not installed is refused. */
+Test(server, all_installed_backends_by_default)
+{
+    const char *env[] = { "BESPOKE_ALLOWED_BACKENDS=", NULL };
+    char *id;
+
+    cpu_stop(srv);
+    srv = cpu_start(store, env);
+    id = cpu_create_local(srv, key, NULL);
+    terminate(key, id);
+    expect_status_detail(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"nosuch\"}",
+                         "backend is not enabled: nosuch");
+    free(id);
+}
+
+/* An empty list enables nothing. */
+Test(server, empty_backend_list_enables_none)
+{
+    const char *env[] = { "BESPOKE_ALLOWED_BACKENDS= , ", NULL };
+
+    cpu_stop(srv);
+    srv = cpu_start(store, env);
+    expect_status_detail(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"local\"}",
+                         "backend is not enabled: local");
 }
