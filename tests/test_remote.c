@@ -293,8 +293,10 @@ static void *proxy_conn(void *ud)
             if (write_all(up, rq, (size_t)n) == 0) {
                 if (drop && px->early) {
                     /* Lost on the way back before any answer: the client
-                     * sees its connection end now; the server's answer is
-                     * read and thrown away. */
+                     * sees its connection end 0.3 s after the request went
+                     * on (the server has it in hand by then); the server's
+                     * answer is read and thrown away. */
+                    usleep(300000);
                     shutdown(c->fd, SHUT_RDWR);
                     m = read_message(up, &rs);
                     free(rq);

@@ -1318,11 +1318,15 @@ static int rm_put(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
         int code = 0;
         int r = rm_run_short(sb, ctx, script, &code, op, error);
         free(script);
-        if (r < 0)
+        if (r < 0 && !first)
+            code = -1;      /* a part may be there: removed below */
+        else if (r < 0)
             goto out;
         if (code != 0) {
-            sbx_error *e;
-            if (code == RM_EXIT_ISDIR)
+            sbx_error *e = NULL;
+            if (code == -1)
+                ;           /* the call's own error stands */
+            else if (code == RM_EXIT_ISDIR)
                 e = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                             "%s is a directory in the sandbox", shown);
             else if (code == RM_EXIT_NOTDIR)
