@@ -153,12 +153,15 @@ remote)
     # An organization made with the admin token; its first key (every
     # scope) is the suites'. The tests make more (scopes, other
     # organizations) with the admin token.
-    org=$(curl -sS -X POST -H "X-Control-Plane-Admin: $SBX_TEST_CP_ADMIN_TOKEN" \
-        -H 'Content-Type: application/json' -d '{"name":"sbx-test"}' "$url/v1/organizations") ||
+    BESPOKE_SANDBOX_KEY=$("$py" -c '
+import json, sys, urllib.request
+rq = urllib.request.Request(sys.argv[1] + "/v1/organizations", method="POST",
+                            data=b"{\"name\":\"sbx-test\"}",
+                            headers={"X-Control-Plane-Admin": sys.argv[2],
+                                     "Content-Type": "application/json"})
+print(json.load(urllib.request.urlopen(rq, timeout=30))["api_key"]["secret"])' \
+        "$url" "$SBX_TEST_CP_ADMIN_TOKEN") ||
         { echo "Bail out! the control plane did not make an organization"; exit 99; }
-    BESPOKE_SANDBOX_KEY=$(printf '%s' "$org" |
-        "$py" -c 'import json,sys; print(json.load(sys.stdin)["api_key"]["secret"])') ||
-        { echo "Bail out! no key in the organization's answer: $org"; exit 99; }
     BESPOKE_SANDBOX_URL=$url BESPOKE_SANDBOX_BACKEND=local
     export BESPOKE_SANDBOX_URL BESPOKE_SANDBOX_KEY BESPOKE_SANDBOX_BACKEND SBX_TEST_CP_ADMIN_TOKEN ;;
 runpod)
