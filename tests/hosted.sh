@@ -42,20 +42,39 @@ esac
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 dir=$(mktemp -d "${TMPDIR:-/tmp}/sbx-$backend-XXXXXX") || { echo "Bail out! mktemp"; exit 99; }
+upstream_pid=
 if [ "$backend" = remote ]; then
     # Not a fake: the real control plane (server/sbx-server of this build)
     # on an ephemeral port, SQLite in the run's directory, running its
-    # sandboxes on the build's local backend (and on docker, which has no
-    # engine here: its creates fail with the provider's payload, for
-    # tests/test_remote).
+    # sandboxes on the build's local backend. For tests/test_remote's
+    # provider failures it also enables docker, which has no engine here
+    # (502 with the provider's connection payload), and e2b, pointed at
+    # its contract fake answering every create 504 (the provider's timeout
+    # payload).
     [ -x "$PWD/server/sbx-server" ] ||
         { echo "Bail out! server/sbx-server not found (run from the build directory)"; exit 99; }
+    SBX_FAKE_API_KEY=sbx-test-dummy-key SBX_FAKE_FAULTS='[{"method":"POST","path":"^/sandboxes$","status":504,"times":-1,"body":{"message":"upstream timed out"}}]' \
+        "$py" "$here/fakes/e2b.py" >"$dir/e2b-port" 2>"$dir/e2b.log" &
+    upstream_pid=$!
+    i=0
+    while ! grep -q '^PORT ' "$dir/e2b-port" 2>/dev/null; do
+        i=$((i + 1))
+        if [ "$i" -gt 200 ] || ! kill -0 "$upstream_pid" 2>/dev/null; then
+            echo "Bail out! the e2b fake did not start: $(cat "$dir/e2b.log")"
+            kill "$upstream_pid" 2>/dev/null
+            rm -rf "$dir"
+            exit 99
+        fi
+        sleep 0.05
+    done
+    e2b_url="http://127.0.0.1:$(sed -n 's/^PORT //p' "$dir/e2b-port")"
     SBX_TEST_CP_ADMIN_TOKEN=sbx-test-admin-$$
     env BESPOKE_API_KEY_PEPPER=sbx-test-pepper-$$ \
         BESPOKE_CONTROL_PLANE_ADMIN_TOKEN=$SBX_TEST_CP_ADMIN_TOKEN \
-        BESPOKE_CONTROL_PLANE_DB="$dir/cp.db" BESPOKE_ALLOWED_BACKENDS=local,docker \
+        BESPOKE_CONTROL_PLANE_DB="$dir/cp.db" BESPOKE_ALLOWED_BACKENDS=local,docker,e2b \
         DOCKER_HOST="unix://$dir/no-docker.sock" HOST=127.0.0.1 PORT=0 \
-        SBX_PLUGIN_PATH="$PWD/plugins/local/.libs:$PWD/plugins/docker/.libs" \
+        E2B_API_URL="$e2b_url" E2B_SANDBOX_URL="$e2b_url" E2B_API_KEY=sbx-test-dummy-key \
+        SBX_PLUGIN_PATH="$PWD/plugins/local/.libs:$PWD/plugins/docker/.libs:$PWD/plugins/cloud/e2b/.libs" \
         "$PWD/server/sbx-server" >"$dir/port" 2>"$dir/fake.log" &
 else
     SBX_FAKE_API_KEY=sbx-test-dummy-key "$py" "$fake" >"$dir/port" 2>"$dir/fake.log" &
@@ -71,6 +90,10 @@ stop_fake() {
     fi
     kill "$fake_pid" 2>/dev/null
     wait "$fake_pid" 2>/dev/null
+    if [ -n "$upstream_pid" ]; then
+        kill "$upstream_pid" 2>/dev/null
+        wait "$upstream_pid" 2>/dev/null
+    fi
     rm -rf "$dir"
 }
 trap stop_fake EXIT

@@ -11,8 +11,8 @@
  *    idempotency key, two different creates), 422 as a string (a backend
  *    the server does not enable), as a provider payload (local refusing an
  *    image) and as a validation list (the body changed on the wire), 502
- *    with a provider payload (docker with no engine), and a server that
- *    does not answer (connection);
+ *    and 504 with a provider payload (docker with no engine; e2b whose
+ *    fake answers 504), and a server that does not answer (connection);
  *  - a create and an execute whose answers are lost on the wire are sent
  *    again with the same idempotency key, and the server makes one sandbox
  *    and runs the command once (its list and the command's own file count),
@@ -512,6 +512,23 @@ Test(remote, provider_failure_is_its_payload_502)
     assert_ctx(err, "upstream_op", "create");
     /* Answers are never re-sent: one failed record. */
     cr_assert_eq(count_sandboxes("failed"), before + 1);
+    sbx_error_free(err);
+    sbx_client_free(c);
+}
+
+Test(remote, provider_timeout_is_its_payload_504)
+{
+    /* e2b is enabled at the server, its fake answering every create 504. */
+    sbx_client *c = client_with("{\"backend\":\"e2b\"}");
+    sbx_error *err = create_fails(c, NULL);
+    tu_assert_error(err, SBX_ERROR_TIMEOUT,
+                    "create the sandbox: Provider request timed out. (HTTP 504, backend e2b)",
+                    NULL);
+    assert_ctx(err, "http_status", "504");
+    assert_ctx(err, "remote_code", "timeout");
+    assert_ctx(err, "upstream_backend", "e2b");
+    assert_ctx(err, "upstream_op", "create");
+    cr_assert_eq(sbx_error_is_retryable(err), 1);
     sbx_error_free(err);
     sbx_client_free(c);
 }
