@@ -448,12 +448,12 @@ Test(remote, same_key_other_request_is_invalid_argument_409)
 
 Test(remote, backend_not_enabled_is_configuration_422)
 {
-    sbx_client *c = client_with("{\"backend\":\"e2b\"}");
+    sbx_client *c = client_with("{\"backend\":\"vercel\"}");
     sbx_error *err = create_fails(c, NULL);
     tu_assert_error(err, SBX_ERROR_CONFIGURATION,
-                    "create the sandbox: backend is not enabled: e2b (HTTP 422)", NULL);
+                    "create the sandbox: backend is not enabled: vercel (HTTP 422)", NULL);
     assert_ctx(err, "http_status", "422");
-    assert_ctx(err, "upstream_backend", "e2b");
+    assert_ctx(err, "upstream_backend", "vercel");
     sbx_error_free(err);
     sbx_client_free(c);
 }
