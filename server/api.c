@@ -26,6 +26,15 @@
  * Commands: {"command": C, "args": null} runs C through /bin/sh -c;
  * {"command": C, "args": [..]} runs the argument vector [C, args...] with
  * no shell; {"code": X, "language": L} runs X in L (python by default).
+ * Beyond the reference, optional fields map onto libsbx's exec request:
+ * "stdin_b64" (standard base64) is fed to the command's stdin, then EOF, so
+ * bytes of any kind can be written into a sandbox through this API
+ * (CASE-17; without it stdin is at EOF); "env" ({name: value}) is laid over
+ * the sandbox's environment; "cwd" is the working directory (a missing one
+ * is the provider's not_found); "timeout_secs" (> 0) bounds the command,
+ * which then exits 124 and the reply adds "timed_out": true. A stream cut
+ * at libsbx's output cap adds "stdout_truncated"/"stderr_truncated": true.
+ * Replies without these conditions carry exactly the reference's fields.
  *
  * Session state (beyond the reference): each sandbox's libsbx session
  * state is kept sealed (AES-256-GCM under a key derived from the pepper,
@@ -466,6 +475,23 @@ typedef struct create_req {
     const char *gpu;
 } create_req;
 
+/* A JSON number for @d printed as Python's repr() does: the shortest text
+ * that reads back as @d, with ".0" on whole numbers ("2.0", "0.1"). */
+static json_object *
+jdouble(double d)
+{
+    char buf[40];
+
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, d);
+        if (strtod(buf, NULL) == d)
+            break;
+    }
+    if (!strpbrk(buf, ".eEn"))
+        strncat(buf, ".0", sizeof buf - strlen(buf) - 1);
+    return json_object_new_double_s(d, buf);
+}
+
 static int
 int_field(json_object *v, int64_t *out)
 {
@@ -549,8 +575,8 @@ parse_create(json_object *body, create_req *c, cp_response *res)
                 return -1;
             }
             c->cpu = d;
-            json_object_object_add(c->canon, f, json_object_new_double(d));
-            json_object_object_add(c->config, f, json_object_new_double(d));
+            json_object_object_add(c->canon, f, jdouble(d));
+            json_object_object_add(c->config, f, jdouble(d));
         } else if (!strcmp(f, "memory_mb") || !strcmp(f, "disk_mb") ||
                    !strcmp(f, "timeout_secs")) {
             int64_t iv;
@@ -1024,6 +1050,13 @@ runtime_of(cx *x, const store_rows *r)
     free(state);
     if (!resumed)
         return NULL;
+    /* A resume may be lazy (out of process it is): ask once whether the
+     * sandbox is still there, so a vanished one is "unavailable" in every
+     * plugin mode. */
+    if (sbx_sandbox_is_alive(resumed, NULL) != 1) {
+        sbx_sandbox_free(resumed);
+        return NULL;
+    }
     cp_runtime_put(rt, id, resumed);
     return cp_runtime_get(rt, id);
 }
@@ -1061,6 +1094,11 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     sbx_error *e = NULL;
     char *request_id = NULL, *exe_id = NULL, now[40], lock[400];
     const char **argv = NULL;
+    unsigned char *stdin_data = NULL;
+    size_t stdin_len = 0;
+    char **env = NULL;
+    const char *cwd = NULL;
+    double exec_timeout = 0;
     double t0, elapsed;
     int64_t us, rate = 0, prov, cust;
     int conflict = 0;
@@ -1109,6 +1147,50 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
             }
         args = v;
     }
+    if (json_object_object_get_ex(body, "stdin_b64", &v) && !json_object_is_type(v, json_type_null)) {
+        if (!json_object_is_type(v, json_type_string) ||
+            !(stdin_data = cp_base64_decode(json_object_get_string(v), &stdin_len))) {
+            reply_validation(res, "value_error", "body", "stdin_b64",
+                             "Value error, stdin_b64 must be standard base64",
+                             json_object_get(v));
+            goto out;
+        }
+    }
+    if (json_object_object_get_ex(body, "env", &v) && !json_object_is_type(v, json_type_null)) {
+        size_t n = 0, k = 0;
+        if (!json_object_is_type(v, json_type_object)) {
+            reply_validation(res, "dict_type", "body", "env", "Input should be a valid dictionary",
+                             json_object_get(v));
+            goto out;
+        }
+        n = (size_t)json_object_object_length(v);
+        env = calloc(n + 1, sizeof *env);
+        json_object_object_foreach(v, ek, ev) {
+            if (!json_object_is_type(ev, json_type_string)) {
+                reply_validation(res, "string_type", "body", "env",
+                                 "Input should be a valid string", json_object_get(ev));
+                goto out;
+            }
+            env[k++] = cp_printf("%s=%s", ek, json_object_get_string(ev));
+        }
+    }
+    if (json_object_object_get_ex(body, "cwd", &v) && !json_object_is_type(v, json_type_null)) {
+        if (!json_object_is_type(v, json_type_string)) {
+            reply_validation(res, "string_type", "body", "cwd", "Input should be a valid string",
+                             json_object_get(v));
+            goto out;
+        }
+        cwd = json_object_get_string(v);
+    }
+    if (json_object_object_get_ex(body, "timeout_secs", &v) && !json_object_is_type(v, json_type_null)) {
+        if ((!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double)) ||
+            !(json_object_get_double(v) > 0)) {
+            reply_validation(res, "greater_than", "body", "timeout_secs",
+                             "Input should be greater than 0", json_object_get(v));
+            goto out;
+        }
+        exec_timeout = json_object_get_double(v);
+    }
     if (!code == !command) {
         reply_validation(res, "value_error", "body", NULL,
                          "Value error, provide exactly one of code or command",
@@ -1131,7 +1213,18 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     }
     sb = runtime_of(x, r);
     if (!sb) {
-        cp_reply_detail(res, 409, "sandbox runtime is unavailable after a control-plane restart");
+        /* Terminated meanwhile, or truly without a runtime. */
+        store_rows *now_r = load_sandbox(x, req->who.org_id, id);
+        const char *st = now_r && now_r->nrows ? store_cell(now_r, 0, "status") : "running";
+        if (strcmp(st, "running")) {
+            char *m = cp_printf("sandbox is %s", st);
+            cp_reply_detail(res, 409, m);
+            free(m);
+        } else {
+            cp_reply_detail(res, 409,
+                            "sandbox runtime is unavailable after a control-plane restart");
+        }
+        store_rows_free(now_r);
         goto out;
     }
     request_id = hdr ? strdup(hdr) : cp_new_id("req");
@@ -1169,19 +1262,27 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
 
     /* The run. */
     t0 = cp_mono();
-    if (code) {
-        result = sbx_sandbox_execute_code(sb, language, code, NULL, &e);
-    } else if (args) {
-        size_t n = json_object_array_length(args);
+    {
         sbx_exec_request er = SBX_EXEC_REQUEST_INIT;
-        argv = calloc(n + 2, sizeof *argv);
-        argv[0] = command;
-        for (size_t i = 0; i < n; i++)
-            argv[i + 1] = json_object_get_string(json_object_array_get_idx(args, i));
-        er.argv = argv;
-        result = sbx_sandbox_execute_command(sb, &er, &e);
-    } else {
-        result = sbx_sandbox_execute_shell(sb, command, &e);
+        er.stdin_data = stdin_data;
+        er.stdin_len = stdin_len;
+        er.env = (const char *const *)env;
+        er.cwd = cwd;
+        er.timeout_secs = exec_timeout;
+        if (code) {
+            result = sbx_sandbox_execute_code(sb, language, code, &er, &e);
+        } else if (args) {
+            size_t n = json_object_array_length(args);
+            argv = calloc(n + 2, sizeof *argv);
+            argv[0] = command;
+            for (size_t i = 0; i < n; i++)
+                argv[i + 1] = json_object_get_string(json_object_array_get_idx(args, i));
+            er.argv = argv;
+            result = sbx_sandbox_execute_command(sb, &er, &e);
+        } else {
+            er.shell = command;
+            result = sbx_sandbox_execute_command(sb, &er, &e);
+        }
     }
     elapsed = cp_mono() - t0;
     us = (int64_t)(elapsed * 1e6 + 0.5);
@@ -1210,6 +1311,12 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         json_object_object_add(out, "exit_code",
                                json_object_new_int(sbx_result_get_exit_code(result)));
         json_object_object_add(out, "usage", usage);
+        if (sbx_result_is_timed_out(result))
+            json_object_object_add(out, "timed_out", json_object_new_boolean(1));
+        if (sbx_result_is_stdout_truncated(result))
+            json_object_object_add(out, "stdout_truncated", json_object_new_boolean(1));
+        if (sbx_result_is_stderr_truncated(result))
+            json_object_object_add(out, "stderr_truncated", json_object_new_boolean(1));
         text = json_object_to_json_string_ext(out, JSON_C_TO_STRING_PLAIN |
                                                        JSON_C_TO_STRING_NOSLASHESCAPE);
         if (tx_begin(x, lock) < 0 ||
@@ -1248,6 +1355,10 @@ out:
     sbx_error_free(e);
     json_object_put(out);
     free(argv);
+    free(stdin_data);
+    for (size_t i = 0; env && env[i]; i++)
+        free(env[i]);
+    free(env);
     free(request_id);
     free(exe_id);
     store_rows_free(r);
@@ -1328,8 +1439,17 @@ h_sandbox_terminate(cx *x, cp_request *req, cp_response *res)
     }
     sb = runtime_of(x, r);
     if (!sb) {
-        cp_reply_detail(res, 409,
-                        "sandbox runtime is not attached and provider termination is not configured");
+        /* A concurrent termination may have just ended it. */
+        store_rows *now_r = load_sandbox(x, req->who.org_id, id);
+        const char *st = now_r && now_r->nrows ? store_cell(now_r, 0, "status") : "";
+        if (!strcmp(st, "destroyed"))
+            cp_reply_json(res, 200, record_json(now_r, 0));
+        else if (!strcmp(st, "stopping"))
+            cp_reply_detail(res, 409, "sandbox termination is already in progress");
+        else
+            cp_reply_detail(res, 409, "sandbox runtime is not attached and provider "
+                                      "termination is not configured");
+        store_rows_free(now_r);
         goto out;
     }
     /* The version check and the move to `stopping`, in one transaction. */

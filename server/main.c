@@ -23,6 +23,11 @@
  *                                        on a provider (default 64)
  *   SBX_SERVER_DB_CONNECTIONS            store connections at most (16)
  *
+ * Test hooks, never set in production: SBX_SERVER_TEST_CLOCK_OFFSET_S
+ * (seconds added to the clock, for tests of time windows) and
+ * SBX_SERVER_TEST_CRASH_AFTER_PROVIDER_CREATE (the server SIGKILLs itself
+ * after a provider create succeeded and before its outcome is committed).
+ *
  * A missing required setting, or a bad value, exits with status 2 and a
  * message naming the setting (never its value when it is a secret). On
  * start it prints one line on stdout, "listening on http://HOST:PORT",

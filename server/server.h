@@ -3,11 +3,13 @@
  * and response as the handlers see them, the principal, and the runtimes
  * (libsbx clients and sandbox handles).
  *
- * Layout: main.c (settings, start, signals), http.c (libmicrohttpd, routing,
- * security headers, the request log), auth.c (product keys, scopes),
- * api.c (the endpoints), meter.c (pricing, usage, ledgers, costs),
- * runtime.c (one sbx_client per enabled backend, sandbox handles, sealed
- * session state), store*.c (server/store.h).
+ * Layout: main.c (settings, start, signals), http.c (libmicrohttpd, worker
+ * threads, security headers, the request log), api.c (routing and the
+ * sandbox endpoints), auth.c (product keys, scopes, organisations, API
+ * keys, the session), meter.c (pricing, usage, ledgers, costs), runtime.c
+ * (one sbx_client per enabled backend, sandbox handles), util.c (time
+ * stamps, ids, encodings, HMAC, the sealing of session state), store*.c
+ * (server/store.h).
  */
 #ifndef SBX_SERVER_SERVER_H
 #define SBX_SERVER_SERVER_H

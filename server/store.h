@@ -12,7 +12,7 @@
  *     starting postgres:// or postgresql://, so several sbx-server
  *     processes can share one database.
  *
- * The statements themselves are written once (server/db.c, server/api.c)
+ * The statements themselves are written once (server/api.c, auth.c, meter.c)
  * in the SQL both engines accept: `?` placeholders (the PostgreSQL side
  * numbers them $1..$n), TEXT for timestamps, decimals and JSON, INTEGER
  * for counters and 0/1 flags, `INSERT ... ON CONFLICT DO NOTHING` for
@@ -86,7 +86,7 @@ typedef struct store store;
 
 /* Opens the store named by @target: a postgres:// or postgresql:// URL
  * selects PostgreSQL, anything else is an SQLite file path. Connects once
- * and applies the pending schema migrations (server/db.c) under the lock
+ * and applies the pending schema migrations (server/store.c) under the lock
  * "schema". NULL on failure with the reason in *@err (new string; it names
  * the target without a password). */
 store *store_open(const char *target, char **err);
@@ -108,7 +108,7 @@ const char *store_cell(const store_rows *rows, size_t row, const char *name);
  * count, or -1. */
 int store_schema_versions(store *st, int *out, int cap, char **err);
 
-/* Migrations (server/db.c): the newest schema version. */
+/* Migrations (server/store.c): the newest schema version. */
 int store_schema_latest(void);
 
 #endif

@@ -50,7 +50,7 @@ pg_connect(const char *target, char **err)
         return NULL;
     }
     /* Notices (e.g. "relation already exists, skipping") stay quiet. */
-    PQexec(c->pg, "SET client_min_messages = warning");
+    PQclear(PQexec(c->pg, "SET client_min_messages = warning"));
     return c;
 }
 

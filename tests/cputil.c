@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -204,6 +205,11 @@ cpu_try_start(const cpu_store *store, const char *const *env, int *status)
             _exit(126);
         dup2(out, 1);
         dup2(err, 2);
+        /* A test process that dies (crash, timeout) takes its server with
+         * it, so none is left running. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() == 1)
+            _exit(125);
         setenv("BESPOKE_API_KEY_PEPPER", CPU_PEPPER, 1);
         setenv("BESPOKE_CONTROL_PLANE_ADMIN_TOKEN", CPU_ADMIN_TOKEN, 1);
         setenv("BESPOKE_CONTROL_PLANE_DB", store->url, 1);

@@ -55,7 +55,8 @@ typedef struct cpu_server {
  * admin token above, BESPOKE_ALLOWED_BACKENDS=local and
  * XDG_STATE_HOME=<its dir>/state, then each "KEY=VALUE" of @env (NULL-
  * terminated, may be NULL; "KEY=" with nothing after unsets KEY), and waits
- * (10 s at most) for its "listening on URL" line. */
+ * (10 s at most) for its "listening on URL" line. The server gets SIGTERM
+ * when the test process dies (PR_SET_PDEATHSIG). */
 cpu_server *cpu_start(const cpu_store *store, const char *const *env);
 /* As cpu_start(), but returns NULL (no assertion) when the server exits
  * before listening; *@status gets its wait status then. */

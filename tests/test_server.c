@@ -26,6 +26,8 @@
 #include "cputil.h"
 #include "testutil.h"
 
+static char *db_list(const char *sql);
+
 static cpu_store *store;
 static cpu_server *srv;
 static char *key, *org;
@@ -194,6 +196,30 @@ Test(server, missing_settings_are_named)
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
     cr_assert_null(cpu_try_start(store, env3, &st));
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+}
+
+Test(server, help_and_version)
+{
+    const char *prog = getenv("SBX_SERVER") ? getenv("SBX_SERVER")
+                                            : SBX_BUILD_DIR "/server/sbx-server";
+    char *cmd = tu_strdup_printf("'%s' --version", prog), line[256] = "";
+    FILE *p = popen(cmd, "r");
+    int st;
+
+    cr_assert(p);
+    cr_assert(fgets(line, sizeof line, p));
+    st = pclose(p);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    cr_assert_str_eq(line, "sbx-server " SBX_VERSION_STRING "\n");
+    free(cmd);
+    cmd = tu_strdup_printf("'%s' --port 1 2>&1", prog);
+    p = popen(cmd, "r");
+    cr_assert(fgets(line, sizeof line, p));
+    st = pclose(p);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    cr_assert_str_eq(line, "sbx-server: unexpected argument \"--port\" (settings come from the "
+                           "environment)\n");
+    free(cmd);
 }
 
 Test(server, missing_settings_message)
@@ -775,11 +801,38 @@ Test(server, case17_binary_bytes_through_http)
 
     for (size_t i = 0; i < 1048576; i++)
         data[i] = (unsigned char)(i & 0xff);
-    r = execute(key, id, NULL,
-                "{\"command\":\"/usr/bin/python3\",\"args\":[\"-c\",\"import os,sys; "
-                "open(os.environ['SANDBOX_ROOT']+'/bin.dat','wb').write(bytes(range(256))*4096)\"]}",
-                200);
-    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "exit_code")), 0, "%s", r->body);
+    /* Upload: the bytes as the command's stdin (stdin_b64). */
+    {
+        static const char tbl[] =
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        size_t o = 0;
+        char *b64 = malloc(1048576 / 3 * 4 + 8), *body;
+        size_t i = 0;
+        for (; i + 3 <= 1048576; i += 3) {
+            unsigned v = (unsigned)data[i] << 16 | (unsigned)data[i + 1] << 8 | data[i + 2];
+            b64[o++] = tbl[v >> 18];
+            b64[o++] = tbl[(v >> 12) & 63];
+            b64[o++] = tbl[(v >> 6) & 63];
+            b64[o++] = tbl[v & 63];
+        }
+        {
+            unsigned v = (unsigned)data[i] << 16;   /* 1048576 = 3k + 1 */
+            b64[o++] = tbl[v >> 18];
+            b64[o++] = tbl[(v >> 12) & 63];
+            b64[o++] = '=';
+            b64[o++] = '=';
+        }
+        b64[o] = 0;
+        body = tu_strdup_printf("{\"command\":\"cat > \\\"$SANDBOX_ROOT/bin.dat\\\"\","
+                                "\"stdin_b64\":\"%s\"}", b64);
+        r = execute(key, id, NULL, body, 200);
+        cr_assert_eq(json_object_get_int(cpu_jget(r->json, "exit_code")), 0, "%s", r->body);
+        cpu_response_free(r);
+        free(body);
+        free(b64);
+    }
+    r = execute(key, id, NULL, "{\"command\":\"true\",\"stdin_b64\":\"@@\"}", 422);
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "stdin_b64");
     cpu_response_free(r);
     r = execute(key, id, NULL, "{\"command\":\"sha256sum \\\"$SANDBOX_ROOT/bin.dat\\\" | cut -c1-64\"}",
                 200);
@@ -1033,6 +1086,17 @@ Test(server, killed_between_provider_create_and_commit)
     cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 1);
     id = strdup(cpu_jstr(r, "id"));
     cpu_response_free(r);
+    /* The retry never reached a provider: this server started no plugin
+     * host (it makes one on a backend's first use). */
+    {
+        char *cmd = tu_strdup_printf("pgrep -P %d", (int)again->pid);
+        FILE *p = popen(cmd, "r");
+        char line[64];
+        cr_assert(p);
+        cr_assert_null(fgets(line, sizeof line, p), "the server has a child: %s", line);
+        pclose(p);
+        free(cmd);
+    }
     r = cpu_http(again->url, "GET", "/v1/sandboxes", key, NULL, NULL);
     cr_assert_eq(json_object_array_length(r->json), 1);
     cr_assert_str_eq(cpu_jstr(r, "0.id"), id);
@@ -1055,6 +1119,16 @@ Test(server, restart_resumes_sandboxes)
 
     r = execute(key, id, NULL, "{\"command\":\"echo kept > \\\"$SANDBOX_ROOT/f\\\"\"}", 200);
     cpu_response_free(r);
+    /* At rest the session state is sealed: no JSON, no path, no id. */
+    {
+        char *sealed = db_list("SELECT session_state_sealed FROM sandboxes");
+        cr_assert(sealed);
+        cr_assert_eq(strncmp(sealed, "v1.", 3), 0, "%s", sealed);
+        cr_assert_null(strchr(sealed, '{'));
+        cr_assert_null(strstr(sealed, "sbx-local"));
+        cr_assert_null(strstr(sealed, "backend"));
+        free(sealed);
+    }
     cpu_signal(srv, SIGTERM);
     cpu_stop(srv);
     srv = cpu_start(store, NULL);
@@ -1340,13 +1414,20 @@ Test(metering, lifecycle_split_at_midnight)
     clock_gettime(CLOCK_REALTIME, &ts);
     now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
     midnight = (now_us / 86400000000LL + 1) * 86400000000LL;
-    offset_us = midnight - 700000 - now_us - 100000;   /* the server starts in ~0.1 s */
+    offset_us = midnight - 1500000 - now_us;   /* the server's clock: 1.5 s before midnight */
     snprintf(env, sizeof env, "SBX_SERVER_TEST_CLOCK_OFFSET_S=%.6f", (double)offset_us / 1e6);
     tu_rmtree(price_dir);
     free(price_dir);
     srv = start_priced(env);
     id = cpu_create_local(srv, key, NULL);
-    usleep(1200000);
+    /* Until 0.3 s past the server's midnight. */
+    for (;;) {
+        clock_gettime(CLOCK_REALTIME, &ts);
+        now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+        if (now_us + offset_us >= midnight + 300000)
+            break;
+        usleep(20000);
+    }
     p = path_of("/v1/sandboxes/%s", id);
     r = req_s(200, "DELETE", p, key, NULL, NULL);
     prov_at = iso_us(cpu_jstr(r, "provisioning_at"));
@@ -1634,6 +1715,30 @@ exec_thread(void *arg)
     return NULL;
 }
 
+/* Waits (10 s at most) until sandbox @id's execution @rid is `running`. */
+static void
+wait_running(const char *id, const char *rid)
+{
+    char *p = path_of("/v1/sandboxes/%s/detail", id);
+
+    for (int i = 0; i < 500; i++) {
+        cpu_response *r = req_s(200, "GET", p, key, NULL, NULL);
+        json_object *ex = cpu_jget(r->json, "executions");
+        for (size_t k = 0; ex && k < json_object_array_length(ex); k++) {
+            json_object *e = json_object_array_get_idx(ex, k);
+            if (!strcmp(json_object_get_string(json_object_object_get(e, "request_id")), rid) &&
+                !strcmp(json_object_get_string(json_object_object_get(e, "status")), "running")) {
+                cpu_response_free(r);
+                free(p);
+                return;
+            }
+        }
+        cpu_response_free(r);
+        usleep(20000);
+    }
+    cr_assert_fail("execution %s never ran", rid);
+}
+
 Test(server, execution_in_progress_is_409)
 {
     char *id = cpu_create_local(srv, key, NULL);
@@ -1642,7 +1747,7 @@ Test(server, execution_in_progress_is_409)
     cpu_response *r;
 
     cr_assert_eq(pthread_create(&th, NULL, exec_thread, &a), 0);
-    usleep(400000);
+    wait_running(id, "slow-1");
     r = execute(key, id, "slow-1", "{\"command\":\"sleep 1; echo done\"}", 409);
     expect_detail(r, "execution is already in progress");
     cpu_response_free(r);
@@ -1736,17 +1841,17 @@ Test(server, slow_execute_does_not_stall_other_requests)
     srv = cpu_start(store, env);
     id = cpu_create_local(srv, key, NULL);
     a.id = id;
-    a.body = "{\"command\":\"sleep 1; echo done\"}";
+    a.body = "{\"command\":\"sleep 2; echo done\"}";
     a.res = NULL;
     cr_assert_eq(pthread_create(&th, NULL, exec_thread, &a), 0);
-    usleep(300000);
+    /* These requests are answered while the command runs. */
+    wait_running(id, "slow-1");
     for (int i = 0; i < 5; i++) {
         r = req_s(200, "GET", "/healthz", NULL, NULL, NULL);
         cpu_response_free(r);
         r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
         cpu_response_free(r);
     }
-    /* All answered while the command still ran. */
     cr_assert_null(__atomic_load_n(&a.res, __ATOMIC_ACQUIRE));
     pthread_join(th, NULL);
     cr_assert_eq(a.res->status, 200);
@@ -1801,4 +1906,210 @@ Test(server, empty_backend_list_enables_none)
     srv = cpu_start(store, env);
     expect_status_detail(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"local\"}",
                          "backend is not enabled: local");
+}
+
+/* ---------------------------------------------------------------- concurrency of execute and terminate */
+
+typedef struct par_arg {
+    const char *url, *method, *path, *body, *hdr;
+    long status;
+    char *out;
+} par_arg;
+
+static void *
+par_thread(void *arg)
+{
+    par_arg *a = arg;
+    const char *hdr[] = { a->hdr, NULL };
+    cpu_response *r = cpu_http(a->url, a->method, a->path, key, a->hdr ? hdr : NULL, a->body);
+
+    a->status = r->status;
+    a->out = strdup(r->body);
+    cpu_response_free(r);
+    return NULL;
+}
+
+static void
+run_parallel(par_arg *args, int n)
+{
+    pthread_t th[32];
+
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(pthread_create(&th[i], NULL, par_thread, &args[i]), 0);
+    for (int i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+}
+
+/* 20 concurrent executes with one request id run the command once: the
+ * others get the stored response or 409 while it runs; one usage event. */
+Test(server, concurrent_same_request_id_runs_once)
+{
+    char *id = cpu_create_local(srv, key, NULL), *p = path_of("/v1/sandboxes/%s/execute", id);
+    par_arg a[20];
+    int ok = 0, busy = 0;
+    const char *first = NULL;
+    cpu_response *r;
+
+    for (int i = 0; i < 20; i++)
+        a[i] = (par_arg){ srv->url, "POST", p,
+                          "{\"command\":\"echo run >> \\\"$SANDBOX_ROOT/count\\\"; echo $$\"}",
+                          "Idempotency-Key: once", 0, NULL };
+    run_parallel(a, 20);
+    for (int i = 0; i < 20; i++) {
+        if (a[i].status == 200) {
+            ok++;
+            if (!first)
+                first = a[i].out;
+            cr_assert_str_eq(a[i].out, first);
+        } else {
+            cr_assert_eq(a[i].status, 409, "%ld %s", a[i].status, a[i].out);
+            cr_assert_str_eq(a[i].out, "{\"detail\":\"execution is already in progress\"}");
+            busy++;
+        }
+    }
+    cr_assert_geq(ok, 1);
+    cr_assert_eq(ok + busy, 20);
+    r = execute(key, id, NULL, "{\"command\":\"cat \\\"$SANDBOX_ROOT/count\\\"\"}", 200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "run\n");
+    cpu_response_free(r);
+    free(p);
+    p = path_of("/v1/sandboxes/%s/detail", id);
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "executions")), 2);
+    cpu_response_free(r);
+    for (int i = 0; i < 20; i++)
+        free(a[i].out);
+    terminate(key, id);
+    free(p);
+    free(id);
+}
+
+/* 10 concurrent terminations: the sandbox is destroyed once; each caller
+ * gets the destroyed record or "already in progress". */
+Test(server, concurrent_terminations_destroy_once)
+{
+    char *id = cpu_create_local(srv, key, NULL), *p = path_of("/v1/sandboxes/%s", id);
+    par_arg a[10];
+    int done = 0;
+    cpu_response *r;
+
+    for (int i = 0; i < 10; i++)
+        a[i] = (par_arg){ srv->url, "DELETE", p, NULL, NULL, 0, NULL };
+    run_parallel(a, 10);
+    for (int i = 0; i < 10; i++) {
+        if (a[i].status == 200) {
+            json_object *o = json_tokener_parse(a[i].out);
+            cr_assert_str_eq(json_object_get_string(json_object_object_get(o, "status")),
+                             "destroyed");
+            json_object_put(o);
+            done++;
+        } else {
+            cr_assert_eq(a[i].status, 409, "%ld %s", a[i].status, a[i].out);
+            cr_assert_str_eq(a[i].out,
+                             "{\"detail\":\"sandbox termination is already in progress\"}");
+        }
+        free(a[i].out);
+    }
+    cr_assert_geq(done, 1);
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "destroyed");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 4);
+    cpu_response_free(r);
+    free(p);
+    free(id);
+}
+
+/* A sandbox that ended (its lifetime) while no server ran cannot be
+ * reattached: the reference's 409s, in every plugin mode. */
+Test(server, restart_with_a_vanished_sandbox)
+{
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":1}"), *p, *dir;
+    cpu_response *r;
+    const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+
+    p = path_of("/v1/sandboxes/%s", id);
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    /* local's sandbox directory, which goes when its supervisor ends it */
+    dir = tu_strdup_printf("%s/%s", tmp, cpu_jstr(r, "provider_resource_id"));
+    cpu_response_free(r);
+    cr_assert(tu_exists(dir), "%s", dir);
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    for (int i = 0; i < 500 && tu_exists(dir); i++)
+        usleep(20000);
+    cr_assert_not(tu_exists(dir), "the sandbox outlived its lifetime");
+    free(dir);
+    srv = cpu_start(store, NULL);
+    r = execute(key, id, NULL, "{\"command\":\"true\"}", 409);
+    expect_detail(r, "sandbox runtime is unavailable after a control-plane restart");
+    cpu_response_free(r);
+    expect_status_detail(409, "DELETE", p, key, NULL, NULL,
+                         "sandbox runtime is not attached and provider termination is not configured");
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "running");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 2);
+    cpu_response_free(r);
+    free(p);
+    free(id);
+}
+
+/* An enabled backend whose plugin is not installed: 422 with the
+ * backend_not_installed payload; the stored config keeps numbers as
+ * written (0.1, not 0.10000000000000001). */
+Test(server, enabled_but_not_installed_backend)
+{
+    const char *env[] = { "BESPOKE_ALLOWED_BACKENDS=local,nosuch", NULL };
+    cpu_response *r;
+
+    cpu_stop(srv);
+    srv = cpu_start(store, env);
+    r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"nosuch\",\"cpu\":0.1}");
+    cr_assert_str_eq(r->body, "{\"detail\":{\"message\":\"Provider backend is unavailable.\","
+                              "\"code\":\"backend_not_installed\",\"backend\":\"nosuch\","
+                              "\"op\":\"create\",\"retryable\":false,\"outcome\":\"failed\","
+                              "\"context\":{}}}");
+    cpu_response_free(r);
+    r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cr_assert_str_eq(json_object_to_json_string_ext(cpu_jget(r->json, "0.config"),
+                                                    JSON_C_TO_STRING_PLAIN), "{\"cpu\":0.1}");
+    cr_assert_str_eq(cpu_jstr(r, "0.status"), "failed");
+    cr_assert_str_eq(cpu_jstr(r, "0.retry_status"), "not_retryable");
+    cpu_response_free(r);
+}
+
+/* The execute extensions: env, cwd and timeout_secs map onto libsbx's exec
+ * request (CASE-18's missing directory is the provider's not_found). */
+Test(server, execute_env_cwd_timeout)
+{
+    char *id = cpu_create_local(srv, key, NULL);
+    cpu_response *r;
+    const char *out;
+
+    r = execute(key, id, NULL, "{\"command\":\"mkdir -p \\\"$SANDBOX_ROOT/sub\\\"\"}", 200);
+    cpu_response_free(r);
+    r = execute(key, id, NULL,
+                "{\"command\":\"echo $X-$Y; pwd\",\"env\":{\"X\":\"x 1\",\"Y\":\"\"},\"cwd\":\"/sub\"}",
+                200);
+    out = cpu_jstr(r, "stdout");
+    cr_assert_eq(strncmp(out, "x 1-\n", 5), 0, "%s", out);
+    cr_assert_str_eq(out + strlen(out) - 5, "/sub\n");
+    cr_assert_null(cpu_jget(r->json, "timed_out"));
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"true\",\"cwd\":\"/missing/dir\"}", 502);
+    cr_assert_str_eq(cpu_jstr(r, "detail.code"), "not_found");
+    cr_assert_str_eq(cpu_jstr(r, "detail.op"), "execute");
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"echo start; sleep 5\",\"timeout_secs\":0.5}", 200);
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "exit_code")), 124);
+    cr_assert(json_object_get_boolean(cpu_jget(r->json, "timed_out")));
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "start\n");
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"true\",\"env\":[1]}", 422);
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "env");
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"true\",\"timeout_secs\":0}", 422);
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "timeout_secs");
+    cpu_response_free(r);
+    terminate(key, id);
+    free(id);
 }
