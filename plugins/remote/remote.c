@@ -40,7 +40,14 @@
  *    are used when present, else stdout / stderr as text. Output therefore
  *    arrives when the command ends. A transport failure re-sends the same
  *    key (the server replays the stored result); a 409 "execution is
- *    already in progress" after such a re-send is waited out.
+ *    already in progress" for the command's own request id (an earlier
+ *    send of it) is waited out. Env, cwd and stdin stay in the script even
+ *    where a server takes them as fields: the reference drops unknown
+ *    fields silently.
+ *  - Capabilities: exec, stdin, files, resume, background processes and
+ *    lifetime; isolation unless the upstream backend is local or
+ *    safehouse (whose commands see the host). No snapshot, no terminal,
+ *    no list_owned (the contract's records carry no create token).
  *  - exec_kill: a command of its own that signals every process carrying
  *    the command's mark (provider.h), found with one grep over
  *    /proc/N/environ, so timeouts end the whole tree.
@@ -61,7 +68,13 @@
  *    request set ("create the sandbox (memory_mb 64): ..."), and, when it
  *    set only one, context option names it.
  *
- * Threading: slots may run at once; a sandbox's gone flag has its lock.
+ * Threading: slots may run at once; a sandbox's gone flag has its lock;
+ * the error context kept for exec_wait (rm_last_ctx) is per thread.
+ *
+ * Not done: a create whose outcome stays unknown after its re-sends (the
+ * control plane unreachable) is not looked for afterwards: the contract
+ * has no way to find a sandbox by its idempotency key but sending the
+ * create again.
  */
 #include "cloud.h"
 #include "provider.h"
