@@ -18,7 +18,9 @@
  *    and runs the command once (its list and the command's own file count),
  *    also when the re-sent execute finds the first still running (409 in
  *    progress, waited out); a failed execute's replay (409 with the stored
- *    payload as a string) is the same error as the 502 it replays;
+ *    payload as a string) is the same error as the 502 it replays; a create
+ *    whose answer is lost with no re-send allowed fails with outcome
+ *    unknown, and the sandbox the server made is deleted before it returns;
  *  - the session state holds the server's id and URL, no key, and a resume
  *    through another client works;
  *  - CASE-07 through the control plane: non-UTF-8 output arrives byte-exact;
@@ -597,6 +599,26 @@ Test(remote, lost_create_answer_is_resent_with_the_key_and_makes_one_sandbox)
     cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
     sbx_sandbox_free(sb);
     sbx_client_free(c);
+}
+
+Test(remote, create_with_unknown_outcome_leaves_nothing)
+{
+    /* No re-sends: the lost answer leaves the outcome unknown; the reaper
+     * sends the create again with its key and deletes what it gets. */
+    int running = count_sandboxes("running"), destroyed = count_sandboxes("destroyed");
+    proxy *px = proxy_start("POST /v1/sandboxes ", 1, NULL, NULL);
+    char *cfg = tu_strdup_printf("{\"url\":\"http://127.0.0.1:%d\",\"retries\":0}", px->port);
+    sbx_client *c = client_with(cfg);
+    sbx_error *err = create_fails(c, NULL);
+    tu_assert_error(err, SBX_ERROR_CONNECTION, "create the sandbox on 127.0.0.1:", NULL);
+    cr_assert_eq(sbx_error_get_outcome(err), SBX_ERROR_OUTCOME_UNKNOWN);
+    sbx_error_free(err);
+    /* The server made one, and it is destroyed already. */
+    cr_assert_geq(proxy_requests(px), 2);
+    cr_assert_eq(count_sandboxes("destroyed"), destroyed + 1);
+    cr_assert_eq(count_sandboxes("running"), running);
+    sbx_client_free(c);
+    free(cfg);
 }
 
 Test(remote, lost_execute_answer_is_resent_and_runs_once)

@@ -71,10 +71,12 @@
  * Threading: slots may run at once; a sandbox's gone flag has its lock;
  * the error context kept for exec_wait (rm_last_ctx) is per thread.
  *
- * Not done: a create whose outcome stays unknown after its re-sends (the
- * control plane unreachable) is not looked for afterwards: the contract
- * has no way to find a sandbox by its idempotency key but sending the
- * create again.
+ * A create whose answer never came after its re-sends (the control plane
+ * may have made the sandbox) fails with outcome unknown, and the client's
+ * reaper sends the same create again with its key, at once and then once a
+ * second for 30 s (cl_reap_lost): the control plane answers with the
+ * record it made, or makes it, and the reaper deletes it (CASE-20). The
+ * contract has no other way to find a sandbox by its idempotency key.
  */
 #include "cloud.h"
 #include "provider.h"
@@ -111,12 +113,23 @@
 /* Upstream backends whose commands see the host (no isolation). */
 static const char *const rm_host_backends[] = { "local", "safehouse", NULL };
 
+/* A create whose outcome is unknown: what the reaper sends again. */
+typedef struct rm_lost {
+    char *key;          /* its Idempotency-Key */
+    char *api;
+    char *body;         /* its JSON body */
+    struct rm_lost *next;
+} rm_lost;
+
 struct sbx_plugin_client {
     cl_http *http;
     char *api;          /* base URL, or NULL when none was configured */
     char *backend;      /* the upstream backend, or NULL */
     int has_key;
     char *url_error;    /* the bad URL's message, when one was given */
+    cl_reaper *reaper;  /* creates whose outcome is unknown (CASE-20) */
+    pthread_mutex_t lost_lock;
+    rm_lost *lost;      /* guarded by lost_lock */
 };
 
 struct sbx_plugin_sandbox {
@@ -478,6 +491,16 @@ static void rm_client_free(sbx_plugin_client *c)
 {
     if (!c)
         return;
+    cl_reaper_free(c->reaper);
+    while (c->lost) {
+        rm_lost *l = c->lost;
+        c->lost = l->next;
+        free(l->key);
+        free(l->api);
+        free(l->body);
+        free(l);
+    }
+    pthread_mutex_destroy(&c->lost_lock);
     cl_http_free(c->http);
     free(c->api);
     free(c->backend);
@@ -507,6 +530,84 @@ static int rm_opt(json_object *cfg, const char *key, const char *env, const char
     return 0;
 }
 
+static const char *rm_status(json_object *rec);
+static int rm_delete_on(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *api,
+                        const char *id, const char *op, sbx_error **error);
+
+/*
+ * The reaper's look for the create sent with Idempotency-Key @token whose
+ * outcome was unknown (CASE-20): the same create sent again with that key.
+ * The control plane answers with the record it made (a replay: nothing is
+ * made twice) or, when the first never reached it, makes it now; either
+ * way a sandbox that is not destroyed is what the reaper deletes. One id,
+ * or none.
+ */
+static int rm_reap_find(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
+                        sbx_error **error)
+{
+    struct sbx_plugin_client *c = ud;
+    char *api = NULL, *body = NULL;
+    pthread_mutex_lock(&c->lost_lock);
+    for (rm_lost *l = c->lost; l; l = l->next)
+        if (strcmp(l->key, token) == 0) {
+            api = strdup(l->api);
+            body = strdup(l->body);
+            break;
+        }
+    pthread_mutex_unlock(&c->lost_lock);
+    cl_ids found = { 0 };
+    int rc = 0;
+    json_object *b = body ? json_tokener_parse(body) : NULL;
+    if (api && b) {
+        cl_resp r = { 0 };
+        rc = rm_call(c->http, ctx, "POST", api, "/v1/sandboxes", b, token, &r, "create",
+                     "send the lost create again", error);
+        if (rc == 0 && r.status / 100 == 2) {
+            json_object *j = cl_resp_json(&r, "create", "send the lost create again", NULL);
+            const char *id = cl_json_str(j, "id");
+            if (id && strcmp(rm_status(j), "destroyed") != 0)
+                rc = cl_ids_add(&found, id);
+            json_object_put(j);
+        } else if (rc == 0) {
+            rc = -1;
+        }
+        cl_resp_clear(&r);
+    }
+    json_object_put(b);
+    free(api);
+    free(body);
+    return cl_ids_finish(&found, rc, ids, "create", error);
+}
+
+static int rm_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
+{
+    struct sbx_plugin_client *c = ud;
+    return c->api ? rm_delete_on(c, ctx, c->api, id, "create", error) : -1;
+}
+
+/* Keeps what the reaper needs to send create @key again, and starts
+ * looking (cl_reap_lost). */
+static void rm_create_lost(struct sbx_plugin_client *c, const char *api, const char *key,
+                           json_object *body)
+{
+    rm_lost *l = calloc(1, sizeof(*l));
+    const char *b = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
+    if (!l || !(l->key = strdup(key)) || !(l->api = strdup(api)) || !(l->body = strdup(b))) {
+        if (l) {
+            free(l->key);
+            free(l->api);
+            free(l->body);
+        }
+        free(l);
+        return;
+    }
+    pthread_mutex_lock(&c->lost_lock);
+    l->next = c->lost;
+    c->lost = l;
+    pthread_mutex_unlock(&c->lost_lock);
+    cl_reap_lost(c->reaper, key);
+}
+
 static int rm_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
@@ -519,6 +620,11 @@ static int rm_client_new(const char *config_json, sbx_plugin_client **client, sb
         json_object_put(cfg);
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
+    }
+    pthread_mutex_init(&c->lost_lock, NULL);
+    if (!(c->reaper = cl_reaper_new(rm_reap_find, rm_reap_delete, c))) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
     }
     static const char *const known[] = { "url", "api_key", "backend", "retries",
                                          "rate_limit_retries", "max_retry_wait_s", NULL };
@@ -1043,8 +1149,16 @@ static int rm_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         key = key_buf;
     }
     if (rm_call(c->http, ctx, "POST", api, "/v1/sandboxes", body, key, &r, op,
-                "create the sandbox", error) < 0)
+                "create the sandbox", error) < 0) {
+        if (r.lost) {
+            /* It may have made the sandbox: said so, and the reaper
+             * sends the same create again to find and delete it. */
+            if (error && *error)
+                cl_outcome_unknown(*error);
+            rm_create_lost(c, api, key, body);
+        }
         goto out;
+    }
     if (r.status / 100 != 2) {
         /* The contract's payload carries a fixed message per code and no
          * option name: the message names what the request set instead. */

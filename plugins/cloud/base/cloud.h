@@ -340,6 +340,10 @@ typedef struct cl_resp {
     char *kept_header;          /* the value of req->keep_header in the last
                                  * answer, blanks trimmed; NULL when absent */
     double waited_s;            /* seconds slept between attempts */
+    int lost;                   /* cl_request failed with no answer after
+                                 * its last attempt may have reached the
+                                 * server (not a refused connection or an
+                                 * unresolved name): it may have acted */
 } cl_resp;
 
 /**

@@ -719,6 +719,7 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
         }
         if (!not_sent && !req->idempotent)
             cl_outcome_unknown(e);
+        resp->lost = !not_sent;
         (void)connects;
         (void)sent;
         return -1;
