@@ -66,14 +66,25 @@ static char g_dir[256];
 static char g_url[128];
 static char g_key[128];
 
-static void server_stop(void);
+static char g_sandbox[128];      /* the server's sandbox, once made */
 
-/* Says why, stops the server and removes its directory, exits 1. */
+static void server_stop(void);
+static long http(CURL *h, const char *method, const char *path, const char *body, int admin,
+                 const char *extra, bench_body *out);
+
+/* Says why, terminates the server's sandbox (it outlives the server),
+ * stops the server and removes its directory, exits 1. */
 static void die(const char *fmt, const char *a)
 {
     fprintf(stderr, "cp_exec: ");
     fprintf(stderr, fmt, a);
     fprintf(stderr, "\n");
+    if (g_sandbox[0]) {
+        char path[192];
+        snprintf(path, sizeof path, "/v1/sandboxes/%s", g_sandbox);
+        g_sandbox[0] = '\0';
+        http(NULL, "DELETE", path, NULL, 0, NULL, NULL);
+    }
     if (g_dir[0])
         server_stop();
     exit(1);
@@ -357,6 +368,7 @@ int main(int argc, char **argv)
         die("POST /v1/sandboxes: %s", b.data ? b.data : "");
     char id[128];
     snprintf(id, sizeof id, "%s", jstr(b.data, "id", buf, sizeof buf));
+    snprintf(g_sandbox, sizeof g_sandbox, "%s", id);
     free(b.data);
     sbx_error *err = NULL;
     sbx_client *local = sbx_client_new("local", &err);
@@ -485,7 +497,10 @@ int main(int argc, char **argv)
     sbx_client_free(local);
     char path[160];
     snprintf(path, sizeof path, "/v1/sandboxes/%s", id);
-    http(NULL, "DELETE", path, NULL, 0, NULL, NULL);
+    long st = http(NULL, "DELETE", path, NULL, 0, NULL, NULL);
+    g_sandbox[0] = '\0';
+    if (st != 200)
+        fprintf(stderr, "cp_exec: DELETE %s: HTTP %ld\n", path, st);
     free(a);
     free(c);
     server_stop();
