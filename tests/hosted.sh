@@ -81,6 +81,22 @@ else
 fi
 fake_pid=$!
 stop_fake() {
+    # The control plane's sandboxes outlive it: any a test left (one that
+    # crashed before its teardown) is terminated first.
+    if [ "$backend" = remote ] && [ -n "${BESPOKE_SANDBOX_KEY:-}" ] && kill -0 "$fake_pid" 2>/dev/null; then
+        "$py" -c '
+import json, sys, urllib.request
+url, key = sys.argv[1], sys.argv[2]
+h = {"Authorization": "Bearer " + key}
+rq = urllib.request.Request(url + "/v1/sandboxes", headers=h)
+for sb in json.load(urllib.request.urlopen(rq, timeout=30)):
+    if sb["status"] not in ("destroyed", "failed"):
+        try:
+            urllib.request.urlopen(urllib.request.Request(url + "/v1/sandboxes/" + sb["id"],
+                                   method="DELETE", headers=h), timeout=60)
+        except Exception as e:
+            print("# left sandbox %s: %s" % (sb["id"], e))' "$url" "$BESPOKE_SANDBOX_KEY"
+    fi
     # A fake that ended before the suites did is said (its status and the
     # end of its log) as TAP comments: the failures above came from it.
     if ! kill -0 "$fake_pid" 2>/dev/null; then
