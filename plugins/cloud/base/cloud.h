@@ -323,6 +323,13 @@ typedef struct cl_req {
     const char *keep_header;    /* an answer header whose value goes to
                                  * resp->kept_header (a page token such as
                                  * "X-Next-Token"); NULL = none */
+    int answers_final;          /* 1: a CL_SAFE request is re-sent after a
+                                 * transport failure only, never after an
+                                 * HTTP answer (a 5xx is the server's last
+                                 * word: a control plane's 502 carries the
+                                 * provider's error, and its replay of the
+                                 * same idempotency key would only repeat
+                                 * it); 429s are handled as for any request */
 } cl_req;
 
 typedef struct cl_resp {
@@ -337,6 +344,10 @@ typedef struct cl_resp {
     char *kept_header;          /* the value of req->keep_header in the last
                                  * answer, blanks trimmed; NULL when absent */
     double waited_s;            /* seconds slept between attempts */
+    int lost;                   /* cl_request failed with no answer after
+                                 * its last attempt may have reached the
+                                 * server (not a refused connection or an
+                                 * unresolved name): it may have acted */
 } cl_resp;
 
 /**
