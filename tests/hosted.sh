@@ -28,6 +28,13 @@
 # Runs from the build directory; writes only TAP to stdout. Exits 0 when
 # every test passed, 1 otherwise, 99 when the fake could not start.
 # SBX_CLOUD_SUITES overrides the programs.
+#
+# Terminals: on the backends whose provider runs commands on a terminal
+# (SBX_CAP_PTY), the terminal tests run too: tests/test_process (its tty
+# suite: isatty, the size at the start, a resize with SIGWINCH, echo of
+# typed input, ^C, hang-up, ^D, the exit code; and the process handle
+# without a terminal) and tests/test_tty (`sbx run -it` and `sbx exec -it`
+# under a real terminal).
 
 backend=$1
 here=${SBX_TEST_SRCDIR:-$(dirname "$0")}
@@ -142,6 +149,11 @@ plugin_dir=$PWD/plugins/cloud/$backend/.libs
 SBX_PLUGIN_PATH="$plugin_dir:$PWD/plugins/local/.libs:$PWD/tests/plugins/.libs${SBX_PLUGIN_PATH:+:$SBX_PLUGIN_PATH}"
 export SBX_TEST_BACKEND SBX_TEST_SANDBOX_PROCS_ON_HOST SBX_PLUGIN_PATH
 
+terminal=
+case $backend in
+e2b) terminal="tests/test_process tests/test_tty" ;;
+esac
+
 modes=${SBX_CLOUD_MODES:-outofprocess inprocess}
 total=0
 failed=0
@@ -154,7 +166,7 @@ for mode in $modes; do
         [ "$mode" = outofprocess ] || [ -n "${CRITERION_TEST_PATTERN:-}" ] ||
             filter='--filter=*/!(*_slow)' ;;
     esac
-    for prog in ${SBX_CLOUD_SUITES:-tests/test_conformance tests/test_cases tests/test_state tests/test_$backend}; do
+    for prog in ${SBX_CLOUD_SUITES:-tests/test_conformance tests/test_cases tests/test_state tests/test_$backend $terminal}; do
         if [ ! -x "./$prog" ]; then
             echo "Bail out! $prog not found (run from the build directory)"
             exit 99

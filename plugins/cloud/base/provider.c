@@ -564,6 +564,23 @@ int cl_exec_check(cl_sandbox *s, const char *provider, const sbx_plugin_exec_req
                 "%s backend: commands on a terminal are not supported", provider);
         return -1;
     }
+    return cl_exec_check_pty(s, provider, rq, per_command_user, error);
+}
+
+int cl_exec_check_pty(cl_sandbox *s, const char *provider, const sbx_plugin_exec_request *rq,
+                      int per_command_user, sbx_error **error)
+{
+    if (cl_gone_check(&s->gone, "exec", provider, s->id, error) < 0)
+        return -1;
+    if (!rq->tty_rows != !rq->tty_cols) {
+        char size[32];
+        snprintf(size, sizeof size, "%ux%u", rq->tty_rows, rq->tty_cols);
+        cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "exec",
+                           "%s backend: terminal size %u rows x %u columns is invalid (both "
+                           "> 0, or both 0 for no terminal)", provider, rq->tty_rows,
+                           rq->tty_cols), "size", size);
+        return -1;
+    }
     if (rq->user && !per_command_user) {
         cl_context(cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, "exec",
                            "%s backend: commands run as the sandbox's user; user %s cannot be "

@@ -387,6 +387,15 @@ int cl_exec_event_fd(sbx_plugin_process *process);
 int cl_exec_check(cl_sandbox *s, const char *provider, const sbx_plugin_exec_request *rq,
                   int per_command_user, sbx_error **error);
 
+/**
+ * cl_exec_check() for a provider that runs commands on a terminal: the
+ * same checks, except that a request with tty_rows and tty_cols both > 0
+ * passes (the host has checked them against SBX_TTY_MAX); one of them 0
+ * and not the other is invalid_argument naming the size (context size).
+ */
+int cl_exec_check_pty(cl_sandbox *s, const char *provider, const sbx_plugin_exec_request *rq,
+                      int per_command_user, sbx_error **error);
+
 /** The ids a listing collects (the reaper's look-up, cloud.h): start from
  *  { 0 }. Not thread-safe. */
 typedef struct cl_ids {
