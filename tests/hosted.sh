@@ -151,7 +151,7 @@ export SBX_TEST_BACKEND SBX_TEST_SANDBOX_PROCS_ON_HOST SBX_PLUGIN_PATH
 
 terminal=
 case $backend in
-e2b) terminal="tests/test_process tests/test_tty" ;;
+e2b | modal) terminal="tests/test_process tests/test_tty" ;;
 esac
 
 modes=${SBX_CLOUD_MODES:-outofprocess inprocess}

@@ -167,6 +167,21 @@ char *cl_mark_kill_command(const char *tag, int sig);
  */
 char *cl_mark_kill_command_var(const char *var, const char *tag, int sig);
 
+/**
+ * A shell command, run in the sandbox by a process that does not carry the
+ * mark, that sets the size of the terminal of the command whose processes
+ * carry CL_EXEC_MARK=@tag to @rows x @cols (stty on the descriptor 0 of the
+ * first such process that has a terminal there: TIOCSWINSZ, so the
+ * terminal's foreground process group gets SIGWINCH when it changed), for
+ * providers that give a command a terminal but have no call to resize it.
+ * It looks for up to 5 s (the command may be starting) and exits 0 once
+ * the size is set, CL_RESIZE_NONE_EXIT when no process of the command has
+ * a terminal. @tag as for cl_mark_kill_command(); @rows and @cols
+ * 1..65535. A new string; NULL on bad input or no memory. Thread-safe.
+ */
+char *cl_mark_resize_command(const char *tag, unsigned rows, unsigned cols);
+#define CL_RESIZE_NONE_EXIT 3
+
 /* ------------------------------------------------------------------------ */
 /* The create's environment as a file in the sandbox                         */
 /* ------------------------------------------------------------------------ */
@@ -459,6 +474,19 @@ int cl_exec_wait_script(sbx_plugin_process *process, sbx_plugin_sandbox *sb,
  */
 int cl_proc_mark_kill(cl_proc *p, sbx_plugin_sandbox *sb, cl_run_fn run,
                       const sbx_call_ctx *ctx, const char *tag, int sig, sbx_error **error);
+
+/**
+ * The exec_resize slot's body for a command on a terminal whose processes
+ * carry CL_EXEC_MARK=@tag, on a provider with no resize call: 0 at once
+ * when @p has ended; else cl_mark_resize_command(@tag, @rows, @cols)
+ * through @run (op exec_resize): 0 once the size is set (or the command
+ * ended meanwhile); -1 with @run's error, or execution_failed naming the
+ * size (context size ROWSxCOLS) when no process of the command had a
+ * terminal or stty failed.
+ */
+int cl_proc_mark_resize(cl_proc *p, sbx_plugin_sandbox *sb, cl_run_fn run,
+                        const sbx_call_ctx *ctx, const char *tag, unsigned rows, unsigned cols,
+                        sbx_error **error);
 
 
 /**
