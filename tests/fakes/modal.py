@@ -108,7 +108,7 @@ class Exec:
         self.tty = master is not None
         self.pty_done = False       # its reader is to stop
         self.out = [bytearray(), bytearray()]
-        self.eof = [False, not self.tty]
+        self.eof = [False, self.tty]     # a terminal has no stderr of its own
         self.code = None        # returncode once it ended
         self.done = False       # ended, and its output read (or given up on)
         self.stdin_off = 0
