@@ -99,7 +99,9 @@
  * sandbox's mutable state (the gone flag, a cl_gone) has its own lock.
  */
 #include "provider.h"
-#include "ws.h"
+#ifdef SBX_HAVE_CLOUD_WS
+#include "ws.h"     /* terminals: the base's WebSocket client */
+#endif
 
 #include <errno.h>
 #include <poll.h>
@@ -125,11 +127,18 @@
 #define DT_IDLE_STOP_MIN 15     /* autoStopInterval when no lifetime was set */
 #define DT_REAP_WINDOW_S 60.0   /* how long a lost create's sandbox is looked for */
 
+/* Terminals need the base's WebSocket client (libwebsockets). */
+#ifdef SBX_HAVE_CLOUD_WS
+#define DT_CAP_PTY SBX_CAP_PTY
+#else
+#define DT_CAP_PTY 0
+#endif
+
 #define DT_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_SNAPSHOT      \
                  | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY            \
                  | SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT | SBX_CAP_DISK_LIMIT          \
                  | SBX_CAP_GPU | SBX_CAP_IMAGE | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED    \
-                 | SBX_CAP_BACKGROUND | SBX_CAP_PTY)
+                 | SBX_CAP_BACKGROUND | DT_CAP_PTY)
 
 static const char *const dt_gpu_types[] = { "H100", "H200", "RTX-PRO-6000", "RTX-4090",
                                             "RTX-5090", NULL };
@@ -1594,6 +1603,8 @@ out:
 /* Terminals: the toolbox daemon's PTY sessions                              */
 /* ------------------------------------------------------------------------ */
 
+#ifdef SBX_HAVE_CLOUD_WS
+
 /* What bash runs before its first prompt: the command in its place. */
 #define DT_PTY_PROMPT_COMMAND                                                  \
     "unset PROMPT_COMMAND; sbx_s=$SBX_TTY_SCRIPT; unset SBX_TTY_SCRIPT; "       \
@@ -1905,14 +1916,21 @@ static int dt_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx, 
     return rc;
 }
 
+#endif /* SBX_HAVE_CLOUD_WS */
+
 static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
                          sbx_error **error)
 {
     const char *op = "exec";
     (void)ctx;
+#ifdef SBX_HAVE_CLOUD_WS
     if (cl_exec_check_pty(&sb->s, DT_BACKEND, rq, 0, error) < 0)
         return -1;
+#else
+    if (cl_exec_check(&sb->s, DT_BACKEND, rq, 0, error) < 0)
+        return -1;
+#endif
     /* The overlay becomes shell assignments (dt_command_line, or the
      * terminal's exports): each key
      * must be a shell name. */
@@ -1931,11 +1949,16 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
             return -1;
         }
     }
+#ifdef SBX_HAVE_CLOUD_WS
     int tty = rq->tty_rows > 0;
-    cl_script_proc *p = cl_script_proc_new(tty ? sizeof(dt_pty) : sizeof(*p), sb, NULL, rq,
-                                           dt_run_short, op, error);
+    size_t size = tty ? sizeof(dt_pty) : sizeof(cl_script_proc);
+#else
+    size_t size = sizeof(cl_script_proc);
+#endif
+    cl_script_proc *p = cl_script_proc_new(size, sb, NULL, rq, dt_run_short, op, error);
     if (!p)
         return -1;
+#ifdef SBX_HAVE_CLOUD_WS
     if (tty) {
         dt_pty *t = (dt_pty *)p;
         t->rows = rq->tty_rows;
@@ -1945,6 +1968,7 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
         pthread_cond_init(&t->cond, NULL);
         p->fini = dt_pty_fini;
     }
+#endif
     /* A relative cwd is taken from the sandbox's root (dt_abs). */
     char *cwd = rq->cwd ? dt_abs(sb, rq->cwd) : sb->workdir ? strdup(sb->workdir) : NULL;
     free(p->script);
@@ -1956,7 +1980,11 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
         cl_script_proc_free(p);
         return -1;
     }
-    return cl_script_proc_launch(p, tty ? dt_pty_run : dt_exec_run, rq, op, process, error);
+#ifdef SBX_HAVE_CLOUD_WS
+    if (tty)
+        return cl_script_proc_launch(p, dt_pty_run, rq, op, process, error);
+#endif
+    return cl_script_proc_launch(p, dt_exec_run, rq, op, process, error);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1988,7 +2016,9 @@ static const sbx_plugin dt_plugin = {
     .exec_wait = cl_script_exec_wait,
     .exec_event_fd = cl_exec_event_fd,
     .exec_kill = cl_script_exec_kill,
+#ifdef SBX_HAVE_CLOUD_WS
     .exec_resize = dt_exec_resize,
+#endif
     .exec_free = cl_script_exec_free,
     .list_files = dt_list_files,
     .read_file = dt_read_file,
