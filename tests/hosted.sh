@@ -151,7 +151,7 @@ export SBX_TEST_BACKEND SBX_TEST_SANDBOX_PROCS_ON_HOST SBX_PLUGIN_PATH
 
 terminal=
 case $backend in
-e2b | modal) terminal="tests/test_process tests/test_tty" ;;
+e2b | modal | daytona | cloudflare) terminal="tests/test_process tests/test_tty" ;;
 esac
 
 modes=${SBX_CLOUD_MODES:-outofprocess inprocess}
@@ -174,6 +174,10 @@ for mode in $modes; do
         out="$dir/tap"
         case $backend:$prog in
         *:tests/test_$backend) CRITERION_JOBS=1 "./$prog" $filter >"$out" ;;
+        # Their stdin is staged before the command runs, not written while
+        # it runs: the process suite's terminal tests only.
+        daytona:tests/test_process | cloudflare:tests/test_process)
+            "./$prog" '--filter=tty/*' >"$out" ;;
         # The sandboxes of one Ray cluster share its node's process table:
         # the cases that count a command's processes with ps run one at a
         # time.

@@ -61,10 +61,12 @@
  *    shell's end the close frame whose reason is {"exitCode": N}. The
  *    daemon starts the user's shell with no argument (an interactive bash),
  *    so the command rides in its envs: PROMPT_COMMAND, run by bash before
- *    its first prompt (nothing is typed, nothing echoed), unsets itself and
- *    execs /bin/sh -c with the script held in SBX_TTY_SCRIPT (the per-call
- *    env as exports, then the command's script), so the command is the
- *    terminal's program and its exit code the session's. A resize is POST
+ *    its first prompt (nothing is typed, nothing echoed), exports again the
+ *    environment bash was given (/proc/$$/environ: its rc files may have
+ *    changed PS1 and the like), unsets itself and execs /bin/sh -c with
+ *    the script held in SBX_TTY_SCRIPT (the per-call env as exports, then
+ *    the command's script), so the command is the terminal's program and
+ *    its exit code the session's. A resize is POST
  *    /process/pty/{id}/resize {"cols", "rows"}. The end of the host's stdin
  *    hangs the terminal up (SIGHUP to the command's processes, by the
  *    mark). A shell killed by a signal is reported by the daemon as
@@ -1605,10 +1607,13 @@ out:
 
 #ifdef SBX_HAVE_CLOUD_WS
 
-/* What bash runs before its first prompt: the command in its place. */
+/* What bash runs before its first prompt: the command in its place, with
+ * the environment bash was given (read back from /proc/$$/environ: the rc
+ * files bash read may have changed exported values, such as PS1). */
 #define DT_PTY_PROMPT_COMMAND                                                  \
-    "unset PROMPT_COMMAND; sbx_s=$SBX_TTY_SCRIPT; unset SBX_TTY_SCRIPT; "       \
-    "exec /bin/sh -c \"$sbx_s\""
+    "while IFS= read -r -d '' sbx_kv; do export \"$sbx_kv\" 2>/dev/null; "     \
+    "done < /proc/$$/environ; unset PROMPT_COMMAND sbx_kv; "                    \
+    "sbx_s=$SBX_TTY_SCRIPT; unset SBX_TTY_SCRIPT; exec /bin/sh -c \"$sbx_s\""
 
 typedef struct dt_pty {
     cl_script_proc sp;          /* first member (provider.h) */
