@@ -153,3 +153,84 @@ class WebSocket:
                 parts.append(data)
             if fin and first is not None:
                 return first, b"".join(parts)
+
+
+class Client:
+    """The client side, for the fakes' checkers: connects to
+    ws://127.0.0.1:@port@path with @headers (a dict), masks its frames.
+    .status is the HTTP status of the answer to the upgrade; .body the
+    answer's body when it was not 101."""
+
+    def __init__(self, port, path, headers=None, timeout=30):
+        import os
+        import socket
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        key = base64.b64encode(os.urandom(16)).decode()
+        lines = ["GET %s HTTP/1.1" % path, "Host: 127.0.0.1:%d" % port, "Upgrade: websocket",
+                 "Connection: Upgrade", "Sec-WebSocket-Key: " + key,
+                 "Sec-WebSocket-Version: 13"]
+        lines += ["%s: %s" % kv for kv in (headers or {}).items()]
+        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        self.buf = b""
+        while b"\r\n\r\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                break
+            self.buf += chunk
+        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
+        self.status = int(head.split(b" ")[1]) if head else 0
+        self.body = b""
+        if self.status != 101:
+            n = 0
+            for ln in head.split(b"\r\n"):
+                if ln.lower().startswith(b"content-length:"):
+                    n = int(ln.split(b":")[1])
+            while len(self.buf) < n:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    break
+                self.buf += chunk
+            self.body = self.buf[:n]
+
+    def _read(self, n):
+        while len(self.buf) < n:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise Closed(None, "the connection ended")
+            self.buf += chunk
+        b, self.buf = self.buf[:n], self.buf[n:]
+        return b
+
+    def recv(self):
+        """(OP_TEXT | OP_BINARY, bytes); raises Closed (code, reason) at the
+        server's close frame."""
+        while True:
+            b0, b1 = self._read(2)
+            n = b1 & 0x7F
+            if n == 126:
+                n = struct.unpack(">H", self._read(2))[0]
+            elif n == 127:
+                n = struct.unpack(">Q", self._read(8))[0]
+            data = self._read(n)
+            op = b0 & 0x0F
+            if op == OP_CLOSE:
+                code = struct.unpack(">H", data[:2])[0] if len(data) >= 2 else None
+                raise Closed(code, data[2:].decode("utf-8", "replace"))
+            if op in (OP_TEXT, OP_BINARY):
+                return op, data
+
+    def send(self, op, data):
+        import os
+        mask = os.urandom(4)
+        n = len(data)
+        head = bytes([0x80 | op])
+        if n < 126:
+            head += bytes([0x80 | n])
+        elif n < 65536:
+            head += bytes([0x80 | 126]) + struct.pack(">H", n)
+        else:
+            head += bytes([0x80 | 127]) + struct.pack(">Q", n)
+        self.sock.sendall(head + mask + bytes(b ^ mask[i & 3] for i, b in enumerate(data)))
+
+    def close(self):
+        self.sock.close()
