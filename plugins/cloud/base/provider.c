@@ -216,7 +216,7 @@ char *cl_mark_resize_command(const char *tag, unsigned rows, unsigned cols)
      * while the command may still be starting. */
     char *s = NULL;
     if (asprintf(&s, "i=0; while [ $i -lt 50 ]; do for d in /proc/[0-9]*; do "
-                     "tr '\\0' '\\n' < $d/environ 2>/dev/null | grep -qx '%s=%s' || continue; "
+                     "tr '\\0' '\\n' 2>/dev/null <$d/environ | grep -qx '%s=%s' || continue; "
                      "stty -F $d/fd/0 rows %u cols %u 2>/dev/null && exit 0; done; "
                      "i=$((i+1)); sleep 0.1; done; exit %d", CL_EXEC_MARK, tag, rows, cols,
                  CL_RESIZE_NONE_EXIT) < 0)
