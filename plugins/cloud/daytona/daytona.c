@@ -70,7 +70,8 @@
  *    /process/pty/{id}/resize {"cols", "rows"}. The end of the host's stdin
  *    hangs the terminal up (SIGHUP to the command's processes, by the
  *    mark). A shell killed by a signal is reported by the daemon as
- *    exitCode -1, which names no signal: an execution_failed error.
+ *    exitCode -1, which names no signal: 128+N when exec_kill sent signal
+ *    N last, else an execution_failed error.
  *  - A stopped or archived sandbox is started on use (CASE-53): a toolbox
  *    answer 400 "... Is the Sandbox started?" makes the plugin look at the
  *    sandbox's state; stopped/archived → POST /sandbox/{id}/start and wait
@@ -1624,6 +1625,7 @@ typedef struct dt_pty {
     int created;                /* the session exists (resize may go) */
     int over;                   /* the worker is done with it */
     cl_ws *ws;                  /* while connected */
+    int signalled;              /* the last signal exec_kill sent, or 0 */
     int connected;              /* the daemon's "connected" control came */
     char ctl_error[512];        /* its "error" control, or "" */
 } dt_pty;
@@ -1722,8 +1724,13 @@ static int dt_pty_exit_code(dt_pty *p, const char *reason, int code)
     int have = cl_json_int(j, "exitCode", &v) == 1;
     const char *err = cl_json_str(j, "error");
     int rc;
+    pthread_mutex_lock(&p->lock);
+    int sig = p->signalled;
+    pthread_mutex_unlock(&p->lock);
     if (have && v >= 0) {
         rc = (int)(v & 0xff);
+    } else if (have && sig > 0) {
+        rc = 128 + sig;     /* the signal exec_kill sent ended it */
     } else if (have) {
         cl_fail(NULL, SBX_ERROR_EXECUTION_FAILED, op, "daytona: the terminal's command was "
                 "ended by a signal the daemon does not name (exitCode %lld)", (long long)v);
@@ -1863,6 +1870,21 @@ static void dt_pty_fini(cl_script_proc *sp)
     dt_pty *p = (dt_pty *)sp;
     pthread_cond_destroy(&p->cond);
     pthread_mutex_destroy(&p->lock);
+}
+
+/* exec_kill: cl_script_exec_kill(), the signal remembered for a terminal's
+ * command (the daemon names none when its shell dies by one). */
+static int dt_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
+                        sbx_error **error)
+{
+    cl_script_proc *sp = (cl_script_proc *)process;
+    if (sp->fini == dt_pty_fini) {
+        dt_pty *p = (dt_pty *)sp;
+        pthread_mutex_lock(&p->lock);
+        p->signalled = sig;
+        pthread_mutex_unlock(&p->lock);
+    }
+    return cl_script_exec_kill(process, ctx, sig, error);
 }
 
 /* POST /process/pty/{id}/resize once the session exists (waited for within
@@ -2020,7 +2042,11 @@ static const sbx_plugin dt_plugin = {
     .exec_start = dt_exec_start,
     .exec_wait = cl_script_exec_wait,
     .exec_event_fd = cl_exec_event_fd,
+#ifdef SBX_HAVE_CLOUD_WS
+    .exec_kill = dt_exec_kill,
+#else
     .exec_kill = cl_script_exec_kill,
+#endif
 #ifdef SBX_HAVE_CLOUD_WS
     .exec_resize = dt_exec_resize,
 #endif
