@@ -212,14 +212,21 @@ char *cl_mark_resize_command(const char *tag, unsigned rows, unsigned cols)
         || rows > 65535 || cols > 65535)
         return NULL;
     /* /proc/N/fd/0 opens the command's own terminal whatever the path of
-     * its device is in this mount namespace. Up to 50 looks, 0.1 s apart,
-     * while the command may still be starting. */
+     * its device is in this mount namespace. The size is set with one
+     * TIOCSWINSZ (python3's termios), so the command never sees half of
+     * it; without python3, stty (rows, then cols: two ioctls). Up to 50
+     * looks, 0.1 s apart, while the command may still be starting. */
     char *s = NULL;
-    if (asprintf(&s, "i=0; while [ $i -lt 50 ]; do for d in /proc/[0-9]*; do "
+    if (asprintf(&s, "sbx_ws() { python3 -c 'import fcntl, os, struct, sys, termios\n"
+                     "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_NOCTTY)\n"
+                     "fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack(\"HHHH\", %u, %u, 0, 0))' "
+                     "\"$1\" 2>/dev/null || stty -F \"$1\" rows %u cols %u 2>/dev/null; }; "
+                     "i=0; while [ $i -lt 50 ]; do for d in /proc/[0-9]*; do "
                      "tr '\\0' '\\n' 2>/dev/null <$d/environ | grep -qx '%s=%s' || continue; "
-                     "stty -F $d/fd/0 rows %u cols %u 2>/dev/null && exit 0; done; "
-                     "i=$((i+1)); sleep 0.1; done; exit %d", CL_EXEC_MARK, tag, rows, cols,
-                 CL_RESIZE_NONE_EXIT) < 0)
+                     "[ -t 0 ] 2>/dev/null <$d/fd/0 || continue; "
+                     "sbx_ws $d/fd/0 && exit 0; done; "
+                     "i=$((i+1)); sleep 0.1; done; exit %d", rows, cols, rows, cols,
+                 CL_EXEC_MARK, tag, CL_RESIZE_NONE_EXIT) < 0)
         return NULL;
     return s;
 }

@@ -170,9 +170,10 @@ char *cl_mark_kill_command_var(const char *var, const char *tag, int sig);
 /**
  * A shell command, run in the sandbox by a process that does not carry the
  * mark, that sets the size of the terminal of the command whose processes
- * carry CL_EXEC_MARK=@tag to @rows x @cols (stty on the descriptor 0 of the
- * first such process that has a terminal there: TIOCSWINSZ, so the
- * terminal's foreground process group gets SIGWINCH when it changed), for
+ * carry CL_EXEC_MARK=@tag to @rows x @cols (on the descriptor 0 of the
+ * first such process that has a terminal there: one TIOCSWINSZ through
+ * python3's termios, else stty's rows then cols; the terminal's foreground
+ * process group gets SIGWINCH when it changed), for
  * providers that give a command a terminal but have no call to resize it.
  * It looks for up to 5 s (the command may be starting) and exits 0 once
  * the size is set, CL_RESIZE_NONE_EXIT when no process of the command has
