@@ -29,8 +29,8 @@
 # every test passed, 1 otherwise, 99 when the fake could not start.
 # SBX_CLOUD_SUITES overrides the programs.
 #
-# Terminals: on the backends whose provider runs commands on a terminal
-# (SBX_CAP_PTY), the terminal tests run too: tests/test_process (its tty
+# Terminals: on the backends whose plugin declares SBX_CAP_PTY (the
+# provider runs commands on a terminal), the terminal tests run too: tests/test_process (its tty
 # suite: isatty, the size at the start, a resize with SIGWINCH, echo of
 # typed input, ^C, hang-up, ^D, the exit code; and the process handle
 # without a terminal) and tests/test_tty (`sbx run -it` and `sbx exec -it`
@@ -149,10 +149,16 @@ plugin_dir=$PWD/plugins/cloud/$backend/.libs
 SBX_PLUGIN_PATH="$plugin_dir:$PWD/plugins/local/.libs:$PWD/tests/plugins/.libs${SBX_PLUGIN_PATH:+:$SBX_PLUGIN_PATH}"
 export SBX_TEST_BACKEND SBX_TEST_SANDBOX_PROCS_ON_HOST SBX_PLUGIN_PATH
 
+# The terminal tests where the plugin declares the pty capability (`sbx
+# backends`; daytona and cloudflare have it when the build has the base's
+# WebSocket client).
 terminal=
-case $backend in
-e2b | modal | daytona | cloudflare) terminal="tests/test_process tests/test_tty" ;;
-esac
+if "${SBX_CLI:-./cli/sbx}" backends 2>/dev/null | awk -v b="$backend" '
+        $1 == b { on = 1; next } /^[^ ]/ { on = 0 }
+        on && $1 == "declared:" { for (i = 2; i <= NF; i++) if ($i == "pty") found = 1 }
+        END { exit !found }'; then
+    terminal="tests/test_process tests/test_tty"
+fi
 
 modes=${SBX_CLOUD_MODES:-outofprocess inprocess}
 total=0
