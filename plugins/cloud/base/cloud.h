@@ -184,8 +184,12 @@ char *cl_shell_script(const char *const *argv, const char *shell, const char *cw
  * decodes each read as text on its own splits no character.
  * It stops reading once CMD has ended and the pipes hold nothing more, so
  * a background child that keeps them open does not hold the command, and
- * it ends as CMD did (the same exit status, or the same signal). perl-base
- * is in every Debian and Ubuntu image.
+ * it ends as CMD did (the same exit status, or the same signal). It
+ * ignores the signals that would end it (TERM, INT, HUP, QUIT, USR1, USR2,
+ * ALRM; CMD gets them at their default), so a signal sent to every
+ * process of a command leaves the command's own handling to decide when
+ * it ends (a TERM that CMD ignores does not end the command; SIGKILL ends
+ * all). perl-base is in every Debian and Ubuntu image.
  */
 extern const char CL_OUTPUT_ENCODER[];
 
