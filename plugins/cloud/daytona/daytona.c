@@ -1863,6 +1863,10 @@ static int dt_pty_run(cl_proc *base)
                   .idempotent = CL_SAFE, .what = "create the PTY session" };
     cl_resp r = { 0 };
     int rc = dt_toolbox(sb, &ctx, &rq, "/process/pty", &r, op, NULL);
+    /* Sent again after an answer was lost: the id is ours, so a 409 means
+     * the first one made it. */
+    if (rc < 0 && r.status == 409 && r.attempts > 1)
+        rc = 0;
     cl_resp_clear(&r);
     if (rc < 0)
         goto out;
