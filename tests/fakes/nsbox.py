@@ -13,6 +13,12 @@ instance's root), each in a session of its own, so a timeout can kill the
 command's process group. The fake servers that use this run as root, as the
 test machines do.
 
+A command may also run on a pseudo-terminal of its own (popen_pty(): the
+leader of a session whose controlling terminal is the terminal, as a
+provider's daemon runs a terminal session), whose master the fake reads
+(pty_pump()), writes (typed input), resizes (resize(): SIGWINCH) and
+closes.
+
 File paths are sandbox paths ("/work/x"); host_path() maps them into the
 directory and refuses a path that leaves it (`..` or a symlink out).
 
