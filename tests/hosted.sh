@@ -31,6 +31,13 @@
 # Runs from the build directory; writes only TAP to stdout. Exits 0 when
 # every test passed, 1 otherwise, 99 when the fake could not start.
 # SBX_CLOUD_SUITES overrides the programs.
+#
+# Terminals: on the backends whose plugin declares SBX_CAP_PTY (the
+# provider runs commands on a terminal), the terminal tests run too: tests/test_process (its tty
+# suite: isatty, the size at the start, a resize with SIGWINCH, echo of
+# typed input, ^C, hang-up, ^D, the exit code; and the process handle
+# without a terminal) and tests/test_tty (`sbx run -it` and `sbx exec -it`
+# under a real terminal).
 
 backend=$1
 here=${SBX_TEST_SRCDIR:-$(dirname "$0")}
@@ -223,6 +230,17 @@ plugin_dir=$PWD/plugins/cloud/$backend/.libs
 SBX_PLUGIN_PATH="$plugin_dir:$PWD/plugins/local/.libs:$PWD/tests/plugins/.libs${SBX_PLUGIN_PATH:+:$SBX_PLUGIN_PATH}"
 export SBX_TEST_BACKEND SBX_TEST_SANDBOX_PROCS_ON_HOST SBX_PLUGIN_PATH
 
+# The terminal tests where the plugin declares the pty capability (`sbx
+# backends`; daytona and cloudflare have it when the build has the base's
+# WebSocket client).
+terminal=
+if "${SBX_CLI:-./cli/sbx}" backends 2>/dev/null | awk -v b="$backend" '
+        $1 == b { on = 1; next } /^[^ ]/ { on = 0 }
+        on && $1 == "declared:" { for (i = 2; i <= NF; i++) if ($i == "pty") found = 1 }
+        END { exit !found }'; then
+    terminal="tests/test_process tests/test_tty"
+fi
+
 modes=${SBX_CLOUD_MODES:-outofprocess inprocess}
 total=0
 failed=0
@@ -235,7 +253,7 @@ for mode in $modes; do
         [ "$mode" = outofprocess ] || [ -n "${CRITERION_TEST_PATTERN:-}" ] ||
             filter='--filter=*/!(*_slow)' ;;
     esac
-    for prog in ${SBX_CLOUD_SUITES:-tests/test_conformance tests/test_cases tests/test_state tests/test_$backend}; do
+    for prog in ${SBX_CLOUD_SUITES:-tests/test_conformance tests/test_cases tests/test_state tests/test_$backend $terminal}; do
         if [ ! -x "./$prog" ]; then
             echo "Bail out! $prog not found (run from the build directory)"
             exit 99
@@ -243,6 +261,10 @@ for mode in $modes; do
         out="$dir/tap"
         case $backend:$prog in
         *:tests/test_$backend) CRITERION_JOBS=1 "./$prog" $filter >"$out" ;;
+        # Their stdin is staged before the command runs, not written while
+        # it runs: the process suite's terminal tests only.
+        daytona:tests/test_process | cloudflare:tests/test_process)
+            "./$prog" '--filter=tty/*' >"$out" ;;
         # The sandboxes of one Ray cluster share its node's process table:
         # the cases that count a command's processes with ps run one at a
         # time.

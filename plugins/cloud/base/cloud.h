@@ -266,6 +266,16 @@ int cl_http_set_auth(cl_http *h, const char *header, const char *value);
  *  Not a secret. 0, or -1 on no memory or a fifth header. Not
  *  thread-safe: call before requests. */
 int cl_http_add_header(cl_http *h, const char *header, const char *value);
+/**
+ * The headers every request of @h that carries the credential sends (the
+ * cl_http_set_auth() header, then those of cl_http_add_header()), as
+ * "Name: value" lines: a new NULL-terminated array of new strings (free
+ * with cl_strv_free() of provider.h, or each string and the array), for a
+ * connection @h does not make itself (a WebSocket's opening handshake).
+ * The credential is a secret: never log the lines. An empty array when @h
+ * has none; NULL on no memory. Thread-safe once configured.
+ */
+char **cl_http_auth_headers(const cl_http *h);
 /** Adds @secret to what is scrubbed from every message (copied; up to 8).
  *  Not thread-safe: call before requests. */
 int cl_http_set_secret(cl_http *h, const char *secret);

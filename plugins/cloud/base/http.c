@@ -78,6 +78,25 @@ static void share_unlock(CURL *h, curl_lock_data data, void *ud)
         pthread_mutex_unlock(&c->share_locks[data]);
 }
 
+char **cl_http_auth_headers(const cl_http *h)
+{
+    char **v = calloc((size_t)h->nextra + 2, sizeof(char *));
+    size_t n = 0;
+    if (!v)
+        return NULL;
+    if (h->auth_header && !(v[n++] = strdup(h->auth_header)))
+        goto fail;
+    for (int i = 0; i < h->nextra; i++)
+        if (!(v[n++] = strdup(h->extra_headers[i])))
+            goto fail;
+    return v;
+fail:
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+    return NULL;
+}
+
 cl_http *cl_http_new(void)
 {
     cl_http *c = calloc(1, sizeof(*c));
