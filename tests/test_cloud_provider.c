@@ -16,10 +16,14 @@
 
 #include <criterion/criterion.h>
 
+#include <pty.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -287,7 +291,7 @@ struct sbx_plugin_sandbox {
     cl_sandbox s;
     int deletes;        /* calls of del() */
     int fail;           /* del() fails */
-    char cmd[256];      /* the last command run() got */
+    char cmd[512];      /* the last command run() got */
     int code;           /* run()'s exit status */
 };
 
@@ -403,6 +407,88 @@ Test(provider, proc_mark_kill)
     pthread_mutex_destroy(&p.lock);
 }
 
+/* The resize of a terminal's command where the provider has no resize
+ * call: nothing once it ended; the stty scan through the runner; its exit
+ * statuses as errors naming the size. */
+Test(provider, proc_mark_resize)
+{
+    sbx_plugin_sandbox sb = { 0 };
+    cl_proc p = { 0 };
+    pthread_mutex_init(&p.lock, NULL);
+    cr_assert_eq(cl_proc_mark_resize(&p, &sb, run, NULL, "sbx-exec-1a", 40, 100, NULL), 0);
+    char *want = cl_mark_resize_command("sbx-exec-1a", 40, 100);
+    cr_assert_str_eq(sb.cmd, want);
+    free(want);
+    sb.code = CL_RESIZE_NONE_EXIT;
+    cr_assert_eq(cl_proc_mark_resize(&p, &sb, run, NULL, "sbx-exec-1a", 40, 100, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_EXECUTION_FAILED);
+    cr_assert_str_eq(cl_last()->msg, "cannot resize the terminal to 40x100: no process of the "
+                                     "command has it as its stdin");
+    sb.code = 1;
+    cr_assert_eq(cl_proc_mark_resize(&p, &sb, run, NULL, "sbx-exec-1a", 40, 100, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "cannot resize the terminal to 40x100 (stty exited 1)");
+    sb.cmd[0] = '\0';
+    p.ended = 1;
+    cr_assert_eq(cl_proc_mark_resize(&p, &sb, run, NULL, "sbx-exec-1a", 40, 100, NULL), 0);
+    cr_assert_str_eq(sb.cmd, "");
+    cr_assert_null(cl_mark_resize_command("a b", 40, 100));
+    cr_assert_null(cl_mark_resize_command("x", 0, 100));
+    cr_assert_null(cl_mark_resize_command("x", 40, 65536));
+    pthread_mutex_destroy(&p.lock);
+}
+
+/* cl_mark_resize_command() run by /bin/sh against a real command on a
+ * real terminal: the terminal's size is set, and the command sees
+ * SIGWINCH. */
+Test(provider, mark_resize_command_resizes_a_real_terminal)
+{
+    struct winsize ws = { .ws_row = 24, .ws_col = 80 };
+    int master, slave;
+    cr_assert_eq(openpty(&master, &slave, NULL, NULL, &ws), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        setsid();
+        ioctl(slave, TIOCSCTTY, 0);
+        dup2(slave, 0);
+        dup2(slave, 1);
+        dup2(slave, 2);
+        close(master);
+        setenv("SBX_EXEC_ID", "sbx-exec-7e57", 1);
+        execl("/bin/sh", "sh", "-c", "trap 'echo WINCH; exit 0' WINCH; echo up; "
+              "while :; do sleep 0.05; done", (char *)NULL);
+        _exit(127);
+    }
+    close(slave);
+    char buf[256];
+    size_t len = 0;
+    while (len < 4 || !memmem(buf, len, "up", 2)) {
+        ssize_t n = read(master, buf + len, sizeof buf - 1 - len);
+        cr_assert_gt(n, 0);
+        len += (size_t)n;
+    }
+    char *cmd = cl_mark_resize_command("sbx-exec-7e57", 40, 100);
+    int st = system(cmd);
+    free(cmd);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the resize exited %d", st);
+    cr_assert_eq(ioctl(master, TIOCGWINSZ, &ws), 0);
+    cr_assert_eq(ws.ws_row, 40);
+    cr_assert_eq(ws.ws_col, 100);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+    len = 0;
+    for (;;) {
+        ssize_t n = read(master, buf + len, sizeof buf - 1 - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    buf[len] = '\0';
+    cr_assert(strstr(buf, "WINCH") != NULL, "the command's output: \"%s\"", buf);
+    close(master);
+}
+
 /* What exec_start checks first: the gone flag, a terminal, a user. */
 Test(provider, exec_check)
 {
@@ -426,6 +512,52 @@ Test(provider, exec_check)
     cr_assert_eq(cl_exec_check(&s, "acme", &rq, 1, NULL), -1);
     cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
     cl_sandbox_clear(&s);
+}
+
+/* The check of a provider that runs commands on a terminal: a terminal
+ * passes, half a size is invalid_argument naming it, a user and the gone
+ * flag as cl_exec_check(). */
+Test(provider, exec_check_pty)
+{
+    cl_sandbox s;
+    cr_assert_eq(cl_sandbox_init(&s, "sb-6"), 0);
+    sbx_plugin_exec_request rq = { 0 };
+    rq.tty_rows = 24;
+    rq.tty_cols = 80;
+    cr_assert_eq(cl_exec_check_pty(&s, "acme", &rq, 0, NULL), 0);
+    rq.tty_cols = 0;
+    cr_assert_eq(cl_exec_check_pty(&s, "acme", &rq, 0, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: terminal size 24 rows x 0 columns is "
+                                     "invalid (both > 0, or both 0 for no terminal)");
+    rq.tty_rows = 0;
+    rq.user = "root";
+    cr_assert_eq(cl_exec_check_pty(&s, "acme", &rq, 0, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_FEATURE_NOT_SUPPORTED);
+    rq.user = NULL;
+    cl_gone_set(&s.gone);
+    cr_assert_eq(cl_exec_check_pty(&s, "acme", &rq, 1, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cl_sandbox_clear(&s);
+}
+
+/* The credential headers for a connection the pool does not make. */
+Test(provider, http_auth_headers)
+{
+    cl_http *h = cl_http_new();
+    cr_assert_not_null(h);
+    char **v = cl_http_auth_headers(h);
+    cr_assert_not_null(v);
+    cr_assert_null(v[0]);
+    cl_strv_free(v);
+    cr_assert_eq(cl_http_set_auth(h, "Authorization", "Bearer k-1"), 0);
+    cr_assert_eq(cl_http_add_header(h, "X-Org", "o-2"), 0);
+    v = cl_http_auth_headers(h);
+    cr_assert_str_eq(v[0], "Authorization: Bearer k-1");
+    cr_assert_str_eq(v[1], "X-Org: o-2");
+    cr_assert_null(v[2]);
+    cl_strv_free(v);
+    cl_http_free(h);
 }
 
 /* The ids a listing collects, and its end: an empty array for none, the

@@ -6,7 +6,8 @@
  * - on a terminal (tty_rows/tty_cols): `stty size` shows the size asked
  *   for, a resize shows the new one and SIGWINCH reaches the command,
  *   output arrives as stdout only, a typed ^C interrupts the command, the
- *   command's stdin/stdout/stderr are its controlling terminal;
+ *   command's stdin/stdout/stderr are its controlling terminal, kill ends
+ *   it with 128+N;
  * - kill ends the command (128+N), wait with a timeout returns 0 while it
  *   runs, the descriptor polls readable when output arrives;
  * - the request's timeout ends a process (exit code 124, timed_out);
@@ -382,6 +383,18 @@ Test(tty, close_stdin_hangs_up)
     wait_for_output(p, "go\r\n");
     cr_assert_eq(sbx_process_close_stdin(p, &err), 0);
     cr_assert_eq(wait_end(p), 9);
+    sbx_process_free(p);
+}
+
+Test(tty, kill_ends_it)
+{
+    sbx_process *p = start("echo go; exec sleep 30", 24, 80, 0);
+    sbx_error *err = NULL;
+
+    wait_for_output(p, "go\r\n");
+    cr_assert_eq(sbx_process_kill(p, SIGKILL, &err), 0, "kill: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(wait_end(p), 128 + SIGKILL);
     sbx_process_free(p);
 }
 

@@ -20,10 +20,12 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import urllib.error
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 KEY = "cf-check-key-123"
 ALL = bytes(range(256)) * 4096        # 1 MiB of every byte value
@@ -100,6 +102,63 @@ def sse(raw):
     return out
 
 
+def pty(f, sid):
+    """The terminal WebSocket: a session's terminal runs `shell` on a real
+    pseudo-terminal of cols x rows; output as binary frames, ready and exit
+    controls, resize control, typed binary frames; a later connection gets
+    the output so far."""
+    import fakews
+    port = int(f.base.rsplit(":", 1)[1])
+    st, b = f.json("GET", "/v1/sandbox/%s/pty" % sid)
+    eq(P + "pty without an upgrade is 400", (st, b), (400, {
+        "error": "WebSocket upgrade required", "code": "invalid_request"}))
+    prog = ("#!/bin/sh\ntrap 'stty size; touch /tmp/winched' WINCH; stty size; "
+            "touch /tmp/ready; until read x; do :; done; echo got=$x; exit 7\n")
+    f.req("PUT", "/v1/sandbox/%s/file/workspace/prog" % sid, raw=prog.encode())
+    f.json("POST", "/v1/sandbox/%s/exec" % sid, {"argv": ["chmod", "700", "/workspace/prog"]})
+    ses = f.json("POST", "/v1/sandbox/%s/session" % sid)[1]["id"]
+    path = "/v1/sandbox/%s/pty?cols=77&rows=33&shell=/workspace/prog&session=%s" % (sid, ses)
+    ws = fakews.Client(port, path, {"Authorization": "Bearer " + KEY})
+    eq(P + "pty: 101", ws.status, 101)
+    eq(P + "pty: ready", ws.recv(), (fakews.OP_TEXT, b'{"type": "ready"}'))
+    root = f.json("GET", "/_fake/sandbox/" + sid, auth=False)[1]["root"]
+
+    def wait_file(name):
+        for _ in range(200):
+            if os.path.exists(os.path.join(root, "tmp", name)):
+                return True
+            time.sleep(0.05)
+        return False
+    check(P + "pty: the program runs", wait_file("ready"))
+    again = fakews.Client(port, path, {"Authorization": "Bearer " + KEY})
+    eq(P + "pty: a second connection gets the output so far", again.recv(),
+       (fakews.OP_BINARY, b"33 77\r\n"))
+    again.close()
+    ws.send(fakews.OP_TEXT, b'{"type":"resize","cols":100,"rows":40}')
+    check(P + "pty: resize is a SIGWINCH", wait_file("winched"))
+    ws.send(fakews.OP_BINARY, b"abc\r")
+    out, ctl, close = b"", [], None
+    try:
+        while True:
+            op, d = ws.recv()
+            if op == fakews.OP_BINARY:
+                out += d
+            else:
+                ctl.append(d)
+    except fakews.Closed as e:
+        close = e.code
+    ws.close()
+    eq(P + "pty: output", out, b"33 77\r\n40 100\r\nabc\r\ngot=abc\r\n")
+    eq(P + "pty: exit control, then the close", (ctl, close),
+       ([b'{"type": "exit", "code": 7}'], 1000))
+    ws = fakews.Client(port, "/v1/sandbox/%s/pty?session=nosuch" % sid,
+                       {"Authorization": "Bearer " + KEY})
+    eq(P + "pty: an unknown session is 502", (ws.status, json.loads(ws.body)["code"]),
+       (502, "exec_transport_error"))
+    ws.close()
+    f.json("DELETE", "/v1/sandbox/%s/session/%s" % (sid, ses))
+
+
 def body(f):
     st, b = f.json("GET", "/health", auth=False)
     eq(P + "health needs no key", (st, b), (200, {"ok": True}))
@@ -162,6 +221,7 @@ def body(f):
     check(P + "a session has an id", st == 200 and b.get("id"), repr(b))
     st, b = f.json("DELETE", "/v1/sandbox/%s/session/%s" % (sid, b["id"]))
     eq(P + "a session is deleted", st, 204)
+    pty(f, sid)
     st, b = f.json("POST", "/v1/sandbox/%s/exec" % sid, {"argv": ["true"]},
                    headers={"Session-Id": "bad id"})
     eq(P + "a bad Session-Id is 400", st, 400)

@@ -291,6 +291,55 @@ def body(f):
                       {"process": {"pid": 999}, "input": {"stdin": ""}}, sandbox=sid)
     eq(P + "unknown pid is not_found", (st, b["code"]), (404, "not_found"))
 
+    # ---- a terminal: Start with pty, data.pty events, SendInput pty, Update
+    def bg_pty(key, cmd):
+        body = {"process": {"cmd": "/bin/sh", "args": ["-c", cmd]},
+                "pty": {"size": {"rows": 33, "cols": 77}}}
+        got[key] = f.req("POST", "/process.Process/Start", raw=envelope(0, body), sandbox=sid,
+                         ctype="application/connect+json",
+                         headers={"Connect-Protocol-Version": "1",
+                                  "Keepalive-Ping-Interval": "50"})
+    root = f.json("GET", "/_fake/sandbox/" + sid, auth=False)[1]["root"]
+
+    def wait_file(name):
+        for _ in range(200):
+            if os.path.exists(os.path.join(root, "tmp", name)):
+                return True
+            time.sleep(0.05)
+        return False
+    # Each step waits for the one before (files in the sandbox's /tmp), so
+    # that the terminal's output has one order.
+    t = threading.Thread(target=bg_pty, args=(
+        "pty", "trap 'stty size; touch /tmp/winched' WINCH; test -t 0 && stty size; "
+               "touch /tmp/ready; until read y; do :; done; echo got=$y; exit 6"))
+    t.start()
+    check(P + "the terminal's program runs", wait_file("ready"))
+    pid = f.json("POST", "/process.Process/List", {}, sandbox=sid)[1]["processes"][0]["pid"]
+    st, b, _ = f.json("POST", "/process.Process/CloseStdin", {"process": {"pid": pid}},
+                      sandbox=sid)
+    eq(P + "CloseStdin of a terminal refused", (st, b["code"]), (412, "failed_precondition"))
+    st, b, _ = f.json("POST", "/process.Process/SendInput",
+                      {"process": {"pid": pid}, "input": {"stdin": ""}}, sandbox=sid)
+    eq(P + "stdin of a terminal refused", (st, b["code"]), (412, "failed_precondition"))
+    st, b, _ = f.json("POST", "/process.Process/Update",
+                      {"process": {"pid": pid}, "pty": {"size": {"rows": 40, "cols": 100}}},
+                      sandbox=sid)
+    eq(P + "Update resizes", (st, b), (200, {}))
+    check(P + "the resize is a SIGWINCH", wait_file("winched"))
+    st, b, _ = f.json("POST", "/process.Process/SendInput",
+                      {"process": {"pid": pid}, "input": {"pty": base64.b64encode(
+                          b"abc\r").decode()}}, sandbox=sid)
+    eq(P + "SendInput pty", (st, b), (200, {}))
+    t.join(30)
+    evs, _ = events(got["pty"][1])
+    check(P + "pty output only", all(set(e.get("data", {"pty": 1})) == {"pty"} for e in evs),
+          repr(evs))
+    eq(P + "pty output", b"".join(base64.b64decode(e["data"]["pty"]) for e in evs
+                                  if "data" in e),
+       b"33 77\r\n40 100\r\nabc\r\ngot=abc\r\n")
+    eq(P + "pty end", evs[-1], {"end": {"exitCode": 6, "exited": True,
+                                        "status": "exit status 6"}})
+
     # ---- Connect: the running process's stream again, by pid
     def connect(sel):
         return f.req("POST", "/process.Process/Connect", raw=envelope(0, {"process": sel}),

@@ -143,6 +143,66 @@ def wait_until(fn, secs):
 
 
 # ---------------------------------------------------------------- Daytona
+def daytona_pty(f, P, T):
+    """The daemon's PTY sessions: the user's shell on a terminal, its
+    WebSocket (control frame, output, input), resize, the exit code in the
+    close frame."""
+    import fakews
+    st, r, _ = f.json("POST", T + "/process/pty", {"id": "p1", "cols": 1001})
+    eq(P + "pty: cols over 1000 is 400", (st, r["message"]),
+       (400, "invalid value for cols - must be less than 1000"))
+    # The shell runs what PROMPT_COMMAND holds before its first prompt.
+    script = ("trap 'stty size; touch /tmp/winched' WINCH; stty size; touch /tmp/ready; "
+              "until read x; do :; done; echo got=$x; exit 7")
+    st, r, _ = f.json("POST", T + "/process/pty", {
+        "id": "p1", "cols": 77, "rows": 33, "lazyStart": True,
+        "envs": {"S": script, "PROMPT_COMMAND": 'unset PROMPT_COMMAND; exec /bin/sh -c "$S"'}})
+    eq(P + "pty create: 201 sessionId", (st, r), (201, {"sessionId": "p1"}))
+    st, r, _ = f.json("POST", T + "/process/pty", {"id": "p1"})
+    eq(P + "pty: a taken id is 409", (st, r["message"]),
+       (409, "PTY session with ID 'p1' already exists"))
+    st, r, _ = f.json("GET", T + "/process/pty/p1")
+    eq(P + "pty info before the attach", (st, r["cols"], r["rows"], r["active"],
+                                          r["envs"]["TERM"]), (200, 77, 33, False,
+                                                                "xterm-256color"))
+    ws = fakews.Client(f.port, T + "/process/pty/p1/connect",
+                       {"Authorization": "Bearer dkey-123"})
+    eq(P + "pty connect: 101", ws.status, 101)
+    eq(P + "pty connect: the control frame first", ws.recv(),
+       (fakews.OP_TEXT, b'{"type": "control", "status": "connected"}'))
+    root = f.json("GET", "/_fake/sandbox/" + T.split("/")[-1], auth=False)[1]["root"]
+    check(P + "pty: lazyStart starts the shell at the attach",
+          wait_until(lambda: os.path.exists(root + "/tmp/ready"), 10))
+    st, r, _ = f.json("POST", T + "/process/pty/p1/resize", {"cols": 100, "rows": 40})
+    eq(P + "pty resize: 200 info", (st, r["cols"], r["rows"], r["active"]),
+       (200, 100, 40, True))
+    check(P + "pty resize: SIGWINCH", wait_until(lambda: os.path.exists(root + "/tmp/winched"),
+                                                 10))
+    ws.send(fakews.OP_BINARY, b"abc\r")
+    out, close = b"", None
+    try:
+        while True:
+            out += ws.recv()[1]
+    except fakews.Closed as e:
+        close = (e.code, e.reason)
+    ws.close()
+    eq(P + "pty output: binary frames", out, b"33 77\r\n40 100\r\nabc\r\ngot=abc\r\n")
+    eq(P + "pty end: the exit code in the close frame", close,
+       (1011, '{"exitCode":7,"exitReason":"non-zero exit"}'))
+    st, r, _ = f.json("GET", T + "/process/pty/p1")
+    eq(P + "pty: an ended session is gone", (st, r["message"]), (404, "PTY session not found"))
+    ws = fakews.Client(f.port, T + "/process/pty/p1/connect",
+                       {"Authorization": "Bearer dkey-123"})
+    try:
+        ws.recv()
+        close = None
+    except fakews.Closed as e:
+        close = (e.code, e.reason)
+    ws.close()
+    eq(P + "pty connect to an ended session: closed at once", close,
+       (1000, '{"error": "PTY session not found"}'))
+
+
 def daytona():
     f = Fake("daytona.py", "dkey-123", {"SBX_FAKE_MINUTE": "1"})
     P = "daytona "
@@ -191,6 +251,7 @@ def daytona():
     st, r, _ = f.json("POST", T + "/process/execute", {"command": "echo $HOME; ps -eo pid= | wc -l"})
     eq(P + "HOME and a pid namespace of its own",
        r["result"].split("\n")[0], "/root")
+    daytona_pty(f, P, T)
     st, _, _ = f.req("POST", T + "/process/session", {"sessionId": "s1"})
     eq(P + "session create: 201", st, 201)
     st, r, _ = f.json("POST", T + "/process/session/s1/exec",

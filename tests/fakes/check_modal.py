@@ -204,6 +204,19 @@ def run(tmp):
                       len(got), sum(1 for x, y in zip(got, big) if x == y)))
             w = wait("e7")
             eq("cat of the 2 MiB: code 0", (w.WhichOneof("exit_status"), w.code), ("code", 0))
+        # A terminal: pty_info's size, typed stdin echoed, stdout only.
+        r("TaskExecStart", tcr.TaskExecStartRequest(
+            task_id=task, exec_id="e8", command_args=["/bin/sh", "-c",
+                                                      "read x; stty size; echo got=$x; exit 5"],
+            pty_info=api.PTYInfo(enabled=True, winsz_rows=33, winsz_cols=77)),
+            tcr.TaskExecStartResponse)
+        r("TaskExecStdinWrite", tcr.TaskExecStdinWriteRequest(
+            task_id=task, exec_id="e8", offset=0, data=b"abc\r"), tcr.TaskExecStdinWriteResponse)
+        eq("a terminal: its size, the typed line echoed", read("e8"),
+           b"abc\r\n33 77\r\ngot=abc\r\n")
+        eq("a terminal: no stderr stream of its own", read("e8", 1), b"")
+        w = wait("e8")
+        eq("a terminal: the code", (w.WhichOneof("exit_status"), w.code), ("code", 5))
         start("e4", "kill -9 $$")
         w = wait("e4")
         eq("TaskExecWait: the signal", (w.WhichOneof("exit_status"), w.signal), ("signal", 9))

@@ -26,6 +26,29 @@ URL is CLOUDFLARE_SANDBOX_WORKER_URL, http://127.0.0.1:<n> here:
   DELETE /v1/sandbox/{id}             204 (also if never started; the id is
                                       reusable: a later call starts afresh)
   POST   /v1/sandbox/{id}/session     {"id"}; DELETE .../session/{sid} 204
+  GET    /v1/sandbox/{id}/pty?cols=&rows=&shell=&session=
+                                      the terminal WebSocket (the SDK's
+                                      terminal(): packages/sandbox-container
+                                      pty-ws-handler.ts, shared pty-types.ts):
+                                      the session's terminal (one per
+                                      session, "default" without one; an
+                                      unknown session is 502
+                                      exec_transport_error) runs `shell`
+                                      (default bash) on a real
+                                      pseudo-terminal of cols x rows
+                                      (default 80x24) in /workspace, with
+                                      TERM=xterm-256color; a second
+                                      connection to a live terminal gets its
+                                      output so far (up to 256 KiB) first.
+                                      Server: binary frames of output, text
+                                      {"type":"ready"} once attached,
+                                      {"type":"exit","code"} when the
+                                      program ended (then the close),
+                                      {"type":"error","message"}. Client:
+                                      binary frames are typed at the
+                                      terminal, text {"type":"resize",
+                                      "cols","rows"} resizes it (SIGWINCH).
+                                      Not a WebSocket upgrade: 400.
 The id must match [a-z2-7]{1,128} (else 400). "Authorization: Bearer <key>"
 on /v1/*, the key from SBX_FAKE_API_KEY (default "fake-cloudflare-key").
 Errors are {"error": msg, "code": code}. A command that outlives its
@@ -62,12 +85,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fakehttp  # noqa: E402
+import fakews  # noqa: E402
 import nsbox  # noqa: E402
 from fakehttp import Reply  # noqa: E402
 
 ID_RE = re.compile(r"[a-z2-7]{1,128}")
 SESSION_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
 MAX_BODY = 32 * 1024 * 1024
+PTY_BUFFER = 256 * 1024
 B32 = "abcdefghijklmnopqrstuvwxyz234567"
 
 
@@ -75,6 +100,67 @@ def err(status, message, code=None):
     return Reply(status, {"error": message, "code": code or {
         400: "invalid_request", 401: "unauthorized", 403: "invalid_request",
         404: "not_found", 413: "payload_too_large"}.get(status, "error")})
+
+
+class Terminal:
+    """A session's terminal: its program on a pseudo-terminal, the output
+    kept for a connection that comes later, the connections attached."""
+
+    def __init__(self, sb, program, cols, rows):
+        self.sb = sb
+        self.popen, self.master = sb.box.popen_pty([program], rows, cols, cwd="/workspace",
+                                                   env={"TERM": "xterm-256color"})
+        self.buffer = bytearray()
+        self.clients = []
+        self.lock = threading.Lock()
+        self.closed = False
+        self.done = False
+        reader = threading.Thread(target=nsbox.pty_pump, daemon=True,
+                                  args=(self.master, self.emit, lambda: self.done))
+        reader.start()
+
+        def wait():
+            rc = self.popen.wait()
+            reader.join(0.5)
+            self.done = True
+            reader.join()
+            sb.box.forget(self.popen)
+            with self.lock:
+                self.closed = True
+                clients, self.clients = self.clients, []
+                os.close(self.master)
+                self.master = None
+            msg = {"type": "exit", "code": rc if rc >= 0 else 128 - rc}
+            if rc < 0:
+                msg["signal"] = signal.Signals(-rc).name
+            for ws in clients:
+                try:
+                    ws.send_text(json.dumps(msg))
+                except (fakews.Closed, OSError, ValueError):
+                    pass
+                ws.close(1000, "PTY exited")
+        threading.Thread(target=wait, daemon=True).start()
+
+    def emit(self, data):
+        with self.lock:
+            self.buffer += data
+            del self.buffer[:-PTY_BUFFER]
+            clients = list(self.clients)
+        for ws in clients:
+            try:
+                ws.send_binary(data)
+            except (fakews.Closed, OSError, ValueError):
+                pass
+
+    def type(self, data):
+        with self.lock:
+            if self.master is not None:
+                os.write(self.master, data)
+
+    def resize(self, cols, rows):
+        with self.lock:
+            if self.master is not None:
+                nsbox.resize(self.master, rows, cols)
 
 
 class Sandbox:
@@ -85,6 +171,7 @@ class Sandbox:
         self.execs = 0
         self.sessions = set()
         self.running_cmds = set()
+        self.terminals = {}         # session (or "default") -> Terminal
 
     def ensure(self):
         self.box.start(True)
@@ -204,6 +291,8 @@ class CloudflareHandler(fakehttp.Handler):
             return self.persist(sb, ex)
         if rest == "/hydrate" and meth == "POST":
             return self.hydrate(sb)
+        if rest == "/pty" and meth == "GET":
+            return self.pty(sb, query)
         if rest == "/session" and meth == "POST":
             self.body_bytes()
             s = "s" + secrets.token_hex(8)
@@ -214,6 +303,76 @@ class CloudflareHandler(fakehttp.Handler):
             sb.sessions.discard(m.group(1))
             return self.send_json(204, None)
         raise err(404, "not found: %s %s" % (meth, path), "not_found")
+
+    # ------------------------------------------------------------ terminals
+    def pty(self, sb, query):
+        if fakews.upgrade_error(self) is not None:
+            raise err(400, "WebSocket upgrade required")
+        q = {k: v[0] for k, v in query.items()}
+        try:
+            cols = float(q["cols"]) if q.get("cols") else 80
+            rows = float(q["rows"]) if q.get("rows") else 24
+        except ValueError:
+            raise err(400, "cols and rows must be valid numbers")
+        session = q.get("session")
+        if session is not None and session not in sb.sessions:
+            raise err(502, "terminal failed: session %s not found" % session,
+                      "exec_transport_error")
+        tid = session or "default"
+        try:
+            sb.ensure()
+        except OSError as e:
+            raise err(502, "terminal failed: container did not start: %s" % e,
+                      "exec_transport_error")
+        with FAKE.lock:
+            term = sb.terminals.get(tid)
+            if term is None or term.closed:
+                try:
+                    term = Terminal(sb, q.get("shell") or "bash", int(cols), int(rows))
+                except nsbox.SandboxGone:
+                    raise err(502, "terminal failed: the container is not running",
+                              "exec_transport_error")
+                sb.terminals[tid] = term
+        ws = fakews.WebSocket(self)
+        with term.lock:
+            closed = term.closed
+            if not closed:
+                if term.buffer:
+                    ws.send_binary(bytes(term.buffer))
+                term.clients.append(ws)
+        if closed:
+            ws.send_text(json.dumps({"type": "error", "message": "PTY is closed"}))
+            ws.close(1011, "PTY is closed")
+            return
+        ws.send_text(json.dumps({"type": "ready"}))
+        try:
+            while True:
+                op, data = ws.recv()
+                if op == fakews.OP_BINARY:
+                    try:
+                        term.type(data)
+                    except OSError:
+                        pass
+                    continue
+                try:
+                    control = json.loads(data)
+                    if control.get("type") != "resize":
+                        continue
+                    c, r = control.get("cols"), control.get("rows")
+                    if not all(isinstance(v, int) and 0 < v < 65536 for v in (c, r)):
+                        ws.send_text(json.dumps({"type": "error", "message": "Invalid "
+                                                 "dimensions: cols and rows must be "
+                                                 "positive"}))
+                        continue
+                    term.resize(c, r)
+                except (ValueError, AttributeError):
+                    ws.send_text(json.dumps({"type": "error",
+                                             "message": "Invalid control message"}))
+        except fakews.Closed:
+            pass
+        with term.lock:
+            if ws in term.clients:
+                term.clients.remove(ws)
 
     # ------------------------------------------------------------ files
     def file(self, sb, path):

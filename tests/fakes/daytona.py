@@ -46,6 +46,28 @@ daemon's memory (apps/daemon/pkg/toolbox/process/session), which ends with
 the sandbox's processes: once a sandbox was stopped, archived or in error,
 its sessions are gone (404 "session <id> not found").
 
+PTY sessions (the daemon's toolbox/process/pty): POST /process/pty {"id",
+"cwd"?, "envs"?, "cols"?, "rows"? (default 80x24; above 1000 is 400),
+"lazyStart"?} -> 201 {"sessionId"} (409 when the id is taken) starts the
+user's shell, /bin/bash with no argument (an interactive shell), on a real
+pseudo-terminal of that size in the sandbox (the session's leader, the
+terminal its controlling terminal), with the envs (TERM=xterm-256color unless
+given), in cwd (default the daemon's working directory); with lazyStart it
+starts when the first client attaches. GET /process/pty {"sessions": [info]};
+GET|DELETE /process/pty/{id} (info {"id", "cwd", "envs", "cols", "rows",
+"createdAt", "active"}; DELETE kills it, exit code 137); POST
+/process/pty/{id}/resize {"cols", "rows"} -> 200 info (TIOCSWINSZ: SIGWINCH;
+410 once it ended). GET /process/pty/{id}/connect is the WebSocket: a text
+frame {"type": "control", "status": "connected"} first, then the terminal's
+output as binary frames; every client message (text or binary) is typed at
+the terminal; when the shell exits, the close frame (1000 for exit code 0,
+1011 otherwise) carries {"exitCode": N, "exitReason"?} as its reason (a
+shell killed by a signal: exitCode -1, as Go's ExitCode() gives it), and the
+session is removed. An unknown or ended session: the upgrade is answered and
+closed at once with 1000 {"error": "PTY session not found"}. Output the
+terminal writes while no client is attached is dropped, as the daemon's
+broadcast drops it.
+
 Control routes (no auth; not logged):
   GET  /_fake/log, DELETE /_fake/log, POST /_fake/faults  (tests/fakes/fakehttp.py)
   POST /_fake/sandbox/{id}/state {"state": "stopped"|"archived"|"error"|
@@ -77,6 +99,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fakehttp  # noqa: E402
+import fakews  # noqa: E402
 import nsbox  # noqa: E402
 from fakehttp import Reply, q1  # noqa: E402
 
@@ -115,6 +138,113 @@ class Command:
         self.cond = threading.Condition()
 
 
+class PtySession:
+    """One of the daemon's PTY sessions: the user's shell on a terminal, and
+    the WebSocket clients attached to it."""
+
+    def __init__(self, sb, body):
+        self.sb = sb
+        self.id = body["id"]
+        self.cwd = body.get("cwd") or WORKDIR
+        self.envs = dict(body.get("envs") or {})
+        self.envs.setdefault("TERM", "xterm-256color")
+        self.cols = body.get("cols") or 80
+        self.rows = body.get("rows") or 24
+        self.created = time.time()
+        self.active = False
+        self.started = False
+        self.popen = None
+        self.master = None
+        self.done = False           # the reader is to stop
+        self.killed = False         # DELETE killed it
+        self.clients = []
+        self.lock = threading.Lock()
+
+    def info(self):
+        return {"id": self.id, "cwd": self.cwd, "envs": self.envs, "cols": self.cols,
+                "rows": self.rows, "createdAt": now_iso(self.created), "active": self.active}
+
+    def start(self):
+        with self.lock:
+            if self.started:
+                return
+            self.started = True
+            env = dict(self.sb.env)
+            env.update(self.envs)
+            argv = ["/bin/bash"]
+            if "PATH" in env:
+                argv = ["/usr/bin/env", "PATH=" + env.pop("PATH")] + argv
+            self.popen, self.master = self.sb.box.popen_pty(argv, self.rows, self.cols,
+                                                            env=env, cwd=self.cwd)
+            self.active = True
+        reader = threading.Thread(target=nsbox.pty_pump, daemon=True,
+                                  args=(self.master, self.broadcast, lambda: self.done))
+        reader.start()
+
+        def wait():
+            rc = self.popen.wait()
+            reader.join(0.5)
+            self.done = True
+            reader.join()
+            self.sb.box.forget(self.popen)
+            if self.killed:
+                self.finish(137, "SIGKILL")
+            else:
+                self.finish(rc if rc >= 0 else -1)
+        threading.Thread(target=wait, daemon=True).start()
+
+    def broadcast(self, data):
+        with self.lock:
+            clients = list(self.clients)
+        for ws in clients:
+            try:
+                ws.send_binary(data)
+            except (fakews.Closed, OSError, ValueError):
+                pass
+
+    def type(self, data):
+        with self.lock:
+            if self.master is not None and self.active:
+                os.write(self.master, data)
+
+    def resize(self, cols, rows):
+        with self.lock:
+            nsbox.resize(self.master, rows, cols)
+            self.cols, self.rows = cols, rows
+
+    def finish(self, code, reason=None):
+        """The shell ended with @code: every client gets the close frame with
+        it, the terminal is closed and the session removed."""
+        with self.lock:
+            if not self.active and self.master is None:
+                return
+            self.active = False
+            clients, self.clients = self.clients, []
+            if self.master is not None:
+                os.close(self.master)
+                self.master = None
+        if reason is None and code != 0:
+            reason = {130: "Ctrl+C", 137: "SIGKILL", 143: "SIGTERM"}.get(
+                code, "signal %d" % (code - 128) if code > 128 else "non-zero exit")
+        data = {"exitCode": code}
+        if reason is not None:
+            data["exitReason"] = reason
+        for ws in clients:
+            ws.close(1000 if code == 0 else 1011, json.dumps(data, separators=(",", ":")))
+        self.sb.ptys.pop(self.id, None)
+
+    def kill(self):
+        """DELETE: the shell and its session are killed; the clients get
+        exit code 137 (from the waiter, once the reader has stopped)."""
+        with self.lock:
+            self.killed = True
+            popen = self.popen
+        if popen is not None:
+            nsbox.kill_pty_session(popen)
+        else:
+            self.finish(137, "SIGKILL")
+
+
 class Sandbox:
     def __init__(self, fake, body):
         self.id = str(uuid.uuid4())
@@ -134,6 +264,7 @@ class Sandbox:
         self.starts = 0
         self.box = nsbox.Box(fake.dir, "daytona")
         self.sessions = {}          # sid -> {cmdId: Command}
+        self.ptys = {}              # id -> PtySession
         self.pending_until = 0.0
         self.state_timer = None
 
@@ -226,6 +357,12 @@ class DaytonaFake(fakehttp.Fake):
         which holds the sessions in its memory: a started sandbox has none."""
         sb.box.stop()
         sb.sessions = {}
+        # A started terminal's shell died with the sandbox: its waiter
+        # closes it.
+        for pty in list(sb.ptys.values()):
+            if not pty.started:
+                pty.finish(-1)
+        sb.ptys = {}
 
     def later(self, sb, delay, fn):
         if sb.state_timer:
@@ -575,6 +712,8 @@ class DaytonaHandler(fakehttp.Handler):
                     return self.logs(c, q1(query, "follow") == "true")
                 return self.send_json(200, {"id": c.id, "command": c.command,
                                             "exitCode": c.exit_code})
+        if path == "/process/pty" or path.startswith("/process/pty/"):
+            return self.pty(sb, path, meth)
         if path == "/files" and meth == "GET":
             return self.list_files(sb, query)
         if path == "/files" and meth == "DELETE":
@@ -713,6 +852,97 @@ class DaytonaHandler(fakehttp.Handler):
         if code < 0:
             code = 128 - code
         self.send_json(200, {"exitCode": code, "result": out.decode("utf-8", "replace")})
+
+    def pty(self, sb, path, meth):
+        """The daemon's PTY sessions (toolbox/process/pty)."""
+        if path == "/process/pty" and meth == "GET":
+            return self.send_json(200, {"sessions": [p.info() for p in sb.ptys.values()]})
+        if path == "/process/pty" and meth == "POST":
+            body = self.json_body()
+            pid = body.get("id")
+            if not isinstance(pid, str) or not pid:
+                raise Reply(400, None, {"x-message": "session ID is required"})
+            if pid in sb.ptys:
+                raise Reply(409, None, {"x-message": "PTY session with ID '%s' already exists"
+                                        % pid})
+            for k in ("cols", "rows"):
+                v = body.get(k)
+                if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+                    raise Reply(400, None, {"x-message": "invalid value for %s" % k})
+                if v is not None and v > 1000:
+                    raise Reply(400, None, {"x-message": "invalid value for %s - must be less "
+                                            "than 1000" % k})
+            envs = body.get("envs") or {}
+            if not isinstance(envs, dict) or not all(isinstance(v, str) for v in envs.values()):
+                raise Reply(400, None, {"x-message": "envs must be an object of strings"})
+            cwd = body.get("cwd") or WORKDIR
+            hp = sb.box.host_path(cwd)
+            if not hp or not os.path.isdir(hp):
+                raise Reply(500, None, {"x-message": "failed to start PTY session"})
+            p = PtySession(sb, body)
+            sb.ptys[pid] = p
+            if not body.get("lazyStart"):
+                try:
+                    p.start()
+                except nsbox.SandboxGone:
+                    sb.ptys.pop(pid, None)
+                    raise Reply(500, None, {"x-message": "failed to start PTY session"})
+            return self.send_json(201, {"sessionId": pid})
+        m = re.fullmatch(r"/process/pty/([^/]+)(/connect|/resize)?", path)
+        if not m:
+            raise Reply(404, None, {"x-message": "no route for %s %s" % (meth, path)})
+        p = sb.ptys.get(m.group(1))
+        if m.group(2) == "/connect" and meth == "GET":
+            return self.pty_connect(p)
+        if p is None:
+            raise Reply(404, None, {"x-message": "PTY session not found"})
+        if m.group(2) is None and meth == "GET":
+            return self.send_json(200, p.info())
+        if m.group(2) is None and meth == "DELETE":
+            p.kill()
+            return self.send_json(200, {"message": "PTY session deleted"})
+        if m.group(2) == "/resize" and meth == "POST":
+            body = self.json_body()
+            cols, rows = body.get("cols"), body.get("rows")
+            for k, v in (("cols", cols), ("rows", rows)):
+                if not isinstance(v, int) or isinstance(v, bool) or v < 1 or v > 1000:
+                    raise Reply(400, None, {"x-message": "%s must be in [1, 1000], not %r"
+                                            % (k, v)})
+            if not p.active:
+                raise Reply(410, None, {"x-message": "PTY session '%s' has terminated and "
+                                        "cannot be resized" % p.id})
+            p.resize(cols, rows)
+            return self.send_json(200, p.info())
+        raise Reply(405, None, {"x-message": "method %s not allowed" % meth})
+
+    def pty_connect(self, p):
+        why = fakews.upgrade_error(self)
+        if why is not None:
+            raise Reply(400, None, {"x-message": why})
+        ws = fakews.WebSocket(self)
+        if p is None or (p.started and not p.active):
+            ws.close(1000, json.dumps({"error": "PTY session not found"}))
+            return
+        with p.lock:
+            p.clients.append(ws)
+        ws.send_text(json.dumps({"type": "control", "status": "connected"}))
+        try:
+            p.start()
+        except nsbox.SandboxGone:
+            p.finish(-1)
+            return
+        try:
+            while True:
+                _op, data = ws.recv()
+                try:
+                    p.type(data)
+                except OSError:
+                    pass
+        except fakews.Closed:
+            pass
+        with p.lock:
+            if ws in p.clients:
+                p.clients.remove(ws)
 
     def session_exec(self, sb, sess):
         body = self.json_body()

@@ -44,7 +44,15 @@ Header X-Access-Token: <envdAccessToken> when created with "secure": true.
         Connect-Timeout-Ms as for Start, the deadline ending only the
         stream). A process that is not running: 200 and the end-of-stream
         frame {"error": {"code": "not_found", ...}}.
-  POST /process.Process/List|SendInput|CloseStdin|SendSignal   unary JSON
+  POST /process.Process/List|SendInput|CloseStdin|SendSignal|Update   unary JSON
+  A terminal: Start with "pty": {"size": {"rows", "cols"}} runs the command
+        on a real pseudo-terminal of that size, leading a session of its
+        own with the terminal as its controlling terminal (stdin, stdout,
+        stderr); its output comes as {"data": {"pty": base64}}; SendInput
+        {"input": {"pty": base64}} types at it; Update {"process", "pty":
+        {"size"}} resizes it (SIGWINCH); CloseStdin is refused
+        (failed_precondition: a terminal's EOF is its ^D, as process.proto
+        says); SendSignal signals the session's leader.
   GET|POST /files?path=&username=    raw bytes (POST: octet-stream or
         multipart field "file"; creates parents) -> [{"path","name","type"}]
         errors {"message", "code": <int>}
@@ -127,6 +135,9 @@ def signal_command(sb, p, sig):
     """SendSignal: @sig to the command's processes. The fake's own wrapper
     (nsenter, the group's leader outside the sandbox) gets only SIGKILL, so
     that a command that ignores SIGTERM keeps running, as under envd."""
+    if p.tty:
+        nsbox.signal_pty(p.popen, sig)
+        return
     if sig == signal.SIGKILL:
         sb.box.kill_command(p.popen, sig)
         return
@@ -161,7 +172,27 @@ class Process:
         self.ended = False
         self.exited = False         # its process exited (ended: end event due)
         self.stdin_open = False
+        self.tty = False            # it runs on a terminal
+        self.master = None          # the terminal's master descriptor
+        self.pty_done = False       # its reader is to stop
         self.cond = threading.Condition()
+
+    def emit(self, name, data):
+        with self.cond:
+            self.events.append((name, data))
+            self.cond.notify_all()
+
+    def pty_write(self, data):
+        with self.cond:
+            if self.master is not None:
+                os.write(self.master, data)
+
+    def close_master(self):
+        with self.cond:
+            self.pty_done = True
+            if self.master is not None:
+                os.close(self.master)
+                self.master = None
 
     def pump(self, name, stream):
         while True:
@@ -544,16 +575,36 @@ class E2BHandler(fakehttp.Handler):
             # its wrapper (nsenter) up in its own, and env(1) sets the
             # command's inside.
             argv = ["/usr/bin/env", "PATH=" + env.pop("PATH")] + argv
+        pty = req.get("pty")
+        size = None
+        if pty is not None:
+            size = (pty or {}).get("size") or {}
+            rows, cols = size.get("rows"), size.get("cols")
+            if not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536
+                       for v in (rows, cols)):
+                raise cerr("invalid_argument", "pty.size needs rows and cols in [1, 65535], "
+                           "not %r" % (size,))
+            size = (rows, cols)
         try:
-            p.popen = sb.box.popen(argv, env=env, cwd=self.spath(cwd),
-                                   stdin=subprocess.PIPE if req.get("stdin") else
-                                   subprocess.DEVNULL)
+            if size:
+                p.popen, p.master = sb.box.popen_pty(argv, size[0], size[1], env=env,
+                                                     cwd=self.spath(cwd))
+            else:
+                p.popen = sb.box.popen(argv, env=env, cwd=self.spath(cwd),
+                                       stdin=subprocess.PIPE if req.get("stdin") else
+                                       subprocess.DEVNULL)
         except nsbox.SandboxGone:
             raise cerr("unavailable", "the sandbox is not running")
-        p.stdin_open = bool(req.get("stdin"))
+        p.stdin_open = bool(req.get("stdin")) and not size
+        p.tty = bool(size)
         sb.processes[pid] = p
-        pumps = [threading.Thread(target=p.pump, args=(n, s), daemon=True)
-                 for n, s in (("stdout", p.popen.stdout), ("stderr", p.popen.stderr))]
+        if size:
+            master = p.master
+            pumps = [threading.Thread(target=nsbox.pty_pump, daemon=True, args=(
+                master, lambda d: p.emit("pty", d), lambda: p.pty_done))]
+        else:
+            pumps = [threading.Thread(target=p.pump, args=(n, s), daemon=True)
+                     for n, s in (("stdout", p.popen.stdout), ("stderr", p.popen.stderr))]
         for t in pumps:
             t.start()
 
@@ -577,6 +628,13 @@ class E2BHandler(fakehttp.Handler):
                     time.sleep(0.01)
             for t in pumps:
                 t.join(0.5)
+            if size:
+                # envd closes the terminal with its process: what still
+                # holds it (a background child) is hung up.
+                p.pty_done = True
+                for t in pumps:
+                    t.join()
+                p.close_master()
             sb.box.forget(p.popen)
             with p.cond:
                 p.ended = True
@@ -663,6 +721,8 @@ class E2BHandler(fakehttp.Handler):
             if deadline is not None and time.time() >= deadline:
                 timed_out = True
                 if owner:
+                    if p.tty:
+                        nsbox.kill_pty_session(p.popen)
                     sb_box.kill_command(p.popen)
                     p.popen.wait()
                 break
@@ -734,10 +794,34 @@ class E2BHandler(fakehttp.Handler):
                      if not (p.exited or p.ended)]
             return self.send_json(200, {"processes": procs})
         p = self.selected(sb, body)
+        if name == "Update":
+            size = ((body.get("pty") or {}).get("size")) or {}
+            rows, cols = size.get("rows"), size.get("cols")
+            if not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536
+                       for v in (rows, cols)):
+                raise cerr("invalid_argument", "pty.size needs rows and cols in [1, 65535], "
+                           "not %r" % (size,))
+            with p.cond:
+                if p.master is None:
+                    raise cerr("failed_precondition", "process %d has no terminal" % p.pid)
+                nsbox.resize(p.master, rows, cols)
+            return self.send_json(200, {})
         if name == "SendInput":
             inp = body.get("input") or {}
+            if "pty" in inp:
+                if p.master is None:
+                    raise cerr("failed_precondition", "process %d has no terminal" % p.pid)
+                try:
+                    data = base64.b64decode(inp["pty"], validate=True)
+                except ValueError:
+                    raise cerr("invalid_argument", "input.pty is not base64")
+                try:
+                    p.pty_write(data)
+                except OSError:
+                    pass
+                return self.send_json(200, {})
             if "stdin" not in inp:
-                raise cerr("invalid_argument", "input.stdin is required")
+                raise cerr("invalid_argument", "input.stdin or input.pty is required")
             if not p.stdin_open:
                 raise cerr("failed_precondition", "stdin of process %d is not open" % p.pid)
             try:
@@ -751,6 +835,9 @@ class E2BHandler(fakehttp.Handler):
                 pass
             return self.send_json(200, {})
         if name == "CloseStdin":
+            if p.master is not None:
+                raise cerr("failed_precondition", "process %d runs on a terminal: its stdin "
+                           "is not closed (send its EOF character, 0x04)" % p.pid)
             if p.stdin_open:
                 p.stdin_open = False
                 try:

@@ -22,7 +22,13 @@ serves:
   stdout or stderr from an offset, sent as it arrives), TaskExecStdinWrite
   (by offset: bytes already written are not written again; answered once
   they are in the command's stdin, its output pumped meanwhile) and
-  TaskExecWait (code, or signal). Each checks "authorization: Bearer JWT"
+  TaskExecWait (code, or signal). A TaskExecStart with pty_info.enabled
+  runs the command on a real pseudo-terminal of winsz_rows x winsz_cols
+  (leading a session of its own, the terminal its controlling terminal and
+  its stdin, stdout and stderr): the terminal's output is the stdout
+  stream (stderr's ends empty), stdin bytes are typed at it, and an eof
+  leaves it as it is (a terminal has no end of input but its ^D; it is
+  closed when the command ends). Each checks "authorization: Bearer JWT"
   against the JWTs the fake handed out for that task and not expired, else
   UNAUTHENTICATED.
 
@@ -96,10 +102,13 @@ class Abort(Exception):
 
 
 class Exec:
-    def __init__(self, proc):
+    def __init__(self, proc, master=None):
         self.proc = proc
+        self.master = master        # a terminal's master descriptor, or None
+        self.tty = master is not None
+        self.pty_done = False       # its reader is to stop
         self.out = [bytearray(), bytearray()]
-        self.eof = [False, False]
+        self.eof = [False, self.tty]     # a terminal has no stderr of its own
         self.code = None        # returncode once it ended
         self.done = False       # ended, and its output read (or given up on)
         self.stdin_off = 0
@@ -122,16 +131,41 @@ class Exec:
                 self.cond.notify_all()
         f.close()
 
-    def reap(self):
+    def emit(self, data):
+        with self.cond:
+            self.out[0] += data
+            self.cond.notify_all()
+
+    def pump_pty(self):
+        nsbox.pty_pump(self.master, self.emit, lambda: self.pty_done)
+        with self.cond:
+            self.eof[0] = True
+            self.cond.notify_all()
+
+    def pty_write(self, data):
+        with self.cond:
+            if self.master is not None:
+                os.write(self.master, data)
+
+    def reap(self, pumps=()):
         """The streams end when the command ended: what it wrote is read
         (up to 0.2 s more for the pipes' last bytes), and a background
-        child that still holds the pipes does not hold the streams open."""
+        child that still holds the pipes does not hold the streams open.
+        A terminal is closed then."""
         rc = self.proc.wait()
         end = time.time() + 0.2
         with self.cond:
-            self.code = rc
             while not all(self.eof) and time.time() < end:
                 self.cond.wait(0.02)
+        if self.tty:
+            self.pty_done = True
+            for t in pumps:
+                t.join()
+            with self.cond:
+                os.close(self.master)
+                self.master = None
+        with self.cond:
+            self.code = rc
             self.done = True
             self.cond.notify_all()
 
@@ -424,16 +458,31 @@ class ModalFake(fakehttp.Fake):
             # its wrapper (nsenter) up in its own, and env(1) sets the
             # command's inside.
             argv = ["/usr/bin/env", "PATH=" + env.pop("PATH")] + argv
+        pty = req.pty_info if req.HasField("pty_info") and req.pty_info.enabled else None
+        if pty is not None and not (0 < pty.winsz_rows < 65536 and 0 < pty.winsz_cols < 65536):
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "pty_info needs winsz_rows and "
+                        "winsz_cols in [1, 65535], not %dx%d"
+                        % (pty.winsz_rows, pty.winsz_cols))
         try:
-            proc = sb.box.popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE)
+            if pty is not None:
+                proc, master = sb.box.popen_pty(argv, pty.winsz_rows, pty.winsz_cols,
+                                                env=env, cwd=cwd)
+            else:
+                proc = sb.box.popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE)
+                master = None
         except nsbox.SandboxGone:
             raise Abort(grpc.StatusCode.NOT_FOUND, "Task %s has ended" % req.task_id)
-        ex = Exec(proc)
+        ex = Exec(proc, master)
         with self.lock:
             sb.execs[req.exec_id] = ex
-        for i, f in enumerate((proc.stdout, proc.stderr)):
-            threading.Thread(target=ex.pump, args=(i, f), daemon=True).start()
-        threading.Thread(target=ex.reap, daemon=True).start()
+        if ex.tty:
+            pumps = [threading.Thread(target=ex.pump_pty, daemon=True)]
+        else:
+            pumps = [threading.Thread(target=ex.pump, args=(i, f), daemon=True)
+                     for i, f in enumerate((proc.stdout, proc.stderr))]
+        for t in pumps:
+            t.start()
+        threading.Thread(target=ex.reap, args=(pumps,), daemon=True).start()
         return tcr.TaskExecStartResponse()
 
     def find_exec(self, sb, exec_id):
@@ -486,13 +535,16 @@ class ModalFake(fakehttp.Fake):
                             % (req.offset, ex.stdin_off))
             data = data[ex.stdin_off - req.offset:]
             try:
-                if data:
+                if data and ex.tty:
+                    ex.pty_write(data)
+                elif data:
                     ex.proc.stdin.write(data)
                     ex.proc.stdin.flush()
                 ex.stdin_off += len(data)
                 if req.eof:
                     ex.stdin_closed = True
-                    ex.proc.stdin.close()
+                    if not ex.tty:
+                        ex.proc.stdin.close()
             except (BrokenPipeError, ValueError, OSError):
                 ex.stdin_closed = True
         return tcr.TaskExecStdinWriteResponse()

@@ -13,17 +13,27 @@ instance's root), each in a session of its own, so a timeout can kill the
 command's process group. The fake servers that use this run as root, as the
 test machines do.
 
+A command may also run on a pseudo-terminal of its own (popen_pty(): the
+leader of a session whose controlling terminal is the terminal, as a
+provider's daemon runs a terminal session), whose master the fake reads
+(pty_pump()), writes (typed input), resizes (resize(): SIGWINCH) and
+closes.
+
 File paths are sandbox paths ("/work/x"); host_path() maps them into the
 directory and refuses a path that leaves it (`..` or a symlink out).
 
 Python 3 standard library only.
 """
 
+import fcntl
 import json
 import os
+import select
 import shutil
 import signal
+import struct
 import subprocess
+import termios
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -196,6 +206,31 @@ class Box:
             self.commands.add(c)
         return c
 
+    def popen_pty(self, argv, rows, cols, env=None, cwd="/"):
+        """Starts @argv inside the sandbox on a new pseudo-terminal of @rows x
+        @cols, as a provider's daemon runs a terminal session: the command
+        leads a session of its own whose controlling terminal is the
+        terminal's slave (its stdin, stdout and stderr), so the terminal's
+        line discipline is real (echo, ^C as SIGINT to its foreground
+        group, SIGWINCH on a resize). Returns (Popen, master): the master
+        descriptor is the caller's to read, write and close. The command's
+        exit status is the Popen's. Raises SandboxGone as popen()."""
+        master, slave = os.openpty()
+        try:
+            resize(master, rows, cols)
+            # setsid(1) -c: a new session (the command is not its process
+            # group's leader, so no fork) with the slave, its stdin, as the
+            # controlling terminal; the wrapper (nsenter) stays out of it,
+            # so a ^C reaches the command's group alone.
+            c = self.popen(["/usr/bin/setsid", "-c"] + list(argv), env=env, cwd=cwd,
+                           stdin=slave, stdout=slave, stderr=slave)
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            os.close(slave)
+        return c, master
+
     def forget(self, c):
         with self.lock:
             self.commands.discard(c)
@@ -218,6 +253,72 @@ class Box:
         if parent != real_root and not parent.startswith(real_root + os.sep):
             return None
         return host
+
+
+def resize(master, rows, cols):
+    """Sets the size of the terminal whose master is @master (TIOCSWINSZ):
+    its foreground process group gets SIGWINCH when it changed."""
+    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+def pty_leader(c):
+    """The host pid of the session leader popen_pty() made for @c (the
+    wrapper's child), or None when it is gone."""
+    try:
+        with open("/proc/%d/task/%d/children" % (c.pid, c.pid)) as f:
+            kids = f.read().split()
+    except OSError:
+        return None
+    return int(kids[0]) if kids else None
+
+
+def signal_pty(c, sig):
+    """Sends @sig to the command of popen_pty()'s @c (the terminal
+    session's leader), as a daemon signals the process it started; when it
+    is gone already, to the wrapper's group."""
+    leader = pty_leader(c)
+    try:
+        if leader is not None:
+            os.kill(leader, sig)
+        else:
+            os.killpg(c.pid, sig)
+    except OSError:
+        pass
+
+
+def kill_pty_session(c, sig=signal.SIGKILL):
+    """Sends @sig to every process of the terminal session of popen_pty()'s
+    @c and to the wrapper's group: nothing of the command is left."""
+    leader = pty_leader(c)
+    if leader is not None:
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                if int(fields[3]) == leader:    # its session
+                    os.kill(int(d), sig)
+            except (OSError, ValueError, IndexError):
+                pass
+    _kill_group(c, sig)
+
+
+def pty_pump(master, emit, stop):
+    """Reads the terminal's output from @master until the terminal has no
+    writer left (EIO) or @stop() is true, passing each chunk to @emit.
+    @master stays open (the caller closes it once nothing else uses it)."""
+    while not stop():
+        try:
+            r, _, _ = select.select([master], [], [], 0.1)
+            if not r:
+                continue
+            data = os.read(master, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        emit(data)
 
 
 def default_env():

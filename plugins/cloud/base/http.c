@@ -80,6 +80,25 @@ static void share_unlock(CURL *h, curl_lock_data data, void *ud)
         pthread_mutex_unlock(&c->share_locks[data]);
 }
 
+char **cl_http_auth_headers(const cl_http *h)
+{
+    char **v = calloc((size_t)h->nextra + 2, sizeof(char *));
+    size_t n = 0;
+    if (!v)
+        return NULL;
+    if (h->auth_header && !(v[n++] = strdup(h->auth_header)))
+        goto fail;
+    for (int i = 0; i < h->nextra; i++)
+        if (!(v[n++] = strdup(h->extra_headers[i])))
+            goto fail;
+    return v;
+fail:
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+    return NULL;
+}
+
 cl_http *cl_http_new(void)
 {
     cl_http *c = calloc(1, sizeof(*c));
@@ -678,8 +697,8 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
             long s = resp->status;
             /* A token create's 429: a refusal, re-sent on a count of its own. */
             int rate = s == 429 && tc && !x.sunk;
-            int retryable = rate || ((s == 429 || (s >= 500 && s <= 599)) && req->idempotent
-                                     && !x.sunk && !x.source_started);
+            int retryable = rate || ((s == 429 || (s >= 500 && s <= 599 && !req->answers_final))
+                                     && req->idempotent && !x.sunk && !x.source_started);
             if (s == 429 && ra > c->retry.max_wait_s) {
                 cl_fail_status(c, error, SBX_ERROR_RATE_LIMITED, resp, op, what);
                 return -1;
@@ -761,6 +780,7 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
         }
         if (!not_sent && !req->idempotent)
             cl_outcome_unknown(e);
+        resp->lost = !not_sent;
         (void)connects;
         (void)sent;
         return -1;

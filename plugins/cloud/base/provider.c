@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
@@ -203,6 +204,32 @@ char *cl_mark_kill_command_var(const char *var, const char *tag, int sig)
 char *cl_mark_kill_command(const char *tag, int sig)
 {
     return cl_mark_kill_command_var(CL_EXEC_MARK, tag, sig);
+}
+
+char *cl_mark_resize_command(const char *tag, unsigned rows, unsigned cols)
+{
+    static const char ok[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_";
+    if (!tag || !*tag || strspn(tag, ok) != strlen(tag) || rows == 0 || cols == 0
+        || rows > 65535 || cols > 65535)
+        return NULL;
+    /* /proc/N/fd/0 opens the command's own terminal whatever the path of
+     * its device is in this mount namespace. The size is set with one
+     * TIOCSWINSZ (python3's termios), so the command never sees half of
+     * it; without python3, stty (rows, then cols: two ioctls). Up to 50
+     * looks, 0.1 s apart, while the command may still be starting. */
+    char *s = NULL;
+    if (asprintf(&s, "sbx_ws() { python3 -c 'import fcntl, os, struct, sys, termios\n"
+                     "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_NOCTTY)\n"
+                     "fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack(\"HHHH\", %u, %u, 0, 0))' "
+                     "\"$1\" 2>/dev/null || stty -F \"$1\" rows %u cols %u 2>/dev/null; }; "
+                     "i=0; while [ $i -lt 50 ]; do for d in /proc/[0-9]*; do "
+                     "tr '\\0' '\\n' 2>/dev/null <$d/environ | grep -qx '%s=%s' || continue; "
+                     "[ -t 0 ] 2>/dev/null <$d/fd/0 || continue; "
+                     "sbx_ws $d/fd/0 && exit 0; done; "
+                     "i=$((i+1)); sleep 0.1; done; exit %d", rows, cols, rows, cols,
+                 CL_EXEC_MARK, tag, CL_RESIZE_NONE_EXIT) < 0)
+        return NULL;
+    return s;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -564,6 +591,23 @@ int cl_exec_check(cl_sandbox *s, const char *provider, const sbx_plugin_exec_req
                 "%s backend: commands on a terminal are not supported", provider);
         return -1;
     }
+    return cl_exec_check_pty(s, provider, rq, per_command_user, error);
+}
+
+int cl_exec_check_pty(cl_sandbox *s, const char *provider, const sbx_plugin_exec_request *rq,
+                      int per_command_user, sbx_error **error)
+{
+    if (cl_gone_check(&s->gone, "exec", provider, s->id, error) < 0)
+        return -1;
+    if (!rq->tty_rows != !rq->tty_cols) {
+        char size[32];
+        snprintf(size, sizeof size, "%ux%u", rq->tty_rows, rq->tty_cols);
+        cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "exec",
+                           "%s backend: terminal size %u rows x %u columns is invalid (both "
+                           "> 0, or both 0 for no terminal)", provider, rq->tty_rows,
+                           rq->tty_cols), "size", size);
+        return -1;
+    }
     if (rq->user && !per_command_user) {
         cl_context(cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, "exec",
                            "%s backend: commands run as the sandbox's user; user %s cannot be "
@@ -639,6 +683,8 @@ cl_script_proc *cl_script_proc_new(size_t size, sbx_plugin_sandbox *sb, const ch
     p->sb = sb;
     p->stdin_fd = -1;
     p->run_short = run_short;
+    if (rq->struct_size >= offsetof(sbx_plugin_exec_request, flags) + sizeof(rq->flags))
+        p->flags = rq->flags;
     memcpy(p->tag, "sbx-exec-", 9);
     cl_random_hex(p->tag + 9, 12);
     p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : workdir);
@@ -754,6 +800,42 @@ int cl_proc_mark_kill(cl_proc *p, sbx_plugin_sandbox *sb, cl_run_fn run,
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec_kill", "out of memory");
     free(cmd);
     return rc;
+}
+
+int cl_proc_mark_resize(cl_proc *p, sbx_plugin_sandbox *sb, cl_run_fn run,
+                        const sbx_call_ctx *ctx, const char *tag, unsigned rows, unsigned cols,
+                        sbx_error **error)
+{
+    const char *op = "exec_resize";
+    pthread_mutex_lock(&p->lock);
+    int ended = p->ended;
+    pthread_mutex_unlock(&p->lock);
+    if (ended)
+        return 0;
+    char *cmd = cl_mark_resize_command(tag, rows, cols);
+    int code = 0;
+    int rc = cmd ? run(sb, ctx, cmd, &code, op, error) : -1;
+    if (!cmd)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    free(cmd);
+    if (rc < 0 || code == 0)
+        return rc;
+    pthread_mutex_lock(&p->lock);
+    ended = p->ended;
+    pthread_mutex_unlock(&p->lock);
+    if (ended)
+        return 0;
+    char size[32];
+    snprintf(size, sizeof size, "%ux%u", rows, cols);
+    sbx_error *err;
+    if (code == CL_RESIZE_NONE_EXIT)
+        err = cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "cannot resize the terminal to %s: "
+                      "no process of the command has it as its stdin", size);
+    else
+        err = cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "cannot resize the terminal to %s "
+                      "(stty exited %d)", size, code);
+    cl_context(err, "size", size);
+    return -1;
 }
 
 char *cl_item_url(const char *api, const char *collection, const char *id, const char *suffix)

@@ -167,6 +167,22 @@ char *cl_mark_kill_command(const char *tag, int sig);
  */
 char *cl_mark_kill_command_var(const char *var, const char *tag, int sig);
 
+/**
+ * A shell command, run in the sandbox by a process that does not carry the
+ * mark, that sets the size of the terminal of the command whose processes
+ * carry CL_EXEC_MARK=@tag to @rows x @cols (on the descriptor 0 of the
+ * first such process that has a terminal there: one TIOCSWINSZ through
+ * python3's termios, else stty's rows then cols; the terminal's foreground
+ * process group gets SIGWINCH when it changed), for
+ * providers that give a command a terminal but have no call to resize it.
+ * It looks for up to 5 s (the command may be starting) and exits 0 once
+ * the size is set, CL_RESIZE_NONE_EXIT when no process of the command has
+ * a terminal. @tag as for cl_mark_kill_command(); @rows and @cols
+ * 1..65535. A new string; NULL on bad input or no memory. Thread-safe.
+ */
+char *cl_mark_resize_command(const char *tag, unsigned rows, unsigned cols);
+#define CL_RESIZE_NONE_EXIT 3
+
 /* ------------------------------------------------------------------------ */
 /* The create's environment as a file in the sandbox                         */
 /* ------------------------------------------------------------------------ */
@@ -387,6 +403,15 @@ int cl_exec_event_fd(sbx_plugin_process *process);
 int cl_exec_check(cl_sandbox *s, const char *provider, const sbx_plugin_exec_request *rq,
                   int per_command_user, sbx_error **error);
 
+/**
+ * cl_exec_check() for a provider that runs commands on a terminal: the
+ * same checks, except that a request with tty_rows and tty_cols both > 0
+ * passes (the host has checked them against SBX_TTY_MAX); one of them 0
+ * and not the other is invalid_argument naming the size (context size).
+ */
+int cl_exec_check_pty(cl_sandbox *s, const char *provider, const sbx_plugin_exec_request *rq,
+                      int per_command_user, sbx_error **error);
+
 /** The ids a listing collects (the reaper's look-up, cloud.h): start from
  *  { 0 }. Not thread-safe. */
 typedef struct cl_ids {
@@ -451,6 +476,19 @@ int cl_exec_wait_script(sbx_plugin_process *process, sbx_plugin_sandbox *sb,
 int cl_proc_mark_kill(cl_proc *p, sbx_plugin_sandbox *sb, cl_run_fn run,
                       const sbx_call_ctx *ctx, const char *tag, int sig, sbx_error **error);
 
+/**
+ * The exec_resize slot's body for a command on a terminal whose processes
+ * carry CL_EXEC_MARK=@tag, on a provider with no resize call: 0 at once
+ * when @p has ended; else cl_mark_resize_command(@tag, @rows, @cols)
+ * through @run (op exec_resize): 0 once the size is set (or the command
+ * ended meanwhile); -1 with @run's error, or execution_failed naming the
+ * size (context size ROWSxCOLS) when no process of the command had a
+ * terminal or stty failed.
+ */
+int cl_proc_mark_resize(cl_proc *p, sbx_plugin_sandbox *sb, cl_run_fn run,
+                        const sbx_call_ctx *ctx, const char *tag, unsigned rows, unsigned cols,
+                        sbx_error **error);
+
 
 /**
  * A command run as a shell script on a sandbox whose first member is a
@@ -473,6 +511,8 @@ typedef struct cl_script_proc {
     char tag[40];
     int oom_killed;             /* the provider said the command's memory ran
                                  * out (CASE-49; the worker sets it) */
+    unsigned flags;             /* the request's SBX_PLUGIN_EXEC_* bits (0 when
+                                 * it has none) */
     cl_run_fn run_short;        /* the plugin's runner of its own commands */
     void (*fini)(struct cl_script_proc *p);  /* frees the plugin's fields, or NULL */
 } cl_script_proc;

@@ -47,6 +47,7 @@ struct cl_ws {
     int peer_closed;            /* a close frame came from the server */
     int close_sent;             /* our close frame went out */
     int close_code;
+    char close_reason[124];     /* its reason (at most 123 bytes, RFC 6455 5.5) */
     cl_buf rx;                  /* the message being assembled */
     int cb_failed;              /* on_message returned -1 */
     cl_ws_msg_fn fn;
@@ -201,6 +202,12 @@ static int ws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, 
         const unsigned char *p = in;
         w->peer_closed = 1;
         w->close_code = len >= 2 ? (p[0] << 8) | p[1] : 1005;
+        if (len > 2) {
+            size_t n = len - 2 < sizeof w->close_reason - 1 ? len - 2
+                                                             : sizeof w->close_reason - 1;
+            memcpy(w->close_reason, p + 2, n);
+            w->close_reason[n] = '\0';
+        }
         break;
     }
     case LWS_CALLBACK_CLIENT_CLOSED:
@@ -534,4 +541,9 @@ int cl_ws_run(cl_ws *w, const sbx_call_ctx *ctx, const char *op, sbx_error **err
 int cl_ws_close_code(const cl_ws *w)
 {
     return w->close_code;
+}
+
+const char *cl_ws_close_reason(const cl_ws *w)
+{
+    return w->close_reason;
 }

@@ -128,6 +128,12 @@ int cl_ws_run(cl_ws *ws, const sbx_call_ctx *ctx, const char *op, sbx_error **er
  *  none came. After cl_ws_run(). */
 int cl_ws_close_code(const cl_ws *ws);
 
+/** The reason text of the server's close frame (at most 123 bytes, as the
+ *  server sent them, NUL-terminated; borrowed, lives as long as @ws), ""
+ *  when none came or it had none. After cl_ws_run(). Providers put data
+ *  there (Daytona's PTY sessions: {"exitCode": N}). */
+const char *cl_ws_close_reason(const cl_ws *ws);
+
 /** Ends the connection at once (no close handshake) and frees it. NULL:
  *  nothing. */
 void cl_ws_free(cl_ws *ws);

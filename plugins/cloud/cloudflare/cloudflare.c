@@ -41,6 +41,21 @@
  *    CL_OUTPUT_ENCODER (perl), which sends each output byte 0x80-0xFF as the UTF-8
  *    of U+0080-U+00FF, so any bytes come through the text-only bridge as
  *    they were and still live; the create checks the image has perl.
+ *  - terminal (tty_rows/tty_cols): the bridge's terminal WebSocket, GET
+ *    /v1/sandbox/{id}/pty?cols=&rows=&shell=&session= (the SDK's
+ *    terminal(), through the base's libwebsockets client, ws.h). Its
+ *    program is `shell` (a path, run with no argument), in the session's
+ *    terminal: so the command is staged as an executable script under
+ *    /workspace (PUT, then chmod 700 by a command; the script removes
+ *    itself at once, exports the mark and the per-call env, and execs
+ *    /bin/sh -c with the create's env sourced and the command's script),
+ *    and runs in a session of its own (POST .../session, deleted at the
+ *    end), whose terminal is new. Server frames: binary output (to
+ *    stdout), text {"type":"ready"|"exit"|"error"} (the exit's code, or
+ *    128+N for its signal N, is the command's); client frames: binary
+ *    typed bytes, text {"type":"resize","cols","rows"}. The end of the
+ *    host's stdin hangs the terminal up (SIGHUP to the command's
+ *    processes, by the mark).
  *  - files: GET|PUT /v1/sandbox/{id}/file/<path> for paths under
  *    /workspace (raw bytes both ways); the bridge answers 403 outside it,
  *    so other paths are staged: a write is PUT under /workspace and moved
@@ -78,15 +93,20 @@
  */
 #include "cloud.h"
 #include "provider.h"
+#ifdef SBX_HAVE_CLOUD_WS
+#include "ws.h"     /* terminals: the base's WebSocket client */
+#endif
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -119,8 +139,15 @@
 #define CF_NO_PERL_EXIT 3
 
 
+/* Terminals need the base's WebSocket client (libwebsockets). */
+#ifdef SBX_HAVE_CLOUD_WS
+#define CF_CAP_PTY SBX_CAP_PTY
+#else
+#define CF_CAP_PTY 0
+#endif
+
 #define CF_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_SNAPSHOT      \
-                 | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_BACKGROUND)
+                 | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_BACKGROUND | CF_CAP_PTY)
 
 struct sbx_plugin_client {
     cl_http *http;
@@ -141,6 +168,14 @@ typedef struct cf_proc {
     char **env;         /* "K=V" of the command, copied */
     int stdin_fd;
     char tag[40];
+    /* A command on a terminal (cf_pty_run); tty_rows 0 for none. */
+    unsigned tty_rows, tty_cols;
+    pthread_mutex_t tlock;      /* guards what follows */
+    pthread_cond_t tcond;
+    int tty_over;               /* its worker is done with the terminal */
+    void *ws;                   /* the terminal's cl_ws while connected */
+    int tty_exit;               /* the "exit" control's code, or -1 */
+    char tty_error[512];        /* an "error" control's message, or "" */
 } cf_proc;
 
 #define cf_is_gone(sb) cl_gone_get(&(sb)->s.gone)
@@ -1325,8 +1360,327 @@ out:
     return code;
 }
 
+#ifdef SBX_HAVE_CLOUD_WS
+/* ------------------------------------------------------------------------ */
+/* Terminals: the bridge's terminal WebSocket                                */
+/* ------------------------------------------------------------------------ */
+
+/* Output (binary) and the container's control messages (text). */
+static int cf_pty_message(void *ud, int binary, const unsigned char *d, size_t n)
+{
+    cf_proc *p = ud;
+    if (binary)
+        return cl_proc_output(&p->base, 1, d, n) < 0 ? -1 : 0;
+    char *text = strndup((const char *)d, n);
+    json_object *j = text ? json_tokener_parse(text) : NULL;
+    free(text);
+    const char *type = cl_json_str(j, "type");
+    int64_t v;
+    pthread_mutex_lock(&p->tlock);
+    if (type && strcmp(type, "exit") == 0) {
+        const char *sig = cl_json_str(j, "signal");
+        int num = 0;
+        for (int i = 1; sig && i < 65 && !num; i++) {
+            const char *name = sigabbrev_np(i);
+            if (name && (strcmp(sig + (strncmp(sig, "SIG", 3) == 0 ? 3 : 0), name) == 0))
+                num = i;
+        }
+        if (num)
+            p->tty_exit = 128 + num;
+        else if (cl_json_int(j, "code", &v) == 1)
+            p->tty_exit = v < 0 ? 255 : (int)(v & 0xff);
+    } else if (type && strcmp(type, "error") == 0) {
+        const char *m = cl_json_str(j, "message");
+        snprintf(p->tty_error, sizeof p->tty_error, "%.500s", m ? m : "error");
+    }
+    pthread_mutex_unlock(&p->tlock);
+    json_object_put(j);
+    return 0;
+}
+
+typedef struct cf_pty_in {
+    cf_proc *p;
+    int wake_rd;
+} cf_pty_in;
+
+/* The host's stdin typed at the terminal; at its end the terminal is hung
+ * up (SIGHUP to every process of the command, by the mark). */
+static void *cf_pty_stdin_main(void *arg)
+{
+    cf_pty_in *in = arg;
+    cf_proc *p = in->p;
+    char buf[16384];
+    for (;;) {
+        struct pollfd pf[2] = { { .fd = p->stdin_fd, .events = POLLIN },
+                                { .fd = in->wake_rd, .events = POLLIN } };
+        int r = poll(pf, 2, -1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 || pf[1].revents)
+            break;
+        ssize_t n = read(p->stdin_fd, buf, sizeof buf);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0) {
+            sbx_call_ctx kc = { sizeof(kc), cl_now() + 30, in->wake_rd, NULL };
+            char *cmd = cl_mark_kill_command(p->tag, SIGHUP);
+            int code = 0;
+            if (cmd)
+                cf_run_short(p->sb, &kc, cmd, &code, "exec", NULL);
+            free(cmd);
+            break;
+        }
+        pthread_mutex_lock(&p->tlock);
+        cl_ws *ws = p->ws;
+        pthread_mutex_unlock(&p->tlock);
+        if (!ws || cl_ws_send(ws, 1, buf, (size_t)n) < 0)
+            break;
+    }
+    return NULL;
+}
+
+/* The staged program of the terminal: removes itself, exports the mark
+ * and the per-call env, and execs the create's env and the script. */
+static char *cf_pty_program(cf_proc *p)
+{
+    char *src = cl_env_file_source(CF_ENV_FILE), *keys = cl_call_keys((const char *const *)p->env);
+    cl_buf inner = { 0 }, b = { 0 };
+    int bad = !src || !keys;
+    if (!bad)
+        bad = cl_buf_printf(&inner, "%s%s", src, p->script) < 0;
+    char *qi = bad ? NULL : cl_shell_quote(inner.data), *qk = bad ? NULL : cl_shell_quote(keys);
+    bad = bad || !qi || !qk;
+    if (!bad)
+        bad = cl_buf_printf(&b, "#!/bin/sh\nrm -f -- \"$0\"\n"
+                                "[ -e " CF_LIVE_FILE " ] || exit %d\n"
+                                "export " CL_EXEC_MARK "=%s\n", CF_GONE_EXIT, p->tag) < 0;
+    for (size_t i = 0; !bad && p->env && p->env[i]; i++) {
+        const char *eq = strchr(p->env[i], '=');
+        if (!eq)
+            continue;
+        char *v = cl_shell_quote(eq + 1);
+        bad = !v || cl_buf_printf(&b, "export %.*s=%s\n", (int)(eq - p->env[i]), p->env[i],
+                                  v) < 0;
+        free(v);
+    }
+    if (!bad)
+        bad = cl_buf_printf(&b, "export " CL_CALL_KEYS "=%s\nexec /bin/sh -c %s\n", qk, qi) < 0;
+    free(qi);
+    free(qk);
+    free(src);
+    free(keys);
+    cl_buf_clear(&inner);
+    if (bad) {
+        cl_buf_clear(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
+/* The worker of a command on a terminal: the program staged, a session
+ * made, the terminal's WebSocket serviced to the program's exit. */
+static int cf_pty_run(cl_proc *base)
+{
+    cf_proc *p = (cf_proc *)base;
+    struct sbx_plugin_sandbox *sb = p->sb;
+    const char *op = "exec";
+    sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
+    char *prog = cf_pty_program(p), *path = cl_printf(CF_WORKSPACE "/.%s.tty", p->tag);
+    char *cmd = NULL, *sid = NULL, *suffix = NULL, *http_url = NULL, *url = NULL, **hdrs = NULL;
+    char *qpath = NULL, *qsid = NULL;
+    int code = -1, rc, wake[2] = { -1, -1 }, in_started = 0;
+    pthread_t in_thread;
+    cf_pty_in in = { .p = p, .wake_rd = -1 };
+    cl_ws *ws = NULL;
+    if (!prog || !path || !(qpath = cl_shell_quote(path))
+        || !(cmd = cl_printf("chmod 700 -- %s", qpath))) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    if (cf_put_text(sb, &ctx, path, prog, op, NULL) < 0)
+        goto out;
+    int c2 = 0;
+    if (cf_run_short(sb, &ctx, cmd, &c2, op, NULL) < 0)
+        goto out;
+    if (c2 != 0) {
+        cl_fail(NULL, SBX_ERROR_EXECUTION_FAILED, op, "cloudflare: cannot make the terminal's "
+                "program %s executable (chmod exited %d)", path, c2);
+        goto out;
+    }
+    /* A session of its own: its terminal is a new one. */
+    cl_req sq = { .method = "POST", .body = "{}", .body_len = 2, .idempotent = CL_UNSAFE,
+                  .what = "create a session" };
+    cl_resp sr = { 0 };
+    rc = cf_call(sb->c, &ctx, sb->s.id, "/session", &sq, &sr, op, NULL);
+    if (rc == 0 && sr.status / 100 != 2) {
+        cl_fail_status(sb->c->http, NULL, CL_CODE_BY_STATUS, &sr, op, "create a session");
+        rc = -1;
+    }
+    json_object *sj = rc == 0 ? cl_resp_json(&sr, op, "create a session", NULL) : NULL;
+    const char *s_id = cl_json_str(sj, "id");
+    sid = s_id ? strdup(s_id) : NULL;
+    json_object_put(sj);
+    cl_resp_clear(&sr);
+    if (rc < 0)
+        goto out;
+    if (!sid) {
+        cl_fail(NULL, SBX_ERROR_CONNECTION, op, "cloudflare: the bridge's session answer has "
+                "no id");
+        goto out;
+    }
+    char *ep = cl_url_escape(path), *es = cl_url_escape(sid);
+    suffix = ep && es ? cl_printf("/pty?cols=%u&rows=%u&shell=%s&session=%s", p->tty_cols,
+                                  p->tty_rows, ep, es) : NULL;
+    free(ep);
+    free(es);
+    http_url = suffix ? cf_url(sb->c, sb->s.id, suffix) : NULL;
+    url = http_url ? cl_ws_url(http_url) : NULL;
+    hdrs = cl_http_auth_headers(sb->c->http);
+    if (!url || !hdrs) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    cl_ws_opts wo = { .url = url, .headers = (const char *const *)hdrs,
+                      .on_message = cf_pty_message, .ud = p,
+                      .what = "connect to the sandbox's terminal" };
+    if (cl_ws_connect(&wo, &ctx, 60, &ws, NULL, op, NULL) < 0)
+        goto out;
+    pthread_mutex_lock(&p->tlock);
+    p->ws = ws;
+    pthread_cond_broadcast(&p->tcond);
+    pthread_mutex_unlock(&p->tlock);
+    if (p->stdin_fd >= 0 && pipe2(wake, O_CLOEXEC) == 0) {
+        in.wake_rd = wake[0];
+        in_started = pthread_create(&in_thread, NULL, cf_pty_stdin_main, &in) == 0;
+    }
+    rc = cl_ws_run(ws, &ctx, op, NULL);
+    pthread_mutex_lock(&p->tlock);
+    p->ws = NULL;
+    int exit_code = p->tty_exit;
+    char terr[512];
+    snprintf(terr, sizeof terr, "%s", p->tty_error);
+    pthread_mutex_unlock(&p->tlock);
+    if (exit_code >= 0) {
+        code = exit_code;
+    } else if (terr[0]) {
+        cl_fail(NULL, SBX_ERROR_EXECUTION_FAILED, op, "cloudflare: the terminal failed: %s",
+                terr);
+    } else if (rc == 0) {
+        cl_fail(NULL, SBX_ERROR_CONNECTION, op, "cloudflare: the terminal closed without its "
+                "program's exit");
+        cl_outcome_unknown(NULL);
+    } else if (!cl_proc_stopping(base)) {
+        cl_outcome_unknown(NULL);
+    }
+out:
+    if (wake[1] >= 0)
+        close(wake[1]);
+    if (in_started)
+        pthread_join(in_thread, NULL);
+    if (wake[0] >= 0)
+        close(wake[0]);
+    if (code == CF_GONE_EXIT) {
+        int c3 = 0;
+        if (cf_run_short(sb, &ctx, "test -e " CF_LIVE_FILE, &c3, op, NULL) == 0 && c3 != 0) {
+            cl_gone_set(&sb->s.gone);
+            cf_delete(sb->c, NULL, sb->s.id, op, NULL);
+            cl_gone_error(NULL, op, CF_BACKEND, sb->s.id);
+            code = -1;
+        }
+    }
+    cl_last_error l = *cl_last();
+    if (code < 0 && !cf_is_gone(sb)) {
+        /* Nothing of the command is left running after its error. */
+        char *kill = cl_mark_kill_command(p->tag, SIGKILL);
+        int c4 = 0;
+        sbx_call_ctx kc = { sizeof(kc), cl_now() + 10, -1, NULL };
+        if (kill)
+            cf_run_short(sb, &kc, kill, &c4, op, NULL);
+        free(kill);
+    }
+    if (sid && !cf_is_gone(sb)) {
+        char *ds = cl_url_escape(sid), *dsuf = ds ? cl_printf("/session/%s", ds) : NULL;
+        cl_req dq = { .method = "DELETE", .idempotent = CL_SAFE, .what = "delete the session" };
+        cl_resp dr = { 0 };
+        sbx_call_ctx dc = { sizeof(dc), cl_now() + 10, -1, NULL };
+        if (dsuf)
+            cf_call(sb->c, &dc, sb->s.id, dsuf, &dq, &dr, op, NULL);
+        cl_resp_clear(&dr);
+        free(dsuf);
+        free(ds);
+    }
+    if (code < 0) {
+        cl_fail(NULL, l.code, op, "%s", l.msg);
+        if (l.unknown)
+            cl_outcome_unknown(NULL);
+        cl_proc_fail_last(base);
+        if (cf_is_gone(sb)) {
+            snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
+            snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
+        }
+    }
+    pthread_mutex_lock(&p->tlock);
+    p->tty_over = 1;
+    pthread_cond_broadcast(&p->tcond);
+    pthread_mutex_unlock(&p->tlock);
+    cl_ws_free(ws);
+    cl_strv_free(hdrs);
+    free(url);
+    free(http_url);
+    free(suffix);
+    free(sid);
+    free(qsid);
+    free(qpath);
+    free(cmd);
+    free(path);
+    free(prog);
+    return code;
+}
+
+/* A resize control on the terminal's WebSocket, once it is connected
+ * (waited for within the call's bound); nothing once the program ended. */
+static int cf_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx, unsigned rows,
+                          unsigned cols, sbx_error **error)
+{
+    const char *op = "exec_resize";
+    cf_proc *p = (cf_proc *)process;
+    if (!p->tty_rows) {
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "the process has no terminal to resize");
+        return -1;
+    }
+    cl_bound bd = cl_bound_make(ctx, 0);
+    char msg[96];
+    snprintf(msg, sizeof msg, "{\"type\":\"resize\",\"cols\":%u,\"rows\":%u}", cols, rows);
+    pthread_mutex_lock(&p->tlock);
+    while (!p->ws && !p->tty_over) {
+        double left = cl_bound_left(&bd);
+        if (left == 0) {
+            pthread_mutex_unlock(&p->tlock);
+            cl_fail(error, SBX_ERROR_TIMEOUT, op, "cloudflare: the terminal was not resized: "
+                    "its connection was not made in time");
+            return -1;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double step = left < 0 || left > 0.1 ? 0.1 : left;
+        ts.tv_nsec += (long)(step * 1e9);
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&p->tcond, &p->tlock, &ts);
+    }
+    /* Sent under the lock: the worker frees the connection only after it
+     * took it back from p->ws under the same lock. */
+    if (p->ws)
+        cl_ws_send(p->ws, 0, msg, strlen(msg));
+    pthread_mutex_unlock(&p->tlock);
+    return 0;
+}
+#endif /* SBX_HAVE_CLOUD_WS */
+
 static void cf_proc_free_fields(cf_proc *p)
 {
+    pthread_cond_destroy(&p->tcond);
+    pthread_mutex_destroy(&p->tlock);
     if (p->stdin_fd >= 0)
         close(p->stdin_fd);
     cl_strv_free(p->env);
@@ -1341,11 +1695,13 @@ static int cf_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     (void)ctx;
     if (cf_check(sb, op, error) < 0)
         return -1;
+#ifndef SBX_HAVE_CLOUD_WS
     if (rq->tty_rows || rq->tty_cols) {
         cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
                 "cloudflare backend: commands on a terminal are not supported");
         return -1;
     }
+#endif
     if (rq->user) {
         cl_context(cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
                            "cloudflare backend: user %s cannot be chosen per command",
@@ -1359,6 +1715,11 @@ static int cf_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     }
     p->sb = sb;
     p->stdin_fd = -1;
+    p->tty_rows = rq->tty_rows;
+    p->tty_cols = rq->tty_cols;
+    p->tty_exit = -1;
+    pthread_mutex_init(&p->tlock, NULL);
+    pthread_cond_init(&p->tcond, NULL);
     memcpy(p->tag, "sbx-exec-", 9);
     cl_random_hex(p->tag + 9, 12);
     p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
@@ -1374,6 +1735,10 @@ static int cf_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
         return -1;
     }
     p->base.run = cf_exec_run;
+#ifdef SBX_HAVE_CLOUD_WS
+    if (p->tty_rows)
+        p->base.run = cf_pty_run;
+#endif
     p->base.ud = p;
     if (cl_proc_start(&p->base, rq->stdout_fd, rq->stderr_fd, op, error) < 0) {
         cf_proc_free_fields(p);
@@ -1471,6 +1836,9 @@ static const sbx_plugin cf_plugin = {
     .exec_wait = cf_exec_wait,
     .exec_event_fd = cl_exec_event_fd,
     .exec_kill = cf_exec_kill,
+#ifdef SBX_HAVE_CLOUD_WS
+    .exec_resize = cf_exec_resize,
+#endif
     .exec_free = cf_exec_free,
     .list_files = cf_list_files,
     .read_file = cf_read_file,

@@ -36,7 +36,12 @@
  *    chunk prefixed by \x01\x01\x01 for stdout or \x02\x02\x02 for
  *    stderr) to its end, then GET .../command/{cmdId} for its exitCode:
  *    three requests (the contract gives the exit code only there), plus
- *    the upload of stdin when given. A session the daemon no longer has
+ *    the upload of stdin when given. When nothing reads the output before
+ *    the command ends (SBX_PLUGIN_EXEC_OUTPUT_AT_END: no output callback)
+ *    and there is no stdin, one request: "runAsync": false, answered with
+ *    stdout, stderr and exitCode once the command ends, its output made
+ *    text by CL_OUTPUT_ENCODER (perl) and undone here; an image without
+ *    perl falls back to the three requests. A session the daemon no longer has
  *    (404 about the session: a started sandbox's daemon is a new one) is
  *    dropped and the command sent to another. The command runs as
  *    "sh -c SCRIPT" (cl_shell_script: the cwd on a line of its own,
@@ -51,6 +56,27 @@
  *    with mkdir -p at create; it must be absolute) or, unset, the
  *    toolbox's working directory; relative file paths resolve the same
  *    way.
+ *  - terminal (tty_rows/tty_cols): a PTY session of the toolbox daemon
+ *    (toolbox process/pty): POST /process/pty {"id": "sbx-pty-<tag>",
+ *    "cols", "rows", "lazyStart": true, "envs"}, then its WebSocket, GET
+ *    /process/pty/{id}/connect (the client's Authorization header; the
+ *    base's libwebsockets client, ws.h): a text frame {"type":"control",
+ *    "status":"connected"|"error"} first, the terminal's output as binary
+ *    frames (to stdout), typed bytes sent as binary frames, and at the
+ *    shell's end the close frame whose reason is {"exitCode": N}. The
+ *    daemon starts the user's shell with no argument (an interactive bash),
+ *    so the command rides in its envs: PROMPT_COMMAND, run by bash before
+ *    its first prompt (nothing is typed, nothing echoed), exports again the
+ *    environment bash was given (/proc/$$/environ: its rc files may have
+ *    changed PS1 and the like), unsets itself and execs /bin/sh -c with
+ *    the script held in SBX_TTY_SCRIPT (the per-call env as exports, then
+ *    the command's script), so the command is the terminal's program and
+ *    its exit code the session's. A resize is POST
+ *    /process/pty/{id}/resize {"cols", "rows"}. The end of the host's stdin
+ *    hangs the terminal up (SIGHUP to the command's processes, by the
+ *    mark). A shell killed by a signal is reported by the daemon as
+ *    exitCode -1, which names no signal: 128+N when exec_kill sent signal
+ *    N last, else an execution_failed error.
  *  - A stopped or archived sandbox is started on use (CASE-53): a toolbox
  *    answer 400 "... Is the Sandbox started?" makes the plugin look at the
  *    sandbox's state; stopped/archived → POST /sandbox/{id}/start and wait
@@ -81,8 +107,12 @@
  * sandbox's mutable state (the gone flag, a cl_gone) has its own lock.
  */
 #include "provider.h"
+#ifdef SBX_HAVE_CLOUD_WS
+#include "ws.h"     /* terminals: the base's WebSocket client */
+#endif
 
 #include <errno.h>
+#include <poll.h>
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
@@ -104,12 +134,20 @@
 #define DT_START_WAIT_S 300.0   /* bound on waiting for "started" */
 #define DT_IDLE_STOP_MIN 15     /* autoStopInterval when no lifetime was set */
 #define DT_REAP_WINDOW_S 60.0   /* how long a lost create's sandbox is looked for */
+#define DT_NO_PERL_EXIT 199     /* a command line's exit when perl is missing */
+
+/* Terminals need the base's WebSocket client (libwebsockets). */
+#ifdef SBX_HAVE_CLOUD_WS
+#define DT_CAP_PTY SBX_CAP_PTY
+#else
+#define DT_CAP_PTY 0
+#endif
 
 #define DT_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_SNAPSHOT      \
                  | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY            \
                  | SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT | SBX_CAP_DISK_LIMIT          \
                  | SBX_CAP_GPU | SBX_CAP_IMAGE | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED    \
-                 | SBX_CAP_BACKGROUND)
+                 | SBX_CAP_BACKGROUND | DT_CAP_PTY)
 
 static const char *const dt_gpu_types[] = { "H100", "H200", "RTX-PRO-6000", "RTX-4090",
                                             "RTX-5090", NULL };
@@ -131,6 +169,9 @@ struct sbx_plugin_sandbox {
     struct dt_session *idle;    /* toolbox sessions no command of ours runs
                                  * in, made by this handle, reused by the
                                  * next exec */
+    int no_perl;        /* the image has no perl: commands whose output may
+                         * come at their end still take three requests
+                         * (atomic: set once by any exec's worker) */
 };
 
 /* A toolbox session of one sandbox handle: "sbx-session-" and 24 hex digits. */
@@ -1401,11 +1442,16 @@ static dt_session *dt_session_open(struct sbx_plugin_sandbox *sb, const sbx_call
  * sh -c SCRIPT, so that none of it stays in the session's shell, which
  * later commands reuse; its stdin the uploaded file, removed as soon as it
  * is open, or /dev/null. A new string. */
-static char *dt_command_line(dt_proc *p, const char *stdin_path)
+static char *dt_command_line(dt_proc *p, const char *stdin_path, int encoded)
 {
     cl_buf b = { 0 };
     char *qi = cl_shell_quote(stdin_path ? stdin_path : "/dev/null");
     int bad = !qi || (stdin_path && cl_buf_printf(&b, "{ rm -f -- %s; ", qi) < 0);
+    /* Encoded output needs perl: without it, the marker and DT_NO_PERL_EXIT
+     * (the command does not run). */
+    if (encoded)
+        bad |= cl_buf_printf(&b, "command -v perl >/dev/null 2>&1 || { printf %%s %s; "
+                             "exit %d; }; ", p->tag, DT_NO_PERL_EXIT) < 0;
     bad |= cl_buf_printf(&b, CL_EXEC_MARK "=%s ", p->tag) < 0;
     for (size_t i = 0; p->env && p->env[i] && !bad; i++) {
         const char *eq = strchr(p->env[i], '=');
@@ -1414,6 +1460,11 @@ static char *dt_command_line(dt_proc *p, const char *stdin_path)
         char *q = cl_shell_quote(eq + 1);
         bad |= !q || cl_buf_printf(&b, "%.*s=%s ", (int)(eq - p->env[i]), p->env[i], q) < 0;
         free(q);
+    }
+    if (encoded) {
+        char *qe = cl_shell_quote(CL_OUTPUT_ENCODER);
+        bad |= !qe || cl_buf_printf(&b, "perl -e %s ", qe) < 0;
+        free(qe);
     }
     char *qs = cl_shell_quote(p->script);
     bad |= !qs || cl_buf_printf(&b, "/bin/sh -c %s sh", qs) < 0;
@@ -1429,12 +1480,54 @@ static char *dt_command_line(dt_proc *p, const char *stdin_path)
     return b.data;
 }
 
+/* The answer of a synchronous session exec: its stdout and stderr (the
+ * encoder's text, undone) to the host, its exitCode in *@code. 1 when the
+ * command line found no perl (the command did not run), 0, or -1 with the
+ * thread's last error set. */
+static int dt_exec_answer(dt_proc *p, json_object *j, int *code)
+{
+    const char *op = "exec";
+    int64_t ec;
+    json_object *streams[3] = { NULL, cl_json_path(j, "stdout", NULL),
+                                cl_json_path(j, "stderr", NULL) };
+    if (cl_json_int(j, "exitCode", &ec) != 1 || !json_object_is_type(streams[1], json_type_string)
+        || !json_object_is_type(streams[2], json_type_string)) {
+        cl_fail(NULL, SBX_ERROR_EXECUTION_FAILED, op, "daytona session exec gave no exitCode, "
+                "stdout and stderr");
+        return -1;
+    }
+    if (ec == DT_NO_PERL_EXIT && strcmp(json_object_get_string(streams[1]), p->tag) == 0)
+        return 1;
+    for (int fd = 1; fd <= 2; fd++) {
+        cl_unencoder u = { 0 };
+        cl_buf b = { 0 };
+        int rc = cl_buf_append(&b, json_object_get_string(streams[fd]),
+                               (size_t)json_object_get_string_len(streams[fd]));
+        if (rc < 0)
+            cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        else if ((rc = cl_unencode(&u, fd, &b)) == 0
+                 && (rc = cl_unencode_end(&u, fd, op, NULL)) == 0 && b.len)
+            cl_proc_output(&p->base, fd, b.data, b.len);
+        cl_buf_clear(&b);
+        if (rc < 0)
+            return -1;
+    }
+    *code = (int)ec;
+    return 0;
+}
+
 /*
  * The command's worker: its stdin uploaded (when given), then
  * POST /process/session/{sid}/exec {"command", "runAsync": true} in an
  * idle session of the handle's (or a new one), the logs followed to the
  * command's end, and GET .../command/{cmdId} for its exitCode: three
- * requests for a command without stdin once the handle has a session. The
+ * requests for a command without stdin once the handle has a session.
+ * When nothing reads the output before the command ends
+ * (SBX_PLUGIN_EXEC_OUTPUT_AT_END) and there is no stdin, one request
+ * instead: the exec with "runAsync": false, whose answer carries stdout,
+ * stderr and exitCode; the output, JSON text there, is made text by
+ * CL_OUTPUT_ENCODER and undone here, so it is the command's bytes (an
+ * image without perl gets the three requests, found once per handle). The
  * session goes back to the handle's pool when its command has ended, and
  * is deleted when that is not known.
  */
@@ -1458,14 +1551,17 @@ static int dt_exec_run(cl_proc *base)
         if (!stdin_path || dt_upload(sb, &ctx, stdin_path, p->stdin_fd, 1, op, NULL) < 0)
             goto fail;
     }
-    cmd = dt_command_line(p, stdin_path);
+    int at_end = (p->flags & SBX_PLUGIN_EXEC_OUTPUT_AT_END) && !stdin_path
+                 && !__atomic_load_n(&sb->no_perl, __ATOMIC_RELAXED);
+send:
+    cmd = dt_command_line(p, stdin_path, at_end);
     if (!cmd) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
     eb = json_object_new_object();
     json_object_object_add(eb, "command", json_object_new_string(cmd));
-    json_object_object_add(eb, "runAsync", json_object_new_boolean(1));
+    json_object_object_add(eb, "runAsync", json_object_new_boolean(!at_end));
     const char *ebs = json_object_to_json_string_ext(eb, JSON_C_TO_STRING_PLAIN);
     /* The command, in an idle session or a new one; a pooled session the
      * daemon no longer has (a 404 about it: the command did not run) is
@@ -1492,6 +1588,25 @@ static int dt_exec_run(cl_proc *base)
         goto fail;
     }
     j = cl_resp_json(&r, op, "start the command", NULL);
+    if (j && at_end) {
+        int rc = dt_exec_answer(p, j, &code);
+        if (rc < 0)
+            goto fail;
+        dt_pool_put(sb, s);
+        s = NULL;
+        if (rc == 0)
+            goto ended;
+        /* No perl in this image: the command did not run; send it again
+         * the way that needs none. */
+        __atomic_store_n(&sb->no_perl, 1, __ATOMIC_RELAXED);
+        at_end = 0;
+        json_object_put(j);
+        json_object_put(eb);
+        j = eb = NULL;
+        free(cmd);
+        cmd = NULL;
+        goto send;
+    }
     const char *id = j ? cl_json_str(j, "cmdId") : NULL;
     if (!id) {
         if (j)
@@ -1529,11 +1644,12 @@ static int dt_exec_run(cl_proc *base)
         if (cl_sleep(pause, base->stop_fd))
             goto fail;
     }
-    if (code < 0 || code > 255)
-        code = code < 0 ? 255 : code & 0xff;
     /* The command has ended: its session is free for the next one. */
     dt_pool_put(sb, s);
     s = NULL;
+ended:
+    if (code < 0 || code > 255)
+        code = code < 0 ? 255 : code & 0xff;
     goto out;
 fail:
     /* The error of the call that failed is this thread's last (cloud.h);
@@ -1570,15 +1686,368 @@ out:
     return code;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Terminals: the toolbox daemon's PTY sessions                              */
+/* ------------------------------------------------------------------------ */
+
+#ifdef SBX_HAVE_CLOUD_WS
+
+/* What bash runs before its first prompt: the command in its place, with
+ * the environment bash was given (read back from /proc/$$/environ: the rc
+ * files bash read may have changed exported values, such as PS1). */
+#define DT_PTY_PROMPT_COMMAND                                                  \
+    "while IFS= read -r -d '' sbx_kv; do export \"$sbx_kv\" 2>/dev/null; "     \
+    "done < /proc/$$/environ; unset PROMPT_COMMAND sbx_kv; "                    \
+    "sbx_s=$SBX_TTY_SCRIPT; unset SBX_TTY_SCRIPT; exec /bin/sh -c \"$sbx_s\""
+
+typedef struct dt_pty {
+    cl_script_proc sp;          /* first member (provider.h) */
+    unsigned rows, cols;        /* the size at the start */
+    char id[48];                /* the PTY session's: "sbx-pty-" + the tag's hex */
+    pthread_mutex_t lock;       /* guards what follows */
+    pthread_cond_t cond;
+    int created;                /* the session exists (resize may go) */
+    int over;                   /* the worker is done with it */
+    cl_ws *ws;                  /* while connected */
+    int signalled;              /* the last signal exec_kill sent, or 0 */
+    int connected;              /* the daemon's "connected" control came */
+    char ctl_error[512];        /* its "error" control, or "" */
+} dt_pty;
+
+/* The daemon's control frames (text) and the terminal's output (binary). */
+static int dt_pty_message(void *ud, int binary, const unsigned char *d, size_t n)
+{
+    dt_pty *p = ud;
+    if (binary)
+        return cl_proc_output(&p->sp.base, 1, d, n) < 0 ? -1 : 0;
+    char *text = strndup((const char *)d, n);
+    json_object *j = text ? json_tokener_parse(text) : NULL;
+    free(text);
+    const char *type = cl_json_str(j, "type"), *status = cl_json_str(j, "status");
+    if (type && strcmp(type, "control") == 0 && status) {
+        pthread_mutex_lock(&p->lock);
+        if (strcmp(status, "connected") == 0) {
+            p->connected = 1;
+        } else {
+            const char *e = cl_json_str(j, "error");
+            snprintf(p->ctl_error, sizeof p->ctl_error, "%.500s", e ? e : status);
+        }
+        pthread_mutex_unlock(&p->lock);
+    }
+    json_object_put(j);
+    return 0;
+}
+
+/* The script the terminal's shell execs: the per-call env exported (keys
+ * checked as shell names by dt_exec_start), then the command's script. */
+static char *dt_pty_script(dt_pty *p)
+{
+    cl_buf b = { 0 };
+    int bad = 0;
+    for (size_t i = 0; p->sp.env && p->sp.env[i] && !bad; i++) {
+        const char *eq = strchr(p->sp.env[i], '=');
+        if (!eq)
+            continue;
+        char *q = cl_shell_quote(eq + 1);
+        bad = !q || cl_buf_printf(&b, "export %.*s=%s\n", (int)(eq - p->sp.env[i]),
+                                  p->sp.env[i], q) < 0;
+        free(q);
+    }
+    if (bad || cl_buf_printf(&b, "%s", p->sp.script) < 0) {
+        cl_buf_clear(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
+typedef struct dt_pty_in {
+    dt_pty *p;
+    int wake_rd;                /* readable when the worker is done */
+} dt_pty_in;
+
+/* The host's stdin typed at the terminal; at its end the terminal is hung
+ * up (SIGHUP to the command's processes, by the mark). */
+static void *dt_pty_stdin_main(void *arg)
+{
+    dt_pty_in *in = arg;
+    dt_pty *p = in->p;
+    char buf[16384];
+    for (;;) {
+        struct pollfd pf[2] = { { .fd = p->sp.stdin_fd, .events = POLLIN },
+                                { .fd = in->wake_rd, .events = POLLIN } };
+        int r = poll(pf, 2, -1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 || pf[1].revents)
+            break;
+        ssize_t n = read(p->sp.stdin_fd, buf, sizeof buf);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0) {
+            sbx_call_ctx kc = { sizeof(kc), cl_now() + 30, in->wake_rd, NULL };
+            cl_proc_mark_kill(&p->sp.base, p->sp.sb, p->sp.run_short, &kc, p->sp.tag, SIGHUP,
+                              NULL);
+            break;
+        }
+        pthread_mutex_lock(&p->lock);
+        cl_ws *ws = p->ws;
+        pthread_mutex_unlock(&p->lock);
+        if (!ws || cl_ws_send(ws, 1, buf, (size_t)n) < 0)
+            break;
+    }
+    return NULL;
+}
+
+/* The exit code in the daemon's close reason {"exitCode": N}: 0..255, or
+ * -1 with the error in cl_last(). */
+static int dt_pty_exit_code(dt_pty *p, const char *reason, int code)
+{
+    const char *op = "exec";
+    json_object *j = reason && *reason ? json_tokener_parse(reason) : NULL;
+    int64_t v = 0;
+    int have = cl_json_int(j, "exitCode", &v) == 1;
+    const char *err = cl_json_str(j, "error");
+    int rc;
+    pthread_mutex_lock(&p->lock);
+    int sig = p->signalled;
+    pthread_mutex_unlock(&p->lock);
+    if (have && v >= 0) {
+        rc = (int)(v & 0xff);
+    } else if (have && sig > 0) {
+        rc = 128 + sig;     /* the signal exec_kill sent ended it */
+    } else if (have) {
+        cl_fail(NULL, SBX_ERROR_EXECUTION_FAILED, op, "daytona: the terminal's command was "
+                "ended by a signal the daemon does not name (exitCode %lld)", (long long)v);
+        rc = -1;
+    } else if (err) {
+        cl_fail(NULL, SBX_ERROR_NOT_FOUND, op, "daytona: PTY session %s: %s", p->id, err);
+        rc = -1;
+    } else {
+        cl_fail(NULL, SBX_ERROR_CONNECTION, op, "daytona: the terminal's connection closed "
+                "(code %d) without the command's exit code", code);
+        cl_outcome_unknown(NULL);
+        rc = -1;
+    }
+    json_object_put(j);
+    return rc;
+}
+
+/* The worker of a command on a terminal: the PTY session made, its
+ * WebSocket serviced to the shell's end, the exit code from the close. */
+static int dt_pty_run(cl_proc *base)
+{
+    dt_pty *p = (dt_pty *)base;
+    struct sbx_plugin_sandbox *sb = (struct sbx_plugin_sandbox *)p->sp.sb;
+    const char *op = "exec";
+    sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
+    int code = -1, wake[2] = { -1, -1 }, in_started = 0;
+    pthread_t in_thread;
+    char *script = dt_pty_script(p), *url = NULL, *path = NULL, **hdrs = NULL;
+    json_object *body = json_object_new_object(), *envs = json_object_new_object();
+    cl_ws *ws = NULL;
+    if (!script || !body || !envs) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        json_object_put(envs);
+        goto out;
+    }
+    json_object_object_add(envs, CL_EXEC_MARK, json_object_new_string(p->sp.tag));
+    json_object_object_add(envs, "SBX_TTY_SCRIPT", json_object_new_string(script));
+    json_object_object_add(envs, "PROMPT_COMMAND", json_object_new_string(DT_PTY_PROMPT_COMMAND));
+    json_object_object_add(body, "id", json_object_new_string(p->id));
+    json_object_object_add(body, "cols", json_object_new_int64(p->cols));
+    json_object_object_add(body, "rows", json_object_new_int64(p->rows));
+    json_object_object_add(body, "lazyStart", json_object_new_boolean(1));
+    json_object_object_add(body, "envs", envs);
+    const char *js = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
+    cl_req rq = { .method = "POST", .body = js, .body_len = strlen(js),
+                  .idempotent = CL_SAFE, .what = "create the PTY session" };
+    cl_resp r = { 0 };
+    int rc = dt_toolbox(sb, &ctx, &rq, "/process/pty", &r, op, NULL);
+    /* Sent again after an answer was lost: the id is ours, so a 409 means
+     * the first one made it. */
+    if (rc < 0 && r.status == 409 && r.attempts > 1)
+        rc = 0;
+    cl_resp_clear(&r);
+    if (rc < 0)
+        goto out;
+    pthread_mutex_lock(&p->lock);
+    p->created = 1;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+
+    path = cl_printf("%s/process/pty/%s/connect", sb->toolbox, p->id);
+    url = path ? cl_ws_url(path) : NULL;
+    hdrs = cl_http_auth_headers(sb->c->http);
+    if (!url || !hdrs) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    cl_ws_opts wo = { .url = url, .headers = (const char *const *)hdrs,
+                      .on_message = dt_pty_message, .ud = p,
+                      .what = "connect to the PTY session" };
+    if (cl_ws_connect(&wo, &ctx, 60, &ws, NULL, op, NULL) < 0)
+        goto out;
+    pthread_mutex_lock(&p->lock);
+    p->ws = ws;
+    pthread_mutex_unlock(&p->lock);
+    dt_pty_in in = { .p = p, .wake_rd = -1 };
+    if (p->sp.stdin_fd >= 0 && pipe2(wake, O_CLOEXEC) == 0) {
+        in.wake_rd = wake[0];
+        in_started = pthread_create(&in_thread, NULL, dt_pty_stdin_main, &in) == 0;
+    }
+    rc = cl_ws_run(ws, &ctx, op, NULL);
+    pthread_mutex_lock(&p->lock);
+    char ctl[512];
+    snprintf(ctl, sizeof ctl, "%s", p->ctl_error);
+    p->ws = NULL;
+    pthread_mutex_unlock(&p->lock);
+    if (ctl[0]) {
+        cl_fail(NULL, SBX_ERROR_EXECUTION_FAILED, op, "daytona: PTY session %s: %s", p->id, ctl);
+    } else if (rc == 0 || cl_ws_close_code(ws) != 0) {
+        code = dt_pty_exit_code(p, cl_ws_close_reason(ws), cl_ws_close_code(ws));
+    } else if (!cl_proc_stopping(base)) {
+        /* Cut without the shell's end: its outcome is unknown; the
+         * session goes (with its shell) so that nothing runs on. */
+        cl_outcome_unknown(NULL);
+    }
+out:
+    if (wake[1] >= 0)
+        close(wake[1]);
+    if (in_started)
+        pthread_join(in_thread, NULL);
+    if (wake[0] >= 0)
+        close(wake[0]);
+    if (code < 0) {
+        cl_last_error l = *cl_last();
+        pthread_mutex_lock(&p->lock);
+        int created = p->created;
+        pthread_mutex_unlock(&p->lock);
+        if (created && !dt_is_gone(sb)) {
+            /* The session and its shell are deleted: nothing is left
+             * running after the error. */
+            char *dp = cl_printf("/process/pty/%s", p->id);
+            sbx_call_ctx dc = { sizeof(dc), cl_now() + 10, -1, NULL };
+            cl_req dq = { .method = "DELETE", .idempotent = CL_SAFE,
+                          .what = "delete the PTY session" };
+            cl_resp dr = { 0 };
+            if (dp)
+                dt_toolbox(sb, &dc, &dq, dp, &dr, op, NULL);
+            cl_resp_clear(&dr);
+            free(dp);
+        }
+        cl_fail(NULL, l.code, op, "%s", l.msg);
+        if (l.unknown)
+            cl_outcome_unknown(NULL);
+        cl_proc_fail_in(base, &sb->s);
+    }
+    pthread_mutex_lock(&p->lock);
+    p->over = 1;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+    cl_ws_free(ws);
+    cl_strv_free(hdrs);
+    free(url);
+    free(path);
+    free(script);
+    json_object_put(body);
+    return code;
+}
+
+static void dt_pty_fini(cl_script_proc *sp)
+{
+    dt_pty *p = (dt_pty *)sp;
+    pthread_cond_destroy(&p->cond);
+    pthread_mutex_destroy(&p->lock);
+}
+
+/* exec_kill: cl_script_exec_kill(), the signal remembered for a terminal's
+ * command (the daemon names none when its shell dies by one). */
+static int dt_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
+                        sbx_error **error)
+{
+    cl_script_proc *sp = (cl_script_proc *)process;
+    if (sp->fini == dt_pty_fini) {
+        dt_pty *p = (dt_pty *)sp;
+        pthread_mutex_lock(&p->lock);
+        p->signalled = sig;
+        pthread_mutex_unlock(&p->lock);
+    }
+    return cl_script_exec_kill(process, ctx, sig, error);
+}
+
+/* POST /process/pty/{id}/resize once the session exists (waited for within
+ * the call's bound); 410 (it ended) is no error. Called by the host only
+ * for commands started on a terminal, which are dt_pty. */
+static int dt_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx, unsigned rows,
+                          unsigned cols, sbx_error **error)
+{
+    const char *op = "exec_resize";
+    dt_pty *p = (dt_pty *)process;
+    struct sbx_plugin_sandbox *sb = (struct sbx_plugin_sandbox *)p->sp.sb;
+    cl_bound bd = cl_bound_make(ctx, 0);
+    pthread_mutex_lock(&p->lock);
+    while (!p->created && !p->over) {
+        double left = cl_bound_left(&bd);
+        if (left == 0) {
+            pthread_mutex_unlock(&p->lock);
+            cl_fail(error, SBX_ERROR_TIMEOUT, op, "daytona: the terminal was not resized: its "
+                    "PTY session was not made in time");
+            return -1;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double step = left < 0 || left > 0.1 ? 0.1 : left;
+        ts.tv_nsec += (long)(step * 1e9);
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&p->cond, &p->lock, &ts);
+    }
+    int over = p->over;
+    pthread_mutex_unlock(&p->lock);
+    if (over)
+        return 0;
+    char *path = cl_printf("/process/pty/%s/resize", p->id);
+    json_object *b = json_object_new_object();
+    json_object_object_add(b, "cols", json_object_new_int64(cols));
+    json_object_object_add(b, "rows", json_object_new_int64(rows));
+    const char *js = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
+    cl_req rq = { .method = "POST", .body = js, .body_len = strlen(js), .idempotent = CL_SAFE,
+                  .what = "resize the terminal" };
+    cl_resp r = { 0 };
+    int rc = path ? dt_toolbox(sb, ctx, &rq, path, &r, op, NULL) : -1;
+    if (rc < 0 && r.status == 410)
+        rc = 0;     /* the shell ended meanwhile */
+    if (rc < 0 && !path) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    } else if (rc < 0) {
+        cl_last_error l = *cl_last();
+        sbx_error *e = cl_fail(error, l.code, op, "%s", l.msg);
+        if (l.unknown)
+            cl_outcome_unknown(e);
+    }
+    cl_resp_clear(&r);
+    json_object_put(b);
+    free(path);
+    return rc;
+}
+
+#endif /* SBX_HAVE_CLOUD_WS */
+
 static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
                          sbx_error **error)
 {
     const char *op = "exec";
     (void)ctx;
+#ifdef SBX_HAVE_CLOUD_WS
+    if (cl_exec_check_pty(&sb->s, DT_BACKEND, rq, 0, error) < 0)
+        return -1;
+#else
     if (cl_exec_check(&sb->s, DT_BACKEND, rq, 0, error) < 0)
         return -1;
-    /* The overlay becomes shell assignments (dt_command_line): each key
+#endif
+    /* The overlay becomes shell assignments (dt_command_line, or the
+     * terminal's exports): each key
      * must be a shell name. */
     for (size_t i = 0; rq->env && rq->env[i]; i++) {
         const char *e = rq->env[i], *eq = strchr(e, '=');
@@ -1595,9 +2064,26 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
             return -1;
         }
     }
-    cl_script_proc *p = cl_script_proc_new(sizeof(*p), sb, NULL, rq, dt_run_short, op, error);
+#ifdef SBX_HAVE_CLOUD_WS
+    int tty = rq->tty_rows > 0;
+    size_t size = tty ? sizeof(dt_pty) : sizeof(cl_script_proc);
+#else
+    size_t size = sizeof(cl_script_proc);
+#endif
+    cl_script_proc *p = cl_script_proc_new(size, sb, NULL, rq, dt_run_short, op, error);
     if (!p)
         return -1;
+#ifdef SBX_HAVE_CLOUD_WS
+    if (tty) {
+        dt_pty *t = (dt_pty *)p;
+        t->rows = rq->tty_rows;
+        t->cols = rq->tty_cols;
+        snprintf(t->id, sizeof t->id, "sbx-pty-%s", p->tag + 9);
+        pthread_mutex_init(&t->lock, NULL);
+        pthread_cond_init(&t->cond, NULL);
+        p->fini = dt_pty_fini;
+    }
+#endif
     /* A relative cwd is taken from the sandbox's root (dt_abs). */
     char *cwd = rq->cwd ? dt_abs(sb, rq->cwd) : sb->workdir ? strdup(sb->workdir) : NULL;
     free(p->script);
@@ -1609,6 +2095,10 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
         cl_script_proc_free(p);
         return -1;
     }
+#ifdef SBX_HAVE_CLOUD_WS
+    if (tty)
+        return cl_script_proc_launch(p, dt_pty_run, rq, op, process, error);
+#endif
     return cl_script_proc_launch(p, dt_exec_run, rq, op, process, error);
 }
 
@@ -1640,7 +2130,14 @@ static const sbx_plugin dt_plugin = {
     .exec_start = dt_exec_start,
     .exec_wait = cl_script_exec_wait,
     .exec_event_fd = cl_exec_event_fd,
+#ifdef SBX_HAVE_CLOUD_WS
+    .exec_kill = dt_exec_kill,
+#else
     .exec_kill = cl_script_exec_kill,
+#endif
+#ifdef SBX_HAVE_CLOUD_WS
+    .exec_resize = dt_exec_resize,
+#endif
     .exec_free = cl_script_exec_free,
     .list_files = dt_list_files,
     .read_file = dt_read_file,

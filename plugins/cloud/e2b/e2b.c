@@ -58,6 +58,18 @@
  *    it is cut; the command is never started again. When that fails (no
  *    pid yet, envd no longer has the process, no stream comes back) the
  *    exec fails with a connection error whose outcome is unknown.
+ *  - terminal (tty_rows/tty_cols): Start carries "pty":{"size":{"rows",
+ *    "cols"}} (process.proto's PTY, as the SDK's commands.pty.create sends
+ *    it) and runs the script with /bin/sh -c (a bash that is not
+ *    interactive drops PS1 from the environment of the shell the caller
+ *    starts on the terminal), so envd runs it on a pseudo-terminal of its own with
+ *    the command as its session's leader; its output comes as data {pty}
+ *    events (written to stdout), typed bytes go with SendInput
+ *    {"input":{"pty"}}, a resize is process.Process/Update with the same
+ *    "pty" member. envd closes no terminal's stdin (CloseStdin is for
+ *    pipes only), so the end of the host's stdin hangs the terminal up as
+ *    local terminals do: SIGHUP to every process of the command (found by
+ *    its mark, as exec_kill finds them).
  *  - files: GET|POST {envd}/files?path=&username= as raw bytes both ways
  *    (never text, CASE-17); then the mode with chmod. list_files and
  *    stat_file: filesystem.Filesystem/ListDir and Stat. A relative path is
@@ -108,7 +120,7 @@
 
 #define E2B_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_RESUME        \
                   | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY | SBX_CAP_IMAGE               \
-                  | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED | SBX_CAP_BACKGROUND)
+                  | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED | SBX_CAP_BACKGROUND | SBX_CAP_PTY)
 
 struct sbx_plugin_client {
     cl_http *http;
@@ -142,6 +154,8 @@ typedef struct e2b_proc {
     int stdin_started;
     pthread_mutex_t plock;
     pthread_cond_t pcond;
+    unsigned tty_rows;  /* the terminal's size at the start; 0 = none */
+    unsigned tty_cols;
     int64_t pid;        /* envd's pid; 0 until the start event */
     char tag[32];       /* CL_EXEC_MARK of the command's processes; "" for none */
     int over;           /* the stream is over */
@@ -702,13 +716,27 @@ static int e2b_stream_sink(void *ud, const char *p, size_t n)
     return cl_connect_feed(&s->cs, p, n, "exec", NULL);
 }
 
+/* process.proto's PTY message: {"size":{"rows","cols"}}. */
+static json_object *e2b_pty_size(unsigned rows, unsigned cols)
+{
+    json_object *pty = json_object_new_object(), *size = json_object_new_object();
+    json_object_object_add(size, "rows", json_object_new_int64(rows));
+    json_object_object_add(size, "cols", json_object_new_int64(cols));
+    json_object_object_add(pty, "size", size);
+    return pty;
+}
+
 static json_object *e2b_start_body(struct sbx_plugin_sandbox *sb, const char *script,
                                    char *const *env, const char *cwd, const char *tag,
-                                   int want_stdin)
+                                   int want_stdin, unsigned rows, unsigned cols)
 {
     json_object *b = json_object_new_object(), *pr = json_object_new_object();
     json_object *args = json_object_new_array(), *e = cl_env_object((const char *const *)env);
-    json_object_object_add(pr, "cmd", json_object_new_string("/bin/bash"));
+    /* On a terminal, /bin/sh as on the local and docker backends: a
+     * non-interactive bash drops PS1 and PS2 from the environment it
+     * passes on, so an interactive shell started on the terminal would not
+     * get the prompt it was given. */
+    json_object_object_add(pr, "cmd", json_object_new_string(rows ? "/bin/sh" : "/bin/bash"));
     json_object_array_add(args, json_object_new_string("-c"));
     json_object_array_add(args, json_object_new_string(script));
     json_object_object_add(pr, "args", args);
@@ -718,7 +746,10 @@ static json_object *e2b_start_body(struct sbx_plugin_sandbox *sb, const char *sc
     if (cwd || sb->workdir)
         json_object_object_add(pr, "cwd", json_object_new_string(cwd ? cwd : sb->workdir));
     json_object_object_add(b, "process", pr);
-    json_object_object_add(b, "stdin", json_object_new_boolean(want_stdin));
+    if (rows && cols)
+        json_object_object_add(b, "pty", e2b_pty_size(rows, cols));
+    else
+        json_object_object_add(b, "stdin", json_object_new_boolean(want_stdin));
     return b;
 }
 
@@ -861,7 +892,8 @@ static int e2b_run_stream(e2b_proc *p, const sbx_call_ctx *ctx, int discard, int
     const char *op = "exec";
     e2b_stream s = { .p = p, .discard = discard };
     cl_connect_init(&s.cs, e2b_on_frame, &s);
-    json_object *b = e2b_start_body(sb, p->script, p->env, p->cwd, p->tag, want_stdin);
+    json_object *b = e2b_start_body(sb, p->script, p->env, p->cwd, p->tag, want_stdin,
+                                    p->tty_rows, p->tty_cols);
     int code = -1;
     cl_resp r = { 0 };
     /* Its error is made here (a cut stream is no error yet). */
@@ -970,17 +1002,30 @@ static void *e2b_stdin_main(void *arg)
         json_object_object_add(sel, "pid", json_object_new_int64(pid));
         json_object_object_add(b, "process", sel);
         const char *rpc = "/process.Process/CloseStdin";
+        int tty = p->tty_rows > 0;
         if (n > 0) {
             char *b64 = cl_base64_encode(buf, (size_t)n);
             json_object *in = json_object_new_object();
-            json_object_object_add(in, "stdin", json_object_new_string(b64 ? b64 : ""));
+            json_object_object_add(in, tty ? "pty" : "stdin",
+                                   json_object_new_string(b64 ? b64 : ""));
             json_object_object_add(b, "input", in);
             free(b64);
             rpc = "/process.Process/SendInput";
         } else {
             eof = 1;
         }
-        int rc = e2b_unary(p->sb, &ctx, rpc, b, NULL, NULL, op, "send the command's stdin", NULL);
+        int rc;
+        if (eof && tty) {
+            /* A terminal is hung up, not closed: SIGHUP to the command's
+             * processes (envd has no hang-up of its own). */
+            char *cmd = cl_mark_kill_command(p->tag, SIGHUP);
+            int code = 0;
+            rc = cmd ? e2b_run_short(p->sb, &ctx, cmd, &code, op, NULL) : -1;
+            free(cmd);
+        } else {
+            rc = e2b_unary(p->sb, &ctx, rpc, b, NULL, NULL, op, "send the command's stdin",
+                           NULL);
+        }
         json_object_put(b);
         if (rc < 0)
             break;
@@ -1021,7 +1066,7 @@ static int e2b_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 {
     const char *op = "exec";
     (void)ctx;
-    if (cl_exec_check(&sb->s, E2B_BACKEND, rq, 1, error) < 0)
+    if (cl_exec_check_pty(&sb->s, E2B_BACKEND, rq, 1, error) < 0)
         return -1;
     e2b_proc *p = calloc(1, sizeof(*p));
     if (!p) {
@@ -1030,6 +1075,8 @@ static int e2b_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     }
     p->sb = sb;
     p->stdin_fd = -1;
+    p->tty_rows = rq->tty_rows;
+    p->tty_cols = rq->tty_cols;
     pthread_mutex_init(&p->plock, NULL);
     pthread_cond_init(&p->pcond, NULL);
     cl_random_hex(p->tag, 12);
@@ -1085,6 +1132,56 @@ static int e2b_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, i
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec_kill", "out of memory");
     free(cmd);
     return rc;
+}
+
+/* process.Process/Update {"process":{"pid"},"pty":{"size"}} once envd
+ * named the process (waited for within the call's bound). */
+static int e2b_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx, unsigned rows,
+                           unsigned cols, sbx_error **error)
+{
+    const char *op = "exec_resize";
+    e2b_proc *p = (e2b_proc *)process;
+    if (!p->tty_rows) {
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "the process has no terminal to resize");
+        return -1;
+    }
+    cl_bound bd = cl_bound_make(ctx, 0);
+    pthread_mutex_lock(&p->plock);
+    while (p->pid <= 0 && !p->over) {
+        double left = cl_bound_left(&bd);
+        if (left == 0) {
+            pthread_mutex_unlock(&p->plock);
+            cl_fail(error, SBX_ERROR_TIMEOUT, op, "e2b: the terminal was not resized: envd "
+                    "did not name the command's process in time");
+            return -1;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double step = left < 0 || left > 0.1 ? 0.1 : left;
+        ts.tv_nsec += (long)(step * 1e9);
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&p->pcond, &p->plock, &ts);
+    }
+    int64_t pid = p->pid;
+    int over = p->over;
+    pthread_mutex_unlock(&p->plock);
+    if (over)
+        return 0;       /* it ended: nothing to resize */
+    json_object *b = json_object_new_object(), *sel = json_object_new_object();
+    json_object_object_add(sel, "pid", json_object_new_int64(pid));
+    json_object_object_add(b, "process", sel);
+    json_object_object_add(b, "pty", e2b_pty_size(rows, cols));
+    int rc = e2b_unary(p->sb, ctx, "/process.Process/Update", b, NULL, NULL, op,
+                       "resize the terminal", NULL);
+    json_object_put(b);
+    if (rc < 0 && cl_last()->code == SBX_ERROR_NOT_FOUND && !e2b_is_gone(p->sb))
+        rc = 0;     /* it ended meanwhile */
+    if (rc < 0) {
+        e2b_relay(error, op);
+        return -1;
+    }
+    return 0;
 }
 
 static void e2b_exec_free(sbx_plugin_process *process)
@@ -1626,6 +1723,7 @@ static const sbx_plugin e2b_plugin = {
     .exec_wait = cl_exec_wait,
     .exec_event_fd = cl_exec_event_fd,
     .exec_kill = e2b_exec_kill,
+    .exec_resize = e2b_exec_resize,
     .exec_free = e2b_exec_free,
     .list_files = e2b_list_files,
     .read_file = e2b_read_file,

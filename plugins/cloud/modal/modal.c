@@ -54,6 +54,18 @@
  *    the request has none); TaskExecWait gives the code, or the signal N as
  *    128+N. The script cds into the call's cwd itself (CASE-46); exec_kill
  *    signals every process carrying SBX_EXEC_ID=<tag> (provider.h).
+ *  - terminal (tty_rows/tty_cols): TaskExecStart carries pty_info
+ *    (PTYInfo enabled, winsz_rows, winsz_cols, as py/modal/_pty.py's
+ *    get_pty_info() fills it) and runs the script with /bin/sh -c (a
+ *    non-interactive bash drops PS1 from what it passes on); the
+ *    terminal's output (both streams, merged by it) is the stdout stream.
+ *    Typed bytes go by TaskExecStdinWrite as stdin does; the end of the
+ *    host's stdin hangs the terminal up (SIGHUP to the command's
+ *    processes, by the mark) instead of an eof. Modal has no call that
+ *    resizes a running command's terminal: a resize runs stty on the
+ *    terminal of the command's processes (found by the mark) in the
+ *    sandbox (cl_mark_resize_command), which is TIOCSWINSZ and SIGWINCH
+ *    as on a local terminal.
  *  - files: run an in-sandbox helper (the image's sh, cat and find) through
  *    the same exec RPCs, as Go's SandboxFilesystem does: bytes stream
  *    through stdin and stdout, binary-safe, never held whole in memory.
@@ -109,7 +121,7 @@
 #define MODAL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_RESUME         \
                     | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY | SBX_CAP_IMAGE | SBX_CAP_GPU \
                     | SBX_CAP_CPU_LIMIT \
-                    | SBX_CAP_LIFETIME | SBX_CAP_BACKGROUND | SBX_CAP_SNAPSHOT)
+                    | SBX_CAP_LIFETIME | SBX_CAP_BACKGROUND | SBX_CAP_SNAPSHOT | SBX_CAP_PTY)
 
 struct sbx_plugin_client {
     cl_http *http;
@@ -152,6 +164,8 @@ typedef struct modal_proc {
     char exec_id[40];
     char tag[32];       /* CL_EXEC_MARK of its processes */
     int stdin_fd;       /* -1: none */
+    unsigned tty_rows;  /* the terminal's size at the start; 0 = none */
+    unsigned tty_cols;
     modal_sink out, err;
     pthread_mutex_t plock;
     int started;        /* TaskExecStart answered */
@@ -1045,7 +1059,11 @@ static int modal_stdin_write(modal_proc *p, const sbx_call_ctx *ctx, const void 
                              CL_SAFE, NULL, "exec", "write the command's stdin", NULL);
 }
 
-/* stdin: chunks of the host's descriptor at their offsets, then eof. */
+static int modal_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
+                           int *code, const char *op, sbx_error **error);
+
+/* stdin: chunks of the host's descriptor at their offsets, then eof (on a
+ * terminal: the hang-up). */
 static void *modal_writer_main(void *arg)
 {
     modal_writer *w = arg;
@@ -1069,6 +1087,12 @@ static void *modal_writer_main(void *arg)
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
         eof = n <= 0;
+        if (eof && p->tty_rows) {
+            /* A terminal is hung up, not closed. */
+            cl_proc_mark_kill(&p->base, (sbx_plugin_sandbox *)p->sb, modal_run_short, w->ctx,
+                              p->tag, SIGHUP, NULL);
+            break;
+        }
         if (modal_stdin_write(p, w->ctx, buf, n > 0 ? (size_t)n : 0, off, eof) < 0)
             break;
         if (n > 0)
@@ -1102,12 +1126,21 @@ static int modal_run(modal_proc *p, const sbx_call_ctx *ctx)
         if (!secret)
             goto out;
     }
-    char *full = cl_printf("export " CL_EXEC_MARK "=%s\n%s", p->tag, p->script);
+    /* On a terminal the shell itself must carry the mark in its
+     * environment (a resize and a hang-up find the terminal's processes by
+     * it): exported, then a new shell exec'd for the script. */
+    char *quoted = p->tty_rows ? cl_shell_quote(p->script) : NULL;
+    char *full = p->tty_rows
+                 ? (quoted ? cl_printf("export " CL_EXEC_MARK "=%s\nexec /bin/sh -c %s", p->tag,
+                                       quoted) : NULL)
+                 : cl_printf("export " CL_EXEC_MARK "=%s\n%s", p->tag, p->script);
+    free(quoted);
     if (!full) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
-    char *args[] = { "/bin/bash", "-c", full };
+    char *args[] = { p->tty_rows ? "/bin/sh" : "/bin/bash", "-c", full };
+    Modal__Client__PTYInfo pty = MODAL__CLIENT__PTYINFO__INIT;
     Modal__TaskCommandRouter__TaskExecStartRequest rq =
         MODAL__TASK_COMMAND_ROUTER__TASK_EXEC_START_REQUEST__INIT;
     rq.task_id = sb->task_id;
@@ -1119,6 +1152,12 @@ static int modal_run(modal_proc *p, const sbx_call_ctx *ctx)
     if (secret) {
         rq.n_secret_ids = 1;
         rq.secret_ids = &secret;
+    }
+    if (p->tty_rows) {
+        pty.enabled = 1;
+        pty.winsz_rows = p->tty_rows;
+        pty.winsz_cols = p->tty_cols;
+        rq.pty_info = &pty;
     }
     /* The exec id makes a repeated start the same command: safe to send
      * again. */
@@ -1134,7 +1173,7 @@ static int modal_run(modal_proc *p, const sbx_call_ctx *ctx)
     modal_writer w = { .p = p, .ctx = ctx };
     if (p->stdin_fd >= 0)
         w.started = pthread_create(&w.thread, NULL, modal_writer_main, &w) == 0;
-    else if (modal_stdin_write(p, ctx, NULL, 0, 0, 1) < 0)
+    else if (!p->tty_rows && modal_stdin_write(p, ctx, NULL, 0, 0, 1) < 0)
         goto out;
     modal_reader ro = { .p = p, .sink = &p->out, .fd = 0, .ctx = ctx };
     modal_reader re = { .p = p, .sink = &p->err, .fd = 1, .ctx = ctx };
@@ -1269,7 +1308,7 @@ static int modal_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 {
     const char *op = "exec";
     (void)ctx;
-    if (cl_exec_check(&sb->s, MODAL_BACKEND, rq, 0, error) < 0)
+    if (cl_exec_check_pty(&sb->s, MODAL_BACKEND, rq, 0, error) < 0)
         return -1;
     modal_proc *p = calloc(1, sizeof(*p));
     if (!p) {
@@ -1277,6 +1316,8 @@ static int modal_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
         return -1;
     }
     modal_proc_init(p, sb);
+    p->tty_rows = rq->tty_rows;
+    p->tty_cols = rq->tty_cols;
     p->out.mode = p->err.mode = 1;
     p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd);
     p->env = cl_strv_dup(rq->env);
@@ -1309,6 +1350,21 @@ static int modal_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx,
     if (!started)
         return 0;
     return cl_proc_mark_kill(&p->base, p->sb, modal_run_short, ctx, p->tag, sig, error);
+}
+
+/* No resize call in Modal's API: stty on the command's terminal, in the
+ * sandbox (cl_proc_mark_resize). */
+static int modal_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx,
+                             unsigned rows, unsigned cols, sbx_error **error)
+{
+    modal_proc *p = (modal_proc *)process;
+    if (!p->tty_rows) {
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "exec_resize",
+                "the process has no terminal to resize");
+        return -1;
+    }
+    return cl_proc_mark_resize(&p->base, (sbx_plugin_sandbox *)p->sb, modal_run_short, ctx,
+                               p->tag, rows, cols, error);
 }
 
 static void modal_exec_free(sbx_plugin_process *process)
@@ -2038,6 +2094,7 @@ static const sbx_plugin modal_plugin = {
     .exec_wait = modal_exec_wait,
     .exec_event_fd = cl_exec_event_fd,
     .exec_kill = modal_exec_kill,
+    .exec_resize = modal_exec_resize,
     .exec_free = modal_exec_free,
     .list_files = modal_list_files,
     .read_file = modal_read_file,
