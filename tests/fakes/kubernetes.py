@@ -811,9 +811,13 @@ class ExecSession:
             if self.tty:
                 self.master, slave = os.openpty()
                 fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-                self.proc = pod.box.popen(self.argv, env=env, cwd=pod.workdir, stdin=slave,
-                                          stdout=slave, stderr=slave, user=pod.user, tty=True,
-                                          cgroup=pod.cgroup)
+                # setsid(1) -c: the command leads a session of its own in
+                # the pod with the terminal as its controlling terminal
+                # (nsenter stays out of it: a ^C reaches the command's
+                # group alone), as nsbox.popen_pty does.
+                self.proc = pod.box.popen(["/usr/bin/setsid", "-c"] + list(self.argv), env=env,
+                                          cwd=pod.workdir, stdin=slave, stdout=slave,
+                                          stderr=slave, user=pod.user, cgroup=pod.cgroup)
                 os.close(slave)
             else:
                 self.proc = pod.box.popen(self.argv, env=env, cwd=pod.workdir,

@@ -163,15 +163,13 @@ class Box:
 
     # ------------------------------------------------------------ commands
     def popen(self, argv, env=None, cwd="/", stdin=subprocess.DEVNULL,
-              stdout=subprocess.PIPE, stderr=subprocess.PIPE, user=None, tty=False,
-              cgroup=None):
+              stdout=subprocess.PIPE, stderr=subprocess.PIPE, user=None, cgroup=None):
         """Starts @argv inside the sandbox, in a session of its own.
 
         @env: the whole environment of the command (a dict), or None for a
         minimal one. @cwd: sandbox path (must exist: check with host_path()
         first). @user: (uid, gid) the command runs as (setpriv, no
-        supplementary groups), or None for root. @tty: stdin is a terminal
-        that becomes the session's controlling terminal. @cgroup: a cgroup
+        supplementary groups), or None for root. @cgroup: a cgroup
         v1 directory the command joins before it runs (its limits hold for
         the command and all it starts). Raises SandboxGone when the
         instance does not run."""
@@ -190,16 +188,10 @@ class Box:
                 + ["--"] + as_user
                 + ["/usr/bin/env", "-C", cwd, "--"] + list(argv))
         pre = None
-        if tty or cgroup:
-            import fcntl
-            import termios
-
+        if cgroup:
             def pre():
-                if cgroup:
-                    with open(os.path.join(cgroup, "cgroup.procs"), "w") as fh:
-                        fh.write(str(os.getpid()))
-                if tty:
-                    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+                with open(os.path.join(cgroup, "cgroup.procs"), "w") as fh:
+                    fh.write(str(os.getpid()))
         c = subprocess.Popen(args, env=full_env, stdin=stdin, stdout=stdout, stderr=stderr,
                              start_new_session=True, preexec_fn=pre)
         with self.lock:

@@ -206,6 +206,9 @@ typedef struct k8_stream {
     pthread_mutex_t lock;
     cl_ws *ws;
     int quit_fd;                /* eventfd: the stdin pump stops */
+    const char *hup_cmd;        /* a terminal's hangup at the end of stdin: the
+                                 * command that sends SIGHUP to the command's
+                                 * processes, or NULL */
 } k8_stream;
 
 static int k8_on_msg(void *ud, int binary, const unsigned char *p, size_t n)
@@ -267,6 +270,9 @@ static int k8_on_msg(void *ud, int binary, const unsigned char *p, size_t n)
 
 /* The stdin pump: the request's stdin (descriptor or spooled buffer) as
  * channel-0 frames, then (v5) the close of channel 0. */
+static int k8_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
+                        int *code, const char *op, sbx_error **error);
+
 static void *k8_pump(void *arg)
 {
     k8_stream *s = arg;
@@ -299,7 +305,13 @@ static void *k8_pump(void *arg)
             return NULL;
     }
 eof:
-    if (s->v5) {
+    if (s->tty && s->hup_cmd) {
+        /* Closing a terminal's stdin hangs it up: SIGHUP to the command's
+         * processes (the exec API has no hangup of its own). */
+        sbx_call_ctx hctx = { sizeof(hctx), cl_now() + 30, s->quit_fd, NULL };
+        int code = 0;
+        k8_run_short(s->sb, &hctx, s->hup_cmd, &code, "exec", NULL);
+    } else if (s->v5) {
         unsigned char close0[2] = { 255, 0 };
         cl_ws_send(s->ws, 1, close0, 2);
     } else if (s->tty) {
@@ -1597,7 +1609,7 @@ static int k8_exec_run(cl_proc *base)
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
     cl_buf pre = { 0 };
-    char *wrapped = NULL;
+    char *wrapped = NULL, *hup = NULL;
     int code = -1;
     int bad = 0;
     /* A terminal has its size before the command runs (the resize message
@@ -1620,7 +1632,7 @@ static int k8_exec_run(cl_proc *base)
      * worker looks for when the command died by SIGKILL (CASE-49). */
     char *qs = cl_shell_quote(p->base.script);
     bad = bad || !qs
-          || cl_buf_printf(&pre, K8_OOM_FN "__sbx_o0=$(__sbx_oom)\n"
+          || cl_buf_printf(&pre, K8_OOM_FN "__sbx_o0=$(__sbx_oom)\ntrap : INT QUIT HUP\n"
                                  CL_EXEC_MARK "=%s sh -c %s\n"
                                  "__sbx_rc=$?\n[ \"$(__sbx_oom)\" = \"$__sbx_o0\" ] || "
                                  ": > " K8_OOM_MARK "\nexit $__sbx_rc\n", p->base.tag, qs,
@@ -1638,6 +1650,11 @@ static int k8_exec_run(cl_proc *base)
     p->st.in_fd = p->base.stdin_fd;
     p->st.out = k8_proc_out;
     p->st.out_ud = p;
+    if (p->tty && !(hup = cl_mark_kill_command(p->base.tag, SIGHUP))) {
+        cl_proc_fail(base, SBX_ERROR_RESOURCE_EXHAUSTED, 0, NULL, NULL, "out of memory");
+        goto out;
+    }
+    p->st.hup_cmd = hup;
     if (p->base.stdin_fd >= 0 && !p->tty && k8_v4(sb->c)) {
         if (k8_spool(p->base.stdin_fd, &p->spool, op, NULL) < 0
             || !(wrapped = k8_v4_wrap(pre.data, p->spool.len))) {
@@ -1663,6 +1680,7 @@ static int k8_exec_run(cl_proc *base)
     }
 out:
     free(wrapped);
+    free(hup);
     cl_buf_clear(&pre);
     return code;
 }
