@@ -2109,7 +2109,7 @@ Test(cli, inspect_prints_the_record_state_options_and_capabilities)
                        "\"expires\": \"%s\", \"options\": { \"timeout_secs\": 300.0, "
                        "\"env_vars\": true }, \"capabilities\": [ \"exec\", \"exec_stdin\", "
                        "\"files\", \"dir_transfer\", \"resume\", \"pty\", \"lifetime\", "
-                       "\"background\" ] }", id, id, created, expires) > 0);
+                       "\"exposed_ports\", \"background\" ] }", id, id, created, expires) > 0);
     cr_expect_str_eq(json_object_to_json_string_ext(o, JSON_C_TO_STRING_SPACED), want);
     free(want);
     json_object_put(doc);
@@ -2228,7 +2228,7 @@ Test(cli, version_command_lists_library_abi_and_plugins)
     cli_run r = SBX("version");
     char want[PATH_MAX * 2];
 
-    set_path(want, sizeof want, "sbx:         %s\nlibsbx:      %s\nplugin ABI:  1.2\nplugins:\n",
+    set_path(want, sizeof want, "sbx:         %s\nlibsbx:      %s\nplugin ABI:  1.3\nplugins:\n",
              sbx_version(), sbx_version());
     cr_expect_eq(r.status, 0, "%d %s", r.status, r.err);
     cr_expect(strncmp(r.out, want, strlen(want)) == 0, "got \"%s\"", r.out);
@@ -2239,7 +2239,7 @@ Test(cli, version_command_lists_library_abi_and_plugins)
     cr_assert_eq(sscanf(row, " %63s %63s ABI %63s %4095s", name, version, abi, path), 4,
                  "row \"%s\"", row);
     cr_expect_str_eq(version, sbx_version());
-    cr_expect_str_eq(abi, "1.2");
+    cr_expect_str_eq(abi, "1.3");
     cr_expect(strlen(path) > 28 &&
               strcmp(path + strlen(path) - 28, "/plugins/local/.libs/libsbx-local.so" + 8) == 0,
               "path %s", path);
@@ -2248,7 +2248,7 @@ Test(cli, version_command_lists_library_abi_and_plugins)
     json_object *doc = json_tokener_parse(r.out), *v;
     cr_assert(doc != NULL, "%s", r.out);
     cr_expect(json_object_object_get_ex(doc, "plugin_abi", &v) &&
-              strcmp(json_object_get_string(v), "1.2") == 0);
+              strcmp(json_object_get_string(v), "1.3") == 0);
     cr_expect(json_object_object_get_ex(doc, "libsbx", &v) &&
               strcmp(json_object_get_string(v), sbx_version()) == 0);
     json_object_put(doc);

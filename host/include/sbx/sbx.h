@@ -332,7 +332,8 @@ typedef enum sbx_option_field {
     SBX_OPTION_PRESET = 1u << 15,
     SBX_OPTION_FILES = 1u << 16,
     SBX_OPTION_WORKSPACE = 1u << 17,
-    SBX_OPTION_DETACHED = 1u << 18
+    SBX_OPTION_DETACHED = 1u << 18,
+    SBX_OPTION_PORTS = 1u << 19
 } sbx_option_field;
 
 /** Defaults of the reference's SandboxConfig. */
@@ -499,6 +500,29 @@ SBX_EXPORT int sbx_options_set_allow_internet(sbx_options *options, int allow,
 SBX_EXPORT int sbx_options_set_detached(sbx_options *options, int detached,
                                         sbx_error **error);
 SBX_EXPORT int sbx_options_get_detached(const sbx_options *options);
+
+/**
+ * sbx_options_add_port:
+ * Exposes TCP port @port (1..65535) of the sandbox to this host: after
+ * create, sbx_sandbox_resolve_port() says where to connect for it. Adding
+ * a port twice keeps one. Which backends can, and what the endpoint is:
+ *  - docker: published on 127.0.0.1 only (never 0.0.0.0), on a host port
+ *    the Engine picks ("127.0.0.1:49153");
+ *  - local: the sandbox shares the host's network, so the port is the
+ *    port ("127.0.0.1:8080");
+ *  - bubblewrap: as local while it shares the host's network; a sandbox
+ *    with allow_internet=0 has a network namespace of its own that the
+ *    host cannot reach: feature_not_supported naming the reason;
+ *  - hosted providers with preview addresses: an https URL (E2B
+ *    "https://8080-ID.DOMAIN", Tensorlake
+ *    "https://8080-ID.sandbox.tensorlake.ai");
+ *  - every other backend refuses the create with feature_not_supported
+ *    naming the backend (a backend whose plugin lacks
+ *    SBX_CAP_EXPOSED_PORTS, or predates plugin ABI 1.3).
+ * Errors: invalid_argument naming a port out of range (context port).
+ * Since 0.1 (plugin ABI 1.3).
+ */
+SBX_EXPORT int sbx_options_add_port(sbx_options *options, unsigned port, sbx_error **error);
 
 /**
  * sbx_options_set_backend_options:
@@ -1202,6 +1226,67 @@ SBX_EXPORT const char *sbx_sandbox_get0_id(const sbx_sandbox *sandbox);
  * owns `/`. Borrowed. Since 0.1.
  */
 SBX_EXPORT const char *sbx_sandbox_get0_root(const sbx_sandbox *sandbox);
+
+/* ------------------------------------------------------------------------ */
+/* Exposed ports                                                             */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A sandbox's exposed ports are the TCP ports the library maps to an
+ * endpoint this host can reach: those added with sbx_options_add_port()
+ * at create, plus those sbx_sandbox_expose_port() added, minus those
+ * sbx_sandbox_unexpose_port() removed. A port that is not exposed is never
+ * resolved (not_found), whatever listens on it. Backends that have them
+ * declare SBX_CAP_EXPOSED_PORTS (sbx_options_add_port() lists them).
+ * The exposed ports live with the sandbox (docker: its published ports;
+ * local and bubblewrap: its record; hosted: its session state), so a
+ * resumed handle sees the same ones. A provider's access token for a
+ * preview address is never part of an endpoint, a log line or an error.
+ */
+
+/**
+ * sbx_sandbox_resolve_port:
+ * Where this host connects to exposed port @port of @sandbox: a new string
+ * the caller frees with free(), either "HOST:PORT" for a plain TCP
+ * endpoint (docker "127.0.0.1:49153", local "127.0.0.1:8080") or an
+ * "https://" URL for a provider's preview address (E2B
+ * "https://8080-ID.e2b.app"). Errors: invalid_argument (NULL, a port out
+ * of 1..65535, context port), not_found ("port N is not exposed", context
+ * port; or the sandbox is gone), feature_not_supported naming the backend,
+ * connection / timeout from the provider. Thread-safe. Since 0.1 (plugin
+ * ABI 1.3).
+ */
+SBX_EXPORT char *sbx_sandbox_resolve_port(sbx_sandbox *sandbox, unsigned port,
+                                          sbx_error **error);
+
+/**
+ * sbx_sandbox_list_ports:
+ * The exposed ports of @sandbox, ascending: stores a new array (free())
+ * of *@count ports in *@ports (NULL when there are none) and returns 0.
+ * Errors: invalid_argument, not_found, feature_not_supported naming the
+ * backend, connection / timeout. Thread-safe. Since 0.1 (plugin ABI 1.3).
+ */
+SBX_EXPORT int sbx_sandbox_list_ports(sbx_sandbox *sandbox, uint16_t **ports, size_t *count,
+                                      sbx_error **error);
+
+/**
+ * sbx_sandbox_expose_port / sbx_sandbox_unexpose_port:
+ * Adds @port (1..65535) to, or removes it from, the exposed ports of a
+ * running sandbox. Exposing an exposed port, or unexposing one that is not
+ * exposed, succeeds. Unexposing ends the library's mapping only: where the
+ * provider keeps routing the port by itself (a preview address of E2B or
+ * Tensorlake answers for any port its sandbox listens on) the address
+ * itself stays reachable until the sandbox ends. docker fixes its
+ * published ports at create: both are feature_not_supported there (declare
+ * ports with sbx_options_add_port()); bubblewrap without the host's
+ * network likewise. Errors: invalid_argument, not_found,
+ * feature_not_supported naming the backend, connection / timeout.
+ * Thread-safe. Since 0.1 (plugin ABI 1.3).
+ */
+SBX_EXPORT int sbx_sandbox_expose_port(sbx_sandbox *sandbox, unsigned port,
+                                       sbx_error **error);
+SBX_EXPORT int sbx_sandbox_unexpose_port(sbx_sandbox *sandbox, unsigned port,
+                                         sbx_error **error);
 
 /* ------------------------------------------------------------------------ */
 /* Exec                                                                      */

@@ -1,0 +1,442 @@
+/*
+ * test_session.c — the session surface on the backend under test
+ * ($SBX_TEST_BACKEND: local, bubblewrap, docker):
+ *
+ * - exposed ports: a port added at create resolves to an endpoint on
+ *   127.0.0.1 and a server in the sandbox answers there (local,
+ *   bubblewrap); on docker the Engine publishes it on 127.0.0.1 only (its
+ *   listener is on 127.0.0.1:N, none on 0.0.0.0) and the endpoint is that
+ *   host port; a port never exposed is not_found; list, expose, unexpose,
+ *   resume; bad ports; bubblewrap without the host's network refuses.
+ *
+ * Docker: the suite makes a bridge network of its own (the test Engine
+ * has no default bridge) and removes it at the end.
+ *
+ * Runs from the build directory with the variables of `make check`.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include <sbx/sbx.h>
+
+#include "testutil.h"
+
+static char *g_tmp;
+static sbx_client *g_client;
+static char g_network[64];      /* docker: the suite's bridge network */
+
+static int is_docker(void)
+{
+    return strcmp(tu_backend(), "docker") == 0;
+}
+
+static int is_bubblewrap(void)
+{
+    return strcmp(tu_backend(), "bubblewrap") == 0;
+}
+
+static void setup(void)
+{
+    sbx_error *err = NULL;
+    g_tmp = tu_fresh_tmpdir();
+    if (is_docker()) {
+        snprintf(g_network, sizeof(g_network), "sbx-test-session-%d", (int)getpid());
+        char *cmd = tu_strdup_printf("docker network create --driver bridge --label "
+                                     "sbx.backend=docker %s >/dev/null", g_network);
+        cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+        free(cmd);
+        char *cfg = tu_strdup_printf("{\"network_mode\":\"%s\"}", g_network);
+        g_client = sbx_client_new_with_config(tu_backend(), SBX_PLUGIN_MODE_DEFAULT, cfg, &err);
+        free(cfg);
+    } else {
+        g_client = sbx_client_new(tu_backend(), &err);
+    }
+    cr_assert_null(err, "client of %s: %s", tu_backend(), err ? sbx_error_get0_message(err) : "");
+}
+
+static void teardown(void)
+{
+    sbx_client_free(g_client);
+    g_client = NULL;
+    if (g_network[0]) {
+        char *cmd = tu_strdup_printf("docker network rm %s >/dev/null", g_network);
+        cr_expect_eq(system(cmd), 0, "%s failed", cmd);
+        free(cmd);
+        g_network[0] = '\0';
+    }
+    tu_rmtree(g_tmp);
+    free(g_tmp);
+    g_tmp = NULL;
+}
+
+TestSuite(ports, .init = setup, .fini = teardown, .timeout = 120);
+
+/* ------------------------------------------------------------- helpers */
+
+/* A TCP port nothing listens on now (the kernel's pick for 127.0.0.1:0). */
+static unsigned free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof(a);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static sbx_sandbox *create_with_ports(const unsigned *ports, size_t n)
+{
+    sbx_options *o = sbx_options_new();
+    sbx_error *err = NULL;
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(sbx_options_add_port(o, ports[i], &err), 0, "add_port %u: %s", ports[i],
+                     err ? sbx_error_get0_message(err) : "");
+    }
+    sbx_sandbox *sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    return sb;
+}
+
+static char *resolve(sbx_sandbox *sb, unsigned port)
+{
+    sbx_error *err = NULL;
+    char *s = sbx_sandbox_resolve_port(sb, port, &err);
+    cr_assert_null(err, "resolve_port %u: %s", port, err ? sbx_error_get0_message(err) : "");
+    cr_assert_not_null(s);
+    return s;
+}
+
+/* Connects to "127.0.0.1:PORT" @endpoint, retrying for up to 10 s while
+ * nothing listens yet, and returns what the peer sent until it closed. */
+static char *fetch(const char *endpoint)
+{
+    unsigned port = 0;
+    cr_assert_eq(sscanf(endpoint, "127.0.0.1:%u", &port), 1, "endpoint %s", endpoint);
+    double end = tu_now() + 10;
+    for (;;) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+            char buf[256];
+            size_t got = 0;
+            ssize_t n;
+            while ((n = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0)
+                got += (size_t)n;
+            close(fd);
+            buf[got] = '\0';
+            return strdup(buf);
+        }
+        int e = errno;
+        close(fd);
+        cr_assert(e == ECONNREFUSED && tu_now() < end, "connect to %s: %s", endpoint,
+                  strerror(e));
+        poll(NULL, 0, 50);
+    }
+}
+
+/* Starts, in the background in @sb, a server on 127.0.0.1:@port that
+ * sends @text to its first client and ends. */
+static void serve_once(sbx_sandbox *sb, unsigned port, const char *text)
+{
+    char *script = tu_strdup_printf(
+        "nohup python3 -c 'import socket,sys\n"
+        "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        "s.bind((\"127.0.0.1\", %u)); s.listen(1)\n"
+        "c,_=s.accept(); c.sendall(sys.argv[1].encode()); c.close()' '%s' "
+        ">/dev/null 2>&1 &", port, text);
+    sbx_result *r = tu_sh(sb, script, 30);
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    free(script);
+}
+
+static void destroy(sbx_sandbox *sb)
+{
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "destroy: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox_free(sb);
+}
+
+/* Listeners on TCP port @port in /proc/net/tcp and tcp6: how many bind
+ * 127.0.0.1 (*@loopback) and how many any other address (*@other). */
+static void listeners(unsigned port, int *loopback, int *other)
+{
+    *loopback = *other = 0;
+    const char *files[] = { "/proc/net/tcp", "/proc/net/tcp6" };
+    for (size_t f = 0; f < 2; f++) {
+        FILE *fp = fopen(files[f], "r");
+        char line[512];
+        if (!fp)
+            continue;
+        while (fgets(line, sizeof(line), fp)) {
+            char addr[64];
+            unsigned p, st;
+            if (sscanf(line, " %*d: %63[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%*x %x", addr, &p, &st) != 3
+                || p != port || st != 0x0A)
+                continue;
+            if (strcmp(addr, "0100007F") == 0)
+                (*loopback)++;
+            else
+                (*other)++;
+        }
+        fclose(fp);
+    }
+}
+
+/* -------------------------------------------------------------- tests */
+
+Test(ports, an_exposed_port_resolves_to_loopback_and_reaches_the_sandbox)
+{
+    unsigned p = free_port();
+    unsigned ports[] = { p };
+    sbx_sandbox *sb = create_with_ports(ports, 1);
+    char *ep = resolve(sb, p);
+    if (is_docker()) {
+        /* The Engine's listener for the published port: 127.0.0.1 only. */
+        unsigned hp = 0;
+        cr_assert_eq(sscanf(ep, "127.0.0.1:%u", &hp), 1, "endpoint %s", ep);
+        char *want = tu_strdup_printf("127.0.0.1:%u", hp);
+        cr_assert_str_eq(ep, want);
+        free(want);
+        int lo = 0, other = 0;
+        listeners(hp, &lo, &other);
+        cr_assert_eq(lo, 1, "listeners on 127.0.0.1:%u: %d", hp, lo);
+        cr_assert_eq(other, 0, "listeners of port %u on other addresses: %d", hp, other);
+    } else {
+        char *want = tu_strdup_printf("127.0.0.1:%u", p);
+        cr_assert_str_eq(ep, want);
+        free(want);
+        serve_once(sb, p, "hello from the sandbox\n");
+        char *got = fetch(ep);
+        cr_assert_str_eq(got, "hello from the sandbox\n");
+        free(got);
+    }
+    free(ep);
+    destroy(sb);
+}
+
+Test(ports, a_port_never_exposed_is_not_found)
+{
+    unsigned p = free_port();
+    unsigned ports[] = { p };
+    sbx_sandbox *sb = create_with_ports(ports, 1);
+    unsigned q = p == 65535 ? p - 1 : p + 1;
+    sbx_error *err = NULL;
+    char *s = sbx_sandbox_resolve_port(sb, q, &err);
+    cr_assert_null(s);
+    char *msg = tu_strdup_printf("port %u ", q);
+    tu_assert_error(err, SBX_ERROR_NOT_FOUND, msg, "is not exposed", NULL);
+    free(msg);
+    char num[16];
+    snprintf(num, sizeof(num), "%u", q);
+    cr_assert_str_eq(sbx_error_get0_context(err, "port"), num);
+    cr_assert_str_eq(sbx_error_get0_op(err), "resolve_port");
+    cr_assert_str_eq(sbx_error_get0_backend(err), tu_backend());
+    sbx_error_free(err);
+    err = NULL;
+    /* A sandbox made without ports has none either. */
+    sbx_sandbox *plain = create_with_ports(NULL, 0);
+    cr_assert_null(sbx_sandbox_resolve_port(plain, p, &err));
+    tu_assert_error(err, SBX_ERROR_NOT_FOUND, "is not exposed", NULL);
+    sbx_error_free(err);
+    uint16_t *list = NULL;
+    size_t n = 7;
+    err = NULL;
+    cr_assert_eq(sbx_sandbox_list_ports(plain, &list, &n, &err), 0);
+    cr_assert_eq(n, 0);
+    cr_assert_null(list);
+    destroy(plain);
+    destroy(sb);
+}
+
+Test(ports, list_gives_the_exposed_ports_ascending)
+{
+    unsigned a = free_port(), b = free_port();
+    if (a == b)
+        b = a == 65535 ? a - 1 : a + 1;
+    unsigned hi = a > b ? a : b, lo = a > b ? b : a;
+    unsigned ports[] = { hi, lo, hi };
+    sbx_sandbox *sb = create_with_ports(ports, 3);
+    uint16_t *list = NULL;
+    size_t n = 0;
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_list_ports(sb, &list, &n, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(n, 2);
+    cr_assert_eq(list[0], lo);
+    cr_assert_eq(list[1], hi);
+    free(list);
+    destroy(sb);
+}
+
+Test(ports, bad_port_numbers_are_invalid_argument)
+{
+    sbx_options *o = sbx_options_new();
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_options_add_port(o, 0, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "port 0 is not a TCP port number", NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "port"), "0");
+    sbx_error_free(err);
+    err = NULL;
+    cr_assert_eq(sbx_options_add_port(o, 65536, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "port 65536 is not a TCP port number",
+                    NULL);
+    sbx_error_free(err);
+    sbx_options_free(o);
+    sbx_sandbox *sb = create_with_ports(NULL, 0);
+    err = NULL;
+    cr_assert_null(sbx_sandbox_resolve_port(sb, 70000, &err));
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "port 70000 is not a TCP port number",
+                    NULL);
+    sbx_error_free(err);
+    destroy(sb);
+}
+
+Test(ports, expose_and_unexpose_change_the_mapping_and_resume_sees_it)
+{
+    unsigned p = free_port();
+    sbx_sandbox *sb = create_with_ports(NULL, 0);
+    sbx_error *err = NULL;
+    if (is_docker()) {
+        /* The Engine fixes published ports at create. */
+        cr_assert_eq(sbx_sandbox_expose_port(sb, p, &err), -1);
+        tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED,
+                        "backend \"docker\" fixes its exposed ports at create", NULL);
+        sbx_error_free(err);
+        err = NULL;
+        cr_assert_eq(sbx_sandbox_unexpose_port(sb, p, &err), -1);
+        tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED, "fixes its exposed ports", NULL);
+        sbx_error_free(err);
+        destroy(sb);
+        return;
+    }
+    cr_assert_eq(sbx_sandbox_expose_port(sb, p, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_expose_port(sb, p, &err), 0);
+    char *ep = resolve(sb, p);
+    char *want = tu_strdup_printf("127.0.0.1:%u", p);
+    cr_assert_str_eq(ep, want);
+    free(ep);
+
+    /* Another handle, from the session state, sees the same ports. */
+    char *state = sbx_sandbox_session_state(sb, &err);
+    cr_assert_not_null(state, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *again = sbx_sandbox_resume(g_client, state, &err);
+    cr_assert_not_null(again, "%s", err ? sbx_error_get0_message(err) : "");
+    ep = resolve(again, p);
+    cr_assert_str_eq(ep, want);
+    free(ep);
+
+    cr_assert_eq(sbx_sandbox_unexpose_port(again, p, &err), 0);
+    cr_assert_eq(sbx_sandbox_unexpose_port(again, p, &err), 0);
+    cr_assert_null(sbx_sandbox_resolve_port(again, p, &err));
+    tu_assert_error(err, SBX_ERROR_NOT_FOUND, "is not exposed", NULL);
+    sbx_error_free(err);
+    err = NULL;
+    sbx_sandbox_free(again);
+    /* A third handle resumed after the unexpose sees it gone. */
+    sbx_sandbox *third = sbx_sandbox_resume(g_client, state, &err);
+    cr_assert_not_null(third);
+    cr_assert_null(sbx_sandbox_resolve_port(third, p, &err));
+    tu_assert_error(err, SBX_ERROR_NOT_FOUND, "is not exposed", NULL);
+    sbx_error_free(err);
+    sbx_sandbox_free(third);
+    free(state);
+    free(want);
+    destroy(sb);
+}
+
+Test(ports, a_sandbox_without_the_hosts_network_refuses_ports)
+{
+    if (!is_bubblewrap() && !is_docker()) {
+        /* local shares the host's network and refuses allow_internet=0. */
+        sbx_options *o = sbx_options_new();
+        sbx_error *err = NULL;
+        cr_assert_eq(sbx_options_add_port(o, 8080, NULL), 0);
+        cr_assert_eq(sbx_options_set_allow_internet(o, 0, NULL), 0);
+        cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+        tu_assert_error(err, SBX_ERROR_CONFIGURATION, "allow_internet=false", NULL);
+        sbx_error_free(err);
+        sbx_options_free(o);
+        return;
+    }
+    unsigned p = free_port();
+    sbx_options *o = sbx_options_new();
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_options_add_port(o, p, NULL), 0);
+    cr_assert_eq(sbx_options_set_allow_internet(o, 0, NULL), 0);
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    char num[16];
+    snprintf(num, sizeof(num), "%u", p);
+    if (is_docker())
+        tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED,
+                        "a container with allow_internet=0 has no network", num, NULL);
+    else
+        tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED,
+                        "network namespace of its own that this host cannot reach", num, NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "port"), num);
+    sbx_error_free(err);
+    sbx_options_free(o);
+    if (is_bubblewrap()) {
+        /* Nor can one be exposed later. */
+        o = sbx_options_new();
+        cr_assert_eq(sbx_options_set_allow_internet(o, 0, NULL), 0);
+        sbx_sandbox *sb = tu_create(g_client, o);
+        sbx_options_free(o);
+        err = NULL;
+        cr_assert_eq(sbx_sandbox_expose_port(sb, p, &err), -1);
+        tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED, "network namespace of its own",
+                        NULL);
+        cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "own_network_namespace");
+        sbx_error_free(err);
+        destroy(sb);
+    }
+}
+
+Test(ports, bindings_stay_on_loopback)
+{
+    sbx_error *err = NULL;
+    uint64_t caps = 0;
+    cr_assert_eq(sbx_client_probe(g_client, &caps, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert(caps & SBX_CAP_EXPOSED_PORTS, "%s lacks exposed_ports", tu_backend());
+    if (!is_docker())
+        return;     /* local and bubblewrap: the host's own network, nothing published */
+    /* docker: backend_options cannot publish beyond 127.0.0.1. */
+    const char *cases[] = {
+        "{\"HostConfig\":{\"PortBindings\":{\"80/tcp\":[{\"HostIp\":\"0.0.0.0\","
+        "\"HostPort\":\"\"}]}}}",
+        "{\"HostConfig\":{\"PortBindings\":{\"80/tcp\":[{\"HostPort\":\"8081\"}]}}}",
+    };
+    const char *ips[] = { "\"0.0.0.0\"", "\"\"" };
+    for (size_t i = 0; i < 2; i++) {
+        sbx_options *o = sbx_options_new();
+        cr_assert_eq(sbx_options_set_backend_options(o, cases[i], NULL), 0);
+        cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+        tu_assert_error(err, SBX_ERROR_CONFIGURATION, "port 80/tcp would be published on",
+                        ips[i], "published on 127.0.0.1 only", NULL);
+        cr_assert_str_eq(sbx_error_get0_context(err, "option"), "backend_options");
+        sbx_error_free(err);
+        err = NULL;
+        sbx_options_free(o);
+    }
+}
