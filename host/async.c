@@ -107,7 +107,7 @@ struct sbx_op {
     int has_request;
     sbx_exec_request rq;        /* pointers into the copies below */
     sbx_strv argv, env;
-    char *shell, *cwd;
+    char *shell, *cwd, *user;
     void *stdin_copy;
     void *bytes;                /* write_file data */
     size_t nbytes;
@@ -260,6 +260,8 @@ op_clear_args(sbx_op *op)
     sbx_strv_clear(&op->env);
     free(op->shell);
     free(op->cwd);
+    free(op->user);
+    op->user = NULL;
     free(op->stdin_copy);
     free(op->bytes);
     op->shell = op->cwd = NULL;
@@ -1147,6 +1149,8 @@ copy_request(sbx_op *op, const sbx_exec_request *in, sbx_error **err)
     }
     if (in->struct_size >= sizeof(op->rq))
         n = sizeof(op->rq);
+    else if (in->struct_size >= offsetof(sbx_exec_request, tty_cols) + sizeof(in->tty_cols))
+        n = offsetof(sbx_exec_request, tty_cols) + sizeof(in->tty_cols);
     else if (in->struct_size >= min + sizeof(in->flags))
         n = min + sizeof(in->flags);
     else
@@ -1157,10 +1161,12 @@ copy_request(sbx_op *op, const sbx_exec_request *in, sbx_error **err)
     op->has_request = 1;
     if (copy_vec(in->argv, &op->argv, &op->rq.argv) < 0 ||
         copy_vec(in->env, &op->env, &op->rq.env) < 0 ||
-        copy_str(&op->shell, in->shell) < 0 || copy_str(&op->cwd, in->cwd) < 0)
+        copy_str(&op->shell, in->shell) < 0 || copy_str(&op->cwd, in->cwd) < 0 ||
+        copy_str(&op->user, op->rq.user) < 0)
         goto oom;
     op->rq.shell = op->shell;
     op->rq.cwd = op->cwd;
+    op->rq.user = op->user;
     if (in->stdin_data) {
         op->stdin_copy = malloc(in->stdin_len ? in->stdin_len : 1);
         if (!op->stdin_copy)

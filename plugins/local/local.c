@@ -55,6 +55,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <pwd.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
@@ -3403,6 +3404,23 @@ static void start_fail(sbx_error **error, uint32_t kind, int err_no, const char 
     }
 }
 
+/** 1 when @user names the uid the sandbox's commands run as (the
+ *  supervisor's: its name in this host's passwd, or the number), else 0.
+ *  Commands cannot run as anyone else here (no setuid in the supervisor;
+ *  bubblewrap maps that one uid only). */
+static int is_own_user(const struct sbx_plugin_sandbox *sb, const char *user)
+{
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(user, &end, 10);
+    if (*user >= '0' && *user <= '9' && !*end && errno == 0)
+        return n == (unsigned long)sb->sup_uid;
+    struct passwd pw, *res = NULL;
+    char buf[1024];
+    return getpwnam_r(user, &pw, buf, sizeof(buf), &res) == 0 && res
+           && res->pw_uid == sb->sup_uid;
+}
+
 static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
                             const sbx_plugin_exec_request *request,
                             sbx_plugin_process **process, sbx_error **error)
@@ -3441,10 +3459,14 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
              "exactly one of argv (non-empty) and shell must be set");
         return -1;
     }
-    if (request->user) {
+    if (request->user && !is_own_user(sb, request->user)) {
+        struct passwd pw, *res = NULL;
+        char pwbuf[1024];
+        getpwuid_r(sb->sup_uid, &pw, pwbuf, sizeof(pwbuf), &res);
         sbx_error *err = fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                              "local backend runs commands as the calling user; "
-                              "user \"%s\" is not supported", request->user);
+                              BACKEND " backend runs every command as uid %u (%s); user "
+                              "\"%s\" cannot be chosen", (unsigned)sb->sup_uid,
+                              res ? res->pw_name : "no name", request->user);
         add_context(err, "user", request->user);
         return -1;
     }

@@ -1357,6 +1357,17 @@ typedef void (*sbx_output_fn)(sbx_stream stream, const void *data, size_t len,
  *    terminal. One 0 and not the other, or one too large, is
  *    invalid_argument. A backend without SBX_CAP_PTY refuses a terminal
  *    with feature_not_supported naming it.
+ *  - user: the user the command runs as, a name or a numeric uid as the
+ *    sandbox's own user database has it (docker also takes "USER:GROUP");
+ *    NULL = the sandbox's default user (docker: the image's USER). HOME is
+ *    that user's home from the sandbox's passwd. Where the backend can run
+ *    as another user: docker (the exec's User), e2b (envd's user), and
+ *    local and bubblewrap only for the user their commands run as anyway
+ *    (its name or uid); a user a backend cannot honour is refused with
+ *    feature_not_supported naming the backend and the user (context
+ *    user), never ignored. Empty, or holding whitespace or control
+ *    characters: invalid_argument. Read only within struct_size (an older
+ *    header has none).
  *
  * All pointers are borrowed for the duration of the call.
  */
@@ -1377,6 +1388,7 @@ typedef struct sbx_exec_request {
      * older header gets none of them: no terminal) --- */
     unsigned tty_rows;
     unsigned tty_cols;
+    const char *user;
 } sbx_exec_request;
 
 /** sbx_exec_request.flags bits. */
@@ -1387,7 +1399,7 @@ typedef struct sbx_exec_request {
 #define SBX_TTY_MAX 65535u
 
 #define SBX_EXEC_REQUEST_INIT { sizeof(sbx_exec_request), NULL, NULL, NULL, NULL, \
-                                NULL, 0, 0.0, 0, NULL, NULL, 0, 0, 0 }
+                                NULL, 0, 0.0, 0, NULL, NULL, 0, 0, 0, NULL }
 
 /** The outcome of a command that ran. */
 typedef struct sbx_result sbx_result;
