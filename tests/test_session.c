@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -458,6 +459,18 @@ static sbx_result *sh_as(sbx_sandbox *sb, const char *user, const char *script)
     return tu_exec(sb, &rq);
 }
 
+/* The uid @sb's commands run as (`id -u` in it). */
+static unsigned sandbox_uid(sbx_sandbox *sb)
+{
+    sbx_result *r = tu_sh(sb, "id -u", 30);
+    tu_assert_exit(r, 0);
+    size_t len = 0;
+    const char *out = sbx_result_get0_stdout(r, &len);
+    unsigned uid = (unsigned)strtoul(out, NULL, 10);
+    sbx_result_free(r);
+    return uid;
+}
+
 Test(users, a_user_the_backend_can_run_as_is_honoured_with_its_home)
 {
     sbx_sandbox *sb = create_with_ports(NULL, 0);
@@ -471,21 +484,23 @@ Test(users, a_user_the_backend_can_run_as_is_honoured_with_its_home)
         tu_assert_stdout(r, "root\n/root\nwritable\n");
         sbx_result_free(r);
     } else {
-        /* local and bubblewrap: the uid their commands run as, by name or number. */
+        /* local and bubblewrap: the uid their commands run as (bubblewrap
+         * started as root runs them as nobody), by number or by name. */
+        unsigned own = sandbox_uid(sb);
         char want[64];
-        snprintf(want, sizeof(want), "%u\n", (unsigned)geteuid());
-        char *num = tu_strdup_printf("%u", (unsigned)geteuid());
+        snprintf(want, sizeof(want), "%u\n", own);
+        char *num = tu_strdup_printf("%u", own);
         sbx_result *r = sh_as(sb, num, "id -u");
         tu_assert_exit(r, 0);
         tu_assert_stdout(r, want);
         sbx_result_free(r);
         free(num);
-        if (geteuid() == 0) {
-            r = sh_as(sb, "root", "id -u");
-            tu_assert_exit(r, 0);
-            tu_assert_stdout(r, "0\n");
-            sbx_result_free(r);
-        }
+        struct passwd *pw = getpwuid(own);
+        cr_assert_not_null(pw, "uid %u has no name", own);
+        r = sh_as(sb, pw->pw_name, "id -u");
+        tu_assert_exit(r, 0);
+        tu_assert_stdout(r, want);
+        sbx_result_free(r);
     }
     destroy(sb);
 }
@@ -495,7 +510,7 @@ Test(users, a_user_the_backend_cannot_run_as_is_refused_and_nothing_runs)
     sbx_sandbox *sb = create_with_ports(NULL, 0);
     sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
     sbx_error *err = NULL;
-    const char *other = geteuid() == 65534 ? "root" : "nobody";
+    const char *other = is_docker() ? NULL : sandbox_uid(sb) == 0 ? "nobody" : "root";
     if (is_docker())
         other = "sbx-no-such-user";
     rq.shell = "touch \"$SANDBOX_ROOT/tmp/ran\"";
@@ -508,7 +523,7 @@ Test(users, a_user_the_backend_cannot_run_as_is_refused_and_nothing_runs)
         tu_assert_error(err, SBX_ERROR_EXECUTION_FAILED, "sbx-no-such-user", NULL);
     } else {
         cr_assert_null(r);
-        char *msg = tu_strdup_printf("backend runs every command as uid %u", (unsigned)geteuid());
+        char *msg = tu_strdup_printf("backend runs every command as uid %u", sandbox_uid(sb));
         tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED, msg, "cannot be chosen", other,
                         NULL);
         free(msg);
