@@ -1246,6 +1246,13 @@ copy_options(const sbx_options *in, sbx_options **out, sbx_error **err)
         sbx_progress_fn progress = sbx_options_get_progress(in, &progress_data);
         ok = sbx_options_set_progress(o, progress, progress_data, &e) == 0;
     }
+    if (ok) {
+        const uint16_t *ports;
+        size_t nports = sbx_options_get_ports(in, &ports);
+
+        for (size_t i = 0; ok && i < nports; i++)
+            ok = sbx_options_add_port(o, ports[i], &e) == 0;
+    }
     for (size_t i = 0; ok && i < sbx_options_get_file_count(in); i++) {
         const char *path, *data;
         size_t len;

@@ -1748,6 +1748,61 @@ SBX_EXPORT int64_t sbx_sandbox_upload_dir(sbx_sandbox *sandbox, const char *loca
 SBX_EXPORT int64_t sbx_sandbox_download_dir(sbx_sandbox *sandbox, const char *sandbox_dir,
                                             const char *local_dir, sbx_error **error);
 
+/* ------------------------------------------------------------------------ */
+/* Workspace persistence                                                     */
+/* ------------------------------------------------------------------------ */
+
+/** Persist / hydrate flag: the sandbox user's agent state goes too:
+ *  ~/.claude/, ~/.claude.json and Codex's $CODEX_HOME (else ~/.codex). */
+#define SBX_PERSIST_AGENT_HOME 1u
+
+/**
+ * sbx_sandbox_persist_workspace:
+ * Writes directory @dir of @sandbox (a sandbox path; NULL = the sandbox's
+ * working directory) to @fd (borrowed, blocking, left open: a file, a
+ * pipe, a socket) as one tar stream, the same layout on every backend, so
+ * that sbx_sandbox_hydrate_workspace() on any backend restores it:
+ *   workspace/...        the directory's contents (PAX; entries sorted;
+ *                        files, empty directories, symlinks as they are,
+ *                        the 0777 mode bits, mtimes; owner 0)
+ *   home/.claude/...     with SBX_PERSIST_AGENT_HOME, what exists of them
+ *   home/.claude.json    in the home of the sandbox's default user
+ *   home/.codex/...      ($CODEX_HOME when set, else ~/.codex)
+ * The tree passes through a private temporary directory of this host
+ * (under $TMPDIR), removed before the call returns; memory stays bounded.
+ * Returns the number of entries written, or -1. Errors: invalid_argument
+ * (NULL sandbox, unknown flags, a closed @fd, a relative @dir, @dir "/"
+ * where the sandbox owns / (its whole system)), not_found (@dir missing),
+ * workspace (the tree cannot be read or written), and the file calls'.
+ * Thread-safe as the file calls. Since 0.1.
+ */
+SBX_EXPORT int64_t sbx_sandbox_persist_workspace(sbx_sandbox *sandbox, const char *dir,
+                                                 unsigned flags, int fd, sbx_error **error);
+
+/**
+ * sbx_sandbox_hydrate_workspace:
+ * Restores a stream made by sbx_sandbox_persist_workspace() (on any
+ * backend), read from @fd to its end, into directory @dir of @sandbox
+ * (NULL = its working directory; made when missing): afterwards @dir holds
+ * exactly the stream's workspace/ entries (what it held before is
+ * removed). With SBX_PERSIST_AGENT_HOME each agent part the stream holds
+ * replaces the same part of the sandbox user's home; without it they are
+ * left out. The whole stream is checked before the sandbox is touched
+ * (through the checked extractor of sbx_extract_tar_fd(), symlinks
+ * leaving the tree refused, then the layout: only workspace/ and the
+ * agent parts of home/), then uploaded to a staging directory inside @dir,
+ * and only then swapped in by renames: a stream that is not a tar, an
+ * entry that escapes (absolute, "..", a symlink out, a hard link out),
+ * an entry outside the layout, or an upload that fails leaves @dir exactly
+ * as it was (the staging directory removed). Returns the number of
+ * entries in the stream, or -1. Errors: workspace (naming the entry,
+ * context "entry"), invalid_argument (as persist), and the file and exec
+ * calls'. Thread-safe as the file calls; do not run commands that write
+ * @dir meanwhile. Since 0.1.
+ */
+SBX_EXPORT int64_t sbx_sandbox_hydrate_workspace(sbx_sandbox *sandbox, const char *dir,
+                                                 unsigned flags, int fd, sbx_error **error);
+
 /**
  * sbx_outside_symlinks:
  * What the checked extractor (download_dir, sbx_extract_tar_fd) does with a
