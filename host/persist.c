@@ -454,16 +454,18 @@ staging_name(char out[32])
 }
 
 /* Swaps the contents of sandbox directory $1 for those of its
- * subdirectory $2 (the staging directory): every other entry moves into
- * $3 (a new subdirectory), every entry of $2 moves up, then $2 and $3 go.
- * A failed move puts back what moved. Paths are sandbox paths. */
+ * subdirectory $2 (the staging directory): every other entry but $4 (the
+ * agent state's staging directory when the home is $1; may be empty)
+ * moves into $3 (a new subdirectory), every entry of $2 moves up, then $2
+ * and $3 go. A failed move puts back what moved. Paths are sandbox
+ * paths. */
 static const char swap_script[] =
     "d=\"$SANDBOX_ROOT$1\"; s=\"$d/$2\"; b=\"$d/$3\"\n"
     "mkdir \"$b\" || exit 1\n"
     "undo() {\n"
     "  for f in \"$d\"/* \"$d\"/.[!.]* \"$d\"/..?*; do\n"
     "    [ -e \"$f\" ] || [ -L \"$f\" ] || continue\n"
-    "    case $f in \"$s\"|\"$b\") continue ;; esac\n"
+    "    case $f in \"$s\"|\"$b\"|\"$d/$4\") continue ;; esac\n"
     "    mv -f \"$f\" \"$s\"/ 2>/dev/null\n"
     "  done\n"
     "  for f in \"$b\"/* \"$b\"/.[!.]* \"$b\"/..?*; do\n"
@@ -474,7 +476,7 @@ static const char swap_script[] =
     "}\n"
     "for f in \"$d\"/* \"$d\"/.[!.]* \"$d\"/..?*; do\n"
     "  [ -e \"$f\" ] || [ -L \"$f\" ] || continue\n"
-    "  case $f in \"$s\"|\"$b\") continue ;; esac\n"
+    "  case $f in \"$s\"|\"$b\"|\"$d/$4\") continue ;; esac\n"
     "  mv -f \"$f\" \"$b\"/ || undo\n"
     "done\n"
     "for f in \"$s\"/* \"$s\"/.[!.]* \"$s\"/..?*; do\n"
@@ -498,7 +500,7 @@ sbx_sandbox_hydrate_workspace(sbx_sandbox *sandbox, const char *dir, unsigned fl
     sbx_extract_options *xo = NULL;
     char *path = NULL, *tmp = NULL, *sub = NULL, *stage = NULL, *home_stage = NULL;
     char *parts[N_AGENT_PARTS] = { NULL };
-    char kind[N_AGENT_PARTS], name[32], old[32];
+    char kind[N_AGENT_PARTS], name[32], old[32], home_name[32];
     int64_t n = -1, count;
     int staged = 0, home_staged = 0;
 
@@ -538,9 +540,12 @@ sbx_sandbox_hydrate_workspace(sbx_sandbox *sandbox, const char *dir, unsigned fl
                 free(home_dir);
                 goto out;
             }
-            /* Staged beside the first part (in the user's home). */
+            /* Staged beside the first part (in the user's home), under a
+             * name of its own (the home may be the workspace itself). */
             char *slash = strrchr(parts[0], '/');
-            if (asprintf(&home_stage, "%.*s/%s", (int)(slash - parts[0]), parts[0], name) < 0) {
+            staging_name(home_name);
+            if (asprintf(&home_stage, "%.*s/%s", (int)(slash - parts[0]), parts[0],
+                         home_name) < 0) {
                 home_stage = NULL;
                 free(home_dir);
                 goto oom;
@@ -555,7 +560,7 @@ sbx_sandbox_hydrate_workspace(sbx_sandbox *sandbox, const char *dir, unsigned fl
     }
     /* Everything is in the sandbox: the swap. */
     {
-        const char *args[] = { path, name, NULL, NULL };
+        const char *args[] = { path, name, NULL, home_staged ? home_name : "", NULL };
 
         staging_name(old);
         args[2] = old;

@@ -22,6 +22,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pwd.h>
@@ -552,4 +553,306 @@ Test(users, a_malformed_user_is_invalid_argument)
         sbx_error_free(err);
     }
     destroy(sb);
+}
+
+/* ---------------------------------------------------------- workspace */
+
+TestSuite(workspace, .init = setup, .fini = teardown, .timeout = 180);
+
+static int g_ws_seq;
+
+/* A sandbox of @client (NULL: the suite's) whose workdir is a fresh
+ * workspace: on local a new host directory (its root), elsewhere /work/ws. */
+static sbx_sandbox *create_ws(sbx_client *client, int local)
+{
+    sbx_options *o = sbx_options_new();
+    char *wd = local ? tu_strdup_printf("%s/ws-%d", g_tmp, ++g_ws_seq) : strdup("/work/ws");
+    cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
+    sbx_sandbox *sb = tu_create(client ? client : g_client, o);
+    sbx_options_free(o);
+    free(wd);
+    return sb;
+}
+
+/* The workdir of @sb as a sandbox path. */
+static const char *ws_dir(int local)
+{
+    return local ? "/" : "/work/ws";
+}
+
+/* Every entry under the sandbox directory @dir: type, name, mode and
+ * content digest or link target, one a line, sorted. New string. */
+static char *listing(sbx_sandbox *sb, const char *dir)
+{
+    char *script = tu_strdup_printf(
+        "cd \"$SANDBOX_ROOT%s\" && find . -mindepth 1 | LC_ALL=C sort | "
+        "while IFS= read -r f; do\n"
+        "  if [ -L \"$f\" ]; then echo \"L $f -> $(readlink \"$f\")\"\n"
+        "  elif [ -d \"$f\" ]; then echo \"D $f $(stat -c %%a \"$f\")\"\n"
+        "  else echo \"F $f $(stat -c %%a \"$f\") $(sha256sum < \"$f\" | cut -c1-64)\"; fi\n"
+        "done", dir);
+    sbx_result *r = tu_sh(sb, script, 60);
+    tu_assert_exit(r, 0);
+    size_t len = 0;
+    const char *out = sbx_result_get0_stdout(r, &len);
+    char *s = strndup(out, len);
+    sbx_result_free(r);
+    free(script);
+    return s;
+}
+
+/* Fills the workspace of @sb: all byte values, an executable, an empty
+ * directory, nesting, a name with spaces, an internal symlink. */
+static void fill_ws(sbx_sandbox *sb, const char *dir)
+{
+    char *script = tu_strdup_printf(
+        "set -e; cd \"$SANDBOX_ROOT%s\"\n"
+        "mkdir -p src/deep empty 'with space'\n"
+        "printf 'print(1)\\n' > src/main.py\n"
+        "printf '#!/bin/sh\\necho run\\n' > src/run.sh; chmod 755 src/run.sh\n"
+        "i=0; while [ $i -lt 256 ]; do printf \"\\\\$(printf %%o $i)\"; i=$((i+1)); done "
+        "> src/deep/bytes.bin\n"
+        "printf 'x' > 'with space/a b.txt'\n"
+        "ln -s src/main.py link.py\n", dir);
+    sbx_result *r = tu_sh(sb, script, 60);
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    free(script);
+}
+
+/* A new temporary file's descriptor (unlinked), positioned at 0. */
+static int temp_fd(void)
+{
+    char *path = tu_strdup_printf("%s/stream-XXXXXX", g_tmp);
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    unlink(path);
+    free(path);
+    return fd;
+}
+
+static int64_t persist(sbx_sandbox *sb, const char *dir, unsigned flags, int fd)
+{
+    sbx_error *err = NULL;
+    int64_t n = sbx_sandbox_persist_workspace(sb, dir, flags, fd, &err);
+    cr_assert_geq(n, 0, "persist: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(lseek(fd, 0, SEEK_SET), 0);
+    return n;
+}
+
+static void hydrate(sbx_sandbox *sb, const char *dir, unsigned flags, int fd)
+{
+    sbx_error *err = NULL;
+    int64_t n = sbx_sandbox_hydrate_workspace(sb, dir, flags, fd, &err);
+    cr_assert_geq(n, 0, "hydrate: %s", err ? sbx_error_get0_message(err) : "");
+}
+
+/* The entry names of the tar stream in @fd (`tar -t`), one a line. */
+static char *tar_names(int fd)
+{
+    char *cmd = tu_strdup_printf("tar -tf /proc/self/fd/%d 2>/dev/null", fd);
+    cr_assert_eq(lseek(fd, 0, SEEK_SET), 0);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    static char buf[65536];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, p);
+    buf[n] = '\0';
+    pclose(p);
+    free(cmd);
+    cr_assert_eq(lseek(fd, 0, SEEK_SET), 0);
+    return strdup(buf);
+}
+
+Test(workspace, persist_then_hydrate_restores_the_tree_exactly)
+{
+    int local = !is_docker() && !is_bubblewrap();
+    sbx_sandbox *sb = create_ws(NULL, local);
+    const char *dir = ws_dir(local);
+    fill_ws(sb, dir);
+    char *before = listing(sb, dir);
+    int fd = temp_fd();
+    persist(sb, NULL, 0, fd);
+    char *names = tar_names(fd);
+    /* The layout: workspace/ and the tree under it, sorted. */
+    const char *want_local =
+        "workspace/\nworkspace/empty/\nworkspace/link.py\nworkspace/src/\n"
+        "workspace/src/deep/\nworkspace/src/deep/bytes.bin\nworkspace/src/main.py\n"
+        "workspace/src/run.sh\nworkspace/tmp/\nworkspace/with space/\n"
+        "workspace/with space/a b.txt\n";
+    const char *want =
+        "workspace/\nworkspace/empty/\nworkspace/link.py\nworkspace/src/\n"
+        "workspace/src/deep/\nworkspace/src/deep/bytes.bin\nworkspace/src/main.py\n"
+        "workspace/src/run.sh\nworkspace/with space/\nworkspace/with space/a b.txt\n";
+    cr_assert_str_eq(names, local ? want_local : want);
+    free(names);
+
+    sbx_result *r = tu_sh(sb, tu_strdup_printf("cd \"$SANDBOX_ROOT%s\" && rm -rf src && "
+                                               "echo new > added.txt", dir), 30);
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    hydrate(sb, NULL, 0, fd);
+    char *after = listing(sb, dir);
+    cr_assert_str_eq(after, before);
+    r = tu_sh(sb, "./src/run.sh", 30);
+    tu_assert_stdout(r, "run\n");
+    sbx_result_free(r);
+    free(before);
+    free(after);
+    close(fd);
+    destroy(sb);
+}
+
+/* A tar stream made by python's tarfile from @spec (a Python expression
+ * run with tarfile as t and the archive as a), in a new temporary file. */
+static int crafted(const char *spec)
+{
+    char *path = tu_strdup_printf("%s/crafted-XXXXXX", g_tmp);
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    char *cmd = tu_strdup_printf(
+        "python3 -c 'import tarfile as t, io\n"
+        "def f(a, name, data=b\"x\", **kw):\n"
+        "    i = t.TarInfo(name); i.size = len(data)\n"
+        "    for k, v in kw.items(): setattr(i, k, v)\n"
+        "    a.addfile(i, io.BytesIO(data) if i.isreg() else None)\n"
+        "def d(a, name):\n"
+        "    i = t.TarInfo(name); i.type = t.DIRTYPE; i.mode = 0o755; a.addfile(i)\n"
+        "a = t.open(\"%s\", \"w\", format=t.PAX_FORMAT)\n"
+        "%s\n"
+        "a.close()'", path, spec);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    free(cmd);
+    fd = open(path, O_RDONLY);
+    cr_assert_geq(fd, 0);
+    unlink(path);
+    free(path);
+    return fd;
+}
+
+Test(workspace, a_refused_stream_leaves_the_workspace_as_it_was)
+{
+    int local = !is_docker() && !is_bubblewrap();
+    sbx_sandbox *sb = create_ws(NULL, local);
+    const char *dir = ws_dir(local);
+    fill_ws(sb, dir);
+    char *before = listing(sb, dir);
+    static const struct {
+        const char *spec;
+        const char *message;
+        const char *entry;
+    } cases[] = {
+        { NULL, "not a tar stream", NULL },
+        { "d(a, \"workspace\"); f(a, \"workspace/../escape.txt\")", "..",
+          "workspace/../escape.txt" },
+        { "d(a, \"workspace\"); f(a, \"/workspace/abs.txt\")", "absolute", "/workspace/abs.txt" },
+        { "d(a, \"workspace\"); f(a, \"workspace/evil\", b\"\", type=t.SYMTYPE, "
+          "linkname=\"/etc\")", "evil", "workspace/evil" },
+        { "d(a, \"workspace\"); f(a, \"workspace/ok.txt\"); f(a, \"other/x.txt\")",
+          "is not part of a persisted workspace", "other" },
+        { "f(a, \"notes.txt\")", "is not part of a persisted workspace", "notes.txt" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int fd;
+        if (cases[i].spec) {
+            fd = crafted(cases[i].spec);
+        } else {
+            fd = temp_fd();
+            cr_assert_eq(write(fd, "this is not a tar stream\n", 25), 25);
+            cr_assert_eq(lseek(fd, 0, SEEK_SET), 0);
+        }
+        sbx_error *err = NULL;
+        cr_assert_eq(sbx_sandbox_hydrate_workspace(sb, NULL, 0, fd, &err), -1, "case %zu", i);
+        tu_assert_error(err, SBX_ERROR_WORKSPACE, cases[i].message, NULL);
+        if (cases[i].entry)
+            cr_assert_str_eq(sbx_error_get0_context(err, "entry"), cases[i].entry,
+                             "case %zu", i);
+        sbx_error_free(err);
+        close(fd);
+        char *after = listing(sb, dir);
+        cr_assert_str_eq(after, before, "case %zu changed the workspace", i);
+        free(after);
+    }
+    free(before);
+    destroy(sb);
+}
+
+Test(workspace, agent_home_state_travels_only_when_asked)
+{
+    int local = !is_docker() && !is_bubblewrap();
+    sbx_sandbox *sb = create_ws(NULL, local);
+    sbx_result *r = tu_sh(sb, "set -e; mkdir -p \"$HOME/.claude\" \"$HOME/.codex\"\n"
+                              "printf '{\"model\":\"x\"}' > \"$HOME/.claude/settings.json\"\n"
+                              "printf '{\"userID\":\"u\"}' > \"$HOME/.claude.json\"\n"
+                              "printf 'model = \"y\"\\n' > \"$HOME/.codex/config.toml\"", 30);
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    int fd = temp_fd();
+    persist(sb, NULL, 0, fd);
+    char *names = tar_names(fd);
+    cr_assert_null(strstr(names, "home/"), "agent state without the flag: %s", names);
+    free(names);
+    close(fd);
+
+    fd = temp_fd();
+    persist(sb, NULL, SBX_PERSIST_AGENT_HOME, fd);
+    names = tar_names(fd);
+    cr_assert_not_null(strstr(names, "\nhome/.claude/settings.json\n"), "%s", names);
+    cr_assert_not_null(strstr(names, "\nhome/.claude.json\n"), "%s", names);
+    cr_assert_not_null(strstr(names, "\nhome/.codex/config.toml\n"), "%s", names);
+    free(names);
+    destroy(sb);
+
+    /* A fresh sandbox gets it back, in its own user's home. */
+    sbx_sandbox *sb2 = create_ws(NULL, local);
+    hydrate(sb2, NULL, SBX_PERSIST_AGENT_HOME, fd);
+    r = tu_sh(sb2, "cat \"$HOME/.claude/settings.json\" \"$HOME/.claude.json\" "
+                   "\"$HOME/.codex/config.toml\"", 30);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "{\"model\":\"x\"}{\"userID\":\"u\"}model = \"y\"\n");
+    sbx_result_free(r);
+    close(fd);
+    destroy(sb2);
+}
+
+Test(workspace, a_workspace_moves_between_backends)
+{
+    /* local <-> the backend under test (local <-> local on local). */
+    int local = !is_docker() && !is_bubblewrap();
+    sbx_error *err = NULL;
+    sbx_client *lc = sbx_client_new("local", &err);
+    cr_assert_not_null(lc, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *from = create_ws(lc, 1);
+    fill_ws(from, "/");
+    /* local's workdir is its root: its tmp/ moves too; made alike here. */
+    char *want = listing(from, "/");
+    int fd = temp_fd();
+    persist(from, NULL, 0, fd);
+    sbx_sandbox *to = create_ws(NULL, local);
+    hydrate(to, NULL, 0, fd);
+    char *got = listing(to, ws_dir(local));
+    cr_assert_str_eq(got, want);
+    free(got);
+    close(fd);
+
+    /* And back: persisted on the backend under test, hydrated on local. */
+    sbx_result *r = tu_sh(to, tu_strdup_printf("echo back > \"$SANDBOX_ROOT%s/back.txt\"",
+                                               ws_dir(local)), 30);
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    char *want2 = listing(to, ws_dir(local));
+    fd = temp_fd();
+    persist(to, NULL, 0, fd);
+    sbx_sandbox *again = create_ws(lc, 1);
+    hydrate(again, NULL, 0, fd);
+    got = listing(again, "/");
+    cr_assert_str_eq(got, want2);
+    free(got);
+    close(fd);
+    free(want);
+    free(want2);
+    destroy(again);
+    destroy(to);
+    destroy(from);
+    sbx_client_free(lc);
 }
