@@ -856,3 +856,108 @@ Test(workspace, a_workspace_moves_between_backends)
     destroy(from);
     sbx_client_free(lc);
 }
+
+/* CASE-45: what the file calls write belongs to the user commands run as
+ * (docker: an image whose USER is app, uid 1000, gid 1000, home
+ * /home/app; local and bubblewrap: the uid they run every command as, in
+ * a directory /work/app made by a command), and the home's own owner and
+ * mode stay as they were. */
+Test(users, case45_written_and_uploaded_files_belong_to_the_exec_user)
+{
+    sbx_sandbox *sb;
+    const char *home;
+    if (is_docker()) {
+        const char *base = getenv("SBX_DOCKER_IMAGE");
+        char *cmd = tu_strdup_printf(
+            "printf 'FROM %s\\nRUN useradd -m -u 1000 -U app\\nUSER app\\n"
+            "LABEL sbx.backend=docker\\n' | docker build -q --network none -t "
+            "sbx-test/case45:latest - >/dev/null 2>&1", base ? base : "sbx-test/debian:bookworm");
+        cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+        free(cmd);
+        sbx_options *o = sbx_options_new();
+        cr_assert_eq(sbx_options_set_image(o, "sbx-test/case45:latest", NULL), 0);
+        sb = tu_create(g_client, o);
+        sbx_options_free(o);
+        home = "/home/app";
+    } else {
+        sb = create_with_ports(NULL, 0);
+        sbx_result *r = tu_sh(sb, "mkdir -p \"$SANDBOX_ROOT/work/app\"", 30);
+        tu_assert_exit(r, 0);
+        sbx_result_free(r);
+        home = "/work/app";
+    }
+    /* The host tree, owned by a uid the sandbox does not have. */
+    char *p = tu_strdup_printf("%s/P", g_tmp);
+    char *path = tu_strdup_printf("%s/proj/sub", p);
+    char *cmd = tu_strdup_printf("mkdir -p '%s' && printf 'u\\n' > '%s/u.txt' && "
+                                 "printf 'a\\n' > '%s/proj/a.txt' && printf 'b\\n' > "
+                                 "'%s/proj/sub/b.txt'", path, p, p, p);
+    cr_assert_eq(system(cmd), 0);
+    free(cmd);
+    free(path);
+    if (geteuid() == 0) {
+        cmd = tu_strdup_printf("chown -R 4242:4242 '%s'", p);
+        cr_assert_eq(system(cmd), 0);
+        free(cmd);
+    }
+    char *mode_cmd = tu_strdup_printf("stat -c '%%u:%%g %%a' \"$SANDBOX_ROOT%s\"", home);
+    sbx_result *r = tu_sh(sb, mode_cmd, 30);
+    tu_assert_exit(r, 0);
+    size_t len = 0;
+    const char *hb = sbx_result_get0_stdout(r, &len);
+    char *home_before = strndup(hb, len);
+    sbx_result_free(r);
+
+    sbx_error *err = NULL;
+    char *w = tu_strdup_printf("%s/w.txt", home);
+    cr_assert_eq(sbx_sandbox_write_file(sb, w, "w\n", 2, &err), 0, "1: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    char *lu = tu_strdup_printf("%s/u.txt", p), *su = tu_strdup_printf("%s/u.txt", home);
+    cr_assert_eq(sbx_sandbox_upload_file(sb, lu, su, &err), 0, "2: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    char *lp = tu_strdup_printf("%s/proj", p), *sp = tu_strdup_printf("%s/proj", home);
+    cr_assert_geq(sbx_sandbox_upload_dir(sb, lp, sp, &err), 0, "3: %s",
+                  err ? sbx_error_get0_message(err) : "");
+    char *deep = tu_strdup_printf("%s/newdir/deep/x.txt", home);
+    cr_assert_eq(sbx_sandbox_write_file(sb, deep, "x\n", 2, &err), 0, "4: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_geq(sbx_sandbox_upload_dir(sb, lp, home, &err), 0, "5: %s",
+                  err ? sbx_error_get0_message(err) : "");
+
+    r = tu_sh(sb, mode_cmd, 30);
+    tu_assert_stdout(r, home_before);
+    sbx_result_free(r);
+
+    unsigned uid = sandbox_uid(sb);
+    r = tu_sh(sb, "id -g", 30);
+    unsigned gid = (unsigned)strtoul(sbx_result_get0_stdout(r, &len), NULL, 10);
+    sbx_result_free(r);
+    if (is_docker())
+        cr_assert(uid == 1000 && gid == 1000, "exec user %u:%u", uid, gid);
+    char *step6 = tu_strdup_printf(
+        "id -u; cd \"$SANDBOX_ROOT%s\" && stat -c '%%u:%%g %%n' w.txt u.txt proj proj/a.txt "
+        "proj/sub proj/sub/b.txt newdir newdir/deep newdir/deep/x.txt .; echo more >> u.txt "
+        "&& echo append-ok; touch proj/sub/new && echo create-ok; rm newdir/deep/x.txt && "
+        "echo rm-ok", home);
+    r = tu_sh(sb, step6, 30);
+    char *want = tu_strdup_printf(
+        "%u\n%u:%u w.txt\n%u:%u u.txt\n%u:%u proj\n%u:%u proj/a.txt\n%u:%u proj/sub\n"
+        "%u:%u proj/sub/b.txt\n%u:%u newdir\n%u:%u newdir/deep\n%u:%u newdir/deep/x.txt\n"
+        "%u:%u .\nappend-ok\ncreate-ok\nrm-ok\n", uid, uid, gid, uid, gid, uid, gid, uid, gid,
+        uid, gid, uid, gid, uid, gid, uid, gid, uid, gid, uid, gid);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, want);
+    sbx_result_free(r);
+    free(want);
+    free(step6);
+    free(home_before);
+    free(mode_cmd);
+    free(w);
+    free(lu);
+    free(su);
+    free(lp);
+    free(sp);
+    free(deep);
+    free(p);
+    destroy(sb);
+}

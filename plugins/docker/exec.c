@@ -253,6 +253,13 @@ int dk_exec_capture(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                     const char *const *argv, double secs, size_t cap, cl_buf *out,
                     cl_buf *err, int *exit_code, const char *op, sbx_error **error)
 {
+    return dk_exec_capture_as(sb, ctx, NULL, argv, secs, cap, out, err, exit_code, op, error);
+}
+
+int dk_exec_capture_as(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *user,
+                       const char *const *argv, double secs, size_t cap, cl_buf *out,
+                       cl_buf *err, int *exit_code, const char *op, sbx_error **error)
+{
     dk_bound b = dk_bound_make(ctx, secs);
     json_object *body = json_object_new_object();
     char *eid = NULL, *path = NULL;
@@ -265,6 +272,8 @@ int dk_exec_capture(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     json_object_object_add(body, "AttachStderr", json_object_new_boolean(1));
     json_object_object_add(body, "Tty", json_object_new_boolean(0));
     json_object_object_add(body, "Cmd", make_cmd(argv, NULL, 0, NULL));
+    if (user)
+        json_object_object_add(body, "User", json_object_new_string(user));
     if (exec_create(sb, ctx, body, &eid, op, error) < 0)
         goto out;
     if (asprintf(&path, "/exec/%s/start", eid) < 0) {
