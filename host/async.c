@@ -242,6 +242,9 @@ kind_op_name(sbx_op_kind kind)
     case SBX_OP_DESTROY_BY_ID: return "destroy_by_id";
     case SBX_OP_RUN_AGENT: return "run_agent";
     case SBX_OP_APPLY_PATCH: return "apply_patch";
+    case SBX_OP_PERSIST_WORKSPACE: return "persist_workspace";
+    case SBX_OP_HYDRATE_WORKSPACE: return "hydrate_workspace";
+    case SBX_OP_RESOLVE_PORT: return "resolve_port";
     }
     return "async";
 }
@@ -495,6 +498,20 @@ op_run(sbx_op *op)
     case SBX_OP_APPLY_PATCH:
         v = sbx_sandbox_apply_patch(op->sandbox, op->bytes, op->nbytes, op->strip, op->s1, &err);
         rc = v < 0 ? -1 : 0;
+        break;
+    case SBX_OP_PERSIST_WORKSPACE:
+        v = sbx_sandbox_persist_workspace(op->sandbox, op->s1, op->mode, op->fd, &err);
+        rc = v < 0 ? -1 : 0;
+        break;
+    case SBX_OP_HYDRATE_WORKSPACE:
+        v = sbx_sandbox_hydrate_workspace(op->sandbox, op->s1, op->mode, op->fd, &err);
+        rc = v < 0 ? -1 : 0;
+        break;
+    case SBX_OP_RESOLVE_PORT:
+        op->data = sbx_sandbox_resolve_port(op->sandbox, op->mode, &err);
+        op->data_len = op->data ? strlen(op->data) : 0;
+        v = op->mode;
+        rc = op->data ? 0 : -1;
         break;
     }
     if (rc < 0) {
@@ -1597,6 +1614,50 @@ path_op(sbx_async *async, sbx_sandbox *sandbox, sbx_op_kind kind, const char *s1
     if (copy_str(&op->s1, s1) < 0 || copy_str(&op->s2, s2) < 0)
         return copy_failed(op, error);
     return op;
+}
+
+/* persist / hydrate: @dir (may be NULL) copied, @flags and @fd kept. */
+static sbx_op *
+workspace_op(sbx_async *async, sbx_sandbox *sandbox, sbx_op_kind kind, const char *dir,
+             unsigned flags, int fd, sbx_op_done_fn done, void *user_data, sbx_error **error)
+{
+    sbx_op *op = path_op(async, sandbox, kind, dir, NULL, done, user_data, error);
+
+    if (!op)
+        return NULL;
+    op->fd = fd;
+    op->mode = flags;
+    return submit_sandbox_op(op, error);
+}
+
+SBX_EXPORT sbx_op *
+sbx_sandbox_persist_workspace_async(sbx_async *async, sbx_sandbox *sandbox, const char *dir,
+                                    unsigned flags, int fd, sbx_op_done_fn done,
+                                    void *user_data, sbx_error **error)
+{
+    return workspace_op(async, sandbox, SBX_OP_PERSIST_WORKSPACE, dir, flags, fd, done,
+                        user_data, error);
+}
+
+SBX_EXPORT sbx_op *
+sbx_sandbox_hydrate_workspace_async(sbx_async *async, sbx_sandbox *sandbox, const char *dir,
+                                    unsigned flags, int fd, sbx_op_done_fn done,
+                                    void *user_data, sbx_error **error)
+{
+    return workspace_op(async, sandbox, SBX_OP_HYDRATE_WORKSPACE, dir, flags, fd, done,
+                        user_data, error);
+}
+
+SBX_EXPORT sbx_op *
+sbx_sandbox_resolve_port_async(sbx_async *async, sbx_sandbox *sandbox, unsigned port,
+                               sbx_op_done_fn done, void *user_data, sbx_error **error)
+{
+    sbx_op *op = sandbox_op(async, sandbox, SBX_OP_RESOLVE_PORT, done, user_data, error);
+
+    if (!op)
+        return NULL;
+    op->mode = port;
+    return submit_sandbox_op(op, error);
 }
 
 SBX_EXPORT sbx_op *

@@ -961,3 +961,89 @@ Test(users, case45_written_and_uploaded_files_belong_to_the_exec_user)
     free(p);
     destroy(sb);
 }
+
+/* ------------------------------------------------------------- async */
+
+typedef struct async_seen {
+    int done;
+    int64_t value;
+    char *data;
+    sbx_error *error;
+    sbx_op_kind kind;
+} async_seen;
+
+static void async_done(sbx_op *op, void *user_data)
+{
+    async_seen *s = user_data;
+    s->done = 1;
+    s->kind = sbx_op_get_kind(op);
+    s->value = sbx_op_get_int64(op);
+    s->error = sbx_op_steal_error(op);
+    size_t len = 0;
+    s->data = s->error ? NULL : sbx_op_steal_data(op, &len);
+}
+
+static void async_wait_for(sbx_async *a, async_seen *s)
+{
+    double end = tu_now() + 120;
+    while (!s->done) {
+        cr_assert(tu_now() < end, "the operation did not complete");
+        sbx_async_wait(a, 1.0);
+    }
+}
+
+Test(workspace, the_async_forms_run_persist_hydrate_and_resolve_port)
+{
+    int local = !is_docker() && !is_bubblewrap();
+    unsigned p = free_port();
+    sbx_options *o = sbx_options_new();
+    char *wd = local ? tu_strdup_printf("%s/ws-async", g_tmp) : strdup("/work/ws");
+    cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
+    cr_assert_eq(sbx_options_add_port(o, p, NULL), 0);
+    sbx_sandbox *sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    free(wd);
+    fill_ws(sb, ws_dir(local));
+    char *before = listing(sb, ws_dir(local));
+    sbx_error *err = NULL;
+    sbx_async *a = sbx_async_new(2, &err);
+    cr_assert_not_null(a);
+
+    async_seen s = { 0 };
+    cr_assert_not_null(sbx_sandbox_resolve_port_async(a, sb, p, async_done, &s, &err));
+    async_wait_for(a, &s);
+    cr_assert_null(s.error, "%s", s.error ? sbx_error_get0_message(s.error) : "");
+    cr_assert_eq(s.kind, SBX_OP_RESOLVE_PORT);
+    cr_assert_eq(s.value, (int64_t)p);
+    char *direct = resolve(sb, p);
+    cr_assert_str_eq(s.data, direct);
+    free(direct);
+    free(s.data);
+
+    int fd = temp_fd();
+    memset(&s, 0, sizeof(s));
+    cr_assert_not_null(sbx_sandbox_persist_workspace_async(a, sb, NULL, 0, fd, async_done, &s,
+                                                           &err));
+    async_wait_for(a, &s);
+    cr_assert_null(s.error, "%s", s.error ? sbx_error_get0_message(s.error) : "");
+    cr_assert_eq(s.kind, SBX_OP_PERSIST_WORKSPACE);
+    cr_assert_eq(s.value, local ? 11 : 10, "entries %lld", (long long)s.value);
+    cr_assert_eq(lseek(fd, 0, SEEK_SET), 0);
+
+    sbx_result *r = tu_sh(sb, tu_strdup_printf("rm -rf \"$SANDBOX_ROOT%s/src\"", ws_dir(local)),
+                          30);
+    sbx_result_free(r);
+    memset(&s, 0, sizeof(s));
+    cr_assert_not_null(sbx_sandbox_hydrate_workspace_async(a, sb, NULL, 0, fd, async_done, &s,
+                                                           &err));
+    async_wait_for(a, &s);
+    cr_assert_null(s.error, "%s", s.error ? sbx_error_get0_message(s.error) : "");
+    cr_assert_eq(s.kind, SBX_OP_HYDRATE_WORKSPACE);
+    char *after = listing(sb, ws_dir(local));
+    cr_assert_str_eq(after, before);
+    free(after);
+    free(before);
+    close(fd);
+    sbx_async_free(a);
+    destroy(sb);
+}

@@ -2627,7 +2627,10 @@ typedef enum sbx_op_kind {
     SBX_OP_SNAPSHOT = 23,           /* sbx_sandbox_snapshot_async */
     SBX_OP_DESTROY_BY_ID = 24,      /* sbx_client_destroy_by_id_async */
     SBX_OP_RUN_AGENT = 25,          /* sbx_sandbox_run_agent_async */
-    SBX_OP_APPLY_PATCH = 26         /* sbx_sandbox_apply_patch_async */
+    SBX_OP_APPLY_PATCH = 26,        /* sbx_sandbox_apply_patch_async */
+    SBX_OP_PERSIST_WORKSPACE = 27,  /* sbx_sandbox_persist_workspace_async */
+    SBX_OP_HYDRATE_WORKSPACE = 28,  /* sbx_sandbox_hydrate_workspace_async */
+    SBX_OP_RESOLVE_PORT = 29        /* sbx_sandbox_resolve_port_async */
 } sbx_op_kind;
 
 /** Worker threads of a pool made with max_workers 0. */
@@ -2968,6 +2971,22 @@ SBX_EXPORT sbx_op *sbx_sandbox_apply_patch_async(sbx_async *async, sbx_sandbox *
                                                  const char *patch, size_t len, int strip,
                                                  const char *dir, sbx_op_done_fn done,
                                                  void *user_data, sbx_error **error);
+/** sbx_sandbox_persist_workspace() / sbx_sandbox_hydrate_workspace();
+ *  @dir copied, @fd borrowed until the callback [get_int64: entries].
+ *  Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_persist_workspace_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                       const char *dir, unsigned flags, int fd,
+                                                       sbx_op_done_fn done, void *user_data,
+                                                       sbx_error **error);
+SBX_EXPORT sbx_op *sbx_sandbox_hydrate_workspace_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                       const char *dir, unsigned flags, int fd,
+                                                       sbx_op_done_fn done, void *user_data,
+                                                       sbx_error **error);
+/** sbx_sandbox_resolve_port() [steal_data: the endpoint; get_int64: the
+ *  port]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_resolve_port_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                  unsigned port, sbx_op_done_fn done,
+                                                  void *user_data, sbx_error **error);
 /** sbx_extract_tar_fd(); @fd borrowed until the callback [get_int64:
  *  entries]. Since 0.1. */
 SBX_EXPORT sbx_op *sbx_extract_tar_fd_async(sbx_async *async, int fd, const char *dest_dir,
