@@ -515,8 +515,11 @@ SBX_EXPORT int sbx_options_get_detached(const sbx_options *options);
  *    host cannot reach: feature_not_supported naming the reason;
  *  - hosted providers with preview addresses: an https URL (E2B
  *    "https://8080-ID.DOMAIN", Tensorlake
- *    "https://8080-ID.sandbox.tensorlake.ai", Cloudflare the URL of the
- *    tunnel its Sandbox Bridge opens to the port);
+ *    "https://8080-ID.sandbox.tensorlake.ai", Daytona the preview link
+ *    it answers for the port (a private sandbox's link asks for its
+ *    preview token, which the library never logs, stores or returns),
+ *    Cloudflare the URL of the tunnel its Sandbox Bridge opens to the
+ *    port);
  *  - every other backend refuses the create with feature_not_supported
  *    naming the backend (a backend whose plugin lacks
  *    SBX_CAP_EXPOSED_PORTS, or predates plugin ABI 1.3).
