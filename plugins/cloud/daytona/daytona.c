@@ -76,14 +76,14 @@
  * chmod after an upload, the refusal of an option, the item GET and
  * DELETE, the missing-cwd error, descriptors as bodies and sinks, and the
  * kill of every marked process.
- *
- * Threading: slots may run at once on different sandboxes and on one; a
- * sandbox's mutable state (the gone flag, a cl_gone) has its own lock.
  *  - exposed ports: the create's ports and expose_port's are mapped here
  *    (session state "ports"); resolve_port asks GET
  *    /sandbox/{id}/ports/{port}/preview-url and answers its url; the
  *    token beside it is dropped unread (never logged, stored or in an
  *    error).
+ *
+ * Threading: slots may run at once on different sandboxes and on one; a
+ * sandbox's mutable state (the gone flag, a cl_gone) has its own lock.
  */
 #include "provider.h"
 
