@@ -71,8 +71,8 @@ extern const cli_command cli_command_run, cli_command_exec_code, cli_command_bac
     cli_command_create, cli_command_exec, cli_command_cp, cli_command_ls, cli_command_rm,
     cli_command_ps, cli_command_gc, cli_command_presets, cli_command_inspect,
     cli_command_version, cli_command_stop, cli_command_start, cli_command_pricing,
-    cli_command_agent, cli_command_find_cheapest, cli_command_ledger, cli_command_port,
-    cli_command_persist, cli_command_hydrate;
+    cli_command_agent, cli_command_find_cheapest, cli_command_ledger, cli_command_costs,
+    cli_command_port, cli_command_persist, cli_command_hydrate;
 
 /* ---------------------------------------------------- messages (common.c) */
 
@@ -97,6 +97,18 @@ int cli_flush(const char *what);
 
 /* The backend when -b is not given: $SBX_BACKEND, else "local" (borrowed). */
 const char *cli_default_backend(void);
+
+/*
+ * A control plane (sbx-server) mode: `sbx --remote URL COMMAND` sets
+ * BESPOKE_SANDBOX_URL, and with it set (by --remote or by the caller) the
+ * sandboxes of run, create and exec-code are made on the "remote" backend,
+ * the backend chosen with -b (or $SBX_BACKEND, else local) being the one the
+ * control plane runs them on (BESPOKE_SANDBOX_BACKEND); -b remote is the
+ * remote backend itself. The product key is $BESPOKE_SANDBOX_KEY.
+ * cli_remote_backend maps @backend so (returning "remote" and setting the
+ * variable) when the mode is on, else returns it unchanged. Borrowed.
+ */
+const char *cli_remote_backend(const char *backend);
 
 /* Removes @path and everything below it, not following symbolic links;
  * best effort (what cannot be removed stays, silently). */

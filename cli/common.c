@@ -126,6 +126,16 @@ const char *cli_default_backend(void)
     return env != NULL && *env != '\0' ? env : "local";
 }
 
+const char *cli_remote_backend(const char *backend)
+{
+    const char *url = getenv("BESPOKE_SANDBOX_URL");
+
+    if (url == NULL || *url == '\0' || strcmp(backend, "remote") == 0)
+        return backend;
+    setenv("BESPOKE_SANDBOX_BACKEND", backend, 1);
+    return "remote";
+}
+
 /* ------------------------------------------------------------- options */
 
 /* getopt's value of the long-only option at row I of a table. */

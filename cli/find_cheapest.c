@@ -28,8 +28,9 @@ static void usage(FILE *out)
 "run a fixed workload in it (a shell loop of 10000 multiplications whose\n"
 "output is checked), destroy it. Print the p50 and p90 of the cold start,\n"
 "of the workload and of their sum, in seconds, and the estimated cost of one\n"
-"run (p50 seconds at the backend's rate for 1 vCPU and 1 GiB, from the price\n"
-"table: see `sbx pricing`), sorted: backends that worked first, cheapest\n"
+"run (p50 seconds, rounded up to the backend's billing granularity and\n"
+"minimum, at its rate for 1 vCPU and 1 GiB, from the price table: see\n"
+"`sbx pricing`), sorted: backends that worked first, cheapest\n"
 "first, then fastest. Then the cheapest backend that worked.\n"
 "\n"
 "  -b, --backend=LIST   comma-separated backends (default: $SBX_BACKEND, else\n"
@@ -50,7 +51,6 @@ typedef struct bench {
     double cold[MAX_RUNS], exec[MAX_RUNS], total[MAX_RUNS];
     int cost_known;
     int64_t cost_pusd;        /* at the p50 total */
-    int64_t fusd_per_s;
 } bench;
 
 static struct {
@@ -167,14 +167,12 @@ static void measure(bench *b, long runs)
         sbx_sandbox_free(sandbox);
     }
     sbx_options_free(options);
+    /* Priced as usage prices a lifetime: the p50 run's seconds rounded up
+     * to the backend's billing granularity and raised to its minimum. */
     if (b->ok && b->runs > 0 &&
-        sbx_cost_per_second(b->backend, SBX_DEFAULT_CPU, SBX_DEFAULT_MEMORY_MB / 1024.0, NULL,
-                            &b->fusd_per_s, NULL) == 0) {
+        sbx_cost_of_duration(b->backend, SBX_DEFAULT_CPU, SBX_DEFAULT_MEMORY_MB / 1024.0, NULL,
+                             quantile(b->total, b->runs, 0.5), &b->cost_pusd, NULL) == 0)
         b->cost_known = 1;
-        /* femto-dollars per second × seconds / 1000 = pico-dollars. */
-        b->cost_pusd = (int64_t)llroundl((long double)b->fusd_per_s *
-                                         quantile(b->total, b->runs, 0.5) / 1000.0L);
-    }
 }
 
 static int by_result(const void *pa, const void *pb)

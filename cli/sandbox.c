@@ -388,6 +388,7 @@ static int parse_creation(const cli_command *cmd, int argc, char **argv, sbx_opt
         cli_error(error);
         return CLI_EXIT_TOOL;
     }
+    *backend = cli_remote_backend(*backend);
     return CLI_GO_ON;
 }
 

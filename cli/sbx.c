@@ -18,7 +18,11 @@
  *   sbx pricing [--json]
  *   sbx find-cheapest [-b BACKEND,...] [-n RUNS] [--json]
  *   sbx ledger [--json] FILE...
+ *   sbx costs [--group-by=KEY] [--since=T] [--until=T] [--json]
  *   sbx version [--json]
+ *
+ * `sbx --remote URL COMMAND ...` runs COMMAND against a control plane
+ * (cli_remote_backend in cli.h).
  *
  * The command's output goes to stdout/stderr untouched, as it arrives. The
  * tool's own messages go to stderr as "sbx: MESSAGE [code=...]"; the tool's
@@ -34,6 +38,7 @@
  * exec.c, ...) over the shared layer in cli.h; the table below lists them
  * in the order `sbx --help` shows them.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -62,6 +67,7 @@ static const cli_command *const commands[] = {
     &cli_command_pricing,
     &cli_command_find_cheapest,
     &cli_command_ledger,
+    &cli_command_costs,
     &cli_command_version,
     &cli_command_help,
 };
@@ -81,7 +87,7 @@ static const cli_command *find_command(const char *name)
 static void usage_main(FILE *out)
 {
     fprintf(out,
-"Usage: sbx COMMAND [OPTION]...\n"
+"Usage: sbx [--remote URL] COMMAND [OPTION]...\n"
 "\n"
 "Run commands and code in sandboxes through libsbx.\n"
 "\n"
@@ -106,11 +112,18 @@ static void usage_main(FILE *out)
 "Options:\n"
 "  -h, --help         show this help and exit\n"
 "  -V, --version      print the version and exit\n"
+"      --remote=URL   work through the control plane (sbx-server) at URL\n"
 "\n"
 "The backend is \"local\" unless the environment variable SBX_BACKEND names\n"
 "another; -b BACKEND overrides both. A backend NAME is the plugin\n"
 "libsbx-NAME.so, searched in the directories of SBX_PLUGIN_PATH, then in\n"
 "%s.\n"
+"\n"
+"With --remote URL, or BESPOKE_SANDBOX_URL set, run, create and exec-code make\n"
+"their sandboxes on the \"remote\" backend: the control plane runs them on the\n"
+"backend -b (or SBX_BACKEND) names, with its own credentials; the product key\n"
+"is BESPOKE_SANDBOX_KEY. exec, cp, ls, rm and ps reach them there; sbx costs\n"
+"prints what the control plane metered.\n"
 "\n"
 "Exit status: the command's own (128+N when it was killed by signal N, 124\n"
 "when it timed out); 125 when sbx itself failed (bad usage, missing backend,\n"
@@ -158,6 +171,27 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "-V") == 0 || strcmp(argv[1], "--version") == 0) {
         printf("sbx %s\n", sbx_version());
         return fflush(stdout) == 0 ? 0 : CLI_EXIT_TOOL;
+    }
+
+    /* --remote URL (or --remote=URL) before the command. */
+    if (strcmp(argv[1], "--remote") == 0 || strncmp(argv[1], "--remote=", 9) == 0) {
+        const char *url = argv[1][8] == '=' ? argv[1] + 9 : argc > 2 ? argv[2] : NULL;
+        int used = argv[1][8] == '=' ? 1 : 2;
+
+        if (url == NULL || *url == '\0')
+            return cli_usage_error(NULL, "--remote needs the control plane's URL");
+        if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0)
+            return cli_usage_error(NULL, "invalid --remote value \"%s\": expected an http:// "
+                                   "or https:// URL", url);
+        if (setenv("BESPOKE_SANDBOX_URL", url, 1) != 0)
+            return cli_out_of_memory();
+        argv[used] = argv[0];
+        argc -= used;
+        argv += used;
+        if (argc < 2) {
+            usage_main(stderr);
+            return CLI_EXIT_TOOL;
+        }
     }
 
     cli_signals_install();

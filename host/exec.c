@@ -778,8 +778,11 @@ exec_begin(exec_state *st, sbx_sandbox *sandbox, const sbx_exec_request *request
     preq.stdin_fd = far[0];
     preq.stdout_fd = far[1];
     preq.stderr_fd = far[2];
-    /* Run to the end: a failure to start may come from exec_wait. */
+    /* Run to the end: a failure to start may come from exec_wait; and when
+     * nothing reads the output before the end, it may arrive at the end. */
     preq.flags = interactive ? 0 : SBX_PLUGIN_EXEC_START_UNCONFIRMED;
+    if (!interactive && !st->rq.on_output && st->given_out < 0 && !st->rq.tty_rows)
+        preq.flags |= SBX_PLUGIN_EXEC_OUTPUT_AT_END;
     sbx_call_ctx_init(&st->ctx);
     st->cancel_fd = st->ctx.cancel_fd;
     if (cancel_ready(st)) {

@@ -363,6 +363,31 @@ sbx_cost_per_second(const char *backend, double vcpu, double ram_gib, const char
     return 0;
 }
 
+SBX_EXPORT int
+sbx_cost_of_duration(const char *backend, double vcpu, double ram_gib, const char *gpu,
+                     double seconds, int64_t *pusd, sbx_error **error)
+{
+    sbx_error *err = NULL;
+    sbx_rate rate;
+
+    if (pusd)
+        *pusd = 0;
+    if (!pusd || !isfinite(seconds)) {
+        sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, "cost_of_duration",
+                      pusd ? "seconds %g is not a finite number" : "pusd is NULL", seconds);
+        sbx_error_fill(err, backend, "cost_of_duration");
+        sbx_error_propagate(error, err);
+        return -1;
+    }
+    if (sbx_pricing_rate(backend, vcpu, ram_gib, gpu, &rate, &err) < 0) {
+        sbx_error_fill(err, backend, "cost_of_duration");
+        sbx_error_propagate(error, err);
+        return -1;
+    }
+    *pusd = sbx_rate_cost(&rate, seconds);
+    return 0;
+}
+
 SBX_EXPORT char *
 sbx_pricing_get_entry(const char *backend, sbx_error **error)
 {

@@ -3,15 +3,18 @@
  * from which a sandbox is reattached, in this or another process.
  *
  *     {"version":1,"backend":"local","id":"...","timeout_secs":600,
- *      "data":{...}}
+ *      "size":{"cpu":1,"memory_mb":1024},"data":{...}}
  *
  * "data" is the backend's own object, made by its session_state slot and
  * handed back unchanged to its resume slot. The library adds only the
  * fields above: no option value, no environment value, no credential. The
- * reference's SandboxSessionState carries {"backend","data"}; version, id
- * and timeout_secs are this library's additions (the id to name the
+ * reference's SandboxSessionState carries {"backend","data"}; version, id,
+ * timeout_secs and size are this library's additions (the id to name the
  * sandbox in messages and checks, timeout_secs because it is the resumed
- * sandbox's default exec timeout).
+ * sandbox's default exec timeout, size — cpu, memory_mb and gpu as the
+ * create asked for them — so the resumed sandbox's compute is priced at
+ * its own size). A document without size (written before it existed) is
+ * priced at the default size.
  */
 #include <errno.h>
 #include <math.h>
@@ -87,6 +90,21 @@ sbx_sandbox_session_state(sbx_sandbox *sandbox, sbx_error **error)
     else
         json_object_object_add(doc, "timeout_secs",
                                json_object_new_double(sandbox->timeout_secs));
+    if (sandbox->usage_started && sandbox->cpu > 0 && sandbox->ram_gib > 0) {
+        json_object *size = json_object_new_object();
+
+        if (!size)
+            goto oom;
+        json_object_object_add(doc, "size", size);
+        json_object_object_add(size, "cpu",
+                               sandbox->cpu == floor(sandbox->cpu) && sandbox->cpu < 9e15
+                                   ? json_object_new_int64((int64_t)sandbox->cpu)
+                                   : json_object_new_double(sandbox->cpu));
+        json_object_object_add(size, "memory_mb",
+                               json_object_new_int64(llround(sandbox->ram_gib * 1024.0)));
+        if (sandbox->gpu)
+            json_object_object_add(size, "gpu", json_object_new_string(sandbox->gpu));
+    }
     json_object_object_add(doc, "data", data);
     data = NULL;
     out = sbx_strdup(json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN |
@@ -116,6 +134,9 @@ typedef struct state_doc {
     const char *backend;
     const char *id;
     double timeout_secs;
+    double cpu;             /* size: SBX_DEFAULT_* when the document has none */
+    int64_t memory_mb;
+    const char *gpu;        /* NULL: none */
     const char *data;       /* the data object, serialised */
 } state_doc;
 
@@ -252,6 +273,41 @@ state_parse(const char *json, state_doc *st, sbx_error **err)
         goto fail;
     }
 
+    st->cpu = SBX_DEFAULT_CPU;
+    st->memory_mb = SBX_DEFAULT_MEMORY_MB;
+    if (json_object_object_get_ex(o, "size", &v)) {
+        json_object *f;
+
+        if (!json_object_is_type(v, json_type_object)) {
+            bad_state(err, "size", "\"size\" must be an object (got %s)", type_name(v));
+            goto fail;
+        }
+        if (!json_object_object_get_ex(v, "cpu", &f) ||
+            !(json_object_is_type(f, json_type_int) || json_object_is_type(f, json_type_double)) ||
+            !isfinite(json_object_get_double(f)) || json_object_get_double(f) <= 0) {
+            bad_state(err, "size.cpu", "\"size.cpu\" must be a positive number (got %s)",
+                      f ? json_object_to_json_string(f) : "nothing");
+            goto fail;
+        }
+        st->cpu = json_object_get_double(f);
+        if (!json_object_object_get_ex(v, "memory_mb", &f) ||
+            !json_object_is_type(f, json_type_int) || json_object_get_int64(f) <= 0) {
+            bad_state(err, "size.memory_mb",
+                      "\"size.memory_mb\" must be a positive integer (got %s)",
+                      f ? json_object_to_json_string(f) : "nothing");
+            goto fail;
+        }
+        st->memory_mb = json_object_get_int64(f);
+        if (json_object_object_get_ex(v, "gpu", &f)) {
+            if (!json_object_is_type(f, json_type_string) || !json_object_get_string_len(f)) {
+                bad_state(err, "size.gpu", "\"size.gpu\" must be a non-empty string (got %s)",
+                          json_object_to_json_string(f));
+                goto fail;
+            }
+            st->gpu = json_object_get_string(f);
+        }
+    }
+
     if (!json_object_object_get_ex(o, "data", &v) || !json_object_is_type(v, json_type_object)) {
         bad_state(err, "data", "\"data\" must be an object (got %s)", type_name(v));
         goto fail;
@@ -348,10 +404,10 @@ sbx_sandbox_resume(sbx_client *client, const char *state_json, sbx_error **error
         sbx_record_add_owner(sandbox->token, NULL);
     else
         sandbox->token[0] = '\0';
+    /* Priced at the size the state records (the default size for a
+     * document without one); usage copies the gpu string. */
+    sbx_usage_sandbox_start(sandbox, st.cpu, st.memory_mb, st.gpu);
     json_object_put(st.doc);
-    /* The session state holds no size: a resumed sandbox is priced at the
-     * default size (SBX_DEFAULT_CPU, SBX_DEFAULT_MEMORY_MB). */
-    sbx_usage_sandbox_start(sandbox, SBX_DEFAULT_CPU, SBX_DEFAULT_MEMORY_MB, NULL);
     return sandbox;
 
 oom_handle:

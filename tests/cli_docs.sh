@@ -32,7 +32,7 @@ not_ok() {
     printf '# %s\n' "$@"
 }
 
-echo "1..18"
+echo "1..20"
 
 # 1. Renders without warnings.
 warnings=$(MANWIDTH=80 LC_ALL=C.UTF-8 man --warnings=all -l "$page" 2>&1 >/dev/null)
@@ -92,7 +92,9 @@ expect() {
 expect "run" ru
 expect "run rm" r
 expect "exec-code exec" exe
-expect "--help --version" -
+expect "--help --remote --version" -
+expect "exec-code exec" --remote http://127.0.0.1:1 exe
+expect "--group-by --help --json --since --until -h" --remote=http://127.0.0.1:1 costs -
 expect "--all --help --json --no-trunc" ps --
 expect "--force --help -f -h" rm -
 expect "bubblewrap docker local safehouse" run -b ""

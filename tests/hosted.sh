@@ -9,7 +9,10 @@
 # each test's name carries the backend, the mode and the program. One wrapper
 # per backend (tests/daytona.sh, tests/e2b.sh, tests/tensorlake.sh,
 # tests/blaxel.sh, tests/runloop.sh, tests/vercel.sh, tests/cloudflare.sh,
-# tests/modal.sh, tests/ray.sh, tests/runpod.sh) is what TESTS runs.
+# tests/modal.sh, tests/ray.sh, tests/runpod.sh, tests/remote.sh) is what
+# TESTS runs. For remote the server is no fake but the build's sbx-server,
+# over its local backend, reached with a product key of an organization
+# made at start.
 #
 # Modes: SBX_CLOUD_MODES, "outofprocess inprocess" by default. When both run,
 # the slow cases (*_slow) run only out of process; scripts/test runs
@@ -33,15 +36,67 @@ backend=$1
 here=${SBX_TEST_SRCDIR:-$(dirname "$0")}
 fake="$here/fakes/$backend.py"
 case $backend in
-daytona | e2b | tensorlake | blaxel | runloop | vercel | cloudflare | modal | ray | runpod) ;;
-*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, blaxel, runloop, vercel, cloudflare, modal, ray, runpod)"; exit 99 ;;
+daytona | e2b | tensorlake | blaxel | runloop | vercel | cloudflare | modal | ray | runpod | remote) ;;
+*) echo "Bail out! hosted.sh: unknown backend '$backend' (daytona, e2b, tensorlake, blaxel, runloop, vercel, cloudflare, modal, ray, runpod, remote)"; exit 99 ;;
 esac
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 dir=$(mktemp -d "${TMPDIR:-/tmp}/sbx-$backend-XXXXXX") || { echo "Bail out! mktemp"; exit 99; }
-SBX_FAKE_API_KEY=sbx-test-dummy-key "$py" "$fake" >"$dir/port" 2>"$dir/fake.log" &
+upstream_pid=
+if [ "$backend" = remote ]; then
+    # Not a fake: the real control plane (server/sbx-server of this build)
+    # on an ephemeral port, SQLite in the run's directory, running its
+    # sandboxes on the build's local backend. For tests/test_remote's
+    # provider failures it also enables docker, which has no engine here
+    # (502 with the provider's connection payload), and e2b, pointed at
+    # its contract fake answering every create 504 (the provider's timeout
+    # payload).
+    [ -x "$PWD/server/sbx-server" ] ||
+        { echo "Bail out! server/sbx-server not found (run from the build directory)"; exit 99; }
+    SBX_FAKE_API_KEY=sbx-test-dummy-key SBX_FAKE_FAULTS='[{"method":"POST","path":"^/sandboxes$","status":504,"times":-1,"body":{"message":"upstream timed out"}}]' \
+        "$py" "$here/fakes/e2b.py" >"$dir/e2b-port" 2>"$dir/e2b.log" &
+    upstream_pid=$!
+    i=0
+    while ! grep -q '^PORT ' "$dir/e2b-port" 2>/dev/null; do
+        i=$((i + 1))
+        if [ "$i" -gt 200 ] || ! kill -0 "$upstream_pid" 2>/dev/null; then
+            echo "Bail out! the e2b fake did not start: $(cat "$dir/e2b.log")"
+            kill "$upstream_pid" 2>/dev/null
+            rm -rf "$dir"
+            exit 99
+        fi
+        sleep 0.05
+    done
+    e2b_url="http://127.0.0.1:$(sed -n 's/^PORT //p' "$dir/e2b-port")"
+    SBX_TEST_CP_ADMIN_TOKEN=sbx-test-admin-$$
+    env BESPOKE_API_KEY_PEPPER=sbx-test-pepper-$$ \
+        BESPOKE_CONTROL_PLANE_ADMIN_TOKEN=$SBX_TEST_CP_ADMIN_TOKEN \
+        BESPOKE_CONTROL_PLANE_DB="$dir/cp.db" BESPOKE_ALLOWED_BACKENDS=local,docker,e2b \
+        DOCKER_HOST="unix://$dir/no-docker.sock" HOST=127.0.0.1 PORT=0 \
+        E2B_API_URL="$e2b_url" E2B_SANDBOX_URL="$e2b_url" E2B_API_KEY=sbx-test-dummy-key \
+        SBX_PLUGIN_PATH="$PWD/plugins/local/.libs:$PWD/plugins/docker/.libs:$PWD/plugins/cloud/e2b/.libs" \
+        "$PWD/server/sbx-server" >"$dir/port" 2>"$dir/fake.log" &
+else
+    SBX_FAKE_API_KEY=sbx-test-dummy-key "$py" "$fake" >"$dir/port" 2>"$dir/fake.log" &
+fi
 fake_pid=$!
 stop_fake() {
+    # The control plane's sandboxes outlive it: any a test left (one that
+    # crashed before its teardown) is terminated first.
+    if [ "$backend" = remote ] && [ -n "${BESPOKE_SANDBOX_KEY:-}" ] && kill -0 "$fake_pid" 2>/dev/null; then
+        "$py" -c '
+import json, sys, urllib.request
+url, key = sys.argv[1], sys.argv[2]
+h = {"Authorization": "Bearer " + key}
+rq = urllib.request.Request(url + "/v1/sandboxes", headers=h)
+for sb in json.load(urllib.request.urlopen(rq, timeout=30)):
+    if sb["status"] not in ("destroyed", "failed"):
+        try:
+            urllib.request.urlopen(urllib.request.Request(url + "/v1/sandboxes/" + sb["id"],
+                                   method="DELETE", headers=h), timeout=60)
+        except Exception as e:
+            print("# left sandbox %s: %s" % (sb["id"], e))' "$url" "$BESPOKE_SANDBOX_KEY"
+    fi
     # A fake that ended before the suites did is said (its status and the
     # end of its log) as TAP comments: the failures above came from it.
     if ! kill -0 "$fake_pid" 2>/dev/null; then
@@ -51,12 +106,18 @@ stop_fake() {
     fi
     kill "$fake_pid" 2>/dev/null
     wait "$fake_pid" 2>/dev/null
+    if [ -n "$upstream_pid" ]; then
+        kill "$upstream_pid" 2>/dev/null
+        wait "$upstream_pid" 2>/dev/null
+    fi
     rm -rf "$dir"
 }
 trap stop_fake EXIT
 trap 'exit 1' INT TERM
 i=0
-while ! grep -q '^PORT ' "$dir/port" 2>/dev/null; do
+port_line='^PORT '
+[ "$backend" = remote ] && port_line='^listening on http://127.0.0.1:'
+while ! grep -q "$port_line" "$dir/port" 2>/dev/null; do
     i=$((i + 1))
     if [ "$i" -gt 200 ] || ! kill -0 "$fake_pid" 2>/dev/null; then
         echo "Bail out! the $backend fake did not start: $(cat "$dir/fake.log")"
@@ -64,7 +125,11 @@ while ! grep -q '^PORT ' "$dir/port" 2>/dev/null; do
     fi
     sleep 0.05
 done
-url="http://127.0.0.1:$(sed -n 's/^PORT //p' "$dir/port")"
+if [ "$backend" = remote ]; then
+    url=$(sed -n 's|^listening on \(http://127.0.0.1:[0-9]*\)$|\1|p' "$dir/port")
+else
+    url="http://127.0.0.1:$(sed -n 's/^PORT //p' "$dir/port")"
+fi
 
 # The provider's own variables (the contracts name them): where it is, the
 # dummy key, and nothing from the caller's environment that would send the
@@ -123,6 +188,21 @@ ray)
     RAY_ADDRESS=$url RAY_AUTH_TOKEN=sbx-test-dummy-key
     export RAY_ADDRESS RAY_AUTH_TOKEN
     unset RAY_AUTH_TOKEN_PATH ;;
+remote)
+    # An organization made with the admin token; its first key (every
+    # scope) is the suites'. The tests make more (scopes, other
+    # organizations) with the admin token.
+    BESPOKE_SANDBOX_KEY=$("$py" -c '
+import json, sys, urllib.request
+rq = urllib.request.Request(sys.argv[1] + "/v1/organizations", method="POST",
+                            data=b"{\"name\":\"sbx-test\"}",
+                            headers={"X-Control-Plane-Admin": sys.argv[2],
+                                     "Content-Type": "application/json"})
+print(json.load(urllib.request.urlopen(rq, timeout=30))["api_key"]["secret"])' \
+        "$url" "$SBX_TEST_CP_ADMIN_TOKEN") ||
+        { echo "Bail out! the control plane did not make an organization"; exit 99; }
+    BESPOKE_SANDBOX_URL=$url BESPOKE_SANDBOX_BACKEND=local
+    export BESPOKE_SANDBOX_URL BESPOKE_SANDBOX_KEY BESPOKE_SANDBOX_BACKEND SBX_TEST_CP_ADMIN_TOKEN ;;
 runpod)
     # The fake's pods are OpenSSH servers on 127.0.0.1 that trust the
     # PUBLIC_KEY of their env: a throwaway client key in the run's
@@ -139,6 +219,7 @@ SBX_TEST_SANDBOX_PROCS_ON_HOST=1
 plugin_dir=$PWD/plugins/cloud/$backend/.libs
 [ "$backend" = ray ] && plugin_dir=$PWD/plugins/ray/.libs
 [ "$backend" = runpod ] && plugin_dir=$PWD/plugins/runpod/.libs
+[ "$backend" = remote ] && plugin_dir=$PWD/plugins/remote/.libs
 SBX_PLUGIN_PATH="$plugin_dir:$PWD/plugins/local/.libs:$PWD/tests/plugins/.libs${SBX_PLUGIN_PATH:+:$SBX_PLUGIN_PATH}"
 export SBX_TEST_BACKEND SBX_TEST_SANDBOX_PROCS_ON_HOST SBX_PLUGIN_PATH
 

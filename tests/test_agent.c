@@ -8,6 +8,7 @@
  */
 #include <criterion/criterion.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -323,6 +324,40 @@ Test(pricing, entries_carry_their_source_and_date)
     cr_assert_null(sbx_pricing_get_entry("nosuchcloud", &err));
     tu_assert_error(err, SBX_ERROR_NOT_FOUND, "nosuchcloud", NULL);
     sbx_error_free(err);
+}
+
+/* sbx_cost_of_duration rounds up to the billing step, then to the minimum,
+ * and prices once: 61 s by the minute with a 120 s minimum is 120 s. */
+Test(pricing, a_duration_is_billed_by_the_granularity_and_minimum)
+{
+    sbx_error *err = NULL;
+    int64_t v = -1;
+
+    user_pricing("{\"backends\":{\"local\":{\"vcpu_usd_per_h\":3.6,\"ram_gib_usd_per_h\":0,"
+                 "\"billing_granularity_s\":60,\"minimum_s\":120}}}");
+    cr_assert_eq(sbx_cost_of_duration("local", 1, 1, NULL, 61, &v, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    assert_usd(v, "0.12");
+    cr_assert_eq(sbx_cost_of_duration("local", 2, 1, NULL, 121, &v, &err), 0);
+    assert_usd(v, "0.36");
+    cr_assert_eq(sbx_cost_of_duration("local", 1, 1, NULL, -5, &v, &err), 0);
+    assert_usd(v, "0.12");
+    /* The bundled e2b rate is billed by the second: 1.5 s of 2 vCPUs and
+     * 1 GiB is 2 s × (2 × 0.000014 + 0.0000045). */
+    unsetenv("SBX_PRICING_FILE");
+    cr_assert_eq(sbx_cost_of_duration("e2b", 2, 1, NULL, 1.5, &v, &err), 0);
+    assert_usd(v, "0.000065");
+    cr_assert_eq(sbx_cost_of_duration("e2b", 1, 1, NULL, NAN, &v, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL);
+    cr_assert(strstr(sbx_error_get0_message(err), "seconds nan is not a finite number"), "%s",
+              sbx_error_get0_message(err));
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_cost_of_duration("e2b", 1, 1, NULL, 1, NULL, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_cost_of_duration("nosuchcloud", 1, 1, NULL, 1, &v, &err), -1);
+    tu_assert_error(err, SBX_ERROR_NOT_FOUND, NULL);
+    sbx_error_clear(&err);
 }
 
 Test(pricing, a_user_file_overrides_and_extends_the_table)
@@ -809,6 +844,46 @@ Test(usage, sandbox_and_client_totals_and_the_ledger)
     cr_assert(strstr(lines[3], "\"billed_seconds\":3600,"), "%s", lines[3]);
     json_object_put(rec);
     free(ledger);
+}
+
+/* A resumed sandbox is priced at the size it was created with, which its
+ * session state carries (an hour at least, so the cost is exact). */
+Test(usage, a_resumed_sandbox_is_priced_at_its_own_size)
+{
+    static const char def[] = "\"size\":{\"cpu\":1,\"memory_mb\":1024},";
+    static const char big[] = "\"size\":{\"cpu\":2,\"memory_mb\":3072},";
+    sbx_sandbox *again;
+    sbx_usage u = SBX_USAGE_INIT;
+    sbx_error *err = NULL;
+    char *state, *at, *edited;
+
+    user_pricing("{\"backends\":{\"local\":{\"vcpu_usd_per_h\":0.36,\"ram_gib_usd_per_h\":0.1,"
+                 "\"billing_granularity_s\":3600,\"minimum_s\":3600}}}");
+    state = sbx_sandbox_session_state(sandbox, &err);
+    cr_assert_not_null(state, "%s", err ? sbx_error_get0_message(err) : "");
+    at = strstr(state, def);
+    cr_assert_not_null(at, "%s", state);
+    /* The same sandbox as if it had been made with 2 vCPUs and 3 GiB (local
+     * cannot enforce a size, so the state is edited to say so). */
+    edited = tu_strdup_printf("%.*s%s%s", (int)(at - state), state, big, at + strlen(def));
+    again = sbx_sandbox_resume(client, edited, &err);
+    cr_assert_not_null(again, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_get_usage(again, &u, &err), 0);
+    /* One hour of 2 × 0.36 + 3 × 0.1. */
+    assert_usd(u.sandbox_cost_pusd, "1.02");
+    sbx_sandbox_free(again);
+    free(edited);
+    free(state);
+
+    /* A size that is not one is named. */
+    again = sbx_sandbox_resume(client, "{\"version\":1,\"backend\":\"local\",\"id\":\"x\","
+                               "\"timeout_secs\":60,\"size\":{\"cpu\":0,\"memory_mb\":1},"
+                               "\"data\":{}}", &err);
+    cr_assert_null(again);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL);
+    cr_assert(strstr(sbx_error_get0_message(err), "\"size.cpu\" must be a positive number (got 0)"),
+              "%s", sbx_error_get0_message(err));
+    sbx_error_clear(&err);
 }
 
 Test(usage, a_backend_without_a_price_has_an_unknown_compute_cost)

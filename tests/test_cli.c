@@ -3809,6 +3809,43 @@ Test(cli, find_cheapest_measures_each_backend_and_names_the_cheapest_that_worked
     free_run(&r);
 }
 
+/* The cost per run is billed as usage bills a lifetime: a run far shorter
+ * than the backend's 60 s minimum costs the minimum, so the figure is exact
+ * whatever the machine's speed (60 s at $3.60 per vCPU-hour = $0.06). */
+Test(cli, find_cheapest_bills_the_granularity_and_minimum_of_the_price_table)
+{
+    char path[PATH_MAX + 32], env_var[PATH_MAX + 64];
+    static const char rates[] =
+        "{\"backends\":{\"local\":{\"vcpu_usd_per_h\":3.6,\"ram_gib_usd_per_h\":0,"
+        "\"billing_granularity_s\":60,\"minimum_s\":60}}}";
+    const char *env[2] = { env_var, NULL };
+    cli_spec spec = { 0 };
+    cli_run r;
+    json_object *doc, *o;
+    FILE *f;
+
+    snprintf(path, sizeof path, "%s/pricing-minute.json", g_tmpdir);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    cr_assert_eq(fputs(rates, f) >= 0, 1);
+    cr_assert_eq(fclose(f), 0);
+    snprintf(env_var, sizeof env_var, "SBX_PRICING_FILE=%s", path);
+    spec.args = (const char *const[]){ "find-cheapest", "-b", "local", "-n", "1", "--json",
+                                        NULL };
+    spec.env = env;
+    r = run_spec(&spec);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    doc = json_tokener_parse(r.out);
+    cr_assert_not_null(doc, "not JSON: %s", r.out);
+    o = json_object_array_get_idx(json_object_object_get(doc, "results"), 0);
+    cr_assert(json_object_get_double(json_object_object_get(o, "total_p50_s")) < 60);
+    cr_assert_str_eq(json_object_to_json_string(json_object_object_get(o, "cost_per_run_usd")),
+                     "0.06");
+    json_object_put(doc);
+    free_run(&r);
+    unlink(path);
+}
+
 /* CASE-48 through sbx agent: the key in sbx's environment reaches the agent
  * only with --pass-env. */
 Test(cli, agent_passes_credentials_only_when_asked)

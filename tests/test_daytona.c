@@ -618,14 +618,34 @@ Test(daytona_faults, case53_stdin_reaches_a_command_on_a_stopped_sandbox)
 
 /* ------------------------------------------------------------ warm exec */
 
+/* The bytes an output callback got, per stream. */
+typedef struct streamed {
+    char out[256], err[256];
+    size_t nout, nerr;
+} streamed;
+
+static void keep_output(sbx_stream stream, const void *data, size_t len, void *user_data)
+{
+    streamed *s = user_data;
+    char *dst = stream == SBX_STREAM_STDERR ? s->err : s->out;
+    size_t *n = stream == SBX_STREAM_STDERR ? &s->nerr : &s->nout;
+    if (*n + len <= sizeof s->out) {
+        memcpy(dst + *n, data, len);
+        *n += len;
+    }
+}
+
 /* An exec on a handle that has run a command before (so it has an idle
- * toolbox session) takes exactly three requests: the command started in
- * that session (POST .../exec), its output followed to its end
- * (GET .../logs) and its exit code read (GET .../command/ID); no session is
- * made or deleted, stdout and stderr stay apart. With stdin, the upload of
- * stdin is a fourth, in the same session, and the command removes the
- * uploaded file itself. */
-Test(daytona_faults, a_warm_exec_takes_three_requests)
+ * toolbox session), without stdin and without an output callback, takes
+ * exactly one request: the command run in that session with "runAsync":
+ * false, whose answer carries its exit code and its stdout and stderr,
+ * apart and byte for byte (bytes that are not UTF-8 included). With an
+ * output callback it takes three: the command started (POST .../exec), its
+ * output followed as it comes (GET .../logs) and its exit code read
+ * (GET .../command/ID). With stdin, the upload of stdin is a fourth, in
+ * the same session, and the command removes the uploaded file itself. No
+ * session is made or deleted. */
+Test(daytona_faults, a_warm_exec_takes_one_request_three_when_streamed)
 {
     sbx_result *r = tu_sh(g_sb, "echo warm", 10);
     tu_assert_stdout(r, "warm\n");
@@ -637,12 +657,18 @@ Test(daytona_faults, a_warm_exec_takes_three_requests)
     char *cmd_re = tu_strdup_printf("%s/command/[^/]+", sess);
     char *upload_re = tu_strdup_printf("/toolbox/%s/files/upload", sb_id());
     char *first_session = NULL;
+    static const int requests[3] = { 1, 3, 4 };
 
-    for (int round = 0; round < 2; round++) {
+    for (int round = 0; round < 3; round++) {
+        streamed got = { .nout = 0 };
         tu_fake_reset();
         sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
         if (round == 0) {
+            req.shell = "printf 'out\\200\\377\\303\\n'; printf 'err\\351\\n' >&2; exit 3";
+        } else if (round == 1) {
             req.shell = "echo out; echo err >&2; exit 3";
+            req.on_output = keep_output;
+            req.user_data = &got;
         } else {
             req.shell = "cat; echo err >&2";
             req.stdin_data = "piped\n";
@@ -650,19 +676,30 @@ Test(daytona_faults, a_warm_exec_takes_three_requests)
         }
         req.timeout_secs = 10;
         r = tu_exec(g_sb, &req);
-        tu_assert_exit(r, round == 0 ? 3 : 0);
-        tu_assert_stdout(r, round == 0 ? "out\n" : "piped\n");
-        tu_assert_stderr(r, "err\n");
+        tu_assert_exit(r, round == 2 ? 0 : 3);
+        if (round == 0) {
+            tu_assert_stdout_bytes(r, "out\200\377\303\n", 7);
+            tu_assert_stderr(r, "err\351\n");
+        } else {
+            tu_assert_stdout(r, round == 1 ? "out\n" : "piped\n");
+            tu_assert_stderr(r, "err\n");
+        }
         sbx_result_free(r);
+        if (round == 1) {
+            cr_assert_eq(got.nout, 4);
+            cr_assert_eq(memcmp(got.out, "out\n", 4), 0);
+            cr_assert_eq(got.nerr, 4);
+            cr_assert_eq(memcmp(got.err, "err\n", 4), 0);
+        }
 
         json_object *log = tu_fake_log();
-        cr_assert_eq(json_object_array_length(log), round == 0 ? 3 : 4, "round %d: %s", round,
+        cr_assert_eq(json_object_array_length(log), requests[round], "round %d: %s", round,
                      json_object_to_json_string(log));
         cr_assert_eq(tu_fake_count(log, "POST", exec_re, NULL, 0), 1);
-        cr_assert_eq(tu_fake_count(log, "GET", logs_re, NULL, 0), 1);
-        cr_assert_eq(tu_fake_count(log, "GET", cmd_re, NULL, 0), 1);
-        cr_assert_eq(tu_fake_count(log, "POST", upload_re, NULL, 0), round == 0 ? 0 : 1);
-        /* The same session both times. */
+        cr_assert_eq(tu_fake_count(log, "GET", logs_re, NULL, 0), round == 0 ? 0 : 1);
+        cr_assert_eq(tu_fake_count(log, "GET", cmd_re, NULL, 0), round == 0 ? 0 : 1);
+        cr_assert_eq(tu_fake_count(log, "POST", upload_re, NULL, 0), round == 2 ? 1 : 0);
+        /* The same session every time. */
         for (size_t i = 0; i < json_object_array_length(log); i++) {
             char *id = session_of(json_object_array_get_idx(log, i));
             if (!id)
@@ -747,7 +784,8 @@ Test(daytona_faults, commands_at_once_get_sessions_of_their_own)
     sbx_result_free(r);
     log = tu_fake_log();
     cr_assert_eq(tu_fake_count(log, "POST", mk, NULL, 0), 0);
-    cr_assert_eq(json_object_array_length(log), 3, "%s", json_object_to_json_string(log));
+    /* One request: the output comes with the answer (nothing streams it). */
+    cr_assert_eq(json_object_array_length(log), 1, "%s", json_object_to_json_string(log));
     json_object_put(log);
     free(anch);
     free(first);

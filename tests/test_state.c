@@ -315,7 +315,7 @@ Test(state, session_state_round_trips_through_json)
     json_object *doc = json_tokener_parse(json);
     cr_assert_not_null(doc, "not JSON: %s", json);
     cr_assert(json_object_is_type(doc, json_type_object));
-    cr_assert_eq(json_object_object_length(doc), 5, "fields: %s", json);
+    cr_assert_eq(json_object_object_length(doc), 6, "fields: %s", json);
     json_object *v;
     cr_assert(json_object_object_get_ex(doc, "version", &v) &&
               json_object_is_type(v, json_type_int) && json_object_get_int(v) == 1, "%s", json);
@@ -323,6 +323,10 @@ Test(state, session_state_round_trips_through_json)
     cr_assert_str_eq(json_object_get_string(v), tu_backend());
     cr_assert(json_object_object_get_ex(doc, "id", &v));
     cr_assert_str_eq(json_object_get_string(v), sbx_sandbox_get0_id(sb));
+    /* The size the sandbox was made with (the default), for pricing. */
+    cr_assert(json_object_object_get_ex(doc, "size", &v));
+    cr_assert_str_eq(json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN),
+                     "{\"cpu\":1,\"memory_mb\":1024}");
     cr_assert(json_object_object_get_ex(doc, "timeout_secs", &v) &&
               json_object_is_type(v, json_type_int) && json_object_get_int(v) == 600,
               "%s", json);

@@ -41,6 +41,16 @@ int tu_backend_is_local(void)
     return strcmp(tu_backend(), "local") == 0 || strcmp(tu_backend(), "safehouse") == 0;
 }
 
+int tu_backend_host_dirs(void)
+{
+    const char *b = tu_backend();
+    if (strcmp(b, "remote") == 0) {
+        b = getenv("BESPOKE_SANDBOX_BACKEND");
+        b = b ? b : "";
+    }
+    return strcmp(b, "local") == 0 || strcmp(b, "safehouse") == 0;
+}
+
 double tu_now(void)
 {
     struct timespec ts;

@@ -22,6 +22,11 @@ const char *tu_backend(void);
 /* 1 on local and on safehouse (local with every command wrapped by the
  * safehouse CLI): the same host-side internals. */
 int tu_backend_is_local(void);
+/* 1 where the sandbox is a host directory and its commands share this
+ * host's process table: local, safehouse, and remote over a control plane
+ * whose upstream (BESPOKE_SANDBOX_BACKEND) is one of them. Its internals
+ * (supervisor, state, messages) are local's only for tu_backend_is_local. */
+int tu_backend_host_dirs(void);
 
 /* CLOCK_MONOTONIC in seconds. */
 double tu_now(void);

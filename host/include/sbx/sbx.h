@@ -1904,9 +1904,13 @@ SBX_EXPORT int64_t sbx_extract_tar_fd_with_options(int fd, const char *dest_dir,
  * sbx_sandbox_session_state:
  * A versioned JSON document from which sbx_sandbox_resume() reattaches to
  * this sandbox, in this or another process:
- * {"version":1,"backend":"local","id":"...","timeout_secs":600,"data":{...}}
- * where data is the backend's own. It holds no secret: no credential and no
- * environment value. Returns a new string (free with free()) or NULL.
+ * {"version":1,"backend":"local","id":"...","timeout_secs":600,
+ *  "size":{"cpu":1,"memory_mb":1024},"data":{...}}
+ * where data is the backend's own and size the cpu, memory_mb and gpu (when
+ * one was asked for) the sandbox was created with, by which a resumed
+ * sandbox's compute is priced (a document without size is priced at the
+ * default size). It holds no secret: no credential and no environment
+ * value. Returns a new string (free with free()) or NULL.
  * Errors: not_found after destroy, feature_not_supported. Since 0.1.
  */
 SBX_EXPORT char *sbx_sandbox_session_state(sbx_sandbox *sandbox, sbx_error **error);
@@ -2010,6 +2014,22 @@ SBX_EXPORT int sbx_usd_parse(const char *text, int64_t *pusd, sbx_error **error)
 SBX_EXPORT int sbx_cost_per_second(const char *backend, double vcpu, double ram_gib,
                                    const char *gpu, int64_t *fusd_per_second,
                                    sbx_error **error);
+
+/**
+ * sbx_cost_of_duration:
+ * What @seconds of @vcpu vCPUs, @ram_gib GiB and @gpu (as
+ * sbx_cost_per_second) cost on @backend, in pico-dollars (10^-12 USD)
+ * stored in *@pusd: the seconds are first rounded up to the entry's
+ * billing_granularity_s and raised to its minimum_s (a negative @seconds
+ * counts as 0), then priced at the size's rate, rounded once to the
+ * pico-dollar. This is how usage prices a sandbox's lifetime, so an
+ * estimate made with it matches the ledger. Errors: as
+ * sbx_cost_per_second, and invalid_argument for NULL @pusd or a
+ * non-finite @seconds. Returns 0 or -1. Thread-safe. Since 0.1.
+ */
+SBX_EXPORT int sbx_cost_of_duration(const char *backend, double vcpu, double ram_gib,
+                                    const char *gpu, double seconds, int64_t *pusd,
+                                    sbx_error **error);
 
 /**
  * sbx_pricing_get_entry:

@@ -184,8 +184,12 @@ char *cl_shell_script(const char *const *argv, const char *shell, const char *cw
  * decodes each read as text on its own splits no character.
  * It stops reading once CMD has ended and the pipes hold nothing more, so
  * a background child that keeps them open does not hold the command, and
- * it ends as CMD did (the same exit status, or the same signal). perl-base
- * is in every Debian and Ubuntu image.
+ * it ends as CMD did (the same exit status, or the same signal). It
+ * ignores the signals that would end it (TERM, INT, HUP, QUIT, USR1, USR2,
+ * ALRM; CMD gets them at their default), so a signal sent to every
+ * process of a command leaves the command's own handling to decide when
+ * it ends (a TERM that CMD ignores does not end the command; SIGKILL ends
+ * all). perl-base is in every Debian and Ubuntu image.
  */
 extern const char CL_OUTPUT_ENCODER[];
 
@@ -319,6 +323,13 @@ typedef struct cl_req {
     const char *keep_header;    /* an answer header whose value goes to
                                  * resp->kept_header (a page token such as
                                  * "X-Next-Token"); NULL = none */
+    int answers_final;          /* 1: a CL_SAFE request is re-sent after a
+                                 * transport failure only, never after an
+                                 * HTTP answer (a 5xx is the server's last
+                                 * word: a control plane's 502 carries the
+                                 * provider's error, and its replay of the
+                                 * same idempotency key would only repeat
+                                 * it); 429s are handled as for any request */
 } cl_req;
 
 typedef struct cl_resp {
@@ -333,6 +344,10 @@ typedef struct cl_resp {
     char *kept_header;          /* the value of req->keep_header in the last
                                  * answer, blanks trimmed; NULL when absent */
     double waited_s;            /* seconds slept between attempts */
+    int lost;                   /* cl_request failed with no answer after
+                                 * its last attempt may have reached the
+                                 * server (not a refused connection or an
+                                 * unresolved name): it may have acted */
 } cl_resp;
 
 /**

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
@@ -765,6 +766,8 @@ cl_script_proc *cl_script_proc_new(size_t size, sbx_plugin_sandbox *sb, const ch
     p->sb = sb;
     p->stdin_fd = -1;
     p->run_short = run_short;
+    if (rq->struct_size >= offsetof(sbx_plugin_exec_request, flags) + sizeof(rq->flags))
+        p->flags = rq->flags;
     memcpy(p->tag, "sbx-exec-", 9);
     cl_random_hex(p->tag + 9, 12);
     p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : workdir);

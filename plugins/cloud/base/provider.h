@@ -504,6 +504,8 @@ typedef struct cl_script_proc {
     char tag[40];
     int oom_killed;             /* the provider said the command's memory ran
                                  * out (CASE-49; the worker sets it) */
+    unsigned flags;             /* the request's SBX_PLUGIN_EXEC_* bits (0 when
+                                 * it has none) */
     cl_run_fn run_short;        /* the plugin's runner of its own commands */
     void (*fini)(struct cl_script_proc *p);  /* frees the plugin's fields, or NULL */
 } cl_script_proc;

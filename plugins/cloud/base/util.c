@@ -396,11 +396,12 @@ char *cl_shell_script(const char *const *argv, const char *shell, const char *cw
 }
 
 const char CL_OUTPUT_ENCODER[] =
+    "my @g=qw(TERM INT HUP QUIT USR1 USR2 ALRM);$SIG{$_}='IGNORE' for @g;"
     "$SIG{PIPE}='IGNORE';my $d=0;$SIG{CHLD}=sub{$d=1};"
     "pipe(OR,OW)||exit 126;pipe(ER,EW)||exit 126;"
     "my $p=fork;exit 126 unless defined $p;"
     "if(!$p){close OR;close ER;open(STDOUT,'>&OW');open(STDERR,'>&EW');close OW;close EW;"
-    "$SIG{PIPE}='DEFAULT';$SIG{CHLD}='DEFAULT';exec{$ARGV[0]}@ARGV;exit 127}"
+    "$SIG{$_}='DEFAULT' for @g,'PIPE','CHLD';exec{$ARGV[0]}@ARGV;exit 127}"
     "close OW;close EW;my @f=([*OR,*STDOUT],[*ER,*STDERR]);my $s=-1;"
     "while(@f){my $r='';vec($r,fileno($_->[0]),1)=1 for @f;"
     "my $n=select($r,undef,undef,($s>=0||$d)?0:0.25);"

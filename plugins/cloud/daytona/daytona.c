@@ -36,7 +36,12 @@
  *    chunk prefixed by \x01\x01\x01 for stdout or \x02\x02\x02 for
  *    stderr) to its end, then GET .../command/{cmdId} for its exitCode:
  *    three requests (the contract gives the exit code only there), plus
- *    the upload of stdin when given. A session the daemon no longer has
+ *    the upload of stdin when given. When nothing reads the output before
+ *    the command ends (SBX_PLUGIN_EXEC_OUTPUT_AT_END: no output callback)
+ *    and there is no stdin, one request: "runAsync": false, answered with
+ *    stdout, stderr and exitCode once the command ends, its output made
+ *    text by CL_OUTPUT_ENCODER (perl) and undone here; an image without
+ *    perl falls back to the three requests. A session the daemon no longer has
  *    (404 about the session: a started sandbox's daemon is a new one) is
  *    dropped and the command sent to another. The command runs as
  *    "sh -c SCRIPT" (cl_shell_script: the cwd on a line of its own,
@@ -109,6 +114,7 @@
 #define DT_START_WAIT_S 300.0   /* bound on waiting for "started" */
 #define DT_IDLE_STOP_MIN 15     /* autoStopInterval when no lifetime was set */
 #define DT_REAP_WINDOW_S 60.0   /* how long a lost create's sandbox is looked for */
+#define DT_NO_PERL_EXIT 199     /* a command line's exit when perl is missing */
 
 #define DT_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_SNAPSHOT      \
                  | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY            \
@@ -136,6 +142,9 @@ struct sbx_plugin_sandbox {
     struct dt_session *idle;    /* toolbox sessions no command of ours runs
                                  * in, made by this handle, reused by the
                                  * next exec */
+    int no_perl;        /* the image has no perl: commands whose output may
+                         * come at their end still take three requests
+                         * (atomic: set once by any exec's worker) */
 };
 
 /* A toolbox session of one sandbox handle: "sbx-session-" and 24 hex digits. */
@@ -1497,11 +1506,16 @@ static dt_session *dt_session_open(struct sbx_plugin_sandbox *sb, const sbx_call
  * sh -c SCRIPT, so that none of it stays in the session's shell, which
  * later commands reuse; its stdin the uploaded file, removed as soon as it
  * is open, or /dev/null. A new string. */
-static char *dt_command_line(dt_proc *p, const char *stdin_path)
+static char *dt_command_line(dt_proc *p, const char *stdin_path, int encoded)
 {
     cl_buf b = { 0 };
     char *qi = cl_shell_quote(stdin_path ? stdin_path : "/dev/null");
     int bad = !qi || (stdin_path && cl_buf_printf(&b, "{ rm -f -- %s; ", qi) < 0);
+    /* Encoded output needs perl: without it, the marker and DT_NO_PERL_EXIT
+     * (the command does not run). */
+    if (encoded)
+        bad |= cl_buf_printf(&b, "command -v perl >/dev/null 2>&1 || { printf %%s %s; "
+                             "exit %d; }; ", p->tag, DT_NO_PERL_EXIT) < 0;
     bad |= cl_buf_printf(&b, CL_EXEC_MARK "=%s ", p->tag) < 0;
     for (size_t i = 0; p->env && p->env[i] && !bad; i++) {
         const char *eq = strchr(p->env[i], '=');
@@ -1510,6 +1524,11 @@ static char *dt_command_line(dt_proc *p, const char *stdin_path)
         char *q = cl_shell_quote(eq + 1);
         bad |= !q || cl_buf_printf(&b, "%.*s=%s ", (int)(eq - p->env[i]), p->env[i], q) < 0;
         free(q);
+    }
+    if (encoded) {
+        char *qe = cl_shell_quote(CL_OUTPUT_ENCODER);
+        bad |= !qe || cl_buf_printf(&b, "perl -e %s ", qe) < 0;
+        free(qe);
     }
     char *qs = cl_shell_quote(p->script);
     bad |= !qs || cl_buf_printf(&b, "/bin/sh -c %s sh", qs) < 0;
@@ -1525,12 +1544,54 @@ static char *dt_command_line(dt_proc *p, const char *stdin_path)
     return b.data;
 }
 
+/* The answer of a synchronous session exec: its stdout and stderr (the
+ * encoder's text, undone) to the host, its exitCode in *@code. 1 when the
+ * command line found no perl (the command did not run), 0, or -1 with the
+ * thread's last error set. */
+static int dt_exec_answer(dt_proc *p, json_object *j, int *code)
+{
+    const char *op = "exec";
+    int64_t ec;
+    json_object *streams[3] = { NULL, cl_json_path(j, "stdout", NULL),
+                                cl_json_path(j, "stderr", NULL) };
+    if (cl_json_int(j, "exitCode", &ec) != 1 || !json_object_is_type(streams[1], json_type_string)
+        || !json_object_is_type(streams[2], json_type_string)) {
+        cl_fail(NULL, SBX_ERROR_EXECUTION_FAILED, op, "daytona session exec gave no exitCode, "
+                "stdout and stderr");
+        return -1;
+    }
+    if (ec == DT_NO_PERL_EXIT && strcmp(json_object_get_string(streams[1]), p->tag) == 0)
+        return 1;
+    for (int fd = 1; fd <= 2; fd++) {
+        cl_unencoder u = { 0 };
+        cl_buf b = { 0 };
+        int rc = cl_buf_append(&b, json_object_get_string(streams[fd]),
+                               (size_t)json_object_get_string_len(streams[fd]));
+        if (rc < 0)
+            cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        else if ((rc = cl_unencode(&u, fd, &b)) == 0
+                 && (rc = cl_unencode_end(&u, fd, op, NULL)) == 0 && b.len)
+            cl_proc_output(&p->base, fd, b.data, b.len);
+        cl_buf_clear(&b);
+        if (rc < 0)
+            return -1;
+    }
+    *code = (int)ec;
+    return 0;
+}
+
 /*
  * The command's worker: its stdin uploaded (when given), then
  * POST /process/session/{sid}/exec {"command", "runAsync": true} in an
  * idle session of the handle's (or a new one), the logs followed to the
  * command's end, and GET .../command/{cmdId} for its exitCode: three
- * requests for a command without stdin once the handle has a session. The
+ * requests for a command without stdin once the handle has a session.
+ * When nothing reads the output before the command ends
+ * (SBX_PLUGIN_EXEC_OUTPUT_AT_END) and there is no stdin, one request
+ * instead: the exec with "runAsync": false, whose answer carries stdout,
+ * stderr and exitCode; the output, JSON text there, is made text by
+ * CL_OUTPUT_ENCODER and undone here, so it is the command's bytes (an
+ * image without perl gets the three requests, found once per handle). The
  * session goes back to the handle's pool when its command has ended, and
  * is deleted when that is not known.
  */
@@ -1554,14 +1615,17 @@ static int dt_exec_run(cl_proc *base)
         if (!stdin_path || dt_upload(sb, &ctx, stdin_path, p->stdin_fd, 1, op, NULL) < 0)
             goto fail;
     }
-    cmd = dt_command_line(p, stdin_path);
+    int at_end = (p->flags & SBX_PLUGIN_EXEC_OUTPUT_AT_END) && !stdin_path
+                 && !__atomic_load_n(&sb->no_perl, __ATOMIC_RELAXED);
+send:
+    cmd = dt_command_line(p, stdin_path, at_end);
     if (!cmd) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
     eb = json_object_new_object();
     json_object_object_add(eb, "command", json_object_new_string(cmd));
-    json_object_object_add(eb, "runAsync", json_object_new_boolean(1));
+    json_object_object_add(eb, "runAsync", json_object_new_boolean(!at_end));
     const char *ebs = json_object_to_json_string_ext(eb, JSON_C_TO_STRING_PLAIN);
     /* The command, in an idle session or a new one; a pooled session the
      * daemon no longer has (a 404 about it: the command did not run) is
@@ -1588,6 +1652,25 @@ static int dt_exec_run(cl_proc *base)
         goto fail;
     }
     j = cl_resp_json(&r, op, "start the command", NULL);
+    if (j && at_end) {
+        int rc = dt_exec_answer(p, j, &code);
+        if (rc < 0)
+            goto fail;
+        dt_pool_put(sb, s);
+        s = NULL;
+        if (rc == 0)
+            goto ended;
+        /* No perl in this image: the command did not run; send it again
+         * the way that needs none. */
+        __atomic_store_n(&sb->no_perl, 1, __ATOMIC_RELAXED);
+        at_end = 0;
+        json_object_put(j);
+        json_object_put(eb);
+        j = eb = NULL;
+        free(cmd);
+        cmd = NULL;
+        goto send;
+    }
     const char *id = j ? cl_json_str(j, "cmdId") : NULL;
     if (!id) {
         if (j)
@@ -1625,11 +1708,12 @@ static int dt_exec_run(cl_proc *base)
         if (cl_sleep(pause, base->stop_fd))
             goto fail;
     }
-    if (code < 0 || code > 255)
-        code = code < 0 ? 255 : code & 0xff;
     /* The command has ended: its session is free for the next one. */
     dt_pool_put(sb, s);
     s = NULL;
+ended:
+    if (code < 0 || code > 255)
+        code = code < 0 ? 255 : code & 0xff;
     goto out;
 fail:
     /* The error of the call that failed is this thread's last (cloud.h);

@@ -233,6 +233,17 @@ typedef struct sbx_plugin_exec_request {
  */
 #define SBX_PLUGIN_EXEC_START_UNCONFIRMED 1u
 
+/**
+ * Exec request bit: nothing reads the command's output before the command
+ * ends (no output callback, no caller descriptor, no terminal: the result
+ * keeps it). A plugin may then deliver all of it when the command ends,
+ * to save round trips (a provider call that runs a command and answers
+ * with its output and exit code at once, say); what it delivers must be
+ * the same bytes. A plugin may ignore the bit. Since ABI 1.2 (a bit of
+ * flags, which older hosts leave 0).
+ */
+#define SBX_PLUGIN_EXEC_OUTPUT_AT_END 2u
+
 /** One entry of list_files. Strings borrowed for the callback. */
 typedef struct sbx_plugin_file_info {
     size_t struct_size;

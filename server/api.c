@@ -1,0 +1,1639 @@
+/*
+ * server/api.c — sbx-server's routes and the sandbox endpoints
+ * (CONTROL-PLANE.md §1 "Sandboxes", §3 idempotency), plus the statement
+ * and reply helpers the endpoint files share (server/api.h).
+ *
+ * Create: the Idempotency-Key (1..255 characters, scoped to the
+ * organisation, CASE-38) and the request fingerprint (HMAC-SHA256 under
+ * the pepper of the canonical body, env_vars values included) are checked
+ * and the sandbox row reserved in ONE transaction (lock
+ * "idempotency:<org>:<key>"); a replay returns the stored record with no
+ * provider call, a different body is 409; the provider call comes after
+ * the commit, and its outcome is written in a second transaction. A server
+ * that dies between the two leaves the record `creating`, and a retry with
+ * the key returns that record: the provider create never runs twice for
+ * one key.
+ *
+ * Execute: the request id (the Idempotency-Key, else "req_<hex>") is
+ * claimed by inserting a `running` executions row (unique per
+ * organisation, sandbox and request id); a completed one is replayed
+ * verbatim, a running one is 409, a failed one 409 with the stored
+ * payload. Output bytes that are not UTF-8 (CASE-07): "stdout"/"stderr"
+ * stay strings (invalid sequences replaced by U+FFFD), and then
+ * "stdout_lossy": true with "stdout_b64" (the exact bytes, standard
+ * base64) is added for that stream; valid UTF-8 output gets neither field.
+ *
+ * Commands: {"command": C, "args": null} runs C through /bin/sh -c;
+ * {"command": C, "args": [..]} runs the argument vector [C, args...] with
+ * no shell; {"code": X, "language": L} runs X in L (python by default).
+ * Beyond the reference, optional fields map onto libsbx's exec request:
+ * "stdin_b64" (standard base64) is fed to the command's stdin, then EOF, so
+ * bytes of any kind can be written into a sandbox through this API
+ * (CASE-17; without it stdin is at EOF); "env" ({name: value}) is laid over
+ * the sandbox's environment; "cwd" is the working directory (a missing one
+ * is the provider's not_found); "timeout_secs" (> 0) bounds the command,
+ * which then exits 124 and the reply adds "timed_out": true. A stream cut
+ * at libsbx's output cap adds "stdout_truncated"/"stderr_truncated": true.
+ * Replies without these conditions carry exactly the reference's fields.
+ *
+ * Session state (beyond the reference): each sandbox's libsbx session
+ * state is kept sealed (AES-256-GCM under a key derived from the pepper,
+ * server/util.c) in sandboxes.session_state_sealed, and the sandboxes are
+ * made detached, so after a restart, or through another server process on
+ * the same database, execute and terminate reattach to it (resume) where
+ * the reference answers 409.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "util.h"
+
+/* ---------------------------------------------------------------- helpers */
+
+void
+cx_init(cx *x, cp_server *srv)
+{
+    memset(x, 0, sizeof *x);
+    x->srv = srv;
+    x->set = cp_server_settings(srv);
+    x->st = cp_server_store(srv);
+    x->vt = store_vt(x->st);
+}
+
+void
+cx_done(cx *x)
+{
+    if (x->c) {
+        if (x->in_txn)
+            x->vt->rollback(x->c);
+        store_release(x->st, x->c);
+    }
+    x->c = NULL;
+}
+
+static int
+conn(cx *x)
+{
+    char *err = NULL;
+
+    if (x->c)
+        return 0;
+    x->c = store_acquire(x->st, &err);
+    if (!x->c) {
+        fprintf(stderr, "sbx-server: store: %s\n", err ? err : "no connection");
+        free(err);
+        x->failed = 1;
+        return -1;
+    }
+    return 0;
+}
+
+static void
+log_store_error(const char *what, char *err)
+{
+    fprintf(stderr, "sbx-server: store %s failed: %s\n", what, err ? err : "?");
+    free(err);
+}
+
+store_rows *
+q(cx *x, const char *sql, size_t n, const char *const *p)
+{
+    store_rows *rows = NULL;
+    char *err = NULL;
+
+    if (conn(x) < 0)
+        return NULL;
+    if (x->vt->query(x->c, sql, n, p, &rows, &err) < 0) {
+        log_store_error("query", err);
+        x->failed = 1;
+        return NULL;
+    }
+    return rows;
+}
+
+int64_t
+ex(cx *x, const char *sql, size_t n, const char *const *p, int *conflict)
+{
+    char *err = NULL;
+    int64_t rc;
+
+    if (conn(x) < 0)
+        return -1;
+    rc = x->vt->exec(x->c, sql, n, p, conflict, &err);
+    if (rc < 0) {
+        if (!conflict || !*conflict)
+            log_store_error("statement", err);
+        else
+            free(err);
+        x->failed = 1;
+    }
+    return rc;
+}
+
+int
+tx_begin(cx *x, const char *lock)
+{
+    char *err = NULL;
+
+    if (conn(x) < 0)
+        return -1;
+    if (x->vt->begin(x->c, lock, &err) < 0) {
+        log_store_error("begin", err);
+        x->failed = 1;
+        return -1;
+    }
+    x->in_txn = 1;
+    return 0;
+}
+
+int
+tx_commit(cx *x)
+{
+    char *err = NULL;
+
+    if (!x->in_txn)
+        return -1;
+    x->in_txn = 0;
+    if (x->vt->commit(x->c, &err) < 0) {
+        log_store_error("commit", err);
+        x->vt->rollback(x->c);
+        x->failed = 1;
+        return -1;
+    }
+    return 0;
+}
+
+void
+tx_rollback(cx *x)
+{
+    if (x->in_txn && x->c)
+        x->vt->rollback(x->c);
+    x->in_txn = 0;
+}
+
+void
+cp_reply_json(cp_response *res, int status, json_object *body)
+{
+    json_object_put(res->body);
+    res->status = status;
+    res->body = body;
+}
+
+void
+cp_reply_detail(cp_response *res, int status, const char *message)
+{
+    json_object *o = json_object_new_object();
+
+    json_object_object_add(o, "detail", json_object_new_string(message));
+    cp_reply_json(res, status, o);
+}
+
+void
+reply_internal(cp_response *res)
+{
+    cp_reply_detail(res, 500, "Internal control-plane error.");
+}
+
+void
+reply_validation(cp_response *res, const char *type, const char *where, const char *field,
+                 const char *msg, json_object *input)
+{
+    json_object *o = json_object_new_object(), *list = json_object_new_array(),
+                *item = json_object_new_object(), *loc = json_object_new_array();
+
+    json_object_array_add(loc, json_object_new_string(where));
+    if (field)
+        json_object_array_add(loc, json_object_new_string(field));
+    json_object_object_add(item, "type", json_object_new_string(type));
+    json_object_object_add(item, "loc", loc);
+    json_object_object_add(item, "msg", json_object_new_string(msg));
+    json_object_object_add(item, "input", input);
+    json_object_array_add(list, item);
+    json_object_object_add(o, "detail", list);
+    cp_reply_json(res, 422, o);
+}
+
+json_object *cp_body_object(const cp_request *req, cp_response *res);
+
+json_object *
+cp_body_object(const cp_request *req, cp_response *res)
+{
+    json_tokener *tok;
+    json_object *o;
+
+    if (req->body_len == 0) {
+        reply_validation(res, "missing", "body", NULL, "Field required", NULL);
+        return NULL;
+    }
+    tok = json_tokener_new();
+    o = json_tokener_parse_ex(tok, req->body, (int)req->body_len);
+    if (!o && json_tokener_get_error(tok) == json_tokener_success)
+        o = NULL;
+    if (json_tokener_get_error(tok) != json_tokener_success ||
+        (size_t)json_tokener_get_parse_end(tok) != req->body_len) {
+        json_object *ctx = json_object_new_object(), *det = json_object_new_object(),
+                    *list = json_object_new_array(), *item = json_object_new_object(),
+                    *loc = json_object_new_array();
+        json_object_put(o);
+        json_object_array_add(loc, json_object_new_string("body"));
+        json_object_array_add(loc, json_object_new_int((int)json_tokener_get_parse_end(tok)));
+        json_object_object_add(item, "type", json_object_new_string("json_invalid"));
+        json_object_object_add(item, "loc", loc);
+        json_object_object_add(item, "msg", json_object_new_string("JSON decode error"));
+        json_object_object_add(item, "input", json_object_new_object());
+        json_object_object_add(ctx, "error", json_object_new_string(
+                                   json_tokener_error_desc(json_tokener_get_error(tok))));
+        json_object_object_add(item, "ctx", ctx);
+        json_object_array_add(list, item);
+        json_object_object_add(det, "detail", list);
+        cp_reply_json(res, 422, det);
+        json_tokener_free(tok);
+        return NULL;
+    }
+    json_tokener_free(tok);
+    if (!json_object_is_type(o, json_type_object)) {
+        reply_validation(res, "model_attributes_type", "body", NULL,
+                         "Input should be a valid dictionary or object to extract fields from",
+                         o);
+        return NULL;
+    }
+    return o;
+}
+
+static json_object *
+jstr(const char *s)
+{
+    return s ? json_object_new_string(s) : NULL;
+}
+
+static json_object *
+jparse(const char *s)
+{
+    return s ? json_tokener_parse(s) : NULL;
+}
+
+/* ---------------------------------------------------------------- records */
+
+#define SANDBOX_SELECT \
+    "SELECT s.*, ck.name AS creator_api_key_name, tk.name AS terminated_by_api_key_name," \
+    " (SELECT COUNT(*) FROM sandbox_creation_attempts a WHERE a.sandbox_id = s.id)"        \
+    " AS attempt_count FROM sandboxes s"                                                   \
+    " LEFT JOIN api_keys ck ON ck.id = s.creator_api_key_id"                               \
+    " LEFT JOIN api_keys tk ON tk.id = s.terminated_by_api_key_id "
+
+/* The contract's sandbox record of row @i. */
+static json_object *
+record_json(const store_rows *r, size_t i)
+{
+    json_object *o = json_object_new_object();
+    const char *err = store_cell(r, i, "error");
+    static const char *const times[] = { "requested_at", "provisioning_at", "running_at",
+                                         "stopping_at", "terminated_at", "failed_at",
+                                         "last_provider_observed_at" };
+
+    json_object_object_add(o, "id", jstr(store_cell(r, i, "id")));
+    json_object_object_add(o, "backend", jstr(store_cell(r, i, "backend")));
+    json_object_object_add(o, "status", jstr(store_cell(r, i, "status")));
+    json_object_object_add(o, "config", jparse(store_cell(r, i, "config_json")));
+    json_object_object_add(o, "created_at", jstr(store_cell(r, i, "created_at")));
+    json_object_object_add(o, "destroyed_at", jstr(store_cell(r, i, "destroyed_at")));
+    json_object_object_add(o, "error", err ? jstr("Sandbox operation failed.") : NULL);
+    json_object_object_add(o, "attempt_count",
+                           json_object_new_int(atoi(store_cell(r, i, "attempt_count"))));
+    json_object_object_add(o, "latest_error", jparse(store_cell(r, i, "latest_error_json")));
+    json_object_object_add(o, "retry_status", jstr(store_cell(r, i, "retry_status")));
+    json_object_object_add(o, "cleanup_status", jstr(store_cell(r, i, "cleanup_status")));
+    json_object_object_add(o, "provider_resource_id",
+                           jstr(store_cell(r, i, "provider_resource_id")));
+    for (size_t k = 0; k < sizeof times / sizeof times[0]; k++)
+        json_object_object_add(o, times[k], jstr(store_cell(r, i, times[k])));
+    json_object_object_add(o, "hourly_rate_usd", jstr(store_cell(r, i, "hourly_rate_usd")));
+    json_object_object_add(o, "currency", jstr(store_cell(r, i, "currency")));
+    json_object_object_add(o, "pricing_source", jstr(store_cell(r, i, "pricing_source")));
+    json_object_object_add(o, "cost_state", jstr(store_cell(r, i, "cost_state")));
+    json_object_object_add(o, "provider_missing",
+                           json_object_new_boolean(atoi(store_cell(r, i, "provider_missing"))));
+    json_object_object_add(o, "creator_api_key_id", jstr(store_cell(r, i, "creator_api_key_id")));
+    json_object_object_add(o, "creator_api_key_name",
+                           jstr(store_cell(r, i, "creator_api_key_name")));
+    json_object_object_add(o, "version", json_object_new_int(atoi(store_cell(r, i, "version"))));
+    json_object_object_add(o, "expires_at", jstr(store_cell(r, i, "expires_at")));
+    json_object_object_add(o, "terminated_by_api_key_id",
+                           jstr(store_cell(r, i, "terminated_by_api_key_id")));
+    json_object_object_add(o, "terminated_by_api_key_name",
+                           jstr(store_cell(r, i, "terminated_by_api_key_name")));
+    json_object_object_add(o, "termination_reason", jstr(store_cell(r, i, "termination_reason")));
+    return o;
+}
+
+/* The sandbox @id of @org (NULL rows when none; NULL on failure). */
+static store_rows *
+load_sandbox(cx *x, const char *org, const char *id)
+{
+    return q(x, SANDBOX_SELECT "WHERE s.id = ? AND s.organization_id = ?", P(id, org));
+}
+
+/* Replies 200/201 with the current record of @id. */
+static void
+reply_record(cx *x, cp_response *res, int status, const char *org, const char *id)
+{
+    store_rows *r = load_sandbox(x, org, id);
+
+    if (!r) {
+        reply_internal(res);
+        return;
+    }
+    if (r->nrows == 0)
+        cp_reply_detail(res, 404, "sandbox not found");
+    else
+        cp_reply_json(res, status, record_json(r, 0));
+    store_rows_free(r);
+}
+
+/* ---------------------------------------------------------------- provider errors */
+
+static const char *
+fixed_message(const char *code)
+{
+    static const char *const m[][2] = {
+        { "authentication", "Provider authentication failed." },
+        { "backend_not_installed", "Provider backend is unavailable." },
+        { "configuration", "Provider configuration is invalid." },
+        { "connection", "Provider connection failed." },
+        { "creation_failed", "Provider sandbox creation failed." },
+        { "execution_failed", "Provider execution failed." },
+        { "not_found", "Provider resource was not found." },
+        { "timeout", "Provider request timed out." },
+    };
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
+        if (!strcmp(m[i][0], code))
+            return m[i][1];
+    return "Provider operation failed.";
+}
+
+/* An allowlisted provider id: ^[A-Za-z0-9_.:/-]{1,255}$ without a secret's
+ * marks. */
+static int
+safe_token(const char *v)
+{
+    size_t n = strlen(v);
+    static const char *const bad[] = { "bsk_live_", "api_key", "password", "secret" };
+
+    if (n == 0 || n > 255)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = v[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              strchr("_.:/-", c)))
+            return 0;
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (strcasestr(v, bad[i]))
+            return 0;
+    return 1;
+}
+
+/* The contract's provider error payload for @e during @op: the fixed
+ * message per code, and only the allowlisted context (CONTROL-PLANE.md §0),
+ * so no provider text (which may echo a credential, CASE-36) leaves. */
+static json_object *
+provider_payload(const sbx_error *e, const char *backend, const char *op, int *http_status)
+{
+    json_object *o = json_object_new_object(), *ctx = json_object_new_object();
+    sbx_error_code code = e ? sbx_error_get_code(e) : SBX_ERROR_UNKNOWN;
+    const char *name;
+    int unknown = e && sbx_error_get_outcome(e) == SBX_ERROR_OUTCOME_UNKNOWN;
+    int retryable = e && sbx_error_is_retryable(e);
+    size_t n = e ? sbx_error_get_context_count(e) : 0;
+
+    if (code == SBX_ERROR_UNKNOWN)
+        code = !strcmp(op, "create") ? SBX_ERROR_CREATION_FAILED : SBX_ERROR_EXECUTION_FAILED;
+    name = sbx_error_code_name(code);
+    if (!strcmp(op, "create") && unknown)
+        retryable = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *k = NULL, *v = NULL;
+        if (sbx_error_get0_context_at(e, i, &k, &v) < 0 || !k || !v)
+            continue;
+        if (!strcmp(k, "exit_code") || !strcmp(k, "provider_status")) {
+            char *end;
+            long iv = strtol(v, &end, 10);
+            if (*v && !*end)
+                json_object_object_add(ctx, k, json_object_new_int((int)iv));
+        } else if (!strcmp(k, "cleanup_status")) {
+            if (!strcmp(v, "not_found") || !strcmp(v, "deleted") || !strcmp(v, "unknown"))
+                json_object_object_add(ctx, k, json_object_new_string(v));
+        } else if (!strcmp(k, "provider_code") || !strcmp(k, "provider_resource_id")) {
+            if (safe_token(v))
+                json_object_object_add(ctx, k, json_object_new_string(v));
+        }
+    }
+    json_object_object_add(o, "message", json_object_new_string(fixed_message(name)));
+    json_object_object_add(o, "code", json_object_new_string(name));
+    json_object_object_add(o, "backend", json_object_new_string(backend));
+    json_object_object_add(o, "op", json_object_new_string(op));
+    json_object_object_add(o, "retryable", json_object_new_boolean(retryable));
+    json_object_object_add(o, "outcome", json_object_new_string(unknown ? "unknown" : "failed"));
+    json_object_object_add(o, "context", ctx);
+    switch (code) {
+    case SBX_ERROR_BACKEND_NOT_INSTALLED:
+    case SBX_ERROR_CONFIGURATION:
+    case SBX_ERROR_INVALID_ARGUMENT:
+        *http_status = 422;
+        break;
+    case SBX_ERROR_TIMEOUT:
+        *http_status = 504;
+        break;
+    default:
+        *http_status = 502;
+    }
+    return o;
+}
+
+static void
+reply_payload(cp_response *res, int status, json_object *payload)
+{
+    json_object *o = json_object_new_object();
+
+    json_object_object_add(o, "detail", payload);
+    cp_reply_json(res, status, o);
+}
+
+/* ---------------------------------------------------------------- create */
+
+typedef struct create_req {
+    const char *backend_raw;
+    char backend[64];
+    json_object *canon;           /* fingerprinted fields (with backend) */
+    json_object *config;          /* stored config */
+    double cpu;
+    int64_t memory_mb, timeout_secs;
+    const char *gpu;
+} create_req;
+
+/* A JSON number for @d printed as Python's repr() does: the shortest text
+ * that reads back as @d, with ".0" on whole numbers ("2.0", "0.1"). */
+static json_object *
+jdouble(double d)
+{
+    char buf[40];
+
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, d);
+        if (strtod(buf, NULL) == d)
+            break;
+    }
+    if (!strpbrk(buf, ".eEn"))
+        strncat(buf, ".0", sizeof buf - strlen(buf) - 1);
+    return json_object_new_double_s(d, buf);
+}
+
+static int
+int_field(json_object *v, int64_t *out)
+{
+    if (json_object_is_type(v, json_type_int)) {
+        *out = json_object_get_int64(v);
+        return 0;
+    }
+    if (json_object_is_type(v, json_type_double)) {
+        double d = json_object_get_double(v);
+        if (d == (double)(int64_t)d) {
+            *out = (int64_t)d;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int
+cmp_key(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Validates the create body into @c (CONTROL-PLANE.md §1): NULL fields are
+ * absent, unknown fields dropped. 0, or -1 with a 422 in @res. */
+static int
+parse_create(json_object *body, create_req *c, cp_response *res)
+{
+    json_object *v;
+    /* The canonical object: keys inserted in sorted order. */
+    static const char *const order[] = { "allow_internet", "app_name", "backend", "cpu",
+                                         "disk_mb", "env_vars", "git_ref", "git_repo", "gpu",
+                                         "image", "memory_mb", "preset", "snapshot_id",
+                                         "template", "timeout_secs", "workdir" };
+
+    memset(c, 0, sizeof *c);
+    c->cpu = 1;
+    c->memory_mb = 1024;
+    c->canon = json_object_new_object();
+    c->config = json_object_new_object();
+    for (size_t k = 0; k < sizeof order / sizeof order[0]; k++) {
+        const char *f = order[k];
+        if (!json_object_object_get_ex(body, f, &v) || json_object_is_type(v, json_type_null)) {
+            if (!strcmp(f, "backend")) {
+                reply_validation(res, "missing", "body", "backend", "Field required",
+                                 json_object_get(body));
+                return -1;
+            }
+            continue;
+        }
+        if (!strcmp(f, "backend")) {
+            const char *s, *e;
+            if (!json_object_is_type(v, json_type_string)) {
+                reply_validation(res, "string_type", "body", f, "Input should be a valid string",
+                                 json_object_get(v));
+                return -1;
+            }
+            s = json_object_get_string(v);
+            while (*s == ' ' || *s == '\t' || *s == '\n')
+                s++;
+            e = s + strlen(s);
+            while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n'))
+                e--;
+            c->backend_raw = json_object_get_string(v);
+            if ((size_t)(e - s) >= sizeof c->backend)
+                e = s + sizeof c->backend - 1;
+            for (size_t i = 0; s + i < e; i++)
+                c->backend[i] = (char)((s[i] >= 'A' && s[i] <= 'Z') ? s[i] + 32 : s[i]);
+            json_object_object_add(c->canon, f, json_object_new_string(c->backend));
+        } else if (!strcmp(f, "cpu")) {
+            double d;
+            if (!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double)) {
+                reply_validation(res, "float_type", "body", f, "Input should be a valid number",
+                                 json_object_get(v));
+                return -1;
+            }
+            d = json_object_get_double(v);
+            if (!(d > 0)) {
+                reply_validation(res, "greater_than", "body", f, "Input should be greater than 0",
+                                 json_object_get(v));
+                return -1;
+            }
+            c->cpu = d;
+            json_object_object_add(c->canon, f, jdouble(d));
+            json_object_object_add(c->config, f, jdouble(d));
+        } else if (!strcmp(f, "memory_mb") || !strcmp(f, "disk_mb") ||
+                   !strcmp(f, "timeout_secs")) {
+            int64_t iv;
+            if (json_object_is_type(v, json_type_boolean) || int_field(v, &iv) < 0) {
+                reply_validation(res, "int_type", "body", f, "Input should be a valid integer",
+                                 json_object_get(v));
+                return -1;
+            }
+            if (iv <= 0) {
+                reply_validation(res, "greater_than", "body", f, "Input should be greater than 0",
+                                 json_object_get(v));
+                return -1;
+            }
+            if (!strcmp(f, "memory_mb"))
+                c->memory_mb = iv;
+            if (!strcmp(f, "timeout_secs"))
+                c->timeout_secs = iv;
+            json_object_object_add(c->canon, f, json_object_new_int64(iv));
+            json_object_object_add(c->config, f, json_object_new_int64(iv));
+        } else if (!strcmp(f, "allow_internet")) {
+            if (!json_object_is_type(v, json_type_boolean)) {
+                reply_validation(res, "bool_type", "body", f, "Input should be a valid boolean",
+                                 json_object_get(v));
+                return -1;
+            }
+            json_object_object_add(c->canon, f, json_object_new_boolean(json_object_get_boolean(v)));
+            json_object_object_add(c->config, f, json_object_new_boolean(json_object_get_boolean(v)));
+        } else if (!strcmp(f, "env_vars")) {
+            const char *keys[256];
+            size_t nk = 0;
+            json_object *canon_env = json_object_new_object(), *names = json_object_new_array();
+            if (!json_object_is_type(v, json_type_object)) {
+                json_object_put(canon_env);
+                json_object_put(names);
+                reply_validation(res, "dict_type", "body", f, "Input should be a valid dictionary",
+                                 json_object_get(v));
+                return -1;
+            }
+            json_object_object_foreach(v, key, val) {
+                if (!json_object_is_type(val, json_type_string) || nk == 256) {
+                    json_object_put(canon_env);
+                    json_object_put(names);
+                    reply_validation(res, "string_type", "body", f,
+                                     "Input should be a valid string", json_object_get(val));
+                    return -1;
+                }
+                keys[nk++] = key;
+            }
+            qsort(keys, nk, sizeof keys[0], cmp_key);
+            for (size_t i = 0; i < nk; i++) {
+                json_object *ev = json_object_object_get(v, keys[i]);
+                json_object_object_add(canon_env, keys[i], json_object_get(ev));
+                json_object_array_add(names, json_object_new_string(keys[i]));
+            }
+            json_object_object_add(c->canon, f, canon_env);
+            if (nk)
+                json_object_object_add(c->config, "env_var_names", names);
+            else
+                json_object_put(names);
+        } else {
+            if (!json_object_is_type(v, json_type_string)) {
+                reply_validation(res, "string_type", "body", f, "Input should be a valid string",
+                                 json_object_get(v));
+                return -1;
+            }
+            if (!strcmp(f, "gpu"))
+                c->gpu = json_object_get_string(v);
+            json_object_object_add(c->canon, f, json_object_get(v));
+            json_object_object_add(c->config, f, json_object_get(v));
+        }
+    }
+    return 0;
+}
+
+static void
+create_req_free(create_req *c)
+{
+    json_object_put(c->canon);
+    json_object_put(c->config);
+}
+
+/* The libsbx options of a create body; NULL with *@e. */
+static sbx_options *
+options_of(json_object *body, const create_req *c, sbx_error **e)
+{
+    sbx_options *o = sbx_options_new();
+    json_object *v;
+    int rc = 0;
+
+#define STR(name) (json_object_object_get_ex(body, name, &v) && \
+                   json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL)
+    if (STR("preset"))
+        rc |= sbx_options_set_preset(o, STR("preset"), e);
+    if (!rc && json_object_object_get_ex(body, "cpu", &v) && !json_object_is_type(v, json_type_null))
+        rc |= sbx_options_set_cpu(o, c->cpu, e);
+    if (!rc && json_object_object_get_ex(body, "memory_mb", &v) &&
+        !json_object_is_type(v, json_type_null))
+        rc |= sbx_options_set_memory_mb(o, c->memory_mb, e);
+    if (!rc && json_object_object_get_ex(body, "disk_mb", &v) &&
+        !json_object_is_type(v, json_type_null)) {
+        int64_t d = 0;
+        int_field(v, &d);
+        rc |= sbx_options_set_disk_mb(o, d, e);
+    }
+    if (!rc && c->timeout_secs)
+        rc |= sbx_options_set_timeout_secs(o, (double)c->timeout_secs, e);
+    if (!rc && STR("gpu"))
+        rc |= sbx_options_set_gpu(o, STR("gpu"), e);
+    if (!rc && STR("image"))
+        rc |= sbx_options_set_image(o, STR("image"), e);
+    if (!rc && STR("template"))
+        rc |= sbx_options_set_template(o, STR("template"), e);
+    if (!rc && STR("snapshot_id"))
+        rc |= sbx_options_set_snapshot_id(o, STR("snapshot_id"), e);
+    if (!rc && STR("app_name"))
+        rc |= sbx_options_set_app_name(o, STR("app_name"), e);
+    if (!rc && STR("workdir"))
+        rc |= sbx_options_set_workdir(o, STR("workdir"), e);
+    if (!rc && STR("git_repo"))
+        rc |= sbx_options_set_git_repo(o, STR("git_repo"), STR("git_ref"), e);
+    if (!rc && json_object_object_get_ex(body, "allow_internet", &v) &&
+        json_object_is_type(v, json_type_boolean))
+        rc |= sbx_options_set_allow_internet(o, json_object_get_boolean(v), e);
+    if (!rc && json_object_object_get_ex(body, "env_vars", &v) &&
+        json_object_is_type(v, json_type_object)) {
+        json_object_object_foreach(v, key, val) {
+            if (!rc)
+                rc |= sbx_options_set_env(o, key, json_object_get_string(val), e);
+        }
+    }
+#undef STR
+    /* Detached: the sandbox outlives this process's plugin host, so a
+     * restarted server (or another replica) reattaches to it. */
+    if (!rc)
+        rc |= sbx_options_set_detached(o, 1, e);
+    if (rc) {
+        sbx_options_free(o);
+        return NULL;
+    }
+    return o;
+}
+
+static void
+h_sandbox_create(cx *x, cp_request *req, cp_response *res)
+{
+    const char *key = cp_header(req, "Idempotency-Key");
+    json_object *body;
+    create_req c;
+    char fp[65], now[40], expires[40], rate_text[40], lock[400];
+    const char *canon_text, *exp_p = NULL;
+    char *id = NULL, *att = NULL, *config_text = NULL;
+    store_rows *r = NULL;
+    int64_t now_us, rate;
+    sbx_client *client;
+    sbx_options *opts = NULL;
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+
+    if (!cp_require_scope(req, res, "sandboxes:create"))
+        return;
+    body = cp_body_object(req, res);
+    if (!body)
+        return;
+    if (parse_create(body, &c, res) < 0)
+        goto out;
+    if (!cp_backend_enabled(cp_server_runtimes(x->srv), c.backend)) {
+        char *m = cp_printf("backend is not enabled: %s", c.backend);
+        cp_reply_detail(res, 422, m);
+        free(m);
+        goto out;
+    }
+    if (key && (strlen(key) < 1 || strlen(key) > 255)) {
+        cp_reply_detail(res, 422, "idempotency key must contain 1 to 255 characters");
+        goto out;
+    }
+    canon_text = json_object_to_json_string_ext(c.canon, JSON_C_TO_STRING_PLAIN);
+    cp_hmac_hex(x->set->pepper, canon_text, strlen(canon_text), fp);
+    config_text = strdup(json_object_to_json_string_ext(c.config, JSON_C_TO_STRING_PLAIN |
+                                                                       JSON_C_TO_STRING_NOSLASHESCAPE));
+    now_us = cp_now_us();
+    cp_iso(now_us, now, sizeof now);
+    if (c.timeout_secs) {
+        cp_iso(now_us + c.timeout_secs * 1000000, expires, sizeof expires);
+        exp_p = expires;
+    }
+    rate = meter_hourly_rate(c.backend, c.cpu, c.memory_mb, c.gpu);
+    meter_fmt(rate, 12, rate_text, sizeof rate_text);
+    id = cp_new_id("sbx");
+    att = cp_new_id("att");
+
+    /* One transaction: the reservation (or the replay decision) and the
+     * record. */
+    snprintf(lock, sizeof lock, "idempotency:%s:%s", req->who.org_id, key ? key : id);
+    if (tx_begin(x, lock) < 0)
+        goto internal;
+    if (key) {
+        r = q(x, "SELECT id, request_fingerprint FROM sandboxes"
+                 " WHERE organization_id = ? AND idempotency_key = ?",
+              P(req->who.org_id, key));
+        if (!r)
+            goto internal;
+        if (r->nrows) {
+            int same = cp_consttime_eq(store_cell(r, 0, "request_fingerprint"), fp);
+            char *prev = strdup(store_cell(r, 0, "id"));
+            tx_rollback(x);
+            if (same)
+                reply_record(x, res, 201, req->who.org_id, prev);
+            else
+                cp_reply_detail(res, 409,
+                                "idempotency key was already used with a different request");
+            free(prev);
+            goto out;
+        }
+        store_rows_free(r);
+        r = NULL;
+    }
+    if (ex(x, "INSERT INTO sandboxes(id, organization_id, backend, status, config_json,"
+              " created_at, idempotency_key, request_fingerprint, retry_status, requested_at,"
+              " provisioning_at, hourly_rate_usd, currency, pricing_source, cost_state,"
+              " provider_missing, creator_api_key_id, version, expires_at)"
+              " VALUES (?, ?, ?, 'creating', ?, ?, ?, ?, 'not_applicable', ?, ?, ?, 'USD', ?,"
+              " 'estimated', 0, ?, 1, ?)",
+           P(id, req->who.org_id, c.backend, config_text, now, key, fp, now, now, rate_text,
+             meter_price_version(), req->who.key_id, exp_p), NULL) < 0 ||
+        ex(x, "INSERT INTO sandbox_creation_attempts(id, sandbox_id, attempt_number, status,"
+              " retry_status, started_at) VALUES (?, ?, 1, 'creating', 'not_applicable', ?)",
+           P(att, id, now), NULL) < 0 ||
+        tx_commit(x) < 0)
+        goto internal;
+
+    /* The provider call, after the commit. */
+    client = cp_runtime_client(cp_server_runtimes(x->srv), c.backend, &e);
+    opts = client ? options_of(body, &c, &e) : NULL;
+    sb = opts ? sbx_sandbox_create(client, opts, &e) : NULL;
+    if (sb && getenv("SBX_SERVER_TEST_CRASH_AFTER_PROVIDER_CREATE")) {
+        /* Test hook: die between the provider create and the commit of its
+         * outcome, as a crash or SIGKILL there would. */
+        kill(getpid(), SIGKILL);
+    }
+    now_us = cp_now_us();
+    cp_iso(now_us, now, sizeof now);
+    if (sb) {
+        char *state = sbx_sandbox_session_state(sb, NULL);
+        char *sealed = state ? cp_seal(x->set->pepper, id, state) : NULL;
+        const char *rid = sbx_sandbox_get0_id(sb);
+
+        free(state);
+        if (tx_begin(x, id) < 0 ||
+            ex(x, "UPDATE sandboxes SET status = 'running', running_at = ?,"
+                  " provider_resource_id = ?, session_state_sealed = ?, version = version + 1"
+                  " WHERE id = ?", P(now, rid, sealed, id), NULL) < 0 ||
+            ex(x, "UPDATE sandbox_creation_attempts SET status = 'succeeded', completed_at = ?,"
+                  " provider_resource_id = ? WHERE id = ?", P(now, rid, att), NULL) < 0 ||
+            tx_commit(x) < 0) {
+            free(sealed);
+            sbx_sandbox_destroy(sb, NULL);
+            sbx_sandbox_free(sb);
+            goto internal;
+        }
+        free(sealed);
+        cp_runtime_put(cp_server_runtimes(x->srv), id, sb);
+        meter_accrue(x, id, (snprintf(lock, sizeof lock, "create:%s", id), lock), now_us);
+        reply_record(x, res, 201, req->who.org_id, id);
+    } else {
+        int status = 502;
+        json_object *payload = provider_payload(e, c.backend, "create", &status);
+        json_object *ctx = json_object_object_get(payload, "context");
+        const char *cleanup = json_object_get_string(json_object_object_get(ctx, "cleanup_status"));
+        const char *prid = json_object_get_string(json_object_object_get(ctx,
+                                                                         "provider_resource_id"));
+        int unknown = !strcmp(json_object_get_string(json_object_object_get(payload, "outcome")),
+                              "unknown");
+        const char *retry = (unknown || (cleanup && !strcmp(cleanup, "unknown")))
+                                ? "blocked_cleanup_unknown"
+                                : json_object_get_boolean(json_object_object_get(payload, "retryable"))
+                                      ? "retryable" : "not_retryable";
+        const char *ptext = json_object_to_json_string_ext(payload, JSON_C_TO_STRING_PLAIN);
+
+        if (tx_begin(x, id) < 0 ||
+            ex(x, "UPDATE sandboxes SET status = 'failed', failed_at = ?, latest_error_json = ?,"
+                  " retry_status = ?, cleanup_status = ?, provider_resource_id = ?,"
+                  " version = version + 1 WHERE id = ?",
+               P(now, ptext, retry, cleanup, prid, id), NULL) < 0 ||
+            ex(x, "UPDATE sandbox_creation_attempts SET status = 'failed', completed_at = ?,"
+                  " error_json = ?, retry_status = ?, cleanup_status = ?,"
+                  " provider_resource_id = ? WHERE id = ?",
+               P(now, ptext, retry, cleanup, prid, att), NULL) < 0 ||
+            tx_commit(x) < 0) {
+            json_object_put(payload);
+            goto internal;
+        }
+        meter_accrue(x, id, (snprintf(lock, sizeof lock, "create:%s", id), lock), now_us);
+        reply_payload(res, status, payload);
+    }
+    goto out;
+internal:
+    tx_rollback(x);
+    reply_internal(res);
+out:
+    sbx_error_free(e);
+    sbx_options_free(opts);
+    store_rows_free(r);
+    free(config_text);
+    free(id);
+    free(att);
+    if (c.canon || c.config)
+        create_req_free(&c);
+    json_object_put(body);
+}
+
+/* ---------------------------------------------------------------- list, get, detail */
+
+static void
+h_sandbox_list(cx *x, cp_request *req, cp_response *res)
+{
+    store_rows *r;
+    json_object *out;
+
+    if (!cp_require_scope(req, res, "sandboxes:read"))
+        return;
+    r = q(x, SANDBOX_SELECT "WHERE s.organization_id = ? ORDER BY s.created_at DESC, s.id DESC",
+          P(req->who.org_id));
+    if (!r) {
+        reply_internal(res);
+        return;
+    }
+    out = json_object_new_array();
+    for (size_t i = 0; i < r->nrows; i++)
+        json_object_array_add(out, record_json(r, i));
+    store_rows_free(r);
+    cp_reply_json(res, 200, out);
+}
+
+static void
+h_sandbox_get(cx *x, cp_request *req, cp_response *res)
+{
+    if (!cp_require_scope(req, res, "sandboxes:read"))
+        return;
+    reply_record(x, res, 200, req->who.org_id, req->params[0]);
+}
+
+static void
+h_sandbox_detail(cx *x, cp_request *req, cp_response *res)
+{
+    store_rows *r, *a = NULL, *e = NULL, *po = NULL;
+    json_object *out, *list;
+    const char *id = req->params[0];
+    char obs[200], now[40];
+    int64_t now_us = cp_now_us();
+
+    if (!cp_require_scope(req, res, "sandboxes:read"))
+        return;
+    r = load_sandbox(x, req->who.org_id, id);
+    if (!r) {
+        reply_internal(res);
+        return;
+    }
+    if (r->nrows == 0) {
+        store_rows_free(r);
+        cp_reply_detail(res, 404, "sandbox not found");
+        return;
+    }
+    {
+        const char *st = store_cell(r, 0, "status");
+        if ((!strcmp(st, "creating") || !strcmp(st, "running") || !strcmp(st, "stopping")) &&
+            !strcmp(store_cell(r, 0, "cost_state"), "estimated") &&
+            strcmp(store_cell(r, 0, "hourly_rate_usd"), "0")) {
+            cp_iso(now_us, now, sizeof now);
+            snprintf(obs, sizeof obs, "estimate:%s:%s", id, now);
+            meter_accrue(x, id, obs, now_us);
+            store_rows_free(r);
+            r = load_sandbox(x, req->who.org_id, id);
+            if (!r || !r->nrows) {
+                store_rows_free(r);
+                reply_internal(res);
+                return;
+            }
+        }
+    }
+    a = q(x, "SELECT * FROM sandbox_creation_attempts WHERE sandbox_id = ?"
+             " ORDER BY attempt_number", P(id));
+    e = q(x, "SELECT * FROM executions WHERE sandbox_id = ? AND organization_id = ?"
+             " ORDER BY created_at DESC, id DESC", P(id, req->who.org_id));
+    po = q(x, "SELECT * FROM provider_observations WHERE sandbox_id = ? AND organization_id = ?"
+              " ORDER BY observed_at DESC", P(id, req->who.org_id));
+    if (!a || !e || !po) {
+        store_rows_free(r);
+        store_rows_free(a);
+        store_rows_free(e);
+        store_rows_free(po);
+        reply_internal(res);
+        return;
+    }
+    out = json_object_new_object();
+    json_object_object_add(out, "sandbox", record_json(r, 0));
+    list = json_object_new_array();
+    for (size_t i = 0; i < a->nrows; i++) {
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "attempt_number",
+                               json_object_new_int(atoi(store_cell(a, i, "attempt_number"))));
+        json_object_object_add(o, "status", jstr(store_cell(a, i, "status")));
+        json_object_object_add(o, "retry_status", jstr(store_cell(a, i, "retry_status")));
+        json_object_object_add(o, "cleanup_status", jstr(store_cell(a, i, "cleanup_status")));
+        json_object_object_add(o, "provider_resource_id",
+                               jstr(store_cell(a, i, "provider_resource_id")));
+        json_object_object_add(o, "started_at", jstr(store_cell(a, i, "started_at")));
+        json_object_object_add(o, "completed_at", jstr(store_cell(a, i, "completed_at")));
+        json_object_object_add(o, "error", jparse(store_cell(a, i, "error_json")));
+        json_object_array_add(list, o);
+    }
+    json_object_object_add(out, "attempts", list);
+    list = json_object_new_array();
+    for (size_t i = 0; i < e->nrows; i++) {
+        json_object *o = json_object_new_object();
+        const char *err = store_cell(e, i, "error");
+        json_object_object_add(o, "id", jstr(store_cell(e, i, "id")));
+        json_object_object_add(o, "request_id", jstr(store_cell(e, i, "request_id")));
+        json_object_object_add(o, "status", jstr(store_cell(e, i, "status")));
+        json_object_object_add(o, "created_at", jstr(store_cell(e, i, "created_at")));
+        json_object_object_add(o, "completed_at", jstr(store_cell(e, i, "completed_at")));
+        json_object_object_add(o, "response", jparse(store_cell(e, i, "response_json")));
+        json_object_object_add(o, "error", err ? jparse(err) : NULL);
+        json_object_array_add(list, o);
+    }
+    json_object_object_add(out, "executions", list);
+    json_object_object_add(out, "cost", meter_cost_json(x, id));
+    list = json_object_new_array();
+    for (size_t i = 0; i < po->nrows; i++) {
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "observation_id", jstr(store_cell(po, i, "observation_id")));
+        json_object_object_add(o, "provider_resource_id",
+                               jstr(store_cell(po, i, "provider_resource_id")));
+        json_object_object_add(o, "status", jstr(store_cell(po, i, "status")));
+        json_object_object_add(o, "observed_at", jstr(store_cell(po, i, "observed_at")));
+        json_object_object_add(o, "provider_cost_usd", jstr(store_cell(po, i, "provider_cost_usd")));
+        json_object_object_add(o, "currency", jstr(store_cell(po, i, "currency")));
+        json_object_object_add(o, "missing",
+                               json_object_new_boolean(atoi(store_cell(po, i, "missing"))));
+        json_object_array_add(list, o);
+    }
+    json_object_object_add(out, "provider_observations", list);
+    store_rows_free(r);
+    store_rows_free(a);
+    store_rows_free(e);
+    store_rows_free(po);
+    cp_reply_json(res, 200, out);
+}
+
+/* ---------------------------------------------------------------- runtime */
+
+/* The attached handle of sandbox row @r, reattaching from its sealed
+ * session state when this process has none (after a restart, or a sandbox
+ * made by another server on the same database). NULL when it cannot. */
+static sbx_sandbox *
+runtime_of(cx *x, const store_rows *r)
+{
+    cp_runtimes *rt = cp_server_runtimes(x->srv);
+    const char *id = store_cell(r, 0, "id");
+    const char *sealed = store_cell(r, 0, "session_state_sealed");
+    sbx_sandbox *sb = cp_runtime_get(rt, id), *resumed;
+    sbx_client *client;
+    char *state;
+
+    if (sb || !sealed)
+        return sb;
+    state = cp_unseal(x->set->pepper, id, sealed);
+    if (!state)
+        return NULL;
+    client = cp_runtime_client(rt, store_cell(r, 0, "backend"), NULL);
+    resumed = client ? sbx_sandbox_resume(client, state, NULL) : NULL;
+    free(state);
+    if (!resumed)
+        return NULL;
+    /* A resume may be lazy (out of process it is): ask once whether the
+     * sandbox is still there, so a vanished one is "unavailable" in every
+     * plugin mode. */
+    if (sbx_sandbox_is_alive(resumed, NULL) != 1) {
+        sbx_sandbox_free(resumed);
+        return NULL;
+    }
+    cp_runtime_put(rt, id, resumed);
+    return cp_runtime_get(rt, id);
+}
+
+/* ---------------------------------------------------------------- execute */
+
+static void
+add_output(json_object *o, const char *name, const char *data, size_t len)
+{
+    if (cp_utf8_valid(data, len)) {
+        json_object_object_add(o, name, json_object_new_string_len(data, (int)len));
+    } else {
+        size_t n = 0;
+        char *lossy = cp_utf8_lossy(data, len, &n), *b64 = cp_base64(data, len), key[32];
+        json_object_object_add(o, name, json_object_new_string_len(lossy, (int)n));
+        snprintf(key, sizeof key, "%s_lossy", name);
+        json_object_object_add(o, key, json_object_new_boolean(1));
+        snprintf(key, sizeof key, "%s_b64", name);
+        json_object_object_add(o, key, json_object_new_string(b64));
+        free(lossy);
+        free(b64);
+    }
+}
+
+static void
+h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
+{
+    const char *id = req->params[0], *status, *code = NULL, *command = NULL,
+               *language = "python";
+    const char *hdr = cp_header(req, "Idempotency-Key");
+    json_object *body, *v, *args = NULL, *out = NULL, *usage;
+    store_rows *r = NULL, *ex_rows = NULL;
+    sbx_sandbox *sb = NULL;
+    sbx_result *result = NULL;
+    sbx_error *e = NULL;
+    char *request_id = NULL, *exe_id = NULL, now[40], lock[400];
+    const char **argv = NULL;
+    unsigned char *stdin_data = NULL;
+    size_t stdin_len = 0;
+    char **env = NULL;
+    const char *cwd = NULL;
+    double exec_timeout = 0;
+    double t0, elapsed;
+    int64_t us, rate = 0, prov, cust;
+    int conflict = 0;
+
+    if (!cp_require_scope(req, res, "sandboxes:execute"))
+        return;
+    body = cp_body_object(req, res);
+    if (!body)
+        return;
+    if (json_object_object_get_ex(body, "code", &v) && !json_object_is_type(v, json_type_null)) {
+        if (!json_object_is_type(v, json_type_string)) {
+            reply_validation(res, "string_type", "body", "code", "Input should be a valid string",
+                             json_object_get(v));
+            goto out;
+        }
+        code = json_object_get_string(v);
+    }
+    if (json_object_object_get_ex(body, "command", &v) && !json_object_is_type(v, json_type_null)) {
+        if (!json_object_is_type(v, json_type_string)) {
+            reply_validation(res, "string_type", "body", "command",
+                             "Input should be a valid string", json_object_get(v));
+            goto out;
+        }
+        command = json_object_get_string(v);
+    }
+    if (json_object_object_get_ex(body, "language", &v) && !json_object_is_type(v, json_type_null)) {
+        if (!json_object_is_type(v, json_type_string)) {
+            reply_validation(res, "string_type", "body", "language",
+                             "Input should be a valid string", json_object_get(v));
+            goto out;
+        }
+        language = json_object_get_string(v);
+    }
+    if (json_object_object_get_ex(body, "args", &v) && !json_object_is_type(v, json_type_null)) {
+        if (!json_object_is_type(v, json_type_array)) {
+            reply_validation(res, "list_type", "body", "args", "Input should be a valid list",
+                             json_object_get(v));
+            goto out;
+        }
+        for (size_t i = 0; i < json_object_array_length(v); i++)
+            if (!json_object_is_type(json_object_array_get_idx(v, i), json_type_string)) {
+                reply_validation(res, "string_type", "body", "args",
+                                 "Input should be a valid string",
+                                 json_object_get(json_object_array_get_idx(v, i)));
+                goto out;
+            }
+        args = v;
+    }
+    if (json_object_object_get_ex(body, "stdin_b64", &v) && !json_object_is_type(v, json_type_null)) {
+        if (!json_object_is_type(v, json_type_string) ||
+            !(stdin_data = cp_base64_decode(json_object_get_string(v), &stdin_len))) {
+            reply_validation(res, "value_error", "body", "stdin_b64",
+                             "Value error, stdin_b64 must be standard base64",
+                             json_object_get(v));
+            goto out;
+        }
+    }
+    if (json_object_object_get_ex(body, "env", &v) && !json_object_is_type(v, json_type_null)) {
+        size_t n = 0, k = 0;
+        if (!json_object_is_type(v, json_type_object)) {
+            reply_validation(res, "dict_type", "body", "env", "Input should be a valid dictionary",
+                             json_object_get(v));
+            goto out;
+        }
+        n = (size_t)json_object_object_length(v);
+        env = calloc(n + 1, sizeof *env);
+        json_object_object_foreach(v, ek, ev) {
+            if (!json_object_is_type(ev, json_type_string)) {
+                reply_validation(res, "string_type", "body", "env",
+                                 "Input should be a valid string", json_object_get(ev));
+                goto out;
+            }
+            env[k++] = cp_printf("%s=%s", ek, json_object_get_string(ev));
+        }
+    }
+    if (json_object_object_get_ex(body, "cwd", &v) && !json_object_is_type(v, json_type_null)) {
+        if (!json_object_is_type(v, json_type_string)) {
+            reply_validation(res, "string_type", "body", "cwd", "Input should be a valid string",
+                             json_object_get(v));
+            goto out;
+        }
+        cwd = json_object_get_string(v);
+    }
+    if (json_object_object_get_ex(body, "timeout_secs", &v) && !json_object_is_type(v, json_type_null)) {
+        if ((!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double)) ||
+            !(json_object_get_double(v) > 0)) {
+            reply_validation(res, "greater_than", "body", "timeout_secs",
+                             "Input should be greater than 0", json_object_get(v));
+            goto out;
+        }
+        exec_timeout = json_object_get_double(v);
+    }
+    if (!code == !command) {
+        reply_validation(res, "value_error", "body", NULL,
+                         "Value error, provide exactly one of code or command",
+                         json_object_get(body));
+        goto out;
+    }
+    r = load_sandbox(x, req->who.org_id, id);
+    if (!r)
+        goto internal;
+    if (r->nrows == 0) {
+        cp_reply_detail(res, 404, "sandbox not found");
+        goto out;
+    }
+    status = store_cell(r, 0, "status");
+    if (strcmp(status, "running")) {
+        char *m = cp_printf("sandbox is %s", status);
+        cp_reply_detail(res, 409, m);
+        free(m);
+        goto out;
+    }
+    sb = runtime_of(x, r);
+    if (!sb) {
+        /* Terminated meanwhile, or truly without a runtime. */
+        store_rows *now_r = load_sandbox(x, req->who.org_id, id);
+        const char *st = now_r && now_r->nrows ? store_cell(now_r, 0, "status") : "running";
+        if (strcmp(st, "running")) {
+            char *m = cp_printf("sandbox is %s", st);
+            cp_reply_detail(res, 409, m);
+            free(m);
+        } else {
+            cp_reply_detail(res, 409,
+                            "sandbox runtime is unavailable after a control-plane restart");
+        }
+        store_rows_free(now_r);
+        goto out;
+    }
+    request_id = hdr ? strdup(hdr) : cp_new_id("req");
+    exe_id = cp_new_id("exe");
+    cp_now_iso(now, sizeof now);
+    /* The claim: one `running` row per (organisation, sandbox, request id). */
+    snprintf(lock, sizeof lock, "execution:%s:%s", id, request_id);
+    if (tx_begin(x, lock) < 0)
+        goto internal;
+    ex_rows = q(x, "SELECT status, response_json, error FROM executions"
+                   " WHERE organization_id = ? AND sandbox_id = ? AND request_id = ?",
+                P(req->who.org_id, id, request_id));
+    if (!ex_rows)
+        goto internal;
+    if (ex_rows->nrows == 0 &&
+        ex(x, "INSERT INTO executions(id, organization_id, sandbox_id, request_id, status,"
+              " created_at) VALUES (?, ?, ?, ?, 'running', ?)",
+           P(exe_id, req->who.org_id, id, request_id, now), &conflict) < 0)
+        goto internal;
+    if (tx_commit(x) < 0)
+        goto internal;
+    if (ex_rows->nrows) {
+        const char *st = store_cell(ex_rows, 0, "status");
+        if (!strcmp(st, "completed")) {
+            res->status = 200;
+            res->raw = strdup(store_cell(ex_rows, 0, "response_json"));
+        } else if (!strcmp(st, "running")) {
+            cp_reply_detail(res, 409, "execution is already in progress");
+        } else {
+            const char *err = store_cell(ex_rows, 0, "error");
+            cp_reply_detail(res, 409, err ? err : "execution failed");
+        }
+        goto out;
+    }
+
+    /* The run. */
+    t0 = cp_mono();
+    {
+        sbx_exec_request er = SBX_EXEC_REQUEST_INIT;
+        er.stdin_data = stdin_data;
+        er.stdin_len = stdin_len;
+        er.env = (const char *const *)env;
+        er.cwd = cwd;
+        er.timeout_secs = exec_timeout;
+        if (code) {
+            result = sbx_sandbox_execute_code(sb, language, code, &er, &e);
+        } else if (args) {
+            size_t n = json_object_array_length(args);
+            argv = calloc(n + 2, sizeof *argv);
+            argv[0] = command;
+            for (size_t i = 0; i < n; i++)
+                argv[i + 1] = json_object_get_string(json_object_array_get_idx(args, i));
+            er.argv = argv;
+            result = sbx_sandbox_execute_command(sb, &er, &e);
+        } else {
+            er.shell = command;
+            result = sbx_sandbox_execute_command(sb, &er, &e);
+        }
+    }
+    elapsed = cp_mono() - t0;
+    us = (int64_t)(elapsed * 1e6 + 0.5);
+    meter_parse(store_cell(r, 0, "hourly_rate_usd"), 12, &rate);
+    prov = meter_cost(rate, us);
+    cust = meter_customer(x->set, prov);
+    usage = json_object_new_object();
+    {
+        char t[40];
+        meter_fmt(us, 6, t, sizeof t);
+        json_object_object_add(usage, "runtime_seconds", json_object_new_string(t));
+        meter_fmt(prov, 12, t, sizeof t);
+        json_object_object_add(usage, "provider_cost_usd", json_object_new_string(t));
+        meter_fmt(cust, 12, t, sizeof t);
+        json_object_object_add(usage, "customer_cost_usd", json_object_new_string(t));
+    }
+    cp_now_iso(now, sizeof now);
+    if (result) {
+        size_t ol = 0, el = 0;
+        const char *so = sbx_result_get0_stdout(result, &ol), *se = sbx_result_get0_stderr(result, &el);
+        const char *text;
+        out = json_object_new_object();
+        json_object_object_add(out, "request_id", json_object_new_string(request_id));
+        add_output(out, "stdout", so, ol);
+        add_output(out, "stderr", se, el);
+        json_object_object_add(out, "exit_code",
+                               json_object_new_int(sbx_result_get_exit_code(result)));
+        json_object_object_add(out, "usage", usage);
+        if (sbx_result_is_timed_out(result))
+            json_object_object_add(out, "timed_out", json_object_new_boolean(1));
+        if (sbx_result_is_stdout_truncated(result))
+            json_object_object_add(out, "stdout_truncated", json_object_new_boolean(1));
+        if (sbx_result_is_stderr_truncated(result))
+            json_object_object_add(out, "stderr_truncated", json_object_new_boolean(1));
+        text = json_object_to_json_string_ext(out, JSON_C_TO_STRING_PLAIN |
+                                                       JSON_C_TO_STRING_NOSLASHESCAPE);
+        if (tx_begin(x, lock) < 0 ||
+            ex(x, "UPDATE executions SET status = 'completed', response_json = ?,"
+                  " completed_at = ? WHERE id = ?", P(text, now, exe_id), NULL) < 0 ||
+            meter_record_execution(x, req->who.org_id, id, exe_id, request_id, us, prov, cust,
+                                   now) < 0 ||
+            tx_commit(x) < 0)
+            goto internal;
+        res->status = 200;
+        res->raw = strdup(text);
+    } else {
+        int st = 502;
+        json_object *payload = provider_payload(e, store_cell(r, 0, "backend"), "execute", &st);
+        const char *ptext = json_object_to_json_string_ext(payload, JSON_C_TO_STRING_PLAIN);
+        json_object_put(usage);
+        if (tx_begin(x, lock) < 0 ||
+            ex(x, "UPDATE executions SET status = 'failed', error = ?, completed_at = ?"
+                  " WHERE id = ?", P(ptext, now, exe_id), NULL) < 0 ||
+            meter_record_execution(x, req->who.org_id, id, exe_id, request_id, us, prov, cust,
+                                   now) < 0 ||
+            tx_commit(x) < 0) {
+            json_object_put(payload);
+            goto internal;
+        }
+        reply_payload(res, st, payload);
+    }
+    goto out;
+internal:
+    tx_rollback(x);
+    reply_internal(res);
+out:
+    if (sb)
+        cp_runtime_unref(cp_server_runtimes(x->srv), sb);
+    sbx_result_free(result);
+    sbx_error_free(e);
+    json_object_put(out);
+    free(argv);
+    free(stdin_data);
+    for (size_t i = 0; env && env[i]; i++)
+        free(env[i]);
+    free(env);
+    free(request_id);
+    free(exe_id);
+    store_rows_free(r);
+    store_rows_free(ex_rows);
+    json_object_put(body);
+}
+
+/* ---------------------------------------------------------------- terminate */
+
+/* If-Match: trimmed, a leading W/ dropped, quotes stripped, an integer >= 1.
+ * 0 when absent, -1 when malformed. */
+static int64_t
+if_match(const cp_request *req)
+{
+    const char *h = cp_header(req, "If-Match");
+    char buf[64], *p = buf, *e, *end;
+    long long v;
+
+    if (!h)
+        return 0;
+    snprintf(buf, sizeof buf, "%s", h);
+    while (*p == ' ' || *p == '\t')
+        p++;
+    e = p + strlen(p);
+    while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
+        *--e = 0;
+    if (!strncmp(p, "W/", 2))
+        p += 2;
+    while (*p == '"')
+        p++;
+    while (e > p && e[-1] == '"')
+        *--e = 0;
+    if (!*p)
+        return -1;
+    v = strtoll(p, &end, 10);
+    if (*end || v < 1)
+        return -1;
+    return v;
+}
+
+static void
+h_sandbox_terminate(cx *x, cp_request *req, cp_response *res)
+{
+    const char *id = req->params[0];
+    int64_t want = if_match(req), have, end_us;
+    store_rows *r = NULL;
+    sbx_sandbox *sb = NULL;
+    sbx_error *e = NULL;
+    char now[40], obs[200];
+    const char *status;
+
+    if (!cp_require_scope(req, res, "sandboxes:terminate"))
+        return;
+    if (want < 0) {
+        cp_reply_detail(res, 422, "If-Match must be a sandbox version");
+        return;
+    }
+    r = load_sandbox(x, req->who.org_id, id);
+    if (!r)
+        goto internal;
+    if (r->nrows == 0) {
+        cp_reply_detail(res, 404, "sandbox not found");
+        goto out;
+    }
+    status = store_cell(r, 0, "status");
+    if (!strcmp(status, "destroyed")) {
+        cp_reply_json(res, 200, record_json(r, 0));
+        goto out;
+    }
+    have = atoll(store_cell(r, 0, "version"));
+    if (want && want != have) {
+        cp_reply_detail(res, 409, "sandbox changed; refresh before terminating");
+        goto out;
+    }
+    if (!strcmp(status, "stopping")) {
+        cp_reply_detail(res, 409, "sandbox termination is already in progress");
+        goto out;
+    }
+    sb = runtime_of(x, r);
+    if (!sb) {
+        /* A concurrent termination may have just ended it. */
+        store_rows *now_r = load_sandbox(x, req->who.org_id, id);
+        const char *st = now_r && now_r->nrows ? store_cell(now_r, 0, "status") : "";
+        if (!strcmp(st, "destroyed"))
+            cp_reply_json(res, 200, record_json(now_r, 0));
+        else if (!strcmp(st, "stopping"))
+            cp_reply_detail(res, 409, "sandbox termination is already in progress");
+        else
+            cp_reply_detail(res, 409, "sandbox runtime is not attached and provider "
+                                      "termination is not configured");
+        store_rows_free(now_r);
+        goto out;
+    }
+    /* The version check and the move to `stopping`, in one transaction. */
+    cp_now_iso(now, sizeof now);
+    {
+        char ver[24];
+        int64_t n;
+        snprintf(ver, sizeof ver, "%lld", (long long)have);
+        if (tx_begin(x, id) < 0)
+            goto internal;
+        n = ex(x, "UPDATE sandboxes SET status = 'stopping', stopping_at = COALESCE(stopping_at, ?),"
+                  " version = version + 1 WHERE id = ? AND version = ?"
+                  " AND status NOT IN ('stopping', 'destroyed')", P(now, id, ver), NULL);
+        if (n < 0 || tx_commit(x) < 0)
+            goto internal;
+        if (n == 0) {
+            /* Another request changed it between the read and here: a
+             * concurrent termination (in progress, or done) or a version
+             * the caller has not seen. */
+            store_rows *now_r = load_sandbox(x, req->who.org_id, id);
+            const char *st = now_r && now_r->nrows ? store_cell(now_r, 0, "status") : "";
+            if (!strcmp(st, "destroyed"))
+                cp_reply_json(res, 200, record_json(now_r, 0));
+            else if (!strcmp(st, "stopping"))
+                cp_reply_detail(res, 409, "sandbox termination is already in progress");
+            else
+                cp_reply_detail(res, 409, "sandbox changed; refresh before terminating");
+            store_rows_free(now_r);
+            goto out;
+        }
+    }
+    if (sbx_sandbox_destroy(sb, &e) == 0) {
+        end_us = cp_now_us();
+        cp_iso(end_us, now, sizeof now);
+        if (tx_begin(x, id) < 0 ||
+            ex(x, "UPDATE sandboxes SET status = 'destroyed', destroyed_at = ?, terminated_at = ?,"
+                  " termination_reason = 'operator', terminated_by_api_key_id = ?,"
+                  " session_state_sealed = NULL, version = version + 1 WHERE id = ?",
+               P(now, now, req->who.key_id, id), NULL) < 0 ||
+            tx_commit(x) < 0)
+            goto internal;
+        cp_runtime_drop(cp_server_runtimes(x->srv), id);
+        snprintf(obs, sizeof obs, "terminate:%s", id);
+        meter_accrue(x, id, obs, end_us);
+        reply_record(x, res, 200, req->who.org_id, id);
+    } else {
+        int st = 502;
+        json_object *payload = provider_payload(e, store_cell(r, 0, "backend"), "destroy", &st);
+        const char *ptext = json_object_to_json_string_ext(payload, JSON_C_TO_STRING_PLAIN);
+        end_us = cp_now_us();
+        cp_iso(end_us, now, sizeof now);
+        if (tx_begin(x, id) < 0 ||
+            ex(x, "UPDATE sandboxes SET status = 'failed', failed_at = ?, latest_error_json = ?,"
+                  " retry_status = 'not_retryable', version = version + 1 WHERE id = ?",
+               P(now, ptext, id), NULL) < 0 ||
+            tx_commit(x) < 0) {
+            json_object_put(payload);
+            goto internal;
+        }
+        snprintf(obs, sizeof obs, "terminate-failed:%s", id);
+        meter_accrue(x, id, obs, end_us);
+        reply_payload(res, st, payload);
+    }
+    goto out;
+internal:
+    tx_rollback(x);
+    reply_internal(res);
+out:
+    if (sb)
+        cp_runtime_unref(cp_server_runtimes(x->srv), sb);
+    sbx_error_free(e);
+    store_rows_free(r);
+}
+
+/* ---------------------------------------------------------------- routing */
+
+typedef void (*handler_fn)(cx *x, cp_request *req, cp_response *res);
+
+typedef struct route {
+    const char *method;
+    const char *pattern;          /* segments; "{id}" matches one */
+    handler_fn fn;
+    int open;                     /* no authentication */
+} route;
+
+static void
+h_healthz(cx *x, cp_request *req, cp_response *res)
+{
+    json_object *o = json_object_new_object();
+
+    (void)x;
+    (void)req;
+    json_object_object_add(o, "status", json_object_new_string("ok"));
+    cp_reply_json(res, 200, o);
+}
+
+static const route routes[] = {
+    { "GET", "/healthz", h_healthz, 1 },
+    { "POST", "/v1/organizations", h_organizations, 1 },
+    { "GET", "/v1/session", h_session, 0 },
+    { "GET", "/v1/api-keys", h_keys_list, 0 },
+    { "POST", "/v1/api-keys", h_keys_create, 0 },
+    { "DELETE", "/v1/api-keys/{id}", h_keys_revoke, 0 },
+    { "GET", "/v1/sandboxes", h_sandbox_list, 0 },
+    { "POST", "/v1/sandboxes", h_sandbox_create, 0 },
+    { "GET", "/v1/sandboxes/{id}", h_sandbox_get, 0 },
+    { "DELETE", "/v1/sandboxes/{id}", h_sandbox_terminate, 0 },
+    { "GET", "/v1/sandboxes/{id}/detail", h_sandbox_detail, 0 },
+    { "POST", "/v1/sandboxes/{id}/execute", h_sandbox_execute, 0 },
+    { "GET", "/v1/costs", h_costs, 0 },
+};
+
+/* Matches @path against @pattern, storing {id} segments in @params. */
+static int
+match(const char *pattern, const char *path, const char **params, char store_[][256])
+{
+    const char *p = pattern, *s = path;
+    int np = 0;
+
+    while (*p && *s) {
+        if (!strncmp(p, "{id}", 4)) {
+            const char *e = strchr(s, '/');
+            size_t n = e ? (size_t)(e - s) : strlen(s);
+            if (n == 0 || n >= 256)
+                return 0;
+            memcpy(store_[np], s, n);
+            store_[np][n] = 0;
+            params[np] = store_[np];
+            np++;
+            p += 4;
+            s += n;
+            continue;
+        }
+        if (*p != *s)
+            return 0;
+        p++;
+        s++;
+    }
+    return !*p && !*s;
+}
+
+int
+cp_route_blocks(const char *method, const char *path)
+{
+    if (strncmp(path, "/v1/sandboxes", 13))
+        return 0;
+    return !strcmp(method, "POST") || !strcmp(method, "DELETE");
+}
+
+void
+cp_dispatch(cp_server *srv, cp_request *req, cp_response *res)
+{
+    static __thread char params[4][256];
+    const route *found = NULL;
+    int path_known = 0;
+    cx x;
+
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        if (!match(routes[i].pattern, req->path, req->params, params))
+            continue;
+        path_known = 1;
+        req->route = routes[i].pattern;
+        /* HEAD is GET without the body (libmicrohttpd drops it), as
+         * Starlette routes it. */
+        if (!strcmp(routes[i].method, req->method) ||
+            (!strcmp(req->method, "HEAD") && !strcmp(routes[i].method, "GET"))) {
+            found = &routes[i];
+            break;
+        }
+    }
+    if (!found) {
+        if (path_known)
+            cp_reply_detail(res, 405, "Method Not Allowed");
+        else {
+            req->route = "-";
+            cp_reply_detail(res, 404, "Not Found");
+        }
+        return;
+    }
+    cx_init(&x, srv);
+    if (!found->open && cp_authenticate(&x, req, res) < 0) {
+        cx_done(&x);
+        return;
+    }
+    found->fn(&x, req, res);
+    cx_done(&x);
+}

@@ -1,0 +1,93 @@
+/*
+ * server/api.h — what the endpoint files of sbx-server share: a request's
+ * database context, statement helpers, the error payloads, scopes and
+ * metering.
+ */
+#ifndef SBX_SERVER_API_H
+#define SBX_SERVER_API_H
+
+#include "server.h"
+
+/* One request's view of the store: a pooled connection, taken on first use
+ * and given back at the end of the request (cx_done). A statement that
+ * fails sets @failed and logs the engine's message (never a parameter). */
+typedef struct cx {
+    cp_server *srv;
+    const cp_settings *set;
+    store *st;
+    const store_vtable *vt;
+    store_conn *c;
+    int failed;
+    int in_txn;
+} cx;
+
+void cx_init(cx *x, cp_server *srv);
+void cx_done(cx *x);
+
+/* `n, params` for q()/ex(): P("a", b) → 2, (const char *const[]){"a", b}. */
+#define P(...) (sizeof((const char *[]){ __VA_ARGS__ }) / sizeof(const char *)), \
+               ((const char *const[]){ __VA_ARGS__ })
+
+/* A query's rows (store_rows_free), NULL on failure. */
+store_rows *q(cx *x, const char *sql, size_t n, const char *const *p);
+/* A statement's changed-row count, -1 on failure (*@conflict: a unique
+ * violation, when not NULL). */
+int64_t ex(cx *x, const char *sql, size_t n, const char *const *p, int *conflict);
+/* Transactions (server/store.h: @lock names the decision). */
+int tx_begin(cx *x, const char *lock);
+int tx_commit(cx *x);
+void tx_rollback(cx *x);
+
+/* 500 "Internal control-plane error." */
+void reply_internal(cp_response *res);
+/* 422 with a FastAPI-style validation list of one item. */
+void reply_validation(cp_response *res, const char *type, const char *where,
+                      const char *field, const char *msg, json_object *input);
+
+/* auth.c: resolves the request's principal into req->who; on failure fills
+ * @res (401) and returns -1. */
+int cp_authenticate(cx *x, cp_request *req, cp_response *res);
+/* auth.c: 1 when the principal holds @scope (`*` holds all; legacy
+ * sandboxes:write holds create, execute, terminate and
+ * providers:reconcile); else fills @res with 403 and returns 0. */
+int cp_require_scope(const cp_request *req, cp_response *res, const char *scope);
+int cp_has_scope(const cp_request *req, const char *scope);
+/* auth.c: a new product key "bsk_live_" + 43 base64url characters, its
+ * digest (HMAC-SHA256 under the pepper, hex) and prefix (first 17). */
+void cp_new_product_key(const char *pepper, char secret[64], char digest[65], char prefix[18]);
+
+/* auth.c / api.c handlers. */
+void h_organizations(cx *x, cp_request *req, cp_response *res);
+void h_keys_list(cx *x, cp_request *req, cp_response *res);
+void h_keys_create(cx *x, cp_request *req, cp_response *res);
+void h_keys_revoke(cx *x, cp_request *req, cp_response *res);
+void h_session(cx *x, cp_request *req, cp_response *res);
+
+/* meter.c: pricing, usage, the ledgers and the costs report. */
+/* The hourly rate of a sandbox of this size, pico-dollars per hour (0 when
+ * the price table has none), and the pricing source (the table's date). */
+int64_t meter_hourly_rate(const char *backend, double cpu, int64_t memory_mb, const char *gpu);
+const char *meter_price_version(void);
+/* @pusd × the customer markup, rounded half away from zero. */
+int64_t meter_customer(const cp_settings *set, int64_t pusd);
+/* The cost of @us microseconds at @rate_pusd_h, rounded. */
+int64_t meter_cost(int64_t rate_pusd_h, int64_t us);
+/* Decimal text of @v units of 10^-@scale (no trailing zeros). */
+void meter_fmt(int64_t v, int scale, char *buf, size_t cap);
+/* Reads decimal text into 10^-@scale units; 0 or -1. */
+int meter_parse(const char *text, int scale, int64_t *out);
+/* Lifecycle accrual of sandbox @sandbox_id for observation @obs at @end_us
+ * (CONTROL-PLANE.md §5), in its own transaction. 0 or -1. */
+int meter_accrue(cx *x, const char *sandbox_id, const char *obs, int64_t end_us);
+/* Accrues an estimate for every active estimated sandbox of @org. */
+int meter_accrue_active(cx *x, const char *org);
+/* Writes an execution's usage event and its two ledger entries (once per
+ * request id); inside the caller's transaction. 0 or -1. */
+int meter_record_execution(cx *x, const char *org, const char *sandbox_id,
+                           const char *execution_id, const char *request_id, int64_t us,
+                           int64_t provider_pusd, int64_t customer_pusd, const char *now);
+void h_costs(cx *x, cp_request *req, cp_response *res);
+/* The detail's "cost" object of a sandbox, or NULL. */
+json_object *meter_cost_json(cx *x, const char *sandbox_id);
+
+#endif

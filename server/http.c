@@ -1,0 +1,383 @@
+/*
+ * server/http.c — sbx-server's HTTP layer over libmicrohttpd: the daemon
+ * (a pool of polling threads, HTTP/1.1 keep-alive), request bodies, the
+ * contract's security headers on every response (CONTROL-PLANE.md §8), and
+ * one log line per request on stderr:
+ *
+ *   sbx-server: method=POST route=/v1/sandboxes status=201 duration_ms=12.345 organization=org_…
+ *
+ * The log names the route template (never the query, a header or a body),
+ * so no key, token or other secret reaches it (CASE-36).
+ *
+ * Requests that wait on a provider (create, execute, terminate: see
+ * cp_route_blocks) are not run on the polling threads: their connection is
+ * suspended and the request handed to a pool of worker threads
+ * (SBX_SERVER_WORKERS, default 64), which resumes the connection with the
+ * response. So a slow command never stalls the other connections a polling
+ * thread serves. Everything else is answered inline.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <strings.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <microhttpd.h>
+
+#include "http.h"
+#include "server.h"
+#include "util.h"
+
+/* Bodies above this are refused with 413. */
+#define CP_MAX_BODY (8u << 20)
+
+typedef struct req_ctx req_ctx;
+
+struct cp_http {
+    struct MHD_Daemon *d;
+    cp_server *srv;
+    unsigned port;
+    /* the worker pool */
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    req_ctx *head, *tail;
+    pthread_t *workers;
+    unsigned nworkers;
+    int quitting;
+};
+
+/* One request: its body as it arrives, then copies of its headers and query
+ * arguments (a worker must not touch the connection), then its response. */
+struct req_ctx {
+    char *body;
+    size_t len, cap;
+    int too_large;
+    double start;
+    int state;                    /* 0 receiving, 1 with a worker, 2 answered */
+    struct MHD_Connection *conn;
+    char *method, *path;
+    char **names, **values;       /* headers (kind 'h') and arguments ('a') */
+    char *kinds;
+    size_t n, ncap;
+    cp_request req;
+    cp_response res;
+    req_ctx *next;
+};
+
+static const char *const security_headers[][2] = {
+    { "Content-Security-Policy",
+      "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+      "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; "
+      "frame-ancestors 'none'; object-src 'none'" },
+    { "X-Content-Type-Options", "nosniff" },
+    { "X-Frame-Options", "DENY" },
+    { "Referrer-Policy", "no-referrer" },
+    { "Permissions-Policy", "camera=(), microphone=(), geolocation=()" },
+    { "Cross-Origin-Opener-Policy", "same-origin" },
+    { "Strict-Transport-Security", "max-age=63072000; includeSubDomains" },
+};
+
+static const char *
+lookup(const cp_request *req, char kind, const char *name)
+{
+    const req_ctx *ctx = req->owner;
+
+    for (size_t i = 0; i < ctx->n; i++)
+        if (ctx->kinds[i] == kind &&
+            (kind == 'h' ? !strcasecmp(ctx->names[i], name) : !strcmp(ctx->names[i], name)))
+            return ctx->values[i];
+    return NULL;
+}
+
+const char *
+cp_header(const cp_request *req, const char *name)
+{
+    return lookup(req, 'h', name);
+}
+
+const char *
+cp_query(const cp_request *req, const char *name)
+{
+    return lookup(req, 'a', name);
+}
+
+static enum MHD_Result
+copy_value(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    req_ctx *ctx = cls;
+
+    if (!key)
+        return MHD_YES;
+    if (ctx->n == ctx->ncap) {
+        ctx->ncap = ctx->ncap ? ctx->ncap * 2 : 16;
+        ctx->names = realloc(ctx->names, ctx->ncap * sizeof *ctx->names);
+        ctx->values = realloc(ctx->values, ctx->ncap * sizeof *ctx->values);
+        ctx->kinds = realloc(ctx->kinds, ctx->ncap);
+    }
+    ctx->names[ctx->n] = strdup(key);
+    ctx->values[ctx->n] = strdup(value ? value : "");
+    ctx->kinds[ctx->n] = kind == MHD_HEADER_KIND ? 'h' : 'a';
+    ctx->n++;
+    return MHD_YES;
+}
+
+static void
+ctx_free(req_ctx *ctx)
+{
+    for (size_t i = 0; i < ctx->n; i++) {
+        free(ctx->names[i]);
+        free(ctx->values[i]);
+    }
+    free(ctx->names);
+    free(ctx->values);
+    free(ctx->kinds);
+    free(ctx->method);
+    free(ctx->path);
+    free(ctx->body);
+    json_object_put(ctx->req.who.scopes);
+    json_object_put(ctx->res.body);
+    free(ctx->res.raw);
+    free(ctx);
+}
+
+static void *
+worker(void *arg)
+{
+    struct cp_http *h = arg;
+
+    for (;;) {
+        req_ctx *ctx;
+        pthread_mutex_lock(&h->lock);
+        while (!h->head && !h->quitting)
+            pthread_cond_wait(&h->wake, &h->lock);
+        ctx = h->head;
+        if (!ctx) {
+            pthread_mutex_unlock(&h->lock);
+            return NULL;
+        }
+        h->head = ctx->next;
+        if (!h->head)
+            h->tail = NULL;
+        pthread_mutex_unlock(&h->lock);
+        cp_dispatch(h->srv, &ctx->req, &ctx->res);
+        __atomic_store_n(&ctx->state, 2, __ATOMIC_RELEASE);
+        MHD_resume_connection(ctx->conn);
+    }
+}
+
+/* Hands @ctx to a worker; 0, or -1 when the pool is stopping. */
+static int
+enqueue(struct cp_http *h, req_ctx *ctx)
+{
+    pthread_mutex_lock(&h->lock);
+    if (h->quitting || !h->nworkers) {
+        pthread_mutex_unlock(&h->lock);
+        return -1;
+    }
+    ctx->next = NULL;
+    if (h->tail)
+        h->tail->next = ctx;
+    else
+        h->head = ctx;
+    h->tail = ctx;
+    pthread_cond_signal(&h->wake);
+    pthread_mutex_unlock(&h->lock);
+    return 0;
+}
+
+static void
+request_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                  enum MHD_RequestTerminationCode toe)
+{
+    req_ctx *ctx = *con_cls;
+
+    (void)cls;
+    (void)c;
+    (void)toe;
+    if (ctx) {
+        ctx_free(ctx);
+        *con_cls = NULL;
+    }
+}
+
+static enum MHD_Result
+send_response(struct MHD_Connection *c, const cp_request *req, cp_response *res, double start)
+{
+    const char *text = "";
+    size_t len = 0;
+    struct MHD_Response *r;
+    enum MHD_Result ret;
+
+    if (res->raw) {
+        text = res->raw;
+        len = strlen(text);
+    } else if (res->body) {
+        text = json_object_to_json_string_ext(res->body, JSON_C_TO_STRING_PLAIN |
+                                                             JSON_C_TO_STRING_NOSLASHESCAPE);
+        len = strlen(text);
+    }
+    r = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
+    for (size_t i = 0; i < sizeof security_headers / sizeof security_headers[0]; i++)
+        MHD_add_response_header(r, security_headers[i][0], security_headers[i][1]);
+    if (res->body || res->raw)
+        MHD_add_response_header(r, "Content-Type", "application/json");
+    ret = MHD_queue_response(c, (unsigned)res->status, r);
+    MHD_destroy_response(r);
+    fprintf(stderr, "sbx-server: method=%s route=%s status=%d duration_ms=%.3f organization=%s\n",
+            req->method, req->route ? req->route : "-", res->status,
+            (cp_mono() - start) * 1000.0, req->authed ? req->who.org_id : "-");
+    json_object_put(res->body);
+    free(res->raw);
+    res->body = NULL;
+    res->raw = NULL;
+    return ret;
+}
+
+static enum MHD_Result
+handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+        const char *version, const char *upload_data, size_t *upload_data_size,
+        void **con_cls)
+{
+    struct cp_http *h = cls;
+    req_ctx *ctx = *con_cls;
+
+    (void)version;
+    if (!ctx) {
+        ctx = calloc(1, sizeof *ctx);
+        if (!ctx)
+            return MHD_NO;
+        ctx->start = cp_mono();
+        ctx->conn = c;
+        *con_cls = ctx;
+        return MHD_YES;
+    }
+    if (__atomic_load_n(&ctx->state, __ATOMIC_ACQUIRE) == 2)
+        return send_response(c, &ctx->req, &ctx->res, ctx->start);
+    if (ctx->state == 1)
+        return MHD_YES;           /* resumed before the worker answered: not expected */
+    if (*upload_data_size) {
+        if (ctx->len + *upload_data_size > CP_MAX_BODY) {
+            ctx->too_large = 1;
+        } else {
+            if (ctx->len + *upload_data_size + 1 > ctx->cap) {
+                size_t ncap = (ctx->len + *upload_data_size + 1) * 2;
+                char *n = realloc(ctx->body, ncap);
+                if (!n)
+                    return MHD_NO;
+                ctx->body = n;
+                ctx->cap = ncap;
+            }
+            memcpy(ctx->body + ctx->len, upload_data, *upload_data_size);
+            ctx->len += *upload_data_size;
+            ctx->body[ctx->len] = 0;
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    ctx->method = strdup(method);
+    ctx->path = strdup(url);
+    MHD_get_connection_values(c, MHD_HEADER_KIND, copy_value, ctx);
+    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, copy_value, ctx);
+    memset(&ctx->req, 0, sizeof ctx->req);
+    ctx->req.method = ctx->method;
+    ctx->req.path = ctx->path;
+    ctx->req.owner = ctx;
+    ctx->req.body = ctx->body ? ctx->body : "";
+    ctx->req.body_len = ctx->len;
+    if (ctx->too_large) {
+        ctx->req.route = "-";
+        cp_reply_detail(&ctx->res, 413, "Request body is too large");
+    } else if (cp_route_blocks(ctx->method, ctx->path)) {
+        ctx->state = 1;
+        MHD_suspend_connection(c);
+        if (enqueue(h, ctx) == 0)
+            return MHD_YES;
+        /* The pool is stopping: answer here. */
+        MHD_resume_connection(c);
+        ctx->state = 0;
+        cp_dispatch(h->srv, &ctx->req, &ctx->res);
+    } else {
+        cp_dispatch(h->srv, &ctx->req, &ctx->res);
+    }
+    return send_response(c, &ctx->req, &ctx->res, ctx->start);
+}
+
+static void
+stop_workers(struct cp_http *h)
+{
+    pthread_mutex_lock(&h->lock);
+    h->quitting = 1;
+    pthread_cond_broadcast(&h->wake);
+    pthread_mutex_unlock(&h->lock);
+    for (unsigned i = 0; i < h->nworkers; i++)
+        pthread_join(h->workers[i], NULL);
+    free(h->workers);
+    h->workers = NULL;
+}
+
+cp_http *
+cp_http_start(cp_server *srv, const char *host, unsigned port, unsigned threads,
+               unsigned workers, char **err)
+{
+    struct cp_http *h = calloc(1, sizeof *h);
+    struct sockaddr_in sa;
+    const union MHD_DaemonInfo *info;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+        *err = cp_printf("HOST is not an IPv4 address: %s", host);
+        free(h);
+        return NULL;
+    }
+    h->srv = srv;
+    pthread_mutex_init(&h->lock, NULL);
+    pthread_cond_init(&h->wake, NULL);
+    h->workers = calloc(workers ? workers : 1, sizeof *h->workers);
+    for (unsigned i = 0; i < workers; i++) {
+        if (pthread_create(&h->workers[i], NULL, worker, h) != 0)
+            break;
+        h->nworkers++;
+    }
+    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG |
+                                MHD_ALLOW_SUSPEND_RESUME,
+                            (uint16_t)port, NULL, NULL, handler, h,
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                            MHD_OPTION_THREAD_POOL_SIZE, threads > 1 ? threads : 0u,
+                            MHD_OPTION_CONNECTION_TIMEOUT, 120u,
+                            MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+                            MHD_OPTION_NOTIFY_COMPLETED, request_completed, h,
+                            MHD_OPTION_END);
+    if (!h->d) {
+        *err = cp_printf("cannot listen on %s:%u", host, port);
+        stop_workers(h);
+        free(h);
+        return NULL;
+    }
+    info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = info ? info->port : port;
+    return h;
+}
+
+unsigned
+cp_http_port(const cp_http *h)
+{
+    return h->port;
+}
+
+void
+cp_http_stop(cp_http *h)
+{
+    if (!h)
+        return;
+    /* No new connections; the workers finish what is queued (resuming
+     * their connections) and end; requests that come meanwhile on open
+     * connections are answered inline; then the daemon stops. */
+    MHD_quiesce_daemon(h->d);
+    stop_workers(h);
+    MHD_stop_daemon(h->d);
+    free(h);
+}

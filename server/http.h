@@ -1,0 +1,22 @@
+/*
+ * server/http.h — the HTTP daemon of sbx-server (server/http.c).
+ */
+#ifndef SBX_SERVER_HTTP_H
+#define SBX_SERVER_HTTP_H
+
+#include "server.h"
+
+typedef struct cp_http cp_http;
+
+/* Listens on @host (an IPv4 address) and @port (0: a free port) with a
+ * pool of @threads polling threads and @workers worker threads for the
+ * requests that wait on a provider, dispatching to cp_dispatch(). NULL
+ * with *@err (new string) when it cannot listen. */
+cp_http *cp_http_start(cp_server *srv, const char *host, unsigned port, unsigned threads,
+                       unsigned workers, char **err);
+/* The port it bound. */
+unsigned cp_http_port(const cp_http *h);
+/* Stops the daemon after the requests in flight. */
+void cp_http_stop(cp_http *h);
+
+#endif

@@ -1,0 +1,246 @@
+/*
+ * server/main.c — sbx-server: the control plane's HTTP API over libsbx.
+ *
+ *   sbx-server            (settings from the environment; no arguments)
+ *
+ * Settings (the reference's names, CONTROL-PLANE.md §0):
+ *   BESPOKE_API_KEY_PEPPER               required: the HMAC key of product
+ *                                        keys and the root of the session-
+ *                                        state sealing key
+ *   BESPOKE_CONTROL_PLANE_ADMIN_TOKEN    required: X-Control-Plane-Admin of
+ *                                        POST /v1/organizations
+ *   BESPOKE_CONTROL_PLANE_DB             SQLite path (default
+ *                                        ./bespoke-control-plane.db) or a
+ *                                        postgres:// / postgresql:// URL
+ *   BESPOKE_ALLOWED_BACKENDS             comma list (default: every
+ *                                        installed backend), read at start
+ *   BESPOKE_CUSTOMER_MARKUP              decimal >= 0 (default 1)
+ *   BESPOKE_SESSION_COOKIE_SECURE        "0" drops the cookie's Secure
+ *   HOST, PORT                           127.0.0.1, 8000 (PORT=0: any
+ *                                        free port)
+ *   SBX_SERVER_THREADS                   HTTP polling threads (default 8)
+ *   SBX_SERVER_WORKERS                   threads for the requests that wait
+ *                                        on a provider (default 64)
+ *   SBX_SERVER_DB_CONNECTIONS            store connections at most (16)
+ *
+ * Test hooks, never set in production: SBX_SERVER_TEST_CLOCK_OFFSET_S
+ * (seconds added to the clock, for tests of time windows) and
+ * SBX_SERVER_TEST_CRASH_AFTER_PROVIDER_CREATE (the server SIGKILLs itself
+ * after a provider create succeeded and before its outcome is committed).
+ *
+ * A missing required setting, or a bad value, exits with status 2 and a
+ * message naming the setting (never its value when it is a secret). On
+ * start it prints one line on stdout, "listening on http://HOST:PORT",
+ * with the port it bound, and logs one line per request on stderr
+ * (server/http.c). SIGTERM or SIGINT stop it: requests in flight finish;
+ * sandboxes stay (they are detached and their sealed session state is in
+ * the store) until terminated or their lifetime ends.
+ */
+#include <ctype.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http.h"
+#include "server.h"
+#include "util.h"
+
+struct cp_server {
+    cp_settings set;
+    store *st;
+    cp_runtimes *rt;
+};
+
+const cp_settings *
+cp_server_settings(const cp_server *srv)
+{
+    return &srv->set;
+}
+
+store *
+cp_server_store(const cp_server *srv)
+{
+    return srv->st;
+}
+
+cp_runtimes *
+cp_server_runtimes(const cp_server *srv)
+{
+    return srv->rt;
+}
+
+static char *
+env_dup(const char *name, const char *dflt)
+{
+    const char *v = getenv(name);
+
+    return v ? strdup(v) : dflt ? strdup(dflt) : NULL;
+}
+
+static int
+read_settings(cp_settings *s)
+{
+    const char *missing[2];
+    size_t nmissing = 0;
+    const char *v;
+    char *end;
+
+    memset(s, 0, sizeof *s);
+    s->pepper = env_dup("BESPOKE_API_KEY_PEPPER", NULL);
+    s->admin_token = env_dup("BESPOKE_CONTROL_PLANE_ADMIN_TOKEN", NULL);
+    if (!s->pepper || !*s->pepper)
+        missing[nmissing++] = "BESPOKE_API_KEY_PEPPER";
+    if (!s->admin_token || !*s->admin_token)
+        missing[nmissing++] = "BESPOKE_CONTROL_PLANE_ADMIN_TOKEN";
+    if (nmissing) {
+        fprintf(stderr, "sbx-server: missing required setting%s: %s%s%s (set %s in the "
+                        "environment)\n", nmissing > 1 ? "s" : "", missing[0],
+                nmissing > 1 ? ", " : "", nmissing > 1 ? missing[1] : "",
+                nmissing > 1 ? "them" : "it");
+        return -1;
+    }
+    s->db = env_dup("BESPOKE_CONTROL_PLANE_DB", "./bespoke-control-plane.db");
+    v = getenv("BESPOKE_ALLOWED_BACKENDS");
+    if (v) {
+        char *copy = strdup(v), *save = NULL;
+        for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            char *e;
+            while (isspace((unsigned char)*t))
+                t++;
+            e = t + strlen(t);
+            while (e > t && isspace((unsigned char)e[-1]))
+                *--e = 0;
+            if (!*t)
+                continue;
+            for (char *c = t; *c; c++)
+                *c = (char)tolower((unsigned char)*c);
+            s->backends = realloc(s->backends, (s->nbackends + 1) * sizeof *s->backends);
+            s->backends[s->nbackends++] = strdup(t);
+        }
+        free(copy);
+        if (!s->backends)
+            s->backends = calloc(1, sizeof *s->backends);   /* none enabled */
+    }
+    s->markup_text = env_dup("BESPOKE_CUSTOMER_MARKUP", "1");
+    if (sbx_usd_parse(s->markup_text, &s->markup_pusd, NULL) < 0 || s->markup_pusd < 0) {
+        fprintf(stderr, "sbx-server: BESPOKE_CUSTOMER_MARKUP must be a decimal number >= 0, "
+                        "not \"%s\"\n", s->markup_text);
+        return -1;
+    }
+    v = getenv("BESPOKE_SESSION_COOKIE_SECURE");
+    s->cookie_secure = !(v && !strcmp(v, "0"));
+    s->host = env_dup("HOST", "127.0.0.1");
+    v = getenv("PORT");
+    s->port = 8000;
+    if (v) {
+        long p = strtol(v, &end, 10);
+        if (!*v || *end || p < 0 || p > 65535) {
+            fprintf(stderr, "sbx-server: PORT must be a port number 0..65535, not \"%s\"\n", v);
+            return -1;
+        }
+        s->port = (unsigned)p;
+    }
+    v = getenv("SBX_SERVER_WORKERS");
+    s->workers = 64;
+    if (v) {
+        long t = strtol(v, &end, 10);
+        if (!*v || *end || t < 1 || t > 4096) {
+            fprintf(stderr, "sbx-server: SBX_SERVER_WORKERS must be 1..4096, not \"%s\"\n", v);
+            return -1;
+        }
+        s->workers = (unsigned)t;
+    }
+    v = getenv("SBX_SERVER_THREADS");
+    s->threads = 8;
+    if (v) {
+        long t = strtol(v, &end, 10);
+        if (!*v || *end || t < 1 || t > 1024) {
+            fprintf(stderr, "sbx-server: SBX_SERVER_THREADS must be 1..1024, not \"%s\"\n", v);
+            return -1;
+        }
+        s->threads = (unsigned)t;
+    }
+    return 0;
+}
+
+static void
+free_settings(cp_settings *s)
+{
+    if (s->pepper)
+        memset(s->pepper, 0, strlen(s->pepper));
+    free(s->pepper);
+    free(s->admin_token);
+    free(s->db);
+    for (size_t i = 0; i < s->nbackends; i++)
+        free(s->backends[i]);
+    free(s->backends);
+    free(s->markup_text);
+    free(s->host);
+}
+
+int
+main(int argc, char **argv)
+{
+    cp_server srv;
+    cp_http *http;
+    char *err = NULL;
+    sigset_t set;
+    int sig = 0;
+
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: sbx-server   (settings from BESPOKE_* environment variables;"
+               " see sbx-server(1))\n");
+        return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "--version")) {
+        printf("sbx-server %s\n", sbx_version());
+        return 0;
+    }
+    if (argc > 1) {
+        fprintf(stderr, "sbx-server: unexpected argument \"%s\" (settings come from the "
+                        "environment)\n", argv[1]);
+        return 2;
+    }
+    memset(&srv, 0, sizeof srv);
+    if (read_settings(&srv.set) < 0) {
+        free_settings(&srv.set);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+
+    srv.st = store_open(srv.set.db, &err);
+    if (!srv.st) {
+        fprintf(stderr, "sbx-server: %s\n", err);
+        free(err);
+        free_settings(&srv.set);
+        return 1;
+    }
+    srv.rt = cp_runtimes_new(&srv.set);
+    http = cp_http_start(&srv, srv.set.host, srv.set.port, srv.set.threads, srv.set.workers,
+                         &err);
+    if (!http) {
+        fprintf(stderr, "sbx-server: %s\n", err);
+        free(err);
+        cp_runtimes_free(srv.rt);
+        store_close(srv.st);
+        free_settings(&srv.set);
+        return 1;
+    }
+    printf("listening on http://%s:%u\n", srv.set.host, cp_http_port(http));
+    fflush(stdout);
+    fprintf(stderr, "sbx-server: store %s, schema version %d\n", store_engine(srv.st),
+            store_schema_latest());
+    sigwait(&set, &sig);
+    fprintf(stderr, "sbx-server: signal %d, stopping\n", sig);
+    cp_http_stop(http);
+    cp_runtimes_free(srv.rt);
+    store_close(srv.st);
+    free_settings(&srv.set);
+    return 0;
+}

@@ -1,0 +1,566 @@
+/*
+ * server/meter.c — pricing, usage, the ledgers and the costs report
+ * (CONTROL-PLANE.md §5).
+ *
+ * Money is exact: amounts are int64 pico-dollars read and printed by
+ * libsbx's money helpers (sbx_usd_parse, sbx_usd_format: decimal strings,
+ * never binary floats); seconds are int64 microseconds printed the same
+ * way. Rates come from libsbx's price table (sbx_cost_per_second over the
+ * bundled pricing/pricing.json, or the operator's SBX_PRICING_FILE): the
+ * rate of a sandbox is fixed at create as
+ *   vCPU rate × cpu (default 1) + RAM-GiB rate × memory_mb (default 1024)/1024
+ * per hour, and its pricing source is the table's "last_updated" date.
+ *
+ * Each execution writes one usage event (metric runtime_seconds, unit
+ * second) and two ledger entries, provider_cost and customer_cost
+ * (customer = provider × BESPOKE_CUSTOMER_MARKUP), unique per request id.
+ * Each sandbox lifetime accrues at observations (create:, estimate:,
+ * terminate:, terminate-failed:), each applied once: the billable seconds
+ * since provisioning, never decreasing, priced at the fixed rate, with the
+ * deltas written to lifecycle_ledger_entries split at UTC midnights and
+ * the remainder in an <obs>:adjustment row. A sandbox whose rate is 0
+ * bills only through usage events.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "util.h"
+
+/* ---------------------------------------------------------------- decimals */
+
+static int64_t
+pow10i(int n)
+{
+    int64_t v = 1;
+
+    while (n-- > 0)
+        v *= 10;
+    return v;
+}
+
+void
+meter_fmt(int64_t v, int scale, char *buf, size_t cap)
+{
+    uint64_t mag, unit = (uint64_t)pow10i(scale), frac;
+    int n;
+
+    if (scale == 12) {
+        /* Money: libsbx's exact formatter. */
+        if (sbx_usd_format(v, buf, cap) < 0)
+            snprintf(buf, cap, "0");
+        return;
+    }
+    /* Seconds (scale 6): the same form, without the pico-dollar range
+     * limit. */
+    mag = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    frac = mag % unit;
+    n = snprintf(buf, cap, "%s%llu", v < 0 ? "-" : "", (unsigned long long)(mag / unit));
+    if (frac && n > 0 && (size_t)n < cap) {
+        char f[24];
+        int k = snprintf(f, sizeof f, "%0*llu", scale, (unsigned long long)frac);
+        while (k > 0 && f[k - 1] == '0')
+            f[--k] = 0;
+        snprintf(buf + n, cap - (size_t)n, ".%s", f);
+    }
+}
+
+int
+meter_parse(const char *text, int scale, int64_t *out)
+{
+    int64_t p;
+    const char *dot;
+    char *end;
+    long long whole;
+
+    if (!text)
+        return -1;
+    if (scale == 12)
+        return sbx_usd_parse(text, out, NULL);
+    /* Seconds: "600", "0.25" (what meter_fmt writes). */
+    whole = strtoll(text, &end, 10);
+    if (end == text && *text != '.')
+        return -1;
+    p = (int64_t)whole * pow10i(scale);
+    dot = end;
+    if (*dot == '.') {
+        int64_t unit = pow10i(scale - 1), f = 0;
+        for (const char *c = dot + 1; *c >= '0' && *c <= '9'; c++, unit /= 10)
+            f += (*c - '0') * unit;
+        p += text[0] == '-' ? -f : f;
+    }
+    *out = p;
+    return 0;
+}
+
+static int64_t
+muldiv(int64_t a, int64_t b, int64_t d)
+{
+    __int128 n = (__int128)a * b;
+    __int128 q = n / d, r = n % d;
+
+    /* half away from zero */
+    if (2 * (r < 0 ? -r : r) >= (d < 0 ? -d : d))
+        q += ((n < 0) != (d < 0)) ? -1 : 1;
+    return (int64_t)q;
+}
+
+int64_t
+meter_customer(const cp_settings *set, int64_t pusd)
+{
+    return muldiv(pusd, set->markup_pusd, 1000000000000LL);
+}
+
+int64_t
+meter_cost(int64_t rate_pusd_h, int64_t us)
+{
+    return muldiv(rate_pusd_h, us, 3600LL * 1000000LL);
+}
+
+/* ---------------------------------------------------------------- pricing */
+
+static char price_version[32] = "bundled";
+
+const char *
+meter_price_version(void)
+{
+    static int loaded;
+
+    if (!__atomic_load_n(&loaded, __ATOMIC_ACQUIRE)) {
+        char *doc = sbx_pricing_to_json(NULL);
+        json_object *o = doc ? json_tokener_parse(doc) : NULL, *v;
+        if (o && json_object_object_get_ex(o, "last_updated", &v) &&
+            json_object_is_type(v, json_type_string))
+            snprintf(price_version, sizeof price_version, "%s", json_object_get_string(v));
+        json_object_put(o);
+        free(doc);
+        __atomic_store_n(&loaded, 1, __ATOMIC_RELEASE);
+    }
+    return price_version;
+}
+
+int64_t
+meter_hourly_rate(const char *backend, double cpu, int64_t memory_mb, const char *gpu)
+{
+    int64_t fusd = 0;
+
+    if (sbx_cost_per_second(backend, cpu, (double)memory_mb / 1024.0, gpu, &fusd, NULL) < 0)
+        return 0;
+    /* femto-dollars per second × 3600 s / 1000 = pico-dollars per hour */
+    return muldiv(fusd, 3600, 1000);
+}
+
+/* ---------------------------------------------------------------- usage */
+
+int
+meter_record_execution(cx *x, const char *org, const char *sandbox_id, const char *execution_id,
+                       const char *request_id, int64_t us, int64_t provider_pusd,
+                       int64_t customer_pusd, const char *now)
+{
+    char qty[40], prov[40], cust[40];
+    char *use = cp_new_id("use"), *l1 = cp_new_id("led"), *l2 = cp_new_id("led");
+    int64_t n;
+    int rc = -1;
+
+    meter_fmt(us, 6, qty, sizeof qty);
+    meter_fmt(provider_pusd, 12, prov, sizeof prov);
+    meter_fmt(customer_pusd, 12, cust, sizeof cust);
+    n = ex(x, "INSERT INTO usage_events(id, organization_id, sandbox_id, execution_id, request_id,"
+              " metric, quantity, unit, provider_cost_usd, customer_cost_usd, created_at)"
+              " VALUES (?, ?, ?, ?, ?, 'runtime_seconds', ?, 'second', ?, ?, ?)"
+              " ON CONFLICT DO NOTHING",
+           P(use, org, sandbox_id, execution_id, request_id, qty, prov, cust, now), NULL);
+    if (n < 0)
+        goto out;
+    if (n == 0) {
+        rc = 0;                    /* already metered */
+        goto out;
+    }
+    if (ex(x, "INSERT INTO ledger_entries(id, organization_id, sandbox_id, usage_event_id, kind,"
+              " amount_usd, price_version, created_at) VALUES (?, ?, ?, ?, 'provider_cost', ?, ?, ?)"
+              " ON CONFLICT DO NOTHING",
+           P(l1, org, sandbox_id, use, prov, meter_price_version(), now), NULL) < 0 ||
+        ex(x, "INSERT INTO ledger_entries(id, organization_id, sandbox_id, usage_event_id, kind,"
+              " amount_usd, price_version, created_at) VALUES (?, ?, ?, ?, 'customer_cost', ?, ?, ?)"
+              " ON CONFLICT DO NOTHING",
+           P(l2, org, sandbox_id, use, cust, meter_price_version(), now), NULL) < 0)
+        goto out;
+    rc = 0;
+out:
+    free(use);
+    free(l1);
+    free(l2);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+static int64_t
+parse_or(const char *text, int scale, int64_t dflt)
+{
+    int64_t v;
+
+    return meter_parse(text, scale, &v) == 0 ? v : dflt;
+}
+
+static int
+write_ledger_row(cx *x, const char *org, const char *sb, const char *obs, int64_t seconds_us,
+                 int64_t prov, int64_t cust, const char *state, int64_t at_us)
+{
+    char s[40], p[40], c[40], at[40];
+    char *id = cp_new_id("lcl");
+    int64_t n;
+
+    meter_fmt(seconds_us, 6, s, sizeof s);
+    meter_fmt(prov, 12, p, sizeof p);
+    meter_fmt(cust, 12, c, sizeof c);
+    cp_iso(at_us, at, sizeof at);
+    n = ex(x, "INSERT INTO lifecycle_ledger_entries(id, organization_id, sandbox_id,"
+              " observation_id, billable_seconds_delta, provider_delta_usd, customer_delta_usd,"
+              " cost_state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+           P(id, org, sb, obs, s, p, c, state, at), NULL);
+    free(id);
+    return n < 0 ? -1 : 0;
+}
+
+int
+meter_accrue(cx *x, const char *sandbox_id, const char *obs, int64_t end_us)
+{
+    store_rows *s = NULL, *prev = NULL;
+    int64_t rate, start_us, secs, prev_secs, prev_eff, prev_cust, eff, cust, dsec, dprov, dcust;
+    int64_t n, seg_start, left_prov, left_cust;
+    char lock[200], now[40], t1[40], t2[40], t3[40], rowid[300];
+    const char *org;
+    int i = 0;
+
+    snprintf(lock, sizeof lock, "sandbox:%s", sandbox_id);
+    if (tx_begin(x, lock) < 0)
+        return -1;
+    s = q(x, "SELECT organization_id, hourly_rate_usd, provisioning_at, created_at, cost_state"
+             " FROM sandboxes WHERE id = ?", P(sandbox_id));
+    if (!s || !s->nrows)
+        goto fail;
+    rate = parse_or(store_cell(s, 0, "hourly_rate_usd"), 12, 0);
+    if (rate == 0) {
+        /* Billed through usage events only. */
+        store_rows_free(s);
+        tx_rollback(x);
+        return 0;
+    }
+    org = store_cell(s, 0, "organization_id");
+    n = ex(x, "INSERT INTO lifecycle_observations(sandbox_id, observation_id) VALUES (?, ?)"
+              " ON CONFLICT DO NOTHING", P(sandbox_id, obs), NULL);
+    if (n < 0)
+        goto fail;
+    if (n == 0) {
+        store_rows_free(s);
+        tx_rollback(x);
+        return 0;                  /* applied before */
+    }
+    if (cp_parse_iso(store_cell(s, 0, "provisioning_at") ? store_cell(s, 0, "provisioning_at")
+                                                          : store_cell(s, 0, "created_at"),
+                     &start_us) < 0)
+        goto fail;
+    prev = q(x, "SELECT billable_seconds, effective_cost_usd, customer_cost_usd"
+                " FROM lifecycle_costs WHERE sandbox_id = ?", P(sandbox_id));
+    if (!prev)
+        goto fail;
+    prev_secs = prev->nrows ? parse_or(store_cell(prev, 0, "billable_seconds"), 6, 0) : 0;
+    prev_eff = prev->nrows ? parse_or(store_cell(prev, 0, "effective_cost_usd"), 12, 0) : 0;
+    prev_cust = prev->nrows ? parse_or(store_cell(prev, 0, "customer_cost_usd"), 12, 0) : 0;
+    secs = end_us - start_us;
+    if (secs < prev_secs)
+        secs = prev_secs;
+    if (secs < 0)
+        secs = 0;
+    eff = meter_cost(rate, secs);
+    cust = meter_customer(x->set, eff);
+    dsec = secs - prev_secs;
+    dprov = eff - prev_eff;
+    dcust = cust - prev_cust;
+    /* The interval [end - dsec, end], split at UTC midnights. */
+    seg_start = end_us - dsec;
+    left_prov = dprov;
+    left_cust = dcust;
+    while (seg_start < end_us) {
+        int64_t day = 86400LL * 1000000LL;
+        int64_t next = (seg_start / day + 1) * day, seg_end = next < end_us ? next : end_us;
+        int64_t len = seg_end - seg_start;
+        int64_t p = muldiv(dprov, len, dsec), c = muldiv(dcust, len, dsec);
+        snprintf(rowid, sizeof rowid, "%s:time:%d", obs, i++);
+        if (write_ledger_row(x, org, sandbox_id, rowid, len, p, c, "estimated", seg_start) < 0)
+            goto fail;
+        left_prov -= p;
+        left_cust -= c;
+        seg_start = seg_end;
+    }
+    if (left_prov || left_cust || dsec == 0) {
+        snprintf(rowid, sizeof rowid, "%s:adjustment", obs);
+        if (write_ledger_row(x, org, sandbox_id, rowid, 0, left_prov, left_cust, "estimated",
+                             end_us) < 0)
+            goto fail;
+    }
+    meter_fmt(secs, 6, t1, sizeof t1);
+    meter_fmt(eff, 12, t2, sizeof t2);
+    meter_fmt(cust, 12, t3, sizeof t3);
+    cp_iso(end_us, now, sizeof now);
+    if (ex(x, "DELETE FROM lifecycle_costs WHERE sandbox_id = ?", P(sandbox_id), NULL) < 0 ||
+        ex(x, "INSERT INTO lifecycle_costs(sandbox_id, organization_id, billable_seconds,"
+              " estimated_cost_usd, provider_reported_cost_usd, effective_cost_usd,"
+              " customer_cost_usd, currency, pricing_source, cost_state, updated_at)"
+              " VALUES (?, ?, ?, ?, NULL, ?, ?, 'USD', ?, 'estimated', ?)",
+           P(sandbox_id, org, t1, t2, t2, t3, meter_price_version(), now), NULL) < 0)
+        goto fail;
+    store_rows_free(s);
+    store_rows_free(prev);
+    return tx_commit(x);
+fail:
+    store_rows_free(s);
+    store_rows_free(prev);
+    tx_rollback(x);
+    return -1;
+}
+
+int
+meter_accrue_active(cx *x, const char *org)
+{
+    store_rows *r = q(x, "SELECT id FROM sandboxes WHERE organization_id = ?"
+                         " AND status IN ('creating', 'running', 'stopping')"
+                         " AND cost_state = 'estimated' AND hourly_rate_usd <> '0'", P(org));
+    int64_t now_us = cp_now_us();
+    char now[40], obs[200];
+
+    if (!r)
+        return -1;
+    cp_iso(now_us, now, sizeof now);
+    for (size_t i = 0; i < r->nrows; i++) {
+        snprintf(obs, sizeof obs, "estimate:%s:%s", r->cells[i], now);
+        meter_accrue(x, r->cells[i], obs, now_us);
+    }
+    store_rows_free(r);
+    return 0;
+}
+
+json_object *
+meter_cost_json(cx *x, const char *sandbox_id)
+{
+    store_rows *r = q(x, "SELECT * FROM lifecycle_costs WHERE sandbox_id = ?", P(sandbox_id));
+    json_object *o;
+    static const char *const f[] = { "billable_seconds", "estimated_cost_usd",
+                                     "provider_reported_cost_usd", "effective_cost_usd",
+                                     "customer_cost_usd", "currency", "pricing_source",
+                                     "cost_state", "updated_at" };
+
+    if (!r || !r->nrows) {
+        store_rows_free(r);
+        return NULL;
+    }
+    o = json_object_new_object();
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        const char *v = store_cell(r, 0, f[i]);
+        json_object_object_add(o, f[i], v ? json_object_new_string(v) : NULL);
+    }
+    store_rows_free(r);
+    return o;
+}
+
+/* ---------------------------------------------------------------- costs */
+
+typedef struct bucket {
+    char key[200];
+    int64_t us, prov, cust;
+} bucket;
+
+typedef struct buckets {
+    bucket *b;
+    size_t n, cap;
+} buckets;
+
+static bucket *
+bucket_of(buckets *bs, const char *key)
+{
+    for (size_t i = 0; i < bs->n; i++)
+        if (!strcmp(bs->b[i].key, key))
+            return &bs->b[i];
+    if (bs->n == bs->cap) {
+        bs->cap = bs->cap ? bs->cap * 2 : 16;
+        bs->b = realloc(bs->b, bs->cap * sizeof *bs->b);
+    }
+    memset(&bs->b[bs->n], 0, sizeof bs->b[0]);
+    snprintf(bs->b[bs->n].key, sizeof bs->b[0].key, "%s", key);
+    return &bs->b[bs->n++];
+}
+
+static int
+cmp_bucket(const void *a, const void *b)
+{
+    return strcmp(((const bucket *)a)->key, ((const bucket *)b)->key);
+}
+
+/* The report key of a row: its sandbox, that sandbox's backend, or the
+ * UTC day of @created_at. */
+static const char *
+key_of(const char *group, const char *sandbox_id, const char *backend, const char *created_at,
+       char *day)
+{
+    if (!strcmp(group, "sandbox"))
+        return sandbox_id;
+    if (!strcmp(group, "backend"))
+        return backend ? backend : "";
+    snprintf(day, 11, "%s", created_at);
+    return day;
+}
+
+static int
+window_arg(const cp_request *req, cp_response *res, const char *name, int64_t *out, int *have)
+{
+    const char *v = cp_query(req, name);
+    int rc;
+
+    *have = 0;
+    if (!v)
+        return 0;
+    rc = cp_parse_iso(v, out);
+    if (rc == -2) {
+        char *m = cp_printf("%s must include a timezone", name);
+        cp_reply_detail(res, 422, m);
+        free(m);
+        return -1;
+    }
+    if (rc < 0) {
+        reply_validation(res, "datetime_from_date_parsing", "query", name,
+                         "Input should be a valid datetime", json_object_new_string(v));
+        return -1;
+    }
+    *have = 1;
+    return 0;
+}
+
+void
+h_costs(cx *x, cp_request *req, cp_response *res)
+{
+    const char *group = cp_query(req, "group_by");
+    int64_t start = 0, end = 0;
+    int has_start, has_end;
+    store_rows *sb = NULL, *ue = NULL, *ll = NULL;
+    buckets bs = { 0 };
+    json_object *out, *items;
+    char day[16];
+
+    if (!cp_require_scope(req, res, "usage:read"))
+        return;
+    if (!group)
+        group = "sandbox";
+    if (strcmp(group, "sandbox") && strcmp(group, "backend") && strcmp(group, "day")) {
+        json_object *ctx = json_object_new_object();
+        reply_validation(res, "string_pattern_mismatch", "query", "group_by",
+                         "String should match pattern '^(sandbox|backend|day)$'",
+                         json_object_new_string(group));
+        json_object_object_add(ctx, "pattern", json_object_new_string("^(sandbox|backend|day)$"));
+        json_object_object_add(json_object_array_get_idx(json_object_object_get(res->body, "detail"), 0),
+                               "ctx", ctx);
+        return;
+    }
+    if (window_arg(req, res, "start", &start, &has_start) < 0 ||
+        window_arg(req, res, "end", &end, &has_end) < 0)
+        return;
+    if (has_start && has_end && start >= end) {
+        cp_reply_detail(res, 422, "start must be before end");
+        return;
+    }
+    meter_accrue_active(x, req->who.org_id);
+    x->failed = 0;
+    sb = q(x, "SELECT s.id, s.backend, (SELECT COUNT(*) FROM lifecycle_costs c"
+              " WHERE c.sandbox_id = s.id) AS has_lifecycle FROM sandboxes s"
+              " WHERE s.organization_id = ?", P(req->who.org_id));
+    ue = q(x, "SELECT sandbox_id, quantity, provider_cost_usd, customer_cost_usd, created_at"
+              " FROM usage_events WHERE organization_id = ?", P(req->who.org_id));
+    ll = q(x, "SELECT sandbox_id, billable_seconds_delta, provider_delta_usd, customer_delta_usd,"
+              " created_at FROM lifecycle_ledger_entries WHERE organization_id = ?",
+           P(req->who.org_id));
+    if (!sb || !ue || !ll) {
+        reply_internal(res);
+        goto out;
+    }
+    /* (a) usage events of sandboxes without lifecycle costs. */
+    for (size_t i = 0; i < ue->nrows; i++) {
+        const char *sid = store_cell(ue, i, "sandbox_id"), *backend = NULL;
+        const char *at = store_cell(ue, i, "created_at");
+        int lifecycle = 0;
+        int64_t t;
+        bucket *b;
+        for (size_t k = 0; k < sb->nrows; k++)
+            if (!strcmp(store_cell(sb, k, "id"), sid)) {
+                backend = store_cell(sb, k, "backend");
+                lifecycle = atoi(store_cell(sb, k, "has_lifecycle")) > 0;
+            }
+        if (lifecycle || cp_parse_iso(at, &t) < 0)
+            continue;
+        if ((has_start && t < start) || (has_end && t >= end))
+            continue;
+        b = bucket_of(&bs, key_of(group, sid, backend, at, day));
+        b->us += parse_or(store_cell(ue, i, "quantity"), 6, 0);
+        b->prov += parse_or(store_cell(ue, i, "provider_cost_usd"), 12, 0);
+        b->cust += parse_or(store_cell(ue, i, "customer_cost_usd"), 12, 0);
+    }
+    /* (b) lifecycle rows, each the interval [created_at, +seconds),
+     * prorated by its overlap with the window. */
+    for (size_t i = 0; i < ll->nrows; i++) {
+        const char *sid = store_cell(ll, i, "sandbox_id"), *backend = NULL;
+        const char *at = store_cell(ll, i, "created_at");
+        int64_t t, len = parse_or(store_cell(ll, i, "billable_seconds_delta"), 6, 0);
+        int64_t lo, hi, ov;
+        int64_t p = parse_or(store_cell(ll, i, "provider_delta_usd"), 12, 0);
+        int64_t c = parse_or(store_cell(ll, i, "customer_delta_usd"), 12, 0);
+        bucket *b;
+        if (cp_parse_iso(at, &t) < 0)
+            continue;
+        for (size_t k = 0; k < sb->nrows; k++)
+            if (!strcmp(store_cell(sb, k, "id"), sid))
+                backend = store_cell(sb, k, "backend");
+        if (len == 0) {
+            if ((has_start && t < start) || (has_end && t >= end))
+                continue;
+            ov = 0;
+        } else {
+            lo = has_start && start > t ? start : t;
+            hi = has_end && end < t + len ? end : t + len;
+            if (hi <= lo)
+                continue;
+            ov = hi - lo;
+            if (ov != len) {
+                p = muldiv(p, ov, len);
+                c = muldiv(c, ov, len);
+            }
+        }
+        b = bucket_of(&bs, key_of(group, sid, backend, at, day));
+        b->us += ov;
+        b->prov += p;
+        b->cust += c;
+    }
+    if (bs.n)
+        qsort(bs.b, bs.n, sizeof bs.b[0], cmp_bucket);
+    out = json_object_new_object();
+    items = json_object_new_array();
+    for (size_t i = 0; i < bs.n; i++) {
+        json_object *it = json_object_new_object();
+        char t[40];
+        json_object_object_add(it, "key", json_object_new_string(bs.b[i].key));
+        meter_fmt(bs.b[i].us, 6, t, sizeof t);
+        json_object_object_add(it, "runtime_seconds", json_object_new_string(t));
+        meter_fmt(bs.b[i].prov, 12, t, sizeof t);
+        json_object_object_add(it, "provider_cost_usd", json_object_new_string(t));
+        meter_fmt(bs.b[i].cust, 12, t, sizeof t);
+        json_object_object_add(it, "customer_cost_usd", json_object_new_string(t));
+        json_object_array_add(items, it);
+    }
+    json_object_object_add(out, "group_by", json_object_new_string(group));
+    json_object_object_add(out, "items", items);
+    cp_reply_json(res, 200, out);
+out:
+    free(bs.b);
+    store_rows_free(sb);
+    store_rows_free(ue);
+    store_rows_free(ll);
+}

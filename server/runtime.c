@@ -1,0 +1,218 @@
+/*
+ * server/runtime.c — the sandboxes sbx-server runs through libsbx: one
+ * sbx_client per enabled backend (made on first use, plugins out of
+ * process, shared by every request thread), and the handles of attached
+ * sandboxes by server id, reference-counted so a termination never frees a
+ * handle another thread is executing in.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+#include "util.h"
+
+typedef struct rt_client {
+    char *backend;
+    sbx_client *client;
+} rt_client;
+
+typedef struct rt_sandbox {
+    char *id;
+    sbx_sandbox *sandbox;
+    int refs;                     /* the map's own + one per cp_runtime_get */
+    int dropped;
+} rt_sandbox;
+
+struct cp_runtimes {
+    const cp_settings *settings;
+    char **installed;             /* with no BESPOKE_ALLOWED_BACKENDS: the usable */
+    size_t ninstalled;            /* backends installed at start */
+    pthread_mutex_t lock;
+    rt_client *clients;
+    size_t nclients;
+    rt_sandbox **sandboxes;
+    size_t nsandboxes, cap;
+};
+
+cp_runtimes *
+cp_runtimes_new(const cp_settings *settings)
+{
+    cp_runtimes *rt = calloc(1, sizeof *rt);
+
+    rt->settings = settings;
+    pthread_mutex_init(&rt->lock, NULL);
+    if (!settings->backends) {
+        /* Every installed backend that loads, as found at start. */
+        sbx_backend_info **list = NULL;
+        size_t n = 0;
+        if (sbx_backends_list(&list, &n, NULL) == 0) {
+            rt->installed = calloc(n ? n : 1, sizeof *rt->installed);
+            for (size_t i = 0; i < n; i++)
+                if (!sbx_backend_info_get0_problem(list[i]))
+                    rt->installed[rt->ninstalled++] = strdup(sbx_backend_info_get0_name(list[i]));
+            sbx_backend_info_list_free(list, n);
+        }
+    }
+    return rt;
+}
+
+void
+cp_runtimes_free(cp_runtimes *rt)
+{
+    if (!rt)
+        return;
+    for (size_t i = 0; i < rt->nsandboxes; i++) {
+        sbx_sandbox_free(rt->sandboxes[i]->sandbox);
+        free(rt->sandboxes[i]->id);
+        free(rt->sandboxes[i]);
+    }
+    for (size_t i = 0; i < rt->nclients; i++) {
+        sbx_client_free(rt->clients[i].client);
+        free(rt->clients[i].backend);
+    }
+    free(rt->sandboxes);
+    free(rt->clients);
+    for (size_t i = 0; i < rt->ninstalled; i++)
+        free(rt->installed[i]);
+    free(rt->installed);
+    pthread_mutex_destroy(&rt->lock);
+    free(rt);
+}
+
+int
+cp_backend_enabled(const cp_runtimes *rt, const char *backend)
+{
+    const cp_settings *s = rt->settings;
+    char *const *list = s->backends ? s->backends : rt->installed;
+    size_t n = s->backends ? s->nbackends : rt->ninstalled;
+
+    if (!backend || !*backend)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(list[i], backend))
+            return 1;
+    return 0;
+}
+
+sbx_client *
+cp_runtime_client(cp_runtimes *rt, const char *backend, sbx_error **error)
+{
+    sbx_client *c = NULL;
+
+    pthread_mutex_lock(&rt->lock);
+    for (size_t i = 0; i < rt->nclients; i++)
+        if (!strcmp(rt->clients[i].backend, backend))
+            c = rt->clients[i].client;
+    if (!c) {
+        c = sbx_client_new_with_mode(backend, SBX_PLUGIN_MODE_DEFAULT, error);
+        if (c) {
+            rt->clients = realloc(rt->clients, (rt->nclients + 1) * sizeof *rt->clients);
+            rt->clients[rt->nclients].backend = strdup(backend);
+            rt->clients[rt->nclients].client = c;
+            rt->nclients++;
+        }
+    }
+    pthread_mutex_unlock(&rt->lock);
+    return c;
+}
+
+static rt_sandbox *
+find(cp_runtimes *rt, const char *id, size_t *at)
+{
+    for (size_t i = 0; i < rt->nsandboxes; i++)
+        if (!strcmp(rt->sandboxes[i]->id, id)) {
+            if (at)
+                *at = i;
+            return rt->sandboxes[i];
+        }
+    return NULL;
+}
+
+void
+cp_runtime_put(cp_runtimes *rt, const char *id, sbx_sandbox *sandbox)
+{
+    rt_sandbox *s = calloc(1, sizeof *s), *old;
+    size_t at;
+
+    s->id = strdup(id);
+    s->sandbox = sandbox;
+    s->refs = 1;
+    pthread_mutex_lock(&rt->lock);
+    old = find(rt, id, &at);
+    if (old) {
+        /* Another thread resumed it first: keep that one. */
+        pthread_mutex_unlock(&rt->lock);
+        sbx_sandbox_free(sandbox);
+        free(s->id);
+        free(s);
+        return;
+    }
+    if (rt->nsandboxes == rt->cap) {
+        rt->cap = rt->cap ? rt->cap * 2 : 16;
+        rt->sandboxes = realloc(rt->sandboxes, rt->cap * sizeof *rt->sandboxes);
+    }
+    rt->sandboxes[rt->nsandboxes++] = s;
+    pthread_mutex_unlock(&rt->lock);
+}
+
+sbx_sandbox *
+cp_runtime_get(cp_runtimes *rt, const char *id)
+{
+    rt_sandbox *s;
+    sbx_sandbox *sb = NULL;
+
+    pthread_mutex_lock(&rt->lock);
+    s = find(rt, id, NULL);
+    if (s) {
+        s->refs++;
+        sb = s->sandbox;
+    }
+    pthread_mutex_unlock(&rt->lock);
+    return sb;
+}
+
+/* Takes one reference of rt->sandboxes[at]; the last one removes and frees it. */
+static void
+release_at(cp_runtimes *rt, size_t at)
+{
+    rt_sandbox *s = rt->sandboxes[at];
+
+    if (--s->refs == 0) {
+        rt->sandboxes[at] = rt->sandboxes[--rt->nsandboxes];
+        sbx_sandbox_free(s->sandbox);
+        free(s->id);
+        free(s);
+    }
+}
+
+void
+cp_runtime_unref(cp_runtimes *rt, sbx_sandbox *sandbox)
+{
+    pthread_mutex_lock(&rt->lock);
+    for (size_t i = 0; i < rt->nsandboxes; i++)
+        if (rt->sandboxes[i]->sandbox == sandbox) {
+            release_at(rt, i);
+            break;
+        }
+    pthread_mutex_unlock(&rt->lock);
+}
+
+void
+cp_runtime_drop(cp_runtimes *rt, const char *id)
+{
+    size_t at;
+    rt_sandbox *s;
+
+    pthread_mutex_lock(&rt->lock);
+    s = find(rt, id, &at);
+    if (s && !s->dropped) {
+        /* A handle still in use stays until its last reference, under an
+         * id no lookup matches. */
+        s->dropped = 1;
+        free(s->id);
+        s->id = strdup("");
+        release_at(rt, at);
+    }
+    pthread_mutex_unlock(&rt->lock);
+}

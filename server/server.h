@@ -1,0 +1,114 @@
+/*
+ * server/server.h — sbx-server's shared types: settings, the HTTP request
+ * and response as the handlers see them, the principal, and the runtimes
+ * (libsbx clients and sandbox handles).
+ *
+ * Layout: main.c (settings, start, signals), http.c (libmicrohttpd, worker
+ * threads, security headers, the request log), api.c (routing and the
+ * sandbox endpoints), auth.c (product keys, scopes, organisations, API
+ * keys, the session), meter.c (pricing, usage, ledgers, costs), runtime.c
+ * (one sbx_client per enabled backend, sandbox handles), util.c (time
+ * stamps, ids, encodings, HMAC, the sealing of session state), store*.c
+ * (server/store.h).
+ */
+#ifndef SBX_SERVER_SERVER_H
+#define SBX_SERVER_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <json-c/json.h>
+#include <sbx/sbx.h>
+
+#include "store.h"
+
+/* Settings from the environment (the reference's names; main.c). */
+typedef struct cp_settings {
+    char *pepper;                 /* BESPOKE_API_KEY_PEPPER (required) */
+    char *admin_token;            /* BESPOKE_CONTROL_PLANE_ADMIN_TOKEN (required) */
+    char *db;                     /* BESPOKE_CONTROL_PLANE_DB */
+    char **backends;              /* BESPOKE_ALLOWED_BACKENDS, lowercased; NULL = all */
+    size_t nbackends;
+    int64_t markup_pusd;          /* BESPOKE_CUSTOMER_MARKUP × 10^12 (default 1) */
+    char *markup_text;
+    int cookie_secure;            /* BESPOKE_SESSION_COOKIE_SECURE != "0" */
+    char *host;                   /* HOST (127.0.0.1) */
+    unsigned port;                /* PORT (8000; 0 = any free port) */
+    unsigned threads;             /* SBX_SERVER_THREADS (default 8) */
+    unsigned workers;             /* SBX_SERVER_WORKERS (default 64) */
+} cp_settings;
+
+/* The server: settings, store, runtimes. One per process. */
+typedef struct cp_server cp_server;
+
+/* The principal a request authenticated as. */
+typedef struct cp_principal {
+    char org_id[64];
+    char key_id[64];
+    char key_name[256];
+    json_object *scopes;          /* array of strings (owned) */
+} cp_principal;
+
+/* A request as the handlers see it. */
+typedef struct cp_request {
+    const char *method;
+    const char *path;             /* without the query */
+    const char *route;            /* the route template, for the log */
+    void *owner;                  /* http.c's request context (headers) */
+    const char *body;
+    size_t body_len;
+    const char *params[4];        /* path parameters ({id}) */
+    cp_principal who;
+    int authed;
+} cp_request;
+
+/* A response: status and JSON body (or none for 204). */
+typedef struct cp_response {
+    int status;
+    json_object *body;            /* owned; NULL = empty body */
+    char *raw;                    /* owned; a body already serialised */
+} cp_response;
+
+/* http.c: the header @name of the request (NULL when absent); borrowed. */
+const char *cp_header(const cp_request *req, const char *name);
+/* http.c: the query argument @name; borrowed. */
+const char *cp_query(const cp_request *req, const char *name);
+
+/* Response helpers (api.c). */
+void cp_reply_json(cp_response *res, int status, json_object *body);
+void cp_reply_detail(cp_response *res, int status, const char *message);
+
+/* The routes (api.c); @res is filled. Thread-safe. */
+void cp_dispatch(cp_server *srv, cp_request *req, cp_response *res);
+/* 1 when the request waits on a provider (create, execute, terminate), so
+ * http.c runs it on a worker thread. */
+int cp_route_blocks(const char *method, const char *path);
+
+/* main.c. */
+const cp_settings *cp_server_settings(const cp_server *srv);
+store *cp_server_store(const cp_server *srv);
+
+/* ---------------------------------------------------------------- runtime.c */
+
+typedef struct cp_runtimes cp_runtimes;
+
+cp_runtimes *cp_runtimes_new(const cp_settings *settings);
+void cp_runtimes_free(cp_runtimes *rt);
+/* 1 when @backend is enabled. */
+int cp_backend_enabled(const cp_runtimes *rt, const char *backend);
+/* The client of @backend (made on first use, then shared); NULL with
+ * *@error. */
+sbx_client *cp_runtime_client(cp_runtimes *rt, const char *backend, sbx_error **error);
+/* Remembers @sandbox as the runtime of @id (takes it). */
+void cp_runtime_put(cp_runtimes *rt, const char *id, sbx_sandbox *sandbox);
+/* The runtime of @id, with a reference the caller gives back with
+ * cp_runtime_unref(); NULL when none is attached. */
+sbx_sandbox *cp_runtime_get(cp_runtimes *rt, const char *id);
+void cp_runtime_unref(cp_runtimes *rt, sbx_sandbox *sandbox);
+/* Forgets the runtime of @id (freed when its last reference goes). */
+void cp_runtime_drop(cp_runtimes *rt, const char *id);
+
+/* cp_server's runtimes (main.c). */
+cp_runtimes *cp_server_runtimes(const cp_server *srv);
+
+#endif

@@ -1,0 +1,114 @@
+/*
+ * server/store.h — the control plane's storage interface.
+ *
+ * sbx-server keeps organisations, API keys, sandboxes, executions, usage
+ * and the ledgers in one SQL database behind this interface. Two
+ * implementations sit behind the vtable below:
+ *
+ *   - SQLite (server/store_sqlite.c), the embedded default: a file path
+ *     (BESPOKE_CONTROL_PLANE_DB, default ./bespoke-control-plane.db), WAL
+ *     mode, foreign keys on, busy timeout 30 s;
+ *   - PostgreSQL (server/store_pg.c, libpq), chosen by a connection URL
+ *     starting postgres:// or postgresql://, so several sbx-server
+ *     processes can share one database.
+ *
+ * The statements themselves are written once (server/api.c, auth.c, meter.c)
+ * in the SQL both engines accept: `?` placeholders (the PostgreSQL side
+ * numbers them $1..$n), TEXT for timestamps, decimals and JSON, INTEGER
+ * for counters and 0/1 flags, `INSERT ... ON CONFLICT DO NOTHING` for
+ * "insert once". Every parameter and every value read is text (NULL for
+ * SQL NULL), as the reference's schema stores them.
+ *
+ * Transactions: every multi-step decision (the idempotency reservation and
+ * the create's record, an execution's claim, a termination's version
+ * check, a ledger write) runs between begin() and commit(). begin() takes
+ * a lock name: SQLite takes its database-wide write lock (BEGIN
+ * IMMEDIATE), PostgreSQL a transaction-scoped advisory lock on the name's
+ * hash (pg_advisory_xact_lock), so two decisions on one name, in one or in
+ * several server processes, never interleave, and decisions on different
+ * names run in parallel. Unique constraints back every "once" rule on both
+ * engines as well.
+ *
+ * Threads: a connection is used by one thread at a time; the pool
+ * (store_acquire/store_release) hands connections to request threads and
+ * is thread-safe. It opens at most SBX_SERVER_DB_CONNECTIONS connections
+ * (default 16; PostgreSQL's own default limit is 100 for all clients) and
+ * makes a request wait for one when all are in use.
+ */
+#ifndef SBX_SERVER_STORE_H
+#define SBX_SERVER_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The rows of a query: @nrows × @ncols cells of text (NULL = SQL NULL),
+ * row-major, with the column names. Owned by the caller: store_rows_free(). */
+typedef struct store_rows {
+    size_t nrows, ncols;
+    char **names;                 /* ncols column names */
+    char **cells;                 /* nrows * ncols values */
+} store_rows;
+
+typedef struct store_conn store_conn;
+
+/* One engine. Each slot returns 0 / a value on success and -1 on failure
+ * with a message (new string, free()) in *err when @err is not NULL. */
+typedef struct store_vtable {
+    const char *name;             /* "sqlite" or "postgresql" */
+    /* Opens a connection to @target (a path or a URL). */
+    store_conn *(*connect)(const char *target, char **err);
+    void (*close)(store_conn *conn);
+    /* Starts a transaction holding the lock @lock_name (see above). */
+    int (*begin)(store_conn *conn, const char *lock_name, char **err);
+    int (*commit)(store_conn *conn, char **err);
+    /* Never fails visibly; a connection left unusable is reopened by the
+     * pool. */
+    void (*rollback)(store_conn *conn);
+    /* Runs @sql with @nparams text parameters; returns the number of rows
+     * changed (0 for statements that change none), -1 on error. A unique
+     * violation sets *@conflict to 1 when @conflict is not NULL. */
+    int64_t (*exec)(store_conn *conn, const char *sql, size_t nparams,
+                    const char *const *params, int *conflict, char **err);
+    /* Runs a query; *@rows gets the result (store_rows_free()). */
+    int (*query)(store_conn *conn, const char *sql, size_t nparams,
+                 const char *const *params, store_rows **rows, char **err);
+    /* Runs a script of several statements without parameters (DDL). */
+    int (*exec_script)(store_conn *conn, const char *sql, char **err);
+    /* 1 when the connection is broken and must not go back to the pool. */
+    int (*is_broken)(store_conn *conn);
+} store_vtable;
+
+extern const store_vtable store_sqlite_vtable;
+extern const store_vtable store_pg_vtable;
+
+/* A store: the engine, its target and a pool of connections. */
+typedef struct store store;
+
+/* Opens the store named by @target: a postgres:// or postgresql:// URL
+ * selects PostgreSQL, anything else is an SQLite file path. Connects once
+ * and applies the pending schema migrations (server/store.c) under the lock
+ * "schema". NULL on failure with the reason in *@err (new string; it names
+ * the target without a password). */
+store *store_open(const char *target, char **err);
+void store_close(store *st);
+const char *store_engine(const store *st);
+
+/* A pooled connection for the calling thread (NULL with *@err on failure);
+ * give it back with store_release(). */
+store_conn *store_acquire(store *st, char **err);
+void store_release(store *st, store_conn *conn);
+const store_vtable *store_vt(const store *st);
+
+void store_rows_free(store_rows *rows);
+/* The cell of row @row in the column named @name; NULL when the value is
+ * NULL or the column does not exist. Borrowed. */
+const char *store_cell(const store_rows *rows, size_t row, const char *name);
+
+/* The applied schema versions, ascending, into @out (at most @cap); the
+ * count, or -1. */
+int store_schema_versions(store *st, int *out, int cap, char **err);
+
+/* Migrations (server/store.c): the newest schema version. */
+int store_schema_latest(void);
+
+#endif

@@ -1,0 +1,220 @@
+/*
+ * server/store_pg.c — the PostgreSQL engine of the store (server/store.h),
+ * through libpq.
+ *
+ * The target is a libpq connection URL (postgres:// or postgresql://).
+ * Statements are the shared ones with `?` placeholders numbered $1..$n
+ * here; parameters go as text with types inferred by the server.
+ * Transactions run at READ COMMITTED; begin() takes
+ * pg_advisory_xact_lock(hashtextextended(lock_name, 0)), so decisions on
+ * one name serialise across every connection and every sbx-server
+ * process sharing the database, and end with the transaction.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include "store.h"
+#include "util.h"
+
+struct store_conn {
+    PGconn *pg;
+    int in_txn;
+};
+
+static void
+set_err(char **err, PGconn *pg, const char *what)
+{
+    if (err) {
+        const char *m = pg ? PQerrorMessage(pg) : "out of memory";
+        size_t n = strlen(m);
+        while (n && (m[n - 1] == '\n' || m[n - 1] == ' '))
+            n--;
+        *err = cp_printf("%s: %.*s", what, (int)n, m);
+    }
+}
+
+static store_conn *
+pg_connect(const char *target, char **err)
+{
+    store_conn *c = calloc(1, sizeof *c);
+
+    if (!c)
+        return NULL;
+    c->pg = PQconnectdb(target);
+    if (!c->pg || PQstatus(c->pg) != CONNECTION_OK) {
+        set_err(err, c->pg, "connect");
+        PQfinish(c->pg);
+        free(c);
+        return NULL;
+    }
+    /* Notices (e.g. "relation already exists, skipping") stay quiet. */
+    PQclear(PQexec(c->pg, "SET client_min_messages = warning"));
+    return c;
+}
+
+static void
+pg_close(store_conn *c)
+{
+    if (!c)
+        return;
+    PQfinish(c->pg);
+    free(c);
+}
+
+/* "a = ? AND b = ?" → "a = $1 AND b = $2" (statements never hold a `?`
+ * inside a literal). */
+static char *
+number_params(const char *sql)
+{
+    size_t n = strlen(sql), k = 0, o = 0;
+    char *out;
+    int i = 0;
+
+    for (size_t j = 0; j < n; j++)
+        k += sql[j] == '?';
+    out = malloc(n + k * 8 + 1);
+    for (size_t j = 0; j < n; j++) {
+        if (sql[j] == '?')
+            o += (size_t)sprintf(out + o, "$%d", ++i);
+        else
+            out[o++] = sql[j];
+    }
+    out[o] = 0;
+    return out;
+}
+
+static PGresult *
+run(store_conn *c, const char *sql, size_t n, const char *const *p, char **err)
+{
+    char *q = number_params(sql);
+    PGresult *r = PQexecParams(c->pg, q, (int)n, NULL, p, NULL, NULL, 0);
+
+    free(q);
+    if (!r) {
+        set_err(err, c->pg, "query");
+        return NULL;
+    }
+    return r;
+}
+
+static int
+pg_script(store_conn *c, const char *sql, char **err)
+{
+    PGresult *r = PQexec(c->pg, sql);
+    int ok = r && (PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK);
+
+    if (!ok)
+        set_err(err, c->pg, "exec");
+    PQclear(r);
+    return ok ? 0 : -1;
+}
+
+static int
+pg_begin(store_conn *c, const char *lock_name, char **err)
+{
+    const char *p[1] = { lock_name ? lock_name : "" };
+    PGresult *r;
+
+    if (pg_script(c, "BEGIN", err) < 0)
+        return -1;
+    c->in_txn = 1;
+    r = run(c, "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", 1, p, err);
+    if (!r || PQresultStatus(r) != PGRES_TUPLES_OK) {
+        if (r)
+            set_err(err, c->pg, "advisory lock");
+        PQclear(r);
+        pg_script(c, "ROLLBACK", NULL);
+        c->in_txn = 0;
+        return -1;
+    }
+    PQclear(r);
+    return 0;
+}
+
+static int
+pg_commit(store_conn *c, char **err)
+{
+    int rc = pg_script(c, "COMMIT", err);
+
+    c->in_txn = 0;
+    return rc;
+}
+
+static void
+pg_rollback(store_conn *c)
+{
+    if (c->in_txn || PQtransactionStatus(c->pg) != PQTRANS_IDLE)
+        pg_script(c, "ROLLBACK", NULL);
+    c->in_txn = 0;
+}
+
+static int64_t
+pg_exec(store_conn *c, const char *sql, size_t n, const char *const *p, int *conflict,
+        char **err)
+{
+    PGresult *r = run(c, sql, n, p, err);
+    int64_t changed;
+
+    if (conflict)
+        *conflict = 0;
+    if (!r)
+        return -1;
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
+        const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+        if (conflict && state && !strcmp(state, "23505"))
+            *conflict = 1;
+        set_err(err, c->pg, "exec");
+        PQclear(r);
+        return -1;
+    }
+    changed = atoll(PQcmdTuples(r));
+    PQclear(r);
+    return changed;
+}
+
+static int
+pg_query(store_conn *c, const char *sql, size_t n, const char *const *p, store_rows **out,
+         char **err)
+{
+    PGresult *r = run(c, sql, n, p, err);
+    store_rows *rows;
+
+    *out = NULL;
+    if (!r)
+        return -1;
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        set_err(err, c->pg, "query");
+        PQclear(r);
+        return -1;
+    }
+    rows = calloc(1, sizeof *rows);
+    rows->nrows = (size_t)PQntuples(r);
+    rows->ncols = (size_t)PQnfields(r);
+    rows->names = calloc(rows->ncols ? rows->ncols : 1, sizeof *rows->names);
+    rows->cells = calloc(rows->nrows * rows->ncols + 1, sizeof *rows->cells);
+    for (size_t i = 0; i < rows->ncols; i++)
+        rows->names[i] = strdup(PQfname(r, (int)i));
+    for (size_t y = 0; y < rows->nrows; y++)
+        for (size_t x = 0; x < rows->ncols; x++)
+            rows->cells[y * rows->ncols + x] =
+                PQgetisnull(r, (int)y, (int)x) ? NULL : strdup(PQgetvalue(r, (int)y, (int)x));
+    PQclear(r);
+    *out = rows;
+    return 0;
+}
+
+static int
+pg_is_broken(store_conn *c)
+{
+    if (PQstatus(c->pg) != CONNECTION_OK)
+        return 1;
+    pg_rollback(c);
+    return PQstatus(c->pg) != CONNECTION_OK;
+}
+
+const store_vtable store_pg_vtable = {
+    "postgresql", pg_connect, pg_close, pg_begin, pg_commit, pg_rollback,
+    pg_exec, pg_query, pg_script, pg_is_broken,
+};

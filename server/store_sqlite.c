@@ -1,0 +1,269 @@
+/*
+ * server/store_sqlite.c — the SQLite engine of the store (server/store.h).
+ *
+ * One connection per pooled slot on the same file: WAL journal (readers
+ * never block the writer), foreign keys on, a 30 s busy timeout (as the
+ * reference's connect(timeout=30)); begin() is BEGIN IMMEDIATE, so every
+ * decision takes the database's write lock at its start and decisions
+ * never interleave, whatever their lock names.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "store.h"
+#include "util.h"
+
+/* Prepared statements kept per connection, by their SQL text: the server's
+ * statements are a fixed set, so each is compiled once per connection. */
+#define STMT_CACHE 64
+
+/* Write transactions of this process take this lock before BEGIN IMMEDIATE:
+ * they queue here, woken at once, instead of in SQLite's busy handler,
+ * which sleeps in steps of up to 100 ms. Other processes on the same file
+ * still meet at SQLite's own lock (the busy timeout). */
+static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct store_conn {
+    sqlite3 *db;
+    int holds_write_lock;
+    struct {
+        char *sql;
+        sqlite3_stmt *stmt;
+    } cache[STMT_CACHE];
+    size_t ncache;
+};
+
+static void
+set_err(char **err, sqlite3 *db, const char *what)
+{
+    if (err)
+        *err = cp_printf("%s: %s", what, db ? sqlite3_errmsg(db) : "out of memory");
+}
+
+static store_conn *
+sq_connect(const char *target, char **err)
+{
+    store_conn *c = calloc(1, sizeof *c);
+    char *msg = NULL;
+
+    if (!c)
+        return NULL;
+    if (sqlite3_open_v2(target, &c->db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                        NULL) != SQLITE_OK) {
+        set_err(err, c->db, "sqlite3_open");
+        sqlite3_close(c->db);
+        free(c);
+        return NULL;
+    }
+    sqlite3_busy_timeout(c->db, 30000);
+    if (sqlite3_exec(c->db, "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON;"
+                            " PRAGMA synchronous=NORMAL;", NULL, NULL, &msg) != SQLITE_OK) {
+        if (err)
+            *err = cp_printf("PRAGMA: %s", msg ? msg : "failed");
+        sqlite3_free(msg);
+        sqlite3_close(c->db);
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void
+sq_close(store_conn *c)
+{
+    if (!c)
+        return;
+    for (size_t i = 0; i < c->ncache; i++) {
+        sqlite3_finalize(c->cache[i].stmt);
+        free(c->cache[i].sql);
+    }
+    sqlite3_close(c->db);
+    free(c);
+}
+
+static int
+sq_script(store_conn *c, const char *sql, char **err)
+{
+    char *msg = NULL;
+
+    if (sqlite3_exec(c->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        if (err)
+            *err = cp_printf("%s", msg ? msg : sqlite3_errmsg(c->db));
+        sqlite3_free(msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+sq_begin(store_conn *c, const char *lock_name, char **err)
+{
+    (void)lock_name;
+    pthread_mutex_lock(&write_lock);
+    c->holds_write_lock = 1;
+    if (sq_script(c, "BEGIN IMMEDIATE", err) < 0) {
+        c->holds_write_lock = 0;
+        pthread_mutex_unlock(&write_lock);
+        return -1;
+    }
+    return 0;
+}
+
+static void
+drop_write_lock(store_conn *c)
+{
+    if (c->holds_write_lock) {
+        c->holds_write_lock = 0;
+        pthread_mutex_unlock(&write_lock);
+    }
+}
+
+static int
+sq_commit(store_conn *c, char **err)
+{
+    int rc = sq_script(c, "COMMIT", err);
+
+    if (rc < 0 && !sqlite3_get_autocommit(c->db))
+        return rc;                 /* still open: the caller rolls back */
+    drop_write_lock(c);
+    return rc;
+}
+
+static void
+sq_rollback(store_conn *c)
+{
+    if (!sqlite3_get_autocommit(c->db))
+        sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
+    drop_write_lock(c);
+}
+
+/* Ends the use of @st: reset for its next use when cached, else finalized. */
+static void
+release(store_conn *c, sqlite3_stmt *st)
+{
+    for (size_t i = 0; i < c->ncache; i++)
+        if (c->cache[i].stmt == st) {
+            sqlite3_reset(st);
+            sqlite3_clear_bindings(st);
+            return;
+        }
+    sqlite3_finalize(st);
+}
+
+/* The statement for @sql, from the cache or compiled now, with @p bound. */
+static sqlite3_stmt *
+prepare(store_conn *c, const char *sql, size_t n, const char *const *p, char **err)
+{
+    sqlite3_stmt *st = NULL;
+    size_t i;
+
+    for (i = 0; i < c->ncache; i++)
+        if (!strcmp(c->cache[i].sql, sql)) {
+            st = c->cache[i].stmt;
+            break;
+        }
+    if (!st) {
+        if (sqlite3_prepare_v3(c->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) != SQLITE_OK) {
+            set_err(err, c->db, "prepare");
+            return NULL;
+        }
+        if (c->ncache < STMT_CACHE) {
+            c->cache[c->ncache].sql = strdup(sql);
+            c->cache[c->ncache].stmt = st;
+            c->ncache++;
+        }
+    }
+    for (size_t k = 0; k < n; k++) {
+        int rc = p[k] ? sqlite3_bind_text(st, (int)k + 1, p[k], -1, SQLITE_TRANSIENT)
+                      : sqlite3_bind_null(st, (int)k + 1);
+        if (rc != SQLITE_OK) {
+            set_err(err, c->db, "bind");
+            release(c, st);
+            return NULL;
+        }
+    }
+    return st;
+}
+
+static int64_t
+sq_exec(store_conn *c, const char *sql, size_t n, const char *const *p, int *conflict,
+        char **err)
+{
+    sqlite3_stmt *st = prepare(c, sql, n, p, err);
+    int rc;
+
+    if (conflict)
+        *conflict = 0;
+    if (!st)
+        return -1;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        ;
+    if (rc != SQLITE_DONE) {
+        if (conflict && sqlite3_extended_errcode(c->db) == SQLITE_CONSTRAINT_UNIQUE)
+            *conflict = 1;
+        if (conflict && sqlite3_extended_errcode(c->db) == SQLITE_CONSTRAINT_PRIMARYKEY)
+            *conflict = 1;
+        set_err(err, c->db, "step");
+        release(c, st);
+        return -1;
+    }
+    release(c, st);
+    return sqlite3_changes(c->db);
+}
+
+static int
+sq_query(store_conn *c, const char *sql, size_t n, const char *const *p, store_rows **out,
+         char **err)
+{
+    sqlite3_stmt *st = prepare(c, sql, n, p, err);
+    store_rows *r;
+    size_t cap = 0;
+    int rc;
+
+    *out = NULL;
+    if (!st)
+        return -1;
+    r = calloc(1, sizeof *r);
+    r->ncols = (size_t)sqlite3_column_count(st);
+    r->names = calloc(r->ncols ? r->ncols : 1, sizeof *r->names);
+    for (size_t i = 0; i < r->ncols; i++)
+        r->names[i] = strdup(sqlite3_column_name(st, (int)i));
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (r->nrows == cap) {
+            cap = cap ? cap * 2 : 16;
+            r->cells = realloc(r->cells, cap * (r->ncols ? r->ncols : 1) * sizeof *r->cells);
+        }
+        for (size_t i = 0; i < r->ncols; i++) {
+            const unsigned char *t = sqlite3_column_text(st, (int)i);
+            r->cells[r->nrows * r->ncols + i] = t ? strdup((const char *)t) : NULL;
+        }
+        r->nrows++;
+    }
+    if (rc != SQLITE_DONE) {
+        set_err(err, c->db, "step");
+        release(c, st);
+        store_rows_free(r);
+        return -1;
+    }
+    release(c, st);
+    *out = r;
+    return 0;
+}
+
+static int
+sq_is_broken(store_conn *c)
+{
+    /* A transaction left open by a failed path is ended here, so the next
+     * user of the connection starts clean. */
+    sq_rollback(c);
+    return 0;
+}
+
+const store_vtable store_sqlite_vtable = {
+    "sqlite", sq_connect, sq_close, sq_begin, sq_commit, sq_rollback,
+    sq_exec, sq_query, sq_script, sq_is_broken,
+};

@@ -1,0 +1,2115 @@
+/*
+ * tests/test_server.c — sbx-server through HTTP, on the local backend:
+ * every endpoint and status code of the contract this server serves
+ * (CONTROL-PLANE.md §1–§3, §5, §8), scopes, tenant isolation, idempotency
+ * under concurrency, replays, a crash between the provider create and the
+ * commit, restarts (sealed session state), two servers on one database,
+ * and the cases CASE-07, CASE-17, CASE-36 and CASE-38.
+ *
+ * The store is SQLite, or PostgreSQL when SBX_TEST_CP_PG_URL is set
+ * (scripts/test runs this program both ways; tests/cputil.h).
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+#include <libpq-fe.h>
+#include <sqlite3.h>
+
+#include "cputil.h"
+#include "testutil.h"
+
+static char *db_list(const char *sql);
+
+static cpu_store *store;
+static cpu_server *srv;
+static char *key, *org;
+
+static void
+setup(void)
+{
+    store = cpu_store_new();
+    srv = cpu_start(store, NULL);
+    key = cpu_bootstrap(srv, "acme", &org);
+}
+
+static void
+teardown(void)
+{
+    cpu_stop(srv);
+    cpu_store_free(store);
+    free(key);
+    free(org);
+    srv = NULL;
+    store = NULL;
+    key = org = NULL;
+}
+
+TestSuite(server, .init = setup, .fini = teardown, .timeout = 60);
+
+/* The response, asserted to have @status. */
+static cpu_response *
+req_s(long status, const char *method, const char *path, const char *k,
+      const char *const *headers, const char *body)
+{
+    cpu_response *r = cpu_http(srv->url, method, path, k, headers, body);
+
+    cr_assert_eq(r->status, status, "%s %s: want %ld, got %ld: %s", method, path, status,
+                 r->status, r->body);
+    return r;
+}
+
+/* Asserts the body is {"detail": @detail}. */
+static void
+expect_detail(const cpu_response *r, const char *detail)
+{
+    json_object *d = cpu_jget(r->json, "detail");
+
+    cr_assert(json_object_is_type(d, json_type_string), "detail of %s", r->body);
+    cr_assert_str_eq(json_object_get_string(d), detail);
+    cr_assert_eq(json_object_object_length(r->json), 1);
+}
+
+static void
+expect_status_detail(long status, const char *method, const char *path, const char *k,
+                     const char *const *headers, const char *body, const char *detail)
+{
+    cpu_response *r = req_s(status, method, path, k, headers, body);
+
+    expect_detail(r, detail);
+    cpu_response_free(r);
+}
+
+static char *
+path_of(const char *fmt, const char *id)
+{
+    return tu_strdup_printf(fmt, id);
+}
+
+/* Creates a key of the organisation of @k with @scopes_json; its secret. */
+static char *
+make_key(const char *k, const char *scopes_json, char **key_id)
+{
+    char *body = tu_strdup_printf("{\"name\":\"k\",\"scopes\":%s}", scopes_json), *s;
+    cpu_response *r = req_s(201, "POST", "/v1/api-keys", k, NULL, body);
+
+    s = strdup(cpu_jstr(r, "secret"));
+    if (key_id)
+        *key_id = strdup(cpu_jstr(r, "id"));
+    cpu_response_free(r);
+    free(body);
+    return s;
+}
+
+/* Executes @body in sandbox @id with optional Idempotency-Key @rid. */
+static cpu_response *
+execute(const char *k, const char *id, const char *rid, const char *body, long status)
+{
+    char *p = path_of("/v1/sandboxes/%s/execute", id), *h = NULL;
+    const char *hdr[] = { NULL, NULL };
+    cpu_response *r;
+
+    if (rid) {
+        h = tu_strdup_printf("Idempotency-Key: %s", rid);
+        hdr[0] = h;
+    }
+    r = req_s(status, "POST", p, k, hdr, body);
+    free(p);
+    free(h);
+    return r;
+}
+
+static void
+terminate(const char *k, const char *id)
+{
+    char *p = path_of("/v1/sandboxes/%s", id);
+    cpu_response *r = req_s(200, "DELETE", p, k, NULL, NULL);
+
+    cr_assert_str_eq(cpu_jstr(r, "status"), "destroyed");
+    cpu_response_free(r);
+    free(p);
+}
+
+/* ---------------------------------------------------------------- basics */
+
+Test(server, healthz_and_security_headers)
+{
+    static const char *const want[][2] = {
+        { "Content-Security-Policy",
+          "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+          "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; "
+          "frame-ancestors 'none'; object-src 'none'" },
+        { "X-Content-Type-Options", "nosniff" },
+        { "X-Frame-Options", "DENY" },
+        { "Referrer-Policy", "no-referrer" },
+        { "Permissions-Policy", "camera=(), microphone=(), geolocation=()" },
+        { "Cross-Origin-Opener-Policy", "same-origin" },
+        { "Strict-Transport-Security", "max-age=63072000; includeSubDomains" },
+    };
+    struct { const char *method, *path, *key; long status; } cases[] = {
+        { "GET", "/healthz", NULL, 200 },
+        { "GET", "/v1/sandboxes", NULL, 401 },
+        { "GET", "/nope", NULL, 404 },
+        { "PUT", "/v1/sandboxes", key, 405 },
+        { "OPTIONS", "/v1/sandboxes", NULL, 405 },
+        { "GET", "/v1/sandboxes", key, 200 },
+        { "HEAD", "/healthz", NULL, 200 },
+        { "DELETE", "/v1/sandboxes/sbx_0", key, 404 },
+    };
+    cpu_response *r = req_s(200, "GET", "/healthz", NULL, NULL, NULL);
+
+    cr_assert_str_eq(r->body, "{\"status\":\"ok\"}");
+    cpu_response_free(r);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        r = req_s(cases[i].status, cases[i].method, cases[i].path, cases[i].key, NULL, NULL);
+        for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+            char *v = cpu_response_header(r, want[k][0]);
+            cr_assert(v, "%s %s lacks %s", cases[i].method, cases[i].path, want[k][0]);
+            cr_assert_str_eq(v, want[k][1]);
+            free(v);
+        }
+        if (r->status == 404 && !strcmp(cases[i].path, "/nope"))
+            expect_detail(r, "Not Found");
+        if (r->status == 405)
+            expect_detail(r, "Method Not Allowed");
+        cpu_response_free(r);
+    }
+}
+
+Test(server, missing_settings_are_named)
+{
+    const char *env1[] = { "BESPOKE_API_KEY_PEPPER=", NULL };
+    const char *env2[] = { "BESPOKE_API_KEY_PEPPER=", "BESPOKE_CONTROL_PLANE_ADMIN_TOKEN=", NULL };
+    const char *env3[] = { "BESPOKE_CUSTOMER_MARKUP=lots", NULL };
+    int st = 0;
+
+    cr_assert_null(cpu_try_start(store, env1, &st));
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    cr_assert_null(cpu_try_start(store, env2, &st));
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    cr_assert_null(cpu_try_start(store, env3, &st));
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+}
+
+Test(server, help_and_version)
+{
+    const char *prog = getenv("SBX_SERVER") ? getenv("SBX_SERVER")
+                                            : SBX_BUILD_DIR "/server/sbx-server";
+    char *cmd = tu_strdup_printf("'%s' --version", prog), line[256] = "";
+    FILE *p = popen(cmd, "r");
+    int st;
+
+    cr_assert(p);
+    cr_assert(fgets(line, sizeof line, p));
+    st = pclose(p);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    cr_assert_str_eq(line, "sbx-server " SBX_VERSION_STRING "\n");
+    free(cmd);
+    cmd = tu_strdup_printf("'%s' --port 1 2>&1", prog);
+    p = popen(cmd, "r");
+    cr_assert(fgets(line, sizeof line, p));
+    st = pclose(p);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    cr_assert_str_eq(line, "sbx-server: unexpected argument \"--port\" (settings come from the "
+                           "environment)\n");
+    free(cmd);
+}
+
+Test(server, missing_settings_message)
+{
+    /* The message names exactly what is missing. */
+    const char *prog = getenv("SBX_SERVER") ? getenv("SBX_SERVER")
+                                            : SBX_BUILD_DIR "/server/sbx-server";
+    char *cmd = tu_strdup_printf("env -u BESPOKE_API_KEY_PEPPER -u BESPOKE_CONTROL_PLANE_ADMIN_TOKEN"
+                                 " BESPOKE_CONTROL_PLANE_ADMIN_TOKEN=x '%s' 2>&1", prog);
+    FILE *p = popen(cmd, "r");
+    char line[512] = "";
+    int st;
+
+    cr_assert(p);
+    cr_assert(fgets(line, sizeof line, p));
+    st = pclose(p);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    cr_assert_str_eq(line, "sbx-server: missing required setting: BESPOKE_API_KEY_PEPPER "
+                           "(set it in the environment)\n");
+    free(cmd);
+}
+
+Test(server, organizations_bootstrap)
+{
+    const char *bad[] = { "X-Control-Plane-Admin: wrong", NULL };
+    const char *good[] = { "X-Control-Plane-Admin: " CPU_ADMIN_TOKEN, NULL };
+    cpu_response *r;
+    const char *secret;
+
+    expect_status_detail(401, "POST", "/v1/organizations", NULL, NULL, "{\"name\":\"x\"}",
+                         "invalid control-plane admin token");
+    expect_status_detail(401, "POST", "/v1/organizations", NULL, bad, "{\"name\":\"x\"}",
+                         "invalid control-plane admin token");
+    r = req_s(422, "POST", "/v1/organizations", NULL, good, "{\"name\":\"\"}");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "string_too_short");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "name");
+    cpu_response_free(r);
+    r = req_s(422, "POST", "/v1/organizations", NULL, good, "{}");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "missing");
+    cpu_response_free(r);
+    expect_status_detail(422, "POST", "/v1/organizations", NULL, good, "{\"name\":\"   \"}",
+                         "organization name must not be blank");
+    r = req_s(201, "POST", "/v1/organizations", NULL, good, "{\"name\":\"beta\"}");
+    cr_assert_str_eq(cpu_jstr(r, "organization.name"), "beta");
+    cr_assert_eq(strncmp(cpu_jstr(r, "organization.id"), "org_", 4), 0);
+    cr_assert_eq(strlen(cpu_jstr(r, "organization.id")), 36);
+    cr_assert_str_eq(cpu_jstr(r, "api_key.name"), "Initial key");
+    secret = cpu_jstr(r, "api_key.secret");
+    cr_assert_eq(strlen(secret), 52);
+    cr_assert_eq(strncmp(secret, "bsk_live_", 9), 0);
+    cr_assert_eq(strncmp(cpu_jstr(r, "api_key.prefix"), secret, 17), 0);
+    cr_assert_eq(strlen(cpu_jstr(r, "api_key.prefix")), 17);
+    cr_assert_str_eq(cpu_jstr(r, "api_key.scopes.0"), "*");
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "api_key.scopes")), 1);
+    cr_assert_str_eq(cpu_jstr(r, "api_key.created_at"), cpu_jstr(r, "organization.created_at"));
+    cpu_response_free(r);
+}
+
+Test(server, authentication)
+{
+    const char *basic[] = { "Authorization: Basic abc", NULL };
+    char *k2, *k2_id, *p;
+    cpu_response *r;
+
+    expect_status_detail(401, "GET", "/v1/sandboxes", NULL, NULL, NULL,
+                         "Bearer API key or dashboard session required");
+    expect_status_detail(401, "GET", "/v1/sandboxes", NULL, basic, NULL, "Bearer API key required");
+    expect_status_detail(401, "GET", "/v1/sandboxes", "nope", NULL, NULL, "invalid API key");
+    expect_status_detail(401, "GET", "/v1/sandboxes", "bsk_live_nope", NULL, NULL,
+                         "invalid API key");
+    /* A key that expired. */
+    r = req_s(201, "POST", "/v1/api-keys", key, NULL,
+              "{\"name\":\"old\",\"expires_at\":\"2020-01-01T00:00:00Z\"}");
+    cr_assert_str_eq(cpu_jstr(r, "secret") + 0, cpu_jstr(r, "secret"));
+    expect_status_detail(401, "GET", "/v1/sandboxes", cpu_jstr(r, "secret"), NULL, NULL,
+                         "API key has expired");
+    cpu_response_free(r);
+    /* A revoked key. */
+    k2 = make_key(key, "[\"sandboxes:read\"]", &k2_id);
+    r = req_s(200, "GET", "/v1/sandboxes", k2, NULL, NULL);
+    cpu_response_free(r);
+    p = path_of("/v1/api-keys/%s", k2_id);
+    r = req_s(204, "DELETE", p, key, NULL, NULL);
+    cr_assert_eq(r->body_len, 0);
+    cpu_response_free(r);
+    expect_status_detail(404, "DELETE", p, key, NULL, NULL, "API key not found");
+    expect_status_detail(401, "GET", "/v1/sandboxes", k2, NULL, NULL, "invalid API key");
+    free(p);
+    free(k2);
+    free(k2_id);
+}
+
+Test(server, api_keys)
+{
+    cpu_response *r;
+    char *id;
+
+    r = req_s(201, "POST", "/v1/api-keys", key, NULL,
+              "{\"name\":\"ci\",\"scopes\":[\"usage:read\",\"sandboxes:read\",\"usage:read\"],"
+              "\"expires_at\":\"2099-01-02T03:04:05+02:00\"}");
+    cr_assert_str_eq(cpu_jstr(r, "name"), "ci");
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "scopes")), 2);
+    cr_assert_str_eq(cpu_jstr(r, "scopes.0"), "sandboxes:read");
+    cr_assert_str_eq(cpu_jstr(r, "scopes.1"), "usage:read");
+    cr_assert_eq(strlen(cpu_jstr(r, "secret")), 52);
+    cr_assert_eq(json_object_object_length(r->json), 6);
+    id = strdup(cpu_jstr(r, "id"));
+    cpu_response_free(r);
+    r = req_s(200, "GET", "/v1/api-keys", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(r->json), 2);
+    cr_assert_str_eq(cpu_jstr(r, "0.name"), "Initial key");
+    cr_assert_str_eq(cpu_jstr(r, "1.id"), id);
+    cr_assert_str_eq(cpu_jstr(r, "1.expires_at"), "2099-01-02T01:04:05+00:00");
+    cr_assert_null(cpu_jget(r->json, "1.secret"));
+    cr_assert_null(cpu_jget(r->json, "0.secret"));
+    cr_assert_null(cpu_jget(r->json, "1.revoked_at"));
+    cr_assert(json_object_object_get_ex(cpu_jget(r->json, "1"), "revoked_at", NULL));
+    cr_assert(strstr(r->body, "bsk_live_") == NULL || strstr(r->body, "\"prefix\""));
+    cpu_response_free(r);
+    expect_status_detail(422, "POST", "/v1/api-keys", key, NULL, "{\"name\":\"x\",\"scopes\":[]}",
+                         "at least one API-key scope is required");
+    expect_status_detail(422, "POST", "/v1/api-keys", key, NULL,
+                         "{\"name\":\"x\",\"expires_at\":\"2099-01-01T00:00:00\"}",
+                         "expires_at must include a timezone");
+    r = req_s(201, "POST", "/v1/api-keys", key, NULL, "{\"name\":\"all\"}");
+    cr_assert_str_eq(cpu_jstr(r, "scopes.0"), "*");
+    cpu_response_free(r);
+    expect_status_detail(404, "DELETE", "/v1/api-keys/key_unknown", key, NULL, NULL,
+                         "API key not found");
+    free(id);
+}
+
+Test(server, session)
+{
+    char *k = make_key(key, "[\"sandboxes:terminate\",\"sandboxes:read\"]", NULL);
+    cpu_response *r = req_s(200, "GET", "/v1/session", k, NULL, NULL);
+
+    cr_assert_str_eq(cpu_jstr(r, "role"), "operator");
+    cr_assert_str_eq(cpu_jstr(r, "scopes.0"), "sandboxes:read");
+    cr_assert_str_eq(cpu_jstr(r, "scopes.1"), "sandboxes:terminate");
+    cr_assert_str_eq(cpu_jstr(r, "auth_mode"), "api_key");
+    cr_assert(json_object_get_boolean(cpu_jget(r->json, "can_terminate")));
+    cr_assert_not(json_object_get_boolean(cpu_jget(r->json, "can_create")));
+    cr_assert_not(json_object_get_boolean(cpu_jget(r->json, "can_view_usage")));
+    cr_assert_null(cpu_jget(r->json, "csrf_token"));
+    cpu_response_free(r);
+    r = req_s(200, "GET", "/v1/session", key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "role"), "administrator");
+    cr_assert(json_object_get_boolean(cpu_jget(r->json, "can_export")));
+    cpu_response_free(r);
+    free(k);
+}
+
+/* ---------------------------------------------------------------- scopes */
+
+Test(server, scopes_on_every_route)
+{
+    struct { const char *method, *path, *body, *scope; } routes[] = {
+        { "GET", "/v1/sandboxes", NULL, "sandboxes:read" },
+        { "POST", "/v1/sandboxes", "{\"backend\":\"local\"}", "sandboxes:create" },
+        { "GET", "/v1/sandboxes/%s", NULL, "sandboxes:read" },
+        { "GET", "/v1/sandboxes/%s/detail", NULL, "sandboxes:read" },
+        { "POST", "/v1/sandboxes/%s/execute", "{\"command\":\"true\"}", "sandboxes:execute" },
+        { "DELETE", "/v1/sandboxes/%s", NULL, "sandboxes:terminate" },
+        { "GET", "/v1/costs", NULL, "usage:read" },
+        { "GET", "/v1/api-keys", NULL, "keys:write" },
+        { "POST", "/v1/api-keys", "{\"name\":\"x\"}", "keys:write" },
+        { "DELETE", "/v1/api-keys/key_x", NULL, "keys:write" },
+    };
+    char *id = cpu_create_local(srv, key, NULL);
+    char *none = make_key(key, "[\"alerts:read\"]", NULL);
+    char *legacy = make_key(key, "[\"sandboxes:write\"]", NULL);
+    cpu_response *r;
+
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        char *p = path_of(routes[i].path, id), *want;
+        char *one = make_key(key, (want = tu_strdup_printf("[\"%s\"]", routes[i].scope)), NULL);
+        free(want);
+        want = tu_strdup_printf("API key requires scope: %s", routes[i].scope);
+        expect_status_detail(403, routes[i].method, p, none, NULL, routes[i].body, want);
+        /* The one scope is enough to pass the check. */
+        r = cpu_http(srv->url, routes[i].method, p, one, NULL, routes[i].body);
+        cr_assert_neq(r->status, 403, "%s %s with %s: %s", routes[i].method, p,
+                      routes[i].scope, r->body);
+        cr_assert_neq(r->status, 401);
+        cpu_response_free(r);
+        free(want);
+        free(one);
+        free(p);
+    }
+    /* Legacy sandboxes:write: create, execute, terminate; not read. */
+    r = req_s(201, "POST", "/v1/sandboxes", legacy, NULL, "{\"backend\":\"local\"}");
+    {
+        char *p = path_of("/v1/sandboxes/%s", cpu_jstr(r, "id"));
+        cpu_response *g = req_s(403, "GET", p, legacy, NULL, NULL);
+        cpu_response_free(g);
+        g = req_s(200, "DELETE", p, legacy, NULL, NULL);
+        cpu_response_free(g);
+        free(p);
+    }
+    cpu_response_free(r);
+    free(id);
+    free(none);
+    free(legacy);
+}
+
+/* ---------------------------------------------------------------- sandboxes */
+
+Test(server, sandbox_lifecycle)
+{
+    const char *stale[] = { "If-Match: \"1\"", NULL };
+    const char *badm[] = { "If-Match: abc", NULL };
+    const char *weak[] = { "If-Match: W/\"2\"", NULL };
+    cpu_response *r;
+    char *id, *p, *pe;
+
+    r = req_s(201, "POST", "/v1/sandboxes", key, NULL,
+              "{\"backend\":\" LOCAL \",\"timeout_secs\":60,\"env_vars\":"
+              "{\"B\":\"2\",\"A\":\"1\"},\"unknown_field\":1,\"image\":null}");
+    id = strdup(cpu_jstr(r, "id"));
+    cr_assert_eq(strncmp(id, "sbx_", 4), 0);
+    cr_assert_str_eq(cpu_jstr(r, "backend"), "local");
+    cr_assert_str_eq(cpu_jstr(r, "status"), "running");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 2);
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "attempt_count")), 1);
+    cr_assert_str_eq(json_object_to_json_string_ext(cpu_jget(r->json, "config"),
+                                                    JSON_C_TO_STRING_PLAIN),
+                     "{\"env_var_names\":[\"A\",\"B\"],\"timeout_secs\":60}");
+    cr_assert_str_eq(cpu_jstr(r, "retry_status"), "not_applicable");
+    cr_assert_str_eq(cpu_jstr(r, "hourly_rate_usd"), "0");
+    cr_assert_str_eq(cpu_jstr(r, "currency"), "USD");
+    cr_assert_str_eq(cpu_jstr(r, "cost_state"), "estimated");
+    cr_assert_str_eq(cpu_jstr(r, "creator_api_key_name"), "Initial key");
+    cr_assert_null(cpu_jget(r->json, "organization_id"));
+    cr_assert_null(cpu_jget(r->json, "latest_error"));
+    cr_assert(cpu_jstr(r, "provider_resource_id"));
+    cr_assert(cpu_jstr(r, "expires_at"));
+    cr_assert_str_eq(cpu_jstr(r, "requested_at"), cpu_jstr(r, "created_at"));
+    cr_assert_eq(json_object_object_length(r->json), 31);
+    cpu_response_free(r);
+
+    p = path_of("/v1/sandboxes/%s", id);
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "id"), id);
+    cpu_response_free(r);
+    r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(r->json), 1);
+    cr_assert_str_eq(cpu_jstr(r, "0.id"), id);
+    cpu_response_free(r);
+
+    /* CASE-09 through HTTP: separate streams, exit codes, env. */
+    r = execute(key, id, NULL, "{\"command\":\"echo out; echo err >&2; echo out2\"}", 200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "out\nout2\n");
+    cr_assert_str_eq(cpu_jstr(r, "stderr"), "err\n");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "exit_code")), 0);
+    cr_assert_eq(strncmp(cpu_jstr(r, "request_id"), "req_", 4), 0);
+    cr_assert_str_eq(cpu_jstr(r, "usage.provider_cost_usd"), "0");
+    cr_assert_null(cpu_jget(r->json, "stdout_b64"));
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"echo boom >&2; echo $A$B; exit 3\"}", 200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "12\n");
+    cr_assert_str_eq(cpu_jstr(r, "stderr"), "boom\n");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "exit_code")), 3);
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"printf\",\"args\":[\"%s|\",\"a b\",\"$A\"]}", 200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "a b|$A|");
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"code\":\"echo $((6*7))\",\"language\":\"bash\"}", 200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "42\n");
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"true\",\"code\":\"x\"}", 422);
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.msg"), "Value error, provide exactly one of code or command");
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{}", 422);
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "value_error");
+    cpu_response_free(r);
+
+    /* Detail: attempts and executions, newest first. */
+    pe = path_of("/v1/sandboxes/%s/detail", id);
+    r = req_s(200, "GET", pe, key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "sandbox.id"), id);
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "attempts")), 1);
+    cr_assert_str_eq(cpu_jstr(r, "attempts.0.status"), "succeeded");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "attempts.0.attempt_number")), 1);
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "executions")), 4);
+    cr_assert_str_eq(cpu_jstr(r, "executions.0.status"), "completed");
+    cr_assert_str_eq(cpu_jstr(r, "executions.0.response.stdout"), "42\n");
+    cr_assert_str_eq(cpu_jstr(r, "executions.3.response.stdout"), "out\nout2\n");
+    cr_assert(json_object_is_type(cpu_jget(r->json, "provider_observations"), json_type_array));
+    cr_assert(json_object_object_get_ex(r->json, "cost", NULL));
+    cpu_response_free(r);
+
+    /* Terminate: If-Match checks. */
+    expect_status_detail(422, "DELETE", p, key, badm, NULL, "If-Match must be a sandbox version");
+    expect_status_detail(409, "DELETE", p, key, stale, NULL,
+                         "sandbox changed; refresh before terminating");
+    r = req_s(200, "DELETE", p, key, weak, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "destroyed");
+    cr_assert_str_eq(cpu_jstr(r, "termination_reason"), "operator");
+    cr_assert_str_eq(cpu_jstr(r, "terminated_by_api_key_name"), "Initial key");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 4);
+    cr_assert(cpu_jstr(r, "stopping_at"));
+    cr_assert(cpu_jstr(r, "terminated_at"));
+    cpu_response_free(r);
+    /* Destroyed: idempotent 200 before the version check. */
+    r = req_s(200, "DELETE", p, key, stale, NULL);
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 4);
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"true\"}", 409);
+    expect_detail(r, "sandbox is destroyed");
+    cpu_response_free(r);
+    expect_status_detail(404, "GET", "/v1/sandboxes/sbx_missing", key, NULL, NULL,
+                         "sandbox not found");
+    expect_status_detail(404, "GET", "/v1/sandboxes/sbx_missing/detail", key, NULL, NULL,
+                         "sandbox not found");
+    r = execute(key, "sbx_missing", NULL, "{\"command\":\"true\"}", 404);
+    cpu_response_free(r);
+    free(p);
+    free(pe);
+    free(id);
+}
+
+Test(server, create_validation)
+{
+    cpu_response *r;
+    const char *long_key;
+    char *h;
+    const char *hdr[2] = { NULL, NULL };
+
+    r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "{}");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "missing");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.0"), "body");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "backend");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.msg"), "Field required");
+    cpu_response_free(r);
+    r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"local\",\"cpu\":0}");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "greater_than");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "cpu");
+    cpu_response_free(r);
+    r = req_s(422, "POST", "/v1/sandboxes", key, NULL,
+              "{\"backend\":\"local\",\"timeout_secs\":\"x\"}");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "int_type");
+    cpu_response_free(r);
+    r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "json_invalid");
+    cpu_response_free(r);
+    r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "[1]");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "model_attributes_type");
+    cpu_response_free(r);
+    expect_status_detail(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"docker\"}",
+                         "backend is not enabled: docker");
+    {
+        static char lk[300] = "Idempotency-Key: ";
+        memset(lk + strlen("Idempotency-Key: "), 'x', 256);
+        long_key = lk;
+    }
+    hdr[0] = long_key;
+    expect_status_detail(422, "POST", "/v1/sandboxes", key, hdr, "{\"backend\":\"local\"}",
+                         "idempotency key must contain 1 to 255 characters");
+    h = tu_strdup_printf("Idempotency-Key;");
+    hdr[0] = h;
+    expect_status_detail(422, "POST", "/v1/sandboxes", key, hdr, "{\"backend\":\"local\"}",
+                         "idempotency key must contain 1 to 255 characters");
+    free(h);
+    /* Nothing was made. */
+    r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(r->json), 0);
+    cpu_response_free(r);
+}
+
+/* A provider failure is the contract's payload, the record left failed,
+ * and replays of its key return that record without a second attempt. */
+Test(server, provider_failure_payload)
+{
+    const char *hdr[] = { "Idempotency-Key: bad-1", NULL };
+    cpu_response *r;
+    char *p;
+
+    r = req_s(502, "POST", "/v1/sandboxes", key, hdr,
+              "{\"backend\":\"local\",\"git_repo\":\"/nonexistent/repo.git\"}");
+    cr_assert_str_eq(cpu_jstr(r, "detail.code"), "creation_failed");
+    cr_assert_str_eq(cpu_jstr(r, "detail.message"), "Provider sandbox creation failed.");
+    cr_assert_str_eq(cpu_jstr(r, "detail.backend"), "local");
+    cr_assert_str_eq(cpu_jstr(r, "detail.op"), "create");
+    cr_assert_str_eq(cpu_jstr(r, "detail.outcome"), "failed");
+    cr_assert(json_object_is_type(cpu_jget(r->json, "detail.retryable"), json_type_boolean));
+    cr_assert(json_object_is_type(cpu_jget(r->json, "detail.context"), json_type_object));
+    cr_assert_eq(json_object_object_length(cpu_jget(r->json, "detail")), 7);
+    cpu_response_free(r);
+    r = req_s(201, "POST", "/v1/sandboxes", key, hdr,
+              "{\"backend\":\"local\",\"git_repo\":\"/nonexistent/repo.git\"}");
+    cr_assert_str_eq(cpu_jstr(r, "status"), "failed");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "attempt_count")), 1);
+    cr_assert_str_eq(cpu_jstr(r, "latest_error.code"), "creation_failed");
+    cr_assert(cpu_jstr(r, "failed_at"));
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 2);
+    p = path_of("/v1/sandboxes/%s", cpu_jstr(r, "id"));
+    cpu_response_free(r);
+    /* A failed sandbox has no runtime to terminate. */
+    expect_status_detail(409, "DELETE", p, key, NULL, NULL,
+                         "sandbox runtime is not attached and provider termination is not configured");
+    free(p);
+    /* An option the backend cannot honour: 422 configuration. */
+    r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"local\",\"cpu\":2}");
+    cr_assert_str_eq(cpu_jstr(r, "detail.code"), "configuration");
+    cr_assert_str_eq(cpu_jstr(r, "detail.message"), "Provider configuration is invalid.");
+    cr_assert_str_eq(cpu_jstr(r, "detail.outcome"), "failed");
+    cr_assert_not(json_object_get_boolean(cpu_jget(r->json, "detail.retryable")));
+    cpu_response_free(r);
+}
+
+/* ---------------------------------------------------------------- idempotency */
+
+Test(server, create_idempotency_replay_and_mismatch)
+{
+    const char *hdr[] = { "Idempotency-Key: same", NULL };
+    cpu_response *a, *b, *c;
+    char *p;
+
+    a = req_s(201, "POST", "/v1/sandboxes", key, hdr,
+              "{\"backend\":\"local\",\"timeout_secs\":60,\"env_vars\":{\"X\":\"1\"}}");
+    /* The same request, written differently: 60 ≡ 60.0, LOCAL ≡ local, null ≡ absent. */
+    b = req_s(201, "POST", "/v1/sandboxes", key, hdr,
+              "{\"env_vars\":{\"X\":\"1\"},\"timeout_secs\":60.0,\"backend\":\"LOCAL\",\"gpu\":null}");
+    cr_assert_str_eq(cpu_jstr(a, "id"), cpu_jstr(b, "id"));
+    cr_assert_str_eq(a->body, b->body);
+    /* A different env value is a different request. */
+    expect_status_detail(409, "POST", "/v1/sandboxes", key, hdr,
+                         "{\"backend\":\"local\",\"timeout_secs\":60,\"env_vars\":{\"X\":\"2\"}}",
+                         "idempotency key was already used with a different request");
+    expect_status_detail(409, "POST", "/v1/sandboxes", key, hdr, "{\"backend\":\"local\"}",
+                         "idempotency key was already used with a different request");
+    c = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(c->json), 1);
+    cpu_response_free(c);
+    /* After terminate the replay returns the current record. */
+    p = path_of("/v1/sandboxes/%s", cpu_jstr(a, "id"));
+    c = req_s(200, "DELETE", p, key, NULL, NULL);
+    cpu_response_free(c);
+    c = req_s(201, "POST", "/v1/sandboxes", key, hdr,
+              "{\"backend\":\"local\",\"timeout_secs\":60,\"env_vars\":{\"X\":\"1\"}}");
+    cr_assert_str_eq(cpu_jstr(c, "status"), "destroyed");
+    cr_assert_str_eq(cpu_jstr(c, "id"), cpu_jstr(a, "id"));
+    cpu_response_free(a);
+    cpu_response_free(b);
+    cpu_response_free(c);
+    free(p);
+}
+
+typedef struct race {
+    const char *url, *key, *body;
+    const char *idem;
+    long status;
+    char id[64];
+} race;
+
+static void *
+race_create(void *arg)
+{
+    race *r = arg;
+    char *h = tu_strdup_printf("Idempotency-Key: %s", r->idem);
+    const char *hdr[] = { h, NULL };
+    cpu_response *res = cpu_http(r->url, "POST", "/v1/sandboxes", r->key, hdr, r->body);
+
+    r->status = res->status;
+    if (cpu_jstr(res, "id"))
+        snprintf(r->id, sizeof r->id, "%s", cpu_jstr(res, "id"));
+    cpu_response_free(res);
+    free(h);
+    return NULL;
+}
+
+/* 20 concurrent creates with one key (across @nurls servers) make one
+ * sandbox; every caller gets 201 and its id. */
+static void
+race_20(const char *const *urls, size_t nurls, const char *k)
+{
+    race rs[20];
+    pthread_t th[20];
+    cpu_response *r;
+
+    for (int i = 0; i < 20; i++) {
+        memset(&rs[i], 0, sizeof rs[i]);
+        rs[i].url = urls[(size_t)i % nurls];
+        rs[i].key = k;
+        rs[i].body = "{\"backend\":\"local\",\"timeout_secs\":120}";
+        rs[i].idem = "race-key";
+        cr_assert_eq(pthread_create(&th[i], NULL, race_create, &rs[i]), 0);
+    }
+    for (int i = 0; i < 20; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 20; i++) {
+        cr_assert_eq(rs[i].status, 201, "create %d: %ld", i, rs[i].status);
+        cr_assert_str_eq(rs[i].id, rs[0].id);
+    }
+    r = cpu_http(urls[0], "GET", "/v1/sandboxes", k, NULL, NULL);
+    cr_assert_eq(json_object_array_length(r->json), 1);
+    cpu_response_free(r);
+    /* Wait for the one create to finish, then terminate it. */
+    for (int i = 0; i < 200; i++) {
+        char *p = path_of("/v1/sandboxes/%s", rs[0].id);
+        r = cpu_http(urls[0], "GET", p, k, NULL, NULL);
+        free(p);
+        if (strcmp(cpu_jstr(r, "status"), "creating")) {
+            cr_assert_str_eq(cpu_jstr(r, "status"), "running");
+            cpu_response_free(r);
+            break;
+        }
+        cpu_response_free(r);
+        usleep(20000);
+    }
+    {
+        char *p = path_of("/v1/sandboxes/%s", rs[0].id);
+        r = cpu_http(urls[nurls - 1], "DELETE", p, k, NULL, NULL);
+        cr_assert_eq(r->status, 200, "%s", r->body);
+        cpu_response_free(r);
+        free(p);
+    }
+}
+
+Test(server, concurrent_same_key_creates_make_one_sandbox)
+{
+    const char *urls[] = { srv->url };
+
+    race_20(urls, 1, key);
+}
+
+Test(server, execute_replay)
+{
+    char *id = cpu_create_local(srv, key, NULL);
+    cpu_response *a, *b, *c;
+
+    a = execute(key, id, "run-1", "{\"command\":\"echo $$; date +%N\"}", 200);
+    cr_assert_str_eq(cpu_jstr(a, "request_id"), "run-1");
+    /* Replay: the stored response verbatim, whatever the body now says. */
+    b = execute(key, id, "run-1", "{\"command\":\"echo other\"}", 200);
+    cr_assert_str_eq(a->body, b->body);
+    c = execute(key, id, "run-2", "{\"command\":\"echo $$; date +%N\"}", 200);
+    cr_assert_str_neq(cpu_jstr(a, "stdout"), cpu_jstr(c, "stdout"));
+    cpu_response_free(a);
+    cpu_response_free(b);
+    cpu_response_free(c);
+    /* One usage event per request id. */
+    a = req_s(200, "GET", "/v1/costs?group_by=sandbox", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(cpu_jget(a->json, "items")), 1);
+    cr_assert_str_eq(cpu_jstr(a, "items.0.key"), id);
+    cpu_response_free(a);
+    terminate(key, id);
+    free(id);
+}
+
+/* ---------------------------------------------------------------- cases */
+
+Test(server, case07_non_utf8_output)
+{
+    char *id = cpu_create_local(srv, key, NULL);
+    cpu_response *r = execute(key, id, NULL,
+                              "{\"command\":\"printf 'ok\\\\377\\\\376\\\\n'; printf 'e\\\\200\\\\n' >&2\"}",
+                              200);
+
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "exit_code")), 0);
+    cr_assert_str_eq(cpu_jstr(r, "stdout_b64"), "b2v//go=");
+    cr_assert_str_eq(cpu_jstr(r, "stderr_b64"), "ZYAK");
+    cr_assert(json_object_get_boolean(cpu_jget(r->json, "stdout_lossy")));
+    cr_assert(json_object_get_boolean(cpu_jget(r->json, "stderr_lossy")));
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "ok\xef\xbf\xbd\xef\xbf\xbd\n");
+    cr_assert_str_eq(cpu_jstr(r, "stderr"), "e\xef\xbf\xbd\n");
+    cpu_response_free(r);
+    terminate(key, id);
+    free(id);
+}
+
+Test(server, case17_binary_bytes_through_http)
+{
+    char *id = cpu_create_local(srv, key, NULL), hex[65];
+    unsigned char *data = malloc(1048576), *got;
+    size_t len = 0;
+    cpu_response *r;
+
+    for (size_t i = 0; i < 1048576; i++)
+        data[i] = (unsigned char)(i & 0xff);
+    /* Upload: the bytes as the command's stdin (stdin_b64). */
+    {
+        static const char tbl[] =
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        size_t o = 0;
+        char *b64 = malloc(1048576 / 3 * 4 + 8), *body;
+        size_t i = 0;
+        for (; i + 3 <= 1048576; i += 3) {
+            unsigned v = (unsigned)data[i] << 16 | (unsigned)data[i + 1] << 8 | data[i + 2];
+            b64[o++] = tbl[v >> 18];
+            b64[o++] = tbl[(v >> 12) & 63];
+            b64[o++] = tbl[(v >> 6) & 63];
+            b64[o++] = tbl[v & 63];
+        }
+        {
+            unsigned v = (unsigned)data[i] << 16;   /* 1048576 = 3k + 1 */
+            b64[o++] = tbl[v >> 18];
+            b64[o++] = tbl[(v >> 12) & 63];
+            b64[o++] = '=';
+            b64[o++] = '=';
+        }
+        b64[o] = 0;
+        body = tu_strdup_printf("{\"command\":\"cat > \\\"$SANDBOX_ROOT/bin.dat\\\"\","
+                                "\"stdin_b64\":\"%s\"}", b64);
+        r = execute(key, id, NULL, body, 200);
+        cr_assert_eq(json_object_get_int(cpu_jget(r->json, "exit_code")), 0, "%s", r->body);
+        cpu_response_free(r);
+        free(body);
+        free(b64);
+    }
+    r = execute(key, id, NULL, "{\"command\":\"true\",\"stdin_b64\":\"@@\"}", 422);
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "stdin_b64");
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"sha256sum \\\"$SANDBOX_ROOT/bin.dat\\\" | cut -c1-64\"}",
+                200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"),
+                     "fbbab289f7f94b25736c58be46a994c441fd02552cc6022352e3d86d2fab7c83\n");
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"cat \\\"$SANDBOX_ROOT/bin.dat\\\"\"}", 200);
+    cr_assert(cpu_jstr(r, "stdout_b64"));
+    got = (unsigned char *)strdup(cpu_jstr(r, "stdout_b64"));
+    cpu_response_free(r);
+    {
+        /* base64 decode */
+        static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        size_t n = strlen((char *)got), o = 0;
+        unsigned char *out = malloc(n);
+        unsigned acc = 0;
+        int bits = 0;
+        for (size_t i = 0; i < n && got[i] != '='; i++) {
+            acc = acc << 6 | (unsigned)(strchr(tbl, got[i]) - tbl);
+            bits += 6;
+            if (bits >= 8) {
+                bits -= 8;
+                out[o++] = (unsigned char)(acc >> bits);
+            }
+        }
+        len = o;
+        free(got);
+        got = out;
+    }
+    cr_assert_eq(len, 1048576);
+    tu_sha256_hex(got, len, hex);
+    cr_assert_str_eq(hex, "fbbab289f7f94b25736c58be46a994c441fd02552cc6022352e3d86d2fab7c83");
+    cr_assert_eq(memcmp(got, data, len), 0);
+    free(got);
+    free(data);
+    terminate(key, id);
+    free(id);
+}
+
+/* CASE-38: idempotency keys and request ids belong to the organisation. */
+Test(server, case38_keys_scoped_to_the_tenant)
+{
+    char *kb = cpu_bootstrap(srv, "beta", NULL), *sa, *sb, *p;
+    const char *h1[] = { "Idempotency-Key: 1", NULL };
+    const char *h2[] = { "Idempotency-Key: 2", NULL };
+    cpu_response *a, *b;
+
+    a = req_s(201, "POST", "/v1/sandboxes", key, h1, "{\"backend\":\"local\"}");
+    b = req_s(201, "POST", "/v1/sandboxes", kb, h1, "{\"backend\":\"local\"}");
+    sa = strdup(cpu_jstr(a, "id"));
+    sb = strdup(cpu_jstr(b, "id"));
+    cr_assert_str_neq(sa, sb);
+    cr_assert_str_neq(cpu_jstr(a, "creator_api_key_id"), cpu_jstr(b, "creator_api_key_id"));
+    cpu_response_free(a);
+    cpu_response_free(b);
+    a = req_s(201, "POST", "/v1/sandboxes", key, h2, "{\"backend\":\"local\"}");
+    b = req_s(201, "POST", "/v1/sandboxes", kb, h2, "{\"backend\":\"local\",\"timeout_secs\":60}");
+    cr_assert_str_neq(cpu_jstr(a, "id"), cpu_jstr(b, "id"));
+    terminate(key, cpu_jstr(a, "id"));
+    terminate(kb, cpu_jstr(b, "id"));
+    cpu_response_free(a);
+    cpu_response_free(b);
+    a = execute(key, sa, "run-1", "{\"command\":\"echo secret-A\"}", 200);
+    b = execute(kb, sb, "run-1", "{\"command\":\"echo b\"}", 200);
+    cr_assert_str_eq(cpu_jstr(a, "stdout"), "secret-A\n");
+    cr_assert_str_eq(cpu_jstr(b, "stdout"), "b\n");
+    cr_assert_null(strstr(b->body, "secret-A"));
+    cpu_response_free(a);
+    cpu_response_free(b);
+    /* B never sees or touches A's sandbox. */
+    p = path_of("/v1/sandboxes/%s", sa);
+    expect_status_detail(404, "GET", p, kb, NULL, NULL, "sandbox not found");
+    expect_status_detail(404, "DELETE", p, kb, NULL, NULL, "sandbox not found");
+    free(p);
+    p = path_of("/v1/sandboxes/%s/detail", sa);
+    expect_status_detail(404, "GET", p, kb, NULL, NULL, "sandbox not found");
+    free(p);
+    a = execute(kb, sa, "run-1", "{\"command\":\"echo x\"}", 404);
+    expect_detail(a, "sandbox not found");
+    cpu_response_free(a);
+    a = req_s(200, "GET", "/v1/sandboxes", kb, NULL, NULL);
+    cr_assert_eq(json_object_array_length(a->json), 2);
+    cr_assert_null(strstr(a->body, sa));
+    cpu_response_free(a);
+    /* Within one org, the same key with another body is still 409. */
+    expect_status_detail(409, "POST", "/v1/sandboxes", key, h1,
+                         "{\"backend\":\"local\",\"timeout_secs\":5}",
+                         "idempotency key was already used with a different request");
+    terminate(key, sa);
+    terminate(kb, sb);
+    free(sa);
+    free(sb);
+    free(kb);
+}
+
+Test(server, cross_tenant_keys_and_costs)
+{
+    char *kb = cpu_bootstrap(srv, "beta", NULL), *kid, *p, *sa;
+    cpu_response *r;
+
+    free(make_key(key, "[\"usage:read\"]", &kid));
+    p = path_of("/v1/api-keys/%s", kid);
+    expect_status_detail(404, "DELETE", p, kb, NULL, NULL, "API key not found");
+    r = req_s(200, "GET", "/v1/api-keys", kb, NULL, NULL);
+    cr_assert_eq(json_object_array_length(r->json), 1);
+    cr_assert_null(strstr(r->body, kid));
+    cpu_response_free(r);
+    sa = cpu_create_local(srv, key, NULL);
+    r = execute(key, sa, NULL, "{\"command\":\"true\"}", 200);
+    cpu_response_free(r);
+    r = req_s(200, "GET", "/v1/costs", kb, NULL, NULL);
+    cr_assert_str_eq(r->body, "{\"group_by\":\"sandbox\",\"items\":[]}");
+    cpu_response_free(r);
+    r = req_s(200, "GET", "/v1/costs", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "items")), 1);
+    cpu_response_free(r);
+    terminate(key, sa);
+    /* The key still works for its own org after B's attempt. */
+    r = req_s(204, "DELETE", p, key, NULL, NULL);
+    cpu_response_free(r);
+    free(sa);
+    free(p);
+    free(kid);
+    free(kb);
+}
+
+/* CASE-36: no key or token is echoed or logged; the DB holds digests. */
+Test(server, case36_no_secret_echoed_or_logged)
+{
+    char *k2, *k2_id, *p, *out, *err, *malformed;
+    cpu_response *r;
+    const char *secrets[3];
+
+    k2 = make_key(key, "[\"sandboxes:read\"]", &k2_id);
+    p = path_of("/v1/api-keys/%s", k2_id);
+    r = req_s(204, "DELETE", p, key, NULL, NULL);
+    cpu_response_free(r);
+    malformed = strdup("bsk_live_QQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQ!!");
+    secrets[0] = key;
+    secrets[1] = k2;
+    secrets[2] = malformed;
+    {
+        struct { const char *method, *path, *k, *body; long status; } calls[] = {
+            { "GET", "/v1/sandboxes", k2, NULL, 401 },
+            { "GET", "/v1/sandboxes", malformed, NULL, 401 },
+            { "POST", "/v1/sandboxes", key, "{\"backend\":\"docker\"}", 422 },
+            { "POST", "/v1/sandboxes", key, "{\"backend\":\"local\",\"cpu\":-1}", 422 },
+            { "GET", "/v1/api-keys", key, NULL, 200 },
+            { "GET", "/v1/session", key, NULL, 200 },
+            { "POST", "/v1/api-keys", key, "{\"name\":\"x\",\"scopes\":[]}", 422 },
+        };
+        for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+            r = req_s(calls[i].status, calls[i].method, calls[i].path, calls[i].k, NULL,
+                      calls[i].body);
+            for (size_t s = 0; s < 3; s++) {
+                cr_assert_null(strstr(r->body, secrets[s]), "%s %s echoes a secret",
+                               calls[i].method, calls[i].path);
+                cr_assert_null(strstr(r->headers, secrets[s]));
+            }
+            cpu_response_free(r);
+        }
+    }
+    out = cpu_read_log(srv, 0);
+    err = cpu_read_log(srv, 1);
+    for (size_t s = 0; s < 3; s++) {
+        cr_assert_null(strstr(out, secrets[s]));
+        cr_assert_null(strstr(err, secrets[s]));
+    }
+    cr_assert_null(strstr(err, "bsk_live_"));
+    cr_assert_null(strstr(err, CPU_PEPPER));
+    cr_assert(strstr(err, "method=GET route=/v1/sandboxes status=401"));
+    /* The SQLite file holds no secret. */
+    if (!cpu_store_is_pg()) {
+        FILE *f;
+        char *db, *dbs[3];
+        dbs[0] = tu_strdup_printf("%s", store->url);
+        dbs[1] = tu_strdup_printf("%s-wal", store->url);
+        dbs[2] = NULL;
+        for (int i = 0; dbs[i]; i++) {
+            long n;
+            f = fopen(dbs[i], "rb");
+            if (!f)
+                continue;
+            fseek(f, 0, SEEK_END);
+            n = ftell(f);
+            fseek(f, 0, SEEK_SET);
+            db = malloc((size_t)n + 1);
+            cr_assert_eq(fread(db, 1, (size_t)n, f), (size_t)n);
+            fclose(f);
+            for (size_t s = 0; s < 2; s++)
+                cr_assert_null(memmem(db, (size_t)n, secrets[s], strlen(secrets[s])),
+                               "%s holds a key", dbs[i]);
+            free(db);
+        }
+        free(dbs[0]);
+        free(dbs[1]);
+    }
+    free(out);
+    free(err);
+    free(malformed);
+    free(p);
+    free(k2);
+    free(k2_id);
+}
+
+Test(server, request_log_line)
+{
+    char *id = cpu_create_local(srv, key, NULL), *err, *want;
+
+    terminate(key, id);
+    err = cpu_read_log(srv, 1);
+    want = tu_strdup_printf("method=POST route=/v1/sandboxes status=201 duration_ms=");
+    cr_assert(strstr(err, want), "%s", err);
+    free(want);
+    want = tu_strdup_printf("method=DELETE route=/v1/sandboxes/{id} status=200 duration_ms=");
+    cr_assert(strstr(err, want));
+    free(want);
+    want = tu_strdup_printf("organization=%s\n", org);
+    cr_assert(strstr(err, want));
+    cr_assert_null(strstr(err, id));   /* routes, not paths */
+    free(want);
+    free(err);
+    free(id);
+}
+
+/* ---------------------------------------------------------------- crash, restart, replicas */
+
+/* A server killed between the provider create and the commit of its
+ * outcome: the retry with the key returns the reserved record and never
+ * creates again. */
+Test(server, killed_between_provider_create_and_commit)
+{
+    const char *hook[] = { "SBX_SERVER_TEST_CRASH_AFTER_PROVIDER_CREATE=1", NULL };
+    const char *hdr[] = { "Idempotency-Key: crash-1", NULL };
+    const char *body = "{\"backend\":\"local\",\"timeout_secs\":2}";
+    cpu_server *dying = cpu_start(store, hook), *again;
+    cpu_response *r;
+    char *id;
+    int st;
+
+    r = cpu_http(dying->url, "POST", "/v1/sandboxes", key, hdr, body);
+    cr_assert_eq(r->status, 0);     /* the connection died with the server */
+    cpu_response_free(r);
+    st = cpu_signal(dying, 0);
+    cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    again = cpu_start(store, NULL);
+    r = cpu_http(again->url, "POST", "/v1/sandboxes", key, hdr, body);
+    cr_assert_eq(r->status, 201, "%s", r->body);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "creating");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "attempt_count")), 1);
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 1);
+    id = strdup(cpu_jstr(r, "id"));
+    cpu_response_free(r);
+    /* The retry never reached a provider: this server started no plugin
+     * host (it makes one on a backend's first use). */
+    {
+        char *cmd = tu_strdup_printf("pgrep -P %d", (int)again->pid);
+        FILE *p = popen(cmd, "r");
+        char line[64];
+        cr_assert(p);
+        cr_assert_null(fgets(line, sizeof line, p), "the server has a child: %s", line);
+        pclose(p);
+        free(cmd);
+    }
+    r = cpu_http(again->url, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(r->json), 1);
+    cr_assert_str_eq(cpu_jstr(r, "0.id"), id);
+    cpu_response_free(r);
+    r = cpu_http(again->url, "GET", "/v1/sandboxes/x/detail", key, NULL, NULL);
+    cpu_response_free(r);
+    cpu_stop(again);
+    cpu_stop(dying);
+    free(id);
+    /* The sandbox the dead server made ends with its 2 s lifetime. */
+    sleep(3);
+}
+
+/* Beyond the reference: the sealed session state lets a restarted server
+ * execute in and terminate a sandbox it did not make. */
+Test(server, restart_resumes_sandboxes)
+{
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":60}");
+    cpu_response *r;
+
+    r = execute(key, id, NULL, "{\"command\":\"echo kept > \\\"$SANDBOX_ROOT/f\\\"\"}", 200);
+    cpu_response_free(r);
+    /* At rest the session state is sealed: no JSON, no path, no id. */
+    {
+        char *sealed = db_list("SELECT session_state_sealed FROM sandboxes");
+        cr_assert(sealed);
+        cr_assert_eq(strncmp(sealed, "v1.", 3), 0, "%s", sealed);
+        cr_assert_null(strchr(sealed, '{'));
+        cr_assert_null(strstr(sealed, "sbx-local"));
+        cr_assert_null(strstr(sealed, "backend"));
+        free(sealed);
+    }
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    srv = cpu_start(store, NULL);
+    r = execute(key, id, NULL, "{\"command\":\"cat \\\"$SANDBOX_ROOT/f\\\"\"}", 200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "kept\n");
+    cpu_response_free(r);
+    terminate(key, id);
+    free(id);
+}
+
+Test(server, session_state_is_sealed_under_the_pepper)
+{
+    const char *other[] = { "BESPOKE_API_KEY_PEPPER=another-pepper", NULL };
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":60}");
+    cpu_server *wrong;
+    char *k2;
+    cpu_response *r;
+
+    cpu_signal(srv, SIGTERM);
+    /* Another pepper: the old keys are invalid and the state cannot be
+     * opened, so nothing can be done with the sandbox. */
+    wrong = cpu_start(store, other);
+    r = cpu_http(wrong->url, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cr_assert_eq(r->status, 401);
+    cpu_response_free(r);
+    k2 = cpu_bootstrap(wrong, "other", NULL);
+    cpu_stop(wrong);
+    free(k2);
+    cpu_stop(srv);
+    srv = cpu_start(store, NULL);
+    terminate(key, id);
+    free(id);
+}
+
+Test(server, two_servers_one_database)
+{
+    cpu_server *b = cpu_start(store, NULL);
+    const char *urls[] = { srv->url, b->url };
+    char *id;
+    cpu_response *r;
+    char *p;
+
+    race_20(urls, 2, key);
+    /* Made through A, executed and terminated through B. */
+    id = cpu_create_local(srv, key, "{\"timeout_secs\":60}");
+    p = tu_strdup_printf("/v1/sandboxes/%s/execute", id);
+    r = cpu_http(b->url, "POST", p, key, NULL, "{\"command\":\"echo via-b\"}");
+    cr_assert_eq(r->status, 200, "%s", r->body);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "via-b\n");
+    cpu_response_free(r);
+    free(p);
+    p = tu_strdup_printf("/v1/sandboxes/%s", id);
+    r = cpu_http(b->url, "DELETE", p, key, NULL, NULL);
+    cr_assert_eq(r->status, 200, "%s", r->body);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "destroyed");
+    cpu_response_free(r);
+    r = cpu_http(srv->url, "POST", "/v1/sandboxes/x/execute", key, NULL, "{\"command\":\"true\"}");
+    cpu_response_free(r);
+    r = cpu_http(srv->url, "GET", p, key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "destroyed");
+    cpu_response_free(r);
+    free(p);
+    cpu_stop(b);
+    free(id);
+}
+
+/* ---------------------------------------------------------------- metering */
+
+/* A price for local (0.036 USD per vCPU-hour, 0.018 per GiB-hour: 0.054
+ * per hour at the default size) through the operator's pricing file, and a
+ * markup of 1.5. */
+static char *price_dir;
+
+static cpu_server *
+start_priced(const char *extra_env)
+{
+    char *file, *penv;
+    const char *env[4] = { NULL, "BESPOKE_CUSTOMER_MARKUP=1.5", extra_env, NULL };
+    cpu_server *s;
+
+    price_dir = tu_mkdtemp("cp-pricing");
+    file = tu_strdup_printf("%s/pricing.json", price_dir);
+    {
+        static const char doc[] = "{\"backends\":{\"local\":{\"vcpu_usd_per_h\":0.036,"
+                                  "\"ram_gib_usd_per_h\":0.018}}}";
+        tu_write_file(file, doc, sizeof doc - 1, 0644);
+    }
+    penv = tu_strdup_printf("SBX_PRICING_FILE=%s", file);
+    env[0] = penv;
+    s = cpu_start(store, env);
+    free(penv);
+    free(file);
+    return s;
+}
+
+static void
+metering_setup(void)
+{
+    store = cpu_store_new();
+    srv = start_priced(NULL);
+    key = cpu_bootstrap(srv, "acme", &org);
+}
+
+static void
+metering_teardown(void)
+{
+    teardown();
+    tu_rmtree(price_dir);
+    free(price_dir);
+    price_dir = NULL;
+}
+
+TestSuite(metering, .init = metering_setup, .fini = metering_teardown, .timeout = 60);
+
+/* "2026-12-04T22:37:31.783499+00:00" → microseconds since the epoch. */
+static int64_t
+iso_us(const char *s)
+{
+    struct tm tm = { 0 };
+    int us = 0, n = 0;
+    char frac[8] = "";
+
+    cr_assert(s);
+    cr_assert_eq(sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                        &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &n), 6);
+    if (s[n] == '.') {
+        snprintf(frac, sizeof frac, "%.6s", s + n + 1);
+        us = atoi(frac);
+        n += 7;
+    }
+    cr_assert_str_eq(s + n, "+00:00");
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    return (int64_t)timegm(&tm) * 1000000 + us;
+}
+
+/* Decimal text → pico units (money), or micro units for seconds (the
+ * same text read as pico-units, divided by 10^6). */
+static int64_t
+pico(const char *text)
+{
+    int64_t v;
+
+    cr_assert(text);
+    cr_assert_eq(sbx_usd_parse(text, &v, NULL), 0, "%s", text);
+    return v;
+}
+
+static int64_t
+round_div(__int128 n, int64_t d)
+{
+    __int128 q = n / d, r = n % d;
+
+    if (2 * (r < 0 ? -r : r) >= d)
+        q += n < 0 ? -1 : 1;
+    return (int64_t)q;
+}
+
+static char *
+usd(int64_t pusd)
+{
+    char buf[SBX_USD_FORMAT_SIZE];
+
+    cr_assert(sbx_usd_format(pusd, buf, sizeof buf) > 0);
+    return strdup(buf);
+}
+
+/* The price of @us microseconds at 0.054 USD per hour, in pico-dollars. */
+static int64_t
+price_of(int64_t us)
+{
+    return round_div((__int128)54000000000LL * us, 3600LL * 1000000LL);
+}
+
+static int64_t
+marked_up(int64_t pusd)
+{
+    return round_div((__int128)pusd * 3, 2);
+}
+
+Test(metering, execution_usage_and_ledger)
+{
+    char *id = cpu_create_local(srv, key, NULL), *p, *want;
+    cpu_response *r;
+    int64_t us, prov;
+
+    p = path_of("/v1/sandboxes/%s", id);
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "hourly_rate_usd"), "0.054");
+    cr_assert_str_eq(cpu_jstr(r, "pricing_source"), "2026-12-04");
+    cpu_response_free(r);
+    r = execute(key, id, "m-1", "{\"command\":\"sleep 0.05\"}", 200);
+    us = pico(cpu_jstr(r, "usage.runtime_seconds")) / 1000000;
+    cr_assert_geq(us, 50000);
+    prov = price_of(us);
+    want = usd(prov);
+    cr_assert_str_eq(cpu_jstr(r, "usage.provider_cost_usd"), want);
+    free(want);
+    want = usd(marked_up(prov));
+    cr_assert_str_eq(cpu_jstr(r, "usage.customer_cost_usd"), want);
+    free(want);
+    cpu_response_free(r);
+    /* The lifecycle: after terminate, billed from provisioning to the
+     * termination, once. */
+    r = req_s(200, "DELETE", p, key, NULL, NULL);
+    us = iso_us(cpu_jstr(r, "terminated_at")) - iso_us(cpu_jstr(r, "provisioning_at"));
+    cpu_response_free(r);
+    free(p);
+    p = path_of("/v1/sandboxes/%s/detail", id);
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    cr_assert_eq(pico(cpu_jstr(r, "cost.billable_seconds")) / 1000000, us);
+    want = usd(price_of(us));
+    cr_assert_str_eq(cpu_jstr(r, "cost.estimated_cost_usd"), want);
+    cr_assert_str_eq(cpu_jstr(r, "cost.effective_cost_usd"), want);
+    free(want);
+    want = usd(marked_up(price_of(us)));
+    cr_assert_str_eq(cpu_jstr(r, "cost.customer_cost_usd"), want);
+    cr_assert_str_eq(cpu_jstr(r, "cost.cost_state"), "estimated");
+    cr_assert_str_eq(cpu_jstr(r, "cost.currency"), "USD");
+    cr_assert_null(cpu_jget(r->json, "cost.provider_reported_cost_usd"));
+    cpu_response_free(r);
+    /* The report: the lifecycle rows (usage events of a sandbox with a
+     * lifecycle are not counted again). */
+    r = req_s(200, "GET", "/v1/costs?group_by=backend", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "items")), 1);
+    cr_assert_str_eq(cpu_jstr(r, "group_by"), "backend");
+    cr_assert_str_eq(cpu_jstr(r, "items.0.key"), "local");
+    cr_assert_eq(pico(cpu_jstr(r, "items.0.runtime_seconds")) / 1000000, us);
+    cr_assert_str_eq(cpu_jstr(r, "items.0.provider_cost_usd"), want = usd(price_of(us)));
+    free(want);
+    cr_assert_str_eq(cpu_jstr(r, "items.0.customer_cost_usd"),
+                     want = usd(marked_up(price_of(us))));
+    free(want);
+    cpu_response_free(r);
+    /* A window that ends before the sandbox: nothing. */
+    r = req_s(200, "GET", "/v1/costs?group_by=sandbox&start=2000-01-01T00:00:00Z"
+                          "&end=2000-01-02T00:00:00%2B00:00", key, NULL, NULL);
+    cr_assert_str_eq(r->body, "{\"group_by\":\"sandbox\",\"items\":[]}");
+    cpu_response_free(r);
+    free(p);
+    free(id);
+}
+
+Test(metering, costs_parameters)
+{
+    cpu_response *r;
+
+    r = req_s(422, "GET", "/v1/costs?group_by=week", key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "string_pattern_mismatch");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.0"), "query");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "group_by");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.input"), "week");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.ctx.pattern"), "^(sandbox|backend|day)$");
+    cpu_response_free(r);
+    expect_status_detail(422, "GET", "/v1/costs?start=2026-01-01T00:00:00", key, NULL, NULL,
+                         "start must include a timezone");
+    expect_status_detail(422, "GET", "/v1/costs?end=2026-01-01", key, NULL, NULL,
+                         "end must include a timezone");
+    expect_status_detail(422, "GET",
+                         "/v1/costs?start=2026-01-02T00:00:00Z&end=2026-01-01T00:00:00Z", key,
+                         NULL, NULL, "start must be before end");
+    r = req_s(422, "GET", "/v1/costs?start=yesterday", key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "start");
+    cpu_response_free(r);
+    r = req_s(200, "GET", "/v1/costs?group_by=day&start=2026-01-01T00:00:00.000Z", key, NULL,
+              NULL);
+    cr_assert_str_eq(r->body, "{\"group_by\":\"day\",\"items\":[]}");
+    cpu_response_free(r);
+}
+
+/* A lifetime across a UTC midnight is split into one ledger row per day
+ * (the server's clock is set 0.7 s before a midnight for this test). */
+Test(metering, lifecycle_split_at_midnight)
+{
+    struct timespec ts;
+    int64_t now_us, midnight, offset_us, prov_at, end_at, d1, d2;
+    char env[80], day1[16], day2[16], *id, *p, *q1, *want;
+    cpu_response *r;
+    time_t t;
+    struct tm tm;
+
+    cpu_stop(srv);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    midnight = (now_us / 86400000000LL + 1) * 86400000000LL;
+    offset_us = midnight - 1500000 - now_us;   /* the server's clock: 1.5 s before midnight */
+    snprintf(env, sizeof env, "SBX_SERVER_TEST_CLOCK_OFFSET_S=%.6f", (double)offset_us / 1e6);
+    tu_rmtree(price_dir);
+    free(price_dir);
+    srv = start_priced(env);
+    id = cpu_create_local(srv, key, NULL);
+    /* Until 0.3 s past the server's midnight. */
+    for (;;) {
+        clock_gettime(CLOCK_REALTIME, &ts);
+        now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+        if (now_us + offset_us >= midnight + 300000)
+            break;
+        usleep(20000);
+    }
+    p = path_of("/v1/sandboxes/%s", id);
+    r = req_s(200, "DELETE", p, key, NULL, NULL);
+    prov_at = iso_us(cpu_jstr(r, "provisioning_at"));
+    end_at = iso_us(cpu_jstr(r, "terminated_at"));
+    cpu_response_free(r);
+    cr_assert_lt(prov_at, midnight, "the sandbox was made after the midnight");
+    cr_assert_gt(end_at, midnight);
+    d1 = midnight - prov_at;
+    d2 = end_at - midnight;
+    t = (time_t)(midnight / 1000000 - 1);
+    gmtime_r(&t, &tm);
+    strftime(day1, sizeof day1, "%Y-%m-%d", &tm);
+    t = (time_t)(midnight / 1000000);
+    gmtime_r(&t, &tm);
+    strftime(day2, sizeof day2, "%Y-%m-%d", &tm);
+    r = req_s(200, "GET", "/v1/costs?group_by=day", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "items")), 2, "%s", r->body);
+    cr_assert_str_eq(cpu_jstr(r, "items.0.key"), day1);
+    cr_assert_str_eq(cpu_jstr(r, "items.1.key"), day2);
+    cr_assert_eq(pico(cpu_jstr(r, "items.0.runtime_seconds")) / 1000000, d1);
+    cr_assert_eq(pico(cpu_jstr(r, "items.1.runtime_seconds")) / 1000000, d2);
+    /* The money of both days adds up to the lifetime's, exactly. */
+    cr_assert_eq(pico(cpu_jstr(r, "items.0.provider_cost_usd")) +
+                 pico(cpu_jstr(r, "items.1.provider_cost_usd")), price_of(d1 + d2));
+    cr_assert_eq(pico(cpu_jstr(r, "items.0.customer_cost_usd")) +
+                 pico(cpu_jstr(r, "items.1.customer_cost_usd")), marked_up(price_of(d1 + d2)));
+    cpu_response_free(r);
+    /* A window from the midnight: the second day only. */
+    t = (time_t)(midnight / 1000000);
+    gmtime_r(&t, &tm);
+    strftime(env, sizeof env, "/v1/costs?group_by=sandbox&start=%Y-%m-%dT%H:%M:%SZ", &tm);
+    r = req_s(200, "GET", env, key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "items")), 1);
+    cr_assert_str_eq(cpu_jstr(r, "items.0.key"), id);
+    cr_assert_eq(pico(cpu_jstr(r, "items.0.runtime_seconds")) / 1000000, d2);
+    q1 = strdup(cpu_jstr(r, "items.0.provider_cost_usd"));
+    cpu_response_free(r);
+    r = req_s(200, "GET", "/v1/costs?group_by=day", key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "items.1.provider_cost_usd"), q1);
+    cpu_response_free(r);
+    (void)want;
+    free(q1);
+    free(p);
+    free(id);
+}
+
+/* ---------------------------------------------------------------- schema */
+
+/* The first column of @sql's rows on the test store, comma-joined (new
+ * string); NULL when the statement fails. */
+static char *
+db_list(const char *sql)
+{
+    char *out = calloc(1, 1);
+    size_t n = 0;
+
+    if (cpu_store_is_pg()) {
+        PGconn *c = PQconnectdb(store->url);
+        PGresult *r = PQexec(c, sql);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK && PQresultStatus(r) != PGRES_COMMAND_OK) {
+            PQclear(r);
+            PQfinish(c);
+            free(out);
+            return NULL;
+        }
+        for (int i = 0; PQresultStatus(r) == PGRES_TUPLES_OK && i < PQntuples(r); i++) {
+            const char *v = PQgetvalue(r, i, 0);
+            out = realloc(out, n + strlen(v) + 2);
+            n += (size_t)sprintf(out + n, "%s%s", n ? "," : "", v);
+        }
+        PQclear(r);
+        PQfinish(c);
+    } else {
+        sqlite3 *db = NULL;
+        sqlite3_stmt *st = NULL;
+        int rc;
+        cr_assert_eq(sqlite3_open(store->url, &db), SQLITE_OK);
+        sqlite3_busy_timeout(db, 5000);
+        if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+            sqlite3_close(db);
+            free(out);
+            return NULL;
+        }
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            const char *v = (const char *)sqlite3_column_text(st, 0);
+            v = v ? v : "";
+            out = realloc(out, n + strlen(v) + 2);
+            n += (size_t)sprintf(out + n, "%s%s", n ? "," : "", v);
+        }
+        sqlite3_finalize(st);
+        sqlite3_close(db);
+        if (rc != SQLITE_DONE) {
+            free(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+Test(server, schema_migrations_forward)
+{
+    char *v = db_list("SELECT version FROM schema_migrations ORDER BY version"), *err;
+    int st = 0;
+
+    cr_assert_str_eq(v, "1,2");
+    free(v);
+    if (!cpu_store_is_pg()) {
+        v = db_list("PRAGMA journal_mode");
+        cr_assert_str_eq(v, "wal");
+        free(v);
+    }
+    /* A database at version 1: the server applies 2 on start. */
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    free(db_list("DELETE FROM schema_migrations WHERE version = 2"));
+    free(db_list("ALTER TABLE sandboxes DROP COLUMN session_state_sealed"));
+    v = db_list("SELECT version FROM schema_migrations ORDER BY version");
+    cr_assert_str_eq(v, "1");
+    free(v);
+    cr_assert_null(db_list("SELECT session_state_sealed FROM sandboxes"));
+    srv = cpu_start(store, NULL);
+    v = db_list("SELECT version FROM schema_migrations ORDER BY version");
+    cr_assert_str_eq(v, "1,2");
+    free(v);
+    v = db_list("SELECT session_state_sealed FROM sandboxes");
+    cr_assert_str_eq(v, "");
+    free(v);
+    /* Its data is kept: the key still works. */
+    {
+        cpu_response *r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+        cpu_response_free(r);
+    }
+    /* A database from a newer server is refused, naming the versions. */
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    srv = NULL;
+    free(db_list("INSERT INTO schema_migrations(version, applied_at) VALUES (99, 'x')"));
+    cr_assert_null(cpu_try_start(store, NULL, &st));
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    err = cpu_last_stderr();
+    cr_assert(strstr(err, "the database has schema version 99, newer than this sbx-server "
+                          "knows (2)"), "%s", err);
+    free(err);
+    free(db_list("DELETE FROM schema_migrations WHERE version = 99"));
+    srv = cpu_start(store, NULL);
+}
+
+/* ---------------------------------------------------------------- CASE-36, provider side */
+
+#define E2B_SECRET "e2b_TESTSECRET_0123456789abcdef"
+
+/* The e2b contract fake (tests/fakes/e2b.py) answering every create with a
+ * 401 whose body echoes the credential. Its pid in *@pid, its URL back. */
+static char *
+start_e2b_fake(pid_t *pid, char **dir)
+{
+    char *out, *line = NULL, *url = NULL;
+    const char *src = getenv("SBX_TEST_SRCDIR") ? getenv("SBX_TEST_SRCDIR")
+                                                : SBX_SOURCE_DIR "/tests";
+
+    *dir = tu_mkdtemp("cp-e2b");
+    out = tu_strdup_printf("%s/port", *dir);
+    *pid = fork();
+    cr_assert(*pid >= 0);
+    if (*pid == 0) {
+        char *script = tu_strdup_printf("%s/fakes/e2b.py", src);
+        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(fd, 1);
+        setenv("SBX_FAKE_FAULTS",
+               "[{\"method\":\"POST\",\"path\":\"^/sandboxes\",\"status\":401,\"times\":-1,"
+               "\"body\":{\"message\":\"invalid key " E2B_SECRET "\"}}]", 1);
+        execl("/usr/bin/python3", "python3", script, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 400 && !url; i++) {
+        FILE *f = fopen(out, "r");
+        size_t cap = 0;
+        if (f && getline(&line, &cap, f) > 0 && !strncmp(line, "PORT ", 5))
+            url = tu_strdup_printf("http://127.0.0.1:%d", atoi(line + 5));
+        if (f)
+            fclose(f);
+        if (!url)
+            usleep(25000);
+    }
+    free(line);
+    free(out);
+    cr_assert(url, "the e2b fake did not start");
+    return url;
+}
+
+Test(server, case36_provider_secret_never_leaves)
+{
+    pid_t fake;
+    char *fdir, *url = start_e2b_fake(&fake, &fdir), *penv, *uenv, *senv, *out, *err;
+    const char *env[6];
+    cpu_server *s;
+    cpu_response *r;
+    char *k;
+    sbx_error *e = NULL;
+    char *estr;
+
+    penv = tu_strdup_printf("SBX_PLUGIN_PATH=%s/plugins/cloud/e2b/.libs:%s", SBX_BUILD_DIR,
+                            getenv("SBX_PLUGIN_PATH") ? getenv("SBX_PLUGIN_PATH") : "");
+    uenv = tu_strdup_printf("E2B_API_URL=%s", url);
+    senv = tu_strdup_printf("E2B_SANDBOX_URL=%s", url);
+    env[0] = penv;
+    env[1] = uenv;
+    env[2] = senv;
+    env[3] = "E2B_API_KEY=" E2B_SECRET;
+    env[4] = "BESPOKE_ALLOWED_BACKENDS=local,e2b";
+    env[5] = NULL;
+    s = cpu_start(store, env);
+    k = cpu_bootstrap(s, "gamma", NULL);
+    r = cpu_http(s->url, "POST", "/v1/sandboxes", k, NULL, "{\"backend\":\"e2b\"}");
+    cr_assert_eq(r->status, 502, "%s", r->body);
+    cr_assert_str_eq(cpu_jstr(r, "detail.code"), "authentication");
+    cr_assert_str_eq(cpu_jstr(r, "detail.message"), "Provider authentication failed.");
+    cr_assert_str_eq(cpu_jstr(r, "detail.backend"), "e2b");
+    cr_assert_null(strstr(r->body, "TESTSECRET"));
+    cr_assert_null(strstr(r->headers, "TESTSECRET"));
+    cpu_response_free(r);
+    /* The stored record and its detail hold the fixed payload only. */
+    r = cpu_http(s->url, "GET", "/v1/sandboxes", k, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "0.status"), "failed");
+    cr_assert_str_eq(cpu_jstr(r, "0.latest_error.code"), "authentication");
+    cr_assert_null(strstr(r->body, "TESTSECRET"));
+    cr_assert_null(strstr(r->body, k));
+    cpu_response_free(r);
+    out = cpu_read_log(s, 0);
+    err = cpu_read_log(s, 1);
+    cr_assert_null(strstr(out, "TESTSECRET"));
+    cr_assert_null(strstr(err, "TESTSECRET"));
+    cr_assert_null(strstr(err, k));
+    free(out);
+    free(err);
+    cpu_stop(s);
+    /* The database holds neither. */
+    {
+        char *all = db_list("SELECT COALESCE(latest_error_json, '') || config_json FROM sandboxes");
+        cr_assert(all);
+        cr_assert_null(strstr(all, "TESTSECRET"));
+        free(all);
+        all = db_list("SELECT key_digest FROM api_keys");
+        cr_assert_null(strstr(all, "bsk_live_"));
+        free(all);
+    }
+    /* The C API's error string. */
+    setenv("E2B_API_URL", url, 1);
+    setenv("E2B_SANDBOX_URL", url, 1);
+    setenv("E2B_API_KEY", E2B_SECRET, 1);
+    setenv("SBX_PLUGIN_PATH", penv + strlen("SBX_PLUGIN_PATH="), 1);
+    cr_assert_null(sbx_create("e2b", NULL, &e));
+    cr_assert_eq(sbx_error_get_code(e), SBX_ERROR_AUTHENTICATION);
+    estr = sbx_error_to_string(e);
+    cr_assert_null(strstr(estr, "TESTSECRET"), "%s", estr);
+    free(estr);
+    sbx_error_free(e);
+    kill(fake, SIGTERM);
+    waitpid(fake, NULL, 0);
+    tu_rmtree(fdir);
+    free(fdir);
+    free(url);
+    free(penv);
+    free(uenv);
+    free(senv);
+    free(k);
+}
+
+/* ---------------------------------------------------------------- executions in flight and failed */
+
+typedef struct exec_arg {
+    const char *id, *body;
+    cpu_response *res;
+} exec_arg;
+
+static void *
+exec_thread(void *arg)
+{
+    exec_arg *a = arg;
+    char *p = path_of("/v1/sandboxes/%s/execute", a->id);
+    const char *hdr[] = { "Idempotency-Key: slow-1", NULL };
+
+    a->res = cpu_http(srv->url, "POST", p, key, hdr, a->body);
+    free(p);
+    return NULL;
+}
+
+/* Waits (10 s at most) until sandbox @id's execution @rid is `running`. */
+static void
+wait_running(const char *id, const char *rid)
+{
+    char *p = path_of("/v1/sandboxes/%s/detail", id);
+
+    for (int i = 0; i < 500; i++) {
+        cpu_response *r = req_s(200, "GET", p, key, NULL, NULL);
+        json_object *ex = cpu_jget(r->json, "executions");
+        for (size_t k = 0; ex && k < json_object_array_length(ex); k++) {
+            json_object *e = json_object_array_get_idx(ex, k);
+            if (!strcmp(json_object_get_string(json_object_object_get(e, "request_id")), rid) &&
+                !strcmp(json_object_get_string(json_object_object_get(e, "status")), "running")) {
+                cpu_response_free(r);
+                free(p);
+                return;
+            }
+        }
+        cpu_response_free(r);
+        usleep(20000);
+    }
+    cr_assert_fail("execution %s never ran", rid);
+}
+
+Test(server, execution_in_progress_is_409)
+{
+    char *id = cpu_create_local(srv, key, NULL);
+    exec_arg a = { id, "{\"command\":\"sleep 1; echo done\"}", NULL };
+    pthread_t th;
+    cpu_response *r;
+
+    cr_assert_eq(pthread_create(&th, NULL, exec_thread, &a), 0);
+    wait_running(id, "slow-1");
+    r = execute(key, id, "slow-1", "{\"command\":\"sleep 1; echo done\"}", 409);
+    expect_detail(r, "execution is already in progress");
+    cpu_response_free(r);
+    pthread_join(th, NULL);
+    cr_assert_eq(a.res->status, 200);
+    cr_assert_str_eq(cpu_jstr(a.res, "stdout"), "done\n");
+    r = execute(key, id, "slow-1", "{\"command\":\"true\"}", 200);
+    cr_assert_str_eq(r->body, a.res->body);
+    cpu_response_free(r);
+    cpu_response_free(a.res);
+    terminate(key, id);
+    free(id);
+}
+
+Test(server, failed_execution_replays_its_payload)
+{
+    /* A sandbox whose 1 s lifetime ended: the provider call fails. */
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":1}");
+    cpu_response *r, *again;
+    json_object *stored;
+
+    usleep(1600000);
+    r = execute(key, id, "late-1", "{\"command\":\"echo hi\"}", 502);
+    cr_assert_str_eq(cpu_jstr(r, "detail.backend"), "local");
+    cr_assert_str_eq(cpu_jstr(r, "detail.op"), "execute");
+    cr_assert(cpu_jstr(r, "detail.code"));
+    /* The replay is 409 whose detail is the stored payload's JSON text. */
+    again = execute(key, id, "late-1", "{\"command\":\"echo hi\"}", 409);
+    cr_assert(json_object_is_type(cpu_jget(again->json, "detail"), json_type_string));
+    stored = json_tokener_parse(cpu_jstr(again, "detail"));
+    cr_assert_str_eq(json_object_to_json_string_ext(stored, JSON_C_TO_STRING_PLAIN),
+                     json_object_to_json_string_ext(cpu_jget(r->json, "detail"),
+                                                    JSON_C_TO_STRING_PLAIN));
+    json_object_put(stored);
+    cpu_response_free(r);
+    cpu_response_free(again);
+    /* Metered even so: one usage event. */
+    r = req_s(200, "GET", "/v1/costs", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "items")), 1);
+    cpu_response_free(r);
+    free(id);
+}
+
+/* ---------------------------------------------------------------- 413 and 500 */
+
+Test(server, oversized_body_and_store_failure)
+{
+    size_t n = (8u << 20) + 16;
+    char *big = malloc(n + 1), *v, *err;
+    cpu_response *r;
+
+    memset(big, ' ', n);
+    big[n] = 0;
+    r = req_s(413, "POST", "/v1/sandboxes", key, NULL, big);
+    expect_detail(r, "Request body is too large");
+    v = cpu_response_header(r, "X-Frame-Options");
+    cr_assert_str_eq(v, "DENY");
+    free(v);
+    cpu_response_free(r);
+    free(big);
+    /* A store that fails mid-request: 500 with the contract's text and
+     * headers, never the engine's message. */
+    free(db_list("ALTER TABLE api_keys RENAME TO api_keys_away"));
+    r = req_s(500, "GET", "/v1/sandboxes", key, NULL, NULL);
+    expect_detail(r, "Internal control-plane error.");
+    v = cpu_response_header(r, "Content-Security-Policy");
+    cr_assert(v);
+    free(v);
+    cr_assert_null(strstr(r->body, "api_keys"));
+    cpu_response_free(r);
+    free(db_list("ALTER TABLE api_keys_away RENAME TO api_keys"));
+    r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cpu_response_free(r);
+    err = cpu_read_log(srv, 1);
+    cr_assert(strstr(err, "method=GET route=/v1/sandboxes status=500"));
+    cr_assert_null(strstr(err, key));
+    free(err);
+}
+
+/* A command that runs for a while holds a worker, not the polling thread:
+ * with one polling thread, other requests are answered meanwhile. */
+Test(server, slow_execute_does_not_stall_other_requests)
+{
+    const char *env[] = { "SBX_SERVER_THREADS=1", NULL };
+    char *id;
+    exec_arg a;
+    pthread_t th;
+    cpu_response *r;
+
+    cpu_stop(srv);
+    srv = cpu_start(store, env);
+    id = cpu_create_local(srv, key, NULL);
+    a.id = id;
+    a.body = "{\"command\":\"sleep 2; echo done\"}";
+    a.res = NULL;
+    cr_assert_eq(pthread_create(&th, NULL, exec_thread, &a), 0);
+    /* These requests are answered while the command runs. */
+    wait_running(id, "slow-1");
+    for (int i = 0; i < 5; i++) {
+        r = req_s(200, "GET", "/healthz", NULL, NULL, NULL);
+        cpu_response_free(r);
+        r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+        cpu_response_free(r);
+    }
+    cr_assert_null(__atomic_load_n(&a.res, __ATOMIC_ACQUIRE));
+    pthread_join(th, NULL);
+    cr_assert_eq(a.res->status, 200);
+    cr_assert_str_eq(cpu_jstr(a.res, "stdout"), "done\n");
+    cpu_response_free(a.res);
+    terminate(key, id);
+    free(id);
+}
+
+/* One store connection for the whole server: 20 concurrent creates wait
+ * their turn and still make one sandbox. */
+Test(server, one_store_connection_suffices)
+{
+    const char *env[] = { "SBX_SERVER_DB_CONNECTIONS=1", NULL };
+    const char *urls[1];
+
+    cpu_stop(srv);
+    srv = cpu_start(store, env);
+    urls[0] = srv->url;
+    race_20(urls, 1, key);
+    if (cpu_store_is_pg()) {
+        char *sql = tu_strdup_printf("SELECT count(*) FROM pg_stat_activity WHERE datname = '%s' AND pid <> pg_backend_pid()",
+                                     store->pg_name), *n = db_list(sql);
+        cr_assert_str_eq(n, "1");
+        free(n);
+        free(sql);
+    }
+}
+
+/* Without BESPOKE_ALLOWED_BACKENDS every installed backend is enabled;
+ * a name that is not installed is refused. */
+Test(server, all_installed_backends_by_default)
+{
+    const char *env[] = { "BESPOKE_ALLOWED_BACKENDS=", NULL };
+    char *id;
+
+    cpu_stop(srv);
+    srv = cpu_start(store, env);
+    id = cpu_create_local(srv, key, NULL);
+    terminate(key, id);
+    expect_status_detail(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"nosuch\"}",
+                         "backend is not enabled: nosuch");
+    free(id);
+}
+
+/* An empty list enables nothing. */
+Test(server, empty_backend_list_enables_none)
+{
+    const char *env[] = { "BESPOKE_ALLOWED_BACKENDS= , ", NULL };
+
+    cpu_stop(srv);
+    srv = cpu_start(store, env);
+    expect_status_detail(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"local\"}",
+                         "backend is not enabled: local");
+}
+
+/* ---------------------------------------------------------------- concurrency of execute and terminate */
+
+typedef struct par_arg {
+    const char *url, *method, *path, *body, *hdr;
+    long status;
+    char *out;
+} par_arg;
+
+static void *
+par_thread(void *arg)
+{
+    par_arg *a = arg;
+    const char *hdr[] = { a->hdr, NULL };
+    cpu_response *r = cpu_http(a->url, a->method, a->path, key, a->hdr ? hdr : NULL, a->body);
+
+    a->status = r->status;
+    a->out = strdup(r->body);
+    cpu_response_free(r);
+    return NULL;
+}
+
+static void
+run_parallel(par_arg *args, int n)
+{
+    pthread_t th[32];
+
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(pthread_create(&th[i], NULL, par_thread, &args[i]), 0);
+    for (int i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+}
+
+/* 20 concurrent executes with one request id run the command once: the
+ * others get the stored response or 409 while it runs; one usage event. */
+Test(server, concurrent_same_request_id_runs_once)
+{
+    char *id = cpu_create_local(srv, key, NULL), *p = path_of("/v1/sandboxes/%s/execute", id);
+    par_arg a[20];
+    int ok = 0, busy = 0;
+    const char *first = NULL;
+    cpu_response *r;
+
+    for (int i = 0; i < 20; i++)
+        a[i] = (par_arg){ srv->url, "POST", p,
+                          "{\"command\":\"echo run >> \\\"$SANDBOX_ROOT/count\\\"; echo $$\"}",
+                          "Idempotency-Key: once", 0, NULL };
+    run_parallel(a, 20);
+    for (int i = 0; i < 20; i++) {
+        if (a[i].status == 200) {
+            ok++;
+            if (!first)
+                first = a[i].out;
+            cr_assert_str_eq(a[i].out, first);
+        } else {
+            cr_assert_eq(a[i].status, 409, "%ld %s", a[i].status, a[i].out);
+            cr_assert_str_eq(a[i].out, "{\"detail\":\"execution is already in progress\"}");
+            busy++;
+        }
+    }
+    cr_assert_geq(ok, 1);
+    cr_assert_eq(ok + busy, 20);
+    r = execute(key, id, NULL, "{\"command\":\"cat \\\"$SANDBOX_ROOT/count\\\"\"}", 200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "run\n");
+    cpu_response_free(r);
+    free(p);
+    p = path_of("/v1/sandboxes/%s/detail", id);
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "executions")), 2);
+    cpu_response_free(r);
+    for (int i = 0; i < 20; i++)
+        free(a[i].out);
+    terminate(key, id);
+    free(p);
+    free(id);
+}
+
+/* 10 concurrent terminations: the sandbox is destroyed once; each caller
+ * gets the destroyed record or "already in progress". */
+Test(server, concurrent_terminations_destroy_once)
+{
+    char *id = cpu_create_local(srv, key, NULL), *p = path_of("/v1/sandboxes/%s", id);
+    par_arg a[10];
+    int done = 0;
+    cpu_response *r;
+
+    for (int i = 0; i < 10; i++)
+        a[i] = (par_arg){ srv->url, "DELETE", p, NULL, NULL, 0, NULL };
+    run_parallel(a, 10);
+    for (int i = 0; i < 10; i++) {
+        if (a[i].status == 200) {
+            json_object *o = json_tokener_parse(a[i].out);
+            cr_assert_str_eq(json_object_get_string(json_object_object_get(o, "status")),
+                             "destroyed");
+            json_object_put(o);
+            done++;
+        } else {
+            cr_assert_eq(a[i].status, 409, "%ld %s", a[i].status, a[i].out);
+            cr_assert_str_eq(a[i].out,
+                             "{\"detail\":\"sandbox termination is already in progress\"}");
+        }
+        free(a[i].out);
+    }
+    cr_assert_geq(done, 1);
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "destroyed");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 4);
+    cpu_response_free(r);
+    free(p);
+    free(id);
+}
+
+/* A sandbox that ended (its lifetime) while no server ran cannot be
+ * reattached: the reference's 409s, in every plugin mode. */
+Test(server, restart_with_a_vanished_sandbox)
+{
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":1}"), *p, *dir;
+    cpu_response *r;
+    const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+
+    p = path_of("/v1/sandboxes/%s", id);
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    /* local's sandbox directory, which goes when its supervisor ends it */
+    dir = tu_strdup_printf("%s/%s", tmp, cpu_jstr(r, "provider_resource_id"));
+    cpu_response_free(r);
+    cr_assert(tu_exists(dir), "%s", dir);
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    for (int i = 0; i < 500 && tu_exists(dir); i++)
+        usleep(20000);
+    cr_assert_not(tu_exists(dir), "the sandbox outlived its lifetime");
+    free(dir);
+    srv = cpu_start(store, NULL);
+    r = execute(key, id, NULL, "{\"command\":\"true\"}", 409);
+    expect_detail(r, "sandbox runtime is unavailable after a control-plane restart");
+    cpu_response_free(r);
+    expect_status_detail(409, "DELETE", p, key, NULL, NULL,
+                         "sandbox runtime is not attached and provider termination is not configured");
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "running");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 2);
+    cpu_response_free(r);
+    free(p);
+    free(id);
+}
+
+/* An enabled backend whose plugin is not installed: 422 with the
+ * backend_not_installed payload; the stored config keeps numbers as
+ * written (0.1, not 0.10000000000000001). */
+Test(server, enabled_but_not_installed_backend)
+{
+    const char *env[] = { "BESPOKE_ALLOWED_BACKENDS=local,nosuch", NULL };
+    cpu_response *r;
+
+    cpu_stop(srv);
+    srv = cpu_start(store, env);
+    r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"nosuch\",\"cpu\":0.1}");
+    cr_assert_str_eq(r->body, "{\"detail\":{\"message\":\"Provider backend is unavailable.\","
+                              "\"code\":\"backend_not_installed\",\"backend\":\"nosuch\","
+                              "\"op\":\"create\",\"retryable\":false,\"outcome\":\"failed\","
+                              "\"context\":{}}}");
+    cpu_response_free(r);
+    r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cr_assert_str_eq(json_object_to_json_string_ext(cpu_jget(r->json, "0.config"),
+                                                    JSON_C_TO_STRING_PLAIN), "{\"cpu\":0.1}");
+    cr_assert_str_eq(cpu_jstr(r, "0.status"), "failed");
+    cr_assert_str_eq(cpu_jstr(r, "0.retry_status"), "not_retryable");
+    cpu_response_free(r);
+}
+
+/* The execute extensions: env, cwd and timeout_secs map onto libsbx's exec
+ * request (CASE-18's missing directory is the provider's not_found). */
+Test(server, execute_env_cwd_timeout)
+{
+    char *id = cpu_create_local(srv, key, NULL);
+    cpu_response *r;
+    const char *out;
+
+    r = execute(key, id, NULL, "{\"command\":\"mkdir -p \\\"$SANDBOX_ROOT/sub\\\"\"}", 200);
+    cpu_response_free(r);
+    r = execute(key, id, NULL,
+                "{\"command\":\"echo $X-$Y; pwd\",\"env\":{\"X\":\"x 1\",\"Y\":\"\"},\"cwd\":\"/sub\"}",
+                200);
+    out = cpu_jstr(r, "stdout");
+    cr_assert_eq(strncmp(out, "x 1-\n", 5), 0, "%s", out);
+    cr_assert_str_eq(out + strlen(out) - 5, "/sub\n");
+    cr_assert_null(cpu_jget(r->json, "timed_out"));
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"true\",\"cwd\":\"/missing/dir\"}", 502);
+    cr_assert_str_eq(cpu_jstr(r, "detail.code"), "not_found");
+    cr_assert_str_eq(cpu_jstr(r, "detail.op"), "execute");
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"echo start; sleep 5\",\"timeout_secs\":0.5}", 200);
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "exit_code")), 124);
+    cr_assert(json_object_get_boolean(cpu_jget(r->json, "timed_out")));
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "start\n");
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"true\",\"env\":[1]}", 422);
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "env");
+    cpu_response_free(r);
+    r = execute(key, id, NULL, "{\"command\":\"true\",\"timeout_secs\":0}", 422);
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "timeout_secs");
+    cpu_response_free(r);
+    terminate(key, id);
+    free(id);
+}
