@@ -71,7 +71,8 @@ extern const cli_command cli_command_run, cli_command_exec_code, cli_command_bac
     cli_command_create, cli_command_exec, cli_command_cp, cli_command_ls, cli_command_rm,
     cli_command_ps, cli_command_gc, cli_command_presets, cli_command_inspect,
     cli_command_version, cli_command_stop, cli_command_start, cli_command_pricing,
-    cli_command_agent, cli_command_find_cheapest, cli_command_ledger, cli_command_costs;
+    cli_command_agent, cli_command_find_cheapest, cli_command_ledger, cli_command_costs,
+    cli_command_port, cli_command_persist, cli_command_hydrate;
 
 /* ---------------------------------------------------- messages (common.c) */
 
@@ -140,7 +141,7 @@ typedef struct cli_option {
  * error naming it. Returns CLI_GO_ON, 0 after the help, or the exit status
  * of the first failure (reported).
  */
-#define CLI_MAX_OPTIONS 24
+#define CLI_MAX_OPTIONS 32
 int cli_parse_options(const cli_command *cmd, int argc, char **argv,
                       const cli_option *options, void *ctx);
 
@@ -457,6 +458,8 @@ int cli_cp_tar_in(sbx_sandbox *sandbox, const char *dst_path);
 
 /* Help lines of the creation options that run and create share. */
 #define CLI_CREATION_OPTIONS_HELP \
+"  -p, --publish=PORT      expose the sandbox's TCP port PORT to this host\n" \
+"                          (repeatable; `sbx port ID` shows where it is)\n" \
 "      --cpu=N             vCPUs (fractions allowed)\n" \
 "      --memory=MIB        memory in MiB\n" \
 "      --git-repo=URL      clone URL (a local path works) into the sandbox's\n" \
@@ -475,6 +478,10 @@ int cli_cp_tar_in(sbx_sandbox *sandbox, const char *dst_path);
 "                          (each step's start and duration are always shown)\n" \
 "  -h, --help              show this help and exit\n"
 
+
+/* run's -u (sandbox.c): the user its command runs as, NULL for the
+ * sandbox's default; borrowed from argv. */
+extern const char *cli_run_user;
 
 /* ------------------------------------ interactive commands (tty.c) */
 
@@ -573,6 +580,7 @@ typedef struct cli_oneshot {
     const char *language;     /* exec-code: NULL for python */
     const char *code;         /* exec-code: non-NULL selects execute_code */
     cli_terminal term;        /* run: -i and -t */
+    const char *user;         /* run: -u, the user the command runs as (NULL: default) */
     /* agent: non-NULL selects run_agent (its timeout_secs is set from the
      * options'); the finished run is stored in *agent_run (the caller's to
      * free), or its failure reported. */

@@ -28,6 +28,9 @@ static void usage(FILE *out)
 "                          input must be one): its size follows sbx's; with\n"
 "                          -i every key, ^C and ^D included, goes to the\n"
 "                          command\n"
+"  -u, --user=USER         run the command as USER (a name or uid in the\n"
+"                          sandbox; HOME is its home; refused where the\n"
+"                          backend cannot run as another user)\n"
 "  -h, --help              show this help and exit\n"
 "\n"
 "Without -i the command's standard input is empty. With -t its output and\n"
@@ -68,6 +71,12 @@ static int set_timeout(const cli_command *cmd, const char *arg, void *ctx)
 {
     return cli_parse_positive(cmd, "--timeout", arg, "seconds",
                               &((exec_ctx *)ctx)->request.timeout_secs);
+}
+
+static int set_user(const cli_command *cmd, const char *arg, void *ctx)
+{
+    ((exec_ctx *)ctx)->request.user = arg;
+    return CLI_GO_ON;
 }
 
 static int set_tty(const cli_command *cmd, const char *arg, void *ctx)
@@ -122,6 +131,7 @@ static int exec_main(int argc, char **argv)
         { "timeout", 0, 1, NULL, set_timeout },
         { "tty", 't', 0, NULL, set_tty },
         { "interactive", 'i', 0, NULL, set_interactive },
+        { "user", 'u', 1, NULL, set_user },
         { NULL, 0, 0, NULL, NULL }
     };
     exec_ctx ctx = { SBX_EXEC_REQUEST_INIT, NULL, 0, { 0, 0 } };

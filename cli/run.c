@@ -27,6 +27,8 @@ static void usage(FILE *out)
 "                          input must be one): its size follows sbx's; with\n"
 "                          -i every key, ^C and ^D included, goes to the\n"
 "                          command\n"
+"  -u, --user=USER         run the command as USER (a name or uid in the\n"
+"                          sandbox; refused where the backend cannot)\n"
 CLI_CREATION_OPTIONS_HELP
 "\n"
 "Without -i the command's standard input is empty (it reads end of file at\n"
@@ -62,6 +64,7 @@ static int run_main(int argc, char **argv)
         status = cli_usage_error(&cli_command_run, "no command given");
     if (status == CLI_GO_ON) {
         what.argv = (const char *const *)(argv + optind);
+        what.user = cli_run_user;
         status = cli_oneshot_run(backend, options, &what);
     }
     sbx_options_free(options);

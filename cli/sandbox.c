@@ -272,6 +272,36 @@ static int set_verbose(const cli_command *cmd, const char *arg, void *ctx)
 }
 
 const char *cli_creation_name;
+const char *cli_run_user;
+
+/* -u USER (run): the user the command runs as. */
+static int set_user(const cli_command *cmd, const char *arg, void *ctx)
+{
+    cli_run_user = arg;
+    return CLI_GO_ON;
+}
+
+/* create: -u is per command (exec -u), not a creation option. */
+static int user_for_create(const cli_command *cmd, const char *arg, void *ctx)
+{
+    return cli_usage_error(cmd, "-u is the user of one command, not of a sandbox: give it to "
+                           "`sbx exec -u %s` or `sbx run -u %s`", arg, arg);
+}
+
+/* -p PORT: a sandbox port exposed to this host. */
+static int add_port(const cli_command *cmd, const char *arg, void *ctx)
+{
+    sbx_error *error = NULL;
+    char *end;
+    unsigned long v;
+
+    errno = 0;
+    v = strtoul(arg, &end, 10);
+    if (*arg < '0' || *arg > '9' || *end != '\0' || errno != 0 || v < 1 || v > 65535)
+        return cli_usage_error(cmd, "invalid -p value \"%s\": expected a TCP port number "
+                               "1..65535", arg);
+    return setter_status(sbx_options_add_port(OPTIONS(ctx), (unsigned)v, &error), &error);
+}
 
 /* --name: kept for create, which records it; the one-shot sandbox of run
  * is never recorded, so a name could not be used. */
@@ -304,16 +334,19 @@ static int parse_creation(const cli_command *cmd, int argc, char **argv, sbx_opt
         { "file", 0, 1, NULL, add_file_option },
         { "verbose", 'v', 0, NULL, set_verbose },
         { "name", 0, 1, NULL, set_name },
+        { "publish", 'p', 1, NULL, add_port },
     };
     /* run: -t and -i as docker's; create: the letters' old meanings are
      * errors naming the new options. */
     static const cli_option run_letters[] = {
         { "tty", 't', 0, NULL, set_tty },
         { "interactive", 'i', 0, NULL, set_interactive },
+        { "user", 'u', 1, NULL, set_user },
     };
     static const cli_option create_letters[] = {
         { NULL, 't', 1, NULL, cli_old_timeout_letter },
         { NULL, 'i', 1, NULL, old_image_letter },
+        { NULL, 'u', 1, NULL, user_for_create },
     };
     cli_option all[sizeof table / sizeof table[0] + 3 + 7];
     creation_ctx c = { { options, backend }, term, NULL, NULL, NULL, NULL };
@@ -323,7 +356,7 @@ static int parse_creation(const cli_command *cmd, int argc, char **argv, sbx_opt
 
     memcpy(all, table, sizeof table);
     memcpy(all + n, term != NULL ? run_letters : create_letters, sizeof run_letters);
-    n += 2;
+    n += sizeof run_letters / sizeof run_letters[0];
     for (; extra != NULL && k < 7 && (extra[k].name != NULL || extra[k].letter != 0); k++)
         all[n++] = extra[k];
     memset(all + n, 0, sizeof all[0]);
@@ -430,6 +463,7 @@ static void *exec_job_main(void *arg)
                                                job->what->code, &request, &job->error);
     } else {
         request.argv = job->what->argv;
+        request.user = job->what->user;
         job->result = sbx_sandbox_execute_command(job->sandbox, &request, &job->error);
     }
     do {
@@ -545,6 +579,7 @@ int cli_oneshot_run(const char *backend, sbx_options *options, const cli_oneshot
         sbx_exec_request request = SBX_EXEC_REQUEST_INIT;
 
         request.argv = what->argv;
+        request.user = what->user;
         request.timeout_secs = job.timeout;
         status = cli_terminal_exec(job.sandbox, &request, &what->term);
         cli_sandbox_destroy(job.sandbox);

@@ -107,7 +107,7 @@ struct sbx_op {
     int has_request;
     sbx_exec_request rq;        /* pointers into the copies below */
     sbx_strv argv, env;
-    char *shell, *cwd;
+    char *shell, *cwd, *user;
     void *stdin_copy;
     void *bytes;                /* write_file data */
     size_t nbytes;
@@ -242,6 +242,9 @@ kind_op_name(sbx_op_kind kind)
     case SBX_OP_DESTROY_BY_ID: return "destroy_by_id";
     case SBX_OP_RUN_AGENT: return "run_agent";
     case SBX_OP_APPLY_PATCH: return "apply_patch";
+    case SBX_OP_PERSIST_WORKSPACE: return "persist_workspace";
+    case SBX_OP_HYDRATE_WORKSPACE: return "hydrate_workspace";
+    case SBX_OP_RESOLVE_PORT: return "resolve_port";
     }
     return "async";
 }
@@ -260,6 +263,8 @@ op_clear_args(sbx_op *op)
     sbx_strv_clear(&op->env);
     free(op->shell);
     free(op->cwd);
+    free(op->user);
+    op->user = NULL;
     free(op->stdin_copy);
     free(op->bytes);
     op->shell = op->cwd = NULL;
@@ -493,6 +498,20 @@ op_run(sbx_op *op)
     case SBX_OP_APPLY_PATCH:
         v = sbx_sandbox_apply_patch(op->sandbox, op->bytes, op->nbytes, op->strip, op->s1, &err);
         rc = v < 0 ? -1 : 0;
+        break;
+    case SBX_OP_PERSIST_WORKSPACE:
+        v = sbx_sandbox_persist_workspace(op->sandbox, op->s1, op->mode, op->fd, &err);
+        rc = v < 0 ? -1 : 0;
+        break;
+    case SBX_OP_HYDRATE_WORKSPACE:
+        v = sbx_sandbox_hydrate_workspace(op->sandbox, op->s1, op->mode, op->fd, &err);
+        rc = v < 0 ? -1 : 0;
+        break;
+    case SBX_OP_RESOLVE_PORT:
+        op->data = sbx_sandbox_resolve_port(op->sandbox, op->mode, &err);
+        op->data_len = op->data ? strlen(op->data) : 0;
+        v = op->mode;
+        rc = op->data ? 0 : -1;
         break;
     }
     if (rc < 0) {
@@ -1147,6 +1166,8 @@ copy_request(sbx_op *op, const sbx_exec_request *in, sbx_error **err)
     }
     if (in->struct_size >= sizeof(op->rq))
         n = sizeof(op->rq);
+    else if (in->struct_size >= offsetof(sbx_exec_request, tty_cols) + sizeof(in->tty_cols))
+        n = offsetof(sbx_exec_request, tty_cols) + sizeof(in->tty_cols);
     else if (in->struct_size >= min + sizeof(in->flags))
         n = min + sizeof(in->flags);
     else
@@ -1157,10 +1178,12 @@ copy_request(sbx_op *op, const sbx_exec_request *in, sbx_error **err)
     op->has_request = 1;
     if (copy_vec(in->argv, &op->argv, &op->rq.argv) < 0 ||
         copy_vec(in->env, &op->env, &op->rq.env) < 0 ||
-        copy_str(&op->shell, in->shell) < 0 || copy_str(&op->cwd, in->cwd) < 0)
+        copy_str(&op->shell, in->shell) < 0 || copy_str(&op->cwd, in->cwd) < 0 ||
+        copy_str(&op->user, op->rq.user) < 0)
         goto oom;
     op->rq.shell = op->shell;
     op->rq.cwd = op->cwd;
+    op->rq.user = op->user;
     if (in->stdin_data) {
         op->stdin_copy = malloc(in->stdin_len ? in->stdin_len : 1);
         if (!op->stdin_copy)
@@ -1239,6 +1262,13 @@ copy_options(const sbx_options *in, sbx_options **out, sbx_error **err)
         void *progress_data;
         sbx_progress_fn progress = sbx_options_get_progress(in, &progress_data);
         ok = sbx_options_set_progress(o, progress, progress_data, &e) == 0;
+    }
+    if (ok) {
+        const uint16_t *ports;
+        size_t nports = sbx_options_get_ports(in, &ports);
+
+        for (size_t i = 0; ok && i < nports; i++)
+            ok = sbx_options_add_port(o, ports[i], &e) == 0;
     }
     for (size_t i = 0; ok && i < sbx_options_get_file_count(in); i++) {
         const char *path, *data;
@@ -1584,6 +1614,50 @@ path_op(sbx_async *async, sbx_sandbox *sandbox, sbx_op_kind kind, const char *s1
     if (copy_str(&op->s1, s1) < 0 || copy_str(&op->s2, s2) < 0)
         return copy_failed(op, error);
     return op;
+}
+
+/* persist / hydrate: @dir (may be NULL) copied, @flags and @fd kept. */
+static sbx_op *
+workspace_op(sbx_async *async, sbx_sandbox *sandbox, sbx_op_kind kind, const char *dir,
+             unsigned flags, int fd, sbx_op_done_fn done, void *user_data, sbx_error **error)
+{
+    sbx_op *op = path_op(async, sandbox, kind, dir, NULL, done, user_data, error);
+
+    if (!op)
+        return NULL;
+    op->fd = fd;
+    op->mode = flags;
+    return submit_sandbox_op(op, error);
+}
+
+SBX_EXPORT sbx_op *
+sbx_sandbox_persist_workspace_async(sbx_async *async, sbx_sandbox *sandbox, const char *dir,
+                                    unsigned flags, int fd, sbx_op_done_fn done,
+                                    void *user_data, sbx_error **error)
+{
+    return workspace_op(async, sandbox, SBX_OP_PERSIST_WORKSPACE, dir, flags, fd, done,
+                        user_data, error);
+}
+
+SBX_EXPORT sbx_op *
+sbx_sandbox_hydrate_workspace_async(sbx_async *async, sbx_sandbox *sandbox, const char *dir,
+                                    unsigned flags, int fd, sbx_op_done_fn done,
+                                    void *user_data, sbx_error **error)
+{
+    return workspace_op(async, sandbox, SBX_OP_HYDRATE_WORKSPACE, dir, flags, fd, done,
+                        user_data, error);
+}
+
+SBX_EXPORT sbx_op *
+sbx_sandbox_resolve_port_async(sbx_async *async, sbx_sandbox *sandbox, unsigned port,
+                               sbx_op_done_fn done, void *user_data, sbx_error **error)
+{
+    sbx_op *op = sandbox_op(async, sandbox, SBX_OP_RESOLVE_PORT, done, user_data, error);
+
+    if (!op)
+        return NULL;
+    op->mode = port;
+    return submit_sandbox_op(op, error);
 }
 
 SBX_EXPORT sbx_op *

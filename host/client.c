@@ -989,6 +989,17 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
     req.allow_internet = sbx_options_get_allow_internet(options);
     req.backend_options = sbx_options_get0_backend_options(options);
     req.detached = sbx_options_get_detached(options);
+    req.n_ports = sbx_options_get_ports(options, &req.ports);
+    if (req.n_ports && (client->plugin->abi_minor < 3 ||
+                        !(client->plugin->caps & SBX_CAP_EXPOSED_PORTS))) {
+        sbx_error *e = sbx_set_error(&err, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                                     "backend \"%s\" cannot expose ports (port %u asked)",
+                                     client->backend, (unsigned)req.ports[0]);
+
+        sbx_error_add_contextf(e, "port", "%u", (unsigned)req.ports[0]);
+        sbx_error_add_context(e, "option", "ports");
+        goto fail;
+    }
     if (preset && !sbx_options_is_set(options, SBX_OPTION_ALLOW_INTERNET))
         sbx_preset_get_bool(preset, "allow_internet", &req.allow_internet);
     if (preset && !req.image) {
@@ -1357,6 +1368,187 @@ sbx_sandbox_start(sbx_sandbox *sandbox, sbx_error **error)
         return -1;
     }
     return stop_or_start(sandbox, "start", SBX_SLOT(sandbox->client->plugin, start), error);
+}
+
+/* ---- exposed ports ---- */
+
+/* Checks @sandbox and @port (0 = no port to check) for @op; fails with
+ * feature_not_supported naming the backend when @slot is NULL. */
+static int
+port_call_check(sbx_sandbox *sandbox, unsigned port, int want_port, const void *slot,
+                const char *op, sbx_error **error)
+{
+    sbx_error *err = NULL;
+
+    if (sbx_sandbox_check_usable(sandbox, &err) < 0) {
+        finish_error(error, err, sandbox ? sandbox->client->backend : NULL, op);
+        return -1;
+    }
+    if (want_port && (port < 1 || port > 65535)) {
+        sbx_error *e = sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, op,
+                                     "port %u is not a TCP port number (1..65535)", port);
+
+        sbx_error_add_contextf(e, "port", "%u", port);
+        finish_error(error, err, sandbox->client->backend, op);
+        return -1;
+    }
+    if (!slot) {
+        sbx_error *e;
+
+        if (sandbox->client->plugin->caps & SBX_CAP_EXPOSED_PORTS)
+            e = sbx_set_error(&err, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                              "backend \"%s\" fixes its exposed ports at create: "
+                              "declare them with sbx_options_add_port()",
+                              sandbox->client->backend);
+        else
+            e = sbx_set_error(&err, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                              "backend \"%s\" cannot expose ports", sandbox->client->backend);
+        if (want_port)
+            sbx_error_add_contextf(e, "port", "%u", port);
+        sbx_error_add_context(e, "sandbox_id", sandbox->id);
+        finish_error(error, err, sandbox->client->backend, op);
+        return -1;
+    }
+    return 0;
+}
+
+/* Ends a failed port call: the error completed and handed over. */
+static void
+port_call_fail(sbx_sandbox *sandbox, sbx_error *err, const char *op, sbx_error **error)
+{
+    sbx_error_ensure(&err, sandbox->client->backend, op);
+    sbx_error_add_context(err, "sandbox_id", sandbox->id);
+    finish_error(error, err, sandbox->client->backend, op);
+}
+
+static int
+expose_or_unexpose(sbx_sandbox *sandbox, unsigned port, const char *op,
+                   int (*slot)(sbx_plugin_sandbox *, const sbx_call_ctx *, unsigned,
+                               sbx_error **),
+                   sbx_error **error)
+{
+    sbx_error *err = NULL;
+    sbx_call_ctx ctx;
+
+    if (port_call_check(sandbox, port, 1, (const void *)slot, op, error) < 0)
+        return -1;
+    sbx_call_ctx_init_for(&ctx, sandbox->client);
+    if (slot(sandbox->handle, &ctx, port, &err) != 0) {
+        port_call_fail(sandbox, err, op, error);
+        return -1;
+    }
+    sbx_error_free(err);
+    return 0;
+}
+
+SBX_EXPORT int
+sbx_sandbox_expose_port(sbx_sandbox *sandbox, unsigned port, sbx_error **error)
+{
+    return expose_or_unexpose(sandbox, port, "expose_port",
+                              sandbox ? SBX_SLOT(sandbox->client->plugin, expose_port) : NULL,
+                              error);
+}
+
+SBX_EXPORT int
+sbx_sandbox_unexpose_port(sbx_sandbox *sandbox, unsigned port, sbx_error **error)
+{
+    return expose_or_unexpose(sandbox, port, "unexpose_port",
+                              sandbox ? SBX_SLOT(sandbox->client->plugin, unexpose_port) : NULL,
+                              error);
+}
+
+SBX_EXPORT char *
+sbx_sandbox_resolve_port(sbx_sandbox *sandbox, unsigned port, sbx_error **error)
+{
+    static const char op[] = "resolve_port";
+    char *(*slot)(sbx_plugin_sandbox *, const sbx_call_ctx *, unsigned, sbx_error **) =
+        sandbox ? SBX_SLOT(sandbox->client->plugin, resolve_port) : NULL;
+    sbx_error *err = NULL;
+    sbx_call_ctx ctx;
+    char *s, *out;
+
+    if (port_call_check(sandbox, port, 1, (const void *)slot, op, error) < 0)
+        return NULL;
+    sbx_call_ctx_init_for(&ctx, sandbox->client);
+    s = slot(sandbox->handle, &ctx, port, &err);
+    if (!s) {
+        port_call_fail(sandbox, err, op, error);
+        return NULL;
+    }
+    sbx_error_free(err);
+    out = strdup(s);
+    sbx_host_services_get()->free(s);
+    if (!out) {
+        sbx_set_error(&err, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        finish_error(error, err, sandbox->client->backend, op);
+    }
+    return out;
+}
+
+SBX_EXPORT int
+sbx_sandbox_list_ports(sbx_sandbox *sandbox, uint16_t **ports, size_t *count,
+                       sbx_error **error)
+{
+    static const char op[] = "list_ports";
+    char *(*slot)(sbx_plugin_sandbox *, const sbx_call_ctx *, sbx_error **) =
+        sandbox ? SBX_SLOT(sandbox->client->plugin, list_ports) : NULL;
+    sbx_error *err = NULL;
+    sbx_call_ctx ctx;
+    uint16_t *list = NULL;
+    size_t n = 0;
+    char *s;
+
+    if (!ports || !count) {
+        sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, op, "ports or count is NULL");
+        finish_error(error, err, sandbox ? sandbox->client->backend : NULL, op);
+        return -1;
+    }
+    *ports = NULL;
+    *count = 0;
+    if (port_call_check(sandbox, 0, 0, (const void *)slot, op, error) < 0)
+        return -1;
+    sbx_call_ctx_init_for(&ctx, sandbox->client);
+    s = slot(sandbox->handle, &ctx, &err);
+    if (!s) {
+        port_call_fail(sandbox, err, op, error);
+        return -1;
+    }
+    sbx_error_free(err);
+    err = NULL;
+    for (const char *p = s; *p;) {
+        char *end;
+        unsigned long v;
+        uint16_t *grown;
+
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            break;
+        v = strtoul(p, &end, 10);
+        if (end == p || v < 1 || v > 65535) {
+            sbx_set_error(&err, SBX_ERROR_EXECUTION_FAILED, op,
+                          "backend \"%s\" listed its ports as \"%s\"",
+                          sandbox->client->backend, s);
+            break;
+        }
+        grown = realloc(list, (n + 1) * sizeof(*list));
+        if (!grown) {
+            sbx_set_error(&err, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            break;
+        }
+        list = grown;
+        list[n++] = (uint16_t)v;
+        p = end;
+    }
+    sbx_host_services_get()->free(s);
+    if (err) {
+        free(list);
+        finish_error(error, err, sandbox->client->backend, op);
+        return -1;
+    }
+    *ports = list;
+    *count = n;
+    return 0;
 }
 
 SBX_EXPORT void

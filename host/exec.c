@@ -118,8 +118,8 @@ normalize_request(const sbx_exec_request *in, sbx_exec_request *out, sbx_error *
                       "(initialise it with SBX_EXEC_REQUEST_INIT)", in->struct_size, min);
         return -1;
     }
-    if (in->struct_size >= sizeof(*out))
-        n = sizeof(*out);
+    if (in->struct_size >= offsetof(sbx_exec_request, user) + sizeof(in->user))
+        n = offsetof(sbx_exec_request, user) + sizeof(in->user);
     else if (in->struct_size >= offsetof(sbx_exec_request, tty_cols) + sizeof(in->tty_cols))
         n = offsetof(sbx_exec_request, tty_cols) + sizeof(in->tty_cols);
     else if (in->struct_size >= min + sizeof(in->flags))
@@ -176,6 +176,22 @@ validate_request(const sbx_exec_request *rq, sbx_error **err)
                       "terminal size %u rows x %u columns is invalid (both 1..%u, or both 0 "
                       "for no terminal)", rq->tty_rows, rq->tty_cols, SBX_TTY_MAX);
         return -1;
+    }
+    if (rq->user) {
+        size_t len = strlen(rq->user);
+        int bad = len == 0 || len > 256;
+
+        for (const unsigned char *p = (const unsigned char *)rq->user; *p && !bad; p++)
+            bad = *p <= ' ' || *p == 0x7f;
+        if (bad) {
+            sbx_error *e = sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL,
+                                         "user \"%.256s\" is not a user name or uid (empty, "
+                                         "too long, or holding whitespace or control "
+                                         "characters)", rq->user);
+
+            sbx_error_add_context(e, "user", rq->user);
+            return -1;
+        }
     }
     if (isnan(rq->timeout_secs)) {
         sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL, "timeout_secs is NaN");
@@ -756,7 +772,7 @@ exec_begin(exec_state *st, sbx_sandbox *sandbox, const sbx_exec_request *request
     preq.shell = st->rq.shell;
     preq.env = st->rq.env;
     preq.cwd = st->rq.cwd;
-    preq.user = NULL;
+    preq.user = st->rq.user;
     preq.tty_rows = st->rq.tty_rows;
     preq.tty_cols = st->rq.tty_cols;
     preq.stdin_fd = far[0];

@@ -304,6 +304,9 @@ char *sbx_wait_status_text(int status);
 int sbx_options_env_strv(const sbx_options *options, sbx_strv *out);
 /** The set-fields bitmask (0 for NULL options). */
 uint64_t sbx_options_set_fields(const sbx_options *options);
+/** The exposed ports of sbx_options_add_port() (borrowed) in *@ports;
+ *  returns how many. */
+size_t sbx_options_get_ports(const sbx_options *options, const uint16_t **ports);
 /** Borrowed git repo URL / ref, NULL when unset. */
 const char *sbx_options_get0_git_repo(const sbx_options *options);
 const char *sbx_options_get0_git_ref(const sbx_options *options);

@@ -28,6 +28,8 @@ struct sbx_options {
     int64_t disk_mb;
     int allow_internet;
     int detached;
+    uint16_t *ports;            /* exposed ports, in the order added */
+    size_t port_count;
     sbx_progress_fn progress;   /* not a creation field: no set bit */
     void *progress_data;
     char *preset;
@@ -77,6 +79,7 @@ sbx_options_free(sbx_options *options)
     free(options->gpu);
     free(options->backend_options);
     free(options->preset);
+    free(options->ports);
     sbx_manifest_free(options->workspace);
     for (size_t i = 0; i < options->file_count; i++) {
         free(options->file_paths[i]);
@@ -429,6 +432,43 @@ SBX_EXPORT int
 sbx_options_get_detached(const sbx_options *options)
 {
     return options ? options->detached : 0;
+}
+
+SBX_EXPORT int
+sbx_options_add_port(sbx_options *options, unsigned port, sbx_error **error)
+{
+    static const char op[] = "add_port";
+    uint16_t *p;
+
+    if (check_options(options, op, error) < 0)
+        return -1;
+    if (port < 1 || port > 65535) {
+        sbx_error *err = NULL;
+
+        sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, op,
+                      "port %u is not a TCP port number (1..65535)", port);
+        sbx_error_add_contextf(err, "port", "%u", port);
+        sbx_error_propagate(error, err);
+        return -1;
+    }
+    for (size_t i = 0; i < options->port_count; i++)
+        if (options->ports[i] == port)
+            return 0;
+    p = realloc(options->ports, (options->port_count + 1) * sizeof(*p));
+    if (!p)
+        return oom(op, error);
+    p[options->port_count++] = (uint16_t)port;
+    options->ports = p;
+    options->set |= SBX_OPTION_PORTS;
+    return 0;
+}
+
+size_t
+sbx_options_get_ports(const sbx_options *options, const uint16_t **ports)
+{
+    if (ports)
+        *ports = options ? options->ports : NULL;
+    return options ? options->port_count : 0;
 }
 
 SBX_EXPORT int

@@ -1266,6 +1266,16 @@ encode_arg(const sbx_slot_row *row, unsigned i, void **av, sbx_wire_msg *m, call
                                                    sizeof(r->detached)
                                 ? r->detached
                                 : 0);
+        {
+            size_t n = r->struct_size >= offsetof(sbx_plugin_create_request, n_ports) +
+                                             sizeof(r->n_ports) && r->ports
+                           ? r->n_ports
+                           : 0;
+
+            sbx_wire_put_u32(m, (uint32_t)n);
+            for (size_t k = 0; k < n; k++)
+                sbx_wire_put_u32(m, r->ports[k]);
+        }
         break;
     }
     case SBX_ENC_EXEC_REQ: {

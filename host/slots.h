@@ -248,6 +248,25 @@ enum {
     X(start, INT, int, WORKER, 3,                                                  \
       (IN, SANDBOX, NOLEN, sbx_plugin_sandbox *),                                  \
       (IN, CTX, NOLEN, const sbx_call_ctx *),                                      \
+      (OUT, ERROR, NOLEN, sbx_error **))                                           \
+    X(expose_port, INT, int, WORKER, 4,                                            \
+      (IN, SANDBOX, NOLEN, sbx_plugin_sandbox *),                                  \
+      (IN, CTX, NOLEN, const sbx_call_ctx *),                                      \
+      (IN, U32, NOLEN, unsigned),                                                  \
+      (OUT, ERROR, NOLEN, sbx_error **))                                           \
+    X(unexpose_port, INT, int, WORKER, 4,                                          \
+      (IN, SANDBOX, NOLEN, sbx_plugin_sandbox *),                                  \
+      (IN, CTX, NOLEN, const sbx_call_ctx *),                                      \
+      (IN, U32, NOLEN, unsigned),                                                  \
+      (OUT, ERROR, NOLEN, sbx_error **))                                           \
+    X(resolve_port, STR_ALLOC, char *, WORKER, 4,                                  \
+      (IN, SANDBOX, NOLEN, sbx_plugin_sandbox *),                                  \
+      (IN, CTX, NOLEN, const sbx_call_ctx *),                                      \
+      (IN, U32, NOLEN, unsigned),                                                  \
+      (OUT, ERROR, NOLEN, sbx_error **))                                           \
+    X(list_ports, STR_ALLOC, char *, WORKER, 3,                                    \
+      (IN, SANDBOX, NOLEN, sbx_plugin_sandbox *),                                  \
+      (IN, CTX, NOLEN, const sbx_call_ctx *),                                      \
       (OUT, ERROR, NOLEN, sbx_error **))
 /* clang-format on */
 

@@ -39,10 +39,11 @@
 /* Version 2: the create request carries `detached`, the detach slot and
  * the owner pidfd (plugin ABI 1.1). Version 3: the exec_end_info, stop
  * and start slots (plugin ABI 1.2). Version 4: the exec request carries
- * `flags`. A library and a host of different versions refuse each other
- * at HELLO. */
-#define SBX_WIRE_VERSION_MIN 4
-#define SBX_WIRE_VERSION_MAX 4
+ * `flags`. Version 5: the create request carries `ports` (a u32 count,
+ * then a u32 per port) and the exposed-port slots (plugin ABI 1.3). A
+ * library and a host of different versions refuse each other at HELLO. */
+#define SBX_WIRE_VERSION_MIN 5
+#define SBX_WIRE_VERSION_MAX 5
 /** Largest frame (header + body) sent as one packet, bytes. A larger body
  *  travels in a memfd passed beside a header-only packet (flag
  *  SBX_WIRE_BODY_IN_FD in the type), so a frame has no size limit. */

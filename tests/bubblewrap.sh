@@ -1,5 +1,6 @@
 #!/bin/sh
-# The backend-neutral suites (conformance, cases, files, session state) run
+# The backend-neutral suites (conformance, cases, files, session state, the
+# session surface) run
 # again on the bubblewrap backend: SBX_TEST_BACKEND=bubblewrap. Their TAP
 # streams are joined into one (Criterion writes unnumbered "ok -" / "not ok -"
 # lines; the plan comes last, counting all of them). A suite that exits
@@ -12,7 +13,8 @@ SBX_TEST_BACKEND=bubblewrap
 export SBX_TEST_BACKEND
 total=0
 failed=0
-for prog in tests/test_conformance tests/test_cases tests/test_files tests/test_state; do
+for prog in tests/test_conformance tests/test_cases tests/test_files tests/test_state \
+            tests/test_session; do
     if [ ! -x "./$prog" ]; then
         echo "Bail out! $prog not found (run from the build directory)"
         exit 99

@@ -32,7 +32,7 @@ not_ok() {
     printf '# %s\n' "$@"
 }
 
-echo "1..18"
+echo "1..20"
 
 # 1. Renders without warnings.
 warnings=$(MANWIDTH=80 LC_ALL=C.UTF-8 man --warnings=all -l "$page" 2>&1 >/dev/null)
@@ -105,5 +105,7 @@ expect "web" inspect w
 expect "sbx-local-AAAAAA:" cp /etc/hosts sbx-local-A
 expect "inspect" help ins
 expect "" exec web ""
+expect "sbx-local-AAAAAA web sbx-local-BBBBBB" persist -C /work ""
+expect "web" port w
 
 exit $failed

@@ -24,6 +24,7 @@
 #include <ftw.h>
 #include <limits.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -2109,7 +2110,7 @@ Test(cli, inspect_prints_the_record_state_options_and_capabilities)
                        "\"expires\": \"%s\", \"options\": { \"timeout_secs\": 300.0, "
                        "\"env_vars\": true }, \"capabilities\": [ \"exec\", \"exec_stdin\", "
                        "\"files\", \"dir_transfer\", \"resume\", \"pty\", \"lifetime\", "
-                       "\"background\" ] }", id, id, created, expires) > 0);
+                       "\"exposed_ports\", \"background\" ] }", id, id, created, expires) > 0);
     cr_expect_str_eq(json_object_to_json_string_ext(o, JSON_C_TO_STRING_SPACED), want);
     free(want);
     json_object_put(doc);
@@ -2228,7 +2229,7 @@ Test(cli, version_command_lists_library_abi_and_plugins)
     cli_run r = SBX("version");
     char want[PATH_MAX * 2];
 
-    set_path(want, sizeof want, "sbx:         %s\nlibsbx:      %s\nplugin ABI:  1.2\nplugins:\n",
+    set_path(want, sizeof want, "sbx:         %s\nlibsbx:      %s\nplugin ABI:  1.3\nplugins:\n",
              sbx_version(), sbx_version());
     cr_expect_eq(r.status, 0, "%d %s", r.status, r.err);
     cr_expect(strncmp(r.out, want, strlen(want)) == 0, "got \"%s\"", r.out);
@@ -2239,7 +2240,7 @@ Test(cli, version_command_lists_library_abi_and_plugins)
     cr_assert_eq(sscanf(row, " %63s %63s ABI %63s %4095s", name, version, abi, path), 4,
                  "row \"%s\"", row);
     cr_expect_str_eq(version, sbx_version());
-    cr_expect_str_eq(abi, "1.2");
+    cr_expect_str_eq(abi, "1.3");
     cr_expect(strlen(path) > 28 &&
               strcmp(path + strlen(path) - 28, "/plugins/local/.libs/libsbx-local.so" + 8) == 0,
               "path %s", path);
@@ -2248,7 +2249,7 @@ Test(cli, version_command_lists_library_abi_and_plugins)
     json_object *doc = json_tokener_parse(r.out), *v;
     cr_assert(doc != NULL, "%s", r.out);
     cr_expect(json_object_object_get_ex(doc, "plugin_abi", &v) &&
-              strcmp(json_object_get_string(v), "1.2") == 0);
+              strcmp(json_object_get_string(v), "1.3") == 0);
     cr_expect(json_object_object_get_ex(doc, "libsbx", &v) &&
               strcmp(json_object_get_string(v), sbx_version()) == 0);
     json_object_put(doc);
@@ -3920,4 +3921,121 @@ Test(cli, ledger_sums_records_exactly_per_backend)
     free_run(&r);
     free(file);
     free(bad);
+}
+
+/* ------------------------------------------- ports, users, persistence */
+
+Test(cli, port_prints_the_exposed_ports_as_docker_does)
+{
+    char *id = CREATE("-p", "8081", "--publish", "8080");
+    char *want;
+
+    EXPECT_KEEP(0, "8080/tcp -> 127.0.0.1:8080\n8081/tcp -> 127.0.0.1:8081\n", "", "port", id);
+    EXPECT_KEEP(0, "127.0.0.1:8080\n", "", "port", id, "8080");
+    EXPECT_KEEP(0, "127.0.0.1:8081\n", "", "port", id, "8081/tcp");
+    cr_assert(asprintf(&want, "sbx: port 9 of sandbox %s is not exposed [code=not_found; "
+                       "backend=local; op=resolve_port; port=9; sandbox_id=%s]\n", id, id) > 0);
+    EXPECT_KEEP(125, "", want, "port", id, "9");
+    free(want);
+    EXPECT_KEEP(125, "", "sbx: invalid port \"http\": expected a TCP port number 1..65535 (or "
+                "PORT/tcp)\nsbx: see 'sbx port --help'\n", "port", id, "http");
+    EXPECT_KEEP(125, "", "sbx: invalid -p value \"0\": expected a TCP port number 1..65535\n"
+                "sbx: see 'sbx create --help'\n", "create", "-p", "0");
+    /* A sandbox made without -p has none. */
+    free(id);
+    id = create_with(NULL, NULL);
+    EXPECT_KEEP(0, "", "", "port", id);
+    free(id);
+}
+
+Test(cli, exec_and_run_user_runs_as_the_user_the_backend_can)
+{
+    char *id = create_with(NULL, NULL);
+    char uid[32], out[40], *want;
+
+    snprintf(uid, sizeof uid, "%u", (unsigned)geteuid());
+    snprintf(out, sizeof out, "%s\n", uid);
+    EXPECT_KEEP(0, out, "", "exec", "-u", uid, id, "id", "-u");
+    EXPECT_KEEP(0, out, "", "run", "--user", uid, "--", "id", "-u");
+    const char *other = geteuid() == 0 ? "nobody" : "root";
+    cr_assert(asprintf(&want, "sbx: local backend runs every command as uid %s (%s); user "
+                       "\"%s\" cannot be chosen [code=feature_not_supported; backend=local; "
+                       "op=exec; user=%s]\n", uid, getpwuid(geteuid())->pw_name, other,
+                       other) > 0);
+    EXPECT_KEEP(125, "", want, "exec", "-u", other, id, "true");
+    free(want);
+    EXPECT_KEEP(125, "", "sbx: -u is the user of one command, not of a sandbox: give it to "
+                "`sbx exec -u app` or `sbx run -u app`\nsbx: see 'sbx create --help'\n",
+                "create", "-u", "app");
+    free(id);
+}
+
+/* The names in the tar file @path, one a line (`tar -t`). */
+static char *tar_list(const char *path)
+{
+    char *cmd, buf[4096];
+    size_t n;
+    FILE *p;
+
+    cr_assert(asprintf(&cmd, "tar -tf '%s' 2>/dev/null", path) > 0);
+    p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    n = fread(buf, 1, sizeof buf - 1, p);
+    buf[n] = '\0';
+    pclose(p);
+    free(cmd);
+    return strdup(buf);
+}
+
+Test(cli, persist_and_hydrate_carry_a_workspace_between_sandboxes)
+{
+    char ws[PATH_MAX], ws2[PATH_MAX], file[PATH_MAX], bad[PATH_MAX];
+    char *id, *id2, *names, *want;
+
+    set_path(ws, sizeof ws, "%s/ws", g_tmpdir);
+    set_path(ws2, sizeof ws2, "%s/ws2", g_tmpdir);
+    set_path(file, sizeof file, "%s/ws.tar", g_tmpdir);
+    set_path(bad, sizeof bad, "%s/bad.tar", g_tmpdir);
+    id = CREATE("-w", ws);
+    EXPECT_KEEP(0, "", "", "exec", id, "sh", "-c",
+                "mkdir -p \"$SANDBOX_ROOT/src\" && printf 'a\\n' > \"$SANDBOX_ROOT/src/a.txt\"");
+    EXPECT_KEEP(0, "", "", "persist", id, file);
+    expect_mode(file, 0600);
+    names = tar_list(file);
+    cr_expect_str_eq(names, "workspace/\nworkspace/src/\nworkspace/src/a.txt\n"
+                            "workspace/tmp/\n");
+    free(names);
+    /* Another sandbox (another directory) gets it, and loses what it had. */
+    id2 = CREATE("-w", ws2);
+    EXPECT_KEEP(0, "", "", "exec", id2, "sh", "-c", "echo old > \"$SANDBOX_ROOT/old.txt\"");
+    EXPECT_KEEP(0, "", "", "hydrate", id2, file);
+    EXPECT_KEEP(0, "a\nabsent\n", "", "exec", id2, "sh", "-c",
+                "cat \"$SANDBOX_ROOT/src/a.txt\"; test -e \"$SANDBOX_ROOT/old.txt\" || "
+                "echo absent");
+    /* -C: a directory of the sandbox. */
+    EXPECT_KEEP(0, "", "", "hydrate", "-C", "/restored", id2, file);
+    EXPECT_KEEP(0, "a\n", "", "exec", id2, "sh", "-c", "cat \"$SANDBOX_ROOT/restored/src/a.txt\"");
+    /* A stream that is not one changes nothing. */
+    write_text(bad, "not a tar stream\n", 0644);
+    cr_assert(asprintf(&want, "sbx: not a tar stream") > 0);
+    {
+        cli_run r = run_keep((const char *const[]){ "hydrate", id2, bad, NULL }, NULL);
+
+        EXPECT_TOOL_FAILURE(&r, want, "code=workspace");
+        free_run(&r);
+    }
+    free(want);
+    EXPECT_KEEP(0, "a\n", "", "exec", id2, "sh", "-c", "cat \"$SANDBOX_ROOT/src/a.txt\"");
+    /* - is standard output. */
+    {
+        cli_run r = run_keep((const char *const[]){ "persist", id, "-", NULL }, NULL);
+
+        cr_expect_eq(r.status, 0, "%s", r.err);
+        cr_expect(r.out_len >= 1024 && r.out_len % 512 == 0, "%zu bytes", r.out_len);
+        free_run(&r);
+    }
+    EXPECT_KEEP(125, "", "sbx: -C src: expected an absolute sandbox path\n"
+                "sbx: see 'sbx persist --help'\n", "persist", "-C", "src", id, file);
+    free(id);
+    free(id2);
 }

@@ -1151,3 +1151,104 @@ Test(daytona_faults, storm_100_creates_5_at_a_time_slow, .timeout = 180)
     cr_assert_eq(tu_fake_count(log, "DELETE", "/api/sandbox/[^/]+", NULL, 0), STORM_N);
     json_object_put(log);
 }
+
+/* Exposed ports resolve to the sandbox's preview link (GET
+ * /sandbox/{id}/ports/{port}/preview-url); a port not exposed is
+ * not_found without a call; with SBX_DEBUG=1 the link's token (the
+ * x-daytona-preview-token) appears in no log line, address, session state
+ * or error, a retried call included. */
+Test(daytona_faults, exposed_ports_are_preview_links_without_their_token)
+{
+    char logpath[] = "/tmp/sbx-daytona-log-XXXXXX";
+    int logfd = mkstemp(logpath);
+    cr_assert_geq(logfd, 0);
+    int saved = dup(2);
+    cr_assert_eq(dup2(logfd, 2), 2);
+    cr_assert_eq(setenv("SBX_DEBUG", "1", 1), 0);
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new("daytona", &err);
+    cr_assert_not_null(c);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_add_port(o, 3000, NULL), 0);
+    sbx_sandbox *sb = tu_create(c, o);
+    sbx_options_free(o);
+    const char *id = sbx_sandbox_get0_id(sb);
+
+    /* The first call for the link fails once with a 503 and is retried. */
+    char *rule = tu_strdup_printf("{\"method\":\"GET\",\"path\":\"^/api/sandbox/%s/ports/\","
+                                  "\"status\":503}", id);
+    tu_fake_post("/_fake/faults", rule);
+    free(rule);
+    char *got = sbx_sandbox_resolve_port(sb, 3000, &err);
+    cr_assert_not_null(got, "%s", err ? sbx_error_get0_message(err) : "");
+    char *want = tu_strdup_printf("https://3000-%s.proxy.daytona.works", id);
+    cr_assert_str_eq(got, want);
+    free(got);
+    free(want);
+
+    cr_assert_null(sbx_sandbox_resolve_port(sb, 8080, &err));
+    char *msg = tu_strdup_printf("daytona sandbox %s: port 8080 is not exposed", id);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(sbx_error_get0_message(err), msg);
+    free(msg);
+    char *errtext = sbx_error_to_string(err);
+    sbx_error_free(err);
+    err = NULL;
+    cr_assert_eq(sbx_sandbox_expose_port(sb, 8080, &err), 0);
+    got = sbx_sandbox_resolve_port(sb, 8080, &err);
+    want = tu_strdup_printf("https://8080-%s.proxy.daytona.works", id);
+    cr_assert_str_eq(got, want);
+    free(got);
+    free(want);
+    char *state = sbx_sandbox_session_state(sb, &err);
+    cr_assert_not_null(state);
+    sbx_sandbox *again = sbx_sandbox_resume(c, state, &err);
+    cr_assert_not_null(again, "%s", err ? sbx_error_get0_message(err) : "");
+    uint16_t *list = NULL;
+    size_t n = 0;
+    cr_assert_eq(sbx_sandbox_list_ports(again, &list, &n, &err), 0);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(list[0], 3000);
+    cr_assert_eq(list[1], 8080);
+    free(list);
+    sbx_sandbox_free(again);
+    cr_assert_eq(sbx_sandbox_unexpose_port(sb, 8080, &err), 0);
+    cr_assert_null(sbx_sandbox_resolve_port(sb, 8080, &err));
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
+    sbx_error_free(err);
+    err = NULL;
+
+    /* The token, as the provider hands it out. */
+    char *path = tu_strdup_printf("/api/sandbox/%s/ports/3000/preview-url", id), *body = NULL;
+    cr_assert_eq(tu_fake_http("GET", path, "Authorization: Bearer sbx-test-dummy-key", NULL,
+                              &body), 200);
+    json_object *j = json_tokener_parse(body), *tv;
+    cr_assert(json_object_object_get_ex(j, "token", &tv), "%s", body);
+    const char *token = json_object_get_string(tv);
+    cr_assert_geq(strlen(token), 16);
+
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+    fflush(stderr);
+    cr_assert_eq(dup2(saved, 2), 2);
+    close(saved);
+    unsetenv("SBX_DEBUG");
+    FILE *f = fopen(logpath, "r");
+    cr_assert_not_null(f);
+    static char logbuf[1 << 20];
+    size_t len = fread(logbuf, 1, sizeof(logbuf) - 1, f);
+    logbuf[len] = '\0';
+    fclose(f);
+    close(logfd);
+    unlink(logpath);
+    cr_assert_not_null(strstr(logbuf, "HTTP 503, retrying"), "no retry logged: %s", logbuf);
+    cr_assert_null(strstr(logbuf, token), "the preview token is in the log");
+    cr_assert_null(strstr(state, token), "the preview token is in the session state");
+    cr_assert_null(strstr(errtext, token), "the preview token is in an error");
+    json_object_put(j);
+    free(body);
+    free(path);
+    free(state);
+    free(errtext);
+}

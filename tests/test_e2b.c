@@ -583,3 +583,133 @@ Test(e2b, case52_a_failed_reattach_is_a_connection_error_of_unknown_outcome)
     free(body);
     free(path);
 }
+
+/* Exposed ports: each maps to E2B's preview address https://PORT-ID.DOMAIN
+ * (DOMAIN e2b.app: the fake answers "domain": null and E2B_DOMAIN is
+ * unset); a port not exposed is not_found; expose/unexpose change the
+ * mapping; a resumed handle has the create's ports; with SBX_DEBUG=1
+ * neither the sandbox's access token nor the API key appears in the log,
+ * an address or an error. */
+Test(e2b, exposed_ports_are_preview_addresses_without_a_token)
+{
+    char logpath[] = "/tmp/sbx-e2b-log-XXXXXX";
+    int logfd = mkstemp(logpath);
+    cr_assert_geq(logfd, 0);
+    int saved = dup(2);
+    cr_assert_eq(dup2(logfd, 2), 2);
+    cr_assert_eq(setenv("SBX_DEBUG", "1", 1), 0);
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new("e2b", &err);
+    cr_assert_not_null(c);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_add_port(o, 8080, NULL), 0);
+    cr_assert_eq(sbx_options_add_port(o, 3000, NULL), 0);
+    sbx_sandbox *sb = tu_create(c, o);
+    sbx_options_free(o);
+    const char *id = sbx_sandbox_get0_id(sb);
+
+    char *want = tu_strdup_printf("https://8080-%s.e2b.app", id);
+    char *got = sbx_sandbox_resolve_port(sb, 8080, &err);
+    cr_assert_not_null(got, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_str_eq(got, want);
+    free(got);
+    free(want);
+
+    cr_assert_null(sbx_sandbox_resolve_port(sb, 9999, &err));
+    char *msg = tu_strdup_printf("e2b sandbox %s: port 9999 is not exposed", id);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(sbx_error_get0_message(err), msg);
+    cr_assert_str_eq(sbx_error_get0_context(err, "port"), "9999");
+    char *errtext = sbx_error_to_string(err);
+    sbx_error_free(err);
+    err = NULL;
+    free(msg);
+
+    uint16_t *list = NULL;
+    size_t n = 0;
+    cr_assert_eq(sbx_sandbox_list_ports(sb, &list, &n, &err), 0);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(list[0], 3000);
+    cr_assert_eq(list[1], 8080);
+    free(list);
+
+    cr_assert_eq(sbx_sandbox_expose_port(sb, 5000, &err), 0);
+    got = sbx_sandbox_resolve_port(sb, 5000, &err);
+    want = tu_strdup_printf("https://5000-%s.e2b.app", id);
+    cr_assert_str_eq(got, want);
+    free(got);
+    free(want);
+    cr_assert_eq(sbx_sandbox_unexpose_port(sb, 5000, &err), 0);
+    cr_assert_null(sbx_sandbox_resolve_port(sb, 5000, &err));
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
+    sbx_error_free(err);
+    err = NULL;
+
+    /* The session state carries the ports, not the token. */
+    char *state = sbx_sandbox_session_state(sb, &err);
+    cr_assert_not_null(state);
+    sbx_sandbox *again = sbx_sandbox_resume(c, state, &err);
+    cr_assert_not_null(again, "%s", err ? sbx_error_get0_message(err) : "");
+    got = sbx_sandbox_resolve_port(again, 3000, &err);
+    want = tu_strdup_printf("https://3000-%s.e2b.app", id);
+    cr_assert_str_eq(got, want);
+    free(got);
+    free(want);
+    sbx_sandbox_free(again);
+
+    /* The envd access token, as the provider hands it out. */
+    char *path = tu_strdup_printf("/sandboxes/%s/connect", id);
+    char *body = NULL;
+    int st = tu_fake_http("POST", path, "X-API-Key: sbx-test-dummy-key", "{\"timeout\":60}",
+                          &body);
+    cr_assert(st == 200 || st == 201, "connect: %d", st);
+    json_object *j = json_tokener_parse(body);
+    const char *token = tu_json_str(j, "envdAccessToken");
+    cr_assert(token && strlen(token) >= 16, "no envdAccessToken in %s", body);
+
+    /* Calls that carry the token: one retried (a log line), one refused
+     * (an error). */
+    cr_assert_eq(sbx_sandbox_write_file(sb, "/tmp/p.txt", "p\n", 2, &err), 0);
+    tu_fake_post("/_fake/faults", "{\"method\":\"GET\",\"path\":\"^/files\",\"status\":503}");
+    char *data = NULL;
+    size_t dlen = 0;
+    cr_assert_eq(sbx_sandbox_read_file(sb, "/tmp/p.txt", &data, &dlen, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    tu_assert_bytes("read after a 503", data, dlen, "p\n", 2);
+    free(data);
+    tu_fake_post("/_fake/faults", "{\"method\":\"GET\",\"path\":\"^/files\",\"status\":401}");
+    cr_assert_eq(sbx_sandbox_read_file(sb, "/tmp/p.txt", &data, &dlen, &err), -1);
+    char *errtext2 = sbx_error_to_string(err);
+    sbx_error_free(err);
+    err = NULL;
+
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+    fflush(stderr);
+    cr_assert_eq(dup2(saved, 2), 2);
+    close(saved);
+    unsetenv("SBX_DEBUG");
+
+    FILE *f = fopen(logpath, "r");
+    cr_assert_not_null(f);
+    static char logbuf[1 << 20];
+    size_t len = fread(logbuf, 1, sizeof(logbuf) - 1, f);
+    logbuf[len] = '\0';
+    fclose(f);
+    close(logfd);
+    unlink(logpath);
+    cr_assert_not_null(strstr(logbuf, "HTTP 503, retrying"), "no retry logged: %s", logbuf);
+    cr_assert_null(strstr(logbuf, token), "the access token is in the log");
+    cr_assert_null(strstr(logbuf, "sbx-test-dummy-key"), "the API key is in the log");
+    cr_assert_null(strstr(state, token), "the access token is in the session state");
+    cr_assert_null(strstr(errtext, token), "the access token is in an error");
+    cr_assert_null(strstr(errtext2, token), "the access token is in an error: %s", errtext2);
+    cr_assert_null(strstr(errtext2, "sbx-test-dummy-key"), "the API key is in an error");
+    free(errtext2);
+    json_object_put(j);
+    free(body);
+    free(path);
+    free(state);
+    free(errtext);
+}

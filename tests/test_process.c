@@ -362,7 +362,12 @@ Test(tty, controlling_terminal_and_echo)
 
 Test(tty, ctrl_c_interrupts_the_command)
 {
-    sbx_process *p = start("trap 'echo INT' INT; echo go; sleep 30; echo after", 24, 80, 0);
+    /* "go" comes from a child shell that then becomes sleep, so a ^C right
+     * after it ends the child whether or not it is sleep yet (a ^C that
+     * reached the trapping shell between its echo and its sleep would let
+     * the whole sleep run). */
+    sbx_process *p = start("trap 'echo INT' INT; sh -c 'echo go; exec sleep 30'; echo after",
+                           24, 80, 0);
     double t0;
 
     wait_for_output(p, "go\r\n");

@@ -14,8 +14,11 @@
 
 #include <criterion/criterion.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <json-c/json.h>
 
 #include <sbx/sbx.h>
 
@@ -183,4 +186,77 @@ Test(tensorlake, a_client_option_of_the_wrong_type_names_it)
     cr_assert_str_eq(sbx_error_get0_backend(err), "tensorlake");
     cr_assert_str_eq(sbx_error_get0_op(err), "client_new");
     sbx_error_free(err);
+}
+
+/* The exposed_ports of the provider's SandboxInfo of @id, as "N,N,...". */
+static char *provider_ports(const char *id)
+{
+    tu_fake_use("TENSORLAKE_API_URL");
+    char *path = tu_strdup_printf("/sandboxes/%s", id), *body = NULL;
+    cr_assert_eq(tu_fake_http("GET", path, "Authorization: Bearer sbx-test-dummy-key", NULL,
+                              &body), 200);
+    json_object *j = json_tokener_parse(body), *a;
+    cr_assert(json_object_object_get_ex(j, "exposed_ports", &a));
+    char out[256] = "";
+    for (size_t i = 0; i < json_object_array_length(a); i++)
+        snprintf(out + strlen(out), sizeof(out) - strlen(out), i ? ",%d" : "%d",
+                 json_object_get_int(json_object_array_get_idx(a, i)));
+    json_object_put(j);
+    free(body);
+    free(path);
+    return strdup(out);
+}
+
+/* Exposed ports live at the provider: create sends exposed_ports, expose
+ * and unexpose PATCH the whole set, resume reads it back; each resolves to
+ * https://PORT-ID.sandbox.tensorlake.ai, and a port not exposed is
+ * not_found. */
+Test(tensorlake, exposed_ports_follow_the_provider)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_add_port(o, 8080, NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    const char *id = sbx_sandbox_get0_id(g_sb);
+    char *p = provider_ports(id);
+    cr_assert_str_eq(p, "8080");
+    free(p);
+    sbx_error *err = NULL;
+    char *got = sbx_sandbox_resolve_port(g_sb, 8080, &err);
+    char *want = tu_strdup_printf("https://8080-%s.sandbox.tensorlake.ai", id);
+    cr_assert_not_null(got, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_str_eq(got, want);
+    free(got);
+    free(want);
+
+    cr_assert_eq(sbx_sandbox_expose_port(g_sb, 3000, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    p = provider_ports(id);
+    cr_assert_str_eq(p, "3000,8080");
+    free(p);
+    cr_assert_eq(sbx_sandbox_unexpose_port(g_sb, 8080, &err), 0);
+    p = provider_ports(id);
+    cr_assert_str_eq(p, "3000");
+    free(p);
+    cr_assert_null(sbx_sandbox_resolve_port(g_sb, 8080, &err));
+    char *msg = tu_strdup_printf("tensorlake sandbox %s: port 8080 is not exposed", id);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(sbx_error_get0_message(err), msg);
+    cr_assert_str_eq(sbx_error_get0_context(err, "port"), "8080");
+    free(msg);
+    sbx_error_free(err);
+    err = NULL;
+
+    /* A handle resumed from the session state takes the provider's set. */
+    char *state = sbx_sandbox_session_state(g_sb, &err);
+    sbx_sandbox *again = sbx_sandbox_resume(g_client, state, &err);
+    cr_assert_not_null(again, "%s", err ? sbx_error_get0_message(err) : "");
+    uint16_t *list = NULL;
+    size_t n = 0;
+    cr_assert_eq(sbx_sandbox_list_ports(again, &list, &n, &err), 0);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(list[0], 3000);
+    free(list);
+    sbx_sandbox_free(again);
+    free(state);
 }

@@ -180,6 +180,7 @@ Test(wire, a_descriptor_number_not_passed_with_the_frame_is_refused)
     sbx_wire_put_i64(&m, 1);
     sbx_wire_put_str(&m, NULL);
     sbx_wire_put_i64(&m, 1);       /* detached: no owner to watch */
+    sbx_wire_put_u32(&m, 0);       /* ports: none */
     send_ok(sock, &m);
     recv_reply(sock, 2, &m);
     int64_t rv = sbx_wire_get_i64(&m);
@@ -298,6 +299,10 @@ static void encode_row(const sbx_slot_row *row, sbx_wire_msg *m)
             sbx_wire_put_i64(m, 1024);
             sbx_wire_put_i64(m, 1);
             sbx_wire_put_str(m, "{\"k\":1}");
+            sbx_wire_put_i64(m, 0);         /* detached */
+            sbx_wire_put_u32(m, 2);         /* ports */
+            sbx_wire_put_u32(m, 8080);
+            sbx_wire_put_u32(m, 9000);
             break;
         case SBX_ENC_EXEC_REQ:
             sbx_wire_put_strv(m, v2);

@@ -115,6 +115,12 @@ wd_decode_call(sbx_wire_msg *m, int *whole)
             sbx_wire_get_i64(m);
             sbx_wire_get_i64(m);
             WD_TRY(wd_str(m, sbx_wire_get_str(m)));
+            sbx_wire_get_i64(m);        /* detached */
+            {
+                uint32_t n = sbx_wire_get_u32(m);   /* ports */
+                for (uint32_t k = 0; k < n && k < 65535; k++)
+                    sbx_wire_get_u32(m);
+            }
             break;
         case SBX_ENC_EXEC_REQ:
             WD_TRY(wd_strv(m));

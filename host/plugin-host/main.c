@@ -595,6 +595,7 @@ typedef struct call_frame {
     void *av[SBX_ROW_MAX_ARGS];
     sbx_call_ctx ctx;
     sbx_plugin_create_request creq;
+    uint16_t *ports;            /* creq.ports */
     sbx_plugin_exec_request ereq;
     const char **strv[4];       /* decoded vectors (array only) */
     int fds[4];                 /* received descriptors to close */
@@ -723,6 +724,22 @@ decode_arg(const sbx_slot_row *row, unsigned i, sbx_wire_msg *req, call_frame *f
         r->allow_internet = (int)sbx_wire_get_i64(req);
         r->backend_options = sbx_wire_get_str(req);
         r->detached = (int)sbx_wire_get_i64(req);
+        {
+            uint32_t n = sbx_wire_get_u32(req);
+
+            if (n > 65535)
+                n = 65535;      /* a port appears once: at most 65535 */
+            free(f->ports);
+            f->ports = n ? calloc(n, sizeof(*f->ports)) : NULL;
+            for (uint32_t k = 0; k < n; k++) {
+                uint32_t p = sbx_wire_get_u32(req);
+
+                if (f->ports)
+                    f->ports[k] = (uint16_t)p;
+            }
+            r->ports = f->ports;
+            r->n_ports = f->ports ? n : 0;
+        }
         v->cp = r;
         return 0;
     }
@@ -996,6 +1013,7 @@ done:
         close(f->fds[i]);
     for (unsigned i = 0; i < 4; i++)
         free(f->strv[i]);
+    free(f->ports);
     sbx_error_free(f->error);
     free(f);
 out:

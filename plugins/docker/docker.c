@@ -26,6 +26,15 @@
  *    body last (objects merged key by key; the sbx.* labels stay); a key
  *    of backend_options that is not a member of the Engine's create body
  *    (dk_option_keys) is a configuration error naming it.
+ *  - ports (sbx_options_add_port) -> ExposedPorts and HostConfig.PortBindings
+ *    {"PORT/tcp":[{"HostIp":"127.0.0.1","HostPort":""}]}: published on the
+ *    loopback address only, on a host port the Engine picks; a binding on
+ *    any other address (backend_options included; an empty HostIp is every
+ *    interface) is a configuration error; with allow_internet=0 (no
+ *    network) ports are feature_not_supported. resolve_port / list_ports
+ *    read NetworkSettings.Ports of the container; ports are fixed at
+ *    create (no expose_port / unexpose_port: the Engine cannot publish or
+ *    withdraw a port of a running container).
  *  - POST /containers/{id}/start. Any failure after the container exists
  *    removes it; a create whose answer was lost removes it by name.
  *
@@ -59,7 +68,7 @@
                      | SBX_CAP_SNAPSHOT | SBX_CAP_RESUME | SBX_CAP_ISOLATION               \
                      | SBX_CAP_NETWORK_POLICY | SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT     \
                      | SBX_CAP_IMAGE | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED                \
-                     | SBX_CAP_BACKGROUND | SBX_CAP_PTY)
+                     | SBX_CAP_BACKGROUND | SBX_CAP_PTY | SBX_CAP_EXPOSED_PORTS)
 
 /* The keys backend_options may have: the members of the Engine's
  * POST /containers/create body (ContainerConfig, HostConfig and
@@ -599,6 +608,47 @@ static const char *refused_option(const char *msg)
     return NULL;
 }
 
+/* Refuses a body whose HostConfig.PortBindings (backend_options may set
+ * them) publish a port on an address other than 127.0.0.1: an empty HostIp
+ * is every interface, 0.0.0.0 too. 0, or -1 with a configuration error
+ * naming the binding. */
+static int check_port_bindings(json_object *body, const char *op, sbx_error **error)
+{
+    json_object *hc, *pb;
+    if (!json_object_object_get_ex(body, "HostConfig", &hc)
+        || !json_object_object_get_ex(hc, "PortBindings", &pb) || !pb)
+        return 0;
+    if (!json_object_is_type(pb, json_type_object))
+        goto bad_shape;
+    json_object_object_foreach(pb, key, arr) {
+        if (!arr)
+            continue;
+        if (!json_object_is_type(arr, json_type_array))
+            goto bad_shape;
+        for (size_t i = 0; i < json_object_array_length(arr); i++) {
+            json_object *b = json_object_array_get_idx(arr, i), *ip = NULL;
+            const char *addr = b && json_object_object_get_ex(b, "HostIp", &ip)
+                               && json_object_is_type(ip, json_type_string)
+                               ? json_object_get_string(ip) : "";
+            if (strcmp(addr, "127.0.0.1") == 0)
+                continue;
+            sbx_error *err = cl_fail(error, SBX_ERROR_CONFIGURATION, op,
+                                     "docker backend: port %s would be published on \"%s\" "
+                                     "(every interface when empty); sandbox ports are "
+                                     "published on 127.0.0.1 only", key, addr);
+            cl_context(err, "option", "backend_options");
+            cl_context(err, "port", key);
+            return -1;
+        }
+    }
+    return 0;
+bad_shape:
+    cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op,
+                       "docker backend: HostConfig.PortBindings is not an object of arrays"),
+               "option", "backend_options");
+    return -1;
+}
+
 static int docker_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                          const sbx_plugin_create_request *request,
                          sbx_plugin_sandbox **sandbox, sbx_error **error)
@@ -780,6 +830,33 @@ static int docker_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         json_object_object_add(so, "size", json_object_new_string(num));
         json_object_object_add(hc, "StorageOpt", so);
     }
+    if (request->struct_size >= offsetof(sbx_plugin_create_request, n_ports)
+                                + sizeof(request->n_ports)
+        && request->n_ports && request->ports) {
+        if (!request->allow_internet) {
+            sbx_error *err = cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                                     "docker backend: a container with allow_internet=0 "
+                                     "has no network, so port %u cannot be published",
+                                     (unsigned)request->ports[0]);
+            snprintf(num, sizeof(num), "%u", (unsigned)request->ports[0]);
+            cl_context(err, "port", num);
+            goto out;
+        }
+        /* Published on the loopback address only: nothing beyond this
+         * host reaches a sandbox's port. */
+        json_object *pb = json_object_new_object(), *ex = json_object_new_object();
+        for (size_t i = 0; i < request->n_ports; i++) {
+            json_object *bind = json_object_new_object(), *arr = json_object_new_array();
+            snprintf(num, sizeof(num), "%u/tcp", (unsigned)request->ports[i]);
+            json_object_object_add(bind, "HostIp", json_object_new_string("127.0.0.1"));
+            json_object_object_add(bind, "HostPort", json_object_new_string(""));
+            json_object_array_add(arr, bind);
+            json_object_object_add(pb, num, arr);
+            json_object_object_add(ex, num, json_object_new_object());
+        }
+        json_object_object_add(hc, "PortBindings", pb);
+        json_object_object_add(body, "ExposedPorts", ex);
+    }
     json_object_object_add(body, "HostConfig", hc);
     hc = NULL;
     if (extra) {
@@ -796,6 +873,9 @@ static int docker_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             json_merge(l, labels);
         }
     }
+
+    if (check_port_bindings(body, op, error) < 0)
+        goto out;
 
     char *ename = cl_url_escape(name);
     if (!ename || asprintf(&path, "/containers/create?name=%s", ename) < 0) {
@@ -1171,6 +1251,122 @@ static const char *docker_sandbox_root(sbx_plugin_sandbox *sandbox)
     return "";
 }
 
+/* ---- exposed ports: the container's published ports (fixed at create) ---- */
+
+/* The host port published on 127.0.0.1 for "PORT/tcp" member @bindings of
+ * NetworkSettings.Ports, or NULL (not published there). Borrowed. */
+static const char *loopback_binding(json_object *bindings)
+{
+    if (!bindings || !json_object_is_type(bindings, json_type_array))
+        return NULL;
+    for (size_t i = 0; i < json_object_array_length(bindings); i++) {
+        json_object *b = json_object_array_get_idx(bindings, i), *ip, *hp;
+        if (b && json_object_object_get_ex(b, "HostIp", &ip)
+            && strcmp(json_object_get_string(ip), "127.0.0.1") == 0
+            && json_object_object_get_ex(b, "HostPort", &hp)
+            && json_object_is_type(hp, json_type_string) && *json_object_get_string(hp))
+            return json_object_get_string(hp);
+    }
+    return NULL;
+}
+
+/* Stores NetworkSettings.Ports of the container in *@ports (borrowed from
+ * *@doc, which the caller frees; NULL when it has none): 0, or -1 with an
+ * error (not_found when the container is gone). */
+static int published_ports(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                           json_object **doc, json_object **ports, const char *op,
+                           sbx_error **error)
+{
+    long status = 0;
+    *doc = NULL;
+    *ports = NULL;
+    if (dk_sandbox_check(sb, op, error) < 0)
+        return -1;
+    json_object *j = container_inspect(sb->client, ctx, sb->id, &status, op, error), *ns, *p;
+    if (!j) {
+        if (status == 404) {
+            sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
+                                     "container %.12s no longer exists", sb->id);
+            cl_context(err, "sandbox_id", sb->id);
+        }
+        return -1;
+    }
+    *doc = j;
+    if (json_object_object_get_ex(j, "NetworkSettings", &ns)
+        && json_object_object_get_ex(ns, "Ports", &p) && json_object_is_type(p, json_type_object))
+        *ports = p;
+    return 0;
+}
+
+static char *docker_resolve_port(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                                 unsigned port, sbx_error **error)
+{
+    const char *op = "resolve_port";
+    struct sbx_plugin_sandbox *sb = sandbox;
+    json_object *doc = NULL, *ports = NULL;
+    char key[16], *out = NULL;
+    if (published_ports(sb, ctx, &doc, &ports, op, error) < 0)
+        return NULL;
+    snprintf(key, sizeof(key), "%u/tcp", port);
+    json_object *b = NULL;
+    const char *hp = ports && json_object_object_get_ex(ports, key, &b)
+                     ? loopback_binding(b) : NULL;
+    if (!hp) {
+        snprintf(key, sizeof(key), "%u", port);
+        sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
+                                 "port %u of container %.12s is not exposed (docker publishes "
+                                 "ports at create: sbx_options_add_port)", port, sb->id);
+        cl_context(err, "port", key);
+    } else {
+        size_t n = strlen("127.0.0.1:") + strlen(hp);
+        out = cl_host->alloc(n + 1);
+        if (out)
+            snprintf(out, n + 1, "127.0.0.1:%s", hp);
+        else
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    }
+    json_object_put(doc);
+    return out;
+}
+
+static int port_cmp(const void *a, const void *b)
+{
+    return (int)*(const unsigned *)a - (int)*(const unsigned *)b;
+}
+
+static char *docker_list_ports(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                               sbx_error **error)
+{
+    const char *op = "list_ports";
+    struct sbx_plugin_sandbox *sb = sandbox;
+    json_object *doc = NULL, *ports = NULL;
+    if (published_ports(sb, ctx, &doc, &ports, op, error) < 0)
+        return NULL;
+    unsigned list[256];
+    size_t n = 0;
+    if (ports) {
+        json_object_object_foreach(ports, key, val) {
+            char *end;
+            unsigned long v = strtoul(key, &end, 10);
+            if (strcmp(end, "/tcp") == 0 && v >= 1 && v <= 65535 && loopback_binding(val)
+                && n < sizeof(list) / sizeof(list[0]))
+                list[n++] = (unsigned)v;
+        }
+    }
+    json_object_put(doc);
+    qsort(list, n, sizeof(list[0]), port_cmp);
+    char *out = cl_host->alloc(n * 6 + 1);
+    if (!out) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return NULL;
+    }
+    size_t len = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)sprintf(out + len, i ? " %u" : "%u", list[i]);
+    return out;
+}
+
 static char *docker_session_state(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
                                   sbx_error **error)
 {
@@ -1451,6 +1647,8 @@ static const sbx_plugin docker_plugin = {
     .destroy_by_id = docker_destroy_by_id,
     .stop = docker_stop,
     .start = docker_start,
+    .resolve_port = docker_resolve_port,
+    .list_ports = docker_list_ports,
 };
 
 SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);

@@ -240,6 +240,9 @@ struct sbx_plugin_sandbox {
     uint64_t oom_kills;         /* its OOM-kill counter when last read */
     char *ended;                /* why the container ended by itself (the
                                  * message later calls fail with); NULL */
+    int owner_known;            /* owner holds the default user's "UID:GID",
+                                 * "" for root (files.c, CASE-45) */
+    char owner[32];
 };
 
 /** not_found when @sb was destroyed; else 0. */
@@ -280,6 +283,10 @@ void dk_exec_free(sbx_plugin_process *process);
 int dk_exec_capture(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                     const char *const *argv, double secs, size_t cap, cl_buf *out,
                     cl_buf *err, int *exit_code, const char *op, sbx_error **error);
+/** dk_exec_capture as @user (the exec's User; NULL: the container's). */
+int dk_exec_capture_as(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *user,
+                       const char *const *argv, double secs, size_t cap, cl_buf *out,
+                       cl_buf *err, int *exit_code, const char *op, sbx_error **error);
 
 /* files.c */
 int dk_list_files(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const char *path,

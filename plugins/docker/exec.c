@@ -78,6 +78,7 @@ struct sbx_plugin_process {
     char err_msg[1024];
     double kill_empty_at;       /* when a kill found no process (0 = never) */
     cl_buf syserr;              /* stream 3: the Engine's own error text */
+    char user[257];             /* the exec's User, "" for the default */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -130,8 +131,10 @@ enum { INSPECT_RUNNING = 0, INSPECT_DONE = 1, INSPECT_NULL = 2 };
 /* GET /exec/{eid}/json. Returns INSPECT_DONE with *@code, INSPECT_RUNNING,
  * INSPECT_NULL (not running, no exit code), or -1 with *@error. */
 static int exec_inspect(struct sbx_plugin_client *c, const char *eid, int *code,
-                        const char *op, sbx_error **error)
+                        int64_t *pid, const char *op, sbx_error **error)
 {
+    if (pid)
+        *pid = -1;
     char *path;
     if (asprintf(&path, "/exec/%s/json", eid) < 0) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -153,9 +156,11 @@ static int exec_inspect(struct sbx_plugin_client *c, const char *eid, int *code,
         dk_fail_resp(error, SBX_ERROR_EXECUTION_FAILED, &r, op, "exec inspect");
         goto out;
     }
-    json_object *j = dk_resp_json(&r, op, error), *running, *ec;
+    json_object *j = dk_resp_json(&r, op, error), *running, *ec, *pv;
     if (!j)
         goto out;
+    if (pid && json_object_object_get_ex(j, "Pid", &pv) && json_object_is_type(pv, json_type_int))
+        *pid = json_object_get_int64(pv);
     if (!json_object_object_get_ex(j, "Running", &running)
         || !json_object_is_type(running, json_type_boolean)) {
         cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "exec inspect answered without Running");
@@ -248,6 +253,13 @@ int dk_exec_capture(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                     const char *const *argv, double secs, size_t cap, cl_buf *out,
                     cl_buf *err, int *exit_code, const char *op, sbx_error **error)
 {
+    return dk_exec_capture_as(sb, ctx, NULL, argv, secs, cap, out, err, exit_code, op, error);
+}
+
+int dk_exec_capture_as(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *user,
+                       const char *const *argv, double secs, size_t cap, cl_buf *out,
+                       cl_buf *err, int *exit_code, const char *op, sbx_error **error)
+{
     dk_bound b = dk_bound_make(ctx, secs);
     json_object *body = json_object_new_object();
     char *eid = NULL, *path = NULL;
@@ -260,6 +272,8 @@ int dk_exec_capture(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     json_object_object_add(body, "AttachStderr", json_object_new_boolean(1));
     json_object_object_add(body, "Tty", json_object_new_boolean(0));
     json_object_object_add(body, "Cmd", make_cmd(argv, NULL, 0, NULL));
+    if (user)
+        json_object_object_add(body, "User", json_object_new_string(user));
     if (exec_create(sb, ctx, body, &eid, op, error) < 0)
         goto out;
     if (asprintf(&path, "/exec/%s/start", eid) < 0) {
@@ -312,7 +326,7 @@ int dk_exec_capture(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     double null_since = 0;
     long delay = 1;
     for (;;) {
-        int code = 0, s = exec_inspect(sb->client, eid, &code, op, error);
+        int code = 0, s = exec_inspect(sb->client, eid, &code, NULL, op, error);
         if (s < 0)
             goto out;
         if (s == INSPECT_DONE) {
@@ -567,12 +581,25 @@ static void *relay_main(void *arg)
     double null_since = 0;
     int delay = 0;
     for (;;) {
-        int code = 0, s = exec_inspect(p->client, p->eid, &code, "exec_wait", NULL);
+        int code = 0;
+        int64_t pid = -1;
+        int s = exec_inspect(p->client, p->eid, &code, &pid, "exec_wait", NULL);
         if (s < 0) {
             if (cl_last()->code == SBX_ERROR_NOT_FOUND)
                 proc_fail_last(p, "exit status unknown");
             else
                 proc_fail_last(p, "exit status unknown (exec inspect failed)");
+            return NULL;
+        }
+        if (s == INSPECT_DONE && code == 126 && pid == 0) {
+            /* runc failed before any process ran (commands go through
+             * /bin/sh, which reports its own 126 from a running process):
+             * e.g. a user the container's passwd lacks. Its message came
+             * on the output stream. */
+            proc_finish(p, P_FAILED, 0, SBX_ERROR_EXECUTION_FAILED, 0,
+                        "the Docker Engine could not start the command%s%s%s (exit 126 "
+                        "before any process ran; the Engine says it on the output)",
+                        p->user[0] ? " as user \"" : "", p->user, p->user[0] ? "\"" : "");
             return NULL;
         }
         if (s == INSPECT_DONE) {
@@ -780,8 +807,10 @@ int dk_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     env = NULL;
     if (abs_cwd)
         json_object_object_add(body, "WorkingDir", json_object_new_string(abs_cwd));
-    if (request->user)
+    if (request->user) {
         json_object_object_add(body, "User", json_object_new_string(request->user));
+        snprintf(p->user, sizeof(p->user), "%s", request->user);
+    }
     /* A Tty exec starts at 0x0 until the resize call lands (API 1.41 has no
      * ConsoleSize): the command's first step sets the size the request
      * asked for, so it is there before the command runs. */

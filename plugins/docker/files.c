@@ -616,6 +616,138 @@ static int sized_source(int fd, int *owned, int64_t *size, const char *op, sbx_e
     return t;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Ownership (CASE-45)                                                       */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The Engine extracts an archive as root and keeps the entries' owners
+ * (the library writes owner 0), so without more a file the caller wrote
+ * belongs to root while commands run as the image's USER, who then cannot
+ * change it. When the container's default user is not root, what a file
+ * call made (the file, the directories it made for it, the entries an
+ * upload added or replaced) is given to that user's uid and gid by a
+ * short command run as root afterwards; what was there before keeps its
+ * owner and mode.
+ */
+#define OWNER_SECS 60.0
+
+/** Stores the default user's "UID:GID" in @out ("" when root), asking
+ *  the container once per handle (`id -u; id -g`). 0 or -1. */
+static int owner_get(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, char out[32],
+                     const char *op, sbx_error **error)
+{
+    pthread_mutex_lock(&sb->lock);
+    int known = sb->owner_known;
+    if (known)
+        memcpy(out, sb->owner, 32);
+    pthread_mutex_unlock(&sb->lock);
+    if (known)
+        return 0;
+    static const char *const argv[] = { "sh", "-c", "id -u; id -g", NULL };
+    cl_buf o = { 0 }, e = { 0 };
+    int code = -1;
+    unsigned uid = 0, gid = 0;
+    if (dk_exec_capture(sb, ctx, argv, OWNER_SECS, 4096, &o, &e, &code, op, error) < 0) {
+        cl_buf_clear(&o);
+        cl_buf_clear(&e);
+        return -1;
+    }
+    int ok = code == 0 && o.data && sscanf(o.data, "%u %u", &uid, &gid) == 2;
+    cl_buf_clear(&o);
+    cl_buf_clear(&e);
+    if (!ok) {
+        cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+                "cannot learn the container's user (`id -u; id -g` exited %d)", code);
+        return -1;
+    }
+    if (uid == 0 && gid == 0)
+        out[0] = '\0';
+    else
+        snprintf(out, 32, "%u:%u", uid, gid);
+    pthread_mutex_lock(&sb->lock);
+    memcpy(sb->owner, out, 32);
+    sb->owner_known = 1;
+    pthread_mutex_unlock(&sb->lock);
+    return 0;
+}
+
+/** Runs `sh -c SCRIPT sh ARGS...` as root; its stdout (trimmed) in *@out
+ *  when @out is not NULL (new string). 0, or -1 with a workspace error
+ *  naming @shown. */
+static int root_script(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *script,
+                       const char *const *args, char **out, const char *shown, const char *op,
+                       sbx_error **error)
+{
+    const char *argv[10] = { "sh", "-c", script, "sh" };
+    size_t n = 4;
+    for (size_t i = 0; args[i] && n < 9; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    cl_buf o = { 0 }, e = { 0 };
+    int code = -1;
+    int rc = dk_exec_capture_as(sb, ctx, "0:0", argv, OWNER_SECS, (size_t)1 << 20, &o, &e, &code,
+                                op, error);
+    if (rc == 0 && code != 0) {
+        sbx_error *err = cl_fail(error, SBX_ERROR_WORKSPACE, op,
+                                 "cannot give \"%s\" to the container's user (exit %d): %.*s",
+                                 shown, code, (int)(e.len > 300 ? 300 : e.len),
+                                 e.data ? e.data : "");
+        cl_context(err, "path", shown);
+        rc = -1;
+    }
+    if (rc == 0 && out) {
+        size_t len = o.len;
+        while (len && o.data[len - 1] == '\n')
+            len--;
+        *out = strndup(o.data ? o.data : "", len);
+        if (!*out) {
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            rc = -1;
+        }
+    }
+    cl_buf_clear(&o);
+    cl_buf_clear(&e);
+    return rc;
+}
+
+/* $1: an absolute path; prints the deepest of its ancestors that exists. */
+static const char existing_ancestor[] =
+    "d=${1%/*}; [ -n \"$d\" ] || d=/\n"
+    "while [ ! -e \"$d\" ]; do d=${d%/*}; [ -n \"$d\" ] || d=/; done\n"
+    "printf '%s\\n' \"$d\"\n";
+
+/* $1 UID:GID, $2 the ancestor that existed, $3 the path written: the path
+ * and the directories made between them get the owner. */
+static const char give_path[] =
+    "u=$1; e=$2; p=$3\n"
+    "chown -h \"$u\" \"$p\" || exit 1\n"
+    "d=${p%/*}\n"
+    "while [ -n \"$d\" ] && [ \"$d\" != \"$e\" ]; do chown \"$u\" \"$d\" || exit 1; d=${d%/*}; done\n";
+
+/* $1 a directory (may not exist yet): writes the inode numbers under it
+ * to a new file and prints that file's path and the deepest existing
+ * ancestor of $1. */
+static const char list_before[] =
+    "f=$(mktemp /tmp/.sbx-owner-XXXXXX) || exit 1\n"
+    "if [ -e \"$1\" ]; then find \"$1\" -xdev -exec stat -c %i {} + > \"$f\" || exit 1; fi\n"
+    "d=$1\n"
+    "while [ ! -e \"$d\" ]; do d=${d%/*}; [ -n \"$d\" ] || d=/; done\n"
+    "printf '%s\\n%s\\n' \"$f\" \"$d\"\n";
+
+/* $1 UID:GID, $2 the directory uploaded into, $3 the inode list, $4 its
+ * deepest ancestor that existed: every entry under $2 not in the list, and
+ * the directories made above it, get the owner; the list goes. */
+static const char give_new[] =
+    "u=$1; t=$2; f=$3; e=$4\n"
+    "find \"$t\" -xdev -exec stat -c '%i %n' {} + | awk -v F=\"$f\" "
+    "'BEGIN { while ((getline l < F) > 0) s[l] = 1 } !($1 in s) { sub(/^[0-9]+ /, \"\"); "
+    "print }' | while IFS= read -r p; do chown -h \"$u\" \"$p\" || exit 1; done || exit 1\n"
+    "rm -f \"$f\"\n"
+    "if [ \"$e\" != \"$t\" ]; then d=${t%/*}\n"
+    "  while [ -n \"$d\" ] && [ \"$d\" != \"$e\" ]; do chown \"$u\" \"$d\" || exit 1; "
+    "d=${d%/*}; done\nfi\n";
+
 int dk_write_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const char *path,
                   int fd, uint32_t mode, sbx_error **error)
 {
@@ -646,8 +778,21 @@ int dk_write_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const ch
         goto out;
     o.data_left = size;
     o.tail_left = pad_of(size) + 2 * BLOCK;
+    char owner[32], *ancestor = NULL;
+    if (owner_get(sb, ctx, owner, op, error) < 0)
+        goto out;
+    if (owner[0]) {
+        const char *args[] = { abs, NULL };
+        if (root_script(sb, ctx, existing_ancestor, args, &ancestor, path, op, error) < 0)
+            goto out;
+    }
     rc = archive_put(sb, ctx, "/", one_entry_source, &o,
                      (int64_t)o.header.len + size + o.tail_left, path, op, error);
+    if (rc == 0 && owner[0]) {
+        const char *args[] = { owner, ancestor, abs, NULL };
+        rc = root_script(sb, ctx, give_path, args, NULL, path, op, error);
+    }
+    free(ancestor);
 out:
     if (owned >= 0)
         close(owned);
@@ -723,10 +868,30 @@ int dk_upload_tar(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const ch
     if (!abs)
         return -1;
     int rc = -1;
+    char owner[32], *before = NULL;
+    if (owner_get(sb, ctx, owner, op, error) < 0)
+        goto out;
+    if (owner[0]) {
+        const char *args[] = { abs, NULL };
+        if (root_script(sb, ctx, list_before, args, &before, path, op, error) < 0)
+            goto out;
+    }
     if (ensure_dir(sb, ctx, abs, path, op, error) == 0) {
         fd_source s = { .fd = fd, .bound = dk_bound_make(ctx, 0), .op = op, .error = error };
         rc = archive_put(sb, ctx, abs, fd_source_read, &s, -1, path, op, error);
     }
+    if (before) {
+        char *nl = strchr(before, '\n');
+        if (nl)
+            *nl = '\0';
+        const char *args[] = { owner, abs, before, nl ? nl + 1 : "/", NULL };
+        if (rc == 0)
+            rc = root_script(sb, ctx, give_new, args, NULL, path, op, error);
+        else
+            root_script(sb, ctx, "rm -f \"$3\"", args, NULL, path, op, NULL);
+    }
+out:
+    free(before);
     free(abs);
     return rc;
 }

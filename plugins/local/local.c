@@ -55,6 +55,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <pwd.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
@@ -125,8 +126,10 @@ void sbx_fault_init(void);
 /* SBX_CAP_LIFETIME: the supervisor ends the sandbox at its lifetime's end. */
 /* SBX_CAP_PTY: the supervisor makes a pseudo-terminal for an exec that
  * asks for one (proto.h, EXEC). */
+/* SBX_CAP_EXPOSED_PORTS: the sandbox shares the host's network (bubblewrap
+ * only with allow_internet), so its ports are this host's. */
 #define LOCAL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_BACKGROUND | SBX_CAP_RESUME \
-                    | SBX_CAP_LIFETIME | SBX_CAP_PTY | ISOLATION_CAPS)
+                    | SBX_CAP_LIFETIME | SBX_CAP_PTY | SBX_CAP_EXPOSED_PORTS | ISOLATION_CAPS)
 
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define DEFAULT_LANG "C.UTF-8"
@@ -1841,6 +1844,65 @@ static int local_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint6
 
 /** The record of @sb (meta/record, described at the top), malloc'd with a
  *  final newline; NULL when memory ran out. */
+/* ---- exposed ports: the sandbox shares the host's network (bubblewrap
+ * unless allow_internet=0), so a port is reached on 127.0.0.1 as it is;
+ * the set lives in the record so that resumed handles see it ---- */
+
+/** The refusal of ports on a bubblewrap sandbox with a network of its own. */
+static sbx_error *own_netns_fail(sbx_error **error, unsigned port, const char *op)
+{
+    char num[16];
+    snprintf(num, sizeof(num), "%u", port);
+    sbx_error *err = fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                          BACKEND " backend: a sandbox made with allow_internet=0 has a "
+                          "network namespace of its own that this host cannot reach, so "
+                          "port %u cannot be exposed", port);
+    add_context(err, "port", num);
+    add_context(err, "reason", "own_network_namespace");
+    return err;
+}
+
+/** Adds @port to @sb's set (kept ascending, once). 0, or -1 with an error. */
+static int ports_add(struct sbx_plugin_sandbox *sb, unsigned port, const char *op,
+                     sbx_error **error)
+{
+    if (sb->own_netns) {
+        own_netns_fail(error, port, op);
+        return -1;
+    }
+    size_t i = 0;
+    while (i < sb->n_ports && sb->ports[i] < port)
+        i++;
+    if (i < sb->n_ports && sb->ports[i] == port)
+        return 0;
+    uint16_t *p = realloc(sb->ports, (sb->n_ports + 1) * sizeof(*p));
+    if (!p) {
+        fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    memmove(p + i + 1, p + i, (sb->n_ports - i) * sizeof(*p));
+    p[i] = (uint16_t)port;
+    sb->ports = p;
+    sb->n_ports++;
+    return 0;
+}
+
+static int ports_has(const struct sbx_plugin_sandbox *sb, unsigned port)
+{
+    for (size_t i = 0; i < sb->n_ports; i++)
+        if (sb->ports[i] == port)
+            return 1;
+    return 0;
+}
+
+static json_object *ports_json(const struct sbx_plugin_sandbox *sb)
+{
+    json_object *a = json_object_new_array();
+    for (size_t i = 0; a && i < sb->n_ports; i++)
+        json_object_array_add(a, json_object_new_int(sb->ports[i]));
+    return a;
+}
+
 static char *record_json(const struct sbx_plugin_sandbox *sb)
 {
     json_object *o = json_object_new_object();
@@ -1857,7 +1919,9 @@ static char *record_json(const struct sbx_plugin_sandbox *sb)
         && (!sb->cwd || json_object_object_add(o, "cwd", json_object_new_string(sb->cwd)) == 0)
         && json_object_object_add(o, "lifetime", json_object_new_double(sb->lifetime)) == 0
         && json_object_object_add(o, "expires_at",
-                                  json_object_new_double(sb->expires_at)) == 0) {
+                                  json_object_new_double(sb->expires_at)) == 0
+        && json_object_object_add(o, "own_netns", json_object_new_boolean(sb->own_netns)) == 0
+        && json_object_object_add(o, "ports", ports_json(sb)) == 0) {
         const char *t = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN
                                                           | JSON_C_TO_STRING_NOSLASHESCAPE);
         if (t && asprintf(&out, "%s\n", t) < 0)
@@ -1876,6 +1940,7 @@ static void sandbox_free_fields(struct sbx_plugin_sandbox *sb)
     free(sb->sock);
     free(sb->tmp);
     free(sb->cwd);
+    free(sb->ports);
 }
 
 /** Removes what a sandbox left on disk: the meta directory (with an owned
@@ -2218,6 +2283,15 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto nomem;
     pthread_mutex_init(&sb->lock, NULL);
     sb->lifetime = lifetime;
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    sb->own_netns = !allow_internet;
+#endif
+    if (request->struct_size >= offsetof(sbx_plugin_create_request, n_ports)
+                                + sizeof(request->n_ports)) {
+        for (size_t i = 0; i < request->n_ports && request->ports; i++)
+            if (ports_add(sb, request->ports[i], op, error) < 0)
+                goto fail;
+    }
 #ifdef SBX_LOCAL_SAFEHOUSE
     sb->wrapper = wrapper;
     wrapper = NULL;
@@ -2921,6 +2995,22 @@ static int read_record(struct sbx_plugin_sandbox *sb, sbx_error **error)
     if (ok && json_object_object_get_ex(o, "expires_at", &lv)
         && (json_object_is_type(lv, json_type_double) || json_object_is_type(lv, json_type_int)))
         sb->expires_at = json_object_get_double(lv);
+    /* Exposed ports (records of older versions have none). */
+    json_object *pv;
+    if (ok && json_object_object_get_ex(o, "own_netns", &pv))
+        ok = json_object_is_type(pv, json_type_boolean)
+             && ((sb->own_netns = json_object_get_boolean(pv)), 1);
+    if (ok && json_object_object_get_ex(o, "ports", &pv)) {
+        ok = json_object_is_type(pv, json_type_array);
+        for (size_t i = 0; ok && i < json_object_array_length(pv); i++) {
+            json_object *pe = json_object_array_get_idx(pv, i);
+            int64_t port = json_object_is_type(pe, json_type_int) ? json_object_get_int64(pe) : 0;
+            int own = sb->own_netns;
+            sb->own_netns = 0;
+            ok = port >= 1 && port <= 65535 && ports_add(sb, (unsigned)port, op, NULL) == 0;
+            sb->own_netns = own;
+        }
+    }
     json_object *cv;
     if (ok && json_object_object_get_ex(o, "cwd", &cv)) {
         ok = json_object_is_type(cv, json_type_string) && json_object_get_string(cv)[0] == '/'
@@ -3143,6 +3233,126 @@ static int local_detach(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, sb
 }
 
 /* ------------------------------------------------------------------------ */
+/* Slots: exposed ports                                                      */
+/* ------------------------------------------------------------------------ */
+
+/** not_found when @sb was destroyed or its lifetime is over; else 0. */
+static int ports_check(struct sbx_plugin_sandbox *sb, const char *op, sbx_error **error)
+{
+    if (sandbox_destroyed(sb)) {
+        fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %s was destroyed", sb->id);
+        return -1;
+    }
+    return local_check_lifetime(sb, op, error);
+}
+
+/** expose_port / unexpose_port: the set changed and the record rewritten
+ *  (restored when the record cannot be written). */
+static int ports_change(struct sbx_plugin_sandbox *sb, unsigned port, int add, const char *op,
+                        sbx_error **error)
+{
+    if (ports_check(sb, op, error) < 0)
+        return -1;
+    pthread_mutex_lock(&sb->lock);
+    int rc = 0;
+    int had = ports_has(sb, port);
+    if (add && !had) {
+        rc = ports_add(sb, port, op, error);
+        if (rc == 0 && write_record(sb, 1, op, error) < 0) {
+            for (size_t i = 0; i < sb->n_ports; i++)
+                if (sb->ports[i] == port) {
+                    memmove(sb->ports + i, sb->ports + i + 1,
+                            (sb->n_ports - i - 1) * sizeof(*sb->ports));
+                    sb->n_ports--;
+                    break;
+                }
+            rc = -1;
+        }
+    } else if (!add && had) {
+        for (size_t i = 0; i < sb->n_ports; i++)
+            if (sb->ports[i] == port) {
+                memmove(sb->ports + i, sb->ports + i + 1,
+                        (sb->n_ports - i - 1) * sizeof(*sb->ports));
+                sb->n_ports--;
+                break;
+            }
+        if (write_record(sb, 1, op, error) < 0) {
+            ports_add(sb, port, op, NULL);
+            rc = -1;
+        }
+    } else if (add && sb->own_netns) {
+        own_netns_fail(error, port, op);
+        rc = -1;
+    }
+    pthread_mutex_unlock(&sb->lock);
+    return rc;
+}
+
+static int local_expose_port(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                             unsigned port, sbx_error **error)
+{
+    (void)ctx;
+    return ports_change(sandbox, port, 1, "expose_port", error);
+}
+
+static int local_unexpose_port(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                               unsigned port, sbx_error **error)
+{
+    (void)ctx;
+    return ports_change(sandbox, port, 0, "unexpose_port", error);
+}
+
+static char *local_resolve_port(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                                unsigned port, sbx_error **error)
+{
+    const char *op = "resolve_port";
+    struct sbx_plugin_sandbox *sb = sandbox;
+    (void)ctx;
+    if (ports_check(sb, op, error) < 0)
+        return NULL;
+    pthread_mutex_lock(&sb->lock);
+    int has = ports_has(sb, port);
+    pthread_mutex_unlock(&sb->lock);
+    char num[16];
+    snprintf(num, sizeof(num), "%u", port);
+    if (!has) {
+        sbx_error *err = fail(error, SBX_ERROR_NOT_FOUND, op,
+                              "port %u of sandbox %s is not exposed", port, sb->id);
+        add_context(err, "port", num);
+        return NULL;
+    }
+    char *out = host->alloc(sizeof("127.0.0.1:65535"));
+    if (!out) {
+        fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return NULL;
+    }
+    snprintf(out, sizeof("127.0.0.1:65535"), "127.0.0.1:%u", port);
+    return out;
+}
+
+static char *local_list_ports(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                              sbx_error **error)
+{
+    const char *op = "list_ports";
+    struct sbx_plugin_sandbox *sb = sandbox;
+    (void)ctx;
+    if (ports_check(sb, op, error) < 0)
+        return NULL;
+    pthread_mutex_lock(&sb->lock);
+    char *out = host->alloc(sb->n_ports * 6 + 1);
+    if (out) {
+        size_t len = 0;
+        out[0] = '\0';
+        for (size_t i = 0; i < sb->n_ports; i++)
+            len += (size_t)sprintf(out + len, i ? " %u" : "%u", (unsigned)sb->ports[i]);
+    }
+    pthread_mutex_unlock(&sb->lock);
+    if (!out)
+        fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    return out;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Slots: exec                                                               */
 /* ------------------------------------------------------------------------ */
 
@@ -3194,6 +3404,23 @@ static void start_fail(sbx_error **error, uint32_t kind, int err_no, const char 
     }
 }
 
+/** 1 when @user names the uid the sandbox's commands run as (the
+ *  supervisor's: its name in this host's passwd, or the number), else 0.
+ *  Commands cannot run as anyone else here (no setuid in the supervisor;
+ *  bubblewrap maps that one uid only). */
+static int is_own_user(const struct sbx_plugin_sandbox *sb, const char *user)
+{
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(user, &end, 10);
+    if (*user >= '0' && *user <= '9' && !*end && errno == 0)
+        return n == (unsigned long)sb->sup_uid;
+    struct passwd pw, *res = NULL;
+    char buf[1024];
+    return getpwnam_r(user, &pw, buf, sizeof(buf), &res) == 0 && res
+           && res->pw_uid == sb->sup_uid;
+}
+
 static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
                             const sbx_plugin_exec_request *request,
                             sbx_plugin_process **process, sbx_error **error)
@@ -3232,10 +3459,14 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
              "exactly one of argv (non-empty) and shell must be set");
         return -1;
     }
-    if (request->user) {
+    if (request->user && !is_own_user(sb, request->user)) {
+        struct passwd pw, *res = NULL;
+        char pwbuf[1024];
+        getpwuid_r(sb->sup_uid, &pw, pwbuf, sizeof(pwbuf), &res);
         sbx_error *err = fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                              "local backend runs commands as the calling user; "
-                              "user \"%s\" is not supported", request->user);
+                              BACKEND " backend runs every command as uid %u (%s); user "
+                              "\"%s\" cannot be chosen", (unsigned)sb->sup_uid,
+                              res ? res->pw_name : "no name", request->user);
         add_context(err, "user", request->user);
         return -1;
     }
@@ -3761,6 +3992,10 @@ static const sbx_plugin local_plugin = {
 #ifdef SBX_LOCAL_BUBBLEWRAP
     .exec_end_info = bwrap_exec_end_info,
 #endif
+    .expose_port = local_expose_port,
+    .unexpose_port = local_unexpose_port,
+    .resolve_port = local_resolve_port,
+    .list_ports = local_list_ports,
 };
 
 SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);

@@ -29,7 +29,10 @@ struct sbx_plugin_sandbox {
     char *wrapper;              /* safehouse: the CLI wrapping every command */
     double lifetime;            /* seconds from readiness; 0 = none */
     double expires_at;          /* UNIX seconds the lifetime ends; 0 = none */
-    pthread_mutex_t lock;       /* guards destroyed; serialises destroy */
+    uint16_t *ports;            /* exposed ports, ascending (the record's "ports") */
+    size_t n_ports;
+    int own_netns;              /* bubblewrap: a network namespace of its own */
+    pthread_mutex_t lock;       /* guards destroyed and ports; serialises destroy */
     int destroyed;
     struct fill_gate *fill_gate; /* local.c: the gate the client's next warm
                                  * fill waits at, opened when this sandbox

@@ -49,6 +49,11 @@ URL is CLOUDFLARE_SANDBOX_WORKER_URL, http://127.0.0.1:<n> here:
                                       terminal, text {"type":"resize",
                                       "cols","rows"} resizes it (SIGWINCH).
                                       Not a WebSocket upgrade: 400.
+  POST   /v1/sandbox/{id}/tunnel/{port}   {id, port, url, hostname, name,
+                                      createdAt}: a quick tunnel to the port
+                                      (the same one again for a port that
+                                      has one); DELETE closes it (the same
+                                      object; 404 when there is none)
 The id must match [a-z2-7]{1,128} (else 400). "Authorization: Bearer <key>"
 on /v1/*, the key from SBX_FAKE_API_KEY (default "fake-cloudflare-key").
 Errors are {"error": msg, "code": code}. A command that outlives its
@@ -170,6 +175,7 @@ class Sandbox:
         os.makedirs(os.path.join(self.box.root, "workspace"), exist_ok=True)
         self.execs = 0
         self.sessions = set()
+        self.tunnels = {}           # port -> the tunnel object
         self.running_cmds = set()
         self.terminals = {}         # session (or "default") -> Terminal
 
@@ -253,7 +259,8 @@ class CloudflareHandler(fakehttp.Handler):
             sb.box.stop()
             return self.send_json(204, None)
         self.send_json(200, {"root": sb.box.root, "running": sb.box.running(),
-                             "execs": sb.execs, "sessions": sorted(sb.sessions)})
+                             "execs": sb.execs, "sessions": sorted(sb.sessions),
+                             "tunnels": sorted(sb.tunnels)})
 
     def route(self, path, query):
         f = FAKE
@@ -298,6 +305,26 @@ class CloudflareHandler(fakehttp.Handler):
             s = "s" + secrets.token_hex(8)
             sb.sessions.add(s)
             return self.send_json(200, {"id": s})
+        m = re.fullmatch(r"/tunnel/([0-9]+)", rest)
+        if m and meth in ("POST", "DELETE"):
+            self.body_bytes()
+            port = int(m.group(1))
+            if not 1 <= port <= 65535:
+                raise err(400, "invalid port: %s" % m.group(1), "invalid_request")
+            with f.lock:
+                t = sb.tunnels.get(port)
+                if meth == "DELETE":
+                    if t is None:
+                        raise err(404, "no tunnel to port %d" % port, "tunnel_error")
+                    del sb.tunnels[port]
+                elif t is None:
+                    name = "".join(secrets.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(12))
+                    host = "%s.trycloudflare.com" % name
+                    t = sb.tunnels[port] = {
+                        "id": "tun-" + secrets.token_hex(8), "port": port,
+                        "url": "https://" + host, "hostname": host, "name": name,
+                        "createdAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            return self.send_json(200, t)
         m = re.fullmatch(r"/session/([^/]+)", rest)
         if m and meth == "DELETE":
             sb.sessions.discard(m.group(1))

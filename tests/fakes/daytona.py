@@ -27,6 +27,10 @@ stops it after that many idle minutes (a request about the sandbox is
 activity). SBX_FAKE_MINUTE sets the length of a minute in seconds (default
 60), so tests can see those timers.
 
+Preview links: GET /sandbox/{id}/ports/{port}/preview-url answers
+{"sandboxId", "url": "https://PORT-ID.proxy.daytona.works", "token"}, the
+token one per sandbox (the x-daytona-preview-token of a private sandbox).
+
 Commands see the sandbox's env (CreateSandbox `env`) and start in the
 user's home, /root, unless a cwd is given; relative file paths resolve
 against it too (the daemon's working directory).
@@ -92,6 +96,7 @@ import signal
 import stat
 import subprocess
 import sys
+import secrets
 import tempfile
 import threading
 import time
@@ -563,6 +568,17 @@ class DaytonaHandler(fakehttp.Handler):
                 sb.ttl = n or None
                 sb.created = time.time() if n else sb.created
             return self.send_json(200, sb.json(f))
+        m3 = re.fullmatch(r"ports/([0-9]+)/preview-url", action or "")
+        if meth == "GET" and m3:
+            port = int(m3.group(1))
+            if not 1 <= port <= 65535:
+                raise Reply(400, None, {"x-message": "invalid port %s" % m3.group(1)})
+            with f.lock:
+                if not getattr(sb, "preview_token", None):
+                    sb.preview_token = secrets.token_hex(16)
+            return self.send_json(200, {"sandboxId": sb.id,
+                                        "url": "https://%d-%s.proxy.daytona.works" % (port, sb.id),
+                                        "token": sb.preview_token})
         if meth == "POST" and action == "last-activity":
             return self.send_json(201, None)
         if meth == "POST" and action == "snapshot":

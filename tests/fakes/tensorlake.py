@@ -414,6 +414,13 @@ class TensorlakeHandler(fakehttp.Handler):
             for k in body:
                 if k not in ("name", "allow_unauthenticated_access", "exposed_ports", "network"):
                     raise cerr(400, "unknown field `%s`" % k)
+            if "exposed_ports" in body:
+                ports = body["exposed_ports"]
+                if not isinstance(ports, list) or not all(
+                        isinstance(p, int) and not isinstance(p, bool) and 1 <= p <= 65535
+                        for p in ports):
+                    raise cerr(400, "exposed_ports: expected a list of port numbers")
+                sb.body["exposed_ports"] = ports
             if "name" in body:
                 sb.name = body["name"]
             return self.send_json(200, sb.info(f))

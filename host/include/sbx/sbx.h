@@ -332,7 +332,8 @@ typedef enum sbx_option_field {
     SBX_OPTION_PRESET = 1u << 15,
     SBX_OPTION_FILES = 1u << 16,
     SBX_OPTION_WORKSPACE = 1u << 17,
-    SBX_OPTION_DETACHED = 1u << 18
+    SBX_OPTION_DETACHED = 1u << 18,
+    SBX_OPTION_PORTS = 1u << 19
 } sbx_option_field;
 
 /** Defaults of the reference's SandboxConfig. */
@@ -499,6 +500,33 @@ SBX_EXPORT int sbx_options_set_allow_internet(sbx_options *options, int allow,
 SBX_EXPORT int sbx_options_set_detached(sbx_options *options, int detached,
                                         sbx_error **error);
 SBX_EXPORT int sbx_options_get_detached(const sbx_options *options);
+
+/**
+ * sbx_options_add_port:
+ * Exposes TCP port @port (1..65535) of the sandbox to this host: after
+ * create, sbx_sandbox_resolve_port() says where to connect for it. Adding
+ * a port twice keeps one. Which backends can, and what the endpoint is:
+ *  - docker: published on 127.0.0.1 only (never 0.0.0.0), on a host port
+ *    the Engine picks ("127.0.0.1:49153");
+ *  - local: the sandbox shares the host's network, so the port is the
+ *    port ("127.0.0.1:8080");
+ *  - bubblewrap: as local while it shares the host's network; a sandbox
+ *    with allow_internet=0 has a network namespace of its own that the
+ *    host cannot reach: feature_not_supported naming the reason;
+ *  - hosted providers with preview addresses: an https URL (E2B
+ *    "https://8080-ID.DOMAIN", Tensorlake
+ *    "https://8080-ID.sandbox.tensorlake.ai", Daytona the preview link
+ *    it answers for the port (a private sandbox's link asks for its
+ *    preview token, which the library never logs, stores or returns),
+ *    Cloudflare the URL of the tunnel its Sandbox Bridge opens to the
+ *    port);
+ *  - every other backend refuses the create with feature_not_supported
+ *    naming the backend (a backend whose plugin lacks
+ *    SBX_CAP_EXPOSED_PORTS, or predates plugin ABI 1.3).
+ * Errors: invalid_argument naming a port out of range (context port).
+ * Since 0.1 (plugin ABI 1.3).
+ */
+SBX_EXPORT int sbx_options_add_port(sbx_options *options, unsigned port, sbx_error **error);
 
 /**
  * sbx_options_set_backend_options:
@@ -1209,6 +1237,67 @@ SBX_EXPORT const char *sbx_sandbox_get0_id(const sbx_sandbox *sandbox);
 SBX_EXPORT const char *sbx_sandbox_get0_root(const sbx_sandbox *sandbox);
 
 /* ------------------------------------------------------------------------ */
+/* Exposed ports                                                             */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A sandbox's exposed ports are the TCP ports the library maps to an
+ * endpoint this host can reach: those added with sbx_options_add_port()
+ * at create, plus those sbx_sandbox_expose_port() added, minus those
+ * sbx_sandbox_unexpose_port() removed. A port that is not exposed is never
+ * resolved (not_found), whatever listens on it. Backends that have them
+ * declare SBX_CAP_EXPOSED_PORTS (sbx_options_add_port() lists them).
+ * The exposed ports live with the sandbox (docker: its published ports;
+ * local and bubblewrap: its record; hosted: its session state), so a
+ * resumed handle sees the same ones. A provider's access token for a
+ * preview address is never part of an endpoint, a log line or an error.
+ */
+
+/**
+ * sbx_sandbox_resolve_port:
+ * Where this host connects to exposed port @port of @sandbox: a new string
+ * the caller frees with free(), either "HOST:PORT" for a plain TCP
+ * endpoint (docker "127.0.0.1:49153", local "127.0.0.1:8080") or an
+ * "https://" URL for a provider's preview address (E2B
+ * "https://8080-ID.e2b.app"). Errors: invalid_argument (NULL, a port out
+ * of 1..65535, context port), not_found ("port N is not exposed", context
+ * port; or the sandbox is gone), feature_not_supported naming the backend,
+ * connection / timeout from the provider. Thread-safe. Since 0.1 (plugin
+ * ABI 1.3).
+ */
+SBX_EXPORT char *sbx_sandbox_resolve_port(sbx_sandbox *sandbox, unsigned port,
+                                          sbx_error **error);
+
+/**
+ * sbx_sandbox_list_ports:
+ * The exposed ports of @sandbox, ascending: stores a new array (free())
+ * of *@count ports in *@ports (NULL when there are none) and returns 0.
+ * Errors: invalid_argument, not_found, feature_not_supported naming the
+ * backend, connection / timeout. Thread-safe. Since 0.1 (plugin ABI 1.3).
+ */
+SBX_EXPORT int sbx_sandbox_list_ports(sbx_sandbox *sandbox, uint16_t **ports, size_t *count,
+                                      sbx_error **error);
+
+/**
+ * sbx_sandbox_expose_port / sbx_sandbox_unexpose_port:
+ * Adds @port (1..65535) to, or removes it from, the exposed ports of a
+ * running sandbox. Exposing an exposed port, or unexposing one that is not
+ * exposed, succeeds. Unexposing ends the library's mapping only: where the
+ * provider keeps routing the port by itself (a preview address of E2B or
+ * Tensorlake answers for any port its sandbox listens on) the address
+ * itself stays reachable until the sandbox ends. docker fixes its
+ * published ports at create: both are feature_not_supported there (declare
+ * ports with sbx_options_add_port()); bubblewrap without the host's
+ * network likewise. Errors: invalid_argument, not_found,
+ * feature_not_supported naming the backend, connection / timeout.
+ * Thread-safe. Since 0.1 (plugin ABI 1.3).
+ */
+SBX_EXPORT int sbx_sandbox_expose_port(sbx_sandbox *sandbox, unsigned port,
+                                       sbx_error **error);
+SBX_EXPORT int sbx_sandbox_unexpose_port(sbx_sandbox *sandbox, unsigned port,
+                                         sbx_error **error);
+
+/* ------------------------------------------------------------------------ */
 /* Exec                                                                      */
 /* ------------------------------------------------------------------------ */
 
@@ -1277,6 +1366,17 @@ typedef void (*sbx_output_fn)(sbx_stream stream, const void *data, size_t len,
  *    terminal. One 0 and not the other, or one too large, is
  *    invalid_argument. A backend without SBX_CAP_PTY refuses a terminal
  *    with feature_not_supported naming it.
+ *  - user: the user the command runs as, a name or a numeric uid as the
+ *    sandbox's own user database has it (docker also takes "USER:GROUP");
+ *    NULL = the sandbox's default user (docker: the image's USER). HOME is
+ *    that user's home from the sandbox's passwd. Where the backend can run
+ *    as another user: docker (the exec's User), e2b (envd's user), and
+ *    local and bubblewrap only for the user their commands run as anyway
+ *    (its name or uid); a user a backend cannot honour is refused with
+ *    feature_not_supported naming the backend and the user (context
+ *    user), never ignored. Empty, or holding whitespace or control
+ *    characters: invalid_argument. Read only within struct_size (an older
+ *    header has none).
  *
  * All pointers are borrowed for the duration of the call.
  */
@@ -1297,6 +1397,7 @@ typedef struct sbx_exec_request {
      * older header gets none of them: no terminal) --- */
     unsigned tty_rows;
     unsigned tty_cols;
+    const char *user;
 } sbx_exec_request;
 
 /** sbx_exec_request.flags bits. */
@@ -1307,7 +1408,7 @@ typedef struct sbx_exec_request {
 #define SBX_TTY_MAX 65535u
 
 #define SBX_EXEC_REQUEST_INIT { sizeof(sbx_exec_request), NULL, NULL, NULL, NULL, \
-                                NULL, 0, 0.0, 0, NULL, NULL, 0, 0, 0 }
+                                NULL, 0, 0.0, 0, NULL, NULL, 0, 0, 0, NULL }
 
 /** The outcome of a command that ran. */
 typedef struct sbx_result sbx_result;
@@ -1655,6 +1756,61 @@ SBX_EXPORT int64_t sbx_sandbox_upload_dir(sbx_sandbox *sandbox, const char *loca
                                           const char *sandbox_dir, sbx_error **error);
 SBX_EXPORT int64_t sbx_sandbox_download_dir(sbx_sandbox *sandbox, const char *sandbox_dir,
                                             const char *local_dir, sbx_error **error);
+
+/* ------------------------------------------------------------------------ */
+/* Workspace persistence                                                     */
+/* ------------------------------------------------------------------------ */
+
+/** Persist / hydrate flag: the sandbox user's agent state goes too:
+ *  ~/.claude/, ~/.claude.json and Codex's $CODEX_HOME (else ~/.codex). */
+#define SBX_PERSIST_AGENT_HOME 1u
+
+/**
+ * sbx_sandbox_persist_workspace:
+ * Writes directory @dir of @sandbox (a sandbox path; NULL = the sandbox's
+ * working directory) to @fd (borrowed, blocking, left open: a file, a
+ * pipe, a socket) as one tar stream, the same layout on every backend, so
+ * that sbx_sandbox_hydrate_workspace() on any backend restores it:
+ *   workspace/...        the directory's contents (PAX; entries sorted;
+ *                        files, empty directories, symlinks as they are,
+ *                        the 0777 mode bits, mtimes; owner 0)
+ *   home/.claude/...     with SBX_PERSIST_AGENT_HOME, what exists of them
+ *   home/.claude.json    in the home of the sandbox's default user
+ *   home/.codex/...      ($CODEX_HOME when set, else ~/.codex)
+ * The tree passes through a private temporary directory of this host
+ * (under $TMPDIR), removed before the call returns; memory stays bounded.
+ * Returns the number of entries written, or -1. Errors: invalid_argument
+ * (NULL sandbox, unknown flags, a closed @fd, a relative @dir, @dir "/"
+ * where the sandbox owns / (its whole system)), not_found (@dir missing),
+ * workspace (the tree cannot be read or written), and the file calls'.
+ * Thread-safe as the file calls. Since 0.1.
+ */
+SBX_EXPORT int64_t sbx_sandbox_persist_workspace(sbx_sandbox *sandbox, const char *dir,
+                                                 unsigned flags, int fd, sbx_error **error);
+
+/**
+ * sbx_sandbox_hydrate_workspace:
+ * Restores a stream made by sbx_sandbox_persist_workspace() (on any
+ * backend), read from @fd to its end, into directory @dir of @sandbox
+ * (NULL = its working directory; made when missing): afterwards @dir holds
+ * exactly the stream's workspace/ entries (what it held before is
+ * removed). With SBX_PERSIST_AGENT_HOME each agent part the stream holds
+ * replaces the same part of the sandbox user's home; without it they are
+ * left out. The whole stream is checked before the sandbox is touched
+ * (through the checked extractor of sbx_extract_tar_fd(), symlinks
+ * leaving the tree refused, then the layout: only workspace/ and the
+ * agent parts of home/), then uploaded to a staging directory inside @dir,
+ * and only then swapped in by renames: a stream that is not a tar, an
+ * entry that escapes (absolute, "..", a symlink out, a hard link out),
+ * an entry outside the layout, or an upload that fails leaves @dir exactly
+ * as it was (the staging directory removed). Returns the number of
+ * entries in the stream, or -1. Errors: workspace (naming the entry,
+ * context "entry"), invalid_argument (as persist), and the file and exec
+ * calls'. Thread-safe as the file calls; do not run commands that write
+ * @dir meanwhile. Since 0.1.
+ */
+SBX_EXPORT int64_t sbx_sandbox_hydrate_workspace(sbx_sandbox *sandbox, const char *dir,
+                                                 unsigned flags, int fd, sbx_error **error);
 
 /**
  * sbx_outside_symlinks:
@@ -2500,7 +2656,10 @@ typedef enum sbx_op_kind {
     SBX_OP_SNAPSHOT = 23,           /* sbx_sandbox_snapshot_async */
     SBX_OP_DESTROY_BY_ID = 24,      /* sbx_client_destroy_by_id_async */
     SBX_OP_RUN_AGENT = 25,          /* sbx_sandbox_run_agent_async */
-    SBX_OP_APPLY_PATCH = 26         /* sbx_sandbox_apply_patch_async */
+    SBX_OP_APPLY_PATCH = 26,        /* sbx_sandbox_apply_patch_async */
+    SBX_OP_PERSIST_WORKSPACE = 27,  /* sbx_sandbox_persist_workspace_async */
+    SBX_OP_HYDRATE_WORKSPACE = 28,  /* sbx_sandbox_hydrate_workspace_async */
+    SBX_OP_RESOLVE_PORT = 29        /* sbx_sandbox_resolve_port_async */
 } sbx_op_kind;
 
 /** Worker threads of a pool made with max_workers 0. */
@@ -2841,6 +3000,22 @@ SBX_EXPORT sbx_op *sbx_sandbox_apply_patch_async(sbx_async *async, sbx_sandbox *
                                                  const char *patch, size_t len, int strip,
                                                  const char *dir, sbx_op_done_fn done,
                                                  void *user_data, sbx_error **error);
+/** sbx_sandbox_persist_workspace() / sbx_sandbox_hydrate_workspace();
+ *  @dir copied, @fd borrowed until the callback [get_int64: entries].
+ *  Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_persist_workspace_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                       const char *dir, unsigned flags, int fd,
+                                                       sbx_op_done_fn done, void *user_data,
+                                                       sbx_error **error);
+SBX_EXPORT sbx_op *sbx_sandbox_hydrate_workspace_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                       const char *dir, unsigned flags, int fd,
+                                                       sbx_op_done_fn done, void *user_data,
+                                                       sbx_error **error);
+/** sbx_sandbox_resolve_port() [steal_data: the endpoint; get_int64: the
+ *  port]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_resolve_port_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                  unsigned port, sbx_op_done_fn done,
+                                                  void *user_data, sbx_error **error);
 /** sbx_extract_tar_fd(); @fd borrowed until the callback [get_int64:
  *  entries]. Since 0.1. */
 SBX_EXPORT sbx_op *sbx_extract_tar_fd_async(sbx_async *async, int fd, const char *dest_dir,

@@ -4,6 +4,8 @@
 #include "provider.h"
 
 #include <errno.h>
+#include <stddef.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -412,6 +414,8 @@ int cl_sandbox_init(cl_sandbox *s, const char *id)
     if (!(s->id = strdup(id)))
         return -1;
     cl_gone_init(&s->gone);
+    s->ports = NULL;
+    s->n_ports = 0;
     return 0;
 }
 
@@ -420,6 +424,128 @@ void cl_sandbox_clear(cl_sandbox *s)
     cl_gone_destroy(&s->gone);
     free(s->id);
     s->id = NULL;
+    free(s->ports);
+    s->ports = NULL;
+    s->n_ports = 0;
+}
+
+size_t cl_request_ports(const sbx_plugin_create_request *rq, const uint16_t **ports)
+{
+    *ports = NULL;
+    if (!rq || rq->struct_size < offsetof(sbx_plugin_create_request, n_ports)
+                                     + sizeof(rq->n_ports) || !rq->ports)
+        return 0;
+    *ports = rq->ports;
+    return rq->n_ports;
+}
+
+int cl_ports_add(cl_sandbox *s, unsigned port)
+{
+    int rc = 0;
+    pthread_mutex_lock(&s->gone.lock);
+    size_t i = 0;
+    while (i < s->n_ports && s->ports[i] < port)
+        i++;
+    if (i == s->n_ports || s->ports[i] != port) {
+        uint16_t *p = realloc(s->ports, (s->n_ports + 1) * sizeof(*p));
+        if (p) {
+            memmove(p + i + 1, p + i, (s->n_ports - i) * sizeof(*p));
+            p[i] = (uint16_t)port;
+            s->ports = p;
+            s->n_ports++;
+        } else {
+            rc = -1;
+        }
+    }
+    pthread_mutex_unlock(&s->gone.lock);
+    return rc;
+}
+
+void cl_ports_remove(cl_sandbox *s, unsigned port)
+{
+    pthread_mutex_lock(&s->gone.lock);
+    for (size_t i = 0; i < s->n_ports; i++)
+        if (s->ports[i] == port) {
+            memmove(s->ports + i, s->ports + i + 1, (s->n_ports - i - 1) * sizeof(*s->ports));
+            s->n_ports--;
+            break;
+        }
+    pthread_mutex_unlock(&s->gone.lock);
+}
+
+int cl_ports_has(cl_sandbox *s, unsigned port)
+{
+    int has = 0;
+    pthread_mutex_lock(&s->gone.lock);
+    for (size_t i = 0; i < s->n_ports && !has; i++)
+        has = s->ports[i] == port;
+    pthread_mutex_unlock(&s->gone.lock);
+    return has;
+}
+
+void cl_ports_to_state(cl_sandbox *s, json_object *j)
+{
+    pthread_mutex_lock(&s->gone.lock);
+    if (s->n_ports) {
+        json_object *a = json_object_new_array();
+        for (size_t i = 0; i < s->n_ports; i++)
+            json_object_array_add(a, json_object_new_int(s->ports[i]));
+        json_object_object_add(j, "ports", a);
+    }
+    pthread_mutex_unlock(&s->gone.lock);
+}
+
+int cl_ports_from_state(cl_sandbox *s, json_object *data, const char *provider, const char *op,
+                        sbx_error **error)
+{
+    json_object *a;
+    if (!json_object_object_get_ex(data, "ports", &a))
+        return 0;
+    int ok = json_object_is_type(a, json_type_array);
+    for (size_t i = 0; ok && i < json_object_array_length(a); i++) {
+        json_object *e = json_object_array_get_idx(a, i);
+        int64_t v = json_object_is_type(e, json_type_int) ? json_object_get_int64(e) : 0;
+        ok = v >= 1 && v <= 65535;
+        if (ok && cl_ports_add(s, (unsigned)v) < 0) {
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            return -1;
+        }
+    }
+    if (!ok) {
+        sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                 "%s session state: bad \"ports\" (an array of port "
+                                 "numbers 1..65535)", provider);
+        cl_context(err, "key", "ports");
+        return -1;
+    }
+    return 0;
+}
+
+char *cl_ports_list(cl_sandbox *s, const char *op, sbx_error **error)
+{
+    pthread_mutex_lock(&s->gone.lock);
+    char *out = cl_host->alloc(s->n_ports * 6 + 1);
+    if (out) {
+        size_t len = 0;
+        out[0] = '\0';
+        for (size_t i = 0; i < s->n_ports; i++)
+            len += (size_t)sprintf(out + len, i ? " %u" : "%u", (unsigned)s->ports[i]);
+    }
+    pthread_mutex_unlock(&s->gone.lock);
+    if (!out)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    return out;
+}
+
+sbx_error *cl_port_not_exposed(sbx_error **error, cl_sandbox *s, const char *provider,
+                               const char *op, unsigned port)
+{
+    char num[16];
+    snprintf(num, sizeof(num), "%u", port);
+    sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
+                             "%s sandbox %s: port %u is not exposed", provider, s->id, port);
+    cl_context(err, "port", num);
+    return err;
 }
 
 const char *cl_sandbox_id(sbx_plugin_sandbox *sb)

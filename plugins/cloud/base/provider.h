@@ -283,6 +283,8 @@ char *cl_path_in(const char *workdir, const char *path);
 typedef struct cl_sandbox {
     char *id;           /* the provider's id, a new string */
     cl_gone gone;
+    uint16_t *ports;    /* exposed ports, ascending (cl_ports_*); guarded by gone.lock */
+    size_t n_ports;
 } cl_sandbox;
 
 /** Copies @id into @s and clears its gone flag: 0, or -1 on no memory
@@ -300,6 +302,35 @@ const char *cl_sandbox_root(sbx_plugin_sandbox *sb);
  *  -1 with *@error set. @op names the call in errors. */
 typedef int (*cl_delete_fn)(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
                             const char *op, sbx_error **error);
+
+/*
+ * Exposed ports of a provider whose sandbox answers on any port at a
+ * preview address (E2B, Tensorlake): the set the library maps, kept in
+ * the sandbox's session state ("ports": [N, ...]) so a resumed handle
+ * has it. Thread-safe (the gone flag's lock).
+ */
+
+/** The create request's ports (none when @rq predates ABI 1.3): their
+ *  count, with the array in *@ports. */
+size_t cl_request_ports(const sbx_plugin_create_request *rq, const uint16_t **ports);
+/** Adds @port (kept ascending, once): 0, or -1 on no memory. */
+int cl_ports_add(cl_sandbox *s, unsigned port);
+/** Removes @port (nothing when absent). */
+void cl_ports_remove(cl_sandbox *s, unsigned port);
+/** 1 when @port is exposed, else 0. */
+int cl_ports_has(cl_sandbox *s, unsigned port);
+/** Adds "ports": [...] to the state object @j (nothing when none). */
+void cl_ports_to_state(cl_sandbox *s, struct json_object *j);
+/** Reads "ports" of a session state's @data (absent: none): 0, or -1 with
+ *  invalid_argument "@provider session state: bad \"ports\"". */
+int cl_ports_from_state(cl_sandbox *s, struct json_object *data, const char *provider,
+                        const char *op, sbx_error **error);
+/** The list_ports answer: the ports as "N N ..." via cl_host->alloc. */
+char *cl_ports_list(cl_sandbox *s, const char *op, sbx_error **error);
+/** not_found "@provider sandbox @id: port @port is not exposed", context
+ *  port; returns the error. */
+sbx_error *cl_port_not_exposed(sbx_error **error, cl_sandbox *s, const char *provider,
+                               const char *op, unsigned port);
 
 /**
  * The destroy slot's body: 0 at once when @s is gone; else @del (op

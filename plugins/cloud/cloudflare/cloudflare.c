@@ -56,6 +56,11 @@
  *    typed bytes, text {"type":"resize","cols","rows"}. The end of the
  *    host's stdin hangs the terminal up (SIGHUP to the command's
  *    processes, by the mark).
+ *  - exposed ports: a tunnel per port, POST /v1/sandbox/{id}/tunnel/{port}
+ *    ({id, port, url, hostname, name, createdAt}; create's ports are
+ *    opened after the first command), closed by DELETE on unexpose; the
+ *    port resolves to the tunnel's url, kept in the session state
+ *    ("tunnels": [{port, url}]: a public URL, no secret).
  *  - files: GET|PUT /v1/sandbox/{id}/file/<path> for paths under
  *    /workspace (raw bytes both ways); the bridge answers 403 outside it,
  *    so other paths are staged: a write is PUT under /workspace and moved
@@ -147,7 +152,8 @@
 #endif
 
 #define CF_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_SNAPSHOT      \
-                 | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_BACKGROUND | CF_CAP_PTY)
+                 | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_BACKGROUND | CF_CAP_PTY   \
+                 | SBX_CAP_EXPOSED_PORTS)
 
 struct sbx_plugin_client {
     cl_http *http;
@@ -155,10 +161,19 @@ struct sbx_plugin_client {
     char *snap_dir;     /* where snapshots are kept (absolute) */
 };
 
+/* One tunnel the bridge opened to a port of the sandbox. */
+typedef struct cf_tunnel {
+    unsigned port;
+    char *url;          /* the tunnel's public URL (no secret in it) */
+} cf_tunnel;
+
 struct sbx_plugin_sandbox {
     cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
     struct sbx_plugin_client *c;
     char *workdir;      /* the default working directory, or NULL */
+    pthread_mutex_t tlock;      /* guards the tunnels */
+    cf_tunnel *tunnels; /* the exposed ports, ascending */
+    size_t n_tunnels;
 };
 
 typedef struct cf_proc {
@@ -600,6 +615,7 @@ static struct sbx_plugin_sandbox *cf_sandbox_new(struct sbx_plugin_client *c, co
         free(sb);
         return NULL;
     }
+    pthread_mutex_init(&sb->tlock, NULL);
     return sb;
 }
 
@@ -609,7 +625,176 @@ static void cf_sandbox_free(sbx_plugin_sandbox *sb)
         return;
     cl_sandbox_clear(&sb->s);
     free(sb->workdir);
+    for (size_t i = 0; i < sb->n_tunnels; i++)
+        free(sb->tunnels[i].url);
+    free(sb->tunnels);
+    pthread_mutex_destroy(&sb->tlock);
     free(sb);
+}
+
+/* ---- exposed ports: the bridge's tunnels (POST/DELETE …/tunnel/{port},
+ * answering {id, port, url, hostname, name, createdAt}) ---- */
+
+/** Records @url for @port (replacing one there): 0, or -1 on no memory. */
+static int cf_tunnel_put(struct sbx_plugin_sandbox *sb, unsigned port, const char *url)
+{
+    char *u = strdup(url);
+    if (!u)
+        return -1;
+    pthread_mutex_lock(&sb->tlock);
+    size_t i = 0;
+    while (i < sb->n_tunnels && sb->tunnels[i].port < port)
+        i++;
+    int rc = 0;
+    if (i < sb->n_tunnels && sb->tunnels[i].port == port) {
+        free(sb->tunnels[i].url);
+        sb->tunnels[i].url = u;
+    } else {
+        cf_tunnel *t = realloc(sb->tunnels, (sb->n_tunnels + 1) * sizeof(*t));
+        if (t) {
+            memmove(t + i + 1, t + i, (sb->n_tunnels - i) * sizeof(*t));
+            t[i].port = port;
+            t[i].url = u;
+            sb->tunnels = t;
+            sb->n_tunnels++;
+        } else {
+            free(u);
+            rc = -1;
+        }
+    }
+    pthread_mutex_unlock(&sb->tlock);
+    return rc;
+}
+
+/** POST …/tunnel/@port: the tunnel's URL recorded. 0 or -1. */
+static int cf_tunnel_open(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                          const char *op, sbx_error **error)
+{
+    char sfx[32];
+    snprintf(sfx, sizeof(sfx), "/tunnel/%u", port);
+    /* Opening a tunnel to a port twice gives the one tunnel: safe to repeat. */
+    cl_req rq = { .method = "POST", .idempotent = CL_SAFE, .what = "open a tunnel" };
+    cl_resp r = { 0 };
+    int rc = -1;
+    if (cf_call(sb->c, ctx, sb->s.id, sfx, &rq, &r, op, error) < 0)
+        return -1;
+    if (r.status / 100 != 2) {
+        sbx_error *err = cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op,
+                                        "open a tunnel to the port");
+        snprintf(sfx, sizeof(sfx), "%u", port);
+        cl_context(err, "port", sfx);
+    } else {
+        json_object *j = cl_resp_json(&r, op, "open a tunnel to the port", error);
+        const char *url = j ? cl_json_str(j, "url") : NULL;
+        if (j && (!url || strncmp(url, "https://", 8) != 0))
+            cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+                    "cloudflare: the tunnel to port %u came without an https url", port);
+        else if (url && cf_tunnel_put(sb, port, url) < 0)
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        else if (url)
+            rc = 0;
+        json_object_put(j);
+    }
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static int cf_expose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                          sbx_error **error)
+{
+    const char *op = "expose_port";
+    if (cf_check(sb, op, error) < 0)
+        return -1;
+    pthread_mutex_lock(&sb->tlock);
+    int have = 0;
+    for (size_t i = 0; i < sb->n_tunnels; i++)
+        have |= sb->tunnels[i].port == port;
+    pthread_mutex_unlock(&sb->tlock);
+    return have ? 0 : cf_tunnel_open(sb, ctx, port, op, error);
+}
+
+static int cf_unexpose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                            sbx_error **error)
+{
+    const char *op = "unexpose_port";
+    if (cf_check(sb, op, error) < 0)
+        return -1;
+    pthread_mutex_lock(&sb->tlock);
+    int have = 0;
+    for (size_t i = 0; i < sb->n_tunnels; i++)
+        have |= sb->tunnels[i].port == port;
+    pthread_mutex_unlock(&sb->tlock);
+    if (!have)
+        return 0;
+    char sfx[32];
+    snprintf(sfx, sizeof(sfx), "/tunnel/%u", port);
+    cl_req rq = { .method = "DELETE", .idempotent = CL_SAFE, .what = "close the tunnel" };
+    cl_resp r = { 0 };
+    if (cf_call(sb->c, ctx, sb->s.id, sfx, &rq, &r, op, error) < 0)
+        return -1;
+    int rc = 0;
+    if (r.status / 100 != 2 && r.status != 404) {
+        cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "close the tunnel");
+        rc = -1;
+    }
+    cl_resp_clear(&r);
+    if (rc == 0) {
+        pthread_mutex_lock(&sb->tlock);
+        for (size_t i = 0; i < sb->n_tunnels; i++)
+            if (sb->tunnels[i].port == port) {
+                free(sb->tunnels[i].url);
+                memmove(sb->tunnels + i, sb->tunnels + i + 1,
+                        (sb->n_tunnels - i - 1) * sizeof(*sb->tunnels));
+                sb->n_tunnels--;
+                break;
+            }
+        pthread_mutex_unlock(&sb->tlock);
+    }
+    return rc;
+}
+
+static char *cf_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                             sbx_error **error)
+{
+    const char *op = "resolve_port";
+    (void)ctx;
+    if (cf_check(sb, op, error) < 0)
+        return NULL;
+    char *out = NULL;
+    int have = 0;
+    pthread_mutex_lock(&sb->tlock);
+    for (size_t i = 0; i < sb->n_tunnels && !have; i++)
+        if (sb->tunnels[i].port == port) {
+            have = 1;
+            out = cl_host->alloc(strlen(sb->tunnels[i].url) + 1);
+            if (out)
+                strcpy(out, sb->tunnels[i].url);
+        }
+    pthread_mutex_unlock(&sb->tlock);
+    if (!have)
+        cl_port_not_exposed(error, &sb->s, CF_BACKEND, op, port);
+    else if (!out)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    return out;
+}
+
+static char *cf_list_ports(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    (void)ctx;
+    if (cf_check(sb, "list_ports", error) < 0)
+        return NULL;
+    pthread_mutex_lock(&sb->tlock);
+    char *out = cl_host->alloc(sb->n_tunnels * 6 + 1);
+    if (out) {
+        size_t len = 0;
+        out[0] = '\0';
+        for (size_t i = 0; i < sb->n_tunnels; i++)
+            len += (size_t)sprintf(out + len, i ? " %u" : "%u", sb->tunnels[i].port);
+    }
+    pthread_mutex_unlock(&sb->tlock);
+    if (!out)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "list_ports", "out of memory");
+    return out;
 }
 
 #define cf_refuse(error, option, value, why) \
@@ -790,6 +975,19 @@ static int cf_first_command(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *c
     return rc;
 }
 
+/* The create's ports: a tunnel each. */
+static int cf_open_request_ports(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                                 const sbx_plugin_create_request *rq, const char *op,
+                                 sbx_error **error)
+{
+    const uint16_t *ports;
+    size_t n = cl_request_ports(rq, &ports);
+    for (size_t i = 0; i < n; i++)
+        if (cf_tunnel_open(sb, ctx, ports[i], op, error) < 0)
+            return -1;
+    return 0;
+}
+
 static int cf_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                      const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
                      sbx_error **error)
@@ -832,7 +1030,8 @@ static int cf_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     if ((envtext && !(env_path = cf_stage_text(sb, ctx, envtext, "env", op, error)))
         || cf_first_command(sb, ctx, env_path, op, error) < 0
-        || (rq->snapshot_id && cf_hydrate(sb, ctx, rq->snapshot_id, op, error) < 0)) {
+        || (rq->snapshot_id && cf_hydrate(sb, ctx, rq->snapshot_id, op, error) < 0)
+        || cf_open_request_ports(sb, ctx, rq, op, error) < 0) {
         if (error && *error)
             cl_context(*error, "sandbox_id", id);
         cf_delete(c, NULL, id, op, NULL);
@@ -901,6 +1100,18 @@ static char *cf_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
     json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
     if (sb->workdir)
         json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
+    pthread_mutex_lock(&sb->tlock);
+    if (sb->n_tunnels) {
+        json_object *a = json_object_new_array();
+        for (size_t i = 0; i < sb->n_tunnels; i++) {
+            json_object *t = json_object_new_object();
+            json_object_object_add(t, "port", json_object_new_int((int)sb->tunnels[i].port));
+            json_object_object_add(t, "url", json_object_new_string(sb->tunnels[i].url));
+            json_object_array_add(a, t);
+        }
+        json_object_object_add(j, "tunnels", a);
+    }
+    pthread_mutex_unlock(&sb->tlock);
     char *out = cl_state_out(j, "session_state", error);
     json_object_put(j);
     return out;
@@ -923,6 +1134,27 @@ static int cf_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
     if (!sb) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
+    }
+    json_object *tunnels;
+    if (json_object_object_get_ex(data, "tunnels", &tunnels)
+        && json_object_is_type(tunnels, json_type_array)) {
+        for (size_t i = 0; i < json_object_array_length(tunnels); i++) {
+            json_object *t = json_object_array_get_idx(tunnels, i), *pv;
+            const char *u = cl_json_str(t, "url");
+            int64_t port = json_object_object_get_ex(t, "port", &pv) ? json_object_get_int64(pv)
+                                                                     : 0;
+            if (port < 1 || port > 65535 || !u || strncmp(u, "https://", 8) != 0) {
+                cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                        "cloudflare session state: bad \"tunnels\" entry %zu", i);
+                cf_sandbox_free(sb);
+                goto out;
+            }
+            if (cf_tunnel_put(sb, (unsigned)port, u) < 0) {
+                cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+                cf_sandbox_free(sb);
+                goto out;
+            }
+        }
     }
     /* A container that slept: its files are gone with it (the bridge keeps
      * none), so it is the provider's loss (CASE-32). */
@@ -1845,6 +2077,10 @@ static const sbx_plugin cf_plugin = {
     .write_file = cf_write_file,
     .list_owned = cf_list_owned,
     .destroy_by_id = cf_destroy_by_id,
+    .expose_port = cf_expose_port,
+    .unexpose_port = cf_unexpose_port,
+    .resolve_port = cf_resolve_port,
+    .list_ports = cf_list_ports,
 };
 
 SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);

@@ -102,6 +102,11 @@
  * chmod after an upload, the refusal of an option, the item GET and
  * DELETE, the missing-cwd error, descriptors as bodies and sinks, and the
  * kill of every marked process.
+ *  - exposed ports: the create's ports and expose_port's are mapped here
+ *    (session state "ports"); resolve_port asks GET
+ *    /sandbox/{id}/ports/{port}/preview-url and answers its url; the
+ *    token beside it is dropped unread (never logged, stored or in an
+ *    error).
  *
  * Threading: slots may run at once on different sandboxes and on one; a
  * sandbox's mutable state (the gone flag, a cl_gone) has its own lock.
@@ -147,7 +152,7 @@
                  | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY            \
                  | SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT | SBX_CAP_DISK_LIMIT          \
                  | SBX_CAP_GPU | SBX_CAP_IMAGE | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED    \
-                 | SBX_CAP_BACKGROUND | DT_CAP_PTY)
+                 | SBX_CAP_BACKGROUND | DT_CAP_PTY | SBX_CAP_EXPOSED_PORTS)
 
 static const char *const dt_gpu_types[] = { "H100", "H200", "RTX-PRO-6000", "RTX-4090",
                                             "RTX-5090", NULL };
@@ -825,9 +830,16 @@ static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto out;
     }
     sb = dt_sandbox_new(c, id, tb, rq->workdir && *rq->workdir ? rq->workdir : NULL);
-    if (!sb) {
+    const uint16_t *ports;
+    size_t n_ports = cl_request_ports(rq, &ports);
+    int port_oom = 0;
+    for (size_t i = 0; sb && i < n_ports; i++)
+        port_oom |= cl_ports_add(&sb->s, ports[i]) < 0;
+    if (!sb || port_oom) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         dt_delete(c, NULL, id, op, NULL);
+        dt_sandbox_free(sb);
+        sb = NULL;
         goto out;
     }
     if ((strcmp(dt_state(j), "started") != 0 && dt_wake(sb, ctx, op, error) < 0)
@@ -884,6 +896,7 @@ static char *dt_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
     json_object_object_add(j, "toolbox", json_object_new_string_len(sb->toolbox, (int)tl));
     if (sb->workdir)
         json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
+    cl_ports_to_state(&sb->s, j);
     char *out = cl_state_out(j, "session_state", error);
     json_object_put(j);
     return out;
@@ -926,12 +939,95 @@ static int dt_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
+    if (cl_ports_from_state(&sb->s, data, DT_BACKEND, op, error) < 0) {
+        dt_sandbox_free(sb);
+        goto out;
+    }
     *sandbox = sb;
     rc = 0;
 out:
     json_object_put(j);
     json_object_put(data);
     return rc;
+}
+
+/* Exposed ports: Daytona serves every port of a sandbox at its preview
+ * link, GET /sandbox/{id}/ports/{port}/preview-url -> {sandboxId, url,
+ * token}; the library maps the ports exposed and asks for the link when
+ * one is resolved. The token (the x-daytona-preview-token a private
+ * sandbox's link asks for) is a secret: it is dropped at once, never
+ * logged, stored or put in an error. */
+static int dt_expose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                          sbx_error **error)
+{
+    (void)ctx;
+    if (dt_check(sb, "expose_port", error) < 0)
+        return -1;
+    if (cl_ports_add(&sb->s, port) < 0) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "expose_port", "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+static int dt_unexpose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                            sbx_error **error)
+{
+    (void)ctx;
+    if (dt_check(sb, "unexpose_port", error) < 0)
+        return -1;
+    cl_ports_remove(&sb->s, port);
+    return 0;
+}
+
+static char *dt_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                             sbx_error **error)
+{
+    const char *op = "resolve_port";
+    if (dt_check(sb, op, error) < 0)
+        return NULL;
+    if (!cl_ports_has(&sb->s, port)) {
+        cl_port_not_exposed(error, &sb->s, DT_BACKEND, op, port);
+        return NULL;
+    }
+    char sfx[48];
+    snprintf(sfx, sizeof(sfx), "/ports/%u/preview-url", port);
+    char *url = cl_item_url(sb->c->api, "sandbox", sb->s.id, sfx);
+    long st = 0;
+    json_object *j = url ? cl_get_json(sb->c->http, ctx, url, &st, op, "get the preview link",
+                                       error) : NULL;
+    free(url);
+    char *out = NULL;
+    if (!j) {
+        if (st == 404) {
+            cl_gone_set(&sb->s.gone);
+            cl_gone_error(error, op, DT_BACKEND, sb->s.id);
+        } else if (error && !*error) {
+            cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+                    "daytona: the preview link of port %u could not be read (HTTP %ld)", port,
+                    st);
+        }
+        return NULL;
+    }
+    const char *link = cl_json_str(j, "url");
+    if (!link || (strncmp(link, "https://", 8) != 0 && strncmp(link, "http://", 7) != 0)) {
+        cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+                "daytona answered the preview link of port %u without a url", port);
+    } else if ((out = cl_host->alloc(strlen(link) + 1))) {
+        strcpy(out, link);
+    } else {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    }
+    json_object_put(j);     /* the token goes with it */
+    return out;
+}
+
+static char *dt_list_ports(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    (void)ctx;
+    if (dt_check(sb, "list_ports", error) < 0)
+        return NULL;
+    return cl_ports_list(&sb->s, "list_ports", error);
 }
 
 static int dt_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
@@ -2147,6 +2243,10 @@ static const sbx_plugin dt_plugin = {
     .destroy_by_id = dt_destroy_by_id,
     .stop = dt_stop,
     .start = dt_start,
+    .expose_port = dt_expose_port,
+    .unexpose_port = dt_unexpose_port,
+    .resolve_port = dt_resolve_port,
+    .list_ports = dt_list_ports,
 };
 
 SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);

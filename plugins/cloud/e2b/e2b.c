@@ -75,6 +75,12 @@
  *    stat_file: filesystem.Filesystem/ListDir and Stat. A relative path is
  *    taken from the sandbox's working directory (else the user's home, as
  *    envd takes it).
+ *  - exposed ports: E2B routes every port of a sandbox to its preview
+ *    address https://PORT-ID.DOMAIN (DOMAIN: the create answer's "domain",
+ *    else the client's); the library maps the ports exposed (create's
+ *    ports, expose_port), kept in the session state, with no provider
+ *    call; unexposing ends the mapping, not E2B's routing. No access token
+ *    is part of the address.
  *  - lifetime: resume and start send POST /sandboxes/{id}/connect with
  *    {"timeout": the remaining lifetime} read from endAt, never a shorter
  *    one (CASE-33). stop pauses (POST /pause). An envd 502 "not found" is
@@ -120,7 +126,8 @@
 
 #define E2B_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_RESUME        \
                   | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY | SBX_CAP_IMAGE               \
-                  | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED | SBX_CAP_BACKGROUND | SBX_CAP_PTY)
+                  | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED | SBX_CAP_BACKGROUND | SBX_CAP_PTY \
+                  | SBX_CAP_EXPOSED_PORTS)
 
 struct sbx_plugin_client {
     cl_http *http;
@@ -137,6 +144,7 @@ struct sbx_plugin_sandbox {
     char *envd;         /* envd base URL */
     int by_header;      /* E2b-Sandbox-Id / -Port headers choose the sandbox */
     char *workdir;      /* default working directory, or NULL */
+    char *domain;       /* the sandbox's domain, for preview addresses */
     double lifetime_s;  /* the create's timeout, for a sandbox resumed past its end */
     pthread_mutex_t lock;   /* guards envd and token */
     char *token;        /* envdAccessToken (a secret), or NULL */
@@ -227,6 +235,11 @@ static int e2b_take_sandbox(struct sbx_plugin_sandbox *sb, json_object *j)
     struct sbx_plugin_client *c = sb->c;
     const char *dom = cl_json_str(j, "domain");
     char *envd;
+    char *pdom = strdup(dom && *dom ? dom : c->domain);
+    if (!pdom)
+        return -1;
+    free(sb->domain);
+    sb->domain = pdom;
     if (c->sandbox_url) {
         envd = strdup(c->sandbox_url);
         sb->by_header = 1;
@@ -278,6 +291,7 @@ static void e2b_sandbox_free(sbx_plugin_sandbox *sb)
     cl_sandbox_clear(&sb->s);
     free(sb->envd);
     free(sb->workdir);
+    free(sb->domain);
     free(sb->token);
     free(sb);
 }
@@ -1358,6 +1372,13 @@ static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto undo;
     }
     sb->lifetime_s = (double)timeout;
+    const uint16_t *ports;
+    size_t n_ports = cl_request_ports(rq, &ports);
+    for (size_t i = 0; i < n_ports; i++)
+        if (cl_ports_add(&sb->s, ports[i]) < 0) {
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            goto undo;
+        }
     if (rq->workdir && *rq->workdir) {
         int wrc = cl_make_workdir(sb, e2b_run_short, ctx, E2B_BACKEND, rq->workdir, op, error);
         if (wrc < 0 || !(sb->workdir = strdup(rq->workdir))) {
@@ -1409,6 +1430,7 @@ static char *e2b_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
     if (sb->workdir)
         json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
     json_object_object_add(j, "lifetime_s", json_object_new_int64((int64_t)sb->lifetime_s));
+    cl_ports_to_state(&sb->s, j);
     char *out = cl_state_out(j, "session_state", error);
     json_object_put(j);
     return out;
@@ -1434,6 +1456,10 @@ static int e2b_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const 
         goto out;
     }
     sb->lifetime_s = (double)life;
+    if (cl_ports_from_state(&sb->s, data, E2B_BACKEND, op, error) < 0) {
+        e2b_sandbox_free(sb);
+        goto out;
+    }
     /* connect with the lifetime it has left: its access token, and a
      * paused sandbox resumed (CASE-33, CASE-53) */
     if (e2b_wake(sb, ctx, 1, op, error) < 0) {
@@ -1445,6 +1471,62 @@ static int e2b_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const 
 out:
     json_object_put(data);
     return rc;
+}
+
+/* Exposed ports: every port of a sandbox answers at its preview address
+ * https://PORT-ID.DOMAIN (E2B's own routing; no call is made); the library
+ * maps the ports exposed. Nothing of the sandbox's access tokens is in it. */
+static int e2b_expose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                           sbx_error **error)
+{
+    (void)ctx;
+    if (e2b_check(sb, "expose_port", error) < 0)
+        return -1;
+    if (cl_ports_add(&sb->s, port) < 0) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "expose_port", "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+static int e2b_unexpose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                             sbx_error **error)
+{
+    (void)ctx;
+    if (e2b_check(sb, "unexpose_port", error) < 0)
+        return -1;
+    cl_ports_remove(&sb->s, port);
+    return 0;
+}
+
+static char *e2b_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                              sbx_error **error)
+{
+    const char *op = "resolve_port";
+    (void)ctx;
+    if (e2b_check(sb, op, error) < 0)
+        return NULL;
+    if (!cl_ports_has(&sb->s, port)) {
+        cl_port_not_exposed(error, &sb->s, E2B_BACKEND, op, port);
+        return NULL;
+    }
+    char *url = cl_printf("https://%u-%s.%s", port, sb->s.id,
+                          sb->domain ? sb->domain : sb->c->domain);
+    char *out = url ? cl_host->alloc(strlen(url) + 1) : NULL;
+    if (out)
+        strcpy(out, url);
+    else
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    free(url);
+    return out;
+}
+
+static char *e2b_list_ports(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    (void)ctx;
+    if (e2b_check(sb, "list_ports", error) < 0)
+        return NULL;
+    return cl_ports_list(&sb->s, "list_ports", error);
 }
 
 /* stop pauses the sandbox (its files and memory kept); start connects. */
@@ -1733,6 +1815,10 @@ static const sbx_plugin e2b_plugin = {
     .destroy_by_id = e2b_destroy_by_id,
     .stop = e2b_stop,
     .start = e2b_start,
+    .expose_port = e2b_expose_port,
+    .unexpose_port = e2b_unexpose_port,
+    .resolve_port = e2b_resolve_port,
+    .list_ports = e2b_list_ports,
 };
 
 SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);

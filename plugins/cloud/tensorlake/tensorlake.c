@@ -57,6 +57,12 @@
  *  - snapshot: POST /sandboxes/{id}/snapshot {"snapshot_type":"filesystem"},
  *    polled at GET /snapshots/{id} until "completed"; restore is a create
  *    with snapshot_id.
+ *  - exposed ports: create's ports → exposed_ports; expose_port and
+ *    unexpose_port send PATCH /sandboxes/{id} {"exposed_ports": the whole
+ *    new set}; resume takes the set from the SandboxInfo. resolve_port:
+ *    https://PORT-ID.sandbox.tensorlake.ai (the host of the sandbox_url
+ *    when it is ID.HOST, else of TENSORLAKE_SANDBOX_PROXY_URL), which asks
+ *    for the caller's own Bearer API key (never part of the address).
  *  - A sandbox the provider no longer has (404, or status terminated) is
  *    not_found with reason "gone" (CASE-32); every later call fails at once.
  *
@@ -97,7 +103,7 @@
                  | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY            \
                  | SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT | SBX_CAP_DISK_LIMIT          \
                  | SBX_CAP_GPU | SBX_CAP_IMAGE | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED    \
-                 | SBX_CAP_BACKGROUND)
+                 | SBX_CAP_BACKGROUND | SBX_CAP_EXPOSED_PORTS)
 /* What a client has by default: list_owned (and destroy_by_id) only find
  * named sandboxes, which a client makes with "suspendable": true. */
 #define TL_CAPS_UNNAMED (TL_CAPS & ~SBX_CAP_LIST_OWNED)
@@ -446,6 +452,14 @@ static json_object *tl_create_body(struct sbx_plugin_client *c, const sbx_call_c
         t += TL_LIFETIME_MARGIN_S;
     }
     json_object_object_add(b, "timeout_secs", json_object_new_int64(t));
+    const uint16_t *ports;
+    size_t n_ports = cl_request_ports(rq, &ports);
+    if (n_ports) {
+        json_object *ep = json_object_new_array();
+        for (size_t i = 0; i < n_ports; i++)
+            json_object_array_add(ep, json_object_new_int(ports[i]));
+        json_object_object_add(b, "exposed_ports", ep);
+    }
     /* Named (suspendable, listed) when the client or the create's backend
      * option "suspendable" says so; else unnamed, ended at its lifetime. */
     *named = c->suspendable;
@@ -534,6 +548,132 @@ static int tl_write_env(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     return rc;
 }
 
+/* Exposed ports: the provider keeps them (SandboxInfo "exposed_ports",
+ * set at create and by PATCH) and routes each to
+ * https://PORT-ID.sandbox.tensorlake.ai, which asks for the same Bearer
+ * API key unless the sandbox allows unauthenticated access. */
+
+/** Takes "exposed_ports" of a SandboxInfo @j into @sb: 0, or -1 on no
+ *  memory. */
+static int tl_take_ports(struct sbx_plugin_sandbox *sb, json_object *j)
+{
+    json_object *a;
+    if (!j || !json_object_object_get_ex(j, "exposed_ports", &a)
+        || !json_object_is_type(a, json_type_array))
+        return 0;
+    for (size_t i = 0; i < json_object_array_length(a); i++) {
+        int64_t v = json_object_get_int64(json_object_array_get_idx(a, i));
+        if (v >= 1 && v <= 65535 && cl_ports_add(&sb->s, (unsigned)v) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/** PATCH /sandboxes/{id} {"exposed_ports": the set with @port added
+ *  (@add) or removed}; on success the set changed here too. */
+static int tl_ports_change(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                           unsigned port, int add, const char *op, sbx_error **error)
+{
+    if (tl_check(sb, op, error) < 0)
+        return -1;
+    if (cl_ports_has(&sb->s, port) == add)
+        return 0;
+    json_object *b = json_object_new_object(), *ep = json_object_new_array();
+    json_object_object_add(b, "exposed_ports", ep);
+    pthread_mutex_lock(&sb->s.gone.lock);
+    int placed = !add;
+    for (size_t i = 0; i < sb->s.n_ports; i++) {
+        if (!placed && sb->s.ports[i] > port) {
+            json_object_array_add(ep, json_object_new_int((int)port));
+            placed = 1;
+        }
+        if (add || sb->s.ports[i] != port)
+            json_object_array_add(ep, json_object_new_int(sb->s.ports[i]));
+    }
+    if (!placed)
+        json_object_array_add(ep, json_object_new_int((int)port));
+    pthread_mutex_unlock(&sb->s.gone.lock);
+    char *url = cl_item_url(sb->c->api, "sandboxes", sb->s.id, "");
+    cl_resp r = { 0 };
+    int rc = -1;
+    if (!url)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else if (cl_request_json(sb->c->http, ctx, "PATCH", url, b, CL_SAFE, &r, op,
+                             "change the exposed ports", error) == 0
+             && cl_sandbox_answer(&sb->s, sb->c->http, &r, TL_BACKEND, op,
+                                  "change the exposed ports", error) == 0) {
+        rc = 0;
+        if (!add) {
+            cl_ports_remove(&sb->s, port);
+        } else if (cl_ports_add(&sb->s, port) < 0) {
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            rc = -1;
+        }
+    }
+    cl_resp_clear(&r);
+    free(url);
+    json_object_put(b);
+    return rc;
+}
+
+static int tl_expose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                          sbx_error **error)
+{
+    return tl_ports_change(sb, ctx, port, 1, "expose_port", error);
+}
+
+static int tl_unexpose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                            sbx_error **error)
+{
+    return tl_ports_change(sb, ctx, port, 0, "unexpose_port", error);
+}
+
+/* https://PORT-ID.HOST: HOST from the sandbox_url when it is ID.HOST (the
+ * provider's own), else from TENSORLAKE_SANDBOX_PROXY_URL (default
+ * https://sandbox.tensorlake.ai). */
+static char *tl_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                             sbx_error **error)
+{
+    const char *op = "resolve_port";
+    (void)ctx;
+    if (tl_check(sb, op, error) < 0)
+        return NULL;
+    if (!cl_ports_has(&sb->s, port)) {
+        cl_port_not_exposed(error, &sb->s, TL_BACKEND, op, port);
+        return NULL;
+    }
+    const char *base = sb->url;
+    const char *host = strstr(base, "://");
+    size_t idl = strlen(sb->s.id);
+    char *url = NULL;
+    if (host && strncmp(host + 3, sb->s.id, idl) == 0 && host[3 + idl] == '.') {
+        url = cl_printf("https://%u-%s", port, host + 3);
+    } else {
+        const char *proxy = getenv("TENSORLAKE_SANDBOX_PROXY_URL");
+        if (!proxy || !*proxy)
+            proxy = "https://sandbox.tensorlake.ai";
+        const char *ph = strstr(proxy, "://");
+        ph = ph ? ph + 3 : proxy;
+        size_t hl = strcspn(ph, "/");
+        url = cl_printf("https://%u-%s.%.*s", port, sb->s.id, (int)hl, ph);
+    }
+    char *out = url ? cl_host->alloc(strlen(url) + 1) : NULL;
+    if (out)
+        strcpy(out, url);
+    else
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    free(url);
+    return out;
+}
+
+static char *tl_list_ports(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    (void)ctx;
+    if (tl_check(sb, "list_ports", error) < 0)
+        return NULL;
+    return cl_ports_list(&sb->s, "list_ports", error);
+}
+
 static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                      const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
                      sbx_error **error)
@@ -570,9 +710,16 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto out;
     }
     sb = tl_sandbox_new(c, id, su, named);
-    if (!sb) {
+    const uint16_t *ports;
+    size_t n_ports = cl_request_ports(rq, &ports);
+    int port_oom = 0;
+    for (size_t i = 0; sb && i < n_ports; i++)
+        port_oom |= cl_ports_add(&sb->s, ports[i]) < 0;
+    if (!sb || port_oom || tl_take_ports(sb, j) < 0) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         tl_delete(c, NULL, id, op, NULL);
+        tl_sandbox_free(sb);
+        sb = NULL;
         goto out;
     }
     if (tl_wake(sb, ctx, op, error) < 0) {
@@ -669,7 +816,7 @@ static int tl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
     int named = json_object_object_get_ex(data, "named", &nm) && json_object_get_boolean(nm);
     struct sbx_plugin_sandbox *sb = su ? tl_sandbox_new(client, id, su, named) : NULL;
     const char *wd = cl_json_str(data, "workdir");
-    if (sb && wd && !(sb->workdir = strdup(wd))) {
+    if (sb && ((wd && !(sb->workdir = strdup(wd))) || tl_take_ports(sb, j) < 0)) {
         tl_sandbox_free(sb);
         sb = NULL;
     }
@@ -1268,6 +1415,10 @@ static const sbx_plugin tl_plugin = {
     .exec_end_info = cl_script_exec_end_info,
     .stop = tl_stop,
     .start = tl_start,
+    .expose_port = tl_expose_port,
+    .unexpose_port = tl_unexpose_port,
+    .resolve_port = tl_resolve_port,
+    .list_ports = tl_list_ports,
 };
 
 SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);

@@ -58,7 +58,7 @@ extern "C" {
 #endif
 
 #define SBX_PLUGIN_ABI_MAJOR 1
-#define SBX_PLUGIN_ABI_MINOR 2
+#define SBX_PLUGIN_ABI_MINOR 3
 
 /** The one symbol a plugin exports. */
 #define SBX_PLUGIN_INIT_SYMBOL "sbx_plugin_init"
@@ -179,6 +179,17 @@ typedef struct sbx_plugin_create_request {
      * supervisor watches the creating process) reads it; check struct_size
      * before reading it. */
     int detached;
+    /* ABI 1.3: the sandbox's TCP ports to expose (sbx_options_add_port,
+     * SBX_OPTION_PORTS), n_ports of them, distinct, each 1..65535, in the
+     * order the caller added them; NULL and 0 when none. A plugin that
+     * publishes ports only at create (docker) does it here; every plugin
+     * records them so resolve_port answers for them. The host hands ports
+     * only to a plugin of ABI 1.3 or later that declares
+     * SBX_CAP_EXPOSED_PORTS (otherwise the create fails with
+     * feature_not_supported before any slot runs); check struct_size
+     * before reading them. */
+    const uint16_t *ports;
+    size_t n_ports;
 } sbx_plugin_create_request;
 
 /**
@@ -411,8 +422,45 @@ typedef struct sbx_plugin {
     int (*stop)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, sbx_error **error);
     int (*start)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, sbx_error **error);
 
-    /* Reserved for later minors (appended here): PTY, exposed ports,
-     * persist/hydrate, remove/mkdir, volume mounts. */
+    /* --- ABI 1.3 slots: exposed ports (SBX_CAP_EXPOSED_PORTS) --- */
+
+    /**
+     * Adds TCP port @port (1..65535) of the sandbox to its exposed ports
+     * while it runs; exposing an exposed port succeeds. NULL where ports
+     * can only be declared at create (docker publishes them then): the
+     * host answers feature_not_supported naming the backend. A backend
+     * whose sandbox cannot be reached (its own network namespace without
+     * a route from the host) fails with feature_not_supported naming why.
+     */
+    int (*expose_port)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                       unsigned port, sbx_error **error);
+    /**
+     * Removes @port from the exposed ports: resolve_port fails for it from
+     * then on. Unexposing a port that is not exposed succeeds. NULL where
+     * the backend cannot withdraw a port from a running sandbox.
+     */
+    int (*unexpose_port)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                         unsigned port, sbx_error **error);
+    /**
+     * Where the host reaches exposed port @port: "HOST:PORT" for a plain
+     * TCP endpoint (docker: "127.0.0.1:49153", the published port; local:
+     * "127.0.0.1:8080") or an "https://..." URL for a provider's preview
+     * address (E2B "https://8080-ID.e2b.app"); via host->alloc. A port
+     * that is not exposed fails with not_found (context port=N), never a
+     * guess. Secrets (a preview's access token) never appear in the string
+     * or in an error. NULL on error.
+     */
+    char *(*resolve_port)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                          unsigned port, sbx_error **error);
+    /**
+     * The exposed ports as decimal numbers in ascending order, separated by
+     * one space ("" when none), via host->alloc; NULL on error.
+     */
+    char *(*list_ports)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
+                        sbx_error **error);
+
+    /* Reserved for later minors (appended here): PTY, remove/mkdir,
+     * volume mounts. */
 } sbx_plugin;
 
 /** Size of an ABI 1.0 descriptor: the host refuses anything shorter. */
