@@ -361,17 +361,19 @@ class CloudflareHandler(fakehttp.Handler):
                               "exec_transport_error")
                 sb.terminals[tid] = term
         ws = fakews.WebSocket(self)
+        # The output so far, then "ready", under the terminal's lock: no
+        # new output can come between them (or before "ready").
         with term.lock:
             closed = term.closed
             if not closed:
                 if term.buffer:
                     ws.send_binary(bytes(term.buffer))
                 term.clients.append(ws)
+                ws.send_text(json.dumps({"type": "ready"}))
         if closed:
             ws.send_text(json.dumps({"type": "error", "message": "PTY is closed"}))
             ws.close(1011, "PTY is closed")
             return
-        ws.send_text(json.dumps({"type": "ready"}))
         try:
             while True:
                 op, data = ws.recv()
