@@ -135,6 +135,10 @@ cl_bound cl_bound_make(const sbx_call_ctx *ctx, double secs);
 /** Seconds left (-1 = unbounded, 0 = expired). */
 double cl_bound_left(const cl_bound *b);
 int cl_bound_cancelled(const cl_bound *b);
+/** One step of a wait on @cond, @lock held, within @b: waits at most 0.1 s
+ *  (or what is left of @b) for a signal. Returns 0 (check the condition
+ *  again), or -1 when @b has expired (nothing was waited). */
+int cl_bound_cond_wait(const cl_bound *b, pthread_cond_t *cond, pthread_mutex_t *lock);
 
 /* ------------------------------------------------------------------------ */
 /* Encodings, JSON, shell (util.c)                                           */

@@ -190,6 +190,21 @@ double cl_bound_left(const cl_bound *b)
     return left > 0 ? left : 0;
 }
 
+int cl_bound_cond_wait(const cl_bound *b, pthread_cond_t *cond, pthread_mutex_t *lock)
+{
+    double left = cl_bound_left(b);
+    if (left == 0)
+        return -1;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double step = left < 0 || left > 0.1 ? 0.1 : left;
+    ts.tv_nsec += (long)(step * 1e9);
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(cond, lock, &ts);
+    return 0;
+}
+
 int cl_bound_cancelled(const cl_bound *b)
 {
     if (b->cancel_fd < 0)

@@ -1885,20 +1885,12 @@ static int cf_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx, 
     snprintf(msg, sizeof msg, "{\"type\":\"resize\",\"cols\":%u,\"rows\":%u}", cols, rows);
     pthread_mutex_lock(&p->tlock);
     while (!p->ws && !p->tty_over) {
-        double left = cl_bound_left(&bd);
-        if (left == 0) {
+        if (cl_bound_cond_wait(&bd, &p->tcond, &p->tlock) < 0) {
             pthread_mutex_unlock(&p->tlock);
             cl_fail(error, SBX_ERROR_TIMEOUT, op, "cloudflare: the terminal was not resized: "
                     "its connection was not made in time");
             return -1;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        double step = left < 0 || left > 0.1 ? 0.1 : left;
-        ts.tv_nsec += (long)(step * 1e9);
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&p->tcond, &p->tlock, &ts);
     }
     /* Sent under the lock: the worker frees the connection only after it
      * took it back from p->ws under the same lock. */

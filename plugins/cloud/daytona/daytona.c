@@ -2083,20 +2083,12 @@ static int dt_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx, 
     cl_bound bd = cl_bound_make(ctx, 0);
     pthread_mutex_lock(&p->lock);
     while (!p->created && !p->over) {
-        double left = cl_bound_left(&bd);
-        if (left == 0) {
+        if (cl_bound_cond_wait(&bd, &p->cond, &p->lock) < 0) {
             pthread_mutex_unlock(&p->lock);
             cl_fail(error, SBX_ERROR_TIMEOUT, op, "daytona: the terminal was not resized: its "
                     "PTY session was not made in time");
             return -1;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        double step = left < 0 || left > 0.1 ? 0.1 : left;
-        ts.tv_nsec += (long)(step * 1e9);
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&p->cond, &p->lock, &ts);
     }
     int over = p->over;
     pthread_mutex_unlock(&p->lock);

@@ -1162,20 +1162,12 @@ static int e2b_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx,
     cl_bound bd = cl_bound_make(ctx, 0);
     pthread_mutex_lock(&p->plock);
     while (p->pid <= 0 && !p->over) {
-        double left = cl_bound_left(&bd);
-        if (left == 0) {
+        if (cl_bound_cond_wait(&bd, &p->pcond, &p->plock) < 0) {
             pthread_mutex_unlock(&p->plock);
             cl_fail(error, SBX_ERROR_TIMEOUT, op, "e2b: the terminal was not resized: envd "
                     "did not name the command's process in time");
             return -1;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        double step = left < 0 || left > 0.1 ? 0.1 : left;
-        ts.tv_nsec += (long)(step * 1e9);
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&p->pcond, &p->plock, &ts);
     }
     int64_t pid = p->pid;
     int over = p->over;
