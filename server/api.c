@@ -217,6 +217,25 @@ reply_validation(cp_response *res, const char *type, const char *where, const ch
     cp_reply_json(res, 422, o);
 }
 
+/* Member @key of @body as an optional string: *@out stays as it was when
+ * it is absent or null; a value of another type is answered 422 (pydantic's
+ * string_type, as the reference) and gives -1. */
+static int
+body_opt_string(json_object *body, const char *key, const char **out, cp_response *res)
+{
+    json_object *v;
+
+    if (!json_object_object_get_ex(body, key, &v) || json_object_is_type(v, json_type_null))
+        return 0;
+    if (!json_object_is_type(v, json_type_string)) {
+        reply_validation(res, "string_type", "body", key, "Input should be a valid string",
+                         json_object_get(v));
+        return -1;
+    }
+    *out = json_object_get_string(v);
+    return 0;
+}
+
 json_object *cp_body_object(const cp_request *req, cp_response *res);
 
 json_object *
@@ -1108,30 +1127,12 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     body = cp_body_object(req, res);
     if (!body)
         return;
-    if (json_object_object_get_ex(body, "code", &v) && !json_object_is_type(v, json_type_null)) {
-        if (!json_object_is_type(v, json_type_string)) {
-            reply_validation(res, "string_type", "body", "code", "Input should be a valid string",
-                             json_object_get(v));
-            goto out;
-        }
-        code = json_object_get_string(v);
-    }
-    if (json_object_object_get_ex(body, "command", &v) && !json_object_is_type(v, json_type_null)) {
-        if (!json_object_is_type(v, json_type_string)) {
-            reply_validation(res, "string_type", "body", "command",
-                             "Input should be a valid string", json_object_get(v));
-            goto out;
-        }
-        command = json_object_get_string(v);
-    }
-    if (json_object_object_get_ex(body, "language", &v) && !json_object_is_type(v, json_type_null)) {
-        if (!json_object_is_type(v, json_type_string)) {
-            reply_validation(res, "string_type", "body", "language",
-                             "Input should be a valid string", json_object_get(v));
-            goto out;
-        }
-        language = json_object_get_string(v);
-    }
+    if (body_opt_string(body, "code", &code, res) < 0)
+        goto out;
+    if (body_opt_string(body, "command", &command, res) < 0)
+        goto out;
+    if (body_opt_string(body, "language", &language, res) < 0)
+        goto out;
     if (json_object_object_get_ex(body, "args", &v) && !json_object_is_type(v, json_type_null)) {
         if (!json_object_is_type(v, json_type_array)) {
             reply_validation(res, "list_type", "body", "args", "Input should be a valid list",
@@ -1174,14 +1175,8 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
             env[k++] = cp_printf("%s=%s", ek, json_object_get_string(ev));
         }
     }
-    if (json_object_object_get_ex(body, "cwd", &v) && !json_object_is_type(v, json_type_null)) {
-        if (!json_object_is_type(v, json_type_string)) {
-            reply_validation(res, "string_type", "body", "cwd", "Input should be a valid string",
-                             json_object_get(v));
-            goto out;
-        }
-        cwd = json_object_get_string(v);
-    }
+    if (body_opt_string(body, "cwd", &cwd, res) < 0)
+        goto out;
     if (json_object_object_get_ex(body, "timeout_secs", &v) && !json_object_is_type(v, json_type_null)) {
         if ((!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double)) ||
             !(json_object_get_double(v) > 0)) {

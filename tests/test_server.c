@@ -496,6 +496,26 @@ Test(server, sandbox_lifecycle)
     r = execute(key, id, NULL, "{}", 422);
     cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "value_error");
     cpu_response_free(r);
+    /* A field of the wrong type is named, with what was sent (pydantic's
+     * list detail). */
+    {
+        static const char *const bad[][2] = {
+            { "{\"code\":5}", "code" }, { "{\"command\":[\"ls\"]}", "command" },
+            { "{\"code\":\"1\",\"language\":7}", "language" },
+            { "{\"command\":\"true\",\"cwd\":false}", "cwd" },
+        };
+        static const char *const input[] = { "5", "[ \"ls\" ]", "7", "false" };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            r = execute(key, id, NULL, bad[i][0], 422);
+            cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "string_type");
+            cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.0"), "body");
+            cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), bad[i][1]);
+            cr_assert_str_eq(cpu_jstr(r, "detail.0.msg"), "Input should be a valid string");
+            cr_assert_str_eq(json_object_to_json_string(cpu_jget(r->json, "detail.0.input")),
+                             input[i]);
+            cpu_response_free(r);
+        }
+    }
 
     /* Detail: attempts and executions, newest first. */
     pe = path_of("/v1/sandboxes/%s/detail", id);
