@@ -203,7 +203,9 @@ def pss_violations(pod):
     return out
 
 
-MEMCG = "/sys/fs/cgroup/memory"     # cgroup v1 memory controller
+MEMCG = nsbox.MEMCG
+make_memcg = nsbox.make_memcg
+drop_memcg = nsbox.drop_memcg
 
 
 def parse_quantity(q):
@@ -217,32 +219,6 @@ def parse_quantity(q):
     mult = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
             "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}[m.group(2)]
     return int(m.group(1)) * mult
-
-
-def make_memcg(name, limit):
-    """A cgroup v1 memory cgroup limited to @limit bytes (swap included):
-    its path, or None where the controller cannot be written."""
-    path = os.path.join(MEMCG, name)
-    try:
-        os.mkdir(path)
-        for f in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
-            if os.path.exists(os.path.join(path, f)):
-                with open(os.path.join(path, f), "w") as fh:
-                    fh.write(str(limit))
-    except OSError:
-        return None
-    return path
-
-
-def drop_memcg(path):
-    for _ in range(50):
-        try:
-            os.rmdir(path)
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.05)
 
 
 class Pod:
