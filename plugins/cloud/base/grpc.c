@@ -40,7 +40,12 @@ struct cl_grpc {
      * of the channel (curl_easy_reset keeps its live connection), and a
      * call that ended cleanly gives it back, so sequential calls go over
      * one connection and only calls at once open more (at most
-     * GRPC_IDLE_MAX are kept). */
+     * GRPC_IDLE_MAX are kept). Over TLS only (https://, HTTP/2 by ALPN):
+     * libcurl 7.88.1 (Debian 12's) sends nothing at all on an h2c
+     * connection it re-uses, even from the same easy handle (curl
+     * --http2-prior-knowledge URL --next --http2-prior-knowledge URL: the
+     * second transfer logs "Re-using existing connection" and ends with no
+     * request sent), so an http:// channel opens a connection per call. */
     CURL *idle[GRPC_IDLE_MAX];
     int nidle;
     CURLSH *share;
@@ -460,6 +465,7 @@ int cl_grpc_invoke(cl_grpc *g, const sbx_call_ctx *ctx, const cl_grpc_call *call
         curl_easy_setopt(h, CURLOPT_HTTP_VERSION, strncmp(base, "http://", 7) == 0
                          ? (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE
                          : (long)CURL_HTTP_VERSION_2TLS);
+        cl_http_tls_apply(g->http, h);
         curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
         curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 30L);
         curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 15L);
@@ -484,7 +490,8 @@ int cl_grpc_invoke(cl_grpc *g, const sbx_call_ctx *ctx, const cl_grpc_call *call
         curl_slist_free_all(hl);
         /* Only a call that ended with its status leaves the connection as
          * it should be for the next one. */
-        handle_give(g, h, cc == CURLE_OK && x.got_status && !resp->aborted && !x.cancelled);
+        handle_give(g, h, cc == CURLE_OK && x.got_status && !resp->aborted && !x.cancelled
+                          && strncmp(base, "https://", 8) == 0);
         free(url);
         cl_buf_clear(&x.cur);
 

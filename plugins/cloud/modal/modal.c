@@ -24,7 +24,8 @@
  *    environment: "environment", else MODAL_ENVIRONMENT, else the
  *    profile's environment, else the workspace's default.
  *  - Client options: "server_url", "failover_url", "environment", "app_name"
- *    (the default app, "libsbx"), and the base's "retries",
+ *    (the default app, "libsbx"), "ca_file" (a PEM file of the CAs trusted
+ *    instead of the system's, for both channels), and the base's "retries",
  *    "rate_limit_retries", "max_retry_wait_s".
  *  - create: AppGetOrCreate (app_name, else the default app), the image:
  *    snapshot_id is an image id (from snapshot) taken as it is, else
@@ -533,6 +534,37 @@ static int modal_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id,
     return modal_terminate(ud, ctx, id, "create", error);
 }
 
+/* Trusts the CAs of PEM file @path (client option "ca_file") instead of
+ * the system's. 0, or -1 with a configuration error naming the file. */
+static int modal_ca_file(struct sbx_plugin_client *c, const char *path, sbx_error **error)
+{
+    const char *op = "client_new";
+    FILE *f = fopen(path, "rb");
+    cl_buf pem = { 0 };
+    char chunk[4096];
+    size_t n;
+    int err = !f;
+    while (!err && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        err = cl_buf_append(&pem, chunk, n) < 0 || pem.len > (1u << 20);
+    if (f) {
+        err |= ferror(f);
+        fclose(f);
+    }
+    if (err || !pem.len || !strstr(pem.data, "-----BEGIN CERTIFICATE-----")) {
+        int e = errno;
+        cl_buf_clear(&pem);
+        sbx_error *x = cl_fail(error, SBX_ERROR_CONFIGURATION, op, "modal ca_file %s: %s", path,
+                               !f ? strerror(e) : "not a PEM file of certificates");
+        cl_context(x, "option", "ca_file");
+        return -1;
+    }
+    int rc = cl_http_set_tls(c->http, pem.data, pem.len, NULL, 0, NULL, 0, 0);
+    cl_buf_clear(&pem);
+    if (rc < 0)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    return rc;
+}
+
 /* The first non-empty of config member @key, env @env, @prof: borrowed. */
 static const char *modal_pick(json_object *cfg, const char *key, const char *env,
                               const char *prof)
@@ -566,6 +598,9 @@ static int modal_client_new(const char *config_json, sbx_plugin_client **client,
     pthread_mutex_init(&c->lock, NULL);
     /* No key envs here: the token pair is metadata of the gRPC channel. */
     if (cl_http_configure(c->http, cfg, NULL, NULL, NULL, error) < 0)
+        goto fail;
+    const char *ca = cl_json_str(cfg, "ca_file");
+    if (ca && *ca && modal_ca_file(c, ca, error) < 0)
         goto fail;
     const char *url = modal_pick(cfg, "server_url", "MODAL_SERVER_URL", prof.server_url);
     const char *fo = cl_json_str(cfg, "failover_url");
