@@ -203,10 +203,13 @@ modal)
     MODAL_SERVER_URL="http://127.0.0.1:$(sed -n 's/^GRPC //p' "$dir/port")"
     MODAL_TOKEN_ID=ak-sbx-test MODAL_TOKEN_SECRET=sbx-test-dummy-key
     MODAL_CONFIG_PATH="$dir/no-modal.toml" SBX_MODAL_FAKE_URL=$url
-    # The command router's own port, for a test that puts a proxy before it.
+    # The command router's own port, for a test that puts a proxy before it;
+    # the TLS ports of both services, for the tests of connection re-use.
     SBX_MODAL_ROUTER_PORT=$(sed -n 's/^ROUTER //p' "$dir/port")
+    SBX_MODAL_GRPCS_PORT=$(sed -n 's/^GRPCS //p' "$dir/port")
+    SBX_MODAL_ROUTERS_PORT=$(sed -n 's/^ROUTERS //p' "$dir/port")
     export MODAL_SERVER_URL MODAL_TOKEN_ID MODAL_TOKEN_SECRET MODAL_CONFIG_PATH SBX_MODAL_FAKE_URL \
-        SBX_MODAL_ROUTER_PORT
+        SBX_MODAL_ROUTER_PORT SBX_MODAL_GRPCS_PORT SBX_MODAL_ROUTERS_PORT
     unset MODAL_ENVIRONMENT MODAL_PROFILE ;;
 vercel)
     VERCEL_API_URL=$url VERCEL_TOKEN=sbx-test-dummy-key

@@ -30,6 +30,10 @@ serves:
   the first) whose connections are carried to that port on 127.0.0.1, where
   a sandbox with a network (allow_internet) listens; SandboxGetTunnels
   answers TunnelData host 127.0.0.1, the listener's port, container_port.
+- The same two services over TLS too (HTTP/2 by ALPN, that certificate),
+  on the ports printed as "GRPCS <n>" and "ROUTERS <n>"; GET /_fake/tls_ca
+  gives the certificate (PEM) to trust. A client there re-uses its
+  connections, which the log's "peer" shows.
 - the command router on a second port: TaskExecStart (idempotent by the
   client's exec_id), TaskExecStdioRead (a server stream of the command's
   stdout or stderr from an offset, sent as it arrives), TaskExecStdinWrite
@@ -67,7 +71,9 @@ handed out from then on; POST /_fake/jwt {"ttl": SECONDS} sets the lifetime of J
 out from then on and POST /_fake/jwt/expire expires every JWT handed out
 so far; POST /_fake/router_url {"url": URL} makes TaskGetCommandRouterAccess
 name URL (a proxy in front of the router; "" for the router itself);
-GET /_fake/sandboxes lists the running sandboxes' ids;
+GET /_fake/sandboxes lists the running sandboxes' ids; POST /_fake/sandboxes
+{"tags": {NAME: VALUE}} makes a sandbox as another client of the workspace
+would (a default image, those tags), answering {"sandbox_id"};
 GET /_fake/sandbox/{id} shows one sandbox ({"state", "task_id",
 "tags", "execs", "workdir", "resources", "tunnels"}); POST /_fake/sandbox/{id}/vanish drops it as
 the provider would after an outage (its processes end, NOT_FOUND from then
@@ -345,7 +351,8 @@ class ModalFake(fakehttp.Fake):
             if self._tls is None:
                 key = os.path.join(self.dir, "tunnel.key")
                 crt = os.path.join(self.dir, "tunnel.crt")
-                subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+                subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                                "ec_paramgen_curve:prime256v1", "-nodes",
                                 "-keyout", key, "-out", crt, "-days", "1",
                                 "-subj", "/CN=127.0.0.1",
                                 "-addext", "subjectAltName=IP:127.0.0.1"],
@@ -353,6 +360,10 @@ class ModalFake(fakehttp.Fake):
                                stderr=subprocess.DEVNULL)
                 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
                 ctx.load_cert_chain(crt, key)
+                with open(key, "rb") as fh:
+                    self.tls_key = fh.read()
+                with open(crt, "rb") as fh:
+                    self.tls_crt = fh.read()
                 self._tls = ctx
             return self._tls
 
@@ -760,6 +771,9 @@ class Handler(fakehttp.Handler):
             with f.lock:
                 f.auth_ttl = float(self.json_body().get("ttl", 3600))
             self.send_json(204, None)
+        elif path == "/_fake/tls_ca" and self.command == "GET":
+            f.tls()
+            self.send_bytes(200, f.tls_crt, "application/x-pem-file")
         elif path == "/_fake/jwt" and self.command == "POST":
             with f.lock:
                 f.jwt_ttl = float(self.json_body().get("ttl", 3600))
@@ -773,6 +787,19 @@ class Handler(fakehttp.Handler):
                 for rec in f.jwts.values():
                     rec[1] = 0
             self.send_json(204, None)
+        elif path == "/_fake/sandboxes" and self.command == "POST":
+            tags = self.json_body().get("tags") or {}
+            iid = f.next_id("im")
+            with f.lock:
+                f.images[iid] = {"dockerfile": ["FROM debian:bookworm"]}
+            req = api.SandboxCreateRequest(
+                app_id="ap-other", definition=api.Sandbox(image_id=iid, timeout_secs=300),
+                tags=[api.SandboxTag(tag_name=k, tag_value=v) for k, v in tags.items()])
+            sid = f.next_id("sb")
+            sb = Sandbox(f, req, sid)
+            with f.lock:
+                f.sandboxes[sid] = sb
+            self.send_json(200, {"sandbox_id": sid})
         elif path == "/_fake/sandboxes" and self.command == "GET":
             self.send_json(200, [sb.id for sb in f.boxes() if sb.state == "running"])
         elif len(parts) == 3 and parts[1] == "sandbox" and self.command == "GET":
@@ -806,15 +833,20 @@ def main():
          "SandboxSnapshotFs", "TaskGetCommandRouterAccess"],
         {"ImageJoinStreaming"}),))
     port = ctrl.add_insecure_port("127.0.0.1:0")
+    fake.tls()
+    creds = grpc.ssl_server_credentials([(fake.tls_key, fake.tls_crt)])
+    tls_port = ctrl.add_secure_port("127.0.0.1:0", creds)
     router = grpc.server(futures.ThreadPoolExecutor(max_workers=256))
     router.add_generic_rpc_handlers((handlers(
         fake, ROUTER, tcr,
         ["TaskExecStart", "TaskExecStdioRead", "TaskExecStdinWrite", "TaskExecWait"],
         {"TaskExecStdioRead"}),))
     fake.router_port = router.add_insecure_port("127.0.0.1:0")
+    router_tls_port = router.add_secure_port("127.0.0.1:0", creds)
     ctrl.start()
     router.start()
-    sys.stdout.write("GRPC %d\nROUTER %d\n" % (port, fake.router_port))
+    sys.stdout.write("GRPC %d\nROUTER %d\nGRPCS %d\nROUTERS %d\n"
+                     % (port, fake.router_port, tls_port, router_tls_port))
     sys.stdout.flush()
     try:
         fakehttp.serve(fake, Handler)
