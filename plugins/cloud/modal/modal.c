@@ -2112,18 +2112,18 @@ static const char *modal_tag(Modal__Client__SandboxTag **tags, size_t n, const c
 }
 
 /* SandboxTagsGet of @id: the answer (free with
- * protobuf_c_message_free_unpacked), or NULL with *@error (NOT_FOUND:
- * *@status 5). */
+ * protobuf_c_message_free_unpacked), or NULL with the thread's last error
+ * (modal_relay; NOT_FOUND: *@status 5). */
 static Modal__Client__SandboxTagsGetResponse *
 modal_tags_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id, int *status,
-               const char *op, sbx_error **error)
+               const char *op)
 {
     Modal__Client__SandboxTagsGetRequest rq = MODAL__CLIENT__SANDBOX_TAGS_GET_REQUEST__INIT;
     rq.sandbox_id = (char *)id;
     Modal__Client__SandboxTagsGetResponse *r = NULL;
     if (modal_ctl(c, ctx, "SandboxTagsGet", &rq.base,
                   &modal__client__sandbox_tags_get_response__descriptor, (ProtobufCMessage **)&r,
-                  CL_SAFE, 0, status, op, "read the sandbox's tags", error) < 0)
+                  CL_SAFE, 0, status, op, "read the sandbox's tags", NULL) < 0)
         return NULL;
     return r;
 }
@@ -2175,15 +2175,11 @@ static int modal_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             size_t nt = si->n_tags;
             if (nt == 0) {
                 int st;
-                tg = modal_tags_get(c, ctx, si->id, &st, op, error);
+                tg = modal_tags_get(c, ctx, si->id, &st, op);
                 if (!tg) {
-                    if (st == CL_GRPC_NOT_FOUND) {
-                        if (error && *error) {
-                            sbx_error_free(*error);
-                            *error = NULL;
-                        }
+                    if (st == CL_GRPC_NOT_FOUND)
                         continue;       /* ended since the list */
-                    }
+                    modal_relay(error, op);
                     rc = -1;
                     break;
                 }
@@ -2220,13 +2216,11 @@ static int modal_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ct
 {
     const char *op = "destroy_by_id";
     int st;
-    Modal__Client__SandboxTagsGetResponse *tg = modal_tags_get(client, ctx, id, &st, op, error);
+    Modal__Client__SandboxTagsGetResponse *tg = modal_tags_get(client, ctx, id, &st, op);
     if (!tg) {
-        if (st != CL_GRPC_NOT_FOUND)
+        if (st != CL_GRPC_NOT_FOUND) {
+            modal_relay(error, op);
             return -1;
-        if (error && *error) {
-            sbx_error_free(*error);
-            *error = NULL;
         }
         return 0;
     }
