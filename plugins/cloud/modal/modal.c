@@ -22,7 +22,10 @@
  *    https://api.modal.com with https://api.modal2.com as the failover
  *    host when the first does not answer (as the Python SDK does). The
  *    environment: "environment", else MODAL_ENVIRONMENT, else the
- *    profile's environment, else the workspace's default.
+ *    profile's environment, else the workspace's default. Every unary
+ *    control call but AuthTokenGet carries x-modal-auth-token, the token
+ *    AuthTokenGet gives, kept in memory and fetched again within 5 minutes
+ *    of its exp (go/auth_token_manager.go, go/client.go).
  *  - Client options: "server_url", "failover_url", "environment", "app_name"
  *    (the default app, "libsbx"), "ca_file" (a PEM file of the CAs trusted
  *    instead of the system's, for both channels), and the base's "retries",
@@ -34,9 +37,12 @@
  *    ImageJoinStreaming until it is built; env becomes an ephemeral Secret
  *    (SecretGetOrCreate, env_dict) the sandbox mounts (secret_ids), as the
  *    official SDKs do, so no value travels in a command line (CASE-48);
- *    then SandboxCreate with resources (cpu as milli-CPU, memory_mb,
- *    disk_mb as ephemeral_disk_mb, gpu "TYPE[:COUNT]" as GPUConfig
- *    gpu_type/count), timeout_secs (the lifetime plus MODAL_LIFETIME_MARGIN_S,
+ *    then SandboxCreate with resources as the Go SDK's SandboxCreateParams
+ *    sends a request with its limit (cpu, in vCPUs, as thousandths of a
+ *    physical core, 2 vCPUs a core, in milli_cpu and milli_cpu_max;
+ *    memory_mb in memory_mb and memory_mb_max; disk_mb as
+ *    ephemeral_disk_mb, gpu "TYPE[:COUNT]" as GPUConfig gpu_type/count),
+ *    the ports as open_ports (TLS tunnels), timeout_secs (the lifetime plus MODAL_LIFETIME_MARGIN_S,
  *    at most 24 h), the backend option idle_timeout_secs, workdir,
  *    network_access BLOCKED when allow_internet is false, and the tags
  *    sbx_backend, sbx_create_token and sbx_expires_at, by which a create
@@ -70,6 +76,18 @@
  *  - files: run an in-sandbox helper (the image's sh, cat and find) through
  *    the same exec RPCs, as Go's SandboxFilesystem does: bytes stream
  *    through stdin and stdout, binary-safe, never held whole in memory.
+ *  - memory limit: a command runs between two readings of the sandbox's
+ *    OOM-kill counter (its cgroup's memory.events or memory.oom_control);
+ *    one killed by SIGKILL while it rose has the OOM flag (exec_end_info,
+ *    CASE-49).
+ *  - list_owned: SandboxList by the tag sbx_backend=modal, page by page,
+ *    each sandbox's tags (SandboxInfo.tags, else SandboxTagsGet); those
+ *    with a create token are reported. destroy_by_id: SandboxTagsGet, then
+ *    SandboxTerminate only when the tags show this library made it.
+ *  - exposed ports: the create's ports are Modal's tunnels; resolve_port is
+ *    the tunnel's URL (SandboxGetTunnels, as Tunnel.URL()), list_ports
+ *    their container ports. Modal opens tunnels at create only: no
+ *    expose_port or unexpose_port.
  *  - snapshot: SandboxSnapshotFs gives an image id; a create with it as
  *    snapshot_id starts from it. destroy: SandboxTerminate (NOT_FOUND: gone
  *    already). A sandbox the provider no longer has (NOT_FOUND, or ended)
