@@ -635,6 +635,12 @@ Test(modal, the_auth_token_is_fetched_once_and_again_near_its_expiry)
     cr_assert_eq(waits, 2);
     cr_assert_geq(tasks, 1);
     cr_assert_eq(calls(CTL "AuthTokenGet", NULL, 0), waits + tasks);
+    /* A fetch that fails while the old token is still valid sends the old
+     * one, and the call succeeds. */
+    tu_fake_post("/_fake/faults", "{\"path\":\"AuthTokenGet$\",\"code\":7,\"times\":1}");
+    cr_assert_eq(sbx_sandbox_is_alive(again, &err), 1, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(calls(CTL "SandboxWait", NULL, 0), 3);
     tu_fake_post("/_fake/auth", "{\"ttl\":3600}");
     sbx_sandbox_free(again);
     sbx_client_free(c2);

@@ -42,8 +42,8 @@
  *    physical core, 2 vCPUs a core, in milli_cpu and milli_cpu_max;
  *    memory_mb in memory_mb and memory_mb_max; disk_mb as
  *    ephemeral_disk_mb, gpu "TYPE[:COUNT]" as GPUConfig gpu_type/count),
- *    the ports as open_ports (TLS tunnels), timeout_secs (the lifetime plus MODAL_LIFETIME_MARGIN_S,
- *    at most 24 h), the backend option idle_timeout_secs, workdir,
+ *    the ports as open_ports (TLS tunnels), timeout_secs (the lifetime
+ *    plus MODAL_LIFETIME_MARGIN_S, at most 24 h), the backend option idle_timeout_secs, workdir,
  *    network_access BLOCKED when allow_internet is false, and the tags
  *    sbx_backend, sbx_create_token and sbx_expires_at, by which a create
  *    whose answer was lost is found and terminated (CASE-20). Readiness:
@@ -309,7 +309,9 @@ static double modal_jwt_exp(const char *t)
  * metadata x-modal-auth-token, as go/auth_token_manager.go keeps it: fetched
  * by AuthTokenGet when there is none or it is within MODAL_AUTH_REFRESH_S of
  * its exp (MODAL_AUTH_DEFAULT_S from now when it has no exp), kept in memory
- * only. A new "x-modal-auth-token: TOKEN" line, or NULL with *@error.
+ * only; when that fetch fails while the old token has not expired, the old
+ * one is sent (as GetToken does). A new "x-modal-auth-token: TOKEN" line,
+ * or NULL with *@error.
  */
 static char *modal_auth_line(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
                              const char *op, sbx_error **error)
@@ -326,8 +328,15 @@ static char *modal_auth_line(struct sbx_plugin_client *c, const sbx_call_ctx *ct
     if (modal_unary(c->ctl, ctx, MODAL_CTL "AuthTokenGet", &rq.base,
                     &modal__client__auth_token_get_response__descriptor,
                     (ProtobufCMessage **)&r, CL_SAFE, 0, NULL, NULL, op, "get an auth token",
-                    error) < 0)
-        return NULL;
+                    NULL) < 0) {
+        pthread_mutex_lock(&c->lock);
+        if (c->auth_token && cl_wallclock() < c->auth_exp)
+            line = cl_printf("x-modal-auth-token: %s", c->auth_token);
+        pthread_mutex_unlock(&c->lock);
+        if (!line)
+            modal_relay(error, op);
+        return line;
+    }
     if (!r->token || !*r->token) {
         protobuf_c_message_free_unpacked(&r->base, NULL);
         cl_fail(error, SBX_ERROR_CONNECTION, op, "modal AuthTokenGet answered without a token");
