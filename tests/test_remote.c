@@ -12,7 +12,9 @@
  *    the server does not enable), as a provider payload (local refusing an
  *    image) and as a validation list (the body changed on the wire), 502
  *    and 504 with a provider payload (docker with no engine; e2b whose
- *    fake answers 504), and a server that does not answer (connection);
+ *    fake answers 504), 500 (the server's store failing one statement: a
+ *    trigger in its SQLite file) on create and on execute, and a server
+ *    that does not answer (connection);
  *  - a create and an execute whose answers are lost on the wire are sent
  *    again with the same idempotency key, and the server makes one sandbox
  *    and runs the command once (its list and the command's own file count),
@@ -50,6 +52,7 @@
 
 #include <curl/curl.h>
 #include <json-c/json.h>
+#include <sqlite3.h>
 
 #include <sbx/sbx.h>
 
@@ -533,6 +536,77 @@ Test(remote, provider_timeout_is_its_payload_504)
     cr_assert_eq(sbx_error_is_retryable(err), 1);
     sbx_error_free(err);
     sbx_client_free(c);
+}
+
+/* Runs @sql on the server's own SQLite store (SBX_TEST_CP_DB). */
+static void cp_db(const char *sql)
+{
+    const char *path = getenv("SBX_TEST_CP_DB");
+    sqlite3 *db = NULL;
+    char *msg = NULL;
+    cr_assert_not_null(path, "run by tests/remote.sh");
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    sqlite3_busy_timeout(db, 30000);
+    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql,
+                 msg ? msg : "");
+    sqlite3_close(db);
+}
+
+Test(remote, server_500_on_create_is_connection_with_outcome_unknown)
+{
+    /* The server cannot record the create (its INSERT fails): 500
+     * "Internal control-plane error.", a server fault whose effect the
+     * client cannot know. No re-sends, so the one answer is the error. */
+    cp_db("CREATE TRIGGER test_fail_create BEFORE INSERT ON sandboxes"
+          " WHEN NEW.idempotency_key = 'sbx-test-500-create'"
+          " BEGIN SELECT RAISE(ABORT, 'test: no create'); END;");
+    sbx_client *c = client_with("{\"retries\":0}");
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_backend_options(
+                     o, "{\"idempotency_key\":\"sbx-test-500-create\"}", NULL), 0);
+    int before = count_sandboxes(NULL);
+    sbx_error *err = create_fails(c, o);
+    cp_db("DROP TRIGGER test_fail_create;");
+    tu_assert_error(err, SBX_ERROR_CONNECTION,
+                    "create the sandbox: Internal control-plane error. (HTTP 500)", NULL);
+    cr_assert_str_eq(sbx_error_get0_op(err), "create");
+    assert_ctx(err, "http_status", "500");
+    cr_assert_eq(sbx_error_get_outcome(err), SBX_ERROR_OUTCOME_UNKNOWN);
+    cr_assert_eq(sbx_error_is_retryable(err), 1);
+    cr_assert_eq(count_sandboxes(NULL), before);
+    sbx_error_free(err);
+    sbx_options_free(o);
+    sbx_client_free(c);
+}
+
+Test(remote, server_500_on_execute_is_connection_with_outcome_unknown)
+{
+    /* The server cannot claim the execution (its INSERT into executions
+     * fails for this sandbox): 500 on every send of the request. */
+    g_sb = tu_create(g_client, NULL);
+    char *sql = tu_strdup_printf("CREATE TRIGGER test_fail_execute BEFORE INSERT ON executions"
+                                 " WHEN NEW.sandbox_id = '%s'"
+                                 " BEGIN SELECT RAISE(ABORT, 'test: no claim'); END;",
+                                 sbx_sandbox_get0_id(g_sb));
+    cp_db(sql);
+    free(sql);
+    sbx_error *err = NULL;
+    const char *argv[] = { "true", NULL };
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.argv = argv;
+    sbx_result *res = sbx_sandbox_execute_command(g_sb, &rq, &err);
+    cp_db("DROP TRIGGER test_fail_execute;");
+    cr_assert_null(res);
+    tu_assert_error(err, SBX_ERROR_CONNECTION,
+                    "run the command: Internal control-plane error. (HTTP 500)", NULL);
+    assert_ctx(err, "http_status", "500");
+    cr_assert_eq(sbx_error_get_outcome(err), SBX_ERROR_OUTCOME_UNKNOWN);
+    cr_assert_eq(sbx_error_is_retryable(err), 1);
+    sbx_error_free(err);
+    /* The server is well again: the sandbox runs commands. */
+    sbx_result *r = tu_sh(g_sb, "echo fine", 10);
+    tu_assert_stdout(r, "fine\n");
+    sbx_result_free(r);
 }
 
 Test(remote, server_down_is_connection)

@@ -416,7 +416,9 @@ static sbx_error *rm_fail(cl_http *h, sbx_error **error, const cl_resp *r, const
     /* Not the contract's error body: the status and the text. */
     err = cl_fail_status(h, error, rm_status_code(r->status, op), r, op, what);
 out:
-    if (r->status >= 500 && r->status != 502 && r->status != 504 && err
+    /* Also without an error to fill (a command's worker passes none): the
+     * thread's last error carries the outcome to exec_wait. */
+    if (r->status >= 500 && r->status != 502 && r->status != 504
         && (strcmp(op, "create") == 0 || strcmp(op, "exec") == 0))
         cl_outcome_unknown(err);
     json_object_put(j);
