@@ -1883,6 +1883,60 @@ Test(server, slow_execute_does_not_stall_other_requests)
 
 /* One store connection for the whole server: 20 concurrent creates wait
  * their turn and still make one sandbox. */
+/* Beyond the reference: a record made with an Idempotency-Key carries it
+ * (the 32nd field, last), one made without has the reference's 31; the
+ * list filters by it, within the organisation only. */
+Test(server, idempotency_key_on_the_record_and_the_list_filter)
+{
+    char *kb = cpu_bootstrap(srv, "beta", NULL), *sa, *sb;
+    const char *h1[] = { "Idempotency-Key: sbx-0123456789abcdef0123456789abcdef", NULL };
+    cpu_response *a, *b, *n;
+    const char *last = NULL;
+
+    a = req_s(201, "POST", "/v1/sandboxes", key, h1, "{\"backend\":\"local\"}");
+    sa = strdup(cpu_jstr(a, "id"));
+    cr_assert_str_eq(cpu_jstr(a, "idempotency_key"), "sbx-0123456789abcdef0123456789abcdef");
+    cr_assert_eq(json_object_object_length(a->json), 32);
+    json_object_object_foreach(a->json, name, value) {
+        (void)value;
+        last = name;
+    }
+    cr_assert_str_eq(last, "idempotency_key");
+    cpu_response_free(a);
+    /* The same key in another organisation: its own record. */
+    b = req_s(201, "POST", "/v1/sandboxes", kb, h1, "{\"backend\":\"local\"}");
+    sb = strdup(cpu_jstr(b, "id"));
+    cpu_response_free(b);
+    n = req_s(201, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"local\"}");
+    cr_assert_null(cpu_jget(n->json, "idempotency_key"));
+    cr_assert_eq(json_object_object_length(n->json), 31);
+
+    a = req_s(200, "GET", "/v1/sandboxes?idempotency_key=sbx-0123456789abcdef0123456789abcdef",
+              key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(a->json), 1);
+    cr_assert_str_eq(cpu_jstr(a, "0.id"), sa);
+    cr_assert_str_eq(cpu_jstr(a, "0.idempotency_key"), "sbx-0123456789abcdef0123456789abcdef");
+    cpu_response_free(a);
+    b = req_s(200, "GET", "/v1/sandboxes?idempotency_key=sbx-0123456789abcdef0123456789abcdef",
+              kb, NULL, NULL);
+    cr_assert_eq(json_object_array_length(b->json), 1);
+    cr_assert_str_eq(cpu_jstr(b, "0.id"), sb);
+    cpu_response_free(b);
+    a = req_s(200, "GET", "/v1/sandboxes?idempotency_key=other", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(a->json), 0);
+    cpu_response_free(a);
+    a = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(a->json), 2);
+    cpu_response_free(a);
+    terminate(key, sa);
+    terminate(kb, sb);
+    terminate(key, cpu_jstr(n, "id"));
+    cpu_response_free(n);
+    free(sa);
+    free(sb);
+    free(kb);
+}
+
 Test(server, one_store_connection_suffices)
 {
     const char *env[] = { "SBX_SERVER_DB_CONNECTIONS=1", NULL };
