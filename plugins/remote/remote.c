@@ -1889,8 +1889,7 @@ static int rm_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         rm_fail(client->http, error, &r, op, "list the sandboxes");
         goto out;
     }
-    if (!(j = rm_json(&r, op, "list the sandboxes", error)))
-        goto out;
+    j = r.body.data ? json_tokener_parse(r.body.data) : NULL;
     if (!json_object_is_type(j, json_type_array)) {
         cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
                 "list the sandboxes: the control plane answered no list");
