@@ -242,6 +242,31 @@ Test(server, missing_settings_message)
     free(cmd);
 }
 
+Test(server, bad_connection_limit_is_named)
+{
+    const char *prog = getenv("SBX_SERVER") ? getenv("SBX_SERVER")
+                                            : SBX_BUILD_DIR "/server/sbx-server";
+    const char *bad[] = { "0", "4097", "x" };
+
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *cmd = tu_strdup_printf("env BESPOKE_API_KEY_PEPPER=p BESPOKE_CONTROL_PLANE_ADMIN_TOKEN=a"
+                                     " SBX_SERVER_CONNECTIONS=%s '%s' 2>&1", bad[i], prog);
+        char *want = tu_strdup_printf("sbx-server: SBX_SERVER_CONNECTIONS must be 1..4096, not"
+                                      " \"%s\"\n", bad[i]);
+        FILE *p = popen(cmd, "r");
+        char line[512] = "";
+        int st;
+
+        cr_assert(p);
+        cr_assert(fgets(line, sizeof line, p));
+        st = pclose(p);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+        cr_assert_str_eq(line, want);
+        free(cmd);
+        free(want);
+    }
+}
+
 Test(server, organizations_bootstrap)
 {
     const char *bad[] = { "X-Control-Plane-Admin: wrong", NULL };
