@@ -9,12 +9,16 @@
  * The store is SQLite, or PostgreSQL when SBX_TEST_CP_PG_URL is set
  * (scripts/test runs this program both ways; tests/cputil.h).
  */
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -265,6 +269,57 @@ Test(server, bad_connection_limit_is_named)
         free(cmd);
         free(want);
     }
+}
+
+/* A connection to @srv's port with GET /healthz sent on it (keep-alive):
+ * the socket; *@answered 1 when an answer came within 5 s, 0 when the
+ * server closed the connection instead. */
+static int
+healthz_on_new_connection(const cpu_server *s, int *answered)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    const char *rq = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct pollfd pfd;
+    char buf[2048];
+    ssize_t n;
+
+    a.sin_port = htons((uint16_t)atoi(strrchr(s->url, ':') + 1));
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    /* The send may fail when the server already closed it. */
+    (void)send(fd, rq, strlen(rq), MSG_NOSIGNAL);
+    pfd.fd = fd;
+    pfd.events = POLLIN;
+    cr_assert_eq(poll(&pfd, 1, 5000), 1, "no answer and no close within 5 s");
+    n = recv(fd, buf, sizeof buf - 1, 0);
+    *answered = n > 0 && strncmp(buf, "HTTP/1.1 200", 12) == 0;
+    return fd;
+}
+
+/* SBX_SERVER_CONNECTIONS bounds the connections served at once: with 1, a
+ * second connection is closed while the first stays open, and served once
+ * it is gone. */
+Test(server, connection_limit)
+{
+    const char *env[] = { "SBX_SERVER_CONNECTIONS=1", NULL };
+    int first, second, third, ok = 0;
+
+    cpu_stop(srv);
+    srv = cpu_start(store, env);
+    first = healthz_on_new_connection(srv, &ok);
+    cr_assert_eq(ok, 1);
+    second = healthz_on_new_connection(srv, &ok);
+    cr_assert_eq(ok, 0);
+    close(second);
+    close(first);
+    for (int i = 0; i < 100; i++) {
+        third = healthz_on_new_connection(srv, &ok);
+        close(third);
+        if (ok)
+            break;
+        usleep(20000);         /* the first's thread is ending */
+    }
+    cr_assert_eq(ok, 1);
 }
 
 Test(server, organizations_bootstrap)
