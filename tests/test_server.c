@@ -253,7 +253,8 @@ Test(server, bad_connection_limit_is_named)
     const char *bad[] = { "0", "4097", "x" };
 
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char *cmd = tu_strdup_printf("env BESPOKE_API_KEY_PEPPER=p BESPOKE_CONTROL_PLANE_ADMIN_TOKEN=a"
+        char *cmd = tu_strdup_printf("env BESPOKE_API_KEY_PEPPER=p"
+                                     " BESPOKE_CONTROL_PLANE_ADMIN_TOKEN=a"
                                      " SBX_SERVER_CONNECTIONS=%s '%s' 2>&1", bad[i], prog);
         char *want = tu_strdup_printf("sbx-server: SBX_SERVER_CONNECTIONS must be 1..4096, not"
                                       " \"%s\"\n", bad[i]);
