@@ -1928,11 +1928,12 @@ Test(server, oversized_body_and_store_failure)
     free(err);
 }
 
-/* A command that runs for a while holds a worker, not the polling thread:
- * with one polling thread, other requests are answered meanwhile. */
+/* A command that runs for a while holds its own connection's thread and no
+ * store connection: with one store connection, requests on other
+ * connections, reads of the store included, are answered meanwhile. */
 Test(server, slow_execute_does_not_stall_other_requests)
 {
-    const char *env[] = { "SBX_SERVER_THREADS=1", NULL };
+    const char *env[] = { "SBX_SERVER_DB_CONNECTIONS=1", NULL };
     char *id;
     exec_arg a;
     pthread_t th;
