@@ -269,7 +269,11 @@ print(json.load(urllib.request.urlopen(rq, timeout=30))["api_key"]["secret"])' \
         "$url" "$SBX_TEST_CP_ADMIN_TOKEN") ||
         { echo "Bail out! the control plane did not make an organization"; exit 99; }
     BESPOKE_SANDBOX_URL=$url BESPOKE_SANDBOX_BACKEND=local
-    export BESPOKE_SANDBOX_URL BESPOKE_SANDBOX_KEY BESPOKE_SANDBOX_BACKEND SBX_TEST_CP_ADMIN_TOKEN ;;
+    # The server's SQLite store: tests/test_remote makes the server fail
+    # one statement there (a trigger) for its 500 answers.
+    SBX_TEST_CP_DB=$dir/cp.db
+    export BESPOKE_SANDBOX_URL BESPOKE_SANDBOX_KEY BESPOKE_SANDBOX_BACKEND SBX_TEST_CP_ADMIN_TOKEN \
+        SBX_TEST_CP_DB ;;
 runpod)
     # The fake's pods are OpenSSH servers on 127.0.0.1 that trust the
     # PUBLIC_KEY of their env: a throwaway client key in the run's
