@@ -4,9 +4,10 @@
  * a generated CA and client certificate, and runs this program with
  * SBX_TEST_BACKEND=kubernetes and a KUBECONFIG that reaches it):
  *  - CASE-43: stdin EOF over v5 (the [255, 0] close), 1 MiB of stdin, no
- *    stdin, and a server that speaks only v4 (stdin read first and ended by
- *    head -c); a stream that closes without a Status, or is cut, is an
- *    error, never exit 0;
+ *    stdin, and a server that speaks only v4 (stdin streamed as
+ *    length-prefixed chunks ended by the chunk "0\n": read by the command
+ *    as it comes, all 256 byte values exact, EOF at its end); a stream that
+ *    closes without a Status, or is cut, is an error, never exit 0;
  *  - CASE-54: create returns only once the container runs and takes an
  *    exec; ImagePullBackOff and CrashLoopBackOff fail create with the
  *    reason, and the pod is deleted;
@@ -202,7 +203,7 @@ Test(kubernetes, case43_no_stdin_is_eof_at_once)
     json_object_put(execs);
 }
 
-Test(kubernetes, case43_v4_only_server_gets_stdin_through_head)
+Test(kubernetes, case43_v4_only_server_gets_stdin_in_chunks_ended_in_band)
 {
     tu_fake_post("/_fake/config", "{\"protocols\":[\"v4.channel.k8s.io\"]}");
     g_sb = create_plain();
@@ -219,13 +220,138 @@ Test(kubernetes, case43_v4_only_server_gets_stdin_through_head)
     json_object *cmd = NULL;
     json_object_object_get_ex(e, "command", &cmd);
     const char *script = json_object_get_string(json_object_array_get_idx(cmd, 2));
-    cr_assert(strncmp(script, "head -c 6 | sh -c ", 18) == 0, "script: %s", script);
+    cr_assert(strncmp(script, "__sbx_f=/tmp/.sbx-stdin-", 24) == 0, "script: %s", script);
+    cr_assert(strstr(script, "mkfifo -m 600 \"$__sbx_f\""), "script: %s", script);
+    /* v4 has no close message: "6\nhello\n" then "0\n", both on channel 0. */
     cr_assert_eq(jbool(e, "stdin_closed"), 0);
+    cr_assert_eq(json_int(e, "stdin_bytes"), 2 + 6 + 2);
+    json_object *frames = NULL;
+    json_object_object_get_ex(e, "client_frames", &frames);
+    size_t nf = json_object_array_length(frames);
+    cr_assert_geq(nf, 2);
+    cr_assert_eq(json_object_get_int(json_object_array_get_idx(frames, nf - 2)), 0);
+    cr_assert_eq(json_object_get_int(json_object_array_get_idx(frames, nf - 1)), 0);
     json_object_put(execs);
+    /* No FIFO is left in the pod. */
+    r = tu_sh(g_sb, "ls -a /tmp | grep -c sbx-stdin", 20);
+    tu_assert_exit(r, 1);
+    tu_assert_stdout(r, "0\n");
+    sbx_result_free(r);
     /* And the exit code still comes from the v4 Status. */
     r = tu_sh(g_sb, "exit 5", 20);
     tu_assert_exit(r, 5);
     sbx_result_free(r);
+}
+
+Test(kubernetes, case43_v4_one_mib_of_all_byte_values_is_exact)
+{
+    tu_fake_post("/_fake/config", "{\"protocols\":[\"v4.channel.k8s.io\"]}");
+    g_sb = create_plain();
+    size_t n = 1048576;
+    unsigned char *b = malloc(n);
+    cr_assert_not_null(b);
+    for (size_t i = 0; i < n; i++)
+        b[i] = (unsigned char)((i * 7 + i / 256) & 0xff);
+    /* The bytes come back unchanged, and the command saw exactly n of them. */
+    sbx_result *r = run_stdin(g_sb, "cat", b, n, 30);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout_bytes(r, b, n);
+    sbx_result_free(r);
+    r = run_stdin(g_sb, "wc -c | tr -d ' '", b, n, 30);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "1048576\n");
+    sbx_result_free(r);
+    free(b);
+}
+
+typedef struct out_sink {
+    char out[4096];
+    size_t len;
+} out_sink;
+
+static void sink_out(sbx_stream stream, const void *data, size_t len, void *ud)
+{
+    out_sink *k = ud;
+    if (stream != SBX_STREAM_STDOUT)
+        return;
+    if (k->len + len >= sizeof k->out)
+        len = sizeof k->out - 1 - k->len;
+    memcpy(k->out + k->len, data, len);
+    k->len += len;
+    k->out[k->len] = '\0';
+}
+
+/* A process whose stdin stays open: on @proto, a line written comes back
+ * before stdin is closed; the close ends cat; the exit code is the
+ * command's. */
+static void stdin_streams_while_it_runs(const char *proto)
+{
+    char *cfg = tu_strdup_printf("{\"protocols\":[\"%s\"]}", proto);
+    tu_fake_post("/_fake/config", cfg);
+    free(cfg);
+    g_sb = create_plain();
+    out_sink k = { .len = 0 };
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    sbx_error *err = NULL;
+    rq.shell = "cat; echo end; exit 3";
+    rq.on_output = sink_out;
+    rq.user_data = &k;
+    rq.flags = SBX_EXEC_STDIN_OPEN;
+    rq.timeout_secs = 30;
+    sbx_process *p = sbx_sandbox_start_process(g_sb, &rq, &err);
+    cr_assert_not_null(p, "start_process: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_process_write_stdin(p, "first\n", 6, &err), 0);
+    double end = tu_now() + 15;
+    while (!strstr(k.out, "first\n")) {
+        cr_assert_eq(sbx_process_wait(p, 0.05, NULL, NULL, &err), 0,
+                     "ended before its stdin was closed; stdout: \"%s\"", k.out);
+        cr_assert(tu_now() < end, "\"first\" did not come back within 15 s");
+    }
+    cr_assert_str_eq(k.out, "first\n");
+    cr_assert_eq(sbx_process_write_stdin(p, "second\n", 7, &err), 0);
+    cr_assert_eq(sbx_process_close_stdin(p, &err), 0);
+    int code = -1;
+    cr_assert_eq(sbx_process_wait(p, 20, &code, NULL, &err), 1);
+    cr_assert_eq(code, 3);
+    cr_assert_str_eq(k.out, "first\nsecond\nend\n");
+    sbx_process_free(p);
+    json_object *execs = control_get("/_fake/execs");
+    json_object *e = last_exec(execs, "echo end; exit 3");
+    cr_assert_str_eq(tu_json_str(e, "protocol"), proto);
+    json_object_put(execs);
+}
+
+Test(kubernetes, v4_stdin_streams_while_the_command_runs)
+{
+    stdin_streams_while_it_runs("v4.channel.k8s.io");
+}
+
+Test(kubernetes, v5_stdin_streams_while_the_command_runs)
+{
+    stdin_streams_while_it_runs("v5.channel.k8s.io");
+}
+
+/* On v4, a command that ends without reading its stdin ends the exec
+ * while the caller's stdin is still open (the decoder is killed). */
+Test(kubernetes, v4_command_that_ignores_open_stdin_ends)
+{
+    tu_fake_post("/_fake/config", "{\"protocols\":[\"v4.channel.k8s.io\"]}");
+    g_sb = create_plain();
+    out_sink k = { .len = 0 };
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    sbx_error *err = NULL;
+    rq.shell = "echo quick";
+    rq.on_output = sink_out;
+    rq.user_data = &k;
+    rq.flags = SBX_EXEC_STDIN_OPEN;
+    rq.timeout_secs = 30;
+    sbx_process *p = sbx_sandbox_start_process(g_sb, &rq, &err);
+    cr_assert_not_null(p, "start_process: %s", err ? sbx_error_get0_message(err) : "");
+    int code = -1;
+    cr_assert_eq(sbx_process_wait(p, 10, &code, NULL, &err), 1, "still running");
+    cr_assert_eq(code, 0);
+    cr_assert_str_eq(k.out, "quick\n");
+    sbx_process_free(p);
 }
 
 static void no_status_fault(const char *fault)

@@ -43,10 +43,11 @@
  *    channel 3 (Success 0; NonZeroExitCode: details.causes ExitCode; other
  *    failures: execution_failed with its message). A stream that ends
  *    without a Status is a connection error, never exit 0 (CASE-43).
- *    stdin: v5 sends [255, 0] after the last byte (half-close). A v4 server
- *    cannot be told that stdin ended: the plugin reads all of stdin first
- *    and runs the command behind "head -c N |", so it still sees EOF
- *    (documented fallback, CASE-43 step 4). A terminal (tty_rows/tty_cols):
+ *    stdin streams as it comes: v5 sends [255, 0] after the last byte
+ *    (half-close). A v4 server cannot be told that stdin ended: the plugin
+ *    sends stdin as length-prefixed chunks ended by "0\n", decoded in the
+ *    pod into a FIFO the command reads (k8_v4_stdin_wrap()), so the command
+ *    reads its stdin as it comes and sees EOF (CASE-43 step 4). A terminal (tty_rows/tty_cols):
  *    tty=true, stdout only, resize as {"Width","Height"} on channel 4. The
  *    protocol a server speaks is learnt by the readiness exec.
  *  - files, directories: tar and cat over exec (tar xf - / tar cf -).
@@ -193,7 +194,9 @@ typedef struct k8_stream {
     int tty;
     unsigned rows, cols;
     int in_fd;                  /* stdin from here (to its end), or -1 */
-    const cl_buf *in_buf;       /* or from here (v4: spooled), or NULL */
+    const cl_buf *in_buf;       /* or from here (a staged script), or NULL */
+    int chunked;                /* v4: in_fd's bytes go as chunks "LEN\n" DATA,
+                                 * ended by "0\n" (k8_v4_stdin_wrap()) */
     k8_out_fn out;
     void *out_ud;
     /* results */
@@ -268,15 +271,18 @@ static int k8_on_msg(void *ud, int binary, const unsigned char *p, size_t n)
     return 0;   /* other channels: nothing for a client */
 }
 
-/* The stdin pump: the request's stdin (descriptor or spooled buffer) as
- * channel-0 frames, then (v5) the close of channel 0. */
+/* The stdin pump: the request's stdin (descriptor or buffer) as channel-0
+ * frames as it comes, then the end of stdin: v5's close of channel 0, or
+ * (chunked, v4) the chunk "0\n". */
 static int k8_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
                         int *code, const char *op, sbx_error **error);
+
+#define K8_HDR 24   /* room for the channel byte and a chunk's "LEN\n" */
 
 static void *k8_pump(void *arg)
 {
     k8_stream *s = arg;
-    unsigned char buf[1 + K8_CHUNK];
+    unsigned char buf[K8_HDR + K8_CHUNK];
     buf[0] = 0;
     if (s->in_buf) {
         for (size_t off = 0; off < s->in_buf->len; off += K8_CHUNK) {
@@ -296,13 +302,25 @@ static void *k8_pump(void *arg)
         }
         if (pf[1].revents)
             return NULL;
-        ssize_t n = read(s->in_fd, buf + 1, K8_CHUNK);
+        ssize_t n = read(s->in_fd, buf + K8_HDR, K8_CHUNK);
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
         if (n <= 0)
             break;
-        if (cl_ws_send(s->ws, 1, buf, (size_t)n + 1) < 0)
+        /* The frame: channel 0, the chunk's length line when chunked,
+         * then the bytes, built in place before them. */
+        char hdr[K8_HDR];
+        size_t h = s->chunked ? (size_t)snprintf(hdr, sizeof hdr, "%zd\n", n) : 0;
+        unsigned char *f = buf + K8_HDR - h - 1;
+        f[0] = 0;
+        memcpy(f + 1, hdr, h);
+        if (cl_ws_send(s->ws, 1, f, (size_t)n + h + 1) < 0)
             return NULL;
+    }
+    if (s->chunked) {
+        unsigned char end[3] = { 0, '0', '\n' };
+        cl_ws_send(s->ws, 1, end, sizeof end);
+        return NULL;
     }
 eof:
     if (s->tty && s->hup_cmd) {
@@ -558,37 +576,40 @@ static int k8_v4(struct sbx_plugin_client *c)
     return v;
 }
 
-/* Reads @fd to its end into @b: 0 or -1 with an error. */
-static int k8_spool(int fd, cl_buf *b, const char *op, sbx_error **error)
+/*
+ * A v4 server cannot be told that stdin ended (v4 has no half-close; the
+ * only end it knows is the end of the connection, which loses the
+ * command's output and status: kubectl, whose WebSocket executor needs v5
+ * for this, leaves such a command waiting). The plugin ends stdin in band:
+ * the pump sends it as chunks, each a decimal length line "LEN\n" and LEN
+ * bytes, and the chunk "0\n" at its end; in the pod, a decoder in the
+ * background copies the chunks' bytes into a FIFO (the shell's read for
+ * the length line, which reads no further than the newline; head -c LEN for
+ * the bytes, which reads no further than LEN: GNU coreutils' head), and the
+ * command reads the FIFO, so it sees its stdin as it comes and EOF at the
+ * chunk "0\n". The decoder ends at that chunk, when the command has ended
+ * (head's write to the FIFO fails), or is killed when the command exits.
+ * The script @script wrapped so (the FIFO /tmp/.sbx-stdin-TAG, TAG random,
+ * is removed once both its ends are open). A new string, NULL on no
+ * memory.
+ */
+static char *k8_v4_stdin_wrap(const char *script)
 {
-    char buf[65536];
-    for (;;) {
-        ssize_t n = read(fd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "cannot read stdin: %s",
-                    strerror(errno));
-            return -1;
-        }
-        if (n == 0)
-            break;
-        if (cl_buf_append(b, buf, (size_t)n) < 0) {
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-            return -1;
-        }
-    }
-    if (!b->data)
-        cl_buf_append(b, "", 0);
-    return 0;
-}
-
-/* The script, behind "head -c N |" when stdin was spooled for a v4
- * server. A new string. */
-static char *k8_v4_wrap(const char *script, size_t n)
-{
+    char tag[25];
+    cl_random_hex(tag, 12);
     char *q = cl_shell_quote(script);
-    char *out = q ? cl_printf("head -c %zu | sh -c %s", n, q) : NULL;
+    char *out = q ? cl_printf(
+        "__sbx_f=/tmp/.sbx-stdin-%s\n"
+        "mkfifo -m 600 \"$__sbx_f\" || exit 126\n"
+        "exec 3<&0\n"
+        "(while IFS= read -r __sbx_n; do [ \"$__sbx_n\" -gt 0 ] 2>/dev/null || exit 0; "
+        "head -c \"$__sbx_n\" || exit 0; done) <&3 >\"$__sbx_f\" 2>/dev/null 3<&- &\n"
+        "__sbx_p=$!\n"
+        "exec 3<&-\n"
+        "{ rm -f \"$__sbx_f\"; sh -c %s; } <\"$__sbx_f\"\n"
+        "__sbx_rc=$?\n"
+        "kill \"$__sbx_p\" 2>/dev/null\n"
+        "exit $__sbx_rc\n", tag, q) : NULL;
     free(q);
     return out;
 }
@@ -603,22 +624,18 @@ static int k8_run(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                   sbx_error **error)
 {
     k8_collect k = { .out_fd = out_fd };
-    cl_buf spool = { 0 };
     char *wrapped = NULL;
     k8_stream s = { .sb = sb, .script = script, .in_fd = in_fd, .out = k8_collect_out,
                     .out_ud = &k };
     pthread_mutex_init(&s.lock, NULL);
     int rc = -1;
     if (in_fd >= 0 && k8_v4(sb->c)) {
-        if (k8_spool(in_fd, &spool, op, error) < 0)
-            goto out;
-        if (!(wrapped = k8_v4_wrap(script, spool.len))) {
+        if (!(wrapped = k8_v4_stdin_wrap(script))) {
             cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
             goto out;
         }
         s.script = wrapped;
-        s.in_fd = -1;
-        s.in_buf = &spool;
+        s.chunked = 1;
     }
     int c = k8_stream_run(&s, ctx, op, error);
     if (c >= 0) {
@@ -637,7 +654,6 @@ out:
     pthread_mutex_destroy(&s.lock);
     cl_buf_clear(&k.out);
     cl_buf_clear(&k.err);
-    cl_buf_clear(&spool);
     free(wrapped);
     return rc;
 }
@@ -1586,7 +1602,6 @@ typedef struct k8_proc {
     k8_stream st;
     int tty;
     unsigned rows, cols;
-    cl_buf spool;               /* v4: stdin read first */
 } k8_proc;
 
 static int k8_proc_out(void *ud, int ch, const unsigned char *p, size_t n)
@@ -1599,7 +1614,6 @@ static void k8_proc_fini(cl_script_proc *p)
 {
     k8_proc *k = (k8_proc *)p;
     pthread_mutex_destroy(&k->st.lock);
-    cl_buf_clear(&k->spool);
 }
 
 static int k8_exec_run(cl_proc *base)
@@ -1656,15 +1670,12 @@ static int k8_exec_run(cl_proc *base)
     }
     p->st.hup_cmd = hup;
     if (p->base.stdin_fd >= 0 && !p->tty && k8_v4(sb->c)) {
-        if (k8_spool(p->base.stdin_fd, &p->spool, op, NULL) < 0
-            || !(wrapped = k8_v4_wrap(pre.data, p->spool.len))) {
-            cl_proc_fail(base, SBX_ERROR_INVALID_ARGUMENT, 0, NULL, NULL,
-                         "cannot read the command's stdin");
+        if (!(wrapped = k8_v4_stdin_wrap(pre.data))) {
+            cl_proc_fail(base, SBX_ERROR_RESOURCE_EXHAUSTED, 0, NULL, NULL, "out of memory");
             goto out;
         }
         p->st.script = wrapped;
-        p->st.in_fd = -1;
-        p->st.in_buf = &p->spool;
+        p->st.chunked = 1;
     }
     code = k8_stream_run(&p->st, &ctx, op, NULL);
     if (code < 0) {
