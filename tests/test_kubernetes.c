@@ -16,7 +16,8 @@
  *    delete with the grace period;
  *  - a terminal with resize on channel 4;
  *  - credentials: a bearer token with the cluster's CA; kubeconfig errors
- *    naming the bad value (context, exec plugin, base64).
+ *    naming the bad value (context, exec plugin, base64); the files of
+ *    KUBECONFIG merged as kubectl merges them.
  * The fake's control routes are reached without TLS
  * (SBX_K8S_FAKE_CONTROL_URL).
  */
@@ -812,6 +813,111 @@ Test(kubernetes, kubeconfig_that_is_not_yaml_names_the_line)
     free(want);
     sbx_error_free(err);
     free(path);
+}
+
+/* Writes @text to DIR/NAME (DIR made when missing): the path. */
+static char *put_file(const char *dir, const char *name, const char *text)
+{
+    if (mkdir(dir, 0700) != 0)
+        cr_assert_eq(errno, EEXIST, "mkdir %s: %s", dir, strerror(errno));
+    char *path = tu_strdup_printf("%s/%s", dir, name);
+    tu_write_file(path, text, strlen(text), 0600);
+    return path;
+}
+
+Test(kubernetes, kubeconfig_files_of_KUBECONFIG_are_merged_as_kubectl_does)
+{
+    /* a/config: the cluster "c" (the fake, its CA by a path relative to
+     * a/), no current-context. b/config: current-context "t", the
+     * context "t", the user "u" (a tokenFile relative to b/) and a cluster
+     * "c" of its own that must lose to a's. c/config: current-context
+     * "other" and a user "u" with a wrong token, both losing to b's.
+     * KUBECONFIG also names a file that does not exist, and a/config
+     * twice. */
+    const char *tdir = getenv("SBX_K8S_TEST_DIR");
+    cr_assert_not_null(tdir);
+    char *da = tu_strdup_printf("%s/a", g_tmp), *db = tu_strdup_printf("%s/b", g_tmp),
+         *dc = tu_strdup_printf("%s/c", g_tmp);
+    char *cafile = tu_strdup_printf("%s/ca.crt", tdir);
+    char ca[16384];
+    FILE *f = fopen(cafile, "rb");
+    cr_assert_not_null(f);
+    size_t calen = fread(ca, 1, sizeof ca - 1, f);
+    fclose(f);
+    cr_assert_gt(calen, 0);
+    ca[calen] = '\0';
+    free(put_file(da, "ca.crt", ca));
+    free(cafile);
+    char *t = tu_strdup_printf("apiVersion: v1\nkind: Config\n"
+                               "clusters:\n- name: c\n  cluster:\n    server: %s\n"
+                               "    certificate-authority: ca.crt\n",
+                               getenv("SBX_K8S_FAKE_URL"));
+    char *a = put_file(da, "config", t);
+    free(t);
+    free(put_file(db, "tok", "sbx-test-dummy-key\n"));
+    char *b = put_file(db, "config",
+                       "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
+                       "clusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\n"
+                       "contexts:\n- name: t\n  context:\n    cluster: c\n    user: u\n"
+                       "    namespace: sbx-merged\n"
+                       "users:\n- name: u\n  user:\n    tokenFile: tok\n");
+    char *c = put_file(dc, "config",
+                       "apiVersion: v1\nkind: Config\ncurrent-context: other\n"
+                       "contexts:\n- name: other\n  context:\n    cluster: c\n    user: u\n"
+                       "users:\n- name: u\n  user:\n    token: wrong\n");
+    char *env = tu_strdup_printf("%s/nosuch::%s:%s:%s:%s", g_tmp, a, b, a, c);
+    setenv("KUBECONFIG", env, 1);
+    sbx_error *err = NULL;
+    sbx_client *cl = sbx_client_new("kubernetes", &err);
+    cr_assert_not_null(cl, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_options *o = sbx_options_new();
+    sbx_sandbox *sb = sbx_sandbox_create(cl, o, &err);
+    sbx_options_free(o);
+    cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_result *r = tu_sh(sb, "echo merged", 20);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "merged\n");
+    sbx_result_free(r);
+    /* The pod is in the namespace of b's context "t". */
+    json_object *pods = control_get("/_fake/pods");
+    json_object *rec = pod_record(pods, sbx_sandbox_get0_id(sb));
+    cr_assert_str_eq(tu_json_str(rec, "ns"), "sbx-merged");
+    json_object_put(pods);
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(cl);
+    free(env);
+
+    /* A file of the list that is not YAML is named, even after good ones. */
+    char *bad = put_file(dc, "bad", "apiVersion: v1\nclusters: [\n");
+    env = tu_strdup_printf("%s:%s", a, bad);
+    setenv("KUBECONFIG", env, 1);
+    cr_assert_null(sbx_client_new("kubernetes", &err));
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, NULL);
+    char *want = tu_strdup_printf("kubernetes backend: the kubeconfig %s is not YAML: ", bad);
+    cr_assert(strncmp(sbx_error_get0_message(err), want, strlen(want)) == 0, "message: %s",
+              sbx_error_get0_message(err));
+    sbx_error_clear(&err);
+    free(want);
+    free(env);
+    /* None of the files exists: KUBECONFIG is named. */
+    env = tu_strdup_printf("%s/x:%s/y", g_tmp, g_tmp);
+    setenv("KUBECONFIG", env, 1);
+    cr_assert_null(sbx_client_new("kubernetes", &err));
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, NULL);
+    want = tu_strdup_printf("kubernetes backend: no file of KUBECONFIG=%s exists", env);
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    cr_assert_str_eq(sbx_error_get0_context(err, "path"), env);
+    sbx_error_free(err);
+    free(want);
+    free(env);
+    free(bad);
+    free(a);
+    free(b);
+    free(c);
+    free(da);
+    free(db);
+    free(dc);
 }
 
 Test(kubernetes, in_cluster_service_account_token_and_ca)
