@@ -12,7 +12,8 @@
  *    exec; ImagePullBackOff and CrashLoopBackOff fail create with the
  *    reason, and the pod is deleted;
  *  - the pod's body: restricted Pod Security fields, resources, lifetime,
- *    ownership labels; the deny-egress NetworkPolicy made and deleted;
+ *    ownership labels; the lifetime counted from readiness (the deadline
+ *    lowered by a PATCH once the pod is ready); the deny-egress NetworkPolicy made and deleted;
  *    delete with the grace period;
  *  - a terminal with resize on channel 4;
  *  - credentials: a bearer token with the cluster's CA; kubeconfig errors
@@ -26,6 +27,7 @@
 #include <criterion/criterion.h>
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -562,7 +564,19 @@ Test(kubernetes, pod_is_restricted_with_resources_lifetime_and_labels)
     cr_assert_eq(json_object_get_int(jpath(c, "resources", "limits", "nvidia.com/gpu", NULL)), 2);
     cr_assert_str_eq(jstr(jpath(c, "resources", "requests", "memory", NULL)), "256Mi");
     /* The lifetime, with the start margin. */
-    cr_assert_eq(json_object_get_int(jpath(spec, "activeDeadlineSeconds", NULL)), 630);
+    /* Made with the lifetime plus the bound on a start (360 s), then
+     * lowered once ready to the seconds since status.startTime (rounded
+     * up) plus the lifetime: one PATCH. */
+    cr_assert_eq(json_object_get_int(jpath(spec, "activeDeadlineSeconds", NULL)), 960);
+    json_object *patches = jpath(p, "patches", NULL);
+    cr_assert_eq(json_object_array_length(patches), 1);
+    int patched = json_object_get_int(jpath(patches, "#0", "spec", "activeDeadlineSeconds",
+                                            NULL));
+    struct tm stm = { 0 };
+    cr_assert_not_null(strptime(jstr(jpath(p, "start_time", NULL)), "%Y-%m-%dT%H:%M:%SZ", &stm));
+    double since = json_object_get_double(jpath(patches, "#0", "at", NULL)) - (double)timegm(&stm);
+    cr_assert(patched >= 600 + 1 && patched <= 600 + (int)ceil(since),
+              "activeDeadlineSeconds %d, %.3f s after startTime", patched, since);
     cr_assert_str_eq(jstr(jpath(spec, "restartPolicy", NULL)), "Never");
     /* Ownership labels. */
     json_object *labels = jpath(p, "labels", NULL);
@@ -588,6 +602,79 @@ Test(kubernetes, pod_is_restricted_with_resources_lifetime_and_labels)
     cr_assert_eq(json_object_get_int(jpath(p, "grace", NULL)), 2);
     json_object_put(pods);
     free(id);
+}
+
+static void sleep_s(double s)
+{
+    if (s > 0)
+        usleep((useconds_t)(s * 1e6));
+}
+
+/* The lifetime counts from readiness, and the pod ends at its end: alive
+ * 1 s before, gone (phase Failed, DeadlineExceeded) within 2 s after plus
+ * the fake kubelet's look every 0.2 s. */
+Test(kubernetes, lifetime_ends_the_pod_counted_from_readiness)
+{
+    /* A slow start (1.5 s before the container runs) that the lifetime
+     * must not include. */
+    tu_fake_post("/_fake/config", "{\"pending_s\":0.5,\"creating_s\":1.0}");
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 3, NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    double ready = tu_now();
+    sbx_error *err = NULL;
+    sleep_s(ready + 2.0 - tu_now());
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 1, "gone %.2f s after create",
+                 tu_now() - ready);
+    sbx_result *r = tu_sh(g_sb, "echo still", 20);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "still\n");
+    sbx_result_free(r);
+    int alive = 1;
+    while (alive == 1 && tu_now() < ready + 8)
+        if ((alive = sbx_sandbox_is_alive(g_sb, &err)) == 1)
+            sleep_s(0.1);
+    double took = tu_now() - ready;
+    cr_assert_eq(alive, 0, "still alive %.2f s after create", took);
+    cr_assert(took >= 3.0 && took < 5.3, "ended %.2f s after create (lifetime 3 s)", took);
+    json_object *pods = control_get("/_fake/pods");
+    json_object *p = pod_record(pods, sbx_sandbox_get0_id(g_sb));
+    cr_assert_eq(json_object_get_int(jpath(p, "spec", "activeDeadlineSeconds", NULL)), 363);
+    int patched = json_object_get_int(jpath(p, "patches", "#0", "spec",
+                                            "activeDeadlineSeconds", NULL));
+    cr_assert(patched >= 3 + 2 && patched <= 3 + 3, "activeDeadlineSeconds %d", patched);
+    json_object_put(pods);
+}
+
+/* RBAC without patch on pods: the create fails naming the call, and the
+ * pod is deleted. */
+Test(kubernetes, a_refused_deadline_patch_fails_create_and_deletes_the_pod)
+{
+    tu_fake_post("/_fake/faults",
+                 "[{\"method\":\"PATCH\",\"path\":\"/pods/sbx-[0-9a-f]+$\",\"status\":403,"
+                 "\"body\":{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},"
+                 "\"status\":\"Failure\",\"message\":\"pods is forbidden: User \\\"u\\\" "
+                 "cannot patch resource \\\"pods\\\"\",\"reason\":\"Forbidden\","
+                 "\"code\":403}}]");
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 60, NULL), 0);
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    sbx_options_free(o);
+    tu_assert_error(err, SBX_ERROR_AUTHENTICATION, NULL);
+    const char *msg = sbx_error_get0_message(err);
+    cr_assert(strstr(msg, "set the pod's activeDeadlineSeconds (RBAC: patch pods)"),
+              "message: %s", msg);
+    cr_assert(strstr(msg, "cannot patch resource \"pods\""), "message: %s", msg);
+    json_object *pods = control_get("/_fake/pods");
+    const char *id = sbx_error_get0_context(err, "sandbox_id");
+    cr_assert_not_null(id);
+    json_object *p = pod_record(pods, id);
+    cr_assert_not_null(jpath(p, "deleted", NULL), "the pod was not deleted");
+    cr_assert(json_object_get_double(jpath(p, "deleted", NULL)) > 0);
+    json_object_put(pods);
+    sbx_error_free(err);
 }
 
 Test(kubernetes, no_internet_is_a_deny_egress_network_policy)

@@ -24,8 +24,9 @@
  *    ("RESOURCE:N" with a '/' in RESOURCE: that extended resource; "TYPE:N"
  *    otherwise: nvidia.com/gpu N on a node labelled
  *    nvidia.com/gpu.product=TYPE), activeDeadlineSeconds = the lifetime
- *    plus K8_START_MARGIN_S (the pod's clock starts before its image is
- *    pulled), and the labels sbx_backend, sbx_create_token, sbx_expires_at
+ *    plus K8_START_BOUND_S (the kubelet counts it from status.startTime,
+ *    before the image is pulled; k8_set_deadline() lowers it once the pod
+ *    is ready, so that the lifetime counts from readiness), and the labels sbx_backend, sbx_create_token, sbx_expires_at
  *    and sandbox (list_owned, destroy_by_id and `sbx gc` find pods by them).
  *    Ready (CASE-54): the container's state is running (not only phase
  *    Running), then an exec of `true` is accepted; upgrades refused before
@@ -71,6 +72,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -87,7 +89,9 @@
 #define K8_STATE_VERSION 1
 #define K8_READY_S 300.0            /* bound on waiting for the container */
 #define K8_EXEC_RETRY_S 30.0        /* refused upgrades retried this long */
-#define K8_START_MARGIN_S 30        /* activeDeadlineSeconds past the lifetime */
+#define K8_START_BOUND_S 360        /* activeDeadlineSeconds past the lifetime at
+                                     * create: more than a create waits for the
+                                     * container (K8_READY_S + K8_EXEC_RETRY_S) */
 #define K8_DEFAULT_GRACE_S 2
 #define K8_PROTOCOLS "v5.channel.k8s.io,v4.channel.k8s.io"
 #define K8_CHUNK 32768
@@ -129,6 +133,7 @@ struct sbx_plugin_sandbox {
     struct sbx_plugin_client *c;
     char *workdir;
     int policy;         /* a deny-egress policy goes with the pod */
+    time_t started;     /* the pod's status.startTime (s since the epoch), or 0 */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -1136,7 +1141,7 @@ static json_object *k8_pod_body(struct sbx_plugin_client *c, const sbx_call_ctx 
     if (rq->timeout_secs > 0)
         json_object_object_add(spec, "activeDeadlineSeconds",
                                json_object_new_int64((int64_t)ceil(rq->timeout_secs)
-                                                     + K8_START_MARGIN_S));
+                                                     + K8_START_BOUND_S));
     json_object *psc = json_object_new_object(), *seccomp = json_object_new_object();
     json_object_object_add(psc, "runAsNonRoot", json_object_new_boolean(1));
     json_object_object_add(psc, "runAsUser", json_object_new_int(K8_UID));
@@ -1279,6 +1284,25 @@ static json_object *k8_policy_body(const char *pod, const sbx_call_ctx *ctx, dou
 }
 
 /* One look at the pod for the readiness wait. */
+/* An RFC 3339 time as the API writes it ("2026-12-05T01:47:00Z", an
+ * optional fraction): seconds since the epoch, or 0 when @s is NULL or
+ * not such a time. */
+static time_t k8_time(const char *s)
+{
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    const char *e = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+    if (!e)
+        return 0;
+    if (*e == '.')
+        for (e++; *e >= '0' && *e <= '9'; e++)
+            ;
+    if (strcmp(e, "Z") != 0)
+        return 0;
+    time_t t = timegm(&tm);
+    return t > 0 ? t : 0;
+}
+
 typedef struct k8_ready {
     struct sbx_plugin_sandbox *sb;
     const sbx_call_ctx *ctx;
@@ -1303,6 +1327,9 @@ static int k8_ready_look(void *ud, const char **state, sbx_error **error)
     }
     const char *phase = cl_json_str(cl_json_path(j, "status", NULL), "phase");
     json_object *css = cl_json_path(j, "status", "containerStatuses", NULL);
+    time_t start_time = k8_time(cl_json_str(cl_json_path(j, "status", NULL), "startTime"));
+    if (start_time)
+        w->sb->started = start_time;
     if (cl_json_str(cl_json_path(j, "metadata", NULL), "deletionTimestamp")) {
         /* Being deleted: it will not be ready again. */
         cl_gone_set(&w->sb->s.gone);
@@ -1396,6 +1423,60 @@ static int k8_wait_ready(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     return 0;
 }
 
+/*
+ * The lifetime counts from readiness (as on every backend), but the
+ * kubelet counts activeDeadlineSeconds from the pod's status.startTime,
+ * before the image is pulled. The pod is made with the lifetime plus
+ * K8_START_BOUND_S; once it is ready, this PATCHes (JSON merge patch)
+ * activeDeadlineSeconds down to ceil(now - startTime) + ceil(@lifetime),
+ * so the pod ends @lifetime seconds after readiness: never before, and at
+ * most 2 s after (startTime has whole seconds), given that this host's
+ * clock and the node's agree. The API server lets activeDeadlineSeconds
+ * be lowered on a running pod, never raised. 0, or -1 with an error
+ * (RBAC must grant patch on pods).
+ */
+static int k8_set_deadline(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                           double lifetime, const char *op, sbx_error **error)
+{
+    struct sbx_plugin_client *c = sb->c;
+    if (!sb->started) {
+        cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "pod %s is running but has no "
+                "status.startTime: its lifetime cannot be counted", sb->s.id);
+        return -1;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    double since = (double)now.tv_sec + now.tv_nsec / 1e9 - (double)sb->started;
+    int64_t d = (int64_t)ceil(since < 0 ? 0 : since) + (int64_t)ceil(lifetime);
+    if (d < 1)
+        d = 1;
+    char body[96];
+    snprintf(body, sizeof body, "{\"spec\":{\"activeDeadlineSeconds\":%lld}}", (long long)d);
+    char *url = k8_pod_url(c, sb->s.id, "");
+    cl_req req = { .method = "PATCH", .url = url, .content_type = "application/merge-patch+json",
+                   .body = body, .body_len = strlen(body), .idempotent = CL_SAFE,
+                   .what = "set the pod's activeDeadlineSeconds" };
+    cl_resp r = { 0 };
+    int rc = url ? cl_request(c->http, ctx, &req, &r, op, error) : -1;
+    free(url);
+    if (rc == 0 && r.status / 100 != 2) {
+        sbx_error *e = k8_fail_resp(c, error, r.status == 403 || r.status == 401
+                                              ? SBX_ERROR_AUTHENTICATION
+                                              : r.status == 429 || r.status >= 500
+                                                ? CL_CODE_BY_STATUS
+                                                : SBX_ERROR_CREATION_FAILED,
+                                    &r, op, "set the pod's activeDeadlineSeconds (RBAC: patch "
+                                            "pods)");
+        cl_context(e, "sandbox_id", sb->s.id);
+        rc = -1;
+    }
+    if (rc == 0)
+        CL_LOG(SBX_LOG_DEBUG, "pod %s: activeDeadlineSeconds %lld (lifetime %.3f s from "
+               "readiness)", sb->s.id, (long long)d, lifetime);
+    cl_resp_clear(&r);
+    return rc;
+}
+
 static int k8_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                      const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
                      sbx_error **error)
@@ -1474,6 +1555,8 @@ static int k8_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             cl_context(*error, "sandbox_id", name);
         goto undo;
     }
+    if (rq->timeout_secs > 0 && k8_set_deadline(sb, ctx, rq->timeout_secs, op, error) < 0)
+        goto undo;
     if (rq->workdir && *rq->workdir) {
         int wrc = cl_make_workdir(sb, k8_run_short, ctx, K8_BACKEND, rq->workdir, op, error);
         if (wrc < 0 || !(sb->workdir = strdup(rq->workdir))) {
