@@ -677,6 +677,31 @@ Test(kubernetes, a_refused_deadline_patch_fails_create_and_deletes_the_pod)
     sbx_error_free(err);
 }
 
+/* No snapshots: the capability is not declared, and a snapshot_id at
+ * create is refused naming it, before any pod is made. */
+Test(kubernetes, no_snapshots_a_snapshot_id_is_refused)
+{
+    uint64_t caps = 0;
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_client_probe(g_client, &caps, &err), 0);
+    cr_assert_eq(caps & SBX_CAP_SNAPSHOT, 0);
+    json_object *before = control_get("/_fake/pods");
+    size_t n0 = json_object_array_length(before);
+    json_object_put(before);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_snapshot_id(o, "snap-1", NULL), 0);
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    sbx_options_free(o);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, NULL);
+    cr_assert_str_eq(sbx_error_get0_message(err), "kubernetes backend: snapshot_id snap-1: "
+                     "the kubernetes backend has no snapshots");
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), "snapshot_id");
+    sbx_error_free(err);
+    json_object *after = control_get("/_fake/pods");
+    cr_assert_eq(json_object_array_length(after), n0);
+    json_object_put(after);
+}
+
 Test(kubernetes, no_internet_is_a_deny_egress_network_policy)
 {
     sbx_options *o = sbx_options_new();

@@ -54,7 +54,10 @@
  *  - files, directories: tar and cat over exec (tar xf - / tar cf -).
  *  - destroy: DELETE the pod with gracePeriodSeconds, then its policy.
  *    resume: by pod name from the session state.
- *  - No snapshot (feature_not_supported); commands run as the pod's user
+ *  - No snapshot (feature_not_supported, SBX_CAP_SNAPSHOT not declared): a
+ *    VolumeSnapshot copies a PersistentVolumeClaim through a CSI driver, and
+ *    a sandbox's state is in emptyDirs and the container's root filesystem
+ *    (README, "Snapshots: none"); commands run as the pod's user
  *    (a per-command user is refused).
  */
 #include "cloud.h"
