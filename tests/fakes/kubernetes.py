@@ -79,7 +79,8 @@ were not running; "exec_fault":
 /_fake/execs (what each exec stream carried: pod, command, offered,
 protocol, stdin_bytes, stdin_closed (the [255,0] came), client_frames (the
 last 8 channels the client sent, in order), resizes, status); GET
-/_fake/pods (every pod ever created with its deletion and grace period);
+/_fake/pods (every pod ever created: its spec as created, labels,
+start_time, patches [{"at", "spec"}], deletion and grace period);
 GET /_fake/networkpolicies.
 
 Python 3 standard library, and python3-wsproto (Debian) for WebSocket
