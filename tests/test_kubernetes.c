@@ -264,6 +264,23 @@ Test(kubernetes, case43_v4_one_mib_of_all_byte_values_is_exact)
     tu_assert_exit(r, 0);
     tu_assert_stdout(r, "1048576\n");
     sbx_result_free(r);
+    /* A file written over v4 (cat over exec, its stdin in chunks) reads
+     * back the same. */
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/work/v4.bin", b, n, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    char *back = NULL;
+    size_t blen = 0;
+    cr_assert_eq(sbx_sandbox_read_file(g_sb, "/work/v4.bin", &back, &blen, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(blen, n);
+    cr_assert_eq(memcmp(back, b, n), 0);
+    free(back);
+    json_object *execs = control_get("/_fake/execs");
+    cr_assert_str_eq(tu_json_str(json_object_array_get_idx(execs,
+                                                           json_object_array_length(execs) - 1),
+                                 "protocol"), "v4.channel.k8s.io");
+    json_object_put(execs);
     free(b);
 }
 
