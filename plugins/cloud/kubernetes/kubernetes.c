@@ -26,8 +26,9 @@
  *    nvidia.com/gpu.product=TYPE), activeDeadlineSeconds = the lifetime
  *    plus K8_START_BOUND_S (the kubelet counts it from status.startTime,
  *    before the image is pulled; k8_set_deadline() lowers it once the pod
- *    is ready, so that the lifetime counts from readiness), and the labels sbx_backend, sbx_create_token, sbx_expires_at
- *    and sandbox (list_owned, destroy_by_id and `sbx gc` find pods by them).
+ *    is ready, so that the lifetime counts from readiness), and the labels
+ *    sbx_backend, sbx_create_token, sbx_expires_at and sandbox (list_owned,
+ *    destroy_by_id and `sbx gc` find pods by them).
  *    Ready (CASE-54): the container's state is running (not only phase
  *    Running), then an exec of `true` is accepted; upgrades refused before
  *    the 101 (the kubelet's "container not found") are retried with
@@ -48,8 +49,8 @@
  *    (half-close). A v4 server cannot be told that stdin ended: the plugin
  *    sends stdin as length-prefixed chunks ended by "0\n", decoded in the
  *    pod into a FIFO the command reads (k8_v4_stdin_wrap()), so the command
- *    reads its stdin as it comes and sees EOF (CASE-43 step 4). A terminal (tty_rows/tty_cols):
- *    tty=true, stdout only, resize as {"Width","Height"} on channel 4. The
+ *    reads its stdin as it comes and sees EOF (CASE-43 step 4). A terminal
+ *    (tty_rows/tty_cols): tty=true, stdout only, resize as {"Width","Height"} on channel 4. The
  *    protocol a server speaks is learnt by the readiness exec.
  *  - files, directories: tar and cat over exec (tar xf - / tar cf -).
  *  - destroy: DELETE the pod with gracePeriodSeconds, then its policy.
@@ -1286,7 +1287,6 @@ static json_object *k8_policy_body(const char *pod, const sbx_call_ctx *ctx, dou
     return p;
 }
 
-/* One look at the pod for the readiness wait. */
 /* An RFC 3339 time as the API writes it ("2026-12-05T01:47:00Z", an
  * optional fraction): seconds since the epoch, or 0 when @s is NULL or
  * not such a time. */
@@ -1306,6 +1306,8 @@ static time_t k8_time(const char *s)
     return t > 0 ? t : 0;
 }
 
+/* One look at the pod for the readiness wait (it also notes the pod's
+ * status.startTime in sb->started). */
 typedef struct k8_ready {
     struct sbx_plugin_sandbox *sb;
     const sbx_call_ctx *ctx;
