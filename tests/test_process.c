@@ -87,6 +87,7 @@ static void teardown(void)
 }
 
 TestSuite(process, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(tty, .init = setup, .fini = teardown, .timeout = 60);
 
 /* 1 when the backend declares SBX_CAP_EXEC_STDIN_STREAM (a configured
  * client's capabilities, sbx_client_probe()). */
@@ -99,7 +100,6 @@ static int stdin_streams(void)
                  err ? sbx_error_get0_message(err) : "");
     return (caps & SBX_CAP_EXEC_STDIN_STREAM) != 0;
 }
-TestSuite(tty, .init = setup, .fini = teardown, .timeout = 60);
 
 /* Asserts @err has @code and exactly @msg, and context @key = @value
  * when @key is not NULL. */
