@@ -36,7 +36,8 @@
 # provider runs commands on a terminal), the terminal tests run too: tests/test_process (its tty
 # suite: isatty, the size at the start, a resize with SIGWINCH, echo of
 # typed input, ^C, hang-up, ^D, the exit code; and the process handle
-# without a terminal) and tests/test_tty (`sbx run -it` and `sbx exec -it`
+# without a terminal, whose stdin tests check SBX_CAP_EXEC_STDIN_STREAM
+# themselves) and tests/test_tty (`sbx run -it` and `sbx exec -it`
 # under a real terminal).
 
 backend=$1
@@ -325,10 +326,6 @@ for mode in $modes; do
         out="$dir/tap"
         case $backend:$prog in
         *:tests/test_$backend) CRITERION_JOBS=1 "./$prog" $filter >"$out" ;;
-        # Their stdin is staged before the command runs, not written while
-        # it runs: the process suite's terminal tests only.
-        daytona:tests/test_process | cloudflare:tests/test_process)
-            "./$prog" '--filter=tty/*' >"$out" ;;
         # The sandboxes of one Ray cluster share its node's process table:
         # the cases that count a command's processes with ps run one at a
         # time.

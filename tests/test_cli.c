@@ -2110,7 +2110,8 @@ Test(cli, inspect_prints_the_record_state_options_and_capabilities)
                        "\"expires\": \"%s\", \"options\": { \"timeout_secs\": 300.0, "
                        "\"env_vars\": true }, \"capabilities\": [ \"exec\", \"exec_stdin\", "
                        "\"files\", \"dir_transfer\", \"resume\", \"pty\", \"lifetime\", "
-                       "\"exposed_ports\", \"background\" ] }", id, id, created, expires) > 0);
+                       "\"exposed_ports\", \"background\", \"exec_stdin_stream\" ] }", id, id,
+                       created, expires) > 0);
     cr_expect_str_eq(json_object_to_json_string_ext(o, JSON_C_TO_STRING_SPACED), want);
     free(want);
     json_object_put(doc);

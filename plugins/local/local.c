@@ -129,7 +129,8 @@ void sbx_fault_init(void);
 /* SBX_CAP_EXPOSED_PORTS: the sandbox shares the host's network (bubblewrap
  * only with allow_internet), so its ports are this host's. */
 #define LOCAL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_BACKGROUND | SBX_CAP_RESUME \
-                    | SBX_CAP_LIFETIME | SBX_CAP_PTY | SBX_CAP_EXPOSED_PORTS | ISOLATION_CAPS)
+                    | SBX_CAP_LIFETIME | SBX_CAP_PTY | SBX_CAP_EXPOSED_PORTS | ISOLATION_CAPS \
+                    | SBX_CAP_EXEC_STDIN_STREAM)
 
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define DEFAULT_LANG "C.UTF-8"

@@ -156,7 +156,7 @@
                     | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY | SBX_CAP_IMAGE | SBX_CAP_GPU \
                     | SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT | SBX_CAP_LIST_OWNED          \
                     | SBX_CAP_EXPOSED_PORTS | SBX_CAP_LIFETIME | SBX_CAP_BACKGROUND          \
-                    | SBX_CAP_SNAPSHOT | SBX_CAP_PTY)
+                    | SBX_CAP_SNAPSHOT | SBX_CAP_PTY | SBX_CAP_EXEC_STDIN_STREAM)
 
 struct sbx_plugin_client {
     cl_http *http;
