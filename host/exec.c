@@ -522,8 +522,12 @@ exec_loop(exec_state *st, const char *backend, double until, sbx_error **err)
             ims = ms_until(wake, now);
         ims = cap_wait(ims, until, now);
 
-        /* Without an event fd, once both pipes are at EOF, just wait. */
-        if (st->efd < 0 && st->out[0].fd < 0 && st->out[1].fd < 0) {
+        /* Once both pipes are at EOF (and stdin is closed), just
+         * wait in the plugin, with an event fd too, as the end comes with
+         * the output's EOF or soon after. Out of process that is one round
+         * trip to the plugin host that waits there, instead of a wake-up
+         * for the event, then a round trip for exec_wait(0). */
+        if (st->out[0].fd < 0 && st->out[1].fd < 0 && !st->in_open) {
             /* A plugin that does not watch the cancel descriptor itself
              * returns within a tick, and we look at it. */
             if (st->cancel_fd >= 0 && (ims < 0 || ims > EXEC_TICK_MAX_MS))
