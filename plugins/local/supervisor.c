@@ -465,7 +465,15 @@ static void kill_exec(conn *c, int sig, int sync)
         /* A zombie whose parent lives outside the tree is not ours. */
         if (k.live == 0 && ++zombie_rounds > 20)
             break;
-        sleep_ms(5);
+        /* Its reaper reports when the main process ended and once the
+         * whole tree is reaped (IDLE): wait for a report, not a fixed
+         * time. The round's 5 ms bound what ends unreported: processes of
+         * the session reparented to the supervisor, a reaper gone. */
+        int w = c->rp && c->rp->fd >= 0 ? wait_fd(c->rp->fd, POLLIN, 5) : -1;
+        if (w > 0)
+            read_report(c->rp);
+        else if (w < 0)
+            sleep_ms(5);
     }
 }
 
