@@ -15,8 +15,12 @@
  *    collects the exit code and the pipes are drained of what is already in
  *    them, without waiting for EOF: a background descendant may hold the
  *    pipes open and keeps running until the sandbox is destroyed;
- *  - without an event descriptor the loop waits for EOF on both pipes, then
- *    for the process, and checks exec_wait(0) on a growing tick meanwhile;
+ *  - once both pipes are at EOF and stdin is closed, the loop waits in
+ *    exec_wait itself (bounded by the deadline), event descriptor or not:
+ *    out of process that is one round trip to the plugin host instead of
+ *    a wake-up for the event and then a round trip for exec_wait(0);
+ *  - without an event descriptor, before that EOF, it checks exec_wait(0)
+ *    on a growing tick;
  *  - at the deadline the process tree gets SIGTERM, SBX_KILL_GRACE_SECS
  *    later SIGKILL; the result is exit code 124 with timed_out set;
  *  - when the calling thread's call scope has a cancel descriptor (an
@@ -522,8 +526,12 @@ exec_loop(exec_state *st, const char *backend, double until, sbx_error **err)
             ims = ms_until(wake, now);
         ims = cap_wait(ims, until, now);
 
-        /* Without an event fd, once both pipes are at EOF, just wait. */
-        if (st->efd < 0 && st->out[0].fd < 0 && st->out[1].fd < 0) {
+        /* Once both pipes are at EOF (and stdin is closed), just
+         * wait in the plugin, with an event fd too, as the end comes with
+         * the output's EOF or soon after. Out of process that is one round
+         * trip to the plugin host that waits there, instead of a wake-up
+         * for the event, then a round trip for exec_wait(0). */
+        if (st->out[0].fd < 0 && st->out[1].fd < 0 && !st->in_open) {
             /* A plugin that does not watch the cancel descriptor itself
              * returns within a tick, and we look at it. */
             if (st->cancel_fd >= 0 && (ims < 0 || ims > EXEC_TICK_MAX_MS))

@@ -159,7 +159,7 @@ static int open_root(struct sbx_plugin_sandbox *sb, const sbx_fs_env *env, const
         char via[64];
         snprintf(via, sizeof(via), "/proc/%d/root", (int)sb->sup_pid);
         fd = sb->sup_pid > 1 ? open(via, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-        if (fd >= 0 && !proto_proc_alive(sb->sup_pid, sb->sup_start)) {
+        if (fd >= 0 && !local_supervisor_alive(sb)) {
             close(fd);
             fd = -1;
         }

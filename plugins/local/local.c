@@ -739,7 +739,7 @@ static int connect_supervisor(const struct sbx_plugin_sandbox *sb, const bound *
     struct ucred cred = { .pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1 };
     socklen_t cl = sizeof(cred);
     if (getsockopt(*fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 || cred.pid != sb->sup_pid
-        || cred.uid != sb->sup_uid || !proto_proc_alive(sb->sup_pid, sb->sup_start)) {
+        || cred.uid != sb->sup_uid || !local_supervisor_alive((sbx_plugin_sandbox *)sb)) {
         if (peer)
             *peer = cred;
         close(*fd);
@@ -1020,6 +1020,38 @@ static int pidfd_wait(int pidfd, int ms)
     while ((r = poll(&p, 1, ms)) < 0 && errno == EINTR)
         ;
     return r > 0;
+}
+
+int local_supervisor_alive(sbx_plugin_sandbox *sandbox)
+{
+    struct sbx_plugin_sandbox *sb = sandbox;
+    int fd = __atomic_load_n(&sb->sup_pidfd1, __ATOMIC_ACQUIRE) - 1;
+    if (fd < 0) {
+        if (sb->sup_pid <= 1)
+            return 0;
+        fd = pidfd_of(sb->sup_pid);
+        /* The pid named the recorded process when the pidfd was taken if
+         * /proc says so now and the pidfd's process has not ended since
+         * (the poll below): a pid is not reused while its process lives. */
+        if (!proto_proc_alive(sb->sup_pid, sb->sup_start)) {
+            if (fd >= 0)
+                close(fd);
+            return 0;
+        }
+        if (fd < 0)
+            return 1;       /* no pidfds here: /proc on every call */
+        int none = 0;
+        if (!__atomic_compare_exchange_n(&sb->sup_pidfd1, &none, fd + 1, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE)) {
+            close(fd);
+            fd = none - 1;
+        }
+    }
+    struct pollfd p = { .fd = fd, .events = POLLIN };
+    int r;
+    while ((r = poll(&p, 1, 0)) < 0 && errno == EINTR)
+        ;
+    return r == 0;
 }
 
 /** Waits (bounded) for our own direct child @pid; returns its status or -1
@@ -2695,6 +2727,8 @@ static void local_sandbox_free(sbx_plugin_sandbox *sandbox)
     gate_open(sandbox->fill_gate);
     gate_unref(sandbox->fill_gate);
     pthread_mutex_destroy(&sandbox->lock);
+    if (sandbox->sup_pidfd1 > 0)
+        close(sandbox->sup_pidfd1 - 1);
     sandbox_free_fields(sandbox);
     free(sandbox);
 }

@@ -24,6 +24,9 @@ struct sbx_plugin_sandbox {
     pid_t sup_pid;              /* the supervisor, as seen from this host */
     unsigned long long sup_start;
     uid_t sup_uid;              /* its uid (SO_PEERCRED at create) */
+    int sup_pidfd1;             /* a pidfd of the supervisor plus one, taken at the
+                                 * first local_supervisor_alive (0: none yet; set
+                                 * once, atomically, closed by sandbox_free) */
     int owns_root;              /* root is meta/root */
     int made_tmp;               /* root/tmp was created by create */
     char *wrapper;              /* safehouse: the CLI wrapping every command */
@@ -43,6 +46,13 @@ struct sbx_plugin_sandbox {
  *  error of op @op naming its expiry ("sandbox ID expired at T (lifetime
  *  N s)"). Thread-safe. */
 int local_check_lifetime(sbx_plugin_sandbox *sandbox, const char *op, sbx_error **error);
+
+/** local.c: 1 while @sandbox's supervisor (sup_pid, started at sup_start) is
+ *  alive, else 0. The first call checks /proc/PID/stat and keeps a pidfd
+ *  of that process; later calls poll the pidfd (one system call, no /proc
+ *  read): a process that has not ended keeps its pid. Without pidfds every
+ *  call reads /proc. Thread-safe. */
+int local_supervisor_alive(sbx_plugin_sandbox *sandbox);
 
 /** files.c: keeps the host services (called from the plugin's setup). */
 void local_files_setup(const sbx_host_services *services);

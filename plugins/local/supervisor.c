@@ -65,7 +65,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -466,7 +465,15 @@ static void kill_exec(conn *c, int sig, int sync)
         /* A zombie whose parent lives outside the tree is not ours. */
         if (k.live == 0 && ++zombie_rounds > 20)
             break;
-        sleep_ms(5);
+        /* Its reaper reports when the main process ended and once the
+         * whole tree is reaped (IDLE): wait for a report, not a fixed
+         * time. The round's 5 ms bound what ends unreported: processes of
+         * the session reparented to the supervisor, a reaper gone. */
+        int w = c->rp && c->rp->fd >= 0 ? wait_fd(c->rp->fd, POLLIN, 5) : -1;
+        if (w > 0)
+            read_report(c->rp);
+        else if (w < 0)
+            sleep_ms(5);
     }
 }
 
@@ -687,50 +694,85 @@ static int path_lookup(const char *name, const char *path, int cwd_fd, char **ou
  *  dispositions an exec'd command would inherit. */
 static sigset_t reaper_ignored;
 
-/** posix_spawn in a new session with the exec's descriptors and cwd, no
- *  signal blocked and none ignored; returns 0 or an errno. */
+/**
+ * Starts @prog in a new session with the exec's descriptors (@fds on 0, 1
+ * and 2, or the terminal @tty_path opened after setsid, so that it becomes
+ * the controlling terminal, on all three) and working directory @cwd_fd, no
+ * signal blocked and none ignored. Returns 0 with *@pid set, or the errno
+ * of the step that failed (ENOEXEC: no #! line; nothing is left running).
+ *
+ * What posix_spawn does, minus its cost here: glibc's child resets the
+ * disposition of every signal (two sigaction calls for each of the 64,
+ * since it cannot know which have handlers), about as long as the rest of
+ * the child's work. A reaper installs no handler, so only the signals it
+ * found ignored (reaper_ignored) are reset. vfork, as posix_spawn uses it:
+ * the child borrows the reaper's memory until execve, touching nothing but
+ * @err; every signal is blocked meanwhile, so nothing runs on the shared
+ * stack.
+ */
 static int spawn_in_session(const char *prog, char *const argv[], char *const envp[],
                             const int fds[PROTO_EXEC_FDS], const char *tty_path, int cwd_fd,
                             pid_t *pid)
 {
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
-    sigset_t none;
-    int r;
+    volatile int err = 0;
+    sigset_t all, old;
 
-    sigemptyset(&none);
-    if ((r = posix_spawn_file_actions_init(&fa)) != 0)
-        return r;
-    if ((r = posix_spawnattr_init(&attr)) != 0) {
-        posix_spawn_file_actions_destroy(&fa);
-        return r;
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, &old);
+    pid_t p = vfork();
+    if (p == 0) {
+        int e = 0;
+        if (setsid() < 0)
+            e = errno;
+        if (e == 0 && tty_path) {
+            int t = open(tty_path, O_RDWR);
+            if (t < 0)
+                e = errno;
+            else if (t != 0 && (dup2(t, 0) < 0 || close(t) < 0))
+                e = errno;
+            for (int i = 1; e == 0 && i < PROTO_EXEC_FDS; i++)
+                if (dup2(0, i) < 0)
+                    e = errno;
+        } else {
+            for (int i = 0; e == 0 && i < PROTO_EXEC_FDS; i++) {
+                /* dup2 onto itself keeps close-on-exec: clear it instead. */
+                if (fds[i] == i ? fcntl(i, F_SETFD, 0) < 0 : dup2(fds[i], i) < 0)
+                    e = errno;
+            }
+        }
+        if (e == 0 && fchdir(cwd_fd) < 0)
+            e = errno;
+        for (int sig = 1; e == 0 && sig < NSIG; sig++) {
+            if (sigismember(&reaper_ignored, sig) != 1)
+                continue;
+            struct sigaction sa;
+            memset(&sa, 0, sizeof(sa));
+            sa.sa_handler = SIG_DFL;
+            if (sigaction(sig, &sa, NULL) < 0)
+                e = errno;
+        }
+        if (e == 0) {
+            sigset_t none;
+            sigemptyset(&none);
+            sigprocmask(SIG_SETMASK, &none, NULL);
+            execve(prog, argv, envp);
+            e = errno;
+        }
+        err = e;
+        _exit(127);
     }
-    if (tty_path) {
-        /* Opened after setsid (posix_spawn makes the session first): the
-         * terminal becomes the command's controlling terminal. */
-        r = posix_spawn_file_actions_addopen(&fa, 0, tty_path, O_RDWR, 0);
-        if (r == 0)
-            r = posix_spawn_file_actions_adddup2(&fa, 0, 1);
-        if (r == 0)
-            r = posix_spawn_file_actions_adddup2(&fa, 0, 2);
-    } else {
-        for (int i = 0; i < PROTO_EXEC_FDS && r == 0; i++)
-            r = posix_spawn_file_actions_adddup2(&fa, fds[i], i);
+    int e = p < 0 ? errno : 0;
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    if (p < 0)
+        return e;
+    if (err != 0) {
+        /* It never ran anything: reap it here, unseen by the caller. */
+        while (waitpid(p, NULL, 0) < 0 && errno == EINTR)
+            ;
+        return err;
     }
-    if (r == 0)
-        r = posix_spawn_file_actions_addfchdir_np(&fa, cwd_fd);
-    if (r == 0)
-        r = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK
-                                     | POSIX_SPAWN_SETSIGDEF);
-    if (r == 0)
-        r = posix_spawnattr_setsigmask(&attr, &none);
-    if (r == 0)
-        r = posix_spawnattr_setsigdefault(&attr, &reaper_ignored);
-    if (r == 0)
-        r = posix_spawn(pid, prog, &fa, &attr, argv, envp);
-    posix_spawnattr_destroy(&attr);
-    posix_spawn_file_actions_destroy(&fa);
-    return r;
+    *pid = p;
+    return 0;
 }
 
 /**
