@@ -2082,6 +2082,52 @@ Test(cli, ids_take_names_and_unique_prefixes_as_docker_does)
     free(other);
 }
 
+/* The exposed ports of `create -p`, in JSON and in text; none once the
+ * sandbox is gone. */
+Test(cli, inspect_shows_the_exposed_ports_as_json_and_text)
+{
+    char *id = CREATE("--name", "web", "-p", "40124", "-p", "40123");
+    char *created = record_created(id), *want;
+    json_object *doc, *v;
+    cli_run r = SBX_KEEP("inspect", "web");
+
+    cr_assert_eq(r.status, 0, "inspect: %d %s", r.status, r.err);
+    cr_expect_str_empty(r.err);
+    doc = json_tokener_parse(r.out);
+    cr_assert(doc != NULL && json_object_array_length(doc) == 1, "%s", r.out);
+    cr_assert(json_object_object_get_ex(json_object_array_get_idx(doc, 0), "expires", &v));
+    char *expires = strdup(json_object_get_string(v));
+    cr_assert(json_object_object_get_ex(json_object_array_get_idx(doc, 0), "ports", &v));
+    cr_expect_str_eq(json_object_to_json_string_ext(v, JSON_C_TO_STRING_SPACED),
+                     "[ { \"port\": 40123, \"endpoint\": \"127.0.0.1:40123\" }, "
+                     "{ \"port\": 40124, \"endpoint\": \"127.0.0.1:40124\" } ]");
+    json_object_put(doc);
+    free_run(&r);
+
+    r = SBX_KEEP("inspect", "--format", "text", "web");
+    cr_assert_eq(r.status, 0, "inspect: %d %s", r.status, r.err);
+    cr_assert(asprintf(&want, "id: %s\nname: web\nbackend: local\nprovider_id: %s\n"
+                       "state: running\ncreated: %s\nexpires: %s\noptions: {}\ncapabilities: exec,"
+                       "exec_stdin,files,dir_transfer,resume,pty,lifetime,exposed_ports,"
+                       "background\nport: 40123/tcp -> 127.0.0.1:40123\n"
+                       "port: 40124/tcp -> 127.0.0.1:40124\n", id, id, created, expires) > 0);
+    cr_expect_str_eq(r.out, want);
+    free(want);
+    free_run(&r);
+
+    free(expires);
+
+    r = SBX_KEEP("inspect", "-f", "yaml", "web");
+    EXPECT_TOOL_FAILURE(&r, "invalid format \"yaml\": expected json or text");
+    free_run(&r);
+
+    r = SBX_KEEP("rm", id);
+    cr_expect_eq(r.status, 0);
+    free_run(&r);
+    free(created);
+    free(id);
+}
+
 Test(cli, inspect_prints_the_record_state_options_and_capabilities)
 {
     char *id = CREATE("--name", "box", "--timeout", "300", "-e", "SECRET=hidden");
@@ -2110,7 +2156,8 @@ Test(cli, inspect_prints_the_record_state_options_and_capabilities)
                        "\"expires\": \"%s\", \"options\": { \"timeout_secs\": 300.0, "
                        "\"env_vars\": true }, \"capabilities\": [ \"exec\", \"exec_stdin\", "
                        "\"files\", \"dir_transfer\", \"resume\", \"pty\", \"lifetime\", "
-                       "\"exposed_ports\", \"background\" ] }", id, id, created, expires) > 0);
+                       "\"exposed_ports\", \"background\" ], \"ports\": [ ] }", id, id, created,
+                       expires) > 0);
     cr_expect_str_eq(json_object_to_json_string_ext(o, JSON_C_TO_STRING_SPACED), want);
     free(want);
     json_object_put(doc);

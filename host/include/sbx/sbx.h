@@ -2340,7 +2340,7 @@ SBX_EXPORT void sbx_agent_run_free(sbx_agent_run *run);
 #define SBX_AGENT_CAP_SHELL     (1u << 0)  /* sbx_agent_context_shell */
 #define SBX_AGENT_CAP_FILES     (1u << 1)  /* list_files, read_file, write_file */
 #define SBX_AGENT_CAP_PATCH     (1u << 2)  /* apply_patch */
-#define SBX_AGENT_CAP_PORTS     (1u << 3)  /* reserved: no context call uses it yet */
+#define SBX_AGENT_CAP_PORTS     (1u << 3)  /* resolve_port, list_ports, expose_port, unexpose_port */
 #define SBX_AGENT_CAP_ARTIFACTS (1u << 4)  /* reserved: no context call uses it yet */
 #define SBX_AGENT_CAP_ALL       ((1u << 5) - 1)
 /** The reference's default grant: shell and files. */
@@ -2392,6 +2392,25 @@ SBX_EXPORT int sbx_agent_context_write_file(sbx_agent_context *ctx, const char *
 SBX_EXPORT int sbx_agent_context_apply_patch(sbx_agent_context *ctx, const char *patch,
                                              size_t len, int strip, const char *dir,
                                              sbx_error **error);
+
+/**
+ * resolve_port / list_ports / expose_port / unexpose_port
+ * (SBX_AGENT_CAP_PORTS): as the sbx_sandbox_* calls of the same name
+ * (exposed ports, plugin ABI 1.3): an agent that starts a server in the
+ * sandbox learns where the host reaches it, and may add or withdraw ports
+ * where the backend can. The returned string and array are the caller's
+ * to free(). Errors: feature_not_supported naming "ports" (context
+ * "capability") when not granted, touching nothing; otherwise those of the
+ * sandbox call. Since 0.1.
+ */
+SBX_EXPORT char *sbx_agent_context_resolve_port(sbx_agent_context *ctx, unsigned port,
+                                                sbx_error **error);
+SBX_EXPORT int sbx_agent_context_list_ports(sbx_agent_context *ctx, uint16_t **ports,
+                                            size_t *count, sbx_error **error);
+SBX_EXPORT int sbx_agent_context_expose_port(sbx_agent_context *ctx, unsigned port,
+                                             sbx_error **error);
+SBX_EXPORT int sbx_agent_context_unexpose_port(sbx_agent_context *ctx, unsigned port,
+                                               sbx_error **error);
 
 /**
  * sbx_outside_agent_fn:
