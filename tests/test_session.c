@@ -26,10 +26,13 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pwd.h>
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -960,6 +963,155 @@ Test(users, case45_written_and_uploaded_files_belong_to_the_exec_user)
     free(deep);
     free(p);
     destroy(sb);
+}
+
+/* CASE-45 step 7, as a non-root user of this host (uid and gid 1001; in
+ * the docker group on docker, as a user of the Engine is): a tree made in
+ * the sandbox and downloaded lands owned by that user, with no ownership
+ * error. Returns NULL, or a message saying what differed (malloc()ed). */
+#define CASE45_UID 1001u
+
+static char *step7_check_entry(const char *q, const char *rel, const char *content)
+{
+    char *path = tu_strdup_printf("%s%s%s", q, rel[0] ? "/" : "", rel), *msg = NULL;
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        msg = tu_strdup_printf("%s: %s", path, strerror(errno));
+    } else if (st.st_uid != CASE45_UID || st.st_gid != CASE45_UID) {
+        msg = tu_strdup_printf("%s belongs to %u:%u, not %u:%u", path, (unsigned)st.st_uid,
+                               (unsigned)st.st_gid, CASE45_UID, CASE45_UID);
+    } else if (content) {
+        char buf[64] = { 0 };
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+        if (f)
+            fclose(f);
+        if (n != strlen(content) || memcmp(buf, content, n) != 0)
+            msg = tu_strdup_printf("%s holds \"%s\", not \"%s\"", path, buf, content);
+    }
+    free(path);
+    return msg;
+}
+
+static char *sbx_failed(const char *what, sbx_error *err)
+{
+    char *msg = tu_strdup_printf("%s: %s", what, err ? sbx_error_get0_message(err) : "?");
+    sbx_error_free(err);
+    return msg;
+}
+
+static char *step7_as_user(const char *dir, const char *cfg, const char *image)
+{
+    sbx_error *err = NULL;
+    char *state = tu_strdup_printf("%s/state", dir), *tmp = tu_strdup_printf("%s/tmp", dir);
+    char *msg = NULL;
+    setenv("SBX_STATE_DIR", state, 1);
+    setenv("TMPDIR", tmp, 1);
+    setenv("HOME", dir, 1);
+    free(state);
+    free(tmp);
+    sbx_client *c = sbx_client_new_with_config(tu_backend(), SBX_PLUGIN_MODE_DEFAULT, cfg, &err);
+    if (!c)
+        return sbx_failed("client", err);
+    sbx_options *o = sbx_options_new();
+    if (image)
+        sbx_options_set_image(o, image, NULL);
+    sbx_sandbox *sb = sbx_sandbox_create(c, o, &err);
+    sbx_options_free(o);
+    if (!sb) {
+        sbx_client_free(c);
+        return sbx_failed("create", err);
+    }
+    /* The sandbox's tree: made by its own user, as step 3 leaves it. */
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.shell = "h=\"$SANDBOX_ROOT${SBX_CASE45_HOME:-/home/app}\" && mkdir -p \"$h/proj/sub\" && "
+               "printf 'a\\n' > \"$h/proj/a.txt\" && printf 'b\\n' > \"$h/proj/sub/b.txt\"";
+    const char *env[] = { image ? "SBX_CASE45_HOME=/home/app" : "SBX_CASE45_HOME=/work/app",
+                          NULL };
+    rq.env = env;
+    rq.timeout_secs = 60;
+    sbx_result *r = sbx_sandbox_execute_command(sb, &rq, &err);
+    if (!r || sbx_result_get_exit_code(r) != 0) {
+        msg = r ? tu_strdup_printf("making the tree exited %d", sbx_result_get_exit_code(r))
+                : sbx_failed("exec", err);
+        sbx_result_free(r);
+        goto out;
+    }
+    sbx_result_free(r);
+    char *q = tu_strdup_printf("%s/Q", dir);
+    int64_t n = sbx_sandbox_download_dir(sb, image ? "/home/app/proj" : "/work/app/proj", q,
+                                         &err);
+    if (n != 3) {
+        msg = n < 0 ? sbx_failed("download_dir", err)
+                    : tu_strdup_printf("download_dir copied %lld entries, not 3", (long long)n);
+    } else {
+        static const char *const rel[] = { "", "a.txt", "sub", "sub/b.txt" };
+        static const char *const content[] = { NULL, "a\n", NULL, "b\n" };
+        for (size_t i = 0; i < 4 && !msg; i++)
+            msg = step7_check_entry(q, rel[i], content[i]);
+    }
+    free(q);
+out:
+    if (sbx_sandbox_destroy(sb, &err) < 0 && !msg)
+        msg = sbx_failed("destroy", err);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+    return msg;
+}
+
+Test(users, case45_step7_a_non_root_user_downloads_a_tree_as_its_own)
+{
+    const char *image = NULL;
+    char *cfg = NULL;
+    if (is_docker()) {
+        const char *base = getenv("SBX_DOCKER_IMAGE");
+        char *cmd = tu_strdup_printf(
+            "printf 'FROM %s\\nRUN useradd -m -u 1000 -U app\\nUSER app\\n"
+            "LABEL sbx.backend=docker\\n' | docker build -q --network none -t "
+            "sbx-test/case45:latest - >/dev/null 2>&1", base ? base : "sbx-test/debian:bookworm");
+        cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+        free(cmd);
+        image = "sbx-test/case45:latest";
+        cfg = tu_strdup_printf("{\"network_mode\":\"%s\"}", g_network);
+    }
+    cr_assert_eq(geteuid(), 0, "the test changes to uid %u: it runs as root", CASE45_UID);
+    char *dir = tu_strdup_printf("%s/u%u", g_tmp, CASE45_UID);
+    char *cmd = tu_strdup_printf("mkdir -p '%s/state' '%s/tmp' && chmod 0700 '%s' && "
+                                 "chown -R %u:%u '%s'", dir, dir, dir, CASE45_UID, CASE45_UID,
+                                 dir);
+    cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+    free(cmd);
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        close(fds[0]);
+        struct group *docker = is_docker() ? getgrnam("docker") : NULL;
+        gid_t groups[1] = { docker ? docker->gr_gid : CASE45_UID };
+        char *msg = NULL;
+        if (setgroups(1, groups) != 0 || setresgid(CASE45_UID, CASE45_UID, CASE45_UID) != 0 ||
+            setresuid(CASE45_UID, CASE45_UID, CASE45_UID) != 0)
+            msg = tu_strdup_printf("cannot become uid %u: %s", CASE45_UID, strerror(errno));
+        else
+            msg = step7_as_user(dir, cfg, image);
+        if (msg && write(fds[1], msg, strlen(msg)) < 0)
+            _exit(2);
+        _exit(msg ? 1 : 0);
+    }
+    close(fds[1]);
+    char buf[4096] = { 0 };
+    size_t got = 0;
+    ssize_t n;
+    while (got < sizeof(buf) - 1 && (n = read(fds[0], buf + got, sizeof(buf) - 1 - got)) > 0)
+        got += (size_t)n;
+    close(fds[0]);
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "as uid %u: %s (status 0x%x)",
+              CASE45_UID, buf, (unsigned)status);
+    free(dir);
+    free(cfg);
 }
 
 /* ------------------------------------------------------------- async */
