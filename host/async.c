@@ -1257,6 +1257,7 @@ copy_options(const sbx_options *in, sbx_options **out, sbx_error **err)
     COPY_IF(SBX_OPTION_WORKSPACE,
             sbx_options_set_workspace(o, sbx_options_get0_workspace(in), &e))
     COPY_IF(SBX_OPTION_DETACHED, sbx_options_set_detached(o, sbx_options_get_detached(in), &e))
+    COPY_IF(SBX_OPTION_USER, sbx_options_set_user(o, sbx_options_get0_user(in), &e))
 #undef COPY_IF
     if (ok) {
         void *progress_data;

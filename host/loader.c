@@ -93,6 +93,7 @@ static const struct {
     { SBX_CAP_LIST_OWNED, "list_owned" },
     { SBX_CAP_EXPOSED_PORTS, "exposed_ports" },
     { SBX_CAP_BACKGROUND, "background" },
+    { SBX_CAP_USER, "user" },
 };
 
 SBX_EXPORT const char *
