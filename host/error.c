@@ -388,7 +388,8 @@ sbx_error_replace_op(sbx_error *error, const char *from, const char *to)
 {
     char *copy;
 
-    if (!error || !error->op || strcmp(error->op, from) != 0 || !(copy = strdup(to)))
+    if (!error || !error->op || strncmp(error->op, from, strlen(from)) != 0 ||
+        !(copy = strdup(to)))
         return;
     free(error->op);
     error->op = copy;

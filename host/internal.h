@@ -202,8 +202,9 @@ void sbx_error_add_contextf(sbx_error *error, const char *key,
 /** Sets the outcome (failed / unknown). NULL ignored. */
 void sbx_error_set_outcome(sbx_error *error, sbx_error_outcome outcome);
 /** Sets backend and op only where they are still empty. NULL ignored. */
-/* Renames the op of @error from @from to @to (nothing when it has another
- * op): a call made of another one reports its own name. */
+/* Renames the op of @error to @to when it begins with @from ("exec" for
+ * exec, exec_start, exec_wait; nothing when it has another op): a call
+ * made of another one reports its own name. */
 void sbx_error_replace_op(sbx_error *error, const char *from, const char *to);
 void sbx_error_fill(sbx_error *error, const char *backend, const char *op);
 /** Replaces the message with a formatted one (e.g. to add a prefix). */

@@ -558,6 +558,290 @@ Test(users, a_malformed_user_is_invalid_argument)
     destroy(sb);
 }
 
+/* The image whose USER is app (uid 1000, gid 1000, home /home/app), built
+ * once on the test image (docker). */
+static const char *case45_image(void)
+{
+    const char *base = getenv("SBX_DOCKER_IMAGE");
+    char *cmd = tu_strdup_printf(
+        "printf 'FROM %s\\nRUN useradd -m -u 1000 -U app\\nUSER app\\n"
+        "LABEL sbx.backend=docker\\n' | docker build -q --network none -t "
+        "sbx-test/case45:latest - >/dev/null 2>&1", base ? base : "sbx-test/debian:bookworm");
+    cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+    free(cmd);
+    return "sbx-test/case45:latest";
+}
+
+/* A new sandbox of g_client whose default user is @user (on @image when
+ * not NULL); asserts the create worked. */
+static sbx_sandbox *create_as(const char *user, const char *image)
+{
+    sbx_options *o = sbx_options_new();
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_options_set_user(o, user, &err), 0);
+    if (image)
+        cr_assert_eq(sbx_options_set_image(o, image, NULL), 0);
+    sbx_sandbox *sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    return sb;
+}
+
+/* The output of @script in @sb (asserts exit 0), malloc()ed. */
+static char *sh_out(sbx_sandbox *sb, const char *script)
+{
+    sbx_result *r = tu_sh(sb, script, 30);
+    tu_assert_exit(r, 0);
+    size_t len = 0;
+    const char *out = sbx_result_get0_stdout(r, &len);
+    char *copy = strndup(out, len);
+    sbx_result_free(r);
+    return copy;
+}
+
+/* The uid:gid the sandbox's passwd gives @uid on bubblewrap without an
+ * image (the host's), "UID:UID" when it has no entry. */
+static char *host_ids(unsigned uid)
+{
+    struct passwd *pw = getpwuid(uid);
+    return tu_strdup_printf("%u:%u", uid, pw ? (unsigned)pw->pw_gid : uid);
+}
+
+/* docker: the create-time user replaces the image's USER for commands and
+ * file calls; the _as calls act as the user they name (a file written as
+ * uid 1000 and the parents it made belong to 1000:1000), with that user's
+ * permissions; a user the container lacks is refused naming it. */
+Test(users, a_create_time_user_and_the_file_calls_as_a_user)
+{
+    if (!is_docker()) {
+        sbx_options *o = sbx_options_new();
+        sbx_error *err = NULL;
+        if (is_bubblewrap()) {
+            /* bubblewrap takes a user (the next test), not a group. */
+            cr_assert_eq(sbx_options_set_user(o, "1000:1000", NULL), 0);
+            cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+            sbx_options_free(o);
+            tu_assert_error(err, SBX_ERROR_CONFIGURATION,
+                            "bubblewrap backend: user \"1000:1000\" is neither a user name nor "
+                            "a uid", NULL);
+            cr_assert_str_eq(sbx_error_get0_context(err, "user"), "1000:1000");
+        } else {
+            /* local refuses the option before anything is made. */
+            cr_assert_eq(sbx_options_set_user(o, "1000", &err), 0);
+            cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+            sbx_options_free(o);
+            tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED,
+                            "backend \"local\" cannot run its sandboxes as a chosen user (user "
+                            "\"1000\" asked)", NULL);
+            cr_assert_str_eq(sbx_error_get0_context(err, "user"), "1000");
+            cr_assert_str_eq(sbx_error_get0_op(err), "create");
+        }
+        sbx_error_free(err);
+        return;
+    }
+    sbx_sandbox *sb = create_as("0", case45_image());
+    char *out = sh_out(sb, "id -u; id -g; echo \"$HOME\"");
+    cr_assert_str_eq(out, "0\n0\n/root\n");
+    free(out);
+    sbx_error *err = NULL;
+    /* The plain file calls follow the default user: root's. */
+    cr_assert_eq(sbx_sandbox_write_file(sb, "/home/app/plain.txt", "p\n", 2, &err), 0);
+    /* As uid 1000 (app): the file and the parents the call made. */
+    cr_assert_eq(sbx_sandbox_write_file_as(sb, "/home/app/as/deep/x.txt", "1000", "x\n", 2, &err),
+                 0, "%s", err ? sbx_error_get0_message(err) : "");
+    out = sh_out(sb, "cd /home/app && stat -c '%u:%g %a %n' plain.txt as as/deep as/deep/x.txt");
+    cr_assert_str_eq(out, "0:0 644 plain.txt\n1000:1000 755 as\n1000:1000 755 as/deep\n"
+                          "1000:1000 644 as/deep/x.txt\n");
+    free(out);
+    char *data = NULL;
+    size_t len = 0;
+    cr_assert_eq(sbx_sandbox_read_file_as(sb, "/home/app/as/deep/x.txt", "app", &data, &len,
+                                          &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
+    tu_assert_bytes("x.txt", data, len, "x\n", 2);
+    free(data);
+    sbx_file_info **list = NULL;
+    size_t n = 0;
+    cr_assert_eq(sbx_sandbox_list_files_as(sb, "/home/app/as", "app", &list, &n, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(n, 1);
+    cr_assert_str_eq(sbx_file_info_get0_name(list[0]), "deep");
+    cr_assert_str_eq(sbx_file_info_get0_path(list[0]), "/home/app/as/deep");
+    cr_assert(sbx_file_info_is_dir(list[0]));
+    cr_assert_eq(sbx_file_info_get_mode(list[0]), 0755);
+    sbx_file_info_list_free(list, n);
+    /* app's permissions: root's 0600 file cannot be read, root's
+     * directory cannot be written, and nothing is made. */
+    out = sh_out(sb, "printf s > /tmp/secret && chmod 600 /tmp/secret && echo ok");
+    free(out);
+    cr_assert_eq(sbx_sandbox_read_file_as(sb, "/tmp/secret", "app", &data, &len, &err), -1);
+    cr_assert_null(data);
+    tu_assert_error(err, SBX_ERROR_EXECUTION_FAILED,
+                    "cat failed in the sandbox for \"/tmp/secret\" (exit code 1): cat: "
+                    "/tmp/secret: Permission denied", NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "path"), "/tmp/secret");
+    cr_assert_str_eq(sbx_error_get0_op(err), "read_file");
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_sandbox_write_file_as(sb, "/root/no/x.txt", "app", "n", 1, &err), -1);
+    tu_assert_error(err, SBX_ERROR_EXECUTION_FAILED, "/root/no/x.txt", "Permission denied",
+                    NULL);
+    cr_assert_str_eq(sbx_error_get0_op(err), "write_file");
+    sbx_error_clear(&err);
+    out = sh_out(sb, "test -e /root/no && echo made || echo not-made");
+    cr_assert_str_eq(out, "not-made\n");
+    free(out);
+    /* A user the container lacks: the Engine's refusal, naming it. */
+    cr_assert_eq(sbx_sandbox_write_file_as(sb, "/tmp/u.txt", "sbx-no-such-user", "u", 1, &err),
+                 -1);
+    tu_assert_error(err, SBX_ERROR_EXECUTION_FAILED, "sbx-no-such-user", NULL);
+    cr_assert_str_eq(sbx_error_get0_op(err), "write_file");
+    cr_assert_str_eq(sbx_error_get0_context(err, "path"), "/tmp/u.txt");
+    sbx_error_clear(&err);
+    out = sh_out(sb, "test -e /tmp/u.txt && echo made || echo not-made");
+    cr_assert_str_eq(out, "not-made\n");
+    free(out);
+    destroy(sb);
+
+    /* A user the image's passwd lacks fails the create, naming it. */
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_user(o, "sbx-no-such-user", NULL), 0);
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    sbx_options_free(o);
+    tu_assert_error(err, SBX_ERROR_CREATION_FAILED, "sbx-no-such-user", NULL);
+    sbx_error_free(err);
+}
+
+/* bubblewrap: the create-time user is the sandbox's one uid and gid
+ * inside (bwrap --uid/--gid): by number and by the name the sandbox's
+ * passwd has; commands and what the file calls write are that user's;
+ * exec and the _as calls take that user only; a resumed handle knows it;
+ * a name the passwd lacks fails the create naming it. local: the _as
+ * calls take the user its commands run as, and refuse any other. */
+Test(users, the_create_time_user_is_the_sandboxs_and_the_as_calls_take_it)
+{
+    sbx_error *err = NULL;
+    if (!is_bubblewrap()) {
+        if (is_docker()) {
+            /* The container keeps its User: a resumed handle runs as it. */
+            sbx_sandbox *sb = create_as("0", case45_image());
+            char *state = sbx_sandbox_session_state(sb, &err);
+            cr_assert_not_null(state);
+            sbx_sandbox *again = sbx_resume(state, &err);
+            cr_assert_not_null(again, "%s", err ? sbx_error_get0_message(err) : "");
+            char *out = sh_out(again, "id -un; id -u");
+            cr_assert_str_eq(out, "root\n0\n");
+            free(out);
+            sbx_sandbox_free(again);
+            free(state);
+            destroy(sb);
+            return;
+        }
+        sbx_sandbox *sb = create_with_ports(NULL, 0);
+        char *own = tu_strdup_printf("%u", sandbox_uid(sb));
+        char *path = strdup("/as/x.txt");
+        cr_assert_eq(sbx_sandbox_write_file_as(sb, path, own, "x\n", 2, &err), 0, "%s",
+                     err ? sbx_error_get0_message(err) : "");
+        char *data = NULL;
+        size_t len = 0;
+        cr_assert_eq(sbx_sandbox_read_file_as(sb, path, own, &data, &len, &err), 0);
+        tu_assert_bytes("x.txt", data, len, "x\n", 2);
+        free(data);
+        const char *other = sandbox_uid(sb) == 0 ? "nobody" : "root";
+        char *p2 = strdup("/other/y.txt");
+        cr_assert_eq(sbx_sandbox_write_file_as(sb, p2, other, "y", 1, &err), -1);
+        tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED, "cannot be chosen", other, NULL);
+        cr_assert_str_eq(sbx_error_get0_context(err, "user"), other);
+        cr_assert_str_eq(sbx_error_get0_context(err, "path"), p2);
+        cr_assert_str_eq(sbx_error_get0_op(err), "write_file");
+        sbx_error_clear(&err);
+        sbx_file_info **list = NULL;
+        size_t n = 0;
+        cr_assert_eq(sbx_sandbox_list_files_as(sb, "/as", other, &list, &n, &err), -1);
+        cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_FEATURE_NOT_SUPPORTED);
+        cr_assert_str_eq(sbx_error_get0_op(err), "list_files");
+        sbx_error_clear(&err);
+        cr_assert_eq(sbx_sandbox_list_files_as(sb, "/as", own, &list, &n, &err), 0);
+        cr_assert_eq(n, 1);
+        cr_assert_str_eq(sbx_file_info_get0_name(list[0]), "x.txt");
+        cr_assert_eq(sbx_file_info_get_size(list[0]), 2);
+        sbx_file_info_list_free(list, n);
+        char *made = sh_out(sb, "test -e \"$SANDBOX_ROOT/other\" && echo made || echo not-made");
+        cr_assert_str_eq(made, "not-made\n");
+        free(made);
+        free(p2);
+        free(path);
+        free(own);
+        destroy(sb);
+        return;
+    }
+    sbx_sandbox *sb = create_as("1000", NULL);
+    char *ids = host_ids(1000);
+    char *want = tu_strdup_printf("1000\n%s\n", strchr(ids, ':') + 1);
+    char *out = sh_out(sb, "id -u; id -g");
+    cr_assert_str_eq(out, want);
+    free(out);
+    cr_assert_eq(sbx_sandbox_write_file(sb, "/work/w/w.txt", "w\n", 2, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_write_file_as(sb, "/work/a/a.txt", "1000", "a\n", 2, &err), 0,
+                 "%s", err ? sbx_error_get0_message(err) : "");
+    out = sh_out(sb, "cd /work && stat -c '%u:%g %n' w w/w.txt a a/a.txt");
+    char *st = tu_strdup_printf("%s w\n%s w/w.txt\n%s a\n%s a/a.txt\n", ids, ids, ids, ids);
+    cr_assert_str_eq(out, st);
+    free(st);
+    free(out);
+    /* The sandbox's user by number; root is not it. */
+    sbx_result *r = sh_as(sb, "1000", "id -u");
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "1000\n");
+    sbx_result_free(r);
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.shell = "touch /tmp/ran";
+    rq.user = "0";
+    cr_assert_null(sbx_sandbox_execute_command(sb, &rq, &err));
+    tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED,
+                    "bubblewrap backend runs every command as uid 1000 (the sandbox's user); "
+                    "user \"0\" cannot be chosen", NULL);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_sandbox_write_file_as(sb, "/tmp/r.txt", "0", "r", 1, &err), -1);
+    tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED, "user \"0\" cannot be chosen", NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "user"), "0");
+    sbx_error_clear(&err);
+    out = sh_out(sb, "test -e /tmp/ran || test -e /tmp/r.txt || echo none");
+    cr_assert_str_eq(out, "none\n");
+    free(out);
+    /* Resumed: the same user inside, and exec still takes it. */
+    char *state = sbx_sandbox_session_state(sb, &err);
+    cr_assert_not_null(state);
+    sbx_sandbox *again = sbx_resume(state, &err);
+    cr_assert_not_null(again, "%s", err ? sbx_error_get0_message(err) : "");
+    r = sh_as(again, "1000", "id -u");
+    tu_assert_stdout(r, "1000\n");
+    sbx_result_free(r);
+    sbx_sandbox_free(again);
+    free(state);
+    destroy(sb);
+    free(want);
+    free(ids);
+
+    /* By name, as the sandbox's passwd (here the host's) has it. */
+    sb = create_as("nobody", NULL);
+    out = sh_out(sb, "id -u; id -g; id -un");
+    cr_assert_str_eq(out, "65534\n65534\nnobody\n");
+    free(out);
+    r = sh_as(sb, "nobody", "id -u");
+    tu_assert_stdout(r, "65534\n");
+    sbx_result_free(r);
+    destroy(sb);
+
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_user(o, "sbx-no-such-user", NULL), 0);
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    sbx_options_free(o);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION,
+                    "bubblewrap backend: user \"sbx-no-such-user\" is not in the sandbox's "
+                    "/etc/passwd (/etc/passwd)", NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "user"), "sbx-no-such-user");
+    sbx_error_free(err);
+}
+
 /* ---------------------------------------------------------- workspace */
 
 TestSuite(workspace, .init = setup, .fini = teardown, .timeout = 180);
