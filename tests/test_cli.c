@@ -4011,9 +4011,13 @@ Test(cli, exec_and_run_user_runs_as_the_user_the_backend_can)
                        other) > 0);
     EXPECT_KEEP(125, "", want, "exec", "-u", other, id, "true");
     free(want);
-    EXPECT_KEEP(125, "", "sbx: -u is the user of one command, not of a sandbox: give it to "
-                "`sbx exec -u app` or `sbx run -u app`\nsbx: see 'sbx create --help'\n",
-                "create", "-u", "app");
+    /* create -u: the sandbox's default user, which local cannot have. */
+    EXPECT_KEEP(125, "", "sbx: backend \"local\" cannot run its sandboxes as a chosen user "
+                "(user \"app\" asked) [code=feature_not_supported; backend=local; op=create; "
+                "user=app; option=user]\n", "create", "-u", "app");
+    EXPECT_KEEP(125, "", "sbx: user \"a b\" is not a user name or uid (NULL, empty, too long, "
+                "or holding whitespace or control characters) [code=invalid_argument; "
+                "op=set_user; user=a b]\n", "create", "--user", "a b");
     free(id);
 }
 
