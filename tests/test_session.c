@@ -1483,3 +1483,72 @@ Test(workspace, the_async_forms_run_persist_hydrate_and_resolve_port)
     sbx_async_free(a);
     destroy(sb);
 }
+
+/* The completion of a listing: its names and sizes, one a line, in data. */
+static void list_done(sbx_op *op, void *user_data)
+{
+    async_seen *s = user_data;
+    size_t n = 0;
+    sbx_file_info **list = sbx_op_steal_file_list(op, &n);
+    s->kind = sbx_op_get_kind(op);
+    s->error = sbx_op_steal_error(op);
+    s->data = strdup("");
+    for (size_t i = 0; i < n; i++) {
+        char *line = tu_strdup_printf("%s%s %lld\n", s->data, sbx_file_info_get0_name(list[i]),
+                                      (long long)sbx_file_info_get_size(list[i]));
+        free(s->data);
+        s->data = line;
+    }
+    sbx_file_info_list_free(list, n);
+    s->done = 1;
+}
+
+/* The file calls as a user have asynchronous forms: as the sandbox's own
+ * user (the one every backend here runs commands as) a write, a read and a
+ * listing; as a user it cannot run as, the refusal comes in the callback. */
+Test(users, the_as_calls_have_async_forms)
+{
+    sbx_sandbox *sb = create_with_ports(NULL, 0);
+    char *own = tu_strdup_printf("%u", sandbox_uid(sb));
+    sbx_error *err = NULL;
+    sbx_async *a = sbx_async_new(2, &err);
+    cr_assert_not_null(a);
+    async_seen s = { 0 };
+    cr_assert_not_null(sbx_sandbox_write_file_as_async(a, sb, "/tmp/as/a.txt", own, "a\n", 2,
+                                                       async_done, &s, &err));
+    async_wait_for(a, &s);
+    cr_assert_null(s.error, "%s", s.error ? sbx_error_get0_message(s.error) : "");
+    cr_assert_eq(s.kind, SBX_OP_WRITE_FILE);
+    memset(&s, 0, sizeof(s));
+    cr_assert_not_null(sbx_sandbox_read_file_as_async(a, sb, "/tmp/as/a.txt", own, async_done,
+                                                      &s, &err));
+    async_wait_for(a, &s);
+    cr_assert_null(s.error, "%s", s.error ? sbx_error_get0_message(s.error) : "");
+    cr_assert_eq(s.kind, SBX_OP_READ_FILE);
+    cr_assert_str_eq(s.data, "a\n");
+    free(s.data);
+    memset(&s, 0, sizeof(s));
+    cr_assert_not_null(sbx_sandbox_list_files_as_async(a, sb, "/tmp/as", own, list_done, &s,
+                                                       &err));
+    async_wait_for(a, &s);
+    cr_assert_null(s.error, "%s", s.error ? sbx_error_get0_message(s.error) : "");
+    cr_assert_eq(s.kind, SBX_OP_LIST_FILES);
+    cr_assert_str_eq(s.data, "a.txt 2\n");
+    free(s.data);
+    const char *other = is_docker() ? "sbx-no-such-user" : sandbox_uid(sb) == 0 ? "nobody"
+                                                                                : "root";
+    memset(&s, 0, sizeof(s));
+    cr_assert_not_null(sbx_sandbox_write_file_as_async(a, sb, "/tmp/as/b.txt", other, "b", 1,
+                                                       async_done, &s, &err));
+    async_wait_for(a, &s);
+    cr_assert_not_null(s.error);
+    cr_assert_eq(sbx_error_get_code(s.error),
+                 is_docker() ? SBX_ERROR_EXECUTION_FAILED : SBX_ERROR_FEATURE_NOT_SUPPORTED);
+    cr_assert_str_eq(sbx_error_get0_op(s.error), "write_file");
+    cr_assert(strstr(sbx_error_get0_message(s.error), other) != NULL, "%s",
+              sbx_error_get0_message(s.error));
+    sbx_error_free(s.error);
+    sbx_async_free(a);
+    free(own);
+    destroy(sb);
+}

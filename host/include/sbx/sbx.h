@@ -3011,6 +3011,22 @@ SBX_EXPORT sbx_op *sbx_sandbox_read_file_async(sbx_async *async, sbx_sandbox *sa
                                                const char *path,
                                                sbx_op_done_fn done, void *user_data,
                                                sbx_error **error);
+/** sbx_sandbox_list_files_as(), sbx_sandbox_read_file_as(),
+ *  sbx_sandbox_write_file_as(): as the forms above, with @user (copied;
+ *  NULL = the plain call) [as theirs]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_list_files_as_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                   const char *path, const char *user,
+                                                   sbx_op_done_fn done, void *user_data,
+                                                   sbx_error **error);
+SBX_EXPORT sbx_op *sbx_sandbox_read_file_as_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                  const char *path, const char *user,
+                                                  sbx_op_done_fn done, void *user_data,
+                                                  sbx_error **error);
+SBX_EXPORT sbx_op *sbx_sandbox_write_file_as_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                   const char *path, const char *user,
+                                                   const void *data, size_t len,
+                                                   sbx_op_done_fn done, void *user_data,
+                                                   sbx_error **error);
 /** sbx_sandbox_read_file_to_fd(); @fd borrowed until the callback
  *  [get_error]. Since 0.1. */
 SBX_EXPORT sbx_op *sbx_sandbox_read_file_to_fd_async(sbx_async *async, sbx_sandbox *sandbox,
