@@ -9,7 +9,8 @@
  *     sbx-supervisor --launch [--cgroup-procs=F]... --keep=META
  *         [--remove=ROOT/tmp] [--lent=ROOT] --seccomp-fd=4
  *         [--user=65534:65534] [--overlay=META] -- BWRAP
- *         --unshare-user --disable-userns --cap-drop ALL --seccomp 4
+ *         --unshare-user [--uid UID --gid GID] --disable-userns
+ *         --cap-drop ALL --seccomp 4
  *         --unshare-pid --unshare-ipc --unshare-uts
  *         [--unshare-net] --new-session --as-pid-1 --hostname sbx
  *         --bind ROOT|META/mnt / --ro-bind SRC/usr /usr --ro-bind SRC/etc /etc
@@ -62,6 +63,12 @@
  *     thread's filesystem uid and gid, so what they create belongs to the
  *     sandbox; the other file calls and destroy run as root, and destroy
  *     removes everything the sandbox made.
+ *   - A create-time user (sbx_options_set_user) is the one uid and gid of
+ *     the sandbox's user namespace (--uid/--gid; a name resolved in
+ *     SRC/etc/passwd by bwrap_resolve_user): inside, commands and what the
+ *     file calls write are that user's; outside nothing changes (the
+ *     namespace maps it to the uid above). Without one the sandbox's uid
+ *     inside is its uid outside.
  *   - /proc/sys and the other host-global knobs of /proc are read-only or
  *     hidden; /sys is absent.
  *   - /proc names no host path of an owned root: the launcher mounts, in
@@ -575,9 +582,10 @@ int bwrap_resolve_user(const char *passwd, const char *user, uid_t *uid, gid_t *
         return -1;
     }
     FILE *f = fopen(passwd, "re");
-    struct passwd *pw;
+    struct passwd ent, *pw = NULL;
+    char buf[4096];
     int found = 0;
-    while (f && (pw = fgetpwent(f)) != NULL) {
+    while (f && fgetpwent_r(f, &ent, buf, sizeof(buf), &pw) == 0 && pw) {
         if (numeric ? pw->pw_uid == (uid_t)n : strcmp(pw->pw_name, user) == 0) {
             *uid = pw->pw_uid;
             *gid = pw->pw_gid;
