@@ -1146,9 +1146,9 @@ Test(workspace, a_workspace_moves_between_backends)
 
 /* CASE-45: what the file calls write belongs to the user commands run as
  * (docker: an image whose USER is app, uid 1000, gid 1000, home
- * /home/app; local and bubblewrap: the uid they run every command as, in
- * a directory /work/app made by a command), and the home's own owner and
- * mode stay as they were. */
+ * /home/app; bubblewrap: the create-time user 1000; local: the uid it
+ * runs every command as; both in a directory /work/app made by a command),
+ * and the home's own owner and mode stay as they were. */
 Test(users, case45_written_and_uploaded_files_belong_to_the_exec_user)
 {
     sbx_sandbox *sb;
@@ -1167,7 +1167,8 @@ Test(users, case45_written_and_uploaded_files_belong_to_the_exec_user)
         sbx_options_free(o);
         home = "/home/app";
     } else {
-        sb = create_with_ports(NULL, 0);
+        /* bubblewrap: as the case's create(..., user="app"), uid 1000. */
+        sb = is_bubblewrap() ? create_as("1000", NULL) : create_with_ports(NULL, 0);
         sbx_result *r = tu_sh(sb, "mkdir -p \"$SANDBOX_ROOT/work/app\"", 30);
         tu_assert_exit(r, 0);
         sbx_result_free(r);
@@ -1221,6 +1222,12 @@ Test(users, case45_written_and_uploaded_files_belong_to_the_exec_user)
     sbx_result_free(r);
     if (is_docker())
         cr_assert(uid == 1000 && gid == 1000, "exec user %u:%u", uid, gid);
+    if (is_bubblewrap()) {
+        char *ids = host_ids(1000), *got = tu_strdup_printf("%u:%u", uid, gid);
+        cr_assert_str_eq(got, ids);
+        free(ids);
+        free(got);
+    }
     char *step6 = tu_strdup_printf(
         "id -u; cd \"$SANDBOX_ROOT%s\" && stat -c '%%u:%%g %%n' w.txt u.txt proj proj/a.txt "
         "proj/sub proj/sub/b.txt newdir newdir/deep newdir/deep/x.txt .; echo more >> u.txt "
