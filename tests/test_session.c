@@ -785,6 +785,10 @@ Test(users, the_create_time_user_is_the_sandboxs_and_the_as_calls_take_it)
     char *out = sh_out(sb, "id -u; id -g");
     cr_assert_str_eq(out, want);
     free(out);
+    /* HOME stays the sandbox's root, which is that user's to write. */
+    out = sh_out(sb, "echo \"$HOME\"; touch \"$HOME/h\" && stat -c %u /h");
+    cr_assert_str_eq(out, "/\n1000\n");
+    free(out);
     cr_assert_eq(sbx_sandbox_write_file(sb, "/work/w/w.txt", "w\n", 2, &err), 0, "%s",
                  err ? sbx_error_get0_message(err) : "");
     cr_assert_eq(sbx_sandbox_write_file_as(sb, "/work/a/a.txt", "1000", "a\n", 2, &err), 0,

@@ -543,7 +543,8 @@ SBX_EXPORT int sbx_options_add_port(sbx_options *options, unsigned port, sbx_err
  *    user namespace (bwrap --uid/--gid), a number, or a name the
  *    sandbox's /etc/passwd (the image's, else the host's) resolves; the
  *    gid is the user's primary group there, else the uid; outside it
- *    stays the unprivileged uid the sandbox always runs as;
+ *    stays the unprivileged uid the sandbox always runs as; HOME stays
+ *    the sandbox's root "/", which belongs to that user;
  *  - e2b: envd's user for commands and files ("user" or "root");
  *  - every other backend (local included: its commands run as the calling
  *    user) refuses the create with feature_not_supported naming the
