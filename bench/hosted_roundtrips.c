@@ -11,6 +11,12 @@
  *     (GET /_fake/log) emptied before each call and read after it;
  *   - requests per warm exec: `echo hi` through execute_shell on a live
  *     sandbox that already ran one command, over -k execs;
+ *   - modal only: the connections those execs opened (distinct client
+ *     ports in the fake's log) over plain-text HTTP/2 (h2c, what the fake
+ *     serves by default: libcurl 7.88.1 cannot re-use such a connection, so
+ *     one per call) and over TLS (the fake's "GRPCS"/"ROUTERS" ports, as
+ *     Modal is reached: connections re-used), and the p50 of a warm exec
+ *     on each (-n rounds, alternating), with the ratio h2c/TLS;
  *   - daytona only: the p50 of that exec through libsbx against a raw
  *     libcurl request to the fake's own exec endpoint (POST
  *     /toolbox/ID/process/execute {"command": "echo hi"}, one reused
@@ -55,6 +61,8 @@ typedef struct fake {
     pid_t pid;
     int port;
     int grpc_port;      /* modal: the gRPC control service's ("GRPC <n>") */
+    int grpcs_port;     /* modal: the same over TLS ("GRPCS <n>") */
+    int routers_port;   /* modal: the command router over TLS ("ROUTERS <n>") */
     CURL *ctl;          /* control requests (/_fake/...) */
 } fake;
 
@@ -113,9 +121,14 @@ static int fake_start(const char *backend, fake *f)
     close(p[0]);
     line[len] = '\0';
     char *pl = strstr(line, "PORT "), *gl = strstr(line, "GRPC ");
-    f->grpc_port = 0;
+    char *gs = strstr(line, "GRPCS "), *rs = strstr(line, "ROUTERS ");
+    f->grpc_port = f->grpcs_port = f->routers_port = 0;
     if (gl)
         sscanf(gl, "GRPC %d", &f->grpc_port);
+    if (gs)
+        sscanf(gs, "GRPCS %d", &f->grpcs_port);
+    if (rs)
+        sscanf(rs, "ROUTERS %d", &f->routers_port);
     if (!pl || sscanf(pl, "PORT %d", &f->port) != 1) {
         printf("(left out: the %s fake did not start)\n", backend);
         kill(pid, SIGTERM);
@@ -187,6 +200,40 @@ static int log_count(fake *f)
     json_object *j = json_tokener_parse(b.data);
     free(b.data);
     int n = j && json_object_is_type(j, json_type_array) ? (int)json_object_array_length(j) : -1;
+    json_object_put(j);
+    return n;
+}
+
+/* modal: the distinct client addresses ("peer": one per connection) of
+ * the calls logged since log_clear (-1 on failure); the calls in *@calls. */
+static int log_peers(fake *f, int *calls)
+{
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/_fake/log", f->port);
+    bench_body b;
+    if (http(f->ctl, "GET", url, NULL, 0, &b) != 200) {
+        free(b.data);
+        return -1;
+    }
+    json_object *j = json_tokener_parse(b.data), *seen = json_object_new_object();
+    free(b.data);
+    int n = -1;
+    *calls = 0;
+    if (j && json_object_is_type(j, json_type_array)) {
+        n = 0;
+        for (size_t i = 0; i < json_object_array_length(j); i++) {
+            json_object *e = json_object_array_get_idx(j, i), *p = NULL;
+            if (!json_object_object_get_ex(e, "peer", &p))
+                continue;
+            (*calls)++;
+            const char *peer = json_object_get_string(p);
+            if (!json_object_object_get_ex(seen, peer, NULL)) {
+                json_object_object_add(seen, peer, NULL);
+                n++;
+            }
+        }
+    }
+    json_object_put(seen);
     json_object_put(j);
     return n;
 }
@@ -411,6 +458,91 @@ static void point_at(const char *backend, int port, int grpc_port)
 
 #define CREATES 3
 
+/* modal: connections per exec and the warm exec's p50 over h2c (@sb of
+ * @c, the fake's plain-text ports) and over TLS (a second client and
+ * sandbox on the fake's TLS ports, trusting its certificate). 0, or -1. */
+static int modal_connections(fake *f, sbx_client *c, sbx_sandbox *sb, int rounds, int execs)
+{
+    (void)c;
+    if (!f->grpcs_port || !f->routers_port) {
+        printf("connections: (left out: the fake has no TLS ports)\n");
+        return 0;
+    }
+    int rc = -1, calls = 0;
+    char url[128], cfg[512], ca[] = "/tmp/sbx-bench-modal-ca-XXXXXX";
+    sbx_client *tc = NULL;
+    sbx_sandbox *tsb = NULL;
+    sbx_error *err = NULL;
+    double *h2c = calloc((size_t)rounds, sizeof *h2c), *tls = calloc((size_t)rounds, sizeof *tls);
+    int fd = mkstemp(ca);
+    bench_body b = { 0 };
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/_fake/tls_ca", f->port);
+    if (fd < 0 || !h2c || !tls || http(f->ctl, "GET", url, NULL, 0, &b) != 200
+        || write(fd, b.data, strlen(b.data)) != (ssize_t)strlen(b.data)) {
+        fprintf(stderr, "modal: cannot get the fake's certificate\n");
+        goto out;
+    }
+    log_clear(f);
+    for (int i = 0; i < execs; i++)
+        if (exec_echo(sb) < 0)
+            goto out;
+    int p1 = log_peers(f, &calls);
+    printf("connections: h2c %d for %d calls of %d execs (%.2f per exec)\n", p1, calls, execs,
+           (double)p1 / execs);
+    snprintf(cfg, sizeof cfg, "{\"server_url\":\"https://127.0.0.1:%d\",\"ca_file\":\"%s\"}",
+             f->grpcs_port, ca);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/_fake/router_url", f->port);
+    char rurl[96];
+    snprintf(rurl, sizeof rurl, "{\"url\":\"https://127.0.0.1:%d\"}", f->routers_port);
+    if (http(f->ctl, "POST", url, rurl, 0, NULL) != 204
+        || !(tc = sbx_client_new_with_config("modal", SBX_PLUGIN_MODE_DEFAULT, cfg, &err))
+        || !(tsb = sbx_sandbox_create(tc, NULL, &err)) || exec_echo(tsb) < 0) {
+        fprintf(stderr, "modal over TLS: %s\n", err ? sbx_error_get0_message(err) : "exec");
+        goto out;
+    }
+    log_clear(f);
+    for (int i = 0; i < execs; i++)
+        if (exec_echo(tsb) < 0)
+            goto out;
+    int p2 = log_peers(f, &calls);
+    printf("connections: TLS %d for %d calls of %d execs (%.2f per exec)\n", p2, calls, execs,
+           (double)p2 / execs);
+    for (int i = 0; i < rounds; i++) {
+        double t0 = now_ms();
+        if (exec_echo(sb) < 0)
+            goto out;
+        h2c[i] = now_ms() - t0;
+        t0 = now_ms();
+        if (exec_echo(tsb) < 0)
+            goto out;
+        tls[i] = now_ms() - t0;
+    }
+    double a = median(h2c, rounds), t = median(tls, rounds);
+    printf("exec p50:    h2c (a connection per call) %.2f ms, TLS (re-used) %.2f ms, %d rounds\n",
+           a, t, rounds);
+    printf("ratio:       h2c/TLS %.2f\n", a / t);
+    rc = 0;
+out:
+    if (f->ctl) {
+        snprintf(url, sizeof url, "http://127.0.0.1:%d/_fake/router_url", f->port);
+        http(f->ctl, "POST", url, "{\"url\":\"\"}", 0, NULL);
+    }
+    if (tsb) {
+        sbx_sandbox_destroy(tsb, NULL);
+        sbx_sandbox_free(tsb);
+    }
+    sbx_client_free(tc);
+    sbx_error_free(err);
+    free(b.data);
+    free(h2c);
+    free(tls);
+    if (fd >= 0) {
+        close(fd);
+        unlink(ca);
+    }
+    return rc;
+}
+
 static int run_backend(const char *backend, int rounds, int execs)
 {
     fake f;
@@ -456,6 +588,9 @@ static int run_backend(const char *backend, int rounds, int execs)
     int ereq = log_count(&f);
     printf("warm exec:  %.2f requests per exec (%d requests over %d execs of `echo hi`)\n",
            (double)ereq / execs, ereq, execs);
+
+    if (strcmp(backend, "modal") == 0 && modal_connections(&f, c, sb[0], rounds, execs) < 0)
+        goto out;
 
     raw_exec rx;
     if (raw_exec_for(backend, f.port, sbx_sandbox_get0_id(sb[0]), &rx) == 0) {

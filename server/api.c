@@ -36,6 +36,18 @@
  * at libsbx's output cap adds "stdout_truncated"/"stderr_truncated": true.
  * Replies without these conditions carry exactly the reference's fields.
  *
+ * The claim is a volatile transaction (server/store.h: written, not
+ * flushed), the outcome with its usage and ledger entries one durable
+ * transaction, committed before the answer: an answered execute's ledger
+ * entries survive a power loss; an unanswered one whose claim was lost
+ * with the machine runs again when its request is sent again. The store
+ * connection is given back while the command runs.
+ *
+ * Records made with an Idempotency-Key carry it as "idempotency_key"
+ * (beyond the reference), and GET /v1/sandboxes?idempotency_key=K lists
+ * the record of key K only: the contract's create has no labels, so the
+ * key is how a client finds what it made.
+ *
  * Session state (beyond the reference): each sandbox's libsbx session
  * state is kept sealed (AES-256-GCM under a key derived from the pepper,
  * server/util.c) in sandboxes.session_state_sealed, and the sandboxes are
@@ -73,6 +85,16 @@ cx_done(cx *x)
         store_release(x->st, x->c);
     }
     x->c = NULL;
+    x->in_txn = 0;
+}
+
+void
+cx_release(cx *x)
+{
+    if (x->c && !x->in_txn) {
+        store_release(x->st, x->c);
+        x->c = NULL;
+    }
 }
 
 static int
@@ -134,20 +156,32 @@ ex(cx *x, const char *sql, size_t n, const char *const *p, int *conflict)
     return rc;
 }
 
-int
-tx_begin(cx *x, const char *lock)
+static int
+begin_flags(cx *x, const char *lock, unsigned flags)
 {
     char *err = NULL;
 
     if (conn(x) < 0)
         return -1;
-    if (x->vt->begin(x->c, lock, &err) < 0) {
+    if (x->vt->begin(x->c, lock, flags, &err) < 0) {
         log_store_error("begin", err);
         x->failed = 1;
         return -1;
     }
     x->in_txn = 1;
     return 0;
+}
+
+int
+tx_begin(cx *x, const char *lock)
+{
+    return begin_flags(x, lock, 0);
+}
+
+int
+tx_begin_volatile(cx *x, const char *lock)
+{
+    return begin_flags(x, lock, STORE_TXN_VOLATILE);
 }
 
 int
@@ -346,6 +380,14 @@ record_json(const store_rows *r, size_t i)
     json_object_object_add(o, "terminated_by_api_key_name",
                            jstr(store_cell(r, i, "terminated_by_api_key_name")));
     json_object_object_add(o, "termination_reason", jstr(store_cell(r, i, "termination_reason")));
+    /* Beyond the reference: the create's Idempotency-Key, only on records
+     * made with one (so a record without carries exactly the reference's
+     * fields). The contract's create carries no labels or metadata (unknown
+     * body fields are dropped), so this key is what a client can find its
+     * creates by: libsbx's remote backend sends its create token as the key
+     * and lists its sandboxes by it (list_owned, `sbx gc`). */
+    if (store_cell(r, i, "idempotency_key"))
+        json_object_object_add(o, "idempotency_key", jstr(store_cell(r, i, "idempotency_key")));
     return o;
 }
 
@@ -911,13 +953,23 @@ out:
 static void
 h_sandbox_list(cx *x, cp_request *req, cp_response *res)
 {
+    const char *key = cp_query(req, "idempotency_key");
     store_rows *r;
     json_object *out;
 
     if (!cp_require_scope(req, res, "sandboxes:read"))
         return;
-    r = q(x, SANDBOX_SELECT "WHERE s.organization_id = ? ORDER BY s.created_at DESC, s.id DESC",
-          P(req->who.org_id));
+    /* Beyond the reference: ?idempotency_key=K lists only the record its
+     * create with key K made (none or one; the reference ignores the
+     * argument and lists all). */
+    if (key)
+        r = q(x, SANDBOX_SELECT "WHERE s.organization_id = ? AND s.idempotency_key = ?"
+                                " ORDER BY s.created_at DESC, s.id DESC",
+              P(req->who.org_id, key));
+    else
+        r = q(x, SANDBOX_SELECT "WHERE s.organization_id = ?"
+                                " ORDER BY s.created_at DESC, s.id DESC",
+              P(req->who.org_id));
     if (!r) {
         reply_internal(res);
         return;
@@ -1119,8 +1171,7 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     const char *cwd = NULL;
     double exec_timeout = 0;
     double t0, elapsed;
-    int64_t us, rate = 0, prov, cust;
-    int conflict = 0;
+    int64_t us, rate = 0, prov, cust, claimed;
 
     if (!cp_require_scope(req, res, "sandboxes:execute"))
         return;
@@ -1225,23 +1276,28 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     request_id = hdr ? strdup(hdr) : cp_new_id("req");
     exe_id = cp_new_id("exe");
     cp_now_iso(now, sizeof now);
-    /* The claim: one `running` row per (organisation, sandbox, request id). */
+    /* The claim: one `running` row per (organisation, sandbox, request id),
+     * inserted once (the unique constraint decides between racers, in one
+     * or several server processes); the existing row when it was there.
+     * Volatile (server/store.h): no answer acknowledges the claim itself. */
     snprintf(lock, sizeof lock, "execution:%s:%s", id, request_id);
-    if (tx_begin(x, lock) < 0)
+    if (tx_begin_volatile(x, lock) < 0)
         goto internal;
-    ex_rows = q(x, "SELECT status, response_json, error FROM executions"
-                   " WHERE organization_id = ? AND sandbox_id = ? AND request_id = ?",
-                P(req->who.org_id, id, request_id));
-    if (!ex_rows)
+    claimed = ex(x, "INSERT INTO executions(id, organization_id, sandbox_id, request_id, status,"
+                    " created_at) VALUES (?, ?, ?, ?, 'running', ?) ON CONFLICT DO NOTHING",
+                 P(exe_id, req->who.org_id, id, request_id, now), NULL);
+    if (claimed < 0)
         goto internal;
-    if (ex_rows->nrows == 0 &&
-        ex(x, "INSERT INTO executions(id, organization_id, sandbox_id, request_id, status,"
-              " created_at) VALUES (?, ?, ?, ?, 'running', ?)",
-           P(exe_id, req->who.org_id, id, request_id, now), &conflict) < 0)
-        goto internal;
+    if (claimed == 0) {
+        ex_rows = q(x, "SELECT status, response_json, error FROM executions"
+                       " WHERE organization_id = ? AND sandbox_id = ? AND request_id = ?",
+                    P(req->who.org_id, id, request_id));
+        if (!ex_rows || ex_rows->nrows == 0)
+            goto internal;     /* executions rows are never deleted */
+    }
     if (tx_commit(x) < 0)
         goto internal;
-    if (ex_rows->nrows) {
+    if (ex_rows && ex_rows->nrows) {
         const char *st = store_cell(ex_rows, 0, "status");
         if (!strcmp(st, "completed")) {
             res->status = 200;
@@ -1255,7 +1311,8 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         goto out;
     }
 
-    /* The run. */
+    /* The run, without a store connection held meanwhile. */
+    cx_release(x);
     t0 = cp_mono();
     {
         sbx_exec_request er = SBX_EXEC_REQUEST_INIT;
@@ -1584,14 +1641,6 @@ match(const char *pattern, const char *path, const char **params, char store_[][
         s++;
     }
     return !*p && !*s;
-}
-
-int
-cp_route_blocks(const char *method, const char *path)
-{
-    if (strncmp(path, "/v1/sandboxes", 13))
-        return 0;
-    return !strcmp(method, "POST") || !strcmp(method, "DELETE");
 }
 
 void

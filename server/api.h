@@ -33,8 +33,15 @@ store_rows *q(cx *x, const char *sql, size_t n, const char *const *p);
 /* A statement's changed-row count, -1 on failure (*@conflict: a unique
  * violation, when not NULL). */
 int64_t ex(cx *x, const char *sql, size_t n, const char *const *p, int *conflict);
-/* Transactions (server/store.h: @lock names the decision). */
+/* Transactions (server/store.h: @lock names the decision); durable at
+ * commit. tx_begin_volatile(): one whose commit may be lost with the
+ * machine (never with the process), for decisions no answer acknowledges. */
 int tx_begin(cx *x, const char *lock);
+int tx_begin_volatile(cx *x, const char *lock);
+/* Gives the request's store connection back to the pool (outside a
+ * transaction), before a wait on a provider; the next statement takes
+ * one again. */
+void cx_release(cx *x);
 int tx_commit(cx *x);
 void tx_rollback(cx *x);
 

@@ -1,6 +1,6 @@
 /*
  * server/http.c — sbx-server's HTTP layer over libmicrohttpd: the daemon
- * (a pool of polling threads, HTTP/1.1 keep-alive), request bodies, the
+ * (a thread per connection, HTTP/1.1 keep-alive), request bodies, the
  * contract's security headers on every response (CONTROL-PLANE.md §8), and
  * one log line per request on stderr:
  *
@@ -9,12 +9,15 @@
  * The log names the route template (never the query, a header or a body),
  * so no key, token or other secret reaches it (CASE-36).
  *
- * Requests that wait on a provider (create, execute, terminate: see
- * cp_route_blocks) are not run on the polling threads: their connection is
- * suspended and the request handed to a pool of worker threads
- * (SBX_SERVER_WORKERS, default 64), which resumes the connection with the
- * response. So a slow command never stalls the other connections a polling
- * thread serves. Everything else is answered inline.
+ * Each connection is served by its own thread (libmicrohttpd's thread per
+ * connection, at most SBX_SERVER_CONNECTIONS at once, default 256), which
+ * runs every request of that connection inline, those that wait on a
+ * provider (create, execute, terminate) included: a slow command stalls
+ * only its own connection, which waits for that answer anyway (HTTP/1.1
+ * without pipelining), and no request crosses threads. Handing a request
+ * from a polling thread to a worker pool and back costs two thread
+ * wake-ups per request (about 60 us at p50 on a busy 2-core machine,
+ * bench/cp_exec), which this avoids.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -39,31 +42,21 @@ struct cp_http {
     struct MHD_Daemon *d;
     cp_server *srv;
     unsigned port;
-    /* the worker pool */
-    pthread_mutex_t lock;
-    pthread_cond_t wake;
-    req_ctx *head, *tail;
-    pthread_t *workers;
-    unsigned nworkers;
-    int quitting;
 };
 
 /* One request: its body as it arrives, then copies of its headers and query
- * arguments (a worker must not touch the connection), then its response. */
+ * arguments, then its response. */
 struct req_ctx {
     char *body;
     size_t len, cap;
     int too_large;
     double start;
-    int state;                    /* 0 receiving, 1 with a worker, 2 answered */
-    struct MHD_Connection *conn;
     char *method, *path;
     char **names, **values;       /* headers (kind 'h') and arguments ('a') */
     char *kinds;
     size_t n, ncap;
     cp_request req;
     cp_response res;
-    req_ctx *next;
 };
 
 static const char *const security_headers[][2] = {
@@ -142,51 +135,6 @@ ctx_free(req_ctx *ctx)
     free(ctx);
 }
 
-static void *
-worker(void *arg)
-{
-    struct cp_http *h = arg;
-
-    for (;;) {
-        req_ctx *ctx;
-        pthread_mutex_lock(&h->lock);
-        while (!h->head && !h->quitting)
-            pthread_cond_wait(&h->wake, &h->lock);
-        ctx = h->head;
-        if (!ctx) {
-            pthread_mutex_unlock(&h->lock);
-            return NULL;
-        }
-        h->head = ctx->next;
-        if (!h->head)
-            h->tail = NULL;
-        pthread_mutex_unlock(&h->lock);
-        cp_dispatch(h->srv, &ctx->req, &ctx->res);
-        __atomic_store_n(&ctx->state, 2, __ATOMIC_RELEASE);
-        MHD_resume_connection(ctx->conn);
-    }
-}
-
-/* Hands @ctx to a worker; 0, or -1 when the pool is stopping. */
-static int
-enqueue(struct cp_http *h, req_ctx *ctx)
-{
-    pthread_mutex_lock(&h->lock);
-    if (h->quitting || !h->nworkers) {
-        pthread_mutex_unlock(&h->lock);
-        return -1;
-    }
-    ctx->next = NULL;
-    if (h->tail)
-        h->tail->next = ctx;
-    else
-        h->head = ctx;
-    h->tail = ctx;
-    pthread_cond_signal(&h->wake);
-    pthread_mutex_unlock(&h->lock);
-    return 0;
-}
-
 static void
 request_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                   enum MHD_RequestTerminationCode toe)
@@ -249,14 +197,9 @@ handler(void *cls, struct MHD_Connection *c, const char *url, const char *method
         if (!ctx)
             return MHD_NO;
         ctx->start = cp_mono();
-        ctx->conn = c;
         *con_cls = ctx;
         return MHD_YES;
     }
-    if (__atomic_load_n(&ctx->state, __ATOMIC_ACQUIRE) == 2)
-        return send_response(c, &ctx->req, &ctx->res, ctx->start);
-    if (ctx->state == 1)
-        return MHD_YES;           /* resumed before the worker answered: not expected */
     if (*upload_data_size) {
         if (ctx->len + *upload_data_size > CP_MAX_BODY) {
             ctx->too_large = 1;
@@ -289,37 +232,15 @@ handler(void *cls, struct MHD_Connection *c, const char *url, const char *method
     if (ctx->too_large) {
         ctx->req.route = "-";
         cp_reply_detail(&ctx->res, 413, "Request body is too large");
-    } else if (cp_route_blocks(ctx->method, ctx->path)) {
-        ctx->state = 1;
-        MHD_suspend_connection(c);
-        if (enqueue(h, ctx) == 0)
-            return MHD_YES;
-        /* The pool is stopping: answer here. */
-        MHD_resume_connection(c);
-        ctx->state = 0;
-        cp_dispatch(h->srv, &ctx->req, &ctx->res);
     } else {
         cp_dispatch(h->srv, &ctx->req, &ctx->res);
     }
     return send_response(c, &ctx->req, &ctx->res, ctx->start);
 }
 
-static void
-stop_workers(struct cp_http *h)
-{
-    pthread_mutex_lock(&h->lock);
-    h->quitting = 1;
-    pthread_cond_broadcast(&h->wake);
-    pthread_mutex_unlock(&h->lock);
-    for (unsigned i = 0; i < h->nworkers; i++)
-        pthread_join(h->workers[i], NULL);
-    free(h->workers);
-    h->workers = NULL;
-}
-
 cp_http *
-cp_http_start(cp_server *srv, const char *host, unsigned port, unsigned threads,
-               unsigned workers, char **err)
+cp_http_start(cp_server *srv, const char *host, unsigned port, unsigned connections,
+              char **err)
 {
     struct cp_http *h = calloc(1, sizeof *h);
     struct sockaddr_in sa;
@@ -334,26 +255,17 @@ cp_http_start(cp_server *srv, const char *host, unsigned port, unsigned threads,
         return NULL;
     }
     h->srv = srv;
-    pthread_mutex_init(&h->lock, NULL);
-    pthread_cond_init(&h->wake, NULL);
-    h->workers = calloc(workers ? workers : 1, sizeof *h->workers);
-    for (unsigned i = 0; i < workers; i++) {
-        if (pthread_create(&h->workers[i], NULL, worker, h) != 0)
-            break;
-        h->nworkers++;
-    }
-    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG |
-                                MHD_ALLOW_SUSPEND_RESUME,
+    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                                MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG,
                             (uint16_t)port, NULL, NULL, handler, h,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                            MHD_OPTION_THREAD_POOL_SIZE, threads > 1 ? threads : 0u,
+                            MHD_OPTION_CONNECTION_LIMIT, connections ? connections : 1u,
                             MHD_OPTION_CONNECTION_TIMEOUT, 120u,
                             MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
                             MHD_OPTION_NOTIFY_COMPLETED, request_completed, h,
                             MHD_OPTION_END);
     if (!h->d) {
         *err = cp_printf("cannot listen on %s:%u", host, port);
-        stop_workers(h);
         free(h);
         return NULL;
     }
@@ -373,11 +285,9 @@ cp_http_stop(cp_http *h)
 {
     if (!h)
         return;
-    /* No new connections; the workers finish what is queued (resuming
-     * their connections) and end; requests that come meanwhile on open
-     * connections are answered inline; then the daemon stops. */
+    /* No new connections; then the daemon stops, joining each connection's
+     * thread after the request it runs. */
     MHD_quiesce_daemon(h->d);
-    stop_workers(h);
     MHD_stop_daemon(h->d);
     free(h);
 }

@@ -8,12 +8,12 @@
 
 typedef struct cp_http cp_http;
 
-/* Listens on @host (an IPv4 address) and @port (0: a free port) with a
- * pool of @threads polling threads and @workers worker threads for the
- * requests that wait on a provider, dispatching to cp_dispatch(). NULL
- * with *@err (new string) when it cannot listen. */
-cp_http *cp_http_start(cp_server *srv, const char *host, unsigned port, unsigned threads,
-                       unsigned workers, char **err);
+/* Listens on @host (an IPv4 address) and @port (0: a free port), serving
+ * at most @connections connections at once, each on its own thread, which
+ * dispatches its requests to cp_dispatch(). NULL with *@err (new string)
+ * when it cannot listen. */
+cp_http *cp_http_start(cp_server *srv, const char *host, unsigned port, unsigned connections,
+                       char **err);
 /* The port it bound. */
 unsigned cp_http_port(const cp_http *h);
 /* Stops the daemon after the requests in flight. */

@@ -18,9 +18,8 @@
  *   BESPOKE_SESSION_COOKIE_SECURE        "0" drops the cookie's Secure
  *   HOST, PORT                           127.0.0.1, 8000 (PORT=0: any
  *                                        free port)
- *   SBX_SERVER_THREADS                   HTTP polling threads (default 8)
- *   SBX_SERVER_WORKERS                   threads for the requests that wait
- *                                        on a provider (default 64)
+ *   SBX_SERVER_CONNECTIONS               HTTP connections served at once,
+ *                                        each on its own thread (256)
  *   SBX_SERVER_DB_CONNECTIONS            store connections at most (16)
  *
  * Test hooks, never set in production: SBX_SERVER_TEST_CLOCK_OFFSET_S
@@ -142,25 +141,16 @@ read_settings(cp_settings *s)
         }
         s->port = (unsigned)p;
     }
-    v = getenv("SBX_SERVER_WORKERS");
-    s->workers = 64;
+    v = getenv("SBX_SERVER_CONNECTIONS");
+    s->connections = 256;
     if (v) {
         long t = strtol(v, &end, 10);
         if (!*v || *end || t < 1 || t > 4096) {
-            fprintf(stderr, "sbx-server: SBX_SERVER_WORKERS must be 1..4096, not \"%s\"\n", v);
+            fprintf(stderr, "sbx-server: SBX_SERVER_CONNECTIONS must be 1..4096, not \"%s\"\n",
+                    v);
             return -1;
         }
-        s->workers = (unsigned)t;
-    }
-    v = getenv("SBX_SERVER_THREADS");
-    s->threads = 8;
-    if (v) {
-        long t = strtol(v, &end, 10);
-        if (!*v || *end || t < 1 || t > 1024) {
-            fprintf(stderr, "sbx-server: SBX_SERVER_THREADS must be 1..1024, not \"%s\"\n", v);
-            return -1;
-        }
-        s->threads = (unsigned)t;
+        s->connections = (unsigned)t;
     }
     return 0;
 }
@@ -222,7 +212,7 @@ main(int argc, char **argv)
         return 1;
     }
     srv.rt = cp_runtimes_new(&srv.set);
-    http = cp_http_start(&srv, srv.set.host, srv.set.port, srv.set.threads, srv.set.workers,
+    http = cp_http_start(&srv, srv.set.host, srv.set.port, srv.set.connections,
                          &err);
     if (!http) {
         fprintf(stderr, "sbx-server: %s\n", err);

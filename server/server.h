@@ -3,9 +3,9 @@
  * and response as the handlers see them, the principal, and the runtimes
  * (libsbx clients and sandbox handles).
  *
- * Layout: main.c (settings, start, signals), http.c (libmicrohttpd, worker
- * threads, security headers, the request log), api.c (routing and the
- * sandbox endpoints), auth.c (product keys, scopes, organisations, API
+ * Layout: main.c (settings, start, signals), http.c (libmicrohttpd, a
+ * thread per connection, security headers, the request log), api.c
+ * (routing and the sandbox endpoints), auth.c (product keys, scopes, organisations, API
  * keys, the session), meter.c (pricing, usage, ledgers, costs), runtime.c
  * (one sbx_client per enabled backend, sandbox handles), util.c (time
  * stamps, ids, encodings, HMAC, the sealing of session state), store*.c
@@ -34,8 +34,7 @@ typedef struct cp_settings {
     int cookie_secure;            /* BESPOKE_SESSION_COOKIE_SECURE != "0" */
     char *host;                   /* HOST (127.0.0.1) */
     unsigned port;                /* PORT (8000; 0 = any free port) */
-    unsigned threads;             /* SBX_SERVER_THREADS (default 8) */
-    unsigned workers;             /* SBX_SERVER_WORKERS (default 64) */
+    unsigned connections;         /* SBX_SERVER_CONNECTIONS (default 256) */
 } cp_settings;
 
 /* The server: settings, store, runtimes. One per process. */
@@ -80,9 +79,6 @@ void cp_reply_detail(cp_response *res, int status, const char *message);
 
 /* The routes (api.c); @res is filled. Thread-safe. */
 void cp_dispatch(cp_server *srv, cp_request *req, cp_response *res);
-/* 1 when the request waits on a provider (create, execute, terminate), so
- * http.c runs it on a worker thread. */
-int cp_route_blocks(const char *method, const char *path);
 
 /* main.c. */
 const cp_settings *cp_server_settings(const cp_server *srv);

@@ -172,7 +172,7 @@ migrate(store *st, store_conn *c, char **err)
     store_rows *rows = NULL;
     int have[NMIGRATIONS + 2] = { 0 };
 
-    if (vt->begin(c, "schema", err) < 0)
+    if (vt->begin(c, "schema", 0, err) < 0)
         return -1;
     if (vt->exec_script(c, "CREATE TABLE IF NOT EXISTS schema_migrations ("
                            " version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL);", err) < 0)

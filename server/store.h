@@ -29,6 +29,18 @@
  * names run in parallel. Unique constraints back every "once" rule on both
  * engines as well.
  *
+ * Durability: a commit is on disk before commit() returns (SQLite
+ * synchronous=FULL: the WAL is fsynced; PostgreSQL synchronous_commit on),
+ * so an answer the server gave (a ledger entry, a sandbox record, a key)
+ * survives an operating-system crash or a power loss, as the reference's
+ * SQLite defaults give. A transaction begun with STORE_TXN_VOLATILE is
+ * only written, not flushed (SQLite synchronous=NORMAL, PostgreSQL
+ * synchronous_commit off): it survives a crash of the server process but
+ * may be lost with the machine. It is for decisions that no answer
+ * acknowledges: an execution's claim, whose answer comes with the durable
+ * commit of its outcome. The fsync costs about 200 us a commit on an ext4
+ * virtual disk (bench/cp_exec).
+ *
  * Threads: a connection is used by one thread at a time; the pool
  * (store_acquire/store_release) hands connections to request threads and
  * is thread-safe. It opens at most SBX_SERVER_DB_CONNECTIONS connections
@@ -51,6 +63,9 @@ typedef struct store_rows {
 
 typedef struct store_conn store_conn;
 
+/* begin() flags. */
+#define STORE_TXN_VOLATILE 1u     /* not flushed at commit (see above) */
+
 /* One engine. Each slot returns 0 / a value on success and -1 on failure
  * with a message (new string, free()) in *err when @err is not NULL. */
 typedef struct store_vtable {
@@ -58,8 +73,9 @@ typedef struct store_vtable {
     /* Opens a connection to @target (a path or a URL). */
     store_conn *(*connect)(const char *target, char **err);
     void (*close)(store_conn *conn);
-    /* Starts a transaction holding the lock @lock_name (see above). */
-    int (*begin)(store_conn *conn, const char *lock_name, char **err);
+    /* Starts a transaction holding the lock @lock_name, durable unless
+     * @flags has STORE_TXN_VOLATILE (see above). */
+    int (*begin)(store_conn *conn, const char *lock_name, unsigned flags, char **err);
     int (*commit)(store_conn *conn, char **err);
     /* Never fails visibly; a connection left unusable is reopened by the
      * pool. */

@@ -112,7 +112,7 @@ pg_script(store_conn *c, const char *sql, char **err)
 }
 
 static int
-pg_begin(store_conn *c, const char *lock_name, char **err)
+pg_begin(store_conn *c, const char *lock_name, unsigned flags, char **err)
 {
     const char *p[1] = { lock_name ? lock_name : "" };
     PGresult *r;
@@ -130,6 +130,12 @@ pg_begin(store_conn *c, const char *lock_name, char **err)
         return -1;
     }
     PQclear(r);
+    if ((flags & STORE_TXN_VOLATILE) &&
+        pg_script(c, "SET LOCAL synchronous_commit TO off", err) < 0) {
+        pg_script(c, "ROLLBACK", NULL);
+        c->in_txn = 0;
+        return -1;
+    }
     return 0;
 }
 

@@ -5,7 +5,9 @@
  * never block the writer), foreign keys on, a 30 s busy timeout (as the
  * reference's connect(timeout=30)); begin() is BEGIN IMMEDIATE, so every
  * decision takes the database's write lock at its start and decisions
- * never interleave, whatever their lock names.
+ * never interleave, whatever their lock names. synchronous is FULL (each
+ * commit fsyncs the WAL) except inside a STORE_TXN_VOLATILE transaction,
+ * which runs at NORMAL (written, not flushed) and sets FULL back at its end.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -29,6 +31,7 @@ static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
 struct store_conn {
     sqlite3 *db;
     int holds_write_lock;
+    int volatile_txn;             /* synchronous=NORMAL until the end */
     struct {
         char *sql;
         sqlite3_stmt *stmt;
@@ -61,7 +64,7 @@ sq_connect(const char *target, char **err)
     }
     sqlite3_busy_timeout(c->db, 30000);
     if (sqlite3_exec(c->db, "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON;"
-                            " PRAGMA synchronous=NORMAL;", NULL, NULL, &msg) != SQLITE_OK) {
+                            " PRAGMA synchronous=FULL;", NULL, NULL, &msg) != SQLITE_OK) {
         if (err)
             *err = cp_printf("PRAGMA: %s", msg ? msg : "failed");
         sqlite3_free(msg);
@@ -99,15 +102,31 @@ sq_script(store_conn *c, const char *sql, char **err)
     return 0;
 }
 
+/* Sets synchronous back to FULL after a volatile transaction. */
+static void
+end_volatile(store_conn *c)
+{
+    if (c->volatile_txn) {
+        c->volatile_txn = 0;
+        sqlite3_exec(c->db, "PRAGMA synchronous=FULL", NULL, NULL, NULL);
+    }
+}
+
 static int
-sq_begin(store_conn *c, const char *lock_name, char **err)
+sq_begin(store_conn *c, const char *lock_name, unsigned flags, char **err)
 {
     (void)lock_name;
+    if ((flags & STORE_TXN_VOLATILE) && !c->volatile_txn) {
+        if (sq_script(c, "PRAGMA synchronous=NORMAL", err) < 0)
+            return -1;
+        c->volatile_txn = 1;
+    }
     pthread_mutex_lock(&write_lock);
     c->holds_write_lock = 1;
     if (sq_script(c, "BEGIN IMMEDIATE", err) < 0) {
         c->holds_write_lock = 0;
         pthread_mutex_unlock(&write_lock);
+        end_volatile(c);
         return -1;
     }
     return 0;
@@ -116,6 +135,7 @@ sq_begin(store_conn *c, const char *lock_name, char **err)
 static void
 drop_write_lock(store_conn *c)
 {
+    end_volatile(c);
     if (c->holds_write_lock) {
         c->holds_write_lock = 0;
         pthread_mutex_unlock(&write_lock);

@@ -36,7 +36,8 @@
 # provider runs commands on a terminal), the terminal tests run too: tests/test_process (its tty
 # suite: isatty, the size at the start, a resize with SIGWINCH, echo of
 # typed input, ^C, hang-up, ^D, the exit code; and the process handle
-# without a terminal) and tests/test_tty (`sbx run -it` and `sbx exec -it`
+# without a terminal, whose stdin tests check SBX_CAP_EXEC_STDIN_STREAM
+# themselves) and tests/test_tty (`sbx run -it` and `sbx exec -it`
 # under a real terminal).
 
 backend=$1
@@ -203,10 +204,13 @@ modal)
     MODAL_SERVER_URL="http://127.0.0.1:$(sed -n 's/^GRPC //p' "$dir/port")"
     MODAL_TOKEN_ID=ak-sbx-test MODAL_TOKEN_SECRET=sbx-test-dummy-key
     MODAL_CONFIG_PATH="$dir/no-modal.toml" SBX_MODAL_FAKE_URL=$url
-    # The command router's own port, for a test that puts a proxy before it.
+    # The command router's own port, for a test that puts a proxy before it;
+    # the TLS ports of both services, for the tests of connection re-use.
     SBX_MODAL_ROUTER_PORT=$(sed -n 's/^ROUTER //p' "$dir/port")
+    SBX_MODAL_GRPCS_PORT=$(sed -n 's/^GRPCS //p' "$dir/port")
+    SBX_MODAL_ROUTERS_PORT=$(sed -n 's/^ROUTERS //p' "$dir/port")
     export MODAL_SERVER_URL MODAL_TOKEN_ID MODAL_TOKEN_SECRET MODAL_CONFIG_PATH SBX_MODAL_FAKE_URL \
-        SBX_MODAL_ROUTER_PORT
+        SBX_MODAL_ROUTER_PORT SBX_MODAL_GRPCS_PORT SBX_MODAL_ROUTERS_PORT
     unset MODAL_ENVIRONMENT MODAL_PROFILE ;;
 vercel)
     VERCEL_API_URL=$url VERCEL_TOKEN=sbx-test-dummy-key
@@ -266,7 +270,11 @@ print(json.load(urllib.request.urlopen(rq, timeout=30))["api_key"]["secret"])' \
         "$url" "$SBX_TEST_CP_ADMIN_TOKEN") ||
         { echo "Bail out! the control plane did not make an organization"; exit 99; }
     BESPOKE_SANDBOX_URL=$url BESPOKE_SANDBOX_BACKEND=local
-    export BESPOKE_SANDBOX_URL BESPOKE_SANDBOX_KEY BESPOKE_SANDBOX_BACKEND SBX_TEST_CP_ADMIN_TOKEN ;;
+    # The server's SQLite store: tests/test_remote makes the server fail
+    # one statement there (a trigger) for its 500 answers.
+    SBX_TEST_CP_DB=$dir/cp.db
+    export BESPOKE_SANDBOX_URL BESPOKE_SANDBOX_KEY BESPOKE_SANDBOX_BACKEND SBX_TEST_CP_ADMIN_TOKEN \
+        SBX_TEST_CP_DB ;;
 runpod)
     # The fake's pods are OpenSSH servers on 127.0.0.1 that trust the
     # PUBLIC_KEY of their env: a throwaway client key in the run's
@@ -318,10 +326,6 @@ for mode in $modes; do
         out="$dir/tap"
         case $backend:$prog in
         *:tests/test_$backend) CRITERION_JOBS=1 "./$prog" $filter >"$out" ;;
-        # Their stdin is staged before the command runs, not written while
-        # it runs: the process suite's terminal tests only.
-        daytona:tests/test_process | cloudflare:tests/test_process)
-            "./$prog" '--filter=tty/*' >"$out" ;;
         # The sandboxes of one Ray cluster share its node's process table:
         # the cases that count a command's processes with ps run one at a
         # time.

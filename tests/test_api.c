@@ -265,10 +265,11 @@ Test(caps, names)
         {SBX_CAP_LIST_OWNED, "list_owned"},
         {SBX_CAP_EXPOSED_PORTS, "exposed_ports"},
         {SBX_CAP_BACKGROUND, "background"},
+        {SBX_CAP_EXEC_STDIN_STREAM, "exec_stdin_stream"},
         {SBX_CAP_USER, "user"},
     };
     size_t n = sizeof caps / sizeof caps[0];
-    cr_assert_eq(n, 19);
+    cr_assert_eq(n, 20);
     for (size_t i = 0; i < n; i++) {
         cr_assert_eq(caps[i].cap, UINT64_C(1) << i, "bit %zu", i);
         const char *got = sbx_capability_name(caps[i].cap);
@@ -278,7 +279,7 @@ Test(caps, names)
     cr_assert_null(sbx_capability_name(0));
     cr_assert_null(sbx_capability_name(SBX_CAP_EXEC | SBX_CAP_FILES));
     cr_assert_null(sbx_capability_name(SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT));
-    cr_assert_null(sbx_capability_name(UINT64_C(1) << 19));
+    cr_assert_null(sbx_capability_name(UINT64_C(1) << 20));
     cr_assert_null(sbx_capability_name(UINT64_C(1) << 63));
     cr_assert_null(sbx_capability_name(UINT64_MAX));
 }

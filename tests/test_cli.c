@@ -2109,7 +2109,7 @@ Test(cli, inspect_shows_the_exposed_ports_as_json_and_text)
     cr_assert(asprintf(&want, "id: %s\nname: web\nbackend: local\nprovider_id: %s\n"
                        "state: running\ncreated: %s\nexpires: %s\noptions: {}\ncapabilities: exec,"
                        "exec_stdin,files,dir_transfer,resume,pty,lifetime,exposed_ports,"
-                       "background\nport: 40123/tcp -> 127.0.0.1:40123\n"
+                       "background,exec_stdin_stream\nport: 40123/tcp -> 127.0.0.1:40123\n"
                        "port: 40124/tcp -> 127.0.0.1:40124\n", id, id, created, expires) > 0);
     cr_expect_str_eq(r.out, want);
     free(want);
@@ -2156,8 +2156,8 @@ Test(cli, inspect_prints_the_record_state_options_and_capabilities)
                        "\"expires\": \"%s\", \"options\": { \"timeout_secs\": 300.0, "
                        "\"env_vars\": true }, \"capabilities\": [ \"exec\", \"exec_stdin\", "
                        "\"files\", \"dir_transfer\", \"resume\", \"pty\", \"lifetime\", "
-                       "\"exposed_ports\", \"background\" ], \"ports\": [ ] }", id, id, created,
-                       expires) > 0);
+                       "\"exposed_ports\", \"background\", \"exec_stdin_stream\" ], \"ports\": [ ] "
+                       "}", id, id, created, expires) > 0);
     cr_expect_str_eq(json_object_to_json_string_ext(o, JSON_C_TO_STRING_SPACED), want);
     free(want);
     json_object_put(doc);

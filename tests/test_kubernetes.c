@@ -4,18 +4,21 @@
  * a generated CA and client certificate, and runs this program with
  * SBX_TEST_BACKEND=kubernetes and a KUBECONFIG that reaches it):
  *  - CASE-43: stdin EOF over v5 (the [255, 0] close), 1 MiB of stdin, no
- *    stdin, and a server that speaks only v4 (stdin read first and ended by
- *    head -c); a stream that closes without a Status, or is cut, is an
- *    error, never exit 0;
+ *    stdin, and a server that speaks only v4 (stdin streamed as
+ *    length-prefixed chunks ended by the chunk "0\n": read by the command
+ *    as it comes, all 256 byte values exact, EOF at its end); a stream that
+ *    closes without a Status, or is cut, is an error, never exit 0;
  *  - CASE-54: create returns only once the container runs and takes an
  *    exec; ImagePullBackOff and CrashLoopBackOff fail create with the
  *    reason, and the pod is deleted;
  *  - the pod's body: restricted Pod Security fields, resources, lifetime,
- *    ownership labels; the deny-egress NetworkPolicy made and deleted;
+ *    ownership labels; the lifetime counted from readiness (the deadline
+ *    lowered by a PATCH once the pod is ready); the deny-egress NetworkPolicy made and deleted;
  *    delete with the grace period;
  *  - a terminal with resize on channel 4;
  *  - credentials: a bearer token with the cluster's CA; kubeconfig errors
- *    naming the bad value (context, exec plugin, base64).
+ *    naming the bad value (context, exec plugin, base64); the files of
+ *    KUBECONFIG merged as kubectl merges them.
  * The fake's control routes are reached without TLS
  * (SBX_K8S_FAKE_CONTROL_URL).
  */
@@ -24,6 +27,7 @@
 #include <criterion/criterion.h>
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,7 +206,7 @@ Test(kubernetes, case43_no_stdin_is_eof_at_once)
     json_object_put(execs);
 }
 
-Test(kubernetes, case43_v4_only_server_gets_stdin_through_head)
+Test(kubernetes, case43_v4_only_server_gets_stdin_in_chunks_ended_in_band)
 {
     tu_fake_post("/_fake/config", "{\"protocols\":[\"v4.channel.k8s.io\"]}");
     g_sb = create_plain();
@@ -219,13 +223,155 @@ Test(kubernetes, case43_v4_only_server_gets_stdin_through_head)
     json_object *cmd = NULL;
     json_object_object_get_ex(e, "command", &cmd);
     const char *script = json_object_get_string(json_object_array_get_idx(cmd, 2));
-    cr_assert(strncmp(script, "head -c 6 | sh -c ", 18) == 0, "script: %s", script);
+    cr_assert(strncmp(script, "__sbx_f=/tmp/.sbx-stdin-", 24) == 0, "script: %s", script);
+    cr_assert(strstr(script, "mkfifo -m 600 \"$__sbx_f\""), "script: %s", script);
+    /* v4 has no close message: "6\nhello\n" then "0\n", both on channel 0. */
     cr_assert_eq(jbool(e, "stdin_closed"), 0);
+    cr_assert_eq(json_int(e, "stdin_bytes"), 2 + 6 + 2);
+    json_object *frames = NULL;
+    json_object_object_get_ex(e, "client_frames", &frames);
+    size_t nf = json_object_array_length(frames);
+    cr_assert_geq(nf, 2);
+    cr_assert_eq(json_object_get_int(json_object_array_get_idx(frames, nf - 2)), 0);
+    cr_assert_eq(json_object_get_int(json_object_array_get_idx(frames, nf - 1)), 0);
     json_object_put(execs);
+    /* No FIFO is left in the pod. */
+    r = tu_sh(g_sb, "ls -a /tmp | grep -c sbx-stdin", 20);
+    tu_assert_exit(r, 1);
+    tu_assert_stdout(r, "0\n");
+    sbx_result_free(r);
     /* And the exit code still comes from the v4 Status. */
     r = tu_sh(g_sb, "exit 5", 20);
     tu_assert_exit(r, 5);
     sbx_result_free(r);
+}
+
+Test(kubernetes, case43_v4_one_mib_of_all_byte_values_is_exact)
+{
+    tu_fake_post("/_fake/config", "{\"protocols\":[\"v4.channel.k8s.io\"]}");
+    g_sb = create_plain();
+    size_t n = 1048576;
+    unsigned char *b = malloc(n);
+    cr_assert_not_null(b);
+    for (size_t i = 0; i < n; i++)
+        b[i] = (unsigned char)((i * 7 + i / 256) & 0xff);
+    /* The bytes come back unchanged, and the command saw exactly n of them. */
+    sbx_result *r = run_stdin(g_sb, "cat", b, n, 30);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout_bytes(r, b, n);
+    sbx_result_free(r);
+    r = run_stdin(g_sb, "wc -c | tr -d ' '", b, n, 30);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "1048576\n");
+    sbx_result_free(r);
+    /* A file written over v4 (cat over exec, its stdin in chunks) reads
+     * back the same. */
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/work/v4.bin", b, n, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    char *back = NULL;
+    size_t blen = 0;
+    cr_assert_eq(sbx_sandbox_read_file(g_sb, "/work/v4.bin", &back, &blen, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(blen, n);
+    cr_assert_eq(memcmp(back, b, n), 0);
+    free(back);
+    json_object *execs = control_get("/_fake/execs");
+    cr_assert_str_eq(tu_json_str(json_object_array_get_idx(execs,
+                                                           json_object_array_length(execs) - 1),
+                                 "protocol"), "v4.channel.k8s.io");
+    json_object_put(execs);
+    free(b);
+}
+
+typedef struct out_sink {
+    char out[4096];
+    size_t len;
+} out_sink;
+
+static void sink_out(sbx_stream stream, const void *data, size_t len, void *ud)
+{
+    out_sink *k = ud;
+    if (stream != SBX_STREAM_STDOUT)
+        return;
+    if (k->len + len >= sizeof k->out)
+        len = sizeof k->out - 1 - k->len;
+    memcpy(k->out + k->len, data, len);
+    k->len += len;
+    k->out[k->len] = '\0';
+}
+
+/* A process whose stdin stays open: on @proto, a line written comes back
+ * before stdin is closed; the close ends cat; the exit code is the
+ * command's. */
+static void stdin_streams_while_it_runs(const char *proto)
+{
+    char *cfg = tu_strdup_printf("{\"protocols\":[\"%s\"]}", proto);
+    tu_fake_post("/_fake/config", cfg);
+    free(cfg);
+    g_sb = create_plain();
+    out_sink k = { .len = 0 };
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    sbx_error *err = NULL;
+    rq.shell = "cat; echo end; exit 3";
+    rq.on_output = sink_out;
+    rq.user_data = &k;
+    rq.flags = SBX_EXEC_STDIN_OPEN;
+    rq.timeout_secs = 30;
+    sbx_process *p = sbx_sandbox_start_process(g_sb, &rq, &err);
+    cr_assert_not_null(p, "start_process: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_process_write_stdin(p, "first\n", 6, &err), 0);
+    double end = tu_now() + 15;
+    while (!strstr(k.out, "first\n")) {
+        cr_assert_eq(sbx_process_wait(p, 0.05, NULL, NULL, &err), 0,
+                     "ended before its stdin was closed; stdout: \"%s\"", k.out);
+        cr_assert(tu_now() < end, "\"first\" did not come back within 15 s");
+    }
+    cr_assert_str_eq(k.out, "first\n");
+    cr_assert_eq(sbx_process_write_stdin(p, "second\n", 7, &err), 0);
+    cr_assert_eq(sbx_process_close_stdin(p, &err), 0);
+    int code = -1;
+    cr_assert_eq(sbx_process_wait(p, 20, &code, NULL, &err), 1);
+    cr_assert_eq(code, 3);
+    cr_assert_str_eq(k.out, "first\nsecond\nend\n");
+    sbx_process_free(p);
+    json_object *execs = control_get("/_fake/execs");
+    json_object *e = last_exec(execs, "echo end; exit 3");
+    cr_assert_str_eq(tu_json_str(e, "protocol"), proto);
+    json_object_put(execs);
+}
+
+Test(kubernetes, v4_stdin_streams_while_the_command_runs)
+{
+    stdin_streams_while_it_runs("v4.channel.k8s.io");
+}
+
+Test(kubernetes, v5_stdin_streams_while_the_command_runs)
+{
+    stdin_streams_while_it_runs("v5.channel.k8s.io");
+}
+
+/* On v4, a command that ends without reading its stdin ends the exec
+ * while the caller's stdin is still open (the decoder is killed). */
+Test(kubernetes, v4_command_that_ignores_open_stdin_ends)
+{
+    tu_fake_post("/_fake/config", "{\"protocols\":[\"v4.channel.k8s.io\"]}");
+    g_sb = create_plain();
+    out_sink k = { .len = 0 };
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    sbx_error *err = NULL;
+    rq.shell = "echo quick";
+    rq.on_output = sink_out;
+    rq.user_data = &k;
+    rq.flags = SBX_EXEC_STDIN_OPEN;
+    rq.timeout_secs = 30;
+    sbx_process *p = sbx_sandbox_start_process(g_sb, &rq, &err);
+    cr_assert_not_null(p, "start_process: %s", err ? sbx_error_get0_message(err) : "");
+    int code = -1;
+    cr_assert_eq(sbx_process_wait(p, 10, &code, NULL, &err), 1, "still running");
+    cr_assert_eq(code, 0);
+    cr_assert_str_eq(k.out, "quick\n");
+    sbx_process_free(p);
 }
 
 static void no_status_fault(const char *fault)
@@ -435,7 +581,19 @@ Test(kubernetes, pod_is_restricted_with_resources_lifetime_and_labels)
     cr_assert_eq(json_object_get_int(jpath(c, "resources", "limits", "nvidia.com/gpu", NULL)), 2);
     cr_assert_str_eq(jstr(jpath(c, "resources", "requests", "memory", NULL)), "256Mi");
     /* The lifetime, with the start margin. */
-    cr_assert_eq(json_object_get_int(jpath(spec, "activeDeadlineSeconds", NULL)), 630);
+    /* Made with the lifetime plus the bound on a start (360 s), then
+     * lowered once ready to the seconds since status.startTime (rounded
+     * up) plus the lifetime: one PATCH. */
+    cr_assert_eq(json_object_get_int(jpath(spec, "activeDeadlineSeconds", NULL)), 960);
+    json_object *patches = jpath(p, "patches", NULL);
+    cr_assert_eq(json_object_array_length(patches), 1);
+    int patched = json_object_get_int(jpath(patches, "#0", "spec", "activeDeadlineSeconds",
+                                            NULL));
+    struct tm stm = { 0 };
+    cr_assert_not_null(strptime(jstr(jpath(p, "start_time", NULL)), "%Y-%m-%dT%H:%M:%SZ", &stm));
+    double since = json_object_get_double(jpath(patches, "#0", "at", NULL)) - (double)timegm(&stm);
+    cr_assert(patched >= 600 + 1 && patched <= 600 + (int)ceil(since),
+              "activeDeadlineSeconds %d, %.3f s after startTime", patched, since);
     cr_assert_str_eq(jstr(jpath(spec, "restartPolicy", NULL)), "Never");
     /* Ownership labels. */
     json_object *labels = jpath(p, "labels", NULL);
@@ -461,6 +619,115 @@ Test(kubernetes, pod_is_restricted_with_resources_lifetime_and_labels)
     cr_assert_eq(json_object_get_int(jpath(p, "grace", NULL)), 2);
     json_object_put(pods);
     free(id);
+}
+
+static void sleep_s(double s)
+{
+    if (s > 0)
+        usleep((useconds_t)(s * 1e6));
+}
+
+/* The lifetime counts from readiness, and the pod ends at its end: alive
+ * 1 s before, gone (phase Failed, DeadlineExceeded) no earlier than the
+ * lifetime after create returned, and long before the 360 s of the pod's
+ * first deadline (the bound: 2 s of rounding, the fake kubelet's look every
+ * 0.2 s, this loop's and a loaded machine's latency). */
+Test(kubernetes, lifetime_ends_the_pod_counted_from_readiness)
+{
+    /* A slow start (1.5 s before the container runs) that the lifetime
+     * must not include. */
+    tu_fake_post("/_fake/config", "{\"pending_s\":0.5,\"creating_s\":1.0}");
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 3, NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    double ready = tu_now();
+    sbx_error *err = NULL;
+    sleep_s(ready + 2.0 - tu_now());
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 1, "gone %.2f s after create",
+                 tu_now() - ready);
+    sbx_result *r = tu_sh(g_sb, "echo still", 20);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "still\n");
+    sbx_result_free(r);
+    int alive = 1;
+    while (alive == 1 && tu_now() < ready + 12)
+        if ((alive = sbx_sandbox_is_alive(g_sb, &err)) == 1)
+            sleep_s(0.1);
+    double took = tu_now() - ready;
+    cr_assert_eq(alive, 0, "still alive %.2f s after create", took);
+    cr_assert(took >= 3.0 && took < 8.0, "ended %.2f s after create (lifetime 3 s)", took);
+    json_object *pods = control_get("/_fake/pods");
+    json_object *p = pod_record(pods, sbx_sandbox_get0_id(g_sb));
+    cr_assert_eq(json_object_get_int(jpath(p, "spec", "activeDeadlineSeconds", NULL)), 363);
+    /* Lowered to the lifetime plus the seconds from status.startTime to
+     * readiness, rounded up: at least the 1.5 s the start took here, at
+     * most the seconds to the PATCH's arrival. */
+    json_object *patches = jpath(p, "patches", NULL);
+    cr_assert_eq(json_object_array_length(patches), 1);
+    int patched = json_object_get_int(jpath(patches, "#0", "spec", "activeDeadlineSeconds",
+                                            NULL));
+    struct tm stm = { 0 };
+    cr_assert_not_null(strptime(jstr(jpath(p, "start_time", NULL)), "%Y-%m-%dT%H:%M:%SZ", &stm));
+    double since = json_object_get_double(jpath(patches, "#0", "at", NULL)) - (double)timegm(&stm);
+    cr_assert(patched >= 3 + 2 && patched <= 3 + (int)ceil(since),
+              "activeDeadlineSeconds %d, PATCH %.3f s after startTime", patched, since);
+    json_object_put(pods);
+}
+
+/* RBAC without patch on pods: the create fails naming the call, and the
+ * pod is deleted. */
+Test(kubernetes, a_refused_deadline_patch_fails_create_and_deletes_the_pod)
+{
+    tu_fake_post("/_fake/faults",
+                 "[{\"method\":\"PATCH\",\"path\":\"/pods/sbx-[0-9a-f]+$\",\"status\":403,"
+                 "\"body\":{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},"
+                 "\"status\":\"Failure\",\"message\":\"pods is forbidden: User \\\"u\\\" "
+                 "cannot patch resource \\\"pods\\\"\",\"reason\":\"Forbidden\","
+                 "\"code\":403}}]");
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 60, NULL), 0);
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    sbx_options_free(o);
+    tu_assert_error(err, SBX_ERROR_AUTHENTICATION, NULL);
+    const char *msg = sbx_error_get0_message(err);
+    cr_assert(strstr(msg, "set the pod's activeDeadlineSeconds (RBAC: patch pods)"),
+              "message: %s", msg);
+    cr_assert(strstr(msg, "cannot patch resource \"pods\""), "message: %s", msg);
+    json_object *pods = control_get("/_fake/pods");
+    const char *id = sbx_error_get0_context(err, "sandbox_id");
+    cr_assert_not_null(id);
+    json_object *p = pod_record(pods, id);
+    cr_assert_not_null(jpath(p, "deleted", NULL), "the pod was not deleted");
+    cr_assert(json_object_get_double(jpath(p, "deleted", NULL)) > 0);
+    json_object_put(pods);
+    sbx_error_free(err);
+}
+
+/* No snapshots: the capability is not declared, and a snapshot_id at
+ * create is refused naming it, before any pod is made. */
+Test(kubernetes, no_snapshots_a_snapshot_id_is_refused)
+{
+    uint64_t caps = 0;
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_client_probe(g_client, &caps, &err), 0);
+    cr_assert_eq(caps & SBX_CAP_SNAPSHOT, 0);
+    json_object *before = control_get("/_fake/pods");
+    size_t n0 = json_object_array_length(before);
+    json_object_put(before);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_snapshot_id(o, "snap-1", NULL), 0);
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    sbx_options_free(o);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, NULL);
+    cr_assert_str_eq(sbx_error_get0_message(err), "kubernetes backend: snapshot_id snap-1: "
+                     "the kubernetes backend has no snapshots");
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), "snapshot_id");
+    sbx_error_free(err);
+    json_object *after = control_get("/_fake/pods");
+    cr_assert_eq(json_object_array_length(after), n0);
+    json_object_put(after);
 }
 
 Test(kubernetes, no_internet_is_a_deny_egress_network_policy)
@@ -686,6 +953,111 @@ Test(kubernetes, kubeconfig_that_is_not_yaml_names_the_line)
     free(want);
     sbx_error_free(err);
     free(path);
+}
+
+/* Writes @text to DIR/NAME (DIR made when missing): the path. */
+static char *put_file(const char *dir, const char *name, const char *text)
+{
+    if (mkdir(dir, 0700) != 0)
+        cr_assert_eq(errno, EEXIST, "mkdir %s: %s", dir, strerror(errno));
+    char *path = tu_strdup_printf("%s/%s", dir, name);
+    tu_write_file(path, text, strlen(text), 0600);
+    return path;
+}
+
+Test(kubernetes, kubeconfig_files_of_KUBECONFIG_are_merged_as_kubectl_does)
+{
+    /* a/config: the cluster "c" (the fake, its CA by a path relative to
+     * a/), no current-context. b/config: current-context "t", the
+     * context "t", the user "u" (a tokenFile relative to b/) and a cluster
+     * "c" of its own that must lose to a's. c/config: current-context
+     * "other" and a user "u" with a wrong token, both losing to b's.
+     * KUBECONFIG also names a file that does not exist, and a/config
+     * twice. */
+    const char *tdir = getenv("SBX_K8S_TEST_DIR");
+    cr_assert_not_null(tdir);
+    char *da = tu_strdup_printf("%s/a", g_tmp), *db = tu_strdup_printf("%s/b", g_tmp),
+         *dc = tu_strdup_printf("%s/c", g_tmp);
+    char *cafile = tu_strdup_printf("%s/ca.crt", tdir);
+    char ca[16384];
+    FILE *f = fopen(cafile, "rb");
+    cr_assert_not_null(f);
+    size_t calen = fread(ca, 1, sizeof ca - 1, f);
+    fclose(f);
+    cr_assert_gt(calen, 0);
+    ca[calen] = '\0';
+    free(put_file(da, "ca.crt", ca));
+    free(cafile);
+    char *t = tu_strdup_printf("apiVersion: v1\nkind: Config\n"
+                               "clusters:\n- name: c\n  cluster:\n    server: %s\n"
+                               "    certificate-authority: ca.crt\n",
+                               getenv("SBX_K8S_FAKE_URL"));
+    char *a = put_file(da, "config", t);
+    free(t);
+    free(put_file(db, "tok", "sbx-test-dummy-key\n"));
+    char *b = put_file(db, "config",
+                       "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
+                       "clusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\n"
+                       "contexts:\n- name: t\n  context:\n    cluster: c\n    user: u\n"
+                       "    namespace: sbx-merged\n"
+                       "users:\n- name: u\n  user:\n    tokenFile: tok\n");
+    char *c = put_file(dc, "config",
+                       "apiVersion: v1\nkind: Config\ncurrent-context: other\n"
+                       "contexts:\n- name: other\n  context:\n    cluster: c\n    user: u\n"
+                       "users:\n- name: u\n  user:\n    token: wrong\n");
+    char *env = tu_strdup_printf("%s/nosuch::%s:%s:%s:%s", g_tmp, a, b, a, c);
+    setenv("KUBECONFIG", env, 1);
+    sbx_error *err = NULL;
+    sbx_client *cl = sbx_client_new("kubernetes", &err);
+    cr_assert_not_null(cl, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_options *o = sbx_options_new();
+    sbx_sandbox *sb = sbx_sandbox_create(cl, o, &err);
+    sbx_options_free(o);
+    cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_result *r = tu_sh(sb, "echo merged", 20);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "merged\n");
+    sbx_result_free(r);
+    /* The pod is in the namespace of b's context "t". */
+    json_object *pods = control_get("/_fake/pods");
+    json_object *rec = pod_record(pods, sbx_sandbox_get0_id(sb));
+    cr_assert_str_eq(tu_json_str(rec, "ns"), "sbx-merged");
+    json_object_put(pods);
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(cl);
+    free(env);
+
+    /* A file of the list that is not YAML is named, even after good ones. */
+    char *bad = put_file(dc, "bad", "apiVersion: v1\nclusters: [\n");
+    env = tu_strdup_printf("%s:%s", a, bad);
+    setenv("KUBECONFIG", env, 1);
+    cr_assert_null(sbx_client_new("kubernetes", &err));
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, NULL);
+    char *want = tu_strdup_printf("kubernetes backend: the kubeconfig %s is not YAML: ", bad);
+    cr_assert(strncmp(sbx_error_get0_message(err), want, strlen(want)) == 0, "message: %s",
+              sbx_error_get0_message(err));
+    sbx_error_clear(&err);
+    free(want);
+    free(env);
+    /* None of the files exists: KUBECONFIG is named. */
+    env = tu_strdup_printf("%s/x:%s/y", g_tmp, g_tmp);
+    setenv("KUBECONFIG", env, 1);
+    cr_assert_null(sbx_client_new("kubernetes", &err));
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, NULL);
+    want = tu_strdup_printf("kubernetes backend: no file of KUBECONFIG=%s exists", env);
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    cr_assert_str_eq(sbx_error_get0_context(err, "path"), env);
+    sbx_error_free(err);
+    free(want);
+    free(env);
+    free(bad);
+    free(a);
+    free(b);
+    free(c);
+    free(da);
+    free(db);
+    free(dc);
 }
 
 Test(kubernetes, in_cluster_service_account_token_and_ca)

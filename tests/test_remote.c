@@ -12,7 +12,9 @@
  *    the server does not enable), as a provider payload (local refusing an
  *    image) and as a validation list (the body changed on the wire), 502
  *    and 504 with a provider payload (docker with no engine; e2b whose
- *    fake answers 504), and a server that does not answer (connection);
+ *    fake answers 504), 500 (the server's store failing one statement: a
+ *    trigger in its SQLite file) on create and on execute, and a server
+ *    that does not answer (connection);
  *  - a create and an execute whose answers are lost on the wire are sent
  *    again with the same idempotency key, and the server makes one sandbox
  *    and runs the command once (its list and the command's own file count),
@@ -21,6 +23,11 @@
  *    payload as a string) is the same error as the 502 it replays; a create
  *    whose answer is lost with no re-send allowed fails with outcome
  *    unknown, and the sandbox the server made is deleted before it returns;
+ *  - list_owned reports the sandboxes made with a create token (the
+ *    records' idempotency_key), not those made by other clients or with
+ *    the caller's own key, which destroy_by_id refuses; a create whose
+ *    answer was lost (every send of it) is reaped by sbx_gc() once its
+ *    lifetime ended, found by its token through list_owned;
  *  - the session state holds the server's id and URL, no key, and a resume
  *    through another client works;
  *  - CASE-07 through the control plane: non-UTF-8 output arrives byte-exact;
@@ -33,6 +40,7 @@
  * the real server (it relays both ways, and drops an answer or rewrites a
  * request on purpose); every answer comes from sbx-server itself.
  */
+#include "recordutil.h"
 #include "testutil.h"
 
 #include <criterion/criterion.h>
@@ -46,10 +54,12 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
 #include <json-c/json.h>
+#include <sqlite3.h>
 
 #include <sbx/sbx.h>
 
@@ -535,6 +545,77 @@ Test(remote, provider_timeout_is_its_payload_504)
     sbx_client_free(c);
 }
 
+/* Runs @sql on the server's own SQLite store (SBX_TEST_CP_DB). */
+static void cp_db(const char *sql)
+{
+    const char *path = getenv("SBX_TEST_CP_DB");
+    sqlite3 *db = NULL;
+    char *msg = NULL;
+    cr_assert_not_null(path, "run by tests/remote.sh");
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    sqlite3_busy_timeout(db, 30000);
+    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql,
+                 msg ? msg : "");
+    sqlite3_close(db);
+}
+
+Test(remote, server_500_on_create_is_connection_with_outcome_unknown)
+{
+    /* The server cannot record the create (its INSERT fails): 500
+     * "Internal control-plane error.", a server fault whose effect the
+     * client cannot know. No re-sends, so the one answer is the error. */
+    cp_db("CREATE TRIGGER test_fail_create BEFORE INSERT ON sandboxes"
+          " WHEN NEW.idempotency_key = 'sbx-test-500-create'"
+          " BEGIN SELECT RAISE(ABORT, 'test: no create'); END;");
+    sbx_client *c = client_with("{\"retries\":0}");
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_backend_options(
+                     o, "{\"idempotency_key\":\"sbx-test-500-create\"}", NULL), 0);
+    int before = count_sandboxes(NULL);
+    sbx_error *err = create_fails(c, o);
+    cp_db("DROP TRIGGER test_fail_create;");
+    tu_assert_error(err, SBX_ERROR_CONNECTION,
+                    "create the sandbox: Internal control-plane error. (HTTP 500)", NULL);
+    cr_assert_str_eq(sbx_error_get0_op(err), "create");
+    assert_ctx(err, "http_status", "500");
+    cr_assert_eq(sbx_error_get_outcome(err), SBX_ERROR_OUTCOME_UNKNOWN);
+    cr_assert_eq(sbx_error_is_retryable(err), 1);
+    cr_assert_eq(count_sandboxes(NULL), before);
+    sbx_error_free(err);
+    sbx_options_free(o);
+    sbx_client_free(c);
+}
+
+Test(remote, server_500_on_execute_is_connection_with_outcome_unknown)
+{
+    /* The server cannot claim the execution (its INSERT into executions
+     * fails for this sandbox): 500 on every send of the request. */
+    g_sb = tu_create(g_client, NULL);
+    char *sql = tu_strdup_printf("CREATE TRIGGER test_fail_execute BEFORE INSERT ON executions"
+                                 " WHEN NEW.sandbox_id = '%s'"
+                                 " BEGIN SELECT RAISE(ABORT, 'test: no claim'); END;",
+                                 sbx_sandbox_get0_id(g_sb));
+    cp_db(sql);
+    free(sql);
+    sbx_error *err = NULL;
+    const char *argv[] = { "true", NULL };
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.argv = argv;
+    sbx_result *res = sbx_sandbox_execute_command(g_sb, &rq, &err);
+    cp_db("DROP TRIGGER test_fail_execute;");
+    cr_assert_null(res);
+    tu_assert_error(err, SBX_ERROR_CONNECTION,
+                    "run the command: Internal control-plane error. (HTTP 500)", NULL);
+    assert_ctx(err, "http_status", "500");
+    cr_assert_eq(sbx_error_get_outcome(err), SBX_ERROR_OUTCOME_UNKNOWN);
+    cr_assert_eq(sbx_error_is_retryable(err), 1);
+    sbx_error_free(err);
+    /* The server is well again: the sandbox runs commands. */
+    sbx_result *r = tu_sh(g_sb, "echo fine", 10);
+    tu_assert_stdout(r, "fine\n");
+    sbx_result_free(r);
+}
+
 Test(remote, server_down_is_connection)
 {
     /* A port nothing listens on: bound, then closed. */
@@ -718,6 +799,191 @@ Test(remote, failed_execute_and_its_replay_are_the_providers_payload)
     sbx_sandbox_free(g_sb);
     g_sb = NULL;
     sbx_client_free(c);
+}
+
+/* ---------------------------------------------------------- owned sandboxes */
+
+typedef struct owned_seen {
+    int n;
+    char id[8][128];
+    char token[8][64];
+    double created_at[8], expires_at[8];
+} owned_seen;
+
+static int on_owned(const sbx_owned_sandbox *s, void *ud)
+{
+    owned_seen *o = ud;
+    if (o->n < 8) {
+        snprintf(o->id[o->n], sizeof o->id[0], "%s", s->id);
+        snprintf(o->token[o->n], sizeof o->token[0], "%s", s->create_token);
+        o->created_at[o->n] = s->created_at;
+        o->expires_at[o->n] = s->expires_at;
+    }
+    o->n++;
+    return 0;
+}
+
+/* The index of @id among @o's, or -1. */
+static int owned_index(const owned_seen *o, const char *id)
+{
+    for (int i = 0; i < o->n && i < 8; i++)
+        if (strcmp(o->id[i], id) == 0)
+            return i;
+    return -1;
+}
+
+/* The server's status of sandbox @id ("" when 404). */
+static char *status_of(const char *id)
+{
+    char *auth = tu_strdup_printf("Authorization: Bearer %s", getenv("BESPOKE_SANDBOX_KEY"));
+    char *path = tu_strdup_printf("/v1/sandboxes/%s", id);
+    json_object *j = NULL;
+    long st = cp_http("GET", path, auth, NULL, &j);
+    char *out = strdup(st == 200 ? tu_json_str(j, "status") : "");
+    json_object_put(j);
+    free(path);
+    free(auth);
+    return out;
+}
+
+Test(remote, list_owned_reports_creates_by_token_and_destroy_by_id_refuses_others)
+{
+    char *auth = tu_strdup_printf("Authorization: Bearer %s", getenv("BESPOKE_SANDBOX_KEY"));
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 600, NULL), 0);
+    double t0 = (double)time(NULL);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    const char *id = sbx_sandbox_get0_id(g_sb);
+    /* Another client's sandbox (no key) and one made with the caller's key. */
+    json_object *j = NULL;
+    cr_assert_eq(cp_http("POST", "/v1/sandboxes", auth, "{\"backend\":\"local\"}", &j), 201);
+    char *other = strdup(tu_json_str(j, "id"));
+    json_object_put(j);
+    o = sbx_options_new();
+    char *mine_key = tu_strdup_printf("{\"idempotency_key\":\"mine-%d-%ld\"}", (int)getpid(),
+                                      (long)time(NULL));
+    cr_assert_eq(sbx_options_set_backend_options(o, mine_key, NULL), 0);
+    free(mine_key);
+    sbx_error *err = NULL;
+    sbx_sandbox *mine = sbx_sandbox_create(g_client, o, &err);
+    cr_assert_not_null(mine, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_options_free(o);
+
+    owned_seen seen = { 0 };
+    int n = sbx_client_list_owned(g_client, on_owned, &seen, &err);
+    cr_assert_geq(n, 1, "list_owned: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(n, seen.n);
+    int i = owned_index(&seen, id);
+    cr_assert_geq(i, 0, "%s not listed", id);
+    cr_assert_eq(strncmp(seen.token[i], "sbx-", 4), 0);
+    cr_assert_eq(strlen(seen.token[i]), 36);
+    cr_assert(seen.created_at[i] >= t0 - 2 && seen.created_at[i] <= t0 + 60, "created_at %f",
+              seen.created_at[i]);
+    cr_assert(seen.expires_at[i] >= seen.created_at[i] + 599.9
+              && seen.expires_at[i] <= seen.created_at[i] + 600.1, "expires_at %f",
+              seen.expires_at[i]);
+    cr_assert_eq(owned_index(&seen, other), -1);
+    cr_assert_eq(owned_index(&seen, sbx_sandbox_get0_id(mine)), -1);
+
+    /* What the library did not make is refused, and left running. */
+    cr_assert_eq(sbx_client_destroy_by_id(g_client, other, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, other, "not made by libsbx", NULL);
+    sbx_error_free(err);
+    err = NULL;
+    char *st = status_of(other);
+    cr_assert_str_eq(st, "running");
+    free(st);
+    /* Ours is destroyed; again, and an id the server never had, are success. */
+    cr_assert_eq(sbx_client_destroy_by_id(g_client, id, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    st = status_of(id);
+    cr_assert_str_eq(st, "destroyed");
+    free(st);
+    cr_assert_eq(sbx_client_destroy_by_id(g_client, id, &err), 0);
+    cr_assert_eq(sbx_client_destroy_by_id(g_client, "sbx_00000000000000000000000000000000", &err),
+                 0);
+    seen.n = 0;
+    cr_assert_geq(sbx_client_list_owned(g_client, on_owned, &seen, &err), 0);
+    cr_assert_eq(owned_index(&seen, id), -1);
+
+    char *path = tu_strdup_printf("/v1/sandboxes/%s", other);
+    cr_assert_eq(cp_http("DELETE", path, auth, NULL, NULL), 200);
+    free(path);
+    sbx_sandbox_destroy(mine, NULL);
+    sbx_sandbox_free(mine);
+    free(other);
+    free(auth);
+}
+
+typedef struct gc_seen {
+    int n;
+    char id[128];
+    char token[64];
+    sbx_gc_reason reason;
+    int reaped;
+} gc_seen;
+
+static int on_gc(const sbx_gc_item *it, void *ud)
+{
+    gc_seen *g = ud;
+    if (strcmp(it->backend, "remote") == 0 && it->reason != SBX_GC_LIST_FAILED) {
+        g->n++;
+        snprintf(g->id, sizeof g->id, "%s", it->id);
+        snprintf(g->token, sizeof g->token, "%s", it->create_token);
+        g->reason = it->reason;
+        g->reaped = it->reaped;
+    }
+    return 0;
+}
+
+Test(remote, gc_reaps_a_create_whose_answer_was_lost)
+{
+    /* A record of this test's own (its store id in the create token). */
+    tu_dirs d;
+    tu_dirs_make(&d, "remote-gc", 0);
+    int running = count_sandboxes("running");
+    /* Every answer to a create is lost, the reaper's re-sends too. */
+    proxy *px = proxy_start("POST /v1/sandboxes ", 1000, NULL, NULL);
+    char *cfg = tu_strdup_printf("{\"url\":\"http://127.0.0.1:%d\",\"retries\":0}", px->port);
+    sbx_client *c = client_with(cfg);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 1, NULL), 0);
+    sbx_error *err = create_fails(c, o);
+    cr_assert_eq(sbx_error_get_outcome(err), SBX_ERROR_OUTCOME_UNKNOWN);
+    sbx_error_free(err);
+    sbx_options_free(o);
+    sbx_client_free(c);
+    /* The server made it, and nothing on this side knows its id. */
+    cr_assert_eq(count_sandboxes("running"), running + 1);
+    char *auth = tu_strdup_printf("Authorization: Bearer %s", getenv("BESPOKE_SANDBOX_KEY"));
+    json_object *j = NULL;
+    cr_assert_eq(cp_http("GET", "/v1/sandboxes", auth, NULL, &j), 200);
+    json_object *newest = json_object_array_get_idx(j, 0);
+    char *id = strdup(tu_json_str(newest, "id"));
+    char *token = strdup(tu_json_str(newest, "idempotency_key"));
+    cr_assert_str_eq(tu_json_str(newest, "status"), "running");
+    json_object_put(j);
+    usleep(1300000);  /* its lifetime ends */
+    gc_seen g = { 0 };
+    cr_assert_geq(sbx_gc(0, on_gc, &g, &err), 1, "gc: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(g.n, 1);
+    cr_assert_eq(g.reason, SBX_GC_EXPIRED);
+    cr_assert_eq(g.reaped, 1);
+    cr_assert_str_eq(g.token, token);
+    char *st = status_of(id);
+    cr_assert_str_eq(st, "destroyed");
+    free(st);
+    cr_assert_eq(count_sandboxes("running"), running);
+    /* Nothing left to reap. */
+    g.n = 0;
+    cr_assert_geq(sbx_gc(0, on_gc, &g, &err), 0);
+    cr_assert_eq(g.n, 0);
+    free(id);
+    free(token);
+    free(auth);
+    free(cfg);
+    tu_dirs_free(&d);
 }
 
 /* ---------------------------------------------------------- state, output */

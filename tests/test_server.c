@@ -9,12 +9,16 @@
  * The store is SQLite, or PostgreSQL when SBX_TEST_CP_PG_URL is set
  * (scripts/test runs this program both ways; tests/cputil.h).
  */
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -240,6 +244,83 @@ Test(server, missing_settings_message)
     cr_assert_str_eq(line, "sbx-server: missing required setting: BESPOKE_API_KEY_PEPPER "
                            "(set it in the environment)\n");
     free(cmd);
+}
+
+Test(server, bad_connection_limit_is_named)
+{
+    const char *prog = getenv("SBX_SERVER") ? getenv("SBX_SERVER")
+                                            : SBX_BUILD_DIR "/server/sbx-server";
+    const char *bad[] = { "0", "4097", "x" };
+
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *cmd = tu_strdup_printf("env BESPOKE_API_KEY_PEPPER=p"
+                                     " BESPOKE_CONTROL_PLANE_ADMIN_TOKEN=a"
+                                     " SBX_SERVER_CONNECTIONS=%s '%s' 2>&1", bad[i], prog);
+        char *want = tu_strdup_printf("sbx-server: SBX_SERVER_CONNECTIONS must be 1..4096, not"
+                                      " \"%s\"\n", bad[i]);
+        FILE *p = popen(cmd, "r");
+        char line[512] = "";
+        int st;
+
+        cr_assert(p);
+        cr_assert(fgets(line, sizeof line, p));
+        st = pclose(p);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+        cr_assert_str_eq(line, want);
+        free(cmd);
+        free(want);
+    }
+}
+
+/* A connection to @srv's port with GET /healthz sent on it (keep-alive):
+ * the socket; *@answered 1 when an answer came within 5 s, 0 when the
+ * server closed the connection instead. */
+static int
+healthz_on_new_connection(const cpu_server *s, int *answered)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    const char *rq = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct pollfd pfd;
+    char buf[2048];
+    ssize_t n;
+
+    a.sin_port = htons((uint16_t)atoi(strrchr(s->url, ':') + 1));
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    /* The send may fail when the server already closed it. */
+    (void)send(fd, rq, strlen(rq), MSG_NOSIGNAL);
+    pfd.fd = fd;
+    pfd.events = POLLIN;
+    cr_assert_eq(poll(&pfd, 1, 5000), 1, "no answer and no close within 5 s");
+    n = recv(fd, buf, sizeof buf - 1, 0);
+    *answered = n > 0 && strncmp(buf, "HTTP/1.1 200", 12) == 0;
+    return fd;
+}
+
+/* SBX_SERVER_CONNECTIONS bounds the connections served at once: with 1, a
+ * second connection is closed while the first stays open, and served once
+ * it is gone. */
+Test(server, connection_limit)
+{
+    const char *env[] = { "SBX_SERVER_CONNECTIONS=1", NULL };
+    int first, second, third, ok = 0;
+
+    cpu_stop(srv);
+    srv = cpu_start(store, env);
+    first = healthz_on_new_connection(srv, &ok);
+    cr_assert_eq(ok, 1);
+    second = healthz_on_new_connection(srv, &ok);
+    cr_assert_eq(ok, 0);
+    close(second);
+    close(first);
+    for (int i = 0; i < 100; i++) {
+        third = healthz_on_new_connection(srv, &ok);
+        close(third);
+        if (ok)
+            break;
+        usleep(20000);         /* the first's thread is ending */
+    }
+    cr_assert_eq(ok, 1);
 }
 
 Test(server, organizations_bootstrap)
@@ -1847,11 +1928,12 @@ Test(server, oversized_body_and_store_failure)
     free(err);
 }
 
-/* A command that runs for a while holds a worker, not the polling thread:
- * with one polling thread, other requests are answered meanwhile. */
+/* A command that runs for a while holds its own connection's thread and no
+ * store connection: with one store connection, requests on other
+ * connections, reads of the store included, are answered meanwhile. */
 Test(server, slow_execute_does_not_stall_other_requests)
 {
-    const char *env[] = { "SBX_SERVER_THREADS=1", NULL };
+    const char *env[] = { "SBX_SERVER_DB_CONNECTIONS=1", NULL };
     char *id;
     exec_arg a;
     pthread_t th;
@@ -1883,6 +1965,60 @@ Test(server, slow_execute_does_not_stall_other_requests)
 
 /* One store connection for the whole server: 20 concurrent creates wait
  * their turn and still make one sandbox. */
+/* Beyond the reference: a record made with an Idempotency-Key carries it
+ * (the 32nd field, last), one made without has the reference's 31; the
+ * list filters by it, within the organisation only. */
+Test(server, idempotency_key_on_the_record_and_the_list_filter)
+{
+    char *kb = cpu_bootstrap(srv, "beta", NULL), *sa, *sb;
+    const char *h1[] = { "Idempotency-Key: sbx-0123456789abcdef0123456789abcdef", NULL };
+    cpu_response *a, *b, *n;
+    const char *last = NULL;
+
+    a = req_s(201, "POST", "/v1/sandboxes", key, h1, "{\"backend\":\"local\"}");
+    sa = strdup(cpu_jstr(a, "id"));
+    cr_assert_str_eq(cpu_jstr(a, "idempotency_key"), "sbx-0123456789abcdef0123456789abcdef");
+    cr_assert_eq(json_object_object_length(a->json), 32);
+    json_object_object_foreach(a->json, name, value) {
+        (void)value;
+        last = name;
+    }
+    cr_assert_str_eq(last, "idempotency_key");
+    cpu_response_free(a);
+    /* The same key in another organisation: its own record. */
+    b = req_s(201, "POST", "/v1/sandboxes", kb, h1, "{\"backend\":\"local\"}");
+    sb = strdup(cpu_jstr(b, "id"));
+    cpu_response_free(b);
+    n = req_s(201, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"local\"}");
+    cr_assert_null(cpu_jget(n->json, "idempotency_key"));
+    cr_assert_eq(json_object_object_length(n->json), 31);
+
+    a = req_s(200, "GET", "/v1/sandboxes?idempotency_key=sbx-0123456789abcdef0123456789abcdef",
+              key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(a->json), 1);
+    cr_assert_str_eq(cpu_jstr(a, "0.id"), sa);
+    cr_assert_str_eq(cpu_jstr(a, "0.idempotency_key"), "sbx-0123456789abcdef0123456789abcdef");
+    cpu_response_free(a);
+    b = req_s(200, "GET", "/v1/sandboxes?idempotency_key=sbx-0123456789abcdef0123456789abcdef",
+              kb, NULL, NULL);
+    cr_assert_eq(json_object_array_length(b->json), 1);
+    cr_assert_str_eq(cpu_jstr(b, "0.id"), sb);
+    cpu_response_free(b);
+    a = req_s(200, "GET", "/v1/sandboxes?idempotency_key=other", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(a->json), 0);
+    cpu_response_free(a);
+    a = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(a->json), 2);
+    cpu_response_free(a);
+    terminate(key, sa);
+    terminate(kb, sb);
+    terminate(key, cpu_jstr(n, "id"));
+    cpu_response_free(n);
+    free(sa);
+    free(sb);
+    free(kb);
+}
+
 Test(server, one_store_connection_suffices)
 {
     const char *env[] = { "SBX_SERVER_DB_CONNECTIONS=1", NULL };

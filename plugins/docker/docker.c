@@ -68,7 +68,8 @@
                      | SBX_CAP_SNAPSHOT | SBX_CAP_RESUME | SBX_CAP_ISOLATION               \
                      | SBX_CAP_NETWORK_POLICY | SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT     \
                      | SBX_CAP_IMAGE | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED                \
-                     | SBX_CAP_BACKGROUND | SBX_CAP_PTY | SBX_CAP_EXPOSED_PORTS | SBX_CAP_USER)
+                     | SBX_CAP_BACKGROUND | SBX_CAP_PTY | SBX_CAP_EXPOSED_PORTS             \
+                     | SBX_CAP_EXEC_STDIN_STREAM | SBX_CAP_USER)
 
 /* The keys backend_options may have: the members of the Engine's
  * POST /containers/create body (ContainerConfig, HostConfig and

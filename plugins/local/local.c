@@ -137,7 +137,7 @@ void sbx_fault_init(void);
 #endif
 #define LOCAL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_BACKGROUND | SBX_CAP_RESUME \
                     | SBX_CAP_LIFETIME | SBX_CAP_PTY | SBX_CAP_EXPOSED_PORTS | ISOLATION_CAPS \
-                    | USER_CAPS)
+                    | SBX_CAP_EXEC_STDIN_STREAM | USER_CAPS)
 
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define DEFAULT_LANG "C.UTF-8"

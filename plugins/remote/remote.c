@@ -44,10 +44,22 @@
  *    send of it) is waited out. Env, cwd and stdin stay in the script even
  *    where a server takes them as fields: the reference drops unknown
  *    fields silently.
- *  - Capabilities: exec, stdin, files, resume, background processes and
- *    lifetime; isolation unless the upstream backend is local or
- *    safehouse (whose commands see the host). No snapshot, no terminal,
- *    no list_owned (the contract's records carry no create token).
+ *  - Capabilities: exec, stdin, files, resume, background processes,
+ *    lifetime and list_owned; isolation unless the upstream backend is
+ *    local or safehouse (whose commands see the host). No snapshot, no
+ *    terminal.
+ *  - list_owned: GET /v1/sandboxes, the organization's records; those
+ *    whose "idempotency_key" is a create token ("sbx-" + 32 hex digits:
+ *    the key this plugin sends when the caller gives none) and whose status
+ *    is creating, running or stopping are reported, with created_at and
+ *    expires_at. The contract's create carries no labels (unknown fields
+ *    are dropped), so the key is the label: sbx-server shows it on records
+ *    made with one (beyond the reference, whose records carry no key, so
+ *    nothing of a reference server is ever listed). A create made with the
+ *    caller's own idempotency_key is not listed. destroy_by_id: GET the
+ *    record first and refuse (invalid_argument naming the id) one whose key
+ *    is no create token; then DELETE; a record already gone (404) or
+ *    destroyed is success.
  *  - exec_kill: a command of its own that signals every process carrying
  *    the command's mark (provider.h), found with one grep over
  *    /proc/N/environ, so timeouts end the whole tree.
@@ -89,6 +101,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -109,7 +122,7 @@
 #define RM_EXIT_NOTDIR 5
 
 #define RM_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_RESUME         \
-                 | SBX_CAP_BACKGROUND | SBX_CAP_LIFETIME)
+                 | SBX_CAP_BACKGROUND | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED)
 /* Upstream backends whose commands see the host (no isolation). */
 static const char *const rm_host_backends[] = { "local", "safehouse", NULL };
 
@@ -416,7 +429,9 @@ static sbx_error *rm_fail(cl_http *h, sbx_error **error, const cl_resp *r, const
     /* Not the contract's error body: the status and the text. */
     err = cl_fail_status(h, error, rm_status_code(r->status, op), r, op, what);
 out:
-    if (r->status >= 500 && r->status != 502 && r->status != 504 && err
+    /* Also without an error to fill (a command's worker passes none): the
+     * thread's last error carries the outcome to exec_wait. */
+    if (r->status >= 500 && r->status != 502 && r->status != 504
         && (strcmp(op, "create") == 0 || strcmp(op, "exec") == 0))
         cl_outcome_unknown(err);
     json_object_put(j);
@@ -1817,6 +1832,115 @@ static int rm_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 }
 
 /* ------------------------------------------------------------------------ */
+/* Owned sandboxes                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* 1 when @key is a create token: "sbx-" + 32 lowercase hex digits. */
+static int rm_is_token(const char *key)
+{
+    if (!key || strncmp(key, "sbx-", 4) != 0 || strlen(key) != 36)
+        return 0;
+    for (const char *p = key + 4; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+            return 0;
+    return 1;
+}
+
+/* A record's ISO 8601 time ("2026-09-04T12:00:00[.ffffff]+00:00", or Z, or
+ * another offset) as UNIX seconds; 0 when absent or not that shape. */
+static double rm_iso_time(const char *s)
+{
+    struct tm tm = { 0 };
+    int n = 0;
+    double sec = 0;
+    if (!s || sscanf(s, "%4d-%2d-%2dT%2d:%2d:%lf%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                     &tm.tm_hour, &tm.tm_min, &sec, &n) != 6)
+        return 0;
+    const char *z = s + n;
+    double off = 0;
+    if (*z == '+' || *z == '-') {
+        int oh = 0, om = 0;
+        if (sscanf(z + 1, "%2d:%2d", &oh, &om) != 2)
+            return 0;
+        off = (*z == '-' ? -1 : 1) * (oh * 3600.0 + om * 60.0);
+    } else if (*z != 'Z' && *z != '\0') {
+        return 0;
+    }
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    tm.tm_sec = 0;
+    return (double)timegm(&tm) + sec - off;
+}
+
+static int rm_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                         sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
+{
+    const char *op = "list_owned";
+    const char *api = rm_ready(client, NULL, op, error);
+    cl_resp r = { 0 };
+    json_object *j = NULL;
+    int rc = -1;
+    if (!api)
+        return -1;
+    if (rm_call(client->http, ctx, "GET", api, "/v1/sandboxes", NULL, NULL, &r, op,
+                "list the sandboxes", error) < 0)
+        goto out;
+    if (r.status != 200) {
+        rm_fail(client->http, error, &r, op, "list the sandboxes");
+        goto out;
+    }
+    j = r.body.data ? json_tokener_parse(r.body.data) : NULL;
+    if (!json_object_is_type(j, json_type_array)) {
+        cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+                "list the sandboxes: the control plane answered no list");
+        goto out;
+    }
+    rc = 0;
+    for (size_t i = 0; i < json_object_array_length(j); i++) {
+        json_object *rec = json_object_array_get_idx(j, i);
+        const char *id = cl_json_str(rec, "id"), *key = cl_json_str(rec, "idempotency_key");
+        const char *st = rm_status(rec);
+        if (!id || !rm_is_token(key)
+            || (strcmp(st, "creating") != 0 && strcmp(st, "running") != 0
+                && strcmp(st, "stopping") != 0))
+            continue;
+        sbx_plugin_owned_info info = { sizeof(info), id, key,
+                                       rm_iso_time(cl_json_str(rec, "created_at")),
+                                       rm_iso_time(cl_json_str(rec, "expires_at")) };
+        if (fn && fn(&info, ud) != 0)
+            break;
+    }
+out:
+    json_object_put(j);
+    cl_resp_clear(&r);
+    return rc;
+}
+
+static int rm_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                            sbx_error **error)
+{
+    const char *op = "destroy_by_id";
+    const char *api = rm_ready(client, NULL, op, error);
+    long status = 0;
+    if (!api)
+        return -1;
+    json_object *rec = rm_get(client, ctx, api, id, &status, op, error);
+    if (!rec)
+        return status == 404 ? 0 : -1;     /* gone already */
+    int ours = rm_is_token(cl_json_str(rec, "idempotency_key"));
+    int gone = strcmp(rm_status(rec), "destroyed") == 0;
+    json_object_put(rec);
+    if (!ours) {
+        sbx_error *e = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                               "the control plane's sandbox %s was not made by libsbx (its "
+                               "record carries no create token)", id);
+        cl_context(e, "sandbox_id", id);
+        return -1;
+    }
+    return gone ? 0 : rm_delete_on(client, ctx, api, id, op, error);
+}
+
+/* ------------------------------------------------------------------------ */
 /* The descriptor                                                            */
 /* ------------------------------------------------------------------------ */
 
@@ -1851,6 +1975,8 @@ static const sbx_plugin rm_plugin = {
     .read_file = rm_read_file,
     .write_file = rm_write_file,
     .stat_file = rm_stat_file,
+    .list_owned = rm_list_owned,
+    .destroy_by_id = rm_destroy_by_id,
 };
 
 SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);

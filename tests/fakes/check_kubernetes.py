@@ -8,9 +8,11 @@ running), ImagePullBackOff, the exec upgrade refused with 400 until the
 container runs, the exec WebSocket's framing (the chosen subprotocol, the
 initial empty stdout frame, output on channels 1 and 2, one Status on
 channel 3 with the exit code, the close frame; v5's [255, 0] stdin close;
-v4 chosen when the client offers only v4), NetworkPolicy objects, DELETE
-with its grace period and the 404 after. The fake is started on an
-ephemeral port and stopped by its PID. Prints TAP.
+v4 chosen when the client offers only v4), NetworkPolicy objects, a PATCH
+(JSON merge patch) that may lower activeDeadlineSeconds but not raise it
+nor change another field, DELETE with its grace period and the 404 after.
+The fake is started on an ephemeral port and stopped by its PID. Prints
+TAP.
 
 python3-wsproto (Debian) frames the client side.
 """
@@ -65,11 +67,11 @@ class Fake:
         self.port = int(line.split()[1])
         self.base = "http://127.0.0.1:%d" % self.port
 
-    def json(self, method, path, body=None, auth=True):
+    def json(self, method, path, body=None, auth=True, ctype="application/json"):
         data = None if body is None else json.dumps(body).encode()
         h = {"Authorization": "Bearer " + KEY} if auth else {}
         if body is not None:
-            h["Content-Type"] = "application/json"
+            h["Content-Type"] = ctype
         r = urllib.request.Request(self.base + path, data=data, method=method, headers=h)
         try:
             with urllib.request.urlopen(r, timeout=60) as resp:
@@ -237,6 +239,24 @@ def checks(f):
     eq("NetworkPolicy DELETE 200", st, 200)
     st, b = f.json("DELETE", NP + "/p1-deny-egress")
     eq("NetworkPolicy gone: 404 NotFound", (st, b["reason"]), (404, "NotFound"))
+    mp = "application/merge-patch+json"
+    st, b = f.json("PATCH", NS + "/pods/p1", {"spec": {"activeDeadlineSeconds": 600}},
+                   ctype=mp)
+    eq("PATCH sets activeDeadlineSeconds", (st, b["spec"]["activeDeadlineSeconds"]), (200, 600))
+    st, b = f.json("PATCH", NS + "/pods/p1", {"spec": {"activeDeadlineSeconds": 60}},
+                   ctype=mp)
+    eq("PATCH lowers it", (st, b["spec"]["activeDeadlineSeconds"]), (200, 60))
+    st, b = f.json("PATCH", NS + "/pods/p1", {"spec": {"activeDeadlineSeconds": 61}},
+                   ctype=mp)
+    eq("PATCH cannot raise it: 422", (st, b["reason"], b["message"]),
+       (422, "Invalid", 'Pod "p1" is invalid: spec.activeDeadlineSeconds: Invalid value: 61: '
+        'must be less than or equal to previous value'))
+    st, b = f.json("PATCH", NS + "/pods/p1", {"spec": {"restartPolicy": "Always"}}, ctype=mp)
+    eq("PATCH of another spec field: 422 Forbidden", (st, b["reason"],
+       b["message"].startswith('Pod "p1" is invalid: spec: Forbidden: pod updates may not '
+                               'change fields other than')), (422, "Invalid", True))
+    st, b = f.json("PATCH", NS + "/pods/p1", {"spec": {"activeDeadlineSeconds": 30}})
+    eq("PATCH as application/json: 415", (st, b["reason"]), (415, "UnsupportedMediaType"))
     st, b = f.json("DELETE", NS + "/pods/p1?gracePeriodSeconds=0")
     eq("DELETE 200 with deletionTimestamp", (st, "deletionTimestamp" in b["metadata"]),
        (200, True))

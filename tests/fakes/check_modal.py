@@ -2,8 +2,10 @@
 """Drives the Modal contract fake (tests/fakes/modal.py) over gRPC with
 python3-grpcio and the plugin's own protos (plugins/cloud/modal/*.proto,
 compiled here with protoc) and checks the exact answers the contract gives:
-the token metadata (UNAUTHENTICATED without it), NOT_FOUND and
-INVALID_ARGUMENT where due, SandboxList by tags, the command router's JWT
+the token metadata (UNAUTHENTICATED without it), the auth token of
+AuthTokenGet (a JWT with its exp; UNAUTHENTICATED without it), NOT_FOUND and
+INVALID_ARGUMENT where due, SandboxList by tags (each with its tags),
+SandboxTagsGet, SandboxGetTunnels for the open ports, the command router's JWT
 check (and an expired JWT), a TaskExecStart repeated with its exec id
 running once, stdout read from an offset, stdin by offset (a repeated chunk
 written once; one write larger than the pipes, answered while the command's
@@ -13,6 +15,8 @@ on ephemeral ports and stopped by its PID; afterwards no process of it and
 no sandbox directory is left. Prints TAP.
 """
 
+import base64
+import json
 import os
 import shutil
 import signal
@@ -112,6 +116,21 @@ def run(tmp):
             api.AppGetOrCreateResponse,
             metadata=[("x-modal-token-id", "ak"), ("x-modal-token-secret", "wrong")])),
             grpc.StatusCode.UNAUTHENTICATED)
+        eq("no auth token: UNAUTHENTICATED", code_of(lambda: c(
+            "AppGetOrCreate", api.AppGetOrCreateRequest(app_name="a"),
+            api.AppGetOrCreateResponse)), grpc.StatusCode.UNAUTHENTICATED)
+        tok = c("AuthTokenGet", api.AuthTokenGetRequest(), api.AuthTokenGetResponse).token
+        parts = tok.split(".")
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))) \
+            if len(parts) == 3 else {}
+        check("AuthTokenGet gives a JWT whose exp is about an hour away",
+              abs(claims.get("exp", 0) - (time.time() + 3600)) < 60, tok)
+        md.append(("x-modal-auth-token", tok))
+        eq("a made-up auth token: UNAUTHENTICATED", code_of(lambda: c(
+            "AppGetOrCreate", api.AppGetOrCreateRequest(app_name="a"),
+            api.AppGetOrCreateResponse,
+            metadata=md[:2] + [("x-modal-auth-token", "a.b.c")])),
+            grpc.StatusCode.UNAUTHENTICATED)
         a1 = c("AppGetOrCreate", api.AppGetOrCreateRequest(app_name="a"),
                api.AppGetOrCreateResponse).app_id
         a2 = c("AppGetOrCreate", api.AppGetOrCreateRequest(app_name="a"),
@@ -143,6 +162,22 @@ def run(tmp):
         listed = c("SandboxList", api.SandboxListRequest(
             tags=[api.SandboxTag(tag_name="k", tag_value="v1")]), api.SandboxListResponse)
         eq("SandboxList by tag finds it", [s.id for s in listed.sandboxes], [sid])
+        eq("SandboxList gives its tags",
+           [(t.tag_name, t.tag_value) for s in listed.sandboxes for t in s.tags], [("k", "v1")])
+        older = c("SandboxList", api.SandboxListRequest(
+            tags=[api.SandboxTag(tag_name="k", tag_value="v1")],
+            before_timestamp=listed.sandboxes[0].created_at), api.SandboxListResponse)
+        eq("SandboxList before its created_at does not", len(older.sandboxes), 0)
+        got = c("SandboxTagsGet", api.SandboxTagsGetRequest(sandbox_id=sid),
+                api.SandboxTagsGetResponse)
+        eq("SandboxTagsGet gives its tags", [(t.tag_name, t.tag_value) for t in got.tags],
+           [("k", "v1")])
+        eq("SandboxTagsGet of an unknown sandbox: NOT_FOUND", code_of(lambda: c(
+            "SandboxTagsGet", api.SandboxTagsGetRequest(sandbox_id="sb-none"),
+            api.SandboxTagsGetResponse)), grpc.StatusCode.NOT_FOUND)
+        tun = c("SandboxGetTunnels", api.SandboxGetTunnelsRequest(sandbox_id=sid, timeout=5),
+                api.SandboxGetTunnelsResponse)
+        eq("SandboxGetTunnels of a sandbox without open ports: none", len(tun.tunnels), 0)
         listed = c("SandboxList", api.SandboxListRequest(
             tags=[api.SandboxTag(tag_name="k", tag_value="v2")]), api.SandboxListResponse)
         eq("SandboxList by another tag does not", len(listed.sandboxes), 0)

@@ -37,7 +37,10 @@ of mode 0777 at their mountPath. An image whose name starts with "nosuch"
 never pulls (waiting ImagePullBackOff, message 'Back-off pulling image
 "IMAGE"'); one that starts with "crashloop" crashes (waiting
 CrashLoopBackOff, lastState.terminated.exitCode 1). activeDeadlineSeconds
-ends the pod (phase Failed, reason DeadlineExceeded). The container's
+ends the pod (phase Failed, reason DeadlineExceeded) counted from its
+status.startTime (whole seconds), and a PATCH of the pod (JSON merge patch)
+may lower it, never raise it, and change nothing else, as the API server's
+pod update validation allows. The container's
 memory limit (resources.limits.memory) is a cgroup v1 memory cgroup that
 its execs join, seen in the pod at /sys/fs/cgroup/memory (read-only, with
 its oom_kill counter in memory.oom_control), as a container sees its own. A pod that a
@@ -76,7 +79,8 @@ were not running; "exec_fault":
 /_fake/execs (what each exec stream carried: pod, command, offered,
 protocol, stdin_bytes, stdin_closed (the [255,0] came), client_frames (the
 last 8 channels the client sent, in order), resizes, status); GET
-/_fake/pods (every pod ever created with its deletion and grace period);
+/_fake/pods (every pod ever created: its spec as created, labels,
+start_time, patches [{"at", "spec"}], deletion and grace period);
 GET /_fake/networkpolicies.
 
 Python 3 standard library, and python3-wsproto (Debian) for WebSocket
@@ -203,7 +207,9 @@ def pss_violations(pod):
     return out
 
 
-MEMCG = "/sys/fs/cgroup/memory"     # cgroup v1 memory controller
+MEMCG = nsbox.MEMCG
+make_memcg = nsbox.make_memcg
+drop_memcg = nsbox.drop_memcg
 
 
 def parse_quantity(q):
@@ -217,32 +223,6 @@ def parse_quantity(q):
     mult = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
             "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}[m.group(2)]
     return int(m.group(1)) * mult
-
-
-def make_memcg(name, limit):
-    """A cgroup v1 memory cgroup limited to @limit bytes (swap included):
-    its path, or None where the controller cannot be written."""
-    path = os.path.join(MEMCG, name)
-    try:
-        os.mkdir(path)
-        for f in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
-            if os.path.exists(os.path.join(path, f)):
-                with open(os.path.join(path, f), "w") as fh:
-                    fh.write(str(limit))
-    except OSError:
-        return None
-    return path
-
-
-def drop_memcg(path):
-    for _ in range(50):
-        try:
-            os.rmdir(path)
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.05)
 
 
 class Pod:
@@ -419,7 +399,7 @@ class K8sFake(fakehttp.Fake):
         that long."""
         if pod.deadline is None or pod.deleted or pod.state in ("failed", "pending"):
             return
-        if now - pod.created >= float(pod.deadline):
+        if now - int(pod.created) >= float(pod.deadline):
             with self.lock:
                 pod.state = "failed"
                 box, pod.box = pod.box, None
@@ -522,6 +502,8 @@ class K8sHandler(fakehttp.Handler):
                     raise status(404, "NotFound", 'pods "%s" not found' % name, name)
                 if meth == "GET":
                     return self.send_json(200, pod.view())
+                if meth == "PATCH":
+                    return self.patch_pod(pod)
                 if meth == "DELETE":
                     self.body_bytes()
                     grace = fakehttp.q1(query, "gracePeriodSeconds")
@@ -566,9 +548,53 @@ class K8sHandler(fakehttp.Handler):
             pod = Pod(f, ns, body)
             f.pods[(ns, name)] = pod
             f.history.append({"ns": ns, "name": name, "deleted": None, "grace": None,
-                              "spec": body["spec"], "labels": meta.get("labels") or {}})
+                              "spec": copy.deepcopy(body["spec"]),
+                              "labels": meta.get("labels") or {}, "patches": [],
+                              "start_time": now_rfc3339(pod.created)})
         threading.Thread(target=f.lifecycle, args=(pod,), daemon=True).start()
         self.send_json(201, pod.view())
+
+    def patch_pod(self, pod):
+        """A JSON merge patch (application/merge-patch+json) of a pod: of
+        its spec only activeDeadlineSeconds may change, to a positive value
+        no greater than the one it has (the API server's ValidatePodUpdate).
+        Each patch is kept in the pod's history ("patches")."""
+        f = FAKE
+        ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+        if ctype not in ("application/merge-patch+json",
+                         "application/strategic-merge-patch+json"):
+            raise status(415, "UnsupportedMediaType", "the body of the request was in an "
+                         "unknown format - accepted media types include: "
+                         "application/json-patch+json, application/merge-patch+json, "
+                         "application/apply-patch+yaml")
+        body = self.json_body()
+        spec = body.get("spec") if isinstance(body, dict) else None
+        if not isinstance(spec, dict) or set(body) != {"spec"} \
+                or set(spec) != {"activeDeadlineSeconds"}:
+            raise status(422, "Invalid", 'Pod "%s" is invalid: spec: Forbidden: pod updates '
+                         'may not change fields other than `spec.containers[*].image`, '
+                         '`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, '
+                         '`spec.tolerations` (only additions to existing tolerations), '
+                         '`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if '
+                         'it was previously negative)' % pod.name, pod.name)
+        new = spec["activeDeadlineSeconds"]
+        if not isinstance(new, int) or isinstance(new, bool) or new < 0 or new > 2**31 - 1:
+            raise status(422, "Invalid", 'Pod "%s" is invalid: spec.activeDeadlineSeconds: '
+                         'Invalid value: %s: must be between 0 and 2147483647, inclusive'
+                         % (pod.name, json.dumps(new)), pod.name)
+        with f.lock:
+            old = pod.deadline
+            if old is not None and new > old:
+                raise status(422, "Invalid", 'Pod "%s" is invalid: spec.activeDeadlineSeconds: '
+                             'Invalid value: %d: must be less than or equal to previous value'
+                             % (pod.name, new), pod.name)
+            pod.deadline = new
+            pod.obj["spec"]["activeDeadlineSeconds"] = new
+            for h in f.history:
+                if h["ns"] == pod.ns and h["name"] == pod.name and h["deleted"] is None:
+                    h["patches"].append({"at": time.time(), "spec": spec})
+            view = pod.view()
+        return self.send_json(200, view)
 
     def policy(self, ns, name, query):
         f = FAKE

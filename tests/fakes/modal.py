@@ -8,15 +8,32 @@ router" (modal.task_command_router.TaskCommandRouter) on the URL that
 TaskGetCommandRouterAccess names, with the JWT it hands out. This fake
 serves:
 
-- the control RPCs on one port: AppGetOrCreate, ImageGetOrCreate,
+- the control RPCs on one port: AuthTokenGet (a JWT whose exp is its
+  lifetime from now), AppGetOrCreate, ImageGetOrCreate,
   ImageJoinStreaming, SecretGetOrCreate (an env dict the sandbox or one
   command gets), SandboxCreate, SandboxGetTaskId, SandboxWait,
-  SandboxTerminate, SandboxList (by tags), SandboxSnapshotFs (the
-  sandbox's directory copied into an image, which SandboxCreate takes back
-  by image_id) and TaskGetCommandRouterAccess. Every call must carry the
-  metadata x-modal-token-id (any non-empty value) and x-modal-token-secret
-  equal to the fake's key (SBX_FAKE_API_KEY), else UNAUTHENTICATED; an
-  unknown sandbox is NOT_FOUND.
+  SandboxTerminate, SandboxList (by tags, before_timestamp, each
+  SandboxInfo with its tags), SandboxTagsGet, SandboxGetTunnels,
+  SandboxSnapshotFs (the sandbox's directory copied into an image, which
+  SandboxCreate takes back by image_id) and TaskGetCommandRouterAccess.
+  Every call must carry the metadata x-modal-token-id (any non-empty value)
+  and x-modal-token-secret equal to the fake's key (SBX_FAKE_API_KEY), and
+  every unary call but AuthTokenGet an x-modal-auth-token that AuthTokenGet
+  handed out and has not expired (go/client.go's authTokenInterceptor),
+  else UNAUTHENTICATED; an unknown sandbox is NOT_FOUND.
+- Resources: memory_mb_max is the sandbox's memory limit, a cgroup v1
+  memory cgroup its commands join, seen in it read-only at
+  /sys/fs/cgroup/memory with its oom_kill counter (as a container sees its
+  own); without a writable memory controller the limit is not enforced.
+- Tunnels: each port of the definition's open_ports gets a TLS listener on
+  127.0.0.1 (a self-signed certificate for 127.0.0.1, made with openssl at
+  the first) whose connections are carried to that port on 127.0.0.1, where
+  a sandbox with a network (allow_internet) listens; SandboxGetTunnels
+  answers TunnelData host 127.0.0.1, the listener's port, container_port.
+- The same two services over TLS too (HTTP/2 by ALPN, that certificate),
+  on the ports printed as "GRPCS <n>" and "ROUTERS <n>"; GET /_fake/tls_ca
+  gives the certificate (PEM) to trust. A client there re-uses its
+  connections, which the log's "peer" shows.
 - the command router on a second port: TaskExecStart (idempotent by the
   client's exec_id), TaskExecStdioRead (a server stream of the command's
   stdout or stderr from an offset, sent as it arrives), TaskExecStdinWrite
@@ -41,27 +58,35 @@ the gRPC ports are printed before it as "GRPC <n>" and "ROUTER <n>". Every
 RPC is a log entry {"method": "POST", "path": "/SERVICE/METHOD", "status":
 its gRPC code, "body": the request in protobuf text form, "auth": the
 metadata, secrets redacted, "timeout_s": the seconds its grpc-timeout left
-when it arrived, or null}. Fault rules match that path; their actions
+when it arrived, or null, "peer": the client's address and port, which
+names its connection}. Fault rules match that path; their actions
 here: "status" answers gRPC code "code" (default 8, RESOURCE_EXHAUSTED)
 with "message"; "pass" waits "delay" seconds and then serves the call (a
 create answered after the client's deadline); "cut" (TaskExecStdioRead)
 ends the stream abruptly, after "bytes" bytes of output (default 1); a
 TaskExecStdioRead is matched as ".../TaskExecStdioRead#stdout" or
 "#stderr". Test
-routes: POST /_fake/jwt {"ttl": SECONDS} sets the lifetime of JWTs handed
+routes: POST /_fake/auth {"ttl": SECONDS} sets the lifetime of auth tokens
+handed out from then on; POST /_fake/jwt {"ttl": SECONDS} sets the lifetime of JWTs handed
 out from then on and POST /_fake/jwt/expire expires every JWT handed out
 so far; POST /_fake/router_url {"url": URL} makes TaskGetCommandRouterAccess
 name URL (a proxy in front of the router; "" for the router itself);
-GET /_fake/sandboxes lists the running sandboxes' ids;
+GET /_fake/sandboxes lists the running sandboxes' ids; POST /_fake/sandboxes
+{"tags": {NAME: VALUE}} makes a sandbox as another client of the workspace
+would (a default image, those tags), answering {"sandbox_id"};
 GET /_fake/sandbox/{id} shows one sandbox ({"state", "task_id",
-"tags", "execs", "workdir"}); POST /_fake/sandbox/{id}/vanish drops it as
+"tags", "execs", "workdir", "resources", "tunnels"}); POST /_fake/sandbox/{id}/vanish drops it as
 the provider would after an outage (its processes end, NOT_FOUND from then
 on).
 """
 
+import base64
 import faulthandler
+import json
 import os
 import shutil
+import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -170,6 +195,63 @@ class Exec:
             self.cond.notify_all()
 
 
+def _pipe(a, b):
+    try:
+        while True:
+            data = a.recv(CHUNK)
+            if not data:
+                break
+            b.sendall(data)
+    except OSError:
+        pass
+    for s in (a, b):
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+class Tunnel:
+    """A TLS listener on 127.0.0.1 whose connections go on to @port of
+    127.0.0.1 in the clear."""
+
+    def __init__(self, tls, port):
+        self.port = port
+        self.tls = tls
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.host_port = self.sock.getsockname()[1]
+        self.closed = False
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while not self.closed:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.carry, args=(c,), daemon=True).start()
+
+    def carry(self, c):
+        try:
+            c = self.tls.wrap_socket(c, server_side=True)
+            t = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+            t.settimeout(None)
+        except OSError:
+            c.close()
+            return
+        threading.Thread(target=_pipe, args=(t, c), daemon=True).start()
+        _pipe(c, t)
+
+    def close(self):
+        self.closed = True
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
 class Sandbox:
     def __init__(self, fake, req, sid):
         d = req.definition
@@ -187,6 +269,17 @@ class Sandbox:
         self.result = None
         self.execs = {}
         self.box = nsbox.Box(fake.dir, "modal")
+        r = d.resources
+        self.resources = {"milli_cpu": r.milli_cpu, "milli_cpu_max": r.milli_cpu_max,
+                          "memory_mb": r.memory_mb, "memory_mb_max": r.memory_mb_max,
+                          "ephemeral_disk_mb": r.ephemeral_disk_mb,
+                          "gpu_type": r.gpu_config.gpu_type, "gpu_count": r.gpu_config.count}
+        self.cgroup = None
+        if r.memory_mb_max:
+            self.cgroup = nsbox.make_memcg("sbx-fake-modal-" + sid, r.memory_mb_max << 20)
+            if self.cgroup:
+                nsbox.bind_memcg(self.box, self.cgroup)
+        self.tunnels = [Tunnel(fake.tls(), p.port) for p in d.open_ports.ports]
         img = fake.images.get(d.image_id)
         if img and img.get("dir"):
             _copy_tree(img["dir"], self.box.root)
@@ -202,7 +295,12 @@ class Sandbox:
             return
         self.state = "terminated"
         self.result = GR(status=status, exception=exception)
+        for t in self.tunnels:
+            t.close()
         self.box.delete()
+        if self.cgroup:
+            nsbox.drop_memcg(self.cgroup)
+            self.cgroup = None
 
 
 def _remaining(ctx):
@@ -235,6 +333,9 @@ class ModalFake(fakehttp.Fake):
         self.jwt_ttl = 3600.0
         self.router_port = 0
         self.router_url = None  # the URL handed out instead of the router's own
+        self.auth = {}          # auth token -> expires_at
+        self.auth_ttl = 3600.0
+        self._tls = None
         self.seq = 0
         self.start_reaper(self.expire)
 
@@ -242,6 +343,29 @@ class ModalFake(fakehttp.Fake):
         with self.lock:
             self.seq += 1
             return "%s-%s%04d" % (prefix, uuid.uuid4().hex[:12], self.seq)
+
+    def tls(self):
+        """The tunnels' TLS context: a self-signed certificate for
+        127.0.0.1, made once."""
+        with self.lock:
+            if self._tls is None:
+                key = os.path.join(self.dir, "tunnel.key")
+                crt = os.path.join(self.dir, "tunnel.crt")
+                subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                                "ec_paramgen_curve:prime256v1", "-nodes",
+                                "-keyout", key, "-out", crt, "-days", "1",
+                                "-subj", "/CN=127.0.0.1",
+                                "-addext", "subjectAltName=IP:127.0.0.1"],
+                               check=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+                ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+                ctx.load_cert_chain(crt, key)
+                with open(key, "rb") as fh:
+                    self.tls_key = fh.read()
+                with open(crt, "rb") as fh:
+                    self.tls_crt = fh.read()
+                self._tls = ctx
+            return self._tls
 
     def secret(self, sid):
         with self.lock:
@@ -270,16 +394,24 @@ class ModalFake(fakehttp.Fake):
         md = dict(ctx.invocation_metadata())
         entry = {"time": time.time(), "method": "POST", "path": "/%s/%s" % (service, name),
                  "query": {}, "body": text_format.MessageToString(req, as_utf8=True),
-                 "auth": {k: ("<redacted>" if k in ("x-modal-token-secret", "authorization")
+                 "auth": {k: ("<redacted>" if k in ("x-modal-token-secret", "authorization",
+                                                    "x-modal-auth-token")
                               else v) for k, v in md.items()
                           if k.startswith("x-modal") or k == "authorization"},
-                 "timeout_s": _remaining(ctx), "status": None}
+                 "timeout_s": _remaining(ctx), "peer": ctx.peer(), "status": None}
         self.record(entry)
         try:
             if service == CTRL:
                 if not md.get("x-modal-token-id") or \
                         md.get("x-modal-token-secret") != self.api_key:
                     raise Abort(grpc.StatusCode.UNAUTHENTICATED, "Invalid token id or secret")
+                if name not in ("AuthTokenGet", "ImageJoinStreaming"):
+                    with self.lock:
+                        exp = self.auth.get(md.get("x-modal-auth-token", ""))
+                    entry["auth_token"] = exp is not None
+                    if exp is None or time.time() >= exp:
+                        raise Abort(grpc.StatusCode.UNAUTHENTICATED,
+                                    "missing or expired x-modal-auth-token")
             fpath = entry["path"]
             if name == "TaskExecStdioRead":
                 fpath += "#stderr" if req.file_descriptor == \
@@ -323,6 +455,16 @@ class ModalFake(fakehttp.Fake):
             raise Abort(grpc.StatusCode.UNAUTHENTICATED, "JWT expired")
 
     # ------------------------------------------------------------ control
+    def AuthTokenGet(self, req, ctx, md):
+        def b64(d):
+            return base64.urlsafe_b64encode(json.dumps(d).encode()).rstrip(b"=").decode()
+        with self.lock:
+            exp = int(time.time() + self.auth_ttl)
+            tok = "%s.%s.%s" % (b64({"alg": "none", "typ": "JWT"}),
+                                b64({"exp": exp, "jti": uuid.uuid4().hex}), "fake")
+            self.auth[tok] = exp
+        return api.AuthTokenGetResponse(token=tok)
+
     def AppGetOrCreate(self, req, ctx, md):
         name = req.app_name or "default"
         with self.lock:
@@ -399,7 +541,25 @@ class ModalFake(fakehttp.Fake):
                 continue
             if any(sb.tags.get(k) != v for k, v in want.items()):
                 continue
-            out.sandboxes.add(id=sb.id, created_at=sb.created)
+            if req.before_timestamp and sb.created >= req.before_timestamp:
+                continue
+            si = out.sandboxes.add(id=sb.id, created_at=sb.created)
+            for k, v in sb.tags.items():
+                si.tags.add(tag_name=k, tag_value=v)
+        return out
+
+    def SandboxTagsGet(self, req, ctx, md):
+        sb = self.find(req.sandbox_id)
+        out = api.SandboxTagsGetResponse()
+        for k, v in sb.tags.items():
+            out.tags.add(tag_name=k, tag_value=v)
+        return out
+
+    def SandboxGetTunnels(self, req, ctx, md):
+        sb = self.find(req.sandbox_id)
+        out = api.SandboxGetTunnelsResponse()
+        for t in sb.tunnels:
+            out.tunnels.add(host="127.0.0.1", port=t.host_port, container_port=t.port)
         return out
 
     def SandboxSnapshotFs(self, req, ctx, md):
@@ -468,7 +628,8 @@ class ModalFake(fakehttp.Fake):
                 proc, master = sb.box.popen_pty(argv, pty.winsz_rows, pty.winsz_cols,
                                                 env=env, cwd=cwd)
             else:
-                proc = sb.box.popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE)
+                proc = sb.box.popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE,
+                                    cgroup=sb.cgroup)
                 master = None
         except nsbox.SandboxGone:
             raise Abort(grpc.StatusCode.NOT_FOUND, "Task %s has ended" % req.task_id)
@@ -566,7 +727,11 @@ class ModalFake(fakehttp.Fake):
     # ------------------------------------------------------------ cleanup
     def cleanup(self):
         for sb in self.boxes():
+            for t in sb.tunnels:
+                t.close()
             sb.box.delete()
+            if sb.cgroup:
+                nsbox.drop_memcg(sb.cgroup)
         if self.dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -602,7 +767,14 @@ class Handler(fakehttp.Handler):
     def fake_control(self, path):
         f = self.fake
         parts = path.strip("/").split("/")
-        if path == "/_fake/jwt" and self.command == "POST":
+        if path == "/_fake/auth" and self.command == "POST":
+            with f.lock:
+                f.auth_ttl = float(self.json_body().get("ttl", 3600))
+            self.send_json(204, None)
+        elif path == "/_fake/tls_ca" and self.command == "GET":
+            f.tls()
+            self.send_bytes(200, f.tls_crt, "application/x-pem-file")
+        elif path == "/_fake/jwt" and self.command == "POST":
             with f.lock:
                 f.jwt_ttl = float(self.json_body().get("ttl", 3600))
             self.send_json(204, None)
@@ -615,6 +787,19 @@ class Handler(fakehttp.Handler):
                 for rec in f.jwts.values():
                     rec[1] = 0
             self.send_json(204, None)
+        elif path == "/_fake/sandboxes" and self.command == "POST":
+            tags = self.json_body().get("tags") or {}
+            iid = f.next_id("im")
+            with f.lock:
+                f.images[iid] = {"dockerfile": ["FROM debian:bookworm"]}
+            req = api.SandboxCreateRequest(
+                app_id="ap-other", definition=api.Sandbox(image_id=iid, timeout_secs=300),
+                tags=[api.SandboxTag(tag_name=k, tag_value=v) for k, v in tags.items()])
+            sid = f.next_id("sb")
+            sb = Sandbox(f, req, sid)
+            with f.lock:
+                f.sandboxes[sid] = sb
+            self.send_json(200, {"sandbox_id": sid})
         elif path == "/_fake/sandboxes" and self.command == "GET":
             self.send_json(200, [sb.id for sb in f.boxes() if sb.state == "running"])
         elif len(parts) == 3 and parts[1] == "sandbox" and self.command == "GET":
@@ -624,7 +809,8 @@ class Handler(fakehttp.Handler):
                 raise fakehttp.Reply(404, {"error": "no sandbox " + parts[2]})
             self.send_json(200, {"state": sb.state, "task_id": sb.task_id, "tags": sb.tags,
                                  "execs": len(sb.execs), "workdir": sb.workdir,
-                                 "timeout": sb.timeout})
+                                 "timeout": sb.timeout, "resources": sb.resources,
+                                 "tunnels": {str(t.port): t.host_port for t in sb.tunnels}})
         elif len(parts) == 4 and parts[1] == "sandbox" and parts[3] == "vanish":
             with f.lock:
                 sb = f.sandboxes.pop(parts[2], None)
@@ -641,20 +827,26 @@ def main():
     ctrl = grpc.server(futures.ThreadPoolExecutor(max_workers=64))
     ctrl.add_generic_rpc_handlers((handlers(
         fake, CTRL, api,
-        ["AppGetOrCreate", "ImageGetOrCreate", "ImageJoinStreaming", "SecretGetOrCreate",
-         "SandboxCreate", "SandboxGetTaskId", "SandboxWait", "SandboxTerminate", "SandboxList",
+        ["AuthTokenGet", "AppGetOrCreate", "ImageGetOrCreate", "ImageJoinStreaming",
+         "SecretGetOrCreate", "SandboxCreate", "SandboxGetTaskId", "SandboxWait",
+         "SandboxTerminate", "SandboxList", "SandboxTagsGet", "SandboxGetTunnels",
          "SandboxSnapshotFs", "TaskGetCommandRouterAccess"],
         {"ImageJoinStreaming"}),))
     port = ctrl.add_insecure_port("127.0.0.1:0")
+    fake.tls()
+    creds = grpc.ssl_server_credentials([(fake.tls_key, fake.tls_crt)])
+    tls_port = ctrl.add_secure_port("127.0.0.1:0", creds)
     router = grpc.server(futures.ThreadPoolExecutor(max_workers=256))
     router.add_generic_rpc_handlers((handlers(
         fake, ROUTER, tcr,
         ["TaskExecStart", "TaskExecStdioRead", "TaskExecStdinWrite", "TaskExecWait"],
         {"TaskExecStdioRead"}),))
     fake.router_port = router.add_insecure_port("127.0.0.1:0")
+    router_tls_port = router.add_secure_port("127.0.0.1:0", creds)
     ctrl.start()
     router.start()
-    sys.stdout.write("GRPC %d\nROUTER %d\n" % (port, fake.router_port))
+    sys.stdout.write("GRPC %d\nROUTER %d\nGRPCS %d\nROUTERS %d\n"
+                     % (port, fake.router_port, tls_port, router_tls_port))
     sys.stdout.flush()
     try:
         fakehttp.serve(fake, Handler)

@@ -36,6 +36,7 @@ import subprocess
 import termios
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 # bwrap --die-with-parent ends an instance when the thread that started it
@@ -245,6 +246,47 @@ class Box:
         if parent != real_root and not parent.startswith(real_root + os.sep):
             return None
         return host
+
+
+MEMCG = "/sys/fs/cgroup/memory"     # cgroup v1 memory controller
+
+
+def make_memcg(name, limit):
+    """A cgroup v1 memory cgroup limited to @limit bytes (swap included),
+    for a sandbox whose commands join it (popen(cgroup=)) and see it
+    read-only (bind_memcg()):
+    its path, or None where the controller cannot be written."""
+    path = os.path.join(MEMCG, name)
+    try:
+        os.mkdir(path)
+        for f in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
+            if os.path.exists(os.path.join(path, f)):
+                with open(os.path.join(path, f), "w") as fh:
+                    fh.write(str(limit))
+    except OSError:
+        return None
+    return path
+
+
+def drop_memcg(path):
+    for _ in range(50):
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.05)
+
+
+def bind_memcg(box, path):
+    """Shows memory cgroup @path read-only at MEMCG in @box (before its
+    start), with its oom_kill counter, as a container sees its own cgroup."""
+    mp = os.path.join(box.root, MEMCG.lstrip("/"))
+    os.makedirs(mp, exist_ok=True)
+    for d in ("sys", "sys/fs", "sys/fs/cgroup", MEMCG.lstrip("/")):
+        os.chmod(os.path.join(box.root, d), 0o755)
+    box.ro_binds.append((path, MEMCG))
 
 
 def resize(master, rows, cols):

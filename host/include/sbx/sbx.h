@@ -235,7 +235,18 @@ SBX_EXPORT const char *sbx_strerror(sbx_error_code code);
 #define SBX_CAP_LIST_OWNED      (UINT64_C(1) << 15) /* list_owned / destroy_by_id */
 #define SBX_CAP_EXPOSED_PORTS   (UINT64_C(1) << 16)
 #define SBX_CAP_BACKGROUND      (UINT64_C(1) << 17) /* background processes live until destroy */
-#define SBX_CAP_USER            (UINT64_C(1) << 18) /* a create-time user (sbx_options_set_user) */
+/*
+ * SBX_CAP_EXEC_STDIN_STREAM: stdin written to a running process
+ * (SBX_EXEC_STDIN_OPEN, sbx_process_write_stdin()) reaches the command as
+ * it is written, so a command can answer a line before the next is
+ * written. Without it (daytona, cloudflare: the provider takes a command's
+ * stdin as a file staged before the command starts), a process's stdin is
+ * delivered whole once sbx_process_close_stdin() is called, and the
+ * command starts only then: write, close, then wait for output. A terminal
+ * (tty_rows/tty_cols, SBX_CAP_PTY) is interactive either way. Since 0.1.
+ */
+#define SBX_CAP_EXEC_STDIN_STREAM (UINT64_C(1) << 18)
+#define SBX_CAP_USER            (UINT64_C(1) << 19) /* a create-time user (sbx_options_set_user) */
 
 /**
  * sbx_capability_name:
@@ -1383,7 +1394,10 @@ typedef void (*sbx_output_fn)(sbx_stream stream, const void *data, size_t len,
  *    empty, not truncated): output only reaches on_output.
  *    SBX_EXEC_STDIN_OPEN (sbx_sandbox_start_process only): stdin stays open
  *    after stdin_data for sbx_process_write_stdin, until
- *    sbx_process_close_stdin. Unknown bits are invalid_argument.
+ *    sbx_process_close_stdin (written bytes reach the running command as
+ *    they are written on backends with SBX_CAP_EXEC_STDIN_STREAM; on the
+ *    others, whole once stdin is closed). Unknown bits are
+ *    invalid_argument.
  *  - tty_rows / tty_cols: > 0 both = the command runs on a
  *    pseudo-terminal of that size (rows and columns of characters,
  *    1..SBX_TTY_MAX), made inside the sandbox: it is the command's stdin,

@@ -661,8 +661,10 @@ sbx_error_code cl_grpc_code(int status);
 const char *cl_grpc_status_name(int status);
 
 /* What grpc.c takes from http.c (not for plugins): the retry policy, the
- * scrubbing of secrets in place, the k-th backoff in seconds. */
+ * scrubbing of secrets in place, the k-th backoff in seconds, the TLS
+ * settings (cl_http_set_tls) put on an easy handle. */
 cl_retry_policy cl_http_retry_policy(cl_http *h);
+void cl_http_tls_apply(cl_http *h, void *easy);   /* a CURL * */
 void cl_http_scrub(const cl_http *h, char *s);
 double cl_http_backoff(cl_http *h, int k);
 

@@ -24,17 +24,30 @@
 #define GRPC_METADATA_MAX 8
 #define GRPC_MSG_MAX ((size_t)64 << 20)
 #define GRPC_CONNECT_SECS 10.0
+#define GRPC_IDLE_MAX 8         /* easy handles kept for reuse per channel */
 
 struct cl_grpc {
     cl_http *http;
     char *url;
     char *failover;
     int failed_over;
-    pthread_mutex_t lock;       /* guards failed_over */
+    pthread_mutex_t lock;       /* guards failed_over, idle and nidle */
     /* DNS and TLS sessions are shared by the channel's calls; connections
-     * are not: libcurl 7.88 breaks an h2c (prior knowledge) connection
-     * taken from a shared cache by another easy handle ("Error in the HTTP2
-     * framing layer"), so each call has its own. */
+     * are not shared between easy handles: libcurl 7.88 breaks an h2c
+     * (prior knowledge) connection taken from a shared cache by another
+     * easy handle ("Error in the HTTP2 framing layer"). Connections are
+     * reused through the easy handles instead: a call takes an idle handle
+     * of the channel (curl_easy_reset keeps its live connection), and a
+     * call that ended cleanly gives it back, so sequential calls go over
+     * one connection and only calls at once open more (at most
+     * GRPC_IDLE_MAX are kept). Over TLS only (https://, HTTP/2 by ALPN):
+     * libcurl 7.88.1 (Debian 12's) sends nothing at all on an h2c
+     * connection it re-uses, even from the same easy handle (curl
+     * --http2-prior-knowledge URL --next --http2-prior-knowledge URL: the
+     * second transfer logs "Re-using existing connection" and ends with no
+     * request sent), so an http:// channel opens a connection per call. */
+    CURL *idle[GRPC_IDLE_MAX];
+    int nidle;
     CURLSH *share;
     pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
     char *md[GRPC_METADATA_MAX];
@@ -69,6 +82,38 @@ static void share_unlock(CURL *h, curl_lock_data data, void *ud)
     (void)h;
     if (data >= 0 && data < CURL_LOCK_DATA_LAST)
         pthread_mutex_unlock(&g->share_locks[data]);
+}
+
+/* An easy handle for one call: an idle one of @g's (its options reset,
+ * its live connection kept), else a new one. NULL on no memory. */
+static CURL *handle_take(cl_grpc *g)
+{
+    CURL *h = NULL;
+    pthread_mutex_lock(&g->lock);
+    if (g->nidle > 0)
+        h = g->idle[--g->nidle];
+    pthread_mutex_unlock(&g->lock);
+    if (h)
+        curl_easy_reset(h);
+    else
+        h = curl_easy_init();
+    return h;
+}
+
+/* Gives @h back after a call: kept for the next call (with its connection)
+ * when @reuse and there is room, else cleaned up. */
+static void handle_give(cl_grpc *g, CURL *h, int reuse)
+{
+    if (reuse) {
+        pthread_mutex_lock(&g->lock);
+        if (g->nidle < GRPC_IDLE_MAX) {
+            g->idle[g->nidle++] = h;
+            h = NULL;
+        }
+        pthread_mutex_unlock(&g->lock);
+    }
+    if (h)
+        curl_easy_cleanup(h);
 }
 
 cl_grpc *cl_grpc_new(cl_http *http, const char *url, const char *failover_url)
@@ -107,6 +152,8 @@ void cl_grpc_free(cl_grpc *g)
         memset(g->md[i], 0, strlen(g->md[i]));
         free(g->md[i]);
     }
+    for (int i = 0; i < g->nidle; i++)
+        curl_easy_cleanup(g->idle[i]);
     if (g->share)
         curl_share_cleanup(g->share);
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
@@ -380,7 +427,7 @@ int cl_grpc_invoke(cl_grpc *g, const sbx_call_ctx *ctx, const cl_grpc_call *call
         char *url = NULL;
         if (asprintf(&url, "%s%s", base, call->method) < 0)
             url = NULL;
-        CURL *h = url ? curl_easy_init() : NULL;
+        CURL *h = url ? handle_take(g) : NULL;
         if (!h) {
             free(url);
             cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "%s: cannot make a curl handle",
@@ -418,6 +465,7 @@ int cl_grpc_invoke(cl_grpc *g, const sbx_call_ctx *ctx, const cl_grpc_call *call
         curl_easy_setopt(h, CURLOPT_HTTP_VERSION, strncmp(base, "http://", 7) == 0
                          ? (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE
                          : (long)CURL_HTTP_VERSION_2TLS);
+        cl_http_tls_apply(g->http, h);
         curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
         curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 30L);
         curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 15L);
@@ -440,7 +488,10 @@ int cl_grpc_invoke(cl_grpc *g, const sbx_call_ctx *ctx, const cl_grpc_call *call
             curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(left * 1000) + 50);
         CURLcode cc = curl_easy_perform(h);
         curl_slist_free_all(hl);
-        curl_easy_cleanup(h);
+        /* Only a call that ended with its status leaves the connection as
+         * it should be for the next one. */
+        handle_give(g, h, cc == CURLE_OK && x.got_status && !resp->aborted && !x.cancelled
+                          && strncmp(base, "https://", 8) == 0);
         free(url);
         cl_buf_clear(&x.cur);
 

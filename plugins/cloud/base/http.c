@@ -182,6 +182,33 @@ int cl_http_set_auth(cl_http *c, const char *header, const char *value)
     return cl_http_set_secret(c, value);
 }
 
+/* What grpc.c takes from here: the TLS settings of cl_http_set_tls() on
+ * easy handle @easy. */
+void cl_http_tls_apply(cl_http *c, void *easy)
+{
+    CURL *h = easy;
+#if LIBCURL_VERSION_NUM >= 0x074d00
+    if (c->tls_ca.len) {
+        struct curl_blob b = { c->tls_ca.data, c->tls_ca.len, CURL_BLOB_NOCOPY };
+        curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &b);
+    }
+    if (c->tls_cert.len) {
+        struct curl_blob b = { c->tls_cert.data, c->tls_cert.len, CURL_BLOB_NOCOPY };
+        curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, &b);
+        curl_easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
+    }
+    if (c->tls_key.len) {
+        struct curl_blob b = { c->tls_key.data, c->tls_key.len, CURL_BLOB_NOCOPY };
+        curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &b);
+        curl_easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
+    }
+#endif
+    if (c->tls_insecure) {
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+    }
+}
+
 int cl_http_set_tls(cl_http *c, const char *ca_pem, size_t ca_len, const char *cert_pem,
                     size_t cert_len, const char *key_pem, size_t key_len, int insecure)
 {
@@ -604,26 +631,7 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
         curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
         curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 30L);
         curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 15L);
-#if LIBCURL_VERSION_NUM >= 0x074d00
-        if (c->tls_ca.len) {
-            struct curl_blob b = { c->tls_ca.data, c->tls_ca.len, CURL_BLOB_NOCOPY };
-            curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &b);
-        }
-        if (c->tls_cert.len) {
-            struct curl_blob b = { c->tls_cert.data, c->tls_cert.len, CURL_BLOB_NOCOPY };
-            curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, &b);
-            curl_easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
-        }
-        if (c->tls_key.len) {
-            struct curl_blob b = { c->tls_key.data, c->tls_key.len, CURL_BLOB_NOCOPY };
-            curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &b);
-            curl_easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
-        }
-#endif
-        if (c->tls_insecure) {
-            curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
-            curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
-        }
+        cl_http_tls_apply(c, h);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, &x);
         curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);

@@ -130,7 +130,7 @@
 #define E2B_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_RESUME        \
                   | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY | SBX_CAP_IMAGE               \
                   | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED | SBX_CAP_BACKGROUND | SBX_CAP_PTY \
-                  | SBX_CAP_EXPOSED_PORTS | SBX_CAP_USER)
+                  | SBX_CAP_EXPOSED_PORTS | SBX_CAP_EXEC_STDIN_STREAM | SBX_CAP_USER)
 
 struct sbx_plugin_client {
     cl_http *http;

@@ -317,6 +317,122 @@ int k8_conf_from_kubeconfig(json_object *kc, const char *src, const char *want_c
     return 0;
 }
 
+/* Makes the relative path in member @field of @o absolute, from the
+ * directory of the kubeconfig @file (kubectl resolves each file's paths
+ * before it merges). */
+static void kc_resolve(json_object *o, const char *field, const char *file)
+{
+    const char *p = cl_json_str(o, field);
+    if (!p || !*p || p[0] == '/')
+        return;
+    char *full = kc_path(file, p);
+    if (full)
+        json_object_object_add(o, field, json_object_new_string(full));
+    free(full);
+}
+
+/* Merges the list @key ("clusters", "users", "contexts") of @from into
+ * @into: an entry whose name @into has already is left out (the first
+ * file to set a name wins). Relative paths in what is taken are resolved
+ * from @file. */
+static void kc_merge_list(json_object *into, json_object *from, const char *key,
+                          const char *inner, const char *file)
+{
+    json_object *src = NULL, *dst = NULL;
+    if (!json_object_object_get_ex(from, key, &src) || !json_object_is_type(src, json_type_array))
+        return;
+    if (!json_object_object_get_ex(into, key, &dst) || !json_object_is_type(dst, json_type_array)) {
+        dst = json_object_new_array();
+        json_object_object_add(into, key, dst);
+    }
+    for (size_t i = 0; i < json_object_array_length(src); i++) {
+        json_object *e = json_object_array_get_idx(src, i);
+        const char *n = cl_json_str(e, "name");
+        if (!n || kc_named(into, key, inner, n))
+            continue;
+        json_object *in = NULL;
+        if (json_object_object_get_ex(e, inner, &in) && json_object_is_type(in, json_type_object)) {
+            kc_resolve(in, "certificate-authority", file);
+            kc_resolve(in, "client-certificate", file);
+            kc_resolve(in, "client-key", file);
+            kc_resolve(in, "tokenFile", file);
+        }
+        json_object_array_add(dst, json_object_get(e));
+    }
+}
+
+/*
+ * KUBECONFIG=@env, a colon-separated list of files, merged as kubectl
+ * merges them (client-go's ClientConfigLoadingRules.Load): files that do
+ * not exist are passed over, a path listed twice is read once; each
+ * cluster, user and context is taken from the first file that names it;
+ * current-context from the first file that sets it; relative paths are
+ * resolved from the directory of the file they are in. The merged
+ * kubeconfig, with *@src the files read joined by ':' (a new string), or
+ * NULL with a configuration error naming the file that cannot be read or
+ * parsed, or KUBECONFIG when none of its files exists.
+ */
+json_object *k8_kubeconfig_merge(const char *env, char **src, sbx_error **error)
+{
+    const char *op = "client_new";
+    char *copy = strdup(env), *save = NULL;
+    json_object *merged = json_object_new_object(), *seen = json_object_new_object();
+    cl_buf names = { 0 };
+    int nread = 0;
+    *src = NULL;
+    if (!copy || !merged || !seen) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
+    for (char *t = strtok_r(copy, ":", &save); t; t = strtok_r(NULL, ":", &save)) {
+        if (!*t || access(t, F_OK) != 0)
+            continue;
+        if (json_object_object_get_ex(seen, t, NULL))
+            continue;
+        json_object_object_add(seen, t, NULL);
+        cl_buf text = { 0 };
+        if (kc_slurp(t, &text) < 0) {
+            cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op, "kubernetes backend: cannot "
+                               "read the kubeconfig %s (of KUBECONFIG): %s", t,
+                               strerror(errno)), "path", t);
+            cl_buf_clear(&text);
+            goto fail;
+        }
+        json_object *kc = k8_yaml_parse(text.data, text.len, t, error);
+        cl_buf_clear(&text);
+        if (!kc)
+            goto fail;
+        const char *cur = cl_json_str(merged, "current-context"),
+                   *fcur = cl_json_str(kc, "current-context");
+        if ((!cur || !*cur) && fcur && *fcur)
+            json_object_object_add(merged, "current-context", json_object_new_string(fcur));
+        kc_merge_list(merged, kc, "clusters", "cluster", t);
+        kc_merge_list(merged, kc, "users", "user", t);
+        kc_merge_list(merged, kc, "contexts", "context", t);
+        json_object_put(kc);
+        if ((nread++ && cl_buf_append(&names, ":", 1) < 0)
+            || cl_buf_append(&names, t, strlen(t)) < 0) {
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            goto fail;
+        }
+    }
+    if (!nread) {
+        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op, "kubernetes backend: no file "
+                           "of KUBECONFIG=%s exists", env), "path", env);
+        goto fail;
+    }
+    free(copy);
+    json_object_put(seen);
+    *src = names.data;
+    return merged;
+fail:
+    free(copy);
+    json_object_put(seen);
+    cl_buf_clear(&names);
+    json_object_put(merged);
+    return NULL;
+}
+
 int k8_conf_load(json_object *cfg, k8_conf *k, sbx_error **error)
 {
     const char *op = "client_new";
@@ -330,23 +446,15 @@ int k8_conf_load(json_object *cfg, k8_conf *k, sbx_error **error)
     if (!path && !in_cluster) {
         const char *env = getenv("KUBECONFIG");
         if (env && *env) {
-            /* A list of files (kubectl merges them): the first that exists
-             * is read; the others are not merged in. */
-            char *copy = strdup(env), *save = NULL;
-            for (char *t = copy ? strtok_r(copy, ":", &save) : NULL; t;
-                 t = strtok_r(NULL, ":", &save)) {
-                if (*t && access(t, F_OK) == 0) {
-                    found = strdup(t);
-                    break;
-                }
-            }
-            if (!found) {
-                cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op, "kubernetes backend: "
-                                   "no file of KUBECONFIG=%s exists", env), "path", env);
-                free(copy);
-                return -1;
-            }
-            free(copy);
+            char *src = NULL;
+            json_object *kc = k8_kubeconfig_merge(env, &src, error);
+            int rc = kc ? k8_conf_from_kubeconfig(kc, src, want_ctx, k, error) : -1;
+            json_object_put(kc);
+            if (rc == 0)
+                k->source = src;
+            else
+                free(src);
+            return rc;
         } else if (!getenv("KUBERNETES_SERVICE_HOST")) {
             const char *home = getenv("HOME");
             if (home && *home) {

@@ -3,8 +3,8 @@
  *
  * Order (client-go's loading rules, reduced):
  *  1. the client option "kubeconfig" (a path);
- *  2. KUBECONFIG: a colon-separated list, of which the first file that
- *     exists is read (kubectl merges them; this backend does not);
+ *  2. KUBECONFIG: a colon-separated list of files, merged as kubectl
+ *     merges them (k8_kubeconfig_merge());
  *  3. ~/.kube/config, unless KUBERNETES_SERVICE_HOST is set;
  *  4. in-cluster: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT
  *     with the service account's token, ca.crt and namespace from
@@ -52,6 +52,19 @@ int k8_conf_load(struct json_object *cfg, k8_conf *k, sbx_error **error);
  *  and relative paths), context @want_context or current-context. */
 int k8_conf_from_kubeconfig(struct json_object *kc, const char *src, const char *want_context,
                             k8_conf *k, sbx_error **error);
+
+/**
+ * KUBECONFIG=@env, a colon-separated list of files, merged as kubectl
+ * merges them (client-go's ClientConfigLoadingRules.Load): files that do
+ * not exist are passed over and a path listed twice is read once; each
+ * cluster, user and context comes from the first file that names it, and
+ * current-context from the first file that sets it; relative paths are
+ * resolved from the directory of their own file. A new object (the merged
+ * kubeconfig) with *@src the files read, joined by ':' (a new string); or
+ * NULL with a configuration error naming the file that cannot be read or
+ * is not YAML, or KUBECONFIG when none of its files exists.
+ */
+struct json_object *k8_kubeconfig_merge(const char *env, char **src, sbx_error **error);
 
 /** YAML text (@len bytes) as a JSON object (mappings, sequences, strings):
  *  a new object, or NULL with a configuration error naming @path and the

@@ -24,9 +24,11 @@
  *    ("RESOURCE:N" with a '/' in RESOURCE: that extended resource; "TYPE:N"
  *    otherwise: nvidia.com/gpu N on a node labelled
  *    nvidia.com/gpu.product=TYPE), activeDeadlineSeconds = the lifetime
- *    plus K8_START_MARGIN_S (the pod's clock starts before its image is
- *    pulled), and the labels sbx_backend, sbx_create_token, sbx_expires_at
- *    and sandbox (list_owned, destroy_by_id and `sbx gc` find pods by them).
+ *    plus K8_START_BOUND_S (the kubelet counts it from status.startTime,
+ *    before the image is pulled; k8_set_deadline() lowers it once the pod
+ *    is ready, so that the lifetime counts from readiness), and the labels
+ *    sbx_backend, sbx_create_token, sbx_expires_at and sandbox (list_owned,
+ *    destroy_by_id and `sbx gc` find pods by them).
  *    Ready (CASE-54): the container's state is running (not only phase
  *    Running), then an exec of `true` is accepted; upgrades refused before
  *    the 101 (the kubelet's "container not found") are retried with
@@ -43,16 +45,20 @@
  *    channel 3 (Success 0; NonZeroExitCode: details.causes ExitCode; other
  *    failures: execution_failed with its message). A stream that ends
  *    without a Status is a connection error, never exit 0 (CASE-43).
- *    stdin: v5 sends [255, 0] after the last byte (half-close). A v4 server
- *    cannot be told that stdin ended: the plugin reads all of stdin first
- *    and runs the command behind "head -c N |", so it still sees EOF
- *    (documented fallback, CASE-43 step 4). A terminal (tty_rows/tty_cols):
- *    tty=true, stdout only, resize as {"Width","Height"} on channel 4. The
+ *    stdin streams as it comes: v5 sends [255, 0] after the last byte
+ *    (half-close). A v4 server cannot be told that stdin ended: the plugin
+ *    sends stdin as length-prefixed chunks ended by "0\n", decoded in the
+ *    pod into a FIFO the command reads (k8_v4_stdin_wrap()), so the command
+ *    reads its stdin as it comes and sees EOF (CASE-43 step 4). A terminal
+ *    (tty_rows/tty_cols): tty=true, stdout only, resize as {"Width","Height"} on channel 4. The
  *    protocol a server speaks is learnt by the readiness exec.
  *  - files, directories: tar and cat over exec (tar xf - / tar cf -).
  *  - destroy: DELETE the pod with gracePeriodSeconds, then its policy.
  *    resume: by pod name from the session state.
- *  - No snapshot (feature_not_supported); commands run as the pod's user
+ *  - No snapshot (feature_not_supported, SBX_CAP_SNAPSHOT not declared): a
+ *    VolumeSnapshot copies a PersistentVolumeClaim through a CSI driver, and
+ *    a sandbox's state is in emptyDirs and the container's root filesystem
+ *    (README, "Snapshots: none"); commands run as the pod's user
  *    (a per-command user is refused).
  */
 #include "cloud.h"
@@ -70,6 +76,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -86,7 +93,9 @@
 #define K8_STATE_VERSION 1
 #define K8_READY_S 300.0            /* bound on waiting for the container */
 #define K8_EXEC_RETRY_S 30.0        /* refused upgrades retried this long */
-#define K8_START_MARGIN_S 30        /* activeDeadlineSeconds past the lifetime */
+#define K8_START_BOUND_S 360        /* activeDeadlineSeconds past the lifetime at
+                                     * create: more than a create waits for the
+                                     * container (K8_READY_S + K8_EXEC_RETRY_S) */
 #define K8_DEFAULT_GRACE_S 2
 #define K8_PROTOCOLS "v5.channel.k8s.io,v4.channel.k8s.io"
 #define K8_CHUNK 32768
@@ -107,7 +116,7 @@
                  | SBX_CAP_RESUME | SBX_CAP_PTY | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY \
                  | SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT | SBX_CAP_DISK_LIMIT            \
                  | SBX_CAP_GPU | SBX_CAP_IMAGE | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED      \
-                 | SBX_CAP_BACKGROUND)
+                 | SBX_CAP_BACKGROUND | SBX_CAP_EXEC_STDIN_STREAM)
 
 struct sbx_plugin_client {
     cl_http *http;
@@ -128,6 +137,7 @@ struct sbx_plugin_sandbox {
     struct sbx_plugin_client *c;
     char *workdir;
     int policy;         /* a deny-egress policy goes with the pod */
+    time_t started;     /* the pod's status.startTime (s since the epoch), or 0 */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -193,7 +203,9 @@ typedef struct k8_stream {
     int tty;
     unsigned rows, cols;
     int in_fd;                  /* stdin from here (to its end), or -1 */
-    const cl_buf *in_buf;       /* or from here (v4: spooled), or NULL */
+    const cl_buf *in_buf;       /* or from here (a staged script), or NULL */
+    int chunked;                /* v4: in_fd's bytes go as chunks "LEN\n" DATA,
+                                 * ended by "0\n" (k8_v4_stdin_wrap()) */
     k8_out_fn out;
     void *out_ud;
     /* results */
@@ -268,15 +280,18 @@ static int k8_on_msg(void *ud, int binary, const unsigned char *p, size_t n)
     return 0;   /* other channels: nothing for a client */
 }
 
-/* The stdin pump: the request's stdin (descriptor or spooled buffer) as
- * channel-0 frames, then (v5) the close of channel 0. */
+/* The stdin pump: the request's stdin (descriptor or buffer) as channel-0
+ * frames as it comes, then the end of stdin: v5's close of channel 0, or
+ * (chunked, v4) the chunk "0\n". */
 static int k8_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
                         int *code, const char *op, sbx_error **error);
+
+#define K8_HDR 24   /* room for the channel byte and a chunk's "LEN\n" */
 
 static void *k8_pump(void *arg)
 {
     k8_stream *s = arg;
-    unsigned char buf[1 + K8_CHUNK];
+    unsigned char buf[K8_HDR + K8_CHUNK];
     buf[0] = 0;
     if (s->in_buf) {
         for (size_t off = 0; off < s->in_buf->len; off += K8_CHUNK) {
@@ -296,13 +311,25 @@ static void *k8_pump(void *arg)
         }
         if (pf[1].revents)
             return NULL;
-        ssize_t n = read(s->in_fd, buf + 1, K8_CHUNK);
+        ssize_t n = read(s->in_fd, buf + K8_HDR, K8_CHUNK);
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
         if (n <= 0)
             break;
-        if (cl_ws_send(s->ws, 1, buf, (size_t)n + 1) < 0)
+        /* The frame: channel 0, the chunk's length line when chunked,
+         * then the bytes, built in place before them. */
+        char hdr[K8_HDR];
+        size_t h = s->chunked ? (size_t)snprintf(hdr, sizeof hdr, "%zd\n", n) : 0;
+        unsigned char *f = buf + K8_HDR - h - 1;
+        f[0] = 0;
+        memcpy(f + 1, hdr, h);
+        if (cl_ws_send(s->ws, 1, f, (size_t)n + h + 1) < 0)
             return NULL;
+    }
+    if (s->chunked) {
+        unsigned char end[3] = { 0, '0', '\n' };
+        cl_ws_send(s->ws, 1, end, sizeof end);
+        return NULL;
     }
 eof:
     if (s->tty && s->hup_cmd) {
@@ -558,37 +585,40 @@ static int k8_v4(struct sbx_plugin_client *c)
     return v;
 }
 
-/* Reads @fd to its end into @b: 0 or -1 with an error. */
-static int k8_spool(int fd, cl_buf *b, const char *op, sbx_error **error)
+/*
+ * A v4 server cannot be told that stdin ended (v4 has no half-close; the
+ * only end it knows is the end of the connection, which loses the
+ * command's output and status: kubectl, whose WebSocket executor needs v5
+ * for this, leaves such a command waiting). The plugin ends stdin in band:
+ * the pump sends it as chunks, each a decimal length line "LEN\n" and LEN
+ * bytes, and the chunk "0\n" at its end; in the pod, a decoder in the
+ * background copies the chunks' bytes into a FIFO (the shell's read for
+ * the length line, which reads no further than the newline; head -c LEN for
+ * the bytes, which reads no further than LEN: GNU coreutils' head), and the
+ * command reads the FIFO, so it sees its stdin as it comes and EOF at the
+ * chunk "0\n". The decoder ends at that chunk, when the command has ended
+ * (head's write to the FIFO fails), or is killed when the command exits.
+ * The script @script wrapped so (the FIFO /tmp/.sbx-stdin-TAG, TAG random,
+ * is removed once both its ends are open). A new string, NULL on no
+ * memory.
+ */
+static char *k8_v4_stdin_wrap(const char *script)
 {
-    char buf[65536];
-    for (;;) {
-        ssize_t n = read(fd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "cannot read stdin: %s",
-                    strerror(errno));
-            return -1;
-        }
-        if (n == 0)
-            break;
-        if (cl_buf_append(b, buf, (size_t)n) < 0) {
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-            return -1;
-        }
-    }
-    if (!b->data)
-        cl_buf_append(b, "", 0);
-    return 0;
-}
-
-/* The script, behind "head -c N |" when stdin was spooled for a v4
- * server. A new string. */
-static char *k8_v4_wrap(const char *script, size_t n)
-{
+    char tag[25];
+    cl_random_hex(tag, 12);
     char *q = cl_shell_quote(script);
-    char *out = q ? cl_printf("head -c %zu | sh -c %s", n, q) : NULL;
+    char *out = q ? cl_printf(
+        "__sbx_f=/tmp/.sbx-stdin-%s\n"
+        "mkfifo -m 600 \"$__sbx_f\" || exit 126\n"
+        "exec 3<&0\n"
+        "(while IFS= read -r __sbx_n; do [ \"$__sbx_n\" -gt 0 ] 2>/dev/null || exit 0; "
+        "head -c \"$__sbx_n\" || exit 0; done) <&3 >\"$__sbx_f\" 2>/dev/null 3<&- &\n"
+        "__sbx_p=$!\n"
+        "exec 3<&-\n"
+        "{ rm -f \"$__sbx_f\"; sh -c %s; } <\"$__sbx_f\"\n"
+        "__sbx_rc=$?\n"
+        "kill \"$__sbx_p\" 2>/dev/null\n"
+        "exit $__sbx_rc\n", tag, q) : NULL;
     free(q);
     return out;
 }
@@ -603,22 +633,18 @@ static int k8_run(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                   sbx_error **error)
 {
     k8_collect k = { .out_fd = out_fd };
-    cl_buf spool = { 0 };
     char *wrapped = NULL;
     k8_stream s = { .sb = sb, .script = script, .in_fd = in_fd, .out = k8_collect_out,
                     .out_ud = &k };
     pthread_mutex_init(&s.lock, NULL);
     int rc = -1;
     if (in_fd >= 0 && k8_v4(sb->c)) {
-        if (k8_spool(in_fd, &spool, op, error) < 0)
-            goto out;
-        if (!(wrapped = k8_v4_wrap(script, spool.len))) {
+        if (!(wrapped = k8_v4_stdin_wrap(script))) {
             cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
             goto out;
         }
         s.script = wrapped;
-        s.in_fd = -1;
-        s.in_buf = &spool;
+        s.chunked = 1;
     }
     int c = k8_stream_run(&s, ctx, op, error);
     if (c >= 0) {
@@ -637,7 +663,6 @@ out:
     pthread_mutex_destroy(&s.lock);
     cl_buf_clear(&k.out);
     cl_buf_clear(&k.err);
-    cl_buf_clear(&spool);
     free(wrapped);
     return rc;
 }
@@ -1120,7 +1145,7 @@ static json_object *k8_pod_body(struct sbx_plugin_client *c, const sbx_call_ctx 
     if (rq->timeout_secs > 0)
         json_object_object_add(spec, "activeDeadlineSeconds",
                                json_object_new_int64((int64_t)ceil(rq->timeout_secs)
-                                                     + K8_START_MARGIN_S));
+                                                     + K8_START_BOUND_S));
     json_object *psc = json_object_new_object(), *seccomp = json_object_new_object();
     json_object_object_add(psc, "runAsNonRoot", json_object_new_boolean(1));
     json_object_object_add(psc, "runAsUser", json_object_new_int(K8_UID));
@@ -1262,7 +1287,27 @@ static json_object *k8_policy_body(const char *pod, const sbx_call_ctx *ctx, dou
     return p;
 }
 
-/* One look at the pod for the readiness wait. */
+/* An RFC 3339 time as the API writes it ("2026-12-05T01:47:00Z", an
+ * optional fraction): seconds since the epoch, or 0 when @s is NULL or
+ * not such a time. */
+static time_t k8_time(const char *s)
+{
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    const char *e = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+    if (!e)
+        return 0;
+    if (*e == '.')
+        for (e++; *e >= '0' && *e <= '9'; e++)
+            ;
+    if (strcmp(e, "Z") != 0)
+        return 0;
+    time_t t = timegm(&tm);
+    return t > 0 ? t : 0;
+}
+
+/* One look at the pod for the readiness wait (it also notes the pod's
+ * status.startTime in sb->started). */
 typedef struct k8_ready {
     struct sbx_plugin_sandbox *sb;
     const sbx_call_ctx *ctx;
@@ -1287,6 +1332,9 @@ static int k8_ready_look(void *ud, const char **state, sbx_error **error)
     }
     const char *phase = cl_json_str(cl_json_path(j, "status", NULL), "phase");
     json_object *css = cl_json_path(j, "status", "containerStatuses", NULL);
+    time_t start_time = k8_time(cl_json_str(cl_json_path(j, "status", NULL), "startTime"));
+    if (start_time)
+        w->sb->started = start_time;
     if (cl_json_str(cl_json_path(j, "metadata", NULL), "deletionTimestamp")) {
         /* Being deleted: it will not be ready again. */
         cl_gone_set(&w->sb->s.gone);
@@ -1380,6 +1428,60 @@ static int k8_wait_ready(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     return 0;
 }
 
+/*
+ * The lifetime counts from readiness (as on every backend), but the
+ * kubelet counts activeDeadlineSeconds from the pod's status.startTime,
+ * before the image is pulled. The pod is made with the lifetime plus
+ * K8_START_BOUND_S; once it is ready, this PATCHes (JSON merge patch)
+ * activeDeadlineSeconds down to ceil(now - startTime) + ceil(@lifetime),
+ * so the pod ends @lifetime seconds after readiness: never before, and at
+ * most 2 s after (startTime has whole seconds), given that this host's
+ * clock and the node's agree. The API server lets activeDeadlineSeconds
+ * be lowered on a running pod, never raised. 0, or -1 with an error
+ * (RBAC must grant patch on pods).
+ */
+static int k8_set_deadline(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                           double lifetime, const char *op, sbx_error **error)
+{
+    struct sbx_plugin_client *c = sb->c;
+    if (!sb->started) {
+        cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "pod %s is running but has no "
+                "status.startTime: its lifetime cannot be counted", sb->s.id);
+        return -1;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    double since = (double)now.tv_sec + now.tv_nsec / 1e9 - (double)sb->started;
+    int64_t d = (int64_t)ceil(since < 0 ? 0 : since) + (int64_t)ceil(lifetime);
+    if (d < 1)
+        d = 1;
+    char body[96];
+    snprintf(body, sizeof body, "{\"spec\":{\"activeDeadlineSeconds\":%lld}}", (long long)d);
+    char *url = k8_pod_url(c, sb->s.id, "");
+    cl_req req = { .method = "PATCH", .url = url, .content_type = "application/merge-patch+json",
+                   .body = body, .body_len = strlen(body), .idempotent = CL_SAFE,
+                   .what = "set the pod's activeDeadlineSeconds" };
+    cl_resp r = { 0 };
+    int rc = url ? cl_request(c->http, ctx, &req, &r, op, error) : -1;
+    free(url);
+    if (rc == 0 && r.status / 100 != 2) {
+        sbx_error *e = k8_fail_resp(c, error, r.status == 403 || r.status == 401
+                                              ? SBX_ERROR_AUTHENTICATION
+                                              : r.status == 429 || r.status >= 500
+                                                ? CL_CODE_BY_STATUS
+                                                : SBX_ERROR_CREATION_FAILED,
+                                    &r, op, "set the pod's activeDeadlineSeconds (RBAC: patch "
+                                            "pods)");
+        cl_context(e, "sandbox_id", sb->s.id);
+        rc = -1;
+    }
+    if (rc == 0)
+        CL_LOG(SBX_LOG_DEBUG, "pod %s: activeDeadlineSeconds %lld (lifetime %.3f s from "
+               "readiness)", sb->s.id, (long long)d, lifetime);
+    cl_resp_clear(&r);
+    return rc;
+}
+
 static int k8_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                      const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
                      sbx_error **error)
@@ -1458,6 +1560,8 @@ static int k8_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             cl_context(*error, "sandbox_id", name);
         goto undo;
     }
+    if (rq->timeout_secs > 0 && k8_set_deadline(sb, ctx, rq->timeout_secs, op, error) < 0)
+        goto undo;
     if (rq->workdir && *rq->workdir) {
         int wrc = cl_make_workdir(sb, k8_run_short, ctx, K8_BACKEND, rq->workdir, op, error);
         if (wrc < 0 || !(sb->workdir = strdup(rq->workdir))) {
@@ -1586,7 +1690,6 @@ typedef struct k8_proc {
     k8_stream st;
     int tty;
     unsigned rows, cols;
-    cl_buf spool;               /* v4: stdin read first */
 } k8_proc;
 
 static int k8_proc_out(void *ud, int ch, const unsigned char *p, size_t n)
@@ -1599,7 +1702,6 @@ static void k8_proc_fini(cl_script_proc *p)
 {
     k8_proc *k = (k8_proc *)p;
     pthread_mutex_destroy(&k->st.lock);
-    cl_buf_clear(&k->spool);
 }
 
 static int k8_exec_run(cl_proc *base)
@@ -1656,15 +1758,12 @@ static int k8_exec_run(cl_proc *base)
     }
     p->st.hup_cmd = hup;
     if (p->base.stdin_fd >= 0 && !p->tty && k8_v4(sb->c)) {
-        if (k8_spool(p->base.stdin_fd, &p->spool, op, NULL) < 0
-            || !(wrapped = k8_v4_wrap(pre.data, p->spool.len))) {
-            cl_proc_fail(base, SBX_ERROR_INVALID_ARGUMENT, 0, NULL, NULL,
-                         "cannot read the command's stdin");
+        if (!(wrapped = k8_v4_stdin_wrap(pre.data))) {
+            cl_proc_fail(base, SBX_ERROR_RESOURCE_EXHAUSTED, 0, NULL, NULL, "out of memory");
             goto out;
         }
         p->st.script = wrapped;
-        p->st.in_fd = -1;
-        p->st.in_buf = &p->spool;
+        p->st.chunked = 1;
     }
     code = k8_stream_run(&p->st, &ctx, op, NULL);
     if (code < 0) {

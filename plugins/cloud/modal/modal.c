@@ -22,9 +22,13 @@
  *    https://api.modal.com with https://api.modal2.com as the failover
  *    host when the first does not answer (as the Python SDK does). The
  *    environment: "environment", else MODAL_ENVIRONMENT, else the
- *    profile's environment, else the workspace's default.
+ *    profile's environment, else the workspace's default. Every unary
+ *    control call but AuthTokenGet carries x-modal-auth-token, the token
+ *    AuthTokenGet gives, kept in memory and fetched again within 5 minutes
+ *    of its exp (go/auth_token_manager.go, go/client.go).
  *  - Client options: "server_url", "failover_url", "environment", "app_name"
- *    (the default app, "libsbx"), and the base's "retries",
+ *    (the default app, "libsbx"), "ca_file" (a PEM file of the CAs trusted
+ *    instead of the system's, for both channels), and the base's "retries",
  *    "rate_limit_retries", "max_retry_wait_s".
  *  - create: AppGetOrCreate (app_name, else the default app), the image:
  *    snapshot_id is an image id (from snapshot) taken as it is, else
@@ -33,10 +37,13 @@
  *    ImageJoinStreaming until it is built; env becomes an ephemeral Secret
  *    (SecretGetOrCreate, env_dict) the sandbox mounts (secret_ids), as the
  *    official SDKs do, so no value travels in a command line (CASE-48);
- *    then SandboxCreate with resources (cpu as milli-CPU, memory_mb,
- *    disk_mb as ephemeral_disk_mb, gpu "TYPE[:COUNT]" as GPUConfig
- *    gpu_type/count), timeout_secs (the lifetime plus MODAL_LIFETIME_MARGIN_S,
- *    at most 24 h), the backend option idle_timeout_secs, workdir,
+ *    then SandboxCreate with resources as the Go SDK's SandboxCreateParams
+ *    sends a request with its limit (cpu, in vCPUs, as thousandths of a
+ *    physical core, 2 vCPUs a core, in milli_cpu and milli_cpu_max;
+ *    memory_mb in memory_mb and memory_mb_max; disk_mb as
+ *    ephemeral_disk_mb, gpu "TYPE[:COUNT]" as GPUConfig gpu_type/count),
+ *    the ports as open_ports (TLS tunnels), timeout_secs (the lifetime
+ *    plus MODAL_LIFETIME_MARGIN_S, at most 24 h), the backend option idle_timeout_secs, workdir,
  *    network_access BLOCKED when allow_internet is false, and the tags
  *    sbx_backend, sbx_create_token and sbx_expires_at, by which a create
  *    whose answer was lost is found and terminated (CASE-20). Readiness:
@@ -69,6 +76,18 @@
  *  - files: run an in-sandbox helper (the image's sh, cat and find) through
  *    the same exec RPCs, as Go's SandboxFilesystem does: bytes stream
  *    through stdin and stdout, binary-safe, never held whole in memory.
+ *  - memory limit: a command runs between two readings of the sandbox's
+ *    OOM-kill counter (its cgroup's memory.events or memory.oom_control);
+ *    one killed by SIGKILL while it rose has the OOM flag (exec_end_info,
+ *    CASE-49).
+ *  - list_owned: SandboxList by the tag sbx_backend=modal, page by page,
+ *    each sandbox's tags (SandboxInfo.tags, else SandboxTagsGet); those
+ *    with a create token are reported. destroy_by_id: SandboxTagsGet, then
+ *    SandboxTerminate only when the tags show this library made it.
+ *  - exposed ports: the create's ports are Modal's tunnels; resolve_port is
+ *    the tunnel's URL (SandboxGetTunnels, as Tunnel.URL()), list_ports
+ *    their container ports. Modal opens tunnels at create only: no
+ *    expose_port or unexpose_port.
  *  - snapshot: SandboxSnapshotFs gives an image id; a create with it as
  *    snapshot_id starts from it. destroy: SandboxTerminate (NOT_FOUND: gone
  *    already). A sandbox the provider no longer has (NOT_FOUND, or ended)
@@ -118,10 +137,26 @@
 #define MODAL_ROUTER "/modal.task_command_router.TaskCommandRouter/"
 #define MODAL_RESUMES 5             /* re-reads of a stream in a row with no byte */
 
+#define MODAL_AUTH_REFRESH_S 300    /* the auth token is fetched again this long
+                                     * before its exp (go/auth_token_manager.go) */
+#define MODAL_AUTH_DEFAULT_S 1200   /* its lifetime when it carries no exp */
+#define MODAL_TUNNEL_WAIT_S 50.0    /* SandboxGetTunnels' wait for the tunnels */
+#define MODAL_LIST_PAGES 1000       /* SandboxList pages followed at most */
+/* The sandbox's OOM-kill counter (cgroup v2 memory.events, else v1
+ * memory.oom_control, as the sandbox sees its own cgroup), and the marker
+ * of a command whose run saw it rise (%s: the command's tag). */
+#define MODAL_OOM_FN                                                               \
+    "__sbx_oom() { for f in /sys/fs/cgroup/memory.events "                         \
+    "/sys/fs/cgroup/memory/memory.oom_control; do [ -r \"$f\" ] || continue; "     \
+    "while read -r k v; do [ \"$k\" = oom_kill ] && { echo \"$v\"; return; }; "    \
+    "done < \"$f\"; done; echo 0; }\n"
+#define MODAL_OOM_MARK "/tmp/.sbx-oom-%s"
+
 #define MODAL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_RESUME         \
                     | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY | SBX_CAP_IMAGE | SBX_CAP_GPU \
-                    | SBX_CAP_CPU_LIMIT \
-                    | SBX_CAP_LIFETIME | SBX_CAP_BACKGROUND | SBX_CAP_SNAPSHOT | SBX_CAP_PTY)
+                    | SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT | SBX_CAP_LIST_OWNED          \
+                    | SBX_CAP_EXPOSED_PORTS | SBX_CAP_LIFETIME | SBX_CAP_BACKGROUND          \
+                    | SBX_CAP_SNAPSHOT | SBX_CAP_PTY | SBX_CAP_EXEC_STDIN_STREAM)
 
 struct sbx_plugin_client {
     cl_http *http;
@@ -129,8 +164,10 @@ struct sbx_plugin_client {
     char *environment;  /* or NULL: the workspace's default */
     char *app_name;     /* the default app */
     cl_reaper *reaper;
-    pthread_mutex_t lock;   /* guards app_id */
+    pthread_mutex_t lock;   /* guards app_id, auth_token, auth_exp */
     char *app_id;       /* the default app's id, once known */
+    char *auth_token;   /* AuthTokenGet's token (a secret: memory only), or NULL */
+    double auth_exp;    /* its exp claim (UNIX seconds) */
 };
 
 struct sbx_plugin_sandbox {
@@ -145,6 +182,11 @@ struct sbx_plugin_sandbox {
     char *router_url;
     char *jwt;          /* a secret: memory only */
     unsigned jwt_gen;
+    /* The tunnels (SandboxGetTunnels), once read: container port and URL. */
+    int tunnels_read;
+    size_t n_tunnels;
+    unsigned *tunnel_ports;
+    char **tunnel_urls;
 };
 
 /* Where a stream's bytes go. */
@@ -170,6 +212,7 @@ typedef struct modal_proc {
     pthread_mutex_t plock;
     int started;        /* TaskExecStart answered */
     int over;
+    int oom_killed;     /* it died by SIGKILL while the sandbox's OOM-kill counter rose */
 } modal_proc;
 
 /* ------------------------------------------------------------------------ */
@@ -242,7 +285,89 @@ static int modal_unary(cl_grpc *g, const sbx_call_ctx *ctx, const char *method,
     return rc;
 }
 
-/* A control-plane call (method name without the service). */
+/* The exp claim (UNIX seconds) of JWT @t, or 0 when it has none. */
+static double modal_jwt_exp(const char *t)
+{
+    const char *a = strchr(t, '.');
+    const char *b = a ? strchr(a + 1, '.') : NULL;
+    cl_buf raw = { 0 };
+    double exp = 0;
+    if (b && cl_base64_decode(a + 1, (size_t)(b - a - 1), &raw) == 0 && raw.data) {
+        json_object *j = json_tokener_parse(raw.data);
+        json_object *e = NULL;
+        if (j && json_object_object_get_ex(j, "exp", &e)
+            && (json_object_is_type(e, json_type_int) || json_object_is_type(e, json_type_double)))
+            exp = json_object_get_double(e);
+        json_object_put(j);
+    }
+    cl_buf_clear(&raw);
+    return exp;
+}
+
+/*
+ * The auth token every control call but AuthTokenGet carries as the
+ * metadata x-modal-auth-token, as go/auth_token_manager.go keeps it: fetched
+ * by AuthTokenGet when there is none or it is within MODAL_AUTH_REFRESH_S of
+ * its exp (MODAL_AUTH_DEFAULT_S from now when it has no exp), kept in memory
+ * only; when that fetch fails while the old token has not expired, the old
+ * one is sent (as GetToken does). A new "x-modal-auth-token: TOKEN" line,
+ * or NULL with *@error.
+ */
+static char *modal_auth_line(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
+                             const char *op, sbx_error **error)
+{
+    char *line = NULL;
+    pthread_mutex_lock(&c->lock);
+    if (c->auth_token && cl_wallclock() < c->auth_exp - MODAL_AUTH_REFRESH_S)
+        line = cl_printf("x-modal-auth-token: %s", c->auth_token);
+    pthread_mutex_unlock(&c->lock);
+    if (line)
+        return line;
+    Modal__Client__AuthTokenGetRequest rq = MODAL__CLIENT__AUTH_TOKEN_GET_REQUEST__INIT;
+    Modal__Client__AuthTokenGetResponse *r = NULL;
+    if (modal_unary(c->ctl, ctx, MODAL_CTL "AuthTokenGet", &rq.base,
+                    &modal__client__auth_token_get_response__descriptor,
+                    (ProtobufCMessage **)&r, CL_SAFE, 0, NULL, NULL, op, "get an auth token",
+                    NULL) < 0) {
+        pthread_mutex_lock(&c->lock);
+        if (c->auth_token && cl_wallclock() < c->auth_exp)
+            line = cl_printf("x-modal-auth-token: %s", c->auth_token);
+        pthread_mutex_unlock(&c->lock);
+        if (!line)
+            modal_relay(error, op);
+        return line;
+    }
+    if (!r->token || !*r->token) {
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+        cl_fail(error, SBX_ERROR_CONNECTION, op, "modal AuthTokenGet answered without a token");
+        return NULL;
+    }
+    double exp = modal_jwt_exp(r->token);
+    if (exp <= 0)
+        exp = cl_wallclock() + MODAL_AUTH_DEFAULT_S;
+    char *tok = strdup(r->token);
+    line = cl_printf("x-modal-auth-token: %s", r->token);
+    memset(r->token, 0, strlen(r->token));
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    if (!tok || !line) {
+        free(tok);
+        free(line);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_lock(&c->lock);
+    if (c->auth_token) {
+        memset(c->auth_token, 0, strlen(c->auth_token));
+        free(c->auth_token);
+    }
+    c->auth_token = tok;
+    c->auth_exp = exp;
+    pthread_mutex_unlock(&c->lock);
+    return line;
+}
+
+/* A control-plane call (method name without the service), carrying the
+ * auth token (modal_auth_line). */
 static int modal_ctl(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *name,
                      const ProtobufCMessage *req, const ProtobufCMessageDescriptor *rd,
                      ProtobufCMessage **out, cl_idempotency idem, double secs, int *status,
@@ -250,8 +375,19 @@ static int modal_ctl(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const
 {
     char method[128];
     snprintf(method, sizeof method, MODAL_CTL "%s", name);
-    return modal_unary(c->ctl, ctx, method, req, rd, out, idem, secs, NULL, status, op, what,
-                       error);
+    if (status)
+        *status = -1;
+    if (out)
+        *out = NULL;
+    char *auth = modal_auth_line(c, ctx, op, error);
+    if (!auth)
+        return -1;
+    const char *headers[] = { auth, NULL };
+    int rc = modal_unary(c->ctl, ctx, method, req, rd, out, idem, secs, headers, status, op,
+                         what, error);
+    memset(auth, 0, strlen(auth));
+    free(auth);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -407,6 +543,10 @@ static void modal_client_free(sbx_plugin_client *c)
     free(c->environment);
     free(c->app_name);
     free(c->app_id);
+    if (c->auth_token) {
+        memset(c->auth_token, 0, strlen(c->auth_token));
+        free(c->auth_token);
+    }
     free(c);
 }
 
@@ -419,6 +559,37 @@ static int modal_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id,
                              sbx_error **error)
 {
     return modal_terminate(ud, ctx, id, "create", error);
+}
+
+/* Trusts the CAs of PEM file @path (client option "ca_file") instead of
+ * the system's. 0, or -1 with a configuration error naming the file. */
+static int modal_ca_file(struct sbx_plugin_client *c, const char *path, sbx_error **error)
+{
+    const char *op = "client_new";
+    FILE *f = fopen(path, "rb");
+    cl_buf pem = { 0 };
+    char chunk[4096];
+    size_t n;
+    int err = !f;
+    while (!err && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        err = cl_buf_append(&pem, chunk, n) < 0 || pem.len > (1u << 20);
+    if (f) {
+        err |= ferror(f);
+        fclose(f);
+    }
+    if (err || !pem.len || !strstr(pem.data, "-----BEGIN CERTIFICATE-----")) {
+        int e = errno;
+        cl_buf_clear(&pem);
+        sbx_error *x = cl_fail(error, SBX_ERROR_CONFIGURATION, op, "modal ca_file %s: %s", path,
+                               !f ? strerror(e) : "not a PEM file of certificates");
+        cl_context(x, "option", "ca_file");
+        return -1;
+    }
+    int rc = cl_http_set_tls(c->http, pem.data, pem.len, NULL, 0, NULL, 0, 0);
+    cl_buf_clear(&pem);
+    if (rc < 0)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    return rc;
 }
 
 /* The first non-empty of config member @key, env @env, @prof: borrowed. */
@@ -454,6 +625,9 @@ static int modal_client_new(const char *config_json, sbx_plugin_client **client,
     pthread_mutex_init(&c->lock, NULL);
     /* No key envs here: the token pair is metadata of the gRPC channel. */
     if (cl_http_configure(c->http, cfg, NULL, NULL, NULL, error) < 0)
+        goto fail;
+    const char *ca = cl_json_str(cfg, "ca_file");
+    if (ca && *ca && modal_ca_file(c, ca, error) < 0)
         goto fail;
     const char *url = modal_pick(cfg, "server_url", "MODAL_SERVER_URL", prof.server_url);
     const char *fo = cl_json_str(cfg, "failover_url");
@@ -637,6 +811,10 @@ static void modal_sandbox_free(sbx_plugin_sandbox *sb)
         memset(sb->jwt, 0, strlen(sb->jwt));
         free(sb->jwt);
     }
+    for (size_t i = 0; i < sb->n_tunnels; i++)
+        free(sb->tunnel_urls[i]);
+    free(sb->tunnel_urls);
+    free(sb->tunnel_ports);
     free(sb);
 }
 
@@ -1129,11 +1307,19 @@ static int modal_run(modal_proc *p, const sbx_call_ctx *ctx)
     /* On a terminal the shell itself must carry the mark in its
      * environment (a resize and a hang-up find the terminal's processes by
      * it): exported, then a new shell exec'd for the script. */
-    char *quoted = p->tty_rows ? cl_shell_quote(p->script) : NULL;
-    char *full = p->tty_rows
-                 ? (quoted ? cl_printf("export " CL_EXEC_MARK "=%s\nexec /bin/sh -c %s", p->tag,
-                                       quoted) : NULL)
-                 : cl_printf("export " CL_EXEC_MARK "=%s\n%s", p->tag, p->script);
+    /* Otherwise the script runs in a shell of its own (its $$ its own), the
+     * only one carrying the mark (the wrapper outlives a signal sent to the
+     * command and exits as it did), between two readings of the sandbox's
+     * OOM-kill counter: a SIGKILL while it rose leaves a marker file that
+     * modal_exec_run() looks for (CASE-49). */
+    char *quoted = cl_shell_quote(p->script);
+    char *full = !quoted ? NULL
+                 : p->tty_rows
+                 ? cl_printf("export " CL_EXEC_MARK "=%s\nexec /bin/sh -c %s", p->tag, quoted)
+                 : cl_printf(MODAL_OOM_FN "__sbx_o0=$(__sbx_oom)\ntrap : INT QUIT HUP\n"
+                             CL_EXEC_MARK "=%s /bin/bash -c %s\n__sbx_rc=$?\n"
+                             "[ $__sbx_rc = 137 ] && [ \"$(__sbx_oom)\" != \"$__sbx_o0\" ] && "
+                             ": > " MODAL_OOM_MARK "\nexit $__sbx_rc\n", p->tag, quoted, p->tag);
     free(quoted);
     if (!full) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1288,9 +1474,29 @@ static int modal_exec_run(cl_proc *base)
     modal_proc *p = (modal_proc *)base;
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
     int code = modal_run(p, &ctx);
-    if (code < 0)
+    if (code < 0) {
         cl_proc_fail_in(base, &p->sb->s);
+    } else if (code == 137 && !p->tty_rows) {
+        /* SIGKILL: by the memory limit when the marker is there. */
+        char *chk = cl_printf("[ -e " MODAL_OOM_MARK " ] || exit 1; rm -f " MODAL_OOM_MARK,
+                              p->tag, p->tag);
+        int c2 = -1;
+        if (chk && modal_run_short(p->sb, &ctx, chk, &c2, "exec", NULL) == 0 && c2 == 0)
+            p->oom_killed = 1;
+        free(chk);
+    }
     return code;
+}
+
+/* SBX_PLUGIN_EXEC_OOM_KILLED when the memory limit killed the command. */
+static int modal_exec_end_info(sbx_plugin_process *process, const sbx_call_ctx *ctx,
+                               uint64_t *flags, sbx_error **error)
+{
+    (void)ctx;
+    (void)error;
+    modal_proc *p = (modal_proc *)process;
+    *flags = p->oom_killed ? SBX_PLUGIN_EXEC_OOM_KILLED : 0;
+    return 0;
 }
 
 static void modal_proc_free_fields(modal_proc *p)
@@ -1598,18 +1804,14 @@ static int modal_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         modal_refuse(error, "image", rq->image, "give an image or a snapshot_id, not both");
         return -1;
     }
-    if ((set & SBX_OPTION_CPU) && !(rq->cpu > 0 && rq->cpu <= 1024)) {
+    if ((set & SBX_OPTION_CPU) && !(rq->cpu > 0 && rq->cpu <= 2048)) {
         snprintf(buf, sizeof buf, "%g", rq->cpu);
-        modal_refuse(error, "cpu", buf, "must be more than 0 physical cores (at most 1024)");
+        modal_refuse(error, "cpu", buf, "must be more than 0 vCPUs (at most 2048)");
         return -1;
     }
-    if (set & SBX_OPTION_MEMORY_MB) {
-        /* A memory limit of this library is one whose out-of-memory kills
-         * are reported (CASE-49); Modal's TaskExecWait tells none. */
+    if ((set & SBX_OPTION_MEMORY_MB) && !(rq->memory_mb > 0 && rq->memory_mb <= UINT32_MAX)) {
         snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
-        modal_refuse(error, "memory_mb", buf, "Modal reports no out-of-memory kill of a "
-                     "command, so no enforced memory limit is offered; the backend option "
-                     "memory_mb asks Modal for that much memory");
+        modal_refuse(error, "memory_mb", buf, "must be from 1 to 4294967295 MiB");
         return -1;
     }
     if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb && !(rq->disk_mb > 0 && rq->disk_mb <= UINT32_MAX)) {
@@ -1628,6 +1830,14 @@ static int modal_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     if (modal_backend_options(rq->backend_options, &idle, &memory, error) < 0)
         return -1;
+    if ((set & SBX_OPTION_MEMORY_MB) && memory) {
+        snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
+        modal_refuse(error, "memory_mb", buf, "give memory_mb (a request and a limit) or the "
+                     "backend option memory_mb (a request only), not both");
+        return -1;
+    }
+    const uint16_t *ports = NULL;
+    size_t n_ports = cl_request_ports(rq, &ports);
     long long timeout = (long long)ceil(ts) + MODAL_LIFETIME_MARGIN_S;
     if (timeout > MODAL_MAX_TIMEOUT_S)
         timeout = MODAL_MAX_TIMEOUT_S;
@@ -1642,10 +1852,16 @@ static int modal_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (rq->env && rq->env[0] && !(secret = modal_secret(c, ctx, app_id, rq->env, op, error)))
         goto out;
 
+    /* As the Go SDK's SandboxCreateParams: the cpu request and limit in
+     * thousandths of a physical core (Modal's cpu counts physical cores; a
+     * core is 2 vCPUs, so 1 vCPU is 500), the memory request and limit in
+     * MiB (memory_mb_max, over which the sandbox's processes are OOM-killed). */
     Modal__Client__Resources res = MODAL__CLIENT__RESOURCES__INIT;
     if (set & SBX_OPTION_CPU)
-        res.milli_cpu = (uint32_t)ceil(rq->cpu * 1000);
+        res.milli_cpu = res.milli_cpu_max = (uint32_t)ceil(rq->cpu * 500);
     res.memory_mb = memory;
+    if (set & SBX_OPTION_MEMORY_MB)
+        res.memory_mb = res.memory_mb_max = (uint32_t)rq->memory_mb;
     if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb)
         res.ephemeral_disk_mb = (uint32_t)rq->disk_mb;
     if (rq->gpu)
@@ -1668,6 +1884,26 @@ static int modal_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     def.workdir = (char *)(rq->workdir && *rq->workdir ? rq->workdir : "");
     def.network_access = &net;
     def.idle_timeout_secs = idle;
+    /* The ports, tunnelled over TLS (the SDKs' encrypted_ports). */
+    Modal__Client__PortSpecs pspecs = MODAL__CLIENT__PORT_SPECS__INIT;
+    Modal__Client__PortSpec *pspec = n_ports ? calloc(n_ports, sizeof(*pspec)) : NULL;
+    Modal__Client__PortSpec **ppspec = n_ports ? calloc(n_ports, sizeof(*ppspec)) : NULL;
+    if (n_ports && (!pspec || !ppspec)) {
+        free(pspec);
+        free(ppspec);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n_ports; i++) {
+        modal__client__port_spec__init(&pspec[i]);
+        pspec[i].port = ports[i];
+        ppspec[i] = &pspec[i];
+    }
+    if (n_ports) {
+        pspecs.n_ports = n_ports;
+        pspecs.ports = ppspec;
+        def.open_ports = &pspecs;
+    }
     snprintf(expires, sizeof expires, "%.0f", rq->expires_at > 0 ? rq->expires_at
                                                                  : cl_wallclock() + (double)timeout);
     Modal__Client__SandboxTag tags[3] = { MODAL__CLIENT__SANDBOX_TAG__INIT,
@@ -1691,9 +1927,13 @@ static int modal_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     cq.tags = ptags;
     Modal__Client__SandboxCreateResponse *cr = NULL;
     int st;
-    if (modal_ctl(c, ctx, "SandboxCreate", &cq.base,
-                  &modal__client__sandbox_create_response__descriptor, (ProtobufCMessage **)&cr,
-                  CL_UNSAFE, 0, &st, op, "create the sandbox", NULL) < 0) {
+    int crc = modal_ctl(c, ctx, "SandboxCreate", &cq.base,
+                        &modal__client__sandbox_create_response__descriptor,
+                        (ProtobufCMessage **)&cr, CL_UNSAFE, 0, &st, op, "create the sandbox",
+                        NULL);
+    free(pspec);
+    free(ppspec);
+    if (crc < 0) {
         cl_last_error l = *cl_last();
         /* The call's deadline cancelled it: a timeout. */
         if (l.code == SBX_ERROR_CANCELLED && ctx && ctx->deadline > 0
@@ -1887,6 +2127,286 @@ static int modal_find_token(void *ud, const sbx_call_ctx *ctx, const char *token
     if (r)
         protobuf_c_message_free_unpacked(&r->base, NULL);
     return cl_ids_finish(&s, rc, ids, "create", error);
+}
+
+/* The value of tag @name among @tags, or NULL (borrowed). */
+static const char *modal_tag(Modal__Client__SandboxTag **tags, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (tags[i]->tag_name && strcmp(tags[i]->tag_name, name) == 0)
+            return tags[i]->tag_value;
+    return NULL;
+}
+
+/* SandboxTagsGet of @id: the answer (free with
+ * protobuf_c_message_free_unpacked), or NULL with the thread's last error
+ * (modal_relay; NOT_FOUND: *@status 5). */
+static Modal__Client__SandboxTagsGetResponse *
+modal_tags_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id, int *status,
+               const char *op)
+{
+    Modal__Client__SandboxTagsGetRequest rq = MODAL__CLIENT__SANDBOX_TAGS_GET_REQUEST__INIT;
+    rq.sandbox_id = (char *)id;
+    Modal__Client__SandboxTagsGetResponse *r = NULL;
+    if (modal_ctl(c, ctx, "SandboxTagsGet", &rq.base,
+                  &modal__client__sandbox_tags_get_response__descriptor, (ProtobufCMessage **)&r,
+                  CL_SAFE, 0, status, op, "read the sandbox's tags", NULL) < 0)
+        return NULL;
+    return r;
+}
+
+/*
+ * list_owned: the running sandboxes of the workspace's environment tagged
+ * sbx_backend=modal, by SandboxList with that tag filter, page by page
+ * (before_timestamp: the oldest created_at of the page before, as the SDKs
+ * page), each with its tags (SandboxInfo.tags; SandboxTagsGet for one that
+ * came without them). A sandbox without a create token tag was not made by
+ * this library and is not reported.
+ */
+static int modal_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                            sbx_plugin_owned_fn fn, void *user_data, sbx_error **error)
+{
+    const char *op = "list_owned";
+    struct sbx_plugin_client *c = client;
+    Modal__Client__SandboxTag tag = MODAL__CLIENT__SANDBOX_TAG__INIT;
+    Modal__Client__SandboxTag *ptag = &tag;
+    tag.tag_name = CL_META_BACKEND;
+    tag.tag_value = MODAL_BACKEND;
+    double before = 0;
+    for (int page = 0; page < MODAL_LIST_PAGES; page++) {
+        Modal__Client__SandboxListRequest rq = MODAL__CLIENT__SANDBOX_LIST_REQUEST__INIT;
+        rq.environment_name = c->environment ? c->environment : "";
+        rq.before_timestamp = before;
+        rq.n_tags = 1;
+        rq.tags = &ptag;
+        Modal__Client__SandboxListResponse *r = NULL;
+        if (modal_ctl(c, ctx, "SandboxList", &rq.base,
+                      &modal__client__sandbox_list_response__descriptor,
+                      (ProtobufCMessage **)&r, CL_SAFE, 0, NULL, op, "list sandboxes",
+                      error) < 0)
+            return -1;
+        if (r->n_sandboxes == 0) {
+            protobuf_c_message_free_unpacked(&r->base, NULL);
+            return 0;
+        }
+        double oldest = 0;
+        int stop = 0, rc = 0;
+        for (size_t i = 0; i < r->n_sandboxes && !stop; i++) {
+            Modal__Client__SandboxInfo *si = r->sandboxes[i];
+            if (!oldest || si->created_at < oldest)
+                oldest = si->created_at;
+            if (!si->id || !*si->id)
+                continue;
+            Modal__Client__SandboxTagsGetResponse *tg = NULL;
+            Modal__Client__SandboxTag **tags = si->tags;
+            size_t nt = si->n_tags;
+            if (nt == 0) {
+                int st;
+                tg = modal_tags_get(c, ctx, si->id, &st, op);
+                if (!tg) {
+                    if (st == CL_GRPC_NOT_FOUND)
+                        continue;       /* ended since the list */
+                    modal_relay(error, op);
+                    rc = -1;
+                    break;
+                }
+                tags = tg->tags;
+                nt = tg->n_tags;
+            }
+            const char *token = modal_tag(tags, nt, CL_META_TOKEN);
+            const char *backend = modal_tag(tags, nt, CL_META_BACKEND);
+            const char *exp = modal_tag(tags, nt, CL_META_EXPIRES);
+            if (token && *token && backend && strcmp(backend, MODAL_BACKEND) == 0) {
+                sbx_plugin_owned_info info = { sizeof(info), si->id, token, si->created_at,
+                                               exp ? strtod(exp, NULL) : 0 };
+                stop = fn(&info, user_data) != 0;
+            }
+            if (tg)
+                protobuf_c_message_free_unpacked(&tg->base, NULL);
+        }
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+        if (rc < 0)
+            return -1;
+        if (stop || !(oldest > 0) || (before > 0 && oldest >= before))
+            return 0;
+        before = oldest;
+    }
+    return 0;
+}
+
+/* destroy_by_id: SandboxTerminate of @id, once its tags (SandboxTagsGet)
+ * show this library made it (sbx_backend=modal and a create token); a
+ * sandbox it did not make is refused (invalid_argument), one already gone
+ * is done. */
+static int modal_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                               const char *id, sbx_error **error)
+{
+    const char *op = "destroy_by_id";
+    int st;
+    Modal__Client__SandboxTagsGetResponse *tg = modal_tags_get(client, ctx, id, &st, op);
+    if (!tg) {
+        if (st != CL_GRPC_NOT_FOUND) {
+            modal_relay(error, op);
+            return -1;
+        }
+        return 0;
+    }
+    const char *token = modal_tag(tg->tags, tg->n_tags, CL_META_TOKEN);
+    const char *backend = modal_tag(tg->tags, tg->n_tags, CL_META_BACKEND);
+    int ours = token && *token && backend && strcmp(backend, MODAL_BACKEND) == 0;
+    protobuf_c_message_free_unpacked(&tg->base, NULL);
+    if (!ours) {
+        sbx_error *e = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "modal sandbox %s was not "
+                               "made by this library (no " CL_META_TOKEN " tag): not "
+                               "terminated", id);
+        cl_context(e, "sandbox_id", id);
+        return -1;
+    }
+    return modal_terminate(client, ctx, id, op, error);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Exposed ports: Modal's tunnels                                            */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The sandbox's tunnels, read once (SandboxGetTunnels, waiting up to
+ * MODAL_TUNNEL_WAIT_S for them): Modal opens them at create only (the
+ * create's ports), so they do not change while the sandbox runs. Each is
+ * kept as the URL the SDKs' Tunnel.URL() gives: "https://HOST" for port
+ * 443, else "https://HOST:PORT". 0, or -1 with *@error.
+ */
+static int modal_tunnels(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *op,
+                         sbx_error **error)
+{
+    pthread_mutex_lock(&sb->lock);
+    int done = sb->tunnels_read;
+    pthread_mutex_unlock(&sb->lock);
+    if (done)
+        return 0;
+    Modal__Client__SandboxGetTunnelsRequest rq = MODAL__CLIENT__SANDBOX_GET_TUNNELS_REQUEST__INIT;
+    rq.sandbox_id = sb->s.id;
+    rq.timeout = (float)MODAL_TUNNEL_WAIT_S;
+    Modal__Client__SandboxGetTunnelsResponse *r = NULL;
+    int st;
+    if (modal_ctl(sb->c, ctx, "SandboxGetTunnels", &rq.base,
+                  &modal__client__sandbox_get_tunnels_response__descriptor,
+                  (ProtobufCMessage **)&r, CL_SAFE, MODAL_TUNNEL_WAIT_S + 10, &st, op,
+                  "read the sandbox's tunnels", NULL) < 0) {
+        if (st == CL_GRPC_NOT_FOUND) {
+            modal_mark_gone(sb);
+            cl_gone_error(error, op, MODAL_BACKEND, sb->s.id);
+        } else {
+            modal_relay(error, op);
+        }
+        return -1;
+    }
+    if (r->result && r->result->status
+        == MODAL__CLIENT__GENERIC_RESULT__GENERIC_STATUS__GENERIC_STATUS_TIMEOUT) {
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+        cl_fail(error, SBX_ERROR_TIMEOUT, op, "modal sandbox %s: its tunnels were not ready in "
+                "%.0f s", sb->s.id, MODAL_TUNNEL_WAIT_S);
+        return -1;
+    }
+    size_t n = r->n_tunnels;
+    unsigned *ports = calloc(n + 1, sizeof(*ports));
+    char **urls = calloc(n + 1, sizeof(*urls));
+    int bad = !ports || !urls;
+    for (size_t i = 0; !bad && i < n; i++) {
+        Modal__Client__TunnelData *t = r->tunnels[i];
+        ports[i] = t->container_port;
+        if (!t->host || !*t->host)
+            urls[i] = NULL;
+        else if (t->port == 443 || t->port == 0)
+            bad = !(urls[i] = cl_printf("https://%s", t->host));
+        else
+            bad = !(urls[i] = cl_printf("https://%s:%u", t->host, t->port));
+    }
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    if (bad) {
+        for (size_t i = 0; urls && i < n; i++)
+            free(urls[i]);
+        free(urls);
+        free(ports);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    pthread_mutex_lock(&sb->lock);
+    if (!sb->tunnels_read) {
+        sb->tunnels_read = 1;
+        sb->n_tunnels = n;
+        sb->tunnel_ports = ports;
+        sb->tunnel_urls = urls;
+        ports = NULL;
+        urls = NULL;
+    }
+    pthread_mutex_unlock(&sb->lock);
+    for (size_t i = 0; urls && i < n; i++)
+        free(urls[i]);
+    free(urls);
+    free(ports);
+    return 0;
+}
+
+/* resolve_port: the tunnel's URL for container port @port; not_found (context
+ * port) for a port the create did not open. */
+static char *modal_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                                sbx_error **error)
+{
+    const char *op = "resolve_port";
+    if (modal_check(sb, op, error) < 0 || modal_tunnels(sb, ctx, op, error) < 0)
+        return NULL;
+    char *out = NULL;
+    int found = 0;
+    pthread_mutex_lock(&sb->lock);
+    for (size_t i = 0; i < sb->n_tunnels; i++) {
+        if (sb->tunnel_ports[i] == port && sb->tunnel_urls[i]) {
+            found = 1;
+            size_t n = strlen(sb->tunnel_urls[i]) + 1;
+            if ((out = cl_host->alloc(n)) != NULL)
+                memcpy(out, sb->tunnel_urls[i], n);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&sb->lock);
+    if (!found)
+        cl_port_not_exposed(error, &sb->s, MODAL_BACKEND, op, port);
+    else if (!out)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    return out;
+}
+
+static int modal_port_cmp(const void *a, const void *b)
+{
+    unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* list_ports: the container ports of the tunnels, ascending. */
+static char *modal_list_ports(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    const char *op = "list_ports";
+    if (modal_check(sb, op, error) < 0 || modal_tunnels(sb, ctx, op, error) < 0)
+        return NULL;
+    pthread_mutex_lock(&sb->lock);
+    size_t n = sb->n_tunnels;
+    unsigned *ports = calloc(n + 1, sizeof(*ports));
+    if (ports)
+        memcpy(ports, sb->tunnel_ports, n * sizeof(*ports));
+    pthread_mutex_unlock(&sb->lock);
+    char *out = ports ? cl_host->alloc(n * 6 + 1) : NULL;
+    if (!out) {
+        free(ports);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return NULL;
+    }
+    qsort(ports, n, sizeof(*ports), modal_port_cmp);
+    size_t len = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)sprintf(out + len, "%s%u", len ? " " : "", ports[i]);
+    free(ports);
+    return out;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -2094,12 +2614,17 @@ static const sbx_plugin modal_plugin = {
     .exec_wait = modal_exec_wait,
     .exec_event_fd = cl_exec_event_fd,
     .exec_kill = modal_exec_kill,
+    .exec_end_info = modal_exec_end_info,
     .exec_resize = modal_exec_resize,
     .exec_free = modal_exec_free,
     .list_files = modal_list_files,
     .read_file = modal_read_file,
     .write_file = modal_write_file,
     .stat_file = modal_stat_file,
+    .list_owned = modal_list_owned,
+    .destroy_by_id = modal_destroy_by_id,
+    .resolve_port = modal_resolve_port,
+    .list_ports = modal_list_ports,
 };
 
 SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
