@@ -29,6 +29,11 @@ static void usage(FILE *out)
 "                          (default %g)\n"
 "      --name=NAME         a name usable wherever the id is ([A-Za-z0-9_.-],\n"
 "                          starting with a letter or digit; unique)\n"
+"  -u, --user=USER         the sandbox's default user (a name or uid in the\n"
+"                          sandbox): commands and file copies without a user\n"
+"                          of their own act as it (docker: the container's\n"
+"                          user; bubblewrap: its uid inside; e2b: envd's user;\n"
+"                          elsewhere an error)\n"
 CLI_CREATION_OPTIONS_HELP
 "\n"
 "Exit status: 0 when the sandbox was created and recorded; 125 otherwise\n"
@@ -82,6 +87,7 @@ static json_object *options_set(const sbx_options *o)
     ADD_STRING(APP_NAME, "app_name", sbx_options_get0_app_name);
     ADD_STRING(GPU, "gpu", sbx_options_get0_gpu);
     ADD_STRING(PRESET, "preset", sbx_options_get0_preset);
+    ADD_STRING(USER, "user", sbx_options_get0_user);
     if (SET(ALLOW_INTERNET))
         json_object_object_add(doc, "allow_internet",
                                json_object_new_boolean(sbx_options_get_allow_internet(o)));

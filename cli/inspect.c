@@ -1,5 +1,6 @@
 /*
- * sbx inspect: what is known of sandboxes made by `sbx create`, as JSON.
+ * sbx inspect: what is known of sandboxes made by `sbx create`, as JSON
+ * (the default) or as text (--format text).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -10,7 +11,7 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-"Usage: sbx inspect ID...\n"
+"Usage: sbx inspect [-f json|text] ID...\n"
 "\n"
 "Print a JSON array with one object per sandbox ID (an id, a name or a\n"
 "unique id prefix), in the order given:\n"
@@ -28,8 +29,19 @@ static void usage(FILE *out)
 "  capabilities   the capability names a client of its backend has on this\n"
 "                 host, null when the backend cannot be probed (the reason\n"
 "                 is printed on stderr)\n"
+"  ports          its exposed ports, ascending, as objects {\"port\": PORT,\n"
+"                 \"endpoint\": ENDPOINT} (ENDPOINT as `sbx port` prints it);\n"
+"                 [] when none; null when the sandbox is not running or its\n"
+"                 ports cannot be read (the reason is printed on stderr)\n"
 "\n"
-"  -h, --help   show this help and exit\n"
+"With --format text, each sandbox is a block of \"FIELD: VALUE\" lines in\n"
+"the order above (null printed as -, options as one line of JSON,\n"
+"capabilities separated by commas), one \"port: PORT/tcp -> ENDPOINT\"\n"
+"line per exposed port (\"ports: -\" when none or unknown), blocks\n"
+"separated by an empty line.\n"
+"\n"
+"  -f, --format FORMAT   json (the default) or text\n"
+"  -h, --help            show this help and exit\n"
 "\n"
 "Exit status: 0 when every ID was found; 125 when one was not (\"no such\n"
 "sandbox: ID\"; the others are still printed).\n");
@@ -68,6 +80,44 @@ static json_object *probed_caps(const char *backend)
     return array;
 }
 
+/* The exposed ports of running sandbox @rec as a new JSON array of
+ * {"port", "endpoint"}, ascending; NULL when they cannot be read
+ * (reported). */
+static json_object *exposed_ports(const cli_record *rec)
+{
+    sbx_error *error = NULL;
+    sbx_sandbox *sandbox = sbx_resume(rec->state, &error);
+    json_object *array = NULL;
+    uint16_t *ports = NULL;
+    size_t n = 0;
+
+    if (sandbox == NULL || sbx_sandbox_list_ports(sandbox, &ports, &n, &error) < 0) {
+        cli_error(error);
+        sbx_sandbox_free(sandbox);
+        return NULL;
+    }
+    array = json_object_new_array();
+    for (size_t i = 0; array != NULL && i < n; i++) {
+        char *endpoint = sbx_sandbox_resolve_port(sandbox, ports[i], &error);
+        json_object *p;
+
+        if (endpoint == NULL) {
+            cli_error(error);
+            json_object_put(array);
+            array = NULL;
+            break;
+        }
+        p = json_object_new_object();
+        json_object_object_add(p, "port", json_object_new_int(ports[i]));
+        json_object_object_add(p, "endpoint", json_object_new_string(endpoint));
+        json_object_array_add(array, p);
+        free(endpoint);
+    }
+    free(ports);
+    sbx_sandbox_free(sandbox);
+    return array;
+}
+
 /* The object of @rec (new). */
 static json_object *inspect_one(const cli_record *rec)
 {
@@ -96,12 +146,75 @@ static json_object *inspect_one(const cli_record *rec)
                                              ? json_tokener_parse(rec->options)
                                              : json_object_new_object());
     json_object_object_add(o, "capabilities", probed_caps(rec->backend));
+    json_object_object_add(o, "ports", alive == 1 && !rec->stopped ? exposed_ports(rec) : NULL);
     return o;
+}
+
+/* The string value of @key in @o, "-" when null or missing. */
+static const char *text_of(json_object *o, const char *key)
+{
+    json_object *v;
+
+    if (!json_object_object_get_ex(o, key, &v) || v == NULL)
+        return "-";
+    return json_object_get_string(v);
+}
+
+/* Prints @o (from inspect_one) as a text block. */
+static void print_text(json_object *o)
+{
+    static const char *const fields[] = { "id", "name", "backend", "provider_id", "state",
+                                          "created", "expires" };
+    json_object *v;
+    size_t i, n;
+
+    for (i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        printf("%s: %s\n", fields[i], text_of(o, fields[i]));
+    printf("options: %s\n", json_object_object_get_ex(o, "options", &v) && v != NULL
+                                ? json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN)
+                                : "-");
+    printf("capabilities: ");
+    if (json_object_object_get_ex(o, "capabilities", &v) && v != NULL &&
+        json_object_array_length(v) > 0) {
+        for (i = 0, n = json_object_array_length(v); i < n; i++)
+            printf("%s%s", i ? "," : "", json_object_get_string(json_object_array_get_idx(v, i)));
+        printf("\n");
+    } else {
+        printf("-\n");
+    }
+    if (json_object_object_get_ex(o, "ports", &v) && v != NULL &&
+        json_object_array_length(v) > 0) {
+        for (i = 0, n = json_object_array_length(v); i < n; i++) {
+            json_object *p = json_object_array_get_idx(v, i);
+
+            printf("port: %s/tcp -> %s\n", text_of(p, "port"), text_of(p, "endpoint"));
+        }
+    } else {
+        printf("ports: -\n");
+    }
+}
+
+static int set_format(const cli_command *cmd, const char *arg, void *ctx)
+{
+    int *text = ctx;
+
+    if (strcmp(arg, "json") == 0)
+        *text = 0;
+    else if (strcmp(arg, "text") == 0)
+        *text = 1;
+    else
+        return cli_usage_error(cmd, "invalid format \"%s\": expected json or text", arg);
+    return CLI_GO_ON;
 }
 
 static int inspect_main(int argc, char **argv)
 {
-    int status = cli_parse_options(&cli_command_inspect, argc, argv, NULL, NULL);
+    static const cli_option options[] = {
+        { "format", 'f', 1, NULL, set_format },
+        { NULL, 0, 0, NULL, NULL }
+    };
+    int text = 0;
+    int status = cli_parse_options(&cli_command_inspect, argc, argv, options, &text);
     json_object *array;
 
     if (status != CLI_GO_ON)
@@ -127,11 +240,20 @@ static int inspect_main(int argc, char **argv)
         }
         json_object_array_add(array, o);
     }
-    cli_print_json(array);
+    if (text) {
+        for (size_t i = 0, n = json_object_array_length(array); i < n; i++) {
+            if (i > 0)
+                printf("\n");
+            print_text(json_object_array_get_idx(array, i));
+        }
+        json_object_put(array);
+    } else {
+        cli_print_json(array);
+    }
     return cli_flush("the description") != 0 ? CLI_EXIT_TOOL : status;
 }
 
 const cli_command cli_command_inspect = {
-    "inspect", "inspect ID...", "print what is known of sandboxes, as JSON",
+    "inspect", "inspect [-f json|text] ID...", "print what is known of sandboxes, as JSON or text",
     inspect_main, usage
 };

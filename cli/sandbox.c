@@ -281,11 +281,13 @@ static int set_user(const cli_command *cmd, const char *arg, void *ctx)
     return CLI_GO_ON;
 }
 
-/* create: -u is per command (exec -u), not a creation option. */
+/* create: -u USER is the sandbox's default user (sbx_options_set_user). */
 static int user_for_create(const cli_command *cmd, const char *arg, void *ctx)
 {
-    return cli_usage_error(cmd, "-u is the user of one command, not of a sandbox: give it to "
-                           "`sbx exec -u %s` or `sbx run -u %s`", arg, arg);
+    sbx_error *error = NULL;
+
+    (void)cmd;
+    return setter_status(sbx_options_set_user(OPTIONS(ctx), arg, &error), &error);
 }
 
 /* -p PORT: a sandbox port exposed to this host. */
@@ -346,7 +348,7 @@ static int parse_creation(const cli_command *cmd, int argc, char **argv, sbx_opt
     static const cli_option create_letters[] = {
         { NULL, 't', 1, NULL, cli_old_timeout_letter },
         { NULL, 'i', 1, NULL, old_image_letter },
-        { NULL, 'u', 1, NULL, user_for_create },
+        { "user", 'u', 1, NULL, user_for_create },
     };
     cli_option all[sizeof table / sizeof table[0] + 3 + 7];
     creation_ctx c = { { options, backend }, term, NULL, NULL, NULL, NULL };

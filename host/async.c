@@ -446,16 +446,18 @@ op_run(sbx_op *op)
         rc = op->result ? 0 : -1;
         break;
     case SBX_OP_LIST_FILES:
-        rc = sbx_sandbox_list_files(op->sandbox, op->s1, &op->list, &op->list_count, &err);
+        rc = sbx_sandbox_list_files_as(op->sandbox, op->s1, op->s2, &op->list, &op->list_count,
+                                       &err);
         break;
     case SBX_OP_READ_FILE:
-        rc = sbx_sandbox_read_file(op->sandbox, op->s1, &op->data, &op->data_len, &err);
+        rc = sbx_sandbox_read_file_as(op->sandbox, op->s1, op->s2, &op->data, &op->data_len,
+                                      &err);
         break;
     case SBX_OP_READ_FILE_TO_FD:
         rc = sbx_sandbox_read_file_to_fd(op->sandbox, op->s1, op->fd, &err);
         break;
     case SBX_OP_WRITE_FILE:
-        rc = sbx_sandbox_write_file(op->sandbox, op->s1, op->bytes, op->nbytes, &err);
+        rc = sbx_sandbox_write_file_as(op->sandbox, op->s1, op->s2, op->bytes, op->nbytes, &err);
         break;
     case SBX_OP_WRITE_FILE_FROM_FD:
         rc = sbx_sandbox_write_file_from_fd(op->sandbox, op->s1, op->fd, op->mode, &err);
@@ -1257,6 +1259,7 @@ copy_options(const sbx_options *in, sbx_options **out, sbx_error **err)
     COPY_IF(SBX_OPTION_WORKSPACE,
             sbx_options_set_workspace(o, sbx_options_get0_workspace(in), &e))
     COPY_IF(SBX_OPTION_DETACHED, sbx_options_set_detached(o, sbx_options_get_detached(in), &e))
+    COPY_IF(SBX_OPTION_USER, sbx_options_set_user(o, sbx_options_get0_user(in), &e))
 #undef COPY_IF
     if (ok) {
         void *progress_data;
@@ -1660,11 +1663,20 @@ sbx_sandbox_resolve_port_async(sbx_async *async, sbx_sandbox *sandbox, unsigned 
     return submit_sandbox_op(op, error);
 }
 
+/* list_files, read_file and write_file keep the user (may be NULL) in s2. */
 SBX_EXPORT sbx_op *
 sbx_sandbox_list_files_async(sbx_async *async, sbx_sandbox *sandbox, const char *path,
                              sbx_op_done_fn done, void *user_data, sbx_error **error)
 {
-    sbx_op *op = path_op(async, sandbox, SBX_OP_LIST_FILES, path, NULL, done, user_data,
+    return sbx_sandbox_list_files_as_async(async, sandbox, path, NULL, done, user_data, error);
+}
+
+SBX_EXPORT sbx_op *
+sbx_sandbox_list_files_as_async(sbx_async *async, sbx_sandbox *sandbox, const char *path,
+                                const char *user, sbx_op_done_fn done, void *user_data,
+                                sbx_error **error)
+{
+    sbx_op *op = path_op(async, sandbox, SBX_OP_LIST_FILES, path, user, done, user_data,
                          error);
 
     return op ? submit_sandbox_op(op, error) : NULL;
@@ -1674,7 +1686,15 @@ SBX_EXPORT sbx_op *
 sbx_sandbox_read_file_async(sbx_async *async, sbx_sandbox *sandbox, const char *path,
                             sbx_op_done_fn done, void *user_data, sbx_error **error)
 {
-    sbx_op *op = path_op(async, sandbox, SBX_OP_READ_FILE, path, NULL, done, user_data,
+    return sbx_sandbox_read_file_as_async(async, sandbox, path, NULL, done, user_data, error);
+}
+
+SBX_EXPORT sbx_op *
+sbx_sandbox_read_file_as_async(sbx_async *async, sbx_sandbox *sandbox, const char *path,
+                               const char *user, sbx_op_done_fn done, void *user_data,
+                               sbx_error **error)
+{
+    sbx_op *op = path_op(async, sandbox, SBX_OP_READ_FILE, path, user, done, user_data,
                          error);
 
     return op ? submit_sandbox_op(op, error) : NULL;
@@ -1699,7 +1719,16 @@ sbx_sandbox_write_file_async(sbx_async *async, sbx_sandbox *sandbox, const char 
                              const void *data, size_t len, sbx_op_done_fn done,
                              void *user_data, sbx_error **error)
 {
-    sbx_op *op = path_op(async, sandbox, SBX_OP_WRITE_FILE, path, NULL, done, user_data,
+    return sbx_sandbox_write_file_as_async(async, sandbox, path, NULL, data, len, done,
+                                           user_data, error);
+}
+
+SBX_EXPORT sbx_op *
+sbx_sandbox_write_file_as_async(sbx_async *async, sbx_sandbox *sandbox, const char *path,
+                                const char *user, const void *data, size_t len,
+                                sbx_op_done_fn done, void *user_data, sbx_error **error)
+{
+    sbx_op *op = path_op(async, sandbox, SBX_OP_WRITE_FILE, path, user, done, user_data,
                          error);
 
     if (!op)

@@ -1000,6 +1000,16 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
         sbx_error_add_context(e, "option", "ports");
         goto fail;
     }
+    req.user = sbx_options_get0_user(options);
+    if (req.user && (client->plugin->abi_minor < 4 || !(client->plugin->caps & SBX_CAP_USER))) {
+        sbx_error *e = sbx_set_error(&err, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                                     "backend \"%s\" cannot run its sandboxes as a chosen user "
+                                     "(user \"%s\" asked)", client->backend, req.user);
+
+        sbx_error_add_context(e, "user", req.user);
+        sbx_error_add_context(e, "option", "user");
+        goto fail;
+    }
     if (preset && !sbx_options_is_set(options, SBX_OPTION_ALLOW_INTERNET))
         sbx_preset_get_bool(preset, "allow_internet", &req.allow_internet);
     if (preset && !req.image) {

@@ -156,6 +156,43 @@ sbx_agent_context_apply_patch(sbx_agent_context *ctx, const char *patch, size_t 
 }
 
 SBX_EXPORT char *
+sbx_agent_context_resolve_port(sbx_agent_context *ctx, unsigned port, sbx_error **error)
+{
+    if (require(ctx, SBX_AGENT_CAP_PORTS, "resolve_port", error) < 0)
+        return NULL;
+    return sbx_sandbox_resolve_port(ctx->sandbox, port, error);
+}
+
+SBX_EXPORT int
+sbx_agent_context_list_ports(sbx_agent_context *ctx, uint16_t **ports, size_t *count,
+                             sbx_error **error)
+{
+    if (ports)
+        *ports = NULL;
+    if (count)
+        *count = 0;
+    if (require(ctx, SBX_AGENT_CAP_PORTS, "list_ports", error) < 0)
+        return -1;
+    return sbx_sandbox_list_ports(ctx->sandbox, ports, count, error);
+}
+
+SBX_EXPORT int
+sbx_agent_context_expose_port(sbx_agent_context *ctx, unsigned port, sbx_error **error)
+{
+    if (require(ctx, SBX_AGENT_CAP_PORTS, "expose_port", error) < 0)
+        return -1;
+    return sbx_sandbox_expose_port(ctx->sandbox, port, error);
+}
+
+SBX_EXPORT int
+sbx_agent_context_unexpose_port(sbx_agent_context *ctx, unsigned port, sbx_error **error)
+{
+    if (require(ctx, SBX_AGENT_CAP_PORTS, "unexpose_port", error) < 0)
+        return -1;
+    return sbx_sandbox_unexpose_port(ctx->sandbox, port, error);
+}
+
+SBX_EXPORT char *
 sbx_sandbox_run_outside_agent(sbx_sandbox *sandbox, unsigned capabilities,
                               sbx_outside_agent_fn fn, const char *prompt, void *user_data,
                               sbx_error **error)

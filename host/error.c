@@ -384,6 +384,18 @@ sbx_error_fill(sbx_error *error, const char *backend, const char *op)
 }
 
 void
+sbx_error_replace_op(sbx_error *error, const char *from, const char *to)
+{
+    char *copy;
+
+    if (!error || !error->op || strncmp(error->op, from, strlen(from)) != 0 ||
+        !(copy = strdup(to)))
+        return;
+    free(error->op);
+    error->op = copy;
+}
+
+void
 sbx_error_set_message(sbx_error *error, const char *fmt, ...)
 {
     va_list ap;

@@ -182,12 +182,7 @@ validate_request(const sbx_exec_request *rq, sbx_error **err)
         return -1;
     }
     if (rq->user) {
-        size_t len = strlen(rq->user);
-        int bad = len == 0 || len > 256;
-
-        for (const unsigned char *p = (const unsigned char *)rq->user; *p && !bad; p++)
-            bad = *p <= ' ' || *p == 0x7f;
-        if (bad) {
+        if (!sbx_user_valid(rq->user)) {
             sbx_error *e = sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL,
                                          "user \"%.256s\" is not a user name or uid (empty, "
                                          "too long, or holding whitespace or control "

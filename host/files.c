@@ -239,17 +239,18 @@ command_path(sbx_sandbox *sandbox, const char *path, sbx_error **err)
 
 /*
  * Runs `/bin/sh -c SCRIPT sbx-files ARG1 [ARG2]` without a timeout, stdin
- * from @in_fd and stdout to @out_fd (-1: EOF / captured). Returns the
- * result or NULL.
+ * from @in_fd and stdout to @out_fd (-1: EOF / captured), as @user (NULL:
+ * the sandbox's default user). Returns the result or NULL.
  */
 static sbx_result *
 run_script(sbx_sandbox *sandbox, const char *script, const char *arg1, const char *arg2,
-           int in_fd, int out_fd, sbx_error **err)
+           int in_fd, int out_fd, const char *user, sbx_error **err)
 {
     const char *argv[] = { "/bin/sh", "-c", script, "sbx-files", arg1, arg2, NULL };
     sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
 
     rq.argv = argv;
+    rq.user = user;
     rq.timeout_secs = -1;
     rq.output_limit = out_fd >= 0 ? FILES_STDERR_LIMIT : SBX_DEFAULT_OUTPUT_LIMIT;
     return sbx_exec_run_fds(sandbox, &rq, in_fd, out_fd, err);
@@ -294,18 +295,21 @@ script_status(sbx_result *r, const char *path, const char *command, const char *
     return -1;
 }
 
-/* Runs a fallback script on sandbox path @path and checks its status. */
+/* Runs a fallback script on sandbox path @path as @user (NULL: the
+ * default user) and checks its status. */
 static int
 run_on_path(sbx_sandbox *sandbox, const char *script, const char *path, const char *arg2,
-            int in_fd, int out_fd, const char *command, const char *kind, sbx_result **keep,
-            sbx_error **err)
+            int in_fd, int out_fd, const char *user, const char *command, const char *kind,
+            sbx_result **keep, sbx_error **err)
 {
     char *cpath = command_path(sandbox, path, err);
     sbx_result *r;
 
     if (!cpath)
         return -1;
-    r = run_script(sandbox, script, cpath, arg2, in_fd, out_fd, err);
+    r = run_script(sandbox, script, cpath, arg2, in_fd, out_fd, user, err);
+    if (!r && user && err)
+        sbx_error_add_context(*err, "path", path);
     free(cpath);
     if (!r)
         return -1;
@@ -437,9 +441,11 @@ parse_listing(file_list *l, const char *out, size_t len, sbx_error **err)
     return 0;
 }
 
-SBX_EXPORT int
-sbx_sandbox_list_files(sbx_sandbox *sandbox, const char *path, sbx_file_info ***list,
-                       size_t *count, sbx_error **error)
+/* list_files as @user (NULL: the plain call, through the slot when there
+ * is one; else always a command of @user). */
+static int
+list_files(sbx_sandbox *sandbox, const char *path, const char *user, sbx_file_info ***list,
+           size_t *count, sbx_error **error)
 {
     static const char op[] = "list_files";
     int (*slot)(sbx_plugin_sandbox *, const sbx_call_ctx *, const char *, sbx_plugin_file_fn,
@@ -459,7 +465,7 @@ sbx_sandbox_list_files(sbx_sandbox *sandbox, const char *path, sbx_file_info ***
         goto fail;
     }
     slot = SBX_SLOT(sandbox->client->plugin, list_files);
-    if (slot) {
+    if (slot && !user) {
         sbx_call_ctx ctx;
 
         sbx_call_ctx_init_for(&ctx, sandbox->client);
@@ -475,8 +481,8 @@ sbx_sandbox_list_files(sbx_sandbox *sandbox, const char *path, sbx_file_info ***
         size_t len;
         const char *out;
 
-        if (run_on_path(sandbox, list_script, path, NULL, -1, -1, "find", "is not a directory",
-                        &r, &err) < 0)
+        if (run_on_path(sandbox, list_script, path, NULL, -1, -1, user, "find",
+                        "is not a directory", &r, &err) < 0)
             goto fail;
         if (sbx_result_is_stdout_truncated(r)) {
             sbx_set_error(&err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "listing of \"%s\" is too large", path);
@@ -499,8 +505,23 @@ sbx_sandbox_list_files(sbx_sandbox *sandbox, const char *path, sbx_file_info ***
 fail:
     sbx_result_free(r);
     sbx_file_info_list_free(l.items, l.count);
+    sbx_error_replace_op(err, "exec", op);
     files_finish(error, err, sandbox, op);
     return -1;
+}
+
+SBX_EXPORT int
+sbx_sandbox_list_files(sbx_sandbox *sandbox, const char *path, sbx_file_info ***list,
+                       size_t *count, sbx_error **error)
+{
+    return list_files(sandbox, path, NULL, list, count, error);
+}
+
+SBX_EXPORT int
+sbx_sandbox_list_files_as(sbx_sandbox *sandbox, const char *path, const char *user,
+                          sbx_file_info ***list, size_t *count, sbx_error **error)
+{
+    return list_files(sandbox, path, user, list, count, error);
 }
 
 SBX_EXPORT const char *
@@ -545,14 +566,15 @@ sbx_file_info_list_free(sbx_file_info **list, size_t count)
 
 /* ---------------------------------------------------------------- read */
 
-/* read_file_to_fd without the entry gate; errors unfilled. */
+/* read_file_to_fd without the entry gate, as @user (NULL: the default
+ * user, through the slot when there is one); errors unfilled. */
 static int
-read_to_fd(sbx_sandbox *sandbox, const char *path, int fd, sbx_error **err)
+read_to_fd(sbx_sandbox *sandbox, const char *path, const char *user, int fd, sbx_error **err)
 {
     int (*slot)(sbx_plugin_sandbox *, const sbx_call_ctx *, const char *, int, sbx_error **);
 
     slot = SBX_SLOT(sandbox->client->plugin, read_file);
-    if (slot) {
+    if (slot && !user) {
         sbx_call_ctx ctx;
 
         sbx_call_ctx_init_for(&ctx, sandbox->client);
@@ -563,8 +585,8 @@ read_to_fd(sbx_sandbox *sandbox, const char *path, int fd, sbx_error **err)
         return 0;
     }
     if (can_exec(sandbox->client->plugin))
-        return run_on_path(sandbox, read_script, path, NULL, -1, fd, "cat", "is a directory",
-                           NULL, err);
+        return run_on_path(sandbox, read_script, path, NULL, -1, fd, user, "cat",
+                           "is a directory", NULL, err);
     return unsupported(sandbox, "read files", err);
 }
 
@@ -576,7 +598,7 @@ sbx_sandbox_read_file_to_fd(sbx_sandbox *sandbox, const char *path, int fd, sbx_
     if (files_begin(sandbox, path, "path", &err) == 0) {
         if (fd < 0)
             sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, NULL, "bad descriptor %d", fd);
-        else if (read_to_fd(sandbox, path, fd, &err) == 0)
+        else if (read_to_fd(sandbox, path, NULL, fd, &err) == 0)
             return 0;
     }
     files_finish(error, err, sandbox, "read_file");
@@ -587,6 +609,7 @@ typedef struct read_job {
     sbx_sandbox *sandbox;
     const char *path;
     sbx_buf buf;
+    const char *user;           /* NULL: the default user */
 } read_job;
 
 static int
@@ -594,7 +617,7 @@ read_producer(void *arg, int fd, sbx_error **err)
 {
     read_job *j = arg;
 
-    return read_to_fd(j->sandbox, j->path, fd, err);
+    return read_to_fd(j->sandbox, j->path, j->user, fd, err);
 }
 
 static int
@@ -622,11 +645,12 @@ read_consumer(void *arg, int fd, sbx_error **err)
     }
 }
 
-SBX_EXPORT int
-sbx_sandbox_read_file(sbx_sandbox *sandbox, const char *path, char **data, size_t *len,
-                      sbx_error **error)
+/* read_file as @user (NULL: the plain call). */
+static int
+read_file(sbx_sandbox *sandbox, const char *path, const char *user, char **data, size_t *len,
+          sbx_error **error)
 {
-    read_job j = { sandbox, path, { 0 } };
+    read_job j = { sandbox, path, { 0 }, user };
     sbx_error *err = NULL;
 
     if (data)
@@ -649,15 +673,32 @@ sbx_sandbox_read_file(sbx_sandbox *sandbox, const char *path, char **data, size_
     return 0;
 fail:
     sbx_buf_clear(&j.buf);
+    sbx_error_replace_op(err, "exec", "read_file");
     files_finish(error, err, sandbox, "read_file");
     return -1;
 }
 
+SBX_EXPORT int
+sbx_sandbox_read_file(sbx_sandbox *sandbox, const char *path, char **data, size_t *len,
+                      sbx_error **error)
+{
+    return read_file(sandbox, path, NULL, data, len, error);
+}
+
+SBX_EXPORT int
+sbx_sandbox_read_file_as(sbx_sandbox *sandbox, const char *path, const char *user, char **data,
+                         size_t *len, sbx_error **error)
+{
+    return read_file(sandbox, path, user, data, len, error);
+}
+
 /* ---------------------------------------------------------------- write */
 
-/* write_file_from_fd without the entry gate; errors unfilled. */
+/* write_file_from_fd without the entry gate, as @user (NULL: the default
+ * user, through the slot when there is one); errors unfilled. */
 static int
-write_from_fd(sbx_sandbox *sandbox, const char *path, int fd, uint32_t mode, sbx_error **err)
+write_from_fd(sbx_sandbox *sandbox, const char *path, const char *user, int fd, uint32_t mode,
+              sbx_error **err)
 {
     int (*slot)(sbx_plugin_sandbox *, const sbx_call_ctx *, const char *, int, uint32_t,
                 sbx_error **);
@@ -668,7 +709,7 @@ write_from_fd(sbx_sandbox *sandbox, const char *path, int fd, uint32_t mode, sbx
         return -1;
     }
     slot = SBX_SLOT(sandbox->client->plugin, write_file);
-    if (slot) {
+    if (slot && !user) {
         sbx_call_ctx ctx;
 
         sbx_call_ctx_init_for(&ctx, sandbox->client);
@@ -682,8 +723,8 @@ write_from_fd(sbx_sandbox *sandbox, const char *path, int fd, uint32_t mode, sbx
         char m[16];
 
         snprintf(m, sizeof(m), "%o", (unsigned)mode);
-        return run_on_path(sandbox, write_script, path, m, fd, -1, "cat", "is a directory",
-                           NULL, err);
+        return run_on_path(sandbox, write_script, path, m, fd, -1, user, "cat",
+                           "is a directory", NULL, err);
     }
     return unsupported(sandbox, "write files", err);
 }
@@ -697,7 +738,7 @@ sbx_sandbox_write_file_from_fd(sbx_sandbox *sandbox, const char *path, int fd, u
     if (files_begin(sandbox, path, "path", &err) == 0) {
         if (fd < 0)
             sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, NULL, "bad descriptor %d", fd);
-        else if (write_from_fd(sandbox, path, fd, mode, &err) == 0)
+        else if (write_from_fd(sandbox, path, NULL, fd, mode, &err) == 0)
             return 0;
     }
     files_finish(error, err, sandbox, "write_file");
@@ -709,6 +750,7 @@ typedef struct write_job {
     const char *path;
     const char *data;
     size_t len;
+    const char *user;           /* NULL: the default user */
 } write_job;
 
 static int
@@ -739,14 +781,15 @@ write_consumer(void *arg, int fd, sbx_error **err)
 {
     write_job *j = arg;
 
-    return write_from_fd(j->sandbox, j->path, fd, 0644, err);
+    return write_from_fd(j->sandbox, j->path, j->user, fd, 0644, err);
 }
 
-SBX_EXPORT int
-sbx_sandbox_write_file(sbx_sandbox *sandbox, const char *path, const void *data, size_t len,
-                       sbx_error **error)
+/* write_file as @user (NULL: the plain call). */
+static int
+write_file(sbx_sandbox *sandbox, const char *path, const char *user, const void *data,
+           size_t len, sbx_error **error)
 {
-    write_job j = { sandbox, path, data, len };
+    write_job j = { sandbox, path, data, len, user };
     sbx_error *err = NULL;
 
     if (files_begin(sandbox, path, "path", &err) == 0) {
@@ -755,8 +798,23 @@ sbx_sandbox_write_file(sbx_sandbox *sandbox, const char *path, const void *data,
         else if (pump_run(bytes_producer, &j, write_consumer, &j, &err) == 0)
             return 0;
     }
+    sbx_error_replace_op(err, "exec", "write_file");
     files_finish(error, err, sandbox, "write_file");
     return -1;
+}
+
+SBX_EXPORT int
+sbx_sandbox_write_file(sbx_sandbox *sandbox, const char *path, const void *data, size_t len,
+                       sbx_error **error)
+{
+    return write_file(sandbox, path, NULL, data, len, error);
+}
+
+SBX_EXPORT int
+sbx_sandbox_write_file_as(sbx_sandbox *sandbox, const char *path, const char *user,
+                          const void *data, size_t len, sbx_error **error)
+{
+    return write_file(sandbox, path, user, data, len, error);
 }
 
 /* ---------------------------------------------------------------- one file */
@@ -787,7 +845,7 @@ sbx_sandbox_upload_file(sbx_sandbox *sandbox, const char *local_path, const char
         goto fail;
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    if (write_from_fd(sandbox, sandbox_path, fd, st.st_mode & 0777, &err) < 0)
+    if (write_from_fd(sandbox, sandbox_path, NULL, fd, st.st_mode & 0777, &err) < 0)
         goto fail;
     close(fd);
     return 0;
@@ -832,7 +890,7 @@ sandbox_file_mode(sbx_sandbox *sandbox, const char *path, uint32_t *mode, sbx_er
     }
     if (SBX_SLOT(sandbox->client->plugin, read_file) || !can_exec(sandbox->client->plugin))
         return 0;               /* cannot tell: the default */
-    if (run_on_path(sandbox, mode_script, path, NULL, -1, -1, "stat", "is a directory", &r,
+    if (run_on_path(sandbox, mode_script, path, NULL, -1, -1, NULL, "stat", "is a directory", &r,
                     err) < 0)
         return -1;
     unsigned m = 0;
@@ -968,7 +1026,7 @@ sbx_sandbox_download_file(sbx_sandbox *sandbox, const char *sandbox_path, const 
         tmp = NULL;
         goto fail;
     }
-    if (read_to_fd(sandbox, sandbox_path, fd, &err) < 0)
+    if (read_to_fd(sandbox, sandbox_path, NULL, fd, &err) < 0)
         goto fail;
     if (fchmod(fd, mode) < 0 || close(fd) < 0 || (fd = -1, rename(tmp, local_path) < 0)) {
         sbx_error *e = sbx_set_error(&err, SBX_ERROR_WORKSPACE, NULL, "cannot write \"%s\": %s",
@@ -1140,7 +1198,7 @@ untar_consumer(void *arg, int fd, sbx_error **err)
         }
         return 0;
     }
-    return run_on_path(sb, untar_script, j->sandbox_dir, NULL, fd, -1, "tar -x",
+    return run_on_path(sb, untar_script, j->sandbox_dir, NULL, fd, -1, NULL, "tar -x",
                        "exists and is not a directory", NULL, err);
 }
 
@@ -1163,7 +1221,7 @@ tar_producer(void *arg, int fd, sbx_error **err)
         }
         return 0;
     }
-    return run_on_path(sb, tar_script, j->sandbox_dir, NULL, -1, fd, "tar -c",
+    return run_on_path(sb, tar_script, j->sandbox_dir, NULL, -1, fd, NULL, "tar -c",
                        "is not a directory", NULL, err);
 }
 

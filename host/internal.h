@@ -82,6 +82,9 @@ double sbx_wallclock_now(void);
 int sbx_env_key_valid(const char *key);
 /** Same for the first @len bytes of @key. */
 int sbx_env_key_valid_n(const char *key, size_t len);
+/* 1 when @user may be a user name or uid (sbx_exec_request.user,
+ * sbx_options_set_user): 1..256 bytes, none whitespace or control. */
+int sbx_user_valid(const char *user);
 /** 1 when @name matches [a-z0-9][a-z0-9_-]* (a backend name), else 0. */
 int sbx_backend_name_valid(const char *name);
 
@@ -199,6 +202,10 @@ void sbx_error_add_contextf(sbx_error *error, const char *key,
 /** Sets the outcome (failed / unknown). NULL ignored. */
 void sbx_error_set_outcome(sbx_error *error, sbx_error_outcome outcome);
 /** Sets backend and op only where they are still empty. NULL ignored. */
+/* Renames the op of @error to @to when it begins with @from ("exec" for
+ * exec, exec_start, exec_wait; nothing when it has another op): a call
+ * made of another one reports its own name. */
+void sbx_error_replace_op(sbx_error *error, const char *from, const char *to);
 void sbx_error_fill(sbx_error *error, const char *backend, const char *op);
 /** Replaces the message with a formatted one (e.g. to add a prefix). */
 void sbx_error_set_message(sbx_error *error, const char *fmt, ...) SBX_PRINTF(2, 3);

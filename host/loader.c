@@ -94,6 +94,7 @@ static const struct {
     { SBX_CAP_EXPOSED_PORTS, "exposed_ports" },
     { SBX_CAP_BACKGROUND, "background" },
     { SBX_CAP_EXEC_STDIN_STREAM, "exec_stdin_stream" },
+    { SBX_CAP_USER, "user" },
 };
 
 SBX_EXPORT const char *

@@ -29,6 +29,7 @@ struct sbx_options {
     int allow_internet;
     int detached;
     uint16_t *ports;            /* exposed ports, in the order added */
+    char *user;                 /* the default user */
     size_t port_count;
     sbx_progress_fn progress;   /* not a creation field: no set bit */
     void *progress_data;
@@ -80,6 +81,7 @@ sbx_options_free(sbx_options *options)
     free(options->backend_options);
     free(options->preset);
     free(options->ports);
+    free(options->user);
     sbx_manifest_free(options->workspace);
     for (size_t i = 0; i < options->file_count; i++) {
         free(options->file_paths[i]);
@@ -351,6 +353,43 @@ sbx_options_set_app_name(sbx_options *options, const char *app_name, sbx_error *
     return set_string(options, "set_app_name", "app_name",
                       options ? &options->app_name : NULL, app_name,
                       SBX_OPTION_APP_NAME, error);
+}
+
+int
+sbx_user_valid(const char *user)
+{
+    size_t len = user ? strlen(user) : 0;
+
+    if (len == 0 || len > 256)
+        return 0;
+    for (const unsigned char *p = (const unsigned char *)user; *p; p++)
+        if (*p <= ' ' || *p == 0x7f)
+            return 0;
+    return 1;
+}
+
+SBX_EXPORT int
+sbx_options_set_user(sbx_options *options, const char *user, sbx_error **error)
+{
+    if (check_options(options, "set_user", error) < 0)
+        return -1;
+    if (!sbx_user_valid(user)) {
+        sbx_error *e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, "set_user",
+                                     "user \"%.256s\" is not a user name or uid (NULL, empty, "
+                                     "too long, or holding whitespace or control characters)",
+                                     user ? user : "(null)");
+
+        sbx_error_add_context(e, "user", user ? user : "(null)");
+        return -1;
+    }
+    return set_string(options, "set_user", "user", &options->user, user, SBX_OPTION_USER,
+                      error);
+}
+
+SBX_EXPORT const char *
+sbx_options_get0_user(const sbx_options *options)
+{
+    return options ? options->user : NULL;
 }
 
 /* 1 when @gpu is "TYPE" or "TYPE:COUNT" with COUNT a positive integer. */

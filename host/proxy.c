@@ -1276,6 +1276,10 @@ encode_arg(const sbx_slot_row *row, unsigned i, void **av, sbx_wire_msg *m, call
             for (size_t k = 0; k < n; k++)
                 sbx_wire_put_u32(m, r->ports[k]);
         }
+        sbx_wire_put_str(m, r->struct_size >= offsetof(sbx_plugin_create_request, user) +
+                                                   sizeof(r->user)
+                                ? r->user
+                                : NULL);
         break;
     }
     case SBX_ENC_EXEC_REQ: {

@@ -35,7 +35,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' HUP INT TERM
 
-echo "1..17"
+echo "1..20"
 id=$("$sbx" create -b docker --image "$image" --name dk --timeout 300 2>"$tmp/err")
 if ! printf '%s' "$id" | grep -Eqx '[0-9a-f]{64}'; then
     not_ok "sbx create -b docker --name dk prints a 64-digit id" "printed: $id" "$(cat "$tmp/err")"
@@ -90,4 +90,15 @@ expect "after start: running, and its files are kept" "running kept" \
     "$("$sbx" inspect dk | sed -n 's/.*"state": "\(.*\)",/\1/p') $("$sbx" exec dk -- cat /root/keep 2>&1)"
 
 "$sbx" rm dk >/dev/null 2>&1 && id=
+
+# create -u: the sandbox's default user, for exec and for what cp puts in.
+id=$("$sbx" create -b docker --image "$image" -u nobody --timeout 300 2>"$tmp/err")
+expect "create -u nobody: exec runs as nobody" "nobody 65534" \
+    "$("$sbx" exec "$id" -- sh -c 'echo "$(id -un) $(id -u)"' 2>&1)$(cat "$tmp/err")"
+"$sbx" cp "$tmp/f" "$id:/tmp/f" >/dev/null 2>&1
+expect "what cp put in belongs to nobody" "65534:65534" \
+    "$("$sbx" exec "$id" -- stat -c %u:%g /tmp/f 2>&1)"
+expect "inspect records the user" '"user": "nobody"' \
+    "$("$sbx" inspect "$id" | grep -o '"user": "[^"]*"')"
+"$sbx" rm "$id" >/dev/null 2>&1 && id=
 exit $failed

@@ -1223,6 +1223,67 @@ Test(specs, a_context_allows_only_the_capabilities_granted)
     cr_assert_null(sbx_agent_capability_name(3));
 }
 
+/* The "ports" capability: without it no port call runs (nothing exposed);
+ * with it the agent exposes, lists, resolves and unexposes a port. */
+Test(specs, port_calls_need_the_ports_capability)
+{
+    sbx_agent_context *ctx;
+    sbx_error *err = NULL;
+    uint16_t *ports = (uint16_t *)&err;
+    size_t n = 9;
+    char *ep;
+
+    ctx = sbx_sandbox_agent_tools(sandbox, SBX_AGENT_CAP_DEFAULT | SBX_AGENT_CAP_PATCH, &err);
+    cr_assert_not_null(ctx);
+    cr_assert_eq(sbx_agent_context_expose_port(ctx, 40123, &err), -1);
+    tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED,
+                    "the agent was not granted the \"ports\" capability, which expose_port needs",
+                    NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "capability"), "ports");
+    cr_assert_str_eq(sbx_error_get0_op(err), "expose_port");
+    cr_assert_str_eq(sbx_error_get0_backend(err), "local");
+    sbx_error_clear(&err);
+    cr_assert_null(sbx_agent_context_resolve_port(ctx, 40123, &err));
+    tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED, "which resolve_port needs", NULL);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_agent_context_list_ports(ctx, &ports, &n, &err), -1);
+    cr_assert_null(ports);
+    cr_assert_eq(n, 0);
+    tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED, "which list_ports needs", NULL);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_agent_context_unexpose_port(ctx, 40123, &err), -1);
+    tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED, "which unexpose_port needs", NULL);
+    sbx_error_clear(&err);
+    sbx_agent_context_free(ctx);
+    /* The refused expose exposed nothing. */
+    cr_assert_eq(sbx_sandbox_list_ports(sandbox, &ports, &n, &err), 0);
+    cr_assert_eq(n, 0);
+    cr_assert_null(ports);
+
+    ctx = sbx_sandbox_agent_tools(sandbox, SBX_AGENT_CAP_PORTS, &err);
+    cr_assert_not_null(ctx);
+    cr_assert_eq(sbx_agent_context_expose_port(ctx, 40123, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_agent_context_list_ports(ctx, &ports, &n, &err), 0);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(ports[0], 40123);
+    free(ports);
+    ep = sbx_agent_context_resolve_port(ctx, 40123, &err);
+    cr_assert_not_null(ep, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_str_eq(ep, "127.0.0.1:40123");
+    free(ep);
+    cr_assert_eq(sbx_agent_context_unexpose_port(ctx, 40123, &err), 0);
+    cr_assert_null(sbx_agent_context_resolve_port(ctx, 40123, &err));
+    tu_assert_error(err, SBX_ERROR_NOT_FOUND, "port 40123 of sandbox ", " is not exposed", NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "port"), "40123");
+    sbx_error_clear(&err);
+    /* The files capability was not granted this time. */
+    cr_assert_eq(sbx_agent_context_write_file(ctx, "/p.txt", "p", 1, &err), -1);
+    tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED, "\"files\" capability", NULL);
+    sbx_error_free(err);
+    sbx_agent_context_free(ctx);
+}
+
 /* An outside agent: writes what it was asked, reads it back, and tries a
  * shell it may not have when asked to. */
 static int

@@ -266,9 +266,10 @@ Test(caps, names)
         {SBX_CAP_EXPOSED_PORTS, "exposed_ports"},
         {SBX_CAP_BACKGROUND, "background"},
         {SBX_CAP_EXEC_STDIN_STREAM, "exec_stdin_stream"},
+        {SBX_CAP_USER, "user"},
     };
     size_t n = sizeof caps / sizeof caps[0];
-    cr_assert_eq(n, 19);
+    cr_assert_eq(n, 20);
     for (size_t i = 0; i < n; i++) {
         cr_assert_eq(caps[i].cap, UINT64_C(1) << i, "bit %zu", i);
         const char *got = sbx_capability_name(caps[i].cap);
@@ -278,7 +279,7 @@ Test(caps, names)
     cr_assert_null(sbx_capability_name(0));
     cr_assert_null(sbx_capability_name(SBX_CAP_EXEC | SBX_CAP_FILES));
     cr_assert_null(sbx_capability_name(SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT));
-    cr_assert_null(sbx_capability_name(UINT64_C(1) << 19));
+    cr_assert_null(sbx_capability_name(UINT64_C(1) << 20));
     cr_assert_null(sbx_capability_name(UINT64_C(1) << 63));
     cr_assert_null(sbx_capability_name(UINT64_MAX));
 }
@@ -290,6 +291,7 @@ static const sbx_option_field all_fields[] = {
     SBX_OPTION_MEMORY_MB, SBX_OPTION_GIT_REPO, SBX_OPTION_GIT_REF, SBX_OPTION_IMAGE,
     SBX_OPTION_TEMPLATE, SBX_OPTION_SNAPSHOT_ID, SBX_OPTION_APP_NAME, SBX_OPTION_GPU,
     SBX_OPTION_DISK_MB, SBX_OPTION_ALLOW_INTERNET, SBX_OPTION_BACKEND_OPTIONS,
+    SBX_OPTION_USER,
 };
 
 static void assert_only_set(const sbx_options *o, unsigned mask)
@@ -315,6 +317,34 @@ Test(options, defaults)
     cr_assert_null(sbx_options_get0_workdir(o));
     cr_assert_null(sbx_options_get0_env(o, "PATH"));
     cr_assert_null(sbx_options_get0_env(o, "A"));
+    sbx_options_free(o);
+}
+
+Test(options, user_is_a_name_or_uid_and_a_bad_one_is_named)
+{
+    sbx_options *o = sbx_options_new();
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_options_get0_user(o));
+    cr_assert_eq(sbx_options_set_user(o, "app", &err), 0);
+    assert_only_set(o, SBX_OPTION_USER);
+    cr_assert_str_eq(sbx_options_get0_user(o), "app");
+    cr_assert_eq(sbx_options_set_user(o, "1000:1000", &err), 0);
+    cr_assert_str_eq(sbx_options_get0_user(o), "1000:1000");
+    const char *bad[] = { "", "a b", "x\ny", "tab\t" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(sbx_options_set_user(o, bad[i], &err), -1);
+        cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
+        cr_assert(strstr(sbx_error_get0_message(err), "is not a user name or uid") != NULL,
+                  "%s", sbx_error_get0_message(err));
+        cr_assert_str_eq(sbx_error_get0_context(err, "user"), bad[i]);
+        cr_assert_str_eq(sbx_error_get0_op(err), "set_user");
+        sbx_error_clear(&err);
+    }
+    cr_assert_eq(sbx_options_set_user(o, NULL, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
+    sbx_error_clear(&err);
+    /* A refused value leaves the one set before. */
+    cr_assert_str_eq(sbx_options_get0_user(o), "1000:1000");
     sbx_options_free(o);
 }
 

@@ -2082,6 +2082,52 @@ Test(cli, ids_take_names_and_unique_prefixes_as_docker_does)
     free(other);
 }
 
+/* The exposed ports of `create -p`, in JSON and in text; none once the
+ * sandbox is gone. */
+Test(cli, inspect_shows_the_exposed_ports_as_json_and_text)
+{
+    char *id = CREATE("--name", "web", "-p", "40124", "-p", "40123");
+    char *created = record_created(id), *want;
+    json_object *doc, *v;
+    cli_run r = SBX_KEEP("inspect", "web");
+
+    cr_assert_eq(r.status, 0, "inspect: %d %s", r.status, r.err);
+    cr_expect_str_empty(r.err);
+    doc = json_tokener_parse(r.out);
+    cr_assert(doc != NULL && json_object_array_length(doc) == 1, "%s", r.out);
+    cr_assert(json_object_object_get_ex(json_object_array_get_idx(doc, 0), "expires", &v));
+    char *expires = strdup(json_object_get_string(v));
+    cr_assert(json_object_object_get_ex(json_object_array_get_idx(doc, 0), "ports", &v));
+    cr_expect_str_eq(json_object_to_json_string_ext(v, JSON_C_TO_STRING_SPACED),
+                     "[ { \"port\": 40123, \"endpoint\": \"127.0.0.1:40123\" }, "
+                     "{ \"port\": 40124, \"endpoint\": \"127.0.0.1:40124\" } ]");
+    json_object_put(doc);
+    free_run(&r);
+
+    r = SBX_KEEP("inspect", "--format", "text", "web");
+    cr_assert_eq(r.status, 0, "inspect: %d %s", r.status, r.err);
+    cr_assert(asprintf(&want, "id: %s\nname: web\nbackend: local\nprovider_id: %s\n"
+                       "state: running\ncreated: %s\nexpires: %s\noptions: {}\ncapabilities: exec,"
+                       "exec_stdin,files,dir_transfer,resume,pty,lifetime,exposed_ports,"
+                       "background,exec_stdin_stream\nport: 40123/tcp -> 127.0.0.1:40123\n"
+                       "port: 40124/tcp -> 127.0.0.1:40124\n", id, id, created, expires) > 0);
+    cr_expect_str_eq(r.out, want);
+    free(want);
+    free_run(&r);
+
+    free(expires);
+
+    r = SBX_KEEP("inspect", "-f", "yaml", "web");
+    EXPECT_TOOL_FAILURE(&r, "invalid format \"yaml\": expected json or text");
+    free_run(&r);
+
+    r = SBX_KEEP("rm", id);
+    cr_expect_eq(r.status, 0);
+    free_run(&r);
+    free(created);
+    free(id);
+}
+
 Test(cli, inspect_prints_the_record_state_options_and_capabilities)
 {
     char *id = CREATE("--name", "box", "--timeout", "300", "-e", "SECRET=hidden");
@@ -2110,8 +2156,8 @@ Test(cli, inspect_prints_the_record_state_options_and_capabilities)
                        "\"expires\": \"%s\", \"options\": { \"timeout_secs\": 300.0, "
                        "\"env_vars\": true }, \"capabilities\": [ \"exec\", \"exec_stdin\", "
                        "\"files\", \"dir_transfer\", \"resume\", \"pty\", \"lifetime\", "
-                       "\"exposed_ports\", \"background\", \"exec_stdin_stream\" ] }", id, id,
-                       created, expires) > 0);
+                       "\"exposed_ports\", \"background\", \"exec_stdin_stream\" ], \"ports\": [ ] "
+                       "}", id, id, created, expires) > 0);
     cr_expect_str_eq(json_object_to_json_string_ext(o, JSON_C_TO_STRING_SPACED), want);
     free(want);
     json_object_put(doc);
@@ -2230,7 +2276,7 @@ Test(cli, version_command_lists_library_abi_and_plugins)
     cli_run r = SBX("version");
     char want[PATH_MAX * 2];
 
-    set_path(want, sizeof want, "sbx:         %s\nlibsbx:      %s\nplugin ABI:  1.3\nplugins:\n",
+    set_path(want, sizeof want, "sbx:         %s\nlibsbx:      %s\nplugin ABI:  1.4\nplugins:\n",
              sbx_version(), sbx_version());
     cr_expect_eq(r.status, 0, "%d %s", r.status, r.err);
     cr_expect(strncmp(r.out, want, strlen(want)) == 0, "got \"%s\"", r.out);
@@ -2241,7 +2287,7 @@ Test(cli, version_command_lists_library_abi_and_plugins)
     cr_assert_eq(sscanf(row, " %63s %63s ABI %63s %4095s", name, version, abi, path), 4,
                  "row \"%s\"", row);
     cr_expect_str_eq(version, sbx_version());
-    cr_expect_str_eq(abi, "1.3");
+    cr_expect_str_eq(abi, "1.4");
     cr_expect(strlen(path) > 28 &&
               strcmp(path + strlen(path) - 28, "/plugins/local/.libs/libsbx-local.so" + 8) == 0,
               "path %s", path);
@@ -2250,7 +2296,7 @@ Test(cli, version_command_lists_library_abi_and_plugins)
     json_object *doc = json_tokener_parse(r.out), *v;
     cr_assert(doc != NULL, "%s", r.out);
     cr_expect(json_object_object_get_ex(doc, "plugin_abi", &v) &&
-              strcmp(json_object_get_string(v), "1.3") == 0);
+              strcmp(json_object_get_string(v), "1.4") == 0);
     cr_expect(json_object_object_get_ex(doc, "libsbx", &v) &&
               strcmp(json_object_get_string(v), sbx_version()) == 0);
     json_object_put(doc);
@@ -3965,9 +4011,13 @@ Test(cli, exec_and_run_user_runs_as_the_user_the_backend_can)
                        other) > 0);
     EXPECT_KEEP(125, "", want, "exec", "-u", other, id, "true");
     free(want);
-    EXPECT_KEEP(125, "", "sbx: -u is the user of one command, not of a sandbox: give it to "
-                "`sbx exec -u app` or `sbx run -u app`\nsbx: see 'sbx create --help'\n",
-                "create", "-u", "app");
+    /* create -u: the sandbox's default user, which local cannot have. */
+    EXPECT_KEEP(125, "", "sbx: backend \"local\" cannot run its sandboxes as a chosen user "
+                "(user \"app\" asked) [code=feature_not_supported; backend=local; op=create; "
+                "user=app; option=user]\n", "create", "-u", "app");
+    EXPECT_KEEP(125, "", "sbx: user \"a b\" is not a user name or uid (NULL, empty, too long, "
+                "or holding whitespace or control characters) [code=invalid_argument; "
+                "op=set_user; user=a b]\n", "create", "--user", "a b");
     free(id);
 }
 

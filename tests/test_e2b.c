@@ -713,3 +713,50 @@ Test(e2b, exposed_ports_are_preview_addresses_without_a_token)
     free(state);
     free(errtext);
 }
+
+/* A create-time user is envd's user of every call that names none: the
+ * command's USER and HOME, and the home a relative file path starts from;
+ * the session state keeps it; a call naming "user" runs as that one. */
+Test(e2b, a_create_time_user_is_envds_user_of_exec_and_files)
+{
+    sbx_error *err = NULL;
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_user(o, "root", &err), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    sbx_result *r = tu_sh(g_sb, "echo \"$USER $HOME\"", 30);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "root /root\n");
+    sbx_result_free(r);
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "rel.txt", "r\n", 2, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    r = tu_sh(g_sb, "cat /root/rel.txt; test -e /home/user/rel.txt || echo not-in-user", 30);
+    tu_assert_stdout(r, "r\nnot-in-user\n");
+    sbx_result_free(r);
+    /* The call's own user wins, for commands and files alike. */
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.shell = "echo \"$USER $HOME\"";
+    rq.user = "user";
+    r = tu_exec(g_sb, &rq);
+    tu_assert_stdout(r, "user /home/user\n");
+    sbx_result_free(r);
+    cr_assert_eq(sbx_sandbox_write_file_as(g_sb, "/home/user/u.txt", "user", "u\n", 2, &err), 0,
+                 "%s", err ? sbx_error_get0_message(err) : "");
+    char *data = NULL;
+    size_t len = 0;
+    cr_assert_eq(sbx_sandbox_read_file_as(g_sb, "/home/user/u.txt", "user", &data, &len, &err),
+                 0, "%s", err ? sbx_error_get0_message(err) : "");
+    tu_assert_bytes("u.txt", data, len, "u\n", 2);
+    free(data);
+    /* Resumed from its state: still root's. */
+    char *state = sbx_sandbox_session_state(g_sb, &err);
+    cr_assert_not_null(state);
+    cr_assert(strstr(state, "\"user\":\"root\"") != NULL, "%s", state);
+    sbx_sandbox *again = sbx_resume(state, &err);
+    cr_assert_not_null(again, "%s", err ? sbx_error_get0_message(err) : "");
+    r = tu_sh(again, "echo \"$USER\"", 30);
+    tu_assert_stdout(r, "root\n");
+    sbx_result_free(r);
+    sbx_sandbox_free(again);
+    free(state);
+}

@@ -545,7 +545,7 @@ Test(plugin_host, the_wire_opens_with_its_own_version_exchange)
     }
     uint32_t len = get32(&q);
     cr_assert_str_eq(q, "wire protocol mismatch: libsbx speaks versions 7 to 9, "
-                        "sbx-plugin-host speaks 5 to 5");
+                        "sbx-plugin-host speaks 6 to 6");
     cr_assert_eq(strlen(q), len);
     int status;
     cr_assert_eq(waitpid(pid, &status, 0), pid);

@@ -8,6 +8,13 @@
  *   listener is on 127.0.0.1:N, none on 0.0.0.0) and the endpoint is that
  *   host port; a port never exposed is not_found; list, expose, unexpose,
  *   resume; bad ports; bubblewrap without the host's network refuses.
+ * - users: exec as a user the backend can or cannot run as; a create-time
+ *   user (docker: the container's user; bubblewrap: its uid and gid inside,
+ *   by number or by name; local: refused); list/read/write_file_as and
+ *   their async forms (owners of what a write as uid 1000 made, the
+ *   user's permissions, refusals naming the user); CASE-45, step 7 as a
+ *   non-root user of this host (uid 1001).
+ * - workspace: persist and hydrate.
  *
  * Docker: the suite makes a bridge network of its own (the test Engine
  * has no default bridge) and removes it at the end.
@@ -26,10 +33,13 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pwd.h>
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -555,6 +565,294 @@ Test(users, a_malformed_user_is_invalid_argument)
     destroy(sb);
 }
 
+/* The image whose USER is app (uid 1000, gid 1000, home /home/app), built
+ * once on the test image (docker). */
+static const char *case45_image(void)
+{
+    const char *base = getenv("SBX_DOCKER_IMAGE");
+    char *cmd = tu_strdup_printf(
+        "printf 'FROM %s\\nRUN useradd -m -u 1000 -U app\\nUSER app\\n"
+        "LABEL sbx.backend=docker\\n' | docker build -q --network none -t "
+        "sbx-test/case45:latest - >/dev/null 2>&1", base ? base : "sbx-test/debian:bookworm");
+    cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+    free(cmd);
+    return "sbx-test/case45:latest";
+}
+
+/* A new sandbox of g_client whose default user is @user (on @image when
+ * not NULL); asserts the create worked. */
+static sbx_sandbox *create_as(const char *user, const char *image)
+{
+    sbx_options *o = sbx_options_new();
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_options_set_user(o, user, &err), 0);
+    if (image)
+        cr_assert_eq(sbx_options_set_image(o, image, NULL), 0);
+    sbx_sandbox *sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    return sb;
+}
+
+/* The output of @script in @sb (asserts exit 0), malloc()ed. */
+static char *sh_out(sbx_sandbox *sb, const char *script)
+{
+    sbx_result *r = tu_sh(sb, script, 30);
+    tu_assert_exit(r, 0);
+    size_t len = 0;
+    const char *out = sbx_result_get0_stdout(r, &len);
+    char *copy = strndup(out, len);
+    sbx_result_free(r);
+    return copy;
+}
+
+/* The uid:gid the sandbox's passwd gives @uid on bubblewrap without an
+ * image (the host's), "UID:UID" when it has no entry. */
+static char *host_ids(unsigned uid)
+{
+    struct passwd *pw = getpwuid(uid);
+    return tu_strdup_printf("%u:%u", uid, pw ? (unsigned)pw->pw_gid : uid);
+}
+
+/* docker: the create-time user replaces the image's USER for commands and
+ * file calls; the _as calls act as the user they name (a file written as
+ * uid 1000 and the parents it made belong to 1000:1000), with that user's
+ * permissions; a user the container lacks is refused naming it. */
+Test(users, a_create_time_user_and_the_file_calls_as_a_user)
+{
+    if (!is_docker()) {
+        sbx_options *o = sbx_options_new();
+        sbx_error *err = NULL;
+        if (is_bubblewrap()) {
+            /* bubblewrap takes a user (the next test), not a group. */
+            cr_assert_eq(sbx_options_set_user(o, "1000:1000", NULL), 0);
+            cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+            sbx_options_free(o);
+            tu_assert_error(err, SBX_ERROR_CONFIGURATION,
+                            "bubblewrap backend: user \"1000:1000\" is neither a user name nor "
+                            "a uid", NULL);
+            cr_assert_str_eq(sbx_error_get0_context(err, "user"), "1000:1000");
+        } else {
+            /* local refuses the option before anything is made. */
+            cr_assert_eq(sbx_options_set_user(o, "1000", &err), 0);
+            cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+            sbx_options_free(o);
+            tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED,
+                            "backend \"local\" cannot run its sandboxes as a chosen user (user "
+                            "\"1000\" asked)", NULL);
+            cr_assert_str_eq(sbx_error_get0_context(err, "user"), "1000");
+            cr_assert_str_eq(sbx_error_get0_op(err), "create");
+        }
+        sbx_error_free(err);
+        return;
+    }
+    sbx_sandbox *sb = create_as("0", case45_image());
+    char *out = sh_out(sb, "id -u; id -g; echo \"$HOME\"");
+    cr_assert_str_eq(out, "0\n0\n/root\n");
+    free(out);
+    sbx_error *err = NULL;
+    /* The plain file calls follow the default user: root's. */
+    cr_assert_eq(sbx_sandbox_write_file(sb, "/home/app/plain.txt", "p\n", 2, &err), 0);
+    /* As uid 1000 (app): the file and the parents the call made. */
+    cr_assert_eq(sbx_sandbox_write_file_as(sb, "/home/app/as/deep/x.txt", "1000", "x\n", 2, &err),
+                 0, "%s", err ? sbx_error_get0_message(err) : "");
+    out = sh_out(sb, "cd /home/app && stat -c '%u:%g %a %n' plain.txt as as/deep as/deep/x.txt");
+    cr_assert_str_eq(out, "0:0 644 plain.txt\n1000:1000 755 as\n1000:1000 755 as/deep\n"
+                          "1000:1000 644 as/deep/x.txt\n");
+    free(out);
+    char *data = NULL;
+    size_t len = 0;
+    cr_assert_eq(sbx_sandbox_read_file_as(sb, "/home/app/as/deep/x.txt", "app", &data, &len,
+                                          &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
+    tu_assert_bytes("x.txt", data, len, "x\n", 2);
+    free(data);
+    sbx_file_info **list = NULL;
+    size_t n = 0;
+    cr_assert_eq(sbx_sandbox_list_files_as(sb, "/home/app/as", "app", &list, &n, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(n, 1);
+    cr_assert_str_eq(sbx_file_info_get0_name(list[0]), "deep");
+    cr_assert_str_eq(sbx_file_info_get0_path(list[0]), "/home/app/as/deep");
+    cr_assert(sbx_file_info_is_dir(list[0]));
+    cr_assert_eq(sbx_file_info_get_mode(list[0]), 0755);
+    sbx_file_info_list_free(list, n);
+    /* app's permissions: root's 0600 file cannot be read, root's
+     * directory cannot be written, and nothing is made. */
+    out = sh_out(sb, "printf s > /tmp/secret && chmod 600 /tmp/secret && echo ok");
+    free(out);
+    cr_assert_eq(sbx_sandbox_read_file_as(sb, "/tmp/secret", "app", &data, &len, &err), -1);
+    cr_assert_null(data);
+    tu_assert_error(err, SBX_ERROR_EXECUTION_FAILED,
+                    "cat failed in the sandbox for \"/tmp/secret\" (exit code 1): cat: "
+                    "/tmp/secret: Permission denied", NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "path"), "/tmp/secret");
+    cr_assert_str_eq(sbx_error_get0_op(err), "read_file");
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_sandbox_write_file_as(sb, "/root/no/x.txt", "app", "n", 1, &err), -1);
+    tu_assert_error(err, SBX_ERROR_EXECUTION_FAILED, "/root/no/x.txt", "Permission denied",
+                    NULL);
+    cr_assert_str_eq(sbx_error_get0_op(err), "write_file");
+    sbx_error_clear(&err);
+    out = sh_out(sb, "test -e /root/no && echo made || echo not-made");
+    cr_assert_str_eq(out, "not-made\n");
+    free(out);
+    /* A user the container lacks: the Engine's refusal, naming it. */
+    cr_assert_eq(sbx_sandbox_write_file_as(sb, "/tmp/u.txt", "sbx-no-such-user", "u", 1, &err),
+                 -1);
+    tu_assert_error(err, SBX_ERROR_EXECUTION_FAILED, "sbx-no-such-user", NULL);
+    cr_assert_str_eq(sbx_error_get0_op(err), "write_file");
+    cr_assert_str_eq(sbx_error_get0_context(err, "path"), "/tmp/u.txt");
+    sbx_error_clear(&err);
+    out = sh_out(sb, "test -e /tmp/u.txt && echo made || echo not-made");
+    cr_assert_str_eq(out, "not-made\n");
+    free(out);
+    destroy(sb);
+
+    /* A user the image's passwd lacks fails the create, naming it. */
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_user(o, "sbx-no-such-user", NULL), 0);
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    sbx_options_free(o);
+    tu_assert_error(err, SBX_ERROR_CREATION_FAILED, "sbx-no-such-user", NULL);
+    sbx_error_free(err);
+}
+
+/* bubblewrap: the create-time user is the sandbox's one uid and gid
+ * inside (bwrap --uid/--gid): by number and by the name the sandbox's
+ * passwd has; commands and what the file calls write are that user's;
+ * exec and the _as calls take that user only; a resumed handle knows it;
+ * a name the passwd lacks fails the create naming it. local: the _as
+ * calls take the user its commands run as, and refuse any other. */
+Test(users, the_create_time_user_is_the_sandboxs_and_the_as_calls_take_it)
+{
+    sbx_error *err = NULL;
+    if (!is_bubblewrap()) {
+        if (is_docker()) {
+            /* The container keeps its User: a resumed handle runs as it. */
+            sbx_sandbox *sb = create_as("0", case45_image());
+            char *state = sbx_sandbox_session_state(sb, &err);
+            cr_assert_not_null(state);
+            sbx_sandbox *again = sbx_resume(state, &err);
+            cr_assert_not_null(again, "%s", err ? sbx_error_get0_message(err) : "");
+            char *out = sh_out(again, "id -un; id -u");
+            cr_assert_str_eq(out, "root\n0\n");
+            free(out);
+            sbx_sandbox_free(again);
+            free(state);
+            destroy(sb);
+            return;
+        }
+        sbx_sandbox *sb = create_with_ports(NULL, 0);
+        char *own = tu_strdup_printf("%u", sandbox_uid(sb));
+        char *path = strdup("/as/x.txt");
+        cr_assert_eq(sbx_sandbox_write_file_as(sb, path, own, "x\n", 2, &err), 0, "%s",
+                     err ? sbx_error_get0_message(err) : "");
+        char *data = NULL;
+        size_t len = 0;
+        cr_assert_eq(sbx_sandbox_read_file_as(sb, path, own, &data, &len, &err), 0);
+        tu_assert_bytes("x.txt", data, len, "x\n", 2);
+        free(data);
+        const char *other = sandbox_uid(sb) == 0 ? "nobody" : "root";
+        char *p2 = strdup("/other/y.txt");
+        cr_assert_eq(sbx_sandbox_write_file_as(sb, p2, other, "y", 1, &err), -1);
+        tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED, "cannot be chosen", other, NULL);
+        cr_assert_str_eq(sbx_error_get0_context(err, "user"), other);
+        cr_assert_str_eq(sbx_error_get0_context(err, "path"), p2);
+        cr_assert_str_eq(sbx_error_get0_op(err), "write_file");
+        sbx_error_clear(&err);
+        sbx_file_info **list = NULL;
+        size_t n = 0;
+        cr_assert_eq(sbx_sandbox_list_files_as(sb, "/as", other, &list, &n, &err), -1);
+        cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_FEATURE_NOT_SUPPORTED);
+        cr_assert_str_eq(sbx_error_get0_op(err), "list_files");
+        sbx_error_clear(&err);
+        cr_assert_eq(sbx_sandbox_list_files_as(sb, "/as", own, &list, &n, &err), 0);
+        cr_assert_eq(n, 1);
+        cr_assert_str_eq(sbx_file_info_get0_name(list[0]), "x.txt");
+        cr_assert_eq(sbx_file_info_get_size(list[0]), 2);
+        sbx_file_info_list_free(list, n);
+        char *made = sh_out(sb, "test -e \"$SANDBOX_ROOT/other\" && echo made || echo not-made");
+        cr_assert_str_eq(made, "not-made\n");
+        free(made);
+        free(p2);
+        free(path);
+        free(own);
+        destroy(sb);
+        return;
+    }
+    sbx_sandbox *sb = create_as("1000", NULL);
+    char *ids = host_ids(1000);
+    char *want = tu_strdup_printf("1000\n%s\n", strchr(ids, ':') + 1);
+    char *out = sh_out(sb, "id -u; id -g");
+    cr_assert_str_eq(out, want);
+    free(out);
+    /* HOME stays the sandbox's root, which is that user's to write. */
+    out = sh_out(sb, "echo \"$HOME\"; touch \"$HOME/h\" && stat -c %u /h");
+    cr_assert_str_eq(out, "/\n1000\n");
+    free(out);
+    cr_assert_eq(sbx_sandbox_write_file(sb, "/work/w/w.txt", "w\n", 2, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_write_file_as(sb, "/work/a/a.txt", "1000", "a\n", 2, &err), 0,
+                 "%s", err ? sbx_error_get0_message(err) : "");
+    out = sh_out(sb, "cd /work && stat -c '%u:%g %n' w w/w.txt a a/a.txt");
+    char *st = tu_strdup_printf("%s w\n%s w/w.txt\n%s a\n%s a/a.txt\n", ids, ids, ids, ids);
+    cr_assert_str_eq(out, st);
+    free(st);
+    free(out);
+    /* The sandbox's user by number; root is not it. */
+    sbx_result *r = sh_as(sb, "1000", "id -u");
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "1000\n");
+    sbx_result_free(r);
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.shell = "touch /tmp/ran";
+    rq.user = "0";
+    cr_assert_null(sbx_sandbox_execute_command(sb, &rq, &err));
+    tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED,
+                    "bubblewrap backend runs every command as uid 1000 (the sandbox's user); "
+                    "user \"0\" cannot be chosen", NULL);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_sandbox_write_file_as(sb, "/tmp/r.txt", "0", "r", 1, &err), -1);
+    tu_assert_error(err, SBX_ERROR_FEATURE_NOT_SUPPORTED, "user \"0\" cannot be chosen", NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "user"), "0");
+    sbx_error_clear(&err);
+    out = sh_out(sb, "test -e /tmp/ran || test -e /tmp/r.txt || echo none");
+    cr_assert_str_eq(out, "none\n");
+    free(out);
+    /* Resumed: the same user inside, and exec still takes it. */
+    char *state = sbx_sandbox_session_state(sb, &err);
+    cr_assert_not_null(state);
+    sbx_sandbox *again = sbx_resume(state, &err);
+    cr_assert_not_null(again, "%s", err ? sbx_error_get0_message(err) : "");
+    r = sh_as(again, "1000", "id -u");
+    tu_assert_stdout(r, "1000\n");
+    sbx_result_free(r);
+    sbx_sandbox_free(again);
+    free(state);
+    destroy(sb);
+    free(want);
+    free(ids);
+
+    /* By name, as the sandbox's passwd (here the host's) has it. */
+    sb = create_as("nobody", NULL);
+    out = sh_out(sb, "id -u; id -g; id -un");
+    cr_assert_str_eq(out, "65534\n65534\nnobody\n");
+    free(out);
+    r = sh_as(sb, "nobody", "id -u");
+    tu_assert_stdout(r, "65534\n");
+    sbx_result_free(r);
+    destroy(sb);
+
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_user(o, "sbx-no-such-user", NULL), 0);
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
+    sbx_options_free(o);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION,
+                    "bubblewrap backend: user \"sbx-no-such-user\" is not in the sandbox's "
+                    "/etc/passwd (/etc/passwd)", NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "user"), "sbx-no-such-user");
+    sbx_error_free(err);
+}
+
 /* ---------------------------------------------------------- workspace */
 
 TestSuite(workspace, .init = setup, .fini = teardown, .timeout = 180);
@@ -859,9 +1157,9 @@ Test(workspace, a_workspace_moves_between_backends)
 
 /* CASE-45: what the file calls write belongs to the user commands run as
  * (docker: an image whose USER is app, uid 1000, gid 1000, home
- * /home/app; local and bubblewrap: the uid they run every command as, in
- * a directory /work/app made by a command), and the home's own owner and
- * mode stay as they were. */
+ * /home/app; bubblewrap: the create-time user 1000; local: the uid it
+ * runs every command as; both in a directory /work/app made by a command),
+ * and the home's own owner and mode stay as they were. */
 Test(users, case45_written_and_uploaded_files_belong_to_the_exec_user)
 {
     sbx_sandbox *sb;
@@ -880,7 +1178,8 @@ Test(users, case45_written_and_uploaded_files_belong_to_the_exec_user)
         sbx_options_free(o);
         home = "/home/app";
     } else {
-        sb = create_with_ports(NULL, 0);
+        /* bubblewrap: as the case's create(..., user="app"), uid 1000. */
+        sb = is_bubblewrap() ? create_as("1000", NULL) : create_with_ports(NULL, 0);
         sbx_result *r = tu_sh(sb, "mkdir -p \"$SANDBOX_ROOT/work/app\"", 30);
         tu_assert_exit(r, 0);
         sbx_result_free(r);
@@ -934,6 +1233,12 @@ Test(users, case45_written_and_uploaded_files_belong_to_the_exec_user)
     sbx_result_free(r);
     if (is_docker())
         cr_assert(uid == 1000 && gid == 1000, "exec user %u:%u", uid, gid);
+    if (is_bubblewrap()) {
+        char *ids = host_ids(1000), *got = tu_strdup_printf("%u:%u", uid, gid);
+        cr_assert_str_eq(got, ids);
+        free(ids);
+        free(got);
+    }
     char *step6 = tu_strdup_printf(
         "id -u; cd \"$SANDBOX_ROOT%s\" && stat -c '%%u:%%g %%n' w.txt u.txt proj proj/a.txt "
         "proj/sub proj/sub/b.txt newdir newdir/deep newdir/deep/x.txt .; echo more >> u.txt "
@@ -960,6 +1265,166 @@ Test(users, case45_written_and_uploaded_files_belong_to_the_exec_user)
     free(deep);
     free(p);
     destroy(sb);
+}
+
+/* CASE-45 step 7, as a non-root user of this host (uid and gid 1001; in
+ * the docker group on docker, as a user of the Engine is): a tree made in
+ * the sandbox and downloaded lands owned by that user, with no ownership
+ * error. Returns NULL, or a message saying what differed (malloc()ed). */
+#define CASE45_UID 1001u
+
+static char *step7_check_entry(const char *q, const char *rel, const char *content)
+{
+    unsigned uid = (unsigned)geteuid(), gid = (unsigned)getegid();
+    char *path = tu_strdup_printf("%s%s%s", q, rel[0] ? "/" : "", rel), *msg = NULL;
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        msg = tu_strdup_printf("%s: %s", path, strerror(errno));
+    } else if (st.st_uid != uid || st.st_gid != gid) {
+        msg = tu_strdup_printf("%s belongs to %u:%u, not %u:%u", path, (unsigned)st.st_uid,
+                               (unsigned)st.st_gid, uid, gid);
+    } else if (content) {
+        char buf[64] = { 0 };
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+        if (f)
+            fclose(f);
+        if (n != strlen(content) || memcmp(buf, content, n) != 0)
+            msg = tu_strdup_printf("%s holds \"%s\", not \"%s\"", path, buf, content);
+    }
+    free(path);
+    return msg;
+}
+
+static char *sbx_failed(const char *what, sbx_error *err)
+{
+    char *msg = tu_strdup_printf("%s: %s", what, err ? sbx_error_get0_message(err) : "?");
+    sbx_error_free(err);
+    return msg;
+}
+
+static char *step7_as_user(const char *dir, const char *cfg, const char *image)
+{
+    sbx_error *err = NULL;
+    char *state = tu_strdup_printf("%s/state", dir), *tmp = tu_strdup_printf("%s/tmp", dir);
+    char *msg = NULL;
+    setenv("SBX_STATE_DIR", state, 1);
+    setenv("TMPDIR", tmp, 1);
+    setenv("HOME", dir, 1);
+    free(state);
+    free(tmp);
+    sbx_client *c = sbx_client_new_with_config(tu_backend(), SBX_PLUGIN_MODE_DEFAULT, cfg, &err);
+    if (!c)
+        return sbx_failed("client", err);
+    sbx_options *o = sbx_options_new();
+    if (image)
+        sbx_options_set_image(o, image, NULL);
+    sbx_sandbox *sb = sbx_sandbox_create(c, o, &err);
+    sbx_options_free(o);
+    if (!sb) {
+        sbx_client_free(c);
+        return sbx_failed("create", err);
+    }
+    /* The sandbox's tree: made by its own user, as step 3 leaves it. */
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.shell = "h=\"$SANDBOX_ROOT${SBX_CASE45_HOME:-/home/app}\" && mkdir -p \"$h/proj/sub\" && "
+               "printf 'a\\n' > \"$h/proj/a.txt\" && printf 'b\\n' > \"$h/proj/sub/b.txt\"";
+    const char *env[] = { image ? "SBX_CASE45_HOME=/home/app" : "SBX_CASE45_HOME=/work/app",
+                          NULL };
+    rq.env = env;
+    rq.timeout_secs = 60;
+    sbx_result *r = sbx_sandbox_execute_command(sb, &rq, &err);
+    if (!r || sbx_result_get_exit_code(r) != 0) {
+        msg = r ? tu_strdup_printf("making the tree exited %d", sbx_result_get_exit_code(r))
+                : sbx_failed("exec", err);
+        sbx_result_free(r);
+        goto out;
+    }
+    sbx_result_free(r);
+    char *q = tu_strdup_printf("%s/Q", dir);
+    int64_t n = sbx_sandbox_download_dir(sb, image ? "/home/app/proj" : "/work/app/proj", q,
+                                         &err);
+    if (n != 3) {
+        msg = n < 0 ? sbx_failed("download_dir", err)
+                    : tu_strdup_printf("download_dir copied %lld entries, not 3", (long long)n);
+    } else {
+        static const char *const rel[] = { "", "a.txt", "sub", "sub/b.txt" };
+        static const char *const content[] = { NULL, "a\n", NULL, "b\n" };
+        for (size_t i = 0; i < 4 && !msg; i++)
+            msg = step7_check_entry(q, rel[i], content[i]);
+    }
+    free(q);
+out:
+    if (sbx_sandbox_destroy(sb, &err) < 0 && !msg)
+        msg = sbx_failed("destroy", err);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+    return msg;
+}
+
+Test(users, case45_step7_a_non_root_user_downloads_a_tree_as_its_own)
+{
+    const char *image = NULL;
+    char *cfg = NULL;
+    if (is_docker()) {
+        const char *base = getenv("SBX_DOCKER_IMAGE");
+        char *cmd = tu_strdup_printf(
+            "printf 'FROM %s\\nRUN useradd -m -u 1000 -U app\\nUSER app\\n"
+            "LABEL sbx.backend=docker\\n' | docker build -q --network none -t "
+            "sbx-test/case45:latest - >/dev/null 2>&1", base ? base : "sbx-test/debian:bookworm");
+        cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+        free(cmd);
+        image = "sbx-test/case45:latest";
+        cfg = tu_strdup_printf("{\"network_mode\":\"%s\"}", g_network);
+    }
+    char *dir = tu_strdup_printf("%s/u%u", g_tmp, CASE45_UID);
+    if (geteuid() != 0) {
+        /* Already a non-root user: that one. */
+        char *sub = tu_strdup_printf("mkdir -p '%s/state' '%s/tmp'", dir, dir);
+        cr_assert_eq(system(sub), 0);
+        free(sub);
+        char *msg = step7_as_user(dir, cfg, image);
+        cr_assert_null(msg, "as uid %u: %s", (unsigned)geteuid(), msg);
+        free(dir);
+        free(cfg);
+        return;
+    }
+    char *cmd = tu_strdup_printf("mkdir -p '%s/state' '%s/tmp' && chmod 0700 '%s' && "
+                                 "chown -R %u:%u '%s'", dir, dir, dir, CASE45_UID, CASE45_UID,
+                                 dir);
+    cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+    free(cmd);
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        close(fds[0]);
+        struct group *docker = is_docker() ? getgrnam("docker") : NULL;
+        gid_t groups[1] = { docker ? docker->gr_gid : CASE45_UID };
+        char *msg = NULL;
+        if (setgroups(1, groups) != 0 || setresgid(CASE45_UID, CASE45_UID, CASE45_UID) != 0 ||
+            setresuid(CASE45_UID, CASE45_UID, CASE45_UID) != 0)
+            msg = tu_strdup_printf("cannot become uid %u: %s", CASE45_UID, strerror(errno));
+        else
+            msg = step7_as_user(dir, cfg, image);
+        if (msg && write(fds[1], msg, strlen(msg)) < 0)
+            _exit(2);
+        _exit(msg ? 1 : 0);
+    }
+    close(fds[1]);
+    char buf[4096] = { 0 };
+    size_t got = 0;
+    ssize_t n;
+    while (got < sizeof(buf) - 1 && (n = read(fds[0], buf + got, sizeof(buf) - 1 - got)) > 0)
+        got += (size_t)n;
+    close(fds[0]);
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "as uid %u: %s (status 0x%x)",
+              CASE45_UID, buf, (unsigned)status);
+    free(dir);
+    free(cfg);
 }
 
 /* ------------------------------------------------------------- async */
@@ -1045,5 +1510,74 @@ Test(workspace, the_async_forms_run_persist_hydrate_and_resolve_port)
     free(before);
     close(fd);
     sbx_async_free(a);
+    destroy(sb);
+}
+
+/* The completion of a listing: its names and sizes, one a line, in data. */
+static void list_done(sbx_op *op, void *user_data)
+{
+    async_seen *s = user_data;
+    size_t n = 0;
+    sbx_file_info **list = sbx_op_steal_file_list(op, &n);
+    s->kind = sbx_op_get_kind(op);
+    s->error = sbx_op_steal_error(op);
+    s->data = strdup("");
+    for (size_t i = 0; i < n; i++) {
+        char *line = tu_strdup_printf("%s%s %lld\n", s->data, sbx_file_info_get0_name(list[i]),
+                                      (long long)sbx_file_info_get_size(list[i]));
+        free(s->data);
+        s->data = line;
+    }
+    sbx_file_info_list_free(list, n);
+    s->done = 1;
+}
+
+/* The file calls as a user have asynchronous forms: as the sandbox's own
+ * user (the one every backend here runs commands as) a write, a read and a
+ * listing; as a user it cannot run as, the refusal comes in the callback. */
+Test(users, the_as_calls_have_async_forms)
+{
+    sbx_sandbox *sb = create_with_ports(NULL, 0);
+    char *own = tu_strdup_printf("%u", sandbox_uid(sb));
+    sbx_error *err = NULL;
+    sbx_async *a = sbx_async_new(2, &err);
+    cr_assert_not_null(a);
+    async_seen s = { 0 };
+    cr_assert_not_null(sbx_sandbox_write_file_as_async(a, sb, "/tmp/as/a.txt", own, "a\n", 2,
+                                                       async_done, &s, &err));
+    async_wait_for(a, &s);
+    cr_assert_null(s.error, "%s", s.error ? sbx_error_get0_message(s.error) : "");
+    cr_assert_eq(s.kind, SBX_OP_WRITE_FILE);
+    memset(&s, 0, sizeof(s));
+    cr_assert_not_null(sbx_sandbox_read_file_as_async(a, sb, "/tmp/as/a.txt", own, async_done,
+                                                      &s, &err));
+    async_wait_for(a, &s);
+    cr_assert_null(s.error, "%s", s.error ? sbx_error_get0_message(s.error) : "");
+    cr_assert_eq(s.kind, SBX_OP_READ_FILE);
+    cr_assert_str_eq(s.data, "a\n");
+    free(s.data);
+    memset(&s, 0, sizeof(s));
+    cr_assert_not_null(sbx_sandbox_list_files_as_async(a, sb, "/tmp/as", own, list_done, &s,
+                                                       &err));
+    async_wait_for(a, &s);
+    cr_assert_null(s.error, "%s", s.error ? sbx_error_get0_message(s.error) : "");
+    cr_assert_eq(s.kind, SBX_OP_LIST_FILES);
+    cr_assert_str_eq(s.data, "a.txt 2\n");
+    free(s.data);
+    const char *other = is_docker() ? "sbx-no-such-user" : sandbox_uid(sb) == 0 ? "nobody"
+                                                                                : "root";
+    memset(&s, 0, sizeof(s));
+    cr_assert_not_null(sbx_sandbox_write_file_as_async(a, sb, "/tmp/as/b.txt", other, "b", 1,
+                                                       async_done, &s, &err));
+    async_wait_for(a, &s);
+    cr_assert_not_null(s.error);
+    cr_assert_eq(sbx_error_get_code(s.error),
+                 is_docker() ? SBX_ERROR_EXECUTION_FAILED : SBX_ERROR_FEATURE_NOT_SUPPORTED);
+    cr_assert_str_eq(sbx_error_get0_op(s.error), "write_file");
+    cr_assert(strstr(sbx_error_get0_message(s.error), other) != NULL, "%s",
+              sbx_error_get0_message(s.error));
+    sbx_error_free(s.error);
+    sbx_async_free(a);
+    free(own);
     destroy(sb);
 }

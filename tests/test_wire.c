@@ -181,6 +181,7 @@ Test(wire, a_descriptor_number_not_passed_with_the_frame_is_refused)
     sbx_wire_put_str(&m, NULL);
     sbx_wire_put_i64(&m, 1);       /* detached: no owner to watch */
     sbx_wire_put_u32(&m, 0);       /* ports: none */
+    sbx_wire_put_str(&m, NULL);    /* user: the default */
     send_ok(sock, &m);
     recv_reply(sock, 2, &m);
     int64_t rv = sbx_wire_get_i64(&m);

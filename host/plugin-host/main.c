@@ -740,6 +740,7 @@ decode_arg(const sbx_slot_row *row, unsigned i, sbx_wire_msg *req, call_frame *f
             r->ports = f->ports;
             r->n_ports = f->ports ? n : 0;
         }
+        r->user = sbx_wire_get_str(req);
         v->cp = r;
         return 0;
     }

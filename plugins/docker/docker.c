@@ -69,7 +69,7 @@
                      | SBX_CAP_NETWORK_POLICY | SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT     \
                      | SBX_CAP_IMAGE | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED                \
                      | SBX_CAP_BACKGROUND | SBX_CAP_PTY | SBX_CAP_EXPOSED_PORTS             \
-                     | SBX_CAP_EXEC_STDIN_STREAM)
+                     | SBX_CAP_EXEC_STDIN_STREAM | SBX_CAP_USER)
 
 /* The keys backend_options may have: the members of the Engine's
  * POST /containers/create body (ContainerConfig, HostConfig and
@@ -807,6 +807,11 @@ static int docker_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         json_object_object_add(body, "WorkingDir", json_object_new_string(request->workdir));
     json_object_object_add(body, "Tty", json_object_new_boolean(0));
     json_object_object_add(body, "OpenStdin", json_object_new_boolean(0));
+    /* The default user (ABI 1.4): the container's User, which every exec
+     * without a User of its own and the file calls' owner (files.c) follow. */
+    if (request->struct_size >= offsetof(sbx_plugin_create_request, user) + sizeof(request->user)
+        && request->user)
+        json_object_object_add(body, "User", json_object_new_string(request->user));
     json_object_object_add(labels, DK_LABEL_BACKEND, json_object_new_string(DK_BACKEND));
     json_object_object_add(labels, DK_LABEL_TOKEN, json_object_new_string(token));
     snprintf(num, sizeof(num), "%.0f", request->expires_at);

@@ -9,7 +9,8 @@
  *     sbx-supervisor --launch [--cgroup-procs=F]... --keep=META
  *         [--remove=ROOT/tmp] [--lent=ROOT] --seccomp-fd=4
  *         [--user=65534:65534] [--overlay=META] -- BWRAP
- *         --unshare-user --disable-userns --cap-drop ALL --seccomp 4
+ *         --unshare-user [--uid UID --gid GID] --disable-userns
+ *         --cap-drop ALL --seccomp 4
  *         --unshare-pid --unshare-ipc --unshare-uts
  *         [--unshare-net] --new-session --as-pid-1 --hostname sbx
  *         --bind ROOT|META/mnt / --ro-bind SRC/usr /usr --ro-bind SRC/etc /etc
@@ -62,6 +63,12 @@
  *     thread's filesystem uid and gid, so what they create belongs to the
  *     sandbox; the other file calls and destroy run as root, and destroy
  *     removes everything the sandbox made.
+ *   - A create-time user (sbx_options_set_user) is the one uid and gid of
+ *     the sandbox's user namespace (--uid/--gid; a name resolved in
+ *     SRC/etc/passwd by bwrap_resolve_user): inside, commands and what the
+ *     file calls write are that user's; outside nothing changes (the
+ *     namespace maps it to the uid above). Without one the sandbox's uid
+ *     inside is its uid outside.
  *   - /proc/sys and the other host-global knobs of /proc are read-only or
  *     hidden; /sys is absent.
  *   - /proc names no host path of an owned root: the launcher mounts, in
@@ -87,6 +94,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -558,10 +566,54 @@ void bwrap_argv_free(char **argv)
     free(argv);
 }
 
+int bwrap_resolve_user(const char *passwd, const char *user, uid_t *uid, gid_t *gid,
+                       const char *op, sbx_error **error)
+{
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(user, &end, 10);
+    int numeric = *user >= '0' && *user <= '9' && !*end && errno == 0
+                  && n < (unsigned long)(uid_t)-1;
+    if (!numeric && strchr(user, ':')) {
+        sbx_error *err = bfail(error, SBX_ERROR_CONFIGURATION, op,
+                               "bubblewrap backend: user \"%s\" is neither a user name nor a "
+                               "uid (a group cannot be chosen apart)", user);
+        bcontext(err, "user", user);
+        return -1;
+    }
+    FILE *f = fopen(passwd, "re");
+    struct passwd ent, *pw = NULL;
+    char buf[4096];
+    int found = 0;
+    while (f && fgetpwent_r(f, &ent, buf, sizeof(buf), &pw) == 0 && pw) {
+        if (numeric ? pw->pw_uid == (uid_t)n : strcmp(pw->pw_name, user) == 0) {
+            *uid = pw->pw_uid;
+            *gid = pw->pw_gid;
+            found = 1;
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
+    if (found)
+        return 0;
+    if (numeric) {
+        *uid = (uid_t)n;
+        *gid = (gid_t)n;
+        return 0;
+    }
+    sbx_error *err = bfail(error, SBX_ERROR_CONFIGURATION, op,
+                           "bubblewrap backend: user \"%s\" is not in the sandbox's "
+                           "/etc/passwd (%s); give a uid, or a name it has", user, passwd);
+    bcontext(err, "user", user);
+    bcontext(err, "path", passwd);
+    return -1;
+}
+
 char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const char *bwrap,
                   const char *supervisor, const char *root, const char *meta, const char *src,
                   const char *remove, int allow_internet, const char *backend_options,
-                  const char *op, sbx_error **error)
+                  const uid_t *in_uid, const gid_t *in_gid, const char *op, sbx_error **error)
 {
     argvb a = { 0 };
     json_object *opts = NULL, *binds = NULL;
@@ -694,6 +746,24 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
     add(&a, "--");
     add(&a, bwrap);
     add(&a, "--unshare-user");
+    /* The create-time user: the one uid (and gid) of the namespace. */
+    if (in_uid && in_gid) {
+        char *u = NULL, *g = NULL;
+        if (asprintf(&u, "%u", (unsigned)*in_uid) < 0)
+            u = NULL;
+        if (asprintf(&g, "%u", (unsigned)*in_gid) < 0)
+            g = NULL;
+        if (!u || !g) {
+            a.failed = 1;
+        } else {
+            add(&a, "--uid");
+            add(&a, u);
+            add(&a, "--gid");
+            add(&a, g);
+        }
+        free(u);
+        free(g);
+    }
     add(&a, "--disable-userns");
     add(&a, "--cap-drop");
     add(&a, "ALL");

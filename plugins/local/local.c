@@ -128,9 +128,16 @@ void sbx_fault_init(void);
  * asks for one (proto.h, EXEC). */
 /* SBX_CAP_EXPOSED_PORTS: the sandbox shares the host's network (bubblewrap
  * only with allow_internet), so its ports are this host's. */
+/* SBX_CAP_USER (bubblewrap): a create-time user is the one uid of the
+ * sandbox's user namespace (bwrap --uid/--gid). */
+#ifdef SBX_LOCAL_BUBBLEWRAP
+#define USER_CAPS SBX_CAP_USER
+#else
+#define USER_CAPS 0
+#endif
 #define LOCAL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_BACKGROUND | SBX_CAP_RESUME \
                     | SBX_CAP_LIFETIME | SBX_CAP_PTY | SBX_CAP_EXPOSED_PORTS | ISOLATION_CAPS \
-                    | SBX_CAP_EXEC_STDIN_STREAM)
+                    | SBX_CAP_EXEC_STDIN_STREAM | USER_CAPS)
 
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define DEFAULT_LANG "C.UTF-8"
@@ -1954,6 +1961,11 @@ static char *record_json(const struct sbx_plugin_sandbox *sb)
         && json_object_object_add(o, "expires_at",
                                   json_object_new_double(sb->expires_at)) == 0
         && json_object_object_add(o, "own_netns", json_object_new_boolean(sb->own_netns)) == 0
+        && (!sb->user_mapped
+            || (json_object_object_add(o, "user_uid",
+                                       json_object_new_int64((int64_t)sb->user_uid)) == 0
+                && json_object_object_add(o, "user_gid",
+                                          json_object_new_int64((int64_t)sb->user_gid)) == 0))
         && json_object_object_add(o, "ports", ports_json(sb)) == 0) {
         const char *t = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN
                                                           | JSON_C_TO_STRING_NOSLASHESCAPE);
@@ -2257,6 +2269,21 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             goto fail;
         }
     }
+    /* The create-time user (ABI 1.4), resolved in the sandbox's passwd. */
+    const char *cuser = request->struct_size >= offsetof(sbx_plugin_create_request, user)
+                                                + sizeof(request->user)
+                        ? request->user : NULL;
+    uid_t in_uid = 0;
+    gid_t in_gid = 0;
+    if (cuser) {
+        char *pw = join_path(image_root ? image_root : "/", "etc/passwd");
+        if (!pw)
+            goto nomem;
+        int rc_user = bwrap_resolve_user(pw, cuser, &in_uid, &in_gid, op, error);
+        free(pw);
+        if (rc_user < 0)
+            goto fail;
+    }
 #endif
 
 #ifdef SBX_LOCAL_BUBBLEWRAP
@@ -2318,6 +2345,11 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     sb->lifetime = lifetime;
 #ifdef SBX_LOCAL_BUBBLEWRAP
     sb->own_netns = !allow_internet;
+    if (cuser) {
+        sb->user_mapped = 1;
+        sb->user_uid = in_uid;
+        sb->user_gid = in_gid;
+    }
 #endif
     if (request->struct_size >= offsetof(sbx_plugin_create_request, n_ports)
                                 + sizeof(request->n_ports)) {
@@ -2434,7 +2466,8 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                              image_root ? image_root : "/",
                              sb->made_tmp && !sb->owns_root ? sb->tmp : NULL, allow_internet,
                              (request->set_fields & SBX_OPTION_BACKEND_OPTIONS)
-                             ? request->backend_options : NULL, op, error);
+                             ? request->backend_options : NULL,
+                             cuser ? &in_uid : NULL, cuser ? &in_gid : NULL, op, error);
     if (!launch_argv)
         goto fail;
 #endif
@@ -3046,6 +3079,18 @@ static int read_record(struct sbx_plugin_sandbox *sb, sbx_error **error)
             sb->own_netns = own;
         }
     }
+    json_object *uv, *gv;
+    if (ok && json_object_object_get_ex(o, "user_uid", &uv)) {
+        ok = json_object_is_type(uv, json_type_int) && json_object_object_get_ex(o, "user_gid", &gv)
+             && json_object_is_type(gv, json_type_int) && json_object_get_int64(uv) >= 0
+             && json_object_get_int64(uv) < (int64_t)(uid_t)-1 && json_object_get_int64(gv) >= 0
+             && json_object_get_int64(gv) < (int64_t)(gid_t)-1;
+        if (ok) {
+            sb->user_mapped = 1;
+            sb->user_uid = (uid_t)json_object_get_int64(uv);
+            sb->user_gid = (gid_t)json_object_get_int64(gv);
+        }
+    }
     json_object *cv;
     if (ok && json_object_object_get_ex(o, "cwd", &cv)) {
         ok = json_object_is_type(cv, json_type_string) && json_object_get_string(cv)[0] == '/'
@@ -3448,8 +3493,20 @@ static int is_own_user(const struct sbx_plugin_sandbox *sb, const char *user)
     char *end;
     errno = 0;
     unsigned long n = strtoul(user, &end, 10);
+    uid_t own = sb->user_mapped ? sb->user_uid : sb->sup_uid;
     if (*user >= '0' && *user <= '9' && !*end && errno == 0)
-        return n == (unsigned long)sb->sup_uid;
+        return n == (unsigned long)own;
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    /* A create-time user's name is the sandbox's: its own /etc/passwd, as
+     * its init sees it. */
+    if (sb->user_mapped) {
+        char path[64];
+        uid_t u;
+        gid_t g;
+        snprintf(path, sizeof(path), "/proc/%d/root/etc/passwd", (int)sb->sup_pid);
+        return bwrap_resolve_user(path, user, &u, &g, NULL, NULL) == 0 && u == own;
+    }
+#endif
     struct passwd pw, *res = NULL;
     char buf[1024];
     return getpwnam_r(user, &pw, buf, sizeof(buf), &res) == 0 && res
@@ -3497,11 +3554,14 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
     if (request->user && !is_own_user(sb, request->user)) {
         struct passwd pw, *res = NULL;
         char pwbuf[1024];
-        getpwuid_r(sb->sup_uid, &pw, pwbuf, sizeof(pwbuf), &res);
+        if (!sb->user_mapped)
+            getpwuid_r(sb->sup_uid, &pw, pwbuf, sizeof(pwbuf), &res);
         sbx_error *err = fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
                               BACKEND " backend runs every command as uid %u (%s); user "
-                              "\"%s\" cannot be chosen", (unsigned)sb->sup_uid,
-                              res ? res->pw_name : "no name", request->user);
+                              "\"%s\" cannot be chosen",
+                              (unsigned)(sb->user_mapped ? sb->user_uid : sb->sup_uid),
+                              sb->user_mapped ? "the sandbox's user"
+                              : res ? res->pw_name : "no name", request->user);
         add_context(err, "user", request->user);
         return -1;
     }

@@ -35,6 +35,11 @@ struct sbx_plugin_sandbox {
     uint16_t *ports;            /* exposed ports, ascending (the record's "ports") */
     size_t n_ports;
     int own_netns;              /* bubblewrap: a network namespace of its own */
+    uid_t user_uid;             /* the uid commands have inside the sandbox
+                                 * (bubblewrap: the create-time user's, bwrap
+                                 * --uid; else sup_uid) */
+    gid_t user_gid;             /* its gid there (bwrap --gid) */
+    int user_mapped;            /* bubblewrap: a create-time user maps them */
     pthread_mutex_t lock;       /* guards destroyed and ports; serialises destroy */
     int destroyed;
     struct fill_gate *fill_gate; /* local.c: the gate the client's next warm
@@ -144,7 +149,18 @@ int bwrap_oom_kills(const char *id, uint64_t *count);
 char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const char *bwrap,
                   const char *supervisor, const char *root, const char *meta, const char *src,
                   const char *remove, int allow_internet, const char *backend_options,
-                  const char *op, sbx_error **error);
+                  const uid_t *in_uid, const gid_t *in_gid, const char *op, sbx_error **error);
+/**
+ * The uid and gid the sandbox's processes have inside its user namespace
+ * for the create-time user @user (bwrap --uid/--gid): a number is that uid,
+ * a name is looked up in @passwd (the sandbox's /etc/passwd: SRC/etc/passwd
+ * at create, /proc/PID/root/etc/passwd later); the gid is the passwd
+ * entry's, else the uid. Returns 0, or -1 with a configuration error
+ * naming the user (context user) when a name is not in @passwd or @user is
+ * neither a name nor a uid (op @op); with @error NULL, just -1.
+ */
+int bwrap_resolve_user(const char *passwd, const char *user, uid_t *uid, gid_t *gid,
+                       const char *op, sbx_error **error);
 void bwrap_argv_free(char **argv);
 /** The keys bwrap_argv and bwrap_root_dir know, for messages. */
 #define BWRAP_OPTION_KEYS "\"ro_binds\", \"root_dir\""

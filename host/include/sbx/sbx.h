@@ -246,6 +246,7 @@ SBX_EXPORT const char *sbx_strerror(sbx_error_code code);
  * (tty_rows/tty_cols, SBX_CAP_PTY) is interactive either way. Since 0.1.
  */
 #define SBX_CAP_EXEC_STDIN_STREAM (UINT64_C(1) << 18)
+#define SBX_CAP_USER            (UINT64_C(1) << 19) /* a create-time user (sbx_options_set_user) */
 
 /**
  * sbx_capability_name:
@@ -344,7 +345,8 @@ typedef enum sbx_option_field {
     SBX_OPTION_FILES = 1u << 16,
     SBX_OPTION_WORKSPACE = 1u << 17,
     SBX_OPTION_DETACHED = 1u << 18,
-    SBX_OPTION_PORTS = 1u << 19
+    SBX_OPTION_PORTS = 1u << 19,
+    SBX_OPTION_USER = 1u << 20
 } sbx_option_field;
 
 /** Defaults of the reference's SandboxConfig. */
@@ -538,6 +540,34 @@ SBX_EXPORT int sbx_options_get_detached(const sbx_options *options);
  * Since 0.1 (plugin ABI 1.3).
  */
 SBX_EXPORT int sbx_options_add_port(sbx_options *options, unsigned port, sbx_error **error);
+
+/**
+ * sbx_options_set_user:
+ * The sandbox's default user: a name or a numeric uid as the sandbox's own
+ * user database has it (copied). Commands (sbx_exec_request.user NULL) and
+ * file calls that name no user of their own run as it, and what the file
+ * calls write belongs to it (CASE-45). Which backends can:
+ *  - docker: the container's User (the Engine's Config.User; "USER:GROUP"
+ *    also taken), which replaces the image's USER; a user the image's
+ *    passwd lacks fails the create with the Engine's message naming it;
+ *  - bubblewrap: the uid (and gid) the sandbox's processes have inside its
+ *    user namespace (bwrap --uid/--gid), a number, or a name the
+ *    sandbox's /etc/passwd (the image's, else the host's) resolves; the
+ *    gid is the user's primary group there, else the uid; outside it
+ *    stays the unprivileged uid the sandbox always runs as; HOME stays
+ *    the sandbox's root "/", which belongs to that user;
+ *  - e2b: envd's user for commands and files ("user" or "root");
+ *  - every other backend (local included: its commands run as the calling
+ *    user) refuses the create with feature_not_supported naming the
+ *    backend and the user (context user), before anything is made
+ *    (a plugin without SBX_CAP_USER, or older than plugin ABI 1.4).
+ * Errors: invalid_argument when @user is NULL, empty, longer than 256
+ * bytes or holds whitespace or control characters (context user). Since
+ * 0.1 (plugin ABI 1.4).
+ */
+SBX_EXPORT int sbx_options_set_user(sbx_options *options, const char *user, sbx_error **error);
+/** The user set with sbx_options_set_user (borrowed), or NULL. Since 0.1. */
+SBX_EXPORT const char *sbx_options_get0_user(const sbx_options *options);
 
 /**
  * sbx_options_set_backend_options:
@@ -1382,11 +1412,13 @@ typedef void (*sbx_output_fn)(sbx_stream stream, const void *data, size_t len,
  *    with feature_not_supported naming it.
  *  - user: the user the command runs as, a name or a numeric uid as the
  *    sandbox's own user database has it (docker also takes "USER:GROUP");
- *    NULL = the sandbox's default user (docker: the image's USER). HOME is
+ *    NULL = the sandbox's default user (sbx_options_set_user when set at
+ *    create, else docker: the image's USER). HOME is
  *    that user's home from the sandbox's passwd. Where the backend can run
  *    as another user: docker (the exec's User), e2b (envd's user), and
  *    local and bubblewrap only for the user their commands run as anyway
- *    (its name or uid); a user a backend cannot honour is refused with
+ *    (its name or uid; bubblewrap: the create-time user's uid inside the
+ *    sandbox, and its name there); a user a backend cannot honour is refused with
  *    feature_not_supported naming the backend and the user (context
  *    user), never ignored. Empty, or holding whitespace or control
  *    characters: invalid_argument. Read only within struct_size (an older
@@ -1707,6 +1739,36 @@ SBX_EXPORT int sbx_sandbox_read_file_to_fd(sbx_sandbox *sandbox, const char *pat
 SBX_EXPORT int sbx_sandbox_write_file(sbx_sandbox *sandbox, const char *path,
                                       const void *data, size_t len,
                                       sbx_error **error);
+
+/**
+ * sbx_sandbox_list_files_as / sbx_sandbox_read_file_as /
+ * sbx_sandbox_write_file_as:
+ * As sbx_sandbox_list_files, sbx_sandbox_read_file and
+ * sbx_sandbox_write_file, done as @user (a name or a numeric uid as
+ * sbx_exec_request.user takes it): the sandbox checks that user's
+ * permissions, and what the write creates (the file and any parent
+ * directory it makes) belongs to that user and its group. @user NULL is
+ * the plain call (the sandbox's default user). The call runs as a command
+ * of @user in the sandbox (find, cat, mkdir, chmod), so a backend honours
+ * it exactly where it runs commands as a chosen user: docker (any user of
+ * the container's passwd, or a uid), e2b (envd's users), local and
+ * bubblewrap only the user their commands run as. Any other user is
+ * refused as exec refuses it (feature_not_supported naming the backend
+ * and the user, context user; docker: execution_failed naming a user the
+ * container lacks), and nothing is touched. Errors besides those of the
+ * plain calls: invalid_argument for a malformed @user (context user);
+ * execution_failed with the command's message when @user may not read or
+ * write there (context path). Returns 0 or -1. Since 0.1.
+ */
+SBX_EXPORT int sbx_sandbox_list_files_as(sbx_sandbox *sandbox, const char *path,
+                                         const char *user, sbx_file_info ***list,
+                                         size_t *count, sbx_error **error);
+SBX_EXPORT int sbx_sandbox_read_file_as(sbx_sandbox *sandbox, const char *path,
+                                        const char *user, char **data, size_t *len,
+                                        sbx_error **error);
+SBX_EXPORT int sbx_sandbox_write_file_as(sbx_sandbox *sandbox, const char *path,
+                                         const char *user, const void *data, size_t len,
+                                         sbx_error **error);
 
 /**
  * sbx_sandbox_write_file_from_fd:
@@ -2354,7 +2416,7 @@ SBX_EXPORT void sbx_agent_run_free(sbx_agent_run *run);
 #define SBX_AGENT_CAP_SHELL     (1u << 0)  /* sbx_agent_context_shell */
 #define SBX_AGENT_CAP_FILES     (1u << 1)  /* list_files, read_file, write_file */
 #define SBX_AGENT_CAP_PATCH     (1u << 2)  /* apply_patch */
-#define SBX_AGENT_CAP_PORTS     (1u << 3)  /* reserved: no context call uses it yet */
+#define SBX_AGENT_CAP_PORTS     (1u << 3)  /* resolve_port, list_ports, expose_port, unexpose_port */
 #define SBX_AGENT_CAP_ARTIFACTS (1u << 4)  /* reserved: no context call uses it yet */
 #define SBX_AGENT_CAP_ALL       ((1u << 5) - 1)
 /** The reference's default grant: shell and files. */
@@ -2406,6 +2468,25 @@ SBX_EXPORT int sbx_agent_context_write_file(sbx_agent_context *ctx, const char *
 SBX_EXPORT int sbx_agent_context_apply_patch(sbx_agent_context *ctx, const char *patch,
                                              size_t len, int strip, const char *dir,
                                              sbx_error **error);
+
+/**
+ * resolve_port / list_ports / expose_port / unexpose_port
+ * (SBX_AGENT_CAP_PORTS): as the sbx_sandbox_* calls of the same name
+ * (exposed ports, plugin ABI 1.3): an agent that starts a server in the
+ * sandbox learns where the host reaches it, and may add or withdraw ports
+ * where the backend can. The returned string and array are the caller's
+ * to free(). Errors: feature_not_supported naming "ports" (context
+ * "capability") when not granted, touching nothing; otherwise those of the
+ * sandbox call. Since 0.1.
+ */
+SBX_EXPORT char *sbx_agent_context_resolve_port(sbx_agent_context *ctx, unsigned port,
+                                                sbx_error **error);
+SBX_EXPORT int sbx_agent_context_list_ports(sbx_agent_context *ctx, uint16_t **ports,
+                                            size_t *count, sbx_error **error);
+SBX_EXPORT int sbx_agent_context_expose_port(sbx_agent_context *ctx, unsigned port,
+                                             sbx_error **error);
+SBX_EXPORT int sbx_agent_context_unexpose_port(sbx_agent_context *ctx, unsigned port,
+                                               sbx_error **error);
 
 /**
  * sbx_outside_agent_fn:
@@ -2945,6 +3026,22 @@ SBX_EXPORT sbx_op *sbx_sandbox_read_file_async(sbx_async *async, sbx_sandbox *sa
                                                const char *path,
                                                sbx_op_done_fn done, void *user_data,
                                                sbx_error **error);
+/** sbx_sandbox_list_files_as(), sbx_sandbox_read_file_as(),
+ *  sbx_sandbox_write_file_as(): as the forms above, with @user (copied;
+ *  NULL = the plain call) [as theirs]. Since 0.1. */
+SBX_EXPORT sbx_op *sbx_sandbox_list_files_as_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                   const char *path, const char *user,
+                                                   sbx_op_done_fn done, void *user_data,
+                                                   sbx_error **error);
+SBX_EXPORT sbx_op *sbx_sandbox_read_file_as_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                  const char *path, const char *user,
+                                                  sbx_op_done_fn done, void *user_data,
+                                                  sbx_error **error);
+SBX_EXPORT sbx_op *sbx_sandbox_write_file_as_async(sbx_async *async, sbx_sandbox *sandbox,
+                                                   const char *path, const char *user,
+                                                   const void *data, size_t len,
+                                                   sbx_op_done_fn done, void *user_data,
+                                                   sbx_error **error);
 /** sbx_sandbox_read_file_to_fd(); @fd borrowed until the callback
  *  [get_error]. Since 0.1. */
 SBX_EXPORT sbx_op *sbx_sandbox_read_file_to_fd_async(sbx_async *async, sbx_sandbox *sandbox,

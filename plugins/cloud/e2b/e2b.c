@@ -70,6 +70,9 @@
  *    pipes only), so the end of the host's stdin hangs the terminal up as
  *    local terminals do: SIGHUP to every process of the command (found by
  *    its mark, as exec_kill finds them).
+ *  - user: envd's user of each call is its Authorization (Basic "USER:")
+ *    and /files' username: the exec's user, else the create-time user
+ *    (sbx_options_set_user; kept in the session state), else "user".
  *  - files: GET|POST {envd}/files?path=&username= as raw bytes both ways
  *    (never text, CASE-17); then the mode with chmod. list_files and
  *    stat_file: filesystem.Filesystem/ListDir and Stat. A relative path is
@@ -127,7 +130,7 @@
 #define E2B_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_RESUME        \
                   | SBX_CAP_ISOLATION | SBX_CAP_NETWORK_POLICY | SBX_CAP_IMAGE               \
                   | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED | SBX_CAP_BACKGROUND | SBX_CAP_PTY \
-                  | SBX_CAP_EXPOSED_PORTS | SBX_CAP_EXEC_STDIN_STREAM)
+                  | SBX_CAP_EXPOSED_PORTS | SBX_CAP_EXEC_STDIN_STREAM | SBX_CAP_USER)
 
 struct sbx_plugin_client {
     cl_http *http;
@@ -148,6 +151,8 @@ struct sbx_plugin_sandbox {
     double lifetime_s;  /* the create's timeout, for a sandbox resumed past its end */
     pthread_mutex_t lock;   /* guards envd and token */
     char *token;        /* envdAccessToken (a secret), or NULL */
+    char *user;         /* the default user (sbx_options_set_user), or NULL:
+                         * E2B_DEFAULT_USER */
 };
 
 typedef struct e2b_proc {
@@ -293,6 +298,7 @@ static void e2b_sandbox_free(sbx_plugin_sandbox *sb)
     free(sb->workdir);
     free(sb->domain);
     free(sb->token);
+    free(sb->user);
     free(sb);
 }
 
@@ -384,7 +390,7 @@ static const char *const *e2b_hdrs_make(struct sbx_plugin_sandbox *sb, e2b_hdrs 
         h->v[n++] = cl_printf("E2b-Sandbox-Id: %s", sb->s.id);
         h->v[n++] = strdup("E2b-Sandbox-Port: " E2B_ENVD_PORT);
     }
-    char *up = cl_printf("%s:", user ? user : E2B_DEFAULT_USER);
+    char *up = cl_printf("%s:", user ? user : sb->user ? sb->user : E2B_DEFAULT_USER);
     char *b64 = up ? cl_base64_encode(up, strlen(up)) : NULL;
     h->v[n++] = b64 ? cl_printf("Authorization: Basic %s", b64) : NULL;
     free(up);
@@ -1364,6 +1370,13 @@ static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto undo;
     }
     sb->lifetime_s = (double)timeout;
+    /* The default user (ABI 1.4): envd's user of every call that names
+     * none, the workdir's making included. */
+    if (rq->struct_size >= offsetof(sbx_plugin_create_request, user) + sizeof(rq->user)
+        && rq->user && !(sb->user = strdup(rq->user))) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto undo;
+    }
     const uint16_t *ports;
     size_t n_ports = cl_request_ports(rq, &ports);
     for (size_t i = 0; i < n_ports; i++)
@@ -1409,8 +1422,8 @@ static int e2b_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_err
     return rc;
 }
 
-/* {"version":1,"sandbox_id","workdir"?,"lifetime_s"}: no access token, no
- * credential, no env value. */
+/* {"version":1,"sandbox_id","workdir"?,"user"?,"lifetime_s"}: no access
+ * token, no credential, no env value. */
 static char *e2b_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
@@ -1421,6 +1434,8 @@ static char *e2b_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
     json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
     if (sb->workdir)
         json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
+    if (sb->user)
+        json_object_object_add(j, "user", json_object_new_string(sb->user));
     json_object_object_add(j, "lifetime_s", json_object_new_int64((int64_t)sb->lifetime_s));
     cl_ports_to_state(&sb->s, j);
     char *out = cl_state_out(j, "session_state", error);
@@ -1442,7 +1457,8 @@ static int e2b_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const 
     cl_json_int(data, "lifetime_s", &life);
     struct sbx_plugin_sandbox *sb = e2b_sandbox_new(client, id);
     const char *wd = cl_json_str(data, "workdir");
-    if (!sb || (wd && !(sb->workdir = strdup(wd)))) {
+    const char *user = cl_json_str(data, "user");
+    if (!sb || (wd && !(sb->workdir = strdup(wd))) || (user && !(sb->user = strdup(user)))) {
         e2b_sandbox_free(sb);
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
@@ -1656,7 +1672,9 @@ static char *e2b_files_path(struct sbx_plugin_sandbox *sb, const char *path)
 {
     char *abs = e2b_abs(sb, path);
     char *e = abs ? cl_url_escape(abs) : NULL;
-    char *s = e ? cl_printf("/files?path=%s&username=" E2B_DEFAULT_USER, e) : NULL;
+    char *u = cl_url_escape(sb->user ? sb->user : E2B_DEFAULT_USER);
+    char *s = e && u ? cl_printf("/files?path=%s&username=%s", e, u) : NULL;
+    free(u);
     free(e);
     free(abs);
     return s;

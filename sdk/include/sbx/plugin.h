@@ -58,7 +58,7 @@ extern "C" {
 #endif
 
 #define SBX_PLUGIN_ABI_MAJOR 1
-#define SBX_PLUGIN_ABI_MINOR 3
+#define SBX_PLUGIN_ABI_MINOR 4
 
 /** The one symbol a plugin exports. */
 #define SBX_PLUGIN_INIT_SYMBOL "sbx_plugin_init"
@@ -190,6 +190,16 @@ typedef struct sbx_plugin_create_request {
      * before reading them. */
     const uint16_t *ports;
     size_t n_ports;
+    /* ABI 1.4: the sandbox's default user (sbx_options_set_user), a name
+     * or a numeric uid as the sandbox's passwd has it, already checked
+     * (1..256 bytes, no whitespace or control character); NULL when unset.
+     * Exec requests with user NULL and the file slots act as it. The host
+     * hands a user only to a plugin of ABI 1.4 or later that declares
+     * SBX_CAP_USER (otherwise the create fails with feature_not_supported
+     * before any slot runs); a plugin that cannot honour the one given
+     * (not in the sandbox's passwd) fails the create naming it. Check
+     * struct_size before reading it. */
+    const char *user;
 } sbx_plugin_create_request;
 
 /**
