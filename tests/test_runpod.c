@@ -15,8 +15,9 @@
  *  - no lifetime at RunPod: sbx gc reaps a pod past its recorded expiry;
  *  - CASE-31: a command's 255 against ssh's (connection refused, changed
  *    host key), host keys per sandbox, the user's known_hosts untouched;
- *  - CASE-29: an 80-byte TMPDIR/HOME/XDG_RUNTIME_DIR, control sockets of at
- *    most 90 bytes;
+ *  - CASE-29: an 80-byte TMPDIR/HOME/XDG_RUNTIME_DIR, a 32-byte user and a
+ *    60-byte host alias (resolved to 127.0.0.1 through an /etc/hosts of the
+ *    test's own mount namespace), control sockets of at most 90 bytes;
  *  - the control master: one per sandbox, replaced when it dies or is
  *    stopped (before a command, or while one runs), closed at destroy;
  *  - CASE-52 A (slow): a quiet command behind an idle reaper.
@@ -33,6 +34,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -45,7 +48,8 @@ static sbx_sandbox *g_sb;
 
 static void fake_config_reset(void)
 {
-    tu_fake_post("/_fake/config", "{\"ready_delay\": 0, \"unavailable\": [], \"no_port\": false}");
+    tu_fake_post("/_fake/config", "{\"ready_delay\": 0, \"unavailable\": [], \"no_port\": false, "
+                 "\"login_user\": null, \"public_host\": null}");
 }
 
 static void setup(void)
@@ -524,8 +528,36 @@ static void find_sockets(const char *dir)
     closedir(d);
 }
 
-Test(runpod, case29_control_socket_fits_with_long_directories)
+/* CASE-29's names: a 32-byte user and a 60-byte host alias. */
+#define CASE29_USER "sbx-case29-user-xxxxxxxxxxxxxxxx"
+#define CASE29_HOST "sbx-case29-host-alias-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx.test"
+
+/* Makes CASE29_HOST resolve to 127.0.0.1 for this test process and its
+ * children (the plugin host, ssh): /etc/hosts plus one line, in a file
+ * under @dir bound over /etc/hosts in a mount namespace of its own. */
+static void case29_hosts(const char *dir)
 {
+    cr_assert_eq(unshare(CLONE_NEWNS), 0, "unshare: %s", strerror(errno));
+    cr_assert_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0, "mount: %s",
+                 strerror(errno));
+    char *path = tu_strdup_printf("%s/hosts", dir);
+    FILE *in = fopen("/etc/hosts", "r"), *out = fopen(path, "w");
+    cr_assert(in && out);
+    char line[1024];
+    while (fgets(line, sizeof line, in))
+        fputs(line, out);
+    fprintf(out, "127.0.0.1 %s\n", CASE29_HOST);
+    fclose(in);
+    cr_assert_eq(fclose(out), 0);
+    cr_assert_eq(mount(path, "/etc/hosts", NULL, MS_BIND, NULL), 0, "bind: %s",
+                 strerror(errno));
+    free(path);
+}
+
+Test(runpod, case29_control_socket_fits_with_long_directories_user_and_host)
+{
+    cr_assert_eq(strlen(CASE29_USER), 32);
+    cr_assert_eq(strlen(CASE29_HOST), 60);
     /* One 80-byte directory as TMPDIR, HOME and XDG_RUNTIME_DIR, before
      * the client (and its plugin host) exists. */
     sbx_client_free(g_client);
@@ -545,10 +577,18 @@ Test(runpod, case29_control_socket_fits_with_long_directories)
     setenv("TMPDIR", dir, 1);
     setenv("HOME", dir, 1);
     setenv("XDG_RUNTIME_DIR", dir, 1);
+    case29_hosts(dir);
+    tu_fake_post("/_fake/config", "{\"login_user\": \"" CASE29_USER "\", "
+                 "\"public_host\": \"" CASE29_HOST "\"}");
     sbx_error *err = NULL;
     g_client = sbx_client_new("runpod", &err);
     cr_assert_not_null(g_client);
-    g_sb = create_with(NULL);
+    g_sb = create_with("{\"ssh_user\": \"" CASE29_USER "\"}");
+    /* The login is the long user's. */
+    sbx_result *who = tu_sh(g_sb, "printf %s \"$LOGNAME\"", 20);
+    tu_assert_exit(who, 0);
+    tu_assert_stdout(who, CASE29_USER);
+    sbx_result_free(who);
     for (int i = 0; i < 3; i++) {
         sbx_result *r = tu_sh(g_sb, "echo ok", 20);
         tu_assert_exit(r, 0);
@@ -564,6 +604,9 @@ Test(runpod, case29_control_socket_fits_with_long_directories)
     cr_assert(g_sockets >= 1, "no control socket found");
     cr_assert(g_longest <= 90, "a control socket path of %d bytes", g_longest);
     cr_assert_eq(ssh_procs("ControlMaster=yes", pod_port(g_sb)), 1);
+    /* The one master speaks to the alias as the long user. */
+    cr_assert_eq(ssh_procs(CASE29_HOST, pod_port(g_sb)), 1);
+    cr_assert_eq(ssh_procs(CASE29_USER, pod_port(g_sb)), 1);
     setenv("HOME", old_home, 1);
     if (old_tmp)
         setenv("TMPDIR", old_tmp, 1);
