@@ -11,7 +11,8 @@
  *    snapshot_id) with nothing created;
  *  - capacity fallback through gpuTypeIds; 429 with Retry-After on create;
  *  - readiness that never comes: the pod is deleted, the error names it;
- *  - the pod's hourly price in the session state;
+ *  - the pod's hourly price in the session state, and as the price of its
+ *    usage (create, resume, the ledger);
  *  - no lifetime at RunPod: sbx gc reaps a pod past its recorded expiry;
  *  - CASE-31: a command's 255 against ssh's (connection refused, changed
  *    host key), host keys per sandbox, the user's known_hosts untouched;
@@ -30,6 +31,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -366,11 +368,82 @@ Test(runpod, hourly_price_is_in_the_session_state)
     cr_assert_not_null(state);
     json_object *j = json_tokener_parse(state), *data = NULL, *c = NULL;
     cr_assert(json_object_object_get_ex(j, "data", &data), "%s", state);
-    cr_assert(json_object_object_get_ex(data, "cost_per_hour", &c), "%s", state);
-    cr_assert_float_eq(json_object_get_double(c), 0.69, 1e-9);
+    cr_assert(json_object_object_get_ex(data, "price_usd_per_hour", &c), "%s", state);
+    cr_assert(strstr(state, "\"price_usd_per_hour\":0.69,"), "%s", state);
     cr_assert(!strstr(state, "sbx-test-dummy-key"));
     json_object_put(j);
     free(state);
+}
+
+/* The pod's live price (the fake's 0.69 USD/h for the RTX 4090, a GPU type
+ * the price table has no rate for) prices the sandbox's usage: 0.69 / 3600
+ * USD per second, per whole second (the table's granularity for runpod),
+ * in the usage, in the ledger and after a resume. */
+static int64_t live_cost(double seconds)
+{
+    /* 0.69 USD/h = 690000000000 pico-dollars per hour, whole seconds. */
+    double billed = ceil(seconds - 1e-9);
+    unsigned __int128 us = (unsigned __int128)(uint64_t)llround(billed * 1e6);
+    return (int64_t)((us * 690000000000u + 1800000000u) / 3600000000u);
+}
+
+Test(runpod, the_pods_live_price_prices_its_usage)
+{
+    char *dir = tu_mkdtemp("sbx-rp-price");
+    char *ledger = tu_strdup_printf("%s/ledger.jsonl", dir);
+    cr_assert_eq(sbx_client_set_ledger(g_client, ledger, NULL), 0);
+    g_sb = create_with(NULL);
+    sbx_usage u = SBX_USAGE_INIT;
+    cr_assert_eq(sbx_sandbox_get_usage(g_sb, &u, NULL), 0);
+    cr_assert_eq(u.sandboxes, 1);
+    cr_assert_eq(u.sandbox_cost_unknown, 0, "the live price was not taken");
+    cr_assert_eq(u.sandbox_cost_pusd, live_cost(u.sandbox_seconds), "%lld for %.6f s",
+                 (long long)u.sandbox_cost_pusd, u.sandbox_seconds);
+    cr_assert_gt(u.sandbox_cost_pusd, 0);
+    /* Resumed from its state: the same price. */
+    char *state = sbx_sandbox_session_state(g_sb, NULL);
+    cr_assert_not_null(state);
+    sbx_sandbox *again = sbx_sandbox_resume(g_client, state, NULL);
+    cr_assert_not_null(again);
+    sbx_usage u2 = SBX_USAGE_INIT;
+    cr_assert_eq(sbx_sandbox_get_usage(again, &u2, NULL), 0);
+    cr_assert_eq(u2.sandbox_cost_unknown, 0);
+    cr_assert_eq(u2.sandbox_cost_pusd, live_cost(u2.sandbox_seconds));
+    sbx_sandbox_free(again);
+    free(state);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+    /* The ledger's records: the released resumed handle, then the
+     * destroyed sandbox; both at the live rate. */
+    FILE *f = fopen(ledger, "r");
+    cr_assert_not_null(f, "no ledger");
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_object *rec = json_tokener_parse(line), *v = NULL;
+        cr_assert_not_null(rec, "%s", line);
+        cr_assert_str_eq(tu_json_str(rec, "kind"), "sandbox");
+        cr_assert(strstr(line, "\"rate_usd_per_s\":0.000191666666667,"), "%s", line);
+        cr_assert_str_eq(tu_json_str(rec, "rate_source"), "the provider's live price");
+        cr_assert(json_object_object_get_ex(rec, "seconds", &v));
+        double secs = json_object_get_double(v);
+        cr_assert(json_object_object_get_ex(rec, "billed_seconds", &v));
+        cr_assert_float_eq(json_object_get_double(v), ceil(secs - 1e-9), 1e-9, "%s", line);
+        cr_assert(json_object_object_get_ex(rec, "compute_cost_usd", &v));
+        int64_t pusd = 0;
+        cr_assert_eq(sbx_usd_parse(json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN),
+                                   &pusd, NULL), 0);
+        cr_assert_eq(pusd, live_cost(secs), "%s", line);
+        json_object_put(rec);
+        n++;
+    }
+    fclose(f);
+    cr_assert_eq(n, 2);
+    unlink(ledger);
+    rmdir(dir);
+    free(ledger);
+    free(dir);
 }
 
 /* ------------------------------------------------------------ expiry */
