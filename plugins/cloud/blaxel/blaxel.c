@@ -1283,21 +1283,69 @@ static int bl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
 /* Exec: POST /process, NDJSON                                               */
 /* ------------------------------------------------------------------------ */
 
+/* One output stream's live delivery: its chunks go to the host as they
+ * come while they are exact (the stream's text is the command's bytes
+ * when those are UTF-8; the provider puts U+FFFD for any that are not, and
+ * from the first U+FFFD on, the rest waits for the output file). */
+typedef struct bl_live {
+    int off;            /* no more live chunks */
+    uint64_t sent;      /* bytes delivered live */
+    uint64_t hash;      /* their FNV-1a, checked against the file */
+} bl_live;
+
+#define BL_FNV_OFFSET UINT64_C(14695981039346656037)
+#define BL_FNV_PRIME UINT64_C(1099511628211)
+
+static uint64_t bl_fnv(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * BL_FNV_PRIME;
+    return h;
+}
+
 typedef struct bl_stream {
     cl_ndjson nd;
     int have_result;
     int exit_code;
     char err[256];
+    bl_proc *p;         /* the command's (live output), NULL for the plugin's own */
+    bl_live live[3];    /* [1] stdout, [2] stderr */
 } bl_stream;
+
+/* A chunk of the stream's stdout or stderr: to the host while it is exact. */
+static void bl_live_chunk(bl_stream *s, int fd, json_object *j)
+{
+    json_object *d = NULL;
+    bl_live *l = &s->live[fd];
+    if (!s->p || l->off || !json_object_object_get_ex(j, "data", &d)
+        || !json_object_is_type(d, json_type_string))
+        return;
+    const char *data = json_object_get_string(d);
+    size_t n = (size_t)json_object_get_string_len(d);
+    if (memmem(data, n, "\xef\xbf\xbd", 3)) {
+        l->off = 1;     /* maybe not the command's bytes: the file has them */
+        return;
+    }
+    if (cl_proc_output(&s->p->base, fd, data, n) < 0) {
+        l->off = 1;
+        return;
+    }
+    l->sent += n;
+    l->hash = bl_fnv(l->hash, data, n);
+}
 
 static int bl_on_line(void *ud, json_object *j)
 {
     bl_stream *s = ud;
     const char *type = cl_json_str(j, "type");
     const char *data = cl_json_str(j, "data");
-    if (!type || strcmp(type, "keepalive") == 0 || strcmp(type, "stdout") == 0
-        || strcmp(type, "stderr") == 0)
-        return 0;       /* the command's output goes to files (see exec) */
+    if (type && (strcmp(type, "stdout") == 0 || strcmp(type, "stderr") == 0)) {
+        bl_live_chunk(s, type[3] == 'o' ? 1 : 2, j);
+        return 0;
+    }
+    if (!type || strcmp(type, "keepalive") == 0)
+        return 0;
     if (strcmp(type, "error") == 0) {
         snprintf(s->err, sizeof s->err, "%s", data ? data : "(no message)");
         return 1;
@@ -1326,11 +1374,80 @@ static int bl_nd_sink(void *ud, const char *p, size_t n)
     return cl_ndjson_feed(&s->nd, p, n, "exec", NULL) < 0 ? -1 : 0;
 }
 
+/* The exit code of a process whose status is not running, from its
+ * ProcessResponse @res: 1 and *@code, or 0 while it runs. */
+static int bl_process_done(json_object *res, int *code)
+{
+    int64_t c = 0;
+    const char *st = cl_json_str(res, "status");
+    if (!st || strcmp(st, "running") == 0 || cl_json_int(res, "exitCode", &c) != 1)
+        return 0;
+    *code = (int)(c & 0xff);
+    if (strcmp(st, "killed") == 0 && c == 0)
+        *code = 128 + SIGKILL;
+    return 1;
+}
+
+/* The command's stream broke off before its result: follows its process
+ * (GET /process/{name}) until it is no longer running, pausing 0.1 s,
+ * doubling up to 1 s, within the call's deadline. 0 with its exit code in
+ * *@code, or -1 with *@error set (the process gone from the sandbox, the
+ * sandbox gone, the call's end). */
+static int bl_follow(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *name,
+                     int *code, const char *op, sbx_error **error)
+{
+    char *path = cl_printf("/process/%s", name);
+    double pause = 0.1;
+    int rc = -1;
+    CL_LOG(SBX_LOG_INFO, "blaxel: the stream of process %s broke off; following it", name);
+    while (path) {
+        cl_req rq = { .method = "GET", .idempotent = CL_SAFE, .what = "follow the command" };
+        cl_resp r = { 0 };
+        if (bl_host(sb, ctx, &rq, path, &r, 0, op, NULL) < 0) {
+            char why[sizeof cl_last()->msg];
+            snprintf(why, sizeof why, "%s", cl_last()->msg);
+            sbx_error *f = cl_fail(error, bl_is_gone(sb) ? SBX_ERROR_NOT_FOUND
+                                                        : SBX_ERROR_CONNECTION, op,
+                                   "blaxel: the command's stream broke off and its process "
+                                   "%s could not be followed: %s", name, why);
+            cl_context(f, "process", name);
+            if (bl_is_gone(sb))
+                cl_context(f, "reason", "gone");
+            cl_resp_clear(&r);
+            break;
+        }
+        json_object *res = json_tokener_parse(r.body.data ? r.body.data : "");
+        int done = res && bl_process_done(res, code);
+        json_object_put(res);
+        cl_resp_clear(&r);
+        if (done) {
+            rc = 0;
+            break;
+        }
+        double left = ctx && ctx->deadline > 0 ? ctx->deadline - cl_now() : pause;
+        if (left <= 0 || cl_sleep(pause < left ? pause : left, ctx ? ctx->cancel_fd : -1)) {
+            cl_context(cl_fail(error, left <= 0 ? SBX_ERROR_TIMEOUT : SBX_ERROR_CANCELLED, op,
+                               "blaxel: the command's stream broke off and its process %s "
+                               "was still running at the call's end", name),
+                       "process", name);
+            break;
+        }
+        pause = pause * 2 < 1 ? pause * 2 : 1;
+    }
+    if (!path)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    free(path);
+    return rc;
+}
+
 /* Runs "bash -c @script" with @env (and CL_EXEC_MARK=@mark when given) to
- * its end: 0 with its exit status in *@code, or -1 with *@error set. */
+ * its end: 0 with its exit status in *@code, or -1 with *@error set. With
+ * @s (its p set), the process is named @mark, its stream's output goes to
+ * the host live (bl_live_chunk), and a stream that breaks off before its
+ * result is followed to the process's end (bl_follow). */
 static int bl_run(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *script,
-                  const char *const *env, const char *mark, int *code, const char *op,
-                  sbx_error **error)
+                  const char *const *env, const char *mark, bl_stream *live, int *code,
+                  const char *op, sbx_error **error)
 {
     json_object *b = json_object_new_object(), *e = cl_env_object(env);
     char *q = cl_shell_quote(script);
@@ -1347,34 +1464,48 @@ static int bl_run(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
     if (mark)
         json_object_object_add(e, CL_EXEC_MARK, json_object_new_string(mark));
     json_object_object_add(b, "command", json_object_new_string(cmd));
+    if (live && mark)
+        json_object_object_add(b, "name", json_object_new_string(mark));
     json_object_object_add(b, "env", e);
     json_object_object_add(b, "waitForCompletion", json_object_new_boolean(1));
     json_object_object_add(b, "timeout", json_object_new_int(0));
     free(cmd);
-    bl_stream s = { .have_result = 0 };
-    cl_ndjson_init(&s.nd, bl_on_line, &s);
+    bl_stream own = { .have_result = 0 };
+    bl_stream *sp = live ? live : &own;
+    cl_ndjson_init(&sp->nd, bl_on_line, sp);
     const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
     static const char *const h[] = { "Accept: text/event-stream", NULL };
     cl_req rq = { .method = "POST", .headers = h, .body = bs, .body_len = strlen(bs),
-                  .sink = bl_nd_sink, .sink_ud = &s, .idempotent = CL_UNSAFE,
+                  .sink = bl_nd_sink, .sink_ud = sp, .idempotent = CL_UNSAFE,
                   .what = "run the command" };
     cl_resp r = { 0 };
     int rc = bl_host(sb, ctx, &rq, "/process", &r, 0, op, error);
-    if (rc == 0 && !s.err[0] && !s.have_result && cl_ndjson_end(&s.nd, op, error) < 0)
+    if (live && mark && !sp->err[0] && !sp->have_result && !bl_is_gone(sb)
+        && (rc == 0 || r.status == 200)) {
+        /* The stream broke off (its end without a result, or the
+         * connection lost mid-answer): the process runs on. */
+        if (bl_follow(sb, ctx, mark, &sp->exit_code, op, error) == 0) {
+            sp->have_result = 1;
+            rc = 0;
+        } else {
+            rc = -1;
+        }
+    }
+    if (rc == 0 && !sp->err[0] && !sp->have_result && cl_ndjson_end(&sp->nd, op, error) < 0)
         rc = -1;
-    if (rc == 0 && s.err[0]) {
+    if (rc == 0 && sp->err[0]) {
         cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "blaxel: the command's stream said: %s",
-                s.err);
+                sp->err);
         rc = -1;
-    } else if (rc == 0 && !s.have_result) {
+    } else if (rc == 0 && !sp->have_result) {
         if (!bl_confirm_gone(sb, ctx, op, error))
             cl_fail(error, SBX_ERROR_CONNECTION, op, "blaxel: the command's stream ended "
                     "without its result");
         rc = -1;
     }
     if (rc == 0)
-        *code = s.exit_code;
-    cl_ndjson_clear(&s.nd);
+        *code = sp->exit_code;
+    cl_ndjson_clear(&sp->nd);
     json_object_put(b);
     cl_resp_clear(&r);
     return rc;
@@ -1383,17 +1514,35 @@ static int bl_run(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
 static int bl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
                         int *code, const char *op, sbx_error **error)
 {
-    return bl_run(sb, ctx, cmd, NULL, NULL, code, op, error);
+    return bl_run(sb, ctx, cmd, NULL, NULL, NULL, code, op, error);
 }
 
+/* Reading a stream's output file: its first @live->sent bytes were
+ * delivered live (checked against their hash), the rest goes to the host. */
 typedef struct bl_out {
     bl_proc *p;
     int fd;
+    const bl_live *live;
+    uint64_t seen;      /* bytes of the file so far */
+    uint64_t hash;      /* FNV-1a of its first live->sent bytes */
+    int differs;        /* the file does not begin with the live bytes */
 } bl_out;
 
 static int bl_out_sink(void *ud, const char *data, size_t n)
 {
     bl_out *o = ud;
+    if (o->seen < o->live->sent) {
+        size_t k = o->live->sent - o->seen < n ? (size_t)(o->live->sent - o->seen) : n;
+        o->hash = bl_fnv(o->hash, data, k);
+        o->seen += k;
+        data += k;
+        n -= k;
+        if (o->seen == o->live->sent && o->hash != o->live->hash) {
+            o->differs = 1;
+            return -1;
+        }
+    }
+    o->seen += n;
     return cl_proc_output(&o->p->base, o->fd, data, n);
 }
 
@@ -1403,9 +1552,11 @@ static int bl_exec_run(cl_proc *base)
     struct sbx_plugin_sandbox *sb = p->sb;
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
-    char *stdin_path = NULL, *script = NULL;
+    char *stdin_path = NULL, *script = NULL, *inner = NULL;
     char dir[64];
     int code = -1, rc = -1;
+    bl_stream st = { .p = p };
+    st.live[1].hash = st.live[2].hash = BL_FNV_OFFSET;
     /* The command's files: its stdin, stdout and stderr, in a directory of
      * its own, removed in one request at the end. */
     snprintf(dir, sizeof dir, "/tmp/.%s", p->tag);
@@ -1413,30 +1564,49 @@ static int bl_exec_run(cl_proc *base)
         stdin_path = cl_printf("%s/in", dir);
         if (!stdin_path || bl_upload(sb, &ctx, stdin_path, p->stdin_fd, 0600, op, NULL) < 0)
             goto fail;
-        script = cl_printf("exec <%s/in >%s/out 2>%s/err; rm -f %s/in\n%s", dir, dir, dir,
-                           dir, p->script);
-    } else {
-        script = cl_printf("mkdir -p %s; exec </dev/null >%s/out 2>%s/err\n%s", dir, dir, dir,
-                           p->script);
     }
+    /* The command runs in a bash of its own; its stdout and its stderr
+     * each pass through tee, into a file (the exact bytes, read at the
+     * end) and into the provider's stream (text, delivered live while
+     * exact: bl_live_chunk). Its exit status goes through a file too, and
+     * becomes the outer shell's. */
+    inner = cl_shell_quote(p->script);
+    char *pro = p->stdin_fd >= 0 ? cl_printf("exec <%s/in; rm -f %s/in", dir, dir)
+                                 : cl_printf("mkdir -p %s; exec </dev/null", dir);
+    if (inner && pro)
+        script = cl_printf("%s\n"
+                           "{ { bash -c %s 2>&1 >&3 3>&-; echo $? >%s/rc; } "
+                           "| tee %s/err >&2 3>&-; } 3>&1 | tee %s/out\n"
+                           "exit \"$(cat %s/rc 2>/dev/null || echo 255)\"",
+                           pro, inner, dir, dir, dir, dir);
+    free(pro);
     if (!script) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    rc = bl_run(sb, &ctx, script, (const char *const *)p->env, p->tag, &code, op, NULL);
-    /* The output, as raw bytes (the stream's output is text). */
+    rc = bl_run(sb, &ctx, script, (const char *const *)p->env, p->tag, &st, &code, op, NULL);
+    /* The rest of the output, as raw bytes (the stream's output is text). */
     static const char *const h[] = { "Accept: application/octet-stream", NULL };
     for (int fd = 1; rc == 0 && fd <= 2; fd++) {
         char path[80];
         snprintf(path, sizeof path, "%s/%s", dir, fd == 1 ? "out" : "err");
         char *q = bl_files_path(sb, "/filesystem", path);
-        bl_out o = { p, fd };
+        bl_out o = { p, fd, &st.live[fd], 0, BL_FNV_OFFSET, 0 };
         cl_req rg = { .method = "GET", .headers = h, .sink = bl_out_sink, .sink_ud = &o,
                       .idempotent = CL_SAFE, .what = "read the command's output" };
         cl_resp r2 = { 0 };
         rc = q ? bl_host(sb, &ctx, &rg, q, &r2, 1, op, NULL) : -1;
         if (rc < 0 && r2.status == 404 && !bl_is_gone(sb))
             rc = 0;     /* the command removed it */
+        else if (rc == 0 && o.seen < o.live->sent)
+            o.differs = 1;
+        if (o.differs) {
+            cl_fail(NULL, SBX_ERROR_EXECUTION_FAILED, op, "blaxel: the %s the command's "
+                    "stream carried (%llu bytes) is not the start of its %s file",
+                    fd == 1 ? "stdout" : "stderr", (unsigned long long)o.live->sent,
+                    fd == 1 ? "stdout" : "stderr");
+            rc = -1;
+        }
         cl_resp_clear(&r2);
         free(q);
     }
@@ -1466,6 +1636,7 @@ out:
         free(q);
     }
     free(script);
+    free(inner);
     free(stdin_path);
     return code;
 }
