@@ -40,12 +40,19 @@
  *    waitForCompletion: true, timeout: 0} with "Accept: text/event-stream",
  *    read as the NDJSON stream (keepalive lines dropped; "result" carries
  *    the ProcessResponse as a JSON string: exitCode; "error" is an error;
- *    a stream without a result is an error). The stream's stdout and
- *    stderr are text, so the command's are redirected into two files in
- *    the sandbox, read back as raw bytes after it ends (kept apart, exact)
- *    and deleted: output arrives when a command ends. stdin: uploaded as
- *    a file first and redirected; the three files are in a directory of
- *    the command's own, removed in one request. Every process of the
+ *    a stream without a result is an error). The process is named by the
+ *    command's tag. Its stdout and stderr each pass through tee, into the
+ *    stream and into a file in the sandbox. The stream's output is text:
+ *    its chunks go to the host as they come while they are exact (a chunk
+ *    holding U+FFFD, which the provider puts for bytes that are not
+ *    UTF-8, ends that for its stream); when the command ends, each file is
+ *    read back as raw bytes, its first bytes checked against those sent
+ *    live (FNV-1a) and the rest sent, so the result is exact. The exit
+ *    status goes through a file too. A stream that breaks off before its
+ *    result (its end, or the connection lost mid-answer) is followed by
+ *    GET /process/{name} until the process no longer runs. stdin:
+ *    uploaded as a file first and redirected; the files are in a
+ *    directory of the command's own, removed in one request. Every process of the
  *    command carries CL_EXEC_MARK=<its tag>, so exec_kill (a command of
  *    its own) signals all of them, setsid'd and orphaned ones included.
  *  - files: GET {url}/filesystem/{path} ("Accept: application/octet-stream":
@@ -1769,7 +1776,7 @@ static const sbx_plugin bl_plugin = {
     .version = PACKAGE_VERSION,
     .description = "Blaxel sandboxes (control API and each sandbox's data plane) over "
                    "libcurl; memory decides vCPU; the provider ends a sandbox at its ttl and "
-                   "wakes one on standby at use; output arrives when a command ends; "
+                   "wakes one on standby at use; output streams as it comes; "
                    "relative paths are taken from the workdir",
     .caps = BL_CAPS,
     .setup = bl_setup,
