@@ -41,8 +41,9 @@
  *    read as the NDJSON stream (keepalive lines dropped; "result" carries
  *    the ProcessResponse as a JSON string: exitCode; "error" is an error;
  *    a stream without a result is an error). The process is named by the
- *    command's tag. Its stdout and stderr each pass through tee, into the
- *    stream and into a file in the sandbox. The stream's output is text:
+ *    command's tag. The command's stdout and stderr go to files in the
+ *    sandbox, which tail (GNU coreutils: --pid) follows into the stream
+ *    until the command's bash has ended. The stream's output is text:
  *    its chunks go to the host as they come while they are exact (a chunk
  *    holding U+FFFD, which the provider puts for bytes that are not
  *    UTF-8, ends that for its stream); when the command ends, each file is
@@ -53,8 +54,9 @@
  *    GET /process/{name} until the process no longer runs. stdin:
  *    uploaded as a file first and redirected; the files are in a
  *    directory of the command's own, removed in one request. Every process of the
- *    command carries CL_EXEC_MARK=<its tag>, so exec_kill (a command of
- *    its own) signals all of them, setsid'd and orphaned ones included.
+ *    command carries CL_EXEC_MARK=<its tag> (the shell around it and the
+ *    tails carry <tag>-io), so exec_kill (a command of its own) signals
+ *    all of them, setsid'd and orphaned ones included.
  *  - files: GET {url}/filesystem/{path} ("Accept: application/octet-stream":
  *    raw bytes; else a directory's listing), PUT as multipart/form-data
  *    (file, permissions) up to BL_PART_BYTES, past that the multipart
@@ -1468,8 +1470,14 @@ static int bl_run(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
-    if (mark)
-        json_object_object_add(e, CL_EXEC_MARK, json_object_new_string(mark));
+    if (mark) {
+        /* With @live, the mark is the command's own (the script sets it):
+         * the shell around it and its tails carry another, so exec_kill
+         * signals the command's processes only. */
+        char *m = live ? cl_printf("%s-io", mark) : NULL;
+        json_object_object_add(e, CL_EXEC_MARK, json_object_new_string(m ? m : mark));
+        free(m);
+    }
     json_object_object_add(b, "command", json_object_new_string(cmd));
     if (live && mark)
         json_object_object_add(b, "name", json_object_new_string(mark));
@@ -1572,20 +1580,25 @@ static int bl_exec_run(cl_proc *base)
         if (!stdin_path || bl_upload(sb, &ctx, stdin_path, p->stdin_fd, 0600, op, NULL) < 0)
             goto fail;
     }
-    /* The command runs in a bash of its own; its stdout and its stderr
-     * each pass through tee, into a file (the exact bytes, read at the
-     * end) and into the provider's stream (text, delivered live while
-     * exact: bl_live_chunk). Its exit status goes through a file too, and
-     * becomes the outer shell's. */
+    /* The command runs in a bash of its own, its stdout and stderr into
+     * files (the exact bytes, read at the end), which tail follows into the
+     * provider's stream (text, delivered live while exact: bl_live_chunk)
+     * until the command's bash has ended; background children keep only
+     * the files open, so they hold neither the stream nor the exec. The
+     * shell around it (its own messages to /dev/null) exits with the
+     * command's status. Only the command's processes carry its mark. */
     inner = cl_shell_quote(p->script);
-    char *pro = p->stdin_fd >= 0 ? cl_printf("exec <%s/in; rm -f %s/in", dir, dir)
-                                 : cl_printf("mkdir -p %s; exec </dev/null", dir);
+    char *pro = p->stdin_fd >= 0 ? cl_printf("exec 3<%s/in; rm -f %s/in", dir, dir)
+                                 : cl_printf("mkdir -p %s; exec 3</dev/null", dir);
     if (inner && pro)
         script = cl_printf("%s\n"
-                           "{ { bash -c %s 2>&1 >&3 3>&-; echo $? >%s/rc; } "
-                           "| tee %s/err >&2 3>&-; } 3>&1 | tee %s/out\n"
-                           "exit \"$(cat %s/rc 2>/dev/null || echo 255)\"",
-                           pro, inner, dir, dir, dir, dir);
+                           "exec 4>&2 2>/dev/null </dev/null; : >%s/out; : >%s/err\n"
+                           CL_EXEC_MARK "=%s bash -c %s <&3 3<&- 4>&- >%s/out 2>%s/err & c=$!\n"
+                           "exec 3<&-\n"
+                           "tail -c +1 -s 0.05 --pid=$c -f %s/out 4>&- & t1=$!\n"
+                           "tail -c +1 -s 0.05 --pid=$c -f %s/err >&4 4>&- & t2=$!\n"
+                           "wait $c; rc=$?\nwait $t1 $t2\nexit $rc",
+                           pro, dir, dir, p->tag, inner, dir, dir, dir, dir);
     free(pro);
     if (!script) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
