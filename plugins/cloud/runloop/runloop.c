@@ -35,14 +35,17 @@
  *  - exec: POST /v1/devboxes/{id}/execute with a command_id made here (a
  *    UUIDv7), so a re-sent execute never runs the command twice, then
  *    executions/{eid}/wait_for_status re-polled on 408 (holds of at most
- *    25 s). The execution's stdout and stderr are text and may be cut, so
- *    the command runs in a shell of its own with its output in two files;
- *    the wrapper around it then prints its exit code and, up to
- *    RL_INLINE_MAX bytes, both outputs in base64 (one line each) and
- *    removes the files, so a small command is one request; larger output,
- *    or a wrapper killed with the command, is downloaded as raw bytes and
- *    removed. Output stays apart and exact, and arrives when the command
- *    ends. Per-call env values and stdin are uploaded as
+ *    25 s; the first one RL_LIVE_FIRST_HOLD_S). The execution's stdout
+ *    and stderr are text and may be cut, so the command runs in a shell of
+ *    its own with its output in two files, which tail follows into the
+ *    execution's stdout and stderr while it runs: past the first hold,
+ *    two threads read them through the update streams (see "Live output"
+ *    below), so output streams as it comes. The wrapper around it then
+ *    prints a marker with its exit code and, up to RL_INLINE_MAX bytes,
+ *    both outputs in base64 (one line each) and removes the files, so a
+ *    quick small command is one request; larger output, or a wrapper
+ *    killed, is downloaded as raw bytes and removed. Output stays apart
+ *    and exact. Per-call env values and stdin are uploaded as
  *    files first (never in the command line); every process of the
  *    command carries CL_EXEC_MARK=<its tag>, so exec_kill signals all of
  *    them. A devbox that fails with failure_reason out_of_memory while a
@@ -1792,7 +1795,7 @@ static const sbx_plugin rl_plugin = {
     .version = PACKAGE_VERSION,
     .description = "Runloop devboxes (REST) over libcurl; cpu/memory pick the smallest named "
                    "size that fits, else CUSTOM_SIZE; destroy shuts the devbox down, stop/start "
-                   "suspend and resume; output arrives when a command ends; relative paths are "
+                   "suspend and resume; output streams as it comes; relative paths are "
                    "taken from the workdir, else the home directory",
     .caps = RL_CAPS,
     .setup = rl_setup,
