@@ -576,12 +576,12 @@ class RunloopHandler(fakehttp.Handler):
                         ex.cond.notify_all()
             pumps = [threading.Thread(target=pump, args=(st, w), daemon=True)
                      for st, w in ((ex.popen.stdout, "stdout"), (ex.popen.stderr, "stderr"))]
-            for t in pumps:
-                t.start()
+            for th in pumps:
+                th.start()
 
             def reap():
-                for t in pumps:
-                    t.join()
+                for th in pumps:
+                    th.join()
                 code = ex.popen.wait()
                 dbx.box.forget(ex.popen)
                 with ex.cond:
