@@ -545,6 +545,7 @@ Test(runloop, a_broken_update_stream_is_reopened_at_its_offset)
     sbx_result_free(r);
     json_object *log = tu_fake_log();
     int at0 = 0, at4 = 0;
+    char seen[512] = "";
     for (size_t i = 0; i < json_object_array_length(log); i++) {
         json_object *e = json_object_array_get_idx(log, i), *q = NULL;
         const char *p = tu_json_str(e, "path");
@@ -553,11 +554,13 @@ Test(runloop, a_broken_update_stream_is_reopened_at_its_offset)
         cr_assert(json_object_object_get_ex(e, "query", &q));
         const char *off = tu_json_str(q, "offset");
         cr_assert_not_null(off);
+        snprintf(seen + strlen(seen), sizeof seen - strlen(seen), " %s@%s",
+                 strstr(p, "stdout") ? "out" : "err", off);
         at0 += strcmp(off, "0") == 0;
         at4 += strcmp(off, "4") == 0;
     }
     json_object_put(log);
     /* Each stream opened at 0, and reopened at 4 ("one\n", "err\n"). */
-    cr_assert_eq(at0, 2);
-    cr_assert_eq(at4, 2);
+    cr_assert_eq(at0, 2, "opened at:%s", seen);
+    cr_assert_eq(at4, 2, "opened at:%s", seen);
 }

@@ -56,7 +56,8 @@ failure_reason); GET /_fake/devbox/{id} {"status", "root", "running",
 "lose_execute_answers": n (the next n executes start their command, then
 answer 502 as if the answer were lost on the way), "hold_create": s (a create
 makes its devbox at once and answers s seconds later), "drop_streams": n (the
-next n output streams lose their connection after their first event)}.
+next n output streams opened at offset 0 lose their connection after their
+first event)}.
 
 Python 3 standard library only. Run as root (bubblewrap and nsenter).
 """
@@ -502,7 +503,7 @@ class RunloopHandler(fakehttp.Handler):
         except ValueError:
             raise rerr(400, "offset must be an integer")
         with FAKE.lock:
-            drop = FAKE.config.get("drop_streams", 0) > 0
+            drop = off == 0 and FAKE.config.get("drop_streams", 0) > 0
             if drop:
                 FAKE.config["drop_streams"] -= 1
         self.send_response(200)
