@@ -1292,56 +1292,25 @@ static int bl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
 /* Exec: POST /process, NDJSON                                               */
 /* ------------------------------------------------------------------------ */
 
-/* One output stream's live delivery: its chunks go to the host as they
- * come while they are exact (the stream's text is the command's bytes
- * when those are UTF-8; the provider puts U+FFFD for any that are not, and
- * from the first U+FFFD on, the rest waits for the output file). */
-typedef struct bl_live {
-    int off;            /* no more live chunks */
-    uint64_t sent;      /* bytes delivered live */
-    uint64_t hash;      /* their FNV-1a, checked against the file */
-} bl_live;
-
-#define BL_FNV_OFFSET UINT64_C(14695981039346656037)
-#define BL_FNV_PRIME UINT64_C(1099511628211)
-
-static uint64_t bl_fnv(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * BL_FNV_PRIME;
-    return h;
-}
-
 typedef struct bl_stream {
     cl_ndjson nd;
     int have_result;
     int exit_code;
     char err[256];
     bl_proc *p;         /* the command's (live output), NULL for the plugin's own */
-    bl_live live[3];    /* [1] stdout, [2] stderr */
+    cl_live live[3];    /* [1] stdout, [2] stderr (cloud.h) */
 } bl_stream;
 
-/* A chunk of the stream's stdout or stderr: to the host while it is exact. */
+/* A chunk of the stream's stdout or stderr: to the host while it is exact
+ * (cl_live_text; past that, the file has the bytes). */
 static void bl_live_chunk(bl_stream *s, int fd, json_object *j)
 {
     json_object *d = NULL;
-    bl_live *l = &s->live[fd];
-    if (!s->p || l->off || !json_object_object_get_ex(j, "data", &d)
+    if (!s->p || !json_object_object_get_ex(j, "data", &d)
         || !json_object_is_type(d, json_type_string))
         return;
-    const char *data = json_object_get_string(d);
-    size_t n = (size_t)json_object_get_string_len(d);
-    if (memmem(data, n, "\xef\xbf\xbd", 3)) {
-        l->off = 1;     /* maybe not the command's bytes: the file has them */
-        return;
-    }
-    if (cl_proc_output(&s->p->base, fd, data, n) < 0) {
-        l->off = 1;
-        return;
-    }
-    l->sent += n;
-    l->hash = bl_fnv(l->hash, data, n);
+    cl_live_text(&s->live[fd], &s->p->base, fd, json_object_get_string(d),
+                 (size_t)json_object_get_string_len(d));
 }
 
 static int bl_on_line(void *ud, json_object *j)
@@ -1532,35 +1501,6 @@ static int bl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
     return bl_run(sb, ctx, cmd, NULL, NULL, NULL, code, op, error);
 }
 
-/* Reading a stream's output file: its first @live->sent bytes were
- * delivered live (checked against their hash), the rest goes to the host. */
-typedef struct bl_out {
-    bl_proc *p;
-    int fd;
-    const bl_live *live;
-    uint64_t seen;      /* bytes of the file so far */
-    uint64_t hash;      /* FNV-1a of its first live->sent bytes */
-    int differs;        /* the file does not begin with the live bytes */
-} bl_out;
-
-static int bl_out_sink(void *ud, const char *data, size_t n)
-{
-    bl_out *o = ud;
-    if (o->seen < o->live->sent) {
-        size_t k = o->live->sent - o->seen < n ? (size_t)(o->live->sent - o->seen) : n;
-        o->hash = bl_fnv(o->hash, data, k);
-        o->seen += k;
-        data += k;
-        n -= k;
-        if (o->seen == o->live->sent && o->hash != o->live->hash) {
-            o->differs = 1;
-            return -1;
-        }
-    }
-    o->seen += n;
-    return cl_proc_output(&o->p->base, o->fd, data, n);
-}
-
 static int bl_exec_run(cl_proc *base)
 {
     bl_proc *p = (bl_proc *)base;
@@ -1571,7 +1511,8 @@ static int bl_exec_run(cl_proc *base)
     char dir[64];
     int code = -1, rc = -1;
     bl_stream st = { .p = p };
-    st.live[1].hash = st.live[2].hash = BL_FNV_OFFSET;
+    cl_live_init(&st.live[1]);
+    cl_live_init(&st.live[2]);
     /* The command's files: its stdin, stdout and stderr, in a directory of
      * its own, removed in one request at the end. */
     snprintf(dir, sizeof dir, "/tmp/.%s", p->tag);
@@ -1611,22 +1552,16 @@ static int bl_exec_run(cl_proc *base)
         char path[80];
         snprintf(path, sizeof path, "%s/%s", dir, fd == 1 ? "out" : "err");
         char *q = bl_files_path(sb, "/filesystem", path);
-        bl_out o = { p, fd, &st.live[fd], 0, BL_FNV_OFFSET, 0 };
-        cl_req rg = { .method = "GET", .headers = h, .sink = bl_out_sink, .sink_ud = &o,
+        cl_live_rest o;
+        cl_live_rest_init(&o, &p->base, fd, &st.live[fd]);
+        cl_req rg = { .method = "GET", .headers = h, .sink = cl_live_rest_sink, .sink_ud = &o,
                       .idempotent = CL_SAFE, .what = "read the command's output" };
         cl_resp r2 = { 0 };
         rc = q ? bl_host(sb, &ctx, &rg, q, &r2, 1, op, NULL) : -1;
         if (rc < 0 && r2.status == 404 && !bl_is_gone(sb))
             rc = 0;     /* the command removed it */
-        else if (rc == 0 && o.seen < o.live->sent)
-            o.differs = 1;
-        if (o.differs) {
-            cl_fail(NULL, SBX_ERROR_EXECUTION_FAILED, op, "blaxel: the %s the command's "
-                    "stream carried (%llu bytes) is not the start of its %s file",
-                    fd == 1 ? "stdout" : "stderr", (unsigned long long)o.live->sent,
-                    fd == 1 ? "stdout" : "stderr");
-            rc = -1;
-        }
+        else if (rc == 0 || o.differs)
+            rc = cl_live_rest_end(&o, "blaxel", op);
         cl_resp_clear(&r2);
         free(q);
     }

@@ -1313,18 +1313,9 @@ static int rl_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, 
  * begin the marker are held back, and nothing from it on is output. When
  * the command has ended, the rest of each stream (all of it when nothing
  * went live) comes from the report or the output files, as raw bytes, its
- * first bytes checked against those sent live (FNV-1a).
+ * first bytes checked against those sent live (cl_live, cl_live_rest of
+ * the base).
  */
-#define RL_FNV_OFFSET UINT64_C(14695981039346656037)
-#define RL_FNV_PRIME UINT64_C(1099511628211)
-
-static uint64_t rl_fnv(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *c = data;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ c[i]) * RL_FNV_PRIME;
-    return h;
-}
 
 struct rl_live;
 
@@ -1333,10 +1324,9 @@ typedef struct rl_reader {
     int fd;                 /* 1 stdout, 2 stderr */
     pthread_t thread;
     int started;
-    int off;                /* no more live output for this stream */
     int done;               /* stdout: the marker was seen */
     int64_t next;           /* the stream's byte offset to read from */
-    uint64_t sent, hash;    /* bytes delivered live, their FNV-1a */
+    cl_live live;           /* what went live (live.off: no more) */
     cl_buf hold;            /* stdout: bytes that may begin the marker */
     cl_sse sse;
 } rl_reader;
@@ -1352,15 +1342,7 @@ typedef struct rl_live {
 
 static int rl_emit(rl_reader *rd, const char *data, size_t n)
 {
-    if (!n)
-        return 0;
-    if (cl_proc_output(&rd->lv->p->base, rd->fd, data, n) < 0) {
-        rd->off = 1;
-        return -1;
-    }
-    rd->sent += n;
-    rd->hash = rl_fnv(rd->hash, data, n);
-    return 0;
+    return cl_live_emit(&rd->live, &rd->lv->p->base, rd->fd, data, n);
 }
 
 /* A chunk of exact output: stderr goes out; stdout up to the marker, the
@@ -1370,7 +1352,7 @@ static int rl_deliver(rl_reader *rd, const char *data, size_t n)
     if (rd->fd == 2)
         return rl_emit(rd, data, n) < 0 ? 1 : 0;
     if (cl_buf_append(&rd->hold, data, n) < 0) {
-        rd->off = 1;
+        rd->live.off = 1;
         return 1;
     }
     const char *m = rd->lv->marker;
@@ -1406,15 +1388,15 @@ static int rl_on_update(void *ud, const char *event, const char *data, size_t le
     if (!j || !json_object_object_get_ex(j, "output", &o)
         || !json_object_is_type(o, json_type_string)) {
         stop = 1;       /* not an update: the files give the rest */
-        rd->off = 1;
+        rd->live.off = 1;
     } else {
         const char *out = json_object_get_string(o);
         size_t n = (size_t)json_object_get_string_len(o);
         if (cl_json_int(j, "offset", &offset) == 1 && offset != rd->next) {
-            rd->off = 1;        /* not where the last chunk ended */
+            rd->live.off = 1;        /* not where the last chunk ended */
             stop = 1;
-        } else if (memmem(out, n, "\xef\xbf\xbd", 3)) {
-            rd->off = 1;        /* maybe not the command's bytes */
+        } else if (cl_live_suspect(out, n)) {
+            rd->live.off = 1;        /* maybe not the command's bytes */
             stop = 1;
         } else {
             rd->next += (int64_t)n;
@@ -1422,15 +1404,15 @@ static int rl_on_update(void *ud, const char *event, const char *data, size_t le
         }
     }
     json_object_put(j);
-    return stop || rd->off ? 1 : 0;
+    return stop || rd->live.off ? 1 : 0;
 }
 
 static int rl_update_sink(void *ud, const char *p, size_t n)
 {
     rl_reader *rd = ud;
-    if (rd->off || rd->done)
+    if (rd->live.off || rd->done)
         return -1;
-    return cl_sse_feed(&rd->sse, p, n, "exec", NULL) < 0 || rd->off || rd->done ? -1 : 0;
+    return cl_sse_feed(&rd->sse, p, n, "exec", NULL) < 0 || rd->live.off || rd->done ? -1 : 0;
 }
 
 static int rl_cancelled(const rl_live *lv)
@@ -1445,11 +1427,11 @@ static void *rl_reader_main(void *ud)
     rl_live *lv = rd->lv;
     static const char *const h[] = { "Accept: text/event-stream", NULL };
     int tries = 0;
-    while (!rd->off && !rd->done && !rl_cancelled(lv)) {
+    while (!rd->live.off && !rd->done && !rl_cancelled(lv)) {
         char *suffix = cl_printf("/executions/%s/stream_%s_updates?offset=%lld", lv->eid,
                                  rd->fd == 1 ? "stdout" : "stderr", (long long)rd->next);
         if (!suffix) {
-            rd->off = 1;
+            rd->live.off = 1;
             break;
         }
         sbx_call_ctx ctx = { sizeof(ctx), 0, lv->cancel[0], NULL };
@@ -1463,15 +1445,15 @@ static void *rl_reader_main(void *ud)
         free(suffix);
         long st = r.status;
         cl_resp_clear(&r);
-        if (rc == 0 || rd->off || rd->done)
+        if (rc == 0 || rd->live.off || rd->done)
             break;              /* the stream's end: the command ended */
         if (st != 200 && st != 0) {
-            rd->off = 1;        /* no update stream here: the files give all */
+            rd->live.off = 1;        /* no update stream here: the files give all */
             break;
         }
         tries = rd->next > before ? 0 : tries + 1;
         if (tries > RL_LIVE_RETRIES) {
-            rd->off = 1;
+            rd->live.off = 1;
             break;
         }
         CL_LOG(SBX_LOG_INFO, "runloop: the %s stream of execution %s broke off at %lld; "
@@ -1501,7 +1483,7 @@ static int rl_live_init(rl_live *lv, rl_proc *p)
     for (int fd = 1; fd <= 2; fd++) {
         lv->r[fd].lv = lv;
         lv->r[fd].fd = fd;
-        lv->r[fd].hash = RL_FNV_OFFSET;
+        cl_live_init(&lv->r[fd].live);
     }
     return pipe2(lv->cancel, O_CLOEXEC);
 }
@@ -1533,50 +1515,6 @@ static void rl_live_stop(rl_live *lv)
     close(lv->cancel[0]);
     close(lv->cancel[1]);
     lv->cancel[0] = lv->cancel[1] = -1;
-}
-
-/* The rest of one stream from its whole bytes: the first @rd->sent were
- * delivered live (checked against their hash), the rest goes out. */
-typedef struct rl_out {
-    rl_proc *p;
-    int fd;
-    const rl_reader *rd;
-    uint64_t seen;
-    uint64_t hash;
-    int differs;
-} rl_out;
-
-static int rl_out_sink(void *ud, const char *data, size_t n)
-{
-    rl_out *o = ud;
-    if (o->seen < o->rd->sent) {
-        size_t k = o->rd->sent - o->seen < n ? (size_t)(o->rd->sent - o->seen) : n;
-        o->hash = rl_fnv(o->hash, data, k);
-        o->seen += k;
-        data += k;
-        n -= k;
-        if (o->seen == o->rd->sent && o->hash != o->rd->hash) {
-            o->differs = 1;
-            return -1;
-        }
-    }
-    o->seen += n;
-    return cl_proc_output(&o->p->base, o->fd, data, n);
-}
-
-/* After a whole stream went through @o: 0, or -1 (the thread's error set)
- * when its start was not what went live. */
-static int rl_out_check(rl_out *o)
-{
-    if (o->seen < o->rd->sent)
-        o->differs = 1;
-    if (!o->differs)
-        return 0;
-    cl_fail(NULL, SBX_ERROR_EXECUTION_FAILED, "exec", "runloop: the %s the command's update "
-            "stream carried (%llu bytes) is not the start of its %s",
-            o->fd == 1 ? "stdout" : "stderr", (unsigned long long)o->rd->sent,
-            o->fd == 1 ? "stdout" : "stderr");
-    return -1;
 }
 
 /* The per-call environment as a file the command sources: "export K=V"
@@ -1634,10 +1572,11 @@ static int rl_inline_output(rl_proc *p, rl_live *lv, const char *so, int *code)
     else {
         for (int fd = 1; ok && fd <= 2; fd++) {
             cl_buf *b = fd == 1 ? &o : &e;
-            rl_out w = { p, fd, &lv->r[fd], 0, RL_FNV_OFFSET, 0 };
-            if (rl_out_sink(&w, b->data ? b->data : "", b->len) < 0 && !w.differs)
+            cl_live_rest w;
+            cl_live_rest_init(&w, &p->base, fd, &lv->r[fd].live);
+            if (cl_live_rest_sink(&w, b->data ? b->data : "", b->len) < 0 && !w.differs)
                 ok = 0;
-            else if (rl_out_check(&w) < 0)
+            else if (cl_live_rest_end(&w, "runloop", "exec") < 0)
                 ok = 0;
         }
     }
@@ -1732,13 +1671,14 @@ static int rl_exec_run(cl_proc *base)
     for (int fd = 1; rc == 0 && fd <= 2; fd++) {
         char path[64];
         snprintf(path, sizeof path, "/tmp/.%s.%s", p->tag, fd == 1 ? "out" : "err");
-        rl_out o = { p, fd, &lv.r[fd], 0, RL_FNV_OFFSET, 0 };
+        cl_live_rest o;
+        cl_live_rest_init(&o, &p->base, fd, &lv.r[fd].live);
         cl_resp r = { 0 };
-        rc = rl_download(sb, &ctx, path, rl_out_sink, &o, &r, op, NULL);
+        rc = rl_download(sb, &ctx, path, cl_live_rest_sink, &o, &r, op, NULL);
         if (rc < 0 && r.status == 404 && !rl_is_gone(sb))
             rc = 0;     /* the command removed it */
         else if (rc == 0 || o.differs)
-            rc = rl_out_check(&o);
+            rc = cl_live_rest_end(&o, "runloop", op);
         cl_resp_clear(&r);
     }
     if (rc == 0) {
