@@ -42,7 +42,8 @@
  *    chunk as a line "@@sbx TAG o|e BASE64" (one write per line, so Ray's
  *    merged, text-only job log keeps both streams apart and every byte),
  *    then "@@sbx TAG x CODE" (128+N for death by signal N) and exits with
- *    that code. The plugin follows the job's log through its tail, GET
+ *    that code. The plugin follows a command's job log through its tail
+ *    (its own short jobs are polled: they print little), GET
  *    .../logs/tail, a WebSocket whose text messages carry the log as it
  *    grows and which the dashboard closes once the job is terminal (built
  *    with the base's WebSocket client; closed by the plugin once the end
@@ -753,7 +754,8 @@ static int ray_tail(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, ray_ru
 }
 #endif
 
-/* Follows job @run->sid to its end: its log's new lines as they come, its
+/* Follows job @run->sid to its end: its log's new lines as they come
+ * (with @tail, through the log's tail WebSocket first: ray_tail), its
  * status between reads, pausing from 10 ms up to 200 ms, until the end line
  * is read (a terminal job's log is read again up to RAY_LOG_SETTLE_S for
  * it) and the job is terminal. 0 with the exit code in *@code (the
@@ -761,7 +763,7 @@ static int ray_tail(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, ray_ru
  * last error (a cancelled @ctx: cancelled). *@driver_status gets the job's
  * last status (a new string, NULL when none) when not NULL. */
 static int ray_follow(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, ray_run *run,
-                      int *code, const char *op)
+                      int tail, int *code, const char *op)
 {
     cl_bound bd = cl_bound_make(ctx, 0);
     double pause = 0.01, settle_until = 0;
@@ -771,8 +773,10 @@ static int ray_follow(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, ray_
 #ifdef SBX_HAVE_CLOUD_WS
     /* The log as it grows through its tail; then the status (and, when the
      * tail ended without the end line, the log by polling: CASE-24). */
-    if (ray_tail(c, ctx, run, op) < 0)
+    if (tail && ray_tail(c, ctx, run, op) < 0)
         return -1;
+#else
+    (void)tail;
 #endif
     for (;;) {
         int missing = 0;
@@ -864,7 +868,8 @@ static int ray_run_script(struct sbx_plugin_sandbox *sb, struct sbx_plugin_clien
         snprintf(run.sid, sizeof run.sid, "%s", sid);
     int rc = ray_submit(sb, c, &c2, &run, root, script, env, NULL, 0, 0, labels, op);
     if (rc == 0) {
-        rc = ray_follow(c, &c2, &run, code, op);
+        /* Polled: the plugin's own jobs print little and end at once. */
+        rc = ray_follow(c, &c2, &run, 0, code, op);
         if (!sid)
             ray_job_delete(c, run.sid);
     }
@@ -1572,7 +1577,7 @@ static int ray_exec_run(cl_proc *base)
     pthread_mutex_lock(&base->lock);
     p->submitted = 1;
     pthread_mutex_unlock(&base->lock);
-    int rc = ray_follow(c, &ctx, &p->run, &code, op);
+    int rc = ray_follow(c, &ctx, &p->run, 1, &code, op);
     if (rc == 0 || !cl_proc_stopping(base)) {
         ray_job_delete(c, p->run.sid);
         pthread_mutex_lock(&base->lock);
