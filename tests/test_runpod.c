@@ -390,6 +390,7 @@ static int64_t live_cost(double seconds)
 Test(runpod, the_pods_live_price_prices_its_usage)
 {
     char *dir = tu_mkdtemp("sbx-rp-price");
+    g_tmp_base = strdup(dir);   /* removed by the teardown, whatever happens */
     char *ledger = tu_strdup_printf("%s/ledger.jsonl", dir);
     cr_assert_eq(sbx_client_set_ledger(g_client, ledger, NULL), 0);
     g_sb = create_with(NULL);
@@ -440,8 +441,6 @@ Test(runpod, the_pods_live_price_prices_its_usage)
     }
     fclose(f);
     cr_assert_eq(n, 2);
-    unlink(ledger);
-    rmdir(dir);
     free(ledger);
     free(dir);
 }
