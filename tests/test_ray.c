@@ -16,7 +16,8 @@
  * made a sandbox is its label and holds no env value; a submit whose answer
  * was lost is sent again and the command runs once; the plugin's own jobs
  * take none of the sandbox's resources; a process freed while it runs leaves
- * no job.
+ * no job; a command's output comes through the log's tail WebSocket while
+ * it runs, the log never polled.
  */
 #include "testutil.h"
 

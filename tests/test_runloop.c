@@ -12,7 +12,9 @@
  * report is downloaded exact; stop suspends (twice is fine) and start
  * resumes with the files; a resume from the session state wakes a
  * suspended devbox before it waits (CASE-53); a create answered after
- * its deadline is found by its token and shut down (CASE-20).
+ * its deadline is found by its token and shut down (CASE-20); a command's
+ * output reaches the output callback while it runs (the update streams),
+ * and an update stream cut off is reopened at its byte offset.
  */
 #include "testutil.h"
 
