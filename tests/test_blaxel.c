@@ -10,7 +10,8 @@
  * woken by the next command; list_owned follows the list's cursor to the
  * end; a sandbox the provider lost is gone (CASE-32); a command's output
  * reaches the output callback while it runs, and a stream that breaks off
- * mid-answer is followed to the command's end.
+ * mid-answer is followed to the command's end (or, when the process cannot
+ * be followed, is a connection error naming it).
  */
 #include "testutil.h"
 
@@ -416,4 +417,29 @@ Test(blaxel, a_stream_that_breaks_off_is_followed_to_the_commands_end)
     const char *name = tu_json_str(body, "name");
     cr_assert(name && strncmp(name, "sbx-exec-", 9) == 0, "name %s", name ? name : "(none)");
     json_object_put(body);
+}
+
+/* The stream breaks off and the process cannot be followed (the sandbox
+ * API answers 404 for it): a connection error naming the process, never a
+ * made-up exit code; the sandbox runs on. */
+Test(blaxel, a_stream_that_breaks_off_and_cannot_be_followed_is_an_error)
+{
+    g_sb = tu_create(g_client, NULL);
+    tu_fake_post("/_fake/config", "{\"stream_drop\": true}");
+    tu_fake_post("/_fake/faults", "{\"method\":\"GET\",\"path\":\"/process/sbx-exec-\","
+                 "\"times\":-1,\"status\":404,\"body\":{\"error\":\"process not found\"}}");
+    sbx_error *err = NULL;
+    sbx_result *r = sbx_sandbox_execute_shell(g_sb, "echo one; sleep 0.5; echo two", &err);
+    cr_assert_null(r, "exit %d", r ? sbx_result_get_exit_code(r) : -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONNECTION);
+    const char *msg = sbx_error_get0_message(err);
+    cr_assert(strstr(msg, "blaxel: the command's stream broke off and its process sbx-exec-")
+              == msg, "%s", msg);
+    cr_assert(strstr(msg, " could not be followed: "), "%s", msg);
+    sbx_error_free(err);
+    tu_fake_http("DELETE", "/_fake/faults", NULL, NULL, NULL);
+    r = tu_sh(g_sb, "echo after", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "after\n");
+    sbx_result_free(r);
 }
