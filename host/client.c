@@ -899,17 +899,23 @@ destroy_after_failure(sbx_sandbox *sandbox, sbx_error *err)
 /* Completes the lifecycle record of a sandbox just made: the provider's id
  * and the session state sbx_gc() resumes it from (none when the backend
  * has no session state). A failure leaves the row with the token, which
- * gc still matches against list_owned. */
+ * gc still matches against list_owned. The same session state gives the
+ * sandbox's live price, where the provider reports one (usage.c). */
 static void
 record_created(sbx_sandbox *sandbox)
 {
     char *state = NULL;
 
-    if (!sandbox->token[0])
-        return;
     if (SBX_SLOT(sandbox->client->plugin, session_state))
         state = sbx_sandbox_session_state(sandbox, NULL);
-    sbx_record_complete(sandbox->token, sandbox->id, state, NULL);
+    if (state) {
+        json_object *doc = json_tokener_parse(state);
+
+        sbx_usage_sandbox_live_price(sandbox, doc);
+        json_object_put(doc);
+    }
+    if (sandbox->token[0])
+        sbx_record_complete(sandbox->token, sandbox->id, state, NULL);
     free(state);
 }
 

@@ -357,6 +357,11 @@ struct sbx_sandbox {
     double cpu;
     double ram_gib;
     char *gpu;
+    int live_price;               /* 1: priced at live_pusd_per_hour (the
+                                   * provider's live price, from the session
+                                   * state's "price_usd_per_hour"), not at
+                                   * the price table's rate for its size */
+    int64_t live_pusd_per_hour;
     double started_mono;
     int usage_started;
     int usage_ended;
@@ -549,6 +554,11 @@ int64_t sbx_rate_fusd_per_second(const sbx_rate *rate);
 /** The cost of @seconds at @rate, pico-dollars (rounded once). */
 int64_t sbx_rate_cost(const sbx_rate *rate, double seconds);
 
+/** usage.c: takes the provider's live price of @sandbox from the "data"
+ *  member of its session state @doc (a JSON object, borrowed; NULL or one
+ *  without "price_usd_per_hour" leaves the table's rate). Call before
+ *  sbx_usage_sandbox_start(). */
+void sbx_usage_sandbox_live_price(sbx_sandbox *sandbox, struct json_object *doc);
 /** usage.c: a sandbox made or resumed: its size, start, client list. */
 void sbx_usage_sandbox_start(sbx_sandbox *sandbox, double cpu, int64_t memory_mb,
                              const char *gpu);

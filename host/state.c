@@ -404,8 +404,10 @@ sbx_sandbox_resume(sbx_client *client, const char *state_json, sbx_error **error
         sbx_record_add_owner(sandbox->token, NULL);
     else
         sandbox->token[0] = '\0';
-    /* Priced at the size the state records (the default size for a
+    /* Priced at the live price the state records, where the provider
+     * reports one, else at the size it records (the default size for a
      * document without one); usage copies the gpu string. */
+    sbx_usage_sandbox_live_price(sandbox, st.doc);
     sbx_usage_sandbox_start(sandbox, st.cpu, st.memory_mb, st.gpu);
     json_object_put(st.doc);
     return sandbox;

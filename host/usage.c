@@ -296,6 +296,43 @@ sbx_usage_sandbox_start(sbx_sandbox *sandbox, double cpu, int64_t memory_mb, con
     pthread_mutex_unlock(&client->usage_lock);
 }
 
+void
+sbx_usage_sandbox_live_price(sbx_sandbox *sandbox, json_object *doc)
+{
+    json_object *data = NULL, *price = NULL;
+    int64_t pusd;
+
+    if (!doc || !json_object_object_get_ex(doc, "data", &data) ||
+        !json_object_object_get_ex(data, "price_usd_per_hour", &price) ||
+        json_object_get_type(price) == json_type_string ||
+        sbx_json_decimal(price, 12, &pusd) < 0 || pusd < 0)
+        return;
+    sandbox->live_pusd_per_hour = pusd;
+    sandbox->live_price = 1;
+}
+
+/* The rate of @sandbox: the provider's live price when it reported one
+ * (with the table entry's granularity and minimum when the table has the
+ * backend), else the table's rate for its size. 1 when known. */
+static int
+sandbox_rate(const sbx_sandbox *sandbox, sbx_rate *rate)
+{
+    int known = sbx_pricing_rate(sandbox->client->backend, sandbox->cpu, sandbox->ram_gib,
+                                 sandbox->gpu, rate, NULL) == 0;
+
+    if (!sandbox->live_price)
+        return known;
+    if (!known) {
+        /* The size has no table rate (a GPU type the table lacks): the
+         * entry's granularity and minimum, when the backend has one. */
+        if (sbx_pricing_rate(sandbox->client->backend, 0, 0, NULL, rate, NULL) < 0)
+            memset(rate, 0, sizeof(*rate));
+    }
+    rate->pusd_per_hour = sandbox->live_pusd_per_hour;
+    snprintf(rate->source, sizeof rate->source, "%s", "the provider's live price");
+    return 1;
+}
+
 /* @sandbox's lifetime until @now into @u (sandboxes 1); @rate gets the
  * rate (0 when unknown). */
 static int
@@ -306,8 +343,7 @@ lifetime(const sbx_sandbox *sandbox, double now, sbx_usage *u, sbx_rate *rate)
 
     if (secs < 0)
         secs = 0;
-    known = sbx_pricing_rate(sandbox->client->backend, sandbox->cpu, sandbox->ram_gib,
-                             sandbox->gpu, rate, NULL) == 0;
+    known = sandbox_rate(sandbox, rate);
     u->sandboxes = 1;
     u->sandbox_seconds = secs;
     if (known)
@@ -424,8 +460,7 @@ sbx_usage_call_rate(const sbx_sandbox *sandbox, double seconds, sbx_usage *u,
                     json_object *record)
 {
     sbx_rate rate;
-    int known = sbx_pricing_rate(sandbox->client->backend, sandbox->cpu, sandbox->ram_gib,
-                                 sandbox->gpu, &rate, NULL) == 0;
+    int known = sandbox_rate(sandbox, &rate);
 
     u->compute_seconds = seconds;
     if (known)

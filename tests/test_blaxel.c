@@ -8,7 +8,10 @@
  * that does not fit the memory; a file past 5 MB goes through the
  * multipart upload and reads back byte for byte; a sandbox on standby is
  * woken by the next command; list_owned follows the list's cursor to the
- * end; a sandbox the provider lost is gone (CASE-32).
+ * end; a sandbox the provider lost is gone (CASE-32); a command's output
+ * reaches the output callback while it runs, and a stream that breaks off
+ * mid-answer is followed to the command's end (or, when the process cannot
+ * be followed, is a connection error naming it).
  */
 #include "testutil.h"
 
@@ -18,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -321,6 +325,119 @@ Test(blaxel, a_stream_ending_in_an_error_line_is_an_error)
                      "blaxel: the command's stream said: process supervisor lost");
     sbx_error_free(err);
     /* The sandbox runs on. */
+    r = tu_sh(g_sb, "echo after", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "after\n");
+    sbx_result_free(r);
+}
+
+/* ------------------------------------------------------------ live output */
+
+typedef struct live_seen {
+    char root[4096];    /* the sandbox's directory on this host */
+    char out[256];
+    size_t len;
+    int marker_made;
+} live_seen;
+
+/* On the first line of stdout, makes the file the command waits for. */
+static void on_live(sbx_stream stream, const void *data, size_t len, void *ud)
+{
+    live_seen *s = ud;
+    if (stream != SBX_STREAM_STDOUT)
+        return;
+    cr_assert_lt(s->len + len, sizeof s->out);
+    memcpy(s->out + s->len, data, len);
+    s->len += len;
+    s->out[s->len] = '\0';
+    if (!s->marker_made && strcmp(s->out, "first\n") == 0) {
+        char *go = tu_strdup_printf("%s/tmp/go", s->root);
+        FILE *f = fopen(go, "w");
+        cr_assert_not_null(f, "%s", go);
+        fclose(f);
+        free(go);
+        s->marker_made = 1;
+    }
+}
+
+/* The command prints a line, then waits (up to 10 s) for a file that only
+ * the output callback makes, on seeing that line: "second" shows the line
+ * reached the callback while the command ran ("never" when output came
+ * only at its end). */
+Test(blaxel, output_reaches_the_callback_while_the_command_runs)
+{
+    g_sb = tu_create(g_client, NULL);
+    live_seen seen = { .len = 0 };
+    char *info = NULL;
+    char *path = tu_strdup_printf("/_fake/sandbox/%s", sbx_sandbox_get0_id(g_sb));
+    cr_assert_eq(tu_fake_http("GET", path, NULL, NULL, &info), 200);
+    free(path);
+    json_object *j = json_tokener_parse(info);
+    snprintf(seen.root, sizeof seen.root, "%s", tu_json_str(j, "root"));
+    json_object_put(j);
+    free(info);
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.shell = "echo first; i=0; while [ ! -e /tmp/go ] && [ $i -lt 200 ]; do sleep 0.05; "
+               "i=$((i+1)); done; if [ -e /tmp/go ]; then echo second; else echo never; fi; "
+               "echo done >&2; exit 7";
+    rq.timeout_secs = 30;
+    rq.on_output = on_live;
+    rq.user_data = &seen;
+    sbx_result *r = tu_exec(g_sb, &rq);
+    cr_assert_eq(seen.marker_made, 1);
+    tu_assert_exit(r, 7);
+    tu_assert_stdout(r, "first\nsecond\n");
+    tu_assert_stderr(r, "done\n");
+    cr_assert_str_eq(seen.out, "first\nsecond\n");
+    sbx_result_free(r);
+}
+
+/* The process stream's connection is lost after its first line: the
+ * plugin follows the process (GET /process/{name}) to its end, and the
+ * result is whole and exact. */
+Test(blaxel, a_stream_that_breaks_off_is_followed_to_the_commands_end)
+{
+    g_sb = tu_create(g_client, NULL);
+    tu_fake_reset();
+    tu_fake_post("/_fake/config", "{\"stream_drop\": true}");
+    sbx_result *r = tu_sh(g_sb, "echo one; sleep 0.5; echo two; printf 'e\\377' >&2; exit 3",
+                          30);
+    tu_assert_exit(r, 3);
+    tu_assert_stdout(r, "one\ntwo\n");
+    size_t n = 0;
+    const char *e = sbx_result_get0_stderr(r, &n);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(memcmp(e, "e\377", 2), 0);
+    sbx_result_free(r);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", ".*/process", NULL, 0), 1);
+    cr_assert_geq(tu_fake_count(log, "GET", ".*/process/sbx-exec-[0-9a-f]+", NULL, 0), 1);
+    json_object_put(log);
+    json_object *body = logged_body("POST", ".*/process");
+    const char *name = tu_json_str(body, "name");
+    cr_assert(name && strncmp(name, "sbx-exec-", 9) == 0, "name %s", name ? name : "(none)");
+    json_object_put(body);
+}
+
+/* The stream breaks off and the process cannot be followed (the sandbox
+ * API answers 404 for it): a connection error naming the process, never a
+ * made-up exit code; the sandbox runs on. */
+Test(blaxel, a_stream_that_breaks_off_and_cannot_be_followed_is_an_error)
+{
+    g_sb = tu_create(g_client, NULL);
+    tu_fake_post("/_fake/config", "{\"stream_drop\": true}");
+    tu_fake_post("/_fake/faults", "{\"method\":\"GET\",\"path\":\"/process/sbx-exec-\","
+                 "\"times\":-1,\"status\":404,\"body\":{\"error\":\"process not found\"}}");
+    sbx_error *err = NULL;
+    sbx_result *r = sbx_sandbox_execute_shell(g_sb, "echo one; sleep 0.5; echo two", &err);
+    cr_assert_null(r, "exit %d", r ? sbx_result_get_exit_code(r) : -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONNECTION);
+    const char *msg = sbx_error_get0_message(err);
+    cr_assert(strstr(msg, "blaxel: the command's stream broke off and its process sbx-exec-")
+              == msg, "%s", msg);
+    cr_assert(strstr(msg, " could not be followed: "), "%s", msg);
+    sbx_error_free(err);
+    tu_fake_http("DELETE", "/_fake/faults", NULL, NULL, NULL);
     r = tu_sh(g_sb, "echo after", 10);
     tu_assert_exit(r, 0);
     tu_assert_stdout(r, "after\n");

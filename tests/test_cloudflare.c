@@ -363,3 +363,42 @@ Test(cloudflare, exposed_ports_are_the_bridges_tunnels)
     free(msg);
     free(url);
 }
+
+/* The Sandbox Bridge has no list call (its lifecycle routes are create,
+ * persist, hydrate, mount, unmount, delete, the health check and the warm
+ * pool's counts): the plugin declares no list_owned, and both calls are
+ * feature_not_supported without a request to the bridge. */
+Test(cloudflare, no_list_call_so_no_list_owned_declared_or_offered)
+{
+    uint64_t caps = 0;
+    cr_assert_eq(sbx_client_probe(g_client, &caps, NULL), 0);
+    cr_assert_eq(caps & SBX_CAP_LIST_OWNED, 0);
+    sbx_backend_info **list = NULL;
+    size_t n = 0;
+    cr_assert_eq(sbx_backends_list(&list, &n, NULL), 0);
+    int seen = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(sbx_backend_info_get0_name(list[i]), "cloudflare") != 0)
+            continue;
+        seen = 1;
+        cr_assert_eq(sbx_backend_info_get_caps(list[i]) & SBX_CAP_LIST_OWNED, 0);
+        cr_assert(strstr(sbx_backend_info_get0_description(list[i]), "no list_owned"));
+    }
+    sbx_backend_info_list_free(list, n);
+    cr_assert(seen, "cloudflare is not among the backends");
+    tu_fake_reset();
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_client_list_owned(g_client, NULL, NULL, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_FEATURE_NOT_SUPPORTED);
+    cr_assert_str_eq(sbx_error_get0_backend(err), "cloudflare");
+    cr_assert_str_eq(sbx_error_get0_op(err), "list_owned");
+    sbx_error_free(err);
+    err = NULL;
+    cr_assert_eq(sbx_client_destroy_by_id(g_client, "abcdefghijklmnopqrstuvwxyz", &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_FEATURE_NOT_SUPPORTED);
+    cr_assert_str_eq(sbx_error_get0_op(err), "destroy_by_id");
+    sbx_error_free(err);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(json_object_array_length(log), 0, "the bridge was asked");
+    json_object_put(log);
+}

@@ -12,7 +12,9 @@
  * report is downloaded exact; stop suspends (twice is fine) and start
  * resumes with the files; a resume from the session state wakes a
  * suspended devbox before it waits (CASE-53); a create answered after
- * its deadline is found by its token and shut down (CASE-20).
+ * its deadline is found by its token and shut down (CASE-20); a command's
+ * output reaches the output callback while it runs (the update streams),
+ * and an update stream cut off is reopened at its byte offset.
  */
 #include "testutil.h"
 
@@ -20,6 +22,7 @@
 
 #include <json-c/json.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,7 +38,7 @@ static void setup(void)
     tu_fake_use("RUNLOOP_BASE_URL");
     tu_fake_reset();
     tu_fake_post("/_fake/config", "{\"hold_cap\": 30, \"page_cap\": 5000, "
-                 "\"lose_execute_answers\": 0, \"hold_create\": 0}");
+                 "\"lose_execute_answers\": 0, \"hold_create\": 0, \"drop_streams\": 0}");
     g_client = sbx_client_new("runloop", &err);
     cr_assert_not_null(g_client, "sbx_client_new: %s", err ? sbx_error_get0_message(err) : "");
     g_sb = NULL;
@@ -44,7 +47,7 @@ static void setup(void)
 static void teardown(void)
 {
     tu_fake_post("/_fake/config", "{\"hold_cap\": 30, \"page_cap\": 5000, "
-                 "\"lose_execute_answers\": 0, \"hold_create\": 0}");
+                 "\"lose_execute_answers\": 0, \"hold_create\": 0, \"drop_streams\": 0}");
     if (g_sb) {
         sbx_sandbox_destroy(g_sb, NULL);
         sbx_sandbox_free(g_sb);
@@ -470,4 +473,96 @@ Test(runloop, late_create_is_shut_down)
     sbx_error_free(err);
     cr_assert_eq(fake_running(), n0, "the late devbox was not shut down before the create "
                  "returned");
+}
+
+/* ------------------------------------------------------------ live output */
+
+typedef struct live_seen {
+    char root[4096];    /* the devbox's directory on this host */
+    char out[256];
+    size_t len;
+    int marker_made;
+} live_seen;
+
+/* On the first line of stdout, makes the file the command waits for. */
+static void on_live(sbx_stream stream, const void *data, size_t len, void *ud)
+{
+    live_seen *s = ud;
+    if (stream != SBX_STREAM_STDOUT)
+        return;
+    cr_assert_lt(s->len + len, sizeof s->out);
+    memcpy(s->out + s->len, data, len);
+    s->len += len;
+    s->out[s->len] = '\0';
+    if (!s->marker_made && strcmp(s->out, "first\n") == 0) {
+        char *go = tu_strdup_printf("%s/tmp/go", s->root);
+        FILE *f = fopen(go, "w");
+        cr_assert_not_null(f, "%s", go);
+        fclose(f);
+        free(go);
+        s->marker_made = 1;
+    }
+}
+
+/* The command prints a line, then waits (up to 10 s) for a file that only
+ * the output callback makes, on seeing that line: "second" shows the line
+ * reached the callback through the update stream while the command ran
+ * ("never" when output came only at its end). */
+Test(runloop, output_reaches_the_callback_while_the_command_runs)
+{
+    g_sb = create_sized(0, 0, 0);
+    live_seen seen = { .len = 0 };
+    json_object *j = fake_devbox(sbx_sandbox_get0_id(g_sb));
+    snprintf(seen.root, sizeof seen.root, "%s", tu_json_str(j, "root"));
+    json_object_put(j);
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.shell = "echo first; i=0; while [ ! -e /tmp/go ] && [ $i -lt 200 ]; do sleep 0.05; "
+               "i=$((i+1)); done; if [ -e /tmp/go ]; then echo second; else echo never; fi; "
+               "echo done >&2; exit 7";
+    rq.timeout_secs = 30;
+    rq.on_output = on_live;
+    rq.user_data = &seen;
+    sbx_result *r = tu_exec(g_sb, &rq);
+    cr_assert_eq(seen.marker_made, 1);
+    tu_assert_exit(r, 7);
+    tu_assert_stdout(r, "first\nsecond\n");
+    tu_assert_stderr(r, "done\n");
+    cr_assert_str_eq(seen.out, "first\nsecond\n");
+    sbx_result_free(r);
+}
+
+/* Both update streams lose their connection after their first event: each
+ * is reopened at the byte offset where it stopped, and the result is whole
+ * and exact, bytes that are not UTF-8 included. */
+Test(runloop, a_broken_update_stream_is_reopened_at_its_offset)
+{
+    g_sb = create_sized(0, 0, 0);
+    tu_fake_reset();
+    tu_fake_post("/_fake/config", "{\"drop_streams\": 2}");
+    sbx_result *r = tu_sh(g_sb, "echo one; echo err >&2; sleep 2; echo two; "
+                          "printf 'x\\377' >&2; exit 4", 30);
+    tu_assert_exit(r, 4);
+    tu_assert_stdout(r, "one\ntwo\n");
+    tu_assert_stderr_bytes(r, "err\nx\377", 6);
+    sbx_result_free(r);
+    json_object *log = tu_fake_log();
+    int at0 = 0, at4 = 0;
+    char seen[512] = "";
+    for (size_t i = 0; i < json_object_array_length(log); i++) {
+        json_object *e = json_object_array_get_idx(log, i), *q = NULL;
+        const char *p = tu_json_str(e, "path");
+        if (!strstr(p, "/stream_stdout_updates") && !strstr(p, "/stream_stderr_updates"))
+            continue;
+        cr_assert(json_object_object_get_ex(e, "query", &q));
+        const char *off = tu_json_str(q, "offset");
+        cr_assert_not_null(off);
+        snprintf(seen + strlen(seen), sizeof seen - strlen(seen), " %s@%s",
+                 strstr(p, "stdout") ? "out" : "err", off);
+        at0 += strcmp(off, "0") == 0;
+        at4 += strcmp(off, "4") == 0;
+    }
+    json_object_put(log);
+    /* Each stream opened at 0, and reopened at 4 ("one\n", "err\n"). */
+    cr_assert_eq(at0, 2, "opened at:%s", seen);
+    cr_assert_eq(at4, 2, "opened at:%s", seen);
 }

@@ -11,12 +11,14 @@
  *    snapshot_id) with nothing created;
  *  - capacity fallback through gpuTypeIds; 429 with Retry-After on create;
  *  - readiness that never comes: the pod is deleted, the error names it;
- *  - the pod's hourly price in the session state;
+ *  - the pod's hourly price in the session state, and as the price of its
+ *    usage (create, resume, the ledger);
  *  - no lifetime at RunPod: sbx gc reaps a pod past its recorded expiry;
  *  - CASE-31: a command's 255 against ssh's (connection refused, changed
  *    host key), host keys per sandbox, the user's known_hosts untouched;
- *  - CASE-29: an 80-byte TMPDIR/HOME/XDG_RUNTIME_DIR, control sockets of at
- *    most 90 bytes;
+ *  - CASE-29: an 80-byte TMPDIR/HOME/XDG_RUNTIME_DIR, a 32-byte user and a
+ *    60-byte host alias (resolved to 127.0.0.1 through an /etc/hosts of the
+ *    test's own mount namespace), control sockets of at most 90 bytes;
  *  - the control master: one per sandbox, replaced when it dies or is
  *    stopped (before a command, or while one runs), closed at destroy;
  *  - CASE-52 A (slow): a quiet command behind an idle reaper.
@@ -29,10 +31,13 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -45,7 +50,8 @@ static sbx_sandbox *g_sb;
 
 static void fake_config_reset(void)
 {
-    tu_fake_post("/_fake/config", "{\"ready_delay\": 0, \"unavailable\": [], \"no_port\": false}");
+    tu_fake_post("/_fake/config", "{\"ready_delay\": 0, \"unavailable\": [], \"no_port\": false, "
+                 "\"login_user\": null, \"public_host\": null}");
 }
 
 static void setup(void)
@@ -362,11 +368,81 @@ Test(runpod, hourly_price_is_in_the_session_state)
     cr_assert_not_null(state);
     json_object *j = json_tokener_parse(state), *data = NULL, *c = NULL;
     cr_assert(json_object_object_get_ex(j, "data", &data), "%s", state);
-    cr_assert(json_object_object_get_ex(data, "cost_per_hour", &c), "%s", state);
-    cr_assert_float_eq(json_object_get_double(c), 0.69, 1e-9);
+    cr_assert(json_object_object_get_ex(data, "price_usd_per_hour", &c), "%s", state);
+    cr_assert(strstr(state, "\"price_usd_per_hour\":0.69,"), "%s", state);
     cr_assert(!strstr(state, "sbx-test-dummy-key"));
     json_object_put(j);
     free(state);
+}
+
+/* The pod's live price (the fake's 0.69 USD/h for the RTX 4090, a GPU type
+ * the price table has no rate for) prices the sandbox's usage: 0.69 / 3600
+ * USD per second, per whole second (the table's granularity for runpod),
+ * in the usage, in the ledger and after a resume. */
+static int64_t live_cost(double seconds)
+{
+    /* 0.69 USD/h = 690000000000 pico-dollars per hour, whole seconds. */
+    double billed = ceil(seconds - 1e-9);
+    unsigned __int128 us = (unsigned __int128)(uint64_t)llround(billed * 1e6);
+    return (int64_t)((us * 690000000000u + 1800000000u) / 3600000000u);
+}
+
+Test(runpod, the_pods_live_price_prices_its_usage)
+{
+    char *dir = tu_mkdtemp("sbx-rp-price");
+    g_tmp_base = strdup(dir);   /* removed by the teardown, whatever happens */
+    char *ledger = tu_strdup_printf("%s/ledger.jsonl", dir);
+    cr_assert_eq(sbx_client_set_ledger(g_client, ledger, NULL), 0);
+    g_sb = create_with(NULL);
+    sbx_usage u = SBX_USAGE_INIT;
+    cr_assert_eq(sbx_sandbox_get_usage(g_sb, &u, NULL), 0);
+    cr_assert_eq(u.sandboxes, 1);
+    cr_assert_eq(u.sandbox_cost_unknown, 0, "the live price was not taken");
+    cr_assert_eq(u.sandbox_cost_pusd, live_cost(u.sandbox_seconds), "%lld for %.6f s",
+                 (long long)u.sandbox_cost_pusd, u.sandbox_seconds);
+    cr_assert_gt(u.sandbox_cost_pusd, 0);
+    /* Resumed from its state: the same price. */
+    char *state = sbx_sandbox_session_state(g_sb, NULL);
+    cr_assert_not_null(state);
+    sbx_sandbox *again = sbx_sandbox_resume(g_client, state, NULL);
+    cr_assert_not_null(again);
+    sbx_usage u2 = SBX_USAGE_INIT;
+    cr_assert_eq(sbx_sandbox_get_usage(again, &u2, NULL), 0);
+    cr_assert_eq(u2.sandbox_cost_unknown, 0);
+    cr_assert_eq(u2.sandbox_cost_pusd, live_cost(u2.sandbox_seconds));
+    sbx_sandbox_free(again);
+    free(state);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+    /* The ledger's records: the released resumed handle, then the
+     * destroyed sandbox; both at the live rate. */
+    FILE *f = fopen(ledger, "r");
+    cr_assert_not_null(f, "no ledger");
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_object *rec = json_tokener_parse(line), *v = NULL;
+        cr_assert_not_null(rec, "%s", line);
+        cr_assert_str_eq(tu_json_str(rec, "kind"), "sandbox");
+        cr_assert(strstr(line, "\"rate_usd_per_s\":0.000191666666667,"), "%s", line);
+        cr_assert_str_eq(tu_json_str(rec, "rate_source"), "the provider's live price");
+        cr_assert(json_object_object_get_ex(rec, "seconds", &v));
+        double secs = json_object_get_double(v);
+        cr_assert(json_object_object_get_ex(rec, "billed_seconds", &v));
+        cr_assert_float_eq(json_object_get_double(v), ceil(secs - 1e-9), 1e-9, "%s", line);
+        cr_assert(json_object_object_get_ex(rec, "compute_cost_usd", &v));
+        int64_t pusd = 0;
+        cr_assert_eq(sbx_usd_parse(json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN),
+                                   &pusd, NULL), 0);
+        cr_assert_eq(pusd, live_cost(secs), "%s", line);
+        json_object_put(rec);
+        n++;
+    }
+    fclose(f);
+    cr_assert_eq(n, 2);
+    free(ledger);
+    free(dir);
 }
 
 /* ------------------------------------------------------------ expiry */
@@ -524,8 +600,36 @@ static void find_sockets(const char *dir)
     closedir(d);
 }
 
-Test(runpod, case29_control_socket_fits_with_long_directories)
+/* CASE-29's names: a 32-byte user and a 60-byte host alias. */
+#define CASE29_USER "sbx-case29-user-xxxxxxxxxxxxxxxx"
+#define CASE29_HOST "sbx-case29-host-alias-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx.test"
+
+/* Makes CASE29_HOST resolve to 127.0.0.1 for this test process and its
+ * children (the plugin host, ssh): /etc/hosts plus one line, in a file
+ * under @dir bound over /etc/hosts in a mount namespace of its own. */
+static void case29_hosts(const char *dir)
 {
+    cr_assert_eq(unshare(CLONE_NEWNS), 0, "unshare: %s", strerror(errno));
+    cr_assert_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0, "mount: %s",
+                 strerror(errno));
+    char *path = tu_strdup_printf("%s/hosts", dir);
+    FILE *in = fopen("/etc/hosts", "r"), *out = fopen(path, "w");
+    cr_assert(in && out);
+    char line[1024];
+    while (fgets(line, sizeof line, in))
+        fputs(line, out);
+    fprintf(out, "127.0.0.1 %s\n", CASE29_HOST);
+    fclose(in);
+    cr_assert_eq(fclose(out), 0);
+    cr_assert_eq(mount(path, "/etc/hosts", NULL, MS_BIND, NULL), 0, "bind: %s",
+                 strerror(errno));
+    free(path);
+}
+
+Test(runpod, case29_control_socket_fits_with_long_directories_user_and_host)
+{
+    cr_assert_eq(strlen(CASE29_USER), 32);
+    cr_assert_eq(strlen(CASE29_HOST), 60);
     /* One 80-byte directory as TMPDIR, HOME and XDG_RUNTIME_DIR, before
      * the client (and its plugin host) exists. */
     sbx_client_free(g_client);
@@ -545,10 +649,18 @@ Test(runpod, case29_control_socket_fits_with_long_directories)
     setenv("TMPDIR", dir, 1);
     setenv("HOME", dir, 1);
     setenv("XDG_RUNTIME_DIR", dir, 1);
+    case29_hosts(dir);
+    tu_fake_post("/_fake/config", "{\"login_user\": \"" CASE29_USER "\", "
+                 "\"public_host\": \"" CASE29_HOST "\"}");
     sbx_error *err = NULL;
     g_client = sbx_client_new("runpod", &err);
     cr_assert_not_null(g_client);
-    g_sb = create_with(NULL);
+    g_sb = create_with("{\"ssh_user\": \"" CASE29_USER "\"}");
+    /* The login is the long user's. */
+    sbx_result *who = tu_sh(g_sb, "printf %s \"$LOGNAME\"", 20);
+    tu_assert_exit(who, 0);
+    tu_assert_stdout(who, CASE29_USER);
+    sbx_result_free(who);
     for (int i = 0; i < 3; i++) {
         sbx_result *r = tu_sh(g_sb, "echo ok", 20);
         tu_assert_exit(r, 0);
@@ -564,6 +676,9 @@ Test(runpod, case29_control_socket_fits_with_long_directories)
     cr_assert(g_sockets >= 1, "no control socket found");
     cr_assert(g_longest <= 90, "a control socket path of %d bytes", g_longest);
     cr_assert_eq(ssh_procs("ControlMaster=yes", pod_port(g_sb)), 1);
+    /* The one master speaks to the alias as the long user. */
+    cr_assert_eq(ssh_procs(CASE29_HOST, pod_port(g_sb)), 1);
+    cr_assert_eq(ssh_procs(CASE29_USER, pod_port(g_sb)), 1);
     setenv("HOME", old_home, 1);
     if (old_tmp)
         setenv("TMPDIR", old_tmp, 1);

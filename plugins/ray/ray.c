@@ -42,12 +42,19 @@
  *    chunk as a line "@@sbx TAG o|e BASE64" (one write per line, so Ray's
  *    merged, text-only job log keeps both streams apart and every byte),
  *    then "@@sbx TAG x CODE" (128+N for death by signal N) and exits with
- *    that code. The plugin polls the job's status and GET .../logs (the
- *    whole log; only lines not seen yet are decoded), writes each chunk to
- *    the host's descriptors as it arrives, and ends the command only once
- *    it read the end line: a job that is terminal while its log lacks it
- *    has its log read again (up to RAY_LOG_SETTLE_S), so the last line is
- *    never lost (CASE-24, ray-project/ray#46413). The exit code is the
+ *    that code. The plugin follows a command's job log through its tail
+ *    (its own short jobs are polled: they print little), GET
+ *    .../logs/tail, a WebSocket whose text messages carry the log as it
+ *    grows and which the dashboard closes once the job is terminal (built
+ *    with the base's WebSocket client; closed by the plugin once the end
+ *    line is in); without it, or when the tail cannot be opened or is cut,
+ *    it polls GET .../logs (the whole log) from where it got to. Only
+ *    lines not seen yet are decoded; each chunk goes to the host's
+ *    descriptors as it arrives. Then the job's status is polled, and the
+ *    command ends only once the end line was read: a job that is terminal
+ *    while its log lacks it has its log read again (up to
+ *    RAY_LOG_SETTLE_S), so the last line is never lost (CASE-24,
+ *    ray-project/ray#46413). The exit code is the
  *    job's driver_exit_code (newer Rays report it), else the end line's. The
  *    job's record is deleted (DELETE, API v4) once read. A script over
  *    RAY_INLINE_SCRIPT bytes travels in the package too.
@@ -94,6 +101,10 @@
 
 #include <json-c/json.h>
 
+#ifdef SBX_HAVE_CLOUD_WS
+#include "ws.h"
+#endif
+
 #ifndef PACKAGE_VERSION
 #define PACKAGE_VERSION "0.1.0"
 #endif
@@ -103,6 +114,7 @@
 #define RAY_DEFAULT_ROOT "/tmp/sbx-ray"
 #define RAY_STATE_VERSION 1
 #define RAY_LOG_SETTLE_S 10.0       /* a terminal job's log is read again this long */
+#define RAY_TAIL_CONNECT_S 10.0     /* the log tail's opening handshake, at most */
 #define RAY_SHORT_S 60.0            /* bound on the plugin's own jobs */
 #define RAY_REAP_S 30.0             /* bound on stopping and deleting a freed job */
 #define RAY_SANDBOX_MARK "SBX_RAY_SANDBOX"
@@ -647,7 +659,103 @@ static int ray_submit(struct sbx_plugin_sandbox *sb, struct sbx_plugin_client *c
     return rc;
 }
 
-/* Follows job @run->sid to its end: its log's new lines as they come, its
+#ifdef SBX_HAVE_CLOUD_WS
+/* The log's tail (GET /api/jobs/{id}/logs/tail, a WebSocket whose text
+ * messages carry the log as it grows; the dashboard closes it once the job
+ * is terminal): the bytes not yet taken as whole lines, from log offset
+ * base. */
+typedef struct ray_tail_state {
+    ray_run *run;
+    cl_ws *ws;
+    cl_buf acc;
+    size_t base;
+    int failed;     /* the output could not be written: the run's error */
+    int closing;
+} ray_tail_state;
+
+static int ray_tail_message(void *ud, int binary, const unsigned char *p, size_t n)
+{
+    ray_tail_state *t = ud;
+    (void)binary;
+    if (t->run->ended)
+        return 0;
+    if (cl_buf_append(&t->acc, p, n) < 0) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, "exec", "out of memory");
+        t->failed = 1;
+        return -1;
+    }
+    /* ray_take_lines() counts run->seen from the log's start. */
+    t->run->seen -= t->base;
+    int rc = ray_take_lines(t->run, t->acc.data, t->acc.len, "exec");
+    size_t used = t->run->seen;
+    t->run->seen += t->base;
+    if (rc < 0) {
+        t->failed = 1;
+        return -1;
+    }
+    memmove(t->acc.data, t->acc.data + used, t->acc.len - used);
+    t->acc.len -= used;
+    t->base += used;
+    if (t->run->ended && !t->closing && t->ws) {
+        /* The end line is in: nothing more to wait for. (A message that
+         * comes with the handshake comes before t->ws is set: ray_tail
+         * closes then.) */
+        t->closing = 1;
+        cl_ws_close(t->ws);
+    }
+    return 0;
+}
+
+/* Follows job @run->sid's log through its tail WebSocket until the
+ * dashboard closes it (the job is terminal) or the end line is read. 0
+ * when it was followed to its end; 1 when the tail could not be followed
+ * (no WebSocket, refused, cut: the caller polls GET .../logs from
+ * run->seen on, which counts the same characters); -1 with the thread's
+ * last error when the output could not be written or @ctx ended. */
+static int ray_tail(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, ray_run *run,
+                    const char *op)
+{
+    char *http_url = cl_item_url(c->api, "api/jobs", run->sid, "/logs/tail");
+    char *url = http_url ? cl_ws_url(http_url) : NULL;
+    char **hdrs = cl_http_auth_headers(c->http);
+    ray_tail_state t = { .run = run, .base = run->seen };
+    int rc = 1;
+    free(http_url);
+    if (url && hdrs) {
+        cl_ws_opts wo = { .url = url, .headers = (const char *const *)hdrs,
+                          .on_message = ray_tail_message, .ud = &t,
+                          .what = "follow the job's log" };
+        long st = 0;
+        cl_ws *ws = NULL;
+        if (cl_ws_connect(&wo, ctx, RAY_TAIL_CONNECT_S, &ws, &st, op, NULL) == 0) {
+            t.ws = ws;
+            if (run->ended && !t.closing) {
+                t.closing = 1;
+                cl_ws_close(t.ws);
+            }
+            int r = t.failed ? -1 : cl_ws_run(t.ws, ctx, op, NULL);
+            sbx_error_code code = cl_last()->code;
+            if (t.failed)
+                rc = -1;
+            else if (r < 0 && (code == SBX_ERROR_TIMEOUT || code == SBX_ERROR_CANCELLED))
+                rc = -1;
+            else
+                rc = r == 0 ? 0 : 1;
+            cl_ws_free(t.ws);
+        }
+        if (rc == 1)
+            CL_LOG(SBX_LOG_DEBUG, "ray: the log tail of job %s could not be followed (%s); "
+                   "polling its log", run->sid, cl_last()->msg);
+    }
+    cl_buf_clear(&t.acc);
+    cl_strv_free(hdrs);
+    free(url);
+    return rc;
+}
+#endif
+
+/* Follows job @run->sid to its end: its log's new lines as they come
+ * (with @tail, through the log's tail WebSocket first: ray_tail), its
  * status between reads, pausing from 10 ms up to 200 ms, until the end line
  * is read (a terminal job's log is read again up to RAY_LOG_SETTLE_S for
  * it) and the job is terminal. 0 with the exit code in *@code (the
@@ -655,16 +763,24 @@ static int ray_submit(struct sbx_plugin_sandbox *sb, struct sbx_plugin_client *c
  * last error (a cancelled @ctx: cancelled). *@driver_status gets the job's
  * last status (a new string, NULL when none) when not NULL. */
 static int ray_follow(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, ray_run *run,
-                      int *code, const char *op)
+                      int tail, int *code, const char *op)
 {
     cl_bound bd = cl_bound_make(ctx, 0);
     double pause = 0.01, settle_until = 0;
     char status[16] = "";
     int64_t driver = 0;
     int have_driver = 0;
+#ifdef SBX_HAVE_CLOUD_WS
+    /* The log as it grows through its tail; then the status (and, when the
+     * tail ended without the end line, the log by polling: CASE-24). */
+    if (tail && ray_tail(c, ctx, run, op) < 0)
+        return -1;
+#else
+    (void)tail;
+#endif
     for (;;) {
         int missing = 0;
-        if (ray_read_log(c, ctx, run, &missing, op) < 0)
+        if (!run->ended && ray_read_log(c, ctx, run, &missing, op) < 0)
             return -1;
         long st = 0;
         json_object *j = ray_job_get(c, ctx, run->sid, &st, op, NULL);
@@ -752,7 +868,8 @@ static int ray_run_script(struct sbx_plugin_sandbox *sb, struct sbx_plugin_clien
         snprintf(run.sid, sizeof run.sid, "%s", sid);
     int rc = ray_submit(sb, c, &c2, &run, root, script, env, NULL, 0, 0, labels, op);
     if (rc == 0) {
-        rc = ray_follow(c, &c2, &run, code, op);
+        /* Polled: the plugin's own jobs print little and end at once. */
+        rc = ray_follow(c, &c2, &run, 0, code, op);
         if (!sid)
             ray_job_delete(c, run.sid);
     }
@@ -1460,7 +1577,7 @@ static int ray_exec_run(cl_proc *base)
     pthread_mutex_lock(&base->lock);
     p->submitted = 1;
     pthread_mutex_unlock(&base->lock);
-    int rc = ray_follow(c, &ctx, &p->run, &code, op);
+    int rc = ray_follow(c, &ctx, &p->run, 1, &code, op);
     if (rc == 0 || !cl_proc_stopping(base)) {
         ray_job_delete(c, p->run.sid);
         pthread_mutex_lock(&base->lock);

@@ -47,8 +47,11 @@
  *    Every process of a command carries CL_EXEC_MARK=<tag>: exec_kill
  *    signals them all by it. Files and directories are ssh streams (cat,
  *    tar), binary-safe, never whole in memory.
- *  - Cost: a RUNNING pod's "cost" (USD per hour) is logged and kept in the
- *    session state as "cost_per_hour".
+ *  - Cost: a RUNNING pod's "cost" (USD per hour, the pod's live price) is
+ *    logged and kept in the session state as "price_usd_per_hour", the
+ *    API's number as written, where the library's usage takes it as the
+ *    sandbox's price (sbx/plugin.h, session_state) in place of the price
+ *    table's. A resume reads it from the API again.
  *  - destroy: the control master is closed, then DELETE /v2/pods/{id}; a
  *    pod the provider no longer has (404, TERMINATED) is not_found with
  *    reason "gone" (CASE-32).
@@ -122,6 +125,7 @@ struct sbx_plugin_sandbox {
     char *host;
     int port;
     double cost;        /* USD per hour; -1 when the API said none */
+    char cost_text[40]; /* cost as the API wrote it ("0.69") */
     rp_ssh *ssh;
     char stat_name[4096];   /* stat_file's last name (borrowed by the host) */
 };
@@ -830,9 +834,15 @@ static int rp_ready_once(void *ud, const char **state, sbx_error **error)
         if (rc == 0)
             snprintf(w->state, sizeof w->state, "RUNNING, without a public port for 22");
         json_object *cost = cl_json_path(j, "cost", NULL);
-        if (cost && (json_object_is_type(cost, json_type_double)
-                     || json_object_is_type(cost, json_type_int)))
+        const char *text = cost && (json_object_is_type(cost, json_type_double)
+                                    || json_object_is_type(cost, json_type_int))
+                               /* json-c keeps a number's text as written. */
+                               ? json_object_to_json_string_ext(cost, JSON_C_TO_STRING_PLAIN)
+                               : NULL;
+        if (text && json_object_get_double(cost) >= 0 && strlen(text) < sizeof sb->cost_text) {
             sb->cost = json_object_get_double(cost);
+            snprintf(sb->cost_text, sizeof sb->cost_text, "%s", text);
+        }
     }
     json_object_put(j);
     return rc;
@@ -1074,7 +1084,7 @@ static int rp_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 }
 
 /* {"version":1,"pod_id","workdir"?,"known_host"? (the pod's public host
- * key line),"cost_per_hour"?,"transport"}: no credential, no env value. */
+ * key line),"price_usd_per_hour"?,"transport"}: no credential, no env value. */
 static char *rp_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
@@ -1090,7 +1100,8 @@ static char *rp_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
         json_object_object_add(j, "known_host", json_object_new_string(kl));
     free(kl);
     if (sb->cost >= 0)
-        json_object_object_add(j, "cost_per_hour", json_object_new_double(sb->cost));
+        json_object_object_add(j, "price_usd_per_hour",
+                               json_object_new_double_s(sb->cost, sb->cost_text));
     json_object *t = json_object_new_object();
     json_object_object_add(t, "api_timeout_secs", json_object_new_double(sb->opts.api_timeout_s));
     json_object_object_add(t, "poll_interval_secs", json_object_new_double(sb->opts.poll_s));

@@ -53,9 +53,11 @@ Control routes (no auth; not logged): GET/DELETE /_fake/log, POST /_fake/faults
 POST /_fake/sandbox/{name}/vanish (404 everywhere);
 POST /_fake/sandbox/{name}/standby; GET /_fake/sandbox/{name} {"status",
 "state", "root", "running", "ttl_s", "wakes"}; POST /_fake/config
-{"deploy_delay": s, "page_size": n, "stream_error": message} (the next
+{"deploy_delay": s, "page_size": n, "stream_error": message (the next
 process stream ends with an "error" line carrying the message instead of
-its "result").
+its "result"), "stream_drop": true (the next process stream's connection
+is closed after its first output line, mid-answer, the process running
+on)}.
 
 Python 3 standard library only. Run as root (bubblewrap and nsenter).
 """
@@ -647,6 +649,8 @@ class BlaxelHandler(fakehttp.Handler):
             raw = json.dumps(obj).encode() + b"\n"
             self.wfile.write(b"%x\r\n%s\r\n" % (len(raw), raw))
             self.wfile.flush()
+        with f.lock:
+            drop = f.config.pop("stream_drop", None)
         try:
             sent = 0
             quiet = time.time()
@@ -660,6 +664,11 @@ class BlaxelHandler(fakehttp.Handler):
                 for (which, data) in new:
                     line({"type": which, "data": data.decode("utf-8", "replace")})
                     quiet = time.time()
+                    if drop:
+                        # The connection is lost mid-answer: no result, no
+                        # end of the chunked body; the process runs on.
+                        self.close_connection = True
+                        return
                 if ended:
                     break
                 if deadline and time.time() >= deadline:

@@ -22,6 +22,14 @@ resources/devboxes/*.py, types/*.py), on http://127.0.0.1:<n>
                                             {"statuses", "timeout_seconds" <= 25},
                                             or 408
   GET  /v1/devboxes/{id}/executions/{eid}
+  GET  /v1/devboxes/{id}/executions/{eid}/stream_stdout_updates?offset=N
+  GET  /v1/devboxes/{id}/executions/{eid}/stream_stderr_updates?offset=N
+                                            SSE: "data: {"output", "offset"}"
+                                            events, the stream's bytes from
+                                            byte offset N as they come (output
+                                            as text, bad UTF-8 replaced; offset
+                                            the chunk's first byte); the answer
+                                            ends once the execution completed
   POST /v1/devboxes/{id}/executions/{eid}/kill
   POST /v1/devboxes/{id}/read_file_contents  {"file_path"} -> text/plain
   POST /v1/devboxes/{id}/write_file_contents {"file_path", "contents"}
@@ -47,7 +55,9 @@ failure_reason); GET /_fake/devbox/{id} {"status", "root", "running",
 "page_cap": n (list pages hold at most n devboxes, whatever the limit),
 "lose_execute_answers": n (the next n executes start their command, then
 answer 502 as if the answer were lost on the way), "hold_create": s (a create
-makes its devbox at once and answers s seconds later)}.
+makes its devbox at once and answers s seconds later), "drop_streams": n (the
+next n output streams opened at offset 0 lose their connection after their
+first event)}.
 
 Python 3 standard library only. Run as root (bubblewrap and nsenter).
 """
@@ -277,13 +287,16 @@ class RunloopHandler(fakehttp.Handler):
             raise rerr(400, "devbox %s is %s, not running" % (dbx.id, dbx.status))
         if sub == "/execute":
             return self.execute(dbx, body, query)
-        m2 = re.fullmatch(r"/executions/([^/]+)(/wait_for_status|/kill)?", sub)
+        m2 = re.fullmatch(r"/executions/([^/]+)(/wait_for_status|/kill"
+                          r"|/stream_stdout_updates|/stream_stderr_updates)?", sub)
         if m2:
             ex = dbx.executions.get(m2.group(1))
             if ex is None:
                 raise rerr(404, "execution %s not found" % m2.group(1))
             if m2.group(2) is None and meth == "GET":
                 return self.send_json(200, ex.view(dbx.id))
+            if m2.group(2) and m2.group(2).startswith("/stream_") and meth == "GET":
+                return self.stream_updates(ex, m2.group(2)[8:14], query)
             if m2.group(2) == "/kill":
                 if ex.exit_status is None:
                     dbx.box.kill_command(ex.popen, signal.SIGKILL)
@@ -482,6 +495,48 @@ class RunloopHandler(fakehttp.Handler):
                              "has_more": len(items) > limit, "total_count": len(items)})
 
     # ------------------------------------------------------------ execute
+    def stream_updates(self, ex, which, query):
+        """SSE of one output stream of @ex from byte offset ?offset=, until the
+        execution completed and everything was sent."""
+        try:
+            off = int(q1(query, "offset", "0") or 0)
+        except ValueError:
+            raise rerr(400, "offset must be an integer")
+        with FAKE.lock:
+            drop = off == 0 and FAKE.config.get("drop_streams", 0) > 0
+            if drop:
+                FAKE.config["drop_streams"] -= 1
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self._status = 200
+
+        def event(raw):
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(raw), raw))
+            self.wfile.flush()
+        try:
+            while True:
+                with ex.cond:
+                    ex.cond.wait_for(lambda: len(getattr(ex, which)) > off
+                                     or ex.exit_status is not None, 1.0)
+                    data = getattr(ex, which)[off:]
+                    ended = ex.exit_status is not None
+                if data:
+                    msg = json.dumps({"output": data.decode("utf-8", "replace"), "offset": off})
+                    event(b"data: " + msg.encode() + b"\n\n")
+                    off += len(data)
+                    if drop:
+                        # The connection is lost mid-answer.
+                        self.close_connection = True
+                        return
+                elif ended:
+                    break
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
     def execute(self, dbx, body, query):
         cmd = body.get("command")
         cid = body.get("command_id")
@@ -508,16 +563,29 @@ class RunloopHandler(fakehttp.Handler):
             try:
                 ex.popen = dbx.box.popen(
                     ["/usr/bin/env", "HOME=" + HOME, "/bin/bash", "-c", cmd], env=env, cwd=HOME,
-                    stdin=subprocess.DEVNULL)
+                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             except nsbox.SandboxGone:
                 raise rerr(400, "devbox %s is not running" % dbx.id)
 
+            def pump(stream, which):
+                while True:
+                    data = stream.read1(65536)
+                    if not data:
+                        break
+                    with ex.cond:
+                        setattr(ex, which, getattr(ex, which) + data)
+                        ex.cond.notify_all()
+            pumps = [threading.Thread(target=pump, args=(st, w), daemon=True)
+                     for st, w in ((ex.popen.stdout, "stdout"), (ex.popen.stderr, "stderr"))]
+            for th in pumps:
+                th.start()
+
             def reap():
-                out, errb = ex.popen.communicate()
-                code = ex.popen.returncode
+                for th in pumps:
+                    th.join()
+                code = ex.popen.wait()
                 dbx.box.forget(ex.popen)
                 with ex.cond:
-                    ex.stdout, ex.stderr = out or b"", errb or b""
                     ex.exit_status = code if code >= 0 else 128 - code
                     ex.cond.notify_all()
             threading.Thread(target=reap, daemon=True).start()

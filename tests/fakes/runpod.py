@@ -35,7 +35,11 @@ the bare key.
 Control routes (no auth; not logged): GET/DELETE /_fake/log, POST
 /_fake/faults (fakehttp.py); POST /_fake/config {"ready_delay": s,
 "unavailable": [gpu type ids], "no_port": bool (RUNNING pods publish no
-port 22)}; GET /_fake/pods/{id} {"root", "port", "sshd_running", "body"};
+port 22), "login_user": name (pods created from then on also take this
+login name for root, as an image with a user of its own does),
+"public_host": name (pods created from then on report this name, not
+127.0.0.1, as the address of port 22: a name that resolves to 127.0.0.1
+where the test runs)}; GET /_fake/pods/{id} {"root", "port", "sshd_running", "body"};
 POST /_fake/pods/{id}/sshd {"action": "stop"} stops the pod's SSH server
 (its sessions too), {"action": "start", "new_host_key": bool} starts it
 again on the same port, with a new host key when asked; POST
@@ -103,6 +107,8 @@ class Pod:
         self.port = None
         self.sshd = None
         self.public_port = None
+        self.public_host = fake.config.get("public_host")
+        self.login_user = fake.config.get("login_user")
         self.box = nsbox.Box(fake.dir, "pod")
         self.lock = threading.Lock()
 
@@ -125,7 +131,7 @@ class Pod:
             ports = []
             if not fake.config.get("no_port"):
                 ports.append({"private": 22, "public": self.public_port or self.port, "type": "tcp",
-                              "ip": "127.0.0.1", "isIpPublic": True})
+                              "ip": self.public_host or "127.0.0.1", "isIpPublic": True})
             d["runtime"] = {"uptime": int(time.time() - (self.started or self.created)),
                             "ports": ports}
         return d
@@ -143,6 +149,14 @@ class Pod:
         key = (self.body.get("env") or {}).get("PUBLIC_KEY", "")
         with open(d + "/authorized_keys", "w") as f:
             f.write(key + "\n")
+        if self.login_user:
+            # One more login name for root (uid 0), in a passwd file of
+            # the pod's own bound over the host's.
+            with open("/etc/passwd") as src, open(d + "/passwd", "w") as f:
+                f.write(src.read())
+                f.write("%s:x:0:0::/root:/bin/sh\n" % self.login_user)
+            os.chmod(d + "/passwd", 0o644)
+            self.box.ro_binds.append((d + "/passwd", "/etc/passwd"))
         self.port = free_port()
         with open(d + "/sshd_config", "w") as f:
             f.write("\n".join([

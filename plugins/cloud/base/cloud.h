@@ -732,6 +732,54 @@ int cl_proc_stopping(cl_proc *p);
 /** Stops, joins the worker and closes the descriptors (not @p itself). */
 void cl_proc_clear(cl_proc *p);
 
+/*
+ * Live output carried as text (proc.c). Some providers stream a command's
+ * output only as text (JSON strings: bytes that are not UTF-8 become
+ * U+FFFD) while its exact bytes can be had once it ended (a file in the
+ * sandbox, a report in base64). A cl_live sends one stream's text chunks to
+ * the host as they come while they are exact, and a cl_live_rest then
+ * sends the rest from the whole bytes, checking that they begin with what
+ * went live: the host sees the exact output, live as far as it could be.
+ * One cl_live per stream, used by one thread at a time.
+ */
+typedef struct cl_live {
+    int off;            /* no more live chunks for this stream */
+    uint64_t sent;      /* bytes delivered live */
+    uint64_t hash;      /* their FNV-1a (64 bits) */
+} cl_live;
+
+void cl_live_init(cl_live *l);
+/** Sends @n bytes of output of @stream (1 or 2) to @p's descriptor and
+ *  counts them as live. 0, or -1 (and live output off) when the host
+ *  closed its descriptor. */
+int cl_live_emit(cl_live *l, cl_proc *p, int stream, const char *data, size_t n);
+/** 1 when the text chunk @data may not be the command's bytes (it holds
+ *  U+FFFD, what the provider puts for bytes that are not UTF-8), else 0. */
+int cl_live_suspect(const char *data, size_t n);
+/** A text chunk of @stream: sent by cl_live_emit() unless live output is
+ *  off or the chunk is suspect (then off from here on: the rest waits for
+ *  the whole bytes). 0, or -1 when live output is (now) off. */
+int cl_live_text(cl_live *l, cl_proc *p, int stream, const char *data, size_t n);
+
+/** The rest of one stream from its whole bytes (from their start). */
+typedef struct cl_live_rest {
+    cl_proc *p;
+    int stream;
+    const cl_live *live;
+    uint64_t seen;      /* bytes of the whole so far */
+    uint64_t hash;      /* FNV-1a of its first live->sent bytes */
+    int differs;        /* the whole does not begin with what went live */
+} cl_live_rest;
+
+void cl_live_rest_init(cl_live_rest *r, cl_proc *p, int stream, const cl_live *live);
+/** A cl_sink_fn over a cl_live_rest: the first live->sent bytes are
+ *  checked against what went live, the rest is sent to the host. */
+int cl_live_rest_sink(void *ud, const char *data, size_t n);
+/** After the whole went through cl_live_rest_sink(): 0, or -1 with the
+ *  thread's error (execution_failed, naming @provider and the stream) when
+ *  it did not begin with what went live. */
+int cl_live_rest_end(cl_live_rest *r, const char *provider, const char *op);
+
 /* ------------------------------------------------------------------------ */
 /* Ownership labels and orphans (reap.c)                                     */
 /* ------------------------------------------------------------------------ */

@@ -197,3 +197,95 @@ void cl_proc_clear(cl_proc *p)
     }
     pthread_mutex_destroy(&p->lock);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Live output carried as text                                               */
+/* ------------------------------------------------------------------------ */
+
+#define CL_FNV_OFFSET UINT64_C(14695981039346656037)
+#define CL_FNV_PRIME UINT64_C(1099511628211)
+
+static uint64_t cl_fnv(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *c = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ c[i]) * CL_FNV_PRIME;
+    return h;
+}
+
+void cl_live_init(cl_live *l)
+{
+    l->off = 0;
+    l->sent = 0;
+    l->hash = CL_FNV_OFFSET;
+}
+
+int cl_live_emit(cl_live *l, cl_proc *p, int stream, const char *data, size_t n)
+{
+    if (!n)
+        return 0;
+    if (cl_proc_output(p, stream, data, n) < 0) {
+        l->off = 1;
+        return -1;
+    }
+    l->sent += n;
+    l->hash = cl_fnv(l->hash, data, n);
+    return 0;
+}
+
+int cl_live_suspect(const char *data, size_t n)
+{
+    return memmem(data, n, "\xef\xbf\xbd", 3) != NULL;
+}
+
+int cl_live_text(cl_live *l, cl_proc *p, int stream, const char *data, size_t n)
+{
+    if (l->off)
+        return -1;
+    if (cl_live_suspect(data, n)) {
+        l->off = 1;
+        return -1;
+    }
+    return cl_live_emit(l, p, stream, data, n);
+}
+
+void cl_live_rest_init(cl_live_rest *r, cl_proc *p, int stream, const cl_live *live)
+{
+    r->p = p;
+    r->stream = stream;
+    r->live = live;
+    r->seen = 0;
+    r->hash = CL_FNV_OFFSET;
+    r->differs = 0;
+}
+
+int cl_live_rest_sink(void *ud, const char *data, size_t n)
+{
+    cl_live_rest *r = ud;
+    if (r->seen < r->live->sent) {
+        size_t k = r->live->sent - r->seen < n ? (size_t)(r->live->sent - r->seen) : n;
+        r->hash = cl_fnv(r->hash, data, k);
+        r->seen += k;
+        data += k;
+        n -= k;
+        if (r->seen == r->live->sent && r->hash != r->live->hash) {
+            r->differs = 1;
+            return -1;
+        }
+    }
+    r->seen += n;
+    return cl_proc_output(r->p, r->stream, data, n);
+}
+
+int cl_live_rest_end(cl_live_rest *r, const char *provider, const char *op)
+{
+    if (r->seen < r->live->sent)
+        r->differs = 1;
+    if (!r->differs)
+        return 0;
+    const char *name = r->stream == 1 ? "stdout" : "stderr";
+    cl_fail(NULL, SBX_ERROR_EXECUTION_FAILED, op, "%s: the %s the command's stream carried "
+            "(%llu bytes) is not the start of its %s", provider, name,
+            (unsigned long long)r->live->sent, name);
+    return -1;
+}

@@ -312,6 +312,11 @@ void cl_ws_free(cl_ws *w)
         return;
     if (w->cx) {
         lws_sul_cancel(&w->tick);
+        /* A connection still open (its run was cancelled or timed out) is
+         * closed first, at once: destroying the context with it open left
+         * the context's client TLS state behind. */
+        if (w->wsi && !w->closed)
+            lws_set_timeout(w->wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_SYNC);
         lws_context_destroy(w->cx);
     }
     ws_free_msgs(w);

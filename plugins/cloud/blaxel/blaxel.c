@@ -40,14 +40,23 @@
  *    waitForCompletion: true, timeout: 0} with "Accept: text/event-stream",
  *    read as the NDJSON stream (keepalive lines dropped; "result" carries
  *    the ProcessResponse as a JSON string: exitCode; "error" is an error;
- *    a stream without a result is an error). The stream's stdout and
- *    stderr are text, so the command's are redirected into two files in
- *    the sandbox, read back as raw bytes after it ends (kept apart, exact)
- *    and deleted: output arrives when a command ends. stdin: uploaded as
- *    a file first and redirected; the three files are in a directory of
- *    the command's own, removed in one request. Every process of the
- *    command carries CL_EXEC_MARK=<its tag>, so exec_kill (a command of
- *    its own) signals all of them, setsid'd and orphaned ones included.
+ *    a stream without a result is an error). The process is named by the
+ *    command's tag. The command's stdout and stderr go to files in the
+ *    sandbox, which tail (GNU coreutils: --pid) follows into the stream
+ *    until the command's bash has ended. The stream's output is text:
+ *    its chunks go to the host as they come while they are exact (a chunk
+ *    holding U+FFFD, which the provider puts for bytes that are not
+ *    UTF-8, ends that for its stream); when the command ends, each file is
+ *    read back as raw bytes, its first bytes checked against those sent
+ *    live (FNV-1a) and the rest sent, so the result is exact. The exit
+ *    status goes through a file too. A stream that breaks off before its
+ *    result (its end, or the connection lost mid-answer) is followed by
+ *    GET /process/{name} until the process no longer runs. stdin:
+ *    uploaded as a file first and redirected; the files are in a
+ *    directory of the command's own, removed in one request. Every process of the
+ *    command carries CL_EXEC_MARK=<its tag> (the shell around it and the
+ *    tails carry <tag>-io), so exec_kill (a command of its own) signals
+ *    all of them, setsid'd and orphaned ones included.
  *  - files: GET {url}/filesystem/{path} ("Accept: application/octet-stream":
  *    raw bytes; else a directory's listing), PUT as multipart/form-data
  *    (file, permissions) up to BL_PART_BYTES, past that the multipart
@@ -1288,16 +1297,33 @@ typedef struct bl_stream {
     int have_result;
     int exit_code;
     char err[256];
+    bl_proc *p;         /* the command's (live output), NULL for the plugin's own */
+    cl_live live[3];    /* [1] stdout, [2] stderr (cloud.h) */
 } bl_stream;
+
+/* A chunk of the stream's stdout or stderr: to the host while it is exact
+ * (cl_live_text; past that, the file has the bytes). */
+static void bl_live_chunk(bl_stream *s, int fd, json_object *j)
+{
+    json_object *d = NULL;
+    if (!s->p || !json_object_object_get_ex(j, "data", &d)
+        || !json_object_is_type(d, json_type_string))
+        return;
+    cl_live_text(&s->live[fd], &s->p->base, fd, json_object_get_string(d),
+                 (size_t)json_object_get_string_len(d));
+}
 
 static int bl_on_line(void *ud, json_object *j)
 {
     bl_stream *s = ud;
     const char *type = cl_json_str(j, "type");
     const char *data = cl_json_str(j, "data");
-    if (!type || strcmp(type, "keepalive") == 0 || strcmp(type, "stdout") == 0
-        || strcmp(type, "stderr") == 0)
-        return 0;       /* the command's output goes to files (see exec) */
+    if (type && (strcmp(type, "stdout") == 0 || strcmp(type, "stderr") == 0)) {
+        bl_live_chunk(s, type[3] == 'o' ? 1 : 2, j);
+        return 0;
+    }
+    if (!type || strcmp(type, "keepalive") == 0)
+        return 0;
     if (strcmp(type, "error") == 0) {
         snprintf(s->err, sizeof s->err, "%s", data ? data : "(no message)");
         return 1;
@@ -1326,11 +1352,80 @@ static int bl_nd_sink(void *ud, const char *p, size_t n)
     return cl_ndjson_feed(&s->nd, p, n, "exec", NULL) < 0 ? -1 : 0;
 }
 
+/* The exit code of a process whose status is not running, from its
+ * ProcessResponse @res: 1 and *@code, or 0 while it runs. */
+static int bl_process_done(json_object *res, int *code)
+{
+    int64_t c = 0;
+    const char *st = cl_json_str(res, "status");
+    if (!st || strcmp(st, "running") == 0 || cl_json_int(res, "exitCode", &c) != 1)
+        return 0;
+    *code = (int)(c & 0xff);
+    if (strcmp(st, "killed") == 0 && c == 0)
+        *code = 128 + SIGKILL;
+    return 1;
+}
+
+/* The command's stream broke off before its result: follows its process
+ * (GET /process/{name}) until it is no longer running, pausing 0.1 s,
+ * doubling up to 1 s, within the call's deadline. 0 with its exit code in
+ * *@code, or -1 with *@error set (the process gone from the sandbox, the
+ * sandbox gone, the call's end). */
+static int bl_follow(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *name,
+                     int *code, const char *op, sbx_error **error)
+{
+    char *path = cl_printf("/process/%s", name);
+    double pause = 0.1;
+    int rc = -1;
+    CL_LOG(SBX_LOG_INFO, "blaxel: the stream of process %s broke off; following it", name);
+    while (path) {
+        cl_req rq = { .method = "GET", .idempotent = CL_SAFE, .what = "follow the command" };
+        cl_resp r = { 0 };
+        if (bl_host(sb, ctx, &rq, path, &r, 0, op, NULL) < 0) {
+            char why[sizeof cl_last()->msg];
+            snprintf(why, sizeof why, "%s", cl_last()->msg);
+            sbx_error *f = cl_fail(error, bl_is_gone(sb) ? SBX_ERROR_NOT_FOUND
+                                                        : SBX_ERROR_CONNECTION, op,
+                                   "blaxel: the command's stream broke off and its process "
+                                   "%s could not be followed: %s", name, why);
+            cl_context(f, "process", name);
+            if (bl_is_gone(sb))
+                cl_context(f, "reason", "gone");
+            cl_resp_clear(&r);
+            break;
+        }
+        json_object *res = json_tokener_parse(r.body.data ? r.body.data : "");
+        int done = res && bl_process_done(res, code);
+        json_object_put(res);
+        cl_resp_clear(&r);
+        if (done) {
+            rc = 0;
+            break;
+        }
+        double left = ctx && ctx->deadline > 0 ? ctx->deadline - cl_now() : pause;
+        if (left <= 0 || cl_sleep(pause < left ? pause : left, ctx ? ctx->cancel_fd : -1)) {
+            cl_context(cl_fail(error, left <= 0 ? SBX_ERROR_TIMEOUT : SBX_ERROR_CANCELLED, op,
+                               "blaxel: the command's stream broke off and its process %s "
+                               "was still running at the call's end", name),
+                       "process", name);
+            break;
+        }
+        pause = pause * 2 < 1 ? pause * 2 : 1;
+    }
+    if (!path)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    free(path);
+    return rc;
+}
+
 /* Runs "bash -c @script" with @env (and CL_EXEC_MARK=@mark when given) to
- * its end: 0 with its exit status in *@code, or -1 with *@error set. */
+ * its end: 0 with its exit status in *@code, or -1 with *@error set. With
+ * @s (its p set), the process is named @mark, its stream's output goes to
+ * the host live (bl_live_chunk), and a stream that breaks off before its
+ * result is followed to the process's end (bl_follow). */
 static int bl_run(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *script,
-                  const char *const *env, const char *mark, int *code, const char *op,
-                  sbx_error **error)
+                  const char *const *env, const char *mark, bl_stream *live, int *code,
+                  const char *op, sbx_error **error)
 {
     json_object *b = json_object_new_object(), *e = cl_env_object(env);
     char *q = cl_shell_quote(script);
@@ -1344,37 +1439,57 @@ static int bl_run(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
-    if (mark)
-        json_object_object_add(e, CL_EXEC_MARK, json_object_new_string(mark));
+    if (mark) {
+        /* With @live, the mark is the command's own (the script sets it):
+         * the shell around it and its tails carry another, so exec_kill
+         * signals the command's processes only. */
+        char *m = live ? cl_printf("%s-io", mark) : NULL;
+        json_object_object_add(e, CL_EXEC_MARK, json_object_new_string(m ? m : mark));
+        free(m);
+    }
     json_object_object_add(b, "command", json_object_new_string(cmd));
+    if (live && mark)
+        json_object_object_add(b, "name", json_object_new_string(mark));
     json_object_object_add(b, "env", e);
     json_object_object_add(b, "waitForCompletion", json_object_new_boolean(1));
     json_object_object_add(b, "timeout", json_object_new_int(0));
     free(cmd);
-    bl_stream s = { .have_result = 0 };
-    cl_ndjson_init(&s.nd, bl_on_line, &s);
+    bl_stream own = { .have_result = 0 };
+    bl_stream *sp = live ? live : &own;
+    cl_ndjson_init(&sp->nd, bl_on_line, sp);
     const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
     static const char *const h[] = { "Accept: text/event-stream", NULL };
     cl_req rq = { .method = "POST", .headers = h, .body = bs, .body_len = strlen(bs),
-                  .sink = bl_nd_sink, .sink_ud = &s, .idempotent = CL_UNSAFE,
+                  .sink = bl_nd_sink, .sink_ud = sp, .idempotent = CL_UNSAFE,
                   .what = "run the command" };
     cl_resp r = { 0 };
     int rc = bl_host(sb, ctx, &rq, "/process", &r, 0, op, error);
-    if (rc == 0 && !s.err[0] && !s.have_result && cl_ndjson_end(&s.nd, op, error) < 0)
+    if (live && mark && !sp->err[0] && !sp->have_result && !bl_is_gone(sb)
+        && (rc == 0 || r.status == 200)) {
+        /* The stream broke off (its end without a result, or the
+         * connection lost mid-answer): the process runs on. */
+        if (bl_follow(sb, ctx, mark, &sp->exit_code, op, error) == 0) {
+            sp->have_result = 1;
+            rc = 0;
+        } else {
+            rc = -1;
+        }
+    }
+    if (rc == 0 && !sp->err[0] && !sp->have_result && cl_ndjson_end(&sp->nd, op, error) < 0)
         rc = -1;
-    if (rc == 0 && s.err[0]) {
+    if (rc == 0 && sp->err[0]) {
         cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "blaxel: the command's stream said: %s",
-                s.err);
+                sp->err);
         rc = -1;
-    } else if (rc == 0 && !s.have_result) {
+    } else if (rc == 0 && !sp->have_result) {
         if (!bl_confirm_gone(sb, ctx, op, error))
             cl_fail(error, SBX_ERROR_CONNECTION, op, "blaxel: the command's stream ended "
                     "without its result");
         rc = -1;
     }
     if (rc == 0)
-        *code = s.exit_code;
-    cl_ndjson_clear(&s.nd);
+        *code = sp->exit_code;
+    cl_ndjson_clear(&sp->nd);
     json_object_put(b);
     cl_resp_clear(&r);
     return rc;
@@ -1383,18 +1498,7 @@ static int bl_run(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
 static int bl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
                         int *code, const char *op, sbx_error **error)
 {
-    return bl_run(sb, ctx, cmd, NULL, NULL, code, op, error);
-}
-
-typedef struct bl_out {
-    bl_proc *p;
-    int fd;
-} bl_out;
-
-static int bl_out_sink(void *ud, const char *data, size_t n)
-{
-    bl_out *o = ud;
-    return cl_proc_output(&o->p->base, o->fd, data, n);
+    return bl_run(sb, ctx, cmd, NULL, NULL, NULL, code, op, error);
 }
 
 static int bl_exec_run(cl_proc *base)
@@ -1403,9 +1507,12 @@ static int bl_exec_run(cl_proc *base)
     struct sbx_plugin_sandbox *sb = p->sb;
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
-    char *stdin_path = NULL, *script = NULL;
+    char *stdin_path = NULL, *script = NULL, *inner = NULL;
     char dir[64];
     int code = -1, rc = -1;
+    bl_stream st = { .p = p };
+    cl_live_init(&st.live[1]);
+    cl_live_init(&st.live[2]);
     /* The command's files: its stdin, stdout and stderr, in a directory of
      * its own, removed in one request at the end. */
     snprintf(dir, sizeof dir, "/tmp/.%s", p->tag);
@@ -1413,30 +1520,48 @@ static int bl_exec_run(cl_proc *base)
         stdin_path = cl_printf("%s/in", dir);
         if (!stdin_path || bl_upload(sb, &ctx, stdin_path, p->stdin_fd, 0600, op, NULL) < 0)
             goto fail;
-        script = cl_printf("exec <%s/in >%s/out 2>%s/err; rm -f %s/in\n%s", dir, dir, dir,
-                           dir, p->script);
-    } else {
-        script = cl_printf("mkdir -p %s; exec </dev/null >%s/out 2>%s/err\n%s", dir, dir, dir,
-                           p->script);
     }
+    /* The command runs in a bash of its own, its stdout and stderr into
+     * files (the exact bytes, read at the end), which tail follows into the
+     * provider's stream (text, delivered live while exact: bl_live_chunk)
+     * until the command's bash has ended; background children keep only
+     * the files open, so they hold neither the stream nor the exec. The
+     * shell around it (its own messages to /dev/null) exits with the
+     * command's status. Only the command's processes carry its mark. */
+    inner = cl_shell_quote(p->script);
+    char *pro = p->stdin_fd >= 0 ? cl_printf("exec 3<%s/in; rm -f %s/in", dir, dir)
+                                 : cl_printf("mkdir -p %s; exec 3</dev/null", dir);
+    if (inner && pro)
+        script = cl_printf("%s\n"
+                           "exec 4>&2 2>/dev/null </dev/null; : >%s/out; : >%s/err\n"
+                           CL_EXEC_MARK "=%s bash -c %s <&3 3<&- 4>&- >%s/out 2>%s/err & c=$!\n"
+                           "exec 3<&-\n"
+                           "tail -c +1 -s 0.05 --pid=$c -f %s/out 4>&- & t1=$!\n"
+                           "tail -c +1 -s 0.05 --pid=$c -f %s/err >&4 4>&- & t2=$!\n"
+                           "wait $c; rc=$?\nwait $t1 $t2\nexit $rc",
+                           pro, dir, dir, p->tag, inner, dir, dir, dir, dir);
+    free(pro);
     if (!script) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    rc = bl_run(sb, &ctx, script, (const char *const *)p->env, p->tag, &code, op, NULL);
-    /* The output, as raw bytes (the stream's output is text). */
+    rc = bl_run(sb, &ctx, script, (const char *const *)p->env, p->tag, &st, &code, op, NULL);
+    /* The rest of the output, as raw bytes (the stream's output is text). */
     static const char *const h[] = { "Accept: application/octet-stream", NULL };
     for (int fd = 1; rc == 0 && fd <= 2; fd++) {
         char path[80];
         snprintf(path, sizeof path, "%s/%s", dir, fd == 1 ? "out" : "err");
         char *q = bl_files_path(sb, "/filesystem", path);
-        bl_out o = { p, fd };
-        cl_req rg = { .method = "GET", .headers = h, .sink = bl_out_sink, .sink_ud = &o,
+        cl_live_rest o;
+        cl_live_rest_init(&o, &p->base, fd, &st.live[fd]);
+        cl_req rg = { .method = "GET", .headers = h, .sink = cl_live_rest_sink, .sink_ud = &o,
                       .idempotent = CL_SAFE, .what = "read the command's output" };
         cl_resp r2 = { 0 };
         rc = q ? bl_host(sb, &ctx, &rg, q, &r2, 1, op, NULL) : -1;
         if (rc < 0 && r2.status == 404 && !bl_is_gone(sb))
             rc = 0;     /* the command removed it */
+        else if (rc == 0 || o.differs)
+            rc = cl_live_rest_end(&o, "blaxel", op);
         cl_resp_clear(&r2);
         free(q);
     }
@@ -1466,6 +1591,7 @@ out:
         free(q);
     }
     free(script);
+    free(inner);
     free(stdin_path);
     return code;
 }
@@ -1598,7 +1724,7 @@ static const sbx_plugin bl_plugin = {
     .version = PACKAGE_VERSION,
     .description = "Blaxel sandboxes (control API and each sandbox's data plane) over "
                    "libcurl; memory decides vCPU; the provider ends a sandbox at its ttl and "
-                   "wakes one on standby at use; output arrives when a command ends; "
+                   "wakes one on standby at use; output streams as it comes; "
                    "relative paths are taken from the workdir",
     .caps = BL_CAPS,
     .setup = bl_setup,

@@ -35,14 +35,17 @@
  *  - exec: POST /v1/devboxes/{id}/execute with a command_id made here (a
  *    UUIDv7), so a re-sent execute never runs the command twice, then
  *    executions/{eid}/wait_for_status re-polled on 408 (holds of at most
- *    25 s). The execution's stdout and stderr are text and may be cut, so
- *    the command runs in a shell of its own with its output in two files;
- *    the wrapper around it then prints its exit code and, up to
- *    RL_INLINE_MAX bytes, both outputs in base64 (one line each) and
- *    removes the files, so a small command is one request; larger output,
- *    or a wrapper killed with the command, is downloaded as raw bytes and
- *    removed. Output stays apart and exact, and arrives when the command
- *    ends. Per-call env values and stdin are uploaded as
+ *    25 s; the first one RL_LIVE_FIRST_HOLD_S). The execution's stdout
+ *    and stderr are text and may be cut, so the command runs in a shell of
+ *    its own with its output in two files, which tail follows into the
+ *    execution's stdout and stderr while it runs: past the first hold,
+ *    two threads read them through the update streams (see "Live output"
+ *    below), so output streams as it comes. The wrapper around it then
+ *    prints a marker with its exit code and, up to RL_INLINE_MAX bytes,
+ *    both outputs in base64 (one line each) and removes the files, so a
+ *    quick small command is one request; larger output, or a wrapper
+ *    killed, is downloaded as raw bytes and removed. Output stays apart
+ *    and exact. Per-call env values and stdin are uploaded as
  *    files first (never in the command line); every process of the
  *    command carries CL_EXEC_MARK=<its tag>, so exec_kill signals all of
  *    them. A devbox that fails with failure_reason out_of_memory while a
@@ -67,11 +70,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -89,6 +94,9 @@
 #define RL_EXEC_HOLD_S 25               /* the longest execution hold */
 #define RL_STATUS_HOLD_S 30             /* the longest devbox status hold */
 #define RL_INLINE_MAX 32768            /* output bytes a command's report carries */
+#define RL_LIVE_FIRST_HOLD_S 1          /* a command's first hold; then its output streams */
+#define RL_LIVE_RETRIES 5               /* reconnects of an output stream without progress */
+#define RL_LIVE_GRACE_S 2.0             /* for the streams to end after the command */
 #define RL_MIN_MEMORY_MB 1024           /* the smallest size's memory (X_SMALL) */
 #define RL_STR_(x) #x
 #define RL_STR(x) RL_STR_(x)
@@ -370,14 +378,20 @@ static int rl_oom_gone(struct sbx_plugin_sandbox *sb)
  * text in *@out, a new string, when @out is not NULL), or -1 with *@error
  * set. When the devbox failed with out_of_memory meanwhile, 0 with 137 and
  * *@oom set (when @oom is not NULL). */
+struct rl_live;
+static void rl_live_start(struct rl_live *lv, const char *eid);
+
 static int rl_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *command,
-                      int *code, char **out, int *oom, const char *op, sbx_error **error)
+                      int *code, char **out, int *oom, struct rl_live *live, const char *op,
+                      sbx_error **error)
 {
     char cid[37];
     rl_uuid7(cid);
     cl_bound bd = cl_bound_make(ctx, 0);
     double left = cl_bound_left(&bd);
     int hold = left < 0 || left > RL_EXEC_HOLD_S ? RL_EXEC_HOLD_S : (int)left;
+    if (live && hold > RL_LIVE_FIRST_HOLD_S)
+        hold = RL_LIVE_FIRST_HOLD_S;    /* past it, the output streams */
     json_object *b = json_object_new_object(), *j = NULL;
     json_object_object_add(b, "command", json_object_new_string(command));
     json_object_object_add(b, "command_id", json_object_new_string(cid));
@@ -407,10 +421,22 @@ static int rl_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
             }
             *code = (int)(x & 0xff);
             if (out) {
-                const char *so = cl_json_str(j, "stdout");
-                if (!(*out = strdup(so ? so : ""))) {
+                /* With @live, the live copy of the output comes before the
+                 * wrapper's report: its NUL bytes become spaces, so the
+                 * report is found in the string. */
+                json_object *so = NULL;
+                json_object_object_get_ex(j, "stdout", &so);
+                const char *t = so ? json_object_get_string(so) : "";
+                size_t n = so ? (size_t)json_object_get_string_len(so) : 0;
+                if (!(*out = malloc(n + 1))) {
                     cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
                     rc = -1;
+                } else {
+                    memcpy(*out, t ? t : "", n);
+                    (*out)[n] = '\0';
+                    for (size_t i = 0; live && i < n; i++)
+                        if (!(*out)[i])
+                            (*out)[i] = ' ';
                 }
             }
             break;
@@ -419,6 +445,8 @@ static int rl_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
             const char *eid = j ? cl_json_str(j, "execution_id") : NULL;
             char *e = eid ? cl_url_escape(eid) : NULL;
             suffix = e ? cl_printf("/executions/%s/wait_for_status", e) : NULL;
+            if (suffix && live)
+                rl_live_start(live, e);
             free(e);
             if (!suffix) {
                 if (eid)
@@ -459,7 +487,7 @@ static int rl_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
 static int rl_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
                         int *code, const char *op, sbx_error **error)
 {
-    return rl_execute(sb, ctx, cmd, code, NULL, NULL, op, error);
+    return rl_execute(sb, ctx, cmd, code, NULL, NULL, NULL, op, error);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -594,7 +622,7 @@ static int rl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
     int code = 0, rc = -1;
     if (!cmd)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (rl_execute(sb, ctx, cmd, &code, &out, NULL, op, error) == 0) {
+    else if (rl_execute(sb, ctx, cmd, &code, &out, NULL, NULL, op, error) == 0) {
         if (code == 3) {
             cl_context(cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such directory in the "
                                "sandbox: %s", path), "path", path);
@@ -1268,15 +1296,225 @@ static int rl_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, 
 /* Exec                                                                      */
 /* ------------------------------------------------------------------------ */
 
-typedef struct rl_out {
-    rl_proc *p;
-    int fd;
-} rl_out;
+/* ------------------------------------------------------------------------ */
+/* Live output: the execution's stdout / stderr update streams (SSE)          */
+/* ------------------------------------------------------------------------ */
 
-static int rl_out_sink(void *ud, const char *data, size_t n)
+/*
+ * While a command runs, tail copies its output files into the execution's
+ * stdout and stderr, which two threads read from Runloop's update streams
+ * (GET executions/{eid}/stream_{stdout,stderr}_updates?offset=N, SSE events
+ * {"output", "offset"}), passing each chunk to the host while it is exact:
+ * the stream is text, and a chunk holding U+FFFD (what the provider puts
+ * for bytes that are not UTF-8) or one that does not start where the last
+ * ended ends that for its stream. A stream cut off is reopened at the next
+ * offset (RL_LIVE_RETRIES times without progress). stdout ends with the
+ * wrapper's report, after its marker "SBX-OUT-<tag> ": bytes that may
+ * begin the marker are held back, and nothing from it on is output. When
+ * the command has ended, the rest of each stream (all of it when nothing
+ * went live) comes from the report or the output files, as raw bytes, its
+ * first bytes checked against those sent live (cl_live, cl_live_rest of
+ * the base).
+ */
+
+struct rl_live;
+
+typedef struct rl_reader {
+    struct rl_live *lv;
+    int fd;                 /* 1 stdout, 2 stderr */
+    pthread_t thread;
+    int started;
+    int done;               /* stdout: the marker was seen */
+    int64_t next;           /* the stream's byte offset to read from */
+    cl_live live;           /* what went live (live.off: no more) */
+    cl_buf hold;            /* stdout: bytes that may begin the marker */
+    cl_sse sse;
+} rl_reader;
+
+typedef struct rl_live {
+    rl_proc *p;
+    struct sbx_plugin_sandbox *sb;
+    char marker[96];        /* "SBX-OUT-<tag> " */
+    char eid[256];          /* the execution's id, URL-escaped */
+    int cancel[2];          /* a pipe: readable once the readers are to stop */
+    rl_reader r[3];         /* [1] stdout, [2] stderr */
+} rl_live;
+
+static int rl_emit(rl_reader *rd, const char *data, size_t n)
 {
-    rl_out *o = ud;
-    return cl_proc_output(&o->p->base, o->fd, data, n);
+    return cl_live_emit(&rd->live, &rd->lv->p->base, rd->fd, data, n);
+}
+
+/* A chunk of exact output: stderr goes out; stdout up to the marker, the
+ * bytes that may begin it held back. 1 once the marker was seen. */
+static int rl_deliver(rl_reader *rd, const char *data, size_t n)
+{
+    if (rd->fd == 2)
+        return rl_emit(rd, data, n) < 0 ? 1 : 0;
+    if (cl_buf_append(&rd->hold, data, n) < 0) {
+        rd->live.off = 1;
+        return 1;
+    }
+    const char *m = rd->lv->marker;
+    size_t ml = strlen(m);
+    const char *at = memmem(rd->hold.data, rd->hold.len, m, ml);
+    if (at) {
+        rl_emit(rd, rd->hold.data, (size_t)(at - rd->hold.data));
+        rd->done = 1;
+        return 1;
+    }
+    /* Held back: the longest end of what came that begins the marker. */
+    size_t keep = rd->hold.len < ml - 1 ? rd->hold.len : ml - 1;
+    while (keep && memcmp(rd->hold.data + rd->hold.len - keep, m, keep) != 0)
+        keep--;
+    size_t out = rd->hold.len - keep;
+    if (rl_emit(rd, rd->hold.data, out) < 0)
+        return 1;
+    memmove(rd->hold.data, rd->hold.data + out, keep);
+    rd->hold.len = keep;
+    return 0;
+}
+
+static int rl_on_update(void *ud, const char *event, const char *data, size_t len,
+                        const char *id)
+{
+    rl_reader *rd = ud;
+    (void)event;
+    (void)id;
+    json_object *j = json_tokener_parse(data && len ? data : "");
+    json_object *o = NULL;
+    int64_t offset = -1;
+    int stop = 0;
+    if (!j || !json_object_object_get_ex(j, "output", &o)
+        || !json_object_is_type(o, json_type_string)) {
+        stop = 1;       /* not an update: the files give the rest */
+        rd->live.off = 1;
+    } else {
+        const char *out = json_object_get_string(o);
+        size_t n = (size_t)json_object_get_string_len(o);
+        if (cl_json_int(j, "offset", &offset) == 1 && offset != rd->next) {
+            rd->live.off = 1;        /* not where the last chunk ended */
+            stop = 1;
+        } else if (cl_live_suspect(out, n)) {
+            rd->live.off = 1;        /* maybe not the command's bytes */
+            stop = 1;
+        } else {
+            rd->next += (int64_t)n;
+            stop = rl_deliver(rd, out, n);
+        }
+    }
+    json_object_put(j);
+    return stop || rd->live.off ? 1 : 0;
+}
+
+static int rl_update_sink(void *ud, const char *p, size_t n)
+{
+    rl_reader *rd = ud;
+    if (rd->live.off || rd->done)
+        return -1;
+    return cl_sse_feed(&rd->sse, p, n, "exec", NULL) < 0 || rd->live.off || rd->done ? -1 : 0;
+}
+
+static int rl_cancelled(const rl_live *lv)
+{
+    struct pollfd pf = { .fd = lv->cancel[0], .events = POLLIN };
+    return poll(&pf, 1, 0) > 0;
+}
+
+static void *rl_reader_main(void *ud)
+{
+    rl_reader *rd = ud;
+    rl_live *lv = rd->lv;
+    static const char *const h[] = { "Accept: text/event-stream", NULL };
+    int tries = 0;
+    while (!rd->live.off && !rd->done && !rl_cancelled(lv)) {
+        char *suffix = cl_printf("/executions/%s/stream_%s_updates?offset=%lld", lv->eid,
+                                 rd->fd == 1 ? "stdout" : "stderr", (long long)rd->next);
+        if (!suffix) {
+            rd->live.off = 1;
+            break;
+        }
+        sbx_call_ctx ctx = { sizeof(ctx), 0, lv->cancel[0], NULL };
+        cl_req rq = { .method = "GET", .headers = h, .sink = rl_update_sink, .sink_ud = rd,
+                      .idempotent = CL_SAFE, .what = "follow the command's output" };
+        cl_resp r = { 0 };
+        int64_t before = rd->next;
+        cl_sse_init(&rd->sse, rl_on_update, rd);
+        int rc = rl_call(lv->sb, &ctx, &rq, suffix, &r, 0, 0, "exec", NULL);
+        cl_sse_clear(&rd->sse);
+        free(suffix);
+        long st = r.status;
+        cl_resp_clear(&r);
+        if (rc == 0 || rd->live.off || rd->done)
+            break;              /* the stream's end: the command ended */
+        if (st != 200 && st != 0) {
+            rd->live.off = 1;        /* no update stream here: the files give all */
+            break;
+        }
+        tries = rd->next > before ? 0 : tries + 1;
+        if (tries > RL_LIVE_RETRIES) {
+            rd->live.off = 1;
+            break;
+        }
+        CL_LOG(SBX_LOG_INFO, "runloop: the %s stream of execution %s broke off at %lld; "
+               "reopening it", rd->fd == 1 ? "stdout" : "stderr", lv->eid, (long long)rd->next);
+        cl_sleep(0.05 * tries, lv->cancel[0]);
+    }
+    return NULL;
+}
+
+/* The execution @eid (URL-escaped) runs on: its update streams are read. */
+static void rl_live_start(rl_live *lv, const char *eid)
+{
+    if (lv->r[1].started || lv->r[2].started || strlen(eid) >= sizeof lv->eid)
+        return;
+    snprintf(lv->eid, sizeof lv->eid, "%s", eid);
+    for (int fd = 1; fd <= 2; fd++)
+        lv->r[fd].started = pthread_create(&lv->r[fd].thread, NULL, rl_reader_main,
+                                           &lv->r[fd]) == 0;
+}
+
+static int rl_live_init(rl_live *lv, rl_proc *p)
+{
+    memset(lv, 0, sizeof(*lv));
+    lv->p = p;
+    lv->sb = p->sb;
+    snprintf(lv->marker, sizeof lv->marker, "SBX-OUT-%s ", p->tag);
+    for (int fd = 1; fd <= 2; fd++) {
+        lv->r[fd].lv = lv;
+        lv->r[fd].fd = fd;
+        cl_live_init(&lv->r[fd].live);
+    }
+    return pipe2(lv->cancel, O_CLOEXEC);
+}
+
+/* The command ended (or the exec ends): the readers get RL_LIVE_GRACE_S to
+ * reach their streams' end, then are stopped; joined. */
+static void rl_live_stop(rl_live *lv)
+{
+    if (lv->cancel[0] < 0)
+        return;     /* stopped already */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)RL_LIVE_GRACE_S;
+    for (int fd = 1; fd <= 2; fd++) {
+        rl_reader *rd = &lv->r[fd];
+        if (rd->started && pthread_timedjoin_np(rd->thread, NULL, &until) == 0)
+            rd->started = 0;
+    }
+    if (write(lv->cancel[1], "x", 1) < 0) {
+        /* the pipe is ours and empty: cannot fail */
+    }
+    for (int fd = 1; fd <= 2; fd++) {
+        rl_reader *rd = &lv->r[fd];
+        if (rd->started)
+            pthread_join(rd->thread, NULL);
+        rd->started = 0;
+        cl_buf_clear(&rd->hold);
+    }
+    close(lv->cancel[0]);
+    close(lv->cancel[1]);
+    lv->cancel[0] = lv->cancel[1] = -1;
 }
 
 /* The per-call environment as a file the command sources: "export K=V"
@@ -1305,13 +1543,20 @@ static char *rl_call_env_file(const char *const *env)
  * base64, a line each): 1 with both written out and the code in *@code, 0
  * when @so is no report (the files are to be read), -1 when the host
  * closed its descriptors or the report is malformed. */
-static int rl_inline_output(rl_proc *p, const char *so, int *code)
+static int rl_inline_output(rl_proc *p, rl_live *lv, const char *so, int *code)
 {
-    if (strncmp(so, "SBX-OUT ", 8) != 0)
+    /* The report follows the last marker (the live copy of stdout comes
+     * before it); none: the wrapper was killed. */
+    const char *at = NULL, *m = lv->marker;
+    for (const char *q = so; (q = strstr(q, m)); q++)
+        at = q;
+    if (!at)
         return 0;
     char *end = NULL;
-    long rc = strtol(so + 8, &end, 10);
+    long rc = strtol(at + strlen(m), &end, 10);
     const char *l1 = end && *end == '\n' ? end + 1 : NULL;
+    if (l1 && !*l1)
+        return 0;       /* a report without the output: it is in the files */
     const char *l2 = l1 ? strchr(l1, '\n') : NULL;
     const char *l3 = l2 ? strchr(l2 + 1, '\n') : NULL;
     if (!l3) {
@@ -1324,9 +1569,17 @@ static int rl_inline_output(rl_proc *p, const char *so, int *code)
     if (!ok)
         cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "runloop: the command's report is not "
                 "base64");
-    else if (cl_proc_output(&p->base, 1, o.data, o.len) < 0
-             || cl_proc_output(&p->base, 2, e.data, e.len) < 0)
-        ok = 0;
+    else {
+        for (int fd = 1; ok && fd <= 2; fd++) {
+            cl_buf *b = fd == 1 ? &o : &e;
+            cl_live_rest w;
+            cl_live_rest_init(&w, &p->base, fd, &lv->r[fd].live);
+            if (cl_live_rest_sink(&w, b->data ? b->data : "", b->len) < 0 && !w.differs)
+                ok = 0;
+            else if (cl_live_rest_end(&w, "runloop", "exec") < 0)
+                ok = 0;
+        }
+    }
     cl_buf_clear(&o);
     cl_buf_clear(&e);
     if (!ok)
@@ -1344,7 +1597,16 @@ static int rl_exec_run(cl_proc *base)
     cl_buf pre = { 0 };
     char *script = NULL, *envf = NULL;
     int code = -1, rc = -1;
-    int bad = cl_buf_printf(&pre, "export " CL_EXEC_MARK "=%s\n", p->tag) < 0;
+    rl_live lv;
+    if (rl_live_init(&lv, p) < 0) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot start the command: %s",
+                strerror(errno));
+        cl_proc_fail_last(base);
+        return -1;
+    }
+    /* The wrapper and its tails carry another mark than the command's, so
+     * exec_kill signals the command's processes only. */
+    int bad = cl_buf_printf(&pre, "export " CL_EXEC_MARK "=%s-io\n", p->tag) < 0;
     if (!bad && p->env && p->env[0]) {
         char path[64];
         snprintf(path, sizeof path, "/tmp/.%s.env", p->tag);
@@ -1360,20 +1622,27 @@ static int rl_exec_run(cl_proc *base)
         if (rl_upload(sb, &ctx, in, p->stdin_fd, "stdin", op, NULL) < 0)
             goto fail;
     }
-    /* The command runs in a shell of its own with its output in two files;
-     * the wrapper then prints its exit code and, when small, both outputs
-     * in base64 (text-safe, one line each), and removes the files: one
-     * request in all. Killed (exec_kill signals the wrapper too) or large,
-     * it prints nothing and the files are downloaded. */
+    /* The command runs in a shell of its own with its output in two files,
+     * which tail follows into the execution's stdout and stderr while it
+     * runs (the update streams, rl_reader_main; the wrapper's own messages
+     * go to /dev/null). Then the wrapper prints its marker and the exit
+     * code and, when small, both outputs in base64 (text-safe, one line
+     * each), and removes the files: a quick command is one request in all.
+     * Large, only the exit code: the files are downloaded. */
     char *q = bad ? NULL : cl_shell_quote(p->script);
     bad = bad || !q
-          || cl_buf_printf(&pre, "bash -c %s sbx <%s >/tmp/.%s.out 2>/tmp/.%s.err\nrc=$?\n"
-                           "%s%s%so=/tmp/.%s.out e=/tmp/.%s.err\n"
+          || cl_buf_printf(&pre, "o=/tmp/.%s.out e=/tmp/.%s.err; : >$o; : >$e\n"
+                           "exec 4>&2 2>/dev/null\n"
+                           CL_EXEC_MARK "=%s bash -c %s sbx <%s >$o 2>$e 4>&- & c=$!\n"
+                           "tail -c +1 -s 0.05 --pid=$c -f $o 4>&- & t1=$!\n"
+                           "tail -c +1 -s 0.05 --pid=$c -f $e >&4 4>&- & t2=$!\n"
+                           "wait $c; rc=$?; wait $t1 $t2\n%s%s%s"
+                           "printf 'SBX-OUT-%%s %%d\\n' %s $rc\n"
                            "if [ $(( $(stat -c %%s $o) + $(stat -c %%s $e) )) -le %d ]; then "
-                           "printf 'SBX-OUT %%d\\n' $rc; base64 -w0 $o; echo; base64 -w0 $e; "
-                           "echo; rm -f $o $e; fi\nexit $rc\n", q, in, p->tag, p->tag,
+                           "base64 -w0 $o; echo; base64 -w0 $e; "
+                           "echo; rm -f $o $e; fi\nexit $rc\n", p->tag, p->tag, p->tag, q, in,
                            p->stdin_fd >= 0 ? "rm -f " : "", p->stdin_fd >= 0 ? in : "",
-                           p->stdin_fd >= 0 ? "\n" : "", p->tag, p->tag, RL_INLINE_MAX) < 0;
+                           p->stdin_fd >= 0 ? "\n" : "", p->tag, RL_INLINE_MAX) < 0;
     free(q);
     if (bad || !(script = strdup(pre.data))) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1381,7 +1650,8 @@ static int rl_exec_run(cl_proc *base)
     }
     int oom = 0;
     char *so = NULL;
-    rc = rl_execute(sb, &ctx, script, &code, &so, &oom, op, NULL);
+    rc = rl_execute(sb, &ctx, script, &code, &so, &oom, &lv, op, NULL);
+    rl_live_stop(&lv);
     if (rc == 0 && oom) {
         pthread_mutex_lock(&base->lock);
         p->oom_killed = 1;
@@ -1389,7 +1659,7 @@ static int rl_exec_run(cl_proc *base)
         free(so);
         goto out;
     }
-    int inl = rc == 0 && so ? rl_inline_output(p, so, &code) : 0;
+    int inl = rc == 0 && so ? rl_inline_output(p, &lv, so, &code) : 0;
     free(so);
     if (inl < 0) {
         rc = -1;
@@ -1401,18 +1671,21 @@ static int rl_exec_run(cl_proc *base)
     for (int fd = 1; rc == 0 && fd <= 2; fd++) {
         char path[64];
         snprintf(path, sizeof path, "/tmp/.%s.%s", p->tag, fd == 1 ? "out" : "err");
-        rl_out o = { p, fd };
+        cl_live_rest o;
+        cl_live_rest_init(&o, &p->base, fd, &lv.r[fd].live);
         cl_resp r = { 0 };
-        rc = rl_download(sb, &ctx, path, rl_out_sink, &o, &r, op, NULL);
+        rc = rl_download(sb, &ctx, path, cl_live_rest_sink, &o, &r, op, NULL);
         if (rc < 0 && r.status == 404 && !rl_is_gone(sb))
             rc = 0;     /* the command removed it */
+        else if (rc == 0 || o.differs)
+            rc = cl_live_rest_end(&o, "runloop", op);
         cl_resp_clear(&r);
     }
     if (rc == 0) {
         char *rm = cl_printf("rm -f /tmp/.%s.out /tmp/.%s.err", p->tag, p->tag);
         int c2 = 0;
         if (rm)
-            rl_execute(sb, &ctx, rm, &c2, NULL, NULL, op, NULL);
+            rl_execute(sb, &ctx, rm, &c2, NULL, NULL, NULL, op, NULL);
         free(rm);
     }
     if (rc < 0)
@@ -1431,6 +1704,7 @@ fail:
     cl_proc_fail_in(base, &sb->s);
     code = -1;
 out:
+    rl_live_stop(&lv);
     free(script);
     free(envf);
     cl_buf_clear(&pre);
@@ -1461,7 +1735,7 @@ static const sbx_plugin rl_plugin = {
     .version = PACKAGE_VERSION,
     .description = "Runloop devboxes (REST) over libcurl; cpu/memory pick the smallest named "
                    "size that fits, else CUSTOM_SIZE; destroy shuts the devbox down, stop/start "
-                   "suspend and resume; output arrives when a command ends; relative paths are "
+                   "suspend and resume; output streams as it comes; relative paths are "
                    "taken from the workdir, else the home directory",
     .caps = RL_CAPS,
     .setup = rl_setup,

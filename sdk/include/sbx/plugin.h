@@ -324,7 +324,15 @@ typedef struct sbx_plugin {
     int (*resume)(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                   const char *state_json, sbx_plugin_sandbox **sandbox,
                   sbx_error **error);
-    /** Versioned JSON with no secret; returned via host->alloc. NULL on error. */
+    /** Versioned JSON with no secret; returned via host->alloc. NULL on error.
+     *  The object is the plugin's own, with one member the host reads: a
+     *  backend whose provider reports the sandbox's live price (RunPod's
+     *  pod "cost") puts it there as "price_usd_per_hour", a JSON number of
+     *  USD per hour written as the provider wrote it (read exactly, as a
+     *  decimal); the library's usage then prices the sandbox's lifetime and
+     *  calls at it in place of the price table's rate for its size (the
+     *  table's billing granularity and minimum still apply). The host
+     *  reads it once after create and at resume. */
     char *(*session_state)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
                            sbx_error **error);
     /** Ends the sandbox and all it runs; a second call returns 0. */
