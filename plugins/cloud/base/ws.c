@@ -21,6 +21,10 @@
 #include <string.h>
 
 #include <libwebsockets.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #define CL_WS_TICK_US (50 * LWS_US_PER_MS)
 
@@ -33,6 +37,7 @@ typedef struct ws_msg {
 
 struct cl_ws {
     struct lws_context *cx;
+    SSL_CTX *ssl_ctx;           /* wss://: the client TLS context, ours to free */
     struct lws *wsi;
     pthread_mutex_t lock;
     pthread_cond_t drained;
@@ -61,7 +66,7 @@ struct cl_ws {
 };
 
 static pthread_once_t ws_log_once = PTHREAD_ONCE_INIT;
-static pthread_rwlock_t ws_tls_lock = PTHREAD_RWLOCK_INITIALIZER;
+static int ws_tls_init_ok;
 
 static void ws_log_emit(int level, const char *line)
 {
@@ -69,9 +74,120 @@ static void ws_log_emit(int level, const char *line)
     CL_LOG(SBX_LOG_DEBUG, "libwebsockets: %s", line);
 }
 
+/*
+ * Once per process: the log hook, and libwebsockets' OpenSSL ex-data
+ * indexes.
+ *
+ * libwebsockets 4.1 makes its two OpenSSL ex-data indexes (the wsi of an
+ * SSL, which its certificate verify callback reads; the client-context
+ * cache entry of an SSL_CTX, which context destruction reads) anew in
+ * every lws_create_context() given LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT,
+ * in process-wide variables. With a context per connection made that way,
+ * a context made while another lived moved the index under the older one:
+ * its destruction found no cache entry at the new index and never freed
+ * its client SSL_CTX (the system's CA store and all, about 700 KB a
+ * connection, for ws:// too), and a handshake in progress lost its wsi.
+ *
+ * So the indexes are made once, here, by one context with that option and
+ * no vhost (so no SSL_CTX), destroyed at once; the connections' contexts
+ * are made without the option, and a wss:// one is handed an SSL_CTX of
+ * ours (provided_client_ssl_ctx), which libwebsockets uses and never
+ * frees: cl_ws_free() does, after the context.
+ */
 static void ws_log_init(void)
 {
     lws_set_log_level(LLL_ERR | LLL_WARN, ws_log_emit);
+    struct lws_context_creation_info ci;
+    memset(&ci, 0, sizeof ci);
+    ci.port = CONTEXT_PORT_NO_LISTEN;
+    ci.options = LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT | LWS_SERVER_OPTION_EXPLICIT_VHOSTS;
+    ci.gid = -1;
+    ci.uid = -1;
+    struct lws_context *cx = lws_create_context(&ci);
+    if (cx) {
+        lws_context_destroy(cx);
+        ws_tls_init_ok = 1;
+    }
+}
+
+/* Adds the PEM certificates of @pem (@len bytes) to @store: how many, or
+ * -1 when one cannot be read. */
+static int ws_add_ca(X509_STORE *store, const char *pem, size_t len)
+{
+    BIO *b = BIO_new_mem_buf(pem, (int)len);
+    if (!b)
+        return -1;
+    int n = 0;
+    X509 *x;
+    while ((x = PEM_read_bio_X509(b, NULL, NULL, NULL))) {
+        int ok = X509_STORE_add_cert(store, x);
+        X509_free(x);
+        if (!ok) {
+            BIO_free(b);
+            return -1;
+        }
+        n++;
+    }
+    /* The end of the input ends the loop with "no start line": not an error. */
+    unsigned long e = ERR_peek_last_error();
+    if (e && ERR_GET_REASON(e) != PEM_R_NO_START_LINE)
+        n = -1;
+    BIO_free(b);
+    return n;
+}
+
+/* The client TLS context of a wss:// connection, as libwebsockets 4.1
+ * makes it (lws_ssl_client_init: TLS_client_method, no compression,
+ * moving write buffers; the CAs given, else the system's), with the client
+ * certificate and key of @t if any. A new SSL_CTX (SSL_CTX_free), or NULL
+ * with *@why set to what was wrong. Leaves OpenSSL's error queue empty. */
+static SSL_CTX *ws_ssl_ctx(const cl_ws_tls *t, const char **why)
+{
+    SSL_CTX *c = SSL_CTX_new(TLS_client_method());
+    if (!c) {
+        *why = "cannot make the TLS context";
+        ERR_clear_error();
+        return NULL;
+    }
+    SSL_CTX_set_options(c, SSL_OP_NO_COMPRESSION);
+    SSL_CTX_set_mode(c, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+    if (t && t->ca_pem) {
+        if (ws_add_ca(SSL_CTX_get_cert_store(c), t->ca_pem, t->ca_len) <= 0) {
+            *why = "the CA certificates cannot be read (PEM)";
+            goto fail;
+        }
+    } else if (!SSL_CTX_set_default_verify_paths(c)) {
+        *why = "the system's CA certificates cannot be loaded";
+        goto fail;
+    }
+    if (t && t->cert_pem) {
+        BIO *b = BIO_new_mem_buf(t->cert_pem, (int)t->cert_len);
+        X509 *x = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
+        int ok = x && SSL_CTX_use_certificate(c, x) == 1;
+        X509_free(x);
+        BIO_free(b);
+        if (!ok) {
+            *why = "the client certificate cannot be read (PEM)";
+            goto fail;
+        }
+    }
+    if (t && t->key_pem) {
+        BIO *b = BIO_new_mem_buf(t->key_pem, (int)t->key_len);
+        EVP_PKEY *k = b ? PEM_read_bio_PrivateKey(b, NULL, NULL, NULL) : NULL;
+        int ok = k && SSL_CTX_use_PrivateKey(c, k) == 1;
+        EVP_PKEY_free(k);
+        BIO_free(b);
+        if (!ok || (t->cert_pem && SSL_CTX_check_private_key(c) != 1)) {
+            *why = "the client key cannot be read (PEM) or does not match the certificate";
+            goto fail;
+        }
+    }
+    ERR_clear_error();
+    return c;
+fail:
+    ERR_clear_error();
+    SSL_CTX_free(c);
+    return NULL;
 }
 
 static void ws_tick(lws_sorted_usec_list_t *sul)
@@ -319,6 +435,8 @@ void cl_ws_free(cl_ws *w)
             lws_set_timeout(w->wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_SYNC);
         lws_context_destroy(w->cx);
     }
+    /* After the context: its SSL objects held references to it. */
+    SSL_CTX_free(w->ssl_ctx);
     ws_free_msgs(w);
     cl_strv_free(w->headers);
     cl_buf_clear(&w->rx);
@@ -385,33 +503,23 @@ int cl_ws_connect(const cl_ws_opts *o, const sbx_call_ctx *ctx, double secs, cl_
     ci.count_threads = 1;
     ci.gid = -1;
     ci.uid = -1;
-    /* libwebsockets 4.1 makes a context's client TLS only with
-     * LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT, which also makes the OpenSSL
-     * ex-data indexes its verify callback reads anew, process-wide: a
-     * context made while another connection is in its TLS handshake would
-     * make that handshake fail. So contexts are made under the write side
-     * of ws_tls_lock and handshakes run under its read side. */
-    ci.options = LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
-    pthread_rwlock_wrlock(&ws_tls_lock);
-    if (tls && o->tls) {
-        if (o->tls->ca_pem) {
-            ci.client_ssl_ca_mem = o->tls->ca_pem;
-            ci.client_ssl_ca_mem_len = (unsigned int)o->tls->ca_len;
+    if (tls) {
+        const char *why = NULL;
+        if (!ws_tls_init_ok) {
+            cl_fail(error, SBX_ERROR_CONNECTION, op, "%s: cannot set up the WebSocket client "
+                    "(libwebsockets TLS initialisation failed)", w->what);
+            goto fail;
         }
-        if (o->tls->cert_pem) {
-            ci.client_ssl_cert_mem = o->tls->cert_pem;
-            ci.client_ssl_cert_mem_len = (unsigned int)o->tls->cert_len;
+        if (!(w->ssl_ctx = ws_ssl_ctx(o->tls, &why))) {
+            cl_fail(error, SBX_ERROR_CONFIGURATION, op, "%s: %s", w->what, why);
+            goto fail;
         }
-        if (o->tls->key_pem) {
-            ci.client_ssl_key_mem = o->tls->key_pem;
-            ci.client_ssl_key_mem_len = (unsigned int)o->tls->key_len;
-        }
+        ci.provided_client_ssl_ctx = w->ssl_ctx;
     }
     w->cx = lws_create_context(&ci);
-    pthread_rwlock_unlock(&ws_tls_lock);
     if (!w->cx) {
         cl_fail(error, SBX_ERROR_CONNECTION, op, "%s: cannot set up the WebSocket client "
-                "(libwebsockets context; bad TLS material?)", w->what);
+                "(libwebsockets context)", w->what);
         goto fail;
     }
     lws_sul_schedule(w->cx, 0, &w->tick, ws_tick, CL_WS_TICK_US);
@@ -434,15 +542,12 @@ int cl_ws_connect(const cl_ws_opts *o, const sbx_call_ctx *ctx, double secs, cl_
             ii.ssl_connection |= LCCSCF_ALLOW_SELFSIGNED | LCCSCF_SKIP_SERVER_CERT_HOSTNAME_CHECK
                                  | LCCSCF_ALLOW_EXPIRED | LCCSCF_ALLOW_INSECURE;
     }
-    pthread_rwlock_rdlock(&ws_tls_lock);
     if (!lws_client_connect_via_info(&ii) && !w->conn_error) {
-        pthread_rwlock_unlock(&ws_tls_lock);
         cl_fail(error, SBX_ERROR_CONNECTION, op, "%s: cannot connect to %s", w->what, hosthdr);
         goto fail;
     }
     while (!w->established && !w->closed && !w->bound_hit)
         lws_service(w->cx, 0);
-    pthread_rwlock_unlock(&ws_tls_lock);
     if (w->established && !w->closed) {
         free(host);
         free(path);
