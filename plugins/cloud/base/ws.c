@@ -66,7 +66,7 @@ struct cl_ws {
 };
 
 static pthread_once_t ws_log_once = PTHREAD_ONCE_INIT;
-static int ws_tls_init_ok;
+static pthread_rwlock_t ws_tls_lock = PTHREAD_RWLOCK_INITIALIZER;
 
 static void ws_log_emit(int level, const char *line)
 {
@@ -74,40 +74,9 @@ static void ws_log_emit(int level, const char *line)
     CL_LOG(SBX_LOG_DEBUG, "libwebsockets: %s", line);
 }
 
-/*
- * Once per process: the log hook, and libwebsockets' OpenSSL ex-data
- * indexes.
- *
- * libwebsockets 4.1 makes its two OpenSSL ex-data indexes (the wsi of an
- * SSL, which its certificate verify callback reads; the client-context
- * cache entry of an SSL_CTX, which context destruction reads) anew in
- * every lws_create_context() given LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT,
- * in process-wide variables. With a context per connection made that way,
- * a context made while another lived moved the index under the older one:
- * its destruction found no cache entry at the new index and never freed
- * its client SSL_CTX (the system's CA store and all, about 700 KB a
- * connection, for ws:// too), and a handshake in progress lost its wsi.
- *
- * So the indexes are made once, here, by one context with that option and
- * no vhost (so no SSL_CTX), destroyed at once; the connections' contexts
- * are made without the option, and a wss:// one is handed an SSL_CTX of
- * ours (provided_client_ssl_ctx), which libwebsockets uses and never
- * frees: cl_ws_free() does, after the context.
- */
 static void ws_log_init(void)
 {
     lws_set_log_level(LLL_ERR | LLL_WARN, ws_log_emit);
-    struct lws_context_creation_info ci;
-    memset(&ci, 0, sizeof ci);
-    ci.port = CONTEXT_PORT_NO_LISTEN;
-    ci.options = LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT | LWS_SERVER_OPTION_EXPLICIT_VHOSTS;
-    ci.gid = -1;
-    ci.uid = -1;
-    struct lws_context *cx = lws_create_context(&ci);
-    if (cx) {
-        lws_context_destroy(cx);
-        ws_tls_init_ok = 1;
-    }
 }
 
 /* Adds the PEM certificates of @pem (@len bytes) to @store: how many, or
@@ -503,20 +472,39 @@ int cl_ws_connect(const cl_ws_opts *o, const sbx_call_ctx *ctx, double secs, cl_
     ci.count_threads = 1;
     ci.gid = -1;
     ci.uid = -1;
+    /*
+     * TLS state. libwebsockets 4.1 gives a context client TLS only with
+     * LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT, and that option also makes its
+     * two OpenSSL ex-data indexes anew, in process-wide variables: the
+     * index of an SSL's wsi, which its certificate verify callback reads,
+     * and the index of an SSL_CTX's client-context cache entry, which
+     * context destruction reads to free the SSL_CTX it made. So:
+     *  - a wss:// context is handed an SSL_CTX of ours
+     *    (provided_client_ssl_ctx), which libwebsockets uses and never
+     *    frees; cl_ws_free() frees it after the context. (An SSL_CTX that
+     *    libwebsockets made leaked whenever another context was made
+     *    during its life: its destruction looked for the cache entry at the
+     *    moved index, found none and kept it, the system CA store and all,
+     *    about 700 KB a connection.)
+     *  - a ws:// context is made without the option: no TLS state at all.
+     *  - wss:// contexts are made under the write side of ws_tls_lock and
+     *    their handshakes run under its read side, so that no index moves
+     *    while a handshake's verify callback may read it.
+     */
+    int tls_locked = 0;
     if (tls) {
         const char *why = NULL;
-        if (!ws_tls_init_ok) {
-            cl_fail(error, SBX_ERROR_CONNECTION, op, "%s: cannot set up the WebSocket client "
-                    "(libwebsockets TLS initialisation failed)", w->what);
-            goto fail;
-        }
         if (!(w->ssl_ctx = ws_ssl_ctx(o->tls, &why))) {
             cl_fail(error, SBX_ERROR_CONFIGURATION, op, "%s: %s", w->what, why);
             goto fail;
         }
+        ci.options = LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
         ci.provided_client_ssl_ctx = w->ssl_ctx;
+        pthread_rwlock_wrlock(&ws_tls_lock);
     }
     w->cx = lws_create_context(&ci);
+    if (tls)
+        pthread_rwlock_unlock(&ws_tls_lock);
     if (!w->cx) {
         cl_fail(error, SBX_ERROR_CONNECTION, op, "%s: cannot set up the WebSocket client "
                 "(libwebsockets context)", w->what);
@@ -542,12 +530,20 @@ int cl_ws_connect(const cl_ws_opts *o, const sbx_call_ctx *ctx, double secs, cl_
             ii.ssl_connection |= LCCSCF_ALLOW_SELFSIGNED | LCCSCF_SKIP_SERVER_CERT_HOSTNAME_CHECK
                                  | LCCSCF_ALLOW_EXPIRED | LCCSCF_ALLOW_INSECURE;
     }
+    if (tls) {
+        pthread_rwlock_rdlock(&ws_tls_lock);
+        tls_locked = 1;
+    }
     if (!lws_client_connect_via_info(&ii) && !w->conn_error) {
+        if (tls_locked)
+            pthread_rwlock_unlock(&ws_tls_lock);
         cl_fail(error, SBX_ERROR_CONNECTION, op, "%s: cannot connect to %s", w->what, hosthdr);
         goto fail;
     }
     while (!w->established && !w->closed && !w->bound_hit)
         lws_service(w->cx, 0);
+    if (tls_locked)
+        pthread_rwlock_unlock(&ws_tls_lock);
     if (w->established && !w->closed) {
         free(host);
         free(path);
