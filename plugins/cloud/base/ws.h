@@ -20,8 +20,19 @@
  * CL_WS_SEND_QUEUE_MAX bytes wait: flow control for a stdin pump) and the
  * close with cl_ws_close().
  *
+ * TLS state. A wss:// connection has an OpenSSL client context (SSL_CTX) of
+ * its own, made by cl_ws_connect() from cl_ws_tls (or the system's CAs)
+ * and freed by cl_ws_free() after the libwebsockets context; a ws://
+ * connection has none. libwebsockets 4.1 is never left to make or free
+ * one: its own were freed through a process-wide OpenSSL ex-data index
+ * that every new context remakes, so one made while another connection was
+ * open (about 700 KB: the system CA store) was never freed. Nothing
+ * outlives cl_ws_free().
+ *
  * Errors (cloud.h conventions: -1 with *error set, op named):
  *  - no TCP connection, TLS failure, a cut stream: connection (retryable);
+ *  - TLS material of cl_ws_tls that cannot be read (not PEM, a key that
+ *    does not match its certificate): configuration, naming which;
  *  - the server answered the upgrade with an HTTP status other than 101:
  *    the code of that status (cl_code_of_status: 400 configuration, 401/403
  *    authentication, 404 not_found, 5xx connection), message "@what: the
