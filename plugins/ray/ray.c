@@ -943,36 +943,29 @@ static int ray_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
 
+static void ray_sandbox_free(sbx_plugin_sandbox *sb)
+{
+    if (sb) {
+        free(sb->dir);
+        free(sb->meta);
+        json_object_put(sb->res);
+    }
+    cl_sandbox_free(sb);
+}
+
 static struct sbx_plugin_sandbox *ray_sandbox_new(struct sbx_plugin_client *c, const char *id,
                                                   const char *dir, const char *meta, int made)
 {
-    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
+    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
     if (!sb)
         return NULL;
     sb->c = c;
     sb->made = made;
-    if (cl_sandbox_init(&sb->s, id) < 0) {
-        free(sb);
-        return NULL;
-    }
-    if (!(sb->dir = strdup(dir)) || !(sb->meta = strdup(meta))) {
-        cl_sandbox_clear(&sb->s);
-        free(sb->dir);
-        free(sb);
+    if (cl_dup(&sb->dir, dir) < 0 || cl_dup(&sb->meta, meta) < 0) {
+        ray_sandbox_free(sb);
         return NULL;
     }
     return sb;
-}
-
-static void ray_sandbox_free(sbx_plugin_sandbox *sb)
-{
-    if (!sb)
-        return;
-    cl_sandbox_clear(&sb->s);
-    free(sb->dir);
-    free(sb->meta);
-    json_object_put(sb->res);
-    free(sb);
 }
 
 /* The entrypoint resources of the create's cpu and gpu, and the backend

@@ -853,22 +853,27 @@ out:
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
 
+static void rm_sandbox_free(sbx_plugin_sandbox *sb)
+{
+    if (sb) {
+        free(sb->api);
+        free(sb->backend);
+        free(sb->root);
+    }
+    cl_sandbox_free(sb);
+}
+
 static struct sbx_plugin_sandbox *rm_sandbox_new(struct sbx_plugin_client *c, const char *id,
                                                  const char *api, const char *backend,
                                                  const char *root)
 {
-    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
+    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
     if (!sb)
         return NULL;
     sb->c = c;
-    sb->api = strdup(api);
-    sb->backend = backend ? strdup(backend) : NULL;
-    sb->root = strdup(root ? root : "");
-    if (!sb->api || (backend && !sb->backend) || !sb->root || cl_sandbox_init(&sb->s, id) < 0) {
-        free(sb->api);
-        free(sb->backend);
-        free(sb->root);
-        free(sb);
+    if (cl_dup(&sb->api, api) < 0 || cl_dup(&sb->backend, backend) < 0
+        || cl_dup(&sb->root, root ? root : "") < 0) {
+        rm_sandbox_free(sb);
         return NULL;
     }
     return sb;
@@ -879,17 +884,6 @@ static struct sbx_plugin_sandbox *rm_sandbox_new(struct sbx_plugin_client *c, co
 static const char *rm_sandbox_root(sbx_plugin_sandbox *sb)
 {
     return sb->root;
-}
-
-static void rm_sandbox_free(sbx_plugin_sandbox *sb)
-{
-    if (!sb)
-        return;
-    cl_sandbox_clear(&sb->s);
-    free(sb->api);
-    free(sb->backend);
-    free(sb->root);
-    free(sb);
 }
 
 #define rm_refuse(error, option, value, why) \

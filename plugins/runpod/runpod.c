@@ -537,28 +537,23 @@ static char *rp_path(struct sbx_plugin_sandbox *sb, const char *path)
 
 static struct sbx_plugin_sandbox *rp_sandbox_new(struct sbx_plugin_client *c, const char *id)
 {
-    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
-    if (!sb)
-        return NULL;
-    sb->c = c;
-    sb->cost = -1;
-    if (cl_sandbox_init(&sb->s, id) < 0) {
-        free(sb);
-        return NULL;
+    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
+    if (sb) {
+        sb->c = c;
+        sb->cost = -1;
     }
     return sb;
 }
 
 static void rp_sandbox_free(sbx_plugin_sandbox *sb)
 {
-    if (!sb)
-        return;
-    rp_ssh_free(sb->ssh);
-    cl_sandbox_clear(&sb->s);
-    rp_opts_clear(&sb->opts);
-    free(sb->workdir);
-    free(sb->host);
-    free(sb);
+    if (sb) {
+        rp_ssh_free(sb->ssh);
+        rp_opts_clear(&sb->opts);
+        free(sb->workdir);
+        free(sb->host);
+    }
+    cl_sandbox_free(sb);
 }
 
 /* Parses "TYPE[:COUNT]" into @type (a new string) and @count. */

@@ -429,6 +429,30 @@ void cl_sandbox_clear(cl_sandbox *s)
     s->n_ports = 0;
 }
 
+void *cl_sandbox_alloc(size_t size, const char *id)
+{
+    cl_sandbox *s = calloc(1, size < sizeof(*s) ? sizeof(*s) : size);
+    if (s && cl_sandbox_init(s, id) < 0) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void cl_sandbox_free(void *sb)
+{
+    if (!sb)
+        return;
+    cl_sandbox_clear(sb);
+    free(sb);
+}
+
+int cl_dup(char **dst, const char *src)
+{
+    *dst = src ? strdup(src) : NULL;
+    return src && !*dst ? -1 : 0;
+}
+
 size_t cl_request_ports(const sbx_plugin_create_request *rq, const uint16_t **ports)
 {
     *ports = NULL;

@@ -292,6 +292,18 @@ typedef struct cl_sandbox {
 int cl_sandbox_init(cl_sandbox *s, const char *id);
 /** Frees what cl_sandbox_init() made (not @s itself). */
 void cl_sandbox_clear(cl_sandbox *s);
+/**
+ * A plugin's sandbox struct of @size bytes (at least sizeof(cl_sandbox);
+ * zeroed) whose first member, a cl_sandbox, holds @id (cl_sandbox_init()):
+ * the constructor the plugins write alike. NULL on no memory. Freed with
+ * cl_sandbox_free() once the plugin freed its own members. Thread-safe.
+ */
+void *cl_sandbox_alloc(size_t size, const char *id);
+/** Clears the cl_sandbox that starts @sb and frees @sb (NULL: nothing). */
+void cl_sandbox_free(void *sb);
+/** *@dst becomes a copy of @src (NULL: NULL): 0, or -1 on no memory
+ *  (*@dst NULL). For a constructor's string members. */
+int cl_dup(char **dst, const char *src);
 /** The sandbox_id slot: the id of a sandbox whose struct starts with a
  *  cl_sandbox (borrowed, lives as long as the sandbox). */
 const char *cl_sandbox_id(sbx_plugin_sandbox *sb);

@@ -448,14 +448,12 @@ static int bl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t
 static struct sbx_plugin_sandbox *bl_sandbox_new(struct sbx_plugin_client *c, const char *id,
                                                  const char *url)
 {
-    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
+    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
     if (!sb)
         return NULL;
     sb->c = c;
-    sb->url = bl_trim_slash(url);
-    if (!sb->url || cl_sandbox_init(&sb->s, id) < 0) {
-        free(sb->url);
-        free(sb);
+    if (!(sb->url = bl_trim_slash(url))) {
+        cl_sandbox_free(sb);
         return NULL;
     }
     return sb;
@@ -463,12 +461,11 @@ static struct sbx_plugin_sandbox *bl_sandbox_new(struct sbx_plugin_client *c, co
 
 static void bl_sandbox_free(sbx_plugin_sandbox *sb)
 {
-    if (!sb)
-        return;
-    cl_sandbox_clear(&sb->s);
-    free(sb->url);
-    free(sb->workdir);
-    free(sb);
+    if (sb) {
+        free(sb->url);
+        free(sb->workdir);
+    }
+    cl_sandbox_free(sb);
 }
 
 /* The data plane of sandbox @j (metadata.url, else the run URL's). */

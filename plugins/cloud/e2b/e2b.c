@@ -273,11 +273,9 @@ static int e2b_take_sandbox(struct sbx_plugin_sandbox *sb, json_object *j)
 
 static struct sbx_plugin_sandbox *e2b_sandbox_new(struct sbx_plugin_client *c, const char *id)
 {
-    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
-    if (!sb || cl_sandbox_init(&sb->s, id) < 0) {
-        free(sb);
+    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
+    if (!sb)
         return NULL;
-    }
     sb->c = c;
     pthread_mutex_init(&sb->lock, NULL);
     return sb;
@@ -288,12 +286,11 @@ static void e2b_sandbox_free(sbx_plugin_sandbox *sb)
     if (!sb)
         return;
     pthread_mutex_destroy(&sb->lock);
-    cl_sandbox_clear(&sb->s);
     free(sb->envd);
     free(sb->workdir);
     free(sb->domain);
     free(sb->token);
-    free(sb);
+    cl_sandbox_free(sb);
 }
 
 /*

@@ -800,24 +800,17 @@ static int rl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t
 
 static struct sbx_plugin_sandbox *rl_sandbox_new(struct sbx_plugin_client *c, const char *id)
 {
-    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
-    if (!sb)
-        return NULL;
-    sb->c = c;
-    if (cl_sandbox_init(&sb->s, id) < 0) {
-        free(sb);
-        return NULL;
-    }
+    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
+    if (sb)
+        sb->c = c;
     return sb;
 }
 
 static void rl_sandbox_free(sbx_plugin_sandbox *sb)
 {
-    if (!sb)
-        return;
-    cl_sandbox_clear(&sb->s);
-    free(sb->workdir);
-    free(sb);
+    if (sb)
+        free(sb->workdir);
+    cl_sandbox_free(sb);
 }
 
 /* Runloop's named sizes: vCPUs and GiB. */

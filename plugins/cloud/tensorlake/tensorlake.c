@@ -340,15 +340,13 @@ static int tl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t
 static struct sbx_plugin_sandbox *tl_sandbox_new(struct sbx_plugin_client *c, const char *id,
                                                  const char *url, int named)
 {
-    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
+    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
     if (!sb)
         return NULL;
     sb->c = c;
-    sb->url = cl_trim_slash(url);
     sb->named = named;
-    if (!sb->url || cl_sandbox_init(&sb->s, id) < 0) {
-        free(sb->url);
-        free(sb);
+    if (!(sb->url = cl_trim_slash(url))) {
+        cl_sandbox_free(sb);
         return NULL;
     }
     return sb;
@@ -356,12 +354,11 @@ static struct sbx_plugin_sandbox *tl_sandbox_new(struct sbx_plugin_client *c, co
 
 static void tl_sandbox_free(sbx_plugin_sandbox *sb)
 {
-    if (!sb)
-        return;
-    cl_sandbox_clear(&sb->s);
-    free(sb->url);
-    free(sb->workdir);
-    free(sb);
+    if (sb) {
+        free(sb->url);
+        free(sb->workdir);
+    }
+    cl_sandbox_free(sb);
 }
 
 #define tl_refuse(error, option, value, why) \
