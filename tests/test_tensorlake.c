@@ -208,7 +208,7 @@ Test(tensorlake, every_sandbox_is_named_so_it_can_be_listed_and_reaped)
  * found by its name, the create token, in the list, and deleted by the
  * client's reaper (it looks once a second): one DELETE, of the sandbox so
  * named, which the fake then holds terminated. */
-Test(tensorlake, case20_a_create_answered_too_late_is_found_by_its_name_and_deleted)
+Test(tensorlake, case20_a_create_answered_too_late_is_found_by_its_name_and_deleted_slow)
 {
     cr_assert_eq(tu_fake_http("DELETE", "/_fake/log", NULL, NULL, NULL), 204);
     tu_fake_post("/_fake/faults", "{\"method\":\"POST\",\"path\":\"^/sandboxes$\","
