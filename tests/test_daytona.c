@@ -6,7 +6,8 @@
  * library's back is not_found "gone"), CASE-53 (a stopped or archived
  * sandbox is started on use, also for a command with stdin, a starting one
  * waited for, an errored one names its state), the requests of a warm
- * exec, the sessions of commands at once and of a freed handle, CASE-36
+ * exec and its fallback on an image without perl, the sessions of
+ * commands at once and of a freed handle, CASE-36
  * (the credential is never in an error, the session state or the fake's
  * log outside the header), CASE-20 (a create answered after the client's
  * timeout leaves no sandbox: found by its create token and deleted) and a
@@ -724,6 +725,55 @@ Test(daytona_faults, a_warm_exec_takes_one_request_three_when_streamed)
     free(logs_re);
     free(cmd_re);
     free(upload_re);
+}
+
+/* An image without perl (the fake's no_perl: the sandbox's PATH lacks it):
+ * the one-request exec needs perl to make its output text, so its command
+ * line finds none and exits at once without running the command; the
+ * command is then sent the way that needs none (started, output followed,
+ * exit code read) and runs once: 4 requests, its stdout and stderr apart
+ * and its exit code exact, nothing of the probe in them. The handle
+ * remembers it: the next command takes those 3 requests at once. */
+Test(daytona_faults, an_image_without_perl_falls_back_to_three_requests)
+{
+    char *sess = tu_strdup_printf("/toolbox/%s/process/session/sbx-session-[0-9a-f]{24}",
+                                  sb_id());
+    char *exec_re = tu_strdup_printf("%s/exec", sess);
+    char *logs_re = tu_strdup_printf("%s/command/[^/]+/logs", sess);
+    char *cmd_re = tu_strdup_printf("%s/command/[^/]+$", sess);
+    /* A session in the handle's pool first, so that none is made below. */
+    sbx_result *r = tu_sh(g_sb, "true", 10);
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    char *no_perl = tu_strdup_printf("/_fake/sandbox/%s/no_perl", sb_id());
+    tu_fake_post(no_perl, "{}");
+    free(no_perl);
+    static const int requests[2] = { 4, 3 };
+    for (int round = 0; round < 2; round++) {
+        tu_fake_reset();
+        r = tu_sh(g_sb, "command -v perl || echo 'no perl'; echo out; echo err >&2; "
+                        "echo again >> /tmp/runs; exit 3", 10);
+        tu_assert_exit(r, 3);
+        tu_assert_stdout(r, "no perl\nout\n");
+        tu_assert_stderr(r, "err\n");
+        sbx_result_free(r);
+        json_object *log = tu_fake_log();
+        cr_assert_eq(json_object_array_length(log), requests[round], "round %d: %s", round,
+                     json_object_to_json_string(log));
+        cr_assert_eq(tu_fake_count(log, "POST", exec_re, NULL, 0), round == 0 ? 2 : 1);
+        cr_assert_eq(tu_fake_count(log, "GET", logs_re, NULL, 0), 1);
+        cr_assert_eq(tu_fake_count(log, "GET", cmd_re, NULL, 0), 1);
+        json_object_put(log);
+    }
+    /* Each command ran once. */
+    r = tu_sh(g_sb, "cat /tmp/runs", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "again\nagain\n");
+    sbx_result_free(r);
+    free(sess);
+    free(exec_re);
+    free(logs_re);
+    free(cmd_re);
 }
 
 /* Two commands at once on one handle run in two sessions (a session's
