@@ -1209,19 +1209,13 @@ Test(daytona_faults, storm_100_creates_5_at_a_time_slow, .timeout = 180)
  * or error, a retried call included. */
 Test(daytona_faults, exposed_ports_are_preview_links_without_their_token)
 {
-    char logpath[] = "/tmp/sbx-daytona-log-XXXXXX";
-    int logfd = mkstemp(logpath);
-    cr_assert_geq(logfd, 0);
-    int saved = dup(2);
-    cr_assert_eq(dup2(logfd, 2), 2);
-    cr_assert_eq(setenv("SBX_DEBUG", "1", 1), 0);
+    tu_debug_log l;
+    tu_debug_log_start(&l);
     sbx_error *err = NULL;
     sbx_client *c = sbx_client_new("daytona", &err);
     cr_assert_not_null(c);
-    sbx_options *o = sbx_options_new();
-    cr_assert_eq(sbx_options_add_port(o, 3000, NULL), 0);
-    sbx_sandbox *sb = tu_create(c, o);
-    sbx_options_free(o);
+    static const uint16_t ports[] = { 3000 };
+    sbx_sandbox *sb = tu_create_with_ports(c, ports, 1);
     const char *id = sbx_sandbox_get0_id(sb);
 
     /* The first call for the link fails once with a 503 and is retried. */
@@ -1229,44 +1223,27 @@ Test(daytona_faults, exposed_ports_are_preview_links_without_their_token)
                                   "\"status\":503}", id);
     tu_fake_post("/_fake/faults", rule);
     free(rule);
-    char *got = sbx_sandbox_resolve_port(sb, 3000, &err);
-    cr_assert_not_null(got, "%s", err ? sbx_error_get0_message(err) : "");
     char *want = tu_strdup_printf("https://3000-%s.proxy.daytona.works", id);
-    cr_assert_str_eq(got, want);
-    free(got);
+    tu_assert_port_url(sb, 3000, want);
     free(want);
 
+    tu_assert_port_not_exposed(sb, "daytona", 8080);
     cr_assert_null(sbx_sandbox_resolve_port(sb, 8080, &err));
-    char *msg = tu_strdup_printf("daytona sandbox %s: port 8080 is not exposed", id);
-    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
-    cr_assert_str_eq(sbx_error_get0_message(err), msg);
-    free(msg);
     char *errtext = sbx_error_to_string(err);
     sbx_error_free(err);
     err = NULL;
     cr_assert_eq(sbx_sandbox_expose_port(sb, 8080, &err), 0);
-    got = sbx_sandbox_resolve_port(sb, 8080, &err);
     want = tu_strdup_printf("https://8080-%s.proxy.daytona.works", id);
-    cr_assert_str_eq(got, want);
-    free(got);
+    tu_assert_port_url(sb, 8080, want);
     free(want);
     char *state = sbx_sandbox_session_state(sb, &err);
     cr_assert_not_null(state);
     sbx_sandbox *again = sbx_sandbox_resume(c, state, &err);
     cr_assert_not_null(again, "%s", err ? sbx_error_get0_message(err) : "");
-    uint16_t *list = NULL;
-    size_t n = 0;
-    cr_assert_eq(sbx_sandbox_list_ports(again, &list, &n, &err), 0);
-    cr_assert_eq(n, 2);
-    cr_assert_eq(list[0], 3000);
-    cr_assert_eq(list[1], 8080);
-    free(list);
+    tu_assert_ports(again, "3000,8080");
     sbx_sandbox_free(again);
     cr_assert_eq(sbx_sandbox_unexpose_port(sb, 8080, &err), 0);
-    cr_assert_null(sbx_sandbox_resolve_port(sb, 8080, &err));
-    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
-    sbx_error_free(err);
-    err = NULL;
+    tu_assert_port_not_exposed(sb, "daytona", 8080);
 
     /* The token, as the provider hands it out. */
     char *path = tu_strdup_printf("/api/sandbox/%s/ports/3000/preview-url", id), *body = NULL;
@@ -1280,18 +1257,7 @@ Test(daytona_faults, exposed_ports_are_preview_links_without_their_token)
     cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
     sbx_sandbox_free(sb);
     sbx_client_free(c);
-    fflush(stderr);
-    cr_assert_eq(dup2(saved, 2), 2);
-    close(saved);
-    unsetenv("SBX_DEBUG");
-    FILE *f = fopen(logpath, "r");
-    cr_assert_not_null(f);
-    static char logbuf[1 << 20];
-    size_t len = fread(logbuf, 1, sizeof(logbuf) - 1, f);
-    logbuf[len] = '\0';
-    fclose(f);
-    close(logfd);
-    unlink(logpath);
+    char *logbuf = tu_debug_log_stop(&l);
     cr_assert_not_null(strstr(logbuf, "HTTP 503, retrying"), "no retry logged: %s", logbuf);
     cr_assert_null(strstr(logbuf, token), "the preview token is in the log");
     cr_assert_null(strstr(state, token), "the preview token is in the session state");
@@ -1301,4 +1267,5 @@ Test(daytona_faults, exposed_ports_are_preview_links_without_their_token)
     free(path);
     free(state);
     free(errtext);
+    free(logbuf);
 }

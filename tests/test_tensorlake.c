@@ -270,20 +270,10 @@ Test(tensorlake, a_client_option_of_the_wrong_type_names_it)
 /* The exposed_ports of the provider's SandboxInfo of @id, as "N,N,...". */
 static char *provider_ports(const char *id)
 {
-    tu_fake_use("TENSORLAKE_API_URL");
-    char *path = tu_strdup_printf("/sandboxes/%s", id), *body = NULL;
-    cr_assert_eq(tu_fake_http("GET", path, "Authorization: Bearer sbx-test-dummy-key", NULL,
-                              &body), 200);
-    json_object *j = json_tokener_parse(body), *a;
-    cr_assert(json_object_object_get_ex(j, "exposed_ports", &a));
-    char out[256] = "";
-    for (size_t i = 0; i < json_object_array_length(a); i++)
-        snprintf(out + strlen(out), sizeof(out) - strlen(out), i ? ",%d" : "%d",
-                 json_object_get_int(json_object_array_get_idx(a, i)));
-    json_object_put(j);
-    free(body);
+    char *path = tu_strdup_printf("/sandboxes/%s", id);
+    char *out = tu_fake_ints(path, "Authorization: Bearer sbx-test-dummy-key", "exposed_ports");
     free(path);
-    return strdup(out);
+    return out;
 }
 
 /* Exposed ports live at the provider: create sends exposed_ports, expose
@@ -292,20 +282,15 @@ static char *provider_ports(const char *id)
  * not_found. */
 Test(tensorlake, exposed_ports_follow_the_provider)
 {
-    sbx_options *o = sbx_options_new();
-    cr_assert_eq(sbx_options_add_port(o, 8080, NULL), 0);
-    g_sb = tu_create(g_client, o);
-    sbx_options_free(o);
+    static const uint16_t ports[] = { 8080 };
+    g_sb = tu_create_with_ports(g_client, ports, 1);
     const char *id = sbx_sandbox_get0_id(g_sb);
     char *p = provider_ports(id);
     cr_assert_str_eq(p, "8080");
     free(p);
     sbx_error *err = NULL;
-    char *got = sbx_sandbox_resolve_port(g_sb, 8080, &err);
     char *want = tu_strdup_printf("https://8080-%s.sandbox.tensorlake.ai", id);
-    cr_assert_not_null(got, "%s", err ? sbx_error_get0_message(err) : "");
-    cr_assert_str_eq(got, want);
-    free(got);
+    tu_assert_port_url(g_sb, 8080, want);
     free(want);
 
     cr_assert_eq(sbx_sandbox_expose_port(g_sb, 3000, &err), 0, "%s",
@@ -317,25 +302,13 @@ Test(tensorlake, exposed_ports_follow_the_provider)
     p = provider_ports(id);
     cr_assert_str_eq(p, "3000");
     free(p);
-    cr_assert_null(sbx_sandbox_resolve_port(g_sb, 8080, &err));
-    char *msg = tu_strdup_printf("tensorlake sandbox %s: port 8080 is not exposed", id);
-    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
-    cr_assert_str_eq(sbx_error_get0_message(err), msg);
-    cr_assert_str_eq(sbx_error_get0_context(err, "port"), "8080");
-    free(msg);
-    sbx_error_free(err);
-    err = NULL;
+    tu_assert_port_not_exposed(g_sb, "tensorlake", 8080);
 
     /* A handle resumed from the session state takes the provider's set. */
     char *state = sbx_sandbox_session_state(g_sb, &err);
     sbx_sandbox *again = sbx_sandbox_resume(g_client, state, &err);
     cr_assert_not_null(again, "%s", err ? sbx_error_get0_message(err) : "");
-    uint16_t *list = NULL;
-    size_t n = 0;
-    cr_assert_eq(sbx_sandbox_list_ports(again, &list, &n, &err), 0);
-    cr_assert_eq(n, 1);
-    cr_assert_eq(list[0], 3000);
-    free(list);
+    tu_assert_ports(again, "3000");
     sbx_sandbox_free(again);
     free(state);
 }
