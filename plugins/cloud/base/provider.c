@@ -429,6 +429,23 @@ void cl_sandbox_clear(cl_sandbox *s)
     s->n_ports = 0;
 }
 
+sbx_error *cl_create_unanswered(cl_reaper *reaper, const sbx_call_ctx *ctx, const char *token,
+                                const char *op, sbx_error **error)
+{
+    cl_last_error l = *cl_last();
+    /* The call's deadline cancelled it: a timeout. */
+    if (l.code == SBX_ERROR_CANCELLED && ctx && ctx->deadline > 0
+        && cl_now() >= ctx->deadline - 0.05)
+        l.code = SBX_ERROR_TIMEOUT;
+    sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
+    if (l.unknown) {
+        cl_outcome_unknown(err);
+        if (token)
+            cl_reap_lost(reaper, token);
+    }
+    return err;
+}
+
 void *cl_sandbox_alloc(size_t size, const char *id)
 {
     cl_sandbox *s = calloc(1, size < sizeof(*s) ? sizeof(*s) : size);

@@ -455,6 +455,19 @@ int cl_exec_check(cl_sandbox *s, const char *provider, const sbx_plugin_exec_req
 int cl_exec_check_pty(cl_sandbox *s, const char *provider, const sbx_plugin_exec_request *rq,
                       int per_command_user, sbx_error **error);
 
+/**
+ * The end of a create whose request got no answer (the request call gave
+ * -1 with its error in cl_last(), none stored for the caller): the error
+ * stored in *@error again (@op), its code cancelled made timeout when the
+ * call's deadline (@ctx) had passed, its outcome unknown when the request
+ * may have reached the provider; and then, when it may have and @token
+ * (the create token the sandbox carries) is not NULL, cl_reap_lost(@reaper,
+ * @token): the sandbox the provider may still make is looked for and
+ * deleted (CASE-20). Returns the error. On the calling thread.
+ */
+sbx_error *cl_create_unanswered(cl_reaper *reaper, const sbx_call_ctx *ctx, const char *token,
+                                const char *op, sbx_error **error);
+
 /** The ids a listing collects (the reaper's look-up, cloud.h): start from
  *  { 0 }. Not thread-safe. */
 typedef struct cl_ids {

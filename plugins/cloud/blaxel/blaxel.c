@@ -673,16 +673,11 @@ static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (cl_request_json(c->http, ctx, "POST", url, body, CL_SAFE, &r, op,
                         "create the sandbox", NULL) < 0) {
         cl_last_error l = *cl_last();
-        /* The call's deadline cancelled it: a timeout. */
-        if (l.code == SBX_ERROR_CANCELLED && ctx && ctx->deadline > 0
-            && cl_now() >= ctx->deadline - 0.05)
-            l.code = SBX_ERROR_TIMEOUT;
-        sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
-        if (l.unknown)
-            cl_outcome_unknown(err);
+        cl_create_unanswered(c->reaper, ctx, token, op, error);
         /* Its name is this call's: whatever the provider made of it is
-         * looked for now (briefly: the call is over) and for a while. */
-        if (token)
+         * looked for now (briefly: the call is over) and for a while,
+         * whatever the outcome (an unknown one was reaped above). */
+        if (token && !l.unknown)
             cl_reap_lost(c->reaper, token);
         goto out;
     }

@@ -1417,18 +1417,11 @@ static int k8_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                                      "create the pod", NULL) : -1;
     free(purl);
     if (prc < 0) {
-        cl_last_error l = *cl_last();
-        if (l.code == SBX_ERROR_CANCELLED && ctx && ctx->deadline > 0
-            && cl_now() >= ctx->deadline - 0.05)
-            l.code = SBX_ERROR_TIMEOUT;
-        sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
-        if (l.unknown) {
-            cl_outcome_unknown(err);
-            /* The name is ours: delete it whether or not it was made. */
+        int unknown = cl_last()->unknown;
+        cl_create_unanswered(c->reaper, ctx, ctx ? ctx->create_token : NULL, op, error);
+        /* The name is ours: delete it whether or not it was made. */
+        if (unknown)
             k8_delete(c, NULL, name, op, NULL);
-            if (ctx && ctx->create_token)
-                cl_reap_lost(c->reaper, ctx->create_token);
-        }
         goto undo_policy;
     }
     if (r.status / 100 != 2) {

@@ -1201,15 +1201,7 @@ static int vc_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     if (cl_request_json(c->http, ctx, "POST", url, body, CL_UNSAFE, &r, op,
                         "create the sandbox", NULL) < 0) {
-        cl_last_error l = *cl_last();
-        if (l.code == SBX_ERROR_CANCELLED && ctx && ctx->deadline > 0
-            && cl_now() >= ctx->deadline - 0.05)
-            l.code = SBX_ERROR_TIMEOUT;
-        sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
-        if (l.unknown)
-            cl_outcome_unknown(err);
-        if (ctx && ctx->create_token && l.unknown)
-            cl_reap_lost(c->reaper, ctx->create_token);
+        cl_create_unanswered(c->reaper, ctx, ctx ? ctx->create_token : NULL, op, error);
         goto out;
     }
     if (r.status / 100 != 2) {
