@@ -1280,19 +1280,15 @@ static const char *ray_sandbox_root(sbx_plugin_sandbox *sb)
 static char *ray_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    if (ray_check(sb, "session_state", error) < 0)
+    json_object *j = cl_state_new(&sb->s, RAY_BACKEND, RAY_STATE_VERSION, "sandbox_id", NULL, error);
+    if (!j)
         return NULL;
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "version", json_object_new_int(RAY_STATE_VERSION));
-    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
     json_object_object_add(j, "dir", json_object_new_string(sb->dir));
     json_object_object_add(j, "meta", json_object_new_string(sb->meta));
     json_object_object_add(j, "made", json_object_new_boolean(sb->made));
     if (sb->res && json_object_object_length(sb->res) > 0)
         json_object_object_add(j, "resources", json_object_get(sb->res));
-    char *out = cl_state_out(j, "session_state", error);
-    json_object_put(j);
-    return out;
+    return cl_state_end(j, error);
 }
 
 static int ray_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,

@@ -1289,18 +1289,14 @@ static int rm_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *rm_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    if (cl_gone_check(&sb->s.gone, "session_state", RM_BACKEND, sb->s.id, error) < 0)
+    json_object *j = cl_state_new(&sb->s, RM_BACKEND, RM_STATE_VERSION, "sandbox_id", NULL, error);
+    if (!j)
         return NULL;
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "version", json_object_new_int(RM_STATE_VERSION));
-    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
     json_object_object_add(j, "url", json_object_new_string(sb->api));
     if (sb->backend)
         json_object_object_add(j, "backend", json_object_new_string(sb->backend));
     json_object_object_add(j, "root", json_object_new_string(sb->root));
-    char *out = cl_state_out(j, "session_state", error);
-    json_object_put(j);
-    return out;
+    return cl_state_end(j, error);
 }
 
 static int rm_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,

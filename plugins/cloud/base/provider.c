@@ -115,6 +115,28 @@ char *cl_state_out(json_object *j, const char *op, sbx_error **error)
     return out;
 }
 
+json_object *cl_state_new(cl_sandbox *s, const char *provider, int version,
+                          const char *id_key, const char *workdir, sbx_error **error)
+{
+    if (cl_gone_check(&s->gone, "session_state", provider, s->id, error) < 0)
+        return NULL;
+    json_object *j = json_object_new_object();
+    json_object_object_add(j, "version", json_object_new_int(version));
+    json_object_object_add(j, id_key, json_object_new_string(s->id));
+    if (workdir)
+        json_object_object_add(j, "workdir", json_object_new_string(workdir));
+    return j;
+}
+
+char *cl_state_end(json_object *j, sbx_error **error)
+{
+    if (!j)
+        return NULL;
+    char *out = cl_state_out(j, "session_state", error);
+    json_object_put(j);
+    return out;
+}
+
 json_object *cl_state_in(const char *state_json, int version, const char *id_key,
                          const char *provider, const char *op, const char **id,
                          sbx_error **error)

@@ -100,6 +100,22 @@ int cl_wait_until(const sbx_call_ctx *ctx, double max_s, cl_wait_fn fn, void *ud
  */
 char *cl_state_out(struct json_object *j, const char *op, sbx_error **error);
 
+struct cl_sandbox;
+
+/**
+ * The start of a session_state slot on sandbox @s of @provider: NULL with
+ * cl_gone_error() when @s is gone (op session_state); else a new object
+ * {"version": @version, @id_key: ID} with "workdir": @workdir when
+ * @workdir is not NULL, to which the plugin adds its own members before
+ * cl_state_end().
+ */
+struct json_object *cl_state_new(struct cl_sandbox *s, const char *provider, int version,
+                                 const char *id_key, const char *workdir, sbx_error **error);
+
+/** The end of a session_state slot: cl_state_out(@j) (op session_state),
+ *  @j put. NULL when @j is NULL (its error stored already). */
+char *cl_state_end(struct json_object *j, sbx_error **error);
+
 /**
  * Parses @state_json: a new JSON object (free with json_object_put) whose
  * "version" is @version and whose @id_key is a non-empty string, stored in

@@ -785,17 +785,11 @@ static int bl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *bl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    if (bl_check(sb, "session_state", error) < 0)
+    json_object *j = cl_state_new(&sb->s, BL_BACKEND, BL_STATE_VERSION, "name", sb->workdir, error);
+    if (!j)
         return NULL;
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "version", json_object_new_int(BL_STATE_VERSION));
-    json_object_object_add(j, "name", json_object_new_string(sb->s.id));
     json_object_object_add(j, "url", json_object_new_string(sb->url));
-    if (sb->workdir)
-        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
-    char *out = cl_state_out(j, "session_state", error);
-    json_object_put(j);
-    return out;
+    return cl_state_end(j, error);
 }
 
 static int bl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
@@ -1521,27 +1515,14 @@ static int bl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     return 0;
 }
 
+/* exec_wait, with the missing working directory's check (provider.h). */
 static int bl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
                         int *exit_code, sbx_error **error)
 {
     (void)ctx;
     bl_proc *p = (bl_proc *)process;
-    int rc = cl_proc_wait(&p->base, timeout_ms, exit_code, "exec_wait", error);
-    /* A missing working directory: the script's cd failed (cloud.h). */
-    char *quoted = rc == 1 && *exit_code == CL_CWD_MISSING_EXIT ? cl_script_cwd(p->script)
-                                                                  : NULL;
-    if (quoted) {
-        char *cmd = cl_printf("test -d %s", quoted);
-        int code = 0;
-        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-        if (cmd && bl_run_short(p->sb, &c2, cmd, &code, "exec", NULL) == 0 && code != 0) {
-            cl_cwd_missing_error(error, "exec", quoted);
-            rc = -1;
-        }
-        free(cmd);
-        free(quoted);
-    }
-    return rc;
+    return cl_exec_wait_script(process, p->sb, p->script, bl_run_short, timeout_ms, exit_code,
+                               error);
 }
 
 /* Signals every process of the command: each carries CL_EXEC_MARK=<its
@@ -1552,18 +1533,7 @@ static int bl_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
                         sbx_error **error)
 {
     bl_proc *p = (bl_proc *)process;
-    pthread_mutex_lock(&p->base.lock);
-    int ended = p->base.ended;
-    pthread_mutex_unlock(&p->base.lock);
-    if (ended)
-        return 0;
-    char *cmd = cl_mark_kill_command(p->tag, sig);
-    int code = 0;
-    int rc = cmd ? bl_run_short(p->sb, ctx, cmd, &code, "exec_kill", error) : -1;
-    if (!cmd)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec_kill", "out of memory");
-    free(cmd);
-    return rc;
+    return cl_proc_mark_kill(&p->base, p->sb, bl_run_short, ctx, p->tag, sig, error);
 }
 
 static void bl_exec_free(sbx_plugin_process *process)

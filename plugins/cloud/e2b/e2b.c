@@ -1401,18 +1401,12 @@ static int e2b_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_err
 static char *e2b_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    if (e2b_check(sb, "session_state", error) < 0)
+    json_object *j = cl_state_new(&sb->s, E2B_BACKEND, E2B_STATE_VERSION, "sandbox_id", sb->workdir, error);
+    if (!j)
         return NULL;
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "version", json_object_new_int(E2B_STATE_VERSION));
-    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
-    if (sb->workdir)
-        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
     json_object_object_add(j, "lifetime_s", json_object_new_int64((int64_t)sb->lifetime_s));
     cl_ports_to_state(&sb->s, j);
-    char *out = cl_state_out(j, "session_state", error);
-    json_object_put(j);
-    return out;
+    return cl_state_end(j, error);
 }
 
 static int e2b_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,

@@ -1507,17 +1507,11 @@ static int k8_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *k8_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    if (cl_gone_check(&sb->s.gone, "session_state", K8_BACKEND, sb->s.id, error) < 0)
+    json_object *j = cl_state_new(&sb->s, K8_BACKEND, K8_STATE_VERSION, "pod", sb->workdir, error);
+    if (!j)
         return NULL;
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "version", json_object_new_int(K8_STATE_VERSION));
-    json_object_object_add(j, "pod", json_object_new_string(sb->s.id));
     json_object_object_add(j, "namespace", json_object_new_string(sb->c->ns));
-    if (sb->workdir)
-        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
-    char *out = cl_state_out(j, "session_state", error);
-    json_object_put(j);
-    return out;
+    return cl_state_end(j, error);
 }
 
 static int k8_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,

@@ -1086,16 +1086,8 @@ static int rl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *rl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    if (rl_check(sb, "session_state", error) < 0)
-        return NULL;
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "version", json_object_new_int(RL_STATE_VERSION));
-    json_object_object_add(j, "devbox_id", json_object_new_string(sb->s.id));
-    if (sb->workdir)
-        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
-    char *out = cl_state_out(j, "session_state", error);
-    json_object_put(j);
-    return out;
+    json_object *j = cl_state_new(&sb->s, RL_BACKEND, RL_STATE_VERSION, "devbox_id", sb->workdir, error);
+    return cl_state_end(j, error);
 }
 
 static int rl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,

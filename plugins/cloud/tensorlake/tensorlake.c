@@ -833,18 +833,12 @@ static int tl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *tl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    if (tl_check(sb, "session_state", error) < 0)
+    json_object *j = cl_state_new(&sb->s, TL_BACKEND, TL_STATE_VERSION, "sandbox_id", sb->workdir, error);
+    if (!j)
         return NULL;
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "version", json_object_new_int(TL_STATE_VERSION));
-    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
     json_object_object_add(j, "sandbox_url", json_object_new_string(sb->url));
     json_object_object_add(j, "named", json_object_new_boolean(sb->named));
-    if (sb->workdir)
-        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
-    char *out = cl_state_out(j, "session_state", error);
-    json_object_put(j);
-    return out;
+    return cl_state_end(j, error);
 }
 
 static int tl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,

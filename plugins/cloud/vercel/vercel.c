@@ -1301,16 +1301,8 @@ static int vc_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *vc_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    if (vc_check(sb, "session_state", error) < 0)
-        return NULL;
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "version", json_object_new_int(VC_STATE_VERSION));
-    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
-    if (sb->workdir)
-        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
-    char *out = cl_state_out(j, "session_state", error);
-    json_object_put(j);
-    return out;
+    json_object *j = cl_state_new(&sb->s, VC_BACKEND, VC_STATE_VERSION, "sandbox_id", sb->workdir, error);
+    return cl_state_end(j, error);
 }
 
 static int vc_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
