@@ -865,16 +865,12 @@ static char *ray_address(json_object *cfg, sbx_error **error)
 static int ray_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
-    json_object *cfg = NULL;
-    if (cl_client_config(config_json, RAY_BACKEND, &cfg, error) < 0)
+    json_object *cfg;
+    struct sbx_plugin_client *c = cl_client_alloc(config_json, RAY_BACKEND, sizeof(*c),
+                                                  offsetof(struct sbx_plugin_client, http),
+                                                  &cfg, error);
+    if (!c)
         return -1;
-    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
-    if (!c || !(c->http = cl_http_new())) {
-        free(c);
-        json_object_put(cfg);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
     static const char *const key_envs[] = { "RAY_AUTH_TOKEN", NULL };
     if (!(c->api = ray_address(cfg, error))
         || cl_http_configure(c->http, cfg, key_envs, "Authorization", "Bearer ", error) < 0)

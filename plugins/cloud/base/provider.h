@@ -19,12 +19,15 @@
  *     session state holds no env value (per-call values still win);
  *   - the sandbox head (id, gone flag) with the sandbox_id, sandbox_root,
  *     destroy and is_alive slots over it and the answer to a call on it,
- *     the start of a command and the exec_wait (with the missing-cwd
- *     check), exec_kill (by the mark) and exec_event_fd slots over a
- *     cl_proc, the client's config and credential, the create's workdir
- *     check and refusals, the plugin's own mkdir and chmod commands, an
- *     item's GET and DELETE, paths under the workdir, and small string
- *     helpers.
+ *     the plugin's sandbox struct allocated and freed around it, the
+ *     session_state slot's start and end, the start of a command and the
+ *     exec_wait (with the missing-cwd check), exec_kill (by the mark) and
+ *     exec_event_fd slots over a cl_proc, the client's config and
+ *     credential, the create's workdir check, refusals, unanswered request
+ *     (reaped by its token) and working directory, the plugin's own mkdir
+ *     and chmod commands, a directory listed by a find command, an item's
+ *     GET and DELETE, the ids of a create token's items, paths under the
+ *     workdir, and small string helpers.
  *
  * Prefix, threading, errors and ownership as in cloud.h.
  */
@@ -403,6 +406,16 @@ int cl_make_workdir(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *c
                     sbx_error **error);
 
 /**
+ * The create's working directory: nothing (0) when @workdir is NULL or "";
+ * else @workdir made in @sb (cl_make_workdir() through @run) and a copy of
+ * it stored in *@slot (the sandbox's member, freed with it): 0, or -1 with
+ * cl_make_workdir()'s error or resource_exhausted (op @op).
+ */
+int cl_create_workdir(sbx_plugin_sandbox *sb, char **slot, cl_run_fn run, const sbx_call_ctx *ctx,
+                      const char *provider, const char *workdir, const char *op,
+                      sbx_error **error);
+
+/**
  * Sets the mode bits (mode & 07777) of the file @path in @sb with "chmod
  * MODE -- PATH" through @run (providers whose upload takes no mode): 0, or
  * -1 with @run's error, or execution_failed "cannot set mode MODE on @shown
@@ -414,6 +427,25 @@ int cl_set_mode(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *ctx, 
 
 
 /**
+ * The listing of a directory by a command, for a provider without a list
+ * call: the command that lists @dir (absolute, as the file calls send it):
+ * "test -d DIR || exit 3; find DIR -mindepth 1 -maxdepth 1 -printf
+ * '%y %s %f\n'" (GNU find). A new string, NULL on no memory.
+ */
+char *cl_list_command(const char *dir);
+
+/**
+ * That command's answer, exit status @code and stdout @out (NUL-ended; its
+ * lines are cut in place): @fn called for each entry ("TYPE SIZE NAME":
+ * a directory when TYPE is 'd', its size -1) until it returns non-zero,
+ * and 0; -1 with not_found "no such directory in the sandbox: @shown"
+ * (status 3) or execution_failed "cannot list @shown (find exited N)",
+ * both with context path=@shown.
+ */
+int cl_list_answer(int code, char *out, const char *shown, sbx_plugin_file_fn fn, void *ud,
+                   const char *op, sbx_error **error);
+
+/**
  * The client's config JSON @config_json parsed: 0 with a new object
  * (json_object_put()) in *@cfg, or NULL when @config_json is NULL or "";
  * -1 with configuration "@provider client options must be a JSON object"
@@ -421,6 +453,18 @@ int cl_set_mode(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *ctx, 
  */
 int cl_client_config(const char *config_json, const char *provider, struct json_object **cfg,
                      sbx_error **error);
+
+/**
+ * The start of a client_new slot: @config_json parsed as cl_client_config()
+ * does (a new object, or NULL, in *@cfg), and a zeroed client struct of
+ * @size bytes whose cl_http member, at byte offset @http_at (offsetof()),
+ * holds a new cl_http. Returns the struct (the caller frees it, and the
+ * http, with its client_free); NULL with *@cfg NULL and the error
+ * (configuration from cl_client_config(), resource_exhausted with op
+ * client_new) otherwise.
+ */
+void *cl_client_alloc(const char *config_json, const char *provider, size_t size,
+                      size_t http_at, struct json_object **cfg, sbx_error **error);
 
 /**
  * Sets @h's retry policy from @cfg (cl_retry_policy_from_config() over
@@ -494,6 +538,18 @@ typedef struct cl_ids {
 /** Appends a copy of @id to @s (NULL @id: nothing): 0, or -1 on no memory
  *  (@s keeps what it had). */
 int cl_ids_add(cl_ids *s, const char *id);
+
+/** The ids of the items carrying one create token, as the reaper's
+ *  look-up collects them: start from { TOKEN, { 0 } }. Not thread-safe. */
+typedef struct cl_token_ids {
+    const char *token;  /* borrowed */
+    cl_ids ids;
+} cl_token_ids;
+
+/** Adds a copy of @id to @t when @item_token (NULL: none) is @t's token:
+ *  0, also when it is not (a listing's callback goes on); -1 on no
+ *  memory. */
+int cl_token_ids_match(cl_token_ids *t, const char *item_token, const char *id);
 
 /**
  * Ends a listing whose result was @rc: when 0, *@ids gets the ids (an

@@ -170,11 +170,15 @@ static char *bl_path_escape(const char *path)
 }
 
 /* 1 when status @s means the sandbox is gone for good. */
+static const char *const bl_dead[] = { "TERMINATED", "DELETING", "FAILED", "DEACTIVATED",
+                                        "DEACTIVATING", NULL };
+
 static int bl_terminal(const char *s)
 {
-    return strcmp(s, "TERMINATED") == 0 || strcmp(s, "DELETING") == 0
-           || strcmp(s, "FAILED") == 0 || strcmp(s, "DEACTIVATED") == 0
-           || strcmp(s, "DEACTIVATING") == 0;
+    for (size_t i = 0; bl_dead[i]; i++)
+        if (strcmp(s, bl_dead[i]) == 0)
+            return 1;
+    return 0;
 }
 
 static const char *bl_status(json_object *j)
@@ -388,16 +392,12 @@ static int bl_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx
 static int bl_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
-    json_object *cfg = NULL;
-    if (cl_client_config(config_json, BL_BACKEND, &cfg, error) < 0)
+    json_object *cfg;
+    struct sbx_plugin_client *c = cl_client_alloc(config_json, BL_BACKEND, sizeof(*c),
+                                                  offsetof(struct sbx_plugin_client, http),
+                                                  &cfg, error);
+    if (!c)
         return -1;
-    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
-    if (!c || !(c->http = cl_http_new())) {
-        free(c);
-        json_object_put(cfg);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
     static const char *const key_envs[] = { "BL_API_KEY", NULL };
     if (!(c->api = cl_base_url(cfg, "api_url", "BL_API_URL", BL_DEFAULT_API, error))
         || !(c->run = cl_base_url(cfg, "run_url", "BL_RUN_URL", BL_DEFAULT_RUN, error))
@@ -729,18 +729,12 @@ static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         sb = NULL;
         goto out;
     }
-    if (rq->workdir && *rq->workdir) {
-        sb->workdir = strdup(rq->workdir);
-        int wrc = sb->workdir ? cl_make_workdir(sb, bl_run_short, ctx, BL_BACKEND,
-                                                rq->workdir, op, error) : -1;
-        if (!sb->workdir)
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        if (wrc < 0) {
-            bl_delete(c, NULL, name, op, NULL);
-            bl_sandbox_free(sb);
-            sb = NULL;
-            goto out;
-        }
+    if (cl_create_workdir(sb, &sb->workdir, bl_run_short, ctx, BL_BACKEND, rq->workdir, op,
+                          error) < 0) {
+        bl_delete(c, NULL, name, op, NULL);
+        bl_sandbox_free(sb);
+        sb = NULL;
+        goto out;
     }
     *sandbox = sb;
     rc = 0;
@@ -762,22 +756,10 @@ static int bl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
  * standby or running) or still deploying. */
 static int bl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    if (bl_is_gone(sb))
-        return 0;
-    long st;
-    json_object *j = bl_get(sb->c, ctx, sb->s.id, &st, "is_alive", error);
-    if (!j) {
-        if (st == 404) {
-            bl_mark_gone(sb);
-            return 0;
-        }
-        return -1;
-    }
-    int alive = !bl_terminal(bl_status(j));
-    json_object_put(j);
-    if (!alive)
-        bl_mark_gone(sb);
-    return alive;
+    char *url = cl_item_url(sb->c->api, "sandboxes", sb->s.id, "");
+    int rc = cl_sandbox_is_alive(&sb->s, sb->c->http, ctx, url, "status", bl_dead, error);
+    free(url);
+    return rc;
 }
 
 /* {"version":1,"name":NAME,"url":URL[,"workdir":W]}: no credential, no

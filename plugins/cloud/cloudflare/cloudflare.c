@@ -533,16 +533,12 @@ static void cf_client_free(sbx_plugin_client *c)
 static int cf_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
-    json_object *cfg = NULL;
-    if (cl_client_config(config_json, CF_BACKEND, &cfg, error) < 0)
+    json_object *cfg;
+    struct sbx_plugin_client *c = cl_client_alloc(config_json, CF_BACKEND, sizeof(*c),
+                                                  offsetof(struct sbx_plugin_client, http),
+                                                  &cfg, error);
+    if (!c)
         return -1;
-    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
-    if (!c || !(c->http = cl_http_new())) {
-        free(c);
-        json_object_put(cfg);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
     static const char *const key_envs[] = { "CLOUDFLARE_SANDBOX_API_KEY", NULL };
     c->api = cl_base_url(cfg, "worker_url", "CLOUDFLARE_SANDBOX_WORKER_URL", "", error);
     if (c->api && !*c->api) {

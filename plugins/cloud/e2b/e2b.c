@@ -563,16 +563,12 @@ static int e2b_keepalive_option(json_object *cfg, long *out, sbx_error **error)
 static int e2b_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
-    json_object *cfg = NULL;
-    if (cl_client_config(config_json, E2B_BACKEND, &cfg, error) < 0)
+    json_object *cfg;
+    struct sbx_plugin_client *c = cl_client_alloc(config_json, E2B_BACKEND, sizeof(*c),
+                                                  offsetof(struct sbx_plugin_client, http),
+                                                  &cfg, error);
+    if (!c)
         return -1;
-    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
-    if (!c || !(c->http = cl_http_new())) {
-        free(c);
-        json_object_put(cfg);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
     const char *dom = cl_json_str(cfg, "domain");
     if (!dom || !*dom)
         dom = getenv("E2B_DOMAIN");
@@ -1358,14 +1354,9 @@ static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
             goto undo;
         }
-    if (rq->workdir && *rq->workdir) {
-        int wrc = cl_make_workdir(sb, e2b_run_short, ctx, E2B_BACKEND, rq->workdir, op, error);
-        if (wrc < 0 || !(sb->workdir = strdup(rq->workdir))) {
-            if (wrc == 0)
-                cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-            goto undo;
-        }
-    }
+    if (cl_create_workdir(sb, &sb->workdir, e2b_run_short, ctx, E2B_BACKEND, rq->workdir, op,
+                          error) < 0)
+        goto undo;
     *sandbox = sb;
     rc = 0;
     goto out;

@@ -1444,14 +1444,9 @@ static int k8_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             cl_context(*error, "sandbox_id", name);
         goto undo;
     }
-    if (rq->workdir && *rq->workdir) {
-        int wrc = cl_make_workdir(sb, k8_run_short, ctx, K8_BACKEND, rq->workdir, op, error);
-        if (wrc < 0 || !(sb->workdir = strdup(rq->workdir))) {
-            if (wrc == 0)
-                cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-            goto undo;
-        }
-    }
+    if (cl_create_workdir(sb, &sb->workdir, k8_run_short, ctx, K8_BACKEND, rq->workdir, op,
+                          error) < 0)
+        goto undo;
     *sandbox = sb;
     sb = NULL;
     rc = 0;

@@ -172,16 +172,9 @@ static int tl_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const
     return rc;
 }
 
-typedef struct tl_token_ids {
-    const char *token;
-    cl_ids ids;
-} tl_token_ids;
-
 static int tl_token_one(void *ud, const char *id, const char *name)
 {
-    tl_token_ids *t = ud;
-    if (strcmp(name, t->token) == 0)
-        cl_ids_add(&t->ids, id);
+    cl_token_ids_match(ud, name, id);
     return 0;
 }
 
@@ -193,7 +186,7 @@ static int tl_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
 static int tl_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
                          sbx_error **error)
 {
-    tl_token_ids t = { token, { 0 } };
+    cl_token_ids t = { token, { 0 } };
     int rc = tl_list(ud, ctx, tl_token_one, &t, "create", error);
     return cl_ids_finish(&t.ids, rc, ids, "create", error);
 }
@@ -328,16 +321,12 @@ static void tl_client_free(sbx_plugin_client *c)
 static int tl_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
-    json_object *cfg = NULL;
-    if (cl_client_config(config_json, TL_BACKEND, &cfg, error) < 0)
+    json_object *cfg;
+    struct sbx_plugin_client *c = cl_client_alloc(config_json, TL_BACKEND, sizeof(*c),
+                                                  offsetof(struct sbx_plugin_client, http),
+                                                  &cfg, error);
+    if (!c)
         return -1;
-    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
-    if (!c || !(c->http = cl_http_new())) {
-        free(c);
-        json_object_put(cfg);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
     c->suspendable = 1;
     if (!(c->reaper = cl_reaper_new(tl_find_token, tl_reap_delete, c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -790,18 +779,12 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         sb = NULL;
         goto out;
     }
-    if (rq->workdir && *rq->workdir) {
-        sb->workdir = strdup(rq->workdir);
-        int wrc = sb->workdir ? cl_make_workdir(sb, tl_run_short, ctx, TL_BACKEND, rq->workdir,
-                                                op, error) : -1;
-        if (!sb->workdir)
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        if (wrc < 0) {
-            tl_delete(c, NULL, id, op, NULL);
-            tl_sandbox_free(sb);
-            sb = NULL;
-            goto out;
-        }
+    if (cl_create_workdir(sb, &sb->workdir, tl_run_short, ctx, TL_BACKEND, rq->workdir, op,
+                          error) < 0) {
+        tl_delete(c, NULL, id, op, NULL);
+        tl_sandbox_free(sb);
+        sb = NULL;
+        goto out;
     }
     *sandbox = sb;
     rc = 0;
