@@ -990,3 +990,55 @@ char *tu_debug_log_stop(tu_debug_log *l)
     unlink(l->path);
     return buf;
 }
+
+/* ------------------------------------------------------------ live output */
+
+typedef struct live_seen {
+    const char *marker;     /* the file to make, as seen from this host */
+    char out[256];          /* stdout as the callback saw it */
+    size_t len;
+    int marker_made;
+} live_seen;
+
+/* On the first line of stdout, makes the file the command waits for. */
+static void on_live(sbx_stream stream, const void *data, size_t len, void *ud)
+{
+    live_seen *s = ud;
+    if (stream != SBX_STREAM_STDOUT)
+        return;
+    cr_assert_lt(s->len + len, sizeof s->out);
+    memcpy(s->out + s->len, data, len);
+    s->len += len;
+    s->out[s->len] = '\0';
+    if (!s->marker_made && strcmp(s->out, "first\n") == 0) {
+        FILE *f = fopen(s->marker, "w");
+        cr_assert_not_null(f, "%s", s->marker);
+        fclose(f);
+        s->marker_made = 1;
+    }
+}
+
+void tu_assert_output_is_live(sbx_sandbox *sb, const char *marker_on_host,
+                              const char *marker_in_sandbox)
+{
+    live_seen seen = { .marker = marker_on_host };
+    unlink(marker_on_host);
+    char *shell = tu_strdup_printf("echo first; i=0; while [ ! -e %s ] && [ $i -lt 200 ]; do "
+                                   "sleep 0.05; i=$((i+1)); done; if [ -e %s ]; then echo "
+                                   "second; else echo never; fi; echo done >&2; exit 7",
+                                   marker_in_sandbox, marker_in_sandbox);
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.shell = shell;
+    rq.timeout_secs = 30;
+    rq.on_output = on_live;
+    rq.user_data = &seen;
+    sbx_result *r = tu_exec(sb, &rq);
+    unlink(marker_on_host);
+    free(shell);
+    cr_assert_eq(seen.marker_made, 1);
+    tu_assert_exit(r, 7);
+    tu_assert_stdout(r, "first\nsecond\n");
+    tu_assert_stderr(r, "done\n");
+    cr_assert_str_eq(seen.out, "first\nsecond\n");
+    sbx_result_free(r);
+}

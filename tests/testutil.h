@@ -171,6 +171,21 @@ void tu_assert_port_not_exposed(sbx_sandbox *sb, const char *backend, unsigned p
 void tu_assert_ports(sbx_sandbox *sb, const char *want);
 
 /* ------------------------------------------------------------------------
+ * Output that reaches the callback while the command runs.
+ * ---------------------------------------------------------------------- */
+
+/* Runs on @sb a command that prints "first", then waits (up to 10 s) for
+ * the file @marker_in_sandbox, which only its output callback makes (at
+ * @marker_on_host, the same file seen from this host) on seeing that line;
+ * it prints "second" when the file came, "never" when output reached the
+ * callback only at the command's end, then "done" on stderr and exits 7.
+ * Asserts exactly that: the callback made the file, exit 7, stdout
+ * "first\nsecond\n" in the result and through the callback, stderr
+ * "done\n". Removes the file. */
+void tu_assert_output_is_live(sbx_sandbox *sb, const char *marker_on_host,
+                              const char *marker_in_sandbox);
+
+/* ------------------------------------------------------------------------
  * The library's debug log (SBX_DEBUG=1 on stderr), captured to check that
  * no secret reaches it.
  * ---------------------------------------------------------------------- */
