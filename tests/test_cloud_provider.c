@@ -10,7 +10,11 @@
  * sandbox, what exec_start checks first, the kill of a command's marked
  * processes, the ids a listing collects, the client's config and
  * credential, the refusal of an option, and the multipart body of an
- * upload. Errors are looked at through cl_last() (no host is loaded here).
+ * upload; the plugin's sandbox struct allocated around its head, the
+ * session state's start, the create's working directory, a directory
+ * listed by find, the ids of a create token and the end of a create that
+ * got no answer (its sandbox reaped by the token). Errors are looked at
+ * through cl_last() (no host is loaded here).
  */
 #include "provider.h"
 
@@ -697,4 +701,226 @@ Test(provider, multipart_body_holds_fields_and_file_exactly)
     cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
     cr_assert_str_eq(cl_last()->msg, "cannot read the data for /w/out.txt: Bad file descriptor");
     cl_buf_clear(&b);
+}
+
+/* A plugin's sandbox struct around its head: zeroed, the id copied; the
+ * string members of a constructor copied (NULL stays NULL). */
+typedef struct wide_sandbox {
+    cl_sandbox s;
+    void *client;
+    char *url;
+    char *workdir;
+    int flag;
+} wide_sandbox;
+
+Test(provider, sandbox_alloc_dup_and_free)
+{
+    wide_sandbox *w = cl_sandbox_alloc(sizeof(*w), "sb-7");
+    cr_assert_not_null(w);
+    cr_assert_str_eq(w->s.id, "sb-7");
+    cr_assert_eq(cl_gone_get(&w->s.gone), 0);
+    cr_assert_null(w->client);
+    cr_assert_null(w->url);
+    cr_assert_eq(w->flag, 0);
+    cr_assert_eq(cl_dup(&w->url, "http://x"), 0);
+    cr_assert_str_eq(w->url, "http://x");
+    w->workdir = (char *)"not freed";
+    cr_assert_eq(cl_dup(&w->workdir, NULL), 0);
+    cr_assert_null(w->workdir);
+    free(w->url);
+    cl_sandbox_free(w);
+    cl_sandbox_free(NULL);
+}
+
+/* The session state's start: the gone check, then version, id and
+ * workdir (when there is one). */
+Test(provider, state_new_holds_version_id_and_workdir)
+{
+    cl_sandbox s;
+    cr_assert_eq(cl_sandbox_init(&s, "pod-1"), 0);
+    json_object *j = cl_state_new(&s, "acme", 2, "pod", "/w", NULL);
+    cr_assert_not_null(j);
+    cr_assert_str_eq(json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN
+                                                       | JSON_C_TO_STRING_NOSLASHESCAPE),
+                     "{\"version\":2,\"pod\":\"pod-1\",\"workdir\":\"/w\"}");
+    json_object_put(j);
+    j = cl_state_new(&s, "acme", 1, "sandbox_id", NULL, NULL);
+    cr_assert_str_eq(json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN),
+                     "{\"version\":1,\"sandbox_id\":\"pod-1\"}");
+    json_object_put(j);
+    cr_assert_null(cl_state_end(NULL, NULL));
+    cl_gone_set(&s.gone);
+    cr_assert_null(cl_state_new(&s, "acme", 1, "sandbox_id", NULL, NULL));
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox pod-1 is gone (the provider no longer has it)");
+    cl_sandbox_clear(&s);
+}
+
+/* The create's working directory: none for NULL and ""; else made through
+ * the runner and kept; a failed mkdir keeps nothing. */
+Test(provider, create_workdir_makes_and_keeps_it)
+{
+    sbx_plugin_sandbox sb = { 0 };
+    char *slot = NULL;
+    cr_assert_eq(cl_create_workdir(&sb, &slot, run, NULL, "acme", NULL, "create", NULL), 0);
+    cr_assert_eq(cl_create_workdir(&sb, &slot, run, NULL, "acme", "", "create", NULL), 0);
+    cr_assert_str_eq(sb.cmd, "");
+    cr_assert_null(slot);
+    cr_assert_eq(cl_create_workdir(&sb, &slot, run, NULL, "acme", "/w o", "create", NULL), 0);
+    cr_assert_str_eq(sb.cmd, "mkdir -p -- '/w o'");
+    cr_assert_str_eq(slot, "/w o");
+    free(slot);
+    slot = NULL;
+    sb.code = 1;
+    cr_assert_eq(cl_create_workdir(&sb, &slot, run, NULL, "acme", "/x", "create", NULL), -1);
+    cr_assert_null(slot);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg, "acme: cannot make the working directory /x (mkdir exited 1)");
+}
+
+typedef struct listed {
+    int n, stop_at;
+    char names[4][32];
+    int dirs[4];
+    int64_t sizes[4];
+} listed;
+
+static int list_one(const sbx_plugin_file_info *info, void *ud)
+{
+    listed *l = ud;
+    snprintf(l->names[l->n], sizeof l->names[0], "%s", info->name);
+    l->dirs[l->n] = info->is_dir;
+    l->sizes[l->n] = info->size;
+    return ++l->n == l->stop_at;
+}
+
+/* A directory listed by a find command: its exact text; the answer's
+ * entries (a line without two spaces is passed over), the stop a callback
+ * asks for, and the errors of a missing directory and of find. */
+Test(provider, list_command_and_its_answer)
+{
+    char *cmd = cl_list_command("/a b");
+    cr_assert_str_eq(cmd, "test -d '/a b' || exit 3; find '/a b' -mindepth 1 -maxdepth 1 "
+                          "-printf '%y %s %f\\n'");
+    free(cmd);
+    char out[] = "d 4096 sub\nf 12 a file\nbroken\nf 0 e\n";
+    listed l = { 0 };
+    cr_assert_eq(cl_list_answer(0, out, "x", list_one, &l, "list_files", NULL), 0);
+    cr_assert_eq(l.n, 3);
+    cr_assert_str_eq(l.names[0], "sub");
+    cr_assert_eq(l.dirs[0], 1);
+    cr_assert_eq(l.sizes[0], -1);
+    cr_assert_str_eq(l.names[1], "a file");
+    cr_assert_eq(l.dirs[1], 0);
+    cr_assert_eq(l.sizes[1], 12);
+    cr_assert_str_eq(l.names[2], "e");
+    cr_assert_eq(l.sizes[2], 0);
+    char out2[] = "f 1 a\nf 2 b\n";
+    listed l2 = { .stop_at = 1 };
+    cr_assert_eq(cl_list_answer(0, out2, "x", list_one, &l2, "list_files", NULL), 0);
+    cr_assert_eq(l2.n, 1);
+    cr_assert_eq(cl_list_answer(3, NULL, "rel/d", list_one, &l, "list_files", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "no such directory in the sandbox: rel/d");
+    cr_assert_eq(cl_list_answer(1, NULL, "rel/d", list_one, &l, "list_files", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_EXECUTION_FAILED);
+    cr_assert_str_eq(cl_last()->msg, "cannot list rel/d (find exited 1)");
+}
+
+Test(provider, token_ids_match_only_their_token)
+{
+    cl_token_ids t = { "sbx-1", { 0 } };
+    cr_assert_eq(cl_token_ids_match(&t, "sbx-1", "a"), 0);
+    cr_assert_eq(cl_token_ids_match(&t, "sbx-2", "b"), 0);
+    cr_assert_eq(cl_token_ids_match(&t, NULL, "c"), 0);
+    cr_assert_eq(cl_token_ids_match(&t, "sbx-1", "d"), 0);
+    char **ids = NULL;
+    cr_assert_eq(cl_ids_finish(&t.ids, 0, &ids, "create", NULL), 0);
+    cr_assert_str_eq(ids[0], "a");
+    cr_assert_str_eq(ids[1], "d");
+    cr_assert_null(ids[2]);
+    cl_strv_free(ids);
+}
+
+typedef struct reaped {
+    pthread_mutex_t lock;
+    int finds, deletes;
+    char token[64], deleted[64];
+} reaped;
+
+static int reap_find(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
+                     sbx_error **error)
+{
+    reaped *r = ud;
+    (void)ctx;
+    (void)error;
+    pthread_mutex_lock(&r->lock);
+    r->finds++;
+    snprintf(r->token, sizeof r->token, "%s", token);
+    int first = r->deletes == 0;
+    pthread_mutex_unlock(&r->lock);
+    cl_ids s = { 0 };
+    if (first)
+        cl_ids_add(&s, "sb-lost");
+    return cl_ids_finish(&s, 0, ids, "create", NULL);
+}
+
+static int reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
+{
+    reaped *r = ud;
+    (void)ctx;
+    (void)error;
+    pthread_mutex_lock(&r->lock);
+    r->deletes++;
+    snprintf(r->deleted, sizeof r->deleted, "%s", id);
+    pthread_mutex_unlock(&r->lock);
+    return 0;
+}
+
+/* A create that got no answer: its error again (cancelled at the passed
+ * deadline made timeout), outcome unknown, and the sandbox carrying its
+ * token looked for at once and deleted; an error whose outcome is known
+ * (the request never left) looks for nothing. */
+Test(provider, create_unanswered_reaps_by_token)
+{
+    reaped r = { .lock = PTHREAD_MUTEX_INITIALIZER };
+    cl_reaper *reaper = cl_reaper_new(reap_find, reap_delete, &r);
+    cr_assert_not_null(reaper);
+    sbx_call_ctx past = { sizeof(past), cl_now() - 1, -1, NULL };
+    cl_fail(NULL, SBX_ERROR_CANCELLED, "create", "create the sandbox: cancelled");
+    cl_outcome_unknown(NULL);
+    cl_create_unanswered(reaper, &past, "sbx-0123", "create", NULL);
+    pthread_mutex_lock(&r.lock);
+    cr_assert_eq(r.deletes, 1);
+    cr_assert_str_eq(r.deleted, "sb-lost");
+    cr_assert_str_eq(r.token, "sbx-0123");
+    pthread_mutex_unlock(&r.lock);
+
+    cl_fail(NULL, SBX_ERROR_CONNECTION, "create", "create the sandbox: refused");
+    cl_create_unanswered(reaper, NULL, "sbx-4567", "create", NULL);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONNECTION);
+    cr_assert_eq(cl_last()->unknown, 0);
+    cr_assert_str_eq(cl_last()->msg, "create the sandbox: refused");
+    pthread_mutex_lock(&r.lock);
+    cr_assert_str_eq(r.token, "sbx-0123");
+    pthread_mutex_unlock(&r.lock);
+    cl_reaper_free(reaper);
+}
+
+/* The error itself: the code and message the request gave, made timeout
+ * when the call's deadline cancelled it. */
+Test(provider, create_unanswered_error)
+{
+    cl_fail(NULL, SBX_ERROR_CANCELLED, "create", "create the sandbox: cancelled");
+    cl_outcome_unknown(NULL);
+    cl_create_unanswered(NULL, NULL, NULL, "create", NULL);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CANCELLED);
+    cr_assert_eq(cl_last()->unknown, 1);
+    sbx_call_ctx past = { sizeof(past), cl_now() - 1, -1, NULL };
+    cl_fail(NULL, SBX_ERROR_CANCELLED, "create", "create the sandbox: cancelled");
+    cl_outcome_unknown(NULL);
+    cl_create_unanswered(NULL, &past, NULL, "create", NULL);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_TIMEOUT);
+    cr_assert_eq(cl_last()->unknown, 1);
+    cr_assert_str_eq(cl_last()->msg, "create the sandbox: cancelled");
 }

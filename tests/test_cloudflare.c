@@ -301,18 +301,10 @@ Test(cloudflare, a_snapshot_is_the_workspace_kept_on_the_client_side)
 /* The bridge's tunnels of sandbox @id, as the fake keeps them ("8080,9000"). */
 static char *fake_tunnels(const char *id)
 {
-    char *path = tu_strdup_printf("/_fake/sandbox/%s", id), *body = NULL;
-    cr_assert_eq(tu_fake_http("GET", path, NULL, NULL, &body), 200);
-    json_object *j = json_tokener_parse(body), *a;
-    cr_assert(json_object_object_get_ex(j, "tunnels", &a), "%s", body);
-    char out[256] = "";
-    for (size_t i = 0; i < json_object_array_length(a); i++)
-        snprintf(out + strlen(out), sizeof(out) - strlen(out), i ? ",%d" : "%d",
-                 json_object_get_int(json_object_array_get_idx(a, i)));
-    json_object_put(j);
-    free(body);
+    char *path = tu_strdup_printf("/_fake/sandbox/%s", id);
+    char *out = tu_fake_ints(path, NULL, "tunnels");
     free(path);
-    return strdup(out);
+    return out;
 }
 
 /* Exposed ports are the bridge's tunnels: create opens one per port,
@@ -320,10 +312,8 @@ static char *fake_tunnels(const char *id)
  * https URL, kept across a resume; a port without a tunnel is not_found. */
 Test(cloudflare, exposed_ports_are_the_bridges_tunnels)
 {
-    sbx_options *o = sbx_options_new();
-    cr_assert_eq(sbx_options_add_port(o, 8080, NULL), 0);
-    g_sb = tu_create(g_client, o);
-    sbx_options_free(o);
+    static const uint16_t ports[] = { 8080 };
+    g_sb = tu_create_with_ports(g_client, ports, 1);
     const char *id = sbx_sandbox_get0_id(g_sb);
     char *t = fake_tunnels(id);
     cr_assert_str_eq(t, "8080");
@@ -343,9 +333,8 @@ Test(cloudflare, exposed_ports_are_the_bridges_tunnels)
     cr_assert_not_null(state);
     sbx_sandbox *again = sbx_sandbox_resume(g_client, state, &err);
     cr_assert_not_null(again, "%s", err ? sbx_error_get0_message(err) : "");
-    char *url2 = sbx_sandbox_resolve_port(again, 8080, &err);
-    cr_assert_str_eq(url2, url);
-    free(url2);
+    tu_assert_port_url(again, 8080, url);
+    tu_assert_ports(again, "3000,8080");
     sbx_sandbox_free(again);
     free(state);
 
@@ -354,13 +343,7 @@ Test(cloudflare, exposed_ports_are_the_bridges_tunnels)
     t = fake_tunnels(id);
     cr_assert_str_eq(t, "3000");
     free(t);
-    cr_assert_null(sbx_sandbox_resolve_port(g_sb, 8080, &err));
-    char *msg = tu_strdup_printf("cloudflare sandbox %s: port 8080 is not exposed", id);
-    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
-    cr_assert_str_eq(sbx_error_get0_message(err), msg);
-    cr_assert_str_eq(sbx_error_get0_context(err, "port"), "8080");
-    sbx_error_free(err);
-    free(msg);
+    tu_assert_port_not_exposed(g_sb, "cloudflare", 8080);
     free(url);
 }
 

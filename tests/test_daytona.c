@@ -6,7 +6,8 @@
  * library's back is not_found "gone"), CASE-53 (a stopped or archived
  * sandbox is started on use, also for a command with stdin, a starting one
  * waited for, an errored one names its state), the requests of a warm
- * exec, the sessions of commands at once and of a freed handle, CASE-36
+ * exec and its fallback on an image without perl, the sessions of
+ * commands at once and of a freed handle, CASE-36
  * (the credential is never in an error, the session state or the fake's
  * log outside the header), CASE-20 (a create answered after the client's
  * timeout leaves no sandbox: found by its create token and deleted) and a
@@ -726,6 +727,55 @@ Test(daytona_faults, a_warm_exec_takes_one_request_three_when_streamed)
     free(upload_re);
 }
 
+/* An image without perl (the fake's no_perl: the sandbox's PATH lacks it):
+ * the one-request exec needs perl to make its output text, so its command
+ * line finds none and exits at once without running the command; the
+ * command is then sent the way that needs none (started, output followed,
+ * exit code read) and runs once: 4 requests, its stdout and stderr apart
+ * and its exit code exact, nothing of the probe in them. The handle
+ * remembers it: the next command takes those 3 requests at once. */
+Test(daytona_faults, an_image_without_perl_falls_back_to_three_requests)
+{
+    char *sess = tu_strdup_printf("/toolbox/%s/process/session/sbx-session-[0-9a-f]{24}",
+                                  sb_id());
+    char *exec_re = tu_strdup_printf("%s/exec", sess);
+    char *logs_re = tu_strdup_printf("%s/command/[^/]+/logs", sess);
+    char *cmd_re = tu_strdup_printf("%s/command/[^/]+$", sess);
+    /* A session in the handle's pool first, so that none is made below. */
+    sbx_result *r = tu_sh(g_sb, "true", 10);
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    char *no_perl = tu_strdup_printf("/_fake/sandbox/%s/no_perl", sb_id());
+    tu_fake_post(no_perl, "{}");
+    free(no_perl);
+    static const int requests[2] = { 4, 3 };
+    for (int round = 0; round < 2; round++) {
+        tu_fake_reset();
+        r = tu_sh(g_sb, "command -v perl || echo 'no perl'; echo out; echo err >&2; "
+                        "echo again >> /tmp/runs; exit 3", 10);
+        tu_assert_exit(r, 3);
+        tu_assert_stdout(r, "no perl\nout\n");
+        tu_assert_stderr(r, "err\n");
+        sbx_result_free(r);
+        json_object *log = tu_fake_log();
+        cr_assert_eq(json_object_array_length(log), requests[round], "round %d: %s", round,
+                     json_object_to_json_string(log));
+        cr_assert_eq(tu_fake_count(log, "POST", exec_re, NULL, 0), round == 0 ? 2 : 1);
+        cr_assert_eq(tu_fake_count(log, "GET", logs_re, NULL, 0), 1);
+        cr_assert_eq(tu_fake_count(log, "GET", cmd_re, NULL, 0), 1);
+        json_object_put(log);
+    }
+    /* Each command ran once. */
+    r = tu_sh(g_sb, "cat /tmp/runs", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "again\nagain\n");
+    sbx_result_free(r);
+    free(sess);
+    free(exec_re);
+    free(logs_re);
+    free(cmd_re);
+}
+
 /* Two commands at once on one handle run in two sessions (a session's
  * shell runs its commands in turn, so a busy one is never handed out):
  * the first waits on a FIFO the second writes. One session is made for
@@ -1159,19 +1209,13 @@ Test(daytona_faults, storm_100_creates_5_at_a_time_slow, .timeout = 180)
  * or error, a retried call included. */
 Test(daytona_faults, exposed_ports_are_preview_links_without_their_token)
 {
-    char logpath[] = "/tmp/sbx-daytona-log-XXXXXX";
-    int logfd = mkstemp(logpath);
-    cr_assert_geq(logfd, 0);
-    int saved = dup(2);
-    cr_assert_eq(dup2(logfd, 2), 2);
-    cr_assert_eq(setenv("SBX_DEBUG", "1", 1), 0);
+    tu_debug_log l;
+    tu_debug_log_start(&l);
     sbx_error *err = NULL;
     sbx_client *c = sbx_client_new("daytona", &err);
     cr_assert_not_null(c);
-    sbx_options *o = sbx_options_new();
-    cr_assert_eq(sbx_options_add_port(o, 3000, NULL), 0);
-    sbx_sandbox *sb = tu_create(c, o);
-    sbx_options_free(o);
+    static const uint16_t ports[] = { 3000 };
+    sbx_sandbox *sb = tu_create_with_ports(c, ports, 1);
     const char *id = sbx_sandbox_get0_id(sb);
 
     /* The first call for the link fails once with a 503 and is retried. */
@@ -1179,44 +1223,27 @@ Test(daytona_faults, exposed_ports_are_preview_links_without_their_token)
                                   "\"status\":503}", id);
     tu_fake_post("/_fake/faults", rule);
     free(rule);
-    char *got = sbx_sandbox_resolve_port(sb, 3000, &err);
-    cr_assert_not_null(got, "%s", err ? sbx_error_get0_message(err) : "");
     char *want = tu_strdup_printf("https://3000-%s.proxy.daytona.works", id);
-    cr_assert_str_eq(got, want);
-    free(got);
+    tu_assert_port_url(sb, 3000, want);
     free(want);
 
+    tu_assert_port_not_exposed(sb, "daytona", 8080);
     cr_assert_null(sbx_sandbox_resolve_port(sb, 8080, &err));
-    char *msg = tu_strdup_printf("daytona sandbox %s: port 8080 is not exposed", id);
-    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
-    cr_assert_str_eq(sbx_error_get0_message(err), msg);
-    free(msg);
     char *errtext = sbx_error_to_string(err);
     sbx_error_free(err);
     err = NULL;
     cr_assert_eq(sbx_sandbox_expose_port(sb, 8080, &err), 0);
-    got = sbx_sandbox_resolve_port(sb, 8080, &err);
     want = tu_strdup_printf("https://8080-%s.proxy.daytona.works", id);
-    cr_assert_str_eq(got, want);
-    free(got);
+    tu_assert_port_url(sb, 8080, want);
     free(want);
     char *state = sbx_sandbox_session_state(sb, &err);
     cr_assert_not_null(state);
     sbx_sandbox *again = sbx_sandbox_resume(c, state, &err);
     cr_assert_not_null(again, "%s", err ? sbx_error_get0_message(err) : "");
-    uint16_t *list = NULL;
-    size_t n = 0;
-    cr_assert_eq(sbx_sandbox_list_ports(again, &list, &n, &err), 0);
-    cr_assert_eq(n, 2);
-    cr_assert_eq(list[0], 3000);
-    cr_assert_eq(list[1], 8080);
-    free(list);
+    tu_assert_ports(again, "3000,8080");
     sbx_sandbox_free(again);
     cr_assert_eq(sbx_sandbox_unexpose_port(sb, 8080, &err), 0);
-    cr_assert_null(sbx_sandbox_resolve_port(sb, 8080, &err));
-    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
-    sbx_error_free(err);
-    err = NULL;
+    tu_assert_port_not_exposed(sb, "daytona", 8080);
 
     /* The token, as the provider hands it out. */
     char *path = tu_strdup_printf("/api/sandbox/%s/ports/3000/preview-url", id), *body = NULL;
@@ -1230,18 +1257,7 @@ Test(daytona_faults, exposed_ports_are_preview_links_without_their_token)
     cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
     sbx_sandbox_free(sb);
     sbx_client_free(c);
-    fflush(stderr);
-    cr_assert_eq(dup2(saved, 2), 2);
-    close(saved);
-    unsetenv("SBX_DEBUG");
-    FILE *f = fopen(logpath, "r");
-    cr_assert_not_null(f);
-    static char logbuf[1 << 20];
-    size_t len = fread(logbuf, 1, sizeof(logbuf) - 1, f);
-    logbuf[len] = '\0';
-    fclose(f);
-    close(logfd);
-    unlink(logpath);
+    char *logbuf = tu_debug_log_stop(&l);
     cr_assert_not_null(strstr(logbuf, "HTTP 503, retrying"), "no retry logged: %s", logbuf);
     cr_assert_null(strstr(logbuf, token), "the preview token is in the log");
     cr_assert_null(strstr(state, token), "the preview token is in the session state");
@@ -1251,4 +1267,5 @@ Test(daytona_faults, exposed_ports_are_preview_links_without_their_token)
     free(path);
     free(state);
     free(errtext);
+    free(logbuf);
 }

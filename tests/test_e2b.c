@@ -592,68 +592,41 @@ Test(e2b, case52_a_failed_reattach_is_a_connection_error_of_unknown_outcome)
  * an address or an error. */
 Test(e2b, exposed_ports_are_preview_addresses_without_a_token)
 {
-    char logpath[] = "/tmp/sbx-e2b-log-XXXXXX";
-    int logfd = mkstemp(logpath);
-    cr_assert_geq(logfd, 0);
-    int saved = dup(2);
-    cr_assert_eq(dup2(logfd, 2), 2);
-    cr_assert_eq(setenv("SBX_DEBUG", "1", 1), 0);
+    tu_debug_log l;
+    tu_debug_log_start(&l);
     sbx_error *err = NULL;
     sbx_client *c = sbx_client_new("e2b", &err);
     cr_assert_not_null(c);
-    sbx_options *o = sbx_options_new();
-    cr_assert_eq(sbx_options_add_port(o, 8080, NULL), 0);
-    cr_assert_eq(sbx_options_add_port(o, 3000, NULL), 0);
-    sbx_sandbox *sb = tu_create(c, o);
-    sbx_options_free(o);
+    static const uint16_t ports[] = { 8080, 3000 };
+    sbx_sandbox *sb = tu_create_with_ports(c, ports, 2);
     const char *id = sbx_sandbox_get0_id(sb);
 
     char *want = tu_strdup_printf("https://8080-%s.e2b.app", id);
-    char *got = sbx_sandbox_resolve_port(sb, 8080, &err);
-    cr_assert_not_null(got, "%s", err ? sbx_error_get0_message(err) : "");
-    cr_assert_str_eq(got, want);
-    free(got);
+    tu_assert_port_url(sb, 8080, want);
     free(want);
 
+    tu_assert_port_not_exposed(sb, "e2b", 9999);
     cr_assert_null(sbx_sandbox_resolve_port(sb, 9999, &err));
-    char *msg = tu_strdup_printf("e2b sandbox %s: port 9999 is not exposed", id);
-    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
-    cr_assert_str_eq(sbx_error_get0_message(err), msg);
-    cr_assert_str_eq(sbx_error_get0_context(err, "port"), "9999");
     char *errtext = sbx_error_to_string(err);
     sbx_error_free(err);
     err = NULL;
-    free(msg);
 
-    uint16_t *list = NULL;
-    size_t n = 0;
-    cr_assert_eq(sbx_sandbox_list_ports(sb, &list, &n, &err), 0);
-    cr_assert_eq(n, 2);
-    cr_assert_eq(list[0], 3000);
-    cr_assert_eq(list[1], 8080);
-    free(list);
+    tu_assert_ports(sb, "3000,8080");
 
     cr_assert_eq(sbx_sandbox_expose_port(sb, 5000, &err), 0);
-    got = sbx_sandbox_resolve_port(sb, 5000, &err);
     want = tu_strdup_printf("https://5000-%s.e2b.app", id);
-    cr_assert_str_eq(got, want);
-    free(got);
+    tu_assert_port_url(sb, 5000, want);
     free(want);
     cr_assert_eq(sbx_sandbox_unexpose_port(sb, 5000, &err), 0);
-    cr_assert_null(sbx_sandbox_resolve_port(sb, 5000, &err));
-    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
-    sbx_error_free(err);
-    err = NULL;
+    tu_assert_port_not_exposed(sb, "e2b", 5000);
 
     /* The session state carries the ports, not the token. */
     char *state = sbx_sandbox_session_state(sb, &err);
     cr_assert_not_null(state);
     sbx_sandbox *again = sbx_sandbox_resume(c, state, &err);
     cr_assert_not_null(again, "%s", err ? sbx_error_get0_message(err) : "");
-    got = sbx_sandbox_resolve_port(again, 3000, &err);
     want = tu_strdup_printf("https://3000-%s.e2b.app", id);
-    cr_assert_str_eq(got, want);
-    free(got);
+    tu_assert_port_url(again, 3000, want);
     free(want);
     sbx_sandbox_free(again);
 
@@ -686,19 +659,7 @@ Test(e2b, exposed_ports_are_preview_addresses_without_a_token)
     cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
     sbx_sandbox_free(sb);
     sbx_client_free(c);
-    fflush(stderr);
-    cr_assert_eq(dup2(saved, 2), 2);
-    close(saved);
-    unsetenv("SBX_DEBUG");
-
-    FILE *f = fopen(logpath, "r");
-    cr_assert_not_null(f);
-    static char logbuf[1 << 20];
-    size_t len = fread(logbuf, 1, sizeof(logbuf) - 1, f);
-    logbuf[len] = '\0';
-    fclose(f);
-    close(logfd);
-    unlink(logpath);
+    char *logbuf = tu_debug_log_stop(&l);
     cr_assert_not_null(strstr(logbuf, "HTTP 503, retrying"), "no retry logged: %s", logbuf);
     cr_assert_null(strstr(logbuf, token), "the access token is in the log");
     cr_assert_null(strstr(logbuf, "sbx-test-dummy-key"), "the API key is in the log");
@@ -712,6 +673,7 @@ Test(e2b, exposed_ports_are_preview_addresses_without_a_token)
     free(path);
     free(state);
     free(errtext);
+    free(logbuf);
 }
 
 /* A create-time user is envd's user of every call that names none: the

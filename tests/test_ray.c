@@ -614,33 +614,6 @@ Test(ray, a_freed_process_leaves_no_job)
 
 /* ------------------------------------------------------------ log tail */
 
-typedef struct live_seen {
-    char *root;         /* the node's directory on this host */
-    char out[256];
-    size_t len;
-    int marker_made;
-} live_seen;
-
-/* On the first line of stdout, makes the file the command waits for. */
-static void on_live(sbx_stream stream, const void *data, size_t len, void *ud)
-{
-    live_seen *s = ud;
-    if (stream != SBX_STREAM_STDOUT)
-        return;
-    cr_assert_lt(s->len + len, sizeof s->out);
-    memcpy(s->out + s->len, data, len);
-    s->len += len;
-    s->out[s->len] = '\0';
-    if (!s->marker_made && strcmp(s->out, "first\n") == 0) {
-        char *go = tu_strdup_printf("%s/tmp/sbx-ray-go", s->root);
-        FILE *f = fopen(go, "w");
-        cr_assert_not_null(f, "%s", go);
-        fclose(f);
-        free(go);
-        s->marker_made = 1;
-    }
-}
-
 /* The command prints a line, then waits (up to 10 s) for a file that only
  * the output callback makes, on seeing that line: "second" shows the line
  * came through the job log's tail while the command ran. The log is
@@ -648,30 +621,15 @@ static void on_live(sbx_stream stream, const void *data, size_t len, void *ud)
 Test(ray, output_comes_through_the_log_tail_while_the_command_runs)
 {
     g_sb = tu_create(g_client, NULL);
-    live_seen seen = { .root = node_root() };
-    char *go = tu_strdup_printf("%s/tmp/sbx-ray-go", seen.root);
-    unlink(go);
+    char *root = node_root();
+    char *go = tu_strdup_printf("%s/tmp/sbx-ray-go", root);
     tu_fake_reset();
-    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
-    rq.shell = "echo first; i=0; while [ ! -e /tmp/sbx-ray-go ] && [ $i -lt 200 ]; do "
-               "sleep 0.05; i=$((i+1)); done; if [ -e /tmp/sbx-ray-go ]; then echo second; "
-               "else echo never; fi; echo done >&2; exit 7";
-    rq.timeout_secs = 30;
-    rq.on_output = on_live;
-    rq.user_data = &seen;
-    sbx_result *r = tu_exec(g_sb, &rq);
-    unlink(go);
+    tu_assert_output_is_live(g_sb, go, "/tmp/sbx-ray-go");
     free(go);
-    cr_assert_eq(seen.marker_made, 1);
-    tu_assert_exit(r, 7);
-    tu_assert_stdout(r, "first\nsecond\n");
-    tu_assert_stderr(r, "done\n");
-    cr_assert_str_eq(seen.out, "first\nsecond\n");
-    sbx_result_free(r);
     json_object *log = tu_fake_log();
     cr_assert_eq(tu_fake_count(log, "GET", "/api/jobs/[^/]+/logs/tail", NULL, 0), 1);
     cr_assert_eq(tu_fake_count(log, "GET", "/api/jobs/[^/]+/logs", NULL, 0), 0,
                  "the log was polled");
     json_object_put(log);
-    free(seen.root);
+    free(root);
 }

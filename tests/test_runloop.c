@@ -477,33 +477,6 @@ Test(runloop, late_create_is_shut_down)
 
 /* ------------------------------------------------------------ live output */
 
-typedef struct live_seen {
-    char root[4096];    /* the devbox's directory on this host */
-    char out[256];
-    size_t len;
-    int marker_made;
-} live_seen;
-
-/* On the first line of stdout, makes the file the command waits for. */
-static void on_live(sbx_stream stream, const void *data, size_t len, void *ud)
-{
-    live_seen *s = ud;
-    if (stream != SBX_STREAM_STDOUT)
-        return;
-    cr_assert_lt(s->len + len, sizeof s->out);
-    memcpy(s->out + s->len, data, len);
-    s->len += len;
-    s->out[s->len] = '\0';
-    if (!s->marker_made && strcmp(s->out, "first\n") == 0) {
-        char *go = tu_strdup_printf("%s/tmp/go", s->root);
-        FILE *f = fopen(go, "w");
-        cr_assert_not_null(f, "%s", go);
-        fclose(f);
-        free(go);
-        s->marker_made = 1;
-    }
-}
-
 /* The command prints a line, then waits (up to 10 s) for a file that only
  * the output callback makes, on seeing that line: "second" shows the line
  * reached the callback through the update stream while the command ran
@@ -511,24 +484,11 @@ static void on_live(sbx_stream stream, const void *data, size_t len, void *ud)
 Test(runloop, output_reaches_the_callback_while_the_command_runs)
 {
     g_sb = create_sized(0, 0, 0);
-    live_seen seen = { .len = 0 };
     json_object *j = fake_devbox(sbx_sandbox_get0_id(g_sb));
-    snprintf(seen.root, sizeof seen.root, "%s", tu_json_str(j, "root"));
+    char *go = tu_strdup_printf("%s/tmp/go", tu_json_str(j, "root"));
     json_object_put(j);
-    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
-    rq.shell = "echo first; i=0; while [ ! -e /tmp/go ] && [ $i -lt 200 ]; do sleep 0.05; "
-               "i=$((i+1)); done; if [ -e /tmp/go ]; then echo second; else echo never; fi; "
-               "echo done >&2; exit 7";
-    rq.timeout_secs = 30;
-    rq.on_output = on_live;
-    rq.user_data = &seen;
-    sbx_result *r = tu_exec(g_sb, &rq);
-    cr_assert_eq(seen.marker_made, 1);
-    tu_assert_exit(r, 7);
-    tu_assert_stdout(r, "first\nsecond\n");
-    tu_assert_stderr(r, "done\n");
-    cr_assert_str_eq(seen.out, "first\nsecond\n");
-    sbx_result_free(r);
+    tu_assert_output_is_live(g_sb, go, "/tmp/go");
+    free(go);
 }
 
 /* Both update streams lose their connection after their first event: each

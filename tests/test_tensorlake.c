@@ -1,14 +1,15 @@
 /*
  * test_tensorlake.c — what only the tensorlake backend does, through its
  * contract fake (tests/tensorlake.sh starts it and runs this program with
- * SBX_TEST_BACKEND=tensorlake): sandboxes are unnamed by default, so stop
- * (suspend) names the backend option that makes them suspendable; with
- * {"suspendable": true} stop suspends and start resumes the same sandbox
- * with its files; a bad value of the option and a memory_mb under the
- * provider's 256 MB minimum are configuration errors naming them; a client
- * made with the client option (sbx_client_new_with_config) names every
- * sandbox, so it has list_owned and destroy_by_id, which a client without
- * it refuses naming the option.
+ * SBX_TEST_BACKEND=tensorlake): every sandbox is named by its create token,
+ * so stop suspends and start resumes the same sandbox with its files, and
+ * list_owned and destroy_by_id find it; a create whose answer comes after
+ * the call's deadline is outcome unknown and the sandbox the provider made
+ * meanwhile is found by that name and deleted (CASE-20); with
+ * {"suspendable": false} the sandbox is unnamed, and stop names the option
+ * (a client made so refuses list_owned naming it); a bad value of the
+ * option and a memory_mb under the provider's 256 MB minimum are
+ * configuration errors naming them.
  */
 #include "testutil.h"
 
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <json-c/json.h>
 
@@ -29,6 +31,7 @@ static void setup(void)
 {
     sbx_error *err = NULL;
     cr_assert_str_eq(tu_backend(), "tensorlake", "run by tests/tensorlake.sh");
+    tu_fake_use("TENSORLAKE_API_URL");
     g_client = sbx_client_new("tensorlake", &err);
     cr_assert_not_null(g_client, "sbx_client_new: %s", err ? sbx_error_get0_message(err) : "");
 }
@@ -55,9 +58,9 @@ static sbx_sandbox *create_with(const char *backend_options)
     return sb;
 }
 
-Test(tensorlake, unnamed_by_default_so_stop_names_the_option)
+Test(tensorlake, an_unnamed_sandbox_cannot_stop_and_names_the_option)
 {
-    g_sb = create_with(NULL);
+    g_sb = create_with("{\"suspendable\": false}");
     sbx_error *err = NULL;
     cr_assert_eq(sbx_sandbox_stop(g_sb, &err), -1);
     char *msg = tu_strdup_printf("tensorlake sandbox %s cannot be suspended: it is unnamed "
@@ -76,9 +79,32 @@ Test(tensorlake, unnamed_by_default_so_stop_names_the_option)
     sbx_result_free(r);
 }
 
-Test(tensorlake, suspendable_sandbox_stops_and_starts_with_its_files)
+/* 1 when @name is a create token: "sbx-" and 32 lowercase hex digits. */
+static int is_token(const char *name)
 {
-    g_sb = create_with("{\"suspendable\": true}");
+    return name && strlen(name) == 36 && strncmp(name, "sbx-", 4) == 0
+           && strspn(name + 4, "0123456789abcdef") == 32;
+}
+
+/* The fake's own view of sandbox @id: {"status", "name", ...}. */
+static json_object *fake_sandbox(const char *id)
+{
+    char *path = tu_strdup_printf("/_fake/sandbox/%s", id), *body = NULL;
+    cr_assert_eq(tu_fake_http("GET", path, NULL, NULL, &body), 200, "%s", body ? body : "");
+    json_object *j = json_tokener_parse(body);
+    cr_assert_not_null(j, "%s", body);
+    free(body);
+    free(path);
+    return j;
+}
+
+Test(tensorlake, a_sandbox_named_by_its_create_token_stops_and_starts_with_its_files)
+{
+    g_sb = create_with(NULL);
+    json_object *fs = fake_sandbox(sbx_sandbox_get0_id(g_sb));
+    const char *name = tu_json_str(fs, "name");
+    cr_assert(is_token(name), "not named by a create token: %s", name ? name : "(none)");
+    json_object_put(fs);
     sbx_error *err = NULL;
     cr_assert_eq(sbx_sandbox_write_file(g_sb, "/work/keep.txt", "kept\n", 5, &err), 0,
                  "write_file: %s", err ? sbx_error_get0_message(err) : "");
@@ -132,23 +158,26 @@ static int count_token(const sbx_owned_sandbox *o, void *ud)
     return 0;
 }
 
-Test(tensorlake, the_client_option_names_every_sandbox_so_it_can_be_listed_and_reaped)
+Test(tensorlake, every_sandbox_is_named_so_it_can_be_listed_and_reaped)
 {
     sbx_error *err = NULL;
     uint64_t caps = 0;
 
-    /* Without the option: no list_owned, and the call names the option. */
-    cr_assert_eq(sbx_client_probe(g_client, &caps, &err), 0);
+    /* A client made with {"suspendable": false}: no list_owned, and the
+     * call names the option. */
+    sbx_client *unnamed = sbx_client_new_with_config("tensorlake", SBX_PLUGIN_MODE_DEFAULT,
+                                                     "{\"suspendable\": false}", &err);
+    cr_assert_not_null(unnamed, "client: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_client_probe(unnamed, &caps, &err), 0);
     cr_assert_eq(caps & SBX_CAP_LIST_OWNED, 0);
-    cr_assert_eq(sbx_client_list_owned(g_client, NULL, NULL, &err), -1);
+    cr_assert_eq(sbx_client_list_owned(unnamed, NULL, NULL, &err), -1);
     cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_FEATURE_NOT_SUPPORTED);
     cr_assert_str_eq(sbx_error_get0_context(err, "option"), "suspendable");
     sbx_error_free(err);
     err = NULL;
+    sbx_client_free(unnamed);
 
-    sbx_client *named = sbx_client_new_with_config("tensorlake", SBX_PLUGIN_MODE_DEFAULT,
-                                                   "{\"suspendable\": true}", &err);
-    cr_assert_not_null(named, "client: %s", err ? sbx_error_get0_message(err) : "");
+    sbx_client *named = g_client;
     cr_assert_eq(sbx_client_probe(named, &caps, &err), 0);
     cr_assert_eq(caps & SBX_CAP_LIST_OWNED, SBX_CAP_LIST_OWNED);
 
@@ -171,7 +200,57 @@ Test(tensorlake, the_client_option_names_every_sandbox_so_it_can_be_listed_and_r
     sbx_error_free(err);
     sbx_sandbox_free(sb);
     free(id);
-    sbx_client_free(named);
+}
+
+/* CASE-20 on a provider without labels: the create's answer comes 3 s
+ * after the call's deadline (1 s). create fails with timeout and outcome
+ * unknown after one POST; the sandbox the fake makes when it answers is
+ * found by its name, the create token, in the list, and deleted by the
+ * client's reaper (it looks once a second): one DELETE, of the sandbox so
+ * named, which the fake then holds terminated. */
+Test(tensorlake, case20_a_create_answered_too_late_is_found_by_its_name_and_deleted_slow)
+{
+    cr_assert_eq(tu_fake_http("DELETE", "/_fake/log", NULL, NULL, NULL), 204);
+    tu_fake_post("/_fake/faults", "{\"method\":\"POST\",\"path\":\"^/sandboxes$\","
+                                  "\"action\":\"pass\",\"delay\":3}");
+    cr_assert_eq(sbx_client_set_call_timeout(g_client, 1.0, NULL), 0);
+    sbx_error *err = NULL;
+    double t0 = tu_now();
+    cr_assert_null(sbx_sandbox_create(g_client, NULL, &err), "the late create succeeded");
+    double dt = tu_now() - t0;
+    cr_assert(dt < 3.0, "create waited %.2f s, past the provider's answer", dt);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_TIMEOUT, "%s", sbx_error_get0_message(err));
+    cr_assert_eq(sbx_error_get_outcome(err), SBX_ERROR_OUTCOME_UNKNOWN);
+    sbx_error_free(err);
+    cr_assert_eq(sbx_client_set_call_timeout(g_client, 0, NULL), 0);
+
+    double end = tu_now() + 15.0;
+    json_object *log = NULL;
+    int deletes = 0;
+    while (tu_now() < end) {
+        json_object_put(log);
+        log = tu_fake_log();
+        deletes = tu_fake_count(log, "DELETE", "^/sandboxes/[^/]+$", NULL, 0);
+        if (deletes)
+            break;
+        usleep(200000);
+    }
+    cr_assert_eq(deletes, 1, "the late sandbox was not deleted within 15 s");
+    cr_assert_eq(tu_fake_count(log, "POST", "^/sandboxes$", NULL, 0), 1);
+    cr_assert_geq(tu_fake_count(log, "GET", "^/sandboxes$", NULL, 0), 1, "no look-up");
+    const char *deleted = NULL;
+    for (size_t i = 0; i < json_object_array_length(log); i++) {
+        json_object *e = json_object_array_get_idx(log, i);
+        if (strcmp(tu_json_str(e, "method"), "DELETE") == 0)
+            deleted = tu_json_str(e, "path") + strlen("/sandboxes/");
+    }
+    cr_assert_not_null(deleted);
+    json_object *fs = fake_sandbox(deleted);
+    const char *name = tu_json_str(fs, "name");
+    cr_assert(is_token(name), "not named by a create token: %s", name ? name : "(none)");
+    cr_assert_str_eq(tu_json_str(fs, "status"), "terminated");
+    json_object_put(fs);
+    json_object_put(log);
 }
 
 Test(tensorlake, a_client_option_of_the_wrong_type_names_it)
@@ -191,20 +270,10 @@ Test(tensorlake, a_client_option_of_the_wrong_type_names_it)
 /* The exposed_ports of the provider's SandboxInfo of @id, as "N,N,...". */
 static char *provider_ports(const char *id)
 {
-    tu_fake_use("TENSORLAKE_API_URL");
-    char *path = tu_strdup_printf("/sandboxes/%s", id), *body = NULL;
-    cr_assert_eq(tu_fake_http("GET", path, "Authorization: Bearer sbx-test-dummy-key", NULL,
-                              &body), 200);
-    json_object *j = json_tokener_parse(body), *a;
-    cr_assert(json_object_object_get_ex(j, "exposed_ports", &a));
-    char out[256] = "";
-    for (size_t i = 0; i < json_object_array_length(a); i++)
-        snprintf(out + strlen(out), sizeof(out) - strlen(out), i ? ",%d" : "%d",
-                 json_object_get_int(json_object_array_get_idx(a, i)));
-    json_object_put(j);
-    free(body);
+    char *path = tu_strdup_printf("/sandboxes/%s", id);
+    char *out = tu_fake_ints(path, "Authorization: Bearer sbx-test-dummy-key", "exposed_ports");
     free(path);
-    return strdup(out);
+    return out;
 }
 
 /* Exposed ports live at the provider: create sends exposed_ports, expose
@@ -213,20 +282,15 @@ static char *provider_ports(const char *id)
  * not_found. */
 Test(tensorlake, exposed_ports_follow_the_provider)
 {
-    sbx_options *o = sbx_options_new();
-    cr_assert_eq(sbx_options_add_port(o, 8080, NULL), 0);
-    g_sb = tu_create(g_client, o);
-    sbx_options_free(o);
+    static const uint16_t ports[] = { 8080 };
+    g_sb = tu_create_with_ports(g_client, ports, 1);
     const char *id = sbx_sandbox_get0_id(g_sb);
     char *p = provider_ports(id);
     cr_assert_str_eq(p, "8080");
     free(p);
     sbx_error *err = NULL;
-    char *got = sbx_sandbox_resolve_port(g_sb, 8080, &err);
     char *want = tu_strdup_printf("https://8080-%s.sandbox.tensorlake.ai", id);
-    cr_assert_not_null(got, "%s", err ? sbx_error_get0_message(err) : "");
-    cr_assert_str_eq(got, want);
-    free(got);
+    tu_assert_port_url(g_sb, 8080, want);
     free(want);
 
     cr_assert_eq(sbx_sandbox_expose_port(g_sb, 3000, &err), 0, "%s",
@@ -238,25 +302,13 @@ Test(tensorlake, exposed_ports_follow_the_provider)
     p = provider_ports(id);
     cr_assert_str_eq(p, "3000");
     free(p);
-    cr_assert_null(sbx_sandbox_resolve_port(g_sb, 8080, &err));
-    char *msg = tu_strdup_printf("tensorlake sandbox %s: port 8080 is not exposed", id);
-    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND);
-    cr_assert_str_eq(sbx_error_get0_message(err), msg);
-    cr_assert_str_eq(sbx_error_get0_context(err, "port"), "8080");
-    free(msg);
-    sbx_error_free(err);
-    err = NULL;
+    tu_assert_port_not_exposed(g_sb, "tensorlake", 8080);
 
     /* A handle resumed from the session state takes the provider's set. */
     char *state = sbx_sandbox_session_state(g_sb, &err);
     sbx_sandbox *again = sbx_sandbox_resume(g_client, state, &err);
     cr_assert_not_null(again, "%s", err ? sbx_error_get0_message(err) : "");
-    uint16_t *list = NULL;
-    size_t n = 0;
-    cr_assert_eq(sbx_sandbox_list_ports(again, &list, &n, &err), 0);
-    cr_assert_eq(n, 1);
-    cr_assert_eq(list[0], 3000);
-    free(list);
+    tu_assert_ports(again, "3000");
     sbx_sandbox_free(again);
     free(state);
 }

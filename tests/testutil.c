@@ -882,3 +882,163 @@ int tu_reaper_stop(void)
         reaped++;
     return reaped;
 }
+
+char *tu_fake_ints(const char *path, const char *header, const char *key)
+{
+    char *body = NULL;
+    cr_assert_eq(tu_fake_http("GET", path, header, NULL, &body), 200, "GET %s: %s", path,
+                 body ? body : "");
+    json_object *j = json_tokener_parse(body), *a;
+    cr_assert(j && json_object_object_get_ex(j, key, &a)
+              && json_object_is_type(a, json_type_array), "no array %s in %s", key, body);
+    char out[1024] = "";
+    for (size_t i = 0; i < json_object_array_length(a); i++)
+        snprintf(out + strlen(out), sizeof(out) - strlen(out), i ? ",%d" : "%d",
+                 json_object_get_int(json_object_array_get_idx(a, i)));
+    json_object_put(j);
+    free(body);
+    return strdup(out);
+}
+
+sbx_sandbox *tu_create_with_ports(sbx_client *client, const uint16_t *ports, size_t n)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_not_null(o);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(sbx_options_add_port(o, ports[i], NULL), 0, "add_port %u", ports[i]);
+    sbx_sandbox *sb = tu_create(client, o);
+    sbx_options_free(o);
+    return sb;
+}
+
+void tu_assert_port_url(sbx_sandbox *sb, unsigned port, const char *want)
+{
+    sbx_error *err = NULL;
+    char *got = sbx_sandbox_resolve_port(sb, port, &err);
+    assert_no_error(err, "sbx_sandbox_resolve_port");
+    cr_assert_not_null(got, "resolve_port %u returned NULL without an error", port);
+    cr_assert_str_eq(got, want, "port %u", port);
+    free(got);
+}
+
+void tu_assert_port_not_exposed(sbx_sandbox *sb, const char *backend, unsigned port)
+{
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_resolve_port(sb, port, &err), "port %u resolved", port);
+    cr_assert_not_null(err);
+    char *msg = tu_strdup_printf("%s sandbox %s: port %u is not exposed", backend,
+                                 sbx_sandbox_get0_id(sb), port);
+    char num[16];
+    snprintf(num, sizeof num, "%u", port);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND, "%s", sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err), msg);
+    cr_assert_str_eq(sbx_error_get0_context(err, "port"), num);
+    free(msg);
+    sbx_error_free(err);
+}
+
+void tu_assert_ports(sbx_sandbox *sb, const char *want)
+{
+    sbx_error *err = NULL;
+    uint16_t *list = NULL;
+    size_t n = 0;
+    cr_assert_eq(sbx_sandbox_list_ports(sb, &list, &n, &err), 0, "list_ports: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    char got[1024] = "";
+    for (size_t i = 0; i < n; i++)
+        snprintf(got + strlen(got), sizeof(got) - strlen(got), i ? ",%u" : "%u",
+                 (unsigned)list[i]);
+    free(list);
+    cr_assert_str_eq(got, want);
+}
+
+void tu_debug_log_start(tu_debug_log *l)
+{
+    snprintf(l->path, sizeof l->path, "/tmp/sbx-debug-log-XXXXXX");
+    l->fd = mkstemp(l->path);
+    cr_assert_geq(l->fd, 0, "mkstemp: %s", strerror(errno));
+    fflush(stderr);
+    l->saved = dup(2);
+    cr_assert_geq(l->saved, 0);
+    cr_assert_eq(dup2(l->fd, 2), 2);
+    cr_assert_eq(setenv("SBX_DEBUG", "1", 1), 0);
+}
+
+char *tu_debug_log_stop(tu_debug_log *l)
+{
+    fflush(stderr);
+    cr_assert_eq(dup2(l->saved, 2), 2);
+    close(l->saved);
+    unsetenv("SBX_DEBUG");
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    cr_assert_not_null(buf);
+    cr_assert_eq(lseek(l->fd, 0, SEEK_SET), 0);
+    for (;;) {
+        if (n + 4096 > cap) {
+            buf = realloc(buf, cap *= 2);
+            cr_assert_not_null(buf);
+        }
+        ssize_t r = read(l->fd, buf + n, cap - n - 1);
+        cr_assert(r >= 0, "read the debug log: %s", strerror(errno));
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    buf[n] = '\0';
+    close(l->fd);
+    unlink(l->path);
+    return buf;
+}
+
+/* ------------------------------------------------------------ live output */
+
+typedef struct live_seen {
+    const char *marker;     /* the file to make, as seen from this host */
+    char out[256];          /* stdout as the callback saw it */
+    size_t len;
+    int marker_made;
+} live_seen;
+
+/* On the first line of stdout, makes the file the command waits for. */
+static void on_live(sbx_stream stream, const void *data, size_t len, void *ud)
+{
+    live_seen *s = ud;
+    if (stream != SBX_STREAM_STDOUT)
+        return;
+    cr_assert_lt(s->len + len, sizeof s->out);
+    memcpy(s->out + s->len, data, len);
+    s->len += len;
+    s->out[s->len] = '\0';
+    if (!s->marker_made && strcmp(s->out, "first\n") == 0) {
+        FILE *f = fopen(s->marker, "w");
+        cr_assert_not_null(f, "%s", s->marker);
+        fclose(f);
+        s->marker_made = 1;
+    }
+}
+
+void tu_assert_output_is_live(sbx_sandbox *sb, const char *marker_on_host,
+                              const char *marker_in_sandbox)
+{
+    live_seen seen = { .marker = marker_on_host };
+    unlink(marker_on_host);
+    char *shell = tu_strdup_printf("echo first; i=0; while [ ! -e %s ] && [ $i -lt 200 ]; do "
+                                   "sleep 0.05; i=$((i+1)); done; if [ -e %s ]; then echo "
+                                   "second; else echo never; fi; echo done >&2; exit 7",
+                                   marker_in_sandbox, marker_in_sandbox);
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.shell = shell;
+    rq.timeout_secs = 30;
+    rq.on_output = on_live;
+    rq.user_data = &seen;
+    sbx_result *r = tu_exec(sb, &rq);
+    unlink(marker_on_host);
+    free(shell);
+    cr_assert_eq(seen.marker_made, 1);
+    tu_assert_exit(r, 7);
+    tu_assert_stdout(r, "first\nsecond\n");
+    tu_assert_stderr(r, "done\n");
+    cr_assert_str_eq(seen.out, "first\nsecond\n");
+    sbx_result_free(r);
+}

@@ -148,6 +148,61 @@ const char *tu_json_str(struct json_object *o, const char *key);
 int tu_fake_count(struct json_object *log, const char *method, const char *re, double *t,
                   size_t tmax);
 
+/* The integers of the JSON array member @key of the fake's answer 200 to
+ * GET @path (extra header @header, NULL: none), joined by ',' ("3000,8080";
+ * "" for none): a new string. Asserts the answer and the member. */
+char *tu_fake_ints(const char *path, const char *header, const char *key);
+
+/* ------------------------------------------------------------------------
+ * Exposed ports (sbx_options_add_port, sbx_sandbox_resolve_port, ...): what
+ * the hosted backends' tests check alike.
+ * ---------------------------------------------------------------------- */
+
+/* Creates a sandbox on @client exposing the @n ports @ports (default
+ * options otherwise); asserts success. */
+sbx_sandbox *tu_create_with_ports(sbx_client *client, const uint16_t *ports, size_t n);
+/* Asserts that @port of @sb resolves to @want. */
+void tu_assert_port_url(sbx_sandbox *sb, unsigned port, const char *want);
+/* Asserts that @port of @sb is not exposed: resolve_port fails with
+ * not_found "@backend sandbox ID: port N is not exposed", context port=N. */
+void tu_assert_port_not_exposed(sbx_sandbox *sb, const char *backend, unsigned port);
+/* Asserts that the exposed ports of @sb (sbx_sandbox_list_ports) are @want,
+ * ascending and joined by ',' ("3000,8080"; "" for none). */
+void tu_assert_ports(sbx_sandbox *sb, const char *want);
+
+/* ------------------------------------------------------------------------
+ * Output that reaches the callback while the command runs.
+ * ---------------------------------------------------------------------- */
+
+/* Runs on @sb a command that prints "first", then waits (up to 10 s) for
+ * the file @marker_in_sandbox, which only its output callback makes (at
+ * @marker_on_host, the same file seen from this host) on seeing that line;
+ * it prints "second" when the file came, "never" when output reached the
+ * callback only at the command's end, then "done" on stderr and exits 7.
+ * Asserts exactly that: the callback made the file, exit 7, stdout
+ * "first\nsecond\n" in the result and through the callback, stderr
+ * "done\n". Removes the file. */
+void tu_assert_output_is_live(sbx_sandbox *sb, const char *marker_on_host,
+                              const char *marker_in_sandbox);
+
+/* ------------------------------------------------------------------------
+ * The library's debug log (SBX_DEBUG=1 on stderr), captured to check that
+ * no secret reaches it.
+ * ---------------------------------------------------------------------- */
+
+typedef struct tu_debug_log {
+    char path[64];      /* the temporary file stderr goes to */
+    int fd;             /* it, open */
+    int saved;          /* the stderr before */
+} tu_debug_log;
+
+/* Sets SBX_DEBUG=1 and sends stderr to a new temporary file. Call before
+ * the client is made (it reads SBX_DEBUG). */
+void tu_debug_log_start(tu_debug_log *l);
+/* Puts stderr back, unsets SBX_DEBUG and removes the file: what was
+ * written there (a new string). */
+char *tu_debug_log_stop(tu_debug_log *l);
+
 /* Starts tests/fakes/idlereaper.py in front of 127.0.0.1:@target, closing
  * a connection after @idle seconds without a byte either way (as a proxy
  * that ends quiet connections does): its port. One at a time; stopped by

@@ -982,16 +982,12 @@ static char *ray_address(json_object *cfg, sbx_error **error)
 static int ray_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
-    json_object *cfg = NULL;
-    if (cl_client_config(config_json, RAY_BACKEND, &cfg, error) < 0)
+    json_object *cfg;
+    struct sbx_plugin_client *c = cl_client_alloc(config_json, RAY_BACKEND, sizeof(*c),
+                                                  offsetof(struct sbx_plugin_client, http),
+                                                  &cfg, error);
+    if (!c)
         return -1;
-    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
-    if (!c || !(c->http = cl_http_new())) {
-        free(c);
-        json_object_put(cfg);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
     static const char *const key_envs[] = { "RAY_AUTH_TOKEN", NULL };
     if (!(c->api = ray_address(cfg, error))
         || cl_http_configure(c->http, cfg, key_envs, "Authorization", "Bearer ", error) < 0)
@@ -1060,36 +1056,29 @@ static int ray_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
 
+static void ray_sandbox_free(sbx_plugin_sandbox *sb)
+{
+    if (sb) {
+        free(sb->dir);
+        free(sb->meta);
+        json_object_put(sb->res);
+    }
+    cl_sandbox_free(sb);
+}
+
 static struct sbx_plugin_sandbox *ray_sandbox_new(struct sbx_plugin_client *c, const char *id,
                                                   const char *dir, const char *meta, int made)
 {
-    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
+    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
     if (!sb)
         return NULL;
     sb->c = c;
     sb->made = made;
-    if (cl_sandbox_init(&sb->s, id) < 0) {
-        free(sb);
-        return NULL;
-    }
-    if (!(sb->dir = strdup(dir)) || !(sb->meta = strdup(meta))) {
-        cl_sandbox_clear(&sb->s);
-        free(sb->dir);
-        free(sb);
+    if (cl_dup(&sb->dir, dir) < 0 || cl_dup(&sb->meta, meta) < 0) {
+        ray_sandbox_free(sb);
         return NULL;
     }
     return sb;
-}
-
-static void ray_sandbox_free(sbx_plugin_sandbox *sb)
-{
-    if (!sb)
-        return;
-    cl_sandbox_clear(&sb->s);
-    free(sb->dir);
-    free(sb->meta);
-    json_object_put(sb->res);
-    free(sb);
 }
 
 /* The entrypoint resources of the create's cpu and gpu, and the backend
@@ -1404,19 +1393,15 @@ static const char *ray_sandbox_root(sbx_plugin_sandbox *sb)
 static char *ray_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    if (ray_check(sb, "session_state", error) < 0)
+    json_object *j = cl_state_new(&sb->s, RAY_BACKEND, RAY_STATE_VERSION, "sandbox_id", NULL, error);
+    if (!j)
         return NULL;
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "version", json_object_new_int(RAY_STATE_VERSION));
-    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
     json_object_object_add(j, "dir", json_object_new_string(sb->dir));
     json_object_object_add(j, "meta", json_object_new_string(sb->meta));
     json_object_object_add(j, "made", json_object_new_boolean(sb->made));
     if (sb->res && json_object_object_length(sb->res) > 0)
         json_object_object_add(j, "resources", json_object_get(sb->res));
-    char *out = cl_state_out(j, "session_state", error);
-    json_object_put(j);
-    return out;
+    return cl_state_end(j, error);
 }
 
 static int ray_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,

@@ -868,22 +868,27 @@ out:
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
 
+static void rm_sandbox_free(sbx_plugin_sandbox *sb)
+{
+    if (sb) {
+        free(sb->api);
+        free(sb->backend);
+        free(sb->root);
+    }
+    cl_sandbox_free(sb);
+}
+
 static struct sbx_plugin_sandbox *rm_sandbox_new(struct sbx_plugin_client *c, const char *id,
                                                  const char *api, const char *backend,
                                                  const char *root)
 {
-    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
+    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
     if (!sb)
         return NULL;
     sb->c = c;
-    sb->api = strdup(api);
-    sb->backend = backend ? strdup(backend) : NULL;
-    sb->root = strdup(root ? root : "");
-    if (!sb->api || (backend && !sb->backend) || !sb->root || cl_sandbox_init(&sb->s, id) < 0) {
-        free(sb->api);
-        free(sb->backend);
-        free(sb->root);
-        free(sb);
+    if (cl_dup(&sb->api, api) < 0 || cl_dup(&sb->backend, backend) < 0
+        || cl_dup(&sb->root, root ? root : "") < 0) {
+        rm_sandbox_free(sb);
         return NULL;
     }
     return sb;
@@ -894,17 +899,6 @@ static struct sbx_plugin_sandbox *rm_sandbox_new(struct sbx_plugin_client *c, co
 static const char *rm_sandbox_root(sbx_plugin_sandbox *sb)
 {
     return sb->root;
-}
-
-static void rm_sandbox_free(sbx_plugin_sandbox *sb)
-{
-    if (!sb)
-        return;
-    cl_sandbox_clear(&sb->s);
-    free(sb->api);
-    free(sb->backend);
-    free(sb->root);
-    free(sb);
 }
 
 #define rm_refuse(error, option, value, why) \
@@ -1310,18 +1304,14 @@ static int rm_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *rm_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    if (cl_gone_check(&sb->s.gone, "session_state", RM_BACKEND, sb->s.id, error) < 0)
+    json_object *j = cl_state_new(&sb->s, RM_BACKEND, RM_STATE_VERSION, "sandbox_id", NULL, error);
+    if (!j)
         return NULL;
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "version", json_object_new_int(RM_STATE_VERSION));
-    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
     json_object_object_add(j, "url", json_object_new_string(sb->api));
     if (sb->backend)
         json_object_object_add(j, "backend", json_object_new_string(sb->backend));
     json_object_object_add(j, "root", json_object_new_string(sb->root));
-    char *out = cl_state_out(j, "session_state", error);
-    json_object_put(j);
-    return out;
+    return cl_state_end(j, error);
 }
 
 static int rm_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,

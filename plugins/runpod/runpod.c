@@ -372,24 +372,17 @@ static int rp_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, rp_each
     return 0;
 }
 
-typedef struct rp_ids {
-    const char *token;
-    cl_ids ids;
-} rp_ids;
-
 static int rp_id_one(void *ud, json_object *it)
 {
-    rp_ids *s = ud;
-    const char *tok = cl_json_str(cl_json_path(it, "env", NULL), RP_ENV_TOKEN);
-    if (tok && strcmp(tok, s->token) == 0)
-        cl_ids_add(&s->ids, cl_json_str(it, "id"));
+    cl_token_ids_match(ud, cl_json_str(cl_json_path(it, "env", NULL), RP_ENV_TOKEN),
+                       cl_json_str(it, "id"));
     return 0;
 }
 
 static int rp_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
                          sbx_error **error)
 {
-    rp_ids s = { token, { 0 } };
+    cl_token_ids s = { token, { 0 } };
     int rc = rp_list(ud, ctx, rp_id_one, &s, "create", error);
     return cl_ids_finish(&s.ids, rc, ids, "create", error);
 }
@@ -541,28 +534,23 @@ static char *rp_path(struct sbx_plugin_sandbox *sb, const char *path)
 
 static struct sbx_plugin_sandbox *rp_sandbox_new(struct sbx_plugin_client *c, const char *id)
 {
-    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
-    if (!sb)
-        return NULL;
-    sb->c = c;
-    sb->cost = -1;
-    if (cl_sandbox_init(&sb->s, id) < 0) {
-        free(sb);
-        return NULL;
+    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
+    if (sb) {
+        sb->c = c;
+        sb->cost = -1;
     }
     return sb;
 }
 
 static void rp_sandbox_free(sbx_plugin_sandbox *sb)
 {
-    if (!sb)
-        return;
-    rp_ssh_free(sb->ssh);
-    cl_sandbox_clear(&sb->s);
-    rp_opts_clear(&sb->opts);
-    free(sb->workdir);
-    free(sb->host);
-    free(sb);
+    if (sb) {
+        rp_ssh_free(sb->ssh);
+        rp_opts_clear(&sb->opts);
+        free(sb->workdir);
+        free(sb->host);
+    }
+    cl_sandbox_free(sb);
 }
 
 /* Parses "TYPE[:COUNT]" into @type (a new string) and @count. */
@@ -1027,14 +1015,9 @@ static int rp_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             goto undo;
         }
     }
-    if (rq->workdir && *rq->workdir) {
-        int wrc = cl_make_workdir(sb, rp_run_short, ctx, RP_BACKEND, rq->workdir, op, error);
-        if (wrc < 0 || !(sb->workdir = strdup(rq->workdir))) {
-            if (wrc == 0)
-                cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-            goto undo;
-        }
-    }
+    if (cl_create_workdir(sb, &sb->workdir, rp_run_short, ctx, RP_BACKEND, rq->workdir, op,
+                          error) < 0)
+        goto undo;
     *sandbox = sb;
     rc = 0;
     goto out;

@@ -78,6 +78,9 @@ Control routes (no auth; not logged):
        "starting", "errorReason": "...", "after": s}: the provider changes the
        state ("starting": becomes "started" after `after` seconds)
   POST /_fake/sandbox/{id}/vanish: the sandbox is gone (404 from then on)
+  POST /_fake/sandbox/{id}/no_perl: the sandbox's image has no perl: its
+       commands' PATH becomes one directory, NO_PERL_BIN, holding links to
+       every command of the usual PATH but perl and perl*
   POST /_fake/config {"start_delay": {"stopped": s, "archived": s},
        "create_pending": s}
   GET  /_fake/sandbox/{id}: {"state", "root", "running", "starts", "ttlMinutes",
@@ -471,11 +474,34 @@ def parse_multipart(ctype, body):
     return parts
 
 
+# The one directory of the PATH of a sandbox without perl (a sandbox path).
+NO_PERL_BIN = "/.sbx-fake-bin"
+
+
+def hide_perl(sb):
+    """Makes @sb an image without perl: NO_PERL_BIN holds a link to each
+    command of the usual PATH's directories (the host's, which the sandbox
+    sees read-only) but perl and perl*, and is the PATH of its commands."""
+    host = sb.box.host_path(NO_PERL_BIN)
+    os.makedirs(host, exist_ok=True)
+    for d in nsbox.default_env()["PATH"].split(":"):
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        for n in names:
+            link = os.path.join(host, n)
+            if n.startswith("perl") or os.path.lexists(link):
+                continue
+            os.symlink(os.path.join(d, n), link)
+    sb.env["PATH"] = NO_PERL_BIN
+
+
 class DaytonaHandler(fakehttp.Handler):
     # ------------------------------------------------------------ control
     def fake_control(self, path):
         f = FAKE
-        m = re.fullmatch(r"/_fake/sandbox/([^/]+)(/state|/vanish)?", path)
+        m = re.fullmatch(r"/_fake/sandbox/([^/]+)(/state|/vanish|/no_perl)?", path)
         if path == "/_fake/config" and self.command == "POST":
             body = self.json_body()
             with f.lock:
@@ -501,6 +527,9 @@ class DaytonaHandler(fakehttp.Handler):
             self.send_json(204, None)
         elif m and m.group(2) == "/vanish":
             f.remove(f.find(m.group(1)))
+            self.send_json(204, None)
+        elif m and m.group(2) == "/no_perl":
+            hide_perl(f.find(m.group(1)))
             self.send_json(204, None)
         elif m:
             sb = f.find(m.group(1))

@@ -47,6 +47,8 @@ _SPAWNER = ThreadPoolExecutor(max_workers=1)
 _RO_DIRS = ("usr", "etc", "opt")
 # Host entries that are symlinks into /usr on merged-/usr systems.
 _LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# nsenter(1) as the fake's own PATH finds it.
+_NSENTER = shutil.which("nsenter") or "/usr/bin/nsenter"
 # Writable directories every sandbox starts with.
 _OWN_DIRS = ("work", "tmp", "root", "home", "proc", "dev", "run", "var/tmp")
 
@@ -185,7 +187,9 @@ class Box:
         if user is not None:
             as_user = ["/usr/bin/setpriv", "--reuid=%d" % user[0], "--regid=%d" % user[1],
                        "--clear-groups", "--"]
-        args = (["nsenter", "-t", str(pid), "-m", "-p", "-r"] + (["-n"] if self.no_net else [])
+        # The command's PATH holds inside the sandbox only: nsenter is found
+        # on the fake's own.
+        args = ([_NSENTER, "-t", str(pid), "-m", "-p", "-r"] + (["-n"] if self.no_net else [])
                 + ["--"] + as_user
                 + ["/usr/bin/env", "-C", cwd, "--"] + list(argv))
         pre = None

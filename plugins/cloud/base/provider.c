@@ -115,6 +115,108 @@ char *cl_state_out(json_object *j, const char *op, sbx_error **error)
     return out;
 }
 
+void *cl_client_alloc(const char *config_json, const char *provider, size_t size,
+                      size_t http_at, json_object **cfg, sbx_error **error)
+{
+    *cfg = NULL;
+    if (cl_client_config(config_json, provider, cfg, error) < 0)
+        return NULL;
+    char *c = calloc(1, size);
+    cl_http *h = c ? cl_http_new() : NULL;
+    if (!h) {
+        free(c);
+        json_object_put(*cfg);
+        *cfg = NULL;
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "client_new", "out of memory");
+        return NULL;
+    }
+    memcpy(c + http_at, &h, sizeof h);
+    return c;
+}
+
+int cl_create_workdir(sbx_plugin_sandbox *sb, char **slot, cl_run_fn run, const sbx_call_ctx *ctx,
+                      const char *provider, const char *workdir, const char *op,
+                      sbx_error **error)
+{
+    if (!workdir || !*workdir)
+        return 0;
+    if (cl_make_workdir(sb, run, ctx, provider, workdir, op, error) < 0)
+        return -1;
+    if (cl_dup(slot, workdir) < 0) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+int cl_token_ids_match(cl_token_ids *t, const char *item_token, const char *id)
+{
+    if (!item_token || strcmp(item_token, t->token) != 0)
+        return 0;
+    return cl_ids_add(&t->ids, id);
+}
+
+char *cl_list_command(const char *dir)
+{
+    char *q = cl_shell_quote(dir);
+    char *cmd = q ? cl_printf("test -d %s || exit 3; find %s -mindepth 1 -maxdepth 1 "
+                              "-printf '%%y %%s %%f\\n'", q, q) : NULL;
+    free(q);
+    return cmd;
+}
+
+int cl_list_answer(int code, char *out, const char *shown, sbx_plugin_file_fn fn, void *ud,
+                   const char *op, sbx_error **error)
+{
+    if (code == 3) {
+        cl_context(cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such directory in the "
+                           "sandbox: %s", shown), "path", shown);
+        return -1;
+    }
+    if (code != 0) {
+        cl_context(cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "cannot list %s (find "
+                           "exited %d)", shown, code), "path", shown);
+        return -1;
+    }
+    for (char *line = out, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        char *sp = strchr(line, ' ');
+        char *sp2 = sp ? strchr(sp + 1, ' ') : NULL;
+        if (!sp2)
+            continue;
+        int is_dir = line[0] == 'd';
+        sbx_plugin_file_info info = { sizeof(info), sp2 + 1, is_dir,
+                                      is_dir ? -1 : strtoll(sp + 1, NULL, 10), 0 };
+        if (fn(&info, ud) != 0)
+            break;
+    }
+    return 0;
+}
+
+json_object *cl_state_new(cl_sandbox *s, const char *provider, int version,
+                          const char *id_key, const char *workdir, sbx_error **error)
+{
+    if (cl_gone_check(&s->gone, "session_state", provider, s->id, error) < 0)
+        return NULL;
+    json_object *j = json_object_new_object();
+    json_object_object_add(j, "version", json_object_new_int(version));
+    json_object_object_add(j, id_key, json_object_new_string(s->id));
+    if (workdir)
+        json_object_object_add(j, "workdir", json_object_new_string(workdir));
+    return j;
+}
+
+char *cl_state_end(json_object *j, sbx_error **error)
+{
+    if (!j)
+        return NULL;
+    char *out = cl_state_out(j, "session_state", error);
+    json_object_put(j);
+    return out;
+}
+
 json_object *cl_state_in(const char *state_json, int version, const char *id_key,
                          const char *provider, const char *op, const char **id,
                          sbx_error **error)
@@ -427,6 +529,47 @@ void cl_sandbox_clear(cl_sandbox *s)
     free(s->ports);
     s->ports = NULL;
     s->n_ports = 0;
+}
+
+sbx_error *cl_create_unanswered(cl_reaper *reaper, const sbx_call_ctx *ctx, const char *token,
+                                const char *op, sbx_error **error)
+{
+    cl_last_error l = *cl_last();
+    /* The call's deadline cancelled it: a timeout. */
+    if (l.code == SBX_ERROR_CANCELLED && ctx && ctx->deadline > 0
+        && cl_now() >= ctx->deadline - 0.05)
+        l.code = SBX_ERROR_TIMEOUT;
+    sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
+    if (l.unknown) {
+        cl_outcome_unknown(err);
+        if (token)
+            cl_reap_lost(reaper, token);
+    }
+    return err;
+}
+
+void *cl_sandbox_alloc(size_t size, const char *id)
+{
+    cl_sandbox *s = calloc(1, size < sizeof(*s) ? sizeof(*s) : size);
+    if (s && cl_sandbox_init(s, id) < 0) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void cl_sandbox_free(void *sb)
+{
+    if (!sb)
+        return;
+    cl_sandbox_clear(sb);
+    free(sb);
+}
+
+int cl_dup(char **dst, const char *src)
+{
+    *dst = src ? strdup(src) : NULL;
+    return src && !*dst ? -1 : 0;
 }
 
 size_t cl_request_ports(const sbx_plugin_create_request *rq, const uint16_t **ports)

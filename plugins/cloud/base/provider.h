@@ -19,12 +19,15 @@
  *     session state holds no env value (per-call values still win);
  *   - the sandbox head (id, gone flag) with the sandbox_id, sandbox_root,
  *     destroy and is_alive slots over it and the answer to a call on it,
- *     the start of a command and the exec_wait (with the missing-cwd
- *     check), exec_kill (by the mark) and exec_event_fd slots over a
- *     cl_proc, the client's config and credential, the create's workdir
- *     check and refusals, the plugin's own mkdir and chmod commands, an
- *     item's GET and DELETE, paths under the workdir, and small string
- *     helpers.
+ *     the plugin's sandbox struct allocated and freed around it, the
+ *     session_state slot's start and end, the start of a command and the
+ *     exec_wait (with the missing-cwd check), exec_kill (by the mark) and
+ *     exec_event_fd slots over a cl_proc, the client's config and
+ *     credential, the create's workdir check, refusals, unanswered request
+ *     (reaped by its token) and working directory, the plugin's own mkdir
+ *     and chmod commands, a directory listed by a find command, an item's
+ *     GET and DELETE, the ids of a create token's items, paths under the
+ *     workdir, and small string helpers.
  *
  * Prefix, threading, errors and ownership as in cloud.h.
  */
@@ -99,6 +102,22 @@ int cl_wait_until(const sbx_call_ctx *ctx, double max_s, cl_wait_fn fn, void *ud
  * The caller puts no credential and no env value in @j.
  */
 char *cl_state_out(struct json_object *j, const char *op, sbx_error **error);
+
+struct cl_sandbox;
+
+/**
+ * The start of a session_state slot on sandbox @s of @provider: NULL with
+ * cl_gone_error() when @s is gone (op session_state); else a new object
+ * {"version": @version, @id_key: ID} with "workdir": @workdir when
+ * @workdir is not NULL, to which the plugin adds its own members before
+ * cl_state_end().
+ */
+struct json_object *cl_state_new(struct cl_sandbox *s, const char *provider, int version,
+                                 const char *id_key, const char *workdir, sbx_error **error);
+
+/** The end of a session_state slot: cl_state_out(@j) (op session_state),
+ *  @j put. NULL when @j is NULL (its error stored already). */
+char *cl_state_end(struct json_object *j, sbx_error **error);
 
 /**
  * Parses @state_json: a new JSON object (free with json_object_put) whose
@@ -292,6 +311,18 @@ typedef struct cl_sandbox {
 int cl_sandbox_init(cl_sandbox *s, const char *id);
 /** Frees what cl_sandbox_init() made (not @s itself). */
 void cl_sandbox_clear(cl_sandbox *s);
+/**
+ * A plugin's sandbox struct of @size bytes (at least sizeof(cl_sandbox);
+ * zeroed) whose first member, a cl_sandbox, holds @id (cl_sandbox_init()):
+ * the constructor the plugins write alike. NULL on no memory. Freed with
+ * cl_sandbox_free() once the plugin freed its own members. Thread-safe.
+ */
+void *cl_sandbox_alloc(size_t size, const char *id);
+/** Clears the cl_sandbox that starts @sb and frees @sb (NULL: nothing). */
+void cl_sandbox_free(void *sb);
+/** *@dst becomes a copy of @src (NULL: NULL): 0, or -1 on no memory
+ *  (*@dst NULL). For a constructor's string members. */
+int cl_dup(char **dst, const char *src);
 /** The sandbox_id slot: the id of a sandbox whose struct starts with a
  *  cl_sandbox (borrowed, lives as long as the sandbox). */
 const char *cl_sandbox_id(sbx_plugin_sandbox *sb);
@@ -375,6 +406,16 @@ int cl_make_workdir(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *c
                     sbx_error **error);
 
 /**
+ * The create's working directory: nothing (0) when @workdir is NULL or "";
+ * else @workdir made in @sb (cl_make_workdir() through @run) and a copy of
+ * it stored in *@slot (the sandbox's member, freed with it): 0, or -1 with
+ * cl_make_workdir()'s error or resource_exhausted (op @op).
+ */
+int cl_create_workdir(sbx_plugin_sandbox *sb, char **slot, cl_run_fn run, const sbx_call_ctx *ctx,
+                      const char *provider, const char *workdir, const char *op,
+                      sbx_error **error);
+
+/**
  * Sets the mode bits (mode & 07777) of the file @path in @sb with "chmod
  * MODE -- PATH" through @run (providers whose upload takes no mode): 0, or
  * -1 with @run's error, or execution_failed "cannot set mode MODE on @shown
@@ -386,6 +427,25 @@ int cl_set_mode(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *ctx, 
 
 
 /**
+ * The listing of a directory by a command, for a provider without a list
+ * call: the command that lists @dir (absolute, as the file calls send it):
+ * "test -d DIR || exit 3; find DIR -mindepth 1 -maxdepth 1 -printf
+ * '%y %s %f\n'" (GNU find). A new string, NULL on no memory.
+ */
+char *cl_list_command(const char *dir);
+
+/**
+ * That command's answer, exit status @code and stdout @out (NUL-ended; its
+ * lines are cut in place): @fn called for each entry ("TYPE SIZE NAME":
+ * a directory when TYPE is 'd', its size -1) until it returns non-zero,
+ * and 0; -1 with not_found "no such directory in the sandbox: @shown"
+ * (status 3) or execution_failed "cannot list @shown (find exited N)",
+ * both with context path=@shown.
+ */
+int cl_list_answer(int code, char *out, const char *shown, sbx_plugin_file_fn fn, void *ud,
+                   const char *op, sbx_error **error);
+
+/**
  * The client's config JSON @config_json parsed: 0 with a new object
  * (json_object_put()) in *@cfg, or NULL when @config_json is NULL or "";
  * -1 with configuration "@provider client options must be a JSON object"
@@ -393,6 +453,18 @@ int cl_set_mode(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *ctx, 
  */
 int cl_client_config(const char *config_json, const char *provider, struct json_object **cfg,
                      sbx_error **error);
+
+/**
+ * The start of a client_new slot: @config_json parsed as cl_client_config()
+ * does (a new object, or NULL, in *@cfg), and a zeroed client struct of
+ * @size bytes whose cl_http member, at byte offset @http_at (offsetof()),
+ * holds a new cl_http. Returns the struct (the caller frees it, and the
+ * http, with its client_free); NULL with *@cfg NULL and the error
+ * (configuration from cl_client_config(), resource_exhausted with op
+ * client_new) otherwise.
+ */
+void *cl_client_alloc(const char *config_json, const char *provider, size_t size,
+                      size_t http_at, struct json_object **cfg, sbx_error **error);
 
 /**
  * Sets @h's retry policy from @cfg (cl_retry_policy_from_config() over
@@ -443,6 +515,19 @@ int cl_exec_check(cl_sandbox *s, const char *provider, const sbx_plugin_exec_req
 int cl_exec_check_pty(cl_sandbox *s, const char *provider, const sbx_plugin_exec_request *rq,
                       int per_command_user, sbx_error **error);
 
+/**
+ * The end of a create whose request got no answer (the request call gave
+ * -1 with its error in cl_last(), none stored for the caller): the error
+ * stored in *@error again (@op), its code cancelled made timeout when the
+ * call's deadline (@ctx) had passed, its outcome unknown when the request
+ * may have reached the provider; and then, when it may have and @token
+ * (the create token the sandbox carries) is not NULL, cl_reap_lost(@reaper,
+ * @token): the sandbox the provider may still make is looked for and
+ * deleted (CASE-20). Returns the error. On the calling thread.
+ */
+sbx_error *cl_create_unanswered(cl_reaper *reaper, const sbx_call_ctx *ctx, const char *token,
+                                const char *op, sbx_error **error);
+
 /** The ids a listing collects (the reaper's look-up, cloud.h): start from
  *  { 0 }. Not thread-safe. */
 typedef struct cl_ids {
@@ -453,6 +538,18 @@ typedef struct cl_ids {
 /** Appends a copy of @id to @s (NULL @id: nothing): 0, or -1 on no memory
  *  (@s keeps what it had). */
 int cl_ids_add(cl_ids *s, const char *id);
+
+/** The ids of the items carrying one create token, as the reaper's
+ *  look-up collects them: start from { TOKEN, { 0 } }. Not thread-safe. */
+typedef struct cl_token_ids {
+    const char *token;  /* borrowed */
+    cl_ids ids;
+} cl_token_ids;
+
+/** Adds a copy of @id to @t when @item_token (NULL: none) is @t's token:
+ *  0, also when it is not (a listing's callback goes on); -1 on no
+ *  memory. */
+int cl_token_ids_match(cl_token_ids *t, const char *item_token, const char *id);
 
 /**
  * Ends a listing whose result was @rc: when 0, *@ids gets the ids (an

@@ -14,11 +14,14 @@
 #include "provider.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <libwebsockets.h>
 #include <openssl/err.h>
@@ -652,4 +655,81 @@ int cl_ws_close_code(const cl_ws *w)
 const char *cl_ws_close_reason(const cl_ws *w)
 {
     return w->close_reason;
+}
+
+/* ------------------------------------------------------------------------ */
+/* A command's terminal                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* The pump: the host's stdin typed at the terminal until it ends (then the
+ * terminal is hung up) or the worker wakes it. */
+static void *term_stdin_main(void *arg)
+{
+    cl_term *t = arg;
+    char buf[16384];
+    for (;;) {
+        struct pollfd pf[2] = { { .fd = t->stdin_fd, .events = POLLIN },
+                                { .fd = t->wake[0], .events = POLLIN } };
+        int r = poll(pf, 2, -1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 || pf[1].revents)
+            break;
+        ssize_t n = read(t->stdin_fd, buf, sizeof buf);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0) {
+            sbx_call_ctx kc = { sizeof(kc), cl_now() + 30, t->wake[0], NULL };
+            cl_proc_mark_kill(t->proc, t->sb, t->run, &kc, t->tag, SIGHUP, NULL);
+            break;
+        }
+        pthread_mutex_lock(t->lock);
+        cl_ws *ws = *t->slot;
+        pthread_mutex_unlock(t->lock);
+        if (!ws || cl_ws_send(ws, 1, buf, (size_t)n) < 0)
+            break;
+    }
+    return NULL;
+}
+
+int cl_term_connect(cl_term *t, cl_http *h, const char *http_url, cl_ws_msg_fn on_message,
+                    void *ud, const sbx_call_ctx *ctx, const char *what, cl_ws **ws,
+                    const char *op, sbx_error **error)
+{
+    char *url = cl_ws_url(http_url), **hdrs = cl_http_auth_headers(h);
+    int rc = -1;
+    *ws = NULL;
+    if (!url || !hdrs) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    cl_ws_opts wo = { .url = url, .headers = (const char *const *)hdrs,
+                      .on_message = on_message, .ud = ud, .what = what };
+    if (cl_ws_connect(&wo, ctx, 60, ws, NULL, op, error) < 0)
+        goto out;
+    pthread_mutex_lock(t->lock);
+    *t->slot = *ws;
+    if (t->cond)
+        pthread_cond_broadcast(t->cond);
+    pthread_mutex_unlock(t->lock);
+    if (t->stdin_fd >= 0 && pipe2(t->wake, O_CLOEXEC) == 0) {
+        t->piped = 1;
+        t->started = pthread_create(&t->thread, NULL, term_stdin_main, t) == 0;
+    }
+    rc = 0;
+out:
+    cl_strv_free(hdrs);
+    free(url);
+    return rc;
+}
+
+void cl_term_end(cl_term *t)
+{
+    if (t->piped)
+        close(t->wake[1]);
+    if (t->started)
+        pthread_join(t->thread, NULL);
+    if (t->piped)
+        close(t->wake[0]);
+    t->piped = t->started = 0;
 }

@@ -54,7 +54,9 @@
 #define SBX_CLOUD_WS_H
 
 #include "cloud.h"
+#include "provider.h"
 
+#include <pthread.h>
 #include <stddef.h>
 
 /** What cl_ws_send() lets wait before it blocks: 4 MiB. */
@@ -155,5 +157,57 @@ void cl_ws_free(cl_ws *ws);
  * another scheme. Thread-safe.
  */
 char *cl_ws_url(const char *url);
+
+/* ------------------------------------------------------------------------ */
+/* A command's terminal over a WebSocket                                     */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * The connection of a command whose terminal is a WebSocket (Daytona's PTY
+ * sessions, the Cloudflare bridge's /pty): what those plugins' workers do
+ * alike between making the provider's session and servicing it. The
+ * caller fills in the fields above "the helper's" (a zeroed struct
+ * otherwise: cl_term_end() on it does nothing), calls cl_term_connect(),
+ * services the connection with cl_ws_run(), clears *slot under *lock, then
+ * calls cl_term_end() before cl_ws_free(). One worker thread at a time;
+ * the pump reads *slot under *lock.
+ */
+typedef struct cl_term {
+    pthread_mutex_t *lock;      /* the plugin's lock guarding *slot */
+    pthread_cond_t *cond;       /* broadcast once *slot is set; NULL: none */
+    cl_ws **slot;               /* where the connection is published */
+    cl_proc *proc;              /* the command (its processes carry @tag) */
+    sbx_plugin_sandbox *sb;     /* its sandbox */
+    cl_run_fn run;              /* the plugin's runner of its own commands */
+    const char *tag;            /* the command's CL_EXEC_MARK value */
+    int stdin_fd;               /* the host's stdin for the terminal, or -1 */
+    /* the helper's */
+    int piped;                  /* wake[] is open */
+    int wake[2];                /* written end closed: the pump stops */
+    int started;                /* the pump thread runs */
+    pthread_t thread;
+} cl_term;
+
+/**
+ * Connects to the terminal at @http_url (http:// or https://, made ws://
+ * or wss:// with cl_ws_url()) with @h's credential headers
+ * (cl_http_auth_headers()), messages to @on_message with @ud, bounded by
+ * @ctx and 60 s (cl_ws_connect(); @what names the call in errors); then
+ * publishes the connection in *@t->slot under *@t->lock (broadcasting
+ * @t->cond) and, when @t->stdin_fd >= 0, starts the pump: a thread that
+ * sends what the host writes there as binary messages and, at its end,
+ * hangs the terminal up (SIGHUP to every process of the command by its
+ * mark: cl_proc_mark_kill() through @t->run, bounded by 30 s). 0 with
+ * *@ws set (the caller frees it, after cl_term_end()); -1 with *@error
+ * set (resource_exhausted on no memory, or cl_ws_connect()'s error) and
+ * nothing published or started.
+ */
+int cl_term_connect(cl_term *t, cl_http *h, const char *http_url, cl_ws_msg_fn on_message,
+                    void *ud, const sbx_call_ctx *ctx, const char *what, cl_ws **ws,
+                    const char *op, sbx_error **error);
+
+/** Stops the pump of @t (if any) and joins it; @t is then as zeroed.
+ *  Call after *slot was cleared and before the connection is freed. */
+void cl_term_end(cl_term *t);
 
 #endif /* SBX_CLOUD_WS_H */

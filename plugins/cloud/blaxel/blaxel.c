@@ -179,11 +179,15 @@ static char *bl_path_escape(const char *path)
 }
 
 /* 1 when status @s means the sandbox is gone for good. */
+static const char *const bl_dead[] = { "TERMINATED", "DELETING", "FAILED", "DEACTIVATED",
+                                        "DEACTIVATING", NULL };
+
 static int bl_terminal(const char *s)
 {
-    return strcmp(s, "TERMINATED") == 0 || strcmp(s, "DELETING") == 0
-           || strcmp(s, "FAILED") == 0 || strcmp(s, "DEACTIVATED") == 0
-           || strcmp(s, "DEACTIVATING") == 0;
+    for (size_t i = 0; bl_dead[i]; i++)
+        if (strcmp(s, bl_dead[i]) == 0)
+            return 1;
+    return 0;
 }
 
 static const char *bl_status(json_object *j)
@@ -397,16 +401,12 @@ static int bl_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx
 static int bl_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
-    json_object *cfg = NULL;
-    if (cl_client_config(config_json, BL_BACKEND, &cfg, error) < 0)
+    json_object *cfg;
+    struct sbx_plugin_client *c = cl_client_alloc(config_json, BL_BACKEND, sizeof(*c),
+                                                  offsetof(struct sbx_plugin_client, http),
+                                                  &cfg, error);
+    if (!c)
         return -1;
-    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
-    if (!c || !(c->http = cl_http_new())) {
-        free(c);
-        json_object_put(cfg);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
     static const char *const key_envs[] = { "BL_API_KEY", NULL };
     if (!(c->api = cl_base_url(cfg, "api_url", "BL_API_URL", BL_DEFAULT_API, error))
         || !(c->run = cl_base_url(cfg, "run_url", "BL_RUN_URL", BL_DEFAULT_RUN, error))
@@ -457,14 +457,12 @@ static int bl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t
 static struct sbx_plugin_sandbox *bl_sandbox_new(struct sbx_plugin_client *c, const char *id,
                                                  const char *url)
 {
-    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
+    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
     if (!sb)
         return NULL;
     sb->c = c;
-    sb->url = bl_trim_slash(url);
-    if (!sb->url || cl_sandbox_init(&sb->s, id) < 0) {
-        free(sb->url);
-        free(sb);
+    if (!(sb->url = bl_trim_slash(url))) {
+        cl_sandbox_free(sb);
         return NULL;
     }
     return sb;
@@ -472,12 +470,11 @@ static struct sbx_plugin_sandbox *bl_sandbox_new(struct sbx_plugin_client *c, co
 
 static void bl_sandbox_free(sbx_plugin_sandbox *sb)
 {
-    if (!sb)
-        return;
-    cl_sandbox_clear(&sb->s);
-    free(sb->url);
-    free(sb->workdir);
-    free(sb);
+    if (sb) {
+        free(sb->url);
+        free(sb->workdir);
+    }
+    cl_sandbox_free(sb);
 }
 
 /* The data plane of sandbox @j (metadata.url, else the run URL's). */
@@ -685,16 +682,11 @@ static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (cl_request_json(c->http, ctx, "POST", url, body, CL_SAFE, &r, op,
                         "create the sandbox", NULL) < 0) {
         cl_last_error l = *cl_last();
-        /* The call's deadline cancelled it: a timeout. */
-        if (l.code == SBX_ERROR_CANCELLED && ctx && ctx->deadline > 0
-            && cl_now() >= ctx->deadline - 0.05)
-            l.code = SBX_ERROR_TIMEOUT;
-        sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
-        if (l.unknown)
-            cl_outcome_unknown(err);
+        cl_create_unanswered(c->reaper, ctx, token, op, error);
         /* Its name is this call's: whatever the provider made of it is
-         * looked for now (briefly: the call is over) and for a while. */
-        if (token)
+         * looked for now (briefly: the call is over) and for a while,
+         * whatever the outcome (an unknown one was reaped above). */
+        if (token && !l.unknown)
             cl_reap_lost(c->reaper, token);
         goto out;
     }
@@ -746,18 +738,12 @@ static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         sb = NULL;
         goto out;
     }
-    if (rq->workdir && *rq->workdir) {
-        sb->workdir = strdup(rq->workdir);
-        int wrc = sb->workdir ? cl_make_workdir(sb, bl_run_short, ctx, BL_BACKEND,
-                                                rq->workdir, op, error) : -1;
-        if (!sb->workdir)
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        if (wrc < 0) {
-            bl_delete(c, NULL, name, op, NULL);
-            bl_sandbox_free(sb);
-            sb = NULL;
-            goto out;
-        }
+    if (cl_create_workdir(sb, &sb->workdir, bl_run_short, ctx, BL_BACKEND, rq->workdir, op,
+                          error) < 0) {
+        bl_delete(c, NULL, name, op, NULL);
+        bl_sandbox_free(sb);
+        sb = NULL;
+        goto out;
     }
     *sandbox = sb;
     rc = 0;
@@ -779,22 +765,10 @@ static int bl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
  * standby or running) or still deploying. */
 static int bl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    if (bl_is_gone(sb))
-        return 0;
-    long st;
-    json_object *j = bl_get(sb->c, ctx, sb->s.id, &st, "is_alive", error);
-    if (!j) {
-        if (st == 404) {
-            bl_mark_gone(sb);
-            return 0;
-        }
-        return -1;
-    }
-    int alive = !bl_terminal(bl_status(j));
-    json_object_put(j);
-    if (!alive)
-        bl_mark_gone(sb);
-    return alive;
+    char *url = cl_item_url(sb->c->api, "sandboxes", sb->s.id, "");
+    int rc = cl_sandbox_is_alive(&sb->s, sb->c->http, ctx, url, "status", bl_dead, error);
+    free(url);
+    return rc;
 }
 
 /* {"version":1,"name":NAME,"url":URL[,"workdir":W]}: no credential, no
@@ -802,17 +776,11 @@ static int bl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *bl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    if (bl_check(sb, "session_state", error) < 0)
+    json_object *j = cl_state_new(&sb->s, BL_BACKEND, BL_STATE_VERSION, "name", sb->workdir, error);
+    if (!j)
         return NULL;
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "version", json_object_new_int(BL_STATE_VERSION));
-    json_object_object_add(j, "name", json_object_new_string(sb->s.id));
     json_object_object_add(j, "url", json_object_new_string(sb->url));
-    if (sb->workdir)
-        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
-    char *out = cl_state_out(j, "session_state", error);
-    json_object_put(j);
-    return out;
+    return cl_state_end(j, error);
 }
 
 static int bl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
@@ -1655,27 +1623,14 @@ static int bl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     return 0;
 }
 
+/* exec_wait, with the missing working directory's check (provider.h). */
 static int bl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
                         int *exit_code, sbx_error **error)
 {
     (void)ctx;
     bl_proc *p = (bl_proc *)process;
-    int rc = cl_proc_wait(&p->base, timeout_ms, exit_code, "exec_wait", error);
-    /* A missing working directory: the script's cd failed (cloud.h). */
-    char *quoted = rc == 1 && *exit_code == CL_CWD_MISSING_EXIT ? cl_script_cwd(p->script)
-                                                                  : NULL;
-    if (quoted) {
-        char *cmd = cl_printf("test -d %s", quoted);
-        int code = 0;
-        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-        if (cmd && bl_run_short(p->sb, &c2, cmd, &code, "exec", NULL) == 0 && code != 0) {
-            cl_cwd_missing_error(error, "exec", quoted);
-            rc = -1;
-        }
-        free(cmd);
-        free(quoted);
-    }
-    return rc;
+    return cl_exec_wait_script(process, p->sb, p->script, bl_run_short, timeout_ms, exit_code,
+                               error);
 }
 
 /* Signals every process of the command: each carries CL_EXEC_MARK=<its
@@ -1686,18 +1641,7 @@ static int bl_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
                         sbx_error **error)
 {
     bl_proc *p = (bl_proc *)process;
-    pthread_mutex_lock(&p->base.lock);
-    int ended = p->base.ended;
-    pthread_mutex_unlock(&p->base.lock);
-    if (ended)
-        return 0;
-    char *cmd = cl_mark_kill_command(p->tag, sig);
-    int code = 0;
-    int rc = cmd ? bl_run_short(p->sb, ctx, cmd, &code, "exec_kill", error) : -1;
-    if (!cmd)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec_kill", "out of memory");
-    free(cmd);
-    return rc;
+    return cl_proc_mark_kill(&p->base, p->sb, bl_run_short, ctx, p->tag, sig, error);
 }
 
 static void bl_exec_free(sbx_plugin_process *process)

@@ -188,7 +188,7 @@ typedef struct cf_proc {
     pthread_mutex_t tlock;      /* guards what follows */
     pthread_cond_t tcond;
     int tty_over;               /* its worker is done with the terminal */
-    void *ws;                   /* the terminal's cl_ws while connected */
+    cl_ws *ws;                  /* the terminal's connection while connected */
     int tty_exit;               /* the "exit" control's code, or -1 */
     char tty_error[512];        /* an "error" control's message, or "" */
 } cf_proc;
@@ -533,16 +533,12 @@ static void cf_client_free(sbx_plugin_client *c)
 static int cf_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
-    json_object *cfg = NULL;
-    if (cl_client_config(config_json, CF_BACKEND, &cfg, error) < 0)
+    json_object *cfg;
+    struct sbx_plugin_client *c = cl_client_alloc(config_json, CF_BACKEND, sizeof(*c),
+                                                  offsetof(struct sbx_plugin_client, http),
+                                                  &cfg, error);
+    if (!c)
         return -1;
-    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
-    if (!c || !(c->http = cl_http_new())) {
-        free(c);
-        json_object_put(cfg);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
     static const char *const key_envs[] = { "CLOUDFLARE_SANDBOX_API_KEY", NULL };
     c->api = cl_base_url(cfg, "worker_url", "CLOUDFLARE_SANDBOX_WORKER_URL", "", error);
     if (c->api && !*c->api) {
@@ -606,13 +602,12 @@ static int cf_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t
 static struct sbx_plugin_sandbox *cf_sandbox_new(struct sbx_plugin_client *c, const char *id,
                                                  const char *workdir)
 {
-    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
+    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
     if (!sb)
         return NULL;
     sb->c = c;
-    if (cl_sandbox_init(&sb->s, id) < 0 || (workdir && !(sb->workdir = strdup(workdir)))) {
-        cl_sandbox_clear(&sb->s);
-        free(sb);
+    if (cl_dup(&sb->workdir, workdir) < 0) {
+        cl_sandbox_free(sb);
         return NULL;
     }
     pthread_mutex_init(&sb->tlock, NULL);
@@ -623,13 +618,12 @@ static void cf_sandbox_free(sbx_plugin_sandbox *sb)
 {
     if (!sb)
         return;
-    cl_sandbox_clear(&sb->s);
     free(sb->workdir);
     for (size_t i = 0; i < sb->n_tunnels; i++)
         free(sb->tunnels[i].url);
     free(sb->tunnels);
     pthread_mutex_destroy(&sb->tlock);
-    free(sb);
+    cl_sandbox_free(sb);
 }
 
 /* ---- exposed ports: the bridge's tunnels (POST/DELETE …/tunnel/{port},
@@ -1630,47 +1624,6 @@ static int cf_pty_message(void *ud, int binary, const unsigned char *d, size_t n
     return 0;
 }
 
-typedef struct cf_pty_in {
-    cf_proc *p;
-    int wake_rd;
-} cf_pty_in;
-
-/* The host's stdin typed at the terminal; at its end the terminal is hung
- * up (SIGHUP to every process of the command, by the mark). */
-static void *cf_pty_stdin_main(void *arg)
-{
-    cf_pty_in *in = arg;
-    cf_proc *p = in->p;
-    char buf[16384];
-    for (;;) {
-        struct pollfd pf[2] = { { .fd = p->stdin_fd, .events = POLLIN },
-                                { .fd = in->wake_rd, .events = POLLIN } };
-        int r = poll(pf, 2, -1);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0 || pf[1].revents)
-            break;
-        ssize_t n = read(p->stdin_fd, buf, sizeof buf);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (n <= 0) {
-            sbx_call_ctx kc = { sizeof(kc), cl_now() + 30, in->wake_rd, NULL };
-            char *cmd = cl_mark_kill_command(p->tag, SIGHUP);
-            int code = 0;
-            if (cmd)
-                cf_run_short(p->sb, &kc, cmd, &code, "exec", NULL);
-            free(cmd);
-            break;
-        }
-        pthread_mutex_lock(&p->tlock);
-        cl_ws *ws = p->ws;
-        pthread_mutex_unlock(&p->tlock);
-        if (!ws || cl_ws_send(ws, 1, buf, (size_t)n) < 0)
-            break;
-    }
-    return NULL;
-}
-
 /* The staged program of the terminal: removes itself, exports the mark
  * and the per-call env, and execs the create's env and the script. */
 static char *cf_pty_program(cf_proc *p)
@@ -1718,11 +1671,11 @@ static int cf_pty_run(cl_proc *base)
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
     char *prog = cf_pty_program(p), *path = cl_printf(CF_WORKSPACE "/.%s.tty", p->tag);
-    char *cmd = NULL, *sid = NULL, *suffix = NULL, *http_url = NULL, *url = NULL, **hdrs = NULL;
+    char *cmd = NULL, *sid = NULL, *suffix = NULL, *http_url = NULL;
     char *qpath = NULL, *qsid = NULL;
-    int code = -1, rc, wake[2] = { -1, -1 }, in_started = 0;
-    pthread_t in_thread;
-    cf_pty_in in = { .p = p, .wake_rd = -1 };
+    int code = -1, rc;
+    cl_term term = { .lock = &p->tlock, .cond = &p->tcond, .slot = &p->ws, .proc = base,
+                     .sb = sb, .run = cf_run_short, .tag = p->tag, .stdin_fd = p->stdin_fd };
     cl_ws *ws = NULL;
     if (!prog || !path || !(qpath = cl_shell_quote(path))
         || !(cmd = cl_printf("chmod 700 -- %s", qpath))) {
@@ -1766,25 +1719,13 @@ static int cf_pty_run(cl_proc *base)
     free(ep);
     free(es);
     http_url = suffix ? cf_url(sb->c, sb->s.id, suffix) : NULL;
-    url = http_url ? cl_ws_url(http_url) : NULL;
-    hdrs = cl_http_auth_headers(sb->c->http);
-    if (!url || !hdrs) {
+    if (!http_url) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
-    cl_ws_opts wo = { .url = url, .headers = (const char *const *)hdrs,
-                      .on_message = cf_pty_message, .ud = p,
-                      .what = "connect to the sandbox's terminal" };
-    if (cl_ws_connect(&wo, &ctx, 60, &ws, NULL, op, NULL) < 0)
+    if (cl_term_connect(&term, sb->c->http, http_url, cf_pty_message, p, &ctx,
+                        "connect to the sandbox's terminal", &ws, op, NULL) < 0)
         goto out;
-    pthread_mutex_lock(&p->tlock);
-    p->ws = ws;
-    pthread_cond_broadcast(&p->tcond);
-    pthread_mutex_unlock(&p->tlock);
-    if (p->stdin_fd >= 0 && pipe2(wake, O_CLOEXEC) == 0) {
-        in.wake_rd = wake[0];
-        in_started = pthread_create(&in_thread, NULL, cf_pty_stdin_main, &in) == 0;
-    }
     rc = cl_ws_run(ws, &ctx, op, NULL);
     pthread_mutex_lock(&p->tlock);
     p->ws = NULL;
@@ -1805,12 +1746,7 @@ static int cf_pty_run(cl_proc *base)
         cl_outcome_unknown(NULL);
     }
 out:
-    if (wake[1] >= 0)
-        close(wake[1]);
-    if (in_started)
-        pthread_join(in_thread, NULL);
-    if (wake[0] >= 0)
-        close(wake[0]);
+    cl_term_end(&term);
     if (code == CF_GONE_EXIT) {
         int c3 = 0;
         if (cf_run_short(sb, &ctx, "test -e " CF_LIVE_FILE, &c3, op, NULL) == 0 && c3 != 0) {
@@ -1856,8 +1792,6 @@ out:
     pthread_cond_broadcast(&p->tcond);
     pthread_mutex_unlock(&p->tlock);
     cl_ws_free(ws);
-    cl_strv_free(hdrs);
-    free(url);
     free(http_url);
     free(suffix);
     free(sid);

@@ -560,26 +560,20 @@ static int dt_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t
 static struct sbx_plugin_sandbox *dt_sandbox_new(struct sbx_plugin_client *c, const char *id,
                                                  const char *toolbox_base, const char *workdir)
 {
-    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
     char *base = toolbox_base ? cl_trim_slash(toolbox_base) : NULL;
-    if (!sb || !base || cl_sandbox_init(&sb->s, id) < 0) {
-        free(base);
-        free(sb);
-        return NULL;
+    struct sbx_plugin_sandbox *sb = base ? cl_sandbox_alloc(sizeof(*sb), id) : NULL;
+    if (sb) {
+        sb->c = c;
+        sb->toolbox = cl_printf("%s/%s", base, id);
+        if (!sb->toolbox || cl_dup(&sb->workdir, workdir) < 0) {
+            free(sb->toolbox);
+            cl_sandbox_free(sb);
+            sb = NULL;
+        } else {
+            pthread_mutex_init(&sb->lock, NULL);
+        }
     }
-    sb->c = c;
-    sb->toolbox = cl_printf("%s/%s", base, id);
-    sb->workdir = workdir ? strdup(workdir) : NULL;
     free(base);
-    pthread_mutex_init(&sb->lock, NULL);
-    if (!sb->toolbox || (workdir && !sb->workdir)) {
-        pthread_mutex_destroy(&sb->lock);
-        cl_sandbox_clear(&sb->s);
-        free(sb->toolbox);
-        free(sb->workdir);
-        free(sb);
-        return NULL;
-    }
     return sb;
 }
 
@@ -597,11 +591,10 @@ static void dt_sandbox_free(sbx_plugin_sandbox *sb)
     for (dt_session *s; !cl_gone_get(&sb->s.gone) && (s = dt_pool_take(sb)) != NULL; free(s))
         dt_session_delete(sb, s->id);
     dt_pool_drop(sb);
-    cl_sandbox_clear(&sb->s);
     pthread_mutex_destroy(&sb->lock);
     free(sb->toolbox);
     free(sb->workdir);
-    free(sb);
+    cl_sandbox_free(sb);
 }
 
 #define dt_refuse(error, option, value, why) \
@@ -1856,44 +1849,6 @@ static char *dt_pty_script(dt_pty *p)
     return b.data;
 }
 
-typedef struct dt_pty_in {
-    dt_pty *p;
-    int wake_rd;                /* readable when the worker is done */
-} dt_pty_in;
-
-/* The host's stdin typed at the terminal; at its end the terminal is hung
- * up (SIGHUP to the command's processes, by the mark). */
-static void *dt_pty_stdin_main(void *arg)
-{
-    dt_pty_in *in = arg;
-    dt_pty *p = in->p;
-    char buf[16384];
-    for (;;) {
-        struct pollfd pf[2] = { { .fd = p->sp.stdin_fd, .events = POLLIN },
-                                { .fd = in->wake_rd, .events = POLLIN } };
-        int r = poll(pf, 2, -1);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0 || pf[1].revents)
-            break;
-        ssize_t n = read(p->sp.stdin_fd, buf, sizeof buf);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (n <= 0) {
-            sbx_call_ctx kc = { sizeof(kc), cl_now() + 30, in->wake_rd, NULL };
-            cl_proc_mark_kill(&p->sp.base, p->sp.sb, p->sp.run_short, &kc, p->sp.tag, SIGHUP,
-                              NULL);
-            break;
-        }
-        pthread_mutex_lock(&p->lock);
-        cl_ws *ws = p->ws;
-        pthread_mutex_unlock(&p->lock);
-        if (!ws || cl_ws_send(ws, 1, buf, (size_t)n) < 0)
-            break;
-    }
-    return NULL;
-}
-
 /* The exit code in the daemon's close reason {"exitCode": N}: 0..255, or
  * -1 with the error in cl_last(). */
 static int dt_pty_exit_code(dt_pty *p, const char *reason, int code)
@@ -1936,9 +1891,10 @@ static int dt_pty_run(cl_proc *base)
     struct sbx_plugin_sandbox *sb = (struct sbx_plugin_sandbox *)p->sp.sb;
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
-    int code = -1, wake[2] = { -1, -1 }, in_started = 0;
-    pthread_t in_thread;
-    char *script = dt_pty_script(p), *url = NULL, *path = NULL, **hdrs = NULL;
+    int code = -1;
+    char *script = dt_pty_script(p), *path = NULL;
+    cl_term term = { .lock = &p->lock, .slot = &p->ws, .proc = base, .sb = p->sp.sb,
+                     .run = p->sp.run_short, .tag = p->sp.tag, .stdin_fd = p->sp.stdin_fd };
     json_object *body = json_object_new_object(), *envs = json_object_new_object();
     cl_ws *ws = NULL;
     if (!script || !body || !envs) {
@@ -1972,25 +1928,13 @@ static int dt_pty_run(cl_proc *base)
     pthread_mutex_unlock(&p->lock);
 
     path = cl_printf("%s/process/pty/%s/connect", sb->toolbox, p->id);
-    url = path ? cl_ws_url(path) : NULL;
-    hdrs = cl_http_auth_headers(sb->c->http);
-    if (!url || !hdrs) {
+    if (!path) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
-    cl_ws_opts wo = { .url = url, .headers = (const char *const *)hdrs,
-                      .on_message = dt_pty_message, .ud = p,
-                      .what = "connect to the PTY session" };
-    if (cl_ws_connect(&wo, &ctx, 60, &ws, NULL, op, NULL) < 0)
+    if (cl_term_connect(&term, sb->c->http, path, dt_pty_message, p, &ctx,
+                        "connect to the PTY session", &ws, op, NULL) < 0)
         goto out;
-    pthread_mutex_lock(&p->lock);
-    p->ws = ws;
-    pthread_mutex_unlock(&p->lock);
-    dt_pty_in in = { .p = p, .wake_rd = -1 };
-    if (p->sp.stdin_fd >= 0 && pipe2(wake, O_CLOEXEC) == 0) {
-        in.wake_rd = wake[0];
-        in_started = pthread_create(&in_thread, NULL, dt_pty_stdin_main, &in) == 0;
-    }
     rc = cl_ws_run(ws, &ctx, op, NULL);
     pthread_mutex_lock(&p->lock);
     char ctl[512];
@@ -2007,12 +1951,7 @@ static int dt_pty_run(cl_proc *base)
         cl_outcome_unknown(NULL);
     }
 out:
-    if (wake[1] >= 0)
-        close(wake[1]);
-    if (in_started)
-        pthread_join(in_thread, NULL);
-    if (wake[0] >= 0)
-        close(wake[0]);
+    cl_term_end(&term);
     if (code < 0) {
         cl_last_error l = *cl_last();
         pthread_mutex_lock(&p->lock);
@@ -2041,8 +1980,6 @@ out:
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
     cl_ws_free(ws);
-    cl_strv_free(hdrs);
-    free(url);
     free(path);
     free(script);
     json_object_put(body);

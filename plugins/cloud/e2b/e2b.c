@@ -278,11 +278,9 @@ static int e2b_take_sandbox(struct sbx_plugin_sandbox *sb, json_object *j)
 
 static struct sbx_plugin_sandbox *e2b_sandbox_new(struct sbx_plugin_client *c, const char *id)
 {
-    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
-    if (!sb || cl_sandbox_init(&sb->s, id) < 0) {
-        free(sb);
+    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
+    if (!sb)
         return NULL;
-    }
     sb->c = c;
     pthread_mutex_init(&sb->lock, NULL);
     return sb;
@@ -293,13 +291,12 @@ static void e2b_sandbox_free(sbx_plugin_sandbox *sb)
     if (!sb)
         return;
     pthread_mutex_destroy(&sb->lock);
-    cl_sandbox_clear(&sb->s);
     free(sb->envd);
     free(sb->workdir);
     free(sb->domain);
     free(sb->token);
     free(sb->user);
-    free(sb);
+    cl_sandbox_free(sb);
 }
 
 /*
@@ -572,16 +569,12 @@ static int e2b_keepalive_option(json_object *cfg, long *out, sbx_error **error)
 static int e2b_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
-    json_object *cfg = NULL;
-    if (cl_client_config(config_json, E2B_BACKEND, &cfg, error) < 0)
+    json_object *cfg;
+    struct sbx_plugin_client *c = cl_client_alloc(config_json, E2B_BACKEND, sizeof(*c),
+                                                  offsetof(struct sbx_plugin_client, http),
+                                                  &cfg, error);
+    if (!c)
         return -1;
-    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
-    if (!c || !(c->http = cl_http_new())) {
-        free(c);
-        json_object_put(cfg);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
     const char *dom = cl_json_str(cfg, "domain");
     if (!dom || !*dom)
         dom = getenv("E2B_DOMAIN");
@@ -1331,18 +1324,8 @@ static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     if (cl_request_json(c->http, ctx, "POST", url, body, CL_UNSAFE, &r, op,
                         "create the sandbox", NULL) < 0) {
-        cl_last_error l = *cl_last();
-        /* The call's deadline cancelled it: a timeout. */
-        if (l.code == SBX_ERROR_CANCELLED && ctx && ctx->deadline > 0
-            && cl_now() >= ctx->deadline - 0.05)
-            l.code = SBX_ERROR_TIMEOUT;
-        sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
-        if (l.unknown)
-            cl_outcome_unknown(err);
-        /* Sent and not answered: the provider may finish it (CASE-20),
-         * looked for now (briefly: the call is over) and for a while. */
-        if (ctx && ctx->create_token && l.unknown)
-            cl_reap_lost(c->reaper, ctx->create_token);
+        /* Sent and not answered: the provider may finish it (CASE-20). */
+        cl_create_unanswered(c->reaper, ctx, ctx ? ctx->create_token : NULL, op, error);
         goto out;
     }
     if (r.status / 100 != 2) {
@@ -1384,14 +1367,9 @@ static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
             goto undo;
         }
-    if (rq->workdir && *rq->workdir) {
-        int wrc = cl_make_workdir(sb, e2b_run_short, ctx, E2B_BACKEND, rq->workdir, op, error);
-        if (wrc < 0 || !(sb->workdir = strdup(rq->workdir))) {
-            if (wrc == 0)
-                cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-            goto undo;
-        }
-    }
+    if (cl_create_workdir(sb, &sb->workdir, e2b_run_short, ctx, E2B_BACKEND, rq->workdir, op,
+                          error) < 0)
+        goto undo;
     *sandbox = sb;
     rc = 0;
     goto out;
@@ -1427,20 +1405,14 @@ static int e2b_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_err
 static char *e2b_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    if (e2b_check(sb, "session_state", error) < 0)
+    json_object *j = cl_state_new(&sb->s, E2B_BACKEND, E2B_STATE_VERSION, "sandbox_id", sb->workdir, error);
+    if (!j)
         return NULL;
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "version", json_object_new_int(E2B_STATE_VERSION));
-    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
-    if (sb->workdir)
-        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
     if (sb->user)
         json_object_object_add(j, "user", json_object_new_string(sb->user));
     json_object_object_add(j, "lifetime_s", json_object_new_int64((int64_t)sb->lifetime_s));
     cl_ports_to_state(&sb->s, j);
-    char *out = cl_state_out(j, "session_state", error);
-    json_object_put(j);
-    return out;
+    return cl_state_end(j, error);
 }
 
 static int e2b_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,

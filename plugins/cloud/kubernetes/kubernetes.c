@@ -1007,24 +1007,17 @@ static int k8_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, 
 
 static struct sbx_plugin_sandbox *k8_sandbox_new(struct sbx_plugin_client *c, const char *id)
 {
-    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
-    if (!sb)
-        return NULL;
-    sb->c = c;
-    if (cl_sandbox_init(&sb->s, id) < 0) {
-        free(sb);
-        return NULL;
-    }
+    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
+    if (sb)
+        sb->c = c;
     return sb;
 }
 
 static void k8_sandbox_free(sbx_plugin_sandbox *sb)
 {
-    if (!sb)
-        return;
-    cl_sandbox_clear(&sb->s);
-    free(sb->workdir);
-    free(sb);
+    if (sb)
+        free(sb->workdir);
+    cl_sandbox_free(sb);
 }
 
 static void k8_labels(json_object *labels, const char *name, const sbx_call_ctx *ctx,
@@ -1526,18 +1519,11 @@ static int k8_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                                      "create the pod", NULL) : -1;
     free(purl);
     if (prc < 0) {
-        cl_last_error l = *cl_last();
-        if (l.code == SBX_ERROR_CANCELLED && ctx && ctx->deadline > 0
-            && cl_now() >= ctx->deadline - 0.05)
-            l.code = SBX_ERROR_TIMEOUT;
-        sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
-        if (l.unknown) {
-            cl_outcome_unknown(err);
-            /* The name is ours: delete it whether or not it was made. */
+        int unknown = cl_last()->unknown;
+        cl_create_unanswered(c->reaper, ctx, ctx ? ctx->create_token : NULL, op, error);
+        /* The name is ours: delete it whether or not it was made. */
+        if (unknown)
             k8_delete(c, NULL, name, op, NULL);
-            if (ctx && ctx->create_token)
-                cl_reap_lost(c->reaper, ctx->create_token);
-        }
         goto undo_policy;
     }
     if (r.status / 100 != 2) {
@@ -1562,14 +1548,9 @@ static int k8_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     if (rq->timeout_secs > 0 && k8_set_deadline(sb, ctx, rq->timeout_secs, op, error) < 0)
         goto undo;
-    if (rq->workdir && *rq->workdir) {
-        int wrc = cl_make_workdir(sb, k8_run_short, ctx, K8_BACKEND, rq->workdir, op, error);
-        if (wrc < 0 || !(sb->workdir = strdup(rq->workdir))) {
-            if (wrc == 0)
-                cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-            goto undo;
-        }
-    }
+    if (cl_create_workdir(sb, &sb->workdir, k8_run_short, ctx, K8_BACKEND, rq->workdir, op,
+                          error) < 0)
+        goto undo;
     *sandbox = sb;
     sb = NULL;
     rc = 0;
@@ -1625,17 +1606,11 @@ static int k8_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *k8_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    if (cl_gone_check(&sb->s.gone, "session_state", K8_BACKEND, sb->s.id, error) < 0)
+    json_object *j = cl_state_new(&sb->s, K8_BACKEND, K8_STATE_VERSION, "pod", sb->workdir, error);
+    if (!j)
         return NULL;
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "version", json_object_new_int(K8_STATE_VERSION));
-    json_object_object_add(j, "pod", json_object_new_string(sb->s.id));
     json_object_object_add(j, "namespace", json_object_new_string(sb->c->ns));
-    if (sb->workdir)
-        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
-    char *out = cl_state_out(j, "session_state", error);
-    json_object_put(j);
-    return out;
+    return cl_state_end(j, error);
 }
 
 static int k8_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,

@@ -918,6 +918,23 @@ static int modal_task_look(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
 }
 
 /*
+ * The end of a control call about @sb that failed with gRPC status @st:
+ * NOT_FOUND (and FAILED_PRECONDITION when @precondition_is_gone: a task
+ * that has ended) marks the sandbox gone and says so in *@error; any other
+ * status relays the call's own error.
+ */
+static void modal_sb_call_failed(struct sbx_plugin_sandbox *sb, int st, int precondition_is_gone,
+                                 const char *op, sbx_error **error)
+{
+    if (st == CL_GRPC_NOT_FOUND || (precondition_is_gone && st == CL_GRPC_FAILED_PRECONDITION)) {
+        modal_mark_gone(sb);
+        cl_gone_error(error, op, MODAL_BACKEND, sb->s.id);
+    } else {
+        modal_relay(error, op);
+    }
+}
+
+/*
  * The command router of @sb's task: its channel and a JWT (fetched with
  * TaskGetCommandRouterAccess when there is none, or when @stale_gen is the
  * generation of the JWT the router refused). 0, or -1 with *@error.
@@ -949,12 +966,7 @@ static int modal_router_access(struct sbx_plugin_sandbox *sb, const sbx_call_ctx
                        "get the task's command router", NULL);
     free(task);
     if (rc < 0) {
-        if (st == CL_GRPC_NOT_FOUND || st == CL_GRPC_FAILED_PRECONDITION) {
-            modal_mark_gone(sb);
-            cl_gone_error(error, op, MODAL_BACKEND, sb->s.id);
-        } else {
-            modal_relay(error, op);
-        }
+        modal_sb_call_failed(sb, st, 1, op, error);
         return -1;
     }
     if (!a->jwt || !*a->jwt || !a->url || !*a->url) {
@@ -2074,12 +2086,7 @@ static char *modal_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx
                   &modal__client__sandbox_snapshot_fs_response__descriptor,
                   (ProtobufCMessage **)&r, CL_SAFE, MODAL_POLL_S + 10, &st, op,
                   "snapshot the sandbox's filesystem", NULL) < 0) {
-        if (st == CL_GRPC_NOT_FOUND) {
-            modal_mark_gone(sb);
-            cl_gone_error(error, op, MODAL_BACKEND, sb->s.id);
-        } else {
-            modal_relay(error, op);
-        }
+        modal_sb_call_failed(sb, st, 0, op, error);
         return NULL;
     }
     char *out = NULL;
@@ -2293,12 +2300,7 @@ static int modal_tunnels(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                   &modal__client__sandbox_get_tunnels_response__descriptor,
                   (ProtobufCMessage **)&r, CL_SAFE, MODAL_TUNNEL_WAIT_S + 10, &st, op,
                   "read the sandbox's tunnels", NULL) < 0) {
-        if (st == CL_GRPC_NOT_FOUND) {
-            modal_mark_gone(sb);
-            cl_gone_error(error, op, MODAL_BACKEND, sb->s.id);
-        } else {
-            modal_relay(error, op);
-        }
+        modal_sb_call_failed(sb, st, 0, op, error);
         return -1;
     }
     if (r->result && r->result->status

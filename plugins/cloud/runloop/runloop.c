@@ -615,42 +615,15 @@ static int rl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
     const char *op = "list_files";
-    char *p = rl_path(sb, path), *q = p ? cl_shell_quote(p) : NULL;
-    char *cmd = q ? cl_printf("test -d %s || exit 3; find %s -mindepth 1 -maxdepth 1 "
-                              "-printf '%%y %%s %%f\\n'", q, q) : NULL;
+    char *p = rl_path(sb, path), *cmd = p ? cl_list_command(p) : NULL;
     char *out = NULL;
     int code = 0, rc = -1;
     if (!cmd)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (rl_execute(sb, ctx, cmd, &code, &out, NULL, NULL, op, error) == 0) {
-        if (code == 3) {
-            cl_context(cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such directory in the "
-                               "sandbox: %s", path), "path", path);
-        } else if (code != 0) {
-            cl_context(cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "cannot list %s (find "
-                               "exited %d)", path, code), "path", path);
-        } else {
-            rc = 0;
-            for (char *line = out, *nl; line && *line; line = nl ? nl + 1 : NULL) {
-                nl = strchr(line, '\n');
-                if (nl)
-                    *nl = '\0';
-                char type = line[0];
-                char *sp = strchr(line, ' ');
-                char *sp2 = sp ? strchr(sp + 1, ' ') : NULL;
-                if (!sp2)
-                    continue;
-                int is_dir = type == 'd';
-                sbx_plugin_file_info info = { sizeof(info), sp2 + 1, is_dir,
-                                              is_dir ? -1 : strtoll(sp + 1, NULL, 10), 0 };
-                if (fn(&info, ud) != 0)
-                    break;
-            }
-        }
-    }
+    else if (rl_execute(sb, ctx, cmd, &code, &out, NULL, NULL, op, error) == 0)
+        rc = cl_list_answer(code, out, path, fn, ud, op, error);
     free(out);
     free(cmd);
-    free(q);
     free(p);
     return rc;
 }
@@ -738,17 +711,10 @@ static int rl_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, rl_each
     return rc;
 }
 
-typedef struct rl_ids {
-    const char *token;
-    cl_ids ids;
-} rl_ids;
-
 static int rl_id_one(void *ud, json_object *it)
 {
-    rl_ids *s = ud;
-    const char *tok = cl_json_str(cl_json_path(it, "metadata", NULL), CL_META_TOKEN);
-    if (tok && strcmp(tok, s->token) == 0)
-        cl_ids_add(&s->ids, cl_json_str(it, "id"));
+    cl_token_ids_match(ud, cl_json_str(cl_json_path(it, "metadata", NULL), CL_META_TOKEN),
+                       cl_json_str(it, "id"));
     return 0;
 }
 
@@ -756,7 +722,7 @@ static int rl_id_one(void *ud, json_object *it)
 static int rl_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
                          sbx_error **error)
 {
-    rl_ids s = { token, { 0 } };
+    cl_token_ids s = { token, { 0 } };
     int rc = rl_list(ud, ctx, rl_id_one, &s, "create", error);
     return cl_ids_finish(&s.ids, rc, ids, "create", error);
 }
@@ -784,16 +750,12 @@ static void rl_client_free(sbx_plugin_client *c)
 static int rl_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
-    json_object *cfg = NULL;
-    if (cl_client_config(config_json, RL_BACKEND, &cfg, error) < 0)
+    json_object *cfg;
+    struct sbx_plugin_client *c = cl_client_alloc(config_json, RL_BACKEND, sizeof(*c),
+                                                  offsetof(struct sbx_plugin_client, http),
+                                                  &cfg, error);
+    if (!c)
         return -1;
-    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
-    if (!c || !(c->http = cl_http_new())) {
-        free(c);
-        json_object_put(cfg);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
     c->api = cl_base_url(cfg, "api_url", "RUNLOOP_BASE_URL", RL_DEFAULT_URL, error);
     static const char *const key_envs[] = { "RUNLOOP_API_KEY", NULL };
     if (!c->api || cl_http_configure(c->http, cfg, key_envs, "Authorization", "Bearer ",
@@ -828,24 +790,17 @@ static int rl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t
 
 static struct sbx_plugin_sandbox *rl_sandbox_new(struct sbx_plugin_client *c, const char *id)
 {
-    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
-    if (!sb)
-        return NULL;
-    sb->c = c;
-    if (cl_sandbox_init(&sb->s, id) < 0) {
-        free(sb);
-        return NULL;
-    }
+    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
+    if (sb)
+        sb->c = c;
     return sb;
 }
 
 static void rl_sandbox_free(sbx_plugin_sandbox *sb)
 {
-    if (!sb)
-        return;
-    cl_sandbox_clear(&sb->s);
-    free(sb->workdir);
-    free(sb);
+    if (sb)
+        free(sb->workdir);
+    cl_sandbox_free(sb);
 }
 
 /* Runloop's named sizes: vCPUs and GiB. */
@@ -1046,15 +1001,7 @@ static int rl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     if (cl_request_json(c->http, ctx, "POST", url, body, CL_UNSAFE, &r, op,
                         "create the devbox", NULL) < 0) {
-        cl_last_error l = *cl_last();
-        if (l.code == SBX_ERROR_CANCELLED && ctx && ctx->deadline > 0
-            && cl_now() >= ctx->deadline - 0.05)
-            l.code = SBX_ERROR_TIMEOUT;
-        sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
-        if (l.unknown)
-            cl_outcome_unknown(err);
-        if (ctx && ctx->create_token && l.unknown)
-            cl_reap_lost(c->reaper, ctx->create_token);
+        cl_create_unanswered(c->reaper, ctx, ctx ? ctx->create_token : NULL, op, error);
         goto out;
     }
     if (r.status / 100 != 2) {
@@ -1087,14 +1034,9 @@ static int rl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             cl_context(*error, "sandbox_id", id);
         goto undo;
     }
-    if (rq->workdir && *rq->workdir) {
-        int wrc = cl_make_workdir(sb, rl_run_short, ctx, RL_BACKEND, rq->workdir, op, error);
-        if (wrc < 0 || !(sb->workdir = strdup(rq->workdir))) {
-            if (wrc == 0)
-                cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-            goto undo;
-        }
-    }
+    if (cl_create_workdir(sb, &sb->workdir, rl_run_short, ctx, RL_BACKEND, rq->workdir, op,
+                          error) < 0)
+        goto undo;
     *sandbox = sb;
     rc = 0;
     goto out;
@@ -1129,16 +1071,8 @@ static int rl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *rl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    if (rl_check(sb, "session_state", error) < 0)
-        return NULL;
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "version", json_object_new_int(RL_STATE_VERSION));
-    json_object_object_add(j, "devbox_id", json_object_new_string(sb->s.id));
-    if (sb->workdir)
-        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
-    char *out = cl_state_out(j, "session_state", error);
-    json_object_put(j);
-    return out;
+    json_object *j = cl_state_new(&sb->s, RL_BACKEND, RL_STATE_VERSION, "devbox_id", sb->workdir, error);
+    return cl_state_end(j, error);
 }
 
 static int rl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,

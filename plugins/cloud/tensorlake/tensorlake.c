@@ -20,19 +20,24 @@
  *    min_mb=256. timeout_secs is always sent (the caller's lifetime plus
  *    TL_LIFETIME_MARGIN_S, so that a command the library times out at the
  *    lifetime's end is reported timed out; else TL_DEFAULT_LIFETIME_S).
- *  - Named or not (CASE-33, CASE-20): a named Tensorlake sandbox suspends
- *    after timeout_secs without traffic instead of ending, so by default the
- *    sandbox is UNNAMED (ephemeral) and the provider ends it at its
- *    lifetime, which also bounds one whose create answer was lost
- *    (Tensorlake has no labels to find it by). The backend option
- *    {"suspendable": true} (or the client option of that name) names it
- *    with the create token: only then can it be stopped (suspended) and
- *    started (resumed), and only named sandboxes are found by list_owned
- *    and destroy_by_id, which a client reports (SBX_CAP_LIST_OWNED) only
- *    with the client option; stop on an unnamed sandbox is
- *    feature_not_supported naming the option. app_name is refused (a
- *    configuration error naming it). The sandbox is polled until
- *    "running".
+ *  - Named by its create token (CASE-20, CASE-33): Tensorlake takes no
+ *    labels or metadata; the one client-chosen field of a create that its
+ *    list returns is "name" (SandboxInfo.name, crates/cloud-sdk
+ *    sandboxes/models.rs), so every sandbox is named with the create token
+ *    ("sbx-" + 32 hex digits). A create whose answer was lost (sent, no
+ *    answer in time, or a 5xx after it may have acted) is outcome unknown,
+ *    and the sandbox it may have made is looked for by that name in the
+ *    list and deleted, now and for 30 s on the client's reaper thread
+ *    (cl_reap_lost); list_owned and destroy_by_id find every sandbox so
+ *    named. A named sandbox suspends after timeout_secs without traffic
+ *    instead of ending (it runs no longer than its lifetime; gc finds
+ *    it); stop suspends it and start resumes it. The backend option
+ *    {"suspendable": false} (or the client option of that name) leaves it
+ *    unnamed, ephemeral: the provider ends it at its lifetime, stop is
+ *    feature_not_supported naming the option, a lost create answer leaves
+ *    it to that lifetime, and (client option) list_owned and destroy_by_id
+ *    are not offered. app_name is refused (a configuration error naming
+ *    it). The sandbox is polled until "running".
  *  - Environment values are per process at Tensorlake: the create's env is
  *    written to TL_ENV_FILE (mode 0600) in the sandbox, in the upload's
  *    body, and every command sources it, leaving alone the keys the call
@@ -104,8 +109,8 @@
                  | SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT | SBX_CAP_DISK_LIMIT          \
                  | SBX_CAP_GPU | SBX_CAP_IMAGE | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED    \
                  | SBX_CAP_BACKGROUND | SBX_CAP_EXPOSED_PORTS)
-/* What a client has by default: list_owned (and destroy_by_id) only find
- * named sandboxes, which a client makes with "suspendable": true. */
+/* A client with "suspendable": false: list_owned (and destroy_by_id) only
+ * find named sandboxes, which it does not make. */
 #define TL_CAPS_UNNAMED (TL_CAPS & ~SBX_CAP_LIST_OWNED)
 
 static const char *const tl_gpu_models[] = { "A100-40GB", "A100-80GB", "H100", "T4", "A6000",
@@ -114,7 +119,8 @@ static const char *const tl_gpu_models[] = { "A100-40GB", "A100-80GB", "H100", "
 struct sbx_plugin_client {
     cl_http *http;
     char *api;          /* base URL, no trailing slash */
-    int suspendable;    /* client option: its sandboxes are named by default */
+    int suspendable;    /* client option (default 1): its sandboxes are named */
+    cl_reaper *reaper;  /* sandboxes of creates whose outcome is unknown */
 };
 
 struct sbx_plugin_sandbox {
@@ -164,6 +170,30 @@ static int tl_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const
     int rc = cl_delete_url(c->http, ctx, url, op, "delete the sandbox", error);
     free(url);
     return rc;
+}
+
+static int tl_token_one(void *ud, const char *id, const char *name)
+{
+    cl_token_ids_match(ud, name, id);
+    return 0;
+}
+
+static int tl_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
+                   int (*fn)(void *ud, const char *id, const char *name), void *ud,
+                   const char *op, sbx_error **error);
+
+/* The reaper's look-up (cloud.h): the sandboxes named @token. */
+static int tl_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
+                         sbx_error **error)
+{
+    cl_token_ids t = { token, { 0 } };
+    int rc = tl_list(ud, ctx, tl_token_one, &t, "create", error);
+    return cl_ids_finish(&t.ids, rc, ids, "create", error);
+}
+
+static int tl_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
+{
+    return tl_delete(ud, ctx, id, "create", error);
 }
 
 typedef struct tl_waking {
@@ -282,6 +312,7 @@ static void tl_client_free(sbx_plugin_client *c)
 {
     if (!c)
         return;
+    cl_reaper_free(c->reaper);
     cl_http_free(c->http);
     free(c->api);
     free(c);
@@ -290,15 +321,16 @@ static void tl_client_free(sbx_plugin_client *c)
 static int tl_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
-    json_object *cfg = NULL;
-    if (cl_client_config(config_json, TL_BACKEND, &cfg, error) < 0)
+    json_object *cfg;
+    struct sbx_plugin_client *c = cl_client_alloc(config_json, TL_BACKEND, sizeof(*c),
+                                                  offsetof(struct sbx_plugin_client, http),
+                                                  &cfg, error);
+    if (!c)
         return -1;
-    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
-    if (!c || !(c->http = cl_http_new())) {
-        free(c);
-        json_object_put(cfg);
+    c->suspendable = 1;
+    if (!(c->reaper = cl_reaper_new(tl_find_token, tl_reap_delete, c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
+        goto fail;
     }
     c->api = cl_base_url(cfg, "api_url", "TENSORLAKE_API_URL", TL_DEFAULT_URL, error);
     static const char *const key_envs[] = { "TENSORLAKE_API_KEY", NULL };
@@ -340,15 +372,13 @@ static int tl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t
 static struct sbx_plugin_sandbox *tl_sandbox_new(struct sbx_plugin_client *c, const char *id,
                                                  const char *url, int named)
 {
-    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
+    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
     if (!sb)
         return NULL;
     sb->c = c;
-    sb->url = cl_trim_slash(url);
     sb->named = named;
-    if (!sb->url || cl_sandbox_init(&sb->s, id) < 0) {
-        free(sb->url);
-        free(sb);
+    if (!(sb->url = cl_trim_slash(url))) {
+        cl_sandbox_free(sb);
         return NULL;
     }
     return sb;
@@ -356,12 +386,11 @@ static struct sbx_plugin_sandbox *tl_sandbox_new(struct sbx_plugin_client *c, co
 
 static void tl_sandbox_free(sbx_plugin_sandbox *sb)
 {
-    if (!sb)
-        return;
-    cl_sandbox_clear(&sb->s);
-    free(sb->url);
-    free(sb->workdir);
-    free(sb);
+    if (sb) {
+        free(sb->url);
+        free(sb->workdir);
+    }
+    cl_sandbox_free(sb);
 }
 
 #define tl_refuse(error, option, value, why) \
@@ -460,8 +489,9 @@ static json_object *tl_create_body(struct sbx_plugin_client *c, const sbx_call_c
             json_object_array_add(ep, json_object_new_int(ports[i]));
         json_object_object_add(b, "exposed_ports", ep);
     }
-    /* Named (suspendable, listed) when the client or the create's backend
-     * option "suspendable" says so; else unnamed, ended at its lifetime. */
+    /* Named by the create token (listed, found after a lost answer,
+     * suspendable) unless the client or the create's backend option
+     * "suspendable" says false: then unnamed, ended at its lifetime. */
     *named = c->suspendable;
     if (rq->backend_options && *rq->backend_options) {
         json_object *bo = json_tokener_parse(rq->backend_options);
@@ -688,9 +718,22 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     cl_resp r = { 0 };
     int rc = -1;
     struct sbx_plugin_sandbox *sb = NULL;
-    if (!url || cl_request_json(c->http, ctx, "POST", url, body, CL_UNSAFE, &r, op,
-                                "create the sandbox", error) < 0)
+    /* The token names the sandbox: a create whose outcome is unknown (no
+     * answer in time, or a 5xx after it may have acted) is sent once, and
+     * the sandbox it may have made is looked for by that name and deleted
+     * (CASE-20). */
+    const char *token = named && ctx ? ctx->create_token : NULL;
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
+    }
+    if (cl_request_json(c->http, ctx, "POST", url, body, CL_UNSAFE, &r, op,
+                        "create the sandbox", NULL) < 0) {
+        cl_create_unanswered(c->reaper, ctx, token, op, error);
+        goto out;
+    }
+    if (r.maybe_acted && token)
+        cl_reap_lost(c->reaper, token);
     if (r.status / 100 != 2) {
         cl_fail_status(c->http, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
                                        && r.status != 429 ? SBX_ERROR_CONFIGURATION
@@ -736,18 +779,12 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         sb = NULL;
         goto out;
     }
-    if (rq->workdir && *rq->workdir) {
-        sb->workdir = strdup(rq->workdir);
-        int wrc = sb->workdir ? cl_make_workdir(sb, tl_run_short, ctx, TL_BACKEND, rq->workdir,
-                                                op, error) : -1;
-        if (!sb->workdir)
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        if (wrc < 0) {
-            tl_delete(c, NULL, id, op, NULL);
-            tl_sandbox_free(sb);
-            sb = NULL;
-            goto out;
-        }
+    if (cl_create_workdir(sb, &sb->workdir, tl_run_short, ctx, TL_BACKEND, rq->workdir, op,
+                          error) < 0) {
+        tl_delete(c, NULL, id, op, NULL);
+        tl_sandbox_free(sb);
+        sb = NULL;
+        goto out;
     }
     *sandbox = sb;
     rc = 0;
@@ -779,18 +816,12 @@ static int tl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *tl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    if (tl_check(sb, "session_state", error) < 0)
+    json_object *j = cl_state_new(&sb->s, TL_BACKEND, TL_STATE_VERSION, "sandbox_id", sb->workdir, error);
+    if (!j)
         return NULL;
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "version", json_object_new_int(TL_STATE_VERSION));
-    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
     json_object_object_add(j, "sandbox_url", json_object_new_string(sb->url));
     json_object_object_add(j, "named", json_object_new_boolean(sb->named));
-    if (sb->workdir)
-        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
-    char *out = cl_state_out(j, "session_state", error);
-    json_object_put(j);
-    return out;
+    return cl_state_end(j, error);
 }
 
 static int tl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
@@ -966,25 +997,22 @@ static int tl_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error *
     return tl_wake(sb, ctx, "start", error);
 }
 
-/* The sandboxes this backend made: the ones named by a create token. */
-static int tl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
-                         sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
+/* Calls @fn for each sandbox of the list that is not terminated and is
+ * named by a create token ("sbx-..."), page by page, until @fn returns
+ * non-zero: 0, or -1 with *@error set. */
+static int tl_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
+                   int (*fn)(void *ud, const char *id, const char *name), void *ud,
+                   const char *op, sbx_error **error)
 {
-    const char *op = "list_owned";
-    struct sbx_plugin_client *c = client;
     char *cursor = NULL;
-    if (!c->suspendable) {
-        cl_context(cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                           "backend \"%s\" cannot list the sandboxes this library made",
-                           TL_BACKEND), "option", "suspendable");
-        return -1;
-    }
     int rc = 0;
     for (int page = 0; page < 1000 && rc == 0; page++) {
         char *cur = cursor ? cl_url_escape(cursor) : NULL;
         char *url = cl_printf("%s/sandboxes?limit=100%s%s", c->api, cur ? "&cursor=" : "",
                               cur ? cur : "");
         free(cur);
+        if (!url)
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         cl_resp r = { 0 };
         json_object *j = NULL;
         rc = -1;
@@ -1013,8 +1041,7 @@ static int tl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             if (!id || !name || strncmp(name, "sbx-", 4) != 0
                 || strcmp(tl_status(it), "terminated") == 0)
                 continue;
-            sbx_plugin_owned_info info = { sizeof(info), id, name, 0, 0 };
-            stop = fn(&info, ud) != 0;
+            stop = fn(ud, id, name) != 0;
         }
         free(cursor);
         const char *nx = cl_json_str(j, "next_cursor");
@@ -1025,6 +1052,33 @@ static int tl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     free(cursor);
     return rc;
+}
+
+typedef struct tl_owned {
+    sbx_plugin_owned_fn fn;
+    void *ud;
+} tl_owned;
+
+static int tl_owned_one(void *ud, const char *id, const char *name)
+{
+    tl_owned *o = ud;
+    sbx_plugin_owned_info info = { sizeof(info), id, name, 0, 0 };
+    return o->fn(&info, o->ud);
+}
+
+/* The sandboxes this backend made: the ones named by a create token. */
+static int tl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                         sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
+{
+    const char *op = "list_owned";
+    if (!client->suspendable) {
+        cl_context(cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                           "backend \"%s\" cannot list the sandboxes this library made",
+                           TL_BACKEND), "option", "suspendable");
+        return -1;
+    }
+    tl_owned o = { fn, ud };
+    return tl_list(client, ctx, tl_owned_one, &o, op, error);
 }
 
 static int tl_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
@@ -1383,11 +1437,10 @@ static const sbx_plugin tl_plugin = {
     .name = TL_BACKEND,
     .version = PACKAGE_VERSION,
     .description = "Tensorlake sandboxes (control plane and sandbox host APIs) over libcurl; "
-                   "unnamed sandboxes the provider ends at their lifetime unless the backend "
-                   "option \"suspendable\": true names them (then stop/start suspend and "
-                   "resume; list_owned finds only named ones, with the client option "
-                   "suspendable); output arrives when a command ends; relative paths are "
-                   "taken from the workdir",
+                   "sandboxes named by their create token (stop/start suspend and resume, "
+                   "list_owned and lost creates find them) unless the option \"suspendable\": "
+                   "false leaves them unnamed, ended at their lifetime; output arrives when a "
+                   "command ends; relative paths are taken from the workdir",
     .caps = TL_CAPS,
     .setup = tl_setup,
     .client_new = tl_client_new,

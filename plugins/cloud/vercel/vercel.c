@@ -667,42 +667,15 @@ static int vc_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
     const char *op = "list_files";
-    char *p = vc_path(sb, path), *q = p ? cl_shell_quote(p) : NULL;
-    char *cmd = q ? cl_printf("test -d %s || exit 3; find %s -mindepth 1 -maxdepth 1 "
-                              "-printf '%%y %%s %%f\\n'", q, q) : NULL;
+    char *p = vc_path(sb, path), *cmd = p ? cl_list_command(p) : NULL;
     char *out = NULL;
     int code = 0, rc = -1;
     if (!cmd)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (vc_execute(sb, ctx, cmd, &code, &out, op, error) == 0) {
-        if (code == 3) {
-            cl_context(cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such directory in the "
-                               "sandbox: %s", path), "path", path);
-        } else if (code != 0) {
-            cl_context(cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "cannot list %s (find "
-                               "exited %d)", path, code), "path", path);
-        } else {
-            rc = 0;
-            for (char *line = out, *nl; line && *line; line = nl ? nl + 1 : NULL) {
-                nl = strchr(line, '\n');
-                if (nl)
-                    *nl = '\0';
-                char type = line[0];
-                char *sp = strchr(line, ' ');
-                char *sp2 = sp ? strchr(sp + 1, ' ') : NULL;
-                if (!sp2)
-                    continue;
-                int is_dir = type == 'd';
-                sbx_plugin_file_info info = { sizeof(info), sp2 + 1, is_dir,
-                                              is_dir ? -1 : strtoll(sp + 1, NULL, 10), 0 };
-                if (fn(&info, ud) != 0)
-                    break;
-            }
-        }
-    }
+    else if (vc_execute(sb, ctx, cmd, &code, &out, op, error) == 0)
+        rc = cl_list_answer(code, out, path, fn, ud, op, error);
     free(out);
     free(cmd);
-    free(q);
     free(p);
     return rc;
 }
@@ -823,10 +796,9 @@ static json_object *vc_owner(struct sbx_plugin_client *c, const sbx_call_ctx *ct
 }
 
 typedef struct vc_ids {
+    cl_token_ids t;     /* first member */
     struct sbx_plugin_client *c;
     const sbx_call_ctx *ctx;
-    const char *token;
-    cl_ids ids;
 } vc_ids;
 
 /* The create token in running sandbox @id's env (VC_TOKEN_ENV), for a
@@ -855,9 +827,7 @@ static int vc_id_one(void *ud, json_object *it)
     int running = strcmp(vc_status(it), "running") == 0;
     json_object *own = running ? vc_owner(s->c, s->ctx, id, "create") : NULL;
     char *etok = running && !own ? vc_env_token(s->c, s->ctx, id) : NULL;
-    const char *tok = own ? cl_json_str(own, CL_META_TOKEN) : etok;
-    if (tok && strcmp(tok, s->token) == 0)
-        cl_ids_add(&s->ids, id);
+    cl_token_ids_match(&s->t, own ? cl_json_str(own, CL_META_TOKEN) : etok, id);
     json_object_put(own);
     free(etok);
     return 0;
@@ -868,9 +838,9 @@ static int vc_id_one(void *ud, json_object *it)
 static int vc_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
                          sbx_error **error)
 {
-    vc_ids s = { ud, ctx, token, { 0 } };
+    vc_ids s = { { token, { 0 } }, ud, ctx };
     int rc = vc_list(ud, ctx, vc_id_one, &s, "create", error);
-    return cl_ids_finish(&s.ids, rc, ids, "create", error);
+    return cl_ids_finish(&s.t.ids, rc, ids, "create", error);
 }
 
 static int vc_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
@@ -930,16 +900,12 @@ static const char *vc_setting(json_object *cfg, const char *key, const char *env
 static int vc_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
-    json_object *cfg = NULL, *jwt = NULL;
-    if (cl_client_config(config_json, VC_BACKEND, &cfg, error) < 0)
+    json_object *cfg, *jwt = NULL;
+    struct sbx_plugin_client *c = cl_client_alloc(config_json, VC_BACKEND, sizeof(*c),
+                                                  offsetof(struct sbx_plugin_client, http),
+                                                  &cfg, error);
+    if (!c)
         return -1;
-    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
-    if (!c || !(c->http = cl_http_new())) {
-        free(c);
-        json_object_put(cfg);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
     c->api = cl_base_url(cfg, "api_url", "VERCEL_API_URL", VC_DEFAULT_URL, error);
     if (!c->api)
         goto fail;
@@ -1015,24 +981,17 @@ static int vc_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t
 
 static struct sbx_plugin_sandbox *vc_sandbox_new(struct sbx_plugin_client *c, const char *id)
 {
-    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
-    if (!sb)
-        return NULL;
-    sb->c = c;
-    if (cl_sandbox_init(&sb->s, id) < 0) {
-        free(sb);
-        return NULL;
-    }
+    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
+    if (sb)
+        sb->c = c;
     return sb;
 }
 
 static void vc_sandbox_free(sbx_plugin_sandbox *sb)
 {
-    if (!sb)
-        return;
-    cl_sandbox_clear(&sb->s);
-    free(sb->workdir);
-    free(sb);
+    if (sb)
+        free(sb->workdir);
+    cl_sandbox_free(sb);
 }
 
 static const char *const vc_runtimes[] = { "node22", "node24", "node26", "python3.13", NULL };
@@ -1208,15 +1167,7 @@ static int vc_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     if (cl_request_json(c->http, ctx, "POST", url, body, CL_UNSAFE, &r, op,
                         "create the sandbox", NULL) < 0) {
-        cl_last_error l = *cl_last();
-        if (l.code == SBX_ERROR_CANCELLED && ctx && ctx->deadline > 0
-            && cl_now() >= ctx->deadline - 0.05)
-            l.code = SBX_ERROR_TIMEOUT;
-        sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
-        if (l.unknown)
-            cl_outcome_unknown(err);
-        if (ctx && ctx->create_token && l.unknown)
-            cl_reap_lost(c->reaper, ctx->create_token);
+        cl_create_unanswered(c->reaper, ctx, ctx ? ctx->create_token : NULL, op, error);
         goto out;
     }
     if (r.status / 100 != 2) {
@@ -1263,14 +1214,9 @@ static int vc_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         if (xr < 0)
             goto undo;
     }
-    if (rq->workdir && *rq->workdir) {
-        int wrc = cl_make_workdir(sb, vc_run_short, ctx, VC_BACKEND, rq->workdir, op, error);
-        if (wrc < 0 || !(sb->workdir = strdup(rq->workdir))) {
-            if (wrc == 0)
-                cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-            goto undo;
-        }
-    }
+    if (cl_create_workdir(sb, &sb->workdir, vc_run_short, ctx, VC_BACKEND, rq->workdir, op,
+                          error) < 0)
+        goto undo;
     *sandbox = sb;
     rc = 0;
     goto out;
@@ -1316,16 +1262,8 @@ static int vc_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *vc_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    if (vc_check(sb, "session_state", error) < 0)
-        return NULL;
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "version", json_object_new_int(VC_STATE_VERSION));
-    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
-    if (sb->workdir)
-        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
-    char *out = cl_state_out(j, "session_state", error);
-    json_object_put(j);
-    return out;
+    json_object *j = cl_state_new(&sb->s, VC_BACKEND, VC_STATE_VERSION, "sandbox_id", sb->workdir, error);
+    return cl_state_end(j, error);
 }
 
 static int vc_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
