@@ -86,7 +86,7 @@
  *    create's env goes by a second job whose record is deleted at once (a
  *    record holds its runtime environment).
  *  - session_state {"version":1,"sandbox_id","dir","meta","made"
- *    [,"resources"]} (no
+ *    [,"resources"][,"memory_limit" (bytes)]} (no
  *    credential, no env value: the create's env stays in the sandbox's
  *    files on the cluster); resume checks that the sandbox's files are
  *    still there (a job), else not_found with reason "gone".
