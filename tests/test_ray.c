@@ -12,7 +12,8 @@
  * cannot be read is a configuration error naming it), and none is an
  * authentication error; a plain-text error answer is reported with its
  * text; memory_mb goes as entrypoint_memory and the driver kills a command
- * past it (exit 137, the OOM flag), the backend option entrypoint_memory_mb
+ * past it (exit 137, the OOM flag), also once resumed from its session
+ * state, the backend option entrypoint_memory_mb
  * only reserves and is refused beside memory_mb; a
  * command too long for an entrypoint travels in the package; the job that
  * made a sandbox is its label and holds no env value; a submit whose answer
@@ -448,8 +449,25 @@ Test(ray, memory_mb_is_reserved_and_enforced)
     cr_assert_eq(sbx_result_is_oom_killed(r), 0);
     sbx_result_free(r);
 
+    /* The limit is in the session state, and a resumed sandbox keeps it. */
     sbx_error *err = NULL;
-    sbx_sandbox *sb2 = NULL;
+    char *state = sbx_sandbox_session_state(g_sb, &err);
+    cr_assert_not_null(state, "session_state: %s", err ? sbx_error_get0_message(err) : "");
+    json_object *sj = json_tokener_parse(state), *data = NULL, *lim = NULL;
+    cr_assert(json_object_object_get_ex(sj, "data", &data), "%s", state);
+    cr_assert(json_object_object_get_ex(data, "memory_limit", &lim), "%s", state);
+    cr_assert_eq(json_object_get_int64(lim), 64LL * 1024 * 1024);
+    json_object_put(sj);
+    sbx_sandbox *sb2 = sbx_sandbox_resume(g_client, state, &err);
+    free(state);
+    cr_assert_not_null(sb2, "resume: %s", err ? sbx_error_get0_message(err) : "");
+    r = tu_sh(sb2, "python3 -c 'import time; b=bytearray(256*1024*1024); time.sleep(20)'", 30);
+    tu_assert_exit(r, 137);
+    cr_assert_eq(sbx_result_is_oom_killed(r), 1);
+    sbx_result_free(r);
+    sbx_sandbox_free(sb2);
+    sb2 = NULL;
+
     o = sbx_options_new();
     cr_assert_eq(sbx_options_set_memory_mb(o, 512, NULL), 0);
     cr_assert_eq(sbx_options_set_backend_options(o, "{\"entrypoint_memory_mb\": 256}", NULL), 0);
