@@ -11,7 +11,10 @@
  * from RAY_AUTH_TOKEN or the file RAY_AUTH_TOKEN_PATH names (one that
  * cannot be read is a configuration error naming it), and none is an
  * authentication error; a plain-text error answer is reported with its
- * text; memory_mb is refused naming the backend option that reserves it; a
+ * text; memory_mb goes as entrypoint_memory and the driver kills a command
+ * past it (exit 137, the OOM flag), also once resumed from its session
+ * state, the backend option entrypoint_memory_mb
+ * only reserves and is refused beside memory_mb; a
  * command too long for an entrypoint travels in the package; the job that
  * made a sandbox is its label and holds no env value; a submit whose answer
  * was lost is sent again and the command runs once; the plugin's own jobs
@@ -410,31 +413,91 @@ Test(ray, a_plain_text_error_is_reported_with_its_text)
     sbx_error_free(err);
 }
 
-/* memory_mb is no limit on Ray: refused, naming the backend option that
- * reserves it; that option becomes entrypoint_memory in bytes. */
-Test(ray, memory_is_a_reservation_by_backend_option)
+/* memory_mb is sent as entrypoint_memory in bytes (Ray's reservation) and
+ * enforced by the driver: a command past it is killed, exit 137 with the
+ * OOM flag; the backend option entrypoint_memory_mb alone reserves
+ * without a limit, and beside memory_mb is refused naming both. */
+Test(ray, memory_mb_is_reserved_and_enforced)
 {
     sbx_options *o = sbx_options_new();
-    cr_assert_eq(sbx_options_set_memory_mb(o, 512, NULL), 0);
-    sbx_error *err = NULL;
-    cr_assert_null(sbx_sandbox_create(g_client, o, &err));
-    tu_assert_error(err, SBX_ERROR_CONFIGURATION, "memory_mb 512", "entrypoint_memory_mb", NULL);
-    cr_assert_str_eq(sbx_error_get0_context(err, "option"), "memory_mb");
-    sbx_error_free(err);
-    sbx_options_free(o);
-
-    o = sbx_options_new();
-    cr_assert_eq(sbx_options_set_backend_options(o, "{\"entrypoint_memory_mb\": 512}", NULL), 0);
+    cr_assert_eq(sbx_options_set_memory_mb(o, 64, NULL), 0);
     g_sb = tu_create(g_client, o);
     sbx_options_free(o);
     tu_fake_reset();
-    sbx_result *r = tu_sh(g_sb, "true", 30);
+    sbx_result *r = tu_sh(g_sb, "echo small", 30);
     tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "small\n");
+    cr_assert_eq(sbx_result_is_oom_killed(r), 0);
     sbx_result_free(r);
     json_object *subs = submissions(), *v = NULL;
     cr_assert(json_object_object_get_ex(json_object_array_get_idx(subs, 0), "entrypoint_memory",
                                         &v));
-    cr_assert_eq(json_object_get_int64(v), 512LL * 1024 * 1024);
+    cr_assert_eq(json_object_get_int64(v), 64LL * 1024 * 1024);
+    json_object_put(subs);
+
+    /* 256 MiB held in a child of the shell: the whole tree is killed. */
+    r = tu_sh(g_sb, "python3 -c 'import time; b=bytearray(256*1024*1024); time.sleep(20)'; "
+              "echo after", 30);
+    tu_assert_exit(r, 137);
+    tu_assert_stdout(r, "");
+    cr_assert_eq(sbx_result_is_timed_out(r), 0);
+    cr_assert_eq(sbx_result_is_oom_killed(r), 1);
+    sbx_result_free(r);
+    /* The sandbox lives on; a kill -9 is 137 without the flag. */
+    r = tu_sh(g_sb, "kill -9 $$", 30);
+    tu_assert_exit(r, 137);
+    cr_assert_eq(sbx_result_is_oom_killed(r), 0);
+    sbx_result_free(r);
+
+    /* The limit is in the session state, and a resumed sandbox keeps it. */
+    sbx_error *err = NULL;
+    char *state = sbx_sandbox_session_state(g_sb, &err);
+    cr_assert_not_null(state, "session_state: %s", err ? sbx_error_get0_message(err) : "");
+    json_object *sj = json_tokener_parse(state), *data = NULL, *lim = NULL;
+    cr_assert(json_object_object_get_ex(sj, "data", &data), "%s", state);
+    cr_assert(json_object_object_get_ex(data, "memory_limit", &lim), "%s", state);
+    cr_assert_eq(json_object_get_int64(lim), 64LL * 1024 * 1024);
+    json_object_put(sj);
+    sbx_sandbox *sb2 = sbx_sandbox_resume(g_client, state, &err);
+    free(state);
+    cr_assert_not_null(sb2, "resume: %s", err ? sbx_error_get0_message(err) : "");
+    r = tu_sh(sb2, "python3 -c 'import time; b=bytearray(256*1024*1024); time.sleep(20)'", 30);
+    tu_assert_exit(r, 137);
+    cr_assert_eq(sbx_result_is_oom_killed(r), 1);
+    sbx_result_free(r);
+    sbx_sandbox_free(sb2);
+    sb2 = NULL;
+
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_memory_mb(o, 512, NULL), 0);
+    cr_assert_eq(sbx_options_set_backend_options(o, "{\"entrypoint_memory_mb\": 256}", NULL), 0);
+    cr_assert_null(sb2 = sbx_sandbox_create(g_client, o, &err));
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, "entrypoint_memory_mb 256 beside memory_mb 512",
+                    NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "name"), "entrypoint_memory_mb");
+    sbx_error_free(err);
+    sbx_options_free(o);
+}
+
+/* The backend option entrypoint_memory_mb alone becomes entrypoint_memory
+ * in bytes: a reservation, no limit (a command past it runs on). */
+Test(ray, entrypoint_memory_mb_reserves_without_a_limit)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_backend_options(o, "{\"entrypoint_memory_mb\": 64}", NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    tu_fake_reset();
+    sbx_result *r = tu_sh(g_sb, "python3 -c 'import time; b=bytearray(128*1024*1024); "
+                          "time.sleep(0.3)'; echo after", 30);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "after\n");
+    cr_assert_eq(sbx_result_is_oom_killed(r), 0);
+    sbx_result_free(r);
+    json_object *subs = submissions(), *v = NULL;
+    cr_assert(json_object_object_get_ex(json_object_array_get_idx(subs, 0), "entrypoint_memory",
+                                        &v));
+    cr_assert_eq(json_object_get_int64(v), 64LL * 1024 * 1024);
     json_object_put(subs);
 }
 

@@ -28,8 +28,10 @@
  *  - Each command is one job: POST /api/jobs/ with a submission_id of the
  *    plugin's own ("sbx-" and 24 hex digits; a re-sent submit that finds
  *    it in use found its own job), entrypoint_num_cpus, _num_gpus and
- *    entrypoint_resources from the create's cpu and gpu (and the backend
- *    option "entrypoint_memory_mb" as entrypoint_memory), the per-call env
+ *    entrypoint_resources from the create's cpu and gpu, entrypoint_memory
+ *    (bytes) from its memory_mb, else from the backend option
+ *    "entrypoint_memory_mb" (a reservation only; refused beside
+ *    memory_mb), the per-call env
  *    in runtime_env.env_vars as one variable (RAY_CALL_ENV, base64 of its
  *    JSON) that the driver lays over the command's environment only (a
  *    call's PATH never changes how the driver is found), stdin (read to
@@ -42,7 +44,16 @@
  *    chunk as a line "@@sbx TAG o|e BASE64" (one write per line, so Ray's
  *    merged, text-only job log keeps both streams apart and every byte),
  *    then "@@sbx TAG x CODE" (128+N for death by signal N) and exits with
- *    that code. The plugin follows a command's job log through its tail
+ *    that code. memory_mb is a limit the driver enforces, Ray's
+ *    entrypoint_memory only reserving it for scheduling: every
+ *    RAY_MEM_SAMPLE_MS it sums the resident memory (VmRSS of
+ *    /proc/PID/status) of the processes of the command's session, taking
+ *    the largest single peak (VmHWM) when higher, and past the limit
+ *    kills them all with SIGKILL and prints "@@sbx TAG m LIMIT" before the
+ *    end line (exit 137): the command's result carries the OOM flag
+ *    (CASE-49). Memory a process takes and gives back between two samples
+ *    escapes the sum unless it is that process's peak, and a process that
+ *    leaves the session (setsid) escapes the limit. The plugin follows a command's job log through its tail
  *    (its own short jobs are polled: they print little), GET
  *    .../logs/tail, a WebSocket whose text messages carry the log as it
  *    grows and which the dashboard closes once the job is terminal (built
@@ -75,7 +86,7 @@
  *    create's env goes by a second job whose record is deleted at once (a
  *    record holds its runtime environment).
  *  - session_state {"version":1,"sandbox_id","dir","meta","made"
- *    [,"resources"]} (no
+ *    [,"resources"][,"memory_limit" (bytes)]} (no
  *    credential, no env value: the create's env stays in the sandbox's
  *    files on the cluster); resume checks that the sandbox's files are
  *    still there (a job), else not_found with reason "gone".
@@ -119,6 +130,7 @@
 #define RAY_REAP_S 30.0             /* bound on stopping and deleting a freed job */
 #define RAY_SANDBOX_MARK "SBX_RAY_SANDBOX"
 #define RAY_CALL_ENV "SBX_RAY_CALL_ENV" /* the call's env, for the command only */
+#define RAY_MEM_SAMPLE_MS 50        /* the driver's memory samples (memory_mb) */
 #define RAY_CHUNK 3072              /* output bytes per log line (4096 in base64) */
 #define RAY_INLINE_SCRIPT 65536     /* a longer script goes in the package and
                                      * the command's shell sources it: an
@@ -131,7 +143,7 @@
 
 #define RAY_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_RESUME       \
                   | SBX_CAP_ISOLATION | SBX_CAP_CPU_LIMIT | SBX_CAP_GPU                      \
-                  | SBX_CAP_BACKGROUND | SBX_CAP_LIST_OWNED)
+                  | SBX_CAP_BACKGROUND | SBX_CAP_LIST_OWNED | SBX_CAP_MEMORY_LIMIT)
 
 struct sbx_plugin_client {
     cl_http *http;
@@ -147,6 +159,8 @@ struct sbx_plugin_sandbox {
     char *meta;         /* the sandbox's own files: ROOT_DIR/ID.sbx */
     int made;           /* create made dir (destroy removes it) */
     json_object *res;   /* entrypoint_* members every job carries (an object) */
+    int64_t mem_limit;  /* memory_mb in bytes, the driver's limit on a
+                         * command's processes (0: none) */
 };
 
 /* One job's run: its submission id and what its log gave so far. */
@@ -156,6 +170,8 @@ typedef struct ray_run {
     int ended;                  /* the end line was read */
     int end_code;
     int gone;                   /* the driver found no sandbox directory */
+    int oom;                    /* the driver killed the command past the
+                                 * sandbox's memory limit */
     int (*out)(void *ud, int stream, const char *p, size_t n);
     void *ud;
 } ray_run;
@@ -185,7 +201,7 @@ typedef struct ray_proc {
  * by SIGCHLD through a wakeup descriptor), then takes what is already in
  * the pipes without waiting for EOF (a background child may hold them). */
 static const char ray_driver[] =
-    "import base64,json,os,select,shlex,signal,subprocess,sys\n"
+    "import base64,json,os,select,shlex,signal,subprocess,sys,time\n"
     "a=sys.argv[1:]\n"
     "t=a[3].encode()\n"
     "def w(k,d):\n"
@@ -208,10 +224,31 @@ static const char ray_driver[] =
     " try:os.killpg(p.pid,signal.SIGKILL)\n"
     " except OSError:pass\n"
     "signal.signal(signal.SIGTERM,term)\n"
+    "m=int(a[6]);om=False;nx=0\n"
+    "def tree():\n"
+    " q=[];u=0;h=0\n"
+    " for d in os.listdir('/proc'):\n"
+    "  if not d.isdigit():continue\n"
+    "  try:\n"
+    "   x=open('/proc/'+d+'/stat','rb').read();x=x[x.rindex(b')')+2:].split()\n"
+    "   if int(x[3])!=p.pid:continue\n"
+    "   q.append(int(d))\n"
+    "   v=dict(l.split(b':',1) for l in open('/proc/'+d+'/status','rb').read().splitlines() if b':' in l)\n"
+    "   u+=int(v.get(b'VmRSS',b'0 kB').split()[0])*1024\n"
+    "   h=max(h,int(v.get(b'VmHWM',b'0 kB').split()[0])*1024)\n"
+    "  except (OSError,ValueError,IndexError):pass\n"
+    " return q,max(u,h)\n"
     "fs={p.stdout.fileno():b'o',p.stderr.fileno():b'e'}\n"
     "done=False\n"
     "while fs:\n"
-    " rs,_,_=select.select(list(fs)+[r],[],[],0 if done else None)\n"
+    " rs,_,_=select.select(list(fs)+[r],[],[],0 if done else (" RAY_STR(RAY_MEM_SAMPLE_MS) "/1000 if m else None))\n"
+    " if m and not done and not om and time.monotonic()>=nx:\n"
+    "  nx=time.monotonic()+" RAY_STR(RAY_MEM_SAMPLE_MS) "/1000;q,u=tree()\n"
+    "  if u>m:\n"
+    "   om=True\n"
+    "   for k in [-p.pid]+q:\n"
+    "    try:os.kill(k,signal.SIGKILL)\n"
+    "    except OSError:pass\n"
     " if r in rs:\n"
     "  os.read(r,512)\n"
     " if not done and p.poll() is not None:\n"
@@ -224,6 +261,7 @@ static const char ray_driver[] =
     "  else:del fs[f]\n"
     "c=p.wait()\n"
     "c=c if c>=0 else 128-c\n"
+    "if om:w(b'm',str(m).encode())\n"
     "w(b'x',str(c).encode())\n"
     "sys.exit(c)\n";
 
@@ -506,6 +544,8 @@ static int ray_take_lines(ray_run *run, const char *logs, size_t n, const char *
         } else if (kind == 'x') {
             run->ended = 1;
             run->end_code = atoi(p) & 0xff;
+        } else if (kind == 'm') {
+            run->oom = 1;
         } else if (kind == 'g') {
             run->ended = 1;
             run->gone = 1;
@@ -576,8 +616,9 @@ static int ray_submit(struct sbx_plugin_sandbox *sb, struct sbx_plugin_client *c
     char *qroot = cl_shell_quote(root), *qpy = cl_shell_quote(c->python);
     char *entry = s64 && d64 && qroot && qpy
                   ? cl_printf("%s -c 'import base64,sys;exec(base64.b64decode(sys.argv[1]))' "
-                              "%s %s %s %s %s %s", qpy, d64, s64, qroot, run->sid,
-                              mark && sb ? sb->s.id : "-", pkg_stdin ? "stdin" : "-")
+                              "%s %s %s %s %s %s %lld", qpy, d64, s64, qroot, run->sid,
+                              mark && sb ? sb->s.id : "-", pkg_stdin ? "stdin" : "-",
+                              mark && sb ? (long long)sb->mem_limit : 0LL)
                   : NULL;
     free(s64);
     free(d64);
@@ -1081,9 +1122,12 @@ static struct sbx_plugin_sandbox *ray_sandbox_new(struct sbx_plugin_client *c, c
     return sb;
 }
 
-/* The entrypoint resources of the create's cpu and gpu, and the backend
- * option entrypoint_memory_mb: a new object, or NULL with *@error. */
-static json_object *ray_resources(const sbx_plugin_create_request *rq, sbx_error **error)
+/* The entrypoint resources of the create's cpu, gpu and memory_mb (its
+ * bytes also in *@mem_limit, 0 when unset), or of the backend option
+ * entrypoint_memory_mb (a reservation only; refused beside memory_mb): a
+ * new object, or NULL with *@error. */
+static json_object *ray_resources(const sbx_plugin_create_request *rq, int64_t *mem_limit,
+                                  sbx_error **error)
 {
     uint64_t set = rq->set_fields;
     char buf[64];
@@ -1123,12 +1167,17 @@ static json_object *ray_resources(const sbx_plugin_create_request *rq, sbx_error
             json_object_object_add(res, "entrypoint_resources", er);
         }
     }
+    *mem_limit = 0;
     if (set & SBX_OPTION_MEMORY_MB) {
-        snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
-        ray_refuse(error, "memory_mb", buf, "Ray does not limit a job's memory (its "
-                   "entrypoint_memory only reserves it for scheduling): give the backend "
-                   "option entrypoint_memory_mb to reserve it");
-        goto fail;
+        if (rq->memory_mb <= 0 || rq->memory_mb > INT64_MAX / (1024 * 1024)) {
+            snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
+            ray_refuse(error, "memory_mb", buf, "must be a whole number of MiB above 0");
+            goto fail;
+        }
+        /* Ray's entrypoint_memory reserves it for scheduling; the driver
+         * enforces it as a limit on the command's processes. */
+        *mem_limit = rq->memory_mb * 1024 * 1024;
+        json_object_object_add(res, "entrypoint_memory", json_object_new_int64(*mem_limit));
     }
     if (rq->backend_options && *rq->backend_options) {
         bo = json_tokener_parse(rq->backend_options);
@@ -1149,7 +1198,19 @@ static json_object *ray_resources(const sbx_plugin_create_request *rq, sbx_error
                 cl_context(e, "known", "\"entrypoint_memory_mb\"");
                 goto fail;
             }
-            if (!json_object_is_type(v, json_type_int) || (mb = json_object_get_int64(v)) <= 0) {
+            if (*mem_limit) {
+                sbx_error *e = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
+                                       "ray backend_options: entrypoint_memory_mb %s beside "
+                                       "memory_mb %lld: give one (memory_mb reserves the "
+                                       "memory and limits the command to it)",
+                                       json_object_to_json_string(v),
+                                       (long long)rq->memory_mb);
+                cl_context(e, "option", "backend_options");
+                cl_context(e, "name", k);
+                goto fail;
+            }
+            if (!json_object_is_type(v, json_type_int) || (mb = json_object_get_int64(v)) <= 0
+                || mb > INT64_MAX / (1024 * 1024)) {
                 sbx_error *e = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
                                        "ray backend_options: entrypoint_memory_mb %s is not a "
                                        "whole number of MiB above 0",
@@ -1259,7 +1320,8 @@ static int ray_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     struct sbx_plugin_client *c = client;
     if (cl_workdir_check(RAY_BACKEND, rq->workdir, error) < 0 || ray_refusals(rq, error) < 0)
         return -1;
-    json_object *res = ray_resources(rq, error);
+    int64_t mem_limit = 0;
+    json_object *res = ray_resources(rq, &mem_limit, error);
     if (!res)
         return -1;
     char id[32] = "sbx-ray-";
@@ -1304,6 +1366,7 @@ static int ray_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto out;
     }
     sb->res = res;
+    sb->mem_limit = mem_limit;
     res = NULL;
     if (ray_run_script(sb, c, ctx, "/", script, NULL, id, labels, &code, op, error) < 0
         || (code == 0 && *envf
@@ -1388,7 +1451,7 @@ static const char *ray_sandbox_root(sbx_plugin_sandbox *sb)
     return sb->dir;
 }
 
-/* {"version":1,"sandbox_id","dir","meta","made"[,"resources"]}: no
+/* {"version":1,"sandbox_id","dir","meta","made"[,"resources"][,"memory_limit"]}: no
  * credential, no env value. */
 static char *ray_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
@@ -1401,6 +1464,8 @@ static char *ray_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
     json_object_object_add(j, "made", json_object_new_boolean(sb->made));
     if (sb->res && json_object_object_length(sb->res) > 0)
         json_object_object_add(j, "resources", json_object_get(sb->res));
+    if (sb->mem_limit > 0)
+        json_object_object_add(j, "memory_limit", json_object_new_int64(sb->mem_limit));
     return cl_state_end(j, error);
 }
 
@@ -1440,6 +1505,9 @@ static int ray_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const 
     if (json_object_object_get_ex(data, "resources", &res)
         && json_object_is_type(res, json_type_object))
         sb->res = json_object_get(res);
+    int64_t lim = 0;
+    if (cl_json_int(data, "memory_limit", &lim) == 1 && lim > 0)
+        sb->mem_limit = lim;
     *sandbox = sb;
     rc = 0;
 out:
@@ -1633,6 +1701,21 @@ static int ray_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, i
                                error);
 }
 
+/* SBX_PLUGIN_EXEC_OOM_KILLED when the driver killed the command for going
+ * past the sandbox's memory_mb (its "m" line); read after exec_wait
+ * returned 1, once the worker is done with the run. */
+static int ray_exec_end_info(sbx_plugin_process *process, const sbx_call_ctx *ctx,
+                             uint64_t *flags, sbx_error **error)
+{
+    (void)ctx;
+    (void)error;
+    ray_proc *p = (ray_proc *)process;
+    pthread_mutex_lock(&p->base.lock);
+    *flags = p->run.oom ? SBX_PLUGIN_EXEC_OOM_KILLED : 0;
+    pthread_mutex_unlock(&p->base.lock);
+    return 0;
+}
+
 /* SIGKILL first stops the command's job (POST .../stop: Ray sends the
  * driver SIGTERM, on which it kills the command's session and reports);
  * then every process of the command (each carries CL_EXEC_MARK=<its job's
@@ -1703,6 +1786,7 @@ static const sbx_plugin ray_plugin = {
     .exec_wait = ray_exec_wait,
     .exec_event_fd = cl_exec_event_fd,
     .exec_kill = ray_exec_kill,
+    .exec_end_info = ray_exec_end_info,
     .exec_free = ray_exec_free,
     .list_owned = ray_list_owned,
     .destroy_by_id = ray_destroy_by_id,
