@@ -120,7 +120,14 @@ def pty(f, sid):
     path = "/v1/sandbox/%s/pty?cols=77&rows=33&shell=/workspace/prog&session=%s" % (sid, ses)
     ws = fakews.Client(port, path, {"Authorization": "Bearer " + KEY})
     eq(P + "pty: 101", ws.status, 101)
-    eq(P + "pty: ready", ws.recv(), (fakews.OP_TEXT, b'{"type": "ready"}'))
+    # What the program wrote before this client attached comes first (the
+    # output so far), then "ready"; nothing after "ready" precedes it.
+    first = b""
+    op, d = ws.recv()
+    while op == fakews.OP_BINARY:
+        first += d
+        op, d = ws.recv()
+    eq(P + "pty: ready", (op, d), (fakews.OP_TEXT, b'{"type": "ready"}'))
     root = f.json("GET", "/_fake/sandbox/" + sid, auth=False)[1]["root"]
 
     def wait_file(name):
@@ -137,7 +144,7 @@ def pty(f, sid):
     ws.send(fakews.OP_TEXT, b'{"type":"resize","cols":100,"rows":40}')
     check(P + "pty: resize is a SIGWINCH", wait_file("winched"))
     ws.send(fakews.OP_BINARY, b"abc\r")
-    out, ctl, close = b"", [], None
+    out, ctl, close = first, [], None
     try:
         while True:
             op, d = ws.recv()
