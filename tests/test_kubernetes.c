@@ -115,6 +115,31 @@ static json_object *pod_record(json_object *pods, const char *name)
     return NULL;
 }
 
+/* Makes a sandbox on @cl, runs `echo WORD` in it (exit 0, "WORD\n"), checks
+ * that the fake made its pod in namespace @ns, and destroys it. */
+static void assert_runs_in_namespace(sbx_client *cl, const char *word, const char *ns)
+{
+    sbx_error *err = NULL;
+    sbx_options *o = sbx_options_new();
+    sbx_sandbox *sb = sbx_sandbox_create(cl, o, &err);
+    sbx_options_free(o);
+    cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+    char *cmd = tu_strdup_printf("echo %s", word);
+    char *want = tu_strdup_printf("%s\n", word);
+    sbx_result *r = tu_sh(sb, cmd, 20);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, want);
+    sbx_result_free(r);
+    free(cmd);
+    free(want);
+    json_object *pods = control_get("/_fake/pods");
+    json_object *rec = pod_record(pods, sbx_sandbox_get0_id(sb));
+    cr_assert_str_eq(tu_json_str(rec, "ns"), ns);
+    json_object_put(pods);
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+}
+
 static sbx_sandbox *create_plain(void)
 {
     sbx_options *o = sbx_options_new();
@@ -1010,21 +1035,8 @@ Test(kubernetes, kubeconfig_files_of_KUBECONFIG_are_merged_as_kubectl_does)
     sbx_error *err = NULL;
     sbx_client *cl = sbx_client_new("kubernetes", &err);
     cr_assert_not_null(cl, "%s", err ? sbx_error_get0_message(err) : "");
-    sbx_options *o = sbx_options_new();
-    sbx_sandbox *sb = sbx_sandbox_create(cl, o, &err);
-    sbx_options_free(o);
-    cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
-    sbx_result *r = tu_sh(sb, "echo merged", 20);
-    tu_assert_exit(r, 0);
-    tu_assert_stdout(r, "merged\n");
-    sbx_result_free(r);
     /* The pod is in the namespace of b's context "t". */
-    json_object *pods = control_get("/_fake/pods");
-    json_object *rec = pod_record(pods, sbx_sandbox_get0_id(sb));
-    cr_assert_str_eq(tu_json_str(rec, "ns"), "sbx-merged");
-    json_object_put(pods);
-    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
-    sbx_sandbox_free(sb);
+    assert_runs_in_namespace(cl, "merged", "sbx-merged");
     sbx_client_free(cl);
     free(env);
 
@@ -1097,21 +1109,8 @@ Test(kubernetes, in_cluster_service_account_token_and_ca)
     sbx_client *c = sbx_client_new_with_config("kubernetes", SBX_PLUGIN_MODE_DEFAULT,
                                                "{\"in_cluster\":true}", &err);
     cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
-    sbx_options *o = sbx_options_new();
-    sbx_sandbox *sb = sbx_sandbox_create(c, o, &err);
-    sbx_options_free(o);
-    cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
-    sbx_result *r = tu_sh(sb, "echo in-cluster", 20);
-    tu_assert_exit(r, 0);
-    tu_assert_stdout(r, "in-cluster\n");
-    sbx_result_free(r);
     /* The pod went to the service account's namespace. */
-    json_object *pods = control_get("/_fake/pods");
-    json_object *rec = pod_record(pods, sbx_sandbox_get0_id(sb));
-    cr_assert_str_eq(tu_json_str(rec, "ns"), "sbx-incluster");
-    json_object_put(pods);
-    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
-    sbx_sandbox_free(sb);
+    assert_runs_in_namespace(c, "in-cluster", "sbx-incluster");
     sbx_client_free(c);
     free(src);
     free(sa);
