@@ -6,7 +6,8 @@
  * library's back is not_found "gone"), CASE-53 (a stopped or archived
  * sandbox is started on use, also for a command with stdin, a starting one
  * waited for, an errored one names its state), the requests of a warm
- * exec and its fallback on an image without perl, the sessions of
+ * exec (one, two when its output is not UTF-8: CASE-07 exact) also on an
+ * image without perl, the sessions of
  * commands at once and of a freed handle, CASE-36
  * (the credential is never in an error, the session state or the fake's
  * log outside the header), CASE-20 (a create answered after the client's
@@ -638,9 +639,9 @@ static void keep_output(sbx_stream stream, const void *data, size_t len, void *u
 
 /* An exec on a handle that has run a command before (so it has an idle
  * toolbox session), without stdin and without an output callback, takes
- * exactly one request: the command run in that session with "runAsync":
- * false, whose answer carries its exit code and its stdout and stderr,
- * apart and byte for byte (bytes that are not UTF-8 included). With an
+ * exactly one request when its output is UTF-8: the command run in that
+ * session with "runAsync": false, whose answer carries its exit code and
+ * its stdout and stderr, apart and byte for byte. With an
  * output callback it takes three: the command started (POST .../exec), its
  * output followed as it comes (GET .../logs) and its exit code read
  * (GET .../command/ID). With stdin, the upload of stdin is a fourth, in
@@ -665,7 +666,8 @@ Test(daytona_faults, a_warm_exec_takes_one_request_three_when_streamed)
         tu_fake_reset();
         sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
         if (round == 0) {
-            req.shell = "printf 'out\\200\\377\\303\\n'; printf 'err\\351\\n' >&2; exit 3";
+            req.shell = "printf 'out\\303\\251\\342\\202\\254\\n'; printf 'err\\303\\274\\n' >&2; "
+                        "exit 3";
         } else if (round == 1) {
             req.shell = "echo out; echo err >&2; exit 3";
             req.on_output = keep_output;
@@ -679,8 +681,8 @@ Test(daytona_faults, a_warm_exec_takes_one_request_three_when_streamed)
         r = tu_exec(g_sb, &req);
         tu_assert_exit(r, round == 2 ? 0 : 3);
         if (round == 0) {
-            tu_assert_stdout_bytes(r, "out\200\377\303\n", 7);
-            tu_assert_stderr(r, "err\351\n");
+            tu_assert_stdout_bytes(r, "out\303\251\342\202\254\n", 9);
+            tu_assert_stderr_bytes(r, "err\303\274\n", 6);
         } else {
             tu_assert_stdout(r, round == 1 ? "out\n" : "piped\n");
             tu_assert_stderr(r, "err\n");
@@ -727,53 +729,99 @@ Test(daytona_faults, a_warm_exec_takes_one_request_three_when_streamed)
     free(upload_re);
 }
 
-/* An image without perl (the fake's no_perl: the sandbox's PATH lacks it):
- * the one-request exec needs perl to make its output text, so its command
- * line finds none and exits at once without running the command; the
- * command is then sent the way that needs none (started, output followed,
- * exit code read) and runs once: 4 requests, its stdout and stderr apart
- * and its exit code exact, nothing of the probe in them. The handle
- * remembers it: the next command takes those 3 requests at once. */
-Test(daytona_faults, an_image_without_perl_falls_back_to_three_requests)
+/* The one-request exec against the daemon's JSON text (the fake answers
+ * as the daemon: each byte that is not UTF-8 is U+FFFD in the answer's
+ * stdout and stderr, the command's logs are its bytes). Each round runs on
+ * a warm handle without an output callback and checks the exact bytes of
+ * both streams, apart, and the requests the fake saw:
+ *  0. CASE-07: stdout 6f 6b ff fe 0a, stderr 65 80 0a, exit 0: the answer
+ *     holds U+FFFD, so the output is read once from the logs (no follow):
+ *     2 requests;
+ *  1. UTF-8 that is not ASCII on both streams: 1 request;
+ *  2. output that really holds U+FFFD (EF BF BD written by the command):
+ *     the answer cannot tell it from a replaced byte, so the logs are
+ *     read: 2 requests, the bytes exact;
+ *  3. a lone byte on stderr only, stdout UTF-8: 2 requests, both exact. */
+Test(daytona_faults, the_one_request_exec_is_byte_exact_through_the_logs)
 {
     char *sess = tu_strdup_printf("/toolbox/%s/process/session/sbx-session-[0-9a-f]{24}",
                                   sb_id());
     char *exec_re = tu_strdup_printf("%s/exec", sess);
     char *logs_re = tu_strdup_printf("%s/command/[^/]+/logs", sess);
-    char *cmd_re = tu_strdup_printf("%s/command/[^/]+$", sess);
-    /* A session in the handle's pool first, so that none is made below. */
+    sbx_result *r = tu_sh(g_sb, "true", 10);
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    static const struct {
+        const char *shell, *out, *err;
+        size_t nout, nerr;
+        int exit_code, requests;
+    } rounds[] = {
+        { "printf 'ok\\377\\376\\n'; printf 'e\\200\\n' >&2", "ok\377\376\n", "e\200\n", 5, 3,
+          0, 2 },
+        { "printf 'h\\303\\251\\n'; printf '\\342\\202\\254\\n' >&2; exit 4", "h\303\251\n",
+          "\342\202\254\n", 4, 4, 4, 1 },
+        { "printf 'a\\357\\277\\275b\\n'; printf '\\357\\277\\275\\n' >&2", "a\357\277\275b\n",
+          "\357\277\275\n", 6, 4, 0, 2 },
+        { "printf 'fine\\n'; printf '\\342\\202\\n' >&2; exit 1", "fine\n", "\342\202\n", 5, 3,
+          1, 2 },
+    };
+    for (size_t i = 0; i < sizeof rounds / sizeof rounds[0]; i++) {
+        tu_fake_reset();
+        r = tu_sh(g_sb, rounds[i].shell, 10);
+        tu_assert_exit(r, rounds[i].exit_code);
+        tu_assert_stdout_bytes(r, rounds[i].out, rounds[i].nout);
+        tu_assert_stderr_bytes(r, rounds[i].err, rounds[i].nerr);
+        sbx_result_free(r);
+        json_object *log = tu_fake_log();
+        cr_assert_eq(json_object_array_length(log), rounds[i].requests, "round %zu: %s", i,
+                     json_object_to_json_string(log));
+        cr_assert_eq(tu_fake_count(log, "POST", exec_re, NULL, 0), 1, "round %zu", i);
+        cr_assert_eq(tu_fake_count(log, "GET", logs_re, NULL, 0), rounds[i].requests - 1,
+                     "round %zu", i);
+        /* The logs read whole, not followed. */
+        for (size_t k = 0; k < json_object_array_length(log); k++) {
+            json_object *e = json_object_array_get_idx(log, k), *q, *f;
+            if (json_object_object_get_ex(e, "query", &q)
+                && json_object_object_get_ex(q, "follow", &f))
+                cr_assert_fail("round %zu: a followed read: %s", i,
+                               json_object_to_json_string(e));
+        }
+        json_object_put(log);
+    }
+    free(sess);
+    free(exec_re);
+    free(logs_re);
+}
+
+/* The exec needs nothing of the image but /bin/sh: on one whose PATH has
+ * no perl (the fake's no_perl) a warm exec is still one request, its
+ * stdout and stderr apart and exact, and output that is not UTF-8 two. */
+Test(daytona_faults, an_image_without_perl_takes_one_request)
+{
     sbx_result *r = tu_sh(g_sb, "true", 10);
     tu_assert_exit(r, 0);
     sbx_result_free(r);
     char *no_perl = tu_strdup_printf("/_fake/sandbox/%s/no_perl", sb_id());
     tu_fake_post(no_perl, "{}");
     free(no_perl);
-    static const int requests[2] = { 4, 3 };
     for (int round = 0; round < 2; round++) {
         tu_fake_reset();
-        r = tu_sh(g_sb, "command -v perl || echo 'no perl'; echo out; echo err >&2; "
-                        "echo again >> /tmp/runs; exit 3", 10);
+        r = tu_sh(g_sb, round == 0 ? "command -v perl || echo 'no perl'; echo err >&2; exit 3"
+                                   : "command -v perl || printf 'no\\377\\n'; exit 3", 10);
         tu_assert_exit(r, 3);
-        tu_assert_stdout(r, "no perl\nout\n");
-        tu_assert_stderr(r, "err\n");
+        if (round == 0) {
+            tu_assert_stdout(r, "no perl\n");
+            tu_assert_stderr(r, "err\n");
+        } else {
+            tu_assert_stdout_bytes(r, "no\377\n", 4);
+            tu_assert_stderr(r, "");
+        }
         sbx_result_free(r);
         json_object *log = tu_fake_log();
-        cr_assert_eq(json_object_array_length(log), requests[round], "round %d: %s", round,
+        cr_assert_eq(json_object_array_length(log), round + 1, "round %d: %s", round,
                      json_object_to_json_string(log));
-        cr_assert_eq(tu_fake_count(log, "POST", exec_re, NULL, 0), round == 0 ? 2 : 1);
-        cr_assert_eq(tu_fake_count(log, "GET", logs_re, NULL, 0), 1);
-        cr_assert_eq(tu_fake_count(log, "GET", cmd_re, NULL, 0), 1);
         json_object_put(log);
     }
-    /* Each command ran once. */
-    r = tu_sh(g_sb, "cat /tmp/runs", 10);
-    tu_assert_exit(r, 0);
-    tu_assert_stdout(r, "again\nagain\n");
-    sbx_result_free(r);
-    free(sess);
-    free(exec_re);
-    free(logs_re);
-    free(cmd_re);
 }
 
 /* Two commands at once on one handle run in two sessions (a session's

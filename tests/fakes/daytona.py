@@ -45,7 +45,27 @@ background children still hold its output), synchronously, or with runAsync=true
 the background; GET .../command/{cmdId} gives its exitCode (null while it
 runs) and GET .../command/{cmdId}/logs its output, each chunk prefixed by
 \\x01\\x01\\x01 (stdout) or \\x02\\x02\\x02 (stderr); ?follow=true streams the
-chunks as they come until the command ends. Sessions live in the toolbox
+chunks as they come until the command ends. The synchronous answer
+{"cmdId", "exitCode", "stdout", "stderr", "output"} is JSON text made by Go's
+encoding/json from the log's bytes: each byte that is not UTF-8 is U+FFFD
+there (one per byte, as Go decodes), while the logs are the bytes themselves
+(apps/daemon/pkg/session/execute.go, log.go: the log file as read, sent as
+text/plain).
+Where the fake differs from the daemon (daytonaio/daytona apps/daemon/pkg/
+session/wrapper_linux.go at the newest stored revision): the daemon's labelers
+read each stream line by line with the shell's `read` (a last line without a
+newline gets one, NUL bytes are dropped, and stdout and stderr interleave by
+lines); this fake prefixes the chunks as they are read, byte for byte. And the
+daemon's answers depend on the client's X-Daytona-SDK-Version
+(pkg/session/common.go, toolbox/process/session/log.go): with none and no
+"X-Daytona-Split-Output: true", or one below 0.27.0, the output is merged with
+the markers removed; a synchronous exec carries stdout and stderr apart from
+0.163.0 (or with no version and that header); the non-follow logs are the raw
+bytes with their markers from 0.27.0 below 0.163.0, JSON text
+{output, stdout, stderr} from 0.163.0. This fake answers as to a client that
+gets both: stdout and stderr apart, and the logs' raw bytes.
+
+Sessions live in the toolbox
 daemon's memory (apps/daemon/pkg/toolbox/process/session), which ends with
 the sandbox's processes: once a sandbox was stopped, archived or in error,
 its sessions are gone (404 "session <id> not found").
@@ -90,6 +110,7 @@ Control routes (no auth; not logged):
 Python 3 standard library only. Run as root (bubblewrap and nsenter).
 """
 
+import codecs
 import datetime
 import json
 import os
@@ -129,6 +150,23 @@ REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not 
            408: "Request Timeout", 409: "Conflict", 410: "Gone", 422: "Unprocessable Entity",
            429: "Too Many Requests", 500: "Internal Server Error", 502: "Bad Gateway",
            503: "Service Unavailable", 504: "Gateway Timeout"}
+
+
+def _go_replace(err):
+    """One U+FFFD per byte that is not UTF-8, as Go gives it (utf8.DecodeRune
+    takes one byte of an invalid sequence at a time, and encoding/json puts
+    U+FFFD for each): Python's "replace" would put one for a whole
+    truncated sequence."""
+    return "\ufffd", err.start + 1
+
+
+codecs.register_error("go-replace", _go_replace)
+
+
+def go_text(b):
+    """Bytes @b as the daemon's JSON carries them (a Go string through
+    encoding/json): every byte that is not UTF-8 becomes U+FFFD."""
+    return b.decode("utf-8", "go-replace")
 
 
 def now_iso(t=None):
@@ -896,7 +934,7 @@ class DaytonaHandler(fakehttp.Handler):
         code = p.returncode
         if code < 0:
             code = 128 - code
-        self.send_json(200, {"exitCode": code, "result": out.decode("utf-8", "replace")})
+        self.send_json(200, {"exitCode": code, "result": go_text(out)})
 
     def pty(self, sb, path, meth):
         """The daemon's PTY sessions (toolbox/process/pty)."""
@@ -1051,9 +1089,9 @@ class DaytonaHandler(fakehttp.Handler):
         err = b"".join(d for (pr, d) in c.chunks if pr == STDERR_PREFIX)
         both = b"".join(d for (_pr, d) in c.chunks)
         self.send_json(200, {"cmdId": c.id, "exitCode": c.exit_code,
-                             "stdout": out.decode("utf-8", "replace"),
-                             "stderr": err.decode("utf-8", "replace"),
-                             "output": both.decode("utf-8", "replace")})
+                             "stdout": go_text(out),
+                             "stderr": go_text(err),
+                             "output": go_text(both)})
 
     def logs(self, c, follow):
         if not follow:

@@ -39,9 +39,12 @@
  *    the upload of stdin when given. When nothing reads the output before
  *    the command ends (SBX_PLUGIN_EXEC_OUTPUT_AT_END: no output callback)
  *    and there is no stdin, one request: "runAsync": false, answered with
- *    stdout, stderr and exitCode once the command ends, its output made
- *    text by CL_OUTPUT_ENCODER (perl) and undone here; an image without
- *    perl falls back to the three requests. A session the daemon no longer has
+ *    stdout, stderr and exitCode once the command ends. The daemon's JSON
+ *    has U+FFFD in place of each byte that is not UTF-8, so an answer
+ *    whose stdout or stderr holds U+FFFD is followed by one read of the
+ *    command's logs (GET .../command/{cmdId}/logs: the raw bytes, with
+ *    the markers above), which give the output byte for byte (CASE-07):
+ *    two requests for such output only. A session the daemon no longer has
  *    (404 about the session: a started sandbox's daemon is a new one) is
  *    dropped and the command sent to another. The command runs as
  *    "sh -c SCRIPT" (cl_shell_script: the cwd on a line of its own,
@@ -139,7 +142,6 @@
 #define DT_START_WAIT_S 300.0   /* bound on waiting for "started" */
 #define DT_IDLE_STOP_MIN 15     /* autoStopInterval when no lifetime was set */
 #define DT_REAP_WINDOW_S 60.0   /* how long a lost create's sandbox is looked for */
-#define DT_NO_PERL_EXIT 199     /* a command line's exit when perl is missing */
 
 /* Terminals need the base's WebSocket client (libwebsockets). */
 #ifdef SBX_HAVE_CLOUD_WS
@@ -174,9 +176,6 @@ struct sbx_plugin_sandbox {
     struct dt_session *idle;    /* toolbox sessions no command of ours runs
                                  * in, made by this handle, reused by the
                                  * next exec */
-    int no_perl;        /* the image has no perl: commands whose output may
-                         * come at their end still take three requests
-                         * (atomic: set once by any exec's worker) */
 };
 
 /* A toolbox session of one sandbox handle: "sbx-session-" and 24 hex digits. */
@@ -1530,17 +1529,15 @@ static dt_session *dt_session_open(struct sbx_plugin_sandbox *sb, const sbx_call
  * (the marker, then the per-call overlay) as assignments in front of
  * sh -c SCRIPT, so that none of it stays in the session's shell, which
  * later commands reuse; its stdin the uploaded file, removed as soon as it
- * is open, or /dev/null. A new string. */
-static char *dt_command_line(dt_proc *p, const char *stdin_path, int encoded)
+ * is open, or /dev/null. The sh -c is what keeps the command out of the
+ * session's shell: the daemon runs the line in that shell itself (it
+ * sources it), where the script's exit, cd or assignments would end or
+ * change the session. A new string. */
+static char *dt_command_line(dt_proc *p, const char *stdin_path)
 {
     cl_buf b = { 0 };
     char *qi = cl_shell_quote(stdin_path ? stdin_path : "/dev/null");
     int bad = !qi || (stdin_path && cl_buf_printf(&b, "{ rm -f -- %s; ", qi) < 0);
-    /* Encoded output needs perl: without it, the marker and DT_NO_PERL_EXIT
-     * (the command does not run). */
-    if (encoded)
-        bad |= cl_buf_printf(&b, "command -v perl >/dev/null 2>&1 || { printf %%s %s; "
-                             "exit %d; }; ", p->tag, DT_NO_PERL_EXIT) < 0;
     bad |= cl_buf_printf(&b, CL_EXEC_MARK "=%s ", p->tag) < 0;
     for (size_t i = 0; p->env && p->env[i] && !bad; i++) {
         const char *eq = strchr(p->env[i], '=');
@@ -1549,11 +1546,6 @@ static char *dt_command_line(dt_proc *p, const char *stdin_path, int encoded)
         char *q = cl_shell_quote(eq + 1);
         bad |= !q || cl_buf_printf(&b, "%.*s=%s ", (int)(eq - p->env[i]), p->env[i], q) < 0;
         free(q);
-    }
-    if (encoded) {
-        char *qe = cl_shell_quote(CL_OUTPUT_ENCODER);
-        bad |= !qe || cl_buf_printf(&b, "perl -e %s ", qe) < 0;
-        free(qe);
     }
     char *qs = cl_shell_quote(p->script);
     bad |= !qs || cl_buf_printf(&b, "/bin/sh -c %s sh", qs) < 0;
@@ -1569,10 +1561,16 @@ static char *dt_command_line(dt_proc *p, const char *stdin_path, int encoded)
     return b.data;
 }
 
-/* The answer of a synchronous session exec: its stdout and stderr (the
- * encoder's text, undone) to the host, its exitCode in *@code. 1 when the
- * command line found no perl (the command did not run), 0, or -1 with the
- * thread's last error set. */
+/* U+FFFD in UTF-8: what the daemon's JSON has in place of every byte that
+ * is not UTF-8 (Go's encoding/json), and also what a command may write. */
+#define DT_REPLACEMENT "\xef\xbf\xbd"
+
+/* The answer of a synchronous session exec: its exitCode in *@code and,
+ * when neither stdout nor stderr holds U+FFFD (so each is the command's
+ * bytes exactly), both to the host. 1 when one of them holds U+FFFD (a
+ * byte that is not UTF-8 may have been replaced: the output is to be read
+ * from the command's logs instead, nothing was written), 0, or -1 with
+ * the thread's last error set. */
 static int dt_exec_answer(dt_proc *p, json_object *j, int *code)
 {
     const char *op = "exec";
@@ -1585,23 +1583,16 @@ static int dt_exec_answer(dt_proc *p, json_object *j, int *code)
                 "stdout and stderr");
         return -1;
     }
-    if (ec == DT_NO_PERL_EXIT && strcmp(json_object_get_string(streams[1]), p->tag) == 0)
-        return 1;
-    for (int fd = 1; fd <= 2; fd++) {
-        cl_unencoder u = { 0 };
-        cl_buf b = { 0 };
-        int rc = cl_buf_append(&b, json_object_get_string(streams[fd]),
-                               (size_t)json_object_get_string_len(streams[fd]));
-        if (rc < 0)
-            cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        else if ((rc = cl_unencode(&u, fd, &b)) == 0
-                 && (rc = cl_unencode_end(&u, fd, op, NULL)) == 0 && b.len)
-            cl_proc_output(&p->base, fd, b.data, b.len);
-        cl_buf_clear(&b);
-        if (rc < 0)
-            return -1;
-    }
     *code = (int)ec;
+    for (int fd = 1; fd <= 2; fd++)
+        if (memmem(json_object_get_string(streams[fd]),
+                   (size_t)json_object_get_string_len(streams[fd]), DT_REPLACEMENT, 3))
+            return 1;
+    for (int fd = 1; fd <= 2; fd++) {
+        size_t n = (size_t)json_object_get_string_len(streams[fd]);
+        if (n)
+            cl_proc_output(&p->base, fd, json_object_get_string(streams[fd]), n);
+    }
     return 0;
 }
 
@@ -1614,11 +1605,14 @@ static int dt_exec_answer(dt_proc *p, json_object *j, int *code)
  * When nothing reads the output before the command ends
  * (SBX_PLUGIN_EXEC_OUTPUT_AT_END) and there is no stdin, one request
  * instead: the exec with "runAsync": false, whose answer carries stdout,
- * stderr and exitCode; the output, JSON text there, is made text by
- * CL_OUTPUT_ENCODER and undone here, so it is the command's bytes (an
- * image without perl gets the three requests, found once per handle). The
- * session goes back to the handle's pool when its command has ended, and
- * is deleted when that is not known.
+ * stderr and exitCode once the command has ended. That answer is JSON
+ * text, in which the daemon (Go's encoding/json) has put U+FFFD in place
+ * of each byte that is not UTF-8: when neither stream holds U+FFFD it is
+ * the command's output exactly; when one does, the output is read once
+ * from the command's logs (GET .../command/{cmdId}/logs: the log's raw
+ * bytes, each piece prefixed by its stream's marker), a second request
+ * for such output only. The session goes back to the handle's pool when
+ * its command has ended, and is deleted when that is not known.
  */
 static int dt_exec_run(cl_proc *base)
 {
@@ -1640,10 +1634,8 @@ static int dt_exec_run(cl_proc *base)
         if (!stdin_path || dt_upload(sb, &ctx, stdin_path, p->stdin_fd, 1, op, NULL) < 0)
             goto fail;
     }
-    int at_end = (p->flags & SBX_PLUGIN_EXEC_OUTPUT_AT_END) && !stdin_path
-                 && !__atomic_load_n(&sb->no_perl, __ATOMIC_RELAXED);
-send:
-    cmd = dt_command_line(p, stdin_path, at_end);
+    int at_end = (p->flags & SBX_PLUGIN_EXEC_OUTPUT_AT_END) && !stdin_path;
+    cmd = dt_command_line(p, stdin_path);
     if (!cmd) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
@@ -1679,22 +1671,29 @@ send:
     j = cl_resp_json(&r, op, "start the command", NULL);
     if (j && at_end) {
         int rc = dt_exec_answer(p, j, &code);
-        if (rc < 0)
+        const char *id = rc == 1 ? cl_json_str(j, "cmdId") : NULL;
+        if (rc == 1 && !id)
+            cl_fail(NULL, SBX_ERROR_EXECUTION_FAILED, op, "daytona session exec gave no cmdId");
+        if (rc == 1 && id) {
+            /* The output as bytes: the command's log (it has ended). */
+            path = cl_printf("/process/session/%s/command/%s/logs", s->id, id);
+            cl_req rq2 = { .method = "GET", .idempotent = CL_SAFE,
+                           .what = "get the command's output" };
+            dt_demux d = { p, 1, { 0, 0 }, 0 };
+            if (!path)
+                cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            else if (dt_toolbox(sb, &ctx, &rq2, path, &r, op, NULL) == 0
+                     && dt_demux_sink(&d, r.body.data ? r.body.data : "", r.body.len) == 0) {
+                if (d.nheld)
+                    cl_proc_output(&p->base, d.stream, d.held, d.nheld);
+                rc = 0;
+            }
+        }
+        if (rc != 0)
             goto fail;
         dt_pool_put(sb, s);
         s = NULL;
-        if (rc == 0)
-            goto ended;
-        /* No perl in this image: the command did not run; send it again
-         * the way that needs none. */
-        __atomic_store_n(&sb->no_perl, 1, __ATOMIC_RELAXED);
-        at_end = 0;
-        json_object_put(j);
-        json_object_put(eb);
-        j = eb = NULL;
-        free(cmd);
-        cmd = NULL;
-        goto send;
+        goto ended;
     }
     const char *id = j ? cl_json_str(j, "cmdId") : NULL;
     if (!id) {
