@@ -267,6 +267,26 @@ def daytona():
        (200, b"\x01\x01\x01a\x02\x02\x02b"))
     st, c, _ = f.json("GET", T + "/process/session/s1/command/" + cmd)
     eq(P + "command record", (c["id"], c["exitCode"]), (cmd, 0))
+    # The answer is JSON text (Go's encoding/json: one U+FFFD per byte that
+    # is not UTF-8, a real U+FFFD kept); the logs are the bytes.
+    st, r, _ = f.json("POST", T + "/process/session/s1/exec",
+                      {"command": "printf 'ok\\377\\376\\n'; printf 'e\\342\\202A\\357\\277\\275' >&2"})
+    eq(P + "session exec: U+FFFD for each byte that is not UTF-8",
+       (st, r["exitCode"], r["stdout"], r["stderr"]),
+       (200, 0, "ok\ufffd\ufffd\n", "e\ufffd\ufffdA\ufffd"))
+    st, logs, _ = f.req("GET", T + "/process/session/s1/command/%s/logs" % r["cmdId"])
+    eq(P + "the logs (no follow) are the bytes, with the stream markers", (st, logs),
+       (200, b"\x01\x01\x01ok\xff\xfe\n\x02\x02\x02e\xe2\x82A\xef\xbf\xbd"))
+    # A script longer than an environment string may be reaches its shell
+    # whole (through a pipe), its command's stdin still /dev/null.
+    big = "x=" + "a" * (200 * 1024) + "; echo ${#x}; cat; echo end"
+    st, r, _ = f.json("POST", T + "/process/session/s1/exec", {"command": big})
+    eq(P + "session exec of a 200 KiB script", (st, r["exitCode"], r["stdout"], r["stderr"]),
+       (200, 0, "204800\nend\n", ""))
+    st, r, _ = f.json("POST", T + "/process/session/s1/exec",
+                      {"command": "cat; echo \"${SBX_FAKE_SCRIPT-unset}\""})
+    eq(P + "session exec: stdin at its end, the script's carrier not inherited",
+       (st, r["exitCode"], r["stdout"]), (200, 0, "unset\n"))
     st, _, _ = f.req("DELETE", T + "/process/session/s1")
     eq(P + "session delete: 204", st, 204)
 

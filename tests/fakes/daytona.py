@@ -39,8 +39,8 @@ Exec: POST /process/execute pipes the command into /bin/sh on its stdin,
 stdout and stderr merged into `result` (as the daemon does); 408 when its
 timeout passes (the process group is killed). Sessions keep stdout and stderr
 apart: POST /process/session/{sid}/exec runs the command with /bin/sh -c
-(each command in a shell of its own, its script passed through a pipe, never
-a host command line; the command ends when its shell exits, whatever
+(each command in a shell of its own, its script passed in that shell's
+environment or through a pipe, never a host command line; the command ends when its shell exits, whatever
 background children still hold its output), synchronously, or with runAsync=true in
 the background; GET .../command/{cmdId} gives its exitCode (null while it
 runs) and GET .../command/{cmdId}/logs its output, each chunk prefixed by
@@ -140,6 +140,9 @@ WORKDIR = "/root"
 # still read (a background child that keeps them open does not hold the
 # command: its exit code is recorded once the shell is gone).
 DRAIN_S = 0.2
+# The longest session script passed in its shell's environment (one string
+# there may hold 128 KiB, MAX_ARG_STRLEN); a longer one goes through a pipe.
+SCRIPT_IN_ENV_MAX = 64 * 1024
 ORG_ID = "org-fake"
 MAX_CPU, MAX_MEMORY_GB, MAX_DISK_GB = 4, 8, 10
 STDOUT_PREFIX = b"\x01\x01\x01"
@@ -1035,26 +1038,37 @@ class DaytonaHandler(fakehttp.Handler):
         run_async = bool(body.get("runAsync", body.get("async", False)))
         c = Command(str(uuid.uuid4()), cmd)
         sess[c.id] = c
-        # The script reaches the shell through a pipe (as the daemon writes
-        # it to the session's shell), never through a command line on the
-        # host, where `ps` would show what it exports.
-        # The shell reads it whole from its stdin, then gives the command
-        # /dev/null as stdin.
-        rd, wr = os.pipe()
-        try:
-            p = sb.box.popen(["/bin/sh", "-c", 'c=$(cat); exec </dev/null; eval "$c"'],
-                             env=sb.env, cwd=WORKDIR, stdin=rd)
-        finally:
-            os.close(rd)
-
-        def feed():
+        # The script reaches the shell without a command line on the host,
+        # where `ps` would show what it exports, and without a process of
+        # its own, as the daemon writes it to a file its session's shell
+        # sources: in the environment of the command's shell (readable by
+        # root alone, unset before it runs, so its commands do not inherit
+        # it), or, beyond what one environment string may hold, through a
+        # pipe the shell reads whole before the command gets /dev/null as
+        # its stdin.
+        data = cmd.encode("utf-8", "surrogateescape")
+        if len(data) <= SCRIPT_IN_ENV_MAX and b"\0" not in data:
+            env = dict(sb.env)
+            env["SBX_FAKE_SCRIPT"] = data
+            p = sb.box.popen(["/bin/sh", "-c",
+                              'c=$SBX_FAKE_SCRIPT; unset SBX_FAKE_SCRIPT; eval "$c"'],
+                             env=env, cwd=WORKDIR, stdin=subprocess.DEVNULL)
+        else:
+            rd, wr = os.pipe()
             try:
-                os.write(wr, cmd.encode("utf-8", "surrogateescape"))
-            except OSError:
-                pass
+                p = sb.box.popen(["/bin/sh", "-c", 'c=$(cat); exec </dev/null; eval "$c"'],
+                                 env=sb.env, cwd=WORKDIR, stdin=rd)
             finally:
-                os.close(wr)
-        threading.Thread(target=feed, daemon=True).start()
+                os.close(rd)
+
+            def feed():
+                try:
+                    os.write(wr, data)
+                except OSError:
+                    pass
+                finally:
+                    os.close(wr)
+            threading.Thread(target=feed, daemon=True).start()
         c.popen = p
 
         def pump(stream, prefix):
