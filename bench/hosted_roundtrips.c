@@ -17,11 +17,16 @@
  *     one per call) and over TLS (the fake's "GRPCS"/"ROUTERS" ports, as
  *     Modal is reached: connections re-used), and the p50 of a warm exec
  *     on each (-n rounds, alternating), with the ratio h2c/TLS;
- *   - daytona only: the p50 of that exec through libsbx against a raw
- *     libcurl request to the fake's own exec endpoint (POST
- *     /toolbox/ID/process/execute {"command": "echo hi"}, one reused
- *     handle: keep-alive), the two alternating in one run (-n rounds), and
- *     the ratio library/raw. Target: <= 1.10, printed, not enforced.
+ *   - daytona, e2b and cloudflare: the p50 of that exec through libsbx
+ *     against a raw libcurl request that runs the same command in one
+ *     request (raw_exec_for; one reused handle: keep-alive), the two
+ *     alternating in one run (-n rounds), and the ratio library/raw.
+ *     Target: <= 1.10, printed, not enforced. Daytona's raw request is the
+ *     plugin's own (POST /toolbox/ID/process/session/SID/exec with its
+ *     command line, "runAsync": false, in a session made first); the same
+ *     exec is then timed against POST /toolbox/ID/process/execute
+ *     {"command": "echo hi"} (one shell, stdout and stderr merged, which
+ *     the plugin cannot use), printed for information.
  *
  * The fakes are the tree's (SBX_FAKES_DIR overrides), the plugins the build
  * tree's (their directories go before SBX_PLUGIN_PATH); the plugin mode is

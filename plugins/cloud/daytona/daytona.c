@@ -1532,7 +1532,11 @@ static dt_session *dt_session_open(struct sbx_plugin_sandbox *sb, const sbx_call
  * is open, or /dev/null. The sh -c is what keeps the command out of the
  * session's shell: the daemon runs the line in that shell itself (it
  * sources it), where the script's exit, cd or assignments would end or
- * change the session. A new string. */
+ * change the session; and, exec'd with the marker in its environment, it
+ * is a process exec_kill finds (a subshell, "( ... )", would be a fork
+ * whose /proc environ lacks the marker: a timeout would kill the
+ * command's children and leave the rest of its script running). A new
+ * string. */
 static char *dt_command_line(dt_proc *p, const char *stdin_path)
 {
     cl_buf b = { 0 };
