@@ -62,8 +62,11 @@ daemon's answers depend on the client's X-Daytona-SDK-Version
 the markers removed; a synchronous exec carries stdout and stderr apart from
 0.163.0 (or with no version and that header); the non-follow logs are the raw
 bytes with their markers from 0.27.0 below 0.163.0, JSON text
-{output, stdout, stderr} from 0.163.0. This fake answers as to a client that
-gets both: stdout and stderr apart, and the logs' raw bytes.
+{output, stdout, stderr} from 0.163.0. This fake merges a synchronous
+answer's streams (only "output") for a client that sends neither the version
+nor "X-Daytona-Split-Output: true", as the daemon does, and otherwise answers
+as to a client that gets both: stdout and stderr apart, and the logs' raw
+bytes.
 
 Sessions live in the toolbox
 daemon's memory (apps/daemon/pkg/toolbox/process/session), which ends with
@@ -1102,6 +1105,13 @@ class DaytonaHandler(fakehttp.Handler):
         out = b"".join(d for (pr, d) in c.chunks if pr == STDOUT_PREFIX)
         err = b"".join(d for (pr, d) in c.chunks if pr == STDERR_PREFIX)
         both = b"".join(d for (_pr, d) in c.chunks)
+        if (not self.headers.get("X-Daytona-SDK-Version")
+                and self.headers.get("X-Daytona-Split-Output") != "true"):
+            # A client that names no SDK version and does not ask for the
+            # streams apart gets them merged (pkg/session/common.go
+            # IsCombinedOutput).
+            return self.send_json(200, {"cmdId": c.id, "exitCode": c.exit_code,
+                                        "output": go_text(both)})
         self.send_json(200, {"cmdId": c.id, "exitCode": c.exit_code,
                              "stdout": go_text(out),
                              "stderr": go_text(err),

@@ -526,6 +526,12 @@ static int dt_client_new(const char *config_json, sbx_plugin_client **client, sb
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
+    /* Without an SDK version the daemon merges a session command's stdout
+     * and stderr unless asked for them apart (its pkg/session/common.go). */
+    if (cl_http_add_header(c->http, "X-Daytona-Split-Output", "true") < 0) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
     const char *t = cl_json_str(cfg, "target");
     if (!t)
         t = getenv("DAYTONA_TARGET");
