@@ -19,7 +19,8 @@
  * - destroy returns with the meta directory renamed to its trash name,
  *   which the supervisor removes after answering, its keeper when the
  *   supervisor is killed first, and a sweep (proto_sweep_trash) when
- *   both are gone;
+ *   both are gone; a trash the supervisor cannot remove is all its keeper
+ *   removes (a tmp directory in the caller's workdir stays);
  * - all of it as root and as uid 65534 (the whole program again, staged
  *   where nobody can read it).
  *
@@ -43,6 +44,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -818,10 +820,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "19"
+#define N_TESTS "20"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "16"
+#define N_TESTS "17"
 #define BWRAP_PLUGIN ""
 #endif
 
@@ -1379,4 +1381,79 @@ Test(warm, trash_names_and_the_sweep_of_stale_trash)
     free(deep);
     free(live);
     free(file);
+}
+
+/* A trash the supervisor cannot remove (as root: a file system mounted in
+ * it, which a removal never enters) is the only thing its keeper then
+ * removes: not the tmp directory in the caller's workdir, which a new
+ * sandbox may already use (as another user, the trash is removed and the
+ * same holds). */
+Test(supervisor, a_trash_left_after_destroy_is_all_the_keeper_removes)
+{
+    sbx_client *c = client_of("local");
+    char *wd = tu_strdup_printf("%s/work", g_tmp);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_sandbox_create(c, o, &err);
+    cr_assert_not_null(sb, "create: %s", err ? sbx_error_get0_message(err) : "");
+    sbx_options_free(o);
+    char *json = session_state(sb);
+    char *meta = state_str(json, "meta");
+    pid_t sup = (pid_t)state_int(json, "supervisor_pid");
+    pid_t keeper = tu_ppid(sup);
+    cr_assert(keeper > 1, "no keeper above the supervisor %d", (int)sup);
+    char *mnt = tu_strdup_printf("%s/mnt", meta);
+    char *trash = tu_strdup_printf("%s/.sbx-trash-%s", g_tmp, sbx_sandbox_get0_id(sb));
+    char *tmnt = tu_strdup_printf("%s/mnt", trash);
+    cr_assert_eq(mkdir(mnt, 0700), 0);
+    /* Enough for the removal to last past the making of the next tmp. */
+    char *bulk = tu_strdup_printf("%s/bulk", meta);
+    cr_assert_eq(mkdir(bulk, 0700), 0);
+    for (int i = 0; i < 3000; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%d", i);
+        int fd = openat(AT_FDCWD, bulk, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        cr_assert(fd >= 0);
+        int f = openat(fd, name, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        cr_assert(f >= 0);
+        close(f);
+        close(fd);
+    }
+    free(bulk);
+    int mounted = geteuid() == 0;
+    if (mounted)
+        cr_assert_eq(mount("none", mnt, "tmpfs", 0, "size=64k"), 0, "mount: %s", strerror(errno));
+    destroy_free(sb);
+    cr_assert(!tu_exists(meta), "%s is left after destroy", meta);
+    /* What the next sandbox in the same workdir makes at once. */
+    char *wtmp = tu_strdup_printf("%s/tmp", wd);
+    char *mine = tu_strdup_printf("%s/tmp/mine", wd);
+    cr_assert_eq(mkdir(wtmp, 0700), 0, "%s: %s", wtmp, strerror(errno));
+    tu_write_file(mine, "x", 1, 0600);
+    int ended = tu_wait_pid_gone(sup, 5.0) && tu_wait_pid_gone(keeper, 5.0);
+    int kept = tu_exists(mine), left = tu_exists(tmnt);
+    /* Unmounted first, whatever the outcome. */
+    int unmounted = !mounted || umount2(tmnt, MNT_DETACH) == 0;
+    cr_assert(ended, "the supervisor %d or its keeper %d still runs 5 s after destroy",
+              (int)sup, (int)keeper);
+    cr_assert(kept, "%s was removed after destroy", mine);
+    cr_assert(unmounted, "umount %s: %s", tmnt, strerror(errno));
+    if (mounted) {
+        /* Both tried; what is on the other file system stays. */
+        cr_assert(left, "%s is gone", tmnt);
+        tu_rmtree(trash);
+    }
+    cr_assert(!tu_exists(trash), "%s is left", trash);
+    tu_rmtree(wd);
+    sbx_client_free(c);
+    cr_assert_eq(tu_count_entries(g_tmp), 0);
+    free(mine);
+    free(wtmp);
+    free(tmnt);
+    free(trash);
+    free(mnt);
+    free(meta);
+    free(json);
+    free(wd);
 }

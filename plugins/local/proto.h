@@ -118,6 +118,11 @@
  *  (lifetime, owners gone, a signal); 0 after DESTROY. */
 #define PROTO_EXIT_SELF_END 3
 
+/** The supervisor's exit status after DESTROY when it could not remove
+ *  the trash: its keeper removes the trash only (the library removed the
+ *  rest, and a caller's workdir may already serve another sandbox). */
+#define PROTO_EXIT_TRASH_LEFT 4
+
 #define PROTO_HEADER_SIZE 8u
 /** Upper bound of a payload (argv and env of one exec included). */
 #define PROTO_MAX_FRAME (4u << 20)

@@ -553,7 +553,7 @@ static void hold_every_exit(void)
  * keeper removes what the sandbox left. After DESTROY the directory is
  * renamed to its trash name before the answer and removed after it (the
  * caller need not wait for that); should the removal fail, the exit is
- * PROTO_EXIT_SELF_END and the keeper tries again.
+ * PROTO_EXIT_TRASH_LEFT and the keeper tries again.
  */
 static void __attribute__((noreturn)) shutdown_sandbox(conn *requester)
 {
@@ -579,7 +579,7 @@ static void __attribute__((noreturn)) shutdown_sandbox(conn *requester)
         conn_send(requester, &b);
     }
     if (trash && proto_rm_tree(trash) < 0)
-        _exit(PROTO_EXIT_SELF_END);
+        _exit(PROTO_EXIT_TRASH_LEFT);
     _exit(requester ? 0 : PROTO_EXIT_SELF_END);
 }
 
@@ -2227,7 +2227,8 @@ static void give_back(const char *meta, const char *root)
 /**
  * The keeper of a sandbox: waits for its process @child (the supervisor,
  * or bwrap whose init it is) and, unless that exited 0 (after DESTROY,
- * when the supervisor removed the directory and the library the rest),
+ * when the supervisor removed the directory and the library the rest) or
+ * PROTO_EXIT_TRASH_LEFT (after DESTROY: then it removes the trash only),
  * removes what the sandbox left on the host: the cgroup directories
  * holding @cg (cgroup.procs files, @ncg of them), the meta directory @meta
  * and its trash name (a supervisor that died removing it after DESTROY),
@@ -2245,6 +2246,14 @@ static void __attribute__((noreturn)) keeper(pid_t child, const char *meta, cons
         ;
     if (r == child && WIFEXITED(status) && WEXITSTATUS(status) == 0)
         _exit(0);
+    if (r == child && WIFEXITED(status) && WEXITSTATUS(status) == PROTO_EXIT_TRASH_LEFT
+        && meta) {
+        char *trash = proto_trash_path(meta);
+        if (trash)
+            proto_rm_tree(trash);
+        free(trash);
+        _exit(0);
+    }
     /* A cgroup goes once the last process in it is gone (just after its
      * init, which the keeper saw end); bounded. */
     for (size_t i = 0; i < ncg; i++) {
