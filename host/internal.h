@@ -544,7 +544,8 @@ typedef struct sbx_rate {
 struct json_object *sbx_pricing_load(sbx_error **err);
 /** The rate of @vcpu, @ram_gib and @gpu ("TYPE[:N]", NULL: none) on
  *  @backend. 0, or -1: not_found (no entry, or a rate not published),
- *  invalid_argument, configuration. */
+ *  invalid_argument, configuration. Thread-safe; the table is parsed once
+ *  and kept while its files stay as they were (pricing.c). */
 int sbx_pricing_rate(const char *backend, double vcpu, double ram_gib, const char *gpu,
                      sbx_rate *rate, sbx_error **err);
 /** Seconds billed for @seconds of use (granularity and minimum applied). */

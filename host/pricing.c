@@ -13,9 +13,11 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 
 #include <json-c/json.h>
@@ -199,9 +201,104 @@ scale_rate(int64_t rate, long double quantity, int64_t *out)
     return 0;
 }
 
+/*
+ * The table sbx_pricing_rate() reads (every destroy asks it for the
+ * sandbox's rate): parsed once and kept while both files are the same
+ * (path, inode, size, modification and change times). A file modified
+ * less than PRICING_SETTLE_SECS ago is read again at each call, since a
+ * second write within one tick of the kernel's file clock (milliseconds)
+ * would leave its times as they were. Guarded by pricing_lock, held for
+ * the whole rate lookup (json-c's reference counts are not atomic).
+ */
+#define PRICING_SETTLE_SECS 2
+
+typedef struct pricing_sig {
+    char path[4096];
+    int exists;
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime, ctime;
+} pricing_sig;
+
+static pthread_mutex_t pricing_lock = PTHREAD_MUTEX_INITIALIZER;
+static json_object *pricing_cache;
+static pricing_sig pricing_cache_sig[2];
+
+/* The signature of @path into @sig; 1 when it may be kept (it is missing,
+ * or was last modified PRICING_SETTLE_SECS ago or earlier), 0 when not. */
+static int
+pricing_sig_of(const char *path, pricing_sig *sig)
+{
+    struct stat st;
+
+    memset(sig, 0, sizeof(*sig));
+    snprintf(sig->path, sizeof sig->path, "%s", path);
+    if (stat(path, &st) < 0)
+        return 1;
+    sig->exists = 1;
+    sig->dev = st.st_dev;
+    sig->ino = st.st_ino;
+    sig->size = st.st_size;
+    sig->mtime = st.st_mtim;
+    sig->ctime = st.st_ctim;
+    return time(NULL) - st.st_mtim.tv_sec >= PRICING_SETTLE_SECS;
+}
+
+static int
+pricing_sig_eq(const pricing_sig *a, const pricing_sig *b)
+{
+    return strcmp(a->path, b->path) == 0 && a->exists == b->exists && a->dev == b->dev &&
+           a->ino == b->ino && a->size == b->size && a->mtime.tv_sec == b->mtime.tv_sec &&
+           a->mtime.tv_nsec == b->mtime.tv_nsec && a->ctime.tv_sec == b->ctime.tv_sec &&
+           a->ctime.tv_nsec == b->ctime.tv_nsec;
+}
+
+/* The table (a new reference), from the cache when both files are as they
+ * were; NULL with the error of sbx_pricing_load(). Called with
+ * pricing_lock held. */
+static json_object *
+pricing_cached(sbx_error **err)
+{
+    pricing_sig sig[2];
+    char path[4096];
+    json_object *doc;
+    int keep;
+
+    bundled_path(path, sizeof path);
+    keep = pricing_sig_of(path, &sig[0]);
+    if (!user_path(path, sizeof path))
+        path[0] = '\0';
+    keep = pricing_sig_of(path, &sig[1]) && keep;
+    if (pricing_cache && pricing_sig_eq(&sig[0], &pricing_cache_sig[0]) &&
+        pricing_sig_eq(&sig[1], &pricing_cache_sig[1]))
+        return json_object_get(pricing_cache);
+    doc = sbx_pricing_load(err);
+    json_object_put(pricing_cache);
+    pricing_cache = NULL;
+    if (doc && keep) {
+        pricing_cache = json_object_get(doc);
+        memcpy(pricing_cache_sig, sig, sizeof(sig));
+    }
+    return doc;
+}
+
+static int pricing_rate_locked(const char *backend, double vcpu, double ram_gib,
+                               const char *gpu, sbx_rate *rate, sbx_error **err);
+
 int
 sbx_pricing_rate(const char *backend, double vcpu, double ram_gib, const char *gpu,
                  sbx_rate *rate, sbx_error **err)
+{
+    pthread_mutex_lock(&pricing_lock);
+    int r = pricing_rate_locked(backend, vcpu, ram_gib, gpu, rate, err);
+    pthread_mutex_unlock(&pricing_lock);
+    return r;
+}
+
+static int
+pricing_rate_locked(const char *backend, double vcpu, double ram_gib, const char *gpu,
+                    sbx_rate *rate, sbx_error **err)
 {
     static const char op[] = "pricing";
     json_object *doc, *backends, *entry, *v, *gpus;
@@ -222,7 +319,7 @@ sbx_pricing_rate(const char *backend, double vcpu, double ram_gib, const char *g
         sbx_error_add_contextf(e, "ram_gib", "%g", ram_gib);
         return -1;
     }
-    doc = sbx_pricing_load(err);
+    doc = pricing_cached(err);
     if (!doc)
         return -1;
     json_object_object_get_ex(doc, "backends", &backends);

@@ -8,10 +8,15 @@
  */
 #include <criterion/criterion.h>
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/stat.h>
 
 #include <json-c/json.h>
 
@@ -358,6 +363,57 @@ Test(pricing, a_duration_is_billed_by_the_granularity_and_minimum)
     cr_assert_eq(sbx_cost_of_duration("nosuchcloud", 1, 1, NULL, 1, &v, &err), -1);
     tu_assert_error(err, SBX_ERROR_NOT_FOUND, NULL);
     sbx_error_clear(&err);
+}
+
+/* Sets @path's modification time @secs seconds back. */
+static void
+age_file(const char *path, int secs)
+{
+    struct timespec ts[2];
+
+    clock_gettime(CLOCK_REALTIME, &ts[0]);
+    ts[0].tv_sec -= secs;
+    ts[1] = ts[0];
+    cr_assert_eq(utimensat(AT_FDCWD, path, ts, 0), 0, "%s: %s", path, strerror(errno));
+}
+
+/* The table is parsed once and kept while its files stay as they were
+ * (pricing.c): every change of the user's file is still seen, whether it
+ * is rewritten in place (same inode, same size), replaced by a rename, or
+ * comes or goes. */
+Test(pricing, a_changed_user_file_is_seen_at_the_next_call)
+{
+    char *path = tu_strdup_printf("%s/pricing.json", config_home);
+    char *other = tu_strdup_printf("%s/other.json", config_home);
+
+    user_pricing("{\"backends\":{\"local\":{\"vcpu_usd_per_h\":3.6,\"ram_gib_usd_per_h\":0}}}");
+    age_file(path, 10);
+    cr_assert_eq(fusd("local", 1, 0, NULL), INT64_C(1000000000000));
+    cr_assert_eq(fusd("local", 1, 0, NULL), INT64_C(1000000000000));
+    /* In place, the same size: a new modification time. */
+    user_pricing("{\"backends\":{\"local\":{\"vcpu_usd_per_h\":7.2,\"ram_gib_usd_per_h\":0}}}");
+    cr_assert_eq(fusd("local", 1, 0, NULL), INT64_C(2000000000000));
+    /* In place, then given back an old time: the change time differs. */
+    age_file(path, 10);
+    cr_assert_eq(fusd("local", 1, 0, NULL), INT64_C(2000000000000));
+    tu_write_file(path, "{\"backends\":{\"local\":{\"vcpu_usd_per_h\":1.8,\"ram_gib_usd_per_h\":0}}}",
+                  strlen("{\"backends\":{\"local\":{\"vcpu_usd_per_h\":1.8,\"ram_gib_usd_per_h\":0}}}"),
+                  0644);
+    age_file(path, 10);
+    cr_assert_eq(fusd("local", 1, 0, NULL), INT64_C(500000000000));
+    /* Replaced by a rename, aged alike. */
+    tu_write_file(other, "{\"backends\":{\"local\":{\"vcpu_usd_per_h\":0.36,\"ram_gib_usd_per_h\":0}}}",
+                  strlen("{\"backends\":{\"local\":{\"vcpu_usd_per_h\":0.36,\"ram_gib_usd_per_h\":0}}}"),
+                  0644);
+    age_file(other, 10);
+    cr_assert_eq(rename(other, path), 0);
+    cr_assert_eq(fusd("local", 1, 0, NULL), INT64_C(100000000000));
+    /* No user file any more: the bundled table (local is free there). */
+    unsetenv("SBX_PRICING_FILE");
+    cr_assert_eq(unlink(path), 0);
+    cr_assert_eq(fusd("local", 1, 0, NULL), 0);
+    free(other);
+    free(path);
 }
 
 Test(pricing, a_user_file_overrides_and_extends_the_table)

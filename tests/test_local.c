@@ -16,6 +16,11 @@
  *   exec in flight and the exec reapers), and resume (what `sbx rm` does)
  *   says not_found and removes the directory, and so does `sbx rm`;
  * - random frames on a sandbox's socket leave its supervisor serving;
+ * - destroy returns with the meta directory renamed to its trash name,
+ *   which the supervisor removes after answering, its keeper when the
+ *   supervisor is killed first, and a sweep (proto_sweep_trash) when
+ *   both are gone; a trash the supervisor cannot remove is all its keeper
+ *   removes (a tmp directory in the caller's workdir stays);
  * - all of it as root and as uid 65534 (the whole program again, staged
  *   where nobody can read it).
  *
@@ -39,6 +44,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -51,6 +57,7 @@
 #include <sbx/sbx.h>
 
 #include "testutil.h"
+#include "../plugins/local/proto.h"
 
 static char *g_tmp;
 
@@ -813,10 +820,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "16"
+#define N_TESTS "20"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "13"
+#define N_TESTS "17"
 #define BWRAP_PLUGIN ""
 #endif
 
@@ -1268,4 +1275,185 @@ Test(supervisor, all_of_it_as_nobody, .timeout = 300)
     free(plugin_host);
     free(program);
     free(cli);
+}
+
+/*
+ * Destroy and the trash. DESTROYED comes once every process of the sandbox
+ * has ended and its meta directory was renamed to its trash name
+ * (proto.h): destroy returns then, and the supervisor removes the trash
+ * after answering, its keeper should it die first, a later client's sweep
+ * should both die.
+ */
+Test(warm, destroy_returns_with_the_directory_gone_and_the_supervisor_removes_its_trash)
+{
+    sbx_client *c = client_of("local");
+    for (int i = 0; i < 2; i++) {
+        /* The first one cold, the second warm. */
+        sbx_sandbox *sb = create_in(c);
+        char *json = session_state(sb);
+        char *meta = state_str(json, "meta");
+        pid_t sup = (pid_t)state_int(json, "supervisor_pid");
+        char *trash = tu_strdup_printf("%s/.sbx-trash-%s", g_tmp, sbx_sandbox_get0_id(sb));
+        expect_sh(sb, "mkdir -p a/b/c && echo x > a/b/c/f && chmod 000 a/b && echo y > \"$TMPDIR/t\"",
+                  "");
+        destroy_free(sb);
+        cr_assert(!tu_exists(meta), "sandbox %d: %s is left after destroy", i, meta);
+        cr_assert(tu_wait_pid_gone(sup, 5.0), "sandbox %d: its supervisor %d still runs 5 s "
+                  "after destroy: %s", i, (int)sup, tu_proc_describe(sup));
+        cr_assert(!tu_exists(trash), "sandbox %d: %s is left", i, trash);
+        cr_assert_eq(tu_count_entries(g_tmp), 0, "sandbox %d: %d entries in %s", i,
+                     tu_count_entries(g_tmp), g_tmp);
+        free(trash);
+        free(meta);
+        free(json);
+    }
+    sbx_client_free(c);
+}
+
+Test(supervisor, the_keeper_removes_the_trash_of_a_supervisor_killed_before_removing_it)
+{
+    sbx_client *c = client_of("local");
+    sbx_sandbox *sb = create_in(c);
+    char *json = session_state(sb);
+    char *meta = state_str(json, "meta");
+    pid_t sup = (pid_t)state_int(json, "supervisor_pid");
+    /* What a supervisor killed between its rename and the removal leaves. */
+    char *trash = tu_strdup_printf("%s/.sbx-trash-%s", g_tmp, sbx_sandbox_get0_id(sb));
+    char *root = tu_strdup_printf("%s/root", trash);
+    char *inner = tu_strdup_printf("%s/root/tmp", trash);
+    char *rec = tu_strdup_printf("%s/record", trash);
+    cr_assert_eq(mkdir(trash, 0700), 0);
+    cr_assert_eq(mkdir(root, 0700), 0);
+    cr_assert_eq(mkdir(inner, 0700), 0);
+    tu_write_file(rec, "{}", 2, 0600);
+    double t0 = tu_now();
+    cr_assert_eq(kill(sup, SIGKILL), 0);
+    while ((tu_exists(meta) || tu_exists(trash)) && tu_now() - t0 < 5.0)
+        usleep(20000);
+    cr_assert(!tu_exists(trash), "%s is left 5 s after kill -9 of the supervisor", trash);
+    cr_assert(!tu_exists(meta), "%s is left 5 s after kill -9 of the supervisor", meta);
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+    cr_assert_eq(tu_count_entries(g_tmp), 0);
+    free(rec);
+    free(inner);
+    free(root);
+    free(trash);
+    free(meta);
+    free(json);
+}
+
+Test(warm, trash_names_and_the_sweep_of_stale_trash)
+{
+    char *t = proto_trash_path("/tmp/sbx-local-Ab12Cd");
+    cr_assert_str_eq(t, "/tmp/.sbx-trash-sbx-local-Ab12Cd");
+    free(t);
+    t = proto_trash_path("/sbx-local-x");
+    cr_assert_str_eq(t, "/.sbx-trash-sbx-local-x");
+    free(t);
+    errno = 0;
+    cr_assert_null(proto_trash_path("/tmp/"));
+    cr_assert_eq(errno, EINVAL);
+
+    /* A trash directory with a tree in it, a live sandbox's directory, a
+     * file that only looks like trash. */
+    char *old = tu_strdup_printf("%s/.sbx-trash-sbx-local-old", g_tmp);
+    char *oroot = tu_strdup_printf("%s/root", old);
+    char *deep = tu_strdup_printf("%s/root/a", old);
+    char *live = tu_strdup_printf("%s/sbx-local-live", g_tmp);
+    char *file = tu_strdup_printf("%s/.sbx-trash-file", g_tmp);
+    cr_assert_eq(mkdir(old, 0700), 0);
+    cr_assert_eq(mkdir(oroot, 0700), 0);
+    cr_assert_eq(mkdir(deep, 0500), 0);
+    cr_assert_eq(mkdir(live, 0700), 0);
+    tu_write_file(file, "x", 1, 0600);
+    /* Younger than the age asked: a supervisor is still removing it. */
+    cr_assert_eq(proto_sweep_trash(g_tmp, 3600), 0);
+    cr_assert(tu_exists(old));
+    cr_assert_eq(proto_sweep_trash(g_tmp, 0), 1);
+    cr_assert(!tu_exists(old), "%s is left", old);
+    cr_assert(tu_exists(live), "the sweep removed %s", live);
+    cr_assert(tu_exists(file), "the sweep removed %s", file);
+    cr_assert_eq(proto_sweep_trash(g_tmp, 0), 0);
+    free(old);
+    free(oroot);
+    free(deep);
+    free(live);
+    free(file);
+}
+
+/* A trash the supervisor cannot remove (as root: a file system mounted in
+ * it, which a removal never enters) is the only thing its keeper then
+ * removes: not the tmp directory in the caller's workdir, which a new
+ * sandbox may already use (as another user, the trash is removed and the
+ * same holds). */
+Test(supervisor, a_trash_left_after_destroy_is_all_the_keeper_removes)
+{
+    sbx_client *c = client_of("local");
+    char *wd = tu_strdup_printf("%s/work", g_tmp);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_sandbox_create(c, o, &err);
+    cr_assert_not_null(sb, "create: %s", err ? sbx_error_get0_message(err) : "");
+    sbx_options_free(o);
+    char *json = session_state(sb);
+    char *meta = state_str(json, "meta");
+    pid_t sup = (pid_t)state_int(json, "supervisor_pid");
+    pid_t keeper = tu_ppid(sup);
+    cr_assert(keeper > 1, "no keeper above the supervisor %d", (int)sup);
+    char *mnt = tu_strdup_printf("%s/mnt", meta);
+    char *trash = tu_strdup_printf("%s/.sbx-trash-%s", g_tmp, sbx_sandbox_get0_id(sb));
+    char *tmnt = tu_strdup_printf("%s/mnt", trash);
+    cr_assert_eq(mkdir(mnt, 0700), 0);
+    /* Enough for the removal to last past the making of the next tmp. */
+    char *bulk = tu_strdup_printf("%s/bulk", meta);
+    cr_assert_eq(mkdir(bulk, 0700), 0);
+    for (int i = 0; i < 3000; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%d", i);
+        int fd = openat(AT_FDCWD, bulk, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        cr_assert(fd >= 0);
+        int f = openat(fd, name, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        cr_assert(f >= 0);
+        close(f);
+        close(fd);
+    }
+    free(bulk);
+    int mounted = geteuid() == 0;
+    if (mounted)
+        cr_assert_eq(mount("none", mnt, "tmpfs", 0, "size=64k"), 0, "mount: %s", strerror(errno));
+    destroy_free(sb);
+    cr_assert(!tu_exists(meta), "%s is left after destroy", meta);
+    /* What the next sandbox in the same workdir makes at once. */
+    char *wtmp = tu_strdup_printf("%s/tmp", wd);
+    char *mine = tu_strdup_printf("%s/tmp/mine", wd);
+    cr_assert_eq(mkdir(wtmp, 0700), 0, "%s: %s", wtmp, strerror(errno));
+    tu_write_file(mine, "x", 1, 0600);
+    int ended = tu_wait_pid_gone(sup, 5.0) && tu_wait_pid_gone(keeper, 5.0);
+    int kept = tu_exists(mine), left = tu_exists(tmnt);
+    /* Unmounted first, whatever the outcome. */
+    int unmounted = !mounted || umount2(tmnt, MNT_DETACH) == 0;
+    cr_assert(ended, "the supervisor %d or its keeper %d still runs 5 s after destroy",
+              (int)sup, (int)keeper);
+    cr_assert(kept, "%s was removed after destroy", mine);
+    cr_assert(unmounted, "umount %s: %s", tmnt, strerror(errno));
+    if (mounted) {
+        /* Both tried; what is on the other file system stays. */
+        cr_assert(left, "%s is gone", tmnt);
+        tu_rmtree(trash);
+    }
+    cr_assert(!tu_exists(trash), "%s is left", trash);
+    tu_rmtree(wd);
+    sbx_client_free(c);
+    cr_assert_eq(tu_count_entries(g_tmp), 0);
+    free(mine);
+    free(wtmp);
+    free(tmnt);
+    free(trash);
+    free(mnt);
+    free(meta);
+    free(json);
+    free(wd);
 }

@@ -100,10 +100,34 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
     return 0;
 }
 
+/* Whether directory @path holds a local sandbox's trash (a meta directory
+ * its supervisor renamed at destroy and removes after answering). */
+static int holds_trash(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return 0;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL)
+        found = strncmp(e->d_name, ".sbx-trash-", 11) == 0;
+    closedir(d);
+    return found;
+}
+
+/* Waits (at most 5 s) until @path holds no trash of a destroyed sandbox. */
+static void wait_trash_gone(const char *path)
+{
+    double end = tu_now() + 5.0;
+    while (holds_trash(path) && tu_now() < end)
+        usleep(2000);
+}
+
 void tu_rmtree(const char *path)
 {
     if (!path)
         return;
+    wait_trash_gone(path);
     nftw(path, rm_one, 32, FTW_DEPTH | FTW_PHYS);
 }
 
@@ -115,6 +139,7 @@ int tu_exists(const char *path)
 
 int tu_count_entries(const char *path)
 {
+    wait_trash_gone(path);
     DIR *d = opendir(path);
     if (!d)
         return -1;

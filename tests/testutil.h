@@ -39,12 +39,15 @@ char *tu_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 char *tu_mkdtemp(const char *prefix);
 /* Same, and exports it as TMPDIR for the rest of the process. */
 char *tu_fresh_tmpdir(void);
-/* rm -rf; missing paths are fine. */
+/* rm -rf; missing paths are fine. Waits first (at most 5 s) for the trash
+ * of destroyed local sandboxes directly in @path (".sbx-trash-*", which
+ * their supervisors remove just after destroy returned). */
 void tu_rmtree(const char *path);
 /* 1 when @path exists (lstat), else 0. */
 int tu_exists(const char *path);
 /* Number of entries of directory @path (without . and ..), -1 if it cannot
- * be opened. */
+ * be opened; counted once the trash of destroyed local sandboxes is gone
+ * from it (as tu_rmtree waits: at most 5 s, after which it counts). */
 int tu_count_entries(const char *path);
 /* Writes @len bytes to a new file @path with @mode; asserts. */
 void tu_write_file(const char *path, const void *data, size_t len, unsigned mode);

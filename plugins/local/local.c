@@ -1808,6 +1808,10 @@ static int local_setup(const sbx_host_services *services, sbx_error **error)
     return 0;
 }
 
+#ifndef SBX_LOCAL_BUBBLEWRAP
+static char *temp_base(const char *op, sbx_error **error);
+#endif
+
 static int local_client_new(const char *config_json, sbx_plugin_client **client,
                             sbx_error **error)
 {
@@ -1820,6 +1824,14 @@ static int local_client_new(const char *config_json, sbx_plugin_client **client,
     pthread_cond_init(&c->filled, NULL);
     c->warm_ctl = -1;
     c->spawner_ctl = -1;
+#ifndef SBX_LOCAL_BUBBLEWRAP
+    /* Trash that lost its supervisor and keeper (both killed while they
+     * removed it after DESTROY; proto.h) goes here. */
+    char *base = temp_base("client_new", NULL);
+    if (base)
+        proto_sweep_trash(base, PROTO_TRASH_STALE_SECS);
+    free(base);
+#endif
     *client = c;
     return 0;
 }
@@ -2640,7 +2652,6 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
         LOG(SBX_LOG_WARNING, "the socket of sandbox %s is served by pid %d (uid %d), not by "
             "its supervisor (pid %d); ending the supervisor by pid", sb->id, (int)peer.pid,
             peer.uid == (uid_t)-1 ? -1 : (int)peer.uid, (int)sb->sup_pid);
-    int removed = 0;
     if (asked) {
         /* DESTROYED, then EOF once the supervisor exited. */
         uint32_t type, len;
@@ -2649,16 +2660,21 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
         free(p);
         p = NULL;
 #ifndef SBX_LOCAL_BUBBLEWRAP
-        /* DESTROYED comes once every process of the sandbox was reaped:
-         * its directories go while the supervisor exits. (On bubblewrap
-         * the mounts go with bwrap, later.) */
+        /* DESTROYED comes once every process of the sandbox was reaped
+         * and the meta directory renamed to its trash name, which the
+         * supervisor removes after the answer (its keeper, should it die
+         * first): destroy returns without waiting for that or for the
+         * supervisor's exit. Left to do here: a tmp directory made in a
+         * caller's workdir, and the meta directory should it still be
+         * there (not renamed). (On bubblewrap the mounts go with bwrap,
+         * later.) */
         if (io == IO_OK && type == PROTO_DESTROYED) {
+            close(fd);
             if (remove_dirs(sb, op, error) < 0) {
-                close(fd);
                 rc = -1;
                 goto out;
             }
-            removed = 1;
+            goto destroyed;
         }
 #endif
         if (io == IO_OK)
@@ -2687,10 +2703,13 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     }
 #endif
 
-    if (!removed && remove_dirs(sb, op, error) < 0) {
+    if (remove_dirs(sb, op, error) < 0) {
         rc = -1;
         goto out;
     }
+#ifndef SBX_LOCAL_BUBBLEWRAP
+destroyed:
+#endif
     sb->destroyed = 1;
     LOG(SBX_LOG_DEBUG, "destroyed %s", sb->id);
 out:

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -538,4 +539,45 @@ int proto_rm_tree(const char *path)
 int proto_pidfd_open(pid_t pid)
 {
     return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+char *proto_trash_path(const char *meta)
+{
+    const char *slash = strrchr(meta, '/');
+    if (!slash || !slash[1]) {
+        errno = EINVAL;
+        return NULL;
+    }
+    char *t = NULL;
+    if (asprintf(&t, "%.*s/" PROTO_TRASH_PREFIX "%s", (int)(slash - meta), meta, slash + 1) < 0)
+        return NULL;
+    return t;
+}
+
+size_t proto_sweep_trash(const char *dir, long min_age)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    size_t removed = 0;
+    time_t now = time(NULL);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strncmp(de->d_name, PROTO_TRASH_PREFIX, strlen(PROTO_TRASH_PREFIX)) != 0
+            || (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN))
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0
+            || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()
+            || now - st.st_ctime < min_age)
+            continue;
+        char *path = NULL;
+        if (asprintf(&path, "%s/%s", strcmp(dir, "/") == 0 ? "" : dir, de->d_name) < 0)
+            continue;
+        if (proto_rm_tree(path) == 0)
+            removed++;
+        free(path);
+    }
+    closedir(d);
+    return removed;
 }

@@ -90,6 +90,13 @@
  *             kills the tree too.
  *     PING                                        <- PONG u32 version
  *     DESTROY                                     <- DESTROYED, then EOF
+ *             DESTROYED comes once every process of the sandbox has ended
+ *             and, outside bubblewrap, DIR was renamed to its trash name
+ *             (DIR's parent/PROTO_TRASH_PREFIX + DIR's name): the caller
+ *             may return then. The supervisor removes the trash after the
+ *             answer and exits; should it die first, its keeper removes
+ *             the trash, and a trash older than PROTO_TRASH_STALE_SECS
+ *             goes at the next sweep (the plugin's, once per client).
  *     OWN     a pidfd of a new owner as SCM_RIGHTS <- OWNED (a detached
  *             sandbox closes it at once: owners do not matter to it)
  *     DETACH                                      <- DETACHED; from then
@@ -110,6 +117,11 @@
 /** The supervisor's exit status when it ended the sandbox on its own
  *  (lifetime, owners gone, a signal); 0 after DESTROY. */
 #define PROTO_EXIT_SELF_END 3
+
+/** The supervisor's exit status after DESTROY when it could not remove
+ *  the trash: its keeper removes the trash only (the library removed the
+ *  rest, and a caller's workdir may already serve another sandbox). */
+#define PROTO_EXIT_TRASH_LEFT 4
 
 #define PROTO_HEADER_SIZE 8u
 /** Upper bound of a payload (argv and env of one exec included). */
@@ -246,6 +258,26 @@ size_t proto_kill_descendants(pid_t ancestor, int sig, size_t *zombies);
  *  onto another filesystem; its own rights restored where a command took
  *  them). Returns 0 when it is gone (or never was), else -1 with errno. */
 int proto_rm_tree(const char *path);
+
+/** The first part of a trash name: a meta directory DIR/NAME goes to
+ *  DIR/PROTO_TRASH_PREFIX NAME at DESTROY (see DESTROY above). */
+#define PROTO_TRASH_PREFIX ".sbx-trash-"
+
+/** A trash directory older than this (seconds since its rename, its
+ *  ctime) has lost the supervisor and keeper that were removing it. */
+#define PROTO_TRASH_STALE_SECS 60
+
+/** The trash name of absolute meta directory @meta (malloc'd), or NULL
+ *  with errno (ENOMEM, or EINVAL when @meta has no last component). */
+char *proto_trash_path(const char *meta);
+
+/** Removes every trash directory (PROTO_TRASH_PREFIX) directly under
+ *  absolute directory @dir that belongs to this effective user and was
+ *  renamed there at least @min_age seconds ago (its ctime;
+ *  PROTO_TRASH_STALE_SECS: younger ones are being removed by their
+ *  supervisor). Returns how many it removed; errors are ignored (a later
+ *  sweep tries again). */
+size_t proto_sweep_trash(const char *dir, long min_age);
 
 /** A pidfd of @pid (close-on-exec), or -1 with errno. */
 int proto_pidfd_open(pid_t pid);

@@ -550,7 +550,10 @@ static void hold_every_exit(void)
  * Ends the sandbox: stops taking connections, kills every descendant,
  * answers @requester (may be NULL) and exits: 0 after DESTROY (a
  * @requester), PROTO_EXIT_SELF_END when it ends on its own, so that the
- * keeper removes what the sandbox left.
+ * keeper removes what the sandbox left. After DESTROY the directory is
+ * renamed to its trash name before the answer and removed after it (the
+ * caller need not wait for that); should the removal fail, the exit is
+ * PROTO_EXIT_TRASH_LEFT and the keeper tries again.
  */
 static void __attribute__((noreturn)) shutdown_sandbox(conn *requester)
 {
@@ -565,11 +568,18 @@ static void __attribute__((noreturn)) shutdown_sandbox(conn *requester)
     if (!requester)
         hold_every_exit();
     kill_everything();
+    char *trash = NULL;
+    if (requester && S.dir && (trash = proto_trash_path(S.dir)) && rename(S.dir, trash) < 0) {
+        free(trash);
+        trash = NULL;
+    }
     if (requester) {
         proto_buf b;
         proto_buf_init(&b, PROTO_DESTROYED);
         conn_send(requester, &b);
     }
+    if (trash && proto_rm_tree(trash) < 0)
+        _exit(PROTO_EXIT_TRASH_LEFT);
     _exit(requester ? 0 : PROTO_EXIT_SELF_END);
 }
 
@@ -2217,12 +2227,14 @@ static void give_back(const char *meta, const char *root)
 /**
  * The keeper of a sandbox: waits for its process @child (the supervisor,
  * or bwrap whose init it is) and, unless that exited 0 (after DESTROY,
- * when the library removes what is left itself), removes what the sandbox
- * left on the host: the cgroup directories holding @cg (cgroup.procs
- * files, @ncg of them), the meta directory @meta and @remove (may be
- * NULL); a caller's workdir @lent (may be NULL) to the sandbox's user goes
- * back to its owner first (give_back). Holds no descriptor of the sandbox;
- * never returns.
+ * when the supervisor removed the directory and the library the rest) or
+ * PROTO_EXIT_TRASH_LEFT (after DESTROY: then it removes the trash only),
+ * removes what the sandbox left on the host: the cgroup directories
+ * holding @cg (cgroup.procs files, @ncg of them), the meta directory @meta
+ * and its trash name (a supervisor that died removing it after DESTROY),
+ * and @remove (may be NULL); a caller's workdir @lent (may be NULL) to the
+ * sandbox's user goes back to its owner first (give_back). Holds no
+ * descriptor of the sandbox; never returns.
  */
 static void __attribute__((noreturn)) keeper(pid_t child, const char *meta, const char *remove,
                                              const char *lent, char **cg, size_t ncg)
@@ -2234,6 +2246,14 @@ static void __attribute__((noreturn)) keeper(pid_t child, const char *meta, cons
         ;
     if (r == child && WIFEXITED(status) && WEXITSTATUS(status) == 0)
         _exit(0);
+    if (r == child && WIFEXITED(status) && WEXITSTATUS(status) == PROTO_EXIT_TRASH_LEFT
+        && meta) {
+        char *trash = proto_trash_path(meta);
+        if (trash)
+            proto_rm_tree(trash);
+        free(trash);
+        _exit(0);
+    }
     /* A cgroup goes once the last process in it is gone (just after its
      * init, which the keeper saw end); bounded. */
     for (size_t i = 0; i < ncg; i++) {
@@ -2252,8 +2272,13 @@ static void __attribute__((noreturn)) keeper(pid_t child, const char *meta, cons
     }
     if (meta && lent)
         give_back(meta, lent);
-    if (meta)
+    if (meta) {
         proto_rm_tree(meta);
+        char *trash = proto_trash_path(meta);
+        if (trash)
+            proto_rm_tree(trash);
+        free(trash);
+    }
     if (remove)
         proto_rm_tree(remove);
     _exit(0);
