@@ -53,10 +53,10 @@
  *    line's missing newline is lost, and bytes that are not UTF-8 are
  *    replaced or end the stream), and the contract has no call that runs
  *    a command and returns its bytes. So the wrapper runs SCRIPT in a
- *    subshell with stdout and stderr on two files of the sandbox and,
- *    when it ends, prints a report line that carries both outputs in hex
- *    or base64 (text-safe, kept apart, exact: CASE-07) and exits with the
- *    command's status (tl_exec_script). Nothing else is asked of the
+ *    bash of its own with stdout and stderr on two files of the sandbox
+ *    and, when it ends, prints a report line that carries both outputs in
+ *    hex or base64 (text-safe, kept apart, exact: CASE-07) and exits with
+ *    the command's status (tl_exec_script). Nothing else is asked of the
  *    provider: a warm exec is one request, where reading the files back
  *    and deleting them was four more. Output larger than TL_INLINE_MAX a
  *    stream, or a wrapper ended by SIGKILL (no report), is downloaded as
@@ -66,7 +66,7 @@
  *    Every process of the command carries CL_EXEC_MARK=<its tag> in its
  *    environment, so exec_kill (a scan run as a command of its own)
  *    signals all of them, setsid'd and orphaned descendants included; the
- *    wrapper ignores the catchable signals, so it still reports. The end
+ *    wrapper traps the catchable signals, so it still reports. The end
  *    event's oom_killed is the result's OOM flag (exec_end_info, CASE-49).
  *  - files: GET|PUT /api/v1/files?path= (raw bytes both ways, never text,
  *    CASE-17), GET /api/v1/files/list?path=; a relative path is taken from
@@ -1365,15 +1365,15 @@ static void tl_remove(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
     free(q);
 }
 
-/* Downloads the command's output file for @fd (1 or 2) in directory @dir
- * as raw bytes into the output, then removes it: 1, 0 when it is missing
- * (the command removed it, or it is in the other directory), or -1 with
- * the failure recorded (cl_proc_fail_last). */
-static int tl_exec_fetch(tl_proc *p, const sbx_call_ctx *ctx, int fd, const char *dir)
+/* Downloads the command's output file for @fd (1 or 2), in /tmp, as raw
+ * bytes into the output, then removes it: 0, or -1 with the failure
+ * recorded (cl_proc_fail_last). A missing file is no output unless @must
+ * (the report said it is there): then it is an error. */
+static int tl_exec_fetch(tl_proc *p, const sbx_call_ctx *ctx, int fd, int must)
 {
     struct sbx_plugin_sandbox *sb = p->sp.sb;
-    char path[96];
-    snprintf(path, sizeof path, "%s/.%s.%s", dir, p->sp.tag, fd == 1 ? "out" : "err");
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/.%s.%s", p->sp.tag, fd == 1 ? "out" : "err");
     char *q = tl_files_path("", path);
     if (!q) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, "exec", "out of memory");
@@ -1383,26 +1383,28 @@ static int tl_exec_fetch(tl_proc *p, const sbx_call_ctx *ctx, int fd, const char
     cl_req rg = { .method = "GET", .sink = tl_out_sink, .sink_ud = &o, .idempotent = CL_SAFE,
                   .what = "read the command's output" };
     cl_resp r = { 0 };
-    int rc = tl_host(sb, ctx, &rg, q, &r, 1, "exec", NULL) == 0 ? 1 : -1;
-    if (rc < 0 && r.status == 404 && !tl_is_gone(sb))
-        rc = 0;
-    cl_resp_clear(&r);
-    if (rc == 1)
+    int rc = tl_host(sb, ctx, &rg, q, &r, 1, "exec", NULL);
+    if (rc == 0)
         tl_remove(sb, ctx, path);
+    else if (r.status == 404 && !tl_is_gone(sb) && !must)
+        rc = 0;
+    else if (r.status == 404 && !tl_is_gone(sb))
+        cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "tensorlake: the command's %s file %s is "
+                "missing", fd == 1 ? "stdout" : "stderr", path);
+    cl_resp_clear(&r);
     free(q);
     return rc;
 }
 
 /* One field of the command's report (tl_exec_script) into the output for
- * @fd: "x" and hex digits, "b" and base64, or "-" (the file in @dir is to
+ * @fd: "x" and hex digits, "b" and base64, or "-" (the file is in /tmp, to
  * be downloaded). 0, or -1 with the failure recorded. */
-static int tl_exec_field(tl_proc *p, const sbx_call_ctx *ctx, int fd, const char *dir,
-                         const char *f, size_t n)
+static int tl_exec_field(tl_proc *p, const sbx_call_ctx *ctx, int fd, const char *f, size_t n)
 {
     cl_buf b = { 0 };
     int ok = 1;
     if (n == 1 && f[0] == '-')
-        return tl_exec_fetch(p, ctx, fd, dir) < 0 ? -1 : 0;
+        return tl_exec_fetch(p, ctx, fd, 1);
     if (n >= 1 && f[0] == 'x' && n % 2 == 1) {
         for (size_t i = 1; ok && i + 1 < n; i += 2) {
             if (!isxdigit((unsigned char)f[i]) || !isxdigit((unsigned char)f[i + 1])) {
@@ -1431,39 +1433,38 @@ static int tl_exec_field(tl_proc *p, const sbx_call_ctx *ctx, int fd, const char
 
 /*
  * The script of a command @tag (see the header), stdin from @in: the
- * create's environment, then the caller's script in a subshell with its
- * stdout and stderr on two files, in /dev/shm (memory: creating files there
- * costs less than on the disk) when it is a writable directory, else in
- * /tmp (the run stream's output is lines of text, so the bytes go by the
- * files); then the report, one line on stdout: TL_REPORT_MARK, the tag, a
- * space, the directory, a space, stdout's field, a space, stderr's field.
- * A field is "x" and the bytes in hex when there are at most
- * TL_INLINE_SHORT of them (read by the shell itself: no program started),
- * "b" and base64 when at most TL_INLINE_MAX, else "-": the file stays, to
- * be downloaded and removed by the plugin, and the command's other files
- * are removed at once. When both were reported, the command's files are
- * marked done (an empty ".done" file, made by the shell), and the first
- * command that finds TL_SWEEP commands marked done removes their files (and
- * their stdin files) with one rm: starting a program costs a warm exec more
- * than the rest of its script, so most commands start none, and at most
+ * create's environment, then the caller's script, $1, run by a bash of its
+ * own (so that $$ is the command's shell, as under bash -c, and it sees
+ * none of the wrapper's variables or functions) with its stdout and stderr
+ * on two files, in /dev/shm (memory: creating files there costs less than
+ * on the disk) when it is a writable directory, else in /tmp (the run
+ * stream's output is lines of text, so the bytes go by the files); then
+ * the report, one line on stdout: TL_REPORT_MARK, the tag, a space,
+ * stdout's field, a space, stderr's field. A field is "x" and the bytes in
+ * hex when there are at most TL_INLINE_SHORT of them (read by the shell
+ * itself: no program started), "b" and base64 when at most TL_INLINE_MAX,
+ * else "-": the file is moved to /tmp, to be downloaded and removed by the
+ * plugin, and the command's other files are removed at once. When both
+ * were reported, the command's files are marked done (an empty ".done"
+ * file, made by the shell), and the first command that finds TL_SWEEP
+ * commands marked done removes their files (and their stdin files) with
+ * one rm: starting a program costs a warm exec more than the rest of its
+ * script, so most commands start none besides their own bash, and at most
  * TL_SWEEP - 1 finished commands' files stay (each at most TL_INLINE_MAX
- * bytes a stream). The script exits with the command's status. The shell
- * ignores the signals a kill sends (its subshell takes them back), so that
- * it reports what a command killed by exec_kill wrote; a SIGKILL ends it
- * too, and then no report comes: the plugin downloads the files. The
- * caller's script is $1, run by eval after a shift (so it sees no
- * arguments and $0 "bash", as under bash -c), and sees none of the
- * script's variables or functions.
+ * bytes a stream). The script exits with the command's status. The
+ * wrapper traps the signals a kill sends (a caught signal is the default
+ * again in the command), so that it reports what a command killed by
+ * exec_kill wrote (its own "Terminated" goes to /dev/null); a SIGKILL ends
+ * it too, and then no report comes: the plugin downloads the files
+ * (tl_exec_run).
  */
 static char *tl_exec_script(const char *src, const char *tag, const char *in)
 {
     return cl_printf("%s"
-                     "trap '' HUP INT QUIT TERM USR1 USR2 ALRM\n"
-                     "(trap - HUP INT QUIT TERM USR1 USR2 ALRM\n"
+                     "trap : HUP INT QUIT TERM USR1 USR2 ALRM\n"
                      "if [ -d /dev/shm ] && [ -w /dev/shm ]; then "
-                     "exec <%s >/dev/shm/.%s.out 2>/dev/shm/.%s.err\n"
-                     "else exec <%s >/tmp/.%s.out 2>/tmp/.%s.err; fi\n"
-                     "eval \"shift\n$1\")\n"
+                     "bash -c \"$1\" <%s >/dev/shm/.%s.out 2>/dev/shm/.%s.err\n"
+                     "else bash -c \"$1\" <%s >/tmp/.%s.out 2>/tmp/.%s.err; fi 2>/dev/null\n"
                      "c=$? k= m= d=/dev/shm LC_ALL=C\n"
                      "[ -f $d/.%s.out ] || d=/tmp\n"
                      "r() {\n"
@@ -1471,13 +1472,14 @@ static char *tl_exec_script(const char *src, const char *tag, const char *in)
                      "while IFS= read -r -d '' -n 1 b; do\n"
                      "if [ $n = %d ]; then\n"
                      "if command -v base64 >/dev/null && [ \"$(stat -c %%s $1)\" -le %d ]; "
-                     "then printf b; base64 -w0 $1; k=\"$k $1\"; else printf %%s -; m=1; fi\n"
+                     "then printf b; base64 -w0 $1; k=\"$k $1\"\n"
+                     "else printf %%s -; m=1; [ $d = /tmp ] || mv -f $1 /tmp/; fi\n"
                      "return\nfi\n"
                      "printf -v v %%02x \"'$b\"; h=$h$v; n=$((n+1))\n"
                      "done <$1\n"
                      "printf x%%s \"$h\"; k=\"$k $1\"\n"
                      "}\n"
-                     "printf '%s%s %%s ' $d; r $d/.%s.out; printf ' '; r $d/.%s.err; echo\n"
+                     "printf '%s%s '; r $d/.%s.out; printf ' '; r $d/.%s.err; echo\n"
                      "if [ -n \"$m\" ]; then rm -f $k /tmp/.%s.in\n"
                      "else : >$d/.%s.done; set -- $d/." TL_TAG_GLOB ".done\n"
                      "if [ $# -ge %d ]; then k=; for f; do f=${f%%.done}; "
@@ -1528,27 +1530,30 @@ static int tl_exec_run(cl_proc *base)
         goto fail;
     code = s.exit_code;
     if (s.report) {
-        /* "DIR OUT ERR" (tl_exec_script). */
-        char *f1 = strchr(s.report, ' '), *f2 = f1 ? strchr(f1 + 1, ' ') : NULL;
-        if (!f2 || (strncmp(s.report, "/dev/shm ", 9) != 0 && strncmp(s.report, "/tmp ", 5) != 0)) {
+        /* "OUT ERR" (tl_exec_script). */
+        const char *sp = strchr(s.report, ' ');
+        if (!sp) {
             cl_fail(NULL, SBX_ERROR_CONNECTION, op, "tensorlake: the command's report is cut: "
                     "%.80s", s.report);
             goto fail;
         }
-        *f1 = '\0';
-        if (tl_exec_field(p, &ctx, 1, s.report, f1 + 1, (size_t)(f2 - f1 - 1)) < 0
-            || tl_exec_field(p, &ctx, 2, s.report, f2 + 1, strlen(f2 + 1)) < 0)
+        if (tl_exec_field(p, &ctx, 1, s.report, (size_t)(sp - s.report)) < 0
+            || tl_exec_field(p, &ctx, 2, sp + 1, strlen(sp + 1)) < 0)
             goto fail;
     } else {
         /* No report: the wrapper was killed (SIGKILL). The files hold the
-         * output as raw bytes, in one directory or the other. */
-        for (int fd = 1; fd <= 2; fd++) {
-            int got = tl_exec_fetch(p, &ctx, fd, "/dev/shm");
-            if (got == 0)
-                got = tl_exec_fetch(p, &ctx, fd, "/tmp");
-            if (got < 0)
-                goto fail;
+         * output as raw bytes; those in /dev/shm are moved to /tmp first,
+         * where the files API reaches on any host. */
+        char *mv = cl_printf("for f in /dev/shm/.%s.out /dev/shm/.%s.err; do "
+                             "[ -f $f ] && mv -f $f /tmp/; done; exit 0", p->sp.tag, p->sp.tag);
+        int c2 = 0;
+        if (!mv || tl_run_short(sb, &ctx, mv, &c2, op, NULL) < 0) {
+            free(mv);
+            goto fail;
         }
+        free(mv);
+        if (tl_exec_fetch(p, &ctx, 1, 0) < 0 || tl_exec_fetch(p, &ctx, 2, 0) < 0)
+            goto fail;
         if (p->sp.stdin_fd >= 0)
             tl_remove(sb, &ctx, in);
     }
