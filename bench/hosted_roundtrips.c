@@ -27,6 +27,10 @@
  *     exec is then timed against POST /toolbox/ID/process/execute
  *     {"command": "echo hi"} (one shell, stdout and stderr merged, which
  *     the plugin cannot use), printed for information.
+ *   - tensorlake: the same, the raw request being the run the plugin sends
+ *     (POST {sandbox_url}/api/v1/processes/run, Accept: text/event-stream,
+ *     an SSE stream) with the bare command: {"command": "bash", "args":
+ *     ["-c", "echo hi"], "env": {}}.
  *
  * The fakes are the tree's (SBX_FAKES_DIR overrides), the plugins the build
  * tree's (their directories go before SBX_PLUGIN_PATH); the plugin mode is
@@ -299,10 +303,56 @@ static char *e2b_envd_token(int port, const char *id)
     return token;
 }
 
+/* The sandbox_url of tensorlake sandbox @id (a new string), from
+ * GET /sandboxes/ID on the fake at @port, or NULL (said). */
+static char *tensorlake_sandbox_url(int port, const char *id)
+{
+    char url[256];
+    bench_body b = { 0 };
+    CURL *h = curl_easy_init();
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/sandboxes/%s", port, id);
+    char *su = NULL;
+    if (h && http(h, "GET", url, NULL, 1, &b) == 200 && b.data) {
+        json_object *j = json_tokener_parse(b.data), *v;
+        if (j && json_object_object_get_ex(j, "sandbox_url", &v)
+            && json_object_is_type(v, json_type_string))
+            su = strdup(json_object_get_string(v));
+        json_object_put(j);
+    }
+    if (!su)
+        fprintf(stderr, "tensorlake get: no sandbox_url: %.200s\n", b.data ? b.data : "no answer");
+    free(b.data);
+    if (h)
+        curl_easy_cleanup(h);
+    return su;
+}
+
+/* tensorlake's run request on sandbox @id of the fake at @port, as the
+ * plugin's warm exec sends it (POST {sandbox_url}/api/v1/processes/run,
+ * Accept: text/event-stream, the body's fields), with the bare command
+ * `bash -c "echo hi"` and no env: 0, or -1 (said). */
+static int tensorlake_raw_exec(int port, const char *id, raw_exec *x)
+{
+    static const char tl_json[] = "{\"command\":\"bash\",\"args\":[\"-c\",\"echo hi\"],"
+                                  "\"env\":{}}";
+    char *su = tensorlake_sandbox_url(port, id);
+    if (!su)
+        return -1;
+    x->what = "one SSE POST /api/v1/processes/run";
+    snprintf(x->url, sizeof x->url, "%s/api/v1/processes/run", su);
+    free(su);
+    x->headers = curl_slist_append(NULL, "Authorization: Bearer " FAKE_KEY);
+    x->headers = curl_slist_append(x->headers, "Content-Type: application/json");
+    x->headers = curl_slist_append(x->headers, "Accept: text/event-stream");
+    x->body = strdup(tl_json);
+    x->body_len = strlen(tl_json);
+    x->expect = "\"line\": \"hi\"";
+    return 0;
+}
+
 /* The request for @backend's sandbox @id on the fake at @port: 0, or -1
- * when the backend has no one-request exec (tensorlake's output is lines of
- * text, and vercel's logs stream is text, so their execs read the output
- * back as bytes). */
+ * when the backend has no one-request exec (vercel's logs stream is text,
+ * so its exec reads the output back as bytes). */
 static int raw_exec_for(const char *backend, int port, const char *id, raw_exec *x)
 {
     static const char daytona_json[] = "{\"command\":\"SBX_EXEC_ID=sbx-exec-0123456789abcdef01234567 "
@@ -332,6 +382,7 @@ static int raw_exec_for(const char *backend, int port, const char *id, raw_exec 
                  "http://127.0.0.1:%d/toolbox/%s/process/session/sbx-bench-raw/exec", port, id);
         x->headers = curl_slist_append(NULL, "Authorization: Bearer " FAKE_KEY);
         x->headers = curl_slist_append(x->headers, "Content-Type: application/json");
+        x->headers = curl_slist_append(x->headers, "X-Daytona-Split-Output: true");
         x->body = strdup(daytona_json);
         x->body_len = strlen(daytona_json);
         x->expect = "\"stdout\": \"hi\\n\", \"stderr\": \"\"";
@@ -364,6 +415,9 @@ static int raw_exec_for(const char *backend, int port, const char *id, raw_exec 
         }
         x->body_len = 5 + n;
         x->expect = "\"stdout\":\"aGkK\"";     /* base64 of "hi\n" */
+    } else if (strcmp(backend, "tensorlake") == 0) {
+        if (tensorlake_raw_exec(port, id, x) < 0)
+            return -1;
     } else if (strcmp(backend, "cloudflare") == 0) {
         static const char cf_json[] = "{\"argv\":[\"bash\",\"-c\",\"echo hi\"]}";
         x->what = "one SSE POST /v1/sandbox/ID/exec";

@@ -3,7 +3,10 @@
  * contract fake (tests/tensorlake.sh starts it and runs this program with
  * SBX_TEST_BACKEND=tensorlake): every sandbox is named by its create token,
  * so stop suspends and start resumes the same sandbox with its files, and
- * list_owned and destroy_by_id find it; a create whose answer comes after
+ * list_owned and destroy_by_id find it; a warm exec is one request whose
+ * output is exact (small outputs in its report, large ones downloaded and
+ * removed, finished commands' files removed eight at a time, a killed
+ * command's output kept); a create whose answer comes after
  * the call's deadline is outcome unknown and the sandbox the provider made
  * meanwhile is found by that name and deleted (CASE-20); with
  * {"suspendable": false} the sandbox is unnamed, and stop names the option
@@ -311,4 +314,145 @@ Test(tensorlake, exposed_ports_follow_the_provider)
     tu_assert_ports(again, "3000");
     sbx_sandbox_free(again);
     free(state);
+}
+
+/* The fake's requests since the last reset of its log, on the sandbox's
+ * data plane: how many with @method on @route (after /api/v1). */
+static int data_plane_count(json_object *log, const char *method, const char *route)
+{
+    char *re = tu_strdup_printf("^/sandbox/[^/]+/api/v1%s$", route);
+    int n = tu_fake_count(log, method, re, NULL, 0);
+    free(re);
+    return n;
+}
+
+/* A warm exec is one request, the run (its SSE stream carries lines of
+ * text, so the command's wrapper reports both outputs in hex or base64),
+ * and the bytes come back exact and apart: a \r before a \n, a NUL, bytes
+ * that are not UTF-8, no newline at the end (hex: at most 32 bytes), and
+ * 8893 bytes of stdout with 2000 of stderr (base64). */
+Test(tensorlake, a_warm_exec_is_one_request_and_its_bytes_are_exact)
+{
+    g_sb = create_with(NULL);
+    sbx_result *r = tu_sh(g_sb, "true", 30);
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+
+    cr_assert_eq(tu_fake_http("DELETE", "/_fake/log", NULL, NULL, NULL), 204);
+    r = tu_sh(g_sb, "printf 'a\\r\\nb\\0c\\377'; printf 'e\\200' >&2; exit 3", 30);
+    tu_assert_exit(r, 3);
+    tu_assert_stdout_bytes(r, "a\r\nb\0c\377", 7);
+    tu_assert_stderr_bytes(r, "e\200", 2);
+    sbx_result_free(r);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(json_object_array_length(log), 1, "requests: %s",
+                 json_object_to_json_string(log));
+    cr_assert_eq(data_plane_count(log, "POST", "/processes/run"), 1);
+    json_object_put(log);
+
+    cr_assert_eq(tu_fake_http("DELETE", "/_fake/log", NULL, NULL, NULL), 204);
+    r = tu_sh(g_sb, "seq 1 2000; head -c 2000 /dev/zero | tr '\\0' e >&2", 30);
+    tu_assert_exit(r, 0);
+    char *want = NULL, *e = malloc(2000);
+    size_t wn = 0;
+    FILE *f = open_memstream(&want, &wn);
+    for (int i = 1; i <= 2000; i++)
+        fprintf(f, "%d\n", i);
+    fclose(f);
+    memset(e, 'e', 2000);
+    cr_assert_eq(wn, 8893);
+    tu_assert_stdout_bytes(r, want, wn);
+    tu_assert_stderr_bytes(r, e, 2000);
+    free(want);
+    free(e);
+    sbx_result_free(r);
+    log = tu_fake_log();
+    cr_assert_eq(json_object_array_length(log), 1, "requests: %s",
+                 json_object_to_json_string(log));
+    json_object_put(log);
+}
+
+/* Output above 64 KiB a stream is downloaded as raw bytes and deleted:
+ * the run, then one GET and one DELETE of stdout's file; stderr (small)
+ * comes in the report, and the command's other files are gone. */
+Test(tensorlake, a_large_output_is_downloaded_and_removed)
+{
+    g_sb = create_with(NULL);
+    cr_assert_eq(tu_fake_http("DELETE", "/_fake/log", NULL, NULL, NULL), 204);
+    sbx_result *r = tu_sh(g_sb, "head -c 100000 /dev/zero | tr '\\0' a; echo done >&2", 30);
+    tu_assert_exit(r, 0);
+    char *a = malloc(100000);
+    memset(a, 'a', 100000);
+    tu_assert_stdout_bytes(r, a, 100000);
+    tu_assert_stderr(r, "done\n");
+    free(a);
+    sbx_result_free(r);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(json_object_array_length(log), 3, "requests: %s",
+                 json_object_to_json_string(log));
+    cr_assert_eq(data_plane_count(log, "POST", "/processes/run"), 1);
+    cr_assert_eq(data_plane_count(log, "GET", "/files"), 1);
+    cr_assert_eq(data_plane_count(log, "DELETE", "/files"), 1);
+    json_object_put(log);
+    /* Only the files of the command that looks. */
+    r = tu_sh(g_sb, "ls -a /dev/shm /tmp | grep -c '^\\.sbx-exec-'", 30);
+    tu_assert_stdout(r, "2\n");
+    sbx_result_free(r);
+}
+
+/* The files of finished commands are removed by the command that finds
+ * eight of them: after seven commands a command sees their 21 files (out,
+ * err, done) and its own two; it is the eighth, so it removes all, and
+ * the next sees only its own. */
+Test(tensorlake, finished_commands_files_are_removed_eight_at_a_time)
+{
+    g_sb = create_with(NULL);
+    static const char count[] = "ls -a /dev/shm /tmp | grep -c '^\\.sbx-exec-'";
+    for (int i = 0; i < 7; i++) {
+        sbx_result *r = tu_sh(g_sb, "true", 30);
+        tu_assert_exit(r, 0);
+        sbx_result_free(r);
+    }
+    sbx_result *r = tu_sh(g_sb, count, 30);
+    tu_assert_stdout(r, "23\n");
+    sbx_result_free(r);
+    r = tu_sh(g_sb, count, 30);
+    tu_assert_stdout(r, "2\n");
+    sbx_result_free(r);
+}
+
+/* A command killed at its timeout (SIGTERM to its processes) keeps what it
+ * wrote: its wrapper ignores the signal and still reports, so no file is
+ * read back. One that ignores SIGTERM too is ended by SIGKILL after the
+ * grace, its wrapper with it: its output is then downloaded from the
+ * files, which are removed. */
+Test(tensorlake, a_killed_command_keeps_its_output)
+{
+    g_sb = create_with(NULL);
+    cr_assert_eq(tu_fake_http("DELETE", "/_fake/log", NULL, NULL, NULL), 204);
+    sbx_result *r = tu_sh(g_sb, "echo before; echo oops >&2; sleep 30", 1);
+    cr_assert_eq(sbx_result_is_timed_out(r), 1);
+    tu_assert_stdout(r, "before\n");
+    tu_assert_stderr(r, "oops\n");
+    sbx_result_free(r);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(data_plane_count(log, "GET", "/files"), 0, "requests: %s",
+                 json_object_to_json_string(log));
+    json_object_put(log);
+
+    cr_assert_eq(tu_fake_http("DELETE", "/_fake/log", NULL, NULL, NULL), 204);
+    r = tu_sh(g_sb, "trap '' TERM; echo before; while :; do sleep 0.2; done", 1);
+    cr_assert_eq(sbx_result_is_timed_out(r), 1);
+    tu_assert_stdout(r, "before\n");
+    sbx_result_free(r);
+    log = tu_fake_log();
+    cr_assert_eq(data_plane_count(log, "GET", "/files"), 2, "requests: %s",
+                 json_object_to_json_string(log));
+    cr_assert_eq(data_plane_count(log, "DELETE", "/files"), 2);
+    json_object_put(log);
+    /* The first command's three files (out, err, done: removed with seven
+     * more) and the looking command's own two; none of the second's. */
+    r = tu_sh(g_sb, "ls -a /dev/shm /tmp | grep -c '^\\.sbx-exec-'", 30);
+    tu_assert_stdout(r, "5\n");
+    sbx_result_free(r);
 }

@@ -192,13 +192,15 @@ class Box:
         args = ([_NSENTER, "-t", str(pid), "-m", "-p", "-r"] + (["-n"] if self.no_net else [])
                 + ["--"] + as_user
                 + ["/usr/bin/env", "-C", cwd, "--"] + list(argv))
-        pre = None
         if cgroup:
-            def pre():
-                with open(os.path.join(cgroup, "cgroup.procs"), "w") as fh:
-                    fh.write(str(os.getpid()))
+            # The host's sh joins the cgroup, then becomes nsenter: the
+            # command and all it starts are born inside. (A preexec_fn
+            # would do the same at the price of a fork of this whole
+            # interpreter, where Popen otherwise uses vfork.)
+            args = ["/bin/sh", "-c", 'echo $$ >"$0" || exit 125; exec "$@"',
+                    os.path.join(cgroup, "cgroup.procs")] + args
         c = subprocess.Popen(args, env=full_env, stdin=stdin, stdout=stdout, stderr=stderr,
-                             start_new_session=True, preexec_fn=pre)
+                             start_new_session=True)
         with self.lock:
             self.commands.add(c)
         return c

@@ -81,8 +81,9 @@ MEMCG = "/sys/fs/cgroup/memory"     # cgroup v1 memory controller
 
 class MemoryLimit:
     """resources.memory_mb, enforced: a cgroup v1 memory cgroup per sandbox
-    that each command joins before it runs (the command waits for it, so
-    nothing of it runs outside), and its oom_kill counter, which tells an
+    that each command joins before it runs (nsbox's popen(cgroup=): the
+    process joins it before it executes nsenter, so the command and all it
+    starts are born inside), and its oom_kill counter, which tells an
     out-of-memory kill from another SIGKILL. Without a writable memory
     controller the limit is not enforced."""
 
@@ -98,44 +99,6 @@ class MemoryLimit:
                         fh.write(limit)
         except OSError:
             self.path = None
-
-    def wrap(self, argv):
-        if self.path is None:
-            return argv
-        return ["/bin/sh", "-c", "until grep -q ':memory:.*/%s$' /proc/self/cgroup; do "
-                "sleep 0.01; done; exec \"$@\"" % self.name, "sh"] + argv
-
-    def join(self, pid):
-        """Moves @pid and its descendants into the cgroup, again and again
-        for a second from a thread: nsenter forks the command after it
-        starts, and the wrapped command waits until it is inside."""
-        if self.path is None:
-            return
-
-        def tree(top):
-            out, todo = [], [top]
-            while todo:
-                q = todo.pop()
-                out.append(q)
-                try:
-                    for t in os.listdir("/proc/%d/task" % q):
-                        with open("/proc/%d/task/%s/children" % (q, t)) as fh:
-                            todo += [int(x) for x in fh.read().split()]
-                except OSError:
-                    pass
-            return out
-
-        def mover():
-            end = time.time() + 1.0
-            while time.time() < end and self.path is not None:
-                for q in tree(pid):
-                    try:
-                        with open(os.path.join(self.path, "cgroup.procs"), "w") as fh:
-                            fh.write(str(q))
-                    except OSError:
-                        pass
-                time.sleep(0.01)
-        threading.Thread(target=mover, daemon=True).start()
 
     def oom_kills(self):
         if self.path is None:
@@ -700,13 +663,12 @@ class TensorlakeHandler(fakehttp.Handler):
         oom_before = sb.memory.oom_kills()
         try:
             p.popen = sb.box.popen(
-                sb.memory.wrap(argv), env=env, cwd=cwd,
+                argv, env=env, cwd=cwd, cgroup=sb.memory.path,
                 stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL if out_mode == "discard" else subprocess.PIPE,
                 stderr=subprocess.DEVNULL if err_mode == "discard" else subprocess.PIPE)
         except nsbox.SandboxGone:
             raise err(404, "sandbox %s not found" % sb.id)
-        sb.memory.join(p.popen.pid)
         p.stdin_writable = stdin_pipe
         sb.processes[p.pid] = p
 

@@ -43,19 +43,31 @@
  *    body, and every command sources it, leaving alone the keys the call
  *    sets itself (provider.h); so it holds after a resume in another
  *    process, and the session state holds no env value.
- *  - exec: POST {sandbox_url}/api/v1/processes/run (SSE): "bash -c SCRIPT"
- *    (cl_shell_script: the cwd on a line of its own, CASE-46; the create's
- *    workdir when the call names no cwd), env in the env field; {"pid"}
- *    first, then {"exit_code"|"signal"}. A stream without its exit event is
- *    an error. The run stream's output is line-oriented text, so the
- *    command's stdout and stderr are redirected into two files in the
- *    sandbox, read back as raw bytes after it ends (kept apart, exact) and
- *    deleted; output therefore arrives when the command ends, not while it
- *    runs. stdin: uploaded as a file first and redirected. Every process
- *    of the command carries CL_EXEC_MARK=<its tag> in its environment, so
- *    exec_kill (a scan run as a command of its own) signals all of them,
- *    setsid'd and orphaned descendants included. The end event's
- *    oom_killed is the result's OOM flag (exec_end_info, CASE-49).
+ *  - exec: one request, POST {sandbox_url}/api/v1/processes/run (SSE):
+ *    "bash -c WRAPPER bash SCRIPT" (SCRIPT: cl_shell_script, the cwd on a
+ *    line of its own, CASE-46; the create's workdir when the call names
+ *    no cwd), env in the env field; {"pid"} first, then {"exit_code"|
+ *    "signal"}. A stream without its exit event is an error. Why one
+ *    request and a wrapper: the run stream's output is lines of text (the
+ *    daemon splits at "\n" and drops it and a "\r" before it, so a last
+ *    line's missing newline is lost, and bytes that are not UTF-8 are
+ *    replaced or end the stream), and the contract has no call that runs
+ *    a command and returns its bytes. So the wrapper runs SCRIPT in a
+ *    bash of its own with stdout and stderr on two files of the sandbox
+ *    and, when it ends, prints a report line that carries both outputs in
+ *    hex or base64 (text-safe, kept apart, exact: CASE-07) and exits with
+ *    the command's status (tl_exec_script). Nothing else is asked of the
+ *    provider: a warm exec is one request, where reading the files back
+ *    and deleting them was four more. Output larger than TL_INLINE_MAX a
+ *    stream, or a wrapper ended by SIGKILL (no report), is downloaded as
+ *    raw bytes (GET /api/v1/files) and deleted (DELETE), as before. The
+ *    output therefore arrives when the command ends, not while it runs.
+ *    stdin: uploaded as a file first (one request more) and redirected.
+ *    Every process of the command carries CL_EXEC_MARK=<its tag> in its
+ *    environment, so exec_kill (a scan run as a command of its own)
+ *    signals all of them, setsid'd and orphaned descendants included; the
+ *    wrapper traps the catchable signals, so it still reports. The end
+ *    event's oom_killed is the result's OOM flag (exec_end_info, CASE-49).
  *  - files: GET|PUT /api/v1/files?path= (raw bytes both ways, never text,
  *    CASE-17), GET /api/v1/files/list?path=; a relative path is taken from
  *    the workdir (else /).
@@ -77,6 +89,7 @@
 #include "cloud.h"
 #include "provider.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -101,6 +114,13 @@
 #define TL_STR_(x) #x
 #define TL_STR(x) TL_STR_(x)
 #define TL_LIFETIME_MARGIN_S 5          /* provider end after the caller's lifetime */
+/* A command's report (tl_exec_script): its first line of stdout starting
+ * with this and the command's tag. */
+#define TL_REPORT_MARK "SBX-OUT-"
+#define TL_INLINE_SHORT 32              /* output bytes reported in hex, read by the shell */
+#define TL_INLINE_MAX 65536             /* output bytes reported in base64; more: downloaded */
+#define TL_SWEEP 8                      /* finished commands whose files one rm removes */
+#define TL_TAG_GLOB "sbx-exec-*"        /* every command's tag (cl_script_proc, provider.h) */
 /* The create's environment, sourced by every command (provider.h). */
 #define TL_ENV_FILE "/var/lib/sbx/create.env"
 
@@ -1214,6 +1234,8 @@ typedef struct tl_stream {
     cl_sse sse;
     int have_exit;
     int exit_code;
+    const char *marker;     /* a command's report starts with it (NULL: none) */
+    char *report;           /* the report's fields, after the marker */
 } tl_stream;
 
 static int tl_on_event(void *ud, const char *event, const char *data, size_t n, const char *id)
@@ -1235,9 +1257,14 @@ static int tl_on_event(void *ud, const char *event, const char *data, size_t n, 
         const char *st = cl_json_str(j, "stream");
         const char *line = json_object_get_string(v);
         int fd = st && strcmp(st, "stderr") == 0 ? 2 : 1;
-        if (cl_proc_output(&s->p->sp.base, fd, line, strlen(line)) < 0
-            || cl_proc_output(&s->p->sp.base, fd, "\n", 1) < 0)
+        size_t ml = s->marker ? strlen(s->marker) : 0;
+        if (fd == 1 && ml && !s->report && strncmp(line, s->marker, ml) == 0) {
+            if (!(s->report = strdup(line + ml)))
+                rc = -1;
+        } else if (cl_proc_output(&s->p->sp.base, fd, line, strlen(line)) < 0
+                   || cl_proc_output(&s->p->sp.base, fd, "\n", 1) < 0) {
             rc = -1;
+        }
     } else if (json_object_object_get_ex(j, "exit_code", NULL)
                || json_object_object_get_ex(j, "signal", NULL)
                || json_object_object_get_ex(j, "oom_killed", NULL)) {
@@ -1293,7 +1320,7 @@ static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
     p.sp.sb = sb;
     pthread_mutex_init(&p.pid_lock, NULL);
     p.sp.base.stdout_fd = p.sp.base.stderr_fd = -1;
-    tl_stream s = { &p, { 0 }, 0, 0 };
+    tl_stream s = { &p, { 0 }, 0, 0, NULL, NULL };
     cl_sse_init(&s.sse, tl_on_event, &s);
     json_object *b = tl_run_body(cmd, NULL, NULL);
     const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
@@ -1325,80 +1352,220 @@ static int tl_out_sink(void *ud, const char *data, size_t n)
     return cl_proc_output(&o->p->sp.base, o->fd, data, n);
 }
 
+/* Removes file @path of the sandbox (DELETE /api/v1/files); what it
+ * answers is not looked at (a file left in /tmp is no failure). */
+static void tl_remove(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path)
+{
+    char *q = tl_files_path("", path);
+    cl_req rd = { .method = "DELETE", .idempotent = CL_SAFE, .what = "remove the output" };
+    cl_resp r = { 0 };
+    if (q)
+        tl_host(sb, ctx, &rd, q, &r, 1, "exec", NULL);
+    cl_resp_clear(&r);
+    free(q);
+}
+
+/* Downloads the command's output file for @fd (1 or 2), in /tmp, as raw
+ * bytes into the output, then removes it: 0, or -1 with the failure
+ * recorded (cl_proc_fail_last). A missing file is no output unless @must
+ * (the report said it is there): then it is an error. */
+static int tl_exec_fetch(tl_proc *p, const sbx_call_ctx *ctx, int fd, int must)
+{
+    struct sbx_plugin_sandbox *sb = p->sp.sb;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/.%s.%s", p->sp.tag, fd == 1 ? "out" : "err");
+    char *q = tl_files_path("", path);
+    if (!q) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, "exec", "out of memory");
+        return -1;
+    }
+    tl_out o = { p, fd };
+    cl_req rg = { .method = "GET", .sink = tl_out_sink, .sink_ud = &o, .idempotent = CL_SAFE,
+                  .what = "read the command's output" };
+    cl_resp r = { 0 };
+    int rc = tl_host(sb, ctx, &rg, q, &r, 1, "exec", NULL);
+    if (rc == 0)
+        tl_remove(sb, ctx, path);
+    else if (r.status == 404 && !tl_is_gone(sb) && !must)
+        rc = 0;
+    else if (r.status == 404 && !tl_is_gone(sb))
+        cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "tensorlake: the command's %s file %s is "
+                "missing", fd == 1 ? "stdout" : "stderr", path);
+    cl_resp_clear(&r);
+    free(q);
+    return rc;
+}
+
+/* One field of the command's report (tl_exec_script) into the output for
+ * @fd: "x" and hex digits, "b" and base64, or "-" (the file is in /tmp, to
+ * be downloaded). 0, or -1 with the failure recorded. */
+static int tl_exec_field(tl_proc *p, const sbx_call_ctx *ctx, int fd, const char *f, size_t n)
+{
+    cl_buf b = { 0 };
+    int ok = 1;
+    if (n == 1 && f[0] == '-')
+        return tl_exec_fetch(p, ctx, fd, 1);
+    if (n >= 1 && f[0] == 'x' && n % 2 == 1) {
+        for (size_t i = 1; ok && i + 1 < n; i += 2) {
+            if (!isxdigit((unsigned char)f[i]) || !isxdigit((unsigned char)f[i + 1])) {
+                ok = 0;
+                break;
+            }
+            char h[3] = { f[i], f[i + 1], 0 };
+            unsigned char c = (unsigned char)strtoul(h, NULL, 16);
+            ok = cl_buf_append(&b, &c, 1) == 0;
+        }
+    } else if (n >= 1 && f[0] == 'b') {
+        ok = cl_base64_decode(f + 1, n - 1, &b) == 0;
+    } else {
+        ok = 0;
+    }
+    if (!ok) {
+        cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "tensorlake: the command's report of its %s "
+                "is not hex or base64: %.40s", fd == 1 ? "stdout" : "stderr", f);
+        cl_buf_clear(&b);
+        return -1;
+    }
+    int rc = b.len ? cl_proc_output(&p->sp.base, fd, b.data, b.len) : 0;
+    cl_buf_clear(&b);
+    return rc < 0 ? -1 : 0;
+}
+
+/*
+ * The script of a command @tag (see the header), stdin from @in: the
+ * create's environment, then the caller's script, $1, run by a bash of its
+ * own (so that $$ is the command's shell, as under bash -c, and it sees
+ * none of the wrapper's variables or functions) with its stdout and stderr
+ * on two files, in /dev/shm (memory: creating files there costs less than
+ * on the disk) when it is a writable directory, else in /tmp (the run
+ * stream's output is lines of text, so the bytes go by the files); then
+ * the report, one line on stdout: TL_REPORT_MARK, the tag, a space,
+ * stdout's field, a space, stderr's field. A field is "x" and the bytes in
+ * hex when there are at most TL_INLINE_SHORT of them (read by the shell
+ * itself: no program started), "b" and base64 when at most TL_INLINE_MAX,
+ * else "-": the file is moved to /tmp, to be downloaded and removed by the
+ * plugin, and the command's other files are removed at once. When both
+ * were reported, the command's files are marked done (an empty ".done"
+ * file, made by the shell), and the first command that finds TL_SWEEP
+ * commands marked done removes their files (and their stdin files) with
+ * one rm: starting a program costs a warm exec more than the rest of its
+ * script, so most commands start none besides their own bash, and at most
+ * TL_SWEEP - 1 finished commands' files stay (each at most TL_INLINE_MAX
+ * bytes a stream). The script exits with the command's status. The
+ * wrapper traps the signals a kill sends (a caught signal is the default
+ * again in the command), so that it reports what a command killed by
+ * exec_kill wrote (its own "Terminated" goes to /dev/null); a SIGKILL ends
+ * it too, and then no report comes: the plugin downloads the files
+ * (tl_exec_run).
+ */
+static char *tl_exec_script(const char *src, const char *tag, const char *in)
+{
+    return cl_printf("%s"
+                     "trap : HUP INT QUIT TERM USR1 USR2 ALRM\n"
+                     "if [ -d /dev/shm ] && [ -w /dev/shm ]; then "
+                     "bash -c \"$1\" <%s >/dev/shm/.%s.out 2>/dev/shm/.%s.err\n"
+                     "else bash -c \"$1\" <%s >/tmp/.%s.out 2>/tmp/.%s.err; fi 2>/dev/null\n"
+                     "c=$? k= m= d=/dev/shm LC_ALL=C\n"
+                     "[ -f $d/.%s.out ] || d=/tmp\n"
+                     "r() {\n"
+                     "local h= n=0 b v\n"
+                     "while IFS= read -r -d '' -n 1 b; do\n"
+                     "if [ $n = %d ]; then\n"
+                     "if command -v base64 >/dev/null && [ \"$(stat -c %%s $1)\" -le %d ]; "
+                     "then printf b; base64 -w0 $1; k=\"$k $1\"\n"
+                     "else printf %%s -; m=1; [ $d = /tmp ] || mv -f $1 /tmp/; fi\n"
+                     "return\nfi\n"
+                     "printf -v v %%02x \"'$b\"; h=$h$v; n=$((n+1))\n"
+                     "done <$1\n"
+                     "printf x%%s \"$h\"; k=\"$k $1\"\n"
+                     "}\n"
+                     "printf '%s%s '; r $d/.%s.out; printf ' '; r $d/.%s.err; echo\n"
+                     "if [ -n \"$m\" ]; then rm -f $k /tmp/.%s.in\n"
+                     "else : >$d/.%s.done; set -- $d/." TL_TAG_GLOB ".done\n"
+                     "if [ $# -ge %d ]; then k=; for f; do f=${f%%.done}; "
+                     "k=\"$k $f.* /tmp/${f##*/}.in\"; done; rm -f $k; fi; fi\n"
+                     "exit $c\n",
+                     src, in, tag, tag, in, tag, tag, tag, TL_INLINE_SHORT, TL_INLINE_MAX,
+                     TL_REPORT_MARK, tag, tag, tag, tag, tag, TL_SWEEP);
+}
+
 static int tl_exec_run(cl_proc *base)
 {
     tl_proc *p = (tl_proc *)base;
     struct sbx_plugin_sandbox *sb = p->sp.sb;
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
-    char *stdin_path = NULL, *script = NULL, *src = cl_env_file_source(TL_ENV_FILE);
-    int code = -1;
-    if (!src) {
-        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto fail;
-    }
+    char in[64] = "/dev/null", marker[64];
+    char *script = NULL, *src = cl_env_file_source(TL_ENV_FILE);
+    int code = -1, rc = -1;
+    tl_stream s = { p, { 0 }, 0, 0, marker, NULL };
+    json_object *b = NULL, *args = NULL;
+    cl_resp r = { 0 };
+    snprintf(marker, sizeof marker, "%s%s ", TL_REPORT_MARK, p->sp.tag);
     if (p->sp.stdin_fd >= 0) {
-        stdin_path = cl_printf("/tmp/.%s.in", p->sp.tag);
-        if (!stdin_path || tl_upload(sb, &ctx, stdin_path, p->sp.stdin_fd, op, NULL) < 0)
+        snprintf(in, sizeof in, "/tmp/.%s.in", p->sp.tag);
+        if (tl_upload(sb, &ctx, in, p->sp.stdin_fd, op, NULL) < 0)
             goto fail;
-        const char *t = p->sp.tag;
-        script = cl_printf("%sexec </tmp/.%s.in >/tmp/.%s.out 2>/tmp/.%s.err; "
-                           "rm -f /tmp/.%s.in\n%s", src, t, t, t, t, p->sp.script);
-    } else {
-        script = cl_printf("%sexec </dev/null >/tmp/.%s.out 2>/tmp/.%s.err\n%s", src, p->sp.tag,
-                           p->sp.tag, p->sp.script);
     }
-    if (!script) {
+    /* bash -c WRAPPER bash SCRIPT: the caller's script is the wrapper's $1. */
+    if (!src || !(script = tl_exec_script(src, p->sp.tag, in))
+        || !(b = tl_run_body(script, (const char *const *)p->sp.env, p->sp.tag))
+        || !json_object_object_get_ex(b, "args", &args)
+        || json_object_array_add(args, json_object_new_string("bash")) < 0
+        || json_object_array_add(args, json_object_new_string(p->sp.script)) < 0) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    tl_stream s = { p, { 0 }, 0, 0 };
     cl_sse_init(&s.sse, tl_on_event, &s);
-    json_object *b = tl_run_body(script, (const char *const *)p->sp.env, p->sp.tag);
     const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
     static const char *const h[] = { "Accept: text/event-stream", NULL };
     cl_req rq = { .method = "POST", .headers = h, .body = bs, .body_len = strlen(bs),
                   .sink = tl_sse_sink, .sink_ud = &s, .idempotent = CL_UNSAFE,
                   .what = "run the command" };
-    cl_resp r = { 0 };
-    int rc = tl_host(sb, &ctx, &rq, "/api/v1/processes/run", &r, 0, op, NULL);
+    rc = tl_host(sb, &ctx, &rq, "/api/v1/processes/run", &r, 0, op, NULL);
     if (rc == 0 && cl_sse_end(&s.sse, op, NULL) < 0)
         rc = -1;
-    if (rc == 0)
-        code = s.exit_code;
     cl_sse_clear(&s.sse);
-    json_object_put(b);
-    cl_resp_clear(&r);
-    /* The output, as raw bytes (the run stream is line-oriented text). */
-    for (int fd = 1; rc == 0 && fd <= 2; fd++) {
-        char path[64];
-        snprintf(path, sizeof path, "/tmp/.%s.%s", p->sp.tag, fd == 1 ? "out" : "err");
-        char *q = tl_files_path("", path);
-        tl_out o = { p, fd };
-        cl_req rg = { .method = "GET", .sink = tl_out_sink, .sink_ud = &o, .idempotent = CL_SAFE,
-                      .what = "read the command's output" };
-        cl_resp r2 = { 0 };
-        rc = q ? tl_host(sb, &ctx, &rg, q, &r2, 1, op, NULL) : -1;
-        if (rc < 0 && r2.status == 404 && !tl_is_gone(sb))
-            rc = 0;     /* the command removed it */
-        cl_resp_clear(&r2);
-        if (q) {
-            cl_req rd = { .method = "DELETE", .idempotent = CL_SAFE, .what = "remove the output" };
-            cl_resp r3 = { 0 };
-            tl_host(sb, &ctx, &rd, q, &r3, 1, op, NULL);
-            cl_resp_clear(&r3);
-        }
-        free(q);
-    }
     if (rc < 0)
         goto fail;
+    code = s.exit_code;
+    if (s.report) {
+        /* "OUT ERR" (tl_exec_script). */
+        const char *sp = strchr(s.report, ' ');
+        if (!sp) {
+            cl_fail(NULL, SBX_ERROR_CONNECTION, op, "tensorlake: the command's report is cut: "
+                    "%.80s", s.report);
+            goto fail;
+        }
+        if (tl_exec_field(p, &ctx, 1, s.report, (size_t)(sp - s.report)) < 0
+            || tl_exec_field(p, &ctx, 2, sp + 1, strlen(sp + 1)) < 0)
+            goto fail;
+    } else {
+        /* No report: the wrapper was killed (SIGKILL). The files hold the
+         * output as raw bytes; those in /dev/shm are moved to /tmp first,
+         * where the files API reaches on any host. */
+        char *mv = cl_printf("for f in /dev/shm/.%s.out /dev/shm/.%s.err; do "
+                             "[ -f $f ] && mv -f $f /tmp/; done; exit 0", p->sp.tag, p->sp.tag);
+        int c2 = 0;
+        if (!mv || tl_run_short(sb, &ctx, mv, &c2, op, NULL) < 0) {
+            free(mv);
+            goto fail;
+        }
+        free(mv);
+        if (tl_exec_fetch(p, &ctx, 1, 0) < 0 || tl_exec_fetch(p, &ctx, 2, 0) < 0)
+            goto fail;
+        if (p->sp.stdin_fd >= 0)
+            tl_remove(sb, &ctx, in);
+    }
     goto out;
 fail:
     cl_proc_fail_in(base, &sb->s);
     code = -1;
 out:
+    free(s.report);
+    json_object_put(b);
+    cl_resp_clear(&r);
     free(script);
-    free(stdin_path);
     free(src);
     return code;
 }
@@ -1439,8 +1606,9 @@ static const sbx_plugin tl_plugin = {
     .description = "Tensorlake sandboxes (control plane and sandbox host APIs) over libcurl; "
                    "sandboxes named by their create token (stop/start suspend and resume, "
                    "list_owned and lost creates find them) unless the option \"suspendable\": "
-                   "false leaves them unnamed, ended at their lifetime; output arrives when a "
-                   "command ends; relative paths are taken from the workdir",
+                   "false leaves them unnamed, ended at their lifetime; one request per exec, "
+                   "its output arriving when the command ends; relative paths are taken from "
+                   "the workdir",
     .caps = TL_CAPS,
     .setup = tl_setup,
     .client_new = tl_client_new,
