@@ -36,10 +36,11 @@ set_err(char **err, PGconn *pg, const char *what)
 }
 
 static store_conn *
-pg_connect(const char *target, char **err)
+pg_connect(const char *target, store_sync sync, char **err)
 {
     store_conn *c = calloc(1, sizeof *c);
 
+    (void)sync;                   /* the PostgreSQL server's own durability */
     if (!c)
         return NULL;
     c->pg = PQconnectdb(target);
