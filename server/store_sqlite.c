@@ -109,6 +109,30 @@ sq_script(store_conn *c, const char *sql, char **err)
     return 0;
 }
 
+static sqlite3_stmt *prepare(store_conn *c, const char *sql, size_t n, const char *const *p,
+                             char **err);
+static void release(store_conn *c, sqlite3_stmt *st);
+
+/* Runs @sql (no parameters, no rows) through the statement cache: BEGIN
+ * IMMEDIATE and COMMIT run twice per execute, compiled once. */
+static int
+sq_cached(store_conn *c, const char *sql, char **err)
+{
+    sqlite3_stmt *st = prepare(c, sql, 0, NULL, err);
+    int rc;
+
+    if (!st)
+        return -1;
+    rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+        set_err(err, c->db, sql);
+        release(c, st);
+        return -1;
+    }
+    release(c, st);
+    return 0;
+}
+
 /* Sets synchronous back to FULL after a volatile transaction. */
 static void
 end_volatile(store_conn *c)
@@ -130,7 +154,7 @@ sq_begin(store_conn *c, const char *lock_name, unsigned flags, char **err)
     }
     pthread_mutex_lock(&write_lock);
     c->holds_write_lock = 1;
-    if (sq_script(c, "BEGIN IMMEDIATE", err) < 0) {
+    if (sq_cached(c, "BEGIN IMMEDIATE", err) < 0) {
         c->holds_write_lock = 0;
         pthread_mutex_unlock(&write_lock);
         end_volatile(c);
@@ -152,7 +176,7 @@ drop_write_lock(store_conn *c)
 static int
 sq_commit(store_conn *c, char **err)
 {
-    int rc = sq_script(c, "COMMIT", err);
+    int rc = sq_cached(c, "COMMIT", err);
 
     if (rc < 0 && !sqlite3_get_autocommit(c->db))
         return rc;                 /* still open: the caller rolls back */
