@@ -190,10 +190,21 @@ cp_random(void *buf, size_t n)
 char *
 cp_new_id(const char *prefix)
 {
+    /* Ids draw from a per-thread pool filled 512 bytes at a time (an
+     * execute makes four ids: one getrandom() call instead of four). The
+     * pool is for ids only; secrets and nonces call cp_random() directly. */
+    static __thread unsigned char pool[512];
+    static __thread size_t left;
     unsigned char u[16];
     char hex[33];
 
-    cp_random(u, sizeof u);
+    if (left < sizeof u) {
+        cp_random(pool, sizeof pool);
+        left = sizeof pool;
+    }
+    memcpy(u, pool + sizeof pool - left, sizeof u);
+    memset(pool + sizeof pool - left, 0, sizeof u);
+    left -= sizeof u;
     u[6] = (unsigned char)((u[6] & 0x0f) | 0x40);
     u[8] = (unsigned char)((u[8] & 0x3f) | 0x80);
     to_hex(u, sizeof u, hex);
