@@ -41,8 +41,8 @@
  *   - STORE_SYNC_FULL (BESPOKE_DB_SYNCHRONOUS=full): synchronous=FULL, each
  *     commit fsyncs the WAL, so an answered commit survives a power loss
  *     too. The fsync costs about 200 us a commit on an ext4 virtual disk,
- *     about as much as the rest of an execute's added latency together
- *     (bench/cp_exec). In this mode a transaction begun with
+ *     as much as bench/cp_exec's whole target for an execute's added
+ *     latency. In this mode a transaction begun with
  *     STORE_TXN_VOLATILE is still only written (synchronous=NORMAL for that
  *     transaction): it is for decisions that no answer acknowledges, an
  *     execution's claim, whose answer comes with the durable commit of its
