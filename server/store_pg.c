@@ -101,7 +101,7 @@ number_params(const char *sql)
 static PGresult *
 run(store_conn *c, const char *sql, size_t n, const char *const *p, char **err)
 {
-    char name[16], *q = NULL;
+    char name[24], *q = NULL;
     PGresult *r;
     size_t i;
 
