@@ -4,7 +4,9 @@
  *
  * The bench starts the build tree's sbx-server (SBX_SERVER overrides) on
  * 127.0.0.1 with PORT=0, a throwaway SQLite store in a temporary directory
- * and BESPOKE_ALLOWED_BACKENDS=local, makes an organization with the admin
+ * (its synchronous mode the server's default, normal, unless
+ * BESPOKE_DB_SYNCHRONOUS is set; the first line says which) and
+ * BESPOKE_ALLOWED_BACKENDS=local, makes an organization with the admin
  * token, and stops the server by its PID at the end (the directory is
  * removed). Rows:
  *
@@ -383,8 +385,11 @@ int main(int argc, char **argv)
     if (!rsb)
         die("remote sandbox: %s", err ? sbx_error_get0_message(err) : "?");
 
-    printf("cp_exec: sbx-server %s, %d rounds, plugins %s\n", g_url, rounds,
-           getenv("SBX_PLUGIN_MODE") ? getenv("SBX_PLUGIN_MODE") : "outofprocess");
+    /* The server inherits BESPOKE_DB_SYNCHRONOUS (normal when unset). */
+    const char *sync = getenv("BESPOKE_DB_SYNCHRONOUS");
+    printf("cp_exec: sbx-server %s, %d rounds, plugins %s, SQLite synchronous=%s%s\n", g_url,
+           rounds, getenv("SBX_PLUGIN_MODE") ? getenv("SBX_PLUGIN_MODE") : "outofprocess",
+           sync && *sync ? sync : "normal", sync && *sync ? "" : " (the default)");
     CURL *h = curl_easy_init();
     double *a = calloc((size_t)rounds, sizeof *a), *c = calloc((size_t)rounds, sizeof *c);
     char key[64];

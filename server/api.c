@@ -36,12 +36,13 @@
  * at libsbx's output cap adds "stdout_truncated"/"stderr_truncated": true.
  * Replies without these conditions carry exactly the reference's fields.
  *
- * The claim is a volatile transaction (server/store.h: written, not
- * flushed), the outcome with its usage and ledger entries one durable
- * transaction, committed before the answer: an answered execute's ledger
- * entries survive a power loss; an unanswered one whose claim was lost
- * with the machine runs again when its request is sent again. The store
- * connection is given back while the command runs.
+ * The claim is one transaction (STORE_TXN_VOLATILE: never flushed on its
+ * own, server/store.h), the outcome with its usage and ledger entries
+ * another, committed before the answer: an answered execute's ledger
+ * entries survive a crash of the server, and with BESPOKE_DB_SYNCHRONOUS=
+ * full a power loss too; an unanswered one whose claim was lost with the
+ * machine runs again when its request is sent again. The store connection
+ * is given back while the command runs.
  *
  * Records made with an Idempotency-Key carry it as "idempotency_key"
  * (beyond the reference), and GET /v1/sandboxes?idempotency_key=K lists
@@ -1243,7 +1244,10 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
                          json_object_get(body));
         goto out;
     }
-    r = load_sandbox(x, req->who.org_id, id);
+    /* Only the columns an execute reads (runtime_of(), the metering, the
+     * error payload), not the whole record. */
+    r = q(x, "SELECT id, backend, status, hourly_rate_usd, session_state_sealed FROM sandboxes"
+             " WHERE id = ? AND organization_id = ?", P(id, req->who.org_id));
     if (!r)
         goto internal;
     if (r->nrows == 0) {

@@ -12,6 +12,16 @@
  *   BESPOKE_CONTROL_PLANE_DB             SQLite path (default
  *                                        ./bespoke-control-plane.db) or a
  *                                        postgres:// / postgresql:// URL
+ *   BESPOKE_DB_SYNCHRONOUS               "normal" (default) or "full": an
+ *                                        SQLite store's synchronous mode in
+ *                                        WAL (server/store.h "Durability":
+ *                                        full fsyncs every commit, so an
+ *                                        answered commit survives a power
+ *                                        loss; normal survives a crash of
+ *                                        the server, and an operating-
+ *                                        system crash may lose the last
+ *                                        commits). PostgreSQL keeps its
+ *                                        server's synchronous_commit.
  *   BESPOKE_ALLOWED_BACKENDS             comma list (default: every
  *                                        installed backend), read at start
  *   BESPOKE_CUSTOMER_MARKUP              decimal >= 0 (default 1)
@@ -41,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "http.h"
 #include "server.h"
@@ -101,6 +112,13 @@ read_settings(cp_settings *s)
         return -1;
     }
     s->db = env_dup("BESPOKE_CONTROL_PLANE_DB", "./bespoke-control-plane.db");
+    v = getenv("BESPOKE_DB_SYNCHRONOUS");
+    if (v && strcasecmp(v, "normal") && strcasecmp(v, "full")) {
+        fprintf(stderr, "sbx-server: BESPOKE_DB_SYNCHRONOUS must be \"normal\" or \"full\", "
+                        "not \"%s\"\n", v);
+        return -1;
+    }
+    s->db_sync_full = v && !strcasecmp(v, "full");
     v = getenv("BESPOKE_ALLOWED_BACKENDS");
     if (v) {
         char *copy = strdup(v), *save = NULL;
@@ -204,7 +222,8 @@ main(int argc, char **argv)
     sigaddset(&set, SIGINT);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
 
-    srv.st = store_open(srv.set.db, &err);
+    srv.st = store_open(srv.set.db, srv.set.db_sync_full ? STORE_SYNC_FULL : STORE_SYNC_NORMAL,
+                        &err);
     if (!srv.st) {
         fprintf(stderr, "sbx-server: %s\n", err);
         free(err);
@@ -222,10 +241,14 @@ main(int argc, char **argv)
         free_settings(&srv.set);
         return 1;
     }
+    if (!strcmp(store_engine(srv.st), "sqlite"))
+        fprintf(stderr, "sbx-server: store sqlite, schema version %d, synchronous %s\n",
+                store_schema_latest(), srv.set.db_sync_full ? "full" : "normal");
+    else
+        fprintf(stderr, "sbx-server: store %s, schema version %d\n", store_engine(srv.st),
+                store_schema_latest());
     printf("listening on http://%s:%u\n", srv.set.host, cp_http_port(http));
     fflush(stdout);
-    fprintf(stderr, "sbx-server: store %s, schema version %d\n", store_engine(srv.st),
-            store_schema_latest());
     sigwait(&set, &sig);
     fprintf(stderr, "sbx-server: signal %d, stopping\n", sig);
     cp_http_stop(http);

@@ -177,14 +177,12 @@ meter_record_execution(cx *x, const char *org, const char *sandbox_id, const cha
         rc = 0;                    /* already metered */
         goto out;
     }
+    /* Both entries in one statement. */
     if (ex(x, "INSERT INTO ledger_entries(id, organization_id, sandbox_id, usage_event_id, kind,"
-              " amount_usd, price_version, created_at) VALUES (?, ?, ?, ?, 'provider_cost', ?, ?, ?)"
-              " ON CONFLICT DO NOTHING",
-           P(l1, org, sandbox_id, use, prov, meter_price_version(), now), NULL) < 0 ||
-        ex(x, "INSERT INTO ledger_entries(id, organization_id, sandbox_id, usage_event_id, kind,"
-              " amount_usd, price_version, created_at) VALUES (?, ?, ?, ?, 'customer_cost', ?, ?, ?)"
-              " ON CONFLICT DO NOTHING",
-           P(l2, org, sandbox_id, use, cust, meter_price_version(), now), NULL) < 0)
+              " amount_usd, price_version, created_at) VALUES (?, ?, ?, ?, 'provider_cost', ?, ?, ?),"
+              " (?, ?, ?, ?, 'customer_cost', ?, ?, ?) ON CONFLICT DO NOTHING",
+           P(l1, org, sandbox_id, use, prov, meter_price_version(), now,
+             l2, org, sandbox_id, use, cust, meter_price_version(), now), NULL) < 0)
         goto out;
     rc = 0;
 out:

@@ -27,6 +27,7 @@ typedef struct cp_settings {
     char *pepper;                 /* BESPOKE_API_KEY_PEPPER (required) */
     char *admin_token;            /* BESPOKE_CONTROL_PLANE_ADMIN_TOKEN (required) */
     char *db;                     /* BESPOKE_CONTROL_PLANE_DB */
+    int db_sync_full;             /* BESPOKE_DB_SYNCHRONOUS=full (default normal) */
     char **backends;              /* BESPOKE_ALLOWED_BACKENDS, lowercased; NULL = all */
     size_t nbackends;
     int64_t markup_pusd;          /* BESPOKE_CUSTOMER_MARKUP × 10^12 (default 1) */

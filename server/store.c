@@ -23,6 +23,7 @@
 struct store {
     const store_vtable *vt;
     char *target;
+    store_sync sync;
     pthread_mutex_t lock;
     pthread_cond_t freed;
     store_conn **idle;
@@ -230,7 +231,7 @@ redact_target(const char *target)
 }
 
 store *
-store_open(const char *target, char **err)
+store_open(const char *target, store_sync sync, char **err)
 {
     store *st;
     store_conn *c;
@@ -247,6 +248,7 @@ store_open(const char *target, char **err)
     st->vt = (!strncmp(target, "postgres://", 11) || !strncmp(target, "postgresql://", 13))
                  ? &store_pg_vtable : &store_sqlite_vtable;
     st->target = strdup(target);
+    st->sync = sync;
     pthread_mutex_init(&st->lock, NULL);
     pthread_cond_init(&st->freed, NULL);
     {
@@ -254,7 +256,7 @@ store_open(const char *target, char **err)
         long v = m ? strtol(m, NULL, 10) : 0;
         st->max_open = v > 0 ? (size_t)v : 16;
     }
-    c = st->vt->connect(target, &why);
+    c = st->vt->connect(target, sync, &why);
     if (!c || migrate(st, c, &why) < 0) {
         char *shown = redact_target(target);
         if (err)
@@ -315,7 +317,7 @@ store_acquire(store *st, char **err)
     pthread_mutex_unlock(&st->lock);
     if (c)
         return c;
-    c = st->vt->connect(st->target, err);
+    c = st->vt->connect(st->target, st->sync, err);
     if (!c) {
         pthread_mutex_lock(&st->lock);
         st->open--;

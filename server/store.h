@@ -29,17 +29,28 @@
  * names run in parallel. Unique constraints back every "once" rule on both
  * engines as well.
  *
- * Durability: a commit is on disk before commit() returns (SQLite
- * synchronous=FULL: the WAL is fsynced; PostgreSQL synchronous_commit on),
- * so an answer the server gave (a ledger entry, a sandbox record, a key)
- * survives an operating-system crash or a power loss, as the reference's
- * SQLite defaults give. A transaction begun with STORE_TXN_VOLATILE is
- * only written, not flushed (SQLite synchronous=NORMAL, PostgreSQL
- * synchronous_commit off): it survives a crash of the server process but
- * may be lost with the machine. It is for decisions that no answer
- * acknowledges: an execution's claim, whose answer comes with the durable
- * commit of its outcome. The fsync costs about 200 us a commit on an ext4
- * virtual disk (bench/cp_exec).
+ * Durability (BESPOKE_DB_SYNCHRONOUS, store_open()'s @sync): a commit is
+ * in the database before commit() returns, so an answer the server gave (a
+ * ledger entry, a sandbox record, a key) survives a crash of the server
+ * process, a SIGKILL included. How it survives the machine:
+ *
+ *   - STORE_SYNC_NORMAL, the default: SQLite synchronous=NORMAL in WAL
+ *     mode. A commit is written to the WAL without an fsync; the WAL is
+ *     fsynced at each checkpoint. An operating-system crash or a power
+ *     loss can lose the last commits (never corrupt the database).
+ *   - STORE_SYNC_FULL (BESPOKE_DB_SYNCHRONOUS=full): synchronous=FULL, each
+ *     commit fsyncs the WAL, so an answered commit survives a power loss
+ *     too. The fsync costs about 200 us a commit on an ext4 virtual disk,
+ *     as much as bench/cp_exec's whole target for an execute's added
+ *     latency. In this mode a transaction begun with
+ *     STORE_TXN_VOLATILE is still only written (synchronous=NORMAL for that
+ *     transaction): it is for decisions that no answer acknowledges, an
+ *     execution's claim, whose answer comes with the durable commit of its
+ *     outcome.
+ *
+ * PostgreSQL keeps its server's own durability (synchronous_commit, on by
+ * default) whatever @sync says; a STORE_TXN_VOLATILE transaction runs
+ * with synchronous_commit off there.
  *
  * Threads: a connection is used by one thread at a time; the pool
  * (store_acquire/store_release) hands connections to request threads and
@@ -66,12 +77,19 @@ typedef struct store_conn store_conn;
 /* begin() flags. */
 #define STORE_TXN_VOLATILE 1u     /* not flushed at commit (see above) */
 
+/* How commits reach the disk (see "Durability" above). */
+typedef enum store_sync {
+    STORE_SYNC_NORMAL = 0,        /* written at commit, fsynced at checkpoints */
+    STORE_SYNC_FULL = 1,          /* fsynced at every commit */
+} store_sync;
+
 /* One engine. Each slot returns 0 / a value on success and -1 on failure
  * with a message (new string, free()) in *err when @err is not NULL. */
 typedef struct store_vtable {
     const char *name;             /* "sqlite" or "postgresql" */
-    /* Opens a connection to @target (a path or a URL). */
-    store_conn *(*connect)(const char *target, char **err);
+    /* Opens a connection to @target (a path or a URL) committing as @sync
+     * says. */
+    store_conn *(*connect)(const char *target, store_sync sync, char **err);
     void (*close)(store_conn *conn);
     /* Starts a transaction holding the lock @lock_name, durable unless
      * @flags has STORE_TXN_VOLATILE (see above). */
@@ -101,11 +119,12 @@ extern const store_vtable store_pg_vtable;
 typedef struct store store;
 
 /* Opens the store named by @target: a postgres:// or postgresql:// URL
- * selects PostgreSQL, anything else is an SQLite file path. Connects once
+ * selects PostgreSQL, anything else is an SQLite file path; every
+ * connection commits as @sync says (see "Durability" above). Connects once
  * and applies the pending schema migrations (server/store.c) under the lock
  * "schema". NULL on failure with the reason in *@err (new string; it names
  * the target without a password). */
-store *store_open(const char *target, char **err);
+store *store_open(const char *target, store_sync sync, char **err);
 void store_close(store *st);
 const char *store_engine(const store *st);
 

@@ -4,12 +4,16 @@
  *
  * The target is a libpq connection URL (postgres:// or postgresql://).
  * Statements are the shared ones with `?` placeholders numbered $1..$n
- * here; parameters go as text with types inferred by the server.
+ * here; parameters go as text with types inferred by the server. Each
+ * statement is prepared once per connection (PQprepare, named s0, s1, ...
+ * by the order they were first run) and then run by name, so the server
+ * parses and plans it once: the server's statements are a fixed set.
  * Transactions run at READ COMMITTED; begin() takes
  * pg_advisory_xact_lock(hashtextextended(lock_name, 0)), so decisions on
  * one name serialise across every connection and every sbx-server
  * process sharing the database, and end with the transaction.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,9 +22,15 @@
 #include "store.h"
 #include "util.h"
 
+/* Prepared statements kept per connection, by their `?` SQL text; beyond
+ * this many, statements run unprepared. */
+#define PG_STMT_CACHE 96
+
 struct store_conn {
     PGconn *pg;
     int in_txn;
+    char *prepared[PG_STMT_CACHE];  /* SQL text of statement "s<i>" */
+    size_t nprepared;
 };
 
 static void
@@ -36,10 +46,11 @@ set_err(char **err, PGconn *pg, const char *what)
 }
 
 static store_conn *
-pg_connect(const char *target, char **err)
+pg_connect(const char *target, store_sync sync, char **err)
 {
     store_conn *c = calloc(1, sizeof *c);
 
+    (void)sync;                   /* the PostgreSQL server's own durability */
     if (!c)
         return NULL;
     c->pg = PQconnectdb(target);
@@ -60,6 +71,8 @@ pg_close(store_conn *c)
     if (!c)
         return;
     PQfinish(c->pg);
+    for (size_t i = 0; i < c->nprepared; i++)
+        free(c->prepared[i]);
     free(c);
 }
 
@@ -88,9 +101,37 @@ number_params(const char *sql)
 static PGresult *
 run(store_conn *c, const char *sql, size_t n, const char *const *p, char **err)
 {
-    char *q = number_params(sql);
-    PGresult *r = PQexecParams(c->pg, q, (int)n, NULL, p, NULL, NULL, 0);
+    char name[24], *q = NULL;
+    PGresult *r;
+    size_t i;
 
+    for (i = 0; i < c->nprepared; i++)
+        if (!strcmp(c->prepared[i], sql))
+            break;
+    if (i == c->nprepared && i < PG_STMT_CACHE) {
+        q = number_params(sql);
+        snprintf(name, sizeof name, "s%zu", i);
+        r = PQprepare(c->pg, name, q, (int)n, NULL);
+        if (!r) {
+            free(q);
+            set_err(err, c->pg, "prepare");
+            return NULL;
+        }
+        if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+            free(q);
+            return r;               /* the caller reports the error */
+        }
+        PQclear(r);
+        c->prepared[c->nprepared++] = strdup(sql);
+    }
+    if (i < c->nprepared) {
+        snprintf(name, sizeof name, "s%zu", i);
+        r = PQexecPrepared(c->pg, name, (int)n, p, NULL, NULL, 0);
+    } else {
+        if (!q)
+            q = number_params(sql);
+        r = PQexecParams(c->pg, q, (int)n, NULL, p, NULL, NULL, 0);
+    }
     free(q);
     if (!r) {
         set_err(err, c->pg, "query");

@@ -5,9 +5,11 @@
  * never block the writer), foreign keys on, a 30 s busy timeout (as the
  * reference's connect(timeout=30)); begin() is BEGIN IMMEDIATE, so every
  * decision takes the database's write lock at its start and decisions
- * never interleave, whatever their lock names. synchronous is FULL (each
- * commit fsyncs the WAL) except inside a STORE_TXN_VOLATILE transaction,
- * which runs at NORMAL (written, not flushed) and sets FULL back at its end.
+ * never interleave, whatever their lock names. synchronous is NORMAL
+ * (STORE_SYNC_NORMAL: a commit is written to the WAL, which is fsynced at
+ * checkpoints) or FULL (STORE_SYNC_FULL: each commit fsyncs the WAL); at
+ * FULL a STORE_TXN_VOLATILE transaction runs at NORMAL and sets FULL back
+ * at its end.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -31,7 +33,8 @@ static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
 struct store_conn {
     sqlite3 *db;
     int holds_write_lock;
-    int volatile_txn;             /* synchronous=NORMAL until the end */
+    int full;                     /* synchronous=FULL (STORE_SYNC_FULL) */
+    int volatile_txn;             /* at FULL: synchronous=NORMAL until the end */
     struct {
         char *sql;
         sqlite3_stmt *stmt;
@@ -47,7 +50,7 @@ set_err(char **err, sqlite3 *db, const char *what)
 }
 
 static store_conn *
-sq_connect(const char *target, char **err)
+sq_connect(const char *target, store_sync sync, char **err)
 {
     store_conn *c = calloc(1, sizeof *c);
     char *msg = NULL;
@@ -63,8 +66,12 @@ sq_connect(const char *target, char **err)
         return NULL;
     }
     sqlite3_busy_timeout(c->db, 30000);
-    if (sqlite3_exec(c->db, "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON;"
-                            " PRAGMA synchronous=FULL;", NULL, NULL, &msg) != SQLITE_OK) {
+    c->full = sync == STORE_SYNC_FULL;
+    if (sqlite3_exec(c->db, c->full ? "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON;"
+                                      " PRAGMA synchronous=FULL;"
+                                    : "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON;"
+                                      " PRAGMA synchronous=NORMAL;",
+                     NULL, NULL, &msg) != SQLITE_OK) {
         if (err)
             *err = cp_printf("PRAGMA: %s", msg ? msg : "failed");
         sqlite3_free(msg);
@@ -102,6 +109,30 @@ sq_script(store_conn *c, const char *sql, char **err)
     return 0;
 }
 
+static sqlite3_stmt *prepare(store_conn *c, const char *sql, size_t n, const char *const *p,
+                             char **err);
+static void release(store_conn *c, sqlite3_stmt *st);
+
+/* Runs @sql (no parameters, no rows) through the statement cache: BEGIN
+ * IMMEDIATE and COMMIT run twice per execute, compiled once. */
+static int
+sq_cached(store_conn *c, const char *sql, char **err)
+{
+    sqlite3_stmt *st = prepare(c, sql, 0, NULL, err);
+    int rc;
+
+    if (!st)
+        return -1;
+    rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+        set_err(err, c->db, sql);
+        release(c, st);
+        return -1;
+    }
+    release(c, st);
+    return 0;
+}
+
 /* Sets synchronous back to FULL after a volatile transaction. */
 static void
 end_volatile(store_conn *c)
@@ -116,14 +147,14 @@ static int
 sq_begin(store_conn *c, const char *lock_name, unsigned flags, char **err)
 {
     (void)lock_name;
-    if ((flags & STORE_TXN_VOLATILE) && !c->volatile_txn) {
+    if ((flags & STORE_TXN_VOLATILE) && c->full && !c->volatile_txn) {
         if (sq_script(c, "PRAGMA synchronous=NORMAL", err) < 0)
             return -1;
         c->volatile_txn = 1;
     }
     pthread_mutex_lock(&write_lock);
     c->holds_write_lock = 1;
-    if (sq_script(c, "BEGIN IMMEDIATE", err) < 0) {
+    if (sq_cached(c, "BEGIN IMMEDIATE", err) < 0) {
         c->holds_write_lock = 0;
         pthread_mutex_unlock(&write_lock);
         end_volatile(c);
@@ -145,7 +176,7 @@ drop_write_lock(store_conn *c)
 static int
 sq_commit(store_conn *c, char **err)
 {
-    int rc = sq_script(c, "COMMIT", err);
+    int rc = sq_cached(c, "COMMIT", err);
 
     if (rc < 0 && !sqlite3_get_autocommit(c->db))
         return rc;                 /* still open: the caller rolls back */

@@ -2,6 +2,7 @@
  * server/util.c — helpers of sbx-server (server/util.h).
  */
 #include <ctype.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +11,9 @@
 #include <time.h>
 
 #include <openssl/evp.h>
+#include <openssl/core_names.h>
 #include <openssl/hmac.h>
+#include <openssl/params.h>
 
 #include "util.h"
 
@@ -158,6 +161,18 @@ cp_parse_iso(const char *text, int64_t *us)
     return 0;
 }
 
+static const char hexdigits[] = "0123456789abcdef";
+
+static void
+to_hex(const unsigned char *b, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hexdigits[b[i] >> 4];
+        out[2 * i + 1] = hexdigits[b[i] & 15];
+    }
+    out[2 * n] = 0;
+}
+
 void
 cp_random(void *buf, size_t n)
 {
@@ -175,14 +190,24 @@ cp_random(void *buf, size_t n)
 char *
 cp_new_id(const char *prefix)
 {
+    /* Ids draw from a per-thread pool filled 512 bytes at a time (an
+     * execute makes four ids: one getrandom() call instead of four). The
+     * pool is for ids only; secrets and nonces call cp_random() directly. */
+    static __thread unsigned char pool[512];
+    static __thread size_t left;
     unsigned char u[16];
     char hex[33];
 
-    cp_random(u, sizeof u);
+    if (left < sizeof u) {
+        cp_random(pool, sizeof pool);
+        left = sizeof pool;
+    }
+    memcpy(u, pool + sizeof pool - left, sizeof u);
+    memset(pool + sizeof pool - left, 0, sizeof u);
+    left -= sizeof u;
     u[6] = (unsigned char)((u[6] & 0x0f) | 0x40);
     u[8] = (unsigned char)((u[8] & 0x3f) | 0x80);
-    for (int i = 0; i < 16; i++)
-        sprintf(hex + 2 * i, "%02x", u[i]);
+    to_hex(u, sizeof u, hex);
     return cp_printf("%s_%s", prefix, hex);
 }
 
@@ -280,16 +305,55 @@ bad:
     return NULL;
 }
 
+/* The HMAC-SHA256 context keyed with the first key cp_hmac_hex() saw (the
+ * server's pepper: the only key it is called with), made once: each call
+ * copies it instead of fetching the algorithm and hashing the key again.
+ * Written once under the mutex, read-only afterwards (EVP_MAC_CTX_dup()
+ * only reads its source), so calls on several threads are safe. */
+static pthread_mutex_t hmac_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *hmac_key;
+static EVP_MAC_CTX *hmac_base;
+
+static EVP_MAC_CTX *
+hmac_keyed(const char *key)
+{
+    EVP_MAC_CTX *base;
+
+    pthread_mutex_lock(&hmac_lock);
+    if (!hmac_key) {
+        EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+        OSSL_PARAM params[] = {
+            OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0),
+            OSSL_PARAM_construct_end(),
+        };
+        EVP_MAC_CTX *c = mac ? EVP_MAC_CTX_new(mac) : NULL;
+
+        EVP_MAC_free(mac);          /* the context keeps its own reference */
+        if (c && EVP_MAC_init(c, (const unsigned char *)key, strlen(key), params) == 1) {
+            hmac_key = strdup(key);
+            hmac_base = c;
+        } else {
+            EVP_MAC_CTX_free(c);
+        }
+    }
+    base = hmac_key && !strcmp(hmac_key, key) ? hmac_base : NULL;
+    pthread_mutex_unlock(&hmac_lock);
+    return base;
+}
+
 void
 cp_hmac_hex(const char *key, const void *msg, size_t len, char hex[65])
 {
     unsigned char md[32];
     unsigned int mdlen = 0;
+    EVP_MAC_CTX *base = hmac_keyed(key), *c = base ? EVP_MAC_CTX_dup(base) : NULL;
+    size_t out = 0;
 
-    HMAC(EVP_sha256(), key, (int)strlen(key), msg, len, md, &mdlen);
-    for (int i = 0; i < 32; i++)
-        sprintf(hex + 2 * i, "%02x", md[i]);
-    hex[64] = 0;
+    if (!c || EVP_MAC_update(c, msg, len) != 1 || EVP_MAC_final(c, md, &out, sizeof md) != 1 ||
+        out != sizeof md)
+        HMAC(EVP_sha256(), key, (int)strlen(key), msg, len, md, &mdlen);
+    EVP_MAC_CTX_free(c);
+    to_hex(md, sizeof md, hex);
 }
 
 int

@@ -1240,6 +1240,96 @@ Test(server, restart_resumes_sandboxes)
     free(id);
 }
 
+/* An answered execute is committed with its usage and ledger entries before
+ * the answer: a server killed right after it (SIGKILL: no clean shutdown)
+ * loses none of it, in the default synchronous=NORMAL as well. */
+Test(server, answered_execute_survives_a_killed_server)
+{
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":60}"), *body, *n;
+    cpu_response *r;
+    int st;
+
+    r = execute(key, id, "run-kept", "{\"command\":\"printf kept\"}", 200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "kept");
+    body = strdup(r->body);
+    cpu_response_free(r);
+    st = cpu_signal(srv, SIGKILL);
+    cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    cpu_stop(srv);
+    srv = cpu_start(store, NULL);
+    /* The same request id again: the stored answer, byte for byte. */
+    r = execute(key, id, "run-kept", "{\"command\":\"printf kept\"}", 200);
+    cr_assert_str_eq(r->body, body);
+    cpu_response_free(r);
+    n = db_list("SELECT status FROM executions WHERE request_id = 'run-kept'");
+    cr_assert_str_eq(n, "completed");
+    free(n);
+    n = db_list("SELECT COUNT(*) FROM usage_events WHERE request_id = 'run-kept'");
+    cr_assert_str_eq(n, "1");
+    free(n);
+    n = db_list("SELECT l.kind FROM ledger_entries l JOIN usage_events u"
+                " ON u.id = l.usage_event_id WHERE u.request_id = 'run-kept' ORDER BY l.kind");
+    cr_assert_str_eq(n, "customer_cost,provider_cost");
+    free(n);
+    terminate(key, id);
+    free(body);
+    free(id);
+}
+
+/* BESPOKE_DB_SYNCHRONOUS: normal by default, full on request (an SQLite
+ * store says which on start); anything else is refused, naming it. */
+Test(server, db_synchronous_setting)
+{
+    const char *full[] = { "BESPOKE_DB_SYNCHRONOUS=Full", NULL };
+    const char *bad[] = { "off", "fsync", "normal ", "2" };
+    char *log, *want, *id;
+    cpu_response *r;
+    int st;
+
+    log = cpu_read_log(srv, 1);
+    want = cpu_store_is_pg()
+               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 2)
+               : tu_strdup_printf("sbx-server: store sqlite, schema version %d,"
+                                  " synchronous normal\n", 2);
+    cr_assert(strstr(log, want), "%s", log);
+    free(log);
+    free(want);
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    srv = cpu_start(store, full);
+    log = cpu_read_log(srv, 1);
+    want = cpu_store_is_pg()
+               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 2)
+               : tu_strdup_printf("sbx-server: store sqlite, schema version %d,"
+                                  " synchronous full\n", 2);
+    cr_assert(strstr(log, want), "%s", log);
+    free(log);
+    free(want);
+    /* At full, the claim's volatile transaction and the durable outcome. */
+    id = cpu_create_local(srv, key, "{\"timeout_secs\":60}");
+    r = execute(key, id, "at-full", "{\"command\":\"printf full\"}", 200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "full");
+    cpu_response_free(r);
+    r = execute(key, id, "at-full", "{\"command\":\"printf full\"}", 200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "full");
+    cpu_response_free(r);
+    terminate(key, id);
+    free(id);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *e = tu_strdup_printf("BESPOKE_DB_SYNCHRONOUS=%s", bad[i]), *err;
+        const char *env[] = { e, NULL };
+        cr_assert_null(cpu_try_start(store, env, &st));
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+        err = cpu_last_stderr();
+        want = tu_strdup_printf("sbx-server: BESPOKE_DB_SYNCHRONOUS must be \"normal\" or"
+                                " \"full\", not \"%s\"\n", bad[i]);
+        cr_assert_str_eq(err, want);
+        free(want);
+        free(err);
+        free(e);
+    }
+}
+
 Test(server, session_state_is_sealed_under_the_pepper)
 {
     const char *other[] = { "BESPOKE_API_KEY_PEPPER=another-pepper", NULL };
