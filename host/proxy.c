@@ -1300,6 +1300,8 @@ encode_arg(const sbx_slot_row *row, unsigned i, void **av, sbx_wire_msg *m, call
         sbx_wire_put_i64(m, r->stdin_fd < 0 ? r->stdin_fd : -1);
         sbx_wire_put_u32(m, r->struct_size >= offsetof(sbx_plugin_exec_request, flags)
                                                    + sizeof(r->flags) ? r->flags : 0);
+        sbx_wire_put_fd(m, r->struct_size >= offsetof(sbx_plugin_exec_request, exit_fd)
+                                                  + sizeof(r->exit_fd) ? r->exit_fd : -1);
         break;
     }
     case SBX_ENC_FILE_FN:

@@ -42,10 +42,11 @@
  * `flags`. Version 5: the create request carries `ports` (a u32 count,
  * then a u32 per port) and the exposed-port slots (plugin ABI 1.3).
  * Version 6: the create request carries `user` (a string after the ports;
- * plugin ABI 1.4). A library and a host of different versions refuse each
- * other at HELLO. */
-#define SBX_WIRE_VERSION_MIN 6
-#define SBX_WIRE_VERSION_MAX 6
+ * plugin ABI 1.4). Version 7: the exec request carries `exit_fd` (a
+ * descriptor after the flags; plugin ABI 1.5). A library and a host of
+ * different versions refuse each other at HELLO. */
+#define SBX_WIRE_VERSION_MIN 7
+#define SBX_WIRE_VERSION_MAX 7
 /** Largest frame (header + body) sent as one packet, bytes. A larger body
  *  travels in a memfd passed beside a header-only packet (flag
  *  SBX_WIRE_BODY_IN_FD in the type), so a frame has no size limit. */

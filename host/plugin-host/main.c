@@ -780,12 +780,17 @@ decode_arg(const sbx_slot_row *row, unsigned i, sbx_wire_msg *req, call_frame *f
                 r->stdin_fd = raw_in < INT_MIN ? INT_MIN : (int)raw_in;
         }
         r->flags = sbx_wire_get_u32(req);
+        r->exit_fd = sbx_wire_take_fd(req);
+        if (r->exit_fd < 0)
+            r->flags &= ~SBX_PLUGIN_EXEC_EXIT_FD;
         if (r->stdin_fd >= 0)
             f->fds[f->nfds++] = r->stdin_fd;
         if (r->stdout_fd >= 0)
             f->fds[f->nfds++] = r->stdout_fd;
         if (r->stderr_fd >= 0)
             f->fds[f->nfds++] = r->stderr_fd;
+        if (r->exit_fd >= 0)
+            f->fds[f->nfds++] = r->exit_fd;
         v->cp = r;
         return 0;
     }
