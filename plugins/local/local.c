@@ -307,6 +307,8 @@ struct sbx_plugin_process {
     int err_no;                 /* its errno */
     char *err_msg;              /* its message; NULL when none */
     char *cwd_shown;            /* the cwd as the caller gave it (or the root) */
+    int exit_fd_given;          /* the caller's exit socket went along: the
+                                 * end may be known to it and not yet to us */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -3742,6 +3744,7 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
     pthread_mutex_init(&p->wlock, NULL);
     p->fd = fd;
     p->pid = pid;
+    p->exit_fd_given = nfds > PROTO_EXEC_FDS;
     p->tty = request->tty_rows > 0;
     p->expires_at = sb->expires_at;
     p->lifetime = sb->lifetime;
@@ -4021,8 +4024,8 @@ static void local_exec_free(sbx_plugin_process *process)
     pthread_mutex_lock(&p->lock);
     int running = !p->exited && !p->lost;
     pthread_mutex_unlock(&p->lock);
-    /* An end the caller took from the exit socket: its EXIT came first
-     * and waits on the connection. */
+    /* An end the caller took from the exit socket: its EXIT may wait on
+     * the connection already. */
     if (running) {
         bound now = make_bound(NULL, 0);
         while (running) {
@@ -4034,7 +4037,12 @@ static void local_exec_free(sbx_plugin_process *process)
                 break;
         }
     }
-    if (running) {
+    /* Or it is on its way: closing the connection is enough then. The
+     * supervisor kills the tree at the close only when the command still
+     * runs, and the reaper tells it the command ended before it writes the
+     * record, so a command whose end the caller has keeps its background
+     * processes. */
+    if (running && !p->exit_fd_given) {
         bound bd = make_bound(NULL, FREE_KILL_SECS);
         proc_kill(p, SIGKILL, &bd);
     }

@@ -1329,15 +1329,17 @@ static void __attribute__((noreturn)) reaper_main(int fd)
                 report(fd, REAPER_EXIT, code);
             } else {
                 report(fd, REAPER_EXIT_SENT, code);
-                send_i32_frame(client, PROTO_EXIT, code);
-                /* After EXIT: a caller that has the record may free the
-                 * exec at once, and its plugin then finds EXIT there. */
+                /* The caller's record first: it wakes for that alone, not
+                 * for EXIT a moment before. The report above already tells
+                 * the supervisor that the exec ended, should the client
+                 * close before EXIT is read. */
                 if (exit_fd >= 0) {
                     sbx_plugin_exit_record rec = { SBX_PLUGIN_EXIT_RECORD_MAGIC, code };
                     while (send(exit_fd, &rec, sizeof(rec), MSG_NOSIGNAL | MSG_DONTWAIT) < 0
                            && errno == EINTR)
                         ;
                 }
+                send_i32_frame(client, PROTO_EXIT, code);
             }
             close(client);
             client = -1;

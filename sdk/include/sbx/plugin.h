@@ -268,7 +268,8 @@ typedef struct sbx_plugin_exec_request {
  * When the main process ends with exit code C and exec_wait would return 1
  * with C, the plugin writes one sbx_plugin_exit_record {MAGIC, C} (8 bytes,
  * with MSG_NOSIGNAL: the host may have closed its end) and closes every
- * copy it holds; once the record is written, exec_wait must return 1 and
+ * copy it holds; once the record is written, exec_wait returns 1 (at
+ * once, or as soon as the plugin's own notice of the end is in) and
  * exec_free must not kill anything on account of the command still
  * running. On any other end (a failure to start, a kill whose exit the
  * plugin reports later, the sandbox gone) it closes every copy without a
