@@ -404,7 +404,8 @@ make_fds(exec_state *st, int far[3], sbx_error **err)
             goto fail;
         st->out[i].fd = p[0];
         far[i + 1] = p[1];
-        if (sbx_set_nonblock(p[0]) < 0)
+        /* A new pipe's read end has no status flag to keep: one call. */
+        if (fcntl(p[0], F_SETFL, O_NONBLOCK) < 0)
             goto fail;
     }
     if (st->given_in >= 0) {
