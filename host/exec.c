@@ -15,10 +15,21 @@
  *    collects the exit code and the pipes are drained of what is already in
  *    them, without waiting for EOF: a background descendant may hold the
  *    pipes open and keeps running until the sandbox is destroyed;
- *  - once both pipes are at EOF and stdin is closed, the loop waits in
- *    exec_wait itself (bounded by the deadline), event descriptor or not:
- *    out of process that is one round trip to the plugin host instead of
- *    a wake-up for the event and then a round trip for exec_wait(0);
+ *  - a command run to its end (not sbx_sandbox_start_process, no
+ *    terminal) gets an exit socket too (plugin ABI 1.5,
+ *    SBX_PLUGIN_EXEC_EXIT_FD): the plugin, or what it hands it to (the
+ *    local supervisor's reaper), writes the end there as an 8-byte record,
+ *    polled with the output, so the end needs no exec_wait (out of
+ *    process, no round trip to the plugin host). When the event
+ *    descriptor fires first, the record gets EXEC_EXIT_RECORD_GRACE_MS to
+ *    follow. EOF without a record (a plugin that ignores it, a kill, a
+ *    failure to start) closes it, and the end is asked of exec_wait as
+ *    below;
+ *  - once both pipes are at EOF and stdin is closed (and no exit socket
+ *    is open), the loop waits in exec_wait itself (bounded by the
+ *    deadline), event descriptor or not: out of process that is one round
+ *    trip to the plugin host instead of a wake-up for the event and then a
+ *    round trip for exec_wait(0);
  *  - without an event descriptor, before that EOF, it checks exec_wait(0)
  *    on a growing tick;
  *  - at the deadline the process tree gets SIGTERM, SBX_KILL_GRACE_SECS

@@ -1291,8 +1291,18 @@ static void __attribute__((noreturn)) reaper_main(int fd)
             fds[1] = fds[2] = -1;
             fcntl(rl.master, F_SETFL, fcntl(rl.master, F_GETFL) | O_NONBLOCK);
         }
-        /* Hold nothing of the command's: its output ends when it does. */
+        /* Hold nothing of the command's: its output ends when it does.
+         * But for a caller with an exit socket: its stdout and stderr are
+         * held until the record is out, so that the caller wakes once for
+         * the end, not for the EOF of each first (it takes what the pipes
+         * hold once it has the record). */
         int client = fds[JOB_FDS - 1], exit_fd = fds[JOB_FDS];
+        int held[2] = { -1, -1 };
+        if (exit_fd >= 0 && rl.master < 0) {
+            held[0] = fds[1];
+            held[1] = fds[2];
+            fds[1] = fds[2] = -1;
+        }
         for (int i = 0; i < JOB_FDS - 1; i++)
             if (fds[i] >= 0)
                 close(fds[i]);
@@ -1346,11 +1356,18 @@ static void __attribute__((noreturn)) reaper_main(int fd)
             if (exit_fd >= 0)
                 close(exit_fd);
             exit_fd = -1;
+            for (int i = 0; i < 2; i++)
+                if (held[i] >= 0)
+                    close(held[i]);
+            held[0] = held[1] = -1;
         }
         if (client >= 0)
             close(client);
         if (exit_fd >= 0)
             close(exit_fd);
+        for (int i = 0; i < 2; i++)
+            if (held[i] >= 0)
+                close(held[i]);
         relay_close(&rl);
         report(fd, REAPER_IDLE, 0);
     }
