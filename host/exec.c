@@ -15,8 +15,9 @@
  *    collects the exit code and the pipes are drained of what is already in
  *    them, without waiting for EOF: a background descendant may hold the
  *    pipes open and keeps running until the sandbox is destroyed;
- *  - a command run to its end (not sbx_sandbox_start_process, no
- *    terminal) gets an exit socket too (plugin ABI 1.5,
+ *  - a command run to its end out of process (not
+ *    sbx_sandbox_start_process, no terminal) gets an exit socket too
+ *    (plugin ABI 1.5,
  *    SBX_PLUGIN_EXEC_EXIT_FD): the plugin, or what it hands it to (the
  *    local supervisor's reaper), writes the end there as an 8-byte record,
  *    polled with the output, so the end needs no exec_wait (out of
@@ -872,10 +873,13 @@ exec_begin(exec_state *st, sbx_sandbox *sandbox, const sbx_exec_request *request
     if (!interactive && !st->rq.on_output && st->given_out < 0 && !st->rq.tty_rows)
         preq.flags |= SBX_PLUGIN_EXEC_OUTPUT_AT_END;
     preq.exit_fd = -1;
-    /* Run to the end: the end may come on a socket of its own, read here
-     * with the output, instead of from exec_wait (out of process, one
-     * round trip to the plugin host fewer per exec). */
-    if (!interactive && !st->rq.tty_rows && st->plugin->abi_minor >= 5) {
+    /* Run to the end out of process: the end may come on a socket of its
+     * own, read here with the output, instead of from exec_wait (one round
+     * trip to the plugin host fewer per exec). In process exec_wait costs
+     * no round trip, and the socket's three system calls would be all the
+     * difference. */
+    if (!interactive && !st->rq.tty_rows && st->plugin->abi_minor >= 5 &&
+        sandbox->client->mode == SBX_PLUGIN_MODE_OUT_OF_PROCESS) {
         int sv[2];
 
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) < 0) {
