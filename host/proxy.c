@@ -1292,14 +1292,18 @@ encode_arg(const sbx_slot_row *row, unsigned i, void **av, sbx_wire_msg *m, call
         sbx_wire_put_str(m, r->user);
         sbx_wire_put_u32(m, r->tty_rows);
         sbx_wire_put_u32(m, r->tty_cols);
-        sbx_wire_put_fd(m, r->stdin_fd);
-        sbx_wire_put_fd(m, r->stdout_fd);
-        sbx_wire_put_fd(m, r->stderr_fd);
+        /* The call's descriptors stay open until it returns, and the frame
+         * is sent before that: no copies. */
+        sbx_wire_put_fd_borrowed(m, r->stdin_fd);
+        sbx_wire_put_fd_borrowed(m, r->stdout_fd);
+        sbx_wire_put_fd_borrowed(m, r->stderr_fd);
         /* A descriptor travels beside the frame; only the negative
          * values (-1 EOF, -2 interactive) travel as numbers. */
         sbx_wire_put_i64(m, r->stdin_fd < 0 ? r->stdin_fd : -1);
         sbx_wire_put_u32(m, r->struct_size >= offsetof(sbx_plugin_exec_request, flags)
                                                    + sizeof(r->flags) ? r->flags : 0);
+        sbx_wire_put_fd_borrowed(m, r->struct_size >= offsetof(sbx_plugin_exec_request, exit_fd)
+                                        + sizeof(r->exit_fd) ? r->exit_fd : -1);
         break;
     }
     case SBX_ENC_FILE_FN:

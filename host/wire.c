@@ -57,9 +57,10 @@ sbx_wire_clear(sbx_wire_msg *m)
 {
     sbx_buf_clear(&m->body);
     for (unsigned i = 0; i < m->nfds; i++)
-        if (m->fds[i] >= 0)
+        if (m->fds[i] >= 0 && !(m->borrowed & (1u << i)))
             close(m->fds[i]);
     m->nfds = 0;
+    m->borrowed = 0;
     m->pos = 0;
 }
 
@@ -147,6 +148,24 @@ sbx_wire_put_fd(sbx_wire_msg *m, int fd)
         return;
     }
     m->fds[m->nfds] = copy;
+    sbx_wire_put_u32(m, m->nfds++);
+}
+
+void
+sbx_wire_put_fd_borrowed(sbx_wire_msg *m, int fd)
+{
+    if (fd < 0) {
+        sbx_wire_put_u32(m, STR_NULL);
+        return;
+    }
+    if (m->nfds >= SBX_WIRE_MAX_FDS) {
+        if (!m->bad)
+            m->bad_errno = E2BIG;
+        m->bad = 1;
+        return;
+    }
+    m->borrowed |= 1u << m->nfds;
+    m->fds[m->nfds] = fd;
     sbx_wire_put_u32(m, m->nfds++);
 }
 

@@ -42,10 +42,11 @@
  * `flags`. Version 5: the create request carries `ports` (a u32 count,
  * then a u32 per port) and the exposed-port slots (plugin ABI 1.3).
  * Version 6: the create request carries `user` (a string after the ports;
- * plugin ABI 1.4). A library and a host of different versions refuse each
- * other at HELLO. */
-#define SBX_WIRE_VERSION_MIN 6
-#define SBX_WIRE_VERSION_MAX 6
+ * plugin ABI 1.4). Version 7: the exec request carries `exit_fd` (a
+ * descriptor after the flags; plugin ABI 1.5). A library and a host of
+ * different versions refuse each other at HELLO. */
+#define SBX_WIRE_VERSION_MIN 7
+#define SBX_WIRE_VERSION_MAX 7
 /** Largest frame (header + body) sent as one packet, bytes. A larger body
  *  travels in a memfd passed beside a header-only packet (flag
  *  SBX_WIRE_BODY_IN_FD in the type), so a frame has no size limit. */
@@ -77,8 +78,9 @@ typedef struct sbx_wire_msg {
     uint64_t call_id;
     sbx_buf body;
     size_t pos;                       /* read cursor in body */
-    int fds[SBX_WIRE_MAX_FDS];        /* owned by the message */
+    int fds[SBX_WIRE_MAX_FDS];        /* owned by the message, but for */
     unsigned nfds;
+    unsigned borrowed;                /* bit i: fds[i] is the caller's */
     int bad;                          /* a read ran past the body, or OOM */
     int bad_errno;                    /* why a put failed (errno), 0 = OOM */
     int fds_lost;                     /* received: descriptors were dropped
@@ -100,6 +102,9 @@ void sbx_wire_put_bytes(sbx_wire_msg *m, const void *data, size_t len);
 void sbx_wire_put_strv(sbx_wire_msg *m, const char *const *v);
 /** Attaches a dup of @fd (-1: none) and writes its index. */
 void sbx_wire_put_fd(sbx_wire_msg *m, int fd);
+/** sbx_wire_put_fd() without the copy: @fd stays the caller's, who keeps
+ *  it open until the message is sent (or cleared); nothing closes it. */
+void sbx_wire_put_fd_borrowed(sbx_wire_msg *m, int fd);
 /** An error, field by field (a 0 flag for none). */
 void sbx_wire_put_error(sbx_wire_msg *m, const sbx_error *error);
 

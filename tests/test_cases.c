@@ -295,7 +295,11 @@ Test(case04, sleep300_probe_sees_live_process)
             usleep(20000);
         cr_assert_eq(sandbox_sleep300_count(), 1);
     } else {
-        r = tu_sh(g_sb, "ps -eo args | grep -cx 'sleep 300'", 10);
+        /* The same bounded wait, inside (the exec above may return before
+         * its background child exec'd sleep). */
+        r = tu_sh(g_sb, "i=0; while n=$(ps -eo args | grep -cx 'sleep 300'); "
+                        "[ \"$n\" != 1 ] && [ $i -lt 150 ]; do i=$((i+1)); sleep 0.02; done; "
+                        "echo $n", 10);
         tu_assert_stdout(r, "1\n");
         sbx_result_free(r);
     }

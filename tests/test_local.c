@@ -55,6 +55,7 @@
 #include <json-c/json.h>
 
 #include <sbx/sbx.h>
+#include <sbx/plugin.h>
 
 #include "testutil.h"
 #include "../plugins/local/proto.h"
@@ -423,9 +424,10 @@ static void put_str(unsigned char *b, size_t *n, const char *s)
 }
 
 /* Sends @type (EXEC or EXEC_QUIET) for `/bin/sh -c 'exit 7'` in @cwd on a
- * new connection to @sock, /dev/null as its three streams; returns the
+ * new connection to @sock, /dev/null as its three streams and, when
+ * @exit_fd >= 0, that as a fourth descriptor (the exit socket); returns the
  * connection. */
-static int send_exit7(const char *sock, uint32_t type, const char *cwd)
+static int send_exit7_fds(const char *sock, uint32_t type, const char *cwd, int exit_fd)
 {
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
@@ -448,7 +450,8 @@ static int send_exit7(const char *sock, uint32_t type, const char *cwd)
     memcpy(buf + 4, &len, 4);
     int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
     cr_assert(devnull >= 0);
-    int fds[3] = { devnull, devnull, devnull };
+    int fds[4] = { devnull, devnull, devnull, exit_fd };
+    size_t nfds = exit_fd >= 0 ? 4 : 3;
     union {
         struct cmsghdr align;
         char b[CMSG_SPACE(sizeof fds)];
@@ -456,15 +459,20 @@ static int send_exit7(const char *sock, uint32_t type, const char *cwd)
     memset(&ctl, 0, sizeof ctl);
     struct iovec iov = { buf, n };
     struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
-                         .msg_controllen = sizeof ctl.b };
+                         .msg_controllen = CMSG_SPACE(sizeof(int) * nfds) };
     struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
     cm->cmsg_level = SOL_SOCKET;
     cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof fds);
-    memcpy(CMSG_DATA(cm), fds, sizeof fds);
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+    memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
     cr_assert_eq(sendmsg(c, &mh, MSG_NOSIGNAL), (ssize_t)n);
     close(devnull);
     return c;
+}
+
+static int send_exit7(const char *sock, uint32_t type, const char *cwd)
+{
+    return send_exit7_fds(sock, type, cwd, -1);
 }
 
 /* Reads one frame of a 4-byte payload from @c into *@type, *@value. */
@@ -517,6 +525,99 @@ Test(supervisor, exec_quiet_answers_exit_without_started)
     /* The library's exec on it still runs (the supervisor serves on). */
     expect_sh(sb, "echo ok", "ok\n");
     cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(client);
+    free(sock);
+    free(meta);
+    free(json);
+}
+
+/* Reads @fd to EOF (bounded by 10 s) into @buf; returns the bytes read. */
+static size_t read_to_eof(int fd, unsigned char *buf, size_t cap)
+{
+    size_t got = 0;
+    for (;;) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        cr_assert_eq(poll(&p, 1, 10000), 1, "no EOF within 10 s (%zu bytes so far)", got);
+        ssize_t r = read(fd, buf + got, cap - got);
+        cr_assert(r >= 0, "read: %s", strerror(errno));
+        if (r == 0)
+            return got;
+        got += (size_t)r;
+        cr_assert(got < cap, "more than %zu bytes", cap);
+    }
+}
+
+/*
+ * EXEC_QUIET with a fourth descriptor, the caller's exit socket
+ * (SBX_PLUGIN_EXEC_EXIT_FD): the end comes there as one 8-byte record
+ * {"SBXX", code} and the socket closes, and EXIT still comes on the
+ * connection. An exec that cannot start closes it without a record (the
+ * ERROR comes on the connection). Through the library, execs whose end
+ * came that way leave their background processes running.
+ */
+Test(supervisor, exec_quiet_reports_the_end_on_the_exit_socket)
+{
+    sbx_client *client = client_of("local");
+    sbx_sandbox *sb = tu_create(client, NULL);
+    char *json = session_state(sb);
+    char *meta = state_str(json, "meta");
+    char *sock = tu_strdup_printf("%s/sock", meta);
+    const char *root = sbx_sandbox_get0_root(sb);
+    cr_assert_not_null(root);
+    uint32_t type;
+    int32_t value;
+    unsigned char got[64];
+    int sv[2];
+
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    int c = send_exit7_fds(sock, F_EXEC_QUIET, root, sv[1]);
+    close(sv[1]);
+    cr_assert_eq(read_to_eof(sv[0], got, sizeof got), 8u);
+    uint32_t magic;
+    int32_t code;
+    memcpy(&magic, got, 4);
+    memcpy(&code, got + 4, 4);
+    cr_assert_eq(magic, 0x58584253u, "record magic %#x", magic);
+    cr_assert_eq(magic, SBX_PLUGIN_EXIT_RECORD_MAGIC);
+    cr_assert_eq(code, 7);
+    close(sv[0]);
+    get_i32_frame(c, &type, &value);
+    cr_assert_eq(type, (uint32_t)F_EXIT, "first frame type %u", type);
+    cr_assert_eq(value, 7);
+    close(c);
+
+    /* A working directory that does not exist: nothing runs, no record. */
+    char *gone = tu_strdup_printf("%s/no-such-dir", root);
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    c = send_exit7_fds(sock, F_EXEC_QUIET, gone, sv[1]);
+    close(sv[1]);
+    cr_assert_eq(read_to_eof(sv[0], got, sizeof got), 0u, "a record for an exec that never ran");
+    close(sv[0]);
+    uint32_t hdr[2];
+    cr_assert_eq(read(c, hdr, sizeof hdr), (ssize_t)sizeof hdr);
+    cr_assert_eq(hdr[0], 4u, "frame type %u is not ERROR", hdr[0]);
+    close(c);
+    free(gone);
+
+    /* Twenty execs that each leave a background sleep: all still run after
+     * one more exec (the supervisor saw each connection close by then). */
+    pid_t bg[20];
+    for (int i = 0; i < 20; i++) {
+        sbx_result *r = tu_sh(sb, "sleep 1000 >/dev/null 2>&1 </dev/null & echo $!", 10);
+        tu_assert_exit(r, 0);
+        bg[i] = (pid_t)strtol(sbx_result_get0_stdout(r, NULL), NULL, 10);
+        cr_assert_gt(bg[i], 1);
+        sbx_result_free(r);
+    }
+    expect_sh(sb, "echo ok", "ok\n");
+    for (int i = 0; i < 20; i++)
+        cr_assert_eq(tu_pid_gone(bg[i]), 0, "background sleep %d of exec %d was killed",
+                     (int)bg[i], i);
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    for (int i = 0; i < 20; i++)
+        cr_assert(tu_wait_pid_gone(bg[i], 5.0), "background sleep %d outlived destroy",
+                  (int)bg[i]);
     sbx_sandbox_free(sb);
     sbx_client_free(client);
     free(sock);
@@ -820,10 +921,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "20"
+#define N_TESTS "21"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "17"
+#define N_TESTS "18"
 #define BWRAP_PLUGIN ""
 #endif
 

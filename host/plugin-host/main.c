@@ -80,6 +80,7 @@ typedef struct call_rec {
     struct call_rec *next;
     uint64_t id;
     int cancel_fd;              /* eventfd: the plugin's ctx.cancel_fd */
+    int fired;                  /* cancel_fd was written (under H.lock) */
     int stop;                   /* a STOP frame came (listing callbacks) */
 } call_rec;
 
@@ -185,8 +186,8 @@ call_signal(uint64_t id, int stop)
             continue;
         if (stop)
             __atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
-        else if (c->cancel_fd >= 0)
-            eventfd_write(c->cancel_fd, 1);
+        else if (c->cancel_fd >= 0 && eventfd_write(c->cancel_fd, 1) == 0)
+            c->fired = 1;
         break;
     }
     pthread_mutex_unlock(&H.lock);
@@ -440,8 +441,8 @@ host_end(int code)
     /* Calls in flight answer nobody now: cancel them. */
     pthread_mutex_lock(&H.lock);
     for (call_rec *c = H.calls; c; c = c->next)
-        if (c->cancel_fd >= 0)
-            eventfd_write(c->cancel_fd, 1);
+        if (c->cancel_fd >= 0 && eventfd_write(c->cancel_fd, 1) == 0)
+            c->fired = 1;
     pthread_mutex_unlock(&H.lock);
 
     pthread_mutex_lock(&K.lock);
@@ -780,12 +781,17 @@ decode_arg(const sbx_slot_row *row, unsigned i, sbx_wire_msg *req, call_frame *f
                 r->stdin_fd = raw_in < INT_MIN ? INT_MIN : (int)raw_in;
         }
         r->flags = sbx_wire_get_u32(req);
+        r->exit_fd = sbx_wire_take_fd(req);
+        if (r->exit_fd < 0)
+            r->flags &= ~SBX_PLUGIN_EXEC_EXIT_FD;
         if (r->stdin_fd >= 0)
             f->fds[f->nfds++] = r->stdin_fd;
         if (r->stdout_fd >= 0)
             f->fds[f->nfds++] = r->stdout_fd;
         if (r->stderr_fd >= 0)
             f->fds[f->nfds++] = r->stderr_fd;
+        if (r->exit_fd >= 0)
+            f->fds[f->nfds++] = r->exit_fd;
         v->cp = r;
         return 0;
     }
@@ -832,6 +838,11 @@ row_has_ctx(const sbx_slot_row *row)
     return 0;
 }
 
+/* A cancel eventfd of this thread's last call that never fired, for its
+ * next one (a call is prepared and run on the thread that read it): an
+ * exec costs no eventfd and close. Closed when the thread leaves. */
+static __thread int spare_cancel_fd = -1;
+
 /* The frame of call @req, its cancel record registered when the slot takes
  * a call context and @cancellable: a call the reader runs itself (a QUICK
  * one, handle_inline()) is over before the next frame, a CANCEL for it
@@ -851,7 +862,12 @@ call_prepare(const sbx_wire_msg *req, int cancellable)
     f->list.slot = req->slot;
     f->list.rec = &f->rec;
     if (cancellable && row_has_ctx(row)) {
-        f->rec.cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (spare_cancel_fd >= 0) {
+            f->rec.cancel_fd = spare_cancel_fd;
+            spare_cancel_fd = -1;
+        } else {
+            f->rec.cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        }
         call_register(&f->rec);
         f->registered = 1;
     }
@@ -1008,7 +1024,11 @@ done:
         handle_remove(f->handle_id);
     if (f->registered)
         call_unregister(&f->rec);
-    if (f->rec.cancel_fd >= 0)
+    /* Unregistered, nothing writes it any more: one that never fired is
+     * as good as new. */
+    if (f->rec.cancel_fd >= 0 && !f->rec.fired && spare_cancel_fd < 0)
+        spare_cancel_fd = f->rec.cancel_fd;
+    else if (f->rec.cancel_fd >= 0)
         close(f->rec.cancel_fd);
     for (unsigned i = 0; i < f->nfds; i++)
         close(f->fds[i]);
@@ -1103,6 +1123,9 @@ lf_leave(lf_rec *self, int ep, void *scratch)
     pthread_mutex_unlock(&LF.list_lock);
     close(self->kick_fd);
     close(ep);
+    if (spare_cancel_fd >= 0)
+        close(spare_cancel_fd);
+    spare_cancel_fd = -1;
     free(self);
     free(scratch);
 }

@@ -307,6 +307,8 @@ struct sbx_plugin_process {
     int err_no;                 /* its errno */
     char *err_msg;              /* its message; NULL when none */
     char *cwd_shown;            /* the cwd as the caller gave it (or the root) */
+    int exit_fd_given;          /* the caller's exit socket went along: the
+                                 * end may be known to it and not yet to us */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -490,7 +492,7 @@ static int send_frame(int fd, proto_buf *b, const int *fds, int nfds, const boun
     while (off < b->len) {
         union {
             struct cmsghdr align;
-            char buf[CMSG_SPACE(sizeof(int) * PROTO_EXEC_FDS)];
+            char buf[CMSG_SPACE(sizeof(int) * PROTO_EXEC_FDS_MAX)];
         } ctl;
         struct iovec iov = { b->data + off, b->len - off };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
@@ -3605,7 +3607,11 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
     if (local_check_lifetime(sb, op, error) < 0)
         return -1;
 
-    int fds[PROTO_EXEC_FDS] = { request->stdin_fd, request->stdout_fd, request->stderr_fd };
+    /* A fourth, the exit socket (SBX_PLUGIN_EXEC_EXIT_FD), rides along with
+     * EXEC_QUIET: the reaper reports the end on it too. */
+    int fds[PROTO_EXEC_FDS_MAX] = { request->stdin_fd, request->stdout_fd, request->stderr_fd,
+                                    -1 };
+    int nfds = PROTO_EXEC_FDS;
     for (int i = 0; i < PROTO_EXEC_FDS; i++) {
         if (fds[i] >= 0)
             continue;
@@ -3631,6 +3637,10 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
                                         + sizeof(request->flags)
                 && (request->flags & SBX_PLUGIN_EXEC_START_UNCONFIRMED) && !request->tty_rows;
     proto_buf_init(&b, quiet ? PROTO_EXEC_QUIET : PROTO_EXEC);
+    if (quiet && request->struct_size >= offsetof(sbx_plugin_exec_request, exit_fd)
+                                         + sizeof(request->exit_fd)
+        && (request->flags & SBX_PLUGIN_EXEC_EXIT_FD) && request->exit_fd >= 0)
+        fds[nfds++] = request->exit_fd;
 #ifdef SBX_LOCAL_SAFEHOUSE
     char *workdir_arg = NULL;
     if (asprintf(&workdir_arg, "--workdir=%s", sb->root) < 0)
@@ -3705,7 +3715,7 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
                  strerror(e));
         goto out;
     }
-    int io = send_frame(fd, &b, fds, PROTO_EXEC_FDS, &bd);
+    int io = send_frame(fd, &b, fds, nfds, &bd);
     uint32_t type = 0, len = 0;
     /* Unconfirmed, the answer (EXIT, or ERROR when nothing could start) is
      * exec_wait's to read: the caller waits for one frame, not two. */
@@ -3753,6 +3763,7 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
     pthread_mutex_init(&p->wlock, NULL);
     p->fd = fd;
     p->pid = pid;
+    p->exit_fd_given = nfds > PROTO_EXEC_FDS;
     p->tty = request->tty_rows > 0;
     p->expires_at = sb->expires_at;
     p->lifetime = sb->lifetime;
@@ -4032,7 +4043,25 @@ static void local_exec_free(sbx_plugin_process *process)
     pthread_mutex_lock(&p->lock);
     int running = !p->exited && !p->lost;
     pthread_mutex_unlock(&p->lock);
+    /* An end the caller took from the exit socket: its EXIT may wait on
+     * the connection already. */
     if (running) {
+        bound now = make_bound(NULL, 0);
+        while (running) {
+            int r = proc_pump(p, &now);
+            pthread_mutex_lock(&p->lock);
+            running = !p->exited && !p->lost;
+            pthread_mutex_unlock(&p->lock);
+            if (r != IO_OK)
+                break;
+        }
+    }
+    /* Or it is on its way: closing the connection is enough then. The
+     * supervisor kills the tree at the close only when the command still
+     * runs, and the reaper tells it the command ended before it writes the
+     * record, so a command whose end the caller has keeps its background
+     * processes. */
+    if (running && !p->exit_fd_given) {
         bound bd = make_bound(NULL, FREE_KILL_SECS);
         proc_kill(p, SIGKILL, &bd);
     }

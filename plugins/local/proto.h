@@ -81,6 +81,11 @@
  *     EXEC_QUIET  the same as EXEC without a terminal, for a caller that
  *             waits for the end only: no STARTED comes
  *             <- EXIT i32 code; or ERROR when nothing could start.
+ *             A fourth descriptor may ride along, the caller's exit socket
+ *             (SBX_PLUGIN_EXEC_EXIT_FD): right after EXIT the same code
+ *             goes there too as an sbx_plugin_exit_record; it is closed
+ *             without one when the EXIT comes otherwise (a killed exec's,
+ *             sent once its tree is gone) or nothing could start.
  *     RESIZE  u32 rows, u32 cols, on an EXEC connection with a terminal
  *             <- RESIZED i32 errno (0: the size is set, SIGWINCH sent to the
  *             terminal's foreground process group)
@@ -128,6 +133,8 @@
 #define PROTO_MAX_FRAME (4u << 20)
 /** Descriptors that ride with an EXEC frame. */
 #define PROTO_EXEC_FDS 3
+/** ... and with an EXEC_QUIET frame at most: the exit socket may follow. */
+#define PROTO_EXEC_FDS_MAX 4
 /** EXEC tty_flags: stdin is a stream of its own (not /dev/null); its EOF
  *  hangs the terminal up (SIGHUP to the command's session). */
 #define PROTO_TTY_STDIN 1u

@@ -81,6 +81,8 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
+#include <sbx/plugin.h>   /* sbx_plugin_exit_record */
+
 /** How long the plugin may take to send CONFIG. */
 #define CONFIG_WAIT_MS 30000
 /** How often the supervisor checks that its socket is still in place. */
@@ -109,6 +111,8 @@
 /** Or'ed into a job's length (which PROTO_MAX_FRAME keeps far below it):
  *  the exec came as EXEC_QUIET, send the client no STARTED. */
 #define JOB_QUIET 0x80000000u
+/** Or'ed in too: the caller's exit socket rides after the JOB_FDS. */
+#define JOB_EXIT_FD 0x40000000u
 
 /** Fallback PATH when the command's environment has none. */
 #define DEFAULT_PATH "/usr/local/bin:/usr/bin:/bin"
@@ -123,7 +127,7 @@ typedef struct conn {
     size_t cap;
     uint32_t type;               /* parsed header, once len >= header */
     uint32_t plen;
-    int fds[PROTO_EXEC_FDS];     /* descriptors received with EXEC */
+    int fds[PROTO_EXEC_FDS_MAX]; /* descriptors received with EXEC */
     int nfds;
     pid_t pid;                   /* exec's main process and session id */
     int starting;                /* handed to rp, its REAPER_PID not read yet */
@@ -973,23 +977,23 @@ static pid_t start_command(char **argv, uint32_t argc, char **envp,
 
 /**
  * In a reaper: reads one job from @fd. Returns 0 with a new payload in
- * *@payload and the four descriptors in @fds (close-on-exec), or -1 at EOF
- * or on a malformed job.
+ * *@payload and the JOB_FDS descriptors in @fds (close-on-exec), the exit
+ * socket after them (-1: none), or -1 at EOF or on a malformed job.
  */
-static int reaper_recv_job(int fd, unsigned char **payload, uint32_t *len, int fds[JOB_FDS],
-                           int *quiet)
+static int reaper_recv_job(int fd, unsigned char **payload, uint32_t *len,
+                           int fds[JOB_FDS + 1], int *quiet)
 {
     uint32_t n = 0;
     size_t got = 0;
     int nfds = 0;
 
-    for (int i = 0; i < JOB_FDS; i++)
+    for (int i = 0; i < JOB_FDS + 1; i++)
         fds[i] = -1;
     *payload = NULL;
     while (got < sizeof(n)) {
         union {
             struct cmsghdr align;
-            char buf[CMSG_SPACE(sizeof(int) * JOB_FDS)];
+            char buf[CMSG_SPACE(sizeof(int) * (JOB_FDS + 1))];
         } ctl;
         struct iovec iov = { (char *)&n + got, sizeof(n) - got };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
@@ -1006,7 +1010,7 @@ static int reaper_recv_job(int fd, unsigned char **payload, uint32_t *len, int f
             for (size_t i = 0; i < k; i++) {
                 int f;
                 memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-                if (nfds < JOB_FDS)
+                if (nfds < JOB_FDS + 1)
                     fds[nfds++] = f;
                 else
                     close(f);
@@ -1017,8 +1021,9 @@ static int reaper_recv_job(int fd, unsigned char **payload, uint32_t *len, int f
             got = 0;    /* a late note about the exec before: nothing to hold now */
     }
     *quiet = (n & JOB_QUIET) != 0;
-    n &= ~JOB_QUIET;
-    if (nfds != JOB_FDS || n > PROTO_MAX_FRAME || !(*payload = malloc(n + 1)))
+    int want = n & JOB_EXIT_FD ? JOB_FDS + 1 : JOB_FDS;
+    n &= ~(JOB_QUIET | JOB_EXIT_FD);
+    if (nfds != want || n > PROTO_MAX_FRAME || !(*payload = malloc(n + 1)))
         goto fail;
     for (got = 0; got < n;) {
         ssize_t r = read(fd, *payload + got, n - got);
@@ -1262,7 +1267,7 @@ static void __attribute__((noreturn)) reaper_main(int fd)
     for (;;) {
         unsigned char *payload;
         uint32_t len, argc, envc;
-        int fds[JOB_FDS];
+        int fds[JOB_FDS + 1];
         char **argv, **overlay, **envp = NULL;
         const char *cwd;
         pid_t pid = 0;
@@ -1296,8 +1301,18 @@ static void __attribute__((noreturn)) reaper_main(int fd)
             fds[1] = fds[2] = -1;
             fcntl(rl.master, F_SETFL, fcntl(rl.master, F_GETFL) | O_NONBLOCK);
         }
-        /* Hold nothing of the command's: its output ends when it does. */
-        int client = fds[JOB_FDS - 1];
+        /* Hold nothing of the command's: its output ends when it does.
+         * But for a caller with an exit socket: its stdout and stderr are
+         * held until the record is out, so that the caller wakes once for
+         * the end, not for the EOF of each first (it takes what the pipes
+         * hold once it has the record). */
+        int client = fds[JOB_FDS - 1], exit_fd = fds[JOB_FDS];
+        int held[2] = { -1, -1 };
+        if (exit_fd >= 0 && rl.master < 0) {
+            held[0] = fds[1];
+            held[1] = fds[2];
+            fds[1] = fds[2] = -1;
+        }
         for (int i = 0; i < JOB_FDS - 1; i++)
             if (fds[i] >= 0)
                 close(fds[i]);
@@ -1306,7 +1321,7 @@ static void __attribute__((noreturn)) reaper_main(int fd)
         free(argv);
         free(payload);
         if (pid <= 0)
-            _exit(1);
+            _exit(1);     /* the exit socket closes without a record */
         /* A client that is gone is the supervisor's to notice. */
         if (!quiet)
             send_i32_frame(client, PROTO_STARTED, pid);
@@ -1334,13 +1349,35 @@ static void __attribute__((noreturn)) reaper_main(int fd)
                 report(fd, REAPER_EXIT, code);
             } else {
                 report(fd, REAPER_EXIT_SENT, code);
+                /* The caller's record first: it wakes for that alone, not
+                 * for EXIT a moment before. The report above already tells
+                 * the supervisor that the exec ended, should the client
+                 * close before EXIT is read. */
+                if (exit_fd >= 0) {
+                    sbx_plugin_exit_record rec = { SBX_PLUGIN_EXIT_RECORD_MAGIC, code };
+                    while (send(exit_fd, &rec, sizeof(rec), MSG_NOSIGNAL | MSG_DONTWAIT) < 0
+                           && errno == EINTR)
+                        ;
+                }
                 send_i32_frame(client, PROTO_EXIT, code);
             }
             close(client);
             client = -1;
+            if (exit_fd >= 0)
+                close(exit_fd);
+            exit_fd = -1;
+            for (int i = 0; i < 2; i++)
+                if (held[i] >= 0)
+                    close(held[i]);
+            held[0] = held[1] = -1;
         }
         if (client >= 0)
             close(client);
+        if (exit_fd >= 0)
+            close(exit_fd);
+        for (int i = 0; i < 2; i++)
+            if (held[i] >= 0)
+                close(held[i]);
         relay_close(&rl);
         report(fd, REAPER_IDLE, 0);
     }
@@ -1407,27 +1444,29 @@ static reaper *reaper_get(void)
 
 /**
  * Hands a job to @rp: the EXEC @payload, with the command's descriptors
- * @fds, @cwd_fd and the client's connection @client on its first byte.
- * Returns 0 or an errno.
+ * @fds, @cwd_fd, the client's connection @client and its exit socket
+ * @exit_fd (-1: none) on its first byte. Returns 0 or an errno.
  */
 static int reaper_send_job(reaper *rp, const unsigned char *payload, uint32_t len,
-                           const int fds[PROTO_EXEC_FDS], int cwd_fd, int client, int quiet)
+                           const int fds[PROTO_EXEC_FDS], int cwd_fd, int client, int quiet,
+                           int exit_fd)
 {
-    int all[JOB_FDS] = { fds[0], fds[1], fds[2], cwd_fd, client };
-    uint32_t head = quiet ? len | JOB_QUIET : len;
+    int all[JOB_FDS + 1] = { fds[0], fds[1], fds[2], cwd_fd, client, exit_fd };
+    size_t nall = exit_fd >= 0 ? JOB_FDS + 1 : JOB_FDS;
+    uint32_t head = (quiet ? len | JOB_QUIET : len) | (exit_fd >= 0 ? JOB_EXIT_FD : 0);
     union {
         struct cmsghdr align;
         char buf[CMSG_SPACE(sizeof(all))];
     } ctl;
     memset(&ctl, 0, sizeof(ctl));
     struct iovec iov[2] = { { &head, sizeof(head) }, { (void *)payload, len } };
-    struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2,
-                         .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+    struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2, .msg_control = ctl.buf,
+                         .msg_controllen = CMSG_SPACE(sizeof(int) * nall) };
     struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
     cm->cmsg_level = SOL_SOCKET;
     cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(all));
-    memcpy(CMSG_DATA(cm), all, sizeof(all));
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * nall);
+    memcpy(CMSG_DATA(cm), all, sizeof(int) * nall);
 
     ssize_t n;
     for (;;) {
@@ -1467,8 +1506,10 @@ static void do_exec(conn *c, const unsigned char *payload, size_t len, int quiet
     reaper *rp = NULL;
     exec_tty tty;
 
-    if (c->pid != 0 || c->starting || c->rp || c->nfds != PROTO_EXEC_FDS) {
-        conn_error(c, PROTO_ERR_PROTOCOL, EPROTO, "EXEC needs three descriptors, once");
+    if (c->pid != 0 || c->starting || c->rp
+        || (c->nfds != PROTO_EXEC_FDS && !(quiet && c->nfds == PROTO_EXEC_FDS_MAX))) {
+        conn_error(c, PROTO_ERR_PROTOCOL, EPROTO, "EXEC needs three descriptors (EXEC_QUIET "
+                   "three or four), once");
         goto out;
     }
     e = parse_exec(payload, len, &argv, &argc, &overlay, &envc, &cwd, &tty);
@@ -1511,7 +1552,8 @@ static void do_exec(conn *c, const unsigned char *payload, size_t len, int quiet
         master = -1;
     }
     rp = reaper_get();
-    e = rp ? reaper_send_job(rp, payload, (uint32_t)len, c->fds, cwd_fd, c->fd, quiet)
+    e = rp ? reaper_send_job(rp, payload, (uint32_t)len, c->fds, cwd_fd, c->fd, quiet,
+                             c->nfds > PROTO_EXEC_FDS ? c->fds[PROTO_EXEC_FDS] : -1)
             : errno;
     if (e != 0) {
         if (rp)
@@ -1782,7 +1824,7 @@ static void conn_read(conn *c)
                 for (size_t i = 0; i < k; i++) {
                     int fd;
                     memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-                    if (c->nfds < PROTO_EXEC_FDS)
+                    if (c->nfds < PROTO_EXEC_FDS_MAX)
                         c->fds[c->nfds++] = fd;
                     else
                         close(fd);

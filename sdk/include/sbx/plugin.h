@@ -58,7 +58,7 @@ extern "C" {
 #endif
 
 #define SBX_PLUGIN_ABI_MAJOR 1
-#define SBX_PLUGIN_ABI_MINOR 4
+#define SBX_PLUGIN_ABI_MINOR 5
 
 /** The one symbol a plugin exports. */
 #define SBX_PLUGIN_INIT_SYMBOL "sbx_plugin_init"
@@ -231,6 +231,11 @@ typedef struct sbx_plugin_exec_request {
     /* ABI 1.2: SBX_PLUGIN_EXEC_* request bits; check struct_size before
      * reading it (a shorter request has none). */
     unsigned flags;
+    /* ABI 1.5: with SBX_PLUGIN_EXEC_EXIT_FD in flags, a connected
+     * AF_UNIX stream socket on which the command's end is reported as one
+     * sbx_plugin_exit_record (below); -1 otherwise. Check struct_size
+     * before reading it. */
+    int exit_fd;
 } sbx_plugin_exec_request;
 
 /**
@@ -253,6 +258,35 @@ typedef struct sbx_plugin_exec_request {
  * flags, which older hosts leave 0).
  */
 #define SBX_PLUGIN_EXEC_OUTPUT_AT_END 2u
+
+/**
+ * Exec request bit (ABI 1.5, set only with SBX_PLUGIN_EXEC_START_UNCONFIRMED
+ * and no terminal): the request's exit_fd is the write end of a socket the
+ * host reads the command's end from, so that it need not ask exec_wait (out
+ * of process a round trip to the plugin host; the plugin may hand the
+ * descriptor on to whatever sees the end first, a supervisor, a reaper).
+ * When the main process ends with exit code C and exec_wait would return 1
+ * with C, the plugin writes one sbx_plugin_exit_record {MAGIC, C} (8 bytes,
+ * with MSG_NOSIGNAL: the host may have closed its end) and closes every
+ * copy it holds; once the record is written, exec_wait returns 1 (at
+ * once, or as soon as the plugin's own notice of the end is in) and
+ * exec_free must not kill anything on account of the command still
+ * running. On any other end (a failure to start, a kill whose exit the
+ * plugin reports later, the sandbox gone) it closes every copy without a
+ * record: the host then sees EOF and asks exec_wait as without the bit.
+ * A plugin may ignore the bit: it keeps no copy beyond exec_start, so the
+ * host sees EOF at once. Owned by the host like the other descriptors.
+ */
+#define SBX_PLUGIN_EXEC_EXIT_FD 4u
+
+/** The record of SBX_PLUGIN_EXEC_EXIT_FD, in host byte order. */
+typedef struct sbx_plugin_exit_record {
+    uint32_t magic;            /* SBX_PLUGIN_EXIT_RECORD_MAGIC */
+    int32_t code;              /* exit code as exec_wait gives it (0..255,
+                                * 128+N for signal N) */
+} sbx_plugin_exit_record;
+
+#define SBX_PLUGIN_EXIT_RECORD_MAGIC 0x58584253u /* "SBXX" */
 
 /** One entry of list_files. Strings borrowed for the callback. */
 typedef struct sbx_plugin_file_info {
