@@ -69,6 +69,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOG_BODY_MAX = 65536
 
+# A provider's sandbox starts its processes with every signal at its default
+# action. A fake started with some ignored (nohup ignores SIGHUP; a shell's
+# background job SIGINT and SIGQUIT) would hand that on to its sandboxes'
+# commands, where a shell cannot even trap a signal ignored on entry: the
+# fakes' servers and everything they start take the defaults back.
+for _sig in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
+    if signal.getsignal(_sig) == signal.SIG_IGN:
+        signal.signal(_sig, signal.SIG_DFL)
+
 
 def q1(query, name, default=None):
     """The first value of query parameter @name (parse_qs form), or @default."""
