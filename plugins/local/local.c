@@ -2640,6 +2640,11 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     struct sbx_plugin_sandbox *sb = sandbox;
     int rc = 0;
 
+    /* The sandbox's own work is over: the client's next warm supervisor
+     * may start now, on the other core while the supervisor of this one
+     * ends its processes, so that the next create finds it ready instead
+     * of waiting for its fork and HELLO. */
+    gate_open(sb->fill_gate);
     pthread_mutex_lock(&sb->lock);
     if (sb->destroyed)
         goto out;
@@ -2716,8 +2721,6 @@ destroyed:
     LOG(SBX_LOG_DEBUG, "destroyed %s", sb->id);
 out:
     pthread_mutex_unlock(&sb->lock);
-    /* Its work done, the client's next fill may run. */
-    gate_open(sb->fill_gate);
     return rc;
 }
 
