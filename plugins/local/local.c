@@ -170,10 +170,12 @@ static const sbx_host_services *host;
  * the new sandbox's first exec does, and take the CPU from it (forks,
  * page-table copies and their TLB flushes; measured: the first exec after
  * a create ran 5-6 ms slower than raw with the fill beside it, 1-2 ms with
- * the fill put off); so it waits at this gate, which opens at the end of
- * that sandbox's destroy or at its free, at the client's next create
- * (which then waits for the fill, as for one on its way) or client_free,
- * and at the latest WARM_DEFER_SECS after the create. Shared, by
+ * the fill put off); so it waits at this gate, which opens when that
+ * sandbox's destroy begins (the fill then runs beside the end of its
+ * processes, and the next create finds it ready) or at its free, at the
+ * client's next create (which then waits for the fill, as for one on its
+ * way) or client_free, and at the latest WARM_DEFER_SECS after the
+ * create. Shared, by
  * reference count, by the client, the fill thread and the sandbox;
  * thread-safe.
  */
