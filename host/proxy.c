@@ -83,6 +83,12 @@ typedef struct proxy_sandbox {
     struct proxy_sandbox *prev, *next;
     char *state;                /* session state for reattaching; NULL if none */
     int lost;                   /* its host died and it could not be resumed */
+    /* Its names as they came with the handle (wire 8): sandbox_id and
+     * sandbox_root answer from here, and the first session_state after
+     * the create (state_fresh) from state, with no round trip. */
+    int named;                  /* id and root below are the plugin's */
+    char *id, *root;            /* NULL when the plugin gave none */
+    int state_fresh;            /* state was taken with the create's reply */
 } proxy_sandbox;
 
 typedef struct proxy_process {
@@ -1128,6 +1134,8 @@ handle_free_local(proxy_client *pc, int enc, proxy_handle *h)
         if (pc)
             sandbox_unlink(pc, sb);
         free(sb->state);
+        free(sb->id);
+        free(sb->root);
     } else if (enc == SBX_ENC_PROCESS) {
         proxy_process *p = (proxy_process *)h;
         int clean = 1;
@@ -1320,42 +1328,42 @@ encode_arg(const sbx_slot_row *row, unsigned i, void **av, sbx_wire_msg *m, call
     }
 }
 
-/* Fetches and keeps the session state of new sandbox @sb (for reattaching),
- * with a context of its own: the create's deadline or cancel must not cost
- * the sandbox its way back after a crash. */
-static void
-sandbox_keep_state(proxy_client *pc, proxy_sandbox *sb)
+/*
+ * Answers @slot on sandbox handle @av[0] from what came with the handle,
+ * with no round trip: sandbox_id and sandbox_root (the plugin's strings,
+ * kept as long as the handle), and the first session_state after the
+ * create or resume (the state taken in the same reply; a later call asks
+ * the plugin, the state may have changed). Returns 1 when answered into
+ * @ret, 0 when the call must go to the host.
+ */
+static int
+answer_from_names(unsigned slot, void **av, proxy_ret *ret)
 {
-    sbx_call_ctx own;
-    const sbx_call_ctx *ctx = &own;
-    char *state = NULL;
-    sbx_error *e = NULL;
-    void *av[3];
-    sbx_plugin_sandbox *arg0 = (sbx_plugin_sandbox *)sb;
-    sbx_error **ep = &e;
-    proxy_ret r;
+    proxy_sandbox *sb;
+    int done = 0;
 
-    if (!(pc->have & ((uint64_t)1 << SBX_SLOT_ID_session_state)))
-        return;
-    memset(&own, 0, sizeof(own));
-    own.struct_size = sizeof(own);
-    own.deadline = sbx_monotonic_now() + 60;
-    own.cancel_fd = -1;
-    av[0] = &arg0;
-    av[1] = &ctx;
-    av[2] = &ep;
-    sbx_proxy_invoke_on(pc, SBX_SLOT_ID_session_state, av, &r);
-    state = r.s;
-    if (state) {
-        free(sb->state);
-        sb->state = strdup(state);
-        sbx_host_services_get()->free(state);
-    } else {
-        sbx_log(SBX_LOG_WARNING, pc->backend, "no session state for the new sandbox (it "
-                "cannot be reattached after a crash): %s",
-                e ? sbx_error_get0_message(e) : "no reason given");
+    if (slot != SBX_SLOT_ID_sandbox_id && slot != SBX_SLOT_ID_sandbox_root &&
+        slot != SBX_SLOT_ID_session_state)
+        return 0;
+    sb = *(proxy_sandbox **)av[0];
+    if (!sb || !sb->named)
+        return 0;
+    if (slot == SBX_SLOT_ID_sandbox_id) {
+        ret->cs = sb->id;
+        return 1;
     }
-    sbx_error_free(e);
+    if (slot == SBX_SLOT_ID_sandbox_root) {
+        ret->cs = sb->root;
+        return 1;
+    }
+    pthread_mutex_lock(&sb->h.pc->lock);
+    if (sb->state_fresh && sb->state) {
+        sb->state_fresh = 0;
+        ret->s = proxy_strdup_alloc(sb->state);
+        done = ret->s != NULL;
+    }
+    pthread_mutex_unlock(&sb->h.pc->lock);
+    return done;
 }
 
 /*
@@ -1468,14 +1476,26 @@ decode_reply(proxy_client *pc, const sbx_slot_row *row, unsigned slot, void **av
         }
         case SBX_ENC_NEW_SANDBOX: {
             uint64_t id = ok_outs ? sbx_wire_get_u64(rep) : 0;
+            const char *sid = ok_outs ? sbx_wire_get_str(rep) : NULL;
+            const char *root = ok_outs ? sbx_wire_get_str(rep) : NULL;
+            const char *state = ok_outs ? sbx_wire_get_str(rep) : NULL;
 
             if (ok_outs && ret->i == 0) {
                 proxy_sandbox *sb = calloc(1, sizeof(*sb));
 
-                if (!sb) {
+                if (!sb || (sid && !(sb->id = strdup(sid))) ||
+                    (root && !(sb->root = strdup(root))) ||
+                    (state && !(sb->state = strdup(state)))) {
+                    if (sb) {
+                        free(sb->id);
+                        free(sb->root);
+                        free(sb);
+                    }
                     ret->i = -1;
                     break;
                 }
+                sb->named = 1;
+                sb->state_fresh = sb->state != NULL;
                 sb->h.pc = pc;
                 sb->h.remote = id;
                 sb->h.gen = gen;
@@ -1620,14 +1640,10 @@ sbx_proxy_invoke_on(proxy_client *pc, unsigned slot, void **av, void *retp)
             goto freed;
         return;
     }
+    /* A new sandbox's session state, kept to reattach it, came with it. */
     decode_reply(pc, row, slot, av, rep, ret, gen);
     sbx_wire_clear(rep);
     free(rep);
-
-    /* New sandboxes: keep their session state so they can be reattached. */
-    for (unsigned i = 0; i < row->nargs; i++)
-        if (row->enc[i] == SBX_ENC_NEW_SANDBOX && ret->i == 0)
-            sandbox_keep_state(pc, *(proxy_sandbox **)*(void **)av[i]);
     if (!(row->flags & SBX_ROW_FREES))
         return;
 freed:
@@ -1679,6 +1695,8 @@ proxy_invoke(unsigned slot, void **av, proxy_ret *ret)
             pthread_mutex_unlock(&pc->restart_lock);
         return;
     }
+    if (answer_from_names(slot, av, ret))
+        return;
     if (ensure_host(pc, row->name, ep) < 0)
         return;
     sbx_proxy_invoke_on(pc, slot, av, ret);

@@ -43,10 +43,13 @@
  * then a u32 per port) and the exposed-port slots (plugin ABI 1.3).
  * Version 6: the create request carries `user` (a string after the ports;
  * plugin ABI 1.4). Version 7: the exec request carries `exit_fd` (a
- * descriptor after the flags; plugin ABI 1.5). A library and a host of
- * different versions refuse each other at HELLO. */
-#define SBX_WIRE_VERSION_MIN 7
-#define SBX_WIRE_VERSION_MAX 7
+ * descriptor after the flags; plugin ABI 1.5). Version 8: a new sandbox's
+ * handle in a reply (create, resume) is followed by its id, its root and
+ * its session state (three strings, each may be null), which the library
+ * keeps instead of asking for them. A library and a host of different
+ * versions refuse each other at HELLO. */
+#define SBX_WIRE_VERSION_MIN 8
+#define SBX_WIRE_VERSION_MAX 8
 /** Largest frame (header + body) sent as one packet, bytes. A larger body
  *  travels in a memfd passed beside a header-only packet (flag
  *  SBX_WIRE_BODY_IN_FD in the type), so a frame has no size limit. */

@@ -125,6 +125,50 @@ out:
     return id;
 }
 
+/*
+ * The names of a new sandbox @sb (NULL: the create or resume failed) that
+ * ride with its handle in the reply (wire 8): its id and root (borrowed
+ * strings of the plugin, NULL when it has no such slot or none to give)
+ * and its session state (NULL when the plugin has no session_state slot or
+ * could not give one; the reason is logged). The library keeps them, so
+ * that a create costs one round trip instead of four. The session state
+ * is asked with a context of its own (60 s, no cancel): the create's
+ * deadline or cancel must not cost the sandbox its way back after a crash.
+ */
+static void
+put_sandbox_names(sbx_wire_msg *rep, sbx_plugin_sandbox *sb)
+{
+    const char *(*get_id)(sbx_plugin_sandbox *) = (const char *(*)(sbx_plugin_sandbox *))
+        (uintptr_t)sbx_slot_get(H.plugin, SBX_SLOT_ID_sandbox_id);
+    const char *(*get_root)(sbx_plugin_sandbox *) = (const char *(*)(sbx_plugin_sandbox *))
+        (uintptr_t)sbx_slot_get(H.plugin, SBX_SLOT_ID_sandbox_root);
+    char *(*get_state)(sbx_plugin_sandbox *, const sbx_call_ctx *, sbx_error **) =
+        (char *(*)(sbx_plugin_sandbox *, const sbx_call_ctx *, sbx_error **))(uintptr_t)
+            sbx_slot_get(H.plugin, SBX_SLOT_ID_session_state);
+    char *state = NULL;
+    sbx_error *e = NULL;
+
+    sbx_wire_put_str(rep, sb && get_id ? get_id(sb) : NULL);
+    sbx_wire_put_str(rep, sb && get_root ? get_root(sb) : NULL);
+    if (sb && get_state) {
+        sbx_call_ctx own;
+
+        memset(&own, 0, sizeof(own));
+        own.struct_size = sizeof(own);
+        own.deadline = sbx_monotonic_now() + 60;
+        own.cancel_fd = -1;
+        state = get_state(sb, &own, &e);
+        if (!state)
+            sbx_log(SBX_LOG_WARNING, H.backend, "no session state for the new sandbox (it "
+                    "cannot be reattached after a crash): %s",
+                    e ? sbx_error_get0_message(e) : "no reason given");
+        sbx_error_free(e);
+    }
+    sbx_wire_put_str(rep, state);
+    if (state)
+        sbx_host_services_get()->free(state);
+}
+
 /* The handle @id of @kind: 0 and *@ptr (which may be NULL: a plugin may
  * make a client without state), or -1 when unknown. */
 static int
@@ -986,6 +1030,8 @@ run_call(sbx_wire_msg *req, call_frame *f)
                        : SBX_ENC_PROCESS;
 
             sbx_wire_put_u64(&rep, (int)rv == 0 ? handle_add(f->out_handle, kind) : 0);
+            if (kind == SBX_ENC_SANDBOX)
+                put_sandbox_names(&rep, (int)rv == 0 ? f->out_handle : NULL);
             if (kind == SBX_ENC_PROCESS) {
                 /* Its event descriptor travels with it (no round trip later). */
                 int (*event_fd)(sbx_plugin_process *) =

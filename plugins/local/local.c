@@ -170,10 +170,12 @@ static const sbx_host_services *host;
  * the new sandbox's first exec does, and take the CPU from it (forks,
  * page-table copies and their TLB flushes; measured: the first exec after
  * a create ran 5-6 ms slower than raw with the fill beside it, 1-2 ms with
- * the fill put off); so it waits at this gate, which opens at the end of
- * that sandbox's destroy or at its free, at the client's next create
- * (which then waits for the fill, as for one on its way) or client_free,
- * and at the latest WARM_DEFER_SECS after the create. Shared, by
+ * the fill put off); so it waits at this gate, which opens when that
+ * sandbox's destroy begins (the fill then runs beside the end of its
+ * processes, and the next create finds it ready) or at its free, at the
+ * client's next create (which then waits for the fill, as for one on its
+ * way) or client_free, and at the latest WARM_DEFER_SECS after the
+ * create. Shared, by
  * reference count, by the client, the fill thread and the sandbox;
  * thread-safe.
  */
@@ -2640,6 +2642,11 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     struct sbx_plugin_sandbox *sb = sandbox;
     int rc = 0;
 
+    /* The sandbox's own work is over: the client's next warm supervisor
+     * may start now, on the other core while the supervisor of this one
+     * ends its processes, so that the next create finds it ready instead
+     * of waiting for its fork and HELLO. */
+    gate_open(sb->fill_gate);
     pthread_mutex_lock(&sb->lock);
     if (sb->destroyed)
         goto out;
@@ -2716,8 +2723,6 @@ destroyed:
     LOG(SBX_LOG_DEBUG, "destroyed %s", sb->id);
 out:
     pthread_mutex_unlock(&sb->lock);
-    /* Its work done, the client's next fill may run. */
-    gate_open(sb->fill_gate);
     return rc;
 }
 
