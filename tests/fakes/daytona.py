@@ -281,9 +281,11 @@ class PtySession:
         data = {"exitCode": code}
         if reason is not None:
             data["exitReason"] = reason
+        # Gone before a client hears of the end, so that a client asking
+        # right after the close frame finds it gone.
+        self.sb.ptys.pop(self.id, None)
         for ws in clients:
             ws.close(1000 if code == 0 else 1011, json.dumps(data, separators=(",", ":")))
-        self.sb.ptys.pop(self.id, None)
 
     def kill(self):
         """DELETE: the shell and its session are killed; the clients get
