@@ -40,6 +40,8 @@ def eq(name, got, want):
 
 
 class Fake:
+    running = []    # started and not yet stopped: main() stops what a crash left
+
     def __init__(self, script, key, env=None):
         e = dict(os.environ)
         e["SBX_FAKE_API_KEY"] = key
@@ -52,6 +54,7 @@ class Fake:
             raise SystemExit("Bail out! %s did not start: %r" % (script, line))
         self.port = int(line.split()[1])
         self.base = "http://127.0.0.1:%d" % self.port
+        Fake.running.append(self)
 
     def req(self, method, path, body=None, headers=None, raw=None, auth=True, base=None):
         url = (base or self.base) + path
@@ -77,6 +80,8 @@ class Fake:
             return st, data, hd
 
     def stop(self):
+        if self in Fake.running:
+            Fake.running.remove(self)
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout=20)
@@ -635,6 +640,9 @@ def main():
             {"daytona": daytona, "tensorlake": tensorlake, "fakehttp": fakehttp_nodelay}[w]()
         except Exception as e:  # a crash is a failure of its own, named
             check(w + " ran to the end", False, "%s: %s" % (type(e).__name__, e))
+        finally:
+            for f in list(Fake.running):   # a crashed section's fake, by PID
+                f.stop()
     print("TAP version 13")
     failed = 0
     for i, (ok, name, detail) in enumerate(results, 1):
