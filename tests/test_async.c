@@ -86,10 +86,7 @@ static void assert_nothing_left(void)
     if (!tu_backend_is_local() && strcmp(tu_backend(), "bubblewrap") != 0)
         return;
     pid_t pids[16];
-    size_t n = 0;
-    double end = tu_now() + 5.0;
-    while ((n = tu_procs_mentioning(g_tmp, pids, 16)) > 0 && tu_now() < end)
-        usleep(50000);
+    size_t n = tu_wait_procs_gone(g_tmp, pids, 16, 5.0);
     cr_assert_eq(n, 0, "a process of a sandbox survived: %s",
                  n ? tu_proc_describe(pids[0]) : "");
     cr_assert_eq(tu_count_entries(g_tmp), 0, "%d entries left in %s",

@@ -808,10 +808,7 @@ Test(creation, failing_git_clone_leaves_nothing)
         cr_assert_eq(tu_count_entries(g_tmp), 0, "a failed create left %d entries in %s",
                      tu_count_entries(g_tmp), g_tmp);
         pid_t pids[16];
-        size_t n = 0;
-        double end = tu_now() + 5.0;
-        while ((n = tu_procs_mentioning(g_tmp, pids, 16)) > 0 && tu_now() < end)
-            usleep(50000);
+        size_t n = tu_wait_procs_gone(g_tmp, pids, 16, 5.0);
         cr_assert_eq(n, 0, "a process of the failed sandbox survived (pid %d)",
                      n ? (int)pids[0] : 0);
     }
@@ -2144,10 +2141,7 @@ Test(concurrency, eight_threads_create_exec_destroy)
         cr_assert_eq(tu_count_entries(g_tmp), 0, "%d entries left in %s",
                      tu_count_entries(g_tmp), g_tmp);
         pid_t pids[16];
-        size_t n = 0;
-        double end = tu_now() + 5.0;
-        while ((n = tu_procs_mentioning(g_tmp, pids, 16)) > 0 && tu_now() < end)
-            usleep(50000);
+        size_t n = tu_wait_procs_gone(g_tmp, pids, 16, 5.0);
         cr_assert_eq(n, 0, "a process survived (pid %d)", n ? (int)pids[0] : 0);
     }
 }

@@ -315,10 +315,7 @@ Test(plugin_host, crash_in_a_slot_fails_calls_in_flight_and_the_next_call_reatta
      * supervisor exits after it answered (it removes the trash first):
      * bounded by the 5 s every end of a sandbox has. */
     pid_t after[4];
-    size_t nafter = 0;
-    double end = tu_now() + 5.0;
-    while ((nafter = tu_procs_mentioning(g_tmp, after, 4)) > 0 && tu_now() < end)
-        usleep(20000);
+    size_t nafter = tu_wait_procs_gone(g_tmp, after, 4, 5.0);
     cr_assert_eq(nafter, 0, "a process of the sandboxes survived: %s",
                  nafter ? tu_proc_describe(after[0]) : "");
     sbx_sandbox_free(a);

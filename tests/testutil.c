@@ -690,6 +690,15 @@ int tu_is_plugin_host(pid_t pid)
            a.st_ino == b.st_ino;
 }
 
+size_t tu_wait_procs_gone(const char *path, pid_t *pids, size_t max, double secs)
+{
+    double end = tu_now() + secs;
+    size_t n;
+    while ((n = tu_procs_mentioning(path, pids, max)) > 0 && tu_now() < end)
+        usleep(20000);
+    return n;
+}
+
 size_t tu_procs_mentioning(const char *path, pid_t *pids, size_t max)
 {
     DIR *d = opendir("/proc");

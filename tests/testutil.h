@@ -114,6 +114,9 @@ pid_t tu_ppid(pid_t pid);
  * environment or open descriptors mention @path, and that still run.
  * Returns how many were stored in @pids (at most @max). */
 size_t tu_procs_mentioning(const char *path, pid_t *pids, size_t max);
+/* tu_procs_mentioning(), asked again every 20 ms until it finds none or
+ * @secs pass: the count of the last answer (0 when all were gone). */
+size_t tu_wait_procs_gone(const char *path, pid_t *pids, size_t max, double secs);
 
 /* 1 when @pid runs the plugin host program ($SBX_PLUGIN_HOST). */
 int tu_is_plugin_host(pid_t pid);
