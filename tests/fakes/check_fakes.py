@@ -3,11 +3,13 @@
 exact answers the contracts give (paths, status codes, JSON fields, error
 bodies, SSE framing, raw bytes), so the fakes the plugins are tested against
 are themselves tested, and checks that the HTTP plumbing every fake shares
-(fakehttp.py) answers on sockets with TCP_NODELAY set. Prints TAP. Each fake
+(fakehttp.py) answers on sockets with TCP_NODELAY set and that the pump
+every fake reads a command's output with (nsbox.OutputPump) drops nothing a
+command wrote. Prints TAP. Each fake
 is started on an ephemeral port and stopped by its PID; afterwards no
 process of it and no sandbox directory is left.
 
-Usage: check_fakes.py [daytona|tensorlake|fakehttp]...  (default: all three)
+Usage: check_fakes.py [daytona|tensorlake|fakehttp|outputpump]...  (default: all four)
 """
 
 import email.utils
@@ -633,11 +635,96 @@ def fakehttp_nodelay():
         t.join()
 
 
+def output_pump():
+    """nsbox.OutputPump, which every fake's command streams go through:
+    once the command has exited, finish() returns with everything it wrote
+    passed on, however slowly the consumer takes it (a consumer that needs
+    0.3 s a chunk, as a loaded machine can make it, lost the rest to a
+    fixed 0.2 s drain before); a background child holding the pipe does not
+    hold finish(); a terminal's output comes through whole the same way."""
+    sys.path.insert(0, HERE)
+    import nsbox
+    P = "OutputPump: "
+    for slow in (0.0, 0.3):
+        got = {1: bytearray(), 2: bytearray()}
+
+        def sink(fd):
+            def emit(data):
+                time.sleep(slow)
+                got[fd].extend(data)
+            return emit
+        c = subprocess.Popen(["/bin/sh", "-c", "printf 'a\\377'; sleep 0.05; printf b; "
+                              "printf 'e1\\n' >&2; sleep 0.05; printf 'e2' >&2; "
+                              "(sleep 30 &); exec sleep 0.01"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             start_new_session=True)
+        pumps = [nsbox.OutputPump(c.stdout, sink(1)), nsbox.OutputPump(c.stderr, sink(2))]
+        c.wait()
+        t0 = time.time()
+        for p in pumps:
+            p.finish()
+        took = time.time() - t0
+        eq(P + "stdout whole, consumer taking %.1f s a chunk" % slow, bytes(got[1]),
+           b"a\xffb")
+        eq(P + "stderr whole, consumer taking %.1f s a chunk" % slow, bytes(got[2]), b"e1\ne2")
+        check(P + "a background child holding the pipes does not hold finish() (%.1f s)"
+              % slow, took < 5, "finish took %.2f s" % took)
+        try:
+            os.killpg(c.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        c.stdout.close()
+        c.stderr.close()
+    # close=True: the pump reads (and drops) what a background child writes
+    # after finish() until the child lets go, then closes the pipe.
+    c = subprocess.Popen(["/bin/sh", "-c", "(sleep 0.3; echo late; exec sleep 0.2) & echo now"],
+                         stdout=subprocess.PIPE)
+    got = bytearray()
+    pump = nsbox.OutputPump(c.stdout, got.extend, close=True)
+    c.wait()
+    pump.finish()
+    eq(P + "close=True: the command's output, not the background child's", bytes(got), b"now\n")
+    check(P + "close=True: the pipe is closed once the background child lets go",
+          wait_until(lambda: c.stdout.closed, 10), "still open after 10 s")
+    eq(P + "close=True: nothing of the background child's reached the consumer", bytes(got),
+       b"now\n")
+    # A descriptor numbered past select()'s FD_SETSIZE (1024), as a fake
+    # that has run many commands holds.
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        c = subprocess.Popen(["/bin/sh", "-c", "echo high"], stdout=subprocess.PIPE)
+        high = bytearray()
+        pump = nsbox.OutputPump(c.stdout, high.extend)
+        c.wait()
+        pump.finish()
+        eq(P + "a pipe numbered past 1024 (%s) comes through whole"
+           % ("yes" if c.stdout.fileno() > 1024 else "no"), bytes(high), b"high\n")
+        c.stdout.close()
+    finally:
+        for fd in held:
+            os.close(fd)
+    master, slave = os.openpty()
+    got = bytearray()
+
+    def slow_emit(data):
+        time.sleep(0.3)
+        got.extend(data)
+    c = subprocess.Popen(["/bin/sh", "-c", "printf one; sleep 0.05; printf two"],
+                         stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    os.close(slave)
+    pump = nsbox.OutputPump(master, slow_emit)
+    c.wait()
+    pump.finish()
+    os.close(master)
+    eq(P + "a terminal's output whole, consumer taking 0.3 s a chunk", bytes(got), b"onetwo")
+
+
 def main():
-    which = sys.argv[1:] or ["daytona", "tensorlake", "fakehttp"]
+    which = sys.argv[1:] or ["daytona", "tensorlake", "fakehttp", "outputpump"]
     for w in which:
         try:
-            {"daytona": daytona, "tensorlake": tensorlake, "fakehttp": fakehttp_nodelay}[w]()
+            {"daytona": daytona, "tensorlake": tensorlake, "fakehttp": fakehttp_nodelay,
+             "outputpump": output_pump}[w]()
         except Exception as e:  # a crash is a failure of its own, named
             check(w + " ran to the end", False, "%s: %s" % (type(e).__name__, e))
         finally:

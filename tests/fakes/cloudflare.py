@@ -119,16 +119,11 @@ class Terminal:
         self.clients = []
         self.lock = threading.Lock()
         self.closed = False
-        self.done = False
-        reader = threading.Thread(target=nsbox.pty_pump, daemon=True,
-                                  args=(self.master, self.emit, lambda: self.done))
-        reader.start()
+        reader = nsbox.OutputPump(self.master, self.emit)
 
         def wait():
             rc = self.popen.wait()
-            reader.join(0.5)
-            self.done = True
-            reader.join()
+            reader.finish()
             sb.box.forget(self.popen)
             with self.lock:
                 self.closed = True
@@ -513,17 +508,15 @@ class CloudflareHandler(fakehttp.Handler):
             with wlock:
                 write(frame(name, data))
 
-        def pump(stream, name):
+        def sink(name):
             # The bridge's onOutput gets the output as text and base64s its
             # UTF-8 (toBase64): bytes that are not UTF-8 become U+FFFD.
             dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
-            while True:
-                raw = stream.read1(65536)
-                data = dec.decode(raw, final=not raw).encode()
-                if not data:
-                    if not raw:
-                        break
-                    continue
+
+            def emit(raw, final=False):
+                data = dec.decode(raw, final=final).encode()
+                if not data or broken:
+                    return
                 try:
                     with wlock:
                         # A background child's output after the exit event
@@ -533,10 +526,10 @@ class CloudflareHandler(fakehttp.Handler):
                 except (BrokenPipeError, ConnectionResetError, ValueError):
                     broken.append(1)
                     sb.box.kill_command(c)
-        threads = [threading.Thread(target=pump, args=(s, n), daemon=True)
-                   for s, n in ((c.stdout, "stdout"), (c.stderr, "stderr"))]
-        for t in threads:
-            t.start()
+            return emit
+        sinks = [sink("stdout"), sink("stderr")]
+        pumps = [nsbox.OutputPump(c.stdout, sinks[0], close=True),
+                 nsbox.OutputPump(c.stderr, sinks[1], close=True)]
         timed_out = False
         try:
             c.wait(timeout=timeout_ms / 1000.0 if timeout_ms else None)
@@ -546,8 +539,9 @@ class CloudflareHandler(fakehttp.Handler):
             c.wait()
         # The stream ends with the command's own process: what it wrote is
         # drained, a background child holding the pipes is not waited for.
-        for t in threads:
-            t.join(0.2)
+        for pump, emit in zip(pumps, sinks):
+            pump.finish()
+            emit(b"", final=True)
         with wlock:
             ended.append(1)
         sb.box.forget(c)

@@ -139,10 +139,6 @@ MINUTE = float(os.environ.get("SBX_FAKE_MINUTE", "60"))
 # The toolbox daemon's working directory: the sandbox user's home. Commands
 # without a cwd start there and relative file paths resolve against it.
 WORKDIR = "/root"
-# After a session command's shell exits, how long its output pipes are
-# still read (a background child that keeps them open does not hold the
-# command: its exit code is recorded once the shell is gone).
-DRAIN_S = 0.2
 # The longest session script passed in its shell's environment (one string
 # there may hold 128 KiB, MAX_ARG_STRLEN); a longer one goes through a pipe.
 SCRIPT_IN_ENV_MAX = 64 * 1024
@@ -207,7 +203,6 @@ class PtySession:
         self.started = False
         self.popen = None
         self.master = None
-        self.done = False           # the reader is to stop
         self.killed = False         # DELETE killed it
         self.clients = []
         self.lock = threading.Lock()
@@ -229,15 +224,11 @@ class PtySession:
             self.popen, self.master = self.sb.box.popen_pty(argv, self.rows, self.cols,
                                                             env=env, cwd=self.cwd)
             self.active = True
-        reader = threading.Thread(target=nsbox.pty_pump, daemon=True,
-                                  args=(self.master, self.broadcast, lambda: self.done))
-        reader.start()
+        reader = nsbox.OutputPump(self.master, self.broadcast)
 
         def wait():
             rc = self.popen.wait()
-            reader.join(0.5)
-            self.done = True
-            reader.join()
+            reader.finish()
             self.sb.box.forget(self.popen)
             if self.killed:
                 self.finish(137, "SIGKILL")
@@ -1076,26 +1067,23 @@ class DaytonaHandler(fakehttp.Handler):
             threading.Thread(target=feed, daemon=True).start()
         c.popen = p
 
-        def pump(stream, prefix):
-            while True:
-                data = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
-                if not data:
-                    break
+        def sink(prefix):
+            def emit(data):
                 with c.cond:
-                    if c.exit_code is not None:
-                        break       # the command ended: later bytes are dropped
                     c.chunks.append((prefix, data))
                     c.cond.notify_all()
+            return emit
 
-        threads = [threading.Thread(target=pump, args=(p.stdout, STDOUT_PREFIX), daemon=True),
-                   threading.Thread(target=pump, args=(p.stderr, STDERR_PREFIX), daemon=True)]
-        for t in threads:
-            t.start()
+        pumps = [nsbox.OutputPump(p.stdout, sink(STDOUT_PREFIX), close=True),
+                 nsbox.OutputPump(p.stderr, sink(STDERR_PREFIX), close=True)]
 
         def finish():
+            # The command's end: what it wrote is read to the end, a
+            # background child that holds the pipes is not waited for
+            # (its later bytes are dropped).
             code = p.wait()
-            for t in threads:
-                t.join(DRAIN_S)
+            for t in pumps:
+                t.finish()
             sb.box.forget(p)
             with c.cond:
                 c.exit_code = 128 - code if code < 0 else code

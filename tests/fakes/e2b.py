@@ -174,7 +174,6 @@ class Process:
         self.stdin_open = False
         self.tty = False            # it runs on a terminal
         self.master = None          # the terminal's master descriptor
-        self.pty_done = False       # its reader is to stop
         self.cond = threading.Condition()
 
     def emit(self, name, data):
@@ -189,20 +188,9 @@ class Process:
 
     def close_master(self):
         with self.cond:
-            self.pty_done = True
             if self.master is not None:
                 os.close(self.master)
                 self.master = None
-
-    def pump(self, name, stream):
-        while True:
-            data = os.read(stream.fileno(), 65536)
-            if not data:
-                break
-            with self.cond:
-                self.events.append((name, data))
-                self.cond.notify_all()
-        stream.close()
 
 
 class Sandbox:
@@ -599,14 +587,10 @@ class E2BHandler(fakehttp.Handler):
         p.tty = bool(size)
         sb.processes[pid] = p
         if size:
-            master = p.master
-            pumps = [threading.Thread(target=nsbox.pty_pump, daemon=True, args=(
-                master, lambda d: p.emit("pty", d), lambda: p.pty_done))]
+            pumps = [nsbox.OutputPump(p.master, lambda d: p.emit("pty", d))]
         else:
-            pumps = [threading.Thread(target=p.pump, args=(n, s), daemon=True)
+            pumps = [nsbox.OutputPump(s, lambda d, n=n: p.emit(n, d), close=True)
                      for n, s in (("stdout", p.popen.stdout), ("stderr", p.popen.stderr))]
-        for t in pumps:
-            t.start()
 
         def waiter():
             # envd's end event follows the process's exit (os/exec Wait),
@@ -627,13 +611,10 @@ class E2BHandler(fakehttp.Handler):
                         break
                     time.sleep(0.01)
             for t in pumps:
-                t.join(0.5)
+                t.finish()
             if size:
                 # envd closes the terminal with its process: what still
                 # holds it (a background child) is hung up.
-                p.pty_done = True
-                for t in pumps:
-                    t.join()
                 p.close_master()
             sb.box.forget(p.popen)
             with p.cond:

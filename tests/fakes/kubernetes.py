@@ -817,19 +817,6 @@ class ExecSession:
                 self.pod.box.kill_command(self.proc)
         threading.Thread(target=kill_later, daemon=True).start()
 
-    def pump(self, fd_or_file, ch):
-        while True:
-            try:
-                if isinstance(fd_or_file, int):
-                    data = os.read(fd_or_file, 65536)
-                else:
-                    data = fd_or_file.read1(65536)
-            except OSError:
-                data = b""
-            if not data:
-                return
-            self.frame(ch, data)
-
     def run(self):
         pod = self.pod
         env = dict(pod.env)
@@ -861,19 +848,18 @@ class ExecSession:
         # channel).
         self.frame(1 if self.want_out else 2 if self.want_err else 3)
         threading.Thread(target=self.reader, daemon=True).start()
-        pumps = []
         if self.tty:
-            pumps.append(threading.Thread(target=self.pump, args=(self.master, 1), daemon=True))
+            pumps = [nsbox.OutputPump(self.master, lambda d: self.frame(1, d))]
         else:
-            pumps.append(threading.Thread(target=self.pump, args=(self.proc.stdout, 1),
-                                          daemon=True))
-            pumps.append(threading.Thread(target=self.pump, args=(self.proc.stderr, 2),
-                                          daemon=True))
-        for t in pumps:
-            t.start()
+            pumps = [nsbox.OutputPump(self.proc.stdout, lambda d: self.frame(1, d),
+                                      close=True),
+                     nsbox.OutputPump(self.proc.stderr, lambda d: self.frame(2, d),
+                                      close=True)]
         code = self.proc.wait()
+        # The exec ends with the command's process: what it wrote is sent,
+        # a background child that holds the pipes is not waited for.
         for t in pumps:
-            t.join(0.5 if self.tty else 0.3)
+            t.finish()
         pod.box.forget(self.proc)
         if self.master is not None:
             try:

@@ -131,7 +131,6 @@ class Exec:
         self.proc = proc
         self.master = master        # a terminal's master descriptor, or None
         self.tty = master is not None
-        self.pty_done = False       # its reader is to stop
         self.out = [bytearray(), bytearray()]
         self.eof = [False, self.tty]     # a terminal has no stderr of its own
         self.code = None        # returncode once it ended
@@ -144,28 +143,19 @@ class Exec:
         self.stdin_lock = threading.Lock()
         self.cond = threading.Condition()
 
-    def pump(self, i, f):
-        while True:
-            b = os.read(f.fileno(), CHUNK)
+    def sink(self, i):
+        def emit(data):
             with self.cond:
-                if not b:
-                    self.eof[i] = True
-                    self.cond.notify_all()
-                    break
-                self.out[i] += b
+                self.out[i] += data
                 self.cond.notify_all()
-        f.close()
+        return emit
 
-    def emit(self, data):
-        with self.cond:
-            self.out[0] += data
-            self.cond.notify_all()
-
-    def pump_pty(self):
-        nsbox.pty_pump(self.master, self.emit, lambda: self.pty_done)
-        with self.cond:
-            self.eof[0] = True
-            self.cond.notify_all()
+    def at_eof(self, i):
+        def end():
+            with self.cond:
+                self.eof[i] = True
+                self.cond.notify_all()
+        return end
 
     def pty_write(self, data):
         with self.cond:
@@ -173,23 +163,18 @@ class Exec:
                 os.write(self.master, data)
 
     def reap(self, pumps=()):
-        """The streams end when the command ended: what it wrote is read
-        (up to 0.2 s more for the pipes' last bytes), and a background
-        child that still holds the pipes does not hold the streams open.
-        A terminal is closed then."""
+        """The streams end when the command ended: what it wrote is read to
+        the end (nsbox.OutputPump), and a background child that still holds
+        the pipes does not hold the streams open. A terminal is closed
+        then."""
         rc = self.proc.wait()
-        end = time.time() + 0.2
+        for t in pumps:
+            t.finish()
         with self.cond:
-            while not all(self.eof) and time.time() < end:
-                self.cond.wait(0.02)
-        if self.tty:
-            self.pty_done = True
-            for t in pumps:
-                t.join()
-            with self.cond:
+            self.eof = [True, True]
+            if self.tty:
                 os.close(self.master)
                 self.master = None
-        with self.cond:
             self.code = rc
             self.done = True
             self.cond.notify_all()
@@ -637,12 +622,10 @@ class ModalFake(fakehttp.Fake):
         with self.lock:
             sb.execs[req.exec_id] = ex
         if ex.tty:
-            pumps = [threading.Thread(target=ex.pump_pty, daemon=True)]
+            pumps = [nsbox.OutputPump(master, ex.sink(0), ex.at_eof(0))]
         else:
-            pumps = [threading.Thread(target=ex.pump, args=(i, f), daemon=True)
+            pumps = [nsbox.OutputPump(f, ex.sink(i), ex.at_eof(i), close=True)
                      for i, f in enumerate((proc.stdout, proc.stderr))]
-        for t in pumps:
-            t.start()
         threading.Thread(target=ex.reap, args=(pumps,), daemon=True).start()
         return tcr.TaskExecStartResponse()
 

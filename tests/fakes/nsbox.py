@@ -16,8 +16,8 @@ test machines do.
 A command may also run on a pseudo-terminal of its own (popen_pty(): the
 leader of a session whose controlling terminal is the terminal, as a
 provider's daemon runs a terminal session), whose master the fake reads
-(pty_pump()), writes (typed input), resizes (resize(): SIGWINCH) and
-closes.
+(OutputPump, which also reads a command's pipes), writes (typed input),
+resizes (resize(): SIGWINCH) and closes.
 
 File paths are sandbox paths ("/work/x"); host_path() maps them into the
 directory and refuses a path that leaves it (`..` or a symlink out).
@@ -344,21 +344,122 @@ def kill_pty_session(c, sig=signal.SIGKILL):
     _kill_group(c, sig)
 
 
-def pty_pump(master, emit, stop):
-    """Reads the terminal's output from @master until the terminal has no
-    writer left (EIO) or @stop() is true, passing each chunk to @emit.
-    @master stays open (the caller closes it once nothing else uses it)."""
-    while not stop():
+class OutputPump:
+    """A thread that passes what a command writes on one descriptor (the
+    read end of its stdout or stderr pipe, or a terminal's master; an int or
+    a file object) to @emit(data), chunk by chunk, as it comes.
+
+    finish(), called once the command's own process has exited, returns when
+    everything that process wrote has gone to @emit: the thread has met the
+    end of the stream (EOF; EIO from a terminal with no writer left), or the
+    descriptor holds nothing more (a background child that still holds it
+    open is not waited for, and what it writes later is not the command's
+    output). There is no timed wait in it, so on a loaded machine nothing
+    the command wrote before it exited is dropped, as a provider's daemon
+    reading its pipes to their end drops nothing. @emit runs on the pump's
+    thread; an OSError or ValueError from it (the client's connection gone)
+    ends the pump. @at_eof(), if given, runs on the pump's thread when the
+    stream ends by itself before finish().
+
+    With @close, the pump owns the descriptor: after finish() it goes on
+    reading, and dropping, what a background child writes until the end of
+    the stream, then closes it (so the child is never blocked on a full
+    pipe nor killed by SIGPIPE, and no descriptor stays open); without, it
+    stays open and the caller closes it."""
+
+    def __init__(self, src, emit, at_eof=None, close=False):
+        self.fd = src if isinstance(src, int) else src.fileno()
+        self.src = src
+        self.emit = emit
+        self.at_eof = at_eof
+        self.close = close
+        self.budget = 0
+        self._done = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _read(self, emit=True):
+        """One read: True when the stream goes on, False at its end, None
+        when there was nothing to read."""
         try:
-            r, _, _ = select.select([master], [], [], 0.1)
-            if not r:
-                continue
-            data = os.read(master, 65536)
+            data = os.read(self.fd, 65536)
+        except BlockingIOError:
+            return None
         except OSError:
-            break
+            return False    # EIO: the terminal has no writer left
         if not data:
-            break
-        emit(data)
+            return False
+        if not emit:
+            return True
+        self.budget -= len(data)
+        try:
+            self.emit(data)
+        except (OSError, ValueError):
+            self.emit = None
+            return False    # where it went is gone (a closed connection)
+        return True
+
+    def _run(self):
+        # poll, not select: a fake that has run many commands holds
+        # descriptors past select's FD_SETSIZE (1024).
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
+        ended = False
+        try:
+            while True:
+                try:
+                    r = [fd for fd, _ in poller.poll()]
+                except OSError:
+                    ended = True
+                    break
+                if self._wake_r not in r:
+                    more = self._read()
+                    if more is None:
+                        continue    # a terminal said readable, had nothing
+                    if not more:
+                        ended = True
+                        if self.at_eof and self.emit:
+                            self.at_eof()
+                        break
+                    continue
+                # finish(): what is left is read without blocking (a
+                # terminal's read also pushes through what the line
+                # discipline still holds), then the pump stops. What the
+                # exited command left unread fits in the pipe's or the
+                # terminal's buffer (at most 1 MiB), so a background child
+                # writing without pause cannot keep the pump going.
+                os.set_blocking(self.fd, False)
+                self.budget = 2 << 20
+                more = True
+                while self.budget > 0 and more:
+                    more = self._read()
+                ended = more is False
+                break
+        finally:
+            os.close(self._wake_r)
+            self._done.set()
+        if not self.close:
+            return
+        if not ended:
+            os.set_blocking(self.fd, True)
+            while self._read(emit=False):
+                pass
+        if isinstance(self.src, int):
+            os.close(self.src)
+        else:
+            self.src.close()
+
+    def finish(self):
+        """Waits until everything the exited command wrote is emitted (see
+        the class), then returns. Call it once."""
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+        self._done.wait()
+        os.close(self._wake_w)
 
 
 def default_env():
