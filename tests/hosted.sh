@@ -138,6 +138,14 @@ for sb in json.load(urllib.request.urlopen(rq, timeout=30)):
     fi
     kill "$fake_pid" 2>/dev/null
     wait "$fake_pid" 2>/dev/null
+    # When a test failed, the fake's own tracebacks (a handler that raised
+    # closes its connection unanswered) go with the failures, as TAP
+    # comments.
+    if [ "${failed:-0}" -ne 0 ] && grep -q '^Traceback' "$dir/fake.log" 2>/dev/null; then
+        echo "# tracebacks in the $backend fake's log (at most 120 lines):"
+        awk '/^Traceback/ { on = 1 } on { print } /^[A-Za-z_.]*(Error|Exception)/ { on = 0 }' \
+            "$dir/fake.log" | head -n 120 | sed 's/^/#   /'
+    fi
     if [ -n "$upstream_pid" ]; then
         kill "$upstream_pid" 2>/dev/null
         wait "$upstream_pid" 2>/dev/null
