@@ -29,6 +29,7 @@ struct store {
     store_conn **idle;
     size_t nidle, cap;
     size_t open, max_open;        /* connections made and not closed; the cap */
+    void *shared;                 /* the engine's shared state (shared_open) */
 };
 
 /* ---------------------------------------------------------------- migrations */
@@ -256,7 +257,7 @@ store_open(const char *target, store_sync sync, char **err)
         long v = m ? strtol(m, NULL, 10) : 0;
         st->max_open = v > 0 ? (size_t)v : 16;
     }
-    c = st->vt->connect(target, sync, &why);
+    c = st->vt->connect(target, sync, NULL, &why);
     if (!c || migrate(st, c, &why) < 0) {
         char *shown = redact_target(target);
         if (err)
@@ -269,8 +270,11 @@ store_open(const char *target, store_sync sync, char **err)
         store_close(st);
         return NULL;
     }
-    st->open = 1;
-    store_release(st, c);
+    /* The migrating connection knows no shared state: it is closed and
+     * the pool's connections are made with it. */
+    st->vt->close(c);
+    if (st->vt->shared_open)
+        st->shared = st->vt->shared_open(target, sync);
     return st;
 }
 
@@ -281,6 +285,8 @@ store_close(store *st)
         return;
     for (size_t i = 0; i < st->nidle; i++)
         st->vt->close(st->idle[i]);
+    if (st->shared)
+        st->vt->shared_close(st->shared);
     free(st->idle);
     free(st->target);
     pthread_mutex_destroy(&st->lock);
@@ -317,7 +323,7 @@ store_acquire(store *st, char **err)
     pthread_mutex_unlock(&st->lock);
     if (c)
         return c;
-    c = st->vt->connect(st->target, st->sync, err);
+    c = st->vt->connect(st->target, st->sync, st->shared, err);
     if (!c) {
         pthread_mutex_lock(&st->lock);
         st->open--;
