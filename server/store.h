@@ -133,6 +133,9 @@ typedef struct store store;
  * "schema". NULL on failure with the reason in *@err (new string; it names
  * the target without a password). */
 store *store_open(const char *target, store_sync sync, char **err);
+/* Closes the pooled connections and then the engine's shared state (the
+ * SQLite checkpointer, joined); every connection acquired must have been
+ * released before. */
 void store_close(store *st);
 const char *store_engine(const store *st);
 
