@@ -1377,7 +1377,9 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
                                                        JSON_C_TO_STRING_NOSLASHESCAPE);
         if (tx_begin(x, lock) < 0 ||
             ex(x, "UPDATE executions SET status = 'completed', response_json = ?,"
-                  " completed_at = ? WHERE id = ?", P(text, now, exe_id), NULL) < 0 ||
+                  " completed_at = ? WHERE organization_id = ? AND sandbox_id = ?"
+                  " AND request_id = ?", P(text, now, req->who.org_id, id, request_id),
+               NULL) < 0 ||
             meter_record_execution(x, req->who.org_id, id, exe_id, request_id, us, prov, cust,
                                    now) < 0 ||
             tx_commit(x) < 0)
@@ -1391,7 +1393,8 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         json_object_put(usage);
         if (tx_begin(x, lock) < 0 ||
             ex(x, "UPDATE executions SET status = 'failed', error = ?, completed_at = ?"
-                  " WHERE id = ?", P(ptext, now, exe_id), NULL) < 0 ||
+                  " WHERE organization_id = ? AND sandbox_id = ? AND request_id = ?",
+               P(ptext, now, req->who.org_id, id, request_id), NULL) < 0 ||
             meter_record_execution(x, req->who.org_id, id, exe_id, request_id, us, prov, cust,
                                    now) < 0 ||
             tx_commit(x) < 0) {

@@ -88,8 +88,9 @@ typedef enum store_sync {
 typedef struct store_vtable {
     const char *name;             /* "sqlite" or "postgresql" */
     /* Opens a connection to @target (a path or a URL) committing as @sync
-     * says. */
-    store_conn *(*connect)(const char *target, store_sync sync, char **err);
+     * says; @shared is what shared_open() returned for the store (NULL
+     * when the engine has none). */
+    store_conn *(*connect)(const char *target, store_sync sync, void *shared, char **err);
     void (*close)(store_conn *conn);
     /* Starts a transaction holding the lock @lock_name, durable unless
      * @flags has STORE_TXN_VOLATILE (see above). */
@@ -110,6 +111,13 @@ typedef struct store_vtable {
     int (*exec_script)(store_conn *conn, const char *sql, char **err);
     /* 1 when the connection is broken and must not go back to the pool. */
     int (*is_broken)(store_conn *conn);
+    /* Optional (NULL: none): the engine's state shared by a store's
+     * connections, made once by store_open() after the migrations and
+     * ended by store_close() after every connection is closed (SQLite: the
+     * background checkpointer). NULL from shared_open() is not an error:
+     * the connections then work on their own. */
+    void *(*shared_open)(const char *target, store_sync sync);
+    void (*shared_close)(void *shared);
 } store_vtable;
 
 extern const store_vtable store_sqlite_vtable;
@@ -125,6 +133,9 @@ typedef struct store store;
  * "schema". NULL on failure with the reason in *@err (new string; it names
  * the target without a password). */
 store *store_open(const char *target, store_sync sync, char **err);
+/* Closes the pooled connections and then the engine's shared state (the
+ * SQLite checkpointer, joined); every connection acquired must have been
+ * released before. */
 void store_close(store *st);
 const char *store_engine(const store *st);
 

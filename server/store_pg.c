@@ -46,11 +46,12 @@ set_err(char **err, PGconn *pg, const char *what)
 }
 
 static store_conn *
-pg_connect(const char *target, store_sync sync, char **err)
+pg_connect(const char *target, store_sync sync, void *shared, char **err)
 {
     store_conn *c = calloc(1, sizeof *c);
 
     (void)sync;                   /* the PostgreSQL server's own durability */
+    (void)shared;
     if (!c)
         return NULL;
     c->pg = PQconnectdb(target);
@@ -263,5 +264,5 @@ pg_is_broken(store_conn *c)
 
 const store_vtable store_pg_vtable = {
     "postgresql", pg_connect, pg_close, pg_begin, pg_commit, pg_rollback,
-    pg_exec, pg_query, pg_script, pg_is_broken,
+    pg_exec, pg_query, pg_script, pg_is_broken, NULL, NULL,
 };

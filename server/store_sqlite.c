@@ -30,6 +30,20 @@
  * still meet at SQLite's own lock (the busy timeout). */
 static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* WAL frames that wake the checkpointer: SQLite's default autocheckpoint
+ * threshold (SQLITE_DEFAULT_WAL_AUTOCHECKPOINT). */
+#define CHECKPOINT_FRAMES 1000
+
+/* The store's background checkpointer (shared_open()). */
+typedef struct sq_shared {
+    sqlite3 *db;                  /* the checkpointer's own connection */
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int want;                     /* a checkpoint was asked for */
+    int stop;
+} sq_shared;
+
 struct store_conn {
     sqlite3 *db;
     int holds_write_lock;
@@ -49,8 +63,92 @@ set_err(char **err, sqlite3 *db, const char *what)
         *err = cp_printf("%s: %s", what, db ? sqlite3_errmsg(db) : "out of memory");
 }
 
+/* The WAL hook of pooled connections (sqlite3_wal_hook(), called after
+ * each commit with the WAL's size in frames): wakes the checkpointer. */
+static int
+wal_hook(void *arg, sqlite3 *db, const char *name, int frames)
+{
+    sq_shared *sh = arg;
+
+    (void)db;
+    (void)name;
+    if (frames >= CHECKPOINT_FRAMES) {
+        pthread_mutex_lock(&sh->lock);
+        sh->want = 1;
+        pthread_cond_signal(&sh->wake);
+        pthread_mutex_unlock(&sh->lock);
+    }
+    return SQLITE_OK;
+}
+
+static void *
+checkpointer(void *arg)
+{
+    sq_shared *sh = arg;
+
+    pthread_mutex_lock(&sh->lock);
+    for (;;) {
+        while (!sh->want && !sh->stop)
+            pthread_cond_wait(&sh->wake, &sh->lock);
+        if (sh->stop)
+            break;
+        sh->want = 0;
+        pthread_mutex_unlock(&sh->lock);
+        /* PASSIVE: copies what no reader still needs, waiting for no one;
+         * a failure (busy, I/O) is retried at the next wake. */
+        sqlite3_wal_checkpoint_v2(sh->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        pthread_mutex_lock(&sh->lock);
+    }
+    pthread_mutex_unlock(&sh->lock);
+    return NULL;
+}
+
+static void *
+sq_shared_open(const char *target, store_sync sync)
+{
+    sq_shared *sh = calloc(1, sizeof *sh);
+
+    if (!sh)
+        return NULL;
+    if (sqlite3_open_v2(target, &sh->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+                        NULL) != SQLITE_OK ||
+        sqlite3_exec(sh->db, sync == STORE_SYNC_FULL ? "PRAGMA synchronous=FULL"
+                                                     : "PRAGMA synchronous=NORMAL",
+                     NULL, NULL, NULL) != SQLITE_OK)
+        goto fail;
+    sqlite3_wal_autocheckpoint(sh->db, 0);
+    pthread_mutex_init(&sh->lock, NULL);
+    pthread_cond_init(&sh->wake, NULL);
+    if (pthread_create(&sh->thread, NULL, checkpointer, sh) != 0) {
+        pthread_mutex_destroy(&sh->lock);
+        pthread_cond_destroy(&sh->wake);
+        goto fail;
+    }
+    return sh;
+fail:
+    sqlite3_close(sh->db);
+    free(sh);
+    return NULL;
+}
+
+static void
+sq_shared_close(void *arg)
+{
+    sq_shared *sh = arg;
+
+    pthread_mutex_lock(&sh->lock);
+    sh->stop = 1;
+    pthread_cond_signal(&sh->wake);
+    pthread_mutex_unlock(&sh->lock);
+    pthread_join(sh->thread, NULL);
+    sqlite3_close(sh->db);         /* the last connection: checkpoints the WAL */
+    pthread_mutex_destroy(&sh->lock);
+    pthread_cond_destroy(&sh->wake);
+    free(sh);
+}
+
 static store_conn *
-sq_connect(const char *target, store_sync sync, char **err)
+sq_connect(const char *target, store_sync sync, void *shared, char **err)
 {
     store_conn *c = calloc(1, sizeof *c);
     char *msg = NULL;
@@ -79,6 +177,10 @@ sq_connect(const char *target, store_sync sync, char **err)
         free(c);
         return NULL;
     }
+    /* Replaces SQLite's autocheckpoint: the store's checkpointer runs
+     * them (see the top of this file). */
+    if (shared)
+        sqlite3_wal_hook(c->db, wal_hook, shared);
     return c;
 }
 
@@ -316,5 +418,5 @@ sq_is_broken(store_conn *c)
 
 const store_vtable store_sqlite_vtable = {
     "sqlite", sq_connect, sq_close, sq_begin, sq_commit, sq_rollback,
-    sq_exec, sq_query, sq_script, sq_is_broken,
+    sq_exec, sq_query, sq_script, sq_is_broken, sq_shared_open, sq_shared_close,
 };

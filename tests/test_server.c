@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1288,9 +1289,9 @@ Test(server, db_synchronous_setting)
 
     log = cpu_read_log(srv, 1);
     want = cpu_store_is_pg()
-               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 2)
+               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 3)
                : tu_strdup_printf("sbx-server: store sqlite, schema version %d,"
-                                  " synchronous normal\n", 2);
+                                  " synchronous normal\n", 3);
     cr_assert(strstr(log, want), "%s", log);
     free(log);
     free(want);
@@ -1299,9 +1300,9 @@ Test(server, db_synchronous_setting)
     srv = cpu_start(store, full);
     log = cpu_read_log(srv, 1);
     want = cpu_store_is_pg()
-               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 2)
+               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 3)
                : tu_strdup_printf("sbx-server: store sqlite, schema version %d,"
-                                  " synchronous full\n", 2);
+                                  " synchronous full\n", 3);
     cr_assert(strstr(log, want), "%s", log);
     free(log);
     free(want);
@@ -1723,7 +1724,7 @@ Test(server, schema_migrations_forward)
     char *v = db_list("SELECT version FROM schema_migrations ORDER BY version"), *err;
     int st = 0;
 
-    cr_assert_str_eq(v, "1,2");
+    cr_assert_str_eq(v, "1,2,3");
     free(v);
     if (!cpu_store_is_pg()) {
         v = db_list("PRAGMA journal_mode");
@@ -1736,12 +1737,12 @@ Test(server, schema_migrations_forward)
     free(db_list("DELETE FROM schema_migrations WHERE version = 2"));
     free(db_list("ALTER TABLE sandboxes DROP COLUMN session_state_sealed"));
     v = db_list("SELECT version FROM schema_migrations ORDER BY version");
-    cr_assert_str_eq(v, "1");
+    cr_assert_str_eq(v, "1,3");
     free(v);
     cr_assert_null(db_list("SELECT session_state_sealed FROM sandboxes"));
     srv = cpu_start(store, NULL);
     v = db_list("SELECT version FROM schema_migrations ORDER BY version");
-    cr_assert_str_eq(v, "1,2");
+    cr_assert_str_eq(v, "1,2,3");
     free(v);
     v = db_list("SELECT session_state_sealed FROM sandboxes");
     cr_assert_str_eq(v, "");
@@ -1760,10 +1761,158 @@ Test(server, schema_migrations_forward)
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
     err = cpu_last_stderr();
     cr_assert(strstr(err, "the database has schema version 99, newer than this sbx-server "
-                          "knows (2)"), "%s", err);
+                          "knows (3)"), "%s", err);
     free(err);
     free(db_list("DELETE FROM schema_migrations WHERE version = 99"));
     srv = cpu_start(store, NULL);
+}
+
+/* SQLite's checkpoints run on the store's background thread (the
+ * connections' WAL hook wakes it at 1000 frames, in place of SQLite's own
+ * autocheckpoint): 300 executes write about 3000 WAL pages, and the WAL
+ * file is still restarted from its beginning, never growing past the
+ * frames written between two checkpoints (1000 and the writes in flight
+ * while one runs; 2000 pages of 4096 bytes and their 24-byte headers is
+ * the bound asserted). Without checkpoints it would hold every page. */
+Test(server, sqlite_checkpoints_in_the_background)
+{
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":60}"), *wal, *n;
+    struct stat sb;
+
+    if (cpu_store_is_pg()) {
+        /* PostgreSQL checkpoints itself: the store has no file here. */
+        cr_assert_eq(access(store->url, F_OK), -1);
+        terminate(key, id);
+        free(id);
+        return;
+    }
+    for (int i = 0; i < 300; i++) {
+        char rid[32];
+        cpu_response *r;
+
+        snprintf(rid, sizeof rid, "ckpt-%d", i);
+        r = execute(key, id, rid, "{\"command\":\"true\"}", 200);
+        cpu_response_free(r);
+    }
+    n = db_list("SELECT COUNT(*) FROM usage_events WHERE request_id LIKE 'ckpt-%'");
+    cr_assert_str_eq(n, "300");
+    free(n);
+    wal = tu_strdup_printf("%s-wal", store->url);
+    cr_assert_eq(stat(wal, &sb), 0, "%s", wal);
+    cr_assert_lt(sb.st_size, 32 + 2000 * (4096 + 24), "WAL of %lld bytes", (long long)sb.st_size);
+    free(wal);
+    terminate(key, id);
+    free(id);
+}
+
+/* The execute's tables as schema version 2 made them (rowid tables with a
+ * unique index per "once" rule), for the migration test below. */
+static const char *const executions_v2[] = {
+    "CREATE TABLE executions_v2 ("
+    " id TEXT PRIMARY KEY, organization_id TEXT NOT NULL, sandbox_id TEXT NOT NULL,"
+    " request_id TEXT NOT NULL, status TEXT NOT NULL, response_json TEXT, error TEXT,"
+    " created_at TEXT NOT NULL, completed_at TEXT,"
+    " UNIQUE(organization_id, sandbox_id, request_id))",
+    "INSERT INTO executions_v2 SELECT id, organization_id, sandbox_id, request_id, status,"
+    " response_json, error, created_at, completed_at FROM executions",
+    "DROP TABLE executions",
+    "ALTER TABLE executions_v2 RENAME TO executions",
+    "CREATE INDEX executions_org_created ON executions(organization_id, created_at)",
+    "CREATE TABLE usage_events_v2 ("
+    " id TEXT PRIMARY KEY, organization_id TEXT NOT NULL, sandbox_id TEXT NOT NULL,"
+    " execution_id TEXT, request_id TEXT NOT NULL, metric TEXT NOT NULL,"
+    " quantity TEXT NOT NULL, unit TEXT NOT NULL, provider_cost_usd TEXT NOT NULL,"
+    " customer_cost_usd TEXT NOT NULL, created_at TEXT NOT NULL,"
+    " UNIQUE(organization_id, sandbox_id, request_id, metric))",
+    "INSERT INTO usage_events_v2 SELECT id, organization_id, sandbox_id, execution_id,"
+    " request_id, metric, quantity, unit, provider_cost_usd, customer_cost_usd, created_at"
+    " FROM usage_events",
+    "DROP TABLE usage_events",
+    "ALTER TABLE usage_events_v2 RENAME TO usage_events",
+    "CREATE INDEX usage_events_org_created ON usage_events(organization_id, created_at)",
+    "CREATE TABLE ledger_entries_v2 ("
+    " id TEXT PRIMARY KEY, organization_id TEXT NOT NULL, sandbox_id TEXT NOT NULL,"
+    " usage_event_id TEXT NOT NULL, kind TEXT NOT NULL, amount_usd TEXT NOT NULL,"
+    " price_version TEXT NOT NULL, created_at TEXT NOT NULL, UNIQUE(usage_event_id, kind))",
+    "INSERT INTO ledger_entries_v2 SELECT id, organization_id, sandbox_id, usage_event_id,"
+    " kind, amount_usd, price_version, created_at FROM ledger_entries",
+    "DROP TABLE ledger_entries",
+    "ALTER TABLE ledger_entries_v2 RENAME TO ledger_entries",
+    "CREATE INDEX ledger_entries_org_created ON ledger_entries(organization_id, created_at)",
+    "DELETE FROM schema_migrations WHERE version = 3",
+};
+
+/* The indexes of the execute's three tables: from version 3 a primary key
+ * each (on SQLite the table itself, WITHOUT ROWID) and usage_events' time
+ * index; version 2 had an id key, a unique index and a time index each. */
+static char *
+execute_table_indexes(void)
+{
+    return db_list(cpu_store_is_pg()
+                       ? "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema()"
+                         " AND tablename IN ('executions', 'usage_events', 'ledger_entries')"
+                       : "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND tbl_name"
+                         " IN ('executions', 'usage_events', 'ledger_entries')");
+}
+
+/* Version 3 keys executions, usage_events and ledger_entries on their
+ * natural keys; a database at version 2 keeps every row through it: the
+ * stored answer is replayed and was metered once. */
+Test(server, schema_migration_3_keeps_executions)
+{
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":60}"), *body, *n;
+    cpu_response *r;
+
+    r = execute(key, id, "mig-kept", "{\"command\":\"printf kept\"}", 200);
+    body = strdup(r->body);
+    cpu_response_free(r);
+    n = execute_table_indexes();
+    cr_assert_str_eq(n, cpu_store_is_pg() ? "4" : "1");
+    free(n);
+    if (!cpu_store_is_pg()) {
+        n = db_list("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN"
+                    " ('executions', 'usage_events', 'ledger_entries')"
+                    " AND sql LIKE '%WITHOUT ROWID'");
+        cr_assert_str_eq(n, "3");
+        free(n);
+    }
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    for (size_t i = 0; i < sizeof executions_v2 / sizeof executions_v2[0]; i++) {
+        n = db_list(executions_v2[i]);
+        cr_assert_not_null(n, "%s", executions_v2[i]);
+        free(n);
+    }
+    n = execute_table_indexes();
+    cr_assert_str_eq(n, "9");
+    free(n);
+    srv = cpu_start(store, NULL);
+    n = db_list("SELECT version FROM schema_migrations ORDER BY version");
+    cr_assert_str_eq(n, "1,2,3");
+    free(n);
+    n = execute_table_indexes();
+    cr_assert_str_eq(n, cpu_store_is_pg() ? "4" : "1");
+    free(n);
+    r = execute(key, id, "mig-kept", "{\"command\":\"printf again\"}", 200);
+    cr_assert_str_eq(r->body, body);
+    cpu_response_free(r);
+    n = db_list("SELECT COUNT(*) FROM usage_events WHERE request_id = 'mig-kept'");
+    cr_assert_str_eq(n, "1");
+    free(n);
+    n = db_list("SELECT l.kind FROM ledger_entries l JOIN usage_events u"
+                " ON u.id = l.usage_event_id WHERE u.request_id = 'mig-kept' ORDER BY l.kind");
+    cr_assert_str_eq(n, "customer_cost,provider_cost");
+    free(n);
+    /* A new request id runs and is metered on the new tables. */
+    r = execute(key, id, "mig-new", "{\"command\":\"printf new\"}", 200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "new");
+    cpu_response_free(r);
+    n = db_list("SELECT status FROM executions WHERE request_id = 'mig-new'");
+    cr_assert_str_eq(n, "completed");
+    free(n);
+    terminate(key, id);
+    free(body);
+    free(id);
 }
 
 /* ---------------------------------------------------------------- CASE-36, provider side */
