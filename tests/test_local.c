@@ -1103,6 +1103,7 @@ Test(warm, the_next_create_claims_the_warm_supervisor_and_names_its_sandbox)
     cr_assert_eq(wait_warm_family("--warm", 0, 5.0, pids, 16), 0);
     cr_assert_eq(tu_count_entries(g_tmp), 0, "%s holds %d entries", g_tmp,
                  tu_count_entries(g_tmp));
+    cr_assert_eq(tu_wait_spares_gone(g_tmp, 0), 0, "freeing the client left its spare");
     free(dir);
 }
 
@@ -1250,6 +1251,8 @@ Test(warm, sigkill_of_the_process_holding_it_ends_the_warm_supervisor)
     cr_assert(tu_wait_pid_gone(warm[0], 5.0) && tu_wait_pid_gone(warm[1], 5.0),
               "5 s after kill -9 of its holder: %s", tu_proc_describe(warm[1]));
     cr_assert_eq(tu_count_entries(g_tmp), 0);
+    /* Its keeper removed the directory it made ahead. */
+    cr_assert_eq(tu_wait_spares_gone(g_tmp, 5.0), 0, "the warm supervisor's directory is left");
 }
 
 Test(warm, a_changed_supervisor_program_is_started_cold)
