@@ -117,8 +117,11 @@
  *             kills the tree too.
  *     PING                                        <- PONG u32 version
  *     DESTROY                                     <- DESTROYED, then EOF
- *             DESTROYED comes once every process of the sandbox has ended
- *             and, outside bubblewrap, DIR was renamed to its trash name
+ *             DESTROYED comes once every process the sandbox's commands
+ *             started has ended (idle exec reapers, copies of the
+ *             supervisor that run nothing, may have been sent SIGKILL
+ *             only: the supervisor reaps them after answering) and,
+ *             outside bubblewrap, DIR was renamed to its trash name
  *             (DIR's parent/PROTO_TRASH_PREFIX + DIR's name): the caller
  *             may return then. The supervisor removes the trash after the
  *             answer and exits; should it die first, its keeper removes

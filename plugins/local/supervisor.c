@@ -531,6 +531,59 @@ static void kill_everything(void)
 }
 
 /**
+ * At DESTROY, when nothing the sandbox's commands started can be left:
+ * every reaper reported IDLE (nothing of its exec is left, so it runs
+ * nothing of the sandbox) and the supervisor has no child but them (as
+ * /proc/thread-self/children lists them). Then each is sent SIGKILL and 1
+ * is returned: the answer need not wait for their ends, which
+ * kill_everything() reaps after it. 0 otherwise, and nothing was done.
+ */
+static int end_idle_reapers(void)
+{
+    reap_children();
+    for (size_t i = 0; i < S.nreapers; i++) {
+        reaper *rp = S.reapers[i];
+        if (!rp->gone && rp->fd >= 0)
+            read_report(rp);
+        if (!rp->gone && (rp->fd < 0 || rp->busy))
+            return 0;
+    }
+    int fd = open("/proc/thread-self/children", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    char buf[4096];
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof(buf) - 1 && (r = read(fd, buf + n, sizeof(buf) - 1 - n)) != 0) {
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            break;
+        n += (size_t)r;
+    }
+    close(fd);
+    if (r < 0 || n >= sizeof(buf) - 1)
+        return 0;
+    buf[n] = '\0';
+    for (char *p = buf, *end; *p; p = end) {
+        long pid = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        int known = 0;
+        for (size_t i = 0; i < S.nreapers && !known; i++)
+            known = !S.reapers[i]->gone && S.reapers[i]->pid == (pid_t)pid;
+        if (!known)
+            return 0;
+        while (*end == ' ' || *end == '\n')
+            end++;
+    }
+    for (size_t i = 0; i < S.nreapers; i++)
+        if (!S.reapers[i]->gone)
+            kill(S.reapers[i]->pid, SIGKILL);
+    return 1;
+}
+
+/**
  * Before the sandbox ends on its own: no exec in flight gets an EXIT (its
  * command is about to be killed, and an exit code would read as the
  * command's own end). Each busy reaper is told to leave EXIT to the
@@ -557,7 +610,11 @@ static void hold_every_exit(void)
  * keeper removes what the sandbox left. After DESTROY the directory is
  * renamed to its trash name before the answer and removed after it (the
  * caller need not wait for that); should the removal fail, the exit is
- * PROTO_EXIT_TRASH_LEFT and the keeper tries again.
+ * PROTO_EXIT_TRASH_LEFT and the keeper tries again. When only idle
+ * reapers are left (end_idle_reapers), the answer comes once they were
+ * sent SIGKILL, and their ends are reaped after it: no process the
+ * sandbox's commands started is alive either way when the caller hears
+ * DESTROYED.
  */
 static void __attribute__((noreturn)) shutdown_sandbox(conn *requester)
 {
@@ -565,13 +622,17 @@ static void __attribute__((noreturn)) shutdown_sandbox(conn *requester)
         close(S.listen_fd);
         S.listen_fd = -1;
     }
+    /* After DESTROY the directory is renamed below: its socket goes with
+     * it (no connection is taken from here on). */
     struct stat st;
-    if (S.sock_path && S.sock_ino && stat(S.sock_path, &st) == 0
+    if (!requester && S.sock_path && S.sock_ino && stat(S.sock_path, &st) == 0
         && st.st_dev == S.sock_dev && st.st_ino == S.sock_ino)
         unlink(S.sock_path);
     if (!requester)
         hold_every_exit();
-    kill_everything();
+    int early = requester && end_idle_reapers();
+    if (!early)
+        kill_everything();
     char *trash = NULL;
     if (requester && S.dir && (trash = proto_trash_path(S.dir)) && rename(S.dir, trash) < 0) {
         free(trash);
@@ -582,6 +643,9 @@ static void __attribute__((noreturn)) shutdown_sandbox(conn *requester)
         proto_buf_init(&b, PROTO_DESTROYED);
         conn_send(requester, &b);
     }
+    /* Idle reapers SIGKILLed before the answer are reaped after it. */
+    if (early)
+        kill_everything();
     if (trash && proto_rm_tree(trash) < 0)
         _exit(PROTO_EXIT_TRASH_LEFT);
     _exit(requester ? 0 : PROTO_EXIT_SELF_END);
