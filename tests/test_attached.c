@@ -30,7 +30,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -479,8 +481,11 @@ Test(attached, sigkill_of_the_application_destroys_its_attached_sandboxes)
             assert_not_resumable(&h, i);
     cr_assert_eq(rows_where("detached = 0"), 0);
     cr_assert_eq(rows_where("detached = 1"), 2);
-    if (is_dir_backend())
+    if (is_dir_backend()) {
         cr_assert_eq(tu_count_entries(g_dirs.tmp), 2, "more than the detached directories are left");
+        cr_assert_eq(tu_wait_spares_gone(g_dirs.tmp, 5.0 - (tu_now() - t0) + 0.5), 0,
+                     "the client's spare directory outlived the application by 5 s");
+    }
     assert_listing(&h);
     /* Nothing left for gc but the detached ones, which it leaves. */
     cr_assert_eq(sbx_gc(SBX_GC_DRY_RUN, NULL, NULL, NULL), 0);
@@ -648,8 +653,10 @@ Test(attached, freeing_the_client_keeps_the_sandbox_until_the_process_ends)
         usleep(20 * 1000);
     cr_assert_eq(rows_for(id), 0, "the sandbox outlived its process by 5 s");
     cr_assert(tu_wait_pid_gone(host, 5.0), "%s", tu_proc_describe(host));
-    if (is_dir_backend())
+    if (is_dir_backend()) {
         cr_assert_eq(tu_count_entries(g_dirs.tmp), 0);
+        cr_assert_eq(tu_wait_spares_gone(g_dirs.tmp, 5.0), 0);
+    }
 }
 
 /* In process there is no plugin host: a SIGKILLed application's attached
@@ -726,6 +733,8 @@ static void supervisors_end_them(sbx_plugin_mode mode, char victim)
         if (h.detached[i])
             assert_there(&h, i);
     cr_assert_eq(tu_count_entries(g_dirs.tmp), 2, "more than the detached directories are left");
+    cr_assert_eq(tu_wait_spares_gone(g_dirs.tmp, 5.0 - (tu_now() - t0)), 0,
+                 "the client's spare directory outlived the application by 5 s");
     cr_assert_eq(rows_where("detached = 0"), 20);
     gc_count n = { 0, 0 };
     cr_assert_eq(sbx_gc(0, count_gc, &n, NULL), 20);
@@ -819,4 +828,182 @@ Test(attached, supervisor_sigkill_bubblewrap)
 {
     cr_assert_eq(setenv("SBX_TEST_BACKEND", "bubblewrap", 1), 0);
     supervisor_sigkill(SBX_PLUGIN_MODE_IN_PROCESS);
+}
+
+/* --------------------------------------------- local: the client's spare */
+
+/* The pid of the process listening on spare @spare's socket (its warm
+ * supervisor), as SO_PEERCRED names it; asserts. */
+static pid_t spare_supervisor(const char *spare)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/sock", spare);
+    int fd = -1, rc = -1;
+    /* Bound a moment before it listens. */
+    for (double end = tu_now() + 5.0; rc < 0 && tu_now() < end;) {
+        if (fd >= 0)
+            close(fd);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        cr_assert(fd >= 0);
+        rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+        if (rc < 0)
+            usleep(2000);
+    }
+    cr_assert_eq(rc, 0, "%s: %s", sa.sun_path, strerror(errno));
+    struct ucred cred = { 0 };
+    socklen_t len = sizeof cred;
+    cr_assert_eq(getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len), 0);
+    close(fd);
+    return cred.pid;
+}
+
+/* The name of the one spare in @dir, waiting up to 5 s for it; asserts. */
+static void find_spare(const char *dir, char *name, size_t size)
+{
+    double end = tu_now() + 5.0;
+    name[0] = '\0';
+    while (!name[0] && tu_now() < end) {
+        DIR *d = opendir(dir);
+        cr_assert_not_null(d);
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL)
+            if (strncmp(e->d_name, ".sbx-spare-", 11) == 0)
+                snprintf(name, size, "%s", e->d_name);
+        closedir(d);
+        if (!name[0])
+            usleep(5000);
+    }
+    cr_assert(name[0], "no spare directory in %s 5 s after a destroy", dir);
+}
+
+/* A local client makes the next sandbox's directory ahead, in its warm
+ * supervisor (a spare, .sbx-spare-*, its root, tmp/ and socket in it).
+ * That supervisor SIGKILLed: within 5 s its directory and it are gone;
+ * the client's next create still works (without it), and freeing the
+ * client leaves no spare behind. */
+Test(attached, killed_spare_leaves_nothing)
+{
+    cr_assert_eq(setenv("SBX_TEST_BACKEND", "local", 1), 0);
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_IN_PROCESS, &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *sb = sbx_sandbox_create(c, NULL, &err);
+    cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+    /* Its destroy starts the next spare. */
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    char name[256];
+    find_spare(g_dirs.tmp, name, sizeof name);
+    char *spare = tu_strdup_printf("%s/%s", g_dirs.tmp, name);
+    /* Its socket, made last, is listening once it is there. */
+    char *sock = tu_strdup_printf("%s/sock", spare);
+    for (double end = tu_now() + 5.0; !tu_exists(sock) && tu_now() < end;)
+        usleep(2000);
+    struct stat st;
+    cr_assert_eq(stat(spare, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0700, "%s has mode %o", spare, st.st_mode & 0777);
+    char *tmp = tu_strdup_printf("%s/root/tmp", spare);
+    cr_assert_eq(stat(tmp, &st), 0, "%s: %s", tmp, strerror(errno));
+    cr_assert(S_ISDIR(st.st_mode));
+    free(tmp);
+    cr_assert_eq(stat(sock, &st), 0, "%s: %s", sock, strerror(errno));
+    cr_assert(S_ISSOCK(st.st_mode));
+    free(sock);
+    cr_assert_eq(tu_count_entries(g_dirs.tmp), 0);
+
+    pid_t sup = spare_supervisor(spare);
+    cr_assert_gt(sup, 1, "no supervisor listens in %s", spare);
+    double t0 = tu_now();
+    cr_assert_eq(kill(sup, SIGKILL), 0);
+    while (tu_exists(spare) && tu_now() - t0 < 5.0)
+        usleep(5000);
+    cr_assert(!tu_exists(spare), "%s is still there %.1f s after its supervisor's SIGKILL",
+              spare, tu_now() - t0);
+    cr_assert(tu_wait_pid_gone(sup, 5.0 - (tu_now() - t0)), "%s", tu_proc_describe(sup));
+    fprintf(stderr, "# a SIGKILLed spare's directory gone %.3f s later\n", tu_now() - t0);
+
+    sb = sbx_sandbox_create(c, NULL, &err);
+    cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_result *r = sbx_sandbox_execute_shell(sb, "echo hi", &err);
+    cr_assert_not_null(r, "%s", err ? sbx_error_get0_message(err) : "");
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "hi\n");
+    sbx_result_free(r);
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    find_spare(g_dirs.tmp, name, sizeof name);
+    sbx_client_free(c);
+    cr_assert_eq(tu_wait_spares_gone(g_dirs.tmp, 0), 0, "freeing the client left its spare");
+    cr_assert_eq(tu_count_entries(g_dirs.tmp), 0);
+    free(spare);
+}
+
+/* A create that takes the client's spare and then fails (its workdir's
+ * tmp is a file) leaves nothing: the spare's directory is gone when create
+ * returns, and the caller's workdir is as it was. A workdir that works
+ * takes the next spare: its unused root goes, and the sandbox runs in the
+ * workdir. */
+Test(attached, a_failed_create_with_a_spare_leaves_nothing)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_IN_PROCESS, &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *sb = sbx_sandbox_create(c, NULL, &err);
+    cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    char name[256];
+    find_spare(g_dirs.tmp, name, sizeof name);
+
+    char *wd = tu_strdup_printf("%s/wd", g_dirs.top);
+    char *file = tu_strdup_printf("%s/wd/tmp", g_dirs.top);
+    cr_assert_eq(mkdir(wd, 0700), 0);
+    tu_write_file(file, "x", 1, 0600);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);
+    sb = sbx_sandbox_create(c, o, &err);
+    cr_assert_null(sb, "a create whose workdir's tmp is a file worked");
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CREATION_FAILED, "%s",
+                 sbx_error_get0_message(err));
+    cr_assert(strstr(sbx_error_get0_message(err), file), "%s", sbx_error_get0_message(err));
+    sbx_error_free(err);
+    err = NULL;
+    cr_assert_eq(tu_wait_spares_gone(g_dirs.tmp, 0), 0, "the failed create left its spare");
+    cr_assert_eq(tu_count_entries(g_dirs.tmp), 0);
+    struct stat st;
+    cr_assert_eq(stat(file, &st), 0);
+    cr_assert(S_ISREG(st.st_mode));
+
+    /* The next create (cold) and its destroy make a spare again; one with
+     * a workdir that works takes it. */
+    cr_assert_eq(unlink(file), 0);
+    sb = sbx_sandbox_create(c, NULL, &err);
+    cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    find_spare(g_dirs.tmp, name, sizeof name);
+    sb = sbx_sandbox_create(c, o, &err);
+    cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+    char *meta = tu_strdup_printf("%s/%s", g_dirs.tmp, sbx_sandbox_get0_id(sb));
+    char *unused = tu_strdup_printf("%s/root", meta);
+    cr_assert(tu_exists(meta), "%s", meta);
+    cr_assert(!tu_exists(unused), "%s is left in a sandbox with a workdir", unused);
+    sbx_result *r = sbx_sandbox_execute_shell(sb, "pwd; ls -d \"$TMPDIR\"", &err);
+    cr_assert_not_null(r, "%s", err ? sbx_error_get0_message(err) : "");
+    tu_assert_exit(r, 0);
+    char *want = tu_strdup_printf("%s\n%s\n", wd, file);
+    tu_assert_stdout(r, want);
+    sbx_result_free(r);
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    cr_assert(!tu_exists(file), "the tmp/ create made in the workdir is left");
+    sbx_options_free(o);
+    sbx_client_free(c);
+    cr_assert_eq(tu_wait_spares_gone(g_dirs.tmp, 0), 0);
+    cr_assert_eq(tu_count_entries(g_dirs.tmp), 0);
+    free(want);
+    free(unused);
+    free(meta);
+    free(file);
+    free(wd);
 }

@@ -16,6 +16,11 @@
  *   exec in flight and the exec reapers), and resume (what `sbx rm` does)
  *   says not_found and removes the directory, and so does `sbx rm`;
  * - random frames on a sandbox's socket leave its supervisor serving;
+ * - destroy returns once no process the sandbox's commands started is
+ *   alive (background and escaped ones included), the supervisor's idle
+ *   exec reapers and the supervisor ending just after;
+ * - a spare directory made ahead by a client's warm supervisor goes with
+ *   it when the process holding it is SIGKILLed;
  * - destroy returns with the meta directory renamed to its trash name,
  *   which the supervisor removes after answering, its keeper when the
  *   supervisor is killed first, and a sweep (proto_sweep_trash) when
@@ -921,10 +926,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "21"
+#define N_TESTS "22"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "18"
+#define N_TESTS "19"
 #define BWRAP_PLUGIN ""
 #endif
 
@@ -1103,6 +1108,7 @@ Test(warm, the_next_create_claims_the_warm_supervisor_and_names_its_sandbox)
     cr_assert_eq(wait_warm_family("--warm", 0, 5.0, pids, 16), 0);
     cr_assert_eq(tu_count_entries(g_tmp), 0, "%s holds %d entries", g_tmp,
                  tu_count_entries(g_tmp));
+    cr_assert_eq(tu_wait_spares_gone(g_tmp, 0), 0, "freeing the client left its spare");
     free(dir);
 }
 
@@ -1250,6 +1256,8 @@ Test(warm, sigkill_of_the_process_holding_it_ends_the_warm_supervisor)
     cr_assert(tu_wait_pid_gone(warm[0], 5.0) && tu_wait_pid_gone(warm[1], 5.0),
               "5 s after kill -9 of its holder: %s", tu_proc_describe(warm[1]));
     cr_assert_eq(tu_count_entries(g_tmp), 0);
+    /* Its keeper removed the directory it made ahead. */
+    cr_assert_eq(tu_wait_spares_gone(g_tmp, 5.0), 0, "the warm supervisor's directory is left");
 }
 
 Test(warm, a_changed_supervisor_program_is_started_cold)
@@ -1557,4 +1565,58 @@ Test(supervisor, a_trash_left_after_destroy_is_all_the_keeper_removes)
     free(meta);
     free(json);
     free(wd);
+}
+
+/*
+ * Destroy returns once no process the sandbox's commands started is alive
+ * (proto.h, DESTROY), whether the supervisor had to end them (a background
+ * sleep, and one escaped through setsid and a parent that exited: the
+ * reaper is busy) or only its idle exec reapers were left (the supervisor
+ * then answers once they were sent SIGKILL): every command pid is gone
+ * when destroy returns, with no wait; the reapers and the supervisor end
+ * within 5 s.
+ */
+Test(supervisor, destroy_returns_once_no_command_process_is_alive)
+{
+    sbx_client *c = client_of("local");
+    for (int busy = 0; busy < 2; busy++) {
+        sbx_sandbox *sb = create_in(c);
+        char *json = session_state(sb);
+        pid_t sup = (pid_t)state_int(json, "supervisor_pid");
+        const char *cmd = busy ? "sleep 300 >/dev/null 2>&1 & echo $!; "
+                                 "setsid sh -c 'sleep 300 >/dev/null 2>&1 & echo $!' "
+                                 "</dev/null; echo $$"
+                               : "echo $$";
+        sbx_result *r = tu_sh(sb, cmd, 10);
+        tu_assert_exit(r, 0);
+        pid_t pids[3];
+        size_t n = 0;
+        const char *p = sbx_result_get0_stdout(r, NULL);
+        for (char *end; n < 3 && *p; p = end) {
+            long v = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            pids[n++] = (pid_t)v;
+            while (*end == '\n')
+                end++;
+        }
+        sbx_result_free(r);
+        cr_assert_eq(n, busy ? 3u : 1u, "sandbox %d: %zu pids", busy, n);
+        for (size_t i = 0; i + 1 < n; i++)
+            cr_assert_eq(tu_pid_gone(pids[i]), 0, "background pid %d is not running",
+                         (int)pids[i]);
+        pid_t reapers[16];
+        size_t nr = children_of(sup, reapers, 16);
+        cr_assert_geq(nr, 1u, "the supervisor %d has no exec reaper", (int)sup);
+        destroy_free(sb);
+        for (size_t i = 0; i < n; i++)
+            cr_assert(tu_pid_gone(pids[i]), "sandbox %d: pid %d runs after destroy returned: %s",
+                      busy, (int)pids[i], tu_proc_describe(pids[i]));
+        for (size_t i = 0; i < nr; i++)
+            cr_assert(tu_wait_pid_gone(reapers[i], 5.0), "reaper %d: %s", (int)reapers[i],
+                      tu_proc_describe(reapers[i]));
+        cr_assert(tu_wait_pid_gone(sup, 5.0), "%s", tu_proc_describe(sup));
+        free(json);
+    }
+    sbx_client_free(c);
 }

@@ -137,9 +137,10 @@ int tu_exists(const char *path)
     return lstat(path, &st) == 0;
 }
 
-int tu_count_entries(const char *path)
+/* Entries of @path (without . and ..) that are spares (@spares) or not
+ * (!@spares); -1 if it cannot be opened. */
+static int count_kind(const char *path, int spares)
 {
-    wait_trash_gone(path);
     DIR *d = opendir(path);
     if (!d)
         return -1;
@@ -148,9 +149,25 @@ int tu_count_entries(const char *path)
     while ((e = readdir(d)) != NULL) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;
-        n++;
+        if ((strncmp(e->d_name, ".sbx-spare-", 11) == 0) == spares)
+            n++;
     }
     closedir(d);
+    return n;
+}
+
+int tu_count_entries(const char *path)
+{
+    wait_trash_gone(path);
+    return count_kind(path, 0);
+}
+
+int tu_wait_spares_gone(const char *path, double secs)
+{
+    double end = tu_now() + secs;
+    int n;
+    while ((n = count_kind(path, 1)) > 0 && tu_now() < end)
+        usleep(2000);
     return n;
 }
 

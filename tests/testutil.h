@@ -47,8 +47,13 @@ void tu_rmtree(const char *path);
 int tu_exists(const char *path);
 /* Number of entries of directory @path (without . and ..), -1 if it cannot
  * be opened; counted once the trash of destroyed local sandboxes is gone
- * from it (as tu_rmtree waits: at most 5 s, after which it counts). */
+ * from it (as tu_rmtree waits: at most 5 s, after which it counts). A local
+ * client's spare (.sbx-spare-*: a directory made ahead for its next
+ * sandbox, which lives as long as the client) is not counted. */
 int tu_count_entries(const char *path);
+/* Waits up to @secs until directory @path holds no local client's spare
+ * (.sbx-spare-*); returns how many are left then. */
+int tu_wait_spares_gone(const char *path, double secs);
 /* Writes @len bytes to a new file @path with @mode; asserts. */
 void tu_write_file(const char *path, const void *data, size_t len, unsigned mode);
 

@@ -17,24 +17,44 @@
  * the sandbox's meta directory; the socket is DIR/sock), or inside
  * bubblewrap as `sbx-supervisor --control-fd=3 --init` (no path of the host
  * in view), and handshakes on the control socketpair it hands over as
- * descriptor 3. Warm supervisors come from a warm spawner, started once
- * per client as `sbx-supervisor --control-fd=3 --warm PAD` (PAD:
- * PROTO_WARM_PAD spaces, room for the directory on the command line its
- * forks inherit), which forks one at each request until its control
+ * descriptor 3. Warm supervisors (spares) come from a warm spawner,
+ * started once per client as `sbx-supervisor --control-fd=3 --warm PAD`
+ * (PAD: PROTO_WARM_PAD spaces, room for the directory on the command line
+ * its forks inherit), which forks one at each request until its control
  * socket closes:
  *
- *     plugin     -> FORK     (empty)
+ *     plugin     -> FORK     str BASE: the directory meta directories go in
+ *                            (absolute)
  *     spawner    -> FORKED   (empty), with the plugin's end of the new warm
  *                            supervisor's control socket as SCM_RIGHTS;
  *                            or ERROR
  *
- * A warm supervisor says HELLO (below) at once, waits with no time limit
- * for its sandbox, and ends when the control socket closes first:
+ * A warm supervisor makes, before anything else, everything of a sandbox
+ * that does not depend on its request, so that a create is a hand-off:
+ * its meta directory BASE/PROTO_SPARE_PREFIX XXXXXX (mkdtemp, mode 0700),
+ * the root root/ and its tmp/ in it (0700), and the sandbox's socket
+ * sock there, bound (mode 0600) and listening. Then it says HELLO (below,
+ * with that directory) and waits with no time limit for its sandbox; it
+ * ends when the control socket closes first, and its keeper removes the
+ * directory. The plugin checks who listens on the socket before the
+ * spare is taken (SO_PEERCRED: the pid HELLO named; the uid). A create
+ * that takes it:
  *
- *     plugin     -> CLAIM    str DIR, str PATH ("" = none): as the two
- *                            options of a cold start; then, as there:
+ *     plugin     -> CLAIM    str DIR, str PATH ("" = none), and at once,
+ *                            without waiting, CONFIG (below), with only the
+ *                            owner's pidfd riding along (the socket is the
+ *                            supervisor's own). DIR: the sandbox's meta
+ *                            directory, in BASE, to which the supervisor
+ *                            renames its directory (never over an existing
+ *                            one) after its keeper learnt DIR and PATH
+ *                            (as the two options of a cold start);
+ *     supervisor -> READY | ERROR, once DIR is in place
  *
- *     supervisor -> HELLO    u32 version, i32 pid, u64 start time
+ * A cold start handshakes so:
+ *
+ *     supervisor -> HELLO    u32 version, i32 pid, u64 start time, str
+ *                            directory (a warm supervisor's; "" on a cold
+ *                            start)
  *     plugin     -> CONFIG   str root, u32 n, n x str "K=V" (base env),
  *                            u64 lifetime (ms; 0 = none), u32 detached;
  *                            with its first byte, as SCM_RIGHTS, the
@@ -57,7 +77,9 @@
  * exited 0 (DESTROY: the library removes what is left), removes DIR and
  * the --remove PATH (a tmp directory create made in a caller's workdir):
  * so nothing stays on disk after an expiry, the owners' end or a SIGKILL
- * of the supervisor. The bubblewrap launcher keeps the same way (its
+ * of the supervisor. A warm supervisor's keeper made its directory (before
+ * forking it) and removes that too: a spare that ends unclaimed (its
+ * client freed, the process holding it gone, a SIGKILL) leaves nothing. The bubblewrap launcher keeps the same way (its
  * keeper waits for bwrap, outside every namespace; supervisor.c).
  *
  * The supervisor calls listen() itself, so SO_PEERCRED of a connection
@@ -95,8 +117,11 @@
  *             kills the tree too.
  *     PING                                        <- PONG u32 version
  *     DESTROY                                     <- DESTROYED, then EOF
- *             DESTROYED comes once every process of the sandbox has ended
- *             and, outside bubblewrap, DIR was renamed to its trash name
+ *             DESTROYED comes once every process the sandbox's commands
+ *             started has ended (idle exec reapers, copies of the
+ *             supervisor that run nothing, may have been sent SIGKILL
+ *             only: the supervisor reaps them after answering) and,
+ *             outside bubblewrap, DIR was renamed to its trash name
  *             (DIR's parent/PROTO_TRASH_PREFIX + DIR's name): the caller
  *             may return then. The supervisor removes the trash after the
  *             answer and exits; should it die first, its keeper removes
@@ -117,7 +142,7 @@
 #include <sys/types.h>
 
 /** Bumped whenever a frame changes shape. */
-#define PROTO_VERSION 6u
+#define PROTO_VERSION 7u
 
 /** The supervisor's exit status when it ended the sandbox on its own
  *  (lifetime, owners gone, a signal); 0 after DESTROY. */
@@ -127,6 +152,11 @@
  *  the trash: its keeper removes the trash only (the library removed the
  *  rest, and a caller's workdir may already serve another sandbox). */
 #define PROTO_EXIT_TRASH_LEFT 4
+
+/** A warm supervisor's exit status when it could not rename its directory
+ *  to the one CLAIM named (it exists): its keeper removes its own
+ *  directory only, never the one of that name. */
+#define PROTO_EXIT_SPARE_ONLY 5
 
 #define PROTO_HEADER_SIZE 8u
 /** Upper bound of a payload (argv and env of one exec included). */
@@ -139,6 +169,10 @@
  *  hangs the terminal up (SIGHUP to the command's session). */
 #define PROTO_TTY_STDIN 1u
 
+/** The first part of a warm supervisor's directory's name (BASE/
+ *  PROTO_SPARE_PREFIX XXXXXX), renamed at CLAIM to the sandbox's. */
+#define PROTO_SPARE_PREFIX ".sbx-spare-"
+
 /** Bytes of a warm supervisor's last argument: a meta directory (shorter
  *  than a unix socket path) and "--sandbox-dir=" fit. */
 #define PROTO_WARM_PAD 128
@@ -146,7 +180,8 @@
 /** The descriptor the supervisor finds its control socket on. */
 #define PROTO_CONTROL_FD 3
 /** Descriptors that ride with CONFIG: the bound socket, its file (O_PATH)
- *  and, for an attached sandbox, the owner's pidfd (PROTO_CONFIG_FDS_MAX). */
+ *  and, for an attached sandbox, the owner's pidfd (PROTO_CONFIG_FDS_MAX);
+ *  after CLAIM only that pidfd. */
 #define PROTO_CONFIG_FDS 2
 #define PROTO_CONFIG_FDS_MAX 3
 /** Longest lifetime CONFIG carries (ms): about 24 days, so that every

@@ -531,6 +531,59 @@ static void kill_everything(void)
 }
 
 /**
+ * At DESTROY, when nothing the sandbox's commands started can be left:
+ * every reaper reported IDLE (nothing of its exec is left, so it runs
+ * nothing of the sandbox) and the supervisor has no child but them (as
+ * /proc/thread-self/children lists them). Then each is sent SIGKILL and 1
+ * is returned: the answer need not wait for their ends, which
+ * kill_everything() reaps after it. 0 otherwise, and nothing was done.
+ */
+static int end_idle_reapers(void)
+{
+    reap_children();
+    for (size_t i = 0; i < S.nreapers; i++) {
+        reaper *rp = S.reapers[i];
+        if (!rp->gone && rp->fd >= 0)
+            read_report(rp);
+        if (!rp->gone && (rp->fd < 0 || rp->busy))
+            return 0;
+    }
+    int fd = open("/proc/thread-self/children", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    char buf[4096];
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof(buf) - 1 && (r = read(fd, buf + n, sizeof(buf) - 1 - n)) != 0) {
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            break;
+        n += (size_t)r;
+    }
+    close(fd);
+    if (r < 0 || n >= sizeof(buf) - 1)
+        return 0;
+    buf[n] = '\0';
+    for (char *p = buf, *end; *p; p = end) {
+        long pid = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        int known = 0;
+        for (size_t i = 0; i < S.nreapers && !known; i++)
+            known = !S.reapers[i]->gone && S.reapers[i]->pid == (pid_t)pid;
+        if (!known)
+            return 0;
+        while (*end == ' ' || *end == '\n')
+            end++;
+    }
+    for (size_t i = 0; i < S.nreapers; i++)
+        if (!S.reapers[i]->gone)
+            kill(S.reapers[i]->pid, SIGKILL);
+    return 1;
+}
+
+/**
  * Before the sandbox ends on its own: no exec in flight gets an EXIT (its
  * command is about to be killed, and an exit code would read as the
  * command's own end). Each busy reaper is told to leave EXIT to the
@@ -557,7 +610,11 @@ static void hold_every_exit(void)
  * keeper removes what the sandbox left. After DESTROY the directory is
  * renamed to its trash name before the answer and removed after it (the
  * caller need not wait for that); should the removal fail, the exit is
- * PROTO_EXIT_TRASH_LEFT and the keeper tries again.
+ * PROTO_EXIT_TRASH_LEFT and the keeper tries again. When only idle
+ * reapers are left (end_idle_reapers), the answer comes once they were
+ * sent SIGKILL, and their ends are reaped after it: no process the
+ * sandbox's commands started is alive either way when the caller hears
+ * DESTROYED.
  */
 static void __attribute__((noreturn)) shutdown_sandbox(conn *requester)
 {
@@ -565,13 +622,17 @@ static void __attribute__((noreturn)) shutdown_sandbox(conn *requester)
         close(S.listen_fd);
         S.listen_fd = -1;
     }
+    /* After DESTROY the directory is renamed below: its socket goes with
+     * it (no connection is taken from here on). */
     struct stat st;
-    if (S.sock_path && S.sock_ino && stat(S.sock_path, &st) == 0
+    if (!requester && S.sock_path && S.sock_ino && stat(S.sock_path, &st) == 0
         && st.st_dev == S.sock_dev && st.st_ino == S.sock_ino)
         unlink(S.sock_path);
     if (!requester)
         hold_every_exit();
-    kill_everything();
+    int early = requester && end_idle_reapers();
+    if (!early)
+        kill_everything();
     char *trash = NULL;
     if (requester && S.dir && (trash = proto_trash_path(S.dir)) && rename(S.dir, trash) < 0) {
         free(trash);
@@ -582,6 +643,9 @@ static void __attribute__((noreturn)) shutdown_sandbox(conn *requester)
         proto_buf_init(&b, PROTO_DESTROYED);
         conn_send(requester, &b);
     }
+    /* Idle reapers SIGKILLed before the answer are reaped after it. */
+    if (early)
+        kill_everything();
     if (trash && proto_rm_tree(trash) < 0)
         _exit(PROTO_EXIT_TRASH_LEFT);
     _exit(requester ? 0 : PROTO_EXIT_SELF_END);
@@ -2131,33 +2195,39 @@ static int apply_config(const unsigned char *payload, uint32_t len, const int *f
     S.detached = (int)detached;
 
     /* The plugin bound the socket; listening here makes SO_PEERCRED of
-     * every connection name this process. */
-    if (nfds != PROTO_CONFIG_FDS + !S.detached) {
+     * every connection name this process. A warm supervisor listens on
+     * its own already: only the owner's pidfd comes. */
+    int spare = S.listen_fd >= 0;
+    int want = (spare ? 0 : PROTO_CONFIG_FDS) + !S.detached;
+    if (nfds != want) {
         *err = EPROTO;
         snprintf(msg, msgsz, "CONFIG of %s sandbox came with %d descriptors, not %d",
-                 S.detached ? "a detached" : "an attached", nfds,
-                 PROTO_CONFIG_FDS + !S.detached);
+                 S.detached ? "a detached" : "an attached", nfds, want);
         return -1;
     }
-    S.listen_fd = fds[0];
-    S.sock_file_fd = fds[1];
-    if (!S.detached && owner_add(fds[2]) < 0) {
+    if (!spare) {
+        S.listen_fd = fds[0];
+        S.sock_file_fd = fds[1];
+    }
+    if (!S.detached && owner_add(fds[want - 1]) < 0) {
         *err = ENOMEM;
         snprintf(msg, msgsz, "out of memory");
         return -1;
     }
-    struct stat st;
-    errno = 0;
-    int ok = fcntl(S.listen_fd, F_SETFL, O_NONBLOCK) == 0
-        && listen(S.listen_fd, SOMAXCONN) == 0
-        && fstat(S.sock_file_fd, &st) == 0 && S_ISSOCK(st.st_mode);
-    *err = ok ? 0 : errno ? errno : ENOTSOCK;
-    if (!ok) {
-        snprintf(msg, msgsz, "cannot listen on the sandbox's socket: %s", strerror(*err));
-        return -1;
+    if (!spare) {
+        struct stat st;
+        errno = 0;
+        int ok = fcntl(S.listen_fd, F_SETFL, O_NONBLOCK) == 0
+            && listen(S.listen_fd, SOMAXCONN) == 0
+            && fstat(S.sock_file_fd, &st) == 0 && S_ISSOCK(st.st_mode);
+        *err = ok ? 0 : errno ? errno : ENOTSOCK;
+        if (!ok) {
+            snprintf(msg, msgsz, "cannot listen on the sandbox's socket: %s", strerror(*err));
+            return -1;
+        }
+        S.sock_dev = st.st_dev;
+        S.sock_ino = st.st_ino;
     }
-    S.sock_dev = st.st_dev;
-    S.sock_ino = st.st_ino;
 
     sigset_t set;
     sigemptyset(&set);
@@ -2266,6 +2336,10 @@ static void give_back(const char *meta, const char *root)
     close(dfd);
 }
 
+/** A warm supervisor's directory under its first name, which its keeper
+ *  made and removes with the rest (keeper()); NULL for any other. */
+static const char *keeper_spare;
+
 /**
  * The keeper of a sandbox: waits for its process @child (the supervisor,
  * or bwrap whose init it is) and, unless that exited 0 (after DESTROY,
@@ -2274,9 +2348,11 @@ static void give_back(const char *meta, const char *root)
  * removes what the sandbox left on the host: the cgroup directories
  * holding @cg (cgroup.procs files, @ncg of them), the meta directory @meta
  * and its trash name (a supervisor that died removing it after DESTROY),
- * and @remove (may be NULL); a caller's workdir @lent (may be NULL) to the
- * sandbox's user goes back to its owner first (give_back). Holds no
- * descriptor of the sandbox; never returns.
+ * and @remove (may be NULL), and a warm supervisor's directory under its
+ * first name (keeper_spare: claimed, it died before renaming it); a
+ * caller's workdir @lent (may be NULL) to the sandbox's user goes back to
+ * its owner first (give_back). Holds no descriptor of the sandbox; never
+ * returns.
  */
 static void __attribute__((noreturn)) keeper(pid_t child, const char *meta, const char *remove,
                                              const char *lent, char **cg, size_t ncg)
@@ -2288,6 +2364,11 @@ static void __attribute__((noreturn)) keeper(pid_t child, const char *meta, cons
         ;
     if (r == child && WIFEXITED(status) && WEXITSTATUS(status) == 0)
         _exit(0);
+    if (r == child && WIFEXITED(status) && WEXITSTATUS(status) == PROTO_EXIT_SPARE_ONLY
+        && keeper_spare) {
+        proto_rm_tree(keeper_spare);
+        _exit(0);
+    }
     if (r == child && WIFEXITED(status) && WEXITSTATUS(status) == PROTO_EXIT_TRASH_LEFT
         && meta) {
         char *trash = proto_trash_path(meta);
@@ -2314,6 +2395,8 @@ static void __attribute__((noreturn)) keeper(pid_t child, const char *meta, cons
     }
     if (meta && lent)
         give_back(meta, lent);
+    if (keeper_spare)
+        proto_rm_tree(keeper_spare);
     if (meta) {
         proto_rm_tree(meta);
         char *trash = proto_trash_path(meta);
@@ -2512,7 +2595,7 @@ static int launch(int argc, char **argv)
     keeper(b, keep, remove, lent, cg, ncg);
 }
 
-static int run(int init_mode, const char *remove, char **warm_argv);
+static int run(int init_mode, const char *remove, char **warm_argv, const char *spare_base);
 static void set_title(char **argv, const char *dir);
 
 /** What every start does first: keeps no descriptor but the control
@@ -2581,12 +2664,14 @@ static void set_title(char **argv, const char *dir)
 }
 
 /**
- * The keeper of a warm supervisor: keeper() once the sandbox's paths came
- * through @pipe_rd (the supervisor writes "DIR\0PATH\0" there when it is
- * claimed); when the supervisor ends unclaimed, nothing was made and it
- * just exits. Never returns.
+ * The keeper of a warm supervisor, which made its directory @spare: keeper()
+ * once the sandbox's paths came through @pipe_rd (the supervisor writes
+ * "DIR\0PATH\0" there when it is claimed, before it renames @spare to
+ * DIR); when the supervisor ends unclaimed, it removes @spare and exits.
+ * Never returns.
  */
-static void __attribute__((noreturn)) warm_keeper(pid_t child, int pipe_rd, char **argv)
+static void __attribute__((noreturn)) warm_keeper(pid_t child, int pipe_rd, char **argv,
+                                                  const char *spare)
 {
     close_range(0, (unsigned)pipe_rd - 1, 0);
     close_range((unsigned)pipe_rd + 1, ~0U, 0);
@@ -2606,16 +2691,56 @@ static void __attribute__((noreturn)) warm_keeper(pid_t child, int pipe_rd, char
     close(pipe_rd);
     buf[n] = '\0';
     size_t dl = strnlen(buf, n);
+    keeper_spare = spare;
     if (n == 0 || dl == n || buf[0] != '/') {
-        /* Unclaimed (or cut short: nothing known to remove). */
+        /* Unclaimed (or cut short): its directory is all there is. */
         int status;
         while (waitpid(child, &status, 0) < 0 && errno == EINTR)
             ;
+        proto_rm_tree(spare);
         _exit(0);
     }
     const char *dir = buf, *remove = buf + dl + 1;
     set_title(argv, dir);
     keeper(child, dir, remove[0] == '/' ? remove : NULL, NULL, NULL, 0);
+}
+
+/**
+ * In a warm supervisor: makes what a sandbox in directory @spare needs
+ * before its request (root/, root/tmp/, and the socket bound and
+ * listening at sock, mode 0600; its file's identity kept in S.sock_dev
+ * and S.sock_ino); 0, or -1 (its keeper removes @spare).
+ */
+static int spare_prepare(const char *spare)
+{
+    char *root = NULL, *tmp = NULL;
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    if (asprintf(&root, "%s/root", spare) < 0)
+        return -1;
+    if (asprintf(&tmp, "%s/root/tmp", spare) < 0 || asprintf(&S.sock_path, "%s/sock", spare) < 0
+        || strlen(S.sock_path) >= sizeof(sa.sun_path)
+        || mkdir(root, 0700) < 0 || mkdir(tmp, 0700) < 0) {
+        free(root);
+        free(tmp);
+        return -1;
+    }
+    free(root);
+    free(tmp);
+    strcpy(sa.sun_path, S.sock_path);
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    struct stat st;
+    /* No descriptor names a path in the spare (sock_file_fd is opened at
+     * CLAIM): nothing but its client's own check finds it by its path. */
+    if (s < 0 || bind(s, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(S.sock_path, 0600) < 0
+        || listen(s, SOMAXCONN) < 0 || lstat(S.sock_path, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+        if (s >= 0)
+            close(s);
+        return -1;
+    }
+    S.listen_fd = s;
+    S.sock_dev = st.st_dev;
+    S.sock_ino = st.st_ino;
+    return 0;
 }
 
 /** Sends an empty frame of @type on @fd with @pass (>= 0) riding along as
@@ -2683,13 +2808,25 @@ static int spawner_main(char **argv)
         uint32_t type, len;
         if (read_all(ctl, hdr, sizeof(hdr), CONFIG_WAIT_MS) < 0)
             _exit(0);
-        if (proto_parse_header(hdr, &type, &len) < 0 || type != PROTO_FORK || len != 0) {
-            send_error_fd(ctl, PROTO_ERR_PROTOCOL, EPROTO, "expected FORK");
+        unsigned char *payload = NULL;
+        const char *base = NULL;
+        if (proto_parse_header(hdr, &type, &len) == 0 && type == PROTO_FORK
+            && (payload = malloc((size_t)len + 1)) != NULL
+            && read_all(ctl, payload, len, CONFIG_WAIT_MS) == 0) {
+            proto_reader rd;
+            proto_reader_init(&rd, payload, len);
+            base = proto_get_str(&rd);
+            if (rd.failed || rd.left != 0 || !base || base[0] != '/')
+                base = NULL;
+        }
+        if (!base) {
+            send_error_fd(ctl, PROTO_ERR_PROTOCOL, EPROTO, "expected FORK with a directory");
             _exit(1);
         }
         int sv[2];
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
             send_error_fd(ctl, PROTO_ERR_INTERNAL, errno, "socketpair");
+            free(payload);
             continue;
         }
         /* A sibling, not a child: the keeper settles under this
@@ -2705,9 +2842,10 @@ static int spawner_main(char **argv)
             if (dup2(sv[1], PROTO_CONTROL_FD) < 0)
                 _exit(1);
             start_up();
-            _exit(run(0, NULL, argv));
+            _exit(run(0, NULL, argv, base));
         }
         int err = x < 0 ? errno : 0;
+        free(payload);
         close(sv[1]);
         if (err)
             send_error_fd(ctl, PROTO_ERR_INTERNAL, err, "cannot fork a warm supervisor");
@@ -2766,33 +2904,41 @@ int main(int argc, char **argv)
         if (p > 0)
             _exit(0);
     }
-    return run(init_mode, remove, NULL);
+    return run(init_mode, remove, NULL, NULL);
 }
 
 /**
  * The sandbox from the keeper's fork on: its lifetime's whole service.
  * @init_mode: pid 1 of a bubblewrap sandbox (no keeper, no directory);
  * @remove: the keeper's extra path (may be NULL); @warm_argv: a warm
- * supervisor's command line (NULL for a cold start), whose directory and
- * path come with CLAIM after HELLO. Returns the exit status of a failed
- * start; serves until the sandbox ends otherwise.
+ * supervisor's command line (NULL for a cold start), which makes its
+ * directory in @spare_base (and what is in it: spare_prepare()) before
+ * HELLO; the sandbox's name for it and the path come with CLAIM. Returns
+ * the exit status of a failed start; serves until the sandbox ends
+ * otherwise.
  */
-static int run(int init_mode, const char *remove, char **warm_argv)
+static int run(int init_mode, const char *remove, char **warm_argv, const char *spare_base)
 {
     int ctl = PROTO_CONTROL_FD;
     char msg[PATH_MAX + 128];
     int pipe_wr = -1;
+    char *spare = NULL;
 
     if (warm_argv) {
+        /* Made before the keeper forks it, so the keeper knows it. */
+        if (asprintf(&spare, "%s/" PROTO_SPARE_PREFIX "XXXXXX", spare_base) < 0)
+            return 1;
+        if (!mkdtemp(spare))
+            return 1;
         int pp[2];
-        if (pipe2(pp, O_CLOEXEC) < 0)
+        pid_t p = pipe2(pp, O_CLOEXEC) < 0 ? -1 : fork();
+        if (p < 0) {
+            proto_rm_tree(spare);
             return 1;
-        pid_t p = fork();
-        if (p < 0)
-            return 1;
+        }
         if (p > 0) {
             close(pp[1]);
-            warm_keeper(p, pp[0], warm_argv);
+            warm_keeper(p, pp[0], warm_argv, spare);
         }
         close(pp[0]);
         pipe_wr = pp[1];
@@ -2817,25 +2963,50 @@ static int run(int init_mode, const char *remove, char **warm_argv)
     proto_proc self;
     if (proto_proc_stat(getpid(), &self) < 0)
         return 1;
+    if (spare && spare_prepare(spare) < 0)
+        return 1;
     proto_buf b;
     proto_buf_init(&b, PROTO_HELLO);
     proto_put_u32(&b, PROTO_VERSION);
     proto_put_i32(&b, getpid());
     proto_put_u64(&b, self.start);
+    proto_put_str(&b, spare ? spare : "");
     if (send_buf(ctl, &b, CONFIG_WAIT_MS) < 0)
         return 1;
     if (warm_argv) {
         char *dir = NULL, *rm = NULL;
-        if (read_claim(warm_argv, &dir, &rm) < 0 || asprintf(&S.sock_path, "%s/sock", dir) < 0)
+        if (read_claim(warm_argv, &dir, &rm) < 0)
             return 1;
-        S.dir = dir;
-        /* The keeper learns what to remove before anything is made. */
+        /* The keeper learns the sandbox's paths before they exist. */
         size_t dl = strlen(dir) + 1, rl = rm ? strlen(rm) + 1 : 1;
         if (write_all(pipe_wr, dir, dl, CONFIG_WAIT_MS) < 0
             || write_all(pipe_wr, rm ? rm : "", rl, CONFIG_WAIT_MS) < 0)
             return 1;
         close(pipe_wr);
         free(rm);
+        /* Never over an existing directory. */
+        char *path = NULL;
+        if (renameat2(AT_FDCWD, spare, AT_FDCWD, dir, RENAME_NOREPLACE) < 0) {
+            /* DIR is not this sandbox's: the keeper leaves it. */
+            snprintf(msg, sizeof(msg), "cannot rename %s to %s: %s", spare, dir,
+                     strerror(errno));
+            send_error_fd(ctl, PROTO_ERR_INTERNAL, errno, msg);
+            return PROTO_EXIT_SPARE_ONLY;
+        }
+        struct stat st;
+        if (asprintf(&path, "%s/sock", dir) < 0
+            || (S.sock_file_fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC)) < 0
+            || fstat(S.sock_file_fd, &st) < 0 || st.st_dev != S.sock_dev
+            || st.st_ino != S.sock_ino) {
+            snprintf(msg, sizeof(msg), "the socket of %s is not the one bound", dir);
+            send_error_fd(ctl, PROTO_ERR_INTERNAL, EPROTO, msg);
+            return 1;
+        }
+        free(S.sock_path);
+        S.sock_path = path;
+        S.dir = dir;
+        free(spare);
+        spare = NULL;
     }
 
     uint32_t type, len;
