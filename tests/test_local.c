@@ -926,10 +926,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "22"
+#define N_TESTS "23"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "19"
+#define N_TESTS "20"
 #define BWRAP_PLUGIN ""
 #endif
 
@@ -1490,6 +1490,72 @@ Test(warm, trash_names_and_the_sweep_of_stale_trash)
     free(deep);
     free(live);
     free(file);
+}
+
+/* Binds a unix socket at @path; listening (the descriptor returned, to be
+ * closed by the caller) or not (closed at once: a dead listener's file). */
+static int bind_sock(const char *path, int listening)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    cr_assert_lt(strlen(path), sizeof sa.sun_path);
+    strcpy(sa.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0, "%s", strerror(errno));
+    if (!listening) {
+        close(fd);
+        return -1;
+    }
+    cr_assert_eq(listen(fd, 4), 0);
+    return fd;
+}
+
+/* The sweep takes a spare directory whose supervisor and keeper are both
+ * gone (nothing listens on its socket, or it has none) and leaves a live
+ * spare (its socket listening) and one whose "sock" is not a socket. */
+Test(warm, the_sweep_takes_dead_spares_only)
+{
+    char *dead = tu_strdup_printf("%s/.sbx-spare-dead01", g_tmp);
+    char *nosock = tu_strdup_printf("%s/.sbx-spare-nosck1", g_tmp);
+    char *live = tu_strdup_printf("%s/.sbx-spare-live01", g_tmp);
+    char *odd = tu_strdup_printf("%s/.sbx-spare-file01", g_tmp);
+    char *p;
+    for (char **d = (char *[]){ dead, nosock, live, odd, NULL }; *d; d++) {
+        cr_assert_eq(mkdir(*d, 0700), 0);
+        p = tu_strdup_printf("%s/root", *d);
+        cr_assert_eq(mkdir(p, 0700), 0);
+        free(p);
+    }
+    p = tu_strdup_printf("%s/sock", dead);
+    bind_sock(p, 0);
+    free(p);
+    p = tu_strdup_printf("%s/sock", live);
+    int lfd = bind_sock(p, 1);
+    free(p);
+    p = tu_strdup_printf("%s/sock", odd);
+    tu_write_file(p, "x", 1, 0600);
+    free(p);
+    /* Younger than the age asked: left whatever their state. */
+    cr_assert_eq(proto_sweep_trash(g_tmp, 3600), 0);
+    cr_assert(tu_exists(dead) && tu_exists(nosock));
+    cr_assert_eq(proto_sweep_trash(g_tmp, 0), 2);
+    cr_assert(!tu_exists(dead), "%s is left", dead);
+    cr_assert(!tu_exists(nosock), "%s is left", nosock);
+    cr_assert(tu_exists(live), "the sweep removed the live spare %s", live);
+    cr_assert(tu_exists(odd), "the sweep removed %s", odd);
+    /* The live spare's listener got a connection that hung up. */
+    int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    cr_assert_geq(c, 0);
+    char b;
+    cr_assert_eq(read(c, &b, 1), 0);
+    close(c);
+    close(lfd);
+    cr_assert_eq(proto_rm_tree(live), 0);
+    cr_assert_eq(proto_rm_tree(odd), 0);
+    free(dead);
+    free(nosock);
+    free(live);
+    free(odd);
 }
 
 /* A trash the supervisor cannot remove (as root: a file system mounted in

@@ -15,7 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 
 /** Makes room for @n more bytes; sets failed when it cannot. */
 static int buf_reserve(proto_buf *b, size_t n)
@@ -554,6 +556,29 @@ char *proto_trash_path(const char *meta)
     return t;
 }
 
+/* Whether spare directory @path (PROTO_SPARE_PREFIX) lost its supervisor:
+ * nothing listens on its socket (a connect is refused), or it has no
+ * socket at all (it died making it). A live spare's listener queues the
+ * connection, which it later reads as a client that hung up. */
+static int spare_dead(const char *path)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    if ((size_t)snprintf(sa.sun_path, sizeof sa.sun_path, "%s/sock", path)
+        >= sizeof sa.sun_path)
+        return 0;
+    struct stat st;
+    if (lstat(sa.sun_path, &st) < 0)
+        return errno == ENOENT;
+    if (!S_ISSOCK(st.st_mode))
+        return 0;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return 0;
+    int dead = connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0 && errno == ECONNREFUSED;
+    close(fd);
+    return dead;
+}
+
 size_t proto_sweep_trash(const char *dir, long min_age)
 {
     DIR *d = opendir(dir);
@@ -563,8 +588,9 @@ size_t proto_sweep_trash(const char *dir, long min_age)
     time_t now = time(NULL);
     struct dirent *de;
     while ((de = readdir(d))) {
-        if (strncmp(de->d_name, PROTO_TRASH_PREFIX, strlen(PROTO_TRASH_PREFIX)) != 0
-            || (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN))
+        int trash = strncmp(de->d_name, PROTO_TRASH_PREFIX, strlen(PROTO_TRASH_PREFIX)) == 0;
+        int spare = strncmp(de->d_name, PROTO_SPARE_PREFIX, strlen(PROTO_SPARE_PREFIX)) == 0;
+        if ((!trash && !spare) || (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN))
             continue;
         struct stat st;
         if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0
@@ -574,7 +600,7 @@ size_t proto_sweep_trash(const char *dir, long min_age)
         char *path = NULL;
         if (asprintf(&path, "%s/%s", strcmp(dir, "/") == 0 ? "" : dir, de->d_name) < 0)
             continue;
-        if (proto_rm_tree(path) == 0)
+        if ((trash || spare_dead(path)) && proto_rm_tree(path) == 0)
             removed++;
         free(path);
     }

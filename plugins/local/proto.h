@@ -317,8 +317,11 @@ char *proto_trash_path(const char *meta);
  *  absolute directory @dir that belongs to this effective user and was
  *  renamed there at least @min_age seconds ago (its ctime;
  *  PROTO_TRASH_STALE_SECS: younger ones are being removed by their
- *  supervisor). Returns how many it removed; errors are ignored (a later
- *  sweep tries again). */
+ *  supervisor), and every spare directory (PROTO_SPARE_PREFIX) of this
+ *  user as old whose supervisor is gone (nothing listens on its sock, or
+ *  there is none: the spare and its keeper were both killed). A live
+ *  spare's listener gets a connection that hangs up at once. Returns how
+ *  many it removed; errors are ignored (a later sweep tries again). */
 size_t proto_sweep_trash(const char *dir, long min_age);
 
 /** A pidfd of @pid (close-on-exec), or -1 with errno. */
