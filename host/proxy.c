@@ -25,6 +25,12 @@
  *    restarted by the next call) and the call fails with a timeout error.
  * Descriptors (exec stdin/stdout/stderr, file slot descriptors) are passed
  * with SCM_RIGHTS: bytes go straight between the command and the caller.
+ *
+ * An exec run to its end with an exit socket is started without waiting
+ * for the host's answer (start_deferrable): its process handle's reply is
+ * taken when the handle is first needed (process_settle), and one freed
+ * before it came is left to the client, which frees the host's handle when
+ * the reply is read (orphans_free).
  */
 #include <errno.h>
 #include <fcntl.h>
