@@ -509,12 +509,14 @@ Test(plugin_host, execs_started_without_waiting_leave_no_descriptor_and_keep_the
 
     cr_assert_eq(fd_count(getpid()), mine);
     /* The last exec_free is a frame without an answer: give the host a
-     * moment to run it. */
+     * moment to run it (the first count may still have held the previous
+     * round's last connection: at most as many, not exactly). */
     int now = -1;
     for (double until = tu_now() + 5.0; tu_now() < until; usleep(10000))
         if ((now = fd_count(host)) <= theirs)
             break;
-    cr_assert_eq(now, theirs, "the plugin host holds %d descriptors, %d before", now, theirs);
+    cr_assert(now >= 0 && now <= theirs, "the plugin host holds %d descriptors, %d before", now,
+              theirs);
     cr_assert_eq(sbx_client_get_host_pid(c), (int)host);
     cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
     sbx_sandbox_free(sb);
