@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -218,6 +219,19 @@ def checks(f):
     eq("v4 when offered alone; Success", (proto, [json.loads(p) for c, p in frames
                                                   if c == 3 and p]),
        ("v4.channel.k8s.io", [{"metadata": {}, "status": "Success"}]))
+    # stdout and stderr written at once: every frame is a whole binary
+    # message (two outputs framed together must not make one a
+    # continuation of the other), nothing lost, the close normal.
+    n = 3000
+    line, proto, frames, code = f.exec(
+        "p1", ["sh", "-c", 'i=0; while [ $i -lt %d ]; do echo o$i; echo e$i >&2; '
+               'i=$((i+1)); done' % n], "v5.channel.k8s.io")
+    eq("stdout and stderr at once: both whole, in order, closed normally",
+       (b"".join(p for c, p in frames if c == 1) == b"".join(b"o%d\n" % i for i in range(n)),
+        b"".join(p for c, p in frames if c == 2) == b"".join(b"e%d\n" % i for i in range(n)),
+        sorted(set(c for c, p in frames)), [json.loads(p) for c, p in frames if c == 3 and p],
+        code),
+       (True, True, [1, 2, 3], [{"metadata": {}, "status": "Success"}], 1000))
     line, proto, frames, code = f.exec("p1", ["sh", "-c", "sleep 0.5; stty size"], "v5.channel.k8s.io",
                                        stdin=b"", tty=True,
                                        resize={"Width": 101, "Height": 31})
@@ -266,6 +280,32 @@ def checks(f):
     st, b = f.json("GET", "/_fake/pods", auth=False)
     eq("the grace period is recorded", [p["grace"] for p in b if p["name"] == "p1"], [0])
     f.json("DELETE", NS + "/pods/p2?gracePeriodSeconds=0")
+    # A pod deleted while an exec runs in it: the command is killed, and
+    # the stream still ends with its Status (exit 137, SIGKILL) and a
+    # close frame.
+    f.json("POST", NS + "/pods", pod("p3"))
+    wait_state(f, "p3", lambda b: b["status"]["containerStatuses"][0]["ready"]
+               if b["status"].get("containerStatuses") else False)
+    got = {}
+    t = threading.Thread(target=lambda: got.update(
+        r=f.exec("p3", ["sh", "-c", "echo started; exec sleep 30"], "v5.channel.k8s.io")))
+    t.start()
+    end = time.time() + 10
+    while time.time() < end:
+        st, b = f.json("GET", "/_fake/execs", auth=False)
+        if any(e["pod"] == "p3" for e in b):
+            break
+        time.sleep(0.02)
+    time.sleep(0.3)
+    st, b = f.json("DELETE", NS + "/pods/p3?gracePeriodSeconds=0")
+    t.join(30)
+    line, proto, frames, code = got.get("r", ("", None, [], None))
+    eq("a pod deleted under its exec: the Status says 137, then a normal close",
+       (b"".join(p for c, p in frames if c == 1),
+        [(s["reason"], s["details"]["causes"]) for s in
+         (json.loads(p) for c, p in frames if c == 3 and p)], code),
+       (b"started\n", [("NonZeroExitCode", [{"reason": "ExitCode", "message": "137"}])],
+        1000))
 
 
 def run():
