@@ -21,8 +21,10 @@ import base64
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -54,19 +56,30 @@ def eq(name, got, want):
 
 
 class Fake:
-    def __init__(self, tmpdir):
+    def __init__(self, tmpdir, tls=None):
+        """The fake without TLS, or with @tls (certificate, key): then exec
+        streams go over TLS and the JSON routes to its plain port."""
         e = dict(os.environ)
         e["TMPDIR"] = tmpdir
         e["SBX_FAKE_API_KEY"] = KEY
         for k in ("SBX_FAKE_TLS_CERT", "SBX_FAKE_TLS_KEY", "SBX_FAKE_TLS_CA"):
             e.pop(k, None)
+        self.tls = None
+        if tls:
+            e["SBX_FAKE_TLS_CERT"], e["SBX_FAKE_TLS_KEY"] = tls
+            self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            self.tls.load_verify_locations(tls[0])
         self.proc = subprocess.Popen([PY, os.path.join(HERE, "kubernetes.py")],
                                      stdout=subprocess.PIPE, env=e)
         line = self.proc.stdout.readline().decode()
-        if not line.startswith("PORT "):
+        control = None
+        if tls and line.startswith("CONTROL "):
+            control = int(line.split()[1])
+            line = self.proc.stdout.readline().decode()
+        if not line.startswith("PORT ") or (tls and control is None):
             raise SystemExit("Bail out! kubernetes.py did not start: %r" % line)
         self.port = int(line.split()[1])
-        self.base = "http://127.0.0.1:%d" % self.port
+        self.base = "http://127.0.0.1:%d" % (control or self.port)
 
     def json(self, method, path, body=None, auth=True, ctype="application/json"):
         data = None if body is None else json.dumps(body).encode()
@@ -90,6 +103,8 @@ class Fake:
             ("stderr", "false" if tty else "true"), ("tty", "true" if tty else "false")]
         path = "%s/pods/%s/exec?%s" % (NS, pod, urllib.parse.urlencode(q))
         s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        if self.tls:
+            s = self.tls.wrap_socket(s, server_hostname="127.0.0.1")
         key = base64.b64encode(secrets.token_bytes(16)).decode()
         s.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
                    "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: %s\r\n"
@@ -308,6 +323,47 @@ def checks(f):
         1000))
 
 
+def tls_checks(f, pods=8, each=40):
+    """Exec streams over TLS from @pods threads at once, @each one after
+    another on each: every upgrade is answered (101) and every stream
+    carries its command's output whole, its Status and a normal close. (A
+    stream that went on reading its connection after the server closed it
+    would read, with its keys, the bytes of the next connection given the
+    same descriptor, and answer them with an alert: that connection's
+    handshake or upgrade answer then failed to decrypt.)"""
+    f.json("POST", "/_fake/config", {"pending_s": 0, "creating_s": 0}, auth=False)
+    for i in range(pods):
+        f.json("POST", NS + "/pods", pod("t%d" % i))
+    for i in range(pods):
+        wait_state(f, "t%d" % i, lambda b: b["status"]["containerStatuses"][0]["ready"]
+                   if b["status"].get("containerStatuses") else False)
+    bad = []
+
+    def worker(i):
+        for k in range(each):
+            try:
+                line, _, frames, code = f.exec(
+                    "t%d" % i, ["sh", "-c", "echo o%d; echo e%d >&2" % (k, k)],
+                    "v5.channel.k8s.io")
+            except (OSError, ValueError) as e:
+                bad.append((i, k, repr(e)))
+                continue
+            got = (line.split()[1] if line else "", b"".join(p for c, p in frames if c == 1),
+                   b"".join(p for c, p in frames if c == 2),
+                   [json.loads(p)["status"] for c, p in frames if c == 3 and p], code)
+            if got != ("101", b"o%d\n" % k, b"e%d\n" % k, ["Success"], 1000):
+                bad.append((i, k, got))
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(pods)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    eq("%d exec streams over TLS from %d threads: every upgrade answered, every "
+       "output whole" % (pods * each, pods), bad[:3], [])
+    for i in range(pods):
+        f.json("DELETE", NS + "/pods/t%d?gracePeriodSeconds=0" % i)
+
+
 def run():
     tmp = tempfile.mkdtemp(prefix="sbx-check-kubernetes-")
     f = Fake(tmp)
@@ -318,6 +374,27 @@ def run():
         left = os.listdir(tmp)
         os.rmdir(tmp) if not left else None
     check("no pod directory left", not left, repr(left))
+    tmp = tempfile.mkdtemp(prefix="sbx-check-kubernetes-")
+    cert, key = os.path.join(tmp, "server.crt"), os.path.join(tmp, "server.key")
+    made = subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                           "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key,
+                           "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1",
+                           "-addext", "subjectAltName=IP:127.0.0.1"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if not check("openssl made the server's certificate", made.returncode == 0,
+                 made.stderr.decode(errors="replace")):
+        shutil.rmtree(tmp)
+        return
+    f = Fake(tmp, (cert, key))
+    try:
+        tls_checks(f)
+    finally:
+        eq("the TLS fake stops by its PID", f.stop(), 0)
+        os.remove(cert)
+        os.remove(key)
+        left = os.listdir(tmp)
+        os.rmdir(tmp) if not left else None
+    check("no pod directory left after the TLS streams", not left, repr(left))
 
 
 def main():
