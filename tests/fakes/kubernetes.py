@@ -60,7 +60,10 @@ for), and ends with one Status on channel 3: {"metadata":{},"status":
 "Success"}, or Failure with reason NonZeroExitCode and details.causes
 [{"reason":"ExitCode","message":"N"}] (a command killed by signal N:
 128+N, as a container runtime reports it), then a close frame. With v4 a
-client's close ends the command's stdin too (and the stream).
+client's close ends the command's stdin too (and the stream). A pod deleted
+(or past its activeDeadlineSeconds) while an exec runs in it kills the
+command: its stream still ends with the Status (exit code 137) and a close
+frame.
 
 Credentials: "Authorization: Bearer <key>" (SBX_FAKE_API_KEY), or a client
 certificate signed by the CA of SBX_FAKE_TLS_CA when the server speaks TLS
