@@ -712,9 +712,11 @@ class ExecSession:
     once would make one a continuation frame of the other, and an OpenSSL
     connection must not be read and written at once. The reader waits for
     the socket outside the lock (poll) and reads without blocking under it.
-    No thread touches the socket once finish() has marked it closed, and
-    run() returns (and the server closes the descriptor) only after the
-    reader has ended: a descriptor number the kernel hands to the next
+    No thread touches the socket once finish() has marked it closed (the
+    reader checks under the lock before each read), and run() returns (and
+    the server closes the descriptor) once the reader has ended, or after
+    5 s when it is held up writing the client's stdin to a command that
+    does not read it: a descriptor number the kernel hands to the next
     connection is never read or written on behalf of this one."""
 
     def __init__(self, handler, pod, box, argv, proto, want_in, want_out, want_err, tty, rec,
@@ -958,7 +960,7 @@ class ExecSession:
                 self.sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-            self.reader_thread.join()
+            self.reader_thread.join(5)
             return
         if self.fault != "no_status":
             if code == 0:
@@ -974,7 +976,7 @@ class ExecSession:
                 self.rec["status"] = st
             self.frame(3, json.dumps(st).encode())
         self.finish()
-        self.reader_thread.join()
+        self.reader_thread.join(5)
 
     def finish(self):
         self.send_event(CloseConnection(code=CloseReason.NORMAL_CLOSURE))
