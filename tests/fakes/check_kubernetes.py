@@ -21,11 +21,14 @@ import base64
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -53,19 +56,30 @@ def eq(name, got, want):
 
 
 class Fake:
-    def __init__(self, tmpdir):
+    def __init__(self, tmpdir, tls=None):
+        """The fake without TLS, or with @tls (certificate, key): then exec
+        streams go over TLS and the JSON routes to its plain port."""
         e = dict(os.environ)
         e["TMPDIR"] = tmpdir
         e["SBX_FAKE_API_KEY"] = KEY
         for k in ("SBX_FAKE_TLS_CERT", "SBX_FAKE_TLS_KEY", "SBX_FAKE_TLS_CA"):
             e.pop(k, None)
+        self.tls = None
+        if tls:
+            e["SBX_FAKE_TLS_CERT"], e["SBX_FAKE_TLS_KEY"] = tls
+            self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            self.tls.load_verify_locations(tls[0])
         self.proc = subprocess.Popen([PY, os.path.join(HERE, "kubernetes.py")],
                                      stdout=subprocess.PIPE, env=e)
         line = self.proc.stdout.readline().decode()
-        if not line.startswith("PORT "):
+        control = None
+        if tls and line.startswith("CONTROL "):
+            control = int(line.split()[1])
+            line = self.proc.stdout.readline().decode()
+        if not line.startswith("PORT ") or (tls and control is None):
             raise SystemExit("Bail out! kubernetes.py did not start: %r" % line)
         self.port = int(line.split()[1])
-        self.base = "http://127.0.0.1:%d" % self.port
+        self.base = "http://127.0.0.1:%d" % (control or self.port)
 
     def json(self, method, path, body=None, auth=True, ctype="application/json"):
         data = None if body is None else json.dumps(body).encode()
@@ -89,6 +103,8 @@ class Fake:
             ("stderr", "false" if tty else "true"), ("tty", "true" if tty else "false")]
         path = "%s/pods/%s/exec?%s" % (NS, pod, urllib.parse.urlencode(q))
         s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        if self.tls:
+            s = self.tls.wrap_socket(s, server_hostname="127.0.0.1")
         key = base64.b64encode(secrets.token_bytes(16)).decode()
         s.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
                    "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: %s\r\n"
@@ -218,6 +234,19 @@ def checks(f):
     eq("v4 when offered alone; Success", (proto, [json.loads(p) for c, p in frames
                                                   if c == 3 and p]),
        ("v4.channel.k8s.io", [{"metadata": {}, "status": "Success"}]))
+    # stdout and stderr written at once: every frame is a whole binary
+    # message (two outputs framed together must not make one a
+    # continuation of the other), nothing lost, the close normal.
+    n = 3000
+    line, proto, frames, code = f.exec(
+        "p1", ["sh", "-c", 'i=0; while [ $i -lt %d ]; do echo o$i; echo e$i >&2; '
+               'i=$((i+1)); done' % n], "v5.channel.k8s.io")
+    eq("stdout and stderr at once: both whole, in order, closed normally",
+       (b"".join(p for c, p in frames if c == 1) == b"".join(b"o%d\n" % i for i in range(n)),
+        b"".join(p for c, p in frames if c == 2) == b"".join(b"e%d\n" % i for i in range(n)),
+        sorted(set(c for c, p in frames)), [json.loads(p) for c, p in frames if c == 3 and p],
+        code),
+       (True, True, [1, 2, 3], [{"metadata": {}, "status": "Success"}], 1000))
     line, proto, frames, code = f.exec("p1", ["sh", "-c", "sleep 0.5; stty size"], "v5.channel.k8s.io",
                                        stdin=b"", tty=True,
                                        resize={"Width": 101, "Height": 31})
@@ -266,6 +295,73 @@ def checks(f):
     st, b = f.json("GET", "/_fake/pods", auth=False)
     eq("the grace period is recorded", [p["grace"] for p in b if p["name"] == "p1"], [0])
     f.json("DELETE", NS + "/pods/p2?gracePeriodSeconds=0")
+    # A pod deleted while an exec runs in it: the command is killed, and
+    # the stream still ends with its Status (exit 137, SIGKILL) and a
+    # close frame.
+    f.json("POST", NS + "/pods", pod("p3"))
+    wait_state(f, "p3", lambda b: b["status"]["containerStatuses"][0]["ready"]
+               if b["status"].get("containerStatuses") else False)
+    got = {}
+    t = threading.Thread(target=lambda: got.update(
+        r=f.exec("p3", ["sh", "-c", "echo started; exec sleep 30"], "v5.channel.k8s.io")))
+    t.start()
+    end = time.time() + 10
+    while time.time() < end:
+        st, b = f.json("GET", "/_fake/execs", auth=False)
+        if any(e["pod"] == "p3" for e in b):
+            break
+        time.sleep(0.02)
+    time.sleep(0.3)
+    st, b = f.json("DELETE", NS + "/pods/p3?gracePeriodSeconds=0")
+    t.join(30)
+    line, proto, frames, code = got.get("r", ("", None, [], None))
+    eq("a pod deleted under its exec: the Status says 137, then a normal close",
+       (b"".join(p for c, p in frames if c == 1),
+        [(s["reason"], s["details"]["causes"]) for s in
+         (json.loads(p) for c, p in frames if c == 3 and p)], code),
+       (b"started\n", [("NonZeroExitCode", [{"reason": "ExitCode", "message": "137"}])],
+        1000))
+
+
+def tls_checks(f, pods=8, each=40):
+    """Exec streams over TLS from @pods threads at once, @each one after
+    another on each: every upgrade is answered (101) and every stream
+    carries its command's output whole, its Status and a normal close. (A
+    stream that went on reading its connection after the server closed it
+    would read, with its keys, the bytes of the next connection given the
+    same descriptor, and answer them with an alert: that connection's
+    handshake or upgrade answer then failed to decrypt.)"""
+    f.json("POST", "/_fake/config", {"pending_s": 0, "creating_s": 0}, auth=False)
+    for i in range(pods):
+        f.json("POST", NS + "/pods", pod("t%d" % i))
+    for i in range(pods):
+        wait_state(f, "t%d" % i, lambda b: b["status"]["containerStatuses"][0]["ready"]
+                   if b["status"].get("containerStatuses") else False)
+    bad = []
+
+    def worker(i):
+        for k in range(each):
+            try:
+                line, _, frames, code = f.exec(
+                    "t%d" % i, ["sh", "-c", "echo o%d; echo e%d >&2" % (k, k)],
+                    "v5.channel.k8s.io")
+            except (OSError, ValueError) as e:
+                bad.append((i, k, repr(e)))
+                continue
+            got = (line.split()[1] if line else "", b"".join(p for c, p in frames if c == 1),
+                   b"".join(p for c, p in frames if c == 2),
+                   [json.loads(p)["status"] for c, p in frames if c == 3 and p], code)
+            if got != ("101", b"o%d\n" % k, b"e%d\n" % k, ["Success"], 1000):
+                bad.append((i, k, got))
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(pods)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    eq("%d exec streams over TLS from %d threads: every upgrade answered, every "
+       "output whole" % (pods * each, pods), bad[:3], [])
+    for i in range(pods):
+        f.json("DELETE", NS + "/pods/t%d?gracePeriodSeconds=0" % i)
 
 
 def run():
@@ -278,6 +374,27 @@ def run():
         left = os.listdir(tmp)
         os.rmdir(tmp) if not left else None
     check("no pod directory left", not left, repr(left))
+    tmp = tempfile.mkdtemp(prefix="sbx-check-kubernetes-")
+    cert, key = os.path.join(tmp, "server.crt"), os.path.join(tmp, "server.key")
+    made = subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                           "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key,
+                           "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1",
+                           "-addext", "subjectAltName=IP:127.0.0.1"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if not check("openssl made the server's certificate", made.returncode == 0,
+                 made.stderr.decode(errors="replace")):
+        shutil.rmtree(tmp)
+        return
+    f = Fake(tmp, (cert, key))
+    try:
+        tls_checks(f)
+    finally:
+        eq("the TLS fake stops by its PID", f.stop(), 0)
+        os.remove(cert)
+        os.remove(key)
+        left = os.listdir(tmp)
+        os.rmdir(tmp) if not left else None
+    check("no pod directory left after the TLS streams", not left, repr(left))
 
 
 def main():

@@ -60,7 +60,10 @@ for), and ends with one Status on channel 3: {"metadata":{},"status":
 "Success"}, or Failure with reason NonZeroExitCode and details.causes
 [{"reason":"ExitCode","message":"N"}] (a command killed by signal N:
 128+N, as a container runtime reports it), then a close frame. With v4 a
-client's close ends the command's stdin too (and the stream).
+client's close ends the command's stdin too (and the stream). A pod deleted
+(or past its activeDeadlineSeconds) while an exec runs in it kills the
+command: its stream still ends with the Status (exit code 137) and a close
+frame.
 
 Credentials: "Authorization: Bearer <key>" (SBX_FAKE_API_KEY), or a client
 certificate signed by the CA of SBX_FAKE_TLS_CA when the server speaks TLS
@@ -95,6 +98,7 @@ import json
 import os
 import re
 import secrets
+import select
 import shutil
 import signal
 import socket
@@ -117,6 +121,7 @@ from wsproto.connection import Connection  # noqa: E402
 from wsproto.events import (BytesMessage, CloseConnection, Ping,  # noqa: E402
                             TextMessage)
 from wsproto.frame_protocol import CloseReason  # noqa: E402
+from wsproto.utilities import LocalProtocolError  # noqa: E402
 
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -641,6 +646,10 @@ class K8sHandler(fakehttp.Handler):
         f = FAKE
         with f.lock:
             pod = f.pods.get((ns, name))
+            # The sandbox the exec runs in, held by the stream: a delete or
+            # a deadline that ends the pod meanwhile ends the command (its
+            # Status then says how), not the stream's own bookkeeping.
+            box = pod.box if pod is not None else None
             cfg = dict(f.config)
             fault, f.config["exec_fault"] = f.config["exec_fault"], None
             refuse = int(f.config.get("refuse_execs") or 0) > 0
@@ -654,7 +663,7 @@ class K8sHandler(fakehttp.Handler):
         if container != pod.container:
             raise status(400, "BadRequest", 'container %s is not valid for pod %s'
                          % (container, name))
-        if refuse or pod.state != "running" or pod.box is None:
+        if refuse or pod.state != "running" or box is None:
             raise Reply(400, {"kind": "Status", "apiVersion": "v1", "metadata": {},
                               "status": "Failure",
                               "message": 'unable to upgrade connection: container not found '
@@ -687,19 +696,35 @@ class K8sHandler(fakehttp.Handler):
         self.wfile.flush()
         self._status = 101
         self.close_connection = True
-        ExecSession(self, pod, argv, proto, want_in, want_out, want_err, tty, rec,
+        ExecSession(self, pod, box, argv, proto, want_in, want_out, want_err, tty, rec,
                     fault).run()
 
 
 class ExecSession:
     """One exec stream: the command, its pipes (or terminal) and the
-    channel framing over wsproto."""
+    channel framing over wsproto.
 
-    def __init__(self, handler, pod, argv, proto, want_in, want_out, want_err, tty, rec,
+    Threads: the handler's (run(): the command, its Status, the close),
+    one pump per output (frames out), the reader (frames in). The wsproto
+    connection and the TLS connection under it are each used by one thread
+    at a time, under self.wlock: wsproto's frame state (the opcode of a
+    message in progress) is shared by every send, so two outputs framed at
+    once would make one a continuation frame of the other, and an OpenSSL
+    connection must not be read and written at once. The reader waits for
+    the socket outside the lock (poll) and reads without blocking under it.
+    No thread touches the socket once finish() has marked it closed (the
+    reader checks under the lock before each read), and run() returns (and
+    the server closes the descriptor) once the reader has ended, or after
+    5 s when it is held up writing the client's stdin to a command that
+    does not read it: a descriptor number the kernel hands to the next
+    connection is never read or written on behalf of this one."""
+
+    def __init__(self, handler, pod, box, argv, proto, want_in, want_out, want_err, tty, rec,
                  fault):
         self.h = handler
         self.sock = handler.connection
         self.pod = pod
+        self.box = box          # the pod's sandbox when the exec started
         self.argv = argv
         self.v5 = proto.startswith("v5")
         self.want_in, self.want_out, self.want_err, self.tty = (want_in, want_out, want_err,
@@ -711,12 +736,24 @@ class ExecSession:
         self.wlock = threading.Lock()
         self.proc = None
         self.master = None
+        # The terminal's master is closed by the last of run() (its pump
+        # finished) and the reader (it writes the client's stdin there).
+        self.master_users = 2
+        self.mlock = threading.Lock()
         self.stdin_w = None
         self.closed = False
+        self.reader_thread = None
 
-    def send_raw(self, data):
+    def send_event(self, ev):
+        """Frames @ev and sends it whole; nothing once the connection is
+        closed (or wsproto's state no longer allows it: the client's
+        close came)."""
         with self.wlock:
             if self.closed:
+                return
+            try:
+                data = self.ws.send(ev)
+            except LocalProtocolError:
                 return
             try:
                 self.sock.sendall(data)
@@ -724,7 +761,7 @@ class ExecSession:
                 self.closed = True
 
     def frame(self, ch, payload=b""):
-        self.send_raw(self.ws.send(BytesMessage(data=bytes([ch]) + payload)))
+        self.send_event(BytesMessage(data=bytes([ch]) + payload))
 
     def close_stdin(self):
         w, self.stdin_w = self.stdin_w, None
@@ -734,20 +771,67 @@ class ExecSession:
             except OSError:
                 pass
 
+    def release_master(self):
+        with self.mlock:
+            self.master_users -= 1
+            master = self.master if self.master_users == 0 else None
+            if master is not None:
+                self.master = None
+        if master is not None:
+            try:
+                os.close(master)
+            except OSError:
+                pass
+
+    def receive(self):
+        """The client's next bytes: data, b"" at the end (the client went,
+        or finish() closed the stream), None when nothing came."""
+        with self.wlock:
+            if self.closed:
+                return b""
+            self.sock.setblocking(False)
+            try:
+                return self.sock.recv(65536)
+            except (ssl.SSLWantReadError, BlockingIOError):
+                return None
+            except OSError:
+                return b""
+            finally:
+                self.sock.setblocking(True)
+
     def reader(self):
         """The client's frames: stdin, resize, close."""
+        try:
+            self.read_frames()
+        finally:
+            self.client_gone()
+            if self.tty:
+                self.release_master()
+
+    def read_frames(self):
         buf = b""
+        poller = select.poll()
+        poller.register(self.sock.fileno(), select.POLLIN)
         while True:
-            try:
-                data = self.sock.recv(65536)
-            except OSError:
-                data = b""
+            # TLS may hold a decrypted rest that poll cannot see.
+            pending = getattr(self.sock, "pending", None)
+            if not (pending and pending()):
+                # A bounded wait: finish() marking the stream closed is
+                # seen within it even if no wakeup came.
+                poller.poll(200)
+            data = self.receive()
+            if data is None:
+                continue
+            with self.wlock:
+                try:
+                    self.ws.receive_data(data or None)
+                    events = list(self.ws.events())
+                except Exception:  # noqa: BLE001 - a broken stream ends
+                    events = []
+                    data = b""
             if not data:
-                self.ws.receive_data(None)
-                self.client_gone()
                 return
-            self.ws.receive_data(data)
-            for ev in self.ws.events():
+            for ev in events:
                 if isinstance(ev, BytesMessage) or isinstance(ev, TextMessage):
                     buf += ev.data if isinstance(ev, BytesMessage) else ev.data.encode()
                     if not ev.message_finished:
@@ -792,21 +876,17 @@ class ExecSession:
                                 pass
                         self.close_stdin()
                 elif isinstance(ev, Ping):
-                    self.send_raw(self.ws.send(ev.response()))
+                    self.send_event(ev.response())
                 elif isinstance(ev, CloseConnection):
                     with FAKE.lock:
                         self.rec["client_closed"] = True
-                    try:
-                        self.send_raw(self.ws.send(ev.response()))
-                    except Exception:  # noqa: BLE001 - already closing
-                        pass
-                    self.client_gone()
+                    self.send_event(ev.response())
                     return
 
     def client_gone(self):
-        """The client closed or went: v4 has no other stdin EOF; the
-        command's stdin ends, and a command still running is killed (the
-        stream it belonged to is over)."""
+        """The client closed or went (or the stream ended): v4 has no other
+        stdin EOF; the command's stdin ends, and a command still running is
+        killed (the stream it belonged to is over)."""
         self.close_stdin()
         with self.wlock:
             self.closed = True
@@ -814,31 +894,38 @@ class ExecSession:
         def kill_later():
             time.sleep(0.5)
             if self.proc is not None and self.proc.poll() is None:
-                self.pod.box.kill_command(self.proc)
+                self.box.kill_command(self.proc)
         threading.Thread(target=kill_later, daemon=True).start()
 
     def run(self):
-        pod = self.pod
+        pod, box = self.pod, self.box
         env = dict(pod.env)
         try:
             if self.tty:
                 self.master, slave = os.openpty()
-                fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-                # setsid(1) -c: the command leads a session of its own in
-                # the pod with the terminal as its controlling terminal
-                # (nsenter stays out of it: a ^C reaches the command's
-                # group alone), as nsbox.popen_pty does.
-                self.proc = pod.box.popen(["/usr/bin/setsid", "-c"] + list(self.argv), env=env,
-                                          cwd=pod.workdir, stdin=slave, stdout=slave,
-                                          stderr=slave, user=pod.user, cgroup=pod.cgroup)
-                os.close(slave)
+                try:
+                    fcntl.ioctl(self.master, termios.TIOCSWINSZ,
+                                struct.pack("HHHH", 24, 80, 0, 0))
+                    # setsid(1) -c: the command leads a session of its own
+                    # in the pod with the terminal as its controlling
+                    # terminal (nsenter stays out of it: a ^C reaches the
+                    # command's group alone), as nsbox.popen_pty does.
+                    self.proc = box.popen(["/usr/bin/setsid", "-c"] + list(self.argv),
+                                          env=env, cwd=pod.workdir, stdin=slave,
+                                          stdout=slave, stderr=slave, user=pod.user,
+                                          cgroup=pod.cgroup)
+                finally:
+                    os.close(slave)
             else:
-                self.proc = pod.box.popen(self.argv, env=env, cwd=pod.workdir,
-                                          stdin=subprocess.PIPE if self.want_in
-                                          else subprocess.DEVNULL,
-                                          user=pod.user, cgroup=pod.cgroup)
+                self.proc = box.popen(self.argv, env=env, cwd=pod.workdir,
+                                      stdin=subprocess.PIPE if self.want_in
+                                      else subprocess.DEVNULL,
+                                      user=pod.user, cgroup=pod.cgroup)
                 self.stdin_w = self.proc.stdin
         except (nsbox.SandboxGone, OSError) as e:
+            if self.master is not None:
+                os.close(self.master)
+                self.master = None
             self.frame(3, json.dumps({"metadata": {}, "status": "Failure",
                                       "message": str(e) or "container not running",
                                       "reason": "InternalError"}).encode())
@@ -847,7 +934,8 @@ class ExecSession:
         # The first frame: empty, on stdout (else stderr, else the error
         # channel).
         self.frame(1 if self.want_out else 2 if self.want_err else 3)
-        threading.Thread(target=self.reader, daemon=True).start()
+        self.reader_thread = threading.Thread(target=self.reader, daemon=True)
+        self.reader_thread.start()
         if self.tty:
             pumps = [nsbox.OutputPump(self.master, lambda d: self.frame(1, d))]
         else:
@@ -860,12 +948,9 @@ class ExecSession:
         # a background child that holds the pipes is not waited for.
         for t in pumps:
             t.finish()
-        pod.box.forget(self.proc)
-        if self.master is not None:
-            try:
-                os.close(self.master)
-            except OSError:
-                pass
+        box.forget(self.proc)
+        if self.tty:
+            self.release_master()
         if code < 0:
             code = 128 - code
         if self.fault == "drop":
@@ -875,6 +960,7 @@ class ExecSession:
                 self.sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            self.reader_thread.join(5)
             return
         if self.fault != "no_status":
             if code == 0:
@@ -890,20 +976,18 @@ class ExecSession:
                 self.rec["status"] = st
             self.frame(3, json.dumps(st).encode())
         self.finish()
+        self.reader_thread.join(5)
 
     def finish(self):
-        try:
-            self.send_raw(self.ws.send(CloseConnection(code=CloseReason.NORMAL_CLOSURE)))
-        except Exception:  # noqa: BLE001 - the client went first
-            pass
+        self.send_event(CloseConnection(code=CloseReason.NORMAL_CLOSURE))
         # Give the client its close handshake, then end the connection.
         time.sleep(0.05)
         with self.wlock:
             self.closed = True
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
 def main():
