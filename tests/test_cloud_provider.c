@@ -924,3 +924,50 @@ Test(provider, create_unanswered_error)
     cr_assert_eq(cl_last()->unknown, 1);
     cr_assert_str_eq(cl_last()->msg, "create the sandbox: cancelled");
 }
+
+/* A host whose memory is malloc's: the slots that answer in host memory. */
+static const sbx_host_services malloc_host = { .struct_size = sizeof(sbx_host_services),
+                                               .alloc = malloc, .free = free };
+
+/* The port slots of a provider that routes every port itself: the set is
+ * kept ascending, once each; the create's ports are added; resolve's
+ * start says which port is not exposed; a gone sandbox fails each slot
+ * naming the backend. */
+Test(provider, port_slots_keep_the_exposed_set)
+{
+    cl_host = &malloc_host;
+    cl_backend = "acme";
+    sbx_plugin_sandbox sb = { 0 };
+    cr_assert_eq(cl_sandbox_init(&sb.s, "sb-7"), 0);
+    static const uint16_t asked[] = { 8080, 3000 };
+    sbx_plugin_create_request rq = { .struct_size = sizeof(rq), .ports = asked, .n_ports = 2 };
+    cr_assert_eq(cl_ports_from_request(&sb.s, &rq, "create", NULL), 0);
+    cr_assert_eq(cl_expose_port(&sb, NULL, 5432, NULL), 0);
+    cr_assert_eq(cl_expose_port(&sb, NULL, 3000, NULL), 0);
+    char *l = cl_list_ports(&sb, NULL, NULL);
+    cr_assert_str_eq(l, "3000 5432 8080");
+    free(l);
+    cr_assert_eq(cl_unexpose_port(&sb, NULL, 5432, NULL), 0);
+    cr_assert_eq(cl_unexpose_port(&sb, NULL, 9, NULL), 0);
+    l = cl_list_ports(&sb, NULL, NULL);
+    cr_assert_str_eq(l, "3000 8080");
+    free(l);
+    cr_assert_eq(cl_port_resolvable(&sb.s, 8080, NULL), 0);
+    cr_assert_eq(cl_port_resolvable(&sb.s, 5432, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-7: port 5432 is not exposed");
+    char *dup = cl_host_strdup("https://3000-sb-7.example", "resolve_port", NULL);
+    cr_assert_str_eq(dup, "https://3000-sb-7.example");
+    free(dup);
+
+    cl_gone_set(&sb.s.gone);
+    cr_assert_eq(cl_expose_port(&sb, NULL, 1, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-7 is gone (the provider no longer has it)");
+    cr_assert_eq(cl_unexpose_port(&sb, NULL, 3000, NULL), -1);
+    cr_assert_null(cl_list_ports(&sb, NULL, NULL));
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_eq(cl_port_resolvable(&sb.s, 8080, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-7 is gone (the provider no longer has it)");
+    cl_sandbox_clear(&sb.s);
+    cl_host = NULL;
+}

@@ -691,6 +691,75 @@ sbx_error *cl_port_not_exposed(sbx_error **error, cl_sandbox *s, const char *pro
     return err;
 }
 
+int cl_ports_from_request(cl_sandbox *s, const sbx_plugin_create_request *rq, const char *op,
+                          sbx_error **error)
+{
+    const uint16_t *ports;
+    size_t n = cl_request_ports(rq, &ports);
+    for (size_t i = 0; i < n; i++)
+        if (cl_ports_add(s, ports[i]) < 0) {
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            return -1;
+        }
+    return 0;
+}
+
+int cl_expose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                   sbx_error **error)
+{
+    cl_sandbox *s = (cl_sandbox *)sb;
+    (void)ctx;
+    if (cl_gone_check(&s->gone, "expose_port", cl_backend, s->id, error) < 0)
+        return -1;
+    if (cl_ports_add(s, port) < 0) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "expose_port", "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+int cl_unexpose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                     sbx_error **error)
+{
+    cl_sandbox *s = (cl_sandbox *)sb;
+    (void)ctx;
+    if (cl_gone_check(&s->gone, "unexpose_port", cl_backend, s->id, error) < 0)
+        return -1;
+    cl_ports_remove(s, port);
+    return 0;
+}
+
+char *cl_list_ports(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    cl_sandbox *s = (cl_sandbox *)sb;
+    (void)ctx;
+    if (cl_gone_check(&s->gone, "list_ports", cl_backend, s->id, error) < 0)
+        return NULL;
+    return cl_ports_list(s, "list_ports", error);
+}
+
+int cl_port_resolvable(cl_sandbox *s, unsigned port, sbx_error **error)
+{
+    if (cl_gone_check(&s->gone, "resolve_port", cl_backend, s->id, error) < 0)
+        return -1;
+    if (!cl_ports_has(s, port)) {
+        cl_port_not_exposed(error, s, cl_backend, "resolve_port", port);
+        return -1;
+    }
+    return 0;
+}
+
+char *cl_host_strdup(const char *str, const char *op, sbx_error **error)
+{
+    size_t n = strlen(str) + 1;
+    char *out = cl_host->alloc(n);
+    if (out)
+        memcpy(out, str, n);
+    else
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    return out;
+}
+
 const char *cl_sandbox_id(sbx_plugin_sandbox *sb)
 {
     return ((cl_sandbox *)(void *)sb)->id;

@@ -363,6 +363,40 @@ char *cl_ports_list(cl_sandbox *s, const char *op, sbx_error **error);
 sbx_error *cl_port_not_exposed(sbx_error **error, cl_sandbox *s, const char *provider,
                                const char *op, unsigned port);
 
+/** The create request's ports (cl_request_ports()) added to @s: 0, or -1
+ *  with resource_exhausted (op @op) on no memory. */
+int cl_ports_from_request(cl_sandbox *s, const sbx_plugin_create_request *rq, const char *op,
+                          sbx_error **error);
+
+/*
+ * The port slots of a provider that routes every port of a sandbox itself
+ * (E2B, Daytona, Tensorlake), whose sandbox struct starts with a
+ * cl_sandbox: the library only keeps the set exposed, no call is made.
+ * The provider named in errors is cl_backend (cl_setup()). Thread-safe.
+ */
+
+/** The expose_port slot: -1 with cl_gone_error() (op expose_port) when the
+ *  sandbox is gone, -1 with resource_exhausted on no memory, else 0 with
+ *  @port added (@ctx unused). */
+int cl_expose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                   sbx_error **error);
+/** The unexpose_port slot: -1 with cl_gone_error() (op unexpose_port) when
+ *  the sandbox is gone, else 0 with @port removed (absent: nothing). */
+int cl_unexpose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                     sbx_error **error);
+/** The list_ports slot: NULL with cl_gone_error() (op list_ports) when the
+ *  sandbox is gone, else cl_ports_list() (host memory). */
+char *cl_list_ports(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error);
+/** The start of a resolve_port slot: -1 with cl_gone_error() (op
+ *  resolve_port) when @s is gone, -1 with cl_port_not_exposed() when @port
+ *  is not exposed, else 0. */
+int cl_port_resolvable(cl_sandbox *s, unsigned port, sbx_error **error);
+
+/** A copy of @str in host memory (cl_host->alloc; the host frees it), as a
+ *  slot returns a string: NULL with resource_exhausted (op @op) on no
+ *  memory. Thread-safe. */
+char *cl_host_strdup(const char *str, const char *op, sbx_error **error);
+
 /**
  * The destroy slot's body: 0 at once when @s is gone; else @del (op
  * "destroy"), and on success the gone flag set, so that every later call

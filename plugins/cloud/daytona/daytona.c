@@ -828,13 +828,9 @@ static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto out;
     }
     sb = dt_sandbox_new(c, id, tb, rq->workdir && *rq->workdir ? rq->workdir : NULL);
-    const uint16_t *ports;
-    size_t n_ports = cl_request_ports(rq, &ports);
-    int port_oom = 0;
-    for (size_t i = 0; sb && i < n_ports; i++)
-        port_oom |= cl_ports_add(&sb->s, ports[i]) < 0;
-    if (!sb || port_oom) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    if (!sb || cl_ports_from_request(&sb->s, rq, op, error) < 0) {
+        if (!sb)
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         dt_delete(c, NULL, id, op, NULL);
         dt_sandbox_free(sb);
         sb = NULL;
@@ -955,39 +951,12 @@ out:
  * one is resolved. The token (the x-daytona-preview-token a private
  * sandbox's link asks for) is a secret: it is dropped at once, never
  * logged, stored or put in an error. */
-static int dt_expose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
-                          sbx_error **error)
-{
-    (void)ctx;
-    if (dt_check(sb, "expose_port", error) < 0)
-        return -1;
-    if (cl_ports_add(&sb->s, port) < 0) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "expose_port", "out of memory");
-        return -1;
-    }
-    return 0;
-}
-
-static int dt_unexpose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
-                            sbx_error **error)
-{
-    (void)ctx;
-    if (dt_check(sb, "unexpose_port", error) < 0)
-        return -1;
-    cl_ports_remove(&sb->s, port);
-    return 0;
-}
-
 static char *dt_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
                              sbx_error **error)
 {
     const char *op = "resolve_port";
-    if (dt_check(sb, op, error) < 0)
+    if (cl_port_resolvable(&sb->s, port, error) < 0)
         return NULL;
-    if (!cl_ports_has(&sb->s, port)) {
-        cl_port_not_exposed(error, &sb->s, DT_BACKEND, op, port);
-        return NULL;
-    }
     char sfx[48];
     snprintf(sfx, sizeof(sfx), "/ports/%u/preview-url", port);
     char *url = cl_item_url(sb->c->api, "sandbox", sb->s.id, sfx);
@@ -1011,21 +980,11 @@ static char *dt_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, un
     if (!link || (strncmp(link, "https://", 8) != 0 && strncmp(link, "http://", 7) != 0)) {
         cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
                 "daytona answered the preview link of port %u without a url", port);
-    } else if ((out = cl_host->alloc(strlen(link) + 1))) {
-        strcpy(out, link);
     } else {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        out = cl_host_strdup(link, op, error);
     }
     json_object_put(j);     /* the token goes with it */
     return out;
-}
-
-static char *dt_list_ports(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    (void)ctx;
-    if (dt_check(sb, "list_ports", error) < 0)
-        return NULL;
-    return cl_ports_list(&sb->s, "list_ports", error);
 }
 
 static int dt_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
@@ -1065,11 +1024,8 @@ static char *dt_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
     if (dt_sbcall(sb->c, ctx, "POST", sb->s.id, "/snapshot", b, CL_UNSAFE, &r, op,
                   "snapshot the sandbox", error) == 0
         && cl_sandbox_answer(&sb->s, sb->c->http, &r, DT_BACKEND, op, "snapshot the sandbox",
-                             error) == 0) {
-        out = cl_host->alloc(strlen(name) + 1);
-        if (out)
-            memcpy(out, name, strlen(name) + 1);
-    }
+                             error) == 0)
+        out = cl_host_strdup(name, op, error);
     json_object_put(b);
     cl_resp_clear(&r);
     return out;
@@ -2181,10 +2137,10 @@ static const sbx_plugin dt_plugin = {
     .destroy_by_id = dt_destroy_by_id,
     .stop = dt_stop,
     .start = dt_start,
-    .expose_port = dt_expose_port,
-    .unexpose_port = dt_unexpose_port,
+    .expose_port = cl_expose_port,
+    .unexpose_port = cl_unexpose_port,
     .resolve_port = dt_resolve_port,
-    .list_ports = dt_list_ports,
+    .list_ports = cl_list_ports,
 };
 
 SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);

@@ -1360,13 +1360,8 @@ static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto undo;
     }
-    const uint16_t *ports;
-    size_t n_ports = cl_request_ports(rq, &ports);
-    for (size_t i = 0; i < n_ports; i++)
-        if (cl_ports_add(&sb->s, ports[i]) < 0) {
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-            goto undo;
-        }
+    if (cl_ports_from_request(&sb->s, rq, op, error) < 0)
+        goto undo;
     if (cl_create_workdir(sb, &sb->workdir, e2b_run_short, ctx, E2B_BACKEND, rq->workdir, op,
                           error) < 0)
         goto undo;
@@ -1456,57 +1451,20 @@ out:
 /* Exposed ports: every port of a sandbox answers at its preview address
  * https://PORT-ID.DOMAIN (E2B's own routing; no call is made); the library
  * maps the ports exposed. Nothing of the sandbox's access tokens is in it. */
-static int e2b_expose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
-                           sbx_error **error)
-{
-    (void)ctx;
-    if (e2b_check(sb, "expose_port", error) < 0)
-        return -1;
-    if (cl_ports_add(&sb->s, port) < 0) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "expose_port", "out of memory");
-        return -1;
-    }
-    return 0;
-}
-
-static int e2b_unexpose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
-                             sbx_error **error)
-{
-    (void)ctx;
-    if (e2b_check(sb, "unexpose_port", error) < 0)
-        return -1;
-    cl_ports_remove(&sb->s, port);
-    return 0;
-}
-
 static char *e2b_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
                               sbx_error **error)
 {
     const char *op = "resolve_port";
     (void)ctx;
-    if (e2b_check(sb, op, error) < 0)
+    if (cl_port_resolvable(&sb->s, port, error) < 0)
         return NULL;
-    if (!cl_ports_has(&sb->s, port)) {
-        cl_port_not_exposed(error, &sb->s, E2B_BACKEND, op, port);
-        return NULL;
-    }
     char *url = cl_printf("https://%u-%s.%s", port, sb->s.id,
                           sb->domain ? sb->domain : sb->c->domain);
-    char *out = url ? cl_host->alloc(strlen(url) + 1) : NULL;
-    if (out)
-        strcpy(out, url);
-    else
+    char *out = url ? cl_host_strdup(url, op, error) : NULL;
+    if (!url)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     free(url);
     return out;
-}
-
-static char *e2b_list_ports(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    (void)ctx;
-    if (e2b_check(sb, "list_ports", error) < 0)
-        return NULL;
-    return cl_ports_list(&sb->s, "list_ports", error);
 }
 
 /* stop pauses the sandbox (its files and memory kept); start connects. */
@@ -1797,10 +1755,10 @@ static const sbx_plugin e2b_plugin = {
     .destroy_by_id = e2b_destroy_by_id,
     .stop = e2b_stop,
     .start = e2b_start,
-    .expose_port = e2b_expose_port,
-    .unexpose_port = e2b_unexpose_port,
+    .expose_port = cl_expose_port,
+    .unexpose_port = cl_unexpose_port,
     .resolve_port = e2b_resolve_port,
-    .list_ports = e2b_list_ports,
+    .list_ports = cl_list_ports,
 };
 
 SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
