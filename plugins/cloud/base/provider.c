@@ -1278,3 +1278,163 @@ int cl_multipart_body(cl_buf *out, char *ctype, size_t ctype_cap, const char *co
     snprintf(ctype, ctype_cap, "multipart/form-data; boundary=%s", bnd);
     return 0;
 }
+
+/* ------------------------------------------------------------------------ */
+/* The create's options by table, its labels, and what a listing owns       */
+/* ------------------------------------------------------------------------ */
+
+int cl_refuse_options(const sbx_plugin_create_request *rq, const char *provider,
+                      const cl_unsupported *table, sbx_error **error)
+{
+    uint64_t set = rq->set_fields;
+    for (const cl_unsupported *u = table; u && u->option; u++) {
+        const char *o = u->option, *value = NULL;
+        char buf[64];
+        int given;
+        if (strcmp(o, "cpu") == 0) {
+            given = (set & SBX_OPTION_CPU) != 0;
+            snprintf(buf, sizeof buf, "%g", rq->cpu);
+            value = buf;
+        } else if (strcmp(o, "memory_mb") == 0 || strcmp(o, "disk_mb") == 0) {
+            int mem = o[0] == 'm';
+            given = (set & (mem ? SBX_OPTION_MEMORY_MB : SBX_OPTION_DISK_MB)) != 0;
+            snprintf(buf, sizeof buf, "%lld", (long long)(mem ? rq->memory_mb : rq->disk_mb));
+            value = buf;
+        } else if (strcmp(o, "allow_internet") == 0) {
+            given = !rq->allow_internet;
+            value = "false";
+        } else {
+            static const char *const names[] = { "gpu", "image", "template", "snapshot_id",
+                                                 "app_name" };
+            const char *const values[] = { rq->gpu, rq->image, rq->template_name,
+                                           rq->snapshot_id, rq->app_name };
+            size_t k = 0;
+            while (k < 5 && strcmp(o, names[k]) != 0)
+                k++;
+            if (k == 5) {
+                cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "create", "%s backend: "
+                                   "no such create option to refuse: %s", provider, o),
+                           "option", o);
+                return -1;
+            }
+            value = values[k];
+            given = value && *value;
+        }
+        if (given) {
+            cl_refuse(error, provider, o, value, u->why);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int cl_no_backend_options(const sbx_plugin_create_request *rq, const char *provider,
+                          sbx_error **error)
+{
+    if (!rq->backend_options || !*rq->backend_options)
+        return 0;
+    json_object *bo = json_tokener_parse(rq->backend_options);
+    const char *key = NULL;
+    int object = bo && json_object_is_type(bo, json_type_object);
+    if (object) {
+        json_object_object_foreach(bo, k, v) {
+            (void)v;
+            key = k;
+            break;
+        }
+    }
+    int rc = 0;
+    if (key || !object) {
+        sbx_error *err = key
+            ? cl_fail(error, SBX_ERROR_CONFIGURATION, "create", "%s backend_options: unknown "
+                      "key \"%s\" (the %s backend takes no backend options)", provider, key,
+                      provider)
+            : cl_fail(error, SBX_ERROR_CONFIGURATION, "create", "%s backend_options: %s is "
+                      "not a JSON object", provider, rq->backend_options);
+        cl_context(err, "option", "backend_options");
+        if (key)
+            cl_context(err, "name", key);
+        rc = -1;
+    }
+    json_object_put(bo);
+    return rc;
+}
+
+json_object *cl_meta_labels(const sbx_call_ctx *ctx, const char *backend, double expires_at)
+{
+    json_object *m = json_object_new_object();
+    json_object_object_add(m, CL_META_BACKEND, json_object_new_string(backend));
+    if (ctx && ctx->create_token)
+        json_object_object_add(m, CL_META_TOKEN, json_object_new_string(ctx->create_token));
+    if (expires_at > 0) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "%.0f", expires_at);
+        json_object_object_add(m, CL_META_EXPIRES, json_object_new_string(buf));
+    }
+    return m;
+}
+
+int cl_owned_item(json_object *item, const char *id_key, const char *labels_key,
+                  double created_at, sbx_plugin_owned_fn fn, void *ud)
+{
+    json_object *lb = cl_json_path(item, labels_key, NULL);
+    const char *id = cl_json_str(item, id_key);
+    const char *tok = cl_json_str(lb, CL_META_TOKEN);
+    const char *exp = cl_json_str(lb, CL_META_EXPIRES);
+    if (!id || !tok)
+        return 0;
+    sbx_plugin_owned_info info = { sizeof(info), id, tok, created_at,
+                                   exp ? strtod(exp, NULL) : 0 };
+    return fn(&info, ud);
+}
+
+int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_listed_fn fn,
+                  void *ud, const char *op, sbx_error **error)
+{
+    char *next = NULL;
+    int rc = 0;
+    for (int page = 0; page < 1000 && rc == 0; page++) {
+        char *nt = next ? cl_url_escape(next) : NULL;
+        char *url = next ? (nt ? cl_printf("%s&%s=%s", pg->url, pg->token_param, nt) : NULL)
+                         : strdup(pg->url);
+        free(nt);
+        free(next);
+        next = NULL;
+        rc = -1;
+        if (!url) {
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            break;
+        }
+        json_object *j = NULL;
+        cl_resp r = { 0 };
+        cl_req rq = { .method = "GET", .url = url, .idempotent = CL_SAFE,
+                      .keep_header = pg->token_header, .what = pg->what };
+        if (cl_request(h, ctx, &rq, &r, op, error) == 0) {
+            if (r.status == 200)
+                j = cl_resp_json(&r, op, pg->what, error);
+            else
+                cl_fail_status(h, error, CL_CODE_BY_STATUS, &r, op, pg->what);
+        }
+        free(url);
+        json_object *items = pg->items_key ? cl_json_path(j, pg->items_key, NULL) : j;
+        if (j && (pg->items_key || json_object_is_type(items, json_type_array))) {
+            rc = 0;
+            size_t n = json_object_is_type(items, json_type_array)
+                       ? json_object_array_length(items) : 0;
+            int stop = 0;
+            for (size_t i = 0; i < n && !stop; i++)
+                stop = fn(ud, json_object_array_get_idx(items, i)) != 0;
+            const char *tok = pg->token_header ? r.kept_header : cl_json_str(j, pg->token_key);
+            next = !stop && tok && *tok ? strdup(tok) : NULL;
+        } else if (j) {
+            cl_fail(error, SBX_ERROR_CONNECTION, op, "%s list answered with no array",
+                    cl_backend);
+        }
+        cl_resp_clear(&r);
+        json_object_put(j);
+        if (!next)
+            break;
+    }
+    free(next);
+    return rc;
+}

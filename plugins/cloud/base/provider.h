@@ -521,6 +521,94 @@ int cl_http_configure(cl_http *h, struct json_object *cfg, const char *const *ke
 sbx_error *cl_refuse(sbx_error **error, const char *provider, const char *option,
                      const char *value, const char *why);
 
+/** One create option a provider cannot honour, and why: an entry of the
+ *  table cl_refuse_options() checks. */
+typedef struct cl_unsupported {
+    const char *option;     /* "cpu", "memory_mb", "disk_mb", "gpu", "image",
+                             * "template", "snapshot_id", "app_name" or
+                             * "allow_internet"; NULL ends the table */
+    const char *why;        /* cl_refuse()'s @why */
+} cl_unsupported;
+
+/**
+ * The create's refusals by table: the first option of @table (in its
+ * order) that @rq gives is refused with cl_refuse(@provider, option,
+ * value, why) and -1 returned; 0 when it gives none. A string option
+ * (gpu, image, template, snapshot_id, app_name) is given when it is not
+ * NULL or empty, its value as it is; cpu (value "%g"), memory_mb and
+ * disk_mb (integers) when their SBX_OPTION_* bit is set; allow_internet
+ * when it is 0 (value "false"). An option not named above is
+ * invalid_argument naming it (a table to fix). Thread-safe.
+ */
+int cl_refuse_options(const sbx_plugin_create_request *rq, const char *provider,
+                      const cl_unsupported *table, sbx_error **error);
+
+/**
+ * The create's backend_options for a provider that takes none: 0 when
+ * @rq has none (NULL or ""); else -1 with configuration "@provider
+ * backend_options: JSON is not a JSON object", or "@provider
+ * backend_options: unknown key \"K\" (the @provider backend takes no
+ * backend options)" for the first key of an object, context
+ * option=backend_options (and name=K), op create. Thread-safe.
+ */
+int cl_no_backend_options(const sbx_plugin_create_request *rq, const char *provider,
+                          sbx_error **error);
+
+/** One item of a listing (a JSON object, borrowed for the call): 0 to go
+ *  on, non-zero to stop the listing. */
+typedef int (*cl_listed_fn)(void *ud, struct json_object *item);
+
+/** How a provider pages its list call (cl_list_pages()). */
+typedef struct cl_pages {
+    const char *url;            /* the first page: an absolute URL with its
+                                 * query (filter, page size) */
+    const char *token_param;    /* a later page is @url + "&" + this + "=" +
+                                 * the token (percent-encoded) */
+    const char *token_header;   /* the next page's token is this answer
+                                 * header ("X-Next-Token"), or NULL */
+    const char *token_key;      /* else this string member of the answer
+                                 * ("nextCursor"); no token: the last page */
+    const char *items_key;      /* the array member holding the items
+                                 * ("items"; absent: none); NULL: the
+                                 * answer is the array itself (else an
+                                 * error) */
+    const char *what;           /* for messages ("list sandboxes") */
+} cl_pages;
+
+/**
+ * Reads every page (up to 1000) of the listing @pg, GETs (safe calls,
+ * retried), and calls @fn on each item until it gives non-zero (no more
+ * pages are read then). 0, or -1 with *@error set: the call's error, a
+ * status other than 200 (cl_fail_status()), an answer that is not JSON,
+ * connection "@provider list answered with no array" (@provider being
+ * cl_backend) when the answer should be an array and is not, or
+ * resource_exhausted. Thread-safe.
+ */
+int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_listed_fn fn,
+                  void *ud, const char *op, sbx_error **error);
+
+/**
+ * The ownership labels a create carries (CL_META_*, reap.c), in this
+ * order: CL_META_BACKEND=@backend, CL_META_TOKEN=@ctx's create token
+ * (left out when @ctx has none), CL_META_EXPIRES=@expires_at as whole
+ * UNIX seconds (left out when it is <= 0). A new JSON object
+ * (json_object_put()). Thread-safe.
+ */
+struct json_object *cl_meta_labels(const sbx_call_ctx *ctx, const char *backend,
+                                   double expires_at);
+
+/**
+ * One listed sandbox for a list_owned slot: its id (the string member
+ * @id_key of @item), and from its labels (the object member @labels_key)
+ * the create token and the expiry (CL_META_TOKEN, CL_META_EXPIRES as
+ * decimal UNIX seconds; 0 when absent), with @created_at (UNIX seconds, 0
+ * when not known), handed to @fn. An item without an id or a token (not
+ * made by libsbx) is passed over: 0. Else @fn's answer (non-zero stops
+ * the listing).
+ */
+int cl_owned_item(struct json_object *item, const char *id_key, const char *labels_key,
+                  double created_at, sbx_plugin_owned_fn fn, void *ud);
+
 /** The exec_wait slot of a plugin whose process struct starts with a
  *  cl_proc: cl_proc_wait() with op exec_wait (@ctx unused). */
 int cl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,

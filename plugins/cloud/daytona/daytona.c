@@ -243,57 +243,20 @@ static __thread char dt_wake_state[32];
 
 /* Calls @fn on each sandbox listed (GET /sandbox?labels=@labels, every
  * page), until it gives non-zero. 0, or -1 with *@error set. */
-typedef int (*dt_listed_fn)(void *ud, json_object *it);
-
 static int dt_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *key,
-                   const char *value, dt_listed_fn fn, void *ud, const char *op,
+                   const char *value, cl_listed_fn fn, void *ud, const char *op,
                    sbx_error **error)
 {
     json_object *want = json_object_new_object();
     json_object_object_add(want, key, json_object_new_string(value));
     char *labels = cl_url_escape(json_object_to_json_string_ext(want, JSON_C_TO_STRING_PLAIN));
     json_object_put(want);
-    char *cursor = NULL;
-    int rc = labels ? 0 : -1;
-    if (!labels)
+    char *url = labels ? cl_printf("%s/sandbox?limit=200&labels=%s", c->api, labels) : NULL;
+    cl_pages pg = { url, "cursor", NULL, "nextCursor", "items", "list sandboxes" };
+    int rc = url ? cl_list_pages(c->http, ctx, &pg, fn, ud, op, error) : -1;
+    if (!url)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    for (int page = 0; page < 1000 && rc == 0; page++) {
-        char *cur = cursor ? cl_url_escape(cursor) : NULL;
-        char *url = cl_printf("%s/sandbox?limit=200&labels=%s%s%s", c->api, labels,
-                              cur ? "&cursor=" : "", cur ? cur : "");
-        free(cur);
-        free(cursor);
-        cursor = NULL;
-        cl_resp r = { 0 };
-        json_object *j = NULL;
-        if (!url)
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        else if (cl_request_json(c->http, ctx, "GET", url, NULL, CL_SAFE, &r, op,
-                                 "list sandboxes", error) == 0) {
-            if (r.status == 200)
-                j = cl_resp_json(&r, op, "list sandboxes", error);
-            else
-                cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "list sandboxes");
-        }
-        free(url);
-        cl_resp_clear(&r);
-        if (!j) {
-            rc = -1;
-            break;
-        }
-        json_object *items = cl_json_path(j, "items", NULL);
-        size_t n = items && json_object_is_type(items, json_type_array)
-                   ? json_object_array_length(items) : 0;
-        int stop = 0;
-        for (size_t i = 0; i < n && !stop; i++)
-            stop = fn(ud, json_object_array_get_idx(items, i)) != 0;
-        const char *nx = cl_json_str(j, "nextCursor");
-        cursor = nx && *nx && !stop ? strdup(nx) : NULL;
-        json_object_put(j);
-        if (!cursor)
-            break;
-    }
-    free(cursor);
+    free(url);
     free(labels);
     return rc;
 }
@@ -612,13 +575,13 @@ static json_object *dt_create_body(struct sbx_plugin_client *c, const sbx_call_c
                                    sbx_error **error)
 {
     *create_timeout = 0;
-    json_object *b = json_object_new_object(), *labels = json_object_new_object();
+    static const cl_unsupported unsupported[] = { { "app_name", "Daytona has no apps" },
+                                                  { NULL, NULL } };
+    json_object *b = json_object_new_object();
     uint64_t set = rq->set_fields;
     char buf[64];
-    if (set & SBX_OPTION_APP_NAME) {
-        dt_refuse(error, "app_name", rq->app_name, "Daytona has no apps");
+    if (cl_refuse_options(rq, DT_BACKEND, unsupported, error) < 0)
         goto fail;
-    }
     if (set & SBX_OPTION_CPU) {
         if (!(rq->cpu > 0)) {
             snprintf(buf, sizeof buf, "%g", rq->cpu);
@@ -692,15 +655,7 @@ static json_object *dt_create_body(struct sbx_plugin_client *c, const sbx_call_c
     if (c->target)
         json_object_object_add(b, "target", json_object_new_string(c->target));
     json_object_object_add(b, "env", cl_env_object(rq->env));
-    json_object_object_add(labels, CL_META_BACKEND, json_object_new_string(DT_BACKEND));
-    if (ctx && ctx->create_token)
-        json_object_object_add(labels, CL_META_TOKEN, json_object_new_string(ctx->create_token));
-    if (rq->expires_at > 0) {
-        snprintf(buf, sizeof buf, "%.0f", rq->expires_at);
-        json_object_object_add(labels, CL_META_EXPIRES, json_object_new_string(buf));
-    }
-    json_object_object_add(b, "labels", labels);
-    labels = NULL;
+    json_object_object_add(b, "labels", cl_meta_labels(ctx, DT_BACKEND, rq->expires_at));
     /* The reference's TTL mapping: only a lifetime the caller set becomes
      * ttlMinutes; otherwise the provider's idle stop bounds the sandbox. */
     if (set & SBX_OPTION_TIMEOUT_SECS) {
@@ -761,7 +716,6 @@ static json_object *dt_create_body(struct sbx_plugin_client *c, const sbx_call_c
     return b;
 fail:
     json_object_put(b);
-    json_object_put(labels);
     return NULL;
 }
 
@@ -1039,12 +993,7 @@ typedef struct dt_owned {
 static int dt_owned_one(void *ud, json_object *it)
 {
     dt_owned *o = ud;
-    json_object *lb = cl_json_path(it, "labels", NULL);
-    const char *tok = cl_json_str(lb, CL_META_TOKEN);
-    const char *exp = cl_json_str(lb, CL_META_EXPIRES);
-    sbx_plugin_owned_info info = { sizeof(info), cl_json_str(it, "id"), tok, 0,
-                                   exp ? strtod(exp, NULL) : 0 };
-    return info.id && tok ? o->fn(&info, o->ud) : 0;
+    return cl_owned_item(it, "id", "labels", 0, o->fn, o->ud);
 }
 
 /* The sandboxes this backend made: label sbx_backend=daytona. */

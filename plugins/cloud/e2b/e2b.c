@@ -1211,68 +1211,28 @@ static void e2b_exec_free(sbx_plugin_process *process)
 #define e2b_refuse(error, option, value, why) \
     cl_refuse((error), E2B_BACKEND, (option), (value), (why))
 
+/* Size comes from the template; E2B has no GPUs, images, snapshots or
+ * apps (provider.h: refused in this order). */
+static const cl_unsupported e2b_unsupported[] = {
+    { "cpu", "E2B takes the vCPU count from the template" },
+    { "memory_mb", "E2B takes the memory size from the template" },
+    { "disk_mb", "E2B takes the disk size from the template" },
+    { "gpu", "E2B has no GPUs" },
+    { "image", "E2B runs templates, not images (use template)" },
+    { "snapshot_id", "the e2b backend has no snapshots" },
+    { "app_name", "E2B has no apps" },
+    { NULL, NULL },
+};
+
 static json_object *e2b_create_body(const sbx_call_ctx *ctx, const sbx_plugin_create_request *rq,
                                     long long *timeout, sbx_error **error)
 {
-    uint64_t set = rq->set_fields;
     char buf[64];
     if (cl_workdir_check(E2B_BACKEND, rq->workdir, error) < 0)
         return NULL;
-    if (set & SBX_OPTION_CPU) {
-        snprintf(buf, sizeof buf, "%g", rq->cpu);
-        e2b_refuse(error, "cpu", buf, "E2B takes the vCPU count from the template");
+    if (cl_refuse_options(rq, E2B_BACKEND, e2b_unsupported, error) < 0
+        || cl_no_backend_options(rq, E2B_BACKEND, error) < 0)
         return NULL;
-    }
-    if (set & SBX_OPTION_MEMORY_MB) {
-        snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
-        e2b_refuse(error, "memory_mb", buf, "E2B takes the memory size from the template");
-        return NULL;
-    }
-    if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb) {
-        snprintf(buf, sizeof buf, "%lld", (long long)rq->disk_mb);
-        e2b_refuse(error, "disk_mb", buf, "E2B takes the disk size from the template");
-        return NULL;
-    }
-    if (rq->gpu) {
-        e2b_refuse(error, "gpu", rq->gpu, "E2B has no GPUs");
-        return NULL;
-    }
-    if (rq->image) {
-        e2b_refuse(error, "image", rq->image, "E2B runs templates, not images (use template)");
-        return NULL;
-    }
-    if (rq->snapshot_id) {
-        e2b_refuse(error, "snapshot_id", rq->snapshot_id, "the e2b backend has no snapshots");
-        return NULL;
-    }
-    if (rq->app_name) {
-        e2b_refuse(error, "app_name", rq->app_name, "E2B has no apps");
-        return NULL;
-    }
-    if (rq->backend_options && *rq->backend_options) {
-        json_object *bo = json_tokener_parse(rq->backend_options);
-        const char *key = NULL;
-        if (bo && json_object_is_type(bo, json_type_object)) {
-            json_object_object_foreach(bo, k, v) {
-                (void)v;
-                key = k;
-                break;
-            }
-        }
-        if (key || !bo || !json_object_is_type(bo, json_type_object)) {
-            sbx_error *err = key
-                ? cl_fail(error, SBX_ERROR_CONFIGURATION, "create", "e2b backend_options: unknown "
-                          "key \"%s\" (the e2b backend takes no backend options)", key)
-                : cl_fail(error, SBX_ERROR_CONFIGURATION, "create", "e2b backend_options: %s is "
-                          "not a JSON object", rq->backend_options);
-            cl_context(err, "option", "backend_options");
-            if (key)
-                cl_context(err, "name", key);
-            json_object_put(bo);
-            return NULL;
-        }
-        json_object_put(bo);
-    }
     /* The provider-side lifetime, always (CASE-33): whole seconds. */
     double ts = rq->timeout_secs;
     if (!(ts > 0) || ts > E2B_MAX_TIMEOUT_S) {
@@ -1286,20 +1246,16 @@ static json_object *e2b_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cr
     *timeout = (long long)ceil(ts) + E2B_LIFETIME_MARGIN_S;
     if (*timeout > E2B_MAX_TIMEOUT_S)
         *timeout = E2B_MAX_TIMEOUT_S;
-    json_object *b = json_object_new_object(), *meta = json_object_new_object();
+    json_object *b = json_object_new_object();
     json_object_object_add(b, "templateID", json_object_new_string(
                                rq->template_name ? rq->template_name : E2B_DEFAULT_TEMPLATE));
     json_object_object_add(b, "timeout", json_object_new_int64(*timeout));
     json_object_object_add(b, "secure", json_object_new_boolean(1));
     if (!rq->allow_internet)
         json_object_object_add(b, "allow_internet_access", json_object_new_boolean(0));
-    json_object_object_add(meta, CL_META_BACKEND, json_object_new_string(E2B_BACKEND));
-    if (ctx && ctx->create_token)
-        json_object_object_add(meta, CL_META_TOKEN, json_object_new_string(ctx->create_token));
-    snprintf(buf, sizeof buf, "%.0f", rq->expires_at > 0 ? rq->expires_at
-                                                        : cl_wallclock() + (double)*timeout);
-    json_object_object_add(meta, CL_META_EXPIRES, json_object_new_string(buf));
-    json_object_object_add(b, "metadata", meta);
+    json_object_object_add(b, "metadata", cl_meta_labels(ctx, E2B_BACKEND, rq->expires_at > 0
+                                                         ? rq->expires_at
+                                                         : cl_wallclock() + (double)*timeout));
     json_object_object_add(b, "envVars", cl_env_object(rq->env));
     return b;
 }
@@ -1490,57 +1446,23 @@ static int e2b_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error 
     return e2b_wake(sb, ctx, 0, "start", error);
 }
 
-/* GET /v2/sandboxes?metadata=K%3DV, every page: @fn per listed sandbox. */
-typedef int (*e2b_listed_fn)(void *ud, json_object *it);
-
+/* GET /v2/sandboxes?metadata=K%3DV, every page (X-Next-Token): @fn per
+ * listed sandbox. */
 static int e2b_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *key,
-                    const char *value, e2b_listed_fn fn, void *ud, const char *op,
+                    const char *value, cl_listed_fn fn, void *ud, const char *op,
                     sbx_error **error)
 {
     char *kv = cl_printf("%s=%s", key, value);
     char *meta = kv ? cl_url_escape(kv) : NULL;
-    free(kv);
-    char *next = NULL;
-    int rc = meta ? 0 : -1;
-    for (int page = 0; page < 1000 && rc == 0; page++) {
-        char *nt = next ? cl_url_escape(next) : NULL;
-        char *url = cl_printf("%s/v2/sandboxes?state=running,paused&metadata=%s&limit=100%s%s",
-                              c->api, meta, nt ? "&nextToken=" : "", nt ? nt : "");
-        free(nt);
-        free(next);
-        next = NULL;
-        rc = -1;
-        json_object *j = NULL;
-        if (!url) {
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-            break;
-        }
-        cl_resp r = { 0 };
-        cl_req rq = { .method = "GET", .url = url, .idempotent = CL_SAFE,
-                      .keep_header = "X-Next-Token", .what = "list sandboxes" };
-        if (cl_request(c->http, ctx, &rq, &r, op, error) == 0) {
-            if (r.status == 200)
-                j = cl_resp_json(&r, op, "list sandboxes", error);
-            else
-                cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "list sandboxes");
-        }
-        free(url);
-        if (j && json_object_is_type(j, json_type_array)) {
-            rc = 0;
-            int stop = 0;
-            for (size_t i = 0; i < json_object_array_length(j) && !stop; i++)
-                stop = fn(ud, json_object_array_get_idx(j, i)) != 0;
-            next = !stop && r.kept_header && *r.kept_header ? strdup(r.kept_header) : NULL;
-        } else if (j) {
-            cl_fail(error, SBX_ERROR_CONNECTION, op, "e2b list answered with no array");
-        }
-        cl_resp_clear(&r);
-        json_object_put(j);
-        if (!next)
-            break;
-    }
-    free(next);
+    char *url = meta ? cl_printf("%s/v2/sandboxes?state=running,paused&metadata=%s&limit=100",
+                                 c->api, meta) : NULL;
+    cl_pages pg = { url, "nextToken", "X-Next-Token", NULL, NULL, "list sandboxes" };
+    int rc = url ? cl_list_pages(c->http, ctx, &pg, fn, ud, op, error) : -1;
+    if (!url)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    free(url);
     free(meta);
+    free(kv);
     return rc;
 }
 
@@ -1552,16 +1474,8 @@ typedef struct e2b_owned {
 static int e2b_owned_one(void *ud, json_object *it)
 {
     e2b_owned *o = ud;
-    const char *id = cl_json_str(it, "sandboxID");
-    json_object *meta = cl_json_path(it, "metadata", NULL);
-    const char *tok = cl_json_str(meta, CL_META_TOKEN);
-    const char *exp = cl_json_str(meta, CL_META_EXPIRES);
-    if (!id || !tok)
-        return 0;
-    sbx_plugin_owned_info info = { sizeof(info), id, tok,
-                                   e2b_rfc3339(cl_json_str(it, "startedAt")),
-                                   exp ? strtod(exp, NULL) : 0 };
-    return o->fn(&info, o->ud);
+    return cl_owned_item(it, "sandboxID", "metadata", e2b_rfc3339(cl_json_str(it, "startedAt")),
+                         o->fn, o->ud);
 }
 
 /* The sandboxes this backend made: metadata sbx_backend=e2b. */
