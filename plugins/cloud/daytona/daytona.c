@@ -1884,9 +1884,7 @@ out:
             cl_resp_clear(&dr);
             free(dp);
         }
-        cl_fail(NULL, l.code, op, "%s", l.msg);
-        if (l.unknown)
-            cl_outcome_unknown(NULL);
+        cl_fail_from(NULL, &l, op);
         cl_proc_fail_in(base, &sb->s);
     }
     pthread_mutex_lock(&p->lock);
@@ -1959,10 +1957,7 @@ static int dt_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx, 
     if (rc < 0 && !path) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     } else if (rc < 0) {
-        cl_last_error l = *cl_last();
-        sbx_error *e = cl_fail(error, l.code, op, "%s", l.msg);
-        if (l.unknown)
-            cl_outcome_unknown(e);
+        cl_fail_from(error, cl_last(), op);
     }
     cl_resp_clear(&r);
     json_object_put(b);

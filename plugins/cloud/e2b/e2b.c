@@ -179,16 +179,6 @@ typedef struct e2b_proc {
 /* Helpers                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Stores this thread's last error (made with no error to store it in) in
- * @error. */
-static void e2b_relay(sbx_error **error, const char *op)
-{
-    cl_last_error l = *cl_last();
-    sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
-    if (l.unknown)
-        cl_outcome_unknown(err);
-}
-
 #define e2b_is_gone(sb) cl_gone_get(&(sb)->s.gone)
 #define e2b_mark_gone(sb) cl_gone_set(&(sb)->s.gone)
 #define e2b_gone_error(error, op, id) cl_gone_error((error), (op), E2B_BACKEND, (id))
@@ -937,7 +927,7 @@ static int e2b_run_stream(e2b_proc *p, const sbx_call_ctx *ctx, int discard, int
         json_object_put(st);
         json_object_put(sb_);
     } else if (rc < 0) {
-        e2b_relay(error, op);   /* no answer: the transport's error */
+        cl_fail_from(error, cl_last(), op);   /* no answer: the transport's error */
     }
     if (rc == 0)
         code = s.exit_code;
@@ -948,9 +938,7 @@ static int e2b_run_stream(e2b_proc *p, const sbx_call_ctx *ctx, int discard, int
         cl_last_error l = *cl_last();
         sbx_call_ctx kc = { sizeof(kc), cl_now() + 10, -1, NULL };
         e2b_exec_kill((sbx_plugin_process *)p, &kc, SIGKILL, NULL);
-        cl_fail(NULL, l.code, op, "%s", l.msg);
-        if (l.unknown)
-            cl_outcome_unknown(NULL);
+        cl_fail_from(NULL, &l, op);
     }
     pthread_mutex_lock(&p->plock);
     p->over = 1;
@@ -974,7 +962,7 @@ static int e2b_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     pthread_cond_init(&p.pcond, NULL);
     *code = e2b_run_stream(&p, ctx, 1, 0, error);
     if (*code < 0 && error && !*error)
-        e2b_relay(error, op);
+        cl_fail_from(error, cl_last(), op);
     pthread_cond_destroy(&p.pcond);
     pthread_mutex_destroy(&p.plock);
     return *code < 0 ? -1 : 0;
@@ -1132,7 +1120,7 @@ static int e2b_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, i
     if (rc < 0 && cl_last()->code == SBX_ERROR_NOT_FOUND && !e2b_is_gone(p->sb))
         rc = 0;     /* it ended meanwhile */
     if (rc < 0) {
-        e2b_relay(error, "exec_kill");
+        cl_fail_from(error, cl_last(), "exec_kill");
         return -1;
     }
     /* envd signals the one process: the rest of its tree (background and
@@ -1183,7 +1171,7 @@ static int e2b_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx,
     if (rc < 0 && cl_last()->code == SBX_ERROR_NOT_FOUND && !e2b_is_gone(p->sb))
         rc = 0;     /* it ended meanwhile */
     if (rc < 0) {
-        e2b_relay(error, op);
+        cl_fail_from(error, cl_last(), op);
         return -1;
     }
     return 0;
