@@ -830,24 +830,19 @@ static int dt_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
     return rc;
 }
 
-/* {"version":1,"sandbox_id":ID,"toolbox":URL[,"workdir":DIR]}: no
+/* {"version":1,"sandbox_id":ID[,"workdir":DIR],"toolbox":URL}: no
  * credential, no env. */
 static char *dt_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    if (dt_check(sb, "session_state", error) < 0)
+    json_object *j = cl_state_new(&sb->s, DT_BACKEND, DT_STATE_VERSION, "sandbox_id", sb->workdir,
+                                  error);
+    if (!j)
         return NULL;
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "version", json_object_new_int(DT_STATE_VERSION));
-    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
     size_t tl = strlen(sb->toolbox) - strlen(sb->s.id) - 1;
     json_object_object_add(j, "toolbox", json_object_new_string_len(sb->toolbox, (int)tl));
-    if (sb->workdir)
-        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
     cl_ports_to_state(&sb->s, j);
-    char *out = cl_state_out(j, "session_state", error);
-    json_object_put(j);
-    return out;
+    return cl_state_end(j, error);
 }
 
 static int dt_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
