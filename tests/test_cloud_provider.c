@@ -1075,27 +1075,36 @@ static int owned_cb(const sbx_plugin_owned_info *info, void *ud)
 }
 
 /* A listed item to what list_owned hands on; items without an id or a
- * token are passed over. */
-Test(provider, owned_item)
+ * token are passed over; the creation time read as RFC 3339. */
+Test(provider, owned_listed)
 {
     owned_seen s = { 0 };
-    json_object *it = json_tokener_parse("{\"id\":\"sb-9\",\"labels\":{\"sbx_create_token\":"
-                                         "\"sbx-aa\",\"sbx_expires_at\":\"1767225600\"}}");
-    cr_assert_eq(cl_owned_item(it, "id", "labels", 1767000000, owned_cb, &s), 7);
+    cl_owned o = { owned_cb, &s, "id", "labels", "createdAt" };
+    json_object *it = json_tokener_parse("{\"id\":\"sb-9\",\"createdAt\":"
+                                         "\"2026-01-01T00:00:00.25Z\",\"labels\":{"
+                                         "\"sbx_create_token\":\"sbx-aa\",\"sbx_expires_at\":"
+                                         "\"1767225600\"}}");
+    cr_assert_eq(cl_owned_listed(&o, it), 7);
     cr_assert_eq(s.n, 1);
     cr_assert_str_eq(s.id, "sb-9");
     cr_assert_str_eq(s.token, "sbx-aa");
-    cr_assert_eq(s.created_at, 1767000000);
+    cr_assert_eq(s.created_at, 1767225600.25);
     cr_assert_eq(s.expires_at, 1767225600);
-    cr_assert_eq(cl_owned_item(it, "sandboxID", "labels", 0, owned_cb, &s), 0);
-    cr_assert_eq(cl_owned_item(it, "id", "metadata", 0, owned_cb, &s), 0);
+    cl_owned other_id = { owned_cb, &s, "sandboxID", "labels", NULL };
+    cl_owned other_labels = { owned_cb, &s, "id", "metadata", NULL };
+    cr_assert_eq(cl_owned_listed(&other_id, it), 0);
+    cr_assert_eq(cl_owned_listed(&other_labels, it), 0);
     cr_assert_eq(s.n, 1);
     json_object_put(it);
     it = json_tokener_parse("{\"id\":\"sb-10\",\"labels\":{\"sbx_create_token\":\"sbx-bb\"}}");
-    cr_assert_eq(cl_owned_item(it, "id", "labels", 0, owned_cb, &s), 7);
+    cr_assert_eq(cl_owned_listed(&o, it), 7);
     cr_assert_str_eq(s.id, "sb-10");
+    cr_assert_eq(s.created_at, 0);
     cr_assert_eq(s.expires_at, 0);
     json_object_put(it);
+    cr_assert_eq(cl_rfc3339("2026-08-21T10:00:00Z"), 1787306400);
+    cr_assert_eq(cl_rfc3339("yesterday"), 0);
+    cr_assert_eq(cl_rfc3339(NULL), 0);
 }
 
 /* A server on 127.0.0.1 that answers each request with the next of its

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -1374,18 +1375,32 @@ json_object *cl_meta_labels(const sbx_call_ctx *ctx, const char *backend, double
     return m;
 }
 
-int cl_owned_item(json_object *item, const char *id_key, const char *labels_key,
-                  double created_at, sbx_plugin_owned_fn fn, void *ud)
+double cl_rfc3339(const char *s)
 {
-    json_object *lb = cl_json_path(item, labels_key, NULL);
-    const char *id = cl_json_str(item, id_key);
+    struct tm tm = { 0 };
+    const char *e = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+    if (!e)
+        return 0;
+    double frac = 0;
+    if (*e == '.')
+        frac = strtod(e, NULL);
+    return (double)timegm(&tm) + frac;
+}
+
+int cl_owned_listed(void *ud, json_object *item)
+{
+    const cl_owned *o = ud;
+    json_object *lb = cl_json_path(item, o->labels_key, NULL);
+    const char *id = cl_json_str(item, o->id_key);
     const char *tok = cl_json_str(lb, CL_META_TOKEN);
     const char *exp = cl_json_str(lb, CL_META_EXPIRES);
     if (!id || !tok)
         return 0;
-    sbx_plugin_owned_info info = { sizeof(info), id, tok, created_at,
+    sbx_plugin_owned_info info = { sizeof(info), id, tok,
+                                   o->created_key ? cl_rfc3339(cl_json_str(item, o->created_key))
+                                                  : 0,
                                    exp ? strtod(exp, NULL) : 0 };
-    return fn(&info, ud);
+    return o->fn(&info, o->ud);
 }
 
 int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_listed_fn fn,

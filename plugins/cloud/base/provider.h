@@ -597,17 +597,32 @@ int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_li
 struct json_object *cl_meta_labels(const sbx_call_ctx *ctx, const char *backend,
                                    double expires_at);
 
+/** An RFC 3339 time ("2026-08-21T10:00:00.123Z") as UNIX seconds, the
+ *  fraction kept; the zone is not read (the providers write UTC). 0 when
+ *  @s is NULL or does not start with such a time. */
+double cl_rfc3339(const char *s);
+
+/** What a list_owned slot hands its listing (a cl_listed_fn's @ud for
+ *  cl_owned_listed()): the host's callback, and where a listed item holds
+ *  its id, its labels and its creation time. */
+typedef struct cl_owned {
+    sbx_plugin_owned_fn fn;
+    void *ud;
+    const char *id_key;         /* the id's string member ("id") */
+    const char *labels_key;     /* the labels' object member ("labels") */
+    const char *created_key;    /* an RFC 3339 member ("startedAt"), or NULL:
+                                 * created_at 0 */
+} cl_owned;
+
 /**
- * One listed sandbox for a list_owned slot: its id (the string member
- * @id_key of @item), and from its labels (the object member @labels_key)
- * the create token and the expiry (CL_META_TOKEN, CL_META_EXPIRES as
- * decimal UNIX seconds; 0 when absent), with @created_at (UNIX seconds, 0
- * when not known), handed to @fn. An item without an id or a token (not
- * made by libsbx) is passed over: 0. Else @fn's answer (non-zero stops
- * the listing).
+ * A cl_listed_fn over a cl_owned @ud: one listed sandbox as list_owned
+ * gives it, its id, and from its labels the create token and the expiry
+ * (CL_META_TOKEN, CL_META_EXPIRES as decimal UNIX seconds; 0 when absent),
+ * with its creation time (cl_rfc3339()), handed to the callback. An item
+ * without an id or a token (not made by libsbx) is passed over: 0. Else
+ * the callback's answer (non-zero stops the listing).
  */
-int cl_owned_item(struct json_object *item, const char *id_key, const char *labels_key,
-                  double created_at, sbx_plugin_owned_fn fn, void *ud);
+int cl_owned_listed(void *ud, struct json_object *item);
 
 /** The exec_wait slot of a plugin whose process struct starts with a
  *  cl_proc: cl_proc_wait() with op exec_wait (@ctx unused). */

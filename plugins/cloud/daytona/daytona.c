@@ -980,23 +980,12 @@ static char *dt_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
     return out;
 }
 
-typedef struct dt_owned {
-    sbx_plugin_owned_fn fn;
-    void *ud;
-} dt_owned;
-
-static int dt_owned_one(void *ud, json_object *it)
-{
-    dt_owned *o = ud;
-    return cl_owned_item(it, "id", "labels", 0, o->fn, o->ud);
-}
-
 /* The sandboxes this backend made: label sbx_backend=daytona. */
 static int dt_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                          sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
 {
-    dt_owned o = { fn, ud };
-    return dt_list(client, ctx, CL_META_BACKEND, DT_BACKEND, dt_owned_one, &o, "list_owned",
+    cl_owned o = { fn, ud, "id", "labels", NULL };
+    return dt_list(client, ctx, CL_META_BACKEND, DT_BACKEND, cl_owned_listed, &o, "list_owned",
                    error);
 }
 

@@ -185,19 +185,6 @@ typedef struct e2b_proc {
 #define e2b_check(sb, op, error) cl_gone_check(&(sb)->s.gone, (op), E2B_BACKEND, (sb)->s.id, \
                                                (error))
 
-/* RFC 3339 ("2026-08-21T10:00:00.123Z") to UNIX seconds; 0 when it is not. */
-static double e2b_rfc3339(const char *s)
-{
-    struct tm tm = { 0 };
-    const char *e = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
-    if (!e)
-        return 0;
-    double frac = 0;
-    if (*e == '.')
-        frac = strtod(e, NULL);
-    return (double)timegm(&tm) + frac;
-}
-
 /* A control-plane call on /sandboxes/{id}@suffix (provider.h). */
 #define e2b_sbcall(c, ctx, method, id, suffix, body, idem, r, op, what, error)               \
     cl_item_request((c)->http, (ctx), (method), (c)->api, "sandboxes", (id), (suffix), (body), \
@@ -313,7 +300,7 @@ static int e2b_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, int 
         json_object_put(d);
         return 0;
     }
-    double left = e2b_rfc3339(cl_json_str(d, "endAt")) - cl_wallclock();
+    double left = cl_rfc3339(cl_json_str(d, "endAt")) - cl_wallclock();
     long long t = left >= 1 ? (long long)ceil(left) : (long long)ceil(sb->lifetime_s);
     if (t < 1)
         t = 300;
@@ -1454,24 +1441,12 @@ static int e2b_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const 
     return rc;
 }
 
-typedef struct e2b_owned {
-    sbx_plugin_owned_fn fn;
-    void *ud;
-} e2b_owned;
-
-static int e2b_owned_one(void *ud, json_object *it)
-{
-    e2b_owned *o = ud;
-    return cl_owned_item(it, "sandboxID", "metadata", e2b_rfc3339(cl_json_str(it, "startedAt")),
-                         o->fn, o->ud);
-}
-
 /* The sandboxes this backend made: metadata sbx_backend=e2b. */
 static int e2b_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                           sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
 {
-    e2b_owned o = { fn, ud };
-    return e2b_list(client, ctx, CL_META_BACKEND, E2B_BACKEND, e2b_owned_one, &o, "list_owned",
+    cl_owned o = { fn, ud, "sandboxID", "metadata", "startedAt" };
+    return e2b_list(client, ctx, CL_META_BACKEND, E2B_BACKEND, cl_owned_listed, &o, "list_owned",
                     error);
 }
 
