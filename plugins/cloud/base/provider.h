@@ -27,7 +27,13 @@
  *     (reaped by its token) and working directory, the plugin's own mkdir
  *     and chmod commands, a directory listed by a find command, an item's
  *     GET and DELETE, the ids of a create token's items, paths under the
- *     workdir, and small string helpers.
+ *     workdir, and small string helpers;
+ *   - the port slots of a provider that routes every port itself, and a
+ *     string in host memory;
+ *   - the create's refusals by table (options the provider cannot honour,
+ *     backend_options of a provider that takes none) and its ownership
+ *     labels; a paged listing, and list_owned's item (with RFC 3339
+ *     times).
  *
  * Prefix, threading, errors and ownership as in cloud.h.
  */

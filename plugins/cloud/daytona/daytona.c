@@ -103,8 +103,9 @@
  * for a state, the session state, the client's config and credential (the
  * organization header rides with it), the workdir check and mkdir, the
  * chmod after an upload, the refusal of an option, the item GET and
- * DELETE, the missing-cwd error, descriptors as bodies and sinks, and the
- * kill of every marked process.
+ * DELETE, the missing-cwd error, descriptors as bodies and sinks, the
+ * kill of every marked process, the port slots, the ownership labels, and
+ * the paged listing and its owned items.
  *  - exposed ports: the create's ports and expose_port's are mapped here
  *    (session state "ports"); resolve_port asks GET
  *    /sandbox/{id}/ports/{port}/preview-url and answers its url; the

@@ -877,19 +877,15 @@ static json_object *rl_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cre
     json_object *meta = json_object_new_object();
     json_object_object_add(b, "launch_parameters", lp);
     json_object_object_add(b, "metadata", meta);
-    if (set & SBX_OPTION_APP_NAME) {
-        rl_refuse(error, "app_name", rq->app_name, "Runloop has no apps");
+    static const cl_unsupported unsupported[] = {
+        { "app_name", "Runloop has no apps" },
+        { "gpu", "Runloop devboxes have no GPUs" },
+        { "image", "Runloop starts devboxes from blueprints: give the blueprint as the "
+                   "template" },
+        { NULL, NULL },
+    };
+    if (cl_refuse_options(rq, RL_BACKEND, unsupported, error) < 0)
         goto fail;
-    }
-    if ((set & SBX_OPTION_GPU) && rq->gpu) {
-        rl_refuse(error, "gpu", rq->gpu, "Runloop devboxes have no GPUs");
-        goto fail;
-    }
-    if (rq->image) {
-        rl_refuse(error, "image", rq->image, "Runloop starts devboxes from blueprints: give "
-                  "the blueprint as the template");
-        goto fail;
-    }
     if (rq->template_name && rq->snapshot_id) {
         rl_refuse(error, "template", rq->template_name, "give a blueprint or a snapshot, not "
                   "both");
