@@ -1250,3 +1250,42 @@ Test(provider, list_pages)
     cr_assert_eq(e.n, 0);
     cl_http_free(h);
 }
+
+/* One item's GET and DELETE by its collection and id: the id
+ * percent-encoded in the path; a 404 is no error (NULL with status 404 for
+ * the GET, 0 for the DELETE); another status is the answer's error. */
+Test(provider, item_get_and_delete)
+{
+    cl_http *h = cl_http_new();
+    char api[64];
+    page_server sv;
+    static const page_answer answers[] = {
+        { 0, NULL, "{\"id\":\"a b\",\"state\":\"started\"}" },
+        { 404, NULL, "{\"message\":\"no such sandbox\"}" },
+        { 404, NULL, "{\"message\":\"no such sandbox\"}" },
+        { 409, NULL, "{\"message\":\"it is busy\"}" },
+    };
+    page_start(&sv, answers, 4);
+    snprintf(api, sizeof api, "http://127.0.0.1:%d/api", sv.port);
+    long st = 0;
+    json_object *j = cl_item_get(h, NULL, api, "sandbox", "a b", &st, "resume", "get the sandbox",
+                                 NULL);
+    cr_assert_not_null(j);
+    cr_assert_str_eq(cl_json_str(j, "state"), "started");
+    json_object_put(j);
+    cr_assert_null(cl_item_get(h, NULL, api, "sandbox", "gone", &st, "resume", "get the sandbox",
+                               NULL));
+    cr_assert_eq(st, 404);
+    cr_assert_eq(cl_item_delete(h, NULL, api, "sandbox", "gone", "destroy", "delete the sandbox",
+                                NULL), 0);
+    cr_assert_eq(cl_item_delete(h, NULL, api, "sandbox", "a b", "destroy", "delete the sandbox",
+                                NULL), -1);
+    page_stop(&sv);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "delete the sandbox: it is busy (HTTP 409)");
+    cr_assert_str_eq(sv.lines[0], "GET /api/sandbox/a%20b HTTP/1.1");
+    cr_assert_str_eq(sv.lines[1], "GET /api/sandbox/gone HTTP/1.1");
+    cr_assert_str_eq(sv.lines[2], "DELETE /api/sandbox/gone HTTP/1.1");
+    cr_assert_str_eq(sv.lines[3], "DELETE /api/sandbox/a%20b HTTP/1.1");
+    cl_http_free(h);
+}

@@ -1240,6 +1240,25 @@ int cl_delete_url(cl_http *h, const sbx_call_ctx *ctx, const char *url, const ch
     return rc;
 }
 
+json_object *cl_item_get(cl_http *h, const sbx_call_ctx *ctx, const char *api,
+                         const char *collection, const char *id, long *status, const char *op,
+                         const char *what, sbx_error **error)
+{
+    char *url = cl_item_url(api, collection, id, "");
+    json_object *j = cl_get_json(h, ctx, url, status, op, what, error);
+    free(url);
+    return j;
+}
+
+int cl_item_delete(cl_http *h, const sbx_call_ctx *ctx, const char *api, const char *collection,
+                   const char *id, const char *op, const char *what, sbx_error **error)
+{
+    char *url = cl_item_url(api, collection, id, "");
+    int rc = cl_delete_url(h, ctx, url, op, what, error);
+    free(url);
+    return rc;
+}
+
 /* ------------------------------------------------------------------------ */
 /* A multipart/form-data body (runloop's upload_file)                        */
 /* ------------------------------------------------------------------------ */

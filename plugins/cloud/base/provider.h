@@ -862,6 +862,18 @@ struct json_object *cl_get_json(cl_http *h, const sbx_call_ctx *ctx, const char 
 int cl_delete_url(cl_http *h, const sbx_call_ctx *ctx, const char *url, const char *op,
                   const char *what, sbx_error **error);
 
+/** cl_get_json() on cl_item_url(@api, @collection, @id, ""): the item's
+ *  JSON, or NULL as cl_get_json() gives it (*@status 404: it does not
+ *  exist, no error). */
+struct json_object *cl_item_get(cl_http *h, const sbx_call_ctx *ctx, const char *api,
+                                const char *collection, const char *id, long *status,
+                                const char *op, const char *what, sbx_error **error);
+
+/** cl_delete_url() on cl_item_url(@api, @collection, @id, ""): 0 also when
+ *  the item is gone already. */
+int cl_item_delete(cl_http *h, const sbx_call_ctx *ctx, const char *api, const char *collection,
+                   const char *id, const char *op, const char *what, sbx_error **error);
+
 /* ------------------------------------------------------------------------ */
 /* A multipart/form-data body (runloop's upload_file)                        */
 /* ------------------------------------------------------------------------ */

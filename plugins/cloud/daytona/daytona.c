@@ -217,10 +217,7 @@ static sbx_error *dt_fail_gone(struct sbx_plugin_sandbox *sb, sbx_error **error,
 static json_object *dt_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                            long *status, const char *op, sbx_error **error)
 {
-    char *url = cl_item_url(c->api, "sandbox", id, "");
-    json_object *j = cl_get_json(c->http, ctx, url, status, op, "get the sandbox", error);
-    free(url);
-    return j;
+    return cl_item_get(c->http, ctx, c->api, "sandbox", id, status, op, "get the sandbox", error);
 }
 
 static const char *dt_state(json_object *j)
@@ -232,10 +229,7 @@ static const char *dt_state(json_object *j)
 static int dt_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                      const char *op, sbx_error **error)
 {
-    char *url = cl_item_url(c->api, "sandbox", id, "");
-    int rc = cl_delete_url(c->http, ctx, url, op, "delete the sandbox", error);
-    free(url);
-    return rc;
+    return cl_item_delete(c->http, ctx, c->api, "sandbox", id, op, "delete the sandbox", error);
 }
 
 /* The state named by this thread's last dt_wake failure ("" when none), so

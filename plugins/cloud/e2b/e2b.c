@@ -195,20 +195,15 @@ typedef struct e2b_proc {
 static json_object *e2b_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                             long *status, const char *op, sbx_error **error)
 {
-    char *url = cl_item_url(c->api, "sandboxes", id, "");
-    json_object *j = cl_get_json(c->http, ctx, url, status, op, "get the sandbox", error);
-    free(url);
-    return j;
+    return cl_item_get(c->http, ctx, c->api, "sandboxes", id, status, op, "get the sandbox",
+                       error);
 }
 
 /* DELETE /sandboxes/{id}; 404: already gone. */
 static int e2b_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                       const char *op, sbx_error **error)
 {
-    char *url = cl_item_url(c->api, "sandboxes", id, "");
-    int rc = cl_delete_url(c->http, ctx, url, op, "kill the sandbox", error);
-    free(url);
-    return rc;
+    return cl_item_delete(c->http, ctx, c->api, "sandboxes", id, op, "kill the sandbox", error);
 }
 
 /* Takes envd's address and access token from a Sandbox answer. */
