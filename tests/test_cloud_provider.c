@@ -1289,3 +1289,26 @@ Test(provider, item_get_and_delete)
     cr_assert_str_eq(sv.lines[3], "DELETE /api/sandbox/a%20b HTTP/1.1");
     cl_http_free(h);
 }
+
+/* The per-call environment's keys as shell names: each refused key named,
+ * a string without '=' refused too. */
+Test(provider, env_names_check)
+{
+    static const char *const good[] = { "A=1", "_x9=two words", "PATH=/bin", NULL };
+    cr_assert_eq(cl_env_names_check(good, "exec", NULL), 0);
+    cr_assert_eq(cl_env_names_check(NULL, "exec", NULL), 0);
+    static const char *const digit[] = { "A=1", "9LIVES=x", NULL };
+    cr_assert_eq(cl_env_names_check(digit, "exec", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg, "env key \"9LIVES\" is not a shell name (KEY=VALUE, KEY of "
+                     "letters, digits and _, not starting with a digit)");
+    static const char *const dash[] = { "MY-KEY=x", NULL };
+    cr_assert_eq(cl_env_names_check(dash, "exec", NULL), -1);
+    cr_assert(strstr(cl_last()->msg, "\"MY-KEY\"") != NULL, "%s", cl_last()->msg);
+    static const char *const no_eq[] = { "JUSTKEY", NULL };
+    cr_assert_eq(cl_env_names_check(no_eq, "exec", NULL), -1);
+    cr_assert(strstr(cl_last()->msg, "\"JUSTKEY\"") != NULL, "%s", cl_last()->msg);
+    static const char *const empty[] = { "=v", NULL };
+    cr_assert_eq(cl_env_names_check(empty, "exec", NULL), -1);
+    cr_assert(strstr(cl_last()->msg, "env key \"\"") != NULL, "%s", cl_last()->msg);
+}

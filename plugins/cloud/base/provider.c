@@ -352,6 +352,24 @@ static int cl_is_name(const char *k, size_t n)
     return 1;
 }
 
+int cl_env_names_check(const char *const *env, const char *op, sbx_error **error)
+{
+    for (size_t i = 0; env && env[i]; i++) {
+        const char *e = env[i], *eq = strchr(e, '=');
+        size_t kn = eq ? (size_t)(eq - e) : strlen(e);
+        if (!eq || !cl_is_name(e, kn)) {
+            char key[128];
+            snprintf(key, sizeof key, "%.*s", (int)kn, e);
+            sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                     "env key \"%s\" is not a shell name (KEY=VALUE, KEY of "
+                                     "letters, digits and _, not starting with a digit)", key);
+            cl_context(err, "env_key", key);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 char *cl_env_file(const char *const *env)
 {
     cl_buf b = { 0 };

@@ -225,6 +225,16 @@ char *cl_mark_resize_command(const char *tag, unsigned rows, unsigned cols);
 char *cl_env_file(const char *const *env);
 
 /**
+ * The check of a per-call environment @env ("K=V" strings) that becomes
+ * shell assignments or exports: 0 when every key is a shell name (letters,
+ * digits and '_', not starting with a digit); else -1 with invalid_argument
+ * "env key \"K\" is not a shell name (KEY=VALUE, KEY of letters, digits
+ * and _, not starting with a digit)", context env_key=K (cut to 127
+ * bytes), op @op; a string without '=' fails the same way. Thread-safe.
+ */
+int cl_env_names_check(const char *const *env, const char *op, sbx_error **error);
+
+/**
  * The first line of a command's script that sources the file @path (made
  * from cl_env_file()) when it exists and then unsets CL_CALL_KEYS, ending
  * with a newline. A new string.

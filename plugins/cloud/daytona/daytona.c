@@ -459,17 +459,14 @@ static int dt_client_new(const char *config_json, sbx_plugin_client **client, sb
 {
     const char *op = "client_new";
     json_object *cfg = NULL;
-    if (cl_client_config(config_json, DT_BACKEND, &cfg, error) < 0)
+    struct sbx_plugin_client *c = cl_client_alloc(config_json, DT_BACKEND, sizeof(*c),
+                                                  offsetof(struct sbx_plugin_client, http),
+                                                  &cfg, error);
+    if (!c)
         return -1;
-    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
-    if (!c || !(c->http = cl_http_new())
-        || !(c->reaper = cl_reaper_new(dt_find_token, dt_delete_for_reaper, c))) {
-        if (c)
-            cl_http_free(c->http);
-        free(c);
-        json_object_put(cfg);
+    if (!(c->reaper = cl_reaper_new(dt_find_token, dt_delete_for_reaper, c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
+        goto fail;
     }
     c->api = cl_base_url(cfg, "api_url", "DAYTONA_API_URL", DT_DEFAULT_URL, error);
     /* The API key, else a JWT, which acts for the organization named. */
@@ -1960,23 +1957,9 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
         return -1;
 #endif
     /* The overlay becomes shell assignments (dt_command_line, or the
-     * terminal's exports): each key
-     * must be a shell name. */
-    for (size_t i = 0; rq->env && rq->env[i]; i++) {
-        const char *e = rq->env[i], *eq = strchr(e, '=');
-        size_t kn = eq ? (size_t)(eq - e) : strlen(e);
-        static const char name_chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                         "0123456789_";
-        if (!eq || kn == 0 || (e[0] >= '0' && e[0] <= '9') || strspn(e, name_chars) != kn) {
-            char key[128];
-            snprintf(key, sizeof key, "%.*s", (int)kn, e);
-            sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
-                                     "env key \"%s\" is not a shell name (KEY=VALUE, KEY of "
-                                     "letters, digits and _, not starting with a digit)", key);
-            cl_context(err, "env_key", key);
-            return -1;
-        }
-    }
+     * terminal's exports): each key must be a shell name. */
+    if (cl_env_names_check(rq->env, op, error) < 0)
+        return -1;
 #ifdef SBX_HAVE_CLOUD_WS
     int tty = rq->tty_rows > 0;
     size_t size = tty ? sizeof(dt_pty) : sizeof(cl_script_proc);
