@@ -1312,3 +1312,46 @@ Test(provider, env_names_check)
     cr_assert_eq(cl_env_names_check(empty, "exec", NULL), -1);
     cr_assert(strstr(cl_last()->msg, "env key \"\"") != NULL, "%s", cl_last()->msg);
 }
+
+/* The one-POST create: the answer and its id; a refusal is configuration
+ * with the provider's message; an answer without the id is
+ * creation_failed naming it; a URL that could not be made is
+ * resource_exhausted. */
+Test(provider, create_post)
+{
+    cl_backend = "acme";
+    cl_http *h = cl_http_new();
+    char url[64];
+    page_server sv;
+    static const page_answer answers[] = {
+        { 201, NULL, "{\"sandboxID\":\"sb-1\",\"domain\":\"example\"}" },
+        { 422, NULL, "{\"message\":\"no such template\"}" },
+        { 200, NULL, "{\"domain\":\"example\"}" },
+    };
+    page_start(&sv, answers, 3);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/sandboxes", sv.port);
+    json_object *body = json_tokener_parse("{\"templateID\":\"base\"}");
+    const char *id = NULL;
+    json_object *j = cl_create_post(h, NULL, NULL, url, body, "sandboxID", "a sandboxID",
+                                    "create the sandbox", &id, NULL);
+    cr_assert_not_null(j);
+    cr_assert_str_eq(id, "sb-1");
+    cr_assert_str_eq(cl_json_str(j, "domain"), "example");
+    json_object_put(j);
+    cr_assert_null(cl_create_post(h, NULL, NULL, url, body, "sandboxID", "a sandboxID",
+                                  "create the sandbox", &id, NULL));
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "create the sandbox: no such template (HTTP 422)");
+    cr_assert_null(cl_create_post(h, NULL, NULL, url, body, "sandboxID", "a sandboxID",
+                                  "create the sandbox", &id, NULL));
+    cr_assert_null(id);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CREATION_FAILED);
+    cr_assert_str_eq(cl_last()->msg, "acme create answered without a sandboxID");
+    page_stop(&sv);
+    cr_assert_str_eq(sv.lines[0], "POST /sandboxes HTTP/1.1");
+    cr_assert_null(cl_create_post(h, NULL, NULL, NULL, body, "sandboxID", "a sandboxID",
+                                  "create the sandbox", &id, NULL));
+    cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
+    json_object_put(body);
+    cl_http_free(h);
+}

@@ -567,6 +567,44 @@ sbx_error *cl_create_unanswered(cl_reaper *reaper, const sbx_call_ctx *ctx, cons
     return err;
 }
 
+json_object *cl_create_post(cl_http *h, cl_reaper *reaper, const sbx_call_ctx *ctx,
+                            const char *url, json_object *body, const char *id_key,
+                            const char *id_noun, const char *what, const char **id,
+                            sbx_error **error)
+{
+    const char *op = "create";
+    const char *token = ctx ? ctx->create_token : NULL;
+    cl_resp r = { 0 };
+    json_object *j = NULL;
+    *id = NULL;
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    } else if (cl_request_json(h, ctx, "POST", url, body, CL_UNSAFE, &r, op, what, NULL) < 0) {
+        /* Sent and not answered: the provider may finish it (CASE-20). */
+        cl_create_unanswered(reaper, ctx, token, op, error);
+    } else if (r.status / 100 != 2) {
+        if (r.maybe_acted && token)
+            cl_reap_lost(reaper, token);
+        cl_fail_status(h, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
+                                 && r.status != 429 && r.status != 408
+                                 ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,
+                       &r, op, what);
+    } else {
+        j = cl_resp_json(&r, op, what, error);
+        if (!(*id = j ? cl_json_str(j, id_key) : NULL)) {
+            if (j)
+                cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "%s create answered without %s",
+                        cl_backend, id_noun);
+            if (token)
+                cl_reap_now(reaper, NULL, token, 5.0);
+            json_object_put(j);
+            j = NULL;
+        }
+    }
+    cl_resp_clear(&r);
+    return j;
+}
+
 void *cl_sandbox_alloc(size_t size, const char *id)
 {
     cl_sandbox *s = calloc(1, size < sizeof(*s) ? sizeof(*s) : size);

@@ -681,6 +681,29 @@ int cl_exec_check_pty(cl_sandbox *s, const char *provider, const sbx_plugin_exec
 sbx_error *cl_create_unanswered(cl_reaper *reaper, const sbx_call_ctx *ctx, const char *token,
                                 const char *op, sbx_error **error);
 
+/**
+ * The create request of a provider whose create is one POST answered with
+ * the new sandbox: POST @url (NULL: resource_exhausted) with @body (JSON),
+ * sent once (CL_UNSAFE), op create. Returns the answer's JSON (a new
+ * object, json_object_put()) with the id, its string member @id_key, in
+ * *@id (borrowed from it). Else NULL with *@error set, and whatever the
+ * provider may have made looked for by @ctx's create token (when it has
+ * one) and deleted through @reaper (CASE-20):
+ *  - no answer: cl_create_unanswered() (reaped when it may have acted);
+ *  - a status other than 2xx: configuration for a 4xx other than 401,
+ *    403, 408 and 429 (the provider refused what was asked), else the
+ *    status's code (cl_fail_status(), @what); reaped when the answer says
+ *    the provider may have acted (5xx);
+ *  - an answer that is not JSON, or without @id_key (creation_failed
+ *    "@provider create answered without @id_noun", @provider being
+ *    cl_backend): cl_reap_now() with 5 s of its own.
+ * Thread-safe.
+ */
+struct json_object *cl_create_post(cl_http *h, cl_reaper *reaper, const sbx_call_ctx *ctx,
+                                   const char *url, struct json_object *body,
+                                   const char *id_key, const char *id_noun, const char *what,
+                                   const char **id, sbx_error **error);
+
 /** The ids a listing collects (the reaper's look-up, cloud.h): start from
  *  { 0 }. Not thread-safe. */
 typedef struct cl_ids {

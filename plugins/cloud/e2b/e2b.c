@@ -1241,38 +1241,12 @@ static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!body)
         return -1;
     char *url = cl_printf("%s/sandboxes", c->api);
-    cl_resp r = { 0 };
     int rc = -1;
     struct sbx_plugin_sandbox *sb = NULL;
-    if (!url) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    const char *id = NULL;
+    if (!(j = cl_create_post(c->http, c->reaper, ctx, url, body, "sandboxID", "a sandboxID",
+                             "create the sandbox", &id, error)))
         goto out;
-    }
-    if (cl_request_json(c->http, ctx, "POST", url, body, CL_UNSAFE, &r, op,
-                        "create the sandbox", NULL) < 0) {
-        /* Sent and not answered: the provider may finish it (CASE-20). */
-        cl_create_unanswered(c->reaper, ctx, ctx ? ctx->create_token : NULL, op, error);
-        goto out;
-    }
-    if (r.status / 100 != 2) {
-        if (r.maybe_acted && ctx && ctx->create_token)
-            cl_reap_lost(c->reaper, ctx->create_token);
-        cl_fail_status(c->http, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
-                                       && r.status != 429 && r.status != 408
-                                       ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,
-                       &r, op, "create the sandbox");
-        goto out;
-    }
-    j = cl_resp_json(&r, op, "create the sandbox", error);
-    const char *id = j ? cl_json_str(j, "sandboxID") : NULL;
-    if (!id) {
-        if (j)
-            cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "e2b create answered without a "
-                    "sandboxID");
-        if (ctx && ctx->create_token)
-            cl_reap_now(c->reaper, NULL, ctx->create_token, 5.0);
-        goto out;
-    }
     sb = e2b_sandbox_new(c, id);
     if (!sb || e2b_take_sandbox(sb, j) < 0) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1303,7 +1277,6 @@ out:
     json_object_put(body);
     json_object_put(j);
     free(url);
-    cl_resp_clear(&r);
     return rc;
 }
 
