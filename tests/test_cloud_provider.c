@@ -1355,3 +1355,25 @@ Test(provider, create_post)
     json_object_put(body);
     cl_http_free(h);
 }
+
+/* The ids of a listing's items by their id member; an item without one
+ * adds nothing. */
+Test(provider, ids_listed)
+{
+    cl_listed_ids l = { { 0 }, "sandboxID" };
+    json_object *a = json_tokener_parse("{\"sandboxID\":\"sb-1\"}");
+    json_object *b = json_tokener_parse("{\"id\":\"sb-2\"}");
+    json_object *c = json_tokener_parse("{\"sandboxID\":\"sb-3\"}");
+    cr_assert_eq(cl_ids_listed(&l, a), 0);
+    cr_assert_eq(cl_ids_listed(&l, b), 0);
+    cr_assert_eq(cl_ids_listed(&l, c), 0);
+    char **ids = NULL;
+    cr_assert_eq(cl_ids_finish(&l.ids, 0, &ids, "create", NULL), 0);
+    cr_assert_str_eq(ids[0], "sb-1");
+    cr_assert_str_eq(ids[1], "sb-3");
+    cr_assert_null(ids[2]);
+    cl_strv_free(ids);
+    json_object_put(a);
+    json_object_put(b);
+    json_object_put(c);
+}

@@ -1024,6 +1024,13 @@ int cl_ids_add(cl_ids *s, const char *id)
     return 0;
 }
 
+int cl_ids_listed(void *ud, json_object *item)
+{
+    cl_listed_ids *l = ud;
+    cl_ids_add(&l->ids, cl_json_str(item, l->id_key));
+    return 0;
+}
+
 int cl_ids_finish(cl_ids *s, int rc, char ***ids, const char *op, sbx_error **error)
 {
     if (rc == 0 && !s->v && !(s->v = calloc(1, sizeof(char *)))) {

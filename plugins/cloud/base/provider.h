@@ -715,6 +715,18 @@ typedef struct cl_ids {
  *  (@s keeps what it had). */
 int cl_ids_add(cl_ids *s, const char *id);
 
+/** The ids of a listing's items (cl_listed_fn items): start from { { 0 },
+ *  KEY }. Not thread-safe. */
+typedef struct cl_listed_ids {
+    cl_ids ids;
+    const char *id_key;     /* the id's string member ("id") */
+} cl_listed_ids;
+
+/** A cl_listed_fn over a cl_listed_ids @ud: adds the item's id (an item
+ *  without one adds nothing, and so does a copy that cannot be made, as
+ *  cl_ids_add()). Always 0: the listing goes on. */
+int cl_ids_listed(void *ud, struct json_object *item);
+
 /** The ids of the items carrying one create token, as the reaper's
  *  look-up collects them: start from { TOKEN, { 0 } }. Not thread-safe. */
 typedef struct cl_token_ids {

@@ -256,19 +256,13 @@ static int dt_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
     return rc;
 }
 
-static int dt_id_one(void *ud, json_object *it)
-{
-    cl_ids_add(ud, cl_json_str(it, "id"));
-    return 0;
-}
-
 /* The reaper's look-up (cloud.h): the sandboxes labelled with @token. */
 static int dt_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
                          sbx_error **error)
 {
-    cl_ids s = { 0 };
-    int rc = dt_list(ud, ctx, CL_META_TOKEN, token, dt_id_one, &s, "create", error);
-    return cl_ids_finish(&s, rc, ids, "create", error);
+    cl_listed_ids s = { { 0 }, "id" };
+    int rc = dt_list(ud, ctx, CL_META_TOKEN, token, cl_ids_listed, &s, "create", error);
+    return cl_ids_finish(&s.ids, rc, ids, "create", error);
 }
 
 static int dt_delete_for_reaper(void *ud, const sbx_call_ctx *ctx, const char *id,

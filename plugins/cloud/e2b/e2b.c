@@ -1424,19 +1424,13 @@ static int e2b_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     return e2b_delete(client, ctx, id, "destroy_by_id", error);
 }
 
-static int e2b_id_one(void *ud, json_object *it)
-{
-    cl_ids_add(ud, cl_json_str(it, "sandboxID"));
-    return 0;
-}
-
 /* The reaper's look-up: the sandboxes carrying create token @token. */
 static int e2b_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
                           sbx_error **error)
 {
-    cl_ids s = { 0 };
-    int rc = e2b_list(ud, ctx, CL_META_TOKEN, token, e2b_id_one, &s, "create", error);
-    return cl_ids_finish(&s, rc, ids, "create", error);
+    cl_listed_ids s = { { 0 }, "sandboxID" };
+    int rc = e2b_list(ud, ctx, CL_META_TOKEN, token, cl_ids_listed, &s, "create", error);
+    return cl_ids_finish(&s.ids, rc, ids, "create", error);
 }
 
 /* ------------------------------------------------------------------------ */
