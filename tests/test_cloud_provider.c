@@ -1377,3 +1377,45 @@ Test(provider, ids_listed)
     json_object_put(b);
     json_object_put(c);
 }
+
+/* A call on a sandbox: 2xx and the status given as done already are 0,
+ * another status is its error; a 404 sets the gone flag, after which the
+ * next call fails at once, sending nothing. */
+Test(provider, sandbox_call)
+{
+    cl_backend = "acme";
+    cl_http *h = cl_http_new();
+    char api[64];
+    page_server sv;
+    static const page_answer answers[] = {
+        { 200, NULL, "{}" },
+        { 409, NULL, "{\"message\":\"already paused\"}" },
+        { 409, NULL, "{\"message\":\"already paused\"}" },
+        { 404, NULL, "{\"message\":\"no such sandbox\"}" },
+    };
+    page_start(&sv, answers, 4);
+    snprintf(api, sizeof api, "http://127.0.0.1:%d", sv.port);
+    cl_sandbox s;
+    cr_assert_eq(cl_sandbox_init(&s, "sb-4"), 0);
+    cr_assert_eq(cl_sandbox_call(&s, h, NULL, "POST", api, "sandboxes", "/pause", NULL, CL_SAFE,
+                                 409, "stop", "pause the sandbox", NULL), 0);
+    cr_assert_eq(cl_sandbox_call(&s, h, NULL, "POST", api, "sandboxes", "/pause", NULL, CL_SAFE,
+                                 409, "stop", "pause the sandbox", NULL), 0);
+    cr_assert_eq(cl_sandbox_call(&s, h, NULL, "POST", api, "sandboxes", "/stop", NULL, CL_SAFE,
+                                 0, "stop", "stop the sandbox", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "stop the sandbox: already paused (HTTP 409)");
+    cr_assert_eq(cl_sandbox_call(&s, h, NULL, "POST", api, "sandboxes", "/stop", NULL, CL_SAFE,
+                                 0, "stop", "stop the sandbox", NULL), -1);
+    page_stop(&sv);
+    cr_assert_eq(cl_gone_get(&s.gone), 1);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-4 is gone (the provider no longer has it)");
+    cr_assert_eq(cl_sandbox_call(&s, h, NULL, "POST", api, "sandboxes", "/stop", NULL, CL_SAFE,
+                                 0, "stop", "stop the sandbox", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_eq(sv.served, 4);
+    cr_assert_str_eq(sv.lines[0], "POST /sandboxes/sb-4/pause HTTP/1.1");
+    cr_assert_str_eq(sv.lines[3], "POST /sandboxes/sb-4/stop HTTP/1.1");
+    cl_sandbox_clear(&s);
+    cl_http_free(h);
+}

@@ -853,6 +853,22 @@ int cl_sandbox_answer(cl_sandbox *s, cl_http *h, const cl_resp *r, const char *p
     return -1;
 }
 
+int cl_sandbox_call(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *method,
+                    const char *api, const char *collection, const char *suffix,
+                    json_object *body, cl_idempotency idem, long also_ok, const char *op,
+                    const char *what, sbx_error **error)
+{
+    if (cl_gone_check(&s->gone, op, cl_backend, s->id, error) < 0)
+        return -1;
+    cl_resp r = { 0 };
+    int rc = cl_item_request(h, ctx, method, api, collection, s->id, suffix, body, idem, &r, op,
+                             what, error);
+    if (rc == 0 && !(also_ok && r.status == also_ok))
+        rc = cl_sandbox_answer(s, h, &r, cl_backend, op, what, error);
+    cl_resp_clear(&r);
+    return rc;
+}
+
 int cl_sandbox_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *url,
                         const char *state_key, const char *const *dead, sbx_error **error)
 {

@@ -431,6 +431,19 @@ int cl_sandbox_answer(cl_sandbox *s, cl_http *h, const cl_resp *r, const char *p
                       const char *op, const char *what, sbx_error **error);
 
 /**
+ * A call on sandbox @s at the provider: -1 with cl_gone_error() (of
+ * cl_backend) at once when @s is gone; else cl_item_request(@method,
+ * @api, @collection, @s's id, @suffix, @body, @idem) and its answer as
+ * cl_sandbox_answer() takes it, except that the status @also_ok (when not
+ * 0: one that says it is done already, as a 409 to the pause of a paused
+ * sandbox) is 0 too; -1 with the call's error when no answer came.
+ */
+int cl_sandbox_call(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *method,
+                    const char *api, const char *collection, const char *suffix,
+                    struct json_object *body, cl_idempotency idem, long also_ok,
+                    const char *op, const char *what, sbx_error **error);
+
+/**
  * The is_alive slot's body: 0 at once when @s is gone; else GET @url (the
  * sandbox at the provider; NULL: resource_exhausted): 0 with the gone flag
  * set on a 404, or when the answer's member @state_key (NULL: none looked

@@ -924,17 +924,8 @@ static char *dt_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, un
 
 static int dt_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    const char *op = "stop";
-    if (dt_check(sb, op, error) < 0)
-        return -1;
-    cl_resp r = { 0 };
-    int rc = dt_sbcall(sb->c, ctx, "POST", sb->s.id, "/stop", NULL, CL_SAFE, &r, op,
-                       "stop the sandbox", error);
-    if (rc == 0)
-        rc = cl_sandbox_answer(&sb->s, sb->c->http, &r, DT_BACKEND, op, "stop the sandbox",
-                               error);
-    cl_resp_clear(&r);
-    return rc;
+    return cl_sandbox_call(&sb->s, sb->c->http, ctx, "POST", sb->c->api, "sandbox", "/stop", NULL,
+                           CL_SAFE, 0, "stop", "stop the sandbox", error);
 }
 
 static int dt_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
@@ -947,22 +938,16 @@ static int dt_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error *
 static char *dt_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     const char *op = "snapshot";
-    if (dt_check(sb, op, error) < 0)
-        return NULL;
     char name[48] = "sbx-snap-";
     cl_random_hex(name + 9, 12);
     json_object *b = json_object_new_object();
     json_object_object_add(b, "name", json_object_new_string(name));
     json_object_object_add(b, "includeMemory", json_object_new_boolean(0));
-    cl_resp r = { 0 };
     char *out = NULL;
-    if (dt_sbcall(sb->c, ctx, "POST", sb->s.id, "/snapshot", b, CL_UNSAFE, &r, op,
-                  "snapshot the sandbox", error) == 0
-        && cl_sandbox_answer(&sb->s, sb->c->http, &r, DT_BACKEND, op, "snapshot the sandbox",
-                             error) == 0)
+    if (cl_sandbox_call(&sb->s, sb->c->http, ctx, "POST", sb->c->api, "sandbox", "/snapshot", b,
+                        CL_UNSAFE, 0, op, "snapshot the sandbox", error) == 0)
         out = cl_host_strdup(name, op, error);
     json_object_put(b);
-    cl_resp_clear(&r);
     return out;
 }
 

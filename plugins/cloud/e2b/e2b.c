@@ -1369,17 +1369,9 @@ static char *e2b_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, u
 /* stop pauses the sandbox (its files and memory kept); start connects. */
 static int e2b_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    const char *op = "stop";
-    if (e2b_check(sb, op, error) < 0)
-        return -1;
-    cl_resp r = { 0 };
-    int rc = e2b_sbcall(sb->c, ctx, "POST", sb->s.id, "/pause", NULL, CL_SAFE, &r, op,
-                        "pause the sandbox", error);
-    if (rc == 0 && r.status != 409)
-        rc = cl_sandbox_answer(&sb->s, sb->c->http, &r, E2B_BACKEND, op, "pause the sandbox",
-                               error);
-    cl_resp_clear(&r);
-    return rc;      /* 409: it is paused already */
+    /* 409: it is paused already */
+    return cl_sandbox_call(&sb->s, sb->c->http, ctx, "POST", sb->c->api, "sandboxes", "/pause",
+                           NULL, CL_SAFE, 409, "stop", "pause the sandbox", error);
 }
 
 static int e2b_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
