@@ -1197,3 +1197,36 @@ Test(grpc, a_passed_deadline_sends_nothing)
     cl_grpc_free(g);
     cl_http_free(h);
 }
+
+/* An error made where nothing could take it, stored later: the same code
+ * and message, the outcome unknown kept; a saved copy outlives the errors
+ * made after it. */
+Test(util, fail_from_the_last_error)
+{
+    cr_assert_eq(cl_setup(&test_host, "test", NULL), 0);
+    cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "envd: connection reset");
+    cl_outcome_unknown(NULL);
+    sbx_error *err = NULL;
+    cr_assert_eq(cl_fail_from(&err, cl_last(), "exec_kill"), err);
+    cr_assert_not_null(err);
+    cr_assert_eq(err->code, SBX_ERROR_CONNECTION);
+    cr_assert_str_eq(err->msg, "envd: connection reset");
+    cr_assert_eq(cl_last()->unknown, 1);
+    free(err);
+
+    cl_last_error saved = *cl_last();
+    cl_fail(NULL, SBX_ERROR_NOT_FOUND, "exec", "no such process");
+    cr_assert_eq(cl_last()->unknown, 0);
+    cr_assert_null(cl_fail_from(NULL, &saved, "exec"));
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONNECTION);
+    cr_assert_str_eq(cl_last()->msg, "envd: connection reset");
+    cr_assert_eq(cl_last()->unknown, 1);
+
+    cl_fail(NULL, SBX_ERROR_TIMEOUT, "exec", "too slow");
+    err = NULL;
+    cl_fail_from(&err, cl_last(), "exec");
+    cr_assert_eq(err->code, SBX_ERROR_TIMEOUT);
+    cr_assert_eq(cl_last()->unknown, 0);
+    free(err);
+    cl_host = NULL;
+}

@@ -20,6 +20,11 @@
 
 #include <criterion/criterion.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+
 #include <pty.h>
 #include <signal.h>
 #include <stdio.h>
@@ -923,4 +928,494 @@ Test(provider, create_unanswered_error)
     cr_assert_eq(cl_last()->code, SBX_ERROR_TIMEOUT);
     cr_assert_eq(cl_last()->unknown, 1);
     cr_assert_str_eq(cl_last()->msg, "create the sandbox: cancelled");
+}
+
+/* A host whose memory is malloc's: the slots that answer in host memory. */
+static const sbx_host_services malloc_host = { .struct_size = sizeof(sbx_host_services),
+                                               .alloc = malloc, .free = free };
+
+/* The port slots of a provider that routes every port itself: the set is
+ * kept ascending, once each; the create's ports are added; resolve's
+ * start says which port is not exposed; a gone sandbox fails each slot
+ * naming the backend. */
+Test(provider, port_slots_keep_the_exposed_set)
+{
+    cl_host = &malloc_host;
+    cl_backend = "acme";
+    sbx_plugin_sandbox sb = { 0 };
+    cr_assert_eq(cl_sandbox_init(&sb.s, "sb-7"), 0);
+    static const uint16_t asked[] = { 8080, 3000 };
+    sbx_plugin_create_request rq = { .struct_size = sizeof(rq), .ports = asked, .n_ports = 2 };
+    cr_assert_eq(cl_ports_from_request(&sb.s, &rq, "create", NULL), 0);
+    cr_assert_eq(cl_expose_port(&sb, NULL, 5432, NULL), 0);
+    cr_assert_eq(cl_expose_port(&sb, NULL, 3000, NULL), 0);
+    char *l = cl_list_ports(&sb, NULL, NULL);
+    cr_assert_str_eq(l, "3000 5432 8080");
+    free(l);
+    cr_assert_eq(cl_unexpose_port(&sb, NULL, 5432, NULL), 0);
+    cr_assert_eq(cl_unexpose_port(&sb, NULL, 9, NULL), 0);
+    l = cl_list_ports(&sb, NULL, NULL);
+    cr_assert_str_eq(l, "3000 8080");
+    free(l);
+    cr_assert_eq(cl_port_resolvable(&sb.s, 8080, NULL), 0);
+    cr_assert_eq(cl_port_resolvable(&sb.s, 5432, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-7: port 5432 is not exposed");
+    char *dup = cl_host_strdup("https://3000-sb-7.example", "resolve_port", NULL);
+    cr_assert_str_eq(dup, "https://3000-sb-7.example");
+    free(dup);
+
+    cl_gone_set(&sb.s.gone);
+    cr_assert_eq(cl_expose_port(&sb, NULL, 1, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-7 is gone (the provider no longer has it)");
+    cr_assert_eq(cl_unexpose_port(&sb, NULL, 3000, NULL), -1);
+    cr_assert_null(cl_list_ports(&sb, NULL, NULL));
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_eq(cl_port_resolvable(&sb.s, 8080, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-7 is gone (the provider no longer has it)");
+    cl_sandbox_clear(&sb.s);
+    cl_host = NULL;
+}
+
+/* The create's refusals by table: the first option given, in the table's
+ * order, with its value as the message shows it; none given is 0. */
+Test(provider, refuse_options_by_table)
+{
+    static const cl_unsupported table[] = {
+        { "cpu", "from the template" }, { "memory_mb", "from the template" },
+        { "disk_mb", "fixed" }, { "gpu", "no GPUs" }, { "image", "no images" },
+        { "template", "no templates" }, { "snapshot_id", "no snapshots" },
+        { "app_name", "no apps" }, { "allow_internet", "no policy" }, { NULL, NULL },
+    };
+    sbx_plugin_create_request rq = { .struct_size = sizeof(rq), .allow_internet = 1 };
+    cr_assert_eq(cl_refuse_options(&rq, "acme", table, NULL), 0);
+    rq.gpu = "";
+    cr_assert_eq(cl_refuse_options(&rq, "acme", table, NULL), 0);
+    rq.app_name = "web";
+    rq.image = "debian:12";
+    cr_assert_eq(cl_refuse_options(&rq, "acme", table, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: image debian:12: no images");
+    rq.set_fields = SBX_OPTION_DISK_MB | SBX_OPTION_MEMORY_MB;
+    rq.memory_mb = 3072;
+    rq.disk_mb = 20480;
+    cr_assert_eq(cl_refuse_options(&rq, "acme", table, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: memory_mb 3072: from the template");
+    rq.set_fields |= SBX_OPTION_CPU;
+    rq.cpu = 1.5;
+    cr_assert_eq(cl_refuse_options(&rq, "acme", table, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: cpu 1.5: from the template");
+    cr_assert_eq(cl_refuse_options(&rq, "acme", table + 2, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: disk_mb 20480: fixed");
+    cr_assert_eq(cl_refuse_options(&rq, "acme", table + 7, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: app_name web: no apps");
+    rq.app_name = NULL;
+    cr_assert_eq(cl_refuse_options(&rq, "acme", table + 7, NULL), 0);
+    rq.allow_internet = 0;
+    cr_assert_eq(cl_refuse_options(&rq, "acme", table + 7, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: allow_internet false: no policy");
+    static const cl_unsupported bad[] = { { "colour", "?" }, { NULL, NULL } };
+    cr_assert_eq(cl_refuse_options(&rq, "acme", bad, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: no such create option to refuse: colour");
+}
+
+/* backend_options of a provider that takes none: absent or empty is 0; a
+ * key or a text that is not an object is refused naming it. */
+Test(provider, no_backend_options)
+{
+    sbx_plugin_create_request rq = { .struct_size = sizeof(rq) };
+    cr_assert_eq(cl_no_backend_options(&rq, "acme", NULL), 0);
+    rq.backend_options = "";
+    cr_assert_eq(cl_no_backend_options(&rq, "acme", NULL), 0);
+    rq.backend_options = "{}";
+    cr_assert_eq(cl_no_backend_options(&rq, "acme", NULL), 0);
+    rq.backend_options = "{\"region\":\"eu\",\"x\":1}";
+    cr_assert_eq(cl_no_backend_options(&rq, "acme", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "acme backend_options: unknown key \"region\" (the acme "
+                     "backend takes no backend options)");
+    rq.backend_options = "[1,2]";
+    cr_assert_eq(cl_no_backend_options(&rq, "acme", NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend_options: [1,2] is not a JSON object");
+}
+
+/* The ownership labels, in their order; the token and the expiry only when
+ * there are. */
+Test(provider, meta_labels)
+{
+    sbx_call_ctx ctx = { .struct_size = sizeof(ctx), .cancel_fd = -1,
+                         .create_token = "sbx-00112233445566778899aabbccddeeff" };
+    json_object *m = cl_meta_labels(&ctx, "acme", 1767225600.4);
+    cr_assert_str_eq(json_object_to_json_string_ext(m, JSON_C_TO_STRING_PLAIN),
+                     "{\"sbx_backend\":\"acme\",\"sbx_create_token\":"
+                     "\"sbx-00112233445566778899aabbccddeeff\",\"sbx_expires_at\":\"1767225600\"}");
+    json_object_put(m);
+    m = cl_meta_labels(NULL, "acme", 0);
+    cr_assert_str_eq(json_object_to_json_string_ext(m, JSON_C_TO_STRING_PLAIN),
+                     "{\"sbx_backend\":\"acme\"}");
+    json_object_put(m);
+}
+
+typedef struct owned_seen {
+    int n;
+    char id[64], token[64];
+    double created_at, expires_at;
+} owned_seen;
+
+static int owned_cb(const sbx_plugin_owned_info *info, void *ud)
+{
+    owned_seen *s = ud;
+    s->n++;
+    snprintf(s->id, sizeof s->id, "%s", info->id);
+    snprintf(s->token, sizeof s->token, "%s", info->create_token);
+    s->created_at = info->created_at;
+    s->expires_at = info->expires_at;
+    return 7;
+}
+
+/* A listed item to what list_owned hands on; items without an id or a
+ * token are passed over; the creation time read as RFC 3339. */
+Test(provider, owned_listed)
+{
+    owned_seen s = { 0 };
+    cl_owned o = { owned_cb, &s, "id", "labels", "createdAt" };
+    json_object *it = json_tokener_parse("{\"id\":\"sb-9\",\"createdAt\":"
+                                         "\"2026-01-01T00:00:00.25Z\",\"labels\":{"
+                                         "\"sbx_create_token\":\"sbx-aa\",\"sbx_expires_at\":"
+                                         "\"1767225600\"}}");
+    cr_assert_eq(cl_owned_listed(&o, it), 7);
+    cr_assert_eq(s.n, 1);
+    cr_assert_str_eq(s.id, "sb-9");
+    cr_assert_str_eq(s.token, "sbx-aa");
+    cr_assert_eq(s.created_at, 1767225600.25);
+    cr_assert_eq(s.expires_at, 1767225600);
+    cl_owned other_id = { owned_cb, &s, "sandboxID", "labels", NULL };
+    cl_owned other_labels = { owned_cb, &s, "id", "metadata", NULL };
+    cr_assert_eq(cl_owned_listed(&other_id, it), 0);
+    cr_assert_eq(cl_owned_listed(&other_labels, it), 0);
+    cr_assert_eq(s.n, 1);
+    json_object_put(it);
+    it = json_tokener_parse("{\"id\":\"sb-10\",\"labels\":{\"sbx_create_token\":\"sbx-bb\"}}");
+    cr_assert_eq(cl_owned_listed(&o, it), 7);
+    cr_assert_str_eq(s.id, "sb-10");
+    cr_assert_eq(s.created_at, 0);
+    cr_assert_eq(s.expires_at, 0);
+    json_object_put(it);
+    cr_assert_eq(cl_rfc3339("2026-08-21T10:00:00Z"), 1787306400);
+    cr_assert_eq(cl_rfc3339("yesterday"), 0);
+    cr_assert_eq(cl_rfc3339(NULL), 0);
+}
+
+/* A server on 127.0.0.1 that answers each request with the next of its
+ * answers ("HEADERS\r\n" lines, then the body, status 200 unless given)
+ * and keeps the request lines. */
+typedef struct page_answer {
+    int status;
+    const char *headers;
+    const char *body;
+} page_answer;
+
+typedef struct page_server {
+    int fd, port, n, served;
+    const page_answer *answers;
+    char lines[8][256];
+    pthread_t thread;
+} page_server;
+
+static void *page_serve(void *ud)
+{
+    page_server *sv = ud;
+    while (sv->served < sv->n) {
+        int c = accept(sv->fd, NULL, NULL);
+        if (c < 0)
+            return NULL;
+        char buf[8192];
+        size_t len = 0;
+        while (len < sizeof buf - 1) {
+            ssize_t r = read(c, buf + len, sizeof buf - 1 - len);
+            if (r <= 0)
+                break;
+            len += (size_t)r;
+            buf[len] = '\0';
+            if (strstr(buf, "\r\n\r\n"))
+                break;
+        }
+        buf[len] = '\0';
+        const page_answer *a = &sv->answers[sv->served];
+        snprintf(sv->lines[sv->served < 8 ? sv->served : 7], 256, "%.*s",
+                 (int)strcspn(buf, "\r"), buf);
+        sv->served++;
+        char out[4096];
+        int n = snprintf(out, sizeof out, "HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
+                         "%sContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                         a->status ? a->status : 200, a->headers ? a->headers : "",
+                         strlen(a->body), a->body);
+        ssize_t w = write(c, out, (size_t)n);
+        (void)w;
+        close(c);
+    }
+    return NULL;
+}
+
+static void page_start(page_server *sv, const page_answer *answers, int n)
+{
+    memset(sv, 0, sizeof(*sv));
+    sv->answers = answers;
+    sv->n = n;
+    sv->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof(a);
+    cr_assert_eq(bind(sv->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(listen(sv->fd, 8), 0);
+    cr_assert_eq(getsockname(sv->fd, (struct sockaddr *)&a, &al), 0);
+    sv->port = ntohs(a.sin_port);
+    cr_assert_eq(pthread_create(&sv->thread, NULL, page_serve, sv), 0);
+}
+
+static void page_stop(page_server *sv)
+{
+    pthread_join(sv->thread, NULL);
+    close(sv->fd);
+}
+
+typedef struct pages_seen {
+    int n, stop_at;
+    char ids[256];
+} pages_seen;
+
+static int listed_cb(void *ud, json_object *it)
+{
+    pages_seen *l = ud;
+    size_t k = strlen(l->ids);
+    snprintf(l->ids + k, sizeof l->ids - k, "%s%s", k ? " " : "", cl_json_str(it, "id"));
+    return ++l->n == l->stop_at;
+}
+
+/* Pages by an answer header (the answer an array) and by a member of the
+ * answer (the items in a member): every page read, the token sent
+ * percent-encoded; a stop ends the listing; an answer that is not an array
+ * and one that is not 200 are errors. */
+Test(provider, list_pages)
+{
+    cl_backend = "acme";
+    cl_http *h = cl_http_new();
+    char url[128];
+    page_server sv;
+    static const page_answer by_header[] = {
+        { 0, "X-Next-Token: a b\r\n", "[{\"id\":\"1\"},{\"id\":\"2\"}]" },
+        { 0, "X-Next-Token: \r\n", "[{\"id\":\"3\"}]" },
+    };
+    page_start(&sv, by_header, 2);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v2/sandboxes?limit=2", sv.port);
+    cl_pages pg = { url, "nextToken", "X-Next-Token", NULL, NULL, "list sandboxes" };
+    pages_seen l = { 0 };
+    cr_assert_eq(cl_list_pages(h, NULL, &pg, listed_cb, &l, "list_owned", NULL), 0);
+    page_stop(&sv);
+    cr_assert_str_eq(l.ids, "1 2 3");
+    cr_assert_str_eq(sv.lines[0], "GET /v2/sandboxes?limit=2 HTTP/1.1");
+    cr_assert_str_eq(sv.lines[1], "GET /v2/sandboxes?limit=2&nextToken=a%20b HTTP/1.1");
+
+    static const page_answer by_member[] = {
+        { 0, NULL, "{\"items\":[{\"id\":\"4\"}],\"nextCursor\":\"c2\"}" },
+        { 0, NULL, "{\"items\":[{\"id\":\"5\"},{\"id\":\"6\"}],\"nextCursor\":\"c3\"}" },
+    };
+    page_start(&sv, by_member, 2);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/sandbox?limit=1", sv.port);
+    cl_pages pm = { url, "cursor", NULL, "nextCursor", "items", "list sandboxes" };
+    pages_seen m = { .stop_at = 2 };
+    cr_assert_eq(cl_list_pages(h, NULL, &pm, listed_cb, &m, "list_owned", NULL), 0);
+    page_stop(&sv);
+    cr_assert_str_eq(m.ids, "4 5");
+    cr_assert_eq(sv.served, 2);
+    cr_assert_str_eq(sv.lines[1], "GET /sandbox?limit=1&cursor=c2 HTTP/1.1");
+
+    static const page_answer not_array[] = { { 0, NULL, "{\"items\":[]}" } };
+    page_start(&sv, not_array, 1);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v2/sandboxes", sv.port);
+    pages_seen e = { 0 };
+    cr_assert_eq(cl_list_pages(h, NULL, &pg, listed_cb, &e, "list_owned", NULL), -1);
+    page_stop(&sv);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONNECTION);
+    cr_assert_str_eq(cl_last()->msg, "acme list answered with no array");
+
+    static const page_answer refused[] = { { 401, NULL, "{\"message\":\"bad key\"}" } };
+    page_start(&sv, refused, 1);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/sandbox", sv.port);
+    cr_assert_eq(cl_list_pages(h, NULL, &pm, listed_cb, &e, "list_owned", NULL), -1);
+    page_stop(&sv);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_AUTHENTICATION);
+    cr_assert_str_eq(cl_last()->msg, "list sandboxes: bad key (HTTP 401)");
+    cr_assert_eq(e.n, 0);
+    cl_http_free(h);
+}
+
+/* One item's GET and DELETE by its collection and id: the id
+ * percent-encoded in the path; a 404 is no error (NULL with status 404 for
+ * the GET, 0 for the DELETE); another status is the answer's error. */
+Test(provider, item_get_and_delete)
+{
+    cl_http *h = cl_http_new();
+    char api[64];
+    page_server sv;
+    static const page_answer answers[] = {
+        { 0, NULL, "{\"id\":\"a b\",\"state\":\"started\"}" },
+        { 404, NULL, "{\"message\":\"no such sandbox\"}" },
+        { 404, NULL, "{\"message\":\"no such sandbox\"}" },
+        { 409, NULL, "{\"message\":\"it is busy\"}" },
+    };
+    page_start(&sv, answers, 4);
+    snprintf(api, sizeof api, "http://127.0.0.1:%d/api", sv.port);
+    long st = 0;
+    json_object *j = cl_item_get(h, NULL, api, "sandbox", "a b", &st, "resume", "get the sandbox",
+                                 NULL);
+    cr_assert_not_null(j);
+    cr_assert_str_eq(cl_json_str(j, "state"), "started");
+    json_object_put(j);
+    cr_assert_null(cl_item_get(h, NULL, api, "sandbox", "gone", &st, "resume", "get the sandbox",
+                               NULL));
+    cr_assert_eq(st, 404);
+    cr_assert_eq(cl_item_delete(h, NULL, api, "sandbox", "gone", "destroy", "delete the sandbox",
+                                NULL), 0);
+    cr_assert_eq(cl_item_delete(h, NULL, api, "sandbox", "a b", "destroy", "delete the sandbox",
+                                NULL), -1);
+    page_stop(&sv);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "delete the sandbox: it is busy (HTTP 409)");
+    cr_assert_str_eq(sv.lines[0], "GET /api/sandbox/a%20b HTTP/1.1");
+    cr_assert_str_eq(sv.lines[1], "GET /api/sandbox/gone HTTP/1.1");
+    cr_assert_str_eq(sv.lines[2], "DELETE /api/sandbox/gone HTTP/1.1");
+    cr_assert_str_eq(sv.lines[3], "DELETE /api/sandbox/a%20b HTTP/1.1");
+    cl_http_free(h);
+}
+
+/* The per-call environment's keys as shell names: each refused key named,
+ * a string without '=' refused too. */
+Test(provider, env_names_check)
+{
+    static const char *const good[] = { "A=1", "_x9=two words", "PATH=/bin", NULL };
+    cr_assert_eq(cl_env_names_check(good, "exec", NULL), 0);
+    cr_assert_eq(cl_env_names_check(NULL, "exec", NULL), 0);
+    static const char *const digit[] = { "A=1", "9LIVES=x", NULL };
+    cr_assert_eq(cl_env_names_check(digit, "exec", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg, "env key \"9LIVES\" is not a shell name (KEY=VALUE, KEY of "
+                     "letters, digits and _, not starting with a digit)");
+    static const char *const dash[] = { "MY-KEY=x", NULL };
+    cr_assert_eq(cl_env_names_check(dash, "exec", NULL), -1);
+    cr_assert(strstr(cl_last()->msg, "\"MY-KEY\"") != NULL, "%s", cl_last()->msg);
+    static const char *const no_eq[] = { "JUSTKEY", NULL };
+    cr_assert_eq(cl_env_names_check(no_eq, "exec", NULL), -1);
+    cr_assert(strstr(cl_last()->msg, "\"JUSTKEY\"") != NULL, "%s", cl_last()->msg);
+    static const char *const empty[] = { "=v", NULL };
+    cr_assert_eq(cl_env_names_check(empty, "exec", NULL), -1);
+    cr_assert(strstr(cl_last()->msg, "env key \"\"") != NULL, "%s", cl_last()->msg);
+}
+
+/* The one-POST create: the answer and its id; a refusal is configuration
+ * with the provider's message; an answer without the id is
+ * creation_failed naming it; a URL that could not be made is
+ * resource_exhausted. */
+Test(provider, create_post)
+{
+    cl_backend = "acme";
+    cl_http *h = cl_http_new();
+    char url[64];
+    page_server sv;
+    static const page_answer answers[] = {
+        { 201, NULL, "{\"sandboxID\":\"sb-1\",\"domain\":\"example\"}" },
+        { 422, NULL, "{\"message\":\"no such template\"}" },
+        { 200, NULL, "{\"domain\":\"example\"}" },
+    };
+    page_start(&sv, answers, 3);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/sandboxes", sv.port);
+    json_object *body = json_tokener_parse("{\"templateID\":\"base\"}");
+    const char *id = NULL;
+    json_object *j = cl_create_post(h, NULL, NULL, url, body, "sandboxID", "a sandboxID",
+                                    "create the sandbox", &id, NULL);
+    cr_assert_not_null(j);
+    cr_assert_str_eq(id, "sb-1");
+    cr_assert_str_eq(cl_json_str(j, "domain"), "example");
+    json_object_put(j);
+    cr_assert_null(cl_create_post(h, NULL, NULL, url, body, "sandboxID", "a sandboxID",
+                                  "create the sandbox", &id, NULL));
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "create the sandbox: no such template (HTTP 422)");
+    cr_assert_null(cl_create_post(h, NULL, NULL, url, body, "sandboxID", "a sandboxID",
+                                  "create the sandbox", &id, NULL));
+    cr_assert_null(id);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CREATION_FAILED);
+    cr_assert_str_eq(cl_last()->msg, "acme create answered without a sandboxID");
+    page_stop(&sv);
+    cr_assert_str_eq(sv.lines[0], "POST /sandboxes HTTP/1.1");
+    cr_assert_null(cl_create_post(h, NULL, NULL, NULL, body, "sandboxID", "a sandboxID",
+                                  "create the sandbox", &id, NULL));
+    cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
+    json_object_put(body);
+    cl_http_free(h);
+}
+
+/* The ids of a listing's items by their id member; an item without one
+ * adds nothing. */
+Test(provider, ids_listed)
+{
+    cl_listed_ids l = { { 0 }, "sandboxID" };
+    json_object *a = json_tokener_parse("{\"sandboxID\":\"sb-1\"}");
+    json_object *b = json_tokener_parse("{\"id\":\"sb-2\"}");
+    json_object *c = json_tokener_parse("{\"sandboxID\":\"sb-3\"}");
+    cr_assert_eq(cl_ids_listed(&l, a), 0);
+    cr_assert_eq(cl_ids_listed(&l, b), 0);
+    cr_assert_eq(cl_ids_listed(&l, c), 0);
+    char **ids = NULL;
+    cr_assert_eq(cl_ids_finish(&l.ids, 0, &ids, "create", NULL), 0);
+    cr_assert_str_eq(ids[0], "sb-1");
+    cr_assert_str_eq(ids[1], "sb-3");
+    cr_assert_null(ids[2]);
+    cl_strv_free(ids);
+    json_object_put(a);
+    json_object_put(b);
+    json_object_put(c);
+}
+
+/* A call on a sandbox: 2xx and the status given as done already are 0,
+ * another status is its error; a 404 sets the gone flag, after which the
+ * next call fails at once, sending nothing. */
+Test(provider, sandbox_call)
+{
+    cl_backend = "acme";
+    cl_http *h = cl_http_new();
+    char api[64];
+    page_server sv;
+    static const page_answer answers[] = {
+        { 200, NULL, "{}" },
+        { 409, NULL, "{\"message\":\"already paused\"}" },
+        { 409, NULL, "{\"message\":\"already paused\"}" },
+        { 404, NULL, "{\"message\":\"no such sandbox\"}" },
+    };
+    page_start(&sv, answers, 4);
+    snprintf(api, sizeof api, "http://127.0.0.1:%d", sv.port);
+    cl_sandbox s;
+    cr_assert_eq(cl_sandbox_init(&s, "sb-4"), 0);
+    cr_assert_eq(cl_sandbox_call(&s, h, NULL, "POST", api, "sandboxes", "/pause", NULL, CL_SAFE,
+                                 409, "stop", "pause the sandbox", NULL), 0);
+    cr_assert_eq(cl_sandbox_call(&s, h, NULL, "POST", api, "sandboxes", "/pause", NULL, CL_SAFE,
+                                 409, "stop", "pause the sandbox", NULL), 0);
+    cr_assert_eq(cl_sandbox_call(&s, h, NULL, "POST", api, "sandboxes", "/stop", NULL, CL_SAFE,
+                                 0, "stop", "stop the sandbox", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "stop the sandbox: already paused (HTTP 409)");
+    cr_assert_eq(cl_sandbox_call(&s, h, NULL, "POST", api, "sandboxes", "/stop", NULL, CL_SAFE,
+                                 0, "stop", "stop the sandbox", NULL), -1);
+    page_stop(&sv);
+    cr_assert_eq(cl_gone_get(&s.gone), 1);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-4 is gone (the provider no longer has it)");
+    cr_assert_eq(cl_sandbox_call(&s, h, NULL, "POST", api, "sandboxes", "/stop", NULL, CL_SAFE,
+                                 0, "stop", "stop the sandbox", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_eq(sv.served, 4);
+    cr_assert_str_eq(sv.lines[0], "POST /sandboxes/sb-4/pause HTTP/1.1");
+    cr_assert_str_eq(sv.lines[3], "POST /sandboxes/sb-4/stop HTTP/1.1");
+    cl_sandbox_clear(&s);
+    cl_http_free(h);
 }

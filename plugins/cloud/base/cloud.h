@@ -95,6 +95,11 @@ typedef struct cl_last_error {
 } cl_last_error;
 /** The last error made on this thread (cl_fail / cl_fail_status). */
 const cl_last_error *cl_last(void);
+/** Stores the error @l (a copy of cl_last(), taken before other calls
+ *  made errors of their own, or cl_last() itself) in *@error with @op, as
+ *  cl_fail() does (NULL @error: it becomes this thread's last error
+ *  again), its outcome unknown kept. Returns it, or NULL. */
+sbx_error *cl_fail_from(sbx_error **error, const cl_last_error *l, const char *op);
 
 #define CL_LOG(level, ...)                                                  \
     do {                                                                    \

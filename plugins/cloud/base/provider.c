@@ -14,6 +14,7 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -351,6 +352,24 @@ static int cl_is_name(const char *k, size_t n)
     return 1;
 }
 
+int cl_env_names_check(const char *const *env, const char *op, sbx_error **error)
+{
+    for (size_t i = 0; env && env[i]; i++) {
+        const char *e = env[i], *eq = strchr(e, '=');
+        size_t kn = eq ? (size_t)(eq - e) : strlen(e);
+        if (!eq || !cl_is_name(e, kn)) {
+            char key[128];
+            snprintf(key, sizeof key, "%.*s", (int)kn, e);
+            sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                     "env key \"%s\" is not a shell name (KEY=VALUE, KEY of "
+                                     "letters, digits and _, not starting with a digit)", key);
+            cl_context(err, "env_key", key);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 char *cl_env_file(const char *const *env)
 {
     cl_buf b = { 0 };
@@ -548,6 +567,44 @@ sbx_error *cl_create_unanswered(cl_reaper *reaper, const sbx_call_ctx *ctx, cons
     return err;
 }
 
+json_object *cl_create_post(cl_http *h, cl_reaper *reaper, const sbx_call_ctx *ctx,
+                            const char *url, json_object *body, const char *id_key,
+                            const char *id_noun, const char *what, const char **id,
+                            sbx_error **error)
+{
+    const char *op = "create";
+    const char *token = ctx ? ctx->create_token : NULL;
+    cl_resp r = { 0 };
+    json_object *j = NULL;
+    *id = NULL;
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    } else if (cl_request_json(h, ctx, "POST", url, body, CL_UNSAFE, &r, op, what, NULL) < 0) {
+        /* Sent and not answered: the provider may finish it (CASE-20). */
+        cl_create_unanswered(reaper, ctx, token, op, error);
+    } else if (r.status / 100 != 2) {
+        if (r.maybe_acted && token)
+            cl_reap_lost(reaper, token);
+        cl_fail_status(h, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
+                                 && r.status != 429 && r.status != 408
+                                 ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,
+                       &r, op, what);
+    } else {
+        j = cl_resp_json(&r, op, what, error);
+        if (!(*id = j ? cl_json_str(j, id_key) : NULL)) {
+            if (j)
+                cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "%s create answered without %s",
+                        cl_backend, id_noun);
+            if (token)
+                cl_reap_now(reaper, NULL, token, 5.0);
+            json_object_put(j);
+            j = NULL;
+        }
+    }
+    cl_resp_clear(&r);
+    return j;
+}
+
 void *cl_sandbox_alloc(size_t size, const char *id)
 {
     cl_sandbox *s = calloc(1, size < sizeof(*s) ? sizeof(*s) : size);
@@ -691,6 +748,75 @@ sbx_error *cl_port_not_exposed(sbx_error **error, cl_sandbox *s, const char *pro
     return err;
 }
 
+int cl_ports_from_request(cl_sandbox *s, const sbx_plugin_create_request *rq, const char *op,
+                          sbx_error **error)
+{
+    const uint16_t *ports;
+    size_t n = cl_request_ports(rq, &ports);
+    for (size_t i = 0; i < n; i++)
+        if (cl_ports_add(s, ports[i]) < 0) {
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            return -1;
+        }
+    return 0;
+}
+
+int cl_expose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                   sbx_error **error)
+{
+    cl_sandbox *s = (cl_sandbox *)sb;
+    (void)ctx;
+    if (cl_gone_check(&s->gone, "expose_port", cl_backend, s->id, error) < 0)
+        return -1;
+    if (cl_ports_add(s, port) < 0) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "expose_port", "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+int cl_unexpose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                     sbx_error **error)
+{
+    cl_sandbox *s = (cl_sandbox *)sb;
+    (void)ctx;
+    if (cl_gone_check(&s->gone, "unexpose_port", cl_backend, s->id, error) < 0)
+        return -1;
+    cl_ports_remove(s, port);
+    return 0;
+}
+
+char *cl_list_ports(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
+{
+    cl_sandbox *s = (cl_sandbox *)sb;
+    (void)ctx;
+    if (cl_gone_check(&s->gone, "list_ports", cl_backend, s->id, error) < 0)
+        return NULL;
+    return cl_ports_list(s, "list_ports", error);
+}
+
+int cl_port_resolvable(cl_sandbox *s, unsigned port, sbx_error **error)
+{
+    if (cl_gone_check(&s->gone, "resolve_port", cl_backend, s->id, error) < 0)
+        return -1;
+    if (!cl_ports_has(s, port)) {
+        cl_port_not_exposed(error, s, cl_backend, "resolve_port", port);
+        return -1;
+    }
+    return 0;
+}
+
+char *cl_host_strdup(const char *str, const char *op, sbx_error **error)
+{
+    size_t n = strlen(str) + 1;
+    char *out = cl_host->alloc(n);
+    if (out)
+        memcpy(out, str, n);
+    else
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    return out;
+}
+
 const char *cl_sandbox_id(sbx_plugin_sandbox *sb)
 {
     return ((cl_sandbox *)(void *)sb)->id;
@@ -725,6 +851,22 @@ int cl_sandbox_answer(cl_sandbox *s, cl_http *h, const cl_resp *r, const char *p
         cl_fail_status(h, error, CL_CODE_BY_STATUS, r, op, what);
     }
     return -1;
+}
+
+int cl_sandbox_call(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *method,
+                    const char *api, const char *collection, const char *suffix,
+                    json_object *body, cl_idempotency idem, long also_ok, const char *op,
+                    const char *what, sbx_error **error)
+{
+    if (cl_gone_check(&s->gone, op, cl_backend, s->id, error) < 0)
+        return -1;
+    cl_resp r = { 0 };
+    int rc = cl_item_request(h, ctx, method, api, collection, s->id, suffix, body, idem, &r, op,
+                             what, error);
+    if (rc == 0 && !(also_ok && r.status == also_ok))
+        rc = cl_sandbox_answer(s, h, &r, cl_backend, op, what, error);
+    cl_resp_clear(&r);
+    return rc;
 }
 
 int cl_sandbox_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *url,
@@ -895,6 +1037,13 @@ int cl_ids_add(cl_ids *s, const char *id)
     if (!(s->v[s->n] = strdup(id)))
         return -1;
     s->v[++s->n] = NULL;
+    return 0;
+}
+
+int cl_ids_listed(void *ud, json_object *item)
+{
+    cl_listed_ids *l = ud;
+    cl_ids_add(&l->ids, cl_json_str(item, l->id_key));
     return 0;
 }
 
@@ -1170,6 +1319,25 @@ int cl_delete_url(cl_http *h, const sbx_call_ctx *ctx, const char *url, const ch
     return rc;
 }
 
+json_object *cl_item_get(cl_http *h, const sbx_call_ctx *ctx, const char *api,
+                         const char *collection, const char *id, long *status, const char *op,
+                         const char *what, sbx_error **error)
+{
+    char *url = cl_item_url(api, collection, id, "");
+    json_object *j = cl_get_json(h, ctx, url, status, op, what, error);
+    free(url);
+    return j;
+}
+
+int cl_item_delete(cl_http *h, const sbx_call_ctx *ctx, const char *api, const char *collection,
+                   const char *id, const char *op, const char *what, sbx_error **error)
+{
+    char *url = cl_item_url(api, collection, id, "");
+    int rc = cl_delete_url(h, ctx, url, op, what, error);
+    free(url);
+    return rc;
+}
+
 /* ------------------------------------------------------------------------ */
 /* A multipart/form-data body (runloop's upload_file)                        */
 /* ------------------------------------------------------------------------ */
@@ -1208,4 +1376,178 @@ int cl_multipart_body(cl_buf *out, char *ctype, size_t ctype_cap, const char *co
     }
     snprintf(ctype, ctype_cap, "multipart/form-data; boundary=%s", bnd);
     return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The create's options by table, its labels, and what a listing owns       */
+/* ------------------------------------------------------------------------ */
+
+int cl_refuse_options(const sbx_plugin_create_request *rq, const char *provider,
+                      const cl_unsupported *table, sbx_error **error)
+{
+    uint64_t set = rq->set_fields;
+    for (const cl_unsupported *u = table; u && u->option; u++) {
+        const char *o = u->option, *value = NULL;
+        char buf[64];
+        int given;
+        if (strcmp(o, "cpu") == 0) {
+            given = (set & SBX_OPTION_CPU) != 0;
+            snprintf(buf, sizeof buf, "%g", rq->cpu);
+            value = buf;
+        } else if (strcmp(o, "memory_mb") == 0 || strcmp(o, "disk_mb") == 0) {
+            int mem = o[0] == 'm';
+            given = (set & (mem ? SBX_OPTION_MEMORY_MB : SBX_OPTION_DISK_MB)) != 0;
+            snprintf(buf, sizeof buf, "%lld", (long long)(mem ? rq->memory_mb : rq->disk_mb));
+            value = buf;
+        } else if (strcmp(o, "allow_internet") == 0) {
+            given = !rq->allow_internet;
+            value = "false";
+        } else {
+            static const char *const names[] = { "gpu", "image", "template", "snapshot_id",
+                                                 "app_name" };
+            const char *const values[] = { rq->gpu, rq->image, rq->template_name,
+                                           rq->snapshot_id, rq->app_name };
+            size_t k = 0;
+            while (k < 5 && strcmp(o, names[k]) != 0)
+                k++;
+            if (k == 5) {
+                cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "create", "%s backend: "
+                                   "no such create option to refuse: %s", provider, o),
+                           "option", o);
+                return -1;
+            }
+            value = values[k];
+            given = value && *value;
+        }
+        if (given) {
+            cl_refuse(error, provider, o, value, u->why);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int cl_no_backend_options(const sbx_plugin_create_request *rq, const char *provider,
+                          sbx_error **error)
+{
+    if (!rq->backend_options || !*rq->backend_options)
+        return 0;
+    json_object *bo = json_tokener_parse(rq->backend_options);
+    const char *key = NULL;
+    int object = bo && json_object_is_type(bo, json_type_object);
+    if (object) {
+        json_object_object_foreach(bo, k, v) {
+            (void)v;
+            key = k;
+            break;
+        }
+    }
+    int rc = 0;
+    if (key || !object) {
+        sbx_error *err = key
+            ? cl_fail(error, SBX_ERROR_CONFIGURATION, "create", "%s backend_options: unknown "
+                      "key \"%s\" (the %s backend takes no backend options)", provider, key,
+                      provider)
+            : cl_fail(error, SBX_ERROR_CONFIGURATION, "create", "%s backend_options: %s is "
+                      "not a JSON object", provider, rq->backend_options);
+        cl_context(err, "option", "backend_options");
+        if (key)
+            cl_context(err, "name", key);
+        rc = -1;
+    }
+    json_object_put(bo);
+    return rc;
+}
+
+json_object *cl_meta_labels(const sbx_call_ctx *ctx, const char *backend, double expires_at)
+{
+    json_object *m = json_object_new_object();
+    json_object_object_add(m, CL_META_BACKEND, json_object_new_string(backend));
+    if (ctx && ctx->create_token)
+        json_object_object_add(m, CL_META_TOKEN, json_object_new_string(ctx->create_token));
+    if (expires_at > 0) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "%.0f", expires_at);
+        json_object_object_add(m, CL_META_EXPIRES, json_object_new_string(buf));
+    }
+    return m;
+}
+
+double cl_rfc3339(const char *s)
+{
+    struct tm tm = { 0 };
+    const char *e = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+    if (!e)
+        return 0;
+    double frac = 0;
+    if (*e == '.')
+        frac = strtod(e, NULL);
+    return (double)timegm(&tm) + frac;
+}
+
+int cl_owned_listed(void *ud, json_object *item)
+{
+    const cl_owned *o = ud;
+    json_object *lb = cl_json_path(item, o->labels_key, NULL);
+    const char *id = cl_json_str(item, o->id_key);
+    const char *tok = cl_json_str(lb, CL_META_TOKEN);
+    const char *exp = cl_json_str(lb, CL_META_EXPIRES);
+    if (!id || !tok)
+        return 0;
+    sbx_plugin_owned_info info = { sizeof(info), id, tok,
+                                   o->created_key ? cl_rfc3339(cl_json_str(item, o->created_key))
+                                                  : 0,
+                                   exp ? strtod(exp, NULL) : 0 };
+    return o->fn(&info, o->ud);
+}
+
+int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_listed_fn fn,
+                  void *ud, const char *op, sbx_error **error)
+{
+    char *next = NULL;
+    int rc = 0;
+    for (int page = 0; page < 1000 && rc == 0; page++) {
+        char *nt = next ? cl_url_escape(next) : NULL;
+        char *url = next ? (nt ? cl_printf("%s&%s=%s", pg->url, pg->token_param, nt) : NULL)
+                         : strdup(pg->url);
+        free(nt);
+        free(next);
+        next = NULL;
+        rc = -1;
+        if (!url) {
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            break;
+        }
+        json_object *j = NULL;
+        cl_resp r = { 0 };
+        cl_req rq = { .method = "GET", .url = url, .idempotent = CL_SAFE,
+                      .keep_header = pg->token_header, .what = pg->what };
+        if (cl_request(h, ctx, &rq, &r, op, error) == 0) {
+            if (r.status == 200)
+                j = cl_resp_json(&r, op, pg->what, error);
+            else
+                cl_fail_status(h, error, CL_CODE_BY_STATUS, &r, op, pg->what);
+        }
+        free(url);
+        json_object *items = pg->items_key ? cl_json_path(j, pg->items_key, NULL) : j;
+        if (j && (pg->items_key || json_object_is_type(items, json_type_array))) {
+            rc = 0;
+            size_t n = json_object_is_type(items, json_type_array)
+                       ? json_object_array_length(items) : 0;
+            int stop = 0;
+            for (size_t i = 0; i < n && !stop; i++)
+                stop = fn(ud, json_object_array_get_idx(items, i)) != 0;
+            const char *tok = pg->token_header ? r.kept_header : cl_json_str(j, pg->token_key);
+            next = !stop && tok && *tok ? strdup(tok) : NULL;
+        } else if (j) {
+            cl_fail(error, SBX_ERROR_CONNECTION, op, "%s list answered with no array",
+                    cl_backend);
+        }
+        cl_resp_clear(&r);
+        json_object_put(j);
+        if (!next)
+            break;
+    }
+    free(next);
+    return rc;
 }

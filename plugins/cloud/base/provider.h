@@ -27,7 +27,13 @@
  *     (reaped by its token) and working directory, the plugin's own mkdir
  *     and chmod commands, a directory listed by a find command, an item's
  *     GET and DELETE, the ids of a create token's items, paths under the
- *     workdir, and small string helpers.
+ *     workdir, and small string helpers;
+ *   - the port slots of a provider that routes every port itself, and a
+ *     string in host memory;
+ *   - the create's refusals by table (options the provider cannot honour,
+ *     backend_options of a provider that takes none) and its ownership
+ *     labels; a paged listing, and list_owned's item (with RFC 3339
+ *     times).
  *
  * Prefix, threading, errors and ownership as in cloud.h.
  */
@@ -219,6 +225,16 @@ char *cl_mark_resize_command(const char *tag, unsigned rows, unsigned cols);
 char *cl_env_file(const char *const *env);
 
 /**
+ * The check of a per-call environment @env ("K=V" strings) that becomes
+ * shell assignments or exports: 0 when every key is a shell name (letters,
+ * digits and '_', not starting with a digit); else -1 with invalid_argument
+ * "env key \"K\" is not a shell name (KEY=VALUE, KEY of letters, digits
+ * and _, not starting with a digit)", context env_key=K (cut to 127
+ * bytes), op @op; a string without '=' fails the same way. Thread-safe.
+ */
+int cl_env_names_check(const char *const *env, const char *op, sbx_error **error);
+
+/**
  * The first line of a command's script that sources the file @path (made
  * from cl_env_file()) when it exists and then unsets CL_CALL_KEYS, ending
  * with a newline. A new string.
@@ -363,6 +379,40 @@ char *cl_ports_list(cl_sandbox *s, const char *op, sbx_error **error);
 sbx_error *cl_port_not_exposed(sbx_error **error, cl_sandbox *s, const char *provider,
                                const char *op, unsigned port);
 
+/** The create request's ports (cl_request_ports()) added to @s: 0, or -1
+ *  with resource_exhausted (op @op) on no memory. */
+int cl_ports_from_request(cl_sandbox *s, const sbx_plugin_create_request *rq, const char *op,
+                          sbx_error **error);
+
+/*
+ * The port slots of a provider that routes every port of a sandbox itself
+ * (E2B, Daytona, Tensorlake), whose sandbox struct starts with a
+ * cl_sandbox: the library only keeps the set exposed, no call is made.
+ * The provider named in errors is cl_backend (cl_setup()). Thread-safe.
+ */
+
+/** The expose_port slot: -1 with cl_gone_error() (op expose_port) when the
+ *  sandbox is gone, -1 with resource_exhausted on no memory, else 0 with
+ *  @port added (@ctx unused). */
+int cl_expose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                   sbx_error **error);
+/** The unexpose_port slot: -1 with cl_gone_error() (op unexpose_port) when
+ *  the sandbox is gone, else 0 with @port removed (absent: nothing). */
+int cl_unexpose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
+                     sbx_error **error);
+/** The list_ports slot: NULL with cl_gone_error() (op list_ports) when the
+ *  sandbox is gone, else cl_ports_list() (host memory). */
+char *cl_list_ports(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error);
+/** The start of a resolve_port slot: -1 with cl_gone_error() (op
+ *  resolve_port) when @s is gone, -1 with cl_port_not_exposed() when @port
+ *  is not exposed, else 0. */
+int cl_port_resolvable(cl_sandbox *s, unsigned port, sbx_error **error);
+
+/** A copy of @str in host memory (cl_host->alloc; the host frees it), as a
+ *  slot returns a string: NULL with resource_exhausted (op @op) on no
+ *  memory. Thread-safe. */
+char *cl_host_strdup(const char *str, const char *op, sbx_error **error);
+
 /**
  * The destroy slot's body: 0 at once when @s is gone; else @del (op
  * "destroy"), and on success the gone flag set, so that every later call
@@ -379,6 +429,19 @@ int cl_sandbox_destroy(cl_sandbox *s, sbx_plugin_client *client, cl_delete_fn de
  */
 int cl_sandbox_answer(cl_sandbox *s, cl_http *h, const cl_resp *r, const char *provider,
                       const char *op, const char *what, sbx_error **error);
+
+/**
+ * A call on sandbox @s at the provider: -1 with cl_gone_error() (of
+ * cl_backend) at once when @s is gone; else cl_item_request(@method,
+ * @api, @collection, @s's id, @suffix, @body, @idem) and its answer as
+ * cl_sandbox_answer() takes it, except that the status @also_ok (when not
+ * 0: one that says it is done already, as a 409 to the pause of a paused
+ * sandbox) is 0 too; -1 with the call's error when no answer came.
+ */
+int cl_sandbox_call(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *method,
+                    const char *api, const char *collection, const char *suffix,
+                    struct json_object *body, cl_idempotency idem, long also_ok,
+                    const char *op, const char *what, sbx_error **error);
 
 /**
  * The is_alive slot's body: 0 at once when @s is gone; else GET @url (the
@@ -487,6 +550,109 @@ int cl_http_configure(cl_http *h, struct json_object *cfg, const char *const *ke
 sbx_error *cl_refuse(sbx_error **error, const char *provider, const char *option,
                      const char *value, const char *why);
 
+/** One create option a provider cannot honour, and why: an entry of the
+ *  table cl_refuse_options() checks. */
+typedef struct cl_unsupported {
+    const char *option;     /* "cpu", "memory_mb", "disk_mb", "gpu", "image",
+                             * "template", "snapshot_id", "app_name" or
+                             * "allow_internet"; NULL ends the table */
+    const char *why;        /* cl_refuse()'s @why */
+} cl_unsupported;
+
+/**
+ * The create's refusals by table: the first option of @table (in its
+ * order) that @rq gives is refused with cl_refuse(@provider, option,
+ * value, why) and -1 returned; 0 when it gives none. A string option
+ * (gpu, image, template, snapshot_id, app_name) is given when it is not
+ * NULL or empty, its value as it is; cpu (value "%g"), memory_mb and
+ * disk_mb (integers) when their SBX_OPTION_* bit is set; allow_internet
+ * when it is 0 (value "false"). An option not named above is
+ * invalid_argument naming it (a table to fix). Thread-safe.
+ */
+int cl_refuse_options(const sbx_plugin_create_request *rq, const char *provider,
+                      const cl_unsupported *table, sbx_error **error);
+
+/**
+ * The create's backend_options for a provider that takes none: 0 when
+ * @rq has none (NULL or ""); else -1 with configuration "@provider
+ * backend_options: JSON is not a JSON object", or "@provider
+ * backend_options: unknown key \"K\" (the @provider backend takes no
+ * backend options)" for the first key of an object, context
+ * option=backend_options (and name=K), op create. Thread-safe.
+ */
+int cl_no_backend_options(const sbx_plugin_create_request *rq, const char *provider,
+                          sbx_error **error);
+
+/** One item of a listing (a JSON object, borrowed for the call): 0 to go
+ *  on, non-zero to stop the listing. */
+typedef int (*cl_listed_fn)(void *ud, struct json_object *item);
+
+/** How a provider pages its list call (cl_list_pages()). */
+typedef struct cl_pages {
+    const char *url;            /* the first page: an absolute URL with its
+                                 * query (filter, page size) */
+    const char *token_param;    /* a later page is @url + "&" + this + "=" +
+                                 * the token (percent-encoded) */
+    const char *token_header;   /* the next page's token is this answer
+                                 * header ("X-Next-Token"), or NULL */
+    const char *token_key;      /* else this string member of the answer
+                                 * ("nextCursor"); no token: the last page */
+    const char *items_key;      /* the array member holding the items
+                                 * ("items"; absent: none); NULL: the
+                                 * answer is the array itself (else an
+                                 * error) */
+    const char *what;           /* for messages ("list sandboxes") */
+} cl_pages;
+
+/**
+ * Reads every page (up to 1000) of the listing @pg, GETs (safe calls,
+ * retried), and calls @fn on each item until it gives non-zero (no more
+ * pages are read then). 0, or -1 with *@error set: the call's error, a
+ * status other than 200 (cl_fail_status()), an answer that is not JSON,
+ * connection "@provider list answered with no array" (@provider being
+ * cl_backend) when the answer should be an array and is not, or
+ * resource_exhausted. Thread-safe.
+ */
+int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_listed_fn fn,
+                  void *ud, const char *op, sbx_error **error);
+
+/**
+ * The ownership labels a create carries (CL_META_*, reap.c), in this
+ * order: CL_META_BACKEND=@backend, CL_META_TOKEN=@ctx's create token
+ * (left out when @ctx has none), CL_META_EXPIRES=@expires_at as whole
+ * UNIX seconds (left out when it is <= 0). A new JSON object
+ * (json_object_put()). Thread-safe.
+ */
+struct json_object *cl_meta_labels(const sbx_call_ctx *ctx, const char *backend,
+                                   double expires_at);
+
+/** An RFC 3339 time ("2026-08-21T10:00:00.123Z") as UNIX seconds, the
+ *  fraction kept; the zone is not read (the providers write UTC). 0 when
+ *  @s is NULL or does not start with such a time. */
+double cl_rfc3339(const char *s);
+
+/** What a list_owned slot hands its listing (a cl_listed_fn's @ud for
+ *  cl_owned_listed()): the host's callback, and where a listed item holds
+ *  its id, its labels and its creation time. */
+typedef struct cl_owned {
+    sbx_plugin_owned_fn fn;
+    void *ud;
+    const char *id_key;         /* the id's string member ("id") */
+    const char *labels_key;     /* the labels' object member ("labels") */
+    const char *created_key;    /* an RFC 3339 member ("startedAt"), or NULL:
+                                 * created_at 0 */
+} cl_owned;
+
+/**
+ * A cl_listed_fn over a cl_owned @ud: one listed sandbox as list_owned
+ * gives it, its id, and from its labels the create token and the expiry
+ * (CL_META_TOKEN, CL_META_EXPIRES as decimal UNIX seconds; 0 when absent),
+ * with its creation time (cl_rfc3339()), handed to the callback. An item
+ * without an id or a token (not made by libsbx) is passed over: 0. Else
+ * the callback's answer (non-zero stops the listing).
+ */
+int cl_owned_listed(void *ud, struct json_object *item);
+
 /** The exec_wait slot of a plugin whose process struct starts with a
  *  cl_proc: cl_proc_wait() with op exec_wait (@ctx unused). */
 int cl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
@@ -528,6 +694,29 @@ int cl_exec_check_pty(cl_sandbox *s, const char *provider, const sbx_plugin_exec
 sbx_error *cl_create_unanswered(cl_reaper *reaper, const sbx_call_ctx *ctx, const char *token,
                                 const char *op, sbx_error **error);
 
+/**
+ * The create request of a provider whose create is one POST answered with
+ * the new sandbox: POST @url (NULL: resource_exhausted) with @body (JSON),
+ * sent once (CL_UNSAFE), op create. Returns the answer's JSON (a new
+ * object, json_object_put()) with the id, its string member @id_key, in
+ * *@id (borrowed from it). Else NULL with *@error set, and whatever the
+ * provider may have made looked for by @ctx's create token (when it has
+ * one) and deleted through @reaper (CASE-20):
+ *  - no answer: cl_create_unanswered() (reaped when it may have acted);
+ *  - a status other than 2xx: configuration for a 4xx other than 401,
+ *    403, 408 and 429 (the provider refused what was asked), else the
+ *    status's code (cl_fail_status(), @what); reaped when the answer says
+ *    the provider may have acted (5xx);
+ *  - an answer that is not JSON, or without @id_key (creation_failed
+ *    "@provider create answered without @id_noun", @provider being
+ *    cl_backend): cl_reap_now() with 5 s of its own.
+ * Thread-safe.
+ */
+struct json_object *cl_create_post(cl_http *h, cl_reaper *reaper, const sbx_call_ctx *ctx,
+                                   const char *url, struct json_object *body,
+                                   const char *id_key, const char *id_noun, const char *what,
+                                   const char **id, sbx_error **error);
+
 /** The ids a listing collects (the reaper's look-up, cloud.h): start from
  *  { 0 }. Not thread-safe. */
 typedef struct cl_ids {
@@ -538,6 +727,18 @@ typedef struct cl_ids {
 /** Appends a copy of @id to @s (NULL @id: nothing): 0, or -1 on no memory
  *  (@s keeps what it had). */
 int cl_ids_add(cl_ids *s, const char *id);
+
+/** The ids of a listing's items (cl_listed_fn items): start from { { 0 },
+ *  KEY }. Not thread-safe. */
+typedef struct cl_listed_ids {
+    cl_ids ids;
+    const char *id_key;     /* the id's string member ("id") */
+} cl_listed_ids;
+
+/** A cl_listed_fn over a cl_listed_ids @ud: adds the item's id (an item
+ *  without one adds nothing, and so does a copy that cannot be made, as
+ *  cl_ids_add()). Always 0: the listing goes on. */
+int cl_ids_listed(void *ud, struct json_object *item);
 
 /** The ids of the items carrying one create token, as the reaper's
  *  look-up collects them: start from { TOKEN, { 0 } }. Not thread-safe. */
@@ -718,6 +919,18 @@ struct json_object *cl_get_json(cl_http *h, const sbx_call_ctx *ctx, const char 
  */
 int cl_delete_url(cl_http *h, const sbx_call_ctx *ctx, const char *url, const char *op,
                   const char *what, sbx_error **error);
+
+/** cl_get_json() on cl_item_url(@api, @collection, @id, ""): the item's
+ *  JSON, or NULL as cl_get_json() gives it (*@status 404: it does not
+ *  exist, no error). */
+struct json_object *cl_item_get(cl_http *h, const sbx_call_ctx *ctx, const char *api,
+                                const char *collection, const char *id, long *status,
+                                const char *op, const char *what, sbx_error **error);
+
+/** cl_delete_url() on cl_item_url(@api, @collection, @id, ""): 0 also when
+ *  the item is gone already. */
+int cl_item_delete(cl_http *h, const sbx_call_ctx *ctx, const char *api, const char *collection,
+                   const char *id, const char *op, const char *what, sbx_error **error);
 
 /* ------------------------------------------------------------------------ */
 /* A multipart/form-data body (runloop's upload_file)                        */

@@ -71,6 +71,15 @@ sbx_error *cl_fail(sbx_error **error, sbx_error_code code, const char *op,
     return *error;
 }
 
+sbx_error *cl_fail_from(sbx_error **error, const cl_last_error *l, const char *op)
+{
+    cl_last_error c = *l;   /* @l may be the last error itself */
+    sbx_error *err = cl_fail(error, c.code, op, "%s", c.msg);
+    if (c.unknown)
+        cl_outcome_unknown(err);
+    return err;
+}
+
 void cl_context(sbx_error *err, const char *key, const char *value)
 {
     if (err && cl_host && cl_host->error_add_context && value)

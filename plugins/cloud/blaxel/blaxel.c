@@ -548,34 +548,17 @@ static json_object *bl_create_body(struct sbx_plugin_client *c, const char *name
         json_object_object_add(labels, BL_LABEL_TOKEN, json_object_new_string(token));
     if (cl_workdir_check(BL_BACKEND, rq->workdir, error) < 0)
         goto fail;
-    if (set & SBX_OPTION_APP_NAME) {
-        bl_refuse(error, "app_name", rq->app_name, "Blaxel has no apps");
+    static const cl_unsupported unsupported[] = {
+        { "app_name", "Blaxel has no apps" },
+        { "disk_mb", "Blaxel sandboxes take no disk size" },
+        { "gpu", "Blaxel sandboxes have no GPUs" },
+        { "snapshot_id", "Blaxel sandbox snapshots are not offered by this backend" },
+        { "template", "Blaxel has no templates (give an image)" },
+        { "allow_internet", "this backend cannot cut a Blaxel sandbox off the internet" },
+        { NULL, NULL },
+    };
+    if (cl_refuse_options(rq, BL_BACKEND, unsupported, error) < 0)
         goto fail;
-    }
-    if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb > 0) {
-        snprintf(buf, sizeof buf, "%lld", (long long)rq->disk_mb);
-        bl_refuse(error, "disk_mb", buf, "Blaxel sandboxes take no disk size");
-        goto fail;
-    }
-    if ((set & SBX_OPTION_GPU) && rq->gpu && *rq->gpu) {
-        bl_refuse(error, "gpu", rq->gpu, "Blaxel sandboxes have no GPUs");
-        goto fail;
-    }
-    if (rq->snapshot_id) {
-        bl_refuse(error, "snapshot_id", rq->snapshot_id, "Blaxel sandbox snapshots are not "
-                  "offered by this backend");
-        goto fail;
-    }
-    if (rq->template_name) {
-        bl_refuse(error, "template", rq->template_name, "Blaxel has no templates (give an "
-                  "image)");
-        goto fail;
-    }
-    if (!rq->allow_internet) {
-        bl_refuse(error, "allow_internet", "false", "this backend cannot cut a Blaxel "
-                  "sandbox off the internet");
-        goto fail;
-    }
     int64_t memory;
     if (bl_size(rq, &memory, error) < 0)
         goto fail;
@@ -611,29 +594,8 @@ static json_object *bl_create_body(struct sbx_plugin_client *c, const char *name
     json_object_object_add(rt, "ttl", json_object_new_string(buf));
     if (c->region)
         json_object_object_add(spec, "region", json_object_new_string(c->region));
-    if (rq->backend_options && *rq->backend_options) {
-        json_object *bo = json_tokener_parse(rq->backend_options);
-        sbx_error *err = NULL;
-        if (!bo || !json_object_is_type(bo, json_type_object)) {
-            err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                          "blaxel backend_options: %s is not a JSON object",
-                          rq->backend_options);
-        } else {
-            json_object_object_foreach(bo, k, v) {
-                (void)v;
-                err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                              "blaxel backend_options: unknown key \"%s\" (the blaxel backend "
-                              "takes no backend options)", k);
-                cl_context(err, "name", k);
-                break;
-            }
-        }
-        json_object_put(bo);
-        if (err) {
-            cl_context(err, "option", "backend_options");
-            goto fail;
-        }
-    }
+    if (cl_no_backend_options(rq, BL_BACKEND, error) < 0)
+        goto fail;
     return b;
 fail:
     json_object_put(b);

@@ -797,63 +797,23 @@ static char *cf_list_ports(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_
 /* The options the bridge cannot honour per sandbox. */
 static int cf_check_options(const sbx_plugin_create_request *rq, sbx_error **error)
 {
-    uint64_t set = rq->set_fields;
-    char buf[64];
-    if (cl_workdir_check(CF_BACKEND, rq->workdir, error) < 0)
+    static const cl_unsupported unsupported[] = {
+        { "app_name", "the Sandbox Bridge has no apps" },
+        { "cpu", "the container's instance type is the worker's setting "
+                 "(wrangler.jsonc containers.instance_type), not per sandbox" },
+        { "memory_mb", "the container's instance type is the worker's "
+                       "setting (wrangler.jsonc containers.instance_type), not per sandbox" },
+        { "disk_mb", "the disk comes with the worker's instance type" },
+        { "gpu", "Cloudflare containers have no GPUs" },
+        { "image", "the image is the worker's setting (wrangler.jsonc containers.image)" },
+        { "template", "the Sandbox Bridge has no templates" },
+        { "allow_internet", "the Sandbox Bridge has no per-sandbox network policy" },
+        { NULL, NULL },
+    };
+    if (cl_workdir_check(CF_BACKEND, rq->workdir, error) < 0
+        || cl_refuse_options(rq, CF_BACKEND, unsupported, error) < 0
+        || cl_no_backend_options(rq, CF_BACKEND, error) < 0)
         return -1;
-    if (set & SBX_OPTION_APP_NAME)
-        return cf_refuse(error, "app_name", rq->app_name, "the Sandbox Bridge has no apps"), -1;
-    if (set & SBX_OPTION_CPU) {
-        snprintf(buf, sizeof buf, "%g", rq->cpu);
-        cf_refuse(error, "cpu", buf, "the container's instance type is the worker's setting "
-                  "(wrangler.jsonc containers.instance_type), not per sandbox");
-        return -1;
-    }
-    if (set & SBX_OPTION_MEMORY_MB) {
-        snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
-        cf_refuse(error, "memory_mb", buf, "the container's instance type is the worker's "
-                  "setting (wrangler.jsonc containers.instance_type), not per sandbox");
-        return -1;
-    }
-    if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb > 0) {
-        snprintf(buf, sizeof buf, "%lld", (long long)rq->disk_mb);
-        cf_refuse(error, "disk_mb", buf, "the disk comes with the worker's instance type");
-        return -1;
-    }
-    if ((set & SBX_OPTION_GPU) && rq->gpu)
-        return cf_refuse(error, "gpu", rq->gpu, "Cloudflare containers have no GPUs"), -1;
-    if (rq->image)
-        return cf_refuse(error, "image", rq->image, "the image is the worker's setting "
-                         "(wrangler.jsonc containers.image)"), -1;
-    if (rq->template_name)
-        return cf_refuse(error, "template", rq->template_name, "the Sandbox Bridge has no "
-                         "templates"), -1;
-    if (!rq->allow_internet)
-        return cf_refuse(error, "allow_internet", "false", "the Sandbox Bridge has no per-"
-                         "sandbox network policy"), -1;
-    if (rq->backend_options && *rq->backend_options) {
-        json_object *bo = json_tokener_parse(rq->backend_options);
-        sbx_error *err = NULL;
-        if (!bo || !json_object_is_type(bo, json_type_object)) {
-            err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                          "cloudflare backend_options: %s is not a JSON object",
-                          rq->backend_options);
-        } else {
-            json_object_object_foreach(bo, k, v) {
-                (void)v;
-                err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                              "cloudflare backend_options: unknown key \"%s\" (the cloudflare "
-                              "backend takes no backend options)", k);
-                cl_context(err, "name", k);
-                break;
-            }
-        }
-        json_object_put(bo);
-        if (err) {
-            cl_context(err, "option", "backend_options");
-            return -1;
-        }
-    }
     return 0;
 }
 

@@ -103,8 +103,9 @@
  * for a state, the session state, the client's config and credential (the
  * organization header rides with it), the workdir check and mkdir, the
  * chmod after an upload, the refusal of an option, the item GET and
- * DELETE, the missing-cwd error, descriptors as bodies and sinks, and the
- * kill of every marked process.
+ * DELETE, the missing-cwd error, descriptors as bodies and sinks, the
+ * kill of every marked process, the port slots, the ownership labels, and
+ * the paged listing and its owned items.
  *  - exposed ports: the create's ports and expose_port's are mapped here
  *    (session state "ports"); resolve_port asks GET
  *    /sandbox/{id}/ports/{port}/preview-url and answers its url; the
@@ -216,10 +217,7 @@ static sbx_error *dt_fail_gone(struct sbx_plugin_sandbox *sb, sbx_error **error,
 static json_object *dt_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                            long *status, const char *op, sbx_error **error)
 {
-    char *url = cl_item_url(c->api, "sandbox", id, "");
-    json_object *j = cl_get_json(c->http, ctx, url, status, op, "get the sandbox", error);
-    free(url);
-    return j;
+    return cl_item_get(c->http, ctx, c->api, "sandbox", id, status, op, "get the sandbox", error);
 }
 
 static const char *dt_state(json_object *j)
@@ -231,10 +229,7 @@ static const char *dt_state(json_object *j)
 static int dt_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                      const char *op, sbx_error **error)
 {
-    char *url = cl_item_url(c->api, "sandbox", id, "");
-    int rc = cl_delete_url(c->http, ctx, url, op, "delete the sandbox", error);
-    free(url);
-    return rc;
+    return cl_item_delete(c->http, ctx, c->api, "sandbox", id, op, "delete the sandbox", error);
 }
 
 /* The state named by this thread's last dt_wake failure ("" when none), so
@@ -243,74 +238,31 @@ static __thread char dt_wake_state[32];
 
 /* Calls @fn on each sandbox listed (GET /sandbox?labels=@labels, every
  * page), until it gives non-zero. 0, or -1 with *@error set. */
-typedef int (*dt_listed_fn)(void *ud, json_object *it);
-
 static int dt_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *key,
-                   const char *value, dt_listed_fn fn, void *ud, const char *op,
+                   const char *value, cl_listed_fn fn, void *ud, const char *op,
                    sbx_error **error)
 {
     json_object *want = json_object_new_object();
     json_object_object_add(want, key, json_object_new_string(value));
     char *labels = cl_url_escape(json_object_to_json_string_ext(want, JSON_C_TO_STRING_PLAIN));
     json_object_put(want);
-    char *cursor = NULL;
-    int rc = labels ? 0 : -1;
-    if (!labels)
+    char *url = labels ? cl_printf("%s/sandbox?limit=200&labels=%s", c->api, labels) : NULL;
+    cl_pages pg = { url, "cursor", NULL, "nextCursor", "items", "list sandboxes" };
+    int rc = url ? cl_list_pages(c->http, ctx, &pg, fn, ud, op, error) : -1;
+    if (!url)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    for (int page = 0; page < 1000 && rc == 0; page++) {
-        char *cur = cursor ? cl_url_escape(cursor) : NULL;
-        char *url = cl_printf("%s/sandbox?limit=200&labels=%s%s%s", c->api, labels,
-                              cur ? "&cursor=" : "", cur ? cur : "");
-        free(cur);
-        free(cursor);
-        cursor = NULL;
-        cl_resp r = { 0 };
-        json_object *j = NULL;
-        if (!url)
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        else if (cl_request_json(c->http, ctx, "GET", url, NULL, CL_SAFE, &r, op,
-                                 "list sandboxes", error) == 0) {
-            if (r.status == 200)
-                j = cl_resp_json(&r, op, "list sandboxes", error);
-            else
-                cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "list sandboxes");
-        }
-        free(url);
-        cl_resp_clear(&r);
-        if (!j) {
-            rc = -1;
-            break;
-        }
-        json_object *items = cl_json_path(j, "items", NULL);
-        size_t n = items && json_object_is_type(items, json_type_array)
-                   ? json_object_array_length(items) : 0;
-        int stop = 0;
-        for (size_t i = 0; i < n && !stop; i++)
-            stop = fn(ud, json_object_array_get_idx(items, i)) != 0;
-        const char *nx = cl_json_str(j, "nextCursor");
-        cursor = nx && *nx && !stop ? strdup(nx) : NULL;
-        json_object_put(j);
-        if (!cursor)
-            break;
-    }
-    free(cursor);
+    free(url);
     free(labels);
     return rc;
-}
-
-static int dt_id_one(void *ud, json_object *it)
-{
-    cl_ids_add(ud, cl_json_str(it, "id"));
-    return 0;
 }
 
 /* The reaper's look-up (cloud.h): the sandboxes labelled with @token. */
 static int dt_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
                          sbx_error **error)
 {
-    cl_ids s = { 0 };
-    int rc = dt_list(ud, ctx, CL_META_TOKEN, token, dt_id_one, &s, "create", error);
-    return cl_ids_finish(&s, rc, ids, "create", error);
+    cl_listed_ids s = { { 0 }, "id" };
+    int rc = dt_list(ud, ctx, CL_META_TOKEN, token, cl_ids_listed, &s, "create", error);
+    return cl_ids_finish(&s.ids, rc, ids, "create", error);
 }
 
 static int dt_delete_for_reaper(void *ud, const sbx_call_ctx *ctx, const char *id,
@@ -501,17 +453,14 @@ static int dt_client_new(const char *config_json, sbx_plugin_client **client, sb
 {
     const char *op = "client_new";
     json_object *cfg = NULL;
-    if (cl_client_config(config_json, DT_BACKEND, &cfg, error) < 0)
+    struct sbx_plugin_client *c = cl_client_alloc(config_json, DT_BACKEND, sizeof(*c),
+                                                  offsetof(struct sbx_plugin_client, http),
+                                                  &cfg, error);
+    if (!c)
         return -1;
-    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
-    if (!c || !(c->http = cl_http_new())
-        || !(c->reaper = cl_reaper_new(dt_find_token, dt_delete_for_reaper, c))) {
-        if (c)
-            cl_http_free(c->http);
-        free(c);
-        json_object_put(cfg);
+    if (!(c->reaper = cl_reaper_new(dt_find_token, dt_delete_for_reaper, c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
+        goto fail;
     }
     c->api = cl_base_url(cfg, "api_url", "DAYTONA_API_URL", DT_DEFAULT_URL, error);
     /* The API key, else a JWT, which acts for the organization named. */
@@ -612,13 +561,13 @@ static json_object *dt_create_body(struct sbx_plugin_client *c, const sbx_call_c
                                    sbx_error **error)
 {
     *create_timeout = 0;
-    json_object *b = json_object_new_object(), *labels = json_object_new_object();
+    static const cl_unsupported unsupported[] = { { "app_name", "Daytona has no apps" },
+                                                  { NULL, NULL } };
+    json_object *b = json_object_new_object();
     uint64_t set = rq->set_fields;
     char buf[64];
-    if (set & SBX_OPTION_APP_NAME) {
-        dt_refuse(error, "app_name", rq->app_name, "Daytona has no apps");
+    if (cl_refuse_options(rq, DT_BACKEND, unsupported, error) < 0)
         goto fail;
-    }
     if (set & SBX_OPTION_CPU) {
         if (!(rq->cpu > 0)) {
             snprintf(buf, sizeof buf, "%g", rq->cpu);
@@ -692,15 +641,7 @@ static json_object *dt_create_body(struct sbx_plugin_client *c, const sbx_call_c
     if (c->target)
         json_object_object_add(b, "target", json_object_new_string(c->target));
     json_object_object_add(b, "env", cl_env_object(rq->env));
-    json_object_object_add(labels, CL_META_BACKEND, json_object_new_string(DT_BACKEND));
-    if (ctx && ctx->create_token)
-        json_object_object_add(labels, CL_META_TOKEN, json_object_new_string(ctx->create_token));
-    if (rq->expires_at > 0) {
-        snprintf(buf, sizeof buf, "%.0f", rq->expires_at);
-        json_object_object_add(labels, CL_META_EXPIRES, json_object_new_string(buf));
-    }
-    json_object_object_add(b, "labels", labels);
-    labels = NULL;
+    json_object_object_add(b, "labels", cl_meta_labels(ctx, DT_BACKEND, rq->expires_at));
     /* The reference's TTL mapping: only a lifetime the caller set becomes
      * ttlMinutes; otherwise the provider's idle stop bounds the sandbox. */
     if (set & SBX_OPTION_TIMEOUT_SECS) {
@@ -761,7 +702,6 @@ static json_object *dt_create_body(struct sbx_plugin_client *c, const sbx_call_c
     return b;
 fail:
     json_object_put(b);
-    json_object_put(labels);
     return NULL;
 }
 
@@ -828,13 +768,9 @@ static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto out;
     }
     sb = dt_sandbox_new(c, id, tb, rq->workdir && *rq->workdir ? rq->workdir : NULL);
-    const uint16_t *ports;
-    size_t n_ports = cl_request_ports(rq, &ports);
-    int port_oom = 0;
-    for (size_t i = 0; sb && i < n_ports; i++)
-        port_oom |= cl_ports_add(&sb->s, ports[i]) < 0;
-    if (!sb || port_oom) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    if (!sb || cl_ports_from_request(&sb->s, rq, op, error) < 0) {
+        if (!sb)
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         dt_delete(c, NULL, id, op, NULL);
         dt_sandbox_free(sb);
         sb = NULL;
@@ -880,24 +816,19 @@ static int dt_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
     return rc;
 }
 
-/* {"version":1,"sandbox_id":ID,"toolbox":URL[,"workdir":DIR]}: no
+/* {"version":1,"sandbox_id":ID[,"workdir":DIR],"toolbox":URL}: no
  * credential, no env. */
 static char *dt_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    if (dt_check(sb, "session_state", error) < 0)
+    json_object *j = cl_state_new(&sb->s, DT_BACKEND, DT_STATE_VERSION, "sandbox_id", sb->workdir,
+                                  error);
+    if (!j)
         return NULL;
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "version", json_object_new_int(DT_STATE_VERSION));
-    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
     size_t tl = strlen(sb->toolbox) - strlen(sb->s.id) - 1;
     json_object_object_add(j, "toolbox", json_object_new_string_len(sb->toolbox, (int)tl));
-    if (sb->workdir)
-        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
     cl_ports_to_state(&sb->s, j);
-    char *out = cl_state_out(j, "session_state", error);
-    json_object_put(j);
-    return out;
+    return cl_state_end(j, error);
 }
 
 static int dt_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
@@ -955,39 +886,12 @@ out:
  * one is resolved. The token (the x-daytona-preview-token a private
  * sandbox's link asks for) is a secret: it is dropped at once, never
  * logged, stored or put in an error. */
-static int dt_expose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
-                          sbx_error **error)
-{
-    (void)ctx;
-    if (dt_check(sb, "expose_port", error) < 0)
-        return -1;
-    if (cl_ports_add(&sb->s, port) < 0) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "expose_port", "out of memory");
-        return -1;
-    }
-    return 0;
-}
-
-static int dt_unexpose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
-                            sbx_error **error)
-{
-    (void)ctx;
-    if (dt_check(sb, "unexpose_port", error) < 0)
-        return -1;
-    cl_ports_remove(&sb->s, port);
-    return 0;
-}
-
 static char *dt_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
                              sbx_error **error)
 {
     const char *op = "resolve_port";
-    if (dt_check(sb, op, error) < 0)
+    if (cl_port_resolvable(&sb->s, port, error) < 0)
         return NULL;
-    if (!cl_ports_has(&sb->s, port)) {
-        cl_port_not_exposed(error, &sb->s, DT_BACKEND, op, port);
-        return NULL;
-    }
     char sfx[48];
     snprintf(sfx, sizeof(sfx), "/ports/%u/preview-url", port);
     char *url = cl_item_url(sb->c->api, "sandbox", sb->s.id, sfx);
@@ -1011,36 +915,17 @@ static char *dt_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, un
     if (!link || (strncmp(link, "https://", 8) != 0 && strncmp(link, "http://", 7) != 0)) {
         cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
                 "daytona answered the preview link of port %u without a url", port);
-    } else if ((out = cl_host->alloc(strlen(link) + 1))) {
-        strcpy(out, link);
     } else {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        out = cl_host_strdup(link, op, error);
     }
     json_object_put(j);     /* the token goes with it */
     return out;
 }
 
-static char *dt_list_ports(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    (void)ctx;
-    if (dt_check(sb, "list_ports", error) < 0)
-        return NULL;
-    return cl_ports_list(&sb->s, "list_ports", error);
-}
-
 static int dt_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    const char *op = "stop";
-    if (dt_check(sb, op, error) < 0)
-        return -1;
-    cl_resp r = { 0 };
-    int rc = dt_sbcall(sb->c, ctx, "POST", sb->s.id, "/stop", NULL, CL_SAFE, &r, op,
-                       "stop the sandbox", error);
-    if (rc == 0)
-        rc = cl_sandbox_answer(&sb->s, sb->c->http, &r, DT_BACKEND, op, "stop the sandbox",
-                               error);
-    cl_resp_clear(&r);
-    return rc;
+    return cl_sandbox_call(&sb->s, sb->c->http, ctx, "POST", sb->c->api, "sandbox", "/stop", NULL,
+                           CL_SAFE, 0, "stop", "stop the sandbox", error);
 }
 
 static int dt_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
@@ -1053,50 +938,25 @@ static int dt_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error *
 static char *dt_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     const char *op = "snapshot";
-    if (dt_check(sb, op, error) < 0)
-        return NULL;
     char name[48] = "sbx-snap-";
     cl_random_hex(name + 9, 12);
     json_object *b = json_object_new_object();
     json_object_object_add(b, "name", json_object_new_string(name));
     json_object_object_add(b, "includeMemory", json_object_new_boolean(0));
-    cl_resp r = { 0 };
     char *out = NULL;
-    if (dt_sbcall(sb->c, ctx, "POST", sb->s.id, "/snapshot", b, CL_UNSAFE, &r, op,
-                  "snapshot the sandbox", error) == 0
-        && cl_sandbox_answer(&sb->s, sb->c->http, &r, DT_BACKEND, op, "snapshot the sandbox",
-                             error) == 0) {
-        out = cl_host->alloc(strlen(name) + 1);
-        if (out)
-            memcpy(out, name, strlen(name) + 1);
-    }
+    if (cl_sandbox_call(&sb->s, sb->c->http, ctx, "POST", sb->c->api, "sandbox", "/snapshot", b,
+                        CL_UNSAFE, 0, op, "snapshot the sandbox", error) == 0)
+        out = cl_host_strdup(name, op, error);
     json_object_put(b);
-    cl_resp_clear(&r);
     return out;
-}
-
-typedef struct dt_owned {
-    sbx_plugin_owned_fn fn;
-    void *ud;
-} dt_owned;
-
-static int dt_owned_one(void *ud, json_object *it)
-{
-    dt_owned *o = ud;
-    json_object *lb = cl_json_path(it, "labels", NULL);
-    const char *tok = cl_json_str(lb, CL_META_TOKEN);
-    const char *exp = cl_json_str(lb, CL_META_EXPIRES);
-    sbx_plugin_owned_info info = { sizeof(info), cl_json_str(it, "id"), tok, 0,
-                                   exp ? strtod(exp, NULL) : 0 };
-    return info.id && tok ? o->fn(&info, o->ud) : 0;
 }
 
 /* The sandboxes this backend made: label sbx_backend=daytona. */
 static int dt_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                          sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
 {
-    dt_owned o = { fn, ud };
-    return dt_list(client, ctx, CL_META_BACKEND, DT_BACKEND, dt_owned_one, &o, "list_owned",
+    cl_owned o = { fn, ud, "id", "labels", NULL };
+    return dt_list(client, ctx, CL_META_BACKEND, DT_BACKEND, cl_owned_listed, &o, "list_owned",
                    error);
 }
 
@@ -1979,9 +1839,7 @@ out:
             cl_resp_clear(&dr);
             free(dp);
         }
-        cl_fail(NULL, l.code, op, "%s", l.msg);
-        if (l.unknown)
-            cl_outcome_unknown(NULL);
+        cl_fail_from(NULL, &l, op);
         cl_proc_fail_in(base, &sb->s);
     }
     pthread_mutex_lock(&p->lock);
@@ -2054,10 +1912,7 @@ static int dt_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx, 
     if (rc < 0 && !path) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     } else if (rc < 0) {
-        cl_last_error l = *cl_last();
-        sbx_error *e = cl_fail(error, l.code, op, "%s", l.msg);
-        if (l.unknown)
-            cl_outcome_unknown(e);
+        cl_fail_from(error, cl_last(), op);
     }
     cl_resp_clear(&r);
     json_object_put(b);
@@ -2081,23 +1936,9 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
         return -1;
 #endif
     /* The overlay becomes shell assignments (dt_command_line, or the
-     * terminal's exports): each key
-     * must be a shell name. */
-    for (size_t i = 0; rq->env && rq->env[i]; i++) {
-        const char *e = rq->env[i], *eq = strchr(e, '=');
-        size_t kn = eq ? (size_t)(eq - e) : strlen(e);
-        static const char name_chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                         "0123456789_";
-        if (!eq || kn == 0 || (e[0] >= '0' && e[0] <= '9') || strspn(e, name_chars) != kn) {
-            char key[128];
-            snprintf(key, sizeof key, "%.*s", (int)kn, e);
-            sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
-                                     "env key \"%s\" is not a shell name (KEY=VALUE, KEY of "
-                                     "letters, digits and _, not starting with a digit)", key);
-            cl_context(err, "env_key", key);
-            return -1;
-        }
-    }
+     * terminal's exports): each key must be a shell name. */
+    if (cl_env_names_check(rq->env, op, error) < 0)
+        return -1;
 #ifdef SBX_HAVE_CLOUD_WS
     int tty = rq->tty_rows > 0;
     size_t size = tty ? sizeof(dt_pty) : sizeof(cl_script_proc);
@@ -2181,10 +2022,10 @@ static const sbx_plugin dt_plugin = {
     .destroy_by_id = dt_destroy_by_id,
     .stop = dt_stop,
     .start = dt_start,
-    .expose_port = dt_expose_port,
-    .unexpose_port = dt_unexpose_port,
+    .expose_port = cl_expose_port,
+    .unexpose_port = cl_unexpose_port,
     .resolve_port = dt_resolve_port,
-    .list_ports = dt_list_ports,
+    .list_ports = cl_list_ports,
 };
 
 SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);

@@ -179,34 +179,11 @@ typedef struct e2b_proc {
 /* Helpers                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Stores this thread's last error (made with no error to store it in) in
- * @error. */
-static void e2b_relay(sbx_error **error, const char *op)
-{
-    cl_last_error l = *cl_last();
-    sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
-    if (l.unknown)
-        cl_outcome_unknown(err);
-}
-
 #define e2b_is_gone(sb) cl_gone_get(&(sb)->s.gone)
 #define e2b_mark_gone(sb) cl_gone_set(&(sb)->s.gone)
 #define e2b_gone_error(error, op, id) cl_gone_error((error), (op), E2B_BACKEND, (id))
 #define e2b_check(sb, op, error) cl_gone_check(&(sb)->s.gone, (op), E2B_BACKEND, (sb)->s.id, \
                                                (error))
-
-/* RFC 3339 ("2026-08-21T10:00:00.123Z") to UNIX seconds; 0 when it is not. */
-static double e2b_rfc3339(const char *s)
-{
-    struct tm tm = { 0 };
-    const char *e = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
-    if (!e)
-        return 0;
-    double frac = 0;
-    if (*e == '.')
-        frac = strtod(e, NULL);
-    return (double)timegm(&tm) + frac;
-}
 
 /* A control-plane call on /sandboxes/{id}@suffix (provider.h). */
 #define e2b_sbcall(c, ctx, method, id, suffix, body, idem, r, op, what, error)               \
@@ -218,20 +195,15 @@ static double e2b_rfc3339(const char *s)
 static json_object *e2b_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                             long *status, const char *op, sbx_error **error)
 {
-    char *url = cl_item_url(c->api, "sandboxes", id, "");
-    json_object *j = cl_get_json(c->http, ctx, url, status, op, "get the sandbox", error);
-    free(url);
-    return j;
+    return cl_item_get(c->http, ctx, c->api, "sandboxes", id, status, op, "get the sandbox",
+                       error);
 }
 
 /* DELETE /sandboxes/{id}; 404: already gone. */
 static int e2b_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                       const char *op, sbx_error **error)
 {
-    char *url = cl_item_url(c->api, "sandboxes", id, "");
-    int rc = cl_delete_url(c->http, ctx, url, op, "kill the sandbox", error);
-    free(url);
-    return rc;
+    return cl_item_delete(c->http, ctx, c->api, "sandboxes", id, op, "kill the sandbox", error);
 }
 
 /* Takes envd's address and access token from a Sandbox answer. */
@@ -323,7 +295,7 @@ static int e2b_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, int 
         json_object_put(d);
         return 0;
     }
-    double left = e2b_rfc3339(cl_json_str(d, "endAt")) - cl_wallclock();
+    double left = cl_rfc3339(cl_json_str(d, "endAt")) - cl_wallclock();
     long long t = left >= 1 ? (long long)ceil(left) : (long long)ceil(sb->lifetime_s);
     if (t < 1)
         t = 300;
@@ -937,7 +909,7 @@ static int e2b_run_stream(e2b_proc *p, const sbx_call_ctx *ctx, int discard, int
         json_object_put(st);
         json_object_put(sb_);
     } else if (rc < 0) {
-        e2b_relay(error, op);   /* no answer: the transport's error */
+        cl_fail_from(error, cl_last(), op);   /* no answer: the transport's error */
     }
     if (rc == 0)
         code = s.exit_code;
@@ -948,9 +920,7 @@ static int e2b_run_stream(e2b_proc *p, const sbx_call_ctx *ctx, int discard, int
         cl_last_error l = *cl_last();
         sbx_call_ctx kc = { sizeof(kc), cl_now() + 10, -1, NULL };
         e2b_exec_kill((sbx_plugin_process *)p, &kc, SIGKILL, NULL);
-        cl_fail(NULL, l.code, op, "%s", l.msg);
-        if (l.unknown)
-            cl_outcome_unknown(NULL);
+        cl_fail_from(NULL, &l, op);
     }
     pthread_mutex_lock(&p->plock);
     p->over = 1;
@@ -974,7 +944,7 @@ static int e2b_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     pthread_cond_init(&p.pcond, NULL);
     *code = e2b_run_stream(&p, ctx, 1, 0, error);
     if (*code < 0 && error && !*error)
-        e2b_relay(error, op);
+        cl_fail_from(error, cl_last(), op);
     pthread_cond_destroy(&p.pcond);
     pthread_mutex_destroy(&p.plock);
     return *code < 0 ? -1 : 0;
@@ -1132,7 +1102,7 @@ static int e2b_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, i
     if (rc < 0 && cl_last()->code == SBX_ERROR_NOT_FOUND && !e2b_is_gone(p->sb))
         rc = 0;     /* it ended meanwhile */
     if (rc < 0) {
-        e2b_relay(error, "exec_kill");
+        cl_fail_from(error, cl_last(), "exec_kill");
         return -1;
     }
     /* envd signals the one process: the rest of its tree (background and
@@ -1183,7 +1153,7 @@ static int e2b_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx,
     if (rc < 0 && cl_last()->code == SBX_ERROR_NOT_FOUND && !e2b_is_gone(p->sb))
         rc = 0;     /* it ended meanwhile */
     if (rc < 0) {
-        e2b_relay(error, op);
+        cl_fail_from(error, cl_last(), op);
         return -1;
     }
     return 0;
@@ -1211,68 +1181,28 @@ static void e2b_exec_free(sbx_plugin_process *process)
 #define e2b_refuse(error, option, value, why) \
     cl_refuse((error), E2B_BACKEND, (option), (value), (why))
 
+/* Size comes from the template; E2B has no GPUs, images, snapshots or
+ * apps (provider.h: refused in this order). */
+static const cl_unsupported e2b_unsupported[] = {
+    { "cpu", "E2B takes the vCPU count from the template" },
+    { "memory_mb", "E2B takes the memory size from the template" },
+    { "disk_mb", "E2B takes the disk size from the template" },
+    { "gpu", "E2B has no GPUs" },
+    { "image", "E2B runs templates, not images (use template)" },
+    { "snapshot_id", "the e2b backend has no snapshots" },
+    { "app_name", "E2B has no apps" },
+    { NULL, NULL },
+};
+
 static json_object *e2b_create_body(const sbx_call_ctx *ctx, const sbx_plugin_create_request *rq,
                                     long long *timeout, sbx_error **error)
 {
-    uint64_t set = rq->set_fields;
     char buf[64];
     if (cl_workdir_check(E2B_BACKEND, rq->workdir, error) < 0)
         return NULL;
-    if (set & SBX_OPTION_CPU) {
-        snprintf(buf, sizeof buf, "%g", rq->cpu);
-        e2b_refuse(error, "cpu", buf, "E2B takes the vCPU count from the template");
+    if (cl_refuse_options(rq, E2B_BACKEND, e2b_unsupported, error) < 0
+        || cl_no_backend_options(rq, E2B_BACKEND, error) < 0)
         return NULL;
-    }
-    if (set & SBX_OPTION_MEMORY_MB) {
-        snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
-        e2b_refuse(error, "memory_mb", buf, "E2B takes the memory size from the template");
-        return NULL;
-    }
-    if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb) {
-        snprintf(buf, sizeof buf, "%lld", (long long)rq->disk_mb);
-        e2b_refuse(error, "disk_mb", buf, "E2B takes the disk size from the template");
-        return NULL;
-    }
-    if (rq->gpu) {
-        e2b_refuse(error, "gpu", rq->gpu, "E2B has no GPUs");
-        return NULL;
-    }
-    if (rq->image) {
-        e2b_refuse(error, "image", rq->image, "E2B runs templates, not images (use template)");
-        return NULL;
-    }
-    if (rq->snapshot_id) {
-        e2b_refuse(error, "snapshot_id", rq->snapshot_id, "the e2b backend has no snapshots");
-        return NULL;
-    }
-    if (rq->app_name) {
-        e2b_refuse(error, "app_name", rq->app_name, "E2B has no apps");
-        return NULL;
-    }
-    if (rq->backend_options && *rq->backend_options) {
-        json_object *bo = json_tokener_parse(rq->backend_options);
-        const char *key = NULL;
-        if (bo && json_object_is_type(bo, json_type_object)) {
-            json_object_object_foreach(bo, k, v) {
-                (void)v;
-                key = k;
-                break;
-            }
-        }
-        if (key || !bo || !json_object_is_type(bo, json_type_object)) {
-            sbx_error *err = key
-                ? cl_fail(error, SBX_ERROR_CONFIGURATION, "create", "e2b backend_options: unknown "
-                          "key \"%s\" (the e2b backend takes no backend options)", key)
-                : cl_fail(error, SBX_ERROR_CONFIGURATION, "create", "e2b backend_options: %s is "
-                          "not a JSON object", rq->backend_options);
-            cl_context(err, "option", "backend_options");
-            if (key)
-                cl_context(err, "name", key);
-            json_object_put(bo);
-            return NULL;
-        }
-        json_object_put(bo);
-    }
     /* The provider-side lifetime, always (CASE-33): whole seconds. */
     double ts = rq->timeout_secs;
     if (!(ts > 0) || ts > E2B_MAX_TIMEOUT_S) {
@@ -1286,20 +1216,16 @@ static json_object *e2b_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cr
     *timeout = (long long)ceil(ts) + E2B_LIFETIME_MARGIN_S;
     if (*timeout > E2B_MAX_TIMEOUT_S)
         *timeout = E2B_MAX_TIMEOUT_S;
-    json_object *b = json_object_new_object(), *meta = json_object_new_object();
+    json_object *b = json_object_new_object();
     json_object_object_add(b, "templateID", json_object_new_string(
                                rq->template_name ? rq->template_name : E2B_DEFAULT_TEMPLATE));
     json_object_object_add(b, "timeout", json_object_new_int64(*timeout));
     json_object_object_add(b, "secure", json_object_new_boolean(1));
     if (!rq->allow_internet)
         json_object_object_add(b, "allow_internet_access", json_object_new_boolean(0));
-    json_object_object_add(meta, CL_META_BACKEND, json_object_new_string(E2B_BACKEND));
-    if (ctx && ctx->create_token)
-        json_object_object_add(meta, CL_META_TOKEN, json_object_new_string(ctx->create_token));
-    snprintf(buf, sizeof buf, "%.0f", rq->expires_at > 0 ? rq->expires_at
-                                                        : cl_wallclock() + (double)*timeout);
-    json_object_object_add(meta, CL_META_EXPIRES, json_object_new_string(buf));
-    json_object_object_add(b, "metadata", meta);
+    json_object_object_add(b, "metadata", cl_meta_labels(ctx, E2B_BACKEND, rq->expires_at > 0
+                                                         ? rq->expires_at
+                                                         : cl_wallclock() + (double)*timeout));
     json_object_object_add(b, "envVars", cl_env_object(rq->env));
     return b;
 }
@@ -1315,38 +1241,12 @@ static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!body)
         return -1;
     char *url = cl_printf("%s/sandboxes", c->api);
-    cl_resp r = { 0 };
     int rc = -1;
     struct sbx_plugin_sandbox *sb = NULL;
-    if (!url) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    const char *id = NULL;
+    if (!(j = cl_create_post(c->http, c->reaper, ctx, url, body, "sandboxID", "a sandboxID",
+                             "create the sandbox", &id, error)))
         goto out;
-    }
-    if (cl_request_json(c->http, ctx, "POST", url, body, CL_UNSAFE, &r, op,
-                        "create the sandbox", NULL) < 0) {
-        /* Sent and not answered: the provider may finish it (CASE-20). */
-        cl_create_unanswered(c->reaper, ctx, ctx ? ctx->create_token : NULL, op, error);
-        goto out;
-    }
-    if (r.status / 100 != 2) {
-        if (r.maybe_acted && ctx && ctx->create_token)
-            cl_reap_lost(c->reaper, ctx->create_token);
-        cl_fail_status(c->http, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
-                                       && r.status != 429 && r.status != 408
-                                       ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,
-                       &r, op, "create the sandbox");
-        goto out;
-    }
-    j = cl_resp_json(&r, op, "create the sandbox", error);
-    const char *id = j ? cl_json_str(j, "sandboxID") : NULL;
-    if (!id) {
-        if (j)
-            cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "e2b create answered without a "
-                    "sandboxID");
-        if (ctx && ctx->create_token)
-            cl_reap_now(c->reaper, NULL, ctx->create_token, 5.0);
-        goto out;
-    }
     sb = e2b_sandbox_new(c, id);
     if (!sb || e2b_take_sandbox(sb, j) < 0) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1360,13 +1260,8 @@ static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto undo;
     }
-    const uint16_t *ports;
-    size_t n_ports = cl_request_ports(rq, &ports);
-    for (size_t i = 0; i < n_ports; i++)
-        if (cl_ports_add(&sb->s, ports[i]) < 0) {
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-            goto undo;
-        }
+    if (cl_ports_from_request(&sb->s, rq, op, error) < 0)
+        goto undo;
     if (cl_create_workdir(sb, &sb->workdir, e2b_run_short, ctx, E2B_BACKEND, rq->workdir, op,
                           error) < 0)
         goto undo;
@@ -1382,7 +1277,6 @@ out:
     json_object_put(body);
     json_object_put(j);
     free(url);
-    cl_resp_clear(&r);
     return rc;
 }
 
@@ -1456,73 +1350,28 @@ out:
 /* Exposed ports: every port of a sandbox answers at its preview address
  * https://PORT-ID.DOMAIN (E2B's own routing; no call is made); the library
  * maps the ports exposed. Nothing of the sandbox's access tokens is in it. */
-static int e2b_expose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
-                           sbx_error **error)
-{
-    (void)ctx;
-    if (e2b_check(sb, "expose_port", error) < 0)
-        return -1;
-    if (cl_ports_add(&sb->s, port) < 0) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "expose_port", "out of memory");
-        return -1;
-    }
-    return 0;
-}
-
-static int e2b_unexpose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
-                             sbx_error **error)
-{
-    (void)ctx;
-    if (e2b_check(sb, "unexpose_port", error) < 0)
-        return -1;
-    cl_ports_remove(&sb->s, port);
-    return 0;
-}
-
 static char *e2b_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
                               sbx_error **error)
 {
     const char *op = "resolve_port";
     (void)ctx;
-    if (e2b_check(sb, op, error) < 0)
+    if (cl_port_resolvable(&sb->s, port, error) < 0)
         return NULL;
-    if (!cl_ports_has(&sb->s, port)) {
-        cl_port_not_exposed(error, &sb->s, E2B_BACKEND, op, port);
-        return NULL;
-    }
     char *url = cl_printf("https://%u-%s.%s", port, sb->s.id,
                           sb->domain ? sb->domain : sb->c->domain);
-    char *out = url ? cl_host->alloc(strlen(url) + 1) : NULL;
-    if (out)
-        strcpy(out, url);
-    else
+    char *out = url ? cl_host_strdup(url, op, error) : NULL;
+    if (!url)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     free(url);
     return out;
 }
 
-static char *e2b_list_ports(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    (void)ctx;
-    if (e2b_check(sb, "list_ports", error) < 0)
-        return NULL;
-    return cl_ports_list(&sb->s, "list_ports", error);
-}
-
 /* stop pauses the sandbox (its files and memory kept); start connects. */
 static int e2b_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    const char *op = "stop";
-    if (e2b_check(sb, op, error) < 0)
-        return -1;
-    cl_resp r = { 0 };
-    int rc = e2b_sbcall(sb->c, ctx, "POST", sb->s.id, "/pause", NULL, CL_SAFE, &r, op,
-                        "pause the sandbox", error);
-    if (rc == 0 && r.status != 409)
-        rc = cl_sandbox_answer(&sb->s, sb->c->http, &r, E2B_BACKEND, op, "pause the sandbox",
-                               error);
-    cl_resp_clear(&r);
-    return rc;      /* 409: it is paused already */
+    /* 409: it is paused already */
+    return cl_sandbox_call(&sb->s, sb->c->http, ctx, "POST", sb->c->api, "sandboxes", "/pause",
+                           NULL, CL_SAFE, 409, "stop", "pause the sandbox", error);
 }
 
 static int e2b_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
@@ -1532,86 +1381,32 @@ static int e2b_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error 
     return e2b_wake(sb, ctx, 0, "start", error);
 }
 
-/* GET /v2/sandboxes?metadata=K%3DV, every page: @fn per listed sandbox. */
-typedef int (*e2b_listed_fn)(void *ud, json_object *it);
-
+/* GET /v2/sandboxes?metadata=K%3DV, every page (X-Next-Token): @fn per
+ * listed sandbox. */
 static int e2b_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *key,
-                    const char *value, e2b_listed_fn fn, void *ud, const char *op,
+                    const char *value, cl_listed_fn fn, void *ud, const char *op,
                     sbx_error **error)
 {
     char *kv = cl_printf("%s=%s", key, value);
     char *meta = kv ? cl_url_escape(kv) : NULL;
-    free(kv);
-    char *next = NULL;
-    int rc = meta ? 0 : -1;
-    for (int page = 0; page < 1000 && rc == 0; page++) {
-        char *nt = next ? cl_url_escape(next) : NULL;
-        char *url = cl_printf("%s/v2/sandboxes?state=running,paused&metadata=%s&limit=100%s%s",
-                              c->api, meta, nt ? "&nextToken=" : "", nt ? nt : "");
-        free(nt);
-        free(next);
-        next = NULL;
-        rc = -1;
-        json_object *j = NULL;
-        if (!url) {
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-            break;
-        }
-        cl_resp r = { 0 };
-        cl_req rq = { .method = "GET", .url = url, .idempotent = CL_SAFE,
-                      .keep_header = "X-Next-Token", .what = "list sandboxes" };
-        if (cl_request(c->http, ctx, &rq, &r, op, error) == 0) {
-            if (r.status == 200)
-                j = cl_resp_json(&r, op, "list sandboxes", error);
-            else
-                cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "list sandboxes");
-        }
-        free(url);
-        if (j && json_object_is_type(j, json_type_array)) {
-            rc = 0;
-            int stop = 0;
-            for (size_t i = 0; i < json_object_array_length(j) && !stop; i++)
-                stop = fn(ud, json_object_array_get_idx(j, i)) != 0;
-            next = !stop && r.kept_header && *r.kept_header ? strdup(r.kept_header) : NULL;
-        } else if (j) {
-            cl_fail(error, SBX_ERROR_CONNECTION, op, "e2b list answered with no array");
-        }
-        cl_resp_clear(&r);
-        json_object_put(j);
-        if (!next)
-            break;
-    }
-    free(next);
+    char *url = meta ? cl_printf("%s/v2/sandboxes?state=running,paused&metadata=%s&limit=100",
+                                 c->api, meta) : NULL;
+    cl_pages pg = { url, "nextToken", "X-Next-Token", NULL, NULL, "list sandboxes" };
+    int rc = url ? cl_list_pages(c->http, ctx, &pg, fn, ud, op, error) : -1;
+    if (!url)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    free(url);
     free(meta);
+    free(kv);
     return rc;
-}
-
-typedef struct e2b_owned {
-    sbx_plugin_owned_fn fn;
-    void *ud;
-} e2b_owned;
-
-static int e2b_owned_one(void *ud, json_object *it)
-{
-    e2b_owned *o = ud;
-    const char *id = cl_json_str(it, "sandboxID");
-    json_object *meta = cl_json_path(it, "metadata", NULL);
-    const char *tok = cl_json_str(meta, CL_META_TOKEN);
-    const char *exp = cl_json_str(meta, CL_META_EXPIRES);
-    if (!id || !tok)
-        return 0;
-    sbx_plugin_owned_info info = { sizeof(info), id, tok,
-                                   e2b_rfc3339(cl_json_str(it, "startedAt")),
-                                   exp ? strtod(exp, NULL) : 0 };
-    return o->fn(&info, o->ud);
 }
 
 /* The sandboxes this backend made: metadata sbx_backend=e2b. */
 static int e2b_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                           sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
 {
-    e2b_owned o = { fn, ud };
-    return e2b_list(client, ctx, CL_META_BACKEND, E2B_BACKEND, e2b_owned_one, &o, "list_owned",
+    cl_owned o = { fn, ud, "sandboxID", "metadata", "startedAt" };
+    return e2b_list(client, ctx, CL_META_BACKEND, E2B_BACKEND, cl_owned_listed, &o, "list_owned",
                     error);
 }
 
@@ -1621,19 +1416,13 @@ static int e2b_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     return e2b_delete(client, ctx, id, "destroy_by_id", error);
 }
 
-static int e2b_id_one(void *ud, json_object *it)
-{
-    cl_ids_add(ud, cl_json_str(it, "sandboxID"));
-    return 0;
-}
-
 /* The reaper's look-up: the sandboxes carrying create token @token. */
 static int e2b_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
                           sbx_error **error)
 {
-    cl_ids s = { 0 };
-    int rc = e2b_list(ud, ctx, CL_META_TOKEN, token, e2b_id_one, &s, "create", error);
-    return cl_ids_finish(&s, rc, ids, "create", error);
+    cl_listed_ids s = { { 0 }, "sandboxID" };
+    int rc = e2b_list(ud, ctx, CL_META_TOKEN, token, cl_ids_listed, &s, "create", error);
+    return cl_ids_finish(&s.ids, rc, ids, "create", error);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1797,10 +1586,10 @@ static const sbx_plugin e2b_plugin = {
     .destroy_by_id = e2b_destroy_by_id,
     .stop = e2b_stop,
     .start = e2b_start,
-    .expose_port = e2b_expose_port,
-    .unexpose_port = e2b_unexpose_port,
+    .expose_port = cl_expose_port,
+    .unexpose_port = cl_unexpose_port,
     .resolve_port = e2b_resolve_port,
-    .list_ports = e2b_list_ports,
+    .list_ports = cl_list_ports,
 };
 
 SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);

@@ -877,19 +877,15 @@ static json_object *rl_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cre
     json_object *meta = json_object_new_object();
     json_object_object_add(b, "launch_parameters", lp);
     json_object_object_add(b, "metadata", meta);
-    if (set & SBX_OPTION_APP_NAME) {
-        rl_refuse(error, "app_name", rq->app_name, "Runloop has no apps");
+    static const cl_unsupported unsupported[] = {
+        { "app_name", "Runloop has no apps" },
+        { "gpu", "Runloop devboxes have no GPUs" },
+        { "image", "Runloop starts devboxes from blueprints: give the blueprint as the "
+                   "template" },
+        { NULL, NULL },
+    };
+    if (cl_refuse_options(rq, RL_BACKEND, unsupported, error) < 0)
         goto fail;
-    }
-    if ((set & SBX_OPTION_GPU) && rq->gpu) {
-        rl_refuse(error, "gpu", rq->gpu, "Runloop devboxes have no GPUs");
-        goto fail;
-    }
-    if (rq->image) {
-        rl_refuse(error, "image", rq->image, "Runloop starts devboxes from blueprints: give "
-                  "the blueprint as the template");
-        goto fail;
-    }
     if (rq->template_name && rq->snapshot_id) {
         rl_refuse(error, "template", rq->template_name, "give a blueprint or a snapshot, not "
                   "both");
@@ -992,37 +988,12 @@ static int rl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!body)
         return -1;
     char *url = cl_printf("%s/v1/devboxes", c->api);
-    cl_resp r = { 0 };
     int rc = -1;
     struct sbx_plugin_sandbox *sb = NULL;
-    if (!url) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    const char *id = NULL;
+    if (!(j = cl_create_post(c->http, c->reaper, ctx, url, body, "id", "an id",
+                             "create the devbox", &id, error)))
         goto out;
-    }
-    if (cl_request_json(c->http, ctx, "POST", url, body, CL_UNSAFE, &r, op,
-                        "create the devbox", NULL) < 0) {
-        cl_create_unanswered(c->reaper, ctx, ctx ? ctx->create_token : NULL, op, error);
-        goto out;
-    }
-    if (r.status / 100 != 2) {
-        if (r.maybe_acted && ctx && ctx->create_token)
-            cl_reap_lost(c->reaper, ctx->create_token);
-        cl_fail_status(c->http, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
-                                       && r.status != 429 && r.status != 408
-                                       ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,
-                       &r, op, "create the devbox");
-        goto out;
-    }
-    j = cl_resp_json(&r, op, "create the devbox", error);
-    const char *id = j ? cl_json_str(j, "id") : NULL;
-    if (!id) {
-        if (j)
-            cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "runloop create answered without an "
-                    "id");
-        if (ctx && ctx->create_token)
-            cl_reap_now(c->reaper, NULL, ctx->create_token, 5.0);
-        goto out;
-    }
     sb = rl_sandbox_new(c, id);
     if (!sb) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1047,7 +1018,6 @@ out:
     json_object_put(body);
     json_object_put(j);
     free(url);
-    cl_resp_clear(&r);
     return rc;
 }
 

@@ -1033,24 +1033,16 @@ static json_object *vc_create_body(struct sbx_plugin_client *c, const sbx_call_c
     }
     json_object *b = json_object_new_object();
     json_object_object_add(b, "projectId", json_object_new_string(c->project));
-    if (set & SBX_OPTION_APP_NAME) {
-        vc_refuse(error, "app_name", rq->app_name, "Vercel has no apps");
+    static const cl_unsupported unsupported[] = {
+        { "app_name", "Vercel has no apps" },
+        { "gpu", "Vercel sandboxes have no GPUs" },
+        { "disk_mb", "Vercel sandboxes have a fixed disk" },
+        { "image", "Vercel starts sandboxes from a runtime: give node22, node24, node26 or "
+                   "python3.13 as the template" },
+        { NULL, NULL },
+    };
+    if (cl_refuse_options(rq, VC_BACKEND, unsupported, error) < 0)
         goto fail;
-    }
-    if ((set & SBX_OPTION_GPU) && rq->gpu) {
-        vc_refuse(error, "gpu", rq->gpu, "Vercel sandboxes have no GPUs");
-        goto fail;
-    }
-    if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb > 0) {
-        snprintf(buf, sizeof buf, "%lld", (long long)rq->disk_mb);
-        vc_refuse(error, "disk_mb", buf, "Vercel sandboxes have a fixed disk");
-        goto fail;
-    }
-    if (rq->image) {
-        vc_refuse(error, "image", rq->image, "Vercel starts sandboxes from a runtime: give "
-                  "node22, node24, node26 or python3.13 as the template");
-        goto fail;
-    }
     if (rq->template_name && rq->snapshot_id) {
         vc_refuse(error, "template", rq->template_name, "give a runtime or a snapshot, not "
                   "both");
@@ -1131,14 +1123,9 @@ static json_object *vc_create_body(struct sbx_plugin_client *c, const sbx_call_c
     if (ctx && ctx->create_token)
         json_object_object_add(env, VC_TOKEN_ENV, json_object_new_string(ctx->create_token));
     json_object_object_add(b, "env", env);
-    json_object *lab = json_object_new_object();
-    json_object_object_add(lab, CL_META_BACKEND, json_object_new_string(VC_BACKEND));
-    if (ctx && ctx->create_token)
-        json_object_object_add(lab, CL_META_TOKEN, json_object_new_string(ctx->create_token));
-    snprintf(buf, sizeof buf, "%.0f", rq->expires_at > 0 ? rq->expires_at
-                                                        : cl_wallclock() + (double)(t + *extend_s));
-    json_object_object_add(lab, CL_META_EXPIRES, json_object_new_string(buf));
-    *labels = lab;
+    *labels = cl_meta_labels(ctx, VC_BACKEND, rq->expires_at > 0
+                                              ? rq->expires_at
+                                              : cl_wallclock() + (double)(t + *extend_s));
     return b;
 fail:
     json_object_put(b);
