@@ -24,11 +24,8 @@
  *    process, no round trip to the plugin host). When the event
  *    descriptor fires first, the record gets EXEC_EXIT_RECORD_GRACE_MS to
  *    follow. EOF without a record (a plugin that ignores it, a kill, a
- *    failure to start) closes it, and the end is asked of exec_wait at
- *    once and from then on as below. With an exit socket (and no
- *    deadline or cancel descriptor on the start) the proxy sends
- *    exec_start without waiting for its reply: the start's error, if
- *    any, comes from that exec_wait;
+ *    failure to start) closes it, and the end is asked of exec_wait as
+ *    below;
  *  - once both pipes are at EOF and stdin is closed (and no exit socket
  *    is open), the loop waits in exec_wait itself (bounded by the
  *    deadline), event descriptor or not: out of process that is one round
@@ -536,7 +533,7 @@ exec_loop(exec_state *st, const char *backend, double until, sbx_error **err)
     while (!st->ended && !st->gave_up) {
         struct pollfd pfd[6];
         int nfd = 0, ims = -1, iin = -1, iout[2] = { -1, -1 }, iev = -1, icancel = -1;
-        int iexit = -1, exit_gone = 0;
+        int iexit = -1;
         int check = 0;
         double now = sbx_monotonic_now(), wake;
 
@@ -668,8 +665,6 @@ exec_loop(exec_state *st, const char *backend, double until, sbx_error **err)
             }
             if (st->exit_fd >= 0)
                 pfd[iexit].revents = 0; /* part of it: the rest is on its way */
-            else
-                exit_gone = 1;
         }
 
         /* Ask whether the main process ended: when the event fd fired, on
@@ -678,10 +673,7 @@ exec_loop(exec_state *st, const char *backend, double until, sbx_error **err)
         now = sbx_monotonic_now();
         if (iev >= 0 && (pfd[iev].revents & (POLLIN | POLLHUP | POLLERR))) {
             check = 2;
-        } else if (rc == 0 || exit_gone) {
-            /* The exit socket closed without a record: ask at once (out
-             * of process the process handle may be taken only now, and
-             * with it the event descriptor polled from here on). */
+        } else if (rc == 0) {
             check = 1;
         } else if (st->efd < 0 && now >= st->next_check) {
             check = 1;

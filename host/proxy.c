@@ -25,12 +25,6 @@
  *    restarted by the next call) and the call fails with a timeout error.
  * Descriptors (exec stdin/stdout/stderr, file slot descriptors) are passed
  * with SCM_RIGHTS: bytes go straight between the command and the caller.
- *
- * An exec run to its end with an exit socket is started without waiting
- * for the host's answer (start_deferrable): its process handle's reply is
- * taken when the handle is first needed (process_settle), and one freed
- * before it came is left to the client, which frees the host's handle when
- * the reply is read (orphans_free).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -70,18 +64,11 @@ typedef struct proxy_client proxy_client;
 typedef struct proxy_call {
     struct proxy_call *next;
     uint64_t id;
-    int efd;                    /* eventfd: a frame came or the host died;
-                                 * -1 while nobody waits for the reply (a
-                                 * deferred exec_start, see proxy_process) */
+    int efd;                    /* eventfd: a frame came or the host died */
     sbx_wire_msg *reply;        /* the REPLY, once here */
     sbx_wire_msg **entries;     /* ENTRY frames not yet handed over */
     size_t nentries, capentries;
     int failed;                 /* the host died first */
-    /* A deferred start whose process was freed before its reply came: the
-     * reply's handle gets an exec_free frame when it is here
-     * (orphans_free); the call belongs to the client then. */
-    int orphan;
-    unsigned gen;               /* the host generation it went to */
 } proxy_call;
 
 /* What every proxy handle starts with. */
@@ -111,19 +98,6 @@ typedef struct proxy_process {
                                  * host dies */
     int poll_fd;                /* epoll over both, handed to the caller */
     int event_added;            /* event_fd is in poll_fd */
-    /* A deferred start (an exec run to its end with an exit socket,
-     * SBX_PLUGIN_EXEC_EXIT_FD): exec_start returned once the frame was
-     * sent, and its reply (the host's handle id, the event descriptor, or
-     * the start's error) is taken when the handle is first needed
-     * (process_settle). Only the thread that runs the exec uses such a
-     * handle. */
-    proxy_call *start;          /* the start's call, registered; NULL once
-                                 * settled */
-    int start_sock;             /* the host socket and pid it went to */
-    pid_t start_pid;
-    double start_deadline;      /* monotonic; 0 = none */
-    int start_failed;           /* the start's reply was an error */
-    sbx_error *start_error;     /* that error, until a call hands it over */
 } proxy_process;
 
 /* Idle epoll sets kept per client (each with its host's hang-up watch in
@@ -302,8 +276,7 @@ conn_died_locked(proxy_client *pc)
         pc->death = sbx_asprintf("(pid %d) died: %s", (int)pc->pid, how ? how : "ended");
     for (proxy_call *c = pc->calls; c; c = c->next) {
         c->failed = 1;
-        if (c->efd >= 0)
-            eventfd_write(c->efd, 1);
+        eventfd_write(c->efd, 1);
     }
     sbx_log(SBX_LOG_INFO, pc->backend, "plugin host pid %d ended: %s", (int)pc->pid,
             how ? how : "?");
@@ -336,7 +309,7 @@ route_locked(proxy_client *pc, sbx_wire_msg *m, proxy_call *self)
             m = NULL;
         }
     }
-    if (c && c != self && c->efd >= 0)
+    if (c && c != self)
         eventfd_write(c->efd, 1);
     if (m) {
         sbx_wire_clear(m);
@@ -448,7 +421,7 @@ wake_other_locked(proxy_client *pc, const proxy_call *self)
     if (pc->reading)
         return;
     for (proxy_call *c = pc->calls; c; c = c->next)
-        if (c != self && !c->reply && !c->failed && c->efd >= 0) {
+        if (c != self && !c->reply && !c->failed) {
             eventfd_write(c->efd, 1);
             return;
         }
@@ -467,47 +440,50 @@ call_unlink_locked(proxy_client *pc, proxy_call *call)
     wake_other_locked(pc, call);
 }
 
-/* The deadline of a call with context @ctx (NULL: none) on @pc: the
- * context's or the client's call timeout from now, the earlier; 0 = none. */
-static double
-call_deadline(proxy_client *pc, const sbx_call_ctx *ctx)
+/*
+ * Sends CALL frame @req on @pc's current host and waits for its REPLY,
+ * handing ENTRY frames to @io's callback meanwhile. Returns the reply
+ * (caller frees), or NULL with *@err set (connection / timeout).
+ */
+static sbx_wire_msg *
+call_send_wait(proxy_client *pc, unsigned gen, sbx_wire_msg *req, call_io *io,
+               const char *slot, sbx_error **err)
 {
-    double deadline = ctx ? ctx->deadline : 0;
+    proxy_call call = { .efd = -1 };
+    sbx_wire_msg *reply = NULL;
+    double deadline = 0, kill_at = 0;
+    int cancel_fd = -1, cancelled = 0, stopped = 0, sock, own_efd, failed = 0;
+    pid_t pid;
 
+    call.efd = efd_get(&own_efd);
+    if (call.efd < 0) {
+        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, slot, "eventfd: %s", strerror(errno));
+        return NULL;
+    }
+    if (io->ctx) {
+        deadline = io->ctx->deadline;
+        cancel_fd = io->ctx->cancel_fd;
+    }
     if (pc->call_timeout > 0) {
         double d = sbx_monotonic_now() + pc->call_timeout;
 
         if (!deadline || d < deadline)
             deadline = d;
     }
-    return deadline;
-}
-
-/*
- * Registers @call (its id is set) and sends CALL frame @req on @pc's
- * current host of generation @gen; the socket and host pid it went to in
- * *@sockp and *@pidp. Returns 0, or -1 with *@err set (connection) and
- * @call taken out of the list again.
- */
-static int
-call_send(proxy_client *pc, unsigned gen, proxy_call *call, sbx_wire_msg *req,
-          const char *slot, int *sockp, pid_t *pidp, sbx_error **err)
-{
-    int sock;
-    pid_t pid;
 
     pthread_mutex_lock(&pc->lock);
     if (pc->dead || pc->gen != gen) {
         /* Encoded for a host that is gone: its handle ids mean nothing to
          * the new one. */
         pthread_mutex_unlock(&pc->lock);
+        efd_release(call.efd, own_efd);
         set_dead_error(pc, err, slot);
-        return -1;
+        return NULL;
     }
-    call->id = ++pc->next_call;
-    req->call_id = call->id;
-    call->next = pc->calls;
-    pc->calls = call;
+    call.id = ++pc->next_call;
+    req->call_id = call.id;
+    call.next = pc->calls;
+    pc->calls = &call;
     sock = pc->sock;
     pid = pc->pid;
     pthread_mutex_unlock(&pc->lock);
@@ -516,10 +492,11 @@ call_send(proxy_client *pc, unsigned gen, proxy_call *call, sbx_wire_msg *req,
         int e = errno;
 
         pthread_mutex_lock(&pc->lock);
-        call_unlink_locked(pc, call);
+        call_unlink_locked(pc, &call);
         if ((e == EPIPE || e == ECONNRESET || e == ENOTCONN) && pc->pid == pid)
             conn_died_locked(pc);
         pthread_mutex_unlock(&pc->lock);
+        efd_release(call.efd, own_efd);
         if (e == EPIPE || e == ECONNRESET || e == ENOTCONN) {
             set_dead_error(pc, err, slot);
         } else {
@@ -529,44 +506,7 @@ call_send(proxy_client *pc, unsigned gen, proxy_call *call, sbx_wire_msg *req,
 
             sbx_error_fill(x, pc->backend, slot);
         }
-        return -1;
-    }
-    *sockp = sock;
-    *pidp = pid;
-    return 0;
-}
-
-/*
- * Waits for the REPLY of @call (registered and sent by call_send on @sock,
- * host @pid), handing ENTRY frames to @io's callback meanwhile; @deadline
- * (monotonic, 0 = none) and @cancel_fd (-1 = none) send CANCEL. @call's
- * eventfd is its own when @own_efd >= 0 (efd_get's *own), else one is
- * taken here: a deferred start's call has none until it is waited for.
- * Takes @call out of the list. Returns the reply (caller frees), or NULL
- * with *@err set (connection / timeout).
- */
-static sbx_wire_msg *
-call_wait(proxy_client *pc, proxy_call *call, int own_efd, int sock, pid_t pid,
-          double deadline, int cancel_fd, call_io *io, const char *slot, sbx_error **err)
-{
-    sbx_wire_msg *reply = NULL;
-    double kill_at = 0;
-    int cancelled = 0, stopped = 0, failed = 0;
-
-    if (own_efd < 0) {
-        int efd = efd_get(&own_efd);
-
-        if (efd < 0) {
-            pthread_mutex_lock(&pc->lock);
-            call_unlink_locked(pc, call);
-            pthread_mutex_unlock(&pc->lock);
-            sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, slot, "eventfd: %s",
-                          strerror(errno));
-            return NULL;
-        }
-        pthread_mutex_lock(&pc->lock);
-        call->efd = efd;
-        pthread_mutex_unlock(&pc->lock);
+        return NULL;
     }
 
     for (;;) {
@@ -578,14 +518,14 @@ call_wait(proxy_client *pc, proxy_call *call, int own_efd, int sock, pid_t pid,
         size_t nentries = 0;
 
         pthread_mutex_lock(&pc->lock);
-        if (call->nentries) {
-            entries = call->entries;
-            nentries = call->nentries;
-            call->entries = NULL;
-            call->nentries = call->capentries = 0;
+        if (call.nentries) {
+            entries = call.entries;
+            nentries = call.nentries;
+            call.entries = NULL;
+            call.nentries = call.capentries = 0;
         }
-        reply = call->reply;
-        failed = call->failed;
+        reply = call.reply;
+        failed = call.failed;
         if (!reply && !failed && !nentries && !pc->reading && !pc->dead && pc->pid == pid) {
             pc->reading = 1;
             reader = 1;
@@ -597,7 +537,7 @@ call_wait(proxy_client *pc, proxy_call *call, int own_efd, int sock, pid_t pid,
                 sbx_wire_msg stop;
 
                 stopped = 1;
-                sbx_wire_init(&stop, SBX_MSG_STOP, 0, call->id);
+                sbx_wire_init(&stop, SBX_MSG_STOP, 0, call.id);
                 sbx_wire_send(sock, &stop);
                 sbx_wire_clear(&stop);
             }
@@ -614,7 +554,7 @@ call_wait(proxy_client *pc, proxy_call *call, int own_efd, int sock, pid_t pid,
             timeout = kill_at > now ? (int)ceil((kill_at - now) * 1000) : 0;
         else if (deadline)
             timeout = deadline > now ? (int)ceil((deadline - now) * 1000) : 0;
-        pfd[n++] = (struct pollfd){ reader ? sock : call->efd, POLLIN, 0 };
+        pfd[n++] = (struct pollfd){ reader ? sock : call.efd, POLLIN, 0 };
         if (cancel_fd >= 0 && !cancelled) {
             icancel = (int)n;
             pfd[n++] = (struct pollfd){ cancel_fd, POLLIN, 0 };
@@ -631,20 +571,20 @@ call_wait(proxy_client *pc, proxy_call *call, int own_efd, int sock, pid_t pid,
             pthread_mutex_lock(&pc->lock);
             pc->reading = 0;
             if (got == 1)
-                route_locked(pc, m, call);
+                route_locked(pc, m, &call);
             else if (rc > 0 && pfd[0].revents && pc->pid == pid)
                 conn_died_locked(pc);
             if (got != 1)
                 free(m);
             /* Whatever came, someone else may be waiting for the next frame
              * while this thread hands over entries or returns. */
-            if (call->reply || call->failed || call->nentries)
-                wake_other_locked(pc, call);
+            if (call.reply || call.failed || call.nentries)
+                wake_other_locked(pc, &call);
             pthread_mutex_unlock(&pc->lock);
         } else if (rc > 0 && (pfd[0].revents & POLLIN)) {
             eventfd_t v;
 
-            eventfd_read(call->efd, &v);
+            eventfd_read(call.efd, &v);
         }
         now = sbx_monotonic_now();
         if (!cancelled && ((icancel >= 0 && rc > 0 &&
@@ -654,7 +594,7 @@ call_wait(proxy_client *pc, proxy_call *call, int own_efd, int sock, pid_t pid,
 
             cancelled = 1;
             kill_at = now + SBX_PROXY_CANCEL_GRACE_SECS;
-            sbx_wire_init(&cancel, SBX_MSG_CANCEL, 0, call->id);
+            sbx_wire_init(&cancel, SBX_MSG_CANCEL, 0, call.id);
             sbx_wire_send(sock, &cancel);
             sbx_wire_clear(&cancel);
             sbx_log(SBX_LOG_INFO, pc->backend, "%s: cancel sent to plugin host %d", slot,
@@ -671,21 +611,17 @@ call_wait(proxy_client *pc, proxy_call *call, int own_efd, int sock, pid_t pid,
     }
 
     pthread_mutex_lock(&pc->lock);
-    call_unlink_locked(pc, call);
+    call_unlink_locked(pc, &call);
     pthread_mutex_unlock(&pc->lock);
     /* Entries that came with the reply, after the last hand-over. */
-    for (size_t i = 0; i < call->nentries; i++) {
-        if (!stopped && deliver_entry(io, call->entries[i]) != 0)
+    for (size_t i = 0; i < call.nentries; i++) {
+        if (!stopped && deliver_entry(io, call.entries[i]) != 0)
             stopped = 1;
-        sbx_wire_clear(call->entries[i]);
-        free(call->entries[i]);
+        sbx_wire_clear(call.entries[i]);
+        free(call.entries[i]);
     }
-    free(call->entries);
-    call->entries = NULL;
-    call->nentries = call->capentries = 0;
-    efd_release(call->efd, own_efd);
-    call->efd = -1;
-    call->reply = NULL;
+    free(call.entries);
+    efd_release(call.efd, own_efd);
     if (!reply) {
         int killed;
 
@@ -697,143 +633,6 @@ call_wait(proxy_client *pc, proxy_call *call, int own_efd, int sock, pid_t pid,
         set_dead_error_as(pc, err, slot, cancelled && killed);
     }
     return reply;
-}
-
-/*
- * Sends CALL frame @req on @pc's current host and waits for its REPLY,
- * handing ENTRY frames to @io's callback meanwhile. Returns the reply
- * (caller frees), or NULL with *@err set (connection / timeout).
- */
-static sbx_wire_msg *
-call_send_wait(proxy_client *pc, unsigned gen, sbx_wire_msg *req, call_io *io,
-               const char *slot, sbx_error **err)
-{
-    proxy_call call = { .efd = -1 };
-    int sock, own_efd;
-    pid_t pid;
-
-    call.efd = efd_get(&own_efd);
-    if (call.efd < 0) {
-        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, slot, "eventfd: %s", strerror(errno));
-        return NULL;
-    }
-    if (call_send(pc, gen, &call, req, slot, &sock, &pid, err) < 0) {
-        efd_release(call.efd, own_efd);
-        return NULL;
-    }
-    return call_wait(pc, &call, own_efd, sock, pid, call_deadline(pc, io->ctx),
-                     io->ctx ? io->ctx->cancel_fd : -1, io, slot, err);
-}
-
-/* Frees @c (a call no thread waits on) and what it holds. */
-static void
-call_free(proxy_call *c)
-{
-    if (c->reply) {
-        sbx_wire_clear(c->reply);
-        free(c->reply);
-    }
-    for (size_t i = 0; i < c->nentries; i++) {
-        sbx_wire_clear(c->entries[i]);
-        free(c->entries[i]);
-    }
-    free(c->entries);
-    free(c);
-}
-
-/*
- * Sends exec_free for each orphaned deferred start whose reply is here
- * (a start that failed has nothing to free) and drops those whose host
- * died. Called without pc->lock.
- */
-static void
-orphans_free(proxy_client *pc)
-{
-    for (;;) {
-        proxy_call *c = NULL;
-        int sock = -1;
-        sbx_wire_msg req;
-
-        pthread_mutex_lock(&pc->lock);
-        for (proxy_call *x = pc->calls; x; x = x->next)
-            if (x->orphan && (x->reply || x->failed)) {
-                c = x;
-                break;
-            }
-        if (c) {
-            call_unlink_locked(pc, c);
-            if (c->reply && !pc->dead && pc->gen == c->gen)
-                sock = pc->sock;
-        }
-        if (sock >= 0)
-            sbx_wire_init(&req, SBX_MSG_CALL, SBX_SLOT_ID_exec_free, ++pc->next_call);
-        pthread_mutex_unlock(&pc->lock);
-        if (!c)
-            return;
-        if (sock >= 0) {
-            sbx_wire_msg *rep = c->reply;
-            int rc = (int)sbx_wire_get_i64(rep);
-            int ok_outs = (int)sbx_wire_get_u32(rep);
-            uint64_t id = ok_outs ? sbx_wire_get_u64(rep) : 0;
-            int efd = ok_outs ? sbx_wire_take_fd(rep) : -1;
-
-            if (efd >= 0)
-                close(efd);
-            if (rc == 0 && ok_outs && id && !rep->bad) {
-                sbx_wire_put_u64(&req, id);
-                sbx_wire_send(sock, &req);
-            }
-            sbx_wire_clear(&req);
-        }
-        call_free(c);
-    }
-}
-
-/*
- * Reads the frames already in @pc's socket, without waiting, when no
- * caller reads it, and hands them to their calls: the replies of deferred
- * starts, which no caller waits for, are taken in so (the next deferred
- * start and exec_free do it), then orphans_free; stops early once @until
- * (NULL: none) has its reply. Called without pc->lock.
- */
-static void
-drain_now(proxy_client *pc, const proxy_call *until)
-{
-    for (;;) {
-        sbx_wire_msg *m;
-        int sock, got;
-        pid_t pid;
-
-        pthread_mutex_lock(&pc->lock);
-        if (pc->reading || pc->dead || !pc->calls ||
-            (until && (until->reply || until->failed))) {
-            pthread_mutex_unlock(&pc->lock);
-            break;
-        }
-        pc->reading = 1;
-        sock = pc->sock;
-        pid = pc->pid;
-        pthread_mutex_unlock(&pc->lock);
-
-        m = malloc(sizeof(*m));
-        got = m ? sbx_wire_recv_nowait(sock, m, pc->scratch) : -1;
-        if (got != 1 && m && got < 0 && errno == EAGAIN)
-            got = -2;
-        pthread_mutex_lock(&pc->lock);
-        pc->reading = 0;
-        if (got == 1)
-            route_locked(pc, m, NULL);
-        else if ((got == 0 || got == -1) && m && pc->pid == pid)
-            conn_died_locked(pc);
-        if (got != 1)
-            free(m);
-        /* A caller that waited while this thread read reads on. */
-        wake_other_locked(pc, NULL);
-        pthread_mutex_unlock(&pc->lock);
-        if (got != 1)
-            break;
-    }
-    orphans_free(pc);
 }
 
 /* ---------------------------------------------------------------- hosts */
@@ -1341,19 +1140,6 @@ handle_free_local(proxy_client *pc, int enc, proxy_handle *h)
         proxy_process *p = (proxy_process *)h;
         int clean = 1;
 
-        if (p->start) {
-            /* Its reply, when it comes, goes to no call and is dropped;
-             * the host's handle (if the start succeeded) stays until the
-             * host ends: only a process of a dead host is freed so. */
-            if (pc) {
-                pthread_mutex_lock(&pc->lock);
-                call_unlink_locked(pc, p->start);
-                pthread_mutex_unlock(&pc->lock);
-            }
-            call_free(p->start);
-            p->start = NULL;
-        }
-        sbx_error_free(p->start_error);
         if (p->event_added)
             clean = epoll_ctl(p->poll_fd, EPOLL_CTL_DEL, p->event_fd, NULL) == 0;
         sbx_close_fd(&p->event_fd);
@@ -1618,191 +1404,6 @@ process_set_event_fd(proxy_process *p, int fd)
     return p->poll_fd;
 }
 
-/* Gives @p its epoll set over this host generation's hang-up watch (a
- * kept one, or one made here), before its event descriptor is known. */
-static void
-process_pollset_open(proxy_client *pc, proxy_process *p, unsigned gen)
-{
-    pthread_mutex_lock(&pc->lock);
-    if (pc->sock >= 0 && pc->gen == gen && pollset_take_locked(pc, gen, p) < 0)
-        p->dead_fd = fcntl(pc->sock, F_DUPFD_CLOEXEC, 3);
-    pthread_mutex_unlock(&pc->lock);
-    if (p->poll_fd < 0 && p->dead_fd >= 0) {
-        struct epoll_event ev = { .events = EPOLLRDHUP, .data.fd = p->dead_fd };
-
-        p->poll_fd = epoll_create1(EPOLL_CLOEXEC);
-        if (p->poll_fd >= 0 && epoll_ctl(p->poll_fd, EPOLL_CTL_ADD, p->dead_fd, &ev) < 0)
-            sbx_close_fd(&p->poll_fd);
-    }
-}
-
-/*
- * 1 when exec_start request @av[2] may be sent without waiting for its
- * reply: the command runs to its end (SBX_PLUGIN_EXEC_START_UNCONFIRMED,
- * no terminal) and its end comes on an exit socket
- * (SBX_PLUGIN_EXEC_EXIT_FD), so the caller's first need of the handle
- * (exec_wait after the socket closed without a record, exec_kill,
- * exec_end_info, exec_free) may come late. A failure to start then comes
- * from that call, with the start's own error, as the bit allows. The
- * caller also checks that no deadline, call timeout or cancel descriptor
- * bounds the start: those must reach the host while it starts (a CANCEL
- * frame, or the host killed when it does not answer one), so such a
- * start waits for its reply as any call.
- */
-static int
-start_deferrable(unsigned slot, void **av)
-{
-    const sbx_plugin_exec_request *r;
-
-    if (slot != SBX_SLOT_ID_exec_start)
-        return 0;
-    r = *(const sbx_plugin_exec_request **)av[2];
-    return r && r->struct_size >= offsetof(sbx_plugin_exec_request, exit_fd) +
-                                      sizeof(r->exit_fd) &&
-           (r->flags & SBX_PLUGIN_EXEC_START_UNCONFIRMED) &&
-           (r->flags & SBX_PLUGIN_EXEC_EXIT_FD) && r->exit_fd >= 0 && !r->tty_rows;
-}
-
-/*
- * exec_start without waiting for its reply (start_deferrable): sends
- * @req (the descriptors travel with the frame, so the caller may close
- * its copies at once) and hands back a process handle whose reply is
- * taken by process_settle. Sets @ret to 0, or to -1 with *@ep set when
- * the frame could not be sent.
- */
-static void
-start_deferred(proxy_client *pc, unsigned gen, sbx_wire_msg *req, call_io *io, void **av,
-               proxy_ret *ret, sbx_error **ep)
-{
-    proxy_process *p = calloc(1, sizeof(*p));
-    proxy_call *call = calloc(1, sizeof(*call));
-
-    if (!p || !call) {
-        free(p);
-        free(call);
-        sbx_set_error(ep, SBX_ERROR_RESOURCE_EXHAUSTED, "exec_start", "out of memory");
-        return;
-    }
-    /* The previous exec's reply is here by now: take it in (and free
-     * what an orphaned start left on the host). */
-    drain_now(pc, NULL);
-    call->efd = -1;
-    call->gen = gen;
-    p->h.pc = pc;
-    p->h.gen = gen;
-    p->event_fd = p->poll_fd = p->dead_fd = -1;
-    process_pollset_open(pc, p, gen);
-    if (call_send(pc, gen, call, req, "exec_start", &p->start_sock, &p->start_pid, ep) < 0) {
-        free(call);
-        handle_free_local(pc, SBX_ENC_PROCESS, &p->h);
-        return;
-    }
-    p->start = call;
-    p->start_deadline = io->ctx ? io->ctx->deadline : 0;
-    **(sbx_plugin_process ***)av[3] = (sbx_plugin_process *)p;
-    ret->i = 0;
-}
-
-/*
- * Takes the reply of @p's deferred start, when not taken yet (usually it
- * is in the socket by now: no wait), for a call of @slot. Returns 0 when
- * the process started (its host handle set, and its event descriptor in
- * poll_fd when @keep_event; closed otherwise); -1 when it did not or no
- * reply came, with *@err set: the first time to the start's own error (as
- * exec_start would have returned it), later to an execution error saying
- * so. Only the thread that runs the exec calls it.
- */
-static int
-process_settle(proxy_client *pc, proxy_process *p, int keep_event, const char *slot,
-               sbx_error **err)
-{
-    proxy_call *call = p->start;
-    call_io io = { 0 };
-    sbx_wire_msg *rep;
-    double deadline = p->start_deadline;
-
-    if (call) {
-        p->start = NULL;
-        if (pc->call_timeout > 0) {
-            double d = sbx_monotonic_now() + pc->call_timeout;
-
-            if (!deadline || d < deadline)
-                deadline = d;
-        }
-        /* Usually the reply was taken in already (drain_now, or another
-         * caller's read): no wait, no eventfd. */
-        pthread_mutex_lock(&pc->lock);
-        rep = call->reply;
-        if (rep || call->failed) {
-            call->reply = NULL;
-            call_unlink_locked(pc, call);
-        }
-        pthread_mutex_unlock(&pc->lock);
-        if (!rep && call->failed)
-            set_dead_error(pc, &p->start_error, "exec_start");
-        else if (!rep)
-            rep = call_wait(pc, call, -1, p->start_sock, p->start_pid, deadline, -1, &io,
-                            "exec_start", &p->start_error);
-        call_free(call);
-        if (!rep) {
-            p->start_failed = 1;
-        } else {
-            /* As decode_reply reads exec_start's row: INT, then the OUT
-             * arguments NEW_PROCESS (id, event descriptor) and ERROR. */
-            int rc = (int)sbx_wire_get_i64(rep);
-            int ok_outs = (int)sbx_wire_get_u32(rep);
-            uint64_t id = ok_outs ? sbx_wire_get_u64(rep) : 0;
-            int efd = ok_outs ? sbx_wire_take_fd(rep) : -1;
-            sbx_error *e = sbx_wire_get_error(rep);
-
-            if (rep->bad) {
-                sbx_error *x;
-
-                sbx_error_free(e);
-                rc = -1;
-                x = sbx_set_error(&p->start_error, SBX_ERROR_CONNECTION, "exec_start",
-                                  rep->fds_lost
-                                      ? "the reply of the plugin host of backend \"%s\" carried "
-                                        "descriptors this process had no room for (too many "
-                                        "open files)"
-                                      : "malformed reply from the plugin host of backend \"%s\"",
-                                  pc->backend);
-                sbx_error_set_outcome(x, SBX_ERROR_OUTCOME_UNKNOWN);
-            } else if (rc == 0 && ok_outs) {
-                sbx_error_free(e);
-                p->h.remote = id;
-                if (keep_event)
-                    process_set_event_fd(p, efd);
-                else if (efd >= 0)
-                    close(efd);
-                efd = -1;
-            } else {
-                rc = -1;
-                sbx_error_propagate(&p->start_error, e);
-                sbx_error_ensure(&p->start_error, pc->backend, "exec_start");
-            }
-            if (efd >= 0)
-                close(efd);
-            sbx_wire_clear(rep);
-            free(rep);
-            p->start_failed = rc != 0;
-        }
-    }
-    if (!p->start_failed)
-        return 0;
-    if (p->start_error) {
-        sbx_error_propagate(err, p->start_error);
-        p->start_error = NULL;
-    } else {
-        sbx_error *e = sbx_set_error(err, SBX_ERROR_EXECUTION_FAILED, slot,
-                                     "the command did not start (backend \"%s\"; the reason "
-                                     "was reported by an earlier call)", pc->backend);
-
-        sbx_error_fill(e, pc->backend, slot);
-    }
-    return -1;
-}
-
 /* Decodes the reply @rep of @row into the caller's OUT arguments and @ret. */
 static void
 decode_reply(proxy_client *pc, const sbx_slot_row *row, unsigned slot, void **av,
@@ -2009,56 +1610,16 @@ sbx_proxy_invoke_on(proxy_client *pc, unsigned slot, void **av, void *retp)
     }
 
     if (row->ret == SBX_RET_FD && row->enc[0] == SBX_ENC_PROCESS) {
-        /* exec_event_fd: it came with the process; before a deferred
-         * start's reply is taken, the set it joins then (the host's
-         * hang-up watch in it meanwhile). */
+        /* exec_event_fd: it came with the process. */
         proxy_process *p = (proxy_process *)first;
 
-        ret->i = p->event_added || p->start ? p->poll_fd : p->event_fd;
+        ret->i = p->event_added ? p->poll_fd : p->event_fd;
         return;
-    }
-    if ((row->flags & SBX_ROW_FREES) && row->enc[0] == SBX_ENC_PROCESS && first &&
-        ((proxy_process *)first)->start) {
-        /* exec_free of a deferred start: with its reply not here yet,
-         * the process is freed without waiting for it; the client frees
-         * the host's handle when the reply comes (orphans_free). */
-        proxy_process *p = (proxy_process *)first;
-        int here;
-
-        drain_now(pc, p->start);
-        pthread_mutex_lock(&pc->lock);
-        here = p->start->reply || p->start->failed;
-        if (!here) {
-            p->start->orphan = 1;
-            p->start = NULL;
-        }
-        pthread_mutex_unlock(&pc->lock);
-        if (!here)
-            goto freed;
-    }
-    if (row->enc[0] == SBX_ENC_PROCESS && first &&
-        (((proxy_process *)first)->start || ((proxy_process *)first)->start_failed)) {
-        /* The first need of a deferred start's handle. A process that did
-         * not start has nothing on the host to free. */
-        int frees = (row->flags & SBX_ROW_FREES) != 0;
-
-        if (process_settle(pc, (proxy_process *)first, !frees, row->name,
-                           frees ? NULL : ep) < 0) {
-            if (frees)
-                goto freed;
-            return;
-        }
     }
     sbx_wire_init(&req, SBX_MSG_CALL, slot, 0);
     for (unsigned i = 0; i < row->nargs; i++)
         if (row->dir[i] == SBX_DIR_IN)
             encode_arg(row, i, av, &req, &io, pc);
-    if (start_deferrable(slot, av) && pc->call_timeout <= 0 &&
-        (!io.ctx || (io.ctx->deadline <= 0 && io.ctx->cancel_fd < 0))) {
-        start_deferred(pc, gen, &req, &io, av, ret, ep);
-        sbx_wire_clear(&req);
-        return;
-    }
     if (row->flags & SBX_ROW_NO_REPLY) {
         /* The host runs it before the next frame; nothing comes back. */
         int sock;
@@ -2235,14 +1796,6 @@ proxy_client_destroy(proxy_client *pc)
 {
     sbx_close_fd(&pc->old_sock);
     pollsets_close(pc);
-    /* Orphaned starts (their processes are freed; the host is gone). */
-    while (pc->calls) {
-        proxy_call *c = pc->calls;
-
-        pc->calls = c->next;
-        if (c->orphan)
-            call_free(c);
-    }
     pthread_mutex_destroy(&pc->lock);
     pthread_mutex_destroy(&pc->restart_lock);
     free(pc->scratch);
