@@ -191,8 +191,11 @@ char *cl_shell_script(const char *const *argv, const char *shell, const char *cw
  * in writes of at most 4096 bytes (PIPE_BUF: a reader of the pipe gets
  * whole writes) that each end on a character's end, so a server that
  * decodes each read as text on its own splits no character.
- * It stops reading once CMD has ended and the pipes hold nothing more, so
- * a background child that keeps them open does not hold the command, and
+ * It stops reading once CMD has ended and a look at the pipes made after
+ * CMD was reaped finds nothing more (a look made before it may have missed
+ * what CMD wrote just before its end: on a loaded machine the encoder can
+ * be held off the CPU between the two), so a background child that keeps
+ * the pipes open does not hold the command, and
  * it ends as CMD did (the same exit status, or the same signal). It
  * ignores the signals that would end it (TERM, INT, HUP, QUIT, USR1, USR2,
  * ALRM; CMD gets them at their default), so a signal sent to every
