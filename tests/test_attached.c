@@ -876,6 +876,22 @@ static void find_spare(const char *dir, char *name, size_t size)
     cr_assert(name[0], "no spare directory in %s 5 s after a destroy", dir);
 }
 
+/* An in-process local client whose warm supervisor has made its spare:
+ * one sandbox created and destroyed (the destroy starts the next spare),
+ * the spare's name in @name; asserts. */
+static sbx_client *client_with_spare(char *name, size_t size)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_IN_PROCESS, &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *sb = sbx_sandbox_create(c, NULL, &err);
+    cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    find_spare(g_dirs.tmp, name, size);
+    return c;
+}
+
 /* A local client makes the next sandbox's directory ahead, in its warm
  * supervisor (a spare, .sbx-spare-*, its root, tmp/ and socket in it).
  * That supervisor SIGKILLed: within 5 s its directory and it are gone;
@@ -885,15 +901,9 @@ Test(attached, killed_spare_leaves_nothing)
 {
     cr_assert_eq(setenv("SBX_TEST_BACKEND", "local", 1), 0);
     sbx_error *err = NULL;
-    sbx_client *c = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_IN_PROCESS, &err);
-    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
-    sbx_sandbox *sb = sbx_sandbox_create(c, NULL, &err);
-    cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
-    /* Its destroy starts the next spare. */
-    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
-    sbx_sandbox_free(sb);
     char name[256];
-    find_spare(g_dirs.tmp, name, sizeof name);
+    sbx_client *c = client_with_spare(name, sizeof name);
+    sbx_sandbox *sb;
     char *spare = tu_strdup_printf("%s/%s", g_dirs.tmp, name);
     /* Its socket, made last, is listening once it is there. */
     char *sock = tu_strdup_printf("%s/sock", spare);
@@ -946,14 +956,9 @@ Test(attached, killed_spare_leaves_nothing)
 Test(attached, a_failed_create_with_a_spare_leaves_nothing)
 {
     sbx_error *err = NULL;
-    sbx_client *c = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_IN_PROCESS, &err);
-    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
-    sbx_sandbox *sb = sbx_sandbox_create(c, NULL, &err);
-    cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
-    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
-    sbx_sandbox_free(sb);
     char name[256];
-    find_spare(g_dirs.tmp, name, sizeof name);
+    sbx_client *c = client_with_spare(name, sizeof name);
+    sbx_sandbox *sb;
 
     char *wd = tu_strdup_printf("%s/wd", g_dirs.top);
     char *file = tu_strdup_printf("%s/wd/tmp", g_dirs.top);

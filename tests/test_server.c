@@ -33,6 +33,10 @@
 
 static char *db_list(const char *sql);
 
+/* Request id @rid was metered exactly once: one usage event and its two
+ * ledger entries (asserts). */
+static void assert_metered_once(const char *rid);
+
 static cpu_store *store;
 static cpu_server *srv;
 static char *key, *org;
@@ -1265,13 +1269,7 @@ Test(server, answered_execute_survives_a_killed_server)
     n = db_list("SELECT status FROM executions WHERE request_id = 'run-kept'");
     cr_assert_str_eq(n, "completed");
     free(n);
-    n = db_list("SELECT COUNT(*) FROM usage_events WHERE request_id = 'run-kept'");
-    cr_assert_str_eq(n, "1");
-    free(n);
-    n = db_list("SELECT l.kind FROM ledger_entries l JOIN usage_events u"
-                " ON u.id = l.usage_event_id WHERE u.request_id = 'run-kept' ORDER BY l.kind");
-    cr_assert_str_eq(n, "customer_cost,provider_cost");
-    free(n);
+    assert_metered_once("run-kept");
     terminate(key, id);
     free(body);
     free(id);
@@ -1896,13 +1894,7 @@ Test(server, schema_migration_3_keeps_executions)
     r = execute(key, id, "mig-kept", "{\"command\":\"printf again\"}", 200);
     cr_assert_str_eq(r->body, body);
     cpu_response_free(r);
-    n = db_list("SELECT COUNT(*) FROM usage_events WHERE request_id = 'mig-kept'");
-    cr_assert_str_eq(n, "1");
-    free(n);
-    n = db_list("SELECT l.kind FROM ledger_entries l JOIN usage_events u"
-                " ON u.id = l.usage_event_id WHERE u.request_id = 'mig-kept' ORDER BY l.kind");
-    cr_assert_str_eq(n, "customer_cost,provider_cost");
-    free(n);
+    assert_metered_once("mig-kept");
     /* A new request id runs and is metered on the new tables. */
     r = execute(key, id, "mig-new", "{\"command\":\"printf new\"}", 200);
     cr_assert_str_eq(cpu_jstr(r, "stdout"), "new");
@@ -2507,4 +2499,21 @@ Test(server, execute_env_cwd_timeout)
     cpu_response_free(r);
     terminate(key, id);
     free(id);
+}
+
+static void assert_metered_once(const char *rid)
+{
+    char *sql = tu_strdup_printf("SELECT COUNT(*) FROM usage_events WHERE request_id = '%s'",
+                                 rid);
+    char *n = db_list(sql);
+    cr_assert_str_eq(n, "1", "usage events of %s", rid);
+    free(n);
+    free(sql);
+    sql = tu_strdup_printf("SELECT l.kind FROM ledger_entries l JOIN usage_events u"
+                           " ON u.id = l.usage_event_id WHERE u.request_id = '%s'"
+                           " ORDER BY l.kind", rid);
+    n = db_list(sql);
+    cr_assert_str_eq(n, "customer_cost,provider_cost", "ledger entries of %s", rid);
+    free(n);
+    free(sql);
 }
