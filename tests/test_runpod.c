@@ -574,6 +574,119 @@ Test(runpod, case31_255_is_an_exit_code_transport_failures_are_errors)
     free(kh);
 }
 
+/* Entries named sbx-ssh-* (the plugin's private ssh directories) in @dir. */
+static int ssh_dirs_in(const char *dir)
+{
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "%s", dir);
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d)))
+        n += strncmp(e->d_name, "sbx-ssh-", 8) == 0;
+    closedir(d);
+    return n;
+}
+
+/* A resumed handle that ran nothing, freed before its sandbox is destroyed
+ * through another: its ssh directory (its known_hosts holds the pod's key)
+ * is gone once the client is, out of process too, where the plugin host
+ * frees such a handle only at its end. */
+Test(runpod, a_freed_resumed_handle_leaves_no_ssh_directory)
+{
+    char *dir = tu_mkdtemp("sbx-rp-free");
+    g_tmp_base = strdup(dir);
+    const char *ot = getenv("TMPDIR");
+    char *old_tmp = ot ? strdup(ot) : NULL;
+    /* The plugin (and its host, started with the client) makes its
+     * directories under TMPDIR. */
+    sbx_client_free(g_client);
+    setenv("TMPDIR", dir, 1);
+    sbx_error *err = NULL;
+    g_client = sbx_client_new("runpod", &err);
+    cr_assert_not_null(g_client, "sbx_client_new: %s", err ? sbx_error_get0_message(err) : "");
+    g_sb = create_with(NULL);
+    sbx_result *r = tu_sh(g_sb, "echo one", 20);
+    tu_assert_stdout(r, "one\n");
+    sbx_result_free(r);
+    char *state = sbx_sandbox_session_state(g_sb, NULL);
+    cr_assert_not_null(state);
+    sbx_sandbox *again = sbx_sandbox_resume(g_client, state, NULL);
+    cr_assert_not_null(again);
+    free(state);
+    /* No command on it: no ssh master, whose janitor would remove the
+     * directory when the host exits. */
+    cr_assert_eq(ssh_dirs_in(dir), 2, "one directory per handle");
+    sbx_sandbox_free(again);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+    sbx_client_free(g_client);
+    g_client = NULL;
+    /* The plugin host ends on its own once the client is gone. */
+    int left = ssh_dirs_in(dir);
+    for (int i = 0; i < 250 && left; i++) {
+        usleep(20000);
+        left = ssh_dirs_in(dir);
+    }
+    cr_assert_eq(left, 0, "%d ssh directories left in %s", left, dir);
+    if (old_tmp)
+        setenv("TMPDIR", old_tmp, 1);
+    else
+        unsetenv("TMPDIR");
+    free(old_tmp);
+    free(dir);
+}
+
+/* A process holding a resumed handle ends without freeing it (as a crash
+ * would): first before it ran anything (no ssh master yet), then after a
+ * command (its master runs). Neither its ssh directory nor its master
+ * outlives it, in both plugin modes: the directory's janitor ends them. */
+Test(runpod, a_crashed_owner_leaves_no_ssh_directory_nor_master)
+{
+    char *dir = tu_mkdtemp("sbx-rp-crash");
+    g_tmp_base = strdup(dir);
+    g_sb = create_with(NULL);
+    char *state = sbx_sandbox_session_state(g_sb, NULL);
+    cr_assert_not_null(state);
+    int port = pod_port(g_sb);
+    int masters = ssh_procs("ControlMaster=yes", port);
+    cr_assert_eq(masters, 1, "the creating handle's master");
+    for (int run = 0; run < 2; run++) {
+        pid_t child = fork();
+        cr_assert(child >= 0);
+        if (child == 0) {
+            setenv("TMPDIR", dir, 1);
+            sbx_client *c = sbx_client_new("runpod", NULL);
+            sbx_sandbox *sb = c ? sbx_sandbox_resume(c, state, NULL) : NULL;
+            if (!sb)
+                _exit(2);
+            if (run == 1) {
+                sbx_result *r = sbx_sandbox_execute_shell(sb, "true", NULL);
+                if (!r || sbx_result_get_exit_code(r) != 0)
+                    _exit(3);
+            }
+            _exit(0);   /* nothing freed */
+        }
+        int st;
+        cr_assert_eq(waitpid(child, &st, 0), child);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "run %d: status %#x", run, st);
+        int left = ssh_dirs_in(dir), procs = ssh_procs("ControlMaster=yes", port);
+        for (int i = 0; i < 250 && (left || procs != masters); i++) {
+            usleep(20000);
+            left = ssh_dirs_in(dir);
+            procs = ssh_procs("ControlMaster=yes", port);
+        }
+        cr_assert_eq(left, 0, "run %d: %d ssh directories left in %s", run, left, dir);
+        cr_assert_eq(procs, masters, "run %d: %d ssh masters for port %d", run, procs, port);
+    }
+    /* The first handle still works. */
+    sbx_result *r = tu_sh(g_sb, "echo still", 20);
+    tu_assert_stdout(r, "still\n");
+    sbx_result_free(r);
+    free(state);
+    free(dir);
+}
+
 /* ------------------------------------------------------------ CASE-29 */
 
 static int g_longest;

@@ -29,8 +29,10 @@
  *       the plugin's destroy slot (all at once, each within
  *       ATTACH_DESTROY_SECS) and its row removed. Detached rows, rows with
  *       another living owner and sandboxes the record does not know are
- *       left alone. Then the host exits. What it does is logged only with
- *       SBX_DEBUG set.
+ *       left alone. Then the plugin's sandbox_free runs for each kept
+ *       sandbox the application had freed (what the plugin holds on this
+ *       host for it goes: connections, ssh masters, private directories),
+ *       and the host exits. What it does is logged only with SBX_DEBUG set.
  *
  *       Environment: SBX_PLUGIN_HOST_IDLE_MS (milliseconds, 1 to 3600000;
  *       default 30000) is how long a pool thread waits for a frame before
@@ -248,6 +250,7 @@ typedef struct kept_sb {
     sbx_plugin_sandbox *sb;
     char token[SBX_TOKEN_LEN + 1];  /* its create token; "" = look it up by id */
     int freed;                      /* the application freed its handle */
+    int busy;                       /* a destroy at the end still runs on it */
 } kept_sb;
 
 static struct {
@@ -405,6 +408,9 @@ end_destroy(void *arg)
                 err ? sbx_error_get0_message(err) : "the backend has no destroy");
     }
     sbx_error_free(err);
+    pthread_mutex_lock(&K.lock);
+    j->k->busy = 0;
+    pthread_mutex_unlock(&K.lock);
     pthread_mutex_lock(j->lock);
     if (--*j->left == 0)
         pthread_cond_signal(j->cond);
@@ -448,6 +454,7 @@ end_reap(void)
             continue;
         }
         jobs[n] = (end_job){ k, &lock, &cond, &left };
+        k->busy = 1;
         n++;
     }
     pthread_mutex_unlock(&K.lock);
@@ -470,6 +477,31 @@ end_reap(void)
     pthread_mutex_unlock(&lock);
     /* The jobs are not freed: a destroy past its bound may still run until
      * the process exits. */
+}
+
+/* The plugin's sandbox_free of every kept sandbox the application freed
+ * (its free was deferred to the end, kept_defer_free()) and no destroy of
+ * the end still runs on: what the plugin holds on this host for it (a
+ * connection, an ssh master, a private directory) goes before the host
+ * exits, as it would have gone at the application's free. A handle the
+ * application did not free may still be in a call cancelled at EOF, and
+ * is left as an exiting application leaves its own. */
+static void
+kept_release(void)
+{
+    void (*sandbox_free)(sbx_plugin_sandbox *) =
+        (void (*)(sbx_plugin_sandbox *))(uintptr_t)
+            sbx_slot_get(H.plugin, SBX_SLOT_ID_sandbox_free);
+
+    pthread_mutex_lock(&K.lock);
+    for (kept_sb *k = K.list; k; k = k->next) {
+        if (k->freed && !k->busy && sandbox_free) {
+            sandbox_free(k->sb);
+            k->sb = NULL;
+            k->busy = 1;   /* freed: nothing more of it */
+        }
+    }
+    pthread_mutex_unlock(&K.lock);
 }
 
 /*
@@ -506,8 +538,10 @@ host_end(int code)
                     !detached;
         }
         pthread_mutex_unlock(&K.lock);
-        if (!watch)
+        if (!watch) {
+            kept_release();
             exit(code);
+        }
         {
             sbx_wire_msg m;
 
@@ -525,6 +559,7 @@ host_end(int code)
         }
     }
     end_reap();
+    kept_release();
     exit(code);
 }
 

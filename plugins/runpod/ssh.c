@@ -47,7 +47,7 @@ struct rp_ssh {
     char kh[4096];                      /* the known_hosts file used */
     pthread_mutex_t lock;               /* guards master, closed */
     pid_t master;
-    pid_t janitor;                      /* the master's janitor (rp_janitor_start) */
+    pid_t janitor;                      /* the directory's janitor (rp_janitor_start) */
     int janitor_fd;                     /* the write end of its stdin; -1 none */
     int closed;                         /* rp_ssh_close() was called */
 };
@@ -96,6 +96,8 @@ static int rp_make_dir(rp_ssh *s)
     return 0;
 }
 
+static void rp_janitor_start(rp_ssh *s);
+
 rp_ssh *rp_ssh_new(const rp_ssh_conf *conf, const char *op, sbx_error **error)
 {
     rp_ssh *s = calloc(1, sizeof(*s));
@@ -131,6 +133,7 @@ rp_ssh *rp_ssh_new(const rp_ssh_conf *conf, const char *op, sbx_error **error)
         rp_ssh_free(s);
         return NULL;
     }
+    rp_janitor_start(s);
     if (conf->known_hosts && *conf->known_hosts) {
         char *kh = rp_expand_home(conf->known_hosts);
         snprintf(s->kh, sizeof s->kh, "%s", kh ? kh : conf->known_hosts);
@@ -175,14 +178,15 @@ static void rp_janitor_end(rp_ssh *s)
     }
 }
 
+static void rp_master_reaped(rp_ssh *s);
+
 /* Kills and reaps the master (s->lock held). */
 static void rp_master_kill(rp_ssh *s)
 {
-    rp_janitor_end(s);
     if (s->master <= 0)
         return;
     pid_t pid = s->master;
-    s->master = 0;
+    rp_master_reaped(s);
     kill(pid, SIGTERM);
     for (int i = 0; i < 100; i++) {
         pid_t r = waitpid(pid, NULL, WNOHANG);
@@ -200,6 +204,7 @@ void rp_ssh_close(rp_ssh *s)
     if (!s)
         return;
     pthread_mutex_lock(&s->lock);
+    rp_janitor_end(s);
     rp_master_kill(s);
     s->closed = 1;
     if (s->dir[0])
@@ -470,36 +475,60 @@ static int rp_sock_answers(const char *path)
     return ok;
 }
 
-/* The master's janitor: a sh in a session of its own whose stdin is a
- * pipe this process holds the other end of (close-on-exec). When this
- * process ends without closing the master (a crash, an exit without
- * sandbox_free), the pipe reaches end of file and the janitor ends the
- * master and removes the private directory, so neither outlives its owner.
- * rp_janitor_end() ends it first on every orderly close. Best effort: a
- * janitor that cannot start is logged (s->lock held). */
+/* The directory's janitor: a sh in a session of its own whose stdin is a
+ * pipe this process holds the other end of (close-on-exec), started with
+ * the directory. When this process ends without rp_ssh_close() (a crash,
+ * an exit without sandbox_free), the pipe reaches end of file and the
+ * janitor ends the master named in DIR/pid, if one runs, and removes the
+ * directory, so neither outlives its owner. DIR/pid names a master only
+ * while it is unreaped (rp_master_set/rp_master_reaped), and the janitor
+ * acts only once its owner is gone, so it never signals a reused pid.
+ * rp_janitor_end() ends it first on an orderly close. Best effort: a
+ * janitor that cannot start is logged. */
 static void rp_janitor_start(rp_ssh *s)
 {
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0) {
-        CL_LOG(SBX_LOG_WARNING, "no janitor for ssh master %d: %s", (int)s->master,
-               strerror(errno));
+        CL_LOG(SBX_LOG_WARNING, "no janitor for %s: %s", s->dir, strerror(errno));
         return;
     }
-    char pid[16];
-    snprintf(pid, sizeof pid, "%d", (int)s->master);
     char *argv[] = { "/bin/sh", "-c",
-                     "read x; kill -TERM \"$1\" 2>/dev/null; rm -rf -- \"$2\"",
-                     "sbx-ssh-janitor", pid, s->dir, NULL };
+                     "read x; [ -r \"$1/pid\" ] && kill -TERM \"$(cat \"$1/pid\")\" 2>/dev/null;"
+                     " rm -rf -- \"$1\"",
+                     "sbx-ssh-janitor", s->dir, NULL };
     pid_t j = rp_spawn(argv, p[0], -1, -1, 1);
     close(p[0]);
     if (j < 0) {
-        CL_LOG(SBX_LOG_WARNING, "no janitor for ssh master %d: %s", (int)s->master,
-               strerror(errno));
+        CL_LOG(SBX_LOG_WARNING, "no janitor for %s: %s", s->dir, strerror(errno));
         close(p[1]);
         return;
     }
     s->janitor = j;
     s->janitor_fd = p[1];
+}
+
+/* DIR/pid: the running master's pid, for the janitor (s->lock held). */
+static void rp_master_set(rp_ssh *s, pid_t pid)
+{
+    char path[RP_SSH_PATH_MAX + 16], tmp[RP_SSH_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/pid", s->dir);
+    snprintf(tmp, sizeof tmp, "%s/pid.new", s->dir);
+    FILE *f = fopen(tmp, "we");
+    if (!f)
+        return;
+    fprintf(f, "%d\n", (int)pid);
+    if (fclose(f) != 0 || rename(tmp, path) != 0)
+        unlink(tmp);
+    s->master = pid;
+}
+
+/* The master is reaped, or about to be: DIR/pid goes first (s->lock held). */
+static void rp_master_reaped(rp_ssh *s)
+{
+    char path[RP_SSH_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/pid", s->dir);
+    unlink(path);
+    s->master = 0;
 }
 
 /* Ends the master when it is stopped (state T). */
@@ -509,11 +538,11 @@ static void rp_master_unwedge(rp_ssh *s)
     if (s->master > 0 && rp_stopped(s->master)) {
         CL_LOG(SBX_LOG_WARNING, "ssh master %d of %s:%d is stopped while a command runs; "
                "ending it", (int)s->master, s->host, s->port);
-        rp_janitor_end(s);
-        kill(s->master, SIGKILL);
-        while (waitpid(s->master, NULL, 0) < 0 && errno == EINTR)
+        pid_t pid = s->master;
+        rp_master_reaped(s);
+        kill(pid, SIGKILL);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
             ;
-        s->master = 0;
     }
     pthread_mutex_unlock(&s->lock);
 }
@@ -536,16 +565,15 @@ int rp_ssh_master(rp_ssh *s, const sbx_call_ctx *ctx, const char *op, sbx_error 
         if (r == s->master || (r < 0 && errno == ECHILD)) {
             CL_LOG(SBX_LOG_INFO, "ssh master %d of %s:%d ended; starting another",
                    (int)s->master, s->host, s->port);
-            s->master = 0;
-            rp_janitor_end(s);
+            rp_master_reaped(s);
         } else if (rp_stopped(s->master) || !rp_sock_answers(s->sock)) {
             CL_LOG(SBX_LOG_WARNING, "ssh master %d of %s:%d is stopped or gone; replacing it",
                    (int)s->master, s->host, s->port);
-            rp_janitor_end(s);
-            kill(s->master, SIGKILL);
-            while (waitpid(s->master, NULL, 0) < 0 && errno == EINTR)
+            pid_t pid = s->master;
+            rp_master_reaped(s);
+            kill(pid, SIGKILL);
+            while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
                 ;
-            s->master = 0;
         } else {
             pthread_mutex_unlock(&s->lock);
             return 0;
@@ -593,8 +621,7 @@ int rp_ssh_master(rp_ssh *s, const sbx_call_ctx *ctx, const char *op, sbx_error 
         cl_sleep(0.01, b.cancel_fd);
     }
     if (rc == 0) {
-        s->master = pid;
-        rp_janitor_start(s);
+        rp_master_set(s, pid);
     } else if (pid > 0) {
         kill(pid, SIGKILL);
         while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
