@@ -13,25 +13,28 @@
  *  - sbx_create back to back: another sbx_create() cycle started as soon as
  *    the one before returned from destroy (a loop over one client with
  *    nothing between: its create waits for the client's next warm
- *    supervisor, which is made once destroy has its answer).
- * Within a round, raw and the three cycles run in one of four orders (a
- * Williams square: over four rounds each of them comes right after each
- * other one once), and each starts SETTLE ms after the one before ended
- * (also after the round's closing destroy-only measure). A destroy's
- * answer starts that client's next warm supervisor (its fork and its
- * directory work on the temporary directory, under 1 ms on an idle
- * machine); a create on another client that starts while that runs takes
- * 0.1 to 0.5 ms longer on this 2-core machine. Without the pause and the
- * orders, a row that always followed another's destroy paid that and the
- * row after the raw spawn did not: a program using one client never meets
- * another client's fill, and its own is in the back-to-back row.
+ *    supervisor, which is made once destroy has its answer);
  *  - create-only, exec-only (the execute_code on the fresh sandbox) and
  *    destroy-only times of the cycle, per mode, the exec's against raw;
  *  - destroy with 1,000 other live processes on the host (children of this
  *    program, each `sleep 600` that also dies with this program through
  *    PR_SET_PDEATHSIG; all of them are checked to run before the row and
  *    killed by pid after it) against destroy with none, measured before
- *    and again after that row.
+ *    and again after that row, each in a loop of its own.
+ *
+ * Within a round, raw and the three cycles (sbx_create's with its back-to-
+ * back one right after it) run in one of four orders, a Williams square:
+ * over four rounds each comes right after each other one once. Each starts
+ * SETTLE ms after the one before ended. A destroy's answer starts that
+ * client's next warm supervisor (a fork and directory work on the
+ * temporary directory, 1.5 to 2 ms here); a create on another client that
+ * starts while it runs takes 0.1 to 0.5 ms longer on a 2-core machine. With
+ * one fixed order and no pause the sbx_create row always followed the
+ * in-process row's destroy and paid that, and the out-of-process row
+ * (after the raw spawn) never did. Each client is used once a round (the
+ * shared one twice: its back-to-back cycle), so that no row's client is
+ * warmer than another's. A program using one client never meets another
+ * client's fill; its own is in the back-to-back row.
  * Printed: the medians (p50) in ms, the ratios cycle / raw, loaded destroy
  * / plain destroy, the supervisor's context switches per cycle (its
  * voluntary + involuntary switches from /proc, read just before destroy:
@@ -317,12 +320,16 @@ int main(int argc, char **argv)
                 }
             }
         }
+    }
+
+    /* Destroy alone, then the same destroys with many other processes on
+     * the host, then alone again. */
+    for (int i = 0; i < rounds; i++) {
         if (pause)
             usleep(pause);
         dplain[i] = destroy_once(out);
     }
 
-    /* The same destroys with many other processes on the host. */
     g_kids = calloc((size_t)others + 1, sizeof(pid_t));
     if (!g_kids)
         die("calloc", NULL);
