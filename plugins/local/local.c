@@ -1655,11 +1655,9 @@ static void warm_drop(warm_sup *w, int now)
  * FORK: so a fill answers at once, and a create right after a destroy (a
  * loop over one client) takes a spare made ahead instead of waiting for
  * the fork and the directory work of the next one, which then run beside
- * it (measured: 1.2 to 2.3 ms for that create before, 0.6 to 1.2 ms with
- * it, against 0.5 to 0.8 ms for a create with a pause before it; bench/
- * lifecycle's back-to-back row). The spawner lives as long as its control
- * socket, as a warm supervisor does; closed, it removes its ready one
- * first. */
+ * it (bench/README.md, lifecycle: the back-to-back row). The spawner lives
+ * as long as its control socket, as a warm supervisor does; closed, it
+ * removes its ready one first. */
 
 /** Closes the client's warm spawner: at EOF it lets the warm supervisor it
  *  keeps ready go and exits once that one's keeper has removed its
