@@ -12,8 +12,9 @@
  *    process's shared client) out of process;
  *  - sbx_create back to back: another sbx_create() cycle started as soon as
  *    the one before returned from destroy (a loop over one client with
- *    nothing between: its create waits for the client's next warm
- *    supervisor, which is made once destroy has its answer);
+ *    nothing between: its create waits for the fill that destroy's answer
+ *    started, the hand-over of the warm supervisor the client's spawner
+ *    kept ready, while the spawner makes the next one);
  *  - create-only, exec-only (the execute_code on the fresh sandbox) and
  *    destroy-only times of the cycle, per mode, the exec's against raw;
  *  - destroy with 1,000 other live processes on the host (children of this
@@ -26,9 +27,9 @@
  * back one right after it) run in one of four orders, a Williams square:
  * over four rounds each comes right after each other one once. Each starts
  * SETTLE ms after the one before ended. A destroy's answer starts that
- * client's next warm supervisor (a fork and directory work on the
- * temporary directory, 1.5 to 2 ms here); a create on another client that
- * starts while it runs takes 0.1 to 0.5 ms longer on a 2-core machine. With
+ * client's next fill (forks and directory work on the temporary directory,
+ * about 1 ms on a quiet machine); a create on another client that starts
+ * while it runs takes 0.1 to 0.5 ms longer on a 2-core machine. With
  * one fixed order and no pause the sbx_create row always followed the
  * in-process row's destroy and paid that, and the out-of-process row
  * (after the raw spawn) never did. Each client is used once a round (the
