@@ -10,13 +10,32 @@
  *  - cycle: create + execute_code('python', 'print(1)') + destroy on one
  *    client, out of process and in process; and through sbx_create() (the
  *    process's shared client) out of process;
+ *  - sbx_create back to back: another sbx_create() cycle started as soon as
+ *    the one before returned from destroy (a loop over one client with
+ *    nothing between: its create waits for the fill that destroy's answer
+ *    started, the hand-over of the warm supervisor the client's spawner
+ *    kept ready, while the spawner makes the next one);
  *  - create-only, exec-only (the execute_code on the fresh sandbox) and
  *    destroy-only times of the cycle, per mode, the exec's against raw;
  *  - destroy with 1,000 other live processes on the host (children of this
  *    program, each `sleep 600` that also dies with this program through
  *    PR_SET_PDEATHSIG; all of them are checked to run before the row and
  *    killed by pid after it) against destroy with none, measured before
- *    and again after that row.
+ *    and again after that row, each in a loop of its own.
+ *
+ * Within a round, raw and the three cycles (sbx_create's with its back-to-
+ * back one right after it) run in one of four orders, a Williams square:
+ * over four rounds each comes right after each other one once. Each starts
+ * SETTLE ms after the one before ended. A destroy's answer starts that
+ * client's next fill (forks and directory work on the temporary directory,
+ * about 1 ms on a quiet machine); a create on another client that starts
+ * while it runs takes 0.1 to 0.5 ms longer on a 2-core machine. With
+ * one fixed order and no pause the sbx_create row always followed the
+ * in-process row's destroy and paid that, and the out-of-process row
+ * (after the raw spawn) never did. Each client is used once a round (the
+ * shared one twice: its back-to-back cycle), so that no row's client is
+ * warmer than another's. A program using one client never meets another
+ * client's fill; its own is in the back-to-back row.
  * Printed: the medians (p50) in ms, the ratios cycle / raw, loaded destroy
  * / plain destroy, the supervisor's context switches per cycle (its
  * voluntary + involuntary switches from /proc, read just before destroy:
@@ -29,8 +48,8 @@
  * that the sandbox and the raw side run the system's python3, not a
  * per-user shim that costs more than everything measured here.
  *
- * Usage: lifecycle [-r ROUNDS] [-b BACKEND] [-p OTHER_PROCESSES]
- *        (default 30, local, 1000)
+ * Usage: lifecycle [-r ROUNDS] [-b BACKEND] [-p OTHER_PROCESSES] [-s SETTLE_MS]
+ *        (default 30, local, 1000, 2)
  */
 #include <errno.h>
 #include <signal.h>
@@ -139,6 +158,10 @@ static long own_sleeps(void)
     return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_nvcsw : 0;
 }
 
+/* The cycle rows: out of process, in process, sbx_create, sbx_create back
+ * to back. */
+#define NROWS 4
+
 typedef struct cycle_times {
     double create, exec, destroy, total;
     long switches;
@@ -198,19 +221,22 @@ static double destroy_once(sbx_client *client)
 
 int main(int argc, char **argv)
 {
-    int rounds = 30, others = 1000, opt;
-    while ((opt = getopt(argc, argv, "r:b:p:")) != -1) {
+    int rounds = 30, others = 1000, settle = 2, opt;
+    while ((opt = getopt(argc, argv, "r:b:p:s:")) != -1) {
         switch (opt) {
         case 'r': rounds = atoi(optarg); break;
         case 'b': g_backend = optarg; break;
         case 'p': others = atoi(optarg); break;
+        case 's': settle = atoi(optarg); break;
         default:
-            fprintf(stderr, "usage: lifecycle [-r ROUNDS] [-b BACKEND] [-p OTHER_PROCESSES]\n");
+            fprintf(stderr, "usage: lifecycle [-r ROUNDS] [-b BACKEND] [-p OTHER_PROCESSES] "
+                            "[-s SETTLE_MS]\n");
             return 2;
         }
     }
-    if (rounds < 3 || rounds > 10000 || others < 0 || others > 20000) {
-        fprintf(stderr, "lifecycle: -r must be 3..10000 and -p 0..20000\n");
+    if (rounds < 3 || rounds > 10000 || others < 0 || others > 20000 || settle < 0
+        || settle > 1000) {
+        fprintf(stderr, "lifecycle: -r must be 3..10000, -p 0..20000 and -s 0..1000\n");
         return 2;
     }
     /* Attached sandboxes are the default; the record lives under a
@@ -246,43 +272,65 @@ int main(int argc, char **argv)
     sbx_sandbox_free(probe);
 
     double *raw = calloc((size_t)rounds, sizeof(double));
-    double *tot[3], *cre[3], *exe[3], *des[3];
+    double *tot[NROWS], *cre[NROWS], *exe[NROWS], *des[NROWS];
     double *dplain = calloc((size_t)rounds, sizeof(double));
     double *dloaded = calloc((size_t)rounds, sizeof(double));
     double *dafter = calloc((size_t)rounds, sizeof(double));
     long *sw = calloc((size_t)rounds, sizeof(long));
     long *sl = calloc((size_t)rounds, sizeof(long));
-    for (int m = 0; m < 3; m++) {
+    for (int m = 0; m < NROWS; m++) {
         tot[m] = calloc((size_t)rounds, sizeof(double));
         cre[m] = calloc((size_t)rounds, sizeof(double));
         exe[m] = calloc((size_t)rounds, sizeof(double));
         des[m] = calloc((size_t)rounds, sizeof(double));
     }
-    sbx_client *clients[3] = { out, in, NULL };
-    static const char *const names[3] = { "out of process", "in process", "sbx_create (shared)" };
+    sbx_client *clients[NROWS] = { out, in, NULL, NULL };
+    static const char *const names[NROWS] = { "out of process", "in process",
+                                              "sbx_create (shared)", "sbx_create back to back" };
+    /* The orders of a round: 0 raw, 1 out of process, 2 in process,
+     * 3 sbx_create (its back-to-back cycle right after it). Over four
+     * rounds each comes right after each other one once. */
+    static const int orders[4][4] = {
+        { 0, 1, 3, 2 }, { 1, 2, 0, 3 }, { 2, 3, 1, 0 }, { 3, 0, 2, 1 },
+    };
+    useconds_t pause = (useconds_t)settle * 1000;
 
     /* Warm-up: caches, the plugin host's threads. */
-    for (int m = 0; m < 3; m++)
+    for (int m = 0; m < NROWS; m++)
         cycle_once(clients[m]);
     raw_once(python);
 
     for (int i = 0; i < rounds; i++) {
-        raw[i] = raw_once(python);
-        for (int m = 0; m < 3; m++) {
-            cycle_times t = cycle_once(clients[m]);
-            tot[m][i] = t.total;
-            cre[m][i] = t.create;
-            exe[m][i] = t.exec;
-            des[m][i] = t.destroy;
-            if (m == 1) {
-                sw[i] = t.switches;
-                sl[i] = t.sleeps;
+        for (int k = 0; k < 4; k++) {
+            int item = orders[i % 4][k];
+            if (pause)
+                usleep(pause);
+            if (item == 0) {
+                raw[i] = raw_once(python);
+                continue;
+            }
+            for (int m = item - 1; m < (item == 3 ? NROWS : item); m++) {
+                cycle_times t = cycle_once(clients[m]);
+                tot[m][i] = t.total;
+                cre[m][i] = t.create;
+                exe[m][i] = t.exec;
+                des[m][i] = t.destroy;
+                if (m == 1) {
+                    sw[i] = t.switches;
+                    sl[i] = t.sleeps;
+                }
             }
         }
+    }
+
+    /* Destroy alone, then the same destroys with many other processes on
+     * the host, then alone again. */
+    for (int i = 0; i < rounds; i++) {
+        if (pause)
+            usleep(pause);
         dplain[i] = destroy_once(out);
     }
 
-    /* The same destroys with many other processes on the host. */
     g_kids = calloc((size_t)others + 1, sizeof(pid_t));
     if (!g_kids)
         die("calloc", NULL);
@@ -325,15 +373,15 @@ int main(int argc, char **argv)
         dafter[i] = destroy_once(out);
 
     double raw50 = median(raw, rounds);
-    printf("lifecycle on %s, %d rounds; raw = posix_spawn of %s -c 'print(1)'\n", g_backend,
-           rounds, python);
-    printf("%-22s %10s %10s %10s %10s %10s %10s\n", "", "cycle p50", "create", "exec",
+    printf("lifecycle on %s, %d rounds, %d ms between rows; raw = posix_spawn of %s -c "
+           "'print(1)'\n", g_backend, rounds, settle, python);
+    printf("%-24s %10s %10s %10s %10s %10s %10s\n", "", "cycle p50", "create", "exec",
            "destroy", "cycle/raw", "exec/raw");
-    printf("%-22s %8.2fms %10s %8.2fms %10s %10s %10s\n", "raw spawn", raw50, "", raw50, "",
+    printf("%-24s %8.2fms %10s %8.2fms %10s %10s %10s\n", "raw spawn", raw50, "", raw50, "",
            "1.00", "1.00");
-    for (int m = 0; m < 3; m++) {
+    for (int m = 0; m < NROWS; m++) {
         double c = median(tot[m], rounds), x = median(exe[m], rounds);
-        printf("%-22s %8.2fms %8.2fms %8.2fms %8.2fms %10.2f %10.2f\n", names[m], c,
+        printf("%-24s %8.2fms %8.2fms %8.2fms %8.2fms %10.2f %10.2f\n", names[m], c,
                median(cre[m], rounds), x, median(des[m], rounds), c / raw50, x / raw50);
     }
     double dp = median(dplain, rounds), dl = median(dloaded, rounds);

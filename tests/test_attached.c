@@ -857,29 +857,42 @@ static pid_t spare_supervisor(const char *spare)
     return cred.pid;
 }
 
-/* The name of the one spare in @dir, waiting up to 5 s for it; asserts. */
-static void find_spare(const char *dir, char *name, size_t size)
+/* The names of the spares in @dir once there are @want of them, each with
+ * its socket listening, waiting up to 5 s (names[i] freed by the caller);
+ * asserts. */
+static void find_spares(const char *dir, size_t want, char **names)
 {
     double end = tu_now() + 5.0;
-    name[0] = '\0';
-    while (!name[0] && tu_now() < end) {
+    size_t n = 0;
+    for (;;) {
+        n = 0;
         DIR *d = opendir(dir);
         cr_assert_not_null(d);
         struct dirent *e;
         while ((e = readdir(d)) != NULL)
-            if (strncmp(e->d_name, ".sbx-spare-", 11) == 0)
-                snprintf(name, size, "%s", e->d_name);
+            if (strncmp(e->d_name, ".sbx-spare-", 11) == 0 && n < 8)
+                names[n++] = strdup(e->d_name);
         closedir(d);
-        if (!name[0])
-            usleep(5000);
+        size_t ready = 0;
+        for (size_t i = 0; i < n && n == want; i++) {
+            char *sock = tu_strdup_printf("%s/%s/sock", dir, names[i]);
+            ready += tu_exists(sock);
+            free(sock);
+        }
+        if (ready == want || tu_now() >= end)
+            break;
+        for (size_t i = 0; i < n; i++)
+            free(names[i]);
+        usleep(5000);
     }
-    cr_assert(name[0], "no spare directory in %s 5 s after a destroy", dir);
+    cr_assert_eq(n, want, "%zu spare directories in %s, not %zu", n, dir, want);
 }
 
-/* An in-process local client whose warm supervisor has made its spare:
- * one sandbox created and destroyed (the destroy starts the next spare),
- * the spare's name in @name; asserts. */
-static sbx_client *client_with_spare(char *name, size_t size)
+/* An in-process local client whose warm supervisors have made their
+ * spares: one sandbox created and destroyed (the destroy starts the next
+ * fill), the client's spare and the one its spawner keeps ready, their
+ * names in @names[0..1]; asserts. */
+static sbx_client *client_with_spares(char **names)
 {
     sbx_error *err = NULL;
     sbx_client *c = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_IN_PROCESS, &err);
@@ -888,49 +901,50 @@ static sbx_client *client_with_spare(char *name, size_t size)
     cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
     cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
     sbx_sandbox_free(sb);
-    find_spare(g_dirs.tmp, name, size);
+    find_spares(g_dirs.tmp, 2, names);
     return c;
 }
 
 /* A local client makes the next sandbox's directory ahead, in its warm
- * supervisor (a spare, .sbx-spare-*, its root, tmp/ and socket in it).
- * That supervisor SIGKILLed: within 5 s its directory and it are gone;
- * the client's next create still works (without it), and freeing the
- * client leaves no spare behind. */
+ * supervisor (a spare, .sbx-spare-*, its root, tmp/ and socket in it), and
+ * its spawner keeps one more ready. Each supervisor SIGKILLed: within 5 s
+ * its directory and it are gone; the client's next create still works
+ * (without them), and freeing the client leaves no spare behind. */
 Test(attached, killed_spare_leaves_nothing)
 {
     cr_assert_eq(setenv("SBX_TEST_BACKEND", "local", 1), 0);
     sbx_error *err = NULL;
-    char name[256];
-    sbx_client *c = client_with_spare(name, sizeof name);
+    char *names[8];
+    sbx_client *c = client_with_spares(names);
     sbx_sandbox *sb;
-    char *spare = tu_strdup_printf("%s/%s", g_dirs.tmp, name);
-    /* Its socket, made last, is listening once it is there. */
-    char *sock = tu_strdup_printf("%s/sock", spare);
-    for (double end = tu_now() + 5.0; !tu_exists(sock) && tu_now() < end;)
-        usleep(2000);
-    struct stat st;
-    cr_assert_eq(stat(spare, &st), 0);
-    cr_assert_eq(st.st_mode & 0777, 0700, "%s has mode %o", spare, st.st_mode & 0777);
-    char *tmp = tu_strdup_printf("%s/root/tmp", spare);
-    cr_assert_eq(stat(tmp, &st), 0, "%s: %s", tmp, strerror(errno));
-    cr_assert(S_ISDIR(st.st_mode));
-    free(tmp);
-    cr_assert_eq(stat(sock, &st), 0, "%s: %s", sock, strerror(errno));
-    cr_assert(S_ISSOCK(st.st_mode));
-    free(sock);
     cr_assert_eq(tu_count_entries(g_dirs.tmp), 0);
+    for (int i = 0; i < 2; i++) {
+        char *spare = tu_strdup_printf("%s/%s", g_dirs.tmp, names[i]);
+        struct stat st;
+        cr_assert_eq(stat(spare, &st), 0);
+        cr_assert_eq(st.st_mode & 0777, 0700, "%s has mode %o", spare, st.st_mode & 0777);
+        char *tmp = tu_strdup_printf("%s/root/tmp", spare);
+        cr_assert_eq(stat(tmp, &st), 0, "%s: %s", tmp, strerror(errno));
+        cr_assert(S_ISDIR(st.st_mode));
+        free(tmp);
+        char *sock = tu_strdup_printf("%s/sock", spare);
+        cr_assert_eq(stat(sock, &st), 0, "%s: %s", sock, strerror(errno));
+        cr_assert(S_ISSOCK(st.st_mode));
+        free(sock);
 
-    pid_t sup = spare_supervisor(spare);
-    cr_assert_gt(sup, 1, "no supervisor listens in %s", spare);
-    double t0 = tu_now();
-    cr_assert_eq(kill(sup, SIGKILL), 0);
-    while (tu_exists(spare) && tu_now() - t0 < 5.0)
-        usleep(5000);
-    cr_assert(!tu_exists(spare), "%s is still there %.1f s after its supervisor's SIGKILL",
-              spare, tu_now() - t0);
-    cr_assert(tu_wait_pid_gone(sup, 5.0 - (tu_now() - t0)), "%s", tu_proc_describe(sup));
-    fprintf(stderr, "# a SIGKILLed spare's directory gone %.3f s later\n", tu_now() - t0);
+        pid_t sup = spare_supervisor(spare);
+        cr_assert_gt(sup, 1, "no supervisor listens in %s", spare);
+        double t0 = tu_now();
+        cr_assert_eq(kill(sup, SIGKILL), 0);
+        while (tu_exists(spare) && tu_now() - t0 < 5.0)
+            usleep(5000);
+        cr_assert(!tu_exists(spare), "%s is still there %.1f s after its supervisor's SIGKILL",
+                  spare, tu_now() - t0);
+        cr_assert(tu_wait_pid_gone(sup, 5.0 - (tu_now() - t0)), "%s", tu_proc_describe(sup));
+        fprintf(stderr, "# a SIGKILLed spare's directory gone %.3f s later\n", tu_now() - t0);
+        free(spare);
+        free(names[i]);
+    }
 
     sb = sbx_sandbox_create(c, NULL, &err);
     cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
@@ -941,23 +955,25 @@ Test(attached, killed_spare_leaves_nothing)
     sbx_result_free(r);
     cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
     sbx_sandbox_free(sb);
-    find_spare(g_dirs.tmp, name, sizeof name);
+    /* Made again: the client's and the spawner's. */
+    find_spares(g_dirs.tmp, 2, names);
+    free(names[0]);
+    free(names[1]);
     sbx_client_free(c);
-    cr_assert_eq(tu_wait_spares_gone(g_dirs.tmp, 0), 0, "freeing the client left its spare");
+    cr_assert_eq(tu_wait_spares_gone(g_dirs.tmp, 0), 0, "freeing the client left a spare");
     cr_assert_eq(tu_count_entries(g_dirs.tmp), 0);
-    free(spare);
 }
 
 /* A create that takes the client's spare and then fails (its workdir's
- * tmp is a file) leaves nothing: the spare's directory is gone when create
- * returns, and the caller's workdir is as it was. A workdir that works
- * takes the next spare: its unused root goes, and the sandbox runs in the
- * workdir. */
+ * tmp is a file) leaves nothing of it: that spare's directory is gone when
+ * create returns (the spawner's ready one stays), and the caller's workdir
+ * is as it was. A workdir that works takes the next spare: its unused root
+ * goes, and the sandbox runs in the workdir. */
 Test(attached, a_failed_create_with_a_spare_leaves_nothing)
 {
     sbx_error *err = NULL;
-    char name[256];
-    sbx_client *c = client_with_spare(name, sizeof name);
+    char *names[8], *after[8];
+    sbx_client *c = client_with_spares(names);
     sbx_sandbox *sb;
 
     char *wd = tu_strdup_printf("%s/wd", g_dirs.top);
@@ -973,7 +989,13 @@ Test(attached, a_failed_create_with_a_spare_leaves_nothing)
     cr_assert(strstr(sbx_error_get0_message(err), file), "%s", sbx_error_get0_message(err));
     sbx_error_free(err);
     err = NULL;
-    cr_assert_eq(tu_wait_spares_gone(g_dirs.tmp, 0), 0, "the failed create left its spare");
+    /* One of the two is left: the spawner's. */
+    find_spares(g_dirs.tmp, 1, after);
+    cr_assert(strcmp(after[0], names[0]) == 0 || strcmp(after[0], names[1]) == 0,
+              "%s is neither %s nor %s", after[0], names[0], names[1]);
+    free(after[0]);
+    free(names[0]);
+    free(names[1]);
     cr_assert_eq(tu_count_entries(g_dirs.tmp), 0);
     struct stat st;
     cr_assert_eq(stat(file, &st), 0);
@@ -986,7 +1008,9 @@ Test(attached, a_failed_create_with_a_spare_leaves_nothing)
     cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
     cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
     sbx_sandbox_free(sb);
-    find_spare(g_dirs.tmp, name, sizeof name);
+    find_spares(g_dirs.tmp, 2, names);
+    free(names[0]);
+    free(names[1]);
     sb = sbx_sandbox_create(c, o, &err);
     cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
     char *meta = tu_strdup_printf("%s/%s", g_dirs.tmp, sbx_sandbox_get0_id(sb));

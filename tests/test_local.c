@@ -926,10 +926,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "23"
+#define N_TESTS "24"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "20"
+#define N_TESTS "21"
 #define BWRAP_PLUGIN ""
 #endif
 
@@ -1075,26 +1075,46 @@ static void destroy_free(sbx_sandbox *sb)
     sbx_sandbox_free(sb);
 }
 
+/* 1 when @pid is one of the @n pids in @set. */
+static int pid_in(pid_t pid, const pid_t *set, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (set[i] == pid)
+            return 1;
+    return 0;
+}
+
+/* The warm supervisors are made ahead: the client holds one (keeper and
+ * supervisor) and its spawner keeps one more ready, so four processes say
+ * --warm once the first fill is done. The next create claims the client's:
+ * two of those four then serve the sandbox and name its directory; the
+ * next fill takes the spawner's ready one and the spawner makes another, so
+ * four say --warm again. Freeing the client ends all of them and leaves no
+ * directory, before it returns. */
 Test(warm, the_next_create_claims_the_warm_supervisor_and_names_its_sandbox)
 {
     cr_assert_eq(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
     pid_t pids[16];
     sbx_client *c = client_of("local");
     sbx_sandbox *first = create_in(c);
-    /* A warm one is started after the first create: keeper and supervisor. */
-    cr_assert_eq(wait_warm_family("--warm", 2, 5.0, pids, 16), 2);
-    pid_t warm[2] = { pids[0], pids[1] };
+    /* Started after the first create: the client's and the ready one. */
+    cr_assert_eq(wait_warm_family("--warm", 4, 5.0, pids, 16), 4);
+    pid_t warm[4] = { pids[0], pids[1], pids[2], pids[3] };
 
     sbx_sandbox *second = create_in(c);
     char *dir = tu_strdup_printf("--sandbox-dir=%s/%s", g_tmp, sbx_sandbox_get0_id(second));
-    /* The same two processes now serve the second sandbox and say so. */
+    /* Two of those processes now serve the second sandbox and say so. */
     cr_assert_eq(wait_warm_family(dir, 2, 5.0, pids, 16), 2, "%s", dir);
-    cr_assert((pids[0] == warm[0] && pids[1] == warm[1])
-              || (pids[0] == warm[1] && pids[1] == warm[0]),
-              "%d %d serve %s, not the warm %d %d", (int)pids[0], (int)pids[1], dir,
-              (int)warm[0], (int)warm[1]);
-    /* And the next warm one is on its way. */
-    cr_assert_eq(wait_warm_family("--warm", 2, 5.0, pids, 16), 2);
+    pid_t claimed[2] = { pids[0], pids[1] };
+    cr_assert(pid_in(claimed[0], warm, 4) && pid_in(claimed[1], warm, 4),
+              "%d %d serve %s, not two of the warm %d %d %d %d", (int)claimed[0],
+              (int)claimed[1], dir, (int)warm[0], (int)warm[1], (int)warm[2], (int)warm[3]);
+    /* And the next ones are made: the ready one handed over, another made. */
+    cr_assert_eq(wait_warm_family("--warm", 4, 5.0, pids, 16), 4);
+    size_t kept = 0;
+    for (int i = 0; i < 4; i++)
+        kept += pid_in(pids[i], warm, 4);
+    cr_assert_eq(kept, 2, "the spawner's ready pair is not among the warm ones now");
     sbx_result *r = tu_sh(second, "echo claimed", 10);
     tu_assert_exit(r, 0);
     tu_assert_stdout(r, "claimed\n");
@@ -1102,14 +1122,102 @@ Test(warm, the_next_create_claims_the_warm_supervisor_and_names_its_sandbox)
 
     destroy_free(first);
     destroy_free(second);
-    cr_assert(tu_wait_pid_gone(warm[0], 5.0) && tu_wait_pid_gone(warm[1], 5.0));
-    /* Freeing the client ends the warm one; nothing is left on disk. */
+    cr_assert(tu_wait_pid_gone(claimed[0], 5.0) && tu_wait_pid_gone(claimed[1], 5.0));
+    /* Freeing the client ends the warm ones; nothing is left on disk. */
     sbx_client_free(c);
+    cr_assert_eq(tu_wait_spares_gone(g_tmp, 0), 0, "freeing the client left a spare");
     cr_assert_eq(wait_warm_family("--warm", 0, 5.0, pids, 16), 0);
     cr_assert_eq(tu_count_entries(g_tmp), 0, "%s holds %d entries", g_tmp,
                  tu_count_entries(g_tmp));
-    cr_assert_eq(tu_wait_spares_gone(g_tmp, 0), 0, "freeing the client left its spare");
     free(dir);
+}
+
+/* The spare directories in @dir (at most @max names, each freed by the
+ * caller); their number. */
+static size_t spares_in(const char *dir, char **names, size_t max)
+{
+    size_t n = 0;
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "%s: %s", dir, strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strncmp(e->d_name, ".sbx-spare-", 11) == 0 && n < max)
+            names[n++] = strdup(e->d_name);
+    closedir(d);
+    return n;
+}
+
+/* The pid of the process listening on spare @name's socket in @dir, as
+ * SO_PEERCRED names it; asserts. */
+static pid_t spare_listener(const char *dir, const char *name)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/%s/sock", dir, name);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert(fd >= 0);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0, "%s: %s", sa.sun_path,
+                 strerror(errno));
+    struct ucred cred = { 0 };
+    socklen_t len = sizeof cred;
+    cr_assert_eq(getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len), 0);
+    close(fd);
+    return cred.pid;
+}
+
+/* A loop over one client with nothing between (create, destroy, create):
+ * the second create takes a warm supervisor that was made before the first
+ * one's destroy, the one the spawner kept ready, instead of waiting for one
+ * to be made. Before the first create two spares exist, each with its
+ * listening supervisor; the two sandboxes are served by those two, one
+ * each. */
+Test(warm, a_create_right_after_a_destroy_takes_the_spare_made_ahead)
+{
+    cr_assert_eq(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+    pid_t pids[16];
+    sbx_client *c = client_of("local");
+    destroy_free(create_in(c));
+    cr_assert_eq(wait_warm_family("--warm", 4, 5.0, pids, 16), 4);
+    char *names[4] = { NULL };
+    double end = tu_now() + 5.0;
+    size_t n;
+    /* Each has its socket listening once the fill that made it is done. */
+    while ((n = spares_in(g_tmp, names, 4)) != 2 && tu_now() < end) {
+        for (size_t i = 0; i < n; i++)
+            free(names[i]);
+        usleep(5000);
+    }
+    cr_assert_eq(n, 2, "%zu spares in %s after a create and a destroy", n, g_tmp);
+    for (int i = 0; i < 2; i++) {
+        char *sock = tu_strdup_printf("%s/%s/sock", g_tmp, names[i]);
+        for (end = tu_now() + 5.0; !tu_exists(sock) && tu_now() < end;)
+            usleep(2000);
+        free(sock);
+    }
+    pid_t made[2] = { spare_listener(g_tmp, names[0]), spare_listener(g_tmp, names[1]) };
+    cr_assert(made[0] > 1 && made[1] > 1 && made[0] != made[1]);
+
+    sbx_sandbox *a = create_in(c);
+    char *json = session_state(a);
+    pid_t sup_a = (pid_t)state_int(json, "supervisor_pid");
+    free(json);
+    destroy_free(a);
+    sbx_sandbox *b = create_in(c);
+    json = session_state(b);
+    pid_t sup_b = (pid_t)state_int(json, "supervisor_pid");
+    free(json);
+    cr_assert(pid_in(sup_a, made, 2), "the first sandbox's supervisor %d is not %d or %d",
+              (int)sup_a, (int)made[0], (int)made[1]);
+    cr_assert(pid_in(sup_b, made, 2) && sup_b != sup_a,
+              "the second sandbox's supervisor %d is not the other of %d and %d", (int)sup_b,
+              (int)made[0], (int)made[1]);
+    expect_sh(b, "echo b2b", "b2b\n");
+    destroy_free(b);
+    sbx_client_free(c);
+    cr_assert_eq(tu_wait_spares_gone(g_tmp, 0), 0, "freeing the client left a spare");
+    cr_assert_eq(wait_warm_family("--warm", 0, 5.0, pids, 16), 0);
+    cr_assert_eq(tu_count_entries(g_tmp), 0);
+    for (size_t i = 0; i < 2; i++)
+        free(names[i]);
 }
 
 /* The names in @dir, sorted, space-separated (free()). */
@@ -1247,17 +1355,19 @@ Test(warm, sigkill_of_the_process_holding_it_ends_the_warm_supervisor)
     cr_assert_eq(read(ready[0], &x, 1), 1);
     close(ready[0]);
     pid_t pids[16];
-    /* The holder's warm keeper is this process's child (its subreaper). */
-    size_t n = wait_warm_family("--warm", 2, 5.0, pids, 16);
+    /* The holder's warm keepers are this process's children (its
+     * subreaper): the client's and the one its spawner keeps ready. */
+    size_t n = wait_warm_family("--warm", 4, 5.0, pids, 16);
     cr_assert_eq(kill(child, SIGKILL), 0);
     cr_assert_eq(waitpid(child, NULL, 0), child);
-    cr_assert_eq(n, 2, "no warm supervisor under the holder");
-    pid_t warm[2] = { pids[0], pids[1] };
-    cr_assert(tu_wait_pid_gone(warm[0], 5.0) && tu_wait_pid_gone(warm[1], 5.0),
-              "5 s after kill -9 of its holder: %s", tu_proc_describe(warm[1]));
+    cr_assert_eq(n, 4, "%zu warm processes under the holder, not 4", n);
+    double t0 = tu_now();
+    for (int i = 0; i < 4; i++)
+        cr_assert(tu_wait_pid_gone(pids[i], 5.0 - (tu_now() - t0)),
+                  "5 s after kill -9 of its holder: %s", tu_proc_describe(pids[i]));
     cr_assert_eq(tu_count_entries(g_tmp), 0);
-    /* Its keeper removed the directory it made ahead. */
-    cr_assert_eq(tu_wait_spares_gone(g_tmp, 5.0), 0, "the warm supervisor's directory is left");
+    /* Their keepers removed the directories they made ahead. */
+    cr_assert_eq(tu_wait_spares_gone(g_tmp, 5.0), 0, "a warm supervisor's directory is left");
 }
 
 Test(warm, a_changed_supervisor_program_is_started_cold)
@@ -1279,12 +1389,17 @@ Test(warm, a_changed_supervisor_program_is_started_cold)
     sbx_client *c = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_IN_PROCESS, &err);
     cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
     sbx_sandbox *first = create_in(c);
-    cr_assert_eq(wait_warm_family("--warm", 2, 5.0, pids, 16), 2);
-    pid_t warm[2] = { pids[0], pids[1] };
+    cr_assert_eq(wait_warm_family("--warm", 4, 5.0, pids, 16), 4);
+    pid_t warm[4] = { pids[0], pids[1], pids[2], pids[3] };
     cr_assert_eq(setenv("SBX_SUPERVISOR", copy, 1), 0);
     sbx_sandbox *second = create_in(c);
-    /* The warm one of the old program was closed, not claimed. */
-    cr_assert(tu_wait_pid_gone(warm[0], 5.0) && tu_wait_pid_gone(warm[1], 5.0));
+    /* The warm ones of the old program were closed, not claimed: the
+     * client's at this create, the spawner's ready one with that spawner
+     * at the next fill. */
+    double t0 = tu_now();
+    for (int i = 0; i < 4; i++)
+        cr_assert(tu_wait_pid_gone(warm[i], 5.0 - (tu_now() - t0)), "%s",
+                  tu_proc_describe(warm[i]));
     char *dir = tu_strdup_printf("--sandbox-dir=%s/%s", g_tmp, sbx_sandbox_get0_id(second));
     size_t n = wait_warm_family(dir, 2, 5.0, pids, 16);
     cr_assert(n >= 1, "no supervisor names %s", dir);

@@ -1641,8 +1641,9 @@ static void warm_drop(warm_sup *w, int now)
  * warm supervisor lives as long as its control socket: it ends when the
  * client is freed or the process holding it dies, and its keeper removes
  * its directory (client_free removes it too, before it returns). One per
- * client; it is used only when the supervisor program ($SBX_SUPERVISOR)
- * and the temporary directory are still the same.
+ * client, and one more kept ready by the client's spawner (below); it is
+ * used only when the supervisor program ($SBX_SUPERVISOR) and the
+ * temporary directory are still the same.
  */
 #if LOCAL_WARM
 /* The warm supervisors come from the client's warm spawner
@@ -1650,13 +1651,33 @@ static void warm_drop(warm_sup *w, int now)
  * proto.h): a fork of that loaded process instead of a spawn, an exec and
  * the dynamic loading of the program, so that the fill, which runs while
  * the new sandbox's first exec does, takes little of the CPU from it. The
- * spawner lives as long as its control socket, as a warm supervisor does. */
+ * spawner keeps one more warm supervisor ready, made as it answers each
+ * FORK: so a fill answers at once, and a create right after a destroy (a
+ * loop over one client) takes a spare made ahead instead of waiting for
+ * the fork and the directory work of the next one, which then run beside
+ * it (bench/README.md, lifecycle: the back-to-back row). The spawner lives
+ * as long as its control socket, as a warm supervisor does; closed, it
+ * removes its ready one first. */
 
-/** Closes the client's warm spawner (it exits at EOF). */
+/** Closes the client's warm spawner: at EOF it lets the warm supervisor it
+ *  keeps ready go and exits once that one's keeper has removed its
+ *  directory; this waits for that (the spawner's end of the socket
+ *  closing, at most GONE_SECS), so that nothing it made is left when this
+ *  returns. */
 static void spawner_close(struct sbx_plugin_client *c)
 {
-    if (c->spawner_ctl >= 0)
+    if (c->spawner_ctl >= 0) {
+        bound bd = make_bound(NULL, GONE_SECS);
+        char buf[256];
+        shutdown(c->spawner_ctl, SHUT_WR);
+        /* Anything it still says is of no use now: read to its EOF. */
+        while (wait_io(c->spawner_ctl, POLLIN, &bd) == IO_OK) {
+            ssize_t n = recv(c->spawner_ctl, buf, sizeof buf, MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+                break;
+        }
         close(c->spawner_ctl);
+    }
     c->spawner_ctl = -1;
     free(c->spawner_exe);
     c->spawner_exe = NULL;

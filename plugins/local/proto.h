@@ -20,14 +20,23 @@
  * descriptor 3. Warm supervisors (spares) come from a warm spawner,
  * started once per client as `sbx-supervisor --control-fd=3 --warm PAD`
  * (PAD: PROTO_WARM_PAD spaces, room for the directory on the command line
- * its forks inherit), which forks one at each request until its control
- * socket closes:
+ * its forks inherit), which keeps one warm supervisor forked ahead and
+ * hands it over at each request, forking the next one as it answers,
+ * until its control socket closes:
  *
  *     plugin     -> FORK     str BASE: the directory meta directories go in
  *                            (absolute)
- *     spawner    -> FORKED   (empty), with the plugin's end of the new warm
- *                            supervisor's control socket as SCM_RIGHTS;
- *                            or ERROR
+ *     spawner    -> FORKED   (empty), with the plugin's end of a warm
+ *                            supervisor's control socket as SCM_RIGHTS: the
+ *                            one it kept ready when that one was made in
+ *                            BASE and is still there (its HELLO may have
+ *                            been sent already), else a fresh one's; or
+ *                            ERROR
+ *
+ * At EOF on its control socket the spawner closes its ready one's socket,
+ * waits until that one's keeper has removed its directory, and exits, so
+ * that the plugin, which waits for the spawner's EOF in turn, leaves
+ * nothing behind when it closes it.
  *
  * A warm supervisor makes, before anything else, everything of a sandbox
  * that does not depend on its request, so that a create is a hand-off:

@@ -2776,24 +2776,100 @@ static int send_fd_frame(int fd, uint32_t type, int pass)
     return rc < 0 ? -1 : 0;
 }
 
+/* How long a spawner at EOF waits for its ready warm supervisor's keeper
+ * to have removed its directory. */
+#define READY_GONE_MS 5000
+
+/** A warm supervisor forked by the spawner and not yet asked for. */
+typedef struct ready_sup {
+    int ctl;            /* the library's end of its control socket; -1 none */
+    int keeper_fd;      /* pidfd of its keeper (the process forked); -1 none */
+    char *base;         /* the directory its directory was made in */
+} ready_sup;
+
+/**
+ * Forks a warm supervisor whose directory goes in @base (the fork is its
+ * keeper, a sibling of this process: see spawner_main()). Returns the
+ * library's end of its control socket, or -1 with errno; *@keeper_fd gets
+ * a pidfd of the keeper, or -1 when none could be opened.
+ */
+static int spawner_fork_one(char **argv, const char *base, int *keeper_fd)
+{
+    int sv[2];
+    *keeper_fd = -1;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return -1;
+    /* A sibling, not a child: the keeper settles under this process's
+     * parent (the caller's subreaper, or init) at once, with no process
+     * forked in between to exit. A raw clone: this process has one
+     * thread, and nothing of glibc it uses depends on the thread id fork
+     * would have updated (raise() asks the kernel). */
+    pid_t x = (pid_t)syscall(SYS_clone, (unsigned long)(CLONE_PARENT | SIGCHLD), NULL, NULL,
+                             NULL, NULL);
+    if (x == 0) {
+        /* Its own control socket in place of this one's. */
+        if (dup2(sv[1], PROTO_CONTROL_FD) < 0)
+            _exit(1);
+        start_up();
+        _exit(run(0, NULL, argv, base));
+    }
+    int err = errno;
+    close(sv[1]);
+    if (x < 0) {
+        close(sv[0]);
+        errno = err;
+        return -1;
+    }
+    *keeper_fd = proto_pidfd_open(x);
+    if (*keeper_fd >= 0)
+        fcntl(*keeper_fd, F_SETFD, FD_CLOEXEC);
+    return sv[0];
+}
+
+/** Lets go of @r: its control socket closed, its supervisor ends and its
+ *  keeper removes its directory; with @wait, returns once that keeper has
+ *  ended (at most @wait ms). */
+static void ready_drop(ready_sup *r, int wait)
+{
+    if (r->ctl >= 0)
+        close(r->ctl);
+    if (r->keeper_fd >= 0 && wait > 0) {
+        struct pollfd pf = { .fd = r->keeper_fd, .events = POLLIN };
+        while (poll(&pf, 1, wait) < 0 && errno == EINTR)
+            ;
+    }
+    if (r->keeper_fd >= 0)
+        close(r->keeper_fd);
+    free(r->base);
+    *r = (ready_sup){ .ctl = -1, .keeper_fd = -1 };
+}
+
 /**
  * The warm spawner (`--control-fd=3 --warm PAD`): the process the library
  * spawned exits at once, as on a cold start, and its child stays, loaded,
- * for as long as the control socket is open. At each FORK it forks a fresh
- * warm supervisor on a new control socketpair (its descriptor 3) and
- * answers FORKED with the library's end of that socket; ERROR when it
- * could not. The fork is the warm keeper, which forks the supervisor
- * (run()); the supervisor says HELLO, then waits with no time limit for
- * CLAIM (read_claim()). When that control socket closes first (the
- * library, or the process holding the warm one, is gone) both end,
- * leaving nothing: nothing was made yet. Claimed, it goes on as a cold
- * start. A fork of this loaded process costs a fraction of a spawn (no
- * exec, no dynamic loading). The spawner holds nothing of any sandbox; at
- * EOF on its own control socket it exits 0.
+ * for as long as the control socket is open. It keeps one warm supervisor
+ * ready, forked ahead: at each FORK it answers FORKED with the library's
+ * end of that one's control socket when it was made for the same BASE and
+ * is still there, else with a fresh one's (ERROR when it could not fork),
+ * and then forks the next one to keep ready. So a create that comes right
+ * after the destroy that asked for the client's next spare finds one made
+ * (the fork and the directory work then run beside that create) instead
+ * of waiting for it. Each fork is a warm keeper, which forks the
+ * supervisor (run()); the supervisor says HELLO, then waits with no time
+ * limit for CLAIM (read_claim()). When that control socket closes first
+ * (the library, or the process holding the warm one, or this spawner for
+ * its ready one, is gone) both end, and the keeper removes the directory.
+ * Claimed, it goes on as a cold start. A fork of this loaded process costs
+ * a fraction of a spawn (no exec, no dynamic loading). At EOF on its own
+ * control socket the spawner lets its ready one go, waits (at most
+ * READY_GONE_MS) until that one's keeper has removed its directory, and
+ * exits 0, so that the library, which waits for this EOF in turn
+ * (spawner_close()), leaves no directory behind when it frees the client.
  */
 static int spawner_main(char **argv)
 {
     int ctl = PROTO_CONTROL_FD;
+    ready_sup ready = { .ctl = -1, .keeper_fd = -1 };
     start_up();
     pid_t p = fork();
     if (p < 0)
@@ -2806,8 +2882,10 @@ static int spawner_main(char **argv)
             ;
         unsigned char hdr[PROTO_HEADER_SIZE];
         uint32_t type, len;
-        if (read_all(ctl, hdr, sizeof(hdr), CONFIG_WAIT_MS) < 0)
+        if (read_all(ctl, hdr, sizeof(hdr), CONFIG_WAIT_MS) < 0) {
+            ready_drop(&ready, READY_GONE_MS);
             _exit(0);
+        }
         unsigned char *payload = NULL;
         const char *base = NULL;
         if (proto_parse_header(hdr, &type, &len) == 0 && type == PROTO_FORK
@@ -2821,37 +2899,41 @@ static int spawner_main(char **argv)
         }
         if (!base) {
             send_error_fd(ctl, PROTO_ERR_PROTOCOL, EPROTO, "expected FORK with a directory");
+            ready_drop(&ready, READY_GONE_MS);
             _exit(1);
         }
-        int sv[2];
-        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
-            send_error_fd(ctl, PROTO_ERR_INTERNAL, errno, "socketpair");
-            free(payload);
-            continue;
+        int fd = -1, keeper_fd = -1;
+        if (ready.ctl >= 0) {
+            /* Still there (its HELLO may wait to be read: only a hang-up
+             * counts), and made for this BASE: it is the answer. */
+            struct pollfd rp = { .fd = ready.ctl, .events = POLLRDHUP };
+            int gone = poll(&rp, 1, 0) < 0 || (rp.revents & (POLLHUP | POLLRDHUP | POLLERR));
+            if (!gone && strcmp(ready.base, base) == 0) {
+                fd = ready.ctl;
+                ready.ctl = -1;
+            }
+            ready_drop(&ready, 0);
         }
-        /* A sibling, not a child: the keeper settles under this
-         * process's parent (the caller's subreaper, or init) at once,
-         * with no process forked in between to exit. A raw clone: this
-         * process has one thread, and nothing of glibc it uses depends on
-         * the thread id fork would have updated (raise() asks the
-         * kernel). */
-        pid_t x = (pid_t)syscall(SYS_clone, (unsigned long)(CLONE_PARENT | SIGCHLD), NULL,
-                                 NULL, NULL, NULL);
-        if (x == 0) {
-            /* Its own control socket in place of this one's. */
-            if (dup2(sv[1], PROTO_CONTROL_FD) < 0)
-                _exit(1);
-            start_up();
-            _exit(run(0, NULL, argv, base));
-        }
-        int err = x < 0 ? errno : 0;
-        free(payload);
-        close(sv[1]);
-        if (err)
+        if (fd < 0)
+            fd = spawner_fork_one(argv, base, &keeper_fd);
+        int err = fd < 0 ? errno : 0;
+        if (keeper_fd >= 0)
+            close(keeper_fd);
+        if (err) {
             send_error_fd(ctl, PROTO_ERR_INTERNAL, err, "cannot fork a warm supervisor");
-        else if (send_fd_frame(ctl, PROTO_FORKED, sv[0]) < 0)
+        } else if (send_fd_frame(ctl, PROTO_FORKED, fd) < 0) {
+            close(fd);
             _exit(0);
-        close(sv[0]);
+        }
+        if (fd >= 0)
+            close(fd);
+        /* The next one, made now. */
+        if (!err && (ready.base = strdup(base)) != NULL) {
+            ready.ctl = spawner_fork_one(argv, base, &ready.keeper_fd);
+            if (ready.ctl < 0)
+                ready_drop(&ready, 0);
+        }
+        free(payload);
     }
 }
 
