@@ -117,10 +117,9 @@
 /* A command's report (tl_exec_script): its first line of stdout starting
  * with this and the command's tag. */
 #define TL_REPORT_MARK "SBX-OUT-"
-#define TL_INLINE_SHORT 32              /* output bytes reported in hex, read by the shell */
+#define TL_INLINE_SHELL 8192            /* output bytes the shell itself may encode */
+#define TL_INLINE_ODD 16                /* NULs and distinct odd bytes it encodes at most */
 #define TL_INLINE_MAX 65536             /* output bytes reported in base64; more: downloaded */
-#define TL_SWEEP 8                      /* finished commands whose files one rm removes */
-#define TL_TAG_GLOB "sbx-exec-*"        /* every command's tag (cl_script_proc, provider.h) */
 /* The create's environment, sourced by every command (provider.h). */
 #define TL_ENV_FILE "/var/lib/sbx/create.env"
 
@@ -1397,22 +1396,30 @@ static int tl_exec_fetch(tl_proc *p, const sbx_call_ctx *ctx, int fd, int must)
 }
 
 /* One field of the command's report (tl_exec_script) into the output for
- * @fd: "x" and hex digits, "b" and base64, or "-" (the file is in /tmp, to
- * be downloaded). 0, or -1 with the failure recorded. */
+ * @fd: "p" and the bytes percent-encoded, "b" and base64, or "-" (the file
+ * is in /tmp, to be downloaded). 0, or -1 with the failure recorded. */
 static int tl_exec_field(tl_proc *p, const sbx_call_ctx *ctx, int fd, const char *f, size_t n)
 {
     cl_buf b = { 0 };
     int ok = 1;
     if (n == 1 && f[0] == '-')
         return tl_exec_fetch(p, ctx, fd, 1);
-    if (n >= 1 && f[0] == 'x' && n % 2 == 1) {
-        for (size_t i = 1; ok && i + 1 < n; i += 2) {
-            if (!isxdigit((unsigned char)f[i]) || !isxdigit((unsigned char)f[i + 1])) {
+    if (n >= 1 && f[0] == 'p') {
+        for (size_t i = 1; ok && i < n; i++) {
+            unsigned char c = (unsigned char)f[i];
+            if (c == '%') {
+                if (i + 2 >= n || !isxdigit((unsigned char)f[i + 1])
+                    || !isxdigit((unsigned char)f[i + 2])) {
+                    ok = 0;
+                    break;
+                }
+                char h[3] = { f[i + 1], f[i + 2], 0 };
+                c = (unsigned char)strtoul(h, NULL, 16);
+                i += 2;
+            } else if (c < 0x20 || c > 0x7e) {
                 ok = 0;
                 break;
             }
-            char h[3] = { f[i], f[i + 1], 0 };
-            unsigned char c = (unsigned char)strtoul(h, NULL, 16);
             ok = cl_buf_append(&b, &c, 1) == 0;
         }
     } else if (n >= 1 && f[0] == 'b') {
@@ -1422,7 +1429,7 @@ static int tl_exec_field(tl_proc *p, const sbx_call_ctx *ctx, int fd, const char
     }
     if (!ok) {
         cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "tensorlake: the command's report of its %s "
-                "is not hex or base64: %.40s", fd == 1 ? "stdout" : "stderr", f);
+                "is not percent-encoded or base64: %.40s", fd == 1 ? "stdout" : "stderr", f);
         cl_buf_clear(&b);
         return -1;
     }
@@ -1431,62 +1438,99 @@ static int tl_exec_field(tl_proc *p, const sbx_call_ctx *ctx, int fd, const char
     return rc < 0 ? -1 : 0;
 }
 
+/* The command's report (tl_exec_script) after its marker, "LEN OUTERR"
+ * (OUT: LEN characters), into the output. 0, or -1 with the failure
+ * recorded. */
+static int tl_exec_report(tl_proc *p, const sbx_call_ctx *ctx, const char *r)
+{
+    char *end;
+    errno = 0;
+    unsigned long len = strtoul(r, &end, 10);
+    if (end == r || *end != ' ' || errno != 0 || len < 1 || len >= strlen(end + 1)) {
+        cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "tensorlake: the command's report is cut: "
+                "%.80s", r);
+        return -1;
+    }
+    const char *f = end + 1;
+    if (tl_exec_field(p, ctx, 1, f, len) < 0
+        || tl_exec_field(p, ctx, 2, f + len, strlen(f + len)) < 0)
+        return -1;
+    return 0;
+}
+
 /*
- * The script of a command @tag (see the header), stdin from @in: the
- * create's environment, then the caller's script, $1, run by a bash of its
- * own (so that $$ is the command's shell, as under bash -c, and it sees
- * none of the wrapper's variables or functions) with its stdout and stderr
- * on two files, in /dev/shm (memory: creating files there costs less than
- * on the disk) when it is a writable directory, else in /tmp (the run
- * stream's output is lines of text, so the bytes go by the files); then
- * the report, one line on stdout: TL_REPORT_MARK, the tag, a space,
- * stdout's field, a space, stderr's field. A field is "x" and the bytes in
- * hex when there are at most TL_INLINE_SHORT of them (read by the shell
- * itself: no program started), "b" and base64 when at most TL_INLINE_MAX,
- * else "-": the file is moved to /tmp, to be downloaded and removed by the
- * plugin, and the command's other files are removed at once. When both
- * were reported, the command's files are marked done (an empty ".done"
- * file, made by the shell), and the first command that finds TL_SWEEP
- * commands marked done removes their files (and their stdin files) with
- * one rm: starting a program costs a warm exec more than the rest of its
- * script, so most commands start none besides their own bash, and at most
- * TL_SWEEP - 1 finished commands' files stay (each at most TL_INLINE_MAX
- * bytes a stream). The script exits with the command's status. The
- * wrapper traps the signals a kill sends (a caught signal is the default
- * again in the command), so that it reports what a command killed by
- * exec_kill wrote (its own "Terminated" goes to /dev/null); a SIGKILL ends
- * it too, and then no report comes: the plugin downloads the files
- * (tl_exec_run).
+ * The script of a command @tag (see the header), stdin from @in (a file
+ * uploaded for it, removed with its outputs, or /dev/null): the create's
+ * environment (@src), then the caller's script, $1, run by a bash of its
+ * own (so that $$ is the command's shell, as under bash -c, a signal sent
+ * to it ends the command, and it sees none of the wrapper's variables,
+ * functions or background processes) with its stdout and stderr on two
+ * files, in /dev/shm (memory: creating files there costs less than on the
+ * disk) when it is a writable directory, else in /tmp: the run stream's
+ * output is lines of text, so the bytes go by the files.
+ *
+ * Then the report, one line on stdout: TL_REPORT_MARK, the tag, a space,
+ * the length of stdout's field, a space, stdout's field and stderr's
+ * field. A field is "p" and the bytes percent-encoded (every byte outside
+ * 0x20..0x7e, and "%", as %XX) when there are at most TL_INLINE_SHELL of
+ * them with at most TL_INLINE_ODD NULs and distinct other bytes to encode:
+ * the shell reads and encodes them itself (one substitution per distinct
+ * byte), no program started; else "b" and base64 when at most
+ * TL_INLINE_MAX (stat and base64 started); else "-": the file is moved to
+ * /tmp, to be downloaded and removed by the plugin. The script exits with
+ * the command's status.
+ *
+ * The files go when the command has reported: before the command starts,
+ * the wrapper starts "rm -i" on them (and on the stdin file) with its
+ * stdin a pipe from the wrapper, so that rm is loaded while the command
+ * runs; once the report is printed the wrapper answers "y" for each file
+ * (and "n" for one left to download) and waits for it. If the wrapper is
+ * killed before (SIGKILL), rm reads the end of its input, which answers
+ * no: the files stay for the plugin to download and remove. rm ignores the
+ * signals a kill sends; the command's bash does not inherit the pipe.
+ *
+ * The wrapper traps the signals a kill sends (the command's bash has them
+ * at their defaults), so that it reports what a command killed by
+ * exec_kill wrote, and its own stderr is /dev/null (so no "Terminated"
+ * line); a SIGKILL ends it too, and then no report comes: the plugin
+ * downloads the files (tl_exec_run).
  */
 static char *tl_exec_script(const char *src, const char *tag, const char *in)
 {
-    return cl_printf("%s"
-                     "trap : HUP INT QUIT TERM USR1 USR2 ALRM\n"
-                     "if [ -d /dev/shm ] && [ -w /dev/shm ]; then "
-                     "bash -c \"$1\" <%s >/dev/shm/.%s.out 2>/dev/shm/.%s.err\n"
-                     "else bash -c \"$1\" <%s >/tmp/.%s.out 2>/tmp/.%s.err; fi 2>/dev/null\n"
-                     "c=$? k= m= d=/dev/shm LC_ALL=C\n"
-                     "[ -f $d/.%s.out ] || d=/tmp\n"
-                     "r() {\n"
-                     "local h= n=0 b v\n"
-                     "while IFS= read -r -d '' -n 1 b; do\n"
-                     "if [ $n = %d ]; then\n"
-                     "if command -v base64 >/dev/null && [ \"$(stat -c %%s $1)\" -le %d ]; "
-                     "then printf b; base64 -w0 $1; k=\"$k $1\"\n"
-                     "else printf %%s -; m=1; [ $d = /tmp ] || mv -f $1 /tmp/; fi\n"
-                     "return\nfi\n"
-                     "printf -v v %%02x \"'$b\"; h=$h$v; n=$((n+1))\n"
-                     "done <$1\n"
-                     "printf x%%s \"$h\"; k=\"$k $1\"\n"
-                     "}\n"
-                     "printf '%s%s '; r $d/.%s.out; printf ' '; r $d/.%s.err; echo\n"
-                     "if [ -n \"$m\" ]; then rm -f $k /tmp/.%s.in\n"
-                     "else : >$d/.%s.done; set -- $d/." TL_TAG_GLOB ".done\n"
-                     "if [ $# -ge %d ]; then k=; for f; do f=${f%%.done}; "
-                     "k=\"$k $f.* /tmp/${f##*/}.in\"; done; rm -f $k; fi; fi\n"
-                     "exit $c\n",
-                     src, in, tag, tag, in, tag, tag, tag, TL_INLINE_SHORT, TL_INLINE_MAX,
-                     TL_REPORT_MARK, tag, tag, tag, tag, tag, TL_SWEEP);
+    const char *rmin = strcmp(in, "/dev/null") == 0 ? "" : in;
+    return cl_printf(
+        "%1$s"
+        "exec 2>/dev/null; trap : HUP INT QUIT TERM USR1 USR2 ALRM; t=/tmp/.%2$s; "
+        "[ -d /dev/shm ] && [ -w /dev/shm ] && t=/dev/shm/.%2$s\n"
+        "exec 3>$t.out 4>$t.err 9> >(trap '' HUP INT QUIT TERM USR1 USR2 ALRM; "
+        "LC_ALL=C exec rm -i -- $t.out $t.err %8$s >/dev/null 2>&1)\n"
+        "bash -c \"$1\" <%3$s >&3 2>&4 3>&- 4>&- 9>&-\n"
+        "c=$? LC_ALL=C f= a= m=; exec 3>&- 4>&-\n"
+        "e() {\n"
+        "local x s= n=0 b=0 y h z=1\n"
+        "while [ $z ]; do\n"
+        "IFS= read -r -d '' -n $((%4$d + 1 - n)) x || z=\n"
+        "n=$((n + ${#x})); [ $z ] && n=$((n + 1)) b=$((b + 1))\n"
+        "[ $n -gt %4$d ] && break\n"
+        "x=${x//%%/%%25}; x=${x//$'\\n'/%%0A}\n"
+        "while [ $b -le %5$d ] && [[ $x == *[!\\ -~]* ]]; do\n"
+        "y=${x%%%%[!\\ -~]*}; y=${x:${#y}:1}; printf -v h %%%%%%02X \"'$y\"; "
+        "x=${x//\"$y\"/$h}; b=$((b + 1))\n"
+        "done\n"
+        "[ $b -gt %5$d ] && break\n"
+        "s=$s$x; [ $z ] && s=$s%%00\n"
+        "done <$1\n"
+        "if [ $n -le %4$d ] && [ $b -le %5$d ]; then f=p$s a=\"$a y\"\n"
+        "elif command -v base64 >/dev/null && [ \"$(stat -c %%s $1)\" -le %6$d ]; "
+        "then f=b$(base64 -w0 $1) a=\"$a y\"\n"
+        "else f=- a=\"$a n\" m=\"$m $1\"; fi\n"
+        "}\n"
+        "e $t.out; o=$f; e $t.err\n"
+        "printf '%%s %%d %%s%%s\\n' %7$s%2$s ${#o} \"$o\" \"$f\"\n"
+        "trap '' PIPE; printf '%%s\\n' $a y >&9; exec 9>&-; wait $!\n"
+        "[ -z \"$m\" ] || [ $t = /tmp/.%2$s ] || mv -f $m /tmp/\n"
+        "exit $c\n",
+        src, tag, in, TL_INLINE_SHELL, TL_INLINE_ODD, TL_INLINE_MAX, TL_REPORT_MARK, rmin);
 }
 
 static int tl_exec_run(cl_proc *base)
@@ -1530,15 +1574,7 @@ static int tl_exec_run(cl_proc *base)
         goto fail;
     code = s.exit_code;
     if (s.report) {
-        /* "OUT ERR" (tl_exec_script). */
-        const char *sp = strchr(s.report, ' ');
-        if (!sp) {
-            cl_fail(NULL, SBX_ERROR_CONNECTION, op, "tensorlake: the command's report is cut: "
-                    "%.80s", s.report);
-            goto fail;
-        }
-        if (tl_exec_field(p, &ctx, 1, s.report, (size_t)(sp - s.report)) < 0
-            || tl_exec_field(p, &ctx, 2, sp + 1, strlen(sp + 1)) < 0)
+        if (tl_exec_report(p, &ctx, s.report) < 0)
             goto fail;
     } else {
         /* No report: the wrapper was killed (SIGKILL). The files hold the
