@@ -1438,23 +1438,32 @@ static int tl_exec_field(tl_proc *p, const sbx_call_ctx *ctx, int fd, const char
     return rc < 0 ? -1 : 0;
 }
 
-/* The command's report (tl_exec_script) after its marker, "LEN OUTERR"
- * (OUT: LEN characters), into the output. 0, or -1 with the failure
- * recorded. */
-static int tl_exec_report(tl_proc *p, const sbx_call_ctx *ctx, const char *r)
+/* The command's report (tl_exec_script) after its marker, "CODE LEN
+ * OUTERR" (OUT: LEN characters), into the output and *@code (the
+ * command's status). 0, or -1 with the failure recorded. */
+static int tl_exec_report(tl_proc *p, const sbx_call_ctx *ctx, const char *r, int *code)
 {
     char *end;
     errno = 0;
-    unsigned long len = strtoul(r, &end, 10);
-    if (end == r || *end != ' ' || errno != 0 || len < 1 || len >= strlen(end + 1)) {
+    long c = strtol(r, &end, 10);
+    int ok = end != r && *end == ' ' && errno == 0 && c >= 0 && c <= 255;
+    unsigned long len = 0;
+    const char *f = end + 1;
+    if (ok) {
+        errno = 0;
+        len = strtoul(f, &end, 10);
+        ok = end != f && *end == ' ' && errno == 0 && len >= 1 && len < strlen(end + 1);
+        f = end + 1;
+    }
+    if (!ok) {
         cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "tensorlake: the command's report is cut: "
                 "%.80s", r);
         return -1;
     }
-    const char *f = end + 1;
     if (tl_exec_field(p, ctx, 1, f, len) < 0
         || tl_exec_field(p, ctx, 2, f + len, strlen(f + len)) < 0)
         return -1;
+    *code = (int)c;
     return 0;
 }
 
@@ -1464,36 +1473,35 @@ static int tl_exec_report(tl_proc *p, const sbx_call_ctx *ctx, const char *r)
  * environment (@src), then the caller's script, $1, run by a bash of its
  * own (so that $$ is the command's shell, as under bash -c, a signal sent
  * to it ends the command, and it sees none of the wrapper's variables,
- * functions or background processes) with its stdout and stderr on two
- * files, in /dev/shm (memory: creating files there costs less than on the
- * disk) when it is a writable directory, else in /tmp: the run stream's
- * output is lines of text, so the bytes go by the files.
+ * functions or traps) with its stdout and stderr on two files, in /dev/shm
+ * (memory: creating files there costs less than on the disk) when it is a
+ * writable directory, else in /tmp: the run stream's output is lines of
+ * text, so the bytes go by the files.
  *
  * Then the report, one line on stdout: TL_REPORT_MARK, the tag, a space,
- * the length of stdout's field, a space, stdout's field and stderr's
- * field. A field is "p" and the bytes percent-encoded (every byte outside
- * 0x20..0x7e, and "%", as %XX) when there are at most TL_INLINE_SHELL of
- * them with at most TL_INLINE_ODD NULs and distinct other bytes to encode:
- * the shell reads and encodes them itself (one substitution per distinct
- * byte), no program started; else "b" and base64 when at most
+ * the command's status, a space, the length of stdout's field, a space,
+ * stdout's field and stderr's field. A field is "p" and the bytes
+ * percent-encoded (every byte outside 0x20..0x7e, and "%", as %XX) when
+ * there are at most TL_INLINE_SHELL of them with at most TL_INLINE_ODD
+ * NULs and distinct other bytes to encode: the shell reads and encodes
+ * them itself (one substitution per distinct byte; an empty file is not
+ * read), no program started; else "b" and base64 when at most
  * TL_INLINE_MAX (stat and base64 started); else "-": the file is moved to
- * /tmp, to be downloaded and removed by the plugin. The script exits with
- * the command's status.
+ * /tmp, to be downloaded and removed by the plugin.
  *
- * The files go when the command has reported: before the command starts,
- * the wrapper starts "rm -i" on them (and on the stdin file) with its
- * stdin a pipe from the wrapper, so that rm is loaded while the command
- * runs; once the report is printed the wrapper answers "y" for each file
- * (and "n" for one left to download) and waits for it. If the wrapper is
- * killed before (SIGKILL), rm reads the end of its input, which answers
- * no: the files stay for the plugin to download and remove. rm ignores the
- * signals a kill sends; the command's bash does not inherit the pipe.
+ * The command's files (and its stdin file) go once the report is printed:
+ * when its status is under 128 the wrapper's last act is "exec rm" on them
+ * (in the C locale, which rm sets up fastest), the one program it starts
+ * for a small output, in place of its own exit; the run's exit status is
+ * then rm's, the report's is the command's. Else (a signal's status, as
+ * 137 for a SIGKILL, which the provider's OOM flag goes by) rm runs and
+ * the wrapper exits with the command's status.
  *
  * The wrapper traps the signals a kill sends (the command's bash has them
  * at their defaults), so that it reports what a command killed by
  * exec_kill wrote, and its own stderr is /dev/null (so no "Terminated"
- * line); a SIGKILL ends it too, and then no report comes: the plugin
- * downloads the files (tl_exec_run).
+ * line); a SIGKILL ends it too, and then no report comes: the files stay,
+ * and the plugin downloads and removes them (tl_exec_run).
  */
 static char *tl_exec_script(const char *src, const char *tag, const char *in)
 {
@@ -1502,12 +1510,11 @@ static char *tl_exec_script(const char *src, const char *tag, const char *in)
         "%1$s"
         "exec 2>/dev/null; trap : HUP INT QUIT TERM USR1 USR2 ALRM; t=/tmp/.%2$s; "
         "[ -d /dev/shm ] && [ -w /dev/shm ] && t=/dev/shm/.%2$s\n"
-        "exec 3>$t.out 4>$t.err 9> >(trap '' HUP INT QUIT TERM USR1 USR2 ALRM; "
-        "LC_ALL=C exec rm -i -- $t.out $t.err %8$s >/dev/null 2>&1)\n"
-        "bash -c \"$1\" <%3$s >&3 2>&4 3>&- 4>&- 9>&-\n"
-        "c=$? LC_ALL=C f= a= m=; exec 3>&- 4>&-\n"
+        "bash -c \"$1\" <%3$s >$t.out 2>$t.err\n"
+        "c=$? LC_ALL=C f= k= m=\n"
         "e() {\n"
         "local x s= n=0 b=0 y h z=1\n"
+        "if [ ! -s $1 ]; then f=p k=\"$k $1\"; return; fi\n"
         "while [ $z ]; do\n"
         "IFS= read -r -d '' -n $((%4$d + 1 - n)) x || z=\n"
         "n=$((n + ${#x})); [ $z ] && n=$((n + 1)) b=$((b + 1))\n"
@@ -1520,16 +1527,16 @@ static char *tl_exec_script(const char *src, const char *tag, const char *in)
         "[ $b -gt %5$d ] && break\n"
         "s=$s$x; [ $z ] && s=$s%%00\n"
         "done <$1\n"
-        "if [ $n -le %4$d ] && [ $b -le %5$d ]; then f=p$s a=\"$a y\"\n"
+        "if [ $n -le %4$d ] && [ $b -le %5$d ]; then f=p$s k=\"$k $1\"\n"
         "elif command -v base64 >/dev/null && [ \"$(stat -c %%s $1)\" -le %6$d ]; "
-        "then f=b$(base64 -w0 $1) a=\"$a y\"\n"
-        "else f=- a=\"$a n\" m=\"$m $1\"; fi\n"
+        "then f=b$(base64 -w0 $1) k=\"$k $1\"\n"
+        "else f=- m=\"$m $1\"; fi\n"
         "}\n"
         "e $t.out; o=$f; e $t.err\n"
-        "printf '%%s %%d %%s%%s\\n' %7$s%2$s ${#o} \"$o\" \"$f\"\n"
-        "trap '' PIPE; printf '%%s\\n' $a y >&9; exec 9>&-; wait $!\n"
-        "[ -z \"$m\" ] || [ $t = /tmp/.%2$s ] || mv -f $m /tmp/\n"
-        "exit $c\n",
+        "printf '%%s %%d %%d %%s%%s\\n' %7$s%2$s $c ${#o} \"$o\" \"$f\"\n"
+        "if [ -n \"$m\" ]; then rm -f $k %8$s; [ $t = /tmp/.%2$s ] || mv -f $m /tmp/; exit $c; fi\n"
+        "[ $c -lt 128 ] && LC_ALL=C exec rm -f $k %8$s\n"
+        "rm -f $k %8$s; exit $c\n",
         src, tag, in, TL_INLINE_SHELL, TL_INLINE_ODD, TL_INLINE_MAX, TL_REPORT_MARK, rmin);
 }
 
@@ -1574,7 +1581,7 @@ static int tl_exec_run(cl_proc *base)
         goto fail;
     code = s.exit_code;
     if (s.report) {
-        if (tl_exec_report(p, &ctx, s.report) < 0)
+        if (tl_exec_report(p, &ctx, s.report, &code) < 0)
             goto fail;
     } else {
         /* No report: the wrapper was killed (SIGKILL). The files hold the
