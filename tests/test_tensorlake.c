@@ -4,9 +4,11 @@
  * SBX_TEST_BACKEND=tensorlake): every sandbox is named by its create token,
  * so stop suspends and start resumes the same sandbox with its files, and
  * list_owned and destroy_by_id find it; a warm exec is one request whose
- * output is exact (small outputs in its report, large ones downloaded and
- * removed, finished commands' files removed eight at a time, a killed
- * command's output kept); a create whose answer comes after
+ * output is exact (small outputs in its report, percent-encoded by the
+ * shell or in base64, large ones downloaded and removed, a killed
+ * command's output kept), no finished command leaves a file, and a job the
+ * command leaves in the background does not hold the exec; a create whose
+ * answer comes after
  * the call's deadline is outcome unknown and the sandbox the provider made
  * meanwhile is found by that name and deleted (CASE-20); with
  * {"suspendable": false} the sandbox is unnamed, and stop names the option
@@ -327,10 +329,11 @@ static int data_plane_count(json_object *log, const char *method, const char *ro
 }
 
 /* A warm exec is one request, the run (its SSE stream carries lines of
- * text, so the command's wrapper reports both outputs in hex or base64),
- * and the bytes come back exact and apart: a \r before a \n, a NUL, bytes
- * that are not UTF-8, no newline at the end (hex: at most 32 bytes), and
- * 8893 bytes of stdout with 2000 of stderr (base64). */
+ * text, so the command's wrapper reports both outputs percent-encoded or in
+ * base64), and the bytes come back exact and apart: a \r before a \n, a
+ * NUL, bytes that are not UTF-8, no newline at the end (percent-encoded),
+ * and 8893 bytes of stdout with 2000 of stderr (base64: more than the
+ * shell encodes). */
 Test(tensorlake, a_warm_exec_is_one_request_and_its_bytes_are_exact)
 {
     g_sb = create_with(NULL);
@@ -370,6 +373,57 @@ Test(tensorlake, a_warm_exec_is_one_request_and_its_bytes_are_exact)
     cr_assert_eq(json_object_array_length(log), 1, "requests: %s",
                  json_object_to_json_string(log));
     json_object_put(log);
+}
+
+/* Each way the wrapper reports an output, one request each, exact: text
+ * of 8192 bytes with spaces, tabs, "%" and newlines (percent-encoded: the
+ * most the shell encodes), 8193 bytes (base64), every byte value once
+ * (base64: more than 16 distinct bytes to encode), 17 NULs (base64: more
+ * than 16 NULs) and 16 (percent-encoded), and an empty output. */
+Test(tensorlake, every_way_of_reporting_an_output_is_exact)
+{
+    g_sb = create_with(NULL);
+    static const struct {
+        const char *script;
+        size_t len;
+    } cases[] = {
+        { "i=0; while [ $i -lt 1024 ]; do printf '%%\\t 3456\\n'; i=$((i+1)); done", 8192 },
+        { "i=0; while [ $i -lt 1024 ]; do printf '%%\\t 3456\\n'; i=$((i+1)); done; echo", 8193 },
+        { "i=0; while [ $i -lt 256 ]; do printf \"\\\\$(printf %o $i)\"; i=$((i+1)); done", 256 },
+        { "head -c 17 /dev/zero", 17 },
+        { "head -c 16 /dev/zero", 16 },
+        { "true", 0 },
+    };
+    sbx_result *r = tu_sh(g_sb, "true", 30);
+    sbx_result_free(r);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *want = malloc(cases[i].len + 1);
+        size_t n = 0;
+        if (i < 2) {
+            for (int k = 0; k < 1024; k++, n += 8)
+                memcpy(want + n, "%\t 3456\n", 8);
+            if (i == 1)
+                want[n++] = '\n';
+        } else if (i == 2) {
+            for (; n < 256; n++)
+                want[n] = (char)n;
+        } else {
+            memset(want, 0, cases[i].len);
+            n = cases[i].len;
+        }
+        cr_assert_eq(n, cases[i].len);
+        cr_assert_eq(tu_fake_http("DELETE", "/_fake/log", NULL, NULL, NULL), 204);
+        r = tu_sh(g_sb, cases[i].script, 30);
+        tu_assert_exit(r, 0);
+        tu_assert_stdout_bytes(r, want, n);
+        tu_assert_stderr(r, "");
+        sbx_result_free(r);
+        free(want);
+        json_object *log = tu_fake_log();
+        cr_assert_eq(json_object_array_length(log), 1, "case %zu: requests: %s", i,
+                     json_object_to_json_string(log));
+        json_object_put(log);
+    }
 }
 
 /* Output above 64 KiB a stream is downloaded as raw bytes and deleted:

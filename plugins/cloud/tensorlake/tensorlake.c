@@ -54,15 +54,30 @@
  *    replaced or end the stream), and the contract has no call that runs
  *    a command and returns its bytes. So the wrapper runs SCRIPT in a
  *    bash of its own with stdout and stderr on two files of the sandbox
- *    and, when it ends, prints a report line that carries both outputs in
- *    hex or base64 (text-safe, kept apart, exact: CASE-07) and exits with
- *    the command's status (tl_exec_script). Nothing else is asked of the
+ *    and, when it ends, prints a report line that carries the command's
+ *    status and both outputs percent-encoded or in base64 (text-safe,
+ *    kept apart, exact: CASE-07), then removes the files (tl_exec_script);
+ *    the result's exit code is the report's. Nothing else is asked of the
  *    provider: a warm exec is one request, where reading the files back
- *    and deleting them was four more. Output larger than TL_INLINE_MAX a
- *    stream, or a wrapper ended by SIGKILL (no report), is downloaded as
- *    raw bytes (GET /api/v1/files) and deleted (DELETE), as before. The
- *    output therefore arrives when the command ends, not while it runs.
+ *    and deleting them was four more, and no command leaves a file behind
+ *    once it has reported. Output larger than TL_INLINE_MAX a stream, or a
+ *    wrapper ended by SIGKILL (no report: its exit code is the run's), is
+ *    downloaded as raw bytes (GET /api/v1/files) and deleted (DELETE), as
+ *    before. The output therefore arrives when the command ends, not
+ *    while it runs. What the command leaves running in the background
+ *    writes to the files, never to the run stream, so it does not hold
+ *    the exec (its output after the report is not returned).
  *    stdin: uploaded as a file first (one request more) and redirected.
+ *    Why a second bash: SCRIPT run by eval in the run's own bash (its
+ *    stdout and stderr then files) lets a background subshell of the
+ *    command inherit the shell's saved copy of the run's stdout, which
+ *    holds the exec until it ends; run by eval in a subshell of the
+ *    wrapper (a fork, no exec: about 1.2 ms less in the sandbox), $$ is
+ *    the wrapper, not the command's shell, so "kill -TERM $$" or
+ *    "kill -SEGV $$" in the command no longer ends it (the conformance
+ *    suite's exec::death_by_signal_is_128_plus_n). The second bash keeps
+ *    $$, $!, $0, $#, traps, line numbers and signals those of a plain
+ *    "bash -c SCRIPT".
  *    Every process of the command carries CL_EXEC_MARK=<its tag> in its
  *    environment, so exec_kill (a scan run as a command of its own)
  *    signals all of them, setsid'd and orphaned descendants included; the
