@@ -30,7 +30,11 @@
  *   - tensorlake: the same, the raw request being the run the plugin sends
  *     (POST {sandbox_url}/api/v1/processes/run, Accept: text/event-stream,
  *     an SSE stream) with the bare command: {"command": "bash", "args":
- *     ["-c", "echo hi"], "env": {}}.
+ *     ["-c", "echo hi"], "env": {}}; then the plugin's own run request
+ *     (its wrapper and env, read back from the fake's log) is sent raw
+ *     too, the three alternating, splitting the library's time into the
+ *     wrapper's in the sandbox (own request - bare command) and the
+ *     client side's (library - own request): "split p50".
  *
  * The fakes are the tree's (SBX_FAKES_DIR overrides), the plugins the build
  * tree's (their directories go before SBX_PLUGIN_PATH); the plugin mode is
