@@ -133,7 +133,7 @@
  * with this and the command's tag. */
 #define TL_REPORT_MARK "SBX-OUT-"
 #define TL_INLINE_SHELL 8192            /* output bytes the shell itself may encode */
-#define TL_INLINE_ODD 16                /* NULs and distinct odd bytes it encodes at most */
+#define TL_INLINE_ODD 16                /* NULs and distinct other bytes it encodes, at most */
 #define TL_INLINE_MAX 65536             /* output bytes reported in base64; more: downloaded */
 /* The create's environment, sourced by every command (provider.h). */
 #define TL_ENV_FILE "/var/lib/sbx/create.env"
