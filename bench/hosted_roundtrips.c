@@ -30,7 +30,11 @@
  *   - tensorlake: the same, the raw request being the run the plugin sends
  *     (POST {sandbox_url}/api/v1/processes/run, Accept: text/event-stream,
  *     an SSE stream) with the bare command: {"command": "bash", "args":
- *     ["-c", "echo hi"], "env": {}}.
+ *     ["-c", "echo hi"], "env": {}}; then the plugin's own run request
+ *     (its wrapper and env, read back from the fake's log) is sent raw
+ *     too, the three alternating, splitting the library's time into the
+ *     wrapper's in the sandbox (own request - bare command) and the
+ *     client side's (library - own request): "split p50".
  *
  * The fakes are the tree's (SBX_FAKES_DIR overrides), the plugins the build
  * tree's (their directories go before SBX_PLUGIN_PATH); the plugin mode is
@@ -617,6 +621,73 @@ out:
     return rc;
 }
 
+/* tensorlake only: where the warm exec's time goes. The run request the
+ * plugin sent for `echo hi` (its wrapper script and env, read back from the
+ * fake's log) is sent raw too, on @rx's address and headers, the three
+ * alternating for @rounds: library - own request is what the client side
+ * adds (plugin host, JSON and SSE, output), own request - bare command
+ * what the wrapper costs in the sandbox. */
+static int tensorlake_split(fake *f, sbx_sandbox *sb, const raw_exec *rx, int rounds)
+{
+    char url[128];
+    bench_body b = { 0 };
+    raw_exec y = { .what = "the plugin's own run request" };
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/_fake/log", f->port);
+    log_clear(f);
+    json_object *log = NULL;
+    if (exec_echo(sb) == 0 && http(f->ctl, "GET", url, NULL, 0, &b) == 200 && b.data)
+        log = json_tokener_parse(b.data);
+    free(b.data);
+    for (size_t i = 0; log && json_object_is_type(log, json_type_array)
+                       && i < json_object_array_length(log) && !y.body; i++) {
+        json_object *e = json_object_array_get_idx(log, i), *path, *body;
+        if (json_object_object_get_ex(e, "path", &path)
+            && strstr(json_object_get_string(path), "/api/v1/processes/run")
+            && json_object_object_get_ex(e, "body", &body))
+            y.body = strdup(json_object_get_string(body));
+    }
+    json_object_put(log);
+    if (!y.body) {
+        fprintf(stderr, "tensorlake: the plugin's run request is not in the fake's log\n");
+        return -1;
+    }
+    y.body_len = strlen(y.body);
+    memcpy(y.url, rx->url, sizeof y.url);
+    for (const struct curl_slist *h = rx->headers; h; h = h->next)
+        y.headers = curl_slist_append(y.headers, h->data);
+    y.expect = "SBX-OUT-";
+    y.expect_len = strlen(y.expect);
+    double *lib = calloc((size_t)rounds, sizeof *lib), *own = calloc((size_t)rounds, sizeof *own);
+    double *bare = calloc((size_t)rounds, sizeof *bare);
+    CURL *h = curl_easy_init();
+    int rc = lib && own && bare && h && y.headers && raw_exec_run(h, &y) == 0 ? 0 : -1;
+    for (int i = 0; i < rounds && rc == 0; i++) {
+        double t0 = now_ms();
+        rc = exec_echo(sb);
+        lib[i] = now_ms() - t0;
+        t0 = now_ms();
+        rc = rc ? rc : raw_exec_run(h, &y);
+        own[i] = now_ms() - t0;
+        t0 = now_ms();
+        rc = rc ? rc : raw_exec_run(h, rx);
+        bare[i] = now_ms() - t0;
+    }
+    if (rc == 0) {
+        double l = median(lib, rounds), o = median(own, rounds), r = median(bare, rounds);
+        printf("split p50:  library %.2f ms, %s sent raw %.2f ms, the bare command %.2f ms, "
+               "%d rounds\n", l, y.what, o, r, rounds);
+        printf("            the wrapper in the sandbox %.2f ms, the client side %.2f ms\n",
+               o - r, l - o);
+    }
+    if (h)
+        curl_easy_cleanup(h);
+    raw_exec_clear(&y);
+    free(lib);
+    free(own);
+    free(bare);
+    return rc;
+}
+
 /* daytona only: the same warm exec through libsbx against the provider's
  * one-request exec that merges stdout and stderr (POST .../process/execute
  * {"command": "echo hi"}: one shell, no session), which the plugin cannot
@@ -739,6 +810,10 @@ static int run_backend(const char *backend, int rounds, int execs)
                r, rx.what, rounds);
         printf("ratio:      library/raw %.2f (target <= 1.10)%s\n", l / r,
                l / r <= 1.10 ? "" : "  ABOVE TARGET");
+        if (strcmp(backend, "tensorlake") == 0 && tensorlake_split(&f, sb[0], &rx, rounds) < 0) {
+            raw_exec_clear(&rx);
+            goto out;
+        }
         raw_exec_clear(&rx);
         if (strcmp(backend, "daytona") == 0
             && daytona_vs_execute(f.port, sb[0], rounds) < 0)

@@ -4,9 +4,11 @@
  * SBX_TEST_BACKEND=tensorlake): every sandbox is named by its create token,
  * so stop suspends and start resumes the same sandbox with its files, and
  * list_owned and destroy_by_id find it; a warm exec is one request whose
- * output is exact (small outputs in its report, large ones downloaded and
- * removed, finished commands' files removed eight at a time, a killed
- * command's output kept); a create whose answer comes after
+ * output is exact (small outputs in its report, percent-encoded by the
+ * shell or in base64, large ones downloaded and removed, a killed
+ * command's output kept), no finished command leaves a file, and a job the
+ * command leaves in the background does not hold the exec; a create whose
+ * answer comes after
  * the call's deadline is outcome unknown and the sandbox the provider made
  * meanwhile is found by that name and deleted (CASE-20); with
  * {"suspendable": false} the sandbox is unnamed, and stop names the option
@@ -327,10 +329,11 @@ static int data_plane_count(json_object *log, const char *method, const char *ro
 }
 
 /* A warm exec is one request, the run (its SSE stream carries lines of
- * text, so the command's wrapper reports both outputs in hex or base64),
- * and the bytes come back exact and apart: a \r before a \n, a NUL, bytes
- * that are not UTF-8, no newline at the end (hex: at most 32 bytes), and
- * 8893 bytes of stdout with 2000 of stderr (base64). */
+ * text, so the command's wrapper reports both outputs percent-encoded or in
+ * base64), and the bytes come back exact and apart: a \r before a \n, a
+ * NUL, bytes that are not UTF-8, no newline at the end (percent-encoded),
+ * and 8893 bytes of stdout with 2000 of stderr (base64: more than the
+ * shell encodes). */
 Test(tensorlake, a_warm_exec_is_one_request_and_its_bytes_are_exact)
 {
     g_sb = create_with(NULL);
@@ -372,6 +375,57 @@ Test(tensorlake, a_warm_exec_is_one_request_and_its_bytes_are_exact)
     json_object_put(log);
 }
 
+/* Each way the wrapper reports an output, one request each, exact: text
+ * of 8192 bytes with spaces, tabs, "%" and newlines (percent-encoded: the
+ * most the shell encodes), 8193 bytes (base64), every byte value once
+ * (base64: more than 16 distinct bytes to encode), 17 NULs (base64: more
+ * than 16 NULs) and 16 (percent-encoded), and an empty output. */
+Test(tensorlake, every_way_of_reporting_an_output_is_exact)
+{
+    g_sb = create_with(NULL);
+    static const struct {
+        const char *script;
+        size_t len;
+    } cases[] = {
+        { "i=0; while [ $i -lt 1024 ]; do printf '%%\\t 3456\\n'; i=$((i+1)); done", 8192 },
+        { "i=0; while [ $i -lt 1024 ]; do printf '%%\\t 3456\\n'; i=$((i+1)); done; echo", 8193 },
+        { "i=0; while [ $i -lt 256 ]; do printf \"\\\\$(printf %o $i)\"; i=$((i+1)); done", 256 },
+        { "head -c 17 /dev/zero", 17 },
+        { "head -c 16 /dev/zero", 16 },
+        { "true", 0 },
+    };
+    sbx_result *r = tu_sh(g_sb, "true", 30);
+    sbx_result_free(r);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *want = malloc(cases[i].len + 1);
+        size_t n = 0;
+        if (i < 2) {
+            for (int k = 0; k < 1024; k++, n += 8)
+                memcpy(want + n, "%\t 3456\n", 8);
+            if (i == 1)
+                want[n++] = '\n';
+        } else if (i == 2) {
+            for (; n < 256; n++)
+                want[n] = (char)n;
+        } else {
+            memset(want, 0, cases[i].len);
+            n = cases[i].len;
+        }
+        cr_assert_eq(n, cases[i].len);
+        cr_assert_eq(tu_fake_http("DELETE", "/_fake/log", NULL, NULL, NULL), 204);
+        r = tu_sh(g_sb, cases[i].script, 30);
+        tu_assert_exit(r, 0);
+        tu_assert_stdout_bytes(r, want, n);
+        tu_assert_stderr(r, "");
+        sbx_result_free(r);
+        free(want);
+        json_object *log = tu_fake_log();
+        cr_assert_eq(json_object_array_length(log), 1, "case %zu: requests: %s", i,
+                     json_object_to_json_string(log));
+        json_object_put(log);
+    }
+}
+
 /* Output above 64 KiB a stream is downloaded as raw bytes and deleted:
  * the run, then one GET and one DELETE of stdout's file; stderr (small)
  * comes in the report, and the command's other files are gone. */
@@ -400,25 +454,76 @@ Test(tensorlake, a_large_output_is_downloaded_and_removed)
     sbx_result_free(r);
 }
 
-/* The files of finished commands are removed by the command that finds
- * eight of them: after seven commands a command sees their 21 files (out,
- * err, done) and its own two; it is the eighth, so it removes all, and
- * the next sees only its own. */
-Test(tensorlake, finished_commands_files_are_removed_eight_at_a_time)
+/* The sandbox's files named for commands (".sbx-exec-*" in /dev/shm and
+ * /tmp), one per line, sorted, as a command sees them: its own stdout and
+ * stderr files are there while it runs. */
+static char *command_files(void)
+{
+    sbx_result *r = tu_sh(g_sb, "cd /dev/shm && ls -a | grep '^\\.sbx-exec-'; "
+                          "cd /tmp && ls -a | grep '^\\.sbx-exec-'; true", 30);
+    tu_assert_exit(r, 0);
+    size_t n = 0;
+    const char *o = sbx_result_get0_stdout(r, &n);
+    char *s = strndup(o, n);
+    sbx_result_free(r);
+    return s;
+}
+
+/* The looking command's own two files, in /dev/shm (the fake's sandboxes
+ * have a writable one), and nothing else. */
+static void assert_only_own_files(const char *files)
+{
+    char *tag = NULL;
+    size_t n = strcspn(files, "\n");
+    cr_assert(n > 5 && strncmp(files + n - 4, ".err", 4) == 0, "files: %s", files);
+    tag = strndup(files, n - 4);
+    char *want = tu_strdup_printf("%s.err\n%s.out\n", tag, tag);
+    cr_assert_str_eq(files, want);
+    free(want);
+    free(tag);
+}
+
+/* Every command removes its own files once it has reported: after eight
+ * commands (small output, output of each size class, stdin, a failing
+ * one), a command sees its own two files and nothing else, in /dev/shm
+ * and /tmp. */
+Test(tensorlake, a_finished_command_leaves_no_file)
 {
     g_sb = create_with(NULL);
-    static const char count[] = "ls -a /dev/shm /tmp | grep -c '^\\.sbx-exec-'";
-    for (int i = 0; i < 7; i++) {
-        sbx_result *r = tu_sh(g_sb, "true", 30);
-        tu_assert_exit(r, 0);
+    static const char *const cmds[] = {
+        "true", "echo hi", "exit 3", "seq 1 2000",
+        "head -c 3000 /dev/urandom", "head -c 100000 /dev/zero", "printf 'a\\0b' >&2", "cat",
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+        req.shell = cmds[i];
+        req.timeout_secs = 30;
+        if (strcmp(cmds[i], "cat") == 0) {
+            req.stdin_data = "in\n";
+            req.stdin_len = 3;
+        }
+        sbx_result *r = tu_exec(g_sb, &req);
+        tu_assert_exit(r, strcmp(cmds[i], "exit 3") == 0 ? 3 : 0);
         sbx_result_free(r);
     }
-    sbx_result *r = tu_sh(g_sb, count, 30);
-    tu_assert_stdout(r, "23\n");
+    char *files = command_files();
+    assert_only_own_files(files);
+    free(files);
+}
+
+/* What the command puts in the background does not hold the exec: the
+ * exec ends with the command's shell, its output is what that wrote. */
+Test(tensorlake, a_background_job_does_not_hold_the_exec)
+{
+    g_sb = create_with(NULL);
+    double t0 = tu_now();
+    sbx_result *r = tu_sh(g_sb, "{ sleep 5; echo late; } & (sleep 5) & echo now", 30);
+    double dt = tu_now() - t0;
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "now\n");
+    tu_assert_stderr(r, "");
     sbx_result_free(r);
-    r = tu_sh(g_sb, count, 30);
-    tu_assert_stdout(r, "2\n");
-    sbx_result_free(r);
+    cr_assert(dt < 2.5, "the exec took %.2f s", dt);
 }
 
 /* A command killed at its timeout (SIGTERM to its processes) keeps what it
@@ -450,9 +555,8 @@ Test(tensorlake, a_killed_command_keeps_its_output)
                  json_object_to_json_string(log));
     cr_assert_eq(data_plane_count(log, "DELETE", "/files"), 2);
     json_object_put(log);
-    /* The first command's three files (out, err, done: removed with seven
-     * more) and the looking command's own two; none of the second's. */
-    r = tu_sh(g_sb, "ls -a /dev/shm /tmp | grep -c '^\\.sbx-exec-'", 30);
-    tu_assert_stdout(r, "5\n");
-    sbx_result_free(r);
+    /* The looking command's own two files; none of the two killed ones'. */
+    char *files = command_files();
+    assert_only_own_files(files);
+    free(files);
 }

@@ -54,15 +54,30 @@
  *    replaced or end the stream), and the contract has no call that runs
  *    a command and returns its bytes. So the wrapper runs SCRIPT in a
  *    bash of its own with stdout and stderr on two files of the sandbox
- *    and, when it ends, prints a report line that carries both outputs in
- *    hex or base64 (text-safe, kept apart, exact: CASE-07) and exits with
- *    the command's status (tl_exec_script). Nothing else is asked of the
+ *    and, when it ends, prints a report line that carries the command's
+ *    status and both outputs percent-encoded or in base64 (text-safe,
+ *    kept apart, exact: CASE-07), then removes the files (tl_exec_script);
+ *    the result's exit code is the report's. Nothing else is asked of the
  *    provider: a warm exec is one request, where reading the files back
- *    and deleting them was four more. Output larger than TL_INLINE_MAX a
- *    stream, or a wrapper ended by SIGKILL (no report), is downloaded as
- *    raw bytes (GET /api/v1/files) and deleted (DELETE), as before. The
- *    output therefore arrives when the command ends, not while it runs.
+ *    and deleting them was four more, and no command leaves a file behind
+ *    once it has reported. Output larger than TL_INLINE_MAX a stream, or a
+ *    wrapper ended by SIGKILL (no report: its exit code is the run's), is
+ *    downloaded as raw bytes (GET /api/v1/files) and deleted (DELETE), as
+ *    before. The output therefore arrives when the command ends, not
+ *    while it runs. What the command leaves running in the background
+ *    writes to the files, never to the run stream, so it does not hold
+ *    the exec (its output after the report is not returned).
  *    stdin: uploaded as a file first (one request more) and redirected.
+ *    Why a second bash: SCRIPT run by eval in the run's own bash (its
+ *    stdout and stderr then files) lets a background subshell of the
+ *    command inherit the shell's saved copy of the run's stdout, which
+ *    holds the exec until it ends; run by eval in a subshell of the
+ *    wrapper (a fork, no exec: about 1.2 ms less in the sandbox), $$ is
+ *    the wrapper, not the command's shell, so "kill -TERM $$" or
+ *    "kill -SEGV $$" in the command no longer ends it (the conformance
+ *    suite's exec::death_by_signal_is_128_plus_n). The second bash keeps
+ *    $$, $!, $0, $#, traps, line numbers and signals those of a plain
+ *    "bash -c SCRIPT".
  *    Every process of the command carries CL_EXEC_MARK=<its tag> in its
  *    environment, so exec_kill (a scan run as a command of its own)
  *    signals all of them, setsid'd and orphaned descendants included; the
@@ -117,10 +132,9 @@
 /* A command's report (tl_exec_script): its first line of stdout starting
  * with this and the command's tag. */
 #define TL_REPORT_MARK "SBX-OUT-"
-#define TL_INLINE_SHORT 32              /* output bytes reported in hex, read by the shell */
+#define TL_INLINE_SHELL 8192            /* output bytes the shell itself may encode */
+#define TL_INLINE_ODD 16                /* NULs and distinct other bytes it encodes, at most */
 #define TL_INLINE_MAX 65536             /* output bytes reported in base64; more: downloaded */
-#define TL_SWEEP 8                      /* finished commands whose files one rm removes */
-#define TL_TAG_GLOB "sbx-exec-*"        /* every command's tag (cl_script_proc, provider.h) */
 /* The create's environment, sourced by every command (provider.h). */
 #define TL_ENV_FILE "/var/lib/sbx/create.env"
 
@@ -1397,22 +1411,30 @@ static int tl_exec_fetch(tl_proc *p, const sbx_call_ctx *ctx, int fd, int must)
 }
 
 /* One field of the command's report (tl_exec_script) into the output for
- * @fd: "x" and hex digits, "b" and base64, or "-" (the file is in /tmp, to
- * be downloaded). 0, or -1 with the failure recorded. */
+ * @fd: "p" and the bytes percent-encoded, "b" and base64, or "-" (the file
+ * is in /tmp, to be downloaded). 0, or -1 with the failure recorded. */
 static int tl_exec_field(tl_proc *p, const sbx_call_ctx *ctx, int fd, const char *f, size_t n)
 {
     cl_buf b = { 0 };
     int ok = 1;
     if (n == 1 && f[0] == '-')
         return tl_exec_fetch(p, ctx, fd, 1);
-    if (n >= 1 && f[0] == 'x' && n % 2 == 1) {
-        for (size_t i = 1; ok && i + 1 < n; i += 2) {
-            if (!isxdigit((unsigned char)f[i]) || !isxdigit((unsigned char)f[i + 1])) {
+    if (n >= 1 && f[0] == 'p') {
+        for (size_t i = 1; ok && i < n; i++) {
+            unsigned char c = (unsigned char)f[i];
+            if (c == '%') {
+                if (i + 2 >= n || !isxdigit((unsigned char)f[i + 1])
+                    || !isxdigit((unsigned char)f[i + 2])) {
+                    ok = 0;
+                    break;
+                }
+                char h[3] = { f[i + 1], f[i + 2], 0 };
+                c = (unsigned char)strtoul(h, NULL, 16);
+                i += 2;
+            } else if (c < 0x20 || c > 0x7e) {
                 ok = 0;
                 break;
             }
-            char h[3] = { f[i], f[i + 1], 0 };
-            unsigned char c = (unsigned char)strtoul(h, NULL, 16);
             ok = cl_buf_append(&b, &c, 1) == 0;
         }
     } else if (n >= 1 && f[0] == 'b') {
@@ -1422,7 +1444,7 @@ static int tl_exec_field(tl_proc *p, const sbx_call_ctx *ctx, int fd, const char
     }
     if (!ok) {
         cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "tensorlake: the command's report of its %s "
-                "is not hex or base64: %.40s", fd == 1 ? "stdout" : "stderr", f);
+                "is not percent-encoded or base64: %.40s", fd == 1 ? "stdout" : "stderr", f);
         cl_buf_clear(&b);
         return -1;
     }
@@ -1431,62 +1453,106 @@ static int tl_exec_field(tl_proc *p, const sbx_call_ctx *ctx, int fd, const char
     return rc < 0 ? -1 : 0;
 }
 
+/* The command's report (tl_exec_script) after its marker, "CODE LEN
+ * OUTERR" (OUT: LEN characters), into the output and *@code (the
+ * command's status). 0, or -1 with the failure recorded. */
+static int tl_exec_report(tl_proc *p, const sbx_call_ctx *ctx, const char *r, int *code)
+{
+    char *end;
+    errno = 0;
+    long c = strtol(r, &end, 10);
+    int ok = end != r && *end == ' ' && errno == 0 && c >= 0 && c <= 255;
+    unsigned long len = 0;
+    const char *f = end + 1;
+    if (ok) {
+        errno = 0;
+        len = strtoul(f, &end, 10);
+        ok = end != f && *end == ' ' && errno == 0 && len >= 1 && len < strlen(end + 1);
+        f = end + 1;
+    }
+    if (!ok) {
+        cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "tensorlake: the command's report is cut: "
+                "%.80s", r);
+        return -1;
+    }
+    if (tl_exec_field(p, ctx, 1, f, len) < 0
+        || tl_exec_field(p, ctx, 2, f + len, strlen(f + len)) < 0)
+        return -1;
+    *code = (int)c;
+    return 0;
+}
+
 /*
- * The script of a command @tag (see the header), stdin from @in: the
- * create's environment, then the caller's script, $1, run by a bash of its
- * own (so that $$ is the command's shell, as under bash -c, and it sees
- * none of the wrapper's variables or functions) with its stdout and stderr
- * on two files, in /dev/shm (memory: creating files there costs less than
- * on the disk) when it is a writable directory, else in /tmp (the run
- * stream's output is lines of text, so the bytes go by the files); then
- * the report, one line on stdout: TL_REPORT_MARK, the tag, a space,
- * stdout's field, a space, stderr's field. A field is "x" and the bytes in
- * hex when there are at most TL_INLINE_SHORT of them (read by the shell
- * itself: no program started), "b" and base64 when at most TL_INLINE_MAX,
- * else "-": the file is moved to /tmp, to be downloaded and removed by the
- * plugin, and the command's other files are removed at once. When both
- * were reported, the command's files are marked done (an empty ".done"
- * file, made by the shell), and the first command that finds TL_SWEEP
- * commands marked done removes their files (and their stdin files) with
- * one rm: starting a program costs a warm exec more than the rest of its
- * script, so most commands start none besides their own bash, and at most
- * TL_SWEEP - 1 finished commands' files stay (each at most TL_INLINE_MAX
- * bytes a stream). The script exits with the command's status. The
- * wrapper traps the signals a kill sends (a caught signal is the default
- * again in the command), so that it reports what a command killed by
- * exec_kill wrote (its own "Terminated" goes to /dev/null); a SIGKILL ends
- * it too, and then no report comes: the plugin downloads the files
- * (tl_exec_run).
+ * The script of a command @tag (see the header), stdin from @in (a file
+ * uploaded for it, removed with its outputs, or /dev/null): the create's
+ * environment (@src), then the caller's script, $1, run by a bash of its
+ * own (so that $$ is the command's shell, as under bash -c, a signal sent
+ * to it ends the command, and it sees none of the wrapper's variables,
+ * functions or traps) with its stdout and stderr on two files, in /dev/shm
+ * (memory: creating files there costs less than on the disk) when it is a
+ * writable directory, else in /tmp: the run stream's output is lines of
+ * text, so the bytes go by the files.
+ *
+ * Then the report, one line on stdout: TL_REPORT_MARK, the tag, a space,
+ * the command's status, a space, the length of stdout's field, a space,
+ * stdout's field and stderr's field. A field is "p" and the bytes
+ * percent-encoded (every byte outside 0x20..0x7e, and "%", as %XX) when
+ * there are at most TL_INLINE_SHELL of them with at most TL_INLINE_ODD
+ * NULs and distinct other bytes to encode: the shell reads and encodes
+ * them itself (one substitution per distinct byte; an empty file is not
+ * read), no program started; else "b" and base64 when at most
+ * TL_INLINE_MAX (stat and base64 started); else "-": the file is moved to
+ * /tmp, to be downloaded and removed by the plugin.
+ *
+ * The command's files (and its stdin file) go once the report is printed:
+ * when its status is under 128 the wrapper's last act is "exec rm" on them
+ * (in the C locale, which rm sets up fastest), the one program it starts
+ * for a small output, in place of its own exit; the run's exit status is
+ * then rm's, the report's is the command's. Else (a signal's status, as
+ * 137 for a SIGKILL, which the provider's OOM flag goes by) rm runs and
+ * the wrapper exits with the command's status.
+ *
+ * The wrapper traps the signals a kill sends (the command's bash has them
+ * at their defaults), so that it reports what a command killed by
+ * exec_kill wrote, and its own stderr is /dev/null (so no "Terminated"
+ * line); a SIGKILL ends it too, and then no report comes: the files stay,
+ * and the plugin downloads and removes them (tl_exec_run).
  */
 static char *tl_exec_script(const char *src, const char *tag, const char *in)
 {
-    return cl_printf("%s"
-                     "trap : HUP INT QUIT TERM USR1 USR2 ALRM\n"
-                     "if [ -d /dev/shm ] && [ -w /dev/shm ]; then "
-                     "bash -c \"$1\" <%s >/dev/shm/.%s.out 2>/dev/shm/.%s.err\n"
-                     "else bash -c \"$1\" <%s >/tmp/.%s.out 2>/tmp/.%s.err; fi 2>/dev/null\n"
-                     "c=$? k= m= d=/dev/shm LC_ALL=C\n"
-                     "[ -f $d/.%s.out ] || d=/tmp\n"
-                     "r() {\n"
-                     "local h= n=0 b v\n"
-                     "while IFS= read -r -d '' -n 1 b; do\n"
-                     "if [ $n = %d ]; then\n"
-                     "if command -v base64 >/dev/null && [ \"$(stat -c %%s $1)\" -le %d ]; "
-                     "then printf b; base64 -w0 $1; k=\"$k $1\"\n"
-                     "else printf %%s -; m=1; [ $d = /tmp ] || mv -f $1 /tmp/; fi\n"
-                     "return\nfi\n"
-                     "printf -v v %%02x \"'$b\"; h=$h$v; n=$((n+1))\n"
-                     "done <$1\n"
-                     "printf x%%s \"$h\"; k=\"$k $1\"\n"
-                     "}\n"
-                     "printf '%s%s '; r $d/.%s.out; printf ' '; r $d/.%s.err; echo\n"
-                     "if [ -n \"$m\" ]; then rm -f $k /tmp/.%s.in\n"
-                     "else : >$d/.%s.done; set -- $d/." TL_TAG_GLOB ".done\n"
-                     "if [ $# -ge %d ]; then k=; for f; do f=${f%%.done}; "
-                     "k=\"$k $f.* /tmp/${f##*/}.in\"; done; rm -f $k; fi; fi\n"
-                     "exit $c\n",
-                     src, in, tag, tag, in, tag, tag, tag, TL_INLINE_SHORT, TL_INLINE_MAX,
-                     TL_REPORT_MARK, tag, tag, tag, tag, tag, TL_SWEEP);
+    const char *rmin = strcmp(in, "/dev/null") == 0 ? "" : in;
+    return cl_printf(
+        "%1$s"
+        "exec 2>/dev/null; trap : HUP INT QUIT TERM USR1 USR2 ALRM; t=/tmp/.%2$s; "
+        "[ -d /dev/shm ] && [ -w /dev/shm ] && t=/dev/shm/.%2$s\n"
+        "bash -c \"$1\" <%3$s >$t.out 2>$t.err\n"
+        "c=$? LC_ALL=C f= k= m=\n"
+        "e() {\n"
+        "local x s= n=0 b=0 y h z=1\n"
+        "if [ ! -s $1 ]; then f=p k=\"$k $1\"; return; fi\n"
+        "while [ $z ]; do\n"
+        "IFS= read -r -d '' -n $((%4$d + 1 - n)) x || z=\n"
+        "n=$((n + ${#x})); [ $z ] && n=$((n + 1)) b=$((b + 1))\n"
+        "[ $n -gt %4$d ] && break\n"
+        "x=${x//%%/%%25}; x=${x//$'\\n'/%%0A}\n"
+        "while [ $b -le %5$d ] && [[ $x == *[!\\ -~]* ]]; do\n"
+        "y=${x%%%%[!\\ -~]*}; y=${x:${#y}:1}; printf -v h %%%%%%02X \"'$y\"; "
+        "x=${x//\"$y\"/$h}; b=$((b + 1))\n"
+        "done\n"
+        "[ $b -gt %5$d ] && break\n"
+        "s=$s$x; [ $z ] && s=$s%%00\n"
+        "done <$1\n"
+        "if [ $n -le %4$d ] && [ $b -le %5$d ]; then f=p$s k=\"$k $1\"\n"
+        "elif command -v base64 >/dev/null && [ \"$(stat -c %%s $1)\" -le %6$d ]; "
+        "then f=b$(base64 -w0 $1) k=\"$k $1\"\n"
+        "else f=- m=\"$m $1\"; fi\n"
+        "}\n"
+        "e $t.out; o=$f; e $t.err\n"
+        "printf '%%s %%d %%d %%s%%s\\n' %7$s%2$s $c ${#o} \"$o\" \"$f\"\n"
+        "if [ -n \"$m\" ]; then rm -f $k %8$s; [ $t = /tmp/.%2$s ] || mv -f $m /tmp/; exit $c; fi\n"
+        "[ $c -lt 128 ] && LC_ALL=C exec rm -f $k %8$s\n"
+        "rm -f $k %8$s; exit $c\n",
+        src, tag, in, TL_INLINE_SHELL, TL_INLINE_ODD, TL_INLINE_MAX, TL_REPORT_MARK, rmin);
 }
 
 static int tl_exec_run(cl_proc *base)
@@ -1530,15 +1596,7 @@ static int tl_exec_run(cl_proc *base)
         goto fail;
     code = s.exit_code;
     if (s.report) {
-        /* "OUT ERR" (tl_exec_script). */
-        const char *sp = strchr(s.report, ' ');
-        if (!sp) {
-            cl_fail(NULL, SBX_ERROR_CONNECTION, op, "tensorlake: the command's report is cut: "
-                    "%.80s", s.report);
-            goto fail;
-        }
-        if (tl_exec_field(p, &ctx, 1, s.report, (size_t)(sp - s.report)) < 0
-            || tl_exec_field(p, &ctx, 2, sp + 1, strlen(sp + 1)) < 0)
+        if (tl_exec_report(p, &ctx, s.report, &code) < 0)
             goto fail;
     } else {
         /* No report: the wrapper was killed (SIGKILL). The files hold the
