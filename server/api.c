@@ -1156,6 +1156,27 @@ add_output(json_object *o, const char *name, const char *data, size_t len)
     }
 }
 
+/* The answer to a request id already claimed, from its executions row
+ * (row 0 of @r, with the columns named @status, @response and @error): the
+ * stored response of a completed one, 409 while it runs, 409 with the stored
+ * payload of a failed one. */
+static void
+replay(cp_response *res, const store_rows *r, const char *status, const char *response,
+       const char *error)
+{
+    const char *st = store_cell(r, 0, status);
+
+    if (!strcmp(st, "completed")) {
+        res->status = 200;
+        res->raw = strdup(store_cell(r, 0, response));
+    } else if (!strcmp(st, "running")) {
+        cp_reply_detail(res, 409, "execution is already in progress");
+    } else {
+        const char *err = store_cell(r, 0, error);
+        cp_reply_detail(res, 409, err ? err : "execution failed");
+    }
+}
+
 static void
 h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
 {
@@ -1248,10 +1269,16 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
                          json_object_get(body));
         goto out;
     }
+    request_id = hdr ? strdup(hdr) : cp_new_id("req");
     /* Only the columns an execute reads (runtime_of(), the metering, the
-     * error payload), not the whole record. */
-    r = q(x, "SELECT id, backend, status, hourly_rate_usd, session_state_sealed FROM sandboxes"
-             " WHERE id = ? AND organization_id = ?", P(id, req->who.org_id));
+     * error payload), not the whole record; and, in the same statement,
+     * the execution of this request id when there is one: a replay is
+     * answered from it with no write transaction. */
+    r = q(x, "SELECT s.id, s.backend, s.status, s.hourly_rate_usd, s.session_state_sealed,"
+             " e.status AS execution_status, e.response_json, e.error AS execution_error"
+             " FROM sandboxes s LEFT JOIN executions e ON e.organization_id = s.organization_id"
+             " AND e.sandbox_id = s.id AND e.request_id = ?"
+             " WHERE s.id = ? AND s.organization_id = ?", P(request_id, id, req->who.org_id));
     if (!r)
         goto internal;
     if (r->nrows == 0) {
@@ -1281,7 +1308,10 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         store_rows_free(now_r);
         goto out;
     }
-    request_id = hdr ? strdup(hdr) : cp_new_id("req");
+    if (store_cell(r, 0, "execution_status")) {
+        replay(res, r, "execution_status", "response_json", "execution_error");
+        goto out;
+    }
     exe_id = cp_new_id("exe");
     cp_now_iso(now, sizeof now);
     /* The claim: one `running` row per (organisation, sandbox, request id),
@@ -1306,16 +1336,8 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     if (tx_commit(x) < 0)
         goto internal;
     if (ex_rows && ex_rows->nrows) {
-        const char *st = store_cell(ex_rows, 0, "status");
-        if (!strcmp(st, "completed")) {
-            res->status = 200;
-            res->raw = strdup(store_cell(ex_rows, 0, "response_json"));
-        } else if (!strcmp(st, "running")) {
-            cp_reply_detail(res, 409, "execution is already in progress");
-        } else {
-            const char *err = store_cell(ex_rows, 0, "error");
-            cp_reply_detail(res, 409, err ? err : "execution failed");
-        }
+        /* Claimed by a racer since the read above. */
+        replay(res, ex_rows, "status", "response_json", "error");
         goto out;
     }
 

@@ -22,8 +22,9 @@
  * ledger entries are written from that row after the answer, in one
  * transaction (lock "meter") that also clears meter_pending, by
  * meter_settle(), which runs:
- *   - on the server's outbox thread, woken once each such answer is sent
- *     (server/http.c), batching what accumulated, and every
+ *   - on the server's outbox thread, woken once such an answer is sent
+ *     (server/http.c), 10 ms later (OUTBOX_GATHER_SECS) with the answers
+ *     sent meanwhile, in transactions of up to 64 executions; and every
  *     SBX_SERVER_METER_SWEEP_SECS (default 30) as a sweeper: rows another
  *     server process on the same database left pending when it died;
  *   - at start-up, before the server listens (a SIGKILLed server's rows);
@@ -271,6 +272,9 @@ fail:
 
 /* ---------------------------------------------------------------- the execution outbox */
 
+/* Seconds an outbox pass waits after its wake for more answers to join. */
+#define OUTBOX_GATHER_SECS 0.01
+
 struct cp_meter {
     cp_server *srv;
     pthread_t thread;
@@ -294,6 +298,22 @@ outbox_pass(cp_server *srv)
     cx_done(&x);
 }
 
+/* The monotonic time @secs from now. */
+static struct timespec
+mono_after(double secs)
+{
+    struct timespec at;
+
+    clock_gettime(CLOCK_MONOTONIC, &at);
+    at.tv_sec += (time_t)secs;
+    at.tv_nsec += (long)((secs - (double)(time_t)secs) * 1e9);
+    if (at.tv_nsec >= 1000000000L) {
+        at.tv_sec++;
+        at.tv_nsec -= 1000000000L;
+    }
+    return at;
+}
+
 static void *
 outbox_main(void *arg)
 {
@@ -302,16 +322,16 @@ outbox_main(void *arg)
 
     pthread_mutex_lock(&m->lock);
     for (;;) {
-        clock_gettime(CLOCK_MONOTONIC, &at);
-        at.tv_sec += (time_t)m->sweep_secs;
-        at.tv_nsec += (long)((m->sweep_secs - (double)(time_t)m->sweep_secs) * 1e9);
-        if (at.tv_nsec >= 1000000000L) {
-            at.tv_sec++;
-            at.tv_nsec -= 1000000000L;
-        }
+        at = mono_after(m->sweep_secs);
         while (!m->want && !m->stop)
             if (pthread_cond_timedwait(&m->wake, &m->lock, &at) == ETIMEDOUT)
                 m->want = 1;      /* the sweep */
+        /* The answers of the next OUTBOX_GATHER_SECS join this one's
+         * pass: one transaction for them all, not one each beside the
+         * requests that follow. */
+        at = mono_after(OUTBOX_GATHER_SECS);
+        while (!m->stop && pthread_cond_timedwait(&m->wake, &m->lock, &at) != ETIMEDOUT)
+            ;
         if (m->stop)
             break;
         m->want = 0;
