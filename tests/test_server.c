@@ -4,7 +4,9 @@
  * (CONTROL-PLANE.md §1–§3, §5, §8), scopes, tenant isolation, idempotency
  * under concurrency, replays, a crash between the provider create and the
  * commit, restarts (sealed session state), two servers on one database,
- * and the cases CASE-07, CASE-17, CASE-36 and CASE-38.
+ * the metering outbox (each answered execute metered once, as answered,
+ * also when its server is SIGKILLed right after the answer), and the
+ * cases CASE-07, CASE-17, CASE-36 and CASE-38.
  *
  * The store is SQLite, or PostgreSQL when SBX_TEST_CP_PG_URL is set
  * (scripts/test runs this program both ways; tests/cputil.h).
