@@ -37,12 +37,15 @@
  * Replies without these conditions carry exactly the reference's fields.
  *
  * The claim is one transaction (STORE_TXN_VOLATILE: never flushed on its
- * own, server/store.h), the outcome with its usage and ledger entries
- * another, committed before the answer: an answered execute's ledger
- * entries survive a crash of the server, and with BESPOKE_DB_SYNCHRONOUS=
- * full a power loss too; an unanswered one whose claim was lost with the
- * machine runs again when its request is sent again. The store connection
- * is given back while the command runs.
+ * own, server/store.h), the outcome another, committed before the answer:
+ * the executions row with the amounts answered and meter_pending = 1, from
+ * which the execution outbox writes the usage event and both ledger
+ * entries after the answer (server/meter.c, "The execution outbox"). So
+ * an answered execute is metered exactly once even when the server dies
+ * right after answering (crash of the server, and with
+ * BESPOKE_DB_SYNCHRONOUS=full a power loss too); an unanswered one whose
+ * claim was lost with the machine runs again when its request is sent
+ * again. The store connection is given back while the command runs.
  *
  * Records made with an Idempotency-Key carry it as "idempotency_key"
  * (beyond the reference), and GET /v1/sandboxes?idempotency_key=K lists
@@ -1153,6 +1156,27 @@ add_output(json_object *o, const char *name, const char *data, size_t len)
     }
 }
 
+/* The answer to a request id already claimed, from its executions row
+ * (row 0 of @r, with the columns named @status, @response and @error): the
+ * stored response of a completed one, 409 while it runs, 409 with the stored
+ * payload of a failed one. */
+static void
+replay(cp_response *res, const store_rows *r, const char *status, const char *response,
+       const char *error)
+{
+    const char *st = store_cell(r, 0, status);
+
+    if (!strcmp(st, "completed")) {
+        res->status = 200;
+        res->raw = strdup(store_cell(r, 0, response));
+    } else if (!strcmp(st, "running")) {
+        cp_reply_detail(res, 409, "execution is already in progress");
+    } else {
+        const char *err = store_cell(r, 0, error);
+        cp_reply_detail(res, 409, err ? err : "execution failed");
+    }
+}
+
 static void
 h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
 {
@@ -1164,7 +1188,8 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     sbx_sandbox *sb = NULL;
     sbx_result *result = NULL;
     sbx_error *e = NULL;
-    char *request_id = NULL, *exe_id = NULL, now[40], lock[400];
+    char *request_id = NULL, *exe_id = NULL, now[40], lock[400], t_qty[40], t_prov[40],
+         t_cust[40];
     const char **argv = NULL;
     unsigned char *stdin_data = NULL;
     size_t stdin_len = 0;
@@ -1244,10 +1269,16 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
                          json_object_get(body));
         goto out;
     }
+    request_id = hdr ? strdup(hdr) : cp_new_id("req");
     /* Only the columns an execute reads (runtime_of(), the metering, the
-     * error payload), not the whole record. */
-    r = q(x, "SELECT id, backend, status, hourly_rate_usd, session_state_sealed FROM sandboxes"
-             " WHERE id = ? AND organization_id = ?", P(id, req->who.org_id));
+     * error payload), not the whole record; and, in the same statement,
+     * the execution of this request id when there is one: a replay is
+     * answered from it with no write transaction. */
+    r = q(x, "SELECT s.id, s.backend, s.status, s.hourly_rate_usd, s.session_state_sealed,"
+             " e.status AS execution_status, e.response_json, e.error AS execution_error"
+             " FROM sandboxes s LEFT JOIN executions e ON e.organization_id = s.organization_id"
+             " AND e.sandbox_id = s.id AND e.request_id = ?"
+             " WHERE s.id = ? AND s.organization_id = ?", P(request_id, id, req->who.org_id));
     if (!r)
         goto internal;
     if (r->nrows == 0) {
@@ -1277,7 +1308,10 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         store_rows_free(now_r);
         goto out;
     }
-    request_id = hdr ? strdup(hdr) : cp_new_id("req");
+    if (store_cell(r, 0, "execution_status")) {
+        replay(res, r, "execution_status", "response_json", "execution_error");
+        goto out;
+    }
     exe_id = cp_new_id("exe");
     cp_now_iso(now, sizeof now);
     /* The claim: one `running` row per (organisation, sandbox, request id),
@@ -1302,16 +1336,8 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     if (tx_commit(x) < 0)
         goto internal;
     if (ex_rows && ex_rows->nrows) {
-        const char *st = store_cell(ex_rows, 0, "status");
-        if (!strcmp(st, "completed")) {
-            res->status = 200;
-            res->raw = strdup(store_cell(ex_rows, 0, "response_json"));
-        } else if (!strcmp(st, "running")) {
-            cp_reply_detail(res, 409, "execution is already in progress");
-        } else {
-            const char *err = store_cell(ex_rows, 0, "error");
-            cp_reply_detail(res, 409, err ? err : "execution failed");
-        }
+        /* Claimed by a racer since the read above. */
+        replay(res, ex_rows, "status", "response_json", "error");
         goto out;
     }
 
@@ -1345,16 +1371,13 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     meter_parse(store_cell(r, 0, "hourly_rate_usd"), 12, &rate);
     prov = meter_cost(rate, us);
     cust = meter_customer(x->set, prov);
+    meter_fmt(us, 6, t_qty, sizeof t_qty);
+    meter_fmt(prov, 12, t_prov, sizeof t_prov);
+    meter_fmt(cust, 12, t_cust, sizeof t_cust);
     usage = json_object_new_object();
-    {
-        char t[40];
-        meter_fmt(us, 6, t, sizeof t);
-        json_object_object_add(usage, "runtime_seconds", json_object_new_string(t));
-        meter_fmt(prov, 12, t, sizeof t);
-        json_object_object_add(usage, "provider_cost_usd", json_object_new_string(t));
-        meter_fmt(cust, 12, t, sizeof t);
-        json_object_object_add(usage, "customer_cost_usd", json_object_new_string(t));
-    }
+    json_object_object_add(usage, "runtime_seconds", json_object_new_string(t_qty));
+    json_object_object_add(usage, "provider_cost_usd", json_object_new_string(t_prov));
+    json_object_object_add(usage, "customer_cost_usd", json_object_new_string(t_cust));
     cp_now_iso(now, sizeof now);
     if (result) {
         size_t ol = 0, el = 0;
@@ -1377,31 +1400,34 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
                                                        JSON_C_TO_STRING_NOSLASHESCAPE);
         if (tx_begin(x, lock) < 0 ||
             ex(x, "UPDATE executions SET status = 'completed', response_json = ?,"
-                  " completed_at = ? WHERE organization_id = ? AND sandbox_id = ?"
-                  " AND request_id = ?", P(text, now, req->who.org_id, id, request_id),
+                  " completed_at = ?, runtime_seconds = ?, provider_cost_usd = ?,"
+                  " customer_cost_usd = ?, meter_pending = 1 WHERE organization_id = ?"
+                  " AND sandbox_id = ? AND request_id = ?",
+               P(text, now, t_qty, t_prov, t_cust, req->who.org_id, id, request_id),
                NULL) < 0 ||
-            meter_record_execution(x, req->who.org_id, id, exe_id, request_id, us, prov, cust,
-                                   now) < 0 ||
             tx_commit(x) < 0)
             goto internal;
         res->status = 200;
         res->raw = strdup(text);
+        res->outbox = 1;
     } else {
         int st = 502;
         json_object *payload = provider_payload(e, store_cell(r, 0, "backend"), "execute", &st);
         const char *ptext = json_object_to_json_string_ext(payload, JSON_C_TO_STRING_PLAIN);
         json_object_put(usage);
         if (tx_begin(x, lock) < 0 ||
-            ex(x, "UPDATE executions SET status = 'failed', error = ?, completed_at = ?"
-                  " WHERE organization_id = ? AND sandbox_id = ? AND request_id = ?",
-               P(ptext, now, req->who.org_id, id, request_id), NULL) < 0 ||
-            meter_record_execution(x, req->who.org_id, id, exe_id, request_id, us, prov, cust,
-                                   now) < 0 ||
+            ex(x, "UPDATE executions SET status = 'failed', error = ?, completed_at = ?,"
+                  " runtime_seconds = ?, provider_cost_usd = ?, customer_cost_usd = ?,"
+                  " meter_pending = 1 WHERE organization_id = ? AND sandbox_id = ?"
+                  " AND request_id = ?",
+               P(ptext, now, t_qty, t_prov, t_cust, req->who.org_id, id, request_id),
+               NULL) < 0 ||
             tx_commit(x) < 0) {
             json_object_put(payload);
             goto internal;
         }
         reply_payload(res, st, payload);
+        res->outbox = 1;
     }
     goto out;
 internal:

@@ -88,11 +88,23 @@ int meter_parse(const char *text, int scale, int64_t *out);
 int meter_accrue(cx *x, const char *sandbox_id, const char *obs, int64_t end_us);
 /* Accrues an estimate for every active estimated sandbox of @org. */
 int meter_accrue_active(cx *x, const char *org);
-/* Writes an execution's usage event and its two ledger entries (once per
- * request id); inside the caller's transaction. 0 or -1. */
-int meter_record_execution(cx *x, const char *org, const char *sandbox_id,
-                           const char *execution_id, const char *request_id, int64_t us,
-                           int64_t provider_pusd, int64_t customer_pusd, const char *now);
+/* The execution outbox (meter.c, "The execution outbox"): writes the usage
+ * event and both ledger entries of every execution whose outcome is
+ * committed with meter_pending = 1, of organisation @org (every
+ * organisation when NULL), in transactions of up to 64 executions under the
+ * lock "meter", each clearing the rows' flag. Must be called outside a
+ * transaction. Returns the number of executions it metered (0 when none
+ * was pending), or -1 when the store failed (what was committed stays;
+ * the rest stays pending). */
+int meter_settle(cx *x, const char *org);
+/* The outbox thread of @srv: a meter_settle() of every organisation when
+ * woken (meter_outbox_wake(), after an answer that left its metering to
+ * the outbox) and every @sweep_secs seconds; NULL when the thread cannot
+ * start. meter_outbox_stop() wakes it a last time, waits for its pass and
+ * frees it (NULL ignored). Thread-safe. */
+cp_meter *meter_outbox_start(cp_server *srv, double sweep_secs);
+void meter_outbox_wake(cp_meter *m);
+void meter_outbox_stop(cp_meter *m);
 void h_costs(cx *x, cp_request *req, cp_response *res);
 /* The detail's "cost" object of a sandbox, or NULL. */
 json_object *meter_cost_json(cx *x, const char *sandbox_id);

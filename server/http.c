@@ -135,16 +135,20 @@ ctx_free(req_ctx *ctx)
     free(ctx);
 }
 
+/* After the response was sent (or the connection failed): an execute's
+ * metering, left to the outbox, is started now, off the answer's path. */
 static void
 request_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                   enum MHD_RequestTerminationCode toe)
 {
+    struct cp_http *h = cls;
     req_ctx *ctx = *con_cls;
 
-    (void)cls;
     (void)c;
     (void)toe;
     if (ctx) {
+        if (ctx->res.outbox)
+            cp_server_answered(h->srv);
         ctx_free(ctx);
         *con_cls = NULL;
     }

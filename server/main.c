@@ -31,18 +31,26 @@
  *   SBX_SERVER_CONNECTIONS               HTTP connections served at once,
  *                                        each on its own thread (256)
  *   SBX_SERVER_DB_CONNECTIONS            store connections at most (16)
+ *   SBX_SERVER_METER_SWEEP_SECS          seconds between the execution
+ *                                        outbox's sweeps for rows another
+ *                                        server left unmetered (30;
+ *                                        0.01..86400; server/meter.c)
  *
  * Test hooks, never set in production: SBX_SERVER_TEST_CLOCK_OFFSET_S
  * (seconds added to the clock, for tests of time windows) and
  * SBX_SERVER_TEST_CRASH_AFTER_PROVIDER_CREATE (the server SIGKILLs itself
- * after a provider create succeeded and before its outcome is committed).
+ * after a provider create succeeded and before its outcome is committed)
+ * and SBX_SERVER_TEST_CRASH_AFTER_ANSWER (it SIGKILLs itself once an
+ * execute's answer is sent, before the outbox meters it).
  *
  * A missing required setting, or a bad value, exits with status 2 and a
  * message naming the setting (never its value when it is a secret). On
  * start it prints one line on stdout, "listening on http://HOST:PORT",
  * with the port it bound, and logs one line per request on stderr
- * (server/http.c). SIGTERM or SIGINT stop it: requests in flight finish;
- * sandboxes stay (they are detached and their sealed session state is in
+ * (server/http.c). Before it listens it meters the executions a killed
+ * server answered and left unmetered (server/meter.c, "The execution
+ * outbox"). SIGTERM or SIGINT stop it: requests in flight finish, the
+ * outbox meters what they left; sandboxes stay (they are detached and their sealed session state is in
  * the store) until terminated or their lifetime ends.
  */
 #include <ctype.h>
@@ -53,6 +61,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "api.h"
 #include "http.h"
 #include "server.h"
 #include "util.h"
@@ -61,7 +70,18 @@ struct cp_server {
     cp_settings set;
     store *st;
     cp_runtimes *rt;
+    cp_meter *meter;              /* the execution outbox's thread */
+    int crash_after_answer;       /* SBX_SERVER_TEST_CRASH_AFTER_ANSWER */
 };
+
+void
+cp_server_answered(cp_server *srv)
+{
+    if (srv->crash_after_answer)
+        raise(SIGKILL);
+    if (srv->meter)
+        meter_outbox_wake(srv->meter);
+}
 
 const cp_settings *
 cp_server_settings(const cp_server *srv)
@@ -159,6 +179,17 @@ read_settings(cp_settings *s)
         }
         s->port = (unsigned)p;
     }
+    v = getenv("SBX_SERVER_METER_SWEEP_SECS");
+    s->meter_sweep_secs = 30;
+    if (v) {
+        double t = strtod(v, &end);
+        if (!*v || *end || !(t >= 0.01 && t <= 86400)) {
+            fprintf(stderr, "sbx-server: SBX_SERVER_METER_SWEEP_SECS must be seconds from "
+                            "0.01 to 86400, not \"%s\"\n", v);
+            return -1;
+        }
+        s->meter_sweep_secs = t;
+    }
     v = getenv("SBX_SERVER_CONNECTIONS");
     s->connections = 256;
     if (v) {
@@ -231,11 +262,41 @@ main(int argc, char **argv)
         return 1;
     }
     srv.rt = cp_runtimes_new(&srv.set);
+    srv.crash_after_answer = getenv("SBX_SERVER_TEST_CRASH_AFTER_ANSWER") != NULL;
+    /* Executions a killed server answered and had not metered yet. */
+    {
+        cx x;
+        int n;
+
+        cx_init(&x, &srv);
+        n = meter_settle(&x, NULL);
+        cx_done(&x);
+        if (n < 0) {
+            fprintf(stderr, "sbx-server: cannot meter the executions answered before the "
+                            "start (store failure)\n");
+            cp_runtimes_free(srv.rt);
+            store_close(srv.st);
+            free_settings(&srv.set);
+            return 1;
+        }
+        if (n > 0)
+            fprintf(stderr, "sbx-server: metered %d execution%s answered before the start\n",
+                    n, n == 1 ? "" : "s");
+    }
+    srv.meter = meter_outbox_start(&srv, srv.set.meter_sweep_secs);
+    if (!srv.meter) {
+        fprintf(stderr, "sbx-server: cannot start the metering thread\n");
+        cp_runtimes_free(srv.rt);
+        store_close(srv.st);
+        free_settings(&srv.set);
+        return 1;
+    }
     http = cp_http_start(&srv, srv.set.host, srv.set.port, srv.set.connections,
                          &err);
     if (!http) {
         fprintf(stderr, "sbx-server: %s\n", err);
         free(err);
+        meter_outbox_stop(srv.meter);
         cp_runtimes_free(srv.rt);
         store_close(srv.st);
         free_settings(&srv.set);
@@ -252,6 +313,7 @@ main(int argc, char **argv)
     sigwait(&set, &sig);
     fprintf(stderr, "sbx-server: signal %d, stopping\n", sig);
     cp_http_stop(http);
+    meter_outbox_stop(srv.meter);
     cp_runtimes_free(srv.rt);
     store_close(srv.st);
     free_settings(&srv.set);

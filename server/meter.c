@@ -14,6 +14,28 @@
  * Each execution writes one usage event (metric runtime_seconds, unit
  * second) and two ledger entries, provider_cost and customer_cost
  * (customer = provider × BESPOKE_CUSTOMER_MARKUP), unique per request id.
+ *
+ * The execution outbox: the execute's outcome transaction (server/api.c)
+ * writes the executions row alone, carrying the amounts it answers
+ * (runtime_seconds, provider_cost_usd, customer_cost_usd) and
+ * meter_pending = 1, and commits before the answer. The usage event and its
+ * ledger entries are written from that row after the answer, in one
+ * transaction (lock "meter") that also clears meter_pending, by
+ * meter_settle(), which runs:
+ *   - on the server's outbox thread, woken once such an answer is sent
+ *     (server/http.c), 10 ms later (OUTBOX_GATHER_SECS) with the answers
+ *     sent meanwhile, in transactions of up to 64 executions; and every
+ *     SBX_SERVER_METER_SWEEP_SECS (default 30) as a sweeper: rows another
+ *     server process on the same database left pending when it died;
+ *   - at start-up, before the server listens (a SIGKILLed server's rows);
+ *   - at a clean stop, after the last request;
+ *   - in GET /v1/costs for the organisation, before the report reads usage,
+ *     so a report never misses an answered execution.
+ * Every path is idempotent: the usage event is unique per request id, its
+ * ledger entries are written only with a new event, and the flag is cleared
+ * in the same transaction. So each answered execution is metered exactly
+ * once, by whichever server gets to its row first, with the time and
+ * amounts of its answer (created_at = the execution's completed_at).
  * Each sandbox lifetime accrues at observations (create:, estimate:,
  * terminate:, terminate-failed:), each applied once: the billable seconds
  * since provisioning, never decreasing, priced at the fixed rate, with the
@@ -21,9 +43,12 @@
  * the remainder in an <obs>:adjustment row. A sandbox whose rate is 0
  * bills only through usage events.
  */
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "api.h"
 #include "util.h"
@@ -153,36 +178,38 @@ meter_hourly_rate(const char *backend, double cpu, int64_t memory_mb, const char
 
 /* ---------------------------------------------------------------- usage */
 
-int
-meter_record_execution(cx *x, const char *org, const char *sandbox_id, const char *execution_id,
-                       const char *request_id, int64_t us, int64_t provider_pusd,
-                       int64_t customer_pusd, const char *now)
+/* One execution's usage event and its two ledger entries, from its
+ * executions row (the amounts as answered, decimal text; @at its
+ * completed_at), then the row's meter_pending cleared: inside the caller's
+ * transaction. An event already written (by another server's sweeper) is
+ * left as it is and its entries are not written again. 0 or -1. */
+static int
+meter_execution(cx *x, const char *org, const char *sandbox_id, const char *execution_id,
+                const char *request_id, const char *qty, const char *prov, const char *cust,
+                const char *at)
 {
-    char qty[40], prov[40], cust[40];
     char *use = cp_new_id("use"), *l1 = cp_new_id("led"), *l2 = cp_new_id("led");
     int64_t n;
     int rc = -1;
 
-    meter_fmt(us, 6, qty, sizeof qty);
-    meter_fmt(provider_pusd, 12, prov, sizeof prov);
-    meter_fmt(customer_pusd, 12, cust, sizeof cust);
     n = ex(x, "INSERT INTO usage_events(id, organization_id, sandbox_id, execution_id, request_id,"
               " metric, quantity, unit, provider_cost_usd, customer_cost_usd, created_at)"
               " VALUES (?, ?, ?, ?, ?, 'runtime_seconds', ?, 'second', ?, ?, ?)"
               " ON CONFLICT DO NOTHING",
-           P(use, org, sandbox_id, execution_id, request_id, qty, prov, cust, now), NULL);
+           P(use, org, sandbox_id, execution_id, request_id, qty, prov, cust, at), NULL);
     if (n < 0)
         goto out;
-    if (n == 0) {
-        rc = 0;                    /* already metered */
-        goto out;
-    }
     /* Both entries in one statement. */
-    if (ex(x, "INSERT INTO ledger_entries(id, organization_id, sandbox_id, usage_event_id, kind,"
+    if (n > 0 &&
+        ex(x, "INSERT INTO ledger_entries(id, organization_id, sandbox_id, usage_event_id, kind,"
               " amount_usd, price_version, created_at) VALUES (?, ?, ?, ?, 'provider_cost', ?, ?, ?),"
               " (?, ?, ?, ?, 'customer_cost', ?, ?, ?) ON CONFLICT DO NOTHING",
-           P(l1, org, sandbox_id, use, prov, meter_price_version(), now,
-             l2, org, sandbox_id, use, cust, meter_price_version(), now), NULL) < 0)
+           P(l1, org, sandbox_id, use, prov, meter_price_version(), at,
+             l2, org, sandbox_id, use, cust, meter_price_version(), at), NULL) < 0)
+        goto out;
+    if (ex(x, "UPDATE executions SET meter_pending = NULL WHERE organization_id = ?"
+              " AND sandbox_id = ? AND request_id = ? AND meter_pending = 1",
+           P(org, sandbox_id, request_id), NULL) < 0)
         goto out;
     rc = 0;
 out:
@@ -190,6 +217,180 @@ out:
     free(l1);
     free(l2);
     return rc;
+}
+
+int
+meter_settle(cx *x, const char *org)
+{
+    int total = 0;
+
+    for (;;) {
+        store_rows *r;
+        size_t n;
+
+        /* Volatile: the pending row it reads was committed as the outcome
+         * was (durably at BESPOKE_DB_SYNCHRONOUS=full), so a lost commit
+         * of this one leaves the row pending, and it is metered again. */
+        if (tx_begin_volatile(x, "meter") < 0)
+            return -1;
+        if (org)
+            r = q(x, "SELECT organization_id, sandbox_id, request_id, id, runtime_seconds,"
+                     " provider_cost_usd, customer_cost_usd, completed_at FROM executions"
+                     " WHERE meter_pending = 1 AND organization_id = ? LIMIT 64", P(org));
+        else
+            r = q(x, "SELECT organization_id, sandbox_id, request_id, id, runtime_seconds,"
+                     " provider_cost_usd, customer_cost_usd, completed_at FROM executions"
+                     " WHERE meter_pending = 1 LIMIT 64", 0, NULL);
+        if (!r)
+            goto fail;
+        for (size_t i = 0; i < r->nrows; i++) {
+            const char *const *c = (const char *const *)r->cells + i * r->ncols;
+
+            /* Columns as selected; a pending row always has its amounts. */
+            if (!c[4] || !c[5] || !c[6] || !c[7] ||
+                meter_execution(x, c[0], c[1], c[3], c[2], c[4], c[5], c[6], c[7]) < 0) {
+                if (!x->failed)
+                    fprintf(stderr, "sbx-server: execution %s has no amounts to meter\n",
+                            c[3] ? c[3] : "?");
+                store_rows_free(r);
+                goto fail;
+            }
+        }
+        n = r->nrows;
+        store_rows_free(r);
+        if (tx_commit(x) < 0)
+            return -1;
+        total += (int)n;
+        if (n < 64)
+            return total;
+    }
+fail:
+    tx_rollback(x);
+    x->failed = 1;
+    return -1;
+}
+
+/* ---------------------------------------------------------------- the execution outbox */
+
+/* Seconds an outbox pass waits after its wake for more answers to join. */
+#define OUTBOX_GATHER_SECS 0.01
+
+struct cp_meter {
+    cp_server *srv;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;          /* CLOCK_MONOTONIC */
+    double sweep_secs;
+    int want, stop;
+};
+
+/* One pass over every pending execution; failures are logged (the rows
+ * stay pending for the next pass). */
+static void
+outbox_pass(cp_server *srv)
+{
+    cx x;
+
+    cx_init(&x, srv);
+    if (meter_settle(&x, NULL) < 0)
+        fprintf(stderr, "sbx-server: metering of answered executions failed; "
+                        "retried at the next answer or sweep\n");
+    cx_done(&x);
+}
+
+/* The monotonic time @secs from now. */
+static struct timespec
+mono_after(double secs)
+{
+    struct timespec at;
+
+    clock_gettime(CLOCK_MONOTONIC, &at);
+    at.tv_sec += (time_t)secs;
+    at.tv_nsec += (long)((secs - (double)(time_t)secs) * 1e9);
+    if (at.tv_nsec >= 1000000000L) {
+        at.tv_sec++;
+        at.tv_nsec -= 1000000000L;
+    }
+    return at;
+}
+
+static void *
+outbox_main(void *arg)
+{
+    cp_meter *m = arg;
+    struct timespec at;
+
+    pthread_mutex_lock(&m->lock);
+    for (;;) {
+        at = mono_after(m->sweep_secs);
+        while (!m->want && !m->stop)
+            if (pthread_cond_timedwait(&m->wake, &m->lock, &at) == ETIMEDOUT)
+                m->want = 1;      /* the sweep */
+        /* The answers of the next OUTBOX_GATHER_SECS join this one's
+         * pass: one transaction for them all, not one each beside the
+         * requests that follow. */
+        at = mono_after(OUTBOX_GATHER_SECS);
+        while (!m->stop && pthread_cond_timedwait(&m->wake, &m->lock, &at) != ETIMEDOUT)
+            ;
+        if (m->stop)
+            break;
+        m->want = 0;
+        pthread_mutex_unlock(&m->lock);
+        outbox_pass(m->srv);
+        pthread_mutex_lock(&m->lock);
+    }
+    pthread_mutex_unlock(&m->lock);
+    /* What the last answers left. */
+    outbox_pass(m->srv);
+    return NULL;
+}
+
+cp_meter *
+meter_outbox_start(cp_server *srv, double sweep_secs)
+{
+    cp_meter *m = calloc(1, sizeof *m);
+    pthread_condattr_t ca;
+
+    if (!m)
+        return NULL;
+    m->srv = srv;
+    m->sweep_secs = sweep_secs;
+    pthread_mutex_init(&m->lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&m->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&m->thread, NULL, outbox_main, m) != 0) {
+        pthread_mutex_destroy(&m->lock);
+        pthread_cond_destroy(&m->wake);
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
+void
+meter_outbox_wake(cp_meter *m)
+{
+    pthread_mutex_lock(&m->lock);
+    m->want = 1;
+    pthread_cond_signal(&m->wake);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void
+meter_outbox_stop(cp_meter *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->stop = 1;
+    pthread_cond_signal(&m->wake);
+    pthread_mutex_unlock(&m->lock);
+    pthread_join(m->thread, NULL);
+    pthread_mutex_destroy(&m->lock);
+    pthread_cond_destroy(&m->wake);
+    free(m);
 }
 
 /* ---------------------------------------------------------------- lifecycle */
@@ -465,6 +666,12 @@ h_costs(cx *x, cp_request *req, cp_response *res)
         return;
     if (has_start && has_end && start >= end) {
         cp_reply_detail(res, 422, "start must be before end");
+        return;
+    }
+    /* Read-your-writes: what the organisation's answered executions left
+     * in the outbox is metered before the report reads the usage. */
+    if (meter_settle(x, req->who.org_id) < 0) {
+        reply_internal(res);
         return;
     }
     meter_accrue_active(x, req->who.org_id);

@@ -36,10 +36,13 @@ typedef struct cp_settings {
     char *host;                   /* HOST (127.0.0.1) */
     unsigned port;                /* PORT (8000; 0 = any free port) */
     unsigned connections;         /* SBX_SERVER_CONNECTIONS (default 256) */
+    double meter_sweep_secs;      /* SBX_SERVER_METER_SWEEP_SECS (default 30) */
 } cp_settings;
 
 /* The server: settings, store, runtimes. One per process. */
 typedef struct cp_server cp_server;
+/* The execution outbox's thread (meter.c). */
+typedef struct cp_meter cp_meter;
 
 /* The principal a request authenticated as. */
 typedef struct cp_principal {
@@ -67,6 +70,9 @@ typedef struct cp_response {
     int status;
     json_object *body;            /* owned; NULL = empty body */
     char *raw;                    /* owned; a body already serialised */
+    int outbox;                   /* the answer left its metering to the
+                                   * execution outbox (meter.c): wake it
+                                   * once the answer is sent */
 } cp_response;
 
 /* http.c: the header @name of the request (NULL when absent); borrowed. */
@@ -84,6 +90,11 @@ void cp_dispatch(cp_server *srv, cp_request *req, cp_response *res);
 /* main.c. */
 const cp_settings *cp_server_settings(const cp_server *srv);
 store *cp_server_store(const cp_server *srv);
+/* main.c: called on the connection's thread once a response whose
+ * @res->outbox is set has been sent: wakes the execution outbox (or, with
+ * the test hook SBX_SERVER_TEST_CRASH_AFTER_ANSWER, SIGKILLs the server
+ * before its metering). */
+void cp_server_answered(cp_server *srv);
 
 /* ---------------------------------------------------------------- runtime.c */
 

@@ -208,7 +208,25 @@ static const char *const migration_3 =
     "DROP TABLE ledger_entries;"
     "ALTER TABLE ledger_entries_v3 RENAME TO ledger_entries;";
 
-static const char *const migrations[] = { NULL, migration_1, migration_2, migration_3 };
+/* 4: the execute's metering leaves its request (an outbox). The outcome's
+ * transaction writes the execution's row alone, with what its usage event
+ * will say (runtime_seconds and both costs, as answered) and
+ * meter_pending = 1; the usage event and its two ledger entries are written
+ * from that row after the answer, in a transaction that clears the flag
+ * (server/meter.c, "The execution outbox"). The partial index holds only
+ * the pending rows: what start-up recovery, the sweeper and a costs report
+ * look up. Rows of earlier versions were metered with their outcome and
+ * keep NULLs. */
+static const char *const migration_4 =
+    "ALTER TABLE executions ADD COLUMN runtime_seconds TEXT;"
+    "ALTER TABLE executions ADD COLUMN provider_cost_usd TEXT;"
+    "ALTER TABLE executions ADD COLUMN customer_cost_usd TEXT;"
+    "ALTER TABLE executions ADD COLUMN meter_pending INTEGER;"
+    "CREATE INDEX executions_meter_pending ON executions(meter_pending, organization_id)"
+    " WHERE meter_pending = 1;";
+
+static const char *const migrations[] = { NULL, migration_1, migration_2, migration_3,
+                                          migration_4 };
 #define NMIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]) - 1)
 
 int

@@ -4,7 +4,9 @@
  * (CONTROL-PLANE.md §1–§3, §5, §8), scopes, tenant isolation, idempotency
  * under concurrency, replays, a crash between the provider create and the
  * commit, restarts (sealed session state), two servers on one database,
- * and the cases CASE-07, CASE-17, CASE-36 and CASE-38.
+ * the metering outbox (each answered execute metered once, as answered,
+ * also when its server is SIGKILLed right after the answer), and the
+ * cases CASE-07, CASE-17, CASE-36 and CASE-38.
  *
  * The store is SQLite, or PostgreSQL when SBX_TEST_CP_PG_URL is set
  * (scripts/test runs this program both ways; tests/cputil.h).
@@ -36,6 +38,9 @@ static char *db_list(const char *sql);
 /* Request id @rid was metered exactly once: one usage event and its two
  * ledger entries (asserts). */
 static void assert_metered_once(const char *rid);
+/* GET /v1/costs on @s: the organisation's answered executions are metered
+ * before it answers (server/meter.c, the execution outbox). */
+static void settle(const struct cpu_server *s, const char *k);
 
 static cpu_store *store;
 static cpu_server *srv;
@@ -263,6 +268,32 @@ Test(server, bad_connection_limit_is_named)
                                      " SBX_SERVER_CONNECTIONS=%s '%s' 2>&1", bad[i], prog);
         char *want = tu_strdup_printf("sbx-server: SBX_SERVER_CONNECTIONS must be 1..4096, not"
                                       " \"%s\"\n", bad[i]);
+        FILE *p = popen(cmd, "r");
+        char line[512] = "";
+        int st;
+
+        cr_assert(p);
+        cr_assert(fgets(line, sizeof line, p));
+        st = pclose(p);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+        cr_assert_str_eq(line, want);
+        free(cmd);
+        free(want);
+    }
+}
+
+Test(server, bad_meter_sweep_is_named)
+{
+    const char *prog = getenv("SBX_SERVER") ? getenv("SBX_SERVER")
+                                            : SBX_BUILD_DIR "/server/sbx-server";
+    const char *bad[] = { "0", "0.001", "86401", "x", "1s", "" };
+
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *cmd = tu_strdup_printf("env BESPOKE_API_KEY_PEPPER=p"
+                                     " BESPOKE_CONTROL_PLANE_ADMIN_TOKEN=a"
+                                     " SBX_SERVER_METER_SWEEP_SECS='%s' '%s' 2>&1", bad[i], prog);
+        char *want = tu_strdup_printf("sbx-server: SBX_SERVER_METER_SWEEP_SECS must be seconds"
+                                      " from 0.01 to 86400, not \"%s\"\n", bad[i]);
         FILE *p = popen(cmd, "r");
         char line[512] = "";
         int st;
@@ -1287,9 +1318,9 @@ Test(server, db_synchronous_setting)
 
     log = cpu_read_log(srv, 1);
     want = cpu_store_is_pg()
-               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 3)
+               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 4)
                : tu_strdup_printf("sbx-server: store sqlite, schema version %d,"
-                                  " synchronous normal\n", 3);
+                                  " synchronous normal\n", 4);
     cr_assert(strstr(log, want), "%s", log);
     free(log);
     free(want);
@@ -1298,9 +1329,9 @@ Test(server, db_synchronous_setting)
     srv = cpu_start(store, full);
     log = cpu_read_log(srv, 1);
     want = cpu_store_is_pg()
-               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 3)
+               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 4)
                : tu_strdup_printf("sbx-server: store sqlite, schema version %d,"
-                                  " synchronous full\n", 3);
+                                  " synchronous full\n", 4);
     cr_assert(strstr(log, want), "%s", log);
     free(log);
     free(want);
@@ -1399,7 +1430,8 @@ start_priced(const char *extra_env)
     const char *env[4] = { NULL, "BESPOKE_CUSTOMER_MARKUP=1.5", extra_env, NULL };
     cpu_server *s;
 
-    price_dir = tu_mkdtemp("cp-pricing");
+    if (!price_dir)
+        price_dir = tu_mkdtemp("cp-pricing");
     file = tu_strdup_printf("%s/pricing.json", price_dir);
     {
         static const char doc[] = "{\"backends\":{\"local\":{\"vcpu_usd_per_h\":0.036,"
@@ -1606,8 +1638,6 @@ Test(metering, lifecycle_split_at_midnight)
     midnight = (now_us / 86400000000LL + 1) * 86400000000LL;
     offset_us = midnight - 1500000 - now_us;   /* the server's clock: 1.5 s before midnight */
     snprintf(env, sizeof env, "SBX_SERVER_TEST_CLOCK_OFFSET_S=%.6f", (double)offset_us / 1e6);
-    tu_rmtree(price_dir);
-    free(price_dir);
     srv = start_priced(env);
     id = cpu_create_local(srv, key, NULL);
     /* Until 0.3 s past the server's midnight. */
@@ -1722,7 +1752,7 @@ Test(server, schema_migrations_forward)
     char *v = db_list("SELECT version FROM schema_migrations ORDER BY version"), *err;
     int st = 0;
 
-    cr_assert_str_eq(v, "1,2,3");
+    cr_assert_str_eq(v, "1,2,3,4");
     free(v);
     if (!cpu_store_is_pg()) {
         v = db_list("PRAGMA journal_mode");
@@ -1735,12 +1765,12 @@ Test(server, schema_migrations_forward)
     free(db_list("DELETE FROM schema_migrations WHERE version = 2"));
     free(db_list("ALTER TABLE sandboxes DROP COLUMN session_state_sealed"));
     v = db_list("SELECT version FROM schema_migrations ORDER BY version");
-    cr_assert_str_eq(v, "1,3");
+    cr_assert_str_eq(v, "1,3,4");
     free(v);
     cr_assert_null(db_list("SELECT session_state_sealed FROM sandboxes"));
     srv = cpu_start(store, NULL);
     v = db_list("SELECT version FROM schema_migrations ORDER BY version");
-    cr_assert_str_eq(v, "1,2,3");
+    cr_assert_str_eq(v, "1,2,3,4");
     free(v);
     v = db_list("SELECT session_state_sealed FROM sandboxes");
     cr_assert_str_eq(v, "");
@@ -1759,7 +1789,7 @@ Test(server, schema_migrations_forward)
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
     err = cpu_last_stderr();
     cr_assert(strstr(err, "the database has schema version 99, newer than this sbx-server "
-                          "knows (3)"), "%s", err);
+                          "knows (4)"), "%s", err);
     free(err);
     free(db_list("DELETE FROM schema_migrations WHERE version = 99"));
     srv = cpu_start(store, NULL);
@@ -1792,6 +1822,7 @@ Test(server, sqlite_checkpoints_in_the_background)
         r = execute(key, id, rid, "{\"command\":\"true\"}", 200);
         cpu_response_free(r);
     }
+    settle(srv, key);
     n = db_list("SELECT COUNT(*) FROM usage_events WHERE request_id LIKE 'ckpt-%'");
     cr_assert_str_eq(n, "300");
     free(n);
@@ -1837,12 +1868,13 @@ static const char *const executions_v2[] = {
     "DROP TABLE ledger_entries",
     "ALTER TABLE ledger_entries_v2 RENAME TO ledger_entries",
     "CREATE INDEX ledger_entries_org_created ON ledger_entries(organization_id, created_at)",
-    "DELETE FROM schema_migrations WHERE version = 3",
+    "DELETE FROM schema_migrations WHERE version IN (3, 4)",
 };
 
 /* The indexes of the execute's three tables: from version 3 a primary key
  * each (on SQLite the table itself, WITHOUT ROWID) and usage_events' time
- * index; version 2 had an id key, a unique index and a time index each. */
+ * index, from version 4 the partial index of executions still to meter;
+ * version 2 had an id key, a unique index and a time index each. */
 static char *
 execute_table_indexes(void)
 {
@@ -1865,7 +1897,7 @@ Test(server, schema_migration_3_keeps_executions)
     body = strdup(r->body);
     cpu_response_free(r);
     n = execute_table_indexes();
-    cr_assert_str_eq(n, cpu_store_is_pg() ? "4" : "1");
+    cr_assert_str_eq(n, cpu_store_is_pg() ? "5" : "2");
     free(n);
     if (!cpu_store_is_pg()) {
         n = db_list("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN"
@@ -1886,10 +1918,10 @@ Test(server, schema_migration_3_keeps_executions)
     free(n);
     srv = cpu_start(store, NULL);
     n = db_list("SELECT version FROM schema_migrations ORDER BY version");
-    cr_assert_str_eq(n, "1,2,3");
+    cr_assert_str_eq(n, "1,2,3,4");
     free(n);
     n = execute_table_indexes();
-    cr_assert_str_eq(n, cpu_store_is_pg() ? "4" : "1");
+    cr_assert_str_eq(n, cpu_store_is_pg() ? "5" : "2");
     free(n);
     r = execute(key, id, "mig-kept", "{\"command\":\"printf again\"}", 200);
     cr_assert_str_eq(r->body, body);
@@ -2516,4 +2548,311 @@ static void assert_metered_once(const char *rid)
     cr_assert_str_eq(n, "customer_cost,provider_cost", "ledger entries of %s", rid);
     free(n);
     free(sql);
+}
+
+static void settle(const cpu_server *s, const char *k)
+{
+    cpu_response *r = cpu_http(s->url, "GET", "/v1/costs", k, NULL, NULL);
+
+    cr_assert_eq(r->status, 200, "GET /v1/costs: %ld %s", r->status, r->body);
+    cpu_response_free(r);
+}
+
+/* Request id @rid was metered once, exactly as @answer (its 200 response)
+ * said: the usage event's quantity and costs are the answer's usage, its
+ * time the execution's completion and its execution the row's id; the two
+ * ledger entries carry the same amounts and time; the row is no longer
+ * pending. */
+static void assert_metered_as_answered(const char *rid, const cpu_response *answer)
+{
+    char *sql, *got, *want, *row;
+
+    assert_metered_once(rid);
+    sql = tu_strdup_printf("SELECT completed_at || '|' || id FROM executions"
+                           " WHERE request_id = '%s'", rid);
+    row = db_list(sql);
+    free(sql);
+    cr_assert(row && strchr(row, '|'), "execution %s: %s", rid, row ? row : "(failed)");
+    sql = tu_strdup_printf("SELECT quantity || '|' || provider_cost_usd || '|' ||"
+                           " customer_cost_usd || '|' || created_at || '|' || execution_id"
+                           " FROM usage_events WHERE request_id = '%s'", rid);
+    got = db_list(sql);
+    free(sql);
+    want = tu_strdup_printf("%s|%s|%s|%s", cpu_jstr(answer, "usage.runtime_seconds"),
+                            cpu_jstr(answer, "usage.provider_cost_usd"),
+                            cpu_jstr(answer, "usage.customer_cost_usd"), row);
+    cr_assert_str_eq(got, want);
+    free(got);
+    free(want);
+    *strchr(row, '|') = '\0';       /* the completion time */
+    sql = tu_strdup_printf("SELECT l.kind || '|' || l.amount_usd || '|' || l.created_at"
+                           " FROM ledger_entries l JOIN usage_events u"
+                           " ON u.id = l.usage_event_id WHERE u.request_id = '%s'"
+                           " ORDER BY l.kind", rid);
+    got = db_list(sql);
+    free(sql);
+    want = tu_strdup_printf("customer_cost|%s|%s,provider_cost|%s|%s",
+                            cpu_jstr(answer, "usage.customer_cost_usd"), row,
+                            cpu_jstr(answer, "usage.provider_cost_usd"), row);
+    cr_assert_str_eq(got, want);
+    free(got);
+    free(want);
+    free(row);
+    sql = tu_strdup_printf("SELECT COUNT(*) FROM executions WHERE request_id = '%s'"
+                           " AND meter_pending IS NOT NULL", rid);
+    got = db_list(sql);
+    free(sql);
+    cr_assert_str_eq(got, "0", "%s still pending", rid);
+    free(got);
+}
+
+/* Executes @body with request id @rid through @s, which has
+ * SBX_SERVER_TEST_CRASH_AFTER_ANSWER set: the answer comes (200, returned)
+ * and then the server is gone by SIGKILL, its outcome committed with the
+ * metering still pending. */
+static cpu_response *
+execute_then_killed(cpu_server *s, const char *id, const char *rid, const char *body)
+{
+    char *p = path_of("/v1/sandboxes/%s/execute", id), *h, *sql, *n;
+    const char *hdr[] = { NULL, NULL };
+    cpu_response *r;
+    int st;
+
+    h = tu_strdup_printf("Idempotency-Key: %s", rid);
+    hdr[0] = h;
+    r = cpu_http(s->url, "POST", p, key, hdr, body);
+    cr_assert_eq(r->status, 200, "%ld %s", r->status, r->body);
+    st = cpu_signal(s, 0);
+    cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "wait status %#x", st);
+    sql = tu_strdup_printf("SELECT status || '|' || meter_pending FROM executions"
+                           " WHERE request_id = '%s'", rid);
+    n = db_list(sql);
+    cr_assert_str_eq(n, "completed|1");
+    free(n);
+    free(sql);
+    sql = tu_strdup_printf("SELECT COUNT(*) FROM usage_events WHERE request_id = '%s'", rid);
+    n = db_list(sql);
+    cr_assert_str_eq(n, "0");
+    free(n);
+    free(sql);
+    free(h);
+    free(p);
+    return r;
+}
+
+/* The outbox: the answer comes once the execution's row is committed; its
+ * usage event and ledger entries follow from that row, with the amounts
+ * and time of the answer. */
+Test(metering, outbox_meters_as_answered)
+{
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":60}");
+    cpu_response *r = execute(key, id, "ob-1", "{\"command\":\"sleep 0.02\"}", 200);
+
+    cr_assert_gt(pico(cpu_jstr(r, "usage.provider_cost_usd")), 0);
+    settle(srv, key);
+    assert_metered_as_answered("ob-1", r);
+    cpu_response_free(r);
+    terminate(key, id);
+    free(id);
+}
+
+/* A server SIGKILLed right after answering, before its outbox metered the
+ * execute: the next server meters it at start-up, once, as answered; a
+ * replay returns the answer; a later start meters nothing again. */
+Test(metering, answered_then_killed_is_metered_at_start)
+{
+    const char *hook = "SBX_SERVER_TEST_CRASH_AFTER_ANSWER=1";
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":60}"), *log, *n;
+    cpu_server *dying;
+    cpu_response *r, *again;
+
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    srv = NULL;
+    dying = start_priced(hook);
+    r = execute_then_killed(dying, id, "kill-1", "{\"command\":\"printf answered\"}");
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "answered");
+    cpu_stop(dying);
+    srv = start_priced(NULL);
+    log = cpu_read_log(srv, 1);
+    cr_assert(strstr(log, "sbx-server: metered 1 execution answered before the start\n"),
+              "%s", log);
+    free(log);
+    assert_metered_as_answered("kill-1", r);
+    again = execute(key, id, "kill-1", "{\"command\":\"printf answered\"}", 200);
+    cr_assert_str_eq(again->body, r->body);
+    cpu_response_free(again);
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    srv = start_priced(NULL);
+    log = cpu_read_log(srv, 1);
+    cr_assert_null(strstr(log, "metered"), "%s", log);
+    free(log);
+    n = db_list("SELECT COUNT(*) FROM usage_events WHERE request_id = 'kill-1'");
+    cr_assert_str_eq(n, "1");
+    free(n);
+    cpu_response_free(r);
+    terminate(key, id);
+    free(id);
+}
+
+/* Two servers on one database: one answers and is SIGKILLed before
+ * metering; the other's sweeper (every 0.2 s here) meters that execute
+ * with no request of its own, once, as answered. */
+Test(metering, another_server_sweeps_what_a_killed_one_answered)
+{
+    const char *hook = "SBX_SERVER_TEST_CRASH_AFTER_ANSWER=1";
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":60}"), *n = NULL;
+    cpu_server *dying, *sweeper;
+    cpu_response *r;
+
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    srv = NULL;
+    sweeper = start_priced("SBX_SERVER_METER_SWEEP_SECS=0.2");
+    dying = start_priced(hook);
+    r = execute_then_killed(dying, id, "kill-2", "{\"command\":\"printf swept\"}");
+    cpu_stop(dying);
+    /* The sweeper's next pass (0.2 s; 10 s at most on a loaded machine). */
+    for (int i = 0; i < 500; i++) {
+        free(n);
+        n = db_list("SELECT COUNT(*) FROM executions WHERE request_id = 'kill-2'"
+                    " AND meter_pending IS NOT NULL");
+        if (n && !strcmp(n, "0"))
+            break;
+        usleep(20000);
+    }
+    cr_assert_str_eq(n, "0", "not swept");
+    free(n);
+    assert_metered_as_answered("kill-2", r);
+    cpu_response_free(r);
+    srv = sweeper;
+    terminate(key, id);
+    free(id);
+}
+
+typedef struct settle_arg {
+    const char *url;
+    long status;
+} settle_arg;
+
+static void *
+settle_thread(void *p)
+{
+    settle_arg *a = p;
+    cpu_response *r = cpu_http(a->url, "GET", "/v1/costs", key, NULL, NULL);
+
+    a->status = r->status;
+    cpu_response_free(r);
+    return NULL;
+}
+
+/* Makes the executions whose request ids start with "pair-" unmetered
+ * again, as a server killed after answering them would have left them:
+ * their usage events and ledger entries removed, their rows pending. */
+static void
+unmeter_pairs(void)
+{
+    static const char *const sql[] = {
+        "DELETE FROM ledger_entries WHERE usage_event_id IN (SELECT id FROM usage_events"
+        " WHERE request_id LIKE 'pair-%')",
+        "DELETE FROM usage_events WHERE request_id LIKE 'pair-%'",
+        "UPDATE executions SET meter_pending = 1 WHERE request_id LIKE 'pair-%'",
+    };
+
+    for (size_t i = 0; i < sizeof sql / sizeof sql[0]; i++) {
+        char *n = db_list(sql[i]);
+        cr_assert_not_null(n, "%s", sql[i]);
+        free(n);
+    }
+}
+
+/* 70 executions left unmetered (more than one batch of 64): a server's
+ * start-up meters them all; left unmetered again, two servers on the one
+ * database settle them at once, five costs reports each: every one is
+ * metered exactly once, as it was answered. */
+Test(metering, two_servers_settle_each_execution_once)
+{
+    const char *sweep = "SBX_SERVER_METER_SWEEP_SECS=86400";
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":60}"), *n, *log;
+    cpu_response *ans[70];
+    cpu_server *b;
+    settle_arg args[10];
+    pthread_t th[10];
+
+    for (int i = 0; i < 70; i++) {
+        char rid[32];
+        snprintf(rid, sizeof rid, "pair-%02d", i);
+        ans[i] = execute(key, id, rid, "{\"command\":\"true\"}", 200);
+    }
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    unmeter_pairs();
+    srv = start_priced(sweep);
+    log = cpu_read_log(srv, 1);
+    cr_assert(strstr(log, "sbx-server: metered 70 executions answered before the start\n"),
+              "%s", log);
+    free(log);
+    n = db_list("SELECT COUNT(*) FROM usage_events WHERE request_id LIKE 'pair-%'");
+    cr_assert_str_eq(n, "70");
+    free(n);
+    b = start_priced(sweep);
+    unmeter_pairs();
+    for (int i = 0; i < 10; i++) {
+        args[i].url = i % 2 ? b->url : srv->url;
+        args[i].status = 0;
+        cr_assert_eq(pthread_create(&th[i], NULL, settle_thread, &args[i]), 0);
+    }
+    for (int i = 0; i < 10; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(args[i].status, 200);
+    }
+    n = db_list("SELECT COUNT(*) FROM usage_events WHERE request_id LIKE 'pair-%'");
+    cr_assert_str_eq(n, "70");
+    free(n);
+    n = db_list("SELECT COUNT(*) FROM ledger_entries l JOIN usage_events u"
+                " ON u.id = l.usage_event_id WHERE u.request_id LIKE 'pair-%'");
+    cr_assert_str_eq(n, "140");
+    free(n);
+    for (int i = 0; i < 70; i++) {
+        char rid[32];
+        snprintf(rid, sizeof rid, "pair-%02d", i);
+        assert_metered_as_answered(rid, ans[i]);
+        cpu_response_free(ans[i]);
+    }
+    cpu_stop(b);
+    terminate(key, id);
+    free(id);
+}
+
+/* Read-your-writes: a costs report through another server counts an
+ * execute answered a moment before by a server that died before metering
+ * it (local is priced 0 by the bundled table: the report is the usage
+ * events'). */
+Test(server, costs_report_counts_an_answered_execute)
+{
+    const char *hook[] = { "SBX_SERVER_TEST_CRASH_AFTER_ANSWER=1", NULL };
+    const char *slow[] = { "SBX_SERVER_METER_SWEEP_SECS=86400", NULL };
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":60}");
+    cpu_server *dying, *other;
+    cpu_response *r, *c;
+
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    other = cpu_start(store, slow);
+    dying = cpu_start(store, hook);
+    r = execute_then_killed(dying, id, "seen-1", "{\"command\":\"sleep 0.01\"}");
+    cpu_stop(dying);
+    c = cpu_http(other->url, "GET", "/v1/costs?group_by=sandbox", key, NULL, NULL);
+    cr_assert_eq(c->status, 200, "%s", c->body);
+    cr_assert_eq(json_object_array_length(cpu_jget(c->json, "items")), 1, "%s", c->body);
+    cr_assert_str_eq(cpu_jstr(c, "items.0.key"), id);
+    cr_assert_str_eq(cpu_jstr(c, "items.0.runtime_seconds"), cpu_jstr(r, "usage.runtime_seconds"));
+    cr_assert_str_eq(cpu_jstr(c, "items.0.provider_cost_usd"), "0");
+    cpu_response_free(c);
+    assert_metered_as_answered("seen-1", r);
+    cpu_response_free(r);
+    srv = other;
+    terminate(key, id);
+    free(id);
 }
