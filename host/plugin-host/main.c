@@ -423,10 +423,14 @@ end_destroy(void *arg)
 static void
 end_reap(void)
 {
-    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t cond;
+    /* Static, not on this stack: a destroy past its bound still signals
+     * them after this returned, while kept_release() and exit() run. The
+     * host ends once, so they serve one end_reap(). */
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static pthread_cond_t cond;
+    static unsigned left;
     pthread_condattr_t ca;
-    unsigned left = 0, n = 0;
+    unsigned n = 0;
     end_job *jobs;
     struct timespec until;
 
