@@ -687,6 +687,91 @@ Test(runpod, a_crashed_owner_leaves_no_ssh_directory_nor_master)
     free(dir);
 }
 
+/* The ssh directory's janitor signals the pid in DIR/pid only while that
+ * process is the directory's master: a process holding a resumed handle
+ * runs a command (its master starts and DIR/pid names it), then, as if the
+ * master had ended and its pid been reused before the janitor looked,
+ * DIR/pid names another process of this user (a sleep), and the holder
+ * ends without freeing anything. The sleep lives on, the directory is
+ * removed, and the master, whose pid the janitor no longer knows, is the
+ * test's to end. */
+Test(runpod, the_janitor_signals_no_process_but_the_master)
+{
+    char *dir = tu_mkdtemp("sbx-rp-reuse");
+    g_tmp_base = strdup(dir);
+    g_sb = create_with(NULL);
+    char *state = sbx_sandbox_session_state(g_sb, NULL);
+    cr_assert_not_null(state);
+    pid_t other = fork();
+    cr_assert(other >= 0);
+    if (other == 0) {
+        execlp("sleep", "sleep", "60", (char *)NULL);
+        _exit(127);
+    }
+    int pp[2];
+    cr_assert_eq(pipe(pp), 0);
+    pid_t child = fork();
+    cr_assert(child >= 0);
+    if (child == 0) {
+        close(pp[0]);
+        setenv("TMPDIR", dir, 1);
+        sbx_client *c = sbx_client_new("runpod", NULL);
+        sbx_sandbox *sb = c ? sbx_sandbox_resume(c, state, NULL) : NULL;
+        if (!sb)
+            _exit(2);
+        sbx_result *r = sbx_sandbox_execute_shell(sb, "true", NULL);
+        if (!r || sbx_result_get_exit_code(r) != 0)
+            _exit(3);
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        char pidfile[4096] = "";
+        while (d && (e = readdir(d)))
+            if (strncmp(e->d_name, "sbx-ssh-", 8) == 0)
+                snprintf(pidfile, sizeof pidfile, "%s/%s/pid", dir, e->d_name);
+        if (d)
+            closedir(d);
+        FILE *f = pidfile[0] ? fopen(pidfile, "r") : NULL;
+        int master = 0;
+        if (!f || fscanf(f, "%d", &master) != 1)
+            _exit(4);
+        fclose(f);
+        f = fopen(pidfile, "w");
+        if (!f || fprintf(f, "%d\n", (int)other) < 0 || fclose(f) != 0)
+            _exit(5);
+        if (write(pp[1], &master, sizeof master) != (ssize_t)sizeof master)
+            _exit(6);
+        _exit(0);   /* nothing freed */
+    }
+    close(pp[1]);
+    int master = 0;
+    cr_assert_eq(read(pp[0], &master, sizeof master), (ssize_t)sizeof master);
+    close(pp[0]);
+    int st;
+    cr_assert_eq(waitpid(child, &st, 0), child);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %#x", st);
+    int left = ssh_dirs_in(dir);
+    for (int i = 0; i < 250 && left; i++) {
+        usleep(20000);
+        left = ssh_dirs_in(dir);
+    }
+    cr_assert_eq(left, 0, "%d ssh directories left in %s", left, dir);
+    /* The janitor has run (the directory is gone): the sleep was spared. */
+    cr_assert_eq(waitpid(other, &st, WNOHANG), 0, "the janitor signalled pid %d: status %#x",
+                 (int)other, st);
+    cr_assert_eq(kill(other, SIGKILL), 0);
+    cr_assert_eq(waitpid(other, &st, 0), other);
+    cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "status %#x", st);
+    cr_assert(master > 1);
+    cr_assert_eq(kill(master, SIGTERM), 0, "the master %d: %s", master, strerror(errno));
+    cr_assert(tu_wait_pid_gone(master, 5.0), "the master %d lives on", master);
+    /* The first handle still works. */
+    sbx_result *r = tu_sh(g_sb, "echo still", 20);
+    tu_assert_stdout(r, "still\n");
+    sbx_result_free(r);
+    free(state);
+    free(dir);
+}
+
 /* ------------------------------------------------------------ CASE-29 */
 
 static int g_longest;
