@@ -687,6 +687,71 @@ Test(runpod, a_crashed_owner_leaves_no_ssh_directory_nor_master)
     free(dir);
 }
 
+/* One sandbox resumed, used and freed over and over on one client (a
+ * request loop): each freed handle's ssh directory and master go when it
+ * is freed, out of process too (where the plugin host keeps one handle of
+ * a live sandbox to destroy it at the end, not every one): after each
+ * free, one directory and one master are left, the creating handle's. */
+Test(runpod, a_sandbox_resumed_and_freed_in_a_loop_keeps_one_ssh_directory)
+{
+    char *dir = tu_mkdtemp("sbx-rp-loop");
+    g_tmp_base = strdup(dir);
+    const char *ot = getenv("TMPDIR");
+    char *old_tmp = ot ? strdup(ot) : NULL;
+    sbx_client_free(g_client);
+    setenv("TMPDIR", dir, 1);
+    sbx_error *err = NULL;
+    g_client = sbx_client_new("runpod", &err);
+    cr_assert_not_null(g_client, "sbx_client_new: %s", err ? sbx_error_get0_message(err) : "");
+    g_sb = create_with(NULL);
+    sbx_result *r = tu_sh(g_sb, "echo one", 20);
+    tu_assert_stdout(r, "one\n");
+    sbx_result_free(r);
+    int port = pod_port(g_sb);
+    char *state = sbx_sandbox_session_state(g_sb, NULL);
+    cr_assert_not_null(state);
+    for (int i = 0; i < 4; i++) {
+        sbx_sandbox *h = sbx_sandbox_resume(g_client, state, NULL);
+        cr_assert_not_null(h, "resume %d", i);
+        r = tu_sh(h, "echo again", 20);
+        tu_assert_stdout(r, "again\n");
+        sbx_result_free(r);
+        cr_assert_eq(ssh_dirs_in(dir), 2, "round %d: the creator's and this handle's", i);
+        cr_assert_eq(ssh_procs("ControlMaster=yes", port), 2, "round %d: two masters", i);
+        sbx_sandbox_free(h);
+        int left = ssh_dirs_in(dir), masters = ssh_procs("ControlMaster=yes", port);
+        for (int t = 0; t < 250 && (left != 1 || masters != 1); t++) {
+            usleep(20000);
+            left = ssh_dirs_in(dir);
+            masters = ssh_procs("ControlMaster=yes", port);
+        }
+        cr_assert_eq(left, 1, "round %d: %d ssh directories in %s", i, left, dir);
+        cr_assert_eq(masters, 1, "round %d: %d ssh masters for port %d", i, masters, port);
+    }
+    free(state);
+    /* The creating handle still works. */
+    r = tu_sh(g_sb, "echo still", 20);
+    tu_assert_stdout(r, "still\n");
+    sbx_result_free(r);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+    sbx_client_free(g_client);
+    g_client = NULL;
+    int left = ssh_dirs_in(dir);
+    for (int i = 0; i < 250 && left; i++) {
+        usleep(20000);
+        left = ssh_dirs_in(dir);
+    }
+    cr_assert_eq(left, 0, "%d ssh directories left in %s", left, dir);
+    if (old_tmp)
+        setenv("TMPDIR", old_tmp, 1);
+    else
+        unsetenv("TMPDIR");
+    free(old_tmp);
+    free(dir);
+}
+
 /* The ssh directory's janitor signals the pid in DIR/pid only while that
  * process is the directory's master: a process holding a resumed handle
  * runs a command (its master starts and DIR/pid names it), then, as if the
