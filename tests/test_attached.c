@@ -149,7 +149,8 @@ static pid_t running_pid(sbx_sandbox *sb)
  * `sleep 100` running in it when @exec) and @ndetached detached ones on its
  * own client in @mode, reports them on a pipe, and then either waits to be
  * killed or, with @exit_after, exits at once without destroying or freeing
- * anything.
+ * anything. With @exit_after 2, each attached sandbox is resumed on that
+ * client and its creating handle freed before the exit.
  */
 static void start_holder(held *h, int nattached, int ndetached, int exec, sbx_plugin_mode mode,
                          int exit_after)
@@ -199,6 +200,15 @@ static void start_holder(held *h, int nattached, int ndetached, int exec, sbx_pl
             char *state = sbx_sandbox_session_state(sb, NULL);
             dprintf(p[1], "%c %s %d %s\n", det ? 'D' : 'A', sbx_sandbox_get0_id(sb), (int)cmd,
                     state ? state : "-");
+            if (exit_after == 2 && !det) {
+                /* Held on through a resumed handle; the creating one freed. */
+                sbx_sandbox *again = state ? sbx_sandbox_resume(c, state, &err) : NULL;
+                if (!again) {
+                    dprintf(p[1], "E resume: %s\n", err ? sbx_error_get0_message(err) : "");
+                    _exit(2);
+                }
+                sbx_sandbox_free(sb);
+            }
             free(state);
         }
         dprintf(p[1], "H %d\n", sbx_client_get_host_pid(c));
@@ -498,6 +508,25 @@ Test(attached, exit_without_destroy_destroys_its_attached_sandboxes)
 {
     held h;
     start_holder(&h, 3, 1, 0, SBX_PLUGIN_MODE_OUT_OF_PROCESS, 1);
+    double t0 = tu_now();
+    int status;
+    cr_assert_eq(waitpid(h.child, &status, 0), h.child);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+    wait_attached_gone(&h, t0, 5.0);
+    cr_assert(tu_wait_pid_gone(h.host, 5.0), "%s", tu_proc_describe(h.host));
+    cr_assert_eq(rows_where("1"), 1);
+    destroy_detached(&h);
+    held_free(&h);
+}
+
+/* Each attached sandbox held on through a handle resumed by the process
+ * that created it, its creating handle freed (the plugin host then frees
+ * that one at once and keeps the resumed one): an exit without destroy or
+ * free still destroys them, through the handle kept. */
+Test(attached, exit_holding_resumed_handles_only_destroys_its_attached_sandboxes)
+{
+    held h;
+    start_holder(&h, 3, 1, 0, SBX_PLUGIN_MODE_OUT_OF_PROCESS, 2);
     double t0 = tu_now();
     int status;
     cr_assert_eq(waitpid(h.child, &status, 0), h.child);

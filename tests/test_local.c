@@ -926,10 +926,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "24"
+#define N_TESTS "25"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "21"
+#define N_TESTS "22"
 #define BWRAP_PLUGIN ""
 #endif
 
@@ -1218,6 +1218,73 @@ Test(warm, a_create_right_after_a_destroy_takes_the_spare_made_ahead)
     cr_assert_eq(tu_count_entries(g_tmp), 0);
     for (size_t i = 0; i < 2; i++)
         free(names[i]);
+}
+
+/* The pid a pidfd held by a child of this process (its subreaper) saying
+ * --warm names (its /proc/PID/fdinfo "Pid:" line): the keeper of the warm
+ * supervisor the client's spawner keeps ready, the only pidfd such a
+ * process holds; 0 when none is found. */
+static pid_t ready_keeper(void)
+{
+    DIR *d = opendir("/proc");
+    cr_assert_not_null(d);
+    struct dirent *e;
+    pid_t found = 0;
+    while (!found && (e = readdir(d)) != NULL) {
+        pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid <= 1 || tu_ppid(pid) != getpid() || !supervisor_of(pid, "--warm"))
+            continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/fdinfo", (int)pid);
+        DIR *fds = opendir(path);
+        if (!fds)
+            continue;
+        struct dirent *f;
+        while (!found && (f = readdir(fds)) != NULL) {
+            char *info = tu_strdup_printf("%s/%s", path, f->d_name), line[256];
+            FILE *in = f->d_name[0] != '.' ? fopen(info, "re") : NULL;
+            while (in && !found && fgets(line, sizeof line, in))
+                if (strncmp(line, "Pid:", 4) == 0)
+                    found = (pid_t)atoi(line + 4);
+            if (in)
+                fclose(in);
+            free(info);
+        }
+        closedir(fds);
+    }
+    closedir(d);
+    return found;
+}
+
+/* The keeper of the warm supervisor the spawner keeps ready is killed: the
+ * spawner does not hand that one over (claimed, it would fail, as it cannot
+ * tell its keeper the sandbox's paths) but a fresh one, so every create
+ * succeeds: the one that takes the client's spare and the one after it.
+ * Nothing is left once the client is freed. */
+Test(warm, a_ready_spare_whose_keeper_was_killed_is_not_handed_over)
+{
+    cr_assert_eq(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+    pid_t pids[16];
+    sbx_client *c = client_of("local");
+    destroy_free(create_in(c));
+    cr_assert_eq(wait_warm_family("--warm", 4, 5.0, pids, 16), 4);
+    pid_t keeper = ready_keeper();
+    cr_assert(pid_in(keeper, pids, 4), "the ready keeper %d is not one of the warm %d %d %d %d",
+              (int)keeper, (int)pids[0], (int)pids[1], (int)pids[2], (int)pids[3]);
+    cr_assert_eq(kill(keeper, SIGKILL), 0);
+    cr_assert(tu_wait_pid_gone(keeper, 5.0));
+    for (int i = 0; i < 3; i++) {
+        sbx_error *err = NULL;
+        sbx_sandbox *sb = sbx_sandbox_create(c, NULL, &err);
+        cr_assert_not_null(sb, "create %d after the kill: %s", i,
+                           err ? sbx_error_get0_message(err) : "");
+        expect_sh(sb, "echo made", "made\n");
+        destroy_free(sb);
+    }
+    sbx_client_free(c);
+    cr_assert_eq(tu_wait_spares_gone(g_tmp, 0), 0, "freeing the client left a spare");
+    cr_assert_eq(wait_warm_family("--warm", 0, 5.0, pids, 16), 0);
+    cr_assert_eq(tu_count_entries(g_tmp), 0);
 }
 
 /* The names in @dir, sorted, space-separated (free()). */

@@ -687,6 +687,156 @@ Test(runpod, a_crashed_owner_leaves_no_ssh_directory_nor_master)
     free(dir);
 }
 
+/* One sandbox resumed, used and freed over and over on one client (a
+ * request loop): each freed handle's ssh directory and master go when it
+ * is freed, out of process too (where the plugin host keeps one handle of
+ * a live sandbox to destroy it at the end, not every one): after each
+ * free, one directory and one master are left, the creating handle's. */
+Test(runpod, a_sandbox_resumed_and_freed_in_a_loop_keeps_one_ssh_directory)
+{
+    char *dir = tu_mkdtemp("sbx-rp-loop");
+    g_tmp_base = strdup(dir);
+    const char *ot = getenv("TMPDIR");
+    char *old_tmp = ot ? strdup(ot) : NULL;
+    sbx_client_free(g_client);
+    setenv("TMPDIR", dir, 1);
+    sbx_error *err = NULL;
+    g_client = sbx_client_new("runpod", &err);
+    cr_assert_not_null(g_client, "sbx_client_new: %s", err ? sbx_error_get0_message(err) : "");
+    g_sb = create_with(NULL);
+    sbx_result *r = tu_sh(g_sb, "echo one", 20);
+    tu_assert_stdout(r, "one\n");
+    sbx_result_free(r);
+    int port = pod_port(g_sb);
+    char *state = sbx_sandbox_session_state(g_sb, NULL);
+    cr_assert_not_null(state);
+    for (int i = 0; i < 4; i++) {
+        sbx_sandbox *h = sbx_sandbox_resume(g_client, state, NULL);
+        cr_assert_not_null(h, "resume %d", i);
+        r = tu_sh(h, "echo again", 20);
+        tu_assert_stdout(r, "again\n");
+        sbx_result_free(r);
+        cr_assert_eq(ssh_dirs_in(dir), 2, "round %d: the creator's and this handle's", i);
+        cr_assert_eq(ssh_procs("ControlMaster=yes", port), 2, "round %d: two masters", i);
+        sbx_sandbox_free(h);
+        int left = ssh_dirs_in(dir), masters = ssh_procs("ControlMaster=yes", port);
+        for (int t = 0; t < 250 && (left != 1 || masters != 1); t++) {
+            usleep(20000);
+            left = ssh_dirs_in(dir);
+            masters = ssh_procs("ControlMaster=yes", port);
+        }
+        cr_assert_eq(left, 1, "round %d: %d ssh directories in %s", i, left, dir);
+        cr_assert_eq(masters, 1, "round %d: %d ssh masters for port %d", i, masters, port);
+    }
+    free(state);
+    /* The creating handle still works. */
+    r = tu_sh(g_sb, "echo still", 20);
+    tu_assert_stdout(r, "still\n");
+    sbx_result_free(r);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+    sbx_client_free(g_client);
+    g_client = NULL;
+    int left = ssh_dirs_in(dir);
+    for (int i = 0; i < 250 && left; i++) {
+        usleep(20000);
+        left = ssh_dirs_in(dir);
+    }
+    cr_assert_eq(left, 0, "%d ssh directories left in %s", left, dir);
+    if (old_tmp)
+        setenv("TMPDIR", old_tmp, 1);
+    else
+        unsetenv("TMPDIR");
+    free(old_tmp);
+    free(dir);
+}
+
+/* The ssh directory's janitor signals the pid in DIR/pid only while that
+ * process is the directory's master: a process holding a resumed handle
+ * runs a command (its master starts and DIR/pid names it), then, as if the
+ * master had ended and its pid been reused before the janitor looked,
+ * DIR/pid names another process of this user (a sleep), and the holder
+ * ends without freeing anything. The sleep lives on, the directory is
+ * removed, and the master, whose pid the janitor no longer knows, is the
+ * test's to end. */
+Test(runpod, the_janitor_signals_no_process_but_the_master)
+{
+    char *dir = tu_mkdtemp("sbx-rp-reuse");
+    g_tmp_base = strdup(dir);
+    g_sb = create_with(NULL);
+    char *state = sbx_sandbox_session_state(g_sb, NULL);
+    cr_assert_not_null(state);
+    pid_t other = fork();
+    cr_assert(other >= 0);
+    if (other == 0) {
+        execlp("sleep", "sleep", "60", (char *)NULL);
+        _exit(127);
+    }
+    int pp[2];
+    cr_assert_eq(pipe(pp), 0);
+    pid_t child = fork();
+    cr_assert(child >= 0);
+    if (child == 0) {
+        close(pp[0]);
+        setenv("TMPDIR", dir, 1);
+        sbx_client *c = sbx_client_new("runpod", NULL);
+        sbx_sandbox *sb = c ? sbx_sandbox_resume(c, state, NULL) : NULL;
+        if (!sb)
+            _exit(2);
+        sbx_result *r = sbx_sandbox_execute_shell(sb, "true", NULL);
+        if (!r || sbx_result_get_exit_code(r) != 0)
+            _exit(3);
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        char pidfile[4096] = "";
+        while (d && (e = readdir(d)))
+            if (strncmp(e->d_name, "sbx-ssh-", 8) == 0)
+                snprintf(pidfile, sizeof pidfile, "%s/%s/pid", dir, e->d_name);
+        if (d)
+            closedir(d);
+        FILE *f = pidfile[0] ? fopen(pidfile, "r") : NULL;
+        int master = 0;
+        if (!f || fscanf(f, "%d", &master) != 1)
+            _exit(4);
+        fclose(f);
+        f = fopen(pidfile, "w");
+        if (!f || fprintf(f, "%d\n", (int)other) < 0 || fclose(f) != 0)
+            _exit(5);
+        if (write(pp[1], &master, sizeof master) != (ssize_t)sizeof master)
+            _exit(6);
+        _exit(0);   /* nothing freed */
+    }
+    close(pp[1]);
+    int master = 0;
+    cr_assert_eq(read(pp[0], &master, sizeof master), (ssize_t)sizeof master);
+    close(pp[0]);
+    int st;
+    cr_assert_eq(waitpid(child, &st, 0), child);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %#x", st);
+    int left = ssh_dirs_in(dir);
+    for (int i = 0; i < 250 && left; i++) {
+        usleep(20000);
+        left = ssh_dirs_in(dir);
+    }
+    cr_assert_eq(left, 0, "%d ssh directories left in %s", left, dir);
+    /* The janitor has run (the directory is gone): the sleep was spared. */
+    cr_assert_eq(waitpid(other, &st, WNOHANG), 0, "the janitor signalled pid %d: status %#x",
+                 (int)other, st);
+    cr_assert_eq(kill(other, SIGKILL), 0);
+    cr_assert_eq(waitpid(other, &st, 0), other);
+    cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "status %#x", st);
+    cr_assert(master > 1);
+    cr_assert_eq(kill(master, SIGTERM), 0, "the master %d: %s", master, strerror(errno));
+    cr_assert(tu_wait_pid_gone(master, 5.0), "the master %d lives on", master);
+    /* The first handle still works. */
+    sbx_result *r = tu_sh(g_sb, "echo still", 20);
+    tu_assert_stdout(r, "still\n");
+    sbx_result_free(r);
+    free(state);
+    free(dir);
+}
+
 /* ------------------------------------------------------------ CASE-29 */
 
 static int g_longest;

@@ -19,7 +19,8 @@
  *       Attached sandboxes. The host keeps every sandbox created or
  *       resumed through it and not destroyed (the plugin's sandbox_free of
  *       such a handle, and client_free while one is kept, wait until the
- *       end). At EOF it cancels the calls in flight; then, when it keeps a sandbox whose lifecycle record row
+ *       end; a freed handle of a sandbox another kept handle holds too is
+ *       freed at once). At EOF it cancels the calls in flight; then, when it keeps a sandbox whose lifecycle record row
  *       (host/record.c) is attached and the application (the socket's peer,
  *       SO_PEERCRED, watched through a pidfd opened at HELLO) still lives,
  *       it sends a LINGER frame (the application's libsbx stops waiting for
@@ -295,18 +296,45 @@ kept_drop(sbx_plugin_sandbox *sb)
 }
 
 /* The application frees its handle of @sb: 1 when the plugin's
- * sandbox_free must wait (the sandbox is kept), 0 to free it now. */
+ * sandbox_free must wait (the sandbox is kept: its handle may be needed to
+ * destroy it at the end), 0 to free it now. A handle of a sandbox another
+ * kept handle also holds (the same sandbox_id: resumed again, or its
+ * creator still held) is not needed for that and is no longer kept: it is
+ * freed now, so that resuming one sandbox over and over and freeing each
+ * handle keeps one plugin handle (its connections, ssh master, private
+ * directory) here, not one per resume until the end. */
 static int
 kept_defer_free(sbx_plugin_sandbox *sb)
 {
+    const char *(*get_id)(sbx_plugin_sandbox *) =
+        (const char *(*)(sbx_plugin_sandbox *))(uintptr_t)
+            sbx_slot_get(H.plugin, SBX_SLOT_ID_sandbox_id);
+    kept_sb **at = NULL;
     int kept = 0;
 
     pthread_mutex_lock(&K.lock);
-    for (kept_sb *k = K.list; k; k = k->next) {
-        if (k->sb == sb && !k->freed) {
-            k->freed = 1;
-            kept = 1;
+    for (kept_sb **p = &K.list; *p; p = &(*p)->next) {
+        if ((*p)->sb == sb && !(*p)->freed) {
+            at = p;
             break;
+        }
+    }
+    if (at) {
+        const char *id = get_id ? get_id(sb) : NULL;
+        kept_sb *k = *at;
+
+        kept = 1;
+        for (kept_sb *o = K.list; o && kept && id && *id; o = o->next) {
+            const char *oid;
+
+            if (o != k && o->sb && (oid = get_id(o->sb)) && strcmp(oid, id) == 0)
+                kept = 0;
+        }
+        if (kept) {
+            k->freed = 1;
+        } else {
+            *at = k->next;
+            free(k);
         }
     }
     pthread_mutex_unlock(&K.lock);
@@ -423,10 +451,14 @@ end_destroy(void *arg)
 static void
 end_reap(void)
 {
-    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t cond;
+    /* Static, not on this stack: a destroy past its bound still signals
+     * them after this returned, while kept_release() and exit() run. The
+     * host ends once, so they serve one end_reap(). */
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static pthread_cond_t cond;
+    static unsigned left;
     pthread_condattr_t ca;
-    unsigned left = 0, n = 0;
+    unsigned n = 0;
     end_job *jobs;
     struct timespec until;
 

@@ -29,8 +29,9 @@
  *     spawner    -> FORKED   (empty), with the plugin's end of a warm
  *                            supervisor's control socket as SCM_RIGHTS: the
  *                            one it kept ready when that one was made in
- *                            BASE and is still there (its HELLO may have
- *                            been sent already), else a fresh one's; or
+ *                            BASE and it and its keeper are still there
+ *                            (its HELLO may have been sent already), else
+ *                            a fresh one's; or
  *                            ERROR
  *
  * At EOF on its control socket the spawner closes its ready one's socket,

@@ -2826,13 +2826,53 @@ static int spawner_fork_one(char **argv, const char *base, int *keeper_fd)
     return sv[0];
 }
 
+/** 1 when @r's keeper has ended (killed: it ends only after its
+ *  supervisor otherwise). */
+static int ready_keeper_gone(const ready_sup *r)
+{
+    struct pollfd pf = { .fd = r->keeper_fd, .events = POLLIN };
+    return r->keeper_fd >= 0 && poll(&pf, 1, 0) > 0
+           && (pf.revents & (POLLIN | POLLHUP | POLLERR));
+}
+
+/** The spare directory @r's supervisor named in its HELLO, still unread on
+ *  its control socket (MSG_PEEK): a new string when it is a spare's in
+ *  r->base, else NULL (no HELLO yet, or not one). */
+static char *ready_spare_dir(const ready_sup *r)
+{
+    unsigned char buf[PROTO_HEADER_SIZE + PATH_MAX + 64];
+    ssize_t n = recv(r->ctl, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+    uint32_t type, len;
+    if (n < (ssize_t)PROTO_HEADER_SIZE || proto_parse_header(buf, &type, &len) < 0
+        || type != PROTO_HELLO || (size_t)n < PROTO_HEADER_SIZE + (size_t)len)
+        return NULL;
+    proto_reader rd;
+    proto_reader_init(&rd, buf + PROTO_HEADER_SIZE, len);
+    proto_get_u32(&rd);
+    proto_get_i32(&rd);
+    proto_get_u64(&rd);
+    const char *dir = proto_get_str(&rd);
+    size_t bl = strlen(r->base);
+    if (rd.failed || !dir || strncmp(dir, r->base, bl) != 0 || dir[bl] != '/'
+        || strncmp(dir + bl + 1, PROTO_SPARE_PREFIX, strlen(PROTO_SPARE_PREFIX)) != 0
+        || strchr(dir + bl + 1, '/'))
+        return NULL;
+    return strdup(dir);
+}
+
 /** Lets go of @r: its control socket closed, its supervisor ends and its
- *  keeper removes its directory; with @wait, returns once that keeper has
- *  ended (at most @wait ms). */
+ *  keeper removes its directory (this process does, when that keeper was
+ *  killed and the supervisor's HELLO named it); with @wait, returns once
+ *  that keeper has ended (at most @wait ms). */
 static void ready_drop(ready_sup *r, int wait)
 {
+    char *orphan = r->ctl >= 0 && r->base && ready_keeper_gone(r) ? ready_spare_dir(r) : NULL;
     if (r->ctl >= 0)
         close(r->ctl);
+    if (orphan) {
+        proto_rm_tree(orphan);
+        free(orphan);
+    }
     if (r->keeper_fd >= 0 && wait > 0) {
         struct pollfd pf = { .fd = r->keeper_fd, .events = POLLIN };
         while (poll(&pf, 1, wait) < 0 && errno == EINTR)
@@ -2850,7 +2890,8 @@ static void ready_drop(ready_sup *r, int wait)
  * for as long as the control socket is open. It keeps one warm supervisor
  * ready, forked ahead: at each FORK it answers FORKED with the library's
  * end of that one's control socket when it was made for the same BASE and
- * is still there, else with a fresh one's (ERROR when it could not fork),
+ * it and its keeper are still there, else with a fresh one's (ERROR when
+ * it could not fork),
  * and then forks the next one to keep ready. So a create that comes right
  * after the destroy that asked for the client's next spare finds one made
  * (the fork and the directory work then run beside that create) instead
@@ -2905,9 +2946,12 @@ static int spawner_main(char **argv)
         int fd = -1, keeper_fd = -1;
         if (ready.ctl >= 0) {
             /* Still there (its HELLO may wait to be read: only a hang-up
-             * counts), and made for this BASE: it is the answer. */
+             * counts), its keeper too (a supervisor whose keeper is gone
+             * fails at CLAIM, when it cannot tell it the sandbox's paths),
+             * and made for this BASE: it is the answer. */
             struct pollfd rp = { .fd = ready.ctl, .events = POLLRDHUP };
-            int gone = poll(&rp, 1, 0) < 0 || (rp.revents & (POLLHUP | POLLRDHUP | POLLERR));
+            int gone = poll(&rp, 1, 0) < 0 || (rp.revents & (POLLHUP | POLLRDHUP | POLLERR))
+                       || ready_keeper_gone(&ready);
             if (!gone && strcmp(ready.base, base) == 0) {
                 fd = ready.ctl;
                 ready.ctl = -1;

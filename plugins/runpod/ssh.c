@@ -482,7 +482,10 @@ static int rp_sock_answers(const char *path)
  * janitor ends the master named in DIR/pid, if one runs, and removes the
  * directory, so neither outlives its owner. DIR/pid names a master only
  * while it is unreaped (rp_master_set/rp_master_reaped), and the janitor
- * acts only once its owner is gone, so it never signals a reused pid.
+ * acts only once its owner is gone; a master that ended just before its
+ * owner is reaped by init at once and its pid may be reused by then, so
+ * the janitor signals the pid only while its command line still holds
+ * this directory's ControlPath (rp_argv_common()).
  * rp_janitor_end() ends it first on an orderly close. Best effort: a
  * janitor that cannot start is logged. */
 static void rp_janitor_start(rp_ssh *s)
@@ -493,7 +496,9 @@ static void rp_janitor_start(rp_ssh *s)
         return;
     }
     char *argv[] = { "/bin/sh", "-c",
-                     "read x; [ -r \"$1/pid\" ] && kill -TERM \"$(cat \"$1/pid\")\" 2>/dev/null;"
+                     "read x; p=$(cat \"$1/pid\" 2>/dev/null) &&"
+                     " tr '\\0' '\\n' <\"/proc/$p/cmdline\" 2>/dev/null |"
+                     " grep -qxF \"ControlPath=$1/c\" && kill -TERM \"$p\" 2>/dev/null;"
                      " rm -rf -- \"$1\"",
                      "sbx-ssh-janitor", s->dir, NULL };
     pid_t j = rp_spawn(argv, p[0], -1, -1, 1);
