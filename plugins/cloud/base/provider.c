@@ -236,6 +236,33 @@ json_object *cl_state_in(const char *state_json, int version, const char *id_key
     return data;
 }
 
+json_object *cl_resume_get(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                           const char *state_json, const cl_resume_spec *rs, json_object **state,
+                           const char **id, sbx_error **error)
+{
+    const char *op = "resume";
+    *state = cl_state_in(state_json, rs->version, rs->id_key, rs->provider, op, id, error);
+    if (!*state)
+        return NULL;
+    long st = 0;
+    json_object *j = rs->get(client, ctx, *id, &st, op, error);
+    const char *s = j && rs->state_key ? cl_json_str(j, rs->state_key) : NULL;
+    if (j && !cl_str_in(s, rs->dead))
+        return j;
+    if (j || st == 404) {
+        if (rs->gone)
+            rs->gone(error, op, *id, j);
+        else if (j)
+            cl_context(cl_gone_error(error, op, rs->provider, *id), rs->state_key, s);
+        else
+            cl_gone_error(error, op, rs->provider, *id);
+    }
+    json_object_put(j);
+    json_object_put(*state);
+    *state = NULL;
+    return NULL;
+}
+
 /* ------------------------------------------------------------------------ */
 /* The missing working directory                                             */
 /* ------------------------------------------------------------------------ */
@@ -437,6 +464,14 @@ char *cl_printf(const char *fmt, ...)
         s = NULL;
     va_end(ap);
     return s;
+}
+
+int cl_str_in(const char *s, const char *const *list)
+{
+    for (size_t i = 0; s && list && list[i]; i++)
+        if (strcmp(s, list[i]) == 0)
+            return 1;
+    return 0;
 }
 
 char **cl_strv_dup(const char *const *v)
@@ -883,9 +918,7 @@ int cl_sandbox_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, cons
         return 0;
     }
     const char *state = state_key ? cl_json_str(j, state_key) : NULL;
-    int alive = 1;
-    for (size_t i = 0; state && dead && dead[i]; i++)
-        alive &= strcmp(state, dead[i]) != 0;
+    int alive = !cl_str_in(state, dead);
     json_object_put(j);
     if (!alive)
         cl_gone_set(&s->gone);

@@ -135,6 +135,51 @@ struct json_object *cl_state_in(const char *state_json, int version, const char 
                                 const char *provider, const char *op, const char **id,
                                 sbx_error **error);
 
+/** Gets sandbox @id from the provider (GET, a safe call): its JSON (a new
+ *  object, json_object_put()), or NULL with *@status the answer's status
+ *  (0 when none came) and, unless it is 404, *@error set. */
+typedef struct json_object *(*cl_get_fn)(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                                          const char *id, long *status, const char *op,
+                                          sbx_error **error);
+
+/** The plugin's gone error for sandbox @id (cl_gone_error() with the
+ *  context it adds from @item, the provider's view of it; @item NULL when
+ *  the provider answered 404). Returns the error, also stored in *@error. */
+typedef sbx_error *(*cl_item_gone_fn)(sbx_error **error, const char *op, const char *id,
+                                      struct json_object *item);
+
+/** How a provider's resume slot finds the sandbox its session state names:
+ *  a constant table of the plugin's. */
+typedef struct cl_resume_spec {
+    const char *provider;           /* backend name, in errors */
+    int version;                    /* the session state's "version" */
+    const char *id_key;             /* the state's member holding the id */
+    cl_get_fn get;                  /* the provider's GET of one sandbox */
+    const char *state_key;          /* the answer's state member; NULL: not looked at */
+    const char *const *dead;        /* NULL-terminated ended states; NULL: none */
+    cl_item_gone_fn gone;           /* NULL: cl_gone_error(), with context
+                                     * @state_key=STATE when it ended */
+} cl_resume_spec;
+
+/**
+ * The start of a resume slot (op "resume"): cl_state_in(@state_json,
+ * @rs->version, @rs->id_key, @rs->provider), its object in *@state and the
+ * id in *@id (borrowed from *@state), then @rs->get of that id. Returns the
+ * provider's view of the sandbox (a new object, json_object_put()); the
+ * caller makes its handle from both and puts *@state. NULL, with *@state
+ * NULL and *@error set, when the state is not one of this provider's
+ * (invalid_argument, as cl_state_in()), when no answer came (@rs->get's
+ * error), when the provider has no such sandbox (404) or when its
+ * @rs->state_key is one of @rs->dead: the gone error (@rs->gone, which
+ * gets the view in the second case and NULL in the first). Thread-safe as
+ * @rs->get is. Behind it: CASE-32 (a sandbox that vanished is gone, not
+ * made again).
+ */
+struct json_object *cl_resume_get(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                                  const char *state_json, const cl_resume_spec *rs,
+                                  struct json_object **state, const char **id,
+                                  sbx_error **error);
+
 /* ------------------------------------------------------------------------ */
 /* The missing working directory                                             */
 /* ------------------------------------------------------------------------ */
@@ -262,6 +307,10 @@ char *cl_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * memory.
  */
 char **cl_strv_dup(const char *const *v);
+
+/** 1 when @s is one of the NULL-terminated @list (a provider's ended
+ *  states, say), else 0; 0 when @s or @list is NULL. */
+int cl_str_in(const char *s, const char *const *list);
 
 /**
  * Writes @nbytes random bytes (at most 32; getrandom(), else rand()) as

@@ -184,10 +184,7 @@ static const char *const bl_dead[] = { "TERMINATED", "DELETING", "FAILED", "DEAC
 
 static int bl_terminal(const char *s)
 {
-    for (size_t i = 0; bl_dead[i]; i++)
-        if (strcmp(s, bl_dead[i]) == 0)
-            return 1;
-    return 0;
+    return cl_str_in(s, bl_dead);
 }
 
 static const char *bl_status(json_object *j)
@@ -748,31 +745,21 @@ static char *bl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
 static int bl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
+    static const cl_resume_spec spec = { BL_BACKEND, BL_STATE_VERSION, "name", bl_get,
+                                         "status", bl_dead, NULL };
     const char *op = "resume";
     const char *id = NULL;
-    json_object *data = cl_state_in(state_json, BL_STATE_VERSION, "name", BL_BACKEND, op, &id,
-                                    error), *j = NULL;
+    json_object *data = NULL;
+    json_object *j = cl_resume_get(client, ctx, state_json, &spec, &data, &id, error);
     int rc = -1;
     char *du = NULL;
     struct sbx_plugin_sandbox *sb = NULL;
-    if (!data)
+    if (!j)
         return -1;
-    long st;
-    j = bl_get(client, ctx, id, &st, op, error);
-    if (!j) {
-        if (st == 404)
-            bl_gone_error(error, op, id);
-        goto out;
-    }
-    if (bl_terminal(bl_status(j))) {
-        cl_context(bl_gone_error(error, op, id), "status", bl_status(j));
-        goto out;
-    }
     du = cl_json_str(cl_json_path(j, "metadata", NULL), "url") || !cl_json_str(data, "url")
          ? bl_data_url(client, j, id) : strdup(cl_json_str(data, "url"));
     sb = du ? bl_sandbox_new(client, id, du) : NULL;
-    const char *wd = cl_json_str(data, "workdir");
-    if (sb && wd && !(sb->workdir = strdup(wd))) {
+    if (sb && cl_dup(&sb->workdir, cl_json_str(data, "workdir")) < 0) {
         bl_sandbox_free(sb);
         sb = NULL;
     }

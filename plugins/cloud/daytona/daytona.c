@@ -834,20 +834,15 @@ static char *dt_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
 static int dt_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
+    static const cl_resume_spec spec = { DT_BACKEND, DT_STATE_VERSION, "sandbox_id", dt_get,
+                                         NULL, NULL, NULL };
     const char *op = "resume";
     const char *id = NULL;
-    json_object *data = cl_state_in(state_json, DT_STATE_VERSION, "sandbox_id", DT_BACKEND, op,
-                                    &id, error);
-    if (!data)
-        return -1;
-    long st;
-    json_object *j = dt_get(client, ctx, id, &st, op, error);
+    json_object *data = NULL;
+    json_object *j = cl_resume_get(client, ctx, state_json, &spec, &data, &id, error);
     int rc = -1;
-    if (!j) {
-        if (st == 404)
-            cl_gone_error(error, op, DT_BACKEND, id);
-        goto out;
-    }
+    if (!j)
+        return -1;
     json_object *labels = cl_json_path(j, "labels", NULL);
     const char *be = cl_json_str(labels, CL_META_BACKEND);
     const char *tb = cl_json_str(j, "toolboxProxyUrl");

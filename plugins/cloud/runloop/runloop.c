@@ -137,9 +137,12 @@ static const char *rl_status(json_object *j)
     return s ? s : "unknown";
 }
 
+/* Ended: nothing more runs in it. */
+static const char *const rl_dead[] = { "shutdown", "failure", NULL };
+
 static int rl_terminal(const char *status)
 {
-    return strcmp(status, "shutdown") == 0 || strcmp(status, "failure") == 0;
+    return cl_str_in(status, rl_dead);
 }
 
 /* The gone error of devbox @id, with its state and reasons from @view (may
@@ -1028,10 +1031,8 @@ static int rl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
 
 static int rl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    /* rl_terminal()'s states. */
-    static const char *const dead[] = { "shutdown", "failure", NULL };
     char *url = cl_item_url(sb->c->api, "v1/devboxes", sb->s.id, "");
-    int rc = cl_sandbox_is_alive(&sb->s, sb->c->http, ctx, url, "status", dead, error);
+    int rc = cl_sandbox_is_alive(&sb->s, sb->c->http, ctx, url, "status", rl_dead, error);
     free(url);
     return rc;
 }
@@ -1048,23 +1049,17 @@ static char *rl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
 static int rl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
+    static const cl_resume_spec spec = { RL_BACKEND, RL_STATE_VERSION, "devbox_id", rl_get,
+                                         "status", rl_dead, rl_gone_error };
     const char *op = "resume";
     const char *id = NULL;
-    json_object *data = cl_state_in(state_json, RL_STATE_VERSION, "devbox_id", RL_BACKEND, op,
-                                    &id, error), *j = NULL;
+    json_object *data = NULL;
+    json_object *j = cl_resume_get(client, ctx, state_json, &spec, &data, &id, error);
     int rc = -1;
-    if (!data)
+    if (!j)
         return -1;
-    long st;
-    j = rl_get(client, ctx, id, &st, op, error);
-    if (!j || rl_terminal(rl_status(j))) {
-        if (st == 404 || j)
-            rl_gone_error(error, op, id, j);
-        goto out;
-    }
     struct sbx_plugin_sandbox *sb = rl_sandbox_new(client, id);
-    const char *wd = cl_json_str(data, "workdir");
-    if (sb && wd && !(sb->workdir = strdup(wd))) {
+    if (sb && cl_dup(&sb->workdir, cl_json_str(data, "workdir")) < 0) {
         rl_sandbox_free(sb);
         sb = NULL;
     }

@@ -140,10 +140,11 @@ static const char *vc_status(json_object *j)
 }
 
 /* Ended, or ending: nothing more runs in it. */
+static const char *const vc_dead[] = { "stopped", "failed", "aborted", "stopping", NULL };
+
 static int vc_terminal(const char *status)
 {
-    return strcmp(status, "stopped") == 0 || strcmp(status, "failed") == 0
-           || strcmp(status, "aborted") == 0 || strcmp(status, "stopping") == 0;
+    return cl_str_in(status, vc_dead);
 }
 
 static sbx_error *vc_gone_error(sbx_error **error, const char *op, const char *id,
@@ -1256,23 +1257,17 @@ static char *vc_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
 static int vc_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
+    static const cl_resume_spec spec = { VC_BACKEND, VC_STATE_VERSION, "sandbox_id", vc_get,
+                                         "status", vc_dead, vc_gone_error };
     const char *op = "resume";
     const char *id = NULL;
-    json_object *data = cl_state_in(state_json, VC_STATE_VERSION, "sandbox_id", VC_BACKEND, op,
-                                    &id, error), *j = NULL;
+    json_object *data = NULL;
+    json_object *j = cl_resume_get(client, ctx, state_json, &spec, &data, &id, error);
     int rc = -1;
-    if (!data)
+    if (!j)
         return -1;
-    long st;
-    j = vc_get(client, ctx, id, &st, op, error);
-    if (!j || vc_terminal(vc_status(j))) {
-        if (st == 404 || j)
-            vc_gone_error(error, op, id, j);
-        goto out;
-    }
     struct sbx_plugin_sandbox *sb = vc_sandbox_new(client, id);
-    const char *wd = cl_json_str(data, "workdir");
-    if (sb && wd && !(sb->workdir = strdup(wd))) {
+    if (sb && cl_dup(&sb->workdir, cl_json_str(data, "workdir")) < 0) {
         vc_sandbox_free(sb);
         sb = NULL;
     }
