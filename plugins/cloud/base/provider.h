@@ -579,6 +579,23 @@ void *cl_client_alloc(const char *config_json, const char *provider, size_t size
                       size_t http_at, struct json_object **cfg, sbx_error **error);
 
 /**
+ * Defines @name, a static probe slot (sbx_plugin_api's probe) of a provider
+ * whose capabilities depend neither on the client nor on the call: it stores
+ * @caps (an SBX_CAP_* mask) in *caps and returns 0, asking the provider
+ * nothing. Never fails; thread-safe.
+ */
+#define CL_PROBE_CAPS(name, caps_mask)                                                      \
+    static int name(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,     \
+                    sbx_error **error)                                                      \
+    {                                                                                       \
+        (void)client;                                                                       \
+        (void)ctx;                                                                          \
+        (void)error;                                                                        \
+        *caps = (caps_mask);                                                                \
+        return 0;                                                                           \
+    }
+
+/**
  * Sets @h's retry policy from @cfg (cl_retry_policy_from_config() over
  * CL_RETRY_POLICY_DEFAULT; @cfg may be NULL) and its credential: the first
  * non-empty of the environment variables @key_envs (cl_credential()), sent

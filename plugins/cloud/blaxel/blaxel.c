@@ -437,15 +437,7 @@ fail:
     return -1;
 }
 
-static int bl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
-                    sbx_error **error)
-{
-    (void)client;
-    (void)ctx;
-    (void)error;
-    *caps = BL_CAPS;
-    return 0;
-}
+CL_PROBE_CAPS(bl_probe, BL_CAPS)
 
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */

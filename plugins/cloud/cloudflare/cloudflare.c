@@ -585,15 +585,7 @@ fail:
     return -1;
 }
 
-static int cf_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
-                    sbx_error **error)
-{
-    (void)client;
-    (void)ctx;
-    (void)error;
-    *caps = CF_CAPS;
-    return 0;
-}
+CL_PROBE_CAPS(cf_probe, CF_CAPS)
 
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */

@@ -495,15 +495,7 @@ fail:
     return -1;
 }
 
-static int dt_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
-                    sbx_error **error)
-{
-    (void)client;
-    (void)ctx;
-    (void)error;
-    *caps = DT_CAPS;
-    return 0;
-}
+CL_PROBE_CAPS(dt_probe, DT_CAPS)
 
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */

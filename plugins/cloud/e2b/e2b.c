@@ -580,15 +580,7 @@ fail:
     return -1;
 }
 
-static int e2b_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
-                     sbx_error **error)
-{
-    (void)client;
-    (void)ctx;
-    (void)error;
-    *caps = E2B_CAPS;
-    return 0;
-}
+CL_PROBE_CAPS(e2b_probe, E2B_CAPS)
 
 /* ------------------------------------------------------------------------ */
 /* Exec: process.Process/Start, a Connect server stream                      */

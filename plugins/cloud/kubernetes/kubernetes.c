@@ -810,15 +810,7 @@ fail:
     return -1;
 }
 
-static int k8_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
-                    sbx_error **error)
-{
-    (void)client;
-    (void)ctx;
-    (void)error;
-    *caps = K8_CAPS;
-    return 0;
-}
+CL_PROBE_CAPS(k8_probe, K8_CAPS)
 
 /* ------------------------------------------------------------------------ */
 /* Listing by labels                                                         */

@@ -673,15 +673,7 @@ fail:
     return -1;
 }
 
-static int modal_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
-                       sbx_error **error)
-{
-    (void)client;
-    (void)ctx;
-    (void)error;
-    *caps = MODAL_CAPS;
-    return 0;
-}
+CL_PROBE_CAPS(modal_probe, MODAL_CAPS)
 
 /* The id of app @name (NULL: the client's default app, cached):
  * AppGetOrCreate. A new string, or NULL with *@error. */

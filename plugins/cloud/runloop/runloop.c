@@ -777,15 +777,7 @@ fail:
     return -1;
 }
 
-static int rl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
-                    sbx_error **error)
-{
-    (void)client;
-    (void)ctx;
-    (void)error;
-    *caps = RL_CAPS;
-    return 0;
-}
+CL_PROBE_CAPS(rl_probe, RL_CAPS)
 
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */

@@ -966,15 +966,7 @@ fail:
     return -1;
 }
 
-static int vc_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
-                    sbx_error **error)
-{
-    (void)client;
-    (void)ctx;
-    (void)error;
-    *caps = VC_CAPS;
-    return 0;
-}
+CL_PROBE_CAPS(vc_probe, VC_CAPS)
 
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */
