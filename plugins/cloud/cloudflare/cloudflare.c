@@ -290,49 +290,45 @@ static sbx_error *cf_file_fail(struct sbx_plugin_client *c, const cl_resp *r, co
     return err;
 }
 
-/* PUT the bytes of @fd to the absolute @path under /workspace. */
-static int cf_put(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
-                  int fd, const char *shown, const char *op, sbx_error **error)
+/* PUT @rq (its body or source) to @path under /workspace: 0, or -1 with
+ * the call's error or the file error of its answer (@shown names the file,
+ * @rq->what the call). */
+static int cf_put_req(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                      cl_req *rq, const char *shown, const char *op, sbx_error **error)
 {
     char *sfx = cf_file_suffix(path);
-    cl_req rq = { .method = "PUT", .content_type = "application/octet-stream",
-                  .source = cl_fd_source, .source_ud = &fd, .source_len = -1,
-                  .idempotent = CL_SAFE, .what = "write the file" };
     cl_resp r = { 0 };
     int rc = -1;
     if (!sfx)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (cf_call(sb->c, ctx, sb->s.id, sfx, &rq, &r, op, error) == 0) {
+    else if (cf_call(sb->c, ctx, sb->s.id, sfx, rq, &r, op, error) == 0) {
         if (r.status / 100 == 2)
             rc = 0;
         else
-            cf_file_fail(sb->c, &r, op, shown, "write the file", error);
+            cf_file_fail(sb->c, &r, op, shown, rq->what, error);
     }
     free(sfx);
     cl_resp_clear(&r);
     return rc;
 }
 
+/* PUT the bytes of @fd to the absolute @path under /workspace. */
+static int cf_put(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                  int fd, const char *shown, const char *op, sbx_error **error)
+{
+    cl_req rq = { .method = "PUT", .content_type = "application/octet-stream",
+                  .source = cl_fd_source, .source_ud = &fd, .source_len = -1,
+                  .idempotent = CL_SAFE, .what = "write the file" };
+    return cf_put_req(sb, ctx, path, &rq, shown, op, error);
+}
+
 /* PUT the string @text to @path under /workspace. */
 static int cf_put_text(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                        const char *text, const char *op, sbx_error **error)
 {
-    char *sfx = cf_file_suffix(path);
     cl_req rq = { .method = "PUT", .content_type = "application/octet-stream", .body = text,
                   .body_len = strlen(text), .idempotent = CL_SAFE, .what = "write a file" };
-    cl_resp r = { 0 };
-    int rc = -1;
-    if (!sfx)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (cf_call(sb->c, ctx, sb->s.id, sfx, &rq, &r, op, error) == 0) {
-        if (r.status / 100 == 2)
-            rc = 0;
-        else
-            cf_file_fail(sb->c, &r, op, path, "write a file", error);
-    }
-    free(sfx);
-    cl_resp_clear(&r);
-    return rc;
+    return cf_put_req(sb, ctx, path, &rq, path, op, error);
 }
 
 /* ------------------------------------------------------------------------ */
