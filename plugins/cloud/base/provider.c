@@ -1253,6 +1253,25 @@ int cl_proc_mark_kill(cl_proc *p, sbx_plugin_sandbox *sb, cl_run_fn run,
     return rc;
 }
 
+int cl_resize_check(unsigned tty_rows, sbx_error **error)
+{
+    if (tty_rows)
+        return 0;
+    cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "exec_resize",
+            "the process has no terminal to resize");
+    return -1;
+}
+
+int cl_resize_wait(const cl_bound *b, pthread_cond_t *cond, pthread_mutex_t *lock,
+                   const char *msg, sbx_error **error)
+{
+    if (cl_bound_cond_wait(b, cond, lock) == 0)
+        return 0;
+    pthread_mutex_unlock(lock);
+    cl_fail(error, SBX_ERROR_TIMEOUT, "exec_resize", "%s", msg);
+    return -1;
+}
+
 int cl_proc_mark_resize(cl_proc *p, sbx_plugin_sandbox *sb, cl_run_fn run,
                         const sbx_call_ctx *ctx, const char *tag, unsigned rows, unsigned cols,
                         sbx_error **error)

@@ -884,6 +884,24 @@ int cl_proc_mark_resize(cl_proc *p, sbx_plugin_sandbox *sb, cl_run_fn run,
                         const sbx_call_ctx *ctx, const char *tag, unsigned rows, unsigned cols,
                         sbx_error **error);
 
+/**
+ * The check at the start of an exec_resize slot: 0 when the process was
+ * started on a terminal (@tty_rows, its rows at the start, > 0); else -1
+ * with invalid_argument "the process has no terminal to resize" (op
+ * exec_resize). Thread-safe.
+ */
+int cl_resize_check(unsigned tty_rows, sbx_error **error);
+
+/**
+ * One step of an exec_resize slot's wait, @lock held, for what the resize
+ * needs (the terminal's connection, the process's id) within @b:
+ * cl_bound_cond_wait(@b, @cond, @lock), 0 to check again; once @b has
+ * expired, -1 with @lock released and timeout "@msg" (op exec_resize, @msg
+ * saying what did not come in time).
+ */
+int cl_resize_wait(const cl_bound *b, pthread_cond_t *cond, pthread_mutex_t *lock,
+                   const char *msg, sbx_error **error);
+
 
 /**
  * A command run as a shell script on a sandbox whose first member is a

@@ -1756,24 +1756,17 @@ out:
 static int cf_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx, unsigned rows,
                           unsigned cols, sbx_error **error)
 {
-    const char *op = "exec_resize";
     cf_proc *p = (cf_proc *)process;
-    if (!p->tty_rows) {
-        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "the process has no terminal to resize");
+    if (cl_resize_check(p->tty_rows, error) < 0)
         return -1;
-    }
     cl_bound bd = cl_bound_make(ctx, 0);
     char msg[96];
     snprintf(msg, sizeof msg, "{\"type\":\"resize\",\"cols\":%u,\"rows\":%u}", cols, rows);
     pthread_mutex_lock(&p->tlock);
-    while (!p->ws && !p->tty_over) {
-        if (cl_bound_cond_wait(&bd, &p->tcond, &p->tlock) < 0) {
-            pthread_mutex_unlock(&p->tlock);
-            cl_fail(error, SBX_ERROR_TIMEOUT, op, "cloudflare: the terminal was not resized: "
-                    "its connection was not made in time");
+    while (!p->ws && !p->tty_over)
+        if (cl_resize_wait(&bd, &p->tcond, &p->tlock, "cloudflare: the terminal was not "
+                           "resized: its connection was not made in time", error) < 0)
             return -1;
-        }
-    }
     /* Sent under the lock: the worker frees the connection only after it
      * took it back from p->ws under the same lock. */
     if (p->ws)

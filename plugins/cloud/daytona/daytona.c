@@ -1873,14 +1873,10 @@ static int dt_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx, 
     struct sbx_plugin_sandbox *sb = (struct sbx_plugin_sandbox *)p->sp.sb;
     cl_bound bd = cl_bound_make(ctx, 0);
     pthread_mutex_lock(&p->lock);
-    while (!p->created && !p->over) {
-        if (cl_bound_cond_wait(&bd, &p->cond, &p->lock) < 0) {
-            pthread_mutex_unlock(&p->lock);
-            cl_fail(error, SBX_ERROR_TIMEOUT, op, "daytona: the terminal was not resized: its "
-                    "PTY session was not made in time");
+    while (!p->created && !p->over)
+        if (cl_resize_wait(&bd, &p->cond, &p->lock, "daytona: the terminal was not resized: "
+                           "its PTY session was not made in time", error) < 0)
             return -1;
-        }
-    }
     int over = p->over;
     pthread_mutex_unlock(&p->lock);
     if (over)

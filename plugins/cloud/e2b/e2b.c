@@ -1116,20 +1116,14 @@ static int e2b_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx,
 {
     const char *op = "exec_resize";
     e2b_proc *p = (e2b_proc *)process;
-    if (!p->tty_rows) {
-        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "the process has no terminal to resize");
+    if (cl_resize_check(p->tty_rows, error) < 0)
         return -1;
-    }
     cl_bound bd = cl_bound_make(ctx, 0);
     pthread_mutex_lock(&p->plock);
-    while (p->pid <= 0 && !p->over) {
-        if (cl_bound_cond_wait(&bd, &p->pcond, &p->plock) < 0) {
-            pthread_mutex_unlock(&p->plock);
-            cl_fail(error, SBX_ERROR_TIMEOUT, op, "e2b: the terminal was not resized: envd "
-                    "did not name the command's process in time");
+    while (p->pid <= 0 && !p->over)
+        if (cl_resize_wait(&bd, &p->pcond, &p->plock, "e2b: the terminal was not resized: "
+                           "envd did not name the command's process in time", error) < 0)
             return -1;
-        }
-    }
     int64_t pid = p->pid;
     int over = p->over;
     pthread_mutex_unlock(&p->plock);

@@ -1568,11 +1568,8 @@ static int modal_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ct
                              unsigned rows, unsigned cols, sbx_error **error)
 {
     modal_proc *p = (modal_proc *)process;
-    if (!p->tty_rows) {
-        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "exec_resize",
-                "the process has no terminal to resize");
+    if (cl_resize_check(p->tty_rows, error) < 0)
         return -1;
-    }
     return cl_proc_mark_resize(&p->base, (sbx_plugin_sandbox *)p->sb, modal_run_short, ctx,
                                p->tag, rows, cols, error);
 }
