@@ -966,6 +966,23 @@ int cl_set_mode(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *ctx, 
     return rc;
 }
 
+int cl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *workdir,
+                  const char *path, int fd, uint32_t mode, cl_upload_fn upload, cl_run_fn run,
+                  sbx_error **error)
+{
+    const char *op = "write_file";
+    char *p = cl_path_in(workdir, path);
+    if (!p) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    int rc = upload(sb, ctx, p, fd, path, op, error);
+    if (rc == 0)
+        rc = cl_set_mode(sb, run, ctx, p, path, mode, op, error);
+    free(p);
+    return rc;
+}
+
 int cl_client_config(const char *config_json, const char *provider, json_object **cfg,
                      sbx_error **error)
 {

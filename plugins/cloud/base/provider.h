@@ -537,6 +537,23 @@ int cl_create_workdir(sbx_plugin_sandbox *sb, char **slot, cl_run_fn run, const 
 int cl_set_mode(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *ctx, const char *path,
                 const char *shown, uint32_t mode, const char *op, sbx_error **error);
 
+/** Uploads what @fd holds (read to its end) to the absolute @path in @sb,
+ *  the provider's way: 0, or -1 with *@error set. @shown names the file as
+ *  the caller did. */
+typedef int (*cl_upload_fn)(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                            int fd, const char *shown, const char *op, sbx_error **error);
+
+/**
+ * The write_file slot's body for a provider whose upload takes no mode:
+ * @path made absolute against @workdir (cl_path_in(); NULL: as given),
+ * @upload of @fd to it, then its mode set to @mode with cl_set_mode()
+ * through @run (op write_file). 0, or -1 with resource_exhausted, @upload's
+ * or cl_set_mode()'s error. Thread-safe as @upload and @run are.
+ */
+int cl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *workdir,
+                  const char *path, int fd, uint32_t mode, cl_upload_fn upload, cl_run_fn run,
+                  sbx_error **error);
+
 
 /**
  * The listing of a directory by a command, for a provider without a list

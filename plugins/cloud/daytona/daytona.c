@@ -1146,23 +1146,21 @@ static int dt_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
     return rc;
 }
 
+/* dt_upload() unspooled, as a cl_upload_fn. */
+static int dt_upload_direct(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                            const char *path, int fd, const char *shown, const char *op,
+                            sbx_error **error)
+{
+    (void)shown;
+    return dt_upload(sb, ctx, path, fd, 0, op, error);
+}
+
 static int dt_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                          uint32_t mode, sbx_error **error)
 {
-    const char *op = "write_file";
-    char *ap = dt_abs(sb, path);
-    if (!ap) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    if (dt_upload(sb, ctx, ap, fd, 0, op, error) < 0) {
-        free(ap);
-        return -1;
-    }
-    /* The upload takes no mode: set it. */
-    int rc = cl_set_mode(sb, dt_run_short, ctx, ap, path, mode, op, error);
-    free(ap);
-    return rc;
+    /* The upload takes no mode: it is set after. */
+    return cl_write_file(sb, ctx, sb->workdir, path, fd, mode, dt_upload_direct, dt_run_short,
+                         error);
 }
 
 static uint32_t dt_mode_of(json_object *e)

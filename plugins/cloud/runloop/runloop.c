@@ -600,17 +600,7 @@ static int rl_upload_bytes(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
 static int rl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                          uint32_t mode, sbx_error **error)
 {
-    const char *op = "write_file";
-    char *p = rl_path(sb, path);
-    if (!p) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    int rc = rl_upload(sb, ctx, p, fd, path, op, error);
-    if (rc == 0)
-        rc = cl_set_mode(sb, rl_run_short, ctx, p, path, mode, op, error);
-    free(p);
-    return rc;
+    return cl_write_file(sb, ctx, sb->workdir, path, fd, mode, rl_upload, rl_run_short, error);
 }
 
 /* The listing by a command: "TYPE SIZE NAME" lines of find -printf. */

@@ -618,15 +618,24 @@ static int vc_slurp(int fd, cl_buf *out, const char *shown, const char *op, sbx_
     }
 }
 
-static int vc_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
-                     int fd, const char *shown, const char *op, sbx_error **error)
+/* What @fd holds, read to its end, uploaded to @path with @mode. */
+static int vc_upload_mode(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                          const char *path, int fd, uint32_t mode, const char *shown,
+                          const char *op, sbx_error **error)
 {
     cl_buf data = { 0 };
     int rc = vc_slurp(fd, &data, shown, op, error);
     if (rc == 0)
-        rc = vc_upload_buf(sb, ctx, path, &data, 0600, shown, op, error);
+        rc = vc_upload_buf(sb, ctx, path, &data, mode, shown, op, error);
     cl_buf_clear(&data);
     return rc;
+}
+
+/* vc_upload_mode() private to its owner (0600): a command's stdin. */
+static int vc_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                     int fd, const char *shown, const char *op, sbx_error **error)
+{
+    return vc_upload_mode(sb, ctx, path, fd, 0600, shown, op, error);
 }
 
 static int vc_upload_bytes(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
@@ -643,24 +652,20 @@ static int vc_upload_bytes(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
     return rc;
 }
 
+/* vc_upload_mode() readable by all (0644), its mode set after: a file
+ * write_file writes. */
+static int vc_upload_file(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                          const char *path, int fd, const char *shown, const char *op,
+                          sbx_error **error)
+{
+    return vc_upload_mode(sb, ctx, path, fd, 0644, shown, op, error);
+}
+
 static int vc_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                          uint32_t mode, sbx_error **error)
 {
-    const char *op = "write_file";
-    char *p = vc_path(sb, path);
-    if (!p) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    cl_buf data = { 0 };
-    int rc = vc_slurp(fd, &data, path, op, error);
-    if (rc == 0)
-        rc = vc_upload_buf(sb, ctx, p, &data, 0644, path, op, error);
-    if (rc == 0)
-        rc = cl_set_mode(sb, vc_run_short, ctx, p, path, mode, op, error);
-    cl_buf_clear(&data);
-    free(p);
-    return rc;
+    return cl_write_file(sb, ctx, sb->workdir ? sb->workdir : VC_CWD, path, fd, mode,
+                         vc_upload_file, vc_run_short, error);
 }
 
 /* The listing by a command: "TYPE SIZE NAME" lines of find -printf. */
