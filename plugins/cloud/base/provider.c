@@ -1333,6 +1333,20 @@ char *cl_item_url(const char *api, const char *collection, const char *id, const
     return url;
 }
 
+int cl_request_at(cl_http *h, const sbx_call_ctx *ctx, cl_req *rq, char *url, cl_resp *r,
+                  const char *op, sbx_error **error)
+{
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    rq->url = url;
+    int rc = cl_request(h, ctx, rq, r, op, error);
+    rq->url = NULL;
+    free(url);
+    return rc;
+}
+
 int cl_item_request(cl_http *h, const sbx_call_ctx *ctx, const char *method, const char *api,
                     const char *collection, const char *id, const char *suffix,
                     json_object *body, cl_idempotency idem, cl_resp *r, const char *op,

@@ -993,6 +993,15 @@ void cl_script_exec_free(sbx_plugin_process *process);
 char *cl_item_url(const char *api, const char *collection, const char *id, const char *suffix);
 
 /**
+ * cl_request(@h, @ctx, @rq, @r) at @url, a string the call takes and frees
+ * (NULL, from a builder that ran out of memory: resource_exhausted, nothing
+ * sent): @rq->url is @url for the call and NULL after it. Returns as
+ * cl_request(): 0 with the answer in @r (any status), -1 when none came.
+ */
+int cl_request_at(cl_http *h, const sbx_call_ctx *ctx, cl_req *rq, char *url, cl_resp *r,
+                  const char *op, sbx_error **error);
+
+/**
  * cl_request_json() on cl_item_url(@api, @collection, @id, @suffix): a call
  * on one item (@body NULL: none). Returns as cl_request(); a URL that
  * cannot be made is resource_exhausted.

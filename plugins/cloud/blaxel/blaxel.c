@@ -293,13 +293,8 @@ static int bl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
     if (bl_check(sb, op, error) < 0)
         return -1;
     char *url = cl_printf("%s%s", sb->url, path);
-    if (!url) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    rq->url = url;
     int rc = -1;
-    if (cl_request(sb->c->http, ctx, rq, r, op, error) == 0) {
+    if (cl_request_at(sb->c->http, ctx, rq, url, r, op, error) == 0) {
         if (r->status / 100 == 2)
             rc = 0;
         else if (r->status == 404 && bl_confirm_gone(sb, ctx, op, error))
@@ -307,7 +302,6 @@ static int bl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
         else if (r->status != 404 || !file_call)
             cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, rq->what);
     }
-    free(url);
     return rc;
 }
 

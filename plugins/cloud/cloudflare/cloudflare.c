@@ -259,15 +259,7 @@ static int cf_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const
 static int cf_call(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                    const char *suffix, cl_req *rq, cl_resp *r, const char *op, sbx_error **error)
 {
-    char *url = cf_url(c, id, suffix);
-    if (!url) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    rq->url = url;
-    int rc = cl_request(c->http, ctx, rq, r, op, error);
-    free(url);
-    return rc;
+    return cl_request_at(c->http, ctx, rq, cf_url(c, id, suffix), r, op, error);
 }
 
 /* The error of a file route's answer @r for @path. */

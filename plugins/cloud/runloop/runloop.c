@@ -230,20 +230,14 @@ static int rl_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
     if (rl_check(sb, op, error) < 0)
         return -1;
     char *url = cl_item_url(sb->c->api, "v1/devboxes", sb->s.id, suffix);
-    if (!url) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    rq->url = url;
     int rc = -1;
-    if (cl_request(sb->c->http, ctx, rq, r, op, error) == 0) {
+    if (cl_request_at(sb->c->http, ctx, rq, url, r, op, error) == 0) {
         if (r->status / 100 == 2 || (ok408 && r->status == 408))
             rc = 0;
         else
             rl_answer_fail(sb, ctx, r, file_call && (r->status == 404 || r->status == 400), op,
                            rq->what, error);
     }
-    free(url);
     return rc;
 }
 
