@@ -678,20 +678,17 @@ static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (strcmp(bl_status(j), "DEPLOYED") != 0 && bl_wait_deployed(sb, ctx, op, error) < 0) {
         if (error && *error)
             cl_context(*error, "sandbox_id", name);
-        bl_delete(c, NULL, name, op, NULL);
-        bl_sandbox_free(sb);
-        sb = NULL;
-        goto out;
+        goto undo;
     }
     if (cl_create_workdir(sb, &sb->workdir, bl_run_short, ctx, BL_BACKEND, rq->workdir, op,
-                          error) < 0) {
-        bl_delete(c, NULL, name, op, NULL);
-        bl_sandbox_free(sb);
-        sb = NULL;
-        goto out;
-    }
+                          error) < 0)
+        goto undo;
     *sandbox = sb;
     rc = 0;
+    goto out;
+undo:
+    bl_delete(c, NULL, name, op, NULL);
+    bl_sandbox_free(sb);
 out:
     json_object_put(body);
     json_object_put(j);
