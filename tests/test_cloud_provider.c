@@ -15,7 +15,8 @@
  * listed by find, the ids of a create token and the end of a create that
  * got no answer (its sandbox reaped by the token); the start of resume
  * (state, answer, ended states), exec_resize's check and wait, a request
- * without its URL, write_file's upload and chmod, and the fixed probe.
+ * without its URL, write_file's upload and chmod, the fixed probe and
+ * the end of client_new.
  * Errors are looked at through cl_last() (no host is loaded here).
  */
 #include "provider.h"
@@ -1614,4 +1615,32 @@ Test(provider, probe_caps_stores_the_fixed_mask)
     uint64_t caps = 0;
     cr_assert_eq(probe_fixed(NULL, NULL, &caps, NULL), 0);
     cr_assert_eq(caps, (uint64_t)48);
+}
+
+static int clients_freed;
+
+static void client_free(sbx_plugin_client *c)
+{
+    clients_freed++;
+    free(c);
+}
+
+/* client_new's end: the config put either way; the client handed over,
+ * or freed. */
+Test(provider, client_end_hands_over_or_frees)
+{
+    sbx_plugin_client *out = NULL;
+    sbx_plugin_client *c = malloc(64);
+    json_object *cfg = json_tokener_parse("{\"region\":\"x\"}");
+    json_object_get(cfg);
+    cr_assert_eq(cl_client_end(0, c, &out, cfg, client_free), 0);
+    cr_assert_eq(out, c);
+    cr_assert_eq(clients_freed, 0);
+    cr_assert_eq(json_object_put(cfg), 1);       /* the last reference: the end put one */
+    free(out);
+    out = NULL;
+    c = malloc(64);
+    cr_assert_eq(cl_client_end(-1, c, &out, NULL, client_free), -1);
+    cr_assert_null(out);
+    cr_assert_eq(clients_freed, 1);
 }

@@ -1000,6 +1000,18 @@ int cl_client_config(const char *config_json, const char *provider, json_object 
     return 0;
 }
 
+int cl_client_end(int rc, sbx_plugin_client *c, sbx_plugin_client **client, json_object *cfg,
+                  cl_client_free_fn free_fn)
+{
+    json_object_put(cfg);
+    if (rc < 0) {
+        free_fn(c);
+        return -1;
+    }
+    *client = c;
+    return 0;
+}
+
 int cl_http_configure(cl_http *h, json_object *cfg, const char *const *key_envs,
                       const char *header, const char *prefix, sbx_error **error)
 {

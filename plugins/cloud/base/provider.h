@@ -595,6 +595,17 @@ int cl_client_config(const char *config_json, const char *provider, struct json_
 void *cl_client_alloc(const char *config_json, const char *provider, size_t size,
                       size_t http_at, struct json_object **cfg, sbx_error **error);
 
+/** A plugin's client_free slot. */
+typedef void (*cl_client_free_fn)(sbx_plugin_client *c);
+
+/**
+ * The end of a client_new slot begun by cl_client_alloc(): @cfg put; when
+ * @rc is 0, @c stored in *@client and 0; else @c freed with @free_fn and
+ * -1 (the error stored already by the step that failed).
+ */
+int cl_client_end(int rc, sbx_plugin_client *c, sbx_plugin_client **client,
+                  struct json_object *cfg, cl_client_free_fn free_fn);
+
 /**
  * Defines @name, a static probe slot (sbx_plugin_api's probe) of a provider
  * whose capabilities depend neither on the client nor on the call: it stores

@@ -564,13 +564,9 @@ static int cf_client_new(const char *config_json, sbx_plugin_client **client, sb
                    "option", "snapshot_dir");
         goto fail;
     }
-    json_object_put(cfg);
-    *client = c;
-    return 0;
+    return cl_client_end(0, c, client, cfg, cf_client_free);
 fail:
-    json_object_put(cfg);
-    cf_client_free(c);
-    return -1;
+    return cl_client_end(-1, c, client, cfg, cf_client_free);
 }
 
 CL_PROBE_CAPS(cf_probe, CF_CAPS)

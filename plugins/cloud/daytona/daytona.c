@@ -486,13 +486,9 @@ static int dt_client_new(const char *config_json, sbx_plugin_client **client, sb
         t = getenv("DAYTONA_TARGET");
     if (t && *t)
         c->target = strdup(t);
-    json_object_put(cfg);
-    *client = c;
-    return 0;
+    return cl_client_end(0, c, client, cfg, dt_client_free);
 fail:
-    json_object_put(cfg);
-    dt_client_free(c);
-    return -1;
+    return cl_client_end(-1, c, client, cfg, dt_client_free);
 }
 
 CL_PROBE_CAPS(dt_probe, DT_CAPS)

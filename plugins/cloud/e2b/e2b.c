@@ -571,13 +571,9 @@ static int e2b_client_new(const char *config_json, sbx_plugin_client **client, s
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    json_object_put(cfg);
-    *client = c;
-    return 0;
+    return cl_client_end(0, c, client, cfg, e2b_client_free);
 fail:
-    json_object_put(cfg);
-    e2b_client_free(c);
-    return -1;
+    return cl_client_end(-1, c, client, cfg, e2b_client_free);
 }
 
 CL_PROBE_CAPS(e2b_probe, E2B_CAPS)

@@ -663,14 +663,10 @@ static int modal_client_new(const char *config_json, sbx_plugin_client **client,
         goto fail;
     }
     modal_profile_clear(&prof);
-    json_object_put(cfg);
-    *client = c;
-    return 0;
+    return cl_client_end(0, c, client, cfg, modal_client_free);
 fail:
     modal_profile_clear(&prof);
-    json_object_put(cfg);
-    modal_client_free(c);
-    return -1;
+    return cl_client_end(-1, c, client, cfg, modal_client_free);
 }
 
 CL_PROBE_CAPS(modal_probe, MODAL_CAPS)

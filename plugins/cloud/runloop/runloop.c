@@ -752,13 +752,9 @@ static int rl_client_new(const char *config_json, sbx_plugin_client **client, sb
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    json_object_put(cfg);
-    *client = c;
-    return 0;
+    return cl_client_end(0, c, client, cfg, rl_client_free);
 fail:
-    json_object_put(cfg);
-    rl_client_free(c);
-    return -1;
+    return cl_client_end(-1, c, client, cfg, rl_client_free);
 }
 
 CL_PROBE_CAPS(rl_probe, RL_CAPS)

@@ -955,14 +955,10 @@ static int vc_client_new(const char *config_json, sbx_plugin_client **client, sb
         goto fail;
     }
     json_object_put(jwt);
-    json_object_put(cfg);
-    *client = c;
-    return 0;
+    return cl_client_end(0, c, client, cfg, vc_client_free);
 fail:
     json_object_put(jwt);
-    json_object_put(cfg);
-    vc_client_free(c);
-    return -1;
+    return cl_client_end(-1, c, client, cfg, vc_client_free);
 }
 
 CL_PROBE_CAPS(vc_probe, VC_CAPS)
