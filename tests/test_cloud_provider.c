@@ -1644,3 +1644,15 @@ Test(provider, client_end_hands_over_or_frees)
     cr_assert_null(out);
     cr_assert_eq(clients_freed, 1);
 }
+
+/* is_alive on an item: a sandbox known gone is not alive, and nothing is
+ * asked (no client here to ask with). */
+Test(provider, item_is_alive_of_a_gone_sandbox_asks_nothing)
+{
+    cl_sandbox s;
+    cr_assert_eq(cl_sandbox_init(&s, "sb-8"), 0);
+    cl_gone_set(&s.gone);
+    cr_assert_eq(cl_item_is_alive(&s, NULL, NULL, "http://127.0.0.1:1", "sandboxes", "status",
+                                  NULL, NULL), 0);
+    cl_sandbox_clear(&s);
+}

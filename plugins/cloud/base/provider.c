@@ -925,6 +925,16 @@ int cl_sandbox_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, cons
     return alive;
 }
 
+int cl_item_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *api,
+                     const char *collection, const char *state_key, const char *const *dead,
+                     sbx_error **error)
+{
+    char *url = cl_item_url(api, collection, s->id, "");
+    int rc = cl_sandbox_is_alive(s, h, ctx, url, state_key, dead, error);
+    free(url);
+    return rc;
+}
+
 int cl_make_workdir(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *ctx,
                     const char *provider, const char *workdir, const char *op,
                     sbx_error **error)

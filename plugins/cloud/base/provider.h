@@ -502,6 +502,12 @@ int cl_sandbox_call(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const ch
 int cl_sandbox_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *url,
                         const char *state_key, const char *const *dead, sbx_error **error);
 
+/** cl_sandbox_is_alive() at cl_item_url(@api, @collection, @s's id, ""):
+ *  the is_alive slot of a provider that GETs its sandboxes as items. */
+int cl_item_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *api,
+                     const char *collection, const char *state_key, const char *const *dead,
+                     sbx_error **error);
+
 /** Runs the plugin's own short command @cmd in @sb (output discarded): 0
  *  with its exit status in *@code, or -1 with *@error set. */
 typedef int (*cl_run_fn)(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,

@@ -703,10 +703,8 @@ static int bl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
  * standby or running) or still deploying. */
 static int bl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    char *url = cl_item_url(sb->c->api, "sandboxes", sb->s.id, "");
-    int rc = cl_sandbox_is_alive(&sb->s, sb->c->http, ctx, url, "status", bl_dead, error);
-    free(url);
-    return rc;
+    return cl_item_is_alive(&sb->s, sb->c->http, ctx, sb->c->api, "sandboxes", "status", bl_dead,
+                            error);
 }
 
 /* {"version":1,"name":NAME,"url":URL[,"workdir":W]}: no credential, no

@@ -798,10 +798,8 @@ static int dt_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
 static int dt_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     static const char *const dead[] = { "destroyed", "destroying", NULL };
-    char *url = cl_item_url(sb->c->api, "sandbox", sb->s.id, "");
-    int rc = cl_sandbox_is_alive(&sb->s, sb->c->http, ctx, url, "state", dead, error);
-    free(url);
-    return rc;
+    return cl_item_is_alive(&sb->s, sb->c->http, ctx, sb->c->api, "sandbox", "state", dead,
+                            error);
 }
 
 /* {"version":1,"sandbox_id":ID[,"workdir":DIR],"toolbox":URL}: no

@@ -1270,10 +1270,8 @@ static int e2b_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 /* Running or paused: it exists. */
 static int e2b_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    char *url = cl_item_url(sb->c->api, "sandboxes", sb->s.id, "");
-    int rc = cl_sandbox_is_alive(&sb->s, sb->c->http, ctx, url, NULL, NULL, error);
-    free(url);
-    return rc;
+    return cl_item_is_alive(&sb->s, sb->c->http, ctx, sb->c->api, "sandboxes", NULL, NULL,
+                            error);
 }
 
 /* {"version":1,"sandbox_id","workdir"?,"user"?,"lifetime_s"}: no access

@@ -1003,10 +1003,8 @@ static int rl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
 
 static int rl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    char *url = cl_item_url(sb->c->api, "v1/devboxes", sb->s.id, "");
-    int rc = cl_sandbox_is_alive(&sb->s, sb->c->http, ctx, url, "status", rl_dead, error);
-    free(url);
-    return rc;
+    return cl_item_is_alive(&sb->s, sb->c->http, ctx, sb->c->api, "v1/devboxes", "status", rl_dead,
+                            error);
 }
 
 /* {"version":1,"devbox_id":ID[,"workdir":W]}: no credential, no env value
