@@ -1528,19 +1528,8 @@ static int bl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     cl_random_hex(p->tag + 9, 12);
     p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
     p->env = cl_strv_dup(rq->env);
-    int bad = !p->script || !p->env;
-    if (!bad && rq->stdin_fd >= 0 && (p->stdin_fd = fcntl(rq->stdin_fd, F_DUPFD_CLOEXEC, 3)) < 0)
-        bad = 1;
-    if (bad) {
-        bl_proc_free_fields(p);
-        free(p);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot start the command: %s",
-                strerror(errno ? errno : ENOMEM));
-        return -1;
-    }
-    p->base.run = bl_exec_run;
-    p->base.ud = p;
-    if (cl_proc_start(&p->base, rq->stdout_fd, rq->stderr_fd, op, error) < 0) {
+    int made = p->script && p->env;
+    if (cl_exec_launch(&p->base, bl_exec_run, p, made, rq, &p->stdin_fd, op, error) < 0) {
         bl_proc_free_fields(p);
         free(p);
         return -1;
