@@ -669,18 +669,24 @@ static int cf_tunnel_open(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
     return rc;
 }
 
+/* 1 when @port has a tunnel, else 0. */
+static int cf_tunnel_has(struct sbx_plugin_sandbox *sb, unsigned port)
+{
+    pthread_mutex_lock(&sb->tlock);
+    int have = 0;
+    for (size_t i = 0; i < sb->n_tunnels; i++)
+        have |= sb->tunnels[i].port == port;
+    pthread_mutex_unlock(&sb->tlock);
+    return have;
+}
+
 static int cf_expose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
                           sbx_error **error)
 {
     const char *op = "expose_port";
     if (cf_check(sb, op, error) < 0)
         return -1;
-    pthread_mutex_lock(&sb->tlock);
-    int have = 0;
-    for (size_t i = 0; i < sb->n_tunnels; i++)
-        have |= sb->tunnels[i].port == port;
-    pthread_mutex_unlock(&sb->tlock);
-    return have ? 0 : cf_tunnel_open(sb, ctx, port, op, error);
+    return cf_tunnel_has(sb, port) ? 0 : cf_tunnel_open(sb, ctx, port, op, error);
 }
 
 static int cf_unexpose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
@@ -689,12 +695,7 @@ static int cf_unexpose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, uns
     const char *op = "unexpose_port";
     if (cf_check(sb, op, error) < 0)
         return -1;
-    pthread_mutex_lock(&sb->tlock);
-    int have = 0;
-    for (size_t i = 0; i < sb->n_tunnels; i++)
-        have |= sb->tunnels[i].port == port;
-    pthread_mutex_unlock(&sb->tlock);
-    if (!have)
+    if (!cf_tunnel_has(sb, port))
         return 0;
     char sfx[32];
     snprintf(sfx, sizeof(sfx), "/tunnel/%u", port);
