@@ -13,14 +13,18 @@
  * upload; the plugin's sandbox struct allocated around its head, the
  * session state's start, the create's working directory, a directory
  * listed by find, the ids of a create token and the end of a create that
- * got no answer (its sandbox reaped by the token). Errors are looked at
- * through cl_last() (no host is loaded here).
+ * got no answer (its sandbox reaped by the token); the start of resume
+ * (state, answer, ended states), exec_resize's check and wait, a request
+ * without its URL, write_file's upload and chmod, the fixed probe and
+ * the end of client_new.
+ * Errors are looked at through cl_last() (no host is loaded here).
  */
 #include "provider.h"
 
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -1418,4 +1422,235 @@ Test(provider, sandbox_call)
     cr_assert_str_eq(sv.lines[3], "POST /sandboxes/sb-4/stop HTTP/1.1");
     cl_sandbox_clear(&s);
     cl_http_free(h);
+}
+
+Test(provider, str_in)
+{
+    static const char *const dead[] = { "stopped", "failed", NULL };
+    cr_assert_eq(cl_str_in("failed", dead), 1);
+    cr_assert_eq(cl_str_in("stopped", dead), 1);
+    cr_assert_eq(cl_str_in("stopping", dead), 0);
+    cr_assert_eq(cl_str_in(NULL, dead), 0);
+    cr_assert_eq(cl_str_in("failed", NULL), 0);
+}
+
+/* The provider of resume_get's test: sandbox "sb-run" runs, "sb-end"
+ * ended, "sb-404" is unknown to it, "sb-down" gets no answer. */
+static int resume_gets;
+
+static json_object *resume_get(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                               const char *id, long *status, const char *op, sbx_error **error)
+{
+    (void)client;
+    (void)ctx;
+    cr_assert_str_eq(op, "resume");
+    resume_gets++;
+    *status = 200;
+    if (strcmp(id, "sb-run") == 0)
+        return json_tokener_parse("{\"status\":\"running\"}");
+    if (strcmp(id, "sb-end") == 0)
+        return json_tokener_parse("{\"status\":\"shutdown\"}");
+    if (strcmp(id, "sb-404") == 0) {
+        *status = 404;
+        return NULL;
+    }
+    *status = 0;
+    cl_fail(error, SBX_ERROR_CONNECTION, op, "get the sandbox: no answer");
+    return NULL;
+}
+
+static int resume_gones;
+static char resume_gone_state[32];  /* the state of the item gone() got; "" for none */
+
+static sbx_error *resume_gone(sbx_error **error, const char *op, const char *id,
+                              json_object *item)
+{
+    resume_gones++;
+    snprintf(resume_gone_state, sizeof resume_gone_state, "%s",
+             item ? cl_json_str(item, "status") : "");
+    return cl_fail(error, SBX_ERROR_NOT_FOUND, op, "devbox %s ended", id);
+}
+
+/* resume's start: the state checked, the sandbox got; 404 and an ended
+ * state are the gone error (the plugin's, or the base's), no answer is
+ * the get's error, a bad state gets nothing. */
+Test(provider, resume_get_checks_state_answer_and_end)
+{
+    static const char *const dead[] = { "shutdown", "failure", NULL };
+    cl_resume_spec spec = { "acme", 1, "devbox_id", resume_get, "status", dead, NULL };
+    json_object *state = NULL;
+    const char *id = NULL;
+    json_object *j = cl_resume_get(NULL, NULL, "{\"version\":1,\"devbox_id\":\"sb-run\","
+                                   "\"workdir\":\"/w\"}", &spec, &state, &id, NULL);
+    cr_assert_not_null(j);
+    cr_assert_str_eq(cl_json_str(j, "status"), "running");
+    cr_assert_str_eq(id, "sb-run");
+    cr_assert_str_eq(cl_json_str(state, "workdir"), "/w");
+    json_object_put(j);
+    json_object_put(state);
+
+    static const char *const gone[] = { "{\"version\":1,\"devbox_id\":\"sb-end\"}",
+                                        "{\"version\":1,\"devbox_id\":\"sb-404\"}" };
+    for (int i = 0; i < 2; i++) {
+        state = (json_object *)&spec;
+        cr_assert_null(cl_resume_get(NULL, NULL, gone[i], &spec, &state, &id, NULL));
+        cr_assert_null(state);
+        cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+        cr_assert_str_eq(cl_last()->msg, i == 0 ? "acme sandbox sb-end is gone (the provider "
+                                                  "no longer has it)"
+                                                : "acme sandbox sb-404 is gone (the provider "
+                                                  "no longer has it)");
+    }
+    spec.gone = resume_gone;
+    for (int i = 0; i < 2; i++) {
+        cr_assert_null(cl_resume_get(NULL, NULL, gone[i], &spec, &state, &id, NULL));
+        cr_assert_eq(resume_gones, i + 1);
+        cr_assert_str_eq(cl_last()->msg, i == 0 ? "devbox sb-end ended" : "devbox sb-404 ended");
+        cr_assert_str_eq(resume_gone_state, i == 0 ? "shutdown" : "");
+    }
+    cr_assert_null(cl_resume_get(NULL, NULL, "{\"version\":1,\"devbox_id\":\"sb-down\"}", &spec,
+                                 &state, &id, NULL));
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONNECTION);
+    cr_assert_str_eq(cl_last()->msg, "get the sandbox: no answer");
+    cr_assert_eq(resume_gones, 2);
+    int gets = resume_gets;
+    cr_assert_null(cl_resume_get(NULL, NULL, "{\"version\":2,\"devbox_id\":\"sb-run\"}", &spec,
+                                 &state, &id, NULL));
+    cr_assert_null(state);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg, "acme session state: needs \"version\": 1 and a "
+                                     "\"devbox_id\"");
+    cr_assert_eq(resume_gets, gets);
+    /* No state looked at: an ended sandbox is handed over. */
+    spec.state_key = NULL;
+    j = cl_resume_get(NULL, NULL, gone[0], &spec, &state, &id, NULL);
+    cr_assert_str_eq(cl_json_str(j, "status"), "shutdown");
+    json_object_put(j);
+    json_object_put(state);
+}
+
+/* exec_resize's check and wait: no terminal is invalid_argument; a wait
+ * past the call's deadline is its timeout, the lock released. */
+Test(provider, resize_check_and_wait)
+{
+    cr_assert_eq(cl_resize_check(24, NULL), 0);
+    cr_assert_eq(cl_resize_check(0, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg, "the process has no terminal to resize");
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+    sbx_call_ctx live = { sizeof(live), cl_now() + 30, -1, NULL };
+    cl_bound bd = cl_bound_make(&live, 0);
+    pthread_mutex_lock(&lock);
+    cr_assert_eq(cl_resize_wait(&bd, &cond, &lock, "acme: no pty in time", NULL), 0);
+    cr_assert_eq(pthread_mutex_trylock(&lock), EBUSY);
+    sbx_call_ctx past = { sizeof(past), cl_now() - 1, -1, NULL };
+    bd = cl_bound_make(&past, 0);
+    cr_assert_eq(cl_resize_wait(&bd, &cond, &lock, "acme: no pty in time", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_TIMEOUT);
+    cr_assert_str_eq(cl_last()->msg, "acme: no pty in time");
+    cr_assert_eq(pthread_mutex_trylock(&lock), 0);
+    pthread_mutex_unlock(&lock);
+}
+
+/* A request at a URL that could not be made sends nothing. */
+Test(provider, request_at_without_a_url)
+{
+    cl_req rq = { .method = "GET", .what = "get the file" };
+    cl_resp r = { 0 };
+    cr_assert_eq(cl_request_at(NULL, NULL, &rq, NULL, &r, "read_file", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
+    cr_assert_null(rq.url);
+    cr_assert_eq(r.status, 0);
+}
+
+static char upload_path[256], upload_shown[256];
+static int upload_fail;
+
+static int upload(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
+                  const char *shown, const char *op, sbx_error **error)
+{
+    (void)sb;
+    (void)ctx;
+    cr_assert_eq(fd, 7);
+    cr_assert_str_eq(op, "write_file");
+    snprintf(upload_path, sizeof upload_path, "%s", path);
+    snprintf(upload_shown, sizeof upload_shown, "%s", shown);
+    if (upload_fail)
+        cl_fail(error, SBX_ERROR_CONNECTION, op, "upload the file: no answer");
+    return upload_fail ? -1 : 0;
+}
+
+/* write_file where the upload takes no mode: the path against the workdir,
+ * the upload, then chmod; a failed upload runs no chmod. */
+Test(provider, write_file_uploads_then_sets_the_mode)
+{
+    sbx_plugin_sandbox sb = { 0 };
+    cr_assert_eq(cl_write_file(&sb, NULL, "/w d", "a b", 7, 0100640, upload, run, NULL), 0);
+    cr_assert_str_eq(upload_path, "/w d/a b");
+    cr_assert_str_eq(upload_shown, "a b");
+    cr_assert_str_eq(sb.cmd, "chmod 640 -- '/w d/a b'");
+    cr_assert_eq(cl_write_file(&sb, NULL, NULL, "/abs", 7, 0755, upload, run, NULL), 0);
+    cr_assert_str_eq(upload_path, "/abs");
+    cr_assert_str_eq(sb.cmd, "chmod 755 -- '/abs'");
+    sb.cmd[0] = '\0';
+    upload_fail = 1;
+    cr_assert_eq(cl_write_file(&sb, NULL, "/w", "f", 7, 0600, upload, run, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONNECTION);
+    cr_assert_str_eq(cl_last()->msg, "upload the file: no answer");
+    cr_assert_str_eq(sb.cmd, "");
+    upload_fail = 0;
+    sb.code = 1;
+    cr_assert_eq(cl_write_file(&sb, NULL, "/w", "f", 7, 0600, upload, run, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_EXECUTION_FAILED);
+    cr_assert_str_eq(cl_last()->msg, "cannot set mode 600 on f (chmod exited 1)");
+}
+
+CL_PROBE_CAPS(probe_fixed, SBX_CAP_SNAPSHOT | SBX_CAP_RESUME)
+
+Test(provider, probe_caps_stores_the_fixed_mask)
+{
+    uint64_t caps = 0;
+    cr_assert_eq(probe_fixed(NULL, NULL, &caps, NULL), 0);
+    cr_assert_eq(caps, (uint64_t)48);
+}
+
+static int clients_freed;
+
+static void client_free(sbx_plugin_client *c)
+{
+    clients_freed++;
+    free(c);
+}
+
+/* client_new's end: the config put either way; the client handed over,
+ * or freed. */
+Test(provider, client_end_hands_over_or_frees)
+{
+    sbx_plugin_client *out = NULL;
+    sbx_plugin_client *c = malloc(64);
+    json_object *cfg = json_tokener_parse("{\"region\":\"x\"}");
+    json_object_get(cfg);
+    cr_assert_eq(cl_client_end(0, c, &out, cfg, client_free), 0);
+    cr_assert_eq(out, c);
+    cr_assert_eq(clients_freed, 0);
+    cr_assert_eq(json_object_put(cfg), 1);       /* the last reference: the end put one */
+    free(out);
+    out = NULL;
+    c = malloc(64);
+    cr_assert_eq(cl_client_end(-1, c, &out, NULL, client_free), -1);
+    cr_assert_null(out);
+    cr_assert_eq(clients_freed, 1);
+}
+
+/* is_alive on an item: a sandbox known gone is not alive, and nothing is
+ * asked (no client here to ask with). */
+Test(provider, item_is_alive_of_a_gone_sandbox_asks_nothing)
+{
+    cl_sandbox s;
+    cr_assert_eq(cl_sandbox_init(&s, "sb-8"), 0);
+    cl_gone_set(&s.gone);
+    cr_assert_eq(cl_item_is_alive(&s, NULL, NULL, "http://127.0.0.1:1", "sandboxes", "status",
+                                  NULL, NULL), 0);
+    cl_sandbox_clear(&s);
 }

@@ -236,6 +236,33 @@ json_object *cl_state_in(const char *state_json, int version, const char *id_key
     return data;
 }
 
+json_object *cl_resume_get(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                           const char *state_json, const cl_resume_spec *rs, json_object **state,
+                           const char **id, sbx_error **error)
+{
+    const char *op = "resume";
+    *state = cl_state_in(state_json, rs->version, rs->id_key, rs->provider, op, id, error);
+    if (!*state)
+        return NULL;
+    long st = 0;
+    json_object *j = rs->get(client, ctx, *id, &st, op, error);
+    const char *s = j && rs->state_key ? cl_json_str(j, rs->state_key) : NULL;
+    if (j && !cl_str_in(s, rs->dead))
+        return j;
+    if (j || st == 404) {
+        if (rs->gone)
+            rs->gone(error, op, *id, j);
+        else if (j)
+            cl_context(cl_gone_error(error, op, rs->provider, *id), rs->state_key, s);
+        else
+            cl_gone_error(error, op, rs->provider, *id);
+    }
+    json_object_put(j);
+    json_object_put(*state);
+    *state = NULL;
+    return NULL;
+}
+
 /* ------------------------------------------------------------------------ */
 /* The missing working directory                                             */
 /* ------------------------------------------------------------------------ */
@@ -437,6 +464,14 @@ char *cl_printf(const char *fmt, ...)
         s = NULL;
     va_end(ap);
     return s;
+}
+
+int cl_str_in(const char *s, const char *const *list)
+{
+    for (size_t i = 0; s && list && list[i]; i++)
+        if (strcmp(s, list[i]) == 0)
+            return 1;
+    return 0;
 }
 
 char **cl_strv_dup(const char *const *v)
@@ -883,13 +918,21 @@ int cl_sandbox_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, cons
         return 0;
     }
     const char *state = state_key ? cl_json_str(j, state_key) : NULL;
-    int alive = 1;
-    for (size_t i = 0; state && dead && dead[i]; i++)
-        alive &= strcmp(state, dead[i]) != 0;
+    int alive = !cl_str_in(state, dead);
     json_object_put(j);
     if (!alive)
         cl_gone_set(&s->gone);
     return alive;
+}
+
+int cl_item_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *api,
+                     const char *collection, const char *state_key, const char *const *dead,
+                     sbx_error **error)
+{
+    char *url = cl_item_url(api, collection, s->id, "");
+    int rc = cl_sandbox_is_alive(s, h, ctx, url, state_key, dead, error);
+    free(url);
+    return rc;
 }
 
 int cl_make_workdir(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *ctx,
@@ -933,6 +976,23 @@ int cl_set_mode(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *ctx, 
     return rc;
 }
 
+int cl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *workdir,
+                  const char *path, int fd, uint32_t mode, cl_upload_fn upload, cl_run_fn run,
+                  sbx_error **error)
+{
+    const char *op = "write_file";
+    char *p = cl_path_in(workdir, path);
+    if (!p) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    int rc = upload(sb, ctx, p, fd, path, op, error);
+    if (rc == 0)
+        rc = cl_set_mode(sb, run, ctx, p, path, mode, op, error);
+    free(p);
+    return rc;
+}
+
 int cl_client_config(const char *config_json, const char *provider, json_object **cfg,
                      sbx_error **error)
 {
@@ -947,6 +1007,18 @@ int cl_client_config(const char *config_json, const char *provider, json_object 
         return -1;
     }
     *cfg = j;
+    return 0;
+}
+
+int cl_client_end(int rc, sbx_plugin_client *c, sbx_plugin_client **client, json_object *cfg,
+                  cl_client_free_fn free_fn)
+{
+    json_object_put(cfg);
+    if (rc < 0) {
+        free_fn(c);
+        return -1;
+    }
+    *client = c;
     return 0;
 }
 
@@ -1220,6 +1292,25 @@ int cl_proc_mark_kill(cl_proc *p, sbx_plugin_sandbox *sb, cl_run_fn run,
     return rc;
 }
 
+int cl_resize_check(unsigned tty_rows, sbx_error **error)
+{
+    if (tty_rows)
+        return 0;
+    cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "exec_resize",
+            "the process has no terminal to resize");
+    return -1;
+}
+
+int cl_resize_wait(const cl_bound *b, pthread_cond_t *cond, pthread_mutex_t *lock,
+                   const char *msg, sbx_error **error)
+{
+    if (cl_bound_cond_wait(b, cond, lock) == 0)
+        return 0;
+    pthread_mutex_unlock(lock);
+    cl_fail(error, SBX_ERROR_TIMEOUT, "exec_resize", "%s", msg);
+    return -1;
+}
+
 int cl_proc_mark_resize(cl_proc *p, sbx_plugin_sandbox *sb, cl_run_fn run,
                         const sbx_call_ctx *ctx, const char *tag, unsigned rows, unsigned cols,
                         sbx_error **error)
@@ -1262,6 +1353,20 @@ char *cl_item_url(const char *api, const char *collection, const char *id, const
     char *url = esc ? cl_printf("%s/%s/%s%s", api, collection, esc, suffix) : NULL;
     free(esc);
     return url;
+}
+
+int cl_request_at(cl_http *h, const sbx_call_ctx *ctx, cl_req *rq, char *url, cl_resp *r,
+                  const char *op, sbx_error **error)
+{
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    rq->url = url;
+    int rc = cl_request(h, ctx, rq, r, op, error);
+    rq->url = NULL;
+    free(url);
+    return rc;
 }
 
 int cl_item_request(cl_http *h, const sbx_call_ctx *ctx, const char *method, const char *api,

@@ -7,7 +7,8 @@
  *   - the wait until a sandbox (or a snapshot) reaches a state, polled with
  *     a growing pause and bounded by the call's deadline;
  *   - the session state's shape: a versioned JSON object holding no secret,
- *     written into host memory and read back with its version checked;
+ *     written into host memory and read back with its version checked, and
+ *     resume's start: the state read, the sandbox got, an ended one gone;
  *   - the missing-cwd check after a script of cl_shell_script() exited
  *     CL_CWD_MISSING_EXIT (CASE-18, CASE-46);
  *   - a descriptor as the sink or the source of a request body;
@@ -18,11 +19,13 @@
  *     sources, so that it holds after a resume in another process while the
  *     session state holds no env value (per-call values still win);
  *   - the sandbox head (id, gone flag) with the sandbox_id, sandbox_root,
- *     destroy and is_alive slots over it and the answer to a call on it,
+ *     destroy and is_alive slots over it and the answer to a call on it
+ *     (a request at a URL it takes), the fixed probe slot, client_new's end,
  *     the plugin's sandbox struct allocated and freed around it, the
  *     session_state slot's start and end, the start of a command and the
  *     exec_wait (with the missing-cwd check), exec_kill (by the mark) and
- *     exec_event_fd slots over a cl_proc, the client's config and
+ *     exec_event_fd slots over a cl_proc, exec_resize's check and wait,
+ *     write_file over an upload that takes no mode, the client's config and
  *     credential, the create's workdir check, refusals, unanswered request
  *     (reaped by its token) and working directory, the plugin's own mkdir
  *     and chmod commands, a directory listed by a find command, an item's
@@ -134,6 +137,51 @@ char *cl_state_end(struct json_object *j, sbx_error **error);
 struct json_object *cl_state_in(const char *state_json, int version, const char *id_key,
                                 const char *provider, const char *op, const char **id,
                                 sbx_error **error);
+
+/** Gets sandbox @id from the provider (GET, a safe call): its JSON (a new
+ *  object, json_object_put()), or NULL with *@status the answer's status
+ *  (0 when none came) and, unless it is 404, *@error set. */
+typedef struct json_object *(*cl_get_fn)(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                                          const char *id, long *status, const char *op,
+                                          sbx_error **error);
+
+/** The plugin's gone error for sandbox @id (cl_gone_error() with the
+ *  context it adds from @item, the provider's view of it; @item NULL when
+ *  the provider answered 404). Returns the error, also stored in *@error. */
+typedef sbx_error *(*cl_item_gone_fn)(sbx_error **error, const char *op, const char *id,
+                                      struct json_object *item);
+
+/** How a provider's resume slot finds the sandbox its session state names:
+ *  a constant table of the plugin's. */
+typedef struct cl_resume_spec {
+    const char *provider;           /* backend name, in errors */
+    int version;                    /* the session state's "version" */
+    const char *id_key;             /* the state's member holding the id */
+    cl_get_fn get;                  /* the provider's GET of one sandbox */
+    const char *state_key;          /* the answer's state member; NULL: not looked at */
+    const char *const *dead;        /* NULL-terminated ended states; NULL: none */
+    cl_item_gone_fn gone;           /* NULL: cl_gone_error(), with context
+                                     * @state_key=STATE when it ended */
+} cl_resume_spec;
+
+/**
+ * The start of a resume slot (op "resume"): cl_state_in(@state_json,
+ * @rs->version, @rs->id_key, @rs->provider), its object in *@state and the
+ * id in *@id (borrowed from *@state), then @rs->get of that id. Returns the
+ * provider's view of the sandbox (a new object, json_object_put()); the
+ * caller makes its handle from both and puts *@state. NULL, with *@state
+ * NULL and *@error set, when the state is not one of this provider's
+ * (invalid_argument, as cl_state_in()), when no answer came (@rs->get's
+ * error), when the provider has no such sandbox (404) or when its
+ * @rs->state_key is one of @rs->dead: the gone error (@rs->gone, which
+ * gets the view in the second case and NULL in the first). Thread-safe as
+ * @rs->get is. Behind it: CASE-32 (a sandbox that vanished is gone, not
+ * made again).
+ */
+struct json_object *cl_resume_get(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                                  const char *state_json, const cl_resume_spec *rs,
+                                  struct json_object **state, const char **id,
+                                  sbx_error **error);
 
 /* ------------------------------------------------------------------------ */
 /* The missing working directory                                             */
@@ -262,6 +310,10 @@ char *cl_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * memory.
  */
 char **cl_strv_dup(const char *const *v);
+
+/** 1 when @s is one of the NULL-terminated @list (a provider's ended
+ *  states, say), else 0; 0 when @s or @list is NULL. */
+int cl_str_in(const char *s, const char *const *list);
 
 /**
  * Writes @nbytes random bytes (at most 32; getrandom(), else rand()) as
@@ -453,6 +505,12 @@ int cl_sandbox_call(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const ch
 int cl_sandbox_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *url,
                         const char *state_key, const char *const *dead, sbx_error **error);
 
+/** cl_sandbox_is_alive() at cl_item_url(@api, @collection, @s's id, ""):
+ *  the is_alive slot of a provider that GETs its sandboxes as items. */
+int cl_item_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *api,
+                     const char *collection, const char *state_key, const char *const *dead,
+                     sbx_error **error);
+
 /** Runs the plugin's own short command @cmd in @sb (output discarded): 0
  *  with its exit status in *@code, or -1 with *@error set. */
 typedef int (*cl_run_fn)(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
@@ -487,6 +545,23 @@ int cl_create_workdir(sbx_plugin_sandbox *sb, char **slot, cl_run_fn run, const 
  */
 int cl_set_mode(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *ctx, const char *path,
                 const char *shown, uint32_t mode, const char *op, sbx_error **error);
+
+/** Uploads what @fd holds (read to its end) to the absolute @path in @sb,
+ *  the provider's way: 0, or -1 with *@error set. @shown names the file as
+ *  the caller did. */
+typedef int (*cl_upload_fn)(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                            int fd, const char *shown, const char *op, sbx_error **error);
+
+/**
+ * The write_file slot's body for a provider whose upload takes no mode:
+ * @path made absolute against @workdir (cl_path_in(); NULL: as given),
+ * @upload of @fd to it, then its mode set to @mode with cl_set_mode()
+ * through @run (op write_file). 0, or -1 with resource_exhausted, @upload's
+ * or cl_set_mode()'s error. Thread-safe as @upload and @run are.
+ */
+int cl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *workdir,
+                  const char *path, int fd, uint32_t mode, cl_upload_fn upload, cl_run_fn run,
+                  sbx_error **error);
 
 
 /**
@@ -528,6 +603,34 @@ int cl_client_config(const char *config_json, const char *provider, struct json_
  */
 void *cl_client_alloc(const char *config_json, const char *provider, size_t size,
                       size_t http_at, struct json_object **cfg, sbx_error **error);
+
+/** A plugin's client_free slot. */
+typedef void (*cl_client_free_fn)(sbx_plugin_client *c);
+
+/**
+ * The end of a client_new slot begun by cl_client_alloc(): @cfg put; when
+ * @rc is 0, @c stored in *@client and 0; else @c freed with @free_fn and
+ * -1 (the error stored already by the step that failed).
+ */
+int cl_client_end(int rc, sbx_plugin_client *c, sbx_plugin_client **client,
+                  struct json_object *cfg, cl_client_free_fn free_fn);
+
+/**
+ * Defines @name, a static probe slot (sbx_plugin_api's probe) of a provider
+ * whose capabilities depend neither on the client nor on the call: it stores
+ * @caps (an SBX_CAP_* mask) in *caps and returns 0, asking the provider
+ * nothing. Never fails; thread-safe.
+ */
+#define CL_PROBE_CAPS(name, caps_mask)                                                      \
+    static int name(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,     \
+                    sbx_error **error)                                                      \
+    {                                                                                       \
+        (void)client;                                                                       \
+        (void)ctx;                                                                          \
+        (void)error;                                                                        \
+        *caps = (caps_mask);                                                                \
+        return 0;                                                                           \
+    }
 
 /**
  * Sets @h's retry policy from @cfg (cl_retry_policy_from_config() over
@@ -818,6 +921,24 @@ int cl_proc_mark_resize(cl_proc *p, sbx_plugin_sandbox *sb, cl_run_fn run,
                         const sbx_call_ctx *ctx, const char *tag, unsigned rows, unsigned cols,
                         sbx_error **error);
 
+/**
+ * The check at the start of an exec_resize slot: 0 when the process was
+ * started on a terminal (@tty_rows, its rows at the start, > 0); else -1
+ * with invalid_argument "the process has no terminal to resize" (op
+ * exec_resize). Thread-safe.
+ */
+int cl_resize_check(unsigned tty_rows, sbx_error **error);
+
+/**
+ * One step of an exec_resize slot's wait, @lock held, for what the resize
+ * needs (the terminal's connection, the process's id) within @b:
+ * cl_bound_cond_wait(@b, @cond, @lock), 0 to check again; once @b has
+ * expired, -1 with @lock released and timeout "@msg" (op exec_resize, @msg
+ * saying what did not come in time).
+ */
+int cl_resize_wait(const cl_bound *b, pthread_cond_t *cond, pthread_mutex_t *lock,
+                   const char *msg, sbx_error **error);
+
 
 /**
  * A command run as a shell script on a sandbox whose first member is a
@@ -890,6 +1011,15 @@ void cl_script_exec_free(sbx_plugin_process *process);
  * no memory.
  */
 char *cl_item_url(const char *api, const char *collection, const char *id, const char *suffix);
+
+/**
+ * cl_request(@h, @ctx, @rq, @r) at @url, a string the call takes and frees
+ * (NULL, from a builder that ran out of memory: resource_exhausted, nothing
+ * sent): @rq->url is @url for the call and NULL after it. Returns as
+ * cl_request(): 0 with the answer in @r (any status), -1 when none came.
+ */
+int cl_request_at(cl_http *h, const sbx_call_ctx *ctx, cl_req *rq, char *url, cl_resp *r,
+                  const char *op, sbx_error **error);
 
 /**
  * cl_request_json() on cl_item_url(@api, @collection, @id, @suffix): a call

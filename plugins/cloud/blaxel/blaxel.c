@@ -184,10 +184,7 @@ static const char *const bl_dead[] = { "TERMINATED", "DELETING", "FAILED", "DEAC
 
 static int bl_terminal(const char *s)
 {
-    for (size_t i = 0; bl_dead[i]; i++)
-        if (strcmp(s, bl_dead[i]) == 0)
-            return 1;
-    return 0;
+    return cl_str_in(s, bl_dead);
 }
 
 static const char *bl_status(json_object *j)
@@ -296,13 +293,8 @@ static int bl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
     if (bl_check(sb, op, error) < 0)
         return -1;
     char *url = cl_printf("%s%s", sb->url, path);
-    if (!url) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    rq->url = url;
     int rc = -1;
-    if (cl_request(sb->c->http, ctx, rq, r, op, error) == 0) {
+    if (cl_request_at(sb->c->http, ctx, rq, url, r, op, error) == 0) {
         if (r->status / 100 == 2)
             rc = 0;
         else if (r->status == 404 && bl_confirm_gone(sb, ctx, op, error))
@@ -310,7 +302,6 @@ static int bl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
         else if (r->status != 404 || !file_call)
             cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, rq->what);
     }
-    free(url);
     return rc;
 }
 
@@ -431,24 +422,12 @@ static int bl_client_new(const char *config_json, sbx_plugin_client **client, sb
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    json_object_put(cfg);
-    *client = c;
-    return 0;
+    return cl_client_end(0, c, client, cfg, bl_client_free);
 fail:
-    json_object_put(cfg);
-    bl_client_free(c);
-    return -1;
+    return cl_client_end(-1, c, client, cfg, bl_client_free);
 }
 
-static int bl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
-                    sbx_error **error)
-{
-    (void)client;
-    (void)ctx;
-    (void)error;
-    *caps = BL_CAPS;
-    return 0;
-}
+CL_PROBE_CAPS(bl_probe, BL_CAPS)
 
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */
@@ -695,20 +674,17 @@ static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (strcmp(bl_status(j), "DEPLOYED") != 0 && bl_wait_deployed(sb, ctx, op, error) < 0) {
         if (error && *error)
             cl_context(*error, "sandbox_id", name);
-        bl_delete(c, NULL, name, op, NULL);
-        bl_sandbox_free(sb);
-        sb = NULL;
-        goto out;
+        goto undo;
     }
     if (cl_create_workdir(sb, &sb->workdir, bl_run_short, ctx, BL_BACKEND, rq->workdir, op,
-                          error) < 0) {
-        bl_delete(c, NULL, name, op, NULL);
-        bl_sandbox_free(sb);
-        sb = NULL;
-        goto out;
-    }
+                          error) < 0)
+        goto undo;
     *sandbox = sb;
     rc = 0;
+    goto out;
+undo:
+    bl_delete(c, NULL, name, op, NULL);
+    bl_sandbox_free(sb);
 out:
     json_object_put(body);
     json_object_put(j);
@@ -727,10 +703,8 @@ static int bl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
  * standby or running) or still deploying. */
 static int bl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    char *url = cl_item_url(sb->c->api, "sandboxes", sb->s.id, "");
-    int rc = cl_sandbox_is_alive(&sb->s, sb->c->http, ctx, url, "status", bl_dead, error);
-    free(url);
-    return rc;
+    return cl_item_is_alive(&sb->s, sb->c->http, ctx, sb->c->api, "sandboxes", "status", bl_dead,
+                            error);
 }
 
 /* {"version":1,"name":NAME,"url":URL[,"workdir":W]}: no credential, no
@@ -748,31 +722,21 @@ static char *bl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
 static int bl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
+    static const cl_resume_spec spec = { BL_BACKEND, BL_STATE_VERSION, "name", bl_get,
+                                         "status", bl_dead, NULL };
     const char *op = "resume";
     const char *id = NULL;
-    json_object *data = cl_state_in(state_json, BL_STATE_VERSION, "name", BL_BACKEND, op, &id,
-                                    error), *j = NULL;
+    json_object *data = NULL;
+    json_object *j = cl_resume_get(client, ctx, state_json, &spec, &data, &id, error);
     int rc = -1;
     char *du = NULL;
     struct sbx_plugin_sandbox *sb = NULL;
-    if (!data)
+    if (!j)
         return -1;
-    long st;
-    j = bl_get(client, ctx, id, &st, op, error);
-    if (!j) {
-        if (st == 404)
-            bl_gone_error(error, op, id);
-        goto out;
-    }
-    if (bl_terminal(bl_status(j))) {
-        cl_context(bl_gone_error(error, op, id), "status", bl_status(j));
-        goto out;
-    }
     du = cl_json_str(cl_json_path(j, "metadata", NULL), "url") || !cl_json_str(data, "url")
          ? bl_data_url(client, j, id) : strdup(cl_json_str(data, "url"));
     sb = du ? bl_sandbox_new(client, id, du) : NULL;
-    const char *wd = cl_json_str(data, "workdir");
-    if (sb && wd && !(sb->workdir = strdup(wd))) {
+    if (sb && cl_dup(&sb->workdir, cl_json_str(data, "workdir")) < 0) {
         bl_sandbox_free(sb);
         sb = NULL;
     }
@@ -1564,19 +1528,8 @@ static int bl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     cl_random_hex(p->tag + 9, 12);
     p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
     p->env = cl_strv_dup(rq->env);
-    int bad = !p->script || !p->env;
-    if (!bad && rq->stdin_fd >= 0 && (p->stdin_fd = fcntl(rq->stdin_fd, F_DUPFD_CLOEXEC, 3)) < 0)
-        bad = 1;
-    if (bad) {
-        bl_proc_free_fields(p);
-        free(p);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot start the command: %s",
-                strerror(errno ? errno : ENOMEM));
-        return -1;
-    }
-    p->base.run = bl_exec_run;
-    p->base.ud = p;
-    if (cl_proc_start(&p->base, rq->stdout_fd, rq->stderr_fd, op, error) < 0) {
+    int made = p->script && p->env;
+    if (cl_exec_launch(&p->base, bl_exec_run, p, made, rq, &p->stdin_fd, op, error) < 0) {
         bl_proc_free_fields(p);
         free(p);
         return -1;

@@ -259,15 +259,7 @@ static int cf_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const
 static int cf_call(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                    const char *suffix, cl_req *rq, cl_resp *r, const char *op, sbx_error **error)
 {
-    char *url = cf_url(c, id, suffix);
-    if (!url) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    rq->url = url;
-    int rc = cl_request(c->http, ctx, rq, r, op, error);
-    free(url);
-    return rc;
+    return cl_request_at(c->http, ctx, rq, cf_url(c, id, suffix), r, op, error);
 }
 
 /* The error of a file route's answer @r for @path. */
@@ -290,49 +282,45 @@ static sbx_error *cf_file_fail(struct sbx_plugin_client *c, const cl_resp *r, co
     return err;
 }
 
-/* PUT the bytes of @fd to the absolute @path under /workspace. */
-static int cf_put(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
-                  int fd, const char *shown, const char *op, sbx_error **error)
+/* PUT @rq (its body or source) to @path under /workspace: 0, or -1 with
+ * the call's error or the file error of its answer (@shown names the file,
+ * @rq->what the call). */
+static int cf_put_req(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                      cl_req *rq, const char *shown, const char *op, sbx_error **error)
 {
     char *sfx = cf_file_suffix(path);
-    cl_req rq = { .method = "PUT", .content_type = "application/octet-stream",
-                  .source = cl_fd_source, .source_ud = &fd, .source_len = -1,
-                  .idempotent = CL_SAFE, .what = "write the file" };
     cl_resp r = { 0 };
     int rc = -1;
     if (!sfx)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (cf_call(sb->c, ctx, sb->s.id, sfx, &rq, &r, op, error) == 0) {
+    else if (cf_call(sb->c, ctx, sb->s.id, sfx, rq, &r, op, error) == 0) {
         if (r.status / 100 == 2)
             rc = 0;
         else
-            cf_file_fail(sb->c, &r, op, shown, "write the file", error);
+            cf_file_fail(sb->c, &r, op, shown, rq->what, error);
     }
     free(sfx);
     cl_resp_clear(&r);
     return rc;
 }
 
+/* PUT the bytes of @fd to the absolute @path under /workspace. */
+static int cf_put(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                  int fd, const char *shown, const char *op, sbx_error **error)
+{
+    cl_req rq = { .method = "PUT", .content_type = "application/octet-stream",
+                  .source = cl_fd_source, .source_ud = &fd, .source_len = -1,
+                  .idempotent = CL_SAFE, .what = "write the file" };
+    return cf_put_req(sb, ctx, path, &rq, shown, op, error);
+}
+
 /* PUT the string @text to @path under /workspace. */
 static int cf_put_text(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                        const char *text, const char *op, sbx_error **error)
 {
-    char *sfx = cf_file_suffix(path);
     cl_req rq = { .method = "PUT", .content_type = "application/octet-stream", .body = text,
                   .body_len = strlen(text), .idempotent = CL_SAFE, .what = "write a file" };
-    cl_resp r = { 0 };
-    int rc = -1;
-    if (!sfx)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (cf_call(sb->c, ctx, sb->s.id, sfx, &rq, &r, op, error) == 0) {
-        if (r.status / 100 == 2)
-            rc = 0;
-        else
-            cf_file_fail(sb->c, &r, op, path, "write a file", error);
-    }
-    free(sfx);
-    cl_resp_clear(&r);
-    return rc;
+    return cf_put_req(sb, ctx, path, &rq, path, op, error);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -576,24 +564,12 @@ static int cf_client_new(const char *config_json, sbx_plugin_client **client, sb
                    "option", "snapshot_dir");
         goto fail;
     }
-    json_object_put(cfg);
-    *client = c;
-    return 0;
+    return cl_client_end(0, c, client, cfg, cf_client_free);
 fail:
-    json_object_put(cfg);
-    cf_client_free(c);
-    return -1;
+    return cl_client_end(-1, c, client, cfg, cf_client_free);
 }
 
-static int cf_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
-                    sbx_error **error)
-{
-    (void)client;
-    (void)ctx;
-    (void)error;
-    *caps = CF_CAPS;
-    return 0;
-}
+CL_PROBE_CAPS(cf_probe, CF_CAPS)
 
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */
@@ -693,18 +669,24 @@ static int cf_tunnel_open(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
     return rc;
 }
 
+/* 1 when @port has a tunnel, else 0. */
+static int cf_tunnel_has(struct sbx_plugin_sandbox *sb, unsigned port)
+{
+    pthread_mutex_lock(&sb->tlock);
+    int have = 0;
+    for (size_t i = 0; i < sb->n_tunnels; i++)
+        have |= sb->tunnels[i].port == port;
+    pthread_mutex_unlock(&sb->tlock);
+    return have;
+}
+
 static int cf_expose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
                           sbx_error **error)
 {
     const char *op = "expose_port";
     if (cf_check(sb, op, error) < 0)
         return -1;
-    pthread_mutex_lock(&sb->tlock);
-    int have = 0;
-    for (size_t i = 0; i < sb->n_tunnels; i++)
-        have |= sb->tunnels[i].port == port;
-    pthread_mutex_unlock(&sb->tlock);
-    return have ? 0 : cf_tunnel_open(sb, ctx, port, op, error);
+    return cf_tunnel_has(sb, port) ? 0 : cf_tunnel_open(sb, ctx, port, op, error);
 }
 
 static int cf_unexpose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned port,
@@ -713,12 +695,7 @@ static int cf_unexpose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, uns
     const char *op = "unexpose_port";
     if (cf_check(sb, op, error) < 0)
         return -1;
-    pthread_mutex_lock(&sb->tlock);
-    int have = 0;
-    for (size_t i = 0; i < sb->n_tunnels; i++)
-        have |= sb->tunnels[i].port == port;
-    pthread_mutex_unlock(&sb->tlock);
-    if (!have)
+    if (!cf_tunnel_has(sb, port))
         return 0;
     char sfx[32];
     snprintf(sfx, sizeof(sfx), "/tunnel/%u", port);
@@ -1768,24 +1745,17 @@ out:
 static int cf_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx, unsigned rows,
                           unsigned cols, sbx_error **error)
 {
-    const char *op = "exec_resize";
     cf_proc *p = (cf_proc *)process;
-    if (!p->tty_rows) {
-        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "the process has no terminal to resize");
+    if (cl_resize_check(p->tty_rows, error) < 0)
         return -1;
-    }
     cl_bound bd = cl_bound_make(ctx, 0);
     char msg[96];
     snprintf(msg, sizeof msg, "{\"type\":\"resize\",\"cols\":%u,\"rows\":%u}", cols, rows);
     pthread_mutex_lock(&p->tlock);
-    while (!p->ws && !p->tty_over) {
-        if (cl_bound_cond_wait(&bd, &p->tcond, &p->tlock) < 0) {
-            pthread_mutex_unlock(&p->tlock);
-            cl_fail(error, SBX_ERROR_TIMEOUT, op, "cloudflare: the terminal was not resized: "
-                    "its connection was not made in time");
+    while (!p->ws && !p->tty_over)
+        if (cl_resize_wait(&bd, &p->tcond, &p->tlock, "cloudflare: the terminal was not "
+                           "resized: its connection was not made in time", error) < 0)
             return -1;
-        }
-    }
     /* Sent under the lock: the worker frees the connection only after it
      * took it back from p->ws under the same lock. */
     if (p->ws)
@@ -1842,23 +1812,13 @@ static int cf_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     cl_random_hex(p->tag + 9, 12);
     p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
     p->env = cl_strv_dup(rq->env);
-    int bad = !p->script || !p->env;
-    if (!bad && rq->stdin_fd >= 0 && (p->stdin_fd = fcntl(rq->stdin_fd, F_DUPFD_CLOEXEC, 3)) < 0)
-        bad = 1;
-    if (bad) {
-        cf_proc_free_fields(p);
-        free(p);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot start the command: %s",
-                strerror(errno ? errno : ENOMEM));
-        return -1;
-    }
-    p->base.run = cf_exec_run;
+    int made = p->script && p->env;
+    cl_proc_run_fn run = cf_exec_run;
 #ifdef SBX_HAVE_CLOUD_WS
     if (p->tty_rows)
-        p->base.run = cf_pty_run;
+        run = cf_pty_run;
 #endif
-    p->base.ud = p;
-    if (cl_proc_start(&p->base, rq->stdout_fd, rq->stderr_fd, op, error) < 0) {
+    if (cl_exec_launch(&p->base, run, p, made, rq, &p->stdin_fd, op, error) < 0) {
         cf_proc_free_fields(p);
         free(p);
         return -1;

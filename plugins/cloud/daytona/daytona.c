@@ -486,24 +486,12 @@ static int dt_client_new(const char *config_json, sbx_plugin_client **client, sb
         t = getenv("DAYTONA_TARGET");
     if (t && *t)
         c->target = strdup(t);
-    json_object_put(cfg);
-    *client = c;
-    return 0;
+    return cl_client_end(0, c, client, cfg, dt_client_free);
 fail:
-    json_object_put(cfg);
-    dt_client_free(c);
-    return -1;
+    return cl_client_end(-1, c, client, cfg, dt_client_free);
 }
 
-static int dt_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
-                    sbx_error **error)
-{
-    (void)client;
-    (void)ctx;
-    (void)error;
-    *caps = DT_CAPS;
-    return 0;
-}
+CL_PROBE_CAPS(dt_probe, DT_CAPS)
 
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */
@@ -810,10 +798,8 @@ static int dt_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
 static int dt_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     static const char *const dead[] = { "destroyed", "destroying", NULL };
-    char *url = cl_item_url(sb->c->api, "sandbox", sb->s.id, "");
-    int rc = cl_sandbox_is_alive(&sb->s, sb->c->http, ctx, url, "state", dead, error);
-    free(url);
-    return rc;
+    return cl_item_is_alive(&sb->s, sb->c->http, ctx, sb->c->api, "sandbox", "state", dead,
+                            error);
 }
 
 /* {"version":1,"sandbox_id":ID[,"workdir":DIR],"toolbox":URL}: no
@@ -834,20 +820,15 @@ static char *dt_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
 static int dt_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
+    static const cl_resume_spec spec = { DT_BACKEND, DT_STATE_VERSION, "sandbox_id", dt_get,
+                                         NULL, NULL, NULL };
     const char *op = "resume";
     const char *id = NULL;
-    json_object *data = cl_state_in(state_json, DT_STATE_VERSION, "sandbox_id", DT_BACKEND, op,
-                                    &id, error);
-    if (!data)
-        return -1;
-    long st;
-    json_object *j = dt_get(client, ctx, id, &st, op, error);
+    json_object *data = NULL;
+    json_object *j = cl_resume_get(client, ctx, state_json, &spec, &data, &id, error);
     int rc = -1;
-    if (!j) {
-        if (st == 404)
-            cl_gone_error(error, op, DT_BACKEND, id);
-        goto out;
-    }
+    if (!j)
+        return -1;
     json_object *labels = cl_json_path(j, "labels", NULL);
     const char *be = cl_json_str(labels, CL_META_BACKEND);
     const char *tb = cl_json_str(j, "toolboxProxyUrl");
@@ -1159,23 +1140,21 @@ static int dt_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
     return rc;
 }
 
+/* dt_upload() unspooled, as a cl_upload_fn. */
+static int dt_upload_direct(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                            const char *path, int fd, const char *shown, const char *op,
+                            sbx_error **error)
+{
+    (void)shown;
+    return dt_upload(sb, ctx, path, fd, 0, op, error);
+}
+
 static int dt_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                          uint32_t mode, sbx_error **error)
 {
-    const char *op = "write_file";
-    char *ap = dt_abs(sb, path);
-    if (!ap) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    if (dt_upload(sb, ctx, ap, fd, 0, op, error) < 0) {
-        free(ap);
-        return -1;
-    }
-    /* The upload takes no mode: set it. */
-    int rc = cl_set_mode(sb, dt_run_short, ctx, ap, path, mode, op, error);
-    free(ap);
-    return rc;
+    /* The upload takes no mode: it is set after. */
+    return cl_write_file(sb, ctx, sb->workdir, path, fd, mode, dt_upload_direct, dt_run_short,
+                         error);
 }
 
 static uint32_t dt_mode_of(json_object *e)
@@ -1886,14 +1865,10 @@ static int dt_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx, 
     struct sbx_plugin_sandbox *sb = (struct sbx_plugin_sandbox *)p->sp.sb;
     cl_bound bd = cl_bound_make(ctx, 0);
     pthread_mutex_lock(&p->lock);
-    while (!p->created && !p->over) {
-        if (cl_bound_cond_wait(&bd, &p->cond, &p->lock) < 0) {
-            pthread_mutex_unlock(&p->lock);
-            cl_fail(error, SBX_ERROR_TIMEOUT, op, "daytona: the terminal was not resized: its "
-                    "PTY session was not made in time");
+    while (!p->created && !p->over)
+        if (cl_resize_wait(&bd, &p->cond, &p->lock, "daytona: the terminal was not resized: "
+                           "its PTY session was not made in time", error) < 0)
             return -1;
-        }
-    }
     int over = p->over;
     pthread_mutex_unlock(&p->lock);
     if (over)

@@ -571,24 +571,12 @@ static int e2b_client_new(const char *config_json, sbx_plugin_client **client, s
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    json_object_put(cfg);
-    *client = c;
-    return 0;
+    return cl_client_end(0, c, client, cfg, e2b_client_free);
 fail:
-    json_object_put(cfg);
-    e2b_client_free(c);
-    return -1;
+    return cl_client_end(-1, c, client, cfg, e2b_client_free);
 }
 
-static int e2b_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
-                     sbx_error **error)
-{
-    (void)client;
-    (void)ctx;
-    (void)error;
-    *caps = E2B_CAPS;
-    return 0;
-}
+CL_PROBE_CAPS(e2b_probe, E2B_CAPS)
 
 /* ------------------------------------------------------------------------ */
 /* Exec: process.Process/Start, a Connect server stream                      */
@@ -1124,20 +1112,14 @@ static int e2b_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx,
 {
     const char *op = "exec_resize";
     e2b_proc *p = (e2b_proc *)process;
-    if (!p->tty_rows) {
-        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "the process has no terminal to resize");
+    if (cl_resize_check(p->tty_rows, error) < 0)
         return -1;
-    }
     cl_bound bd = cl_bound_make(ctx, 0);
     pthread_mutex_lock(&p->plock);
-    while (p->pid <= 0 && !p->over) {
-        if (cl_bound_cond_wait(&bd, &p->pcond, &p->plock) < 0) {
-            pthread_mutex_unlock(&p->plock);
-            cl_fail(error, SBX_ERROR_TIMEOUT, op, "e2b: the terminal was not resized: envd "
-                    "did not name the command's process in time");
+    while (p->pid <= 0 && !p->over)
+        if (cl_resize_wait(&bd, &p->pcond, &p->plock, "e2b: the terminal was not resized: "
+                           "envd did not name the command's process in time", error) < 0)
             return -1;
-        }
-    }
     int64_t pid = p->pid;
     int over = p->over;
     pthread_mutex_unlock(&p->plock);
@@ -1288,10 +1270,8 @@ static int e2b_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 /* Running or paused: it exists. */
 static int e2b_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    char *url = cl_item_url(sb->c->api, "sandboxes", sb->s.id, "");
-    int rc = cl_sandbox_is_alive(&sb->s, sb->c->http, ctx, url, NULL, NULL, error);
-    free(url);
-    return rc;
+    return cl_item_is_alive(&sb->s, sb->c->http, ctx, sb->c->api, "sandboxes", NULL, NULL,
+                            error);
 }
 
 /* {"version":1,"sandbox_id","workdir"?,"user"?,"lifetime_s"}: no access

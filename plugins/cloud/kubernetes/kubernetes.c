@@ -801,24 +801,12 @@ static int k8_client_new(const char *config_json, sbx_plugin_client **client, sb
     }
     CL_LOG(SBX_LOG_INFO, "API server %s, namespace %s, credentials from %s", c->conf.server,
            c->ns, c->conf.source ? c->conf.source : "?");
-    json_object_put(cfg);
-    *client = c;
-    return 0;
+    return cl_client_end(0, c, client, cfg, k8_client_free);
 fail:
-    json_object_put(cfg);
-    k8_client_free(c);
-    return -1;
+    return cl_client_end(-1, c, client, cfg, k8_client_free);
 }
 
-static int k8_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
-                    sbx_error **error)
-{
-    (void)client;
-    (void)ctx;
-    (void)error;
-    *caps = K8_CAPS;
-    return 0;
-}
+CL_PROBE_CAPS(k8_probe, K8_CAPS)
 
 /* ------------------------------------------------------------------------ */
 /* Listing by labels                                                         */

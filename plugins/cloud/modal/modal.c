@@ -663,25 +663,13 @@ static int modal_client_new(const char *config_json, sbx_plugin_client **client,
         goto fail;
     }
     modal_profile_clear(&prof);
-    json_object_put(cfg);
-    *client = c;
-    return 0;
+    return cl_client_end(0, c, client, cfg, modal_client_free);
 fail:
     modal_profile_clear(&prof);
-    json_object_put(cfg);
-    modal_client_free(c);
-    return -1;
+    return cl_client_end(-1, c, client, cfg, modal_client_free);
 }
 
-static int modal_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
-                       sbx_error **error)
-{
-    (void)client;
-    (void)ctx;
-    (void)error;
-    *caps = MODAL_CAPS;
-    return 0;
-}
+CL_PROBE_CAPS(modal_probe, MODAL_CAPS)
 
 /* The id of app @name (NULL: the client's default app, cached):
  * AppGetOrCreate. A new string, or NULL with *@error. */
@@ -1576,11 +1564,8 @@ static int modal_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ct
                              unsigned rows, unsigned cols, sbx_error **error)
 {
     modal_proc *p = (modal_proc *)process;
-    if (!p->tty_rows) {
-        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "exec_resize",
-                "the process has no terminal to resize");
+    if (cl_resize_check(p->tty_rows, error) < 0)
         return -1;
-    }
     return cl_proc_mark_resize(&p->base, (sbx_plugin_sandbox *)p->sb, modal_run_short, ctx,
                                p->tag, rows, cols, error);
 }

@@ -137,9 +137,12 @@ static const char *rl_status(json_object *j)
     return s ? s : "unknown";
 }
 
+/* Ended: nothing more runs in it. */
+static const char *const rl_dead[] = { "shutdown", "failure", NULL };
+
 static int rl_terminal(const char *status)
 {
-    return strcmp(status, "shutdown") == 0 || strcmp(status, "failure") == 0;
+    return cl_str_in(status, rl_dead);
 }
 
 /* The gone error of devbox @id, with its state and reasons from @view (may
@@ -227,20 +230,14 @@ static int rl_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
     if (rl_check(sb, op, error) < 0)
         return -1;
     char *url = cl_item_url(sb->c->api, "v1/devboxes", sb->s.id, suffix);
-    if (!url) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    rq->url = url;
     int rc = -1;
-    if (cl_request(sb->c->http, ctx, rq, r, op, error) == 0) {
+    if (cl_request_at(sb->c->http, ctx, rq, url, r, op, error) == 0) {
         if (r->status / 100 == 2 || (ok408 && r->status == 408))
             rc = 0;
         else
             rl_answer_fail(sb, ctx, r, file_call && (r->status == 404 || r->status == 400), op,
                            rq->what, error);
     }
-    free(url);
     return rc;
 }
 
@@ -597,17 +594,7 @@ static int rl_upload_bytes(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
 static int rl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                          uint32_t mode, sbx_error **error)
 {
-    const char *op = "write_file";
-    char *p = rl_path(sb, path);
-    if (!p) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    int rc = rl_upload(sb, ctx, p, fd, path, op, error);
-    if (rc == 0)
-        rc = cl_set_mode(sb, rl_run_short, ctx, p, path, mode, op, error);
-    free(p);
-    return rc;
+    return cl_write_file(sb, ctx, sb->workdir, path, fd, mode, rl_upload, rl_run_short, error);
 }
 
 /* The listing by a command: "TYPE SIZE NAME" lines of find -printf. */
@@ -765,24 +752,12 @@ static int rl_client_new(const char *config_json, sbx_plugin_client **client, sb
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    json_object_put(cfg);
-    *client = c;
-    return 0;
+    return cl_client_end(0, c, client, cfg, rl_client_free);
 fail:
-    json_object_put(cfg);
-    rl_client_free(c);
-    return -1;
+    return cl_client_end(-1, c, client, cfg, rl_client_free);
 }
 
-static int rl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
-                    sbx_error **error)
-{
-    (void)client;
-    (void)ctx;
-    (void)error;
-    *caps = RL_CAPS;
-    return 0;
-}
+CL_PROBE_CAPS(rl_probe, RL_CAPS)
 
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */
@@ -1028,12 +1003,8 @@ static int rl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
 
 static int rl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    /* rl_terminal()'s states. */
-    static const char *const dead[] = { "shutdown", "failure", NULL };
-    char *url = cl_item_url(sb->c->api, "v1/devboxes", sb->s.id, "");
-    int rc = cl_sandbox_is_alive(&sb->s, sb->c->http, ctx, url, "status", dead, error);
-    free(url);
-    return rc;
+    return cl_item_is_alive(&sb->s, sb->c->http, ctx, sb->c->api, "v1/devboxes", "status", rl_dead,
+                            error);
 }
 
 /* {"version":1,"devbox_id":ID[,"workdir":W]}: no credential, no env value
@@ -1048,23 +1019,17 @@ static char *rl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
 static int rl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
+    static const cl_resume_spec spec = { RL_BACKEND, RL_STATE_VERSION, "devbox_id", rl_get,
+                                         "status", rl_dead, rl_gone_error };
     const char *op = "resume";
     const char *id = NULL;
-    json_object *data = cl_state_in(state_json, RL_STATE_VERSION, "devbox_id", RL_BACKEND, op,
-                                    &id, error), *j = NULL;
+    json_object *data = NULL;
+    json_object *j = cl_resume_get(client, ctx, state_json, &spec, &data, &id, error);
     int rc = -1;
-    if (!data)
+    if (!j)
         return -1;
-    long st;
-    j = rl_get(client, ctx, id, &st, op, error);
-    if (!j || rl_terminal(rl_status(j))) {
-        if (st == 404 || j)
-            rl_gone_error(error, op, id, j);
-        goto out;
-    }
     struct sbx_plugin_sandbox *sb = rl_sandbox_new(client, id);
-    const char *wd = cl_json_str(data, "workdir");
-    if (sb && wd && !(sb->workdir = strdup(wd))) {
+    if (sb && cl_dup(&sb->workdir, cl_json_str(data, "workdir")) < 0) {
         rl_sandbox_free(sb);
         sb = NULL;
     }

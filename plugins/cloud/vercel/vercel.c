@@ -140,10 +140,11 @@ static const char *vc_status(json_object *j)
 }
 
 /* Ended, or ending: nothing more runs in it. */
+static const char *const vc_dead[] = { "stopped", "failed", "aborted", "stopping", NULL };
+
 static int vc_terminal(const char *status)
 {
-    return strcmp(status, "stopped") == 0 || strcmp(status, "failed") == 0
-           || strcmp(status, "aborted") == 0 || strcmp(status, "stopping") == 0;
+    return cl_str_in(status, vc_dead);
 }
 
 static sbx_error *vc_gone_error(sbx_error **error, const char *op, const char *id,
@@ -240,20 +241,14 @@ static int vc_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
     if (vc_check(sb, op, error) < 0)
         return -1;
     char *url = vc_url(sb->c, sb->s.id, suffix);
-    if (!url) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    rq->url = url;
     int rc = -1;
-    if (cl_request(sb->c->http, ctx, rq, r, op, error) == 0) {
+    if (cl_request_at(sb->c->http, ctx, rq, url, r, op, error) == 0) {
         if (r->status / 100 == 2)
             rc = 0;
         else
             vc_answer_fail(sb, ctx, r, file_call && (r->status == 404 || r->status == 400), op,
                            rq->what, error);
     }
-    free(url);
     return rc;
 }
 
@@ -617,15 +612,24 @@ static int vc_slurp(int fd, cl_buf *out, const char *shown, const char *op, sbx_
     }
 }
 
-static int vc_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
-                     int fd, const char *shown, const char *op, sbx_error **error)
+/* What @fd holds, read to its end, uploaded to @path with @mode. */
+static int vc_upload_mode(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                          const char *path, int fd, uint32_t mode, const char *shown,
+                          const char *op, sbx_error **error)
 {
     cl_buf data = { 0 };
     int rc = vc_slurp(fd, &data, shown, op, error);
     if (rc == 0)
-        rc = vc_upload_buf(sb, ctx, path, &data, 0600, shown, op, error);
+        rc = vc_upload_buf(sb, ctx, path, &data, mode, shown, op, error);
     cl_buf_clear(&data);
     return rc;
+}
+
+/* vc_upload_mode() private to its owner (0600): a command's stdin. */
+static int vc_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                     int fd, const char *shown, const char *op, sbx_error **error)
+{
+    return vc_upload_mode(sb, ctx, path, fd, 0600, shown, op, error);
 }
 
 static int vc_upload_bytes(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
@@ -642,24 +646,20 @@ static int vc_upload_bytes(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
     return rc;
 }
 
+/* vc_upload_mode() readable by all (0644), its mode set after: a file
+ * write_file writes. */
+static int vc_upload_file(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                          const char *path, int fd, const char *shown, const char *op,
+                          sbx_error **error)
+{
+    return vc_upload_mode(sb, ctx, path, fd, 0644, shown, op, error);
+}
+
 static int vc_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                          uint32_t mode, sbx_error **error)
 {
-    const char *op = "write_file";
-    char *p = vc_path(sb, path);
-    if (!p) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    cl_buf data = { 0 };
-    int rc = vc_slurp(fd, &data, path, op, error);
-    if (rc == 0)
-        rc = vc_upload_buf(sb, ctx, p, &data, 0644, path, op, error);
-    if (rc == 0)
-        rc = cl_set_mode(sb, vc_run_short, ctx, p, path, mode, op, error);
-    cl_buf_clear(&data);
-    free(p);
-    return rc;
+    return cl_write_file(sb, ctx, sb->workdir ? sb->workdir : VC_CWD, path, fd, mode,
+                         vc_upload_file, vc_run_short, error);
 }
 
 /* The listing by a command: "TYPE SIZE NAME" lines of find -printf. */
@@ -955,25 +955,13 @@ static int vc_client_new(const char *config_json, sbx_plugin_client **client, sb
         goto fail;
     }
     json_object_put(jwt);
-    json_object_put(cfg);
-    *client = c;
-    return 0;
+    return cl_client_end(0, c, client, cfg, vc_client_free);
 fail:
     json_object_put(jwt);
-    json_object_put(cfg);
-    vc_client_free(c);
-    return -1;
+    return cl_client_end(-1, c, client, cfg, vc_client_free);
 }
 
-static int vc_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
-                    sbx_error **error)
-{
-    (void)client;
-    (void)ctx;
-    (void)error;
-    *caps = VC_CAPS;
-    return 0;
-}
+CL_PROBE_CAPS(vc_probe, VC_CAPS)
 
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */
@@ -1256,23 +1244,17 @@ static char *vc_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
 static int vc_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
+    static const cl_resume_spec spec = { VC_BACKEND, VC_STATE_VERSION, "sandbox_id", vc_get,
+                                         "status", vc_dead, vc_gone_error };
     const char *op = "resume";
     const char *id = NULL;
-    json_object *data = cl_state_in(state_json, VC_STATE_VERSION, "sandbox_id", VC_BACKEND, op,
-                                    &id, error), *j = NULL;
+    json_object *data = NULL;
+    json_object *j = cl_resume_get(client, ctx, state_json, &spec, &data, &id, error);
     int rc = -1;
-    if (!data)
+    if (!j)
         return -1;
-    long st;
-    j = vc_get(client, ctx, id, &st, op, error);
-    if (!j || vc_terminal(vc_status(j))) {
-        if (st == 404 || j)
-            vc_gone_error(error, op, id, j);
-        goto out;
-    }
     struct sbx_plugin_sandbox *sb = vc_sandbox_new(client, id);
-    const char *wd = cl_json_str(data, "workdir");
-    if (sb && wd && !(sb->workdir = strdup(wd))) {
+    if (sb && cl_dup(&sb->workdir, cl_json_str(data, "workdir")) < 0) {
         vc_sandbox_free(sb);
         sb = NULL;
     }
