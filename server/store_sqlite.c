@@ -33,9 +33,6 @@ static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
 /* WAL frames that wake the checkpointer: SQLite's default autocheckpoint
  * threshold (SQLITE_DEFAULT_WAL_AUTOCHECKPOINT). */
 #define CHECKPOINT_FRAMES 1000
-/* Once a checkpoint copied the whole WAL, the frames written since that
- * wake the checkpointer again, until a writer restarts the WAL. */
-#define CATCH_UP_FRAMES 64
 
 /* The store's background checkpointer (shared_open()). */
 typedef struct sq_shared {
@@ -45,10 +42,6 @@ typedef struct sq_shared {
     pthread_cond_t wake;
     int want;                     /* a checkpoint was asked for */
     int stop;
-    int woke_at;                  /* the WAL's frames at the last wake; 0
-                                   * once it restarted (atomic) */
-    int caught_up;                /* the last checkpoint copied all of the
-                                   * WAL it saw (atomic) */
 } sq_shared;
 
 struct store_conn {
@@ -71,15 +64,7 @@ set_err(char **err, sqlite3 *db, const char *what)
 }
 
 /* The WAL hook of pooled connections (sqlite3_wal_hook(), called after
- * each commit with the WAL's size in frames): wakes the checkpointer once
- * the WAL holds CHECKPOINT_FRAMES frames, as SQLite's autocheckpoint
- * would. A writer restarts the WAL (back to frame 1) only when it begins
- * after a checkpoint copied all of it; with the checkpoints on a thread of
- * their own, commits keep coming in between, so that can take many
- * commits. Until then the hook wakes the checkpointer every
- * CATCH_UP_FRAMES frames while it keeps up (a short copy each time), and
- * every CHECKPOINT_FRAMES while it does not (readers on older snapshots),
- * not at every commit (one checkpoint per 3 to 11 frames measured). */
+ * each commit with the WAL's size in frames): wakes the checkpointer. */
 static int
 wal_hook(void *arg, sqlite3 *db, const char *name, int frames)
 {
@@ -87,16 +72,7 @@ wal_hook(void *arg, sqlite3 *db, const char *name, int frames)
 
     (void)db;
     (void)name;
-    int woke_at = __atomic_load_n(&sh->woke_at, __ATOMIC_RELAXED);
-
-    if (frames < woke_at) {
-        woke_at = 0;   /* the WAL restarted since */
-        __atomic_store_n(&sh->woke_at, 0, __ATOMIC_RELAXED);
-    }
-    int step = woke_at && __atomic_load_n(&sh->caught_up, __ATOMIC_RELAXED) ? CATCH_UP_FRAMES
-                                                                           : CHECKPOINT_FRAMES;
-    if (frames >= CHECKPOINT_FRAMES && frames - woke_at >= step) {
-        __atomic_store_n(&sh->woke_at, frames, __ATOMIC_RELAXED);
+    if (frames >= CHECKPOINT_FRAMES) {
         pthread_mutex_lock(&sh->lock);
         sh->want = 1;
         pthread_cond_signal(&sh->wake);
@@ -120,10 +96,7 @@ checkpointer(void *arg)
         pthread_mutex_unlock(&sh->lock);
         /* PASSIVE: copies what no reader still needs, waiting for no one;
          * a failure (busy, I/O) is retried at the next wake. */
-        int log = -1, done = -1;
-        int rc = sqlite3_wal_checkpoint_v2(sh->db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
-        __atomic_store_n(&sh->caught_up, rc == SQLITE_OK && log >= 0 && done == log,
-                         __ATOMIC_RELAXED);
+        sqlite3_wal_checkpoint_v2(sh->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
         pthread_mutex_lock(&sh->lock);
     }
     pthread_mutex_unlock(&sh->lock);
