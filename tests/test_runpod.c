@@ -587,23 +587,56 @@ static int ssh_dirs_in(const char *dir)
     return n;
 }
 
+/* A fresh g_client whose plugin (and plugin host, started with the client)
+ * makes its directories under a new directory of its own, @prefix-XXXXXX,
+ * removed by the teardown: returned; the TMPDIR it replaced is in
+ * *@old_tmp (NULL when none), for end_client_expect_no_ssh_directory(). */
+static char *client_in_own_tmpdir(const char *prefix, char **old_tmp)
+{
+    char *dir = tu_mkdtemp(prefix);
+    g_tmp_base = strdup(dir);
+    const char *ot = getenv("TMPDIR");
+    *old_tmp = ot ? strdup(ot) : NULL;
+    sbx_client_free(g_client);
+    setenv("TMPDIR", dir, 1);
+    sbx_error *err = NULL;
+    g_client = sbx_client_new("runpod", &err);
+    cr_assert_not_null(g_client, "sbx_client_new: %s", err ? sbx_error_get0_message(err) : "");
+    return dir;
+}
+
+/* Destroys and frees g_sb, frees g_client, and asserts that no ssh
+ * directory is left in @dir once the plugin host has ended on its own
+ * (waiting up to 5 s); then puts @old_tmp back as TMPDIR and frees both. */
+static void end_client_expect_no_ssh_directory(char *dir, char *old_tmp)
+{
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+    sbx_client_free(g_client);
+    g_client = NULL;
+    int left = ssh_dirs_in(dir);
+    for (int i = 0; i < 250 && left; i++) {
+        usleep(20000);
+        left = ssh_dirs_in(dir);
+    }
+    cr_assert_eq(left, 0, "%d ssh directories left in %s", left, dir);
+    if (old_tmp)
+        setenv("TMPDIR", old_tmp, 1);
+    else
+        unsetenv("TMPDIR");
+    free(old_tmp);
+    free(dir);
+}
+
 /* A resumed handle that ran nothing, freed before its sandbox is destroyed
  * through another: its ssh directory (its known_hosts holds the pod's key)
  * is gone once the client is, out of process too, where the plugin host
  * frees such a handle only at its end. */
 Test(runpod, a_freed_resumed_handle_leaves_no_ssh_directory)
 {
-    char *dir = tu_mkdtemp("sbx-rp-free");
-    g_tmp_base = strdup(dir);
-    const char *ot = getenv("TMPDIR");
-    char *old_tmp = ot ? strdup(ot) : NULL;
-    /* The plugin (and its host, started with the client) makes its
-     * directories under TMPDIR. */
-    sbx_client_free(g_client);
-    setenv("TMPDIR", dir, 1);
-    sbx_error *err = NULL;
-    g_client = sbx_client_new("runpod", &err);
-    cr_assert_not_null(g_client, "sbx_client_new: %s", err ? sbx_error_get0_message(err) : "");
+    char *old_tmp = NULL;
+    char *dir = client_in_own_tmpdir("sbx-rp-free", &old_tmp);
     g_sb = create_with(NULL);
     sbx_result *r = tu_sh(g_sb, "echo one", 20);
     tu_assert_stdout(r, "one\n");
@@ -617,24 +650,7 @@ Test(runpod, a_freed_resumed_handle_leaves_no_ssh_directory)
      * directory when the host exits. */
     cr_assert_eq(ssh_dirs_in(dir), 2, "one directory per handle");
     sbx_sandbox_free(again);
-    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
-    sbx_sandbox_free(g_sb);
-    g_sb = NULL;
-    sbx_client_free(g_client);
-    g_client = NULL;
-    /* The plugin host ends on its own once the client is gone. */
-    int left = ssh_dirs_in(dir);
-    for (int i = 0; i < 250 && left; i++) {
-        usleep(20000);
-        left = ssh_dirs_in(dir);
-    }
-    cr_assert_eq(left, 0, "%d ssh directories left in %s", left, dir);
-    if (old_tmp)
-        setenv("TMPDIR", old_tmp, 1);
-    else
-        unsetenv("TMPDIR");
-    free(old_tmp);
-    free(dir);
+    end_client_expect_no_ssh_directory(dir, old_tmp);
 }
 
 /* A process holding a resumed handle ends without freeing it (as a crash
@@ -694,15 +710,8 @@ Test(runpod, a_crashed_owner_leaves_no_ssh_directory_nor_master)
  * free, one directory and one master are left, the creating handle's. */
 Test(runpod, a_sandbox_resumed_and_freed_in_a_loop_keeps_one_ssh_directory)
 {
-    char *dir = tu_mkdtemp("sbx-rp-loop");
-    g_tmp_base = strdup(dir);
-    const char *ot = getenv("TMPDIR");
-    char *old_tmp = ot ? strdup(ot) : NULL;
-    sbx_client_free(g_client);
-    setenv("TMPDIR", dir, 1);
-    sbx_error *err = NULL;
-    g_client = sbx_client_new("runpod", &err);
-    cr_assert_not_null(g_client, "sbx_client_new: %s", err ? sbx_error_get0_message(err) : "");
+    char *old_tmp = NULL;
+    char *dir = client_in_own_tmpdir("sbx-rp-loop", &old_tmp);
     g_sb = create_with(NULL);
     sbx_result *r = tu_sh(g_sb, "echo one", 20);
     tu_assert_stdout(r, "one\n");
@@ -733,23 +742,7 @@ Test(runpod, a_sandbox_resumed_and_freed_in_a_loop_keeps_one_ssh_directory)
     r = tu_sh(g_sb, "echo still", 20);
     tu_assert_stdout(r, "still\n");
     sbx_result_free(r);
-    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
-    sbx_sandbox_free(g_sb);
-    g_sb = NULL;
-    sbx_client_free(g_client);
-    g_client = NULL;
-    int left = ssh_dirs_in(dir);
-    for (int i = 0; i < 250 && left; i++) {
-        usleep(20000);
-        left = ssh_dirs_in(dir);
-    }
-    cr_assert_eq(left, 0, "%d ssh directories left in %s", left, dir);
-    if (old_tmp)
-        setenv("TMPDIR", old_tmp, 1);
-    else
-        unsetenv("TMPDIR");
-    free(old_tmp);
-    free(dir);
+    end_client_expect_no_ssh_directory(dir, old_tmp);
 }
 
 /* The ssh directory's janitor signals the pid in DIR/pid only while that
