@@ -76,6 +76,12 @@
 /* After the event fd fired, how long the exit record may take to follow
  * (the plugin writes it right after what made the event fd readable). */
 #define EXEC_EXIT_RECORD_GRACE_MS 50
+/* With an exit socket and the output only kept (no callback, no terminal,
+ * no interactive stdin): how long after the start the pipes are left
+ * unpolled, so that a short command's output is taken with its end, in one
+ * wake-up, not in one for the output and one for the end. A command that
+ * fills a pipe (64 KiB) sooner waits at most this long, once. */
+#define EXEC_OUTPUT_DEFER_MS 2
 
 /* One output stream being read. */
 typedef struct exec_stream {
@@ -112,6 +118,9 @@ typedef struct exec_state {
     double deadline;            /* monotonic; 0 = none */
     double kill_at, give_up_at, next_check;
     int efd, stage, spurious, tick, code, ended, timed_out, gave_up;
+    /* Monotonic time until which the output pipes are not polled (see
+     * EXEC_OUTPUT_DEFER_MS); 0 = they are. */
+    double out_defer_until;
     /* SBX_PLUGIN_EXEC_EXIT_FD: our end of the exit socket (-1: none, or
      * closed at EOF: ask exec_wait), the plugin's end until the start,
      * and the record read so far. */
@@ -501,6 +510,8 @@ exec_loop_init(exec_state *st, double timeout, double start)
     st->kill_at = st->give_up_at = st->next_check = 0;
     st->stage = st->spurious = st->code = st->ended = st->timed_out = st->gave_up = 0;
     st->tick = EXEC_TICK_MIN_MS;
+    st->out_defer_until = st->exit_fd >= 0 && !st->rq.on_output && !st->in_keep
+                          ? start + EXEC_OUTPUT_DEFER_MS / 1000.0 : 0;
 }
 
 /* Caps the poll wait @ims (-1 = none) at @until (monotonic; < 0 = none). */
@@ -533,7 +544,7 @@ exec_loop(exec_state *st, const char *backend, double until, sbx_error **err)
     while (!st->ended && !st->gave_up) {
         struct pollfd pfd[6];
         int nfd = 0, ims = -1, iin = -1, iout[2] = { -1, -1 }, iev = -1, icancel = -1;
-        int iexit = -1;
+        int iexit = -1, defer_wake = 0;
         int check = 0;
         double now = sbx_monotonic_now(), wake;
 
@@ -606,8 +617,21 @@ exec_loop(exec_state *st, const char *backend, double until, sbx_error **err)
             iin = nfd;
             pfd[nfd++] = (struct pollfd){ .fd = st->in_fd, .events = POLLOUT };
         }
+        /* A short command's output is taken with its end (see
+         * EXEC_OUTPUT_DEFER_MS): the exit record wakes us, or the end of
+         * the window, which asks nothing of the plugin. */
+        if (st->out_defer_until > 0 && (now >= st->out_defer_until || st->exit_fd < 0))
+            st->out_defer_until = 0;
+        if (st->out_defer_until > 0) {
+            int dms = ms_until(st->out_defer_until, now);
+
+            if (ims < 0 || dms < ims) {
+                ims = dms;
+                defer_wake = 1;
+            }
+        }
         for (int i = 0; i < 2; i++) {
-            if (st->out[i].fd >= 0) {
+            if (st->out[i].fd >= 0 && st->out_defer_until == 0) {
                 iout[i] = nfd;
                 pfd[nfd++] = (struct pollfd){ .fd = st->out[i].fd, .events = POLLIN };
             }
@@ -639,6 +663,8 @@ exec_loop(exec_state *st, const char *backend, double until, sbx_error **err)
             cancel_take(st);
             continue;           /* the top of the loop starts the kill */
         }
+        if (rc == 0 && defer_wake)
+            continue;           /* the window's end: poll the pipes too */
         if (iin >= 0 && pfd[iin].revents)
             stdin_pump(st);
         for (int i = 0; i < 2; i++)
