@@ -1307,12 +1307,6 @@ lf_thread(void *arg)
                                                 __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
                 ;
             if (idle > LF_KEEP_IDLE) {
-                /* An exclusive wake-up may have gone to this thread's set
-                 * just as it timed out: once the socket is out of the set
-                 * (later frames wake the others), a frame waiting there
-                 * goes to an idle thread, or it would wait for the next. */
-                epoll_ctl(ep, EPOLL_CTL_DEL, H.sock, NULL);
-                kick_idle(self);
                 lf_leave(self, ep, scratch);
                 return NULL;
             }
