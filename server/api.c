@@ -14,8 +14,11 @@
  * the key returns that record: the provider create never runs twice for
  * one key.
  *
- * Execute: the request id (the Idempotency-Key, else "req_<hex>") is
- * claimed by inserting a `running` executions row (unique per
+ * Execute: the key's row is read in the execute's first statement, with
+ * the sandbox and the request id's execution (route AUTH_IN_READ,
+ * cp_auth_apply()), and answers as every route's authentication does. The
+ * request id (the Idempotency-Key, else "req_<hex>") is claimed by
+ * inserting a `running` executions row (unique per
  * organisation, sandbox and request id); a completed one is replayed
  * verbatim, a running one is 409, a failed one 409 with the stored
  * payload. Output bytes that are not UTF-8 (CASE-07): "stdout"/"stderr"
