@@ -28,8 +28,8 @@
  * Differences of rows split the round trip: raw/raw is the kernel's and
  * the two wake-ups' part; mhd/raw minus raw/raw libmicrohttpd's;
  * raw/curl minus raw/raw libcurl's; sbx-server/raw minus mhd/raw the
- * server's own work per request (request context, header copies, routing,
- * JSON, the log line).
+ * server's own work per request (request context, routing, JSON, the log
+ * line).
  *
  * Usage: cp_transport [-n ROUNDS] [-i IDLE_US]   (defaults 2000, 800)
  * The servers are stopped by their pids at the end (and on failure); the
