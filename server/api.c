@@ -14,8 +14,11 @@
  * the key returns that record: the provider create never runs twice for
  * one key.
  *
- * Execute: the request id (the Idempotency-Key, else "req_<hex>") is
- * claimed by inserting a `running` executions row (unique per
+ * Execute: the key's row is read in the execute's first statement, with
+ * the sandbox and the request id's execution (route AUTH_IN_READ,
+ * cp_auth_apply()), and answers as every route's authentication does. The
+ * request id (the Idempotency-Key, else "req_<hex>") is claimed by
+ * inserting a `running` executions row (unique per
  * organisation, sandbox and request id); a completed one is replayed
  * verbatim, a running one is 409, a failed one 409 with the stored
  * payload. Output bytes that are not UTF-8 (CASE-07): "stdout"/"stderr"
@@ -1183,7 +1186,7 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     const char *id = req->params[0], *status, *code = NULL, *command = NULL,
                *language = "python";
     const char *hdr = cp_header(req, "Idempotency-Key");
-    json_object *body, *v, *args = NULL, *out = NULL, *usage;
+    json_object *body = NULL, *v, *args = NULL, *out = NULL, *usage;
     store_rows *r = NULL, *ex_rows = NULL;
     sbx_sandbox *sb = NULL;
     sbx_result *result = NULL;
@@ -1199,11 +1202,31 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     double t0, elapsed;
     int64_t us, rate = 0, prov, cust, claimed;
 
+    request_id = hdr ? strdup(hdr) : cp_new_id("req");
+    /* One statement for the key (authentication: its row read now, so a
+     * revocation committed before it is seen), the columns an execute
+     * reads of the sandbox (runtime_of(), the metering, the error
+     * payload), not the whole record, and the execution of this request id
+     * when there is one: a replay is answered from it with no write
+     * transaction. No key row: 401; a key of another organisation than
+     * the sandbox's reads as no sandbox (404). */
+    r = q(x, "SELECT " CP_KEY_COLUMNS ", s.id, s.backend, s.status, s.hourly_rate_usd,"
+             " s.session_state_sealed, e.status AS execution_status, e.response_json,"
+             " e.error AS execution_error"
+             " FROM api_keys k LEFT JOIN sandboxes s ON s.id = ?"
+             " AND s.organization_id = k.organization_id"
+             " LEFT JOIN executions e ON e.organization_id = s.organization_id"
+             " AND e.sandbox_id = s.id AND e.request_id = ?"
+             " WHERE k.key_digest = ?", P(id, request_id, req->key_digest));
+    if (!r)
+        goto internal;
+    if (cp_auth_apply(x, req, res, r) < 0)
+        goto out;
     if (!cp_require_scope(req, res, "sandboxes:execute"))
-        return;
+        goto out;
     body = cp_body_object(req, res);
     if (!body)
-        return;
+        goto out;
     if (body_opt_string(body, "code", &code, res) < 0)
         goto out;
     if (body_opt_string(body, "command", &command, res) < 0)
@@ -1269,19 +1292,7 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
                          json_object_get(body));
         goto out;
     }
-    request_id = hdr ? strdup(hdr) : cp_new_id("req");
-    /* Only the columns an execute reads (runtime_of(), the metering, the
-     * error payload), not the whole record; and, in the same statement,
-     * the execution of this request id when there is one: a replay is
-     * answered from it with no write transaction. */
-    r = q(x, "SELECT s.id, s.backend, s.status, s.hourly_rate_usd, s.session_state_sealed,"
-             " e.status AS execution_status, e.response_json, e.error AS execution_error"
-             " FROM sandboxes s LEFT JOIN executions e ON e.organization_id = s.organization_id"
-             " AND e.sandbox_id = s.id AND e.request_id = ?"
-             " WHERE s.id = ? AND s.organization_id = ?", P(request_id, id, req->who.org_id));
-    if (!r)
-        goto internal;
-    if (r->nrows == 0) {
+    if (!store_cell(r, 0, "id")) {
         cp_reply_detail(res, 404, "sandbox not found");
         goto out;
     }
@@ -1613,11 +1624,21 @@ out:
 
 typedef void (*handler_fn)(cx *x, cp_request *req, cp_response *res);
 
+/* How a route authenticates. */
+enum {
+    AUTH_FIRST,                   /* cp_authenticate() before the handler */
+    AUTH_OPEN,                    /* no authentication */
+    AUTH_IN_READ,                 /* the key's digest before the handler
+                                   * (req->key_digest), its row read with the
+                                   * handler's first statement and checked by
+                                   * cp_auth_apply(): one read fewer */
+};
+
 typedef struct route {
     const char *method;
     const char *pattern;          /* segments; "{id}" matches one */
     handler_fn fn;
-    int open;                     /* no authentication */
+    int auth;                     /* AUTH_* */
 } route;
 
 static void
@@ -1632,8 +1653,8 @@ h_healthz(cx *x, cp_request *req, cp_response *res)
 }
 
 static const route routes[] = {
-    { "GET", "/healthz", h_healthz, 1 },
-    { "POST", "/v1/organizations", h_organizations, 1 },
+    { "GET", "/healthz", h_healthz, AUTH_OPEN },
+    { "POST", "/v1/organizations", h_organizations, AUTH_OPEN },
     { "GET", "/v1/session", h_session, 0 },
     { "GET", "/v1/api-keys", h_keys_list, 0 },
     { "POST", "/v1/api-keys", h_keys_create, 0 },
@@ -1643,7 +1664,7 @@ static const route routes[] = {
     { "GET", "/v1/sandboxes/{id}", h_sandbox_get, 0 },
     { "DELETE", "/v1/sandboxes/{id}", h_sandbox_terminate, 0 },
     { "GET", "/v1/sandboxes/{id}/detail", h_sandbox_detail, 0 },
-    { "POST", "/v1/sandboxes/{id}/execute", h_sandbox_execute, 0 },
+    { "POST", "/v1/sandboxes/{id}/execute", h_sandbox_execute, AUTH_IN_READ },
     { "GET", "/v1/costs", h_costs, 0 },
 };
 
@@ -1707,7 +1728,9 @@ cp_dispatch(cp_server *srv, cp_request *req, cp_response *res)
         return;
     }
     cx_init(&x, srv);
-    if (!found->open && cp_authenticate(&x, req, res) < 0) {
+    if ((found->auth == AUTH_FIRST && cp_authenticate(&x, req, res) < 0) ||
+        (found->auth == AUTH_IN_READ &&
+         cp_auth_digest(x.set->pepper, req, res, req->key_digest) < 0)) {
         cx_done(&x);
         return;
     }

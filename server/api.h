@@ -52,8 +52,26 @@ void reply_validation(cp_response *res, const char *type, const char *where,
                       const char *field, const char *msg, json_object *input);
 
 /* auth.c: resolves the request's principal into req->who; on failure fills
- * @res (401) and returns -1. */
+ * @res (401, or 500 when the store failed) and returns -1. The two steps
+ * it is made of are public for a handler that reads the key's row in its
+ * own first statement (the execute: one read for the key, the sandbox and
+ * the request id's execution): cp_auth_digest() checks the Authorization
+ * header and puts the key's digest (lowercase hex HMAC-SHA256 under
+ * @pepper) in @digest, or fills @res with 401 and returns -1;
+ * cp_auth_apply() takes row 0 of @r, whose api_keys columns are
+ * CP_KEY_COLUMNS (no row, or a NULL key_id: no such key), and answers
+ * exactly as cp_authenticate() would (401 when unknown, revoked or
+ * expired; last_used_at written at most once a minute). Revocation takes
+ * effect at the statement that reads the row, on every server of the
+ * database: no key is cached. */
 int cp_authenticate(cx *x, cp_request *req, cp_response *res);
+int cp_auth_digest(const char *pepper, const cp_request *req, cp_response *res,
+                   char digest[65]);
+int cp_auth_apply(cx *x, cp_request *req, cp_response *res, const store_rows *r);
+/* The api_keys columns cp_auth_apply() reads, of the table aliased `k`. */
+#define CP_KEY_COLUMNS "k.id AS key_id, k.organization_id AS key_org, k.name AS key_name," \
+    " k.scopes_json AS key_scopes, k.expires_at AS key_expires_at," \
+    " k.revoked_at AS key_revoked_at, k.last_used_at AS key_last_used_at"
 /* auth.c: 1 when the principal holds @scope (`*` holds all; legacy
  * sandboxes:write holds create, execute, terminate and
  * providers:reconcile); else fills @res with 403 and returns 0. */

@@ -65,14 +65,11 @@ cp_require_scope(const cp_request *req, cp_response *res, const char *scope)
 }
 
 int
-cp_authenticate(cx *x, cp_request *req, cp_response *res)
+cp_auth_digest(const char *pepper, const cp_request *req, cp_response *res, char digest[65])
 {
     const char *h = cp_header(req, "Authorization");
-    char digest[65], now[40];
     const char *tok, *end;
     char *token;
-    store_rows *r;
-    int64_t now_us = cp_now_us(), exp_us, used_us;
 
     if (!h) {
         cp_reply_detail(res, 401, "Bearer API key or dashboard session required");
@@ -93,29 +90,34 @@ cp_authenticate(cx *x, cp_request *req, cp_response *res)
         return -1;
     }
     token = strndup(tok, (size_t)(end - tok));
-    cp_hmac_hex(x->set->pepper, token, strlen(token), digest);
-    free(token);
-    r = q(x, "SELECT id, organization_id, name, scopes_json, expires_at, revoked_at,"
-             " last_used_at FROM api_keys WHERE key_digest = ?", P(digest));
-    if (!r) {
+    if (!token) {
         reply_internal(res);
         return -1;
     }
-    if (r->nrows == 0 || store_cell(r, 0, "revoked_at")) {
-        store_rows_free(r);
+    cp_hmac_hex(pepper, token, strlen(token), digest);
+    free(token);
+    return 0;
+}
+
+int
+cp_auth_apply(cx *x, cp_request *req, cp_response *res, const store_rows *r)
+{
+    char now[40];
+    int64_t now_us = cp_now_us(), exp_us, used_us;
+
+    if (r->nrows == 0 || !store_cell(r, 0, "key_id") || store_cell(r, 0, "key_revoked_at")) {
         cp_reply_detail(res, 401, "invalid API key");
         return -1;
     }
-    if (store_cell(r, 0, "expires_at") &&
-        cp_parse_iso(store_cell(r, 0, "expires_at"), &exp_us) == 0 && exp_us <= now_us) {
-        store_rows_free(r);
+    if (store_cell(r, 0, "key_expires_at") &&
+        cp_parse_iso(store_cell(r, 0, "key_expires_at"), &exp_us) == 0 && exp_us <= now_us) {
         cp_reply_detail(res, 401, "API key has expired");
         return -1;
     }
-    snprintf(req->who.org_id, sizeof req->who.org_id, "%s", store_cell(r, 0, "organization_id"));
-    snprintf(req->who.key_id, sizeof req->who.key_id, "%s", store_cell(r, 0, "id"));
-    snprintf(req->who.key_name, sizeof req->who.key_name, "%s", store_cell(r, 0, "name"));
-    req->who.scopes = json_tokener_parse(store_cell(r, 0, "scopes_json"));
+    snprintf(req->who.org_id, sizeof req->who.org_id, "%s", store_cell(r, 0, "key_org"));
+    snprintf(req->who.key_id, sizeof req->who.key_id, "%s", store_cell(r, 0, "key_id"));
+    snprintf(req->who.key_name, sizeof req->who.key_name, "%s", store_cell(r, 0, "key_name"));
+    req->who.scopes = json_tokener_parse(store_cell(r, 0, "key_scopes"));
     if (!json_object_is_type(req->who.scopes, json_type_array)) {
         json_object_put(req->who.scopes);
         req->who.scopes = json_object_new_array();
@@ -123,16 +125,34 @@ cp_authenticate(cx *x, cp_request *req, cp_response *res)
     req->authed = 1;
     /* last_used_at, at most once a minute per key: a read-mostly request
      * stays a read. */
-    if (!store_cell(r, 0, "last_used_at") ||
-        cp_parse_iso(store_cell(r, 0, "last_used_at"), &used_us) < 0 ||
+    if (!store_cell(r, 0, "key_last_used_at") ||
+        cp_parse_iso(store_cell(r, 0, "key_last_used_at"), &used_us) < 0 ||
         now_us - used_us > 60 * 1000000LL) {
         cp_iso(now_us, now, sizeof now);
         ex(x, "UPDATE api_keys SET last_used_at = ? WHERE id = ?", P(now, req->who.key_id),
            NULL);
         x->failed = 0;             /* a lost timestamp never fails the request */
     }
-    store_rows_free(r);
     return 0;
+}
+
+int
+cp_authenticate(cx *x, cp_request *req, cp_response *res)
+{
+    char digest[65];
+    store_rows *r;
+    int rc;
+
+    if (cp_auth_digest(x->set->pepper, req, res, digest) < 0)
+        return -1;
+    r = q(x, "SELECT " CP_KEY_COLUMNS " FROM api_keys k WHERE k.key_digest = ?", P(digest));
+    if (!r) {
+        reply_internal(res);
+        return -1;
+    }
+    rc = cp_auth_apply(x, req, res, r);
+    store_rows_free(r);
+    return rc;
 }
 
 /* {"name": 1..200 characters} → the name, or a 422 in @res. */

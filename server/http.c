@@ -44,16 +44,19 @@ struct cp_http {
     unsigned port;
 };
 
-/* One request: its body as it arrives, then copies of its headers and query
- * arguments, then its response. */
+/* One request: its body as it arrives, then its method, path, headers and
+ * query arguments (libmicrohttpd's strings, borrowed: they live in the
+ * connection's memory until the request completes, and every use of them
+ * is inside the handler's last call), then its response. */
 struct req_ctx {
     char *body;
     size_t len, cap;
     int too_large;
     double start;
-    char *method, *path;
-    char **names, **values;       /* headers (kind 'h') and arguments ('a') */
-    char *kinds;
+    struct req_value {
+        const char *name, *value;
+        char kind;                /* 'h' a header, 'a' a query argument */
+    } *values;
     size_t n, ncap;
     cp_request req;
     cp_response res;
@@ -78,9 +81,10 @@ lookup(const cp_request *req, char kind, const char *name)
     const req_ctx *ctx = req->owner;
 
     for (size_t i = 0; i < ctx->n; i++)
-        if (ctx->kinds[i] == kind &&
-            (kind == 'h' ? !strcasecmp(ctx->names[i], name) : !strcmp(ctx->names[i], name)))
-            return ctx->values[i];
+        if (ctx->values[i].kind == kind &&
+            (kind == 'h' ? !strcasecmp(ctx->values[i].name, name)
+                         : !strcmp(ctx->values[i].name, name)))
+            return ctx->values[i].value;
     return NULL;
 }
 
@@ -104,14 +108,16 @@ copy_value(void *cls, enum MHD_ValueKind kind, const char *key, const char *valu
     if (!key)
         return MHD_YES;
     if (ctx->n == ctx->ncap) {
-        ctx->ncap = ctx->ncap ? ctx->ncap * 2 : 16;
-        ctx->names = realloc(ctx->names, ctx->ncap * sizeof *ctx->names);
-        ctx->values = realloc(ctx->values, ctx->ncap * sizeof *ctx->values);
-        ctx->kinds = realloc(ctx->kinds, ctx->ncap);
+        size_t ncap = ctx->ncap ? ctx->ncap * 2 : 16;
+        struct req_value *v = realloc(ctx->values, ncap * sizeof *v);
+        if (!v)
+            return MHD_NO;         /* stops the iteration: the rest is not seen */
+        ctx->values = v;
+        ctx->ncap = ncap;
     }
-    ctx->names[ctx->n] = strdup(key);
-    ctx->values[ctx->n] = strdup(value ? value : "");
-    ctx->kinds[ctx->n] = kind == MHD_HEADER_KIND ? 'h' : 'a';
+    ctx->values[ctx->n].name = key;
+    ctx->values[ctx->n].value = value ? value : "";
+    ctx->values[ctx->n].kind = kind == MHD_HEADER_KIND ? 'h' : 'a';
     ctx->n++;
     return MHD_YES;
 }
@@ -119,15 +125,7 @@ copy_value(void *cls, enum MHD_ValueKind kind, const char *key, const char *valu
 static void
 ctx_free(req_ctx *ctx)
 {
-    for (size_t i = 0; i < ctx->n; i++) {
-        free(ctx->names[i]);
-        free(ctx->values[i]);
-    }
-    free(ctx->names);
     free(ctx->values);
-    free(ctx->kinds);
-    free(ctx->method);
-    free(ctx->path);
     free(ctx->body);
     json_object_put(ctx->req.who.scopes);
     json_object_put(ctx->res.body);
@@ -157,28 +155,33 @@ request_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 static enum MHD_Result
 send_response(struct MHD_Connection *c, const cp_request *req, cp_response *res, double start)
 {
-    const char *text = "";
-    size_t len = 0;
     struct MHD_Response *r;
-    enum MHD_Result ret;
+    enum MHD_Result ret = MHD_NO;
+    int json = res->body || res->raw;
 
     if (res->raw) {
-        text = res->raw;
-        len = strlen(text);
-    } else if (res->body) {
-        text = json_object_to_json_string_ext(res->body, JSON_C_TO_STRING_PLAIN |
-                                                             JSON_C_TO_STRING_NOSLASHESCAPE);
-        len = strlen(text);
+        /* A body already serialised (an execute's answer) is handed over,
+         * not copied: libmicrohttpd frees it with the response. */
+        r = MHD_create_response_from_buffer(strlen(res->raw), res->raw, MHD_RESPMEM_MUST_FREE);
+        if (r)
+            res->raw = NULL;
+    } else {
+        const char *text = res->body ? json_object_to_json_string_ext(
+                                           res->body, JSON_C_TO_STRING_PLAIN |
+                                                          JSON_C_TO_STRING_NOSLASHESCAPE)
+                                     : "";
+        r = MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_MUST_COPY);
     }
-    r = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
-    for (size_t i = 0; i < sizeof security_headers / sizeof security_headers[0]; i++)
-        MHD_add_response_header(r, security_headers[i][0], security_headers[i][1]);
-    if (res->body || res->raw)
-        MHD_add_response_header(r, "Content-Type", "application/json");
-    ret = MHD_queue_response(c, (unsigned)res->status, r);
-    MHD_destroy_response(r);
+    if (r) {
+        for (size_t i = 0; i < sizeof security_headers / sizeof security_headers[0]; i++)
+            MHD_add_response_header(r, security_headers[i][0], security_headers[i][1]);
+        if (json)
+            MHD_add_response_header(r, "Content-Type", "application/json");
+        ret = MHD_queue_response(c, (unsigned)res->status, r);
+        MHD_destroy_response(r);
+    }
     fprintf(stderr, "sbx-server: method=%s route=%s status=%d duration_ms=%.3f organization=%s\n",
-            req->method, req->route ? req->route : "-", res->status,
+            req->method, req->route ? req->route : "-", r ? res->status : 500,
             (cp_mono() - start) * 1000.0, req->authed ? req->who.org_id : "-");
     json_object_put(res->body);
     free(res->raw);
@@ -223,13 +226,11 @@ handler(void *cls, struct MHD_Connection *c, const char *url, const char *method
         *upload_data_size = 0;
         return MHD_YES;
     }
-    ctx->method = strdup(method);
-    ctx->path = strdup(url);
     MHD_get_connection_values(c, MHD_HEADER_KIND, copy_value, ctx);
     MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, copy_value, ctx);
     memset(&ctx->req, 0, sizeof ctx->req);
-    ctx->req.method = ctx->method;
-    ctx->req.path = ctx->path;
+    ctx->req.method = method;
+    ctx->req.path = url;
     ctx->req.owner = ctx;
     ctx->req.body = ctx->body ? ctx->body : "";
     ctx->req.body_len = ctx->len;

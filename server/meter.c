@@ -373,8 +373,14 @@ void
 meter_outbox_wake(cp_meter *m)
 {
     pthread_mutex_lock(&m->lock);
-    m->want = 1;
-    pthread_cond_signal(&m->wake);
+    /* Only the first answer since the last pass wakes the thread: the
+     * others join the pass it gathers (it waits OUTBOX_GATHER_SECS
+     * whatever wakes it meanwhile), and a wake-up per answer took the
+     * CPU from the client the answer was just sent to. */
+    if (!m->want) {
+        m->want = 1;
+        pthread_cond_signal(&m->wake);
+    }
     pthread_mutex_unlock(&m->lock);
 }
 

@@ -63,6 +63,8 @@ typedef struct cp_request {
     const char *params[4];        /* path parameters ({id}) */
     cp_principal who;
     int authed;
+    char key_digest[65];          /* for a route that authenticates in its
+                                   * own first read (api.c's routes) */
 } cp_request;
 
 /* A response: status and JSON body (or none for 204). */

@@ -306,13 +306,31 @@ bad:
 }
 
 /* The HMAC-SHA256 context keyed with the first key cp_hmac_hex() saw (the
- * server's pepper: the only key it is called with), made once: each call
- * copies it instead of fetching the algorithm and hashing the key again.
- * Written once under the mutex, read-only afterwards (EVP_MAC_CTX_dup()
- * only reads its source), so calls on several threads are safe. */
+ * server's pepper: the only key it is called with), made once. Written
+ * once under the mutex, read-only afterwards (EVP_MAC_CTX_dup() only reads
+ * its source). Each thread that computes a digest copies it once into a
+ * context of its own (hmac_thread), which each call resets to the keyed
+ * state with EVP_MAC_init() and no key (OpenSSL 3: "the key set
+ * previously is reused"), instead of copying it per call: the copy's
+ * allocations were most of a digest's cost (bench/README.md, cp_exec). The
+ * thread's copy is freed when the thread ends. */
 static pthread_mutex_t hmac_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *hmac_key;
 static EVP_MAC_CTX *hmac_base;
+static pthread_once_t hmac_once = PTHREAD_ONCE_INIT;
+static pthread_key_t hmac_thread;
+
+static void
+hmac_thread_free(void *ctx)
+{
+    EVP_MAC_CTX_free(ctx);
+}
+
+static void
+hmac_thread_key(void)
+{
+    pthread_key_create(&hmac_thread, hmac_thread_free);
+}
 
 static EVP_MAC_CTX *
 hmac_keyed(const char *key)
@@ -341,18 +359,41 @@ hmac_keyed(const char *key)
     return base;
 }
 
+/* This thread's copy of the keyed context for @key, ready for a new
+ * message; NULL when @key is not the one the base context holds (or out of
+ * memory). */
+static EVP_MAC_CTX *
+hmac_for_thread(const char *key)
+{
+    EVP_MAC_CTX *c, *base = hmac_keyed(key);
+
+    if (!base || pthread_once(&hmac_once, hmac_thread_key) != 0)
+        return NULL;
+    c = pthread_getspecific(hmac_thread);
+    if (!c) {
+        c = EVP_MAC_CTX_dup(base);
+        if (!c || pthread_setspecific(hmac_thread, c) != 0) {
+            EVP_MAC_CTX_free(c);
+            return NULL;
+        }
+        return c;                   /* a fresh copy is in the keyed state */
+    }
+    if (EVP_MAC_init(c, NULL, 0, NULL) != 1)
+        return NULL;
+    return c;
+}
+
 void
 cp_hmac_hex(const char *key, const void *msg, size_t len, char hex[65])
 {
     unsigned char md[32];
     unsigned int mdlen = 0;
-    EVP_MAC_CTX *base = hmac_keyed(key), *c = base ? EVP_MAC_CTX_dup(base) : NULL;
+    EVP_MAC_CTX *c = hmac_for_thread(key);
     size_t out = 0;
 
     if (!c || EVP_MAC_update(c, msg, len) != 1 || EVP_MAC_final(c, md, &out, sizeof md) != 1 ||
         out != sizeof md)
         HMAC(EVP_sha256(), key, (int)strlen(key), msg, len, md, &mdlen);
-    EVP_MAC_CTX_free(c);
     to_hex(md, sizeof md, hex);
 }
 

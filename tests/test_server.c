@@ -429,6 +429,69 @@ Test(server, authentication)
     free(k2_id);
 }
 
+/* An execute reads the key's row in its own first statement (with the
+ * sandbox and the request id's execution): the same answers as every other
+ * route, in the same order (401, then 403, then 422, then 404), and a
+ * revocation committed through another server of the database refuses the
+ * very next execute. No refused execute leaves an executions row. */
+Test(server, execute_authentication)
+{
+    cpu_server *b = cpu_start(store, NULL);
+    char *sa = cpu_create_local(srv, key, NULL), *kb = cpu_bootstrap(srv, "beta", NULL);
+    char *kread = make_key(key, "[\"sandboxes:read\"]", NULL), *kx_id, *kx, *p, *n;
+    const char *body = "{\"command\":\"true\"}";
+    cpu_response *r;
+
+    kx = make_key(key, "[\"sandboxes:execute\"]", &kx_id);
+    p = path_of("/v1/sandboxes/%s/execute", sa);
+    expect_status_detail(401, "POST", p, NULL, NULL, body,
+                         "Bearer API key or dashboard session required");
+    expect_status_detail(401, "POST", p, "bsk_live_nope", NULL, body, "invalid API key");
+    expect_status_detail(401, "POST", p, "bsk_live_nope", NULL, "{", "invalid API key");
+    r = req_s(201, "POST", "/v1/api-keys", key, NULL,
+              "{\"name\":\"old\",\"expires_at\":\"2020-01-01T00:00:00Z\"}");
+    expect_status_detail(401, "POST", p, cpu_jstr(r, "secret"), NULL, body,
+                         "API key has expired");
+    cpu_response_free(r);
+    expect_status_detail(403, "POST", p, kread, NULL, body,
+                         "API key requires scope: sandboxes:execute");
+    expect_status_detail(403, "POST", p, kread, NULL, "{",
+                         "API key requires scope: sandboxes:execute");
+    r = req_s(422, "POST", p, kx, NULL, "{\"command\":\"true\",\"code\":\"1\"}");
+    cpu_response_free(r);
+    /* Another organisation's key: no such sandbox; an unknown sandbox alike. */
+    expect_status_detail(404, "POST", p, kb, NULL, body, "sandbox not found");
+    expect_status_detail(404, "POST", "/v1/sandboxes/sbx_nope/execute", kx, NULL, body,
+                         "sandbox not found");
+    r = execute(kx, sa, "auth-1", "{\"command\":\"echo ok\"}", 200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "ok\n");
+    cpu_response_free(r);
+    /* Revoked through server B: the next execute through A is refused. */
+    n = path_of("/v1/api-keys/%s", kx_id);
+    r = cpu_http(b->url, "DELETE", n, key, NULL, NULL);
+    cr_assert_eq(r->status, 204, "%s", r->body);
+    cpu_response_free(r);
+    r = execute(kx, sa, "auth-2", body, 401);
+    expect_detail(r, "invalid API key");
+    cpu_response_free(r);
+    /* A replay of the answered request id is refused as well. */
+    r = execute(kx, sa, "auth-1", body, 401);
+    expect_detail(r, "invalid API key");
+    cpu_response_free(r);
+    free(n);
+    n = db_list("SELECT request_id FROM executions ORDER BY request_id");
+    cr_assert_str_eq(n, "auth-1");
+    free(n);
+    terminate(key, sa);
+    cpu_stop(b);
+    free(p);
+    free(kx);
+    free(kx_id);
+    free(kread);
+    free(kb);
+    free(sa);
+}
+
 Test(server, api_keys)
 {
     cpu_response *r;
