@@ -1065,3 +1065,83 @@ Test(attached, a_failed_create_with_a_spare_leaves_nothing)
     free(file);
     free(wd);
 }
+
+/* ------------------------------------------------ SIGKILL mid-create */
+
+/*
+ * The application SIGKILLed while its create is in flight in the plugin
+ * host, after the provider made the sandbox (the "faulty" backend's create
+ * holds for up to 3 s once HOLD/ID exists, as a container that exists but
+ * has not started yet): the host finishes that create before it exits. A
+ * create that honours the cancel removes what it made; one that ignores it
+ * (@deaf) returns a sandbox, which the host destroys as any attached one.
+ * Either way HOLD ends empty, the host is gone within 5 s and no row is
+ * left for gc.
+ */
+static void sigkill_mid_create(int deaf)
+{
+    char *hold = tu_strdup_printf("%s/hold", g_dirs.top);
+    char *started = tu_strdup_printf("%s/started", g_dirs.top);
+    int p[2];
+
+    cr_assert_eq(mkdir(hold, 0700), 0);
+    cr_assert_eq(pipe(p), 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        setenv("SBX_FAULT_CREATE_HOLD", hold, 1);
+        setenv("SBX_FAULT_STARTED", started, 1);
+        if (deaf)
+            setenv("SBX_FAULT_CREATE_DEAF", "1", 1);
+        sbx_error *err = NULL;
+        sbx_client *c = sbx_client_new_with_mode("faulty", SBX_PLUGIN_MODE_OUT_OF_PROCESS, &err);
+        if (!c) {
+            dprintf(p[1], "E client: %s\n", sbx_error_get0_message(err));
+            _exit(2);
+        }
+        dprintf(p[1], "H %d\n", sbx_client_get_host_pid(c));
+        sbx_sandbox *sb = sbx_sandbox_create(c, NULL, &err);
+        /* Not reached before the SIGKILL: the create holds for 1.5 s or more. */
+        dprintf(p[1], "E create returned %s\n", sb ? "a sandbox" : sbx_error_get0_message(err));
+        _exit(3);
+    }
+    close(p[1]);
+    char line[512];
+    ssize_t n = read(p[0], line, sizeof(line) - 1);
+    cr_assert_gt(n, 0);
+    line[n] = '\0';
+    cr_assert_eq(line[0], 'H', "the application failed: %s", line);
+    pid_t host = (pid_t)atoi(line + 2);
+    cr_assert(host > 0 && tu_is_plugin_host(host), "no plugin host: %d", (int)host);
+    double t0 = tu_now();
+    while (!tu_exists(started) && tu_now() - t0 < 20)
+        usleep(5000);
+    cr_assert(tu_exists(started), "the create never reached the provider's part");
+    cr_assert_eq(tu_count_entries(hold), 1, "the provider's resource is not there");
+
+    cr_assert_eq(kill(pid, SIGKILL), 0);
+    cr_assert_eq(waitpid(pid, NULL, 0), pid);
+    t0 = tu_now();
+    cr_assert(tu_wait_pid_gone(host, 5.0), "%s", tu_proc_describe(host));
+    fprintf(stderr, "# %s create: plugin host gone %.3f s after the SIGKILL\n",
+            deaf ? "a deaf" : "a cancellable", tu_now() - t0);
+    cr_assert_eq(tu_count_entries(hold), 0,
+                 "the sandbox made by the create in flight outlived its application");
+    cr_assert_eq(rows_where("1"), deaf ? 0 : 1, "rows left");
+    close(p[0]);
+    rmdir(hold);
+    unlink(started);
+    free(hold);
+    free(started);
+}
+
+Test(attached, sigkill_mid_create_the_cancelled_create_removes_what_it_made)
+{
+    sigkill_mid_create(0);
+}
+
+Test(attached, sigkill_mid_create_the_sandbox_it_returns_is_destroyed)
+{
+    sigkill_mid_create(1);
+}

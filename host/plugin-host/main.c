@@ -245,6 +245,9 @@ call_signal(uint64_t id, int stop)
 /** Seconds each destroy of an attached sandbox may take at the end. */
 #define ATTACH_DESTROY_SECS 20.0
 
+/* Seconds the end waits for creates and resumes still in flight. */
+#define END_CREATE_WAIT_SECS 20.0
+
 /* A sandbox created or resumed here and not destroyed. */
 typedef struct kept_sb {
     struct kept_sb *next;
@@ -257,10 +260,62 @@ typedef struct kept_sb {
 static struct {
     pthread_mutex_t lock;
     kept_sb *list;
+    unsigned making;                /* creates and resumes in flight */
+    pthread_cond_t made;            /* signalled as each of them ends */
     pid_t app;                      /* the application (socket peer); 0 unknown */
     unsigned long long app_ticks;   /* its start time, clock ticks since boot */
     int app_fd;                     /* pidfd of it; -1 none */
-} K = { PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, -1 };
+} K = { PTHREAD_MUTEX_INITIALIZER, NULL, 0, PTHREAD_COND_INITIALIZER, 0, 0, -1 };
+
+/* A create or resume starts (@delta 1) or ended (-1, after kept_add). */
+static void
+kept_making(int delta)
+{
+    pthread_mutex_lock(&K.lock);
+    K.making = delta > 0 ? K.making + 1 : K.making - 1;
+    if (K.making == 0)
+        pthread_cond_broadcast(&K.made);
+    pthread_mutex_unlock(&K.lock);
+}
+
+/*
+ * Waits, at most @secs, until no create or resume is in flight. Their calls
+ * were cancelled at EOF: each either fails, having removed what it made (a
+ * container, a pod) as a failed create does, or returns a sandbox, which
+ * kept_add() keeps for end_reap(). Exiting under them instead would end the
+ * plugin in the middle, with what the provider already made left behind.
+ */
+static void
+kept_wait_making(double secs)
+{
+    double until = sbx_monotonic_now() + secs;
+
+    pthread_mutex_lock(&K.lock);
+    while (K.making > 0) {
+        double left = until - sbx_monotonic_now();
+        struct timespec ts;
+
+        if (left <= 0)
+            break;
+        /* K.made uses CLOCK_REALTIME (the static initialiser); a jump of
+         * that clock shortens or lengthens one wait, and the loop checks
+         * the monotonic bound again. */
+        clock_gettime(CLOCK_REALTIME, &ts);
+        if (left > 1.0)
+            left = 1.0;
+        ts.tv_sec += (time_t)left;
+        ts.tv_nsec += (long)((left - (double)(time_t)left) * 1e9);
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&K.made, &K.lock, &ts);
+    }
+    if (K.making > 0)
+        sbx_log(SBX_LOG_WARNING, H.backend, "plugin host: %u create(s) still running after "
+                "%.0f s; what they make is left to gc", K.making, secs);
+    pthread_mutex_unlock(&K.lock);
+}
 
 static void
 kept_add(sbx_plugin_sandbox *sb, const char *token)
@@ -552,6 +607,9 @@ host_end(int code)
         if (c->cancel_fd >= 0 && eventfd_write(c->cancel_fd, 1) == 0)
             c->fired = 1;
     pthread_mutex_unlock(&H.lock);
+    /* A create cancelled above may already have made something: it ends
+     * first, cleaning up or handing its sandbox to the list below. */
+    kept_wait_making(END_CREATE_WAIT_SECS);
 
     pthread_mutex_lock(&K.lock);
     if (!K.list) {
@@ -1039,14 +1097,17 @@ run_call(sbx_wire_msg *req, call_frame *f)
         /* Kept to be destroyed at the end: the plugin frees it then. */
     } else if (req->slot == SBX_SLOT_ID_client_free && kept_any()) {
         /* The kept sandboxes may need their client to be destroyed. */
+    } else if (req->slot == SBX_SLOT_ID_create || req->slot == SBX_SLOT_ID_resume) {
+        kept_making(1);
+        ffi_call(&H.cif[req->slot], FFI_FN(fn), &rv, f->av);
+        if ((int)rv == 0 && f->out_handle)
+            kept_add(f->out_handle, req->slot == SBX_SLOT_ID_create ? f->ctx.create_token : NULL);
+        kept_making(-1);
     } else {
         ffi_call(&H.cif[req->slot], FFI_FN(fn), &rv, f->av);
     }
     ok = 1;
-    if ((req->slot == SBX_SLOT_ID_create || req->slot == SBX_SLOT_ID_resume) && (int)rv == 0 &&
-        f->out_handle)
-        kept_add(f->out_handle, req->slot == SBX_SLOT_ID_create ? f->ctx.create_token : NULL);
-    else if (req->slot == SBX_SLOT_ID_destroy && (int)rv == 0)
+    if (req->slot == SBX_SLOT_ID_destroy && (int)rv == 0)
         kept_drop(f->v[0].p);
 
     sbx_wire_init(&rep, SBX_MSG_REPLY, req->slot, req->call_id);

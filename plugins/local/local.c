@@ -112,6 +112,8 @@
 #define ISOLATION_CAPS 0
 int sbx_fault_exec(const sbx_plugin_exec_request *request, const sbx_call_ctx *ctx);
 void sbx_fault_init(void);
+int sbx_fault_create(const char *id, const sbx_call_ctx *ctx);
+void sbx_fault_destroy(const char *id);
 /* Code 0, "unknown", on purpose: the fault of a plugin that gives no code. */
 #define FAULT_NO_CODE ((sbx_error_code)0)
 #elif defined(SBX_LOCAL_EXEC_ONLY)
@@ -2648,6 +2650,12 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
      * from the one the record took. */
     if ((!late || sb->sup_uid != guessed_uid) && write_record(sb, late, AT_FDCWD, op, error) < 0)
         goto fail_started;
+#ifdef SBX_LOCAL_FAULTY
+    if (sbx_fault_create(sb->id, ctx) < 0) {
+        fail(error, SBX_ERROR_CANCELLED, op, "the create of %s was cancelled", sb->id);
+        goto fail_started;
+    }
+#endif
 
     LOG(SBX_LOG_DEBUG, "created %s (root %s, supervisor pid %d)", sb->id, sb->root,
         (int)sb->sup_pid);
@@ -2803,6 +2811,9 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     struct sbx_plugin_sandbox *sb = sandbox;
     int rc = 0;
 
+#ifdef SBX_LOCAL_FAULTY
+    sbx_fault_destroy(sb->id);
+#endif
     pthread_mutex_lock(&sb->lock);
     if (sb->destroyed)
         goto out;
