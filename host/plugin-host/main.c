@@ -779,6 +779,7 @@ typedef struct call_frame {
     call_rec rec;
     int registered;             /* rec is on H.calls (CANCEL and STOP find it) */
     uint64_t handle_id;         /* of the first argument, for FREES rows */
+    int refused;                /* errno: fail the call unrun (no thread to read) */
     int64_t bad_fd;             /* a descriptor number the frame did not pass */
 } call_frame;
 
@@ -1066,6 +1067,13 @@ run_call(sbx_wire_msg *req, call_frame *f)
         reply_error(req->call_id, req->slot, SBX_ERROR_RESOURCE_EXHAUSTED, "out of memory in the plugin host");
         goto out;
     }
+    if (f->refused) {
+        reply_error(req->call_id, req->slot,
+                    sbx_errno_code(f->refused, SBX_ERROR_RESOURCE_EXHAUSTED),
+                    "the plugin host cannot start a thread to go on reading calls "
+                    "while this one runs: %s", strerror(f->refused));
+        goto done;
+    }
     for (unsigned i = 0; i < row->nargs; i++) {
         rc = decode_arg(row, i, req, f);
         if (rc == -2) {
@@ -1078,6 +1086,12 @@ run_call(sbx_wire_msg *req, call_frame *f)
                         "%s: stdin descriptor %lld was not passed with the call frame "
                         "(a descriptor travels beside the frame, never as a number)",
                         row->name, (long long)f->bad_fd);
+            goto done;
+        }
+        if ((rc < 0 || req->bad) && req->fds_lost) {
+            reply_error(req->call_id, req->slot, SBX_ERROR_RESOURCE_EXHAUSTED,
+                        "%s: the plugin host had no room for the descriptors of the call "
+                        "(too many open files)", row->name);
             goto done;
         }
         if (rc < 0 || req->bad) {
@@ -1281,8 +1295,6 @@ static void *lf_thread(void *arg);
 #define LF_KEEP_IDLE 2u
 static int lf_idle_ms = LF_IDLE_EXIT_MS;
 
-/* lf_thread()'s argument for the thread that must never retire. */
-#define LF_PERMANENT ((void *)1)
 
 /* Takes @self out of the pool and frees what it holds. */
 static void
@@ -1304,45 +1316,105 @@ lf_leave(lf_rec *self, int ep, void *scratch)
     free(scratch);
 }
 
+/* What a thread of the pool needs, made before it starts (so that a
+ * shortage of descriptors or memory is seen by the thread that wanted it). */
+typedef struct lf_start {
+    void *scratch;
+    int ep;
+    lf_rec *self;
+    int permanent;
+} lf_start;
+
+/* Frees what lf_setup() made; keeps errno. */
 static void
+lf_setup_free(lf_start *st)
+{
+    int e = errno;
+
+    if (st->self && st->self->kick_fd >= 0)
+        close(st->self->kick_fd);
+    if (st->ep >= 0)
+        close(st->ep);
+    free(st->self);
+    free(st->scratch);
+    free(st);
+    errno = e;
+}
+
+/* A new thread's buffer, epoll set and kick descriptor; NULL with errno
+ * set when they cannot be made. */
+static lf_start *
+lf_setup(int permanent)
+{
+    /* Edge-triggered: a thread that found the receive lock held waits for
+     * the next frame, not again for the one the holder is reading. */
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE | EPOLLET };
+    struct epoll_event kev = { .events = EPOLLIN };
+    lf_start *st = calloc(1, sizeof(*st));
+
+    if (!st)
+        return NULL;
+    st->ep = -1;
+    st->permanent = permanent;
+    st->scratch = malloc(SBX_WIRE_MAX_FRAME);
+    st->self = calloc(1, sizeof(*st->self));
+    if (!st->scratch || !st->self) {
+        errno = ENOMEM;
+        lf_setup_free(st);
+        return NULL;
+    }
+    st->self->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (st->self->kick_fd < 0 || (st->ep = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+        lf_setup_free(st);
+        return NULL;
+    }
+    ev.data.fd = H.sock;
+    kev.data.fd = st->self->kick_fd;
+    if (epoll_ctl(st->ep, EPOLL_CTL_ADD, H.sock, &ev) < 0 ||
+        epoll_ctl(st->ep, EPOLL_CTL_ADD, st->self->kick_fd, &kev) < 0) {
+        lf_setup_free(st);
+        return NULL;
+    }
+    return st;
+}
+
+/* Starts one more thread of the pool: 0, or -1 with errno set when the
+ * process is out of descriptors, memory or threads. */
+static int
 spawn_thread(void)
 {
     pthread_t t;
     pthread_attr_t attr;
+    lf_start *st = lf_setup(0);
+    int rc;
 
+    if (!st)
+        return -1;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&t, &attr, lf_thread, NULL) != 0) {
-        fprintf(stderr, "sbx-plugin-host: cannot start a thread\n");
-        exit(1);
-    }
+    rc = pthread_create(&t, &attr, lf_thread, st);
     pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        lf_setup_free(st);
+        errno = rc;
+        return -1;
+    }
+    return 0;
 }
 
 static void *
 lf_thread(void *arg)
 {
-    void *scratch = malloc(SBX_WIRE_MAX_FRAME);
-    /* Edge-triggered: a thread that found the receive lock held waits for
-     * the next frame, not again for the one the holder is reading. */
-    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE | EPOLLET };
-    struct epoll_event kev = { .events = EPOLLIN };
-    int ep = epoll_create1(EPOLL_CLOEXEC);
-    lf_rec *self = calloc(1, sizeof(*self));
+    lf_start *st = arg;
+    void *scratch = st->scratch;
+    struct epoll_event ev;
+    int ep = st->ep;
+    lf_rec *self = st->self;
     /* The main thread stays: were it to return, serve() would return and
      * the process exit with the other threads' calls in flight. */
-    int permanent = arg == LF_PERMANENT;
+    int permanent = st->permanent;
 
-    if (self)
-        self->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    ev.data.fd = H.sock;
-    kev.data.fd = self ? self->kick_fd : -1;
-    if (!scratch || ep < 0 || !self || self->kick_fd < 0 ||
-        epoll_ctl(ep, EPOLL_CTL_ADD, H.sock, &ev) < 0 ||
-        epoll_ctl(ep, EPOLL_CTL_ADD, self->kick_fd, &kev) < 0) {
-        fprintf(stderr, "sbx-plugin-host: cannot set up a thread: %s\n", strerror(errno));
-        exit(1);
-    }
+    free(st);
     pthread_mutex_lock(&LF.list_lock);
     self->next = LF.threads;
     LF.threads = self;
@@ -1422,8 +1494,15 @@ lf_thread(void *arg)
         }
         if (!blocking)
             continue;
-        if (__atomic_sub_fetch(&LF.idle, 1, __ATOMIC_SEQ_CST) == 0)
-            spawn_thread();
+        if (__atomic_sub_fetch(&LF.idle, 1, __ATOMIC_SEQ_CST) == 0 && spawn_thread() < 0 &&
+            frame && !(sbx_slot_rows[m->slot].flags & SBX_ROW_NO_REPLY)) {
+            /* No thread could be started to read the frames behind this
+             * call (out of descriptors, memory or threads): this one stays
+             * the reader, and the call fails rather than runs, since a
+             * host that reads no more would miss the cancels and calls of
+             * every other sandbox. */
+            frame->refused = errno;
+        }
         run_call(m, frame);
         __atomic_add_fetch(&LF.idle, 1, __ATOMIC_SEQ_CST);
     }
@@ -1542,7 +1621,15 @@ serve(int sock)
         return 1;
 
     free(scratch);
-    lf_thread(LF_PERMANENT);
+    {
+        lf_start *st = lf_setup(1);
+
+        if (!st) {
+            fprintf(stderr, "sbx-plugin-host: cannot set up a thread: %s\n", strerror(errno));
+            exit(1);
+        }
+        lf_thread(st);
+    }
     /* Not reached: the host ends only by exit() at EOF or on a fault. */
     return 1;
 }

@@ -210,8 +210,18 @@ int proto_proc_stat(pid_t pid, proto_proc *out)
 int proto_proc_alive(pid_t pid, unsigned long long start)
 {
     proto_proc st;
-    if (pid <= 0 || proto_proc_stat(pid, &st) < 0)
+    if (pid <= 0)
         return 0;
+    if (proto_proc_stat(pid, &st) < 0) {
+        /* /proc could not be read for want of a descriptor or memory: the
+         * process is not known to be gone. kill(0) says whether the pid
+         * lives (its start time cannot be checked now); a live sandbox is
+         * never taken for a dead one because the caller ran out of
+         * descriptors. */
+        if (errno == EMFILE || errno == ENFILE || errno == ENOMEM)
+            return kill(pid, 0) == 0 || errno == EPERM;
+        return 0;
+    }
     if (st.state == 'Z' || st.state == 'X')
         return 0;
     return start == 0 || st.start == start;
@@ -512,7 +522,47 @@ static int rm_tree_at(int parent, const char *name, dev_t dev, int depth, unsign
     return -1;
 }
 
+/* Removes by name, with no descriptor, what a sandbox's meta directory
+ * holds until its supervisor runs (sock, record, log, an empty root/ and
+ * its tmp/; on bubblewrap the overlay's lower/, work/ and mnt/) and then
+ * the directory itself: proto_rm_tree()'s way out when
+ * the process has no descriptor left to walk the tree with. Returns 0
+ * when @path is gone, else -1 with errno (a directory holding more). */
+static int rm_known_layout(const char *path)
+{
+    static const char *const files[] = { "sock", "record", "log", "workdir-owner" };
+    /* bubblewrap adds an overlay's empty lower layer, its work directory
+     * (with the work/ overlayfs makes in it) and its mount point. */
+    static const char *const dirs[] = { "root/tmp", "root", "lower", "work/work", "work",
+                                        "mnt" };
+    char sub[PATH_MAX];
+
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+        if ((size_t)snprintf(sub, sizeof(sub), "%s/%s", path, files[i]) < sizeof(sub))
+            unlink(sub);
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
+        if ((size_t)snprintf(sub, sizeof(sub), "%s/%s", path, dirs[i]) < sizeof(sub))
+            rmdir(sub);
+    if (rmdir(path) == 0 || errno == ENOENT)
+        return 0;
+    return -1;
+}
+
+static int rm_tree_fds(const char *path);
+
 int proto_rm_tree(const char *path)
+{
+    int rc = rm_tree_fds(path);
+    if (rc < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOMEM)) {
+        int e = errno;
+        if (rm_known_layout(path) == 0)
+            return 0;
+        errno = e;
+    }
+    return rc;
+}
+
+static int rm_tree_fds(const char *path)
 {
     const char *slash = strrchr(path, '/');
     if (path[0] != '/' || !slash || !slash[1]) {
