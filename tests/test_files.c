@@ -28,6 +28,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
@@ -40,6 +41,7 @@
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <sbx/sbx.h>
@@ -652,6 +654,68 @@ FILES_TEST(upload_download_file_keep_exec_bit)
     free(dl2);
     free(run);
     free(priv);
+}
+
+/*
+ * The process SIGKILLed while a download_file is under way leaves nothing
+ * in the destination directory: the bytes go to a file with no name until
+ * they are complete. The sandbox is on "faulty" (local whose read of a
+ * file named sbx-fault-hang never returns), so the kill lands mid-transfer
+ * every time. A download that completes afterwards gives the file, alone.
+ */
+Test(local, sigkill_mid_download_file_leaves_nothing)
+{
+    sbx_error *err = NULL;
+    sbx_client *fc = sbx_client_new("faulty", &err);
+    cr_assert_not_null(fc, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *fsb = tu_create(fc, NULL);
+    cr_assert_eq(sbx_sandbox_write_file(fsb, "/work/sbx-fault-hang", "never", 5, &err), 0);
+    cr_assert_eq(sbx_sandbox_write_file(fsb, "/work/plain", "done", 4, &err), 0);
+    char *outdir = tu_strdup_printf("%s/dl", g_host);
+    char *dest = tu_strdup_printf("%s/out", outdir);
+    cr_assert_eq(mkdir(outdir, 0755), 0);
+    char *state = sbx_sandbox_session_state(fsb, NULL);
+    cr_assert_not_null(state);
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        sbx_sandbox *sb = sbx_resume(state, NULL);
+        if (!sb)
+            _exit(2);
+        if (write(p[1], "s", 1) != 1)
+            _exit(3);
+        sbx_sandbox_download_file(sb, "/work/sbx-fault-hang", dest, NULL);
+        _exit(4);   /* not reached: the read never returns */
+    }
+    close(p[1]);
+    char c;
+    cr_assert_eq(read(p[0], &c, 1), 1, "the child could not resume the sandbox");
+    close(p[0]);
+    usleep(500 * 1000);   /* the download is blocked in the read by then */
+    int status;
+    cr_assert_eq(waitpid(pid, &status, WNOHANG), 0, "the download ended (status %d)", status);
+    cr_assert_eq(kill(pid, SIGKILL), 0);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    DIR *d = opendir(outdir);
+    cr_assert_not_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        cr_assert(strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0,
+                  "%s/%s was left by the killed download", outdir, e->d_name);
+    closedir(d);
+    cr_assert_eq(sbx_sandbox_download_file(fsb, "/work/plain", dest, &err), 0);
+    assert_ok(err, "download_file after the kill");
+    cr_assert_eq(tu_count_entries(outdir), 1);
+    cr_assert_eq(size_of(dest), 4);
+    cr_assert_eq(sbx_sandbox_destroy(fsb, &err), 0);
+    sbx_sandbox_free(fsb);
+    sbx_client_free(fc);
+    free(state);
+    free(outdir);
+    free(dest);
 }
 
 /* ---------------------------------------------------------------- trees */
