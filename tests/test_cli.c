@@ -682,6 +682,18 @@ Test(cli, create_and_exec_env_key_alone_pass_sbx_own_value)
     free_run(&r);
 }
 
+/* A lifetime longer than local's longest is refused naming the value as
+ * given (not rounded to 1e+11), the limit, and invalid_argument. */
+Test(cli, create_timeout_beyond_the_longest_lifetime_names_it)
+{
+    cli_run r = SBX("create", "--timeout", "99999999999");
+
+    EXPECT_TOOL_FAILURE(&r, "timeout_secs=99999999999 is longer than the local backend's "
+                        "longest lifetime (2147483 s)", "code=invalid_argument",
+                        "value=99999999999");
+    free_run(&r);
+}
+
 /* --rm as docker users type it: run destroys its sandbox anyway, so it is
  * accepted (and nothing is left); create, whose sandbox outlives sbx,
  * refuses it naming `sbx rm`. */

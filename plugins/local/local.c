@@ -2355,7 +2355,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
      * something else bounds the sandbox). */
     double lifetime = request->timeout_secs > 0 ? request->timeout_secs : 0;
     if (lifetime * 1000.0 > (double)PROTO_LIFETIME_MAX_MS) {
-        snprintf(num, sizeof(num), "%g", request->timeout_secs);
+        snprintf(num, sizeof(num), "%.15g", request->timeout_secs);
         sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                               "timeout_secs=%s is longer than the " BACKEND " backend's "
                               "longest lifetime (%llu s)", num,
