@@ -718,6 +718,56 @@ Test(local, sigkill_mid_download_file_leaves_nothing)
     free(dest);
 }
 
+/*
+ * The process SIGKILLed while a write_file streams into the sandbox (its
+ * source a pipe that stays open, so the write waits for more) leaves
+ * nothing in the sandbox directory: the plugin writes to a file with no
+ * name and names it only once the source ended. Run on local (its own
+ * file slot); g_sb's resumed handle is the child's.
+ */
+Test(local, sigkill_mid_write_file_leaves_nothing_in_the_sandbox)
+{
+    sh_expect("mkdir -p \"$SANDBOX_ROOT/work/up\" && echo made", "made\n");
+    char *state = sbx_sandbox_session_state(g_sb, NULL);
+    cr_assert_not_null(state);
+    int src[2], p[2];
+    cr_assert_eq(pipe(src), 0);
+    cr_assert_eq(pipe(p), 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        close(src[1]);
+        sbx_sandbox *sb = sbx_resume(state, NULL);
+        if (!sb)
+            _exit(2);
+        if (write(p[1], "s", 1) != 1)
+            _exit(3);
+        sbx_sandbox_write_file_from_fd(sb, "/work/up/file", src[0], 0644, NULL);
+        _exit(4);   /* not reached: the source never ends */
+    }
+    close(p[1]);
+    close(src[0]);
+    char c;
+    cr_assert_eq(read(p[0], &c, 1), 1, "the child could not resume the sandbox");
+    close(p[0]);
+    static char chunk[65536];
+    memset(chunk, 'x', sizeof chunk);
+    for (int i = 0; i < 16; i++)
+        cr_assert_eq(write(src[1], chunk, sizeof chunk), (ssize_t)sizeof chunk);
+    usleep(300 * 1000);   /* the write has taken them and waits for more */
+    int status;
+    cr_assert_eq(waitpid(pid, &status, WNOHANG), 0, "the write ended (status %d)", status);
+    cr_assert_eq(kill(pid, SIGKILL), 0);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    usleep(300 * 1000);   /* the plugin host, out of process, sees its end */
+    close(src[1]);
+    sbx_result *r = tu_sh(g_sb, "ls -A \"$SANDBOX_ROOT/work/up\" | wc -l", 10);
+    tu_assert_stdout(r, "0\n");
+    sbx_result_free(r);
+    free(state);
+}
+
 /* ---------------------------------------------------------------- trees */
 
 /* Creates @rel (components separated by '/') as directories under @base. */
