@@ -927,10 +927,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "28"
+#define N_TESTS "29"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "25"
+#define N_TESTS "26"
 #define BWRAP_PLUGIN ""
 #endif
 
@@ -2004,4 +2004,29 @@ Test(supervisor, creates_short_of_descriptors_fail_cleanly)
     cr_assert_gt(failed, 0, "no create ran short of descriptors");
     cr_assert_gt(made, 0, "no create succeeded with 24 descriptors left");
     sbx_client_free(c);
+}
+
+/* proto_rm_tree with no descriptor left: a tree that is more than a meta
+ * directory's known entries (files and directories three levels deep) is
+ * still removed whole, by a child process with a table of its own. */
+Test(supervisor, rm_tree_with_no_descriptor_left_removes_the_tree)
+{
+    char *top = tu_strdup_printf("%s/tree", g_tmp);
+    char *cmd = tu_strdup_printf("mkdir -p '%s/a/b/c' '%s/root' && echo x > '%s/a/b/c/f' && "
+                                 "echo y > '%s/root/g' && ln -s / '%s/a/link'", top, top, top,
+                                 top, top);
+    cr_assert_eq(system(cmd), 0);
+    struct rlimit rl = { 128, 128 };
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    int fds[256];
+    int n = fill_fds(fds, 256, 0);
+    cr_assert_lt(open("/dev/null", O_RDONLY | O_CLOEXEC), 0, "a descriptor is still free");
+    int rc = proto_rm_tree(top);
+    int e = errno;
+    unfill_fds(fds, n);
+    cr_assert_eq(rc, 0, "proto_rm_tree: %s", strerror(e));
+    cr_assert_eq(tu_exists(top), 0, "%s is still there", top);
+    cr_assert(tu_exists("/bin"), "the symlink's target went too");
+    free(cmd);
+    free(top);
 }

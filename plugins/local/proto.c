@@ -9,10 +9,12 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
@@ -550,12 +552,52 @@ static int rm_known_layout(const char *path)
 
 static int rm_tree_fds(const char *path);
 
+extern char **environ;
+
+/* The tree at @path removed by a child process that first closes every
+ * descriptor it inherited (`rm -rf --one-file-system -- PATH`), for a
+ * caller that has none left (EMFILE): 0 when @path is gone afterwards. */
+static int rm_tree_in_child(const char *path)
+{
+    posix_spawn_file_actions_t fa;
+    const char *argv[] = { "rm", "-rf", "--one-file-system", "--", path, NULL };
+    static const char *const rms[] = { "/usr/bin/rm", "/bin/rm" };
+    pid_t pid = -1;
+    int rc = -1, status;
+    struct stat st;
+
+    if (posix_spawn_file_actions_init(&fa) != 0)
+        return -1;
+    posix_spawn_file_actions_addclosefrom_np(&fa, 0);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    for (size_t i = 0; i < sizeof(rms) / sizeof(rms[0]) && pid < 0; i++)
+        if (access(rms[i], X_OK) == 0 &&
+            posix_spawn(&pid, rms[i], &fa, NULL, (char *const *)argv, environ) != 0)
+            pid = -1;
+    posix_spawn_file_actions_destroy(&fa);
+    if (pid < 0)
+        return -1;
+    /* SIGCHLD ignored by an application: waitpid fails once the child is
+     * gone, and the path says whether it did its work. */
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (lstat(path, &st) < 0 && errno == ENOENT)
+        rc = 0;
+    return rc;
+}
+
 int proto_rm_tree(const char *path)
 {
     int rc = rm_tree_fds(path);
     if (rc < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOMEM)) {
         int e = errno;
         if (rm_known_layout(path) == 0)
+            return 0;
+        /* More than the known layout: a process of its own, with a fresh
+         * table of descriptors, removes it (the per-process limit). */
+        if (e == EMFILE && rm_tree_in_child(path) == 0)
             return 0;
         errno = e;
     }

@@ -313,7 +313,9 @@ size_t proto_kill_descendants(pid_t ancestor, int sig, size_t *zombies);
  *  Out of descriptors (EMFILE, ENFILE) or memory, it still removes by
  *  name what a sandbox's meta directory holds before its supervisor runs
  *  (sock, record, log, an empty root/ and root/tmp/, bubblewrap's empty
- *  lower/, work/ and mnt/) and the directory,
+ *  lower/, work/ and mnt/) and the directory, and past that (EMFILE)
+ *  has `rm -rf --one-file-system` remove it in a child process that
+ *  closed every descriptor it inherited,
  *  so a create that failed for want of descriptors leaves nothing. */
 int proto_rm_tree(const char *path);
 
