@@ -261,11 +261,12 @@ static struct {
     pthread_mutex_t lock;
     kept_sb *list;
     unsigned making;                /* creates and resumes in flight */
-    pthread_cond_t made;            /* signalled as each of them ends */
+    unsigned proc_calls;            /* exec_start and process calls in flight */
+    pthread_cond_t made;            /* signalled as either count reaches 0 */
     pid_t app;                      /* the application (socket peer); 0 unknown */
     unsigned long long app_ticks;   /* its start time, clock ticks since boot */
     int app_fd;                     /* pidfd of it; -1 none */
-} K = { PTHREAD_MUTEX_INITIALIZER, NULL, 0, PTHREAD_COND_INITIALIZER, 0, 0, -1 };
+} K = { PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, PTHREAD_COND_INITIALIZER, 0, 0, -1 };
 
 /* A create or resume starts (@delta 1) or ended (-1, after kept_add). */
 static void
@@ -278,6 +279,18 @@ kept_making(int delta)
     pthread_mutex_unlock(&K.lock);
 }
 
+/* A call that starts or uses a process starts (@delta 1) or ended (-1,
+ * after its reply holds the new handle). */
+static void
+proc_call(int delta)
+{
+    pthread_mutex_lock(&K.lock);
+    K.proc_calls = delta > 0 ? K.proc_calls + 1 : K.proc_calls - 1;
+    if (K.proc_calls == 0)
+        pthread_cond_broadcast(&K.made);
+    pthread_mutex_unlock(&K.lock);
+}
+
 /*
  * Waits, at most @secs, until no create or resume is in flight. Their calls
  * were cancelled at EOF: each either fails, having removed what it made (a
@@ -286,12 +299,12 @@ kept_making(int delta)
  * plugin in the middle, with what the provider already made left behind.
  */
 static void
-kept_wait_making(double secs)
+kept_wait_counter(const unsigned *count, double secs)
 {
     double until = sbx_monotonic_now() + secs;
 
     pthread_mutex_lock(&K.lock);
-    while (K.making > 0) {
+    while (*count > 0) {
         double left = until - sbx_monotonic_now();
         struct timespec ts;
 
@@ -311,10 +324,121 @@ kept_wait_making(double secs)
         }
         pthread_cond_timedwait(&K.made, &K.lock, &ts);
     }
-    if (K.making > 0)
-        sbx_log(SBX_LOG_WARNING, H.backend, "plugin host: %u create(s) still running after "
-                "%.0f s; what they make is left to gc", K.making, secs);
+    if (*count > 0)
+        sbx_log(SBX_LOG_WARNING, H.backend, "plugin host: %u %s still running after %.0f s",
+                *count, count == &K.making ? "create(s), whose sandboxes are left to gc,"
+                                           : "process call(s)", secs);
     pthread_mutex_unlock(&K.lock);
+}
+
+static void
+kept_wait_making(double secs)
+{
+    kept_wait_counter(&K.making, secs);
+}
+
+/* Seconds the end waits for the process calls it cancelled, and for the
+ * exec_free of the processes the application left. */
+#define END_PROC_WAIT_SECS 3.0
+#define END_PROC_FREE_SECS 8.0
+
+typedef struct proc_job {
+    sbx_plugin_process *proc;
+    pthread_mutex_t *lock;
+    pthread_cond_t *cond;
+    unsigned *left;
+} proc_job;
+
+static void *
+end_proc_free(void *arg)
+{
+    proc_job *j = arg;
+    void (*exec_free)(sbx_plugin_process *) =
+        (void (*)(sbx_plugin_process *))(uintptr_t)sbx_slot_get(H.plugin, SBX_SLOT_ID_exec_free);
+
+    if (exec_free)
+        exec_free(j->proc);
+    pthread_mutex_lock(j->lock);
+    if (--*j->left == 0)
+        pthread_cond_signal(j->cond);
+    pthread_mutex_unlock(j->lock);
+    return NULL;
+}
+
+/*
+ * The application is gone with processes it started and never freed: each
+ * goes through the plugin's exec_free, which kills its tree when it still
+ * runs, as the application's free would have. Without this a command of a
+ * sandbox that outlives the application (detached, or owned by another
+ * process) ran on after the SIGKILL of the process that started it on
+ * docker, while local and bubblewrap end it with its connection. All at
+ * once, bounded; the process calls cancelled at EOF end first (calls on
+ * one process never overlap).
+ */
+static void
+end_processes(void)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static pthread_cond_t cond;
+    static unsigned left;
+    pthread_condattr_t ca;
+    sbx_plugin_process **procs = NULL;
+    size_t n = 0, cap = 0;
+    struct timespec until;
+
+    kept_wait_counter(&K.proc_calls, END_PROC_WAIT_SECS);
+    pthread_mutex_lock(&H.lock);
+    for (size_t i = 0; i < H.nhandles; i++) {
+        if (H.handles[i].kind != SBX_ENC_PROCESS)
+            continue;
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            sbx_plugin_process **m = realloc(procs, ncap * sizeof(*m));
+
+            if (!m)
+                break;
+            procs = m;
+            cap = ncap;
+        }
+        procs[n++] = H.handles[i].ptr;
+        H.handles[i].kind = -1;     /* nothing uses it after this */
+    }
+    pthread_mutex_unlock(&H.lock);
+    if (n == 0) {
+        free(procs);
+        return;
+    }
+    proc_job *jobs = calloc(n, sizeof(*jobs));
+    if (!jobs) {
+        free(procs);
+        return;
+    }
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&cond, &ca);
+    left = (unsigned)n;
+    for (size_t i = 0; i < n; i++) {
+        pthread_t t;
+        pthread_attr_t attr;
+
+        jobs[i] = (proc_job){ procs[i], &lock, &cond, &left };
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &attr, end_proc_free, &jobs[i]) != 0)
+            end_proc_free(&jobs[i]);
+        pthread_attr_destroy(&attr);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)END_PROC_FREE_SECS;
+    pthread_mutex_lock(&lock);
+    while (left > 0 && pthread_cond_timedwait(&cond, &lock, &until) == 0)
+        ;
+    pthread_mutex_unlock(&lock);
+    sbx_log(SBX_LOG_INFO, H.backend, "plugin host: freed %zu process(es) the application "
+            "left", n);
+    /* The jobs are not freed: a free past its bound may still run until the
+     * process exits. */
+    free(procs);
 }
 
 static void
@@ -610,6 +734,9 @@ host_end(int code)
     /* A create cancelled above may already have made something: it ends
      * first, cleaning up or handing its sandbox to the list below. */
     kept_wait_making(END_CREATE_WAIT_SECS);
+    /* The commands the application started and left go before their
+     * sandboxes do. */
+    end_processes();
 
     pthread_mutex_lock(&K.lock);
     if (!K.list) {
@@ -780,6 +907,7 @@ typedef struct call_frame {
     int registered;             /* rec is on H.calls (CANCEL and STOP find it) */
     uint64_t handle_id;         /* of the first argument, for FREES rows */
     int refused;                /* errno: fail the call unrun (no thread to read) */
+    int proc_call;              /* counted by proc_call() until done */
     int64_t bad_fd;             /* a descriptor number the frame did not pass */
 } call_frame;
 
@@ -1117,6 +1245,12 @@ run_call(sbx_wire_msg *req, call_frame *f)
         if ((int)rv == 0 && f->out_handle)
             kept_add(f->out_handle, req->slot == SBX_SLOT_ID_create ? f->ctx.create_token : NULL);
         kept_making(-1);
+    } else if (req->slot == SBX_SLOT_ID_exec_start ||
+               (row->nargs > 0 && row->enc[0] == SBX_ENC_PROCESS)) {
+        /* Counted until its reply is out (with the new process's handle). */
+        proc_call(1);
+        f->proc_call = 1;
+        ffi_call(&H.cif[req->slot], FFI_FN(fn), &rv, f->av);
     } else {
         ffi_call(&H.cif[req->slot], FFI_FN(fn), &rv, f->av);
     }
@@ -1210,6 +1344,8 @@ run_call(sbx_wire_msg *req, call_frame *f)
 done:
     if (ok && (row->flags & SBX_ROW_FREES))
         handle_remove(f->handle_id);
+    if (f->proc_call)
+        proc_call(-1);
     if (f->registered)
         call_unregister(&f->rec);
     /* Unregistered, nothing writes it any more: one that never fired is
