@@ -298,10 +298,11 @@ proc_call(int delta)
  * kept_add() keeps for end_reap(). Exiting under them instead would end the
  * plugin in the middle, with what the provider already made left behind.
  */
-static void
+static unsigned
 kept_wait_counter(const unsigned *count, double secs)
 {
     double until = sbx_monotonic_now() + secs;
+    unsigned running;
 
     pthread_mutex_lock(&K.lock);
     while (*count > 0) {
@@ -324,17 +325,19 @@ kept_wait_counter(const unsigned *count, double secs)
         }
         pthread_cond_timedwait(&K.made, &K.lock, &ts);
     }
-    if (*count > 0)
+    running = *count;
+    if (running > 0)
         sbx_log(SBX_LOG_WARNING, H.backend, "plugin host: %u %s still running after %.0f s",
-                *count, count == &K.making ? "create(s), whose sandboxes are left to gc,"
-                                           : "process call(s)", secs);
+                running, count == &K.making ? "create(s), whose sandboxes are left to gc,"
+                                            : "process call(s)", secs);
     pthread_mutex_unlock(&K.lock);
+    return running;
 }
 
 static void
 kept_wait_making(double secs)
 {
-    kept_wait_counter(&K.making, secs);
+    (void)kept_wait_counter(&K.making, secs);
 }
 
 /* Seconds the end waits for the process calls it cancelled, and for the
@@ -386,7 +389,10 @@ end_processes(void)
     size_t n = 0, cap = 0;
     struct timespec until;
 
-    kept_wait_counter(&K.proc_calls, END_PROC_WAIT_SECS);
+    /* A process call that ignored its cancel still runs on its process:
+     * freeing any of them under it could free that one; they stay. */
+    if (kept_wait_counter(&K.proc_calls, END_PROC_WAIT_SECS) > 0)
+        return;
     pthread_mutex_lock(&H.lock);
     for (size_t i = 0; i < H.nhandles; i++) {
         if (H.handles[i].kind != SBX_ENC_PROCESS)
