@@ -768,6 +768,74 @@ Test(local, sigkill_mid_write_file_leaves_nothing_in_the_sandbox)
     free(state);
 }
 
+/* Field 22 of /proc/@pid/stat: its start time in clock ticks. */
+static unsigned long long start_ticks_of(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    cr_assert_gt(n, 0);
+    buf[n] = '\0';
+    unsigned long long t = 0;
+    cr_assert_eq(sscanf(strrchr(buf, ')') + 1, " %*c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s"
+                        " %*s %*s %*s %*s %*s %*s %*s %*s %llu", &t), 1);
+    return t;
+}
+
+/*
+ * A directory download killed mid-way (SIGKILL) leaves its staging
+ * directory ".NAME.sbx-PID-TICKS-XXXXXXXX" beside the destination; the
+ * next extraction into that directory removes it, since its process (PID
+ * started at TICKS) is gone, and leaves alone the staging of a process that
+ * lives and every name of another form.
+ */
+FILES_TEST(a_dead_extraction_s_staging_is_removed_by_the_next)
+{
+    pid_t child = fork();
+    cr_assert(child >= 0);
+    if (child == 0) {
+        pause();
+        _exit(0);
+    }
+    unsigned long long ticks = start_ticks_of(child);
+    cr_assert_eq(kill(child, SIGKILL), 0);
+    cr_assert_eq(waitpid(child, NULL, 0), child);
+    char *parent = tu_strdup_printf("%s/dl", g_host);
+    cr_assert_eq(mkdir(parent, 0755), 0);
+    char *dead = tu_strdup_printf("%s/.out.sbx-%d-%llu-abcdefgh", parent, (int)child, ticks);
+    char *live = tu_strdup_printf("%s/.out.sbx-%d-%llu-abcdefgh", parent, (int)getpid(),
+                                  start_ticks_of(getpid()));
+    char *other = tu_strdup_printf("%s/.out.sbx-notours", parent);
+    char *inside = tu_strdup_printf("%s/partial", dead);
+    cr_assert_eq(mkdir(dead, 0700), 0);
+    tu_write_file(inside, "half", 4, 0600);
+    cr_assert_eq(mkdir(live, 0700), 0);
+    cr_assert_eq(mkdir(other, 0700), 0);
+    sh_expect("mkdir -p \"$SANDBOX_ROOT/work/tree\" && printf one > \"$SANDBOX_ROOT/work/tree/a\" "
+              "&& echo made", "made\n");
+    char *dest = tu_strdup_printf("%s/out", parent);
+    sbx_error *err = NULL;
+    int rc = sbx_sandbox_download_dir(g_sb, "/work/tree", dest, &err);
+    assert_ok(err, "download_dir");
+    cr_assert_eq(rc, 1, "%d entries copied, expected 1 (a; the root is not counted)", rc);
+    cr_assert_eq(tu_exists(dead), 0, "the staging of a dead extraction is still there");
+    cr_assert(tu_exists(live), "the staging of a live process went");
+    cr_assert(tu_exists(other), "a name of another form went");
+    cr_assert_eq(tu_count_entries(parent), 3, "dl holds out, the live staging and the other");
+    char *a = tu_strdup_printf("%s/a", dest);
+    cr_assert_eq(size_of(a), 3);
+    free(a);
+    free(dest);
+    free(inside);
+    free(other);
+    free(live);
+    free(dead);
+    free(parent);
+}
+
 /* ---------------------------------------------------------------- trees */
 
 /* Creates @rel (components separated by '/') as directories under @base. */
