@@ -173,6 +173,13 @@ int cli_parse_positive_int64(const cli_command *cmd, const char *option, const c
  * KEY, else a usage error naming it. */
 int cli_check_env(const cli_command *cmd, const char *arg);
 
+/* The variable -e @arg gives, as docker reads it: KEY=VALUE as it is;
+ * KEY alone is KEY with sbx's own value of it (*@kv a string that lives
+ * until sbx exits), or nothing (*@kv NULL) when sbx has no KEY. An empty
+ * @arg or KEY is a usage error naming it. Returns CLI_GO_ON or an exit
+ * status (reported). */
+int cli_env_arg(const cli_command *cmd, const char *arg, const char **kv);
+
 /* ---------------------------------------- signals and calls (calls.c) */
 
 /*

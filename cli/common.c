@@ -271,6 +271,31 @@ int cli_check_env(const cli_command *cmd, const char *arg)
     return CLI_GO_ON;
 }
 
+int cli_env_arg(const cli_command *cmd, const char *arg, const char **kv)
+{
+    const char *eq = strchr(arg, '=');
+    const char *value;
+    char *made;
+
+    *kv = NULL;
+    if (eq == arg || *arg == '\0')
+        return cli_usage_error(cmd, "invalid -e value \"%s\": expected KEY=VALUE or KEY", arg);
+    if (eq != NULL) {
+        *kv = arg;
+        return CLI_GO_ON;
+    }
+    /* -e KEY: docker's "the value of KEY in this environment". */
+    value = getenv(arg);
+    if (value == NULL)
+        return CLI_GO_ON;
+    made = malloc(strlen(arg) + strlen(value) + 2);
+    if (made == NULL)
+        return cli_out_of_memory();
+    sprintf(made, "%s=%s", arg, value);
+    *kv = made;     /* sbx's argument strings live until it exits: so does this */
+    return CLI_GO_ON;
+}
+
 static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
 {
     (void)st;

@@ -17,7 +17,8 @@ static void usage(FILE *out)
 "calls; the variables given at create still apply.\n"
 "\n"
 "  -e, --env=KEY=VALUE     set a variable for this command only (repeatable;\n"
-"                          it wins over the sandbox's)\n"
+"                          it wins over the sandbox's); -e KEY alone passes\n"
+"                          sbx's own KEY, as docker does (nothing when unset)\n"
 "      --cwd=DIR           sandbox path of the working directory (default:\n"
 "                          the sandbox's working directory)\n"
 "      --timeout=SECONDS   kill the command's processes after SECONDS\n"
@@ -54,9 +55,9 @@ typedef struct exec_ctx {
 static int add_env(const cli_command *cmd, const char *arg, void *ctx)
 {
     exec_ctx *c = ctx;
-    int status = cli_check_env(cmd, arg);
+    int status = cli_env_arg(cmd, arg, &arg);
 
-    if (status == CLI_GO_ON)
+    if (status == CLI_GO_ON && arg != NULL)
         c->env[c->nenv++] = arg;
     return status;
 }

@@ -50,9 +50,9 @@ static int set_env(const cli_command *cmd, const char *arg, void *ctx)
     creation_ctx *c = ctx;
     sbx_error *error = NULL;
     char *key;
-    int rc = cli_check_env(cmd, arg);
+    int rc = cli_env_arg(cmd, arg, &arg);
 
-    if (rc != CLI_GO_ON)
+    if (rc != CLI_GO_ON || arg == NULL)
         return rc;
     key = strndup(arg, (size_t)(strchr(arg, '=') - arg));
     if (key == NULL)
@@ -316,6 +316,20 @@ static int set_name(const cli_command *cmd, const char *arg, void *ctx)
     return CLI_GO_ON;
 }
 
+/* --rm: docker's "remove the container when it exits". The sandbox of run,
+ * exec-code and agent is always destroyed when its command ends, so it is
+ * accepted and changes nothing; create's sandbox outlives sbx, so there it
+ * is an error. */
+static int set_rm(const cli_command *cmd, const char *arg, void *ctx)
+{
+    (void)arg;
+    (void)ctx;
+    if (cmd == &cli_command_create)
+        return cli_usage_error(cmd, "--rm is for `sbx run`: a created sandbox stays until "
+                               "`sbx rm ID` (or its --timeout)");
+    return CLI_GO_ON;
+}
+
 /* The creation options, run's or create's letters, and @extra. */
 static int parse_creation(const cli_command *cmd, int argc, char **argv, sbx_options *options,
                           const char **backend, cli_terminal *term, const cli_option *extra)
@@ -344,13 +358,17 @@ static int parse_creation(const cli_command *cmd, int argc, char **argv, sbx_opt
         { "tty", 't', 0, NULL, set_tty },
         { "interactive", 'i', 0, NULL, set_interactive },
         { "user", 'u', 1, NULL, set_user },
+        { "rm", 0, 0, NULL, set_rm },
     };
     static const cli_option create_letters[] = {
         { NULL, 't', 1, NULL, cli_old_timeout_letter },
         { NULL, 'i', 1, NULL, old_image_letter },
         { "user", 'u', 1, NULL, user_for_create },
+        { "rm", 0, 0, NULL, set_rm },
     };
-    cli_option all[sizeof table / sizeof table[0] + 3 + 7];
+    _Static_assert(sizeof run_letters == sizeof create_letters, "one size for both");
+    cli_option all[sizeof table / sizeof table[0] + sizeof run_letters / sizeof run_letters[0]
+                   + 7];
     creation_ctx c = { { options, backend }, term, NULL, NULL, NULL, NULL };
     sbx_error *error = NULL;
     size_t n = sizeof table / sizeof table[0], k = 0;

@@ -1656,13 +1656,97 @@ ex_entry(ex_state *st, struct archive *a, struct archive_entry *e)
     return 1;
 }
 
-/* A fresh directory ".NAME.sbx-XXXXXX" in @parent; its name in @out. */
+/*
+ * Process @pid's state and start time (clock ticks since boot, field 22 of
+ * /proc/PID/stat): 1 when it lives (a zombie does not), 0 when it does not
+ * exist, -1 when /proc cannot tell (out of descriptors, say).
+ */
+static int
+proc_start(pid_t pid, unsigned long long *ticks)
+{
+    char path[64], buf[1024];
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT || errno == ESRCH ? 0 : -1;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return n == 0 || errno == ESRCH ? 0 : -1;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'), state = 0;
+    if (!p || sscanf(p + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s"
+                            " %*s %*s %*s %*s %llu", &state, ticks) != 2)
+        return -1;
+    return state == 'Z' || state == 'X' ? 0 : 1;
+}
+
+/*
+ * Removes from @parent the staging directories of extractions whose process
+ * died before it could (a SIGKILL mid-copy): names ".NAME.sbx-PID-TICKS-X"
+ * (make_staging's) whose PID does not live with start time TICKS. Nothing
+ * of another form, and no staging of a live process, is touched.
+ */
+static void
+sweep_dead_staging(int parent)
+{
+    int fd = openat(parent, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    struct dirent *e;
+    char **dead = NULL;
+    size_t n = 0;
+
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        const char *tag = e->d_name[0] == '.' ? strstr(e->d_name, ".sbx-") : NULL;
+        unsigned long long pid, ticks;
+        char rest[16];
+        int used = 0;
+
+        unsigned long long now = 0;
+
+        if (!tag || sscanf(tag, ".sbx-%llu-%llu-%15[a-z0-9]%n", &pid, &ticks, rest, &used) != 3 ||
+            tag[used] != '\0' || strlen(rest) != 8 || pid == 0 || pid > INT_MAX || ticks == 0)
+            continue;   /* not of this form, or made without a start time to check */
+        int lives = proc_start((pid_t)pid, &now);
+        if (lives < 0 || (lives == 1 && now == ticks))
+            continue;   /* its process lives, or cannot be told: not ours to remove */
+        char **m = realloc(dead, (n + 1) * sizeof(*m));
+        if (!m)
+            break;
+        dead = m;
+        if ((dead[n] = strdup(e->d_name)) != NULL)
+            n++;
+    }
+    closedir(d);
+    for (size_t i = 0; i < n; i++) {
+        rm_rel(parent, dead[i]);
+        free(dead[i]);
+    }
+    free(dead);
+}
+
+/* A fresh directory ".NAME.sbx-PID-TICKS-XXXXXXXX" in @parent (PID and
+ * TICKS: this process and its start time, so that a later extraction can
+ * tell it from one of a process still alive); its name in @out. Stale
+ * staging directories of dead processes go first. */
 static int
 make_staging(int parent, const char *name, char *out, size_t outsz)
 {
     static const char digits[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+    static unsigned long long self_ticks;
     char base[64];
 
+    if (!self_ticks && proc_start(getpid(), &self_ticks) != 1)
+        self_ticks = 0;
+    sweep_dead_staging(parent);
     snprintf(base, sizeof(base), ".%.40s", name && *name != '.' ? name : "sbx");
     for (int tries = 0; tries < 100; tries++) {
         unsigned char rnd[8];
@@ -1670,7 +1754,7 @@ make_staging(int parent, const char *name, char *out, size_t outsz)
         if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
             for (size_t i = 0; i < sizeof(rnd); i++)
                 rnd[i] = (unsigned char)(rand() ^ (int)time(NULL));
-        snprintf(out, outsz, "%s.sbx-", base);
+        snprintf(out, outsz, "%s.sbx-%d-%llu-", base, (int)getpid(), self_ticks);
         size_t len = strlen(out);
         for (size_t i = 0; i < 8 && len + 1 < outsz; i++) {
             out[len++] = digits[rnd[i] % (sizeof(digits) - 1)];

@@ -429,15 +429,19 @@ host_repo_dir(const char *url)
 
 /*
  * Writes a bundle of the host repository @dir (HEAD, every branch and tag:
- * `git -C DIR bundle create FILE HEAD --all`) to a new unlinked temporary
- * file and returns its descriptor at offset 0, or -1 with a creation_failed
- * error naming the step and git's last line. Nothing is left on disk.
+ * `git -C DIR bundle create - HEAD --all`, on git's stdout) to a temporary
+ * file unlinked before git starts and returns its descriptor at offset 0,
+ * or -1 with a creation_failed error naming the step and git's last line.
+ * Nothing is ever on disk under a name: a process killed while git runs
+ * (SIGKILL included) leaves no file behind, and git itself ends when it
+ * has written the bundle.
  */
 static int
 bundle_repo(const char *dir, const char *shown, sbx_error **err)
 {
     const char *t = getenv("TMPDIR");
-    char *path = sbx_asprintf("%s/sbx-git-XXXXXX.bundle", t && *t ? t : "/tmp");
+    const char *tmp = t && *t ? t : "/tmp";
+    char *path = sbx_asprintf("%s/sbx-git-XXXXXX.bundle", tmp);
     int pfd[2] = { -1, -1 }, fd = -1, rc = -1, status = 0;
     pid_t pid = -1;
     sbx_buf msg = { 0 };
@@ -448,27 +452,31 @@ bundle_repo(const char *dir, const char *shown, sbx_error **err)
         sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
         return -1;
     }
-    fd = mkstemps(path, 7);
+    fd = open(tmp, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
-        e = sbx_set_error(err, SBX_ERROR_CREATION_FAILED, NULL,
-                          "git clone of %s: cannot make a temporary file in %s: %s", shown,
-                          t && *t ? t : "/tmp", strerror(errno));
+        /* A file system without O_TMPFILE: a name, gone at once. */
+        fd = mkostemps(path, 7, O_CLOEXEC);
+        if (fd >= 0)
+            unlink(path);
+    }
+    if (fd < 0) {
+        e = sbx_set_error(err, errno == EMFILE || errno == ENFILE || errno == ENOMEM
+                                   ? SBX_ERROR_RESOURCE_EXHAUSTED : SBX_ERROR_CREATION_FAILED,
+                          NULL, "git clone of %s: cannot make a temporary file in %s: %s",
+                          shown, tmp, strerror(errno));
         sbx_error_add_context(e, "step", "git_clone");
+        sbx_error_add_context(e, "path", tmp);
         free(path);
         return -1;
     }
-    close(fd);
-    fd = -1;
-    /* git writes the bundle itself (through FILE.lock). */
-    unlink(path);
     if (pipe2(pfd, O_CLOEXEC) < 0) {
         e = sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "pipe: %s", strerror(errno));
         goto out;
     }
-    const char *argv[] = { "git", "-C", dir, "bundle", "create", path, "HEAD", "--all", NULL };
+    const char *argv[] = { "git", "-C", dir, "bundle", "create", "-", "HEAD", "--all", NULL };
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, fd, 1);
     posix_spawn_file_actions_adddup2(&fa, pfd[1], 2);
     int se = posix_spawnp(&pid, "git", &fa, NULL, (char *const *)argv, environ);
     posix_spawn_file_actions_destroy(&fa);
@@ -503,21 +511,22 @@ bundle_repo(const char *dir, const char *shown, sbx_error **err)
         free(line);
         goto out;
     }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    if (lseek(fd, 0, SEEK_SET) != 0) {
         e = sbx_set_error(err, SBX_ERROR_CREATION_FAILED, NULL,
-                          "git clone of %s: cannot open the bundle %s: %s", shown, path,
+                          "git clone of %s: cannot read the bundle back: %s", shown,
                           strerror(errno));
         sbx_error_add_context(e, "step", "git_clone");
         goto out;
     }
     rc = fd;
+    fd = -1;
 out:
+    if (fd >= 0)
+        close(fd);
     if (pfd[0] >= 0)
         close(pfd[0]);
     if (pfd[1] >= 0)
         close(pfd[1]);
-    unlink(path);
     free(path);
     sbx_buf_clear(&msg);
     return rc;

@@ -3,6 +3,7 @@
  * redacted key/value context; the reference's string rendering; the host
  * services handed to plugins (logging, error construction, allocation).
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -421,6 +422,21 @@ sbx_error_propagate(sbx_error **dest, sbx_error *src)
         *dest = src;
     else
         sbx_error_free(src);
+}
+
+sbx_error_code
+sbx_errno_code(int e, sbx_error_code otherwise)
+{
+    switch (e) {
+    case EMFILE:
+    case ENFILE:
+    case ENOMEM:
+    case ENOBUFS:
+    case EAGAIN:
+        return SBX_ERROR_RESOURCE_EXHAUSTED;
+    default:
+        return otherwise;
+    }
 }
 
 sbx_error_code

@@ -446,8 +446,8 @@ make_fds(exec_state *st, int far[3], sbx_error **err)
     }
     return 0;
 fail:
-    sbx_set_error(err, SBX_ERROR_EXECUTION_FAILED, NULL, "cannot create exec descriptors: %s",
-                  strerror(errno));
+    sbx_set_error(err, sbx_errno_code(errno, SBX_ERROR_EXECUTION_FAILED), NULL,
+                  "cannot create exec descriptors: %s", strerror(errno));
     return -1;
 }
 
@@ -909,7 +909,7 @@ exec_begin(exec_state *st, sbx_sandbox *sandbox, const sbx_exec_request *request
         int sv[2];
 
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) < 0) {
-            sbx_set_error(err, SBX_ERROR_EXECUTION_FAILED, NULL,
+            sbx_set_error(err, sbx_errno_code(errno, SBX_ERROR_EXECUTION_FAILED), NULL,
                           "cannot create exec descriptors: %s", strerror(errno));
             return -1;
         }

@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 
 #include "archive.h"
@@ -982,6 +983,65 @@ base_part(const char *path)
     return sbx_strndup(path + start, len - start);
 }
 
+/*
+ * A file of directory @dir with no name (O_TMPFILE), for a download that
+ * must leave nothing behind if the process dies before it ends (SIGKILL
+ * included): -1 when the file system has no O_TMPFILE or /proc/self/fd,
+ * through which publish_tmpfile() names it, is not there.
+ */
+static int
+open_unnamed(const char *dir)
+{
+    if (access("/proc/self/fd", X_OK) != 0)
+        return -1;
+    return open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+}
+
+/*
+ * Gives the unnamed file @fd of @dir the name @local_path: linked there
+ * when nothing is (atomic), else linked under a staging name
+ * ".BASE.sbx-XXXXXXXX" beside it and renamed over it (a file under that
+ * name exists only between the two calls). 0, or -1 with errno.
+ */
+static int
+publish_tmpfile(int fd, const char *dir, const char *base, const char *local_path)
+{
+    char proc[64], *tmp = NULL;
+    unsigned char r[6];
+    int rc = -1;
+
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+    if (linkat(AT_FDCWD, proc, AT_FDCWD, local_path, AT_SYMLINK_FOLLOW) == 0)
+        return 0;
+    if (errno != EEXIST)
+        return -1;
+    for (int tries = 0; tries < 16; tries++) {
+        if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
+            return -1;
+        free(tmp);
+        tmp = sbx_asprintf("%s/.%.200s.sbx-%02x%02x%02x%02x%02x%02x", dir, base, r[0], r[1],
+                           r[2], r[3], r[4], r[5]);
+        if (!tmp) {
+            errno = ENOMEM;
+            return -1;
+        }
+        if (linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) == 0) {
+            rc = rename(tmp, local_path);
+            if (rc < 0) {
+                int e = errno;
+
+                unlink(tmp);
+                errno = e;
+            }
+            break;
+        }
+        if (errno != EEXIST)
+            break;
+    }
+    free(tmp);
+    return rc;
+}
+
 SBX_EXPORT int
 sbx_sandbox_download_file(sbx_sandbox *sandbox, const char *sandbox_path, const char *local_path,
                           sbx_error **error)
@@ -991,7 +1051,7 @@ sbx_sandbox_download_file(sbx_sandbox *sandbox, const char *sandbox_path, const 
     char *dir = NULL, *base = NULL, *tmp = NULL;
     uint32_t mode;
     struct stat st;
-    int fd = -1;
+    int fd = -1, unnamed = 0;
 
     if (files_begin(sandbox, sandbox_path, "sandbox_path", &err) < 0)
         goto fail;
@@ -1016,9 +1076,17 @@ sbx_sandbox_download_file(sbx_sandbox *sandbox, const char *sandbox_path, const 
     }
     if (mkdir_parents(dir, &made, &err) < 0)
         goto fail;
-    tmp = sbx_asprintf("%s/.%.200s.sbx-XXXXXX", dir, base);
-    if (!tmp || (fd = mkostemp(tmp, O_CLOEXEC)) < 0) {
-        sbx_error *e = sbx_set_error(&err, SBX_ERROR_WORKSPACE, NULL,
+    /* The bytes go to a file with no name, named only once complete: a
+     * process killed meanwhile leaves nothing. Where the file system has
+     * no O_TMPFILE, a staging file ".BASE.sbx-XXXXXX" beside the
+     * destination, renamed over it at the end. */
+    fd = open_unnamed(dir);
+    unnamed = fd >= 0;
+    if (!unnamed && (tmp = sbx_asprintf("%s/.%.200s.sbx-XXXXXX", dir, base)) != NULL)
+        fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        sbx_error *e = sbx_set_error(&err, tmp ? sbx_errno_code(errno, SBX_ERROR_WORKSPACE)
+                                               : SBX_ERROR_RESOURCE_EXHAUSTED, NULL,
                                      "cannot create a file in \"%s\": %s", dir,
                                      tmp ? strerror(errno) : "out of memory");
         sbx_error_add_context(e, "path", dir);
@@ -1028,12 +1096,22 @@ sbx_sandbox_download_file(sbx_sandbox *sandbox, const char *sandbox_path, const 
     }
     if (read_to_fd(sandbox, sandbox_path, NULL, fd, &err) < 0)
         goto fail;
-    if (fchmod(fd, mode) < 0 || close(fd) < 0 || (fd = -1, rename(tmp, local_path) < 0)) {
+    int done;
+
+    if (fchmod(fd, mode) < 0)
+        done = -1;
+    else if (unnamed)
+        done = publish_tmpfile(fd, dir, base, local_path);
+    else
+        done = close(fd) < 0 || (fd = -1, rename(tmp, local_path) < 0) ? -1 : 0;
+    if (done < 0) {
         sbx_error *e = sbx_set_error(&err, SBX_ERROR_WORKSPACE, NULL, "cannot write \"%s\": %s",
                                      local_path, strerror(errno));
         sbx_error_add_context(e, "path", local_path);
         goto fail;
     }
+    if (fd >= 0)
+        close(fd);
     free(tmp);
     free(dir);
     free(base);

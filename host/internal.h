@@ -226,6 +226,14 @@ void sbx_error_propagate(sbx_error **dest, sbx_error *src);
 sbx_error_code sbx_error_code_for_op(const char *op);
 
 /**
+ * The code of a failure with errno @e of a call that makes a resource (a
+ * descriptor, a socket, a file, a process, memory): resource_exhausted for
+ * EMFILE, ENFILE, ENOMEM, ENOBUFS and EAGAIN (the process limit), as
+ * sbx_error_code documents; @otherwise for every other errno.
+ */
+sbx_error_code sbx_errno_code(int e, sbx_error_code otherwise);
+
+/**
  * Makes sure *@err holds an error after a slot reported failure: when the
  * plugin stored none, stores the code sbx_error_code_for_op(@slot) gives,
  * saying @slot failed without a reason. @err must not be NULL.

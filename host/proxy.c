@@ -720,7 +720,8 @@ host_start(proxy_client *pc, sbx_error **err)
     sbx_error *e;
 
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
-        e = sbx_set_error(err, SBX_ERROR_CONNECTION, op, "socketpair: %s", strerror(errno));
+        e = sbx_set_error(err, sbx_errno_code(errno, SBX_ERROR_CONNECTION), op,
+                          "cannot start the plugin host: socketpair: %s", strerror(errno));
         return -1;
     }
     setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &bufsize, sizeof(bufsize));
@@ -785,7 +786,7 @@ host_start(proxy_client *pc, sbx_error **err)
         posix_spawn_file_actions_destroy(&fa);
         posix_spawnattr_destroy(&attr);
         if (rc != 0) {
-            e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, op,
+            e = sbx_set_error(err, sbx_errno_code(rc, SBX_ERROR_CONFIGURATION), op,
                               "cannot start the plugin host %s: %s (set SBX_PLUGIN_HOST, "
                               "or SBX_PLUGIN_MODE=inprocess)", host, strerror(rc));
             sbx_error_add_context(e, "path", host);
@@ -1549,7 +1550,7 @@ decode_reply(proxy_client *pc, const sbx_slot_row *row, unsigned slot, void **av
 
         ret_fail(row, ret);
         if (rep->fds_lost)
-            e = sbx_set_error(ep, SBX_ERROR_CONNECTION, row->name,
+            e = sbx_set_error(ep, SBX_ERROR_RESOURCE_EXHAUSTED, row->name,
                               "the reply of the plugin host of backend \"%s\" carried "
                               "descriptors this process had no room for (too many open files)",
                               pc->backend);

@@ -297,12 +297,31 @@ sbx_state_dir_make(char *out, size_t cap, sbx_error **err)
 
 /* --------------------------------------------------------------- opening */
 
+/* The code of SQLite's last failure on record_db: resource_exhausted when
+ * the system ran out (SQLITE_NOMEM, or an EMFILE, ENFILE or ENOMEM behind
+ * it), else configuration. The system error, if any, goes in @os. */
+static sbx_error_code
+db_code(char *os, size_t cap)
+{
+    int sys = record_db ? sqlite3_system_errno(record_db) : 0;
+
+    os[0] = '\0';
+    if (sys > 0)
+        snprintf(os, cap, " (%s)", strerror(sys));
+    if ((record_db && sqlite3_errcode(record_db) == SQLITE_NOMEM) ||
+        sbx_errno_code(sys, SBX_ERROR_CONFIGURATION) == SBX_ERROR_RESOURCE_EXHAUSTED)
+        return SBX_ERROR_RESOURCE_EXHAUSTED;
+    return SBX_ERROR_CONFIGURATION;
+}
+
 static int
 db_fail(sbx_error **err, const char *what)
 {
-    sbx_error *e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL,
-                                 "lifecycle record %s: %s: %s", record_path, what,
-                                 record_db ? sqlite3_errmsg(record_db) : "cannot open");
+    char os[128];
+    sbx_error_code code = db_code(os, sizeof(os));
+    sbx_error *e = sbx_set_error(err, code, NULL,
+                                 "lifecycle record %s: %s: %s%s", record_path, what,
+                                 record_db ? sqlite3_errmsg(record_db) : "cannot open", os);
     sbx_error_add_context(e, "path", record_path);
     return -1;
 }
@@ -313,9 +332,10 @@ exec_sql(const char *sql, sbx_error **err)
     char *msg = NULL;
 
     if (sqlite3_exec(record_db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        sbx_error *e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL,
-                                     "lifecycle record %s: %s", record_path,
-                                     msg ? msg : sqlite3_errmsg(record_db));
+        char os[128];
+        sbx_error_code code = db_code(os, sizeof(os));
+        sbx_error *e = sbx_set_error(err, code, NULL, "lifecycle record %s: %s%s", record_path,
+                                     msg ? msg : sqlite3_errmsg(record_db), os);
         sbx_error_add_context(e, "path", record_path);
         sqlite3_free(msg);
         return -1;
@@ -363,9 +383,10 @@ stmt_exec(int which, sbx_error **err)
     rc = sqlite3_step(st);
     stmt_done(st);
     if (rc != SQLITE_DONE) {
-        sbx_error *e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL,
-                                     "lifecycle record %s: %s", record_path,
-                                     sqlite3_errmsg(record_db));
+        char os[128];
+        sbx_error_code code = db_code(os, sizeof(os));
+        sbx_error *e = sbx_set_error(err, code, NULL, "lifecycle record %s: %s%s", record_path,
+                                     sqlite3_errmsg(record_db), os);
         sbx_error_add_context(e, "path", record_path);
         return -1;
     }
@@ -430,8 +451,8 @@ record_open(sbx_error **err)
     /* Made 0600 by us, or checked: nobody else may plant rows. */
     fd = open(record_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
     if (fd < 0) {
-        sbx_error *e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL, "cannot open %s: %s",
-                                     record_path, strerror(errno));
+        sbx_error *e = sbx_set_error(err, sbx_errno_code(errno, SBX_ERROR_CONFIGURATION), NULL,
+                                     "cannot open %s: %s", record_path, strerror(errno));
         sbx_error_add_context(e, "path", record_path);
         return -1;
     }
@@ -749,7 +770,7 @@ sbx_record_foreach(sbx_record_fn fn, void *user_data, sbx_error **err)
             size_t nc = cap ? 2 * cap : 16;
             sbx_record_row *g = realloc(rows, nc * sizeof(*rows));
             if (!g) {
-                sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL, "out of memory");
+                sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
                 goto out;
             }
             rows = g;
@@ -766,7 +787,7 @@ sbx_record_foreach(sbx_record_fn fn, void *user_data, sbx_error **err)
         r->detached = sqlite3_column_int(st, 6);
         n++;
         if (!r->create_token || !r->backend || !r->provider_id || !r->session_state) {
-            sbx_set_error(err, SBX_ERROR_CONFIGURATION, NULL, "out of memory");
+            sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, NULL, "out of memory");
             goto out;
         }
         sqlite3_reset(ow);

@@ -1065,3 +1065,173 @@ Test(attached, a_failed_create_with_a_spare_leaves_nothing)
     free(file);
     free(wd);
 }
+
+/* ------------------------------------------------ SIGKILL mid-create */
+
+/*
+ * The application SIGKILLed while its create is in flight in the plugin
+ * host, after the provider made the sandbox (the "faulty" backend's create
+ * holds for up to 3 s once HOLD/ID exists, as a container that exists but
+ * has not started yet): the host finishes that create before it exits. A
+ * create that honours the cancel removes what it made; one that ignores it
+ * (@deaf) returns a sandbox, which the host destroys as any attached one.
+ * Either way HOLD ends empty, the host is gone within 5 s and no row is
+ * left for gc.
+ */
+static void sigkill_mid_create(int deaf)
+{
+    char *hold = tu_strdup_printf("%s/hold", g_dirs.top);
+    char *started = tu_strdup_printf("%s/started", g_dirs.top);
+    int p[2];
+
+    cr_assert_eq(mkdir(hold, 0700), 0);
+    cr_assert_eq(pipe(p), 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        setenv("SBX_FAULT_CREATE_HOLD", hold, 1);
+        setenv("SBX_FAULT_STARTED", started, 1);
+        if (deaf)
+            setenv("SBX_FAULT_CREATE_DEAF", "1", 1);
+        sbx_error *err = NULL;
+        sbx_client *c = sbx_client_new_with_mode("faulty", SBX_PLUGIN_MODE_OUT_OF_PROCESS, &err);
+        if (!c) {
+            dprintf(p[1], "E client: %s\n", sbx_error_get0_message(err));
+            _exit(2);
+        }
+        dprintf(p[1], "H %d\n", sbx_client_get_host_pid(c));
+        sbx_sandbox *sb = sbx_sandbox_create(c, NULL, &err);
+        /* Not reached before the SIGKILL: the create holds for 1.5 s or more. */
+        dprintf(p[1], "E create returned %s\n", sb ? "a sandbox" : sbx_error_get0_message(err));
+        _exit(3);
+    }
+    close(p[1]);
+    char line[512];
+    ssize_t n = read(p[0], line, sizeof(line) - 1);
+    cr_assert_gt(n, 0);
+    line[n] = '\0';
+    cr_assert_eq(line[0], 'H', "the application failed: %s", line);
+    pid_t host = (pid_t)atoi(line + 2);
+    cr_assert(host > 0 && tu_is_plugin_host(host), "no plugin host: %d", (int)host);
+    double t0 = tu_now();
+    while (!tu_exists(started) && tu_now() - t0 < 20)
+        usleep(5000);
+    cr_assert(tu_exists(started), "the create never reached the provider's part");
+    cr_assert_eq(tu_count_entries(hold), 1, "the provider's resource is not there");
+
+    cr_assert_eq(kill(pid, SIGKILL), 0);
+    cr_assert_eq(waitpid(pid, NULL, 0), pid);
+    t0 = tu_now();
+    cr_assert(tu_wait_pid_gone(host, 5.0), "%s", tu_proc_describe(host));
+    fprintf(stderr, "# %s create: plugin host gone %.3f s after the SIGKILL\n",
+            deaf ? "a deaf" : "a cancellable", tu_now() - t0);
+    cr_assert_eq(tu_count_entries(hold), 0,
+                 "the sandbox made by the create in flight outlived its application");
+    cr_assert_eq(rows_where("1"), deaf ? 0 : 1, "rows left");
+    close(p[0]);
+    rmdir(hold);
+    unlink(started);
+    free(hold);
+    free(started);
+}
+
+Test(attached, sigkill_mid_create_the_cancelled_create_removes_what_it_made)
+{
+    sigkill_mid_create(0);
+}
+
+Test(attached, sigkill_mid_create_the_sandbox_it_returns_is_destroyed)
+{
+    sigkill_mid_create(1);
+}
+
+/* ------------------------------------------------- SIGKILL mid-exec */
+
+/*
+ * The application SIGKILLed while a command of a detached sandbox runs (the
+ * sandbox outlives it, as after `sbx create`): the command's tree ends
+ * within 5 s on every backend, as the application's free of the process
+ * would have ended it, and the sandbox itself stays. On docker the exec's
+ * process lived on in the container until the plugin host freed the
+ * processes the application left.
+ */
+Test(attached, sigkill_mid_exec_ends_the_command_and_keeps_the_detached_sandbox)
+{
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        sbx_error *err = NULL;
+        sbx_client *c = sbx_client_new_with_mode(tu_backend(), SBX_PLUGIN_MODE_OUT_OF_PROCESS,
+                                                 &err);
+        if (!c) {
+            dprintf(p[1], "E client: %s\n", sbx_error_get0_message(err));
+            _exit(2);
+        }
+        sbx_options *d = sbx_options_new();
+        sbx_options_set_timeout_secs(d, 600, NULL);
+        sbx_options_set_detached(d, 1, NULL);
+        sbx_sandbox *sb = sbx_sandbox_create(c, d, &err);
+        if (!sb) {
+            dprintf(p[1], "E create: %s\n", sbx_error_get0_message(err));
+            _exit(2);
+        }
+        char *state = sbx_sandbox_session_state(sb, NULL);
+        dprintf(p[1], "S %d %s\n", sbx_client_get_host_pid(c), state ? state : "-");
+        close(p[1]);
+        /* Never returns while the sandbox lives. */
+        sbx_result *r = sbx_sandbox_execute_shell(sb, "echo $$ > exec.pid; exec sleep 100",
+                                                  NULL);
+        sbx_result_free(r);
+        _exit(3);
+    }
+    close(p[1]);
+    FILE *f = fdopen(p[0], "r");
+    cr_assert_not_null(f);
+    char *line = NULL;
+    size_t cap = 0;
+    cr_assert_gt(getline(&line, &cap, f), 0);
+    fclose(f);
+    line[strcspn(line, "\n")] = '\0';
+    cr_assert_eq(line[0], 'S', "the application failed: %s", line);
+    int used = 0, host = 0;
+    cr_assert_eq(sscanf(line, "S %d %n", &host, &used), 1, "%s", line);
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_resume(line + used, &err);
+    cr_assert_not_null(sb, "resume: %s", err ? sbx_error_get0_message(err) : "");
+    /* The command runs: its pid file is there and the process answers. */
+    sbx_result *r = NULL;
+    double t0 = tu_now();
+    for (;;) {
+        r = tu_sh(sb, "kill -0 \"$(cat exec.pid 2>/dev/null)\" 2>/dev/null; echo $?", 10);
+        if (strcmp(sbx_result_get0_stdout(r, NULL), "0\n") == 0 || tu_now() - t0 > 20)
+            break;
+        sbx_result_free(r);
+        usleep(50 * 1000);
+    }
+    tu_assert_stdout(r, "0\n");
+    sbx_result_free(r);
+
+    cr_assert_eq(kill(pid, SIGKILL), 0);
+    cr_assert_eq(waitpid(pid, NULL, 0), pid);
+    t0 = tu_now();
+    cr_assert(tu_wait_pid_gone((pid_t)host, 5.0), "%s", tu_proc_describe((pid_t)host));
+    for (;;) {
+        r = tu_sh(sb, "kill -0 \"$(cat exec.pid)\" 2>/dev/null; echo $?", 10);
+        if (strcmp(sbx_result_get0_stdout(r, NULL), "1\n") == 0 || tu_now() - t0 > 5.0)
+            break;
+        sbx_result_free(r);
+        usleep(50 * 1000);
+    }
+    fprintf(stderr, "# the command of a detached sandbox ended %.3f s after the SIGKILL of "
+            "its application\n", tu_now() - t0);
+    tu_assert_stdout(r, "1\n");
+    sbx_result_free(r);
+    cr_assert_eq(sbx_sandbox_is_alive(sb, &err), 1, "the detached sandbox went too");
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox_free(sb);
+    free(line);
+}

@@ -632,11 +632,82 @@ Test(cli, run_backend_from_environment_and_b_overrides_it)
     free_run(&r);
 }
 
-Test(cli, run_env_without_equals_is_125)
+/* -e KEY without a value is docker's: sbx's own KEY (spaces, '=' and all),
+ * and nothing at all when sbx has no KEY; an empty KEY is an error naming
+ * the value, for run, create and exec alike. */
+Test(cli, run_env_key_alone_passes_sbx_own_value_as_docker)
 {
-    cli_run r = SBX("run", "-e", "BADVALUE", "--", "true");
+    cli_spec spec = { 0 };
+    cli_run r;
 
-    EXPECT_TOOL_FAILURE(&r, "\"BADVALUE\"", "KEY=VALUE");
+    spec.env = (const char *const[]){ "SBX_TEST_PASSED=a b=c", NULL };
+    spec.args = (const char *const[]){ "run", "-e", "SBX_TEST_PASSED", "-e", "SBX_TEST_UNSET",
+                                       "--", "sh", "-c",
+                                       "printf '[%s][%s]' \"$SBX_TEST_PASSED\" "
+                                       "\"${SBX_TEST_UNSET-unset}\"", NULL };
+    r = run_spec(&spec);
+    expect_run(&r, 0, "[a b=c][unset]");
+    free_run(&r);
+
+    r = SBX("run", "-e", "=x", "--", "true");
+    EXPECT_TOOL_FAILURE(&r, "\"=x\"", "KEY=VALUE or KEY");
+    free_run(&r);
+    r = SBX("run", "-e", "", "--", "true");
+    EXPECT_TOOL_FAILURE(&r, "\"\"", "KEY=VALUE or KEY");
+    free_run(&r);
+}
+
+Test(cli, create_and_exec_env_key_alone_pass_sbx_own_value)
+{
+    cli_spec spec = { 0 };
+    cli_run r;
+    char id[256];
+
+    spec.env = (const char *const[]){ "SBX_TEST_AT_CREATE=made", "SBX_TEST_AT_EXEC=ran",
+                                      NULL };
+    spec.keep_sandboxes = 1;
+    spec.args = (const char *const[]){ "create", "-e", "SBX_TEST_AT_CREATE", NULL };
+    r = run_spec(&spec);
+    cr_assert_eq(r.status, 0, "create: %s", r.err);
+    snprintf(id, sizeof id, "%.*s", (int)strcspn(r.out, "\n"), r.out);
+    free_run(&r);
+    spec.args = (const char *const[]){ "exec", "-e", "SBX_TEST_AT_EXEC", id, "--", "sh", "-c",
+                                       "printf '%s %s' \"$SBX_TEST_AT_CREATE\" "
+                                       "\"$SBX_TEST_AT_EXEC\"", NULL };
+    r = run_spec(&spec);
+    expect_run(&r, 0, "made ran");
+    free_run(&r);
+    r = SBX("rm", id);
+    cr_assert_eq(r.status, 0, "rm: %s", r.err);
+    free_run(&r);
+}
+
+/* A lifetime longer than local's longest is refused naming the value as
+ * given (not rounded to 1e+11), the limit, and invalid_argument. */
+Test(cli, create_timeout_beyond_the_longest_lifetime_names_it)
+{
+    cli_run r = SBX("create", "--timeout", "99999999999");
+
+    EXPECT_TOOL_FAILURE(&r, "timeout_secs=99999999999 is longer than the local backend's "
+                        "longest lifetime (2147483 s)", "code=invalid_argument",
+                        "value=99999999999");
+    free_run(&r);
+}
+
+/* --rm as docker users type it: run destroys its sandbox anyway, so it is
+ * accepted (and nothing is left); create, whose sandbox outlives sbx,
+ * refuses it naming `sbx rm`. */
+Test(cli, run_accepts_rm_and_create_refuses_it)
+{
+    char left[4096];
+    cli_run r = SBX("run", "--rm", "--", "echo", "removed");
+
+    expect_run(&r, 0, "removed\n");
+    free_run(&r);
+    sandboxes_left(left, sizeof left);
+    cr_assert_str_eq(left, "");
+    r = SBX("create", "--rm");
+    EXPECT_TOOL_FAILURE(&r, "--rm is for `sbx run`", "sbx rm ID");
     free_run(&r);
 }
 

@@ -17,7 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <sbx/sbx.h>
@@ -590,6 +593,66 @@ Test(workspace, creation_order_clone_files_manifest)
     expect_sh("cd \"$SANDBOX_ROOT/proj\" && cat hello.txt files-only.txt && git log --format=%s",
               "from manifestfilesone\n");
     free(repo);
+}
+
+/*
+ * A host repository carried into a sandbox that cannot see the host (on
+ * bubblewrap) is bundled by git on this host first. The application
+ * SIGKILLed while git writes that bundle leaves no file in TMPDIR: git
+ * writes to a file that has no name (a stand-in git on PATH announces that
+ * it began, waits 0.5 s so the kill lands, runs git and announces its end).
+ */
+Test(workspace, sigkill_while_a_host_repository_is_bundled_leaves_no_file)
+{
+    if (access("/usr/bin/bwrap", X_OK) != 0)
+        cr_skip_test("bubblewrap is not installed");
+    char *repo = tu_strdup_printf("%s/proj", g_work);
+    free(make_git_repo(repo, "from git"));
+    char *bin = tu_strdup_printf("%s/bin", g_work);
+    cr_assert_eq(mkdir(bin, 0755), 0);
+    char *started = tu_strdup_printf("%s/git-started", g_work);
+    char *ended = tu_strdup_printf("%s/git-ended", g_work);
+    char *git = tu_strdup_printf("%s/git", bin);
+    char *script = tu_strdup_printf(
+        "#!/bin/sh\ncase \"$*\" in *bundle*) : > '%s'; sleep 0.5;; esac\n"
+        "/usr/bin/git \"$@\"; rc=$?\ncase \"$*\" in *bundle*) : > '%s';; esac\nexit $rc\n",
+        started, ended);
+    tu_write_file(git, script, strlen(script), 0755);
+    char *path = tu_strdup_printf("%s:%s", bin, getenv("PATH"));
+
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        setenv("PATH", path, 1);
+        sbx_options *o = sbx_options_new();
+        sbx_options_set_git_repo(o, repo, NULL, NULL);
+        sbx_sandbox *sb = sbx_create("bubblewrap", o, NULL);
+        _exit(sb ? 0 : 1);
+    }
+    double t0 = tu_now();
+    while (!tu_exists(started) && tu_now() - t0 < 30)
+        usleep(5000);
+    cr_assert(tu_exists(started), "git bundle never started");
+    cr_assert_eq(kill(pid, SIGKILL), 0);
+    cr_assert_eq(waitpid(pid, NULL, 0), pid);
+    t0 = tu_now();
+    while (!tu_exists(ended) && tu_now() - t0 < 10)
+        usleep(5000);
+    cr_assert(tu_exists(ended), "git bundle never ended");
+    DIR *d = opendir(g_tmp);
+    cr_assert_not_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        cr_assert(strncmp(e->d_name, "sbx-git-", 8) != 0, "%s/%s was left behind", g_tmp,
+                  e->d_name);
+    closedir(d);
+    free(repo);
+    free(bin);
+    free(started);
+    free(ended);
+    free(git);
+    free(script);
+    free(path);
 }
 
 Test(workspace, failing_entry_names_step_and_dest)

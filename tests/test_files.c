@@ -28,6 +28,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
@@ -40,6 +41,7 @@
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <sbx/sbx.h>
@@ -652,6 +654,186 @@ FILES_TEST(upload_download_file_keep_exec_bit)
     free(dl2);
     free(run);
     free(priv);
+}
+
+/*
+ * The process SIGKILLed while a download_file is under way leaves nothing
+ * in the destination directory: the bytes go to a file with no name until
+ * they are complete. The sandbox is on "faulty" (local whose read of a
+ * file named sbx-fault-hang never returns), so the kill lands mid-transfer
+ * every time. A download that completes afterwards gives the file, alone.
+ */
+Test(local, sigkill_mid_download_file_leaves_nothing)
+{
+    sbx_error *err = NULL;
+    sbx_client *fc = sbx_client_new("faulty", &err);
+    cr_assert_not_null(fc, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *fsb = tu_create(fc, NULL);
+    cr_assert_eq(sbx_sandbox_write_file(fsb, "/work/sbx-fault-hang", "never", 5, &err), 0);
+    cr_assert_eq(sbx_sandbox_write_file(fsb, "/work/plain", "done", 4, &err), 0);
+    char *outdir = tu_strdup_printf("%s/dl", g_host);
+    char *dest = tu_strdup_printf("%s/out", outdir);
+    cr_assert_eq(mkdir(outdir, 0755), 0);
+    char *state = sbx_sandbox_session_state(fsb, NULL);
+    cr_assert_not_null(state);
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        sbx_sandbox *sb = sbx_resume(state, NULL);
+        if (!sb)
+            _exit(2);
+        if (write(p[1], "s", 1) != 1)
+            _exit(3);
+        sbx_sandbox_download_file(sb, "/work/sbx-fault-hang", dest, NULL);
+        _exit(4);   /* not reached: the read never returns */
+    }
+    close(p[1]);
+    char c;
+    cr_assert_eq(read(p[0], &c, 1), 1, "the child could not resume the sandbox");
+    close(p[0]);
+    usleep(500 * 1000);   /* the download is blocked in the read by then */
+    int status;
+    cr_assert_eq(waitpid(pid, &status, WNOHANG), 0, "the download ended (status %d)", status);
+    cr_assert_eq(kill(pid, SIGKILL), 0);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    DIR *d = opendir(outdir);
+    cr_assert_not_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        cr_assert(strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0,
+                  "%s/%s was left by the killed download", outdir, e->d_name);
+    closedir(d);
+    cr_assert_eq(sbx_sandbox_download_file(fsb, "/work/plain", dest, &err), 0);
+    assert_ok(err, "download_file after the kill");
+    cr_assert_eq(tu_count_entries(outdir), 1);
+    cr_assert_eq(size_of(dest), 4);
+    cr_assert_eq(sbx_sandbox_destroy(fsb, &err), 0);
+    sbx_sandbox_free(fsb);
+    sbx_client_free(fc);
+    free(state);
+    free(outdir);
+    free(dest);
+}
+
+/*
+ * The process SIGKILLed while a write_file streams into the sandbox (its
+ * source a pipe that stays open, so the write waits for more) leaves
+ * nothing in the sandbox directory: the plugin writes to a file with no
+ * name and names it only once the source ended. Run on local (its own
+ * file slot); g_sb's resumed handle is the child's.
+ */
+Test(local, sigkill_mid_write_file_leaves_nothing_in_the_sandbox)
+{
+    sh_expect("mkdir -p \"$SANDBOX_ROOT/work/up\" && echo made", "made\n");
+    char *state = sbx_sandbox_session_state(g_sb, NULL);
+    cr_assert_not_null(state);
+    int src[2], p[2];
+    cr_assert_eq(pipe(src), 0);
+    cr_assert_eq(pipe(p), 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        close(src[1]);
+        sbx_sandbox *sb = sbx_resume(state, NULL);
+        if (!sb)
+            _exit(2);
+        if (write(p[1], "s", 1) != 1)
+            _exit(3);
+        sbx_sandbox_write_file_from_fd(sb, "/work/up/file", src[0], 0644, NULL);
+        _exit(4);   /* not reached: the source never ends */
+    }
+    close(p[1]);
+    close(src[0]);
+    char c;
+    cr_assert_eq(read(p[0], &c, 1), 1, "the child could not resume the sandbox");
+    close(p[0]);
+    static char chunk[65536];
+    memset(chunk, 'x', sizeof chunk);
+    for (int i = 0; i < 16; i++)
+        cr_assert_eq(write(src[1], chunk, sizeof chunk), (ssize_t)sizeof chunk);
+    usleep(300 * 1000);   /* the write has taken them and waits for more */
+    int status;
+    cr_assert_eq(waitpid(pid, &status, WNOHANG), 0, "the write ended (status %d)", status);
+    cr_assert_eq(kill(pid, SIGKILL), 0);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    usleep(300 * 1000);   /* the plugin host, out of process, sees its end */
+    close(src[1]);
+    sbx_result *r = tu_sh(g_sb, "ls -A \"$SANDBOX_ROOT/work/up\" | wc -l", 10);
+    tu_assert_stdout(r, "0\n");
+    sbx_result_free(r);
+    free(state);
+}
+
+/* Field 22 of /proc/@pid/stat: its start time in clock ticks. */
+static unsigned long long start_ticks_of(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    cr_assert_gt(n, 0);
+    buf[n] = '\0';
+    unsigned long long t = 0;
+    cr_assert_eq(sscanf(strrchr(buf, ')') + 1, " %*c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s"
+                        " %*s %*s %*s %*s %*s %*s %*s %*s %llu", &t), 1);
+    return t;
+}
+
+/*
+ * A directory download killed mid-way (SIGKILL) leaves its staging
+ * directory ".NAME.sbx-PID-TICKS-XXXXXXXX" beside the destination; the
+ * next extraction into that directory removes it, since its process (PID
+ * started at TICKS) is gone, and leaves alone the staging of a process that
+ * lives and every name of another form.
+ */
+FILES_TEST(a_dead_extraction_s_staging_is_removed_by_the_next)
+{
+    pid_t child = fork();
+    cr_assert(child >= 0);
+    if (child == 0) {
+        pause();
+        _exit(0);
+    }
+    unsigned long long ticks = start_ticks_of(child);
+    cr_assert_eq(kill(child, SIGKILL), 0);
+    cr_assert_eq(waitpid(child, NULL, 0), child);
+    char *parent = tu_strdup_printf("%s/dl", g_host);
+    cr_assert_eq(mkdir(parent, 0755), 0);
+    char *dead = tu_strdup_printf("%s/.out.sbx-%d-%llu-abcdefgh", parent, (int)child, ticks);
+    char *live = tu_strdup_printf("%s/.out.sbx-%d-%llu-abcdefgh", parent, (int)getpid(),
+                                  start_ticks_of(getpid()));
+    char *other = tu_strdup_printf("%s/.out.sbx-notours", parent);
+    char *inside = tu_strdup_printf("%s/partial", dead);
+    cr_assert_eq(mkdir(dead, 0700), 0);
+    tu_write_file(inside, "half", 4, 0600);
+    cr_assert_eq(mkdir(live, 0700), 0);
+    cr_assert_eq(mkdir(other, 0700), 0);
+    sh_expect("mkdir -p \"$SANDBOX_ROOT/work/tree\" && printf one > \"$SANDBOX_ROOT/work/tree/a\" "
+              "&& echo made", "made\n");
+    char *dest = tu_strdup_printf("%s/out", parent);
+    sbx_error *err = NULL;
+    int rc = sbx_sandbox_download_dir(g_sb, "/work/tree", dest, &err);
+    assert_ok(err, "download_dir");
+    cr_assert_eq(rc, 1, "%d entries copied, expected 1 (a; the root is not counted)", rc);
+    cr_assert_eq(tu_exists(dead), 0, "the staging of a dead extraction is still there");
+    cr_assert(tu_exists(live), "the staging of a live process went");
+    cr_assert(tu_exists(other), "a name of another form went");
+    cr_assert_eq(tu_count_entries(parent), 3, "dl holds out, the live staging and the other");
+    char *a = tu_strdup_printf("%s/a", dest);
+    cr_assert_eq(size_of(a), 3);
+    free(a);
+    free(dest);
+    free(inside);
+    free(other);
+    free(live);
+    free(dead);
+    free(parent);
 }
 
 /* ---------------------------------------------------------------- trees */

@@ -51,6 +51,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -926,10 +927,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "25"
+#define N_TESTS "29"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "22"
+#define N_TESTS "26"
 #define BWRAP_PLUGIN ""
 #endif
 
@@ -1867,4 +1868,165 @@ Test(supervisor, destroy_returns_once_no_command_process_is_alive)
         free(json);
     }
     sbx_client_free(c);
+}
+
+/* ------------------------------------------------ out of descriptors */
+
+/* Fills every free descriptor but @keep with copies of /dev/null; returns
+ * how many it took (they are 3 + @keep ... in ascending order in @fds). */
+static int fill_fds(int *fds, int max, int keep)
+{
+    int n = 0, f;
+    while (n < max && (f = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+        fds[n++] = f;
+    for (int i = 0; i < keep && n > 0; i++)
+        close(fds[--n]);
+    return n;
+}
+
+static void unfill_fds(int *fds, int n)
+{
+    while (n > 0)
+        close(fds[--n]);
+}
+
+static void expect_exhausted(sbx_error *err, const char *what)
+{
+    cr_assert_not_null(err, "%s succeeded with no descriptor left", what);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_RESOURCE_EXHAUSTED, "%s: [%s] %s", what,
+                 sbx_error_code_name(sbx_error_get_code(err)), sbx_error_get0_message(err));
+    cr_assert(strstr(sbx_error_get0_message(err), "Too many open files"), "%s: %s", what,
+              sbx_error_get0_message(err));
+    cr_assert_eq(sbx_error_is_retryable(err), 0, "%s: resource_exhausted is not retryable",
+                 what);
+}
+
+/*
+ * The process out of descriptors (RLIMIT_NOFILE 128, every one taken): an
+ * exec, a read and a write of a live sandbox fail with resource_exhausted
+ * naming EMFILE (never connection, authentication or not_found: the
+ * sandbox is not taken for gone), and once descriptors are back the same
+ * sandbox runs commands again; in both plugin modes.
+ */
+static void calls_out_of_descriptors(sbx_plugin_mode mode)
+{
+    struct rlimit rl = { 128, 128 };
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new_with_mode("local", mode, &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *sb = sbx_sandbox_create(c, NULL, &err);
+    cr_assert_not_null(sb, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_result *r = tu_sh(sb, "echo warm", 10);
+    tu_assert_stdout(r, "warm\n");
+    sbx_result_free(r);
+
+    int fds[256];
+    int n = fill_fds(fds, 256, 0);
+    r = sbx_sandbox_execute_shell(sb, "echo x", &err);
+    cr_assert_null(r);
+    expect_exhausted(err, "exec");
+    sbx_error_free(err);
+    err = NULL;
+    char *data = NULL;
+    size_t len = 0;
+    cr_assert_eq(sbx_sandbox_read_file(sb, "/nope", &data, &len, &err), -1);
+    expect_exhausted(err, "read_file");
+    sbx_error_free(err);
+    err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(sb, "/a.txt", "hi", 2, &err), -1);
+    expect_exhausted(err, "write_file");
+    sbx_error_free(err);
+    err = NULL;
+    unfill_fds(fds, n);
+
+    r = tu_sh(sb, "echo after; cat \"$SANDBOX_ROOT/a.txt\" 2>/dev/null || echo no-file", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "after\nno-file\n");
+    sbx_result_free(r);
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+    cr_assert_eq(tu_wait_spares_gone(g_tmp, 5.0), 0);
+    cr_assert_eq(tu_count_entries(g_tmp), 0, "%s is not empty", g_tmp);
+}
+
+Test(supervisor, calls_out_of_descriptors_are_resource_exhausted_out_of_process)
+{
+    calls_out_of_descriptors(SBX_PLUGIN_MODE_OUT_OF_PROCESS);
+}
+
+Test(supervisor, calls_out_of_descriptors_are_resource_exhausted_in_process)
+{
+    calls_out_of_descriptors(SBX_PLUGIN_MODE_IN_PROCESS);
+}
+
+/*
+ * Creates with 0 to 24 descriptors left, in process (where the plugin
+ * runs short itself): each either makes a sandbox that works or fails
+ * with resource_exhausted, and a failed one leaves nothing in TMPDIR (its
+ * directory is removed by name when no descriptor is left to walk it).
+ */
+Test(supervisor, creates_short_of_descriptors_fail_cleanly)
+{
+    struct rlimit rl = { 128, 128 };
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    setenv("SBX_LOCAL_WARM", "0", 1);
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_IN_PROCESS, &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    int failed = 0, made = 0;
+    for (int keep = 0; keep <= 24; keep++) {
+        int fds[256];
+        int n = fill_fds(fds, 256, keep);
+        sbx_sandbox *sb = sbx_sandbox_create(c, NULL, &err);
+        unfill_fds(fds, n);
+        if (!sb) {
+            expect_exhausted(err, "create");
+            sbx_error_free(err);
+            err = NULL;
+            cr_assert_eq(tu_count_entries(g_tmp), 0, "a create with %d descriptors left "
+                         "left something in %s", keep, g_tmp);
+            failed++;
+            continue;
+        }
+        made++;
+        sbx_result *r = tu_sh(sb, "echo made", 10);
+        tu_assert_stdout(r, "made\n");
+        sbx_result_free(r);
+        cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "%s",
+                     err ? sbx_error_get0_message(err) : "");
+        sbx_sandbox_free(sb);
+        cr_assert_eq(tu_wait_spares_gone(g_tmp, 5.0), 0);
+    }
+    fprintf(stderr, "# creates short of descriptors: %d failed cleanly, %d made\n", failed,
+            made);
+    cr_assert_gt(failed, 0, "no create ran short of descriptors");
+    cr_assert_gt(made, 0, "no create succeeded with 24 descriptors left");
+    sbx_client_free(c);
+}
+
+/* proto_rm_tree with no descriptor left: a tree that is more than a meta
+ * directory's known entries (files and directories three levels deep) is
+ * still removed whole, by a child process with a table of its own. */
+Test(supervisor, rm_tree_with_no_descriptor_left_removes_the_tree)
+{
+    char *top = tu_strdup_printf("%s/tree", g_tmp);
+    char *cmd = tu_strdup_printf("mkdir -p '%s/a/b/c' '%s/root' && echo x > '%s/a/b/c/f' && "
+                                 "echo y > '%s/root/g' && ln -s / '%s/a/link'", top, top, top,
+                                 top, top);
+    cr_assert_eq(system(cmd), 0);
+    struct rlimit rl = { 128, 128 };
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    int fds[256];
+    int n = fill_fds(fds, 256, 0);
+    cr_assert_lt(open("/dev/null", O_RDONLY | O_CLOEXEC), 0, "a descriptor is still free");
+    int rc = proto_rm_tree(top);
+    int e = errno;
+    unfill_fds(fds, n);
+    cr_assert_eq(rc, 0, "proto_rm_tree: %s", strerror(e));
+    cr_assert_eq(tu_exists(top), 0, "%s is still there", top);
+    cr_assert(tu_exists("/bin"), "the symlink's target went too");
+    free(cmd);
+    free(top);
 }

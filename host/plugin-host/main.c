@@ -245,6 +245,9 @@ call_signal(uint64_t id, int stop)
 /** Seconds each destroy of an attached sandbox may take at the end. */
 #define ATTACH_DESTROY_SECS 20.0
 
+/* Seconds the end waits for creates and resumes still in flight. */
+#define END_CREATE_WAIT_SECS 20.0
+
 /* A sandbox created or resumed here and not destroyed. */
 typedef struct kept_sb {
     struct kept_sb *next;
@@ -257,10 +260,192 @@ typedef struct kept_sb {
 static struct {
     pthread_mutex_t lock;
     kept_sb *list;
+    unsigned making;                /* creates and resumes in flight */
+    unsigned proc_calls;            /* exec_start and process calls in flight */
+    pthread_cond_t made;            /* signalled as either count reaches 0 */
     pid_t app;                      /* the application (socket peer); 0 unknown */
     unsigned long long app_ticks;   /* its start time, clock ticks since boot */
     int app_fd;                     /* pidfd of it; -1 none */
-} K = { PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, -1 };
+} K = { PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, PTHREAD_COND_INITIALIZER, 0, 0, -1 };
+
+/* A create or resume starts (@delta 1) or ended (-1, after kept_add). */
+static void
+kept_making(int delta)
+{
+    pthread_mutex_lock(&K.lock);
+    K.making = delta > 0 ? K.making + 1 : K.making - 1;
+    if (K.making == 0)
+        pthread_cond_broadcast(&K.made);
+    pthread_mutex_unlock(&K.lock);
+}
+
+/* A call that starts or uses a process starts (@delta 1) or ended (-1,
+ * after its reply holds the new handle). */
+static void
+proc_call(int delta)
+{
+    pthread_mutex_lock(&K.lock);
+    K.proc_calls = delta > 0 ? K.proc_calls + 1 : K.proc_calls - 1;
+    if (K.proc_calls == 0)
+        pthread_cond_broadcast(&K.made);
+    pthread_mutex_unlock(&K.lock);
+}
+
+/*
+ * Waits, at most @secs, until no create or resume is in flight. Their calls
+ * were cancelled at EOF: each either fails, having removed what it made (a
+ * container, a pod) as a failed create does, or returns a sandbox, which
+ * kept_add() keeps for end_reap(). Exiting under them instead would end the
+ * plugin in the middle, with what the provider already made left behind.
+ */
+static unsigned
+kept_wait_counter(const unsigned *count, double secs)
+{
+    double until = sbx_monotonic_now() + secs;
+    unsigned running;
+
+    pthread_mutex_lock(&K.lock);
+    while (*count > 0) {
+        double left = until - sbx_monotonic_now();
+        struct timespec ts;
+
+        if (left <= 0)
+            break;
+        /* K.made uses CLOCK_REALTIME (the static initialiser); a jump of
+         * that clock shortens or lengthens one wait, and the loop checks
+         * the monotonic bound again. */
+        clock_gettime(CLOCK_REALTIME, &ts);
+        if (left > 1.0)
+            left = 1.0;
+        ts.tv_sec += (time_t)left;
+        ts.tv_nsec += (long)((left - (double)(time_t)left) * 1e9);
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&K.made, &K.lock, &ts);
+    }
+    running = *count;
+    if (running > 0)
+        sbx_log(SBX_LOG_WARNING, H.backend, "plugin host: %u %s still running after %.0f s",
+                running, count == &K.making ? "create(s), whose sandboxes are left to gc,"
+                                            : "process call(s)", secs);
+    pthread_mutex_unlock(&K.lock);
+    return running;
+}
+
+static void
+kept_wait_making(double secs)
+{
+    (void)kept_wait_counter(&K.making, secs);
+}
+
+/* Seconds the end waits for the process calls it cancelled, and for the
+ * exec_free of the processes the application left. */
+#define END_PROC_WAIT_SECS 3.0
+#define END_PROC_FREE_SECS 8.0
+
+typedef struct proc_job {
+    sbx_plugin_process *proc;
+    pthread_mutex_t *lock;
+    pthread_cond_t *cond;
+    unsigned *left;
+} proc_job;
+
+static void *
+end_proc_free(void *arg)
+{
+    proc_job *j = arg;
+    void (*exec_free)(sbx_plugin_process *) =
+        (void (*)(sbx_plugin_process *))(uintptr_t)sbx_slot_get(H.plugin, SBX_SLOT_ID_exec_free);
+
+    if (exec_free)
+        exec_free(j->proc);
+    pthread_mutex_lock(j->lock);
+    if (--*j->left == 0)
+        pthread_cond_signal(j->cond);
+    pthread_mutex_unlock(j->lock);
+    return NULL;
+}
+
+/*
+ * The application is gone with processes it started and never freed: each
+ * goes through the plugin's exec_free, which kills its tree when it still
+ * runs, as the application's free would have. Without this a command of a
+ * sandbox that outlives the application (detached, or owned by another
+ * process) ran on after the SIGKILL of the process that started it on
+ * docker, while local and bubblewrap end it with its connection. All at
+ * once, bounded; the process calls cancelled at EOF end first (calls on
+ * one process never overlap).
+ */
+static void
+end_processes(void)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static pthread_cond_t cond;
+    static unsigned left;
+    pthread_condattr_t ca;
+    sbx_plugin_process **procs = NULL;
+    size_t n = 0, cap = 0;
+    struct timespec until;
+
+    /* A process call that ignored its cancel still runs on its process:
+     * freeing any of them under it could free that one; they stay. */
+    if (kept_wait_counter(&K.proc_calls, END_PROC_WAIT_SECS) > 0)
+        return;
+    pthread_mutex_lock(&H.lock);
+    for (size_t i = 0; i < H.nhandles; i++) {
+        if (H.handles[i].kind != SBX_ENC_PROCESS)
+            continue;
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            sbx_plugin_process **m = realloc(procs, ncap * sizeof(*m));
+
+            if (!m)
+                break;
+            procs = m;
+            cap = ncap;
+        }
+        procs[n++] = H.handles[i].ptr;
+        H.handles[i].kind = -1;     /* nothing uses it after this */
+    }
+    pthread_mutex_unlock(&H.lock);
+    if (n == 0) {
+        free(procs);
+        return;
+    }
+    proc_job *jobs = calloc(n, sizeof(*jobs));
+    if (!jobs) {
+        free(procs);
+        return;
+    }
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&cond, &ca);
+    left = (unsigned)n;
+    for (size_t i = 0; i < n; i++) {
+        pthread_t t;
+        pthread_attr_t attr;
+
+        jobs[i] = (proc_job){ procs[i], &lock, &cond, &left };
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &attr, end_proc_free, &jobs[i]) != 0)
+            end_proc_free(&jobs[i]);
+        pthread_attr_destroy(&attr);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)END_PROC_FREE_SECS;
+    pthread_mutex_lock(&lock);
+    while (left > 0 && pthread_cond_timedwait(&cond, &lock, &until) == 0)
+        ;
+    pthread_mutex_unlock(&lock);
+    sbx_log(SBX_LOG_INFO, H.backend, "plugin host: freed %zu process(es) the application "
+            "left", n);
+    /* The jobs are not freed: a free past its bound may still run until the
+     * process exits. */
+    free(procs);
+}
 
 static void
 kept_add(sbx_plugin_sandbox *sb, const char *token)
@@ -552,6 +737,12 @@ host_end(int code)
         if (c->cancel_fd >= 0 && eventfd_write(c->cancel_fd, 1) == 0)
             c->fired = 1;
     pthread_mutex_unlock(&H.lock);
+    /* A create cancelled above may already have made something: it ends
+     * first, cleaning up or handing its sandbox to the list below. */
+    kept_wait_making(END_CREATE_WAIT_SECS);
+    /* The commands the application started and left go before their
+     * sandboxes do. */
+    end_processes();
 
     pthread_mutex_lock(&K.lock);
     if (!K.list) {
@@ -721,6 +912,8 @@ typedef struct call_frame {
     call_rec rec;
     int registered;             /* rec is on H.calls (CANCEL and STOP find it) */
     uint64_t handle_id;         /* of the first argument, for FREES rows */
+    int refused;                /* errno: fail the call unrun (no thread to read) */
+    int proc_call;              /* counted by proc_call() until done */
     int64_t bad_fd;             /* a descriptor number the frame did not pass */
 } call_frame;
 
@@ -1008,6 +1201,13 @@ run_call(sbx_wire_msg *req, call_frame *f)
         reply_error(req->call_id, req->slot, SBX_ERROR_RESOURCE_EXHAUSTED, "out of memory in the plugin host");
         goto out;
     }
+    if (f->refused) {
+        reply_error(req->call_id, req->slot,
+                    sbx_errno_code(f->refused, SBX_ERROR_RESOURCE_EXHAUSTED),
+                    "the plugin host cannot start a thread to go on reading calls "
+                    "while this one runs: %s", strerror(f->refused));
+        goto done;
+    }
     for (unsigned i = 0; i < row->nargs; i++) {
         rc = decode_arg(row, i, req, f);
         if (rc == -2) {
@@ -1020,6 +1220,12 @@ run_call(sbx_wire_msg *req, call_frame *f)
                         "%s: stdin descriptor %lld was not passed with the call frame "
                         "(a descriptor travels beside the frame, never as a number)",
                         row->name, (long long)f->bad_fd);
+            goto done;
+        }
+        if ((rc < 0 || req->bad) && req->fds_lost) {
+            reply_error(req->call_id, req->slot, SBX_ERROR_RESOURCE_EXHAUSTED,
+                        "%s: the plugin host had no room for the descriptors of the call "
+                        "(too many open files)", row->name);
             goto done;
         }
         if (rc < 0 || req->bad) {
@@ -1039,14 +1245,23 @@ run_call(sbx_wire_msg *req, call_frame *f)
         /* Kept to be destroyed at the end: the plugin frees it then. */
     } else if (req->slot == SBX_SLOT_ID_client_free && kept_any()) {
         /* The kept sandboxes may need their client to be destroyed. */
+    } else if (req->slot == SBX_SLOT_ID_create || req->slot == SBX_SLOT_ID_resume) {
+        kept_making(1);
+        ffi_call(&H.cif[req->slot], FFI_FN(fn), &rv, f->av);
+        if ((int)rv == 0 && f->out_handle)
+            kept_add(f->out_handle, req->slot == SBX_SLOT_ID_create ? f->ctx.create_token : NULL);
+        kept_making(-1);
+    } else if (req->slot == SBX_SLOT_ID_exec_start ||
+               (row->nargs > 0 && row->enc[0] == SBX_ENC_PROCESS)) {
+        /* Counted until its reply is out (with the new process's handle). */
+        proc_call(1);
+        f->proc_call = 1;
+        ffi_call(&H.cif[req->slot], FFI_FN(fn), &rv, f->av);
     } else {
         ffi_call(&H.cif[req->slot], FFI_FN(fn), &rv, f->av);
     }
     ok = 1;
-    if ((req->slot == SBX_SLOT_ID_create || req->slot == SBX_SLOT_ID_resume) && (int)rv == 0 &&
-        f->out_handle)
-        kept_add(f->out_handle, req->slot == SBX_SLOT_ID_create ? f->ctx.create_token : NULL);
-    else if (req->slot == SBX_SLOT_ID_destroy && (int)rv == 0)
+    if (req->slot == SBX_SLOT_ID_destroy && (int)rv == 0)
         kept_drop(f->v[0].p);
 
     sbx_wire_init(&rep, SBX_MSG_REPLY, req->slot, req->call_id);
@@ -1135,6 +1350,8 @@ run_call(sbx_wire_msg *req, call_frame *f)
 done:
     if (ok && (row->flags & SBX_ROW_FREES))
         handle_remove(f->handle_id);
+    if (f->proc_call)
+        proc_call(-1);
     if (f->registered)
         call_unregister(&f->rec);
     /* Unregistered, nothing writes it any more: one that never fired is
@@ -1220,8 +1437,6 @@ static void *lf_thread(void *arg);
 #define LF_KEEP_IDLE 2u
 static int lf_idle_ms = LF_IDLE_EXIT_MS;
 
-/* lf_thread()'s argument for the thread that must never retire. */
-#define LF_PERMANENT ((void *)1)
 
 /* Takes @self out of the pool and frees what it holds. */
 static void
@@ -1243,45 +1458,105 @@ lf_leave(lf_rec *self, int ep, void *scratch)
     free(scratch);
 }
 
+/* What a thread of the pool needs, made before it starts (so that a
+ * shortage of descriptors or memory is seen by the thread that wanted it). */
+typedef struct lf_start {
+    void *scratch;
+    int ep;
+    lf_rec *self;
+    int permanent;
+} lf_start;
+
+/* Frees what lf_setup() made; keeps errno. */
 static void
+lf_setup_free(lf_start *st)
+{
+    int e = errno;
+
+    if (st->self && st->self->kick_fd >= 0)
+        close(st->self->kick_fd);
+    if (st->ep >= 0)
+        close(st->ep);
+    free(st->self);
+    free(st->scratch);
+    free(st);
+    errno = e;
+}
+
+/* A new thread's buffer, epoll set and kick descriptor; NULL with errno
+ * set when they cannot be made. */
+static lf_start *
+lf_setup(int permanent)
+{
+    /* Edge-triggered: a thread that found the receive lock held waits for
+     * the next frame, not again for the one the holder is reading. */
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE | EPOLLET };
+    struct epoll_event kev = { .events = EPOLLIN };
+    lf_start *st = calloc(1, sizeof(*st));
+
+    if (!st)
+        return NULL;
+    st->ep = -1;
+    st->permanent = permanent;
+    st->scratch = malloc(SBX_WIRE_MAX_FRAME);
+    st->self = calloc(1, sizeof(*st->self));
+    if (!st->scratch || !st->self) {
+        errno = ENOMEM;
+        lf_setup_free(st);
+        return NULL;
+    }
+    st->self->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (st->self->kick_fd < 0 || (st->ep = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+        lf_setup_free(st);
+        return NULL;
+    }
+    ev.data.fd = H.sock;
+    kev.data.fd = st->self->kick_fd;
+    if (epoll_ctl(st->ep, EPOLL_CTL_ADD, H.sock, &ev) < 0 ||
+        epoll_ctl(st->ep, EPOLL_CTL_ADD, st->self->kick_fd, &kev) < 0) {
+        lf_setup_free(st);
+        return NULL;
+    }
+    return st;
+}
+
+/* Starts one more thread of the pool: 0, or -1 with errno set when the
+ * process is out of descriptors, memory or threads. */
+static int
 spawn_thread(void)
 {
     pthread_t t;
     pthread_attr_t attr;
+    lf_start *st = lf_setup(0);
+    int rc;
 
+    if (!st)
+        return -1;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&t, &attr, lf_thread, NULL) != 0) {
-        fprintf(stderr, "sbx-plugin-host: cannot start a thread\n");
-        exit(1);
-    }
+    rc = pthread_create(&t, &attr, lf_thread, st);
     pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        lf_setup_free(st);
+        errno = rc;
+        return -1;
+    }
+    return 0;
 }
 
 static void *
 lf_thread(void *arg)
 {
-    void *scratch = malloc(SBX_WIRE_MAX_FRAME);
-    /* Edge-triggered: a thread that found the receive lock held waits for
-     * the next frame, not again for the one the holder is reading. */
-    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE | EPOLLET };
-    struct epoll_event kev = { .events = EPOLLIN };
-    int ep = epoll_create1(EPOLL_CLOEXEC);
-    lf_rec *self = calloc(1, sizeof(*self));
+    lf_start *st = arg;
+    void *scratch = st->scratch;
+    struct epoll_event ev;
+    int ep = st->ep;
+    lf_rec *self = st->self;
     /* The main thread stays: were it to return, serve() would return and
      * the process exit with the other threads' calls in flight. */
-    int permanent = arg == LF_PERMANENT;
+    int permanent = st->permanent;
 
-    if (self)
-        self->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    ev.data.fd = H.sock;
-    kev.data.fd = self ? self->kick_fd : -1;
-    if (!scratch || ep < 0 || !self || self->kick_fd < 0 ||
-        epoll_ctl(ep, EPOLL_CTL_ADD, H.sock, &ev) < 0 ||
-        epoll_ctl(ep, EPOLL_CTL_ADD, self->kick_fd, &kev) < 0) {
-        fprintf(stderr, "sbx-plugin-host: cannot set up a thread: %s\n", strerror(errno));
-        exit(1);
-    }
+    free(st);
     pthread_mutex_lock(&LF.list_lock);
     self->next = LF.threads;
     LF.threads = self;
@@ -1361,8 +1636,15 @@ lf_thread(void *arg)
         }
         if (!blocking)
             continue;
-        if (__atomic_sub_fetch(&LF.idle, 1, __ATOMIC_SEQ_CST) == 0)
-            spawn_thread();
+        if (__atomic_sub_fetch(&LF.idle, 1, __ATOMIC_SEQ_CST) == 0 && spawn_thread() < 0 &&
+            frame && !(sbx_slot_rows[m->slot].flags & SBX_ROW_NO_REPLY)) {
+            /* No thread could be started to read the frames behind this
+             * call (out of descriptors, memory or threads): this one stays
+             * the reader, and the call fails rather than runs, since a
+             * host that reads no more would miss the cancels and calls of
+             * every other sandbox. */
+            frame->refused = errno;
+        }
         run_call(m, frame);
         __atomic_add_fetch(&LF.idle, 1, __ATOMIC_SEQ_CST);
     }
@@ -1481,7 +1763,15 @@ serve(int sock)
         return 1;
 
     free(scratch);
-    lf_thread(LF_PERMANENT);
+    {
+        lf_start *st = lf_setup(1);
+
+        if (!st) {
+            fprintf(stderr, "sbx-plugin-host: cannot set up a thread: %s\n", strerror(errno));
+            exit(1);
+        }
+        lf_thread(st);
+    }
     /* Not reached: the host ends only by exit() at EOF or on a fault. */
     return 1;
 }

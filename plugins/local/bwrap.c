@@ -958,9 +958,9 @@ int bwrap_prepare_dirs(const char *meta, const char *root, int owns_root, const 
             return -1;
         }
         if (mkdir(d, 0700) < 0 || (drop && chown_dir(d, uid, gid) < 0)) {
-            sbx_error *err = bfail(error, SBX_ERROR_CREATION_FAILED, op,
-                                   "bubblewrap backend: cannot create %s: %s", d,
-                                   strerror(errno));
+            int e = errno;
+            sbx_error *err = bfail(error, local_errno_code(e, SBX_ERROR_CREATION_FAILED), op,
+                                   "bubblewrap backend: cannot create %s: %s", d, strerror(e));
             bcontext(err, "path", d);
             free(d);
             return -1;

@@ -372,6 +372,51 @@ static int make_temp(int dfd, const char *name, char *tmp, size_t tmpsz)
     return -1;
 }
 
+/** A file with no name in @dfd (O_TMPFILE), for a write that must leave
+ *  nothing behind when its process dies before it ends (SIGKILL
+ *  included); -1 where the file system has no O_TMPFILE or /proc/self/fd,
+ *  through which publish_unnamed() names it, is not there. */
+static int open_unnamed(int dfd)
+{
+    if (access("/proc/self/fd", X_OK) != 0)
+        return -1;
+    return openat(dfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+}
+
+/** Names the unnamed file @fd @last in @dfd: linked there when nothing
+ *  is (atomic), else linked under a staging name beside it and renamed
+ *  over it (that name exists only between the two calls). 0, or -1 with
+ *  errno. */
+static int publish_unnamed(int fd, int dfd, const char *last)
+{
+    char proc[64], tmp[NAME_MAX + 1];
+
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+    if (linkat(AT_FDCWD, proc, dfd, last, AT_SYMLINK_FOLLOW) == 0)
+        return 0;
+    if (errno != EEXIST)
+        return -1;
+    for (int tries = 0; tries < 100; tries++) {
+        unsigned long long r = 0;
+
+        if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
+            r = (unsigned long long)random() ^ ((unsigned long long)getpid() << 32);
+        snprintf(tmp, sizeof(tmp), ".%.200s.sbx-%012llx", last, r & 0xffffffffffffULL);
+        if (linkat(AT_FDCWD, proc, dfd, tmp, AT_SYMLINK_FOLLOW) == 0) {
+            if (renameat(dfd, tmp, dfd, last) == 0)
+                return 0;
+            int e = errno;
+            unlinkat(dfd, tmp, 0);
+            errno = e;
+            return -1;
+        }
+        if (errno != EEXIST)
+            return -1;
+    }
+    errno = EEXIST;
+    return -1;
+}
+
 int local_write_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const char *path,
                      int fd, uint32_t mode, sbx_error **error)
 {
@@ -400,18 +445,27 @@ int local_write_file(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const
         path_fail(&env, error, EISDIR, path);
         goto fail;
     }
-    out = make_temp(dfd, last, tmp, sizeof(tmp));
+    /* The bytes go to a file with no name, named once complete: a process
+     * killed meanwhile leaves nothing in the sandbox. Where the file system
+     * has no O_TMPFILE, a staging file ".NAME.sbx-XXXXXXXXXXXX" beside it,
+     * renamed over it at the end. */
+    out = open_unnamed(dfd);
+    int unnamed = out >= 0;
+    tmp[0] = '\0';
+    if (!unnamed)
+        out = make_temp(dfd, last, tmp, sizeof(tmp));
     if (out < 0) {
         fail(&env, error, SBX_ERROR_WORKSPACE, path, "cannot create a file beside \"%s\": %s",
              path, strerror(errno));
         goto fail;
     }
     if (sbx_fs_copy_fd(&env, fd, out, path, error) < 0 || fchmod(out, mode) < 0 ||
-        renameat(dfd, tmp, dfd, last) < 0) {
+        (unnamed ? publish_unnamed(out, dfd, last) : renameat(dfd, tmp, dfd, last)) < 0) {
         fail(&env, error, SBX_ERROR_WORKSPACE, path, "cannot write \"%s\": %s", path,
              strerror(errno));
         close(out);
-        unlinkat(dfd, tmp, 0);
+        if (tmp[0])
+            unlinkat(dfd, tmp, 0);
         goto fail;
     }
     close(out);

@@ -112,6 +112,8 @@
 #define ISOLATION_CAPS 0
 int sbx_fault_exec(const sbx_plugin_exec_request *request, const sbx_call_ctx *ctx);
 void sbx_fault_init(void);
+int sbx_fault_create(const char *id, const sbx_call_ctx *ctx);
+void sbx_fault_destroy(const char *id);
 /* Code 0, "unknown", on purpose: the fault of a plugin that gives no code. */
 #define FAULT_NO_CODE ((sbx_error_code)0)
 #elif defined(SBX_LOCAL_EXEC_ONLY)
@@ -680,11 +682,13 @@ static sbx_error *io_fail(sbx_error **error, int r, const char *op, const char *
                    "sandbox %s is gone (its supervisor closed the connection during %s)",
                    id, what);
         break;
-    default:
-        err = fail(error, SBX_ERROR_CONNECTION, op,
+    default: {
+        int e = errno;
+        err = fail(error, local_errno_code(e, SBX_ERROR_CONNECTION), op,
                    "cannot talk to the supervisor of sandbox %s (%s): %s", id, what,
-                   strerror(errno));
+                   strerror(e));
         break;
+    }
     }
     if (r == IO_TIMEOUT || r == IO_CANCEL)
         set_outcome_unknown(err);
@@ -862,7 +866,7 @@ static int call_simple(struct sbx_plugin_sandbox *sb, uint32_t type, int fd, uin
     } else if (e == ETIMEDOUT || e == ECANCELED) {
         io_fail(error, e == ETIMEDOUT ? IO_TIMEOUT : IO_CANCEL, op, sb->id, "connect");
     } else {
-        fail(error, SBX_ERROR_CONNECTION, op, "cannot connect to sandbox %s: %s", sb->id,
+        fail(error, local_errno_code(e, SBX_ERROR_CONNECTION), op, "cannot connect to sandbox %s: %s", sb->id,
              strerror(e));
     }
     return -1;
@@ -1138,8 +1142,8 @@ static int bind_sandbox_socket(const struct sbx_plugin_sandbox *sb, int *sock_fd
     strcpy(sa.sun_path, sb->sock);
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s < 0 || bind(s, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(sb->sock, 0600) < 0) {
-        sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op, "cannot bind %s: %s",
-                              sb->sock, strerror(errno));
+        sbx_error *err = fail(error, local_errno_code(errno, SBX_ERROR_CREATION_FAILED), op,
+                              "cannot bind %s: %s", sb->sock, strerror(errno));
         add_context(err, "path", sb->sock);
         if (s >= 0)
             close(s);
@@ -1147,8 +1151,8 @@ static int bind_sandbox_socket(const struct sbx_plugin_sandbox *sb, int *sock_fd
     }
     int f = open(sb->sock, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (f < 0) {
-        sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op, "cannot open %s: %s",
-                              sb->sock, strerror(errno));
+        sbx_error *err = fail(error, local_errno_code(errno, SBX_ERROR_CREATION_FAILED), op,
+                              "cannot open %s: %s", sb->sock, strerror(errno));
         add_context(err, "path", sb->sock);
         close(s);
         return -1;
@@ -1214,7 +1218,8 @@ static int spawn_supervisor(const char *exe, char *const *argv, const bound *bdp
     bound bd = *bdp;
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
-        fail(error, SBX_ERROR_CREATION_FAILED, op, "socketpair: %s", strerror(errno));
+        fail(error, local_errno_code(errno, SBX_ERROR_CREATION_FAILED), op,
+             "cannot start the supervisor: socketpair: %s", strerror(errno));
         return -1;
     }
     int child_end = sv[1];
@@ -1376,9 +1381,10 @@ static int write_record(struct sbx_plugin_sandbox *sb, int replace, int dirfd, c
     free(rec);
     free(recfile);
     if (wr < 0) {
-        sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op,
+        int e = errno;
+        sbx_error *err = fail(error, local_errno_code(e, SBX_ERROR_CREATION_FAILED), op,
                               "cannot write the record file in %s: %s", sb->meta,
-                              strerror(errno));
+                              strerror(e));
         add_context(err, "path", sb->meta);
         return -1;
     }
@@ -1499,8 +1505,9 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
     int cfg_fds[PROTO_CONFIG_FDS_MAX] = { sock_fds[0], sock_fds[1], -1 };
     int n_socks = spare ? 0 : PROTO_CONFIG_FDS;
     if (!detached && (cfg_fds[n_socks] = owner_pidfd()) < 0) {
-        fail(error, SBX_ERROR_CREATION_FAILED, op, "no pidfd of the owning process: %s",
-             strerror(errno));
+        int e = errno;
+        fail(error, local_errno_code(e, SBX_ERROR_CREATION_FAILED), op,
+             "no pidfd of the owning process: %s", strerror(e));
         close(ctl);
         if (sb->sup_pid > 1 && proto_proc_alive(sb->sup_pid, sb->sup_start))
             kill(sb->sup_pid, SIGKILL);
@@ -2348,7 +2355,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
      * something else bounds the sandbox). */
     double lifetime = request->timeout_secs > 0 ? request->timeout_secs : 0;
     if (lifetime * 1000.0 > (double)PROTO_LIFETIME_MAX_MS) {
-        snprintf(num, sizeof(num), "%g", request->timeout_secs);
+        snprintf(num, sizeof(num), "%.15g", request->timeout_secs);
         sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                               "timeout_secs=%s is longer than the " BACKEND " backend's "
                               "longest lifetime (%llu s)", num,
@@ -2648,6 +2655,12 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
      * from the one the record took. */
     if ((!late || sb->sup_uid != guessed_uid) && write_record(sb, late, AT_FDCWD, op, error) < 0)
         goto fail_started;
+#ifdef SBX_LOCAL_FAULTY
+    if (sbx_fault_create(sb->id, ctx) < 0) {
+        fail(error, SBX_ERROR_CANCELLED, op, "the create of %s was cancelled", sb->id);
+        goto fail_started;
+    }
+#endif
 
     LOG(SBX_LOG_DEBUG, "created %s (root %s, supervisor pid %d)", sb->id, sb->root,
         (int)sb->sup_pid);
@@ -2803,6 +2816,9 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     struct sbx_plugin_sandbox *sb = sandbox;
     int rc = 0;
 
+#ifdef SBX_LOCAL_FAULTY
+    sbx_fault_destroy(sb->id);
+#endif
     pthread_mutex_lock(&sb->lock);
     if (sb->destroyed)
         goto out;
@@ -3106,7 +3122,7 @@ static int check_supervisor_answers(struct sbx_plugin_sandbox *sb, const sbx_cal
         if (e == ETIMEDOUT || e == ECANCELED)
             io_fail(error, e == ETIMEDOUT ? IO_TIMEOUT : IO_CANCEL, op, sb->id, "connect");
         else
-            fail(error, SBX_ERROR_CONNECTION, op, "cannot connect to sandbox %s: %s", sb->id,
+            fail(error, local_errno_code(e, SBX_ERROR_CONNECTION), op, "cannot connect to sandbox %s: %s", sb->id,
                  strerror(e));
         return -1;
     }
@@ -3784,7 +3800,8 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
             continue;
         own[i] = open("/dev/null", (i == 0 ? O_RDONLY : O_WRONLY) | O_CLOEXEC);
         if (own[i] < 0) {
-            fail(error, SBX_ERROR_EXECUTION_FAILED, op, "/dev/null: %s", strerror(errno));
+            fail(error, local_errno_code(errno, SBX_ERROR_EXECUTION_FAILED), op,
+                 "cannot open /dev/null: %s", strerror(errno));
             goto out;
         }
         fds[i] = own[i];
@@ -3878,7 +3895,7 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
         else if (e == ETIMEDOUT || e == ECANCELED)
             io_fail(error, e == ETIMEDOUT ? IO_TIMEOUT : IO_CANCEL, op, sb->id, "connect");
         else
-            fail(error, SBX_ERROR_CONNECTION, op, "cannot connect to sandbox %s: %s", sb->id,
+            fail(error, local_errno_code(e, SBX_ERROR_CONNECTION), op, "cannot connect to sandbox %s: %s", sb->id,
                  strerror(e));
         goto out;
     }

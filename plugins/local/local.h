@@ -7,6 +7,7 @@
 
 #include <sbx/plugin.h>
 
+#include <errno.h>
 #include <pthread.h>
 #include <sys/types.h>
 
@@ -221,5 +222,15 @@ int bwrap_upload_tar(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx, const
 /** Removes from a caller's workdir the mount points bwrap made in it. */
 void bwrap_clean_root(const char *root);
 #endif
+
+/** The code of a failure with errno @e of a call that makes a resource
+ *  (descriptor, socket, connection, process): resource_exhausted when the
+ *  machine or the process ran out (EMFILE, ENFILE, ENOMEM, ENOBUFS,
+ *  EAGAIN), as the API documents that code; @otherwise else. */
+static inline sbx_error_code local_errno_code(int e, sbx_error_code otherwise)
+{
+    return e == EMFILE || e == ENFILE || e == ENOMEM || e == ENOBUFS || e == EAGAIN
+               ? SBX_ERROR_RESOURCE_EXHAUSTED : otherwise;
+}
 
 #endif /* SBX_LOCAL_H */

@@ -9,10 +9,12 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
@@ -210,8 +212,18 @@ int proto_proc_stat(pid_t pid, proto_proc *out)
 int proto_proc_alive(pid_t pid, unsigned long long start)
 {
     proto_proc st;
-    if (pid <= 0 || proto_proc_stat(pid, &st) < 0)
+    if (pid <= 0)
         return 0;
+    if (proto_proc_stat(pid, &st) < 0) {
+        /* /proc could not be read for want of a descriptor or memory: the
+         * process is not known to be gone. kill(0) says whether the pid
+         * lives (its start time cannot be checked now); a live sandbox is
+         * never taken for a dead one because the caller ran out of
+         * descriptors. */
+        if (errno == EMFILE || errno == ENFILE || errno == ENOMEM)
+            return kill(pid, 0) == 0 || errno == EPERM;
+        return 0;
+    }
     if (st.state == 'Z' || st.state == 'X')
         return 0;
     return start == 0 || st.start == start;
@@ -512,7 +524,87 @@ static int rm_tree_at(int parent, const char *name, dev_t dev, int depth, unsign
     return -1;
 }
 
+/* Removes by name, with no descriptor, what a sandbox's meta directory
+ * holds until its supervisor runs (sock, record, log, an empty root/ and
+ * its tmp/; on bubblewrap the overlay's lower/, work/ and mnt/) and then
+ * the directory itself: proto_rm_tree()'s way out when
+ * the process has no descriptor left to walk the tree with. Returns 0
+ * when @path is gone, else -1 with errno (a directory holding more). */
+static int rm_known_layout(const char *path)
+{
+    static const char *const files[] = { "sock", "record", "log", "workdir-owner" };
+    /* bubblewrap adds an overlay's empty lower layer, its work directory
+     * (with the work/ overlayfs makes in it) and its mount point. */
+    static const char *const dirs[] = { "root/tmp", "root", "lower", "work/work", "work",
+                                        "mnt" };
+    char sub[PATH_MAX];
+
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+        if ((size_t)snprintf(sub, sizeof(sub), "%s/%s", path, files[i]) < sizeof(sub))
+            unlink(sub);
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
+        if ((size_t)snprintf(sub, sizeof(sub), "%s/%s", path, dirs[i]) < sizeof(sub))
+            rmdir(sub);
+    if (rmdir(path) == 0 || errno == ENOENT)
+        return 0;
+    return -1;
+}
+
+static int rm_tree_fds(const char *path);
+
+extern char **environ;
+
+/* The tree at @path removed by a child process that first closes every
+ * descriptor it inherited (`rm -rf --one-file-system -- PATH`), for a
+ * caller that has none left (EMFILE): 0 when @path is gone afterwards. */
+static int rm_tree_in_child(const char *path)
+{
+    posix_spawn_file_actions_t fa;
+    const char *argv[] = { "rm", "-rf", "--one-file-system", "--", path, NULL };
+    static const char *const rms[] = { "/usr/bin/rm", "/bin/rm" };
+    pid_t pid = -1;
+    int rc = -1, status;
+    struct stat st;
+
+    if (posix_spawn_file_actions_init(&fa) != 0)
+        return -1;
+    posix_spawn_file_actions_addclosefrom_np(&fa, 0);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    for (size_t i = 0; i < sizeof(rms) / sizeof(rms[0]) && pid < 0; i++)
+        if (access(rms[i], X_OK) == 0 &&
+            posix_spawn(&pid, rms[i], &fa, NULL, (char *const *)argv, environ) != 0)
+            pid = -1;
+    posix_spawn_file_actions_destroy(&fa);
+    if (pid < 0)
+        return -1;
+    /* SIGCHLD ignored by an application: waitpid fails once the child is
+     * gone, and the path says whether it did its work. */
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (lstat(path, &st) < 0 && errno == ENOENT)
+        rc = 0;
+    return rc;
+}
+
 int proto_rm_tree(const char *path)
+{
+    int rc = rm_tree_fds(path);
+    if (rc < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOMEM)) {
+        int e = errno;
+        if (rm_known_layout(path) == 0)
+            return 0;
+        /* More than the known layout: a process of its own, with a fresh
+         * table of descriptors, removes it (the per-process limit). */
+        if (e == EMFILE && rm_tree_in_child(path) == 0)
+            return 0;
+        errno = e;
+    }
+    return rc;
+}
+
+static int rm_tree_fds(const char *path)
 {
     const char *slash = strrchr(path, '/');
     if (path[0] != '/' || !slash || !slash[1]) {

@@ -279,7 +279,8 @@ typedef struct proto_proc {
 int proto_proc_stat(pid_t pid, proto_proc *out);
 
 /** 1 when @pid runs and started at @start (0 = any start), else 0.
- *  A zombie counts as gone. */
+ *  A zombie counts as gone. When /proc cannot be read for want of a
+ *  descriptor or memory, 1 when the pid exists (start not checked). */
 int proto_proc_alive(pid_t pid, unsigned long long start);
 
 /** Called by proto_walk_descendants for each descendant @pid, with what
@@ -308,7 +309,14 @@ size_t proto_kill_descendants(pid_t ancestor, int sig, size_t *zombies);
 
 /** Removes the tree at absolute @path (never following a symlink, never
  *  onto another filesystem; its own rights restored where a command took
- *  them). Returns 0 when it is gone (or never was), else -1 with errno. */
+ *  them). Returns 0 when it is gone (or never was), else -1 with errno.
+ *  Out of descriptors (EMFILE, ENFILE) or memory, it still removes by
+ *  name what a sandbox's meta directory holds before its supervisor runs
+ *  (sock, record, log, an empty root/ and root/tmp/, bubblewrap's empty
+ *  lower/, work/ and mnt/) and the directory, and past that (EMFILE)
+ *  has `rm -rf --one-file-system` remove it in a child process that
+ *  closed every descriptor it inherited,
+ *  so a create that failed for want of descriptors leaves nothing. */
 int proto_rm_tree(const char *path);
 
 /** The first part of a trash name: a meta directory DIR/NAME goes to

@@ -19,6 +19,15 @@
  * create the file named by $SBX_FAULT_STARTED (when set) as they begin. While the file named by $SBX_FAULT_HANG_INIT exists,
  * sbx_plugin_init never returns (a plugin that hangs while loading).
  *
+ * A create that takes time after the provider made something: with
+ * $SBX_FAULT_CREATE_HOLD naming a directory, create makes the file
+ * HOLD/SANDBOX_ID there once the sandbox exists (what a provider made:
+ * a container, a pod), creates $SBX_FAULT_STARTED, and then waits up to
+ * 3 s for its cancel descriptor. Cancelled, it removes the file and fails
+ * (as a create that cleans up after itself); with $SBX_FAULT_CREATE_DEAF
+ * set it ignores the cancel, waits 1.5 s and returns the sandbox. destroy
+ * removes HOLD/SANDBOX_ID: a file left there is a sandbox nobody ended.
+ *
  * Built alone into libsbx-crashinit.so (FAULT_CRASH_INIT): sbx_plugin_init
  * itself dies of SIGSEGV, so loading the plugin kills the process that
  * loads it.
@@ -66,6 +75,8 @@ SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
 int sbx_fault_exec(const sbx_plugin_exec_request *request, const sbx_call_ctx *ctx);
 int sbx_fault_path(const char *path, const sbx_call_ctx *ctx);
 void sbx_fault_init(void);
+int sbx_fault_create(const char *id, const sbx_call_ctx *ctx);
+void sbx_fault_destroy(const char *id);
 
 /*
  * Called from sbx_plugin_init: hangs for good while the file named by
@@ -85,6 +96,78 @@ static double monotonic_now(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* HOLD/@id, malloc'd; NULL without $SBX_FAULT_CREATE_HOLD. */
+static char *hold_path(const char *id)
+{
+    const char *dir = getenv("SBX_FAULT_CREATE_HOLD");
+    size_t n;
+    char *p;
+
+    if (!dir || !*dir || !id)
+        return NULL;
+    n = strlen(dir) + strlen(id) + 2;
+    p = malloc(n);
+    if (p) {
+        strcpy(p, dir);
+        strcat(p, "/");
+        strcat(p, id);
+    }
+    return p;
+}
+
+static void touch(const char *path)
+{
+    int fd = path && *path ? open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600) : -1;
+
+    if (fd >= 0)
+        close(fd);
+}
+
+/*
+ * Called by create once sandbox @id exists: 0 to return it, -1 when the
+ * create was cancelled (HOLD/@id removed; the caller cleans up and fails).
+ */
+int sbx_fault_create(const char *id, const sbx_call_ctx *ctx)
+{
+    char *hold = hold_path(id);
+    double until = monotonic_now() + 3.0;
+    int rc = 0;
+
+    if (!hold)
+        return 0;
+    touch(hold);
+    touch(getenv("SBX_FAULT_STARTED"));
+    if (getenv("SBX_FAULT_CREATE_DEAF")) {
+        struct timespec ts = { 1, 500000000L };
+
+        while (nanosleep(&ts, &ts) < 0)
+            ;
+        free(hold);
+        return 0;
+    }
+    while (monotonic_now() < until) {
+        struct pollfd p = { ctx ? ctx->cancel_fd : -1, POLLIN, 0 };
+
+        if (poll(&p, 1, 50) > 0 && (p.revents & POLLIN)) {
+            unlink(hold);
+            rc = -1;
+            break;
+        }
+    }
+    free(hold);
+    return rc;
+}
+
+/* Called by destroy: what create made for @id goes. */
+void sbx_fault_destroy(const char *id)
+{
+    char *hold = hold_path(id);
+
+    if (hold)
+        unlink(hold);
+    free(hold);
 }
 
 /*
