@@ -1408,22 +1408,41 @@ static struct {
  * An exclusive wake-up wakes one thread per arrival; when the thread that
  * was woken stops reading at a blocking call while more frames wait, it
  * kicks an idle thread to read them (after releasing the receive lock,
- * which a kicked thread only tries to take).
+ * which a kicked thread only tries to take). Returns 1 when frames wait
+ * and no thread was idle to be kicked: the wake-ups of those frames went
+ * to threads that found the lock held, so nobody would read them before
+ * the next frame came; the caller starts a thread for them. Else 0.
  */
-static void
+static int
 kick_idle(const lf_rec *self)
 {
     struct pollfd p = { H.sock, POLLIN, 0 };
+    int kicked = 0;
 
     if (poll(&p, 1, 0) <= 0)
-        return;
+        return 0;
     pthread_mutex_lock(&LF.list_lock);
     for (lf_rec *r = LF.threads; r; r = r->next) {
         if (r != self && __atomic_load_n(&r->idle, __ATOMIC_SEQ_CST)) {
             eventfd_write(r->kick_fd, 1);
+            kicked = 1;
             break;
         }
     }
+    pthread_mutex_unlock(&LF.list_lock);
+    return !kicked;
+}
+
+/* Takes @self off the list kick_idle() picks from (if it is on it). */
+static void
+lf_unlist(lf_rec *self)
+{
+    pthread_mutex_lock(&LF.list_lock);
+    for (lf_rec **p = &LF.threads; *p; p = &(*p)->next)
+        if (*p == self) {
+            *p = self->next;
+            break;
+        }
     pthread_mutex_unlock(&LF.list_lock);
 }
 
@@ -1442,13 +1461,7 @@ static int lf_idle_ms = LF_IDLE_EXIT_MS;
 static void
 lf_leave(lf_rec *self, int ep, void *scratch)
 {
-    pthread_mutex_lock(&LF.list_lock);
-    for (lf_rec **p = &LF.threads; *p; p = &(*p)->next)
-        if (*p == self) {
-            *p = self->next;
-            break;
-        }
-    pthread_mutex_unlock(&LF.list_lock);
+    lf_unlist(self);
     close(self->kick_fd);
     close(ep);
     if (spare_cancel_fd >= 0)
@@ -1582,6 +1595,28 @@ lf_thread(void *arg)
                                                 __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
                 ;
             if (idle > LF_KEEP_IDLE) {
+                /* A kick (kick_idle) may have come to this thread just as
+                 * it timed out. Once it is off the list (no kick can pick
+                 * it) and the socket out of its set (later frames wake the
+                 * others), a kick it got or a frame waiting keeps it: it
+                 * reads (adding the socket back reports it ready at once). */
+                struct pollfd more = { H.sock, POLLIN, 0 };
+                struct epoll_event back = { .events = EPOLLIN | EPOLLEXCLUSIVE | EPOLLET,
+                                            .data.fd = H.sock };
+                eventfd_t kicked = 0;
+
+                lf_unlist(self);
+                __atomic_store_n(&self->idle, 0, __ATOMIC_SEQ_CST);
+                epoll_ctl(ep, EPOLL_CTL_DEL, H.sock, NULL);
+                if ((eventfd_read(self->kick_fd, &kicked) == 0 || poll(&more, 1, 0) > 0) &&
+                    epoll_ctl(ep, EPOLL_CTL_ADD, H.sock, &back) == 0) {
+                    pthread_mutex_lock(&LF.list_lock);
+                    self->next = LF.threads;
+                    LF.threads = self;
+                    pthread_mutex_unlock(&LF.list_lock);
+                    __atomic_add_fetch(&LF.idle, 1, __ATOMIC_SEQ_CST);
+                    continue;
+                }
                 lf_leave(self, ep, scratch);
                 return NULL;
             }
@@ -1592,6 +1627,8 @@ lf_thread(void *arg)
 
             eventfd_read(self->kick_fd, &v);
         }
+        int uncovered = 0;
+
         for (;;) {
             struct pollfd more = { H.sock, POLLIN, 0 };
 
@@ -1626,7 +1663,7 @@ lf_thread(void *arg)
                 frame = call_prepare(m, 1);
             pthread_mutex_unlock(&LF.recv_lock);
             if (blocking) {
-                kick_idle(self);
+                uncovered = kick_idle(self);
                 break;
             }
             /* A frame that came after the last read woke a thread that
@@ -1636,8 +1673,11 @@ lf_thread(void *arg)
         }
         if (!blocking)
             continue;
-        if (__atomic_sub_fetch(&LF.idle, 1, __ATOMIC_SEQ_CST) == 0 && spawn_thread() < 0 &&
-            frame && !(sbx_slot_rows[m->slot].flags & SBX_ROW_NO_REPLY)) {
+        /* A thread more when none is left idle, or when frames wait behind
+         * this call and no idle thread could be kicked for them (the count
+         * may still include a thread about to run a call of its own). */
+        if ((__atomic_sub_fetch(&LF.idle, 1, __ATOMIC_SEQ_CST) == 0 || uncovered) &&
+            spawn_thread() < 0 && frame && !(sbx_slot_rows[m->slot].flags & SBX_ROW_NO_REPLY)) {
             /* No thread could be started to read the frames behind this
              * call (out of descriptors, memory or threads): this one stays
              * the reader, and the call fails rather than runs, since a
