@@ -126,14 +126,7 @@ struct sbx_plugin_sandbox {
     char *workdir;      /* the default working directory, or NULL */
 };
 
-typedef struct bl_proc {
-    cl_proc base;       /* first member (cloud.h) */
-    struct sbx_plugin_sandbox *sb;
-    char *script;
-    char **env;         /* "K=V" of the command, copied */
-    int stdin_fd;
-    char tag[40];
-} bl_proc;
+typedef cl_script_proc bl_proc;  /* provider.h */
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
@@ -1463,12 +1456,8 @@ static int bl_exec_run(cl_proc *base)
         goto fail;
     goto out;
 fail:
-    cl_proc_fail_last(base);
+    cl_proc_fail_in(base, &sb->s);
     code = -1;
-    if (bl_is_gone(sb)) {
-        snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
-        snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
-    }
 out:
     if (!bl_is_gone(sb)) {
         /* With a bound of its own: the call may have been cancelled. */
@@ -1490,14 +1479,6 @@ out:
     return code;
 }
 
-static void bl_proc_free_fields(bl_proc *p)
-{
-    if (p->stdin_fd >= 0)
-        close(p->stdin_fd);
-    cl_strv_free(p->env);
-    free(p->script);
-}
-
 static int bl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
                          sbx_error **error)
@@ -1517,58 +1498,8 @@ static int bl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                    "user", rq->user);
         return -1;
     }
-    bl_proc *p = calloc(1, sizeof(*p));
-    if (!p) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    p->sb = sb;
-    p->stdin_fd = -1;
-    memcpy(p->tag, "sbx-exec-", 9);
-    cl_random_hex(p->tag + 9, 12);
-    p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
-    p->env = cl_strv_dup(rq->env);
-    int made = p->script && p->env;
-    if (cl_exec_launch(&p->base, bl_exec_run, p, made, rq, &p->stdin_fd, op, error) < 0) {
-        bl_proc_free_fields(p);
-        free(p);
-        return -1;
-    }
-    *process = (sbx_plugin_process *)p;
-    return 0;
-}
-
-/* exec_wait, with the missing working directory's check (provider.h). */
-static int bl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
-                        int *exit_code, sbx_error **error)
-{
-    (void)ctx;
-    bl_proc *p = (bl_proc *)process;
-    return cl_exec_wait_script(process, p->sb, p->script, bl_run_short, timeout_ms, exit_code,
-                               error);
-}
-
-/* Signals every process of the command: each carries CL_EXEC_MARK=<its
- * tag> in its environment, so the signal reaches background children,
- * children in sessions of their own and orphans. The scan runs as a
- * command of its own, without the mark. */
-static int bl_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
-                        sbx_error **error)
-{
-    bl_proc *p = (bl_proc *)process;
-    return cl_proc_mark_kill(&p->base, p->sb, bl_run_short, ctx, p->tag, sig, error);
-}
-
-static void bl_exec_free(sbx_plugin_process *process)
-{
-    bl_proc *p = (bl_proc *)process;
-    if (!p)
-        return;
-    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-    bl_exec_kill(process, &c2, SIGKILL, NULL);
-    cl_proc_clear(&p->base);
-    bl_proc_free_fields(p);
-    free(p);
+    bl_proc *p = cl_script_proc_new(sizeof(*p), sb, sb->workdir, rq, bl_run_short, op, error);
+    return p ? cl_script_proc_launch(p, bl_exec_run, rq, op, process, error) : -1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1599,10 +1530,10 @@ static const sbx_plugin bl_plugin = {
     .sandbox_id = cl_sandbox_id,
     .sandbox_root = cl_sandbox_root,
     .exec_start = bl_exec_start,
-    .exec_wait = bl_exec_wait,
+    .exec_wait = cl_script_exec_wait,
     .exec_event_fd = cl_exec_event_fd,
-    .exec_kill = bl_exec_kill,
-    .exec_free = bl_exec_free,
+    .exec_kill = cl_script_exec_kill,
+    .exec_free = cl_script_exec_free,
     .list_files = bl_list_files,
     .read_file = bl_read_file,
     .write_file = bl_write_file,
