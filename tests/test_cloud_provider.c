@@ -16,7 +16,7 @@
  * got no answer (its sandbox reaped by the token); the start of resume
  * (state, answer, ended states), exec_resize's check and wait, a request
  * without its URL, write_file's upload and chmod, the fixed probe and
- * the end of client_new.
+ * the end of client_new; a per-call environment as export lines.
  * Errors are looked at through cl_last() (no host is loaded here).
  */
 #include "provider.h"
@@ -220,6 +220,41 @@ Test(provider, env_file_per_call_keys_win_and_values_are_literal)
     text = cl_env_file(none);
     cr_assert_str_eq(text, "");
     free(text);
+}
+
+Test(provider, env_exports_quote_values_and_skip_strings_without_a_value)
+{
+    const char *env[] = { "A=one", "NOEQ", "B=it's $x\nline 2", "C=", "D=a=b", NULL };
+    char *text = cl_env_exports(env);
+    cr_assert_str_eq(text, "export A='one'\n"
+                           "export B='it'\\''s $x\nline 2'\n"
+                           "export C=''\n"
+                           "export D='a=b'\n");
+    /* Sourced by sh, the values arrive literally. */
+    char path[] = "/tmp/sbx-provider-exports-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    free(text);
+    char *script = NULL;
+    cr_assert(asprintf(&script, "sh -c '. %s; printf \"%%s|%%s|%%s|%%s\" \"$A\" \"$B\" \"$C\" "
+                                "\"$D\"'", path) > 0);
+    char *out = sh_out(script);
+    cr_assert_str_eq(out, "one|it's $x\nline 2||a=b");
+    free(out);
+    free(script);
+    unlink(path);
+    text = cl_env_exports(NULL);
+    cr_assert_str_eq(text, "");
+    free(text);
+    cl_buf b = { 0 };
+    cr_assert_eq(cl_buf_printf(&b, "# head\n"), 0);
+    const char *one[] = { "K=v w", NULL };
+    cr_assert_eq(cl_buf_env_exports(&b, one), 0);
+    cr_assert_eq(cl_buf_env_exports(&b, NULL), 0);
+    cr_assert_str_eq(b.data, "# head\nexport K='v w'\n");
+    cl_buf_clear(&b);
 }
 
 /* ------------------------------------------------------------------------ */

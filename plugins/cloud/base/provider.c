@@ -426,6 +426,31 @@ char *cl_env_file(const char *const *env)
     return b.data;
 }
 
+int cl_buf_env_exports(cl_buf *b, const char *const *env)
+{
+    for (size_t i = 0; env && env[i]; i++) {
+        const char *eq = strchr(env[i], '=');
+        if (!eq)
+            continue;
+        char *q = cl_shell_quote(eq + 1);
+        int bad = !q || cl_buf_printf(b, "export %.*s=%s\n", (int)(eq - env[i]), env[i], q) < 0;
+        free(q);
+        if (bad)
+            return -1;
+    }
+    return 0;
+}
+
+char *cl_env_exports(const char *const *env)
+{
+    cl_buf b = { 0 };
+    if (cl_buf_append(&b, "", 0) < 0 || cl_buf_env_exports(&b, env) < 0) {
+        cl_buf_clear(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
 char *cl_env_file_source(const char *path)
 {
     char *q = cl_shell_quote(path), *s = NULL;

@@ -283,6 +283,23 @@ char *cl_env_file(const char *const *env);
 int cl_env_names_check(const char *const *env, const char *op, sbx_error **error);
 
 /**
+ * Appends to @b, for each "K=V" string of @env (NULL: none) in order, the
+ * line "export K=V\n" with V shell-quoted (cl_shell_quote()); a string
+ * without '=' is left out. The keys are written as they are: the caller
+ * has checked them as shell names (cl_env_names_check()). 0, or -1 on no
+ * memory (@b then holds part of the lines; the caller clears it).
+ * Thread-safe on distinct buffers.
+ */
+int cl_buf_env_exports(cl_buf *b, const char *const *env);
+
+/**
+ * cl_buf_env_exports() into a new string (free()): "" for no env; NULL on
+ * no memory. A command's per-call environment as shell lines, for a
+ * provider whose exec takes none or whose values must reach a script.
+ */
+char *cl_env_exports(const char *const *env);
+
+/**
  * The first line of a command's script that sources the file @path (made
  * from cl_env_file()) when it exists and then unsets CL_CALL_KEYS, ending
  * with a newline. A new string.

@@ -1444,19 +1444,13 @@ static int cf_exec_run(cl_proc *base)
     /* The per-call environment as a staged file, sourced and removed. */
     if (p->sp.env && p->sp.env[0]) {
         cl_buf e = { 0 };
-        for (size_t i = 0; p->sp.env[i]; i++) {
-            const char *eq = strchr(p->sp.env[i], '=');
-            if (!eq)
-                continue;
-            char *v = cl_shell_quote(eq + 1);
-            cl_buf_printf(&e, "export %.*s=%s\n", (int)(eq - p->sp.env[i]), p->sp.env[i],
-                          v ? v : "''");
-            free(v);
-        }
         char *kq = cl_shell_quote(keys);
-        cl_buf_printf(&e, "export " CL_CALL_KEYS "=%s\n", kq ? kq : "''");
+        if (kq && cl_buf_env_exports(&e, (const char *const *)p->sp.env) == 0
+            && cl_buf_printf(&e, "export " CL_CALL_KEYS "=%s\n", kq) == 0)
+            env_path = cf_stage_text(sb, &ctx, e.data, "env", op, NULL);
+        else
+            cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         free(kq);
-        env_path = e.data ? cf_stage_text(sb, &ctx, e.data, "env", op, NULL) : NULL;
         cl_buf_clear(&e);
         if (!env_path)
             goto fail;
@@ -1565,15 +1559,8 @@ static char *cf_pty_program(cf_proc *p)
         bad = cl_buf_printf(&b, "#!/bin/sh\nrm -f -- \"$0\"\n"
                                 "[ -e " CF_LIVE_FILE " ] || exit %d\n"
                                 "export " CL_EXEC_MARK "=%s\n", CF_GONE_EXIT, p->sp.tag) < 0;
-    for (size_t i = 0; !bad && p->sp.env && p->sp.env[i]; i++) {
-        const char *eq = strchr(p->sp.env[i], '=');
-        if (!eq)
-            continue;
-        char *v = cl_shell_quote(eq + 1);
-        bad = !v || cl_buf_printf(&b, "export %.*s=%s\n", (int)(eq - p->sp.env[i]), p->sp.env[i],
-                                  v) < 0;
-        free(v);
-    }
+    if (!bad)
+        bad = cl_buf_env_exports(&b, (const char *const *)p->sp.env) < 0;
     if (!bad)
         bad = cl_buf_printf(&b, "export " CL_CALL_KEYS "=%s\nexec /bin/sh -c %s\n", qk, qi) < 0;
     free(qi);

@@ -1680,17 +1680,8 @@ static int dt_pty_message(void *ud, int binary, const unsigned char *d, size_t n
 static char *dt_pty_script(dt_pty *p)
 {
     cl_buf b = { 0 };
-    int bad = 0;
-    for (size_t i = 0; p->sp.env && p->sp.env[i] && !bad; i++) {
-        const char *eq = strchr(p->sp.env[i], '=');
-        if (!eq)
-            continue;
-        char *q = cl_shell_quote(eq + 1);
-        bad = !q || cl_buf_printf(&b, "export %.*s=%s\n", (int)(eq - p->sp.env[i]),
-                                  p->sp.env[i], q) < 0;
-        free(q);
-    }
-    if (bad || cl_buf_printf(&b, "%s", p->sp.script) < 0) {
+    if (cl_buf_env_exports(&b, (const char *const *)p->sp.env) < 0
+        || cl_buf_printf(&b, "%s", p->sp.script) < 0) {
         cl_buf_clear(&b);
         return NULL;
     }

@@ -1386,28 +1386,6 @@ static void rl_live_stop(rl_live *lv)
     lv->cancel[0] = lv->cancel[1] = -1;
 }
 
-/* The per-call environment as a file the command sources: "export K=V"
- * lines, values shell-quoted. NULL on no memory. */
-static char *rl_call_env_file(const char *const *env)
-{
-    cl_buf b = { 0 };
-    if (cl_buf_append(&b, "", 0) < 0)
-        return NULL;
-    for (size_t i = 0; env && env[i]; i++) {
-        const char *eq = strchr(env[i], '=');
-        if (!eq)
-            continue;
-        char *q = cl_shell_quote(eq + 1);
-        int bad = !q || cl_buf_printf(&b, "export %.*s=%s\n", (int)(eq - env[i]), env[i], q) < 0;
-        free(q);
-        if (bad) {
-            cl_buf_clear(&b);
-            return NULL;
-        }
-    }
-    return b.data;
-}
-
 /* The wrapper's report @so ("SBX-OUT CODE", then stdout and stderr in
  * base64, a line each): 1 with both written out and the code in *@code, 0
  * when @so is no report (the files are to be read), -1 when the host
@@ -1479,7 +1457,7 @@ static int rl_exec_run(cl_proc *base)
     if (!bad && p->env && p->env[0]) {
         char path[64];
         snprintf(path, sizeof path, "/tmp/.%s.env", p->tag);
-        if (!(envf = rl_call_env_file((const char *const *)p->env)))
+        if (!(envf = cl_env_exports((const char *const *)p->env)))
             bad = 1;
         else if (rl_upload_bytes(sb, &ctx, path, envf, strlen(envf), op, NULL) < 0)
             goto fail;

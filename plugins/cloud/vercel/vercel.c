@@ -1397,28 +1397,6 @@ static int vc_logs_line(void *ud, json_object *o)
     return 0;
 }
 
-/* The per-call environment as a file the command sources: "export K=V"
- * lines, values shell-quoted. NULL on no memory. */
-static char *vc_call_env_file(const char *const *env)
-{
-    cl_buf b = { 0 };
-    if (cl_buf_append(&b, "", 0) < 0)
-        return NULL;
-    for (size_t i = 0; env && env[i]; i++) {
-        const char *eq = strchr(env[i], '=');
-        if (!eq)
-            continue;
-        char *q = cl_shell_quote(eq + 1);
-        int bad = !q || cl_buf_printf(&b, "export %.*s=%s\n", (int)(eq - env[i]), env[i], q) < 0;
-        free(q);
-        if (bad) {
-            cl_buf_clear(&b);
-            return NULL;
-        }
-    }
-    return b.data;
-}
-
 /*
  * Runs the command: POST cmd (wait false) with "perl -e CL_OUTPUT_ENCODER
  * bash -c SCRIPT", where SCRIPT exports the mark, sources the per-call
@@ -1443,7 +1421,7 @@ static int vc_exec_run(cl_proc *base)
     if (!bad && p->env && p->env[0]) {
         char path[64];
         snprintf(path, sizeof path, "/tmp/.%s.env", p->tag);
-        if (!(envf = vc_call_env_file((const char *const *)p->env)))
+        if (!(envf = cl_env_exports((const char *const *)p->env)))
             bad = 1;
         else if (vc_upload_bytes(sb, &ctx, path, envf, strlen(envf), op, NULL) < 0)
             goto fail;
