@@ -16,7 +16,8 @@
  * got no answer (its sandbox reaped by the token); the start of resume
  * (state, answer, ended states), exec_resize's check and wait, a request
  * without its URL, write_file's upload and chmod, the fixed probe and
- * the end of client_new; a per-call environment as export lines.
+ * the end of client_new; a per-call environment as export lines, the
+ * error of a file call's answer.
  * Errors are looked at through cl_last() (no host is loaded here).
  */
 #include "provider.h"
@@ -410,6 +411,49 @@ Test(provider, sandbox_answer)
     cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
     cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-4 is gone (the provider no longer has it)");
     cr_assert_eq(cl_gone_get(&sb.s.gone), 1);
+    cl_http_free(h);
+    cl_sandbox_clear(&sb.s);
+}
+
+/* The error of a file call's answer; "nothing stored" shows as the last
+ * error left as it was (no host is loaded to make an sbx_error). */
+Test(provider, file_fail_by_answer_and_gone_flag)
+{
+    sbx_plugin_sandbox sb = { 0 };
+    cr_assert_eq(cl_sandbox_init(&sb.s, "sb-5"), 0);
+    cl_http *h = cl_http_new();
+    cr_assert_not_null(h);
+    cl_resp r = { 0 };
+    r.status = 404;
+    cr_assert_eq(cl_file_fail(&sb.s, h, &r, 0, "read_file", "a/b", "file", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "no such file in the sandbox: a/b");
+    r.status = 500;
+    cr_assert_eq(cl_file_fail(&sb.s, h, &r, 0, "write_file", "c", "directory for file", NULL),
+                 -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg, "directory for file: no message (HTTP 500)");
+    cr_assert_eq(cl_last()->http_status, 500);
+    cr_assert_eq(cl_file_fail(&sb.s, h, &r, 1, "write_file", "c", "directory for file", NULL),
+                 -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONNECTION);
+    r.status = 422;
+    cr_assert_eq(cl_file_fail(&sb.s, h, &r, 1, "list_files", "d", "directory", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg, "directory: no message (HTTP 422)");
+    /* An error stored already, no answer, a sandbox that is gone: nothing. */
+    cl_fail(NULL, SBX_ERROR_TIMEOUT, "x", "before");
+    sbx_error *stored = (sbx_error *)(void *)&r;   /* stands for one; never read */
+    r.status = 404;
+    cr_assert_eq(cl_file_fail(&sb.s, h, &r, 0, "read_file", "e", "file", &stored), -1);
+    cr_assert_eq(stored, (sbx_error *)(void *)&r);
+    r.status = 0;
+    cr_assert_eq(cl_file_fail(&sb.s, h, &r, 0, "read_file", "e", "file", NULL), -1);
+    r.status = 404;
+    cl_gone_set(&sb.s.gone);
+    cr_assert_eq(cl_file_fail(&sb.s, h, &r, 0, "read_file", "e", "file", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_TIMEOUT);
+    cr_assert_str_eq(cl_last()->msg, "before");
     cl_http_free(h);
     cl_sandbox_clear(&sb.s);
 }

@@ -913,6 +913,23 @@ int cl_sandbox_answer(cl_sandbox *s, cl_http *h, const cl_resp *r, const char *p
     return -1;
 }
 
+int cl_file_fail(cl_sandbox *s, cl_http *h, const cl_resp *r, int by_status, const char *op,
+                 const char *path, const char *what, sbx_error **error)
+{
+    if (cl_gone_get(&s->gone) || (error && *error) || !r->status)
+        return -1;
+    sbx_error *err;
+    if (r->status == 404)
+        err = cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such %s in the sandbox: %s", what,
+                      path);
+    else if (!by_status || r->status == 400 || r->status == 403 || r->status == 422)
+        err = cl_fail_status(h, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
+    else
+        err = cl_fail_status(h, error, CL_CODE_BY_STATUS, r, op, what);
+    cl_context(err, "path", path);
+    return -1;
+}
+
 int cl_sandbox_call(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *method,
                     const char *api, const char *collection, const char *suffix,
                     json_object *body, cl_idempotency idem, long also_ok, const char *op,

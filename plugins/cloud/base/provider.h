@@ -500,6 +500,22 @@ int cl_sandbox_answer(cl_sandbox *s, cl_http *h, const cl_resp *r, const char *p
                       const char *op, const char *what, sbx_error **error);
 
 /**
+ * The error of a file call on sandbox @s that the provider answered with
+ * @r, a status other than 2xx, about the file @path (named as the caller
+ * did; @what says what the call wanted there: "file", "directory for
+ * file", "directory"). None when @s is gone or *@error already holds an
+ * error (the call stored the sandbox's own), nor when no answer came (status
+ * 0). Else not_found "no such @what in the sandbox: @path" for a 404; for
+ * another status invalid_argument with the answer's message
+ * (cl_fail_status(), @what names the call), except that with @by_status
+ * only 400, 403 and 422 are invalid_argument and other statuses take their
+ * own code (CL_CODE_BY_STATUS); each with context path=@path. Returns -1.
+ * Thread-safe.
+ */
+int cl_file_fail(cl_sandbox *s, cl_http *h, const cl_resp *r, int by_status, const char *op,
+                 const char *path, const char *what, sbx_error **error);
+
+/**
  * A call on sandbox @s at the provider: -1 with cl_gone_error() (of
  * cl_backend) at once when @s is gone; else cl_item_request(@method,
  * @api, @collection, @s's id, @suffix, @body, @idem) and its answer as

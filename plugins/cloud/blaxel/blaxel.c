@@ -836,24 +836,9 @@ static char *bl_files_path(struct sbx_plugin_sandbox *sb, const char *route, con
     return s;
 }
 
-/* The error of a file call whose answer @r was not 2xx, when no error is
- * stored yet. */
-static int bl_file_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r, const char *op,
-                        const char *path, const char *what, sbx_error **error)
-{
-    if (bl_is_gone(sb) || (error && *error) || !r->status)
-        return -1;
-    sbx_error *err;
-    if (r->status == 404)
-        err = cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such %s in the sandbox: %s", what,
-                      path);
-    else if (r->status == 400 || r->status == 403 || r->status == 422)
-        err = cl_fail_status(sb->c->http, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
-    else
-        err = cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, what);
-    cl_context(err, "path", path);
-    return -1;
-}
+/* The error of a file call's answer @r (provider.h). */
+#define bl_file_fail(sb, r, op, path, what, error) \
+    cl_file_fail(&(sb)->s, (sb)->c->http, (r), 1, (op), (path), (what), (error))
 
 /* The sink of a raw read: the answer's bytes to @fd, unless the answer is
  * a directory's JSON listing (the data plane answers a directory so

@@ -498,19 +498,9 @@ static char *rl_path(struct sbx_plugin_sandbox *sb, const char *path)
     return cl_path_in(sb->workdir, path);
 }
 
-static int rl_file_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r, const char *op,
-                        const char *path, const char *what, sbx_error **error)
-{
-    if (rl_is_gone(sb) || (error && *error))
-        return -1;
-    sbx_error *err = NULL;
-    if (r->status == 404)
-        err = cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such %s in the sandbox: %s", what, path);
-    else
-        err = cl_fail_status(sb->c->http, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
-    cl_context(err, "path", path);
-    return -1;
-}
+/* The error of a file call's answer @r (provider.h). */
+#define rl_file_fail(sb, r, op, path, what, error) \
+    cl_file_fail(&(sb)->s, (sb)->c->http, (r), 0, (op), (path), (what), (error))
 
 static int rl_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                        cl_sink_fn sink, void *ud, cl_resp *r, const char *op, sbx_error **error)
