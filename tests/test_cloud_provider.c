@@ -17,7 +17,8 @@
  * (state, answer, ended states), exec_resize's check and wait, a request
  * without its URL, write_file's upload and chmod, the fixed probe and
  * the end of client_new; a per-call environment as export lines, the
- * error of a file call's answer.
+ * error of a file call's answer, and whether a sandbox ended (the gone
+ * flag and error that follow).
  * Errors are looked at through cl_last() (no host is loaded here).
  */
 #include "provider.h"
@@ -1606,6 +1607,72 @@ Test(provider, resume_get_checks_state_answer_and_end)
     cr_assert_str_eq(cl_json_str(j, "status"), "shutdown");
     json_object_put(j);
     json_object_put(state);
+}
+
+/* The provider of the ended/gone look: as resume_get(), the error never
+ * asked for (dropped), the op remembered. */
+static char ended_op[32];
+
+static json_object *ended_get(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                              const char *id, long *status, const char *op, sbx_error **error)
+{
+    cr_assert_null(error);
+    snprintf(ended_op, sizeof ended_op, "%s", op);
+    return resume_get(client, ctx, id, status, "resume", error);
+}
+
+/* Whether a sandbox ended (404 or a dead state; no answer is not), and the
+ * gone flag and error that follow from it, as resume gives them. */
+Test(provider, sandbox_ended_and_confirm_gone)
+{
+    static const char *const dead[] = { "shutdown", "failure", NULL };
+    cl_resume_spec spec = { "acme", 1, "devbox_id", ended_get, "status", dead, NULL };
+    json_object *view = (json_object *)&spec;
+    cr_assert_eq(cl_sandbox_ended(NULL, NULL, &spec, "sb-run", "stop", &view), 0);
+    cr_assert_str_eq(ended_op, "stop");
+    cr_assert_str_eq(cl_json_str(view, "status"), "running");
+    json_object_put(view);
+    cr_assert_eq(cl_sandbox_ended(NULL, NULL, &spec, "sb-end", "stop", &view), 1);
+    cr_assert_str_eq(cl_json_str(view, "status"), "shutdown");
+    json_object_put(view);
+    cr_assert_eq(cl_sandbox_ended(NULL, NULL, &spec, "sb-404", "stop", &view), 1);
+    cr_assert_null(view);
+    cr_assert_eq(cl_sandbox_ended(NULL, NULL, &spec, "sb-down", "stop", NULL), 0);
+
+    cl_sandbox s;
+    cr_assert_eq(cl_sandbox_init(&s, "sb-run"), 0);
+    cl_fail(NULL, SBX_ERROR_TIMEOUT, "x", "before");
+    cr_assert_eq(cl_sandbox_confirm_gone(&s, NULL, NULL, &spec, "read_file", NULL), 0);
+    cr_assert_str_eq(ended_op, "read_file");
+    cr_assert_eq(cl_gone_get(&s.gone), 0);
+    cr_assert_str_eq(cl_last()->msg, "before");
+    cl_sandbox_clear(&s);
+    cr_assert_eq(cl_sandbox_init(&s, "sb-down"), 0);
+    cr_assert_eq(cl_sandbox_confirm_gone(&s, NULL, NULL, &spec, "read_file", NULL), 0);
+    cr_assert_eq(cl_gone_get(&s.gone), 0);
+    cr_assert_str_eq(cl_last()->msg, "get the sandbox: no answer");   /* the get's, dropped */
+    cl_sandbox_clear(&s);
+    cr_assert_eq(cl_sandbox_init(&s, "sb-end"), 0);
+    cr_assert_eq(cl_sandbox_confirm_gone(&s, NULL, NULL, &spec, "read_file", NULL), 1);
+    cr_assert_eq(cl_gone_get(&s.gone), 1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-end is gone (the provider no longer has "
+                                     "it)");
+    cl_sandbox_clear(&s);
+    spec.gone = resume_gone;
+    int gones = resume_gones;
+    cr_assert_eq(cl_sandbox_init(&s, "sb-404"), 0);
+    cr_assert_eq(cl_sandbox_confirm_gone(&s, NULL, NULL, &spec, "write_file", NULL), 1);
+    cr_assert_eq(cl_gone_get(&s.gone), 1);
+    cr_assert_eq(resume_gones, gones + 1);
+    cr_assert_str_eq(resume_gone_state, "");
+    cr_assert_str_eq(cl_last()->msg, "devbox sb-404 ended");
+    cl_sandbox_clear(&s);
+    cr_assert_eq(cl_sandbox_init(&s, "sb-end"), 0);
+    cr_assert_eq(cl_sandbox_confirm_gone(&s, NULL, NULL, &spec, "write_file", NULL), 1);
+    cr_assert_str_eq(resume_gone_state, "shutdown");
+    cr_assert_str_eq(cl_last()->msg, "devbox sb-end ended");
+    cl_sandbox_clear(&s);
 }
 
 /* exec_resize's check and wait: no terminal is invalid_argument; a wait

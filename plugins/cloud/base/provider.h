@@ -183,6 +183,30 @@ struct json_object *cl_resume_get(sbx_plugin_client *client, const sbx_call_ctx 
                                   struct json_object **state, const char **id,
                                   sbx_error **error);
 
+/**
+ * Whether sandbox @id has ended, asked through @rs->get (a GET, safe; its
+ * error dropped, not stored): 1 when the provider answered 404 or an
+ * @rs->state_key that is one of @rs->dead, else 0 (also when no answer
+ * came). *@view (when @view is not NULL) gets the answer's JSON (a new
+ * object, json_object_put(); NULL when none came or on a 404). For a call
+ * whose refusal may mean the sandbox is gone, or a stop or delete that is
+ * done when it has ended. Thread-safe as @rs->get is.
+ */
+int cl_sandbox_ended(sbx_plugin_client *client, const sbx_call_ctx *ctx, const cl_resume_spec *rs,
+                     const char *id, const char *op, struct json_object **view);
+
+/**
+ * After an answer on sandbox @s that may say it is gone (a 404 that may be
+ * a file's, a refusal): cl_sandbox_ended() on its id; when it has ended,
+ * its gone flag set and the gone error stored as cl_resume_get() makes it
+ * (@rs->gone with the provider's view, NULL after a 404; else
+ * cl_gone_error() with context @rs->state_key=STATE) and 1; else 0 with
+ * nothing stored. Thread-safe as @rs->get is (CASE-32).
+ */
+int cl_sandbox_confirm_gone(struct cl_sandbox *s, sbx_plugin_client *client,
+                            const sbx_call_ctx *ctx, const cl_resume_spec *rs, const char *op,
+                            sbx_error **error);
+
 /* ------------------------------------------------------------------------ */
 /* The missing working directory                                             */
 /* ------------------------------------------------------------------------ */

@@ -215,18 +215,17 @@ static void bl_gone(struct sbx_plugin_sandbox *sb, const char *op, const char *s
         cl_context(err, "status", status);
 }
 
+/* How the provider's view of a sandbox is got and read: resume, and the
+ * look at a sandbox whose call was refused (provider.h). */
+static const cl_resume_spec bl_spec = { BL_BACKEND, BL_STATE_VERSION, "name", bl_get,
+                                        "status", bl_dead, NULL };
+
 /* Asks the control plane whether @sb still exists: 1 when it is gone (the
  * gone flag set and its error stored), 0 otherwise (nothing stored). */
 static int bl_confirm_gone(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                            const char *op, sbx_error **error)
 {
-    long st;
-    json_object *j = bl_get(sb->c, ctx, sb->s.id, &st, op, NULL);
-    int gone = st == 404 || (j && bl_terminal(bl_status(j)));
-    if (gone)
-        bl_gone(sb, op, j ? bl_status(j) : NULL, error);
-    json_object_put(j);
-    return gone;
+    return cl_sandbox_confirm_gone(&sb->s, sb->c, ctx, &bl_spec, op, error);
 }
 
 typedef struct bl_waiting {
@@ -715,12 +714,10 @@ static char *bl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
 static int bl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
-    static const cl_resume_spec spec = { BL_BACKEND, BL_STATE_VERSION, "name", bl_get,
-                                         "status", bl_dead, NULL };
     const char *op = "resume";
     const char *id = NULL;
     json_object *data = NULL;
-    json_object *j = cl_resume_get(client, ctx, state_json, &spec, &data, &id, error);
+    json_object *j = cl_resume_get(client, ctx, state_json, &bl_spec, &data, &id, error);
     int rc = -1;
     char *du = NULL;
     struct sbx_plugin_sandbox *sb = NULL;

@@ -192,6 +192,11 @@ static int rl_post(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
     return rc;
 }
 
+/* How the provider's view of a sandbox is got and read: resume, and the
+ * look at a sandbox whose call was refused (provider.h). */
+static const cl_resume_spec rl_spec = { RL_BACKEND, RL_STATE_VERSION, "devbox_id", rl_get,
+                                        "status", rl_dead, rl_gone_error };
+
 /* After an unexpected answer @r on @sb: marks it gone when the provider no
  * longer has it (404, or a terminal status on a GET) and stores the gone
  * error; else stores the answer's error unless @quiet. Returns -1. */
@@ -199,23 +204,12 @@ static int rl_answer_fail(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
                           const cl_resp *r, int quiet, const char *op, const char *what,
                           sbx_error **error)
 {
-    long st = 0;
-    json_object *j = NULL;
-    if (r->status != 404)
-        j = rl_get(sb->c, ctx, sb->s.id, &st, op, NULL);
-    if (r->status == 404 || st == 404 || (j && rl_terminal(rl_status(j)))) {
-        if (r->status == 404 && !j && quiet)
-            j = rl_get(sb->c, ctx, sb->s.id, &st, op, NULL);
-        if (r->status != 404 || st == 404 || (j && rl_terminal(rl_status(j))) || !quiet) {
-            rl_mark_gone(sb);
-            rl_gone_error(error, op, sb->s.id, j);
-            json_object_put(j);
-            return -1;
-        }
-    }
-    json_object_put(j);
-    if (!quiet)
+    if (r->status == 404 && !quiet) {
+        rl_mark_gone(sb);
+        rl_gone_error(error, op, sb->s.id, NULL);
+    } else if (!cl_sandbox_confirm_gone(&sb->s, sb->c, ctx, &rl_spec, op, error) && !quiet) {
         cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, what);
+    }
     return -1;
 }
 
@@ -617,13 +611,10 @@ static int rl_shutdown(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, con
                      error);
     if (rc == 0 && r.status / 100 != 2 && r.status != 404) {
         /* Shut down already (a terminal devbox refuses more calls). */
-        long st = 0;
-        json_object *j = rl_get(c, ctx, id, &st, op, NULL);
-        if (st != 404 && !(j && rl_terminal(rl_status(j)))) {
+        if (!cl_sandbox_ended(c, ctx, &rl_spec, id, op, NULL)) {
             cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "shut the devbox down");
             rc = -1;
         }
-        json_object_put(j);
     }
     cl_resp_clear(&r);
     return rc;
@@ -1009,12 +1000,10 @@ static char *rl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
 static int rl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
-    static const cl_resume_spec spec = { RL_BACKEND, RL_STATE_VERSION, "devbox_id", rl_get,
-                                         "status", rl_dead, rl_gone_error };
     const char *op = "resume";
     const char *id = NULL;
     json_object *data = NULL;
-    json_object *j = cl_resume_get(client, ctx, state_json, &spec, &data, &id, error);
+    json_object *j = cl_resume_get(client, ctx, state_json, &rl_spec, &data, &id, error);
     int rc = -1;
     if (!j)
         return -1;

@@ -209,6 +209,11 @@ static int vc_post(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
     return rc;
 }
 
+/* How the provider's view of a sandbox is got and read: resume, and the
+ * look at a sandbox whose call was refused (provider.h). */
+static const cl_resume_spec vc_spec = { VC_BACKEND, VC_STATE_VERSION, "sandbox_id", vc_get,
+                                        "status", vc_dead, vc_gone_error };
+
 /* After an unexpected answer @r on @sb: marks it gone when the provider no
  * longer has it (404 or 410, or a terminal status on a GET) and stores the
  * gone error; else stores the answer's error unless @quiet. Returns -1. */
@@ -216,16 +221,7 @@ static int vc_answer_fail(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
                           const cl_resp *r, int quiet, const char *op, const char *what,
                           sbx_error **error)
 {
-    long st = 0;
-    json_object *j = vc_get(sb->c, ctx, sb->s.id, &st, op, NULL);
-    if (st == 404 || (j && vc_terminal(vc_status(j)))) {
-        vc_mark_gone(sb);
-        vc_gone_error(error, op, sb->s.id, j);
-        json_object_put(j);
-        return -1;
-    }
-    json_object_put(j);
-    if (!quiet)
+    if (!cl_sandbox_confirm_gone(&sb->s, sb->c, ctx, &vc_spec, op, error) && !quiet)
         cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, what);
     return -1;
 }
@@ -367,9 +363,8 @@ static int vc_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
     if (rc == 0 && cl_ndjson_end(&nd, op, error) < 0)
         rc = -1;
     if (rc == 0 && (l.stopped || !l.have_code)) {
-        long st = 0;
-        json_object *j = vc_get(sb->c, ctx, sb->s.id, &st, op, NULL);
-        if (l.stopped || st == 404 || (j && vc_terminal(vc_status(j)))) {
+        json_object *j = NULL;
+        if (cl_sandbox_ended(sb->c, ctx, &vc_spec, sb->s.id, op, &j) || l.stopped) {
             vc_mark_gone(sb);
             vc_gone_error(error, op, sb->s.id, j);
         } else {
@@ -681,13 +676,10 @@ static int vc_stop_id(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
     cl_resp r = { 0 };
     int rc = vc_post(c, ctx, id, "/stop", NULL, CL_SAFE, &r, op, "stop the sandbox", error);
     if (rc == 0 && r.status / 100 != 2 && r.status != 404 && r.status != 410) {
-        long st = 0;
-        json_object *j = vc_get(c, ctx, id, &st, op, NULL);
-        if (st != 404 && !(j && vc_terminal(vc_status(j)))) {
+        if (!cl_sandbox_ended(c, ctx, &vc_spec, id, op, NULL)) {
             cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "stop the sandbox");
             rc = -1;
         }
-        json_object_put(j);
     }
     cl_resp_clear(&r);
     return rc;
@@ -1234,12 +1226,10 @@ static char *vc_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
 static int vc_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
-    static const cl_resume_spec spec = { VC_BACKEND, VC_STATE_VERSION, "sandbox_id", vc_get,
-                                         "status", vc_dead, vc_gone_error };
     const char *op = "resume";
     const char *id = NULL;
     json_object *data = NULL;
-    json_object *j = cl_resume_get(client, ctx, state_json, &spec, &data, &id, error);
+    json_object *j = cl_resume_get(client, ctx, state_json, &vc_spec, &data, &id, error);
     int rc = -1;
     if (!j)
         return -1;
