@@ -18,7 +18,7 @@
  * without its URL, write_file's upload and chmod, the fixed probe and
  * the end of client_new; a per-call environment as export lines, the
  * error of a file call's answer, and whether a sandbox ended (the gone
- * flag and error that follow).
+ * flag and error that follow), the setup slot.
  * Errors are looked at through cl_last() (no host is loaded here).
  */
 #include "provider.h"
@@ -1759,6 +1759,18 @@ Test(provider, probe_caps_stores_the_fixed_mask)
     uint64_t caps = 0;
     cr_assert_eq(probe_fixed(NULL, NULL, &caps, NULL), 0);
     cr_assert_eq(caps, (uint64_t)48);
+}
+
+CL_SETUP(setup_acme, "acme")
+
+/* The setup slot keeps the host and the backend name. */
+Test(provider, setup_slot_keeps_host_and_backend)
+{
+    static const sbx_host_services host = { 0 };
+    cr_assert_eq(setup_acme(&host, NULL), 0);
+    cr_assert_eq(cl_host, &host);
+    cr_assert_str_eq(cl_backend, "acme");
+    cl_host = NULL;
 }
 
 static int clients_freed;

@@ -673,6 +673,19 @@ int cl_client_end(int rc, sbx_plugin_client *c, sbx_plugin_client **client,
                   struct json_object *cfg, cl_client_free_fn free_fn);
 
 /**
+ * Defines @name, a static setup slot (sbx_plugin's setup) of the plugin
+ * whose backend name is @backend (a string constant): cl_setup(host,
+ * @backend), which keeps the host services and the name for errors and
+ * log lines and initialises libcurl once. Returns as cl_setup(). Called by
+ * the host before any other slot.
+ */
+#define CL_SETUP(name, backend)                                                             \
+    static int name(const sbx_host_services *host, sbx_error **error)                       \
+    {                                                                                       \
+        return cl_setup(host, (backend), error);                                            \
+    }
+
+/**
  * Defines @name, a static probe slot (sbx_plugin_api's probe) of a provider
  * whose capabilities depend neither on the client nor on the call: it stores
  * @caps (an SBX_CAP_* mask) in *caps and returns 0, asking the provider

@@ -304,10 +304,7 @@ static int bl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
 /* Client                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static int bl_setup(const sbx_host_services *host, sbx_error **error)
-{
-    return cl_setup(host, BL_BACKEND, error);
-}
+CL_SETUP(bl_setup, BL_BACKEND)
 
 static void bl_client_free(sbx_plugin_client *c)
 {

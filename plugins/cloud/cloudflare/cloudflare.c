@@ -498,10 +498,7 @@ static int cf_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 /* Client                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static int cf_setup(const sbx_host_services *host, sbx_error **error)
-{
-    return cl_setup(host, CF_BACKEND, error);
-}
+CL_SETUP(cf_setup, CF_BACKEND)
 
 static void cf_client_free(sbx_plugin_client *c)
 {

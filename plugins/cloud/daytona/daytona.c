@@ -433,10 +433,7 @@ static int dt_toolbox(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl
 /* Client                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static int dt_setup(const sbx_host_services *host, sbx_error **error)
-{
-    return cl_setup(host, DT_BACKEND, error);
-}
+CL_SETUP(dt_setup, DT_BACKEND)
 
 static void dt_client_free(sbx_plugin_client *c)
 {

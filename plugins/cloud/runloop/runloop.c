@@ -700,10 +700,7 @@ static int rl_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx
     return rl_shutdown(ud, ctx, id, "create", error);
 }
 
-static int rl_setup(const sbx_host_services *host, sbx_error **error)
-{
-    return cl_setup(host, RL_BACKEND, error);
-}
+CL_SETUP(rl_setup, RL_BACKEND)
 
 static void rl_client_free(sbx_plugin_client *c)
 {

@@ -337,10 +337,7 @@ static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
 /* Client                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static int tl_setup(const sbx_host_services *host, sbx_error **error)
-{
-    return cl_setup(host, TL_BACKEND, error);
-}
+CL_SETUP(tl_setup, TL_BACKEND)
 
 static void tl_client_free(sbx_plugin_client *c)
 {

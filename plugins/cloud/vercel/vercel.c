@@ -830,10 +830,7 @@ static int vc_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx
     return vc_stop_id(ud, ctx, id, "create", error);
 }
 
-static int vc_setup(const sbx_host_services *host, sbx_error **error)
-{
-    return cl_setup(host, VC_BACKEND, error);
-}
+CL_SETUP(vc_setup, VC_BACKEND)
 
 static void vc_client_free(sbx_plugin_client *c)
 {
