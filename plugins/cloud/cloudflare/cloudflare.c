@@ -1016,13 +1016,10 @@ static int cf_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *cf_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    if (cf_check(sb, "session_state", error) < 0)
+    json_object *j = cl_state_new(&sb->s, CF_BACKEND, CF_STATE_VERSION, "sandbox_id",
+                                  sb->workdir, error);
+    if (!j)
         return NULL;
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "version", json_object_new_int(CF_STATE_VERSION));
-    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
-    if (sb->workdir)
-        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
     pthread_mutex_lock(&sb->tlock);
     if (sb->n_tunnels) {
         json_object *a = json_object_new_array();
@@ -1035,9 +1032,7 @@ static char *cf_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
         json_object_object_add(j, "tunnels", a);
     }
     pthread_mutex_unlock(&sb->tlock);
-    char *out = cl_state_out(j, "session_state", error);
-    json_object_put(j);
-    return out;
+    return cl_state_end(j, error);
 }
 
 static int cf_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
