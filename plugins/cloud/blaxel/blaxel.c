@@ -190,19 +190,13 @@ static const char *bl_status(json_object *j)
 static json_object *bl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                            long *status, const char *op, sbx_error **error)
 {
-    char *url = cl_item_url(c->api, "sandboxes", id, "");
-    json_object *j = cl_get_json(c->http, ctx, url, status, op, "get the sandbox", error);
-    free(url);
-    return j;
+    return cl_item_get(c->http, ctx, c->api, "sandboxes", id, status, op, "get the sandbox", error);
 }
 
 static int bl_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                      const char *op, sbx_error **error)
 {
-    char *url = cl_item_url(c->api, "sandboxes", id, "");
-    int rc = cl_delete_url(c->http, ctx, url, op, "delete the sandbox", error);
-    free(url);
-    return rc;
+    return cl_item_delete(c->http, ctx, c->api, "sandboxes", id, op, "delete the sandbox", error);
 }
 
 /* The gone error of @sb with the provider's status in context. */

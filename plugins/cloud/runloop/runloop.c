@@ -167,10 +167,8 @@ static sbx_error *rl_gone_error(sbx_error **error, const char *op, const char *i
 static json_object *rl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                            long *status, const char *op, sbx_error **error)
 {
-    char *url = cl_item_url(c->api, "v1/devboxes", id, "");
-    json_object *j = cl_get_json(c->http, ctx, url, status, op, "get the devbox", error);
-    free(url);
-    return j;
+    return cl_item_get(c->http, ctx, c->api, "v1/devboxes", id, status, op, "get the devbox",
+                       error);
 }
 
 /* POST @api/v1/devboxes/@id@suffix with @body (NULL: none) as a safe or
