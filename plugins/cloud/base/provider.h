@@ -9,6 +9,8 @@
  *   - the session state's shape: a versioned JSON object holding no secret,
  *     written into host memory and read back with its version checked, and
  *     resume's start: the state read, the sandbox got, an ended one gone;
+ *     the same look (the resume table) for a sandbox whose call was
+ *     refused: whether it ended, and then its gone flag and error;
  *   - the missing-cwd check after a script of cl_shell_script() exited
  *     CL_CWD_MISSING_EXIT (CASE-18, CASE-46);
  *   - a descriptor as the sink or the source of a request body;
@@ -17,12 +19,14 @@
  *     orphaned descendants included, which a process-group kill misses);
  *   - the create's environment as a file in the sandbox that each command
  *     sources, so that it holds after a resume in another process while the
- *     session state holds no env value (per-call values still win);
+ *     session state holds no env value (per-call values still win), and a
+ *     command's per-call environment as export lines;
  *   - the sandbox head (id, gone flag) with the sandbox_id, sandbox_root,
  *     destroy and is_alive slots over it and the answer to a call on it
- *     (a request at a URL it takes), the fixed probe slot, client_new's end,
- *     the plugin's sandbox struct allocated and freed around it, the
- *     session_state slot's start and end, the start of a command and the
+ *     (a request at a URL it takes), the error of a file call's answer, the
+ *     setup slot, the fixed probe slot, client_new's end, the plugin's
+ *     sandbox struct allocated and freed around it, the session_state
+ *     slot's start and end, the start of a command and the
  *     exec_wait (with the missing-cwd check), exec_kill (by the mark) and
  *     exec_event_fd slots over a cl_proc, exec_resize's check and wait,
  *     write_file over an upload that takes no mode, the client's config and
