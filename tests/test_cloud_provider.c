@@ -16,7 +16,9 @@
  * got no answer (its sandbox reaped by the token); the start of resume
  * (state, answer, ended states), exec_resize's check and wait, a request
  * without its URL, write_file's upload and chmod, the fixed probe and
- * the end of client_new.
+ * the end of client_new; a per-call environment as export lines, the
+ * error of a file call's answer, and whether a sandbox ended (the gone
+ * flag and error that follow), the setup slot.
  * Errors are looked at through cl_last() (no host is loaded here).
  */
 #include "provider.h"
@@ -222,6 +224,41 @@ Test(provider, env_file_per_call_keys_win_and_values_are_literal)
     free(text);
 }
 
+Test(provider, env_exports_quote_values_and_skip_strings_without_a_value)
+{
+    const char *env[] = { "A=one", "NOEQ", "B=it's $x\nline 2", "C=", "D=a=b", NULL };
+    char *text = cl_env_exports(env);
+    cr_assert_str_eq(text, "export A='one'\n"
+                           "export B='it'\\''s $x\nline 2'\n"
+                           "export C=''\n"
+                           "export D='a=b'\n");
+    /* Sourced by sh, the values arrive literally. */
+    char path[] = "/tmp/sbx-provider-exports-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    free(text);
+    char *script = NULL;
+    cr_assert(asprintf(&script, "sh -c '. %s; printf \"%%s|%%s|%%s|%%s\" \"$A\" \"$B\" \"$C\" "
+                                "\"$D\"'", path) > 0);
+    char *out = sh_out(script);
+    cr_assert_str_eq(out, "one|it's $x\nline 2||a=b");
+    free(out);
+    free(script);
+    unlink(path);
+    text = cl_env_exports(NULL);
+    cr_assert_str_eq(text, "");
+    free(text);
+    cl_buf b = { 0 };
+    cr_assert_eq(cl_buf_printf(&b, "# head\n"), 0);
+    const char *one[] = { "K=v w", NULL };
+    cr_assert_eq(cl_buf_env_exports(&b, one), 0);
+    cr_assert_eq(cl_buf_env_exports(&b, NULL), 0);
+    cr_assert_str_eq(b.data, "# head\nexport K='v w'\n");
+    cl_buf_clear(&b);
+}
+
 /* ------------------------------------------------------------------------ */
 /* The sandbox head, and what creates and commands write alike               */
 /* ------------------------------------------------------------------------ */
@@ -375,6 +412,49 @@ Test(provider, sandbox_answer)
     cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
     cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-4 is gone (the provider no longer has it)");
     cr_assert_eq(cl_gone_get(&sb.s.gone), 1);
+    cl_http_free(h);
+    cl_sandbox_clear(&sb.s);
+}
+
+/* The error of a file call's answer; "nothing stored" shows as the last
+ * error left as it was (no host is loaded to make an sbx_error). */
+Test(provider, file_fail_by_answer_and_gone_flag)
+{
+    sbx_plugin_sandbox sb = { 0 };
+    cr_assert_eq(cl_sandbox_init(&sb.s, "sb-5"), 0);
+    cl_http *h = cl_http_new();
+    cr_assert_not_null(h);
+    cl_resp r = { 0 };
+    r.status = 404;
+    cr_assert_eq(cl_file_fail(&sb.s, h, &r, 0, "read_file", "a/b", "file", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "no such file in the sandbox: a/b");
+    r.status = 500;
+    cr_assert_eq(cl_file_fail(&sb.s, h, &r, 0, "write_file", "c", "directory for file", NULL),
+                 -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg, "directory for file: no message (HTTP 500)");
+    cr_assert_eq(cl_last()->http_status, 500);
+    cr_assert_eq(cl_file_fail(&sb.s, h, &r, 1, "write_file", "c", "directory for file", NULL),
+                 -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONNECTION);
+    r.status = 422;
+    cr_assert_eq(cl_file_fail(&sb.s, h, &r, 1, "list_files", "d", "directory", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg, "directory: no message (HTTP 422)");
+    /* An error stored already, no answer, a sandbox that is gone: nothing. */
+    cl_fail(NULL, SBX_ERROR_TIMEOUT, "x", "before");
+    sbx_error *stored = (sbx_error *)(void *)&r;   /* stands for one; never read */
+    r.status = 404;
+    cr_assert_eq(cl_file_fail(&sb.s, h, &r, 0, "read_file", "e", "file", &stored), -1);
+    cr_assert_eq(stored, (sbx_error *)(void *)&r);
+    r.status = 0;
+    cr_assert_eq(cl_file_fail(&sb.s, h, &r, 0, "read_file", "e", "file", NULL), -1);
+    r.status = 404;
+    cl_gone_set(&sb.s.gone);
+    cr_assert_eq(cl_file_fail(&sb.s, h, &r, 0, "read_file", "e", "file", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_TIMEOUT);
+    cr_assert_str_eq(cl_last()->msg, "before");
     cl_http_free(h);
     cl_sandbox_clear(&sb.s);
 }
@@ -1529,6 +1609,72 @@ Test(provider, resume_get_checks_state_answer_and_end)
     json_object_put(state);
 }
 
+/* The provider of the ended/gone look: as resume_get(), the error never
+ * asked for (dropped), the op remembered. */
+static char ended_op[32];
+
+static json_object *ended_get(sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                              const char *id, long *status, const char *op, sbx_error **error)
+{
+    cr_assert_null(error);
+    snprintf(ended_op, sizeof ended_op, "%s", op);
+    return resume_get(client, ctx, id, status, "resume", error);
+}
+
+/* Whether a sandbox ended (404 or a dead state; no answer is not), and the
+ * gone flag and error that follow from it, as resume gives them. */
+Test(provider, sandbox_ended_and_confirm_gone)
+{
+    static const char *const dead[] = { "shutdown", "failure", NULL };
+    cl_resume_spec spec = { "acme", 1, "devbox_id", ended_get, "status", dead, NULL };
+    json_object *view = (json_object *)&spec;
+    cr_assert_eq(cl_sandbox_ended(NULL, NULL, &spec, "sb-run", "stop", &view), 0);
+    cr_assert_str_eq(ended_op, "stop");
+    cr_assert_str_eq(cl_json_str(view, "status"), "running");
+    json_object_put(view);
+    cr_assert_eq(cl_sandbox_ended(NULL, NULL, &spec, "sb-end", "stop", &view), 1);
+    cr_assert_str_eq(cl_json_str(view, "status"), "shutdown");
+    json_object_put(view);
+    cr_assert_eq(cl_sandbox_ended(NULL, NULL, &spec, "sb-404", "stop", &view), 1);
+    cr_assert_null(view);
+    cr_assert_eq(cl_sandbox_ended(NULL, NULL, &spec, "sb-down", "stop", NULL), 0);
+
+    cl_sandbox s;
+    cr_assert_eq(cl_sandbox_init(&s, "sb-run"), 0);
+    cl_fail(NULL, SBX_ERROR_TIMEOUT, "x", "before");
+    cr_assert_eq(cl_sandbox_confirm_gone(&s, NULL, NULL, &spec, "read_file", NULL), 0);
+    cr_assert_str_eq(ended_op, "read_file");
+    cr_assert_eq(cl_gone_get(&s.gone), 0);
+    cr_assert_str_eq(cl_last()->msg, "before");
+    cl_sandbox_clear(&s);
+    cr_assert_eq(cl_sandbox_init(&s, "sb-down"), 0);
+    cr_assert_eq(cl_sandbox_confirm_gone(&s, NULL, NULL, &spec, "read_file", NULL), 0);
+    cr_assert_eq(cl_gone_get(&s.gone), 0);
+    cr_assert_str_eq(cl_last()->msg, "get the sandbox: no answer");   /* the get's, dropped */
+    cl_sandbox_clear(&s);
+    cr_assert_eq(cl_sandbox_init(&s, "sb-end"), 0);
+    cr_assert_eq(cl_sandbox_confirm_gone(&s, NULL, NULL, &spec, "read_file", NULL), 1);
+    cr_assert_eq(cl_gone_get(&s.gone), 1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-end is gone (the provider no longer has "
+                                     "it)");
+    cl_sandbox_clear(&s);
+    spec.gone = resume_gone;
+    int gones = resume_gones;
+    cr_assert_eq(cl_sandbox_init(&s, "sb-404"), 0);
+    cr_assert_eq(cl_sandbox_confirm_gone(&s, NULL, NULL, &spec, "write_file", NULL), 1);
+    cr_assert_eq(cl_gone_get(&s.gone), 1);
+    cr_assert_eq(resume_gones, gones + 1);
+    cr_assert_str_eq(resume_gone_state, "");
+    cr_assert_str_eq(cl_last()->msg, "devbox sb-404 ended");
+    cl_sandbox_clear(&s);
+    cr_assert_eq(cl_sandbox_init(&s, "sb-end"), 0);
+    cr_assert_eq(cl_sandbox_confirm_gone(&s, NULL, NULL, &spec, "write_file", NULL), 1);
+    cr_assert_str_eq(resume_gone_state, "shutdown");
+    cr_assert_str_eq(cl_last()->msg, "devbox sb-end ended");
+    cl_sandbox_clear(&s);
+}
+
 /* exec_resize's check and wait: no terminal is invalid_argument; a wait
  * past the call's deadline is its timeout, the lock released. */
 Test(provider, resize_check_and_wait)
@@ -1613,6 +1759,18 @@ Test(provider, probe_caps_stores_the_fixed_mask)
     uint64_t caps = 0;
     cr_assert_eq(probe_fixed(NULL, NULL, &caps, NULL), 0);
     cr_assert_eq(caps, (uint64_t)48);
+}
+
+CL_SETUP(setup_acme, "acme")
+
+/* The setup slot keeps the host and the backend name. */
+Test(provider, setup_slot_keeps_host_and_backend)
+{
+    static const sbx_host_services host = { 0 };
+    cr_assert_eq(setup_acme(&host, NULL), 0);
+    cr_assert_eq(cl_host, &host);
+    cr_assert_str_eq(cl_backend, "acme");
+    cl_host = NULL;
 }
 
 static int clients_freed;

@@ -236,6 +236,27 @@ json_object *cl_state_in(const char *state_json, int version, const char *id_key
     return data;
 }
 
+/* @j's state member as @rs names it (NULL: none, or not looked at). */
+static const char *state_of(const cl_resume_spec *rs, json_object *j)
+{
+    return j && rs->state_key ? cl_json_str(j, rs->state_key) : NULL;
+}
+
+/* The gone error of sandbox @id as @rs gives it: @rs->gone with the
+ * provider's view @j (NULL after a 404), else cl_gone_error() with context
+ * @rs->state_key=STATE when @j holds one. */
+static void spec_gone_error(const cl_resume_spec *rs, sbx_error **error, const char *op,
+                            const char *id, json_object *j)
+{
+    const char *s = state_of(rs, j);
+    if (rs->gone)
+        rs->gone(error, op, id, j);
+    else if (s)
+        cl_context(cl_gone_error(error, op, rs->provider, id), rs->state_key, s);
+    else
+        cl_gone_error(error, op, rs->provider, id);
+}
+
 json_object *cl_resume_get(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                            const char *state_json, const cl_resume_spec *rs, json_object **state,
                            const char **id, sbx_error **error)
@@ -246,21 +267,40 @@ json_object *cl_resume_get(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         return NULL;
     long st = 0;
     json_object *j = rs->get(client, ctx, *id, &st, op, error);
-    const char *s = j && rs->state_key ? cl_json_str(j, rs->state_key) : NULL;
-    if (j && !cl_str_in(s, rs->dead))
+    if (j && !cl_str_in(state_of(rs, j), rs->dead))
         return j;
-    if (j || st == 404) {
-        if (rs->gone)
-            rs->gone(error, op, *id, j);
-        else if (j)
-            cl_context(cl_gone_error(error, op, rs->provider, *id), rs->state_key, s);
-        else
-            cl_gone_error(error, op, rs->provider, *id);
-    }
+    if (j || st == 404)
+        spec_gone_error(rs, error, op, *id, j);
     json_object_put(j);
     json_object_put(*state);
     *state = NULL;
     return NULL;
+}
+
+int cl_sandbox_ended(sbx_plugin_client *client, const sbx_call_ctx *ctx, const cl_resume_spec *rs,
+                     const char *id, const char *op, json_object **view)
+{
+    long st = 0;
+    json_object *j = rs->get(client, ctx, id, &st, op, NULL);
+    int ended = st == 404 || (j && cl_str_in(state_of(rs, j), rs->dead));
+    if (view)
+        *view = j;
+    else
+        json_object_put(j);
+    return ended;
+}
+
+int cl_sandbox_confirm_gone(cl_sandbox *s, sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                            const cl_resume_spec *rs, const char *op, sbx_error **error)
+{
+    json_object *j = NULL;
+    int ended = cl_sandbox_ended(client, ctx, rs, s->id, op, &j);
+    if (ended) {
+        cl_gone_set(&s->gone);
+        spec_gone_error(rs, error, op, s->id, j);
+    }
+    json_object_put(j);
+    return ended;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -420,6 +460,31 @@ char *cl_env_file(const char *const *env)
     if (!bad && cl_buf_append(&b, "", 1) < 0)
         bad = 1;
     if (bad) {
+        cl_buf_clear(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
+int cl_buf_env_exports(cl_buf *b, const char *const *env)
+{
+    for (size_t i = 0; env && env[i]; i++) {
+        const char *eq = strchr(env[i], '=');
+        if (!eq)
+            continue;
+        char *q = cl_shell_quote(eq + 1);
+        int bad = !q || cl_buf_printf(b, "export %.*s=%s\n", (int)(eq - env[i]), env[i], q) < 0;
+        free(q);
+        if (bad)
+            return -1;
+    }
+    return 0;
+}
+
+char *cl_env_exports(const char *const *env)
+{
+    cl_buf b = { 0 };
+    if (cl_buf_append(&b, "", 0) < 0 || cl_buf_env_exports(&b, env) < 0) {
         cl_buf_clear(&b);
         return NULL;
     }
@@ -885,6 +950,23 @@ int cl_sandbox_answer(cl_sandbox *s, cl_http *h, const cl_resp *r, const char *p
     } else {
         cl_fail_status(h, error, CL_CODE_BY_STATUS, r, op, what);
     }
+    return -1;
+}
+
+int cl_file_fail(cl_sandbox *s, cl_http *h, const cl_resp *r, int by_status, const char *op,
+                 const char *path, const char *what, sbx_error **error)
+{
+    if (cl_gone_get(&s->gone) || (error && *error) || !r->status)
+        return -1;
+    sbx_error *err;
+    if (r->status == 404)
+        err = cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such %s in the sandbox: %s", what,
+                      path);
+    else if (!by_status || r->status == 400 || r->status == 403 || r->status == 422)
+        err = cl_fail_status(h, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
+    else
+        err = cl_fail_status(h, error, CL_CODE_BY_STATUS, r, op, what);
+    cl_context(err, "path", path);
     return -1;
 }
 

@@ -9,6 +9,8 @@
  *   - the session state's shape: a versioned JSON object holding no secret,
  *     written into host memory and read back with its version checked, and
  *     resume's start: the state read, the sandbox got, an ended one gone;
+ *     the same look (the resume table) for a sandbox whose call was
+ *     refused: whether it ended, and then its gone flag and error;
  *   - the missing-cwd check after a script of cl_shell_script() exited
  *     CL_CWD_MISSING_EXIT (CASE-18, CASE-46);
  *   - a descriptor as the sink or the source of a request body;
@@ -17,12 +19,14 @@
  *     orphaned descendants included, which a process-group kill misses);
  *   - the create's environment as a file in the sandbox that each command
  *     sources, so that it holds after a resume in another process while the
- *     session state holds no env value (per-call values still win);
+ *     session state holds no env value (per-call values still win), and a
+ *     command's per-call environment as export lines;
  *   - the sandbox head (id, gone flag) with the sandbox_id, sandbox_root,
  *     destroy and is_alive slots over it and the answer to a call on it
- *     (a request at a URL it takes), the fixed probe slot, client_new's end,
- *     the plugin's sandbox struct allocated and freed around it, the
- *     session_state slot's start and end, the start of a command and the
+ *     (a request at a URL it takes), the error of a file call's answer, the
+ *     setup slot, the fixed probe slot, client_new's end, the plugin's
+ *     sandbox struct allocated and freed around it, the session_state
+ *     slot's start and end, the start of a command and the
  *     exec_wait (with the missing-cwd check), exec_kill (by the mark) and
  *     exec_event_fd slots over a cl_proc, exec_resize's check and wait,
  *     write_file over an upload that takes no mode, the client's config and
@@ -183,6 +187,30 @@ struct json_object *cl_resume_get(sbx_plugin_client *client, const sbx_call_ctx 
                                   struct json_object **state, const char **id,
                                   sbx_error **error);
 
+/**
+ * Whether sandbox @id has ended, asked through @rs->get (a GET, safe; its
+ * error dropped, not stored): 1 when the provider answered 404 or an
+ * @rs->state_key that is one of @rs->dead, else 0 (also when no answer
+ * came). *@view (when @view is not NULL) gets the answer's JSON (a new
+ * object, json_object_put(); NULL when none came or on a 404). For a call
+ * whose refusal may mean the sandbox is gone, or a stop or delete that is
+ * done when it has ended. Thread-safe as @rs->get is.
+ */
+int cl_sandbox_ended(sbx_plugin_client *client, const sbx_call_ctx *ctx, const cl_resume_spec *rs,
+                     const char *id, const char *op, struct json_object **view);
+
+/**
+ * After an answer on sandbox @s that may say it is gone (a 404 that may be
+ * a file's, a refusal): cl_sandbox_ended() on its id; when it has ended,
+ * its gone flag set and the gone error stored as cl_resume_get() makes it
+ * (@rs->gone with the provider's view, NULL after a 404; else
+ * cl_gone_error() with context @rs->state_key=STATE) and 1; else 0 with
+ * nothing stored. Thread-safe as @rs->get is (CASE-32).
+ */
+int cl_sandbox_confirm_gone(struct cl_sandbox *s, sbx_plugin_client *client,
+                            const sbx_call_ctx *ctx, const cl_resume_spec *rs, const char *op,
+                            sbx_error **error);
+
 /* ------------------------------------------------------------------------ */
 /* The missing working directory                                             */
 /* ------------------------------------------------------------------------ */
@@ -281,6 +309,23 @@ char *cl_env_file(const char *const *env);
  * bytes), op @op; a string without '=' fails the same way. Thread-safe.
  */
 int cl_env_names_check(const char *const *env, const char *op, sbx_error **error);
+
+/**
+ * Appends to @b, for each "K=V" string of @env (NULL: none) in order, the
+ * line "export K=V\n" with V shell-quoted (cl_shell_quote()); a string
+ * without '=' is left out. The keys are written as they are: the caller
+ * has checked them as shell names (cl_env_names_check()). 0, or -1 on no
+ * memory (@b then holds part of the lines; the caller clears it).
+ * Thread-safe on distinct buffers.
+ */
+int cl_buf_env_exports(cl_buf *b, const char *const *env);
+
+/**
+ * cl_buf_env_exports() into a new string (free()): "" for no env; NULL on
+ * no memory. A command's per-call environment as shell lines, for a
+ * provider whose exec takes none or whose values must reach a script.
+ */
+char *cl_env_exports(const char *const *env);
 
 /**
  * The first line of a command's script that sources the file @path (made
@@ -483,6 +528,22 @@ int cl_sandbox_answer(cl_sandbox *s, cl_http *h, const cl_resp *r, const char *p
                       const char *op, const char *what, sbx_error **error);
 
 /**
+ * The error of a file call on sandbox @s that the provider answered with
+ * @r, a status other than 2xx, about the file @path (named as the caller
+ * did; @what says what the call wanted there: "file", "directory for
+ * file", "directory"). None when @s is gone or *@error already holds an
+ * error (the call stored the sandbox's own), nor when no answer came (status
+ * 0). Else not_found "no such @what in the sandbox: @path" for a 404; for
+ * another status invalid_argument with the answer's message
+ * (cl_fail_status(), @what names the call), except that with @by_status
+ * only 400, 403 and 422 are invalid_argument and other statuses take their
+ * own code (CL_CODE_BY_STATUS); each with context path=@path. Returns -1.
+ * Thread-safe.
+ */
+int cl_file_fail(cl_sandbox *s, cl_http *h, const cl_resp *r, int by_status, const char *op,
+                 const char *path, const char *what, sbx_error **error);
+
+/**
  * A call on sandbox @s at the provider: -1 with cl_gone_error() (of
  * cl_backend) at once when @s is gone; else cl_item_request(@method,
  * @api, @collection, @s's id, @suffix, @body, @idem) and its answer as
@@ -614,6 +675,19 @@ typedef void (*cl_client_free_fn)(sbx_plugin_client *c);
  */
 int cl_client_end(int rc, sbx_plugin_client *c, sbx_plugin_client **client,
                   struct json_object *cfg, cl_client_free_fn free_fn);
+
+/**
+ * Defines @name, a static setup slot (sbx_plugin's setup) of the plugin
+ * whose backend name is @backend (a string constant): cl_setup(host,
+ * @backend), which keeps the host services and the name for errors and
+ * log lines and initialises libcurl once. Returns as cl_setup(). Called by
+ * the host before any other slot.
+ */
+#define CL_SETUP(name, backend)                                                             \
+    static int name(const sbx_host_services *host, sbx_error **error)                       \
+    {                                                                                       \
+        return cl_setup(host, (backend), error);                                            \
+    }
 
 /**
  * Defines @name, a static probe slot (sbx_plugin_api's probe) of a provider

@@ -126,14 +126,7 @@ struct sbx_plugin_sandbox {
     char *workdir;      /* the default working directory, or NULL */
 };
 
-typedef struct bl_proc {
-    cl_proc base;       /* first member (cloud.h) */
-    struct sbx_plugin_sandbox *sb;
-    char *script;
-    char **env;         /* "K=V" of the command, copied */
-    int stdin_fd;
-    char tag[40];
-} bl_proc;
+typedef cl_script_proc bl_proc;  /* provider.h */
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
@@ -197,19 +190,13 @@ static const char *bl_status(json_object *j)
 static json_object *bl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                            long *status, const char *op, sbx_error **error)
 {
-    char *url = cl_item_url(c->api, "sandboxes", id, "");
-    json_object *j = cl_get_json(c->http, ctx, url, status, op, "get the sandbox", error);
-    free(url);
-    return j;
+    return cl_item_get(c->http, ctx, c->api, "sandboxes", id, status, op, "get the sandbox", error);
 }
 
 static int bl_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                      const char *op, sbx_error **error)
 {
-    char *url = cl_item_url(c->api, "sandboxes", id, "");
-    int rc = cl_delete_url(c->http, ctx, url, op, "delete the sandbox", error);
-    free(url);
-    return rc;
+    return cl_item_delete(c->http, ctx, c->api, "sandboxes", id, op, "delete the sandbox", error);
 }
 
 /* The gone error of @sb with the provider's status in context. */
@@ -222,18 +209,17 @@ static void bl_gone(struct sbx_plugin_sandbox *sb, const char *op, const char *s
         cl_context(err, "status", status);
 }
 
+/* How the provider's view of a sandbox is got and read: resume, and the
+ * look at a sandbox whose call was refused (provider.h). */
+static const cl_resume_spec bl_spec = { BL_BACKEND, BL_STATE_VERSION, "name", bl_get,
+                                        "status", bl_dead, NULL };
+
 /* Asks the control plane whether @sb still exists: 1 when it is gone (the
  * gone flag set and its error stored), 0 otherwise (nothing stored). */
 static int bl_confirm_gone(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                            const char *op, sbx_error **error)
 {
-    long st;
-    json_object *j = bl_get(sb->c, ctx, sb->s.id, &st, op, NULL);
-    int gone = st == 404 || (j && bl_terminal(bl_status(j)));
-    if (gone)
-        bl_gone(sb, op, j ? bl_status(j) : NULL, error);
-    json_object_put(j);
-    return gone;
+    return cl_sandbox_confirm_gone(&sb->s, sb->c, ctx, &bl_spec, op, error);
 }
 
 typedef struct bl_waiting {
@@ -312,10 +298,7 @@ static int bl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
 /* Client                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static int bl_setup(const sbx_host_services *host, sbx_error **error)
-{
-    return cl_setup(host, BL_BACKEND, error);
-}
+CL_SETUP(bl_setup, BL_BACKEND)
 
 static void bl_client_free(sbx_plugin_client *c)
 {
@@ -722,12 +705,10 @@ static char *bl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
 static int bl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
-    static const cl_resume_spec spec = { BL_BACKEND, BL_STATE_VERSION, "name", bl_get,
-                                         "status", bl_dead, NULL };
     const char *op = "resume";
     const char *id = NULL;
     json_object *data = NULL;
-    json_object *j = cl_resume_get(client, ctx, state_json, &spec, &data, &id, error);
+    json_object *j = cl_resume_get(client, ctx, state_json, &bl_spec, &data, &id, error);
     int rc = -1;
     char *du = NULL;
     struct sbx_plugin_sandbox *sb = NULL;
@@ -843,24 +824,9 @@ static char *bl_files_path(struct sbx_plugin_sandbox *sb, const char *route, con
     return s;
 }
 
-/* The error of a file call whose answer @r was not 2xx, when no error is
- * stored yet. */
-static int bl_file_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r, const char *op,
-                        const char *path, const char *what, sbx_error **error)
-{
-    if (bl_is_gone(sb) || (error && *error) || !r->status)
-        return -1;
-    sbx_error *err;
-    if (r->status == 404)
-        err = cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such %s in the sandbox: %s", what,
-                      path);
-    else if (r->status == 400 || r->status == 403 || r->status == 422)
-        err = cl_fail_status(sb->c->http, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
-    else
-        err = cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, what);
-    cl_context(err, "path", path);
-    return -1;
-}
+/* The error of a file call's answer @r (provider.h). */
+#define bl_file_fail(sb, r, op, path, what, error) \
+    cl_file_fail(&(sb)->s, (sb)->c->http, (r), 1, (op), (path), (what), (error))
 
 /* The sink of a raw read: the answer's bytes to @fd, unless the answer is
  * a directory's JSON listing (the data plane answers a directory so
@@ -1463,12 +1429,8 @@ static int bl_exec_run(cl_proc *base)
         goto fail;
     goto out;
 fail:
-    cl_proc_fail_last(base);
+    cl_proc_fail_in(base, &sb->s);
     code = -1;
-    if (bl_is_gone(sb)) {
-        snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
-        snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
-    }
 out:
     if (!bl_is_gone(sb)) {
         /* With a bound of its own: the call may have been cancelled. */
@@ -1490,14 +1452,6 @@ out:
     return code;
 }
 
-static void bl_proc_free_fields(bl_proc *p)
-{
-    if (p->stdin_fd >= 0)
-        close(p->stdin_fd);
-    cl_strv_free(p->env);
-    free(p->script);
-}
-
 static int bl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
                          sbx_error **error)
@@ -1517,58 +1471,8 @@ static int bl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                    "user", rq->user);
         return -1;
     }
-    bl_proc *p = calloc(1, sizeof(*p));
-    if (!p) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    p->sb = sb;
-    p->stdin_fd = -1;
-    memcpy(p->tag, "sbx-exec-", 9);
-    cl_random_hex(p->tag + 9, 12);
-    p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
-    p->env = cl_strv_dup(rq->env);
-    int made = p->script && p->env;
-    if (cl_exec_launch(&p->base, bl_exec_run, p, made, rq, &p->stdin_fd, op, error) < 0) {
-        bl_proc_free_fields(p);
-        free(p);
-        return -1;
-    }
-    *process = (sbx_plugin_process *)p;
-    return 0;
-}
-
-/* exec_wait, with the missing working directory's check (provider.h). */
-static int bl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
-                        int *exit_code, sbx_error **error)
-{
-    (void)ctx;
-    bl_proc *p = (bl_proc *)process;
-    return cl_exec_wait_script(process, p->sb, p->script, bl_run_short, timeout_ms, exit_code,
-                               error);
-}
-
-/* Signals every process of the command: each carries CL_EXEC_MARK=<its
- * tag> in its environment, so the signal reaches background children,
- * children in sessions of their own and orphans. The scan runs as a
- * command of its own, without the mark. */
-static int bl_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
-                        sbx_error **error)
-{
-    bl_proc *p = (bl_proc *)process;
-    return cl_proc_mark_kill(&p->base, p->sb, bl_run_short, ctx, p->tag, sig, error);
-}
-
-static void bl_exec_free(sbx_plugin_process *process)
-{
-    bl_proc *p = (bl_proc *)process;
-    if (!p)
-        return;
-    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-    bl_exec_kill(process, &c2, SIGKILL, NULL);
-    cl_proc_clear(&p->base);
-    bl_proc_free_fields(p);
-    free(p);
+    bl_proc *p = cl_script_proc_new(sizeof(*p), sb, sb->workdir, rq, bl_run_short, op, error);
+    return p ? cl_script_proc_launch(p, bl_exec_run, rq, op, process, error) : -1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1599,10 +1503,10 @@ static const sbx_plugin bl_plugin = {
     .sandbox_id = cl_sandbox_id,
     .sandbox_root = cl_sandbox_root,
     .exec_start = bl_exec_start,
-    .exec_wait = bl_exec_wait,
+    .exec_wait = cl_script_exec_wait,
     .exec_event_fd = cl_exec_event_fd,
-    .exec_kill = bl_exec_kill,
-    .exec_free = bl_exec_free,
+    .exec_kill = cl_script_exec_kill,
+    .exec_free = cl_script_exec_free,
     .list_files = bl_list_files,
     .read_file = bl_read_file,
     .write_file = bl_write_file,

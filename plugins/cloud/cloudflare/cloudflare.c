@@ -177,12 +177,7 @@ struct sbx_plugin_sandbox {
 };
 
 typedef struct cf_proc {
-    cl_proc base;       /* first member (cloud.h) */
-    struct sbx_plugin_sandbox *sb;
-    char *script;
-    char **env;         /* "K=V" of the command, copied */
-    int stdin_fd;
-    char tag[40];
+    cl_script_proc sp;  /* first member: script, env, stdin, tag (provider.h) */
     /* A command on a terminal (cf_pty_run); tty_rows 0 for none. */
     unsigned tty_rows, tty_cols;
     pthread_mutex_t tlock;      /* guards what follows */
@@ -503,10 +498,7 @@ static int cf_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 /* Client                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static int cf_setup(const sbx_host_services *host, sbx_error **error)
-{
-    return cl_setup(host, CF_BACKEND, error);
-}
+CL_SETUP(cf_setup, CF_BACKEND)
 
 static void cf_client_free(sbx_plugin_client *c)
 {
@@ -1024,13 +1016,10 @@ static int cf_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *cf_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    if (cf_check(sb, "session_state", error) < 0)
+    json_object *j = cl_state_new(&sb->s, CF_BACKEND, CF_STATE_VERSION, "sandbox_id",
+                                  sb->workdir, error);
+    if (!j)
         return NULL;
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "version", json_object_new_int(CF_STATE_VERSION));
-    json_object_object_add(j, "sandbox_id", json_object_new_string(sb->s.id));
-    if (sb->workdir)
-        json_object_object_add(j, "workdir", json_object_new_string(sb->workdir));
     pthread_mutex_lock(&sb->tlock);
     if (sb->n_tunnels) {
         json_object *a = json_object_new_array();
@@ -1043,9 +1032,7 @@ static char *cf_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
         json_object_object_add(j, "tunnels", a);
     }
     pthread_mutex_unlock(&sb->tlock);
-    char *out = cl_state_out(j, "session_state", error);
-    json_object_put(j);
-    return out;
+    return cl_state_end(j, error);
 }
 
 static int cf_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
@@ -1434,11 +1421,11 @@ static int cf_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
 static int cf_exec_run(cl_proc *base)
 {
     cf_proc *p = (cf_proc *)base;
-    struct sbx_plugin_sandbox *sb = p->sb;
+    struct sbx_plugin_sandbox *sb = p->sp.sb;
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
     char *src = cl_env_file_source(CF_ENV_FILE), *in_path = NULL, *env_path = NULL;
-    char *keys = cl_call_keys((const char *const *)p->env);
+    char *keys = cl_call_keys((const char *const *)p->sp.env);
     cl_buf s = { 0 };
     cf_stream st = { 0 };
     int code = -1;
@@ -1447,28 +1434,22 @@ static int cf_exec_run(cl_proc *base)
         goto fail;
     }
     /* The per-call environment as a staged file, sourced and removed. */
-    if (p->env && p->env[0]) {
+    if (p->sp.env && p->sp.env[0]) {
         cl_buf e = { 0 };
-        for (size_t i = 0; p->env[i]; i++) {
-            const char *eq = strchr(p->env[i], '=');
-            if (!eq)
-                continue;
-            char *v = cl_shell_quote(eq + 1);
-            cl_buf_printf(&e, "export %.*s=%s\n", (int)(eq - p->env[i]), p->env[i],
-                          v ? v : "''");
-            free(v);
-        }
         char *kq = cl_shell_quote(keys);
-        cl_buf_printf(&e, "export " CL_CALL_KEYS "=%s\n", kq ? kq : "''");
+        if (kq && cl_buf_env_exports(&e, (const char *const *)p->sp.env) == 0
+            && cl_buf_printf(&e, "export " CL_CALL_KEYS "=%s\n", kq) == 0)
+            env_path = cf_stage_text(sb, &ctx, e.data, "env", op, NULL);
+        else
+            cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         free(kq);
-        env_path = e.data ? cf_stage_text(sb, &ctx, e.data, "env", op, NULL) : NULL;
         cl_buf_clear(&e);
         if (!env_path)
             goto fail;
     }
-    if (p->stdin_fd >= 0) {
-        in_path = cl_printf(CF_WORKSPACE "/.%s.in", p->tag);
-        if (!in_path || cf_put(sb, &ctx, in_path, p->stdin_fd, "stdin", op, NULL) < 0)
+    if (p->sp.stdin_fd >= 0) {
+        in_path = cl_printf(CF_WORKSPACE "/.%s.in", p->sp.tag);
+        if (!in_path || cf_put(sb, &ctx, in_path, p->sp.stdin_fd, "stdin", op, NULL) < 0)
             goto fail;
     }
     cl_buf_printf(&s, "[ -e " CF_LIVE_FILE " ] || exit %d\n", CF_GONE_EXIT);
@@ -1479,14 +1460,14 @@ static int cf_exec_run(cl_proc *base)
         cl_buf_printf(&s, "exec <%s; rm -f %s\n", in_path, in_path);
     else
         cl_buf_printf(&s, "exec </dev/null\n");
-    cl_buf_printf(&s, "%s", p->script);
+    cl_buf_printf(&s, "%s", p->sp.script);
     if (!s.data) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
     st.proc = base;
     st.out_fd = -1;
-    if (cf_exec_call(sb, &ctx, s.data, p->tag, &st, op, NULL) < 0) {
+    if (cf_exec_call(sb, &ctx, s.data, p->sp.tag, &st, op, NULL) < 0) {
         cl_buf_clear(&st.err_buf);
         goto fail;
     }
@@ -1504,16 +1485,10 @@ static int cf_exec_run(cl_proc *base)
     }
     goto out;
 fail:
-    cl_proc_fail_last(base);
+    cl_proc_fail_in(base, &sb->s);
     code = -1;
-    if (st.failed) {
-        snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "code");
-        snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "%s", st.err_code);
-    }
-    if (cf_is_gone(sb)) {
-        snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
-        snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
-    }
+    if (st.failed && !cf_is_gone(sb))
+        cl_proc_context(base, "code", st.err_code);
 out:
     cl_buf_clear(&s);
     free(src);
@@ -1533,7 +1508,7 @@ static int cf_pty_message(void *ud, int binary, const unsigned char *d, size_t n
 {
     cf_proc *p = ud;
     if (binary)
-        return cl_proc_output(&p->base, 1, d, n) < 0 ? -1 : 0;
+        return cl_proc_output(&p->sp.base, 1, d, n) < 0 ? -1 : 0;
     char *text = strndup((const char *)d, n);
     json_object *j = text ? json_tokener_parse(text) : NULL;
     free(text);
@@ -1565,26 +1540,19 @@ static int cf_pty_message(void *ud, int binary, const unsigned char *d, size_t n
  * and the per-call env, and execs the create's env and the script. */
 static char *cf_pty_program(cf_proc *p)
 {
-    char *src = cl_env_file_source(CF_ENV_FILE), *keys = cl_call_keys((const char *const *)p->env);
+    char *src = cl_env_file_source(CF_ENV_FILE), *keys = cl_call_keys((const char *const *)p->sp.env);
     cl_buf inner = { 0 }, b = { 0 };
     int bad = !src || !keys;
     if (!bad)
-        bad = cl_buf_printf(&inner, "%s%s", src, p->script) < 0;
+        bad = cl_buf_printf(&inner, "%s%s", src, p->sp.script) < 0;
     char *qi = bad ? NULL : cl_shell_quote(inner.data), *qk = bad ? NULL : cl_shell_quote(keys);
     bad = bad || !qi || !qk;
     if (!bad)
         bad = cl_buf_printf(&b, "#!/bin/sh\nrm -f -- \"$0\"\n"
                                 "[ -e " CF_LIVE_FILE " ] || exit %d\n"
-                                "export " CL_EXEC_MARK "=%s\n", CF_GONE_EXIT, p->tag) < 0;
-    for (size_t i = 0; !bad && p->env && p->env[i]; i++) {
-        const char *eq = strchr(p->env[i], '=');
-        if (!eq)
-            continue;
-        char *v = cl_shell_quote(eq + 1);
-        bad = !v || cl_buf_printf(&b, "export %.*s=%s\n", (int)(eq - p->env[i]), p->env[i],
-                                  v) < 0;
-        free(v);
-    }
+                                "export " CL_EXEC_MARK "=%s\n", CF_GONE_EXIT, p->sp.tag) < 0;
+    if (!bad)
+        bad = cl_buf_env_exports(&b, (const char *const *)p->sp.env) < 0;
     if (!bad)
         bad = cl_buf_printf(&b, "export " CL_CALL_KEYS "=%s\nexec /bin/sh -c %s\n", qk, qi) < 0;
     free(qi);
@@ -1604,15 +1572,15 @@ static char *cf_pty_program(cf_proc *p)
 static int cf_pty_run(cl_proc *base)
 {
     cf_proc *p = (cf_proc *)base;
-    struct sbx_plugin_sandbox *sb = p->sb;
+    struct sbx_plugin_sandbox *sb = p->sp.sb;
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
-    char *prog = cf_pty_program(p), *path = cl_printf(CF_WORKSPACE "/.%s.tty", p->tag);
+    char *prog = cf_pty_program(p), *path = cl_printf(CF_WORKSPACE "/.%s.tty", p->sp.tag);
     char *cmd = NULL, *sid = NULL, *suffix = NULL, *http_url = NULL;
     char *qpath = NULL, *qsid = NULL;
     int code = -1, rc;
     cl_term term = { .lock = &p->tlock, .cond = &p->tcond, .slot = &p->ws, .proc = base,
-                     .sb = sb, .run = cf_run_short, .tag = p->tag, .stdin_fd = p->stdin_fd };
+                     .sb = sb, .run = cf_run_short, .tag = p->sp.tag, .stdin_fd = p->sp.stdin_fd };
     cl_ws *ws = NULL;
     if (!prog || !path || !(qpath = cl_shell_quote(path))
         || !(cmd = cl_printf("chmod 700 -- %s", qpath))) {
@@ -1696,7 +1664,7 @@ out:
     cl_last_error l = *cl_last();
     if (code < 0 && !cf_is_gone(sb)) {
         /* Nothing of the command is left running after its error. */
-        char *kill = cl_mark_kill_command(p->tag, SIGKILL);
+        char *kill = cl_mark_kill_command(p->sp.tag, SIGKILL);
         int c4 = 0;
         sbx_call_ctx kc = { sizeof(kc), cl_now() + 10, -1, NULL };
         if (kill)
@@ -1718,11 +1686,7 @@ out:
         cl_fail(NULL, l.code, op, "%s", l.msg);
         if (l.unknown)
             cl_outcome_unknown(NULL);
-        cl_proc_fail_last(base);
-        if (cf_is_gone(sb)) {
-            snprintf(base->err_ctx_key, sizeof base->err_ctx_key, "reason");
-            snprintf(base->err_ctx_val, sizeof base->err_ctx_val, "gone");
-        }
+        cl_proc_fail_in(base, &sb->s);
     }
     pthread_mutex_lock(&p->tlock);
     p->tty_over = 1;
@@ -1765,14 +1729,12 @@ static int cf_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx, 
 }
 #endif /* SBX_HAVE_CLOUD_WS */
 
-static void cf_proc_free_fields(cf_proc *p)
+/* Frees what a cf_proc adds to its cl_script_proc. */
+static void cf_proc_fini(cl_script_proc *sp)
 {
+    cf_proc *p = (cf_proc *)sp;
     pthread_cond_destroy(&p->tcond);
     pthread_mutex_destroy(&p->tlock);
-    if (p->stdin_fd >= 0)
-        close(p->stdin_fd);
-    cl_strv_free(p->env);
-    free(p->script);
 }
 
 static int cf_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
@@ -1796,90 +1758,32 @@ static int cf_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                            rq->user), "user", rq->user);
         return -1;
     }
-    cf_proc *p = calloc(1, sizeof(*p));
-    if (!p) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    cf_proc *p = (cf_proc *)cl_script_proc_new(sizeof(cf_proc), sb, sb->workdir, rq,
+                                               cf_run_short, op, error);
+    if (!p)
         return -1;
-    }
-    p->sb = sb;
-    p->stdin_fd = -1;
     p->tty_rows = rq->tty_rows;
     p->tty_cols = rq->tty_cols;
     p->tty_exit = -1;
     pthread_mutex_init(&p->tlock, NULL);
     pthread_cond_init(&p->tcond, NULL);
-    memcpy(p->tag, "sbx-exec-", 9);
-    cl_random_hex(p->tag + 9, 12);
-    p->script = cl_shell_script(rq->argv, rq->shell, rq->cwd ? rq->cwd : sb->workdir);
-    p->env = cl_strv_dup(rq->env);
-    int made = p->script && p->env;
+    p->sp.fini = cf_proc_fini;
     cl_proc_run_fn run = cf_exec_run;
 #ifdef SBX_HAVE_CLOUD_WS
     if (p->tty_rows)
         run = cf_pty_run;
 #endif
-    if (cl_exec_launch(&p->base, run, p, made, rq, &p->stdin_fd, op, error) < 0) {
-        cf_proc_free_fields(p);
-        free(p);
-        return -1;
-    }
-    *process = (sbx_plugin_process *)p;
-    return 0;
+    return cl_script_proc_launch(&p->sp, run, rq, op, process, error);
 }
 
-static int cf_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
-                        int *exit_code, sbx_error **error)
-{
-    (void)ctx;
-    cf_proc *p = (cf_proc *)process;
-    int rc = cl_proc_wait(&p->base, timeout_ms, exit_code, "exec_wait", error);
-    /* A missing working directory: the script's cd failed (cloud.h). */
-    char *quoted = rc == 1 && *exit_code == CL_CWD_MISSING_EXIT ? cl_script_cwd(p->script)
-                                                                  : NULL;
-    if (quoted) {
-        char *cmd = cl_printf("test -d %s", quoted);
-        int code = 0;
-        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-        if (cmd && cf_run_short(p->sb, &c2, cmd, &code, "exec", NULL) == 0 && code != 0) {
-            cl_cwd_missing_error(error, "exec", quoted);
-            rc = -1;
-        }
-        free(cmd);
-        free(quoted);
-    }
-    return rc;
-}
-
-/* Signals every process of the command (each carries CL_EXEC_MARK=<its
- * tag>): a scan run as a command of its own, without the mark. */
+/* exec_kill (cl_script_exec_kill()); nothing once the sandbox is gone. */
 static int cf_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
                         sbx_error **error)
 {
     cf_proc *p = (cf_proc *)process;
-    pthread_mutex_lock(&p->base.lock);
-    int ended = p->base.ended;
-    pthread_mutex_unlock(&p->base.lock);
-    if (ended || cf_is_gone(p->sb))
+    if (cf_is_gone(p->sp.sb))
         return 0;
-    char *cmd = cl_mark_kill_command(p->tag, sig);
-    int code = 0;
-    int rc = cmd ? cf_run_short(p->sb, ctx, cmd, &code, "exec_kill", error) : -1;
-    if (!cmd)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec_kill", "out of memory");
-    free(cmd);
-    return rc;
-}
-
-static void cf_exec_free(sbx_plugin_process *process)
-{
-    cf_proc *p = (cf_proc *)process;
-    if (!p)
-        return;
-    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-    cf_exec_kill(process, &c2, SIGKILL, NULL);
-    cl_proc_clear(&p->base);
-    cf_proc_free_fields(p);
-    free(p);
+    return cl_script_exec_kill(process, ctx, sig, error);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1911,13 +1815,13 @@ static const sbx_plugin cf_plugin = {
     .sandbox_root = cl_sandbox_root,
     .snapshot = cf_snapshot,
     .exec_start = cf_exec_start,
-    .exec_wait = cf_exec_wait,
+    .exec_wait = cl_script_exec_wait,
     .exec_event_fd = cl_exec_event_fd,
     .exec_kill = cf_exec_kill,
 #ifdef SBX_HAVE_CLOUD_WS
     .exec_resize = cf_exec_resize,
 #endif
-    .exec_free = cf_exec_free,
+    .exec_free = cl_script_exec_free,
     .list_files = cf_list_files,
     .read_file = cf_read_file,
     .write_file = cf_write_file,

@@ -433,10 +433,7 @@ static int dt_toolbox(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl
 /* Client                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static int dt_setup(const sbx_host_services *host, sbx_error **error)
-{
-    return cl_setup(host, DT_BACKEND, error);
-}
+CL_SETUP(dt_setup, DT_BACKEND)
 
 static void dt_client_free(sbx_plugin_client *c)
 {
@@ -1680,17 +1677,8 @@ static int dt_pty_message(void *ud, int binary, const unsigned char *d, size_t n
 static char *dt_pty_script(dt_pty *p)
 {
     cl_buf b = { 0 };
-    int bad = 0;
-    for (size_t i = 0; p->sp.env && p->sp.env[i] && !bad; i++) {
-        const char *eq = strchr(p->sp.env[i], '=');
-        if (!eq)
-            continue;
-        char *q = cl_shell_quote(eq + 1);
-        bad = !q || cl_buf_printf(&b, "export %.*s=%s\n", (int)(eq - p->sp.env[i]),
-                                  p->sp.env[i], q) < 0;
-        free(q);
-    }
-    if (bad || cl_buf_printf(&b, "%s", p->sp.script) < 0) {
+    if (cl_buf_env_exports(&b, (const char *const *)p->sp.env) < 0
+        || cl_buf_printf(&b, "%s", p->sp.script) < 0) {
         cl_buf_clear(&b);
         return NULL;
     }

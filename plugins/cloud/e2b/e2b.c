@@ -492,10 +492,7 @@ static char *e2b_abs(struct sbx_plugin_sandbox *sb, const char *path)
 /* Client                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static int e2b_setup(const sbx_host_services *host, sbx_error **error)
-{
-    return cl_setup(host, E2B_BACKEND, error);
-}
+CL_SETUP(e2b_setup, E2B_BACKEND)
 
 static void e2b_client_free(sbx_plugin_client *c)
 {

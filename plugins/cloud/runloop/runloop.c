@@ -167,10 +167,8 @@ static sbx_error *rl_gone_error(sbx_error **error, const char *op, const char *i
 static json_object *rl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                            long *status, const char *op, sbx_error **error)
 {
-    char *url = cl_item_url(c->api, "v1/devboxes", id, "");
-    json_object *j = cl_get_json(c->http, ctx, url, status, op, "get the devbox", error);
-    free(url);
-    return j;
+    return cl_item_get(c->http, ctx, c->api, "v1/devboxes", id, status, op, "get the devbox",
+                       error);
 }
 
 /* POST @api/v1/devboxes/@id@suffix with @body (NULL: none) as a safe or
@@ -192,6 +190,11 @@ static int rl_post(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
     return rc;
 }
 
+/* How the provider's view of a sandbox is got and read: resume, and the
+ * look at a sandbox whose call was refused (provider.h). */
+static const cl_resume_spec rl_spec = { RL_BACKEND, RL_STATE_VERSION, "devbox_id", rl_get,
+                                        "status", rl_dead, rl_gone_error };
+
 /* After an unexpected answer @r on @sb: marks it gone when the provider no
  * longer has it (404, or a terminal status on a GET) and stores the gone
  * error; else stores the answer's error unless @quiet. Returns -1. */
@@ -199,23 +202,12 @@ static int rl_answer_fail(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
                           const cl_resp *r, int quiet, const char *op, const char *what,
                           sbx_error **error)
 {
-    long st = 0;
-    json_object *j = NULL;
-    if (r->status != 404)
-        j = rl_get(sb->c, ctx, sb->s.id, &st, op, NULL);
-    if (r->status == 404 || st == 404 || (j && rl_terminal(rl_status(j)))) {
-        if (r->status == 404 && !j && quiet)
-            j = rl_get(sb->c, ctx, sb->s.id, &st, op, NULL);
-        if (r->status != 404 || st == 404 || (j && rl_terminal(rl_status(j))) || !quiet) {
-            rl_mark_gone(sb);
-            rl_gone_error(error, op, sb->s.id, j);
-            json_object_put(j);
-            return -1;
-        }
-    }
-    json_object_put(j);
-    if (!quiet)
+    if (r->status == 404 && !quiet) {
+        rl_mark_gone(sb);
+        rl_gone_error(error, op, sb->s.id, NULL);
+    } else if (!cl_sandbox_confirm_gone(&sb->s, sb->c, ctx, &rl_spec, op, error) && !quiet) {
         cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, what);
+    }
     return -1;
 }
 
@@ -498,19 +490,9 @@ static char *rl_path(struct sbx_plugin_sandbox *sb, const char *path)
     return cl_path_in(sb->workdir, path);
 }
 
-static int rl_file_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r, const char *op,
-                        const char *path, const char *what, sbx_error **error)
-{
-    if (rl_is_gone(sb) || (error && *error))
-        return -1;
-    sbx_error *err = NULL;
-    if (r->status == 404)
-        err = cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such %s in the sandbox: %s", what, path);
-    else
-        err = cl_fail_status(sb->c->http, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
-    cl_context(err, "path", path);
-    return -1;
-}
+/* The error of a file call's answer @r (provider.h). */
+#define rl_file_fail(sb, r, op, path, what, error) \
+    cl_file_fail(&(sb)->s, (sb)->c->http, (r), 0, (op), (path), (what), (error))
 
 static int rl_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                        cl_sink_fn sink, void *ud, cl_resp *r, const char *op, sbx_error **error)
@@ -627,13 +609,10 @@ static int rl_shutdown(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, con
                      error);
     if (rc == 0 && r.status / 100 != 2 && r.status != 404) {
         /* Shut down already (a terminal devbox refuses more calls). */
-        long st = 0;
-        json_object *j = rl_get(c, ctx, id, &st, op, NULL);
-        if (st != 404 && !(j && rl_terminal(rl_status(j)))) {
+        if (!cl_sandbox_ended(c, ctx, &rl_spec, id, op, NULL)) {
             cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "shut the devbox down");
             rc = -1;
         }
-        json_object_put(j);
     }
     cl_resp_clear(&r);
     return rc;
@@ -719,10 +698,7 @@ static int rl_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx
     return rl_shutdown(ud, ctx, id, "create", error);
 }
 
-static int rl_setup(const sbx_host_services *host, sbx_error **error)
-{
-    return cl_setup(host, RL_BACKEND, error);
-}
+CL_SETUP(rl_setup, RL_BACKEND)
 
 static void rl_client_free(sbx_plugin_client *c)
 {
@@ -1019,12 +995,10 @@ static char *rl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
 static int rl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
-    static const cl_resume_spec spec = { RL_BACKEND, RL_STATE_VERSION, "devbox_id", rl_get,
-                                         "status", rl_dead, rl_gone_error };
     const char *op = "resume";
     const char *id = NULL;
     json_object *data = NULL;
-    json_object *j = cl_resume_get(client, ctx, state_json, &spec, &data, &id, error);
+    json_object *j = cl_resume_get(client, ctx, state_json, &rl_spec, &data, &id, error);
     int rc = -1;
     if (!j)
         return -1;
@@ -1386,28 +1360,6 @@ static void rl_live_stop(rl_live *lv)
     lv->cancel[0] = lv->cancel[1] = -1;
 }
 
-/* The per-call environment as a file the command sources: "export K=V"
- * lines, values shell-quoted. NULL on no memory. */
-static char *rl_call_env_file(const char *const *env)
-{
-    cl_buf b = { 0 };
-    if (cl_buf_append(&b, "", 0) < 0)
-        return NULL;
-    for (size_t i = 0; env && env[i]; i++) {
-        const char *eq = strchr(env[i], '=');
-        if (!eq)
-            continue;
-        char *q = cl_shell_quote(eq + 1);
-        int bad = !q || cl_buf_printf(&b, "export %.*s=%s\n", (int)(eq - env[i]), env[i], q) < 0;
-        free(q);
-        if (bad) {
-            cl_buf_clear(&b);
-            return NULL;
-        }
-    }
-    return b.data;
-}
-
 /* The wrapper's report @so ("SBX-OUT CODE", then stdout and stderr in
  * base64, a line each): 1 with both written out and the code in *@code, 0
  * when @so is no report (the files are to be read), -1 when the host
@@ -1479,7 +1431,7 @@ static int rl_exec_run(cl_proc *base)
     if (!bad && p->env && p->env[0]) {
         char path[64];
         snprintf(path, sizeof path, "/tmp/.%s.env", p->tag);
-        if (!(envf = rl_call_env_file((const char *const *)p->env)))
+        if (!(envf = cl_env_exports((const char *const *)p->env)))
             bad = 1;
         else if (rl_upload_bytes(sb, &ctx, path, envf, strlen(envf), op, NULL) < 0)
             goto fail;

@@ -185,10 +185,7 @@ typedef struct tl_proc {
 static json_object *tl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                            long *status, const char *op, sbx_error **error)
 {
-    char *url = cl_item_url(c->api, "sandboxes", id, "");
-    json_object *j = cl_get_json(c->http, ctx, url, status, op, "get the sandbox", error);
-    free(url);
-    return j;
+    return cl_item_get(c->http, ctx, c->api, "sandboxes", id, status, op, "get the sandbox", error);
 }
 
 static const char *tl_status(json_object *j)
@@ -200,10 +197,7 @@ static const char *tl_status(json_object *j)
 static int tl_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                      const char *op, sbx_error **error)
 {
-    char *url = cl_item_url(c->api, "sandboxes", id, "");
-    int rc = cl_delete_url(c->http, ctx, url, op, "delete the sandbox", error);
-    free(url);
-    return rc;
+    return cl_item_delete(c->http, ctx, c->api, "sandboxes", id, op, "delete the sandbox", error);
 }
 
 static int tl_token_one(void *ud, const char *id, const char *name)
@@ -337,10 +331,7 @@ static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
 /* Client                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static int tl_setup(const sbx_host_services *host, sbx_error **error)
-{
-    return cl_setup(host, TL_BACKEND, error);
-}
+CL_SETUP(tl_setup, TL_BACKEND)
 
 static void tl_client_free(sbx_plugin_client *c)
 {
@@ -838,10 +829,8 @@ static int tl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
 static int tl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     static const char *const dead[] = { "terminated", "timeout", NULL };
-    char *url = cl_item_url(sb->c->api, "sandboxes", sb->s.id, "");
-    int rc = cl_sandbox_is_alive(&sb->s, sb->c->http, ctx, url, "status", dead, error);
-    free(url);
-    return rc;
+    return cl_item_is_alive(&sb->s, sb->c->http, ctx, sb->c->api, "sandboxes", "status", dead,
+                            error);
 }
 
 /* {"version":1,"sandbox_id":ID,"sandbox_url":URL,"named":B[,"workdir":W]}:

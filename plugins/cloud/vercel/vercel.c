@@ -209,6 +209,11 @@ static int vc_post(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
     return rc;
 }
 
+/* How the provider's view of a sandbox is got and read: resume, and the
+ * look at a sandbox whose call was refused (provider.h). */
+static const cl_resume_spec vc_spec = { VC_BACKEND, VC_STATE_VERSION, "sandbox_id", vc_get,
+                                        "status", vc_dead, vc_gone_error };
+
 /* After an unexpected answer @r on @sb: marks it gone when the provider no
  * longer has it (404 or 410, or a terminal status on a GET) and stores the
  * gone error; else stores the answer's error unless @quiet. Returns -1. */
@@ -216,16 +221,7 @@ static int vc_answer_fail(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
                           const cl_resp *r, int quiet, const char *op, const char *what,
                           sbx_error **error)
 {
-    long st = 0;
-    json_object *j = vc_get(sb->c, ctx, sb->s.id, &st, op, NULL);
-    if (st == 404 || (j && vc_terminal(vc_status(j)))) {
-        vc_mark_gone(sb);
-        vc_gone_error(error, op, sb->s.id, j);
-        json_object_put(j);
-        return -1;
-    }
-    json_object_put(j);
-    if (!quiet)
+    if (!cl_sandbox_confirm_gone(&sb->s, sb->c, ctx, &vc_spec, op, error) && !quiet)
         cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, what);
     return -1;
 }
@@ -367,9 +363,8 @@ static int vc_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
     if (rc == 0 && cl_ndjson_end(&nd, op, error) < 0)
         rc = -1;
     if (rc == 0 && (l.stopped || !l.have_code)) {
-        long st = 0;
-        json_object *j = vc_get(sb->c, ctx, sb->s.id, &st, op, NULL);
-        if (l.stopped || st == 404 || (j && vc_terminal(vc_status(j)))) {
+        json_object *j = NULL;
+        if (cl_sandbox_ended(sb->c, ctx, &vc_spec, sb->s.id, op, &j) || l.stopped) {
             vc_mark_gone(sb);
             vc_gone_error(error, op, sb->s.id, j);
         } else {
@@ -433,19 +428,9 @@ static char *vc_path(struct sbx_plugin_sandbox *sb, const char *path)
     return cl_path_in(sb->workdir ? sb->workdir : VC_CWD, path);
 }
 
-static int vc_file_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r, const char *op,
-                        const char *path, const char *what, sbx_error **error)
-{
-    if (vc_is_gone(sb) || (error && *error))
-        return -1;
-    sbx_error *err = NULL;
-    if (r->status == 404)
-        err = cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such %s in the sandbox: %s", what, path);
-    else
-        err = cl_fail_status(sb->c->http, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
-    cl_context(err, "path", path);
-    return -1;
-}
+/* The error of a file call's answer @r (provider.h). */
+#define vc_file_fail(sb, r, op, path, what, error) \
+    cl_file_fail(&(sb)->s, (sb)->c->http, (r), 0, (op), (path), (what), (error))
 
 static int vc_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                        cl_sink_fn sink, void *ud, cl_resp *r, const char *op, sbx_error **error)
@@ -691,13 +676,10 @@ static int vc_stop_id(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
     cl_resp r = { 0 };
     int rc = vc_post(c, ctx, id, "/stop", NULL, CL_SAFE, &r, op, "stop the sandbox", error);
     if (rc == 0 && r.status / 100 != 2 && r.status != 404 && r.status != 410) {
-        long st = 0;
-        json_object *j = vc_get(c, ctx, id, &st, op, NULL);
-        if (st != 404 && !(j && vc_terminal(vc_status(j)))) {
+        if (!cl_sandbox_ended(c, ctx, &vc_spec, id, op, NULL)) {
             cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "stop the sandbox");
             rc = -1;
         }
-        json_object_put(j);
     }
     cl_resp_clear(&r);
     return rc;
@@ -848,10 +830,7 @@ static int vc_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx
     return vc_stop_id(ud, ctx, id, "create", error);
 }
 
-static int vc_setup(const sbx_host_services *host, sbx_error **error)
-{
-    return cl_setup(host, VC_BACKEND, error);
-}
+CL_SETUP(vc_setup, VC_BACKEND)
 
 static void vc_client_free(sbx_plugin_client *c)
 {
@@ -1244,12 +1223,10 @@ static char *vc_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
 static int vc_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
-    static const cl_resume_spec spec = { VC_BACKEND, VC_STATE_VERSION, "sandbox_id", vc_get,
-                                         "status", vc_dead, vc_gone_error };
     const char *op = "resume";
     const char *id = NULL;
     json_object *data = NULL;
-    json_object *j = cl_resume_get(client, ctx, state_json, &spec, &data, &id, error);
+    json_object *j = cl_resume_get(client, ctx, state_json, &vc_spec, &data, &id, error);
     int rc = -1;
     if (!j)
         return -1;
@@ -1397,28 +1374,6 @@ static int vc_logs_line(void *ud, json_object *o)
     return 0;
 }
 
-/* The per-call environment as a file the command sources: "export K=V"
- * lines, values shell-quoted. NULL on no memory. */
-static char *vc_call_env_file(const char *const *env)
-{
-    cl_buf b = { 0 };
-    if (cl_buf_append(&b, "", 0) < 0)
-        return NULL;
-    for (size_t i = 0; env && env[i]; i++) {
-        const char *eq = strchr(env[i], '=');
-        if (!eq)
-            continue;
-        char *q = cl_shell_quote(eq + 1);
-        int bad = !q || cl_buf_printf(&b, "export %.*s=%s\n", (int)(eq - env[i]), env[i], q) < 0;
-        free(q);
-        if (bad) {
-            cl_buf_clear(&b);
-            return NULL;
-        }
-    }
-    return b.data;
-}
-
 /*
  * Runs the command: POST cmd (wait false) with "perl -e CL_OUTPUT_ENCODER
  * bash -c SCRIPT", where SCRIPT exports the mark, sources the per-call
@@ -1443,7 +1398,7 @@ static int vc_exec_run(cl_proc *base)
     if (!bad && p->env && p->env[0]) {
         char path[64];
         snprintf(path, sizeof path, "/tmp/.%s.env", p->tag);
-        if (!(envf = vc_call_env_file((const char *const *)p->env)))
+        if (!(envf = cl_env_exports((const char *const *)p->env)))
             bad = 1;
         else if (vc_upload_bytes(sb, &ctx, path, envf, strlen(envf), op, NULL) < 0)
             goto fail;
