@@ -65,7 +65,6 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "proxy.h"
 
 #define EXEC_CHUNK (64 * 1024)     /* bytes per read / send */
 /* The least default exec timeout once the lifetime is (nearly) over. */
@@ -128,7 +127,6 @@ typedef struct exec_state {
     int exit_fd, exit_far;
     unsigned char exit_rec[sizeof(sbx_plugin_exit_record)];
     size_t exit_have;
-    int exit_ok;                /* the record came: the end, out of process */
 } exec_state;
 
 /* ---------------------------------------------------------------- requests */
@@ -485,7 +483,6 @@ exit_record_read(exec_state *st)
     if (rec.magic != SBX_PLUGIN_EXIT_RECORD_MAGIC || rec.code < 0 || rec.code > 255)
         return 0;
     st->code = rec.code;
-    st->exit_ok = 1;
     return 1;
 }
 
@@ -773,10 +770,6 @@ exec_state_clear(exec_state *st, int far[3])
 {
     void (*free_fn)(sbx_plugin_process *) = st->plugin ? SBX_SLOT(st->plugin, exec_free) : NULL;
 
-    /* An exit socket is only made out of process: st->proc is the proxy's. */
-    if (st->proc && st->exit_ok && st->ended && !st->timed_out && !st->cancelled &&
-        !st->gave_up)
-        sbx_proxy_process_ended(st->proc);
     if (st->proc && free_fn)
         free_fn(st->proc);
     st->proc = NULL;

@@ -98,13 +98,7 @@ typedef struct proxy_process {
                                  * host dies */
     int poll_fd;                /* epoll over both, handed to the caller */
     int event_added;            /* event_fd is in poll_fd */
-    int ended;                  /* its end came on its exit socket: its
-                                 * exec_free may wait for the next frame */
 } proxy_process;
-
-/* exec_free frames of ended processes kept to go just before the client's
- * next frame (see frees_later_flush), at most this many. */
-#define PROXY_FREES_LATER 8
 
 /* Idle epoll sets kept per client (each with its host's hang-up watch in
  * it), so that an exec does not make and tear down one of its own: one, the
@@ -148,11 +142,6 @@ struct proxy_client {
     proxy_sandbox *sandboxes;
     proxy_pollset idle_sets[PROXY_POLLSETS_KEPT]; /* of ended processes */
     unsigned n_idle_sets;
-    sbx_wire_msg later[PROXY_FREES_LATER]; /* exec_free frames for host
-                                 * generation later_gen, sent before the
-                                 * next frame */
-    unsigned n_later;
-    unsigned later_gen;
 };
 
 /* A slot's return value, whatever its type. */
@@ -258,46 +247,6 @@ reap(pid_t pid, double grace, int *killed_by_us)
 }
 
 /*
- * Sends the exec_free frames kept for later (exec_free of an ended
- * process: sbx_proxy_process_ended) on @sock, the current host's socket
- * the caller is about to send a frame on, so that they go
- * before it and the host runs them in the wake-up that frame causes
- * anyway, not in one of their own. Frames kept for another generation
- * than the current one, or when @sock is no longer the current host's, are
- * dropped (their handles meant something only to that host). Takes
- * pc->lock itself; sends outside it.
- */
-static void
-frees_later_flush(proxy_client *pc, int sock)
-{
-    sbx_wire_msg later[PROXY_FREES_LATER];
-    unsigned n;
-    int send_them;
-
-    pthread_mutex_lock(&pc->lock);
-    n = pc->n_later;
-    send_them = pc->later_gen == pc->gen && !pc->dead && sock == pc->sock;
-    if (n)
-        memcpy(later, pc->later, n * sizeof(later[0]));
-    pc->n_later = 0;
-    pthread_mutex_unlock(&pc->lock);
-    for (unsigned i = 0; i < n; i++) {
-        if (send_them && sock >= 0)
-            sbx_wire_send(sock, &later[i]);
-        sbx_wire_clear(&later[i]);
-    }
-}
-
-/* Drops the exec_free frames kept for later (pc->lock held). */
-static void
-frees_later_drop_locked(proxy_client *pc)
-{
-    for (unsigned i = 0; i < pc->n_later; i++)
-        sbx_wire_clear(&pc->later[i]);
-    pc->n_later = 0;
-}
-
-/*
  * The current host's socket gave EOF or an error: reap the host, say how it
  * ended, fail every call waiting on it. Called with pc->lock held.
  */
@@ -311,7 +260,6 @@ conn_died_locked(proxy_client *pc)
 
     if (pc->dead)
         return;
-    frees_later_drop_locked(pc);
     pc->dead = 1;
     status = reap(pc->pid, SBX_PROXY_EXIT_GRACE_SECS, &ours);
     pc->reaped = 1;
@@ -540,7 +488,6 @@ call_send_wait(proxy_client *pc, unsigned gen, sbx_wire_msg *req, call_io *io,
     pid = pc->pid;
     pthread_mutex_unlock(&pc->lock);
 
-    frees_later_flush(pc, sock);
     if (sbx_wire_send(sock, req) < 0) {
         int e = errno;
 
@@ -939,7 +886,6 @@ host_start(proxy_client *pc, sbx_error **err)
     pc->sock = sv[0];
     pc->pid = pid;
     pc->gen++;
-    frees_later_drop_locked(pc);
     pc->dead = 0;
     pc->killed = 0;
     pc->reaped = 0;
@@ -1676,30 +1622,16 @@ sbx_proxy_invoke_on(proxy_client *pc, unsigned slot, void **av, void *retp)
         if (row->dir[i] == SBX_DIR_IN)
             encode_arg(row, i, av, &req, &io, pc);
     if (row->flags & SBX_ROW_NO_REPLY) {
-        /* The host runs it before the next frame; nothing comes back. The
-         * exec_free of a process whose end came on its exit socket (it
-         * holds nothing running) waits for the client's next frame and
-         * goes just before it: the host takes both in one wake-up. */
-        int sock, later = 0;
+        /* The host runs it before the next frame; nothing comes back. */
+        int sock;
 
         pthread_mutex_lock(&pc->lock);
         sock = pc->dead ? -1 : pc->sock;
         req.call_id = ++pc->next_call;
-        if (sock >= 0 && pc->gen == gen && slot == SBX_SLOT_ID_exec_free && first &&
-            ((proxy_process *)first)->ended && !req.bad && req.nfds == 0 &&
-            (pc->n_later == 0 || pc->later_gen == gen) && pc->n_later < PROXY_FREES_LATER) {
-            pc->later[pc->n_later++] = req;
-            pc->later_gen = gen;
-            later = 1;
-        }
         pthread_mutex_unlock(&pc->lock);
-        if (!later) {
-            if (sock >= 0) {
-                frees_later_flush(pc, sock);
-                sbx_wire_send(sock, &req);
-            }
-            sbx_wire_clear(&req);
-        }
+        if (sock >= 0)
+            sbx_wire_send(sock, &req);
+        sbx_wire_clear(&req);
         goto freed;
     }
     rep = call_send_wait(pc, gen, &req, &io, row->name, ep);
@@ -1859,24 +1791,10 @@ proxy_reattach(proxy_client *pc)
 
 /* ---------------------------------------------------------------- public */
 
-void
-sbx_proxy_process_ended(sbx_plugin_process *process)
-{
-    proxy_process *p = (proxy_process *)process;
-    proxy_client *pc = p ? p->h.pc : NULL;
-
-    if (!pc)
-        return;
-    pthread_mutex_lock(&pc->lock);
-    p->ended = 1;
-    pthread_mutex_unlock(&pc->lock);
-}
-
 /* Frees @pc and what it holds (its host already stopped). */
 static void
 proxy_client_destroy(proxy_client *pc)
 {
-    frees_later_drop_locked(pc);
     sbx_close_fd(&pc->old_sock);
     pollsets_close(pc);
     pthread_mutex_destroy(&pc->lock);

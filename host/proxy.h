@@ -30,16 +30,6 @@ void sbx_proxy_set_call_timeout(sbx_plugin_client *client, double secs);
 /** The pid of @client's plugin host, or 0 while none runs. */
 int sbx_proxy_host_pid(sbx_plugin_client *client);
 
-/**
- * Tells the proxy that @process (a process of a client made by
- * sbx_proxy_open) ended and that its end came on its exit socket
- * (SBX_PLUGIN_EXEC_EXIT_FD): it holds nothing running the caller waits
- * for, so its exec_free may wait for the client's next frame and go just
- * before it (the plugin host then runs both in one wake-up, not two).
- * Thread-safe; NULL is ignored.
- */
-void sbx_proxy_process_ended(sbx_plugin_process *process);
-
 /** Sends one call of slot @slot with arguments @av (pointers to each
  *  argument, as the generated proxies make them) on @pc's current host;
  *  stores the return value in @ret. Internal to proxy.c's machinery. */

@@ -5,9 +5,7 @@
  * the plugin's side keeps.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <signal.h>
@@ -792,71 +790,6 @@ Test(plugin_host, the_host_inherits_none_of_the_applications_descriptors)
     cr_assert_eq(read(p[0], &b, 1), 0, "the pipe did not reach EOF: the host %d holds it", host);
     close(p[0]);
     sbx_client_free(c);
-}
-
-/* The sockets process @pid holds (entries of /proc/PID/fd that are one). */
-static int count_sockets(pid_t pid)
-{
-    char dir[64], link[PATH_MAX], target[64];
-    snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
-    DIR *d = opendir(dir);
-    cr_assert_not_null(d, "%s: %s", dir, strerror(errno));
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (e->d_name[0] == '.')
-            continue;
-        snprintf(link, sizeof link, "%s/%s", dir, e->d_name);
-        ssize_t len = readlink(link, target, sizeof target - 1);
-        if (len > 0) {
-            target[len] = 0;
-            n += strncmp(target, "socket:", 7) == 0;
-        }
-    }
-    closedir(d);
-    return n;
-}
-
-/* The free of an exec whose end came on its exit socket waits for the
- * client's next frame and goes just before it (the host takes both in one
- * wake-up): the host's connection to the supervisor for that exec closes
- * with the next call, not before. Kept frees of a host that died are
- * dropped with it, never sent to the next host. */
-Test(plugin_host, an_ended_exec_is_freed_with_the_next_call)
-{
-    sbx_error *err = NULL;
-    sbx_client *c = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_OUT_OF_PROCESS, &err);
-    cr_assert_not_null(c, "client: %s", err ? sbx_error_get0_message(err) : "");
-    sbx_sandbox *sb = tu_create(c, NULL);
-    pid_t host = (pid_t)sbx_client_get_host_pid(c);
-    expect_echo(sb, "warm");
-    cr_assert_eq(sbx_sandbox_is_alive(sb, &err), 1);
-    int idle = count_sockets(host);
-    expect_echo(sb, "one");
-    cr_assert_eq(count_sockets(host), idle + 1, "the ended exec's connection is kept");
-    cr_assert_eq(sbx_sandbox_is_alive(sb, &err), 1);
-    cr_assert_eq(count_sockets(host), idle, "the next call did not free the ended exec");
-
-    /* Kept when its host is killed: the next host never gets it. */
-    expect_echo(sb, "two");
-    cr_assert_eq(kill(host, SIGKILL), 0);
-    cr_assert(tu_wait_pid_gone(host, 5.0), "host %d survived SIGKILL", (int)host);
-    /* The call that finds the host gone fails as any call then does; the
-     * next one starts a new host. */
-    if (sbx_sandbox_is_alive(sb, &err) != 1) {
-        tu_assert_error(err, SBX_ERROR_CONNECTION, "plugin host", "SIGKILL", NULL);
-        sbx_error_clear(&err);
-    }
-    expect_echo(sb, "three");
-    pid_t host2 = (pid_t)sbx_client_get_host_pid(c);
-    cr_assert(host2 > 0 && host2 != host, "host %d after the kill of %d", (int)host2, (int)host);
-    expect_echo(sb, "four");
-    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
-    sbx_sandbox_free(sb);
-    sbx_client_free(c);
-    cr_assert(tu_wait_pid_gone(host2, 5.0));
-    /* The killed host's client had a spare supervisor ready: its keeper
-     * removes it once the host is gone. */
-    cr_assert_eq(tu_wait_spares_gone(g_tmp, 5.0), 0, "a spare of the killed host stayed");
 }
 
 Test(plugin_host, a_plugin_that_hangs_while_loading_is_killed)
