@@ -1,16 +1,29 @@
 /*
  * bench.h — what the benchmark programs share: a monotonic clock, sorting
- * samples, their percentiles and median, and a growing buffer for an HTTP
- * answer's body (a libcurl write callback). Header-only (static inline),
+ * samples, their percentiles and median, a growing buffer for an HTTP
+ * answer's body (a libcurl write callback), and starting and stopping the
+ * build's sbx-server with a throwaway store. Header-only (static inline),
  * so each program stays one source file; not thread-safe beyond what each
  * function says.
  */
 #ifndef SBX_BENCH_H
 #define SBX_BENCH_H
 
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
+
+#ifndef SBX_TOP_BUILDDIR
+#define SBX_TOP_BUILDDIR "."
+#endif
 
 /* CLOCK_MONOTONIC in microseconds. */
 static inline double now_us(void)
@@ -70,6 +83,109 @@ static inline size_t bench_collect(char *p, size_t size, size_t n, void *ud)
     d[b->len] = '\0';
     b->data = d;
     return len;
+}
+
+/* The files a bench's sbx-server leaves in its directory. */
+static const char *const bench_server_files[] = { "cp.db", "cp.db-wal", "cp.db-shm",
+                                                  "server.log", NULL };
+
+/*
+ * Starts the build's sbx-server (SBX_SERVER overrides the program) on
+ * 127.0.0.1 with an ephemeral port, a throwaway SQLite store and its log in
+ * a new directory "$TMPDIR/@prefix-XXXXXX" (written to @dir, @dir_cap
+ * bytes; /tmp without TMPDIR), BESPOKE_ALLOWED_BACKENDS=local and @admin
+ * as the admin token; the server ends with this process (SIGTERM). Waits
+ * up to 10 s for its first line ("listening on URL"). Returns 0 with *@pid
+ * and @url (@url_cap bytes) set, or -1 with *@pid set when it was started
+ * (stop it with bench_server_stop, which also removes the directory;
+ * DIR/server.log says why) or -1 when it was not (dir[0] is then '\0' if
+ * no directory was made); errno is set.
+ */
+static inline int bench_server_start(const char *prefix, const char *admin, char *dir,
+                                     size_t dir_cap, pid_t *pid, char *url, size_t url_cap)
+{
+    const char *bin = getenv("SBX_SERVER"), *t = getenv("TMPDIR");
+    char path[512], db[400], log[400], line[256] = "";
+    int out[2];
+    size_t n = 0;
+
+    *pid = -1;
+    if (!bin || !*bin) {
+        snprintf(path, sizeof path, "%s/server/sbx-server", SBX_TOP_BUILDDIR);
+        bin = path;
+    }
+    snprintf(dir, dir_cap, "%s/%s-XXXXXX", t && *t ? t : "/tmp", prefix);
+    if (!mkdtemp(dir)) {
+        dir[0] = '\0';
+        return -1;
+    }
+    if (pipe2(out, O_CLOEXEC) != 0)
+        return -1;
+    snprintf(db, sizeof db, "%s/cp.db", dir);
+    snprintf(log, sizeof log, "%s/server.log", dir);
+    *pid = fork();
+    if (*pid < 0) {
+        close(out[0]);
+        close(out[1]);
+        return -1;
+    }
+    if (*pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        dup2(out[1], 1);
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd >= 0)
+            dup2(fd, 2);
+        setenv("BESPOKE_API_KEY_PEPPER", "bench-pepper", 1);
+        setenv("BESPOKE_CONTROL_PLANE_ADMIN_TOKEN", admin, 1);
+        setenv("BESPOKE_CONTROL_PLANE_DB", db, 1);
+        setenv("BESPOKE_ALLOWED_BACKENDS", "local", 1);
+        setenv("HOST", "127.0.0.1", 1);
+        setenv("PORT", "0", 1);
+        execl(bin, bin, (char *)NULL);
+        _exit(127);
+    }
+    close(out[1]);
+    struct pollfd p = { out[0], POLLIN, 0 };
+    double end = now_ms() + 10000;
+    while (n < sizeof line - 1 && !strchr(line, '\n') && now_ms() < end) {
+        if (poll(&p, 1, 200) <= 0)
+            continue;
+        ssize_t k = read(out[0], line + n, sizeof line - 1 - n);
+        if (k <= 0)
+            break;
+        n += (size_t)k;
+        line[n] = '\0';
+    }
+    close(out[0]);
+    char *nl = strchr(line, '\n');
+    if (nl)
+        *nl = '\0';
+    if (strncmp(line, "listening on ", 13) != 0 || strlen(line + 13) >= url_cap) {
+        errno = EPROTO;
+        return -1;
+    }
+    strcpy(url, line + 13);
+    return 0;
+}
+
+/* Stops the server bench_server_start() started (*@pid; -1: none) by its
+ * pid and removes its directory @dir (when dir[0]); both left reset. */
+static inline void bench_server_stop(pid_t *pid, char *dir)
+{
+    if (*pid > 0) {
+        kill(*pid, SIGTERM);
+        waitpid(*pid, NULL, 0);
+        *pid = -1;
+    }
+    if (dir[0]) {
+        char p[400];
+        for (int i = 0; bench_server_files[i]; i++) {
+            snprintf(p, sizeof p, "%s/%s", dir, bench_server_files[i]);
+            unlink(p);
+        }
+        rmdir(dir);
+        dir[0] = '\0';
+    }
 }
 
 #endif /* SBX_BENCH_H */

@@ -57,10 +57,6 @@
 
 #include "bench.h"
 
-#ifndef SBX_TOP_BUILDDIR
-#define SBX_TOP_BUILDDIR "."
-#endif
-
 #define ADMIN "bench-admin-token"
 
 static pid_t g_server = -1;
@@ -96,81 +92,26 @@ static void die(const char *fmt, const char *a)
 
 static void server_start(void)
 {
-    const char *bin = getenv("SBX_SERVER");
-    char path[512];
-    if (!bin || !*bin) {
-        snprintf(path, sizeof path, "%s/server/sbx-server", SBX_TOP_BUILDDIR);
-        bin = path;
-    }
-    const char *t = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/sbx-cp-exec-XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(g_dir))
-        die("mkdtemp: %s", strerror(errno));
-    int out[2];
-    if (pipe2(out, O_CLOEXEC) != 0)
-        die("pipe: %s", strerror(errno));
-    char db[400], log[400];
-    snprintf(db, sizeof db, "%s/cp.db", g_dir);
-    snprintf(log, sizeof log, "%s/server.log", g_dir);
-    g_server = fork();
-    if (g_server < 0)
-        die("fork: %s", strerror(errno));
-    if (g_server == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        dup2(out[1], 1);
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (fd >= 0)
-            dup2(fd, 2);
-        setenv("BESPOKE_API_KEY_PEPPER", "bench-pepper", 1);
-        setenv("BESPOKE_CONTROL_PLANE_ADMIN_TOKEN", ADMIN, 1);
-        setenv("BESPOKE_CONTROL_PLANE_DB", db, 1);
-        setenv("BESPOKE_ALLOWED_BACKENDS", "local", 1);
-        setenv("HOST", "127.0.0.1", 1);
-        setenv("PORT", "0", 1);
-        execl(bin, bin, (char *)NULL);
-        _exit(127);
-    }
-    close(out[1]);
-    char line[256] = "";
-    size_t n = 0;
-    struct pollfd p = { out[0], POLLIN, 0 };
-    double end = now_ms() + 10000;
-    while (n < sizeof line - 1 && !strchr(line, '\n') && now_ms() < end) {
-        if (poll(&p, 1, 200) <= 0)
-            continue;
-        ssize_t k = read(out[0], line + n, sizeof line - 1 - n);
-        if (k <= 0)
-            break;
-        n += (size_t)k;
-        line[n] = '\0';
-    }
-    close(out[0]);
-    if (sscanf(line, "listening on %127s", g_url) != 1) {
+    if (bench_server_start("sbx-cp-exec", ADMIN, g_dir, sizeof g_dir, &g_server, g_url,
+                           sizeof g_url) < 0) {
+        int e = errno;
         /* Its log, before the directory goes. */
-        char buf[4096];
-        FILE *f = fopen(log, "r");
+        char log[400], buf[4096];
+        snprintf(log, sizeof log, "%s/server.log", g_dir);
+        FILE *f = g_dir[0] ? fopen(log, "r") : NULL;
         size_t k = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
         buf[k] = '\0';
         if (f)
             fclose(f);
+        if (g_server < 0)
+            die("cannot start sbx-server: %s", strerror(e));
         die("sbx-server did not start; its log:\n%s", buf);
     }
 }
 
 static void server_stop(void)
 {
-    if (g_server > 0) {
-        kill(g_server, SIGTERM);
-        waitpid(g_server, NULL, 0);
-        g_server = -1;
-    }
-    char db[400];
-    const char *files[] = { "cp.db", "cp.db-wal", "cp.db-shm", "server.log", NULL };
-    for (int i = 0; files[i]; i++) {
-        snprintf(db, sizeof db, "%s/%s", g_dir, files[i]);
-        unlink(db);
-    }
-    rmdir(g_dir);
+    bench_server_stop(&g_server, g_dir);
 }
 
 /* ------------------------------------------------------------ HTTP */

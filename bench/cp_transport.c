@@ -60,10 +60,6 @@
 
 #include "bench.h"
 
-#ifndef SBX_TOP_BUILDDIR
-#define SBX_TOP_BUILDDIR "."
-#endif
-
 #define BODY "{\"status\":\"ok\"}"
 
 /* server/http.c's security headers, as sbx-server sends them. */
@@ -86,22 +82,13 @@ static char g_dir[256];
 
 static void stop_all(void)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 2; i++)
         if (g_pids[i] > 0) {
             kill(g_pids[i], SIGTERM);
             waitpid(g_pids[i], NULL, 0);
             g_pids[i] = -1;
         }
-    if (g_dir[0]) {
-        const char *files[] = { "cp.db", "cp.db-wal", "cp.db-shm", "server.log", NULL };
-        char p[400];
-        for (int i = 0; files[i]; i++) {
-            snprintf(p, sizeof p, "%s/%s", g_dir, files[i]);
-            unlink(p);
-        }
-        rmdir(g_dir);
-        g_dir[0] = '\0';
-    }
+    bench_server_stop(&g_pids[2], g_dir);
 }
 
 static void die(const char *what)
@@ -243,62 +230,14 @@ static unsigned start_fake(int kind)
 
 static unsigned start_server(void)
 {
-    const char *bin = getenv("SBX_SERVER");
-    char path[512];
-    if (!bin || !*bin) {
-        snprintf(path, sizeof path, "%s/server/sbx-server", SBX_TOP_BUILDDIR);
-        bin = path;
-    }
-    const char *t = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/sbx-cp-transport-XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(g_dir)) {
-        g_dir[0] = '\0';
-        die("mkdtemp");
-    }
-    int out[2];
-    if (pipe2(out, O_CLOEXEC) != 0)
-        die("pipe");
-    char db[400], log[400];
-    snprintf(db, sizeof db, "%s/cp.db", g_dir);
-    snprintf(log, sizeof log, "%s/server.log", g_dir);
-    pid_t pid = fork();
-    if (pid < 0)
-        die("fork");
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        dup2(out[1], 1);
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (fd >= 0)
-            dup2(fd, 2);
-        setenv("BESPOKE_API_KEY_PEPPER", "bench-pepper", 1);
-        setenv("BESPOKE_CONTROL_PLANE_ADMIN_TOKEN", "bench-admin-token", 1);
-        setenv("BESPOKE_CONTROL_PLANE_DB", db, 1);
-        setenv("BESPOKE_ALLOWED_BACKENDS", "local", 1);
-        setenv("HOST", "127.0.0.1", 1);
-        setenv("PORT", "0", 1);
-        execl(bin, bin, (char *)NULL);
-        _exit(127);
-    }
-    g_pids[2] = pid;
-    close(out[1]);
-    char line[256] = "";
-    size_t n = 0;
-    struct pollfd p = { out[0], POLLIN, 0 };
-    double end = now_ms() + 10000;
-    while (n < sizeof line - 1 && !strchr(line, '\n') && now_ms() < end) {
-        if (poll(&p, 1, 200) <= 0)
-            continue;
-        ssize_t k = read(out[0], line + n, sizeof line - 1 - n);
-        if (k <= 0)
-            break;
-        n += (size_t)k;
-        line[n] = '\0';
-    }
-    close(out[0]);
+    char url[128];
     unsigned port = 0;
-    if (sscanf(line, "listening on http://127.0.0.1:%u", &port) != 1) {
-        errno = EPROTO;
+    if (bench_server_start("sbx-cp-transport", "bench-admin-token", g_dir, sizeof g_dir,
+                           &g_pids[2], url, sizeof url) < 0)
         die("sbx-server did not start");
+    if (sscanf(url, "http://127.0.0.1:%u", &port) != 1) {
+        errno = EPROTO;
+        die("sbx-server's address");
     }
     return port;
 }
