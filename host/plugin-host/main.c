@@ -345,11 +345,66 @@ kept_wait_making(double secs)
 #define END_PROC_WAIT_SECS 3.0
 #define END_PROC_FREE_SECS 8.0
 
+/*
+ * A batch of jobs the host's end runs all at once, each on a detached
+ * thread of its own (inline when none can start), waiting for them at most
+ * a bound. A batch lives in static storage, not on the waiter's stack: a
+ * job past the bound still signals it while the host goes on to exit. The
+ * host ends once, so each batch serves one run.
+ */
+typedef struct end_batch {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    unsigned left;
+} end_batch;
+
+/* Called by each job of @b when it is done. */
+static void
+end_batch_done(end_batch *b)
+{
+    pthread_mutex_lock(&b->lock);
+    if (--b->left == 0)
+        pthread_cond_signal(&b->cond);
+    pthread_mutex_unlock(&b->lock);
+}
+
+/* Runs @fn on each of the @n jobs at @jobs (@size bytes apart) and waits
+ * until all called end_batch_done(@b) or @secs passed. The jobs must stay
+ * allocated until the process exits (one past the bound may still run). */
+static void
+end_batch_run(end_batch *b, void *(*fn)(void *), void *jobs, size_t size, size_t n,
+              double secs)
+{
+    pthread_condattr_t ca;
+    struct timespec until;
+
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&b->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    b->left = (unsigned)n;
+    for (size_t i = 0; i < n; i++) {
+        void *job = (char *)jobs + i * size;
+        pthread_t t;
+        pthread_attr_t attr;
+
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &attr, fn, job) != 0)
+            fn(job);
+        pthread_attr_destroy(&attr);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)secs;
+    pthread_mutex_lock(&b->lock);
+    while (b->left > 0 && pthread_cond_timedwait(&b->cond, &b->lock, &until) == 0)
+        ;
+    pthread_mutex_unlock(&b->lock);
+}
+
 typedef struct proc_job {
     sbx_plugin_process *proc;
-    pthread_mutex_t *lock;
-    pthread_cond_t *cond;
-    unsigned *left;
+    end_batch *batch;
 } proc_job;
 
 static void *
@@ -361,10 +416,7 @@ end_proc_free(void *arg)
 
     if (exec_free)
         exec_free(j->proc);
-    pthread_mutex_lock(j->lock);
-    if (--*j->left == 0)
-        pthread_cond_signal(j->cond);
-    pthread_mutex_unlock(j->lock);
+    end_batch_done(j->batch);
     return NULL;
 }
 
@@ -381,13 +433,9 @@ end_proc_free(void *arg)
 static void
 end_processes(void)
 {
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    static pthread_cond_t cond;
-    static unsigned left;
-    pthread_condattr_t ca;
+    static end_batch batch = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
     sbx_plugin_process **procs = NULL;
     size_t n = 0, cap = 0;
-    struct timespec until;
 
     /* A process call that ignored its cancel still runs on its process:
      * freeing any of them under it could free that one; they stay. */
@@ -419,27 +467,9 @@ end_processes(void)
         free(procs);
         return;
     }
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&cond, &ca);
-    left = (unsigned)n;
-    for (size_t i = 0; i < n; i++) {
-        pthread_t t;
-        pthread_attr_t attr;
-
-        jobs[i] = (proc_job){ procs[i], &lock, &cond, &left };
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&t, &attr, end_proc_free, &jobs[i]) != 0)
-            end_proc_free(&jobs[i]);
-        pthread_attr_destroy(&attr);
-    }
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += (time_t)END_PROC_FREE_SECS;
-    pthread_mutex_lock(&lock);
-    while (left > 0 && pthread_cond_timedwait(&cond, &lock, &until) == 0)
-        ;
-    pthread_mutex_unlock(&lock);
+    for (size_t i = 0; i < n; i++)
+        jobs[i] = (proc_job){ procs[i], &batch };
+    end_batch_run(&batch, end_proc_free, jobs, sizeof(*jobs), n, END_PROC_FREE_SECS);
     sbx_log(SBX_LOG_INFO, H.backend, "plugin host: freed %zu process(es) the application "
             "left", n);
     /* The jobs are not freed: a free past its bound may still run until the
@@ -592,9 +622,7 @@ kept_token(kept_sb *k)
 /* One destroy at the end, on a thread of its own. */
 typedef struct end_job {
     kept_sb *k;
-    pthread_mutex_t *lock;
-    pthread_cond_t *cond;
-    unsigned *left;
+    end_batch *batch;
 } end_job;
 
 static void *
@@ -624,10 +652,7 @@ end_destroy(void *arg)
     pthread_mutex_lock(&K.lock);
     j->k->busy = 0;
     pthread_mutex_unlock(&K.lock);
-    pthread_mutex_lock(j->lock);
-    if (--*j->left == 0)
-        pthread_cond_signal(j->cond);
-    pthread_mutex_unlock(j->lock);
+    end_batch_done(j->batch);
     return NULL;
 }
 
@@ -636,24 +661,16 @@ end_destroy(void *arg)
 static void
 end_reap(void)
 {
-    /* Static, not on this stack: a destroy past its bound still signals
-     * them after this returned, while kept_release() and exit() run. The
-     * host ends once, so they serve one end_reap(). */
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    static pthread_cond_t cond;
-    static unsigned left;
-    pthread_condattr_t ca;
+    /* Static (end_batch): a destroy past its bound still signals it after
+     * this returned, while kept_release() and exit() run. */
+    static end_batch batch = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
     unsigned n = 0;
     end_job *jobs;
-    struct timespec until;
 
     pthread_mutex_lock(&K.lock);
     for (kept_sb *k = K.list; k; k = k->next)
         n++;
     jobs = n ? calloc(n, sizeof(*jobs)) : NULL;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&cond, &ca);
     n = 0;
     for (kept_sb *k = K.list; k && jobs; k = k->next) {
         int detached = 0, alive = 0, row;
@@ -670,28 +687,12 @@ end_reap(void)
                                                              : "another owner lives");
             continue;
         }
-        jobs[n] = (end_job){ k, &lock, &cond, &left };
+        jobs[n] = (end_job){ k, &batch };
         k->busy = 1;
         n++;
     }
     pthread_mutex_unlock(&K.lock);
-    left = n;
-    for (unsigned i = 0; i < n; i++) {
-        pthread_t t;
-        pthread_attr_t attr;
-
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&t, &attr, end_destroy, &jobs[i]) != 0)
-            end_destroy(&jobs[i]);
-        pthread_attr_destroy(&attr);
-    }
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += (time_t)ATTACH_DESTROY_SECS + 2;
-    pthread_mutex_lock(&lock);
-    while (left > 0 && pthread_cond_timedwait(&cond, &lock, &until) == 0)
-        ;
-    pthread_mutex_unlock(&lock);
+    end_batch_run(&batch, end_destroy, jobs, sizeof(*jobs), n, ATTACH_DESTROY_SECS + 2);
     /* The jobs are not freed: a destroy past its bound may still run until
      * the process exits. */
 }
