@@ -114,7 +114,15 @@ static void remove_tmpdir(void)
     destroy_recorded(dir);
     snprintf(dir, sizeof dir, "%s/xdg/sbx/sandboxes", g_tmpdir);
     destroy_recorded(dir);
-    nftw(g_tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    /* What a sandbox's keeper removes after its end may still be going
+     * (at most the 5 s every end of a sandbox has): again until the
+     * directory itself is gone. */
+    for (int i = 0; i < 100; i++) {
+        nftw(g_tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        if (access(g_tmpdir, F_OK) != 0)
+            break;
+        usleep(50000);
+    }
 }
 
 TestSuite(cli, .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 120);
