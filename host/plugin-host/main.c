@@ -268,15 +268,23 @@ static struct {
     int app_fd;                     /* pidfd of it; -1 none */
 } K = { PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, PTHREAD_COND_INITIALIZER, 0, 0, -1 };
 
+/* Counts one call in (@delta 1) or out (-1) of *@count (a counter of K),
+ * waking kept_wait_counter() when it reaches 0. */
+static void
+kept_count(unsigned *count, int delta)
+{
+    pthread_mutex_lock(&K.lock);
+    *count = delta > 0 ? *count + 1 : *count - 1;
+    if (*count == 0)
+        pthread_cond_broadcast(&K.made);
+    pthread_mutex_unlock(&K.lock);
+}
+
 /* A create or resume starts (@delta 1) or ended (-1, after kept_add). */
 static void
 kept_making(int delta)
 {
-    pthread_mutex_lock(&K.lock);
-    K.making = delta > 0 ? K.making + 1 : K.making - 1;
-    if (K.making == 0)
-        pthread_cond_broadcast(&K.made);
-    pthread_mutex_unlock(&K.lock);
+    kept_count(&K.making, delta);
 }
 
 /* A call that starts or uses a process starts (@delta 1) or ended (-1,
@@ -284,11 +292,7 @@ kept_making(int delta)
 static void
 proc_call(int delta)
 {
-    pthread_mutex_lock(&K.lock);
-    K.proc_calls = delta > 0 ? K.proc_calls + 1 : K.proc_calls - 1;
-    if (K.proc_calls == 0)
-        pthread_cond_broadcast(&K.made);
-    pthread_mutex_unlock(&K.lock);
+    kept_count(&K.proc_calls, delta);
 }
 
 /*
