@@ -556,12 +556,21 @@ exec_loop(exec_state *st, const char *backend, double until, sbx_error **err)
             st->timed_out = !st->cancelled;
             st->stage = 1;
             st->kill_at = now + SBX_KILL_GRACE_SECS;
+            sbx_log(SBX_LOG_INFO, backend, "command %s: SIGTERM",
+                    st->cancelled ? "cancelled" : "timed out");
             exec_signal(st, backend, SIGTERM);
+            sbx_log(SBX_LOG_INFO, backend, "SIGTERM sent in %.3f s",
+                    sbx_monotonic_now() - now);
             check = 1;
         }
         if (st->stage == 1 && now >= st->kill_at) {
             st->stage = 2;
             st->give_up_at = now + EXEC_KILL_GIVE_UP_SECS;
+            sbx_log(SBX_LOG_INFO, backend,
+                    "command still running %g s after SIGTERM (stdout %s, stderr %s, exit "
+                    "record %s): SIGKILL", SBX_KILL_GRACE_SECS,
+                    st->out[0].fd >= 0 ? "open" : "at EOF", st->out[1].fd >= 0 ? "open" : "at EOF",
+                    st->exit_fd >= 0 ? "awaited" : "none");
             exec_signal(st, backend, SIGKILL);
             check = 1;
         }

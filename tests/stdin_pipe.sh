@@ -36,7 +36,10 @@ fi
 sleep 1000 > "$fifo" &
 writer=$!
 
-SBX_TEST_STDIN_PIPE=1 CRITERION_OUTPUTS="tap:$dir/tap" "$prog" --filter 'case06/*' < "$fifo"
+# The library's own log (SBX_DEBUG=info) goes to stderr, into the test's
+# log: a timeout that fires late shows there which step took the time.
+SBX_DEBUG=${SBX_DEBUG:-info} SBX_TEST_STDIN_PIPE=1 CRITERION_OUTPUTS="tap:$dir/tap" \
+    "$prog" --filter 'case06/*' < "$fifo"
 status=$?
 
 kill "$writer" 2>/dev/null
