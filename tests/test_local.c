@@ -364,6 +364,52 @@ Test(supervisor, a_listener_of_another_uid_than_recorded_is_refused)
     free(json);
 }
 
+/* A supervisor that does not answer (stopped here; hung alike) still
+ * resumes, so that destroy can end it: every other call is refused as
+ * timed out, and destroy kills its tree by pid and removes its directory
+ * (`sbx rm` of a frozen sandbox leaves nothing). The ping waits its 5 s. */
+Test(supervisor, a_supervisor_that_does_not_answer_resumes_for_destroy_only)
+{
+    setenv("SBX_TEST_BACKEND", "local", 1);     /* for tu_host_pid */
+    sbx_client *client = client_of("local");
+    sbx_sandbox *sb = tu_create(client, NULL);
+    expect_sh(sb, "setsid sleep 1000 >/dev/null 2>&1 </dev/null & echo $! > \"$TMPDIR/bg.pid\"",
+              "");
+    pid_t bg;
+    cr_assert_eq(tu_read_pids(sb, "$TMPDIR/bg.pid", &bg, 1), 1);
+    bg = tu_host_pid(sb, bg);
+    char *json = session_state(sb);
+    char *meta = state_str(json, "meta");
+    pid_t sup = (pid_t)state_int(json, "supervisor_pid");
+    cr_assert_eq(kill(sup, SIGSTOP), 0);
+
+    sbx_error *err = NULL;
+    sbx_sandbox *again = sbx_sandbox_resume(client, json, &err);
+    cr_assert_not_null(again, "resume: %s", err ? sbx_error_get0_message(err) : "");
+    char *want = tu_strdup_printf("timed out waiting for the supervisor of sandbox %s",
+                                  sbx_sandbox_get0_id(again));
+    err = tu_exec_fail(again, &(sbx_exec_request){ .struct_size = sizeof(sbx_exec_request),
+                                                  .shell = "echo hi" }, SBX_ERROR_TIMEOUT);
+    tu_assert_error(err, SBX_ERROR_TIMEOUT, want, NULL);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_sandbox_is_alive(again, &err), -1);
+    tu_assert_error(err, SBX_ERROR_TIMEOUT, want, NULL);
+    sbx_error_clear(&err);
+
+    cr_assert_eq(sbx_sandbox_destroy(again, &err), 0, "destroy: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert(tu_wait_pid_gone(sup, 5.0), "the supervisor survived: %s", tu_proc_describe(sup));
+    cr_assert(tu_wait_pid_gone(bg, 5.0), "the background sleep survived: %s",
+              tu_proc_describe(bg));
+    cr_assert(!tu_exists(meta), "destroy left %s", meta);
+    sbx_sandbox_free(again);
+    sbx_sandbox_free(sb);
+    sbx_client_free(client);
+    free(want);
+    free(meta);
+    free(json);
+}
+
 #ifdef SBX_TEST_BUBBLEWRAP
 Test(supervisor, bubblewrap_impostor_listener_gets_nothing_and_destroy_ends_the_sandbox)
 {
@@ -927,10 +973,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "29"
+#define N_TESTS "30"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "26"
+#define N_TESTS "27"
 #define BWRAP_PLUGIN ""
 #endif
 

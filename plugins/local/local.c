@@ -762,6 +762,12 @@ static int gone_errno(int e)
 static int connect_supervisor(const struct sbx_plugin_sandbox *sb, const bound *bd, int *fd,
                               struct ucred *peer)
 {
+    /* It did not answer at resume: not again, for every call (see
+     * local_resume). */
+    if (sb->unresponsive) {
+        *fd = -1;
+        return ETIMEDOUT;
+    }
     int e = connect_sock(sb->sock, bd, fd);
     if (e)
         return e;
@@ -3094,13 +3100,23 @@ static int state_int(json_object *o, const char *key, int64_t min, int64_t max, 
     return 0;
 }
 
+/** 1 when @sb's supervisor is stopped (SIGSTOP, a debugger), else 0. */
+static int supervisor_stopped(const struct sbx_plugin_sandbox *sb)
+{
+    proto_proc st;
+    return proto_proc_stat(sb->sup_pid, &st) == 0 && st.start == sb->sup_start
+           && (st.state == 'T' || st.state == 't');
+}
+
 /**
  * Checks that @sb's socket is served by its recorded supervisor (the peer
  * of a connection to it is that pid and uid, SO_PEERCRED) and that it
  * answers PING with PONG of this protocol version. Returns 0; 1 when the
  * socket is gone, 2 when another process serves it (logged: the supervisor
- * itself lives, so destroy can still end it by pid); -1 with a timeout /
- * connection / configuration error.
+ * itself lives, so destroy can still end it by pid); 3 when it does not
+ * answer within @ctx's bound or PING_SECS (stopped, or hung: it lives, so
+ * destroy can end it by pid); -1 with a cancelled / connection /
+ * configuration error.
  */
 static int check_supervisor_answers(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                                     sbx_error **error)
@@ -3118,9 +3134,11 @@ static int check_supervisor_answers(struct sbx_plugin_sandbox *sb, const sbx_cal
     }
     if (gone_errno(e))
         return 1;
+    if (e == ETIMEDOUT)
+        return 3;
     if (e) {
-        if (e == ETIMEDOUT || e == ECANCELED)
-            io_fail(error, e == ETIMEDOUT ? IO_TIMEOUT : IO_CANCEL, op, sb->id, "connect");
+        if (e == ECANCELED)
+            io_fail(error, IO_CANCEL, op, sb->id, "connect");
         else
             fail(error, local_errno_code(e, SBX_ERROR_CONNECTION), op, "cannot connect to sandbox %s: %s", sb->id,
                  strerror(e));
@@ -3135,6 +3153,8 @@ static int check_supervisor_answers(struct sbx_plugin_sandbox *sb, const sbx_cal
     if (io == IO_OK)
         io = read_frame(fd, &type, &payload, &len, &bd);
     close(fd);
+    if (io == IO_TIMEOUT)
+        return 3;
     if (io != IO_OK) {
         io_fail(error, io, op, sb->id, "ping");
         return -1;
@@ -3365,8 +3385,10 @@ static void remove_leftovers(struct sbx_plugin_sandbox *sb)
  * invalid_argument naming the field. The supervisor must still be that
  * process (pid and start time), else not_found, and what the sandbox left
  * on disk is removed. A supervisor that lives but whose socket is gone or
- * served by another process resumes (logged), so that destroy ends it;
- * commands are then refused.
+ * served by another process, or that does not answer a PING within the
+ * call's bound or PING_SECS (stopped, or hung), resumes (logged), so that
+ * destroy ends it by pid; commands are then refused (authentication, or
+ * timeout for one that did not answer).
  */
 static int local_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                         const char *state_json, sbx_plugin_sandbox **sandbox,
@@ -3470,6 +3492,14 @@ static int local_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (answers == 1)
         LOG(SBX_LOG_WARNING, "sandbox %s: its supervisor (pid %d) lives but its socket %s "
             "refuses connections; destroy ends it by pid", sb->id, (int)sb->sup_pid, sb->sock);
+    if (answers == 3) {
+        /* Resumed all the same, so that destroy can end it; every other
+         * call is refused (a timeout, as this ping's). */
+        LOG(SBX_LOG_WARNING, "sandbox %s: its supervisor (pid %d%s) did not answer; calls "
+            "are refused as timed out, destroy ends it by pid", sb->id, (int)sb->sup_pid,
+            supervisor_stopped(sb) ? ", stopped" : "");
+        sb->unresponsive = 1;
+    }
     /* The resuming process becomes one of its owners (a detached sandbox
      * ignores that). */
     if (answers == 0) {

@@ -41,6 +41,11 @@ struct sbx_plugin_sandbox {
                                  * --uid; else sup_uid) */
     gid_t user_gid;             /* its gid there (bwrap --gid) */
     int user_mapped;            /* bubblewrap: a create-time user maps them */
+    int unresponsive;           /* resumed while its supervisor lived but did not
+                                 * answer (stopped, or hung): every call but
+                                 * destroy is refused (timeout); destroy ends it
+                                 * by pid without asking. Set before the handle
+                                 * is shared, never changed. */
     pthread_mutex_t lock;       /* guards destroyed and ports; serialises destroy */
     int destroyed;
     struct fill_gate *fill_gate; /* local.c: the gate the client's next warm
