@@ -473,12 +473,9 @@ store_rows_free(store_rows *rows)
 {
     if (!rows)
         return;
-    for (size_t i = 0; i < rows->ncols; i++)
-        free(rows->names[i]);
-    for (size_t i = 0; i < rows->nrows * rows->ncols; i++)
-        free(rows->cells[i]);
     free(rows->names);
     free(rows->cells);
+    free(rows->text);
     free(rows);
 }
 

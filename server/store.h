@@ -65,11 +65,14 @@
 #include <stdint.h>
 
 /* The rows of a query: @nrows × @ncols cells of text (NULL = SQL NULL),
- * row-major, with the column names. Owned by the caller: store_rows_free(). */
+ * row-major, with the column names. Owned by the caller: store_rows_free().
+ * The names and values are NUL-terminated strings inside @text, one
+ * allocation. */
 typedef struct store_rows {
     size_t nrows, ncols;
     char **names;                 /* ncols column names */
     char **cells;                 /* nrows * ncols values */
+    char *text;                   /* what names and cells point into */
 } store_rows;
 
 typedef struct store_conn store_conn;

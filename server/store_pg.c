@@ -227,7 +227,9 @@ pg_query(store_conn *c, const char *sql, size_t n, const char *const *p, store_r
          char **err)
 {
     PGresult *r = run(c, sql, n, p, err);
-    store_rows *rows;
+    store_rows *rows = NULL;
+    size_t size = 0;
+    char *at;
 
     *out = NULL;
     if (!r)
@@ -238,19 +240,48 @@ pg_query(store_conn *c, const char *sql, size_t n, const char *const *p, store_r
         return -1;
     }
     rows = calloc(1, sizeof *rows);
+    if (!rows)
+        goto oom;
     rows->nrows = (size_t)PQntuples(r);
     rows->ncols = (size_t)PQnfields(r);
     rows->names = calloc(rows->ncols ? rows->ncols : 1, sizeof *rows->names);
     rows->cells = calloc(rows->nrows * rows->ncols + 1, sizeof *rows->cells);
+    /* The names and values copied into one allocation (store.h). */
     for (size_t i = 0; i < rows->ncols; i++)
-        rows->names[i] = strdup(PQfname(r, (int)i));
+        size += strlen(PQfname(r, (int)i)) + 1;
     for (size_t y = 0; y < rows->nrows; y++)
         for (size_t x = 0; x < rows->ncols; x++)
-            rows->cells[y * rows->ncols + x] =
-                PQgetisnull(r, (int)y, (int)x) ? NULL : strdup(PQgetvalue(r, (int)y, (int)x));
+            if (!PQgetisnull(r, (int)y, (int)x))
+                size += (size_t)PQgetlength(r, (int)y, (int)x) + 1;
+    rows->text = malloc(size ? size : 1);
+    if (!rows->names || !rows->cells || !rows->text)
+        goto oom;
+    at = rows->text;
+    for (size_t i = 0; i < rows->ncols; i++) {
+        size_t len = strlen(PQfname(r, (int)i));
+        rows->names[i] = memcpy(at, PQfname(r, (int)i), len + 1);
+        at += len + 1;
+    }
+    for (size_t y = 0; y < rows->nrows; y++)
+        for (size_t x = 0; x < rows->ncols; x++) {
+            size_t len;
+            if (PQgetisnull(r, (int)y, (int)x))
+                continue;
+            len = (size_t)PQgetlength(r, (int)y, (int)x);
+            memcpy(at, PQgetvalue(r, (int)y, (int)x), len);
+            at[len] = '\0';
+            rows->cells[y * rows->ncols + x] = at;
+            at += len + 1;
+        }
     PQclear(r);
     *out = rows;
     return 0;
+oom:
+    if (err)
+        *err = cp_printf("query: out of memory");
+    PQclear(r);
+    store_rows_free(rows);
+    return -1;
 }
 
 static int

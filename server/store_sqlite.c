@@ -12,6 +12,7 @@
  * at its end.
  */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,8 +21,9 @@
 #include "store.h"
 #include "util.h"
 
-/* Prepared statements kept per connection, by their SQL text: the server's
- * statements are a fixed set, so each is compiled once per connection. */
+/* Prepared statements kept per connection, by their SQL text (found by its
+ * hash first): the server's statements are a fixed set, so each is
+ * compiled once per connection. */
 #define STMT_CACHE 64
 
 /* Write transactions of this process take this lock before BEGIN IMMEDIATE:
@@ -50,6 +52,7 @@ struct store_conn {
     int full;                     /* synchronous=FULL (STORE_SYNC_FULL) */
     int volatile_txn;             /* at FULL: synchronous=NORMAL until the end */
     struct {
+        uint64_t hash;            /* sql_hash() of sql */
         char *sql;
         sqlite3_stmt *stmt;
     } cache[STMT_CACHE];
@@ -307,15 +310,31 @@ release(store_conn *c, sqlite3_stmt *st)
     sqlite3_finalize(st);
 }
 
-/* The statement for @sql, from the cache or compiled now, with @p bound. */
+/* FNV-1a of @sql: the cache compares it before the text (many of the
+ * server's statements share their first hundreds of characters). */
+static uint64_t
+sql_hash(const char *sql)
+{
+    uint64_t h = 14695981039346656037ULL;
+
+    for (const unsigned char *q = (const unsigned char *)sql; *q; q++)
+        h = (h ^ *q) * 1099511628211ULL;
+    return h;
+}
+
+/* The statement for @sql, from the cache or compiled now, with @p bound.
+ * The values are bound without a copy (SQLITE_STATIC): every caller steps
+ * the statement and release()s it, which clears the bindings, while @p is
+ * still its caller's. */
 static sqlite3_stmt *
 prepare(store_conn *c, const char *sql, size_t n, const char *const *p, char **err)
 {
     sqlite3_stmt *st = NULL;
+    uint64_t h = sql_hash(sql);
     size_t i;
 
     for (i = 0; i < c->ncache; i++)
-        if (!strcmp(c->cache[i].sql, sql)) {
+        if (c->cache[i].hash == h && !strcmp(c->cache[i].sql, sql)) {
             st = c->cache[i].stmt;
             break;
         }
@@ -324,14 +343,14 @@ prepare(store_conn *c, const char *sql, size_t n, const char *const *p, char **e
             set_err(err, c->db, "prepare");
             return NULL;
         }
-        if (c->ncache < STMT_CACHE) {
-            c->cache[c->ncache].sql = strdup(sql);
+        if (c->ncache < STMT_CACHE && (c->cache[c->ncache].sql = strdup(sql))) {
+            c->cache[c->ncache].hash = h;
             c->cache[c->ncache].stmt = st;
             c->ncache++;
         }
     }
     for (size_t k = 0; k < n; k++) {
-        int rc = p[k] ? sqlite3_bind_text(st, (int)k + 1, p[k], -1, SQLITE_TRANSIENT)
+        int rc = p[k] ? sqlite3_bind_text(st, (int)k + 1, p[k], -1, SQLITE_STATIC)
                       : sqlite3_bind_null(st, (int)k + 1);
         if (rc != SQLITE_OK) {
             set_err(err, c->db, "bind");
@@ -368,12 +387,58 @@ sq_exec(store_conn *c, const char *sql, size_t n, const char *const *p, int *con
     return sqlite3_changes(c->db);
 }
 
+/* A query's names and values, copied one after another into one growing
+ * allocation (what store_rows_free() frees as rows->text) instead of one
+ * allocation each. While it grows, a name or cell holds its offset + 1 as
+ * a pointer-sized integer; text_fix() makes them pointers at the end. */
+typedef struct row_text {
+    char *buf;
+    size_t len, cap;
+} row_text;
+
+static int
+text_put(row_text *t, const char *s, size_t n, char **slot)
+{
+    if (t->len + n + 1 > t->cap) {
+        size_t ncap = (t->len + n + 1) * 2;
+        char *b = realloc(t->buf, ncap < 1024 ? 1024 : ncap);
+        if (!b)
+            return -1;
+        t->buf = b;
+        t->cap = ncap < 1024 ? 1024 : ncap;
+    }
+    memcpy(t->buf + t->len, s, n);
+    t->buf[t->len + n] = '\0';
+    *slot = (char *)(uintptr_t)(t->len + 1);
+    t->len += n + 1;
+    return 0;
+}
+
+/* The offsets of @r made pointers into @t's allocation, which @r takes. */
+static void
+text_fix(row_text *t, store_rows *r)
+{
+    if (!r) {
+        free(t->buf);
+        return;
+    }
+    for (size_t i = 0; r->names && i < r->ncols; i++)
+        if (r->names[i])
+            r->names[i] = t->buf + ((uintptr_t)r->names[i] - 1);
+    for (size_t i = 0; r->cells && i < r->nrows * r->ncols; i++)
+        if (r->cells[i])
+            r->cells[i] = t->buf + ((uintptr_t)r->cells[i] - 1);
+    r->text = t->buf;
+    t->buf = NULL;
+}
+
 static int
 sq_query(store_conn *c, const char *sql, size_t n, const char *const *p, store_rows **out,
          char **err)
 {
     sqlite3_stmt *st = prepare(c, sql, n, p, err);
-    store_rows *r;
+    store_rows *r = NULL;
+    row_text text = { NULL, 0, 0 };
     size_t cap = 0;
     int rc;
 
@@ -381,30 +446,53 @@ sq_query(store_conn *c, const char *sql, size_t n, const char *const *p, store_r
     if (!st)
         return -1;
     r = calloc(1, sizeof *r);
+    if (!r)
+        goto oom;
     r->ncols = (size_t)sqlite3_column_count(st);
     r->names = calloc(r->ncols ? r->ncols : 1, sizeof *r->names);
-    for (size_t i = 0; i < r->ncols; i++)
-        r->names[i] = strdup(sqlite3_column_name(st, (int)i));
+    if (!r->names)
+        goto oom;
+    for (size_t i = 0; i < r->ncols; i++) {
+        const char *name = sqlite3_column_name(st, (int)i);
+        if (!name || text_put(&text, name, strlen(name), &r->names[i]) < 0)
+            goto oom;
+    }
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         if (r->nrows == cap) {
-            cap = cap ? cap * 2 : 16;
-            r->cells = realloc(r->cells, cap * (r->ncols ? r->ncols : 1) * sizeof *r->cells);
+            size_t ncap = cap ? cap * 2 : 16;
+            char **cells = realloc(r->cells, ncap * (r->ncols ? r->ncols : 1) * sizeof *cells);
+            if (!cells)
+                goto oom;
+            r->cells = cells;
+            cap = ncap;
         }
         for (size_t i = 0; i < r->ncols; i++) {
             const unsigned char *t = sqlite3_column_text(st, (int)i);
-            r->cells[r->nrows * r->ncols + i] = t ? strdup((const char *)t) : NULL;
+            char **cell = &r->cells[r->nrows * r->ncols + i];
+            *cell = NULL;
+            if (t && text_put(&text, (const char *)t, (size_t)sqlite3_column_bytes(st, (int)i),
+                              cell) < 0)
+                goto oom;
         }
         r->nrows++;
     }
     if (rc != SQLITE_DONE) {
         set_err(err, c->db, "step");
         release(c, st);
+        text_fix(&text, r);
         store_rows_free(r);
         return -1;
     }
+    text_fix(&text, r);
     release(c, st);
     *out = r;
     return 0;
+oom:
+    set_err(err, NULL, "query");
+    release(c, st);
+    text_fix(&text, r);
+    store_rows_free(r);
+    return -1;
 }
 
 static int
