@@ -96,6 +96,8 @@
 #define BL_DEFAULT_API "https://api.blaxel.ai/v0"
 #define BL_DEFAULT_RUN "https://run.blaxel.ai"
 #define BL_API_VERSION "2026-04-28"
+#define BL_REPORT_MARK "SBX-OUT-"            /* a command's report (bl_exec_run) */
+#define BL_INLINE_MAX 65536                  /* output bytes reported in base64; more: read */
 #define BL_STATE_VERSION 1
 #define BL_WAIT_S 300.0                 /* bound on waiting for DEPLOYED */
 #define BL_DEFAULT_LIFETIME_S 3600      /* ttl when the caller set none */
@@ -1159,6 +1161,8 @@ typedef struct bl_stream {
     char err[256];
     bl_proc *p;         /* the command's (live output), NULL for the plugin's own */
     cl_live live[3];    /* [1] stdout, [2] stderr (cloud.h) */
+    int report;         /* the stream's stdout is the wrapper's report, kept in rep */
+    cl_buf rep;
 } bl_stream;
 
 /* A chunk of the stream's stdout or stderr: to the host while it is exact
@@ -1179,7 +1183,10 @@ static int bl_on_line(void *ud, json_object *j)
     const char *type = cl_json_str(j, "type");
     const char *data = cl_json_str(j, "data");
     if (type && (strcmp(type, "stdout") == 0 || strcmp(type, "stderr") == 0)) {
-        bl_live_chunk(s, type[3] == 'o' ? 1 : 2, j);
+        if (!s->report)
+            bl_live_chunk(s, type[3] == 'o' ? 1 : 2, j);
+        else if (type[3] == 'o' && data && cl_buf_append(&s->rep, data, strlen(data)) < 0)
+            return -1;
         return 0;
     }
     if (!type || strcmp(type, "keepalive") == 0)
@@ -1230,9 +1237,10 @@ static int bl_process_done(json_object *res, int *code)
  * (GET /process/{name}) until it is no longer running, pausing 0.1 s,
  * doubling up to 1 s, within the call's deadline. 0 with its exit code in
  * *@code, or -1 with *@error set (the process gone from the sandbox, the
- * sandbox gone, the call's end). */
+ * sandbox gone, the call's end). With @out, the process's stdout (its
+ * ProcessResponse's, text) replaces what @out holds once it has ended. */
 static int bl_follow(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *name,
-                     int *code, const char *op, sbx_error **error)
+                     int *code, cl_buf *out, const char *op, sbx_error **error)
 {
     char *path = cl_printf("/process/%s", name);
     double pause = 0.1;
@@ -1256,6 +1264,18 @@ static int bl_follow(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
         }
         json_object *res = json_tokener_parse(r.body.data ? r.body.data : "");
         int done = res && bl_process_done(res, code);
+        const char *so = done && out ? cl_json_str(res, "stdout") : NULL;
+        if (so) {
+            /* The process's whole stdout (its report) in place of the
+             * part the stream carried. */
+            out->len = 0;
+            if (cl_buf_append(out, so, strlen(so)) < 0) {
+                cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+                json_object_put(res);
+                cl_resp_clear(&r);
+                break;
+            }
+        }
         json_object_put(res);
         cl_resp_clear(&r);
         if (done) {
@@ -1328,7 +1348,8 @@ static int bl_run(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
         && (rc == 0 || r.status == 200)) {
         /* The stream broke off (its end without a result, or the
          * connection lost mid-answer): the process runs on. */
-        if (bl_follow(sb, ctx, mark, &sp->exit_code, op, error) == 0) {
+        if (bl_follow(sb, ctx, mark, &sp->exit_code, sp->report ? &sp->rep : NULL, op,
+                      error) == 0) {
             sp->have_result = 1;
             rc = 0;
         } else {
@@ -1361,6 +1382,42 @@ static int bl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
     return bl_run(sb, ctx, cmd, NULL, NULL, NULL, code, op, error);
 }
 
+/* The wrapper's report @rep (the stream's stdout: BL_REPORT_MARK, the tag,
+ * the command's status, then stdout's and stderr's fields of
+ * cl_buf_report_encoder(), a line each): 1 with both written out and the
+ * status in *@code, 0 when there is none (the output is in the files),
+ * -1 when it is malformed or the host closed its descriptors. */
+static int bl_report(bl_proc *p, const cl_buf *rep, int *code)
+{
+    char mark[80];
+    snprintf(mark, sizeof mark, BL_REPORT_MARK "%s ", p->tag);
+    size_t ml = strlen(mark);
+    if (!rep->data || rep->len < ml || memcmp(rep->data, mark, ml) != 0)
+        return 0;
+    const char *end = rep->data + rep->len, *a = rep->data + ml;
+    char *e = NULL;
+    long rc = strtol(a, &e, 10);
+    const char *l1 = e && e < end && *e == '\n' ? e + 1 : NULL;
+    const char *l2 = l1 ? memchr(l1, '\n', (size_t)(end - l1)) : NULL;
+    const char *l3 = l2 ? memchr(l2 + 1, '\n', (size_t)(end - l2 - 1)) : NULL;
+    cl_buf o = { 0 }, r = { 0 };
+    int ok = l3 && l3 + 1 == end && e != a && rc >= 0 && rc <= 255
+             && cl_report_field_decode(l1, (size_t)(l2 - l1), &o) == 0
+             && cl_report_field_decode(l2 + 1, (size_t)(l3 - l2 - 1), &r) == 0;
+    if (!ok)
+        cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "blaxel: the command's report is cut or "
+                "not percent-encoded or base64: %.80s", rep->data);
+    else if ((o.len && cl_proc_output(&p->base, 1, o.data, o.len) < 0)
+             || (r.len && cl_proc_output(&p->base, 2, r.data, r.len) < 0))
+        ok = 0;
+    cl_buf_clear(&o);
+    cl_buf_clear(&r);
+    if (!ok)
+        return -1;
+    *code = (int)rc;
+    return 1;
+}
+
 static int bl_exec_run(cl_proc *base)
 {
     bl_proc *p = (bl_proc *)base;
@@ -1369,7 +1426,7 @@ static int bl_exec_run(cl_proc *base)
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
     char *stdin_path = NULL, *script = NULL, *inner = NULL;
     char dir[64];
-    int code = -1, rc = -1;
+    int code = -1, rc = -1, reported = 0;
     bl_stream st = { .p = p };
     cl_live_init(&st.live[1]);
     cl_live_init(&st.live[2]);
@@ -1391,7 +1448,33 @@ static int bl_exec_run(cl_proc *base)
     inner = cl_shell_quote(p->script);
     char *pro = p->stdin_fd >= 0 ? cl_printf("exec 3<%s/in; rm -f %s/in", dir, dir)
                                  : cl_printf("mkdir -p %s; exec 3</dev/null", dir);
-    if (inner && pro)
+    /* When nothing reads the output before the end
+     * (SBX_PLUGIN_EXEC_OUTPUT_AT_END), no tail follows the files: the
+     * command's bash runs in the foreground and the shell around it ends
+     * the moment it does (a tail notices the end of its --pid only at its
+     * next poll, up to 50 ms later); the output is read from the files. */
+    /* Then, when the output is small, the shell around it reports it on
+     * its stdout (cl_buf_report_encoder(): text-safe) after a marker line
+     * with the command's status, and removes the command's directory by
+     * its last act: one request in all. */
+    st.report = (p->flags & SBX_PLUGIN_EXEC_OUTPUT_AT_END) != 0;
+    if (inner && pro && st.report) {
+        cl_buf w = { 0 };
+        int bad = cl_buf_printf(&w, "%s\n"
+                                "exec 4>&2 2>/dev/null </dev/null; : >%s/out; : >%s/err\n"
+                                CL_EXEC_MARK "=%s bash -c %s <&3 3<&- 4>&- >%s/out 2>%s/err\n"
+                                "rc=$? LC_ALL=C f= k= m=\n",
+                                pro, dir, dir, p->tag, inner, dir, dir) < 0
+                  || cl_buf_report_encoder(&w, BL_INLINE_MAX) < 0
+                  || cl_buf_printf(&w, "e %s/out; x=$f; e %s/err\n"
+                                   "[ -n \"$m\" ] && exit $rc\n"
+                                   "printf '" BL_REPORT_MARK "%%s %%d\\n%%s\\n%%s\\n' %s $rc "
+                                   "\"$x\" \"$f\"\nexec rm -rf %s",
+                                   dir, dir, p->tag, dir) < 0;
+        if (bad)
+            cl_buf_clear(&w);
+        script = w.data;
+    } else if (inner && pro)
         script = cl_printf("%s\n"
                            "exec 4>&2 2>/dev/null </dev/null; : >%s/out; : >%s/err\n"
                            CL_EXEC_MARK "=%s bash -c %s <&3 3<&- 4>&- >%s/out 2>%s/err & c=$!\n"
@@ -1406,6 +1489,15 @@ static int bl_exec_run(cl_proc *base)
         goto fail;
     }
     rc = bl_run(sb, &ctx, script, (const char *const *)p->env, p->tag, &st, &code, op, NULL);
+    if (rc == 0 && st.report) {
+        int r = bl_report(p, &st.rep, &code);
+        if (r < 0)
+            goto fail;
+        if (r > 0) {
+            reported = 1;
+            goto out;
+        }
+    }
     /* The rest of the output, as raw bytes (the stream's output is text). */
     static const char *const h[] = { "Accept: application/octet-stream", NULL };
     for (int fd = 1; rc == 0 && fd <= 2; fd++) {
@@ -1432,7 +1524,8 @@ fail:
     cl_proc_fail_in(base, &sb->s);
     code = -1;
 out:
-    if (!bl_is_gone(sb)) {
+    cl_buf_clear(&st.rep);
+    if (!reported && !bl_is_gone(sb)) {
         /* With a bound of its own: the call may have been cancelled. */
         sbx_call_ctx c2 = { sizeof(c2), cl_now() + 10, -1, NULL };
         char *q = bl_files_path(sb, "/filesystem", dir);
