@@ -1873,3 +1873,48 @@ Test(provider, report_encoder_fields_are_exact)
     cr_assert_eq(system(rm), 0);
     free(rm);
 }
+
+/* A wrapper's report parsed: the status and both outputs exactly; none
+ * when it does not start with the mark; cut, trailing bytes, a status past
+ * 255, a "-" field and a bad field refused. */
+Test(provider, report_parse_takes_the_status_and_both_outputs)
+{
+    cl_buf o = { 0 }, e = { 0 };
+    int code = -1;
+    const char *ok = "SBX-OUT-t 7\npa%00b%FF\nbaGkK\n";
+    cr_assert_eq(cl_report_parse(ok, strlen(ok), "SBX-OUT-t ", &o, &e, &code), 1);
+    cr_assert_eq(code, 7);
+    cr_assert_eq(o.len, 4);
+    cr_assert_eq(memcmp(o.data, "a\0b\377", 4), 0);
+    cr_assert_eq(e.len, 3);
+    cr_assert_eq(memcmp(e.data, "hi\n", 3), 0);
+    cl_buf_clear(&o);
+    cl_buf_clear(&e);
+    const char *empty = "SBX-OUT-t 0\np\np\n";
+    code = -1;
+    cr_assert_eq(cl_report_parse(empty, strlen(empty), "SBX-OUT-t ", &o, &e, &code), 1);
+    cr_assert_eq(code, 0);
+    cr_assert_eq(o.len, 0);
+    cr_assert_eq(e.len, 0);
+    code = -1;
+    cr_assert_eq(cl_report_parse("", 0, "SBX-OUT-t ", &o, &e, &code), 0);
+    cr_assert_eq(cl_report_parse(ok, strlen(ok), "SBX-OUT-u ", &o, &e, &code), 0);
+    cr_assert_eq(cl_report_parse(NULL, 0, "SBX-OUT-t ", &o, &e, &code), 0);
+    cr_assert_eq(code, -1);
+    static const char *const bad[] = {
+        "SBX-OUT-t 7\npa\n",                /* cut */
+        "SBX-OUT-t 7\npa\npb",              /* the last newline missing */
+        "SBX-OUT-t 7\npa\npb\nx",           /* trailing bytes */
+        "SBX-OUT-t 256\npa\npb\n",          /* no status */
+        "SBX-OUT-t \npa\npb\n",
+        "SBX-OUT-t 7\n-\npb\n",             /* a report names no file */
+        "SBX-OUT-t 7\npa\tb\npb\n",         /* a byte outside the range */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(cl_report_parse(bad[i], strlen(bad[i]), "SBX-OUT-t ", &o, &e, &code), -1,
+                     "%s", bad[i]);
+        cl_buf_clear(&o);
+        cl_buf_clear(&e);
+    }
+    cr_assert_eq(code, -1);
+}

@@ -1796,3 +1796,25 @@ int cl_report_field_decode(const char *f, size_t n, cl_buf *out)
     }
     return 0;
 }
+
+int cl_report_parse(const char *rep, size_t len, const char *mark, cl_buf *out, cl_buf *err,
+                    int *code)
+{
+    size_t ml = strlen(mark);
+    if (!rep || len < ml || memcmp(rep, mark, ml) != 0)
+        return 0;
+    const char *end = rep + len, *a = rep + ml, *p = a;
+    int c = 0;
+    while (p < end && *p >= '0' && *p <= '9' && p - a < 3)
+        c = c * 10 + (*p++ - '0');
+    if (p == a || p >= end || *p != '\n' || c > 255)
+        return -1;
+    const char *l1 = p + 1;
+    const char *l2 = memchr(l1, '\n', (size_t)(end - l1));
+    const char *l3 = l2 ? memchr(l2 + 1, '\n', (size_t)(end - l2 - 1)) : NULL;
+    if (!l3 || l3 + 1 != end || cl_report_field_decode(l1, (size_t)(l2 - l1), out) != 0
+        || cl_report_field_decode(l2 + 1, (size_t)(l3 - l2 - 1), err) != 0)
+        return -1;
+    *code = c;
+    return 1;
+}

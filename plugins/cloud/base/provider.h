@@ -1190,4 +1190,17 @@ int cl_buf_report_encoder(cl_buf *b, int b64_max);
  */
 int cl_report_field_decode(const char *f, size_t n, cl_buf *out);
 
+/**
+ * A wrapper's report in @rep (@len bytes): @mark (e.g. "SBX-OUT-TAG "), the
+ * command's status (0..255) and a newline, then stdout's and stderr's
+ * fields of cl_buf_report_encoder(), each ended by a newline, and nothing
+ * after. 1 with the bytes appended to @out and @err (the caller clears
+ * them) and the status in *@code; 0 when @rep does not start with @mark
+ * (no report: the output is in the files); -1 when it does and is cut or
+ * malformed ("-" fields included: a report names no file). Nothing
+ * failed: the caller names the call. Thread-safe.
+ */
+int cl_report_parse(const char *rep, size_t len, const char *mark, cl_buf *out, cl_buf *err,
+                    int *code);
+
 #endif

@@ -1391,31 +1391,17 @@ static int bl_report(bl_proc *p, const cl_buf *rep, int *code)
 {
     char mark[80];
     snprintf(mark, sizeof mark, BL_REPORT_MARK "%s ", p->tag);
-    size_t ml = strlen(mark);
-    if (!rep->data || rep->len < ml || memcmp(rep->data, mark, ml) != 0)
-        return 0;
-    const char *end = rep->data + rep->len, *a = rep->data + ml;
-    char *e = NULL;
-    long rc = strtol(a, &e, 10);
-    const char *l1 = e && e < end && *e == '\n' ? e + 1 : NULL;
-    const char *l2 = l1 ? memchr(l1, '\n', (size_t)(end - l1)) : NULL;
-    const char *l3 = l2 ? memchr(l2 + 1, '\n', (size_t)(end - l2 - 1)) : NULL;
-    cl_buf o = { 0 }, r = { 0 };
-    int ok = l3 && l3 + 1 == end && e != a && rc >= 0 && rc <= 255
-             && cl_report_field_decode(l1, (size_t)(l2 - l1), &o) == 0
-             && cl_report_field_decode(l2 + 1, (size_t)(l3 - l2 - 1), &r) == 0;
-    if (!ok)
+    cl_buf o = { 0 }, e = { 0 };
+    int r = cl_report_parse(rep->data, rep->len, mark, &o, &e, code);
+    if (r < 0)
         cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "blaxel: the command's report is cut or "
                 "not percent-encoded or base64: %.80s", rep->data);
-    else if ((o.len && cl_proc_output(&p->base, 1, o.data, o.len) < 0)
-             || (r.len && cl_proc_output(&p->base, 2, r.data, r.len) < 0))
-        ok = 0;
+    else if (r > 0 && ((o.len && cl_proc_output(&p->base, 1, o.data, o.len) < 0)
+                       || (e.len && cl_proc_output(&p->base, 2, e.data, e.len) < 0)))
+        r = -1;
     cl_buf_clear(&o);
-    cl_buf_clear(&r);
-    if (!ok)
-        return -1;
-    *code = (int)rc;
-    return 1;
+    cl_buf_clear(&e);
+    return r;
 }
 
 static int bl_exec_run(cl_proc *base)
