@@ -407,7 +407,8 @@ Test(blaxel, a_stream_that_breaks_off_and_cannot_be_followed_is_an_error)
 
 /* A command whose output nobody follows is one request: its output comes
  * in the shell's report, exact (a NUL, a byte that is not UTF-8, "%"),
- * and its files are gone with it. */
+ * and its files are gone with it; with stdin and with an output too large
+ * to report, too. */
 Test(blaxel, a_command_nobody_follows_is_one_request_and_leaves_nothing)
 {
     g_sb = tu_create(g_client, NULL);
@@ -429,11 +430,34 @@ Test(blaxel, a_command_nobody_follows_is_one_request_and_leaves_nothing)
     cr_assert_eq(json_object_array_length(log), 1);
     cr_assert_eq(tu_fake_count(log, "POST", ".*/process", NULL, 0), 1);
     json_object_put(log);
+    /* With stdin (its file uploaded first), and an output past the
+     * report's bound (read from its file): nothing left either. */
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.shell = "cat; head -c 70000 /dev/zero | tr '\\0' x >&2";
+    rq.stdin_data = "in\377";
+    rq.stdin_len = 3;
+    rq.timeout_secs = 30;
+    r = tu_exec(g_sb, &rq);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout_bytes(r, "in\377", 3);
+    size_t n = 0;
+    const char *e = sbx_result_get0_stderr(r, &n);
+    cr_assert_eq(n, 70000);
+    cr_assert_eq(e[0], 'x');
+    cr_assert_eq(e[69999], 'x');
+    sbx_result_free(r);
+    r = tu_sh(g_sb, "head -c 70000 /dev/zero", 30);
+    tu_assert_exit(r, 0);
+    e = sbx_result_get0_stdout(r, &n);
+    cr_assert_eq(n, 70000);
+    cr_assert_eq(e[0], 0);
+    cr_assert_eq(e[69999], 0);
+    sbx_result_free(r);
     DIR *d = opendir(tmp);
     cr_assert_not_null(d, "%s", tmp);
     int left = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        left += strncmp(e->d_name, ".sbx-exec-", 10) == 0;
+    for (struct dirent *de; (de = readdir(d));)
+        left += strncmp(de->d_name, ".sbx-exec-", 10) == 0;
     closedir(d);
     cr_assert_eq(left, 0);
     free(tmp);

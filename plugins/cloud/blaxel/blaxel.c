@@ -53,7 +53,14 @@
  *    result (its end, or the connection lost mid-answer) is followed by
  *    GET /process/{name} until the process no longer runs. stdin:
  *    uploaded as a file first and redirected; the files are in a
- *    directory of the command's own, removed in one request. Every process of the
+ *    directory of the command's own, removed in one request. A command
+ *    whose output nobody reads before its end (SBX_PLUGIN_EXEC_OUTPUT_AT_END)
+ *    runs with no tail: when its output is small the shell around it
+ *    prints a report on its stdout (a marker, the status and both outputs
+ *    as the base's cl_buf_report_encoder() fields; the process's stdout
+ *    from GET /process/{name} when the stream broke off) and removes the
+ *    files itself: one request in all (without stdin the files are
+ *    /tmp/.TAG.out and .err, no directory made). Every process of the
  *    command carries CL_EXEC_MARK=<its tag> (the shell around it and the
  *    tails carry <tag>-io), so exec_kill (a command of its own) signals
  *    all of them, setsid'd and orphaned ones included.
@@ -1411,14 +1418,20 @@ static int bl_exec_run(cl_proc *base)
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
     char *stdin_path = NULL, *script = NULL, *inner = NULL;
-    char dir[64];
+    char dir[64], fo[80], fe[80];
     int code = -1, rc = -1, reported = 0;
     bl_stream st = { .p = p };
     cl_live_init(&st.live[1]);
     cl_live_init(&st.live[2]);
     /* The command's files: its stdin, stdout and stderr, in a directory of
-     * its own, removed in one request at the end. */
+     * its own, removed in one request at the end. A command that reports
+     * its output (below) without stdin has no directory (mkdir would be a
+     * program more): its files are /tmp/.TAG.out and /tmp/.TAG.err. */
     snprintf(dir, sizeof dir, "/tmp/.%s", p->tag);
+    st.report = (p->flags & SBX_PLUGIN_EXEC_OUTPUT_AT_END) != 0;
+    int flat = st.report && p->stdin_fd < 0;
+    snprintf(fo, sizeof fo, "%s%sout", dir, flat ? "." : "/");
+    snprintf(fe, sizeof fe, "%s%serr", dir, flat ? "." : "/");
     if (p->stdin_fd >= 0) {
         stdin_path = cl_printf("%s/in", dir);
         if (!stdin_path || bl_upload(sb, &ctx, stdin_path, p->stdin_fd, 0600, op, NULL) < 0)
@@ -1433,6 +1446,7 @@ static int bl_exec_run(cl_proc *base)
      * command's status. Only the command's processes carry its mark. */
     inner = cl_shell_quote(p->script);
     char *pro = p->stdin_fd >= 0 ? cl_printf("exec 3<%s/in; rm -f %s/in", dir, dir)
+                                 : flat ? strdup("exec 3</dev/null")
                                  : cl_printf("mkdir -p %s; exec 3</dev/null", dir);
     /* When nothing reads the output before the end
      * (SBX_PLUGIN_EXEC_OUTPUT_AT_END), no tail follows the files: the
@@ -1443,20 +1457,19 @@ static int bl_exec_run(cl_proc *base)
      * its stdout (cl_buf_report_encoder(): text-safe) after a marker line
      * with the command's status, and removes the command's directory by
      * its last act: one request in all. */
-    st.report = (p->flags & SBX_PLUGIN_EXEC_OUTPUT_AT_END) != 0;
     if (inner && pro && st.report) {
         cl_buf w = { 0 };
         int bad = cl_buf_printf(&w, "%s\n"
-                                "exec 4>&2 2>/dev/null </dev/null; : >%s/out; : >%s/err\n"
-                                CL_EXEC_MARK "=%s bash -c %s <&3 3<&- 4>&- >%s/out 2>%s/err\n"
+                                "exec 4>&2 2>/dev/null </dev/null\n"
+                                CL_EXEC_MARK "=%s bash -c %s <&3 3<&- 4>&- >%s 2>%s\n"
                                 "rc=$? LC_ALL=C f= k= m=\n",
-                                pro, dir, dir, p->tag, inner, dir, dir) < 0
+                                pro, p->tag, inner, fo, fe) < 0
                   || cl_buf_report_encoder(&w, BL_INLINE_MAX) < 0
-                  || cl_buf_printf(&w, "e %s/out; x=$f; e %s/err\n"
+                  || cl_buf_printf(&w, "e %s; x=$f; e %s\n"
                                    "[ -n \"$m\" ] && exit $rc\n"
                                    "printf '" BL_REPORT_MARK "%%s %%d\\n%%s\\n%%s\\n' %s $rc "
-                                   "\"$x\" \"$f\"\nexec rm -rf %s",
-                                   dir, dir, p->tag, dir) < 0;
+                                   "\"$x\" \"$f\"\nexec rm -rf %s %s%s",
+                                   fo, fe, p->tag, fo, fe, flat ? "" : dir) < 0;
         if (bad)
             cl_buf_clear(&w);
         script = w.data;
@@ -1487,9 +1500,7 @@ static int bl_exec_run(cl_proc *base)
     /* The rest of the output, as raw bytes (the stream's output is text). */
     static const char *const h[] = { "Accept: application/octet-stream", NULL };
     for (int fd = 1; rc == 0 && fd <= 2; fd++) {
-        char path[80];
-        snprintf(path, sizeof path, "%s/%s", dir, fd == 1 ? "out" : "err");
-        char *q = bl_files_path(sb, "/filesystem", path);
+        char *q = bl_files_path(sb, "/filesystem", fd == 1 ? fo : fe);
         cl_live_rest o;
         cl_live_rest_init(&o, &p->base, fd, &st.live[fd]);
         cl_req rg = { .method = "GET", .headers = h, .sink = cl_live_rest_sink, .sink_ud = &o,
@@ -1511,11 +1522,12 @@ fail:
     code = -1;
 out:
     cl_buf_clear(&st.rep);
-    if (!reported && !bl_is_gone(sb)) {
+    /* The directory in one request; without one, each file. */
+    for (int i = 0; !reported && !bl_is_gone(sb) && i < (flat ? 2 : 1); i++) {
         /* With a bound of its own: the call may have been cancelled. */
         sbx_call_ctx c2 = { sizeof(c2), cl_now() + 10, -1, NULL };
-        char *q = bl_files_path(sb, "/filesystem", dir);
-        char *qr = q ? cl_printf("%s?recursive=true", q) : NULL;
+        char *q = bl_files_path(sb, "/filesystem", flat ? (i ? fe : fo) : dir);
+        char *qr = q && !flat ? cl_printf("%s?recursive=true", q) : q ? strdup(q) : NULL;
         cl_req rd = { .method = "DELETE", .idempotent = CL_SAFE,
                       .what = "remove the command's files" };
         cl_resp r3 = { 0 };

@@ -37,7 +37,9 @@
  *    executions/{eid}/wait_for_status re-polled on 408 (holds of at most
  *    25 s; the first one RL_LIVE_FIRST_HOLD_S). The execution's stdout
  *    and stderr are text and may be cut, so the command runs in a shell of
- *    its own with its output in two files, which tail follows into the
+ *    its own with its output in two files, which (unless nobody reads the
+ *    output before the end: SBX_PLUGIN_EXEC_OUTPUT_AT_END, one hold to the
+ *    end, no tail) tail follows into the
  *    execution's stdout and stderr while it runs: past the first hold,
  *    two threads read them through the update streams (see "Live output"
  *    below), so output streams as it comes. The wrapper around it then
