@@ -1480,7 +1480,7 @@ static int rl_exec_run(cl_proc *base)
           || cl_buf_report_encoder(&pre, RL_INLINE_MAX) < 0
           || cl_buf_printf(&pre, "e $o; x=$f; e $e\n"
                            "if [ -z \"$m\" ]; then printf 'SBX-OUT-%%s %%d\\n%%s\\n%%s\\n' %s $rc "
-                           "\"$x\" \"$f\"; rm -f $o $e\n"
+                           "\"$x\" \"$f\"; exec rm -f $o $e\n"
                            "else printf 'SBX-OUT-%%s %%d\\n' %s $rc; fi\nexit $rc\n",
                            p->tag, p->tag) < 0;
     free(q);
