@@ -34,11 +34,12 @@
  *     to the end); vercel's two, as its API has no one-request exec: POST
  *     /v1/sandboxes/ID/cmd (wait: true, answered with the exit code) and
  *     GET of its logs.
- *   - tensorlake: then the plugin's own run request (its wrapper and env,
- *     read back from the fake's log) is sent raw too, the three
- *     alternating, splitting the library's time into the wrapper's in the
- *     sandbox (own request - bare command) and the client side's
- *     (library - own request): "split p50".
+ *   - daytona, tensorlake, blaxel, runloop and cloudflare: then the
+ *     plugin's own exec request (its wrapper and env, read back from the
+ *     fake's log) is sent raw too, the three alternating, splitting the
+ *     library's time into the wrapper's in the sandbox (own request - bare
+ *     command) and the client side's (library - own request): "split p50"
+ *     (own_split).
  *
  * The fakes are the tree's (SBX_FAKES_DIR overrides), the plugins the build
  * tree's (their directories go before SBX_PLUGIN_PATH); the plugin mode is
@@ -690,17 +691,36 @@ out:
     return rc;
 }
 
-/* tensorlake only: where the warm exec's time goes. The run request the
- * plugin sent for `echo hi` (its wrapper script and env, read back from the
- * fake's log) is sent raw too, on @rx's address and headers, the three
- * alternating for @rounds: library - own request is what the client side
- * adds (plugin host, JSON and SSE, output), own request - bare command
- * what the wrapper costs in the sandbox. */
-static int tensorlake_split(fake *f, sbx_sandbox *sb, const raw_exec *rx, int rounds)
+/* Where the warm exec's time goes, on the backends whose warm exec is one
+ * request of a JSON body (daytona, tensorlake, blaxel, runloop,
+ * cloudflare): the request the plugin sent for `echo hi` (its wrapper
+ * script and env, read back from the fake's log; for runloop without its
+ * command_id, which would answer the first execution again, for blaxel
+ * without the process's name, which is taken) is sent raw too, on @rx's
+ * address and headers, the three alternating for @rounds: library - own
+ * request is what the client side adds (plugin host, JSON and streams,
+ * output), own request - bare command what the wrapper costs in the
+ * sandbox. 0 also when the backend has no such request. */
+static int own_split(const char *backend, fake *f, sbx_sandbox *sb, const raw_exec *rx,
+                     int rounds)
 {
+    static const struct {
+        const char *backend, *path, *drop, *expect;
+    } owned[] = {
+        { "daytona", "/exec", NULL, "\"stdout\": \"hi\\n\"" },
+        { "tensorlake", "/api/v1/processes/run", NULL, "SBX-OUT-" },
+        { "blaxel", "/process", "name", "SBX-OUT-" },
+        { "runloop", "/execute", "command_id", "SBX-OUT-" },
+        { "cloudflare", "/exec", NULL, "data: aGkK" },
+    };
+    size_t k;
+    for (k = 0; k < sizeof owned / sizeof owned[0] && strcmp(owned[k].backend, backend) != 0; k++)
+        ;
+    if (k == sizeof owned / sizeof owned[0])
+        return 0;
     char url[128];
     bench_body b = { 0 };
-    raw_exec y = { .what = "the plugin's own run request" };
+    raw_exec y = { .what = "the plugin's own request" };
     snprintf(url, sizeof url, "http://127.0.0.1:%d/_fake/log", f->port);
     log_clear(f);
     json_object *log = NULL;
@@ -710,21 +730,29 @@ static int tensorlake_split(fake *f, sbx_sandbox *sb, const raw_exec *rx, int ro
     for (size_t i = 0; log && json_object_is_type(log, json_type_array)
                        && i < json_object_array_length(log) && !y.body; i++) {
         json_object *e = json_object_array_get_idx(log, i), *path, *body;
-        if (json_object_object_get_ex(e, "path", &path)
-            && strstr(json_object_get_string(path), "/api/v1/processes/run")
-            && json_object_object_get_ex(e, "body", &body))
-            y.body = strdup(json_object_get_string(body));
+        const char *ps = json_object_object_get_ex(e, "path", &path)
+                         ? json_object_get_string(path) : "";
+        size_t pl = strlen(ps), ol = strlen(owned[k].path);
+        if (pl >= ol && strcmp(ps + pl - ol, owned[k].path) == 0
+            && json_object_object_get_ex(e, "body", &body)) {
+            json_object *j = json_tokener_parse(json_object_get_string(body));
+            if (j && owned[k].drop)
+                json_object_object_del(j, owned[k].drop);
+            if (j)
+                y.body = strdup(json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN));
+            json_object_put(j);
+        }
     }
     json_object_put(log);
     if (!y.body) {
-        fprintf(stderr, "tensorlake: the plugin's run request is not in the fake's log\n");
+        fprintf(stderr, "%s: the plugin's exec request is not in the fake's log\n", backend);
         return -1;
     }
     y.body_len = strlen(y.body);
     memcpy(y.url, rx->url, sizeof y.url);
     for (const struct curl_slist *h = rx->headers; h; h = h->next)
         y.headers = curl_slist_append(y.headers, h->data);
-    y.expect = "SBX-OUT-";
+    y.expect = owned[k].expect;
     y.expect_len = strlen(y.expect);
     double *lib = calloc((size_t)rounds, sizeof *lib), *own = calloc((size_t)rounds, sizeof *own);
     double *bare = calloc((size_t)rounds, sizeof *bare);
@@ -879,7 +907,7 @@ static int run_backend(const char *backend, int rounds, int execs)
                r, rx.what, rounds);
         printf("ratio:      library/raw %.2f (target <= 1.10)%s\n", l / r,
                l / r <= 1.10 ? "" : "  ABOVE TARGET");
-        if (strcmp(backend, "tensorlake") == 0 && tensorlake_split(&f, sb[0], &rx, rounds) < 0) {
+        if (own_split(backend, &f, sb[0], &rx, rounds) < 0) {
             raw_exec_clear(&rx);
             goto out;
         }
