@@ -1549,19 +1549,8 @@ static int bl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 {
     const char *op = "exec";
     (void)ctx;
-    if (bl_check(sb, op, error) < 0)
+    if (cl_exec_check(&sb->s, BL_BACKEND, rq, 0, error) < 0)
         return -1;
-    if (rq->tty_rows || rq->tty_cols) {
-        cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                "blaxel backend: commands on a terminal are not supported");
-        return -1;
-    }
-    if (rq->user) {
-        cl_context(cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                           "blaxel backend: user %s cannot be chosen per command", rq->user),
-                   "user", rq->user);
-        return -1;
-    }
     bl_proc *p = cl_script_proc_new(sizeof(*p), sb, sb->workdir, rq, bl_run_short, op, error);
     return p ? cl_script_proc_launch(p, bl_exec_run, rq, op, process, error) : -1;
 }
