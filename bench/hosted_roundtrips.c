@@ -17,24 +17,29 @@
  *     one per call) and over TLS (the fake's "GRPCS"/"ROUTERS" ports, as
  *     Modal is reached: connections re-used), and the p50 of a warm exec
  *     on each (-n rounds, alternating), with the ratio h2c/TLS;
- *   - daytona, e2b and cloudflare: the p50 of that exec through libsbx
- *     against a raw libcurl request that runs the same command in one
- *     request (raw_exec_for; one reused handle: keep-alive), the two
- *     alternating in one run (-n rounds), and the ratio library/raw.
- *     Target: <= 1.10, printed, not enforced. Daytona's raw request is the
- *     plugin's own (POST /toolbox/ID/process/session/SID/exec with its
- *     command line, "runAsync": false, in a session made first); the same
- *     exec is then timed against POST /toolbox/ID/process/execute
- *     {"command": "echo hi"} (one shell, stdout and stderr merged, which
- *     the plugin cannot use), printed for information.
- *   - tensorlake: the same, the raw request being the run the plugin sends
- *     (POST {sandbox_url}/api/v1/processes/run, Accept: text/event-stream,
- *     an SSE stream) with the bare command: {"command": "bash", "args":
- *     ["-c", "echo hi"], "env": {}}; then the plugin's own run request
- *     (its wrapper and env, read back from the fake's log) is sent raw
- *     too, the three alternating, splitting the library's time into the
- *     wrapper's in the sandbox (own request - bare command) and the
- *     client side's (library - own request): "split p50".
+ *   - every backend but modal: the p50 of that exec through libsbx against
+ *     a raw libcurl request doing the provider round trip(s) a warm exec
+ *     needs for the bare command (`echo hi`, no wrapper), one request
+ *     where the provider's API allows it (raw_exec_for; one reused handle:
+ *     keep-alive), the two alternating in one run (-n rounds), and the
+ *     ratio library/raw. Target: <= 1.10, printed, not enforced. The raw
+ *     requests: daytona's POST /toolbox/ID/process/session/SID/exec
+ *     {"command": "echo hi", "runAsync": false} in a session made first
+ *     (then, for information, POST /toolbox/ID/process/execute, one shell
+ *     with stdout and stderr merged, which the plugin cannot use); e2b's
+ *     envd process.Process/Start Connect stream; tensorlake's SSE POST
+ *     {sandbox_url}/api/v1/processes/run; cloudflare's SSE POST
+ *     /v1/sandbox/ID/exec; blaxel's NDJSON POST {url}/process
+ *     (waitForCompletion); runloop's POST /v1/devboxes/ID/execute (held
+ *     to the end); vercel's two, as its API has no one-request exec: POST
+ *     /v1/sandboxes/ID/cmd (wait: true, answered with the exit code) and
+ *     GET of its logs.
+ *   - daytona, tensorlake, blaxel, runloop and cloudflare: then the
+ *     plugin's own exec request (its wrapper and env, read back from the
+ *     fake's log) is sent raw too, the three alternating, splitting the
+ *     library's time into the wrapper's in the sandbox (own request - bare
+ *     command) and the client side's (library - own request): "split p50"
+ *     (own_split).
  *
  * The fakes are the tree's (SBX_FAKES_DIR overrides), the plugins the build
  * tree's (their directories go before SBX_PLUGIN_PATH); the plugin mode is
@@ -253,9 +258,9 @@ static int log_peers(fake *f, int *calls)
 
 /* ------------------------------------------------------------ raw exec */
 
-/* One raw libcurl request that runs `echo hi` in a sandbox of the fake the
- * way the provider's API does it in one request: the baseline of the warm
- * exec. */
+/* The raw libcurl request that runs `echo hi` in a sandbox of the fake the
+ * way the provider's API does it in one request (vercel: two): the
+ * baseline of the warm exec. */
 typedef struct raw_exec {
     const char *what;           /* for the report */
     char url[512];
@@ -264,6 +269,10 @@ typedef struct raw_exec {
     size_t body_len;
     const char *expect;         /* a substring of a good answer */
     size_t expect_len;
+    /* vercel: a second request, GET of this format with the command's id
+     * (the first answer's "id") for its output; NULL: one request. */
+    const char *then_get;
+    const char *then_expect;
 } raw_exec;
 
 static void raw_exec_clear(raw_exec *x)
@@ -354,23 +363,21 @@ static int tensorlake_raw_exec(int port, const char *id, raw_exec *x)
     return 0;
 }
 
-/* The request for @backend's sandbox @id on the fake at @port: 0, or -1
- * when the backend has no one-request exec (vercel's logs stream is text,
- * so its exec reads the output back as bytes). */
+/* The raw exec of `echo hi` for @backend's sandbox @id on the fake at
+ * @port (one request, or vercel's two): 0, or -1 (modal: no baseline, its
+ * exec being gRPC calls). */
 static int raw_exec_for(const char *backend, int port, const char *id, raw_exec *x)
 {
-    static const char daytona_json[] = "{\"command\":\"SBX_EXEC_ID=sbx-exec-0123456789abcdef01234567 "
-                                       "/bin/sh -c 'echo hi' sh < /dev/null\","
-                                       "\"runAsync\":false}";
+    static const char daytona_json[] = "{\"command\":\"echo hi\",\"runAsync\":false}";
     /* envd's Start: what the e2b plugin sends, as one Connect envelope. */
     static const char e2b_json[] = "{\"process\":{\"cmd\":\"/bin/bash\",\"args\":[\"-c\","
                                    "\"echo hi\"],\"envs\":{}},\"stdin\":false}";
     char h[256];
     memset(x, 0, sizeof *x);
     if (strcmp(backend, "daytona") == 0) {
-        /* The plugin's request: its command line in a toolbox session of
-         * the sandbox (made here, untimed), answered at the command's end
-         * with stdout and stderr apart. */
+        /* The command in a toolbox session of the sandbox (made here,
+         * untimed), answered at the command's end with stdout and stderr
+         * apart: the plugin's request with the bare command. */
         char url[512];
         CURL *ch = curl_easy_init();
         snprintf(url, sizeof url, "http://127.0.0.1:%d/toolbox/%s/process/session", port, id);
@@ -381,7 +388,7 @@ static int raw_exec_for(const char *backend, int port, const char *id, raw_exec 
             fprintf(stderr, "raw exec: POST /process/session: HTTP %ld\n", st);
             return -1;
         }
-        x->what = "one POST /process/session/SID/exec, the plugin's command line";
+        x->what = "one POST /process/session/SID/exec";
         snprintf(x->url, sizeof x->url,
                  "http://127.0.0.1:%d/toolbox/%s/process/session/sbx-bench-raw/exec", port, id);
         x->headers = curl_slist_append(NULL, "Authorization: Bearer " FAKE_KEY);
@@ -431,6 +438,49 @@ static int raw_exec_for(const char *backend, int port, const char *id, raw_exec 
         x->body = strdup(cf_json);
         x->body_len = strlen(cf_json);
         x->expect = "data: aGkK";   /* base64 of "hi\n" */
+    } else if (strcmp(backend, "runloop") == 0) {
+        static const char rl_json[] = "{\"command\":\"echo hi\",\"optimistic_timeout\":25}";
+        x->what = "one POST /v1/devboxes/ID/execute";
+        snprintf(x->url, sizeof x->url, "http://127.0.0.1:%d/v1/devboxes/%s/execute", port, id);
+        x->headers = curl_slist_append(NULL, "Authorization: Bearer " FAKE_KEY);
+        x->headers = curl_slist_append(x->headers, "Content-Type: application/json");
+        x->body = strdup(rl_json);
+        x->body_len = strlen(rl_json);
+        x->expect = "\"stdout\": \"hi\\n\"";
+    } else if (strcmp(backend, "blaxel") == 0) {
+        /* The sandbox's data plane (metadata.url, BL_RUN_URL's in the
+         * fake): the process run to its end, its NDJSON stream. */
+        static const char bl_json[] = "{\"command\":\"echo hi\",\"env\":{},"
+                                      "\"waitForCompletion\":true,\"timeout\":0}";
+        x->what = "one NDJSON POST {url}/process";
+        snprintf(x->url, sizeof x->url, "http://127.0.0.1:%d/run/sbx-test-ws/sandboxes/%s/process",
+                 port, id);
+        x->headers = curl_slist_append(NULL, "X-Blaxel-Authorization: Bearer " FAKE_KEY);
+        x->headers = curl_slist_append(x->headers, "X-Blaxel-Workspace: sbx-test-ws");
+        x->headers = curl_slist_append(x->headers, "Blaxel-Version: 2026-04-28");
+        x->headers = curl_slist_append(x->headers, "Content-Type: application/json");
+        x->headers = curl_slist_append(x->headers, "Accept: text/event-stream");
+        x->body = strdup(bl_json);
+        x->body_len = strlen(bl_json);
+        x->expect = "\"type\": \"result\"";
+    } else if (strcmp(backend, "vercel") == 0) {
+        /* Its API has no one-request exec: the command run to its end
+         * (wait: true, NDJSON ending with its exit code), then its logs. */
+        static const char vc_json[] = "{\"command\":\"bash\",\"args\":[\"-c\",\"echo hi\"],"
+                                      "\"wait\":true}";
+        static char logs[512];
+        x->what = "POST /v1/sandboxes/ID/cmd (wait) + GET its logs";
+        snprintf(x->url, sizeof x->url, "http://127.0.0.1:%d/v1/sandboxes/%s/cmd?teamId=team_fake",
+                 port, id);
+        snprintf(logs, sizeof logs,
+                 "http://127.0.0.1:%d/v1/sandboxes/%s/cmd/%%s/logs?teamId=team_fake", port, id);
+        x->headers = curl_slist_append(NULL, "Authorization: Bearer " FAKE_KEY);
+        x->headers = curl_slist_append(x->headers, "Content-Type: application/json");
+        x->body = strdup(vc_json);
+        x->body_len = strlen(vc_json);
+        x->expect = "\"exitCode\": 0";
+        x->then_get = logs;
+        x->then_expect = "\"data\": \"hi\\n\"";
     } else {
         return -1;
     }
@@ -454,6 +504,26 @@ static int raw_exec_run(CURL *h, const raw_exec *x)
     if (curl_easy_perform(h) == CURLE_OK)
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     int ok = status == 200 && b.data && memmem(b.data, b.len, x->expect, x->expect_len);
+    if (ok && x->then_get) {
+        /* The command's id: the first {"command": {"id": ...}} line's. */
+        char *nl = memchr(b.data, '\n', b.len), url[640], id[128] = "";
+        if (nl)
+            *nl = '\0';
+        json_object *j = json_tokener_parse(b.data), *c, *v;
+        if (j && json_object_object_get_ex(j, "command", &c)
+            && json_object_object_get_ex(c, "id", &v))
+            snprintf(id, sizeof id, "%s", json_object_get_string(v));
+        json_object_put(j);
+        free(b.data);
+        memset(&b, 0, sizeof b);
+        snprintf(url, sizeof url, x->then_get, id);
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+        status = 0;
+        if (*id && curl_easy_perform(h) == CURLE_OK)
+            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+        ok = status == 200 && b.data && strstr(b.data, x->then_expect);
+    }
     if (!ok)
         fprintf(stderr, "raw exec: HTTP %ld: %.200s\n", status, b.data ? b.data : "no answer");
     free(b.data);
@@ -621,17 +691,36 @@ out:
     return rc;
 }
 
-/* tensorlake only: where the warm exec's time goes. The run request the
- * plugin sent for `echo hi` (its wrapper script and env, read back from the
- * fake's log) is sent raw too, on @rx's address and headers, the three
- * alternating for @rounds: library - own request is what the client side
- * adds (plugin host, JSON and SSE, output), own request - bare command
- * what the wrapper costs in the sandbox. */
-static int tensorlake_split(fake *f, sbx_sandbox *sb, const raw_exec *rx, int rounds)
+/* Where the warm exec's time goes, on the backends whose warm exec is one
+ * request of a JSON body (daytona, tensorlake, blaxel, runloop,
+ * cloudflare): the request the plugin sent for `echo hi` (its wrapper
+ * script and env, read back from the fake's log; for runloop without its
+ * command_id, which would answer the first execution again, for blaxel
+ * without the process's name, which is taken) is sent raw too, on @rx's
+ * address and headers, the three alternating for @rounds: library - own
+ * request is what the client side adds (plugin host, JSON and streams,
+ * output), own request - bare command what the wrapper costs in the
+ * sandbox. 0 also when the backend has no such request. */
+static int own_split(const char *backend, fake *f, sbx_sandbox *sb, const raw_exec *rx,
+                     int rounds)
 {
+    static const struct {
+        const char *backend, *path, *drop, *expect;
+    } owned[] = {
+        { "daytona", "/exec", NULL, "\"stdout\": \"hi\\n\"" },
+        { "tensorlake", "/api/v1/processes/run", NULL, "SBX-OUT-" },
+        { "blaxel", "/process", "name", "SBX-OUT-" },
+        { "runloop", "/execute", "command_id", "SBX-OUT-" },
+        { "cloudflare", "/exec", NULL, "data: aGkK" },
+    };
+    size_t k;
+    for (k = 0; k < sizeof owned / sizeof owned[0] && strcmp(owned[k].backend, backend) != 0; k++)
+        ;
+    if (k == sizeof owned / sizeof owned[0])
+        return 0;
     char url[128];
     bench_body b = { 0 };
-    raw_exec y = { .what = "the plugin's own run request" };
+    raw_exec y = { .what = "the plugin's own request" };
     snprintf(url, sizeof url, "http://127.0.0.1:%d/_fake/log", f->port);
     log_clear(f);
     json_object *log = NULL;
@@ -641,21 +730,29 @@ static int tensorlake_split(fake *f, sbx_sandbox *sb, const raw_exec *rx, int ro
     for (size_t i = 0; log && json_object_is_type(log, json_type_array)
                        && i < json_object_array_length(log) && !y.body; i++) {
         json_object *e = json_object_array_get_idx(log, i), *path, *body;
-        if (json_object_object_get_ex(e, "path", &path)
-            && strstr(json_object_get_string(path), "/api/v1/processes/run")
-            && json_object_object_get_ex(e, "body", &body))
-            y.body = strdup(json_object_get_string(body));
+        const char *ps = json_object_object_get_ex(e, "path", &path)
+                         ? json_object_get_string(path) : "";
+        size_t pl = strlen(ps), ol = strlen(owned[k].path);
+        if (pl >= ol && strcmp(ps + pl - ol, owned[k].path) == 0
+            && json_object_object_get_ex(e, "body", &body)) {
+            json_object *j = json_tokener_parse(json_object_get_string(body));
+            if (j && owned[k].drop)
+                json_object_object_del(j, owned[k].drop);
+            if (j)
+                y.body = strdup(json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN));
+            json_object_put(j);
+        }
     }
     json_object_put(log);
     if (!y.body) {
-        fprintf(stderr, "tensorlake: the plugin's run request is not in the fake's log\n");
+        fprintf(stderr, "%s: the plugin's exec request is not in the fake's log\n", backend);
         return -1;
     }
     y.body_len = strlen(y.body);
     memcpy(y.url, rx->url, sizeof y.url);
     for (const struct curl_slist *h = rx->headers; h; h = h->next)
         y.headers = curl_slist_append(y.headers, h->data);
-    y.expect = "SBX-OUT-";
+    y.expect = owned[k].expect;
     y.expect_len = strlen(y.expect);
     double *lib = calloc((size_t)rounds, sizeof *lib), *own = calloc((size_t)rounds, sizeof *own);
     double *bare = calloc((size_t)rounds, sizeof *bare);
@@ -810,7 +907,7 @@ static int run_backend(const char *backend, int rounds, int execs)
                r, rx.what, rounds);
         printf("ratio:      library/raw %.2f (target <= 1.10)%s\n", l / r,
                l / r <= 1.10 ? "" : "  ABOVE TARGET");
-        if (strcmp(backend, "tensorlake") == 0 && tensorlake_split(&f, sb[0], &rx, rounds) < 0) {
+        if (own_split(backend, &f, sb[0], &rx, rounds) < 0) {
             raw_exec_clear(&rx);
             goto out;
         }

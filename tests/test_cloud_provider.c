@@ -1812,3 +1812,109 @@ Test(provider, item_is_alive_of_a_gone_sandbox_asks_nothing)
                                   NULL, NULL), 0);
     cl_sandbox_clear(&s);
 }
+
+/* A report field decoded: percent-encoded bytes, base64, "-", and the
+ * malformed ones (a byte outside the printable range, a cut %XX, an
+ * unknown form, bad base64) refused. */
+Test(provider, report_field_decode_gives_the_bytes_exactly)
+{
+    cl_buf b = { 0 };
+    cr_assert_eq(cl_report_field_decode("pa%00b%FF%25%0A", 15, &b), 0);
+    cr_assert_eq(b.len, 6);
+    cr_assert_eq(memcmp(b.data, "a\0b\377%\n", 6), 0);
+    cl_buf_clear(&b);
+    cr_assert_eq(cl_report_field_decode("p", 1, &b), 0);
+    cr_assert_eq(b.len, 0);
+    cr_assert_eq(cl_report_field_decode("baGkK", 5, &b), 0);
+    cr_assert_eq(b.len, 3);
+    cr_assert_eq(memcmp(b.data, "hi\n", 3), 0);
+    cl_buf_clear(&b);
+    cr_assert_eq(cl_report_field_decode("-", 1, &b), 1);
+    cr_assert_eq(b.len, 0);
+    cr_assert_eq(cl_report_field_decode("pa\tb", 4, &b), -1);
+    cl_buf_clear(&b);
+    cr_assert_eq(cl_report_field_decode("pab%4", 5, &b), -1);
+    cl_buf_clear(&b);
+    cr_assert_eq(cl_report_field_decode("pab%G1", 6, &b), -1);
+    cl_buf_clear(&b);
+    cr_assert_eq(cl_report_field_decode("xab", 3, &b), -1);
+    cr_assert_eq(cl_report_field_decode("", 0, &b), -1);
+    cr_assert_eq(cl_report_field_decode("b!!!", 4, &b), -1);
+    cl_buf_clear(&b);
+}
+
+/* The encoder run by bash on files: a small file's bytes percent-encoded
+ * by the shell (NUL, newline, "%", a byte past 0x7f), an empty file as
+ * "p", a file of more distinct odd bytes than CL_REPORT_SHELL_ODD in
+ * base64, one past the base64 bound as "-"; k and m list them. */
+Test(provider, report_encoder_fields_are_exact)
+{
+    char dir[] = "/tmp/sbx-provider-report-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    cl_buf b = { 0 };
+    cr_assert_eq(cl_buf_report_encoder(&b, 40), 0);
+    char *script = cl_printf(
+        "cd %s; printf 'a\\0b\\377%%%%\\n' >s; : >z; "
+        "printf '\\001\\002\\003\\004\\005\\006\\007\\010\\011\\013\\014\\015\\016\\017"
+        "\\020\\021\\022' >o; head -c 9000 /dev/zero | tr '\\0' a >l; "
+        "LC_ALL=C f= k= m=\n%s"
+        "for x in s z o l; do e $x; printf '%%s|' \"$f\"; done; printf '%%s|%%s' \"$k\" \"$m\"",
+        dir, b.data);
+    cl_buf_clear(&b);
+    char *q = cl_shell_quote(script);
+    char *cmd = cl_printf("bash -c %s", q);
+    char *out = sh_out(cmd);
+    cr_assert_str_eq(out, "pa%00b%FF%25%0A|p|bAQIDBAUGBwgJCwwNDg8QERI=|-| s z o| l");
+    free(out);
+    free(cmd);
+    free(q);
+    free(script);
+    char *rm = cl_printf("rm -rf %s", dir);
+    cr_assert_eq(system(rm), 0);
+    free(rm);
+}
+
+/* A wrapper's report parsed: the status and both outputs exactly; none
+ * when it does not start with the mark; cut, trailing bytes, a status past
+ * 255, a "-" field and a bad field refused. */
+Test(provider, report_parse_takes_the_status_and_both_outputs)
+{
+    cl_buf o = { 0 }, e = { 0 };
+    int code = -1;
+    const char *ok = "SBX-OUT-t 7\npa%00b%FF\nbaGkK\n";
+    cr_assert_eq(cl_report_parse(ok, strlen(ok), "SBX-OUT-t ", &o, &e, &code), 1);
+    cr_assert_eq(code, 7);
+    cr_assert_eq(o.len, 4);
+    cr_assert_eq(memcmp(o.data, "a\0b\377", 4), 0);
+    cr_assert_eq(e.len, 3);
+    cr_assert_eq(memcmp(e.data, "hi\n", 3), 0);
+    cl_buf_clear(&o);
+    cl_buf_clear(&e);
+    const char *empty = "SBX-OUT-t 0\np\np\n";
+    code = -1;
+    cr_assert_eq(cl_report_parse(empty, strlen(empty), "SBX-OUT-t ", &o, &e, &code), 1);
+    cr_assert_eq(code, 0);
+    cr_assert_eq(o.len, 0);
+    cr_assert_eq(e.len, 0);
+    code = -1;
+    cr_assert_eq(cl_report_parse("", 0, "SBX-OUT-t ", &o, &e, &code), 0);
+    cr_assert_eq(cl_report_parse(ok, strlen(ok), "SBX-OUT-u ", &o, &e, &code), 0);
+    cr_assert_eq(cl_report_parse(NULL, 0, "SBX-OUT-t ", &o, &e, &code), 0);
+    cr_assert_eq(code, -1);
+    static const char *const bad[] = {
+        "SBX-OUT-t 7\npa\n",                /* cut */
+        "SBX-OUT-t 7\npa\npb",              /* the last newline missing */
+        "SBX-OUT-t 7\npa\npb\nx",           /* trailing bytes */
+        "SBX-OUT-t 256\npa\npb\n",          /* no status */
+        "SBX-OUT-t \npa\npb\n",
+        "SBX-OUT-t 7\n-\npb\n",             /* a report names no file */
+        "SBX-OUT-t 7\npa\tb\npb\n",         /* a byte outside the range */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(cl_report_parse(bad[i], strlen(bad[i]), "SBX-OUT-t ", &o, &e, &code), -1,
+                     "%s", bad[i]);
+        cl_buf_clear(&o);
+        cl_buf_clear(&e);
+    }
+    cr_assert_eq(code, -1);
+}

@@ -491,6 +491,14 @@ Test(runloop, output_reaches_the_callback_while_the_command_runs)
     free(go);
 }
 
+static void ignore_output(sbx_stream stream, const void *data, size_t len, void *ud)
+{
+    (void)stream;
+    (void)data;
+    (void)len;
+    (void)ud;
+}
+
 /* Both update streams lose their connection after their first event: each
  * is reopened at the byte offset where it stopped, and the result is whole
  * and exact, bytes that are not UTF-8 included. */
@@ -499,8 +507,11 @@ Test(runloop, a_broken_update_stream_is_reopened_at_its_offset)
     g_sb = create_sized(0, 0, 0);
     tu_fake_reset();
     tu_fake_post("/_fake/config", "{\"drop_streams\": 2}");
-    sbx_result *r = tu_sh(g_sb, "echo one; echo err >&2; sleep 2; echo two; "
-                          "printf 'x\\377' >&2; exit 4", 30);
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.shell = "echo one; echo err >&2; sleep 2; echo two; printf 'x\\377' >&2; exit 4";
+    rq.timeout_secs = 30;
+    rq.on_output = ignore_output;   /* the output is followed while it comes */
+    sbx_result *r = tu_exec(g_sb, &rq);
     tu_assert_exit(r, 4);
     tu_assert_stdout(r, "one\ntwo\n");
     tu_assert_stderr_bytes(r, "err\nx\377", 6);
@@ -525,4 +536,23 @@ Test(runloop, a_broken_update_stream_is_reopened_at_its_offset)
     /* Each stream opened at 0, and reopened at 4 ("one\n", "err\n"). */
     cr_assert_eq(at0, 2, "opened at:%s", seen);
     cr_assert_eq(at4, 2, "opened at:%s", seen);
+}
+
+/* A command whose output nobody follows reads no update stream and holds
+ * its one execute to its end (past the first hold of a followed one): its
+ * output comes in the wrapper's report, exact. */
+Test(runloop, a_command_nobody_follows_is_one_execute)
+{
+    g_sb = create_sized(0, 0, 0);
+    tu_fake_reset();
+    sbx_result *r = tu_sh(g_sb, "sleep 1.3; printf 'a\\0b\\377%%\\n'; printf 'e' >&2; exit 5",
+                          30);
+    tu_assert_exit(r, 5);
+    tu_assert_stdout_bytes(r, "a\0b\377%\n", 6);
+    tu_assert_stderr(r, "e");
+    sbx_result_free(r);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(json_object_array_length(log), 1);
+    cr_assert_eq(tu_fake_count(log, "POST", "/v1/devboxes/[^/]+/execute", NULL, 0), 1);
+    json_object_put(log);
 }

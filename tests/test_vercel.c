@@ -497,3 +497,22 @@ Test(vercel, case52_a_quiet_command_outlives_an_idle_proxy)
                  err ? sbx_error_get0_message(err) : "");
     cr_assert(tu_reaper_stop() >= 1);
 }
+
+/* A command whose output nobody follows is two requests: the cmd run with
+ * wait (its answer ends with the exit code), then its logs, whole; the
+ * output exact (bytes that are not UTF-8 and a NUL through the encoder). */
+Test(vercel, a_command_nobody_follows_is_two_requests)
+{
+    g_sb = create_with(0, 0, 0, 0);
+    tu_fake_reset();
+    sbx_result *r = tu_sh(g_sb, "printf 'a\\377\\000b'; printf 'e\\351' >&2; exit 6", 30);
+    tu_assert_exit(r, 6);
+    tu_assert_stdout_bytes(r, "a\377\000b", 4);
+    tu_assert_stderr_bytes(r, "e\351", 2);
+    sbx_result_free(r);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(json_object_array_length(log), 2, "%s", json_object_to_json_string(log));
+    cr_assert_eq(tu_fake_count(log, "POST", "/v1/sandboxes/[^/]+/cmd", NULL, 0), 1);
+    cr_assert_eq(tu_fake_count(log, "GET", "/v1/sandboxes/[^/]+/cmd/[^/]+/logs", NULL, 0), 1);
+    json_object_put(log);
+}

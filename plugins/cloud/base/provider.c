@@ -3,6 +3,7 @@
  */
 #include "provider.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stddef.h>
 #include <pthread.h>
@@ -1737,4 +1738,83 @@ int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_li
     }
     free(next);
     return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* A command's output reported as text                                      */
+/* ------------------------------------------------------------------------ */
+
+int cl_buf_report_encoder(cl_buf *b, int b64_max)
+{
+    return cl_buf_printf(
+        b,
+        "e() {\n"
+        "local x s= n=0 b=0 y h z=1\n"
+        "if [ ! -s $1 ]; then f=p k=\"$k $1\"; return; fi\n"
+        "while [ $z ]; do\n"
+        "IFS= read -r -d '' -n $((%1$d + 1 - n)) x || z=\n"
+        "n=$((n + ${#x})); [ $z ] && n=$((n + 1)) b=$((b + 1))\n"
+        "[ $n -gt %1$d ] && break\n"
+        "x=${x//%%/%%25}; x=${x//$'\\n'/%%0A}\n"
+        "while [ $b -le %2$d ] && [[ $x == *[!\\ -~]* ]]; do\n"
+        "y=${x%%%%[!\\ -~]*}; y=${x:${#y}:1}; printf -v h %%%%%%02X \"'$y\"; "
+        "x=${x//\"$y\"/$h}; b=$((b + 1))\n"
+        "done\n"
+        "[ $b -gt %2$d ] && break\n"
+        "s=$s$x; [ $z ] && s=$s%%00\n"
+        "done <$1\n"
+        "if [ $n -le %1$d ] && [ $b -le %2$d ]; then f=p$s k=\"$k $1\"\n"
+        "elif command -v base64 >/dev/null && [ \"$(stat -c %%s $1)\" -le %3$d ]; "
+        "then f=b$(base64 -w0 $1) k=\"$k $1\"\n"
+        "else f=- m=\"$m $1\"; fi\n"
+        "}\n",
+        CL_REPORT_SHELL_MAX, CL_REPORT_SHELL_ODD, b64_max);
+}
+
+int cl_report_field_decode(const char *f, size_t n, cl_buf *out)
+{
+    if (n == 1 && f[0] == '-')
+        return 1;
+    if (n >= 1 && f[0] == 'b')
+        return cl_base64_decode(f + 1, n - 1, out) == 0 ? 0 : -1;
+    if (n < 1 || f[0] != 'p')
+        return -1;
+    for (size_t i = 1; i < n; i++) {
+        unsigned char c = (unsigned char)f[i];
+        if (c == '%') {
+            if (i + 2 >= n || !isxdigit((unsigned char)f[i + 1])
+                || !isxdigit((unsigned char)f[i + 2]))
+                return -1;
+            char h[3] = { f[i + 1], f[i + 2], 0 };
+            c = (unsigned char)strtoul(h, NULL, 16);
+            i += 2;
+        } else if (c < 0x20 || c > 0x7e) {
+            return -1;
+        }
+        if (cl_buf_append(out, &c, 1) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int cl_report_parse(const char *rep, size_t len, const char *mark, cl_buf *out, cl_buf *err,
+                    int *code)
+{
+    size_t ml = strlen(mark);
+    if (!rep || len < ml || memcmp(rep, mark, ml) != 0)
+        return 0;
+    const char *end = rep + len, *a = rep + ml, *p = a;
+    int c = 0;
+    while (p < end && *p >= '0' && *p <= '9' && p - a < 3)
+        c = c * 10 + (*p++ - '0');
+    if (p == a || p >= end || *p != '\n' || c > 255)
+        return -1;
+    const char *l1 = p + 1;
+    const char *l2 = memchr(l1, '\n', (size_t)(end - l1));
+    const char *l3 = l2 ? memchr(l2 + 1, '\n', (size_t)(end - l2 - 1)) : NULL;
+    if (!l3 || l3 + 1 != end || cl_report_field_decode(l1, (size_t)(l2 - l1), out) != 0
+        || cl_report_field_decode(l2 + 1, (size_t)(l3 - l2 - 1), err) != 0)
+        return -1;
+    *code = c;
+    return 1;
 }

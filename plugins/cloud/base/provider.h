@@ -1156,4 +1156,51 @@ int cl_multipart_body(cl_buf *out, char *ctype, size_t ctype_cap, const char *co
                       const char *file_field, const char *filename, int fd, const char *shown,
                       const char *op, sbx_error **error);
 
+
+/* ------------------------------------------------------------------------ */
+/* A command's output reported as text (tensorlake's run stream, runloop's   */
+/* execution)                                                                */
+/* ------------------------------------------------------------------------ */
+
+#define CL_REPORT_SHELL_MAX 8192    /* output bytes the shell itself may encode */
+#define CL_REPORT_SHELL_ODD 16      /* NULs and distinct other bytes it encodes, at most */
+
+/**
+ * Appends to @b (a cl_buf of the caller's) the definition of the bash
+ * function "e FILE", for a wrapper whose provider carries output only as
+ * text: it sets f to FILE's field, "p" and the bytes percent-encoded (every
+ * byte outside 0x20..0x7e, and "%", as %XX) when FILE holds at most
+ * CL_REPORT_SHELL_MAX bytes with at most CL_REPORT_SHELL_ODD NULs and
+ * distinct other bytes to encode (the shell reads and encodes them itself,
+ * one substitution per distinct byte; an empty file is not read: no
+ * program started); else "b" and base64 when it holds at most @b64_max
+ * bytes (stat and base64 started); else "-" (the file is to be read as
+ * bytes). FILE goes on the list k (space-separated: the files reported) in
+ * the first two cases, on m (the files left) in the last. Wants LC_ALL=C
+ * set by its caller. 0, or -1 (out of memory). Thread-safe.
+ */
+int cl_buf_report_encoder(cl_buf *b, int b64_max);
+
+/**
+ * Decodes the field @f (@n bytes, not NUL-terminated) of cl_buf_report_encoder()
+ * into @out (appended to; the caller clears it): 0; 1 for "-" (the bytes
+ * are in the file, nothing appended); -1 when it is none of the three forms
+ * (a "p" field with a byte outside 0x20..0x7e or a cut %XX, bad base64),
+ * nothing failed (the caller names the call). Thread-safe.
+ */
+int cl_report_field_decode(const char *f, size_t n, cl_buf *out);
+
+/**
+ * A wrapper's report in @rep (@len bytes): @mark (e.g. "SBX-OUT-TAG "), the
+ * command's status (0..255) and a newline, then stdout's and stderr's
+ * fields of cl_buf_report_encoder(), each ended by a newline, and nothing
+ * after. 1 with the bytes appended to @out and @err (the caller clears
+ * them) and the status in *@code; 0 when @rep does not start with @mark
+ * (no report: the output is in the files); -1 when it does and is cut or
+ * malformed ("-" fields included: a report names no file). Nothing
+ * failed: the caller names the call. Thread-safe.
+ */
+int cl_report_parse(const char *rep, size_t len, const char *mark, cl_buf *out, cl_buf *err,
+                    int *code);
+
 #endif

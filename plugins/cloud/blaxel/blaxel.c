@@ -53,7 +53,14 @@
  *    result (its end, or the connection lost mid-answer) is followed by
  *    GET /process/{name} until the process no longer runs. stdin:
  *    uploaded as a file first and redirected; the files are in a
- *    directory of the command's own, removed in one request. Every process of the
+ *    directory of the command's own, removed in one request. A command
+ *    whose output nobody reads before its end (SBX_PLUGIN_EXEC_OUTPUT_AT_END)
+ *    runs with no tail: when its output is small the shell around it
+ *    prints a report on its stdout (a marker, the status and both outputs
+ *    as the base's cl_buf_report_encoder() fields; the process's stdout
+ *    from GET /process/{name} when the stream broke off) and removes the
+ *    files itself: one request in all (without stdin the files are
+ *    /tmp/.TAG.out and .err, no directory made). Every process of the
  *    command carries CL_EXEC_MARK=<its tag> (the shell around it and the
  *    tails carry <tag>-io), so exec_kill (a command of its own) signals
  *    all of them, setsid'd and orphaned ones included.
@@ -96,6 +103,8 @@
 #define BL_DEFAULT_API "https://api.blaxel.ai/v0"
 #define BL_DEFAULT_RUN "https://run.blaxel.ai"
 #define BL_API_VERSION "2026-04-28"
+#define BL_REPORT_MARK "SBX-OUT-"            /* a command's report (bl_exec_run) */
+#define BL_INLINE_MAX 65536                  /* output bytes reported in base64; more: read */
 #define BL_STATE_VERSION 1
 #define BL_WAIT_S 300.0                 /* bound on waiting for DEPLOYED */
 #define BL_DEFAULT_LIFETIME_S 3600      /* ttl when the caller set none */
@@ -1159,6 +1168,8 @@ typedef struct bl_stream {
     char err[256];
     bl_proc *p;         /* the command's (live output), NULL for the plugin's own */
     cl_live live[3];    /* [1] stdout, [2] stderr (cloud.h) */
+    int report;         /* the stream's stdout is the wrapper's report, kept in rep */
+    cl_buf rep;
 } bl_stream;
 
 /* A chunk of the stream's stdout or stderr: to the host while it is exact
@@ -1179,7 +1190,10 @@ static int bl_on_line(void *ud, json_object *j)
     const char *type = cl_json_str(j, "type");
     const char *data = cl_json_str(j, "data");
     if (type && (strcmp(type, "stdout") == 0 || strcmp(type, "stderr") == 0)) {
-        bl_live_chunk(s, type[3] == 'o' ? 1 : 2, j);
+        if (!s->report)
+            bl_live_chunk(s, type[3] == 'o' ? 1 : 2, j);
+        else if (type[3] == 'o' && data && cl_buf_append(&s->rep, data, strlen(data)) < 0)
+            return -1;
         return 0;
     }
     if (!type || strcmp(type, "keepalive") == 0)
@@ -1230,9 +1244,10 @@ static int bl_process_done(json_object *res, int *code)
  * (GET /process/{name}) until it is no longer running, pausing 0.1 s,
  * doubling up to 1 s, within the call's deadline. 0 with its exit code in
  * *@code, or -1 with *@error set (the process gone from the sandbox, the
- * sandbox gone, the call's end). */
+ * sandbox gone, the call's end). With @out, the process's stdout (its
+ * ProcessResponse's, text) replaces what @out holds once it has ended. */
 static int bl_follow(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *name,
-                     int *code, const char *op, sbx_error **error)
+                     int *code, cl_buf *out, const char *op, sbx_error **error)
 {
     char *path = cl_printf("/process/%s", name);
     double pause = 0.1;
@@ -1256,6 +1271,18 @@ static int bl_follow(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
         }
         json_object *res = json_tokener_parse(r.body.data ? r.body.data : "");
         int done = res && bl_process_done(res, code);
+        const char *so = done && out ? cl_json_str(res, "stdout") : NULL;
+        if (so) {
+            /* The process's whole stdout (its report) in place of the
+             * part the stream carried. */
+            out->len = 0;
+            if (cl_buf_append(out, so, strlen(so)) < 0) {
+                cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+                json_object_put(res);
+                cl_resp_clear(&r);
+                break;
+            }
+        }
         json_object_put(res);
         cl_resp_clear(&r);
         if (done) {
@@ -1328,7 +1355,8 @@ static int bl_run(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
         && (rc == 0 || r.status == 200)) {
         /* The stream broke off (its end without a result, or the
          * connection lost mid-answer): the process runs on. */
-        if (bl_follow(sb, ctx, mark, &sp->exit_code, op, error) == 0) {
+        if (bl_follow(sb, ctx, mark, &sp->exit_code, sp->report ? &sp->rep : NULL, op,
+                      error) == 0) {
             sp->have_result = 1;
             rc = 0;
         } else {
@@ -1361,6 +1389,28 @@ static int bl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
     return bl_run(sb, ctx, cmd, NULL, NULL, NULL, code, op, error);
 }
 
+/* The wrapper's report @rep (the stream's stdout: BL_REPORT_MARK, the tag,
+ * the command's status, then stdout's and stderr's fields of
+ * cl_buf_report_encoder(), a line each): 1 with both written out and the
+ * status in *@code, 0 when there is none (the output is in the files),
+ * -1 when it is malformed or the host closed its descriptors. */
+static int bl_report(bl_proc *p, const cl_buf *rep, int *code)
+{
+    char mark[80];
+    snprintf(mark, sizeof mark, BL_REPORT_MARK "%s ", p->tag);
+    cl_buf o = { 0 }, e = { 0 };
+    int r = cl_report_parse(rep->data, rep->len, mark, &o, &e, code);
+    if (r < 0)
+        cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "blaxel: the command's report is cut or "
+                "not percent-encoded or base64: %.80s", rep->data);
+    else if (r > 0 && ((o.len && cl_proc_output(&p->base, 1, o.data, o.len) < 0)
+                       || (e.len && cl_proc_output(&p->base, 2, e.data, e.len) < 0)))
+        r = -1;
+    cl_buf_clear(&o);
+    cl_buf_clear(&e);
+    return r;
+}
+
 static int bl_exec_run(cl_proc *base)
 {
     bl_proc *p = (bl_proc *)base;
@@ -1368,14 +1418,20 @@ static int bl_exec_run(cl_proc *base)
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
     char *stdin_path = NULL, *script = NULL, *inner = NULL;
-    char dir[64];
-    int code = -1, rc = -1;
+    char dir[64], fo[80], fe[80];
+    int code = -1, rc = -1, reported = 0;
     bl_stream st = { .p = p };
     cl_live_init(&st.live[1]);
     cl_live_init(&st.live[2]);
     /* The command's files: its stdin, stdout and stderr, in a directory of
-     * its own, removed in one request at the end. */
+     * its own, removed in one request at the end. A command that reports
+     * its output (below) without stdin has no directory (mkdir would be a
+     * program more): its files are /tmp/.TAG.out and /tmp/.TAG.err. */
     snprintf(dir, sizeof dir, "/tmp/.%s", p->tag);
+    st.report = (p->flags & SBX_PLUGIN_EXEC_OUTPUT_AT_END) != 0;
+    int flat = st.report && p->stdin_fd < 0;
+    snprintf(fo, sizeof fo, "%s%sout", dir, flat ? "." : "/");
+    snprintf(fe, sizeof fe, "%s%serr", dir, flat ? "." : "/");
     if (p->stdin_fd >= 0) {
         stdin_path = cl_printf("%s/in", dir);
         if (!stdin_path || bl_upload(sb, &ctx, stdin_path, p->stdin_fd, 0600, op, NULL) < 0)
@@ -1390,8 +1446,34 @@ static int bl_exec_run(cl_proc *base)
      * command's status. Only the command's processes carry its mark. */
     inner = cl_shell_quote(p->script);
     char *pro = p->stdin_fd >= 0 ? cl_printf("exec 3<%s/in; rm -f %s/in", dir, dir)
+                                 : flat ? strdup("exec 3</dev/null")
                                  : cl_printf("mkdir -p %s; exec 3</dev/null", dir);
-    if (inner && pro)
+    /* When nothing reads the output before the end
+     * (SBX_PLUGIN_EXEC_OUTPUT_AT_END), no tail follows the files: the
+     * command's bash runs in the foreground and the shell around it ends
+     * the moment it does (a tail notices the end of its --pid only at its
+     * next poll, up to 50 ms later); the output is read from the files. */
+    /* Then, when the output is small, the shell around it reports it on
+     * its stdout (cl_buf_report_encoder(): text-safe) after a marker line
+     * with the command's status, and removes the command's directory by
+     * its last act: one request in all. */
+    if (inner && pro && st.report) {
+        cl_buf w = { 0 };
+        int bad = cl_buf_printf(&w, "%s\n"
+                                "exec 4>&2 2>/dev/null </dev/null\n"
+                                CL_EXEC_MARK "=%s bash -c %s <&3 3<&- 4>&- >%s 2>%s\n"
+                                "rc=$? LC_ALL=C f= k= m=\n",
+                                pro, p->tag, inner, fo, fe) < 0
+                  || cl_buf_report_encoder(&w, BL_INLINE_MAX) < 0
+                  || cl_buf_printf(&w, "e %s; x=$f; e %s\n"
+                                   "[ -n \"$m\" ] && exit $rc\n"
+                                   "printf '" BL_REPORT_MARK "%%s %%d\\n%%s\\n%%s\\n' %s $rc "
+                                   "\"$x\" \"$f\"\nexec rm -rf %s %s%s",
+                                   fo, fe, p->tag, fo, fe, flat ? "" : dir) < 0;
+        if (bad)
+            cl_buf_clear(&w);
+        script = w.data;
+    } else if (inner && pro)
         script = cl_printf("%s\n"
                            "exec 4>&2 2>/dev/null </dev/null; : >%s/out; : >%s/err\n"
                            CL_EXEC_MARK "=%s bash -c %s <&3 3<&- 4>&- >%s/out 2>%s/err & c=$!\n"
@@ -1406,12 +1488,19 @@ static int bl_exec_run(cl_proc *base)
         goto fail;
     }
     rc = bl_run(sb, &ctx, script, (const char *const *)p->env, p->tag, &st, &code, op, NULL);
+    if (rc == 0 && st.report) {
+        int r = bl_report(p, &st.rep, &code);
+        if (r < 0)
+            goto fail;
+        if (r > 0) {
+            reported = 1;
+            goto out;
+        }
+    }
     /* The rest of the output, as raw bytes (the stream's output is text). */
     static const char *const h[] = { "Accept: application/octet-stream", NULL };
     for (int fd = 1; rc == 0 && fd <= 2; fd++) {
-        char path[80];
-        snprintf(path, sizeof path, "%s/%s", dir, fd == 1 ? "out" : "err");
-        char *q = bl_files_path(sb, "/filesystem", path);
+        char *q = bl_files_path(sb, "/filesystem", fd == 1 ? fo : fe);
         cl_live_rest o;
         cl_live_rest_init(&o, &p->base, fd, &st.live[fd]);
         cl_req rg = { .method = "GET", .headers = h, .sink = cl_live_rest_sink, .sink_ud = &o,
@@ -1432,11 +1521,13 @@ fail:
     cl_proc_fail_in(base, &sb->s);
     code = -1;
 out:
-    if (!bl_is_gone(sb)) {
+    cl_buf_clear(&st.rep);
+    /* The directory in one request; without one, each file. */
+    for (int i = 0; !reported && !bl_is_gone(sb) && i < (flat ? 2 : 1); i++) {
         /* With a bound of its own: the call may have been cancelled. */
         sbx_call_ctx c2 = { sizeof(c2), cl_now() + 10, -1, NULL };
-        char *q = bl_files_path(sb, "/filesystem", dir);
-        char *qr = q ? cl_printf("%s?recursive=true", q) : NULL;
+        char *q = bl_files_path(sb, "/filesystem", flat ? (i ? fe : fo) : dir);
+        char *qr = q && !flat ? cl_printf("%s?recursive=true", q) : q ? strdup(q) : NULL;
         cl_req rd = { .method = "DELETE", .idempotent = CL_SAFE,
                       .what = "remove the command's files" };
         cl_resp r3 = { 0 };
@@ -1458,19 +1549,8 @@ static int bl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 {
     const char *op = "exec";
     (void)ctx;
-    if (bl_check(sb, op, error) < 0)
+    if (cl_exec_check(&sb->s, BL_BACKEND, rq, 0, error) < 0)
         return -1;
-    if (rq->tty_rows || rq->tty_cols) {
-        cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                "blaxel backend: commands on a terminal are not supported");
-        return -1;
-    }
-    if (rq->user) {
-        cl_context(cl_fail(error, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                           "blaxel backend: user %s cannot be chosen per command", rq->user),
-                   "user", rq->user);
-        return -1;
-    }
     bl_proc *p = cl_script_proc_new(sizeof(*p), sb, sb->workdir, rq, bl_run_short, op, error);
     return p ? cl_script_proc_launch(p, bl_exec_run, rq, op, process, error) : -1;
 }

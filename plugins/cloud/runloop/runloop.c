@@ -37,12 +37,15 @@
  *    executions/{eid}/wait_for_status re-polled on 408 (holds of at most
  *    25 s; the first one RL_LIVE_FIRST_HOLD_S). The execution's stdout
  *    and stderr are text and may be cut, so the command runs in a shell of
- *    its own with its output in two files, which tail follows into the
+ *    its own with its output in two files, which (unless nobody reads the
+ *    output before the end: SBX_PLUGIN_EXEC_OUTPUT_AT_END, one hold to the
+ *    end, no tail) tail follows into the
  *    execution's stdout and stderr while it runs: past the first hold,
  *    two threads read them through the update streams (see "Live output"
  *    below), so output streams as it comes. The wrapper around it then
  *    prints a marker with its exit code and, up to RL_INLINE_MAX bytes,
- *    both outputs in base64 (one line each) and removes the files, so a
+ *    both outputs percent-encoded or in base64 (one line each: the base's
+ *    cl_buf_report_encoder) and removes the files, so a
  *    quick small command is one request; larger output, or a wrapper
  *    killed, is downloaded as raw bytes and removed. Output stays apart
  *    and exact. Per-call env values and stdin are uploaded as
@@ -1360,8 +1363,8 @@ static void rl_live_stop(rl_live *lv)
     lv->cancel[0] = lv->cancel[1] = -1;
 }
 
-/* The wrapper's report @so ("SBX-OUT CODE", then stdout and stderr in
- * base64, a line each): 1 with both written out and the code in *@code, 0
+/* The wrapper's report @so ("SBX-OUT CODE", then stdout's and stderr's
+ * fields of cl_buf_report_encoder(), a line each): 1 with both written out and the code in *@code, 0
  * when @so is no report (the files are to be read), -1 when the host
  * closed its descriptors or the report is malformed. */
 static int rl_inline_output(rl_proc *p, rl_live *lv, const char *so, int *code)
@@ -1385,11 +1388,11 @@ static int rl_inline_output(rl_proc *p, rl_live *lv, const char *so, int *code)
         return -1;
     }
     cl_buf o = { 0 }, e = { 0 };
-    int ok = cl_base64_decode(l1, (size_t)(l2 - l1), &o) == 0
-             && cl_base64_decode(l2 + 1, (size_t)(l3 - l2 - 1), &e) == 0;
+    int ok = cl_report_field_decode(l1, (size_t)(l2 - l1), &o) == 0
+             && cl_report_field_decode(l2 + 1, (size_t)(l3 - l2 - 1), &e) == 0;
     if (!ok)
         cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "runloop: the command's report is not "
-                "base64");
+                "percent-encoded or base64");
     else {
         for (int fd = 1; ok && fd <= 2; fd++) {
             cl_buf *b = fd == 1 ? &o : &e;
@@ -1447,23 +1450,39 @@ static int rl_exec_run(cl_proc *base)
      * which tail follows into the execution's stdout and stderr while it
      * runs (the update streams, rl_reader_main; the wrapper's own messages
      * go to /dev/null). Then the wrapper prints its marker and the exit
-     * code and, when small, both outputs in base64 (text-safe, one line
-     * each), and removes the files: a quick command is one request in all.
-     * Large, only the exit code: the files are downloaded. */
+     * code and, when small, both outputs as cl_buf_report_encoder()'s
+     * fields (text-safe, one line each; a small output encoded by the shell
+     * itself, no program started), and removes the files: a quick command
+     * is one request in all. Large, only the exit code: the files are
+     * downloaded. */
+    /* When nothing reads the output before the end
+     * (SBX_PLUGIN_EXEC_OUTPUT_AT_END), no tail follows the files: the
+     * command runs in the foreground, and the wrapper goes on the moment
+     * it ends (a tail notices the end of its --pid only at its next poll,
+     * up to 50 ms later). */
+    int at_end = (p->flags & SBX_PLUGIN_EXEC_OUTPUT_AT_END) != 0;
     char *q = bad ? NULL : cl_shell_quote(p->script);
     bad = bad || !q
           || cl_buf_printf(&pre, "o=/tmp/.%s.out e=/tmp/.%s.err; : >$o; : >$e\n"
-                           "exec 4>&2 2>/dev/null\n"
-                           CL_EXEC_MARK "=%s bash -c %s sbx <%s >$o 2>$e 4>&- & c=$!\n"
-                           "tail -c +1 -s 0.05 --pid=$c -f $o 4>&- & t1=$!\n"
-                           "tail -c +1 -s 0.05 --pid=$c -f $e >&4 4>&- & t2=$!\n"
-                           "wait $c; rc=$?; wait $t1 $t2\n%s%s%s"
-                           "printf 'SBX-OUT-%%s %%d\\n' %s $rc\n"
-                           "if [ $(( $(stat -c %%s $o) + $(stat -c %%s $e) )) -le %d ]; then "
-                           "base64 -w0 $o; echo; base64 -w0 $e; "
-                           "echo; rm -f $o $e; fi\nexit $rc\n", p->tag, p->tag, p->tag, q, in,
+                           "exec 4>&2 2>/dev/null\n", p->tag, p->tag) < 0;
+    if (!bad && at_end)
+        bad = cl_buf_printf(&pre, CL_EXEC_MARK "=%s bash -c %s sbx <%s >$o 2>$e 4>&-; rc=$?\n",
+                            p->tag, q, in) < 0;
+    else if (!bad)
+        bad = cl_buf_printf(&pre, CL_EXEC_MARK "=%s bash -c %s sbx <%s >$o 2>$e 4>&- & c=$!\n"
+                            "tail -c +1 -s 0.05 --pid=$c -f $o 4>&- & t1=$!\n"
+                            "tail -c +1 -s 0.05 --pid=$c -f $e >&4 4>&- & t2=$!\n"
+                            "wait $c; rc=$?; wait $t1 $t2\n", p->tag, q, in) < 0;
+    bad = bad
+          || cl_buf_printf(&pre, "%s%s%sLC_ALL=C f= k= m=\n",
                            p->stdin_fd >= 0 ? "rm -f " : "", p->stdin_fd >= 0 ? in : "",
-                           p->stdin_fd >= 0 ? "\n" : "", p->tag, RL_INLINE_MAX) < 0;
+                           p->stdin_fd >= 0 ? "\n" : "") < 0
+          || cl_buf_report_encoder(&pre, RL_INLINE_MAX) < 0
+          || cl_buf_printf(&pre, "e $o; x=$f; e $e\n"
+                           "if [ -z \"$m\" ]; then printf 'SBX-OUT-%%s %%d\\n%%s\\n%%s\\n' %s $rc "
+                           "\"$x\" \"$f\"; exec rm -f $o $e\n"
+                           "else printf 'SBX-OUT-%%s %%d\\n' %s $rc; fi\nexit $rc\n",
+                           p->tag, p->tag) < 0;
     free(q);
     if (bad || !(script = strdup(pre.data))) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1471,7 +1490,8 @@ static int rl_exec_run(cl_proc *base)
     }
     int oom = 0;
     char *so = NULL;
-    rc = rl_execute(sb, &ctx, script, &code, &so, &oom, &lv, op, NULL);
+    /* Without live output, no update stream is read: one hold up to the end. */
+    rc = rl_execute(sb, &ctx, script, &code, &so, &oom, at_end ? NULL : &lv, op, NULL);
     rl_live_stop(&lv);
     if (rc == 0 && oom) {
         pthread_mutex_lock(&base->lock);

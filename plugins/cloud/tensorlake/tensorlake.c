@@ -132,8 +132,6 @@
 /* A command's report (tl_exec_script): its first line of stdout starting
  * with this and the command's tag. */
 #define TL_REPORT_MARK "SBX-OUT-"
-#define TL_INLINE_SHELL 8192            /* output bytes the shell itself may encode */
-#define TL_INLINE_ODD 16                /* NULs and distinct other bytes it encodes, at most */
 #define TL_INLINE_MAX 65536             /* output bytes reported in base64; more: downloaded */
 /* The create's environment, sourced by every command (provider.h). */
 #define TL_ENV_FILE "/var/lib/sbx/create.env"
@@ -1405,33 +1403,10 @@ static int tl_exec_fetch(tl_proc *p, const sbx_call_ctx *ctx, int fd, int must)
 static int tl_exec_field(tl_proc *p, const sbx_call_ctx *ctx, int fd, const char *f, size_t n)
 {
     cl_buf b = { 0 };
-    int ok = 1;
-    if (n == 1 && f[0] == '-')
+    int d = cl_report_field_decode(f, n, &b);
+    if (d == 1)
         return tl_exec_fetch(p, ctx, fd, 1);
-    if (n >= 1 && f[0] == 'p') {
-        for (size_t i = 1; ok && i < n; i++) {
-            unsigned char c = (unsigned char)f[i];
-            if (c == '%') {
-                if (i + 2 >= n || !isxdigit((unsigned char)f[i + 1])
-                    || !isxdigit((unsigned char)f[i + 2])) {
-                    ok = 0;
-                    break;
-                }
-                char h[3] = { f[i + 1], f[i + 2], 0 };
-                c = (unsigned char)strtoul(h, NULL, 16);
-                i += 2;
-            } else if (c < 0x20 || c > 0x7e) {
-                ok = 0;
-                break;
-            }
-            ok = cl_buf_append(&b, &c, 1) == 0;
-        }
-    } else if (n >= 1 && f[0] == 'b') {
-        ok = cl_base64_decode(f + 1, n - 1, &b) == 0;
-    } else {
-        ok = 0;
-    }
-    if (!ok) {
+    if (d < 0) {
         cl_fail(NULL, SBX_ERROR_CONNECTION, "exec", "tensorlake: the command's report of its %s "
                 "is not percent-encoded or base64: %.40s", fd == 1 ? "stdout" : "stderr", f);
         cl_buf_clear(&b);
@@ -1486,11 +1461,12 @@ static int tl_exec_report(tl_proc *p, const sbx_call_ctx *ctx, const char *r, in
  * the command's status, a space, the length of stdout's field, a space,
  * stdout's field and stderr's field. A field is "p" and the bytes
  * percent-encoded (every byte outside 0x20..0x7e, and "%", as %XX) when
- * there are at most TL_INLINE_SHELL of them with at most TL_INLINE_ODD
+ * there are at most CL_REPORT_SHELL_MAX of them with at most CL_REPORT_SHELL_ODD
  * NULs and distinct other bytes to encode: the shell reads and encodes
  * them itself (one substitution per distinct byte; an empty file is not
  * read), no program started; else "b" and base64 when at most
- * TL_INLINE_MAX (stat and base64 started); else "-": the file is moved to
+ * TL_INLINE_MAX (stat and base64 started; the base's cl_buf_report_encoder());
+ * else "-": the file is moved to
  * /tmp, to be downloaded and removed by the plugin.
  *
  * The command's files (and its stdin file) go once the report is printed:
@@ -1510,38 +1486,28 @@ static int tl_exec_report(tl_proc *p, const sbx_call_ctx *ctx, const char *r, in
 static char *tl_exec_script(const char *src, const char *tag, const char *in)
 {
     const char *rmin = strcmp(in, "/dev/null") == 0 ? "" : in;
-    return cl_printf(
+    cl_buf b = { 0 };
+    int bad = cl_buf_printf(
+        &b,
         "%1$s"
         "exec 2>/dev/null; trap : HUP INT QUIT TERM USR1 USR2 ALRM; t=/tmp/.%2$s; "
         "[ -d /dev/shm ] && [ -w /dev/shm ] && t=/dev/shm/.%2$s\n"
         "bash -c \"$1\" <%3$s >$t.out 2>$t.err\n"
-        "c=$? LC_ALL=C f= k= m=\n"
-        "e() {\n"
-        "local x s= n=0 b=0 y h z=1\n"
-        "if [ ! -s $1 ]; then f=p k=\"$k $1\"; return; fi\n"
-        "while [ $z ]; do\n"
-        "IFS= read -r -d '' -n $((%4$d + 1 - n)) x || z=\n"
-        "n=$((n + ${#x})); [ $z ] && n=$((n + 1)) b=$((b + 1))\n"
-        "[ $n -gt %4$d ] && break\n"
-        "x=${x//%%/%%25}; x=${x//$'\\n'/%%0A}\n"
-        "while [ $b -le %5$d ] && [[ $x == *[!\\ -~]* ]]; do\n"
-        "y=${x%%%%[!\\ -~]*}; y=${x:${#y}:1}; printf -v h %%%%%%02X \"'$y\"; "
-        "x=${x//\"$y\"/$h}; b=$((b + 1))\n"
-        "done\n"
-        "[ $b -gt %5$d ] && break\n"
-        "s=$s$x; [ $z ] && s=$s%%00\n"
-        "done <$1\n"
-        "if [ $n -le %4$d ] && [ $b -le %5$d ]; then f=p$s k=\"$k $1\"\n"
-        "elif command -v base64 >/dev/null && [ \"$(stat -c %%s $1)\" -le %6$d ]; "
-        "then f=b$(base64 -w0 $1) k=\"$k $1\"\n"
-        "else f=- m=\"$m $1\"; fi\n"
-        "}\n"
+        "c=$? LC_ALL=C f= k= m=\n", src, tag, in) < 0;
+    bad = bad || cl_buf_report_encoder(&b, TL_INLINE_MAX) < 0;
+    bad = bad || cl_buf_printf(
+        &b,
         "e $t.out; o=$f; e $t.err\n"
-        "printf '%%s %%d %%d %%s%%s\\n' %7$s%2$s $c ${#o} \"$o\" \"$f\"\n"
-        "if [ -n \"$m\" ]; then rm -f $k %8$s; [ $t = /tmp/.%2$s ] || mv -f $m /tmp/; exit $c; fi\n"
-        "[ $c -lt 128 ] && LC_ALL=C exec rm -f $k %8$s\n"
-        "rm -f $k %8$s; exit $c\n",
-        src, tag, in, TL_INLINE_SHELL, TL_INLINE_ODD, TL_INLINE_MAX, TL_REPORT_MARK, rmin);
+        "printf '%%s %%d %%d %%s%%s\\n' %1$s%2$s $c ${#o} \"$o\" \"$f\"\n"
+        "if [ -n \"$m\" ]; then rm -f $k %3$s; [ $t = /tmp/.%2$s ] || mv -f $m /tmp/; exit $c; fi\n"
+        "[ $c -lt 128 ] && LC_ALL=C exec rm -f $k %3$s\n"
+        "rm -f $k %3$s; exit $c\n",
+        TL_REPORT_MARK, tag, rmin) < 0;
+    if (bad) {
+        cl_buf_clear(&b);
+        return NULL;
+    }
+    return b.data;
 }
 
 static int tl_exec_run(cl_proc *base)

@@ -44,7 +44,10 @@
  *    skipped (as long as the command runs, when the stream was held a
  *    while first: a quiet command behind a proxy that ends idle
  *    connections completes, CASE-52); GET …/cmd/{cmdId}?wait=true gives the exit code. Three
- *    requests per exec.
+ *    requests per exec; two when nobody reads the output before the end
+ *    (SBX_PLUGIN_EXEC_OUTPUT_AT_END): the cmd is run with "wait": true, its
+ *    NDJSON answer ending with the exit code, then the logs read whole (an
+ *    answer cut after its start goes on as above).
  *    Per-call env values and stdin are written as files first (never in
  *    the command line); every process of the command carries
  *    CL_EXEC_MARK=<its tag>, so exec_kill signals all of them.
@@ -1381,8 +1384,39 @@ static int vc_logs_line(void *ud, json_object *o)
  * removed as the command starts); then GET its logs, which stream the
  * output as it comes and end with the command (a cut stream is read again,
  * at most VC_LOGS_TRIES times, the bytes already delivered skipped); then
- * GET cmd?wait=true for the exit code. Three requests, output live.
+ * GET cmd?wait=true for the exit code. Three requests, output live; two
+ * when nobody reads the output before the end (see the header).
  */
+/* The answer @wb of a cmd run with wait (NDJSON): its first line's object
+ * ({"command": {id...}}, a new reference), or NULL when it has none; *@have
+ * set, with the code in *@code, when a later line is the command with its
+ * exitCode. An "error" line (the sandbox stopped) gives no code: the logs
+ * say why. */
+static json_object *vc_wait_answer(const cl_buf *wb, int *have, int64_t *code)
+{
+    json_object *first = NULL;
+    *have = 0;
+    const char *at = wb->data, *end = wb->data ? wb->data + wb->len : NULL;
+    while (at && at < end) {
+        const char *nl = memchr(at, '\n', (size_t)(end - at));
+        if (!nl)
+            break;      /* a line cut off */
+        char *line = strndup(at, (size_t)(nl - at));
+        json_object *l = line ? json_tokener_parse(line) : NULL;
+        free(line);
+        at = nl + 1;
+        json_object *c = l ? cl_json_path(l, "command", NULL) : NULL;
+        if (!first && c && cl_json_str(c, "id")) {
+            first = l;
+            l = NULL;
+        } else if (first && c && cl_json_int(c, "exitCode", code) == 1) {
+            *have = 1;
+        }
+        json_object_put(l);
+    }
+    return first;
+}
+
 static int vc_exec_run(cl_proc *base)
 {
     vc_proc *p = (vc_proc *)base;
@@ -1429,14 +1463,37 @@ static int vc_exec_run(cl_proc *base)
     json_object_object_add(b, "command", json_object_new_string("perl"));
     json_object_object_add(b, "args", args);
     json_object_object_add(b, "cwd", json_object_new_string(VC_CWD));
-    json_object_object_add(b, "wait", json_object_new_boolean(0));
+    /* When nothing reads the output before the end
+     * (SBX_PLUGIN_EXEC_OUTPUT_AT_END), the command is run with wait: its
+     * answer (NDJSON: the command, then the command with its exitCode)
+     * ends with it, and the logs, read once then, are whole: two requests.
+     * An answer cut after its first line (a proxy that ends quiet
+     * connections, CASE-52) goes on as without wait: the logs followed,
+     * then the exit code asked. */
+    int at_end = (p->flags & SBX_PLUGIN_EXEC_OUTPUT_AT_END) != 0, have_code = 0;
+    int64_t x = 0;
+    cl_buf wb = { 0 };
+    json_object_object_add(b, "wait", json_object_new_boolean(at_end));
     const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
     cl_req rq = { .method = "POST", .body = bs, .body_len = strlen(bs),
+                  .sink = at_end ? vc_buf_sink : NULL, .sink_ud = &wb,
                   .idempotent = CL_UNSAFE, .what = "run the command" };
     cl_resp r = { 0 };
     rc = vc_call(sb, &ctx, &rq, "/cmd", &r, 0, op, NULL);
-    if (rc == 0 && !(j = cl_resp_json(&r, op, "run the command", NULL)))
+    if (at_end) {
+        j = vc_wait_answer(&wb, &have_code, &x);
+        if (rc < 0 && j && !have_code && (r.status == 0 || r.status / 100 == 2)
+            && !vc_is_gone(sb) && !cl_proc_stopping(base))
+            rc = 0;     /* cut after the start: followed below */
+        else if (rc == 0 && !j)
+            cl_fail(NULL, SBX_ERROR_CONNECTION, op, "vercel command answered without its "
+                    "start: %.80s", wb.data ? wb.data : "");
+        if (rc == 0 && !j)
+            rc = -1;
+    } else if (rc == 0 && !(j = cl_resp_json(&r, op, "run the command", NULL))) {
         rc = -1;
+    }
+    cl_buf_clear(&wb);
     cl_resp_clear(&r);
     const char *cid = j ? cl_json_str(cl_json_path(j, "command", NULL), "id") : NULL;
     if (rc == 0 && !cid) {
@@ -1486,6 +1543,8 @@ static int vc_exec_run(cl_proc *base)
     }
     if (rc < 0)
         goto fail;
+    if (have_code)
+        goto done;
     /* The exit code (the command has ended: the logs did). */
     free(suffix);
     suffix = cl_printf("/cmd/%s?wait=true", esc);
@@ -1497,7 +1556,6 @@ static int vc_exec_run(cl_proc *base)
     if (rc == 0 && !(j = cl_resp_json(&r3, op, "wait for the command", NULL)))
         rc = -1;
     cl_resp_clear(&r3);
-    int64_t x = 0;
     if (rc == 0 && cl_json_int(cl_json_path(j, "command", NULL), "exitCode", &x) != 1) {
         cl_fail(NULL, SBX_ERROR_CONNECTION, op, "vercel command %s ended without an exitCode",
                 id);
@@ -1505,6 +1563,7 @@ static int vc_exec_run(cl_proc *base)
     }
     if (rc < 0)
         goto fail;
+done:
     code = (int)(x & 0xff);
     goto out;
 fail:
