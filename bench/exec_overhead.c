@@ -27,7 +27,11 @@
  * reapers: a figure the machine's load does not change); then the
  * caller's own wake-ups per library exec (getrusage(RUSAGE_THREAD) around
  * each call only) and, out of process, the plugin host's (every thread of
- * each child of this program that is an sbx-plugin-host). Targets (issue "exec benchmarks"): p50 ratio
+ * each child of this program that is an sbx-plugin-host); last the time on
+ * a CPU per library exec of each of them (the caller's thread CPU clock
+ * around each call; /proc/PID/schedstat of the others, whatever they did
+ * meanwhile: the raw spawns do not touch them), which the machine's load
+ * does not change either. Targets (issue "exec benchmarks"): p50 ratio
  * <= 1.10, and <= 1.20 with 1 GiB held.
  *
  * Usage: exec_overhead [-n ITERATIONS] [-b BACKEND]   (default 400, local)
@@ -160,30 +164,54 @@ static long sleeps_of(long pid)
     return v;
 }
 
-/* Wake-ups so far of the supervisor and its children (the reapers). */
-static long supervisor_sleeps(void)
+/* Nanoseconds on a CPU so far of the task whose schedstat is at @path
+ * (its first field); 0 when unreadable. */
+static long long cpu_ns_at(const char *path)
 {
+    long long v = 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    if (fscanf(f, "%lld", &v) != 1)
+        v = 0;
+    fclose(f);
+    return v;
+}
+
+/* Wake-ups so far of the supervisor and its children (the reapers), and
+ * in *@cpu_ns their time on a CPU. Counts of a reaper that ended during
+ * the row are lost with it (reapers are kept across execs). */
+static long supervisor_sleeps(long long *cpu_ns)
+{
+    *cpu_ns = 0;
     if (g_sup <= 0)
         return 0;
     long total = sleeps_of(g_sup);
     char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/schedstat", g_sup);
+    *cpu_ns += cpu_ns_at(path);
     snprintf(path, sizeof path, "/proc/%ld/task/%ld/children", g_sup, g_sup);
     FILE *f = fopen(path, "r");
     if (!f)
         return total;
     long kid;
-    while (fscanf(f, "%ld", &kid) == 1)
+    while (fscanf(f, "%ld", &kid) == 1) {
         total += sleeps_of(kid);
+        snprintf(path, sizeof path, "/proc/%ld/schedstat", kid);
+        *cpu_ns += cpu_ns_at(path);
+    }
     fclose(f);
     return total;
 }
 
 /* Wake-ups so far of every thread of each plugin host this program
- * started (its children named sbx-plugin-host); 0 in process. */
-static long host_sleeps(void)
+ * started (its children named sbx-plugin-host), and in *@cpu_ns their time
+ * on a CPU; 0 in process. */
+static long host_sleeps(long long *cpu_ns)
 {
     char path[96], comm[64];
     long total = 0, kid;
+    *cpu_ns = 0;
     snprintf(path, sizeof path, "/proc/self/task/%ld/children", (long)getpid());
     FILE *f = fopen(path, "r");
     if (!f)
@@ -211,6 +239,8 @@ static long host_sleeps(void)
                     total += strtol(line + 24, NULL, 10);
             if (s)
                 fclose(s);
+            snprintf(st, sizeof st, "/proc/%ld/task/%s/schedstat", kid, e->d_name);
+            *cpu_ns += cpu_ns_at(st);
         }
         if (d)
             closedir(d);
@@ -224,6 +254,15 @@ static long own_sleeps(void)
 {
     struct rusage ru;
     return getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_nvcsw : 0;
+}
+
+/* The calling thread's time on a CPU so far, in nanoseconds. */
+static long long own_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 static void measure(sbx_sandbox *sb, const char *label, int shell_form, int n,
@@ -244,12 +283,15 @@ static void measure(sbx_sandbox *sb, const char *label, int shell_form, int n,
         lib_exec(sb, shell_form ? NULL : true_argv, shell_form ? "echo hi" : NULL);
         raw_spawn(shell_form ? raw_shell : raw_true);
     }
-    long sleeps0 = supervisor_sleeps(), host0 = host_sleeps(), own = 0;
+    long long sup_cpu0, host_cpu0, sup_cpu, host_cpu, own_cpu = 0;
+    long sleeps0 = supervisor_sleeps(&sup_cpu0), host0 = host_sleeps(&host_cpu0), own = 0;
     for (int i = 0; i < n; i++) {
         long own0 = own_sleeps();
+        long long cpu0 = own_cpu_ns();
         double t0 = now_us();
         int a = lib_exec(sb, shell_form ? NULL : true_argv, shell_form ? "echo hi" : NULL);
         double t1 = now_us();
+        own_cpu += own_cpu_ns() - cpu0;
         own += own_sleeps() - own0;
         int b = raw_spawn(shell_form ? raw_shell : raw_true);
         double t2 = now_us();
@@ -261,7 +303,9 @@ static void measure(sbx_sandbox *sb, const char *label, int shell_form, int n,
         raw[i] = t2 - t1;
     }
     /* The raw spawns (the supervisor never sees them) barely add to it. */
-    long sleeps = supervisor_sleeps() - sleeps0, host = host_sleeps() - host0;
+    long sleeps = supervisor_sleeps(&sup_cpu) - sleeps0, host = host_sleeps(&host_cpu) - host0;
+    sup_cpu -= sup_cpu0;
+    host_cpu -= host_cpu0;
     double lp50 = percentile(lib, (size_t)n, 0.50), lp99 = percentile(lib, (size_t)n, 0.99);
     double rp50 = percentile(raw, (size_t)n, 0.50), rp99 = percentile(raw, (size_t)n, 0.99);
     printf("%-22s lib p50 %8.1f us p99 %8.1f us | raw p50 %8.1f us p99 %8.1f us | ratio p50 %.3f p99 %.3f",
@@ -269,6 +313,9 @@ static void measure(sbx_sandbox *sb, const char *label, int shell_form, int n,
     if (g_sup > 0)
         printf(" | supervisor+reaper wake-ups/exec %.2f", (double)sleeps / n);
     printf(" | caller %.2f host %.2f", (double)own / n, (double)host / n);
+    printf(" | CPU us/exec caller %.0f host %.0f", own_cpu / 1e3 / n, host_cpu / 1e3 / n);
+    if (g_sup > 0)
+        printf(" supervisor+reapers %.0f", sup_cpu / 1e3 / n);
     printf("\n");
     free(lib);
     free(raw);

@@ -4257,9 +4257,11 @@ static void local_exec_free(sbx_plugin_process *process)
     pthread_mutex_lock(&p->lock);
     int running = !p->exited && !p->lost;
     pthread_mutex_unlock(&p->lock);
-    /* An end the caller took from the exit socket: its EXIT may wait on
-     * the connection already. */
-    if (running) {
+    /* Whether it still runs decides a kill below, which a caller with an
+     * exit socket never gets (it took the end from there, or frees a
+     * command it gave up on, whose tree the close ends): then the EXIT
+     * that may wait on the connection need not be read. */
+    if (running && !p->exit_fd_given) {
         bound now = make_bound(NULL, 0);
         while (running) {
             int r = proc_pump(p, &now);
