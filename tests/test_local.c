@@ -973,7 +973,7 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "30"
+#define N_TESTS "31"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
 #define N_TESTS "27"
@@ -2013,13 +2013,13 @@ Test(supervisor, calls_out_of_descriptors_are_resource_exhausted_in_process)
  * with resource_exhausted, and a failed one leaves nothing in TMPDIR (its
  * directory is removed by name when no descriptor is left to walk it).
  */
-Test(supervisor, creates_short_of_descriptors_fail_cleanly)
+static void creates_short_of_descriptors(const char *backend)
 {
     struct rlimit rl = { 128, 128 };
     cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
     setenv("SBX_LOCAL_WARM", "0", 1);
     sbx_error *err = NULL;
-    sbx_client *c = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_IN_PROCESS, &err);
+    sbx_client *c = sbx_client_new_with_mode(backend, SBX_PLUGIN_MODE_IN_PROCESS, &err);
     cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
     int failed = 0, made = 0;
     for (int keep = 0; keep <= 24; keep++) {
@@ -2051,6 +2051,18 @@ Test(supervisor, creates_short_of_descriptors_fail_cleanly)
     cr_assert_gt(made, 0, "no create succeeded with 24 descriptors left");
     sbx_client_free(c);
 }
+
+Test(supervisor, creates_short_of_descriptors_fail_cleanly)
+{
+    creates_short_of_descriptors("local");
+}
+
+#ifdef SBX_TEST_BUBBLEWRAP
+Test(supervisor, bubblewrap_creates_short_of_descriptors_fail_cleanly)
+{
+    creates_short_of_descriptors("bubblewrap");
+}
+#endif
 
 /* proto_rm_tree with no descriptor left: a tree that is more than a meta
  * directory's known entries (files and directories three levels deep) is

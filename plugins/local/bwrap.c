@@ -201,7 +201,8 @@ int bwrap_check_userns(const char *bwrap, const char *op, sbx_error **error)
 {
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) < 0) {
-        bfail(error, SBX_ERROR_CREATION_FAILED, op, "pipe: %s", strerror(errno));
+        bfail(error, local_errno_code(errno, SBX_ERROR_CREATION_FAILED), op, "pipe: %s",
+              strerror(errno));
         return -1;
     }
     /* As the sandbox's bwrap runs: as its user, with the options that an
@@ -1013,9 +1014,10 @@ int bwrap_prepare_dirs(const char *meta, const char *root, int owns_root, const 
     rc = 0;
     goto out;
 fail: {
-        sbx_error *err = bfail(error, SBX_ERROR_CREATION_FAILED, op,
+        int e = errno;
+        sbx_error *err = bfail(error, local_errno_code(e, SBX_ERROR_CREATION_FAILED), op,
                                "bubblewrap backend: cannot give %s to the sandbox's user "
-                               "(uid %u): %s", what, (unsigned)uid, strerror(errno));
+                               "(uid %u): %s", what, (unsigned)uid, strerror(e));
         bcontext(err, "path", what);
     }
 out:
@@ -1304,8 +1306,9 @@ int bwrap_make_workdir(const char *root, const char *workdir, char **made, const
         return 0;
     int rfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (rfd < 0) {
-        sbx_error *err = bfail(error, SBX_ERROR_CREATION_FAILED, op, "cannot open %s: %s", root,
-                               strerror(errno));
+        int e = errno;
+        sbx_error *err = bfail(error, local_errno_code(e, SBX_ERROR_CREATION_FAILED), op,
+                               "cannot open %s: %s", root, strerror(e));
         bcontext(err, "path", root);
         return -1;
     }
