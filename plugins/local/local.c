@@ -1234,7 +1234,8 @@ static int spawn_supervisor(const char *exe, char *const *argv, const bound *bdp
         child_end = fcntl(sv[1], F_DUPFD_CLOEXEC, 10);
         close(sv[1]);
         if (child_end < 0) {
-            fail(error, SBX_ERROR_CREATION_FAILED, op, "fcntl: %s", strerror(errno));
+            fail(error, local_errno_code(errno, SBX_ERROR_CREATION_FAILED), op, "fcntl: %s",
+                 strerror(errno));
             close(sv[0]);
             return -1;
         }
@@ -1291,7 +1292,7 @@ static int spawn_supervisor(const char *exe, char *const *argv, const bound *bdp
     for (size_t i = 0; i < nenvp; i++)
         free(envp[i]);
     if (r != 0) {
-        sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op,
+        sbx_error *err = fail(error, local_errno_code(r, SBX_ERROR_CREATION_FAILED), op,
                               "cannot start the supervisor %s: %s", exe, strerror(r));
         add_context(err, "path", exe);
         close(sv[0]);
