@@ -242,6 +242,19 @@ static long long file_size(const char *path)
     return stat(path, &st) == 0 ? (long long)st.st_size : -1;
 }
 
+/* Destroys @sb and checks that it ended by pid: its supervisor @sup and
+ * background process @bg are gone, and so is its directory @meta. */
+static void destroy_ends_it(sbx_sandbox *sb, pid_t sup, pid_t bg, const char *meta)
+{
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "destroy: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert(tu_wait_pid_gone(sup, 5.0), "the supervisor survived: %s", tu_proc_describe(sup));
+    cr_assert(tu_wait_pid_gone(bg, 5.0), "the background sleep survived: %s",
+              tu_proc_describe(bg));
+    cr_assert(!tu_exists(meta), "destroy left %s", meta);
+}
+
 /* The reproducer inverted on @backend (local: its socket is in reach of
  * anything running as this user, so the takeover is staged from here). */
 static void impostor_is_refused(const char *backend)
@@ -291,12 +304,7 @@ static void impostor_is_refused(const char *backend)
     err = NULL;
 
     /* destroy ends the real sandbox by pid, forged answers or not. */
-    cr_assert_eq(sbx_sandbox_destroy(again, &err), 0, "destroy: %s",
-                 err ? sbx_error_get0_message(err) : "");
-    cr_assert(tu_wait_pid_gone(sup, 5.0), "the supervisor survived: %s", tu_proc_describe(sup));
-    cr_assert(tu_wait_pid_gone(bg, 5.0), "the background sleep survived: %s",
-              tu_proc_describe(bg));
-    cr_assert(!tu_exists(meta), "destroy left %s", meta);
+    destroy_ends_it(again, sup, bg, meta);
     /* The impostor got not one byte: no argv, no env, no descriptor. */
     cr_assert_eq(tu_pid_gone(imp), 0, "destroy killed a process outside the sandbox");
     cr_assert_eq(file_size(log), 0, "the impostor received %lld bytes", file_size(log));
@@ -396,12 +404,7 @@ Test(supervisor, a_supervisor_that_does_not_answer_resumes_for_destroy_only)
     tu_assert_error(err, SBX_ERROR_TIMEOUT, want, NULL);
     sbx_error_clear(&err);
 
-    cr_assert_eq(sbx_sandbox_destroy(again, &err), 0, "destroy: %s",
-                 err ? sbx_error_get0_message(err) : "");
-    cr_assert(tu_wait_pid_gone(sup, 5.0), "the supervisor survived: %s", tu_proc_describe(sup));
-    cr_assert(tu_wait_pid_gone(bg, 5.0), "the background sleep survived: %s",
-              tu_proc_describe(bg));
-    cr_assert(!tu_exists(meta), "destroy left %s", meta);
+    destroy_ends_it(again, sup, bg, meta);
     sbx_sandbox_free(again);
     sbx_sandbox_free(sb);
     sbx_client_free(client);
