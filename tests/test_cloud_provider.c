@@ -1204,6 +1204,7 @@ typedef struct page_server {
     int fd, port, n, served;
     const page_answer *answers;
     char lines[8][256];
+    char bodies[8][256];    /* each request's body (by its Content-Length) */
     pthread_t thread;
 } page_server;
 
@@ -1226,9 +1227,19 @@ static void *page_serve(void *ud)
                 break;
         }
         buf[len] = '\0';
+        char *cl = strstr(buf, "\r\nContent-Length:"), *end = strstr(buf, "\r\n\r\n");
+        size_t want = cl ? strtoul(cl + 17, NULL, 10) : 0;
+        while (end && len < sizeof buf - 1 && len - (size_t)(end + 4 - buf) < want) {
+            ssize_t r = read(c, buf + len, sizeof buf - 1 - len);
+            if (r <= 0)
+                break;
+            len += (size_t)r;
+            buf[len] = '\0';
+        }
         const page_answer *a = &sv->answers[sv->served];
         snprintf(sv->lines[sv->served < 8 ? sv->served : 7], 256, "%.*s",
                  (int)strcspn(buf, "\r"), buf);
+        snprintf(sv->bodies[sv->served < 8 ? sv->served : 7], 256, "%s", end ? end + 4 : "");
         sv->served++;
         char out[4096];
         int n = snprintf(out, sizeof out, "HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
@@ -1436,6 +1447,41 @@ Test(provider, create_post)
     cr_assert_null(cl_create_post(h, NULL, NULL, NULL, body, "sandboxID", "a sandboxID",
                                   "create the sandbox", &id, NULL));
     cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
+    json_object_put(body);
+    cl_http_free(h);
+}
+
+/* A JSON POST: the body given as plain JSON, {} when none is given; the
+ * answer whatever its status; a URL that could not be made is
+ * resource_exhausted, nothing sent. */
+Test(provider, post_json)
+{
+    cl_http *h = cl_http_new();
+    page_server sv;
+    static const page_answer answers[] = {
+        { 200, NULL, "{\"ok\":true}" },
+        { 409, NULL, "{\"message\":\"busy\"}" },
+    };
+    page_start(&sv, answers, 2);
+    json_object *body = json_tokener_parse("{\"path\":\"/a b\"}");
+    cl_resp r = { 0 };
+    cr_assert_eq(cl_post_json(h, NULL, cl_printf("http://127.0.0.1:%d/v1/x/sb-1/read", sv.port),
+                              body, CL_SAFE, &r, "read_file", "read the file", NULL), 0);
+    cr_assert_eq(r.status, 200);
+    cl_resp_clear(&r);
+    cr_assert_eq(cl_post_json(h, NULL, cl_printf("http://127.0.0.1:%d/v1/x/sb-1/stop", sv.port),
+                              NULL, CL_UNSAFE, &r, "stop", "stop it", NULL), 0);
+    cr_assert_eq(r.status, 409);
+    cl_resp_clear(&r);
+    page_stop(&sv);
+    cr_assert_str_eq(sv.lines[0], "POST /v1/x/sb-1/read HTTP/1.1");
+    cr_assert_str_eq(sv.bodies[0], "{\"path\":\"\\/a b\"}");
+    cr_assert_str_eq(sv.lines[1], "POST /v1/x/sb-1/stop HTTP/1.1");
+    cr_assert_str_eq(sv.bodies[1], "{}");
+    cr_assert_eq(cl_post_json(h, NULL, NULL, body, CL_SAFE, &r, "stop", "stop it", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
+    cr_assert_str_eq(cl_last()->msg, "out of memory");
+    cr_assert_eq(sv.served, 2);
     json_object_put(body);
     cl_http_free(h);
 }

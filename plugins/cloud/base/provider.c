@@ -1452,6 +1452,22 @@ int cl_request_at(cl_http *h, const sbx_call_ctx *ctx, cl_req *rq, char *url, cl
     return rc;
 }
 
+int cl_post_json(cl_http *h, const sbx_call_ctx *ctx, char *url, json_object *body,
+                 cl_idempotency idem, cl_resp *r, const char *op, const char *what,
+                 sbx_error **error)
+{
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    json_object *empty = body ? NULL : json_object_new_object();
+    int rc = cl_request_json(h, ctx, "POST", url, body ? body : empty, idem, r, op, what,
+                             error);
+    json_object_put(empty);
+    free(url);
+    return rc;
+}
+
 int cl_item_request(cl_http *h, const sbx_call_ctx *ctx, const char *method, const char *api,
                     const char *collection, const char *id, const char *suffix,
                     json_object *body, cl_idempotency idem, cl_resp *r, const char *op,

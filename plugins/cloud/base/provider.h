@@ -1096,6 +1096,17 @@ int cl_request_at(cl_http *h, const sbx_call_ctx *ctx, cl_req *rq, char *url, cl
                   const char *op, sbx_error **error);
 
 /**
+ * POST @url, a string the call takes and frees (NULL, from a builder that
+ * ran out of memory: resource_exhausted, nothing sent), with @body (a JSON
+ * object the caller keeps; NULL sends {}) as a safe or unsafe call
+ * (@idem). Returns as cl_request(): 0 with the answer in @r (any status),
+ * -1 when none came.
+ */
+int cl_post_json(cl_http *h, const sbx_call_ctx *ctx, char *url, struct json_object *body,
+                 cl_idempotency idem, cl_resp *r, const char *op, const char *what,
+                 sbx_error **error);
+
+/**
  * cl_request_json() on cl_item_url(@api, @collection, @id, @suffix): a call
  * on one item (@body NULL: none). Returns as cl_request(); a URL that
  * cannot be made is resource_exhausted.

@@ -199,17 +199,7 @@ static int vc_post(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
                    const char *suffix, json_object *body, cl_idempotency idem, cl_resp *r,
                    const char *op, const char *what, sbx_error **error)
 {
-    char *url = vc_url(c, id, suffix);
-    if (!url) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    json_object *empty = body ? NULL : json_object_new_object();
-    int rc = cl_request_json(c->http, ctx, "POST", url, body ? body : empty, idem, r, op, what,
-                             error);
-    json_object_put(empty);
-    free(url);
-    return rc;
+    return cl_post_json(c->http, ctx, vc_url(c, id, suffix), body, idem, r, op, what, error);
 }
 
 /* How the provider's view of a sandbox is got and read: resume, and the
