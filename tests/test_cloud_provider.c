@@ -607,6 +607,56 @@ Test(provider, exec_check)
     cl_sandbox_clear(&s);
 }
 
+static char script_seen[512];   /* what exec_worker() saw of its command */
+
+/* A stand-in worker: keeps the script and overlay it got, writes "out" to
+ * stdout and ends with 7. */
+static int exec_worker(cl_proc *base)
+{
+    cl_script_proc *p = (cl_script_proc *)(void *)base;
+    snprintf(script_seen, sizeof script_seen, "%s|%s|%.9s", p->script, p->env[0], p->tag);
+    cl_proc_output(base, 1, "out", 3);
+    return 7;
+}
+
+/* The exec_start of a provider whose commands are script procs: the
+ * script in the workdir given, the overlay, the worker's output and exit
+ * code; a terminal and the gone flag refused before anything starts. */
+Test(provider, script_exec_start)
+{
+    cl_backend = "acme";
+    sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), "sb-9");
+    cr_assert_not_null(sb);
+    int out[2];
+    cr_assert_eq(pipe(out), 0);
+    static const char *const env[] = { "A=1", NULL };
+    sbx_plugin_exec_request rq = { 0 };
+    rq.struct_size = sizeof(rq);
+    rq.shell = "echo hi";
+    rq.env = env;
+    rq.stdin_fd = -1;
+    rq.stdout_fd = out[1];
+    rq.stderr_fd = -1;
+    sbx_plugin_process *proc = NULL;
+    cr_assert_eq(cl_script_exec_start(sb, "acme", "/w", &rq, run, exec_worker, &proc, NULL), 0);
+    int code = -1;
+    cr_assert_eq(cl_script_exec_wait(proc, NULL, 5000, &code, NULL), 1);
+    cr_assert_eq(code, 7);
+    cr_assert_str_eq(script_seen, "cd -- '/w' || exit 211\necho hi|A=1|sbx-exec-");
+    cl_gone_set(&sb->s.gone);
+    cl_script_exec_free(proc);
+    close(out[1]);
+    char buf[16] = { 0 };
+    cr_assert_eq(read(out[0], buf, sizeof buf - 1), 3);
+    cr_assert_str_eq(buf, "out");
+    close(out[0]);
+    proc = NULL;
+    cr_assert_eq(cl_script_exec_start(sb, "acme", "/w", &rq, run, exec_worker, &proc, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_null(proc);
+    cl_sandbox_free(sb);
+}
+
 /* The check of a provider that runs commands on a terminal: a terminal
  * passes, half a size is invalid_argument naming it, a user and the gone
  * flag as cl_exec_check(). */

@@ -1282,6 +1282,17 @@ int cl_script_proc_launch(cl_script_proc *p, cl_proc_run_fn run,
     return 0;
 }
 
+int cl_script_exec_start(sbx_plugin_sandbox *sb, const char *provider, const char *workdir,
+                         const sbx_plugin_exec_request *rq, cl_run_fn run_short,
+                         cl_proc_run_fn run, sbx_plugin_process **process, sbx_error **error)
+{
+    if (cl_exec_check((cl_sandbox *)(void *)sb, provider, rq, 0, error) < 0)
+        return -1;
+    cl_script_proc *p = cl_script_proc_new(sizeof(*p), sb, workdir, rq, run_short, "exec",
+                                           error);
+    return p ? cl_script_proc_launch(p, run, rq, "exec", process, error) : -1;
+}
+
 int cl_script_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
                         int *exit_code, sbx_error **error)
 {

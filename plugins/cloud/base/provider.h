@@ -1063,6 +1063,18 @@ int cl_script_proc_launch(cl_script_proc *p, cl_proc_run_fn run,
                           const sbx_plugin_exec_request *rq, const char *op,
                           sbx_plugin_process **process, sbx_error **error);
 
+/**
+ * The whole exec_start slot of a provider whose commands are cl_script_procs
+ * (op exec): cl_exec_check(@sb's head, @provider, @rq, 0), then
+ * cl_script_proc_new() of a plain cl_script_proc (cwd from @workdir when @rq
+ * names none, @run_short its runner) and cl_script_proc_launch() with the
+ * worker @run. 0 with *@process set, or -1 with *@error set and nothing
+ * left running.
+ */
+int cl_script_exec_start(sbx_plugin_sandbox *sb, const char *provider, const char *workdir,
+                         const sbx_plugin_exec_request *rq, cl_run_fn run_short,
+                         cl_proc_run_fn run, sbx_plugin_process **process, sbx_error **error);
+
 /** The exec_wait slot for a cl_script_proc: cl_exec_wait_script(). */
 int cl_script_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
                         int *exit_code, sbx_error **error);

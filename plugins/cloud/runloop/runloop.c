@@ -1548,11 +1548,8 @@ static int rl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          sbx_error **error)
 {
     (void)ctx;
-    if (cl_exec_check(&sb->s, RL_BACKEND, rq, 0, error) < 0)
-        return -1;
-    cl_script_proc *p = cl_script_proc_new(sizeof(*p), sb, sb->workdir, rq, rl_run_short,
-                                           "exec", error);
-    return p ? cl_script_proc_launch(p, rl_exec_run, rq, "exec", process, error) : -1;
+    return cl_script_exec_start(sb, RL_BACKEND, sb->workdir, rq, rl_run_short, rl_exec_run,
+                                process, error);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -1576,11 +1576,8 @@ static int vc_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          sbx_error **error)
 {
     (void)ctx;
-    if (cl_exec_check(&sb->s, VC_BACKEND, rq, 0, error) < 0)
-        return -1;
-    cl_script_proc *p = cl_script_proc_new(sizeof(*p), sb, sb->workdir, rq, vc_run_short,
-                                           "exec", error);
-    return p ? cl_script_proc_launch(p, vc_exec_run, rq, "exec", process, error) : -1;
+    return cl_script_exec_start(sb, VC_BACKEND, sb->workdir, rq, vc_run_short, vc_exec_run,
+                                process, error);
 }
 
 /* ------------------------------------------------------------------------ */
