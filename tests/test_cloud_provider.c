@@ -18,7 +18,9 @@
  * without its URL, write_file's upload and chmod, the fixed probe and
  * the end of client_new; a per-call environment as export lines, the
  * error of a file call's answer, and whether a sandbox ended (the gone
- * flag and error that follow), the setup slot.
+ * flag and error that follow), the setup slot; a JSON POST ({} for no
+ * body), the exec_start of script procs over a stand-in worker, and the
+ * list_files and read_file slots over a stand-in runner and download.
  * Errors are looked at through cl_last() (no host is loaded here).
  */
 #include "provider.h"
@@ -964,6 +966,90 @@ Test(provider, list_command_and_its_answer)
     cr_assert_eq(cl_list_answer(1, NULL, "rel/d", list_one, &l, "list_files", NULL), -1);
     cr_assert_eq(cl_last()->code, SBX_ERROR_EXECUTION_FAILED);
     cr_assert_str_eq(cl_last()->msg, "cannot list rel/d (find exited 1)");
+}
+
+/* A stand-in cl_run_out_fn: keeps the command, answers sb->code and a
+ * listing of two entries. */
+static int run_out(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd, int *code,
+                   char **out, const char *op, sbx_error **error)
+{
+    (void)ctx;
+    (void)op;
+    (void)error;
+    snprintf(sb->cmd, sizeof sb->cmd, "%s", cmd);
+    *code = sb->code;
+    *out = strdup("d 4096 sub\nf 5 a b\n");
+    return 0;
+}
+
+/* list_files by a command: the path made absolute against the directory
+ * given, each entry seen; a missing directory named as the caller gave
+ * it. */
+Test(provider, list_files_run)
+{
+    sbx_plugin_sandbox sb = { 0 };
+    cr_assert_eq(cl_sandbox_init(&sb.s, "sb-6"), 0);
+    listed l = { 0 };
+    cr_assert_eq(cl_list_files_run(&sb, NULL, "/home/u", "d x", run_out, list_one, &l, NULL),
+                 0);
+    cr_assert_str_eq(sb.cmd, "test -d '/home/u/d x' || exit 3; find '/home/u/d x' -mindepth 1 "
+                             "-maxdepth 1 -printf '%y %s %f\\n'");
+    cr_assert_eq(l.n, 2);
+    cr_assert_str_eq(l.names[0], "sub");
+    cr_assert_eq(l.dirs[0], 1);
+    cr_assert_str_eq(l.names[1], "a b");
+    cr_assert_eq(l.sizes[1], 5);
+    sb.code = 3;
+    cr_assert_eq(cl_list_files_run(&sb, NULL, NULL, "/abs", run_out, list_one, &l, NULL), -1);
+    cr_assert_str_eq(sb.cmd, "test -d '/abs' || exit 3; find '/abs' -mindepth 1 -maxdepth 1 "
+                             "-printf '%y %s %f\\n'");
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "no such directory in the sandbox: /abs");
+    cl_sandbox_clear(&sb.s);
+}
+
+/* A stand-in cl_download_fn: keeps the path; "/w/there" answers its
+ * bytes, anything else a 404. */
+static int download(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                    cl_sink_fn sink, void *ud, cl_resp *r, const char *op, sbx_error **error)
+{
+    (void)ctx;
+    (void)op;
+    (void)error;
+    snprintf(sb->cmd, sizeof sb->cmd, "%s", path);
+    if (strcmp(path, "/w/there") != 0) {
+        r->status = 404;
+        return -1;
+    }
+    r->status = 200;
+    return sink(ud, "a\0b", 3) < 0 ? -1 : 0;
+}
+
+/* read_file over a download: the path made absolute against the directory
+ * given, the bytes exact in the descriptor; a file the answer says is not
+ * there is not_found naming the caller's path. */
+Test(provider, read_file_by)
+{
+    sbx_plugin_sandbox sb = { 0 };
+    cr_assert_eq(cl_sandbox_init(&sb.s, "sb-7"), 0);
+    cl_http *h = cl_http_new();
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    cr_assert_eq(cl_read_file_by(&sb, h, NULL, "/w", "there", download, fds[1], NULL), 0);
+    cr_assert_str_eq(sb.cmd, "/w/there");
+    close(fds[1]);
+    char buf[8];
+    cr_assert_eq(read(fds[0], buf, sizeof buf), 3);
+    cr_assert_eq(memcmp(buf, "a\0b", 3), 0);
+    close(fds[0]);
+    cr_assert_eq(cl_read_file_by(&sb, h, NULL, "/w", "/etc/none", download, -1, NULL), -1);
+    cr_assert_str_eq(sb.cmd, "/etc/none");
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "no such file in the sandbox: /etc/none");
+    cr_assert_eq(cl_read_file_by(&sb, h, NULL, "/w", "gone", download, -1, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "no such file in the sandbox: gone");
+    cl_http_free(h);
+    cl_sandbox_clear(&sb.s);
 }
 
 Test(provider, token_ids_match_only_their_token)

@@ -197,6 +197,40 @@ int cl_list_answer(int code, char *out, const char *shown, sbx_plugin_file_fn fn
     return 0;
 }
 
+int cl_list_files_run(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *dir,
+                      const char *path, cl_run_out_fn run, sbx_plugin_file_fn fn, void *ud,
+                      sbx_error **error)
+{
+    const char *op = "list_files";
+    char *p = cl_path_in(dir, path), *cmd = p ? cl_list_command(p) : NULL;
+    char *out = NULL;
+    int code = 0, rc = -1;
+    if (!cmd)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else if (run(sb, ctx, cmd, &code, &out, op, error) == 0)
+        rc = cl_list_answer(code, out, path, fn, ud, op, error);
+    free(out);
+    free(cmd);
+    free(p);
+    return rc;
+}
+
+int cl_read_file_by(sbx_plugin_sandbox *sb, cl_http *h, const sbx_call_ctx *ctx, const char *dir,
+                    const char *path, cl_download_fn download, int fd, sbx_error **error)
+{
+    const char *op = "read_file";
+    char *p = cl_path_in(dir, path);
+    cl_resp r = { 0 };
+    int rc = p ? download(sb, ctx, p, cl_fd_sink, &fd, &r, op, error) : -1;
+    if (!p)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    if (rc < 0 && r.status)
+        cl_file_fail((cl_sandbox *)(void *)sb, h, &r, 0, op, path, "file", error);
+    free(p);
+    cl_resp_clear(&r);
+    return rc;
+}
+
 json_object *cl_state_new(cl_sandbox *s, const char *provider, int version,
                           const char *id_key, const char *workdir, sbx_error **error)
 {

@@ -645,6 +645,45 @@ int cl_list_answer(int code, char *out, const char *shown, sbx_plugin_file_fn fn
                    const char *op, sbx_error **error);
 
 /**
+ * A plugin's runner of a command whose stdout it keeps: 0 with its exit
+ * status in *@code and its stdout (a new NUL-ended string, or NULL when
+ * @out is NULL) in *@out; -1 with *@error set when it could not be run.
+ */
+typedef int (*cl_run_out_fn)(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
+                             int *code, char **out, const char *op, sbx_error **error);
+
+/**
+ * The list_files slot of a provider without a list call (op list_files):
+ * @path made absolute against @dir (cl_path_in()), listed by
+ * cl_list_command() run by @run, its answer read by cl_list_answer() (the
+ * caller's @path shown). 0 after @fn saw each entry, -1 with *@error set
+ * (resource_exhausted when out of memory).
+ */
+int cl_list_files_run(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *dir,
+                      const char *path, cl_run_out_fn run, sbx_plugin_file_fn fn, void *ud,
+                      sbx_error **error);
+
+/**
+ * A plugin's download of the file @path (absolute, as the provider takes
+ * it): its raw bytes to @sink (@ud) when the answer is 2xx; 0 with the
+ * answer in @r, or -1 with @r's status (0 when no answer came) and, unless
+ * the answer says the file is not there, *@error set.
+ */
+typedef int (*cl_download_fn)(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                              cl_sink_fn sink, void *ud, cl_resp *r, const char *op,
+                              sbx_error **error);
+
+/**
+ * The read_file slot over a plugin's download (op read_file): @path made
+ * absolute against @dir (cl_path_in()), its bytes written to @fd. 0, or -1
+ * with *@error set: an answer the download refused is cl_file_fail() of
+ * @sb's head (through @h, by the answer, "file", the caller's @path); out
+ * of memory is resource_exhausted.
+ */
+int cl_read_file_by(sbx_plugin_sandbox *sb, cl_http *h, const sbx_call_ctx *ctx, const char *dir,
+                    const char *path, cl_download_fn download, int fd, sbx_error **error);
+
+/**
  * The client's config JSON @config_json parsed: 0 with a new object
  * (json_object_put()) in *@cfg, or NULL when @config_json is NULL or "";
  * -1 with configuration "@provider client options must be a JSON object"

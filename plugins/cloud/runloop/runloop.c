@@ -477,13 +477,6 @@ static int rl_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 /* Files: upload_file (multipart) and download_file, raw bytes (CASE-17)      */
 /* ------------------------------------------------------------------------ */
 
-/* @path as the provider takes it: an absolute path as is; a relative one
- * from the workdir, or as is (Runloop takes it from the home directory). */
-static char *rl_path(struct sbx_plugin_sandbox *sb, const char *path)
-{
-    return cl_path_in(sb->workdir, path);
-}
-
 /* The error of a file call's answer @r (provider.h). */
 #define rl_file_fail(sb, r, op, path, what, error) \
     cl_file_fail(&(sb)->s, (sb)->c->http, (r), 0, (op), (path), (what), (error))
@@ -501,20 +494,12 @@ static int rl_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, c
     return rc;
 }
 
+/* Relative paths from the workdir, else as given (Runloop takes them
+ * from the home directory). */
 static int rl_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                         sbx_error **error)
 {
-    const char *op = "read_file";
-    char *p = rl_path(sb, path);
-    cl_resp r = { 0 };
-    int rc = p ? rl_download(sb, ctx, p, cl_fd_sink, &fd, &r, op, error) : -1;
-    if (!p)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    if (rc < 0 && r.status)
-        rl_file_fail(sb, &r, op, path, "file", error);
-    free(p);
-    cl_resp_clear(&r);
-    return rc;
+    return cl_read_file_by(sb, sb->c->http, ctx, sb->workdir, path, rl_download, fd, error);
 }
 
 /* Uploads what @fd holds (to its end) as @path (provider form): multipart
@@ -573,22 +558,19 @@ static int rl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
     return cl_write_file(sb, ctx, sb->workdir, path, fd, mode, rl_upload, rl_run_short, error);
 }
 
-/* The listing by a command: "TYPE SIZE NAME" lines of find -printf. */
+/* rl_execute() without live output: a cl_run_out_fn. */
+static int rl_run_out(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd, int *code,
+                      char **out, const char *op, sbx_error **error)
+{
+    return rl_execute(sb, ctx, cmd, code, out, NULL, NULL, op, error);
+}
+
+/* The listing by a command: "TYPE SIZE NAME" lines of find -printf;
+ * relative paths as rl_read_file() takes them. */
 static int rl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
-    const char *op = "list_files";
-    char *p = rl_path(sb, path), *cmd = p ? cl_list_command(p) : NULL;
-    char *out = NULL;
-    int code = 0, rc = -1;
-    if (!cmd)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (rl_execute(sb, ctx, cmd, &code, &out, NULL, NULL, op, error) == 0)
-        rc = cl_list_answer(code, out, path, fn, ud, op, error);
-    free(out);
-    free(cmd);
-    free(p);
-    return rc;
+    return cl_list_files_run(sb, ctx, sb->workdir, path, rl_run_out, fn, ud, error);
 }
 
 /* ------------------------------------------------------------------------ */

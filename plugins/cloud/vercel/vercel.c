@@ -414,13 +414,6 @@ static int vc_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 /* Files: fs/write (a gzipped tar) and fs/read (raw bytes, CASE-17)          */
 /* ------------------------------------------------------------------------ */
 
-/* @path as the provider takes it: absolute as is; relative from the
- * workdir, else from Vercel's cwd. A new string. */
-static char *vc_path(struct sbx_plugin_sandbox *sb, const char *path)
-{
-    return cl_path_in(sb->workdir ? sb->workdir : VC_CWD, path);
-}
-
 /* The error of a file call's answer @r (provider.h). */
 #define vc_file_fail(sb, r, op, path, what, error) \
     cl_file_fail(&(sb)->s, (sb)->c->http, (r), 0, (op), (path), (what), (error))
@@ -439,20 +432,12 @@ static int vc_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, c
     return rc;
 }
 
+/* Relative paths from the workdir, else from Vercel's cwd. */
 static int vc_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                         sbx_error **error)
 {
-    const char *op = "read_file";
-    char *p = vc_path(sb, path);
-    cl_resp r = { 0 };
-    int rc = p ? vc_download(sb, ctx, p, cl_fd_sink, &fd, &r, op, error) : -1;
-    if (!p)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    if (rc < 0 && r.status)
-        vc_file_fail(sb, &r, op, path, "file", error);
-    free(p);
-    cl_resp_clear(&r);
-    return rc;
+    return cl_read_file_by(sb, sb->c->http, ctx, sb->workdir ? sb->workdir : VC_CWD, path,
+                           vc_download, fd, error);
 }
 
 static uint32_t vc_crc_table[256];
@@ -640,22 +625,13 @@ static int vc_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                          vc_upload_file, vc_run_short, error);
 }
 
-/* The listing by a command: "TYPE SIZE NAME" lines of find -printf. */
+/* The listing by a command: "TYPE SIZE NAME" lines of find -printf;
+ * relative paths as vc_read_file() takes them. */
 static int vc_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
-    const char *op = "list_files";
-    char *p = vc_path(sb, path), *cmd = p ? cl_list_command(p) : NULL;
-    char *out = NULL;
-    int code = 0, rc = -1;
-    if (!cmd)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (vc_execute(sb, ctx, cmd, &code, &out, op, error) == 0)
-        rc = cl_list_answer(code, out, path, fn, ud, op, error);
-    free(out);
-    free(cmd);
-    free(p);
-    return rc;
+    return cl_list_files_run(sb, ctx, sb->workdir ? sb->workdir : VC_CWD, path, vc_execute, fn,
+                             ud, error);
 }
 
 /* ------------------------------------------------------------------------ */
