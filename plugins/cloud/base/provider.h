@@ -40,7 +40,10 @@
  *   - the create's refusals by table (options the provider cannot honour,
  *     backend_options of a provider that takes none) and its ownership
  *     labels; a paged listing, and list_owned's item (with RFC 3339
- *     times).
+ *     times);
+ *   - a JSON POST that sends {} for no body, the exec_start slot of a
+ *     provider whose commands are script procs, and the list_files slot by
+ *     a command and the read_file slot over a download.
  *
  * Prefix, threading, errors and ownership as in cloud.h.
  */
