@@ -20,7 +20,9 @@
  * error of a file call's answer, and whether a sandbox ended (the gone
  * flag and error that follow), the setup slot; a JSON POST ({} for no
  * body), the exec_start of script procs over a stand-in worker, and the
- * list_files and read_file slots over a stand-in runner and download.
+ * list_files and read_file slots over a stand-in runner and download;
+ * the gone error with the provider's view, through a host that records
+ * context.
  * Errors are looked at through cl_last() (no host is loaded here).
  */
 #include "provider.h"
@@ -966,6 +968,54 @@ Test(provider, list_command_and_its_answer)
     cr_assert_eq(cl_list_answer(1, NULL, "rel/d", list_one, &l, "list_files", NULL), -1);
     cr_assert_eq(cl_last()->code, SBX_ERROR_EXECUTION_FAILED);
     cr_assert_str_eq(cl_last()->msg, "cannot list rel/d (find exited 1)");
+}
+
+/* An error as the recording host below makes it: its context pairs. */
+struct sbx_error {
+    char pairs[256];    /* "k=v;" for each context pair, in order */
+};
+
+static void rec_set_error(sbx_error **error, sbx_error_code code, const char *op,
+                          const char *fmt, ...)
+{
+    (void)code;
+    (void)op;
+    (void)fmt;
+    *error = calloc(1, sizeof(**error));
+}
+
+static void rec_add_context(sbx_error *e, const char *key, const char *value)
+{
+    size_t k = strlen(e->pairs);
+    snprintf(e->pairs + k, sizeof e->pairs - k, "%s=%s;", key, value);
+}
+
+static const sbx_host_services rec_host = { .struct_size = sizeof(sbx_host_services),
+                                            .set_error = rec_set_error,
+                                            .error_add_context = rec_add_context };
+
+/* The gone error with the provider's view: the members named that the
+ * view holds as strings, in order, "status" as "state"; none without a
+ * view. */
+Test(provider, gone_error_view)
+{
+    cl_host = &rec_host;
+    static const char *const keys[] = { "status", "failure_reason", "shutdown_reason", NULL };
+    json_object *view = json_tokener_parse("{\"status\":\"failure\",\"failure_reason\":"
+                                           "\"out_of_memory\",\"shutdown_reason\":7}");
+    sbx_error *err = NULL;
+    cr_assert_eq(cl_gone_error_view(&err, "exec", "acme", "dbx-1", view, keys), err);
+    cr_assert_str_eq(err->pairs, "sandbox_id=dbx-1;reason=gone;state=failure;"
+                                 "failure_reason=out_of_memory;");
+    free(err);
+    err = NULL;
+    cl_gone_error_view(&err, "exec", "acme", "dbx-1", NULL, keys);
+    cr_assert_str_eq(err->pairs, "sandbox_id=dbx-1;reason=gone;");
+    free(err);
+    cl_host = NULL;
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox dbx-1 is gone (the provider no longer has it)");
+    json_object_put(view);
 }
 
 /* A stand-in cl_run_out_fn: keeps the command, answers sb->code and a

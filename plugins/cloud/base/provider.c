@@ -61,6 +61,16 @@ sbx_error *cl_gone_error(sbx_error **error, const char *op, const char *provider
     return err;
 }
 
+sbx_error *cl_gone_error_view(sbx_error **error, const char *op, const char *provider,
+                              const char *id, json_object *view, const char *const *keys)
+{
+    sbx_error *err = cl_gone_error(error, op, provider, id);
+    for (int i = 0; view && keys[i]; i++)
+        cl_context(err, strcmp(keys[i], "status") == 0 ? "state" : keys[i],
+                   cl_json_str(view, keys[i]));
+    return err;
+}
+
 int cl_gone_check(cl_gone *g, const char *op, const char *provider, const char *id,
                   sbx_error **error)
 {

@@ -3,7 +3,8 @@
  * (provider.c, in the same static base library):
  *
  *   - the "gone" flag of a sandbox the provider no longer has, and its
- *     not_found error with reason "gone" (CASE-32);
+ *     not_found error with reason "gone" (CASE-32), with what the
+ *     provider's view says of it as context;
  *   - the wait until a sandbox (or a snapshot) reaches a state, polled with
  *     a growing pause and bounded by the call's deadline;
  *   - the session state's shape: a versioned JSON object holding no secret,
@@ -78,6 +79,16 @@ void cl_gone_set(cl_gone *g);
  */
 sbx_error *cl_gone_error(sbx_error **error, const char *op, const char *provider,
                          const char *id);
+
+/**
+ * cl_gone_error() with what the provider's view @view (NULL: none) says of
+ * the sandbox: for each member named in @keys (NULL-ended) that @view
+ * holds as a string, context KEY=VALUE, the member "status" given as
+ * "state". Returns the error as cl_gone_error() does.
+ */
+sbx_error *cl_gone_error_view(sbx_error **error, const char *op, const char *provider,
+                              const char *id, struct json_object *view,
+                              const char *const *keys);
 
 /**
  * -1 with cl_gone_error() in *@error when @g is set, else 0.

@@ -153,16 +153,8 @@ static int rl_terminal(const char *status)
 static sbx_error *rl_gone_error(sbx_error **error, const char *op, const char *id,
                                 json_object *view)
 {
-    sbx_error *err = cl_gone_error(error, op, RL_BACKEND, id);
-    if (view) {
-        static const char *const keys[] = { "status", "failure_reason", "shutdown_reason", NULL };
-        for (int i = 0; keys[i]; i++) {
-            const char *v = cl_json_str(view, keys[i]);
-            if (v)
-                cl_context(err, strcmp(keys[i], "status") == 0 ? "state" : keys[i], v);
-        }
-    }
-    return err;
+    static const char *const keys[] = { "status", "failure_reason", "shutdown_reason", NULL };
+    return cl_gone_error_view(error, op, RL_BACKEND, id, view, keys);
 }
 
 /* GET /v1/devboxes/{id}: the DevboxView, or NULL (*@status: 0 when no

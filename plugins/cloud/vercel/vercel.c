@@ -150,14 +150,13 @@ static int vc_terminal(const char *status)
     return cl_str_in(status, vc_dead);
 }
 
+/* The gone error of sandbox @id, with its status from @sandbox (may be
+ * NULL). */
 static sbx_error *vc_gone_error(sbx_error **error, const char *op, const char *id,
                                 json_object *sandbox)
 {
-    sbx_error *err = cl_gone_error(error, op, VC_BACKEND, id);
-    const char *s = sandbox ? cl_json_str(sandbox, "status") : NULL;
-    if (s)
-        cl_context(err, "state", s);
-    return err;
+    static const char *const keys[] = { "status", NULL };
+    return cl_gone_error_view(error, op, VC_BACKEND, id, sandbox, keys);
 }
 
 /* "@api/v1/sandboxes[/ID]@suffix" with ?teamId= (or &teamId= when @suffix
