@@ -252,12 +252,9 @@ static int tl_wake_look(void *ud, const char **state, sbx_error **error)
     if (strcmp(s, "running") == 0) {
         rc = 1;
     } else if (strcmp(s, "terminated") == 0 || strcmp(s, "timeout") == 0) {
+        static const char *const keys[] = { "status", "termination_reason", NULL };
         tl_mark_gone(sb);
-        sbx_error *err = tl_gone_error(error, w->op, sb->s.id);
-        cl_context(err, "state", s);
-        const char *why = cl_json_str(j, "termination_reason");
-        if (why)
-            cl_context(err, "termination_reason", why);
+        cl_gone_error_view(error, w->op, TL_BACKEND, sb->s.id, j, keys);
         rc = -1;
     } else if (strcmp(s, "suspended") == 0 && !w->resumed) {
         cl_resp r = { 0 };
