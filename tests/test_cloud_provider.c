@@ -22,7 +22,7 @@
  * body), the exec_start of script procs over a stand-in worker, and the
  * list_files and read_file slots over a stand-in runner and download;
  * the gone error with the provider's view, through a host that records
- * context.
+ * context; a status read with the provider's word for none.
  * Errors are looked at through cl_last() (no host is loaded here).
  */
 #include "provider.h"
@@ -1734,6 +1734,18 @@ Test(provider, sandbox_call)
     cr_assert_str_eq(sv.lines[3], "POST /sandboxes/sb-4/stop HTTP/1.1");
     cl_sandbox_clear(&s);
     cl_http_free(h);
+}
+
+/* A status read with the provider's word for none: the string when the
+ * member is one, else the default (no object, no member, not a string). */
+Test(provider, json_str_or)
+{
+    json_object *j = json_tokener_parse("{\"status\":\"running\",\"code\":3}");
+    cr_assert_str_eq(cl_json_str_or(j, "status", "unknown"), "running");
+    cr_assert_str_eq(cl_json_str_or(j, "state", "unknown"), "unknown");
+    cr_assert_str_eq(cl_json_str_or(j, "code", "UNKNOWN"), "UNKNOWN");
+    cr_assert_str_eq(cl_json_str_or(NULL, "status", "none"), "none");
+    json_object_put(j);
 }
 
 Test(provider, str_in)

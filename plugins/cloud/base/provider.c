@@ -576,6 +576,12 @@ char *cl_printf(const char *fmt, ...)
     return s;
 }
 
+const char *cl_json_str_or(json_object *o, const char *key, const char *dflt)
+{
+    const char *s = cl_json_str(o, key);
+    return s ? s : dflt;
+}
+
 int cl_str_in(const char *s, const char *const *list)
 {
     for (size_t i = 0; s && list && list[i]; i++)

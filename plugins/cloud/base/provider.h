@@ -370,6 +370,11 @@ char *cl_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  */
 char **cl_strv_dup(const char *const *v);
 
+/** The string member @key of @o (borrowed), or @dflt when @o is NULL or
+ *  holds no string there: a provider's status with the word it uses for
+ *  none. */
+const char *cl_json_str_or(struct json_object *o, const char *key, const char *dflt);
+
 /** 1 when @s is one of the NULL-terminated @list (a provider's ended
  *  states, say), else 0; 0 when @s or @list is NULL. */
 int cl_str_in(const char *s, const char *const *list);

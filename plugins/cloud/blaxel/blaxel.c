@@ -189,11 +189,7 @@ static int bl_terminal(const char *s)
     return cl_str_in(s, bl_dead);
 }
 
-static const char *bl_status(json_object *j)
-{
-    const char *s = cl_json_str(j, "status");
-    return s ? s : "UNKNOWN";
-}
+#define bl_status(j) cl_json_str_or((j), "status", "UNKNOWN")
 
 /* GET /sandboxes/{name}: the Sandbox, or NULL (*@status: 0 when no answer). */
 static json_object *bl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,

@@ -134,11 +134,7 @@ typedef cl_script_proc rl_proc;  /* provider.h */
 #define rl_refuse(error, option, value, why) \
     cl_refuse((error), RL_BACKEND, (option), (value), (why))
 
-static const char *rl_status(json_object *j)
-{
-    const char *s = cl_json_str(j, "status");
-    return s ? s : "unknown";
-}
+#define rl_status(j) cl_json_str_or((j), "status", "unknown")
 
 /* Ended: nothing more runs in it. */
 static const char *const rl_dead[] = { "shutdown", "failure", NULL };

@@ -186,11 +186,7 @@ static json_object *tl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
     return cl_item_get(c->http, ctx, c->api, "sandboxes", id, status, op, "get the sandbox", error);
 }
 
-static const char *tl_status(json_object *j)
-{
-    const char *s = cl_json_str(j, "status");
-    return s ? s : "unknown";
-}
+#define tl_status(j) cl_json_str_or((j), "status", "unknown")
 
 static int tl_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                      const char *op, sbx_error **error)

@@ -136,11 +136,7 @@ typedef cl_script_proc vc_proc;  /* provider.h */
 #define vc_refuse(error, option, value, why) \
     cl_refuse((error), VC_BACKEND, (option), (value), (why))
 
-static const char *vc_status(json_object *j)
-{
-    const char *s = cl_json_str(j, "status");
-    return s ? s : "unknown";
-}
+#define vc_status(j) cl_json_str_or((j), "status", "unknown")
 
 /* Ended, or ending: nothing more runs in it. */
 static const char *const vc_dead[] = { "stopped", "failed", "aborted", "stopping", NULL };
