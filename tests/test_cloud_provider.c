@@ -18,7 +18,11 @@
  * without its URL, write_file's upload and chmod, the fixed probe and
  * the end of client_new; a per-call environment as export lines, the
  * error of a file call's answer, and whether a sandbox ended (the gone
- * flag and error that follow), the setup slot.
+ * flag and error that follow), the setup slot; a JSON POST ({} for no
+ * body), the exec_start of script procs over a stand-in worker, and the
+ * list_files and read_file slots over a stand-in runner and download;
+ * the gone error with the provider's view, through a host that records
+ * context; a status read with the provider's word for none.
  * Errors are looked at through cl_last() (no host is loaded here).
  */
 #include "provider.h"
@@ -607,6 +611,56 @@ Test(provider, exec_check)
     cl_sandbox_clear(&s);
 }
 
+static char script_seen[512];   /* what exec_worker() saw of its command */
+
+/* A stand-in worker: keeps the script and overlay it got, writes "out" to
+ * stdout and ends with 7. */
+static int exec_worker(cl_proc *base)
+{
+    cl_script_proc *p = (cl_script_proc *)(void *)base;
+    snprintf(script_seen, sizeof script_seen, "%s|%s|%.9s", p->script, p->env[0], p->tag);
+    cl_proc_output(base, 1, "out", 3);
+    return 7;
+}
+
+/* The exec_start of a provider whose commands are script procs: the
+ * script in the workdir given, the overlay, the worker's output and exit
+ * code; a terminal and the gone flag refused before anything starts. */
+Test(provider, script_exec_start)
+{
+    cl_backend = "acme";
+    sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), "sb-9");
+    cr_assert_not_null(sb);
+    int out[2];
+    cr_assert_eq(pipe(out), 0);
+    static const char *const env[] = { "A=1", NULL };
+    sbx_plugin_exec_request rq = { 0 };
+    rq.struct_size = sizeof(rq);
+    rq.shell = "echo hi";
+    rq.env = env;
+    rq.stdin_fd = -1;
+    rq.stdout_fd = out[1];
+    rq.stderr_fd = -1;
+    sbx_plugin_process *proc = NULL;
+    cr_assert_eq(cl_script_exec_start(sb, "acme", "/w", &rq, run, exec_worker, &proc, NULL), 0);
+    int code = -1;
+    cr_assert_eq(cl_script_exec_wait(proc, NULL, 5000, &code, NULL), 1);
+    cr_assert_eq(code, 7);
+    cr_assert_str_eq(script_seen, "cd -- '/w' || exit 211\necho hi|A=1|sbx-exec-");
+    cl_gone_set(&sb->s.gone);
+    cl_script_exec_free(proc);
+    close(out[1]);
+    char buf[16] = { 0 };
+    cr_assert_eq(read(out[0], buf, sizeof buf - 1), 3);
+    cr_assert_str_eq(buf, "out");
+    close(out[0]);
+    proc = NULL;
+    cr_assert_eq(cl_script_exec_start(sb, "acme", "/w", &rq, run, exec_worker, &proc, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_null(proc);
+    cl_sandbox_free(sb);
+}
+
 /* The check of a provider that runs commands on a terminal: a terminal
  * passes, half a size is invalid_argument naming it, a user and the gone
  * flag as cl_exec_check(). */
@@ -916,6 +970,138 @@ Test(provider, list_command_and_its_answer)
     cr_assert_str_eq(cl_last()->msg, "cannot list rel/d (find exited 1)");
 }
 
+/* An error as the recording host below makes it: its context pairs. */
+struct sbx_error {
+    char pairs[256];    /* "k=v;" for each context pair, in order */
+};
+
+static void rec_set_error(sbx_error **error, sbx_error_code code, const char *op,
+                          const char *fmt, ...)
+{
+    (void)code;
+    (void)op;
+    (void)fmt;
+    *error = calloc(1, sizeof(**error));
+}
+
+static void rec_add_context(sbx_error *e, const char *key, const char *value)
+{
+    size_t k = strlen(e->pairs);
+    snprintf(e->pairs + k, sizeof e->pairs - k, "%s=%s;", key, value);
+}
+
+static const sbx_host_services rec_host = { .struct_size = sizeof(sbx_host_services),
+                                            .set_error = rec_set_error,
+                                            .error_add_context = rec_add_context };
+
+/* The gone error with the provider's view: the members named that the
+ * view holds as strings, in order, "status" as "state"; none without a
+ * view. */
+Test(provider, gone_error_view)
+{
+    cl_host = &rec_host;
+    static const char *const keys[] = { "status", "failure_reason", "shutdown_reason", NULL };
+    json_object *view = json_tokener_parse("{\"status\":\"failure\",\"failure_reason\":"
+                                           "\"out_of_memory\",\"shutdown_reason\":7}");
+    sbx_error *err = NULL;
+    cr_assert_eq(cl_gone_error_view(&err, "exec", "acme", "dbx-1", view, keys), err);
+    cr_assert_str_eq(err->pairs, "sandbox_id=dbx-1;reason=gone;state=failure;"
+                                 "failure_reason=out_of_memory;");
+    free(err);
+    err = NULL;
+    cl_gone_error_view(&err, "exec", "acme", "dbx-1", NULL, keys);
+    cr_assert_str_eq(err->pairs, "sandbox_id=dbx-1;reason=gone;");
+    free(err);
+    cl_host = NULL;
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox dbx-1 is gone (the provider no longer has it)");
+    json_object_put(view);
+}
+
+/* A stand-in cl_run_out_fn: keeps the command, answers sb->code and a
+ * listing of two entries. */
+static int run_out(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd, int *code,
+                   char **out, const char *op, sbx_error **error)
+{
+    (void)ctx;
+    (void)op;
+    (void)error;
+    snprintf(sb->cmd, sizeof sb->cmd, "%s", cmd);
+    *code = sb->code;
+    *out = strdup("d 4096 sub\nf 5 a b\n");
+    return 0;
+}
+
+/* list_files by a command: the path made absolute against the directory
+ * given, each entry seen; a missing directory named as the caller gave
+ * it. */
+Test(provider, list_files_run)
+{
+    sbx_plugin_sandbox sb = { 0 };
+    cr_assert_eq(cl_sandbox_init(&sb.s, "sb-6"), 0);
+    listed l = { 0 };
+    cr_assert_eq(cl_list_files_run(&sb, NULL, "/home/u", "d x", run_out, list_one, &l, NULL),
+                 0);
+    cr_assert_str_eq(sb.cmd, "test -d '/home/u/d x' || exit 3; find '/home/u/d x' -mindepth 1 "
+                             "-maxdepth 1 -printf '%y %s %f\\n'");
+    cr_assert_eq(l.n, 2);
+    cr_assert_str_eq(l.names[0], "sub");
+    cr_assert_eq(l.dirs[0], 1);
+    cr_assert_str_eq(l.names[1], "a b");
+    cr_assert_eq(l.sizes[1], 5);
+    sb.code = 3;
+    cr_assert_eq(cl_list_files_run(&sb, NULL, NULL, "/abs", run_out, list_one, &l, NULL), -1);
+    cr_assert_str_eq(sb.cmd, "test -d '/abs' || exit 3; find '/abs' -mindepth 1 -maxdepth 1 "
+                             "-printf '%y %s %f\\n'");
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "no such directory in the sandbox: /abs");
+    cl_sandbox_clear(&sb.s);
+}
+
+/* A stand-in cl_download_fn: keeps the path; "/w/there" answers its
+ * bytes, anything else a 404. */
+static int download(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                    cl_sink_fn sink, void *ud, cl_resp *r, const char *op, sbx_error **error)
+{
+    (void)ctx;
+    (void)op;
+    (void)error;
+    snprintf(sb->cmd, sizeof sb->cmd, "%s", path);
+    if (strcmp(path, "/w/there") != 0) {
+        r->status = 404;
+        return -1;
+    }
+    r->status = 200;
+    return sink(ud, "a\0b", 3) < 0 ? -1 : 0;
+}
+
+/* read_file over a download: the path made absolute against the directory
+ * given, the bytes exact in the descriptor; a file the answer says is not
+ * there is not_found naming the caller's path. */
+Test(provider, read_file_by)
+{
+    sbx_plugin_sandbox sb = { 0 };
+    cr_assert_eq(cl_sandbox_init(&sb.s, "sb-7"), 0);
+    cl_http *h = cl_http_new();
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    cr_assert_eq(cl_read_file_by(&sb, h, NULL, "/w", "there", download, fds[1], NULL), 0);
+    cr_assert_str_eq(sb.cmd, "/w/there");
+    close(fds[1]);
+    char buf[8];
+    cr_assert_eq(read(fds[0], buf, sizeof buf), 3);
+    cr_assert_eq(memcmp(buf, "a\0b", 3), 0);
+    close(fds[0]);
+    cr_assert_eq(cl_read_file_by(&sb, h, NULL, "/w", "/etc/none", download, -1, NULL), -1);
+    cr_assert_str_eq(sb.cmd, "/etc/none");
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "no such file in the sandbox: /etc/none");
+    cr_assert_eq(cl_read_file_by(&sb, h, NULL, "/w", "gone", download, -1, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "no such file in the sandbox: gone");
+    cl_http_free(h);
+    cl_sandbox_clear(&sb.s);
+}
+
 Test(provider, token_ids_match_only_their_token)
 {
     cl_token_ids t = { "sbx-1", { 0 } };
@@ -1204,6 +1390,7 @@ typedef struct page_server {
     int fd, port, n, served;
     const page_answer *answers;
     char lines[8][256];
+    char bodies[8][256];    /* each request's body (by its Content-Length) */
     pthread_t thread;
 } page_server;
 
@@ -1226,9 +1413,19 @@ static void *page_serve(void *ud)
                 break;
         }
         buf[len] = '\0';
+        char *cl = strstr(buf, "\r\nContent-Length:"), *end = strstr(buf, "\r\n\r\n");
+        size_t want = cl ? strtoul(cl + 17, NULL, 10) : 0;
+        while (end && len < sizeof buf - 1 && len - (size_t)(end + 4 - buf) < want) {
+            ssize_t r = read(c, buf + len, sizeof buf - 1 - len);
+            if (r <= 0)
+                break;
+            len += (size_t)r;
+            buf[len] = '\0';
+        }
         const page_answer *a = &sv->answers[sv->served];
         snprintf(sv->lines[sv->served < 8 ? sv->served : 7], 256, "%.*s",
                  (int)strcspn(buf, "\r"), buf);
+        snprintf(sv->bodies[sv->served < 8 ? sv->served : 7], 256, "%s", end ? end + 4 : "");
         sv->served++;
         char out[4096];
         int n = snprintf(out, sizeof out, "HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
@@ -1440,6 +1637,41 @@ Test(provider, create_post)
     cl_http_free(h);
 }
 
+/* A JSON POST: the body given as plain JSON, {} when none is given; the
+ * answer whatever its status; a URL that could not be made is
+ * resource_exhausted, nothing sent. */
+Test(provider, post_json)
+{
+    cl_http *h = cl_http_new();
+    page_server sv;
+    static const page_answer answers[] = {
+        { 200, NULL, "{\"ok\":true}" },
+        { 409, NULL, "{\"message\":\"busy\"}" },
+    };
+    page_start(&sv, answers, 2);
+    json_object *body = json_tokener_parse("{\"path\":\"/a b\"}");
+    cl_resp r = { 0 };
+    cr_assert_eq(cl_post_json(h, NULL, cl_printf("http://127.0.0.1:%d/v1/x/sb-1/read", sv.port),
+                              body, CL_SAFE, &r, "read_file", "read the file", NULL), 0);
+    cr_assert_eq(r.status, 200);
+    cl_resp_clear(&r);
+    cr_assert_eq(cl_post_json(h, NULL, cl_printf("http://127.0.0.1:%d/v1/x/sb-1/stop", sv.port),
+                              NULL, CL_UNSAFE, &r, "stop", "stop it", NULL), 0);
+    cr_assert_eq(r.status, 409);
+    cl_resp_clear(&r);
+    page_stop(&sv);
+    cr_assert_str_eq(sv.lines[0], "POST /v1/x/sb-1/read HTTP/1.1");
+    cr_assert_str_eq(sv.bodies[0], "{\"path\":\"\\/a b\"}");
+    cr_assert_str_eq(sv.lines[1], "POST /v1/x/sb-1/stop HTTP/1.1");
+    cr_assert_str_eq(sv.bodies[1], "{}");
+    cr_assert_eq(cl_post_json(h, NULL, NULL, body, CL_SAFE, &r, "stop", "stop it", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
+    cr_assert_str_eq(cl_last()->msg, "out of memory");
+    cr_assert_eq(sv.served, 2);
+    json_object_put(body);
+    cl_http_free(h);
+}
+
 /* The ids of a listing's items by their id member; an item without one
  * adds nothing. */
 Test(provider, ids_listed)
@@ -1502,6 +1734,18 @@ Test(provider, sandbox_call)
     cr_assert_str_eq(sv.lines[3], "POST /sandboxes/sb-4/stop HTTP/1.1");
     cl_sandbox_clear(&s);
     cl_http_free(h);
+}
+
+/* A status read with the provider's word for none: the string when the
+ * member is one, else the default (no object, no member, not a string). */
+Test(provider, json_str_or)
+{
+    json_object *j = json_tokener_parse("{\"status\":\"running\",\"code\":3}");
+    cr_assert_str_eq(cl_json_str_or(j, "status", "unknown"), "running");
+    cr_assert_str_eq(cl_json_str_or(j, "state", "unknown"), "unknown");
+    cr_assert_str_eq(cl_json_str_or(j, "code", "UNKNOWN"), "UNKNOWN");
+    cr_assert_str_eq(cl_json_str_or(NULL, "status", "none"), "none");
+    json_object_put(j);
 }
 
 Test(provider, str_in)

@@ -61,6 +61,16 @@ sbx_error *cl_gone_error(sbx_error **error, const char *op, const char *provider
     return err;
 }
 
+sbx_error *cl_gone_error_view(sbx_error **error, const char *op, const char *provider,
+                              const char *id, json_object *view, const char *const *keys)
+{
+    sbx_error *err = cl_gone_error(error, op, provider, id);
+    for (int i = 0; view && keys[i]; i++)
+        cl_context(err, strcmp(keys[i], "status") == 0 ? "state" : keys[i],
+                   cl_json_str(view, keys[i]));
+    return err;
+}
+
 int cl_gone_check(cl_gone *g, const char *op, const char *provider, const char *id,
                   sbx_error **error)
 {
@@ -195,6 +205,40 @@ int cl_list_answer(int code, char *out, const char *shown, sbx_plugin_file_fn fn
             break;
     }
     return 0;
+}
+
+int cl_list_files_run(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *dir,
+                      const char *path, cl_run_out_fn run, sbx_plugin_file_fn fn, void *ud,
+                      sbx_error **error)
+{
+    const char *op = "list_files";
+    char *p = cl_path_in(dir, path), *cmd = p ? cl_list_command(p) : NULL;
+    char *out = NULL;
+    int code = 0, rc = -1;
+    if (!cmd)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else if (run(sb, ctx, cmd, &code, &out, op, error) == 0)
+        rc = cl_list_answer(code, out, path, fn, ud, op, error);
+    free(out);
+    free(cmd);
+    free(p);
+    return rc;
+}
+
+int cl_read_file_by(sbx_plugin_sandbox *sb, cl_http *h, const sbx_call_ctx *ctx, const char *dir,
+                    const char *path, cl_download_fn download, int fd, sbx_error **error)
+{
+    const char *op = "read_file";
+    char *p = cl_path_in(dir, path);
+    cl_resp r = { 0 };
+    int rc = p ? download(sb, ctx, p, cl_fd_sink, &fd, &r, op, error) : -1;
+    if (!p)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    if (rc < 0 && r.status)
+        cl_file_fail((cl_sandbox *)(void *)sb, h, &r, 0, op, path, "file", error);
+    free(p);
+    cl_resp_clear(&r);
+    return rc;
 }
 
 json_object *cl_state_new(cl_sandbox *s, const char *provider, int version,
@@ -530,6 +574,12 @@ char *cl_printf(const char *fmt, ...)
         s = NULL;
     va_end(ap);
     return s;
+}
+
+const char *cl_json_str_or(json_object *o, const char *key, const char *dflt)
+{
+    const char *s = cl_json_str(o, key);
+    return s ? s : dflt;
 }
 
 int cl_str_in(const char *s, const char *const *list)
@@ -1282,6 +1332,17 @@ int cl_script_proc_launch(cl_script_proc *p, cl_proc_run_fn run,
     return 0;
 }
 
+int cl_script_exec_start(sbx_plugin_sandbox *sb, const char *provider, const char *workdir,
+                         const sbx_plugin_exec_request *rq, cl_run_fn run_short,
+                         cl_proc_run_fn run, sbx_plugin_process **process, sbx_error **error)
+{
+    if (cl_exec_check((cl_sandbox *)(void *)sb, provider, rq, 0, error) < 0)
+        return -1;
+    cl_script_proc *p = cl_script_proc_new(sizeof(*p), sb, workdir, rq, run_short, "exec",
+                                           error);
+    return p ? cl_script_proc_launch(p, run, rq, "exec", process, error) : -1;
+}
+
 int cl_script_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
                         int *exit_code, sbx_error **error)
 {
@@ -1448,6 +1509,22 @@ int cl_request_at(cl_http *h, const sbx_call_ctx *ctx, cl_req *rq, char *url, cl
     rq->url = url;
     int rc = cl_request(h, ctx, rq, r, op, error);
     rq->url = NULL;
+    free(url);
+    return rc;
+}
+
+int cl_post_json(cl_http *h, const sbx_call_ctx *ctx, char *url, json_object *body,
+                 cl_idempotency idem, cl_resp *r, const char *op, const char *what,
+                 sbx_error **error)
+{
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    json_object *empty = body ? NULL : json_object_new_object();
+    int rc = cl_request_json(h, ctx, "POST", url, body ? body : empty, idem, r, op, what,
+                             error);
+    json_object_put(empty);
     free(url);
     return rc;
 }

@@ -3,7 +3,8 @@
  * (provider.c, in the same static base library):
  *
  *   - the "gone" flag of a sandbox the provider no longer has, and its
- *     not_found error with reason "gone" (CASE-32);
+ *     not_found error with reason "gone" (CASE-32), with what the
+ *     provider's view says of it as context;
  *   - the wait until a sandbox (or a snapshot) reaches a state, polled with
  *     a growing pause and bounded by the call's deadline;
  *   - the session state's shape: a versioned JSON object holding no secret,
@@ -40,7 +41,10 @@
  *   - the create's refusals by table (options the provider cannot honour,
  *     backend_options of a provider that takes none) and its ownership
  *     labels; a paged listing, and list_owned's item (with RFC 3339
- *     times).
+ *     times);
+ *   - a JSON POST that sends {} for no body, the exec_start slot of a
+ *     provider whose commands are script procs, and the list_files slot by
+ *     a command and the read_file slot over a download.
  *
  * Prefix, threading, errors and ownership as in cloud.h.
  */
@@ -75,6 +79,16 @@ void cl_gone_set(cl_gone *g);
  */
 sbx_error *cl_gone_error(sbx_error **error, const char *op, const char *provider,
                          const char *id);
+
+/**
+ * cl_gone_error() with what the provider's view @view (NULL: none) says of
+ * the sandbox: for each member named in @keys (NULL-ended) that @view
+ * holds as a string, context KEY=VALUE, the member "status" given as
+ * "state". Returns the error as cl_gone_error() does.
+ */
+sbx_error *cl_gone_error_view(sbx_error **error, const char *op, const char *provider,
+                              const char *id, struct json_object *view,
+                              const char *const *keys);
 
 /**
  * -1 with cl_gone_error() in *@error when @g is set, else 0.
@@ -355,6 +369,11 @@ char *cl_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * memory.
  */
 char **cl_strv_dup(const char *const *v);
+
+/** The string member @key of @o (borrowed), or @dflt when @o is NULL or
+ *  holds no string there: a provider's status with the word it uses for
+ *  none. */
+const char *cl_json_str_or(struct json_object *o, const char *key, const char *dflt);
 
 /** 1 when @s is one of the NULL-terminated @list (a provider's ended
  *  states, say), else 0; 0 when @s or @list is NULL. */
@@ -643,6 +662,45 @@ char *cl_list_command(const char *dir);
  */
 int cl_list_answer(int code, char *out, const char *shown, sbx_plugin_file_fn fn, void *ud,
                    const char *op, sbx_error **error);
+
+/**
+ * A plugin's runner of a command whose stdout it keeps: 0 with its exit
+ * status in *@code and its stdout (a new NUL-ended string, or NULL when
+ * @out is NULL) in *@out; -1 with *@error set when it could not be run.
+ */
+typedef int (*cl_run_out_fn)(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
+                             int *code, char **out, const char *op, sbx_error **error);
+
+/**
+ * The list_files slot of a provider without a list call (op list_files):
+ * @path made absolute against @dir (cl_path_in()), listed by
+ * cl_list_command() run by @run, its answer read by cl_list_answer() (the
+ * caller's @path shown). 0 after @fn saw each entry, -1 with *@error set
+ * (resource_exhausted when out of memory).
+ */
+int cl_list_files_run(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *dir,
+                      const char *path, cl_run_out_fn run, sbx_plugin_file_fn fn, void *ud,
+                      sbx_error **error);
+
+/**
+ * A plugin's download of the file @path (absolute, as the provider takes
+ * it): its raw bytes to @sink (@ud) when the answer is 2xx; 0 with the
+ * answer in @r, or -1 with @r's status (0 when no answer came) and, unless
+ * the answer says the file is not there, *@error set.
+ */
+typedef int (*cl_download_fn)(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                              cl_sink_fn sink, void *ud, cl_resp *r, const char *op,
+                              sbx_error **error);
+
+/**
+ * The read_file slot over a plugin's download (op read_file): @path made
+ * absolute against @dir (cl_path_in()), its bytes written to @fd. 0, or -1
+ * with *@error set: an answer the download refused is cl_file_fail() of
+ * @sb's head (through @h, by the answer, "file", the caller's @path); out
+ * of memory is resource_exhausted.
+ */
+int cl_read_file_by(sbx_plugin_sandbox *sb, cl_http *h, const sbx_call_ctx *ctx, const char *dir,
+                    const char *path, cl_download_fn download, int fd, sbx_error **error);
 
 /**
  * The client's config JSON @config_json parsed: 0 with a new object
@@ -1063,6 +1121,18 @@ int cl_script_proc_launch(cl_script_proc *p, cl_proc_run_fn run,
                           const sbx_plugin_exec_request *rq, const char *op,
                           sbx_plugin_process **process, sbx_error **error);
 
+/**
+ * The whole exec_start slot of a provider whose commands are cl_script_procs
+ * (op exec): cl_exec_check(@sb's head, @provider, @rq, 0), then
+ * cl_script_proc_new() of a plain cl_script_proc (cwd from @workdir when @rq
+ * names none, @run_short its runner) and cl_script_proc_launch() with the
+ * worker @run. 0 with *@process set, or -1 with *@error set and nothing
+ * left running.
+ */
+int cl_script_exec_start(sbx_plugin_sandbox *sb, const char *provider, const char *workdir,
+                         const sbx_plugin_exec_request *rq, cl_run_fn run_short,
+                         cl_proc_run_fn run, sbx_plugin_process **process, sbx_error **error);
+
 /** The exec_wait slot for a cl_script_proc: cl_exec_wait_script(). */
 int cl_script_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
                         int *exit_code, sbx_error **error);
@@ -1094,6 +1164,17 @@ char *cl_item_url(const char *api, const char *collection, const char *id, const
  */
 int cl_request_at(cl_http *h, const sbx_call_ctx *ctx, cl_req *rq, char *url, cl_resp *r,
                   const char *op, sbx_error **error);
+
+/**
+ * POST @url, a string the call takes and frees (NULL, from a builder that
+ * ran out of memory: resource_exhausted, nothing sent), with @body (a JSON
+ * object the caller keeps; NULL sends {}) as a safe or unsafe call
+ * (@idem). Returns as cl_request(): 0 with the answer in @r (any status),
+ * -1 when none came.
+ */
+int cl_post_json(cl_http *h, const sbx_call_ctx *ctx, char *url, struct json_object *body,
+                 cl_idempotency idem, cl_resp *r, const char *op, const char *what,
+                 sbx_error **error);
 
 /**
  * cl_request_json() on cl_item_url(@api, @collection, @id, @suffix): a call

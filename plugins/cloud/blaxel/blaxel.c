@@ -189,11 +189,7 @@ static int bl_terminal(const char *s)
     return cl_str_in(s, bl_dead);
 }
 
-static const char *bl_status(json_object *j)
-{
-    const char *s = cl_json_str(j, "status");
-    return s ? s : "UNKNOWN";
-}
+#define bl_status(j) cl_json_str_or((j), "status", "UNKNOWN")
 
 /* GET /sandboxes/{name}: the Sandbox, or NULL (*@status: 0 when no answer). */
 static json_object *bl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
@@ -1547,12 +1543,9 @@ static int bl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
                          sbx_error **error)
 {
-    const char *op = "exec";
     (void)ctx;
-    if (cl_exec_check(&sb->s, BL_BACKEND, rq, 0, error) < 0)
-        return -1;
-    bl_proc *p = cl_script_proc_new(sizeof(*p), sb, sb->workdir, rq, bl_run_short, op, error);
-    return p ? cl_script_proc_launch(p, bl_exec_run, rq, op, process, error) : -1;
+    return cl_script_exec_start(sb, BL_BACKEND, sb->workdir, rq, bl_run_short, bl_exec_run,
+                                process, error);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -134,11 +134,7 @@ typedef cl_script_proc rl_proc;  /* provider.h */
 #define rl_refuse(error, option, value, why) \
     cl_refuse((error), RL_BACKEND, (option), (value), (why))
 
-static const char *rl_status(json_object *j)
-{
-    const char *s = cl_json_str(j, "status");
-    return s ? s : "unknown";
-}
+#define rl_status(j) cl_json_str_or((j), "status", "unknown")
 
 /* Ended: nothing more runs in it. */
 static const char *const rl_dead[] = { "shutdown", "failure", NULL };
@@ -153,16 +149,8 @@ static int rl_terminal(const char *status)
 static sbx_error *rl_gone_error(sbx_error **error, const char *op, const char *id,
                                 json_object *view)
 {
-    sbx_error *err = cl_gone_error(error, op, RL_BACKEND, id);
-    if (view) {
-        static const char *const keys[] = { "status", "failure_reason", "shutdown_reason", NULL };
-        for (int i = 0; keys[i]; i++) {
-            const char *v = cl_json_str(view, keys[i]);
-            if (v)
-                cl_context(err, strcmp(keys[i], "status") == 0 ? "state" : keys[i], v);
-        }
-    }
-    return err;
+    static const char *const keys[] = { "status", "failure_reason", "shutdown_reason", NULL };
+    return cl_gone_error_view(error, op, RL_BACKEND, id, view, keys);
 }
 
 /* GET /v1/devboxes/{id}: the DevboxView, or NULL (*@status: 0 when no
@@ -174,23 +162,14 @@ static json_object *rl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
                        error);
 }
 
-/* POST @api/v1/devboxes/@id@suffix with @body (NULL: none) as a safe or
+/* POST @api/v1/devboxes/@id@suffix with @body (NULL: {}) as a safe or
  * unsafe call: 0 with the answer in @r (any status), -1 when none came. */
 static int rl_post(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                    const char *suffix, json_object *body, cl_idempotency idem, cl_resp *r,
                    const char *op, const char *what, sbx_error **error)
 {
-    char *url = cl_item_url(c->api, "v1/devboxes", id, suffix);
-    if (!url) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    json_object *empty = body ? NULL : json_object_new_object();
-    int rc = cl_request_json(c->http, ctx, "POST", url, body ? body : empty, idem, r, op, what,
-                             error);
-    json_object_put(empty);
-    free(url);
-    return rc;
+    return cl_post_json(c->http, ctx, cl_item_url(c->api, "v1/devboxes", id, suffix), body, idem,
+                        r, op, what, error);
 }
 
 /* How the provider's view of a sandbox is got and read: resume, and the
@@ -486,13 +465,6 @@ static int rl_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 /* Files: upload_file (multipart) and download_file, raw bytes (CASE-17)      */
 /* ------------------------------------------------------------------------ */
 
-/* @path as the provider takes it: an absolute path as is; a relative one
- * from the workdir, or as is (Runloop takes it from the home directory). */
-static char *rl_path(struct sbx_plugin_sandbox *sb, const char *path)
-{
-    return cl_path_in(sb->workdir, path);
-}
-
 /* The error of a file call's answer @r (provider.h). */
 #define rl_file_fail(sb, r, op, path, what, error) \
     cl_file_fail(&(sb)->s, (sb)->c->http, (r), 0, (op), (path), (what), (error))
@@ -510,20 +482,12 @@ static int rl_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, c
     return rc;
 }
 
+/* Relative paths from the workdir, else as given (Runloop takes them
+ * from the home directory). */
 static int rl_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                         sbx_error **error)
 {
-    const char *op = "read_file";
-    char *p = rl_path(sb, path);
-    cl_resp r = { 0 };
-    int rc = p ? rl_download(sb, ctx, p, cl_fd_sink, &fd, &r, op, error) : -1;
-    if (!p)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    if (rc < 0 && r.status)
-        rl_file_fail(sb, &r, op, path, "file", error);
-    free(p);
-    cl_resp_clear(&r);
-    return rc;
+    return cl_read_file_by(sb, sb->c->http, ctx, sb->workdir, path, rl_download, fd, error);
 }
 
 /* Uploads what @fd holds (to its end) as @path (provider form): multipart
@@ -582,22 +546,19 @@ static int rl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
     return cl_write_file(sb, ctx, sb->workdir, path, fd, mode, rl_upload, rl_run_short, error);
 }
 
-/* The listing by a command: "TYPE SIZE NAME" lines of find -printf. */
+/* rl_execute() without live output: a cl_run_out_fn. */
+static int rl_run_out(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd, int *code,
+                      char **out, const char *op, sbx_error **error)
+{
+    return rl_execute(sb, ctx, cmd, code, out, NULL, NULL, op, error);
+}
+
+/* The listing by a command: "TYPE SIZE NAME" lines of find -printf;
+ * relative paths as rl_read_file() takes them. */
 static int rl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
-    const char *op = "list_files";
-    char *p = rl_path(sb, path), *cmd = p ? cl_list_command(p) : NULL;
-    char *out = NULL;
-    int code = 0, rc = -1;
-    if (!cmd)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (rl_execute(sb, ctx, cmd, &code, &out, NULL, NULL, op, error) == 0)
-        rc = cl_list_answer(code, out, path, fn, ud, op, error);
-    free(out);
-    free(cmd);
-    free(p);
-    return rc;
+    return cl_list_files_run(sb, ctx, sb->workdir, path, rl_run_out, fn, ud, error);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1557,11 +1518,8 @@ static int rl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          sbx_error **error)
 {
     (void)ctx;
-    if (cl_exec_check(&sb->s, RL_BACKEND, rq, 0, error) < 0)
-        return -1;
-    cl_script_proc *p = cl_script_proc_new(sizeof(*p), sb, sb->workdir, rq, rl_run_short,
-                                           "exec", error);
-    return p ? cl_script_proc_launch(p, rl_exec_run, rq, "exec", process, error) : -1;
+    return cl_script_exec_start(sb, RL_BACKEND, sb->workdir, rq, rl_run_short, rl_exec_run,
+                                process, error);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -186,11 +186,7 @@ static json_object *tl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
     return cl_item_get(c->http, ctx, c->api, "sandboxes", id, status, op, "get the sandbox", error);
 }
 
-static const char *tl_status(json_object *j)
-{
-    const char *s = cl_json_str(j, "status");
-    return s ? s : "unknown";
-}
+#define tl_status(j) cl_json_str_or((j), "status", "unknown")
 
 static int tl_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                      const char *op, sbx_error **error)
@@ -252,12 +248,9 @@ static int tl_wake_look(void *ud, const char **state, sbx_error **error)
     if (strcmp(s, "running") == 0) {
         rc = 1;
     } else if (strcmp(s, "terminated") == 0 || strcmp(s, "timeout") == 0) {
+        static const char *const keys[] = { "status", "termination_reason", NULL };
         tl_mark_gone(sb);
-        sbx_error *err = tl_gone_error(error, w->op, sb->s.id);
-        cl_context(err, "state", s);
-        const char *why = cl_json_str(j, "termination_reason");
-        if (why)
-            cl_context(err, "termination_reason", why);
+        cl_gone_error_view(error, w->op, TL_BACKEND, sb->s.id, j, keys);
         rc = -1;
     } else if (strcmp(s, "suspended") == 0 && !w->resumed) {
         cl_resp r = { 0 };

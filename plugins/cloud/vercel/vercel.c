@@ -136,11 +136,7 @@ typedef cl_script_proc vc_proc;  /* provider.h */
 #define vc_refuse(error, option, value, why) \
     cl_refuse((error), VC_BACKEND, (option), (value), (why))
 
-static const char *vc_status(json_object *j)
-{
-    const char *s = cl_json_str(j, "status");
-    return s ? s : "unknown";
-}
+#define vc_status(j) cl_json_str_or((j), "status", "unknown")
 
 /* Ended, or ending: nothing more runs in it. */
 static const char *const vc_dead[] = { "stopped", "failed", "aborted", "stopping", NULL };
@@ -150,14 +146,13 @@ static int vc_terminal(const char *status)
     return cl_str_in(status, vc_dead);
 }
 
+/* The gone error of sandbox @id, with its status from @sandbox (may be
+ * NULL). */
 static sbx_error *vc_gone_error(sbx_error **error, const char *op, const char *id,
                                 json_object *sandbox)
 {
-    sbx_error *err = cl_gone_error(error, op, VC_BACKEND, id);
-    const char *s = sandbox ? cl_json_str(sandbox, "status") : NULL;
-    if (s)
-        cl_context(err, "state", s);
-    return err;
+    static const char *const keys[] = { "status", NULL };
+    return cl_gone_error_view(error, op, VC_BACKEND, id, sandbox, keys);
 }
 
 /* "@api/v1/sandboxes[/ID]@suffix" with ?teamId= (or &teamId= when @suffix
@@ -199,17 +194,7 @@ static int vc_post(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
                    const char *suffix, json_object *body, cl_idempotency idem, cl_resp *r,
                    const char *op, const char *what, sbx_error **error)
 {
-    char *url = vc_url(c, id, suffix);
-    if (!url) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    json_object *empty = body ? NULL : json_object_new_object();
-    int rc = cl_request_json(c->http, ctx, "POST", url, body ? body : empty, idem, r, op, what,
-                             error);
-    json_object_put(empty);
-    free(url);
-    return rc;
+    return cl_post_json(c->http, ctx, vc_url(c, id, suffix), body, idem, r, op, what, error);
 }
 
 /* How the provider's view of a sandbox is got and read: resume, and the
@@ -424,13 +409,6 @@ static int vc_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 /* Files: fs/write (a gzipped tar) and fs/read (raw bytes, CASE-17)          */
 /* ------------------------------------------------------------------------ */
 
-/* @path as the provider takes it: absolute as is; relative from the
- * workdir, else from Vercel's cwd. A new string. */
-static char *vc_path(struct sbx_plugin_sandbox *sb, const char *path)
-{
-    return cl_path_in(sb->workdir ? sb->workdir : VC_CWD, path);
-}
-
 /* The error of a file call's answer @r (provider.h). */
 #define vc_file_fail(sb, r, op, path, what, error) \
     cl_file_fail(&(sb)->s, (sb)->c->http, (r), 0, (op), (path), (what), (error))
@@ -449,20 +427,12 @@ static int vc_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, c
     return rc;
 }
 
+/* Relative paths from the workdir, else from Vercel's cwd. */
 static int vc_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                         sbx_error **error)
 {
-    const char *op = "read_file";
-    char *p = vc_path(sb, path);
-    cl_resp r = { 0 };
-    int rc = p ? vc_download(sb, ctx, p, cl_fd_sink, &fd, &r, op, error) : -1;
-    if (!p)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    if (rc < 0 && r.status)
-        vc_file_fail(sb, &r, op, path, "file", error);
-    free(p);
-    cl_resp_clear(&r);
-    return rc;
+    return cl_read_file_by(sb, sb->c->http, ctx, sb->workdir ? sb->workdir : VC_CWD, path,
+                           vc_download, fd, error);
 }
 
 static uint32_t vc_crc_table[256];
@@ -650,22 +620,13 @@ static int vc_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                          vc_upload_file, vc_run_short, error);
 }
 
-/* The listing by a command: "TYPE SIZE NAME" lines of find -printf. */
+/* The listing by a command: "TYPE SIZE NAME" lines of find -printf;
+ * relative paths as vc_read_file() takes them. */
 static int vc_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
-    const char *op = "list_files";
-    char *p = vc_path(sb, path), *cmd = p ? cl_list_command(p) : NULL;
-    char *out = NULL;
-    int code = 0, rc = -1;
-    if (!cmd)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (vc_execute(sb, ctx, cmd, &code, &out, op, error) == 0)
-        rc = cl_list_answer(code, out, path, fn, ud, op, error);
-    free(out);
-    free(cmd);
-    free(p);
-    return rc;
+    return cl_list_files_run(sb, ctx, sb->workdir ? sb->workdir : VC_CWD, path, vc_execute, fn,
+                             ud, error);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1586,11 +1547,8 @@ static int vc_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          sbx_error **error)
 {
     (void)ctx;
-    if (cl_exec_check(&sb->s, VC_BACKEND, rq, 0, error) < 0)
-        return -1;
-    cl_script_proc *p = cl_script_proc_new(sizeof(*p), sb, sb->workdir, rq, vc_run_short,
-                                           "exec", error);
-    return p ? cl_script_proc_launch(p, vc_exec_run, rq, "exec", process, error) : -1;
+    return cl_script_exec_start(sb, VC_BACKEND, sb->workdir, rq, vc_run_short, vc_exec_run,
+                                process, error);
 }
 
 /* ------------------------------------------------------------------------ */
