@@ -973,10 +973,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "31"
+#define N_TESTS "32"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "27"
+#define N_TESTS "28"
 #define BWRAP_PLUGIN ""
 #endif
 
@@ -2087,4 +2087,29 @@ Test(supervisor, rm_tree_with_no_descriptor_left_removes_the_tree)
     cr_assert(tu_exists("/bin"), "the symlink's target went too");
     free(cmd);
     free(top);
+}
+
+/* proto_rm_tree with 1 to 4 descriptors left: the walk opens the first
+ * levels, runs short deeper down (EMFILE) and the tree is still removed
+ * whole (the shortage is not taken for a directory that stays non-empty). */
+Test(supervisor, rm_tree_short_of_descriptors_midway_removes_the_tree)
+{
+    struct rlimit rl = { 128, 128 };
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    for (int keep = 1; keep <= 4; keep++) {
+        char *top = tu_strdup_printf("%s/tree", g_tmp);
+        char *cmd = tu_strdup_printf("mkdir -p '%s/root/.sbx/a/b/c' '%s/work/work' && "
+                                     "echo x > '%s/root/.sbx/a/b/c/f' && echo y > '%s/log'",
+                                     top, top, top, top);
+        cr_assert_eq(system(cmd), 0);
+        int fds[256];
+        int n = fill_fds(fds, 256, keep);
+        int rc = proto_rm_tree(top);
+        int e = errno;
+        unfill_fds(fds, n);
+        cr_assert_eq(rc, 0, "proto_rm_tree with %d descriptors left: %s", keep, strerror(e));
+        cr_assert_eq(tu_exists(top), 0, "%s is still there (%d descriptors left)", top, keep);
+        free(cmd);
+        free(top);
+    }
 }
