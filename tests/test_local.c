@@ -973,7 +973,7 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "32"
+#define N_TESTS "33"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
 #define N_TESTS "28"
@@ -2061,6 +2061,68 @@ Test(supervisor, creates_short_of_descriptors_fail_cleanly)
 Test(supervisor, bubblewrap_creates_short_of_descriptors_fail_cleanly)
 {
     creates_short_of_descriptors("bubblewrap");
+}
+
+/*
+ * Bubblewrap clients out of process whose plugin host may open 8 to 32
+ * descriptors (RLIMIT_NOFILE when it starts): each client's first create,
+ * which checks that bwrap can make an unprivileged sandbox, either makes a
+ * sandbox or fails with resource_exhausted naming EMFILE, never with a
+ * configuration error blaming bubblewrap or the host's user namespaces,
+ * and leaves nothing in TMPDIR.
+ */
+Test(supervisor, bubblewrap_host_short_of_descriptors_is_resource_exhausted)
+{
+    setenv("SBX_LOCAL_WARM", "0", 1);
+    int failed = 0, made = 0;
+    for (int limit = 8; limit <= 32; limit++) {
+        /* In a child: its limit, hard too (as `ulimit -n`), cannot be
+         * raised back. Exit 0: made; 1: resource_exhausted; 2: else. */
+        pid_t pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+            sbx_error *err = NULL;
+            struct rlimit low = { (rlim_t)limit, (rlim_t)limit };
+            /* Only stdin, stdout and stderr, as a program started by a
+             * shell: the shortage is the plugin host's. */
+            for (int f = 3; f < 1024; f++)
+                close(f);
+            if (setrlimit(RLIMIT_NOFILE, &low) < 0)
+                _exit(3);
+            sbx_client *c = sbx_client_new_with_mode("bubblewrap",
+                                                     SBX_PLUGIN_MODE_OUT_OF_PROCESS, &err);
+            sbx_sandbox *sb = c ? sbx_sandbox_create(c, NULL, &err) : NULL;
+            int rc = 0;
+            if (!sb) {
+                rc = sbx_error_get_code(err) == SBX_ERROR_RESOURCE_EXHAUSTED
+                     && strstr(sbx_error_get0_message(err), "Too many open files") ? 1 : 2;
+                if (rc == 2)
+                    fprintf(stderr, "limit %d: [%s] %s\n", limit,
+                            sbx_error_code_name(sbx_error_get_code(err)),
+                            sbx_error_get0_message(err));
+                sbx_error_free(err);
+            } else if (sbx_sandbox_destroy(sb, &err) < 0) {
+                rc = 4;
+            }
+            sbx_sandbox_free(sb);
+            sbx_client_free(c);
+            _exit(rc);
+        }
+        int st;
+        cr_assert_eq(waitpid(pid, &st, 0), pid);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) <= 1, "a create with a limit of %d "
+                  "descriptors: status 0x%x (2: an error other than resource_exhausted)",
+                  limit, st);
+        if (WEXITSTATUS(st) == 1)
+            failed++;
+        else
+            made++;
+        cr_assert_eq(tu_wait_spares_gone(g_tmp, 5.0), 0);
+        cr_assert_eq(tu_count_entries(g_tmp), 0, "a create with a limit of %d descriptors "
+                     "left something in %s", limit, g_tmp);
+    }
+    cr_assert_gt(failed, 0, "no create ran short of descriptors");
+    cr_assert_gt(made, 0, "no create succeeded with a limit of 32 descriptors");
 }
 #endif
 
