@@ -976,10 +976,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "31"
+#define N_TESTS "33"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "27"
+#define N_TESTS "28"
 #define BWRAP_PLUGIN ""
 #endif
 
@@ -2065,6 +2065,68 @@ Test(supervisor, bubblewrap_creates_short_of_descriptors_fail_cleanly)
 {
     creates_short_of_descriptors("bubblewrap");
 }
+
+/*
+ * Bubblewrap clients out of process whose plugin host may open 8 to 32
+ * descriptors (RLIMIT_NOFILE when it starts): each client's first create,
+ * which checks that bwrap can make an unprivileged sandbox, either makes a
+ * sandbox or fails with resource_exhausted naming EMFILE, never with a
+ * configuration error blaming bubblewrap or the host's user namespaces,
+ * and leaves nothing in TMPDIR.
+ */
+Test(supervisor, bubblewrap_host_short_of_descriptors_is_resource_exhausted)
+{
+    setenv("SBX_LOCAL_WARM", "0", 1);
+    int failed = 0, made = 0;
+    for (int limit = 8; limit <= 32; limit++) {
+        /* In a child: its limit, hard too (as `ulimit -n`), cannot be
+         * raised back. Exit 0: made; 1: resource_exhausted; 2: else. */
+        pid_t pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+            sbx_error *err = NULL;
+            struct rlimit low = { (rlim_t)limit, (rlim_t)limit };
+            /* Only stdin, stdout and stderr, as a program started by a
+             * shell: the shortage is the plugin host's. */
+            for (int f = 3; f < 1024; f++)
+                close(f);
+            if (setrlimit(RLIMIT_NOFILE, &low) < 0)
+                _exit(3);
+            sbx_client *c = sbx_client_new_with_mode("bubblewrap",
+                                                     SBX_PLUGIN_MODE_OUT_OF_PROCESS, &err);
+            sbx_sandbox *sb = c ? sbx_sandbox_create(c, NULL, &err) : NULL;
+            int rc = 0;
+            if (!sb) {
+                rc = sbx_error_get_code(err) == SBX_ERROR_RESOURCE_EXHAUSTED
+                     && strstr(sbx_error_get0_message(err), "Too many open files") ? 1 : 2;
+                if (rc == 2)
+                    fprintf(stderr, "limit %d: [%s] %s\n", limit,
+                            sbx_error_code_name(sbx_error_get_code(err)),
+                            sbx_error_get0_message(err));
+                sbx_error_free(err);
+            } else if (sbx_sandbox_destroy(sb, &err) < 0) {
+                rc = 4;
+            }
+            sbx_sandbox_free(sb);
+            sbx_client_free(c);
+            _exit(rc);
+        }
+        int st;
+        cr_assert_eq(waitpid(pid, &st, 0), pid);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) <= 1, "a create with a limit of %d "
+                  "descriptors: status 0x%x (2: an error other than resource_exhausted)",
+                  limit, st);
+        if (WEXITSTATUS(st) == 1)
+            failed++;
+        else
+            made++;
+        cr_assert_eq(tu_wait_spares_gone(g_tmp, 5.0), 0);
+        cr_assert_eq(tu_count_entries(g_tmp), 0, "a create with a limit of %d descriptors "
+                     "left something in %s", limit, g_tmp);
+    }
+    cr_assert_gt(failed, 0, "no create ran short of descriptors");
+    cr_assert_gt(made, 0, "no create succeeded with a limit of 32 descriptors");
+}
 #endif
 
 /* proto_rm_tree with no descriptor left: a tree that is more than a meta
@@ -2090,4 +2152,29 @@ Test(supervisor, rm_tree_with_no_descriptor_left_removes_the_tree)
     cr_assert(tu_exists("/bin"), "the symlink's target went too");
     free(cmd);
     free(top);
+}
+
+/* proto_rm_tree with 1 to 4 descriptors left: the walk opens the first
+ * levels, runs short deeper down (EMFILE) and the tree is still removed
+ * whole (the shortage is not taken for a directory that stays non-empty). */
+Test(supervisor, rm_tree_short_of_descriptors_midway_removes_the_tree)
+{
+    struct rlimit rl = { 128, 128 };
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    for (int keep = 1; keep <= 4; keep++) {
+        char *top = tu_strdup_printf("%s/tree", g_tmp);
+        char *cmd = tu_strdup_printf("mkdir -p '%s/root/.sbx/a/b/c' '%s/work/work' && "
+                                     "echo x > '%s/root/.sbx/a/b/c/f' && echo y > '%s/log'",
+                                     top, top, top, top);
+        cr_assert_eq(system(cmd), 0);
+        int fds[256];
+        int n = fill_fds(fds, 256, keep);
+        int rc = proto_rm_tree(top);
+        int e = errno;
+        unfill_fds(fds, n);
+        cr_assert_eq(rc, 0, "proto_rm_tree with %d descriptors left: %s", keep, strerror(e));
+        cr_assert_eq(tu_exists(top), 0, "%s is still there (%d descriptors left)", top, keep);
+        free(cmd);
+        free(top);
+    }
 }

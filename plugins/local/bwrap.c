@@ -197,6 +197,10 @@ int bwrap_sandbox_ids(uid_t *uid, gid_t *gid)
     return 1;
 }
 
+/* The check child's words when it has no descriptor left (strerror(EMFILE)
+ * is not async-signal-safe). */
+#define BWRAP_EMFILE "Too many open files"
+
 int bwrap_check_userns(const char *bwrap, const char *op, sbx_error **error)
 {
     int pfd[2];
@@ -217,8 +221,17 @@ int bwrap_check_userns(const char *bwrap, const char *op, sbx_error **error)
         /* Only system calls between fork and exec: the caller may have
          * threads. */
         int null = open("/dev/null", O_RDWR);
-        if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(pfd[1], 2) < 0)
+        if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(pfd[1], 2) < 0) {
+            /* Short of descriptors (the pipe took the last ones): said on
+             * the pipe, so that the caller does not blame bubblewrap. */
+            if (errno == EMFILE || errno == ENFILE) {
+                static const char m[] = "no descriptor left to check: " BWRAP_EMFILE "\n";
+                if (write(pfd[1], m, sizeof(m) - 1) < 0)
+                    _exit(125);
+                _exit(125);
+            }
             _exit(126);
+        }
         if (drop && (syscall(SYS_setgroups, 0, NULL) < 0
                      || syscall(SYS_setresgid, gid, gid, gid) < 0
                      || syscall(SYS_setresuid, uid, uid, uid) < 0)) {
@@ -269,6 +282,17 @@ int bwrap_check_userns(const char *bwrap, const char *op, sbx_error **error)
         return 0;
     while (got > 0 && (msg[got - 1] == '\n' || msg[got - 1] == '\r'))
         msg[--got] = '\0';
+    /* The check's child, or bwrap itself, ran short of descriptors: the
+     * host is not to blame. */
+    if ((WIFEXITED(status) && WEXITSTATUS(status) == 125 && strstr(msg, BWRAP_EMFILE))
+        || strstr(msg, strerror(EMFILE)) || strstr(msg, strerror(ENFILE))) {
+        sbx_error *err = bfail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op,
+                               "bubblewrap backend: cannot check that %s can create an "
+                               "unprivileged sandbox: %s", bwrap,
+                               got ? msg : strerror(EMFILE));
+        bcontext(err, "path", bwrap);
+        return -1;
+    }
     char who[64] = "";
     if (drop)
         snprintf(who, sizeof(who), " (run as uid %u)", (unsigned)uid);

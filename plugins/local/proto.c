@@ -495,7 +495,7 @@ static int rm_tree_at(int parent, const char *name, dev_t dev, int depth, unsign
     }
     if ((st.st_mode & S_IRWXU) != S_IRWXU)
         fchmodat(parent, name, (st.st_mode & 07777) | S_IRWXU, 0);
-    int rc = 0;
+    int rc = 0, sub_errno = 0;
     for (int pass = 0; pass < 3; pass++) {
         int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
@@ -506,12 +506,18 @@ static int rm_tree_at(int parent, const char *name, dev_t dev, int depth, unsign
             return -1;
         }
         rc = 0;
+        sub_errno = 0;
         struct dirent *e;
         while ((e = readdir(d)) != NULL) {
             if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
                 continue;
-            if (rm_tree_at(fd, e->d_name, dev, depth + 1, e->d_type, NULL) < 0)
+            if (rm_tree_at(fd, e->d_name, dev, depth + 1, e->d_type, NULL) < 0) {
                 rc = -1;
+                /* What stopped an entry's removal, a shortage first:
+                 * proto_rm_tree() then goes another way. */
+                if (!sub_errno || errno == EMFILE || errno == ENFILE || errno == ENOMEM)
+                    sub_errno = errno;
+            }
         }
         closedir(d);
         if (unlinkat(parent, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
@@ -519,8 +525,9 @@ static int rm_tree_at(int parent, const char *name, dev_t dev, int depth, unsign
         if (errno != ENOTEMPTY && errno != EEXIST)
             return -1;
     }
-    if (rc == 0)
-        errno = ENOTEMPTY;
+    /* Not empty: because an entry could not be removed (its reason, as
+     * EMFILE deeper down), or because entries kept coming. */
+    errno = rc == 0 || !sub_errno ? ENOTEMPTY : sub_errno;
     return -1;
 }
 
