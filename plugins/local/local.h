@@ -42,10 +42,13 @@ struct sbx_plugin_sandbox {
     gid_t user_gid;             /* its gid there (bwrap --gid) */
     int user_mapped;            /* bubblewrap: a create-time user maps them */
     int unresponsive;           /* resumed while its supervisor lived but did not
-                                 * answer (stopped, or hung): every call but
-                                 * destroy is refused (timeout); destroy ends it
-                                 * by pid without asking. Set before the handle
-                                 * is shared, never changed. */
+                                 * answer (stopped, or hung): every call that
+                                 * asks the supervisor (exec, is_alive, ports,
+                                 * detach) is refused as timed out; the file
+                                 * calls, done on the root from here, still
+                                 * work; destroy ends it by pid without asking.
+                                 * Set before the handle is shared, never
+                                 * changed. */
     pthread_mutex_t lock;       /* guards destroyed and ports; serialises destroy */
     int destroyed;
     struct fill_gate *fill_gate; /* local.c: the gate the client's next warm
