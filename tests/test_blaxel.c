@@ -334,6 +334,23 @@ Test(blaxel, a_stream_ending_in_an_error_line_is_an_error)
 
 /* ------------------------------------------------------------ live output */
 
+/* Where sandbox path @inside (absolute) of @sb is on this host: under the
+ * root the fake reports for it. The caller frees it. */
+static char *host_path(sbx_sandbox *sb, const char *inside)
+{
+    char *info = NULL;
+    char *path = tu_strdup_printf("/_fake/sandbox/%s", sbx_sandbox_get0_id(sb));
+    cr_assert_eq(tu_fake_http("GET", path, NULL, NULL, &info), 200);
+    free(path);
+    json_object *j = json_tokener_parse(info);
+    cr_assert_not_null(j, "%s", info);
+    char *out = tu_strdup_printf("%s%s", tu_json_str(j, "root"), inside);
+    json_object_put(j);
+    free(info);
+    return out;
+}
+
+
 /* The command prints a line, then waits (up to 10 s) for a file that only
  * the output callback makes, on seeing that line: "second" shows the line
  * reached the callback while the command ran ("never" when output came
@@ -341,14 +358,7 @@ Test(blaxel, a_stream_ending_in_an_error_line_is_an_error)
 Test(blaxel, output_reaches_the_callback_while_the_command_runs)
 {
     g_sb = tu_create(g_client, NULL);
-    char *info = NULL;
-    char *path = tu_strdup_printf("/_fake/sandbox/%s", sbx_sandbox_get0_id(g_sb));
-    cr_assert_eq(tu_fake_http("GET", path, NULL, NULL, &info), 200);
-    free(path);
-    json_object *j = json_tokener_parse(info);
-    char *go = tu_strdup_printf("%s/tmp/go", tu_json_str(j, "root"));
-    json_object_put(j);
-    free(info);
+    char *go = host_path(g_sb, "/tmp/go");
     tu_assert_output_is_live(g_sb, go, "/tmp/go");
     free(go);
 }
@@ -412,14 +422,7 @@ Test(blaxel, a_stream_that_breaks_off_and_cannot_be_followed_is_an_error)
 Test(blaxel, a_command_nobody_follows_is_one_request_and_leaves_nothing)
 {
     g_sb = tu_create(g_client, NULL);
-    char *info = NULL;
-    char *path = tu_strdup_printf("/_fake/sandbox/%s", sbx_sandbox_get0_id(g_sb));
-    cr_assert_eq(tu_fake_http("GET", path, NULL, NULL, &info), 200);
-    free(path);
-    json_object *j = json_tokener_parse(info);
-    char *tmp = tu_strdup_printf("%s/tmp", tu_json_str(j, "root"));
-    json_object_put(j);
-    free(info);
+    char *tmp = host_path(g_sb, "/tmp");
     tu_fake_reset();
     sbx_result *r = tu_sh(g_sb, "printf 'a\\0b\\377%%\\n'; printf 'e\\001' >&2; exit 5", 30);
     tu_assert_exit(r, 5);
