@@ -209,6 +209,13 @@ int proto_proc_stat(pid_t pid, proto_proc *out)
     return 0;
 }
 
+/** 1 when errno @e says the process or the machine ran out of descriptors
+ *  or memory (not that the thing asked for is missing). */
+static int short_of_resources(int e)
+{
+    return e == EMFILE || e == ENFILE || e == ENOMEM;
+}
+
 int proto_proc_alive(pid_t pid, unsigned long long start)
 {
     proto_proc st;
@@ -220,7 +227,7 @@ int proto_proc_alive(pid_t pid, unsigned long long start)
          * lives (its start time cannot be checked now); a live sandbox is
          * never taken for a dead one because the caller ran out of
          * descriptors. */
-        if (errno == EMFILE || errno == ENFILE || errno == ENOMEM)
+        if (short_of_resources(errno))
             return kill(pid, 0) == 0 || errno == EPERM;
         return 0;
     }
@@ -515,7 +522,7 @@ static int rm_tree_at(int parent, const char *name, dev_t dev, int depth, unsign
                 rc = -1;
                 /* What stopped an entry's removal, a shortage first:
                  * proto_rm_tree() then goes another way. */
-                if (!sub_errno || errno == EMFILE || errno == ENFILE || errno == ENOMEM)
+                if (!sub_errno || short_of_resources(errno))
                     sub_errno = errno;
             }
         }
@@ -598,7 +605,7 @@ static int rm_tree_in_child(const char *path)
 int proto_rm_tree(const char *path)
 {
     int rc = rm_tree_fds(path);
-    if (rc < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOMEM)) {
+    if (rc < 0 && short_of_resources(errno)) {
         int e = errno;
         if (rm_known_layout(path) == 0)
             return 0;
