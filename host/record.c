@@ -7,7 +7,11 @@
  * timeout, so many processes may create and destroy at once; each change is
  * one transaction, so a process killed at any point leaves the record whole
  * (synchronous=NORMAL: an application crash loses nothing; a power loss
- * may lose the last transactions).
+ * may lose the last transactions). A process's set-up of its connection
+ * (WAL, schema, store id) runs under an exclusive flock(2) of the state
+ * directory: SQLite refuses a second connection's switch of a fresh file to
+ * WAL with SQLITE_BUSY at once, without the busy handler (its deadlock
+ * avoidance), so fifty processes making the record at once lost some creates.
  *
  *   sandboxes(create_token PRIMARY KEY, backend, provider_id, session_state,
  *             created_at, expires_at, detached)
@@ -37,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -427,12 +432,40 @@ load_store_id(sbx_error **err)
     return 0;
 }
 
+/* Takes the state directory's set-up lock: an exclusive flock(2) on the
+ * directory, which ends with its holder (a crash included) and does not touch
+ * SQLite's own fcntl(2) locks on the database. Waits at most RECORD_BUSY_MS;
+ * then (a holder stopped, say) the set-up goes on without it and SQLite's
+ * busy handling decides. Returns the descriptor to close, or -1 with nothing
+ * held. */
+static int
+setup_lock(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    double deadline = sbx_monotonic_now() + RECORD_BUSY_MS / 1000.0;
+
+    if (fd < 0)
+        return -1;
+    while (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+
+        if ((e != EWOULDBLOCK && e != EINTR) || sbx_monotonic_now() >= deadline) {
+            sbx_log(SBX_LOG_WARNING, "record", "the set-up lock of %s: %s; going on without it",
+                    dir, e == EWOULDBLOCK ? "still held after 10 s" : strerror(e));
+            close(fd);
+            return -1;
+        }
+        usleep(2000);
+    }
+    return fd;
+}
+
 /* Opens the database for this process. Call with record_lock held. */
 static int
 record_open(sbx_error **err)
 {
     char dir[PATH_MAX];
-    int fd;
+    int fd, lock;
 
     if (record_db && record_pid == getpid())
         return 0;
@@ -461,23 +494,28 @@ record_open(sbx_error **err)
         return -1;
     }
     close(fd);
+    lock = setup_lock(dir);
     if (sqlite3_open_v2(record_path, &record_db,
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
         db_fail(err, "open");
-        sqlite3_close(record_db);
-        record_db = NULL;
-        return -1;
+        goto fail;
     }
     sqlite3_busy_timeout(record_db, RECORD_BUSY_MS);
     if (exec_sql("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
                  "PRAGMA foreign_keys=ON;", err) < 0 ||
-        exec_sql(schema, err) < 0 || load_store_id(err) < 0) {
-        sqlite3_close(record_db);
-        record_db = NULL;
-        return -1;
-    }
+        exec_sql(schema, err) < 0 || load_store_id(err) < 0)
+        goto fail;
+    if (lock >= 0)
+        close(lock);
     record_pid = getpid();
     return 0;
+
+fail:
+    sqlite3_close(record_db);
+    record_db = NULL;
+    if (lock >= 0)
+        close(lock);
+    return -1;
 }
 
 /* ----------------------------------------------------------------- calls */

@@ -65,3 +65,44 @@ long long tu_record_rows_for(const char *state_dir, const char *id)
     sqlite3_free(sql);
     return n;
 }
+
+char *tu_record_dump(const char *state_dir)
+{
+    char *path = tu_strdup_printf("%s/lifecycle.db", state_dir);
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    size_t cap = 256, len = 0;
+    char *out = malloc(cap);
+    cr_assert_not_null(out);
+    out[0] = '\0';
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK, "%s", path);
+    sqlite3_busy_timeout(db, 10000);
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "SELECT s.create_token, s.provider_id, s.detached, "
+                                    "(SELECT group_concat(o.pid, ',') FROM owners o "
+                                    " WHERE o.create_token = s.create_token) "
+                                    "FROM sandboxes s ORDER BY s.created_at",
+                                    -1, &st, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(db));
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *tok = (const char *)sqlite3_column_text(st, 0);
+        const char *id = (const char *)sqlite3_column_text(st, 1);
+        const char *own = (const char *)sqlite3_column_text(st, 3);
+        char *line = tu_strdup_printf("\n  %s %s detached=%d owners=%s", tok ? tok : "-",
+                                      id ? id : "-", sqlite3_column_int(st, 2),
+                                      own ? own : "none");
+        size_t n = strlen(line);
+        if (len + n + 1 > cap) {
+            cap = (len + n + 1) * 2;
+            out = realloc(out, cap);
+            cr_assert_not_null(out);
+        }
+        memcpy(out + len, line, n + 1);
+        len += n;
+        free(line);
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    free(path);
+    return out;
+}

@@ -30,4 +30,8 @@ long long tu_record_int(const char *state_dir, const char *sql);
 /* Rows of the record in @state_dir for provider id @id. */
 long long tu_record_rows_for(const char *state_dir, const char *id);
 
+/* Every row of the record in @state_dir, one per line ("token provider_id
+ * detached=0|1 owners=pid,..."), for a failure message. Free with free(). */
+char *tu_record_dump(const char *state_dir);
+
 #endif

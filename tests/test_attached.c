@@ -48,6 +48,9 @@ static tu_dirs g_dirs;   /* this test's directory, its TMPDIR and SBX_STATE_DIR 
 static void setup(void)
 {
     tu_dirs_make(&g_dirs, "sbx-attached", 1);
+    /* The library's and its plugin hosts' info lines (which host served,
+     * what an ending host destroyed) go to the log, for a failure. */
+    cr_assert_eq(setenv("SBX_DEBUG", "info", 0), 0);
 }
 
 /* Whatever a failed test left: every sandbox the record still knows is
@@ -764,7 +767,12 @@ static void supervisors_end_them(sbx_plugin_mode mode, char victim)
     cr_assert_eq(tu_count_entries(g_dirs.tmp), 2, "more than the detached directories are left");
     cr_assert_eq(tu_wait_spares_gone(g_dirs.tmp, 5.0 - (tu_now() - t0)), 0,
                  "the client's spare directory outlived the application by 5 s");
-    cr_assert_eq(rows_where("detached = 0"), 20);
+    long long attached_rows = rows_where("detached = 0");
+    if (attached_rows != 20) {
+        char *rows = tu_record_dump(g_dirs.state);
+        cr_assert_eq(attached_rows, 20, "the record:%s", rows);
+        free(rows);
+    }
     gc_count n = { 0, 0 };
     cr_assert_eq(sbx_gc(0, count_gc, &n, NULL), 20);
     cr_assert_eq(n.owner_gone, 20);

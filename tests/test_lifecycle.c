@@ -195,12 +195,18 @@ Test(record, detach_is_recorded)
     sbx_client_free(c);
 }
 
-/* 50 processes create and destroy at once: each sees exactly its own row
- * while its sandbox lives, and the record ends empty. */
+/* 50 processes, released at once, make the record and create and destroy:
+ * each sees exactly its own row while its sandbox lives, and the record ends
+ * empty. Released together, they all set up their connection to a record
+ * that does not exist yet at the same moment (SQLite refuses a concurrent
+ * switch of a fresh file to WAL at once, without its busy handler). */
 Test(record, fifty_concurrent_writers, .timeout = 300)
 {
     enum { N = 50 };
     pid_t pids[N];
+    int go[2], msgs[2];
+    cr_assert_eq(pipe(go), 0);
+    cr_assert_eq(pipe(msgs), 0);
     for (int i = 0; i < N; i++) {
         pids[i] = fork();
         cr_assert(pids[i] >= 0);
@@ -208,11 +214,19 @@ Test(record, fifty_concurrent_writers, .timeout = 300)
             /* A writer that hangs ends on its own, so none outlives the
              * test holding its output open. */
             alarm(120);
+            char c, line[512];
+            close(go[1]);
+            close(msgs[0]);
+            if (read(go[0], &c, 1) != 0)
+                _exit(6);
             sbx_error *err = NULL;
             sbx_sandbox *sb = sbx_create(tu_backend(), NULL, &err);
             if (!sb) {
-                fprintf(stderr, "writer %d: create: %s\n", i,
-                        err ? sbx_error_get0_message(err) : "no error");
+                /* One write of at most PIPE_BUF: the writers' lines do not mix. */
+                int n = snprintf(line, sizeof line, "writer %d: create: %s\n", i,
+                                 err ? sbx_error_get0_message(err) : "no error");
+                if (write(msgs[1], line, n < (int)sizeof line ? (size_t)n : sizeof line - 1) < 0)
+                    _exit(7);
                 _exit(2);
             }
             if (rows_for(sbx_sandbox_get0_id(sb)) != 1)
@@ -225,14 +239,25 @@ Test(record, fifty_concurrent_writers, .timeout = 300)
             _exit(0);
         }
     }
+    close(go[0]);
+    close(msgs[1]);
+    close(go[1]);   /* the release: every writer's read() sees end of file */
     /* Every writer is waited for before any verdict, so none is left
      * running when one failed. */
     int status[N];
     for (int i = 0; i < N; i++)
         cr_assert_eq(waitpid(pids[i], &status[i], 0), pids[i]);
+    char said[4096];
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof said - 1 && (r = read(msgs[0], said + len, sizeof said - 1 - len)) > 0)
+        len += (size_t)r;
+    said[len] = '\0';
+    close(msgs[0]);
     for (int i = 0; i < N; i++)
-        cr_assert(WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0, "writer %d: status %d",
-                  i, status[i]);
+        cr_assert(WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0,
+                  "writer %d: status %d; the writers said: %s", i, status[i],
+                  len ? said : "nothing");
     cr_assert_eq(record_int("SELECT count(*) FROM sandboxes"), 0);
     cr_assert_eq(record_int("SELECT count(*) FROM owners"), 0);
 }
