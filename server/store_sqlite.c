@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include <sqlite3.h>
 
 #include "store.h"
@@ -155,6 +157,7 @@ sq_connect(const char *target, store_sync sync, void *shared, char **err)
 {
     store_conn *c = calloc(1, sizeof *c);
     char *msg = NULL;
+    int rc;
 
     if (!c)
         return NULL;
@@ -168,11 +171,23 @@ sq_connect(const char *target, store_sync sync, void *shared, char **err)
     }
     sqlite3_busy_timeout(c->db, 30000);
     c->full = sync == STORE_SYNC_FULL;
-    if (sqlite3_exec(c->db, c->full ? "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON;"
-                                      " PRAGMA synchronous=FULL;"
-                                    : "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON;"
-                                      " PRAGMA synchronous=NORMAL;",
-                     NULL, NULL, &msg) != SQLITE_OK) {
+    /* SQLite answers a switch of a fresh file to WAL that races another
+     * connection's (servers started at once on a new database) with
+     * SQLITE_BUSY at once, without the busy handler (its deadlock
+     * avoidance): retried here for as long as the busy timeout. */
+    for (int waited_ms = 0;; waited_ms += 2) {
+        rc = sqlite3_exec(c->db, c->full ? "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON;"
+                                           " PRAGMA synchronous=FULL;"
+                                         : "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON;"
+                                           " PRAGMA synchronous=NORMAL;",
+                          NULL, NULL, &msg);
+        if (rc != SQLITE_BUSY || waited_ms >= 30000)
+            break;
+        sqlite3_free(msg);
+        msg = NULL;
+        usleep(2000);
+    }
+    if (rc != SQLITE_OK) {
         if (err)
             *err = cp_printf("PRAGMA: %s", msg ? msg : "failed");
         sqlite3_free(msg);

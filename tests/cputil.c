@@ -184,13 +184,14 @@ cpu_last_stderr(void)
     return strdup(last_stderr ? last_stderr : "");
 }
 
-cpu_server *
-cpu_try_start(const cpu_store *store, const char *const *env, int *status)
+/* Forks and execs sbx-server as cpu_try_start() describes; does not wait. */
+static cpu_server *
+spawn_server(const cpu_store *store, const char *const *env)
 {
     cpu_server *srv = calloc(1, sizeof *srv);
     char *state;
-    double deadline;
-    struct timespec ts;
+
+    cr_assert_not_null(srv);
 
     srv->dir = make_tmpdir("cputil-server");
     srv->out_path = xprintf("%s/stdout.log", srv->dir);
@@ -233,6 +234,17 @@ cpu_try_start(const cpu_store *store, const char *const *env, int *status)
         _exit(127);
     }
     free(state);
+    return srv;
+}
+
+/* Waits (10 s at most) for @srv's "listening on URL" line; NULL (with
+ * *@status, @srv freed) when it exited first. */
+static cpu_server *
+wait_listening(cpu_server *srv, int *status)
+{
+    double deadline;
+    struct timespec ts;
+
     clock_gettime(CLOCK_MONOTONIC, &ts);
     deadline = (double)ts.tv_sec + ts.tv_nsec / 1e9 + 10.0;
     for (;;) {
@@ -266,6 +278,26 @@ cpu_try_start(const cpu_store *store, const char *const *env, int *status)
             cr_assert_fail("sbx-server did not print its address within 10 s");
         }
         usleep(2000);
+    }
+}
+
+cpu_server *
+cpu_try_start(const cpu_store *store, const char *const *env, int *status)
+{
+    return wait_listening(spawn_server(store, env), status);
+}
+
+void
+cpu_start_many(const cpu_store *store, const char *const *env, size_t n, cpu_server **out)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = spawn_server(store, env);
+    for (size_t i = 0; i < n; i++) {
+        int st = 0;
+
+        out[i] = wait_listening(out[i], &st);
+        cr_assert(out[i], "server %zu of %zu exited before listening (wait status %d): %s", i,
+                  n, st, last_stderr ? last_stderr : "");
     }
 }
 

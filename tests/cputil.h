@@ -58,6 +58,9 @@ typedef struct cpu_server {
  * (10 s at most) for its "listening on URL" line. The server gets SIGTERM
  * when the test process dies (PR_SET_PDEATHSIG). */
 cpu_server *cpu_start(const cpu_store *store, const char *const *env);
+/* Starts @n servers as cpu_start() does, all forked before any is waited
+ * for (so they open @store at the same moment), into @out[0..n-1]. */
+void cpu_start_many(const cpu_store *store, const char *const *env, size_t n, cpu_server **out);
 /* As cpu_start(), but returns NULL (no assertion) when the server exits
  * before listening; *@status gets its wait status then. */
 cpu_server *cpu_try_start(const cpu_store *store, const char *const *env, int *status);

@@ -1479,6 +1479,31 @@ Test(server, two_servers_one_database)
     free(id);
 }
 
+/* Six servers started at once on a new SQLite file (or a new PostgreSQL
+ * database) all come up: SQLite refuses a connection's switch of a fresh
+ * file to WAL that races another's with SQLITE_BUSY at once, without the
+ * busy handler, and the server retries it. A key made through one is known
+ * to every other. */
+Test(server, servers_started_at_once_on_a_new_database_all_serve)
+{
+    enum { N = 6 };
+    cpu_store *fresh = cpu_store_new();
+    cpu_server *s[N];
+    char *k;
+
+    cpu_start_many(fresh, NULL, N, s);
+    k = cpu_bootstrap(s[0], "at-once", NULL);
+    for (int i = 0; i < N; i++) {
+        cpu_response *r = cpu_http(s[i]->url, "GET", "/v1/sandboxes", k, NULL, NULL);
+        cr_assert_eq(r->status, 200, "server %d: %s", i, r->body);
+        cpu_response_free(r);
+    }
+    for (int i = 0; i < N; i++)
+        cpu_stop(s[i]);
+    free(k);
+    cpu_store_free(fresh);
+}
+
 /* ---------------------------------------------------------------- metering */
 
 /* A price for local (0.036 USD per vCPU-hour, 0.018 per GiB-hour: 0.054
