@@ -1682,10 +1682,14 @@ proxy_invoke(unsigned slot, void **av, proxy_ret *ret)
         if (stale)
             h->gen = 0; /* never a live generation (they start at 1) */
         pthread_mutex_unlock(&pc->lock);
-        if (stale) {
-            sbx_proxy_invoke_on(pc, slot, av, ret);
-            return;
-        }
+        /* Stale or not, a call on a process never starts a new host:
+         * it lives on the host that started it. Another thread may find
+         * that host dead between the check above and a restart (and
+         * the restart would reattach every sandbox to a host that then
+         * outlives this one's purpose); sbx_proxy_invoke_on() answers a
+         * host found dead at its send as gone. */
+        sbx_proxy_invoke_on(pc, slot, av, ret);
+        return;
     }
     if (row->flags & SBX_ROW_FREES) {
         /* Never while a restart walks the sandboxes to reattach them. */

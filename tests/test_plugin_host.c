@@ -325,6 +325,79 @@ Test(plugin_host, crash_in_a_slot_fails_calls_in_flight_and_the_next_call_reatta
     free(started);
 }
 
+/* Eight execs in flight when the host is SIGKILLed all fail, and none of
+ * them starts a new host on its way out: a call on a process never does
+ * (the process lived on the dead host). Were one to, it would reattach
+ * every sandbox to a host the application never asked for, which would
+ * then destroy the attached ones when the application ends. Three rounds,
+ * each ended by the kill and begun by a call that restarts the host. */
+typedef struct inflight {
+    sbx_sandbox *sb;
+    int n;
+    sbx_result *result;
+    sbx_error *error;
+} inflight;
+
+static void *inflight_main(void *arg)
+{
+    inflight *f = arg;
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    char *script = tu_strdup_printf("touch \"$SANDBOX_ROOT/in-%d\"; exec sleep 20", f->n);
+    rq.shell = script;
+    f->result = sbx_sandbox_execute_command(f->sb, &rq, &f->error);
+    free(script);
+    return NULL;
+}
+
+Test(plugin_host, execs_in_flight_at_a_host_kill_start_no_new_host)
+{
+    enum { N = 8, ROUNDS = 3 };
+    sbx_error *err = NULL;
+    sbx_client *c = faulty_client();
+    sbx_sandbox *sb = tu_create(c, NULL);
+    const char *root = sbx_sandbox_get0_root(sb);
+
+    for (int round = 0; round < ROUNDS; round++) {
+        if (round > 0)
+            expect_echo(sb, "restarted");   /* the call that starts the next host */
+        int host = sbx_client_get_host_pid(c);
+        cr_assert(host > 0, "round %d: no host", round);
+        inflight f[N];
+        pthread_t t[N];
+        for (int i = 0; i < N; i++) {
+            f[i] = (inflight){ .sb = sb, .n = i };
+            cr_assert_eq(pthread_create(&t[i], NULL, inflight_main, &f[i]), 0);
+        }
+        for (int i = 0; i < N; i++) {
+            char *started = tu_strdup_printf("%s/in-%d", root, i);
+            double until = tu_now() + 10;
+            while (!tu_exists(started) && tu_now() < until)
+                usleep(2000);
+            cr_assert(tu_exists(started), "round %d: exec %d did not start", round, i);
+            cr_assert_eq(unlink(started), 0);
+            free(started);
+        }
+        /* Killed from outside, with no call in flight: the execs' threads
+         * find out together (their wait on the process wakes at the host's
+         * hang-up), and each then asks about its process. */
+        cr_assert_eq(kill((pid_t)host, SIGKILL), 0);
+        for (int i = 0; i < N; i++) {
+            pthread_join(t[i], NULL);
+            cr_assert_null(f[i].result, "round %d: exec %d did not fail", round, i);
+            tu_assert_error(f[i].error, SBX_ERROR_CONNECTION, NULL);
+            sbx_error_free(f[i].error);
+        }
+        cr_assert(tu_pid_gone((pid_t)host), "round %d: host %d lives on", round, host);
+        cr_assert_eq(sbx_client_get_host_pid(c), 0,
+                     "round %d: a call on a process of the crashed host %d started host %d",
+                     round, host, sbx_client_get_host_pid(c));
+    }
+    expect_echo(sb, "last");
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+}
+
 /* A plugin error without a code, or no error at all, reaches the
  * application with the code of the slot (exec_start: execution_failed),
  * never `unknown`, in both plugin modes. */
