@@ -14,10 +14,11 @@
  * Faults:
  *  - The host dies (a plugin crash): every call in flight on the client
  *    fails with a retryable connection error naming the signal; the next
- *    call starts a new host, and every sandbox whose session state was
- *    taken at create / resume is resumed there (reattached) under the same
- *    handle. Processes started on the dead host are gone: calls on them
- *    fail with a connection error.
+ *    call on the client or a sandbox starts a new host, and every sandbox
+ *    whose session state was taken at create / resume is resumed there
+ *    (reattached) under the same handle. Processes started on the dead
+ *    host are gone: calls on them fail with a connection error and never
+ *    start a host.
  *  - A call past its deadline (the call context's, or the client's call
  *    timeout) or whose cancel descriptor fires gets a CANCEL frame: the
  *    plugin's cancel descriptor becomes readable. When no reply comes
