@@ -898,8 +898,10 @@ SBX_EXPORT void sbx_client_free(sbx_client *client);
  *    client's own (one per client, serving all its sandboxes and
  *    concurrent calls). A plugin that crashes or hangs fails only this
  *    client's calls in flight, with a retryable connection (or timeout)
- *    error naming the signal; the next call starts a new host and resumes
- *    there the sandboxes that have a session state. The host program is
+ *    error naming the signal; the next call on the client or a sandbox
+ *    starts a new host and resumes there the sandboxes that have a session
+ *    state (a call on a process of the dead host fails with a connection
+ *    error and starts none). The host program is
  *    $SBX_PLUGIN_HOST or the installed one.
  *  - SBX_PLUGIN_MODE_IN_PROCESS: dlopen()ed into this process, for the
  *    lowest latency; a plugin crash is the application's crash.
