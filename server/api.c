@@ -19,7 +19,8 @@
  * cp_auth_apply()), and answers as every route's authentication does. The
  * request id (the Idempotency-Key, else "req_<hex>") is claimed by
  * inserting a `running` executions row (unique per
- * organisation, sandbox and request id); a completed one is replayed
+ * organisation, sandbox and request id) in the transaction of that read;
+ * a completed one is replayed
  * verbatim, a running one is 409, a failed one 409 with the stored
  * payload. Output bytes that are not UTF-8 (CASE-07): "stdout"/"stderr"
  * stay strings (invalid sequences replaced by U+FFFD), and then
@@ -39,8 +40,9 @@
  * at libsbx's output cap adds "stdout_truncated"/"stderr_truncated": true.
  * Replies without these conditions carry exactly the reference's fields.
  *
- * The claim is one transaction (STORE_TXN_VOLATILE: never flushed on its
- * own, server/store.h), the outcome another, committed before the answer:
+ * The read and the claim are one transaction (STORE_TXN_VOLATILE: never
+ * flushed on its own, server/store.h), the outcome another, committed
+ * before the answer:
  * the executions row with the amounts answered and meter_pending = 1, from
  * which the execution outbox writes the usage event and both ledger
  * entries after the answer (server/meter.c, "The execution outbox"). So
@@ -1203,13 +1205,21 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     int64_t us, rate = 0, prov, cust, claimed;
 
     request_id = hdr ? strdup(hdr) : cp_new_id("req");
+    /* The read and the claim are one transaction (volatile: no answer
+     * acknowledges the claim itself, server/store.h) under the request
+     * id's lock: SQLite's write lock, PostgreSQL's advisory lock on the
+     * name. A replay and every refusal below commit it with nothing
+     * written but the key's last_used_at, when cp_auth_apply() sets it. */
+    snprintf(lock, sizeof lock, "execution:%s:%s", id, request_id);
+    if (tx_begin_volatile(x, lock) < 0)
+        goto internal;
     /* One statement for the key (authentication: its row read now, so a
      * revocation committed before it is seen), the columns an execute
      * reads of the sandbox (runtime_of(), the metering, the error
      * payload), not the whole record, and the execution of this request id
-     * when there is one: a replay is answered from it with no write
-     * transaction. No key row: 401; a key of another organisation than
-     * the sandbox's reads as no sandbox (404). */
+     * when there is one, answered from it as a replay. No key row: 401; a
+     * key of another organisation than the sandbox's reads as no sandbox
+     * (404). */
     r = q(x, "SELECT " CP_KEY_COLUMNS ", s.id, s.backend, s.status, s.hourly_rate_usd,"
              " s.session_state_sealed, e.status AS execution_status, e.response_json,"
              " e.error AS execution_error"
@@ -1303,7 +1313,17 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         free(m);
         goto out;
     }
-    sb = runtime_of(x, r);
+    sb = cp_runtime_get(cp_server_runtimes(x->srv), id);
+    if (!sb) {
+        /* No handle in this process: reattaching is a call to the provider,
+         * made outside the transaction, which begins again after it (the
+         * claim's conflict below answers a request id claimed meanwhile). */
+        if (tx_commit(x) < 0)
+            goto internal;
+        sb = runtime_of(x, r);
+        if (sb && tx_begin_volatile(x, lock) < 0)
+            goto internal;
+    }
     if (!sb) {
         /* Terminated meanwhile, or truly without a runtime. */
         store_rows *now_r = load_sandbox(x, req->who.org_id, id);
@@ -1327,11 +1347,7 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     cp_now_iso(now, sizeof now);
     /* The claim: one `running` row per (organisation, sandbox, request id),
      * inserted once (the unique constraint decides between racers, in one
-     * or several server processes); the existing row when it was there.
-     * Volatile (server/store.h): no answer acknowledges the claim itself. */
-    snprintf(lock, sizeof lock, "execution:%s:%s", id, request_id);
-    if (tx_begin_volatile(x, lock) < 0)
-        goto internal;
+     * or several server processes); the existing row when it was there. */
     claimed = ex(x, "INSERT INTO executions(id, organization_id, sandbox_id, request_id, status,"
                     " created_at) VALUES (?, ?, ?, ?, 'running', ?) ON CONFLICT DO NOTHING",
                  P(exe_id, req->who.org_id, id, request_id, now), NULL);
@@ -1445,6 +1461,8 @@ internal:
     tx_rollback(x);
     reply_internal(res);
 out:
+    if (x->in_txn && tx_commit(x) < 0)
+        tx_rollback(x);
     if (sb)
         cp_runtime_unref(cp_server_runtimes(x->srv), sb);
     sbx_result_free(result);

@@ -9,7 +9,8 @@
  * by the order they were first run) and then run by name, so the server
  * parses and plans it once: the server's statements are a fixed set.
  * Transactions run at READ COMMITTED; begin() takes
- * pg_advisory_xact_lock(hashtextextended(lock_name, 0)), so decisions on
+ * pg_advisory_xact_lock(hashtextextended(lock_name, 0)) in the round trip
+ * of its BEGIN, so decisions on
  * one name serialise across every connection and every sbx-server
  * process sharing the database, and end with the transaction.
  */
@@ -153,27 +154,31 @@ pg_script(store_conn *c, const char *sql, char **err)
     return ok ? 0 : -1;
 }
 
+/* BEGIN, the lock and (volatile) the commit mode in one simple query:
+ * one round trip to the server instead of three. The lock name is sent as
+ * a literal escaped by libpq (it holds ids from the request). */
 static int
 pg_begin(store_conn *c, const char *lock_name, unsigned flags, char **err)
 {
-    const char *p[1] = { lock_name ? lock_name : "" };
-    PGresult *r;
+    const char *name = lock_name ? lock_name : "";
+    char *lit = PQescapeLiteral(c->pg, name, strlen(name)), *sql;
+    int rc;
 
-    if (pg_script(c, "BEGIN", err) < 0)
-        return -1;
-    c->in_txn = 1;
-    r = run(c, "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", 1, p, err);
-    if (!r || PQresultStatus(r) != PGRES_TUPLES_OK) {
-        if (r)
-            set_err(err, c->pg, "advisory lock");
-        PQclear(r);
-        pg_script(c, "ROLLBACK", NULL);
-        c->in_txn = 0;
+    if (!lit) {
+        set_err(err, c->pg, "advisory lock");
         return -1;
     }
-    PQclear(r);
-    if ((flags & STORE_TXN_VOLATILE) &&
-        pg_script(c, "SET LOCAL synchronous_commit TO off", err) < 0) {
+    sql = cp_printf("BEGIN; SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))%s", lit,
+                    (flags & STORE_TXN_VOLATILE) ? "; SET LOCAL synchronous_commit TO off" : "");
+    PQfreemem(lit);
+    if (!sql) {
+        set_err(err, NULL, "begin");
+        return -1;
+    }
+    c->in_txn = 1;
+    rc = pg_script(c, sql, err);
+    free(sql);
+    if (rc < 0) {
         pg_script(c, "ROLLBACK", NULL);
         c->in_txn = 0;
         return -1;
