@@ -875,25 +875,52 @@ Test(provider, sandbox_alloc_dup_and_free)
     cl_sandbox_free(NULL);
 }
 
+/* The constructor with the head's client and workdir: both set, the
+ * workdir copied and freed with the head; "" and NULL are no workdir. */
+Test(provider, sandbox_new_sets_client_and_workdir)
+{
+    char wd[] = "/home/user/w";
+    wide_sandbox *w = cl_sandbox_new(sizeof(*w), (sbx_plugin_client *)wd, "sb-8", wd);
+    cr_assert_not_null(w);
+    cr_assert_str_eq(w->s.id, "sb-8");
+    cr_assert_eq((void *)w->s.c, (void *)wd);
+    cr_assert_str_eq(w->s.workdir, "/home/user/w");
+    cr_assert_neq(w->s.workdir, wd);
+    cr_assert_null(w->url);
+    cl_sandbox_free(w);
+    w = cl_sandbox_new(sizeof(*w), NULL, "sb-9", "");
+    cr_assert_not_null(w);
+    cr_assert_null(w->s.c);
+    cr_assert_null(w->s.workdir);
+    cl_sandbox_free(w);
+    w = cl_sandbox_new(sizeof(*w), NULL, "sb-10", NULL);
+    cr_assert_null(w->s.workdir);
+    cl_sandbox_free(w);
+}
+
 /* The session state's start: the gone check, then version, id and
- * workdir (when there is one). */
+ * workdir (when the head has one; it is freed with the head). */
 Test(provider, state_new_holds_version_id_and_workdir)
 {
     cl_sandbox s;
     cr_assert_eq(cl_sandbox_init(&s, "pod-1"), 0);
-    json_object *j = cl_state_new(&s, "acme", 2, "pod", "/w", NULL);
+    cr_assert_null(s.workdir);
+    s.workdir = strdup("/w");
+    json_object *j = cl_state_new(&s, "acme", 2, "pod", NULL);
     cr_assert_not_null(j);
     cr_assert_str_eq(json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN
                                                        | JSON_C_TO_STRING_NOSLASHESCAPE),
                      "{\"version\":2,\"pod\":\"pod-1\",\"workdir\":\"/w\"}");
     json_object_put(j);
-    j = cl_state_new(&s, "acme", 1, "sandbox_id", NULL, NULL);
+    free(s.workdir);
+    s.workdir = NULL;
+    j = cl_state_new(&s, "acme", 1, "sandbox_id", NULL);
     cr_assert_str_eq(json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN),
                      "{\"version\":1,\"sandbox_id\":\"pod-1\"}");
     json_object_put(j);
     cr_assert_null(cl_state_end(NULL, NULL));
     cl_gone_set(&s.gone);
-    cr_assert_null(cl_state_new(&s, "acme", 1, "sandbox_id", NULL, NULL));
+    cr_assert_null(cl_state_new(&s, "acme", 1, "sandbox_id", NULL));
     cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
     cr_assert_str_eq(cl_last()->msg, "acme sandbox pod-1 is gone (the provider no longer has it)");
     cl_sandbox_clear(&s);

@@ -242,15 +242,15 @@ int cl_read_file_by(sbx_plugin_sandbox *sb, cl_http *h, const sbx_call_ctx *ctx,
 }
 
 json_object *cl_state_new(cl_sandbox *s, const char *provider, int version,
-                          const char *id_key, const char *workdir, sbx_error **error)
+                          const char *id_key, sbx_error **error)
 {
     if (cl_gone_check(&s->gone, "session_state", provider, s->id, error) < 0)
         return NULL;
     json_object *j = json_object_new_object();
     json_object_object_add(j, "version", json_object_new_int(version));
     json_object_object_add(j, id_key, json_object_new_string(s->id));
-    if (workdir)
-        json_object_object_add(j, "workdir", json_object_new_string(workdir));
+    if (s->workdir)
+        json_object_object_add(j, "workdir", json_object_new_string(s->workdir));
     return j;
 }
 
@@ -688,6 +688,8 @@ int cl_sandbox_init(cl_sandbox *s, const char *id)
     cl_gone_init(&s->gone);
     s->ports = NULL;
     s->n_ports = 0;
+    s->c = NULL;
+    s->workdir = NULL;
     return 0;
 }
 
@@ -699,6 +701,8 @@ void cl_sandbox_clear(cl_sandbox *s)
     free(s->ports);
     s->ports = NULL;
     s->n_ports = 0;
+    free(s->workdir);
+    s->workdir = NULL;
 }
 
 sbx_error *cl_create_unanswered(cl_reaper *reaper, const sbx_call_ctx *ctx, const char *token,
@@ -766,12 +770,31 @@ void *cl_sandbox_alloc(size_t size, const char *id)
     return s;
 }
 
+void *cl_sandbox_new(size_t size, struct sbx_plugin_client *c, const char *id,
+                     const char *workdir)
+{
+    cl_sandbox *s = cl_sandbox_alloc(size, id);
+    if (!s)
+        return NULL;
+    s->c = c;
+    if (cl_dup(&s->workdir, workdir && *workdir ? workdir : NULL) < 0) {
+        cl_sandbox_free(s);
+        return NULL;
+    }
+    return s;
+}
+
 void cl_sandbox_free(void *sb)
 {
     if (!sb)
         return;
     cl_sandbox_clear(sb);
     free(sb);
+}
+
+void cl_sandbox_free_slot(sbx_plugin_sandbox *sb)
+{
+    cl_sandbox_free(sb);
 }
 
 int cl_dup(char **dst, const char *src)

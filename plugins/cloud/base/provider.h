@@ -135,12 +135,12 @@ struct cl_sandbox;
 /**
  * The start of a session_state slot on sandbox @s of @provider: NULL with
  * cl_gone_error() when @s is gone (op session_state); else a new object
- * {"version": @version, @id_key: ID} with "workdir": @workdir when
- * @workdir is not NULL, to which the plugin adds its own members before
+ * {"version": @version, @id_key: ID} with "workdir": WORKDIR when @s has
+ * one (its head's workdir), to which the plugin adds its own members before
  * cl_state_end().
  */
 struct json_object *cl_state_new(struct cl_sandbox *s, const char *provider, int version,
-                                 const char *id_key, const char *workdir, sbx_error **error);
+                                 const char *id_key, sbx_error **error);
 
 /** The end of a session_state slot: cl_state_out(@j) (op session_state),
  *  @j put. NULL when @j is NULL (its error stored already). */
@@ -436,12 +436,18 @@ typedef struct cl_sandbox {
     cl_gone gone;
     uint16_t *ports;    /* exposed ports, ascending (cl_ports_*); guarded by gone.lock */
     size_t n_ports;
+    struct sbx_plugin_client *c;    /* the client that made or resumed it
+                                     * (borrowed: the host frees a client
+                                     * after its sandboxes); NULL when none */
+    char *workdir;      /* the default working directory (absolute), a new
+                         * string freed with the head, or NULL: the
+                         * provider's own */
 } cl_sandbox;
 
-/** Copies @id into @s and clears its gone flag: 0, or -1 on no memory
- *  (then @s holds nothing to clear). */
+/** Copies @id into @s and clears its gone flag, its client and its
+ *  workdir: 0, or -1 on no memory (then @s holds nothing to clear). */
 int cl_sandbox_init(cl_sandbox *s, const char *id);
-/** Frees what cl_sandbox_init() made (not @s itself). */
+/** Frees what cl_sandbox_init() made and the workdir (not @s itself). */
 void cl_sandbox_clear(cl_sandbox *s);
 /**
  * A plugin's sandbox struct of @size bytes (at least sizeof(cl_sandbox);
@@ -450,8 +456,18 @@ void cl_sandbox_clear(cl_sandbox *s);
  * cl_sandbox_free() once the plugin freed its own members. Thread-safe.
  */
 void *cl_sandbox_alloc(size_t size, const char *id);
+/**
+ * cl_sandbox_alloc() with the head's client @c and a copy of @workdir
+ * (NULL or "": none) set: NULL on no memory (nothing left to free).
+ * Thread-safe.
+ */
+void *cl_sandbox_new(size_t size, struct sbx_plugin_client *c, const char *id,
+                     const char *workdir);
 /** Clears the cl_sandbox that starts @sb and frees @sb (NULL: nothing). */
 void cl_sandbox_free(void *sb);
+/** The sandbox_free slot of a plugin whose sandbox holds nothing the head
+ *  does not free: cl_sandbox_free(). */
+void cl_sandbox_free_slot(sbx_plugin_sandbox *sb);
 /** *@dst becomes a copy of @src (NULL: NULL): 0, or -1 on no memory
  *  (*@dst NULL). For a constructor's string members. */
 int cl_dup(char **dst, const char *src);

@@ -130,9 +130,7 @@ struct sbx_plugin_client {
 
 struct sbx_plugin_sandbox {
     cl_sandbox s;       /* first member: the name and the gone flag (provider.h) */
-    struct sbx_plugin_client *c;
     char *url;          /* its data plane, no trailing slash */
-    char *workdir;      /* the default working directory, or NULL */
 };
 
 typedef cl_script_proc bl_proc;  /* provider.h */
@@ -224,7 +222,7 @@ static const cl_resume_spec bl_spec = { BL_BACKEND, BL_STATE_VERSION, "name", bl
 static int bl_confirm_gone(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                            const char *op, sbx_error **error)
 {
-    return cl_sandbox_confirm_gone(&sb->s, sb->c, ctx, &bl_spec, op, error);
+    return cl_sandbox_confirm_gone(&sb->s, sb->s.c, ctx, &bl_spec, op, error);
 }
 
 typedef struct bl_waiting {
@@ -240,7 +238,7 @@ static int bl_deploy_look(void *ud, const char **state, sbx_error **error)
     bl_waiting *w = ud;
     struct sbx_plugin_sandbox *sb = w->sb;
     long st;
-    json_object *j = bl_get(sb->c, w->ctx, sb->s.id, &st, w->op, error);
+    json_object *j = bl_get(sb->s.c, w->ctx, sb->s.id, &st, w->op, error);
     if (!j) {
         if (st == 404)
             bl_gone(sb, w->op, NULL, error);
@@ -285,13 +283,13 @@ static int bl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
         return -1;
     char *url = cl_printf("%s%s", sb->url, path);
     int rc = -1;
-    if (cl_request_at(sb->c->http, ctx, rq, url, r, op, error) == 0) {
+    if (cl_request_at(sb->s.c->http, ctx, rq, url, r, op, error) == 0) {
         if (r->status / 100 == 2)
             rc = 0;
         else if (r->status == 404 && bl_confirm_gone(sb, ctx, op, error))
             ;
         else if (r->status != 404 || !file_call)
-            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, rq->what);
+            cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, r, op, rq->what);
     }
     return rc;
 }
@@ -424,11 +422,8 @@ CL_PROBE_CAPS(bl_probe, BL_CAPS)
 static struct sbx_plugin_sandbox *bl_sandbox_new(struct sbx_plugin_client *c, const char *id,
                                                  const char *url)
 {
-    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
-    if (!sb)
-        return NULL;
-    sb->c = c;
-    if (!(sb->url = bl_trim_slash(url))) {
+    struct sbx_plugin_sandbox *sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
+    if (sb && !(sb->url = bl_trim_slash(url))) {
         cl_sandbox_free(sb);
         return NULL;
     }
@@ -437,10 +432,8 @@ static struct sbx_plugin_sandbox *bl_sandbox_new(struct sbx_plugin_client *c, co
 
 static void bl_sandbox_free(sbx_plugin_sandbox *sb)
 {
-    if (sb) {
+    if (sb)
         free(sb->url);
-        free(sb->workdir);
-    }
     cl_sandbox_free(sb);
 }
 
@@ -664,7 +657,7 @@ static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             cl_context(*error, "sandbox_id", name);
         goto undo;
     }
-    if (cl_create_workdir(sb, &sb->workdir, bl_run_short, ctx, BL_BACKEND, rq->workdir, op,
+    if (cl_create_workdir(sb, &sb->s.workdir, bl_run_short, ctx, BL_BACKEND, rq->workdir, op,
                           error) < 0)
         goto undo;
     *sandbox = sb;
@@ -684,14 +677,14 @@ out:
 
 static int bl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_sandbox_destroy(&sb->s, sb->c, bl_delete, ctx, error);
+    return cl_sandbox_destroy(&sb->s, sb->s.c, bl_delete, ctx, error);
 }
 
 /* Alive while the provider has it and it is not ending: DEPLOYED (on
  * standby or running) or still deploying. */
 static int bl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_item_is_alive(&sb->s, sb->c->http, ctx, sb->c->api, "sandboxes", "status", bl_dead,
+    return cl_item_is_alive(&sb->s, sb->s.c->http, ctx, sb->s.c->api, "sandboxes", "status", bl_dead,
                             error);
 }
 
@@ -700,7 +693,7 @@ static int bl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *bl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    json_object *j = cl_state_new(&sb->s, BL_BACKEND, BL_STATE_VERSION, "name", sb->workdir, error);
+    json_object *j = cl_state_new(&sb->s, BL_BACKEND, BL_STATE_VERSION, "name", error);
     if (!j)
         return NULL;
     json_object_object_add(j, "url", json_object_new_string(sb->url));
@@ -722,7 +715,7 @@ static int bl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
     du = cl_json_str(cl_json_path(j, "metadata", NULL), "url") || !cl_json_str(data, "url")
          ? bl_data_url(client, j, id) : strdup(cl_json_str(data, "url"));
     sb = du ? bl_sandbox_new(client, id, du) : NULL;
-    if (sb && cl_dup(&sb->workdir, cl_json_str(data, "workdir")) < 0) {
+    if (sb && cl_dup(&sb->s.workdir, cl_json_str(data, "workdir")) < 0) {
         bl_sandbox_free(sb);
         sb = NULL;
     }
@@ -821,7 +814,7 @@ static char *bl_files_path(struct sbx_plugin_sandbox *sb, const char *route, con
 {
     char *abs = NULL;
     if (path[0] != '/')
-        abs = cl_printf("%s/%s", sb->workdir ? sb->workdir : "", path);
+        abs = cl_printf("%s/%s", sb->s.workdir ? sb->s.workdir : "", path);
     char *e = bl_path_escape(abs ? abs : path);
     char *s = e ? cl_printf("%s%s", route, e) : NULL;
     free(e);
@@ -831,7 +824,7 @@ static char *bl_files_path(struct sbx_plugin_sandbox *sb, const char *route, con
 
 /* The error of a file call's answer @r (provider.h). */
 #define bl_file_fail(sb, r, op, path, what, error) \
-    cl_file_fail(&(sb)->s, (sb)->c->http, (r), 1, (op), (path), (what), (error))
+    cl_file_fail(&(sb)->s, (sb)->s.c->http, (r), 1, (op), (path), (what), (error))
 
 /* The sink of a raw read: the answer's bytes to @fd, unless the answer is
  * a directory's JSON listing (the data plane answers a directory so
@@ -1544,7 +1537,7 @@ static int bl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          sbx_error **error)
 {
     (void)ctx;
-    return cl_script_exec_start(sb, BL_BACKEND, sb->workdir, rq, bl_run_short, bl_exec_run,
+    return cl_script_exec_start(sb, BL_BACKEND, sb->s.workdir, rq, bl_run_short, bl_exec_run,
                                 process, error);
 }
 

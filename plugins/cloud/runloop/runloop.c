@@ -117,8 +117,6 @@ struct sbx_plugin_client {
 
 struct sbx_plugin_sandbox {
     cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
-    struct sbx_plugin_client *c;
-    char *workdir;      /* the default working directory, or NULL */
 };
 
 typedef cl_script_proc rl_proc;  /* provider.h */
@@ -187,8 +185,8 @@ static int rl_answer_fail(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
     if (r->status == 404 && !quiet) {
         rl_mark_gone(sb);
         rl_gone_error(error, op, sb->s.id, NULL);
-    } else if (!cl_sandbox_confirm_gone(&sb->s, sb->c, ctx, &rl_spec, op, error) && !quiet) {
-        cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, what);
+    } else if (!cl_sandbox_confirm_gone(&sb->s, sb->s.c, ctx, &rl_spec, op, error) && !quiet) {
+        cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, r, op, what);
     }
     return -1;
 }
@@ -203,9 +201,9 @@ static int rl_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
 {
     if (rl_check(sb, op, error) < 0)
         return -1;
-    char *url = cl_item_url(sb->c->api, "v1/devboxes", sb->s.id, suffix);
+    char *url = cl_item_url(sb->s.c->api, "v1/devboxes", sb->s.id, suffix);
     int rc = -1;
-    if (cl_request_at(sb->c->http, ctx, rq, url, r, op, error) == 0) {
+    if (cl_request_at(sb->s.c->http, ctx, rq, url, r, op, error) == 0) {
         if (r->status / 100 == 2 || (ok408 && r->status == 408))
             rc = 0;
         else
@@ -267,7 +265,7 @@ static int rl_wait_running(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
         json_object_object_add(b, "statuses", st);
         json_object_object_add(b, "timeout_seconds", json_object_new_int(hold));
         cl_resp r = { 0 };
-        int rc = rl_post(sb->c, ctx, sb->s.id, "/wait_for_status", b, CL_SAFE, &r, op,
+        int rc = rl_post(sb->s.c, ctx, sb->s.id, "/wait_for_status", b, CL_SAFE, &r, op,
                          "wait for the devbox to run", error);
         json_object_put(b);
         if (rc < 0) {
@@ -286,7 +284,7 @@ static int rl_wait_running(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
          * (a suspended one holds until it is resumed). */
         looked = 1;
         long gs = 0;
-        json_object *j = rl_get(sb->c, ctx, sb->s.id, &gs, op, NULL);
+        json_object *j = rl_get(sb->s.c, ctx, sb->s.id, &gs, op, NULL);
         const char *s = j ? rl_status(j) : NULL;
         if (gs == 404 || (s && rl_terminal(s))) {
             rl_mark_gone(sb);
@@ -298,10 +296,10 @@ static int rl_wait_running(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
         if (s && strcmp(s, "suspended") == 0 && !resumed) {
             cl_resp r2 = { 0 };
             resumed = 1;
-            rc = rl_post(sb->c, ctx, sb->s.id, "/resume", NULL, CL_SAFE, &r2, op,
+            rc = rl_post(sb->s.c, ctx, sb->s.id, "/resume", NULL, CL_SAFE, &r2, op,
                          "resume the devbox", error);
             if (rc == 0 && r2.status / 100 != 2) {
-                cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r2, op,
+                cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r2, op,
                                "resume the devbox");
                 rc = -1;
             }
@@ -317,7 +315,7 @@ static int rl_wait_running(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
             cl_resp_clear(&r);
             continue;       /* on its way: hold again */
         }
-        cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op,
+        cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r, op,
                        "wait for the devbox to run");
         cl_resp_clear(&r);
         return -1;
@@ -336,7 +334,7 @@ static int rl_oom_gone(struct sbx_plugin_sandbox *sb)
         return 0;
     long gs = 0;
     sbx_call_ctx c2 = { sizeof(c2), cl_now() + 10, -1, NULL };
-    json_object *v = rl_get(sb->c, &c2, sb->s.id, &gs, "exec", NULL);
+    json_object *v = rl_get(sb->s.c, &c2, sb->s.id, &gs, "exec", NULL);
     const char *fr = v ? cl_json_str(v, "failure_reason") : NULL;
     int oom = fr && strcmp(fr, "out_of_memory") == 0;
     json_object_put(v);
@@ -467,7 +465,7 @@ static int rl_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 
 /* The error of a file call's answer @r (provider.h). */
 #define rl_file_fail(sb, r, op, path, what, error) \
-    cl_file_fail(&(sb)->s, (sb)->c->http, (r), 0, (op), (path), (what), (error))
+    cl_file_fail(&(sb)->s, (sb)->s.c->http, (r), 0, (op), (path), (what), (error))
 
 static int rl_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                        cl_sink_fn sink, void *ud, cl_resp *r, const char *op, sbx_error **error)
@@ -487,7 +485,7 @@ static int rl_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, c
 static int rl_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                         sbx_error **error)
 {
-    return cl_read_file_by(sb, sb->c->http, ctx, sb->workdir, path, rl_download, fd, error);
+    return cl_read_file_by(sb, sb->s.c->http, ctx, sb->s.workdir, path, rl_download, fd, error);
 }
 
 /* Uploads what @fd holds (to its end) as @path (provider form): multipart
@@ -543,7 +541,7 @@ static int rl_upload_bytes(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
 static int rl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                          uint32_t mode, sbx_error **error)
 {
-    return cl_write_file(sb, ctx, sb->workdir, path, fd, mode, rl_upload, rl_run_short, error);
+    return cl_write_file(sb, ctx, sb->s.workdir, path, fd, mode, rl_upload, rl_run_short, error);
 }
 
 /* rl_execute() without live output: a cl_run_out_fn. */
@@ -558,7 +556,7 @@ static int rl_run_out(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const cha
 static int rl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
-    return cl_list_files_run(sb, ctx, sb->workdir, path, rl_run_out, fn, ud, error);
+    return cl_list_files_run(sb, ctx, sb->s.workdir, path, rl_run_out, fn, ud, error);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -702,21 +700,6 @@ CL_PROBE_CAPS(rl_probe, RL_CAPS)
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
-
-static struct sbx_plugin_sandbox *rl_sandbox_new(struct sbx_plugin_client *c, const char *id)
-{
-    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
-    if (sb)
-        sb->c = c;
-    return sb;
-}
-
-static void rl_sandbox_free(sbx_plugin_sandbox *sb)
-{
-    if (sb)
-        free(sb->workdir);
-    cl_sandbox_free(sb);
-}
 
 /* Runloop's named sizes: vCPUs and GiB. */
 static const struct {
@@ -909,7 +892,7 @@ static int rl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!(j = cl_create_post(c->http, c->reaper, ctx, url, body, "id", "an id",
                              "create the devbox", &id, error)))
         goto out;
-    sb = rl_sandbox_new(c, id);
+    sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
     if (!sb) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         rl_shutdown(c, NULL, id, op, NULL);
@@ -920,7 +903,7 @@ static int rl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             cl_context(*error, "sandbox_id", id);
         goto undo;
     }
-    if (cl_create_workdir(sb, &sb->workdir, rl_run_short, ctx, RL_BACKEND, rq->workdir, op,
+    if (cl_create_workdir(sb, &sb->s.workdir, rl_run_short, ctx, RL_BACKEND, rq->workdir, op,
                           error) < 0)
         goto undo;
     *sandbox = sb;
@@ -928,7 +911,7 @@ static int rl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     goto out;
 undo:
     rl_shutdown(c, NULL, id, op, NULL);
-    rl_sandbox_free(sb);
+    cl_sandbox_free(sb);
 out:
     json_object_put(body);
     json_object_put(j);
@@ -938,12 +921,12 @@ out:
 
 static int rl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_sandbox_destroy(&sb->s, sb->c, rl_delete, ctx, error);
+    return cl_sandbox_destroy(&sb->s, sb->s.c, rl_delete, ctx, error);
 }
 
 static int rl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_item_is_alive(&sb->s, sb->c->http, ctx, sb->c->api, "v1/devboxes", "status", rl_dead,
+    return cl_item_is_alive(&sb->s, sb->s.c->http, ctx, sb->s.c->api, "v1/devboxes", "status", rl_dead,
                             error);
 }
 
@@ -952,7 +935,7 @@ static int rl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *rl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    json_object *j = cl_state_new(&sb->s, RL_BACKEND, RL_STATE_VERSION, "devbox_id", sb->workdir, error);
+    json_object *j = cl_state_new(&sb->s, RL_BACKEND, RL_STATE_VERSION, "devbox_id", error);
     return cl_state_end(j, error);
 }
 
@@ -966,11 +949,8 @@ static int rl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
     int rc = -1;
     if (!j)
         return -1;
-    struct sbx_plugin_sandbox *sb = rl_sandbox_new(client, id);
-    if (sb && cl_dup(&sb->workdir, cl_json_str(data, "workdir")) < 0) {
-        rl_sandbox_free(sb);
-        sb = NULL;
-    }
+    struct sbx_plugin_sandbox *sb = cl_sandbox_new(sizeof(*sb), client, id,
+                                                   cl_json_str(data, "workdir"));
     if (!sb) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
@@ -982,12 +962,12 @@ static int rl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
                           "resume the devbox", error);
         cl_resp_clear(&r);
         if (wrc < 0) {
-            rl_sandbox_free(sb);
+            cl_sandbox_free(sb);
             goto out;
         }
     }
     if (rl_wait_running(sb, ctx, op, error) < 0) {
-        rl_sandbox_free(sb);
+        cl_sandbox_free(sb);
         goto out;
     }
     *sandbox = sb;
@@ -1033,11 +1013,11 @@ static int rl_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **
     if (rl_check(sb, op, error) < 0)
         return -1;
     cl_resp r = { 0 };
-    int rc = rl_post(sb->c, ctx, sb->s.id, "/suspend", NULL, CL_SAFE, &r, op,
+    int rc = rl_post(sb->s.c, ctx, sb->s.id, "/suspend", NULL, CL_SAFE, &r, op,
                      "suspend the devbox", error);
     if (rc == 0 && r.status / 100 != 2) {
         long st = 0;
-        json_object *j = r.status == 404 ? NULL : rl_get(sb->c, ctx, sb->s.id, &st, op, NULL);
+        json_object *j = r.status == 404 ? NULL : rl_get(sb->s.c, ctx, sb->s.id, &st, op, NULL);
         const char *s = j ? rl_status(j) : "";
         if (strcmp(s, "suspended") != 0 && strcmp(s, "suspending") != 0)
             rc = rl_answer_fail(sb, ctx, &r, 0, op, "suspend the devbox", error);
@@ -1055,7 +1035,7 @@ static int rl_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error *
     /* Resumed at once (a devbox that is not suspended refuses it, and is
      * then waited for as it is). */
     cl_resp r = { 0 };
-    int rc = rl_post(sb->c, ctx, sb->s.id, "/resume", NULL, CL_SAFE, &r, "start",
+    int rc = rl_post(sb->s.c, ctx, sb->s.id, "/resume", NULL, CL_SAFE, &r, "start",
                      "resume the devbox", error);
     cl_resp_clear(&r);
     if (rc < 0)
@@ -1518,7 +1498,7 @@ static int rl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          sbx_error **error)
 {
     (void)ctx;
-    return cl_script_exec_start(sb, RL_BACKEND, sb->workdir, rq, rl_run_short, rl_exec_run,
+    return cl_script_exec_start(sb, RL_BACKEND, sb->s.workdir, rq, rl_run_short, rl_exec_run,
                                 process, error);
 }
 
@@ -1546,7 +1526,7 @@ static const sbx_plugin rl_plugin = {
     .session_state = rl_session_state,
     .destroy = rl_destroy,
     .is_alive = rl_is_alive,
-    .sandbox_free = rl_sandbox_free,
+    .sandbox_free = cl_sandbox_free_slot,
     .sandbox_id = cl_sandbox_id,
     .sandbox_root = cl_sandbox_root,
     .snapshot = rl_snapshot,

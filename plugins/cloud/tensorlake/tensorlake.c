@@ -157,9 +157,7 @@ struct sbx_plugin_client {
 
 struct sbx_plugin_sandbox {
     cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
-    struct sbx_plugin_client *c;
     char *url;          /* its sandbox_url, no trailing slash */
-    char *workdir;      /* the default working directory, or NULL */
     int named;          /* named by its create token: suspendable, listed */
 };
 
@@ -233,7 +231,7 @@ static int tl_wake_look(void *ud, const char **state, sbx_error **error)
     tl_waking *w = ud;
     struct sbx_plugin_sandbox *sb = w->sb;
     long st;
-    json_object *j = tl_get(sb->c, w->ctx, sb->s.id, &st, w->op, error);
+    json_object *j = tl_get(sb->s.c, w->ctx, sb->s.id, &st, w->op, error);
     if (!j) {
         if (st == 404) {
             tl_mark_gone(sb);
@@ -254,10 +252,10 @@ static int tl_wake_look(void *ud, const char **state, sbx_error **error)
         rc = -1;
     } else if (strcmp(s, "suspended") == 0 && !w->resumed) {
         cl_resp r = { 0 };
-        rc = cl_item_request(sb->c->http, w->ctx, "POST", sb->c->api, "sandboxes", sb->s.id,
+        rc = cl_item_request(sb->s.c->http, w->ctx, "POST", sb->s.c->api, "sandboxes", sb->s.id,
                              "/resume", NULL, CL_SAFE, &r, w->op, "resume the sandbox", error);
         if (rc == 0 && r.status / 100 != 2) {
-            cl_context(cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, w->op,
+            cl_context(cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r, w->op,
                                       "resume the sandbox"), "state", w->state);
             rc = -1;
         }
@@ -292,7 +290,7 @@ static int tl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
     }
     rq->url = url;
     int rc = -1;
-    if (cl_request(sb->c->http, ctx, rq, r, op, error) == 0) {
+    if (cl_request(sb->s.c->http, ctx, rq, r, op, error) == 0) {
         if (r->status / 100 == 2) {
             rc = 0;
         } else if (r->status == 404 && !file_call) {
@@ -301,14 +299,14 @@ static int tl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
         } else if (r->status == 404) {
             /* A file's 404, unless the sandbox itself is gone. */
             long st;
-            json_object *j = tl_get(sb->c, ctx, sb->s.id, &st, op, NULL);
+            json_object *j = tl_get(sb->s.c, ctx, sb->s.id, &st, op, NULL);
             if (st == 404 || (j && strcmp(tl_status(j), "terminated") == 0)) {
                 tl_mark_gone(sb);
                 tl_gone_error(error, op, sb->s.id);
             }
             json_object_put(j);
         } else {
-            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, rq->what);
+            cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, r, op, rq->what);
         }
     }
     free(url);
@@ -388,24 +386,20 @@ static int tl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t
 static struct sbx_plugin_sandbox *tl_sandbox_new(struct sbx_plugin_client *c, const char *id,
                                                  const char *url, int named)
 {
-    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
-    if (!sb)
-        return NULL;
-    sb->c = c;
-    sb->named = named;
-    if (!(sb->url = cl_trim_slash(url))) {
+    struct sbx_plugin_sandbox *sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
+    if (sb && !(sb->url = cl_trim_slash(url))) {
         cl_sandbox_free(sb);
         return NULL;
     }
+    if (sb)
+        sb->named = named;
     return sb;
 }
 
 static void tl_sandbox_free(sbx_plugin_sandbox *sb)
 {
-    if (sb) {
+    if (sb)
         free(sb->url);
-        free(sb->workdir);
-    }
     cl_sandbox_free(sb);
 }
 
@@ -639,14 +633,14 @@ static int tl_ports_change(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
     if (!placed)
         json_object_array_add(ep, json_object_new_int((int)port));
     pthread_mutex_unlock(&sb->s.gone.lock);
-    char *url = cl_item_url(sb->c->api, "sandboxes", sb->s.id, "");
+    char *url = cl_item_url(sb->s.c->api, "sandboxes", sb->s.id, "");
     cl_resp r = { 0 };
     int rc = -1;
     if (!url)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (cl_request_json(sb->c->http, ctx, "PATCH", url, b, CL_SAFE, &r, op,
+    else if (cl_request_json(sb->s.c->http, ctx, "PATCH", url, b, CL_SAFE, &r, op,
                              "change the exposed ports", error) == 0
-             && cl_sandbox_answer(&sb->s, sb->c->http, &r, TL_BACKEND, op,
+             && cl_sandbox_answer(&sb->s, sb->s.c->http, &r, TL_BACKEND, op,
                                   "change the exposed ports", error) == 0) {
         rc = 0;
         if (!add) {
@@ -795,7 +789,7 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         sb = NULL;
         goto out;
     }
-    if (cl_create_workdir(sb, &sb->workdir, tl_run_short, ctx, TL_BACKEND, rq->workdir, op,
+    if (cl_create_workdir(sb, &sb->s.workdir, tl_run_short, ctx, TL_BACKEND, rq->workdir, op,
                           error) < 0) {
         tl_delete(c, NULL, id, op, NULL);
         tl_sandbox_free(sb);
@@ -814,13 +808,13 @@ out:
 
 static int tl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_sandbox_destroy(&sb->s, sb->c, tl_delete, ctx, error);
+    return cl_sandbox_destroy(&sb->s, sb->s.c, tl_delete, ctx, error);
 }
 
 static int tl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     static const char *const dead[] = { "terminated", "timeout", NULL };
-    return cl_item_is_alive(&sb->s, sb->c->http, ctx, sb->c->api, "sandboxes", "status", dead,
+    return cl_item_is_alive(&sb->s, sb->s.c->http, ctx, sb->s.c->api, "sandboxes", "status", dead,
                             error);
 }
 
@@ -830,7 +824,7 @@ static int tl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *tl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    json_object *j = cl_state_new(&sb->s, TL_BACKEND, TL_STATE_VERSION, "sandbox_id", sb->workdir, error);
+    json_object *j = cl_state_new(&sb->s, TL_BACKEND, TL_STATE_VERSION, "sandbox_id", error);
     if (!j)
         return NULL;
     json_object_object_add(j, "sandbox_url", json_object_new_string(sb->url));
@@ -861,7 +855,7 @@ static int tl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
     int named = json_object_object_get_ex(data, "named", &nm) && json_object_get_boolean(nm);
     struct sbx_plugin_sandbox *sb = su ? tl_sandbox_new(client, id, su, named) : NULL;
     const char *wd = cl_json_str(data, "workdir");
-    if (sb && ((wd && !(sb->workdir = strdup(wd))) || tl_take_ports(sb, j) < 0)) {
+    if (sb && ((wd && !(sb->s.workdir = strdup(wd))) || tl_take_ports(sb, j) < 0)) {
         tl_sandbox_free(sb);
         sb = NULL;
     }
@@ -891,10 +885,10 @@ static char *tl_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
     char *url = NULL, *snap = NULL;
     char *out = NULL;
     cl_resp r = { 0 };
-    if (cl_item_request(sb->c->http, ctx, "POST", sb->c->api, "sandboxes", sb->s.id, "/snapshot",
+    if (cl_item_request(sb->s.c->http, ctx, "POST", sb->s.c->api, "sandboxes", sb->s.id, "/snapshot",
                         b, CL_UNSAFE, &r, op, "snapshot the sandbox", error) < 0)
         goto done;
-    if (cl_sandbox_answer(&sb->s, sb->c->http, &r, TL_BACKEND, op, "snapshot the sandbox",
+    if (cl_sandbox_answer(&sb->s, sb->s.c->http, &r, TL_BACKEND, op, "snapshot the sandbox",
                           error) < 0)
         goto done;
     j = cl_resp_json(&r, op, "snapshot the sandbox", error);
@@ -906,18 +900,18 @@ static char *tl_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
     }
     snap = strdup(sid);
     free(url);
-    url = snap ? cl_printf("%s/snapshots/%s", sb->c->api, snap) : NULL;
+    url = snap ? cl_printf("%s/snapshots/%s", sb->s.c->api, snap) : NULL;
     cl_bound bd = cl_bound_make(ctx, TL_WAIT_S);
     for (double pause = 0.05; url; pause = pause < 0.5 ? pause * 2 : pause) {
         json_object_put(j);
         j = NULL;
         cl_resp_clear(&r);
         memset(&r, 0, sizeof r);
-        if (cl_request_json(sb->c->http, ctx, "GET", url, NULL, CL_SAFE, &r, op,
+        if (cl_request_json(sb->s.c->http, ctx, "GET", url, NULL, CL_SAFE, &r, op,
                             "get the snapshot", error) < 0)
             goto done;
         if (r.status != 200) {
-            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "get the snapshot");
+            cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r, op, "get the snapshot");
             goto done;
         }
         if (!(j = cl_resp_json(&r, op, "get the snapshot", error)))
@@ -958,7 +952,7 @@ static int tl_suspend_look(void *ud, const char **state, sbx_error **error)
 {
     tl_suspending *w = ud;
     long st;
-    json_object *j = tl_get(w->sb->c, w->ctx, w->sb->s.id, &st, "stop", error);
+    json_object *j = tl_get(w->sb->s.c, w->ctx, w->sb->s.id, &st, "stop", error);
     if (!j) {
         if (st == 404) {
             tl_mark_gone(w->sb);
@@ -989,10 +983,10 @@ static int tl_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **
         return -1;
     }
     cl_resp r = { 0 };
-    int rc = cl_item_request(sb->c->http, ctx, "POST", sb->c->api, "sandboxes", sb->s.id,
+    int rc = cl_item_request(sb->s.c->http, ctx, "POST", sb->s.c->api, "sandboxes", sb->s.id,
                              "/suspend", NULL, CL_SAFE, &r, op, "suspend the sandbox", error);
     if (rc == 0)
-        rc = cl_sandbox_answer(&sb->s, sb->c->http, &r, TL_BACKEND, op, "suspend the sandbox",
+        rc = cl_sandbox_answer(&sb->s, sb->s.c->http, &r, TL_BACKEND, op, "suspend the sandbox",
                                error);
     cl_resp_clear(&r);
     if (rc < 0)
@@ -1115,7 +1109,7 @@ static int tl_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, 
  * working directory (its workdir, else /), as a command would take it. */
 static char *tl_files_path_in(struct sbx_plugin_sandbox *sb, const char *route, const char *path)
 {
-    char *abs = sb && path[0] != '/' ? cl_path_in(sb->workdir ? sb->workdir : "/", path) : NULL;
+    char *abs = sb && path[0] != '/' ? cl_path_in(sb->s.workdir ? sb->s.workdir : "/", path) : NULL;
     char *e = cl_url_escape(abs ? abs : path);
     char *s = e ? cl_printf("/api/v1/files%s?path=%s", route, e) : NULL;
     free(e);
@@ -1137,7 +1131,7 @@ static int tl_file_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r, const c
     if (r->status == 404)
         err = cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such %s in the sandbox: %s", what, path);
     else if (r->status == 400 || r->status == 403)
-        err = cl_fail_status(sb->c->http, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
+        err = cl_fail_status(sb->s.c->http, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
     if (err)
         cl_context(err, "path", path);
     return -1;
@@ -1590,7 +1584,7 @@ static int tl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     (void)ctx;
     if (cl_exec_check(&sb->s, TL_BACKEND, rq, 0, error) < 0)
         return -1;
-    tl_proc *p = (tl_proc *)cl_script_proc_new(sizeof(tl_proc), sb, sb->workdir, rq,
+    tl_proc *p = (tl_proc *)cl_script_proc_new(sizeof(tl_proc), sb, sb->s.workdir, rq,
                                                tl_run_short, "exec", error);
     if (!p)
         return -1;

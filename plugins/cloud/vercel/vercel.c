@@ -119,8 +119,6 @@ struct sbx_plugin_client {
 
 struct sbx_plugin_sandbox {
     cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
-    struct sbx_plugin_client *c;
-    char *workdir;      /* the default working directory, or NULL */
 };
 
 typedef cl_script_proc vc_proc;  /* provider.h */
@@ -209,8 +207,8 @@ static int vc_answer_fail(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
                           const cl_resp *r, int quiet, const char *op, const char *what,
                           sbx_error **error)
 {
-    if (!cl_sandbox_confirm_gone(&sb->s, sb->c, ctx, &vc_spec, op, error) && !quiet)
-        cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, what);
+    if (!cl_sandbox_confirm_gone(&sb->s, sb->s.c, ctx, &vc_spec, op, error) && !quiet)
+        cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, r, op, what);
     return -1;
 }
 
@@ -224,9 +222,9 @@ static int vc_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
 {
     if (vc_check(sb, op, error) < 0)
         return -1;
-    char *url = vc_url(sb->c, sb->s.id, suffix);
+    char *url = vc_url(sb->s.c, sb->s.id, suffix);
     int rc = -1;
-    if (cl_request_at(sb->c->http, ctx, rq, url, r, op, error) == 0) {
+    if (cl_request_at(sb->s.c->http, ctx, rq, url, r, op, error) == 0) {
         if (r->status / 100 == 2)
             rc = 0;
         else
@@ -248,7 +246,7 @@ static int vc_wait_running(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
     cl_bound bd = cl_bound_make(ctx, VC_WAIT_S);
     for (;;) {
         long st = 0;
-        json_object *j = vc_get(sb->c, ctx, sb->s.id, &st, op, error);
+        json_object *j = vc_get(sb->s.c, ctx, sb->s.id, &st, op, error);
         if (!j) {
             if (st == 404) {
                 vc_mark_gone(sb);
@@ -352,7 +350,7 @@ static int vc_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
         rc = -1;
     if (rc == 0 && (l.stopped || !l.have_code)) {
         json_object *j = NULL;
-        if (cl_sandbox_ended(sb->c, ctx, &vc_spec, sb->s.id, op, &j) || l.stopped) {
+        if (cl_sandbox_ended(sb->s.c, ctx, &vc_spec, sb->s.id, op, &j) || l.stopped) {
             vc_mark_gone(sb);
             vc_gone_error(error, op, sb->s.id, j);
         } else {
@@ -411,7 +409,7 @@ static int vc_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 
 /* The error of a file call's answer @r (provider.h). */
 #define vc_file_fail(sb, r, op, path, what, error) \
-    cl_file_fail(&(sb)->s, (sb)->c->http, (r), 0, (op), (path), (what), (error))
+    cl_file_fail(&(sb)->s, (sb)->s.c->http, (r), 0, (op), (path), (what), (error))
 
 static int vc_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                        cl_sink_fn sink, void *ud, cl_resp *r, const char *op, sbx_error **error)
@@ -431,7 +429,7 @@ static int vc_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, c
 static int vc_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                         sbx_error **error)
 {
-    return cl_read_file_by(sb, sb->c->http, ctx, sb->workdir ? sb->workdir : VC_CWD, path,
+    return cl_read_file_by(sb, sb->s.c->http, ctx, sb->s.workdir ? sb->s.workdir : VC_CWD, path,
                            vc_download, fd, error);
 }
 
@@ -616,7 +614,7 @@ static int vc_upload_file(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
 static int vc_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                          uint32_t mode, sbx_error **error)
 {
-    return cl_write_file(sb, ctx, sb->workdir ? sb->workdir : VC_CWD, path, fd, mode,
+    return cl_write_file(sb, ctx, sb->s.workdir ? sb->s.workdir : VC_CWD, path, fd, mode,
                          vc_upload_file, vc_run_short, error);
 }
 
@@ -625,7 +623,7 @@ static int vc_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
 static int vc_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
-    return cl_list_files_run(sb, ctx, sb->workdir ? sb->workdir : VC_CWD, path, vc_execute, fn,
+    return cl_list_files_run(sb, ctx, sb->s.workdir ? sb->s.workdir : VC_CWD, path, vc_execute, fn,
                              ud, error);
 }
 
@@ -722,9 +720,10 @@ static int vc_buf_sink(void *ud, const char *p, size_t n)
 static json_object *vc_owner(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                              const char *op)
 {
-    struct sbx_plugin_sandbox tmp = { .c = c };
+    struct sbx_plugin_sandbox tmp;
     if (cl_sandbox_init(&tmp.s, id) < 0)
         return NULL;
+    tmp.s.c = c;
     cl_buf b = { 0 };
     cl_resp r = { 0 };
     json_object *j = NULL;
@@ -752,9 +751,10 @@ typedef struct vc_ids {
  * NULL. */
 static char *vc_env_token(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id)
 {
-    struct sbx_plugin_sandbox tmp = { .c = c };
+    struct sbx_plugin_sandbox tmp;
     if (cl_sandbox_init(&tmp.s, id) < 0)
         return NULL;
+    tmp.s.c = c;
     char *out = NULL;
     int code = -1;
     if (vc_execute(&tmp, ctx, "printf %s \"$" VC_TOKEN_ENV "\"", &code, &out, "create", NULL) < 0
@@ -909,21 +909,6 @@ CL_PROBE_CAPS(vc_probe, VC_CAPS)
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
-
-static struct sbx_plugin_sandbox *vc_sandbox_new(struct sbx_plugin_client *c, const char *id)
-{
-    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
-    if (sb)
-        sb->c = c;
-    return sb;
-}
-
-static void vc_sandbox_free(sbx_plugin_sandbox *sb)
-{
-    if (sb)
-        free(sb->workdir);
-    cl_sandbox_free(sb);
-}
 
 static const char *const vc_runtimes[] = { "node22", "node24", "node26", "python3.13", NULL };
 
@@ -1105,7 +1090,7 @@ static int vc_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                     "sandbox id");
         goto out;
     }
-    sb = vc_sandbox_new(c, id);
+    sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
     if (!sb) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         vc_stop_id(c, NULL, id, op, NULL);
@@ -1132,7 +1117,7 @@ static int vc_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         if (xr < 0)
             goto undo;
     }
-    if (cl_create_workdir(sb, &sb->workdir, vc_run_short, ctx, VC_BACKEND, rq->workdir, op,
+    if (cl_create_workdir(sb, &sb->s.workdir, vc_run_short, ctx, VC_BACKEND, rq->workdir, op,
                           error) < 0)
         goto undo;
     *sandbox = sb;
@@ -1140,7 +1125,7 @@ static int vc_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     goto out;
 undo:
     vc_stop_id(c, NULL, id, op, NULL);
-    vc_sandbox_free(sb);
+    cl_sandbox_free(sb);
 out:
     json_object_put(body);
     json_object_put(labels);
@@ -1152,7 +1137,7 @@ out:
 
 static int vc_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_sandbox_destroy(&sb->s, sb->c, vc_delete, ctx, error);
+    return cl_sandbox_destroy(&sb->s, sb->s.c, vc_delete, ctx, error);
 }
 
 static int vc_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
@@ -1160,7 +1145,7 @@ static int vc_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
     if (vc_is_gone(sb))
         return 0;
     long st;
-    json_object *j = vc_get(sb->c, ctx, sb->s.id, &st, "is_alive", error);
+    json_object *j = vc_get(sb->s.c, ctx, sb->s.id, &st, "is_alive", error);
     if (!j) {
         if (st == 404) {
             vc_mark_gone(sb);
@@ -1180,7 +1165,7 @@ static int vc_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *vc_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    json_object *j = cl_state_new(&sb->s, VC_BACKEND, VC_STATE_VERSION, "sandbox_id", sb->workdir, error);
+    json_object *j = cl_state_new(&sb->s, VC_BACKEND, VC_STATE_VERSION, "sandbox_id", error);
     return cl_state_end(j, error);
 }
 
@@ -1194,17 +1179,14 @@ static int vc_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
     int rc = -1;
     if (!j)
         return -1;
-    struct sbx_plugin_sandbox *sb = vc_sandbox_new(client, id);
-    if (sb && cl_dup(&sb->workdir, cl_json_str(data, "workdir")) < 0) {
-        vc_sandbox_free(sb);
-        sb = NULL;
-    }
+    struct sbx_plugin_sandbox *sb = cl_sandbox_new(sizeof(*sb), client, id,
+                                                   cl_json_str(data, "workdir"));
     if (!sb) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
     if (vc_wait_running(sb, ctx, op, error) < 0) {
-        vc_sandbox_free(sb);
+        cl_sandbox_free(sb);
         goto out;
     }
     *sandbox = sb;
@@ -1547,7 +1529,7 @@ static int vc_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          sbx_error **error)
 {
     (void)ctx;
-    return cl_script_exec_start(sb, VC_BACKEND, sb->workdir, rq, vc_run_short, vc_exec_run,
+    return cl_script_exec_start(sb, VC_BACKEND, sb->s.workdir, rq, vc_run_short, vc_exec_run,
                                 process, error);
 }
 
@@ -1575,7 +1557,7 @@ static const sbx_plugin vc_plugin = {
     .session_state = vc_session_state,
     .destroy = vc_destroy,
     .is_alive = vc_is_alive,
-    .sandbox_free = vc_sandbox_free,
+    .sandbox_free = cl_sandbox_free_slot,
     .sandbox_id = cl_sandbox_id,
     .sandbox_root = cl_sandbox_root,
     .snapshot = vc_snapshot,
