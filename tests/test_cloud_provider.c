@@ -2189,3 +2189,284 @@ Test(provider, report_parse_takes_the_status_and_both_outputs)
     }
     cr_assert_eq(code, -1);
 }
+
+/* resume's start and end over a plugin's struct: the head made from the
+ * state (its id, the client, a workdir that is an absolute path), the
+ * view and state handed over; on failure the struct freed by the plugin's
+ * function, and an ended sandbox makes nothing. */
+static int resume_frees;
+
+static void resume_free(sbx_plugin_sandbox *sb)
+{
+    resume_frees++;
+    cl_sandbox_free(sb);
+}
+
+Test(provider, resume_new_and_end)
+{
+    static const char *const dead[] = { "shutdown", NULL };
+    cl_resume_spec spec = { "acme", 1, "devbox_id", resume_get, "status", dead, NULL };
+    char client[8];
+    json_object *view = NULL, *state = NULL;
+    wide_sandbox *w = cl_resume_new((sbx_plugin_client *)client, NULL,
+                                    "{\"version\":1,\"devbox_id\":\"sb-run\",\"workdir\":\"/w\"}",
+                                    &spec, sizeof(*w), &view, &state, NULL);
+    cr_assert_not_null(w);
+    cr_assert_str_eq(w->s.id, "sb-run");
+    cr_assert_eq((void *)w->s.c, (void *)client);
+    cr_assert_str_eq(w->s.workdir, "/w");
+    cr_assert_null(w->url);
+    cr_assert_str_eq(cl_json_str(view, "status"), "running");
+    cr_assert_str_eq(cl_json_str(state, "devbox_id"), "sb-run");
+    sbx_plugin_sandbox *out = NULL;
+    cr_assert_eq(cl_resume_end(0, w, &out, view, state, resume_free), 0);
+    cr_assert_eq((void *)out, (void *)w);
+    cr_assert_eq(resume_frees, 0);
+    cl_sandbox_free(w);
+
+    w = cl_resume_new(NULL, NULL, "{\"version\":1,\"devbox_id\":\"sb-run\",\"workdir\":\"w/..\"}",
+                      &spec, sizeof(*w), &view, &state, NULL);
+    cr_assert_not_null(w);
+    cr_assert_null(w->s.workdir);
+    out = NULL;
+    cr_assert_eq(cl_resume_end(-1, w, &out, view, state, resume_free), -1);
+    cr_assert_null(out);
+    cr_assert_eq(resume_frees, 1);
+
+    view = state = (json_object *)&spec;
+    cr_assert_null(cl_resume_new(NULL, NULL, "{\"version\":1,\"devbox_id\":\"sb-end\"}", &spec,
+                                 sizeof(*w), &view, &state, NULL));
+    cr_assert_null(view);
+    cr_assert_null(state);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-end is gone (the provider no longer has it)");
+}
+
+/* The look of the refusal tests: "sb-run" runs, "sb-end" ended. */
+static int look_gets;
+
+static json_object *look_get(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                             long *status, const char *op, sbx_error **error)
+{
+    (void)client;
+    (void)ctx;
+    (void)op;
+    cr_assert_null(error);
+    look_gets++;
+    *status = 200;
+    return json_tokener_parse(strcmp(id, "sb-end") == 0 ? "{\"status\":\"shutdown\"}"
+                                                        : "{\"status\":\"running\"}");
+}
+
+/* A call on a sandbox read by the provider's table: 2xx (and a 408 when
+ * asked) is 0; a file call's 404 and 400 store nothing; another refusal
+ * is the answer's error, or the gone error when the look says it ended;
+ * a 404 that is the sandbox's own is gone without a look, and then
+ * nothing more is sent. */
+Test(provider, sandbox_request_reads_refusals)
+{
+    cl_backend = "acme";
+    static const char *const dead[] = { "shutdown", NULL };
+    static const cl_resume_spec rs = { "acme", 1, "sandbox_id", look_get, "status", dead, NULL };
+    static const cl_call_spec own = { &rs, CL_CALLS_404_GONE | CL_CALLS_FILE_400 };
+    static const cl_call_spec any = { &rs, CL_CALLS_LOOK_ANY };
+    static const page_answer answers[] = {
+        { 200, NULL, "{}" },
+        { 404, NULL, "{\"message\":\"no such file\"}" },
+        { 400, NULL, "{\"message\":\"not a file\"}" },
+        { 408, NULL, "{}" },
+        { 409, NULL, "{\"message\":\"busy\"}" },
+        { 404, NULL, "{\"message\":\"no such sandbox\"}" },
+        { 409, NULL, "{\"message\":\"ended\"}" },
+    };
+    cl_http *h = cl_http_new();
+    page_server sv;
+    page_start(&sv, answers, 7);
+    char url[96];
+#define REQ_URL(path) (snprintf(url, sizeof url, "http://127.0.0.1:%d%s", sv.port, (path)), \
+                       strdup(url))
+    cl_sandbox s, e;
+    cr_assert_eq(cl_sandbox_init(&s, "sb-run"), 0);
+    cr_assert_eq(cl_sandbox_init(&e, "sb-end"), 0);
+    cl_req rq = { .method = "GET", .idempotent = CL_SAFE, .what = "read it" };
+    cl_resp r = { 0 };
+    sbx_error *err = NULL;
+    cl_host = &rec_host;    /* errors stored in err are made */
+    cr_assert_eq(cl_sandbox_request(&s, h, &own, NULL, &rq, REQ_URL("/a"), 0, &r, "read_file",
+                                    &err), 0);
+    cl_resp_clear(&r);
+    cr_assert_eq(cl_sandbox_request(&s, h, &own, NULL, &rq, REQ_URL("/b"), CL_CALL_FILE, &r,
+                                    "read_file", &err), -1);
+    cl_resp_clear(&r);
+    cr_assert_eq(cl_sandbox_request(&s, h, &own, NULL, &rq, REQ_URL("/c"), CL_CALL_FILE, &r,
+                                    "read_file", &err), -1);
+    cl_resp_clear(&r);
+    cl_host = NULL;
+    cr_assert_null(err);
+    cr_assert_eq(look_gets, 1);     /* the 404 was looked into, the 400 not */
+    cr_assert_eq(cl_sandbox_request(&s, h, &own, NULL, &rq, REQ_URL("/d"), CL_CALL_OK_408, &r,
+                                    "exec", NULL), 0);
+    cr_assert_eq(r.status, 408);
+    cl_resp_clear(&r);
+    cr_assert_eq(cl_sandbox_request(&s, h, &own, NULL, &rq, REQ_URL("/e"), 0, &r, "exec", NULL),
+                 -1);
+    cl_resp_clear(&r);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "read it: busy (HTTP 409)");
+    cr_assert_eq(cl_gone_get(&s.gone), 0);
+    cr_assert_eq(cl_sandbox_request(&s, h, &own, NULL, &rq, REQ_URL("/f"), 0, &r, "exec", NULL),
+                 -1);
+    cl_resp_clear(&r);
+    cr_assert_eq(look_gets, 1);
+    cr_assert_eq(cl_gone_get(&s.gone), 1);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-run is gone (the provider no longer has it)");
+    cr_assert_eq(cl_sandbox_request(&e, h, &any, NULL, &rq, REQ_URL("/g"), 0, &r, "exec", NULL),
+                 -1);
+    cl_resp_clear(&r);
+    cr_assert_eq(look_gets, 2);
+    cr_assert_eq(cl_gone_get(&e.gone), 1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-end is gone (the provider no longer has it)");
+    page_stop(&sv);
+    cr_assert_eq(cl_sandbox_request(&s, h, &own, NULL, &rq, REQ_URL("/h"), 0, &r, "exec", NULL),
+                 -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_eq(sv.served, 7);
+    cr_assert_str_eq(sv.lines[1], "GET /b HTTP/1.1");
+    cr_assert_str_eq(sv.lines[6], "GET /g HTTP/1.1");
+#undef REQ_URL
+    cl_sandbox_clear(&s);
+    cl_sandbox_clear(&e);
+    cl_http_free(h);
+}
+
+/* The provider of the wake tests: each look answers the next state of the
+ * script (its last one from then on); "404" is no such sandbox. */
+static const char *const *wake_script;
+static int wake_looks, wake_wakes;
+
+static json_object *wake_get(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                             long *status, const char *op, sbx_error **error)
+{
+    (void)client;
+    (void)ctx;
+    (void)id;
+    (void)op;
+    (void)error;
+    const char *st = wake_script[wake_looks];
+    if (wake_script[wake_looks + 1])
+        wake_looks++;
+    *status = strcmp(st, "404") == 0 ? 404 : 200;
+    if (*status == 404)
+        return NULL;
+    json_object *j = json_object_new_object();
+    if (*st)
+        json_object_object_add(j, "status", json_object_new_string(st));
+    return j;
+}
+
+static int wake_check(cl_sandbox *s, json_object *view, const char *state, const char *op,
+                      sbx_error **error)
+{
+    (void)view;
+    if (strcmp(state, "failed") != 0)
+        return 0;
+    cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "%s failed", s->id);
+    return -1;
+}
+
+static int wake_wake(cl_sandbox *s, const sbx_call_ctx *ctx, const char *state, const char *op,
+                     sbx_error **error)
+{
+    (void)s;
+    (void)ctx;
+    (void)op;
+    (void)error;
+    cr_assert_str_eq(state, "paused");
+    wake_wakes++;
+    return 0;
+}
+
+/* Waiting until a sandbox runs: a sleeping one woken once, a failed one
+ * the check's error, an ended or unknown one gone, and the timeout naming
+ * the state it stayed in. */
+Test(provider, sandbox_wake)
+{
+    static const char *const dead[] = { "ended", NULL };
+    static const char *const asleep[] = { "paused", NULL };
+    static const cl_resume_spec rs = { "acme", 1, "sandbox_id", wake_get, "status", dead, NULL };
+    static const cl_wake_spec ws = { &rs, "status", "unknown", "running", asleep, 5.0,
+                                     wake_check, wake_wake };
+    cl_sandbox s;
+    cr_assert_eq(cl_sandbox_init(&s, "sb-1"), 0);
+
+    static const char *const wakes[] = { "paused", "paused", "starting", "running", NULL };
+    wake_script = wakes;
+    cr_assert_eq(cl_sandbox_wake(&s, NULL, &ws, "resume", NULL), 0);
+    cr_assert_eq(wake_wakes, 1);
+    cr_assert_eq(wake_looks, 3);
+
+    static const char *const fails[] = { "", "failed", NULL };
+    wake_script = fails;
+    wake_looks = 0;
+    cr_assert_eq(cl_sandbox_wake(&s, NULL, &ws, "resume", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CREATION_FAILED);
+    cr_assert_str_eq(cl_last()->msg, "sb-1 failed");
+    cr_assert_eq(cl_gone_get(&s.gone), 0);
+
+    static const char *const ends[] = { "ended", NULL };
+    wake_script = ends;
+    wake_looks = 0;
+    sbx_error *err = NULL;
+    cl_host = &rec_host;
+    cr_assert_eq(cl_sandbox_wake(&s, NULL, &ws, "start", &err), -1);
+    cl_host = NULL;
+    cr_assert_eq(cl_gone_get(&s.gone), 1);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-1 is gone (the provider no longer has it)");
+    cr_assert_not_null(err);
+    cr_assert_str_eq(err->pairs, "sandbox_id=sb-1;reason=gone;status=ended;");
+    free(err);
+    cl_sandbox_clear(&s);
+
+    cr_assert_eq(cl_sandbox_init(&s, "sb-2"), 0);
+    static const char *const unknown[] = { "404", NULL };
+    wake_script = unknown;
+    wake_looks = 0;
+    cr_assert_eq(cl_sandbox_wake(&s, NULL, &ws, "start", NULL), -1);
+    cr_assert_eq(cl_gone_get(&s.gone), 1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cl_sandbox_clear(&s);
+
+    cr_assert_eq(cl_sandbox_init(&s, "sb-3"), 0);
+    static const cl_wake_spec brief = { &rs, "status", "unknown", "running", NULL, 0.2, NULL,
+                                        NULL };
+    static const char *const slow[] = { "paused", "", NULL };
+    wake_script = slow;
+    wake_looks = 0;
+    wake_wakes = 0;
+    cr_assert_eq(cl_sandbox_wake(&s, NULL, &brief, "create", NULL), -1);
+    cr_assert_eq(wake_wakes, 0);    /* nothing asleep for this table */
+    cr_assert_eq(cl_last()->code, SBX_ERROR_TIMEOUT);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-3 reaching status running did not happen "
+                                     "(it is unknown)");
+    cl_sandbox_clear(&s);
+}
+
+/* The provider-side lifetime: the default without a timeout, else the
+ * timeout rounded up with the margin; a timeout not above 0 refused. */
+Test(provider, lifetime_s)
+{
+    sbx_plugin_create_request rq = { .struct_size = sizeof(rq) };
+    cr_assert_eq(cl_lifetime_s(&rq, "acme", 3600, 5, NULL), 3600);
+    rq.set_fields = SBX_OPTION_TIMEOUT_SECS;
+    rq.timeout_secs = 60;
+    cr_assert_eq(cl_lifetime_s(&rq, "acme", 3600, 5, NULL), 65);
+    rq.timeout_secs = 0.2;
+    cr_assert_eq(cl_lifetime_s(&rq, "acme", 3600, 0, NULL), 1);
+    rq.timeout_secs = 90.5;
+    cr_assert_eq(cl_lifetime_s(&rq, "acme", 3600, 10, NULL), 101);
+    rq.timeout_secs = -1;
+    cr_assert_eq(cl_lifetime_s(&rq, "acme", 3600, 5, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: timeout_secs -1: must be more than 0");
+}

@@ -6,12 +6,16 @@
  *     not_found error with reason "gone" (CASE-32), with what the
  *     provider's view says of it as context;
  *   - the wait until a sandbox (or a snapshot) reaches a state, polled with
- *     a growing pause and bounded by the call's deadline;
+ *     a growing pause and bounded by the call's deadline, and by table the
+ *     wait until a sandbox runs, a sleeping one woken once;
  *   - the session state's shape: a versioned JSON object holding no secret,
  *     written into host memory and read back with its version checked, and
  *     resume's start: the state read, the sandbox got, an ended one gone;
  *     the same look (the resume table) for a sandbox whose call was
- *     refused: whether it ended, and then its gone flag and error;
+ *     refused: whether it ended, and then its gone flag and error; the
+ *     resume slot's start and end around the plugin's struct; a call on a
+ *     sandbox whose refusal is read by the provider's table (its own 404,
+ *     a file's, or a look at the sandbox);
  *   - the missing-cwd check after a script of cl_shell_script() exited
  *     CL_CWD_MISSING_EXIT (CASE-18, CASE-46);
  *   - a descriptor as the sink or the source of a request body;
@@ -38,6 +42,7 @@
  *     workdir, and small string helpers;
  *   - the port slots of a provider that routes every port itself, and a
  *     string in host memory;
+ *   - the create's provider-side lifetime from its timeout;
  *   - the create's refusals by table (options the provider cannot honour,
  *     backend_options of a provider that takes none) and its ownership
  *     labels; a paged listing, and list_owned's item (with RFC 3339
@@ -202,6 +207,29 @@ struct json_object *cl_resume_get(sbx_plugin_client *client, const sbx_call_ctx 
                                   sbx_error **error);
 
 /**
+ * The start of a resume slot of a provider whose sandbox struct (@size
+ * bytes) begins with a cl_sandbox: cl_resume_get() (op resume), then the
+ * struct made by cl_sandbox_new() with @client, the state's id and its
+ * "workdir" when that is cl_workdir_ok() (else none). Returns the struct,
+ * the provider's view of the sandbox in *@view and the state in *@state:
+ * the caller adds its own members and ends with cl_resume_end(). NULL with
+ * *@view and *@state NULL and *@error set: cl_resume_get()'s error, or
+ * resource_exhausted. Thread-safe as @rs->get is.
+ */
+void *cl_resume_new(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
+                    const cl_resume_spec *rs, size_t size, struct json_object **view,
+                    struct json_object **state, sbx_error **error);
+
+/**
+ * The end of a resume slot begun by cl_resume_new(): @view and @state put;
+ * when @rc is 0, @sb stored in *@sandbox and 0; else @sb freed with
+ * @free_fn (NULL: cl_sandbox_free()) and -1 (the error stored already by
+ * the step that failed).
+ */
+int cl_resume_end(int rc, void *sb, sbx_plugin_sandbox **sandbox, struct json_object *view,
+                  struct json_object *state, void (*free_fn)(sbx_plugin_sandbox *sb));
+
+/**
  * Whether sandbox @id has ended, asked through @rs->get (a GET, safe; its
  * error dropped, not stored): 1 when the provider answered 404 or an
  * @rs->state_key that is one of @rs->dead, else 0 (also when no answer
@@ -224,6 +252,45 @@ int cl_sandbox_ended(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
 int cl_sandbox_confirm_gone(struct cl_sandbox *s, sbx_plugin_client *client,
                             const sbx_call_ctx *ctx, const cl_resume_spec *rs, const char *op,
                             sbx_error **error);
+
+/**
+ * How a provider's sandbox is waited for until it runs, and woken when it
+ * sleeps (cl_sandbox_wake()): a constant table of the plugin's.
+ */
+typedef struct cl_wake_spec {
+    const cl_resume_spec *rs;   /* the provider, its GET of a sandbox, the
+                                 * state member, the ended states (gone,
+                                 * with rs->gone's error or the state in
+                                 * context) */
+    const char *noun;           /* what the state is called ("status"), in
+                                 * the timeout's message */
+    const char *none;           /* the state of an answer without one */
+    const char *ready;          /* the state it runs in ("running") */
+    const char *const *asleep;  /* NULL-terminated states woken (once) by
+                                 * @wake; NULL: none */
+    double max_s;               /* the wait's own bound, in seconds */
+    /* A state that is neither @ready nor ended, with the provider's view
+     * @view: -1 with *@error when it never runs (a failed deploy), else
+     * 0. NULL: none fails. */
+    int (*check)(struct cl_sandbox *s, struct json_object *view, const char *state,
+                 const char *op, sbx_error **error);
+    /* Wakes sandbox @s, found in @state: 0, or -1 with *@error. */
+    int (*wake)(struct cl_sandbox *s, const sbx_call_ctx *ctx, const char *state,
+                const char *op, sbx_error **error);
+} cl_wake_spec;
+
+/**
+ * Waits until sandbox @s (whose head has its client) is in @ws->ready, by
+ * cl_wait_until() over @ws->rs->get (bounded by @ws->max_s and the call's
+ * deadline), waking it once when it is in one of @ws->asleep (CASE-53).
+ * 0 once it runs; -1 with *@error: the gone flag set and the gone error
+ * (spec's) after a 404 or an ended state; @ws->check's or @ws->wake's
+ * error; the GET's error; or the timeout "@provider sandbox ID reaching
+ * @noun @ready did not happen (it is STATE)". Thread-safe as the spec's
+ * functions are.
+ */
+int cl_sandbox_wake(struct cl_sandbox *s, const sbx_call_ctx *ctx, const cl_wake_spec *ws,
+                    const char *op, sbx_error **error);
 
 /* ------------------------------------------------------------------------ */
 /* The missing working directory                                             */
@@ -579,6 +646,55 @@ int cl_file_fail(cl_sandbox *s, cl_http *h, const cl_resp *r, int by_status, con
                  const char *path, const char *what, sbx_error **error);
 
 /**
+ * How a provider reads an answer to a call on one of its sandboxes that is
+ * not 2xx (cl_sandbox_refused()): a constant table of the plugin's.
+ */
+typedef struct cl_call_spec {
+    const cl_resume_spec *rs;   /* the provider and its look at a sandbox
+                                 * (cl_sandbox_confirm_gone()) */
+    unsigned flags;             /* CL_CALLS_* */
+} cl_call_spec;
+/* A 404 to a call that is not a file call is the sandbox's own: gone at
+ * once, without a look (else the look decides). */
+#define CL_CALLS_404_GONE 1u
+/* Every refusal is looked into (else only a 404): a provider that answers
+ * a call on an ended sandbox with another status. */
+#define CL_CALLS_LOOK_ANY 2u
+/* A file call's 400 is the file's, as its 404 is. */
+#define CL_CALLS_FILE_400 4u
+
+/* Per call (cl_sandbox_request()'s @how): a file call, whose 404 (and 400
+ * with CL_CALLS_FILE_400) is the file's unless the sandbox is gone: then
+ * no error is stored but the gone one (the caller names the file). */
+#define CL_CALL_FILE 1u
+/* A 408 is an answer too (a hold that ended: the caller asks again). */
+#define CL_CALL_OK_408 2u
+
+/**
+ * The error of the answer @r, not 2xx, to a call on sandbox @s (whose head
+ * has its client), as @cs reads it: the gone flag set and the gone error
+ * (as cl_sandbox_confirm_gone() stores it) when the answer or the look
+ * says the sandbox ended; else the answer's error (cl_fail_status(),
+ * CL_CODE_BY_STATUS, @what), none for a file's 404 (@how CL_CALL_FILE).
+ * Returns -1. Thread-safe as @cs->rs->get is.
+ */
+int cl_sandbox_refused(cl_sandbox *s, cl_http *h, const cl_call_spec *cs,
+                       const sbx_call_ctx *ctx, const cl_resp *r, unsigned how, const char *op,
+                       const char *what, sbx_error **error);
+
+/**
+ * A call on sandbox @s at @url, a string the call takes and frees (NULL,
+ * from a builder that ran out of memory: resource_exhausted, nothing
+ * sent): -1 with cl_gone_error() (of @cs->rs->provider) at once when @s is
+ * gone; else cl_request_at(@h, @ctx, @rq, @url, @r): 0 with a 2xx answer in
+ * @r (or a 408 with @how CL_CALL_OK_408), -1 when none came (the call's
+ * error) or with cl_sandbox_refused()'s error. Thread-safe.
+ */
+int cl_sandbox_request(cl_sandbox *s, cl_http *h, const cl_call_spec *cs,
+                       const sbx_call_ctx *ctx, cl_req *rq, char *url, unsigned how, cl_resp *r,
+                       const char *op, sbx_error **error);
+
+/**
  * A call on sandbox @s at the provider: -1 with cl_gone_error() (of
  * cl_backend) at once when @s is gone; else cl_item_request(@method,
  * @api, @collection, @s's id, @suffix, @body, @idem) and its answer as
@@ -822,6 +938,18 @@ typedef struct cl_unsupported {
  */
 int cl_refuse_options(const sbx_plugin_create_request *rq, const char *provider,
                       const cl_unsupported *table, sbx_error **error);
+
+/**
+ * The provider-side lifetime of a create (CASE-33: always set), in whole
+ * seconds: @rq's timeout_secs rounded up, plus @margin_s (the provider
+ * ends the sandbox that much after the library's own end, so that a
+ * command cut by the lifetime is reported timed out, not lost with it);
+ * @dflt_s when @rq sets none. -1 with cl_refuse(@provider, "timeout_secs",
+ * VALUE, "must be more than 0") for a timeout that is not above 0.
+ * Thread-safe.
+ */
+long long cl_lifetime_s(const sbx_plugin_create_request *rq, const char *provider,
+                        long long dflt_s, long long margin_s, sbx_error **error);
 
 /**
  * The create's backend_options for a provider that takes none: 0 when
