@@ -175,23 +175,12 @@ static int rl_post(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
 static const cl_resume_spec rl_spec = { RL_BACKEND, RL_STATE_VERSION, "devbox_id", rl_get,
                                         "status", rl_dead, rl_gone_error };
 
-/* After an unexpected answer @r on @sb: marks it gone when the provider no
- * longer has it (404, or a terminal status on a GET) and stores the gone
- * error; else stores the answer's error unless @quiet. Returns -1. */
-static int rl_answer_fail(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                          const cl_resp *r, int quiet, const char *op, const char *what,
-                          sbx_error **error)
-{
-    if (r->status == 404 && !quiet) {
-        rl_mark_gone(sb);
-        rl_gone_error(error, op, sb->s.id, NULL);
-    } else if (!cl_sandbox_confirm_gone(&sb->s, sb->s.c, ctx, &rl_spec, op, error) && !quiet) {
-        cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, r, op, what);
-    }
-    return -1;
-}
+/* How a refused call on a devbox is read: a 404 is its own unless a file
+ * call's, and every refusal is looked into (a terminal devbox refuses). */
+static const cl_call_spec rl_calls = { &rl_spec, CL_CALLS_404_GONE | CL_CALLS_LOOK_ANY
+                                                  | CL_CALLS_FILE_400 };
 
-/* A call on devbox @sb (the request @rq, its url set here from @suffix):
+/* A call on devbox @sb (the request @rq, its url made here from @suffix):
  * 0 with a 2xx answer in @r (or a 408 when @ok408), -1 otherwise. A 404
  * with @file_call set is a file's, unless the devbox itself is gone: then
  * no error is stored (the caller names the file). */
@@ -199,18 +188,10 @@ static int rl_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
                    const char *suffix, cl_resp *r, int ok408, int file_call, const char *op,
                    sbx_error **error)
 {
-    if (rl_check(sb, op, error) < 0)
-        return -1;
-    char *url = cl_item_url(sb->s.c->api, "v1/devboxes", sb->s.id, suffix);
-    int rc = -1;
-    if (cl_request_at(sb->s.c->http, ctx, rq, url, r, op, error) == 0) {
-        if (r->status / 100 == 2 || (ok408 && r->status == 408))
-            rc = 0;
-        else
-            rl_answer_fail(sb, ctx, r, file_call && (r->status == 404 || r->status == 400), op,
-                           rq->what, error);
-    }
-    return rc;
+    return cl_sandbox_request(&sb->s, sb->s.c->http, &rl_calls, ctx, rq,
+                              cl_item_url(sb->s.c->api, "v1/devboxes", sb->s.id, suffix),
+                              (ok408 ? CL_CALL_OK_408 : 0) | (file_call ? CL_CALL_FILE : 0), r,
+                              op, error);
 }
 
 /* rl_call() with the JSON object @body. */
@@ -851,15 +832,10 @@ static json_object *rl_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cre
         json_object_object_add(lp, "network_policy_id", json_object_new_string(policy));
     }
     /* The provider-side lifetime, always (CASE-33): whole seconds. */
-    long long t = RL_DEFAULT_LIFETIME_S;
-    if (set & SBX_OPTION_TIMEOUT_SECS) {
-        if (!(rq->timeout_secs > 0)) {
-            snprintf(buf, sizeof buf, "%g", rq->timeout_secs);
-            rl_refuse(error, "timeout_secs", buf, "must be more than 0");
-            goto fail;
-        }
-        t = (long long)ceil(rq->timeout_secs) + RL_LIFETIME_MARGIN_S;
-    }
+    long long t = cl_lifetime_s(rq, RL_BACKEND, RL_DEFAULT_LIFETIME_S, RL_LIFETIME_MARGIN_S,
+                                error);
+    if (t < 0)
+        goto fail;
     json_object_object_add(lp, "keep_alive_time_seconds", json_object_new_int64(t));
     json_object_object_add(meta, CL_META_BACKEND, json_object_new_string(RL_BACKEND));
     if (ctx && ctx->create_token)
@@ -942,40 +918,22 @@ static char *rl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
 static int rl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
-    const char *op = "resume";
-    const char *id = NULL;
-    json_object *data = NULL;
-    json_object *j = cl_resume_get(client, ctx, state_json, &rl_spec, &data, &id, error);
-    int rc = -1;
-    if (!j)
+    json_object *j, *data;
+    struct sbx_plugin_sandbox *sb = cl_resume_new(client, ctx, state_json, &rl_spec, sizeof(*sb),
+                                                  &j, &data, error);
+    if (!sb)
         return -1;
-    struct sbx_plugin_sandbox *sb = cl_sandbox_new(sizeof(*sb), client, id,
-                                                   cl_json_str(data, "workdir"));
-    if (!sb) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto out;
-    }
+    int rc = 0;
     if (strcmp(rl_status(j), "suspended") == 0) {
         /* Woken on use (CASE-53). */
         cl_resp r = { 0 };
-        int wrc = rl_post(client, ctx, id, "/resume", NULL, CL_SAFE, &r, op,
-                          "resume the devbox", error);
+        rc = rl_post(client, ctx, sb->s.id, "/resume", NULL, CL_SAFE, &r, "resume",
+                     "resume the devbox", error);
         cl_resp_clear(&r);
-        if (wrc < 0) {
-            cl_sandbox_free(sb);
-            goto out;
-        }
     }
-    if (rl_wait_running(sb, ctx, op, error) < 0) {
-        cl_sandbox_free(sb);
-        goto out;
-    }
-    *sandbox = sb;
-    rc = 0;
-out:
-    json_object_put(j);
-    json_object_put(data);
-    return rc;
+    if (rc == 0)
+        rc = rl_wait_running(sb, ctx, "resume", error);
+    return cl_resume_end(rc, sb, sandbox, j, data, NULL);
 }
 
 /* snapshot: POST snapshot_disk; the snapshot's id, restored by a create
@@ -1020,7 +978,8 @@ static int rl_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **
         json_object *j = r.status == 404 ? NULL : rl_get(sb->s.c, ctx, sb->s.id, &st, op, NULL);
         const char *s = j ? rl_status(j) : "";
         if (strcmp(s, "suspended") != 0 && strcmp(s, "suspending") != 0)
-            rc = rl_answer_fail(sb, ctx, &r, 0, op, "suspend the devbox", error);
+            rc = cl_sandbox_refused(&sb->s, sb->s.c->http, &rl_calls, ctx, &r, 0, op,
+                                    "suspend the devbox", error);
         json_object_put(j);
     }
     cl_resp_clear(&r);
