@@ -200,19 +200,11 @@ static int vc_post(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
 static const cl_resume_spec vc_spec = { VC_BACKEND, VC_STATE_VERSION, "sandbox_id", vc_get,
                                         "status", vc_dead, vc_gone_error };
 
-/* After an unexpected answer @r on @sb: marks it gone when the provider no
- * longer has it (404 or 410, or a terminal status on a GET) and stores the
- * gone error; else stores the answer's error unless @quiet. Returns -1. */
-static int vc_answer_fail(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                          const cl_resp *r, int quiet, const char *op, const char *what,
-                          sbx_error **error)
-{
-    if (!cl_sandbox_confirm_gone(&sb->s, sb->s.c, ctx, &vc_spec, op, error) && !quiet)
-        cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, r, op, what);
-    return -1;
-}
+/* How a refused call on a sandbox is read: every refusal is looked into
+ * (an ended sandbox refuses with 404 or 410, or another status). */
+static const cl_call_spec vc_calls = { &vc_spec, CL_CALLS_LOOK_ANY | CL_CALLS_FILE_400 };
 
-/* A call on sandbox @sb (the request @rq, its url set here from @suffix):
+/* A call on sandbox @sb (the request @rq, its url made here from @suffix):
  * 0 with a 2xx answer in @r, -1 otherwise. A 404 or 400 with @file_call
  * set is a file's, unless the sandbox itself is gone: then no error is
  * stored (the caller names the file). */
@@ -220,18 +212,9 @@ static int vc_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
                    const char *suffix, cl_resp *r, int file_call, const char *op,
                    sbx_error **error)
 {
-    if (vc_check(sb, op, error) < 0)
-        return -1;
-    char *url = vc_url(sb->s.c, sb->s.id, suffix);
-    int rc = -1;
-    if (cl_request_at(sb->s.c->http, ctx, rq, url, r, op, error) == 0) {
-        if (r->status / 100 == 2)
-            rc = 0;
-        else
-            vc_answer_fail(sb, ctx, r, file_call && (r->status == 404 || r->status == 400), op,
-                           rq->what, error);
-    }
-    return rc;
+    return cl_sandbox_request(&sb->s, sb->s.c->http, &vc_calls, ctx, rq,
+                              vc_url(sb->s.c, sb->s.id, suffix), file_call ? CL_CALL_FILE : 0, r,
+                              op, error);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1172,29 +1155,12 @@ static char *vc_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
 static int vc_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
-    const char *op = "resume";
-    const char *id = NULL;
-    json_object *data = NULL;
-    json_object *j = cl_resume_get(client, ctx, state_json, &vc_spec, &data, &id, error);
-    int rc = -1;
-    if (!j)
+    json_object *j, *data;
+    struct sbx_plugin_sandbox *sb = cl_resume_new(client, ctx, state_json, &vc_spec, sizeof(*sb),
+                                                  &j, &data, error);
+    if (!sb)
         return -1;
-    struct sbx_plugin_sandbox *sb = cl_sandbox_new(sizeof(*sb), client, id,
-                                                   cl_json_str(data, "workdir"));
-    if (!sb) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto out;
-    }
-    if (vc_wait_running(sb, ctx, op, error) < 0) {
-        cl_sandbox_free(sb);
-        goto out;
-    }
-    *sandbox = sb;
-    rc = 0;
-out:
-    json_object_put(j);
-    json_object_put(data);
-    return rc;
+    return cl_resume_end(vc_wait_running(sb, ctx, "resume", error), sb, sandbox, j, data, NULL);
 }
 
 /* snapshot: POST snapshot; the snapshot's id, restored by a create with
