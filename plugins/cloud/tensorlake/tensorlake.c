@@ -216,101 +216,64 @@ static int tl_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx
     return tl_delete(ud, ctx, id, "create", error);
 }
 
-typedef struct tl_waking {
-    struct sbx_plugin_sandbox *sb;
-    const sbx_call_ctx *ctx;
-    const char *op;
-    int resumed;
-    char state[32];
-} tl_waking;
-
-/* One look for cl_wait_until(): 1 at "running", -1 when gone, 0 otherwise
- * (a suspended sandbox is resumed once). */
-static int tl_wake_look(void *ud, const char **state, sbx_error **error)
+/* The gone error of sandbox @id, with its status and termination reason
+ * from @view (may be NULL). */
+static sbx_error *tl_gone_keys(sbx_error **error, const char *op, const char *id,
+                               json_object *view)
 {
-    tl_waking *w = ud;
-    struct sbx_plugin_sandbox *sb = w->sb;
-    long st;
-    json_object *j = tl_get(sb->s.c, w->ctx, sb->s.id, &st, w->op, error);
-    if (!j) {
-        if (st == 404) {
-            tl_mark_gone(sb);
-            tl_gone_error(error, w->op, sb->s.id);
-        }
-        return -1;
-    }
-    const char *s = tl_status(j);
-    snprintf(w->state, sizeof w->state, "%s", s);
-    *state = w->state;
-    int rc = 0;
-    if (strcmp(s, "running") == 0) {
-        rc = 1;
-    } else if (strcmp(s, "terminated") == 0 || strcmp(s, "timeout") == 0) {
-        static const char *const keys[] = { "status", "termination_reason", NULL };
-        tl_mark_gone(sb);
-        cl_gone_error_view(error, w->op, TL_BACKEND, sb->s.id, j, keys);
+    static const char *const keys[] = { "status", "termination_reason", NULL };
+    return cl_gone_error_view(error, op, TL_BACKEND, id, view, keys);
+}
+
+/* Resumes a suspended sandbox (CASE-53). */
+static int tl_resume_call(cl_sandbox *s, const sbx_call_ctx *ctx, const char *state,
+                          const char *op, sbx_error **error)
+{
+    cl_resp r = { 0 };
+    int rc = cl_item_request(s->c->http, ctx, "POST", s->c->api, "sandboxes", s->id, "/resume",
+                             NULL, CL_SAFE, &r, op, "resume the sandbox", error);
+    if (rc == 0 && r.status / 100 != 2) {
+        cl_context(cl_fail_status(s->c->http, error, CL_CODE_BY_STATUS, &r, op,
+                                  "resume the sandbox"), "state", state);
         rc = -1;
-    } else if (strcmp(s, "suspended") == 0 && !w->resumed) {
-        cl_resp r = { 0 };
-        rc = cl_item_request(sb->s.c->http, w->ctx, "POST", sb->s.c->api, "sandboxes", sb->s.id,
-                             "/resume", NULL, CL_SAFE, &r, w->op, "resume the sandbox", error);
-        if (rc == 0 && r.status / 100 != 2) {
-            cl_context(cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r, w->op,
-                                      "resume the sandbox"), "state", w->state);
-            rc = -1;
-        }
-        cl_resp_clear(&r);
-        w->resumed = 1;
     }
-    json_object_put(j);
+    cl_resp_clear(&r);
     return rc;
 }
 
-/* Waits for "running", resuming a suspended sandbox (CASE-53). */
-static int tl_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *op,
-                   sbx_error **error)
+/* Running: polled until "running", a suspended sandbox resumed once; a
+ * terminated or timed-out one is gone. */
+static const char *const tl_over[] = { "terminated", "timeout", NULL };
+static const char *const tl_asleep[] = { "suspended", NULL };
+static const cl_resume_spec tl_wake_look = { TL_BACKEND, TL_STATE_VERSION, "sandbox_id", tl_get,
+                                             "status", tl_over, tl_gone_keys };
+static const cl_wake_spec tl_waking = { &tl_wake_look, "status", "unknown", "running", tl_asleep,
+                                        TL_WAIT_S, NULL, tl_resume_call };
+#define tl_wake(sb, ctx, op, error) cl_sandbox_wake(&(sb)->s, (ctx), &tl_waking, (op), (error))
+
+/* The gone error of sandbox @id, whatever the provider's view says. */
+static sbx_error *tl_gone_view(sbx_error **error, const char *op, const char *id,
+                               json_object *view)
 {
-    tl_waking w = { sb, ctx, op, 0, "" };
-    char what[160];
-    snprintf(what, sizeof what, "tensorlake sandbox %s reaching status running", sb->s.id);
-    return cl_wait_until(ctx, TL_WAIT_S, tl_wake_look, &w, op, what, error);
+    (void)view;
+    return tl_gone_error(error, op, id);
 }
+
+/* How a refused data-plane call is read: a 404 is the sandbox's own, but a
+ * file call's is looked into (a terminated sandbox is gone). */
+static const char *const tl_ended[] = { "terminated", NULL };
+static const cl_resume_spec tl_look = { TL_BACKEND, TL_STATE_VERSION, "sandbox_id", tl_get,
+                                        "status", tl_ended, tl_gone_view };
+static const cl_call_spec tl_calls = { &tl_look, CL_CALLS_404_GONE };
 
 /* A data-plane call on @sb: 0 with a 2xx answer in @r, -1 otherwise; a 404
  * that is the sandbox's own (not a file's) marks it gone. */
 static int tl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
                    const char *path, cl_resp *r, int file_call, const char *op, sbx_error **error)
 {
-    if (tl_check(sb, op, error) < 0)
-        return -1;
-    char *url = cl_printf("%s%s", sb->url, path);
-    if (!url) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    rq->url = url;
-    int rc = -1;
-    if (cl_request(sb->s.c->http, ctx, rq, r, op, error) == 0) {
-        if (r->status / 100 == 2) {
-            rc = 0;
-        } else if (r->status == 404 && !file_call) {
-            tl_mark_gone(sb);
-            tl_gone_error(error, op, sb->s.id);
-        } else if (r->status == 404) {
-            /* A file's 404, unless the sandbox itself is gone. */
-            long st;
-            json_object *j = tl_get(sb->s.c, ctx, sb->s.id, &st, op, NULL);
-            if (st == 404 || (j && strcmp(tl_status(j), "terminated") == 0)) {
-                tl_mark_gone(sb);
-                tl_gone_error(error, op, sb->s.id);
-            }
-            json_object_put(j);
-        } else {
-            cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, r, op, rq->what);
-        }
-    }
-    free(url);
-    return rc;
+    return cl_sandbox_request(&sb->s, sb->s.c->http, &tl_calls, ctx, rq,
+                              cl_printf("%s%s", sb->url, path), file_call ? CL_CALL_FILE : 0, r,
+                              op, error);
 }
 
 static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
@@ -475,21 +438,13 @@ static json_object *tl_create_body(struct sbx_plugin_client *c, const sbx_call_c
         json_object_object_add(b, "network", n);
     }
     /* The provider-side lifetime, always (CASE-33): whole seconds. */
-    long long t = TL_DEFAULT_LIFETIME_S;
-    if (set & SBX_OPTION_TIMEOUT_SECS) {
-        if (!(rq->timeout_secs > 0)) {
-            snprintf(buf, sizeof buf, "%g", rq->timeout_secs);
-            tl_refuse(error, "timeout_secs", buf, "must be more than 0");
-            goto fail;
-        }
-        t = (long long)rq->timeout_secs;
-        if ((double)t < rq->timeout_secs)
-            t++;
-        /* The library times commands out at the lifetime's end; the
-         * provider ends the sandbox TL_LIFETIME_MARGIN_S later, so that such
-         * a command is reported timed out (124), not lost with it. */
-        t += TL_LIFETIME_MARGIN_S;
-    }
+    /* The library times commands out at the lifetime's end; the provider
+     * ends the sandbox TL_LIFETIME_MARGIN_S later, so that such a command
+     * is reported timed out (124), not lost with it. */
+    long long t = cl_lifetime_s(rq, TL_BACKEND, TL_DEFAULT_LIFETIME_S, TL_LIFETIME_MARGIN_S,
+                                error);
+    if (t < 0)
+        goto fail;
     json_object_object_add(b, "timeout_secs", json_object_new_int64(t));
     const uint16_t *ports;
     size_t n_ports = cl_request_ports(rq, &ports);
@@ -835,44 +790,23 @@ static char *tl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
 static int tl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
-    const char *op = "resume";
-    const char *id = NULL;
-    json_object *data = cl_state_in(state_json, TL_STATE_VERSION, "sandbox_id", TL_BACKEND, op,
-                                    &id, error), *j = NULL, *nm;
-    int rc = -1;
-    if (!data)
+    static const cl_resume_spec spec = { TL_BACKEND, TL_STATE_VERSION, "sandbox_id", tl_get,
+                                         NULL, NULL, NULL };
+    json_object *j, *data, *nm;
+    struct sbx_plugin_sandbox *sb = cl_resume_new(client, ctx, state_json, &spec, sizeof(*sb),
+                                                  &j, &data, error);
+    if (!sb)
         return -1;
-    long st;
-    j = tl_get(client, ctx, id, &st, op, error);
-    if (!j) {
-        if (st == 404)
-            tl_gone_error(error, op, id);
-        goto out;
-    }
     const char *su = cl_json_str(j, "sandbox_url");
     if (!su)
         su = cl_json_str(data, "sandbox_url");
-    int named = json_object_object_get_ex(data, "named", &nm) && json_object_get_boolean(nm);
-    struct sbx_plugin_sandbox *sb = su ? tl_sandbox_new(client, id, su, named) : NULL;
-    const char *wd = cl_json_str(data, "workdir");
-    if (sb && ((wd && !(sb->s.workdir = strdup(wd))) || tl_take_ports(sb, j) < 0)) {
-        tl_sandbox_free(sb);
-        sb = NULL;
-    }
-    if (!sb) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto out;
-    }
-    if (tl_wake(sb, ctx, op, error) < 0) {
-        tl_sandbox_free(sb);
-        goto out;
-    }
-    *sandbox = sb;
-    rc = 0;
-out:
-    json_object_put(j);
-    json_object_put(data);
-    return rc;
+    sb->named = json_object_object_get_ex(data, "named", &nm) && json_object_get_boolean(nm);
+    int rc = su && (sb->url = cl_trim_slash(su)) && tl_take_ports(sb, j) == 0 ? 0 : -1;
+    if (rc < 0)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "resume", "out of memory");
+    else
+        rc = tl_wake(sb, ctx, "resume", error);
+    return cl_resume_end(rc, sb, sandbox, j, data, tl_sandbox_free);
 }
 
 static char *tl_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
