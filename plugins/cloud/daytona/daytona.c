@@ -268,69 +268,49 @@ static int dt_delete_for_reaper(void *ud, const sbx_call_ctx *ctx, const char *i
     return dt_delete(ud, ctx, id, "create", error);
 }
 
-typedef struct dt_waking {
-    struct sbx_plugin_sandbox *sb;
-    const sbx_call_ctx *ctx;
-    const char *op;
-    int started_once;   /* a start request was sent */
-    char state[32];
-} dt_waking;
-
-/* One look for cl_wait_until(): 1 at "started"; -1 when gone (a 404, or
- * destroying/destroyed) or failed (error/build_failed, with the state and
- * errorReason); 0 otherwise, a stopped or archived sandbox started once. */
-static int dt_wake_look(void *ud, const char **state, sbx_error **error)
+/* A sandbox in error or build_failed never starts (an execution failure
+ * with the state and errorReason); a destroyed or destroying one is gone
+ * (with the same context). */
+static int dt_wake_failed(cl_sandbox *s, json_object *j, const char *state, const char *op,
+                          sbx_error **error)
 {
-    dt_waking *w = ud;
-    struct sbx_plugin_sandbox *sb = w->sb;
-    struct sbx_plugin_client *c = sb->s.c;
-    const char *op = w->op;
-    long st;
-    json_object *j = dt_get(c, w->ctx, sb->s.id, &st, op, error);
-    if (!j) {
-        if (st == 404)
-            dt_fail_gone(sb, error, op);
-        return -1;
-    }
-    snprintf(w->state, sizeof w->state, "%s", dt_state(j));
-    *state = w->state;
-    const char *s = w->state;
-    int rc = 0;
-    if (strcmp(s, "started") == 0) {
-        rc = 1;
-    } else if (strcmp(s, "error") == 0 || strcmp(s, "build_failed") == 0
-               || strcmp(s, "destroyed") == 0 || strcmp(s, "destroying") == 0) {
-        const char *why = cl_json_str(j, "errorReason");
-        sbx_error *err = strncmp(s, "destr", 5) == 0
-            ? dt_fail_gone(sb, error, op)
-            : cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
-                      "daytona sandbox %s is in state %s%s%s", sb->s.id, s,
-                      why ? ": " : "", why ? why : "");
-        cl_context(err, "state", s);
-        snprintf(dt_wake_state, sizeof dt_wake_state, "%s", s);
-        if (why)
-            cl_context(err, "error_reason", why);
-        rc = -1;
-    } else if ((strcmp(s, "stopped") == 0 || strcmp(s, "archived") == 0) && !w->started_once) {
-        cl_resp r = { 0 };
-        rc = dt_sbcall(c, w->ctx, "POST", sb->s.id, "/start", NULL, CL_SAFE, &r, op,
+    if (strcmp(state, "error") != 0 && strcmp(state, "build_failed") != 0
+        && strcmp(state, "destroyed") != 0 && strcmp(state, "destroying") != 0)
+        return 0;
+    const char *why = cl_json_str(j, "errorReason");
+    sbx_error *err = strncmp(state, "destr", 5) == 0
+        ? dt_fail_gone((struct sbx_plugin_sandbox *)s, error, op)
+        : cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+                  "daytona sandbox %s is in state %s%s%s", s->id, state,
+                  why ? ": " : "", why ? why : "");
+    cl_context(err, "state", state);
+    snprintf(dt_wake_state, sizeof dt_wake_state, "%s", state);
+    if (why)
+        cl_context(err, "error_reason", why);
+    return -1;
+}
+
+/* Starts a stopped or archived sandbox (CASE-53). */
+static int dt_start_call(cl_sandbox *s, const sbx_call_ctx *ctx, const char *state,
+                         const char *op, sbx_error **error)
+{
+    struct sbx_plugin_sandbox *sb = (struct sbx_plugin_sandbox *)s;
+    cl_resp r = { 0 };
+    int rc = dt_sbcall(s->c, ctx, "POST", s->id, "/start", NULL, CL_SAFE, &r, op,
                        "start the sandbox", error);
-        if (rc == 0 && r.status / 100 != 2) {
-            if (r.status == 404)
-                dt_fail_gone(sb, error, op);
-            else
-                cl_context(cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op,
-                                          "start the sandbox"), "state", s);
-            rc = -1;
-        }
-        cl_resp_clear(&r);
-        if (rc == 0) {
-            w->started_once = 1;
-            dt_pool_drop(sb);   /* the daemon starts anew, without them */
-            CL_LOG(SBX_LOG_INFO, "sandbox %s was %s: started it", sb->s.id, s);
-        }
+    if (rc == 0 && r.status / 100 != 2) {
+        if (r.status == 404)
+            dt_fail_gone(sb, error, op);
+        else
+            cl_context(cl_fail_status(s->c->http, error, CL_CODE_BY_STATUS, &r, op,
+                                      "start the sandbox"), "state", state);
+        rc = -1;
     }
-    json_object_put(j);
+    cl_resp_clear(&r);
+    if (rc == 0) {
+        dt_pool_drop(sb);   /* the daemon starts anew, without them */
+        CL_LOG(SBX_LOG_INFO, "sandbox %s was %s: started it", s->id, state);
+    }
     return rc;
 }
 
@@ -339,14 +319,12 @@ static int dt_wake_look(void *ud, const char **state, sbx_error **error)
  * archived (CASE-53). Returns 0, or -1: not_found (gone), or an error
  * carrying the state (and errorReason), or a timeout naming the state.
  */
-static int dt_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *op,
-                   sbx_error **error)
-{
-    dt_waking w = { sb, ctx, op, 0, "" };
-    char what[160];
-    snprintf(what, sizeof what, "daytona sandbox %s reaching state started", sb->s.id);
-    return cl_wait_until(ctx, DT_START_WAIT_S, dt_wake_look, &w, op, what, error);
-}
+static const cl_resume_spec dt_spec = { DT_BACKEND, DT_STATE_VERSION, "sandbox_id", dt_get,
+                                        "state", NULL, NULL };
+static const char *const dt_asleep[] = { "stopped", "archived", NULL };
+static const cl_wake_spec dt_waking = { &dt_spec, "state", "unknown", "started", dt_asleep,
+                                        DT_START_WAIT_S, dt_wake_failed, dt_start_call };
+#define dt_wake(sb, ctx, op, error) cl_sandbox_wake(&(sb)->s, (ctx), &dt_waking, (op), (error))
 
 static int dt_not_started(cl_http *h, const cl_resp *r)
 {
@@ -811,7 +789,7 @@ static int dt_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
     static const cl_resume_spec spec = { DT_BACKEND, DT_STATE_VERSION, "sandbox_id", dt_get,
-                                         NULL, NULL, NULL };
+                                         NULL, NULL, NULL };  /* any state: woken on use */
     const char *op = "resume";
     const char *id = NULL;
     json_object *data = NULL;
