@@ -1517,7 +1517,7 @@ Test(provider, list_pages)
     };
     page_start(&sv, by_header, 2);
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v2/sandboxes?limit=2", sv.port);
-    cl_pages pg = { url, "nextToken", "X-Next-Token", NULL, NULL, "list sandboxes" };
+    cl_pages pg = { url, "nextToken", "X-Next-Token", NULL, NULL, "list sandboxes", 0 };
     pages_seen l = { 0 };
     cr_assert_eq(cl_list_pages(h, NULL, &pg, listed_cb, &l, "list_owned", NULL), 0);
     page_stop(&sv);
@@ -1531,7 +1531,7 @@ Test(provider, list_pages)
     };
     page_start(&sv, by_member, 2);
     snprintf(url, sizeof url, "http://127.0.0.1:%d/sandbox?limit=1", sv.port);
-    cl_pages pm = { url, "cursor", NULL, "nextCursor", "items", "list sandboxes" };
+    cl_pages pm = { url, "cursor", NULL, "nextCursor", "items", "list sandboxes", 0 };
     pages_seen m = { .stop_at = 2 };
     cr_assert_eq(cl_list_pages(h, NULL, &pm, listed_cb, &m, "list_owned", NULL), 0);
     page_stop(&sv);
@@ -1556,6 +1556,43 @@ Test(provider, list_pages)
     cr_assert_eq(cl_last()->code, SBX_ERROR_AUTHENTICATION);
     cr_assert_str_eq(cl_last()->msg, "list sandboxes: bad key (HTTP 401)");
     cr_assert_eq(e.n, 0);
+    cl_http_free(h);
+}
+
+/* Pages whose token is nested (a dotted token_key), whose answer may be
+ * the array itself (CL_PAGES_ARRAY_TOO: the last page), and whose empty
+ * page ends the listing (CL_PAGES_EMPTY_ENDS) though it names a token. */
+Test(provider, list_pages_nested_token_array_and_empty_end)
+{
+    cl_backend = "acme";
+    cl_http *h = cl_http_new();
+    char url[128];
+    page_server sv;
+    static const page_answer nested[] = {
+        { 0, NULL, "{\"data\":[{\"id\":\"1\"}],\"meta\":{\"nextCursor\":\"c 2\"}}" },
+        { 0, NULL, "[{\"id\":\"2\"},{\"id\":\"3\"}]" },
+    };
+    page_start(&sv, nested, 2);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/sandboxes?limit=100", sv.port);
+    cl_pages pg = { url, "cursor", NULL, "meta.nextCursor", "data", "list sandboxes",
+                    CL_PAGES_ARRAY_TOO | CL_PAGES_EMPTY_ENDS };
+    pages_seen l = { 0 };
+    cr_assert_eq(cl_list_pages(h, NULL, &pg, listed_cb, &l, "list_owned", NULL), 0);
+    page_stop(&sv);
+    cr_assert_str_eq(l.ids, "1 2 3");
+    cr_assert_eq(sv.served, 2);
+    cr_assert_str_eq(sv.lines[1], "GET /sandboxes?limit=100&cursor=c%202 HTTP/1.1");
+
+    static const page_answer empty[] = {
+        { 0, NULL, "{\"data\":[],\"meta\":{\"nextCursor\":\"c3\"}}" },
+    };
+    page_start(&sv, empty, 1);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/sandboxes?limit=100", sv.port);
+    pages_seen e = { 0 };
+    cr_assert_eq(cl_list_pages(h, NULL, &pg, listed_cb, &e, "list_owned", NULL), 0);
+    page_stop(&sv);
+    cr_assert_eq(e.n, 0);
+    cr_assert_eq(sv.served, 1);
     cl_http_free(h);
 }
 
@@ -2469,4 +2506,53 @@ Test(provider, lifetime_s)
     cr_assert_eq(cl_lifetime_s(&rq, "acme", 3600, 5, NULL), -1);
     cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
     cr_assert_str_eq(cl_last()->msg, "acme backend: timeout_secs -1: must be more than 0");
+}
+
+/* The upload of the env prelude's test: what it got, and whether it
+ * fails. */
+static char prelude_path[64], prelude_data[128];
+static int prelude_fail;
+
+static int prelude_up(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                      const char *data, size_t n, const char *op, sbx_error **error)
+{
+    (void)sb;
+    (void)ctx;
+    (void)error;
+    snprintf(prelude_path, sizeof prelude_path, "%s", path);
+    snprintf(prelude_data, sizeof prelude_data, "%.*s", (int)n, data);
+    if (prelude_fail)
+        cl_fail(NULL, SBX_ERROR_CONNECTION, op, "upload: no answer");
+    return prelude_fail ? -1 : 0;
+}
+
+/* A command's per-call environment through a file: its exports uploaded
+ * to /tmp/.TAG.env and sourced (then removed) by the prelude; nothing for
+ * no env; an upload that fails is its error, the prelude untouched. */
+Test(provider, script_env_prelude)
+{
+    static char a[] = "A=1", b[] = "B=x y";
+    char *env[] = { a, b, NULL };
+    cl_script_proc p = { .env = env, .tag = "sbx-exec-00ff" };
+    cl_buf pre = { 0 };
+    cr_assert_eq(cl_script_env_prelude(&p, NULL, prelude_up, &pre, "exec"), 0);
+    cr_assert_str_eq(prelude_path, "/tmp/.sbx-exec-00ff.env");
+    char *want = cl_env_exports((const char *const *)env);
+    cr_assert_str_eq(prelude_data, want);
+    free(want);
+    cr_assert_str_eq(pre.data, ". /tmp/.sbx-exec-00ff.env; rm -f /tmp/.sbx-exec-00ff.env\n");
+    cl_buf_clear(&pre);
+    char *none[] = { NULL };
+    p.env = none;
+    prelude_path[0] = '\0';
+    cr_assert_eq(cl_script_env_prelude(&p, NULL, prelude_up, &pre, "exec"), 0);
+    cr_assert_str_eq(prelude_path, "");
+    cr_assert_null(pre.data);
+    p.env = env;
+    prelude_fail = 1;
+    cr_assert_eq(cl_script_env_prelude(&p, NULL, prelude_up, &pre, "exec"), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONNECTION);
+    cr_assert_str_eq(cl_last()->msg, "upload: no answer");
+    cr_assert_null(pre.data);
+    prelude_fail = 0;
 }

@@ -1455,6 +1455,25 @@ int cl_script_exec_start(sbx_plugin_sandbox *sb, const char *provider, const cha
     return p ? cl_script_proc_launch(p, run, rq, "exec", process, error) : -1;
 }
 
+int cl_script_env_prelude(cl_script_proc *p, const sbx_call_ctx *ctx, cl_upload_bytes_fn up,
+                          cl_buf *pre, const char *op)
+{
+    if (!p->env || !p->env[0])
+        return 0;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/.%s.env", p->tag);
+    char *envf = cl_env_exports((const char *const *)p->env);
+    int rc = 1;     /* 1: out of memory */
+    if (envf && up(p->sb, ctx, path, envf, strlen(envf), op, NULL) < 0)
+        rc = -1;
+    else if (envf)
+        rc = cl_buf_printf(pre, ". %s; rm -f %s\n", path, path) < 0;
+    free(envf);
+    if (rc > 0)
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    return rc ? -1 : 0;
+}
+
 int cl_script_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
                         int *exit_code, sbx_error **error)
 {
@@ -1929,6 +1948,19 @@ int cl_owned_listed(void *ud, json_object *item)
     return o->fn(&info, o->ud);
 }
 
+/* The string at the dotted path @key of @j ("meta.nextCursor"), or NULL. */
+static const char *pages_token(json_object *j, const char *key)
+{
+    const char *dot;
+    while (j && key && (dot = strchr(key, '.')) != NULL) {
+        char part[64];
+        snprintf(part, sizeof part, "%.*s", (int)(dot - key), key);
+        j = cl_json_path(j, part, NULL);
+        key = dot + 1;
+    }
+    return cl_json_str(j, key);
+}
+
 int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_listed_fn fn,
                   void *ud, const char *op, sbx_error **error)
 {
@@ -1958,6 +1990,8 @@ int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_li
         }
         free(url);
         json_object *items = pg->items_key ? cl_json_path(j, pg->items_key, NULL) : j;
+        if ((pg->flags & CL_PAGES_ARRAY_TOO) && json_object_is_type(j, json_type_array))
+            items = j;
         if (j && (pg->items_key || json_object_is_type(items, json_type_array))) {
             rc = 0;
             size_t n = json_object_is_type(items, json_type_array)
@@ -1965,7 +1999,9 @@ int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_li
             int stop = 0;
             for (size_t i = 0; i < n && !stop; i++)
                 stop = fn(ud, json_object_array_get_idx(items, i)) != 0;
-            const char *tok = pg->token_header ? r.kept_header : cl_json_str(j, pg->token_key);
+            const char *tok = pg->token_header ? r.kept_header : pages_token(j, pg->token_key);
+            if (n == 0 && (pg->flags & CL_PAGES_EMPTY_ENDS))
+                tok = NULL;
             next = !stop && tok && *tok ? strdup(tok) : NULL;
         } else if (j) {
             cl_fail(error, SBX_ERROR_CONNECTION, op, "%s list answered with no array",

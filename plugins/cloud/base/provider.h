@@ -975,13 +975,22 @@ typedef struct cl_pages {
     const char *token_header;   /* the next page's token is this answer
                                  * header ("X-Next-Token"), or NULL */
     const char *token_key;      /* else this string member of the answer
-                                 * ("nextCursor"); no token: the last page */
+                                 * ("nextCursor"; a dotted path names a
+                                 * nested one: "meta.nextCursor"); no
+                                 * token: the last page */
     const char *items_key;      /* the array member holding the items
                                  * ("items"; absent: none); NULL: the
                                  * answer is the array itself (else an
                                  * error) */
     const char *what;           /* for messages ("list sandboxes") */
+    unsigned flags;             /* CL_PAGES_* (0: none) */
 } cl_pages;
+
+/* An answer that is itself an array is the page's items (and the last
+ * page), whatever @items_key says. */
+#define CL_PAGES_ARRAY_TOO 1u
+/* A page without items is the last, whatever its token. */
+#define CL_PAGES_EMPTY_ENDS 2u
 
 /**
  * Reads every page (up to 1000) of the listing @pg, GETs (safe calls,
@@ -1276,6 +1285,24 @@ int cl_script_proc_launch(cl_script_proc *p, cl_proc_run_fn run,
 int cl_script_exec_start(sbx_plugin_sandbox *sb, const char *provider, const char *workdir,
                          const sbx_plugin_exec_request *rq, cl_run_fn run_short,
                          cl_proc_run_fn run, sbx_plugin_process **process, sbx_error **error);
+
+/** Uploads the @n bytes @data to the absolute @path in @sb, the provider's
+ *  way: 0, or -1 with *@error set. */
+typedef int (*cl_upload_bytes_fn)(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                                  const char *path, const char *data, size_t n, const char *op,
+                                  sbx_error **error);
+
+/**
+ * The per-call environment of @p for a provider whose command reads it
+ * from a file: when @p has one, its export lines (cl_env_exports())
+ * uploaded by @up to /tmp/.TAG.env in @p's sandbox, and ". FILE; rm -f
+ * FILE" and a newline appended to @pre (the script's prelude, sourced
+ * before the command). 0, also when @p has no env; -1 with the thread's
+ * last error (cl_last()): @up's, or resource_exhausted "out of memory"
+ * (op @op). On @p's worker thread.
+ */
+int cl_script_env_prelude(cl_script_proc *p, const sbx_call_ctx *ctx, cl_upload_bytes_fn up,
+                          cl_buf *pre, const char *op);
 
 /** The exec_wait slot for a cl_script_proc: cl_exec_wait_script(). */
 int cl_script_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
