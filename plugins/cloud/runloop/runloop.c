@@ -1319,7 +1319,7 @@ static int rl_exec_run(cl_proc *base)
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
     cl_buf pre = { 0 };
-    char *script = NULL, *envf = NULL;
+    char *script = NULL;
     int code = -1, rc = -1;
     rl_live lv;
     if (rl_live_init(&lv, p) < 0) {
@@ -1331,15 +1331,8 @@ static int rl_exec_run(cl_proc *base)
     /* The wrapper and its tails carry another mark than the command's, so
      * exec_kill signals the command's processes only. */
     int bad = cl_buf_printf(&pre, "export " CL_EXEC_MARK "=%s-io\n", p->tag) < 0;
-    if (!bad && p->env && p->env[0]) {
-        char path[64];
-        snprintf(path, sizeof path, "/tmp/.%s.env", p->tag);
-        if (!(envf = cl_env_exports((const char *const *)p->env)))
-            bad = 1;
-        else if (rl_upload_bytes(sb, &ctx, path, envf, strlen(envf), op, NULL) < 0)
-            goto fail;
-        bad = bad || cl_buf_printf(&pre, ". %s; rm -f %s\n", path, path) < 0;
-    }
+    if (!bad && cl_script_env_prelude(p, &ctx, rl_upload_bytes, &pre, op) < 0)
+        goto fail;
     char in[64] = "/dev/null";
     if (!bad && p->stdin_fd >= 0) {
         snprintf(in, sizeof in, "/tmp/.%s.in", p->tag);
@@ -1447,7 +1440,6 @@ fail:
 out:
     rl_live_stop(&lv);
     free(script);
-    free(envf);
     cl_buf_clear(&pre);
     return code;
 }
