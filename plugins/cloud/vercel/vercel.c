@@ -1333,20 +1333,13 @@ static int vc_exec_run(cl_proc *base)
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
     cl_buf pre = { 0 };
-    char *envf = NULL, *id = NULL, *esc = NULL, *suffix = NULL;
+    char *id = NULL, *esc = NULL, *suffix = NULL;
     json_object *b = NULL, *j = NULL;
     vc_logs lg = { .p = p };
     int code = -1, rc = -1;
     int bad = cl_buf_printf(&pre, "export " CL_EXEC_MARK "=%s\n", p->tag) < 0;
-    if (!bad && p->env && p->env[0]) {
-        char path[64];
-        snprintf(path, sizeof path, "/tmp/.%s.env", p->tag);
-        if (!(envf = cl_env_exports((const char *const *)p->env)))
-            bad = 1;
-        else if (vc_upload_bytes(sb, &ctx, path, envf, strlen(envf), op, NULL) < 0)
-            goto fail;
-        bad = bad || cl_buf_printf(&pre, ". %s; rm -f %s\n", path, path) < 0;
-    }
+    if (!bad && cl_script_env_prelude(p, &ctx, vc_upload_bytes, &pre, op) < 0)
+        goto fail;
     if (!bad && p->stdin_fd >= 0) {
         char path[64];
         snprintf(path, sizeof path, "/tmp/.%s.in", p->tag);
@@ -1482,7 +1475,6 @@ out:
     json_object_put(b);
     json_object_put(j);
     cl_buf_clear(&lg.dec);
-    free(envf);
     free(id);
     free(esc);
     free(suffix);
