@@ -942,57 +942,36 @@ static int tl_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error *
 /* Calls @fn for each sandbox of the list that is not terminated and is
  * named by a create token ("sbx-..."), page by page, until @fn returns
  * non-zero: 0, or -1 with *@error set. */
+typedef struct tl_listing {
+    int (*fn)(void *ud, const char *id, const char *name);
+    void *ud;
+} tl_listing;
+
+/* One listed sandbox: its id and name to the listing's callback when it
+ * is named by a create token and not terminated. */
+static int tl_listed(void *ud, json_object *it)
+{
+    tl_listing *l = ud;
+    const char *id = cl_json_str(it, "id");
+    const char *name = cl_json_str(it, "name");
+    if (!id)
+        id = cl_json_str(it, "sandbox_id");
+    if (!id || !name || strncmp(name, "sbx-", 4) != 0 || strcmp(tl_status(it), "terminated") == 0)
+        return 0;
+    return l->fn(l->ud, id, name);
+}
+
 static int tl_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
                    int (*fn)(void *ud, const char *id, const char *name), void *ud,
                    const char *op, sbx_error **error)
 {
-    char *cursor = NULL;
-    int rc = 0;
-    for (int page = 0; page < 1000 && rc == 0; page++) {
-        char *cur = cursor ? cl_url_escape(cursor) : NULL;
-        char *url = cl_printf("%s/sandboxes?limit=100%s%s", c->api, cur ? "&cursor=" : "",
-                              cur ? cur : "");
-        free(cur);
-        if (!url)
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        cl_resp r = { 0 };
-        json_object *j = NULL;
-        rc = -1;
-        if (url && cl_request_json(c->http, ctx, "GET", url, NULL, CL_SAFE, &r, op,
-                                   "list sandboxes", error) == 0) {
-            if (r.status == 200)
-                j = cl_resp_json(&r, op, "list sandboxes", error);
-            else
-                cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "list sandboxes");
-        }
-        free(url);
-        cl_resp_clear(&r);
-        if (!j)
-            break;
-        rc = 0;
-        json_object *items = cl_json_path(j, "sandboxes", NULL);
-        size_t n = items && json_object_is_type(items, json_type_array)
-                   ? json_object_array_length(items) : 0;
-        int stop = 0;
-        for (size_t i = 0; i < n && !stop; i++) {
-            json_object *it = json_object_array_get_idx(items, i);
-            const char *id = cl_json_str(it, "id");
-            const char *name = cl_json_str(it, "name");
-            if (!id)
-                id = cl_json_str(it, "sandbox_id");
-            if (!id || !name || strncmp(name, "sbx-", 4) != 0
-                || strcmp(tl_status(it), "terminated") == 0)
-                continue;
-            stop = fn(ud, id, name) != 0;
-        }
-        free(cursor);
-        const char *nx = cl_json_str(j, "next_cursor");
-        cursor = nx && *nx && !stop ? strdup(nx) : NULL;
-        json_object_put(j);
-        if (!cursor)
-            break;
-    }
-    free(cursor);
+    char *url = cl_printf("%s/sandboxes?limit=100", c->api);
+    cl_pages pg = { url, "cursor", NULL, "next_cursor", "sandboxes", "list sandboxes", 0 };
+    tl_listing l = { fn, ud };
+    int rc = url ? cl_list_pages(c->http, ctx, &pg, tl_listed, &l, op, error) : -1;
+    if (!url)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    free(url);
     return rc;
 }
 
