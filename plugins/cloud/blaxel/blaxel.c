@@ -663,63 +663,40 @@ static int bl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
 
 /* The sandboxes this backend made: labelled sbx_backend=blaxel with a
  * create token. Every page is read (CASE-35). */
+typedef struct bl_owned {
+    sbx_plugin_owned_fn fn;
+    void *ud;
+} bl_owned;
+
+/* One listed sandbox, to the host's callback when this backend made it
+ * (its labels) and it is not ending. */
+static int bl_owned_one(void *ud, json_object *it)
+{
+    bl_owned *o = ud;
+    json_object *labels = cl_json_path(it, "metadata", "labels", NULL);
+    const char *id = cl_json_str(cl_json_path(it, "metadata", NULL), "name");
+    const char *be = cl_json_str(labels, BL_LABEL_BACKEND);
+    const char *tok = cl_json_str(labels, BL_LABEL_TOKEN);
+    if (!id || !be || strcmp(be, BL_BACKEND) != 0 || !tok || strncmp(tok, "sbx-", 4)
+        || bl_terminal(bl_status(it)))
+        return 0;
+    sbx_plugin_owned_info info = { sizeof(info), id, tok, 0, 0 };
+    return o->fn(&info, o->ud);
+}
+
 static int bl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                          sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
 {
     const char *op = "list_owned";
     struct sbx_plugin_client *c = client;
-    char *cursor = NULL;
-    int rc = 0;
-    for (int page = 0; page < 10000 && rc == 0; page++) {
-        char *cur = cursor ? cl_url_escape(cursor) : NULL;
-        char *url = cl_printf("%s/sandboxes?limit=100%s%s", c->api, cur ? "&cursor=" : "",
-                              cur ? cur : "");
-        free(cur);
-        cl_resp r = { 0 };
-        json_object *j = NULL;
-        rc = -1;
-        if (!url) {
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        } else if (cl_request_json(c->http, ctx, "GET", url, NULL, CL_SAFE, &r, op,
-                                   "list sandboxes", error) == 0) {
-            if (r.status == 200)
-                j = cl_resp_json(&r, op, "list sandboxes", error);
-            else
-                cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "list sandboxes");
-        }
-        free(url);
-        cl_resp_clear(&r);
-        if (!j)
-            break;
-        rc = 0;
-        json_object *items = json_object_is_type(j, json_type_array) ? j
-                                                                    : cl_json_path(j, "data", NULL);
-        size_t n = items && json_object_is_type(items, json_type_array)
-                   ? json_object_array_length(items) : 0;
-        int stop = 0;
-        for (size_t i = 0; i < n && !stop; i++) {
-            json_object *it = json_object_array_get_idx(items, i);
-            json_object *labels = cl_json_path(it, "metadata", "labels", NULL);
-            const char *id = cl_json_str(cl_json_path(it, "metadata", NULL), "name");
-            const char *be = cl_json_str(labels, BL_LABEL_BACKEND);
-            const char *tok = cl_json_str(labels, BL_LABEL_TOKEN);
-            if (!id || !be || strcmp(be, BL_BACKEND) != 0 || !tok || strncmp(tok, "sbx-", 4)
-                || bl_terminal(bl_status(it)))
-                continue;
-            sbx_plugin_owned_info info = { sizeof(info), id, tok, 0, 0 };
-            stop = fn(&info, ud) != 0;
-        }
-        free(cursor);
-        cursor = NULL;
-        const char *nx = json_object_is_type(j, json_type_array)
-                         ? NULL : cl_json_str(cl_json_path(j, "meta", NULL), "nextCursor");
-        if (nx && *nx && !stop && n > 0)
-            cursor = strdup(nx);
-        json_object_put(j);
-        if (!cursor)
-            break;
-    }
-    free(cursor);
+    char *url = cl_printf("%s/sandboxes?limit=100", c->api);
+    cl_pages pg = { url, "cursor", NULL, "meta.nextCursor", "data", "list sandboxes",
+                    CL_PAGES_ARRAY_TOO | CL_PAGES_EMPTY_ENDS };
+    bl_owned o = { fn, ud };
+    int rc = url ? cl_list_pages(c->http, ctx, &pg, bl_owned_one, &o, op, error) : -1;
+    if (!url)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    free(url);
     return rc;
 }
 
