@@ -1209,6 +1209,34 @@ Test(provider, create_unanswered_reaps_by_token)
     cl_reaper_free(reaper);
 }
 
+/* The plugin's own delete, as a reaper over it calls it: the op it is
+ * given and the id. */
+static char reap_op[32];
+
+static int reap_delete_op(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                          const char *op, sbx_error **error)
+{
+    snprintf(reap_op, sizeof reap_op, "%s", op);
+    return reap_delete(client, ctx, id, error);
+}
+
+/* A reaper over the plugin's delete: called with op "create" on what the
+ * look found. */
+Test(provider, reaper_over_the_plugins_delete)
+{
+    reaped r = { .lock = PTHREAD_MUTEX_INITIALIZER };
+    cl_reaper *reaper = cl_reaper_new_op(reap_find, reap_delete_op, (sbx_plugin_client *)&r);
+    cr_assert_not_null(reaper);
+    cr_assert_eq(cl_reap_now(reaper, NULL, "sbx-89ab", 1.0), 1);
+    pthread_mutex_lock(&r.lock);
+    cr_assert_eq(r.deletes, 1);
+    cr_assert_str_eq(r.deleted, "sb-lost");
+    cr_assert_str_eq(r.token, "sbx-89ab");
+    pthread_mutex_unlock(&r.lock);
+    cr_assert_str_eq(reap_op, "create");
+    cl_reaper_free(reaper);
+}
+
 /* The error itself: the code and message the request gave, made timeout
  * when the call's deadline cancelled it. */
 Test(provider, create_unanswered_error)
