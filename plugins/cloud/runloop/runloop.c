@@ -636,11 +636,6 @@ static int rl_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, c
     return cl_ids_finish(&s.ids, rc, ids, "create", error);
 }
 
-static int rl_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
-{
-    return rl_shutdown(ud, ctx, id, "create", error);
-}
-
 CL_SETUP(rl_setup, RL_BACKEND)
 
 static void rl_client_free(sbx_plugin_client *c)
@@ -667,7 +662,7 @@ static int rl_client_new(const char *config_json, sbx_plugin_client **client, sb
     if (!c->api || cl_http_configure(c->http, cfg, key_envs, "Authorization", "Bearer ",
                                      error) < 0)
         goto fail;
-    if (!(c->reaper = cl_reaper_new(rl_find_token, rl_reap_delete, c))) {
+    if (!(c->reaper = cl_reaper_new_op(rl_find_token, rl_shutdown, c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
