@@ -772,11 +772,6 @@ static int vc_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, c
     return cl_ids_finish(&s.t.ids, rc, ids, "create", error);
 }
 
-static int vc_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
-{
-    return vc_stop_id(ud, ctx, id, "create", error);
-}
-
 CL_SETUP(vc_setup, VC_BACKEND)
 
 static void vc_client_free(sbx_plugin_client *c)
@@ -876,7 +871,7 @@ static int vc_client_new(const char *config_json, sbx_plugin_client **client, sb
         goto fail;
     }
     if (!(c->team = cl_url_escape(team)) || !(c->project = strdup(project))
-        || !(c->reaper = cl_reaper_new(vc_find_token, vc_reap_delete, c))) {
+        || !(c->reaper = cl_reaper_new_op(vc_find_token, vc_stop_id, c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
