@@ -317,11 +317,6 @@ static int bl_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, c
     return *ids ? 0 : -1;
 }
 
-static int bl_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
-{
-    return bl_delete(ud, ctx, id, "create", error);
-}
-
 static int bl_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
@@ -351,7 +346,7 @@ static int bl_client_new(const char *config_json, sbx_plugin_client **client, sb
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    if (!(c->reaper = cl_reaper_new(bl_find_token, bl_reap_delete, c))) {
+    if (!(c->reaper = cl_reaper_new_op(bl_find_token, bl_delete, c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
