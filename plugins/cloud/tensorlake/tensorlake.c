@@ -211,11 +211,6 @@ static int tl_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, c
     return cl_ids_finish(&t.ids, rc, ids, "create", error);
 }
 
-static int tl_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
-{
-    return tl_delete(ud, ctx, id, "create", error);
-}
-
 /* The gone error of sandbox @id, with its status and termination reason
  * from @view (may be NULL). */
 static sbx_error *tl_gone_keys(sbx_error **error, const char *op, const char *id,
@@ -305,7 +300,7 @@ static int tl_client_new(const char *config_json, sbx_plugin_client **client, sb
     if (!c)
         return -1;
     c->suspendable = 1;
-    if (!(c->reaper = cl_reaper_new(tl_find_token, tl_reap_delete, c))) {
+    if (!(c->reaper = cl_reaper_new_op(tl_find_token, tl_delete, c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
