@@ -262,12 +262,6 @@ static int dt_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, c
     return cl_ids_finish(&s.ids, rc, ids, "create", error);
 }
 
-static int dt_delete_for_reaper(void *ud, const sbx_call_ctx *ctx, const char *id,
-                                sbx_error **error)
-{
-    return dt_delete(ud, ctx, id, "create", error);
-}
-
 /* A sandbox in error or build_failed never starts (an execution failure
  * with the state and errorReason); a destroyed or destroying one is gone
  * (with the same context). */
@@ -430,7 +424,7 @@ static int dt_client_new(const char *config_json, sbx_plugin_client **client, sb
                                                   &cfg, error);
     if (!c)
         return -1;
-    if (!(c->reaper = cl_reaper_new(dt_find_token, dt_delete_for_reaper, c))) {
+    if (!(c->reaper = cl_reaper_new_op(dt_find_token, dt_delete, c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
