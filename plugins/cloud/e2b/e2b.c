@@ -504,11 +504,6 @@ static void e2b_client_free(sbx_plugin_client *c)
 
 static int e2b_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
                           sbx_error **error);
-static int e2b_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
-{
-    return e2b_delete(ud, ctx, id, "create", error);
-}
-
 /* The client option "keepalive_s": a number of seconds > 0 (at most a
  * day), rounded up to whole seconds as envd counts them; E2B_KEEPALIVE_S
  * when absent. -1 with a configuration error naming it otherwise. */
@@ -560,7 +555,7 @@ static int e2b_client_new(const char *config_json, sbx_plugin_client **client, s
         goto fail;
     if (e2b_keepalive_option(cfg, &c->keepalive_s, error) < 0)
         goto fail;
-    if (!(c->reaper = cl_reaper_new(e2b_find_token, e2b_reap_delete, c))) {
+    if (!(c->reaper = cl_reaper_new_op(e2b_find_token, e2b_delete, c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
