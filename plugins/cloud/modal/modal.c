@@ -554,12 +554,6 @@ static int modal_find_token(void *ud, const sbx_call_ctx *ctx, const char *token
 static int modal_terminate(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                            const char *op, sbx_error **error);
 
-static int modal_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id,
-                             sbx_error **error)
-{
-    return modal_terminate(ud, ctx, id, "create", error);
-}
-
 /* Trusts the CAs of PEM file @path (client option "ca_file") instead of
  * the system's. 0, or -1 with a configuration error naming the file. */
 static int modal_ca_file(struct sbx_plugin_client *c, const char *path, sbx_error **error)
@@ -656,7 +650,7 @@ static int modal_client_new(const char *config_json, sbx_plugin_client **client,
            || cl_grpc_add_metadata(c->ctl, "x-modal-client-version", PACKAGE_VERSION) < 0;
     bad |= env && !(c->environment = strdup(env));
     bad |= !(c->app_name = strdup(app && *app ? app : MODAL_DEFAULT_APP));
-    bad |= !(c->reaper = cl_reaper_new(modal_find_token, modal_reap_delete, c));
+    bad |= !(c->reaper = cl_reaper_new_op(modal_find_token, modal_terminate, c));
     if (bad) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
