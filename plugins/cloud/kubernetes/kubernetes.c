@@ -701,11 +701,6 @@ static void k8_client_free(sbx_plugin_client *c)
 
 static int k8_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
                          sbx_error **error);
-static int k8_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
-{
-    return k8_delete(ud, ctx, id, "create", error);
-}
-
 /* A DNS-1123 label (a namespace's name). */
 static int k8_label_ok(const char *s)
 {
@@ -792,7 +787,7 @@ static int k8_client_new(const char *config_json, sbx_plugin_client **client, sb
         memset(v, 0, strlen(v));
         free(v);
     }
-    c->reaper = cl_reaper_new(k8_find_token, k8_reap_delete, c);
+    c->reaper = cl_reaper_new_op(k8_find_token, k8_delete, c);
     if (!c->reaper) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
