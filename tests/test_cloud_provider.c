@@ -875,25 +875,52 @@ Test(provider, sandbox_alloc_dup_and_free)
     cl_sandbox_free(NULL);
 }
 
+/* The constructor with the head's client and workdir: both set, the
+ * workdir copied and freed with the head; "" and NULL are no workdir. */
+Test(provider, sandbox_new_sets_client_and_workdir)
+{
+    char wd[] = "/home/user/w";
+    wide_sandbox *w = cl_sandbox_new(sizeof(*w), (sbx_plugin_client *)wd, "sb-8", wd);
+    cr_assert_not_null(w);
+    cr_assert_str_eq(w->s.id, "sb-8");
+    cr_assert_eq((void *)w->s.c, (void *)wd);
+    cr_assert_str_eq(w->s.workdir, "/home/user/w");
+    cr_assert_neq(w->s.workdir, wd);
+    cr_assert_null(w->url);
+    cl_sandbox_free(w);
+    w = cl_sandbox_new(sizeof(*w), NULL, "sb-9", "");
+    cr_assert_not_null(w);
+    cr_assert_null(w->s.c);
+    cr_assert_null(w->s.workdir);
+    cl_sandbox_free(w);
+    w = cl_sandbox_new(sizeof(*w), NULL, "sb-10", NULL);
+    cr_assert_null(w->s.workdir);
+    cl_sandbox_free(w);
+}
+
 /* The session state's start: the gone check, then version, id and
- * workdir (when there is one). */
+ * workdir (when the head has one; it is freed with the head). */
 Test(provider, state_new_holds_version_id_and_workdir)
 {
     cl_sandbox s;
     cr_assert_eq(cl_sandbox_init(&s, "pod-1"), 0);
-    json_object *j = cl_state_new(&s, "acme", 2, "pod", "/w", NULL);
+    cr_assert_null(s.workdir);
+    s.workdir = strdup("/w");
+    json_object *j = cl_state_new(&s, "acme", 2, "pod", NULL);
     cr_assert_not_null(j);
     cr_assert_str_eq(json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN
                                                        | JSON_C_TO_STRING_NOSLASHESCAPE),
                      "{\"version\":2,\"pod\":\"pod-1\",\"workdir\":\"/w\"}");
     json_object_put(j);
-    j = cl_state_new(&s, "acme", 1, "sandbox_id", NULL, NULL);
+    free(s.workdir);
+    s.workdir = NULL;
+    j = cl_state_new(&s, "acme", 1, "sandbox_id", NULL);
     cr_assert_str_eq(json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN),
                      "{\"version\":1,\"sandbox_id\":\"pod-1\"}");
     json_object_put(j);
     cr_assert_null(cl_state_end(NULL, NULL));
     cl_gone_set(&s.gone);
-    cr_assert_null(cl_state_new(&s, "acme", 1, "sandbox_id", NULL, NULL));
+    cr_assert_null(cl_state_new(&s, "acme", 1, "sandbox_id", NULL));
     cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
     cr_assert_str_eq(cl_last()->msg, "acme sandbox pod-1 is gone (the provider no longer has it)");
     cl_sandbox_clear(&s);
@@ -1179,6 +1206,34 @@ Test(provider, create_unanswered_reaps_by_token)
     pthread_mutex_lock(&r.lock);
     cr_assert_str_eq(r.token, "sbx-0123");
     pthread_mutex_unlock(&r.lock);
+    cl_reaper_free(reaper);
+}
+
+/* The plugin's own delete, as a reaper over it calls it: the op it is
+ * given and the id. */
+static char reap_op[32];
+
+static int reap_delete_op(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                          const char *op, sbx_error **error)
+{
+    snprintf(reap_op, sizeof reap_op, "%s", op);
+    return reap_delete(client, ctx, id, error);
+}
+
+/* A reaper over the plugin's delete: called with op "create" on what the
+ * look found. */
+Test(provider, reaper_over_the_plugins_delete)
+{
+    reaped r = { .lock = PTHREAD_MUTEX_INITIALIZER };
+    cl_reaper *reaper = cl_reaper_new_op(reap_find, reap_delete_op, (sbx_plugin_client *)&r);
+    cr_assert_not_null(reaper);
+    cr_assert_eq(cl_reap_now(reaper, NULL, "sbx-89ab", 1.0), 1);
+    pthread_mutex_lock(&r.lock);
+    cr_assert_eq(r.deletes, 1);
+    cr_assert_str_eq(r.deleted, "sb-lost");
+    cr_assert_str_eq(r.token, "sbx-89ab");
+    pthread_mutex_unlock(&r.lock);
+    cr_assert_str_eq(reap_op, "create");
     cl_reaper_free(reaper);
 }
 
@@ -1490,7 +1545,7 @@ Test(provider, list_pages)
     };
     page_start(&sv, by_header, 2);
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v2/sandboxes?limit=2", sv.port);
-    cl_pages pg = { url, "nextToken", "X-Next-Token", NULL, NULL, "list sandboxes" };
+    cl_pages pg = { url, "nextToken", "X-Next-Token", NULL, NULL, "list sandboxes", 0 };
     pages_seen l = { 0 };
     cr_assert_eq(cl_list_pages(h, NULL, &pg, listed_cb, &l, "list_owned", NULL), 0);
     page_stop(&sv);
@@ -1504,7 +1559,7 @@ Test(provider, list_pages)
     };
     page_start(&sv, by_member, 2);
     snprintf(url, sizeof url, "http://127.0.0.1:%d/sandbox?limit=1", sv.port);
-    cl_pages pm = { url, "cursor", NULL, "nextCursor", "items", "list sandboxes" };
+    cl_pages pm = { url, "cursor", NULL, "nextCursor", "items", "list sandboxes", 0 };
     pages_seen m = { .stop_at = 2 };
     cr_assert_eq(cl_list_pages(h, NULL, &pm, listed_cb, &m, "list_owned", NULL), 0);
     page_stop(&sv);
@@ -1529,6 +1584,43 @@ Test(provider, list_pages)
     cr_assert_eq(cl_last()->code, SBX_ERROR_AUTHENTICATION);
     cr_assert_str_eq(cl_last()->msg, "list sandboxes: bad key (HTTP 401)");
     cr_assert_eq(e.n, 0);
+    cl_http_free(h);
+}
+
+/* Pages whose token is nested (a dotted token_key), whose answer may be
+ * the array itself (CL_PAGES_ARRAY_TOO: the last page), and whose empty
+ * page ends the listing (CL_PAGES_EMPTY_ENDS) though it names a token. */
+Test(provider, list_pages_nested_token_array_and_empty_end)
+{
+    cl_backend = "acme";
+    cl_http *h = cl_http_new();
+    char url[128];
+    page_server sv;
+    static const page_answer nested[] = {
+        { 0, NULL, "{\"data\":[{\"id\":\"1\"}],\"meta\":{\"nextCursor\":\"c 2\"}}" },
+        { 0, NULL, "[{\"id\":\"2\"},{\"id\":\"3\"}]" },
+    };
+    page_start(&sv, nested, 2);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/sandboxes?limit=100", sv.port);
+    cl_pages pg = { url, "cursor", NULL, "meta.nextCursor", "data", "list sandboxes",
+                    CL_PAGES_ARRAY_TOO | CL_PAGES_EMPTY_ENDS };
+    pages_seen l = { 0 };
+    cr_assert_eq(cl_list_pages(h, NULL, &pg, listed_cb, &l, "list_owned", NULL), 0);
+    page_stop(&sv);
+    cr_assert_str_eq(l.ids, "1 2 3");
+    cr_assert_eq(sv.served, 2);
+    cr_assert_str_eq(sv.lines[1], "GET /sandboxes?limit=100&cursor=c%202 HTTP/1.1");
+
+    static const page_answer empty[] = {
+        { 0, NULL, "{\"data\":[],\"meta\":{\"nextCursor\":\"c3\"}}" },
+    };
+    page_start(&sv, empty, 1);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/sandboxes?limit=100", sv.port);
+    pages_seen e = { 0 };
+    cr_assert_eq(cl_list_pages(h, NULL, &pg, listed_cb, &e, "list_owned", NULL), 0);
+    page_stop(&sv);
+    cr_assert_eq(e.n, 0);
+    cr_assert_eq(sv.served, 1);
     cl_http_free(h);
 }
 
@@ -2161,4 +2253,334 @@ Test(provider, report_parse_takes_the_status_and_both_outputs)
         cl_buf_clear(&e);
     }
     cr_assert_eq(code, -1);
+}
+
+/* resume's start and end over a plugin's struct: the head made from the
+ * state (its id, the client, a workdir that is an absolute path), the
+ * view and state handed over; on failure the struct freed by the plugin's
+ * function, and an ended sandbox makes nothing. */
+static int resume_frees;
+
+static void resume_free(sbx_plugin_sandbox *sb)
+{
+    resume_frees++;
+    cl_sandbox_free(sb);
+}
+
+Test(provider, resume_new_and_end)
+{
+    static const char *const dead[] = { "shutdown", NULL };
+    cl_resume_spec spec = { "acme", 1, "devbox_id", resume_get, "status", dead, NULL };
+    char client[8];
+    json_object *view = NULL, *state = NULL;
+    wide_sandbox *w = cl_resume_new((sbx_plugin_client *)client, NULL,
+                                    "{\"version\":1,\"devbox_id\":\"sb-run\",\"workdir\":\"/w\"}",
+                                    &spec, sizeof(*w), &view, &state, NULL);
+    cr_assert_not_null(w);
+    cr_assert_str_eq(w->s.id, "sb-run");
+    cr_assert_eq((void *)w->s.c, (void *)client);
+    cr_assert_str_eq(w->s.workdir, "/w");
+    cr_assert_null(w->url);
+    cr_assert_str_eq(cl_json_str(view, "status"), "running");
+    cr_assert_str_eq(cl_json_str(state, "devbox_id"), "sb-run");
+    sbx_plugin_sandbox *out = NULL;
+    cr_assert_eq(cl_resume_end(0, w, &out, view, state, resume_free), 0);
+    cr_assert_eq((void *)out, (void *)w);
+    cr_assert_eq(resume_frees, 0);
+    cl_sandbox_free(w);
+
+    w = cl_resume_new(NULL, NULL, "{\"version\":1,\"devbox_id\":\"sb-run\",\"workdir\":\"w/..\"}",
+                      &spec, sizeof(*w), &view, &state, NULL);
+    cr_assert_not_null(w);
+    cr_assert_null(w->s.workdir);
+    out = NULL;
+    cr_assert_eq(cl_resume_end(-1, w, &out, view, state, resume_free), -1);
+    cr_assert_null(out);
+    cr_assert_eq(resume_frees, 1);
+
+    view = state = (json_object *)&spec;
+    cr_assert_null(cl_resume_new(NULL, NULL, "{\"version\":1,\"devbox_id\":\"sb-end\"}", &spec,
+                                 sizeof(*w), &view, &state, NULL));
+    cr_assert_null(view);
+    cr_assert_null(state);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-end is gone (the provider no longer has it)");
+}
+
+/* The look of the refusal tests: "sb-run" runs, "sb-end" ended. */
+static int look_gets;
+
+static json_object *look_get(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                             long *status, const char *op, sbx_error **error)
+{
+    (void)client;
+    (void)ctx;
+    (void)op;
+    cr_assert_null(error);
+    look_gets++;
+    *status = 200;
+    return json_tokener_parse(strcmp(id, "sb-end") == 0 ? "{\"status\":\"shutdown\"}"
+                                                        : "{\"status\":\"running\"}");
+}
+
+/* A call on a sandbox read by the provider's table: 2xx (and a 408 when
+ * asked) is 0; a file call's 404 and 400 store nothing; another refusal
+ * is the answer's error, or the gone error when the look says it ended;
+ * a 404 that is the sandbox's own is gone without a look, and then
+ * nothing more is sent. */
+Test(provider, sandbox_request_reads_refusals)
+{
+    cl_backend = "acme";
+    static const char *const dead[] = { "shutdown", NULL };
+    static const cl_resume_spec rs = { "acme", 1, "sandbox_id", look_get, "status", dead, NULL };
+    static const cl_call_spec own = { &rs, CL_CALLS_404_GONE | CL_CALLS_FILE_400 };
+    static const cl_call_spec any = { &rs, CL_CALLS_LOOK_ANY };
+    static const page_answer answers[] = {
+        { 200, NULL, "{}" },
+        { 404, NULL, "{\"message\":\"no such file\"}" },
+        { 400, NULL, "{\"message\":\"not a file\"}" },
+        { 408, NULL, "{}" },
+        { 409, NULL, "{\"message\":\"busy\"}" },
+        { 404, NULL, "{\"message\":\"no such sandbox\"}" },
+        { 409, NULL, "{\"message\":\"ended\"}" },
+    };
+    cl_http *h = cl_http_new();
+    page_server sv;
+    page_start(&sv, answers, 7);
+    char url[96];
+#define REQ_URL(path) (snprintf(url, sizeof url, "http://127.0.0.1:%d%s", sv.port, (path)), \
+                       strdup(url))
+    cl_sandbox s, e;
+    cr_assert_eq(cl_sandbox_init(&s, "sb-run"), 0);
+    cr_assert_eq(cl_sandbox_init(&e, "sb-end"), 0);
+    cl_req rq = { .method = "GET", .idempotent = CL_SAFE, .what = "read it" };
+    cl_resp r = { 0 };
+    sbx_error *err = NULL;
+    cl_host = &rec_host;    /* errors stored in err are made */
+    cr_assert_eq(cl_sandbox_request(&s, h, &own, NULL, &rq, REQ_URL("/a"), 0, &r, "read_file",
+                                    &err), 0);
+    cl_resp_clear(&r);
+    cr_assert_eq(cl_sandbox_request(&s, h, &own, NULL, &rq, REQ_URL("/b"), CL_CALL_FILE, &r,
+                                    "read_file", &err), -1);
+    cl_resp_clear(&r);
+    cr_assert_eq(cl_sandbox_request(&s, h, &own, NULL, &rq, REQ_URL("/c"), CL_CALL_FILE, &r,
+                                    "read_file", &err), -1);
+    cl_resp_clear(&r);
+    cl_host = NULL;
+    cr_assert_null(err);
+    cr_assert_eq(look_gets, 1);     /* the 404 was looked into, the 400 not */
+    cr_assert_eq(cl_sandbox_request(&s, h, &own, NULL, &rq, REQ_URL("/d"), CL_CALL_OK_408, &r,
+                                    "exec", NULL), 0);
+    cr_assert_eq(r.status, 408);
+    cl_resp_clear(&r);
+    cr_assert_eq(cl_sandbox_request(&s, h, &own, NULL, &rq, REQ_URL("/e"), 0, &r, "exec", NULL),
+                 -1);
+    cl_resp_clear(&r);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "read it: busy (HTTP 409)");
+    cr_assert_eq(cl_gone_get(&s.gone), 0);
+    cr_assert_eq(cl_sandbox_request(&s, h, &own, NULL, &rq, REQ_URL("/f"), 0, &r, "exec", NULL),
+                 -1);
+    cl_resp_clear(&r);
+    cr_assert_eq(look_gets, 1);
+    cr_assert_eq(cl_gone_get(&s.gone), 1);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-run is gone (the provider no longer has it)");
+    cr_assert_eq(cl_sandbox_request(&e, h, &any, NULL, &rq, REQ_URL("/g"), 0, &r, "exec", NULL),
+                 -1);
+    cl_resp_clear(&r);
+    cr_assert_eq(look_gets, 2);
+    cr_assert_eq(cl_gone_get(&e.gone), 1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-end is gone (the provider no longer has it)");
+    page_stop(&sv);
+    cr_assert_eq(cl_sandbox_request(&s, h, &own, NULL, &rq, REQ_URL("/h"), 0, &r, "exec", NULL),
+                 -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_eq(sv.served, 7);
+    cr_assert_str_eq(sv.lines[1], "GET /b HTTP/1.1");
+    cr_assert_str_eq(sv.lines[6], "GET /g HTTP/1.1");
+#undef REQ_URL
+    cl_sandbox_clear(&s);
+    cl_sandbox_clear(&e);
+    cl_http_free(h);
+}
+
+/* The provider of the wake tests: each look answers the next state of the
+ * script (its last one from then on); "404" is no such sandbox. */
+static const char *const *wake_script;
+static int wake_looks, wake_wakes;
+
+static json_object *wake_get(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                             long *status, const char *op, sbx_error **error)
+{
+    (void)client;
+    (void)ctx;
+    (void)id;
+    (void)op;
+    (void)error;
+    const char *st = wake_script[wake_looks];
+    if (wake_script[wake_looks + 1])
+        wake_looks++;
+    *status = strcmp(st, "404") == 0 ? 404 : 200;
+    if (*status == 404)
+        return NULL;
+    json_object *j = json_object_new_object();
+    if (*st)
+        json_object_object_add(j, "status", json_object_new_string(st));
+    return j;
+}
+
+static int wake_check(cl_sandbox *s, json_object *view, const char *state, const char *op,
+                      sbx_error **error)
+{
+    (void)view;
+    if (strcmp(state, "failed") != 0)
+        return 0;
+    cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "%s failed", s->id);
+    return -1;
+}
+
+static int wake_wake(cl_sandbox *s, const sbx_call_ctx *ctx, const char *state, const char *op,
+                     sbx_error **error)
+{
+    (void)s;
+    (void)ctx;
+    (void)op;
+    (void)error;
+    cr_assert_str_eq(state, "paused");
+    wake_wakes++;
+    return 0;
+}
+
+/* Waiting until a sandbox runs: a sleeping one woken once, a failed one
+ * the check's error, an ended or unknown one gone, and the timeout naming
+ * the state it stayed in. */
+Test(provider, sandbox_wake)
+{
+    static const char *const dead[] = { "ended", NULL };
+    static const char *const asleep[] = { "paused", NULL };
+    static const cl_resume_spec rs = { "acme", 1, "sandbox_id", wake_get, "status", dead, NULL };
+    static const cl_wake_spec ws = { &rs, "status", "unknown", "running", asleep, 5.0,
+                                     wake_check, wake_wake };
+    cl_sandbox s;
+    cr_assert_eq(cl_sandbox_init(&s, "sb-1"), 0);
+
+    static const char *const wakes[] = { "paused", "paused", "starting", "running", NULL };
+    wake_script = wakes;
+    cr_assert_eq(cl_sandbox_wake(&s, NULL, &ws, "resume", NULL), 0);
+    cr_assert_eq(wake_wakes, 1);
+    cr_assert_eq(wake_looks, 3);
+
+    static const char *const fails[] = { "", "failed", NULL };
+    wake_script = fails;
+    wake_looks = 0;
+    cr_assert_eq(cl_sandbox_wake(&s, NULL, &ws, "resume", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CREATION_FAILED);
+    cr_assert_str_eq(cl_last()->msg, "sb-1 failed");
+    cr_assert_eq(cl_gone_get(&s.gone), 0);
+
+    static const char *const ends[] = { "ended", NULL };
+    wake_script = ends;
+    wake_looks = 0;
+    sbx_error *err = NULL;
+    cl_host = &rec_host;
+    cr_assert_eq(cl_sandbox_wake(&s, NULL, &ws, "start", &err), -1);
+    cl_host = NULL;
+    cr_assert_eq(cl_gone_get(&s.gone), 1);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-1 is gone (the provider no longer has it)");
+    cr_assert_not_null(err);
+    cr_assert_str_eq(err->pairs, "sandbox_id=sb-1;reason=gone;status=ended;");
+    free(err);
+    cl_sandbox_clear(&s);
+
+    cr_assert_eq(cl_sandbox_init(&s, "sb-2"), 0);
+    static const char *const unknown[] = { "404", NULL };
+    wake_script = unknown;
+    wake_looks = 0;
+    cr_assert_eq(cl_sandbox_wake(&s, NULL, &ws, "start", NULL), -1);
+    cr_assert_eq(cl_gone_get(&s.gone), 1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cl_sandbox_clear(&s);
+
+    cr_assert_eq(cl_sandbox_init(&s, "sb-3"), 0);
+    static const cl_wake_spec brief = { &rs, "status", "unknown", "running", NULL, 0.2, NULL,
+                                        NULL };
+    static const char *const slow[] = { "paused", "", NULL };
+    wake_script = slow;
+    wake_looks = 0;
+    wake_wakes = 0;
+    cr_assert_eq(cl_sandbox_wake(&s, NULL, &brief, "create", NULL), -1);
+    cr_assert_eq(wake_wakes, 0);    /* nothing asleep for this table */
+    cr_assert_eq(cl_last()->code, SBX_ERROR_TIMEOUT);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-3 reaching status running did not happen "
+                                     "(it is unknown)");
+    cl_sandbox_clear(&s);
+}
+
+/* The provider-side lifetime: the default without a timeout, else the
+ * timeout rounded up with the margin; a timeout not above 0 refused. */
+Test(provider, lifetime_s)
+{
+    sbx_plugin_create_request rq = { .struct_size = sizeof(rq) };
+    cr_assert_eq(cl_lifetime_s(&rq, "acme", 3600, 5, NULL), 3600);
+    rq.set_fields = SBX_OPTION_TIMEOUT_SECS;
+    rq.timeout_secs = 60;
+    cr_assert_eq(cl_lifetime_s(&rq, "acme", 3600, 5, NULL), 65);
+    rq.timeout_secs = 0.2;
+    cr_assert_eq(cl_lifetime_s(&rq, "acme", 3600, 0, NULL), 1);
+    rq.timeout_secs = 90.5;
+    cr_assert_eq(cl_lifetime_s(&rq, "acme", 3600, 10, NULL), 101);
+    rq.timeout_secs = -1;
+    cr_assert_eq(cl_lifetime_s(&rq, "acme", 3600, 5, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: timeout_secs -1: must be more than 0");
+}
+
+/* The upload of the env prelude's test: what it got, and whether it
+ * fails. */
+static char prelude_path[64], prelude_data[128];
+static int prelude_fail;
+
+static int prelude_up(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
+                      const char *data, size_t n, const char *op, sbx_error **error)
+{
+    (void)sb;
+    (void)ctx;
+    (void)error;
+    snprintf(prelude_path, sizeof prelude_path, "%s", path);
+    snprintf(prelude_data, sizeof prelude_data, "%.*s", (int)n, data);
+    if (prelude_fail)
+        cl_fail(NULL, SBX_ERROR_CONNECTION, op, "upload: no answer");
+    return prelude_fail ? -1 : 0;
+}
+
+/* A command's per-call environment through a file: its exports uploaded
+ * to /tmp/.TAG.env and sourced (then removed) by the prelude; nothing for
+ * no env; an upload that fails is its error, the prelude untouched. */
+Test(provider, script_env_prelude)
+{
+    static char a[] = "A=1", b[] = "B=x y";
+    char *env[] = { a, b, NULL };
+    cl_script_proc p = { .env = env, .tag = "sbx-exec-00ff" };
+    cl_buf pre = { 0 };
+    cr_assert_eq(cl_script_env_prelude(&p, NULL, prelude_up, &pre, "exec"), 0);
+    cr_assert_str_eq(prelude_path, "/tmp/.sbx-exec-00ff.env");
+    char *want = cl_env_exports((const char *const *)env);
+    cr_assert_str_eq(prelude_data, want);
+    free(want);
+    cr_assert_str_eq(pre.data, ". /tmp/.sbx-exec-00ff.env; rm -f /tmp/.sbx-exec-00ff.env\n");
+    cl_buf_clear(&pre);
+    char *none[] = { NULL };
+    p.env = none;
+    prelude_path[0] = '\0';
+    cr_assert_eq(cl_script_env_prelude(&p, NULL, prelude_up, &pre, "exec"), 0);
+    cr_assert_str_eq(prelude_path, "");
+    cr_assert_null(pre.data);
+    p.env = env;
+    prelude_fail = 1;
+    cr_assert_eq(cl_script_env_prelude(&p, NULL, prelude_up, &pre, "exec"), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONNECTION);
+    cr_assert_str_eq(cl_last()->msg, "upload: no answer");
+    cr_assert_null(pre.data);
+    prelude_fail = 0;
 }

@@ -1456,7 +1456,7 @@ static const char *ray_sandbox_root(sbx_plugin_sandbox *sb)
 static char *ray_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    json_object *j = cl_state_new(&sb->s, RAY_BACKEND, RAY_STATE_VERSION, "sandbox_id", NULL, error);
+    json_object *j = cl_state_new(&sb->s, RAY_BACKEND, RAY_STATE_VERSION, "sandbox_id", error);
     if (!j)
         return NULL;
     json_object_object_add(j, "dir", json_object_new_string(sb->dir));

@@ -1304,7 +1304,7 @@ static int rm_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *rm_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    json_object *j = cl_state_new(&sb->s, RM_BACKEND, RM_STATE_VERSION, "sandbox_id", NULL, error);
+    json_object *j = cl_state_new(&sb->s, RM_BACKEND, RM_STATE_VERSION, "sandbox_id", error);
     if (!j)
         return NULL;
     json_object_object_add(j, "url", json_object_new_string(sb->api));

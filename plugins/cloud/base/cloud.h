@@ -823,6 +823,15 @@ void cl_strv_free(char **v);
  */
 typedef struct cl_reaper cl_reaper;
 cl_reaper *cl_reaper_new(cl_reap_find_fn find, cl_reap_delete_fn del, void *ud);
+/** A plugin's delete of sandbox @id by client @client for call @op (a
+ *  cl_delete_fn of provider.h): 0 also when it is already gone. */
+typedef int (*cl_reap_delete_op_fn)(struct sbx_plugin_client *client, const sbx_call_ctx *ctx,
+                                    const char *id, const char *op, sbx_error **error);
+/** cl_reaper_new() over the plugin's own delete @del, called with op
+ *  "create" (the call whose answer was lost) on @client (the @ud of
+ *  @find too). */
+cl_reaper *cl_reaper_new_op(cl_reap_find_fn find, cl_reap_delete_op_fn del,
+                            struct sbx_plugin_client *client);
 int cl_reap_now(cl_reaper *r, const sbx_call_ctx *ctx, const char *token, double grace_s);
 int cl_reaper_add(cl_reaper *r, const char *token, double window_s);
 /**

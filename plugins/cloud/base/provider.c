@@ -242,15 +242,15 @@ int cl_read_file_by(sbx_plugin_sandbox *sb, cl_http *h, const sbx_call_ctx *ctx,
 }
 
 json_object *cl_state_new(cl_sandbox *s, const char *provider, int version,
-                          const char *id_key, const char *workdir, sbx_error **error)
+                          const char *id_key, sbx_error **error)
 {
     if (cl_gone_check(&s->gone, "session_state", provider, s->id, error) < 0)
         return NULL;
     json_object *j = json_object_new_object();
     json_object_object_add(j, "version", json_object_new_int(version));
     json_object_object_add(j, id_key, json_object_new_string(s->id));
-    if (workdir)
-        json_object_object_add(j, "workdir", json_object_new_string(workdir));
+    if (s->workdir)
+        json_object_object_add(j, "workdir", json_object_new_string(s->workdir));
     return j;
 }
 
@@ -322,6 +322,41 @@ json_object *cl_resume_get(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     return NULL;
 }
 
+void *cl_resume_new(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
+                    const cl_resume_spec *rs, size_t size, json_object **view,
+                    json_object **state, sbx_error **error)
+{
+    const char *id = NULL;
+    *view = cl_resume_get(client, ctx, state_json, rs, state, &id, error);
+    if (!*view)
+        return NULL;
+    const char *wd = cl_json_str(*state, "workdir");
+    cl_sandbox *s = cl_sandbox_new(size, client, id, cl_workdir_ok(wd) ? wd : NULL);
+    if (!s) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "resume", "out of memory");
+        json_object_put(*view);
+        json_object_put(*state);
+        *view = *state = NULL;
+    }
+    return s;
+}
+
+int cl_resume_end(int rc, void *sb, sbx_plugin_sandbox **sandbox, json_object *view,
+                  json_object *state, void (*free_fn)(sbx_plugin_sandbox *sb))
+{
+    json_object_put(view);
+    json_object_put(state);
+    if (rc == 0) {
+        *sandbox = sb;
+        return 0;
+    }
+    if (free_fn)
+        free_fn(sb);
+    else
+        cl_sandbox_free(sb);
+    return -1;
+}
+
 int cl_sandbox_ended(sbx_plugin_client *client, const sbx_call_ctx *ctx, const cl_resume_spec *rs,
                      const char *id, const char *op, json_object **view)
 {
@@ -346,6 +381,60 @@ int cl_sandbox_confirm_gone(cl_sandbox *s, sbx_plugin_client *client, const sbx_
     }
     json_object_put(j);
     return ended;
+}
+
+typedef struct cl_waking {
+    cl_sandbox *s;
+    const sbx_call_ctx *ctx;
+    const cl_wake_spec *ws;
+    const char *op;
+    int woken;
+    char state[32];
+} cl_waking;
+
+/* One look for cl_wait_until(): 1 in the ready state; -1 when gone, failed
+ * or not woken; 0 otherwise (a sleeping sandbox woken once). */
+static int wake_look(void *ud, const char **state, sbx_error **error)
+{
+    cl_waking *w = ud;
+    const cl_wake_spec *ws = w->ws;
+    const cl_resume_spec *rs = ws->rs;
+    long st = 0;
+    json_object *j = rs->get(w->s->c, w->ctx, w->s->id, &st, w->op, error);
+    if (!j) {
+        if (st == 404) {
+            cl_gone_set(&w->s->gone);
+            spec_gone_error(rs, error, w->op, w->s->id, NULL);
+        }
+        return -1;
+    }
+    snprintf(w->state, sizeof w->state, "%s", cl_json_str_or(j, rs->state_key, ws->none));
+    *state = w->state;
+    int rc = 0;
+    if (strcmp(w->state, ws->ready) == 0) {
+        rc = 1;
+    } else if (ws->check && ws->check(w->s, j, w->state, w->op, error) < 0) {
+        rc = -1;
+    } else if (cl_str_in(w->state, rs->dead)) {
+        cl_gone_set(&w->s->gone);
+        spec_gone_error(rs, error, w->op, w->s->id, j);
+        rc = -1;
+    } else if (cl_str_in(w->state, ws->asleep) && !w->woken) {
+        w->woken = 1;
+        rc = ws->wake(w->s, w->ctx, w->state, w->op, error) < 0 ? -1 : 0;
+    }
+    json_object_put(j);
+    return rc;
+}
+
+int cl_sandbox_wake(cl_sandbox *s, const sbx_call_ctx *ctx, const cl_wake_spec *ws,
+                    const char *op, sbx_error **error)
+{
+    cl_waking w = { s, ctx, ws, op, 0, "" };
+    char what[160];
+    snprintf(what, sizeof what, "%s sandbox %s reaching %s %s", ws->rs->provider, s->id,
+             ws->noun, ws->ready);
+    return cl_wait_until(ctx, ws->max_s, wake_look, &w, op, what, error);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -688,6 +777,8 @@ int cl_sandbox_init(cl_sandbox *s, const char *id)
     cl_gone_init(&s->gone);
     s->ports = NULL;
     s->n_ports = 0;
+    s->c = NULL;
+    s->workdir = NULL;
     return 0;
 }
 
@@ -699,6 +790,8 @@ void cl_sandbox_clear(cl_sandbox *s)
     free(s->ports);
     s->ports = NULL;
     s->n_ports = 0;
+    free(s->workdir);
+    s->workdir = NULL;
 }
 
 sbx_error *cl_create_unanswered(cl_reaper *reaper, const sbx_call_ctx *ctx, const char *token,
@@ -766,12 +859,31 @@ void *cl_sandbox_alloc(size_t size, const char *id)
     return s;
 }
 
+void *cl_sandbox_new(size_t size, struct sbx_plugin_client *c, const char *id,
+                     const char *workdir)
+{
+    cl_sandbox *s = cl_sandbox_alloc(size, id);
+    if (!s)
+        return NULL;
+    s->c = c;
+    if (cl_dup(&s->workdir, workdir && *workdir ? workdir : NULL) < 0) {
+        cl_sandbox_free(s);
+        return NULL;
+    }
+    return s;
+}
+
 void cl_sandbox_free(void *sb)
 {
     if (!sb)
         return;
     cl_sandbox_clear(sb);
     free(sb);
+}
+
+void cl_sandbox_free_slot(sbx_plugin_sandbox *sb)
+{
+    cl_sandbox_free(sb);
 }
 
 int cl_dup(char **dst, const char *src)
@@ -1343,6 +1455,25 @@ int cl_script_exec_start(sbx_plugin_sandbox *sb, const char *provider, const cha
     return p ? cl_script_proc_launch(p, run, rq, "exec", process, error) : -1;
 }
 
+int cl_script_env_prelude(cl_script_proc *p, const sbx_call_ctx *ctx, cl_upload_bytes_fn up,
+                          cl_buf *pre, const char *op)
+{
+    if (!p->env || !p->env[0])
+        return 0;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/.%s.env", p->tag);
+    char *envf = cl_env_exports((const char *const *)p->env);
+    int rc = 1;     /* 1: out of memory */
+    if (envf && up(p->sb, ctx, path, envf, strlen(envf), op, NULL) < 0)
+        rc = -1;
+    else if (envf)
+        rc = cl_buf_printf(pre, ". %s; rm -f %s\n", path, path) < 0;
+    free(envf);
+    if (rc > 0)
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    return rc ? -1 : 0;
+}
+
 int cl_script_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
                         int *exit_code, sbx_error **error)
 {
@@ -1497,6 +1628,40 @@ char *cl_item_url(const char *api, const char *collection, const char *id, const
     char *url = esc ? cl_printf("%s/%s/%s%s", api, collection, esc, suffix) : NULL;
     free(esc);
     return url;
+}
+
+int cl_sandbox_refused(cl_sandbox *s, cl_http *h, const cl_call_spec *cs,
+                       const sbx_call_ctx *ctx, const cl_resp *r, unsigned how, const char *op,
+                       const char *what, sbx_error **error)
+{
+    const cl_resume_spec *rs = cs->rs;
+    int file = (how & CL_CALL_FILE)
+               && (r->status == 404 || (r->status == 400 && (cs->flags & CL_CALLS_FILE_400)));
+    if (r->status == 404 && !file && (cs->flags & CL_CALLS_404_GONE)) {
+        cl_gone_set(&s->gone);
+        spec_gone_error(rs, error, op, s->id, NULL);
+    } else if ((r->status == 404 || (cs->flags & CL_CALLS_LOOK_ANY))
+               && cl_sandbox_confirm_gone(s, s->c, ctx, rs, op, error)) {
+        ;
+    } else if (!file) {
+        cl_fail_status(h, error, CL_CODE_BY_STATUS, r, op, what);
+    }
+    return -1;
+}
+
+int cl_sandbox_request(cl_sandbox *s, cl_http *h, const cl_call_spec *cs,
+                       const sbx_call_ctx *ctx, cl_req *rq, char *url, unsigned how, cl_resp *r,
+                       const char *op, sbx_error **error)
+{
+    if (cl_gone_check(&s->gone, op, cs->rs->provider, s->id, error) < 0) {
+        free(url);
+        return -1;
+    }
+    if (cl_request_at(h, ctx, rq, url, r, op, error) < 0)
+        return -1;
+    if (r->status / 100 == 2 || ((how & CL_CALL_OK_408) && r->status == 408))
+        return 0;
+    return cl_sandbox_refused(s, h, cs, ctx, r, how, op, rq->what, error);
 }
 
 int cl_request_at(cl_http *h, const sbx_call_ctx *ctx, cl_req *rq, char *url, cl_resp *r,
@@ -1692,6 +1857,23 @@ int cl_refuse_options(const sbx_plugin_create_request *rq, const char *provider,
     return 0;
 }
 
+long long cl_lifetime_s(const sbx_plugin_create_request *rq, const char *provider,
+                        long long dflt_s, long long margin_s, sbx_error **error)
+{
+    if (!(rq->set_fields & SBX_OPTION_TIMEOUT_SECS))
+        return dflt_s;
+    if (!(rq->timeout_secs > 0)) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "%g", rq->timeout_secs);
+        cl_refuse(error, provider, "timeout_secs", buf, "must be more than 0");
+        return -1;
+    }
+    long long t = (long long)rq->timeout_secs;
+    if ((double)t < rq->timeout_secs)
+        t++;    /* rounded up */
+    return t + margin_s;
+}
+
 int cl_no_backend_options(const sbx_plugin_create_request *rq, const char *provider,
                           sbx_error **error)
 {
@@ -1766,6 +1948,19 @@ int cl_owned_listed(void *ud, json_object *item)
     return o->fn(&info, o->ud);
 }
 
+/* The string at the dotted path @key of @j ("meta.nextCursor"), or NULL. */
+static const char *pages_token(json_object *j, const char *key)
+{
+    const char *dot;
+    while (j && key && (dot = strchr(key, '.')) != NULL) {
+        char part[64];
+        snprintf(part, sizeof part, "%.*s", (int)(dot - key), key);
+        j = cl_json_path(j, part, NULL);
+        key = dot + 1;
+    }
+    return cl_json_str(j, key);
+}
+
 int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_listed_fn fn,
                   void *ud, const char *op, sbx_error **error)
 {
@@ -1795,6 +1990,8 @@ int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_li
         }
         free(url);
         json_object *items = pg->items_key ? cl_json_path(j, pg->items_key, NULL) : j;
+        if ((pg->flags & CL_PAGES_ARRAY_TOO) && json_object_is_type(j, json_type_array))
+            items = j;
         if (j && (pg->items_key || json_object_is_type(items, json_type_array))) {
             rc = 0;
             size_t n = json_object_is_type(items, json_type_array)
@@ -1802,7 +1999,9 @@ int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_li
             int stop = 0;
             for (size_t i = 0; i < n && !stop; i++)
                 stop = fn(ud, json_object_array_get_idx(items, i)) != 0;
-            const char *tok = pg->token_header ? r.kept_header : cl_json_str(j, pg->token_key);
+            const char *tok = pg->token_header ? r.kept_header : pages_token(j, pg->token_key);
+            if (n == 0 && (pg->flags & CL_PAGES_EMPTY_ENDS))
+                tok = NULL;
             next = !stop && tok && *tok ? strdup(tok) : NULL;
         } else if (j) {
             cl_fail(error, SBX_ERROR_CONNECTION, op, "%s list answered with no array",

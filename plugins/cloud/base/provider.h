@@ -6,12 +6,16 @@
  *     not_found error with reason "gone" (CASE-32), with what the
  *     provider's view says of it as context;
  *   - the wait until a sandbox (or a snapshot) reaches a state, polled with
- *     a growing pause and bounded by the call's deadline;
+ *     a growing pause and bounded by the call's deadline, and by table the
+ *     wait until a sandbox runs, a sleeping one woken once;
  *   - the session state's shape: a versioned JSON object holding no secret,
  *     written into host memory and read back with its version checked, and
  *     resume's start: the state read, the sandbox got, an ended one gone;
  *     the same look (the resume table) for a sandbox whose call was
- *     refused: whether it ended, and then its gone flag and error;
+ *     refused: whether it ended, and then its gone flag and error; the
+ *     resume slot's start and end around the plugin's struct; a call on a
+ *     sandbox whose refusal is read by the provider's table (its own 404,
+ *     a file's, or a look at the sandbox);
  *   - the missing-cwd check after a script of cl_shell_script() exited
  *     CL_CWD_MISSING_EXIT (CASE-18, CASE-46);
  *   - a descriptor as the sink or the source of a request body;
@@ -38,6 +42,7 @@
  *     workdir, and small string helpers;
  *   - the port slots of a provider that routes every port itself, and a
  *     string in host memory;
+ *   - the create's provider-side lifetime from its timeout;
  *   - the create's refusals by table (options the provider cannot honour,
  *     backend_options of a provider that takes none) and its ownership
  *     labels; a paged listing, and list_owned's item (with RFC 3339
@@ -135,12 +140,12 @@ struct cl_sandbox;
 /**
  * The start of a session_state slot on sandbox @s of @provider: NULL with
  * cl_gone_error() when @s is gone (op session_state); else a new object
- * {"version": @version, @id_key: ID} with "workdir": @workdir when
- * @workdir is not NULL, to which the plugin adds its own members before
+ * {"version": @version, @id_key: ID} with "workdir": WORKDIR when @s has
+ * one (its head's workdir), to which the plugin adds its own members before
  * cl_state_end().
  */
 struct json_object *cl_state_new(struct cl_sandbox *s, const char *provider, int version,
-                                 const char *id_key, const char *workdir, sbx_error **error);
+                                 const char *id_key, sbx_error **error);
 
 /** The end of a session_state slot: cl_state_out(@j) (op session_state),
  *  @j put. NULL when @j is NULL (its error stored already). */
@@ -202,6 +207,29 @@ struct json_object *cl_resume_get(sbx_plugin_client *client, const sbx_call_ctx 
                                   sbx_error **error);
 
 /**
+ * The start of a resume slot of a provider whose sandbox struct (@size
+ * bytes) begins with a cl_sandbox: cl_resume_get() (op resume), then the
+ * struct made by cl_sandbox_new() with @client, the state's id and its
+ * "workdir" when that is cl_workdir_ok() (else none). Returns the struct,
+ * the provider's view of the sandbox in *@view and the state in *@state:
+ * the caller adds its own members and ends with cl_resume_end(). NULL with
+ * *@view and *@state NULL and *@error set: cl_resume_get()'s error, or
+ * resource_exhausted. Thread-safe as @rs->get is.
+ */
+void *cl_resume_new(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
+                    const cl_resume_spec *rs, size_t size, struct json_object **view,
+                    struct json_object **state, sbx_error **error);
+
+/**
+ * The end of a resume slot begun by cl_resume_new(): @view and @state put;
+ * when @rc is 0, @sb stored in *@sandbox and 0; else @sb freed with
+ * @free_fn (NULL: cl_sandbox_free()) and -1 (the error stored already by
+ * the step that failed).
+ */
+int cl_resume_end(int rc, void *sb, sbx_plugin_sandbox **sandbox, struct json_object *view,
+                  struct json_object *state, void (*free_fn)(sbx_plugin_sandbox *sb));
+
+/**
  * Whether sandbox @id has ended, asked through @rs->get (a GET, safe; its
  * error dropped, not stored): 1 when the provider answered 404 or an
  * @rs->state_key that is one of @rs->dead, else 0 (also when no answer
@@ -224,6 +252,45 @@ int cl_sandbox_ended(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
 int cl_sandbox_confirm_gone(struct cl_sandbox *s, sbx_plugin_client *client,
                             const sbx_call_ctx *ctx, const cl_resume_spec *rs, const char *op,
                             sbx_error **error);
+
+/**
+ * How a provider's sandbox is waited for until it runs, and woken when it
+ * sleeps (cl_sandbox_wake()): a constant table of the plugin's.
+ */
+typedef struct cl_wake_spec {
+    const cl_resume_spec *rs;   /* the provider, its GET of a sandbox, the
+                                 * state member, the ended states (gone,
+                                 * with rs->gone's error or the state in
+                                 * context) */
+    const char *noun;           /* what the state is called ("status"), in
+                                 * the timeout's message */
+    const char *none;           /* the state of an answer without one */
+    const char *ready;          /* the state it runs in ("running") */
+    const char *const *asleep;  /* NULL-terminated states woken (once) by
+                                 * @wake; NULL: none */
+    double max_s;               /* the wait's own bound, in seconds */
+    /* A state that is neither @ready nor ended, with the provider's view
+     * @view: -1 with *@error when it never runs (a failed deploy), else
+     * 0. NULL: none fails. */
+    int (*check)(struct cl_sandbox *s, struct json_object *view, const char *state,
+                 const char *op, sbx_error **error);
+    /* Wakes sandbox @s, found in @state: 0, or -1 with *@error. */
+    int (*wake)(struct cl_sandbox *s, const sbx_call_ctx *ctx, const char *state,
+                const char *op, sbx_error **error);
+} cl_wake_spec;
+
+/**
+ * Waits until sandbox @s (whose head has its client) is in @ws->ready, by
+ * cl_wait_until() over @ws->rs->get (bounded by @ws->max_s and the call's
+ * deadline), waking it once when it is in one of @ws->asleep (CASE-53).
+ * 0 once it runs; -1 with *@error: the gone flag set and the gone error
+ * (spec's) after a 404 or an ended state; @ws->check's or @ws->wake's
+ * error; the GET's error; or the timeout "@provider sandbox ID reaching
+ * @noun @ready did not happen (it is STATE)". Thread-safe as the spec's
+ * functions are.
+ */
+int cl_sandbox_wake(struct cl_sandbox *s, const sbx_call_ctx *ctx, const cl_wake_spec *ws,
+                    const char *op, sbx_error **error);
 
 /* ------------------------------------------------------------------------ */
 /* The missing working directory                                             */
@@ -436,12 +503,18 @@ typedef struct cl_sandbox {
     cl_gone gone;
     uint16_t *ports;    /* exposed ports, ascending (cl_ports_*); guarded by gone.lock */
     size_t n_ports;
+    struct sbx_plugin_client *c;    /* the client that made or resumed it
+                                     * (borrowed: the host frees a client
+                                     * after its sandboxes); NULL when none */
+    char *workdir;      /* the default working directory (absolute), a new
+                         * string freed with the head, or NULL: the
+                         * provider's own */
 } cl_sandbox;
 
-/** Copies @id into @s and clears its gone flag: 0, or -1 on no memory
- *  (then @s holds nothing to clear). */
+/** Copies @id into @s and clears its gone flag, its client and its
+ *  workdir: 0, or -1 on no memory (then @s holds nothing to clear). */
 int cl_sandbox_init(cl_sandbox *s, const char *id);
-/** Frees what cl_sandbox_init() made (not @s itself). */
+/** Frees what cl_sandbox_init() made and the workdir (not @s itself). */
 void cl_sandbox_clear(cl_sandbox *s);
 /**
  * A plugin's sandbox struct of @size bytes (at least sizeof(cl_sandbox);
@@ -450,8 +523,18 @@ void cl_sandbox_clear(cl_sandbox *s);
  * cl_sandbox_free() once the plugin freed its own members. Thread-safe.
  */
 void *cl_sandbox_alloc(size_t size, const char *id);
+/**
+ * cl_sandbox_alloc() with the head's client @c and a copy of @workdir
+ * (NULL or "": none) set: NULL on no memory (nothing left to free).
+ * Thread-safe.
+ */
+void *cl_sandbox_new(size_t size, struct sbx_plugin_client *c, const char *id,
+                     const char *workdir);
 /** Clears the cl_sandbox that starts @sb and frees @sb (NULL: nothing). */
 void cl_sandbox_free(void *sb);
+/** The sandbox_free slot of a plugin whose sandbox holds nothing the head
+ *  does not free: cl_sandbox_free(). */
+void cl_sandbox_free_slot(sbx_plugin_sandbox *sb);
 /** *@dst becomes a copy of @src (NULL: NULL): 0, or -1 on no memory
  *  (*@dst NULL). For a constructor's string members. */
 int cl_dup(char **dst, const char *src);
@@ -561,6 +644,55 @@ int cl_sandbox_answer(cl_sandbox *s, cl_http *h, const cl_resp *r, const char *p
  */
 int cl_file_fail(cl_sandbox *s, cl_http *h, const cl_resp *r, int by_status, const char *op,
                  const char *path, const char *what, sbx_error **error);
+
+/**
+ * How a provider reads an answer to a call on one of its sandboxes that is
+ * not 2xx (cl_sandbox_refused()): a constant table of the plugin's.
+ */
+typedef struct cl_call_spec {
+    const cl_resume_spec *rs;   /* the provider and its look at a sandbox
+                                 * (cl_sandbox_confirm_gone()) */
+    unsigned flags;             /* CL_CALLS_* */
+} cl_call_spec;
+/* A 404 to a call that is not a file call is the sandbox's own: gone at
+ * once, without a look (else the look decides). */
+#define CL_CALLS_404_GONE 1u
+/* Every refusal is looked into (else only a 404): a provider that answers
+ * a call on an ended sandbox with another status. */
+#define CL_CALLS_LOOK_ANY 2u
+/* A file call's 400 is the file's, as its 404 is. */
+#define CL_CALLS_FILE_400 4u
+
+/* Per call (cl_sandbox_request()'s @how): a file call, whose 404 (and 400
+ * with CL_CALLS_FILE_400) is the file's unless the sandbox is gone: then
+ * no error is stored but the gone one (the caller names the file). */
+#define CL_CALL_FILE 1u
+/* A 408 is an answer too (a hold that ended: the caller asks again). */
+#define CL_CALL_OK_408 2u
+
+/**
+ * The error of the answer @r, not 2xx, to a call on sandbox @s (whose head
+ * has its client), as @cs reads it: the gone flag set and the gone error
+ * (as cl_sandbox_confirm_gone() stores it) when the answer or the look
+ * says the sandbox ended; else the answer's error (cl_fail_status(),
+ * CL_CODE_BY_STATUS, @what), none for a file's 404 (@how CL_CALL_FILE).
+ * Returns -1. Thread-safe as @cs->rs->get is.
+ */
+int cl_sandbox_refused(cl_sandbox *s, cl_http *h, const cl_call_spec *cs,
+                       const sbx_call_ctx *ctx, const cl_resp *r, unsigned how, const char *op,
+                       const char *what, sbx_error **error);
+
+/**
+ * A call on sandbox @s at @url, a string the call takes and frees (NULL,
+ * from a builder that ran out of memory: resource_exhausted, nothing
+ * sent): -1 with cl_gone_error() (of @cs->rs->provider) at once when @s is
+ * gone; else cl_request_at(@h, @ctx, @rq, @url, @r): 0 with a 2xx answer in
+ * @r (or a 408 with @how CL_CALL_OK_408), -1 when none came (the call's
+ * error) or with cl_sandbox_refused()'s error. Thread-safe.
+ */
+int cl_sandbox_request(cl_sandbox *s, cl_http *h, const cl_call_spec *cs,
+                       const sbx_call_ctx *ctx, cl_req *rq, char *url, unsigned how, cl_resp *r,
+                       const char *op, sbx_error **error);
 
 /**
  * A call on sandbox @s at the provider: -1 with cl_gone_error() (of
@@ -808,6 +940,18 @@ int cl_refuse_options(const sbx_plugin_create_request *rq, const char *provider,
                       const cl_unsupported *table, sbx_error **error);
 
 /**
+ * The provider-side lifetime of a create (CASE-33: always set), in whole
+ * seconds: @rq's timeout_secs rounded up, plus @margin_s (the provider
+ * ends the sandbox that much after the library's own end, so that a
+ * command cut by the lifetime is reported timed out, not lost with it);
+ * @dflt_s when @rq sets none. -1 with cl_refuse(@provider, "timeout_secs",
+ * VALUE, "must be more than 0") for a timeout that is not above 0.
+ * Thread-safe.
+ */
+long long cl_lifetime_s(const sbx_plugin_create_request *rq, const char *provider,
+                        long long dflt_s, long long margin_s, sbx_error **error);
+
+/**
  * The create's backend_options for a provider that takes none: 0 when
  * @rq has none (NULL or ""); else -1 with configuration "@provider
  * backend_options: JSON is not a JSON object", or "@provider
@@ -831,13 +975,22 @@ typedef struct cl_pages {
     const char *token_header;   /* the next page's token is this answer
                                  * header ("X-Next-Token"), or NULL */
     const char *token_key;      /* else this string member of the answer
-                                 * ("nextCursor"); no token: the last page */
+                                 * ("nextCursor"; a dotted path names a
+                                 * nested one: "meta.nextCursor"); no
+                                 * token: the last page */
     const char *items_key;      /* the array member holding the items
                                  * ("items"; absent: none); NULL: the
                                  * answer is the array itself (else an
                                  * error) */
     const char *what;           /* for messages ("list sandboxes") */
+    unsigned flags;             /* CL_PAGES_* (0: none) */
 } cl_pages;
+
+/* An answer that is itself an array is the page's items (and the last
+ * page), whatever @items_key says. */
+#define CL_PAGES_ARRAY_TOO 1u
+/* A page without items is the last, whatever its token. */
+#define CL_PAGES_EMPTY_ENDS 2u
 
 /**
  * Reads every page (up to 1000) of the listing @pg, GETs (safe calls,
@@ -1132,6 +1285,24 @@ int cl_script_proc_launch(cl_script_proc *p, cl_proc_run_fn run,
 int cl_script_exec_start(sbx_plugin_sandbox *sb, const char *provider, const char *workdir,
                          const sbx_plugin_exec_request *rq, cl_run_fn run_short,
                          cl_proc_run_fn run, sbx_plugin_process **process, sbx_error **error);
+
+/** Uploads the @n bytes @data to the absolute @path in @sb, the provider's
+ *  way: 0, or -1 with *@error set. */
+typedef int (*cl_upload_bytes_fn)(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                                  const char *path, const char *data, size_t n, const char *op,
+                                  sbx_error **error);
+
+/**
+ * The per-call environment of @p for a provider whose command reads it
+ * from a file: when @p has one, its export lines (cl_env_exports())
+ * uploaded by @up to /tmp/.TAG.env in @p's sandbox, and ". FILE; rm -f
+ * FILE" and a newline appended to @pre (the script's prelude, sourced
+ * before the command). 0, also when @p has no env; -1 with the thread's
+ * last error (cl_last()): @up's, or resource_exhausted "out of memory"
+ * (op @op). On @p's worker thread.
+ */
+int cl_script_env_prelude(cl_script_proc *p, const sbx_call_ctx *ctx, cl_upload_bytes_fn up,
+                          cl_buf *pre, const char *op);
 
 /** The exec_wait slot for a cl_script_proc: cl_exec_wait_script(). */
 int cl_script_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,

@@ -20,6 +20,7 @@ typedef struct pending {
 struct cl_reaper {
     cl_reap_find_fn find;
     cl_reap_delete_fn del;
+    cl_reap_delete_op_fn del_op;    /* or this, with op "create" */
     void *ud;
     pthread_mutex_t lock;
     pending *list;
@@ -47,6 +48,15 @@ cl_reaper *cl_reaper_new(cl_reap_find_fn find, cl_reap_delete_fn del, void *ud)
     return r;
 }
 
+cl_reaper *cl_reaper_new_op(cl_reap_find_fn find, cl_reap_delete_op_fn del,
+                            struct sbx_plugin_client *client)
+{
+    cl_reaper *r = cl_reaper_new(find, NULL, client);
+    if (r)
+        r->del_op = del;
+    return r;
+}
+
 /* One look for @token: deletes what it finds; returns the count, -1 when
  * the look failed. */
 static int reap_once(cl_reaper *r, const sbx_call_ctx *ctx, const char *token)
@@ -56,7 +66,8 @@ static int reap_once(cl_reaper *r, const sbx_call_ctx *ctx, const char *token)
         return -1;
     int n = 0;
     for (size_t i = 0; ids && ids[i]; i++) {
-        if (r->del(r->ud, ctx, ids[i], NULL) == 0) {
+        if ((r->del ? r->del(r->ud, ctx, ids[i], NULL)
+                    : r->del_op(r->ud, ctx, ids[i], "create", NULL)) == 0) {
             CL_LOG(SBX_LOG_INFO, "deleted sandbox %s left by a create whose answer was lost",
                    ids[i]);
             n++;

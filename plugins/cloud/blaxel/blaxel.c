@@ -130,9 +130,7 @@ struct sbx_plugin_client {
 
 struct sbx_plugin_sandbox {
     cl_sandbox s;       /* first member: the name and the gone flag (provider.h) */
-    struct sbx_plugin_client *c;
     char *url;          /* its data plane, no trailing slash */
-    char *workdir;      /* the default working directory, or NULL */
 };
 
 typedef cl_script_proc bl_proc;  /* provider.h */
@@ -140,15 +138,6 @@ typedef cl_script_proc bl_proc;  /* provider.h */
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
 /* ------------------------------------------------------------------------ */
-
-static char *bl_trim_slash(const char *s)
-{
-    char *o = strdup(s);
-    size_t n = o ? strlen(o) : 0;
-    while (n && o[n - 1] == '/')
-        o[--n] = '\0';
-    return o;
-}
 
 #define bl_is_gone(sb) cl_gone_get(&(sb)->s.gone)
 #define bl_mark_gone(sb) cl_gone_set(&(sb)->s.gone)
@@ -204,16 +193,6 @@ static int bl_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const
     return cl_item_delete(c->http, ctx, c->api, "sandboxes", id, op, "delete the sandbox", error);
 }
 
-/* The gone error of @sb with the provider's status in context. */
-static void bl_gone(struct sbx_plugin_sandbox *sb, const char *op, const char *status,
-                    sbx_error **error)
-{
-    bl_mark_gone(sb);
-    sbx_error *err = bl_gone_error(error, op, sb->s.id);
-    if (status)
-        cl_context(err, "status", status);
-}
-
 /* How the provider's view of a sandbox is got and read: resume, and the
  * look at a sandbox whose call was refused (provider.h). */
 static const cl_resume_spec bl_spec = { BL_BACKEND, BL_STATE_VERSION, "name", bl_get,
@@ -224,55 +203,31 @@ static const cl_resume_spec bl_spec = { BL_BACKEND, BL_STATE_VERSION, "name", bl
 static int bl_confirm_gone(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                            const char *op, sbx_error **error)
 {
-    return cl_sandbox_confirm_gone(&sb->s, sb->c, ctx, &bl_spec, op, error);
+    return cl_sandbox_confirm_gone(&sb->s, sb->s.c, ctx, &bl_spec, op, error);
 }
 
-typedef struct bl_waiting {
-    struct sbx_plugin_sandbox *sb;
-    const sbx_call_ctx *ctx;
-    const char *op;
-    char state[32];
-} bl_waiting;
-
-/* One look for cl_wait_until(): 1 at DEPLOYED, -1 when gone or failed. */
-static int bl_deploy_look(void *ud, const char **state, sbx_error **error)
+/* A sandbox whose deploy FAILED never runs: creation_failed. */
+static int bl_deploy_failed(cl_sandbox *s, json_object *view, const char *state, const char *op,
+                            sbx_error **error)
 {
-    bl_waiting *w = ud;
-    struct sbx_plugin_sandbox *sb = w->sb;
-    long st;
-    json_object *j = bl_get(sb->c, w->ctx, sb->s.id, &st, w->op, error);
-    if (!j) {
-        if (st == 404)
-            bl_gone(sb, w->op, NULL, error);
-        return -1;
-    }
-    snprintf(w->state, sizeof w->state, "%s", bl_status(j));
-    *state = w->state;
-    int rc = 0;
-    if (strcmp(w->state, "DEPLOYED") == 0) {
-        rc = 1;
-    } else if (strcmp(w->state, "FAILED") == 0) {
-        sbx_error *err = cl_fail(error, SBX_ERROR_CREATION_FAILED, w->op,
-                                 "blaxel sandbox %s failed to deploy", sb->s.id);
-        cl_context(err, "status", w->state);
-        cl_context(err, "sandbox_id", sb->s.id);
-        rc = -1;
-    } else if (bl_terminal(w->state)) {
-        bl_gone(sb, w->op, w->state, error);
-        rc = -1;
-    }
-    json_object_put(j);
-    return rc;
+    (void)view;
+    if (strcmp(state, "FAILED") != 0)
+        return 0;
+    sbx_error *err = cl_fail(error, SBX_ERROR_CREATION_FAILED, op,
+                             "blaxel sandbox %s failed to deploy", s->id);
+    cl_context(err, "status", state);
+    cl_context(err, "sandbox_id", s->id);
+    return -1;
 }
 
-static int bl_wait_deployed(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                            const char *op, sbx_error **error)
-{
-    bl_waiting w = { sb, ctx, op, "" };
-    char what[160];
-    snprintf(what, sizeof what, "blaxel sandbox %s reaching status DEPLOYED", sb->s.id);
-    return cl_wait_until(ctx, BL_WAIT_S, bl_deploy_look, &w, op, what, error);
-}
+/* Deployed: polled until DEPLOYED; a terminal sandbox is gone. */
+static const cl_wake_spec bl_deploy = { &bl_spec, "status", "UNKNOWN", "DEPLOYED", NULL,
+                                        BL_WAIT_S, bl_deploy_failed, NULL };
+#define bl_wait_deployed(sb, ctx, op, error) cl_sandbox_wake(&(sb)->s, (ctx), &bl_deploy, (op), \
+                                                             (error))
+
+/* How a refused data-plane call is read: a 404 is looked into. */
+static const cl_call_spec bl_calls = { &bl_spec, 0 };
 
 /* A data-plane call on @sb: 0 with a 2xx answer in @r, -1 otherwise. A 404
  * is looked into: when the sandbox is gone, its gone error; else, for a
@@ -281,19 +236,9 @@ static int bl_wait_deployed(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *c
 static int bl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
                    const char *path, cl_resp *r, int file_call, const char *op, sbx_error **error)
 {
-    if (bl_check(sb, op, error) < 0)
-        return -1;
-    char *url = cl_printf("%s%s", sb->url, path);
-    int rc = -1;
-    if (cl_request_at(sb->c->http, ctx, rq, url, r, op, error) == 0) {
-        if (r->status / 100 == 2)
-            rc = 0;
-        else if (r->status == 404 && bl_confirm_gone(sb, ctx, op, error))
-            ;
-        else if (r->status != 404 || !file_call)
-            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, rq->what);
-    }
-    return rc;
+    return cl_sandbox_request(&sb->s, sb->s.c->http, &bl_calls, ctx, rq,
+                              cl_printf("%s%s", sb->url, path), file_call ? CL_CALL_FILE : 0, r,
+                              op, error);
 }
 
 static int bl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
@@ -372,11 +317,6 @@ static int bl_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, c
     return *ids ? 0 : -1;
 }
 
-static int bl_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
-{
-    return bl_delete(ud, ctx, id, "create", error);
-}
-
 static int bl_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
@@ -406,7 +346,7 @@ static int bl_client_new(const char *config_json, sbx_plugin_client **client, sb
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    if (!(c->reaper = cl_reaper_new(bl_find_token, bl_reap_delete, c))) {
+    if (!(c->reaper = cl_reaper_new_op(bl_find_token, bl_delete, c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
@@ -424,11 +364,8 @@ CL_PROBE_CAPS(bl_probe, BL_CAPS)
 static struct sbx_plugin_sandbox *bl_sandbox_new(struct sbx_plugin_client *c, const char *id,
                                                  const char *url)
 {
-    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
-    if (!sb)
-        return NULL;
-    sb->c = c;
-    if (!(sb->url = bl_trim_slash(url))) {
+    struct sbx_plugin_sandbox *sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
+    if (sb && !(sb->url = cl_trim_slash(url))) {
         cl_sandbox_free(sb);
         return NULL;
     }
@@ -437,10 +374,8 @@ static struct sbx_plugin_sandbox *bl_sandbox_new(struct sbx_plugin_client *c, co
 
 static void bl_sandbox_free(sbx_plugin_sandbox *sb)
 {
-    if (sb) {
+    if (sb)
         free(sb->url);
-        free(sb->workdir);
-    }
     cl_sandbox_free(sb);
 }
 
@@ -503,7 +438,6 @@ static json_object *bl_create_body(struct sbx_plugin_client *c, const char *name
     json_object *b = json_object_new_object(), *meta = json_object_new_object();
     json_object *labels = json_object_new_object(), *spec = json_object_new_object();
     json_object *rt = json_object_new_object();
-    uint64_t set = rq->set_fields;
     char buf[64];
     json_object_object_add(b, "metadata", meta);
     json_object_object_add(b, "spec", spec);
@@ -548,15 +482,10 @@ static json_object *bl_create_body(struct sbx_plugin_client *c, const char *name
         json_object_object_add(rt, "envs", envs);
     }
     /* The provider-side lifetime, always (CASE-33): whole seconds. */
-    long long t = BL_DEFAULT_LIFETIME_S;
-    if (set & SBX_OPTION_TIMEOUT_SECS) {
-        if (!(rq->timeout_secs > 0)) {
-            snprintf(buf, sizeof buf, "%g", rq->timeout_secs);
-            bl_refuse(error, "timeout_secs", buf, "must be more than 0");
-            goto fail;
-        }
-        t = (long long)ceil(rq->timeout_secs) + BL_LIFETIME_MARGIN_S;
-    }
+    long long t = cl_lifetime_s(rq, BL_BACKEND, BL_DEFAULT_LIFETIME_S, BL_LIFETIME_MARGIN_S,
+                                error);
+    if (t < 0)
+        goto fail;
     snprintf(buf, sizeof buf, "%llds", t);
     json_object_object_add(rt, "ttl", json_object_new_string(buf));
     if (c->region)
@@ -664,7 +593,7 @@ static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             cl_context(*error, "sandbox_id", name);
         goto undo;
     }
-    if (cl_create_workdir(sb, &sb->workdir, bl_run_short, ctx, BL_BACKEND, rq->workdir, op,
+    if (cl_create_workdir(sb, &sb->s.workdir, bl_run_short, ctx, BL_BACKEND, rq->workdir, op,
                           error) < 0)
         goto undo;
     *sandbox = sb;
@@ -684,14 +613,14 @@ out:
 
 static int bl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_sandbox_destroy(&sb->s, sb->c, bl_delete, ctx, error);
+    return cl_sandbox_destroy(&sb->s, sb->s.c, bl_delete, ctx, error);
 }
 
 /* Alive while the provider has it and it is not ending: DEPLOYED (on
  * standby or running) or still deploying. */
 static int bl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_item_is_alive(&sb->s, sb->c->http, ctx, sb->c->api, "sandboxes", "status", bl_dead,
+    return cl_item_is_alive(&sb->s, sb->s.c->http, ctx, sb->s.c->api, "sandboxes", "status", bl_dead,
                             error);
 }
 
@@ -700,7 +629,7 @@ static int bl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *bl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    json_object *j = cl_state_new(&sb->s, BL_BACKEND, BL_STATE_VERSION, "name", sb->workdir, error);
+    json_object *j = cl_state_new(&sb->s, BL_BACKEND, BL_STATE_VERSION, "name", error);
     if (!j)
         return NULL;
     json_object_object_add(j, "url", json_object_new_string(sb->url));
@@ -710,98 +639,59 @@ static char *bl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
 static int bl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
-    const char *op = "resume";
-    const char *id = NULL;
-    json_object *data = NULL;
-    json_object *j = cl_resume_get(client, ctx, state_json, &bl_spec, &data, &id, error);
-    int rc = -1;
-    char *du = NULL;
-    struct sbx_plugin_sandbox *sb = NULL;
-    if (!j)
+    json_object *j, *data;
+    struct sbx_plugin_sandbox *sb = cl_resume_new(client, ctx, state_json, &bl_spec, sizeof(*sb),
+                                                  &j, &data, error);
+    if (!sb)
         return -1;
-    du = cl_json_str(cl_json_path(j, "metadata", NULL), "url") || !cl_json_str(data, "url")
-         ? bl_data_url(client, j, id) : strdup(cl_json_str(data, "url"));
-    sb = du ? bl_sandbox_new(client, id, du) : NULL;
-    if (sb && cl_dup(&sb->workdir, cl_json_str(data, "workdir")) < 0) {
-        bl_sandbox_free(sb);
-        sb = NULL;
-    }
-    if (!sb) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto out;
-    }
-    if (strcmp(bl_status(j), "DEPLOYED") != 0 && bl_wait_deployed(sb, ctx, op, error) < 0) {
-        bl_sandbox_free(sb);
-        goto out;
-    }
-    *sandbox = sb;
-    rc = 0;
-out:
+    const char *su = cl_json_str(data, "url");
+    char *du = cl_json_str(cl_json_path(j, "metadata", NULL), "url") || !su
+               ? bl_data_url(client, j, sb->s.id) : strdup(su);
+    int rc = du && (sb->url = cl_trim_slash(du)) ? 0 : -1;
     free(du);
-    json_object_put(j);
-    json_object_put(data);
-    return rc;
+    if (rc < 0)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "resume", "out of memory");
+    else if (strcmp(bl_status(j), "DEPLOYED") != 0)
+        rc = bl_wait_deployed(sb, ctx, "resume", error);
+    return cl_resume_end(rc, sb, sandbox, j, data, bl_sandbox_free);
 }
 
 /* The sandboxes this backend made: labelled sbx_backend=blaxel with a
  * create token. Every page is read (CASE-35). */
+typedef struct bl_owned {
+    sbx_plugin_owned_fn fn;
+    void *ud;
+} bl_owned;
+
+/* One listed sandbox, to the host's callback when this backend made it
+ * (its labels) and it is not ending. */
+static int bl_owned_one(void *ud, json_object *it)
+{
+    bl_owned *o = ud;
+    json_object *labels = cl_json_path(it, "metadata", "labels", NULL);
+    const char *id = cl_json_str(cl_json_path(it, "metadata", NULL), "name");
+    const char *be = cl_json_str(labels, BL_LABEL_BACKEND);
+    const char *tok = cl_json_str(labels, BL_LABEL_TOKEN);
+    if (!id || !be || strcmp(be, BL_BACKEND) != 0 || !tok || strncmp(tok, "sbx-", 4)
+        || bl_terminal(bl_status(it)))
+        return 0;
+    sbx_plugin_owned_info info = { sizeof(info), id, tok, 0, 0 };
+    return o->fn(&info, o->ud);
+}
+
 static int bl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                          sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
 {
     const char *op = "list_owned";
     struct sbx_plugin_client *c = client;
-    char *cursor = NULL;
-    int rc = 0;
-    for (int page = 0; page < 10000 && rc == 0; page++) {
-        char *cur = cursor ? cl_url_escape(cursor) : NULL;
-        char *url = cl_printf("%s/sandboxes?limit=100%s%s", c->api, cur ? "&cursor=" : "",
-                              cur ? cur : "");
-        free(cur);
-        cl_resp r = { 0 };
-        json_object *j = NULL;
-        rc = -1;
-        if (!url) {
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        } else if (cl_request_json(c->http, ctx, "GET", url, NULL, CL_SAFE, &r, op,
-                                   "list sandboxes", error) == 0) {
-            if (r.status == 200)
-                j = cl_resp_json(&r, op, "list sandboxes", error);
-            else
-                cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "list sandboxes");
-        }
-        free(url);
-        cl_resp_clear(&r);
-        if (!j)
-            break;
-        rc = 0;
-        json_object *items = json_object_is_type(j, json_type_array) ? j
-                                                                    : cl_json_path(j, "data", NULL);
-        size_t n = items && json_object_is_type(items, json_type_array)
-                   ? json_object_array_length(items) : 0;
-        int stop = 0;
-        for (size_t i = 0; i < n && !stop; i++) {
-            json_object *it = json_object_array_get_idx(items, i);
-            json_object *labels = cl_json_path(it, "metadata", "labels", NULL);
-            const char *id = cl_json_str(cl_json_path(it, "metadata", NULL), "name");
-            const char *be = cl_json_str(labels, BL_LABEL_BACKEND);
-            const char *tok = cl_json_str(labels, BL_LABEL_TOKEN);
-            if (!id || !be || strcmp(be, BL_BACKEND) != 0 || !tok || strncmp(tok, "sbx-", 4)
-                || bl_terminal(bl_status(it)))
-                continue;
-            sbx_plugin_owned_info info = { sizeof(info), id, tok, 0, 0 };
-            stop = fn(&info, ud) != 0;
-        }
-        free(cursor);
-        cursor = NULL;
-        const char *nx = json_object_is_type(j, json_type_array)
-                         ? NULL : cl_json_str(cl_json_path(j, "meta", NULL), "nextCursor");
-        if (nx && *nx && !stop && n > 0)
-            cursor = strdup(nx);
-        json_object_put(j);
-        if (!cursor)
-            break;
-    }
-    free(cursor);
+    char *url = cl_printf("%s/sandboxes?limit=100", c->api);
+    cl_pages pg = { url, "cursor", NULL, "meta.nextCursor", "data", "list sandboxes",
+                    CL_PAGES_ARRAY_TOO | CL_PAGES_EMPTY_ENDS };
+    bl_owned o = { fn, ud };
+    int rc = url ? cl_list_pages(c->http, ctx, &pg, bl_owned_one, &o, op, error) : -1;
+    if (!url)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    free(url);
     return rc;
 }
 
@@ -821,7 +711,7 @@ static char *bl_files_path(struct sbx_plugin_sandbox *sb, const char *route, con
 {
     char *abs = NULL;
     if (path[0] != '/')
-        abs = cl_printf("%s/%s", sb->workdir ? sb->workdir : "", path);
+        abs = cl_printf("%s/%s", sb->s.workdir ? sb->s.workdir : "", path);
     char *e = bl_path_escape(abs ? abs : path);
     char *s = e ? cl_printf("%s%s", route, e) : NULL;
     free(e);
@@ -831,7 +721,7 @@ static char *bl_files_path(struct sbx_plugin_sandbox *sb, const char *route, con
 
 /* The error of a file call's answer @r (provider.h). */
 #define bl_file_fail(sb, r, op, path, what, error) \
-    cl_file_fail(&(sb)->s, (sb)->c->http, (r), 1, (op), (path), (what), (error))
+    cl_file_fail(&(sb)->s, (sb)->s.c->http, (r), 1, (op), (path), (what), (error))
 
 /* The sink of a raw read: the answer's bytes to @fd, unless the answer is
  * a directory's JSON listing (the data plane answers a directory so
@@ -1544,7 +1434,7 @@ static int bl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          sbx_error **error)
 {
     (void)ctx;
-    return cl_script_exec_start(sb, BL_BACKEND, sb->workdir, rq, bl_run_short, bl_exec_run,
+    return cl_script_exec_start(sb, BL_BACKEND, sb->s.workdir, rq, bl_run_short, bl_exec_run,
                                 process, error);
 }
 

@@ -169,8 +169,6 @@ typedef struct cf_tunnel {
 
 struct sbx_plugin_sandbox {
     cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
-    struct sbx_plugin_client *c;
-    char *workdir;      /* the default working directory, or NULL */
     pthread_mutex_t tlock;      /* guards the tunnels */
     cf_tunnel *tunnels; /* the exposed ports, ascending */
     size_t n_tunnels;
@@ -288,11 +286,11 @@ static int cf_put_req(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
     int rc = -1;
     if (!sfx)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (cf_call(sb->c, ctx, sb->s.id, sfx, rq, &r, op, error) == 0) {
+    else if (cf_call(sb->s.c, ctx, sb->s.id, sfx, rq, &r, op, error) == 0) {
         if (r.status / 100 == 2)
             rc = 0;
         else
-            cf_file_fail(sb->c, &r, op, shown, rq->what, error);
+            cf_file_fail(sb->s.c, &r, op, shown, rq->what, error);
     }
     free(sfx);
     cl_resp_clear(&r);
@@ -444,9 +442,9 @@ static int cf_exec_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                   .sink = cf_sse_sink, .sink_ud = s, .idempotent = CL_UNSAFE,
                   .what = "run a command" };
     cl_resp r = { 0 };
-    int rc = cf_call(sb->c, ctx, sb->s.id, "/exec", &rq, &r, op, error);
+    int rc = cf_call(sb->s.c, ctx, sb->s.id, "/exec", &rq, &r, op, error);
     if (rc == 0 && r.status / 100 != 2) {
-        sbx_error *err = cl_fail_status(sb->c->http, error,
+        sbx_error *err = cl_fail_status(sb->s.c->http, error,
                                         r.status == 403 || r.status == 400
                                         ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,
                                         &r, op, "run a command");
@@ -570,14 +568,9 @@ CL_PROBE_CAPS(cf_probe, CF_CAPS)
 static struct sbx_plugin_sandbox *cf_sandbox_new(struct sbx_plugin_client *c, const char *id,
                                                  const char *workdir)
 {
-    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
+    struct sbx_plugin_sandbox *sb = cl_sandbox_new(sizeof(*sb), c, id, workdir);
     if (!sb)
         return NULL;
-    sb->c = c;
-    if (cl_dup(&sb->workdir, workdir) < 0) {
-        cl_sandbox_free(sb);
-        return NULL;
-    }
     pthread_mutex_init(&sb->tlock, NULL);
     return sb;
 }
@@ -586,7 +579,6 @@ static void cf_sandbox_free(sbx_plugin_sandbox *sb)
 {
     if (!sb)
         return;
-    free(sb->workdir);
     for (size_t i = 0; i < sb->n_tunnels; i++)
         free(sb->tunnels[i].url);
     free(sb->tunnels);
@@ -638,10 +630,10 @@ static int cf_tunnel_open(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
     cl_req rq = { .method = "POST", .idempotent = CL_SAFE, .what = "open a tunnel" };
     cl_resp r = { 0 };
     int rc = -1;
-    if (cf_call(sb->c, ctx, sb->s.id, sfx, &rq, &r, op, error) < 0)
+    if (cf_call(sb->s.c, ctx, sb->s.id, sfx, &rq, &r, op, error) < 0)
         return -1;
     if (r.status / 100 != 2) {
-        sbx_error *err = cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op,
+        sbx_error *err = cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r, op,
                                         "open a tunnel to the port");
         snprintf(sfx, sizeof(sfx), "%u", port);
         cl_context(err, "port", sfx);
@@ -693,11 +685,11 @@ static int cf_unexpose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, uns
     snprintf(sfx, sizeof(sfx), "/tunnel/%u", port);
     cl_req rq = { .method = "DELETE", .idempotent = CL_SAFE, .what = "close the tunnel" };
     cl_resp r = { 0 };
-    if (cf_call(sb->c, ctx, sb->s.id, sfx, &rq, &r, op, error) < 0)
+    if (cf_call(sb->s.c, ctx, sb->s.id, sfx, &rq, &r, op, error) < 0)
         return -1;
     int rc = 0;
     if (r.status / 100 != 2 && r.status != 404) {
-        cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "close the tunnel");
+        cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r, op, "close the tunnel");
         rc = -1;
     }
     cl_resp_clear(&r);
@@ -819,13 +811,13 @@ static int cf_snapshot_id_ok(const char *id)
 static int cf_hydrate(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *snap,
                       const char *op, sbx_error **error)
 {
-    char *path = cf_snapshot_id_ok(snap) ? cl_printf("%s/%s.tar", sb->c->snap_dir, snap) : NULL;
+    char *path = cf_snapshot_id_ok(snap) ? cl_printf("%s/%s.tar", sb->s.c->snap_dir, snap) : NULL;
     int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
     if (fd < 0) {
         sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op,
-                                 "cloudflare snapshot %s is not in %s", snap, sb->c->snap_dir);
+                                 "cloudflare snapshot %s is not in %s", snap, sb->s.c->snap_dir);
         cl_context(err, "snapshot_id", snap);
-        cl_context(err, "path", sb->c->snap_dir);
+        cl_context(err, "path", sb->s.c->snap_dir);
         free(path);
         return -1;
     }
@@ -835,11 +827,11 @@ static int cf_hydrate(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
                   .source_ud = &fd, .source_len = -1, .idempotent = CL_SAFE,
                   .what = "hydrate the workspace" };
     cl_resp r = { 0 };
-    if (cf_call(sb->c, ctx, sb->s.id, "/hydrate", &hq, &r, op, error) == 0) {
+    if (cf_call(sb->s.c, ctx, sb->s.id, "/hydrate", &hq, &r, op, error) == 0) {
         if (r.status / 100 == 2)
             rc = 0;
         else
-            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op,
+            cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r, op,
                            "hydrate the workspace");
     }
     cl_resp_clear(&r);
@@ -893,8 +885,8 @@ static int cf_first_command(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *c
     }
     free(msg);
     cl_buf_clear(&b);
-    if (rc == 0 && sb->workdir)
-        rc = cl_make_workdir(sb, cf_run_short, ctx, CF_BACKEND, sb->workdir, op, error);
+    if (rc == 0 && sb->s.workdir)
+        rc = cl_make_workdir(sb, cf_run_short, ctx, CF_BACKEND, sb->s.workdir, op, error);
     return rc;
 }
 
@@ -975,7 +967,7 @@ out:
 
 static int cf_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_sandbox_destroy(&sb->s, sb->c, cf_delete, ctx, error);
+    return cl_sandbox_destroy(&sb->s, sb->s.c, cf_delete, ctx, error);
 }
 
 /* GET …/running: 1 or 0 in *@running, or -1. */
@@ -1006,7 +998,7 @@ static int cf_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
     if (cf_is_gone(sb))
         return 0;
     int running = 0;
-    if (cf_running(sb->c, ctx, sb->s.id, &running, "is_alive", error) < 0)
+    if (cf_running(sb->s.c, ctx, sb->s.id, &running, "is_alive", error) < 0)
         return -1;
     return running;
 }
@@ -1016,8 +1008,7 @@ static int cf_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *cf_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    json_object *j = cl_state_new(&sb->s, CF_BACKEND, CF_STATE_VERSION, "sandbox_id",
-                                  sb->workdir, error);
+    json_object *j = cl_state_new(&sb->s, CF_BACKEND, CF_STATE_VERSION, "sandbox_id", error);
     if (!j)
         return NULL;
     pthread_mutex_lock(&sb->tlock);
@@ -1122,19 +1113,19 @@ static char *cf_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
     char id[sizeof CF_SNAP_PREFIX + 32];
     memcpy(id, CF_SNAP_PREFIX, strlen(CF_SNAP_PREFIX));
     cl_random_hex(id + strlen(CF_SNAP_PREFIX), 16);
-    char *tmp = cl_printf("%s/.%s.part", sb->c->snap_dir, id);
-    char *dst = cl_printf("%s/%s.tar", sb->c->snap_dir, id);
+    char *tmp = cl_printf("%s/.%s.part", sb->s.c->snap_dir, id);
+    char *dst = cl_printf("%s/%s.tar", sb->s.c->snap_dir, id);
     char *out = NULL;
     int fd = -1;
     if (!tmp || !dst) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto done;
     }
-    if (cf_mkdirs(sb->c->snap_dir) < 0
+    if (cf_mkdirs(sb->s.c->snap_dir) < 0
         || (fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
         cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op, "cloudflare: cannot write "
-                           "snapshots in %s: %s", sb->c->snap_dir, strerror(errno)),
-                   "path", sb->c->snap_dir);
+                           "snapshots in %s: %s", sb->s.c->snap_dir, strerror(errno)),
+                   "path", sb->s.c->snap_dir);
         goto done;
     }
     /* What changed outside /workspace since the create (files, links and
@@ -1166,10 +1157,10 @@ static char *cf_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
     cl_req rq = { .method = "POST", .sink = cl_fd_sink, .sink_ud = &fd, .idempotent = CL_SAFE,
                   .what = "persist the workspace" };
     cl_resp r = { 0 };
-    int rc = cf_call(sb->c, ctx, sb->s.id, "/persist", &rq, &r, op, error);
+    int rc = cf_call(sb->s.c, ctx, sb->s.id, "/persist", &rq, &r, op, error);
     cf_run_short(sb, ctx, "rm -f " CF_ROOT_TAR, &code, op, NULL);
     if (rc == 0 && r.status / 100 != 2) {
-        cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "persist the workspace");
+        cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r, op, "persist the workspace");
         rc = -1;
     }
     cl_resp_clear(&r);
@@ -1230,7 +1221,7 @@ static char *cf_abs(struct sbx_plugin_sandbox *sb, const char *path)
 {
     if (path[0] == '/')
         return strdup(path);
-    return cl_printf("%s/%s", sb->workdir ? sb->workdir : CF_WORKSPACE, path);
+    return cl_printf("%s/%s", sb->s.workdir ? sb->s.workdir : CF_WORKSPACE, path);
 }
 
 /* The error of a file script's exit @code for @path (the caller's name). */
@@ -1270,11 +1261,11 @@ static int cf_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
         cl_resp r = { 0 };
         if (!sfx)
             cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        else if (cf_call(sb->c, ctx, sb->s.id, sfx, &rq, &r, op, error) == 0) {
+        else if (cf_call(sb->s.c, ctx, sb->s.id, sfx, &rq, &r, op, error) == 0) {
             if (r.status / 100 == 2)
                 rc = 0;
             else
-                cf_file_fail(sb->c, &r, op, path, "read the file", error);
+                cf_file_fail(sb->s.c, &r, op, path, "read the file", error);
         }
         free(sfx);
         cl_resp_clear(&r);
@@ -1478,7 +1469,7 @@ static int cf_exec_run(cl_proc *base)
         int c2 = 0;
         if (cf_run_short(sb, &ctx, "test -e " CF_LIVE_FILE, &c2, op, NULL) == 0 && c2 != 0) {
             cl_gone_set(&sb->s.gone);
-            cf_delete(sb->c, NULL, sb->s.id, op, NULL);
+            cf_delete(sb->s.c, NULL, sb->s.id, op, NULL);
             cl_gone_error(NULL, op, CF_BACKEND, sb->s.id);
             goto fail;
         }
@@ -1601,9 +1592,9 @@ static int cf_pty_run(cl_proc *base)
     cl_req sq = { .method = "POST", .body = "{}", .body_len = 2, .idempotent = CL_UNSAFE,
                   .what = "create a session" };
     cl_resp sr = { 0 };
-    rc = cf_call(sb->c, &ctx, sb->s.id, "/session", &sq, &sr, op, NULL);
+    rc = cf_call(sb->s.c, &ctx, sb->s.id, "/session", &sq, &sr, op, NULL);
     if (rc == 0 && sr.status / 100 != 2) {
-        cl_fail_status(sb->c->http, NULL, CL_CODE_BY_STATUS, &sr, op, "create a session");
+        cl_fail_status(sb->s.c->http, NULL, CL_CODE_BY_STATUS, &sr, op, "create a session");
         rc = -1;
     }
     json_object *sj = rc == 0 ? cl_resp_json(&sr, op, "create a session", NULL) : NULL;
@@ -1623,12 +1614,12 @@ static int cf_pty_run(cl_proc *base)
                                   p->tty_rows, ep, es) : NULL;
     free(ep);
     free(es);
-    http_url = suffix ? cf_url(sb->c, sb->s.id, suffix) : NULL;
+    http_url = suffix ? cf_url(sb->s.c, sb->s.id, suffix) : NULL;
     if (!http_url) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
-    if (cl_term_connect(&term, sb->c->http, http_url, cf_pty_message, p, &ctx,
+    if (cl_term_connect(&term, sb->s.c->http, http_url, cf_pty_message, p, &ctx,
                         "connect to the sandbox's terminal", &ws, op, NULL) < 0)
         goto out;
     rc = cl_ws_run(ws, &ctx, op, NULL);
@@ -1656,7 +1647,7 @@ out:
         int c3 = 0;
         if (cf_run_short(sb, &ctx, "test -e " CF_LIVE_FILE, &c3, op, NULL) == 0 && c3 != 0) {
             cl_gone_set(&sb->s.gone);
-            cf_delete(sb->c, NULL, sb->s.id, op, NULL);
+            cf_delete(sb->s.c, NULL, sb->s.id, op, NULL);
             cl_gone_error(NULL, op, CF_BACKEND, sb->s.id);
             code = -1;
         }
@@ -1677,7 +1668,7 @@ out:
         cl_resp dr = { 0 };
         sbx_call_ctx dc = { sizeof(dc), cl_now() + 10, -1, NULL };
         if (dsuf)
-            cf_call(sb->c, &dc, sb->s.id, dsuf, &dq, &dr, op, NULL);
+            cf_call(sb->s.c, &dc, sb->s.id, dsuf, &dq, &dr, op, NULL);
         cl_resp_clear(&dr);
         free(dsuf);
         free(ds);
@@ -1758,7 +1749,7 @@ static int cf_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                            rq->user), "user", rq->user);
         return -1;
     }
-    cf_proc *p = (cf_proc *)cl_script_proc_new(sizeof(cf_proc), sb, sb->workdir, rq,
+    cf_proc *p = (cf_proc *)cl_script_proc_new(sizeof(cf_proc), sb, sb->s.workdir, rq,
                                                cf_run_short, op, error);
     if (!p)
         return -1;

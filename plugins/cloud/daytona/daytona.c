@@ -169,10 +169,7 @@ struct sbx_plugin_client {
 
 struct sbx_plugin_sandbox {
     cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
-    struct sbx_plugin_client *c;
     char *toolbox;      /* toolboxProxyUrl + "/" + id */
-    char *workdir;      /* the caller's workdir (absolute), or NULL: the
-                         * toolbox's own working directory */
     pthread_mutex_t lock;   /* guards idle */
     struct dt_session *idle;    /* toolbox sessions no command of ours runs
                                  * in, made by this handle, reused by the
@@ -247,7 +244,7 @@ static int dt_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
     char *labels = cl_url_escape(json_object_to_json_string_ext(want, JSON_C_TO_STRING_PLAIN));
     json_object_put(want);
     char *url = labels ? cl_printf("%s/sandbox?limit=200&labels=%s", c->api, labels) : NULL;
-    cl_pages pg = { url, "cursor", NULL, "nextCursor", "items", "list sandboxes" };
+    cl_pages pg = { url, "cursor", NULL, "nextCursor", "items", "list sandboxes", 0 };
     int rc = url ? cl_list_pages(c->http, ctx, &pg, fn, ud, op, error) : -1;
     if (!url)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -265,75 +262,49 @@ static int dt_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, c
     return cl_ids_finish(&s.ids, rc, ids, "create", error);
 }
 
-static int dt_delete_for_reaper(void *ud, const sbx_call_ctx *ctx, const char *id,
-                                sbx_error **error)
+/* A sandbox in error or build_failed never starts (an execution failure
+ * with the state and errorReason); a destroyed or destroying one is gone
+ * (with the same context). */
+static int dt_wake_failed(cl_sandbox *s, json_object *j, const char *state, const char *op,
+                          sbx_error **error)
 {
-    return dt_delete(ud, ctx, id, "create", error);
+    if (strcmp(state, "error") != 0 && strcmp(state, "build_failed") != 0
+        && strcmp(state, "destroyed") != 0 && strcmp(state, "destroying") != 0)
+        return 0;
+    const char *why = cl_json_str(j, "errorReason");
+    sbx_error *err = strncmp(state, "destr", 5) == 0
+        ? dt_fail_gone((struct sbx_plugin_sandbox *)s, error, op)
+        : cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
+                  "daytona sandbox %s is in state %s%s%s", s->id, state,
+                  why ? ": " : "", why ? why : "");
+    cl_context(err, "state", state);
+    snprintf(dt_wake_state, sizeof dt_wake_state, "%s", state);
+    if (why)
+        cl_context(err, "error_reason", why);
+    return -1;
 }
 
-typedef struct dt_waking {
-    struct sbx_plugin_sandbox *sb;
-    const sbx_call_ctx *ctx;
-    const char *op;
-    int started_once;   /* a start request was sent */
-    char state[32];
-} dt_waking;
-
-/* One look for cl_wait_until(): 1 at "started"; -1 when gone (a 404, or
- * destroying/destroyed) or failed (error/build_failed, with the state and
- * errorReason); 0 otherwise, a stopped or archived sandbox started once. */
-static int dt_wake_look(void *ud, const char **state, sbx_error **error)
+/* Starts a stopped or archived sandbox (CASE-53). */
+static int dt_start_call(cl_sandbox *s, const sbx_call_ctx *ctx, const char *state,
+                         const char *op, sbx_error **error)
 {
-    dt_waking *w = ud;
-    struct sbx_plugin_sandbox *sb = w->sb;
-    struct sbx_plugin_client *c = sb->c;
-    const char *op = w->op;
-    long st;
-    json_object *j = dt_get(c, w->ctx, sb->s.id, &st, op, error);
-    if (!j) {
-        if (st == 404)
-            dt_fail_gone(sb, error, op);
-        return -1;
-    }
-    snprintf(w->state, sizeof w->state, "%s", dt_state(j));
-    *state = w->state;
-    const char *s = w->state;
-    int rc = 0;
-    if (strcmp(s, "started") == 0) {
-        rc = 1;
-    } else if (strcmp(s, "error") == 0 || strcmp(s, "build_failed") == 0
-               || strcmp(s, "destroyed") == 0 || strcmp(s, "destroying") == 0) {
-        const char *why = cl_json_str(j, "errorReason");
-        sbx_error *err = strncmp(s, "destr", 5) == 0
-            ? dt_fail_gone(sb, error, op)
-            : cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
-                      "daytona sandbox %s is in state %s%s%s", sb->s.id, s,
-                      why ? ": " : "", why ? why : "");
-        cl_context(err, "state", s);
-        snprintf(dt_wake_state, sizeof dt_wake_state, "%s", s);
-        if (why)
-            cl_context(err, "error_reason", why);
-        rc = -1;
-    } else if ((strcmp(s, "stopped") == 0 || strcmp(s, "archived") == 0) && !w->started_once) {
-        cl_resp r = { 0 };
-        rc = dt_sbcall(c, w->ctx, "POST", sb->s.id, "/start", NULL, CL_SAFE, &r, op,
+    struct sbx_plugin_sandbox *sb = (struct sbx_plugin_sandbox *)s;
+    cl_resp r = { 0 };
+    int rc = dt_sbcall(s->c, ctx, "POST", s->id, "/start", NULL, CL_SAFE, &r, op,
                        "start the sandbox", error);
-        if (rc == 0 && r.status / 100 != 2) {
-            if (r.status == 404)
-                dt_fail_gone(sb, error, op);
-            else
-                cl_context(cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op,
-                                          "start the sandbox"), "state", s);
-            rc = -1;
-        }
-        cl_resp_clear(&r);
-        if (rc == 0) {
-            w->started_once = 1;
-            dt_pool_drop(sb);   /* the daemon starts anew, without them */
-            CL_LOG(SBX_LOG_INFO, "sandbox %s was %s: started it", sb->s.id, s);
-        }
+    if (rc == 0 && r.status / 100 != 2) {
+        if (r.status == 404)
+            dt_fail_gone(sb, error, op);
+        else
+            cl_context(cl_fail_status(s->c->http, error, CL_CODE_BY_STATUS, &r, op,
+                                      "start the sandbox"), "state", state);
+        rc = -1;
     }
-    json_object_put(j);
+    cl_resp_clear(&r);
+    if (rc == 0) {
+        dt_pool_drop(sb);   /* the daemon starts anew, without them */
+        CL_LOG(SBX_LOG_INFO, "sandbox %s was %s: started it", s->id, state);
+    }
     return rc;
 }
 
@@ -342,14 +313,12 @@ static int dt_wake_look(void *ud, const char **state, sbx_error **error)
  * archived (CASE-53). Returns 0, or -1: not_found (gone), or an error
  * carrying the state (and errorReason), or a timeout naming the state.
  */
-static int dt_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *op,
-                   sbx_error **error)
-{
-    dt_waking w = { sb, ctx, op, 0, "" };
-    char what[160];
-    snprintf(what, sizeof what, "daytona sandbox %s reaching state started", sb->s.id);
-    return cl_wait_until(ctx, DT_START_WAIT_S, dt_wake_look, &w, op, what, error);
-}
+static const cl_resume_spec dt_spec = { DT_BACKEND, DT_STATE_VERSION, "sandbox_id", dt_get,
+                                        "state", NULL, NULL };
+static const char *const dt_asleep[] = { "stopped", "archived", NULL };
+static const cl_wake_spec dt_waking = { &dt_spec, "state", "unknown", "started", dt_asleep,
+                                        DT_START_WAIT_S, dt_wake_failed, dt_start_call };
+#define dt_wake(sb, ctx, op, error) cl_sandbox_wake(&(sb)->s, (ctx), &dt_waking, (op), (error))
 
 static int dt_not_started(cl_http *h, const cl_resp *r)
 {
@@ -399,24 +368,24 @@ static int dt_toolbox_rw(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     for (int attempt = 0; attempt < 2; attempt++) {
         cl_resp_clear(r);
         memset(r, 0, sizeof(*r));
-        if (cl_request(sb->c->http, ctx, rq, r, op, error) < 0)
+        if (cl_request(sb->s.c->http, ctx, rq, r, op, error) < 0)
             break;
         if (r->status / 100 == 2) {
             rc = 0;
             break;
         }
-        if (attempt == 0 && dt_not_started(sb->c->http, r)
+        if (attempt == 0 && dt_not_started(sb->s.c->http, r)
             && (!rq->source || (rewind && rewind(rewind_ud) == 0))) {
             if (dt_wake(sb, ctx, op, error) < 0)
                 break;
             continue;
         }
         if (r->status == 404 && rq->what && strstr(rq->what, "file") == NULL
-            && !dt_session_lost(sb->c->http, r)) {
+            && !dt_session_lost(sb->s.c->http, r)) {
             dt_fail_gone(sb, error, op);
             break;
         }
-        cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, rq->what);
+        cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, r, op, rq->what);
         break;
     }
     free(url);
@@ -455,7 +424,7 @@ static int dt_client_new(const char *config_json, sbx_plugin_client **client, sb
                                                   &cfg, error);
     if (!c)
         return -1;
-    if (!(c->reaper = cl_reaper_new(dt_find_token, dt_delete_for_reaper, c))) {
+    if (!(c->reaper = cl_reaper_new_op(dt_find_token, dt_delete, c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
@@ -500,12 +469,10 @@ static struct sbx_plugin_sandbox *dt_sandbox_new(struct sbx_plugin_client *c, co
                                                  const char *toolbox_base, const char *workdir)
 {
     char *base = toolbox_base ? cl_trim_slash(toolbox_base) : NULL;
-    struct sbx_plugin_sandbox *sb = base ? cl_sandbox_alloc(sizeof(*sb), id) : NULL;
+    struct sbx_plugin_sandbox *sb = base ? cl_sandbox_new(sizeof(*sb), c, id, workdir) : NULL;
     if (sb) {
-        sb->c = c;
         sb->toolbox = cl_printf("%s/%s", base, id);
-        if (!sb->toolbox || cl_dup(&sb->workdir, workdir) < 0) {
-            free(sb->toolbox);
+        if (!sb->toolbox) {
             cl_sandbox_free(sb);
             sb = NULL;
         } else {
@@ -519,7 +486,7 @@ static struct sbx_plugin_sandbox *dt_sandbox_new(struct sbx_plugin_client *c, co
 /* @path as the toolbox gets it (provider.h): a relative one under the
  * caller's workdir when one was set, else as it is (the toolbox resolves
  * it against its own working directory, as the sandbox's commands do). */
-#define dt_abs(sb, path) cl_path_in((sb)->workdir, (path))
+#define dt_abs(sb, path) cl_path_in((sb)->s.workdir, (path))
 
 static void dt_sandbox_free(sbx_plugin_sandbox *sb)
 {
@@ -532,7 +499,6 @@ static void dt_sandbox_free(sbx_plugin_sandbox *sb)
     dt_pool_drop(sb);
     pthread_mutex_destroy(&sb->lock);
     free(sb->toolbox);
-    free(sb->workdir);
     cl_sandbox_free(sb);
 }
 
@@ -762,7 +728,7 @@ static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto out;
     }
     if ((strcmp(dt_state(j), "started") != 0 && dt_wake(sb, ctx, op, error) < 0)
-        || (sb->workdir && cl_make_workdir(sb, dt_run_short, ctx, DT_BACKEND, sb->workdir, op,
+        || (sb->s.workdir && cl_make_workdir(sb, dt_run_short, ctx, DT_BACKEND, sb->s.workdir, op,
                                            error) < 0)) {
         sbx_error *e = error ? *error : NULL;
         if (e)
@@ -784,7 +750,7 @@ out:
 
 static int dt_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    if (cl_sandbox_destroy(&sb->s, sb->c, dt_delete, ctx, error) < 0)
+    if (cl_sandbox_destroy(&sb->s, sb->s.c, dt_delete, ctx, error) < 0)
         return -1;
     dt_pool_drop(sb);   /* deleted with the sandbox */
     return 0;
@@ -795,7 +761,7 @@ static int dt_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
 static int dt_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     static const char *const dead[] = { "destroyed", "destroying", NULL };
-    return cl_item_is_alive(&sb->s, sb->c->http, ctx, sb->c->api, "sandbox", "state", dead,
+    return cl_item_is_alive(&sb->s, sb->s.c->http, ctx, sb->s.c->api, "sandbox", "state", dead,
                             error);
 }
 
@@ -804,8 +770,7 @@ static int dt_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *dt_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    json_object *j = cl_state_new(&sb->s, DT_BACKEND, DT_STATE_VERSION, "sandbox_id", sb->workdir,
-                                  error);
+    json_object *j = cl_state_new(&sb->s, DT_BACKEND, DT_STATE_VERSION, "sandbox_id", error);
     if (!j)
         return NULL;
     size_t tl = strlen(sb->toolbox) - strlen(sb->s.id) - 1;
@@ -818,7 +783,7 @@ static int dt_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
     static const cl_resume_spec spec = { DT_BACKEND, DT_STATE_VERSION, "sandbox_id", dt_get,
-                                         NULL, NULL, NULL };
+                                         NULL, NULL, NULL };  /* any state: woken on use */
     const char *op = "resume";
     const char *id = NULL;
     json_object *data = NULL;
@@ -872,9 +837,9 @@ static char *dt_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, un
         return NULL;
     char sfx[48];
     snprintf(sfx, sizeof(sfx), "/ports/%u/preview-url", port);
-    char *url = cl_item_url(sb->c->api, "sandbox", sb->s.id, sfx);
+    char *url = cl_item_url(sb->s.c->api, "sandbox", sb->s.id, sfx);
     long st = 0;
-    json_object *j = url ? cl_get_json(sb->c->http, ctx, url, &st, op, "get the preview link",
+    json_object *j = url ? cl_get_json(sb->s.c->http, ctx, url, &st, op, "get the preview link",
                                        error) : NULL;
     free(url);
     char *out = NULL;
@@ -902,7 +867,7 @@ static char *dt_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, un
 
 static int dt_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_sandbox_call(&sb->s, sb->c->http, ctx, "POST", sb->c->api, "sandbox", "/stop", NULL,
+    return cl_sandbox_call(&sb->s, sb->s.c->http, ctx, "POST", sb->s.c->api, "sandbox", "/stop", NULL,
                            CL_SAFE, 0, "stop", "stop the sandbox", error);
 }
 
@@ -922,7 +887,7 @@ static char *dt_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
     json_object_object_add(b, "name", json_object_new_string(name));
     json_object_object_add(b, "includeMemory", json_object_new_boolean(0));
     char *out = NULL;
-    if (cl_sandbox_call(&sb->s, sb->c->http, ctx, "POST", sb->c->api, "sandbox", "/snapshot", b,
+    if (cl_sandbox_call(&sb->s, sb->s.c->http, ctx, "POST", sb->s.c->api, "sandbox", "/snapshot", b,
                         CL_UNSAFE, 0, op, "snapshot the sandbox", error) == 0)
         out = cl_host_strdup(name, op, error);
     json_object_put(b);
@@ -1150,7 +1115,7 @@ static int dt_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                          uint32_t mode, sbx_error **error)
 {
     /* The upload takes no mode: it is set after. */
-    return cl_write_file(sb, ctx, sb->workdir, path, fd, mode, dt_upload_direct, dt_run_short,
+    return cl_write_file(sb, ctx, sb->s.workdir, path, fd, mode, dt_upload_direct, dt_run_short,
                          error);
 }
 
@@ -1295,7 +1260,7 @@ static void dt_session_delete(struct sbx_plugin_sandbox *sb, const char *sid)
                   .secs = 5, .what = "delete the session" };
     cl_resp r = { 0 };
     if (url)
-        cl_request(sb->c->http, NULL, &rq, &r, "exec", NULL);
+        cl_request(sb->s.c->http, NULL, &rq, &r, "exec", NULL);
     free(url);
     cl_resp_clear(&r);
 }
@@ -1506,7 +1471,7 @@ static int dt_exec_run(cl_proc *base)
         path = NULL;
         if (rc == 0)
             break;
-        if (r.status == 404 && !dt_is_gone(sb) && dt_session_lost(sb->c->http, &r)) {
+        if (r.status == 404 && !dt_is_gone(sb) && dt_session_lost(sb->s.c->http, &r)) {
             free(s);
             s = NULL;
             if (pooled)
@@ -1768,7 +1733,7 @@ static int dt_pty_run(cl_proc *base)
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
-    if (cl_term_connect(&term, sb->c->http, path, dt_pty_message, p, &ctx,
+    if (cl_term_connect(&term, sb->s.c->http, path, dt_pty_message, p, &ctx,
                         "connect to the PTY session", &ws, op, NULL) < 0)
         goto out;
     rc = cl_ws_run(ws, &ctx, op, NULL);
@@ -1923,9 +1888,9 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     }
 #endif
     /* A relative cwd is taken from the sandbox's root (dt_abs). */
-    char *cwd = rq->cwd ? dt_abs(sb, rq->cwd) : sb->workdir ? strdup(sb->workdir) : NULL;
+    char *cwd = rq->cwd ? dt_abs(sb, rq->cwd) : sb->s.workdir ? strdup(sb->s.workdir) : NULL;
     free(p->script);
-    p->script = (cwd || (!rq->cwd && !sb->workdir)) ? cl_shell_script(rq->argv, rq->shell, cwd)
+    p->script = (cwd || (!rq->cwd && !sb->s.workdir)) ? cl_shell_script(rq->argv, rq->shell, cwd)
                                                     : NULL;
     free(cwd);
     if (!p->script) {

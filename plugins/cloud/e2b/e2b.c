@@ -143,10 +143,8 @@ struct sbx_plugin_client {
 
 struct sbx_plugin_sandbox {
     cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
-    struct sbx_plugin_client *c;
     char *envd;         /* envd base URL */
     int by_header;      /* E2b-Sandbox-Id / -Port headers choose the sandbox */
-    char *workdir;      /* default working directory, or NULL */
     char *domain;       /* the sandbox's domain, for preview addresses */
     double lifetime_s;  /* the create's timeout, for a sandbox resumed past its end */
     pthread_mutex_t lock;   /* guards envd and token */
@@ -209,7 +207,7 @@ static int e2b_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
 /* Takes envd's address and access token from a Sandbox answer. */
 static int e2b_take_sandbox(struct sbx_plugin_sandbox *sb, json_object *j)
 {
-    struct sbx_plugin_client *c = sb->c;
+    struct sbx_plugin_client *c = sb->s.c;
     const char *dom = cl_json_str(j, "domain");
     char *envd;
     char *pdom = strdup(dom && *dom ? dom : c->domain);
@@ -250,10 +248,9 @@ static int e2b_take_sandbox(struct sbx_plugin_sandbox *sb, json_object *j)
 
 static struct sbx_plugin_sandbox *e2b_sandbox_new(struct sbx_plugin_client *c, const char *id)
 {
-    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
+    struct sbx_plugin_sandbox *sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
     if (!sb)
         return NULL;
-    sb->c = c;
     pthread_mutex_init(&sb->lock, NULL);
     return sb;
 }
@@ -264,7 +261,6 @@ static void e2b_sandbox_free(sbx_plugin_sandbox *sb)
         return;
     pthread_mutex_destroy(&sb->lock);
     free(sb->envd);
-    free(sb->workdir);
     free(sb->domain);
     free(sb->token);
     free(sb->user);
@@ -281,7 +277,7 @@ static int e2b_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, int 
                     const char *op, sbx_error **error)
 {
     long st;
-    json_object *d = e2b_get(sb->c, ctx, sb->s.id, &st, op, error);
+    json_object *d = e2b_get(sb->s.c, ctx, sb->s.id, &st, op, error);
     if (!d) {
         if (st == 404) {
             e2b_mark_gone(sb);
@@ -305,7 +301,7 @@ static int e2b_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, int 
     json_object *b = json_object_new_object();
     json_object_object_add(b, "timeout", json_object_new_int64(t));
     cl_resp r = { 0 };
-    int rc = e2b_sbcall(sb->c, ctx, "POST", sb->s.id, "/connect", b, CL_SAFE, &r, op,
+    int rc = e2b_sbcall(sb->s.c, ctx, "POST", sb->s.id, "/connect", b, CL_SAFE, &r, op,
                         "connect to the sandbox", error);
     json_object_put(b);
     if (rc == 0) {
@@ -314,7 +310,7 @@ static int e2b_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, int 
             e2b_gone_error(error, op, sb->s.id);
             rc = -1;
         } else if (r.status / 100 != 2) {
-            cl_context(cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op,
+            cl_context(cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r, op,
                                       "connect to the sandbox"), "state", state ? "paused" : "");
             rc = -1;
         } else {
@@ -397,7 +393,7 @@ static int e2b_envd(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_r
         rq->headers = e2b_hdrs_make(sb, &h, user, extra);
         rq->url = url;
         rq->no_auth = 1;
-        int rc = url ? cl_request(sb->c->http, ctx, rq, r, op, error) : -1;
+        int rc = url ? cl_request(sb->s.c->http, ctx, rq, r, op, error) : -1;
         if (!url)
             cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         free(url);
@@ -412,7 +408,7 @@ static int e2b_envd(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_r
             return -1;
         /* Not running at envd: gone, or paused (CASE-32, CASE-53). */
         long st;
-        json_object *d = e2b_get(sb->c, ctx, sb->s.id, &st, op, NULL);
+        json_object *d = e2b_get(sb->s.c, ctx, sb->s.id, &st, op, NULL);
         const char *state = d ? cl_json_str(d, "state") : NULL;
         int paused = state && strcmp(state, "paused") == 0;
         json_object_put(d);
@@ -422,7 +418,7 @@ static int e2b_envd(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_r
             return -1;
         }
         if (!paused || attempt > 0) {
-            cl_fail_status(sb->c->http, error, SBX_ERROR_CONNECTION, r, op, rq->what);
+            cl_fail_status(sb->s.c->http, error, SBX_ERROR_CONNECTION, r, op, rq->what);
             return -1;
         }
         if (e2b_wake(sb, ctx, 0, op, error) < 0)
@@ -448,13 +444,13 @@ static sbx_error *e2b_envd_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r,
     if (r->status == 404 || (code && strcmp(code, "not_found") == 0)) {
         err = path ? cl_fail(error, SBX_ERROR_NOT_FOUND, op, "%s: no such file or directory in "
                              "the sandbox: %s", what, path)
-                   : cl_fail_status(sb->c->http, error, SBX_ERROR_NOT_FOUND, r, op, what);
-    } else if (code && cl_connect_error(sb->c->http, j, op, what, error) == 1) {
+                   : cl_fail_status(sb->s.c->http, error, SBX_ERROR_NOT_FOUND, r, op, what);
+    } else if (code && cl_connect_error(sb->s.c->http, j, op, what, error) == 1) {
         err = error ? *error : NULL;
     } else if (r->status == 400) {
-        err = cl_fail_status(sb->c->http, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
+        err = cl_fail_status(sb->s.c->http, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
     } else {
-        err = cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, what);
+        err = cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, r, op, what);
     }
     if (path)
         cl_context(err, "path", path);
@@ -485,7 +481,7 @@ static int e2b_unary(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
  * directory (else left to envd, which takes it from the user's home). */
 static char *e2b_abs(struct sbx_plugin_sandbox *sb, const char *path)
 {
-    return cl_path_in(sb->workdir, path);
+    return cl_path_in(sb->s.workdir, path);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -508,11 +504,6 @@ static void e2b_client_free(sbx_plugin_client *c)
 
 static int e2b_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
                           sbx_error **error);
-static int e2b_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
-{
-    return e2b_delete(ud, ctx, id, "create", error);
-}
-
 /* The client option "keepalive_s": a number of seconds > 0 (at most a
  * day), rounded up to whole seconds as envd counts them; E2B_KEEPALIVE_S
  * when absent. -1 with a configuration error naming it otherwise. */
@@ -564,7 +555,7 @@ static int e2b_client_new(const char *config_json, sbx_plugin_client **client, s
         goto fail;
     if (e2b_keepalive_option(cfg, &c->keepalive_s, error) < 0)
         goto fail;
-    if (!(c->reaper = cl_reaper_new(e2b_find_token, e2b_reap_delete, c))) {
+    if (!(c->reaper = cl_reaper_new_op(e2b_find_token, e2b_delete, c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
@@ -630,7 +621,7 @@ static int e2b_on_frame(void *ud, unsigned flags, const char *p, size_t n)
                                "%.80s", p);
     int rc = 0;
     if (flags & CL_CONNECT_END_STREAM) {
-        if (cl_connect_error(s->p->sb->c->http, j, "exec", "run the command", NULL) == 1) {
+        if (cl_connect_error(s->p->sb->s.c->http, j, "exec", "run the command", NULL) == 1) {
             s->saved = *cl_last();
             s->failed = 1;
             rc = -1;
@@ -713,8 +704,8 @@ static json_object *e2b_start_body(struct sbx_plugin_sandbox *sb, const char *sc
     if (tag && *tag)
         json_object_object_add(e, CL_EXEC_MARK, json_object_new_string(tag));
     json_object_object_add(pr, "envs", e);
-    if (cwd || sb->workdir)
-        json_object_object_add(pr, "cwd", json_object_new_string(cwd ? cwd : sb->workdir));
+    if (cwd || sb->s.workdir)
+        json_object_object_add(pr, "cwd", json_object_new_string(cwd ? cwd : sb->s.workdir));
     json_object_object_add(b, "process", pr);
     if (rows && cols)
         json_object_object_add(b, "pty", e2b_pty_size(rows, cols));
@@ -735,7 +726,7 @@ static int e2b_stream_call(e2b_proc *p, const sbx_call_ctx *ctx, e2b_stream *s, 
     const char *op = "exec";
     const char *js = json_object_to_json_string_ext(msg, JSON_C_TO_STRING_PLAIN);
     cl_buf env = { 0 };
-    char *ka = cl_printf("Keepalive-Ping-Interval: %ld", p->sb->c->keepalive_s);
+    char *ka = cl_printf("Keepalive-Ping-Interval: %ld", p->sb->s.c->keepalive_s);
     memset(r, 0, sizeof(*r));
     if (!ka || cl_connect_envelope(js, strlen(js), 0, &env) < 0) {
         free(ka);
@@ -881,7 +872,7 @@ static int e2b_run_stream(e2b_proc *p, const sbx_call_ctx *ctx, int discard, int
         e2b_check(sb, op, error);
     } else if (rc < 0 && r.status && r.status / 100 != 2) {
         /* Refused before it ran: a missing working directory is not_found. */
-        const char *cwd = p->cwd ? p->cwd : sb->workdir;
+        const char *cwd = p->cwd ? p->cwd : sb->s.workdir;
         json_object *sb_ = json_object_new_object(), *st = NULL;
         json_object_object_add(sb_, "path", json_object_new_string(cwd ? cwd : "/"));
         if (cwd && e2b_unary(sb, ctx, "/filesystem.Filesystem/Stat", sb_, &st, cwd, op,
@@ -1010,8 +1001,8 @@ static int e2b_exec_run(cl_proc *base)
     if (code < 0) {
         cl_proc_fail_in(base, &p->sb->s);
         if (!e2b_is_gone(p->sb) && cl_last()->code == SBX_ERROR_NOT_FOUND
-            && (p->cwd || p->sb->workdir))
-            cl_proc_context(base, "path", p->cwd ? p->cwd : p->sb->workdir);
+            && (p->cwd || p->sb->s.workdir))
+            cl_proc_context(base, "path", p->cwd ? p->cwd : p->sb->s.workdir);
     }
     return code;
 }
@@ -1241,7 +1232,7 @@ static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     if (cl_ports_from_request(&sb->s, rq, op, error) < 0)
         goto undo;
-    if (cl_create_workdir(sb, &sb->workdir, e2b_run_short, ctx, E2B_BACKEND, rq->workdir, op,
+    if (cl_create_workdir(sb, &sb->s.workdir, e2b_run_short, ctx, E2B_BACKEND, rq->workdir, op,
                           error) < 0)
         goto undo;
     *sandbox = sb;
@@ -1261,13 +1252,13 @@ out:
 
 static int e2b_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_sandbox_destroy(&sb->s, sb->c, e2b_delete, ctx, error);
+    return cl_sandbox_destroy(&sb->s, sb->s.c, e2b_delete, ctx, error);
 }
 
 /* Running or paused: it exists. */
 static int e2b_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_item_is_alive(&sb->s, sb->c->http, ctx, sb->c->api, "sandboxes", NULL, NULL,
+    return cl_item_is_alive(&sb->s, sb->s.c->http, ctx, sb->s.c->api, "sandboxes", NULL, NULL,
                             error);
 }
 
@@ -1276,7 +1267,7 @@ static int e2b_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_err
 static char *e2b_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    json_object *j = cl_state_new(&sb->s, E2B_BACKEND, E2B_STATE_VERSION, "sandbox_id", sb->workdir, error);
+    json_object *j = cl_state_new(&sb->s, E2B_BACKEND, E2B_STATE_VERSION, "sandbox_id", error);
     if (!j)
         return NULL;
     if (sb->user)
@@ -1301,7 +1292,7 @@ static int e2b_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const 
     struct sbx_plugin_sandbox *sb = e2b_sandbox_new(client, id);
     const char *wd = cl_json_str(data, "workdir");
     const char *user = cl_json_str(data, "user");
-    if (!sb || (wd && !(sb->workdir = strdup(wd))) || (user && !(sb->user = strdup(user)))) {
+    if (!sb || (wd && !(sb->s.workdir = strdup(wd))) || (user && !(sb->user = strdup(user)))) {
         e2b_sandbox_free(sb);
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
@@ -1335,7 +1326,7 @@ static char *e2b_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, u
     if (cl_port_resolvable(&sb->s, port, error) < 0)
         return NULL;
     char *url = cl_printf("https://%u-%s.%s", port, sb->s.id,
-                          sb->domain ? sb->domain : sb->c->domain);
+                          sb->domain ? sb->domain : sb->s.c->domain);
     char *out = url ? cl_host_strdup(url, op, error) : NULL;
     if (!url)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1347,7 +1338,7 @@ static char *e2b_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, u
 static int e2b_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     /* 409: it is paused already */
-    return cl_sandbox_call(&sb->s, sb->c->http, ctx, "POST", sb->c->api, "sandboxes", "/pause",
+    return cl_sandbox_call(&sb->s, sb->s.c->http, ctx, "POST", sb->s.c->api, "sandboxes", "/pause",
                            NULL, CL_SAFE, 409, "stop", "pause the sandbox", error);
 }
 
@@ -1368,7 +1359,7 @@ static int e2b_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const 
     char *meta = kv ? cl_url_escape(kv) : NULL;
     char *url = meta ? cl_printf("%s/v2/sandboxes?state=running,paused&metadata=%s&limit=100",
                                  c->api, meta) : NULL;
-    cl_pages pg = { url, "nextToken", "X-Next-Token", NULL, NULL, "list sandboxes" };
+    cl_pages pg = { url, "nextToken", "X-Next-Token", NULL, NULL, "list sandboxes", 0 };
     int rc = url ? cl_list_pages(c->http, ctx, &pg, fn, ud, op, error) : -1;
     if (!url)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");

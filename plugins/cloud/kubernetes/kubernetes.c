@@ -134,8 +134,6 @@ struct sbx_plugin_client {
 
 struct sbx_plugin_sandbox {
     cl_sandbox s;       /* first member: the pod's name and the gone flag */
-    struct sbx_plugin_client *c;
-    char *workdir;
     int policy;         /* a deny-egress policy goes with the pod */
     time_t started;     /* the pod's status.startTime (s since the epoch), or 0 */
 };
@@ -360,7 +358,7 @@ static int k8_send_resize(cl_ws *ws, unsigned rows, unsigned cols)
 static char *k8_exec_url(struct sbx_plugin_sandbox *sb, const char *script, int want_in, int tty)
 {
     char *q = cl_url_escape(script);
-    char *base = cl_ws_url(sb->c->api);
+    char *base = cl_ws_url(sb->s.c->api);
     char *name = cl_url_escape(sb->s.id);
     char *url = q && base && name
                 ? cl_printf("%s/pods/%s/exec?container=" K8_CONTAINER "&command=sh&command=-c"
@@ -380,7 +378,7 @@ static char *k8_exec_url(struct sbx_plugin_sandbox *sb, const char *script, int 
 static int k8_open(k8_stream *s, const sbx_call_ctx *ctx, const char *op, sbx_error **error)
 {
     struct sbx_plugin_sandbox *sb = s->sb;
-    struct sbx_plugin_client *c = sb->c;
+    struct sbx_plugin_client *c = sb->s.c;
     int want_in = s->in_fd >= 0 || s->in_buf != NULL || s->tty;
     char *url = k8_exec_url(sb, s->script, want_in, s->tty);
     if (!url) {
@@ -467,7 +465,7 @@ static char *k8_stage_script(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *
     char *put = NULL, *run = cl_printf("exec sh %s", path);
     if (cl_buf_printf(&body, "rm -f -- %s\n%s", path, script) == 0)
         /* A v4 server cannot be told where stdin ends: head stops there. */
-        put = k8_v4(sb->c) ? cl_printf("head -c %zu > %s", body.len, path)
+        put = k8_v4(sb->s.c) ? cl_printf("head -c %zu > %s", body.len, path)
                            : cl_printf("cat > %s", path);
     if (!put || !run) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -638,7 +636,7 @@ static int k8_run(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                     .out_ud = &k };
     pthread_mutex_init(&s.lock, NULL);
     int rc = -1;
-    if (in_fd >= 0 && k8_v4(sb->c)) {
+    if (in_fd >= 0 && k8_v4(sb->s.c)) {
         if (!(wrapped = k8_v4_stdin_wrap(script))) {
             cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
             goto out;
@@ -703,11 +701,6 @@ static void k8_client_free(sbx_plugin_client *c)
 
 static int k8_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
                          sbx_error **error);
-static int k8_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
-{
-    return k8_delete(ud, ctx, id, "create", error);
-}
-
 /* A DNS-1123 label (a namespace's name). */
 static int k8_label_ok(const char *s)
 {
@@ -794,7 +787,7 @@ static int k8_client_new(const char *config_json, sbx_plugin_client **client, sb
         memset(v, 0, strlen(v));
         free(v);
     }
-    c->reaper = cl_reaper_new(k8_find_token, k8_reap_delete, c);
+    c->reaper = cl_reaper_new_op(k8_find_token, k8_delete, c);
     if (!c->reaper) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
@@ -992,21 +985,6 @@ static int k8_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, 
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
-
-static struct sbx_plugin_sandbox *k8_sandbox_new(struct sbx_plugin_client *c, const char *id)
-{
-    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
-    if (sb)
-        sb->c = c;
-    return sb;
-}
-
-static void k8_sandbox_free(sbx_plugin_sandbox *sb)
-{
-    if (sb)
-        free(sb->workdir);
-    cl_sandbox_free(sb);
-}
 
 static void k8_labels(json_object *labels, const char *name, const sbx_call_ctx *ctx,
                       double expires_at)
@@ -1300,8 +1278,8 @@ static int k8_ready_look(void *ud, const char **state, sbx_error **error)
     k8_ready *w = ud;
     const char *op = "create";
     long st = 0;
-    char *url = k8_pod_url(w->sb->c, w->sb->s.id, "");
-    json_object *j = cl_get_json(w->sb->c->http, w->ctx, url, &st, op, "get the pod", error);
+    char *url = k8_pod_url(w->sb->s.c, w->sb->s.id, "");
+    json_object *j = cl_get_json(w->sb->s.c->http, w->ctx, url, &st, op, "get the pod", error);
     free(url);
     if (!j) {
         if (st == 404) {
@@ -1424,7 +1402,7 @@ static int k8_wait_ready(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 static int k8_set_deadline(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                            double lifetime, const char *op, sbx_error **error)
 {
-    struct sbx_plugin_client *c = sb->c;
+    struct sbx_plugin_client *c = sb->s.c;
     if (!sb->started) {
         cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "pod %s is running but has no "
                 "status.startTime: its lifetime cannot be counted", sb->s.id);
@@ -1474,7 +1452,7 @@ static int k8_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     json_object *body = k8_pod_body(c, ctx, rq, name, error), *pol = NULL;
     if (!body)
         return -1;
-    struct sbx_plugin_sandbox *sb = k8_sandbox_new(c, name);
+    struct sbx_plugin_sandbox *sb = cl_sandbox_new(sizeof(*sb), c, name, NULL);
     cl_resp r = { 0 };
     int rc = -1, made_policy = 0;
     if (!sb) {
@@ -1536,7 +1514,7 @@ static int k8_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     if (rq->timeout_secs > 0 && k8_set_deadline(sb, ctx, rq->timeout_secs, op, error) < 0)
         goto undo;
-    if (cl_create_workdir(sb, &sb->workdir, k8_run_short, ctx, K8_BACKEND, rq->workdir, op,
+    if (cl_create_workdir(sb, &sb->s.workdir, k8_run_short, ctx, K8_BACKEND, rq->workdir, op,
                           error) < 0)
         goto undo;
     *sandbox = sb;
@@ -1550,7 +1528,7 @@ undo_policy:
     if (made_policy)
         k8_delete_policy(c, NULL, name, op, NULL);
 out:
-    k8_sandbox_free(sb);
+    cl_sandbox_free(sb);
     json_object_put(body);
     json_object_put(pol);
     cl_resp_clear(&r);
@@ -1559,7 +1537,7 @@ out:
 
 static int k8_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_sandbox_destroy(&sb->s, sb->c, k8_delete, ctx, error);
+    return cl_sandbox_destroy(&sb->s, sb->s.c, k8_delete, ctx, error);
 }
 
 static int k8_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
@@ -1567,9 +1545,9 @@ static int k8_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
     static const char *const dead[] = { "Failed", "Succeeded", NULL };
     if (cl_gone_get(&sb->s.gone))
         return 0;
-    char *url = k8_pod_url(sb->c, sb->s.id, "");
+    char *url = k8_pod_url(sb->s.c, sb->s.id, "");
     long st = 0;
-    json_object *j = cl_get_json(sb->c->http, ctx, url, &st, "is_alive", "get the pod", error);
+    json_object *j = cl_get_json(sb->s.c->http, ctx, url, &st, "is_alive", "get the pod", error);
     free(url);
     if (!j) {
         if (st == 404) {
@@ -1594,10 +1572,10 @@ static int k8_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *k8_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    json_object *j = cl_state_new(&sb->s, K8_BACKEND, K8_STATE_VERSION, "pod", sb->workdir, error);
+    json_object *j = cl_state_new(&sb->s, K8_BACKEND, K8_STATE_VERSION, "pod", error);
     if (!j)
         return NULL;
-    json_object_object_add(j, "namespace", json_object_new_string(sb->c->ns));
+    json_object_object_add(j, "namespace", json_object_new_string(sb->s.c->ns));
     return cl_state_end(j, error);
 }
 
@@ -1618,12 +1596,9 @@ static int k8_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
                            client->ns), "namespace", ns);
         goto out;
     }
-    struct sbx_plugin_sandbox *sb = k8_sandbox_new(client, id);
     const char *wd = cl_json_str(data, "workdir");
-    if (sb && wd && cl_workdir_ok(wd) && !(sb->workdir = strdup(wd))) {
-        k8_sandbox_free(sb);
-        sb = NULL;
-    }
+    struct sbx_plugin_sandbox *sb = cl_sandbox_new(sizeof(*sb), client, id,
+                                                   cl_workdir_ok(wd) ? wd : NULL);
     if (!sb) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
@@ -1634,7 +1609,7 @@ static int k8_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
             cl_gone_error(error, op, K8_BACKEND, id);
         else
             cl_fail(error, l.code, op, "%s", l.msg);
-        k8_sandbox_free(sb);
+        cl_sandbox_free(sb);
         goto out;
     }
     *sandbox = sb;
@@ -1720,7 +1695,7 @@ static int k8_exec_run(cl_proc *base)
         goto out;
     }
     p->st.hup_cmd = hup;
-    if (p->base.stdin_fd >= 0 && !p->tty && k8_v4(sb->c)) {
+    if (p->base.stdin_fd >= 0 && !p->tty && k8_v4(sb->s.c)) {
         if (!(wrapped = k8_v4_stdin_wrap(pre.data))) {
             cl_proc_fail(base, SBX_ERROR_RESOURCE_EXHAUSTED, 0, NULL, NULL, "out of memory");
             goto out;
@@ -1767,7 +1742,7 @@ static int k8_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                    rq->user);
         return -1;
     }
-    k8_proc *p = (k8_proc *)cl_script_proc_new(sizeof(k8_proc), sb, sb->workdir, rq,
+    k8_proc *p = (k8_proc *)cl_script_proc_new(sizeof(k8_proc), sb, sb->s.workdir, rq,
                                                k8_run_short, op, error);
     if (!p)
         return -1;
@@ -1806,7 +1781,7 @@ static int k8_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx, 
 
 static char *k8_abs(struct sbx_plugin_sandbox *sb, const char *path)
 {
-    return cl_path_in(sb->workdir ? sb->workdir : "/work", path);
+    return cl_path_in(sb->s.workdir ? sb->s.workdir : "/work", path);
 }
 
 /* Runs @script of a file call on @path (shown as the caller named it):
@@ -1984,7 +1959,7 @@ static const sbx_plugin k8_plugin = {
     .session_state = k8_session_state,
     .destroy = k8_destroy,
     .is_alive = k8_is_alive,
-    .sandbox_free = k8_sandbox_free,
+    .sandbox_free = cl_sandbox_free_slot,
     .sandbox_id = cl_sandbox_id,
     .sandbox_root = cl_sandbox_root,
     .exec_start = k8_exec_start,

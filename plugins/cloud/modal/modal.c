@@ -172,7 +172,6 @@ struct sbx_plugin_client {
 
 struct sbx_plugin_sandbox {
     cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
-    struct sbx_plugin_client *c;
     pthread_mutex_t lock;   /* guards what follows */
     char *app_id;       /* its app, or NULL (resumed: the default app's) */
     char *task_id;
@@ -555,12 +554,6 @@ static int modal_find_token(void *ud, const sbx_call_ctx *ctx, const char *token
 static int modal_terminate(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                            const char *op, sbx_error **error);
 
-static int modal_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id,
-                             sbx_error **error)
-{
-    return modal_terminate(ud, ctx, id, "create", error);
-}
-
 /* Trusts the CAs of PEM file @path (client option "ca_file") instead of
  * the system's. 0, or -1 with a configuration error naming the file. */
 static int modal_ca_file(struct sbx_plugin_client *c, const char *path, sbx_error **error)
@@ -657,7 +650,7 @@ static int modal_client_new(const char *config_json, sbx_plugin_client **client,
            || cl_grpc_add_metadata(c->ctl, "x-modal-client-version", PACKAGE_VERSION) < 0;
     bad |= env && !(c->environment = strdup(env));
     bad |= !(c->app_name = strdup(app && *app ? app : MODAL_DEFAULT_APP));
-    bad |= !(c->reaper = cl_reaper_new(modal_find_token, modal_reap_delete, c));
+    bad |= !(c->reaper = cl_reaper_new_op(modal_find_token, modal_terminate, c));
     if (bad) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
@@ -778,7 +771,7 @@ static struct sbx_plugin_sandbox *modal_sandbox_new(struct sbx_plugin_client *c,
         free(sb);
         return NULL;
     }
-    sb->c = c;
+    sb->s.c = c;
     pthread_mutex_init(&sb->lock, NULL);
     return sb;
 }
@@ -867,7 +860,7 @@ static int modal_task_look(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
         Modal__Client__SandboxGetTaskIdResponse *r = NULL;
         int st;
         sbx_call_ctx c2 = { sizeof(c2), b.until, b.cancel_fd, NULL };
-        if (modal_ctl(sb->c, &c2, "SandboxGetTaskId", &rq.base,
+        if (modal_ctl(sb->s.c, &c2, "SandboxGetTaskId", &rq.base,
                       &modal__client__sandbox_get_task_id_response__descriptor,
                       (ProtobufCMessage **)&r, CL_SAFE, rq.timeout + 10.0, &st, op,
                       "wait for the sandbox's task", NULL) < 0) {
@@ -948,7 +941,7 @@ static int modal_router_access(struct sbx_plugin_sandbox *sb, const sbx_call_ctx
     rq.task_id = task;
     Modal__Client__TaskGetCommandRouterAccessResponse *a = NULL;
     int st;
-    int rc = modal_ctl(sb->c, ctx, "TaskGetCommandRouterAccess", &rq.base,
+    int rc = modal_ctl(sb->s.c, ctx, "TaskGetCommandRouterAccess", &rq.base,
                        &modal__client__task_get_command_router_access_response__descriptor,
                        (ProtobufCMessage **)&a, CL_SAFE, 0, &st, op,
                        "get the task's command router", NULL);
@@ -966,7 +959,7 @@ static int modal_router_access(struct sbx_plugin_sandbox *sb, const sbx_call_ctx
     pthread_mutex_lock(&sb->lock);
     rc = 0;
     if (!sb->router_url || strcmp(sb->router_url, a->url) != 0) {
-        cl_grpc *g = cl_grpc_new(sb->c->http, a->url, NULL);
+        cl_grpc *g = cl_grpc_new(sb->s.c->http, a->url, NULL);
         char *u = strdup(a->url);
         size_t slot = 0, nslots = sizeof sb->retired / sizeof sb->retired[0];
         while (sb->router && slot < nslots && sb->retired[slot])
@@ -1297,9 +1290,9 @@ static int modal_run(modal_proc *p, const sbx_call_ctx *ctx)
         pthread_mutex_lock(&sb->lock);
         char *app = sb->app_id ? strdup(sb->app_id) : NULL;
         pthread_mutex_unlock(&sb->lock);
-        if (!app && !(app = modal_app(sb->c, ctx, NULL, op, NULL)))
+        if (!app && !(app = modal_app(sb->s.c, ctx, NULL, op, NULL)))
             goto out;
-        secret = modal_secret(sb->c, ctx, app, (const char *const *)p->env, op, NULL);
+        secret = modal_secret(sb->s.c, ctx, app, (const char *const *)p->env, op, NULL);
         free(app);
         if (!secret)
             goto out;
@@ -1986,7 +1979,7 @@ out:
 
 static int modal_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_sandbox_destroy(&sb->s, sb->c, modal_delete, ctx, error);
+    return cl_sandbox_destroy(&sb->s, sb->s.c, modal_delete, ctx, error);
 }
 
 /* SandboxWait with no wait: a result means it ended (gone). */
@@ -2000,7 +1993,7 @@ static int modal_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_e
     rq.timeout = 0;
     Modal__Client__SandboxWaitResponse *r = NULL;
     int st;
-    if (modal_ctl(sb->c, ctx, "SandboxWait", &rq.base,
+    if (modal_ctl(sb->s.c, ctx, "SandboxWait", &rq.base,
                   &modal__client__sandbox_wait_response__descriptor, (ProtobufCMessage **)&r,
                   CL_SAFE, 0, &st, op, "look at the sandbox", NULL) < 0) {
         if (st == CL_GRPC_NOT_FOUND) {
@@ -2067,7 +2060,7 @@ static char *modal_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx
     rq.timeout = (float)MODAL_POLL_S;
     Modal__Client__SandboxSnapshotFsResponse *r = NULL;
     int st;
-    if (modal_ctl(sb->c, ctx, "SandboxSnapshotFs", &rq.base,
+    if (modal_ctl(sb->s.c, ctx, "SandboxSnapshotFs", &rq.base,
                   &modal__client__sandbox_snapshot_fs_response__descriptor,
                   (ProtobufCMessage **)&r, CL_SAFE, MODAL_POLL_S + 10, &st, op,
                   "snapshot the sandbox's filesystem", NULL) < 0) {
@@ -2281,7 +2274,7 @@ static int modal_tunnels(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     rq.timeout = (float)MODAL_TUNNEL_WAIT_S;
     Modal__Client__SandboxGetTunnelsResponse *r = NULL;
     int st;
-    if (modal_ctl(sb->c, ctx, "SandboxGetTunnels", &rq.base,
+    if (modal_ctl(sb->s.c, ctx, "SandboxGetTunnels", &rq.base,
                   &modal__client__sandbox_get_tunnels_response__descriptor,
                   (ProtobufCMessage **)&r, CL_SAFE, MODAL_TUNNEL_WAIT_S + 10, &st, op,
                   "read the sandbox's tunnels", NULL) < 0) {

@@ -117,8 +117,6 @@ struct sbx_plugin_client {
 
 struct sbx_plugin_sandbox {
     cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
-    struct sbx_plugin_client *c;
-    char *workdir;      /* the default working directory, or NULL */
 };
 
 typedef cl_script_proc rl_proc;  /* provider.h */
@@ -177,23 +175,12 @@ static int rl_post(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
 static const cl_resume_spec rl_spec = { RL_BACKEND, RL_STATE_VERSION, "devbox_id", rl_get,
                                         "status", rl_dead, rl_gone_error };
 
-/* After an unexpected answer @r on @sb: marks it gone when the provider no
- * longer has it (404, or a terminal status on a GET) and stores the gone
- * error; else stores the answer's error unless @quiet. Returns -1. */
-static int rl_answer_fail(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                          const cl_resp *r, int quiet, const char *op, const char *what,
-                          sbx_error **error)
-{
-    if (r->status == 404 && !quiet) {
-        rl_mark_gone(sb);
-        rl_gone_error(error, op, sb->s.id, NULL);
-    } else if (!cl_sandbox_confirm_gone(&sb->s, sb->c, ctx, &rl_spec, op, error) && !quiet) {
-        cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, what);
-    }
-    return -1;
-}
+/* How a refused call on a devbox is read: a 404 is its own unless a file
+ * call's, and every refusal is looked into (a terminal devbox refuses). */
+static const cl_call_spec rl_calls = { &rl_spec, CL_CALLS_404_GONE | CL_CALLS_LOOK_ANY
+                                                  | CL_CALLS_FILE_400 };
 
-/* A call on devbox @sb (the request @rq, its url set here from @suffix):
+/* A call on devbox @sb (the request @rq, its url made here from @suffix):
  * 0 with a 2xx answer in @r (or a 408 when @ok408), -1 otherwise. A 404
  * with @file_call set is a file's, unless the devbox itself is gone: then
  * no error is stored (the caller names the file). */
@@ -201,18 +188,10 @@ static int rl_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
                    const char *suffix, cl_resp *r, int ok408, int file_call, const char *op,
                    sbx_error **error)
 {
-    if (rl_check(sb, op, error) < 0)
-        return -1;
-    char *url = cl_item_url(sb->c->api, "v1/devboxes", sb->s.id, suffix);
-    int rc = -1;
-    if (cl_request_at(sb->c->http, ctx, rq, url, r, op, error) == 0) {
-        if (r->status / 100 == 2 || (ok408 && r->status == 408))
-            rc = 0;
-        else
-            rl_answer_fail(sb, ctx, r, file_call && (r->status == 404 || r->status == 400), op,
-                           rq->what, error);
-    }
-    return rc;
+    return cl_sandbox_request(&sb->s, sb->s.c->http, &rl_calls, ctx, rq,
+                              cl_item_url(sb->s.c->api, "v1/devboxes", sb->s.id, suffix),
+                              (ok408 ? CL_CALL_OK_408 : 0) | (file_call ? CL_CALL_FILE : 0), r,
+                              op, error);
 }
 
 /* rl_call() with the JSON object @body. */
@@ -267,7 +246,7 @@ static int rl_wait_running(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
         json_object_object_add(b, "statuses", st);
         json_object_object_add(b, "timeout_seconds", json_object_new_int(hold));
         cl_resp r = { 0 };
-        int rc = rl_post(sb->c, ctx, sb->s.id, "/wait_for_status", b, CL_SAFE, &r, op,
+        int rc = rl_post(sb->s.c, ctx, sb->s.id, "/wait_for_status", b, CL_SAFE, &r, op,
                          "wait for the devbox to run", error);
         json_object_put(b);
         if (rc < 0) {
@@ -286,7 +265,7 @@ static int rl_wait_running(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
          * (a suspended one holds until it is resumed). */
         looked = 1;
         long gs = 0;
-        json_object *j = rl_get(sb->c, ctx, sb->s.id, &gs, op, NULL);
+        json_object *j = rl_get(sb->s.c, ctx, sb->s.id, &gs, op, NULL);
         const char *s = j ? rl_status(j) : NULL;
         if (gs == 404 || (s && rl_terminal(s))) {
             rl_mark_gone(sb);
@@ -298,10 +277,10 @@ static int rl_wait_running(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
         if (s && strcmp(s, "suspended") == 0 && !resumed) {
             cl_resp r2 = { 0 };
             resumed = 1;
-            rc = rl_post(sb->c, ctx, sb->s.id, "/resume", NULL, CL_SAFE, &r2, op,
+            rc = rl_post(sb->s.c, ctx, sb->s.id, "/resume", NULL, CL_SAFE, &r2, op,
                          "resume the devbox", error);
             if (rc == 0 && r2.status / 100 != 2) {
-                cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r2, op,
+                cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r2, op,
                                "resume the devbox");
                 rc = -1;
             }
@@ -317,7 +296,7 @@ static int rl_wait_running(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
             cl_resp_clear(&r);
             continue;       /* on its way: hold again */
         }
-        cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op,
+        cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r, op,
                        "wait for the devbox to run");
         cl_resp_clear(&r);
         return -1;
@@ -336,7 +315,7 @@ static int rl_oom_gone(struct sbx_plugin_sandbox *sb)
         return 0;
     long gs = 0;
     sbx_call_ctx c2 = { sizeof(c2), cl_now() + 10, -1, NULL };
-    json_object *v = rl_get(sb->c, &c2, sb->s.id, &gs, "exec", NULL);
+    json_object *v = rl_get(sb->s.c, &c2, sb->s.id, &gs, "exec", NULL);
     const char *fr = v ? cl_json_str(v, "failure_reason") : NULL;
     int oom = fr && strcmp(fr, "out_of_memory") == 0;
     json_object_put(v);
@@ -467,7 +446,7 @@ static int rl_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 
 /* The error of a file call's answer @r (provider.h). */
 #define rl_file_fail(sb, r, op, path, what, error) \
-    cl_file_fail(&(sb)->s, (sb)->c->http, (r), 0, (op), (path), (what), (error))
+    cl_file_fail(&(sb)->s, (sb)->s.c->http, (r), 0, (op), (path), (what), (error))
 
 static int rl_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                        cl_sink_fn sink, void *ud, cl_resp *r, const char *op, sbx_error **error)
@@ -487,7 +466,7 @@ static int rl_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, c
 static int rl_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                         sbx_error **error)
 {
-    return cl_read_file_by(sb, sb->c->http, ctx, sb->workdir, path, rl_download, fd, error);
+    return cl_read_file_by(sb, sb->s.c->http, ctx, sb->s.workdir, path, rl_download, fd, error);
 }
 
 /* Uploads what @fd holds (to its end) as @path (provider form): multipart
@@ -543,7 +522,7 @@ static int rl_upload_bytes(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
 static int rl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                          uint32_t mode, sbx_error **error)
 {
-    return cl_write_file(sb, ctx, sb->workdir, path, fd, mode, rl_upload, rl_run_short, error);
+    return cl_write_file(sb, ctx, sb->s.workdir, path, fd, mode, rl_upload, rl_run_short, error);
 }
 
 /* rl_execute() without live output: a cl_run_out_fn. */
@@ -558,7 +537,7 @@ static int rl_run_out(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const cha
 static int rl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
-    return cl_list_files_run(sb, ctx, sb->workdir, path, rl_run_out, fn, ud, error);
+    return cl_list_files_run(sb, ctx, sb->s.workdir, path, rl_run_out, fn, ud, error);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -657,11 +636,6 @@ static int rl_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, c
     return cl_ids_finish(&s.ids, rc, ids, "create", error);
 }
 
-static int rl_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
-{
-    return rl_shutdown(ud, ctx, id, "create", error);
-}
-
 CL_SETUP(rl_setup, RL_BACKEND)
 
 static void rl_client_free(sbx_plugin_client *c)
@@ -688,7 +662,7 @@ static int rl_client_new(const char *config_json, sbx_plugin_client **client, sb
     if (!c->api || cl_http_configure(c->http, cfg, key_envs, "Authorization", "Bearer ",
                                      error) < 0)
         goto fail;
-    if (!(c->reaper = cl_reaper_new(rl_find_token, rl_reap_delete, c))) {
+    if (!(c->reaper = cl_reaper_new_op(rl_find_token, rl_shutdown, c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
@@ -702,21 +676,6 @@ CL_PROBE_CAPS(rl_probe, RL_CAPS)
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
-
-static struct sbx_plugin_sandbox *rl_sandbox_new(struct sbx_plugin_client *c, const char *id)
-{
-    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
-    if (sb)
-        sb->c = c;
-    return sb;
-}
-
-static void rl_sandbox_free(sbx_plugin_sandbox *sb)
-{
-    if (sb)
-        free(sb->workdir);
-    cl_sandbox_free(sb);
-}
 
 /* Runloop's named sizes: vCPUs and GiB. */
 static const struct {
@@ -868,15 +827,10 @@ static json_object *rl_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cre
         json_object_object_add(lp, "network_policy_id", json_object_new_string(policy));
     }
     /* The provider-side lifetime, always (CASE-33): whole seconds. */
-    long long t = RL_DEFAULT_LIFETIME_S;
-    if (set & SBX_OPTION_TIMEOUT_SECS) {
-        if (!(rq->timeout_secs > 0)) {
-            snprintf(buf, sizeof buf, "%g", rq->timeout_secs);
-            rl_refuse(error, "timeout_secs", buf, "must be more than 0");
-            goto fail;
-        }
-        t = (long long)ceil(rq->timeout_secs) + RL_LIFETIME_MARGIN_S;
-    }
+    long long t = cl_lifetime_s(rq, RL_BACKEND, RL_DEFAULT_LIFETIME_S, RL_LIFETIME_MARGIN_S,
+                                error);
+    if (t < 0)
+        goto fail;
     json_object_object_add(lp, "keep_alive_time_seconds", json_object_new_int64(t));
     json_object_object_add(meta, CL_META_BACKEND, json_object_new_string(RL_BACKEND));
     if (ctx && ctx->create_token)
@@ -909,7 +863,7 @@ static int rl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!(j = cl_create_post(c->http, c->reaper, ctx, url, body, "id", "an id",
                              "create the devbox", &id, error)))
         goto out;
-    sb = rl_sandbox_new(c, id);
+    sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
     if (!sb) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         rl_shutdown(c, NULL, id, op, NULL);
@@ -920,7 +874,7 @@ static int rl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             cl_context(*error, "sandbox_id", id);
         goto undo;
     }
-    if (cl_create_workdir(sb, &sb->workdir, rl_run_short, ctx, RL_BACKEND, rq->workdir, op,
+    if (cl_create_workdir(sb, &sb->s.workdir, rl_run_short, ctx, RL_BACKEND, rq->workdir, op,
                           error) < 0)
         goto undo;
     *sandbox = sb;
@@ -928,7 +882,7 @@ static int rl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     goto out;
 undo:
     rl_shutdown(c, NULL, id, op, NULL);
-    rl_sandbox_free(sb);
+    cl_sandbox_free(sb);
 out:
     json_object_put(body);
     json_object_put(j);
@@ -938,12 +892,12 @@ out:
 
 static int rl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_sandbox_destroy(&sb->s, sb->c, rl_delete, ctx, error);
+    return cl_sandbox_destroy(&sb->s, sb->s.c, rl_delete, ctx, error);
 }
 
 static int rl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_item_is_alive(&sb->s, sb->c->http, ctx, sb->c->api, "v1/devboxes", "status", rl_dead,
+    return cl_item_is_alive(&sb->s, sb->s.c->http, ctx, sb->s.c->api, "v1/devboxes", "status", rl_dead,
                             error);
 }
 
@@ -952,50 +906,29 @@ static int rl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *rl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    json_object *j = cl_state_new(&sb->s, RL_BACKEND, RL_STATE_VERSION, "devbox_id", sb->workdir, error);
+    json_object *j = cl_state_new(&sb->s, RL_BACKEND, RL_STATE_VERSION, "devbox_id", error);
     return cl_state_end(j, error);
 }
 
 static int rl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
-    const char *op = "resume";
-    const char *id = NULL;
-    json_object *data = NULL;
-    json_object *j = cl_resume_get(client, ctx, state_json, &rl_spec, &data, &id, error);
-    int rc = -1;
-    if (!j)
+    json_object *j, *data;
+    struct sbx_plugin_sandbox *sb = cl_resume_new(client, ctx, state_json, &rl_spec, sizeof(*sb),
+                                                  &j, &data, error);
+    if (!sb)
         return -1;
-    struct sbx_plugin_sandbox *sb = rl_sandbox_new(client, id);
-    if (sb && cl_dup(&sb->workdir, cl_json_str(data, "workdir")) < 0) {
-        rl_sandbox_free(sb);
-        sb = NULL;
-    }
-    if (!sb) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto out;
-    }
+    int rc = 0;
     if (strcmp(rl_status(j), "suspended") == 0) {
         /* Woken on use (CASE-53). */
         cl_resp r = { 0 };
-        int wrc = rl_post(client, ctx, id, "/resume", NULL, CL_SAFE, &r, op,
-                          "resume the devbox", error);
+        rc = rl_post(client, ctx, sb->s.id, "/resume", NULL, CL_SAFE, &r, "resume",
+                     "resume the devbox", error);
         cl_resp_clear(&r);
-        if (wrc < 0) {
-            rl_sandbox_free(sb);
-            goto out;
-        }
     }
-    if (rl_wait_running(sb, ctx, op, error) < 0) {
-        rl_sandbox_free(sb);
-        goto out;
-    }
-    *sandbox = sb;
-    rc = 0;
-out:
-    json_object_put(j);
-    json_object_put(data);
-    return rc;
+    if (rc == 0)
+        rc = rl_wait_running(sb, ctx, "resume", error);
+    return cl_resume_end(rc, sb, sandbox, j, data, NULL);
 }
 
 /* snapshot: POST snapshot_disk; the snapshot's id, restored by a create
@@ -1033,14 +966,15 @@ static int rl_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **
     if (rl_check(sb, op, error) < 0)
         return -1;
     cl_resp r = { 0 };
-    int rc = rl_post(sb->c, ctx, sb->s.id, "/suspend", NULL, CL_SAFE, &r, op,
+    int rc = rl_post(sb->s.c, ctx, sb->s.id, "/suspend", NULL, CL_SAFE, &r, op,
                      "suspend the devbox", error);
     if (rc == 0 && r.status / 100 != 2) {
         long st = 0;
-        json_object *j = r.status == 404 ? NULL : rl_get(sb->c, ctx, sb->s.id, &st, op, NULL);
+        json_object *j = r.status == 404 ? NULL : rl_get(sb->s.c, ctx, sb->s.id, &st, op, NULL);
         const char *s = j ? rl_status(j) : "";
         if (strcmp(s, "suspended") != 0 && strcmp(s, "suspending") != 0)
-            rc = rl_answer_fail(sb, ctx, &r, 0, op, "suspend the devbox", error);
+            rc = cl_sandbox_refused(&sb->s, sb->s.c->http, &rl_calls, ctx, &r, 0, op,
+                                    "suspend the devbox", error);
         json_object_put(j);
     }
     cl_resp_clear(&r);
@@ -1055,7 +989,7 @@ static int rl_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error *
     /* Resumed at once (a devbox that is not suspended refuses it, and is
      * then waited for as it is). */
     cl_resp r = { 0 };
-    int rc = rl_post(sb->c, ctx, sb->s.id, "/resume", NULL, CL_SAFE, &r, "start",
+    int rc = rl_post(sb->s.c, ctx, sb->s.id, "/resume", NULL, CL_SAFE, &r, "start",
                      "resume the devbox", error);
     cl_resp_clear(&r);
     if (rc < 0)
@@ -1380,7 +1314,7 @@ static int rl_exec_run(cl_proc *base)
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
     cl_buf pre = { 0 };
-    char *script = NULL, *envf = NULL;
+    char *script = NULL;
     int code = -1, rc = -1;
     rl_live lv;
     if (rl_live_init(&lv, p) < 0) {
@@ -1392,15 +1326,8 @@ static int rl_exec_run(cl_proc *base)
     /* The wrapper and its tails carry another mark than the command's, so
      * exec_kill signals the command's processes only. */
     int bad = cl_buf_printf(&pre, "export " CL_EXEC_MARK "=%s-io\n", p->tag) < 0;
-    if (!bad && p->env && p->env[0]) {
-        char path[64];
-        snprintf(path, sizeof path, "/tmp/.%s.env", p->tag);
-        if (!(envf = cl_env_exports((const char *const *)p->env)))
-            bad = 1;
-        else if (rl_upload_bytes(sb, &ctx, path, envf, strlen(envf), op, NULL) < 0)
-            goto fail;
-        bad = bad || cl_buf_printf(&pre, ". %s; rm -f %s\n", path, path) < 0;
-    }
+    if (!bad && cl_script_env_prelude(p, &ctx, rl_upload_bytes, &pre, op) < 0)
+        goto fail;
     char in[64] = "/dev/null";
     if (!bad && p->stdin_fd >= 0) {
         snprintf(in, sizeof in, "/tmp/.%s.in", p->tag);
@@ -1508,7 +1435,6 @@ fail:
 out:
     rl_live_stop(&lv);
     free(script);
-    free(envf);
     cl_buf_clear(&pre);
     return code;
 }
@@ -1518,7 +1444,7 @@ static int rl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          sbx_error **error)
 {
     (void)ctx;
-    return cl_script_exec_start(sb, RL_BACKEND, sb->workdir, rq, rl_run_short, rl_exec_run,
+    return cl_script_exec_start(sb, RL_BACKEND, sb->s.workdir, rq, rl_run_short, rl_exec_run,
                                 process, error);
 }
 
@@ -1546,7 +1472,7 @@ static const sbx_plugin rl_plugin = {
     .session_state = rl_session_state,
     .destroy = rl_destroy,
     .is_alive = rl_is_alive,
-    .sandbox_free = rl_sandbox_free,
+    .sandbox_free = cl_sandbox_free_slot,
     .sandbox_id = cl_sandbox_id,
     .sandbox_root = cl_sandbox_root,
     .snapshot = rl_snapshot,

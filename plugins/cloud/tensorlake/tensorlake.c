@@ -157,9 +157,7 @@ struct sbx_plugin_client {
 
 struct sbx_plugin_sandbox {
     cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
-    struct sbx_plugin_client *c;
     char *url;          /* its sandbox_url, no trailing slash */
-    char *workdir;      /* the default working directory, or NULL */
     int named;          /* named by its create token: suspendable, listed */
 };
 
@@ -213,106 +211,64 @@ static int tl_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, c
     return cl_ids_finish(&t.ids, rc, ids, "create", error);
 }
 
-static int tl_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
+/* The gone error of sandbox @id, with its status and termination reason
+ * from @view (may be NULL). */
+static sbx_error *tl_gone_keys(sbx_error **error, const char *op, const char *id,
+                               json_object *view)
 {
-    return tl_delete(ud, ctx, id, "create", error);
+    static const char *const keys[] = { "status", "termination_reason", NULL };
+    return cl_gone_error_view(error, op, TL_BACKEND, id, view, keys);
 }
 
-typedef struct tl_waking {
-    struct sbx_plugin_sandbox *sb;
-    const sbx_call_ctx *ctx;
-    const char *op;
-    int resumed;
-    char state[32];
-} tl_waking;
-
-/* One look for cl_wait_until(): 1 at "running", -1 when gone, 0 otherwise
- * (a suspended sandbox is resumed once). */
-static int tl_wake_look(void *ud, const char **state, sbx_error **error)
+/* Resumes a suspended sandbox (CASE-53). */
+static int tl_resume_call(cl_sandbox *s, const sbx_call_ctx *ctx, const char *state,
+                          const char *op, sbx_error **error)
 {
-    tl_waking *w = ud;
-    struct sbx_plugin_sandbox *sb = w->sb;
-    long st;
-    json_object *j = tl_get(sb->c, w->ctx, sb->s.id, &st, w->op, error);
-    if (!j) {
-        if (st == 404) {
-            tl_mark_gone(sb);
-            tl_gone_error(error, w->op, sb->s.id);
-        }
-        return -1;
-    }
-    const char *s = tl_status(j);
-    snprintf(w->state, sizeof w->state, "%s", s);
-    *state = w->state;
-    int rc = 0;
-    if (strcmp(s, "running") == 0) {
-        rc = 1;
-    } else if (strcmp(s, "terminated") == 0 || strcmp(s, "timeout") == 0) {
-        static const char *const keys[] = { "status", "termination_reason", NULL };
-        tl_mark_gone(sb);
-        cl_gone_error_view(error, w->op, TL_BACKEND, sb->s.id, j, keys);
+    cl_resp r = { 0 };
+    int rc = cl_item_request(s->c->http, ctx, "POST", s->c->api, "sandboxes", s->id, "/resume",
+                             NULL, CL_SAFE, &r, op, "resume the sandbox", error);
+    if (rc == 0 && r.status / 100 != 2) {
+        cl_context(cl_fail_status(s->c->http, error, CL_CODE_BY_STATUS, &r, op,
+                                  "resume the sandbox"), "state", state);
         rc = -1;
-    } else if (strcmp(s, "suspended") == 0 && !w->resumed) {
-        cl_resp r = { 0 };
-        rc = cl_item_request(sb->c->http, w->ctx, "POST", sb->c->api, "sandboxes", sb->s.id,
-                             "/resume", NULL, CL_SAFE, &r, w->op, "resume the sandbox", error);
-        if (rc == 0 && r.status / 100 != 2) {
-            cl_context(cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, w->op,
-                                      "resume the sandbox"), "state", w->state);
-            rc = -1;
-        }
-        cl_resp_clear(&r);
-        w->resumed = 1;
     }
-    json_object_put(j);
+    cl_resp_clear(&r);
     return rc;
 }
 
-/* Waits for "running", resuming a suspended sandbox (CASE-53). */
-static int tl_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *op,
-                   sbx_error **error)
+/* Running: polled until "running", a suspended sandbox resumed once; a
+ * terminated or timed-out one is gone. */
+static const char *const tl_over[] = { "terminated", "timeout", NULL };
+static const char *const tl_asleep[] = { "suspended", NULL };
+static const cl_resume_spec tl_wake_look = { TL_BACKEND, TL_STATE_VERSION, "sandbox_id", tl_get,
+                                             "status", tl_over, tl_gone_keys };
+static const cl_wake_spec tl_waking = { &tl_wake_look, "status", "unknown", "running", tl_asleep,
+                                        TL_WAIT_S, NULL, tl_resume_call };
+#define tl_wake(sb, ctx, op, error) cl_sandbox_wake(&(sb)->s, (ctx), &tl_waking, (op), (error))
+
+/* The gone error of sandbox @id, whatever the provider's view says. */
+static sbx_error *tl_gone_view(sbx_error **error, const char *op, const char *id,
+                               json_object *view)
 {
-    tl_waking w = { sb, ctx, op, 0, "" };
-    char what[160];
-    snprintf(what, sizeof what, "tensorlake sandbox %s reaching status running", sb->s.id);
-    return cl_wait_until(ctx, TL_WAIT_S, tl_wake_look, &w, op, what, error);
+    (void)view;
+    return tl_gone_error(error, op, id);
 }
+
+/* How a refused data-plane call is read: a 404 is the sandbox's own, but a
+ * file call's is looked into (a terminated sandbox is gone). */
+static const char *const tl_ended[] = { "terminated", NULL };
+static const cl_resume_spec tl_look = { TL_BACKEND, TL_STATE_VERSION, "sandbox_id", tl_get,
+                                        "status", tl_ended, tl_gone_view };
+static const cl_call_spec tl_calls = { &tl_look, CL_CALLS_404_GONE };
 
 /* A data-plane call on @sb: 0 with a 2xx answer in @r, -1 otherwise; a 404
  * that is the sandbox's own (not a file's) marks it gone. */
 static int tl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
                    const char *path, cl_resp *r, int file_call, const char *op, sbx_error **error)
 {
-    if (tl_check(sb, op, error) < 0)
-        return -1;
-    char *url = cl_printf("%s%s", sb->url, path);
-    if (!url) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    rq->url = url;
-    int rc = -1;
-    if (cl_request(sb->c->http, ctx, rq, r, op, error) == 0) {
-        if (r->status / 100 == 2) {
-            rc = 0;
-        } else if (r->status == 404 && !file_call) {
-            tl_mark_gone(sb);
-            tl_gone_error(error, op, sb->s.id);
-        } else if (r->status == 404) {
-            /* A file's 404, unless the sandbox itself is gone. */
-            long st;
-            json_object *j = tl_get(sb->c, ctx, sb->s.id, &st, op, NULL);
-            if (st == 404 || (j && strcmp(tl_status(j), "terminated") == 0)) {
-                tl_mark_gone(sb);
-                tl_gone_error(error, op, sb->s.id);
-            }
-            json_object_put(j);
-        } else {
-            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, rq->what);
-        }
-    }
-    free(url);
-    return rc;
+    return cl_sandbox_request(&sb->s, sb->s.c->http, &tl_calls, ctx, rq,
+                              cl_printf("%s%s", sb->url, path), file_call ? CL_CALL_FILE : 0, r,
+                              op, error);
 }
 
 static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
@@ -344,7 +300,7 @@ static int tl_client_new(const char *config_json, sbx_plugin_client **client, sb
     if (!c)
         return -1;
     c->suspendable = 1;
-    if (!(c->reaper = cl_reaper_new(tl_find_token, tl_reap_delete, c))) {
+    if (!(c->reaper = cl_reaper_new_op(tl_find_token, tl_delete, c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
@@ -388,24 +344,20 @@ static int tl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t
 static struct sbx_plugin_sandbox *tl_sandbox_new(struct sbx_plugin_client *c, const char *id,
                                                  const char *url, int named)
 {
-    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
-    if (!sb)
-        return NULL;
-    sb->c = c;
-    sb->named = named;
-    if (!(sb->url = cl_trim_slash(url))) {
+    struct sbx_plugin_sandbox *sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
+    if (sb && !(sb->url = cl_trim_slash(url))) {
         cl_sandbox_free(sb);
         return NULL;
     }
+    if (sb)
+        sb->named = named;
     return sb;
 }
 
 static void tl_sandbox_free(sbx_plugin_sandbox *sb)
 {
-    if (sb) {
+    if (sb)
         free(sb->url);
-        free(sb->workdir);
-    }
     cl_sandbox_free(sb);
 }
 
@@ -481,21 +433,13 @@ static json_object *tl_create_body(struct sbx_plugin_client *c, const sbx_call_c
         json_object_object_add(b, "network", n);
     }
     /* The provider-side lifetime, always (CASE-33): whole seconds. */
-    long long t = TL_DEFAULT_LIFETIME_S;
-    if (set & SBX_OPTION_TIMEOUT_SECS) {
-        if (!(rq->timeout_secs > 0)) {
-            snprintf(buf, sizeof buf, "%g", rq->timeout_secs);
-            tl_refuse(error, "timeout_secs", buf, "must be more than 0");
-            goto fail;
-        }
-        t = (long long)rq->timeout_secs;
-        if ((double)t < rq->timeout_secs)
-            t++;
-        /* The library times commands out at the lifetime's end; the
-         * provider ends the sandbox TL_LIFETIME_MARGIN_S later, so that such
-         * a command is reported timed out (124), not lost with it. */
-        t += TL_LIFETIME_MARGIN_S;
-    }
+    /* The library times commands out at the lifetime's end; the provider
+     * ends the sandbox TL_LIFETIME_MARGIN_S later, so that such a command
+     * is reported timed out (124), not lost with it. */
+    long long t = cl_lifetime_s(rq, TL_BACKEND, TL_DEFAULT_LIFETIME_S, TL_LIFETIME_MARGIN_S,
+                                error);
+    if (t < 0)
+        goto fail;
     json_object_object_add(b, "timeout_secs", json_object_new_int64(t));
     const uint16_t *ports;
     size_t n_ports = cl_request_ports(rq, &ports);
@@ -639,14 +583,14 @@ static int tl_ports_change(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
     if (!placed)
         json_object_array_add(ep, json_object_new_int((int)port));
     pthread_mutex_unlock(&sb->s.gone.lock);
-    char *url = cl_item_url(sb->c->api, "sandboxes", sb->s.id, "");
+    char *url = cl_item_url(sb->s.c->api, "sandboxes", sb->s.id, "");
     cl_resp r = { 0 };
     int rc = -1;
     if (!url)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (cl_request_json(sb->c->http, ctx, "PATCH", url, b, CL_SAFE, &r, op,
+    else if (cl_request_json(sb->s.c->http, ctx, "PATCH", url, b, CL_SAFE, &r, op,
                              "change the exposed ports", error) == 0
-             && cl_sandbox_answer(&sb->s, sb->c->http, &r, TL_BACKEND, op,
+             && cl_sandbox_answer(&sb->s, sb->s.c->http, &r, TL_BACKEND, op,
                                   "change the exposed ports", error) == 0) {
         rc = 0;
         if (!add) {
@@ -795,7 +739,7 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         sb = NULL;
         goto out;
     }
-    if (cl_create_workdir(sb, &sb->workdir, tl_run_short, ctx, TL_BACKEND, rq->workdir, op,
+    if (cl_create_workdir(sb, &sb->s.workdir, tl_run_short, ctx, TL_BACKEND, rq->workdir, op,
                           error) < 0) {
         tl_delete(c, NULL, id, op, NULL);
         tl_sandbox_free(sb);
@@ -814,13 +758,13 @@ out:
 
 static int tl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_sandbox_destroy(&sb->s, sb->c, tl_delete, ctx, error);
+    return cl_sandbox_destroy(&sb->s, sb->s.c, tl_delete, ctx, error);
 }
 
 static int tl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     static const char *const dead[] = { "terminated", "timeout", NULL };
-    return cl_item_is_alive(&sb->s, sb->c->http, ctx, sb->c->api, "sandboxes", "status", dead,
+    return cl_item_is_alive(&sb->s, sb->s.c->http, ctx, sb->s.c->api, "sandboxes", "status", dead,
                             error);
 }
 
@@ -830,7 +774,7 @@ static int tl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *tl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    json_object *j = cl_state_new(&sb->s, TL_BACKEND, TL_STATE_VERSION, "sandbox_id", sb->workdir, error);
+    json_object *j = cl_state_new(&sb->s, TL_BACKEND, TL_STATE_VERSION, "sandbox_id", error);
     if (!j)
         return NULL;
     json_object_object_add(j, "sandbox_url", json_object_new_string(sb->url));
@@ -841,44 +785,23 @@ static char *tl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
 static int tl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
-    const char *op = "resume";
-    const char *id = NULL;
-    json_object *data = cl_state_in(state_json, TL_STATE_VERSION, "sandbox_id", TL_BACKEND, op,
-                                    &id, error), *j = NULL, *nm;
-    int rc = -1;
-    if (!data)
+    static const cl_resume_spec spec = { TL_BACKEND, TL_STATE_VERSION, "sandbox_id", tl_get,
+                                         NULL, NULL, NULL };
+    json_object *j, *data, *nm;
+    struct sbx_plugin_sandbox *sb = cl_resume_new(client, ctx, state_json, &spec, sizeof(*sb),
+                                                  &j, &data, error);
+    if (!sb)
         return -1;
-    long st;
-    j = tl_get(client, ctx, id, &st, op, error);
-    if (!j) {
-        if (st == 404)
-            tl_gone_error(error, op, id);
-        goto out;
-    }
     const char *su = cl_json_str(j, "sandbox_url");
     if (!su)
         su = cl_json_str(data, "sandbox_url");
-    int named = json_object_object_get_ex(data, "named", &nm) && json_object_get_boolean(nm);
-    struct sbx_plugin_sandbox *sb = su ? tl_sandbox_new(client, id, su, named) : NULL;
-    const char *wd = cl_json_str(data, "workdir");
-    if (sb && ((wd && !(sb->workdir = strdup(wd))) || tl_take_ports(sb, j) < 0)) {
-        tl_sandbox_free(sb);
-        sb = NULL;
-    }
-    if (!sb) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto out;
-    }
-    if (tl_wake(sb, ctx, op, error) < 0) {
-        tl_sandbox_free(sb);
-        goto out;
-    }
-    *sandbox = sb;
-    rc = 0;
-out:
-    json_object_put(j);
-    json_object_put(data);
-    return rc;
+    sb->named = json_object_object_get_ex(data, "named", &nm) && json_object_get_boolean(nm);
+    int rc = su && (sb->url = cl_trim_slash(su)) && tl_take_ports(sb, j) == 0 ? 0 : -1;
+    if (rc < 0)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "resume", "out of memory");
+    else
+        rc = tl_wake(sb, ctx, "resume", error);
+    return cl_resume_end(rc, sb, sandbox, j, data, tl_sandbox_free);
 }
 
 static char *tl_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
@@ -891,10 +814,10 @@ static char *tl_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
     char *url = NULL, *snap = NULL;
     char *out = NULL;
     cl_resp r = { 0 };
-    if (cl_item_request(sb->c->http, ctx, "POST", sb->c->api, "sandboxes", sb->s.id, "/snapshot",
+    if (cl_item_request(sb->s.c->http, ctx, "POST", sb->s.c->api, "sandboxes", sb->s.id, "/snapshot",
                         b, CL_UNSAFE, &r, op, "snapshot the sandbox", error) < 0)
         goto done;
-    if (cl_sandbox_answer(&sb->s, sb->c->http, &r, TL_BACKEND, op, "snapshot the sandbox",
+    if (cl_sandbox_answer(&sb->s, sb->s.c->http, &r, TL_BACKEND, op, "snapshot the sandbox",
                           error) < 0)
         goto done;
     j = cl_resp_json(&r, op, "snapshot the sandbox", error);
@@ -906,18 +829,18 @@ static char *tl_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
     }
     snap = strdup(sid);
     free(url);
-    url = snap ? cl_printf("%s/snapshots/%s", sb->c->api, snap) : NULL;
+    url = snap ? cl_printf("%s/snapshots/%s", sb->s.c->api, snap) : NULL;
     cl_bound bd = cl_bound_make(ctx, TL_WAIT_S);
     for (double pause = 0.05; url; pause = pause < 0.5 ? pause * 2 : pause) {
         json_object_put(j);
         j = NULL;
         cl_resp_clear(&r);
         memset(&r, 0, sizeof r);
-        if (cl_request_json(sb->c->http, ctx, "GET", url, NULL, CL_SAFE, &r, op,
+        if (cl_request_json(sb->s.c->http, ctx, "GET", url, NULL, CL_SAFE, &r, op,
                             "get the snapshot", error) < 0)
             goto done;
         if (r.status != 200) {
-            cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, &r, op, "get the snapshot");
+            cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r, op, "get the snapshot");
             goto done;
         }
         if (!(j = cl_resp_json(&r, op, "get the snapshot", error)))
@@ -958,7 +881,7 @@ static int tl_suspend_look(void *ud, const char **state, sbx_error **error)
 {
     tl_suspending *w = ud;
     long st;
-    json_object *j = tl_get(w->sb->c, w->ctx, w->sb->s.id, &st, "stop", error);
+    json_object *j = tl_get(w->sb->s.c, w->ctx, w->sb->s.id, &st, "stop", error);
     if (!j) {
         if (st == 404) {
             tl_mark_gone(w->sb);
@@ -989,10 +912,10 @@ static int tl_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **
         return -1;
     }
     cl_resp r = { 0 };
-    int rc = cl_item_request(sb->c->http, ctx, "POST", sb->c->api, "sandboxes", sb->s.id,
+    int rc = cl_item_request(sb->s.c->http, ctx, "POST", sb->s.c->api, "sandboxes", sb->s.id,
                              "/suspend", NULL, CL_SAFE, &r, op, "suspend the sandbox", error);
     if (rc == 0)
-        rc = cl_sandbox_answer(&sb->s, sb->c->http, &r, TL_BACKEND, op, "suspend the sandbox",
+        rc = cl_sandbox_answer(&sb->s, sb->s.c->http, &r, TL_BACKEND, op, "suspend the sandbox",
                                error);
     cl_resp_clear(&r);
     if (rc < 0)
@@ -1014,57 +937,36 @@ static int tl_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error *
 /* Calls @fn for each sandbox of the list that is not terminated and is
  * named by a create token ("sbx-..."), page by page, until @fn returns
  * non-zero: 0, or -1 with *@error set. */
+typedef struct tl_listing {
+    int (*fn)(void *ud, const char *id, const char *name);
+    void *ud;
+} tl_listing;
+
+/* One listed sandbox: its id and name to the listing's callback when it
+ * is named by a create token and not terminated. */
+static int tl_listed(void *ud, json_object *it)
+{
+    tl_listing *l = ud;
+    const char *id = cl_json_str(it, "id");
+    const char *name = cl_json_str(it, "name");
+    if (!id)
+        id = cl_json_str(it, "sandbox_id");
+    if (!id || !name || strncmp(name, "sbx-", 4) != 0 || strcmp(tl_status(it), "terminated") == 0)
+        return 0;
+    return l->fn(l->ud, id, name);
+}
+
 static int tl_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
                    int (*fn)(void *ud, const char *id, const char *name), void *ud,
                    const char *op, sbx_error **error)
 {
-    char *cursor = NULL;
-    int rc = 0;
-    for (int page = 0; page < 1000 && rc == 0; page++) {
-        char *cur = cursor ? cl_url_escape(cursor) : NULL;
-        char *url = cl_printf("%s/sandboxes?limit=100%s%s", c->api, cur ? "&cursor=" : "",
-                              cur ? cur : "");
-        free(cur);
-        if (!url)
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        cl_resp r = { 0 };
-        json_object *j = NULL;
-        rc = -1;
-        if (url && cl_request_json(c->http, ctx, "GET", url, NULL, CL_SAFE, &r, op,
-                                   "list sandboxes", error) == 0) {
-            if (r.status == 200)
-                j = cl_resp_json(&r, op, "list sandboxes", error);
-            else
-                cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "list sandboxes");
-        }
-        free(url);
-        cl_resp_clear(&r);
-        if (!j)
-            break;
-        rc = 0;
-        json_object *items = cl_json_path(j, "sandboxes", NULL);
-        size_t n = items && json_object_is_type(items, json_type_array)
-                   ? json_object_array_length(items) : 0;
-        int stop = 0;
-        for (size_t i = 0; i < n && !stop; i++) {
-            json_object *it = json_object_array_get_idx(items, i);
-            const char *id = cl_json_str(it, "id");
-            const char *name = cl_json_str(it, "name");
-            if (!id)
-                id = cl_json_str(it, "sandbox_id");
-            if (!id || !name || strncmp(name, "sbx-", 4) != 0
-                || strcmp(tl_status(it), "terminated") == 0)
-                continue;
-            stop = fn(ud, id, name) != 0;
-        }
-        free(cursor);
-        const char *nx = cl_json_str(j, "next_cursor");
-        cursor = nx && *nx && !stop ? strdup(nx) : NULL;
-        json_object_put(j);
-        if (!cursor)
-            break;
-    }
-    free(cursor);
+    char *url = cl_printf("%s/sandboxes?limit=100", c->api);
+    cl_pages pg = { url, "cursor", NULL, "next_cursor", "sandboxes", "list sandboxes", 0 };
+    tl_listing l = { fn, ud };
+    int rc = url ? cl_list_pages(c->http, ctx, &pg, tl_listed, &l, op, error) : -1;
+    if (!url)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    free(url);
     return rc;
 }
 
@@ -1115,7 +1017,7 @@ static int tl_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, 
  * working directory (its workdir, else /), as a command would take it. */
 static char *tl_files_path_in(struct sbx_plugin_sandbox *sb, const char *route, const char *path)
 {
-    char *abs = sb && path[0] != '/' ? cl_path_in(sb->workdir ? sb->workdir : "/", path) : NULL;
+    char *abs = sb && path[0] != '/' ? cl_path_in(sb->s.workdir ? sb->s.workdir : "/", path) : NULL;
     char *e = cl_url_escape(abs ? abs : path);
     char *s = e ? cl_printf("/api/v1/files%s?path=%s", route, e) : NULL;
     free(e);
@@ -1137,7 +1039,7 @@ static int tl_file_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r, const c
     if (r->status == 404)
         err = cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such %s in the sandbox: %s", what, path);
     else if (r->status == 400 || r->status == 403)
-        err = cl_fail_status(sb->c->http, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
+        err = cl_fail_status(sb->s.c->http, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
     if (err)
         cl_context(err, "path", path);
     return -1;
@@ -1590,7 +1492,7 @@ static int tl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     (void)ctx;
     if (cl_exec_check(&sb->s, TL_BACKEND, rq, 0, error) < 0)
         return -1;
-    tl_proc *p = (tl_proc *)cl_script_proc_new(sizeof(tl_proc), sb, sb->workdir, rq,
+    tl_proc *p = (tl_proc *)cl_script_proc_new(sizeof(tl_proc), sb, sb->s.workdir, rq,
                                                tl_run_short, "exec", error);
     if (!p)
         return -1;

@@ -119,8 +119,6 @@ struct sbx_plugin_client {
 
 struct sbx_plugin_sandbox {
     cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
-    struct sbx_plugin_client *c;
-    char *workdir;      /* the default working directory, or NULL */
 };
 
 typedef cl_script_proc vc_proc;  /* provider.h */
@@ -202,19 +200,11 @@ static int vc_post(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
 static const cl_resume_spec vc_spec = { VC_BACKEND, VC_STATE_VERSION, "sandbox_id", vc_get,
                                         "status", vc_dead, vc_gone_error };
 
-/* After an unexpected answer @r on @sb: marks it gone when the provider no
- * longer has it (404 or 410, or a terminal status on a GET) and stores the
- * gone error; else stores the answer's error unless @quiet. Returns -1. */
-static int vc_answer_fail(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                          const cl_resp *r, int quiet, const char *op, const char *what,
-                          sbx_error **error)
-{
-    if (!cl_sandbox_confirm_gone(&sb->s, sb->c, ctx, &vc_spec, op, error) && !quiet)
-        cl_fail_status(sb->c->http, error, CL_CODE_BY_STATUS, r, op, what);
-    return -1;
-}
+/* How a refused call on a sandbox is read: every refusal is looked into
+ * (an ended sandbox refuses with 404 or 410, or another status). */
+static const cl_call_spec vc_calls = { &vc_spec, CL_CALLS_LOOK_ANY | CL_CALLS_FILE_400 };
 
-/* A call on sandbox @sb (the request @rq, its url set here from @suffix):
+/* A call on sandbox @sb (the request @rq, its url made here from @suffix):
  * 0 with a 2xx answer in @r, -1 otherwise. A 404 or 400 with @file_call
  * set is a file's, unless the sandbox itself is gone: then no error is
  * stored (the caller names the file). */
@@ -222,18 +212,9 @@ static int vc_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
                    const char *suffix, cl_resp *r, int file_call, const char *op,
                    sbx_error **error)
 {
-    if (vc_check(sb, op, error) < 0)
-        return -1;
-    char *url = vc_url(sb->c, sb->s.id, suffix);
-    int rc = -1;
-    if (cl_request_at(sb->c->http, ctx, rq, url, r, op, error) == 0) {
-        if (r->status / 100 == 2)
-            rc = 0;
-        else
-            vc_answer_fail(sb, ctx, r, file_call && (r->status == 404 || r->status == 400), op,
-                           rq->what, error);
-    }
-    return rc;
+    return cl_sandbox_request(&sb->s, sb->s.c->http, &vc_calls, ctx, rq,
+                              vc_url(sb->s.c, sb->s.id, suffix), file_call ? CL_CALL_FILE : 0, r,
+                              op, error);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -248,7 +229,7 @@ static int vc_wait_running(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
     cl_bound bd = cl_bound_make(ctx, VC_WAIT_S);
     for (;;) {
         long st = 0;
-        json_object *j = vc_get(sb->c, ctx, sb->s.id, &st, op, error);
+        json_object *j = vc_get(sb->s.c, ctx, sb->s.id, &st, op, error);
         if (!j) {
             if (st == 404) {
                 vc_mark_gone(sb);
@@ -352,7 +333,7 @@ static int vc_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
         rc = -1;
     if (rc == 0 && (l.stopped || !l.have_code)) {
         json_object *j = NULL;
-        if (cl_sandbox_ended(sb->c, ctx, &vc_spec, sb->s.id, op, &j) || l.stopped) {
+        if (cl_sandbox_ended(sb->s.c, ctx, &vc_spec, sb->s.id, op, &j) || l.stopped) {
             vc_mark_gone(sb);
             vc_gone_error(error, op, sb->s.id, j);
         } else {
@@ -411,7 +392,7 @@ static int vc_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 
 /* The error of a file call's answer @r (provider.h). */
 #define vc_file_fail(sb, r, op, path, what, error) \
-    cl_file_fail(&(sb)->s, (sb)->c->http, (r), 0, (op), (path), (what), (error))
+    cl_file_fail(&(sb)->s, (sb)->s.c->http, (r), 0, (op), (path), (what), (error))
 
 static int vc_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                        cl_sink_fn sink, void *ud, cl_resp *r, const char *op, sbx_error **error)
@@ -431,7 +412,7 @@ static int vc_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, c
 static int vc_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                         sbx_error **error)
 {
-    return cl_read_file_by(sb, sb->c->http, ctx, sb->workdir ? sb->workdir : VC_CWD, path,
+    return cl_read_file_by(sb, sb->s.c->http, ctx, sb->s.workdir ? sb->s.workdir : VC_CWD, path,
                            vc_download, fd, error);
 }
 
@@ -616,7 +597,7 @@ static int vc_upload_file(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
 static int vc_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                          uint32_t mode, sbx_error **error)
 {
-    return cl_write_file(sb, ctx, sb->workdir ? sb->workdir : VC_CWD, path, fd, mode,
+    return cl_write_file(sb, ctx, sb->s.workdir ? sb->s.workdir : VC_CWD, path, fd, mode,
                          vc_upload_file, vc_run_short, error);
 }
 
@@ -625,7 +606,7 @@ static int vc_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
 static int vc_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
-    return cl_list_files_run(sb, ctx, sb->workdir ? sb->workdir : VC_CWD, path, vc_execute, fn,
+    return cl_list_files_run(sb, ctx, sb->s.workdir ? sb->s.workdir : VC_CWD, path, vc_execute, fn,
                              ud, error);
 }
 
@@ -722,9 +703,10 @@ static int vc_buf_sink(void *ud, const char *p, size_t n)
 static json_object *vc_owner(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                              const char *op)
 {
-    struct sbx_plugin_sandbox tmp = { .c = c };
+    struct sbx_plugin_sandbox tmp;
     if (cl_sandbox_init(&tmp.s, id) < 0)
         return NULL;
+    tmp.s.c = c;
     cl_buf b = { 0 };
     cl_resp r = { 0 };
     json_object *j = NULL;
@@ -752,9 +734,10 @@ typedef struct vc_ids {
  * NULL. */
 static char *vc_env_token(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id)
 {
-    struct sbx_plugin_sandbox tmp = { .c = c };
+    struct sbx_plugin_sandbox tmp;
     if (cl_sandbox_init(&tmp.s, id) < 0)
         return NULL;
+    tmp.s.c = c;
     char *out = NULL;
     int code = -1;
     if (vc_execute(&tmp, ctx, "printf %s \"$" VC_TOKEN_ENV "\"", &code, &out, "create", NULL) < 0
@@ -787,11 +770,6 @@ static int vc_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, c
     vc_ids s = { { token, { 0 } }, ud, ctx };
     int rc = vc_list(ud, ctx, vc_id_one, &s, "create", error);
     return cl_ids_finish(&s.t.ids, rc, ids, "create", error);
-}
-
-static int vc_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
-{
-    return vc_stop_id(ud, ctx, id, "create", error);
 }
 
 CL_SETUP(vc_setup, VC_BACKEND)
@@ -893,7 +871,7 @@ static int vc_client_new(const char *config_json, sbx_plugin_client **client, sb
         goto fail;
     }
     if (!(c->team = cl_url_escape(team)) || !(c->project = strdup(project))
-        || !(c->reaper = cl_reaper_new(vc_find_token, vc_reap_delete, c))) {
+        || !(c->reaper = cl_reaper_new_op(vc_find_token, vc_stop_id, c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
@@ -909,21 +887,6 @@ CL_PROBE_CAPS(vc_probe, VC_CAPS)
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
-
-static struct sbx_plugin_sandbox *vc_sandbox_new(struct sbx_plugin_client *c, const char *id)
-{
-    struct sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), id);
-    if (sb)
-        sb->c = c;
-    return sb;
-}
-
-static void vc_sandbox_free(sbx_plugin_sandbox *sb)
-{
-    if (sb)
-        free(sb->workdir);
-    cl_sandbox_free(sb);
-}
 
 static const char *const vc_runtimes[] = { "node22", "node24", "node26", "python3.13", NULL };
 
@@ -1105,7 +1068,7 @@ static int vc_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                     "sandbox id");
         goto out;
     }
-    sb = vc_sandbox_new(c, id);
+    sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
     if (!sb) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         vc_stop_id(c, NULL, id, op, NULL);
@@ -1132,7 +1095,7 @@ static int vc_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         if (xr < 0)
             goto undo;
     }
-    if (cl_create_workdir(sb, &sb->workdir, vc_run_short, ctx, VC_BACKEND, rq->workdir, op,
+    if (cl_create_workdir(sb, &sb->s.workdir, vc_run_short, ctx, VC_BACKEND, rq->workdir, op,
                           error) < 0)
         goto undo;
     *sandbox = sb;
@@ -1140,7 +1103,7 @@ static int vc_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     goto out;
 undo:
     vc_stop_id(c, NULL, id, op, NULL);
-    vc_sandbox_free(sb);
+    cl_sandbox_free(sb);
 out:
     json_object_put(body);
     json_object_put(labels);
@@ -1152,7 +1115,7 @@ out:
 
 static int vc_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_sandbox_destroy(&sb->s, sb->c, vc_delete, ctx, error);
+    return cl_sandbox_destroy(&sb->s, sb->s.c, vc_delete, ctx, error);
 }
 
 static int vc_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
@@ -1160,7 +1123,7 @@ static int vc_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
     if (vc_is_gone(sb))
         return 0;
     long st;
-    json_object *j = vc_get(sb->c, ctx, sb->s.id, &st, "is_alive", error);
+    json_object *j = vc_get(sb->s.c, ctx, sb->s.id, &st, "is_alive", error);
     if (!j) {
         if (st == 404) {
             vc_mark_gone(sb);
@@ -1180,39 +1143,19 @@ static int vc_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 static char *vc_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     (void)ctx;
-    json_object *j = cl_state_new(&sb->s, VC_BACKEND, VC_STATE_VERSION, "sandbox_id", sb->workdir, error);
+    json_object *j = cl_state_new(&sb->s, VC_BACKEND, VC_STATE_VERSION, "sandbox_id", error);
     return cl_state_end(j, error);
 }
 
 static int vc_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
-    const char *op = "resume";
-    const char *id = NULL;
-    json_object *data = NULL;
-    json_object *j = cl_resume_get(client, ctx, state_json, &vc_spec, &data, &id, error);
-    int rc = -1;
-    if (!j)
+    json_object *j, *data;
+    struct sbx_plugin_sandbox *sb = cl_resume_new(client, ctx, state_json, &vc_spec, sizeof(*sb),
+                                                  &j, &data, error);
+    if (!sb)
         return -1;
-    struct sbx_plugin_sandbox *sb = vc_sandbox_new(client, id);
-    if (sb && cl_dup(&sb->workdir, cl_json_str(data, "workdir")) < 0) {
-        vc_sandbox_free(sb);
-        sb = NULL;
-    }
-    if (!sb) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto out;
-    }
-    if (vc_wait_running(sb, ctx, op, error) < 0) {
-        vc_sandbox_free(sb);
-        goto out;
-    }
-    *sandbox = sb;
-    rc = 0;
-out:
-    json_object_put(j);
-    json_object_put(data);
-    return rc;
+    return cl_resume_end(vc_wait_running(sb, ctx, "resume", error), sb, sandbox, j, data, NULL);
 }
 
 /* snapshot: POST snapshot; the snapshot's id, restored by a create with
@@ -1385,20 +1328,13 @@ static int vc_exec_run(cl_proc *base)
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
     cl_buf pre = { 0 };
-    char *envf = NULL, *id = NULL, *esc = NULL, *suffix = NULL;
+    char *id = NULL, *esc = NULL, *suffix = NULL;
     json_object *b = NULL, *j = NULL;
     vc_logs lg = { .p = p };
     int code = -1, rc = -1;
     int bad = cl_buf_printf(&pre, "export " CL_EXEC_MARK "=%s\n", p->tag) < 0;
-    if (!bad && p->env && p->env[0]) {
-        char path[64];
-        snprintf(path, sizeof path, "/tmp/.%s.env", p->tag);
-        if (!(envf = cl_env_exports((const char *const *)p->env)))
-            bad = 1;
-        else if (vc_upload_bytes(sb, &ctx, path, envf, strlen(envf), op, NULL) < 0)
-            goto fail;
-        bad = bad || cl_buf_printf(&pre, ". %s; rm -f %s\n", path, path) < 0;
-    }
+    if (!bad && cl_script_env_prelude(p, &ctx, vc_upload_bytes, &pre, op) < 0)
+        goto fail;
     if (!bad && p->stdin_fd >= 0) {
         char path[64];
         snprintf(path, sizeof path, "/tmp/.%s.in", p->tag);
@@ -1534,7 +1470,6 @@ out:
     json_object_put(b);
     json_object_put(j);
     cl_buf_clear(&lg.dec);
-    free(envf);
     free(id);
     free(esc);
     free(suffix);
@@ -1547,7 +1482,7 @@ static int vc_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          sbx_error **error)
 {
     (void)ctx;
-    return cl_script_exec_start(sb, VC_BACKEND, sb->workdir, rq, vc_run_short, vc_exec_run,
+    return cl_script_exec_start(sb, VC_BACKEND, sb->s.workdir, rq, vc_run_short, vc_exec_run,
                                 process, error);
 }
 
@@ -1575,7 +1510,7 @@ static const sbx_plugin vc_plugin = {
     .session_state = vc_session_state,
     .destroy = vc_destroy,
     .is_alive = vc_is_alive,
-    .sandbox_free = vc_sandbox_free,
+    .sandbox_free = cl_sandbox_free_slot,
     .sandbox_id = cl_sandbox_id,
     .sandbox_root = cl_sandbox_root,
     .snapshot = vc_snapshot,
