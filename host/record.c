@@ -450,8 +450,13 @@ setup_lock(const char *dir)
         int e = errno;
 
         if ((e != EWOULDBLOCK && e != EINTR) || sbx_monotonic_now() >= deadline) {
-            sbx_log(SBX_LOG_WARNING, "record", "the set-up lock of %s: %s; going on without it",
-                    dir, e == EWOULDBLOCK ? "still held after 10 s" : strerror(e));
+            if (e == EWOULDBLOCK)
+                sbx_log(SBX_LOG_WARNING, "record",
+                        "the set-up lock of %s: still held after %d ms; going on without it",
+                        dir, RECORD_BUSY_MS);
+            else
+                sbx_log(SBX_LOG_WARNING, "record", "the set-up lock of %s: %s; going on without it",
+                        dir, strerror(e));
             close(fd);
             return -1;
         }

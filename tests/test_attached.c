@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -161,9 +162,14 @@ static void start_holder(held *h, int nattached, int ndetached, int exec, sbx_pl
     int p[2];
     cr_assert_eq(pipe(p), 0);
     memset(h, 0, sizeof(*h));
+    pid_t test = getpid();
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
+        /* Should the test end early (a failed assertion), the application
+         * dies with it, and its attached sandboxes with their owner. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != test)
+            _exit(4);
         close(p[0]);
         sbx_error *err = NULL;
         sbx_client *c = sbx_client_new_with_mode(tu_backend(), mode, &err);

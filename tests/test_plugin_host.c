@@ -234,8 +234,11 @@ Test(plugin_host, plugin_errors_keep_code_outcome_and_context)
 
 /* ------------------------------------------------------------------ crashes */
 
+/* An exec that runs for 20 s on @sb in a thread of its own; it makes the
+ * file @mark in the sandbox's root once running. */
 typedef struct long_exec {
     sbx_sandbox *sb;
+    const char *mark;
     sbx_result *result;
     sbx_error *error;
 } long_exec;
@@ -244,9 +247,24 @@ static void *long_exec_main(void *arg)
 {
     long_exec *le = arg;
     sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
-    rq.shell = "touch \"$SANDBOX_ROOT/started\"; sleep 20; echo finished";
+    char *script = tu_strdup_printf("touch \"$SANDBOX_ROOT/%s\"; exec sleep 20", le->mark);
+    rq.shell = script;
     le->result = sbx_sandbox_execute_command(le->sb, &rq, &le->error);
+    free(script);
     return NULL;
+}
+
+/* Waits up to 10 s for @le's mark in @root, then removes it: 1 when it
+ * came, else 0. */
+static int long_exec_started(const long_exec *le, const char *root)
+{
+    char *path = tu_strdup_printf("%s/%s", root, le->mark);
+    double until = tu_now() + 10;
+    while (!tu_exists(path) && tu_now() < until)
+        usleep(2000);
+    int ok = unlink(path) == 0;
+    free(path);
+    return ok;
 }
 
 Test(plugin_host, crash_in_a_slot_fails_calls_in_flight_and_the_next_call_reattaches)
@@ -259,14 +277,10 @@ Test(plugin_host, crash_in_a_slot_fails_calls_in_flight_and_the_next_call_reatta
     cr_assert_eq(sbx_sandbox_write_file(a, "/kept.txt", "kept\n", 5, &err), 0);
 
     /* A call in flight on sandbox a while the plugin crashes in b's exec. */
-    long_exec le = { .sb = a };
+    long_exec le = { .sb = a, .mark = "started" };
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, long_exec_main, &le), 0);
-    char *started = tu_strdup_printf("%s/started", root_a);
-    double until = tu_now() + 10;
-    while (!tu_exists(started) && tu_now() < until)
-        usleep(10000);
-    cr_assert(tu_exists(started), "the long exec did not start");
+    cr_assert(long_exec_started(&le, root_a), "the long exec did not start");
 
     const char *crash[] = { "sbx-fault-crash", NULL };
     cr_assert_null(run_argv(b, crash, &err));
@@ -322,7 +336,6 @@ Test(plugin_host, crash_in_a_slot_fails_calls_in_flight_and_the_next_call_reatta
     sbx_sandbox_free(b);
     sbx_client_free(c);
     cr_assert(tu_pid_gone((pid_t)host2));
-    free(started);
 }
 
 /* Eight execs in flight when the host is SIGKILLed all fail, and none of
@@ -331,24 +344,6 @@ Test(plugin_host, crash_in_a_slot_fails_calls_in_flight_and_the_next_call_reatta
  * every sandbox to a host the application never asked for, which would
  * then destroy the attached ones when the application ends. Three rounds,
  * each ended by the kill and begun by a call that restarts the host. */
-typedef struct inflight {
-    sbx_sandbox *sb;
-    int n;
-    sbx_result *result;
-    sbx_error *error;
-} inflight;
-
-static void *inflight_main(void *arg)
-{
-    inflight *f = arg;
-    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
-    char *script = tu_strdup_printf("touch \"$SANDBOX_ROOT/in-%d\"; exec sleep 20", f->n);
-    rq.shell = script;
-    f->result = sbx_sandbox_execute_command(f->sb, &rq, &f->error);
-    free(script);
-    return NULL;
-}
-
 Test(plugin_host, execs_in_flight_at_a_host_kill_start_no_new_host)
 {
     enum { N = 8, ROUNDS = 3 };
@@ -362,21 +357,16 @@ Test(plugin_host, execs_in_flight_at_a_host_kill_start_no_new_host)
             expect_echo(sb, "restarted");   /* the call that starts the next host */
         int host = sbx_client_get_host_pid(c);
         cr_assert(host > 0, "round %d: no host", round);
-        inflight f[N];
+        static const char *const marks[N] = { "in-0", "in-1", "in-2", "in-3",
+                                              "in-4", "in-5", "in-6", "in-7" };
+        long_exec f[N];
         pthread_t t[N];
         for (int i = 0; i < N; i++) {
-            f[i] = (inflight){ .sb = sb, .n = i };
-            cr_assert_eq(pthread_create(&t[i], NULL, inflight_main, &f[i]), 0);
+            f[i] = (long_exec){ .sb = sb, .mark = marks[i] };
+            cr_assert_eq(pthread_create(&t[i], NULL, long_exec_main, &f[i]), 0);
         }
-        for (int i = 0; i < N; i++) {
-            char *started = tu_strdup_printf("%s/in-%d", root, i);
-            double until = tu_now() + 10;
-            while (!tu_exists(started) && tu_now() < until)
-                usleep(2000);
-            cr_assert(tu_exists(started), "round %d: exec %d did not start", round, i);
-            cr_assert_eq(unlink(started), 0);
-            free(started);
-        }
+        for (int i = 0; i < N; i++)
+            cr_assert(long_exec_started(&f[i], root), "round %d: exec %d did not start", round, i);
         /* Killed from outside, with no call in flight: the execs' threads
          * find out together (their wait on the process wakes at the host's
          * hang-up), and each then asks about its process. */
