@@ -164,7 +164,7 @@ typedef struct reaper {
     conn *owner;                 /* the exec it serves; NULL when none */
     int busy;                    /* a job was sent and IDLE not seen yet */
     int gone;                    /* reaped; freed by sweep_reapers */
-    unsigned char msg[8];        /* a report read in part */
+    unsigned char msg[64];       /* reports read, the last one maybe in part */
     size_t have;
 } reaper;
 
@@ -505,8 +505,9 @@ static void wait_chld(int sig_fd, long ms)
     struct pollfd p = { .fd = sig_fd, .events = POLLIN };
     while (poll(&p, 1, (int)ms) < 0 && errno == EINTR)
         ;
-    struct signalfd_siginfo si;
-    while (read(sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+    /* Every pending signal in one read, as a rule. */
+    struct signalfd_siginfo si[8];
+    while (read(sig_fd, si, sizeof(si)) == (ssize_t)sizeof(si))
         ;
 }
 
@@ -1298,8 +1299,9 @@ static void reaper_wait(int sig_fd, int fd, relay *rl)
         if (rl->master >= 0)
             relay_in(rl, p[3].revents, p[2].revents);
     }
-    struct signalfd_siginfo si;
-    while (read(sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+    /* Every pending signal in one read, as a rule. */
+    struct signalfd_siginfo si[8];
+    while (read(sig_fd, si, sizeof(si)) == (ssize_t)sizeof(si))
         ;
 }
 
@@ -1389,6 +1391,9 @@ static void __attribute__((noreturn)) reaper_main(int fd)
         /* A client that is gone is the supervisor's to notice. */
         if (!quiet)
             send_i32_frame(client, PROTO_STARTED, pid);
+        /* Nothing has ended yet, as a rule: sleep first (an end meanwhile
+         * left its SIGCHLD on sig_fd). */
+        reaper_wait(sig_fd, fd, &rl);
         for (;;) {
             int status;
             pid_t p = waitpid(-1, &status, WNOHANG);
@@ -1646,23 +1651,34 @@ out:
 /** Takes in what @rp reported. */
 static void read_report(reaper *rp)
 {
-    while (rp->fd >= 0) {
-        ssize_t n = read(rp->fd, rp->msg + rp->have, sizeof(rp->msg) - rp->have);
-        if (n < 0 && errno == EINTR)
+    /* Several reports in one read (an exec's three, usually); a read
+     * that does not fill the buffer took all there was. */
+    size_t off = 0;
+    int more = 1;
+    while (rp->fd >= 0) {       /* reaper_retire() empties the buffer */
+        if (rp->have - off < sizeof(reaper_msg)) {
+            memmove(rp->msg, rp->msg + off, rp->have - off);
+            rp->have -= off;
+            off = 0;
+            if (!more)
+                return;
+            ssize_t n = read(rp->fd, rp->msg + rp->have, sizeof(rp->msg) - rp->have);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                return;
+            if (n <= 0) {
+                /* It is exiting; reap_children detaches it once it is gone. */
+                reaper_retire(rp, 0);
+                return;
+            }
+            more = (size_t)n == sizeof(rp->msg) - rp->have;
+            rp->have += (size_t)n;
             continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return;
-        if (n <= 0) {
-            /* It is exiting; reap_children detaches it once it is gone. */
-            reaper_retire(rp, 0);
-            return;
         }
-        rp->have += (size_t)n;
-        if (rp->have < sizeof(rp->msg))
-            continue;
-        rp->have = 0;
         reaper_msg m;
-        memcpy(&m, rp->msg, sizeof(m));
+        memcpy(&m, rp->msg + off, sizeof(m));
+        off += sizeof(m);
         conn *c = rp->owner;
         if (m.tag == REAPER_PID && c && c->starting) {
             c->starting = 0;
