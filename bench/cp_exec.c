@@ -17,6 +17,14 @@
  *     request), alternating (-n rounds). p50 and p99 in microseconds of
  *     both, the added latency (HTTP minus direct) at p50 and p99, and the
  *     ratio. Target: <= 200 us added at p50.
+ *   - the same with a minimal client in libcurl's place: the bytes libcurl
+ *     sends for that request written with one send() on a kept TCP
+ *     connection (TCP_NODELAY), the answer read with recv() until its
+ *     headers and Content-Length bytes. Each round runs a direct call and
+ *     a libcurl execute, then a direct call and a minimal client's
+ *     execute, so every execute follows a direct call; each row compares
+ *     its executes with the direct calls just before them. The difference
+ *     of the two rows is what libcurl costs the client.
  *   - direct vs the remote plugin: the same direct call against
  *     execute_command({"/bin/true"}) on a sandbox of the `remote` backend
  *     (the whole client path: its script, the plugin host), alternating;
@@ -39,8 +47,11 @@
 #define _GNU_SOURCE
 #endif
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -48,6 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -185,6 +197,64 @@ static long http_exec_body(CURL *h, const char *id, const char *key, const char 
 static long http_exec(CURL *h, const char *id, const char *key)
 {
     return http_exec_body(h, id, key, NULL);
+}
+
+/* ------------------------------------------------------------ a minimal client */
+
+/* A kept connection to the server (TCP_NODELAY, as libcurl sets it): its
+ * descriptor. */
+static int raw_connect(void)
+{
+    unsigned port = 0;
+    if (sscanf(g_url, "http://127.0.0.1:%u", &port) != 1)
+        die("the server's address: %s", g_url);
+    struct sockaddr_in sa = { 0 };
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
+        die("connect: %s", strerror(errno));
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+/* The execute of http_exec() on the kept connection @fd, with the bytes
+ * libcurl sends for it (request line, Host, Accept, Authorization,
+ * Content-Type, Idempotency-Key, Content-Length, the body) in one send(),
+ * then recv() until the answer's headers and its Content-Length bytes:
+ * the status, or 0 on a short or malformed answer. */
+static long raw_exec(int fd, const char *id, const char *key)
+{
+    char req[1024], buf[8192];
+    const char *host = g_url + strlen("http://");
+    int len = snprintf(req, sizeof req,
+                       "POST /v1/sandboxes/%s/execute HTTP/1.1\r\nHost: %s\r\nAccept: */*\r\n"
+                       "Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
+                       "Idempotency-Key: %s\r\nContent-Length: %zu\r\n\r\n%s",
+                       id, host, g_key, key, strlen(exec_body), exec_body);
+    if (len <= 0 || (size_t)len >= sizeof req ||
+        send(fd, req, (size_t)len, MSG_NOSIGNAL) != len)
+        return 0;
+    size_t n = 0;
+    for (;;) {
+        ssize_t k = recv(fd, buf + n, sizeof buf - 1 - n, 0);
+        if (k <= 0)
+            return 0;
+        n += (size_t)k;
+        buf[n] = '\0';
+        char *end = strstr(buf, "\r\n\r\n"), *cl;
+        if (!end)
+            continue;
+        *end = '\0';
+        cl = strcasestr(buf, "\r\ncontent-length:");
+        size_t want = (size_t)(end + 4 - buf) + (cl ? strtoul(cl + 17, NULL, 10) : 0);
+        if (!cl || want >= sizeof buf)
+            return 0;
+        if (n >= want)
+            return strncmp(buf, "HTTP/1.1 ", 9) ? 0 : strtol(buf + 9, NULL, 10);
+        *end = '\r';
+    }
 }
 
 /* ------------------------------------------------------------ the rows */
@@ -341,7 +411,17 @@ int main(int argc, char **argv)
         http_exec(h, id, key);
         lib_true(rsb);
     }
-    /* direct vs HTTP */
+    /* direct vs HTTP, with libcurl and with the minimal client: each
+     * round a direct call and a libcurl execute, then a direct call and a
+     * minimal client's execute, so each execute follows a direct call. */
+    int fd = raw_connect();
+    for (int i = 0; i < 10; i++) {
+        snprintf(key, sizeof key, "warm-raw-%d", i);
+        lib_true(direct);
+        if (raw_exec(fd, id, key) != 200)
+            die("%s", "execute through the server failed (minimal client)");
+    }
+    double *a2 = calloc((size_t)rounds, sizeof *a2), *c2 = calloc((size_t)rounds, sizeof *c2);
     for (int i = 0; i < rounds; i++) {
         double t0 = now_us();
         if (lib_true(direct) != 0)
@@ -353,8 +433,22 @@ int main(int argc, char **argv)
         double t2 = now_us();
         a[i] = t1 - t0;
         c[i] = t2 - t1;
+        t0 = now_us();
+        if (lib_true(direct) != 0)
+            die("%s", "direct exec failed");
+        t1 = now_us();
+        snprintf(key, sizeof key, "round-raw-%d", i);
+        if (raw_exec(fd, id, key) != 200)
+            die("%s", "execute through the server failed (minimal client)");
+        t2 = now_us();
+        a2[i] = t1 - t0;
+        c2[i] = t2 - t1;
     }
+    close(fd);
     row("execute /bin/true", a, c, rounds, "direct", "HTTP");
+    row("  minimal client", a2, c2, rounds, "direct", "HTTP");
+    free(a2);
+    free(c2);
     /* direct vs the remote plugin */
     for (int i = 0; i < rounds; i++) {
         double t0 = now_us();
