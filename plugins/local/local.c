@@ -3748,37 +3748,13 @@ static int is_own_user(const struct sbx_plugin_sandbox *sb, const char *user)
            && res->pw_uid == sb->sup_uid;
 }
 
-/**
- * /dev/null opened for reading (@w 0) or writing (@w 1), once per process
- * and kept (close-on-exec): an exec without stdin gets it passed as is, one
- * open and one close per exec fewer. Returns the descriptor, not to be
- * closed, or -1 with errno set. Thread-safe.
- */
-static int dev_null(int w)
-{
-    static int kept1[2];        /* the descriptors plus one; 0 not yet open */
-    int fd = __atomic_load_n(&kept1[w], __ATOMIC_ACQUIRE) - 1;
-    if (fd >= 0)
-        return fd;
-    fd = open("/dev/null", (w ? O_WRONLY : O_RDONLY) | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int none = 0;
-    if (!__atomic_compare_exchange_n(&kept1[w], &none, fd + 1, 0, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_ACQUIRE)) {
-        close(fd);
-        fd = none - 1;
-    }
-    return fd;
-}
-
 static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
                             const sbx_plugin_exec_request *request,
                             sbx_plugin_process **process, sbx_error **error)
 {
     const char *op = "exec";
     struct sbx_plugin_sandbox *sb = sandbox;
-    int fd = -1;
+    int fd = -1, own[PROTO_EXEC_FDS] = { -1, -1, -1 };
     char *cwd = NULL;
     unsigned char *payload = NULL;
     proto_buf b = { 0 };
@@ -3853,12 +3829,13 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
     for (int i = 0; i < PROTO_EXEC_FDS; i++) {
         if (fds[i] >= 0)
             continue;
-        fds[i] = dev_null(i == 0 ? 0 : 1);
-        if (fds[i] < 0) {
+        own[i] = open("/dev/null", (i == 0 ? O_RDONLY : O_WRONLY) | O_CLOEXEC);
+        if (own[i] < 0) {
             fail(error, local_errno_code(errno, SBX_ERROR_EXECUTION_FAILED), op,
                  "cannot open /dev/null: %s", strerror(errno));
             goto out;
         }
+        fds[i] = own[i];
     }
     if (resolve_cwd(sb, ctx, request->cwd, &cwd, error) < 0)
         goto out;
@@ -4016,6 +3993,9 @@ out:
     /* Closing the connection before STARTED kills what it started. */
     if (fd >= 0)
         close(fd);
+    for (int i = 0; i < PROTO_EXEC_FDS; i++)
+        if (own[i] >= 0)
+            close(own[i]);
     proto_buf_free(&b);
     free(payload);
     free(cwd);
