@@ -2584,3 +2584,61 @@ Test(provider, script_env_prelude)
     cr_assert_null(pre.data);
     prelude_fail = 0;
 }
+
+/* The head's data plane: kept without its trailing slashes and freed with
+ * the head; no URL keeps the one it had; the constructor with one wants
+ * one. A call at the data plane goes to the plane's URL and the path; a
+ * head without one sends nothing. */
+Test(provider, sandbox_plane_and_its_calls)
+{
+    cl_backend = "acme";
+    wide_sandbox *w = cl_sandbox_new_at(sizeof(*w), NULL, "sb-p", "/w", "http://h/sb-p//");
+    cr_assert_not_null(w);
+    cr_assert_str_eq(w->s.plane, "http://h/sb-p");
+    cr_assert_str_eq(w->s.workdir, "/w");
+    cr_assert_null(w->url);
+    cr_assert_eq(cl_sandbox_set_plane(&w->s, NULL), -1);
+    cr_assert_str_eq(w->s.plane, "http://h/sb-p");
+    cr_assert_eq(cl_sandbox_set_plane(&w->s, "https://x.example/"), 0);
+    cr_assert_str_eq(w->s.plane, "https://x.example");
+    cl_sandbox_free(w);
+    cr_assert_null(cl_sandbox_new_at(sizeof(*w), NULL, "sb-q", NULL, NULL));
+
+    static const char *const dead[] = { "shutdown", NULL };
+    static const cl_resume_spec rs = { "acme", 1, "sandbox_id", look_get, "status", dead, NULL };
+    static const cl_call_spec own = { &rs, CL_CALLS_404_GONE };
+    static const page_answer answers[] = {
+        { 200, NULL, "{\"ok\":1}" },
+        { 404, NULL, "{\"message\":\"no such sandbox\"}" },
+    };
+    cl_http *h = cl_http_new();
+    page_server sv;
+    page_start(&sv, answers, 2);
+    char base[64];
+    snprintf(base, sizeof base, "http://127.0.0.1:%d/sb/sb-run/", sv.port);
+    cl_sandbox s;
+    cr_assert_eq(cl_sandbox_init(&s, "sb-run"), 0);
+    cl_req rq = { .method = "GET", .idempotent = CL_SAFE, .what = "read it" };
+    cl_resp r = { 0 };
+    cr_assert_eq(cl_plane_request(&s, h, &own, NULL, &rq, "/process?a=1", 0, &r, "exec", NULL),
+                 -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
+    cr_assert_eq(sv.served, 0);
+    cr_assert_eq(cl_sandbox_set_plane(&s, base), 0);
+    cr_assert_eq(cl_plane_request(&s, h, &own, NULL, &rq, "/process?a=1", 0, &r, "exec", NULL),
+                 0);
+    cr_assert_eq(r.status, 200);
+    cr_assert_null(rq.url);
+    cl_resp_clear(&r);
+    cr_assert_eq(cl_plane_request(&s, h, &own, NULL, &rq, "/files", 0, &r, "exec", NULL), -1);
+    cl_resp_clear(&r);
+    page_stop(&sv);
+    cr_assert_eq(cl_gone_get(&s.gone), 1);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-run is gone (the provider no longer has it)");
+    cr_assert_eq(sv.served, 2);
+    cr_assert_str_eq(sv.lines[0], "GET /sb/sb-run/process?a=1 HTTP/1.1");
+    cr_assert_str_eq(sv.lines[1], "GET /sb/sb-run/files HTTP/1.1");
+    cl_sandbox_clear(&s);
+    cr_assert_null(s.plane);
+    cl_http_free(h);
+}

@@ -779,6 +779,7 @@ int cl_sandbox_init(cl_sandbox *s, const char *id)
     s->n_ports = 0;
     s->c = NULL;
     s->workdir = NULL;
+    s->plane = NULL;
     return 0;
 }
 
@@ -792,6 +793,18 @@ void cl_sandbox_clear(cl_sandbox *s)
     s->n_ports = 0;
     free(s->workdir);
     s->workdir = NULL;
+    free(s->plane);
+    s->plane = NULL;
+}
+
+int cl_sandbox_set_plane(cl_sandbox *s, const char *url)
+{
+    char *p = url ? cl_trim_slash(url) : NULL;
+    if (!p)
+        return -1;
+    free(s->plane);
+    s->plane = p;
+    return 0;
 }
 
 sbx_error *cl_create_unanswered(cl_reaper *reaper, const sbx_call_ctx *ctx, const char *token,
@@ -867,6 +880,17 @@ void *cl_sandbox_new(size_t size, struct sbx_plugin_client *c, const char *id,
         return NULL;
     s->c = c;
     if (cl_dup(&s->workdir, workdir && *workdir ? workdir : NULL) < 0) {
+        cl_sandbox_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void *cl_sandbox_new_at(size_t size, struct sbx_plugin_client *c, const char *id,
+                        const char *workdir, const char *plane)
+{
+    cl_sandbox *s = plane ? cl_sandbox_new(size, c, id, workdir) : NULL;
+    if (s && cl_sandbox_set_plane(s, plane) < 0) {
         cl_sandbox_free(s);
         return NULL;
     }
@@ -1662,6 +1686,14 @@ int cl_sandbox_request(cl_sandbox *s, cl_http *h, const cl_call_spec *cs,
     if (r->status / 100 == 2 || ((how & CL_CALL_OK_408) && r->status == 408))
         return 0;
     return cl_sandbox_refused(s, h, cs, ctx, r, how, op, rq->what, error);
+}
+
+int cl_plane_request(cl_sandbox *s, cl_http *h, const cl_call_spec *cs, const sbx_call_ctx *ctx,
+                     cl_req *rq, const char *path, unsigned how, cl_resp *r, const char *op,
+                     sbx_error **error)
+{
+    return cl_sandbox_request(s, h, cs, ctx, rq, s->plane ? cl_printf("%s%s", s->plane, path)
+                                                          : NULL, how, r, op, error);
 }
 
 int cl_request_at(cl_http *h, const sbx_call_ctx *ctx, cl_req *rq, char *url, cl_resp *r,

@@ -26,9 +26,9 @@
  *     sources, so that it holds after a resume in another process while the
  *     session state holds no env value (per-call values still win), and a
  *     command's per-call environment as export lines;
- *   - the sandbox head (id, gone flag) with the sandbox_id, sandbox_root,
- *     destroy and is_alive slots over it and the answer to a call on it
- *     (a request at a URL it takes), the error of a file call's answer, the
+ *   - the sandbox head (id, gone flag, data plane) with the sandbox_id,
+ *     sandbox_root, destroy and is_alive slots over it and the answer to a
+ *     call on it (a request at a URL it takes, or at its data plane), the error of a file call's answer, the
  *     setup slot, the fixed probe slot, client_new's end, the plugin's
  *     sandbox struct allocated and freed around it, the session_state
  *     slot's start and end, the start of a command and the
@@ -509,12 +509,18 @@ typedef struct cl_sandbox {
     char *workdir;      /* the default working directory (absolute), a new
                          * string freed with the head, or NULL: the
                          * provider's own */
+    char *plane;        /* the sandbox's own base URL, its data plane
+                         * (processes, files; cl_plane_request()), no
+                         * trailing slash: a new string freed with the
+                         * head, or NULL: none */
 } cl_sandbox;
 
-/** Copies @id into @s and clears its gone flag, its client and its
- *  workdir: 0, or -1 on no memory (then @s holds nothing to clear). */
+/** Copies @id into @s and clears its gone flag, its client, its workdir
+ *  and its data plane: 0, or -1 on no memory (then @s holds nothing to
+ *  clear). */
 int cl_sandbox_init(cl_sandbox *s, const char *id);
-/** Frees what cl_sandbox_init() made and the workdir (not @s itself). */
+/** Frees what cl_sandbox_init() made, the workdir and the data plane (not
+ *  @s itself). */
 void cl_sandbox_clear(cl_sandbox *s);
 /**
  * A plugin's sandbox struct of @size bytes (at least sizeof(cl_sandbox);
@@ -530,6 +536,21 @@ void *cl_sandbox_alloc(size_t size, const char *id);
  */
 void *cl_sandbox_new(size_t size, struct sbx_plugin_client *c, const char *id,
                      const char *workdir);
+/**
+ * Sets the data plane of @s (a sandbox served at a URL of its own: a
+ * per-sandbox host, a toolbox proxy) to a copy of @url without its
+ * trailing slashes, the one it had freed: 0; -1 when @url is NULL or on
+ * no memory (@s keeps what it had). Not thread-safe: while the handle is
+ * made.
+ */
+int cl_sandbox_set_plane(cl_sandbox *s, const char *url);
+/**
+ * cl_sandbox_new() whose head also holds the data plane @plane
+ * (cl_sandbox_set_plane()): NULL when @plane is NULL or on no memory
+ * (nothing left to free). Thread-safe.
+ */
+void *cl_sandbox_new_at(size_t size, struct sbx_plugin_client *c, const char *id,
+                        const char *workdir, const char *plane);
 /** Clears the cl_sandbox that starts @sb and frees @sb (NULL: nothing). */
 void cl_sandbox_free(void *sb);
 /** The sandbox_free slot of a plugin whose sandbox holds nothing the head
@@ -693,6 +714,17 @@ int cl_sandbox_refused(cl_sandbox *s, cl_http *h, const cl_call_spec *cs,
 int cl_sandbox_request(cl_sandbox *s, cl_http *h, const cl_call_spec *cs,
                        const sbx_call_ctx *ctx, cl_req *rq, char *url, unsigned how, cl_resp *r,
                        const char *op, sbx_error **error);
+
+/**
+ * cl_sandbox_request() at @s's data plane followed by @path (absolute,
+ * with its query: "/process?x=1"), sent through @h; a head without a data
+ * plane is as a URL that could not be made (resource_exhausted, nothing
+ * sent, after the gone check). Returns as cl_sandbox_request().
+ * Thread-safe.
+ */
+int cl_plane_request(cl_sandbox *s, cl_http *h, const cl_call_spec *cs, const sbx_call_ctx *ctx,
+                     cl_req *rq, const char *path, unsigned how, cl_resp *r, const char *op,
+                     sbx_error **error);
 
 /**
  * A call on sandbox @s at the provider: -1 with cl_gone_error() (of
