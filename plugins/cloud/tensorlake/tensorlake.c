@@ -156,8 +156,8 @@ struct sbx_plugin_client {
 };
 
 struct sbx_plugin_sandbox {
-    cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
-    char *url;          /* its sandbox_url, no trailing slash */
+    cl_sandbox s;       /* first member: the id, the gone flag and the data
+                         * plane, its sandbox_url (provider.h) */
     int named;          /* named by its create token: suspendable, listed */
 };
 
@@ -266,9 +266,8 @@ static const cl_call_spec tl_calls = { &tl_look, CL_CALLS_404_GONE };
 static int tl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
                    const char *path, cl_resp *r, int file_call, const char *op, sbx_error **error)
 {
-    return cl_sandbox_request(&sb->s, sb->s.c->http, &tl_calls, ctx, rq,
-                              cl_printf("%s%s", sb->url, path), file_call ? CL_CALL_FILE : 0, r,
-                              op, error);
+    return cl_plane_request(&sb->s, sb->s.c->http, &tl_calls, ctx, rq, path,
+                            file_call ? CL_CALL_FILE : 0, r, op, error);
 }
 
 static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
@@ -340,26 +339,6 @@ static int tl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
-
-static struct sbx_plugin_sandbox *tl_sandbox_new(struct sbx_plugin_client *c, const char *id,
-                                                 const char *url, int named)
-{
-    struct sbx_plugin_sandbox *sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
-    if (sb && !(sb->url = cl_trim_slash(url))) {
-        cl_sandbox_free(sb);
-        return NULL;
-    }
-    if (sb)
-        sb->named = named;
-    return sb;
-}
-
-static void tl_sandbox_free(sbx_plugin_sandbox *sb)
-{
-    if (sb)
-        free(sb->url);
-    cl_sandbox_free(sb);
-}
 
 #define tl_refuse(error, option, value, why) \
     cl_refuse((error), TL_BACKEND, (option), (value), (why))
@@ -632,7 +611,7 @@ static char *tl_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, un
         cl_port_not_exposed(error, &sb->s, TL_BACKEND, op, port);
         return NULL;
     }
-    const char *base = sb->url;
+    const char *base = sb->s.plane;
     const char *host = strstr(base, "://");
     size_t idl = strlen(sb->s.id);
     char *url = NULL;
@@ -712,7 +691,8 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             tl_delete(c, NULL, id, op, NULL);
         goto out;
     }
-    sb = tl_sandbox_new(c, id, su, named);
+    if ((sb = cl_sandbox_new_at(sizeof(*sb), c, id, NULL, su)))
+        sb->named = named;
     const uint16_t *ports;
     size_t n_ports = cl_request_ports(rq, &ports);
     int port_oom = 0;
@@ -721,7 +701,7 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!sb || port_oom || tl_take_ports(sb, j) < 0) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         tl_delete(c, NULL, id, op, NULL);
-        tl_sandbox_free(sb);
+        cl_sandbox_free(sb);
         sb = NULL;
         goto out;
     }
@@ -729,20 +709,20 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         if (error && *error)
             cl_context(*error, "sandbox_id", id);
         tl_delete(c, NULL, id, op, NULL);
-        tl_sandbox_free(sb);
+        cl_sandbox_free(sb);
         sb = NULL;
         goto out;
     }
     if (rq->env && rq->env[0] && tl_write_env(sb, ctx, rq->env, op, error) < 0) {
         tl_delete(c, NULL, id, op, NULL);
-        tl_sandbox_free(sb);
+        cl_sandbox_free(sb);
         sb = NULL;
         goto out;
     }
     if (cl_create_workdir(sb, &sb->s.workdir, tl_run_short, ctx, TL_BACKEND, rq->workdir, op,
                           error) < 0) {
         tl_delete(c, NULL, id, op, NULL);
-        tl_sandbox_free(sb);
+        cl_sandbox_free(sb);
         sb = NULL;
         goto out;
     }
@@ -777,7 +757,7 @@ static char *tl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
     json_object *j = cl_state_new(&sb->s, TL_BACKEND, TL_STATE_VERSION, "sandbox_id", error);
     if (!j)
         return NULL;
-    json_object_object_add(j, "sandbox_url", json_object_new_string(sb->url));
+    json_object_object_add(j, "sandbox_url", json_object_new_string(sb->s.plane));
     json_object_object_add(j, "named", json_object_new_boolean(sb->named));
     return cl_state_end(j, error);
 }
@@ -796,12 +776,12 @@ static int tl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
     if (!su)
         su = cl_json_str(data, "sandbox_url");
     sb->named = json_object_object_get_ex(data, "named", &nm) && json_object_get_boolean(nm);
-    int rc = su && (sb->url = cl_trim_slash(su)) && tl_take_ports(sb, j) == 0 ? 0 : -1;
+    int rc = cl_sandbox_set_plane(&sb->s, su) == 0 && tl_take_ports(sb, j) == 0 ? 0 : -1;
     if (rc < 0)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "resume", "out of memory");
     else
         rc = tl_wake(sb, ctx, "resume", error);
-    return cl_resume_end(rc, sb, sandbox, j, data, tl_sandbox_free);
+    return cl_resume_end(rc, sb, sandbox, j, data, NULL);
 }
 
 static char *tl_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
@@ -1527,7 +1507,7 @@ static const sbx_plugin tl_plugin = {
     .session_state = tl_session_state,
     .destroy = tl_destroy,
     .is_alive = tl_is_alive,
-    .sandbox_free = tl_sandbox_free,
+    .sandbox_free = cl_sandbox_free_slot,
     .sandbox_id = cl_sandbox_id,
     .sandbox_root = cl_sandbox_root,
     .snapshot = tl_snapshot,
