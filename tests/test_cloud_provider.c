@@ -2642,3 +2642,61 @@ Test(provider, sandbox_plane_and_its_calls)
     cr_assert_null(s.plane);
     cl_http_free(h);
 }
+
+/* The upload of the stdin tests: what it got, and whether it fails. */
+static char stdin_path[64], stdin_shown[16], stdin_data[64];
+static int stdin_fail;
+
+static int stdin_up(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
+                    const char *shown, const char *op, sbx_error **error)
+{
+    (void)sb;
+    (void)ctx;
+    cr_assert_null(error);
+    snprintf(stdin_path, sizeof stdin_path, "%s", path);
+    snprintf(stdin_shown, sizeof stdin_shown, "%s", shown);
+    ssize_t n = read(fd, stdin_data, sizeof stdin_data - 1);
+    stdin_data[n > 0 ? n : 0] = '\0';
+    if (stdin_fail)
+        cl_fail(NULL, SBX_ERROR_CONNECTION, op, "upload: no answer");
+    return stdin_fail ? -1 : 0;
+}
+
+/* A command's stdin through a file: what the descriptor holds uploaded to
+ * DIR/.TAG.in and read from there (then removed) by the prelude; no stdin
+ * is /dev/null and uploads nothing; an upload that fails is its error. */
+Test(provider, script_stdin_file_and_prelude)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    cr_assert_eq(write(fds[1], "in put", 6), 6);
+    close(fds[1]);
+    cl_script_proc p = { .stdin_fd = fds[0], .tag = "sbx-exec-00ff" };
+    char path[CL_STDIN_PATH_MAX];
+    cr_assert_eq(cl_script_stdin_file(&p, NULL, stdin_up, "/workspace", path, "exec"), 0);
+    cr_assert_str_eq(path, "/workspace/.sbx-exec-00ff.in");
+    cr_assert_str_eq(stdin_path, "/workspace/.sbx-exec-00ff.in");
+    cr_assert_str_eq(stdin_shown, "stdin");
+    cr_assert_str_eq(stdin_data, "in put");
+    cl_buf pre = { 0 };
+    cr_assert_eq(cl_script_stdin_prelude(&p, NULL, stdin_up, "/tmp", &pre, "exec"), 0);
+    cr_assert_str_eq(stdin_path, "/tmp/.sbx-exec-00ff.in");
+    cr_assert_str_eq(pre.data, "exec </tmp/.sbx-exec-00ff.in; rm -f /tmp/.sbx-exec-00ff.in\n");
+    cl_buf_clear(&pre);
+    stdin_fail = 1;
+    cr_assert_eq(cl_script_stdin_prelude(&p, NULL, stdin_up, "/tmp", &pre, "exec"), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONNECTION);
+    cr_assert_str_eq(cl_last()->msg, "upload: no answer");
+    cr_assert_null(pre.data);
+    stdin_fail = 0;
+    close(fds[0]);
+
+    p.stdin_fd = -1;
+    stdin_path[0] = '\0';
+    cr_assert_eq(cl_script_stdin_file(&p, NULL, stdin_up, "/tmp", path, "exec"), 0);
+    cr_assert_str_eq(path, "/dev/null");
+    cr_assert_eq(cl_script_stdin_prelude(&p, NULL, stdin_up, "/tmp", &pre, "exec"), 0);
+    cr_assert_str_eq(pre.data, "exec </dev/null\n");
+    cr_assert_str_eq(stdin_path, "");
+    cl_buf_clear(&pre);
+}

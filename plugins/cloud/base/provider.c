@@ -1498,6 +1498,31 @@ int cl_script_env_prelude(cl_script_proc *p, const sbx_call_ctx *ctx, cl_upload_
     return rc ? -1 : 0;
 }
 
+int cl_script_stdin_file(cl_script_proc *p, const sbx_call_ctx *ctx, cl_upload_fn up,
+                         const char *dir, char path[CL_STDIN_PATH_MAX], const char *op)
+{
+    if (p->stdin_fd < 0) {
+        snprintf(path, CL_STDIN_PATH_MAX, "/dev/null");
+        return 0;
+    }
+    snprintf(path, CL_STDIN_PATH_MAX, "%s/.%s.in", dir, p->tag);
+    return up(p->sb, ctx, path, p->stdin_fd, "stdin", op, NULL) < 0 ? -1 : 0;
+}
+
+int cl_script_stdin_prelude(cl_script_proc *p, const sbx_call_ctx *ctx, cl_upload_fn up,
+                            const char *dir, cl_buf *pre, const char *op)
+{
+    char path[CL_STDIN_PATH_MAX];
+    if (cl_script_stdin_file(p, ctx, up, dir, path, op) < 0)
+        return -1;
+    if ((p->stdin_fd >= 0 ? cl_buf_printf(pre, "exec <%s; rm -f %s\n", path, path)
+                          : cl_buf_printf(pre, "exec </dev/null\n")) < 0) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
 int cl_script_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
                         int *exit_code, sbx_error **error)
 {

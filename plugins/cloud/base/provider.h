@@ -1336,6 +1336,34 @@ typedef int (*cl_upload_bytes_fn)(sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
 int cl_script_env_prelude(cl_script_proc *p, const sbx_call_ctx *ctx, cl_upload_bytes_fn up,
                           cl_buf *pre, const char *op);
 
+/** The size of a path cl_script_stdin_file() writes: enough for a @dir of
+ *  up to 20 bytes. */
+#define CL_STDIN_PATH_MAX 64
+
+/**
+ * The stdin of @p's command for a provider whose command reads it from a
+ * file in the sandbox: when @p has one (its stdin_fd >= 0), what it holds
+ * (read to its end) uploaded by @up (named "stdin" in its errors) to
+ * @dir/.TAG.in in @p's sandbox and that path written to @path; else
+ * "/dev/null" written there. @dir is absolute ("/tmp"), at most 20 bytes;
+ * @path holds CL_STDIN_PATH_MAX bytes. 0; -1 with @up's error, the
+ * thread's last error (cl_last()), op @op. On @p's worker thread.
+ */
+int cl_script_stdin_file(cl_script_proc *p, const sbx_call_ctx *ctx, cl_upload_fn up,
+                         const char *dir, char path[CL_STDIN_PATH_MAX], const char *op);
+
+/**
+ * cl_script_stdin_file() into @dir, and the line that makes it the stdin
+ * of the rest of the script appended to @pre (the script's prelude):
+ * "exec <PATH; rm -f PATH" for an uploaded file (read once, removed at
+ * once), else "exec </dev/null", and a newline. 0; -1 with the thread's
+ * last error (cl_last()): @up's, or resource_exhausted "out of memory"
+ * (op @op; @pre then holds part of the line: the caller clears it). On
+ * @p's worker thread.
+ */
+int cl_script_stdin_prelude(cl_script_proc *p, const sbx_call_ctx *ctx, cl_upload_fn up,
+                            const char *dir, cl_buf *pre, const char *op);
+
 /** The exec_wait slot for a cl_script_proc: cl_exec_wait_script(). */
 int cl_script_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
                         int *exit_code, sbx_error **error);
