@@ -1328,12 +1328,9 @@ static int rl_exec_run(cl_proc *base)
     int bad = cl_buf_printf(&pre, "export " CL_EXEC_MARK "=%s-io\n", p->tag) < 0;
     if (!bad && cl_script_env_prelude(p, &ctx, rl_upload_bytes, &pre, op) < 0)
         goto fail;
-    char in[64] = "/dev/null";
-    if (!bad && p->stdin_fd >= 0) {
-        snprintf(in, sizeof in, "/tmp/.%s.in", p->tag);
-        if (rl_upload(sb, &ctx, in, p->stdin_fd, "stdin", op, NULL) < 0)
-            goto fail;
-    }
+    char in[CL_STDIN_PATH_MAX] = "/dev/null";
+    if (!bad && cl_script_stdin_file(p, &ctx, rl_upload, "/tmp", in, op) < 0)
+        goto fail;
     /* The command runs in a shell of its own with its output in two files,
      * which tail follows into the execution's stdout and stderr while it
      * runs (the update streams, rl_reader_main; the wrapper's own messages
