@@ -1335,15 +1335,8 @@ static int vc_exec_run(cl_proc *base)
     int bad = cl_buf_printf(&pre, "export " CL_EXEC_MARK "=%s\n", p->tag) < 0;
     if (!bad && cl_script_env_prelude(p, &ctx, vc_upload_bytes, &pre, op) < 0)
         goto fail;
-    if (!bad && p->stdin_fd >= 0) {
-        char path[64];
-        snprintf(path, sizeof path, "/tmp/.%s.in", p->tag);
-        if (vc_upload(sb, &ctx, path, p->stdin_fd, "stdin", op, NULL) < 0)
-            goto fail;
-        bad = cl_buf_printf(&pre, "exec <%s; rm -f %s\n", path, path) < 0;
-    } else if (!bad) {
-        bad = cl_buf_printf(&pre, "exec </dev/null\n") < 0;
-    }
+    if (!bad && cl_script_stdin_prelude(p, &ctx, vc_upload, "/tmp", &pre, op) < 0)
+        goto fail;
     bad = bad || cl_buf_printf(&pre, "%s", p->script) < 0;
     b = json_object_new_object();
     json_object *args = json_object_new_array();
