@@ -1415,7 +1415,7 @@ static int cf_exec_run(cl_proc *base)
     struct sbx_plugin_sandbox *sb = p->sp.sb;
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
-    char *src = cl_env_file_source(CF_ENV_FILE), *in_path = NULL, *env_path = NULL;
+    char *src = cl_env_file_source(CF_ENV_FILE), *env_path = NULL;
     char *keys = cl_call_keys((const char *const *)p->sp.env);
     cl_buf s = { 0 };
     cf_stream st = { 0 };
@@ -1438,19 +1438,12 @@ static int cf_exec_run(cl_proc *base)
         if (!env_path)
             goto fail;
     }
-    if (p->sp.stdin_fd >= 0) {
-        in_path = cl_printf(CF_WORKSPACE "/.%s.in", p->sp.tag);
-        if (!in_path || cf_put(sb, &ctx, in_path, p->sp.stdin_fd, "stdin", op, NULL) < 0)
-            goto fail;
-    }
     cl_buf_printf(&s, "[ -e " CF_LIVE_FILE " ] || exit %d\n", CF_GONE_EXIT);
     if (env_path)
         cl_buf_printf(&s, ". %s; rm -f %s\n", env_path, env_path);
     cl_buf_printf(&s, "%s", src);
-    if (in_path)
-        cl_buf_printf(&s, "exec <%s; rm -f %s\n", in_path, in_path);
-    else
-        cl_buf_printf(&s, "exec </dev/null\n");
+    if (cl_script_stdin_prelude(&p->sp, &ctx, cf_put, CF_WORKSPACE, &s, op) < 0)
+        goto fail;
     cl_buf_printf(&s, "%s", p->sp.script);
     if (!s.data) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1484,7 +1477,6 @@ out:
     cl_buf_clear(&s);
     free(src);
     free(keys);
-    free(in_path);
     free(env_path);
     return code;
 }
