@@ -474,7 +474,7 @@ fail:
 }
 
 static int tl_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
-                     int fd, const char *op, sbx_error **error);
+                     int fd, const char *shown, const char *op, sbx_error **error);
 
 /* The create's environment as TL_ENV_FILE (mode 0600), which every
  * command sources (Tensorlake takes environment values per process only,
@@ -504,7 +504,7 @@ static int tl_write_env(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     if (w != (ssize_t)n) {
         cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "tensorlake: the create's environment "
                 "is larger than 64 KiB");
-    } else if (tl_upload(sb, ctx, TL_ENV_FILE, fds[0], op, error) == 0) {
+    } else if (tl_upload(sb, ctx, TL_ENV_FILE, fds[0], TL_ENV_FILE, op, error) == 0) {
         int code = 0;
         rc = tl_run_short(sb, ctx, "chmod 600 " TL_ENV_FILE, &code, op, error);
         if (rc == 0 && code != 0) {
@@ -1042,7 +1042,7 @@ static int tl_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 }
 
 static int tl_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
-                     int fd, const char *op, sbx_error **error)
+                     int fd, const char *shown, const char *op, sbx_error **error)
 {
     char *q = tl_files_path_in(sb, "", path);
     cl_req rq = { .method = "PUT", .content_type = "application/octet-stream",
@@ -1051,7 +1051,7 @@ static int tl_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
     cl_resp r = { 0 };
     int rc = q ? tl_host(sb, ctx, &rq, q, &r, 1, op, error) : -1;
     if (rc < 0 && r.status)
-        tl_file_fail(sb, &r, op, path, "directory for file", error);
+        tl_file_fail(sb, &r, op, shown, "directory for file", error);
     free(q);
     cl_resp_clear(&r);
     return rc;
@@ -1061,7 +1061,7 @@ static int tl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                          uint32_t mode, sbx_error **error)
 {
     const char *op = "write_file";
-    if (tl_upload(sb, ctx, path, fd, op, error) < 0)
+    if (tl_upload(sb, ctx, path, fd, path, op, error) < 0)
         return -1;
     return cl_set_mode(sb, tl_run_short, ctx, path, path, mode, op, error);
 }
@@ -1391,18 +1391,15 @@ static int tl_exec_run(cl_proc *base)
     struct sbx_plugin_sandbox *sb = p->sp.sb;
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
-    char in[64] = "/dev/null", marker[64];
+    char in[CL_STDIN_PATH_MAX], marker[64];
     char *script = NULL, *src = cl_env_file_source(TL_ENV_FILE);
     int code = -1, rc = -1;
     tl_stream s = { p, { 0 }, 0, 0, marker, NULL };
     json_object *b = NULL, *args = NULL;
     cl_resp r = { 0 };
     snprintf(marker, sizeof marker, "%s%s ", TL_REPORT_MARK, p->sp.tag);
-    if (p->sp.stdin_fd >= 0) {
-        snprintf(in, sizeof in, "/tmp/.%s.in", p->sp.tag);
-        if (tl_upload(sb, &ctx, in, p->sp.stdin_fd, op, NULL) < 0)
-            goto fail;
-    }
+    if (cl_script_stdin_file(&p->sp, &ctx, tl_upload, "/tmp", in, op) < 0)
+        goto fail;
     /* bash -c WRAPPER bash SCRIPT: the caller's script is the wrapper's $1. */
     if (!src || !(script = tl_exec_script(src, p->sp.tag, in))
         || !(b = tl_run_body(script, (const char *const *)p->sp.env, p->sp.tag))
