@@ -2700,3 +2700,74 @@ Test(provider, script_stdin_file_and_prelude)
     cr_assert_str_eq(stdin_path, "");
     cl_buf_clear(&pre);
 }
+
+/* The create's backend_options by table: none stores nothing; known keys
+ * with values of their type are stored (the strings as copies); a value
+ * not JSON, an unknown key or a value of another type is refused naming
+ * it, nothing stored. */
+Test(provider, backend_options_by_table)
+{
+    int flag = 7;
+    char *name = NULL;
+    long long count = 9;
+    cl_option table[] = {
+        { "policy_id", CL_OPTION_STRING, 0, &name },
+        { "custom", CL_OPTION_BOOL, 0, &flag },
+        { "idle_secs", CL_OPTION_COUNT, 86400, &count },
+        { NULL, 0, 0, NULL },
+    };
+    sbx_plugin_create_request rq = { .struct_size = sizeof(rq) };
+    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), 0);
+    rq.backend_options = "";
+    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), 0);
+    cr_assert_eq(flag, 7);
+    cr_assert_null(name);
+    cr_assert_eq(count, 9);
+    rq.backend_options = "{\"custom\":false,\"policy_id\":\"np-1\",\"idle_secs\":86400}";
+    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), 0);
+    cr_assert_eq(flag, 0);
+    cr_assert_str_eq(name, "np-1");
+    cr_assert_eq(count, 86400);
+    free(name);
+    name = NULL;
+    rq.backend_options = "{\"custom\":true}";
+    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), 0);
+    cr_assert_eq(flag, 1);
+    cr_assert_null(name);
+    cr_assert_eq(count, 86400);
+
+    sbx_error *err = NULL;
+    cl_host = &rec_host;
+    rq.backend_options = "{\"custom\":false,\"Frob\":1}";
+    cr_assert_eq(cl_backend_options(&rq, "acme", table, &err), -1);
+    cl_host = NULL;
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "acme backend_options: unknown key \"Frob\" (known: "
+                                     "\"policy_id\", \"custom\", \"idle_secs\")");
+    cr_assert_str_eq(err->pairs, "name=Frob;known=\"policy_id\", \"custom\", \"idle_secs\";"
+                                 "option=backend_options;");
+    free(err);
+    cr_assert_eq(flag, 1);
+    rq.backend_options = "{\"custom\":\"yes\"}";
+    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend_options: custom \"yes\" is not true or false");
+    rq.backend_options = "{\"policy_id\":\"\"}";
+    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend_options: policy_id \"\" is not a non-empty "
+                                     "string");
+    cr_assert_null(name);
+    rq.backend_options = "{\"policy_id\":\"np-2\",\"idle_secs\":86401}";
+    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend_options: idle_secs 86401 is not a whole "
+                                     "number from 1 to 86400");
+    cr_assert_null(name);
+    rq.backend_options = "{\"idle_secs\":1.5}";
+    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend_options: idle_secs 1.5 is not a whole number "
+                                     "from 1 to 86400");
+    cr_assert_eq(count, 86400);
+    rq.backend_options = "[1,2]";
+    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "acme backend_options: [1,2] is not a JSON object");
+}

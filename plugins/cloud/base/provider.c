@@ -1963,6 +1963,100 @@ int cl_no_backend_options(const sbx_plugin_create_request *rq, const char *provi
     return rc;
 }
 
+/* 1 when @v is a value of @o's type. */
+static int option_ok(const cl_option *o, json_object *v)
+{
+    switch (o->type) {
+    case CL_OPTION_BOOL:
+        return json_object_is_type(v, json_type_boolean);
+    case CL_OPTION_STRING:
+        return json_object_is_type(v, json_type_string) && json_object_get_string_len(v) > 0;
+    default: {
+        int64_t n = json_object_is_type(v, json_type_int) ? json_object_get_int64(v) : 0;
+        return n > 0 && n <= o->max;
+    }
+    }
+}
+
+int cl_backend_options(const sbx_plugin_create_request *rq, const char *provider,
+                       const cl_option *table, sbx_error **error)
+{
+    const char *op = "create";
+    if (!rq->backend_options || !*rq->backend_options)
+        return 0;
+    json_object *bo = json_tokener_parse(rq->backend_options);
+    sbx_error *err = NULL;
+    cl_buf known = { 0 };
+    int oom = 0, bad = 1;
+    for (const cl_option *o = table; o->key; o++)
+        oom |= cl_buf_printf(&known, "%s\"%s\"", o == table ? "" : ", ", o->key) < 0;
+    if (oom) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    } else if (!bo || !json_object_is_type(bo, json_type_object)) {
+        err = cl_fail(error, SBX_ERROR_CONFIGURATION, op, "%s backend_options: %s is not a "
+                      "JSON object", provider, rq->backend_options);
+    } else {
+        bad = 0;
+        json_object_object_foreach(bo, k, v) {
+            const cl_option *o = table;
+            while (o->key && strcmp(o->key, k) != 0)
+                o++;
+            if (!o->key) {
+                err = cl_fail(error, SBX_ERROR_CONFIGURATION, op, "%s backend_options: unknown "
+                              "key \"%s\" (known: %s)", provider, k, known.data ? known.data : "");
+                cl_context(err, "name", k);
+                cl_context(err, "known", known.data ? known.data : "");
+                bad = 1;
+                break;
+            }
+            if (!option_ok(o, v)) {
+                char max[32] = "";
+                if (o->type == CL_OPTION_COUNT)
+                    snprintf(max, sizeof max, "%lld", o->max);
+                err = cl_fail(error, SBX_ERROR_CONFIGURATION, op, "%s backend_options: %s %s is "
+                              "not %s%s", provider, k, json_object_to_json_string(v),
+                              o->type == CL_OPTION_BOOL ? "true or false"
+                              : o->type == CL_OPTION_STRING ? "a non-empty string"
+                              : "a whole number from 1 to ", max);
+                cl_context(err, "name", k);
+                bad = 1;
+                break;
+            }
+        }
+    }
+    cl_buf_clear(&known);
+    if (bad) {
+        cl_context(err, "option", "backend_options");
+        json_object_put(bo);
+        return -1;
+    }
+    /* Every key is known and every value of its type: stored, the strings
+     * first (a copy that cannot be made stores nothing). */
+    int rc = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        for (const cl_option *o = table; o->key; o++) {
+            json_object *v;
+            if (!json_object_object_get_ex(bo, o->key, &v))
+                continue;
+            if (o->type == CL_OPTION_STRING && pass == 0) {
+                if (!(*(char **)o->to = strdup(json_object_get_string(v))))
+                    rc = -1;
+            } else if (o->type == CL_OPTION_STRING && pass == 1 && rc < 0) {
+                free(*(char **)o->to);
+                *(char **)o->to = NULL;
+            } else if (o->type == CL_OPTION_BOOL && pass == 2 && rc == 0) {
+                *(int *)o->to = json_object_get_boolean(v);
+            } else if (o->type == CL_OPTION_COUNT && pass == 2 && rc == 0) {
+                *(long long *)o->to = (long long)json_object_get_int64(v);
+            }
+        }
+    }
+    if (rc < 0)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    json_object_put(bo);
+    return rc;
+}
+
 json_object *cl_meta_labels(const sbx_call_ctx *ctx, const char *backend, double expires_at)
 {
     json_object *m = json_object_new_object();

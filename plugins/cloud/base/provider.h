@@ -994,6 +994,40 @@ long long cl_lifetime_s(const sbx_plugin_create_request *rq, const char *provide
 int cl_no_backend_options(const sbx_plugin_create_request *rq, const char *provider,
                           sbx_error **error);
 
+/** One backend option a provider takes: an entry of the table
+ *  cl_backend_options() reads. */
+typedef struct cl_option {
+    const char *key;        /* its name ("suspendable"); NULL ends the table */
+    unsigned type;          /* CL_OPTION_* */
+    long long max;          /* CL_OPTION_COUNT: the largest value taken */
+    void *to;               /* where its value goes when it is given (left
+                             * alone when not): an int * (CL_OPTION_BOOL: 1
+                             * or 0), a char * * (CL_OPTION_STRING: a new
+                             * string, the caller's to free; NULL before) or
+                             * a long long * (CL_OPTION_COUNT) */
+} cl_option;
+#define CL_OPTION_BOOL 1u       /* true or false */
+#define CL_OPTION_STRING 2u     /* a non-empty string */
+#define CL_OPTION_COUNT 3u      /* a whole number from 1 to max */
+
+/**
+ * The create's backend_options read by @table (the provider's options, in
+ * the order its "known" list names them): 0 when @rq has none (NULL or "")
+ * or when each key of the object is one of @table's with a value of its
+ * type, every value given then stored in its entry's @to. Else -1 with
+ * configuration (op create, context option=backend_options), nothing
+ * stored: "@provider backend_options: JSON is not a JSON object"; for the
+ * first key (in the object's order) that is not in @table, "@provider
+ * backend_options: unknown key \"K\" (known: \"A\", \"B\")" with context
+ * name=K and known=the list; for the first value not of its type,
+ * "@provider backend_options: K VALUE is not true or false" (or "a
+ * non-empty string", or "a whole number from 1 to MAX"), VALUE as JSON,
+ * context name=K. resource_exhausted on no memory (nothing stored).
+ * Thread-safe.
+ */
+int cl_backend_options(const sbx_plugin_create_request *rq, const char *provider,
+                       const cl_option *table, sbx_error **error);
+
 /** One item of a listing (a JSON object, borrowed for the call): 0 to go
  *  on, non-zero to stop the listing. */
 typedef int (*cl_listed_fn)(void *ud, struct json_object *item);
