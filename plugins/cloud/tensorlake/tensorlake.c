@@ -432,39 +432,10 @@ static json_object *tl_create_body(struct sbx_plugin_client *c, const sbx_call_c
      * suspendable) unless the client or the create's backend option
      * "suspendable" says false: then unnamed, ended at its lifetime. */
     *named = c->suspendable;
-    if (rq->backend_options && *rq->backend_options) {
-        json_object *bo = json_tokener_parse(rq->backend_options);
-        sbx_error *err = NULL;
-        if (!bo || !json_object_is_type(bo, json_type_object)) {
-            err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                          "tensorlake backend_options: %s is not a JSON object",
-                          rq->backend_options);
-        } else {
-            json_object_object_foreach(bo, k, v) {
-                if (strcmp(k, "suspendable") != 0) {
-                    err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                                  "tensorlake backend_options: unknown key \"%s\" (known: "
-                                  "\"suspendable\")", k);
-                    cl_context(err, "name", k);
-                    cl_context(err, "known", "\"suspendable\"");
-                    break;
-                }
-                if (!json_object_is_type(v, json_type_boolean)) {
-                    err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                                  "tensorlake backend_options: suspendable %s is not true or "
-                                  "false", json_object_to_json_string(v));
-                    cl_context(err, "name", k);
-                    break;
-                }
-                *named = json_object_get_boolean(v);
-            }
-        }
-        json_object_put(bo);
-        if (err) {
-            cl_context(err, "option", "backend_options");
-            goto fail;
-        }
-    }
+    const cl_option options[] = { { "suspendable", CL_OPTION_BOOL, 0, named },
+                                  { NULL, 0, 0, NULL } };
+    if (cl_backend_options(rq, TL_BACKEND, options, error) < 0)
+        goto fail;
     if (*named && ctx && ctx->create_token)
         json_object_object_add(b, "name", json_object_new_string(ctx->create_token));
     return b;
