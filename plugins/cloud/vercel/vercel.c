@@ -902,29 +902,10 @@ static json_object *vc_create_body(struct sbx_plugin_client *c, const sbx_call_c
     *labels = NULL;
     if (cl_workdir_check(VC_BACKEND, rq->workdir, error) < 0)
         return NULL;
-    if (rq->backend_options && *rq->backend_options) {
-        /* No backend options: any key is unknown. */
-        json_object *bo = json_tokener_parse(rq->backend_options);
-        sbx_error *err = NULL;
-        if (!bo || !json_object_is_type(bo, json_type_object)) {
-            err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                          "vercel backend_options: %s is not a JSON object", rq->backend_options);
-        } else {
-            json_object_object_foreach(bo, k, v) {
-                (void)v;
-                err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                              "vercel backend_options: unknown key \"%s\" (known: )", k);
-                cl_context(err, "name", k);
-                cl_context(err, "known", "");
-                break;
-            }
-        }
-        json_object_put(bo);
-        if (err) {
-            cl_context(err, "option", "backend_options");
-            return NULL;
-        }
-    }
+    /* No backend options: any key is unknown (its "known" list empty). */
+    static const cl_option none[] = { { NULL, 0, 0, NULL } };
+    if (cl_backend_options(rq, VC_BACKEND, none, error) < 0)
+        return NULL;
     json_object *b = json_object_new_object();
     json_object_object_add(b, "projectId", json_object_new_string(c->project));
     static const cl_unsupported unsupported[] = {
