@@ -1686,10 +1686,10 @@ Test(provider, env_names_check)
     cr_assert(strstr(cl_last()->msg, "env key \"\"") != NULL, "%s", cl_last()->msg);
 }
 
-/* The one-POST create: the answer and its id; a refusal is configuration
- * with the provider's message; an answer without the id is
- * creation_failed naming it; a URL that could not be made is
- * resource_exhausted. */
+/* The one-POST create: the answer and its id (nested too, by a dotted
+ * path); a refusal is configuration with the provider's message; an answer
+ * without the id is creation_failed naming it; a URL that could not be
+ * made is resource_exhausted. */
 Test(provider, create_post)
 {
     cl_backend = "acme";
@@ -1725,6 +1725,24 @@ Test(provider, create_post)
     cr_assert_null(cl_create_post(h, NULL, NULL, NULL, body, "sandboxID", "a sandboxID",
                                   "create the sandbox", &id, NULL));
     cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
+
+    /* An id nested in the answer, named by a dotted path. */
+    static const page_answer nested[] = {
+        { 200, NULL, "{\"sandbox\":{\"id\":\"sb-2\",\"status\":\"pending\"}}" },
+        { 200, NULL, "{\"sandbox\":{\"status\":\"pending\"},\"id\":\"sb-3\"}" },
+    };
+    page_start(&sv, nested, 2);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/sandboxes", sv.port);
+    j = cl_create_post(h, NULL, NULL, url, body, "sandbox.id", "a sandbox id",
+                       "create the sandbox", &id, NULL);
+    cr_assert_not_null(j);
+    cr_assert_str_eq(id, "sb-2");
+    json_object_put(j);
+    cr_assert_null(cl_create_post(h, NULL, NULL, url, body, "sandbox.id", "a sandbox id",
+                                  "create the sandbox", &id, NULL));
+    cr_assert_null(id);
+    cr_assert_str_eq(cl_last()->msg, "acme create answered without a sandbox id");
+    page_stop(&sv);
     json_object_put(body);
     cl_http_free(h);
 }

@@ -824,6 +824,19 @@ sbx_error *cl_create_unanswered(cl_reaper *reaper, const sbx_call_ctx *ctx, cons
     return err;
 }
 
+/* The string at the dotted path @key of @j ("meta.nextCursor"), or NULL. */
+static const char *json_dotted_str(json_object *j, const char *key)
+{
+    const char *dot;
+    while (j && key && (dot = strchr(key, '.')) != NULL) {
+        char part[64];
+        snprintf(part, sizeof part, "%.*s", (int)(dot - key), key);
+        j = cl_json_path(j, part, NULL);
+        key = dot + 1;
+    }
+    return cl_json_str(j, key);
+}
+
 json_object *cl_create_post(cl_http *h, cl_reaper *reaper, const sbx_call_ctx *ctx,
                             const char *url, json_object *body, const char *id_key,
                             const char *id_noun, const char *what, const char **id,
@@ -848,7 +861,7 @@ json_object *cl_create_post(cl_http *h, cl_reaper *reaper, const sbx_call_ctx *c
                        &r, op, what);
     } else {
         j = cl_resp_json(&r, op, what, error);
-        if (!(*id = j ? cl_json_str(j, id_key) : NULL)) {
+        if (!(*id = j ? json_dotted_str(j, id_key) : NULL)) {
             if (j)
                 cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "%s create answered without %s",
                         cl_backend, id_noun);
@@ -2099,19 +2112,6 @@ int cl_owned_listed(void *ud, json_object *item)
     return o->fn(&info, o->ud);
 }
 
-/* The string at the dotted path @key of @j ("meta.nextCursor"), or NULL. */
-static const char *pages_token(json_object *j, const char *key)
-{
-    const char *dot;
-    while (j && key && (dot = strchr(key, '.')) != NULL) {
-        char part[64];
-        snprintf(part, sizeof part, "%.*s", (int)(dot - key), key);
-        j = cl_json_path(j, part, NULL);
-        key = dot + 1;
-    }
-    return cl_json_str(j, key);
-}
-
 int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_listed_fn fn,
                   void *ud, const char *op, sbx_error **error)
 {
@@ -2150,7 +2150,7 @@ int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_li
             int stop = 0;
             for (size_t i = 0; i < n && !stop; i++)
                 stop = fn(ud, json_object_array_get_idx(items, i)) != 0;
-            const char *tok = pg->token_header ? r.kept_header : pages_token(j, pg->token_key);
+            const char *tok = pg->token_header ? r.kept_header : json_dotted_str(j, pg->token_key);
             if (n == 0 && (pg->flags & CL_PAGES_EMPTY_ENDS))
                 tok = NULL;
             next = !stop && tok && *tok ? strdup(tok) : NULL;

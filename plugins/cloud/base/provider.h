@@ -1152,8 +1152,9 @@ sbx_error *cl_create_unanswered(cl_reaper *reaper, const sbx_call_ctx *ctx, cons
  * The create request of a provider whose create is one POST answered with
  * the new sandbox: POST @url (NULL: resource_exhausted) with @body (JSON),
  * sent once (CL_UNSAFE), op create. Returns the answer's JSON (a new
- * object, json_object_put()) with the id, its string member @id_key, in
- * *@id (borrowed from it). Else NULL with *@error set, and whatever the
+ * object, json_object_put()) with the id, its string member @id_key (a
+ * dotted path names a nested one: "sandbox.id"), in *@id (borrowed from
+ * it). Else NULL with *@error set, and whatever the
  * provider may have made looked for by @ctx's create token (when it has
  * one) and deleted through @reaper (CASE-20):
  *  - no answer: cl_create_unanswered() (reaped when it may have acted);
