@@ -1019,36 +1019,12 @@ static int vc_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!body)
         return -1;
     char *url = vc_url(c, NULL, "");
-    cl_resp r = { 0 };
     int rc = -1;
     struct sbx_plugin_sandbox *sb = NULL;
     const char *id = NULL;
-    if (!url) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    if (!(j = cl_create_post(c->http, c->reaper, ctx, url, body, "sandbox.id", "a sandbox id",
+                             "create the sandbox", &id, error)))
         goto out;
-    }
-    if (cl_request_json(c->http, ctx, "POST", url, body, CL_UNSAFE, &r, op,
-                        "create the sandbox", NULL) < 0) {
-        cl_create_unanswered(c->reaper, ctx, ctx ? ctx->create_token : NULL, op, error);
-        goto out;
-    }
-    if (r.status / 100 != 2) {
-        if (r.maybe_acted && ctx && ctx->create_token)
-            cl_reap_lost(c->reaper, ctx->create_token);
-        cl_fail_status(c->http, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
-                                       && r.status != 429 && r.status != 408
-                                       ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,
-                       &r, op, "create the sandbox");
-        goto out;
-    }
-    j = cl_resp_json(&r, op, "create the sandbox", error);
-    id = j ? cl_json_str(cl_json_path(j, "sandbox", NULL), "id") : NULL;
-    if (!id) {
-        if (j)
-            cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "vercel create answered without a "
-                    "sandbox id");
-        goto out;
-    }
     sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
     if (!sb) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1090,7 +1066,6 @@ out:
     json_object_put(labels);
     json_object_put(j);
     free(url);
-    cl_resp_clear(&r);
     return rc;
 }
 
