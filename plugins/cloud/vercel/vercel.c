@@ -96,7 +96,6 @@
 #define VC_LOGS_TRIES 4     /* readings of a logs stream cut within VC_LOGS_HELD_S */
 #define VC_LOGS_HELD_S 1.0  /* a logs stream held this long and cut is read again */
 #define VC_WAIT_S 300.0                     /* bound on waiting for running */
-#define VC_POLL_S 0.1                       /* between status polls */
 #define VC_DEFAULT_LIFETIME_S 3600          /* timeout when none was set */
 #define VC_LIFETIME_MARGIN_S 5              /* provider end after the caller's lifetime */
 #define VC_MAX_CREATE_S 2700                /* the longest create timeout (45 min) */
@@ -221,44 +220,12 @@ static int vc_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
 /* Waiting for running                                                       */
 /* ------------------------------------------------------------------------ */
 
-/* Polls GET every VC_POLL_S until the sandbox runs, within VC_WAIT_S and
- * the call's deadline. A terminal sandbox is gone (with its status). */
-static int vc_wait_running(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                           const char *op, sbx_error **error)
-{
-    cl_bound bd = cl_bound_make(ctx, VC_WAIT_S);
-    for (;;) {
-        long st = 0;
-        json_object *j = vc_get(sb->s.c, ctx, sb->s.id, &st, op, error);
-        if (!j) {
-            if (st == 404) {
-                vc_mark_gone(sb);
-                vc_gone_error(error, op, sb->s.id, NULL);
-            }
-            return -1;
-        }
-        const char *s = vc_status(j);
-        if (strcmp(s, "running") == 0) {
-            json_object_put(j);
-            return 0;
-        }
-        if (vc_terminal(s)) {
-            vc_mark_gone(sb);
-            vc_gone_error(error, op, sb->s.id, j);
-            json_object_put(j);
-            return -1;
-        }
-        json_object_put(j);
-        double left = cl_bound_left(&bd);
-        if (left == 0 || (left > 0 && left < VC_POLL_S)) {
-            cl_context(cl_fail(error, SBX_ERROR_TIMEOUT, op, "vercel sandbox %s did not reach "
-                               "status running", sb->s.id), "sandbox_id", sb->s.id);
-            return -1;
-        }
-        struct timespec ts = { 0, (long)(VC_POLL_S * 1e9) };
-        nanosleep(&ts, NULL);
-    }
-}
+/* GET until the sandbox runs (cl_sandbox_wake()), within VC_WAIT_S and the
+ * call's deadline. A terminal sandbox is gone (with its status). */
+static const cl_wake_spec vc_running = { &vc_spec, "status", "unknown", "running", NULL,
+                                         VC_WAIT_S, NULL, NULL };
+#define vc_wait_running(sb, ctx, op, error) cl_sandbox_wake(&(sb)->s, (ctx), &vc_running, (op), \
+                                                            (error))
 
 /* ------------------------------------------------------------------------ */
 /* Running a command                                                         */
