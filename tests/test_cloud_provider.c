@@ -2789,3 +2789,41 @@ Test(provider, backend_options_by_table)
     cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
     cr_assert_str_eq(cl_last()->msg, "acme backend_options: [1,2] is not a JSON object");
 }
+
+/* The start of a resume that gets nothing: the state's id, client and a
+ * workdir that is one (a bad one dropped); a state of another version is
+ * refused, nothing made; the end puts the state. */
+Test(provider, resume_state_reads_the_state_alone)
+{
+    char client[8];
+    json_object *state = NULL;
+    wide_sandbox *w = cl_resume_state((sbx_plugin_client *)client,
+                                      "{\"version\":2,\"pod\":\"sbx-1\",\"workdir\":\"/w\","
+                                      "\"namespace\":\"ns\"}", "acme", 2, "pod", sizeof(*w),
+                                      &state, NULL);
+    cr_assert_not_null(w);
+    cr_assert_str_eq(w->s.id, "sbx-1");
+    cr_assert_eq((void *)w->s.c, (void *)client);
+    cr_assert_str_eq(w->s.workdir, "/w");
+    cr_assert_null(w->url);
+    cr_assert_str_eq(cl_json_str(state, "namespace"), "ns");
+    sbx_plugin_sandbox *out = NULL;
+    cr_assert_eq(cl_resume_end(0, w, &out, NULL, state, NULL), 0);
+    cr_assert_eq((void *)out, (void *)w);
+    cl_sandbox_free(w);
+
+    w = cl_resume_state(NULL, "{\"version\":2,\"pod\":\"sbx-2\",\"workdir\":\"../w\"}", "acme", 2,
+                        "pod", sizeof(*w), &state, NULL);
+    cr_assert_not_null(w);
+    cr_assert_null(w->s.workdir);
+    resume_frees = 0;
+    cr_assert_eq(cl_resume_end(-1, w, &out, NULL, state, resume_free), -1);
+    cr_assert_eq(resume_frees, 1);
+
+    state = (json_object *)client;
+    cr_assert_null(cl_resume_state(NULL, "{\"version\":1,\"pod\":\"sbx-3\"}", "acme", 2, "pod",
+                                   sizeof(*w), &state, NULL));
+    cr_assert_null(state);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg, "acme session state: needs \"version\": 2 and a \"pod\"");
+}

@@ -322,6 +322,18 @@ json_object *cl_resume_get(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     return NULL;
 }
 
+/* The sandbox struct of a resume: @id and the state's workdir when it is
+ * one; NULL with resource_exhausted. */
+static cl_sandbox *resume_sandbox(sbx_plugin_client *client, json_object *state, const char *id,
+                                  size_t size, sbx_error **error)
+{
+    const char *wd = cl_json_str(state, "workdir");
+    cl_sandbox *s = cl_sandbox_new(size, client, id, cl_workdir_ok(wd) ? wd : NULL);
+    if (!s)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "resume", "out of memory");
+    return s;
+}
+
 void *cl_resume_new(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                     const cl_resume_spec *rs, size_t size, json_object **view,
                     json_object **state, sbx_error **error)
@@ -330,13 +342,25 @@ void *cl_resume_new(sbx_plugin_client *client, const sbx_call_ctx *ctx, const ch
     *view = cl_resume_get(client, ctx, state_json, rs, state, &id, error);
     if (!*view)
         return NULL;
-    const char *wd = cl_json_str(*state, "workdir");
-    cl_sandbox *s = cl_sandbox_new(size, client, id, cl_workdir_ok(wd) ? wd : NULL);
+    cl_sandbox *s = resume_sandbox(client, *state, id, size, error);
     if (!s) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "resume", "out of memory");
         json_object_put(*view);
         json_object_put(*state);
         *view = *state = NULL;
+    }
+    return s;
+}
+
+void *cl_resume_state(sbx_plugin_client *client, const char *state_json, const char *provider,
+                      int version, const char *id_key, size_t size, json_object **state,
+                      sbx_error **error)
+{
+    const char *id = NULL;
+    *state = cl_state_in(state_json, version, id_key, provider, "resume", &id, error);
+    cl_sandbox *s = *state ? resume_sandbox(client, *state, id, size, error) : NULL;
+    if (!s) {
+        json_object_put(*state);
+        *state = NULL;
     }
     return s;
 }

@@ -221,7 +221,23 @@ void *cl_resume_new(sbx_plugin_client *client, const sbx_call_ctx *ctx, const ch
                     struct json_object **state, sbx_error **error);
 
 /**
- * The end of a resume slot begun by cl_resume_new(): @view and @state put;
+ * The start of a resume slot of a provider whose sandbox is not got here
+ * (the plugin's own call follows: a connect, a wait until it runs):
+ * cl_state_in(@state_json, @version, @id_key, @provider) (op resume), then
+ * the struct of @size bytes (at least a cl_sandbox, which starts it) made
+ * by cl_sandbox_new() with @client, the state's id and its "workdir" when
+ * that is cl_workdir_ok() (else none). Returns the struct with the state
+ * in *@state: the caller adds its own members and ends with
+ * cl_resume_end() (no view). NULL with *@state NULL and *@error set:
+ * invalid_argument as cl_state_in(), or resource_exhausted. Thread-safe.
+ */
+void *cl_resume_state(sbx_plugin_client *client, const char *state_json, const char *provider,
+                      int version, const char *id_key, size_t size, struct json_object **state,
+                      sbx_error **error);
+
+/**
+ * The end of a resume slot begun by cl_resume_new() or cl_resume_state():
+ * @view and @state put (NULL: none);
  * when @rc is 0, @sb stored in *@sandbox and 0; else @sb freed with
  * @free_fn (NULL: cl_sandbox_free()) and -1 (the error stored already by
  * the step that failed).
