@@ -1991,24 +1991,15 @@ static char *modal_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
 static int modal_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                         const char *state_json, sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
-    const char *op = "resume";
-    const char *id = NULL;
-    json_object *data = cl_state_in(state_json, MODAL_STATE_VERSION, "sandbox_id", MODAL_BACKEND,
-                                    op, &id, error);
-    if (!data)
-        return -1;
-    struct sbx_plugin_sandbox *sb = modal_sandbox_new(client, id);
-    int rc = -1;
+    json_object *data;
+    struct sbx_plugin_sandbox *sb = cl_resume_state(client, state_json, MODAL_BACKEND,
+                                                    MODAL_STATE_VERSION, "sandbox_id",
+                                                    sizeof(*sb), &data, error);
     if (!sb)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (modal_task(sb, ctx, 0, op, error) == 0)
-        rc = 0;
-    if (rc == 0)
-        *sandbox = sb;
-    else
-        modal_sandbox_free(sb);
-    json_object_put(data);
-    return rc;
+        return -1;
+    pthread_mutex_init(&sb->lock, NULL);
+    return cl_resume_end(modal_task(sb, ctx, 0, "resume", error), sb, sandbox, NULL, data,
+                         modal_sandbox_free);
 }
 
 /* SandboxSnapshotFs: the image id, which a create takes as snapshot_id. */
