@@ -13,9 +13,10 @@
  *     resume's start: the state read, the sandbox got, an ended one gone;
  *     the same look (the resume table) for a sandbox whose call was
  *     refused: whether it ended, and then its gone flag and error; the
- *     resume slot's start and end around the plugin's struct; a call on a
- *     sandbox whose refusal is read by the provider's table (its own 404,
- *     a file's, or a look at the sandbox);
+ *     resume slot's start and end around the plugin's struct (its start
+ *     from the state alone too, for a provider that gets nothing); a call
+ *     on a sandbox whose refusal is read by the provider's table (its own
+ *     404, a file's, or a look at the sandbox);
  *   - the missing-cwd check after a script of cl_shell_script() exited
  *     CL_CWD_MISSING_EXIT (CASE-18, CASE-46);
  *   - a descriptor as the sink or the source of a request body;
@@ -25,28 +26,31 @@
  *   - the create's environment as a file in the sandbox that each command
  *     sources, so that it holds after a resume in another process while the
  *     session state holds no env value (per-call values still win), and a
- *     command's per-call environment as export lines;
+ *     command's per-call environment as export lines, and its stdin as an
+ *     uploaded file the script reads;
  *   - the sandbox head (id, gone flag, data plane) with the sandbox_id,
  *     sandbox_root, destroy and is_alive slots over it and the answer to a
- *     call on it (a request at a URL it takes, or at its data plane), the error of a file call's answer, the
- *     setup slot, the fixed probe slot, client_new's end, the plugin's
- *     sandbox struct allocated and freed around it, the session_state
- *     slot's start and end, the start of a command and the
- *     exec_wait (with the missing-cwd check), exec_kill (by the mark) and
- *     exec_event_fd slots over a cl_proc, exec_resize's check and wait,
- *     write_file over an upload that takes no mode, the client's config and
- *     credential, the create's workdir check, refusals, unanswered request
- *     (reaped by its token) and working directory, the plugin's own mkdir
- *     and chmod commands, a directory listed by a find command, an item's
- *     GET and DELETE, the ids of a create token's items, paths under the
- *     workdir, and small string helpers;
+ *     call on it (a request at a URL it takes, or at its data plane), the
+ *     error of a file call's answer, the setup slot, the fixed probe slot,
+ *     client_new's end, the plugin's sandbox struct allocated and freed
+ *     around it, the session_state slot's start and end, the start of a
+ *     command and the exec_wait (with the missing-cwd check), exec_kill
+ *     (by the mark) and exec_event_fd slots over a cl_proc, exec_resize's
+ *     check and wait, write_file over an upload that takes no mode, the
+ *     client's config and credential, the create's workdir check,
+ *     refusals, unanswered request (reaped by its token) and working
+ *     directory, the plugin's own mkdir and chmod commands, a directory
+ *     listed by a find command, an item's GET and DELETE, the ids of a
+ *     create token's items, paths under the workdir, and small string
+ *     helpers;
  *   - the port slots of a provider that routes every port itself, and a
  *     string in host memory;
  *   - the create's provider-side lifetime from its timeout;
  *   - the create's refusals by table (options the provider cannot honour,
- *     backend_options of a provider that takes none) and its ownership
- *     labels; a paged listing, and list_owned's item (with RFC 3339
- *     times);
+ *     backend_options of a provider that takes none), its backend_options
+ *     by a table of the provider's, the id of its one-POST create (nested
+ *     too) and its ownership labels; a paged listing, and list_owned's
+ *     item (with RFC 3339 times);
  *   - a JSON POST that sends {} for no body, the exec_start slot of a
  *     provider whose commands are script procs, and the list_files slot by
  *     a command and the read_file slot over a download.
@@ -1018,7 +1022,7 @@ typedef struct cl_option {
     long long max;          /* CL_OPTION_COUNT: the largest value taken */
     void *to;               /* where its value goes when it is given (left
                              * alone when not): an int * (CL_OPTION_BOOL: 1
-                             * or 0), a char * * (CL_OPTION_STRING: a new
+                             * or 0), a char ** (CL_OPTION_STRING: a new
                              * string, the caller's to free; NULL before) or
                              * a long long * (CL_OPTION_COUNT) */
 } cl_option;
