@@ -1686,10 +1686,10 @@ Test(provider, env_names_check)
     cr_assert(strstr(cl_last()->msg, "env key \"\"") != NULL, "%s", cl_last()->msg);
 }
 
-/* The one-POST create: the answer and its id; a refusal is configuration
- * with the provider's message; an answer without the id is
- * creation_failed naming it; a URL that could not be made is
- * resource_exhausted. */
+/* The one-POST create: the answer and its id (nested too, by a dotted
+ * path); a refusal is configuration with the provider's message; an answer
+ * without the id is creation_failed naming it; a URL that could not be
+ * made is resource_exhausted. */
 Test(provider, create_post)
 {
     cl_backend = "acme";
@@ -1725,6 +1725,24 @@ Test(provider, create_post)
     cr_assert_null(cl_create_post(h, NULL, NULL, NULL, body, "sandboxID", "a sandboxID",
                                   "create the sandbox", &id, NULL));
     cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
+
+    /* An id nested in the answer, named by a dotted path. */
+    static const page_answer nested[] = {
+        { 200, NULL, "{\"sandbox\":{\"id\":\"sb-2\",\"status\":\"pending\"}}" },
+        { 200, NULL, "{\"sandbox\":{\"status\":\"pending\"},\"id\":\"sb-3\"}" },
+    };
+    page_start(&sv, nested, 2);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/sandboxes", sv.port);
+    j = cl_create_post(h, NULL, NULL, url, body, "sandbox.id", "a sandbox id",
+                       "create the sandbox", &id, NULL);
+    cr_assert_not_null(j);
+    cr_assert_str_eq(id, "sb-2");
+    json_object_put(j);
+    cr_assert_null(cl_create_post(h, NULL, NULL, url, body, "sandbox.id", "a sandbox id",
+                                  "create the sandbox", &id, NULL));
+    cr_assert_null(id);
+    cr_assert_str_eq(cl_last()->msg, "acme create answered without a sandbox id");
+    page_stop(&sv);
     json_object_put(body);
     cl_http_free(h);
 }
@@ -2583,4 +2601,229 @@ Test(provider, script_env_prelude)
     cr_assert_str_eq(cl_last()->msg, "upload: no answer");
     cr_assert_null(pre.data);
     prelude_fail = 0;
+}
+
+/* The head's data plane: kept without its trailing slashes and freed with
+ * the head; no URL keeps the one it had; the constructor with one wants
+ * one. A call at the data plane goes to the plane's URL and the path; a
+ * head without one sends nothing. */
+Test(provider, sandbox_plane_and_its_calls)
+{
+    cl_backend = "acme";
+    wide_sandbox *w = cl_sandbox_new_at(sizeof(*w), NULL, "sb-p", "/w", "http://h/sb-p//");
+    cr_assert_not_null(w);
+    cr_assert_str_eq(w->s.plane, "http://h/sb-p");
+    cr_assert_str_eq(w->s.workdir, "/w");
+    cr_assert_null(w->url);
+    cr_assert_eq(cl_sandbox_set_plane(&w->s, NULL), -1);
+    cr_assert_str_eq(w->s.plane, "http://h/sb-p");
+    cr_assert_eq(cl_sandbox_set_plane(&w->s, "https://x.example/"), 0);
+    cr_assert_str_eq(w->s.plane, "https://x.example");
+    cl_sandbox_free(w);
+    cr_assert_null(cl_sandbox_new_at(sizeof(*w), NULL, "sb-q", NULL, NULL));
+
+    static const char *const dead[] = { "shutdown", NULL };
+    static const cl_resume_spec rs = { "acme", 1, "sandbox_id", look_get, "status", dead, NULL };
+    static const cl_call_spec own = { &rs, CL_CALLS_404_GONE };
+    static const page_answer answers[] = {
+        { 200, NULL, "{\"ok\":1}" },
+        { 404, NULL, "{\"message\":\"no such sandbox\"}" },
+    };
+    cl_http *h = cl_http_new();
+    page_server sv;
+    page_start(&sv, answers, 2);
+    char base[64];
+    snprintf(base, sizeof base, "http://127.0.0.1:%d/sb/sb-run/", sv.port);
+    cl_sandbox s;
+    cr_assert_eq(cl_sandbox_init(&s, "sb-run"), 0);
+    cl_req rq = { .method = "GET", .idempotent = CL_SAFE, .what = "read it" };
+    cl_resp r = { 0 };
+    cr_assert_eq(cl_plane_request(&s, h, &own, NULL, &rq, "/process?a=1", 0, &r, "exec", NULL),
+                 -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
+    cr_assert_eq(sv.served, 0);
+    cr_assert_eq(cl_sandbox_set_plane(&s, base), 0);
+    cr_assert_eq(cl_plane_request(&s, h, &own, NULL, &rq, "/process?a=1", 0, &r, "exec", NULL),
+                 0);
+    cr_assert_eq(r.status, 200);
+    cr_assert_null(rq.url);
+    cl_resp_clear(&r);
+    cr_assert_eq(cl_plane_request(&s, h, &own, NULL, &rq, "/files", 0, &r, "exec", NULL), -1);
+    cl_resp_clear(&r);
+    page_stop(&sv);
+    cr_assert_eq(cl_gone_get(&s.gone), 1);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-run is gone (the provider no longer has it)");
+    cr_assert_eq(sv.served, 2);
+    cr_assert_str_eq(sv.lines[0], "GET /sb/sb-run/process?a=1 HTTP/1.1");
+    cr_assert_str_eq(sv.lines[1], "GET /sb/sb-run/files HTTP/1.1");
+    cl_sandbox_clear(&s);
+    cr_assert_null(s.plane);
+    cl_http_free(h);
+}
+
+/* The upload of the stdin tests: what it got, and whether it fails. */
+static char stdin_path[64], stdin_shown[16], stdin_data[64];
+static int stdin_fail;
+
+static int stdin_up(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
+                    const char *shown, const char *op, sbx_error **error)
+{
+    (void)sb;
+    (void)ctx;
+    cr_assert_null(error);
+    snprintf(stdin_path, sizeof stdin_path, "%s", path);
+    snprintf(stdin_shown, sizeof stdin_shown, "%s", shown);
+    ssize_t n = read(fd, stdin_data, sizeof stdin_data - 1);
+    stdin_data[n > 0 ? n : 0] = '\0';
+    if (stdin_fail)
+        cl_fail(NULL, SBX_ERROR_CONNECTION, op, "upload: no answer");
+    return stdin_fail ? -1 : 0;
+}
+
+/* A command's stdin through a file: what the descriptor holds uploaded to
+ * DIR/.TAG.in and read from there (then removed) by the prelude; no stdin
+ * is /dev/null and uploads nothing; an upload that fails is its error. */
+Test(provider, script_stdin_file_and_prelude)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    cr_assert_eq(write(fds[1], "in put", 6), 6);
+    close(fds[1]);
+    cl_script_proc p = { .stdin_fd = fds[0], .tag = "sbx-exec-00ff" };
+    char path[CL_STDIN_PATH_MAX];
+    cr_assert_eq(cl_script_stdin_file(&p, NULL, stdin_up, "/workspace", path, "exec"), 0);
+    cr_assert_str_eq(path, "/workspace/.sbx-exec-00ff.in");
+    cr_assert_str_eq(stdin_path, "/workspace/.sbx-exec-00ff.in");
+    cr_assert_str_eq(stdin_shown, "stdin");
+    cr_assert_str_eq(stdin_data, "in put");
+    cl_buf pre = { 0 };
+    cr_assert_eq(cl_script_stdin_prelude(&p, NULL, stdin_up, "/tmp", &pre, "exec"), 0);
+    cr_assert_str_eq(stdin_path, "/tmp/.sbx-exec-00ff.in");
+    cr_assert_str_eq(pre.data, "exec </tmp/.sbx-exec-00ff.in; rm -f /tmp/.sbx-exec-00ff.in\n");
+    cl_buf_clear(&pre);
+    stdin_fail = 1;
+    cr_assert_eq(cl_script_stdin_prelude(&p, NULL, stdin_up, "/tmp", &pre, "exec"), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONNECTION);
+    cr_assert_str_eq(cl_last()->msg, "upload: no answer");
+    cr_assert_null(pre.data);
+    stdin_fail = 0;
+    close(fds[0]);
+
+    p.stdin_fd = -1;
+    stdin_path[0] = '\0';
+    cr_assert_eq(cl_script_stdin_file(&p, NULL, stdin_up, "/tmp", path, "exec"), 0);
+    cr_assert_str_eq(path, "/dev/null");
+    cr_assert_eq(cl_script_stdin_prelude(&p, NULL, stdin_up, "/tmp", &pre, "exec"), 0);
+    cr_assert_str_eq(pre.data, "exec </dev/null\n");
+    cr_assert_str_eq(stdin_path, "");
+    cl_buf_clear(&pre);
+}
+
+/* The create's backend_options by table: none stores nothing; known keys
+ * with values of their type are stored (the strings as copies); a value
+ * not JSON, an unknown key or a value of another type is refused naming
+ * it, nothing stored. */
+Test(provider, backend_options_by_table)
+{
+    int flag = 7;
+    char *name = NULL;
+    long long count = 9;
+    cl_option table[] = {
+        { "policy_id", CL_OPTION_STRING, 0, &name },
+        { "custom", CL_OPTION_BOOL, 0, &flag },
+        { "idle_secs", CL_OPTION_COUNT, 86400, &count },
+        { NULL, 0, 0, NULL },
+    };
+    sbx_plugin_create_request rq = { .struct_size = sizeof(rq) };
+    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), 0);
+    rq.backend_options = "";
+    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), 0);
+    cr_assert_eq(flag, 7);
+    cr_assert_null(name);
+    cr_assert_eq(count, 9);
+    rq.backend_options = "{\"custom\":false,\"policy_id\":\"np-1\",\"idle_secs\":86400}";
+    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), 0);
+    cr_assert_eq(flag, 0);
+    cr_assert_str_eq(name, "np-1");
+    cr_assert_eq(count, 86400);
+    free(name);
+    name = NULL;
+    rq.backend_options = "{\"custom\":true}";
+    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), 0);
+    cr_assert_eq(flag, 1);
+    cr_assert_null(name);
+    cr_assert_eq(count, 86400);
+
+    sbx_error *err = NULL;
+    cl_host = &rec_host;
+    rq.backend_options = "{\"custom\":false,\"Frob\":1}";
+    cr_assert_eq(cl_backend_options(&rq, "acme", table, &err), -1);
+    cl_host = NULL;
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "acme backend_options: unknown key \"Frob\" (known: "
+                                     "\"policy_id\", \"custom\", \"idle_secs\")");
+    cr_assert_str_eq(err->pairs, "name=Frob;known=\"policy_id\", \"custom\", \"idle_secs\";"
+                                 "option=backend_options;");
+    free(err);
+    cr_assert_eq(flag, 1);
+    rq.backend_options = "{\"custom\":\"yes\"}";
+    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend_options: custom \"yes\" is not true or false");
+    rq.backend_options = "{\"policy_id\":\"\"}";
+    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend_options: policy_id \"\" is not a non-empty "
+                                     "string");
+    cr_assert_null(name);
+    rq.backend_options = "{\"policy_id\":\"np-2\",\"idle_secs\":86401}";
+    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend_options: idle_secs 86401 is not a whole "
+                                     "number from 1 to 86400");
+    cr_assert_null(name);
+    rq.backend_options = "{\"idle_secs\":1.5}";
+    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend_options: idle_secs 1.5 is not a whole number "
+                                     "from 1 to 86400");
+    cr_assert_eq(count, 86400);
+    rq.backend_options = "[1,2]";
+    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "acme backend_options: [1,2] is not a JSON object");
+}
+
+/* The start of a resume that gets nothing: the state's id, client and a
+ * workdir that is one (a bad one dropped); a state of another version is
+ * refused, nothing made; the end puts the state. */
+Test(provider, resume_state_reads_the_state_alone)
+{
+    char client[8];
+    json_object *state = NULL;
+    wide_sandbox *w = cl_resume_state((sbx_plugin_client *)client,
+                                      "{\"version\":2,\"pod\":\"sbx-1\",\"workdir\":\"/w\","
+                                      "\"namespace\":\"ns\"}", "acme", 2, "pod", sizeof(*w),
+                                      &state, NULL);
+    cr_assert_not_null(w);
+    cr_assert_str_eq(w->s.id, "sbx-1");
+    cr_assert_eq((void *)w->s.c, (void *)client);
+    cr_assert_str_eq(w->s.workdir, "/w");
+    cr_assert_null(w->url);
+    cr_assert_str_eq(cl_json_str(state, "namespace"), "ns");
+    sbx_plugin_sandbox *out = NULL;
+    cr_assert_eq(cl_resume_end(0, w, &out, NULL, state, NULL), 0);
+    cr_assert_eq((void *)out, (void *)w);
+    cl_sandbox_free(w);
+
+    w = cl_resume_state(NULL, "{\"version\":2,\"pod\":\"sbx-2\",\"workdir\":\"../w\"}", "acme", 2,
+                        "pod", sizeof(*w), &state, NULL);
+    cr_assert_not_null(w);
+    cr_assert_null(w->s.workdir);
+    resume_frees = 0;
+    cr_assert_eq(cl_resume_end(-1, w, &out, NULL, state, resume_free), -1);
+    cr_assert_eq(resume_frees, 1);
+
+    state = (json_object *)client;
+    cr_assert_null(cl_resume_state(NULL, "{\"version\":1,\"pod\":\"sbx-3\"}", "acme", 2, "pod",
+                                   sizeof(*w), &state, NULL));
+    cr_assert_null(state);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg, "acme session state: needs \"version\": 2 and a \"pod\"");
 }

@@ -322,6 +322,18 @@ json_object *cl_resume_get(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     return NULL;
 }
 
+/* The sandbox struct of a resume: @id and the state's workdir when it is
+ * one; NULL with resource_exhausted. */
+static cl_sandbox *resume_sandbox(sbx_plugin_client *client, json_object *state, const char *id,
+                                  size_t size, sbx_error **error)
+{
+    const char *wd = cl_json_str(state, "workdir");
+    cl_sandbox *s = cl_sandbox_new(size, client, id, cl_workdir_ok(wd) ? wd : NULL);
+    if (!s)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "resume", "out of memory");
+    return s;
+}
+
 void *cl_resume_new(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                     const cl_resume_spec *rs, size_t size, json_object **view,
                     json_object **state, sbx_error **error)
@@ -330,13 +342,25 @@ void *cl_resume_new(sbx_plugin_client *client, const sbx_call_ctx *ctx, const ch
     *view = cl_resume_get(client, ctx, state_json, rs, state, &id, error);
     if (!*view)
         return NULL;
-    const char *wd = cl_json_str(*state, "workdir");
-    cl_sandbox *s = cl_sandbox_new(size, client, id, cl_workdir_ok(wd) ? wd : NULL);
+    cl_sandbox *s = resume_sandbox(client, *state, id, size, error);
     if (!s) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "resume", "out of memory");
         json_object_put(*view);
         json_object_put(*state);
         *view = *state = NULL;
+    }
+    return s;
+}
+
+void *cl_resume_state(sbx_plugin_client *client, const char *state_json, const char *provider,
+                      int version, const char *id_key, size_t size, json_object **state,
+                      sbx_error **error)
+{
+    const char *id = NULL;
+    *state = cl_state_in(state_json, version, id_key, provider, "resume", &id, error);
+    cl_sandbox *s = *state ? resume_sandbox(client, *state, id, size, error) : NULL;
+    if (!s) {
+        json_object_put(*state);
+        *state = NULL;
     }
     return s;
 }
@@ -779,6 +803,7 @@ int cl_sandbox_init(cl_sandbox *s, const char *id)
     s->n_ports = 0;
     s->c = NULL;
     s->workdir = NULL;
+    s->plane = NULL;
     return 0;
 }
 
@@ -792,6 +817,18 @@ void cl_sandbox_clear(cl_sandbox *s)
     s->n_ports = 0;
     free(s->workdir);
     s->workdir = NULL;
+    free(s->plane);
+    s->plane = NULL;
+}
+
+int cl_sandbox_set_plane(cl_sandbox *s, const char *url)
+{
+    char *p = url ? cl_trim_slash(url) : NULL;
+    if (!p)
+        return -1;
+    free(s->plane);
+    s->plane = p;
+    return 0;
 }
 
 sbx_error *cl_create_unanswered(cl_reaper *reaper, const sbx_call_ctx *ctx, const char *token,
@@ -809,6 +846,19 @@ sbx_error *cl_create_unanswered(cl_reaper *reaper, const sbx_call_ctx *ctx, cons
             cl_reap_lost(reaper, token);
     }
     return err;
+}
+
+/* The string at the dotted path @key of @j ("meta.nextCursor"), or NULL. */
+static const char *json_dotted_str(json_object *j, const char *key)
+{
+    const char *dot;
+    while (j && key && (dot = strchr(key, '.')) != NULL) {
+        char part[64];
+        snprintf(part, sizeof part, "%.*s", (int)(dot - key), key);
+        j = cl_json_path(j, part, NULL);
+        key = dot + 1;
+    }
+    return cl_json_str(j, key);
 }
 
 json_object *cl_create_post(cl_http *h, cl_reaper *reaper, const sbx_call_ctx *ctx,
@@ -835,7 +885,7 @@ json_object *cl_create_post(cl_http *h, cl_reaper *reaper, const sbx_call_ctx *c
                        &r, op, what);
     } else {
         j = cl_resp_json(&r, op, what, error);
-        if (!(*id = j ? cl_json_str(j, id_key) : NULL)) {
+        if (!(*id = j ? json_dotted_str(j, id_key) : NULL)) {
             if (j)
                 cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "%s create answered without %s",
                         cl_backend, id_noun);
@@ -867,6 +917,17 @@ void *cl_sandbox_new(size_t size, struct sbx_plugin_client *c, const char *id,
         return NULL;
     s->c = c;
     if (cl_dup(&s->workdir, workdir && *workdir ? workdir : NULL) < 0) {
+        cl_sandbox_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void *cl_sandbox_new_at(size_t size, struct sbx_plugin_client *c, const char *id,
+                        const char *workdir, const char *plane)
+{
+    cl_sandbox *s = plane ? cl_sandbox_new(size, c, id, workdir) : NULL;
+    if (s && cl_sandbox_set_plane(s, plane) < 0) {
         cl_sandbox_free(s);
         return NULL;
     }
@@ -1474,6 +1535,31 @@ int cl_script_env_prelude(cl_script_proc *p, const sbx_call_ctx *ctx, cl_upload_
     return rc ? -1 : 0;
 }
 
+int cl_script_stdin_file(cl_script_proc *p, const sbx_call_ctx *ctx, cl_upload_fn up,
+                         const char *dir, char path[CL_STDIN_PATH_MAX], const char *op)
+{
+    if (p->stdin_fd < 0) {
+        snprintf(path, CL_STDIN_PATH_MAX, "/dev/null");
+        return 0;
+    }
+    snprintf(path, CL_STDIN_PATH_MAX, "%s/.%s.in", dir, p->tag);
+    return up(p->sb, ctx, path, p->stdin_fd, "stdin", op, NULL) < 0 ? -1 : 0;
+}
+
+int cl_script_stdin_prelude(cl_script_proc *p, const sbx_call_ctx *ctx, cl_upload_fn up,
+                            const char *dir, cl_buf *pre, const char *op)
+{
+    char path[CL_STDIN_PATH_MAX];
+    if (cl_script_stdin_file(p, ctx, up, dir, path, op) < 0)
+        return -1;
+    if ((p->stdin_fd >= 0 ? cl_buf_printf(pre, "exec <%s; rm -f %s\n", path, path)
+                          : cl_buf_printf(pre, "exec </dev/null\n")) < 0) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
 int cl_script_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
                         int *exit_code, sbx_error **error)
 {
@@ -1662,6 +1748,14 @@ int cl_sandbox_request(cl_sandbox *s, cl_http *h, const cl_call_spec *cs,
     if (r->status / 100 == 2 || ((how & CL_CALL_OK_408) && r->status == 408))
         return 0;
     return cl_sandbox_refused(s, h, cs, ctx, r, how, op, rq->what, error);
+}
+
+int cl_plane_request(cl_sandbox *s, cl_http *h, const cl_call_spec *cs, const sbx_call_ctx *ctx,
+                     cl_req *rq, const char *path, unsigned how, cl_resp *r, const char *op,
+                     sbx_error **error)
+{
+    return cl_sandbox_request(s, h, cs, ctx, rq, s->plane ? cl_printf("%s%s", s->plane, path)
+                                                          : NULL, how, r, op, error);
 }
 
 int cl_request_at(cl_http *h, const sbx_call_ctx *ctx, cl_req *rq, char *url, cl_resp *r,
@@ -1906,6 +2000,100 @@ int cl_no_backend_options(const sbx_plugin_create_request *rq, const char *provi
     return rc;
 }
 
+/* 1 when @v is a value of @o's type. */
+static int option_ok(const cl_option *o, json_object *v)
+{
+    switch (o->type) {
+    case CL_OPTION_BOOL:
+        return json_object_is_type(v, json_type_boolean);
+    case CL_OPTION_STRING:
+        return json_object_is_type(v, json_type_string) && json_object_get_string_len(v) > 0;
+    default: {
+        int64_t n = json_object_is_type(v, json_type_int) ? json_object_get_int64(v) : 0;
+        return n > 0 && n <= o->max;
+    }
+    }
+}
+
+int cl_backend_options(const sbx_plugin_create_request *rq, const char *provider,
+                       const cl_option *table, sbx_error **error)
+{
+    const char *op = "create";
+    if (!rq->backend_options || !*rq->backend_options)
+        return 0;
+    json_object *bo = json_tokener_parse(rq->backend_options);
+    sbx_error *err = NULL;
+    cl_buf known = { 0 };
+    int oom = 0, bad = 1;
+    for (const cl_option *o = table; o->key; o++)
+        oom |= cl_buf_printf(&known, "%s\"%s\"", o == table ? "" : ", ", o->key) < 0;
+    if (oom) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    } else if (!bo || !json_object_is_type(bo, json_type_object)) {
+        err = cl_fail(error, SBX_ERROR_CONFIGURATION, op, "%s backend_options: %s is not a "
+                      "JSON object", provider, rq->backend_options);
+    } else {
+        bad = 0;
+        json_object_object_foreach(bo, k, v) {
+            const cl_option *o = table;
+            while (o->key && strcmp(o->key, k) != 0)
+                o++;
+            if (!o->key) {
+                err = cl_fail(error, SBX_ERROR_CONFIGURATION, op, "%s backend_options: unknown "
+                              "key \"%s\" (known: %s)", provider, k, known.data ? known.data : "");
+                cl_context(err, "name", k);
+                cl_context(err, "known", known.data ? known.data : "");
+                bad = 1;
+                break;
+            }
+            if (!option_ok(o, v)) {
+                char max[32] = "";
+                if (o->type == CL_OPTION_COUNT)
+                    snprintf(max, sizeof max, "%lld", o->max);
+                err = cl_fail(error, SBX_ERROR_CONFIGURATION, op, "%s backend_options: %s %s is "
+                              "not %s%s", provider, k, json_object_to_json_string(v),
+                              o->type == CL_OPTION_BOOL ? "true or false"
+                              : o->type == CL_OPTION_STRING ? "a non-empty string"
+                              : "a whole number from 1 to ", max);
+                cl_context(err, "name", k);
+                bad = 1;
+                break;
+            }
+        }
+    }
+    cl_buf_clear(&known);
+    if (bad) {
+        cl_context(err, "option", "backend_options");
+        json_object_put(bo);
+        return -1;
+    }
+    /* Every key is known and every value of its type: stored, the strings
+     * first (a copy that cannot be made stores nothing). */
+    int rc = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        for (const cl_option *o = table; o->key; o++) {
+            json_object *v;
+            if (!json_object_object_get_ex(bo, o->key, &v))
+                continue;
+            if (o->type == CL_OPTION_STRING && pass == 0) {
+                if (!(*(char **)o->to = strdup(json_object_get_string(v))))
+                    rc = -1;
+            } else if (o->type == CL_OPTION_STRING && pass == 1 && rc < 0) {
+                free(*(char **)o->to);
+                *(char **)o->to = NULL;
+            } else if (o->type == CL_OPTION_BOOL && pass == 2 && rc == 0) {
+                *(int *)o->to = json_object_get_boolean(v);
+            } else if (o->type == CL_OPTION_COUNT && pass == 2 && rc == 0) {
+                *(long long *)o->to = (long long)json_object_get_int64(v);
+            }
+        }
+    }
+    if (rc < 0)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    json_object_put(bo);
+    return rc;
+}
+
 json_object *cl_meta_labels(const sbx_call_ctx *ctx, const char *backend, double expires_at)
 {
     json_object *m = json_object_new_object();
@@ -1948,19 +2136,6 @@ int cl_owned_listed(void *ud, json_object *item)
     return o->fn(&info, o->ud);
 }
 
-/* The string at the dotted path @key of @j ("meta.nextCursor"), or NULL. */
-static const char *pages_token(json_object *j, const char *key)
-{
-    const char *dot;
-    while (j && key && (dot = strchr(key, '.')) != NULL) {
-        char part[64];
-        snprintf(part, sizeof part, "%.*s", (int)(dot - key), key);
-        j = cl_json_path(j, part, NULL);
-        key = dot + 1;
-    }
-    return cl_json_str(j, key);
-}
-
 int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_listed_fn fn,
                   void *ud, const char *op, sbx_error **error)
 {
@@ -1999,7 +2174,7 @@ int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_li
             int stop = 0;
             for (size_t i = 0; i < n && !stop; i++)
                 stop = fn(ud, json_object_array_get_idx(items, i)) != 0;
-            const char *tok = pg->token_header ? r.kept_header : pages_token(j, pg->token_key);
+            const char *tok = pg->token_header ? r.kept_header : json_dotted_str(j, pg->token_key);
             if (n == 0 && (pg->flags & CL_PAGES_EMPTY_ENDS))
                 tok = NULL;
             next = !stop && tok && *tok ? strdup(tok) : NULL;

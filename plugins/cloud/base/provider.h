@@ -13,9 +13,10 @@
  *     resume's start: the state read, the sandbox got, an ended one gone;
  *     the same look (the resume table) for a sandbox whose call was
  *     refused: whether it ended, and then its gone flag and error; the
- *     resume slot's start and end around the plugin's struct; a call on a
- *     sandbox whose refusal is read by the provider's table (its own 404,
- *     a file's, or a look at the sandbox);
+ *     resume slot's start and end around the plugin's struct (its start
+ *     from the state alone too, for a provider that gets nothing); a call
+ *     on a sandbox whose refusal is read by the provider's table (its own
+ *     404, a file's, or a look at the sandbox);
  *   - the missing-cwd check after a script of cl_shell_script() exited
  *     CL_CWD_MISSING_EXIT (CASE-18, CASE-46);
  *   - a descriptor as the sink or the source of a request body;
@@ -25,28 +26,31 @@
  *   - the create's environment as a file in the sandbox that each command
  *     sources, so that it holds after a resume in another process while the
  *     session state holds no env value (per-call values still win), and a
- *     command's per-call environment as export lines;
- *   - the sandbox head (id, gone flag) with the sandbox_id, sandbox_root,
- *     destroy and is_alive slots over it and the answer to a call on it
- *     (a request at a URL it takes), the error of a file call's answer, the
- *     setup slot, the fixed probe slot, client_new's end, the plugin's
- *     sandbox struct allocated and freed around it, the session_state
- *     slot's start and end, the start of a command and the
- *     exec_wait (with the missing-cwd check), exec_kill (by the mark) and
- *     exec_event_fd slots over a cl_proc, exec_resize's check and wait,
- *     write_file over an upload that takes no mode, the client's config and
- *     credential, the create's workdir check, refusals, unanswered request
- *     (reaped by its token) and working directory, the plugin's own mkdir
- *     and chmod commands, a directory listed by a find command, an item's
- *     GET and DELETE, the ids of a create token's items, paths under the
- *     workdir, and small string helpers;
+ *     command's per-call environment as export lines, and its stdin as an
+ *     uploaded file the script reads;
+ *   - the sandbox head (id, gone flag, data plane) with the sandbox_id,
+ *     sandbox_root, destroy and is_alive slots over it and the answer to a
+ *     call on it (a request at a URL it takes, or at its data plane), the
+ *     error of a file call's answer, the setup slot, the fixed probe slot,
+ *     client_new's end, the plugin's sandbox struct allocated and freed
+ *     around it, the session_state slot's start and end, the start of a
+ *     command and the exec_wait (with the missing-cwd check), exec_kill
+ *     (by the mark) and exec_event_fd slots over a cl_proc, exec_resize's
+ *     check and wait, write_file over an upload that takes no mode, the
+ *     client's config and credential, the create's workdir check,
+ *     refusals, unanswered request (reaped by its token) and working
+ *     directory, the plugin's own mkdir and chmod commands, a directory
+ *     listed by a find command, an item's GET and DELETE, the ids of a
+ *     create token's items, paths under the workdir, and small string
+ *     helpers;
  *   - the port slots of a provider that routes every port itself, and a
  *     string in host memory;
  *   - the create's provider-side lifetime from its timeout;
  *   - the create's refusals by table (options the provider cannot honour,
- *     backend_options of a provider that takes none) and its ownership
- *     labels; a paged listing, and list_owned's item (with RFC 3339
- *     times);
+ *     backend_options of a provider that takes none), its backend_options
+ *     by a table of the provider's, the id of its one-POST create (nested
+ *     too) and its ownership labels; a paged listing, and list_owned's
+ *     item (with RFC 3339 times);
  *   - a JSON POST that sends {} for no body, the exec_start slot of a
  *     provider whose commands are script procs, and the list_files slot by
  *     a command and the read_file slot over a download.
@@ -221,7 +225,23 @@ void *cl_resume_new(sbx_plugin_client *client, const sbx_call_ctx *ctx, const ch
                     struct json_object **state, sbx_error **error);
 
 /**
- * The end of a resume slot begun by cl_resume_new(): @view and @state put;
+ * The start of a resume slot of a provider whose sandbox is not got here
+ * (the plugin's own call follows: a connect, a wait until it runs):
+ * cl_state_in(@state_json, @version, @id_key, @provider) (op resume), then
+ * the struct of @size bytes (at least a cl_sandbox, which starts it) made
+ * by cl_sandbox_new() with @client, the state's id and its "workdir" when
+ * that is cl_workdir_ok() (else none). Returns the struct with the state
+ * in *@state: the caller adds its own members and ends with
+ * cl_resume_end() (no view). NULL with *@state NULL and *@error set:
+ * invalid_argument as cl_state_in(), or resource_exhausted. Thread-safe.
+ */
+void *cl_resume_state(sbx_plugin_client *client, const char *state_json, const char *provider,
+                      int version, const char *id_key, size_t size, struct json_object **state,
+                      sbx_error **error);
+
+/**
+ * The end of a resume slot begun by cl_resume_new() or cl_resume_state():
+ * @view and @state put (NULL: none);
  * when @rc is 0, @sb stored in *@sandbox and 0; else @sb freed with
  * @free_fn (NULL: cl_sandbox_free()) and -1 (the error stored already by
  * the step that failed).
@@ -509,12 +529,18 @@ typedef struct cl_sandbox {
     char *workdir;      /* the default working directory (absolute), a new
                          * string freed with the head, or NULL: the
                          * provider's own */
+    char *plane;        /* the sandbox's own base URL, its data plane
+                         * (processes, files; cl_plane_request()), no
+                         * trailing slash: a new string freed with the
+                         * head, or NULL: none */
 } cl_sandbox;
 
-/** Copies @id into @s and clears its gone flag, its client and its
- *  workdir: 0, or -1 on no memory (then @s holds nothing to clear). */
+/** Copies @id into @s and clears its gone flag, its client, its workdir
+ *  and its data plane: 0, or -1 on no memory (then @s holds nothing to
+ *  clear). */
 int cl_sandbox_init(cl_sandbox *s, const char *id);
-/** Frees what cl_sandbox_init() made and the workdir (not @s itself). */
+/** Frees what cl_sandbox_init() made, the workdir and the data plane (not
+ *  @s itself). */
 void cl_sandbox_clear(cl_sandbox *s);
 /**
  * A plugin's sandbox struct of @size bytes (at least sizeof(cl_sandbox);
@@ -530,6 +556,21 @@ void *cl_sandbox_alloc(size_t size, const char *id);
  */
 void *cl_sandbox_new(size_t size, struct sbx_plugin_client *c, const char *id,
                      const char *workdir);
+/**
+ * Sets the data plane of @s (a sandbox served at a URL of its own: a
+ * per-sandbox host, a toolbox proxy) to a copy of @url without its
+ * trailing slashes, the one it had freed: 0; -1 when @url is NULL or on
+ * no memory (@s keeps what it had). Not thread-safe: while the handle is
+ * made.
+ */
+int cl_sandbox_set_plane(cl_sandbox *s, const char *url);
+/**
+ * cl_sandbox_new() whose head also holds the data plane @plane
+ * (cl_sandbox_set_plane()): NULL when @plane is NULL or on no memory
+ * (nothing left to free). Thread-safe.
+ */
+void *cl_sandbox_new_at(size_t size, struct sbx_plugin_client *c, const char *id,
+                        const char *workdir, const char *plane);
 /** Clears the cl_sandbox that starts @sb and frees @sb (NULL: nothing). */
 void cl_sandbox_free(void *sb);
 /** The sandbox_free slot of a plugin whose sandbox holds nothing the head
@@ -693,6 +734,17 @@ int cl_sandbox_refused(cl_sandbox *s, cl_http *h, const cl_call_spec *cs,
 int cl_sandbox_request(cl_sandbox *s, cl_http *h, const cl_call_spec *cs,
                        const sbx_call_ctx *ctx, cl_req *rq, char *url, unsigned how, cl_resp *r,
                        const char *op, sbx_error **error);
+
+/**
+ * cl_sandbox_request() at @s's data plane followed by @path (absolute,
+ * with its query: "/process?x=1"), sent through @h; a head without a data
+ * plane is as a URL that could not be made (resource_exhausted, nothing
+ * sent, after the gone check). Returns as cl_sandbox_request().
+ * Thread-safe.
+ */
+int cl_plane_request(cl_sandbox *s, cl_http *h, const cl_call_spec *cs, const sbx_call_ctx *ctx,
+                     cl_req *rq, const char *path, unsigned how, cl_resp *r, const char *op,
+                     sbx_error **error);
 
 /**
  * A call on sandbox @s at the provider: -1 with cl_gone_error() (of
@@ -962,6 +1014,40 @@ long long cl_lifetime_s(const sbx_plugin_create_request *rq, const char *provide
 int cl_no_backend_options(const sbx_plugin_create_request *rq, const char *provider,
                           sbx_error **error);
 
+/** One backend option a provider takes: an entry of the table
+ *  cl_backend_options() reads. */
+typedef struct cl_option {
+    const char *key;        /* its name ("suspendable"); NULL ends the table */
+    unsigned type;          /* CL_OPTION_* */
+    long long max;          /* CL_OPTION_COUNT: the largest value taken */
+    void *to;               /* where its value goes when it is given (left
+                             * alone when not): an int * (CL_OPTION_BOOL: 1
+                             * or 0), a char ** (CL_OPTION_STRING: a new
+                             * string, the caller's to free; NULL before) or
+                             * a long long * (CL_OPTION_COUNT) */
+} cl_option;
+#define CL_OPTION_BOOL 1u       /* true or false */
+#define CL_OPTION_STRING 2u     /* a non-empty string */
+#define CL_OPTION_COUNT 3u      /* a whole number from 1 to max */
+
+/**
+ * The create's backend_options read by @table (the provider's options, in
+ * the order its "known" list names them): 0 when @rq has none (NULL or "")
+ * or when each key of the object is one of @table's with a value of its
+ * type, every value given then stored in its entry's @to. Else -1 with
+ * configuration (op create, context option=backend_options), nothing
+ * stored: "@provider backend_options: JSON is not a JSON object"; for the
+ * first key (in the object's order) that is not in @table, "@provider
+ * backend_options: unknown key \"K\" (known: \"A\", \"B\")" with context
+ * name=K and known=the list; for the first value not of its type,
+ * "@provider backend_options: K VALUE is not true or false" (or "a
+ * non-empty string", or "a whole number from 1 to MAX"), VALUE as JSON,
+ * context name=K. resource_exhausted on no memory (nothing stored).
+ * Thread-safe.
+ */
+int cl_backend_options(const sbx_plugin_create_request *rq, const char *provider,
+                       const cl_option *table, sbx_error **error);
+
 /** One item of a listing (a JSON object, borrowed for the call): 0 to go
  *  on, non-zero to stop the listing. */
 typedef int (*cl_listed_fn)(void *ud, struct json_object *item);
@@ -1086,8 +1172,9 @@ sbx_error *cl_create_unanswered(cl_reaper *reaper, const sbx_call_ctx *ctx, cons
  * The create request of a provider whose create is one POST answered with
  * the new sandbox: POST @url (NULL: resource_exhausted) with @body (JSON),
  * sent once (CL_UNSAFE), op create. Returns the answer's JSON (a new
- * object, json_object_put()) with the id, its string member @id_key, in
- * *@id (borrowed from it). Else NULL with *@error set, and whatever the
+ * object, json_object_put()) with the id, its string member @id_key (a
+ * dotted path names a nested one: "sandbox.id"), in *@id (borrowed from
+ * it). Else NULL with *@error set, and whatever the
  * provider may have made looked for by @ctx's create token (when it has
  * one) and deleted through @reaper (CASE-20):
  *  - no answer: cl_create_unanswered() (reaped when it may have acted);
@@ -1303,6 +1390,34 @@ typedef int (*cl_upload_bytes_fn)(sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
  */
 int cl_script_env_prelude(cl_script_proc *p, const sbx_call_ctx *ctx, cl_upload_bytes_fn up,
                           cl_buf *pre, const char *op);
+
+/** The size of a path cl_script_stdin_file() writes: enough for a @dir of
+ *  up to 20 bytes. */
+#define CL_STDIN_PATH_MAX 64
+
+/**
+ * The stdin of @p's command for a provider whose command reads it from a
+ * file in the sandbox: when @p has one (its stdin_fd >= 0), what it holds
+ * (read to its end) uploaded by @up (named "stdin" in its errors) to
+ * @dir/.TAG.in in @p's sandbox and that path written to @path; else
+ * "/dev/null" written there. @dir is absolute ("/tmp"), at most 20 bytes;
+ * @path holds CL_STDIN_PATH_MAX bytes. 0; -1 with @up's error, the
+ * thread's last error (cl_last()), op @op. On @p's worker thread.
+ */
+int cl_script_stdin_file(cl_script_proc *p, const sbx_call_ctx *ctx, cl_upload_fn up,
+                         const char *dir, char path[CL_STDIN_PATH_MAX], const char *op);
+
+/**
+ * cl_script_stdin_file() into @dir, and the line that makes it the stdin
+ * of the rest of the script appended to @pre (the script's prelude):
+ * "exec <PATH; rm -f PATH" for an uploaded file (read once, removed at
+ * once), else "exec </dev/null", and a newline. 0; -1 with the thread's
+ * last error (cl_last()): @up's, or resource_exhausted "out of memory"
+ * (op @op; @pre then holds part of the line: the caller clears it). On
+ * @p's worker thread.
+ */
+int cl_script_stdin_prelude(cl_script_proc *p, const sbx_call_ctx *ctx, cl_upload_fn up,
+                            const char *dir, cl_buf *pre, const char *op);
 
 /** The exec_wait slot for a cl_script_proc: cl_exec_wait_script(). */
 int cl_script_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,

@@ -129,8 +129,8 @@ struct sbx_plugin_client {
 };
 
 struct sbx_plugin_sandbox {
-    cl_sandbox s;       /* first member: the name and the gone flag (provider.h) */
-    char *url;          /* its data plane, no trailing slash */
+    cl_sandbox s;       /* first member: the name, the gone flag and the data
+                         * plane (provider.h) */
 };
 
 typedef cl_script_proc bl_proc;  /* provider.h */
@@ -236,9 +236,8 @@ static const cl_call_spec bl_calls = { &bl_spec, 0 };
 static int bl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
                    const char *path, cl_resp *r, int file_call, const char *op, sbx_error **error)
 {
-    return cl_sandbox_request(&sb->s, sb->s.c->http, &bl_calls, ctx, rq,
-                              cl_printf("%s%s", sb->url, path), file_call ? CL_CALL_FILE : 0, r,
-                              op, error);
+    return cl_plane_request(&sb->s, sb->s.c->http, &bl_calls, ctx, rq, path,
+                            file_call ? CL_CALL_FILE : 0, r, op, error);
 }
 
 static int bl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
@@ -360,24 +359,6 @@ CL_PROBE_CAPS(bl_probe, BL_CAPS)
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
-
-static struct sbx_plugin_sandbox *bl_sandbox_new(struct sbx_plugin_client *c, const char *id,
-                                                 const char *url)
-{
-    struct sbx_plugin_sandbox *sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
-    if (sb && !(sb->url = cl_trim_slash(url))) {
-        cl_sandbox_free(sb);
-        return NULL;
-    }
-    return sb;
-}
-
-static void bl_sandbox_free(sbx_plugin_sandbox *sb)
-{
-    if (sb)
-        free(sb->url);
-    cl_sandbox_free(sb);
-}
 
 /* The data plane of sandbox @j (metadata.url, else the run URL's). */
 static char *bl_data_url(struct sbx_plugin_client *c, json_object *j, const char *name)
@@ -582,7 +563,7 @@ static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             goto out;
     }
     du = bl_data_url(c, j, name);
-    sb = du ? bl_sandbox_new(c, name, du) : NULL;
+    sb = cl_sandbox_new_at(sizeof(*sb), c, name, NULL, du);
     if (!sb) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         bl_delete(c, NULL, name, op, NULL);
@@ -601,7 +582,7 @@ static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     goto out;
 undo:
     bl_delete(c, NULL, name, op, NULL);
-    bl_sandbox_free(sb);
+    cl_sandbox_free(sb);
 out:
     json_object_put(body);
     json_object_put(j);
@@ -632,7 +613,7 @@ static char *bl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
     json_object *j = cl_state_new(&sb->s, BL_BACKEND, BL_STATE_VERSION, "name", error);
     if (!j)
         return NULL;
-    json_object_object_add(j, "url", json_object_new_string(sb->url));
+    json_object_object_add(j, "url", json_object_new_string(sb->s.plane));
     return cl_state_end(j, error);
 }
 
@@ -647,13 +628,13 @@ static int bl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
     const char *su = cl_json_str(data, "url");
     char *du = cl_json_str(cl_json_path(j, "metadata", NULL), "url") || !su
                ? bl_data_url(client, j, sb->s.id) : strdup(su);
-    int rc = du && (sb->url = cl_trim_slash(du)) ? 0 : -1;
+    int rc = cl_sandbox_set_plane(&sb->s, du);
     free(du);
     if (rc < 0)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "resume", "out of memory");
     else if (strcmp(bl_status(j), "DEPLOYED") != 0)
         rc = bl_wait_deployed(sb, ctx, "resume", error);
-    return cl_resume_end(rc, sb, sandbox, j, data, bl_sandbox_free);
+    return cl_resume_end(rc, sb, sandbox, j, data, NULL);
 }
 
 /* The sandboxes this backend made: labelled sbx_backend=blaxel with a
@@ -1462,7 +1443,7 @@ static const sbx_plugin bl_plugin = {
     .session_state = bl_session_state,
     .destroy = bl_destroy,
     .is_alive = bl_is_alive,
-    .sandbox_free = bl_sandbox_free,
+    .sandbox_free = cl_sandbox_free_slot,
     .sandbox_id = cl_sandbox_id,
     .sandbox_root = cl_sandbox_root,
     .exec_start = bl_exec_start,

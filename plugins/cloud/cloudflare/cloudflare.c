@@ -1030,21 +1030,16 @@ static int cf_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
     const char *op = "resume";
-    const char *id = NULL;
-    json_object *data = cl_state_in(state_json, CF_STATE_VERSION, "sandbox_id", CF_BACKEND, op,
-                                    &id, error);
-    if (!data)
+    json_object *data, *tunnels;
+    struct sbx_plugin_sandbox *sb = cl_resume_state(client, state_json, CF_BACKEND,
+                                                    CF_STATE_VERSION, "sandbox_id", sizeof(*sb),
+                                                    &data, error);
+    if (!sb)
         return -1;
-    int running = 0, rc = -1;
-    struct sbx_plugin_sandbox *sb = NULL;
-    if (cf_running(client, ctx, id, &running, op, error) < 0)
-        goto out;
-    sb = cf_sandbox_new(client, id, cl_json_str(data, "workdir"));
-    if (!sb) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto out;
-    }
-    json_object *tunnels;
+    pthread_mutex_init(&sb->tlock, NULL);
+    int running = 0;
+    if (cf_running(client, ctx, sb->s.id, &running, op, error) < 0)
+        return cl_resume_end(-1, sb, sandbox, NULL, data, cf_sandbox_free);
     if (json_object_object_get_ex(data, "tunnels", &tunnels)
         && json_object_is_type(tunnels, json_type_array)) {
         for (size_t i = 0; i < json_object_array_length(tunnels); i++) {
@@ -1055,28 +1050,19 @@ static int cf_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
             if (port < 1 || port > 65535 || !u || strncmp(u, "https://", 8) != 0) {
                 cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                         "cloudflare session state: bad \"tunnels\" entry %zu", i);
-                cf_sandbox_free(sb);
-                goto out;
+                return cl_resume_end(-1, sb, sandbox, NULL, data, cf_sandbox_free);
             }
             if (cf_tunnel_put(sb, (unsigned)port, u) < 0) {
                 cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-                cf_sandbox_free(sb);
-                goto out;
+                return cl_resume_end(-1, sb, sandbox, NULL, data, cf_sandbox_free);
             }
         }
     }
     /* A container that slept: its files are gone with it (the bridge keeps
      * none), so it is the provider's loss (CASE-32). */
-    if (!running) {
-        cl_gone_error(error, op, CF_BACKEND, id);
-        cf_sandbox_free(sb);
-        goto out;
-    }
-    *sandbox = sb;
-    rc = 0;
-out:
-    json_object_put(data);
-    return rc;
+    if (!running)
+        cl_gone_error(error, op, CF_BACKEND, sb->s.id);
+    return cl_resume_end(running ? 0 : -1, sb, sandbox, NULL, data, cf_sandbox_free);
 }
 
 /* mkdir -p @dir with mode 0700 for what it makes: 0, or -1 (errno). */
@@ -1415,7 +1401,7 @@ static int cf_exec_run(cl_proc *base)
     struct sbx_plugin_sandbox *sb = p->sp.sb;
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
-    char *src = cl_env_file_source(CF_ENV_FILE), *in_path = NULL, *env_path = NULL;
+    char *src = cl_env_file_source(CF_ENV_FILE), *env_path = NULL;
     char *keys = cl_call_keys((const char *const *)p->sp.env);
     cl_buf s = { 0 };
     cf_stream st = { 0 };
@@ -1438,19 +1424,12 @@ static int cf_exec_run(cl_proc *base)
         if (!env_path)
             goto fail;
     }
-    if (p->sp.stdin_fd >= 0) {
-        in_path = cl_printf(CF_WORKSPACE "/.%s.in", p->sp.tag);
-        if (!in_path || cf_put(sb, &ctx, in_path, p->sp.stdin_fd, "stdin", op, NULL) < 0)
-            goto fail;
-    }
     cl_buf_printf(&s, "[ -e " CF_LIVE_FILE " ] || exit %d\n", CF_GONE_EXIT);
     if (env_path)
         cl_buf_printf(&s, ". %s; rm -f %s\n", env_path, env_path);
     cl_buf_printf(&s, "%s", src);
-    if (in_path)
-        cl_buf_printf(&s, "exec <%s; rm -f %s\n", in_path, in_path);
-    else
-        cl_buf_printf(&s, "exec </dev/null\n");
+    if (cl_script_stdin_prelude(&p->sp, &ctx, cf_put, CF_WORKSPACE, &s, op) < 0)
+        goto fail;
     cl_buf_printf(&s, "%s", p->sp.script);
     if (!s.data) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1484,7 +1463,6 @@ out:
     cl_buf_clear(&s);
     free(src);
     free(keys);
-    free(in_path);
     free(env_path);
     return code;
 }

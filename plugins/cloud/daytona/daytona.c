@@ -168,8 +168,8 @@ struct sbx_plugin_client {
 };
 
 struct sbx_plugin_sandbox {
-    cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
-    char *toolbox;      /* toolboxProxyUrl + "/" + id */
+    cl_sandbox s;       /* first member: the id, the gone flag and the data
+                         * plane, toolboxProxyUrl + "/" + id (provider.h) */
     pthread_mutex_t lock;   /* guards idle */
     struct dt_session *idle;    /* toolbox sessions no command of ours runs
                                  * in, made by this handle, reused by the
@@ -358,7 +358,7 @@ static int dt_toolbox_rw(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 {
     if (dt_check(sb, op, error) < 0)
         return -1;
-    char *url = cl_printf("%s%s", sb->toolbox, path);
+    char *url = cl_printf("%s%s", sb->s.plane, path);
     if (!url) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
@@ -469,17 +469,12 @@ static struct sbx_plugin_sandbox *dt_sandbox_new(struct sbx_plugin_client *c, co
                                                  const char *toolbox_base, const char *workdir)
 {
     char *base = toolbox_base ? cl_trim_slash(toolbox_base) : NULL;
-    struct sbx_plugin_sandbox *sb = base ? cl_sandbox_new(sizeof(*sb), c, id, workdir) : NULL;
-    if (sb) {
-        sb->toolbox = cl_printf("%s/%s", base, id);
-        if (!sb->toolbox) {
-            cl_sandbox_free(sb);
-            sb = NULL;
-        } else {
-            pthread_mutex_init(&sb->lock, NULL);
-        }
-    }
+    char *tb = base ? cl_printf("%s/%s", base, id) : NULL;
+    struct sbx_plugin_sandbox *sb = cl_sandbox_new_at(sizeof(*sb), c, id, workdir, tb);
+    if (sb)
+        pthread_mutex_init(&sb->lock, NULL);
     free(base);
+    free(tb);
     return sb;
 }
 
@@ -498,7 +493,6 @@ static void dt_sandbox_free(sbx_plugin_sandbox *sb)
         dt_session_delete(sb, s->id);
     dt_pool_drop(sb);
     pthread_mutex_destroy(&sb->lock);
-    free(sb->toolbox);
     cl_sandbox_free(sb);
 }
 
@@ -773,8 +767,8 @@ static char *dt_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
     json_object *j = cl_state_new(&sb->s, DT_BACKEND, DT_STATE_VERSION, "sandbox_id", error);
     if (!j)
         return NULL;
-    size_t tl = strlen(sb->toolbox) - strlen(sb->s.id) - 1;
-    json_object_object_add(j, "toolbox", json_object_new_string_len(sb->toolbox, (int)tl));
+    size_t tl = strlen(sb->s.plane) - strlen(sb->s.id) - 1;
+    json_object_object_add(j, "toolbox", json_object_new_string_len(sb->s.plane, (int)tl));
     cl_ports_to_state(&sb->s, j);
     return cl_state_end(j, error);
 }
@@ -1255,7 +1249,7 @@ static int dt_demux_sink(void *ud, const char *p, size_t n)
  * in it), without waking a stopped sandbox: best effort, 5 s at most. */
 static void dt_session_delete(struct sbx_plugin_sandbox *sb, const char *sid)
 {
-    char *url = cl_printf("%s/process/session/%s", sb->toolbox, sid);
+    char *url = cl_printf("%s/process/session/%s", sb->s.plane, sid);
     cl_req rq = { .method = "DELETE", .url = url, .idempotent = CL_SAFE,
                   .secs = 5, .what = "delete the session" };
     cl_resp r = { 0 };
@@ -1728,7 +1722,7 @@ static int dt_pty_run(cl_proc *base)
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
 
-    path = cl_printf("%s/process/pty/%s/connect", sb->toolbox, p->id);
+    path = cl_printf("%s/process/pty/%s/connect", sb->s.plane, p->id);
     if (!path) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;

@@ -1281,38 +1281,24 @@ static int e2b_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const 
                       sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
     const char *op = "resume";
-    const char *id = NULL;
-    json_object *data = cl_state_in(state_json, E2B_STATE_VERSION, "sandbox_id", E2B_BACKEND, op,
-                                    &id, error);
-    int64_t life = 0;
-    int rc = -1;
-    if (!data)
+    json_object *data;
+    struct sbx_plugin_sandbox *sb = cl_resume_state(client, state_json, E2B_BACKEND,
+                                                    E2B_STATE_VERSION, "sandbox_id",
+                                                    sizeof(*sb), &data, error);
+    if (!sb)
         return -1;
+    pthread_mutex_init(&sb->lock, NULL);
+    int64_t life = 0;
     cl_json_int(data, "lifetime_s", &life);
-    struct sbx_plugin_sandbox *sb = e2b_sandbox_new(client, id);
-    const char *wd = cl_json_str(data, "workdir");
-    const char *user = cl_json_str(data, "user");
-    if (!sb || (wd && !(sb->s.workdir = strdup(wd))) || (user && !(sb->user = strdup(user)))) {
-        e2b_sandbox_free(sb);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto out;
-    }
     sb->lifetime_s = (double)life;
-    if (cl_ports_from_state(&sb->s, data, E2B_BACKEND, op, error) < 0) {
-        e2b_sandbox_free(sb);
-        goto out;
-    }
-    /* connect with the lifetime it has left: its access token, and a
-     * paused sandbox resumed (CASE-33, CASE-53) */
-    if (e2b_wake(sb, ctx, 1, op, error) < 0) {
-        e2b_sandbox_free(sb);
-        goto out;
-    }
-    *sandbox = sb;
-    rc = 0;
-out:
-    json_object_put(data);
-    return rc;
+    int rc = -1;
+    /* Then connect with the lifetime it has left: its access token, and a
+     * paused sandbox resumed (CASE-33, CASE-53). */
+    if (cl_dup(&sb->user, cl_json_str(data, "user")) < 0)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else if (cl_ports_from_state(&sb->s, data, E2B_BACKEND, op, error) == 0)
+        rc = e2b_wake(sb, ctx, 1, op, error);
+    return cl_resume_end(rc, sb, sandbox, NULL, data, e2b_sandbox_free);
 }
 
 /* Exposed ports: every port of a sandbox answers at its preview address

@@ -1583,40 +1583,28 @@ static int k8_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
     const char *op = "resume";
-    const char *id = NULL;
-    json_object *data = cl_state_in(state_json, K8_STATE_VERSION, "pod", K8_BACKEND, op, &id,
-                                    error);
-    if (!data)
+    json_object *data;
+    struct sbx_plugin_sandbox *sb = cl_resume_state(client, state_json, K8_BACKEND,
+                                                    K8_STATE_VERSION, "pod", sizeof(*sb), &data,
+                                                    error);
+    if (!sb)
         return -1;
-    const char *ns = cl_json_str(data, "namespace");
+    const char *ns = cl_json_str(data, "namespace"), *id = sb->s.id;
     int rc = -1;
     if (ns && strcmp(ns, client->ns) != 0) {
         cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "kubernetes session state: "
                            "pod %s is in namespace %s, this client uses %s", id, ns,
                            client->ns), "namespace", ns);
-        goto out;
-    }
-    const char *wd = cl_json_str(data, "workdir");
-    struct sbx_plugin_sandbox *sb = cl_sandbox_new(sizeof(*sb), client, id,
-                                                   cl_workdir_ok(wd) ? wd : NULL);
-    if (!sb) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto out;
-    }
-    if (k8_wait_ready(sb, ctx, op, NULL) < 0) {
+    } else if (k8_wait_ready(sb, ctx, op, NULL) < 0) {
         cl_last_error l = *cl_last();
         if (cl_gone_get(&sb->s.gone) || l.code == SBX_ERROR_CREATION_FAILED)
             cl_gone_error(error, op, K8_BACKEND, id);
         else
             cl_fail(error, l.code, op, "%s", l.msg);
-        cl_sandbox_free(sb);
-        goto out;
+    } else {
+        rc = 0;
     }
-    *sandbox = sb;
-    rc = 0;
-out:
-    json_object_put(data);
-    return rc;
+    return cl_resume_end(rc, sb, sandbox, NULL, data, NULL);
 }
 
 /* ------------------------------------------------------------------------ */

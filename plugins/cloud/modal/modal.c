@@ -1614,51 +1614,6 @@ static int modal_gpu(const char *gpu, Modal__Client__GPUConfig *cfg, char *type,
     return 0;
 }
 
-/* The backend options: {"idle_timeout_secs": N, "memory_mb": N}, whole
- * numbers from 1 (seconds up to a day; MiB up to 2^32 - 1). */
-static int modal_backend_options(const char *json, uint32_t *idle, uint32_t *memory,
-                                 sbx_error **error)
-{
-    static const char known[] = "\"idle_timeout_secs\", \"memory_mb\"";
-    *idle = *memory = 0;
-    if (!json || !*json)
-        return 0;
-    json_object *bo = json_tokener_parse(json);
-    if (!bo || !json_object_is_type(bo, json_type_object)) {
-        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, "create", "modal backend_options: "
-                           "%s is not a JSON object", json), "option", "backend_options");
-        json_object_put(bo);
-        return -1;
-    }
-    int rc = 0;
-    json_object_object_foreach(bo, k, v) {
-        int is_idle = strcmp(k, "idle_timeout_secs") == 0, is_mem = strcmp(k, "memory_mb") == 0;
-        int64_t n = json_object_is_type(v, json_type_int) ? json_object_get_int64(v) : 0;
-        if (is_idle && n > 0 && n <= MODAL_MAX_TIMEOUT_S) {
-            *idle = (uint32_t)n;
-            continue;
-        }
-        if (is_mem && n > 0 && n <= (int64_t)UINT32_MAX) {
-            *memory = (uint32_t)n;
-            continue;
-        }
-        sbx_error *err = is_idle || is_mem
-            ? cl_fail(error, SBX_ERROR_CONFIGURATION, "create", "modal backend_options: %s %s is "
-                      "not a whole number from 1 to %lld", k, json_object_to_json_string(v),
-                      is_idle ? (long long)MODAL_MAX_TIMEOUT_S : (long long)UINT32_MAX)
-            : cl_fail(error, SBX_ERROR_CONFIGURATION, "create", "modal backend_options: "
-                      "unknown key \"%s\" (known: %s)", k, known);
-        cl_context(err, "option", "backend_options");
-        cl_context(err, "name", k);
-        if (!is_idle && !is_mem)
-            cl_context(err, "known", known);
-        rc = -1;
-        break;
-    }
-    json_object_put(bo);
-    return rc;
-}
-
 typedef struct modal_join {
     char last[128];     /* the last entry id, to read on from */
     int status;         /* GenericStatus of the result; 0 until one came */
@@ -1782,7 +1737,7 @@ static int modal_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     struct sbx_plugin_client *c = client;
     uint64_t set = rq->set_fields;
     char buf[64], gtype[64], expires[32];
-    uint32_t idle = 0, memory = 0;
+    long long idle = 0, memory = 0;
     if (cl_workdir_check(MODAL_BACKEND, rq->workdir, error) < 0)
         return -1;
     if (rq->template_name) {
@@ -1818,7 +1773,14 @@ static int modal_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         modal_refuse(error, "timeout_secs", buf, "Modal takes 1 to 86400 seconds");
         return -1;
     }
-    if (modal_backend_options(rq->backend_options, &idle, &memory, error) < 0)
+    /* The backend options: {"idle_timeout_secs": N, "memory_mb": N}, whole
+     * numbers from 1 (seconds up to a day; MiB up to 2^32 - 1). */
+    const cl_option options[] = {
+        { "idle_timeout_secs", CL_OPTION_COUNT, MODAL_MAX_TIMEOUT_S, &idle },
+        { "memory_mb", CL_OPTION_COUNT, UINT32_MAX, &memory },
+        { NULL, 0, 0, NULL },
+    };
+    if (cl_backend_options(rq, MODAL_BACKEND, options, error) < 0)
         return -1;
     if ((set & SBX_OPTION_MEMORY_MB) && memory) {
         snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
@@ -1849,7 +1811,7 @@ static int modal_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     Modal__Client__Resources res = MODAL__CLIENT__RESOURCES__INIT;
     if (set & SBX_OPTION_CPU)
         res.milli_cpu = res.milli_cpu_max = (uint32_t)ceil(rq->cpu * 500);
-    res.memory_mb = memory;
+    res.memory_mb = (uint32_t)memory;
     if (set & SBX_OPTION_MEMORY_MB)
         res.memory_mb = res.memory_mb_max = (uint32_t)rq->memory_mb;
     if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb)
@@ -1873,7 +1835,7 @@ static int modal_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     def.timeout_secs = (uint32_t)timeout;
     def.workdir = (char *)(rq->workdir && *rq->workdir ? rq->workdir : "");
     def.network_access = &net;
-    def.idle_timeout_secs = idle;
+    def.idle_timeout_secs = (uint32_t)idle;
     /* The ports, tunnelled over TLS (the SDKs' encrypted_ports). */
     Modal__Client__PortSpecs pspecs = MODAL__CLIENT__PORT_SPECS__INIT;
     Modal__Client__PortSpec *pspec = n_ports ? calloc(n_ports, sizeof(*pspec)) : NULL;
@@ -2029,24 +1991,15 @@ static char *modal_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
 static int modal_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                         const char *state_json, sbx_plugin_sandbox **sandbox, sbx_error **error)
 {
-    const char *op = "resume";
-    const char *id = NULL;
-    json_object *data = cl_state_in(state_json, MODAL_STATE_VERSION, "sandbox_id", MODAL_BACKEND,
-                                    op, &id, error);
-    if (!data)
-        return -1;
-    struct sbx_plugin_sandbox *sb = modal_sandbox_new(client, id);
-    int rc = -1;
+    json_object *data;
+    struct sbx_plugin_sandbox *sb = cl_resume_state(client, state_json, MODAL_BACKEND,
+                                                    MODAL_STATE_VERSION, "sandbox_id",
+                                                    sizeof(*sb), &data, error);
     if (!sb)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (modal_task(sb, ctx, 0, op, error) == 0)
-        rc = 0;
-    if (rc == 0)
-        *sandbox = sb;
-    else
-        modal_sandbox_free(sb);
-    json_object_put(data);
-    return rc;
+        return -1;
+    pthread_mutex_init(&sb->lock, NULL);
+    return cl_resume_end(modal_task(sb, ctx, 0, "resume", error), sb, sandbox, NULL, data,
+                         modal_sandbox_free);
 }
 
 /* SandboxSnapshotFs: the image id, which a create takes as snapshot_id. */

@@ -687,65 +687,21 @@ static const struct {
     { "X_LARGE", 4, 16 }, { "XX_LARGE", 8, 32 },
 };
 
-/* The backend options: {"network_policy_id": "...", "custom_size": bool}. */
-static int rl_backend_options(const char *s, const char **policy, int *custom, json_object **keep,
-                              sbx_error **error)
-{
-    *keep = NULL;
-    if (!s || !*s)
-        return 0;
-    json_object *bo = json_tokener_parse(s);
-    sbx_error *err = NULL;
-    if (!bo || !json_object_is_type(bo, json_type_object)) {
-        err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                      "runloop backend_options: %s is not a JSON object", s);
-    } else {
-        json_object_object_foreach(bo, k, v) {
-            static const char known[] = "\"network_policy_id\", \"custom_size\"";
-            if (strcmp(k, "network_policy_id") != 0 && strcmp(k, "custom_size") != 0) {
-                err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                              "runloop backend_options: unknown key \"%s\" (known: %s)", k,
-                              known);
-                cl_context(err, "name", k);
-                cl_context(err, "known", known);
-                break;
-            }
-            int is_policy = k[0] == 'n';
-            if (is_policy ? !json_object_is_type(v, json_type_string)
-                                || json_object_get_string_len(v) == 0
-                          : !json_object_is_type(v, json_type_boolean)) {
-                err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                              "runloop backend_options: %s %s is not %s", k,
-                              json_object_to_json_string(v),
-                              is_policy ? "a non-empty string" : "true or false");
-                cl_context(err, "name", k);
-                break;
-            }
-            if (is_policy)
-                *policy = json_object_get_string(v);
-            else
-                *custom = json_object_get_boolean(v);
-        }
-    }
-    if (err) {
-        cl_context(err, "option", "backend_options");
-        json_object_put(bo);
-        return -1;
-    }
-    *keep = bo;
-    return 0;
-}
-
 static json_object *rl_create_body(const sbx_call_ctx *ctx, const sbx_plugin_create_request *rq,
                                    sbx_error **error)
 {
     uint64_t set = rq->set_fields;
     char buf[64];
-    const char *policy = NULL;
+    char *policy = NULL;
     int custom = 0;
-    json_object *bo = NULL;
+    /* The backend options: {"network_policy_id": "...", "custom_size": bool}. */
+    const cl_option options[] = {
+        { "network_policy_id", CL_OPTION_STRING, 0, &policy },
+        { "custom_size", CL_OPTION_BOOL, 0, &custom },
+        { NULL, 0, 0, NULL },
+    };
     if (cl_workdir_check(RL_BACKEND, rq->workdir, error) < 0
-        || rl_backend_options(rq->backend_options, &policy, &custom, &bo, error) < 0)
+        || cl_backend_options(rq, RL_BACKEND, options, error) < 0)
         return NULL;
     json_object *b = json_object_new_object(), *lp = json_object_new_object();
     json_object *meta = json_object_new_object();
@@ -839,10 +795,10 @@ static json_object *rl_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cre
                                                         : cl_wallclock() + (double)t);
     json_object_object_add(meta, CL_META_EXPIRES, json_object_new_string(buf));
     json_object_object_add(b, "environment_variables", cl_env_object(rq->env));
-    json_object_put(bo);
+    free(policy);
     return b;
 fail:
-    json_object_put(bo);
+    free(policy);
     json_object_put(b);
     return NULL;
 }
@@ -1328,12 +1284,9 @@ static int rl_exec_run(cl_proc *base)
     int bad = cl_buf_printf(&pre, "export " CL_EXEC_MARK "=%s-io\n", p->tag) < 0;
     if (!bad && cl_script_env_prelude(p, &ctx, rl_upload_bytes, &pre, op) < 0)
         goto fail;
-    char in[64] = "/dev/null";
-    if (!bad && p->stdin_fd >= 0) {
-        snprintf(in, sizeof in, "/tmp/.%s.in", p->tag);
-        if (rl_upload(sb, &ctx, in, p->stdin_fd, "stdin", op, NULL) < 0)
-            goto fail;
-    }
+    char in[CL_STDIN_PATH_MAX] = "/dev/null";
+    if (!bad && cl_script_stdin_file(p, &ctx, rl_upload, "/tmp", in, op) < 0)
+        goto fail;
     /* The command runs in a shell of its own with its output in two files,
      * which tail follows into the execution's stdout and stderr while it
      * runs (the update streams, rl_reader_main; the wrapper's own messages

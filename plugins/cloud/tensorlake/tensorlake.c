@@ -156,8 +156,8 @@ struct sbx_plugin_client {
 };
 
 struct sbx_plugin_sandbox {
-    cl_sandbox s;       /* first member: the id and the gone flag (provider.h) */
-    char *url;          /* its sandbox_url, no trailing slash */
+    cl_sandbox s;       /* first member: the id, the gone flag and the data
+                         * plane, its sandbox_url (provider.h) */
     int named;          /* named by its create token: suspendable, listed */
 };
 
@@ -266,9 +266,8 @@ static const cl_call_spec tl_calls = { &tl_look, CL_CALLS_404_GONE };
 static int tl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
                    const char *path, cl_resp *r, int file_call, const char *op, sbx_error **error)
 {
-    return cl_sandbox_request(&sb->s, sb->s.c->http, &tl_calls, ctx, rq,
-                              cl_printf("%s%s", sb->url, path), file_call ? CL_CALL_FILE : 0, r,
-                              op, error);
+    return cl_plane_request(&sb->s, sb->s.c->http, &tl_calls, ctx, rq, path,
+                            file_call ? CL_CALL_FILE : 0, r, op, error);
 }
 
 static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
@@ -340,26 +339,6 @@ static int tl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
-
-static struct sbx_plugin_sandbox *tl_sandbox_new(struct sbx_plugin_client *c, const char *id,
-                                                 const char *url, int named)
-{
-    struct sbx_plugin_sandbox *sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
-    if (sb && !(sb->url = cl_trim_slash(url))) {
-        cl_sandbox_free(sb);
-        return NULL;
-    }
-    if (sb)
-        sb->named = named;
-    return sb;
-}
-
-static void tl_sandbox_free(sbx_plugin_sandbox *sb)
-{
-    if (sb)
-        free(sb->url);
-    cl_sandbox_free(sb);
-}
 
 #define tl_refuse(error, option, value, why) \
     cl_refuse((error), TL_BACKEND, (option), (value), (why))
@@ -453,39 +432,10 @@ static json_object *tl_create_body(struct sbx_plugin_client *c, const sbx_call_c
      * suspendable) unless the client or the create's backend option
      * "suspendable" says false: then unnamed, ended at its lifetime. */
     *named = c->suspendable;
-    if (rq->backend_options && *rq->backend_options) {
-        json_object *bo = json_tokener_parse(rq->backend_options);
-        sbx_error *err = NULL;
-        if (!bo || !json_object_is_type(bo, json_type_object)) {
-            err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                          "tensorlake backend_options: %s is not a JSON object",
-                          rq->backend_options);
-        } else {
-            json_object_object_foreach(bo, k, v) {
-                if (strcmp(k, "suspendable") != 0) {
-                    err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                                  "tensorlake backend_options: unknown key \"%s\" (known: "
-                                  "\"suspendable\")", k);
-                    cl_context(err, "name", k);
-                    cl_context(err, "known", "\"suspendable\"");
-                    break;
-                }
-                if (!json_object_is_type(v, json_type_boolean)) {
-                    err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                                  "tensorlake backend_options: suspendable %s is not true or "
-                                  "false", json_object_to_json_string(v));
-                    cl_context(err, "name", k);
-                    break;
-                }
-                *named = json_object_get_boolean(v);
-            }
-        }
-        json_object_put(bo);
-        if (err) {
-            cl_context(err, "option", "backend_options");
-            goto fail;
-        }
-    }
+    const cl_option options[] = { { "suspendable", CL_OPTION_BOOL, 0, named },
+                                  { NULL, 0, 0, NULL } };
+    if (cl_backend_options(rq, TL_BACKEND, options, error) < 0)
+        goto fail;
     if (*named && ctx && ctx->create_token)
         json_object_object_add(b, "name", json_object_new_string(ctx->create_token));
     return b;
@@ -495,7 +445,7 @@ fail:
 }
 
 static int tl_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
-                     int fd, const char *op, sbx_error **error);
+                     int fd, const char *shown, const char *op, sbx_error **error);
 
 /* The create's environment as TL_ENV_FILE (mode 0600), which every
  * command sources (Tensorlake takes environment values per process only,
@@ -525,7 +475,7 @@ static int tl_write_env(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     if (w != (ssize_t)n) {
         cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "tensorlake: the create's environment "
                 "is larger than 64 KiB");
-    } else if (tl_upload(sb, ctx, TL_ENV_FILE, fds[0], op, error) == 0) {
+    } else if (tl_upload(sb, ctx, TL_ENV_FILE, fds[0], TL_ENV_FILE, op, error) == 0) {
         int code = 0;
         rc = tl_run_short(sb, ctx, "chmod 600 " TL_ENV_FILE, &code, op, error);
         if (rc == 0 && code != 0) {
@@ -632,7 +582,7 @@ static char *tl_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, un
         cl_port_not_exposed(error, &sb->s, TL_BACKEND, op, port);
         return NULL;
     }
-    const char *base = sb->url;
+    const char *base = sb->s.plane;
     const char *host = strstr(base, "://");
     size_t idl = strlen(sb->s.id);
     char *url = NULL;
@@ -712,7 +662,8 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             tl_delete(c, NULL, id, op, NULL);
         goto out;
     }
-    sb = tl_sandbox_new(c, id, su, named);
+    if ((sb = cl_sandbox_new_at(sizeof(*sb), c, id, NULL, su)))
+        sb->named = named;
     const uint16_t *ports;
     size_t n_ports = cl_request_ports(rq, &ports);
     int port_oom = 0;
@@ -721,7 +672,7 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!sb || port_oom || tl_take_ports(sb, j) < 0) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         tl_delete(c, NULL, id, op, NULL);
-        tl_sandbox_free(sb);
+        cl_sandbox_free(sb);
         sb = NULL;
         goto out;
     }
@@ -729,20 +680,20 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         if (error && *error)
             cl_context(*error, "sandbox_id", id);
         tl_delete(c, NULL, id, op, NULL);
-        tl_sandbox_free(sb);
+        cl_sandbox_free(sb);
         sb = NULL;
         goto out;
     }
     if (rq->env && rq->env[0] && tl_write_env(sb, ctx, rq->env, op, error) < 0) {
         tl_delete(c, NULL, id, op, NULL);
-        tl_sandbox_free(sb);
+        cl_sandbox_free(sb);
         sb = NULL;
         goto out;
     }
     if (cl_create_workdir(sb, &sb->s.workdir, tl_run_short, ctx, TL_BACKEND, rq->workdir, op,
                           error) < 0) {
         tl_delete(c, NULL, id, op, NULL);
-        tl_sandbox_free(sb);
+        cl_sandbox_free(sb);
         sb = NULL;
         goto out;
     }
@@ -777,7 +728,7 @@ static char *tl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
     json_object *j = cl_state_new(&sb->s, TL_BACKEND, TL_STATE_VERSION, "sandbox_id", error);
     if (!j)
         return NULL;
-    json_object_object_add(j, "sandbox_url", json_object_new_string(sb->url));
+    json_object_object_add(j, "sandbox_url", json_object_new_string(sb->s.plane));
     json_object_object_add(j, "named", json_object_new_boolean(sb->named));
     return cl_state_end(j, error);
 }
@@ -796,12 +747,12 @@ static int tl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
     if (!su)
         su = cl_json_str(data, "sandbox_url");
     sb->named = json_object_object_get_ex(data, "named", &nm) && json_object_get_boolean(nm);
-    int rc = su && (sb->url = cl_trim_slash(su)) && tl_take_ports(sb, j) == 0 ? 0 : -1;
+    int rc = cl_sandbox_set_plane(&sb->s, su) == 0 && tl_take_ports(sb, j) == 0 ? 0 : -1;
     if (rc < 0)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "resume", "out of memory");
     else
         rc = tl_wake(sb, ctx, "resume", error);
-    return cl_resume_end(rc, sb, sandbox, j, data, tl_sandbox_free);
+    return cl_resume_end(rc, sb, sandbox, j, data, NULL);
 }
 
 static char *tl_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
@@ -1062,7 +1013,7 @@ static int tl_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 }
 
 static int tl_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
-                     int fd, const char *op, sbx_error **error)
+                     int fd, const char *shown, const char *op, sbx_error **error)
 {
     char *q = tl_files_path_in(sb, "", path);
     cl_req rq = { .method = "PUT", .content_type = "application/octet-stream",
@@ -1071,7 +1022,7 @@ static int tl_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
     cl_resp r = { 0 };
     int rc = q ? tl_host(sb, ctx, &rq, q, &r, 1, op, error) : -1;
     if (rc < 0 && r.status)
-        tl_file_fail(sb, &r, op, path, "directory for file", error);
+        tl_file_fail(sb, &r, op, shown, "directory for file", error);
     free(q);
     cl_resp_clear(&r);
     return rc;
@@ -1081,7 +1032,7 @@ static int tl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                          uint32_t mode, sbx_error **error)
 {
     const char *op = "write_file";
-    if (tl_upload(sb, ctx, path, fd, op, error) < 0)
+    if (tl_upload(sb, ctx, path, fd, path, op, error) < 0)
         return -1;
     return cl_set_mode(sb, tl_run_short, ctx, path, path, mode, op, error);
 }
@@ -1411,18 +1362,15 @@ static int tl_exec_run(cl_proc *base)
     struct sbx_plugin_sandbox *sb = p->sp.sb;
     const char *op = "exec";
     sbx_call_ctx ctx = { sizeof(ctx), 0, base->stop_fd, NULL };
-    char in[64] = "/dev/null", marker[64];
+    char in[CL_STDIN_PATH_MAX], marker[64];
     char *script = NULL, *src = cl_env_file_source(TL_ENV_FILE);
     int code = -1, rc = -1;
     tl_stream s = { p, { 0 }, 0, 0, marker, NULL };
     json_object *b = NULL, *args = NULL;
     cl_resp r = { 0 };
     snprintf(marker, sizeof marker, "%s%s ", TL_REPORT_MARK, p->sp.tag);
-    if (p->sp.stdin_fd >= 0) {
-        snprintf(in, sizeof in, "/tmp/.%s.in", p->sp.tag);
-        if (tl_upload(sb, &ctx, in, p->sp.stdin_fd, op, NULL) < 0)
-            goto fail;
-    }
+    if (cl_script_stdin_file(&p->sp, &ctx, tl_upload, "/tmp", in, op) < 0)
+        goto fail;
     /* bash -c WRAPPER bash SCRIPT: the caller's script is the wrapper's $1. */
     if (!src || !(script = tl_exec_script(src, p->sp.tag, in))
         || !(b = tl_run_body(script, (const char *const *)p->sp.env, p->sp.tag))
@@ -1527,7 +1475,7 @@ static const sbx_plugin tl_plugin = {
     .session_state = tl_session_state,
     .destroy = tl_destroy,
     .is_alive = tl_is_alive,
-    .sandbox_free = tl_sandbox_free,
+    .sandbox_free = cl_sandbox_free_slot,
     .sandbox_id = cl_sandbox_id,
     .sandbox_root = cl_sandbox_root,
     .snapshot = tl_snapshot,

@@ -96,7 +96,6 @@
 #define VC_LOGS_TRIES 4     /* readings of a logs stream cut within VC_LOGS_HELD_S */
 #define VC_LOGS_HELD_S 1.0  /* a logs stream held this long and cut is read again */
 #define VC_WAIT_S 300.0                     /* bound on waiting for running */
-#define VC_POLL_S 0.1                       /* between status polls */
 #define VC_DEFAULT_LIFETIME_S 3600          /* timeout when none was set */
 #define VC_LIFETIME_MARGIN_S 5              /* provider end after the caller's lifetime */
 #define VC_MAX_CREATE_S 2700                /* the longest create timeout (45 min) */
@@ -221,44 +220,12 @@ static int vc_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
 /* Waiting for running                                                       */
 /* ------------------------------------------------------------------------ */
 
-/* Polls GET every VC_POLL_S until the sandbox runs, within VC_WAIT_S and
- * the call's deadline. A terminal sandbox is gone (with its status). */
-static int vc_wait_running(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                           const char *op, sbx_error **error)
-{
-    cl_bound bd = cl_bound_make(ctx, VC_WAIT_S);
-    for (;;) {
-        long st = 0;
-        json_object *j = vc_get(sb->s.c, ctx, sb->s.id, &st, op, error);
-        if (!j) {
-            if (st == 404) {
-                vc_mark_gone(sb);
-                vc_gone_error(error, op, sb->s.id, NULL);
-            }
-            return -1;
-        }
-        const char *s = vc_status(j);
-        if (strcmp(s, "running") == 0) {
-            json_object_put(j);
-            return 0;
-        }
-        if (vc_terminal(s)) {
-            vc_mark_gone(sb);
-            vc_gone_error(error, op, sb->s.id, j);
-            json_object_put(j);
-            return -1;
-        }
-        json_object_put(j);
-        double left = cl_bound_left(&bd);
-        if (left == 0 || (left > 0 && left < VC_POLL_S)) {
-            cl_context(cl_fail(error, SBX_ERROR_TIMEOUT, op, "vercel sandbox %s did not reach "
-                               "status running", sb->s.id), "sandbox_id", sb->s.id);
-            return -1;
-        }
-        struct timespec ts = { 0, (long)(VC_POLL_S * 1e9) };
-        nanosleep(&ts, NULL);
-    }
-}
+/* GET until the sandbox runs (cl_sandbox_wake()), within VC_WAIT_S and the
+ * call's deadline. A terminal sandbox is gone (with its status). */
+static const cl_wake_spec vc_running = { &vc_spec, "status", "unknown", "running", NULL,
+                                         VC_WAIT_S, NULL, NULL };
+#define vc_wait_running(sb, ctx, op, error) cl_sandbox_wake(&(sb)->s, (ctx), &vc_running, (op), \
+                                                            (error))
 
 /* ------------------------------------------------------------------------ */
 /* Running a command                                                         */
@@ -902,29 +869,10 @@ static json_object *vc_create_body(struct sbx_plugin_client *c, const sbx_call_c
     *labels = NULL;
     if (cl_workdir_check(VC_BACKEND, rq->workdir, error) < 0)
         return NULL;
-    if (rq->backend_options && *rq->backend_options) {
-        /* No backend options: any key is unknown. */
-        json_object *bo = json_tokener_parse(rq->backend_options);
-        sbx_error *err = NULL;
-        if (!bo || !json_object_is_type(bo, json_type_object)) {
-            err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                          "vercel backend_options: %s is not a JSON object", rq->backend_options);
-        } else {
-            json_object_object_foreach(bo, k, v) {
-                (void)v;
-                err = cl_fail(error, SBX_ERROR_CONFIGURATION, "create",
-                              "vercel backend_options: unknown key \"%s\" (known: )", k);
-                cl_context(err, "name", k);
-                cl_context(err, "known", "");
-                break;
-            }
-        }
-        json_object_put(bo);
-        if (err) {
-            cl_context(err, "option", "backend_options");
-            return NULL;
-        }
-    }
+    /* No backend options: any key is unknown (its "known" list empty). */
+    static const cl_option none[] = { { NULL, 0, 0, NULL } };
+    if (cl_backend_options(rq, VC_BACKEND, none, error) < 0)
+        return NULL;
     json_object *b = json_object_new_object();
     json_object_object_add(b, "projectId", json_object_new_string(c->project));
     static const cl_unsupported unsupported[] = {
@@ -1038,36 +986,12 @@ static int vc_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!body)
         return -1;
     char *url = vc_url(c, NULL, "");
-    cl_resp r = { 0 };
     int rc = -1;
     struct sbx_plugin_sandbox *sb = NULL;
     const char *id = NULL;
-    if (!url) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    if (!(j = cl_create_post(c->http, c->reaper, ctx, url, body, "sandbox.id", "a sandbox id",
+                             "create the sandbox", &id, error)))
         goto out;
-    }
-    if (cl_request_json(c->http, ctx, "POST", url, body, CL_UNSAFE, &r, op,
-                        "create the sandbox", NULL) < 0) {
-        cl_create_unanswered(c->reaper, ctx, ctx ? ctx->create_token : NULL, op, error);
-        goto out;
-    }
-    if (r.status / 100 != 2) {
-        if (r.maybe_acted && ctx && ctx->create_token)
-            cl_reap_lost(c->reaper, ctx->create_token);
-        cl_fail_status(c->http, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
-                                       && r.status != 429 && r.status != 408
-                                       ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,
-                       &r, op, "create the sandbox");
-        goto out;
-    }
-    j = cl_resp_json(&r, op, "create the sandbox", error);
-    id = j ? cl_json_str(cl_json_path(j, "sandbox", NULL), "id") : NULL;
-    if (!id) {
-        if (j)
-            cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "vercel create answered without a "
-                    "sandbox id");
-        goto out;
-    }
     sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
     if (!sb) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -1109,7 +1033,6 @@ out:
     json_object_put(labels);
     json_object_put(j);
     free(url);
-    cl_resp_clear(&r);
     return rc;
 }
 
@@ -1335,15 +1258,8 @@ static int vc_exec_run(cl_proc *base)
     int bad = cl_buf_printf(&pre, "export " CL_EXEC_MARK "=%s\n", p->tag) < 0;
     if (!bad && cl_script_env_prelude(p, &ctx, vc_upload_bytes, &pre, op) < 0)
         goto fail;
-    if (!bad && p->stdin_fd >= 0) {
-        char path[64];
-        snprintf(path, sizeof path, "/tmp/.%s.in", p->tag);
-        if (vc_upload(sb, &ctx, path, p->stdin_fd, "stdin", op, NULL) < 0)
-            goto fail;
-        bad = cl_buf_printf(&pre, "exec <%s; rm -f %s\n", path, path) < 0;
-    } else if (!bad) {
-        bad = cl_buf_printf(&pre, "exec </dev/null\n") < 0;
-    }
+    if (!bad && cl_script_stdin_prelude(p, &ctx, vc_upload, "/tmp", &pre, op) < 0)
+        goto fail;
     bad = bad || cl_buf_printf(&pre, "%s", p->script) < 0;
     b = json_object_new_object();
     json_object *args = json_object_new_array();
