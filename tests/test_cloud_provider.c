@@ -1686,6 +1686,22 @@ Test(provider, env_names_check)
     cr_assert(strstr(cl_last()->msg, "env key \"\"") != NULL, "%s", cl_last()->msg);
 }
 
+/* A create's refusal codes: a 4xx is what was asked (configuration) but
+ * for the statuses that name another cause. */
+Test(provider, create_refused_code)
+{
+    static const struct { long status; sbx_error_code code; } want[] = {
+        { 400, SBX_ERROR_CONFIGURATION }, { 404, SBX_ERROR_CONFIGURATION },
+        { 409, SBX_ERROR_CONFIGURATION }, { 422, SBX_ERROR_CONFIGURATION },
+        { 401, CL_CODE_BY_STATUS },       { 403, CL_CODE_BY_STATUS },
+        { 408, CL_CODE_BY_STATUS },       { 429, CL_CODE_BY_STATUS },
+        { 500, CL_CODE_BY_STATUS },       { 503, CL_CODE_BY_STATUS },
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert_eq(cl_create_refused_code(want[i].status), want[i].code, "HTTP %ld",
+                     want[i].status);
+}
+
 /* The one-POST create: the answer and its id (nested too, by a dotted
  * path); a refusal is configuration with the provider's message; an answer
  * without the id is creation_failed naming it; a URL that could not be

@@ -207,6 +207,25 @@ Test(tensorlake, every_sandbox_is_named_so_it_can_be_listed_and_reaped)
     free(id);
 }
 
+/* A create answered 408 (the provider's own time ran out) is a timeout,
+ * never the caller's configuration; the create is sent once. */
+Test(tensorlake, a_create_answered_408_is_a_timeout)
+{
+    cr_assert_eq(tu_fake_http("DELETE", "/_fake/log", NULL, NULL, NULL), 204);
+    tu_fake_post("/_fake/faults", "{\"method\":\"POST\",\"path\":\"^/sandboxes$\","
+                                  "\"status\":408}");
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, NULL, &err));
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_TIMEOUT, "%s: %s",
+                 sbx_error_code_name(sbx_error_get_code(err)), sbx_error_get0_message(err));
+    cr_assert(strstr(sbx_error_get0_message(err), "(HTTP 408)") != NULL, "%s",
+              sbx_error_get0_message(err));
+    sbx_error_free(err);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", "^/sandboxes$", NULL, 0), 1);
+    json_object_put(log);
+}
+
 /* CASE-20 on a provider without labels: the create's answer comes 3 s
  * after the call's deadline (1 s). create fails with timeout and outcome
  * unknown after one POST; the sandbox the fake makes when it answers is

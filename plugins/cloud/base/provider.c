@@ -861,6 +861,14 @@ static const char *json_dotted_str(json_object *j, const char *key)
     return cl_json_str(j, key);
 }
 
+sbx_error_code cl_create_refused_code(long status)
+{
+    return status / 100 == 4 && status != 401 && status != 403 && status != 408
+                   && status != 429
+               ? SBX_ERROR_CONFIGURATION
+               : CL_CODE_BY_STATUS;
+}
+
 json_object *cl_create_post(cl_http *h, cl_reaper *reaper, const sbx_call_ctx *ctx,
                             const char *url, json_object *body, const char *id_key,
                             const char *id_noun, const char *what, const char **id,
@@ -879,10 +887,7 @@ json_object *cl_create_post(cl_http *h, cl_reaper *reaper, const sbx_call_ctx *c
     } else if (r.status / 100 != 2) {
         if (r.maybe_acted && token)
             cl_reap_lost(reaper, token);
-        cl_fail_status(h, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
-                                 && r.status != 429 && r.status != 408
-                                 ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,
-                       &r, op, what);
+        cl_fail_status(h, error, cl_create_refused_code(r.status), &r, op, what);
     } else {
         j = cl_resp_json(&r, op, what, error);
         if (!(*id = j ? json_dotted_str(j, id_key) : NULL)) {

@@ -1169,6 +1169,14 @@ sbx_error *cl_create_unanswered(cl_reaper *reaper, const sbx_call_ctx *ctx, cons
                                 const char *op, sbx_error **error);
 
 /**
+ * The error code of a create answered @status (not 2xx): configuration for
+ * a 4xx other than 401, 403, 408 and 429 (the provider refused what was
+ * asked), else CL_CODE_BY_STATUS (cl_fail_status(): 401/403
+ * authentication, 408 timeout, 429 rate_limited, 5xx connection). Pure.
+ */
+sbx_error_code cl_create_refused_code(long status);
+
+/**
  * The create request of a provider whose create is one POST answered with
  * the new sandbox: POST @url (NULL: resource_exhausted) with @body (JSON),
  * sent once (CL_UNSAFE), op create. Returns the answer's JSON (a new
@@ -1178,9 +1186,8 @@ sbx_error *cl_create_unanswered(cl_reaper *reaper, const sbx_call_ctx *ctx, cons
  * provider may have made looked for by @ctx's create token (when it has
  * one) and deleted through @reaper (CASE-20):
  *  - no answer: cl_create_unanswered() (reaped when it may have acted);
- *  - a status other than 2xx: configuration for a 4xx other than 401,
- *    403, 408 and 429 (the provider refused what was asked), else the
- *    status's code (cl_fail_status(), @what); reaped when the answer says
+ *  - a status other than 2xx: cl_create_refused_code()'s code
+ *    (cl_fail_status(), @what); reaped when the answer says
  *    the provider may have acted (5xx);
  *  - an answer that is not JSON, or without @id_key (creation_failed
  *    "@provider create answered without @id_noun", @provider being

@@ -546,11 +546,8 @@ static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     } else if (r.status / 100 != 2) {
         if (token && (r.status / 100 == 5 || r.status == 408))
             cl_reap_lost(c->reaper, token);
-        sbx_error *err = cl_fail_status(c->http, error,
-                                        r.status / 100 == 4 && r.status != 401
-                                        && r.status != 403 && r.status != 429
-                                        ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,
-                                        &r, op, "create the sandbox");
+        sbx_error *err = cl_fail_status(c->http, error, cl_create_refused_code(r.status), &r,
+                                        op, "create the sandbox");
         json_object *e = cl_resp_json(&r, op, "create the sandbox", NULL);
         const char *code = e ? cl_json_str(e, "code") : NULL;
         if (code)

@@ -645,10 +645,8 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (r.maybe_acted && token)
         cl_reap_lost(c->reaper, token);
     if (r.status / 100 != 2) {
-        cl_fail_status(c->http, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
-                                       && r.status != 429 ? SBX_ERROR_CONFIGURATION
-                                                          : CL_CODE_BY_STATUS,
-                       &r, op, "create the sandbox");
+        cl_fail_status(c->http, error, cl_create_refused_code(r.status), &r, op,
+                       "create the sandbox");
         goto out;
     }
     j = cl_resp_json(&r, op, "create the sandbox", error);
