@@ -121,7 +121,10 @@ static json_object *record_meta(const sbx_options *options, const char *name,
 }
 
 /* Creates the sandbox @options describe on @backend, records it (with
- * @name, NULL for none) and prints its id; returns the exit status. */
+ * @name, NULL for none), detaches it and prints its id; returns the exit
+ * status. It outlives sbx, bounded by its lifetime, only once recorded:
+ * made attached, it dies with sbx until then, so an sbx killed midway
+ * (SIGKILL included) leaves no sandbox that no record names. */
 static int create_recorded(const char *backend, const sbx_options *options, const char *name)
 {
     /* A stop signal cancels the creation; the library undoes what it made
@@ -161,8 +164,12 @@ static int create_recorded(const char *backend, const sbx_options *options, cons
     } else if (cli_state_store(sbx_sandbox_get0_id(sandbox), created, state, meta) < 0) {
         json_object_put(meta);
         cli_sandbox_destroy(sandbox);
+    } else if (json_object_put(meta), sbx_sandbox_detach(sandbox, &error) < 0) {
+        /* Recorded but still attached: undone, record and sandbox. */
+        cli_error(error);
+        cli_state_forget(sbx_sandbox_get0_id(sandbox));
+        cli_sandbox_destroy(sandbox);
     } else {
-        json_object_put(meta);
         printf("%s\n", sbx_sandbox_get0_id(sandbox));
         status = 0;
     }
@@ -191,11 +198,8 @@ static int create_main(int argc, char **argv)
     if (status == CLI_GO_ON && cli_creation_name != NULL &&
         cli_name_check(cli_creation_name) < 0)
         status = CLI_EXIT_TOOL;
-    if (status == CLI_GO_ON) {
-        /* It outlives sbx: detached, bounded by its lifetime. */
-        sbx_options_set_detached(options, 1, NULL);
+    if (status == CLI_GO_ON)
         status = create_recorded(backend, options, cli_creation_name);
-    }
     free(dir);
     sbx_options_free(options);
     return status;

@@ -2803,6 +2803,75 @@ Test(cli, gc_reaps_an_expired_create_and_forgets_it)
     free(id);
 }
 
+/* Every directory of a local sandbox under the test's TMPDIR that no
+ * record of the CLI names, space-separated into @out ("" when none). */
+static void unrecorded_sandboxes(char *out, size_t size)
+{
+    char left[4096], *save = NULL;
+
+    out[0] = '\0';
+    sandboxes_left(left, sizeof left);
+    for (char *id = strtok_r(left, " ", &save); id != NULL; id = strtok_r(NULL, " ", &save)) {
+        char *rec = record_path(id);
+
+        if (access(rec, F_OK) != 0)
+            snprintf(out + strlen(out), size - strlen(out), "%s%s", out[0] ? " " : "", id);
+        free(rec);
+    }
+}
+
+/* An `sbx create` SIGKILLed at any moment leaves no sandbox that no record
+ * names: it is made attached (so it dies with sbx) and detached only once
+ * recorded. Twenty kills spread over the create's first 200 ms; after
+ * each, within 10 s, every sandbox directory left has its record. */
+Test(cli, a_create_killed_midway_leaves_no_unrecorded_sandbox)
+{
+    const char *cli = getenv("SBX_CLI");
+    char *const argv[] = { (char *)cli, "create", "--timeout", "15", NULL };
+    char **env = child_env(NULL);
+    char left[4096];
+    posix_spawn_file_actions_t fa;
+
+    cr_assert_not_null(cli, "SBX_CLI is not set (run the tests with make check)");
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    for (int k = 0; k < 20; k++) {
+        pid_t pid;
+        int st;
+
+        cr_assert_eq(posix_spawn(&pid, cli, &fa, NULL, argv, env), 0);
+        usleep((useconds_t)(10000 * (k + 1)));
+        kill(pid, SIGKILL);
+        cr_assert_eq(waitpid(pid, &st, 0), pid);
+        double until = now_secs() + 10;
+        do {
+            unrecorded_sandboxes(left, sizeof left);
+            if (left[0] == '\0')
+                break;
+            usleep(50000);
+        } while (now_secs() < until);
+        cr_assert_str_empty(left, "kill %d (after %d ms): sandboxes no record names: %s", k,
+                            10 * (k + 1), left);
+    }
+    posix_spawn_file_actions_destroy(&fa);
+    free(env);
+    /* What was recorded (a create that finished before its kill) goes. */
+    sandboxes_left(left, sizeof left);
+    char *save = NULL;
+    for (char *id = strtok_r(left, " ", &save); id != NULL; id = strtok_r(NULL, " ", &save)) {
+        cli_run r = SBX_KEEP("rm", "-f", id);
+        cr_assert_eq(r.status, 0, "rm -f %s: %d (%s)", id, r.status, r.err);
+        free_run(&r);
+    }
+    double until = now_secs() + 10;
+    do
+        sandboxes_left(left, sizeof left);
+    while (left[0] != '\0' && now_secs() < until && usleep(50000) == 0);
+    cr_assert_str_empty(left, "left after rm: %s", left);
+}
+
 /* ------------------------------------------------------------ presets */
 
 /* A preset directory under the test's directory with a fifo named like a
