@@ -5,9 +5,11 @@
 #  2. Every command of sbx's command table (the list `sbx --help` prints)
 #     has a section ".SS \"sbx COMMAND ...\"" in the man page, and the page
 #     has no section for a command sbx does not have.
-#  3-n. The completion, sourced in bash, completes what a user types:
+#  3-20. The completion, sourced in bash, completes what a user types:
 #     commands, options, backends, presets, ids and names of recorded
 #     sandboxes (from a state store the test writes).
+#  21. The README's example of sandboxes that outlive sbx runs as written
+#     on the local backend, and leaves nothing behind.
 #
 # Runs from the build directory with SBX_CLI and SBX_TEST_SRCDIR set (make
 # check). TAP output.
@@ -32,7 +34,7 @@ not_ok() {
     printf '# %s\n' "$@"
 }
 
-echo "1..20"
+echo "1..21"
 
 # 1. Renders without warnings.
 warnings=$(MANWIDTH=80 LC_ALL=C.UTF-8 man --warnings=all -l "$page" 2>&1 >/dev/null)
@@ -107,5 +109,40 @@ expect "inspect" help ins
 expect "" exec web ""
 expect "sbx-local-AAAAAA web sbx-local-BBBBBB" persist -C /work ""
 expect "web" port w
+
+# 21. The README's "Sandboxes that outlive sbx" example, its "$ " lines run
+#     as written (sbx the build's, a script.sh of our own) in a directory
+#     of their own with a state store of their own.
+work=$(mktemp -d "${TMPDIR:-/tmp}/sbx-readme-XXXXXX") || exit 99
+trap 'rm -rf "$state" "$work"' EXIT
+example=$(awk '/^Sandboxes that outlive sbx:$/ { f = 1; next }
+               f && /^```/ { if (++fence == 2) exit; next }
+               f && fence == 1 && sub(/^\$ /, "")' "$top/README.md")
+mkdir -m 0700 "$work/state" "$work/tmp"
+printf '#!/bin/sh\necho "$GREETING from the script"\n' >"$work/script.sh"
+chmod +x "$work/script.sh"
+got=$(cd "$work" && SBX_BIN=$sbx SBX_STATE_DIR=$work/state TMPDIR=$work/tmp SBX_BACKEND=local \
+      bash -ec 'sbx() { "$SBX_BIN" "$@"; }; eval "$1"' _ "$example" 2>&1)
+rc=$?
+# Whatever a failed step left recorded goes (a sandbox lives on otherwise).
+for rec in "$work"/state/sandboxes/*.json; do
+    [ -e "$rec" ] || continue
+    id=${rec##*/}
+    SBX_STATE_DIR=$work/state TMPDIR=$work/tmp "$sbx" rm -f "${id%.json}" >/dev/null 2>&1
+    rc=${rc/#0/1}
+done
+for _ in $(seq 50); do
+    [ -z "$(ls -A "$work/tmp")" ] && break
+    sleep 0.1
+done
+if [ $rc -eq 0 ] && [ "$(wc -l <<<"$example")" -eq 7 ] \
+    && [ "$(cat "$work/out" 2>/dev/null)" = "hi from the script" ] \
+    && [ -z "$(ls -A "$work/tmp")" ] && [ -z "$(ls -A "$work/state/sandboxes")" ]; then
+    ok "the README's example of sandboxes that outlive sbx runs as written"
+else
+    not_ok "the README's example of sandboxes that outlive sbx: status $rc" \
+        "example: $example" "output: $got" "out: $(cat "$work/out" 2>&1)" \
+        "left: $(ls -A "$work/tmp" "$work/state/sandboxes" 2>&1)"
+fi
 
 exit $failed
