@@ -4,7 +4,8 @@
  * enforced by the sandbox's supervisor. At its end every process of the
  * sandbox, its directory and its mounts are gone (within 2 s of the end);
  * calls on it then (exec, the file calls, resume) fail with not_found
- * naming the expiry, and the first exec removes its lifecycle-record row. A command running at the end
+ * naming the expiry, and the first call on a handle to it removes its
+ * lifecycle-record row (a resume leaves it to sbx_gc()). A command running at the end
  * is ended too.
  *
  * Each test has its own TMPDIR (searchable by others: bubblewrap run by
@@ -224,17 +225,34 @@ static void command_at_expiry(void)
     sbx_client_free(c);
 }
 
-/* Detaching does not touch the lifetime: a detached sandbox ends by it too. */
+/* Detaching does not touch the lifetime: a detached sandbox ends by it too,
+ * its handle freed before (as `sbx create` leaves one). A resume from its
+ * session state then fails with not_found naming the expiry and leaves the
+ * row to sbx_gc() (which forgets an `sbx create` record with it). */
 static void detached_lifetime(void)
 {
     sbx_client *c;
     double wall0, t0;
     sbx_sandbox *sb = create_with_lifetime(&c, 2.0, &wall0, &t0);
-    const char *id = sbx_sandbox_get0_id(sb);
+    char *id = tu_strdup_printf("%s", sbx_sandbox_get0_id(sb));
     cr_assert_eq(sbx_sandbox_detach(sb, NULL), 0);
+    char *state = sbx_sandbox_session_state(sb, NULL);
+    cr_assert_not_null(state);
+    sbx_sandbox_free(sb);
     double took = wait_nothing_left(id, 0, t0, 4.0);
     cr_assert_geq(took, 1.0, "the sandbox ended %.3f s after create", took);
-    sbx_sandbox_free(sb);
+    cr_assert_eq(rows_for(id), 1);
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_resume(c, state, &err));
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND, "%s", sbx_error_get0_message(err));
+    char *want = tu_strdup_printf("sandbox %s expired at %s (lifetime 2 s)", id,
+                                  sbx_error_get0_context(err, "expires_at"));
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    sbx_error_free(err);
+    cr_assert_eq(rows_for(id), 1, "the resume took the row of expired sandbox %s", id);
+    free(want);
+    free(state);
+    free(id);
     sbx_client_free(c);
 }
 
