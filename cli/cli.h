@@ -378,9 +378,9 @@ int cli_state_load(const char *id, cli_record *rec);
  * Reads every record into a new array *@records of *@count, oldest first
  * (then by id); free it with cli_state_list_free. Stops early on a stop
  * signal. Returns 0 (also when nothing is recorded); 1 when memory ran out
- * midway (reported; what was read is listed); -1 when the state directory
- * cannot be read (reported; nothing listed). A malformed record is
- * reported and left out.
+ * midway or a record was malformed or refused (reported and left out; what
+ * was read is listed); -1 when the state directory cannot be read
+ * (reported; nothing listed).
  */
 int cli_state_list(cli_record **records, size_t *count);
 

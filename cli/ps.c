@@ -24,7 +24,10 @@ static void usage(FILE *out)
 "      --json     print a JSON array of objects {id, name, backend, created,\n"
 "                 expires, state, alive} (ids in full; name and expires null\n"
 "                 when not recorded; alive true, false or null)\n"
-"  -h, --help     show this help and exit\n");
+"  -h, --help     show this help and exit\n"
+"\n"
+"Exit status: 0; 125 when the state directory cannot be read, or when a\n"
+"record is malformed or refused (reported on stderr; the others are listed).\n");
 }
 
 int cli_record_alive(const cli_record *rec)

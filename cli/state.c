@@ -626,7 +626,10 @@ int cli_state_list(cli_record **records, size_t *count)
         r = cli_state_load(id, &recs[n]);
         free(id);
         if (r == 0)
-            n++;   /* else gone meanwhile, or malformed (reported) */
+            n++;
+        else if (r < 0)
+            status = 1;   /* malformed or refused (reported); the rest is listed */
+        /* else gone meanwhile */
     }
     closedir(d);
     free(dir);
