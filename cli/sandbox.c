@@ -591,7 +591,15 @@ int cli_oneshot_run(const char *backend, sbx_options *options, const cli_oneshot
         job.timeout = 0;
     job.sandbox = sbx_create(backend, options, &error);
     if (job.sandbox == NULL) {
+        const char *option = sbx_error_get0_context(error, "option");
+        int lifetime = job.timeout > 0 && option != NULL && strcmp(option, "timeout_secs") == 0;
+
         cli_error(error);
+        /* The value refused is not the one given: say where it comes from. */
+        if (lifetime)
+            cli_msg("the lifetime asked for was --timeout %.15g plus the %g s the sandbox "
+                    "is kept past it, so that the timeout ends the command",
+                    job.timeout, CLI_ONESHOT_LIFETIME_GRACE_SECS);
         return CLI_EXIT_TOOL;
     }
     if (what->term.interactive || what->term.tty) {

@@ -702,6 +702,22 @@ Test(cli, create_timeout_beyond_the_longest_lifetime_names_it)
     free_run(&r);
 }
 
+/* run's sandbox lives 10 s past its command's --timeout: a --timeout that
+ * the backend's longest lifetime takes, but not with those 10 s, is
+ * refused, and sbx says where the value refused comes from. */
+Test(cli, run_timeout_near_the_longest_lifetime_says_what_was_added)
+{
+    cli_run r = SBX("run", "--timeout", "2147480", "--", "true");
+
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, "sbx: timeout_secs=2147490 is longer than the local backend's "
+                            "longest lifetime (2147483 s) [code=invalid_argument; backend=local; "
+                            "op=create; option=timeout_secs; value=2147490]\n"
+                            "sbx: the lifetime asked for was --timeout 2147480 plus the 10 s the "
+                            "sandbox is kept past it, so that the timeout ends the command\n");
+    free_run(&r);
+}
+
 /* --rm as docker users type it: run destroys its sandbox anyway, so it is
  * accepted (and nothing is left); create, whose sandbox outlives sbx,
  * refuses it naming `sbx rm`. */
