@@ -105,6 +105,6 @@ const cli_command cli_command_stop = {
 };
 
 const cli_command cli_command_start = {
-    "start", "start ID...", "start sandboxes that stop stopped",
+    "start", "start ID...", "start stopped sandboxes again",
     start_main, usage_start
 };
