@@ -189,7 +189,8 @@ validate_request(const sbx_exec_request *rq, sbx_error **err)
 
         if (!eq || !sbx_env_key_valid_n(entry, klen)) {
             sbx_error *e = sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL,
-                                         eq ? "invalid environment variable name \"%.*s\""
+                                         eq ? "invalid environment variable name \"%.*s\": "
+                                              "must match [A-Za-z_][A-Za-z0-9_]*"
                                             : "invalid env entry \"%.*s\": expected KEY=VALUE",
                                          (int)klen, entry);
             char *key = strndup(entry, klen);

@@ -538,15 +538,46 @@ sbx_options_set_backend_options(sbx_options *options, const char *json, sbx_erro
 
     if (check_options(options, op, error) < 0)
         return -1;
-    obj = json ? json_tokener_parse_verbose(json, &jerr) : NULL;
-    is_object = obj && json_object_is_type(obj, json_type_object);
+    size_t at = 0;
+    obj = NULL;
+    if (json) {
+        json_tokener *tok = json_tokener_new();
+        size_t len = strlen(json);
+
+        if (!tok) {
+            sbx_set_error(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            return -1;
+        }
+        /* With its NUL, so that a number at the very end is complete. */
+        obj = json_tokener_parse_ex(tok, json, (int)(len >= INT32_MAX ? INT32_MAX : len + 1));
+        jerr = json_tokener_get_error(tok);
+        at = json_tokener_get_parse_end(tok);
+        json_tokener_free(tok);
+        while (jerr == json_tokener_success && at < len && json[at] && strchr(" \t\r\n", json[at]))
+            at++;
+        if (jerr == json_tokener_success && at < len)
+            jerr = json_tokener_error_parse_unexpected;   /* text after the document */
+        if (jerr == json_tokener_continue) {
+            jerr = json_tokener_error_parse_eof;
+            at = len;
+        }
+    }
+    is_object = obj && jerr == json_tokener_success && json_object_is_type(obj, json_type_object);
     json_object_put(obj);
     if (!is_object) {
-        sbx_error *e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, op,
-                                     "invalid backend_options: %s",
-                                     !json ? "NULL"
-                                     : jerr != json_tokener_success ? json_tokener_error_desc(jerr)
-                                     : "not a JSON object");
+        /* The value itself is not repeated: it may hold a credential. */
+        sbx_error *e;
+
+        if (!json)
+            e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                              "invalid backend_options: NULL");
+        else if (jerr != json_tokener_success)
+            e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                              "invalid backend_options: not JSON at offset %zu: %s", at,
+                              json_tokener_error_desc(jerr));
+        else
+            e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                              "invalid backend_options: a JSON object is expected");
         sbx_error_add_context(e, "option", "backend_options");
         return -1;
     }

@@ -199,7 +199,9 @@ state_parse(const char *json, state_doc *st, sbx_error **err)
     if (!o || json_tokener_get_error(tok) != json_tokener_success) {
         enum json_tokener_error je = json_tokener_get_error(tok);
 
-        bad_state(err, NULL, "malformed JSON: %s",
+        size_t at = je == json_tokener_continue ? len : json_tokener_get_parse_end(tok);
+
+        bad_state(err, NULL, "malformed JSON at offset %zu of %zu bytes: %s", at, len,
                   je == json_tokener_continue ? "unexpected end of the document"
                                               : json_tokener_error_desc(je));
         json_object_put(o);

@@ -547,13 +547,25 @@ Test(options, invalid_provider_fields)
         sbx_error_free(err);
         sbx_options_free(o);
     }
-    const char *bad_json[] = {"[1]", "{\"a\":", "42", "\"s\"", "null"};
+    /* Refused naming where the text goes wrong, never repeating it (it may
+     * hold a credential). */
+    const char *bad_json[] = {"[1]", "{\"a\":", "42", "\"s\"", "null", "{oops", "{} x"};
+    const char *bad_why[] = {
+        "invalid backend_options: a JSON object is expected",
+        "invalid backend_options: not JSON at offset 5: unexpected end of data",
+        "invalid backend_options: a JSON object is expected",
+        "invalid backend_options: a JSON object is expected",
+        "invalid backend_options: a JSON object is expected",
+        "invalid backend_options: not JSON at offset 1: quoted object property name expected",
+        "invalid backend_options: not JSON at offset 3: unexpected character",
+    };
     for (size_t i = 0; i < sizeof bad_json / sizeof bad_json[0]; i++) {
         sbx_options *o = sbx_options_new();
         sbx_error *err = NULL;
         cr_assert_eq(sbx_options_set_backend_options(o, bad_json[i], &err), -1,
                      "backend_options %s accepted", bad_json[i]);
         cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
+        cr_assert_str_eq(sbx_error_get0_message(err), bad_why[i]);
         cr_assert_str_eq(sbx_error_get0_context(err, "option"), "backend_options");
         cr_assert_eq(sbx_options_is_set(o, SBX_OPTION_BACKEND_OPTIONS), 0);
         sbx_error_free(err);

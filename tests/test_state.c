@@ -521,9 +521,9 @@ Test(state, malformed_unknown_version_and_wrong_backend_are_invalid_argument)
 
     /* Malformed JSON. */
     expect_invalid(NULL, "NULL");
-    expect_invalid("", "malformed JSON");
-    expect_invalid("{", "malformed JSON");
-    expect_invalid("not json", "malformed JSON");
+    expect_invalid("", "malformed JSON at offset 0 of 0 bytes: unexpected end of the document");
+    expect_invalid("{", "malformed JSON at offset 1 of 1 bytes: unexpected end of the document");
+    expect_invalid("not json", "malformed JSON at offset 1 of 8 bytes: null expected");
     char *s = tu_strdup_printf("%s trailing", json);
     expect_invalid(s, "after the document");
     free(s);
