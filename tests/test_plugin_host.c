@@ -6,6 +6,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <signal.h>
@@ -563,19 +564,53 @@ static uint32_t get32(const char **p)
 }
 
 /* Starts `sbx-plugin-host --serve 3` on a socketpair; returns our end. */
-static int start_raw_host(pid_t *pid)
+/* Starts the plugin host on one end of a socket pair and returns the other;
+ * its stderr goes to a pipe whose read end is *@err when @err is not NULL. */
+static int start_raw_host_err(pid_t *pid, int *err)
 {
-    int sv[2];
+    int sv[2], ep[2] = { -1, -1 };
     cr_assert_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    if (err)
+        cr_assert_eq(pipe2(ep, O_CLOEXEC), 0);
     *pid = fork();
     cr_assert(*pid >= 0);
     if (*pid == 0) {
         dup2(sv[1], 3);
+        if (err)
+            dup2(ep[1], 2);
         execl(getenv("SBX_PLUGIN_HOST"), "sbx-plugin-host", "--serve", "3", (char *)NULL);
         _exit(127);
     }
     close(sv[1]);
+    if (err) {
+        close(ep[1]);
+        *err = ep[0];
+    }
     return sv[0];
+}
+
+static int start_raw_host(pid_t *pid)
+{
+    return start_raw_host_err(pid, NULL);
+}
+
+/* An application that goes before its HELLO (killed while starting its
+ * host): the host ends with status 1 and writes nothing on the terminal it
+ * shares with the application. */
+Test(plugin_host, an_application_gone_before_hello_ends_the_host_quietly)
+{
+    pid_t pid;
+    int err;
+    int sock = start_raw_host_err(&pid, &err);
+    close(sock);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %d", status);
+    char buf[256];
+    ssize_t n = read(err, buf, sizeof buf - 1);
+    buf[n > 0 ? n : 0] = '\0';
+    cr_assert_eq(n, 0, "the host wrote \"%s\"", buf);
+    close(err);
 }
 
 Test(plugin_host, the_wire_opens_with_its_own_version_exchange)

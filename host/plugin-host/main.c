@@ -1781,7 +1781,10 @@ serve(int sock)
         fprintf(stderr, "sbx-plugin-host: cannot prepare the libffi call interfaces\n");
         return 1;
     }
-    if (sbx_wire_recv(sock, &hello, scratch) != 1 || hello.type != SBX_MSG_HELLO) {
+    int got = sbx_wire_recv(sock, &hello, scratch);
+    if (got == 0)
+        return 1;   /* the application went before it said HELLO: nobody to tell */
+    if (got != 1 || hello.type != SBX_MSG_HELLO) {
         fprintf(stderr, "sbx-plugin-host: no HELLO frame on descriptor %d\n", sock);
         return 1;
     }
