@@ -103,21 +103,34 @@ static char *join_base(const char *dir, const char *path)
 
 /*
  * 1 when sandbox path @path is a directory (it can be listed), 0 when it is
- * not, 128+N when stop signal N came first (reported).
+ * not (*@why, when @why is not NULL, then holds the listing's error, the
+ * caller's to free, or NULL), 128+N when stop signal N came first
+ * (reported).
  */
-static int sandbox_is_dir(sbx_sandbox *sandbox, const char *path)
+static int sandbox_is_dir_why(sbx_sandbox *sandbox, const char *path, sbx_error **why)
 {
     cli_call call = { .kind = CLI_CALL_LIST, .what = "the copy", .sandbox = sandbox,
                       .sandbox_path = path };
     cli_outcome o;
     int status = cli_call_run(&call, &o);
 
+    if (why != NULL)
+        *why = NULL;
     if (status != 0)
         return status == CLI_EXIT_TOOL ? 0 : status;
     /* An empty directory lists as no entries, without an error. */
     status = o.error == NULL;
+    if (why != NULL) {
+        *why = o.error;
+        o.error = NULL;
+    }
     cli_outcome_clear(&o);
     return status;
+}
+
+static int sandbox_is_dir(sbx_sandbox *sandbox, const char *path)
+{
+    return sandbox_is_dir_why(sandbox, path, NULL);
 }
 
 /*
@@ -340,14 +353,23 @@ static int parent_exists(sbx_sandbox *sandbox, const char *target)
             status = CLI_EXIT_TOOL;
         }
     } else {
-        status = sandbox_is_dir(sandbox, parent);
-        if (status == 0) {
+        sbx_error *why = NULL;
+
+        status = sandbox_is_dir_why(sandbox, parent, &why);
+        if (status == 0 && why != NULL && sbx_error_get_code(why) != SBX_ERROR_NOT_FOUND) {
+            /* Not a directory, or outside the sandbox: the listing says which. */
+            cli_msg("cannot copy to %s: its parent directory %s cannot be used", target, parent);
+            cli_error(why);
+            why = NULL;
+            status = CLI_EXIT_TOOL;
+        } else if (status == 0) {
             cli_msg("cannot copy to %s: its parent directory %s does not exist in the sandbox",
                     target, parent);
             status = CLI_EXIT_TOOL;
         } else {
             status = status == 1 ? 0 : status;
         }
+        sbx_error_free(why);
     }
     free(parent);
     return status;

@@ -1743,6 +1743,24 @@ Test(cli, cp_destination_whose_parent_is_missing_is_an_error_in_both_directions)
     free(want);
     set_path(missing, sizeof missing, "%s/no-such-dir", g_tmpdir);
     cr_expect(access(missing, F_OK) < 0 && errno == ENOENT, "%s was made", missing);
+    /* A parent that is a file, or leads out of the sandbox (a symlink, ".."):
+     * refused with the listing's reason, not as missing. */
+    set_path(dst, sizeof dst, "%s:/f/x", id);
+    EXPECT_KEEP(125, "", "sbx: cannot copy to /f/x: its parent directory /f cannot be used\n"
+                "sbx: \"/f\" is not a directory [code=invalid_argument; backend=local; "
+                "op=list_files; path=/f]\n", "cp", local, dst);
+    EXPECT_KEEP(0, "", "", "exec", id, "--", "sh", "-c", "ln -s /etc \"$SANDBOX_ROOT/out\"");
+    set_path(dst, sizeof dst, "%s:/out/evil", id);
+    EXPECT_KEEP(125, "", "sbx: cannot copy to /out/evil: its parent directory /out cannot be "
+                "used\nsbx: path \"/out\" leads outside the sandbox root (through \"..\" or a "
+                "symlink) [code=invalid_argument; backend=local; op=list_files; path=/out]\n",
+                "cp", local, dst);
+    set_path(dst, sizeof dst, "%s:../escape", id);
+    EXPECT_KEEP(125, "", "sbx: cannot copy to ../escape: its parent directory .. cannot be "
+                "used\nsbx: path \"..\" leads outside the sandbox root (through \"..\" or a "
+                "symlink) [code=invalid_argument; backend=local; op=list_files; path=..]\n",
+                "cp", local, dst);
+    cr_expect(access("/etc/evil", F_OK) < 0, "/etc/evil was made");
     /* A parent that exists: copied. */
     set_path(src, sizeof src, "%s:/f", id);
     set_path(dst, sizeof dst, "%s/back", g_tmpdir);
