@@ -96,6 +96,9 @@ static void refuse_state_path(const char *what, const char *path, const char *pa
             "it must be owned by %s%s and not writable by group or others "
             "unless sticky [code=configuration]", what, path, parent, owner,
             (unsigned)(st->st_mode & 07777), me, geteuid() == 0 ? "" : " or uid 0 (root)");
+    else if (S_ISLNK(st->st_mode))
+        cli_msg("refusing the %s %s: it is a symbolic link; it must be %s owned by %s and "
+            "not writable by group or others [code=configuration]", what, path, need, me);
     else
         cli_msg("refusing the %s %s: it is owned by %s and has mode %04o; it must be %s owned "
             "by %s and not writable by group or others [code=configuration]", what, path,

@@ -3204,6 +3204,29 @@ Test(cli, state_files_and_parents_of_others_are_refused)
     free(id);
 }
 
+/* A state directory that is a symbolic link (to a private directory of the
+ * user's own, even) is refused, saying that it is one. */
+Test(cli, a_state_directory_that_is_a_symlink_is_refused_as_one)
+{
+    char real[PATH_MAX + 32], link[PATH_MAX + 32], var[PATH_MAX + 64], want[2 * PATH_MAX];
+    const char *env[] = { var, NULL };
+
+    cr_assert_eq(geteuid(), 0, "the message names the user: run it as root");
+    set_path(real, sizeof real, "%s/real-state", g_tmpdir);
+    cr_assert_eq(mkdir(real, 0700), 0);
+    set_path(link, sizeof link, "%s/state-link", g_tmpdir);
+    cr_assert_eq(symlink(real, link), 0);
+    set_path(var, sizeof var, "SBX_STATE_DIR=%s", link);
+    cli_run r = SBX_KEEP_ENV(env, "ps");
+    set_path(want, sizeof want,
+             "sbx: refusing the state directory %s: it is a symbolic link; it must be a "
+             "directory owned by uid 0 (root) and not writable by group or others "
+             "[code=configuration]\n", link);
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_eq(r.err, want);
+    free_run(&r);
+}
+
 /* As an unprivileged user the same rule holds: a state directory of
  * root's, or the user's own that others may write, is refused. */
 Test(cli, state_directory_rules_hold_for_an_unprivileged_user)
