@@ -169,6 +169,13 @@ type_name(json_object *o)
     return o ? json_type_to_name(json_object_get_type(o)) : "null";
 }
 
+/* @v as JSON text for a message: plain, "/" not escaped (borrowed from @v). */
+static const char *json_value_text(json_object *v)
+{
+    return json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN
+                                                 | JSON_C_TO_STRING_NOSLASHESCAPE);
+}
+
 /*
  * Parses and checks @json: an object with version 1, non-empty string
  * backend and id, a positive finite timeout_secs and an object data, and
@@ -230,7 +237,7 @@ state_parse(const char *json, state_doc *st, sbx_error **err)
     }
     if (!json_object_is_type(v, json_type_int)) {
         bad_state(err, "version", "\"version\" must be an integer, not %s (%s)",
-                  type_name(v), json_object_to_json_string(v));
+                  type_name(v), json_value_text(v));
         goto fail;
     }
     version = json_object_get_int64(v);
@@ -244,7 +251,7 @@ state_parse(const char *json, state_doc *st, sbx_error **err)
     if (!json_object_object_get_ex(o, "backend", &v) ||
         !json_object_is_type(v, json_type_string) || !json_object_get_string_len(v)) {
         bad_state(err, "backend", "\"backend\" must be a non-empty string (got %s)",
-                  v ? json_object_to_json_string(v) : "nothing");
+                  v ? json_value_text(v) : "nothing");
         goto fail;
     }
     st->backend = json_object_get_string(v);
@@ -257,7 +264,7 @@ state_parse(const char *json, state_doc *st, sbx_error **err)
     if (!json_object_object_get_ex(o, "id", &v) || !json_object_is_type(v, json_type_string) ||
         !json_object_get_string_len(v)) {
         bad_state(err, "id", "\"id\" must be a non-empty string (got %s)",
-                  v ? json_object_to_json_string(v) : "nothing");
+                  v ? json_value_text(v) : "nothing");
         goto fail;
     }
     st->id = json_object_get_string(v);
@@ -265,13 +272,13 @@ state_parse(const char *json, state_doc *st, sbx_error **err)
     if (!json_object_object_get_ex(o, "timeout_secs", &v) ||
         !(json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double))) {
         bad_state(err, "timeout_secs", "\"timeout_secs\" must be a number (got %s)",
-                  v ? json_object_to_json_string(v) : "nothing");
+                  v ? json_value_text(v) : "nothing");
         goto fail;
     }
     st->timeout_secs = json_object_get_double(v);
     if (!isfinite(st->timeout_secs) || st->timeout_secs <= 0) {
         bad_state(err, "timeout_secs", "\"timeout_secs\" must be positive and finite (got %s)",
-                  json_object_to_json_string(v));
+                  json_value_text(v));
         goto fail;
     }
 

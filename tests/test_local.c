@@ -803,8 +803,10 @@ Test(supervisor, session_state_root_and_made_tmp_never_choose_what_destroy_remov
     char *s1 = state_with(json, "root", v);
     char *s2 = state_with(s1, "owns_root", "false");
     char *s3 = state_with(s2, "made_tmp", "true");
-    expect_resume_error(client, s1, SBX_ERROR_INVALID_ARGUMENT,
-                        "\"root\" is \"");
+    char *want = tu_strdup_printf("\"root\" is \"%s\", but sandbox %s was made with root \"%s\"",
+                                  victim, sbx_sandbox_get0_id(sb), sbx_sandbox_get0_root(sb));
+    expect_resume_error(client, s1, SBX_ERROR_INVALID_ARGUMENT, want);   /* no "\/" */
+    free(want);
     expect_resume_error(client, s3, SBX_ERROR_INVALID_ARGUMENT,
                         "but sandbox");
     assert_victim_intact(victim);

@@ -3048,6 +3048,13 @@ nomem:
     return NULL;
 }
 
+/* @v as JSON text for a message: plain, "/" not escaped (borrowed from @v). */
+static const char *json_value_text(json_object *v)
+{
+    return json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN
+                                                 | JSON_C_TO_STRING_NOSLASHESCAPE);
+}
+
 /** A string member of the local session data that is an absolute path
  *  (borrowed from @o), or NULL with an invalid_argument error. */
 static const char *state_path(json_object *o, const char *key, sbx_error **error)
@@ -3060,7 +3067,7 @@ static const char *state_path(json_object *o, const char *key, sbx_error **error
         sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, "resume",
                               "invalid session state of the local backend: \"%s\" must be "
                               "an absolute path (got %s)", key,
-                              v ? json_object_to_json_string(v) : "nothing");
+                              v ? json_value_text(v) : "nothing");
         add_context(err, "field", key);
         return NULL;
     }
@@ -3075,7 +3082,7 @@ static int state_bool(json_object *o, const char *key, int *out, sbx_error **err
         sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, "resume",
                               "invalid session state of the local backend: \"%s\" must be "
                               "true or false (got %s)", key,
-                              v ? json_object_to_json_string(v) : "nothing");
+                              v ? json_value_text(v) : "nothing");
         add_context(err, "field", key);
         return -1;
     }
@@ -3093,7 +3100,7 @@ static int state_int(json_object *o, const char *key, int64_t min, int64_t max, 
         sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, "resume",
                               "invalid session state of the local backend: \"%s\" must be "
                               "an integer from %lld to %lld (got %s)", key, (long long)min,
-                              (long long)max, v ? json_object_to_json_string(v) : "nothing");
+                              (long long)max, v ? json_value_text(v) : "nothing");
         add_context(err, "field", key);
         return -1;
     }
@@ -3467,7 +3474,7 @@ static int local_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         sbx_error *err = fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                               "invalid session state of the local backend: \"%s\" is %s, but "
                               "sandbox %s was made with root \"%s\", owns_root %s, made_tmp %s",
-                              bad, json_object_to_json_string(v), sb->id, sb->root,
+                              bad, json_value_text(v), sb->id, sb->root,
                               sb->owns_root ? "true" : "false", sb->made_tmp ? "true" : "false");
         add_context(err, "field", bad);
         goto fail;
