@@ -9,9 +9,9 @@
  *             shell quoting and the command script (cwd for every part of a
  *             command list, CASE-46), credentials from the provider's
  *             variables and files, base URLs
- *   http.c    one libcurl pool per client (a share handle for connections,
- *             DNS and TLS sessions; keep-alive; HTTP/2 where the server
- *             offers it), requests bounded by the call's deadline, the retry
+ *   http.c    one libcurl pool per client (idle easy handles kept with
+ *             their connections, keep-alive; a share handle for DNS and TLS
+ *             sessions; HTTP/2 where the server offers it), requests bounded by the call's deadline, the retry
  *             policy (only calls safe to repeat; Retry-After in seconds or as
  *             an HTTP-date, capped; exponential backoff with jitter), the
  *             mapping of HTTP statuses to error codes, credential redaction

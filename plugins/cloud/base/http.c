@@ -3,10 +3,15 @@
  * pool per client, requests bounded by the call context, the retry policy,
  * the mapping of statuses to error codes, and the scrubbing of secrets.
  *
- * Pool: a curl share handle holds the client's connection cache, DNS cache
- * and TLS sessions, so every easy handle of the client reuses connections
- * (keep-alive); idle easy handles are kept for reuse too. HTTP/2 is asked
- * for over TLS (ALPN; CURL_HTTP_VERSION_2TLS), HTTP/1.1 otherwise.
+ * Pool: the client's idle easy handles are kept for reuse (up to POOL_MAX,
+ * the last one given back taken first), each with its own live connections
+ * (curl_easy_reset keeps them), so requests one after another reuse a
+ * connection (keep-alive). A curl share handle holds the DNS cache and TLS
+ * sessions; not the connection cache, which libcurl does not support
+ * sharing between threads that use it at once (CURLSHOPT_SHARE: under
+ * twenty threads creating at once, a shared one corrupted the heap now and
+ * then). HTTP/2 is asked for over TLS (ALPN; CURL_HTTP_VERSION_2TLS),
+ * HTTP/1.1 otherwise.
  *
  * Retries (CASE-19): an attempt is repeated when it got 429 or 5xx, or a
  * transport error, and the request is CL_SAFE; a transport error before
@@ -116,7 +121,6 @@ cl_http *cl_http_new(void)
         curl_share_setopt(c->share, CURLSHOPT_USERDATA, c);
         curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
         curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
-        curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
     }
     return c;
 }
