@@ -532,37 +532,15 @@ SBX_EXPORT int
 sbx_options_set_backend_options(sbx_options *options, const char *json, sbx_error **error)
 {
     static const char op[] = "set_backend_options";
-    enum json_tokener_error jerr = json_tokener_success;
-    json_object *obj;
-    int is_object;
+    json_object *obj = NULL;
+    const char *why = NULL;
+    size_t at = 0;
+    int parsed, is_object;
 
     if (check_options(options, op, error) < 0)
         return -1;
-    size_t at = 0;
-    obj = NULL;
-    if (json) {
-        json_tokener *tok = json_tokener_new();
-        size_t len = strlen(json);
-
-        if (!tok) {
-            sbx_set_error(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-            return -1;
-        }
-        /* With its NUL, so that a number at the very end is complete. */
-        obj = json_tokener_parse_ex(tok, json, (int)(len >= INT32_MAX ? INT32_MAX : len + 1));
-        jerr = json_tokener_get_error(tok);
-        at = json_tokener_get_parse_end(tok);
-        json_tokener_free(tok);
-        while (jerr == json_tokener_success && at < len && json[at] && strchr(" \t\r\n", json[at]))
-            at++;
-        if (jerr == json_tokener_success && at < len)
-            jerr = json_tokener_error_parse_unexpected;   /* text after the document */
-        if (jerr == json_tokener_continue) {
-            jerr = json_tokener_error_parse_eof;
-            at = len;
-        }
-    }
-    is_object = obj && jerr == json_tokener_success && json_object_is_type(obj, json_type_object);
+    parsed = json ? sbx_json_parse_whole(json, &obj, &at, &why) : -1;
+    is_object = parsed == 0 && json_object_is_type(obj, json_type_object);
     json_object_put(obj);
     if (!is_object) {
         /* The value itself is not repeated: it may hold a credential. */
@@ -571,10 +549,9 @@ sbx_options_set_backend_options(sbx_options *options, const char *json, sbx_erro
         if (!json)
             e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, op,
                               "invalid backend_options: NULL");
-        else if (jerr != json_tokener_success)
+        else if (parsed < 0)
             e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, op,
-                              "invalid backend_options: not JSON at offset %zu: %s", at,
-                              json_tokener_error_desc(jerr));
+                              "invalid backend_options: not JSON at offset %zu: %s", at, why);
         else
             e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, op,
                               "invalid backend_options: a JSON object is expected");

@@ -185,8 +185,8 @@ static const char *json_value_text(json_object *v)
 static int
 state_parse(const char *json, state_doc *st, sbx_error **err)
 {
-    json_tokener *tok;
     json_object *o, *v;
+    const char *why;
     size_t len, end;
     int64_t version;
     sbx_error *e;
@@ -197,32 +197,11 @@ state_parse(const char *json, state_doc *st, sbx_error **err)
         return -1;
     }
     len = strlen(json);
-    tok = json_tokener_new();
-    if (!tok) {
-        sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, "resume", "out of memory");
-        return -1;
-    }
-    o = json_tokener_parse_ex(tok, json, (int)(len > INT32_MAX ? INT32_MAX : len));
-    if (!o || json_tokener_get_error(tok) != json_tokener_success) {
-        enum json_tokener_error je = json_tokener_get_error(tok);
-
-        size_t at = je == json_tokener_continue ? len : json_tokener_get_parse_end(tok);
-
-        bad_state(err, NULL, "malformed JSON at offset %zu of %zu bytes: %s", at, len,
-                  je == json_tokener_continue ? "unexpected end of the document"
-                                              : json_tokener_error_desc(je));
-        json_object_put(o);
-        json_tokener_free(tok);
-        return -1;
-    }
-    end = json_tokener_get_parse_end(tok);
-    json_tokener_free(tok);
-    while (end < len && strchr(" \t\r\n", json[end]))
-        end++;
-    if (end < len) {
-        bad_state(err, NULL, "malformed JSON: unexpected text after the document at offset %zu",
-                  end);
-        json_object_put(o);
+    if (sbx_json_parse_whole(json, &o, &end, &why) < 0) {
+        if (strcmp(why, "out of memory") == 0)
+            sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, "resume", "out of memory");
+        else
+            bad_state(err, NULL, "malformed JSON at offset %zu of %zu bytes: %s", end, len, why);
         return -1;
     }
     st->doc = o;

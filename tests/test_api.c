@@ -552,12 +552,12 @@ Test(options, invalid_provider_fields)
     const char *bad_json[] = {"[1]", "{\"a\":", "42", "\"s\"", "null", "{oops", "{} x"};
     const char *bad_why[] = {
         "invalid backend_options: a JSON object is expected",
-        "invalid backend_options: not JSON at offset 5: unexpected end of data",
+        "invalid backend_options: not JSON at offset 5: unexpected end of the document",
         "invalid backend_options: a JSON object is expected",
         "invalid backend_options: a JSON object is expected",
         "invalid backend_options: a JSON object is expected",
         "invalid backend_options: not JSON at offset 1: quoted object property name expected",
-        "invalid backend_options: not JSON at offset 3: unexpected character",
+        "invalid backend_options: not JSON at offset 3: unexpected text after the document",
     };
     for (size_t i = 0; i < sizeof bad_json / sizeof bad_json[0]; i++) {
         sbx_options *o = sbx_options_new();

@@ -525,10 +525,14 @@ Test(state, malformed_unknown_version_and_wrong_backend_are_invalid_argument)
     expect_invalid("{", "malformed JSON at offset 1 of 1 bytes: unexpected end of the document");
     expect_invalid("not json", "malformed JSON at offset 1 of 8 bytes: null expected");
     char *s = tu_strdup_printf("%s trailing", json);
-    expect_invalid(s, "after the document");
+    char *want = tu_strdup_printf("malformed JSON at offset %zu of %zu bytes: unexpected text "
+                                  "after the document", strlen(json) + 1, strlen(s));
+    expect_invalid(s, want);
+    free(want);
     free(s);
     expect_invalid("[1,2]", "a JSON object is expected");
     expect_invalid("\"state\"", "a JSON object is expected");
+    expect_invalid(" null ", "a JSON object is expected, not null");
 
     /* Unknown or missing version. */
     s = tu_strdup_printf("{\"version\":2,\"backend\":\"%s\",\"id\":\"%s\","
