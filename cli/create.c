@@ -137,7 +137,7 @@ static int create_recorded(const char *backend, const sbx_options *options, cons
     char *state, created[32], expires[32];
     time_t start = time(NULL);
     double lifetime;
-    json_object *meta;
+    json_object *meta = NULL;
     int status;
 
     iso8601(start, created);
@@ -162,9 +162,8 @@ static int create_recorded(const char *backend, const sbx_options *options, cons
         cli_out_of_memory();
         cli_sandbox_destroy(sandbox);
     } else if (cli_state_store(sbx_sandbox_get0_id(sandbox), created, state, meta) < 0) {
-        json_object_put(meta);
         cli_sandbox_destroy(sandbox);
-    } else if (json_object_put(meta), sbx_sandbox_detach(sandbox, &error) < 0) {
+    } else if (sbx_sandbox_detach(sandbox, &error) < 0) {
         /* Recorded but still attached: undone, record and sandbox. */
         cli_error(error);
         cli_state_forget(sbx_sandbox_get0_id(sandbox));
@@ -173,6 +172,7 @@ static int create_recorded(const char *backend, const sbx_options *options, cons
         printf("%s\n", sbx_sandbox_get0_id(sandbox));
         status = 0;
     }
+    json_object_put(meta);
     free(state);
     sbx_sandbox_free(sandbox);
     return status;
