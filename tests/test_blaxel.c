@@ -299,19 +299,7 @@ Test(blaxel, a_create_the_provider_finishes_after_the_timeout_is_deleted)
  * never the caller's configuration; the create is sent once. */
 Test(blaxel, a_create_answered_408_is_a_timeout)
 {
-    cr_assert_eq(tu_fake_http("DELETE", "/_fake/log", NULL, NULL, NULL), 204);
-    tu_fake_post("/_fake/faults", "{\"method\":\"POST\",\"path\":\"^/v0/sandboxes$\","
-                 "\"status\":408}");
-    sbx_error *err = NULL;
-    cr_assert_null(sbx_sandbox_create(g_client, NULL, &err));
-    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_TIMEOUT, "%s: %s",
-                 sbx_error_code_name(sbx_error_get_code(err)), sbx_error_get0_message(err));
-    cr_assert(strstr(sbx_error_get0_message(err), "(HTTP 408)") != NULL, "%s",
-              sbx_error_get0_message(err));
-    sbx_error_free(err);
-    json_object *log = tu_fake_log();
-    cr_assert_eq(tu_fake_count(log, "POST", "^/v0/sandboxes$", NULL, 0), 1);
-    json_object_put(log);
+    tu_fake_assert_create_answered(g_client, "^/v0/sandboxes$", 408, SBX_ERROR_TIMEOUT);
 }
 
 /* The data plane answers a directory with its JSON listing whatever the

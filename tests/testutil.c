@@ -864,6 +864,29 @@ int tu_fake_count(struct json_object *log, const char *method, const char *re, d
     return n;
 }
 
+void tu_fake_assert_create_answered(sbx_client *client, const char *path_re, int status,
+                                    sbx_error_code code)
+{
+    cr_assert_eq(tu_fake_http("DELETE", "/_fake/log", NULL, NULL, NULL), 204);
+    char *rule = tu_strdup_printf("{\"method\":\"POST\",\"path\":\"%s\",\"status\":%d}",
+                                  path_re, status);
+    tu_fake_post("/_fake/faults", rule);
+    free(rule);
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(client, NULL, &err), "a create answered %d succeeded",
+                   status);
+    cr_assert_eq(sbx_error_get_code(err), code, "%s: %s",
+                 sbx_error_code_name(sbx_error_get_code(err)), sbx_error_get0_message(err));
+    char *want = tu_strdup_printf("(HTTP %d)", status);
+    cr_assert(strstr(sbx_error_get0_message(err), want) != NULL, "%s",
+              sbx_error_get0_message(err));
+    free(want);
+    sbx_error_free(err);
+    struct json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", path_re, NULL, 0), 1);
+    json_object_put(log);
+}
+
 /* ---------------------------------------------------------- the idle reaper */
 
 static pid_t g_reaper = -1;     /* the idle reaper, or -1 */

@@ -158,6 +158,12 @@ const char *tu_json_str(struct json_object *o, const char *key);
  * of them go to @t (may be NULL). */
 int tu_fake_count(struct json_object *log, const char *method, const char *re, double *t,
                   size_t tmax);
+/* Empties the fake's log, makes it answer @status to every POST whose path
+ * matches @path_re, and asserts that a create on @client fails with @code
+ * and a message holding "(HTTP @status)", after exactly one such POST (the
+ * create is not retried). The rule stays until the fixture's reset. */
+void tu_fake_assert_create_answered(sbx_client *client, const char *path_re, int status,
+                                    sbx_error_code code);
 
 /* The integers of the JSON array member @key of the fake's answer 200 to
  * GET @path (extra header @header, NULL: none), joined by ',' ("3000,8080";
