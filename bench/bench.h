@@ -1,8 +1,9 @@
 /*
  * bench.h — what the benchmark programs share: a monotonic clock, sorting
  * samples, their percentiles and median, a growing buffer for an HTTP
- * answer's body (a libcurl write callback), and starting and stopping the
- * build's sbx-server with a throwaway store. Header-only (static inline),
+ * answer's body (a libcurl write callback), a minimal HTTP/1.1 client on a
+ * kept loopback connection, and starting and stopping the build's
+ * sbx-server with a throwaway store. Header-only (static inline),
  * so each program stays one source file; not thread-safe beyond what each
  * function says.
  */
@@ -16,7 +17,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -83,6 +88,60 @@ static inline size_t bench_collect(char *p, size_t size, size_t n, void *ud)
     d[b->len] = '\0';
     b->data = d;
     return len;
+}
+
+/* A TCP connection to 127.0.0.1:@port with TCP_NODELAY (as libcurl sets
+ * it), to be kept for many requests: its descriptor, or -1 with errno set. */
+static inline int bench_loopback_connect(unsigned port)
+{
+    struct sockaddr_in sa = { 0 };
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0)
+        return -1;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+/* One HTTP/1.1 exchange on the kept connection @fd: the whole request @req
+ * (@len bytes) in one send(), then recv() until the answer's headers and
+ * its Content-Length bytes (the body is dropped). The answer's status, or 0
+ * on a failed send, a closed connection, an answer without Content-Length
+ * or one of 8 KiB or more. */
+static inline long bench_http_exchange(int fd, const char *req, size_t len)
+{
+    char buf[8192];
+    size_t n = 0;
+
+    if (send(fd, req, len, MSG_NOSIGNAL) != (ssize_t)len)
+        return 0;
+    for (;;) {
+        ssize_t k = recv(fd, buf + n, sizeof buf - 1 - n, 0);
+        if (k <= 0)
+            return 0;
+        n += (size_t)k;
+        buf[n] = '\0';
+        char *end = strstr(buf, "\r\n\r\n"), *cl;
+        if (!end)
+            continue;
+        *end = '\0';
+        cl = strcasestr(buf, "\r\ncontent-length:");
+        size_t want = (size_t)(end + 4 - buf) + (cl ? strtoul(cl + 17, NULL, 10) : 0);
+        if (!cl || want >= sizeof buf)
+            return 0;
+        if (n >= want)
+            return strncmp(buf, "HTTP/1.1 ", 9) ? 0 : strtol(buf + 9, NULL, 10);
+        *end = '\r';
+    }
 }
 
 /* The files a bench's sbx-server leaves in its directory. */

@@ -201,21 +201,15 @@ static long http_exec(CURL *h, const char *id, const char *key)
 
 /* ------------------------------------------------------------ a minimal client */
 
-/* A kept connection to the server (TCP_NODELAY, as libcurl sets it): its
- * descriptor. */
+/* A kept connection to the server: its descriptor. */
 static int raw_connect(void)
 {
     unsigned port = 0;
     if (sscanf(g_url, "http://127.0.0.1:%u", &port) != 1)
         die("the server's address: %s", g_url);
-    struct sockaddr_in sa = { 0 };
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
+    int fd = bench_loopback_connect(port);
+    if (fd < 0)
         die("connect: %s", strerror(errno));
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     return fd;
 }
 
@@ -226,35 +220,16 @@ static int raw_connect(void)
  * the status, or 0 on a short or malformed answer. */
 static long raw_exec(int fd, const char *id, const char *key)
 {
-    char req[1024], buf[8192];
+    char req[1024];
     const char *host = g_url + strlen("http://");
     int len = snprintf(req, sizeof req,
                        "POST /v1/sandboxes/%s/execute HTTP/1.1\r\nHost: %s\r\nAccept: */*\r\n"
                        "Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
                        "Idempotency-Key: %s\r\nContent-Length: %zu\r\n\r\n%s",
                        id, host, g_key, key, strlen(exec_body), exec_body);
-    if (len <= 0 || (size_t)len >= sizeof req ||
-        send(fd, req, (size_t)len, MSG_NOSIGNAL) != len)
+    if (len <= 0 || (size_t)len >= sizeof req)
         return 0;
-    size_t n = 0;
-    for (;;) {
-        ssize_t k = recv(fd, buf + n, sizeof buf - 1 - n, 0);
-        if (k <= 0)
-            return 0;
-        n += (size_t)k;
-        buf[n] = '\0';
-        char *end = strstr(buf, "\r\n\r\n"), *cl;
-        if (!end)
-            continue;
-        *end = '\0';
-        cl = strcasestr(buf, "\r\ncontent-length:");
-        size_t want = (size_t)(end + 4 - buf) + (cl ? strtoul(cl + 17, NULL, 10) : 0);
-        if (!cl || want >= sizeof buf)
-            return 0;
-        if (n >= want)
-            return strncmp(buf, "HTTP/1.1 ", 9) ? 0 : strtol(buf + 9, NULL, 10);
-        *end = '\r';
-    }
+    return bench_http_exchange(fd, req, (size_t)len);
 }
 
 /* ------------------------------------------------------------ the rows */

@@ -247,40 +247,10 @@ static unsigned start_server(void)
 static char g_request[1024];
 static size_t g_request_len;
 
-static int raw_connect(unsigned port)
-{
-    struct sockaddr_in sa = { 0 };
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
-        die("connect");
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    return fd;
-}
-
 /* One request on @fd: 0, or -1 on a short answer or a status but 200. */
 static int raw_round(int fd)
 {
-    char buf[4096];
-    size_t n = 0;
-    if (send(fd, g_request, g_request_len, MSG_NOSIGNAL) != (ssize_t)g_request_len)
-        return -1;
-    for (;;) {
-        ssize_t k = recv(fd, buf + n, sizeof buf - 1 - n, 0);
-        if (k <= 0)
-            return -1;
-        n += (size_t)k;
-        buf[n] = '\0';
-        char *end = strstr(buf, "\r\n\r\n"), *cl;
-        if (!end)
-            continue;
-        cl = strcasestr(buf, "\r\ncontent-length:");
-        size_t want = (size_t)(end + 4 - buf) + (cl && cl < end ? strtoul(cl + 17, NULL, 10) : 0);
-        if (n >= want)
-            return strncmp(buf, "HTTP/1.1 200 ", 13) ? -1 : 0;
-    }
+    return bench_http_exchange(fd, g_request, g_request_len) == 200 ? 0 : -1;
 }
 
 static size_t discard(char *p, size_t size, size_t n, void *ud)
@@ -370,7 +340,8 @@ int main(int argc, char **argv)
     struct curl_slist *hd[3];
     char urls[3][128];
     for (int s = 0; s < 3; s++) {
-        fds[s] = raw_connect(ports[s]);
+        if ((fds[s] = bench_loopback_connect(ports[s])) < 0)
+            die("connect");
         hs[s] = curl_client(ports[s], urls[s], sizeof urls[s], &hd[s]);
     }
     double *lat[6];
