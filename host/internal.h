@@ -538,7 +538,7 @@ int sbx_json_decimal(struct json_object *v, int scale, int64_t *out);
 /** A JSON number printed as the exact decimal @value (10^-@scale units). */
 struct json_object *sbx_json_new_decimal(int64_t value, int scale);
 
-/** util.c: parses @json (NUL-terminated, may be NULL only if the caller
+/** money.c: parses @json (NUL-terminated, may be NULL only if the caller
  *  checked) as one whole JSON document, white space allowed around it and
  *  nothing else after it. 0 with *@out the value (the caller's to put; NULL
  *  for the document `null`), or -1 with *@out NULL, *@at the byte offset

@@ -627,6 +627,17 @@ int tu_pid_gone(pid_t pid)
     return st == 0 || st == 'Z' || st == 'X';
 }
 
+void tu_stop_pid(pid_t pid)
+{
+    cr_assert_eq(kill(pid, SIGSTOP), 0, "SIGSTOP to %d: %s", (int)pid, strerror(errno));
+    double end = tu_now() + 5.0;
+    while (proc_state(pid) != 'T') {
+        cr_assert(tu_now() < end, "%d is not stopped 5 s after SIGSTOP (state %c)", (int)pid,
+                  proc_state(pid) ? proc_state(pid) : '?');
+        usleep(1000);
+    }
+}
+
 int tu_wait_pid_gone(pid_t pid, double secs)
 {
     double end = tu_now() + secs;

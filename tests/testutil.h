@@ -101,6 +101,9 @@ size_t tu_read_pids(sbx_sandbox *sb, const char *sandbox_path, pid_t *pids,
 /* 1 when @pid no longer runs: kill(pid, 0) fails with ESRCH, or the
  * process has exited and only waits to be reaped (state Z or X). */
 int tu_pid_gone(pid_t pid);
+/* Stops @pid with SIGSTOP and waits (up to 5 s, asserted) until it is
+ * stopped (state T): the signal takes effect only once @pid runs again. */
+void tu_stop_pid(pid_t pid);
 /* The host pid of the process with pid @pid in sandbox @sb (they differ on
  * bubblewrap, whose sandboxes have a pid namespace each; elsewhere @pid). */
 pid_t tu_host_pid(sbx_sandbox *sb, pid_t pid);

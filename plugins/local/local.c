@@ -3393,8 +3393,9 @@ static void remove_leftovers(struct sbx_plugin_sandbox *sb)
  * invalid_argument naming the field. The supervisor must still be that
  * process (pid and start time), else not_found, and what the sandbox left
  * on disk is removed. A supervisor that lives but whose socket is gone or
- * served by another process, or that does not answer a PING within the
- * call's bound or PING_SECS (stopped, or hung), resumes (logged), so that
+ * served by another process, that is stopped (SIGSTOP, a debugger: no
+ * PING is sent), or that does not answer a PING within the call's bound or
+ * PING_SECS (hung), resumes (logged), so that
  * destroy ends it by pid; commands are then refused (authentication, or
  * timeout for one that did not answer).
  */
@@ -3483,8 +3484,10 @@ static int local_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!(sb->wrapper = safehouse_find(op, error)))
         goto fail;
 #endif
-    int answers = proto_proc_alive(sb->sup_pid, sb->sup_start)
-                  ? check_supervisor_answers(sb, ctx, error) : 1;
+    /* A stopped supervisor cannot answer: no PING to wait PING_SECS for. */
+    int answers = !proto_proc_alive(sb->sup_pid, sb->sup_start) ? 1
+                  : supervisor_stopped(sb) ? 3
+                  : check_supervisor_answers(sb, ctx, error);
     if (answers < 0)
         goto fail;
     /* A socket that refuses: the supervisor is gone or on its way out (a
