@@ -13,11 +13,12 @@ static void usage(FILE *out)
 "\n"
 "List the sandboxes made by `sbx create` and not removed, oldest first: id,\n"
 "name, backend, creation time (ISO 8601, UTC) and state: \"running\", or,\n"
-"with -a only, \"stopped\" (by `sbx stop`), \"expired\" (gone after its\n"
-"lifetime ended), \"gone\" (no longer exists) or \"unknown\" (that cannot\n"
-"be told; the reason is printed on stderr). A docker container's 64-digit\n"
-"id is shown by its first 12 digits, as `docker ps` does; other ids (local's\n"
-"sbx-local-XXXXXX) in full. Any unique prefix of an id names the sandbox.\n"
+"with -a only, \"stopped\" (by `sbx stop`), \"expired\" (its lifetime\n"
+"ended: gone, or not answering and left to `sbx gc`), \"gone\" (no longer\n"
+"exists) or \"unknown\" (that cannot be told; the reason is printed on\n"
+"stderr). A docker container's 64-digit id is shown by its first 12 digits,\n"
+"as `docker ps` does; other ids (local's sbx-local-XXXXXX) in full. Any\n"
+"unique prefix of an id names the sandbox.\n"
 "\n"
 "  -a, --all      list every recorded sandbox, not only the running ones\n"
 "      --no-trunc show ids in full\n"
@@ -53,8 +54,8 @@ int cli_record_alive(const cli_record *rec)
 
 const char *cli_record_state(const cli_record *rec, int alive, const char *now)
 {
-    if (alive < 0)
-        return "unknown";
+    if (alive < 0)   /* no answer (a frozen sandbox): its lifetime still tells */
+        return rec->expires != NULL && strcmp(rec->expires, now) <= 0 ? "expired" : "unknown";
     if (rec->stopped && alive)
         return "stopped";   /* docker: paused, alive but running nothing */
     if (alive)

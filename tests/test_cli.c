@@ -2036,6 +2036,95 @@ static pid_t recorded_supervisor(const char *id)
     return p;
 }
 
+/* The state `sbx ps -a --json` gives sandbox @id (free()); asserts one row. */
+static char *ps_state(const char *id)
+{
+    cli_run r = SBX_KEEP("ps", "-a", "--json");
+    json_object *array = json_tokener_parse(r.out), *v;
+    char *state = NULL;
+
+    cr_assert(array != NULL && json_object_is_type(array, json_type_array),
+              "sbx ps --json printed \"%s\" (status %d)", r.out, r.status);
+    for (size_t i = 0; i < json_object_array_length(array); i++) {
+        json_object *o = json_object_array_get_idx(array, i);
+        if (json_object_object_get_ex(o, "id", &v) && strcmp(json_object_get_string(v), id) == 0
+            && json_object_object_get_ex(o, "state", &v))
+            state = strdup(json_object_get_string(v));
+    }
+    cr_assert_not_null(state, "sbx ps -a does not list %s: %s", id, r.out);
+    json_object_put(array);
+    free_run(&r);
+    return state;
+}
+
+/* A sandbox whose supervisor is stopped (SIGSTOP, a debugger) cannot
+ * answer, and is not waited for: sbx ps -a lists it "unknown" while its
+ * lifetime runs (a ping waited for would outlast the 3 s lifetime) and
+ * "expired" once it is over, as sbx gc says; sbx rm -f ends it and leaves
+ * nothing. */
+Test(cli, a_frozen_sandbox_is_listed_at_once_and_removed)
+{
+    char *id = CREATE("--timeout", "3");
+    pid_t sup = recorded_supervisor(id);
+    char path[64], buf[512], *paren, *state, *want;
+    cli_run r;
+
+    cr_assert_eq(kill(sup, SIGSTOP), 0);
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)sup);
+    for (int i = 0;; i++) {     /* the stop takes effect once it runs */
+        FILE *f = fopen(path, "r");
+        cr_assert_not_null(f);
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        paren = strrchr(buf, ')');
+        if (paren != NULL && paren[1] == ' ' && paren[2] == 'T')
+            break;
+        cr_assert(i < 5000, "supervisor %d not stopped: %s", (int)sup, buf);
+        usleep(1000);
+    }
+    state = ps_state(id);
+    cr_expect_str_eq(state, "unknown");
+    free(state);
+    /* Past its lifetime: expired, as gc says. */
+    for (int i = 0; i < 100; i++) {
+        state = ps_state(id);
+        if (strcmp(state, "unknown") != 0)
+            break;
+        free(state);
+        state = NULL;
+        usleep(100000);
+    }
+    cr_expect_str_eq(state, "expired");
+    free(state);
+    /* gc goes by the lifecycle record, whose expiry may come a few
+     * milliseconds after the one sbx create recorded. */
+    cr_assert(asprintf(&want, "local %s expired would_reap\n", id) > 0);
+    for (int i = 0;; i++) {
+        r = SBX_KEEP("gc", "--dry-run");
+        if (r.status == 0 && strcmp(r.out, want) == 0)
+            break;
+        cr_assert(i < 50, "gc --dry-run: status %d, stdout \"%s\", stderr \"%s\"", r.status,
+                  r.out, r.err);
+        free_run(&r);
+        usleep(100000);
+    }
+    free(want);
+    free_run(&r);
+    r = SBX_KEEP("rm", "-f", id);
+    cr_assert(asprintf(&want, "%s\n", id) > 0);
+    expect_run(&r, 0, want);
+    free(want);
+    free_run(&r);
+    for (int i = 0; i < 500 && !pid_gone(sup); i++)
+        usleep(10000);
+    cr_expect(pid_gone(sup), "the stopped supervisor %d outlived rm -f", (int)sup);
+    char left[1024];
+    sandboxes_left(left, sizeof left);
+    cr_expect_str_empty(left, "left after rm -f: %s", left);
+    free(id);
+}
+
 Test(cli, rm_of_a_sandbox_that_is_gone_forgets_it_and_exits_1)
 {
     char *gone = create_with(NULL, NULL), *alive = create_with(NULL, NULL);
