@@ -43,8 +43,9 @@
  * The read and the claim are one transaction (STORE_TXN_VOLATILE: never
  * flushed on its own, server/store.h), the outcome another, committed
  * before the answer:
- * the executions row with the amounts answered and meter_pending = 1, from
- * which the execution outbox writes the usage event and both ledger
+ * the executions row with the amounts answered and the execution's key in
+ * execution_outbox (meter_outbox_add()), from which the execution outbox
+ * writes the usage event and both ledger
  * entries after the answer (server/meter.c, "The execution outbox"). So
  * an answered execute is metered exactly once even when the server dies
  * right after answering (crash of the server, and with
@@ -1428,10 +1429,11 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         if (tx_begin(x, lock) < 0 ||
             ex(x, "UPDATE executions SET status = 'completed', response_json = ?,"
                   " completed_at = ?, runtime_seconds = ?, provider_cost_usd = ?,"
-                  " customer_cost_usd = ?, meter_pending = 1 WHERE organization_id = ?"
+                  " customer_cost_usd = ? WHERE organization_id = ?"
                   " AND sandbox_id = ? AND request_id = ?",
                P(text, now, t_qty, t_prov, t_cust, req->who.org_id, id, request_id),
                NULL) < 0 ||
+            meter_outbox_add(x, now, req->who.org_id, id, request_id) < 0 ||
             tx_commit(x) < 0)
             goto internal;
         res->status = 200;
@@ -1444,11 +1446,11 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         json_object_put(usage);
         if (tx_begin(x, lock) < 0 ||
             ex(x, "UPDATE executions SET status = 'failed', error = ?, completed_at = ?,"
-                  " runtime_seconds = ?, provider_cost_usd = ?, customer_cost_usd = ?,"
-                  " meter_pending = 1 WHERE organization_id = ? AND sandbox_id = ?"
-                  " AND request_id = ?",
+                  " runtime_seconds = ?, provider_cost_usd = ?, customer_cost_usd = ?"
+                  " WHERE organization_id = ? AND sandbox_id = ? AND request_id = ?",
                P(ptext, now, t_qty, t_prov, t_cust, req->who.org_id, id, request_id),
                NULL) < 0 ||
+            meter_outbox_add(x, now, req->who.org_id, id, request_id) < 0 ||
             tx_commit(x) < 0) {
             json_object_put(payload);
             goto internal;

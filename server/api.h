@@ -107,14 +107,21 @@ int meter_accrue(cx *x, const char *sandbox_id, const char *obs, int64_t end_us)
 /* Accrues an estimate for every active estimated sandbox of @org. */
 int meter_accrue_active(cx *x, const char *org);
 /* The execution outbox (meter.c, "The execution outbox"): writes the usage
- * event and both ledger entries of every execution whose outcome is
- * committed with meter_pending = 1, of organisation @org (every
- * organisation when NULL), in transactions of up to 64 executions under the
- * lock "meter", each clearing the rows' flag. Must be called outside a
+ * event and both ledger entries of every execution whose key its outcome's
+ * transaction put in execution_outbox (meter_outbox_add()), of organisation
+ * @org (every organisation when NULL), oldest first, in transactions of up
+ * to 64 executions under the lock "meter", each deleting the rows' outbox
+ * entries. Must be called outside a
  * transaction. Returns the number of executions it metered (0 when none
  * was pending), or -1 when the store failed (what was committed stays;
  * the rest stays pending). */
 int meter_settle(cx *x, const char *org);
+/* Inside the outcome's transaction of execution (@org, @sandbox_id,
+ * @request_id), whose executions row has its completed_at @completed_at
+ * and its amounts: leaves its metering to the outbox (a row of
+ * execution_outbox). 0, or -1 when the store failed (x->failed set). */
+int meter_outbox_add(cx *x, const char *completed_at, const char *org, const char *sandbox_id,
+                     const char *request_id);
 /* The outbox thread of @srv: a meter_settle() of every organisation when
  * woken (meter_outbox_wake(), after an answer that left its metering to
  * the outbox) and every @sweep_secs seconds; NULL when the thread cannot

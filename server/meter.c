@@ -16,12 +16,13 @@
  * (customer = provider × BESPOKE_CUSTOMER_MARKUP), unique per request id.
  *
  * The execution outbox: the execute's outcome transaction (server/api.c)
- * writes the executions row alone, carrying the amounts it answers
- * (runtime_seconds, provider_cost_usd, customer_cost_usd) and
- * meter_pending = 1, and commits before the answer. The usage event and its
- * ledger entries are written from that row after the answer, in one
- * transaction (lock "meter") that also clears meter_pending, by
- * meter_settle(), which runs:
+ * writes the executions row, carrying the amounts it answers
+ * (runtime_seconds, provider_cost_usd, customer_cost_usd), and the
+ * execution's key in execution_outbox (keyed by the completion time first,
+ * so its rows are appended and a pass finds them together), and commits
+ * before the answer. The usage event and its ledger entries are written
+ * from that row after the answer, in one transaction (lock "meter") that
+ * also deletes the outbox's row, by meter_settle(), which runs:
  *   - on the server's outbox thread, woken once such an answer is sent
  *     (server/http.c), 10 ms later (OUTBOX_GATHER_SECS) with the answers
  *     sent meanwhile, in transactions of up to 64 executions; and every
@@ -32,9 +33,9 @@
  *   - in GET /v1/costs for the organisation, before the report reads usage,
  *     so a report never misses an answered execution.
  * Every path is idempotent: the usage event is unique per request id, its
- * ledger entries are written only with a new event, and the flag is cleared
- * in the same transaction. So each answered execution is metered exactly
- * once, by whichever server gets to its row first, with the time and
+ * ledger entries are written only with a new event, and the outbox's row is
+ * deleted in the same transaction. So each answered execution is metered
+ * exactly once, by whichever server gets to its row first, with the time and
  * amounts of its answer (created_at = the execution's completed_at).
  * Each sandbox lifetime accrues at observations (create:, estimate:,
  * terminate:, terminate-failed:), each applied once: the billable seconds
@@ -180,9 +181,10 @@ meter_hourly_rate(const char *backend, double cpu, int64_t memory_mb, const char
 
 /* One execution's usage event and its two ledger entries, from its
  * executions row (the amounts as answered, decimal text; @at its
- * completed_at), then the row's meter_pending cleared: inside the caller's
- * transaction. An event already written (by another server's sweeper) is
- * left as it is and its entries are not written again. 0 or -1. */
+ * completed_at, the first column of its outbox row's key), then that
+ * execution_outbox row deleted: inside the caller's transaction. An event
+ * already written (by another server's sweeper) is left as it is and its
+ * entries are not written again. 0 or -1. */
 static int
 meter_execution(cx *x, const char *org, const char *sandbox_id, const char *execution_id,
                 const char *request_id, const char *qty, const char *prov, const char *cust,
@@ -207,9 +209,9 @@ meter_execution(cx *x, const char *org, const char *sandbox_id, const char *exec
            P(l1, org, sandbox_id, use, prov, meter_price_version(), at,
              l2, org, sandbox_id, use, cust, meter_price_version(), at), NULL) < 0)
         goto out;
-    if (ex(x, "UPDATE executions SET meter_pending = NULL WHERE organization_id = ?"
-              " AND sandbox_id = ? AND request_id = ? AND meter_pending = 1",
-           P(org, sandbox_id, request_id), NULL) < 0)
+    if (ex(x, "DELETE FROM execution_outbox WHERE completed_at = ? AND organization_id = ?"
+              " AND sandbox_id = ? AND request_id = ?",
+           P(at, org, sandbox_id, request_id), NULL) < 0)
         goto out;
     rc = 0;
 out:
@@ -217,6 +219,15 @@ out:
     free(l1);
     free(l2);
     return rc;
+}
+
+int
+meter_outbox_add(cx *x, const char *completed_at, const char *org, const char *sandbox_id,
+                 const char *request_id)
+{
+    return ex(x, "INSERT INTO execution_outbox(completed_at, organization_id, sandbox_id,"
+                 " request_id) VALUES (?, ?, ?, ?)",
+              P(completed_at, org, sandbox_id, request_id), NULL) < 0 ? -1 : 0;
 }
 
 int
@@ -234,13 +245,18 @@ meter_settle(cx *x, const char *org)
         if (tx_begin_volatile(x, "meter") < 0)
             return -1;
         if (org)
-            r = q(x, "SELECT organization_id, sandbox_id, request_id, id, runtime_seconds,"
-                     " provider_cost_usd, customer_cost_usd, completed_at FROM executions"
-                     " WHERE meter_pending = 1 AND organization_id = ? LIMIT 64", P(org));
+            r = q(x, "SELECT o.organization_id, o.sandbox_id, o.request_id, e.id,"
+                     " e.runtime_seconds, e.provider_cost_usd, e.customer_cost_usd,"
+                     " o.completed_at FROM execution_outbox o JOIN executions e"
+                     " ON e.organization_id = o.organization_id AND e.sandbox_id = o.sandbox_id"
+                     " AND e.request_id = o.request_id WHERE o.organization_id = ?"
+                     " ORDER BY o.completed_at LIMIT 64", P(org));
         else
-            r = q(x, "SELECT organization_id, sandbox_id, request_id, id, runtime_seconds,"
-                     " provider_cost_usd, customer_cost_usd, completed_at FROM executions"
-                     " WHERE meter_pending = 1 LIMIT 64", 0, NULL);
+            r = q(x, "SELECT o.organization_id, o.sandbox_id, o.request_id, e.id,"
+                     " e.runtime_seconds, e.provider_cost_usd, e.customer_cost_usd,"
+                     " o.completed_at FROM execution_outbox o JOIN executions e"
+                     " ON e.organization_id = o.organization_id AND e.sandbox_id = o.sandbox_id"
+                     " AND e.request_id = o.request_id ORDER BY o.completed_at LIMIT 64", 0, NULL);
         if (!r)
             goto fail;
         for (size_t i = 0; i < r->nrows; i++) {

@@ -225,8 +225,49 @@ static const char *const migration_4 =
     "CREATE INDEX executions_meter_pending ON executions(meter_pending, organization_id)"
     " WHERE meter_pending = 1;";
 
+/* 5: the outbox's rows, and the ledger's, are keyed by time first.
+ *
+ * The outbox is a table of its own, keyed by the completion time.
+ * Version 4 marked a pending execution in its own row, so the pass that
+ * metered it wrote that row's leaf of executions again (a leaf anywhere in
+ * the table: the key holds the client's request id) as well as the partial
+ * index's leaf; the outcome's transaction now inserts the execution's key
+ * into execution_outbox, whose rows follow one another in time (the
+ * right-most leaf: a pass's rows are on one or two leaves), and the pass
+ * deletes them there, leaving executions as the outcome wrote it. Rows
+ * still pending move over; the flag and its index go.
+ *
+ * ledger_entries was keyed by (usage_event_id, kind), the event's id a
+ * random one, so each execution's two entries went to a leaf anywhere in
+ * the table; its key is now (created_at, usage_event_id, kind): an entry's
+ * created_at is its usage event's (the execution's completion time), the
+ * same for every write of one event, so the key is as unique per event
+ * and kind as before, and a pass's entries are appended together. The rows
+ * are copied over as they are. */
+static const char *const migration_5 =
+    "CREATE TABLE execution_outbox ("
+    " completed_at TEXT NOT NULL, organization_id TEXT NOT NULL, sandbox_id TEXT NOT NULL,"
+    " request_id TEXT NOT NULL,"
+    " PRIMARY KEY(completed_at, organization_id, sandbox_id, request_id))@CLUSTERED@;"
+    "INSERT INTO execution_outbox(completed_at, organization_id, sandbox_id, request_id)"
+    " SELECT completed_at, organization_id, sandbox_id, request_id FROM executions"
+    " WHERE meter_pending = 1;"
+    "DROP INDEX executions_meter_pending;"
+    "ALTER TABLE executions DROP COLUMN meter_pending;"
+    "CREATE TABLE ledger_entries_v5 ("
+    " created_at TEXT NOT NULL, usage_event_id TEXT NOT NULL, kind TEXT NOT NULL,"
+    " id TEXT NOT NULL, organization_id TEXT NOT NULL, sandbox_id TEXT NOT NULL,"
+    " amount_usd TEXT NOT NULL, price_version TEXT NOT NULL,"
+    " PRIMARY KEY(created_at, usage_event_id, kind))@CLUSTERED@;"
+    "INSERT INTO ledger_entries_v5(created_at, usage_event_id, kind, id, organization_id,"
+    " sandbox_id, amount_usd, price_version)"
+    " SELECT created_at, usage_event_id, kind, id, organization_id, sandbox_id, amount_usd,"
+    " price_version FROM ledger_entries;"
+    "DROP TABLE ledger_entries;"
+    "ALTER TABLE ledger_entries_v5 RENAME TO ledger_entries;";
+
 static const char *const migrations[] = { NULL, migration_1, migration_2, migration_3,
-                                          migration_4 };
+                                          migration_4, migration_5 };
 #define NMIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]) - 1)
 
 int

@@ -1381,9 +1381,9 @@ Test(server, db_synchronous_setting)
 
     log = cpu_read_log(srv, 1);
     want = cpu_store_is_pg()
-               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 4)
+               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 5)
                : tu_strdup_printf("sbx-server: store sqlite, schema version %d,"
-                                  " synchronous normal\n", 4);
+                                  " synchronous normal\n", 5);
     cr_assert(strstr(log, want), "%s", log);
     free(log);
     free(want);
@@ -1392,9 +1392,9 @@ Test(server, db_synchronous_setting)
     srv = cpu_start(store, full);
     log = cpu_read_log(srv, 1);
     want = cpu_store_is_pg()
-               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 4)
+               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 5)
                : tu_strdup_printf("sbx-server: store sqlite, schema version %d,"
-                                  " synchronous full\n", 4);
+                                  " synchronous full\n", 5);
     cr_assert(strstr(log, want), "%s", log);
     free(log);
     free(want);
@@ -1840,7 +1840,7 @@ Test(server, schema_migrations_forward)
     char *v = db_list("SELECT version FROM schema_migrations ORDER BY version"), *err;
     int st = 0;
 
-    cr_assert_str_eq(v, "1,2,3,4");
+    cr_assert_str_eq(v, "1,2,3,4,5");
     free(v);
     if (!cpu_store_is_pg()) {
         v = db_list("PRAGMA journal_mode");
@@ -1853,12 +1853,12 @@ Test(server, schema_migrations_forward)
     free(db_list("DELETE FROM schema_migrations WHERE version = 2"));
     free(db_list("ALTER TABLE sandboxes DROP COLUMN session_state_sealed"));
     v = db_list("SELECT version FROM schema_migrations ORDER BY version");
-    cr_assert_str_eq(v, "1,3,4");
+    cr_assert_str_eq(v, "1,3,4,5");
     free(v);
     cr_assert_null(db_list("SELECT session_state_sealed FROM sandboxes"));
     srv = cpu_start(store, NULL);
     v = db_list("SELECT version FROM schema_migrations ORDER BY version");
-    cr_assert_str_eq(v, "1,2,3,4");
+    cr_assert_str_eq(v, "1,2,3,4,5");
     free(v);
     v = db_list("SELECT session_state_sealed FROM sandboxes");
     cr_assert_str_eq(v, "");
@@ -1877,7 +1877,7 @@ Test(server, schema_migrations_forward)
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
     err = cpu_last_stderr();
     cr_assert(strstr(err, "the database has schema version 99, newer than this sbx-server "
-                          "knows (4)"), "%s", err);
+                          "knows (5)"), "%s", err);
     free(err);
     free(db_list("DELETE FROM schema_migrations WHERE version = 99"));
     srv = cpu_start(store, NULL);
@@ -1956,13 +1956,15 @@ static const char *const executions_v2[] = {
     "DROP TABLE ledger_entries",
     "ALTER TABLE ledger_entries_v2 RENAME TO ledger_entries",
     "CREATE INDEX ledger_entries_org_created ON ledger_entries(organization_id, created_at)",
-    "DELETE FROM schema_migrations WHERE version IN (3, 4)",
+    "DROP TABLE execution_outbox",
+    "DELETE FROM schema_migrations WHERE version IN (3, 4, 5)",
 };
 
 /* The indexes of the execute's three tables: from version 3 a primary key
  * each (on SQLite the table itself, WITHOUT ROWID) and usage_events' time
- * index, from version 4 the partial index of executions still to meter;
- * version 2 had an id key, a unique index and a time index each. */
+ * index (version 4's partial index of executions still to meter is gone
+ * in version 5, the outbox a table of its own); version 2 had an id key, a
+ * unique index and a time index each. */
 static char *
 execute_table_indexes(void)
 {
@@ -1985,7 +1987,7 @@ Test(server, schema_migration_3_keeps_executions)
     body = strdup(r->body);
     cpu_response_free(r);
     n = execute_table_indexes();
-    cr_assert_str_eq(n, cpu_store_is_pg() ? "5" : "2");
+    cr_assert_str_eq(n, cpu_store_is_pg() ? "4" : "1");
     free(n);
     if (!cpu_store_is_pg()) {
         n = db_list("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN"
@@ -2006,10 +2008,10 @@ Test(server, schema_migration_3_keeps_executions)
     free(n);
     srv = cpu_start(store, NULL);
     n = db_list("SELECT version FROM schema_migrations ORDER BY version");
-    cr_assert_str_eq(n, "1,2,3,4");
+    cr_assert_str_eq(n, "1,2,3,4,5");
     free(n);
     n = execute_table_indexes();
-    cr_assert_str_eq(n, cpu_store_is_pg() ? "5" : "2");
+    cr_assert_str_eq(n, cpu_store_is_pg() ? "4" : "1");
     free(n);
     r = execute(key, id, "mig-kept", "{\"command\":\"printf again\"}", 200);
     cr_assert_str_eq(r->body, body);
@@ -2686,8 +2688,7 @@ static void assert_metered_as_answered(const char *rid, const cpu_response *answ
     free(got);
     free(want);
     free(row);
-    sql = tu_strdup_printf("SELECT COUNT(*) FROM executions WHERE request_id = '%s'"
-                           " AND meter_pending IS NOT NULL", rid);
+    sql = tu_strdup_printf("SELECT COUNT(*) FROM execution_outbox WHERE request_id = '%s'", rid);
     got = db_list(sql);
     free(sql);
     cr_assert_str_eq(got, "0", "%s still pending", rid);
@@ -2712,8 +2713,9 @@ execute_then_killed(cpu_server *s, const char *id, const char *rid, const char *
     cr_assert_eq(r->status, 200, "%ld %s", r->status, r->body);
     st = cpu_signal(s, 0);
     cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "wait status %#x", st);
-    sql = tu_strdup_printf("SELECT status || '|' || meter_pending FROM executions"
-                           " WHERE request_id = '%s'", rid);
+    sql = tu_strdup_printf("SELECT e.status || '|' || (SELECT COUNT(*) FROM execution_outbox o"
+                           " WHERE o.completed_at = e.completed_at AND o.request_id = e.request_id)"
+                           " FROM executions e WHERE e.request_id = '%s'", rid);
     n = db_list(sql);
     cr_assert_str_eq(n, "completed|1");
     free(n);
@@ -2784,6 +2786,80 @@ Test(metering, answered_then_killed_is_metered_at_start)
     free(id);
 }
 
+/* An execution a version 4 server answered and left pending (its row's
+ * meter_pending, the partial index) is moved to the outbox by migration
+ * 5 and metered at the next start, once, as answered; the ledger entries
+ * of one metered before keep their values under the ledger's new key. */
+Test(metering, schema_migration_5_keeps_pending_executions)
+{
+    static const char *const to_v4[] = {
+        "ALTER TABLE executions ADD COLUMN meter_pending INTEGER",
+        "UPDATE executions SET meter_pending = 1 WHERE request_id IN"
+        " (SELECT request_id FROM execution_outbox)",
+        "CREATE INDEX executions_meter_pending ON executions(meter_pending, organization_id)"
+        " WHERE meter_pending = 1",
+        "DROP TABLE execution_outbox",
+        "CREATE TABLE ledger_entries_v4 ("
+        " usage_event_id TEXT NOT NULL, kind TEXT NOT NULL, id TEXT NOT NULL,"
+        " organization_id TEXT NOT NULL, sandbox_id TEXT NOT NULL, amount_usd TEXT NOT NULL,"
+        " price_version TEXT NOT NULL, created_at TEXT NOT NULL,"
+        " PRIMARY KEY(usage_event_id, kind))",
+        "INSERT INTO ledger_entries_v4(usage_event_id, kind, id, organization_id, sandbox_id,"
+        " amount_usd, price_version, created_at) SELECT usage_event_id, kind, id,"
+        " organization_id, sandbox_id, amount_usd, price_version, created_at"
+        " FROM ledger_entries",
+        "DROP TABLE ledger_entries",
+        "ALTER TABLE ledger_entries_v4 RENAME TO ledger_entries",
+        "DELETE FROM schema_migrations WHERE version = 5",
+    };
+    const char *hook = "SBX_SERVER_TEST_CRASH_AFTER_ANSWER=1";
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":60}"), *log, *n;
+    cpu_server *dying;
+    cpu_response *r, *before;
+
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    srv = start_priced(NULL);
+    before = execute(key, id, "mig5-0", "{\"command\":\"sleep 0.02\"}", 200);
+    settle(srv, key);
+    assert_metered_as_answered("mig5-0", before);
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    srv = NULL;
+    dying = start_priced(hook);
+    r = execute_then_killed(dying, id, "mig5-1", "{\"command\":\"printf pending\"}");
+    cpu_stop(dying);
+    for (size_t i = 0; i < sizeof to_v4 / sizeof to_v4[0]; i++) {
+        n = db_list(to_v4[i]);
+        cr_assert_not_null(n, "%s", to_v4[i]);
+        free(n);
+    }
+    n = db_list("SELECT request_id FROM executions WHERE meter_pending = 1");
+    cr_assert_str_eq(n, "mig5-1");
+    free(n);
+    srv = start_priced(NULL);
+    n = db_list("SELECT version FROM schema_migrations ORDER BY version");
+    cr_assert_str_eq(n, "1,2,3,4,5");
+    free(n);
+    log = cpu_read_log(srv, 1);
+    cr_assert(strstr(log, "sbx-server: metered 1 execution answered before the start\n"),
+              "%s", log);
+    free(log);
+    assert_metered_as_answered("mig5-1", r);
+    assert_metered_as_answered("mig5-0", before);
+    n = db_list("SELECT COUNT(*) FROM usage_events WHERE request_id LIKE 'mig5-%'");
+    cr_assert_str_eq(n, "2");
+    free(n);
+    n = db_list("SELECT COUNT(*) FROM ledger_entries l JOIN usage_events u"
+                " ON u.id = l.usage_event_id WHERE u.request_id LIKE 'mig5-%'");
+    cr_assert_str_eq(n, "4");
+    free(n);
+    cpu_response_free(before);
+    cpu_response_free(r);
+    terminate(key, id);
+    free(id);
+}
+
 /* Two servers on one database: one answers and is SIGKILLed before
  * metering; the other's sweeper (every 0.2 s here) meters that execute
  * with no request of its own, once, as answered. */
@@ -2804,8 +2880,7 @@ Test(metering, another_server_sweeps_what_a_killed_one_answered)
     /* The sweeper's next pass (0.2 s; 10 s at most on a loaded machine). */
     for (int i = 0; i < 500; i++) {
         free(n);
-        n = db_list("SELECT COUNT(*) FROM executions WHERE request_id = 'kill-2'"
-                    " AND meter_pending IS NOT NULL");
+        n = db_list("SELECT COUNT(*) FROM execution_outbox WHERE request_id = 'kill-2'");
         if (n && !strcmp(n, "0"))
             break;
         usleep(20000);
@@ -2837,7 +2912,8 @@ settle_thread(void *p)
 
 /* Makes the executions whose request ids start with "pair-" unmetered
  * again, as a server killed after answering them would have left them:
- * their usage events and ledger entries removed, their rows pending. */
+ * their usage events and ledger entries removed, their keys in the
+ * outbox. */
 static void
 unmeter_pairs(void)
 {
@@ -2845,7 +2921,9 @@ unmeter_pairs(void)
         "DELETE FROM ledger_entries WHERE usage_event_id IN (SELECT id FROM usage_events"
         " WHERE request_id LIKE 'pair-%')",
         "DELETE FROM usage_events WHERE request_id LIKE 'pair-%'",
-        "UPDATE executions SET meter_pending = 1 WHERE request_id LIKE 'pair-%'",
+        "INSERT INTO execution_outbox(completed_at, organization_id, sandbox_id, request_id)"
+        " SELECT completed_at, organization_id, sandbox_id, request_id FROM executions"
+        " WHERE request_id LIKE 'pair-%'",
     };
 
     for (size_t i = 0; i < sizeof sql / sizeof sql[0]; i++) {
