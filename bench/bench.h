@@ -153,7 +153,9 @@ static const char *const bench_server_files[] = { "cp.db", "cp.db-wal", "cp.db-s
  * 127.0.0.1 with an ephemeral port, a throwaway SQLite store and its log in
  * a new directory "$TMPDIR/@prefix-XXXXXX" (written to @dir, @dir_cap
  * bytes; /tmp without TMPDIR), BESPOKE_ALLOWED_BACKENDS=local and @admin
- * as the admin token; the server ends with this process (SIGTERM). Waits
+ * as the admin token, in a process group of its own (a terminal's ^C
+ * reaches the bench alone, which can then clean up through the server);
+ * the server ends with this process (SIGTERM). Waits
  * up to 10 s for its first line ("listening on URL"). Returns 0 with *@pid
  * and @url (@url_cap bytes) set, or -1 with *@pid set when it was started
  * (stop it with bench_server_stop, which also removes the directory;
@@ -190,6 +192,7 @@ static inline int bench_server_start(const char *prefix, const char *admin, char
     }
     if (*pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGTERM);
+        setpgid(0, 0);    /* a terminal's ^C is the bench's to handle */
         dup2(out[1], 1);
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (fd >= 0)

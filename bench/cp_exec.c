@@ -77,18 +77,24 @@ static char g_url[128];
 static char g_key[128];
 
 static char g_sandbox[128];      /* the server's sandbox, once made */
+/* The remote plugin's sandbox, a sandbox of the server too (die() destroys it). */
+static sbx_sandbox *g_remote_sb;
 
 static void server_stop(void);
 static long http(CURL *h, const char *method, const char *path, const char *body, int admin,
                  const char *extra, bench_body *out);
 
-/* Says why, terminates the server's sandbox (it outlives the server),
+/* Says why, terminates the server's sandboxes (they outlive the server),
  * stops the server and removes its directory, exits 1. */
 static void die(const char *fmt, const char *a)
 {
     fprintf(stderr, "cp_exec: ");
     fprintf(stderr, fmt, a);
     fprintf(stderr, "\n");
+    if (g_remote_sb) {
+        sbx_sandbox_destroy(g_remote_sb, NULL);
+        g_remote_sb = NULL;
+    }
     if (g_sandbox[0]) {
         char path[192];
         snprintf(path, sizeof path, "/v1/sandboxes/%s", g_sandbox);
@@ -98,6 +104,32 @@ static void die(const char *fmt, const char *a)
     if (g_dir[0])
         server_stop();
     exit(1);
+}
+
+/* A stop signal (SIGINT, SIGTERM, SIGHUP) that came: the rounds check it
+ * and end through die(), which terminates the server's sandbox first (the
+ * server itself would leave it running, and its store goes with the
+ * bench). */
+static volatile sig_atomic_t g_stop;
+
+static void on_stop(int sig)
+{
+    g_stop = sig;
+}
+
+static void check_stop(void)
+{
+    if (g_stop)
+        die("stopped by signal %s", strsignal(g_stop));
+}
+
+static void catch_stops(void)
+{
+    struct sigaction sa = { .sa_handler = on_stop, .sa_flags = SA_RESTART };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
 }
 
 /* ------------------------------------------------------------ the server */
@@ -337,6 +369,7 @@ int main(int argc, char **argv)
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);
     server_start();
+    catch_stops();
     bench_body b = { 0 };
     char buf[256];
     if (http(NULL, "POST", "/v1/organizations", "{\"name\":\"bench\"}", 1, NULL, &b) != 201)
@@ -370,6 +403,7 @@ int main(int argc, char **argv)
     sbx_sandbox *rsb = remote ? sbx_sandbox_create(remote, NULL, &err) : NULL;
     if (!rsb)
         die("remote sandbox: %s", err ? sbx_error_get0_message(err) : "?");
+    g_remote_sb = rsb;
 
     /* The server inherits BESPOKE_DB_SYNCHRONOUS (normal when unset). */
     const char *sync = getenv("BESPOKE_DB_SYNCHRONOUS");
@@ -398,6 +432,7 @@ int main(int argc, char **argv)
     }
     double *a2 = calloc((size_t)rounds, sizeof *a2), *c2 = calloc((size_t)rounds, sizeof *c2);
     for (int i = 0; i < rounds; i++) {
+        check_stop();
         double t0 = now_us();
         if (lib_true(direct) != 0)
             die("%s", "direct exec failed");
@@ -426,6 +461,7 @@ int main(int argc, char **argv)
     free(c2);
     /* direct vs the remote plugin */
     for (int i = 0; i < rounds; i++) {
+        check_stop();
         double t0 = now_us();
         lib_true(direct);
         double t1 = now_us();
@@ -439,6 +475,7 @@ int main(int argc, char **argv)
     /* What of that is the plugin's script: the same request over raw HTTP
      * with and without it. */
     for (int i = 0; i < rounds; i++) {
+        check_stop();
         snprintf(key, sizeof key, "plain-%d", i);
         double t0 = now_us();
         http_exec(h, id, key);
@@ -453,6 +490,7 @@ int main(int argc, char **argv)
     row("the plugin's script", a, c, rounds, "HTTP", "HTTP sh");
     /* replay vs fresh */
     for (int i = 0; i < rounds; i++) {
+        check_stop();
         snprintf(key, sizeof key, "fresh-%d", i);
         double t0 = now_us();
         http_exec(h, id, key);
@@ -480,8 +518,12 @@ int main(int argc, char **argv)
         if (pipe(p) != 0)
             die("pipe: %s", strerror(errno));
         fflush(stdout);
+        check_stop();
         pid_t pid = fork();
         if (pid == 0) {
+            signal(SIGINT, SIG_DFL);
+            signal(SIGTERM, SIG_DFL);
+            signal(SIGHUP, SIG_DFL);
             close(p[0]);
             load_run(id, levels[l], load_total, p[1]);
             _exit(0);
@@ -504,6 +546,7 @@ int main(int argc, char **argv)
             die("%s", "requests failed under load");
     }
 
+    g_remote_sb = NULL;
     sbx_sandbox_destroy(rsb, NULL);
     sbx_sandbox_free(rsb);
     sbx_client_free(remote);
