@@ -790,6 +790,125 @@ Test(server, create_validation)
     cpu_response_free(r);
 }
 
+/* The value at @path of the answer as text (a number's digits too), or
+ * "(none)". */
+static const char *
+jtext(const cpu_response *r, const char *path)
+{
+    json_object *v = cpu_jget(r->json, path);
+
+    return v ? json_object_get_string(v) : "(none)";
+}
+
+/* Bodies are JSON as written (RFC 8259, UTF-8), and values the server
+ * could not use as sent are refused naming where they are: a string with
+ * NUL (a command would run cut short at it), a number that is not finite
+ * (the error's input as its text, since JSON has no NaN), text that is
+ * not UTF-8 where it is kept and shown again (create, keys; an execute's
+ * command is bytes for the command), an Idempotency-Key that is not UTF-8
+ * text (it is echoed in JSON answers).
+ * Every answer parses as JSON, and nothing is made or run. */
+Test(server, bodies_and_keys_json_cannot_carry_are_422)
+{
+    char *id = cpu_create_local(srv, key, NULL), *p = path_of("/v1/sandboxes/%s", id);
+    cpu_response *r;
+    const char *hdr[2] = { NULL, NULL };
+    static const struct {
+        const char *body, *type, *loc1, *loc2, *msg, *input;
+    } bad[] = {
+        { "{\"command\":\"echo a\\u0000b\"}", "string_type", "command", NULL,
+          "Input should be a string without NUL (\\u0000) characters", "echo a" },
+        { "{\"command\":\"true\",\"env\":{\"A\":\"x\\u0000\"}}", "string_type", "env", "A",
+          "Input should be a string without NUL (\\u0000) characters", "x" },
+        { "{\"command\":\"true\",\"args\":[\"a\",\"\\u0000\"]}", "string_type", "args", "1",
+          "Input should be a string without NUL (\\u0000) characters", "" },
+        { "{\"command\":\"true\",\"timeout_secs\":NaN}", "finite_number", "timeout_secs", NULL,
+          "Input should be a finite number", "NaN" },
+        { "{\"command\":\"true\",\"timeout_secs\":1e400}", "finite_number", "timeout_secs",
+          NULL, "Input should be a finite number", "1e400" },
+        { "{\"command\":\"true\",\"timeout_secs\":\"5\"}", "float_type", "timeout_secs", NULL,
+          "Input should be a valid number", "5" },
+    };
+    static const struct {
+        const char *body, *loc1, *error;
+    } invalid[] = {
+        { "{\"command\":\"echo tc\",}", "21", "unexpected character" },
+        { "/*c*/{\"command\":\"echo cm\"}", "0", "unexpected character" },
+        { "{\"command\":'echo sq'}", "11", "unexpected character" },
+        { "{\"command\":\"echo x\"} trailing", "21", "unexpected character" },
+    };
+    char *ex = path_of("/v1/sandboxes/%s/execute", id);
+
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        r = req_s(422, "POST", ex, key, NULL, bad[i].body);
+        cr_assert_not_null(r->json, "%s", r->body);
+        cr_expect_str_eq(cpu_jstr(r, "detail.0.type"), bad[i].type, "%s", bad[i].body);
+        cr_expect_str_eq(cpu_jstr(r, "detail.0.loc.0"), "body");
+        cr_expect_str_eq(jtext(r, "detail.0.loc.1"), bad[i].loc1, "%s", bad[i].body);
+        if (bad[i].loc2)
+            cr_expect_str_eq(jtext(r, "detail.0.loc.2"), bad[i].loc2, "%s", bad[i].body);
+        cr_expect_str_eq(cpu_jstr(r, "detail.0.msg"), bad[i].msg);
+        cr_expect_str_eq(cpu_jstr(r, "detail.0.input"), bad[i].input, "%s", bad[i].body);
+        cpu_response_free(r);
+    }
+    for (size_t i = 0; i < sizeof invalid / sizeof invalid[0]; i++) {
+        r = req_s(422, "POST", ex, key, NULL, invalid[i].body);
+        cr_assert_not_null(r->json, "%s", r->body);
+        cr_expect_str_eq(cpu_jstr(r, "detail.0.type"), "json_invalid", "%s", invalid[i].body);
+        cr_expect_str_eq(jtext(r, "detail.0.loc.1"), invalid[i].loc1, "%s", invalid[i].body);
+        cr_expect_str_eq(cpu_jstr(r, "detail.0.ctx.error"), invalid[i].error, "%s",
+                         invalid[i].body);
+        cpu_response_free(r);
+    }
+    /* JSON that is not an object. */
+    r = req_s(422, "POST", ex, key, NULL, "null");
+    cr_expect_str_eq(cpu_jstr(r, "detail.0.type"), "model_attributes_type");
+    cr_expect(json_object_is_type(cpu_jget(r->json, "detail.0.input"), json_type_null));
+    cpu_response_free(r);
+    r = req_s(422, "POST", ex, key, NULL, "5");
+    cr_expect_str_eq(cpu_jstr(r, "detail.0.type"), "model_attributes_type");
+    cr_expect_eq(json_object_get_int(cpu_jget(r->json, "detail.0.input")), 5);
+    cpu_response_free(r);
+    /* Create and api-keys read bodies the same way. */
+    r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"local\\u0000x\"}");
+    cr_expect_str_eq(jtext(r, "detail.0.loc.1"), "backend");
+    cpu_response_free(r);
+    r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"local\",\"image\":\"\xc3\x28\"}");
+    cr_expect_str_eq(cpu_jstr(r, "detail.0.ctx.error"), "invalid utf-8 string");
+    cpu_response_free(r);
+    r = req_s(422, "POST", "/v1/api-keys", key, NULL, "{\"name\":\"a\\u0000b\"}");
+    cr_expect_str_eq(jtext(r, "detail.0.loc.1"), "name");
+    cpu_response_free(r);
+    /* Keys that are not UTF-8 text, on create and execute. */
+    hdr[0] = "Idempotency-Key: k\xff";
+    expect_status_detail(422, "POST", "/v1/sandboxes", key, hdr, "{\"backend\":\"local\"}",
+                         "idempotency key must be UTF-8 text without control characters");
+    hdr[0] = "Idempotency-Key: k\x01";
+    expect_status_detail(422, "POST", ex, key, hdr, "{\"command\":\"true\"}",
+                         "idempotency key must be UTF-8 text without control characters");
+    hdr[0] = "Idempotency-Key: caf\xc3\xa9";
+    r = req_s(200, "POST", ex, key, hdr, "{\"command\":\"true\"}");
+    cr_expect_str_eq(cpu_jstr(r, "request_id"), "caf\xc3\xa9");
+    cpu_response_free(r);
+    /* An execute's strings are bytes for the command: not UTF-8 is fine. */
+    r = req_s(200, "POST", ex, key, NULL, "{\"command\":\"printf %s '\xff'\"}");
+    cr_expect_str_eq(cpu_jstr(r, "stdout_b64"), "/w==");
+    cpu_response_free(r);
+    /* Nothing else was made or run: one sandbox, two executions. */
+    r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cr_expect_eq(json_object_array_length(r->json), 1);
+    cpu_response_free(r);
+    free(p);
+    p = path_of("/v1/sandboxes/%s/detail", id);
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    cr_expect_eq(json_object_array_length(cpu_jget(r->json, "executions")), 2);
+    cpu_response_free(r);
+    terminate(key, id);
+    free(ex);
+    free(p);
+    free(id);
+}
+
 /* A provider failure is the contract's payload, the record left failed,
  * and replays of its key return that record without a second attempt. */
 Test(server, provider_failure_payload)
