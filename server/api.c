@@ -687,6 +687,10 @@ cmp_key(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* 9999-12-31T23:59:59Z in seconds since the epoch: the last time a record
+ * shows. */
+#define CP_LAST_SECOND INT64_C(253402300799)
+
 /* Validates the create body into @c (CONTROL-PLANE.md §1): NULL fields are
  * absent, unknown fields dropped. 0, or -1 with a 422 in @res. */
 static int
@@ -760,6 +764,17 @@ parse_create(json_object *body, create_req *c, cp_response *res)
             if (iv <= 0) {
                 reply_validation(res, "greater_than", "body", f, "Input should be greater than 0",
                                  json_object_get(v));
+                return -1;
+            }
+            /* The expiry (now + timeout_secs) must be a time the record
+             * can show: at most 9999-12-31T23:59:59Z (the reference's
+             * datetime raises past it), and never an int64 overflow. */
+            if (!strcmp(f, "timeout_secs") && iv > CP_LAST_SECOND - cp_now_us() / 1000000) {
+                char *m = cp_printf("Input should be less than or equal to %lld (an expiry at "
+                                    "9999-12-31T23:59:59Z at the latest)",
+                                    (long long)(CP_LAST_SECOND - cp_now_us() / 1000000));
+                reply_validation(res, "less_than_equal", "body", f, m, json_object_get(v));
+                free(m);
                 return -1;
             }
             if (!strcmp(f, "memory_mb"))

@@ -766,6 +766,29 @@ Test(server, create_validation)
     r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":");
     cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "json_invalid");
     cpu_response_free(r);
+    /* A lifetime whose expiry no record can show (past 9999-12-31, or an
+     * overflow of now + timeout_secs): refused before anything is made. */
+    {
+        static const char *const huge[] = { "253402300800", "9223372036855",
+                                             "9223372036854775807" };
+        for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+            char *b = tu_strdup_printf("{\"backend\":\"local\",\"timeout_secs\":%s}", huge[i]);
+            const char *m, *want = "Input should be less than or equal to ";
+            long long n, t0 = (long long)time(NULL), t1;
+            r = req_s(422, "POST", "/v1/sandboxes", key, NULL, b);
+            t1 = (long long)time(NULL);
+            cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "less_than_equal");
+            cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "timeout_secs");
+            m = cpu_jstr(r, "detail.0.msg");
+            cr_assert(m && strncmp(m, want, strlen(want)) == 0, "%s", m);
+            cr_assert_eq(sscanf(m + strlen(want), "%lld", &n), 1);
+            /* the server's now + n is 9999-12-31T23:59:59Z */
+            cr_assert(n >= 253402300799LL - t1 && n <= 253402300799LL - t0, "%s", m);
+            cr_assert_str_eq(strstr(m, " ("), " (an expiry at 9999-12-31T23:59:59Z at the latest)");
+            cpu_response_free(r);
+            free(b);
+        }
+    }
     r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "[1]");
     cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "model_attributes_type");
     cpu_response_free(r);
