@@ -913,9 +913,14 @@ Test(server, bodies_and_keys_json_cannot_carry_are_422)
     r = req_s(200, "POST", ex, key, hdr, "{\"command\":\"true\"}");
     cr_expect_str_eq(cpu_jstr(r, "request_id"), "caf\xc3\xa9");
     cpu_response_free(r);
-    /* An execute's strings are bytes for the command: not UTF-8 is fine. */
+    /* An execute's strings are bytes for the command: not UTF-8 is fine,
+     * and a 422 echoing them is still JSON (U+FFFD for each bad byte). */
     r = req_s(200, "POST", ex, key, NULL, "{\"command\":\"printf %s '\xff'\"}");
     cr_expect_str_eq(cpu_jstr(r, "stdout_b64"), "/w==");
+    cpu_response_free(r);
+    r = req_s(422, "POST", ex, key, NULL, "{\"command\":\"a\xff\",\"code\":\"x\"}");
+    cr_assert_not_null(r->json, "not JSON: %s", r->body);
+    cr_expect_str_eq(cpu_jstr(r, "detail.0.input.command"), "a\xef\xbf\xbd");
     cpu_response_free(r);
     /* Nothing else was made or run: one sandbox, two executions. */
     r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
