@@ -687,6 +687,16 @@ cmp_key(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* An environment variable's name: not empty, no '=' (libsbx's rule; a
+ * name "A=B" would set A to "B=..."). The 422's message when it is not. */
+#define ENV_NAME_RULE "Value error, an environment variable name must not be empty or contain '='"
+
+static int
+env_name_ok(const char *name)
+{
+    return *name != '\0' && strchr(name, '=') == NULL;
+}
+
 /* 9999-12-31T23:59:59Z in seconds since the epoch: the last time a record
  * shows. */
 #define CP_LAST_SECOND INT64_C(253402300799)
@@ -803,11 +813,19 @@ parse_create(json_object *body, create_req *c, cp_response *res)
                 return -1;
             }
             json_object_object_foreach(v, key, val) {
-                if (!json_object_is_type(val, json_type_string) || nk == 256) {
+                if (!json_object_is_type(val, json_type_string) || nk == 256 ||
+                    !env_name_ok(key)) {
                     json_object_put(canon_env);
                     json_object_put(names);
-                    reply_validation(res, "string_type", "body", f,
-                                     "Input should be a valid string", json_object_get(val));
+                    if (!json_object_is_type(val, json_type_string))
+                        reply_validation(res, "string_type", "body", f,
+                                         "Input should be a valid string", json_object_get(val));
+                    else if (nk == 256)
+                        reply_validation(res, "too_long", "body", f,
+                                         "Dictionary should have at most 256 items", NULL);
+                    else
+                        reply_validation(res, "value_error", "body", f, ENV_NAME_RULE,
+                                         json_object_new_string(key));
                     return -1;
                 }
                 keys[nk++] = key;
@@ -1408,6 +1426,11 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
             if (!json_object_is_type(ev, json_type_string)) {
                 reply_validation(res, "string_type", "body", "env",
                                  "Input should be a valid string", json_object_get(ev));
+                goto out;
+            }
+            if (!env_name_ok(ek)) {
+                reply_validation(res, "value_error", "body", "env", ENV_NAME_RULE,
+                                 json_object_new_string(ek));
                 goto out;
             }
             env[k++] = cp_printf("%s=%s", ek, json_object_get_string(ev));

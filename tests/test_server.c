@@ -913,6 +913,46 @@ Test(server, bodies_and_keys_json_cannot_carry_are_422)
     r = req_s(200, "POST", ex, key, hdr, "{\"command\":\"true\"}");
     cr_expect_str_eq(cpu_jstr(r, "request_id"), "caf\xc3\xa9");
     cpu_response_free(r);
+    /* Environment names libsbx cannot set as named ("A=B" would set A to
+     * "B=c"): 422 naming them, on execute and on create (before anything
+     * is made). */
+    {
+        static const char *const names[] = { "A=B", "" };
+        for (size_t i = 0; i < 2; i++) {
+            char *b = tu_strdup_printf("{\"command\":\"true\",\"env\":{\"%s\":\"c\"}}",
+                                       names[i]);
+            r = req_s(422, "POST", ex, key, NULL, b);
+            cr_expect_str_eq(cpu_jstr(r, "detail.0.type"), "value_error");
+            cr_expect_str_eq(jtext(r, "detail.0.loc.1"), "env");
+            cr_expect_str_eq(cpu_jstr(r, "detail.0.msg"), "Value error, an environment "
+                             "variable name must not be empty or contain '='");
+            cr_expect_str_eq(cpu_jstr(r, "detail.0.input"), names[i]);
+            cpu_response_free(r);
+            free(b);
+            b = tu_strdup_printf("{\"backend\":\"local\",\"env_vars\":{\"%s\":\"c\"}}",
+                                 names[i]);
+            r = req_s(422, "POST", "/v1/sandboxes", key, NULL, b);
+            cr_expect_str_eq(jtext(r, "detail.0.loc.1"), "env_vars");
+            cr_expect_str_eq(cpu_jstr(r, "detail.0.input"), names[i]);
+            cpu_response_free(r);
+            free(b);
+        }
+    }
+    /* More variables than a create takes: said so (was "Input should be a
+     * valid string" about a string). */
+    {
+        size_t cap = 16 + 257 * 16, len = 0;
+        char *b = malloc(cap);
+        len += (size_t)snprintf(b, cap, "{\"backend\":\"local\",\"env_vars\":{");
+        for (int i = 0; i < 257; i++)
+            len += (size_t)snprintf(b + len, cap - len, "%s\"V%d\":\"x\"", i ? "," : "", i);
+        snprintf(b + len, cap - len, "}}");
+        r = req_s(422, "POST", "/v1/sandboxes", key, NULL, b);
+        cr_expect_str_eq(cpu_jstr(r, "detail.0.type"), "too_long");
+        cr_expect_str_eq(cpu_jstr(r, "detail.0.msg"), "Dictionary should have at most 256 items");
+        cpu_response_free(r);
+        free(b);
+    }
     /* An execute's strings are bytes for the command: not UTF-8 is fine,
      * and a 422 echoing them is still JSON (U+FFFD for each bad byte). */
     r = req_s(200, "POST", ex, key, NULL, "{\"command\":\"printf %s '\xff'\"}");
