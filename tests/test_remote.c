@@ -470,6 +470,40 @@ Test(remote, backend_not_enabled_is_configuration_422)
     sbx_client_free(c);
 }
 
+/* A create value that is not UTF-8 text is refused by the plugin naming
+ * its option, before any request (the server would answer json_invalid at
+ * a byte offset): an env value, a workdir. */
+Test(remote, create_text_that_is_not_utf8_is_refused_naming_the_option)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_env(o, "X", "a\xff", NULL), 0);
+    sbx_error *err = create_fails(g_client, o);
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "remote backend: env: the value of X is not UTF-8 text (the control "
+                     "plane's JSON carries nothing else)");
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION);
+    assert_ctx(err, "option", "env");
+    sbx_error_free(err);
+    sbx_options_free(o);
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_workdir(o, "/tmp/w\xc3\x28", NULL), 0);
+    err = create_fails(g_client, o);
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "remote backend: workdir: is not UTF-8 text (the control plane's JSON "
+                     "carries nothing else)");
+    assert_ctx(err, "option", "workdir");
+    sbx_error_free(err);
+    sbx_options_free(o);
+    /* Valid UTF-8 beyond ASCII goes through. */
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_env(o, "X", "caf\xc3\xa9", NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_result *r = tu_sh(g_sb, "printf %s \"$X\"", 10);
+    tu_assert_stdout(r, "caf\xc3\xa9");
+    sbx_result_free(r);
+    sbx_options_free(o);
+}
+
 Test(remote, provider_refusal_is_its_payload_422)
 {
     sbx_options *o = sbx_options_new();
