@@ -93,26 +93,74 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
     return len;
 }
 
-/* The "detail" of an error answer as text (new string): a string as it
- * is, a list's "msg" members joined with "; ", else the body itself. */
+/* The option of this command that sets query parameter @param of
+ * /v1/costs, or NULL. */
+static const char *option_of(const char *param)
+{
+    static const char *const map[][2] = {
+        { "start", "--since" }, { "end", "--until" }, { "group_by", "--group-by" },
+    };
+
+    for (size_t i = 0; param != NULL && i < sizeof map / sizeof map[0]; i++)
+        if (strcmp(param, map[i][0]) == 0)
+            return map[i][1];
+    return NULL;
+}
+
+/* One entry of a validation list ({"loc": ["query", P], "msg", "input"}) as
+ * text (new string): "--since \"bad\": MSG" when P is one of our options,
+ * else MSG. */
+static char *entry_text(json_object *e)
+{
+    json_object *m = NULL, *loc = NULL, *in = NULL;
+    const char *msg = json_object_object_get_ex(e, "msg", &m) ? json_object_get_string(m)
+                                                              : "invalid request";
+    const char *opt = NULL;
+    char *out = NULL;
+
+    if (json_object_object_get_ex(e, "loc", &loc) && json_object_is_type(loc, json_type_array) &&
+        json_object_array_length(loc) == 2)
+        opt = option_of(json_object_get_string(json_object_array_get_idx(loc, 1)));
+    if (opt != NULL && json_object_object_get_ex(e, "input", &in) &&
+        json_object_is_type(in, json_type_string)) {
+        if (asprintf(&out, "%s \"%s\": %s", opt, json_object_get_string(in), msg) < 0)
+            out = NULL;
+    } else {
+        out = strdup(msg);
+    }
+    return out;
+}
+
+/* The "detail" of an error answer as text (new string): a string as it is
+ * (the server's names of --since and --until, start and end, as the
+ * options), a list's entries (entry_text()) joined with "; ", else the body
+ * itself. */
 static char *error_text(const char *body)
 {
+    static const char *const words[][2] = {
+        { "start must be before end", "--since must be before --until" },
+        { "start must include a timezone", "--since must include a timezone" },
+        { "end must include a timezone", "--until must include a timezone" },
+    };
     json_object *j = body ? json_tokener_parse(body) : NULL, *d = NULL;
     char *out = NULL;
 
     if (j != NULL && json_object_is_type(j, json_type_object))
         json_object_object_get_ex(j, "detail", &d);
     if (d != NULL && json_object_is_type(d, json_type_string)) {
-        out = strdup(json_object_get_string(d));
+        const char *t = json_object_get_string(d);
+        for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+            if (strcmp(t, words[i][0]) == 0)
+                t = words[i][1];
+        out = strdup(t);
     } else if (d != NULL && json_object_is_type(d, json_type_array)) {
         size_t cap = 1;
         out = calloc(1, 1);
         for (size_t i = 0; out != NULL && i < json_object_array_length(d); i++) {
-            json_object *e = json_object_array_get_idx(d, i), *m;
-            const char *s = json_object_object_get_ex(e, "msg", &m) ? json_object_get_string(m)
-                                                                    : "invalid request";
-            char *nb = realloc(out, cap += strlen(s) + 2);
+            char *s = entry_text(json_object_array_get_idx(d, i));
+            char *nb = s != NULL ? realloc(out, cap += strlen(s) + 2) : NULL;
             if (nb == NULL) {
+                free(s);
                 free(out);
                 out = NULL;
                 break;
@@ -121,6 +169,7 @@ static char *error_text(const char *body)
             if (i > 0)
                 strcat(out, "; ");
             strcat(out, s);
+            free(s);
         }
     } else if (d != NULL) {
         out = strdup(json_object_to_json_string_ext(d, JSON_C_TO_STRING_PLAIN));

@@ -17,8 +17,11 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
+#include <limits.h>
 #include <json-c/json.h>
 #include <spawn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -139,13 +142,37 @@ sbx_plugin_search_dirs(sbx_strv *dirs)
         }
     }
     /* From a build tree, and unless SBX_PLUGIN_PATH says where, the build
-     * tree's plugins instead of the installed ones (of another build). */
+     * tree's plugins instead of the installed ones (of another build): local
+     * and docker first, then every other plugins/ and plugins/cloud/
+     * directory that holds built plugins (remote, ray, runpod, e2b...). */
     if (!env && sbx_uninstalled_build_dir()) {
         const char *build = sbx_uninstalled_build_dir();
+        static const char *const more[] = { "", "cloud/" };
 
         if (sbx_strv_pushf(dirs, "%s/plugins/local/.libs", build) < 0 ||
             sbx_strv_pushf(dirs, "%s/plugins/docker/.libs", build) < 0)
             return -1;
+        for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
+            char pattern[PATH_MAX];
+            glob_t g;
+            int rc;
+
+            if (snprintf(pattern, sizeof pattern, "%s/plugins/%s*/.libs", build, more[i]) >=
+                (int)sizeof pattern)
+                continue;
+            rc = glob(pattern, GLOB_ONLYDIR, NULL, &g);
+            if (rc == GLOB_NOSPACE)
+                return -1;
+            if (rc != 0)
+                continue;
+            for (size_t k = 0; k < g.gl_pathc; k++)
+                if (!sbx_strv_contains(dirs, g.gl_pathv[k]) &&
+                    sbx_strv_push(dirs, g.gl_pathv[k]) < 0) {
+                    globfree(&g);
+                    return -1;
+                }
+            globfree(&g);
+        }
         return 0;
     }
     if (!sbx_strv_contains(dirs, SBX_PLUGIN_DIR) && sbx_strv_push(dirs, SBX_PLUGIN_DIR) < 0)

@@ -65,6 +65,7 @@
  * the same database, execute and terminate reattach to it (resume) where
  * the reference answers 409.
  */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,18 +283,76 @@ body_opt_string(json_object *body, const char *key, const char **out, cp_respons
 
 json_object *cp_body_object(const cp_request *req, cp_response *res);
 
-json_object *
-cp_body_object(const cp_request *req, cp_response *res)
+/* The first value in @v that JSON text cannot carry to the rest of the
+ * server, or NULL: a string with a NUL character (\u0000, which C strings
+ * would cut short: a command would run truncated) or a number that is not
+ * finite (NaN, Infinity, 1e400). @loc gets the path to it (array of keys
+ * and indexes, after "body"), and *@type and *@msg the error's. */
+static json_object *
+body_bad_value(json_object *v, json_object *loc, const char **type, const char **msg)
+{
+    json_object *bad = NULL;
+
+    switch (json_object_get_type(v)) {
+    case json_type_string:
+        if (strlen(json_object_get_string(v)) != (size_t)json_object_get_string_len(v)) {
+            *type = "string_type";
+            *msg = "Input should be a string without NUL (\\u0000) characters";
+            return v;
+        }
+        return NULL;
+    case json_type_double:
+        if (!isfinite(json_object_get_double(v))) {
+            *type = "finite_number";
+            *msg = "Input should be a finite number";
+            return v;
+        }
+        return NULL;
+    case json_type_object: {
+        json_object_object_foreach(v, k, m) {
+            json_object_array_add(loc, json_object_new_string(k));
+            if ((bad = body_bad_value(m, loc, type, msg)) != NULL)
+                return bad;
+            json_object_array_del_idx(loc, json_object_array_length(loc) - 1, 1);
+        }
+        return NULL;
+    }
+    case json_type_array:
+        for (size_t i = 0; i < json_object_array_length(v); i++) {
+            json_object_array_add(loc, json_object_new_int((int)i));
+            if ((bad = body_bad_value(json_object_array_get_idx(v, i), loc, type, msg)) != NULL)
+                return bad;
+            json_object_array_del_idx(loc, json_object_array_length(loc) - 1, 1);
+        }
+        return NULL;
+    default:
+        return NULL;
+    }
+}
+
+/* The request body as a JSON object, else the answer given (422 in the
+ * reference's shapes) and NULL. The text is read as JSON is written
+ * (json-c's strict mode: no comments, trailing commas, single-quoted
+ * values or text after the value) and, when @utf8, must be UTF-8; a value
+ * the server cannot use as sent (body_bad_value()) is 422 naming where it
+ * is. A body that is JSON but not an object (null, 5, [1]) is pydantic's
+ * model_attributes_type. */
+static json_object *
+body_object(const cp_request *req, cp_response *res, int utf8)
 {
     json_tokener *tok;
-    json_object *o;
+    json_object *o, *bad, *where;
+    const char *type = NULL, *msg = NULL;
 
     if (req->body_len == 0) {
         reply_validation(res, "missing", "body", NULL, "Field required", NULL);
         return NULL;
     }
     tok = json_tokener_new();
-    o = json_tokener_parse_ex(tok, req->body, (int)req->body_len);
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | (utf8 ? JSON_TOKENER_VALIDATE_UTF8 : 0));
+    /* With the body's terminating NUL (server/http.c keeps one after the
+     * bytes), so that a scalar at the end ("null", "5") is complete. */
+    o = json_tokener_parse_ex(tok, req->body, (int)req->body_len + 1);
     if (!o && json_tokener_get_error(tok) == json_tokener_success)
         o = NULL;
     if (json_tokener_get_error(tok) != json_tokener_success ||
@@ -318,6 +377,26 @@ cp_body_object(const cp_request *req, cp_response *res)
         return NULL;
     }
     json_tokener_free(tok);
+    where = json_object_new_array();
+    json_object_array_add(where, json_object_new_string("body"));
+    if ((bad = body_bad_value(o, where, &type, &msg)) != NULL) {
+        json_object *det = json_object_new_object(), *list = json_object_new_array(),
+                    *item = json_object_new_object();
+        json_object_object_add(item, "type", json_object_new_string(type));
+        json_object_object_add(item, "loc", where);
+        json_object_object_add(item, "msg", json_object_new_string(msg));
+        /* A non-finite number as the text it was sent as: JSON has none. */
+        json_object_object_add(item, "input",
+                               json_object_is_type(bad, json_type_double)
+                                   ? json_object_new_string(json_object_to_json_string(bad))
+                                   : json_object_get(bad));
+        json_object_array_add(list, item);
+        json_object_object_add(det, "detail", list);
+        cp_reply_json(res, 422, det);
+        json_object_put(o);
+        return NULL;
+    }
+    json_object_put(where);
     if (!json_object_is_type(o, json_type_object)) {
         reply_validation(res, "model_attributes_type", "body", NULL,
                          "Input should be a valid dictionary or object to extract fields from",
@@ -325,6 +404,14 @@ cp_body_object(const cp_request *req, cp_response *res)
         return NULL;
     }
     return o;
+}
+
+/* The body of a request whose strings are stored or shown again (create,
+ * keys, organizations): UTF-8 text only, so every answer is valid JSON. */
+json_object *
+cp_body_object(const cp_request *req, cp_response *res)
+{
+    return body_object(req, res, 1);
 }
 
 static json_object *
@@ -534,6 +621,21 @@ reply_payload(cp_response *res, int status, json_object *payload)
     cp_reply_json(res, status, o);
 }
 
+/* An Idempotency-Key is shown in answers (the record's idempotency_key, the
+ * execute's request_id), which are JSON and so UTF-8: a key must be UTF-8
+ * text without control characters (bytes below 0x20, DEL), else 422 with
+ * this detail. */
+#define IDEMPOTENCY_KEY_TEXT "idempotency key must be UTF-8 text without control characters"
+
+static int
+idempotency_key_is_text(const char *k)
+{
+    for (const char *p = k; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            return 0;
+    return cp_utf8_valid(k, strlen(k));
+}
+
 /* ---------------------------------------------------------------- create */
 
 typedef struct create_req {
@@ -585,6 +687,20 @@ cmp_key(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
+
+/* An environment variable's name: not empty, no '=' (libsbx's rule; a
+ * name "A=B" would set A to "B=..."). The 422's message when it is not. */
+#define ENV_NAME_RULE "Value error, an environment variable name must not be empty or contain '='"
+
+static int
+env_name_ok(const char *name)
+{
+    return *name != '\0' && strchr(name, '=') == NULL;
+}
+
+/* 9999-12-31T23:59:59Z in seconds since the epoch: the last time a record
+ * shows. */
+#define CP_LAST_SECOND INT64_C(253402300799)
 
 /* Validates the create body into @c (CONTROL-PLANE.md §1): NULL fields are
  * absent, unknown fields dropped. 0, or -1 with a 422 in @res. */
@@ -661,6 +777,17 @@ parse_create(json_object *body, create_req *c, cp_response *res)
                                  json_object_get(v));
                 return -1;
             }
+            /* The expiry (now + timeout_secs) must be a time the record
+             * can show: at most 9999-12-31T23:59:59Z (the reference's
+             * datetime raises past it), and never an int64 overflow. */
+            if (!strcmp(f, "timeout_secs") && iv > CP_LAST_SECOND - cp_now_us() / 1000000) {
+                char *m = cp_printf("Input should be less than or equal to %lld (an expiry at "
+                                    "9999-12-31T23:59:59Z at the latest)",
+                                    (long long)(CP_LAST_SECOND - cp_now_us() / 1000000));
+                reply_validation(res, "less_than_equal", "body", f, m, json_object_get(v));
+                free(m);
+                return -1;
+            }
             if (!strcmp(f, "memory_mb"))
                 c->memory_mb = iv;
             if (!strcmp(f, "timeout_secs"))
@@ -687,11 +814,19 @@ parse_create(json_object *body, create_req *c, cp_response *res)
                 return -1;
             }
             json_object_object_foreach(v, key, val) {
-                if (!json_object_is_type(val, json_type_string) || nk == 256) {
+                if (!json_object_is_type(val, json_type_string) || nk == 256 ||
+                    !env_name_ok(key)) {
                     json_object_put(canon_env);
                     json_object_put(names);
-                    reply_validation(res, "string_type", "body", f,
-                                     "Input should be a valid string", json_object_get(val));
+                    if (!json_object_is_type(val, json_type_string))
+                        reply_validation(res, "string_type", "body", f,
+                                         "Input should be a valid string", json_object_get(val));
+                    else if (nk == 256)
+                        reply_validation(res, "too_long", "body", f,
+                                         "Dictionary should have at most 256 items", NULL);
+                    else
+                        reply_validation(res, "value_error", "body", f, ENV_NAME_RULE,
+                                         json_object_new_string(key));
                     return -1;
                 }
                 keys[nk++] = key;
@@ -821,6 +956,10 @@ h_sandbox_create(cx *x, cp_request *req, cp_response *res)
     }
     if (key && (strlen(key) < 1 || strlen(key) > 255)) {
         cp_reply_detail(res, 422, "idempotency key must contain 1 to 255 characters");
+        goto out;
+    }
+    if (key && !idempotency_key_is_text(key)) {
+        cp_reply_detail(res, 422, IDEMPOTENCY_KEY_TEXT);
         goto out;
     }
     canon_text = json_object_to_json_string_ext(c.canon, JSON_C_TO_STRING_PLAIN);
@@ -1235,7 +1374,14 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         goto out;
     if (!cp_require_scope(req, res, "sandboxes:execute"))
         goto out;
-    body = cp_body_object(req, res);
+    if (hdr && !idempotency_key_is_text(hdr)) {
+        cp_reply_detail(res, 422, IDEMPOTENCY_KEY_TEXT);
+        goto out;
+    }
+    /* A command, its arguments, environment and directory are bytes to
+     * the provider, not text the server keeps: they need not be UTF-8
+     * (a file name, printf's arguments), only free of NUL. */
+    body = body_object(req, res, 0);
     if (!body)
         goto out;
     if (body_opt_string(body, "code", &code, res) < 0)
@@ -1283,14 +1429,23 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
                                  "Input should be a valid string", json_object_get(ev));
                 goto out;
             }
+            if (!env_name_ok(ek)) {
+                reply_validation(res, "value_error", "body", "env", ENV_NAME_RULE,
+                                 json_object_new_string(ek));
+                goto out;
+            }
             env[k++] = cp_printf("%s=%s", ek, json_object_get_string(ev));
         }
     }
     if (body_opt_string(body, "cwd", &cwd, res) < 0)
         goto out;
     if (json_object_object_get_ex(body, "timeout_secs", &v) && !json_object_is_type(v, json_type_null)) {
-        if ((!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double)) ||
-            !(json_object_get_double(v) > 0)) {
+        if (!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double)) {
+            reply_validation(res, "float_type", "body", "timeout_secs",
+                             "Input should be a valid number", json_object_get(v));
+            goto out;
+        }
+        if (!(json_object_get_double(v) > 0)) {
             reply_validation(res, "greater_than", "body", "timeout_secs",
                              "Input should be greater than 0", json_object_get(v));
             goto out;

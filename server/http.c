@@ -170,7 +170,21 @@ send_response(struct MHD_Connection *c, const cp_request *req, cp_response *res,
                                            res->body, JSON_C_TO_STRING_PLAIN |
                                                           JSON_C_TO_STRING_NOSLASHESCAPE)
                                      : "";
-        r = MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_MUST_COPY);
+        size_t len = strlen(text), n = 0;
+        char *lossy;
+
+        /* json-c writes a string's bytes as they are: one that is not
+         * UTF-8 (an execute's command echoed in a 422, which may hold any
+         * bytes) would make the answer invalid JSON. Outside strings the
+         * text is ASCII, so replacing each invalid sequence by U+FFFD
+         * keeps it JSON. */
+        if (!cp_utf8_valid(text, len) && (lossy = cp_utf8_lossy(text, len, &n)) != NULL) {
+            r = MHD_create_response_from_buffer(n, lossy, MHD_RESPMEM_MUST_FREE);
+            if (!r)
+                free(lossy);
+        } else {
+            r = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
+        }
     }
     if (r) {
         for (size_t i = 0; i < sizeof security_headers / sizeof security_headers[0]; i++)

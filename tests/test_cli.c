@@ -142,7 +142,7 @@ typedef struct cli_run {
 typedef struct cli_spec {
     const char *const *args;  /* arguments after "sbx", NULL-terminated */
     const char *stdin_data;   /* NULL: stdin is /dev/null */
-    const char *const *env;   /* extra "KEY=VALUE" for sbx, NULL-terminated */
+    const char *const *env;   /* extra "KEY=VALUE" for sbx ("KEY": no KEY), NULL-terminated */
     const char *stop_marker;  /* when stdout contains it, send stop_signal */
     int stop_signal;
     int keep_sandboxes;       /* sandboxes may outlive the run (create...) */
@@ -215,7 +215,8 @@ static char **child_env(const char *const *extra)
         env[j++] = state_var;
     }
     for (i = 0; i < n_extra; i++)
-        env[j++] = (char *)extra[i];
+        if (strchr(extra[i], '=') != NULL)
+            env[j++] = (char *)extra[i];
     env[j] = NULL;
     return env;
 }
@@ -2471,6 +2472,107 @@ Test(cli, stop_and_start_name_a_backend_that_cannot_stop)
     EXPECT_KEEP(0, "up\n", "", "exec", "box", "echo", "up");
     EXPECT_KEEP(0, "box\n", "", "rm", "box");
     free(id);
+}
+
+/* Adds to @names (space-separated, each followed by a space) the NAME of
+ * every libsbx-NAME.so in DIR/.libs for each directory DIR under @parent. */
+static void built_plugins_under(const char *parent, char *names, size_t size)
+{
+    DIR *dir = opendir(parent);
+    struct dirent *de;
+
+    cr_assert_not_null(dir, "opendir %s: %s", parent, strerror(errno));
+    while ((de = readdir(dir)) != NULL) {
+        char libs[PATH_MAX];
+        DIR *sub;
+        struct dirent *se;
+
+        if (de->d_name[0] == '.')
+            continue;
+        set_path(libs, sizeof libs, "%s/%s/.libs", parent, de->d_name);
+        if ((sub = opendir(libs)) == NULL)
+            continue;
+        while ((se = readdir(sub)) != NULL) {
+            size_t n = strlen(se->d_name);
+
+            if (n > 10 && strncmp(se->d_name, "libsbx-", 7) == 0 &&
+                strcmp(se->d_name + n - 3, ".so") == 0) {
+                size_t len = strlen(names);
+
+                cr_assert(len + (n - 10) + 2 < size);
+                memcpy(names + len, se->d_name + 7, n - 10);
+                names[len + n - 10] = ' ';
+                names[len + n - 9] = '\0';
+            }
+        }
+        closedir(sub);
+    }
+    closedir(dir);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* @names sorted by name, in place. */
+static void sort_words(char *names)
+{
+    char *words[64], *save = NULL, copy[4096];
+    size_t n = 0;
+
+    set_path(copy, sizeof copy, "%s", names);
+    for (char *w = strtok_r(copy, " ", &save); w != NULL; w = strtok_r(NULL, " ", &save)) {
+        cr_assert(n < 64);
+        words[n++] = w;
+    }
+    qsort(words, n, sizeof *words, cmp_str);
+    names[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        strcat(names, words[i]);
+        strcat(names, " ");
+    }
+}
+
+/* Without SBX_PLUGIN_PATH, the build tree's sbx finds every plugin built in
+ * the tree (plugins/NAME/.libs and plugins/cloud/NAME/.libs: remote, ray,
+ * runpod, e2b...), not only local and docker, so `sbx --remote URL` works
+ * from a build tree as the README says. */
+Test(cli, build_tree_sbx_finds_every_built_plugin)
+{
+    cli_spec spec = { 0 };
+    const char *env[] = { "SBX_PLUGIN_PATH", NULL };
+    char build[PATH_MAX], dir[PATH_MAX], want[4096] = "", got[4096] = "";
+    const char *local = "/plugins/local/.libs";
+    cli_run r;
+
+    set_path(build, sizeof build, "%s", getenv("SBX_PLUGIN_PATH"));
+    *strchr(build, ':') = '\0';
+    cr_assert(strlen(build) > strlen(local) &&
+              strcmp(build + strlen(build) - strlen(local), local) == 0, "%s", build);
+    build[strlen(build) - strlen(local)] = '\0';
+    set_path(dir, sizeof dir, "%s/plugins", build);
+    built_plugins_under(dir, want, sizeof want);
+    set_path(dir, sizeof dir, "%s/plugins/cloud", build);
+    built_plugins_under(dir, want, sizeof want);
+    sort_words(want);
+    spec.env = env;
+    spec.args = (const char *const[]){ "version", NULL };
+    r = run_spec(&spec);
+    expect_run(&r, 0, NULL);
+    for (const char *row = strstr(r.out, "\nplugins:\n"); row != NULL;
+         row = strstr(row + 1, "\n  ")) {
+        char name[64], path[PATH_MAX];
+
+        if (sscanf(row, " %63s %*s ABI %*s %4095s", name, path) != 2)
+            continue;
+        cr_expect(strncmp(path, build, strlen(build)) == 0, "%s from %s", name, path);
+        strcat(got, name);
+        strcat(got, " ");
+    }
+    cr_expect(strstr(want, "local ") != NULL, "built: %s", want);
+    cr_expect_str_eq(got, want);
+    free_run(&r);
 }
 
 Test(cli, version_command_lists_library_abi_and_plugins)

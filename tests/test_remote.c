@@ -470,6 +470,40 @@ Test(remote, backend_not_enabled_is_configuration_422)
     sbx_client_free(c);
 }
 
+/* A create value that is not UTF-8 text is refused by the plugin naming
+ * its option, before any request (the server would answer json_invalid at
+ * a byte offset): an env value, a workdir. */
+Test(remote, create_text_that_is_not_utf8_is_refused_naming_the_option)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_env(o, "X", "a\xff", NULL), 0);
+    sbx_error *err = create_fails(g_client, o);
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "remote backend: env: the value of X is not UTF-8 text (the control "
+                     "plane's JSON carries nothing else)");
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION);
+    assert_ctx(err, "option", "env");
+    sbx_error_free(err);
+    sbx_options_free(o);
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_workdir(o, "/tmp/w\xc3\x28", NULL), 0);
+    err = create_fails(g_client, o);
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "remote backend: workdir: is not UTF-8 text (the control plane's JSON "
+                     "carries nothing else)");
+    assert_ctx(err, "option", "workdir");
+    sbx_error_free(err);
+    sbx_options_free(o);
+    /* Valid UTF-8 beyond ASCII goes through. */
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_env(o, "X", "caf\xc3\xa9", NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_result *r = tu_sh(g_sb, "printf %s \"$X\"", 10);
+    tu_assert_stdout(r, "caf\xc3\xa9");
+    sbx_result_free(r);
+    sbx_options_free(o);
+}
+
 Test(remote, provider_refusal_is_its_payload_422)
 {
     sbx_options *o = sbx_options_new();
@@ -1213,13 +1247,27 @@ Test(remote, cli_costs_prints_the_servers_costs)
     json_object_put(want);
     free(auth);
 
-    /* A window the server refuses: its message, exit 125. */
+    /* A window the server refuses: its message, exit 125, in the words of
+     * the options (--since and --until, not the query's start and end),
+     * naming the value refused. */
     const char *bad[] = { "--remote", url, "costs", "--since", "2026-02-01", "--until",
                           "2026-01-01", NULL };
     cr_assert_eq(cli(state, bad, &out, &err), 125);
     cr_assert_str_eq(out, "");
-    cr_assert_not_null(strstr(err, "sbx: costs: the control plane refused: "), "%s", err);
-    cr_assert_not_null(strstr(err, "(HTTP 422)\n"), "%s", err);
+    cr_assert_str_eq(err, "sbx: costs: the control plane refused: --since must be before "
+                          "--until (HTTP 422)\n");
+    free(out);
+    free(err);
+    const char *naive[] = { "--remote", url, "costs", "--since", "2026-02-01T00:00:00", NULL };
+    cr_assert_eq(cli(state, naive, &out, &err), 125);
+    cr_assert_str_eq(err, "sbx: costs: the control plane refused: --since must include a "
+                          "timezone (HTTP 422)\n");
+    free(out);
+    free(err);
+    const char *garbled[] = { "--remote", url, "costs", "--until", "soon", NULL };
+    cr_assert_eq(cli(state, garbled, &out, &err), 125);
+    cr_assert_str_eq(err, "sbx: costs: the control plane refused: --until \"soon\": Input "
+                          "should be a valid datetime (HTTP 422)\n");
     free(out);
     free(err);
 

@@ -766,6 +766,29 @@ Test(server, create_validation)
     r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":");
     cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "json_invalid");
     cpu_response_free(r);
+    /* A lifetime whose expiry no record can show (past 9999-12-31, or an
+     * overflow of now + timeout_secs): refused before anything is made. */
+    {
+        static const char *const huge[] = { "253402300800", "9223372036855",
+                                             "9223372036854775807" };
+        for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+            char *b = tu_strdup_printf("{\"backend\":\"local\",\"timeout_secs\":%s}", huge[i]);
+            const char *m, *want = "Input should be less than or equal to ";
+            long long n, t0 = (long long)time(NULL), t1;
+            r = req_s(422, "POST", "/v1/sandboxes", key, NULL, b);
+            t1 = (long long)time(NULL);
+            cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "less_than_equal");
+            cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "timeout_secs");
+            m = cpu_jstr(r, "detail.0.msg");
+            cr_assert(m && strncmp(m, want, strlen(want)) == 0, "%s", m);
+            cr_assert_eq(sscanf(m + strlen(want), "%lld", &n), 1);
+            /* the server's now + n is 9999-12-31T23:59:59Z */
+            cr_assert(n >= 253402300799LL - t1 && n <= 253402300799LL - t0, "%s", m);
+            cr_assert_str_eq(strstr(m, " ("), " (an expiry at 9999-12-31T23:59:59Z at the latest)");
+            cpu_response_free(r);
+            free(b);
+        }
+    }
     r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "[1]");
     cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "model_attributes_type");
     cpu_response_free(r);
@@ -788,6 +811,170 @@ Test(server, create_validation)
     r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
     cr_assert_eq(json_object_array_length(r->json), 0);
     cpu_response_free(r);
+}
+
+/* The value at @path of the answer as text (a number's digits too), or
+ * "(none)". */
+static const char *
+jtext(const cpu_response *r, const char *path)
+{
+    json_object *v = cpu_jget(r->json, path);
+
+    return v ? json_object_get_string(v) : "(none)";
+}
+
+/* Bodies are JSON as written (RFC 8259, UTF-8), and values the server
+ * could not use as sent are refused naming where they are: a string with
+ * NUL (a command would run cut short at it), a number that is not finite
+ * (the error's input as its text, since JSON has no NaN), text that is
+ * not UTF-8 where it is kept and shown again (create, keys; an execute's
+ * command is bytes for the command), an Idempotency-Key that is not UTF-8
+ * text (it is echoed in JSON answers).
+ * Every answer parses as JSON, and nothing is made or run. */
+Test(server, bodies_and_keys_json_cannot_carry_are_422)
+{
+    char *id = cpu_create_local(srv, key, NULL), *p = path_of("/v1/sandboxes/%s", id);
+    cpu_response *r;
+    const char *hdr[2] = { NULL, NULL };
+    static const struct {
+        const char *body, *type, *loc1, *loc2, *msg, *input;
+    } bad[] = {
+        { "{\"command\":\"echo a\\u0000b\"}", "string_type", "command", NULL,
+          "Input should be a string without NUL (\\u0000) characters", "echo a" },
+        { "{\"command\":\"true\",\"env\":{\"A\":\"x\\u0000\"}}", "string_type", "env", "A",
+          "Input should be a string without NUL (\\u0000) characters", "x" },
+        { "{\"command\":\"true\",\"args\":[\"a\",\"\\u0000\"]}", "string_type", "args", "1",
+          "Input should be a string without NUL (\\u0000) characters", "" },
+        { "{\"command\":\"true\",\"timeout_secs\":NaN}", "finite_number", "timeout_secs", NULL,
+          "Input should be a finite number", "NaN" },
+        { "{\"command\":\"true\",\"timeout_secs\":1e400}", "finite_number", "timeout_secs",
+          NULL, "Input should be a finite number", "1e400" },
+        { "{\"command\":\"true\",\"timeout_secs\":\"5\"}", "float_type", "timeout_secs", NULL,
+          "Input should be a valid number", "5" },
+    };
+    static const struct {
+        const char *body, *loc1, *error;
+    } invalid[] = {
+        { "{\"command\":\"echo tc\",}", "21", "unexpected character" },
+        { "/*c*/{\"command\":\"echo cm\"}", "0", "unexpected character" },
+        { "{\"command\":'echo sq'}", "11", "unexpected character" },
+        { "{\"command\":\"echo x\"} trailing", "21", "unexpected character" },
+    };
+    char *ex = path_of("/v1/sandboxes/%s/execute", id);
+
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        r = req_s(422, "POST", ex, key, NULL, bad[i].body);
+        cr_assert_not_null(r->json, "%s", r->body);
+        cr_expect_str_eq(cpu_jstr(r, "detail.0.type"), bad[i].type, "%s", bad[i].body);
+        cr_expect_str_eq(cpu_jstr(r, "detail.0.loc.0"), "body");
+        cr_expect_str_eq(jtext(r, "detail.0.loc.1"), bad[i].loc1, "%s", bad[i].body);
+        if (bad[i].loc2)
+            cr_expect_str_eq(jtext(r, "detail.0.loc.2"), bad[i].loc2, "%s", bad[i].body);
+        cr_expect_str_eq(cpu_jstr(r, "detail.0.msg"), bad[i].msg);
+        cr_expect_str_eq(cpu_jstr(r, "detail.0.input"), bad[i].input, "%s", bad[i].body);
+        cpu_response_free(r);
+    }
+    for (size_t i = 0; i < sizeof invalid / sizeof invalid[0]; i++) {
+        r = req_s(422, "POST", ex, key, NULL, invalid[i].body);
+        cr_assert_not_null(r->json, "%s", r->body);
+        cr_expect_str_eq(cpu_jstr(r, "detail.0.type"), "json_invalid", "%s", invalid[i].body);
+        cr_expect_str_eq(jtext(r, "detail.0.loc.1"), invalid[i].loc1, "%s", invalid[i].body);
+        cr_expect_str_eq(cpu_jstr(r, "detail.0.ctx.error"), invalid[i].error, "%s",
+                         invalid[i].body);
+        cpu_response_free(r);
+    }
+    /* JSON that is not an object. */
+    r = req_s(422, "POST", ex, key, NULL, "null");
+    cr_expect_str_eq(cpu_jstr(r, "detail.0.type"), "model_attributes_type");
+    cr_expect(json_object_is_type(cpu_jget(r->json, "detail.0.input"), json_type_null));
+    cpu_response_free(r);
+    r = req_s(422, "POST", ex, key, NULL, "5");
+    cr_expect_str_eq(cpu_jstr(r, "detail.0.type"), "model_attributes_type");
+    cr_expect_eq(json_object_get_int(cpu_jget(r->json, "detail.0.input")), 5);
+    cpu_response_free(r);
+    /* Create and api-keys read bodies the same way. */
+    r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"local\\u0000x\"}");
+    cr_expect_str_eq(jtext(r, "detail.0.loc.1"), "backend");
+    cpu_response_free(r);
+    r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"local\",\"image\":\"\xc3\x28\"}");
+    cr_expect_str_eq(cpu_jstr(r, "detail.0.ctx.error"), "invalid utf-8 string");
+    cpu_response_free(r);
+    r = req_s(422, "POST", "/v1/api-keys", key, NULL, "{\"name\":\"a\\u0000b\"}");
+    cr_expect_str_eq(jtext(r, "detail.0.loc.1"), "name");
+    cpu_response_free(r);
+    /* Keys that are not UTF-8 text, on create and execute. */
+    hdr[0] = "Idempotency-Key: k\xff";
+    expect_status_detail(422, "POST", "/v1/sandboxes", key, hdr, "{\"backend\":\"local\"}",
+                         "idempotency key must be UTF-8 text without control characters");
+    hdr[0] = "Idempotency-Key: k\x01";
+    expect_status_detail(422, "POST", ex, key, hdr, "{\"command\":\"true\"}",
+                         "idempotency key must be UTF-8 text without control characters");
+    hdr[0] = "Idempotency-Key: caf\xc3\xa9";
+    r = req_s(200, "POST", ex, key, hdr, "{\"command\":\"true\"}");
+    cr_expect_str_eq(cpu_jstr(r, "request_id"), "caf\xc3\xa9");
+    cpu_response_free(r);
+    /* Environment names libsbx cannot set as named ("A=B" would set A to
+     * "B=c"): 422 naming them, on execute and on create (before anything
+     * is made). */
+    {
+        static const char *const names[] = { "A=B", "" };
+        for (size_t i = 0; i < 2; i++) {
+            char *b = tu_strdup_printf("{\"command\":\"true\",\"env\":{\"%s\":\"c\"}}",
+                                       names[i]);
+            r = req_s(422, "POST", ex, key, NULL, b);
+            cr_expect_str_eq(cpu_jstr(r, "detail.0.type"), "value_error");
+            cr_expect_str_eq(jtext(r, "detail.0.loc.1"), "env");
+            cr_expect_str_eq(cpu_jstr(r, "detail.0.msg"), "Value error, an environment "
+                             "variable name must not be empty or contain '='");
+            cr_expect_str_eq(cpu_jstr(r, "detail.0.input"), names[i]);
+            cpu_response_free(r);
+            free(b);
+            b = tu_strdup_printf("{\"backend\":\"local\",\"env_vars\":{\"%s\":\"c\"}}",
+                                 names[i]);
+            r = req_s(422, "POST", "/v1/sandboxes", key, NULL, b);
+            cr_expect_str_eq(jtext(r, "detail.0.loc.1"), "env_vars");
+            cr_expect_str_eq(cpu_jstr(r, "detail.0.input"), names[i]);
+            cpu_response_free(r);
+            free(b);
+        }
+    }
+    /* More variables than a create takes: said so (was "Input should be a
+     * valid string" about a string). */
+    {
+        size_t cap = 16 + 257 * 16, len = 0;
+        char *b = malloc(cap);
+        len += (size_t)snprintf(b, cap, "{\"backend\":\"local\",\"env_vars\":{");
+        for (int i = 0; i < 257; i++)
+            len += (size_t)snprintf(b + len, cap - len, "%s\"V%d\":\"x\"", i ? "," : "", i);
+        snprintf(b + len, cap - len, "}}");
+        r = req_s(422, "POST", "/v1/sandboxes", key, NULL, b);
+        cr_expect_str_eq(cpu_jstr(r, "detail.0.type"), "too_long");
+        cr_expect_str_eq(cpu_jstr(r, "detail.0.msg"), "Dictionary should have at most 256 items");
+        cpu_response_free(r);
+        free(b);
+    }
+    /* An execute's strings are bytes for the command: not UTF-8 is fine,
+     * and a 422 echoing them is still JSON (U+FFFD for each bad byte). */
+    r = req_s(200, "POST", ex, key, NULL, "{\"command\":\"printf %s '\xff'\"}");
+    cr_expect_str_eq(cpu_jstr(r, "stdout_b64"), "/w==");
+    cpu_response_free(r);
+    r = req_s(422, "POST", ex, key, NULL, "{\"command\":\"a\xff\",\"code\":\"x\"}");
+    cr_assert_not_null(r->json, "not JSON: %s", r->body);
+    cr_expect_str_eq(cpu_jstr(r, "detail.0.input.command"), "a\xef\xbf\xbd");
+    cpu_response_free(r);
+    /* Nothing else was made or run: one sandbox, two executions. */
+    r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cr_expect_eq(json_object_array_length(r->json), 1);
+    cpu_response_free(r);
+    free(p);
+    p = path_of("/v1/sandboxes/%s/detail", id);
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    cr_expect_eq(json_object_array_length(cpu_jget(r->json, "executions")), 2);
+    cpu_response_free(r);
+    terminate(key, id);
+    free(ex);
+    free(p);
+    free(id);
 }
 
 /* A provider failure is the contract's payload, the record left failed,
