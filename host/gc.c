@@ -12,7 +12,7 @@
  * 2. On every installed backend with SBX_CAP_LIST_OWNED, each sandbox that
  *    carries a create token of this record store (the store id in the
  *    token) but has no row is destroyed by id (unrecorded): a create whose
- *    row was lost. Sandboxes without the labels are never listed, so never
+ *    row was lost. The backends are listed at once, a thread each. Sandboxes without the labels are never listed, so never
  *    touched; tokens of other stores (other users) are left alone.
  */
 #include "internal.h"
@@ -218,10 +218,20 @@ gc_reap_row(gc_run *run, gc_row *r, sbx_error **err)
     return sbx_client_destroy_by_id(c->client, r->id, err);
 }
 
-/* Step 2's walk over one backend's list_owned. */
+/* Step 2's walk over one backend's list_owned, run in a thread of its own
+ * (the backends are listed at once: a provider that cannot be reached
+ * takes its retries' seconds, and those of every backend would add up). */
 typedef struct unrecorded_walk {
-    gc_run *run;
+    gc_run *run;               /* read only in the thread: its tokens */
+    const char *name;
+    size_t at;                 /* its client: run->clients[at] */
+    gc_client *client;         /* the same, once every client is made */
     sbx_strv ids, tokens;
+    sbx_error *error;          /* the listing's, when it failed */
+    int listed;                /* list_owned returned 0 */
+    int oom;
+    int started;               /* thread is running */
+    pthread_t thread;
 } unrecorded_walk;
 
 static int
@@ -233,56 +243,105 @@ collect_unrecorded(const sbx_owned_sandbox *s, void *user_data)
         sbx_strv_contains(&w->run->tokens, s->create_token))
         return 0;
     if (sbx_strv_push(&w->ids, s->id) < 0 || sbx_strv_push(&w->tokens, s->create_token) < 0) {
-        w->run->oom = 1;
+        w->oom = 1;
         return 1;
     }
     return 0;
+}
+
+static void *
+list_unrecorded(void *arg)
+{
+    unrecorded_walk *w = arg;
+
+    w->listed = sbx_client_list_owned(w->client->client, collect_unrecorded, w, &w->error) == 0;
+    return NULL;
 }
 
 static void
 gc_unrecorded(gc_run *run)
 {
     sbx_backend_info **list = NULL;
-    size_t count = 0;
+    unrecorded_walk *walks;
+    size_t count = 0, n = 0;
 
     if (sbx_backends_list(&list, &count, NULL) < 0)
         return;
-    for (size_t i = 0; i < count && !run->stopped && !run->oom; i++) {
+    walks = calloc(count ? count : 1, sizeof(*walks));
+    if (!walks) {
+        run->oom = 1;
+        sbx_backend_info_list_free(list, count);
+        return;
+    }
+    /* The clients first (the run's array grows here), then one listing
+     * thread each; a thread that cannot start lists in this one. */
+    for (size_t i = 0; i < count && !run->oom; i++) {
         const char *name = sbx_backend_info_get0_name(list[i]);
-        unrecorded_walk w = { run, { 0 }, { 0 } };
-        sbx_error *e = NULL;
-        gc_client *c;
+        unrecorded_walk *w = &walks[n];
 
         if (sbx_backend_info_get0_problem(list[i]) ||
             !(sbx_backend_info_get_caps(list[i]) & SBX_CAP_LIST_OWNED))
             continue;
-        c = gc_client_get(run, name);
-        if (!c) {
+        w->run = run;
+        w->name = name;
+        n++;
+    }
+    for (size_t i = 0; i < n && !run->oom; i++) {
+        gc_client *c = gc_client_get(run, walks[i].name);
+
+        if (!c)
+            run->oom = 1;
+        else
+            walks[i].at = (size_t)(c - run->clients);
+    }
+    for (size_t i = 0; i < n && !run->oom; i++)
+        walks[i].client = &run->clients[walks[i].at];
+    for (size_t i = 0; i < n && !run->oom; i++) {
+        unrecorded_walk *w = &walks[i];
+
+        if (w->client->client)
+            w->started = pthread_create(&w->thread, NULL, list_unrecorded, w) == 0;
+        if (w->client->client && !w->started)
+            list_unrecorded(w);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (walks[i].started)
+            pthread_join(walks[i].thread, NULL);
+    /* Reported and reaped in the backends' order, in this thread. */
+    for (size_t i = 0; i < n && !run->stopped && !run->oom; i++) {
+        unrecorded_walk *w = &walks[i];
+        gc_client *c = w->client;
+        sbx_error *e = NULL;
+
+        if (w->oom) {
             run->oom = 1;
             break;
         }
         if (!c->client) {
-            gc_report(run, name, NULL, NULL, SBX_GC_LIST_FAILED, 0, c->error);
+            gc_report(run, w->name, NULL, NULL, SBX_GC_LIST_FAILED, 0, c->error);
             continue;
         }
-        if (sbx_client_list_owned(c->client, collect_unrecorded, &w, &e) < 0) {
-            gc_report(run, name, NULL, NULL, SBX_GC_LIST_FAILED, 0, e);
-            sbx_error_free(e);
+        if (!w->listed) {
+            gc_report(run, w->name, NULL, NULL, SBX_GC_LIST_FAILED, 0, w->error);
             continue;
         }
-        for (size_t k = 0; k < w.ids.count && !run->stopped; k++) {
+        for (size_t k = 0; k < w->ids.count && !run->stopped; k++) {
             int reaped = 0;
 
             if (!(run->flags & SBX_GC_DRY_RUN))
-                reaped = sbx_client_destroy_by_id(c->client, w.ids.items[k], &e) == 0;
-            gc_report(run, name, w.ids.items[k], w.tokens.items[k], SBX_GC_UNRECORDED, reaped,
-                      e);
+                reaped = sbx_client_destroy_by_id(c->client, w->ids.items[k], &e) == 0;
+            gc_report(run, w->name, w->ids.items[k], w->tokens.items[k], SBX_GC_UNRECORDED,
+                      reaped, e);
             sbx_error_free(e);
             e = NULL;
         }
-        sbx_strv_clear(&w.ids);
-        sbx_strv_clear(&w.tokens);
     }
+    for (size_t i = 0; i < n; i++) {
+        sbx_strv_clear(&walks[i].ids);
+        sbx_strv_clear(&walks[i].tokens);
+        sbx_error_free(walks[i].error);
+    }
+    free(walks);
     sbx_backend_info_list_free(list, count);
 }
 

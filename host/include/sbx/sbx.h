@@ -1176,9 +1176,11 @@ typedef int (*sbx_gc_fn)(const sbx_gc_item *item, void *user_data);
  * from its session state and destroyed, or destroyed by id), and, on every
  * installed backend with SBX_CAP_LIST_OWNED, every sandbox that carries a
  * create token of this record but has no row (a create whose row was
- * lost). A sandbox without this library's labels, or with another
- * record's token (another user's), is never touched. Rows go once their
- * sandbox is gone. @fn (may be NULL) is called in the calling thread for
+ * lost); those backends are listed at once, a thread each, so one that
+ * cannot be reached costs its own retries only. A sandbox without this
+ * library's labels, or with another record's token (another user's), is
+ * never touched. Rows go once their sandbox is gone. @fn (may be NULL) is
+ * called in the calling thread, backends in their listing order, for
  * each sandbox found and for each backend that could not be listed. With
  * SBX_GC_DRY_RUN nothing is destroyed or removed. Returns the number of
  * sandboxes found (reaped, failed or, in a dry run, to reap), or -1 when
