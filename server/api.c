@@ -1322,6 +1322,56 @@ replay(cp_response *res, const store_rows *r, const char *status, const char *re
     }
 }
 
+/*
+ * A `running` execution (row 0 of @r: its status @status, deadline
+ * @deadline and its sandbox's expiry @expires) whose deadline, its
+ * timeout's end or else its sandbox's expiry, passed more than
+ * SBX_SERVER_EXECUTE_GRACE_SECS ago: no server runs it any more (the one
+ * that claimed it ended before it answered), so it is settled as failed,
+ * outcome unknown (the command may have run, in part or whole), in the
+ * caller's write transaction; its next replays answer that. Returns 1
+ * when settled (the 409 with the stored payload is in @res), 0 when it may
+ * still be running, -1 on a store error.
+ */
+static int
+settle_abandoned(cx *x, cp_response *res, const store_rows *r, const char *status,
+                 const char *deadline, const char *expires, const char *backend,
+                 const char *org, const char *sandbox, const char *request_id)
+{
+    const char *st = store_cell(r, 0, status), *at = store_cell(r, 0, deadline);
+    char now[40];
+    int64_t end;
+
+    if (!st || strcmp(st, "running"))
+        return 0;
+    if (!at)
+        at = store_cell(r, 0, expires);
+    if (!at || cp_parse_iso(at, &end) < 0 ||
+        cp_now_us() <= end + (int64_t)(x->set->execute_grace_secs * 1e6))
+        return 0;
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "message",
+                           json_object_new_string(fixed_message("execution_failed")));
+    json_object_object_add(o, "code", json_object_new_string("execution_failed"));
+    json_object_object_add(o, "backend", json_object_new_string(backend ? backend : ""));
+    json_object_object_add(o, "op", json_object_new_string("execute"));
+    json_object_object_add(o, "retryable", json_object_new_boolean(0));
+    json_object_object_add(o, "outcome", json_object_new_string("unknown"));
+    json_object_object_add(o, "context", json_object_new_object());
+    const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
+    cp_now_iso(now, sizeof now);
+    if (ex(x, "UPDATE executions SET status = 'failed', error = ?, completed_at = ?"
+              " WHERE organization_id = ? AND sandbox_id = ? AND request_id = ?"
+              " AND status = 'running'",
+           P(text, now, org, sandbox, request_id), NULL) < 0) {
+        json_object_put(o);
+        return -1;
+    }
+    cp_reply_detail(res, 409, text);
+    json_object_put(o);
+    return 1;
+}
+
 static void
 h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
 {
@@ -1361,8 +1411,9 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
      * key of another organisation than the sandbox's reads as no sandbox
      * (404). */
     r = q(x, "SELECT " CP_KEY_COLUMNS ", s.id, s.backend, s.status, s.hourly_rate_usd,"
-             " s.session_state_sealed, e.status AS execution_status, e.response_json,"
-             " e.error AS execution_error"
+             " s.session_state_sealed, s.expires_at AS sandbox_expires_at,"
+             " e.status AS execution_status, e.response_json, e.error AS execution_error,"
+             " e.deadline_at AS execution_deadline"
              " FROM api_keys k LEFT JOIN sandboxes s ON s.id = ?"
              " AND s.organization_id = k.organization_id"
              " LEFT JOIN executions e ON e.organization_id = s.organization_id"
@@ -1496,17 +1547,31 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         goto out;
     }
     if (store_cell(r, 0, "execution_status")) {
-        replay(res, r, "execution_status", "response_json", "execution_error");
+        int settled = settle_abandoned(x, res, r, "execution_status", "execution_deadline",
+                                       "sandbox_expires_at", store_cell(r, 0, "backend"),
+                                       req->who.org_id, id, request_id);
+        if (settled < 0)
+            goto internal;
+        if (!settled)
+            replay(res, r, "execution_status", "response_json", "execution_error");
         goto out;
     }
     exe_id = cp_new_id("exe");
     cp_now_iso(now, sizeof now);
+    /* Its deadline: the timeout's end, else the sandbox's expiry. */
+    char deadline[40];
+    const char *deadline_p = store_cell(r, 0, "sandbox_expires_at");
+    if (exec_timeout > 0 && exec_timeout < 1e9) {
+        cp_iso(cp_now_us() + (int64_t)(exec_timeout * 1e6), deadline, sizeof deadline);
+        deadline_p = deadline;
+    }
     /* The claim: one `running` row per (organisation, sandbox, request id),
      * inserted once (the unique constraint decides between racers, in one
      * or several server processes); the existing row when it was there. */
     claimed = ex(x, "INSERT INTO executions(id, organization_id, sandbox_id, request_id, status,"
-                    " created_at) VALUES (?, ?, ?, ?, 'running', ?) ON CONFLICT DO NOTHING",
-                 P(exe_id, req->who.org_id, id, request_id, now), NULL);
+                    " created_at, deadline_at) VALUES (?, ?, ?, ?, 'running', ?, ?)"
+                    " ON CONFLICT DO NOTHING",
+                 P(exe_id, req->who.org_id, id, request_id, now, deadline_p), NULL);
     if (claimed < 0)
         goto internal;
     if (claimed == 0) {

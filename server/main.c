@@ -190,6 +190,17 @@ read_settings(cp_settings *s)
         }
         s->meter_sweep_secs = t;
     }
+    v = getenv("SBX_SERVER_EXECUTE_GRACE_SECS");
+    s->execute_grace_secs = 60;
+    if (v) {
+        double t = strtod(v, &end);
+        if (!*v || *end || !(t >= 0 && t <= 86400)) {
+            fprintf(stderr, "sbx-server: SBX_SERVER_EXECUTE_GRACE_SECS must be seconds from "
+                            "0 to 86400, not \"%s\"\n", v);
+            return -1;
+        }
+        s->execute_grace_secs = t;
+    }
     v = getenv("SBX_SERVER_CONNECTIONS");
     s->connections = 256;
     if (v) {

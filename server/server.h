@@ -37,6 +37,8 @@ typedef struct cp_settings {
     unsigned port;                /* PORT (8000; 0 = any free port) */
     unsigned connections;         /* SBX_SERVER_CONNECTIONS (default 256) */
     double meter_sweep_secs;      /* SBX_SERVER_METER_SWEEP_SECS (default 30) */
+    double execute_grace_secs;    /* SBX_SERVER_EXECUTE_GRACE_SECS (default 60): how long
+                                   * past its deadline a running execution's claim holds */
 } cp_settings;
 
 /* The server: settings, store, runtimes. One per process. */

@@ -266,8 +266,17 @@ static const char *const migration_5 =
     "DROP TABLE ledger_entries;"
     "ALTER TABLE ledger_entries_v5 RENAME TO ledger_entries;";
 
+/* 6: an execution's deadline, when its run must have answered (its
+ * timeout, else its sandbox's expiry): a `running` row whose deadline
+ * passed long ago (SBX_SERVER_EXECUTE_GRACE_SECS) was claimed by a server
+ * that ended before it answered, and its next replay settles it as failed
+ * with outcome unknown instead of answering "in progress" for ever. Rows
+ * of before have none (their sandbox's expiry stands in). */
+static const char *const migration_6 =
+    "ALTER TABLE executions ADD COLUMN deadline_at TEXT;";
+
 static const char *const migrations[] = { NULL, migration_1, migration_2, migration_3,
-                                          migration_4, migration_5 };
+                                          migration_4, migration_5, migration_6 };
 #define NMIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]) - 1)
 
 int

@@ -1568,9 +1568,9 @@ Test(server, db_synchronous_setting)
 
     log = cpu_read_log(srv, 1);
     want = cpu_store_is_pg()
-               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 5)
+               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 6)
                : tu_strdup_printf("sbx-server: store sqlite, schema version %d,"
-                                  " synchronous normal\n", 5);
+                                  " synchronous normal\n", 6);
     cr_assert(strstr(log, want), "%s", log);
     free(log);
     free(want);
@@ -1579,9 +1579,9 @@ Test(server, db_synchronous_setting)
     srv = cpu_start(store, full);
     log = cpu_read_log(srv, 1);
     want = cpu_store_is_pg()
-               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 5)
+               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 6)
                : tu_strdup_printf("sbx-server: store sqlite, schema version %d,"
-                                  " synchronous full\n", 5);
+                                  " synchronous full\n", 6);
     cr_assert(strstr(log, want), "%s", log);
     free(log);
     free(want);
@@ -2027,7 +2027,7 @@ Test(server, schema_migrations_forward)
     char *v = db_list("SELECT version FROM schema_migrations ORDER BY version"), *err;
     int st = 0;
 
-    cr_assert_str_eq(v, "1,2,3,4,5");
+    cr_assert_str_eq(v, "1,2,3,4,5,6");
     free(v);
     if (!cpu_store_is_pg()) {
         v = db_list("PRAGMA journal_mode");
@@ -2040,12 +2040,12 @@ Test(server, schema_migrations_forward)
     free(db_list("DELETE FROM schema_migrations WHERE version = 2"));
     free(db_list("ALTER TABLE sandboxes DROP COLUMN session_state_sealed"));
     v = db_list("SELECT version FROM schema_migrations ORDER BY version");
-    cr_assert_str_eq(v, "1,3,4,5");
+    cr_assert_str_eq(v, "1,3,4,5,6");
     free(v);
     cr_assert_null(db_list("SELECT session_state_sealed FROM sandboxes"));
     srv = cpu_start(store, NULL);
     v = db_list("SELECT version FROM schema_migrations ORDER BY version");
-    cr_assert_str_eq(v, "1,2,3,4,5");
+    cr_assert_str_eq(v, "1,2,3,4,5,6");
     free(v);
     v = db_list("SELECT session_state_sealed FROM sandboxes");
     cr_assert_str_eq(v, "");
@@ -2064,7 +2064,7 @@ Test(server, schema_migrations_forward)
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
     err = cpu_last_stderr();
     cr_assert(strstr(err, "the database has schema version 99, newer than this sbx-server "
-                          "knows (5)"), "%s", err);
+                          "knows (6)"), "%s", err);
     free(err);
     free(db_list("DELETE FROM schema_migrations WHERE version = 99"));
     srv = cpu_start(store, NULL);
@@ -2144,7 +2144,7 @@ static const char *const executions_v2[] = {
     "ALTER TABLE ledger_entries_v2 RENAME TO ledger_entries",
     "CREATE INDEX ledger_entries_org_created ON ledger_entries(organization_id, created_at)",
     "DROP TABLE execution_outbox",
-    "DELETE FROM schema_migrations WHERE version IN (3, 4, 5)",
+    "DELETE FROM schema_migrations WHERE version IN (3, 4, 5, 6)",
 };
 
 /* The indexes of the execute's three tables: from version 3 a primary key
@@ -2195,7 +2195,7 @@ Test(server, schema_migration_3_keeps_executions)
     free(n);
     srv = cpu_start(store, NULL);
     n = db_list("SELECT version FROM schema_migrations ORDER BY version");
-    cr_assert_str_eq(n, "1,2,3,4,5");
+    cr_assert_str_eq(n, "1,2,3,4,5,6");
     free(n);
     n = execute_table_indexes();
     cr_assert_str_eq(n, cpu_store_is_pg() ? "4" : "1");
@@ -2933,6 +2933,79 @@ Test(metering, outbox_meters_as_answered)
     free(id);
 }
 
+/* A server SIGKILLed while a command runs leaves its execution `running`:
+ * a replay is 409 "in progress" until the execute's deadline (its timeout,
+ * 5 s) and SBX_SERVER_EXECUTE_GRACE_SECS (1 s) have passed, never for
+ * ever; then a replay settles it as failed with outcome unknown, and every
+ * later replay answers that. Nothing is metered for it; the sandbox goes
+ * on serving other request ids. */
+Test(metering, an_execution_whose_server_died_is_settled_after_its_deadline)
+{
+    const char *grace = "SBX_SERVER_EXECUTE_GRACE_SECS=1";
+    const char *body = "{\"command\":\"sleep 30\",\"timeout_secs\":5}";
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":120}"), *n = NULL;
+    char *p = path_of("/v1/sandboxes/%s/execute", id);
+    const char *hdr[] = { "Idempotency-Key: died-1", NULL };
+    cpu_response *r;
+    pid_t child;
+    int st;
+
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    srv = start_priced(grace);
+    child = fork();
+    cr_assert_geq(child, 0);
+    if (child == 0) {
+        /* Its answer never comes: the server dies first. */
+        cpu_response_free(cpu_http(srv->url, "POST", p, key, hdr, body));
+        _exit(0);
+    }
+    for (int i = 0;; i++) {
+        free(n);
+        n = db_list("SELECT status FROM executions WHERE request_id = 'died-1'");
+        if (!strcmp(n, "running"))
+            break;
+        cr_assert(i < 1000, "the execution is not running: \"%s\"", n);
+        usleep(10000);
+    }
+    free(n);
+    st = cpu_signal(srv, SIGKILL);
+    cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "wait status %#x", st);
+    cpu_stop(srv);
+    cr_assert_eq(waitpid(child, &st, 0), child);
+    srv = start_priced(grace);
+
+    r = execute(key, id, "died-1", body, 409);
+    expect_detail(r, "execution is already in progress");
+    cpu_response_free(r);
+    for (int i = 0;; i++) {
+        r = execute(key, id, "died-1", body, 409);
+        if (strcmp(cpu_jstr(r, "detail"), "execution is already in progress"))
+            break;
+        cr_assert(i < 100, "still in progress 20 s after the deadline");
+        cpu_response_free(r);
+        usleep(200000);
+    }
+    expect_detail(r, "{\"message\":\"Provider execution failed.\","
+                     "\"code\":\"execution_failed\",\"backend\":\"local\",\"op\":\"execute\","
+                     "\"retryable\":false,\"outcome\":\"unknown\",\"context\":{}}");
+    cpu_response *again = execute(key, id, "died-1", body, 409);
+    cr_assert_str_eq(again->body, r->body);
+    cpu_response_free(again);
+    cpu_response_free(r);
+    n = db_list("SELECT e.status || '|' || CASE WHEN e.completed_at IS NULL THEN 0 ELSE 1 END || '|' ||"
+                " (SELECT COUNT(*) FROM usage_events u WHERE u.request_id = e.request_id)"
+                " FROM executions e WHERE e.request_id = 'died-1'");
+    cr_assert_str_eq(n, "failed|1|0");
+    free(n);
+    r = execute(key, id, "died-2", "{\"command\":\"printf alive\"}", 200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "alive");
+    cpu_response_free(r);
+    terminate(key, id);
+    free(p);
+    free(id);
+}
+
 /* A server SIGKILLed right after answering, before its outbox metered the
  * execute: the next server meters it at start-up, once, as answered; a
  * replay returns the answer; a later start meters nothing again. */
@@ -2997,7 +3070,8 @@ Test(metering, schema_migration_5_keeps_pending_executions)
         " FROM ledger_entries",
         "DROP TABLE ledger_entries",
         "ALTER TABLE ledger_entries_v4 RENAME TO ledger_entries",
-        "DELETE FROM schema_migrations WHERE version = 5",
+        "ALTER TABLE executions DROP COLUMN deadline_at",
+        "DELETE FROM schema_migrations WHERE version IN (5, 6)",
     };
     const char *hook = "SBX_SERVER_TEST_CRASH_AFTER_ANSWER=1";
     char *id = cpu_create_local(srv, key, "{\"timeout_secs\":60}"), *log, *n;
@@ -3026,7 +3100,7 @@ Test(metering, schema_migration_5_keeps_pending_executions)
     free(n);
     srv = start_priced(NULL);
     n = db_list("SELECT version FROM schema_migrations ORDER BY version");
-    cr_assert_str_eq(n, "1,2,3,4,5");
+    cr_assert_str_eq(n, "1,2,3,4,5,6");
     free(n);
     log = cpu_read_log(srv, 1);
     cr_assert(strstr(log, "sbx-server: metered 1 execution answered before the start\n"),
