@@ -282,18 +282,31 @@ Test(server, bad_connection_limit_is_named)
     }
 }
 
-Test(server, bad_meter_sweep_is_named)
+Test(server, bad_meter_sweep_and_execute_grace_are_named)
 {
     const char *prog = getenv("SBX_SERVER") ? getenv("SBX_SERVER")
                                             : SBX_BUILD_DIR "/server/sbx-server";
-    const char *bad[] = { "0", "0.001", "86401", "x", "1s", "" };
+    static const struct {
+        const char *var, *value, *range;
+    } bad[] = {
+        { "SBX_SERVER_METER_SWEEP_SECS", "0", "0.01 to 86400" },
+        { "SBX_SERVER_METER_SWEEP_SECS", "0.001", "0.01 to 86400" },
+        { "SBX_SERVER_METER_SWEEP_SECS", "86401", "0.01 to 86400" },
+        { "SBX_SERVER_METER_SWEEP_SECS", "x", "0.01 to 86400" },
+        { "SBX_SERVER_METER_SWEEP_SECS", "1s", "0.01 to 86400" },
+        { "SBX_SERVER_METER_SWEEP_SECS", "", "0.01 to 86400" },
+        { "SBX_SERVER_EXECUTE_GRACE_SECS", "-1", "0 to 86400" },
+        { "SBX_SERVER_EXECUTE_GRACE_SECS", "86401", "0 to 86400" },
+        { "SBX_SERVER_EXECUTE_GRACE_SECS", "nan", "0 to 86400" },
+        { "SBX_SERVER_EXECUTE_GRACE_SECS", "", "0 to 86400" },
+    };
 
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char *cmd = tu_strdup_printf("env BESPOKE_API_KEY_PEPPER=p"
                                      " BESPOKE_CONTROL_PLANE_ADMIN_TOKEN=a"
-                                     " SBX_SERVER_METER_SWEEP_SECS='%s' '%s' 2>&1", bad[i], prog);
-        char *want = tu_strdup_printf("sbx-server: SBX_SERVER_METER_SWEEP_SECS must be seconds"
-                                      " from 0.01 to 86400, not \"%s\"\n", bad[i]);
+                                     " %s='%s' '%s' 2>&1", bad[i].var, bad[i].value, prog);
+        char *want = tu_strdup_printf("sbx-server: %s must be seconds from %s, not \"%s\"\n",
+                                      bad[i].var, bad[i].range, bad[i].value);
         FILE *p = popen(cmd, "r");
         char line[512] = "";
         int st;
@@ -301,7 +314,7 @@ Test(server, bad_meter_sweep_is_named)
         cr_assert(p);
         cr_assert(fgets(line, sizeof line, p));
         st = pclose(p);
-        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2, "%s: status %#x", cmd, st);
         cr_assert_str_eq(line, want);
         free(cmd);
         free(want);
