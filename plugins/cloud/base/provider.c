@@ -127,33 +127,21 @@ char *cl_state_out(json_object *j, const char *op, sbx_error **error)
     return out;
 }
 
-void *cl_client_alloc(const char *config_json, const char *provider, size_t size,
-                      size_t http_at, json_object **cfg, sbx_error **error)
-{
-    *cfg = NULL;
-    if (cl_client_config(config_json, provider, cfg, error) < 0)
-        return NULL;
-    char *c = calloc(1, size);
-    cl_http *h = c ? cl_http_new() : NULL;
-    if (!h) {
-        free(c);
-        json_object_put(*cfg);
-        *cfg = NULL;
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "client_new", "out of memory");
-        return NULL;
-    }
-    memcpy(c + http_at, &h, sizeof h);
-    return c;
-}
 
 void *cl_client_new(const cl_client_spec *spec, const char *config_json, json_object **cfg,
                     sbx_error **error)
 {
     const char *op = "client_new";
-    cl_client *c = cl_client_alloc(config_json, spec->provider, spec->size,
-                                   offsetof(cl_client, http), cfg, error);
-    if (!c)
+    if (cl_client_config(config_json, spec->provider, cfg, error) < 0)
         return NULL;
+    cl_client *c = calloc(1, spec->size);
+    if (!c || !(c->http = cl_http_new())) {
+        free(c);
+        json_object_put(*cfg);
+        *cfg = NULL;
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        return NULL;
+    }
     c->spec = spec;
     if (spec->url_key) {
         const char *env = spec->url_env ? getenv(spec->url_env) : NULL;

@@ -895,23 +895,11 @@ int cl_read_file_by(sbx_plugin_sandbox *sb, cl_http *h, const sbx_call_ctx *ctx,
 int cl_client_config(const char *config_json, const char *provider, struct json_object **cfg,
                      sbx_error **error);
 
-/**
- * The start of a client_new slot: @config_json parsed as cl_client_config()
- * does (a new object, or NULL, in *@cfg), and a zeroed client struct of
- * @size bytes whose cl_http member, at byte offset @http_at (offsetof()),
- * holds a new cl_http. Returns the struct (the caller frees it, and the
- * http, with its client_free); NULL with *@cfg NULL and the error
- * (configuration from cl_client_config(), resource_exhausted with op
- * client_new) otherwise.
- */
-void *cl_client_alloc(const char *config_json, const char *provider, size_t size,
-                      size_t http_at, struct json_object **cfg, sbx_error **error);
-
 /** A plugin's client_free slot. */
 typedef void (*cl_client_free_fn)(sbx_plugin_client *c);
 
 /**
- * The end of a client_new slot begun by cl_client_alloc(): @cfg put; when
+ * The end of a client_new slot begun by cl_client_new(): @cfg put; when
  * @rc is 0, @c stored in *@client and 0; else @c freed with @free_fn and
  * -1 (the error stored already by the step that failed).
  */
