@@ -936,7 +936,9 @@ typedef struct cl_client_spec {
     cl_reap_delete_op_fn del;   /* the reaper's delete (op "create") */
     void (*clear)(sbx_plugin_client *c);    /* frees the plugin's own members
                                              * (the head's are freed after
-                                             * it), or NULL: none */
+                                             * it), also of a client_new that
+                                             * failed part-way (members not
+                                             * set are zero), or NULL: none */
 } cl_client_spec;
 
 /**
