@@ -22,7 +22,8 @@
  * body), the exec_start of script procs over a stand-in worker, and the
  * list_files and read_file slots over a stand-in runner and download;
  * the gone error with the provider's view, through a host that records
- * context; a status read with the provider's word for none.
+ * context; a status read with the provider's word for none; the client
+ * head a plugin's spec describes (base URL, credential, reaper, free).
  * Errors are looked at through cl_last() (no host is loaded here).
  */
 #include "provider.h"
@@ -2169,6 +2170,164 @@ Test(provider, client_end_hands_over_or_frees)
     cr_assert_eq(cl_client_end(-1, c, &out, NULL, client_free), -1);
     cr_assert_null(out);
     cr_assert_eq(clients_freed, 1);
+}
+
+/* A plugin's client around the head, and its spec's callbacks. */
+typedef struct acme_client {
+    cl_client cl;
+    char *own;
+} acme_client;
+
+static int acme_clears;
+
+static void acme_clear(sbx_plugin_client *c)
+{
+    acme_client *a = (acme_client *)c;
+    acme_clears++;
+    free(a->own);
+}
+
+static int acme_find(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
+                     sbx_error **error)
+{
+    (void)ud;
+    (void)ctx;
+    (void)token;
+    (void)error;
+    *ids = calloc(1, sizeof(char *));
+    return *ids ? 0 : -1;
+}
+
+static int acme_del(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                    const char *op, sbx_error **error)
+{
+    (void)client;
+    (void)ctx;
+    (void)id;
+    (void)op;
+    (void)error;
+    return 0;
+}
+
+static const char *const acme_key_envs[] = { "SBX_TEST_ACME_KEY", "SBX_TEST_ACME_JWT", NULL };
+
+static const cl_client_spec acme_spec = {
+    .provider = "acme", .size = sizeof(acme_client),
+    .url_key = "api_url", .url_env = "SBX_TEST_ACME_URL", .url_default = "https://api.acme.test/",
+    .key_envs = acme_key_envs, .auth_header = "Authorization", .auth_prefix = "Bearer ",
+    .find = acme_find, .del = acme_del, .clear = acme_clear,
+};
+
+/* The client head: the base URL from the option, else the variable, else
+ * the default (trailing slashes gone); the credential header from the
+ * first variable set; the reaper; the options left to the plugin; the
+ * plugin's clear called once by the free slot. */
+Test(provider, client_new_makes_the_head_from_the_spec)
+{
+    unsetenv("SBX_TEST_ACME_URL");
+    unsetenv("SBX_TEST_ACME_KEY");
+    setenv("SBX_TEST_ACME_JWT", "jwt-7", 1);
+    json_object *cfg = (json_object *)1;
+    acme_client *a = cl_client_new(&acme_spec, "{\"api_url\":\"http://127.0.0.1:9/v1//\","
+                                   "\"region\":\"eu\"}", &cfg, NULL);
+    cr_assert_not_null(a);
+    cr_assert_str_eq(a->cl.api, "http://127.0.0.1:9/v1");
+    cr_assert_str_eq(cl_json_str(cfg, "region"), "eu");
+    cr_assert_not_null(a->cl.reaper);
+    cr_assert_eq(a->cl.spec, &acme_spec);
+    cr_assert_null(a->own);
+    char **hdrs = cl_http_auth_headers(a->cl.http);
+    cr_assert_not_null(hdrs);
+    cr_assert_str_eq(hdrs[0], "Authorization: Bearer jwt-7");
+    cr_assert_null(hdrs[1]);
+    cl_strv_free(hdrs);
+    a->own = strdup("team-1");
+    sbx_plugin_client *out = NULL;
+    cr_assert_eq(cl_client_end(0, (sbx_plugin_client *)a, &out, cfg, cl_client_free_slot), 0);
+    cr_assert_eq(out, (sbx_plugin_client *)a);
+    acme_clears = 0;
+    cl_client_free_slot(out);
+    cr_assert_eq(acme_clears, 1);
+    cl_client_free_slot(NULL);
+    cr_assert_eq(acme_clears, 1);
+
+    setenv("SBX_TEST_ACME_URL", "https://eu.acme.test/", 1);
+    setenv("SBX_TEST_ACME_KEY", "k-9", 1);
+    a = cl_client_new(&acme_spec, NULL, &cfg, NULL);
+    cr_assert_not_null(a);
+    cr_assert_null(cfg);
+    cr_assert_str_eq(a->cl.api, "https://eu.acme.test");
+    hdrs = cl_http_auth_headers(a->cl.http);
+    cr_assert_str_eq(hdrs[0], "Authorization: Bearer k-9");
+    cl_strv_free(hdrs);
+    cl_client_free_slot((sbx_plugin_client *)a);
+    cr_assert_eq(acme_clears, 2);
+
+    unsetenv("SBX_TEST_ACME_URL");
+    unsetenv("SBX_TEST_ACME_KEY");
+    unsetenv("SBX_TEST_ACME_JWT");
+    a = cl_client_new(&acme_spec, "", &cfg, NULL);
+    cr_assert_str_eq(a->cl.api, "https://api.acme.test");
+    hdrs = cl_http_auth_headers(a->cl.http);
+    cr_assert_null(hdrs[0]);
+    cl_strv_free(hdrs);
+    cl_client_free_slot((sbx_plugin_client *)a);
+    cr_assert_eq(acme_clears, 3);
+}
+
+/* No URL option, no reaper, no clear: the head holds the http alone. */
+Test(provider, client_new_of_a_bare_spec)
+{
+    static const cl_client_spec bare = { .provider = "bare", .size = sizeof(cl_client) };
+    json_object *cfg = NULL;
+    cl_client *c = cl_client_new(&bare, "{\"api_url\":\"ftp://x\"}", &cfg, NULL);
+    cr_assert_not_null(c);
+    cr_assert_not_null(c->http);
+    cr_assert_null(c->api);
+    cr_assert_null(c->reaper);
+    json_object_put(cfg);
+    cl_client_free_slot((sbx_plugin_client *)c);
+}
+
+/* Each failure of the head: its error, no options handed back, nothing of
+ * the plugin's cleared (it set nothing yet). */
+Test(provider, client_new_failures)
+{
+    unsetenv("SBX_TEST_ACME_URL");
+    acme_clears = 0;
+    json_object *cfg = (json_object *)1;
+    cr_assert_null(cl_client_new(&acme_spec, "[1]", &cfg, NULL));
+    cr_assert_null(cfg);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "acme client options must be a JSON object");
+
+    cfg = (json_object *)1;
+    cr_assert_null(cl_client_new(&acme_spec, "{\"api_url\":\"ftp://acme.test\"}", &cfg, NULL));
+    cr_assert_null(cfg);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg,
+                     "api_url: the base URL \"ftp://acme.test\" is not an http:// or https:// URL");
+
+    cr_assert_null(cl_client_new(&acme_spec, "{\"retries\":\"many\"}", &cfg, NULL));
+    cr_assert_null(cfg);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert(strstr(cl_last()->msg, "retries") != NULL, "%s", cl_last()->msg);
+
+    cl_client_spec req = acme_spec;
+    req.url_default = NULL;
+    req.url_missing = "acme backend: no API URL (set SBX_TEST_ACME_URL)";
+    cr_assert_null(cl_client_new(&req, "{}", &cfg, NULL));
+    cr_assert_null(cfg);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: no API URL (set SBX_TEST_ACME_URL)");
+    setenv("SBX_TEST_ACME_URL", "http://127.0.0.1:8/", 1);
+    acme_client *a = cl_client_new(&req, "{}", &cfg, NULL);
+    unsetenv("SBX_TEST_ACME_URL");
+    cr_assert_not_null(a);
+    cr_assert_str_eq(a->cl.api, "http://127.0.0.1:8");
+    json_object_put(cfg);
+    cl_client_free_slot((sbx_plugin_client *)a);
+    cr_assert_eq(acme_clears, 1);
 }
 
 /* is_alive on an item: a sandbox known gone is not alive, and nothing is

@@ -9,8 +9,9 @@
  * is a configuration error naming the path; the worker's settings (cpu,
  * image, network) are configuration errors naming the option; create is
  * POST /v1/sandbox and destroy DELETE /v1/sandbox/{id}, with the bearer
- * key; a sandbox deleted elsewhere is gone although the bridge would start
- * a fresh container for its id; a snapshot is the workspace's tar kept on
+ * key; a client without the worker's URL says where to set it; a sandbox
+ * deleted elsewhere is gone although the bridge would start a fresh
+ * container for its id; a snapshot is the workspace's tar kept on
  * the client's side. The fake's routes (/_fake/exec_error,
  * /_fake/faults, /_fake/log) script and count requests.
  */
@@ -182,6 +183,28 @@ Test(cloudflare, the_workers_settings_are_configuration_errors)
     sbx_error_free(err);
     /* Nothing was asked of the bridge. */
     cr_assert_eq(count("POST", "/v1/sandbox"), 0);
+}
+
+/* A client without the worker's URL says where to set it (a bad one is
+ * named by the base). */
+Test(cloudflare, a_client_without_a_worker_url_says_where_to_set_it)
+{
+    unsetenv("CLOUDFLARE_SANDBOX_WORKER_URL");
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_client_new("cloudflare", &err));
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(sbx_error_get0_message(err), "cloudflare backend: no Sandbox Bridge worker "
+                     "URL (set CLOUDFLARE_SANDBOX_WORKER_URL or the client option worker_url "
+                     "to the deployed bridge, e.g. https://sandbox-bridge.NAME.workers.dev)");
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), "worker_url");
+    sbx_error_free(err);
+    err = NULL;
+    setenv("CLOUDFLARE_SANDBOX_WORKER_URL", "ftp://127.0.0.1:9", 1);
+    cr_assert_null(sbx_client_new("cloudflare", &err));
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(sbx_error_get0_message(err), "CLOUDFLARE_SANDBOX_WORKER_URL: the base URL "
+                     "\"ftp://127.0.0.1:9\" is not an http:// or https:// URL");
+    sbx_error_free(err);
 }
 
 Test(cloudflare, create_and_destroy_are_the_bridges_post_and_delete)

@@ -146,8 +146,8 @@
                   | SBX_CAP_BACKGROUND | SBX_CAP_LIST_OWNED | SBX_CAP_MEMORY_LIMIT)
 
 struct sbx_plugin_client {
-    cl_http *http;
-    char *api;          /* the dashboard's URL, no trailing slash */
+    cl_client cl;       /* first member: http, the dashboard's URL
+                         * (provider.h) */
     char *python;       /* the driver's interpreter on the cluster */
     char *root_dir;     /* where sandboxes' directories go */
 };
@@ -275,8 +275,8 @@ static json_object *ray_job_get(struct sbx_plugin_client *c, const sbx_call_ctx 
                                 const char *sid, long *status, const char *op,
                                 sbx_error **error)
 {
-    char *url = cl_item_url(c->api, "api/jobs", sid, "");
-    json_object *j = cl_get_json(c->http, ctx, url, status, op, "get the job", error);
+    char *url = cl_item_url(c->cl.api, "api/jobs", sid, "");
+    json_object *j = cl_get_json(c->cl.http, ctx, url, status, op, "get the job", error);
     free(url);
     return j;
 }
@@ -292,10 +292,10 @@ static int ray_job_stop(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, co
                         const char *op, sbx_error **error)
 {
     cl_resp r = { 0 };
-    int rc = cl_item_request(c->http, ctx, "POST", c->api, "api/jobs", sid, "/stop", NULL,
+    int rc = cl_item_request(c->cl.http, ctx, "POST", c->cl.api, "api/jobs", sid, "/stop", NULL,
                              CL_SAFE, &r, op, "stop the job", error);
     if (rc == 0 && r.status / 100 != 2 && r.status != 404) {
-        cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "stop the job");
+        cl_fail_status(c->cl.http, error, CL_CODE_BY_STATUS, &r, op, "stop the job");
         rc = -1;
     }
     cl_resp_clear(&r);
@@ -306,8 +306,8 @@ static int ray_job_stop(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, co
 static void ray_job_delete(struct sbx_plugin_client *c, const char *sid)
 {
     sbx_call_ctx ctx = { sizeof(ctx), cl_now() + 10, -1, NULL };
-    char *url = cl_item_url(c->api, "api/jobs", sid, "");
-    if (url && cl_delete_url(c->http, &ctx, url, "exec", "delete the job", NULL) < 0)
+    char *url = cl_item_url(c->cl.api, "api/jobs", sid, "");
+    if (url && cl_delete_url(c->cl.http, &ctx, url, "exec", "delete the job", NULL) < 0)
         CL_LOG(SBX_LOG_INFO, "the record of job %s stays on the cluster: %s", sid,
                cl_last()->msg);
     free(url);
@@ -481,7 +481,7 @@ static int ray_put_package(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
     char hex[33];
     cl_random_hex(hex, 16);
     snprintf(uri, 64, "gcs://_ray_pkg_%s.zip", hex);
-    char *url = cl_printf("%s/api/packages/gcs/_ray_pkg_%s.zip", c->api, hex);
+    char *url = cl_printf("%s/api/packages/gcs/_ray_pkg_%s.zip", c->cl.api, hex);
     cl_req rq = { .method = "PUT", .url = url, .content_type = "application/zip",
                   .source = cl_fd_source, .source_ud = &zip, .source_len = len,
                   .idempotent = CL_SAFE, .what = "upload the package" };
@@ -489,11 +489,11 @@ static int ray_put_package(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
     int rc = -1;
     if (!url)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (cl_request(c->http, ctx, &rq, &r, op, error) == 0) {
+    else if (cl_request(c->cl.http, ctx, &rq, &r, op, error) == 0) {
         if (r.status / 100 == 2)
             rc = 0;
         else
-            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "upload the package");
+            cl_fail_status(c->cl.http, error, CL_CODE_BY_STATUS, &r, op, "upload the package");
     }
     cl_resp_clear(&r);
     free(url);
@@ -560,8 +560,8 @@ static int ray_read_log(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, ra
                         int *missing, const char *op)
 {
     long st = 0;
-    char *url = cl_item_url(c->api, "api/jobs", run->sid, "/logs");
-    json_object *j = cl_get_json(c->http, ctx, url, &st, op, "read the job's log", NULL);
+    char *url = cl_item_url(c->cl.api, "api/jobs", run->sid, "/logs");
+    json_object *j = cl_get_json(c->cl.http, ctx, url, &st, op, "read the job's log", NULL);
     free(url);
     if (!j) {
         if (st == 404) {
@@ -674,12 +674,12 @@ static int ray_submit(struct sbx_plugin_sandbox *sb, struct sbx_plugin_client *c
         json_object_object_foreach(sb->res, k, v)
             json_object_object_add(b, k, json_object_get(v));
     }
-    char *url = cl_printf("%s/api/jobs/", c->api);
+    char *url = cl_printf("%s/api/jobs/", c->cl.api);
     cl_resp r = { 0 };
     int rc = -1;
     if (!url)
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (cl_request_json(c->http, ctx, "POST", url, b, CL_SAFE, &r, op, "submit the job",
+    else if (cl_request_json(c->cl.http, ctx, "POST", url, b, CL_SAFE, &r, op, "submit the job",
                              NULL) == 0) {
         if (r.status / 100 == 2) {
             rc = 0;
@@ -689,7 +689,7 @@ static int ray_submit(struct sbx_plugin_sandbox *sb, struct sbx_plugin_client *c
              * the job that submit made. */
             rc = 0;
         } else {
-            cl_fail_status(c->http, NULL, r.status == 400 ? SBX_ERROR_CONFIGURATION
+            cl_fail_status(c->cl.http, NULL, r.status == 400 ? SBX_ERROR_CONFIGURATION
                                                           : CL_CODE_BY_STATUS,
                            &r, op, "submit the job");
         }
@@ -756,9 +756,9 @@ static int ray_tail_message(void *ud, int binary, const unsigned char *p, size_t
 static int ray_tail(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, ray_run *run,
                     const char *op)
 {
-    char *http_url = cl_item_url(c->api, "api/jobs", run->sid, "/logs/tail");
+    char *http_url = cl_item_url(c->cl.api, "api/jobs", run->sid, "/logs/tail");
     char *url = http_url ? cl_ws_url(http_url) : NULL;
-    char **hdrs = cl_http_auth_headers(c->http);
+    char **hdrs = cl_http_auth_headers(c->cl.http);
     ray_tail_state t = { .run = run, .base = run->seen };
     int rc = 1;
     free(http_url);
@@ -956,15 +956,10 @@ static int ray_setup(const sbx_host_services *host, sbx_error **error)
     return cl_setup(host, RAY_BACKEND, error);
 }
 
-static void ray_client_free(sbx_plugin_client *c)
+static void ray_client_clear(sbx_plugin_client *c)
 {
-    if (!c)
-        return;
-    cl_http_free(c->http);
-    free(c->api);
     free(c->python);
     free(c->root_dir);
-    free(c);
 }
 
 /* The token file's first line, blanks trimmed, or NULL (errno set when the
@@ -1020,18 +1015,23 @@ static char *ray_address(json_object *cfg, sbx_error **error)
     return out;
 }
 
+static const char *const ray_key_envs[] = { "RAY_AUTH_TOKEN", NULL };
+
+/* The dashboard's URL is ray_address()'s, set by the plugin. */
+static const cl_client_spec ray_client_spec = {
+    .provider = RAY_BACKEND, .size = sizeof(struct sbx_plugin_client),
+    .key_envs = ray_key_envs, .auth_header = "Authorization", .auth_prefix = "Bearer ",
+    .clear = ray_client_clear,
+};
+
 static int ray_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
     json_object *cfg;
-    struct sbx_plugin_client *c = cl_client_alloc(config_json, RAY_BACKEND, sizeof(*c),
-                                                  offsetof(struct sbx_plugin_client, http),
-                                                  &cfg, error);
+    struct sbx_plugin_client *c = cl_client_new(&ray_client_spec, config_json, &cfg, error);
     if (!c)
         return -1;
-    static const char *const key_envs[] = { "RAY_AUTH_TOKEN", NULL };
-    if (!(c->api = ray_address(cfg, error))
-        || cl_http_configure(c->http, cfg, key_envs, "Authorization", "Bearer ", error) < 0)
+    if (!(c->cl.api = ray_address(cfg, error)))
         goto fail;
     const char *t = getenv("RAY_AUTH_TOKEN");
     if (!t || !*t) {
@@ -1052,8 +1052,8 @@ static int ray_client_new(const char *config_json, sbx_plugin_client **client, s
         }
         if (tok) {
             char *h = cl_printf("Bearer %s", tok);
-            int bad = !h || cl_http_set_auth(c->http, "Authorization", h) < 0
-                      || cl_http_set_secret(c->http, tok) < 0;
+            int bad = !h || cl_http_set_auth(c->cl.http, "Authorization", h) < 0
+                      || cl_http_set_secret(c->cl.http, tok) < 0;
             free(h);
             free(tok);
             if (bad) {
@@ -1074,13 +1074,9 @@ static int ray_client_new(const char *config_json, sbx_plugin_client **client, s
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    json_object_put(cfg);
-    *client = c;
-    return 0;
+    return cl_client_end(0, c, client, cfg, cl_client_free_slot);
 fail:
-    json_object_put(cfg);
-    ray_client_free(c);
-    return -1;
+    return cl_client_end(-1, c, client, cfg, cl_client_free_slot);
 }
 
 static int ray_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
@@ -1306,8 +1302,8 @@ static int ray_remove(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
     if (rc < 0)
         return -1;
     /* Then its label: the record of the job that made it (id). */
-    char *url = cl_item_url(c->api, "api/jobs", id, "");
-    rc = cl_delete_url(c->http, ctx, url, op, "delete the sandbox's job record", error);
+    char *url = cl_item_url(c->cl.api, "api/jobs", id, "");
+    rc = cl_delete_url(c->cl.http, ctx, url, op, "delete the sandbox's job record", error);
     free(url);
     return rc;
 }
@@ -1389,7 +1385,7 @@ static int ray_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         ray_remove(c, NULL, id, dir, meta, made, op, NULL);
         goto out;
     }
-    CL_LOG(SBX_LOG_INFO, "create: sandbox %s in %s on %s", id, dir, c->api);
+    CL_LOG(SBX_LOG_INFO, "create: sandbox %s in %s on %s", id, dir, c->cl.api);
     *sandbox = sb;
     sb = NULL;
     rc = 0;
@@ -1527,16 +1523,16 @@ static int ray_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
 {
     const char *op = "list_owned";
     long st = 0;
-    char *url = cl_printf("%s/api/jobs/", client->api);
+    char *url = cl_printf("%s/api/jobs/", client->cl.api);
     if (!url) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
-    json_object *j = cl_get_json(client->http, ctx, url, &st, op, "list jobs", error);
+    json_object *j = cl_get_json(client->cl.http, ctx, url, &st, op, "list jobs", error);
     free(url);
     if (!j) {
         if (st == 404)
-            cl_fail(error, SBX_ERROR_NOT_FOUND, op, "ray: no job list at %s", client->api);
+            cl_fail(error, SBX_ERROR_NOT_FOUND, op, "ray: no job list at %s", client->cl.api);
         return -1;
     }
     if (!json_object_is_type(j, json_type_array)) {
@@ -1772,7 +1768,7 @@ static const sbx_plugin ray_plugin = {
     .caps = RAY_CAPS,
     .setup = ray_setup,
     .client_new = ray_client_new,
-    .client_free = ray_client_free,
+    .client_free = cl_client_free_slot,
     .probe = ray_probe,
     .create = ray_create,
     .resume = ray_resume,

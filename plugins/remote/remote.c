@@ -135,12 +135,12 @@ typedef struct rm_lost {
 } rm_lost;
 
 struct sbx_plugin_client {
-    cl_http *http;
-    char *api;          /* base URL, or NULL when none was configured */
+    cl_client cl;       /* first member: http, base URL (NULL when none was
+                         * configured), reaper of creates whose outcome is
+                         * unknown (CASE-20) */
     char *backend;      /* the upstream backend, or NULL */
     int has_key;
     char *url_error;    /* the bad URL's message, when one was given */
-    cl_reaper *reaper;  /* creates whose outcome is unknown (CASE-20) */
     pthread_mutex_t lost_lock;
     rm_lost *lost;      /* guarded by lost_lock */
 };
@@ -502,11 +502,8 @@ static int rm_setup(const sbx_host_services *host, sbx_error **error)
     return cl_setup(host, RM_BACKEND, error);
 }
 
-static void rm_client_free(sbx_plugin_client *c)
+static void rm_client_clear(sbx_plugin_client *c)
 {
-    if (!c)
-        return;
-    cl_reaper_free(c->reaper);
     while (c->lost) {
         rm_lost *l = c->lost;
         c->lost = l->next;
@@ -516,11 +513,8 @@ static void rm_client_free(sbx_plugin_client *c)
         free(l);
     }
     pthread_mutex_destroy(&c->lost_lock);
-    cl_http_free(c->http);
-    free(c->api);
     free(c->backend);
     free(c->url_error);
-    free(c);
 }
 
 /* A string option @key of @cfg, else the variable @env; NULL when neither
@@ -575,7 +569,7 @@ static int rm_reap_find(void *ud, const sbx_call_ctx *ctx, const char *token, ch
     json_object *b = body ? json_tokener_parse(body) : NULL;
     if (api && b) {
         cl_resp r = { 0 };
-        rc = rm_call(c->http, ctx, "POST", api, "/v1/sandboxes", b, token, &r, "create",
+        rc = rm_call(c->cl.http, ctx, "POST", api, "/v1/sandboxes", b, token, &r, "create",
                      "send the lost create again", error);
         if (rc == 0 && r.status / 100 == 2) {
             json_object *j = cl_resp_json(&r, "create", "send the lost create again", NULL);
@@ -594,11 +588,18 @@ static int rm_reap_find(void *ud, const sbx_call_ctx *ctx, const char *token, ch
     return cl_ids_finish(&found, rc, ids, "create", error);
 }
 
-static int rm_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
+static int rm_reap_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
+                          const char *op, sbx_error **error)
 {
-    struct sbx_plugin_client *c = ud;
-    return c->api ? rm_delete_on(c, ctx, c->api, id, "create", error) : -1;
+    return c->cl.api ? rm_delete_on(c, ctx, c->cl.api, id, op, error) : -1;
 }
+
+/* The base URL is checked by the plugin, the key set by it: a bad URL is
+ * said at once, a missing one or key at the first call. */
+static const cl_client_spec rm_client_spec = {
+    .provider = RM_BACKEND, .size = sizeof(struct sbx_plugin_client),
+    .find = rm_reap_find, .del = rm_reap_delete, .clear = rm_client_clear,
+};
 
 /* Keeps what the reaper needs to send create @key again, and starts
  * looking (cl_reap_lost). */
@@ -620,27 +621,17 @@ static void rm_create_lost(struct sbx_plugin_client *c, const char *api, const c
     l->next = c->lost;
     c->lost = l;
     pthread_mutex_unlock(&c->lost_lock);
-    cl_reap_lost(c->reaper, key);
+    cl_reap_lost(c->cl.reaper, key);
 }
 
 static int rm_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
-    json_object *cfg = NULL;
-    if (cl_client_config(config_json, RM_BACKEND, &cfg, error) < 0)
+    json_object *cfg;
+    struct sbx_plugin_client *c = cl_client_new(&rm_client_spec, config_json, &cfg, error);
+    if (!c)
         return -1;
-    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
-    if (!c || !(c->http = cl_http_new())) {
-        free(c);
-        json_object_put(cfg);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
     pthread_mutex_init(&c->lost_lock, NULL);
-    if (!(c->reaper = cl_reaper_new(rm_reap_find, rm_reap_delete, c))) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto fail;
-    }
     static const char *const known[] = { "url", "api_key", "backend", "retries",
                                          "rate_limit_retries", "max_retry_wait_s", NULL };
     if (cfg) {
@@ -668,23 +659,19 @@ static int rm_client_new(const char *config_json, sbx_plugin_client **client, sb
         /* A bad URL is said at once: it was given. */
         json_object *u = json_object_new_object();
         json_object_object_add(u, "url", json_object_new_string(url));
-        c->api = cl_base_url(u, "url", NULL, NULL, error);
+        c->cl.api = cl_base_url(u, "url", NULL, NULL, error);
         json_object_put(u);
-        if (!c->api)
+        if (!c->cl.api)
             goto fail;
     }
     if (backend && !(c->backend = strdup(backend))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    cl_retry_policy pol = CL_RETRY_POLICY_DEFAULT;
-    if (cl_retry_policy_from_config(cfg, &pol, error) < 0)
-        goto fail;
-    cl_http_set_retry(c->http, &pol);
     if (key) {
         char *auth = cl_printf("Bearer %s", key);
-        int bad = !auth || cl_http_set_auth(c->http, "Authorization", auth) < 0
-                  || cl_http_set_secret(c->http, key) < 0;
+        int bad = !auth || cl_http_set_auth(c->cl.http, "Authorization", auth) < 0
+                  || cl_http_set_secret(c->cl.http, key) < 0;
         free(auth);
         if (bad) {
             cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -692,13 +679,9 @@ static int rm_client_new(const char *config_json, sbx_plugin_client **client, sb
         }
         c->has_key = 1;
     }
-    json_object_put(cfg);
-    *client = c;
-    return 0;
+    return cl_client_end(0, c, client, cfg, cl_client_free_slot);
 fail:
-    json_object_put(cfg);
-    rm_client_free(c);
-    return -1;
+    return cl_client_end(-1, c, client, cfg, cl_client_free_slot);
 }
 
 /* The control plane's URL for a call: @api (a sandbox's), else the
@@ -708,7 +691,7 @@ static const char *rm_ready(struct sbx_plugin_client *c, const char *api, const 
                             sbx_error **error)
 {
     if (!api)
-        api = c->api;
+        api = c->cl.api;
     if (!api) {
         sbx_error *e = cl_fail(error, SBX_ERROR_CONFIGURATION, op,
                                "remote backend: no control-plane URL (set the client option "
@@ -809,7 +792,7 @@ static int rm_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
     }
     for (;;) {
         cl_resp_clear(&r);
-        if (rm_call(sb->c->http, ctx, "POST", sb->api, path, b, key, &r, op, "run the command",
+        if (rm_call(sb->c->cl.http, ctx, "POST", sb->api, path, b, key, &r, op, "run the command",
                     error) < 0)
             goto out;
         /* The request id is ours alone (random, made for this call): a
@@ -829,7 +812,7 @@ static int rm_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
         break;
     }
     if (r.status / 100 != 2) {
-        sbx_error *e = rm_fail(sb->c->http, error, &r, op, "run the command");
+        sbx_error *e = rm_fail(sb->c->cl.http, error, &r, op, "run the command");
         if (r.status == 404 || (r.status == 409 && r.body.data
                                 && strstr(r.body.data, "\"sandbox is destroyed\""))) {
             cl_gone_set(&sb->s.gone);
@@ -1095,13 +1078,13 @@ static json_object *rm_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return NULL;
     }
-    if (rm_call(c->http, ctx, "GET", api, path, NULL, NULL, &r, op, "get the sandbox",
+    if (rm_call(c->cl.http, ctx, "GET", api, path, NULL, NULL, &r, op, "get the sandbox",
                 error) == 0) {
         *status = r.status;
         if (r.status == 200)
             j = rm_json(&r, op, "get the sandbox", error);
         else if (r.status != 404)
-            rm_fail(c->http, error, &r, op, "get the sandbox");
+            rm_fail(c->cl.http, error, &r, op, "get the sandbox");
     }
     free(path);
     cl_resp_clear(&r);
@@ -1134,7 +1117,7 @@ static int rm_create_look(void *ud, const char **state, sbx_error **error)
     if (strcmp(w->state, "running") == 0)
         rc = 1;
     else if (strcmp(w->state, "creating") != 0) {
-        rm_record_error(w->c->http, error, j, "create", "create the sandbox");
+        rm_record_error(w->c->cl.http, error, j, "create", "create the sandbox");
         rc = -1;
     }
     json_object_put(j);
@@ -1207,7 +1190,7 @@ static int rm_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         cl_random_hex(key_buf + 4, 16);
         key = key_buf;
     }
-    if (rm_call(c->http, ctx, "POST", api, "/v1/sandboxes", body, key, &r, op,
+    if (rm_call(c->cl.http, ctx, "POST", api, "/v1/sandboxes", body, key, &r, op,
                 "create the sandbox", error) < 0) {
         if (r.lost) {
             /* It may have made the sandbox: said so, and the reaper
@@ -1224,7 +1207,7 @@ static int rm_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         char what[1024];
         const char *one = NULL;
         int nset = rm_request_options(rq, what, sizeof what, &one);
-        sbx_error *e = rm_fail(c->http, error, &r, op, what);
+        sbx_error *e = rm_fail(c->cl.http, error, &r, op, what);
         if (nset == 1 && r.status >= 400 && r.status < 500 && r.status != 401
             && r.status != 403 && r.status != 404 && r.status != 409)
             cl_context(e, "option", one);
@@ -1247,7 +1230,7 @@ static int rm_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         if (cl_wait_until(ctx, RM_WAIT_S, rm_create_look, &w, op, what, error) < 0)
             goto out;
     } else if (strcmp(st, "running") != 0) {
-        sbx_error *e = rm_record_error(c->http, error, j, op, "create the sandbox");
+        sbx_error *e = rm_record_error(c->cl.http, error, j, op, "create the sandbox");
         cl_context(e, "sandbox_id", id);
         goto out;
     }
@@ -1299,12 +1282,12 @@ static int rm_delete_on(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, co
     int rc = -1;
     if (!path)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (rm_call(c->http, ctx, "DELETE", api, path, NULL, NULL, &r, op,
+    else if (rm_call(c->cl.http, ctx, "DELETE", api, path, NULL, NULL, &r, op,
                      "terminate the sandbox", error) == 0) {
         if (r.status / 100 == 2 || r.status == 404)
             rc = 0;
         else
-            rm_fail(c->http, error, &r, op, "terminate the sandbox");
+            rm_fail(c->cl.http, error, &r, op, "terminate the sandbox");
     }
     free(path);
     cl_resp_clear(&r);
@@ -1376,7 +1359,7 @@ static int rm_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
         return -1;
     const char *surl = cl_json_str(data, "url");
     char *api = surl ? cl_trim_slash(surl) : NULL;
-    const char *use = client->api ? client->api : api;
+    const char *use = client->cl.api ? client->cl.api : api;
     if (use && strncmp(use, "http://", 7) != 0 && strncmp(use, "https://", 8) != 0) {
         cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                            "remote session state: url \"%s\" is not an http:// or https:// URL",
@@ -1922,11 +1905,11 @@ static int rm_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     int rc = -1;
     if (!api)
         return -1;
-    if (rm_call(client->http, ctx, "GET", api, "/v1/sandboxes", NULL, NULL, &r, op,
+    if (rm_call(client->cl.http, ctx, "GET", api, "/v1/sandboxes", NULL, NULL, &r, op,
                 "list the sandboxes", error) < 0)
         goto out;
     if (r.status != 200) {
-        rm_fail(client->http, error, &r, op, "list the sandboxes");
+        rm_fail(client->cl.http, error, &r, op, "list the sandboxes");
         goto out;
     }
     j = r.body.data ? json_tokener_parse(r.body.data) : NULL;
@@ -1996,7 +1979,7 @@ static const sbx_plugin rm_plugin = {
     .caps = RM_CAPS | SBX_CAP_ISOLATION,
     .setup = rm_setup,
     .client_new = rm_client_new,
-    .client_free = rm_client_free,
+    .client_free = cl_client_free_slot,
     .probe = rm_probe,
     .create = rm_create,
     .resume = rm_resume,

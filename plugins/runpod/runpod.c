@@ -110,11 +110,10 @@ typedef struct rp_opts {
 } rp_opts;
 
 struct sbx_plugin_client {
-    cl_http *http;
-    char *api;          /* base URL + "/v2" */
+    cl_client cl;       /* first member: http, base URL + "/v2", reaper of
+                         * the pods of creates whose outcome is unknown */
     char *gpu;          /* the default GPU ("TYPE[:COUNT]"), or NULL */
     rp_opts opts;       /* the client's defaults */
-    cl_reaper *reaper;  /* pods of creates whose outcome is unknown */
 };
 
 struct sbx_plugin_sandbox {
@@ -315,23 +314,17 @@ static int rp_setup(const sbx_host_services *host, sbx_error **error)
     return cl_setup(host, RP_BACKEND, error);
 }
 
-static void rp_client_free(sbx_plugin_client *c)
+static void rp_client_clear(sbx_plugin_client *c)
 {
-    if (!c)
-        return;
-    cl_reaper_free(c->reaper);
-    cl_http_free(c->http);
-    free(c->api);
     free(c->gpu);
     rp_opts_clear(&c->opts);
-    free(c);
 }
 
 static int rp_delete_pod(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                          const char *op, sbx_error **error)
 {
-    char *url = cl_item_url(c->api, "pods", id, "");
-    int rc = cl_delete_url(c->http, ctx, url, op, "terminate the pod", error);
+    char *url = cl_item_url(c->cl.api, "pods", id, "");
+    int rc = cl_delete_url(c->cl.http, ctx, url, op, "terminate the pod", error);
     free(url);
     return rc;
 }
@@ -342,13 +335,13 @@ typedef int (*rp_each_fn)(void *ud, json_object *pod);
 static int rp_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, rp_each_fn fn, void *ud,
                    const char *op, sbx_error **error)
 {
-    char *url = cl_printf("%s/pods", c->api);
+    char *url = cl_printf("%s/pods", c->cl.api);
     long st = 0;
-    json_object *j = url ? cl_get_json(c->http, ctx, url, &st, op, "list pods", error) : NULL;
+    json_object *j = url ? cl_get_json(c->cl.http, ctx, url, &st, op, "list pods", error) : NULL;
     free(url);
     if (!j) {
         if (st == 404)
-            cl_fail(error, SBX_ERROR_NOT_FOUND, op, "runpod: no pod list at %s/pods", c->api);
+            cl_fail(error, SBX_ERROR_NOT_FOUND, op, "runpod: no pod list at %s/pods", c->cl.api);
         else if (!url)
             cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
@@ -387,44 +380,42 @@ static int rp_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, c
     return cl_ids_finish(&s.ids, rc, ids, "create", error);
 }
 
-static int rp_reap_delete(void *ud, const sbx_call_ctx *ctx, const char *id, sbx_error **error)
-{
-    return rp_delete_pod(ud, ctx, id, "create", error);
-}
+static const char *const rp_key_envs[] = { "RUNPOD_API_KEY", NULL };
+
+/* The base URL gets "/v2" and the key may come from runpod's config file:
+ * both set by the plugin. */
+static const cl_client_spec rp_client_spec = {
+    .provider = RP_BACKEND, .size = sizeof(struct sbx_plugin_client),
+    .key_envs = rp_key_envs, .auth_header = "Authorization", .auth_prefix = "Bearer ",
+    .find = rp_find_token, .del = rp_delete_pod, .clear = rp_client_clear,
+};
 
 static int rp_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
-    json_object *cfg = NULL;
-    if (cl_client_config(config_json, RP_BACKEND, &cfg, error) < 0)
+    json_object *cfg;
+    struct sbx_plugin_client *c = cl_client_new(&rp_client_spec, config_json, &cfg, error);
+    if (!c)
         return -1;
-    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
     char *base = NULL, *key = NULL;
-    if (!c || !(c->http = cl_http_new())) {
-        free(c);
-        json_object_put(cfg);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
     c->opts.create_timeout_s = 600;
     c->opts.api_timeout_s = 30;
     c->opts.poll_s = 2;
     c->opts.ssh_connect_timeout_s = 10;
     base = cl_base_url(cfg, "api_url", "RUNPOD_API_BASE_URL", RP_DEFAULT_URL, error);
-    static const char *const no_envs[] = { NULL };
-    if (!base || cl_http_configure(c->http, cfg, no_envs, "Authorization", "Bearer ", error) < 0
-        || rp_opts_read(cfg, &c->opts, op, error) < 0)
+    if (!base || rp_opts_read(cfg, &c->opts, op, error) < 0)
         goto fail;
-    if (!(c->api = cl_printf("%s/v2", base))) {
+    if (!(c->cl.api = cl_printf("%s/v2", base))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
+    /* RUNPOD_API_KEY's is set by the head; without it, the config file's. */
     const char *k = getenv("RUNPOD_API_KEY");
-    key = k && *k ? strdup(k) : rp_toml_key();
+    key = k && *k ? NULL : rp_toml_key();
     if (key) {
         char *hv = cl_printf("Bearer %s", key);
-        int bad = !hv || cl_http_set_auth(c->http, "Authorization", hv) < 0
-                  || cl_http_set_secret(c->http, key) < 0;
+        int bad = !hv || cl_http_set_auth(c->cl.http, "Authorization", hv) < 0
+                  || cl_http_set_secret(c->cl.http, key) < 0;
         free(hv);
         if (bad) {
             cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -442,21 +433,13 @@ static int rp_client_new(const char *config_json, sbx_plugin_client **client, sb
         const char *kp = getenv("SBX_RUNPOD_SSH_KEY");
         c->opts.key_path = strdup(kp && *kp ? kp : "~/.ssh/id_ed25519");
     }
-    if (!(c->reaper = cl_reaper_new(rp_find_token, rp_reap_delete, c))) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto fail;
-    }
     free(base);
     free(key);
-    json_object_put(cfg);
-    *client = c;
-    return 0;
+    return cl_client_end(0, c, client, cfg, cl_client_free_slot);
 fail:
     free(base);
     free(key);
-    json_object_put(cfg);
-    rp_client_free(c);
-    return -1;
+    return cl_client_end(-1, c, client, cfg, cl_client_free_slot);
 }
 
 static int rp_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
@@ -771,7 +754,7 @@ static int rp_ready_once(void *ud, const char **state, sbx_error **error)
 {
     rp_wait *w = ud;
     struct sbx_plugin_sandbox *sb = w->sb;
-    char *url = cl_item_url(sb->c->api, "pods", sb->s.id, "");
+    char *url = cl_item_url(sb->c->cl.api, "pods", sb->s.id, "");
     long st = 0;
     sbx_call_ctx one = { sizeof(one), 0, -1, NULL };
     if (w->ctx)
@@ -779,7 +762,7 @@ static int rp_ready_once(void *ud, const char **state, sbx_error **error)
     double cap = cl_now() + sb->opts.api_timeout_s;
     if (one.deadline <= 0 || one.deadline > cap)
         one.deadline = cap;
-    json_object *j = cl_get_json(sb->c->http, &one, url, &st, "create", "get the pod", error);
+    json_object *j = cl_get_json(sb->c->cl.http, &one, url, &st, "create", "get the pod", error);
     free(url);
     if (!j) {
         if (st == 404) {
@@ -918,8 +901,8 @@ static int rp_probe_ssh(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
 
 static void rp_reap_lost(struct sbx_plugin_client *c, const char *token)
 {
-    cl_reap_now(c->reaper, NULL, token, 1.5);
-    cl_reaper_add(c->reaper, token, 30.0);
+    cl_reap_now(c->cl.reaper, NULL, token, 1.5);
+    cl_reaper_add(c->cl.reaper, token, 30.0);
 }
 
 static int rp_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
@@ -940,7 +923,7 @@ static int rp_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         return -1;
     }
     until += opts.create_timeout_s;
-    char *url = cl_printf("%s/pods", c->api);
+    char *url = cl_printf("%s/pods", c->cl.api);
     cl_resp r = { 0 };
     int rc = -1;
     struct sbx_plugin_sandbox *sb = NULL;
@@ -949,7 +932,7 @@ static int rp_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
-    if (cl_request_json(c->http, ctx, "POST", url, body, CL_UNSAFE, &r, op, "create the pod",
+    if (cl_request_json(c->cl.http, ctx, "POST", url, body, CL_UNSAFE, &r, op, "create the pod",
                         NULL) < 0) {
         cl_last_error l = *cl_last();
         sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
@@ -962,7 +945,7 @@ static int rp_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (r.status / 100 != 2) {
         if (r.maybe_acted && ctx && ctx->create_token)
             rp_reap_lost(c, ctx->create_token);
-        cl_fail_status(c->http, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
+        cl_fail_status(c->cl.http, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
                                        && r.status != 429 && r.status != 408
                                        ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,
                        &r, op, "create the pod");
@@ -974,7 +957,7 @@ static int rp_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         if (j)
             cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "runpod create answered without an id");
         if (ctx && ctx->create_token)
-            cl_reap_now(c->reaper, NULL, ctx->create_token, 5.0);
+            cl_reap_now(c->cl.reaper, NULL, ctx->create_token, 5.0);
         goto out;
     }
     sb = rp_sandbox_new(c, id);
@@ -1060,8 +1043,8 @@ static int rp_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
 static int rp_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     static const char *const dead[] = { "TERMINATED", "EXITED", "ERROR", NULL };
-    char *url = cl_item_url(sb->c->api, "pods", sb->s.id, "");
-    int rc = cl_sandbox_is_alive(&sb->s, sb->c->http, ctx, url, "status", dead, error);
+    char *url = cl_item_url(sb->c->cl.api, "pods", sb->s.id, "");
+    int rc = cl_sandbox_is_alive(&sb->s, sb->c->cl.http, ctx, url, "status", dead, error);
     free(url);
     return rc;
 }
@@ -1577,7 +1560,7 @@ static const sbx_plugin rp_plugin = {
     .caps = RP_CAPS,
     .setup = rp_setup,
     .client_new = rp_client_new,
-    .client_free = rp_client_free,
+    .client_free = cl_client_free_slot,
     .probe = rp_probe,
     .create = rp_create,
     .resume = rp_resume,

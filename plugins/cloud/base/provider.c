@@ -127,23 +127,61 @@ char *cl_state_out(json_object *j, const char *op, sbx_error **error)
     return out;
 }
 
-void *cl_client_alloc(const char *config_json, const char *provider, size_t size,
-                      size_t http_at, json_object **cfg, sbx_error **error)
+
+void *cl_client_new(const cl_client_spec *spec, const char *config_json, json_object **cfg,
+                    sbx_error **error)
 {
-    *cfg = NULL;
-    if (cl_client_config(config_json, provider, cfg, error) < 0)
+    const char *op = "client_new";
+    if (cl_client_config(config_json, spec->provider, cfg, error) < 0)
         return NULL;
-    char *c = calloc(1, size);
-    cl_http *h = c ? cl_http_new() : NULL;
-    if (!h) {
+    cl_client *c = calloc(1, spec->size);
+    if (!c || !(c->http = cl_http_new())) {
         free(c);
         json_object_put(*cfg);
         *cfg = NULL;
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "client_new", "out of memory");
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return NULL;
     }
-    memcpy(c + http_at, &h, sizeof h);
+    c->spec = spec;
+    if (spec->url_key) {
+        const char *env = spec->url_env ? getenv(spec->url_env) : NULL;
+        if (!spec->url_default && !cl_json_str(*cfg, spec->url_key) && !(env && *env)) {
+            cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op, "%s", spec->url_missing),
+                       "option", spec->url_key);
+            goto fail;
+        }
+        c->api = cl_base_url(*cfg, spec->url_key, spec->url_env, spec->url_default, error);
+        if (!c->api)
+            goto fail;
+    }
+    if (cl_http_configure(c->http, *cfg, spec->key_envs, spec->auth_header, spec->auth_prefix,
+                          error) < 0)
+        goto fail;
+    if (spec->find
+        && !(c->reaper = cl_reaper_new_op(spec->find, spec->del, (sbx_plugin_client *)c))) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto fail;
+    }
     return c;
+fail:
+    json_object_put(*cfg);
+    *cfg = NULL;
+    c->spec = NULL;     /* nothing of the plugin's own to clear yet */
+    cl_client_free_slot((sbx_plugin_client *)c);
+    return NULL;
+}
+
+void cl_client_free_slot(sbx_plugin_client *client)
+{
+    cl_client *c = (cl_client *)client;
+    if (!c)
+        return;
+    cl_reaper_free(c->reaper);
+    if (c->spec && c->spec->clear)
+        c->spec->clear(client);
+    cl_http_free(c->http);
+    free(c->api);
+    free(c);
 }
 
 int cl_create_workdir(sbx_plugin_sandbox *sb, char **slot, cl_run_fn run, const sbx_call_ctx *ctx,

@@ -895,28 +895,93 @@ int cl_read_file_by(sbx_plugin_sandbox *sb, cl_http *h, const sbx_call_ctx *ctx,
 int cl_client_config(const char *config_json, const char *provider, struct json_object **cfg,
                      sbx_error **error);
 
-/**
- * The start of a client_new slot: @config_json parsed as cl_client_config()
- * does (a new object, or NULL, in *@cfg), and a zeroed client struct of
- * @size bytes whose cl_http member, at byte offset @http_at (offsetof()),
- * holds a new cl_http. Returns the struct (the caller frees it, and the
- * http, with its client_free); NULL with *@cfg NULL and the error
- * (configuration from cl_client_config(), resource_exhausted with op
- * client_new) otherwise.
- */
-void *cl_client_alloc(const char *config_json, const char *provider, size_t size,
-                      size_t http_at, struct json_object **cfg, sbx_error **error);
-
 /** A plugin's client_free slot. */
 typedef void (*cl_client_free_fn)(sbx_plugin_client *c);
 
 /**
- * The end of a client_new slot begun by cl_client_alloc(): @cfg put; when
+ * The end of a client_new slot begun by cl_client_new(): @cfg put; when
  * @rc is 0, @c stored in *@client and 0; else @c freed with @free_fn and
  * -1 (the error stored already by the step that failed).
  */
 int cl_client_end(int rc, sbx_plugin_client *c, sbx_plugin_client **client,
                   struct json_object *cfg, cl_client_free_fn free_fn);
+
+/** The table of a plugin's client head: what cl_client_new() reads and
+ *  makes for it, and how cl_client_free_slot() frees it. A static
+ *  constant of the plugin, borrowed by every client it makes. */
+typedef struct cl_client_spec {
+    const char *provider;       /* the backend's name in errors ("e2b") */
+    size_t size;                /* sizeof the plugin's client struct, at least
+                                 * sizeof(cl_client) */
+    const char *url_key;        /* the client option of the base URL
+                                 * ("api_url"), or NULL: the plugin sets the
+                                 * head's api itself (or has none) */
+    const char *url_env;        /* the environment variable of the base URL,
+                                 * or NULL: none */
+    const char *url_default;    /* the base URL when neither is set; NULL:
+                                 * one must be (see url_missing) */
+    const char *url_missing;    /* with url_default NULL: the message of the
+                                 * configuration error when neither the
+                                 * option nor the variable is set (context
+                                 * option=url_key) */
+    const char *const *key_envs;    /* the credential's environment
+                                     * variables, the first non-empty one
+                                     * wins (NULL-terminated), or NULL:
+                                     * none (cl_http_configure()) */
+    const char *auth_header;    /* the credential's header ("Authorization") */
+    const char *auth_prefix;    /* before the key in it ("Bearer "), or NULL */
+    cl_reap_find_fn find;       /* the reaper's look-up of a create token
+                                 * (its ud is the client), or NULL: no
+                                 * reaper */
+    cl_reap_delete_op_fn del;   /* the reaper's delete (op "create") */
+    void (*clear)(sbx_plugin_client *c);    /* frees the plugin's own members
+                                             * (the head's are freed after
+                                             * it), also of a client_new that
+                                             * failed part-way (members not
+                                             * set are zero), or NULL: none */
+} cl_client_spec;
+
+/**
+ * What every hosted plugin's client starts with (its first member, so that
+ * cl_client_free_slot() takes the plugin's sbx_plugin_client), as a
+ * cl_sandbox starts its sandbox: the connection pool with the credential,
+ * the base URL and the reaper of lost creates. Set up by cl_client_new();
+ * the plugin reads it without a lock once client_new returned.
+ */
+typedef struct cl_client {
+    cl_http *http;              /* the client's connections and credential */
+    char *api;                  /* the base URL, no trailing slash: a new
+                                 * string freed with the head, or NULL (the
+                                 * spec's url_key NULL and none set) */
+    cl_reaper *reaper;          /* creates whose outcome is unknown, or NULL
+                                 * (the spec's find NULL) */
+    const cl_client_spec *spec; /* the plugin's table (borrowed) */
+} cl_client;
+
+/**
+ * The start of a client_new slot with the head its plugin's @spec
+ * describes: @config_json parsed (cl_client_config(): a new object, or
+ * NULL, in *@cfg for the plugin's own options), a zeroed client struct of
+ * @spec->size bytes whose head holds a new cl_http configured from *@cfg
+ * and @spec's credential (cl_http_configure(): retry options, key,
+ * header), the base URL (cl_base_url() of @spec's key, variable and
+ * default) and a reaper over @spec's find and del. Returns the struct (the
+ * caller ends client_new with cl_client_end(..., cl_client_free_slot));
+ * NULL with *@cfg NULL and nothing left to free on error: configuration
+ * for bad options JSON, a base URL that is not http(s) (named), a missing
+ * one (@spec's url_missing), a bad retry option; resource_exhausted on no
+ * memory; all with op client_new. Thread-safe.
+ */
+void *cl_client_new(const cl_client_spec *spec, const char *config_json,
+                    struct json_object **cfg, sbx_error **error);
+
+/**
+ * The client_free slot of a plugin whose client starts with a cl_client:
+ * stops the reaper (after its last look, which may use the plugin's
+ * members), calls the spec's clear, then frees the http, the base URL and
+ * @c. NULL: nothing. Called once no call uses @c.
+ */
+void cl_client_free_slot(sbx_plugin_client *c);
 
 /**
  * Defines @name, a static setup slot (sbx_plugin's setup) of the plugin

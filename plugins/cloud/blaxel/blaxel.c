@@ -120,12 +120,11 @@
                  | SBX_CAP_IMAGE | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED | SBX_CAP_BACKGROUND)
 
 struct sbx_plugin_client {
-    cl_http *http;
-    char *api;          /* control plane, no trailing slash */
+    cl_client cl;       /* first member: http, control plane URL, reaper of
+                         * creates whose answer was lost (CASE-20) */
     char *run;          /* data plane base, no trailing slash */
     char *workspace;
     char *region;       /* or NULL */
-    cl_reaper *reaper;  /* creates whose answer was lost (CASE-20) */
 };
 
 struct sbx_plugin_sandbox {
@@ -184,13 +183,15 @@ static int bl_terminal(const char *s)
 static json_object *bl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                            long *status, const char *op, sbx_error **error)
 {
-    return cl_item_get(c->http, ctx, c->api, "sandboxes", id, status, op, "get the sandbox", error);
+    return cl_item_get(c->cl.http, ctx, c->cl.api, "sandboxes", id, status, op, "get the sandbox",
+                       error);
 }
 
 static int bl_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                      const char *op, sbx_error **error)
 {
-    return cl_item_delete(c->http, ctx, c->api, "sandboxes", id, op, "delete the sandbox", error);
+    return cl_item_delete(c->cl.http, ctx, c->cl.api, "sandboxes", id, op, "delete the sandbox",
+                          error);
 }
 
 /* How the provider's view of a sandbox is got and read: resume, and the
@@ -236,7 +237,7 @@ static const cl_call_spec bl_calls = { &bl_spec, 0 };
 static int bl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
                    const char *path, cl_resp *r, int file_call, const char *op, sbx_error **error)
 {
-    return cl_plane_request(&sb->s, sb->s.c->http, &bl_calls, ctx, rq, path,
+    return cl_plane_request(&sb->s, sb->s.c->cl.http, &bl_calls, ctx, rq, path,
                             file_call ? CL_CALL_FILE : 0, r, op, error);
 }
 
@@ -249,17 +250,11 @@ static int bl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
 
 CL_SETUP(bl_setup, BL_BACKEND)
 
-static void bl_client_free(sbx_plugin_client *c)
+static void bl_client_clear(sbx_plugin_client *c)
 {
-    if (!c)
-        return;
-    cl_reaper_free(c->reaper);
-    cl_http_free(c->http);
-    free(c->api);
     free(c->run);
     free(c->workspace);
     free(c->region);
-    free(c);
 }
 
 /* Client option @key (a non-empty string), else environment variable @env,
@@ -316,18 +311,23 @@ static int bl_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, c
     return *ids ? 0 : -1;
 }
 
+static const char *const bl_key_envs[] = { "BL_API_KEY", NULL };
+
+static const cl_client_spec bl_client_spec = {
+    .provider = BL_BACKEND, .size = sizeof(struct sbx_plugin_client),
+    .url_key = "api_url", .url_env = "BL_API_URL", .url_default = BL_DEFAULT_API,
+    .key_envs = bl_key_envs, .auth_header = "X-Blaxel-Authorization", .auth_prefix = "Bearer ",
+    .find = bl_find_token, .del = bl_delete, .clear = bl_client_clear,
+};
+
 static int bl_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
     json_object *cfg;
-    struct sbx_plugin_client *c = cl_client_alloc(config_json, BL_BACKEND, sizeof(*c),
-                                                  offsetof(struct sbx_plugin_client, http),
-                                                  &cfg, error);
+    struct sbx_plugin_client *c = cl_client_new(&bl_client_spec, config_json, &cfg, error);
     if (!c)
         return -1;
-    static const char *const key_envs[] = { "BL_API_KEY", NULL };
-    if (!(c->api = cl_base_url(cfg, "api_url", "BL_API_URL", BL_DEFAULT_API, error))
-        || !(c->run = cl_base_url(cfg, "run_url", "BL_RUN_URL", BL_DEFAULT_RUN, error))
+    if (!(c->run = cl_base_url(cfg, "run_url", "BL_RUN_URL", BL_DEFAULT_RUN, error))
         || bl_opt(cfg, "workspace", "BL_WORKSPACE", &c->workspace, error) < 0
         || bl_opt(cfg, "region", "BL_REGION", &c->region, error) < 0)
         goto fail;
@@ -337,21 +337,14 @@ static int bl_client_new(const char *config_json, sbx_plugin_client **client, sb
                            "option workspace)"), "option", "workspace");
         goto fail;
     }
-    if (cl_http_configure(c->http, cfg, key_envs, "X-Blaxel-Authorization", "Bearer ",
-                          error) < 0)
-        goto fail;
-    if (cl_http_add_header(c->http, "X-Blaxel-Workspace", c->workspace) < 0
-        || cl_http_add_header(c->http, "Blaxel-Version", BL_API_VERSION) < 0) {
+    if (cl_http_add_header(c->cl.http, "X-Blaxel-Workspace", c->workspace) < 0
+        || cl_http_add_header(c->cl.http, "Blaxel-Version", BL_API_VERSION) < 0) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    if (!(c->reaper = cl_reaper_new_op(bl_find_token, bl_delete, c))) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto fail;
-    }
-    return cl_client_end(0, c, client, cfg, bl_client_free);
+    return cl_client_end(0, c, client, cfg, cl_client_free_slot);
 fail:
-    return cl_client_end(-1, c, client, cfg, bl_client_free);
+    return cl_client_end(-1, c, client, cfg, cl_client_free_slot);
 }
 
 CL_PROBE_CAPS(bl_probe, BL_CAPS)
@@ -509,7 +502,7 @@ static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     json_object *body = bl_create_body(c, name, token, rq, error), *j = NULL;
     if (!body)
         return -1;
-    char *url = cl_printf("%s/sandboxes", c->api), *du = NULL;
+    char *url = cl_printf("%s/sandboxes", c->cl.api), *du = NULL;
     cl_resp r = { 0 };
     int rc = -1;
     struct sbx_plugin_sandbox *sb = NULL;
@@ -518,15 +511,15 @@ static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
-    if (cl_request_json(c->http, ctx, "POST", url, body, CL_SAFE, &r, op,
+    if (cl_request_json(c->cl.http, ctx, "POST", url, body, CL_SAFE, &r, op,
                         "create the sandbox", NULL) < 0) {
         cl_last_error l = *cl_last();
-        cl_create_unanswered(c->reaper, ctx, token, op, error);
+        cl_create_unanswered(c->cl.reaper, ctx, token, op, error);
         /* Its name is this call's: whatever the provider made of it is
          * looked for now (briefly: the call is over) and for a while,
          * whatever the outcome (an unknown one was reaped above). */
         if (token && !l.unknown)
-            cl_reap_lost(c->reaper, token);
+            cl_reap_lost(c->cl.reaper, token);
         goto out;
     }
     if (r.status == 409 && r.attempts > 1) {
@@ -545,8 +538,8 @@ static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         }
     } else if (r.status / 100 != 2) {
         if (token && (r.status / 100 == 5 || r.status == 408))
-            cl_reap_lost(c->reaper, token);
-        sbx_error *err = cl_fail_status(c->http, error, cl_create_refused_code(r.status), &r,
+            cl_reap_lost(c->cl.reaper, token);
+        sbx_error *err = cl_fail_status(c->cl.http, error, cl_create_refused_code(r.status), &r,
                                         op, "create the sandbox");
         json_object *e = cl_resp_json(&r, op, "create the sandbox", NULL);
         const char *code = e ? cl_json_str(e, "code") : NULL;
@@ -598,8 +591,8 @@ static int bl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
  * standby or running) or still deploying. */
 static int bl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_item_is_alive(&sb->s, sb->s.c->http, ctx, sb->s.c->api, "sandboxes", "status", bl_dead,
-                            error);
+    return cl_item_is_alive(&sb->s, sb->s.c->cl.http, ctx, sb->s.c->cl.api, "sandboxes", "status",
+                            bl_dead, error);
 }
 
 /* {"version":1,"name":NAME,"url":URL[,"workdir":W]}: no credential, no
@@ -662,11 +655,11 @@ static int bl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
 {
     const char *op = "list_owned";
     struct sbx_plugin_client *c = client;
-    char *url = cl_printf("%s/sandboxes?limit=100", c->api);
+    char *url = cl_printf("%s/sandboxes?limit=100", c->cl.api);
     cl_pages pg = { url, "cursor", NULL, "meta.nextCursor", "data", "list sandboxes",
                     CL_PAGES_ARRAY_TOO | CL_PAGES_EMPTY_ENDS };
     bl_owned o = { fn, ud };
-    int rc = url ? cl_list_pages(c->http, ctx, &pg, bl_owned_one, &o, op, error) : -1;
+    int rc = url ? cl_list_pages(c->cl.http, ctx, &pg, bl_owned_one, &o, op, error) : -1;
     if (!url)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     free(url);
@@ -699,7 +692,7 @@ static char *bl_files_path(struct sbx_plugin_sandbox *sb, const char *route, con
 
 /* The error of a file call's answer @r (provider.h). */
 #define bl_file_fail(sb, r, op, path, what, error) \
-    cl_file_fail(&(sb)->s, (sb)->s.c->http, (r), 1, (op), (path), (what), (error))
+    cl_file_fail(&(sb)->s, (sb)->s.c->cl.http, (r), 1, (op), (path), (what), (error))
 
 /* The sink of a raw read: the answer's bytes to @fd, unless the answer is
  * a directory's JSON listing (the data plane answers a directory so
@@ -1433,7 +1426,7 @@ static const sbx_plugin bl_plugin = {
     .caps = BL_CAPS,
     .setup = bl_setup,
     .client_new = bl_client_new,
-    .client_free = bl_client_free,
+    .client_free = cl_client_free_slot,
     .probe = bl_probe,
     .create = bl_create,
     .resume = bl_resume,

@@ -156,8 +156,7 @@
                  | SBX_CAP_EXPOSED_PORTS)
 
 struct sbx_plugin_client {
-    cl_http *http;
-    char *api;          /* the worker's URL, no trailing slash */
+    cl_client cl;       /* first member: http, the worker's URL (provider.h) */
     char *snap_dir;     /* where snapshots are kept (absolute) */
 };
 
@@ -197,7 +196,7 @@ typedef struct cf_proc {
 /* "{api}/v1/sandbox/{id}{suffix}". */
 static char *cf_url(struct sbx_plugin_client *c, const char *id, const char *suffix)
 {
-    return cl_item_url(c->api, "v1/sandbox", id, suffix);
+    return cl_item_url(c->cl.api, "v1/sandbox", id, suffix);
 }
 
 /* The bridge's file route for the absolute @path (each segment escaped). */
@@ -242,7 +241,7 @@ static int cf_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const
                      const char *op, sbx_error **error)
 {
     char *url = cf_url(c, id, "");
-    int rc = cl_delete_url(c->http, ctx, url, op, "delete the sandbox", error);
+    int rc = cl_delete_url(c->cl.http, ctx, url, op, "delete the sandbox", error);
     free(url);
     return rc;
 }
@@ -252,7 +251,7 @@ static int cf_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const
 static int cf_call(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                    const char *suffix, cl_req *rq, cl_resp *r, const char *op, sbx_error **error)
 {
-    return cl_request_at(c->http, ctx, rq, cf_url(c, id, suffix), r, op, error);
+    return cl_request_at(c->cl.http, ctx, rq, cf_url(c, id, suffix), r, op, error);
 }
 
 /* The error of a file route's answer @r for @path. */
@@ -270,7 +269,7 @@ static sbx_error *cf_file_fail(struct sbx_plugin_client *c, const cl_resp *r, co
         err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                       "%s is larger than the Sandbox Bridge's 32 MiB body limit", path);
     else
-        err = cl_fail_status(c->http, error, CL_CODE_BY_STATUS, r, op, what);
+        err = cl_fail_status(c->cl.http, error, CL_CODE_BY_STATUS, r, op, what);
     cl_context(err, "path", path);
     return err;
 }
@@ -444,7 +443,7 @@ static int cf_exec_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     cl_resp r = { 0 };
     int rc = cf_call(sb->s.c, ctx, sb->s.id, "/exec", &rq, &r, op, error);
     if (rc == 0 && r.status / 100 != 2) {
-        sbx_error *err = cl_fail_status(sb->s.c->http, error,
+        sbx_error *err = cl_fail_status(sb->s.c->cl.http, error,
                                         r.status == 403 || r.status == 400
                                         ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,
                                         &r, op, "run a command");
@@ -498,38 +497,30 @@ static int cf_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 
 CL_SETUP(cf_setup, CF_BACKEND)
 
-static void cf_client_free(sbx_plugin_client *c)
+static void cf_client_clear(sbx_plugin_client *c)
 {
-    if (!c)
-        return;
-    cl_http_free(c->http);
-    free(c->api);
     free(c->snap_dir);
-    free(c);
 }
+
+static const char *const cf_key_envs[] = { "CLOUDFLARE_SANDBOX_API_KEY", NULL };
+
+static const cl_client_spec cf_client_spec = {
+    .provider = CF_BACKEND, .size = sizeof(struct sbx_plugin_client),
+    .url_key = "worker_url", .url_env = "CLOUDFLARE_SANDBOX_WORKER_URL",
+    .url_missing = "cloudflare backend: no Sandbox Bridge worker URL (set "
+                   "CLOUDFLARE_SANDBOX_WORKER_URL or the client option worker_url to the "
+                   "deployed bridge, e.g. https://sandbox-bridge.NAME.workers.dev)",
+    .key_envs = cf_key_envs, .auth_header = "Authorization", .auth_prefix = "Bearer ",
+    .clear = cf_client_clear,
+};
 
 static int cf_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
     json_object *cfg;
-    struct sbx_plugin_client *c = cl_client_alloc(config_json, CF_BACKEND, sizeof(*c),
-                                                  offsetof(struct sbx_plugin_client, http),
-                                                  &cfg, error);
+    struct sbx_plugin_client *c = cl_client_new(&cf_client_spec, config_json, &cfg, error);
     if (!c)
         return -1;
-    static const char *const key_envs[] = { "CLOUDFLARE_SANDBOX_API_KEY", NULL };
-    c->api = cl_base_url(cfg, "worker_url", "CLOUDFLARE_SANDBOX_WORKER_URL", "", error);
-    if (c->api && !*c->api) {
-        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op,
-                           "cloudflare backend: no Sandbox Bridge worker URL (set "
-                           "CLOUDFLARE_SANDBOX_WORKER_URL or the client option worker_url to "
-                           "the deployed bridge, e.g. https://sandbox-bridge.NAME.workers.dev)"),
-                   "option", "worker_url");
-        goto fail;
-    }
-    if (!c->api || cl_http_configure(c->http, cfg, key_envs, "Authorization", "Bearer ",
-                                     error) < 0)
-        goto fail;
     /* The snapshot directory: the option, else $SBX_CLOUDFLARE_SNAPSHOT_DIR,
      * else $XDG_STATE_HOME/sbx/cloudflare-snapshots, else
      * $HOME/.local/state/sbx/cloudflare-snapshots. */
@@ -554,9 +545,9 @@ static int cf_client_new(const char *config_json, sbx_plugin_client **client, sb
                    "option", "snapshot_dir");
         goto fail;
     }
-    return cl_client_end(0, c, client, cfg, cf_client_free);
+    return cl_client_end(0, c, client, cfg, cl_client_free_slot);
 fail:
-    return cl_client_end(-1, c, client, cfg, cf_client_free);
+    return cl_client_end(-1, c, client, cfg, cl_client_free_slot);
 }
 
 CL_PROBE_CAPS(cf_probe, CF_CAPS)
@@ -633,7 +624,7 @@ static int cf_tunnel_open(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
     if (cf_call(sb->s.c, ctx, sb->s.id, sfx, &rq, &r, op, error) < 0)
         return -1;
     if (r.status / 100 != 2) {
-        sbx_error *err = cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r, op,
+        sbx_error *err = cl_fail_status(sb->s.c->cl.http, error, CL_CODE_BY_STATUS, &r, op,
                                         "open a tunnel to the port");
         snprintf(sfx, sizeof(sfx), "%u", port);
         cl_context(err, "port", sfx);
@@ -689,7 +680,7 @@ static int cf_unexpose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, uns
         return -1;
     int rc = 0;
     if (r.status / 100 != 2 && r.status != 404) {
-        cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r, op, "close the tunnel");
+        cl_fail_status(sb->s.c->cl.http, error, CL_CODE_BY_STATUS, &r, op, "close the tunnel");
         rc = -1;
     }
     cl_resp_clear(&r);
@@ -831,7 +822,7 @@ static int cf_hydrate(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
         if (r.status / 100 == 2)
             rc = 0;
         else
-            cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r, op,
+            cl_fail_status(sb->s.c->cl.http, error, CL_CODE_BY_STATUS, &r, op,
                            "hydrate the workspace");
     }
     cl_resp_clear(&r);
@@ -917,16 +908,16 @@ static int cf_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                 "a shell name");
         return -1;
     }
-    char *url = cl_printf("%s/v1/sandbox", c->api), *env_path = NULL;
+    char *url = cl_printf("%s/v1/sandbox", c->cl.api), *env_path = NULL;
     cl_resp r = { 0 };
     json_object *j = NULL;
     struct sbx_plugin_sandbox *sb = NULL;
     int rc = -1;
-    if (!url || cl_request_json(c->http, ctx, "POST", url, NULL, CL_UNSAFE, &r, op,
+    if (!url || cl_request_json(c->cl.http, ctx, "POST", url, NULL, CL_UNSAFE, &r, op,
                                 "create the sandbox", error) < 0)
         goto out;
     if (r.status / 100 != 2) {
-        cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "create the sandbox");
+        cl_fail_status(c->cl.http, error, CL_CODE_BY_STATUS, &r, op, "create the sandbox");
         goto out;
     }
     j = cl_resp_json(&r, op, "create the sandbox", error);
@@ -976,7 +967,7 @@ static int cf_running(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
 {
     char *url = cf_url(c, id, "/running");
     long st = 0;
-    json_object *j = cl_get_json(c->http, ctx, url, &st, op, "ask whether the sandbox runs",
+    json_object *j = cl_get_json(c->cl.http, ctx, url, &st, op, "ask whether the sandbox runs",
                                  error), *v;
     free(url);
     if (!j) {
@@ -1146,7 +1137,7 @@ static char *cf_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
     int rc = cf_call(sb->s.c, ctx, sb->s.id, "/persist", &rq, &r, op, error);
     cf_run_short(sb, ctx, "rm -f " CF_ROOT_TAR, &code, op, NULL);
     if (rc == 0 && r.status / 100 != 2) {
-        cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r, op, "persist the workspace");
+        cl_fail_status(sb->s.c->cl.http, error, CL_CODE_BY_STATUS, &r, op, "persist the workspace");
         rc = -1;
     }
     cl_resp_clear(&r);
@@ -1572,7 +1563,7 @@ static int cf_pty_run(cl_proc *base)
     cl_resp sr = { 0 };
     rc = cf_call(sb->s.c, &ctx, sb->s.id, "/session", &sq, &sr, op, NULL);
     if (rc == 0 && sr.status / 100 != 2) {
-        cl_fail_status(sb->s.c->http, NULL, CL_CODE_BY_STATUS, &sr, op, "create a session");
+        cl_fail_status(sb->s.c->cl.http, NULL, CL_CODE_BY_STATUS, &sr, op, "create a session");
         rc = -1;
     }
     json_object *sj = rc == 0 ? cl_resp_json(&sr, op, "create a session", NULL) : NULL;
@@ -1597,7 +1588,7 @@ static int cf_pty_run(cl_proc *base)
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
-    if (cl_term_connect(&term, sb->s.c->http, http_url, cf_pty_message, p, &ctx,
+    if (cl_term_connect(&term, sb->s.c->cl.http, http_url, cf_pty_message, p, &ctx,
                         "connect to the sandbox's terminal", &ws, op, NULL) < 0)
         goto out;
     rc = cl_ws_run(ws, &ctx, op, NULL);
@@ -1772,7 +1763,7 @@ static const sbx_plugin cf_plugin = {
     .caps = CF_CAPS,
     .setup = cf_setup,
     .client_new = cf_client_new,
-    .client_free = cf_client_free,
+    .client_free = cl_client_free_slot,
     .probe = cf_probe,
     .create = cf_create,
     .resume = cf_resume,

@@ -161,9 +161,8 @@ static const char *const dt_gpu_types[] = { "H100", "H200", "RTX-PRO-6000", "RTX
                                             "RTX-5090", NULL };
 
 struct sbx_plugin_client {
-    cl_http *http;
-    cl_reaper *reaper;  /* orphans of creates whose answer was lost */
-    char *api;          /* base URL, no trailing slash */
+    cl_client cl;       /* first member: http, base URL, reaper of the
+                         * orphans of creates whose answer was lost */
     char *target;       /* region, or NULL */
 };
 
@@ -206,15 +205,16 @@ static sbx_error *dt_fail_gone(struct sbx_plugin_sandbox *sb, sbx_error **error,
 
 /* A control-plane call on /sandbox/{id}@suffix (provider.h). */
 #define dt_sbcall(c, ctx, method, id, suffix, body, idem, r, op, what, error)                 \
-    cl_item_request((c)->http, (ctx), (method), (c)->api, "sandbox", (id), (suffix), (body),   \
-                    (idem), (r), (op), (what), (error))
+    cl_item_request((c)->cl.http, (ctx), (method), (c)->cl.api, "sandbox", (id), (suffix),     \
+                    (body), (idem), (r), (op), (what), (error))
 
 /* GET /sandbox/{id}: the parsed Sandbox, or NULL (*@status: the HTTP
  * status, 0 when none came). */
 static json_object *dt_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                            long *status, const char *op, sbx_error **error)
 {
-    return cl_item_get(c->http, ctx, c->api, "sandbox", id, status, op, "get the sandbox", error);
+    return cl_item_get(c->cl.http, ctx, c->cl.api, "sandbox", id, status, op, "get the sandbox",
+                       error);
 }
 
 static const char *dt_state(json_object *j)
@@ -226,7 +226,8 @@ static const char *dt_state(json_object *j)
 static int dt_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                      const char *op, sbx_error **error)
 {
-    return cl_item_delete(c->http, ctx, c->api, "sandbox", id, op, "delete the sandbox", error);
+    return cl_item_delete(c->cl.http, ctx, c->cl.api, "sandbox", id, op, "delete the sandbox",
+                          error);
 }
 
 /* The state named by this thread's last dt_wake failure ("" when none), so
@@ -243,9 +244,9 @@ static int dt_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
     json_object_object_add(want, key, json_object_new_string(value));
     char *labels = cl_url_escape(json_object_to_json_string_ext(want, JSON_C_TO_STRING_PLAIN));
     json_object_put(want);
-    char *url = labels ? cl_printf("%s/sandbox?limit=200&labels=%s", c->api, labels) : NULL;
+    char *url = labels ? cl_printf("%s/sandbox?limit=200&labels=%s", c->cl.api, labels) : NULL;
     cl_pages pg = { url, "cursor", NULL, "nextCursor", "items", "list sandboxes", 0 };
-    int rc = url ? cl_list_pages(c->http, ctx, &pg, fn, ud, op, error) : -1;
+    int rc = url ? cl_list_pages(c->cl.http, ctx, &pg, fn, ud, op, error) : -1;
     if (!url)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     free(url);
@@ -296,7 +297,7 @@ static int dt_start_call(cl_sandbox *s, const sbx_call_ctx *ctx, const char *sta
         if (r.status == 404)
             dt_fail_gone(sb, error, op);
         else
-            cl_context(cl_fail_status(s->c->http, error, CL_CODE_BY_STATUS, &r, op,
+            cl_context(cl_fail_status(s->c->cl.http, error, CL_CODE_BY_STATUS, &r, op,
                                       "start the sandbox"), "state", state);
         rc = -1;
     }
@@ -368,24 +369,24 @@ static int dt_toolbox_rw(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     for (int attempt = 0; attempt < 2; attempt++) {
         cl_resp_clear(r);
         memset(r, 0, sizeof(*r));
-        if (cl_request(sb->s.c->http, ctx, rq, r, op, error) < 0)
+        if (cl_request(sb->s.c->cl.http, ctx, rq, r, op, error) < 0)
             break;
         if (r->status / 100 == 2) {
             rc = 0;
             break;
         }
-        if (attempt == 0 && dt_not_started(sb->s.c->http, r)
+        if (attempt == 0 && dt_not_started(sb->s.c->cl.http, r)
             && (!rq->source || (rewind && rewind(rewind_ud) == 0))) {
             if (dt_wake(sb, ctx, op, error) < 0)
                 break;
             continue;
         }
         if (r->status == 404 && rq->what && strstr(rq->what, "file") == NULL
-            && !dt_session_lost(sb->s.c->http, r)) {
+            && !dt_session_lost(sb->s.c->cl.http, r)) {
             dt_fail_gone(sb, error, op);
             break;
         }
-        cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, r, op, rq->what);
+        cl_fail_status(sb->s.c->cl.http, error, CL_CODE_BY_STATUS, r, op, rq->what);
         break;
     }
     free(url);
@@ -404,46 +405,38 @@ static int dt_toolbox(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl
 
 CL_SETUP(dt_setup, DT_BACKEND)
 
-static void dt_client_free(sbx_plugin_client *c)
+static void dt_client_clear(sbx_plugin_client *c)
 {
-    if (!c)
-        return;
-    cl_reaper_free(c->reaper);
-    cl_http_free(c->http);
-    free(c->api);
     free(c->target);
-    free(c);
 }
+
+/* The API key, else a JWT, which acts for the organization named. */
+static const char *const dt_key_envs[] = { "DAYTONA_API_KEY", "DAYTONA_JWT_TOKEN", NULL };
+
+static const cl_client_spec dt_client_spec = {
+    .provider = DT_BACKEND, .size = sizeof(struct sbx_plugin_client),
+    .url_key = "api_url", .url_env = "DAYTONA_API_URL", .url_default = DT_DEFAULT_URL,
+    .key_envs = dt_key_envs, .auth_header = "Authorization", .auth_prefix = "Bearer ",
+    .find = dt_find_token, .del = dt_delete, .clear = dt_client_clear,
+};
 
 static int dt_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
-    json_object *cfg = NULL;
-    struct sbx_plugin_client *c = cl_client_alloc(config_json, DT_BACKEND, sizeof(*c),
-                                                  offsetof(struct sbx_plugin_client, http),
-                                                  &cfg, error);
+    json_object *cfg;
+    struct sbx_plugin_client *c = cl_client_new(&dt_client_spec, config_json, &cfg, error);
     if (!c)
         return -1;
-    if (!(c->reaper = cl_reaper_new_op(dt_find_token, dt_delete, c))) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto fail;
-    }
-    c->api = cl_base_url(cfg, "api_url", "DAYTONA_API_URL", DT_DEFAULT_URL, error);
-    /* The API key, else a JWT, which acts for the organization named. */
-    static const char *const key_envs[] = { "DAYTONA_API_KEY", "DAYTONA_JWT_TOKEN", NULL };
-    if (!c->api || cl_http_configure(c->http, cfg, key_envs, "Authorization", "Bearer ",
-                                     error) < 0)
-        goto fail;
     const char *key = getenv("DAYTONA_API_KEY"), *jwt = getenv("DAYTONA_JWT_TOKEN");
     const char *org = getenv("DAYTONA_ORGANIZATION_ID");
     if (!(key && *key) && jwt && *jwt && org && *org
-        && cl_http_add_header(c->http, "X-Daytona-Organization-ID", org) < 0) {
+        && cl_http_add_header(c->cl.http, "X-Daytona-Organization-ID", org) < 0) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
     /* Without an SDK version the daemon merges a session command's stdout
      * and stderr unless asked for them apart (its pkg/session/common.go). */
-    if (cl_http_add_header(c->http, "X-Daytona-Split-Output", "true") < 0) {
+    if (cl_http_add_header(c->cl.http, "X-Daytona-Split-Output", "true") < 0) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
@@ -452,9 +445,9 @@ static int dt_client_new(const char *config_json, sbx_plugin_client **client, sb
         t = getenv("DAYTONA_TARGET");
     if (t && *t)
         c->target = strdup(t);
-    return cl_client_end(0, c, client, cfg, dt_client_free);
+    return cl_client_end(0, c, client, cfg, cl_client_free_slot);
 fail:
-    return cl_client_end(-1, c, client, cfg, dt_client_free);
+    return cl_client_end(-1, c, client, cfg, cl_client_free_slot);
 }
 
 CL_PROBE_CAPS(dt_probe, DT_CAPS)
@@ -658,10 +651,10 @@ static int dt_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
 static void dt_reap_lost(struct sbx_plugin_client *c, const char *token)
 {
     sbx_call_ctx now = { sizeof(now), 0, -1, NULL };
-    int n = cl_reap_now(c->reaper, &now, token, 10.0);
+    int n = cl_reap_now(c->cl.reaper, &now, token, 10.0);
     CL_LOG(SBX_LOG_WARNING, "create %s had no usable answer: %d sandbox(es) deleted so far, "
            "looking for %.0f s more", token, n < 0 ? 0 : n, DT_REAP_WINDOW_S);
-    cl_reaper_add(c->reaper, token, DT_REAP_WINDOW_S);
+    cl_reaper_add(c->cl.reaper, token, DT_REAP_WINDOW_S);
 }
 
 static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
@@ -676,7 +669,7 @@ static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     json_object *body = dt_create_body(c, ctx, rq, &create_timeout, error), *j = NULL;
     if (!body)
         return -1;
-    char *url = cl_printf("%s/sandbox", c->api);
+    char *url = cl_printf("%s/sandbox", c->cl.api);
     cl_resp r = { 0 };
     int rc = -1;
     struct sbx_plugin_sandbox *sb = NULL;
@@ -689,7 +682,7 @@ static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     cl_req crq = { .method = "POST", .url = url, .body = bs,
                    .body_len = strlen(bs), .idempotent = CL_UNSAFE, .secs = create_timeout,
                    .what = "create the sandbox" };
-    if (!url || cl_request(c->http, ctx, &crq, &r, op, error) < 0) {
+    if (!url || cl_request(c->cl.http, ctx, &crq, &r, op, error) < 0) {
         if (url && ctx && ctx->create_token)
             dt_reap_lost(c, ctx->create_token);
         goto out;
@@ -698,7 +691,7 @@ static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         dt_reap_lost(c, ctx->create_token);
     if (r.status != 200 && r.status != 201) {
         /* A 404 names a snapshot that is not there: a bad option. */
-        cl_fail_status(c->http, error, r.status == 404 ? SBX_ERROR_CONFIGURATION
+        cl_fail_status(c->cl.http, error, r.status == 404 ? SBX_ERROR_CONFIGURATION
                                                        : CL_CODE_BY_STATUS,
                        &r, op, "create the sandbox");
         goto out;
@@ -755,8 +748,8 @@ static int dt_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
 static int dt_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     static const char *const dead[] = { "destroyed", "destroying", NULL };
-    return cl_item_is_alive(&sb->s, sb->s.c->http, ctx, sb->s.c->api, "sandbox", "state", dead,
-                            error);
+    return cl_item_is_alive(&sb->s, sb->s.c->cl.http, ctx, sb->s.c->cl.api, "sandbox", "state",
+                            dead, error);
 }
 
 /* {"version":1,"sandbox_id":ID[,"workdir":DIR],"toolbox":URL}: no
@@ -831,9 +824,9 @@ static char *dt_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, un
         return NULL;
     char sfx[48];
     snprintf(sfx, sizeof(sfx), "/ports/%u/preview-url", port);
-    char *url = cl_item_url(sb->s.c->api, "sandbox", sb->s.id, sfx);
+    char *url = cl_item_url(sb->s.c->cl.api, "sandbox", sb->s.id, sfx);
     long st = 0;
-    json_object *j = url ? cl_get_json(sb->s.c->http, ctx, url, &st, op, "get the preview link",
+    json_object *j = url ? cl_get_json(sb->s.c->cl.http, ctx, url, &st, op, "get the preview link",
                                        error) : NULL;
     free(url);
     char *out = NULL;
@@ -861,8 +854,8 @@ static char *dt_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, un
 
 static int dt_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_sandbox_call(&sb->s, sb->s.c->http, ctx, "POST", sb->s.c->api, "sandbox", "/stop", NULL,
-                           CL_SAFE, 0, "stop", "stop the sandbox", error);
+    return cl_sandbox_call(&sb->s, sb->s.c->cl.http, ctx, "POST", sb->s.c->cl.api, "sandbox",
+                           "/stop", NULL, CL_SAFE, 0, "stop", "stop the sandbox", error);
 }
 
 static int dt_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
@@ -881,8 +874,8 @@ static char *dt_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
     json_object_object_add(b, "name", json_object_new_string(name));
     json_object_object_add(b, "includeMemory", json_object_new_boolean(0));
     char *out = NULL;
-    if (cl_sandbox_call(&sb->s, sb->s.c->http, ctx, "POST", sb->s.c->api, "sandbox", "/snapshot", b,
-                        CL_UNSAFE, 0, op, "snapshot the sandbox", error) == 0)
+    if (cl_sandbox_call(&sb->s, sb->s.c->cl.http, ctx, "POST", sb->s.c->cl.api, "sandbox",
+                        "/snapshot", b, CL_UNSAFE, 0, op, "snapshot the sandbox", error) == 0)
         out = cl_host_strdup(name, op, error);
     json_object_put(b);
     return out;
@@ -1254,7 +1247,7 @@ static void dt_session_delete(struct sbx_plugin_sandbox *sb, const char *sid)
                   .secs = 5, .what = "delete the session" };
     cl_resp r = { 0 };
     if (url)
-        cl_request(sb->s.c->http, NULL, &rq, &r, "exec", NULL);
+        cl_request(sb->s.c->cl.http, NULL, &rq, &r, "exec", NULL);
     free(url);
     cl_resp_clear(&r);
 }
@@ -1465,7 +1458,7 @@ static int dt_exec_run(cl_proc *base)
         path = NULL;
         if (rc == 0)
             break;
-        if (r.status == 404 && !dt_is_gone(sb) && dt_session_lost(sb->s.c->http, &r)) {
+        if (r.status == 404 && !dt_is_gone(sb) && dt_session_lost(sb->s.c->cl.http, &r)) {
             free(s);
             s = NULL;
             if (pooled)
@@ -1727,7 +1720,7 @@ static int dt_pty_run(cl_proc *base)
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
-    if (cl_term_connect(&term, sb->s.c->http, path, dt_pty_message, p, &ctx,
+    if (cl_term_connect(&term, sb->s.c->cl.http, path, dt_pty_message, p, &ctx,
                         "connect to the PTY session", &ws, op, NULL) < 0)
         goto out;
     rc = cl_ws_run(ws, &ctx, op, NULL);
@@ -1913,7 +1906,7 @@ static const sbx_plugin dt_plugin = {
     .caps = DT_CAPS,
     .setup = dt_setup,
     .client_new = dt_client_new,
-    .client_free = dt_client_free,
+    .client_free = cl_client_free_slot,
     .probe = dt_probe,
     .create = dt_create,
     .resume = dt_resume,

@@ -133,12 +133,11 @@
                   | SBX_CAP_EXPOSED_PORTS | SBX_CAP_EXEC_STDIN_STREAM | SBX_CAP_USER)
 
 struct sbx_plugin_client {
-    cl_http *http;
-    char *api;          /* control plane base URL, no trailing slash */
+    cl_client cl;       /* first member: http, control plane URL, reaper
+                         * (provider.h) */
     char *domain;
     char *sandbox_url;  /* envd through one URL and headers, or NULL */
     long keepalive_s;   /* Keepalive-Ping-Interval of the process streams */
-    cl_reaper *reaper;
 };
 
 struct sbx_plugin_sandbox {
@@ -185,15 +184,15 @@ typedef struct e2b_proc {
 
 /* A control-plane call on /sandboxes/{id}@suffix (provider.h). */
 #define e2b_sbcall(c, ctx, method, id, suffix, body, idem, r, op, what, error)               \
-    cl_item_request((c)->http, (ctx), (method), (c)->api, "sandboxes", (id), (suffix), (body), \
-                    (idem), (r), (op), (what), (error))
+    cl_item_request((c)->cl.http, (ctx), (method), (c)->cl.api, "sandboxes", (id), (suffix),  \
+                    (body), (idem), (r), (op), (what), (error))
 
 /* GET /sandboxes/{id}: SandboxDetail, or NULL (*@status 404 when gone, 0
  * when no answer came; other statuses store an error). */
 static json_object *e2b_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                             long *status, const char *op, sbx_error **error)
 {
-    return cl_item_get(c->http, ctx, c->api, "sandboxes", id, status, op, "get the sandbox",
+    return cl_item_get(c->cl.http, ctx, c->cl.api, "sandboxes", id, status, op, "get the sandbox",
                        error);
 }
 
@@ -201,7 +200,8 @@ static json_object *e2b_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx
 static int e2b_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                       const char *op, sbx_error **error)
 {
-    return cl_item_delete(c->http, ctx, c->api, "sandboxes", id, op, "kill the sandbox", error);
+    return cl_item_delete(c->cl.http, ctx, c->cl.api, "sandboxes", id, op, "kill the sandbox",
+                          error);
 }
 
 /* Takes envd's address and access token from a Sandbox answer. */
@@ -310,7 +310,7 @@ static int e2b_wake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, int 
             e2b_gone_error(error, op, sb->s.id);
             rc = -1;
         } else if (r.status / 100 != 2) {
-            cl_context(cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r, op,
+            cl_context(cl_fail_status(sb->s.c->cl.http, error, CL_CODE_BY_STATUS, &r, op,
                                       "connect to the sandbox"), "state", state ? "paused" : "");
             rc = -1;
         } else {
@@ -393,7 +393,7 @@ static int e2b_envd(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_r
         rq->headers = e2b_hdrs_make(sb, &h, user, extra);
         rq->url = url;
         rq->no_auth = 1;
-        int rc = url ? cl_request(sb->s.c->http, ctx, rq, r, op, error) : -1;
+        int rc = url ? cl_request(sb->s.c->cl.http, ctx, rq, r, op, error) : -1;
         if (!url)
             cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         free(url);
@@ -418,7 +418,7 @@ static int e2b_envd(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_r
             return -1;
         }
         if (!paused || attempt > 0) {
-            cl_fail_status(sb->s.c->http, error, SBX_ERROR_CONNECTION, r, op, rq->what);
+            cl_fail_status(sb->s.c->cl.http, error, SBX_ERROR_CONNECTION, r, op, rq->what);
             return -1;
         }
         if (e2b_wake(sb, ctx, 0, op, error) < 0)
@@ -444,13 +444,13 @@ static sbx_error *e2b_envd_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r,
     if (r->status == 404 || (code && strcmp(code, "not_found") == 0)) {
         err = path ? cl_fail(error, SBX_ERROR_NOT_FOUND, op, "%s: no such file or directory in "
                              "the sandbox: %s", what, path)
-                   : cl_fail_status(sb->s.c->http, error, SBX_ERROR_NOT_FOUND, r, op, what);
-    } else if (code && cl_connect_error(sb->s.c->http, j, op, what, error) == 1) {
+                   : cl_fail_status(sb->s.c->cl.http, error, SBX_ERROR_NOT_FOUND, r, op, what);
+    } else if (code && cl_connect_error(sb->s.c->cl.http, j, op, what, error) == 1) {
         err = error ? *error : NULL;
     } else if (r->status == 400) {
-        err = cl_fail_status(sb->s.c->http, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
+        err = cl_fail_status(sb->s.c->cl.http, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
     } else {
-        err = cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, r, op, what);
+        err = cl_fail_status(sb->s.c->cl.http, error, CL_CODE_BY_STATUS, r, op, what);
     }
     if (path)
         cl_context(err, "path", path);
@@ -490,16 +490,10 @@ static char *e2b_abs(struct sbx_plugin_sandbox *sb, const char *path)
 
 CL_SETUP(e2b_setup, E2B_BACKEND)
 
-static void e2b_client_free(sbx_plugin_client *c)
+static void e2b_client_clear(sbx_plugin_client *c)
 {
-    if (!c)
-        return;
-    cl_reaper_free(c->reaper);
-    cl_http_free(c->http);
-    free(c->api);
     free(c->domain);
     free(c->sandbox_url);
-    free(c);
 }
 
 static int e2b_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
@@ -526,13 +520,19 @@ static int e2b_keepalive_option(json_object *cfg, long *out, sbx_error **error)
     return 0;
 }
 
+static const char *const e2b_key_envs[] = { "E2B_API_KEY", NULL };
+
+/* The control plane's default URL follows the domain: set by the plugin. */
+static const cl_client_spec e2b_client_spec = {
+    .provider = E2B_BACKEND, .size = sizeof(struct sbx_plugin_client),
+    .key_envs = e2b_key_envs, .auth_header = "X-API-Key",
+    .find = e2b_find_token, .del = e2b_delete, .clear = e2b_client_clear,
+};
+
 static int e2b_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
-    const char *op = "client_new";
     json_object *cfg;
-    struct sbx_plugin_client *c = cl_client_alloc(config_json, E2B_BACKEND, sizeof(*c),
-                                                  offsetof(struct sbx_plugin_client, http),
-                                                  &cfg, error);
+    struct sbx_plugin_client *c = cl_client_new(&e2b_client_spec, config_json, &cfg, error);
     if (!c)
         return -1;
     const char *dom = cl_json_str(cfg, "domain");
@@ -540,9 +540,9 @@ static int e2b_client_new(const char *config_json, sbx_plugin_client **client, s
         dom = getenv("E2B_DOMAIN");
     c->domain = strdup(dom && *dom ? dom : E2B_DEFAULT_DOMAIN);
     char *dflt = c->domain ? cl_printf("https://api.%s", c->domain) : NULL;
-    c->api = dflt ? cl_base_url(cfg, "api_url", "E2B_API_URL", dflt, error) : NULL;
+    c->cl.api = dflt ? cl_base_url(cfg, "api_url", "E2B_API_URL", dflt, error) : NULL;
     free(dflt);
-    if (!c->api)
+    if (!c->cl.api)
         goto fail;
     const char *su = cl_json_str(cfg, "sandbox_url");
     if ((su && *su) || (getenv("E2B_SANDBOX_URL") && *getenv("E2B_SANDBOX_URL"))) {
@@ -550,18 +550,11 @@ static int e2b_client_new(const char *config_json, sbx_plugin_client **client, s
         if (!c->sandbox_url)
             goto fail;
     }
-    static const char *const key_envs[] = { "E2B_API_KEY", NULL };
-    if (cl_http_configure(c->http, cfg, key_envs, "X-API-Key", NULL, error) < 0)
-        goto fail;
     if (e2b_keepalive_option(cfg, &c->keepalive_s, error) < 0)
         goto fail;
-    if (!(c->reaper = cl_reaper_new_op(e2b_find_token, e2b_delete, c))) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto fail;
-    }
-    return cl_client_end(0, c, client, cfg, e2b_client_free);
+    return cl_client_end(0, c, client, cfg, cl_client_free_slot);
 fail:
-    return cl_client_end(-1, c, client, cfg, e2b_client_free);
+    return cl_client_end(-1, c, client, cfg, cl_client_free_slot);
 }
 
 CL_PROBE_CAPS(e2b_probe, E2B_CAPS)
@@ -621,7 +614,7 @@ static int e2b_on_frame(void *ud, unsigned flags, const char *p, size_t n)
                                "%.80s", p);
     int rc = 0;
     if (flags & CL_CONNECT_END_STREAM) {
-        if (cl_connect_error(s->p->sb->s.c->http, j, "exec", "run the command", NULL) == 1) {
+        if (cl_connect_error(s->p->sb->s.c->cl.http, j, "exec", "run the command", NULL) == 1) {
             s->saved = *cl_last();
             s->failed = 1;
             rc = -1;
@@ -1210,11 +1203,11 @@ static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     json_object *body = e2b_create_body(ctx, rq, &timeout, error), *j = NULL;
     if (!body)
         return -1;
-    char *url = cl_printf("%s/sandboxes", c->api);
+    char *url = cl_printf("%s/sandboxes", c->cl.api);
     int rc = -1;
     struct sbx_plugin_sandbox *sb = NULL;
     const char *id = NULL;
-    if (!(j = cl_create_post(c->http, c->reaper, ctx, url, body, "sandboxID", "a sandboxID",
+    if (!(j = cl_create_post(c->cl.http, c->cl.reaper, ctx, url, body, "sandboxID", "a sandboxID",
                              "create the sandbox", &id, error)))
         goto out;
     sb = e2b_sandbox_new(c, id);
@@ -1258,7 +1251,7 @@ static int e2b_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
 /* Running or paused: it exists. */
 static int e2b_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_item_is_alive(&sb->s, sb->s.c->http, ctx, sb->s.c->api, "sandboxes", NULL, NULL,
+    return cl_item_is_alive(&sb->s, sb->s.c->cl.http, ctx, sb->s.c->cl.api, "sandboxes", NULL, NULL,
                             error);
 }
 
@@ -1324,8 +1317,8 @@ static char *e2b_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, u
 static int e2b_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     /* 409: it is paused already */
-    return cl_sandbox_call(&sb->s, sb->s.c->http, ctx, "POST", sb->s.c->api, "sandboxes", "/pause",
-                           NULL, CL_SAFE, 409, "stop", "pause the sandbox", error);
+    return cl_sandbox_call(&sb->s, sb->s.c->cl.http, ctx, "POST", sb->s.c->cl.api, "sandboxes",
+                           "/pause", NULL, CL_SAFE, 409, "stop", "pause the sandbox", error);
 }
 
 static int e2b_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
@@ -1344,9 +1337,9 @@ static int e2b_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const 
     char *kv = cl_printf("%s=%s", key, value);
     char *meta = kv ? cl_url_escape(kv) : NULL;
     char *url = meta ? cl_printf("%s/v2/sandboxes?state=running,paused&metadata=%s&limit=100",
-                                 c->api, meta) : NULL;
+                                 c->cl.api, meta) : NULL;
     cl_pages pg = { url, "nextToken", "X-Next-Token", NULL, NULL, "list sandboxes", 0 };
-    int rc = url ? cl_list_pages(c->http, ctx, &pg, fn, ud, op, error) : -1;
+    int rc = url ? cl_list_pages(c->cl.http, ctx, &pg, fn, ud, op, error) : -1;
     if (!url)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     free(url);
@@ -1516,7 +1509,7 @@ static const sbx_plugin e2b_plugin = {
     .caps = E2B_CAPS,
     .setup = e2b_setup,
     .client_new = e2b_client_new,
-    .client_free = e2b_client_free,
+    .client_free = cl_client_free_slot,
     .probe = e2b_probe,
     .create = e2b_create,
     .resume = e2b_resume,

@@ -119,15 +119,14 @@
                  | SBX_CAP_BACKGROUND | SBX_CAP_EXEC_STDIN_STREAM)
 
 struct sbx_plugin_client {
-    cl_http *http;
+    cl_client cl;       /* first member: http, the base URL
+                         * SERVER/api/v1/namespaces/NS, reaper (provider.h) */
     k8_conf conf;
     char *ns;           /* namespace */
-    char *api;          /* SERVER/api/v1/namespaces/NS */
     char *netapi;       /* SERVER/apis/networking.k8s.io/v1/namespaces/NS */
     char *image;
     char *auth_header;  /* "Authorization: Bearer ..." for the WebSocket, or NULL */
     int grace_s;
-    cl_reaper *reaper;
     pthread_mutex_t lock;
     int v4_only;        /* a server that answered v4 to our offer */
 };
@@ -144,7 +143,7 @@ struct sbx_plugin_sandbox {
 
 static char *k8_pod_url(struct sbx_plugin_client *c, const char *name, const char *suffix)
 {
-    return cl_item_url(c->api, "pods", name, suffix);
+    return cl_item_url(c->cl.api, "pods", name, suffix);
 }
 
 static char *k8_policy_name(const char *pod)
@@ -157,7 +156,7 @@ static sbx_error *k8_fail_resp(struct sbx_plugin_client *c, sbx_error **error,
                                sbx_error_code code, const cl_resp *r, const char *op,
                                const char *what)
 {
-    return cl_fail_status(c->http, error, code, r, op, what);
+    return cl_fail_status(c->cl.http, error, code, r, op, what);
 }
 
 static int k8_delete_policy(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
@@ -165,7 +164,7 @@ static int k8_delete_policy(struct sbx_plugin_client *c, const sbx_call_ctx *ctx
 {
     char *pn = k8_policy_name(pod);
     char *url = pn ? cl_item_url(c->netapi, "networkpolicies", pn, "") : NULL;
-    int rc = cl_delete_url(c->http, ctx, url, op, "delete the pod's NetworkPolicy", error);
+    int rc = cl_delete_url(c->cl.http, ctx, url, op, "delete the pod's NetworkPolicy", error);
     free(url);
     free(pn);
     return rc;
@@ -180,7 +179,7 @@ static int k8_delete(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
     char sfx[64];
     snprintf(sfx, sizeof sfx, "?gracePeriodSeconds=%d", c->grace_s);
     char *url = k8_pod_url(c, id, sfx);
-    int rc = cl_delete_url(c->http, ctx, url, op, "delete the pod", error);
+    int rc = cl_delete_url(c->cl.http, ctx, url, op, "delete the pod", error);
     free(url);
     if (k8_delete_policy(c, ctx, id, op, rc == 0 ? error : NULL) < 0)
         rc = -1;
@@ -358,7 +357,7 @@ static int k8_send_resize(cl_ws *ws, unsigned rows, unsigned cols)
 static char *k8_exec_url(struct sbx_plugin_sandbox *sb, const char *script, int want_in, int tty)
 {
     char *q = cl_url_escape(script);
-    char *base = cl_ws_url(sb->s.c->api);
+    char *base = cl_ws_url(sb->s.c->cl.api);
     char *name = cl_url_escape(sb->s.id);
     char *url = q && base && name
                 ? cl_printf("%s/pods/%s/exec?container=" K8_CONTAINER "&command=sh&command=-c"
@@ -429,7 +428,7 @@ static int k8_open(k8_stream *s, const sbx_call_ctx *ctx, const char *op, sbx_er
             }
             break;
         }
-        double wait = cl_http_backoff(c->http, k < 4 ? k : 4);
+        double wait = cl_http_backoff(c->cl.http, k < 4 ? k : 4);
         if (wait > 2)
             wait = 2;
         cl_bound b = cl_bound_make(ctx, 0);
@@ -680,15 +679,10 @@ static int k8_setup(const sbx_host_services *host, sbx_error **error)
     return cl_setup(host, K8_BACKEND, error);
 }
 
-static void k8_client_free(sbx_plugin_client *c)
+static void k8_client_clear(sbx_plugin_client *c)
 {
-    if (!c)
-        return;
-    cl_reaper_free(c->reaper);
-    cl_http_free(c->http);
     k8_conf_clear(&c->conf);
     free(c->ns);
-    free(c->api);
     free(c->netapi);
     free(c->image);
     if (c->auth_header) {
@@ -696,7 +690,6 @@ static void k8_client_free(sbx_plugin_client *c)
         free(c->auth_header);
     }
     pthread_mutex_destroy(&c->lock);
-    free(c);
 }
 
 static int k8_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
@@ -715,23 +708,23 @@ static int k8_label_ok(const char *s)
     return 1;
 }
 
+/* The base URL follows the kubeconfig's server and the namespace, and the
+ * credential comes with the kubeconfig: both set by the plugin. */
+static const cl_client_spec k8_client_spec = {
+    .provider = K8_BACKEND, .size = sizeof(struct sbx_plugin_client),
+    .find = k8_find_token, .del = k8_delete, .clear = k8_client_clear,
+};
+
 static int k8_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
-    json_object *cfg = NULL;
-    if (cl_client_config(config_json, K8_BACKEND, &cfg, error) < 0)
+    json_object *cfg;
+    struct sbx_plugin_client *c = cl_client_new(&k8_client_spec, config_json, &cfg, error);
+    if (!c)
         return -1;
-    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
-    if (!c) {
-        json_object_put(cfg);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
     pthread_mutex_init(&c->lock, NULL);
     c->grace_s = K8_DEFAULT_GRACE_S;
-    cl_retry_policy rp = CL_RETRY_POLICY_DEFAULT;
-    if (k8_conf_load(cfg, &c->conf, error) < 0
-        || cl_retry_policy_from_config(cfg, &rp, error) < 0)
+    if (k8_conf_load(cfg, &c->conf, error) < 0)
         goto fail;
     const char *ns = cl_json_str(cfg, "namespace");
     if (!ns || !*ns)
@@ -757,16 +750,14 @@ static int k8_client_new(const char *config_json, sbx_plugin_client **client, sb
     const char *img = cl_json_str(cfg, "image");
     c->ns = strdup(ns);
     c->image = strdup(img && *img ? img : K8_DEFAULT_IMAGE);
-    c->api = cl_printf("%s/api/v1/namespaces/%s", c->conf.server, ns);
+    c->cl.api = cl_printf("%s/api/v1/namespaces/%s", c->conf.server, ns);
     c->netapi = cl_printf("%s/apis/networking.k8s.io/v1/namespaces/%s", c->conf.server, ns);
-    c->http = cl_http_new();
-    if (!c->ns || !c->image || !c->api || !c->netapi || !c->http) {
+    if (!c->ns || !c->image || !c->cl.api || !c->netapi) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    cl_http_set_retry(c->http, &rp);
     if (c->conf.ca.len || c->conf.cert.len || c->conf.insecure) {
-        if (cl_http_set_tls(c->http, c->conf.ca.len ? c->conf.ca.data : NULL, c->conf.ca.len,
+        if (cl_http_set_tls(c->cl.http, c->conf.ca.len ? c->conf.ca.data : NULL, c->conf.ca.len,
                             c->conf.cert.len ? c->conf.cert.data : NULL, c->conf.cert.len,
                             c->conf.key.len ? c->conf.key.data : NULL, c->conf.key.len,
                             c->conf.insecure) < 0) {
@@ -778,8 +769,8 @@ static int k8_client_new(const char *config_json, sbx_plugin_client **client, sb
     if (c->conf.token) {
         char *v = cl_printf("Bearer %s", c->conf.token);
         c->auth_header = cl_printf("Authorization: Bearer %s", c->conf.token);
-        if (!v || !c->auth_header || cl_http_set_auth(c->http, "Authorization", v) < 0
-            || cl_http_set_secret(c->http, c->conf.token) < 0) {
+        if (!v || !c->auth_header || cl_http_set_auth(c->cl.http, "Authorization", v) < 0
+            || cl_http_set_secret(c->cl.http, c->conf.token) < 0) {
             free(v);
             cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
             goto fail;
@@ -787,16 +778,11 @@ static int k8_client_new(const char *config_json, sbx_plugin_client **client, sb
         memset(v, 0, strlen(v));
         free(v);
     }
-    c->reaper = cl_reaper_new_op(k8_find_token, k8_delete, c);
-    if (!c->reaper) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto fail;
-    }
     CL_LOG(SBX_LOG_INFO, "API server %s, namespace %s, credentials from %s", c->conf.server,
            c->ns, c->conf.source ? c->conf.source : "?");
-    return cl_client_end(0, c, client, cfg, k8_client_free);
+    return cl_client_end(0, c, client, cfg, cl_client_free_slot);
 fail:
-    return cl_client_end(-1, c, client, cfg, k8_client_free);
+    return cl_client_end(-1, c, client, cfg, cl_client_free_slot);
 }
 
 CL_PROBE_CAPS(k8_probe, K8_CAPS)
@@ -815,12 +801,12 @@ static int k8_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
     int rc = 0;
     for (;;) {
         char *qs = cl_url_escape(sel), *qc = cont ? cl_url_escape(cont) : NULL;
-        char *url = qs ? cl_printf("%s/pods?labelSelector=%s&limit=500%s%s", c->api, qs,
+        char *url = qs ? cl_printf("%s/pods?labelSelector=%s&limit=500%s%s", c->cl.api, qs,
                                    qc ? "&continue=" : "", qc ? qc : "") : NULL;
         free(qs);
         free(qc);
         long st = 0;
-        json_object *j = cl_get_json(c->http, ctx, url, &st, op, "list the pods", error);
+        json_object *j = cl_get_json(c->cl.http, ctx, url, &st, op, "list the pods", error);
         free(url);
         if (!j) {
             if (st == 404)
@@ -904,7 +890,7 @@ static int k8_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     char *url = qs ? cl_printf("%s/networkpolicies?labelSelector=%s", c->netapi, qs) : NULL;
     free(qs);
     long st = 0;
-    json_object *j = cl_get_json(c->http, ctx, url, &st, op, "list the NetworkPolicies", error);
+    json_object *j = cl_get_json(c->cl.http, ctx, url, &st, op, "list the NetworkPolicies", error);
     free(url);
     int rc = j ? 0 : -1;
     json_object *items = j ? cl_json_path(j, "items", NULL) : NULL;
@@ -949,14 +935,14 @@ static int k8_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, 
     }
     long st = 0;
     char *url = k8_pod_url(c, id, "");
-    json_object *pod = cl_get_json(c->http, ctx, url, &st, op, "get the pod", error);
+    json_object *pod = cl_get_json(c->cl.http, ctx, url, &st, op, "get the pod", error);
     free(url);
     if (!pod && st != 404)
         return -1;
     char *pn = k8_policy_name(id);
     char *purl = pn ? cl_item_url(c->netapi, "networkpolicies", pn, "") : NULL;
     long pst = 0;
-    json_object *pol = cl_get_json(c->http, ctx, purl, &pst, op, "get the pod's NetworkPolicy",
+    json_object *pol = cl_get_json(c->cl.http, ctx, purl, &pst, op, "get the pod's NetworkPolicy",
                                    error);
     int rc = 0;
     if ((!pol && pst != 404) || (pod && !k8_ours(pod)) || (pol && !k8_ours(pol))) {
@@ -970,10 +956,10 @@ static int k8_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, 
         snprintf(sfx, sizeof sfx, "?gracePeriodSeconds=%d", c->grace_s);
         char *durl = pod ? k8_pod_url(c, id, sfx) : NULL;
         if (pod)
-            rc = cl_delete_url(c->http, ctx, durl, op, "delete the pod", error);
+            rc = cl_delete_url(c->cl.http, ctx, durl, op, "delete the pod", error);
         free(durl);
         if (rc == 0 && pol)
-            rc = cl_delete_url(c->http, ctx, purl, op, "delete the pod's NetworkPolicy", error);
+            rc = cl_delete_url(c->cl.http, ctx, purl, op, "delete the pod's NetworkPolicy", error);
     }
     json_object_put(pod);
     json_object_put(pol);
@@ -1279,7 +1265,7 @@ static int k8_ready_look(void *ud, const char **state, sbx_error **error)
     const char *op = "create";
     long st = 0;
     char *url = k8_pod_url(w->sb->s.c, w->sb->s.id, "");
-    json_object *j = cl_get_json(w->sb->s.c->http, w->ctx, url, &st, op, "get the pod", error);
+    json_object *j = cl_get_json(w->sb->s.c->cl.http, w->ctx, url, &st, op, "get the pod", error);
     free(url);
     if (!j) {
         if (st == 404) {
@@ -1421,7 +1407,7 @@ static int k8_set_deadline(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
                    .body = body, .body_len = strlen(body), .idempotent = CL_SAFE,
                    .what = "set the pod's activeDeadlineSeconds" };
     cl_resp r = { 0 };
-    int rc = url ? cl_request(c->http, ctx, &req, &r, op, error) : -1;
+    int rc = url ? cl_request(c->cl.http, ctx, &req, &r, op, error) : -1;
     free(url);
     if (rc == 0 && r.status / 100 != 2) {
         sbx_error *e = k8_fail_resp(c, error, r.status == 403 || r.status == 401
@@ -1462,7 +1448,7 @@ static int k8_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!rq->allow_internet) {
         pol = k8_policy_body(name, ctx, rq->expires_at);
         char *url = cl_printf("%s/networkpolicies", c->netapi);
-        int prc = url ? cl_request_json(c->http, ctx, "POST", url, pol, CL_UNSAFE, &r, op,
+        int prc = url ? cl_request_json(c->cl.http, ctx, "POST", url, pol, CL_UNSAFE, &r, op,
                                         "create the deny-egress NetworkPolicy", error) : -1;
         free(url);
         if (prc < 0) {
@@ -1480,13 +1466,13 @@ static int k8_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         sb->policy = 1;
         cl_resp_clear(&r);
     }
-    char *purl = cl_printf("%s/pods", c->api);
-    int prc = purl ? cl_request_json(c->http, ctx, "POST", purl, body, CL_UNSAFE, &r, op,
+    char *purl = cl_printf("%s/pods", c->cl.api);
+    int prc = purl ? cl_request_json(c->cl.http, ctx, "POST", purl, body, CL_UNSAFE, &r, op,
                                      "create the pod", NULL) : -1;
     free(purl);
     if (prc < 0) {
         int unknown = cl_last()->unknown;
-        cl_create_unanswered(c->reaper, ctx, ctx ? ctx->create_token : NULL, op, error);
+        cl_create_unanswered(c->cl.reaper, ctx, ctx ? ctx->create_token : NULL, op, error);
         /* The name is ours: delete it whether or not it was made. */
         if (unknown)
             k8_delete(c, NULL, name, op, NULL);
@@ -1547,7 +1533,7 @@ static int k8_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_erro
         return 0;
     char *url = k8_pod_url(sb->s.c, sb->s.id, "");
     long st = 0;
-    json_object *j = cl_get_json(sb->s.c->http, ctx, url, &st, "is_alive", "get the pod", error);
+    json_object *j = cl_get_json(sb->s.c->cl.http, ctx, url, &st, "is_alive", "get the pod", error);
     free(url);
     if (!j) {
         if (st == 404) {
@@ -1940,7 +1926,7 @@ static const sbx_plugin k8_plugin = {
     .caps = K8_CAPS,
     .setup = k8_setup,
     .client_new = k8_client_new,
-    .client_free = k8_client_free,
+    .client_free = cl_client_free_slot,
     .probe = k8_probe,
     .create = k8_create,
     .resume = k8_resume,

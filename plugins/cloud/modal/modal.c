@@ -159,11 +159,10 @@
                     | SBX_CAP_SNAPSHOT | SBX_CAP_PTY | SBX_CAP_EXEC_STDIN_STREAM)
 
 struct sbx_plugin_client {
-    cl_http *http;
+    cl_client cl;       /* first member: http, reaper (provider.h) */
     cl_grpc *ctl;
     char *environment;  /* or NULL: the workspace's default */
     char *app_name;     /* the default app */
-    cl_reaper *reaper;
     pthread_mutex_t lock;   /* guards app_id, auth_token, auth_exp */
     char *app_id;       /* the default app's id, once known */
     char *auth_token;   /* AuthTokenGet's token (a secret: memory only), or NULL */
@@ -531,13 +530,9 @@ static int modal_setup(const sbx_host_services *host, sbx_error **error)
     return cl_setup(host, MODAL_BACKEND, error);
 }
 
-static void modal_client_free(sbx_plugin_client *c)
+static void modal_client_clear(sbx_plugin_client *c)
 {
-    if (!c)
-        return;
-    cl_reaper_free(c->reaper);
     cl_grpc_free(c->ctl);
-    cl_http_free(c->http);
     pthread_mutex_destroy(&c->lock);
     free(c->environment);
     free(c->app_name);
@@ -546,7 +541,6 @@ static void modal_client_free(sbx_plugin_client *c)
         memset(c->auth_token, 0, strlen(c->auth_token));
         free(c->auth_token);
     }
-    free(c);
 }
 
 static int modal_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
@@ -578,7 +572,7 @@ static int modal_ca_file(struct sbx_plugin_client *c, const char *path, sbx_erro
         cl_context(x, "option", "ca_file");
         return -1;
     }
-    int rc = cl_http_set_tls(c->http, pem.data, pem.len, NULL, 0, NULL, 0, 0);
+    int rc = cl_http_set_tls(c->cl.http, pem.data, pem.len, NULL, 0, NULL, 0, 0);
     cl_buf_clear(&pem);
     if (rc < 0)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -598,27 +592,24 @@ static const char *modal_pick(json_object *cfg, const char *key, const char *env
     return prof && *prof ? prof : NULL;
 }
 
+/* No base URL nor key here: the server URLs are the gRPC channel's, the
+ * token pair is its metadata. */
+static const cl_client_spec modal_client_spec = {
+    .provider = MODAL_BACKEND, .size = sizeof(struct sbx_plugin_client),
+    .find = modal_find_token, .del = modal_terminate, .clear = modal_client_clear,
+};
+
 static int modal_client_new(const char *config_json, sbx_plugin_client **client,
                             sbx_error **error)
 {
     const char *op = "client_new";
-    json_object *cfg = NULL;
-    if (cl_client_config(config_json, MODAL_BACKEND, &cfg, error) < 0)
+    json_object *cfg;
+    struct sbx_plugin_client *c = cl_client_new(&modal_client_spec, config_json, &cfg, error);
+    if (!c)
         return -1;
-    struct sbx_plugin_client *c = calloc(1, sizeof(*c));
+    pthread_mutex_init(&c->lock, NULL);
     modal_profile prof;
     modal_read_profile(&prof);
-    if (!c || !(c->http = cl_http_new())) {
-        free(c);
-        json_object_put(cfg);
-        modal_profile_clear(&prof);
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        return -1;
-    }
-    pthread_mutex_init(&c->lock, NULL);
-    /* No key envs here: the token pair is metadata of the gRPC channel. */
-    if (cl_http_configure(c->http, cfg, NULL, NULL, NULL, error) < 0)
-        goto fail;
     const char *ca = cl_json_str(cfg, "ca_file");
     if (ca && *ca && modal_ca_file(c, ca, error) < 0)
         goto fail;
@@ -629,7 +620,7 @@ static int modal_client_new(const char *config_json, sbx_plugin_client **client,
         if (!fo)
             fo = MODAL_FAILOVER;
     }
-    if (!(c->ctl = cl_grpc_new(c->http, url, fo))) {
+    if (!(c->ctl = cl_grpc_new(c->cl.http, url, fo))) {
         cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op, "modal server URL %s is not an "
                            "http:// or https:// URL%s%s", url, fo ? " (or failover_url " : "",
                            fo ? fo : ""), "option", "server_url");
@@ -645,21 +636,20 @@ static int modal_client_new(const char *config_json, sbx_plugin_client **client,
     if (tid && tsec)
         bad |= cl_grpc_add_metadata(c->ctl, "x-modal-token-id", tid) < 0
                || cl_grpc_add_metadata(c->ctl, "x-modal-token-secret", tsec) < 0
-               || cl_http_set_secret(c->http, tsec) < 0;
+               || cl_http_set_secret(c->cl.http, tsec) < 0;
     bad |= cl_grpc_add_metadata(c->ctl, "x-modal-client-type", "1") < 0
            || cl_grpc_add_metadata(c->ctl, "x-modal-client-version", PACKAGE_VERSION) < 0;
     bad |= env && !(c->environment = strdup(env));
     bad |= !(c->app_name = strdup(app && *app ? app : MODAL_DEFAULT_APP));
-    bad |= !(c->reaper = cl_reaper_new_op(modal_find_token, modal_terminate, c));
     if (bad) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
     modal_profile_clear(&prof);
-    return cl_client_end(0, c, client, cfg, modal_client_free);
+    return cl_client_end(0, c, client, cfg, cl_client_free_slot);
 fail:
     modal_profile_clear(&prof);
-    return cl_client_end(-1, c, client, cfg, modal_client_free);
+    return cl_client_end(-1, c, client, cfg, cl_client_free_slot);
 }
 
 CL_PROBE_CAPS(modal_probe, MODAL_CAPS)
@@ -959,7 +949,7 @@ static int modal_router_access(struct sbx_plugin_sandbox *sb, const sbx_call_ctx
     pthread_mutex_lock(&sb->lock);
     rc = 0;
     if (!sb->router_url || strcmp(sb->router_url, a->url) != 0) {
-        cl_grpc *g = cl_grpc_new(sb->s.c->http, a->url, NULL);
+        cl_grpc *g = cl_grpc_new(sb->s.c->cl.http, a->url, NULL);
         char *u = strdup(a->url);
         size_t slot = 0, nslots = sizeof sb->retired / sizeof sb->retired[0];
         while (sb->router && slot < nslots && sb->retired[slot])
@@ -1900,7 +1890,7 @@ static int modal_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             cl_context(err, "grpc_status", num);
         }
         if (ctx && ctx->create_token && l.unknown)
-            cl_reap_lost(c->reaper, ctx->create_token);
+            cl_reap_lost(c->cl.reaper, ctx->create_token);
         goto out;
     }
     if (cr->sandbox_id && *cr->sandbox_id)
@@ -1910,7 +1900,7 @@ static int modal_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         cl_fail(error, SBX_ERROR_CREATION_FAILED, op, "modal SandboxCreate answered without a "
                 "sandbox_id");
         if (ctx && ctx->create_token)
-            cl_reap_now(c->reaper, NULL, ctx->create_token, 5.0);
+            cl_reap_now(c->cl.reaper, NULL, ctx->create_token, 5.0);
         goto out;
     }
     if (!(sb = modal_sandbox_new(c, id))) {
@@ -2532,7 +2522,7 @@ static const sbx_plugin modal_plugin = {
     .caps = MODAL_CAPS,
     .setup = modal_setup,
     .client_new = modal_client_new,
-    .client_free = modal_client_free,
+    .client_free = cl_client_free_slot,
     .probe = modal_probe,
     .create = modal_create,
     .resume = modal_resume,

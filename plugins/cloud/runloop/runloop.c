@@ -110,9 +110,7 @@
                  | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED | SBX_CAP_BACKGROUND)
 
 struct sbx_plugin_client {
-    cl_http *http;
-    char *api;          /* base URL, no trailing slash */
-    cl_reaper *reaper;  /* devboxes of creates whose outcome is unknown */
+    cl_client cl;       /* first member: http, base URL, reaper (provider.h) */
 };
 
 struct sbx_plugin_sandbox {
@@ -156,7 +154,7 @@ static sbx_error *rl_gone_error(sbx_error **error, const char *op, const char *i
 static json_object *rl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                            long *status, const char *op, sbx_error **error)
 {
-    return cl_item_get(c->http, ctx, c->api, "v1/devboxes", id, status, op, "get the devbox",
+    return cl_item_get(c->cl.http, ctx, c->cl.api, "v1/devboxes", id, status, op, "get the devbox",
                        error);
 }
 
@@ -166,8 +164,8 @@ static int rl_post(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
                    const char *suffix, json_object *body, cl_idempotency idem, cl_resp *r,
                    const char *op, const char *what, sbx_error **error)
 {
-    return cl_post_json(c->http, ctx, cl_item_url(c->api, "v1/devboxes", id, suffix), body, idem,
-                        r, op, what, error);
+    return cl_post_json(c->cl.http, ctx, cl_item_url(c->cl.api, "v1/devboxes", id, suffix), body,
+                        idem, r, op, what, error);
 }
 
 /* How the provider's view of a sandbox is got and read: resume, and the
@@ -188,8 +186,8 @@ static int rl_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
                    const char *suffix, cl_resp *r, int ok408, int file_call, const char *op,
                    sbx_error **error)
 {
-    return cl_sandbox_request(&sb->s, sb->s.c->http, &rl_calls, ctx, rq,
-                              cl_item_url(sb->s.c->api, "v1/devboxes", sb->s.id, suffix),
+    return cl_sandbox_request(&sb->s, sb->s.c->cl.http, &rl_calls, ctx, rq,
+                              cl_item_url(sb->s.c->cl.api, "v1/devboxes", sb->s.id, suffix),
                               (ok408 ? CL_CALL_OK_408 : 0) | (file_call ? CL_CALL_FILE : 0), r,
                               op, error);
 }
@@ -280,7 +278,7 @@ static int rl_wait_running(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
             rc = rl_post(sb->s.c, ctx, sb->s.id, "/resume", NULL, CL_SAFE, &r2, op,
                          "resume the devbox", error);
             if (rc == 0 && r2.status / 100 != 2) {
-                cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r2, op,
+                cl_fail_status(sb->s.c->cl.http, error, CL_CODE_BY_STATUS, &r2, op,
                                "resume the devbox");
                 rc = -1;
             }
@@ -296,7 +294,7 @@ static int rl_wait_running(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
             cl_resp_clear(&r);
             continue;       /* on its way: hold again */
         }
-        cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r, op,
+        cl_fail_status(sb->s.c->cl.http, error, CL_CODE_BY_STATUS, &r, op,
                        "wait for the devbox to run");
         cl_resp_clear(&r);
         return -1;
@@ -446,7 +444,7 @@ static int rl_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 
 /* The error of a file call's answer @r (provider.h). */
 #define rl_file_fail(sb, r, op, path, what, error) \
-    cl_file_fail(&(sb)->s, (sb)->s.c->http, (r), 0, (op), (path), (what), (error))
+    cl_file_fail(&(sb)->s, (sb)->s.c->cl.http, (r), 0, (op), (path), (what), (error))
 
 static int rl_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                        cl_sink_fn sink, void *ud, cl_resp *r, const char *op, sbx_error **error)
@@ -466,7 +464,7 @@ static int rl_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, c
 static int rl_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                         sbx_error **error)
 {
-    return cl_read_file_by(sb, sb->s.c->http, ctx, sb->s.workdir, path, rl_download, fd, error);
+    return cl_read_file_by(sb, sb->s.c->cl.http, ctx, sb->s.workdir, path, rl_download, fd, error);
 }
 
 /* Uploads what @fd holds (to its end) as @path (provider form): multipart
@@ -553,7 +551,7 @@ static int rl_shutdown(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, con
     if (rc == 0 && r.status / 100 != 2 && r.status != 404) {
         /* Shut down already (a terminal devbox refuses more calls). */
         if (!cl_sandbox_ended(c, ctx, &rl_spec, id, op, NULL)) {
-            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "shut the devbox down");
+            cl_fail_status(c->cl.http, error, CL_CODE_BY_STATUS, &r, op, "shut the devbox down");
             rc = -1;
         }
     }
@@ -579,16 +577,16 @@ static int rl_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, rl_each
     int rc = 0;
     for (int page = 0; page < 100000; page++) {
         char *e = after ? cl_url_escape(after) : NULL;
-        char *url = cl_printf("%s/v1/devboxes?limit=100%s%s", c->api, e ? "&starting_after=" : "",
-                              e ? e : "");
+        char *url = cl_printf("%s/v1/devboxes?limit=100%s%s", c->cl.api,
+                              e ? "&starting_after=" : "", e ? e : "");
         free(e);
         long st = 0;
-        json_object *j = url ? cl_get_json(c->http, ctx, url, &st, op, "list devboxes", error)
+        json_object *j = url ? cl_get_json(c->cl.http, ctx, url, &st, op, "list devboxes", error)
                              : NULL;
         free(url);
         if (!j) {
             if (st == 404)
-                cl_fail(error, SBX_ERROR_NOT_FOUND, op, "runloop: no devbox list at %s", c->api);
+                cl_fail(error, SBX_ERROR_NOT_FOUND, op, "runloop: no devbox list at %s", c->cl.api);
             rc = -1;
             break;
         }
@@ -638,37 +636,22 @@ static int rl_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, c
 
 CL_SETUP(rl_setup, RL_BACKEND)
 
-static void rl_client_free(sbx_plugin_client *c)
-{
-    if (!c)
-        return;
-    cl_reaper_free(c->reaper);
-    cl_http_free(c->http);
-    free(c->api);
-    free(c);
-}
+static const char *const rl_key_envs[] = { "RUNLOOP_API_KEY", NULL };
+
+static const cl_client_spec rl_client_spec = {
+    .provider = RL_BACKEND, .size = sizeof(struct sbx_plugin_client),
+    .url_key = "api_url", .url_env = "RUNLOOP_BASE_URL", .url_default = RL_DEFAULT_URL,
+    .key_envs = rl_key_envs, .auth_header = "Authorization", .auth_prefix = "Bearer ",
+    .find = rl_find_token, .del = rl_shutdown,
+};
 
 static int rl_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
-    const char *op = "client_new";
     json_object *cfg;
-    struct sbx_plugin_client *c = cl_client_alloc(config_json, RL_BACKEND, sizeof(*c),
-                                                  offsetof(struct sbx_plugin_client, http),
-                                                  &cfg, error);
+    struct sbx_plugin_client *c = cl_client_new(&rl_client_spec, config_json, &cfg, error);
     if (!c)
         return -1;
-    c->api = cl_base_url(cfg, "api_url", "RUNLOOP_BASE_URL", RL_DEFAULT_URL, error);
-    static const char *const key_envs[] = { "RUNLOOP_API_KEY", NULL };
-    if (!c->api || cl_http_configure(c->http, cfg, key_envs, "Authorization", "Bearer ",
-                                     error) < 0)
-        goto fail;
-    if (!(c->reaper = cl_reaper_new_op(rl_find_token, rl_shutdown, c))) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto fail;
-    }
-    return cl_client_end(0, c, client, cfg, rl_client_free);
-fail:
-    return cl_client_end(-1, c, client, cfg, rl_client_free);
+    return cl_client_end(0, c, client, cfg, cl_client_free_slot);
 }
 
 CL_PROBE_CAPS(rl_probe, RL_CAPS)
@@ -812,11 +795,11 @@ static int rl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     json_object *body = rl_create_body(ctx, rq, error), *j = NULL;
     if (!body)
         return -1;
-    char *url = cl_printf("%s/v1/devboxes", c->api);
+    char *url = cl_printf("%s/v1/devboxes", c->cl.api);
     int rc = -1;
     struct sbx_plugin_sandbox *sb = NULL;
     const char *id = NULL;
-    if (!(j = cl_create_post(c->http, c->reaper, ctx, url, body, "id", "an id",
+    if (!(j = cl_create_post(c->cl.http, c->cl.reaper, ctx, url, body, "id", "an id",
                              "create the devbox", &id, error)))
         goto out;
     sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
@@ -853,8 +836,8 @@ static int rl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
 
 static int rl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
-    return cl_item_is_alive(&sb->s, sb->s.c->http, ctx, sb->s.c->api, "v1/devboxes", "status", rl_dead,
-                            error);
+    return cl_item_is_alive(&sb->s, sb->s.c->cl.http, ctx, sb->s.c->cl.api, "v1/devboxes",
+                            "status", rl_dead, error);
 }
 
 /* {"version":1,"devbox_id":ID[,"workdir":W]}: no credential, no env value
@@ -929,7 +912,7 @@ static int rl_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **
         json_object *j = r.status == 404 ? NULL : rl_get(sb->s.c, ctx, sb->s.id, &st, op, NULL);
         const char *s = j ? rl_status(j) : "";
         if (strcmp(s, "suspended") != 0 && strcmp(s, "suspending") != 0)
-            rc = cl_sandbox_refused(&sb->s, sb->s.c->http, &rl_calls, ctx, &r, 0, op,
+            rc = cl_sandbox_refused(&sb->s, sb->s.c->cl.http, &rl_calls, ctx, &r, 0, op,
                                     "suspend the devbox", error);
         json_object_put(j);
     }
@@ -1418,7 +1401,7 @@ static const sbx_plugin rl_plugin = {
     .caps = RL_CAPS,
     .setup = rl_setup,
     .client_new = rl_client_new,
-    .client_free = rl_client_free,
+    .client_free = cl_client_free_slot,
     .probe = rl_probe,
     .create = rl_create,
     .resume = rl_resume,

@@ -149,10 +149,8 @@ static const char *const tl_gpu_models[] = { "A100-40GB", "A100-80GB", "H100", "
                                              "A10", NULL };
 
 struct sbx_plugin_client {
-    cl_http *http;
-    char *api;          /* base URL, no trailing slash */
+    cl_client cl;       /* first member: http, base URL, reaper (provider.h) */
     int suspendable;    /* client option (default 1): its sandboxes are named */
-    cl_reaper *reaper;  /* sandboxes of creates whose outcome is unknown */
 };
 
 struct sbx_plugin_sandbox {
@@ -181,7 +179,8 @@ typedef struct tl_proc {
 static json_object *tl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                            long *status, const char *op, sbx_error **error)
 {
-    return cl_item_get(c->http, ctx, c->api, "sandboxes", id, status, op, "get the sandbox", error);
+    return cl_item_get(c->cl.http, ctx, c->cl.api, "sandboxes", id, status, op, "get the sandbox",
+                       error);
 }
 
 #define tl_status(j) cl_json_str_or((j), "status", "unknown")
@@ -189,7 +188,8 @@ static json_object *tl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
 static int tl_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                      const char *op, sbx_error **error)
 {
-    return cl_item_delete(c->http, ctx, c->api, "sandboxes", id, op, "delete the sandbox", error);
+    return cl_item_delete(c->cl.http, ctx, c->cl.api, "sandboxes", id, op, "delete the sandbox",
+                          error);
 }
 
 static int tl_token_one(void *ud, const char *id, const char *name)
@@ -225,10 +225,10 @@ static int tl_resume_call(cl_sandbox *s, const sbx_call_ctx *ctx, const char *st
                           const char *op, sbx_error **error)
 {
     cl_resp r = { 0 };
-    int rc = cl_item_request(s->c->http, ctx, "POST", s->c->api, "sandboxes", s->id, "/resume",
-                             NULL, CL_SAFE, &r, op, "resume the sandbox", error);
+    int rc = cl_item_request(s->c->cl.http, ctx, "POST", s->c->cl.api, "sandboxes", s->id,
+                             "/resume", NULL, CL_SAFE, &r, op, "resume the sandbox", error);
     if (rc == 0 && r.status / 100 != 2) {
-        cl_context(cl_fail_status(s->c->http, error, CL_CODE_BY_STATUS, &r, op,
+        cl_context(cl_fail_status(s->c->cl.http, error, CL_CODE_BY_STATUS, &r, op,
                                   "resume the sandbox"), "state", state);
         rc = -1;
     }
@@ -266,7 +266,7 @@ static const cl_call_spec tl_calls = { &tl_look, CL_CALLS_404_GONE };
 static int tl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
                    const char *path, cl_resp *r, int file_call, const char *op, sbx_error **error)
 {
-    return cl_plane_request(&sb->s, sb->s.c->http, &tl_calls, ctx, rq, path,
+    return cl_plane_request(&sb->s, sb->s.c->cl.http, &tl_calls, ctx, rq, path,
                             file_call ? CL_CALL_FILE : 0, r, op, error);
 }
 
@@ -279,52 +279,33 @@ static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
 
 CL_SETUP(tl_setup, TL_BACKEND)
 
-static void tl_client_free(sbx_plugin_client *c)
-{
-    if (!c)
-        return;
-    cl_reaper_free(c->reaper);
-    cl_http_free(c->http);
-    free(c->api);
-    free(c);
-}
+static const char *const tl_key_envs[] = { "TENSORLAKE_API_KEY", NULL };
+
+static const cl_client_spec tl_client_spec = {
+    .provider = TL_BACKEND, .size = sizeof(struct sbx_plugin_client),
+    .url_key = "api_url", .url_env = "TENSORLAKE_API_URL", .url_default = TL_DEFAULT_URL,
+    .key_envs = tl_key_envs, .auth_header = "Authorization", .auth_prefix = "Bearer ",
+    .find = tl_find_token, .del = tl_delete,
+};
 
 static int tl_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
-    const char *op = "client_new";
     json_object *cfg;
-    struct sbx_plugin_client *c = cl_client_alloc(config_json, TL_BACKEND, sizeof(*c),
-                                                  offsetof(struct sbx_plugin_client, http),
-                                                  &cfg, error);
+    struct sbx_plugin_client *c = cl_client_new(&tl_client_spec, config_json, &cfg, error);
     if (!c)
         return -1;
     c->suspendable = 1;
-    if (!(c->reaper = cl_reaper_new_op(tl_find_token, tl_delete, c))) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        goto fail;
-    }
-    c->api = cl_base_url(cfg, "api_url", "TENSORLAKE_API_URL", TL_DEFAULT_URL, error);
-    static const char *const key_envs[] = { "TENSORLAKE_API_KEY", NULL };
-    if (!c->api || cl_http_configure(c->http, cfg, key_envs, "Authorization", "Bearer ",
-                                     error) < 0)
-        goto fail;
     json_object *sv;
     if (cfg && json_object_object_get_ex(cfg, "suspendable", &sv)) {
         if (!json_object_is_type(sv, json_type_boolean)) {
-            cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op,
+            cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
                                "tensorlake client option suspendable %s is not true or false",
                                json_object_to_json_string(sv)), "option", "suspendable");
-            goto fail;
+            return cl_client_end(-1, c, client, cfg, cl_client_free_slot);
         }
         c->suspendable = json_object_get_boolean(sv);
     }
-    json_object_put(cfg);
-    *client = c;
-    return 0;
-fail:
-    json_object_put(cfg);
-    tl_client_free(c);
-    return -1;
+    return cl_client_end(0, c, client, cfg, cl_client_free_slot);
 }
 
 static int tl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
@@ -533,14 +514,14 @@ static int tl_ports_change(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
     if (!placed)
         json_object_array_add(ep, json_object_new_int((int)port));
     pthread_mutex_unlock(&sb->s.gone.lock);
-    char *url = cl_item_url(sb->s.c->api, "sandboxes", sb->s.id, "");
+    char *url = cl_item_url(sb->s.c->cl.api, "sandboxes", sb->s.id, "");
     cl_resp r = { 0 };
     int rc = -1;
     if (!url)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-    else if (cl_request_json(sb->s.c->http, ctx, "PATCH", url, b, CL_SAFE, &r, op,
+    else if (cl_request_json(sb->s.c->cl.http, ctx, "PATCH", url, b, CL_SAFE, &r, op,
                              "change the exposed ports", error) == 0
-             && cl_sandbox_answer(&sb->s, sb->s.c->http, &r, TL_BACKEND, op,
+             && cl_sandbox_answer(&sb->s, sb->s.c->cl.http, &r, TL_BACKEND, op,
                                   "change the exposed ports", error) == 0) {
         rc = 0;
         if (!add) {
@@ -624,7 +605,7 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     json_object *body = tl_create_body(c, ctx, rq, &named, error), *j = NULL;
     if (!body)
         return -1;
-    char *url = cl_printf("%s/sandboxes", c->api);
+    char *url = cl_printf("%s/sandboxes", c->cl.api);
     cl_resp r = { 0 };
     int rc = -1;
     struct sbx_plugin_sandbox *sb = NULL;
@@ -637,15 +618,15 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
-    if (cl_request_json(c->http, ctx, "POST", url, body, CL_UNSAFE, &r, op,
+    if (cl_request_json(c->cl.http, ctx, "POST", url, body, CL_UNSAFE, &r, op,
                         "create the sandbox", NULL) < 0) {
-        cl_create_unanswered(c->reaper, ctx, token, op, error);
+        cl_create_unanswered(c->cl.reaper, ctx, token, op, error);
         goto out;
     }
     if (r.maybe_acted && token)
-        cl_reap_lost(c->reaper, token);
+        cl_reap_lost(c->cl.reaper, token);
     if (r.status / 100 != 2) {
-        cl_fail_status(c->http, error, cl_create_refused_code(r.status), &r, op,
+        cl_fail_status(c->cl.http, error, cl_create_refused_code(r.status), &r, op,
                        "create the sandbox");
         goto out;
     }
@@ -713,8 +694,8 @@ static int tl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
 static int tl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
     static const char *const dead[] = { "terminated", "timeout", NULL };
-    return cl_item_is_alive(&sb->s, sb->s.c->http, ctx, sb->s.c->api, "sandboxes", "status", dead,
-                            error);
+    return cl_item_is_alive(&sb->s, sb->s.c->cl.http, ctx, sb->s.c->cl.api, "sandboxes", "status",
+                            dead, error);
 }
 
 /* {"version":1,"sandbox_id":ID,"sandbox_url":URL,"named":B[,"workdir":W]}:
@@ -763,10 +744,10 @@ static char *tl_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
     char *url = NULL, *snap = NULL;
     char *out = NULL;
     cl_resp r = { 0 };
-    if (cl_item_request(sb->s.c->http, ctx, "POST", sb->s.c->api, "sandboxes", sb->s.id, "/snapshot",
-                        b, CL_UNSAFE, &r, op, "snapshot the sandbox", error) < 0)
+    if (cl_item_request(sb->s.c->cl.http, ctx, "POST", sb->s.c->cl.api, "sandboxes", sb->s.id,
+                        "/snapshot", b, CL_UNSAFE, &r, op, "snapshot the sandbox", error) < 0)
         goto done;
-    if (cl_sandbox_answer(&sb->s, sb->s.c->http, &r, TL_BACKEND, op, "snapshot the sandbox",
+    if (cl_sandbox_answer(&sb->s, sb->s.c->cl.http, &r, TL_BACKEND, op, "snapshot the sandbox",
                           error) < 0)
         goto done;
     j = cl_resp_json(&r, op, "snapshot the sandbox", error);
@@ -778,18 +759,18 @@ static char *tl_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
     }
     snap = strdup(sid);
     free(url);
-    url = snap ? cl_printf("%s/snapshots/%s", sb->s.c->api, snap) : NULL;
+    url = snap ? cl_printf("%s/snapshots/%s", sb->s.c->cl.api, snap) : NULL;
     cl_bound bd = cl_bound_make(ctx, TL_WAIT_S);
     for (double pause = 0.05; url; pause = pause < 0.5 ? pause * 2 : pause) {
         json_object_put(j);
         j = NULL;
         cl_resp_clear(&r);
         memset(&r, 0, sizeof r);
-        if (cl_request_json(sb->s.c->http, ctx, "GET", url, NULL, CL_SAFE, &r, op,
+        if (cl_request_json(sb->s.c->cl.http, ctx, "GET", url, NULL, CL_SAFE, &r, op,
                             "get the snapshot", error) < 0)
             goto done;
         if (r.status != 200) {
-            cl_fail_status(sb->s.c->http, error, CL_CODE_BY_STATUS, &r, op, "get the snapshot");
+            cl_fail_status(sb->s.c->cl.http, error, CL_CODE_BY_STATUS, &r, op, "get the snapshot");
             goto done;
         }
         if (!(j = cl_resp_json(&r, op, "get the snapshot", error)))
@@ -861,10 +842,10 @@ static int tl_stop(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **
         return -1;
     }
     cl_resp r = { 0 };
-    int rc = cl_item_request(sb->s.c->http, ctx, "POST", sb->s.c->api, "sandboxes", sb->s.id,
+    int rc = cl_item_request(sb->s.c->cl.http, ctx, "POST", sb->s.c->cl.api, "sandboxes", sb->s.id,
                              "/suspend", NULL, CL_SAFE, &r, op, "suspend the sandbox", error);
     if (rc == 0)
-        rc = cl_sandbox_answer(&sb->s, sb->s.c->http, &r, TL_BACKEND, op, "suspend the sandbox",
+        rc = cl_sandbox_answer(&sb->s, sb->s.c->cl.http, &r, TL_BACKEND, op, "suspend the sandbox",
                                error);
     cl_resp_clear(&r);
     if (rc < 0)
@@ -909,10 +890,10 @@ static int tl_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
                    int (*fn)(void *ud, const char *id, const char *name), void *ud,
                    const char *op, sbx_error **error)
 {
-    char *url = cl_printf("%s/sandboxes?limit=100", c->api);
+    char *url = cl_printf("%s/sandboxes?limit=100", c->cl.api);
     cl_pages pg = { url, "cursor", NULL, "next_cursor", "sandboxes", "list sandboxes", 0 };
     tl_listing l = { fn, ud };
-    int rc = url ? cl_list_pages(c->http, ctx, &pg, tl_listed, &l, op, error) : -1;
+    int rc = url ? cl_list_pages(c->cl.http, ctx, &pg, tl_listed, &l, op, error) : -1;
     if (!url)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     free(url);
@@ -988,7 +969,7 @@ static int tl_file_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r, const c
     if (r->status == 404)
         err = cl_fail(error, SBX_ERROR_NOT_FOUND, op, "no such %s in the sandbox: %s", what, path);
     else if (r->status == 400 || r->status == 403)
-        err = cl_fail_status(sb->s.c->http, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
+        err = cl_fail_status(sb->s.c->cl.http, error, SBX_ERROR_INVALID_ARGUMENT, r, op, what);
     if (err)
         cl_context(err, "path", path);
     return -1;
@@ -1466,7 +1447,7 @@ static const sbx_plugin tl_plugin = {
     .caps = TL_CAPS,
     .setup = tl_setup,
     .client_new = tl_client_new,
-    .client_free = tl_client_free,
+    .client_free = cl_client_free_slot,
     .probe = tl_probe,
     .create = tl_create,
     .resume = tl_resume,

@@ -109,11 +109,9 @@
                  | SBX_CAP_LIFETIME | SBX_CAP_LIST_OWNED | SBX_CAP_BACKGROUND)
 
 struct sbx_plugin_client {
-    cl_http *http;
-    char *api;          /* base URL, no trailing slash */
+    cl_client cl;       /* first member: http, base URL, reaper (provider.h) */
     char *team;         /* teamId, percent-encoded */
     char *project;      /* projectId */
-    cl_reaper *reaper;  /* sandboxes of creates whose outcome is unknown */
 };
 
 struct sbx_plugin_sandbox {
@@ -157,8 +155,8 @@ static sbx_error *vc_gone_error(sbx_error **error, const char *op, const char *i
  * collection. */
 static char *vc_url(struct sbx_plugin_client *c, const char *id, const char *suffix)
 {
-    char *u = id ? cl_item_url(c->api, "v1/sandboxes", id, suffix)
-                 : cl_printf("%s/v1/sandboxes%s", c->api, suffix);
+    char *u = id ? cl_item_url(c->cl.api, "v1/sandboxes", id, suffix)
+                 : cl_printf("%s/v1/sandboxes%s", c->cl.api, suffix);
     if (!u)
         return NULL;
     char *out = cl_printf("%s%cteamId=%s", u, strchr(u, '?') ? '&' : '?', c->team);
@@ -172,7 +170,7 @@ static json_object *vc_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
                            long *status, const char *op, sbx_error **error)
 {
     char *url = vc_url(c, id, "");
-    json_object *j = cl_get_json(c->http, ctx, url, status, op, "get the sandbox", error);
+    json_object *j = cl_get_json(c->cl.http, ctx, url, status, op, "get the sandbox", error);
     free(url);
     json_object *s = j ? cl_json_path(j, "sandbox", NULL) : NULL;
     if (j && !s) {
@@ -191,7 +189,7 @@ static int vc_post(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
                    const char *suffix, json_object *body, cl_idempotency idem, cl_resp *r,
                    const char *op, const char *what, sbx_error **error)
 {
-    return cl_post_json(c->http, ctx, vc_url(c, id, suffix), body, idem, r, op, what, error);
+    return cl_post_json(c->cl.http, ctx, vc_url(c, id, suffix), body, idem, r, op, what, error);
 }
 
 /* How the provider's view of a sandbox is got and read: resume, and the
@@ -211,7 +209,7 @@ static int vc_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_re
                    const char *suffix, cl_resp *r, int file_call, const char *op,
                    sbx_error **error)
 {
-    return cl_sandbox_request(&sb->s, sb->s.c->http, &vc_calls, ctx, rq,
+    return cl_sandbox_request(&sb->s, sb->s.c->cl.http, &vc_calls, ctx, rq,
                               vc_url(sb->s.c, sb->s.id, suffix), file_call ? CL_CALL_FILE : 0, r,
                               op, error);
 }
@@ -359,7 +357,7 @@ static int vc_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 
 /* The error of a file call's answer @r (provider.h). */
 #define vc_file_fail(sb, r, op, path, what, error) \
-    cl_file_fail(&(sb)->s, (sb)->s.c->http, (r), 0, (op), (path), (what), (error))
+    cl_file_fail(&(sb)->s, (sb)->s.c->cl.http, (r), 0, (op), (path), (what), (error))
 
 static int vc_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                        cl_sink_fn sink, void *ud, cl_resp *r, const char *op, sbx_error **error)
@@ -379,7 +377,7 @@ static int vc_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, c
 static int vc_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                         sbx_error **error)
 {
-    return cl_read_file_by(sb, sb->s.c->http, ctx, sb->s.workdir ? sb->s.workdir : VC_CWD, path,
+    return cl_read_file_by(sb, sb->s.c->cl.http, ctx, sb->s.workdir ? sb->s.workdir : VC_CWD, path,
                            vc_download, fd, error);
 }
 
@@ -589,7 +587,7 @@ static int vc_stop_id(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
     int rc = vc_post(c, ctx, id, "/stop", NULL, CL_SAFE, &r, op, "stop the sandbox", error);
     if (rc == 0 && r.status / 100 != 2 && r.status != 404 && r.status != 410) {
         if (!cl_sandbox_ended(c, ctx, &vc_spec, id, op, NULL)) {
-            cl_fail_status(c->http, error, CL_CODE_BY_STATUS, &r, op, "stop the sandbox");
+            cl_fail_status(c->cl.http, error, CL_CODE_BY_STATUS, &r, op, "stop the sandbox");
             rc = -1;
         }
     }
@@ -621,12 +619,12 @@ static int vc_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, vc_each
         char *url = q ? vc_url(c, NULL, q) : NULL;
         free(q);
         long st = 0;
-        json_object *j = url ? cl_get_json(c->http, ctx, url, &st, op, "list sandboxes", error)
+        json_object *j = url ? cl_get_json(c->cl.http, ctx, url, &st, op, "list sandboxes", error)
                              : NULL;
         free(url);
         if (!j) {
             if (st == 404)
-                cl_fail(error, SBX_ERROR_NOT_FOUND, op, "vercel: no sandbox list at %s", c->api);
+                cl_fail(error, SBX_ERROR_NOT_FOUND, op, "vercel: no sandbox list at %s", c->cl.api);
             rc = -1;
             break;
         }
@@ -741,16 +739,10 @@ static int vc_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, c
 
 CL_SETUP(vc_setup, VC_BACKEND)
 
-static void vc_client_free(sbx_plugin_client *c)
+static void vc_client_clear(sbx_plugin_client *c)
 {
-    if (!c)
-        return;
-    cl_reaper_free(c->reaper);
-    cl_http_free(c->http);
-    free(c->api);
     free(c->team);
     free(c->project);
-    free(c);
 }
 
 /* The payload of JWT @tok (unverified): a new object, or NULL. */
@@ -785,18 +777,22 @@ static const char *vc_setting(json_object *cfg, const char *key, const char *env
     return v && *v ? v : dflt;
 }
 
+static const char *const vc_key_envs[] = { "VERCEL_OIDC_TOKEN", "VERCEL_TOKEN", NULL };
+
+static const cl_client_spec vc_client_spec = {
+    .provider = VC_BACKEND, .size = sizeof(struct sbx_plugin_client),
+    .url_key = "api_url", .url_env = "VERCEL_API_URL", .url_default = VC_DEFAULT_URL,
+    .key_envs = vc_key_envs, .auth_header = "Authorization", .auth_prefix = "Bearer ",
+    .find = vc_find_token, .del = vc_stop_id, .clear = vc_client_clear,
+};
+
 static int vc_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
 {
     const char *op = "client_new";
     json_object *cfg, *jwt = NULL;
-    struct sbx_plugin_client *c = cl_client_alloc(config_json, VC_BACKEND, sizeof(*c),
-                                                  offsetof(struct sbx_plugin_client, http),
-                                                  &cfg, error);
+    struct sbx_plugin_client *c = cl_client_new(&vc_client_spec, config_json, &cfg, error);
     if (!c)
         return -1;
-    c->api = cl_base_url(cfg, "api_url", "VERCEL_API_URL", VC_DEFAULT_URL, error);
-    if (!c->api)
-        goto fail;
     static const char *const str_keys[] = { "team_id", "project_id", NULL };
     for (int i = 0; cfg && str_keys[i]; i++) {
         json_object *v = NULL;
@@ -826,9 +822,6 @@ static int vc_client_new(const char *config_json, sbx_plugin_client **client, sb
         team = vc_setting(cfg, "team_id", "VERCEL_TEAM_ID", NULL);
         project = vc_setting(cfg, "project_id", "VERCEL_PROJECT_ID", NULL);
     }
-    static const char *const key_envs[] = { "VERCEL_OIDC_TOKEN", "VERCEL_TOKEN", NULL };
-    if (cl_http_configure(c->http, cfg, key_envs, "Authorization", "Bearer ", error) < 0)
-        goto fail;
     if (!team || !project) {
         const char *missing = !team ? "team_id" : "project_id";
         cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op, "vercel backend: no %s: set "
@@ -837,16 +830,15 @@ static int vc_client_new(const char *config_json, sbx_plugin_client **client, sb
                            "project_id)", missing), "option", missing);
         goto fail;
     }
-    if (!(c->team = cl_url_escape(team)) || !(c->project = strdup(project))
-        || !(c->reaper = cl_reaper_new_op(vc_find_token, vc_stop_id, c))) {
+    if (!(c->team = cl_url_escape(team)) || !(c->project = strdup(project))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
     json_object_put(jwt);
-    return cl_client_end(0, c, client, cfg, vc_client_free);
+    return cl_client_end(0, c, client, cfg, cl_client_free_slot);
 fail:
     json_object_put(jwt);
-    return cl_client_end(-1, c, client, cfg, vc_client_free);
+    return cl_client_end(-1, c, client, cfg, cl_client_free_slot);
 }
 
 CL_PROBE_CAPS(vc_probe, VC_CAPS)
@@ -989,7 +981,7 @@ static int vc_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     int rc = -1;
     struct sbx_plugin_sandbox *sb = NULL;
     const char *id = NULL;
-    if (!(j = cl_create_post(c->http, c->reaper, ctx, url, body, "sandbox.id", "a sandbox id",
+    if (!(j = cl_create_post(c->cl.http, c->cl.reaper, ctx, url, body, "sandbox.id", "a sandbox id",
                              "create the sandbox", &id, error)))
         goto out;
     sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
@@ -1419,7 +1411,7 @@ static const sbx_plugin vc_plugin = {
     .caps = VC_CAPS,
     .setup = vc_setup,
     .client_new = vc_client_new,
-    .client_free = vc_client_free,
+    .client_free = cl_client_free_slot,
     .probe = vc_probe,
     .create = vc_create,
     .resume = vc_resume,
