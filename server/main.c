@@ -109,6 +109,30 @@ env_dup(const char *name, const char *dflt)
     return v ? strdup(v) : dflt ? strdup(dflt) : NULL;
 }
 
+/* Seconds from the variable @name into *@out (@dflt when unset): 0, or -1
+ * having said what is wrong when it is not a number from @min to @max
+ * (@range, as the message words it). */
+static int
+env_secs(const char *name, double dflt, double min, double max, const char *range,
+         double *out)
+{
+    const char *v = getenv(name);
+    char *end;
+    double t;
+
+    *out = dflt;
+    if (!v)
+        return 0;
+    t = strtod(v, &end);
+    if (!*v || *end || !(t >= min && t <= max)) {
+        fprintf(stderr, "sbx-server: %s must be seconds from %s, not \"%s\"\n", name, range,
+                v);
+        return -1;
+    }
+    *out = t;
+    return 0;
+}
+
 static int
 read_settings(cp_settings *s)
 {
@@ -179,28 +203,11 @@ read_settings(cp_settings *s)
         }
         s->port = (unsigned)p;
     }
-    v = getenv("SBX_SERVER_METER_SWEEP_SECS");
-    s->meter_sweep_secs = 30;
-    if (v) {
-        double t = strtod(v, &end);
-        if (!*v || *end || !(t >= 0.01 && t <= 86400)) {
-            fprintf(stderr, "sbx-server: SBX_SERVER_METER_SWEEP_SECS must be seconds from "
-                            "0.01 to 86400, not \"%s\"\n", v);
-            return -1;
-        }
-        s->meter_sweep_secs = t;
-    }
-    v = getenv("SBX_SERVER_EXECUTE_GRACE_SECS");
-    s->execute_grace_secs = 60;
-    if (v) {
-        double t = strtod(v, &end);
-        if (!*v || *end || !(t >= 0 && t <= 86400)) {
-            fprintf(stderr, "sbx-server: SBX_SERVER_EXECUTE_GRACE_SECS must be seconds from "
-                            "0 to 86400, not \"%s\"\n", v);
-            return -1;
-        }
-        s->execute_grace_secs = t;
-    }
+    if (env_secs("SBX_SERVER_METER_SWEEP_SECS", 30, 0.01, 86400, "0.01 to 86400",
+                 &s->meter_sweep_secs) < 0 ||
+        env_secs("SBX_SERVER_EXECUTE_GRACE_SECS", 60, 0, 86400, "0 to 86400",
+                 &s->execute_grace_secs) < 0)
+        return -1;
     v = getenv("SBX_SERVER_CONNECTIONS");
     s->connections = 256;
     if (v) {
