@@ -540,7 +540,11 @@ static int e2b_client_new(const char *config_json, sbx_plugin_client **client, s
         dom = getenv("E2B_DOMAIN");
     c->domain = strdup(dom && *dom ? dom : E2B_DEFAULT_DOMAIN);
     char *dflt = c->domain ? cl_printf("https://api.%s", c->domain) : NULL;
-    c->cl.api = dflt ? cl_base_url(cfg, "api_url", "E2B_API_URL", dflt, error) : NULL;
+    if (!dflt) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "client_new", "out of memory");
+        goto fail;
+    }
+    c->cl.api = cl_base_url(cfg, "api_url", "E2B_API_URL", dflt, error);
     free(dflt);
     if (!c->cl.api)
         goto fail;
