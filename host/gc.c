@@ -228,7 +228,7 @@ typedef struct unrecorded_walk {
     gc_client *client;         /* the same, once every client is made */
     sbx_strv ids, tokens;
     sbx_error *error;          /* the listing's, when it failed */
-    int listed;                /* list_owned returned 0 */
+    int listed;                /* list_owned succeeded (returned its count) */
     int oom;
     int started;               /* thread is running */
     pthread_t thread;
@@ -254,7 +254,7 @@ list_unrecorded(void *arg)
 {
     unrecorded_walk *w = arg;
 
-    w->listed = sbx_client_list_owned(w->client->client, collect_unrecorded, w, &w->error) == 0;
+    w->listed = sbx_client_list_owned(w->client->client, collect_unrecorded, w, &w->error) >= 0;
     return NULL;
 }
 
