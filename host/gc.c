@@ -12,8 +12,9 @@
  * 2. On every installed backend with SBX_CAP_LIST_OWNED, each sandbox that
  *    carries a create token of this record store (the store id in the
  *    token) but has no row is destroyed by id (unrecorded): a create whose
- *    row was lost. The backends are listed at once, a thread each. Sandboxes without the labels are never listed, so never
- *    touched; tokens of other stores (other users) are left alone.
+ *    row was lost. The backends are listed at once, a thread each.
+ *    Sandboxes without the labels are never listed, so never touched;
+ *    tokens of other stores (other users) are left alone.
  */
 #include "internal.h"
 
@@ -225,7 +226,6 @@ typedef struct unrecorded_walk {
     gc_run *run;               /* read only in the thread: its tokens */
     const char *name;
     size_t at;                 /* its client: run->clients[at] */
-    gc_client *client;         /* the same, once every client is made */
     sbx_strv ids, tokens;
     sbx_error *error;          /* the listing's, when it failed */
     int listed;                /* list_owned succeeded (returned its count) */
@@ -254,7 +254,8 @@ list_unrecorded(void *arg)
 {
     unrecorded_walk *w = arg;
 
-    w->listed = sbx_client_list_owned(w->client->client, collect_unrecorded, w, &w->error) >= 0;
+    w->listed = sbx_client_list_owned(w->run->clients[w->at].client, collect_unrecorded, w,
+                                      &w->error) >= 0;
     return NULL;
 }
 
@@ -294,14 +295,14 @@ gc_unrecorded(gc_run *run)
         else
             walks[i].at = (size_t)(c - run->clients);
     }
-    for (size_t i = 0; i < n && !run->oom; i++)
-        walks[i].client = &run->clients[walks[i].at];
+    /* From here on the clients' array no longer moves. */
     for (size_t i = 0; i < n && !run->oom; i++) {
         unrecorded_walk *w = &walks[i];
 
-        if (w->client->client)
-            w->started = pthread_create(&w->thread, NULL, list_unrecorded, w) == 0;
-        if (w->client->client && !w->started)
+        if (!run->clients[w->at].client)
+            continue;
+        w->started = pthread_create(&w->thread, NULL, list_unrecorded, w) == 0;
+        if (!w->started)
             list_unrecorded(w);
     }
     for (size_t i = 0; i < n; i++)
@@ -310,7 +311,7 @@ gc_unrecorded(gc_run *run)
     /* Reported and reaped in the backends' order, in this thread. */
     for (size_t i = 0; i < n && !run->stopped && !run->oom; i++) {
         unrecorded_walk *w = &walks[i];
-        gc_client *c = w->client;
+        gc_client *c = &run->clients[w->at];
         sbx_error *e = NULL;
 
         if (w->oom) {
