@@ -538,14 +538,15 @@ int sbx_json_decimal(struct json_object *v, int scale, int64_t *out);
 /** A JSON number printed as the exact decimal @value (10^-@scale units). */
 struct json_object *sbx_json_new_decimal(int64_t value, int scale);
 
-/** money.c: parses @json (NUL-terminated, may be NULL only if the caller
- *  checked) as one whole JSON document, white space allowed around it and
- *  nothing else after it. 0 with *@out the value (the caller's to put; NULL
- *  for the document `null`), or -1 with *@out NULL, *@at the byte offset
- *  where the document goes wrong and *@why what is wrong there (a static
- *  string: json-c's description, "unexpected end of the document",
- *  "unexpected text after the document" or "out of memory"). A number at
- *  the very end is complete. Thread-safe. */
+/** json.c: parses @json (NUL-terminated, not NULL) as one whole JSON
+ *  document, white space allowed around it and nothing else after it. 0
+ *  with *@out the value (the caller's to put; NULL for the document
+ *  `null`); -1 with *@out NULL, *@at the byte offset where the document
+ *  goes wrong and *@why what is wrong there (a static string: json-c's
+ *  description, "unexpected end of the document" or "unexpected text after
+ *  the document"); -2 with *@out NULL and *@why "out of memory" when no
+ *  tokenizer could be made. A number at the very end is complete.
+ *  Thread-safe. */
 int sbx_json_parse_whole(const char *json, struct json_object **out, size_t *at,
                          const char **why);
 

@@ -549,7 +549,10 @@ sbx_options_set_backend_options(sbx_options *options, const char *json, sbx_erro
         if (!json)
             e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, op,
                               "invalid backend_options: NULL");
-        else if (parsed < 0)
+        else if (parsed == -2) {
+            sbx_set_error(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            return -1;
+        } else if (parsed < 0)
             e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, op,
                               "invalid backend_options: not JSON at offset %zu: %s", at, why);
         else

@@ -197,8 +197,9 @@ state_parse(const char *json, state_doc *st, sbx_error **err)
         return -1;
     }
     len = strlen(json);
-    if (sbx_json_parse_whole(json, &o, &end, &why) < 0) {
-        if (strcmp(why, "out of memory") == 0)
+    int parsed = sbx_json_parse_whole(json, &o, &end, &why);
+    if (parsed < 0) {
+        if (parsed == -2)
             sbx_set_error(err, SBX_ERROR_RESOURCE_EXHAUSTED, "resume", "out of memory");
         else
             bad_state(err, NULL, "malformed JSON at offset %zu of %zu bytes: %s", end, len, why);

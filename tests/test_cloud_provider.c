@@ -2330,6 +2330,66 @@ Test(provider, client_new_failures)
     cr_assert_eq(acme_clears, 1);
 }
 
+/* A provider that requires its credential: without one the client is
+ * still made, and each request that would carry it fails at once with
+ * authentication naming the variables, nothing sent (the port below
+ * answers no one: a request sent would fail as a connection error); the
+ * plugin's own key (cl_http_set_auth()) lifts the mark. */
+Test(provider, a_required_credential_missing_fails_each_request_unsent)
+{
+    cl_host = &rec_host;
+    unsetenv("SBX_TEST_ACME_KEY");
+    unsetenv("SBX_TEST_ACME_JWT");
+    cl_client_spec req = acme_spec;
+    req.key_required = 1;
+    req.key_else = ", or a key in ~/.acme";
+    json_object *cfg = NULL;
+    acme_client *a = cl_client_new(&req, "{\"api_url\":\"http://127.0.0.1:9\",\"retries\":0}",
+                                   &cfg, NULL);
+    cr_assert_not_null(a);
+    json_object_put(cfg);
+    cl_req rq = { .method = "POST", .url = "http://127.0.0.1:9/sandboxes", .body = "{}",
+                  .body_len = 2, .idempotent = CL_SAFE };
+    cl_resp r;
+    sbx_error *err = NULL;
+    cr_assert_eq(cl_request(a->cl.http, NULL, &rq, &r, "create", &err), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_AUTHENTICATION);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: no credential (set SBX_TEST_ACME_KEY or "
+                                     "SBX_TEST_ACME_JWT, or a key in ~/.acme)");
+    cr_assert_str_eq(err->pairs, "");
+    free(err);
+    err = NULL;
+    cl_resp_clear(&r);
+    /* A request sent without the credential goes out. */
+    rq.no_auth = 1;
+    cr_assert_eq(cl_request(a->cl.http, NULL, &rq, &r, "create", &err), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONNECTION);
+    free(err);
+    err = NULL;
+    cl_resp_clear(&r);
+    rq.no_auth = 0;
+    cr_assert_eq(cl_http_set_auth(a->cl.http, "Authorization", "Bearer k-file"), 0);
+    cr_assert_eq(cl_http_missing_credential(a->cl.http, "create", NULL), 0);
+    cr_assert_eq(cl_request(a->cl.http, NULL, &rq, &r, "create", &err), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONNECTION);
+    free(err);
+    cl_resp_clear(&r);
+    cl_client_free_slot((sbx_plugin_client *)a);
+    /* With the variable set, or not required, no mark. */
+    setenv("SBX_TEST_ACME_JWT", "jwt-8", 1);
+    a = cl_client_new(&req, "{}", &cfg, NULL);
+    unsetenv("SBX_TEST_ACME_JWT");
+    cr_assert_eq(cl_http_missing_credential(a->cl.http, "create", NULL), 0);
+    json_object_put(cfg);
+    cl_client_free_slot((sbx_plugin_client *)a);
+    a = cl_client_new(&acme_spec, "{}", &cfg, NULL);
+    cr_assert_eq(cl_http_missing_credential(a->cl.http, "create", NULL), 0);
+    cr_assert_eq(cl_http_has_auth(a->cl.http), 0);
+    json_object_put(cfg);
+    cl_client_free_slot((sbx_plugin_client *)a);
+    cl_host = NULL;
+}
+
 /* is_alive on an item: a sandbox known gone is not alive, and nothing is
  * asked (no client here to ask with). */
 Test(provider, item_is_alive_of_a_gone_sandbox_asks_nothing)

@@ -722,3 +722,28 @@ Test(e2b, a_create_time_user_is_envds_user_of_exec_and_files)
     sbx_sandbox_free(again);
     free(state);
 }
+
+/* Without E2B_API_KEY the client is made (the backend is listed), and a
+ * create fails at once with authentication naming the variable: nothing
+ * reaches the provider (a DNS or connection error would hide what is
+ * missing). */
+Test(e2b, a_missing_api_key_is_said_before_any_request)
+{
+    char *key = strdup(getenv("E2B_API_KEY"));
+    unsetenv("E2B_API_KEY");
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new("e2b", &err);
+    setenv("E2B_API_KEY", key, 1);
+    free(key);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    tu_fake_reset();
+    cr_assert_null(sbx_sandbox_create(c, NULL, &err));
+    tu_assert_error(err, SBX_ERROR_AUTHENTICATION, NULL);
+    cr_assert_str_eq(sbx_error_get0_message(err), "e2b backend: no credential (set E2B_API_KEY)");
+    cr_assert_str_eq(sbx_error_get0_op(err), "create");
+    sbx_error_free(err);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(json_object_array_length(log), 0, "%s", json_object_to_json_string(log));
+    json_object_put(log);
+    sbx_client_free(c);
+}

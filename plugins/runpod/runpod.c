@@ -387,6 +387,7 @@ static const char *const rp_key_envs[] = { "RUNPOD_API_KEY", NULL };
 static const cl_client_spec rp_client_spec = {
     .provider = RP_BACKEND, .size = sizeof(struct sbx_plugin_client),
     .key_envs = rp_key_envs, .auth_header = "Authorization", .auth_prefix = "Bearer ",
+    .key_required = 1, .key_else = ", or api_key in ~/.runpod/config.toml",
     .find = rp_find_token, .del = rp_delete_pod, .clear = rp_client_clear,
 };
 

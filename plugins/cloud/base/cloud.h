@@ -272,6 +272,24 @@ void cl_http_free(cl_http *h);
  *  "Authorization" with @value "Bearer KEY"); the value is a secret (see
  *  cl_http_set_secret). Copied. Not thread-safe: call before requests. */
 int cl_http_set_auth(cl_http *h, const char *header, const char *value);
+/**
+ * Marks @h as lacking the credential its provider requires: from then on
+ * every request of @h that would carry it (all but those with no_auth, and
+ * the gRPC calls over @h) fails at once, nothing sent and not retried, with
+ * authentication "@message" (copied: it names where the credential is
+ * read from), as cl_http_missing_credential() gives it. NULL clears the
+ * mark, as does cl_http_set_auth(). 0, or -1 on no memory. Not
+ * thread-safe: call before requests.
+ */
+int cl_http_set_missing_credential(cl_http *h, const char *message);
+/**
+ * 0 when @h has its credential (or needs none); -1 with the error of
+ * cl_http_set_missing_credential() (op @op) when it lacks it. Thread-safe
+ * once configured.
+ */
+int cl_http_missing_credential(const cl_http *h, const char *op, sbx_error **error);
+/** 1 when a cl_http_set_auth() header is set on @h, else 0. */
+int cl_http_has_auth(const cl_http *h);
 /** Adds the header "@header: @value" (copied; up to 4) to every request
  *  that carries the credential (every one but those with no_auth): what
  *  goes with the credential, such as the organization a token acts for.

@@ -393,6 +393,8 @@ int cl_grpc_invoke(cl_grpc *g, const sbx_call_ctx *ctx, const cl_grpc_call *call
 {
     memset(resp, 0, sizeof(*resp));
     resp->status = -1;
+    if (cl_http_missing_credential(g->http, op, error) < 0)
+        return -1;
     const char *what = call->what ? call->what : call->method;
     cl_retry_policy pol = cl_http_retry_policy(g->http);
     cl_bound bound = cl_bound_make(ctx, call->secs);

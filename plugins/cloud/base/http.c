@@ -69,6 +69,8 @@ struct cl_http {
     unsigned seed;
     cl_buf tls_ca, tls_cert, tls_key;   /* PEM blobs; empty: none */
     int tls_insecure;
+    char *missing;                  /* cl_http_set_missing_credential()'s
+                                     * message, or NULL */
 };
 
 static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *ud)
@@ -151,6 +153,7 @@ void cl_http_free(cl_http *c)
     cl_buf_clear(&c->tls_ca);
     cl_buf_clear(&c->tls_cert);
     cl_buf_clear(&c->tls_key);
+    free(c->missing);
     free(c);
 }
 
@@ -169,12 +172,33 @@ int cl_http_set_secret(cl_http *c, const char *secret)
     return 0;
 }
 
+int cl_http_set_missing_credential(cl_http *c, const char *message)
+{
+    free(c->missing);
+    c->missing = message ? strdup(message) : NULL;
+    return message && !c->missing ? -1 : 0;
+}
+
+int cl_http_missing_credential(const cl_http *c, const char *op, sbx_error **error)
+{
+    if (!c->missing)
+        return 0;
+    cl_fail(error, SBX_ERROR_AUTHENTICATION, op, "%s", c->missing);
+    return -1;
+}
+
+int cl_http_has_auth(const cl_http *c)
+{
+    return c->auth_header != NULL;
+}
+
 int cl_http_set_auth(cl_http *c, const char *header, const char *value)
 {
     free(c->auth_header);
     c->auth_header = NULL;
     if (!header || !value)
         return 0;
+    cl_http_set_missing_credential(c, NULL);
     if (asprintf(&c->auth_header, "%s: %s", header, value) < 0) {
         c->auth_header = NULL;
         return -1;
@@ -591,6 +615,8 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
         snprintf(whatbuf, sizeof(whatbuf), "%s %s", req->method, path);
         what = whatbuf;
     }
+    if (!req->no_auth && cl_http_missing_credential(c, op, error) < 0)
+        return -1;
     cl_bound bound = cl_bound_make(ctx, req->secs);
     int tc = token_create(ctx, req);
     int rl = 0;             /* 429s of a token create re-sent so far */

@@ -157,6 +157,21 @@ void *cl_client_new(const cl_client_spec *spec, const char *config_json, json_ob
     if (cl_http_configure(c->http, *cfg, spec->key_envs, spec->auth_header, spec->auth_prefix,
                           error) < 0)
         goto fail;
+    if (spec->key_required && spec->key_envs && spec->key_envs[0]
+        && !cl_http_has_auth(c->http)) {
+        cl_buf m = { 0 };
+        int bad = cl_buf_printf(&m, "%s backend: no credential (set %s", spec->provider,
+                                spec->key_envs[0]) < 0;
+        for (size_t i = 1; spec->key_envs[i] && !bad; i++)
+            bad = cl_buf_printf(&m, " or %s", spec->key_envs[i]) < 0;
+        bad = bad || cl_buf_printf(&m, "%s)", spec->key_else ? spec->key_else : "") < 0
+              || cl_http_set_missing_credential(c->http, m.data) < 0;
+        cl_buf_clear(&m);
+        if (bad) {
+            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            goto fail;
+        }
+    }
     if (spec->find
         && !(c->reaper = cl_reaper_new_op(spec->find, spec->del, (sbx_plugin_client *)c))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");

@@ -930,6 +930,22 @@ typedef struct cl_client_spec {
                                      * none (cl_http_configure()) */
     const char *auth_header;    /* the credential's header ("Authorization") */
     const char *auth_prefix;    /* before the key in it ("Bearer "), or NULL */
+    int key_required;           /* 1: the provider takes no request without
+                                 * the credential: with none of key_envs
+                                 * set, cl_client_new() marks the http
+                                 * (cl_http_set_missing_credential()) so
+                                 * that each request fails at once with
+                                 * authentication "PROVIDER backend: no
+                                 * credential (set VAR[ or VAR]...[key_else])",
+                                 * nothing sent; client_new
+                                 * itself does not fail, so the backend is
+                                 * still listed. The plugin may set the
+                                 * credential later (cl_http_set_auth()
+                                 * clears the mark). 0: it is optional */
+    const char *key_else;       /* with key_required: where else the plugin
+                                 * finds one, appended to that message
+                                 * (", or api_key in ~/.runpod/config.toml"),
+                                 * or NULL */
     cl_reap_find_fn find;       /* the reaper's look-up of a create token
                                  * (its ud is the client), or NULL: no
                                  * reaper */
@@ -965,7 +981,8 @@ typedef struct cl_client {
  * @spec->size bytes whose head holds a new cl_http configured from *@cfg
  * and @spec's credential (cl_http_configure(): retry options, key,
  * header), the base URL (cl_base_url() of @spec's key, variable and
- * default) and a reaper over @spec's find and del. Returns the struct (the
+ * default), the mark of a credential @spec requires and the environment
+ * lacks (see key_required) and a reaper over @spec's find and del. Returns the struct (the
  * caller ends client_new with cl_client_end(..., cl_client_free_slot));
  * NULL with *@cfg NULL and nothing left to free on error: configuration
  * for bad options JSON, a base URL that is not http(s) (named), a missing

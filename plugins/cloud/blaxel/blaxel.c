@@ -317,6 +317,7 @@ static const cl_client_spec bl_client_spec = {
     .provider = BL_BACKEND, .size = sizeof(struct sbx_plugin_client),
     .url_key = "api_url", .url_env = "BL_API_URL", .url_default = BL_DEFAULT_API,
     .key_envs = bl_key_envs, .auth_header = "X-Blaxel-Authorization", .auth_prefix = "Bearer ",
+    .key_required = 1,
     .find = bl_find_token, .del = bl_delete, .clear = bl_client_clear,
 };
 

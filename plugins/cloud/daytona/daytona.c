@@ -417,6 +417,7 @@ static const cl_client_spec dt_client_spec = {
     .provider = DT_BACKEND, .size = sizeof(struct sbx_plugin_client),
     .url_key = "api_url", .url_env = "DAYTONA_API_URL", .url_default = DT_DEFAULT_URL,
     .key_envs = dt_key_envs, .auth_header = "Authorization", .auth_prefix = "Bearer ",
+    .key_required = 1,
     .find = dt_find_token, .del = dt_delete, .clear = dt_client_clear,
 };
 

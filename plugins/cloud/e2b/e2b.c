@@ -526,6 +526,7 @@ static const char *const e2b_key_envs[] = { "E2B_API_KEY", NULL };
 static const cl_client_spec e2b_client_spec = {
     .provider = E2B_BACKEND, .size = sizeof(struct sbx_plugin_client),
     .key_envs = e2b_key_envs, .auth_header = "X-API-Key",
+    .key_required = 1,
     .find = e2b_find_token, .del = e2b_delete, .clear = e2b_client_clear,
 };
 

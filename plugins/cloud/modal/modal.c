@@ -17,7 +17,8 @@
  *    MODAL_PROFILE, else the one marked active = true, else the first;
  *    sent as the metadata x-modal-token-id / x-modal-token-secret on every
  *    control call (the secret is scrubbed from every message, CASE-36, and
- *    is never in a session state). Server: the client option "server_url",
+ *    is never in a session state); with neither, every call fails at
+ *    once with authentication naming them, nothing sent. Server: the client option "server_url",
  *    else MODAL_SERVER_URL, else the profile's server_url, else
  *    https://api.modal.com with https://api.modal2.com as the failover
  *    host when the first does not answer (as the Python SDK does). The
@@ -637,6 +638,11 @@ static int modal_client_new(const char *config_json, sbx_plugin_client **client,
         bad |= cl_grpc_add_metadata(c->ctl, "x-modal-token-id", tid) < 0
                || cl_grpc_add_metadata(c->ctl, "x-modal-token-secret", tsec) < 0
                || cl_http_set_secret(c->cl.http, tsec) < 0;
+    else
+        bad |= cl_http_set_missing_credential(c->cl.http, "modal backend: no credential (set "
+                                              "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET, or a "
+                                              "profile's token_id and token_secret in "
+                                              "~/.modal.toml or MODAL_CONFIG_PATH)") < 0;
     bad |= cl_grpc_add_metadata(c->ctl, "x-modal-client-type", "1") < 0
            || cl_grpc_add_metadata(c->ctl, "x-modal-client-version", PACKAGE_VERSION) < 0;
     bad |= env && !(c->environment = strdup(env));

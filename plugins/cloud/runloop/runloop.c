@@ -642,6 +642,7 @@ static const cl_client_spec rl_client_spec = {
     .provider = RL_BACKEND, .size = sizeof(struct sbx_plugin_client),
     .url_key = "api_url", .url_env = "RUNLOOP_BASE_URL", .url_default = RL_DEFAULT_URL,
     .key_envs = rl_key_envs, .auth_header = "Authorization", .auth_prefix = "Bearer ",
+    .key_required = 1,
     .find = rl_find_token, .del = rl_shutdown,
 };
 

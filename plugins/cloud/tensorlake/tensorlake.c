@@ -285,6 +285,7 @@ static const cl_client_spec tl_client_spec = {
     .provider = TL_BACKEND, .size = sizeof(struct sbx_plugin_client),
     .url_key = "api_url", .url_env = "TENSORLAKE_API_URL", .url_default = TL_DEFAULT_URL,
     .key_envs = tl_key_envs, .auth_header = "Authorization", .auth_prefix = "Bearer ",
+    .key_required = 1,
     .find = tl_find_token, .del = tl_delete,
 };
 

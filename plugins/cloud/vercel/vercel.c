@@ -783,6 +783,7 @@ static const cl_client_spec vc_client_spec = {
     .provider = VC_BACKEND, .size = sizeof(struct sbx_plugin_client),
     .url_key = "api_url", .url_env = "VERCEL_API_URL", .url_default = VC_DEFAULT_URL,
     .key_envs = vc_key_envs, .auth_header = "Authorization", .auth_prefix = "Bearer ",
+    .key_required = 1,
     .find = vc_find_token, .del = vc_stop_id, .clear = vc_client_clear,
 };
 
