@@ -139,6 +139,9 @@ int sbx_record_begin(const char *token, const char *backend, double expires_at,
 /** Completes @token's row with the provider's id and the session state. */
 int sbx_record_complete(const char *token, const char *provider_id,
                         const char *session_state, sbx_error **err);
+/* The calls below that change or read rows (complete, remove,
+ * set_detached, find, remove_owner, get) make nothing when this process has
+ * the record closed and its file does not exist: 0 rows, or not found. */
 /** Removes @token's row (and its owners). Rows removed (0 or 1), or -1. */
 int sbx_record_remove(const char *token, sbx_error **err);
 /** Marks @token detached (1) or attached (0). Rows changed, or -1. */

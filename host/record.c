@@ -523,6 +523,25 @@ fail:
     return -1;
 }
 
+/* 1 when this process has no connection open and the record's file does
+ * not exist (never made, or removed with its state directory): a call that
+ * only changes or reads rows then has none to touch, and makes nothing (a
+ * plugin host cleaning up after its application must not make a state
+ * directory again). 0 otherwise, also when the directory cannot be named
+ * (record_open() says why). Call with record_lock held. */
+static int
+record_absent(void)
+{
+    char dir[PATH_MAX], path[PATH_MAX + sizeof(RECORD_FILE) + 1];
+
+    if (record_db && record_pid == getpid())
+        return 0;
+    if (sbx_state_dir(dir, sizeof(dir), NULL) < 0)
+        return 0;
+    snprintf(path, sizeof(path), "%s/" RECORD_FILE, dir);
+    return access(path, F_OK) < 0 && errno == ENOENT;
+}
+
 /* ----------------------------------------------------------------- calls */
 
 int
@@ -634,6 +653,10 @@ record_change(int which, const char *a, const char *b, const char *c, int n,
     int rc = -1;
 
     pthread_mutex_lock(&record_lock);
+    if (record_absent()) {
+        rc = 0;
+        goto out;
+    }
     if (record_open(err) < 0 || !(st = stmt_get(which, err)))
         goto out;
     if (a)
@@ -683,6 +706,10 @@ sbx_record_find(const char *backend, const char *provider_id, char token[SBX_TOK
     int rc = -1;
 
     pthread_mutex_lock(&record_lock);
+    if (record_absent()) {
+        rc = 0;
+        goto out;
+    }
     if (record_open(err) < 0 || !(st = stmt_get(ST_FIND, err)))
         goto out;
     sqlite3_bind_text(st, 1, backend, -1, SQLITE_STATIC);
@@ -723,6 +750,10 @@ sbx_record_remove_owner(const char *token, pid_t pid, unsigned long long start_t
     int rc = -1;
 
     pthread_mutex_lock(&record_lock);
+    if (record_absent()) {
+        rc = 0;
+        goto out;
+    }
     if (record_open(err) < 0 || !(st = stmt_get(ST_REMOVE_OWNER, err)))
         goto out;
     sqlite3_bind_text(st, 1, token, -1, SQLITE_STATIC);
@@ -750,6 +781,10 @@ sbx_record_get(const char *token, int *detached, int *owners_alive, sbx_error **
     *detached = 0;
     *owners_alive = 0;
     pthread_mutex_lock(&record_lock);
+    if (record_absent()) {
+        rc = 0;
+        goto out;
+    }
     if (record_open(err) < 0)
         goto out;
     if (sqlite3_prepare_v2(record_db, "SELECT detached FROM sandboxes WHERE create_token = ?1",

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -147,6 +148,46 @@ Test(record, row_written_at_create_and_removed_at_destroy)
     cr_assert_eq(record_int("SELECT count(*) FROM owners"), 0);
     sbx_sandbox_free(sb);
     sbx_client_free(c);
+}
+
+/* The state directory removed while an attached sandbox lives (a test
+ * harness's, say), then its application ends: whatever ends the sandbox
+ * (out of process the plugin host, which reads and removes its row; in
+ * process the supervisor) makes no state directory again. The orphans the
+ * application leaves become this process's children (a child subreaper),
+ * so their end is waited for. */
+Test(record, an_ending_without_a_state_directory_makes_none)
+{
+    cr_assert_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+    pid_t child = fork();
+    cr_assert(child >= 0);
+    if (child == 0) {
+        sbx_client *c = sbx_client_new(tu_backend(), NULL);
+        sbx_sandbox *sb = c ? sbx_sandbox_create(c, NULL, NULL) : NULL;
+        if (!sb || !tu_exists(g_dirs.state))
+            _exit(2);
+        tu_rmtree(g_dirs.state);
+        _exit(tu_exists(g_dirs.state) ? 3 : 0);
+    }
+    int status;
+    cr_assert_eq(waitpid(child, &status, 0), child);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child failed: %d", status);
+    double t0 = tu_now();
+    for (;;) {
+        pid_t w = waitpid(-1, NULL, WNOHANG);
+        if (w < 0 && errno == ECHILD)
+            break;
+        cr_assert(w >= 0, "waitpid: %s", strerror(errno));
+        if (w == 0) {
+            cr_assert_lt(tu_now() - t0, 30.0, "the application's processes outlived it by 30 s");
+            usleep(20 * 1000);
+        }
+    }
+    cr_assert(!tu_exists(g_dirs.state), "%s was made again", g_dirs.state);
+    char *tmp = tu_strdup_printf("%s/tmp", g_dirs.top);
+    if (tu_backend_is_local() || strcmp(tu_backend(), "bubblewrap") == 0)
+        cr_assert_eq(tu_count_entries(tmp), 0, "the attached sandbox's directory is left");
+    free(tmp);
 }
 
 Test(record, untrusted_state_directory_refuses_create)
