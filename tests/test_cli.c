@@ -2058,21 +2058,15 @@ static char *ps_state(const char *id)
     return state;
 }
 
-/* A sandbox whose supervisor is stopped (SIGSTOP, a debugger) cannot
- * answer, and is not waited for: sbx ps -a lists it "unknown" while its
- * lifetime runs (a ping waited for would outlast the 3 s lifetime) and
- * "expired" once it is over, as sbx gc says; sbx rm -f ends it and leaves
- * nothing. */
-Test(cli, a_frozen_sandbox_is_listed_at_once_and_removed)
+/* Stops @pid and waits until it is (state T: the stop takes effect once
+ * it runs); its parent's pid in *@ppid when not NULL. */
+static void stop_and_wait(pid_t pid, pid_t *ppid)
 {
-    char *id = CREATE("--timeout", "3");
-    pid_t sup = recorded_supervisor(id);
-    char path[64], buf[512], *paren, *state, *want;
-    cli_run r;
+    char path[64], buf[512], *paren;
 
-    cr_assert_eq(kill(sup, SIGSTOP), 0);
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)sup);
-    for (int i = 0;; i++) {     /* the stop takes effect once it runs */
+    cr_assert_eq(kill(pid, SIGSTOP), 0);
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    for (int i = 0;; i++) {
         FILE *f = fopen(path, "r");
         cr_assert_not_null(f);
         size_t n = fread(buf, 1, sizeof buf - 1, f);
@@ -2081,9 +2075,33 @@ Test(cli, a_frozen_sandbox_is_listed_at_once_and_removed)
         paren = strrchr(buf, ')');
         if (paren != NULL && paren[1] == ' ' && paren[2] == 'T')
             break;
-        cr_assert(i < 5000, "supervisor %d not stopped: %s", (int)sup, buf);
+        cr_assert(i < 5000, "process %d not stopped: %s", (int)pid, buf);
         usleep(1000);
     }
+    if (ppid) {
+        int pp = 0;
+        cr_assert_eq(sscanf(paren + 2, "T %d", &pp), 1, "%s", buf);
+        *ppid = pp;
+    }
+}
+
+/* A sandbox whose supervisor is stopped (SIGSTOP, a debugger) cannot
+ * answer, and is not waited for: sbx ps -a lists it "unknown" while its
+ * lifetime runs (a ping waited for would outlast the 3 s lifetime) and
+ * "expired" once it is over, as sbx gc says; sbx rm -f ends it and leaves
+ * nothing. Its keeper (the supervisor's parent) is stopped too, as a stop
+ * of the whole process group does: rm -f continues it, and it reaps the
+ * supervisor and removes the directory. */
+Test(cli, a_frozen_sandbox_is_listed_at_once_and_removed)
+{
+    char *id = CREATE("--timeout", "3");
+    pid_t sup = recorded_supervisor(id), keeper = 0;
+    char *state, *want;
+    cli_run r;
+
+    stop_and_wait(sup, &keeper);
+    cr_assert_gt(keeper, 1);
+    stop_and_wait(keeper, NULL);
     state = ps_state(id);
     cr_expect_str_eq(state, "unknown");
     free(state);
@@ -2120,6 +2138,9 @@ Test(cli, a_frozen_sandbox_is_listed_at_once_and_removed)
     for (int i = 0; i < 500 && !pid_gone(sup); i++)
         usleep(10000);
     cr_expect(pid_gone(sup), "the stopped supervisor %d outlived rm -f", (int)sup);
+    for (int i = 0; i < 500 && !pid_gone(keeper); i++)
+        usleep(10000);
+    cr_expect(pid_gone(keeper), "the stopped keeper %d outlived rm -f", (int)keeper);
     char left[1024];
     sandboxes_left(left, sizeof left);
     cr_expect_str_empty(left, "left after rm -f: %s", left);

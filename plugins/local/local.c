@@ -2800,11 +2800,16 @@ static int wait_supervisor_gone(struct sbx_plugin_sandbox *sb, double secs)
 }
 
 /** Last resort when the supervisor does not answer: kill its tree, then
- *  it. */
+ *  it. Its keeper (its parent), when stopped too (a SIGSTOP of the whole
+ *  process group), is continued: it reaps the supervisor and removes the
+ *  sandbox's directory. */
 static void kill_supervisor_tree(struct sbx_plugin_sandbox *sb)
 {
+    proto_proc sup, keeper;
     if (!proto_proc_alive(sb->sup_pid, sb->sup_start))
         return;
+    int has_keeper = proto_proc_stat(sb->sup_pid, &sup) == 0 && sup.ppid > 1
+                     && proto_proc_stat(sup.ppid, &keeper) == 0;
     kill(sb->sup_pid, SIGSTOP);
     for (int round = 0; round < 50; round++) {
         if (proto_kill_descendants(sb->sup_pid, SIGKILL, NULL) == 0)
@@ -2813,6 +2818,10 @@ static void kill_supervisor_tree(struct sbx_plugin_sandbox *sb)
     }
     if (proto_proc_alive(sb->sup_pid, sb->sup_start))
         kill(sb->sup_pid, SIGKILL);
+    proto_proc now;
+    if (has_keeper && proto_proc_stat(sup.ppid, &now) == 0 && now.start == keeper.start
+        && (now.state == 'T' || now.state == 't'))
+        kill(sup.ppid, SIGCONT);
     wait_supervisor_gone(sb, GONE_SECS);
 }
 
