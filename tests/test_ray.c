@@ -627,7 +627,7 @@ Test(ray, the_plugins_own_jobs_take_no_resources)
 
 /* A process freed while its command runs: the command's job is stopped
  * and its record deleted; nothing of it runs on. */
-Test(ray, a_freed_process_leaves_no_job)
+Test(ray, a_freed_process_leaves_no_job, .timeout = 120)
 {
     g_sb = tu_create(g_client, NULL);
     tu_fake_reset();
@@ -655,10 +655,11 @@ Test(ray, a_freed_process_leaves_no_job)
     cr_assert_not_null(sid, "the command's job never ran");
     sbx_process_free(p);
     /* Out of process the free completes in the plugin host after the call
-     * returned: wait for the record to go (up to 60 s: the kill is a job of
-     * its own, and a loaded cluster stops jobs slowly). */
+     * returned: wait for the record to go, up to the plugin's own bounds
+     * (the kill, a job of its own, 30 s; then the stop and the delete,
+     * RAY_REAP_S, 30 s) and 15 s more: a loaded cluster stops jobs slowly. */
     int there = 1;
-    for (int i = 0; i < 2400 && there; i++) {
+    for (int i = 0; i < 3000 && there; i++) {
         char *body = NULL;
         cr_assert_eq(tu_fake_http("GET", "/_fake/jobs", NULL, NULL, &body), 200);
         json_object *jobs = json_tokener_parse(body);
