@@ -2360,6 +2360,13 @@ Test(provider, a_required_credential_missing_fails_each_request_unsent)
     free(err);
     err = NULL;
     cl_resp_clear(&r);
+    /* The probe says so too: the backend is listed unavailable, and why. */
+    uint64_t caps = 0;
+    cr_assert_eq(probe_fixed((sbx_plugin_client *)a, NULL, &caps, NULL), -1);
+    cr_assert_eq(caps, 0);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_AUTHENTICATION);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: no credential (set SBX_TEST_ACME_KEY or "
+                                     "SBX_TEST_ACME_JWT, or a key in ~/.acme)");
     /* A request sent without the credential goes out. */
     rq.no_auth = 1;
     cr_assert_eq(cl_request(a->cl.http, NULL, &rq, &r, "create", &err), -1);
@@ -2370,6 +2377,8 @@ Test(provider, a_required_credential_missing_fails_each_request_unsent)
     rq.no_auth = 0;
     cr_assert_eq(cl_http_set_auth(a->cl.http, "Authorization", "Bearer k-file"), 0);
     cr_assert_eq(cl_http_missing_credential(a->cl.http, "create", NULL), 0);
+    cr_assert_eq(probe_fixed((sbx_plugin_client *)a, NULL, &caps, NULL), 0);
+    cr_assert_eq(caps, (uint64_t)48);
     cr_assert_eq(cl_request(a->cl.http, NULL, &rq, &r, "create", &err), -1);
     cr_assert_eq(cl_last()->code, SBX_ERROR_CONNECTION);
     free(err);

@@ -443,15 +443,7 @@ fail:
     return cl_client_end(-1, c, client, cfg, cl_client_free_slot);
 }
 
-static int rp_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
-                    sbx_error **error)
-{
-    (void)client;
-    (void)ctx;
-    (void)error;
-    *caps = RP_CAPS;
-    return 0;
-}
+CL_PROBE_CAPS(rp_probe, RP_CAPS)
 
 /* ------------------------------------------------------------------------ */
 /* Commands (ssh)                                                            */

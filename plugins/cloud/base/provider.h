@@ -1015,17 +1015,21 @@ void cl_client_free_slot(sbx_plugin_client *c);
 
 /**
  * Defines @name, a static probe slot (sbx_plugin_api's probe) of a provider
- * whose capabilities depend neither on the client nor on the call: it stores
- * @caps (an SBX_CAP_* mask) in *caps and returns 0, asking the provider
- * nothing. Never fails; thread-safe.
+ * whose capabilities depend neither on the client nor on the call, its
+ * client headed by a cl_client: it stores @caps (an SBX_CAP_* mask) in
+ * *caps and returns 0, asking the provider nothing; -1 with
+ * cl_http_missing_credential()'s error (op probe) when the client lacks
+ * the credential its provider requires, so that the backend is shown
+ * unavailable and why. Thread-safe.
  */
 #define CL_PROBE_CAPS(name, caps_mask)                                                      \
     static int name(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,     \
                     sbx_error **error)                                                      \
     {                                                                                       \
-        (void)client;                                                                       \
         (void)ctx;                                                                          \
-        (void)error;                                                                        \
+        if (client && cl_http_missing_credential(((cl_client *)(void *)client)->http,       \
+                                                 "probe", error) < 0)                       \
+            return -1;                                                                      \
         *caps = (caps_mask);                                                                \
         return 0;                                                                           \
     }

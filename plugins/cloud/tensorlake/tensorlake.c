@@ -313,7 +313,8 @@ static int tl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t
                     sbx_error **error)
 {
     (void)ctx;
-    (void)error;
+    if (cl_http_missing_credential(client->cl.http, "probe", error) < 0)
+        return -1;
     *caps = client->suspendable ? TL_CAPS : TL_CAPS_UNNAMED;
     return 0;
 }
