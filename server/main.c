@@ -37,7 +37,10 @@
  *                                        0.01..86400; server/meter.c)
  *
  * Test hooks, never set in production: SBX_SERVER_TEST_CLOCK_OFFSET_S
- * (seconds added to the clock, for tests of time windows) and
+ * (seconds added to the clock, for tests of time windows),
+ * SBX_SERVER_TEST_CLOCK_FILE (a file whose number, UNIX seconds, is the
+ * clock, read at each reading of it: a test sets it and steps it, backwards
+ * too) and
  * SBX_SERVER_TEST_CRASH_AFTER_PROVIDER_CREATE (the server SIGKILLs itself
  * after a provider create succeeded and before its outcome is committed)
  * and SBX_SERVER_TEST_CRASH_AFTER_ANSWER (it SIGKILLs itself once an

@@ -2649,6 +2649,168 @@ run_parallel(par_arg *args, int n)
         pthread_join(th[i], NULL);
 }
 
+/* The test clock of the server's SBX_SERVER_TEST_CLOCK_FILE: @t UNIX
+ * seconds. */
+static void
+set_clock(const char *file, double t)
+{
+    char text[64];
+    int n = snprintf(text, sizeof text, "%.6f\n", t);
+
+    tu_write_file(file, text, (size_t)n, 0600);
+}
+
+/* The lifecycle cost a detail shows: billable microseconds and provider
+ * and customer amounts in pico-dollars. */
+static void
+detail_cost(const char *path, int64_t *us, int64_t *prov, int64_t *cust)
+{
+    cpu_response *r = req_s(200, "GET", path, key, NULL, NULL);
+
+    *us = pico(cpu_jstr(r, "cost.billable_seconds")) / 1000000;
+    *prov = pico(cpu_jstr(r, "cost.effective_cost_usd"));
+    *cust = pico(cpu_jstr(r, "cost.customer_cost_usd"));
+    cpu_response_free(r);
+}
+
+#define S(x) ((int64_t)(x) * 1000000)
+
+/* CASE-58: a sandbox at 0.054 USD an hour (markup 1.5 here), its lifetime
+ * billed from T0 = 2026-03-10T10:00:00Z by a clock the test sets: 20
+ * concurrent details and a costs query at T0+600 s all show 600 s and
+ * 0.009; the clock stepped back to T0+300 s changes nothing (never less,
+ * no negative row); T0+900 s is 900 s and 0.0135; a restarted server at
+ * T0+1200 s bills 1200 s and 0.018, not again from the start on top of
+ * the stored total; the terminate at T0+1500 s ends it at 1500 s and
+ * 0.0225. The lifecycle rows then sum to 1500 s and 0.0225, each >= 0,
+ * each observation once, and the costs by day sum to the costs by
+ * sandbox. */
+Test(metering, case58_lifecycle_counts_each_second_once)
+{
+    const double t0 = 1773136800.0;     /* 2026-03-10T10:00:00Z */
+    char *clock = tu_strdup_printf("%s/clock", price_dir), *env, *id, *p;
+    int64_t us, prov, cust;
+    par_arg a[20];
+    cpu_response *r;
+
+    cpu_stop(srv);
+    set_clock(clock, t0);
+    env = tu_strdup_printf("SBX_SERVER_TEST_CLOCK_FILE=%s", clock);
+    srv = start_priced(env);
+    id = cpu_create_local(srv, key, "{\"timeout_secs\":600}");
+    p = path_of("/v1/sandboxes/%s/detail", id);
+    r = req_s(200, "GET", p, key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "sandbox.provisioning_at"), "2026-03-10T10:00:00+00:00");
+    cr_assert_str_eq(cpu_jstr(r, "sandbox.hourly_rate_usd"), "0.054");
+    cpu_response_free(r);
+
+    set_clock(clock, t0 + 600);
+    for (int i = 0; i < 20; i++)
+        a[i] = (par_arg){ srv->url, "GET", p, NULL, NULL, 0, NULL };
+    run_parallel(a, 20);
+    for (int i = 0; i < 20; i++) {
+        cr_assert_eq(a[i].status, 200, "%s", a[i].out);
+        r = calloc(1, sizeof *r);
+        r->json = json_tokener_parse(a[i].out);
+        cr_assert_eq(pico(cpu_jstr(r, "cost.billable_seconds")), S(600) * 1000000);
+        cr_assert_eq(pico(cpu_jstr(r, "cost.effective_cost_usd")), 9000000000LL);
+        cr_assert_eq(pico(cpu_jstr(r, "cost.customer_cost_usd")), 13500000000LL);
+        json_object_put(r->json);
+        free(r);
+        free(a[i].out);
+    }
+    r = req_s(200, "GET", "/v1/costs?group_by=sandbox", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(cpu_jget(r->json, "items")), 1, "%s", r->body);
+    cr_assert_eq(pico(cpu_jstr(r, "items.0.runtime_seconds")), S(600) * 1000000, "%s", r->body);
+    cr_assert_eq(pico(cpu_jstr(r, "items.0.provider_cost_usd")), 9000000000LL, "%s", r->body);
+    cpu_response_free(r);
+
+    set_clock(clock, t0 + 300);
+    for (int i = 0; i < 3; i++) {
+        detail_cost(p, &us, &prov, &cust);
+        cr_assert_eq(us, S(600));
+        cr_assert_eq(prov, 9000000000LL);
+        cr_assert_eq(cust, 13500000000LL);
+    }
+    set_clock(clock, t0 + 900);
+    detail_cost(p, &us, &prov, &cust);
+    cr_assert_eq(us, S(900));
+    cr_assert_eq(prov, 13500000000LL);
+    cr_assert_eq(cust, 20250000000LL);
+
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    set_clock(clock, t0 + 1200);
+    srv = start_priced(env);
+    detail_cost(p, &us, &prov, &cust);
+    cr_assert_eq(us, S(1200));
+    cr_assert_eq(prov, 18000000000LL);
+    cr_assert_eq(cust, 27000000000LL);
+
+    set_clock(clock, t0 + 1500);
+    free(p);
+    p = path_of("/v1/sandboxes/%s", id);
+    r = req_s(200, "DELETE", p, key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "terminated_at"), "2026-03-10T10:25:00+00:00");
+    cpu_response_free(r);
+    free(p);
+    p = path_of("/v1/sandboxes/%s/detail", id);
+    detail_cost(p, &us, &prov, &cust);
+    cr_assert_eq(us, S(1500));
+    cr_assert_eq(prov, 22500000000LL);
+    cr_assert_eq(cust, 33750000000LL);
+
+    /* The rows: 1500 s and 0.0225 in all, none below zero, each
+     * observation once. */
+    {
+        char *q = tu_strdup_printf("SELECT billable_seconds_delta || '/' || provider_delta_usd"
+                                   " FROM lifecycle_ledger_entries WHERE sandbox_id = '%s'"
+                                   " ORDER BY created_at, observation_id", id);
+        char *rows = db_list(q), *save = NULL;
+        int64_t secs = 0, usd_sum = 0;
+        cr_assert_not_null(rows);
+        for (char *row = strtok_r(rows, ",", &save); row; row = strtok_r(NULL, ",", &save)) {
+            char *slash = strchr(row, '/');
+            cr_assert_not_null(slash, "%s", row);
+            *slash = '\0';
+            int64_t s1 = pico(row), u1 = pico(slash + 1);
+            cr_assert_geq(s1, 0, "a negative row: %s", row);
+            cr_assert_geq(u1, 0, "a negative row: %s", slash + 1);
+            secs += s1;
+            usd_sum += u1;
+        }
+        cr_assert_eq(secs, S(1500) * 1000000);
+        cr_assert_eq(usd_sum, 22500000000LL);
+        free(rows);
+        free(q);
+        q = tu_strdup_printf("SELECT COUNT(*) - COUNT(DISTINCT observation_id) FROM"
+                             " lifecycle_ledger_entries WHERE sandbox_id = '%s'", id);
+        rows = db_list(q);
+        cr_assert_str_eq(rows, "0");
+        free(rows);
+        free(q);
+    }
+    r = req_s(200, "GET", "/v1/costs?group_by=day", key, NULL, NULL);
+    prov = 0;
+    for (size_t i = 0; i < json_object_array_length(cpu_jget(r->json, "items")); i++) {
+        char k[64];
+        snprintf(k, sizeof k, "items.%zu.provider_cost_usd", i);
+        prov += pico(cpu_jstr(r, k));
+    }
+    cpu_response_free(r);
+    cr_assert_eq(prov, 22500000000LL);
+    r = req_s(200, "GET", "/v1/costs?group_by=sandbox", key, NULL, NULL);
+    cr_assert_eq(pico(cpu_jstr(r, "items.0.provider_cost_usd")), 22500000000LL, "%s", r->body);
+    cr_assert_eq(pico(cpu_jstr(r, "items.0.runtime_seconds")), S(1500) * 1000000, "%s", r->body);
+    cpu_response_free(r);
+    free(p);
+    free(id);
+    free(env);
+    free(clock);
+}
+
+#undef S
+
 /* 20 concurrent executes with one request id run the command once: the
  * others get the stored response or 409 while it runs; one usage event. */
 Test(server, concurrent_same_request_id_runs_once)
