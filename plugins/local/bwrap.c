@@ -904,7 +904,6 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
 
 /* META/workdir-owner: "UID GID\n", the owner a caller's workdir had before
  * create lent it to the sandbox's user. */
-#define WORKDIR_OWNER "workdir-owner"
 
 static int chown_dir(const char *path, uid_t uid, gid_t gid)
 {
@@ -997,7 +996,7 @@ int bwrap_prepare_dirs(const char *meta, const char *root, int owns_root, const 
     char *rec = NULL;
     const char *what = meta;
     int rc = -1;
-    if (asprintf(&rec, "%s/" WORKDIR_OWNER, meta) < 0) {
+    if (asprintf(&rec, "%s/" PROTO_WORKDIR_OWNER, meta) < 0) {
         bfail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
@@ -1053,28 +1052,10 @@ void bwrap_return_workdir(const char *meta, const char *root)
 {
     uid_t uid;
     gid_t gid;
-    char *rec;
-    if (!meta || !root || !bwrap_sandbox_ids(&uid, &gid)
-        || asprintf(&rec, "%s/" WORKDIR_OWNER, meta) < 0)
-        return;
-    int fd = open(rec, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    free(rec);
-    if (fd < 0)
-        return;
-    /* Only a record this library wrote, for a workdir still lent. */
-    char line[64];
-    struct stat st;
-    ssize_t n = -1;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid()
-        && !(st.st_mode & 022))
-        n = read(fd, line, sizeof(line) - 1);
-    close(fd);
     unsigned ou, og;
-    char nl;
-    if (n <= 0)
-        return;
-    line[n] = '\0';
-    if (sscanf(line, "%u %u%c", &ou, &og, &nl) != 3 || nl != '\n')
+    struct stat st;
+    if (!meta || !root || !bwrap_sandbox_ids(&uid, &gid)
+        || proto_workdir_owner(meta, &ou, &og) < 0)
         return;
     int dfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0)

@@ -167,6 +167,29 @@ const char *proto_get_str(proto_reader *r)
     return s;
 }
 
+int proto_workdir_owner(const char *meta, unsigned *uid, unsigned *gid)
+{
+    char *rec;
+    if (asprintf(&rec, "%s/" PROTO_WORKDIR_OWNER, meta) < 0)
+        return -1;
+    int fd = open(rec, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    free(rec);
+    if (fd < 0)
+        return -1;
+    char line[64];
+    struct stat st;
+    ssize_t n = -1;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid()
+        && !(st.st_mode & 022))
+        n = read(fd, line, sizeof(line) - 1);
+    close(fd);
+    char nl;
+    if (n <= 0)
+        return -1;
+    line[n] = '\0';
+    return sscanf(line, "%u %u%c", uid, gid, &nl) == 3 && nl == '\n' ? 0 : -1;
+}
+
 int proto_proc_stat(pid_t pid, proto_proc *out)
 {
     char path[64], buf[1024];

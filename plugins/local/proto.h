@@ -278,6 +278,19 @@ typedef struct proto_proc {
 /** Reads /proc/@pid/stat. Returns 0, or -1 (errno set) when it is gone. */
 int proto_proc_stat(pid_t pid, proto_proc *out);
 
+/** The file in a sandbox's meta directory that names the owner ("UID
+ *  GID\n") a caller's workdir had before bubblewrap lent it to the
+ *  sandbox's user. */
+#define PROTO_WORKDIR_OWNER "workdir-owner"
+
+/**
+ * Reads META/workdir-owner (@meta the sandbox's meta directory): 0 with
+ * *@uid and *@gid, or -1 when there is none, when it is not a regular file
+ * of this effective user that nobody else may write (only a record this
+ * library wrote counts), or when it is not that one line.
+ */
+int proto_workdir_owner(const char *meta, unsigned *uid, unsigned *gid);
+
 /** 1 when @pid runs and started at @start (0 = any start), else 0.
  *  A zombie counts as gone. When /proc cannot be read for want of a
  *  descriptor or memory, 1 when the pid exists (start not checked). */

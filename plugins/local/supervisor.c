@@ -2322,26 +2322,9 @@ static int launch_overlay(const char *meta)
  */
 static void give_back(const char *meta, const char *root)
 {
-    char *rec;
-    if (asprintf(&rec, "%s/workdir-owner", meta) < 0)
-        return;
-    int fd = open(rec, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    free(rec);
-    if (fd < 0)
-        return;
-    char line[64];
-    struct stat st;
-    ssize_t n = -1;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid()
-        && !(st.st_mode & 022))
-        n = read(fd, line, sizeof(line) - 1);
-    close(fd);
     unsigned ou, og;
-    char nl;
-    if (n <= 0)
-        return;
-    line[n] = '\0';
-    if (sscanf(line, "%u %u%c", &ou, &og, &nl) != 3 || nl != '\n')
+    struct stat st;
+    if (proto_workdir_owner(meta, &ou, &og) < 0)
         return;
     int dfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0)
