@@ -555,22 +555,41 @@ safe_token(const char *v)
     return 1;
 }
 
+/* The contract's error payload (CONTROL-PLANE.md §0) of an operation @op
+ * on @backend ("" when NULL) that failed with error code @code (a libsbx
+ * code name, whose fixed message the payload carries): @retryable, @unknown
+ * (the outcome is "unknown", else "failed") and @ctx, its allowlisted
+ * context object (taken; an empty one when NULL). A new object. */
+static json_object *
+error_payload(const char *code, const char *backend, const char *op, int retryable,
+              int unknown, json_object *ctx)
+{
+    json_object *o = json_object_new_object();
+
+    json_object_object_add(o, "message", json_object_new_string(fixed_message(code)));
+    json_object_object_add(o, "code", json_object_new_string(code));
+    json_object_object_add(o, "backend", json_object_new_string(backend ? backend : ""));
+    json_object_object_add(o, "op", json_object_new_string(op));
+    json_object_object_add(o, "retryable", json_object_new_boolean(retryable));
+    json_object_object_add(o, "outcome", json_object_new_string(unknown ? "unknown" : "failed"));
+    json_object_object_add(o, "context", ctx ? ctx : json_object_new_object());
+    return o;
+}
+
 /* The contract's provider error payload for @e during @op: the fixed
  * message per code, and only the allowlisted context (CONTROL-PLANE.md §0),
  * so no provider text (which may echo a credential, CASE-36) leaves. */
 static json_object *
 provider_payload(const sbx_error *e, const char *backend, const char *op, int *http_status)
 {
-    json_object *o = json_object_new_object(), *ctx = json_object_new_object();
+    json_object *ctx = json_object_new_object();
     sbx_error_code code = e ? sbx_error_get_code(e) : SBX_ERROR_UNKNOWN;
-    const char *name;
     int unknown = e && sbx_error_get_outcome(e) == SBX_ERROR_OUTCOME_UNKNOWN;
     int retryable = e && sbx_error_is_retryable(e);
     size_t n = e ? sbx_error_get_context_count(e) : 0;
 
     if (code == SBX_ERROR_UNKNOWN)
         code = !strcmp(op, "create") ? SBX_ERROR_CREATION_FAILED : SBX_ERROR_EXECUTION_FAILED;
-    name = sbx_error_code_name(code);
     if (!strcmp(op, "create") && unknown)
         retryable = 0;
     for (size_t i = 0; i < n; i++) {
@@ -590,13 +609,6 @@ provider_payload(const sbx_error *e, const char *backend, const char *op, int *h
                 json_object_object_add(ctx, k, json_object_new_string(v));
         }
     }
-    json_object_object_add(o, "message", json_object_new_string(fixed_message(name)));
-    json_object_object_add(o, "code", json_object_new_string(name));
-    json_object_object_add(o, "backend", json_object_new_string(backend));
-    json_object_object_add(o, "op", json_object_new_string(op));
-    json_object_object_add(o, "retryable", json_object_new_boolean(retryable));
-    json_object_object_add(o, "outcome", json_object_new_string(unknown ? "unknown" : "failed"));
-    json_object_object_add(o, "context", ctx);
     switch (code) {
     case SBX_ERROR_BACKEND_NOT_INSTALLED:
     case SBX_ERROR_CONFIGURATION:
@@ -609,7 +621,7 @@ provider_payload(const sbx_error *e, const char *backend, const char *op, int *h
     default:
         *http_status = 502;
     }
-    return o;
+    return error_payload(sbx_error_code_name(code), backend, op, retryable, unknown, ctx);
 }
 
 static void
@@ -1349,15 +1361,7 @@ settle_abandoned(cx *x, cp_response *res, const store_rows *r, const char *statu
     if (!at || cp_parse_iso(at, &end) < 0 ||
         cp_now_us() <= end + (int64_t)(x->set->execute_grace_secs * 1e6))
         return 0;
-    json_object *o = json_object_new_object();
-    json_object_object_add(o, "message",
-                           json_object_new_string(fixed_message("execution_failed")));
-    json_object_object_add(o, "code", json_object_new_string("execution_failed"));
-    json_object_object_add(o, "backend", json_object_new_string(backend ? backend : ""));
-    json_object_object_add(o, "op", json_object_new_string("execute"));
-    json_object_object_add(o, "retryable", json_object_new_boolean(0));
-    json_object_object_add(o, "outcome", json_object_new_string("unknown"));
-    json_object_object_add(o, "context", json_object_new_object());
+    json_object *o = error_payload("execution_failed", backend, "execute", 0, 1, NULL);
     const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
     cp_now_iso(now, sizeof now);
     if (ex(x, "UPDATE executions SET status = 'failed', error = ?, completed_at = ?"
