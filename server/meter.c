@@ -230,6 +230,19 @@ meter_outbox_add(cx *x, const char *completed_at, const char *org, const char *s
               P(completed_at, org, sandbox_id, request_id), NULL) < 0 ? -1 : 0;
 }
 
+/* meter_settle()'s read: the pending executions with their amounts, oldest
+ * first, a transaction's worth; with " WHERE o.organization_id = ?" between
+ * the two parts for one organisation's. Two statements (each prepared once
+ * per connection) of one text rather than one with an optional filter
+ * ("? IS NULL OR ..."): each keeps the plan made for it (PostgreSQL's
+ * generic plan of the optional filter is the filtered one's, for both). */
+#define OUTBOX_SELECT                                                                      \
+    "SELECT o.organization_id, o.sandbox_id, o.request_id, e.id, e.runtime_seconds,"       \
+    " e.provider_cost_usd, e.customer_cost_usd, o.completed_at FROM execution_outbox o"    \
+    " JOIN executions e ON e.organization_id = o.organization_id"                          \
+    " AND e.sandbox_id = o.sandbox_id AND e.request_id = o.request_id"
+#define OUTBOX_ORDER " ORDER BY o.completed_at LIMIT 64"
+
 int
 meter_settle(cx *x, const char *org)
 {
@@ -245,18 +258,9 @@ meter_settle(cx *x, const char *org)
         if (tx_begin_volatile(x, "meter") < 0)
             return -1;
         if (org)
-            r = q(x, "SELECT o.organization_id, o.sandbox_id, o.request_id, e.id,"
-                     " e.runtime_seconds, e.provider_cost_usd, e.customer_cost_usd,"
-                     " o.completed_at FROM execution_outbox o JOIN executions e"
-                     " ON e.organization_id = o.organization_id AND e.sandbox_id = o.sandbox_id"
-                     " AND e.request_id = o.request_id WHERE o.organization_id = ?"
-                     " ORDER BY o.completed_at LIMIT 64", P(org));
+            r = q(x, OUTBOX_SELECT " WHERE o.organization_id = ?" OUTBOX_ORDER, P(org));
         else
-            r = q(x, "SELECT o.organization_id, o.sandbox_id, o.request_id, e.id,"
-                     " e.runtime_seconds, e.provider_cost_usd, e.customer_cost_usd,"
-                     " o.completed_at FROM execution_outbox o JOIN executions e"
-                     " ON e.organization_id = o.organization_id AND e.sandbox_id = o.sandbox_id"
-                     " AND e.request_id = o.request_id ORDER BY o.completed_at LIMIT 64", 0, NULL);
+            r = q(x, OUTBOX_SELECT OUTBOX_ORDER, 0, NULL);
         if (!r)
             goto fail;
         for (size_t i = 0; i < r->nrows; i++) {
