@@ -244,22 +244,33 @@ reply_internal(cp_response *res)
 }
 
 void
-reply_validation(cp_response *res, const char *type, const char *where, const char *field,
-                 const char *msg, json_object *input)
+reply_validation_at(cp_response *res, const char *type, json_object *loc, const char *msg,
+                    json_object *input, json_object *ctx)
 {
     json_object *o = json_object_new_object(), *list = json_object_new_array(),
-                *item = json_object_new_object(), *loc = json_object_new_array();
+                *item = json_object_new_object();
 
-    json_object_array_add(loc, json_object_new_string(where));
-    if (field)
-        json_object_array_add(loc, json_object_new_string(field));
     json_object_object_add(item, "type", json_object_new_string(type));
     json_object_object_add(item, "loc", loc);
     json_object_object_add(item, "msg", json_object_new_string(msg));
     json_object_object_add(item, "input", input);
+    if (ctx)
+        json_object_object_add(item, "ctx", ctx);
     json_object_array_add(list, item);
     json_object_object_add(o, "detail", list);
     cp_reply_json(res, 422, o);
+}
+
+void
+reply_validation(cp_response *res, const char *type, const char *where, const char *field,
+                 const char *msg, json_object *input)
+{
+    json_object *loc = json_object_new_array();
+
+    json_object_array_add(loc, json_object_new_string(where));
+    if (field)
+        json_object_array_add(loc, json_object_new_string(field));
+    reply_validation_at(res, type, loc, msg, input, NULL);
 }
 
 /* Member @key of @body as an optional string: *@out stays as it was when
@@ -357,22 +368,14 @@ body_object(const cp_request *req, cp_response *res, int utf8)
         o = NULL;
     if (json_tokener_get_error(tok) != json_tokener_success ||
         (size_t)json_tokener_get_parse_end(tok) != req->body_len) {
-        json_object *ctx = json_object_new_object(), *det = json_object_new_object(),
-                    *list = json_object_new_array(), *item = json_object_new_object(),
-                    *loc = json_object_new_array();
+        json_object *ctx = json_object_new_object(), *loc = json_object_new_array();
         json_object_put(o);
         json_object_array_add(loc, json_object_new_string("body"));
         json_object_array_add(loc, json_object_new_int((int)json_tokener_get_parse_end(tok)));
-        json_object_object_add(item, "type", json_object_new_string("json_invalid"));
-        json_object_object_add(item, "loc", loc);
-        json_object_object_add(item, "msg", json_object_new_string("JSON decode error"));
-        json_object_object_add(item, "input", json_object_new_object());
         json_object_object_add(ctx, "error", json_object_new_string(
                                    json_tokener_error_desc(json_tokener_get_error(tok))));
-        json_object_object_add(item, "ctx", ctx);
-        json_object_array_add(list, item);
-        json_object_object_add(det, "detail", list);
-        cp_reply_json(res, 422, det);
+        reply_validation_at(res, "json_invalid", loc, "JSON decode error", json_object_new_object(),
+                            ctx);
         json_tokener_free(tok);
         return NULL;
     }
@@ -380,19 +383,12 @@ body_object(const cp_request *req, cp_response *res, int utf8)
     where = json_object_new_array();
     json_object_array_add(where, json_object_new_string("body"));
     if ((bad = body_bad_value(o, where, &type, &msg)) != NULL) {
-        json_object *det = json_object_new_object(), *list = json_object_new_array(),
-                    *item = json_object_new_object();
-        json_object_object_add(item, "type", json_object_new_string(type));
-        json_object_object_add(item, "loc", where);
-        json_object_object_add(item, "msg", json_object_new_string(msg));
         /* A non-finite number as the text it was sent as: JSON has none. */
-        json_object_object_add(item, "input",
-                               json_object_is_type(bad, json_type_double)
-                                   ? json_object_new_string(json_object_to_json_string(bad))
-                                   : json_object_get(bad));
-        json_object_array_add(list, item);
-        json_object_object_add(det, "detail", list);
-        cp_reply_json(res, 422, det);
+        reply_validation_at(res, type, where, msg,
+                            json_object_is_type(bad, json_type_double)
+                                ? json_object_new_string(json_object_to_json_string(bad))
+                                : json_object_get(bad),
+                            NULL);
         json_object_put(o);
         return NULL;
     }

@@ -47,9 +47,16 @@ void tx_rollback(cx *x);
 
 /* 500 "Internal control-plane error." */
 void reply_internal(cp_response *res);
-/* 422 with a FastAPI-style validation list of one item. */
+/* 422 with a FastAPI-style validation list of one item: {"type": @type,
+ * "loc": [@where, @field], "msg": @msg, "input": @input} (@field left out
+ * when NULL; @input taken, NULL is JSON null). */
 void reply_validation(cp_response *res, const char *type, const char *where,
                       const char *field, const char *msg, json_object *input);
+/* The same item with @loc, a JSON array of the path to the value (keys
+ * and indexes; taken), and "ctx": @ctx after "input" when not NULL
+ * (taken). */
+void reply_validation_at(cp_response *res, const char *type, json_object *loc,
+                         const char *msg, json_object *input, json_object *ctx);
 
 /* auth.c: resolves the request's principal into req->who; on failure fills
  * @res (401, or 500 when the store failed) and returns -1. The two steps

@@ -678,13 +678,13 @@ h_costs(cx *x, cp_request *req, cp_response *res)
     if (!group)
         group = "sandbox";
     if (strcmp(group, "sandbox") && strcmp(group, "backend") && strcmp(group, "day")) {
-        json_object *ctx = json_object_new_object();
-        reply_validation(res, "string_pattern_mismatch", "query", "group_by",
-                         "String should match pattern '^(sandbox|backend|day)$'",
-                         json_object_new_string(group));
+        json_object *ctx = json_object_new_object(), *loc = json_object_new_array();
+        json_object_array_add(loc, json_object_new_string("query"));
+        json_object_array_add(loc, json_object_new_string("group_by"));
         json_object_object_add(ctx, "pattern", json_object_new_string("^(sandbox|backend|day)$"));
-        json_object_object_add(json_object_array_get_idx(json_object_object_get(res->body, "detail"), 0),
-                               "ctx", ctx);
+        reply_validation_at(res, "string_pattern_mismatch", loc,
+                            "String should match pattern '^(sandbox|backend|day)$'",
+                            json_object_new_string(group), ctx);
         return;
     }
     if (window_arg(req, res, "start", &start, &has_start) < 0 ||
