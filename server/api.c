@@ -229,6 +229,12 @@ cp_reply_json(cp_response *res, int status, json_object *body)
 }
 
 void
+cp_reply_echo(cp_response *res)
+{
+    res->echo = 1;
+}
+
+void
 cp_reply_detail(cp_response *res, int status, const char *message)
 {
     json_object *o = json_object_new_object();
@@ -259,6 +265,7 @@ reply_validation_at(cp_response *res, const char *type, json_object *loc, const 
     json_object_array_add(list, item);
     json_object_object_add(o, "detail", list);
     cp_reply_json(res, 422, o);
+    cp_reply_echo(res);         /* @input is the request's */
 }
 
 void
@@ -484,6 +491,14 @@ record_json(const store_rows *r, size_t i)
     return o;
 }
 
+/* Replies @status with @body, made of stored records (cp_reply_echo()). */
+static void
+reply_stored(cp_response *res, int status, json_object *body)
+{
+    cp_reply_json(res, status, body);
+    cp_reply_echo(res);
+}
+
 /* The sandbox @id of @org (NULL rows when none; NULL on failure). */
 static store_rows *
 load_sandbox(cx *x, const char *org, const char *id)
@@ -504,7 +519,7 @@ reply_record(cx *x, cp_response *res, int status, const char *org, const char *i
     if (r->nrows == 0)
         cp_reply_detail(res, 404, "sandbox not found");
     else
-        cp_reply_json(res, status, record_json(r, 0));
+        reply_stored(res, status, record_json(r, 0));
     store_rows_free(r);
 }
 
@@ -959,6 +974,7 @@ h_sandbox_create(cx *x, cp_request *req, cp_response *res)
     if (!cp_backend_enabled(cp_server_runtimes(x->srv), c.backend)) {
         char *m = cp_printf("backend is not enabled: %s", c.backend);
         cp_reply_detail(res, 422, m);
+        cp_reply_echo(res);     /* the name as sent, cut at 63 bytes */
         free(m);
         goto out;
     }
@@ -1135,7 +1151,7 @@ h_sandbox_list(cx *x, cp_request *req, cp_response *res)
     for (size_t i = 0; i < r->nrows; i++)
         json_object_array_add(out, record_json(r, i));
     store_rows_free(r);
-    cp_reply_json(res, 200, out);
+    reply_stored(res, 200, out);
 }
 
 static void
@@ -1250,7 +1266,7 @@ h_sandbox_detail(cx *x, cp_request *req, cp_response *res)
     store_rows_free(a);
     store_rows_free(e);
     store_rows_free(po);
-    cp_reply_json(res, 200, out);
+    reply_stored(res, 200, out);
 }
 
 /* ---------------------------------------------------------------- runtime */
@@ -1761,7 +1777,7 @@ h_sandbox_terminate(cx *x, cp_request *req, cp_response *res)
     }
     status = store_cell(r, 0, "status");
     if (!strcmp(status, "destroyed")) {
-        cp_reply_json(res, 200, record_json(r, 0));
+        reply_stored(res, 200, record_json(r, 0));
         goto out;
     }
     have = atoll(store_cell(r, 0, "version"));
@@ -1779,7 +1795,7 @@ h_sandbox_terminate(cx *x, cp_request *req, cp_response *res)
         store_rows *now_r = load_sandbox(x, req->who.org_id, id);
         const char *st = now_r && now_r->nrows ? store_cell(now_r, 0, "status") : "";
         if (!strcmp(st, "destroyed"))
-            cp_reply_json(res, 200, record_json(now_r, 0));
+            reply_stored(res, 200, record_json(now_r, 0));
         else if (!strcmp(st, "stopping"))
             cp_reply_detail(res, 409, "sandbox termination is already in progress");
         else
@@ -1808,7 +1824,7 @@ h_sandbox_terminate(cx *x, cp_request *req, cp_response *res)
             store_rows *now_r = load_sandbox(x, req->who.org_id, id);
             const char *st = now_r && now_r->nrows ? store_cell(now_r, 0, "status") : "";
             if (!strcmp(st, "destroyed"))
-                cp_reply_json(res, 200, record_json(now_r, 0));
+                reply_stored(res, 200, record_json(now_r, 0));
             else if (!strcmp(st, "stopping"))
                 cp_reply_detail(res, 409, "sandbox termination is already in progress");
             else

@@ -990,6 +990,127 @@ Test(server, bodies_and_keys_json_cannot_carry_are_422)
     free(id);
 }
 
+/* 1 when @r's body is JSON to a strict parser: RFC 8259 text, UTF-8,
+ * nothing after the value (cpu_http() parses leniently). */
+static int
+strict_json(const cpu_response *r)
+{
+    json_tokener *tok = json_tokener_new();
+    json_object *o;
+    int ok;
+
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+    o = json_tokener_parse_ex(tok, r->body, (int)r->body_len);
+    ok = o && json_tokener_get_error(tok) == json_tokener_success &&
+         (size_t)json_tokener_get_parse_end(tok) == r->body_len;
+    json_object_put(o);
+    json_tokener_free(tok);
+    return ok;
+}
+
+/* Every answer that may echo bytes of the request which are not UTF-8 (an
+ * execute's values, a query argument, a create's backend cut at its
+ * length limit) or text an earlier server version stored as sent (a
+ * record's config and key, a key's name and scopes, an execution's
+ * request id) is JSON a strict parser takes: each invalid sequence is
+ * U+FFFD. */
+Test(server, answers_echoing_bytes_that_are_not_utf8_are_json)
+{
+    char *id = cpu_create_local(srv, key, NULL), *ex = path_of("/v1/sandboxes/%s/execute", id);
+    cpu_response *r;
+    static const struct {
+        const char *method, *path, *body, *field, *want;
+    } echo[] = {
+        { "POST", NULL, "{\"command\":\"a\xff\",\"code\":\"x\"}", "detail.0.input.command",
+          "a\xef\xbf\xbd" },
+        { "POST", NULL, "{\"command\":\"true\",\"args\":\"\xff\"}", "detail.0.input",
+          "\xef\xbf\xbd" },
+        { "POST", NULL, "{\"command\":\"true\",\"env\":{\"\xfe=\":\"c\"}}", "detail.0.input",
+          "\xef\xbf\xbd=" },
+        { "POST", NULL, "{\"command\":\"true\",\"stdin_b64\":\"\xff\"}", "detail.0.input",
+          "\xef\xbf\xbd" },
+        { "POST", NULL, "{\"command\":\"true\",\"timeout_secs\":\"\xc3\"}", "detail.0.input",
+          "\xef\xbf\xbd" },
+        { "POST", NULL, "{\"command\":\"\xff\\u0000\"}", "detail.0.input", "\xef\xbf\xbd" },
+        { "POST", NULL, "\"\xe2\x82\"", "detail.0.input", "\xef\xbf\xbd\xef\xbf\xbd" },
+        { "GET", "/v1/costs?group_by=%FF", NULL, "detail.0.input", "\xef\xbf\xbd" },
+        { "GET", "/v1/costs?start=2026%FF", NULL, "detail.0.input", "2026\xef\xbf\xbd" },
+        /* 40 two-byte characters: the name is cut at 63 bytes, in the
+         * 32nd. */
+        { "POST", "/v1/sandboxes",
+          "{\"backend\":\"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+          "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+          "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+          "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"}", "detail",
+          "backend is not enabled: \xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+          "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+          "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+          "\xc3\xa9\xef\xbf\xbd" },
+    };
+
+    for (size_t i = 0; i < sizeof echo / sizeof echo[0]; i++) {
+        const char *path = echo[i].path ? echo[i].path : ex;
+        r = cpu_http(srv->url, echo[i].method, path, key, NULL, echo[i].body);
+        cr_expect_eq(r->status, 422, "%zu: %ld %s", i, r->status, r->body);
+        cr_expect(strict_json(r), "%zu: not JSON: %s", i, r->body);
+        cr_expect_str_eq(cpu_jstr(r, echo[i].field), echo[i].want, "%zu: %s", i, r->body);
+        cpu_response_free(r);
+    }
+    /* Text an earlier version kept as it was sent. A PostgreSQL database
+     * in UTF-8 refuses such text itself; SQLite keeps any bytes. */
+    {
+        /* The text of one byte 0xff. */
+        const char *ff = cpu_store_is_pg() ? "convert_from(decode('ff', 'hex'), 'UTF8')"
+                                           : "CAST(X'FF' AS TEXT)";
+        char *old[] = {
+            tu_strdup_printf("UPDATE sandboxes SET config_json = '{\"image\":\"' || %s || '\"}',"
+                             " idempotency_key = 'k' || %s", ff, ff),
+            tu_strdup_printf("UPDATE api_keys SET name = 'n' || %s,"
+                             " scopes_json = '[\"*\",\"s' || %s || '\"]'", ff, ff),
+            tu_strdup_printf("INSERT INTO executions(organization_id, sandbox_id, request_id, id,"
+                             " status, created_at) SELECT organization_id, id, 'r' || %s,"
+                             " 'exe_old', 'running', created_at FROM sandboxes", ff),
+        };
+        char *sb = path_of("/v1/sandboxes/%s", id);
+        char *detail = path_of("/v1/sandboxes/%s/detail", id);
+        static const struct {
+            const char *path, *field, *want;
+        } stored[] = {
+            { NULL, "config.image", "\xef\xbf\xbd" },
+            { NULL, "idempotency_key", "k\xef\xbf\xbd" },
+            { "/v1/sandboxes", "0.idempotency_key", "k\xef\xbf\xbd" },
+            { "/detail", "executions.0.request_id", "r\xef\xbf\xbd" },
+            { "/v1/api-keys", "0.name", "n\xef\xbf\xbd" },
+            { "/v1/session", "scopes.1", "s\xef\xbf\xbd" },
+        };
+        for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) {
+            char *done = db_list(old[i]);
+            if (cpu_store_is_pg())
+                cr_expect_null(done, "%s", old[i]);
+            else
+                cr_expect_not_null(done, "%s", old[i]);
+            free(done);
+            free(old[i]);
+        }
+        if (!cpu_store_is_pg())
+            for (size_t i = 0; i < sizeof stored / sizeof stored[0]; i++) {
+                const char *path = !stored[i].path ? sb
+                                   : !strcmp(stored[i].path, "/detail") ? detail
+                                                                        : stored[i].path;
+                r = req_s(200, "GET", path, key, NULL, NULL);
+                cr_expect(strict_json(r), "%s: not JSON: %s", path, r->body);
+                cr_expect_str_eq(cpu_jstr(r, stored[i].field), stored[i].want, "%s: %s", path,
+                                 r->body);
+                cpu_response_free(r);
+            }
+        free(sb);
+        free(detail);
+    }
+    terminate(key, id);
+    free(ex);
+    free(id);
+}
+
 /* A provider failure is the contract's payload, the record left failed,
  * and replays of its key return that record without a second attempt. */
 Test(server, provider_failure_payload)
