@@ -1347,45 +1347,94 @@ replay(cp_response *res, const store_rows *r, const char *status, const char *re
 }
 
 /*
- * A `running` execution (row 0 of @r: its status @status, deadline
+ * A `running` execution (row @i of @r: its status @status, deadline
  * @deadline and its sandbox's expiry @expires) whose deadline, its
  * timeout's end or else its sandbox's expiry, passed more than
  * SBX_SERVER_EXECUTE_GRACE_SECS ago: no server runs it any more (the one
  * that claimed it ended before it answered), so it is settled as failed,
  * outcome unknown (the command may have run, in part or whole), in the
- * caller's write transaction; its next replays answer that. Returns 1
- * when settled (the 409 with the stored payload is in @res), 0 when it may
- * still be running, -1 on a store error.
+ * caller's write transaction under the lock of its request id
+ * ("execution:<sandbox>:<request id>"); its next replays answer that. It
+ * is never metered (no outbox row). Returns 1 when settled (the 409 with
+ * the stored payload is in @res when not NULL), 0 when it may still be
+ * running (or, without @res, another server settled or answered it
+ * first), -1 on a store error.
  */
 static int
-settle_abandoned(cx *x, cp_response *res, const store_rows *r, const char *status,
+settle_abandoned(cx *x, cp_response *res, const store_rows *r, size_t i, const char *status,
                  const char *deadline, const char *expires, const char *backend,
                  const char *org, const char *sandbox, const char *request_id)
 {
-    const char *st = store_cell(r, 0, status), *at = store_cell(r, 0, deadline);
+    const char *st = store_cell(r, i, status), *at = store_cell(r, i, deadline);
     char now[40];
-    int64_t end;
+    int64_t end, n;
 
     if (!st || strcmp(st, "running"))
         return 0;
     if (!at)
-        at = store_cell(r, 0, expires);
+        at = store_cell(r, i, expires);
     if (!at || cp_parse_iso(at, &end) < 0 ||
         cp_now_us() <= end + (int64_t)(x->set->execute_grace_secs * 1e6))
         return 0;
     json_object *o = error_payload("execution_failed", backend, "execute", 0, 1, NULL);
     const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
     cp_now_iso(now, sizeof now);
-    if (ex(x, "UPDATE executions SET status = 'failed', error = ?, completed_at = ?"
+    n = ex(x, "UPDATE executions SET status = 'failed', error = ?, completed_at = ?"
               " WHERE organization_id = ? AND sandbox_id = ? AND request_id = ?"
               " AND status = 'running'",
-           P(text, now, org, sandbox, request_id), NULL) < 0) {
+           P(text, now, org, sandbox, request_id), NULL);
+    if (n < 0) {
         json_object_put(o);
         return -1;
     }
-    cp_reply_detail(res, 409, text);
+    if (res)
+        cp_reply_detail(res, 409, text);
     json_object_put(o);
-    return 1;
+    return res || n > 0 ? 1 : 0;
+}
+
+int
+cp_settle_abandoned(cx *x)
+{
+    store_rows *r;
+    int settled = 0, failed = 0;
+
+    /* The running executions (the partial index executions_running holds
+     * those alone), read outside a transaction; each candidate is settled
+     * in its own, under its request id's lock, where the update's
+     * `status = 'running'` decides against an answer or another server's
+     * settlement committed since this read. */
+    r = q(x, "SELECT e.organization_id, e.sandbox_id, e.request_id, e.status,"
+             " e.deadline_at, s.expires_at, s.backend FROM executions e"
+             " JOIN sandboxes s ON s.id = e.sandbox_id WHERE e.status = 'running'", 0, NULL);
+    if (!r)
+        return -1;
+    for (size_t i = 0; i < r->nrows; i++) {
+        const char *org = store_cell(r, i, "organization_id"),
+                   *sandbox = store_cell(r, i, "sandbox_id"),
+                   *request_id = store_cell(r, i, "request_id");
+        char lock[400];
+        int rc;
+
+        snprintf(lock, sizeof lock, "execution:%s:%s", sandbox, request_id);
+        /* Volatile, as the replay's settlement is: a commit lost with the
+         * machine leaves the row running, settled again by the next sweep
+         * or replay with the same payload. */
+        if (tx_begin_volatile(x, lock) < 0) {
+            failed = 1;
+            break;
+        }
+        rc = settle_abandoned(x, NULL, r, i, "status", "deadline_at", "expires_at",
+                              store_cell(r, i, "backend"), org, sandbox, request_id);
+        if (rc < 0 || tx_commit(x) < 0) {
+            tx_rollback(x);
+            failed = 1;
+            break;
+        }
+        settled += rc;
+    }
+    store_rows_free(r);
+    return failed ? -1 : settled;
 }
 
 static void
@@ -1563,7 +1612,7 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         goto out;
     }
     if (store_cell(r, 0, "execution_status")) {
-        int settled = settle_abandoned(x, res, r, "execution_status", "execution_deadline",
+        int settled = settle_abandoned(x, res, r, 0, "execution_status", "execution_deadline",
                                        "sandbox_expires_at", store_cell(r, 0, "backend"),
                                        req->who.org_id, id, request_id);
         if (settled < 0)

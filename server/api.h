@@ -138,6 +138,17 @@ cp_meter *meter_outbox_start(cp_server *srv, double sweep_secs);
 void meter_outbox_wake(cp_meter *m);
 void meter_outbox_stop(cp_meter *m);
 void h_costs(cx *x, cp_request *req, cp_response *res);
+/* api.c: settles every abandoned execution of the store (every
+ * organisation's): a `running` one whose deadline (its timeout's end, else
+ * its sandbox's expiry) passed more than SBX_SERVER_EXECUTE_GRACE_SECS ago
+ * is made failed, outcome unknown, with the row values and payload its
+ * replay would settle it with (never metered), each in a transaction of
+ * its own under its request id's lock, so a replay, an answer or another
+ * server's sweep decides the same row once. Must be called outside a
+ * transaction. Returns the number it settled, or -1 when the store failed
+ * (what was committed stays). The execution outbox's thread calls it every
+ * SBX_SERVER_METER_SWEEP_SECS, and main() before the server listens. */
+int cp_settle_abandoned(cx *x);
 /* The detail's "cost" object of a sandbox, or NULL. */
 json_object *meter_cost_json(cx *x, const char *sandbox_id);
 

@@ -27,7 +27,9 @@
  *     (server/http.c), 10 ms later (OUTBOX_GATHER_SECS) with the answers
  *     sent meanwhile, in transactions of up to 64 executions; and every
  *     SBX_SERVER_METER_SWEEP_SECS (default 30) as a sweeper: rows another
- *     server process on the same database left pending when it died;
+ *     server process on the same database left pending when it died (the
+ *     same sweep settles the executions whose server died before it
+ *     answered, cp_settle_abandoned(), server/api.c);
  *   - at start-up, before the server listens (a SIGKILLed server's rows);
  *   - at a clean stop, after the last request;
  *   - in GET /v1/costs for the organisation, before the report reads usage,
@@ -318,6 +320,25 @@ outbox_pass(cp_server *srv)
     cx_done(&x);
 }
 
+/* One sweep for abandoned executions (cp_settle_abandoned()); failures
+ * are logged (the rows stay running for the next sweep or a replay). */
+static void
+abandoned_pass(cp_server *srv)
+{
+    cx x;
+    int n;
+
+    cx_init(&x, srv);
+    n = cp_settle_abandoned(&x);
+    cx_done(&x);
+    if (n < 0)
+        fprintf(stderr, "sbx-server: settling abandoned executions failed; "
+                        "retried at the next sweep\n");
+    else if (n > 0)
+        fprintf(stderr, "sbx-server: settled %d abandoned execution%s as failed\n", n,
+                n == 1 ? "" : "s");
+}
+
 /* The monotonic time @secs from now. */
 static struct timespec
 mono_after(double secs)
@@ -339,6 +360,9 @@ outbox_main(void *arg)
 {
     cp_meter *m = arg;
     struct timespec at;
+    /* The next sweep for abandoned executions: kept apart from the timed
+     * wait, which answers put off while they keep coming. */
+    double next_sweep = cp_mono() + m->sweep_secs;
 
     pthread_mutex_lock(&m->lock);
     for (;;) {
@@ -357,6 +381,10 @@ outbox_main(void *arg)
         m->want = 0;
         pthread_mutex_unlock(&m->lock);
         outbox_pass(m->srv);
+        if (cp_mono() >= next_sweep) {
+            abandoned_pass(m->srv);
+            next_sweep = cp_mono() + m->sweep_secs;
+        }
         pthread_mutex_lock(&m->lock);
     }
     pthread_mutex_unlock(&m->lock);
