@@ -229,6 +229,12 @@ cp_reply_json(cp_response *res, int status, json_object *body)
 }
 
 void
+cp_reply_echo(cp_response *res)
+{
+    res->echo = 1;
+}
+
+void
 cp_reply_detail(cp_response *res, int status, const char *message)
 {
     json_object *o = json_object_new_object();
@@ -244,22 +250,34 @@ reply_internal(cp_response *res)
 }
 
 void
-reply_validation(cp_response *res, const char *type, const char *where, const char *field,
-                 const char *msg, json_object *input)
+reply_validation_at(cp_response *res, const char *type, json_object *loc, const char *msg,
+                    json_object *input, json_object *ctx)
 {
     json_object *o = json_object_new_object(), *list = json_object_new_array(),
-                *item = json_object_new_object(), *loc = json_object_new_array();
+                *item = json_object_new_object();
 
-    json_object_array_add(loc, json_object_new_string(where));
-    if (field)
-        json_object_array_add(loc, json_object_new_string(field));
     json_object_object_add(item, "type", json_object_new_string(type));
     json_object_object_add(item, "loc", loc);
     json_object_object_add(item, "msg", json_object_new_string(msg));
     json_object_object_add(item, "input", input);
+    if (ctx)
+        json_object_object_add(item, "ctx", ctx);
     json_object_array_add(list, item);
     json_object_object_add(o, "detail", list);
     cp_reply_json(res, 422, o);
+    cp_reply_echo(res);         /* @input is the request's */
+}
+
+void
+reply_validation(cp_response *res, const char *type, const char *where, const char *field,
+                 const char *msg, json_object *input)
+{
+    json_object *loc = json_object_new_array();
+
+    json_object_array_add(loc, json_object_new_string(where));
+    if (field)
+        json_object_array_add(loc, json_object_new_string(field));
+    reply_validation_at(res, type, loc, msg, input, NULL);
 }
 
 /* Member @key of @body as an optional string: *@out stays as it was when
@@ -357,22 +375,14 @@ body_object(const cp_request *req, cp_response *res, int utf8)
         o = NULL;
     if (json_tokener_get_error(tok) != json_tokener_success ||
         (size_t)json_tokener_get_parse_end(tok) != req->body_len) {
-        json_object *ctx = json_object_new_object(), *det = json_object_new_object(),
-                    *list = json_object_new_array(), *item = json_object_new_object(),
-                    *loc = json_object_new_array();
+        json_object *ctx = json_object_new_object(), *loc = json_object_new_array();
         json_object_put(o);
         json_object_array_add(loc, json_object_new_string("body"));
         json_object_array_add(loc, json_object_new_int((int)json_tokener_get_parse_end(tok)));
-        json_object_object_add(item, "type", json_object_new_string("json_invalid"));
-        json_object_object_add(item, "loc", loc);
-        json_object_object_add(item, "msg", json_object_new_string("JSON decode error"));
-        json_object_object_add(item, "input", json_object_new_object());
         json_object_object_add(ctx, "error", json_object_new_string(
                                    json_tokener_error_desc(json_tokener_get_error(tok))));
-        json_object_object_add(item, "ctx", ctx);
-        json_object_array_add(list, item);
-        json_object_object_add(det, "detail", list);
-        cp_reply_json(res, 422, det);
+        reply_validation_at(res, "json_invalid", loc, "JSON decode error", json_object_new_object(),
+                            ctx);
         json_tokener_free(tok);
         return NULL;
     }
@@ -380,19 +390,12 @@ body_object(const cp_request *req, cp_response *res, int utf8)
     where = json_object_new_array();
     json_object_array_add(where, json_object_new_string("body"));
     if ((bad = body_bad_value(o, where, &type, &msg)) != NULL) {
-        json_object *det = json_object_new_object(), *list = json_object_new_array(),
-                    *item = json_object_new_object();
-        json_object_object_add(item, "type", json_object_new_string(type));
-        json_object_object_add(item, "loc", where);
-        json_object_object_add(item, "msg", json_object_new_string(msg));
         /* A non-finite number as the text it was sent as: JSON has none. */
-        json_object_object_add(item, "input",
-                               json_object_is_type(bad, json_type_double)
-                                   ? json_object_new_string(json_object_to_json_string(bad))
-                                   : json_object_get(bad));
-        json_object_array_add(list, item);
-        json_object_object_add(det, "detail", list);
-        cp_reply_json(res, 422, det);
+        reply_validation_at(res, type, where, msg,
+                            json_object_is_type(bad, json_type_double)
+                                ? json_object_new_string(json_object_to_json_string(bad))
+                                : json_object_get(bad),
+                            NULL);
         json_object_put(o);
         return NULL;
     }
@@ -488,6 +491,14 @@ record_json(const store_rows *r, size_t i)
     return o;
 }
 
+/* Replies @status with @body, made of stored records (cp_reply_echo()). */
+static void
+reply_stored(cp_response *res, int status, json_object *body)
+{
+    cp_reply_json(res, status, body);
+    cp_reply_echo(res);
+}
+
 /* The sandbox @id of @org (NULL rows when none; NULL on failure). */
 static store_rows *
 load_sandbox(cx *x, const char *org, const char *id)
@@ -508,7 +519,7 @@ reply_record(cx *x, cp_response *res, int status, const char *org, const char *i
     if (r->nrows == 0)
         cp_reply_detail(res, 404, "sandbox not found");
     else
-        cp_reply_json(res, status, record_json(r, 0));
+        reply_stored(res, status, record_json(r, 0));
     store_rows_free(r);
 }
 
@@ -555,22 +566,41 @@ safe_token(const char *v)
     return 1;
 }
 
+/* The contract's error payload (CONTROL-PLANE.md §0) of an operation @op
+ * on @backend ("" when NULL) that failed with error code @code (a libsbx
+ * code name, whose fixed message the payload carries): @retryable, @unknown
+ * (the outcome is "unknown", else "failed") and @ctx, its allowlisted
+ * context object (taken; an empty one when NULL). A new object. */
+static json_object *
+error_payload(const char *code, const char *backend, const char *op, int retryable,
+              int unknown, json_object *ctx)
+{
+    json_object *o = json_object_new_object();
+
+    json_object_object_add(o, "message", json_object_new_string(fixed_message(code)));
+    json_object_object_add(o, "code", json_object_new_string(code));
+    json_object_object_add(o, "backend", json_object_new_string(backend ? backend : ""));
+    json_object_object_add(o, "op", json_object_new_string(op));
+    json_object_object_add(o, "retryable", json_object_new_boolean(retryable));
+    json_object_object_add(o, "outcome", json_object_new_string(unknown ? "unknown" : "failed"));
+    json_object_object_add(o, "context", ctx ? ctx : json_object_new_object());
+    return o;
+}
+
 /* The contract's provider error payload for @e during @op: the fixed
  * message per code, and only the allowlisted context (CONTROL-PLANE.md §0),
  * so no provider text (which may echo a credential, CASE-36) leaves. */
 static json_object *
 provider_payload(const sbx_error *e, const char *backend, const char *op, int *http_status)
 {
-    json_object *o = json_object_new_object(), *ctx = json_object_new_object();
+    json_object *ctx = json_object_new_object();
     sbx_error_code code = e ? sbx_error_get_code(e) : SBX_ERROR_UNKNOWN;
-    const char *name;
     int unknown = e && sbx_error_get_outcome(e) == SBX_ERROR_OUTCOME_UNKNOWN;
     int retryable = e && sbx_error_is_retryable(e);
     size_t n = e ? sbx_error_get_context_count(e) : 0;
 
     if (code == SBX_ERROR_UNKNOWN)
         code = !strcmp(op, "create") ? SBX_ERROR_CREATION_FAILED : SBX_ERROR_EXECUTION_FAILED;
-    name = sbx_error_code_name(code);
     if (!strcmp(op, "create") && unknown)
         retryable = 0;
     for (size_t i = 0; i < n; i++) {
@@ -590,13 +620,6 @@ provider_payload(const sbx_error *e, const char *backend, const char *op, int *h
                 json_object_object_add(ctx, k, json_object_new_string(v));
         }
     }
-    json_object_object_add(o, "message", json_object_new_string(fixed_message(name)));
-    json_object_object_add(o, "code", json_object_new_string(name));
-    json_object_object_add(o, "backend", json_object_new_string(backend));
-    json_object_object_add(o, "op", json_object_new_string(op));
-    json_object_object_add(o, "retryable", json_object_new_boolean(retryable));
-    json_object_object_add(o, "outcome", json_object_new_string(unknown ? "unknown" : "failed"));
-    json_object_object_add(o, "context", ctx);
     switch (code) {
     case SBX_ERROR_BACKEND_NOT_INSTALLED:
     case SBX_ERROR_CONFIGURATION:
@@ -609,7 +632,7 @@ provider_payload(const sbx_error *e, const char *backend, const char *op, int *h
     default:
         *http_status = 502;
     }
-    return o;
+    return error_payload(sbx_error_code_name(code), backend, op, retryable, unknown, ctx);
 }
 
 static void
@@ -951,6 +974,7 @@ h_sandbox_create(cx *x, cp_request *req, cp_response *res)
     if (!cp_backend_enabled(cp_server_runtimes(x->srv), c.backend)) {
         char *m = cp_printf("backend is not enabled: %s", c.backend);
         cp_reply_detail(res, 422, m);
+        cp_reply_echo(res);     /* the name as sent, cut at 63 bytes */
         free(m);
         goto out;
     }
@@ -1127,7 +1151,7 @@ h_sandbox_list(cx *x, cp_request *req, cp_response *res)
     for (size_t i = 0; i < r->nrows; i++)
         json_object_array_add(out, record_json(r, i));
     store_rows_free(r);
-    cp_reply_json(res, 200, out);
+    reply_stored(res, 200, out);
 }
 
 static void
@@ -1242,7 +1266,7 @@ h_sandbox_detail(cx *x, cp_request *req, cp_response *res)
     store_rows_free(a);
     store_rows_free(e);
     store_rows_free(po);
-    cp_reply_json(res, 200, out);
+    reply_stored(res, 200, out);
 }
 
 /* ---------------------------------------------------------------- runtime */
@@ -1323,53 +1347,94 @@ replay(cp_response *res, const store_rows *r, const char *status, const char *re
 }
 
 /*
- * A `running` execution (row 0 of @r: its status @status, deadline
+ * A `running` execution (row @i of @r: its status @status, deadline
  * @deadline and its sandbox's expiry @expires) whose deadline, its
  * timeout's end or else its sandbox's expiry, passed more than
  * SBX_SERVER_EXECUTE_GRACE_SECS ago: no server runs it any more (the one
  * that claimed it ended before it answered), so it is settled as failed,
  * outcome unknown (the command may have run, in part or whole), in the
- * caller's write transaction; its next replays answer that. Returns 1
- * when settled (the 409 with the stored payload is in @res), 0 when it may
- * still be running, -1 on a store error.
+ * caller's write transaction under the lock of its request id
+ * ("execution:<sandbox>:<request id>"); its next replays answer that. It
+ * is never metered (no outbox row). Returns 1 when settled (the 409 with
+ * the stored payload is in @res when not NULL), 0 when it may still be
+ * running (or, without @res, another server settled or answered it
+ * first), -1 on a store error.
  */
 static int
-settle_abandoned(cx *x, cp_response *res, const store_rows *r, const char *status,
+settle_abandoned(cx *x, cp_response *res, const store_rows *r, size_t i, const char *status,
                  const char *deadline, const char *expires, const char *backend,
                  const char *org, const char *sandbox, const char *request_id)
 {
-    const char *st = store_cell(r, 0, status), *at = store_cell(r, 0, deadline);
+    const char *st = store_cell(r, i, status), *at = store_cell(r, i, deadline);
     char now[40];
-    int64_t end;
+    int64_t end, n;
 
     if (!st || strcmp(st, "running"))
         return 0;
     if (!at)
-        at = store_cell(r, 0, expires);
+        at = store_cell(r, i, expires);
     if (!at || cp_parse_iso(at, &end) < 0 ||
         cp_now_us() <= end + (int64_t)(x->set->execute_grace_secs * 1e6))
         return 0;
-    json_object *o = json_object_new_object();
-    json_object_object_add(o, "message",
-                           json_object_new_string(fixed_message("execution_failed")));
-    json_object_object_add(o, "code", json_object_new_string("execution_failed"));
-    json_object_object_add(o, "backend", json_object_new_string(backend ? backend : ""));
-    json_object_object_add(o, "op", json_object_new_string("execute"));
-    json_object_object_add(o, "retryable", json_object_new_boolean(0));
-    json_object_object_add(o, "outcome", json_object_new_string("unknown"));
-    json_object_object_add(o, "context", json_object_new_object());
+    json_object *o = error_payload("execution_failed", backend, "execute", 0, 1, NULL);
     const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
     cp_now_iso(now, sizeof now);
-    if (ex(x, "UPDATE executions SET status = 'failed', error = ?, completed_at = ?"
+    n = ex(x, "UPDATE executions SET status = 'failed', error = ?, completed_at = ?"
               " WHERE organization_id = ? AND sandbox_id = ? AND request_id = ?"
               " AND status = 'running'",
-           P(text, now, org, sandbox, request_id), NULL) < 0) {
+           P(text, now, org, sandbox, request_id), NULL);
+    if (n < 0) {
         json_object_put(o);
         return -1;
     }
-    cp_reply_detail(res, 409, text);
+    if (res)
+        cp_reply_detail(res, 409, text);
     json_object_put(o);
-    return 1;
+    return res || n > 0 ? 1 : 0;
+}
+
+int
+cp_settle_abandoned(cx *x)
+{
+    store_rows *r;
+    int settled = 0, failed = 0;
+
+    /* The running executions (the partial index executions_running holds
+     * those alone), read outside a transaction; each candidate is settled
+     * in its own, under its request id's lock, where the update's
+     * `status = 'running'` decides against an answer or another server's
+     * settlement committed since this read. */
+    r = q(x, "SELECT e.organization_id, e.sandbox_id, e.request_id, e.status,"
+             " e.deadline_at, s.expires_at, s.backend FROM executions e"
+             " JOIN sandboxes s ON s.id = e.sandbox_id WHERE e.status = 'running'", 0, NULL);
+    if (!r)
+        return -1;
+    for (size_t i = 0; i < r->nrows; i++) {
+        const char *org = store_cell(r, i, "organization_id"),
+                   *sandbox = store_cell(r, i, "sandbox_id"),
+                   *request_id = store_cell(r, i, "request_id");
+        char lock[400];
+        int rc;
+
+        snprintf(lock, sizeof lock, "execution:%s:%s", sandbox, request_id);
+        /* Volatile, as the replay's settlement is: a commit lost with the
+         * machine leaves the row running, settled again by the next sweep
+         * or replay with the same payload. */
+        if (tx_begin_volatile(x, lock) < 0) {
+            failed = 1;
+            break;
+        }
+        rc = settle_abandoned(x, NULL, r, i, "status", "deadline_at", "expires_at",
+                              store_cell(r, i, "backend"), org, sandbox, request_id);
+        if (rc < 0 || tx_commit(x) < 0) {
+            tx_rollback(x);
+            failed = 1;
+            break;
+        }
+        settled += rc;
+    }
+    store_rows_free(r);
+    return failed ? -1 : settled;
 }
 
 static void
@@ -1547,7 +1612,7 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         goto out;
     }
     if (store_cell(r, 0, "execution_status")) {
-        int settled = settle_abandoned(x, res, r, "execution_status", "execution_deadline",
+        int settled = settle_abandoned(x, res, r, 0, "execution_status", "execution_deadline",
                                        "sandbox_expires_at", store_cell(r, 0, "backend"),
                                        req->who.org_id, id, request_id);
         if (settled < 0)
@@ -1761,7 +1826,7 @@ h_sandbox_terminate(cx *x, cp_request *req, cp_response *res)
     }
     status = store_cell(r, 0, "status");
     if (!strcmp(status, "destroyed")) {
-        cp_reply_json(res, 200, record_json(r, 0));
+        reply_stored(res, 200, record_json(r, 0));
         goto out;
     }
     have = atoll(store_cell(r, 0, "version"));
@@ -1779,7 +1844,7 @@ h_sandbox_terminate(cx *x, cp_request *req, cp_response *res)
         store_rows *now_r = load_sandbox(x, req->who.org_id, id);
         const char *st = now_r && now_r->nrows ? store_cell(now_r, 0, "status") : "";
         if (!strcmp(st, "destroyed"))
-            cp_reply_json(res, 200, record_json(now_r, 0));
+            reply_stored(res, 200, record_json(now_r, 0));
         else if (!strcmp(st, "stopping"))
             cp_reply_detail(res, 409, "sandbox termination is already in progress");
         else
@@ -1808,7 +1873,7 @@ h_sandbox_terminate(cx *x, cp_request *req, cp_response *res)
             store_rows *now_r = load_sandbox(x, req->who.org_id, id);
             const char *st = now_r && now_r->nrows ? store_cell(now_r, 0, "status") : "";
             if (!strcmp(st, "destroyed"))
-                cp_reply_json(res, 200, record_json(now_r, 0));
+                reply_stored(res, 200, record_json(now_r, 0));
             else if (!strcmp(st, "stopping"))
                 cp_reply_detail(res, 409, "sandbox termination is already in progress");
             else

@@ -47,9 +47,16 @@ void tx_rollback(cx *x);
 
 /* 500 "Internal control-plane error." */
 void reply_internal(cp_response *res);
-/* 422 with a FastAPI-style validation list of one item. */
+/* 422 with a FastAPI-style validation list of one item: {"type": @type,
+ * "loc": [@where, @field], "msg": @msg, "input": @input} (@field left out
+ * when NULL; @input taken, NULL is JSON null). */
 void reply_validation(cp_response *res, const char *type, const char *where,
                       const char *field, const char *msg, json_object *input);
+/* The same item with @loc, a JSON array of the path to the value (keys
+ * and indexes; taken), and "ctx": @ctx after "input" when not NULL
+ * (taken). */
+void reply_validation_at(cp_response *res, const char *type, json_object *loc,
+                         const char *msg, json_object *input, json_object *ctx);
 
 /* auth.c: resolves the request's principal into req->who; on failure fills
  * @res (401, or 500 when the store failed) and returns -1. The two steps
@@ -131,6 +138,17 @@ cp_meter *meter_outbox_start(cp_server *srv, double sweep_secs);
 void meter_outbox_wake(cp_meter *m);
 void meter_outbox_stop(cp_meter *m);
 void h_costs(cx *x, cp_request *req, cp_response *res);
+/* api.c: settles every abandoned execution of the store (every
+ * organisation's): a `running` one whose deadline (its timeout's end, else
+ * its sandbox's expiry) passed more than SBX_SERVER_EXECUTE_GRACE_SECS ago
+ * is made failed, outcome unknown, with the row values and payload its
+ * replay would settle it with (never metered), each in a transaction of
+ * its own under its request id's lock, so a replay, an answer or another
+ * server's sweep decides the same row once. Must be called outside a
+ * transaction. Returns the number it settled, or -1 when the store failed
+ * (what was committed stays). The execution outbox's thread calls it every
+ * SBX_SERVER_METER_SWEEP_SECS, and main() before the server listens. */
+int cp_settle_abandoned(cx *x);
 /* The detail's "cost" object of a sandbox, or NULL. */
 json_object *meter_cost_json(cx *x, const char *sandbox_id);
 

@@ -314,6 +314,7 @@ h_keys_list(cx *x, cp_request *req, cp_response *res)
     }
     store_rows_free(r);
     cp_reply_json(res, 200, out);
+    cp_reply_echo(res);         /* stored names and scopes */
 }
 
 static int
@@ -480,4 +481,5 @@ h_session(cx *x, cp_request *req, cp_response *res)
                            json_object_new_boolean(cp_has_scope(req, "usage:read")));
     json_object_object_add(out, "auth_mode", json_object_new_string("api_key"));
     cp_reply_json(res, 200, out);
+    cp_reply_echo(res);         /* the key's stored scopes */
 }

@@ -177,8 +177,12 @@ send_response(struct MHD_Connection *c, const cp_request *req, cp_response *res,
          * UTF-8 (an execute's command echoed in a 422, which may hold any
          * bytes) would make the answer invalid JSON. Outside strings the
          * text is ASCII, so replacing each invalid sequence by U+FFFD
-         * keeps it JSON. */
-        if (!cp_utf8_valid(text, len) && (lossy = cp_utf8_lossy(text, len, &n)) != NULL) {
+         * keeps it JSON. Only an answer that may hold such bytes is
+         * checked (cp_reply_echo()): the others' strings are the
+         * server's own or were checked as they came in, and a pass over
+         * every body would be one more on each request. */
+        if (res->echo && !cp_utf8_valid(text, len) &&
+            (lossy = cp_utf8_lossy(text, len, &n)) != NULL) {
             r = MHD_create_response_from_buffer(n, lossy, MHD_RESPMEM_MUST_FREE);
             if (!r)
                 free(lossy);

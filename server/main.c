@@ -33,8 +33,13 @@
  *   SBX_SERVER_DB_CONNECTIONS            store connections at most (16)
  *   SBX_SERVER_METER_SWEEP_SECS          seconds between the execution
  *                                        outbox's sweeps for rows another
- *                                        server left unmetered (30;
+ *                                        server left unmetered and for
+ *                                        abandoned executions (30;
  *                                        0.01..86400; server/meter.c)
+ *   SBX_SERVER_EXECUTE_GRACE_SECS        seconds past an execution's
+ *                                        deadline after which a `running`
+ *                                        one is settled as abandoned (60;
+ *                                        0..86400; server/api.c)
  *
  * Test hooks, never set in production: SBX_SERVER_TEST_CLOCK_OFFSET_S
  * (seconds added to the clock, for tests of time windows),
@@ -52,9 +57,11 @@
  * with the port it bound, and logs one line per request on stderr
  * (server/http.c). Before it listens it meters the executions a killed
  * server answered and left unmetered (server/meter.c, "The execution
- * outbox"). SIGTERM or SIGINT stop it: requests in flight finish, the
- * outbox meters what they left; sandboxes stay (they are detached and their sealed session state is in
- * the store) until terminated or their lifetime ends.
+ * outbox"), and settles the executions whose server died before
+ * answering, past their deadline and grace (cp_settle_abandoned()).
+ * SIGTERM or SIGINT stop it: requests in flight finish, the outbox meters
+ * what they left; sandboxes stay (they are detached and their sealed
+ * session state is in the store) until terminated or their lifetime ends.
  */
 #include <ctype.h>
 #include <pthread.h>
@@ -303,6 +310,17 @@ main(int argc, char **argv)
         if (n > 0)
             fprintf(stderr, "sbx-server: metered %d execution%s answered before the start\n",
                     n, n == 1 ? "" : "s");
+        /* Executions whose server died before answering, past their
+         * deadline and grace (the sweep retries after a failure). */
+        cx_init(&x, &srv);
+        n = cp_settle_abandoned(&x);
+        cx_done(&x);
+        if (n < 0)
+            fprintf(stderr, "sbx-server: settling abandoned executions failed; "
+                            "retried at the next sweep\n");
+        else if (n > 0)
+            fprintf(stderr, "sbx-server: settled %d abandoned execution%s as failed\n", n,
+                    n == 1 ? "" : "s");
     }
     srv.meter = meter_outbox_start(&srv, srv.set.meter_sweep_secs);
     if (!srv.meter) {

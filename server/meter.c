@@ -27,7 +27,9 @@
  *     (server/http.c), 10 ms later (OUTBOX_GATHER_SECS) with the answers
  *     sent meanwhile, in transactions of up to 64 executions; and every
  *     SBX_SERVER_METER_SWEEP_SECS (default 30) as a sweeper: rows another
- *     server process on the same database left pending when it died;
+ *     server process on the same database left pending when it died (the
+ *     same sweep settles the executions whose server died before it
+ *     answered, cp_settle_abandoned(), server/api.c);
  *   - at start-up, before the server listens (a SIGKILLed server's rows);
  *   - at a clean stop, after the last request;
  *   - in GET /v1/costs for the organisation, before the report reads usage,
@@ -230,6 +232,19 @@ meter_outbox_add(cx *x, const char *completed_at, const char *org, const char *s
               P(completed_at, org, sandbox_id, request_id), NULL) < 0 ? -1 : 0;
 }
 
+/* meter_settle()'s read: the pending executions with their amounts, oldest
+ * first, a transaction's worth; with " WHERE o.organization_id = ?" between
+ * the two parts for one organisation's. Two statements (each prepared once
+ * per connection) of one text rather than one with an optional filter
+ * ("? IS NULL OR ..."): each keeps the plan made for it (PostgreSQL's
+ * generic plan of the optional filter is the filtered one's, for both). */
+#define OUTBOX_SELECT                                                                      \
+    "SELECT o.organization_id, o.sandbox_id, o.request_id, e.id, e.runtime_seconds,"       \
+    " e.provider_cost_usd, e.customer_cost_usd, o.completed_at FROM execution_outbox o"    \
+    " JOIN executions e ON e.organization_id = o.organization_id"                          \
+    " AND e.sandbox_id = o.sandbox_id AND e.request_id = o.request_id"
+#define OUTBOX_ORDER " ORDER BY o.completed_at LIMIT 64"
+
 int
 meter_settle(cx *x, const char *org)
 {
@@ -245,18 +260,9 @@ meter_settle(cx *x, const char *org)
         if (tx_begin_volatile(x, "meter") < 0)
             return -1;
         if (org)
-            r = q(x, "SELECT o.organization_id, o.sandbox_id, o.request_id, e.id,"
-                     " e.runtime_seconds, e.provider_cost_usd, e.customer_cost_usd,"
-                     " o.completed_at FROM execution_outbox o JOIN executions e"
-                     " ON e.organization_id = o.organization_id AND e.sandbox_id = o.sandbox_id"
-                     " AND e.request_id = o.request_id WHERE o.organization_id = ?"
-                     " ORDER BY o.completed_at LIMIT 64", P(org));
+            r = q(x, OUTBOX_SELECT " WHERE o.organization_id = ?" OUTBOX_ORDER, P(org));
         else
-            r = q(x, "SELECT o.organization_id, o.sandbox_id, o.request_id, e.id,"
-                     " e.runtime_seconds, e.provider_cost_usd, e.customer_cost_usd,"
-                     " o.completed_at FROM execution_outbox o JOIN executions e"
-                     " ON e.organization_id = o.organization_id AND e.sandbox_id = o.sandbox_id"
-                     " AND e.request_id = o.request_id ORDER BY o.completed_at LIMIT 64", 0, NULL);
+            r = q(x, OUTBOX_SELECT OUTBOX_ORDER, 0, NULL);
         if (!r)
             goto fail;
         for (size_t i = 0; i < r->nrows; i++) {
@@ -314,6 +320,25 @@ outbox_pass(cp_server *srv)
     cx_done(&x);
 }
 
+/* One sweep for abandoned executions (cp_settle_abandoned()); failures
+ * are logged (the rows stay running for the next sweep or a replay). */
+static void
+abandoned_pass(cp_server *srv)
+{
+    cx x;
+    int n;
+
+    cx_init(&x, srv);
+    n = cp_settle_abandoned(&x);
+    cx_done(&x);
+    if (n < 0)
+        fprintf(stderr, "sbx-server: settling abandoned executions failed; "
+                        "retried at the next sweep\n");
+    else if (n > 0)
+        fprintf(stderr, "sbx-server: settled %d abandoned execution%s as failed\n", n,
+                n == 1 ? "" : "s");
+}
+
 /* The monotonic time @secs from now. */
 static struct timespec
 mono_after(double secs)
@@ -335,6 +360,9 @@ outbox_main(void *arg)
 {
     cp_meter *m = arg;
     struct timespec at;
+    /* The next sweep for abandoned executions: kept apart from the timed
+     * wait, which answers put off while they keep coming. */
+    double next_sweep = cp_mono() + m->sweep_secs;
 
     pthread_mutex_lock(&m->lock);
     for (;;) {
@@ -353,6 +381,10 @@ outbox_main(void *arg)
         m->want = 0;
         pthread_mutex_unlock(&m->lock);
         outbox_pass(m->srv);
+        if (cp_mono() >= next_sweep) {
+            abandoned_pass(m->srv);
+            next_sweep = cp_mono() + m->sweep_secs;
+        }
         pthread_mutex_lock(&m->lock);
     }
     pthread_mutex_unlock(&m->lock);
@@ -674,13 +706,13 @@ h_costs(cx *x, cp_request *req, cp_response *res)
     if (!group)
         group = "sandbox";
     if (strcmp(group, "sandbox") && strcmp(group, "backend") && strcmp(group, "day")) {
-        json_object *ctx = json_object_new_object();
-        reply_validation(res, "string_pattern_mismatch", "query", "group_by",
-                         "String should match pattern '^(sandbox|backend|day)$'",
-                         json_object_new_string(group));
+        json_object *ctx = json_object_new_object(), *loc = json_object_new_array();
+        json_object_array_add(loc, json_object_new_string("query"));
+        json_object_array_add(loc, json_object_new_string("group_by"));
         json_object_object_add(ctx, "pattern", json_object_new_string("^(sandbox|backend|day)$"));
-        json_object_object_add(json_object_array_get_idx(json_object_object_get(res->body, "detail"), 0),
-                               "ctx", ctx);
+        reply_validation_at(res, "string_pattern_mismatch", loc,
+                            "String should match pattern '^(sandbox|backend|day)$'",
+                            json_object_new_string(group), ctx);
         return;
     }
     if (window_arg(req, res, "start", &start, &has_start) < 0 ||

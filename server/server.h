@@ -77,6 +77,8 @@ typedef struct cp_response {
     int outbox;                   /* the answer left its metering to the
                                    * execution outbox (meter.c): wake it
                                    * once the answer is sent */
+    int echo;                     /* @body may hold bytes not known to be
+                                   * UTF-8 (cp_reply_echo()) */
 } cp_response;
 
 /* http.c: the header @name of the request (NULL when absent); borrowed. */
@@ -87,6 +89,16 @@ const char *cp_query(const cp_request *req, const char *name);
 /* Response helpers (api.c). */
 void cp_reply_json(cp_response *res, int status, json_object *body);
 void cp_reply_detail(cp_response *res, int status, const char *message);
+/* Marks the answer in @res as one that may hold bytes not known to be
+ * UTF-8: a value of the request echoed (a validation error's input, a
+ * query argument, a command's bytes), or text read from the store that a
+ * server of an earlier version kept as it was sent, before bodies and
+ * Idempotency-Keys had to be UTF-8 (a record's config or idempotency key,
+ * a key's name or scopes, an execution's request id). server/http.c
+ * makes such a body valid UTF-8 (U+FFFD for each invalid sequence) before
+ * it is sent; every other answer is sent as serialised, unchecked: its
+ * strings are the server's own, or were checked as they came in. */
+void cp_reply_echo(cp_response *res);
 
 /* The routes (api.c); @res is filled. Thread-safe. */
 void cp_dispatch(cp_server *srv, cp_request *req, cp_response *res);

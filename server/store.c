@@ -275,8 +275,17 @@ static const char *const migration_5 =
 static const char *const migration_6 =
     "ALTER TABLE executions ADD COLUMN deadline_at TEXT;";
 
+/* 7: the running executions, for the sweep that settles abandoned ones
+ * (cp_settle_abandoned(), every SBX_SERVER_METER_SWEEP_SECS and at start):
+ * a partial index holding only the rows whose status is `running` (those
+ * in flight, and those a dead server left), so the sweep reads them
+ * without a pass over every execution; a row leaves it when its outcome
+ * is written. */
+static const char *const migration_7 =
+    "CREATE INDEX executions_running ON executions(deadline_at) WHERE status = 'running';";
+
 static const char *const migrations[] = { NULL, migration_1, migration_2, migration_3,
-                                          migration_4, migration_5, migration_6 };
+                                          migration_4, migration_5, migration_6, migration_7 };
 #define NMIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]) - 1)
 
 int

@@ -990,6 +990,127 @@ Test(server, bodies_and_keys_json_cannot_carry_are_422)
     free(id);
 }
 
+/* 1 when @r's body is JSON to a strict parser: RFC 8259 text, UTF-8,
+ * nothing after the value (cpu_http() parses leniently). */
+static int
+strict_json(const cpu_response *r)
+{
+    json_tokener *tok = json_tokener_new();
+    json_object *o;
+    int ok;
+
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+    o = json_tokener_parse_ex(tok, r->body, (int)r->body_len);
+    ok = o && json_tokener_get_error(tok) == json_tokener_success &&
+         (size_t)json_tokener_get_parse_end(tok) == r->body_len;
+    json_object_put(o);
+    json_tokener_free(tok);
+    return ok;
+}
+
+/* Every answer that may echo bytes of the request which are not UTF-8 (an
+ * execute's values, a query argument, a create's backend cut at its
+ * length limit) or text an earlier server version stored as sent (a
+ * record's config and key, a key's name and scopes, an execution's
+ * request id) is JSON a strict parser takes: each invalid sequence is
+ * U+FFFD. */
+Test(server, answers_echoing_bytes_that_are_not_utf8_are_json)
+{
+    char *id = cpu_create_local(srv, key, NULL), *ex = path_of("/v1/sandboxes/%s/execute", id);
+    cpu_response *r;
+    static const struct {
+        const char *method, *path, *body, *field, *want;
+    } echo[] = {
+        { "POST", NULL, "{\"command\":\"a\xff\",\"code\":\"x\"}", "detail.0.input.command",
+          "a\xef\xbf\xbd" },
+        { "POST", NULL, "{\"command\":\"true\",\"args\":\"\xff\"}", "detail.0.input",
+          "\xef\xbf\xbd" },
+        { "POST", NULL, "{\"command\":\"true\",\"env\":{\"\xfe=\":\"c\"}}", "detail.0.input",
+          "\xef\xbf\xbd=" },
+        { "POST", NULL, "{\"command\":\"true\",\"stdin_b64\":\"\xff\"}", "detail.0.input",
+          "\xef\xbf\xbd" },
+        { "POST", NULL, "{\"command\":\"true\",\"timeout_secs\":\"\xc3\"}", "detail.0.input",
+          "\xef\xbf\xbd" },
+        { "POST", NULL, "{\"command\":\"\xff\\u0000\"}", "detail.0.input", "\xef\xbf\xbd" },
+        { "POST", NULL, "\"\xe2\x82\"", "detail.0.input", "\xef\xbf\xbd\xef\xbf\xbd" },
+        { "GET", "/v1/costs?group_by=%FF", NULL, "detail.0.input", "\xef\xbf\xbd" },
+        { "GET", "/v1/costs?start=2026%FF", NULL, "detail.0.input", "2026\xef\xbf\xbd" },
+        /* 40 two-byte characters: the name is cut at 63 bytes, in the
+         * 32nd. */
+        { "POST", "/v1/sandboxes",
+          "{\"backend\":\"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+          "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+          "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+          "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"}", "detail",
+          "backend is not enabled: \xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+          "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+          "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+          "\xc3\xa9\xef\xbf\xbd" },
+    };
+
+    for (size_t i = 0; i < sizeof echo / sizeof echo[0]; i++) {
+        const char *path = echo[i].path ? echo[i].path : ex;
+        r = cpu_http(srv->url, echo[i].method, path, key, NULL, echo[i].body);
+        cr_expect_eq(r->status, 422, "%zu: %ld %s", i, r->status, r->body);
+        cr_expect(strict_json(r), "%zu: not JSON: %s", i, r->body);
+        cr_expect_str_eq(cpu_jstr(r, echo[i].field), echo[i].want, "%zu: %s", i, r->body);
+        cpu_response_free(r);
+    }
+    /* Text an earlier version kept as it was sent. A PostgreSQL database
+     * in UTF-8 refuses such text itself; SQLite keeps any bytes. */
+    {
+        /* The text of one byte 0xff. */
+        const char *ff = cpu_store_is_pg() ? "convert_from(decode('ff', 'hex'), 'UTF8')"
+                                           : "CAST(X'FF' AS TEXT)";
+        char *old[] = {
+            tu_strdup_printf("UPDATE sandboxes SET config_json = '{\"image\":\"' || %s || '\"}',"
+                             " idempotency_key = 'k' || %s", ff, ff),
+            tu_strdup_printf("UPDATE api_keys SET name = 'n' || %s,"
+                             " scopes_json = '[\"*\",\"s' || %s || '\"]'", ff, ff),
+            tu_strdup_printf("INSERT INTO executions(organization_id, sandbox_id, request_id, id,"
+                             " status, created_at) SELECT organization_id, id, 'r' || %s,"
+                             " 'exe_old', 'running', created_at FROM sandboxes", ff),
+        };
+        char *sb = path_of("/v1/sandboxes/%s", id);
+        char *detail = path_of("/v1/sandboxes/%s/detail", id);
+        static const struct {
+            const char *path, *field, *want;
+        } stored[] = {
+            { NULL, "config.image", "\xef\xbf\xbd" },
+            { NULL, "idempotency_key", "k\xef\xbf\xbd" },
+            { "/v1/sandboxes", "0.idempotency_key", "k\xef\xbf\xbd" },
+            { "/detail", "executions.0.request_id", "r\xef\xbf\xbd" },
+            { "/v1/api-keys", "0.name", "n\xef\xbf\xbd" },
+            { "/v1/session", "scopes.1", "s\xef\xbf\xbd" },
+        };
+        for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) {
+            char *done = db_list(old[i]);
+            if (cpu_store_is_pg())
+                cr_expect_null(done, "%s", old[i]);
+            else
+                cr_expect_not_null(done, "%s", old[i]);
+            free(done);
+            free(old[i]);
+        }
+        if (!cpu_store_is_pg())
+            for (size_t i = 0; i < sizeof stored / sizeof stored[0]; i++) {
+                const char *path = !stored[i].path ? sb
+                                   : !strcmp(stored[i].path, "/detail") ? detail
+                                                                        : stored[i].path;
+                r = req_s(200, "GET", path, key, NULL, NULL);
+                cr_expect(strict_json(r), "%s: not JSON: %s", path, r->body);
+                cr_expect_str_eq(cpu_jstr(r, stored[i].field), stored[i].want, "%s: %s", path,
+                                 r->body);
+                cpu_response_free(r);
+            }
+        free(sb);
+        free(detail);
+    }
+    terminate(key, id);
+    free(ex);
+    free(id);
+}
+
 /* A provider failure is the contract's payload, the record left failed,
  * and replays of its key return that record without a second attempt. */
 Test(server, provider_failure_payload)
@@ -1581,9 +1702,9 @@ Test(server, db_synchronous_setting)
 
     log = cpu_read_log(srv, 1);
     want = cpu_store_is_pg()
-               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 6)
+               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 7)
                : tu_strdup_printf("sbx-server: store sqlite, schema version %d,"
-                                  " synchronous normal\n", 6);
+                                  " synchronous normal\n", 7);
     cr_assert(strstr(log, want), "%s", log);
     free(log);
     free(want);
@@ -1592,9 +1713,9 @@ Test(server, db_synchronous_setting)
     srv = cpu_start(store, full);
     log = cpu_read_log(srv, 1);
     want = cpu_store_is_pg()
-               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 6)
+               ? tu_strdup_printf("sbx-server: store postgresql, schema version %d\n", 7)
                : tu_strdup_printf("sbx-server: store sqlite, schema version %d,"
-                                  " synchronous full\n", 6);
+                                  " synchronous full\n", 7);
     cr_assert(strstr(log, want), "%s", log);
     free(log);
     free(want);
@@ -1711,11 +1832,14 @@ Test(server, servers_started_at_once_on_a_new_database_all_serve)
  * markup of 1.5. */
 static char *price_dir;
 
+/* A server with the test price table, the markup 1.5 and up to two more
+ * settings ("NAME=value", NULL for none). */
 static cpu_server *
-start_priced(const char *extra_env)
+start_priced_with(const char *extra_env, const char *extra_env2)
 {
     char *file, *penv;
-    const char *env[4] = { NULL, "BESPOKE_CUSTOMER_MARKUP=1.5", extra_env, NULL };
+    const char *env[5] = { NULL, "BESPOKE_CUSTOMER_MARKUP=1.5", extra_env,
+                           extra_env ? extra_env2 : NULL, NULL };
     cpu_server *s;
 
     if (!price_dir)
@@ -1732,6 +1856,12 @@ start_priced(const char *extra_env)
     free(penv);
     free(file);
     return s;
+}
+
+static cpu_server *
+start_priced(const char *extra_env)
+{
+    return start_priced_with(extra_env, NULL);
 }
 
 static void
@@ -2040,7 +2170,7 @@ Test(server, schema_migrations_forward)
     char *v = db_list("SELECT version FROM schema_migrations ORDER BY version"), *err;
     int st = 0;
 
-    cr_assert_str_eq(v, "1,2,3,4,5,6");
+    cr_assert_str_eq(v, "1,2,3,4,5,6,7");
     free(v);
     if (!cpu_store_is_pg()) {
         v = db_list("PRAGMA journal_mode");
@@ -2053,12 +2183,12 @@ Test(server, schema_migrations_forward)
     free(db_list("DELETE FROM schema_migrations WHERE version = 2"));
     free(db_list("ALTER TABLE sandboxes DROP COLUMN session_state_sealed"));
     v = db_list("SELECT version FROM schema_migrations ORDER BY version");
-    cr_assert_str_eq(v, "1,3,4,5,6");
+    cr_assert_str_eq(v, "1,3,4,5,6,7");
     free(v);
     cr_assert_null(db_list("SELECT session_state_sealed FROM sandboxes"));
     srv = cpu_start(store, NULL);
     v = db_list("SELECT version FROM schema_migrations ORDER BY version");
-    cr_assert_str_eq(v, "1,2,3,4,5,6");
+    cr_assert_str_eq(v, "1,2,3,4,5,6,7");
     free(v);
     v = db_list("SELECT session_state_sealed FROM sandboxes");
     cr_assert_str_eq(v, "");
@@ -2077,7 +2207,7 @@ Test(server, schema_migrations_forward)
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
     err = cpu_last_stderr();
     cr_assert(strstr(err, "the database has schema version 99, newer than this sbx-server "
-                          "knows (6)"), "%s", err);
+                          "knows (7)"), "%s", err);
     free(err);
     free(db_list("DELETE FROM schema_migrations WHERE version = 99"));
     srv = cpu_start(store, NULL);
@@ -2157,14 +2287,15 @@ static const char *const executions_v2[] = {
     "ALTER TABLE ledger_entries_v2 RENAME TO ledger_entries",
     "CREATE INDEX ledger_entries_org_created ON ledger_entries(organization_id, created_at)",
     "DROP TABLE execution_outbox",
-    "DELETE FROM schema_migrations WHERE version IN (3, 4, 5, 6)",
+    "DELETE FROM schema_migrations WHERE version IN (3, 4, 5, 6, 7)",
 };
 
 /* The indexes of the execute's three tables: from version 3 a primary key
  * each (on SQLite the table itself, WITHOUT ROWID) and usage_events' time
  * index (version 4's partial index of executions still to meter is gone
- * in version 5, the outbox a table of its own); version 2 had an id key, a
- * unique index and a time index each. */
+ * in version 5, the outbox a table of its own), and from version 7 the
+ * partial index of running executions; version 2 had an id key, a unique
+ * index and a time index each. */
 static char *
 execute_table_indexes(void)
 {
@@ -2187,7 +2318,7 @@ Test(server, schema_migration_3_keeps_executions)
     body = strdup(r->body);
     cpu_response_free(r);
     n = execute_table_indexes();
-    cr_assert_str_eq(n, cpu_store_is_pg() ? "4" : "1");
+    cr_assert_str_eq(n, cpu_store_is_pg() ? "5" : "2");
     free(n);
     if (!cpu_store_is_pg()) {
         n = db_list("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN"
@@ -2208,10 +2339,10 @@ Test(server, schema_migration_3_keeps_executions)
     free(n);
     srv = cpu_start(store, NULL);
     n = db_list("SELECT version FROM schema_migrations ORDER BY version");
-    cr_assert_str_eq(n, "1,2,3,4,5,6");
+    cr_assert_str_eq(n, "1,2,3,4,5,6,7");
     free(n);
     n = execute_table_indexes();
-    cr_assert_str_eq(n, cpu_store_is_pg() ? "4" : "1");
+    cr_assert_str_eq(n, cpu_store_is_pg() ? "5" : "2");
     free(n);
     r = execute(key, id, "mig-kept", "{\"command\":\"printf again\"}", 200);
     cr_assert_str_eq(r->body, body);
@@ -3181,6 +3312,161 @@ Test(metering, an_execution_whose_server_died_is_settled_after_its_deadline)
     free(id);
 }
 
+/* The payload an abandoned execution of the local backend is settled
+ * with, as its replays answer it. */
+#define ABANDONED_PAYLOAD                                                                  \
+    "{\"message\":\"Provider execution failed.\",\"code\":\"execution_failed\","           \
+    "\"backend\":\"local\",\"op\":\"execute\",\"retryable\":false,\"outcome\":\"unknown\"," \
+    "\"context\":{}}"
+
+/* The executions of sandbox @id as its detail lists them, one
+ * "request_id|status|completed (0 or 1)|error as JSON" line each, joined
+ * by newlines. */
+static char *
+detail_executions(const char *id)
+{
+    char *p = path_of("/v1/sandboxes/%s/detail", id), *out = calloc(1, 1);
+    cpu_response *r = req_s(200, "GET", p, key, NULL, NULL);
+    json_object *list = cpu_jget(r->json, "executions");
+
+    for (size_t i = 0; i < json_object_array_length(list); i++) {
+        json_object *e = json_object_array_get_idx(list, i);
+        json_object *err = json_object_object_get(e, "error");
+        char *line = tu_strdup_printf(
+            "%s%s%s|%s|%d|%s", out, *out ? "\n" : "",
+            json_object_get_string(json_object_object_get(e, "request_id")),
+            json_object_get_string(json_object_object_get(e, "status")),
+            json_object_object_get(e, "completed_at") != NULL,
+            err ? json_object_to_json_string_ext(err, JSON_C_TO_STRING_PLAIN) : "null");
+        free(out);
+        out = line;
+    }
+    cpu_response_free(r);
+    free(p);
+    return out;
+}
+
+/* A server killed while its execute's command ran: past the execution's
+ * deadline and SBX_SERVER_EXECUTE_GRACE_SECS, the next server's sweep
+ * (SBX_SERVER_METER_SWEEP_SECS) settles it as failed with no replay
+ * sent, with the row values a replay would write and unmetered; a replay
+ * then answers that payload exactly. */
+Test(metering, an_execution_whose_server_died_is_settled_by_the_sweep)
+{
+    const char *grace = "SBX_SERVER_EXECUTE_GRACE_SECS=1";
+    const char *sweep = "SBX_SERVER_METER_SWEEP_SECS=0.2";
+    const char *body = "{\"command\":\"sleep 30\",\"timeout_secs\":5}";
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":120}"), *n = NULL, *stored;
+    char *p = path_of("/v1/sandboxes/%s/execute", id);
+    const char *hdr[] = { "Idempotency-Key: swept-1", NULL };
+    cpu_response *r;
+    pid_t child;
+    int st;
+
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    srv = start_priced_with(grace, sweep);
+    child = fork();
+    cr_assert_geq(child, 0);
+    if (child == 0) {
+        /* Its answer never comes: the server dies first. */
+        cpu_response_free(cpu_http(srv->url, "POST", p, key, hdr, body));
+        _exit(0);
+    }
+    for (int i = 0;; i++) {
+        free(n);
+        n = db_list("SELECT status FROM executions WHERE request_id = 'swept-1'");
+        if (!strcmp(n, "running"))
+            break;
+        cr_assert(i < 1000, "the execution is not running: \"%s\"", n);
+        usleep(10000);
+    }
+    free(n);
+    st = cpu_signal(srv, SIGKILL);
+    cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "wait status %#x", st);
+    cpu_stop(srv);
+    cr_assert_eq(waitpid(child, &st, 0), child);
+    srv = start_priced_with(grace, sweep);
+
+    /* Before its deadline the detail lists it running, and only the
+     * detail is read from here on until it is settled. */
+    n = detail_executions(id);
+    cr_assert_str_eq(n, "swept-1|running|0|null");
+    for (int i = 0;; i++) {
+        free(n);
+        n = detail_executions(id);
+        if (strcmp(n, "swept-1|running|0|null"))
+            break;
+        cr_assert(i < 100, "still running 20 s after the deadline");
+        usleep(200000);
+    }
+    cr_assert_str_eq(n, "swept-1|failed|1|" ABANDONED_PAYLOAD);
+    free(n);
+    n = cpu_read_log(srv, 1);
+    cr_assert(strstr(n, "sbx-server: settled 1 abandoned execution as failed\n"), "%s", n);
+    cr_assert_null(strstr(n, "route=/v1/sandboxes/{id}/execute"), "a replay was sent: %s", n);
+    free(n);
+    n = db_list("SELECT e.status || '|' || e.error || '|' || (SELECT COUNT(*) FROM usage_events u"
+                " WHERE u.request_id = e.request_id) || '|' || (SELECT COUNT(*) FROM"
+                " execution_outbox o WHERE o.request_id = e.request_id) || '|' ||"
+                " CASE WHEN e.runtime_seconds IS NULL THEN 'unmetered' ELSE 'amounts' END"
+                " FROM executions e WHERE e.request_id = 'swept-1'");
+    cr_assert_str_eq(n, "failed|" ABANDONED_PAYLOAD "|0|0|unmetered");
+    free(n);
+    stored = db_list("SELECT completed_at FROM executions WHERE request_id = 'swept-1'");
+    r = execute(key, id, "swept-1", body, 409);
+    expect_detail(r, ABANDONED_PAYLOAD);
+    cpu_response_free(r);
+    /* The replay wrote nothing. */
+    n = db_list("SELECT completed_at FROM executions WHERE request_id = 'swept-1'");
+    cr_assert_str_eq(n, stored);
+    free(n);
+    free(stored);
+    terminate(key, id);
+    free(p);
+    free(id);
+}
+
+/* A running execution whose deadline and grace passed while no server ran
+ * is settled by the next server before it listens (its sweep too long to
+ * have done it), as the sweep and a replay settle it. */
+Test(metering, an_abandoned_execution_is_settled_at_start)
+{
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":120}"), *n, *sql;
+    cpu_response *r;
+
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    sql = tu_strdup_printf("INSERT INTO executions(organization_id, sandbox_id, request_id, id,"
+                           " status, created_at, deadline_at) VALUES ('%s', '%s', 'gone-1',"
+                           " 'exe_gone1', 'running', '2026-01-01T00:00:00Z',"
+                           " '2026-01-01T00:00:05Z'), ('%s', '%s', 'gone-2', 'exe_gone2',"
+                           " 'running', '2026-01-01T00:00:00Z', '9999-01-01T00:00:00Z')",
+                           org, id, org, id);
+    n = db_list(sql);
+    cr_assert_not_null(n, "%s", sql);
+    free(n);
+    free(sql);
+    srv = start_priced_with("SBX_SERVER_METER_SWEEP_SECS=86400", NULL);
+    n = cpu_read_log(srv, 1);
+    cr_assert(strstr(n, "sbx-server: settled 1 abandoned execution as failed\n"), "%s", n);
+    free(n);
+    n = detail_executions(id);
+    cr_assert_str_eq(n, "gone-2|running|0|null\ngone-1|failed|1|" ABANDONED_PAYLOAD);
+    free(n);
+    r = execute(key, id, "gone-1", "{\"command\":\"true\"}", 409);
+    expect_detail(r, ABANDONED_PAYLOAD);
+    cpu_response_free(r);
+    r = execute(key, id, "gone-2", "{\"command\":\"true\"}", 409);
+    expect_detail(r, "execution is already in progress");
+    cpu_response_free(r);
+    n = db_list("SELECT COUNT(*) FROM usage_events");
+    cr_assert_str_eq(n, "0");
+    free(n);
+    terminate(key, id);
+    free(id);
+}
+
 /* A server SIGKILLed right after answering, before its outbox metered the
  * execute: the next server meters it at start-up, once, as answered; a
  * replay returns the answer; a later start meters nothing again. */
@@ -3245,8 +3531,9 @@ Test(metering, schema_migration_5_keeps_pending_executions)
         " FROM ledger_entries",
         "DROP TABLE ledger_entries",
         "ALTER TABLE ledger_entries_v4 RENAME TO ledger_entries",
+        "DROP INDEX executions_running",
         "ALTER TABLE executions DROP COLUMN deadline_at",
-        "DELETE FROM schema_migrations WHERE version IN (5, 6)",
+        "DELETE FROM schema_migrations WHERE version IN (5, 6, 7)",
     };
     const char *hook = "SBX_SERVER_TEST_CRASH_AFTER_ANSWER=1";
     char *id = cpu_create_local(srv, key, "{\"timeout_secs\":60}"), *log, *n;
@@ -3275,7 +3562,7 @@ Test(metering, schema_migration_5_keeps_pending_executions)
     free(n);
     srv = start_priced(NULL);
     n = db_list("SELECT version FROM schema_migrations ORDER BY version");
-    cr_assert_str_eq(n, "1,2,3,4,5,6");
+    cr_assert_str_eq(n, "1,2,3,4,5,6,7");
     free(n);
     log = cpu_read_log(srv, 1);
     cr_assert(strstr(log, "sbx-server: metered 1 execution answered before the start\n"),
