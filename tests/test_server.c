@@ -1268,6 +1268,24 @@ Test(server, concurrent_same_key_creates_make_one_sandbox)
     race_20(urls, 1, key);
 }
 
+/* A library error whose code the reference has no word for keeps the
+ * library's code, so that the remote backend fails as every other backend
+ * does, with the contract's message for codes outside its list: an unknown
+ * language is invalid_argument, 422, "Provider operation failed.". */
+Test(server, a_library_code_outside_the_contract_keeps_its_name)
+{
+    char *id = cpu_create_local(srv, key, NULL);
+    cpu_response *r = execute(key, id, NULL, "{\"code\":\"1\",\"language\":\"cobol\"}", 422);
+
+    cr_assert_str_eq(r->body, "{\"detail\":{\"message\":\"Provider operation failed.\","
+                              "\"code\":\"invalid_argument\",\"backend\":\"local\","
+                              "\"op\":\"execute\",\"retryable\":false,\"outcome\":\"failed\","
+                              "\"context\":{}}}");
+    cpu_response_free(r);
+    terminate(key, id);
+    free(id);
+}
+
 Test(server, execute_replay)
 {
     char *id = cpu_create_local(srv, key, NULL);
