@@ -1347,6 +1347,32 @@ replay(cp_response *res, const store_rows *r, const char *status, const char *re
 }
 
 /*
+ * The answer of an execution whose outcome found its row settled already
+ * (settle_abandoned(): its server, this one, took longer than its deadline
+ * and the grace, and a replay or a sweep gave up on it): the stored
+ * outcome stands, answered as every replay gets it, and this run is not
+ * metered. In the caller's transaction. 0, or -1 on a store error.
+ */
+static int
+reply_settled(cx *x, cp_response *res, const char *org, const char *sandbox,
+              const char *request_id)
+{
+    store_rows *r = q(x, "SELECT status, response_json, error FROM executions"
+                         " WHERE organization_id = ? AND sandbox_id = ? AND request_id = ?",
+                      P(org, sandbox, request_id));
+
+    if (!r || !r->nrows) {
+        store_rows_free(r);
+        return -1;
+    }
+    fprintf(stderr, "sbx-server: execution %s of sandbox %s ended after it was settled as "
+            "abandoned; its settled outcome stands\n", request_id, sandbox);
+    replay(res, r, "status", "response_json", "error");
+    store_rows_free(r);
+    return 0;
+}
+
+/*
  * A `running` execution (row @i of @r: its status @status, deadline
  * @deadline and its sandbox's expiry @expires) whose deadline, its
  * timeout's end or else its sandbox's expiry, passed more than
@@ -1457,7 +1483,7 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     const char *cwd = NULL;
     double exec_timeout = 0;
     double t0, elapsed;
-    int64_t us, rate = 0, prov, cust, claimed;
+    int64_t us, rate = 0, prov, cust, claimed, changed;
 
     request_id = hdr ? strdup(hdr) : cp_new_id("req");
     /* The read and the claim are one transaction (volatile: no answer
@@ -1712,14 +1738,19 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         text = json_object_to_json_string_ext(out, JSON_C_TO_STRING_PLAIN |
                                                        JSON_C_TO_STRING_NOSLASHESCAPE);
         if (tx_begin(x, lock) < 0 ||
-            ex(x, "UPDATE executions SET status = 'completed', response_json = ?,"
-                  " completed_at = ?, runtime_seconds = ?, provider_cost_usd = ?,"
-                  " customer_cost_usd = ? WHERE organization_id = ?"
-                  " AND sandbox_id = ? AND request_id = ?",
-               P(text, now, t_qty, t_prov, t_cust, req->who.org_id, id, request_id),
-               NULL) < 0 ||
-            meter_outbox_add(x, now, req->who.org_id, id, request_id) < 0 ||
-            tx_commit(x) < 0)
+            (changed = ex(x, "UPDATE executions SET status = 'completed', response_json = ?,"
+                             " completed_at = ?, runtime_seconds = ?, provider_cost_usd = ?,"
+                             " customer_cost_usd = ? WHERE organization_id = ?"
+                             " AND sandbox_id = ? AND request_id = ? AND status = 'running'",
+                          P(text, now, t_qty, t_prov, t_cust, req->who.org_id, id, request_id),
+                          NULL)) < 0)
+            goto internal;
+        if (changed == 0) {
+            if (reply_settled(x, res, req->who.org_id, id, request_id) < 0)
+                goto internal;
+            goto out;
+        }
+        if (meter_outbox_add(x, now, req->who.org_id, id, request_id) < 0 || tx_commit(x) < 0)
             goto internal;
         res->status = 200;
         res->raw = strdup(text);
@@ -1730,13 +1761,22 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         const char *ptext = json_object_to_json_string_ext(payload, JSON_C_TO_STRING_PLAIN);
         json_object_put(usage);
         if (tx_begin(x, lock) < 0 ||
-            ex(x, "UPDATE executions SET status = 'failed', error = ?, completed_at = ?,"
-                  " runtime_seconds = ?, provider_cost_usd = ?, customer_cost_usd = ?"
-                  " WHERE organization_id = ? AND sandbox_id = ? AND request_id = ?",
-               P(ptext, now, t_qty, t_prov, t_cust, req->who.org_id, id, request_id),
-               NULL) < 0 ||
-            meter_outbox_add(x, now, req->who.org_id, id, request_id) < 0 ||
-            tx_commit(x) < 0) {
+            (changed = ex(x, "UPDATE executions SET status = 'failed', error = ?, completed_at = ?,"
+                             " runtime_seconds = ?, provider_cost_usd = ?, customer_cost_usd = ?"
+                             " WHERE organization_id = ? AND sandbox_id = ? AND request_id = ?"
+                             " AND status = 'running'",
+                          P(ptext, now, t_qty, t_prov, t_cust, req->who.org_id, id, request_id),
+                          NULL)) < 0) {
+            json_object_put(payload);
+            goto internal;
+        }
+        if (changed == 0) {
+            json_object_put(payload);
+            if (reply_settled(x, res, req->who.org_id, id, request_id) < 0)
+                goto internal;
+            goto out;
+        }
+        if (meter_outbox_add(x, now, req->who.org_id, id, request_id) < 0 || tx_commit(x) < 0) {
             json_object_put(payload);
             goto internal;
         }

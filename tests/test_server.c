@@ -3369,6 +3369,74 @@ detail_executions(const char *id)
  * (SBX_SERVER_METER_SWEEP_SECS) settles it as failed with no replay
  * sent, with the row values a replay would write and unmetered; a replay
  * then answers that payload exactly. */
+/* A server whose command outlives its deadline and the grace (a stalled
+ * machine: here the server's test clock jumps ahead while the command
+ * runs) finds its execution settled by a replay meanwhile: the settled
+ * outcome stands, and the late answer is that outcome, as every replay's;
+ * nothing is metered. */
+Test(metering, a_late_outcome_does_not_overwrite_a_settled_execution)
+{
+    const char *body = "{\"command\":\"sleep 1; echo late\",\"timeout_secs\":5}";
+    char *clock = tu_strdup_printf("%s/clock", price_dir), *env, *id, *n, *p;
+    struct timespec ts;
+    double t0;
+    par_arg a;
+    pthread_t th;
+    cpu_response *r;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    t0 = (double)ts.tv_sec;
+    set_clock(clock, t0);
+    env = tu_strdup_printf("SBX_SERVER_TEST_CLOCK_FILE=%s", clock);
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    srv = start_priced_with(env, "SBX_SERVER_EXECUTE_GRACE_SECS=1");
+    id = cpu_create_local(srv, key, "{\"timeout_secs\":600}");
+    p = path_of("/v1/sandboxes/%s/execute", id);
+    a = (par_arg){ srv->url, "POST", p, body, "Idempotency-Key: late-1", 0, NULL };
+    cr_assert_eq(pthread_create(&th, NULL, par_thread, &a), 0);
+    for (int i = 0;; i++) {
+        n = db_list("SELECT status FROM executions WHERE request_id = 'late-1'");
+        int running = n && !strcmp(n, "running");
+        free(n);
+        if (running)
+            break;
+        cr_assert(i < 500, "the execution is not running");
+        usleep(2000);
+    }
+    /* Past its deadline (5 s) and the grace (1 s): a replay settles it. */
+    set_clock(clock, t0 + 60);
+    r = execute(key, id, "late-1", body, 409);
+    expect_detail(r, ABANDONED_PAYLOAD);
+    cpu_response_free(r);
+    pthread_join(th, NULL);
+    cr_assert_eq(a.status, 409, "%s", a.out);
+    r = calloc(1, sizeof *r);
+    r->body = a.out;
+    r->json = json_tokener_parse(a.out);
+    expect_detail(r, ABANDONED_PAYLOAD);
+    json_object_put(r->json);
+    free(r);
+    free(a.out);
+    n = db_list("SELECT e.status || '|' || e.error || '|' || (SELECT COUNT(*) FROM usage_events u"
+                " WHERE u.request_id = e.request_id) || '|' || (SELECT COUNT(*) FROM"
+                " execution_outbox o WHERE o.request_id = e.request_id) || '|' ||"
+                " CASE WHEN e.response_json IS NULL THEN 'no answer' ELSE 'answer' END"
+                " FROM executions e WHERE e.request_id = 'late-1'");
+    cr_assert_str_eq(n, "failed|" ABANDONED_PAYLOAD "|0|0|no answer");
+    free(n);
+    n = cpu_read_log(srv, 1);
+    cr_assert(strstr(n, "sbx-server: execution late-1 of sandbox "), "%s", n);
+    cr_assert(strstr(n, " ended after it was settled as abandoned; its settled outcome "
+                        "stands\n"), "%s", n);
+    free(n);
+    terminate(key, id);
+    free(p);
+    free(id);
+    free(env);
+    free(clock);
+}
+
 Test(metering, an_execution_whose_server_died_is_settled_by_the_sweep)
 {
     const char *grace = "SBX_SERVER_EXECUTE_GRACE_SECS=1";
