@@ -149,6 +149,10 @@ void h_costs(cx *x, cp_request *req, cp_response *res);
  * (what was committed stays). The execution outbox's thread calls it every
  * SBX_SERVER_METER_SWEEP_SECS, and main() before the server listens. */
 int cp_settle_abandoned(cx *x);
+/* meter.c: one cp_settle_abandoned() over a context of its own, its
+ * outcome logged (a failure leaves the rows running for the next sweep or
+ * a replay). The outbox thread's sweep, and main()'s before listening. */
+void meter_abandoned_pass(cp_server *srv);
 /* The detail's "cost" object of a sandbox, or NULL. */
 json_object *meter_cost_json(cx *x, const char *sandbox_id);
 

@@ -312,15 +312,7 @@ main(int argc, char **argv)
                     n, n == 1 ? "" : "s");
         /* Executions whose server died before answering, past their
          * deadline and grace (the sweep retries after a failure). */
-        cx_init(&x, &srv);
-        n = cp_settle_abandoned(&x);
-        cx_done(&x);
-        if (n < 0)
-            fprintf(stderr, "sbx-server: settling abandoned executions failed; "
-                            "retried at the next sweep\n");
-        else if (n > 0)
-            fprintf(stderr, "sbx-server: settled %d abandoned execution%s as failed\n", n,
-                    n == 1 ? "" : "s");
+        meter_abandoned_pass(&srv);
     }
     srv.meter = meter_outbox_start(&srv, srv.set.meter_sweep_secs);
     if (!srv.meter) {

@@ -320,10 +320,8 @@ outbox_pass(cp_server *srv)
     cx_done(&x);
 }
 
-/* One sweep for abandoned executions (cp_settle_abandoned()); failures
- * are logged (the rows stay running for the next sweep or a replay). */
-static void
-abandoned_pass(cp_server *srv)
+void
+meter_abandoned_pass(cp_server *srv)
 {
     cx x;
     int n;
@@ -382,7 +380,7 @@ outbox_main(void *arg)
         pthread_mutex_unlock(&m->lock);
         outbox_pass(m->srv);
         if (cp_mono() >= next_sweep) {
-            abandoned_pass(m->srv);
+            meter_abandoned_pass(m->srv);
             next_sweep = cp_mono() + m->sweep_secs;
         }
         pthread_mutex_lock(&m->lock);

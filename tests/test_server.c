@@ -3263,33 +3263,31 @@ Test(metering, outbox_meters_as_answered)
  * ever; then a replay settles it as failed with outcome unknown, and every
  * later replay answers that. Nothing is metered for it; the sandbox goes
  * on serving other request ids. */
-Test(metering, an_execution_whose_server_died_is_settled_after_its_deadline)
+/* Sends @body to the execute route @path with request id @request_id from a
+ * child process and SIGKILLs the server once the execution is claimed
+ * (`running`), so that its answer never comes; srv is stopped after. */
+static void
+kill_server_mid_execute(const char *path, const char *request_id, const char *body)
 {
-    const char *grace = "SBX_SERVER_EXECUTE_GRACE_SECS=1";
-    const char *body = "{\"command\":\"sleep 30\",\"timeout_secs\":5}";
-    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":120}"), *n = NULL;
-    char *p = path_of("/v1/sandboxes/%s/execute", id);
-    const char *hdr[] = { "Idempotency-Key: died-1", NULL };
-    cpu_response *r;
-    pid_t child;
+    char *h = tu_strdup_printf("Idempotency-Key: %s", request_id);
+    char *sql = tu_strdup_printf("SELECT status FROM executions WHERE request_id = '%s'",
+                                 request_id);
+    const char *hdr[] = { h, NULL };
+    char *n = NULL;
+    pid_t child = fork();
     int st;
 
-    cpu_signal(srv, SIGTERM);
-    cpu_stop(srv);
-    srv = start_priced(grace);
-    child = fork();
     cr_assert_geq(child, 0);
     if (child == 0) {
-        /* Its answer never comes: the server dies first. */
-        cpu_response_free(cpu_http(srv->url, "POST", p, key, hdr, body));
+        cpu_response_free(cpu_http(srv->url, "POST", path, key, hdr, body));
         _exit(0);
     }
     for (int i = 0;; i++) {
         free(n);
-        n = db_list("SELECT status FROM executions WHERE request_id = 'died-1'");
-        if (!strcmp(n, "running"))
+        n = db_list(sql);
+        if (n && !strcmp(n, "running"))
             break;
-        cr_assert(i < 1000, "the execution is not running: \"%s\"", n);
+        cr_assert(i < 1000, "the execution is not running: \"%s\"", n ? n : "(none)");
         usleep(10000);
     }
     free(n);
@@ -3297,6 +3295,22 @@ Test(metering, an_execution_whose_server_died_is_settled_after_its_deadline)
     cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "wait status %#x", st);
     cpu_stop(srv);
     cr_assert_eq(waitpid(child, &st, 0), child);
+    free(sql);
+    free(h);
+}
+
+Test(metering, an_execution_whose_server_died_is_settled_after_its_deadline)
+{
+    const char *grace = "SBX_SERVER_EXECUTE_GRACE_SECS=1";
+    const char *body = "{\"command\":\"sleep 30\",\"timeout_secs\":5}";
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":120}"), *n = NULL;
+    char *p = path_of("/v1/sandboxes/%s/execute", id);
+    cpu_response *r;
+
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    srv = start_priced(grace);
+    kill_server_mid_execute(p, "died-1", body);
     srv = start_priced(grace);
 
     r = execute(key, id, "died-1", body, 409);
@@ -3444,34 +3458,12 @@ Test(metering, an_execution_whose_server_died_is_settled_by_the_sweep)
     const char *body = "{\"command\":\"sleep 30\",\"timeout_secs\":5}";
     char *id = cpu_create_local(srv, key, "{\"timeout_secs\":120}"), *n = NULL, *stored;
     char *p = path_of("/v1/sandboxes/%s/execute", id);
-    const char *hdr[] = { "Idempotency-Key: swept-1", NULL };
     cpu_response *r;
-    pid_t child;
-    int st;
 
     cpu_signal(srv, SIGTERM);
     cpu_stop(srv);
     srv = start_priced_with(grace, sweep);
-    child = fork();
-    cr_assert_geq(child, 0);
-    if (child == 0) {
-        /* Its answer never comes: the server dies first. */
-        cpu_response_free(cpu_http(srv->url, "POST", p, key, hdr, body));
-        _exit(0);
-    }
-    for (int i = 0;; i++) {
-        free(n);
-        n = db_list("SELECT status FROM executions WHERE request_id = 'swept-1'");
-        if (!strcmp(n, "running"))
-            break;
-        cr_assert(i < 1000, "the execution is not running: \"%s\"", n);
-        usleep(10000);
-    }
-    free(n);
-    st = cpu_signal(srv, SIGKILL);
-    cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "wait status %#x", st);
-    cpu_stop(srv);
-    cr_assert_eq(waitpid(child, &st, 0), child);
+    kill_server_mid_execute(p, "swept-1", body);
     srv = start_priced_with(grace, sweep);
 
     /* Before its deadline the detail lists it running, and only the
