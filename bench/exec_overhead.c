@@ -24,13 +24,14 @@
  * library/raw at p50 and p99, and, where the sandbox has a supervisor
  * (local, bubblewrap), its and its reapers' wake-ups per exec (voluntary
  * context switches from /proc of the supervisor and of its children, the
- * reapers: a figure the machine's load does not change); then the
- * caller's own wake-ups per library exec (getrusage(RUSAGE_THREAD) around
- * each call only) and, out of process, the plugin host's (every thread of
- * each child of this program that is an sbx-plugin-host); last the time on
- * a CPU per library exec of each of them (the caller's thread CPU clock
- * around each call; /proc/PID/schedstat of the others, whatever they did
- * meanwhile: the raw spawns do not touch them), which the machine's load
+ * reapers: a figure the machine's load does not change), the reapers'
+ * part in brackets; then the caller's own wake-ups per library exec
+ * (getrusage(RUSAGE_THREAD) around each call only) and, out of process,
+ * the plugin host's (every thread of each child of this program that is
+ * an sbx-plugin-host); last the time on a CPU per library exec of each of
+ * them (the caller's thread CPU clock around each call; /proc/PID/schedstat
+ * of the others, whatever they did meanwhile: the raw spawns do not touch
+ * them; the reapers' part again in brackets), which the machine's load
  * does not change either. Targets (issue "exec benchmarks"): p50 ratio
  * <= 1.10, and <= 1.20 with 1 GiB held.
  *
@@ -179,11 +180,13 @@ static long long cpu_ns_at(const char *path)
 }
 
 /* Wake-ups so far of the supervisor and its children (the reapers), and
- * in *@cpu_ns their time on a CPU. Counts of a reaper that ended during
- * the row are lost with it (reapers are kept across execs). */
-static long supervisor_sleeps(long long *cpu_ns)
+ * in *@cpu_ns their time on a CPU; the reapers' part of each in *@reapers
+ * and *@reapers_ns. Counts of a reaper that ended during the row are lost
+ * with it (reapers are kept across execs). */
+static long supervisor_sleeps(long long *cpu_ns, long *reapers, long long *reapers_ns)
 {
-    *cpu_ns = 0;
+    *cpu_ns = *reapers_ns = 0;
+    *reapers = 0;
     if (g_sup <= 0)
         return 0;
     long total = sleeps_of(g_sup);
@@ -196,12 +199,13 @@ static long supervisor_sleeps(long long *cpu_ns)
         return total;
     long kid;
     while (fscanf(f, "%ld", &kid) == 1) {
-        total += sleeps_of(kid);
+        *reapers += sleeps_of(kid);
         snprintf(path, sizeof path, "/proc/%ld/schedstat", kid);
-        *cpu_ns += cpu_ns_at(path);
+        *reapers_ns += cpu_ns_at(path);
     }
     fclose(f);
-    return total;
+    *cpu_ns += *reapers_ns;
+    return total + *reapers;
 }
 
 /* Wake-ups so far of every thread of each plugin host this program
@@ -283,8 +287,10 @@ static void measure(sbx_sandbox *sb, const char *label, int shell_form, int n,
         lib_exec(sb, shell_form ? NULL : true_argv, shell_form ? "echo hi" : NULL);
         raw_spawn(shell_form ? raw_shell : raw_true);
     }
-    long long sup_cpu0, host_cpu0, sup_cpu, host_cpu, own_cpu = 0;
-    long sleeps0 = supervisor_sleeps(&sup_cpu0), host0 = host_sleeps(&host_cpu0), own = 0;
+    long long sup_cpu0, host_cpu0, sup_cpu, host_cpu, own_cpu = 0, rp_cpu0, rp_cpu;
+    long rp0, rp;
+    long sleeps0 = supervisor_sleeps(&sup_cpu0, &rp0, &rp_cpu0);
+    long host0 = host_sleeps(&host_cpu0), own = 0;
     for (int i = 0; i < n; i++) {
         long own0 = own_sleeps();
         long long cpu0 = own_cpu_ns();
@@ -303,19 +309,23 @@ static void measure(sbx_sandbox *sb, const char *label, int shell_form, int n,
         raw[i] = t2 - t1;
     }
     /* The raw spawns (the supervisor never sees them) barely add to it. */
-    long sleeps = supervisor_sleeps(&sup_cpu) - sleeps0, host = host_sleeps(&host_cpu) - host0;
+    long sleeps = supervisor_sleeps(&sup_cpu, &rp, &rp_cpu) - sleeps0;
+    long host = host_sleeps(&host_cpu) - host0;
     sup_cpu -= sup_cpu0;
+    rp -= rp0;
+    rp_cpu -= rp_cpu0;
     host_cpu -= host_cpu0;
     double lp50 = percentile(lib, (size_t)n, 0.50), lp99 = percentile(lib, (size_t)n, 0.99);
     double rp50 = percentile(raw, (size_t)n, 0.50), rp99 = percentile(raw, (size_t)n, 0.99);
     printf("%-22s lib p50 %8.1f us p99 %8.1f us | raw p50 %8.1f us p99 %8.1f us | ratio p50 %.3f p99 %.3f",
            label, lp50, lp99, rp50, rp99, lp50 / rp50, lp99 / rp99);
     if (g_sup > 0)
-        printf(" | supervisor+reaper wake-ups/exec %.2f", (double)sleeps / n);
+        printf(" | supervisor+reaper wake-ups/exec %.2f (reapers %.2f)", (double)sleeps / n,
+               (double)rp / n);
     printf(" | caller %.2f host %.2f", (double)own / n, (double)host / n);
     printf(" | CPU us/exec caller %.0f host %.0f", own_cpu / 1e3 / n, host_cpu / 1e3 / n);
     if (g_sup > 0)
-        printf(" supervisor+reapers %.0f", sup_cpu / 1e3 / n);
+        printf(" supervisor+reapers %.0f (reapers %.0f)", sup_cpu / 1e3 / n, rp_cpu / 1e3 / n);
     printf("\n");
     free(lib);
     free(raw);
