@@ -1055,6 +1055,13 @@ static int reaper_recv_job(int fd, unsigned char **payload, uint32_t *len,
     for (int i = 0; i < JOB_FDS + 1; i++)
         fds[i] = -1;
     *payload = NULL;
+    /* Asleep in poll, not in recvmsg: a recvmsg asleep on the socket is
+     * woken too whenever its room to write grows, which is when the
+     * supervisor takes this reaper's reports, as a rule just before it
+     * sends the next job; poll wakes for the job alone. */
+    struct pollfd pf = { .fd = fd, .events = POLLIN };
+    while (poll(&pf, 1, -1) < 0 && errno == EINTR)
+        ;
     while (got < sizeof(n)) {
         union {
             struct cmsghdr align;
