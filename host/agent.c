@@ -144,6 +144,52 @@ get_int(json_object *o, const char *key)
     return json_object_get_int64(v);
 }
 
+/* A token count: a JSON integer >= 0 (an integral number written with a
+ * fraction or exponent, such as 1e3, too). Anything else (negative,
+ * fractional, past INT64_MAX, a string, a boolean) is not a count the CLI
+ * could have meant and counts 0. */
+static int64_t
+get_count(json_object *o, const char *key)
+{
+    json_object *v;
+    int64_t n;
+    double d;
+
+    if (!json_object_object_get_ex(o, key, &v) || !v)
+        return 0;
+    if (json_object_is_type(v, json_type_int)) {
+        /* json-c holds integers past INT64_MAX as unsigned; those are no
+         * count either. */
+        if (json_object_get_uint64(v) > (uint64_t)INT64_MAX)
+            return 0;
+        n = json_object_get_int64(v);
+        return n > 0 ? n : 0;
+    }
+    if (json_object_is_type(v, json_type_double)) {
+        d = json_object_get_double(v);
+        if (d >= 0 && d < 9223372036854775808.0 && d == (double)(int64_t)d)
+            return (int64_t)d;
+    }
+    return 0;
+}
+
+/* A cost the CLI reported, in pico-dollars: a decimal number >= 0 that
+ * fits. 0 with *@pusd set, or -1 (no such member, or not such a number:
+ * the cost is then not known from it). */
+static int
+get_cost(json_object *o, const char *key, int64_t *pusd)
+{
+    json_object *v;
+    int64_t c;
+
+    if (!json_object_object_get_ex(o, key, &v) || !v ||
+        (!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double)) ||
+        sbx_json_decimal(v, 12, &c) < 0 || c < 0)
+        return -1;
+    *pusd = c;
+    return 0;
+}
+
 /* The value of a path of keys, NULL when any is missing. */
 static json_object *
 get_path(json_object *o, const char *k1, const char *k2)
@@ -217,13 +263,12 @@ read_claude(sbx_agent_run *run, json_object *records)
     }
     u = get_path(result, "usage", NULL);
     if (u) {
-        run->usage.input_tokens = get_int(u, "input_tokens");
-        run->usage.output_tokens = get_int(u, "output_tokens");
-        run->usage.cache_read_tokens = get_int(u, "cache_read_input_tokens");
-        run->usage.cache_write_tokens = get_int(u, "cache_creation_input_tokens");
+        run->usage.input_tokens = get_count(u, "input_tokens");
+        run->usage.output_tokens = get_count(u, "output_tokens");
+        run->usage.cache_read_tokens = get_count(u, "cache_read_input_tokens");
+        run->usage.cache_write_tokens = get_count(u, "cache_creation_input_tokens");
     }
-    if (json_object_object_get_ex(result, "total_cost_usd", &v) && v &&
-        sbx_json_decimal(v, 12, &run->usage.llm_cost_pusd) == 0)
+    if (get_cost(result, "total_cost_usd", &run->usage.llm_cost_pusd) == 0)
         run->usage.llm_cost_unknown = 0;
     else
         run->usage.llm_cost_unknown = 1;
@@ -296,15 +341,18 @@ read_codex(sbx_agent_run *run, json_object *records)
             completed = 1;
             u = get_path(r, "usage", NULL);
             if (u) {
-                int64_t in = get_int(u, "input_tokens"), cached = get_int(u, "cached_input_tokens");
-                int64_t out = get_int(u, "output_tokens"), reasoning =
-                    get_int(u, "reasoning_output_tokens");
+                int64_t in = get_count(u, "input_tokens");
+                int64_t cached = get_count(u, "cached_input_tokens");
+                int64_t out = get_count(u, "output_tokens");
+                int64_t reasoning = get_count(u, "reasoning_output_tokens");
+                sbx_usage *t = &run->usage;
 
                 /* input_tokens include the cached ones. */
-                run->usage.input_tokens += in > cached ? in - cached : 0;
-                run->usage.cache_read_tokens += cached;
-                run->usage.output_tokens += out > reasoning ? out - reasoning : 0;
-                run->usage.reasoning_tokens += reasoning;
+                t->input_tokens = sbx_sat_add(t->input_tokens, in > cached ? in - cached : 0);
+                t->cache_read_tokens = sbx_sat_add(t->cache_read_tokens, cached);
+                t->output_tokens = sbx_sat_add(t->output_tokens,
+                                               out > reasoning ? out - reasoning : 0);
+                t->reasoning_tokens = sbx_sat_add(t->reasoning_tokens, reasoning);
             }
         } else if (strcmp(type, "turn.failed") == 0) {
             seen++;
@@ -346,7 +394,7 @@ read_opencode(sbx_agent_run *run, json_object *records)
     sbx_strv ids = { 0 };
     const char *text = NULL;
     char *error = NULL;
-    int open_step = 0, finished = 0, cost_seen = 0;
+    int open_step = 0, finished = 0, cost_seen = 0, cost_overflow = 0;
     size_t seen = 0;
 
     for (size_t i = 0; i < json_object_array_length(records); i++) {
@@ -376,20 +424,30 @@ read_opencode(sbx_agent_run *run, json_object *records)
                 sbx_strv_push(&ids, id);
             tokens = part ? get_path(part, "tokens", NULL) : NULL;
             if (tokens) {
-                run->usage.input_tokens += get_int(tokens, "input");
-                run->usage.output_tokens += get_int(tokens, "output");
-                run->usage.reasoning_tokens += get_int(tokens, "reasoning");
+                sbx_usage *t = &run->usage;
+
+                t->input_tokens = sbx_sat_add(t->input_tokens, get_count(tokens, "input"));
+                t->output_tokens = sbx_sat_add(t->output_tokens, get_count(tokens, "output"));
+                t->reasoning_tokens = sbx_sat_add(t->reasoning_tokens,
+                                                  get_count(tokens, "reasoning"));
                 v = get_path(tokens, "cache", NULL);
                 if (v) {
-                    run->usage.cache_read_tokens += get_int(v, "read");
-                    run->usage.cache_write_tokens += get_int(v, "write");
+                    t->cache_read_tokens = sbx_sat_add(t->cache_read_tokens,
+                                                       get_count(v, "read"));
+                    t->cache_write_tokens = sbx_sat_add(t->cache_write_tokens,
+                                                        get_count(v, "write"));
                 }
             }
-            if (part && json_object_object_get_ex(part, "cost", &v) && v) {
+            if (part) {
                 int64_t c;
 
-                if (sbx_json_decimal(v, 12, &c) == 0) {
-                    run->usage.llm_cost_pusd += c;
+                if (get_cost(part, "cost", &c) == 0) {
+                    if (__builtin_add_overflow(run->usage.llm_cost_pusd, c,
+                                               &run->usage.llm_cost_pusd)) {
+                        /* A sum past what an amount holds is no known cost. */
+                        run->usage.llm_cost_pusd = 0;
+                        cost_overflow = 1;
+                    }
                     cost_seen = 1;
                 }
             }
@@ -410,7 +468,9 @@ read_opencode(sbx_agent_run *run, json_object *records)
         }
     }
     sbx_strv_clear(&ids);
-    run->usage.llm_cost_unknown = cost_seen ? 0 : 1;
+    if (cost_overflow)
+        run->usage.llm_cost_pusd = 0;
+    run->usage.llm_cost_unknown = cost_seen && !cost_overflow ? 0 : 1;
     if (!error && finished && !open_step) {
         run->status = SBX_AGENT_SUCCEEDED;
         run->text = sbx_strdup(text ? text : "");

@@ -540,6 +540,17 @@ void sbx_decimal_format(int64_t value, int scale, char *buf, size_t cap);
 int sbx_json_decimal(struct json_object *v, int scale, int64_t *out);
 /** A JSON number printed as the exact decimal @value (10^-@scale units). */
 struct json_object *sbx_json_new_decimal(int64_t value, int scale);
+/** @a + @b, held at INT64_MAX / INT64_MIN instead of overflowing: the
+ *  sums of token counts and money in usage. */
+static inline int64_t
+sbx_sat_add(int64_t a, int64_t b)
+{
+    int64_t r;
+
+    if (__builtin_add_overflow(a, b, &r))
+        return b > 0 ? INT64_MAX : INT64_MIN;
+    return r;
+}
 
 /** json.c: parses @json (NUL-terminated, not NULL) as one whole JSON
  *  document, white space allowed around it and nothing else after it. 0
@@ -575,8 +586,12 @@ int sbx_pricing_rate(const char *backend, double vcpu, double ram_gib, const cha
 double sbx_rate_billed_seconds(const sbx_rate *rate, double seconds);
 /** @rate per second in femto-dollars (rounded to the femto-dollar). */
 int64_t sbx_rate_fusd_per_second(const sbx_rate *rate);
-/** The cost of @seconds at @rate, pico-dollars (rounded once). */
+/** The cost of @seconds at @rate, pico-dollars (rounded once); INT64_MAX
+ *  when it does not fit (sbx_rate_cost_checked says so). */
 int64_t sbx_rate_cost(const sbx_rate *rate, double seconds);
+/** sbx_rate_cost into *@pusd: 0, or -1 when the cost does not fit an
+ *  int64_t (*@pusd is then INT64_MAX). */
+int sbx_rate_cost_checked(const sbx_rate *rate, double seconds, int64_t *pusd);
 
 /** usage.c: takes the provider's live price of @sandbox from the "data"
  *  member of its session state @doc (a JSON object, borrowed; NULL or one

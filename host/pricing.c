@@ -417,16 +417,39 @@ sbx_rate_billed_seconds(const sbx_rate *rate, double seconds)
     return s;
 }
 
-int64_t
-sbx_rate_cost(const sbx_rate *rate, double seconds)
+int
+sbx_rate_cost_checked(const sbx_rate *rate, double seconds, int64_t *pusd)
 {
     /* Microseconds × pico-dollars per hour / 3.6e9, rounded once. */
     long double us = roundl((long double)sbx_rate_billed_seconds(rate, seconds) * 1e6L);
-    unsigned __int128 num = (unsigned __int128)(uint64_t)us *
-                            (unsigned __int128)(uint64_t)rate->pusd_per_hour;
-    unsigned __int128 q = (num + 1800000000u) / 3600000000u;
+    unsigned __int128 num, q;
 
-    return q > (unsigned __int128)INT64_MAX ? INT64_MAX : (int64_t)q;
+    *pusd = 0;
+    if (rate->pusd_per_hour <= 0)
+        return 0;
+    /* Past 2^64 microseconds (about 584,000 years) no rate fits, and the
+     * conversion below would not be defined. */
+    if (!(us < 18446744073709551616.0L)) {
+        *pusd = INT64_MAX;
+        return -1;
+    }
+    num = (unsigned __int128)(uint64_t)us * (unsigned __int128)(uint64_t)rate->pusd_per_hour;
+    q = (num + 1800000000u) / 3600000000u;
+    if (q > (unsigned __int128)INT64_MAX) {
+        *pusd = INT64_MAX;
+        return -1;
+    }
+    *pusd = (int64_t)q;
+    return 0;
+}
+
+int64_t
+sbx_rate_cost(const sbx_rate *rate, double seconds)
+{
+    int64_t pusd;
+
+    sbx_rate_cost_checked(rate, seconds, &pusd);
+    return pusd;
 }
 
 int64_t
@@ -481,7 +504,17 @@ sbx_cost_of_duration(const char *backend, double vcpu, double ram_gib, const cha
         sbx_error_propagate(error, err);
         return -1;
     }
-    *pusd = sbx_rate_cost(&rate, seconds);
+    if (sbx_rate_cost_checked(&rate, seconds, pusd) < 0) {
+        sbx_error *e = sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, "cost_of_duration",
+                                     "the cost of %g seconds on backend \"%s\" does not fit "
+                                     "an amount (about 9.2 million USD at most)",
+                                     seconds, backend);
+        sbx_error_add_contextf(e, "seconds", "%g", seconds);
+        sbx_error_fill(err, backend, "cost_of_duration");
+        sbx_error_propagate(error, err);
+        *pusd = 0;
+        return -1;
+    }
     return 0;
 }
 

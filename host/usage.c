@@ -25,21 +25,25 @@
 static void
 usage_add(sbx_usage *dst, const sbx_usage *src)
 {
-    dst->calls += src->calls;
-    dst->input_tokens += src->input_tokens;
-    dst->output_tokens += src->output_tokens;
-    dst->reasoning_tokens += src->reasoning_tokens;
-    dst->cache_read_tokens += src->cache_read_tokens;
-    dst->cache_write_tokens += src->cache_write_tokens;
-    dst->llm_cost_pusd += src->llm_cost_pusd;
-    dst->llm_cost_unknown += src->llm_cost_unknown;
+    /* Saturating: a malformed or enormous count read from a CLI can never
+     * wrap a total round to a negative number. */
+    dst->calls = sbx_sat_add(dst->calls, src->calls);
+    dst->input_tokens = sbx_sat_add(dst->input_tokens, src->input_tokens);
+    dst->output_tokens = sbx_sat_add(dst->output_tokens, src->output_tokens);
+    dst->reasoning_tokens = sbx_sat_add(dst->reasoning_tokens, src->reasoning_tokens);
+    dst->cache_read_tokens = sbx_sat_add(dst->cache_read_tokens, src->cache_read_tokens);
+    dst->cache_write_tokens = sbx_sat_add(dst->cache_write_tokens, src->cache_write_tokens);
+    dst->llm_cost_pusd = sbx_sat_add(dst->llm_cost_pusd, src->llm_cost_pusd);
+    dst->llm_cost_unknown = sbx_sat_add(dst->llm_cost_unknown, src->llm_cost_unknown);
     dst->compute_seconds += src->compute_seconds;
-    dst->compute_cost_pusd += src->compute_cost_pusd;
-    dst->compute_cost_unknown += src->compute_cost_unknown;
-    dst->sandboxes += src->sandboxes;
+    dst->compute_cost_pusd = sbx_sat_add(dst->compute_cost_pusd, src->compute_cost_pusd);
+    dst->compute_cost_unknown = sbx_sat_add(dst->compute_cost_unknown,
+                                            src->compute_cost_unknown);
+    dst->sandboxes = sbx_sat_add(dst->sandboxes, src->sandboxes);
     dst->sandbox_seconds += src->sandbox_seconds;
-    dst->sandbox_cost_pusd += src->sandbox_cost_pusd;
-    dst->sandbox_cost_unknown += src->sandbox_cost_unknown;
+    dst->sandbox_cost_pusd = sbx_sat_add(dst->sandbox_cost_pusd, src->sandbox_cost_pusd);
+    dst->sandbox_cost_unknown = sbx_sat_add(dst->sandbox_cost_unknown,
+                                            src->sandbox_cost_unknown);
 }
 
 /* Copies @src into the caller's @dst within dst->struct_size. */
@@ -60,8 +64,10 @@ sbx_usage_total_tokens(const sbx_usage *usage)
 {
     if (!usage)
         return 0;
-    return usage->input_tokens + usage->output_tokens + usage->reasoning_tokens +
-           usage->cache_read_tokens + usage->cache_write_tokens;
+    return sbx_sat_add(sbx_sat_add(sbx_sat_add(usage->input_tokens, usage->output_tokens),
+                                   sbx_sat_add(usage->reasoning_tokens,
+                                               usage->cache_read_tokens)),
+                       usage->cache_write_tokens);
 }
 
 SBX_EXPORT int
@@ -74,10 +80,10 @@ sbx_usage_total_cost(const sbx_usage *usage, int64_t *pusd)
     *pusd = usage->llm_cost_pusd;
     complete = usage->llm_cost_unknown == 0;
     if (usage->sandboxes > 0) {
-        *pusd += usage->sandbox_cost_pusd;
+        *pusd = sbx_sat_add(*pusd, usage->sandbox_cost_pusd);
         complete = complete && usage->sandbox_cost_unknown == 0;
     } else {
-        *pusd += usage->compute_cost_pusd;
+        *pusd = sbx_sat_add(*pusd, usage->compute_cost_pusd);
         complete = complete && usage->compute_cost_unknown == 0;
     }
     return complete;

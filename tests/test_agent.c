@@ -239,6 +239,48 @@ Test(money, usd_parse_reads_json_numbers_exactly)
     sbx_error_free(err);
 }
 
+/* Amounts with more decimals than a pico-dollar holds, or written with a
+ * far exponent, are numbers all the same: rounded, never refused, and a
+ * digit dropped is the first one past the twelfth decimal, whatever the
+ * notation (5e-14 is 0.00000000000005, which rounds to 0). */
+Test(money, usd_parse_rounds_long_fractions_and_far_exponents)
+{
+    sbx_error *err = NULL;
+    int64_t a = -1;
+
+    cr_assert_eq(sbx_usd_parse("0.000000000000000000000000000000000000000000000000000000000"
+                               "00000000001", &a, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(a, 0);
+    cr_assert_eq(sbx_usd_parse("1.000000000000000000000000000000000000000000000000000000000"
+                               "000000000000", &a, &err), 0);
+    cr_assert_eq(a, INT64_C(1000000000000));
+    cr_assert_eq(sbx_usd_parse("0.0000138888888888888888888888888888888888888888888888888"
+                               "888888888888888888889", &a, &err), 0);
+    cr_assert_eq(a, INT64_C(13888889));
+    cr_assert_eq(sbx_usd_parse("5e-14", &a, &err), 0);
+    cr_assert_eq(a, 0);
+    cr_assert_eq(sbx_usd_parse("0.00000000000005", &a, &err), 0);
+    cr_assert_eq(a, 0);
+    cr_assert_eq(sbx_usd_parse("5e-13", &a, &err), 0);
+    cr_assert_eq(a, 1);
+    cr_assert_eq(sbx_usd_parse("1e-41", &a, &err), 0);
+    cr_assert_eq(a, 0);
+    cr_assert_eq(sbx_usd_parse("0e999", &a, &err), 0);
+    cr_assert_eq(a, 0);
+    cr_assert_eq(sbx_usd_parse("1e41", &a, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "\"1e41\"", NULL);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_usd_parse("1" "0000000000" "0000000000" "0000000000" "0000000000"
+                               "0000000000" "0000000000" "0000", &a, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL);
+    sbx_error_clear(&err);
+    /* A NULL result pointer is named as such, not as a bad amount. */
+    cr_assert_eq(sbx_usd_parse("1", NULL, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "pusd is NULL", NULL);
+    sbx_error_free(err);
+}
+
 /* ------------------------------------------------------------ pricing */
 
 TestSuite(pricing, .init = isolate, .fini = cleanup);
@@ -363,6 +405,21 @@ Test(pricing, a_duration_is_billed_by_the_granularity_and_minimum)
     cr_assert_eq(sbx_cost_of_duration("nosuchcloud", 1, 1, NULL, 1, &v, &err), -1);
     tu_assert_error(err, SBX_ERROR_NOT_FOUND, NULL);
     sbx_error_clear(&err);
+    /* A cost past what an amount holds is an error naming the seconds,
+     * never 0 or a wrapped number: 1e12 s of e2b's 1 vCPU + 1 GiB is
+     * 18,500,000 USD; 1e300 s does not fit even the microsecond count. */
+    cr_assert_eq(sbx_cost_of_duration("e2b", 1, 1, NULL, 1e11, &v, &err), 0);
+    assert_usd(v, "1850000");
+    cr_assert_eq(sbx_cost_of_duration("e2b", 1, 1, NULL, 1e12, &v, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "1e+12 seconds", NULL);
+    cr_assert_eq(v, 0);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_cost_of_duration("e2b", 1, 1, NULL, 1e300, &v, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "1e+300 seconds", NULL);
+    sbx_error_clear(&err);
+    /* At a rate of 0 any duration costs 0. */
+    cr_assert_eq(sbx_cost_of_duration("docker", 1, 1, NULL, 1e300, &v, &err), 0);
+    cr_assert_eq(v, 0);
 }
 
 /* Sets @path's modification time @secs seconds back. */
@@ -809,6 +866,51 @@ Test(opencode, a_repeated_step_finish_counts_once_and_no_cost_is_unknown)
     assert_tokens(&u, 1200, 60, 5, 400, 0);
     cr_assert_eq(u.llm_cost_unknown, 1);
     sbx_agent_run_free(run);
+}
+
+/* Token counts that are not JSON integers >= 0 count 0, a negative cost
+ * is no cost, and neither can drive a total below 0. */
+Test(claude, malformed_token_counts_and_a_negative_cost_are_not_counted)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_CLAUDE_CODE, "U1");
+    sbx_usage u = usage_of(run);
+    char *json = sbx_agent_run_to_json(run);
+
+    assert_succeeded(run, "done");
+    assert_tokens(&u, 0, 7, 0, 0, 0);
+    cr_assert_eq(u.llm_cost_unknown, 1);
+    cr_assert_eq(u.llm_cost_pusd, 0);
+    cr_assert(strstr(json, "\"llm_cost_usd\":null"), "%s", json);
+    free(json);
+    sbx_agent_run_free(run);
+}
+
+/* Counts past INT64_MAX stop there instead of wrapping negative, and a sum
+ * of costs past what an amount holds is unknown, not a wrapped number;
+ * the sandbox's running total stays at the bound after a later call. */
+Test(opencode, huge_counts_stop_at_the_bound_and_an_overflowing_cost_is_unknown)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_OPENCODE, "U2");
+    sbx_usage u = usage_of(run), s = SBX_USAGE_INIT;
+    char *json = sbx_agent_run_to_json(run);
+
+    assert_succeeded(run, "big");
+    assert_tokens(&u, INT64_MAX, 1005, 2, 4, 3);
+    cr_assert_eq(sbx_usage_total_tokens(&u), INT64_MAX);
+    cr_assert_eq(u.llm_cost_unknown, 1);
+    cr_assert_eq(u.llm_cost_pusd, 0);
+    cr_assert(strstr(json, "\"llm_cost_usd\":null"), "%s", json);
+    cr_assert(strstr(json, "\"total_tokens\":9223372036854775807,"), "%s", json);
+    free(json);
+    sbx_agent_run_free(run);
+
+    sbx_agent_run_free(run_fixture(SBX_AGENT_CLAUDE_CODE, "F1"));
+    cr_assert_eq(sbx_sandbox_get_usage(sandbox, &s, NULL), 0);
+    cr_assert_eq(s.calls, 2);
+    assert_tokens(&s, INT64_MAX, 1005 + 842, 2, 4 + 20480, 3 + 5120);
+    cr_assert_eq(sbx_usage_total_tokens(&s), INT64_MAX);
+    cr_assert_eq(s.llm_cost_unknown, 1);
+    assert_usd(s.llm_cost_pusd, "0.0731245");
 }
 
 /* ------------------------------------------------------------ usage, ledger */

@@ -2109,8 +2109,9 @@ SBX_EXPORT int sbx_cost_per_second(const char *backend, double vcpu, double ram_
  * counts as 0), then priced at the size's rate, rounded once to the
  * pico-dollar. This is how usage prices a sandbox's lifetime, so an
  * estimate made with it matches the ledger. Errors: as
- * sbx_cost_per_second, and invalid_argument for NULL @pusd or a
- * non-finite @seconds. Returns 0 or -1. Thread-safe. Since 0.1.
+ * sbx_cost_per_second, and invalid_argument for NULL @pusd, a non-finite
+ * @seconds, or a cost past what an amount holds (about 9.2 million USD),
+ * naming @seconds. Returns 0 or -1. Thread-safe. Since 0.1.
  */
 SBX_EXPORT int sbx_cost_of_duration(const char *backend, double vcpu, double ram_gib,
                                     const char *gpu, double seconds, int64_t *pusd,
@@ -2147,7 +2148,11 @@ SBX_EXPORT char *sbx_pricing_to_json(sbx_error **error);
  *
  * Tokens follow the CLIs' own counts: input (not read from the cache),
  * output, reasoning (OpenCode's, Codex's reasoning_output_tokens taken out
- * of its output), cache_read and cache_write. Money is in pico-dollars.
+ * of its output), cache_read and cache_write; a count that is not a JSON
+ * integer >= 0 (negative, fractional, a string) counts 0. Money is in
+ * pico-dollars; a reported cost that is not a decimal number >= 0 that
+ * fits is not a cost (unknown). Sums of counts and money stop at
+ * INT64_MAX instead of wrapping.
  *  - llm_cost_pusd: the sum of the costs the CLIs reported;
  *    llm_cost_unknown the number of calls whose CLI reported none (Codex
  *    never does; Claude Code under a subscription does not): with 0 the
@@ -2773,7 +2778,8 @@ typedef enum sbx_op_kind {
  * invalid_argument naming the value). No thread starts until the first
  * operation; the pool owns one eventfd (sbx_async_get_fd) and one more per
  * worker started. No per-client bound (see sbx_async_set_max_per_client).
- * Errors: invalid_argument; unknown when memory or descriptors run out.
+ * Errors: invalid_argument; resource_exhausted when memory or descriptors
+ * run out.
  * Free with sbx_async_free(). Since 0.1.
  */
 SBX_EXPORT sbx_async *sbx_async_new(unsigned max_workers, sbx_error **error);
