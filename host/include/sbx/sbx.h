@@ -2792,7 +2792,12 @@ SBX_EXPORT sbx_async *sbx_async_new(unsigned max_workers, sbx_error **error);
  * dispatched are dropped without their callbacks. What the dropped
  * operations made is released as if unstolen (a created sandbox is
  * destroyed before this returns). Every worker thread is joined and every
- * descriptor closed. Must not be called from a callback of @async, nor
+ * descriptor closed. Called from a callback of @async (on the dispatching
+ * thread), it returns at once and the pool is freed as above when the
+ * outermost sbx_async_dispatch() / sbx_async_wait() running callbacks
+ * returns: from the call on, submissions fail (invalid_argument), no
+ * further callback runs (not even those of the same dispatch), and that
+ * dispatch returns without touching @async again. Must not be called
  * while another thread uses @async. NULL ignored. Since 0.1.
  */
 SBX_EXPORT void sbx_async_free(sbx_async *async);
