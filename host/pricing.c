@@ -162,7 +162,7 @@ sbx_pricing_load(sbx_error **err)
 /* The rate @base ("vcpu", "ram_gib") of @entry in pico-dollars per hour:
  * 1 found, 0 published as null or absent (*@why set), -1 malformed. */
 static int
-entry_rate(json_object *entry, const char *base, int64_t *pusd_h)
+entry_rate(json_object *entry, const char *base, int64_t *pusd_h, char *bad_key, size_t cap)
 {
     char key[64];
     json_object *v;
@@ -172,8 +172,10 @@ entry_rate(json_object *entry, const char *base, int64_t *pusd_h)
     if (json_object_object_get_ex(entry, key, &v)) {
         if (!v)
             return 0;
-        if (sbx_json_decimal(v, 12, &x) < 0 || x < 0 || x > INT64_MAX / 3600)
+        if (sbx_json_decimal(v, 12, &x) < 0 || x < 0 || x > INT64_MAX / 3600) {
+            snprintf(bad_key, cap, "%s", key);
             return -1;
+        }
         *pusd_h = x * 3600;
         return 1;
     }
@@ -181,8 +183,10 @@ entry_rate(json_object *entry, const char *base, int64_t *pusd_h)
     if (json_object_object_get_ex(entry, key, &v)) {
         if (!v)
             return 0;
-        if (sbx_json_decimal(v, 12, &x) < 0 || x < 0)
+        if (sbx_json_decimal(v, 12, &x) < 0 || x < 0) {
+            snprintf(bad_key, cap, "%s", key);
             return -1;
+        }
         *pusd_h = x;
         return 1;
     }
@@ -283,6 +287,19 @@ pricing_cached(sbx_error **err)
     return doc;
 }
 
+/* The "origin" of a merged entry: the file that set it last; NULL when
+ * there is none. */
+static const char *
+get_origin(json_object *entry)
+{
+    json_object *v;
+
+    if (!json_object_object_get_ex(entry, "origin", &v) ||
+        !json_object_is_type(v, json_type_string))
+        return NULL;
+    return json_object_get_string(v);
+}
+
 static int pricing_rate_locked(const char *backend, double vcpu, double ram_gib,
                                const char *gpu, sbx_rate *rate, sbx_error **err);
 
@@ -303,6 +320,7 @@ pricing_rate_locked(const char *backend, double vcpu, double ram_gib, const char
     static const char op[] = "pricing";
     json_object *doc, *backends, *entry, *v, *gpus;
     int64_t cpu_h = 0, ram_h = 0, gpu_h = 0, part;
+    char bad_key[64] = "";
     sbx_error *e;
     int r;
 
@@ -331,16 +349,32 @@ pricing_rate_locked(const char *backend, double vcpu, double ram_gib, const char
         json_object_put(doc);
         return -1;
     }
-    r = vcpu > 0 ? entry_rate(entry, "vcpu", &cpu_h) : 1;
+    r = vcpu > 0 ? entry_rate(entry, "vcpu", &cpu_h, bad_key, sizeof bad_key) : 1;
     if (r == 1)
-        r = ram_gib > 0 ? entry_rate(entry, "ram_gib", &ram_h) : 1;
-    if (r <= 0) {
-        e = sbx_set_error(err, r == 0 ? SBX_ERROR_NOT_FOUND : SBX_ERROR_CONFIGURATION, op,
-                          r == 0 ? "backend \"%s\" has no published vCPU or memory rate "
-                                   "in the pricing table"
-                                 : "backend \"%s\" has a malformed rate in the pricing table",
-                          backend);
+        r = ram_gib > 0 ? entry_rate(entry, "ram_gib", &ram_h, bad_key, sizeof bad_key) : 1;
+    if (r == 0) {
+        e = sbx_set_error(err, SBX_ERROR_NOT_FOUND, op,
+                          "backend \"%s\" has no published vCPU or memory rate "
+                          "in the pricing table", backend);
         sbx_error_add_context(e, "backend", backend);
+        json_object_put(doc);
+        return -1;
+    }
+    if (r < 0) {
+        const char *value = json_object_to_json_string_ext(
+            json_object_object_get(entry, bad_key), JSON_C_TO_STRING_PLAIN);
+        const char *origin = get_origin(entry);
+
+        e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, op,
+                          "backend \"%s\" has a malformed rate in the pricing table: "
+                          "%s %s is not a decimal number of USD >= 0 that fits%s%s%s",
+                          backend, bad_key, value, origin ? " (the entry last set by " : "",
+                          origin ? origin : "", origin ? ")" : "");
+        sbx_error_add_context(e, "backend", backend);
+        sbx_error_add_context(e, "key", bad_key);
+        sbx_error_add_context(e, "value", value);
+        if (origin)
+            sbx_error_add_context(e, "path", origin);
         json_object_put(doc);
         return -1;
     }

@@ -434,6 +434,28 @@ age_file(const char *path, int secs)
     cr_assert_eq(utimensat(AT_FDCWD, path, ts, 0), 0, "%s: %s", path, strerror(errno));
 }
 
+/* A malformed rate is named: its key, its value and the file of its
+ * entry, not only the backend. */
+Test(pricing, a_malformed_rate_is_named_with_its_value_and_file)
+{
+    sbx_error *err = NULL;
+    int64_t v = -1;
+    char *path = tu_strdup_printf("%s/pricing.json", config_home);
+
+    user_pricing("{\"backends\":{\"local\":{\"vcpu_usd_per_s\":\"abc\"}}}");
+    cr_assert_eq(sbx_cost_per_second("local", 1, 1, NULL, &v, &err), -1);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION,
+                    "backend \"local\" has a malformed rate in the pricing table: "
+                    "vcpu_usd_per_s \"abc\" is not a decimal number of USD >= 0 that fits "
+                    "(the entry last set by ", path, NULL);
+    sbx_error_clear(&err);
+    user_pricing("{\"backends\":{\"local\":{\"ram_gib_usd_per_h\":-0.5}}}");
+    cr_assert_eq(sbx_cost_per_second("local", 1, 1, NULL, &v, &err), -1);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, "ram_gib_usd_per_h -0.5 is not", NULL);
+    sbx_error_free(err);
+    free(path);
+}
+
 /* The table is parsed once and kept while its files stay as they were
  * (pricing.c): every change of the user's file is still seen, whether it
  * is rewritten in place (same inode, same size), replaced by a rename, or
