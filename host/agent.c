@@ -483,7 +483,10 @@ read_opencode(sbx_agent_run *run, json_object *records)
 
 /* ------------------------------------------------------------ running */
 
-/* The CLI's argument vector for @req into @argv. 0 or -1 (OOM). */
+/* The CLI's argument vector for @req into @argv. 0 or -1 (OOM). The
+ * prompt comes last, after "--", so that one starting with "-" ("-v",
+ * "--dangerously-skip-permissions", "- a list item") is the prompt and
+ * never an option of the CLI. */
 static int
 build_argv(const sbx_agent_request *req, sbx_strv *argv)
 {
@@ -494,7 +497,6 @@ build_argv(const sbx_agent_request *req, sbx_strv *argv)
     case SBX_AGENT_CLAUDE_CODE:
         r |= sbx_strv_push(argv, cmd ? cmd : "claude");
         r |= sbx_strv_push(argv, "-p");
-        r |= sbx_strv_push(argv, req->prompt);
         r |= sbx_strv_push(argv, "--output-format");
         r |= sbx_strv_push(argv, "json");
         if (req->model) {
@@ -509,6 +511,8 @@ build_argv(const sbx_agent_request *req, sbx_strv *argv)
         }
         for (size_t i = 0; req->extra_args && req->extra_args[i]; i++)
             r |= sbx_strv_push(argv, req->extra_args[i]);
+        r |= sbx_strv_push(argv, "--");
+        r |= sbx_strv_push(argv, req->prompt);
         break;
     case SBX_AGENT_CODEX:
         r |= sbx_strv_push(argv, cmd ? cmd : "codex");
@@ -524,6 +528,7 @@ build_argv(const sbx_agent_request *req, sbx_strv *argv)
             r |= sbx_strv_push(argv, "resume");
             r |= sbx_strv_push(argv, *req->resume ? req->resume : "--last");
         }
+        r |= sbx_strv_push(argv, "--");
         r |= sbx_strv_push(argv, req->prompt);
         break;
     case SBX_AGENT_OPENCODE:
@@ -543,6 +548,7 @@ build_argv(const sbx_agent_request *req, sbx_strv *argv)
         }
         for (size_t i = 0; req->extra_args && req->extra_args[i]; i++)
             r |= sbx_strv_push(argv, req->extra_args[i]);
+        r |= sbx_strv_push(argv, "--");
         r |= sbx_strv_push(argv, req->prompt);
         break;
     }

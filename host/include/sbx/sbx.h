@@ -2263,13 +2263,15 @@ SBX_EXPORT int sbx_client_set_ledger(sbx_client *client, const char *path,
 /**
  * sbx_agent_harness: the agent CLI run_agent runs. Values are explicit
  * and append-only.
- *  - CLAUDE_CODE: `claude -p PROMPT --output-format json [--model M]
- *    [-c | --resume ID] [EXTRA...]`; read from its result record (one
+ *  - CLAUDE_CODE: `claude -p --output-format json [--model M] [-c |
+ *    --resume ID] [EXTRA...] -- PROMPT`; read from its result record (one
  *    object, the verbose array, or stream-json lines).
  *  - CODEX: `codex exec --json [--model M] [EXTRA...] [resume (--last |
- *    ID)] PROMPT`; read from its JSONL events.
+ *    ID)] -- PROMPT`; read from its JSONL events.
  *  - OPENCODE: `opencode run --format json [--model M] [-c | --session
- *    ID] [EXTRA...] PROMPT`; read from its JSONL events.
+ *    ID] [EXTRA...] -- PROMPT`; read from its JSONL events.
+ * The prompt always comes last, after "--": one that starts with "-" is
+ * the prompt, never an option of the CLI.
  */
 typedef enum sbx_agent_harness {
     SBX_AGENT_CLAUDE_CODE = 1,
