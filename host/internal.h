@@ -605,8 +605,10 @@ void sbx_usage_sandbox_start(sbx_sandbox *sandbox, double cpu, int64_t memory_mb
  *  released without destroying it (0): its lifetime is counted into its
  *  client, and a lifetime record goes to the ledger. Once per sandbox. */
 void sbx_usage_sandbox_end(sbx_sandbox *sandbox, int destroyed);
-/** usage.c: client side. */
-void sbx_usage_client_init(sbx_client *client);
+/** usage.c: client side. init opens the ledger SBX_LEDGER names: 0, or
+ *  -1 (configuration naming it when it cannot be opened; nothing to
+ *  free then). */
+int sbx_usage_client_init(sbx_client *client, sbx_error **error);
 void sbx_usage_client_free(sbx_client *client);
 /** usage.c: adds one agent call's usage to its sandbox and client and
  *  writes its ledger record (@record, a JSON object, borrowed). */

@@ -265,14 +265,37 @@ sbx_client_set_ledger(sbx_client *client, const char *path, sbx_error **error)
 
 /* ------------------------------------------------------------ lifetimes */
 
-void
-sbx_usage_client_init(sbx_client *client)
+int
+sbx_usage_client_init(sbx_client *client, sbx_error **error)
 {
     const char *env = getenv("SBX_LEDGER");
+    int fd;
 
     pthread_mutex_init(&client->usage_lock, NULL);
     client->usage.struct_size = sizeof(client->usage);
-    client->ledger_path = env && *env ? strdup(env) : NULL;
+    client->ledger_path = NULL;
+    if (!env || !*env)
+        return 0;
+    /* Opened now as sbx_client_set_ledger() does: a ledger that cannot be
+     * written is said at once, not found missing after the run. */
+    fd = open(env, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        sbx_error *e = sbx_set_error(error, SBX_ERROR_CONFIGURATION, "client_new",
+                                     "cannot open the ledger SBX_LEDGER names, %s: %s", env,
+                                     strerror(errno));
+
+        sbx_error_add_context(e, "SBX_LEDGER", env);
+        pthread_mutex_destroy(&client->usage_lock);
+        return -1;
+    }
+    close(fd);
+    client->ledger_path = strdup(env);
+    if (!client->ledger_path) {
+        sbx_set_error(error, SBX_ERROR_RESOURCE_EXHAUSTED, "client_new", "out of memory");
+        pthread_mutex_destroy(&client->usage_lock);
+        return -1;
+    }
+    return 0;
 }
 
 void

@@ -1111,8 +1111,19 @@ Test(usage, the_ledger_comes_from_SBX_LEDGER_and_a_bad_path_is_named)
 
     cr_assert_eq(sbx_client_set_ledger(c2, "/nonexistent/dir/ledger.jsonl", &err), -1);
     tu_assert_error(err, SBX_ERROR_CONFIGURATION, "/nonexistent/dir/ledger.jsonl", NULL);
-    sbx_error_free(err);
+    sbx_error_clear(&err);
     sbx_client_free(c2);
+
+    /* SBX_LEDGER naming a file that cannot be opened fails the client at
+     * once (its records were dropped without a word). */
+    setenv("SBX_LEDGER", "/nonexistent/dir/ledger.jsonl", 1);
+    cr_assert_null(sbx_client_new("local", &err));
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION,
+                    "cannot open the ledger SBX_LEDGER names, /nonexistent/dir/ledger.jsonl: "
+                    "No such file or directory", NULL);
+    cr_assert_str_eq(sbx_error_get0_backend(err), "local");
+    sbx_error_free(err);
+    unsetenv("SBX_LEDGER");
     free(ledger);
 }
 

@@ -2234,7 +2234,8 @@ SBX_EXPORT int sbx_client_get_usage(sbx_client *client, sbx_usage *usage,
  * stops) for each agent call and each sandbox lifetime of @client's
  * sandboxes, from now on. Without a call the environment variable
  * SBX_LEDGER, read when the client is made, names the file, so every
- * process of a large run can write one ledger. Each line is one write to
+ * process of a large run can write one ledger (a file it names that
+ * cannot be opened fails the client's creation: configuration naming it). Each line is one write to
  * a file opened O_APPEND, so lines of concurrent writers never mix.
  *
  * Records: {"kind":"agent_call", "time" (ISO 8601 UTC), "backend",
