@@ -4387,6 +4387,34 @@ Test(cli, ledger_sums_records_exactly_per_backend)
     free(bad);
 }
 
+/* A malformed rate in the user's pricing file is said, with its key, value
+ * and file; it is not printed as "-", which means unpublished. */
+Test(cli, pricing_names_a_malformed_rate)
+{
+    char path[PATH_MAX + 32], env_var[PATH_MAX + 64];
+    const char *env[2] = { env_var, NULL };
+    cli_spec spec = { 0 };
+    cli_run r;
+    FILE *f;
+
+    snprintf(path, sizeof path, "%s/pricing-bad.json", g_tmpdir);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    cr_assert_eq(fputs("{\"backends\":{\"local\":{\"vcpu_usd_per_s\":\"abc\"}}}", f) >= 0, 1);
+    cr_assert_eq(fclose(f), 0);
+    snprintf(env_var, sizeof env_var, "SBX_PRICING_FILE=%s", path);
+    spec.args = (const char *const[]){ "pricing", NULL };
+    spec.env = env;
+    r = run_spec(&spec);
+    cr_assert_eq(r.status, 125, "status %d, stdout: %s", r.status, r.out);
+    cr_assert(strstr(r.err, "backend \"local\" has a malformed rate in the pricing table: "
+                            "vcpu_usd_per_s \"abc\" is not a decimal number of USD >= 0"),
+              "stderr: %s", r.err);
+    cr_assert(strstr(r.err, path), "stderr: %s", r.err);
+    free_run(&r);
+    unlink(path);
+}
+
 /* A negative or non-numeric count or amount is named with its line, and
  * sums that pass what an int64_t holds are refused: never a wrapped,
  * negative total. */
