@@ -555,6 +555,22 @@ build_argv(const sbx_agent_request *req, sbx_strv *argv)
     return r ? -1 : 0;
 }
 
+/* A JSON string of text a CLI or a caller gave (NULL: JSON null): bytes
+ * that are not UTF-8 become U+FFFD, so the document stays JSON. */
+static json_object *
+json_text(const char *text)
+{
+    char *valid;
+    json_object *o;
+
+    if (!text)
+        return NULL;
+    valid = sbx_utf8_dup(text);
+    o = json_object_new_string(valid ? valid : "");
+    free(valid);
+    return o;
+}
+
 /* The ledger record of one finished call. */
 static json_object *
 call_record(const sbx_sandbox *sandbox, const sbx_agent_request *req, const sbx_agent_run *run)
@@ -566,13 +582,12 @@ call_record(const sbx_sandbox *sandbox, const sbx_agent_request *req, const sbx_
     json_object_object_add(o, "sandbox_id", json_object_new_string(sandbox->id));
     json_object_object_add(o, "harness",
                            json_object_new_string(sbx_agent_harness_name(req->harness)));
-    json_object_object_add(o, "model", req->model ? json_object_new_string(req->model) : NULL);
+    json_object_object_add(o, "model", json_text(req->model));
     json_object_object_add(o, "status", json_object_new_string(
                                run->status == SBX_AGENT_SUCCEEDED ? "succeeded" : "failed"));
-    json_object_object_add(o, "reason", run->reason ? json_object_new_string(run->reason) : NULL);
+    json_object_object_add(o, "reason", json_text(run->reason));
     json_object_object_add(o, "exit_code", json_object_new_int(run->exit_code));
-    json_object_object_add(o, "session_id",
-                           run->session_id ? json_object_new_string(run->session_id) : NULL);
+    json_object_object_add(o, "session_id", json_text(run->session_id));
     return o;
 }
 
@@ -788,13 +803,12 @@ sbx_agent_run_to_json(const sbx_agent_run *run)
     o = json_object_new_object();
     json_object_object_add(o, "status", json_object_new_string(
                                run->status == SBX_AGENT_SUCCEEDED ? "succeeded" : "failed"));
-    json_object_object_add(o, "reason", run->reason ? json_object_new_string(run->reason) : NULL);
+    json_object_object_add(o, "reason", json_text(run->reason));
     json_object_object_add(o, "error_code",
                            run->status == SBX_AGENT_FAILED
                            ? json_object_new_string(sbx_error_code_name(run->error_code)) : NULL);
-    json_object_object_add(o, "text", run->text ? json_object_new_string(run->text) : NULL);
-    json_object_object_add(o, "session_id",
-                           run->session_id ? json_object_new_string(run->session_id) : NULL);
+    json_object_object_add(o, "text", json_text(run->text));
+    json_object_object_add(o, "session_id", json_text(run->session_id));
     json_object_object_add(o, "exit_code", json_object_new_int(run->exit_code));
     json_object_object_add(o, "harness",
                            json_object_new_string(sbx_agent_harness_name(run->harness)));

@@ -27,6 +27,11 @@
 char *sbx_strdup(const char *s);
 /** strndup() that accepts NULL. */
 char *sbx_strndup(const char *s, size_t n);
+/** A copy of @s (NUL-terminated) that is valid UTF-8: each byte that does
+ *  not start a well-formed sequence (RFC 3629: no overlong forms, no
+ *  surrogates, nothing past U+10FFFF) becomes U+FFFD. NULL for NULL or
+ *  when memory runs out. For text that goes into JSON. */
+char *sbx_utf8_dup(const char *s);
 /** New formatted string (caller frees), or NULL when memory runs out. */
 char *sbx_asprintf(const char *fmt, ...) SBX_PRINTF(1, 2);
 /** Same with a va_list. */

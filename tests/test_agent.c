@@ -916,6 +916,31 @@ Test(claude, malformed_token_counts_and_a_negative_cost_are_not_counted)
     sbx_agent_run_free(run);
 }
 
+/* An answer with bytes that are not UTF-8 (a lone 0xFF, a surrogate, an
+ * overlong '/') keeps them in the getter, and the JSON forms hold U+FFFD
+ * for each such byte, so they stay JSON. */
+#define FFFD "\xEF\xBF\xBD"
+Test(claude, text_that_is_not_utf8_is_replaced_in_the_json_only)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_CLAUDE_CODE, "U3");
+    char *json = sbx_agent_run_to_json(run);
+    json_tokener *tok = json_tokener_new();
+    json_object *doc;
+
+    assert_succeeded(run, "caf\xC3\xA9 \xFF\xFE \xED\xA0\x80 \xC0\xAF ok");
+    cr_assert(strstr(json, "\"text\":\"caf\xC3\xA9 " FFFD FFFD " " FFFD FFFD FFFD " " FFFD FFFD
+                           " ok\","), "%s", json);
+    cr_assert(strstr(json, "\"session_id\":\"00000000-0000-4000-8000-0000000000" FFFD "1\""),
+              "%s", json);
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+    doc = json_tokener_parse_ex(tok, json, (int)strlen(json));
+    cr_assert_not_null(doc, "not valid UTF-8 JSON: %s", json);
+    json_object_put(doc);
+    json_tokener_free(tok);
+    free(json);
+    sbx_agent_run_free(run);
+}
+
 /* Counts past INT64_MAX stop there instead of wrapping negative, and a sum
  * of costs past what an amount holds is unknown, not a wrapped number;
  * the sandbox's running total stays at the bound after a later call. */

@@ -2087,8 +2087,9 @@ SBX_EXPORT int sbx_usd_parse(const char *text, int64_t *pusd, sbx_error **error)
  * @backend per second, in femto-dollars (10^-15 USD) stored in
  * *@fusd_per_second: vcpu × the vCPU rate + ram_gib × the memory rate +
  * COUNT × the GPU type's rate (the reference's formula, plus GPUs), rounded
- * to the femto-dollar (exact for rates published per second; a rate per
- * hour such as 0.05 is 13888888889). The granularity and minimum apply to
+ * to the femto-dollar (exact for rates published per second with at most
+ * 12 decimals, further ones being rounded to the pico-dollar when the
+ * table is read; a rate per hour such as 0.05 is 13888888889). The granularity and minimum apply to
  * costs of a duration (usage), not here. Errors: invalid_argument (NULL
  * @fusd_per_second, empty @backend, a negative or non-finite size, a bad
  * @gpu), not_found naming the backend (no entry) or the rate it lacks (a
@@ -2411,7 +2412,9 @@ SBX_EXPORT int sbx_agent_run_get_usage(const sbx_agent_run *run, sbx_usage *usag
  * sbx_agent_run_to_json:
  * {"status": "succeeded"|"failed", "reason", "error_code", "text",
  * "session_id", "exit_code", "harness", "usage": sbx_usage_to_json} as a
- * new string (free()); NULL only when memory runs out. Since 0.1.
+ * new string (free()); NULL only when memory runs out. Bytes of the CLI's
+ * text that are not UTF-8 become U+FFFD here and in the ledger (the
+ * getters and the raw output keep them). Since 0.1.
  */
 SBX_EXPORT char *sbx_agent_run_to_json(const sbx_agent_run *run);
 /** sbx_agent_run_free: NULL ignored. Since 0.1. */
