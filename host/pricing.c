@@ -34,14 +34,17 @@ static json_object *
 load_doc(const char *path, sbx_error **err)
 {
     json_object *doc = json_object_from_file(path);
+    const char *why = json_util_get_last_err();
     sbx_error *e;
 
     if (!doc || !json_object_is_type(doc, json_type_object)) {
         json_object_put(doc);
+        if (doc || !why)
+            why = doc ? "not a JSON object" : "unreadable";
+        /* json-c ends its message with a newline: not part of ours. */
         e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, "pricing",
-                          "cannot read the pricing file %s: %s", path,
-                          doc ? "not a JSON object" : json_util_get_last_err()
-                                ? json_util_get_last_err() : "unreadable");
+                          "cannot read the pricing file %s: %.*s", path,
+                          (int)strcspn(why, "\n"), why);
         sbx_error_add_context(e, "path", path);
         return NULL;
     }

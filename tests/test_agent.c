@@ -452,6 +452,14 @@ Test(pricing, a_malformed_rate_is_named_with_its_value_and_file)
     user_pricing("{\"backends\":{\"local\":{\"ram_gib_usd_per_h\":-0.5}}}");
     cr_assert_eq(sbx_cost_per_second("local", 1, 1, NULL, &v, &err), -1);
     tu_assert_error(err, SBX_ERROR_CONFIGURATION, "ram_gib_usd_per_h -0.5 is not", NULL);
+    sbx_error_clear(&err);
+    /* A file that is not JSON: named, the parser's reason on the same line. */
+    user_pricing("{bad json");
+    cr_assert_eq(sbx_cost_per_second("local", 1, 1, NULL, &v, &err), -1);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, "cannot read the pricing file ", path, ": ",
+                    NULL);
+    cr_assert_null(strchr(sbx_error_get0_message(err), '\n'), "a newline in \"%s\"",
+                   sbx_error_get0_message(err));
     sbx_error_free(err);
     free(path);
 }
