@@ -9,6 +9,7 @@
  * answer's text and never from the exit code alone. Costs are read from
  * the exact decimal text of the JSON numbers and summed as integers.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -609,6 +610,18 @@ sbx_sandbox_run_agent(sbx_sandbox *sandbox, const sbx_agent_request *request,
     if (!sandbox || !request) {
         sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, op, "%s is NULL",
                       sandbox ? "request" : "sandbox");
+        goto fail;
+    }
+    /* Every field up to the prompt is needed: an older or uninitialised
+     * struct_size is said as such, not as a missing prompt. */
+    if (request->struct_size < offsetof(sbx_agent_request, prompt) + sizeof(request->prompt)) {
+        sbx_error *e = sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, op,
+                                     "request struct_size is %zu, needs at least %zu "
+                                     "(initialise it with SBX_AGENT_REQUEST_INIT)",
+                                     request->struct_size,
+                                     offsetof(sbx_agent_request, prompt) +
+                                     sizeof(request->prompt));
+        sbx_error_add_contextf(e, "struct_size", "%zu", request->struct_size);
         goto fail;
     }
     memcpy(&req, request, request->struct_size < sizeof(req) ? request->struct_size

@@ -1913,11 +1913,25 @@ sbx_sandbox_run_agent_async(sbx_async *async, sbx_sandbox *sandbox,
         return null_arg(error, "run_agent", "request", sbx_sandbox_get0_backend(sandbox));
     if (!(op = sandbox_op(async, sandbox, SBX_OP_RUN_AGENT, done, user_data, error)))
         return NULL;
+    if (request->struct_size < offsetof(sbx_agent_request, prompt) + sizeof(request->prompt)) {
+        sbx_error *e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, op->name,
+                                     "request struct_size is %zu, needs at least %zu "
+                                     "(initialise it with SBX_AGENT_REQUEST_INIT)",
+                                     request->struct_size,
+                                     offsetof(sbx_agent_request, prompt) +
+                                     sizeof(request->prompt));
+        sbx_error_fill(e, sbx_sandbox_get0_backend(sandbox), op->name);
+        op_free(op);
+        return NULL;
+    }
+    /* Read within struct_size only: the fields past it (an older header's
+     * request has none) stay zero, and every copy below reads the copy. */
+    memset(&op->agent, 0, sizeof(op->agent));
     memcpy(&op->agent, request, request->struct_size < sizeof(op->agent)
                                 ? request->struct_size : sizeof(op->agent));
     op->agent.struct_size = sizeof(op->agent);
-    if (copy_str(&op->s1, request->prompt) < 0 || copy_str(&op->s2, request->model) < 0 ||
-        copy_str(&op->s3, request->resume) < 0 || copy_str(&op->cwd, op->agent.cwd) < 0 ||
+    if (copy_str(&op->s1, op->agent.prompt) < 0 || copy_str(&op->s2, op->agent.model) < 0 ||
+        copy_str(&op->s3, op->agent.resume) < 0 || copy_str(&op->cwd, op->agent.cwd) < 0 ||
         copy_str(&op->shell, op->agent.command) < 0)
         return copy_failed(op, error);
     op->agent.prompt = op->s1;
@@ -1925,10 +1939,10 @@ sbx_sandbox_run_agent_async(sbx_async *async, sbx_sandbox *sandbox,
     op->agent.resume = op->s3;
     op->agent.cwd = op->cwd;
     op->agent.command = op->shell;
-    if (copy_vec(request->extra_args, &op->argv, &view) < 0)
+    if (copy_vec(op->agent.extra_args, &op->argv, &view) < 0)
         return copy_failed(op, error);
     op->agent.extra_args = view;
-    if (copy_vec(request->env, &op->env, &view) < 0)
+    if (copy_vec(op->agent.env, &op->env, &view) < 0)
         return copy_failed(op, error);
     op->agent.env = view;
     return submit_sandbox_op(op, error);

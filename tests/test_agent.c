@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -703,6 +704,14 @@ Test(claude, bad_requests_are_invalid_argument)
     sbx_error_clear(&err);
     cr_assert_null(sbx_sandbox_run_agent(NULL, &req, &err));
     tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "sandbox", NULL);
+    sbx_error_clear(&err);
+    /* A struct_size that does not reach the prompt is named, not taken
+     * for a missing prompt. */
+    req.harness = SBX_AGENT_CLAUDE_CODE;
+    req.struct_size = 3;
+    cr_assert_null(sbx_sandbox_run_agent(sandbox, &req, &err));
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "request struct_size is 3, needs at least",
+                    "SBX_AGENT_REQUEST_INIT", NULL);
     sbx_error_free(err);
 }
 
@@ -1719,6 +1728,42 @@ Test(async_agent, run_agent_and_apply_patch_have_asynchronous_forms)
 
     cr_assert_null(sbx_sandbox_run_agent_async(async, sandbox, NULL, on_done, &got, &err));
     tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "request", NULL);
+    sbx_error_free(err);
+    sbx_async_free(async);
+}
+
+/* The asynchronous form reads the request within its struct_size, as the
+ * synchronous one does: fields past it (a caller built with an older
+ * header has none; here they hold pointers that must not be read) are not
+ * read, and a struct_size that does not reach the prompt is refused at
+ * submission, naming it. */
+Test(async_agent, the_request_is_read_within_its_struct_size)
+{
+    sbx_agent_request req = SBX_AGENT_REQUEST_INIT;
+    async_got got = { 0 };
+    sbx_error *err = NULL;
+    sbx_async *async = sbx_async_new(1, &err);
+
+    cr_assert_not_null(async);
+    req.struct_size = offsetof(sbx_agent_request, model);
+    req.prompt = "F1";
+    req.model = (const char *)8;
+    req.env = (const char *const *)8;
+    req.command = (const char *)8;
+    cr_assert_not_null(sbx_sandbox_run_agent_async(async, sandbox, &req, on_done, &got, &err),
+                       "%s", err ? sbx_error_get0_message(err) : "");
+    while (got.calls == 0)
+        sbx_async_wait(async, -1);
+    /* Without the env past struct_size, the stand-in is not on PATH. */
+    cr_assert_null(got.run);
+    tu_assert_error(got.error, SBX_ERROR_COMMAND_FAILED,
+                    "the claude-code CLI \"claude\" was not found", NULL);
+    sbx_error_free(got.error);
+
+    req.struct_size = 3;
+    cr_assert_null(sbx_sandbox_run_agent_async(async, sandbox, &req, on_done, &got, &err));
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "request struct_size is 3, needs at least",
+                    NULL);
     sbx_error_free(err);
     sbx_async_free(async);
 }

@@ -2307,7 +2307,8 @@ SBX_EXPORT sbx_agent_harness sbx_agent_harness_from_name(const char *name);
  *  - timeout_secs: as sbx_exec_request's.
  *  - command: the CLI program (NULL: "claude", "codex", "opencode", looked
  *    up in the sandbox's PATH).
- * Pointers are borrowed for the call.
+ * Pointers are borrowed for the call. A struct_size that does not reach
+ * prompt is invalid_argument naming it.
  */
 typedef struct sbx_agent_request {
     size_t struct_size;
