@@ -22,8 +22,9 @@ static void usage(FILE *out)
 "      --json   print the totals as JSON\n"
 "  -h, --help   show this help and exit\n"
 "\n"
-"Exit status: 0; 125 when a file cannot be read or a line is not a record\n"
-"(its file and line named).\n");
+"Exit status: 0; 125 when a file cannot be read, a line is not a record or\n"
+"holds a count or amount that is not one (negative, not a number), or a sum\n"
+"does not fit (its file, line, member and value named).\n");
 }
 
 typedef struct totals {
@@ -45,16 +46,32 @@ static totals *find(totals *t, size_t *n, const char *backend)
     return &t[(*n)++];
 }
 
-static int64_t get_int(json_object *o, const char *key)
+/* Adds the token count @key of @rec (absent: 0) to *@sum. 0, or -1 with
+ * *@why set when it is not an integer >= 0 or the sum does not fit. */
+static int add_count(json_object *rec, const char *key, int64_t *sum, const char **why)
 {
     json_object *v;
+    int64_t x;
 
-    return json_object_object_get_ex(o, key, &v) && v ? json_object_get_int64(v) : 0;
+    if (!json_object_object_get_ex(rec, key, &v) || v == NULL)
+        return 0;
+    if (!json_object_is_type(v, json_type_int) ||
+        json_object_get_uint64(v) > (uint64_t)INT64_MAX || (x = json_object_get_int64(v)) < 0) {
+        *why = "is not a count (an integer >= 0)";
+        return -1;
+    }
+    if (__builtin_add_overflow(*sum, x, sum)) {
+        *why = "makes a sum past 9223372036854775807";
+        return -1;
+    }
+    return 0;
 }
 
 /* Adds the money member @key of @rec to *@sum, or counts it unknown. 0, or
- * -1 when it is neither a number nor null. */
-static int add_money(json_object *rec, const char *key, int64_t *sum, int64_t *unknown)
+ * -1 with *@why set when it is neither an amount >= 0 nor null, or the sum
+ * does not fit. */
+static int add_money(json_object *rec, const char *key, int64_t *sum, int64_t *unknown,
+                     const char **why)
 {
     json_object *v;
     int64_t x;
@@ -63,21 +80,33 @@ static int add_money(json_object *rec, const char *key, int64_t *sum, int64_t *u
         (*unknown)++;
         return 0;
     }
-    if (sbx_usd_parse(json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN), &x, NULL) < 0)
+    if ((!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double)) ||
+        sbx_usd_parse(json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN), &x,
+                      NULL) < 0 || x < 0) {
+        *why = "is not an amount of USD >= 0 that fits";
         return -1;
-    *sum += x;
+    }
+    if (__builtin_add_overflow(*sum, x, sum)) {
+        *why = "makes a sum past what an amount holds (about 9.2 million USD)";
+        return -1;
+    }
     return 0;
 }
 
-static void add(totals *dst, const totals *src)
+/* @src added into @dst; -1 when a sum does not fit. */
+static int add(totals *dst, const totals *src)
 {
-    dst->sandboxes += src->sandboxes;
-    dst->calls += src->calls;
-    dst->tokens += src->tokens;
-    dst->llm_pusd += src->llm_pusd;
-    dst->llm_unknown += src->llm_unknown;
-    dst->compute_pusd += src->compute_pusd;
-    dst->compute_unknown += src->compute_unknown;
+    int64_t total;
+
+    return __builtin_add_overflow(dst->sandboxes, src->sandboxes, &dst->sandboxes) ||
+           __builtin_add_overflow(dst->calls, src->calls, &dst->calls) ||
+           __builtin_add_overflow(dst->tokens, src->tokens, &dst->tokens) ||
+           __builtin_add_overflow(dst->llm_pusd, src->llm_pusd, &dst->llm_pusd) ||
+           __builtin_add_overflow(dst->llm_unknown, src->llm_unknown, &dst->llm_unknown) ||
+           __builtin_add_overflow(dst->compute_pusd, src->compute_pusd, &dst->compute_pusd) ||
+           __builtin_add_overflow(dst->compute_unknown, src->compute_unknown,
+                                  &dst->compute_unknown) ||
+           __builtin_add_overflow(dst->llm_pusd, dst->compute_pusd, &total) ? -1 : 0;
 }
 
 static json_object *usd(int64_t pusd)
@@ -147,9 +176,12 @@ static int ledger_main(int argc, char **argv)
             return CLI_EXIT_TOOL;
         }
         while ((len = getline(&line, &cap, f)) >= 0) {
+            static const char *const tokens[] = { "input_tokens", "output_tokens",
+                                                  "reasoning_tokens", "cache_read_tokens",
+                                                  "cache_write_tokens", NULL };
             json_object *rec;
-            const char *kind, *backend;
-            totals *row;
+            const char *kind, *backend, *why = NULL, *key = NULL;
+            totals *row, next;
             int bad = 0;
 
             lineno++;
@@ -159,25 +191,43 @@ static int ledger_main(int argc, char **argv)
             kind = rec ? json_object_get_string(json_object_object_get(rec, "kind")) : NULL;
             backend = rec ? json_object_get_string(json_object_object_get(rec, "backend")) : NULL;
             row = kind && backend ? find(t, &n, backend) : NULL;
-            if (row == NULL) {
+            if (kind && backend && row == NULL) {
+                cli_msg("%s:%zu: more than %d backends", argv[a], lineno, MAX_BACKENDS);
+                bad = 2;
+            } else if (row == NULL) {
                 bad = 1;
             } else if (strcmp(kind, "agent_call") == 0) {
-                row->calls++;
-                row->tokens += get_int(rec, "input_tokens") + get_int(rec, "output_tokens") +
-                               get_int(rec, "reasoning_tokens") +
-                               get_int(rec, "cache_read_tokens") +
-                               get_int(rec, "cache_write_tokens");
-                bad = add_money(rec, "llm_cost_usd", &row->llm_pusd, &row->llm_unknown) < 0;
+                /* Summed into a copy: a bad record changes no total. */
+                next = *row;
+                next.calls++;
+                for (size_t i = 0; !bad && tokens[i]; i++) {
+                    key = tokens[i];
+                    bad = add_count(rec, key, &next.tokens, &why) < 0;
+                }
+                if (!bad) {
+                    key = "llm_cost_usd";
+                    bad = add_money(rec, key, &next.llm_pusd, &next.llm_unknown, &why) < 0;
+                }
+                if (!bad)
+                    *row = next;
             } else if (strcmp(kind, "sandbox") == 0) {
-                row->sandboxes++;
-                bad = add_money(rec, "compute_cost_usd", &row->compute_pusd,
-                                &row->compute_unknown) < 0;
+                next = *row;
+                next.sandboxes++;
+                key = "compute_cost_usd";
+                bad = add_money(rec, key, &next.compute_pusd, &next.compute_unknown, &why) < 0;
+                if (!bad)
+                    *row = next;
             } else {
                 bad = 1;
             }
+            if (bad == 1 && why)
+                cli_msg("%s:%zu: %s %s %s", argv[a], lineno, key,
+                        json_object_to_json_string_ext(json_object_object_get(rec, key),
+                                                       JSON_C_TO_STRING_PLAIN), why);
+            else if (bad == 1)
+                cli_msg("%s:%zu: not a ledger record", argv[a], lineno);
             json_object_put(rec);
             if (bad) {
-                cli_msg("%s:%zu: not a ledger record", argv[a], lineno);
                 free(line);
                 fclose(f);
                 return CLI_EXIT_TOOL;
@@ -189,7 +239,10 @@ static int ledger_main(int argc, char **argv)
     memset(&all, 0, sizeof all);
     snprintf(all.backend, sizeof all.backend, "all");
     for (size_t i = 0; i < n; i++)
-        add(&all, &t[i]);
+        if (add(&all, &t[i]) < 0) {
+            cli_msg("the totals pass what an amount holds (about 9.2 million USD)");
+            return CLI_EXIT_TOOL;
+        }
     if (json) {
         json_object *doc = json_object_new_object(), *rows = json_object_new_array();
 

@@ -19,7 +19,10 @@ static void usage(FILE *out)
 "\n"
 "      --json   print the merged table as JSON (each entry with its \"origin\",\n"
 "               the file it came from)\n"
-"  -h, --help   show this help and exit\n");
+"  -h, --help   show this help and exit\n"
+"\n"
+"Exit status: 0; 125 when a pricing file cannot be read or holds a rate that is\n"
+"not a decimal number of USD >= 0 (its key, value and file named).\n");
 }
 
 /* A rate of femto-dollars per second as an exact decimal (new text in @buf). */
@@ -43,15 +46,25 @@ static int by_name(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* The rate of one unit of vCPU (@cpu) or memory, or "-" when unpublished. */
-static void unit_rate(const char *backend, int cpu, char *buf, size_t cap)
+/* The rate of one unit of vCPU (@cpu) or memory, or "-" when unpublished.
+ * 0, or -1 with the error said when the table holds a rate that is not
+ * one (a malformed rate is no "-"). */
+static int unit_rate(const char *backend, int cpu, char *buf, size_t cap)
 {
+    sbx_error *error = NULL;
     int64_t f;
 
-    if (sbx_cost_per_second(backend, cpu ? 1 : 0, cpu ? 0 : 1, NULL, &f, NULL) < 0)
-        snprintf(buf, cap, "-");
-    else
+    if (sbx_cost_per_second(backend, cpu ? 1 : 0, cpu ? 0 : 1, NULL, &f, &error) == 0) {
         format_fusd(f, buf, cap);
+        return 0;
+    }
+    if (sbx_error_get_code(error) == SBX_ERROR_NOT_FOUND) {
+        sbx_error_free(error);
+        snprintf(buf, cap, "-");
+        return 0;
+    }
+    cli_error(error);
+    return -1;
 }
 
 static const char *member(json_object *o, const char *key)
@@ -112,8 +125,12 @@ static int pricing_main(int argc, char **argv)
         char cpu[40], ram[40], billed[32];
         size_t ngpu = 0;
 
-        unit_rate(names[i], 1, cpu, sizeof cpu);
-        unit_rate(names[i], 0, ram, sizeof ram);
+        if (unit_rate(names[i], 1, cpu, sizeof cpu) < 0 ||
+            unit_rate(names[i], 0, ram, sizeof ram) < 0) {
+            free(names);
+            json_object_put(doc);
+            return CLI_EXIT_TOOL;
+        }
         if (json_object_object_get_ex(entry, "gpu_usd_per_s", &gpus) && gpus != NULL)
             ngpu = (size_t)json_object_object_length(gpus);
         if (json_object_object_get_ex(entry, "billing_granularity_s", &g) && g != NULL &&

@@ -9,6 +9,7 @@
  * answer's text and never from the exit code alone. Costs are read from
  * the exact decimal text of the JSON numbers and summed as integers.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,6 +145,52 @@ get_int(json_object *o, const char *key)
     return json_object_get_int64(v);
 }
 
+/* A token count: a JSON integer >= 0 (an integral number written with a
+ * fraction or exponent, such as 1e3, too). Anything else (negative,
+ * fractional, past INT64_MAX, a string, a boolean) is not a count the CLI
+ * could have meant and counts 0. */
+static int64_t
+get_count(json_object *o, const char *key)
+{
+    json_object *v;
+    int64_t n;
+    double d;
+
+    if (!json_object_object_get_ex(o, key, &v) || !v)
+        return 0;
+    if (json_object_is_type(v, json_type_int)) {
+        /* json-c holds integers past INT64_MAX as unsigned; those are no
+         * count either. */
+        if (json_object_get_uint64(v) > (uint64_t)INT64_MAX)
+            return 0;
+        n = json_object_get_int64(v);
+        return n > 0 ? n : 0;
+    }
+    if (json_object_is_type(v, json_type_double)) {
+        d = json_object_get_double(v);
+        if (d >= 0 && d < 9223372036854775808.0 && d == (double)(int64_t)d)
+            return (int64_t)d;
+    }
+    return 0;
+}
+
+/* A cost the CLI reported, in pico-dollars: a decimal number >= 0 that
+ * fits. 0 with *@pusd set, or -1 (no such member, or not such a number:
+ * the cost is then not known from it). */
+static int
+get_cost(json_object *o, const char *key, int64_t *pusd)
+{
+    json_object *v;
+    int64_t c;
+
+    if (!json_object_object_get_ex(o, key, &v) || !v ||
+        (!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double)) ||
+        sbx_json_decimal(v, 12, &c) < 0 || c < 0)
+        return -1;
+    *pusd = c;
+    return 0;
+}
+
 /* The value of a path of keys, NULL when any is missing. */
 static json_object *
 get_path(json_object *o, const char *k1, const char *k2)
@@ -217,13 +264,12 @@ read_claude(sbx_agent_run *run, json_object *records)
     }
     u = get_path(result, "usage", NULL);
     if (u) {
-        run->usage.input_tokens = get_int(u, "input_tokens");
-        run->usage.output_tokens = get_int(u, "output_tokens");
-        run->usage.cache_read_tokens = get_int(u, "cache_read_input_tokens");
-        run->usage.cache_write_tokens = get_int(u, "cache_creation_input_tokens");
+        run->usage.input_tokens = get_count(u, "input_tokens");
+        run->usage.output_tokens = get_count(u, "output_tokens");
+        run->usage.cache_read_tokens = get_count(u, "cache_read_input_tokens");
+        run->usage.cache_write_tokens = get_count(u, "cache_creation_input_tokens");
     }
-    if (json_object_object_get_ex(result, "total_cost_usd", &v) && v &&
-        sbx_json_decimal(v, 12, &run->usage.llm_cost_pusd) == 0)
+    if (get_cost(result, "total_cost_usd", &run->usage.llm_cost_pusd) == 0)
         run->usage.llm_cost_unknown = 0;
     else
         run->usage.llm_cost_unknown = 1;
@@ -296,15 +342,18 @@ read_codex(sbx_agent_run *run, json_object *records)
             completed = 1;
             u = get_path(r, "usage", NULL);
             if (u) {
-                int64_t in = get_int(u, "input_tokens"), cached = get_int(u, "cached_input_tokens");
-                int64_t out = get_int(u, "output_tokens"), reasoning =
-                    get_int(u, "reasoning_output_tokens");
+                int64_t in = get_count(u, "input_tokens");
+                int64_t cached = get_count(u, "cached_input_tokens");
+                int64_t out = get_count(u, "output_tokens");
+                int64_t reasoning = get_count(u, "reasoning_output_tokens");
+                sbx_usage *t = &run->usage;
 
                 /* input_tokens include the cached ones. */
-                run->usage.input_tokens += in > cached ? in - cached : 0;
-                run->usage.cache_read_tokens += cached;
-                run->usage.output_tokens += out > reasoning ? out - reasoning : 0;
-                run->usage.reasoning_tokens += reasoning;
+                t->input_tokens = sbx_sat_add(t->input_tokens, in > cached ? in - cached : 0);
+                t->cache_read_tokens = sbx_sat_add(t->cache_read_tokens, cached);
+                t->output_tokens = sbx_sat_add(t->output_tokens,
+                                               out > reasoning ? out - reasoning : 0);
+                t->reasoning_tokens = sbx_sat_add(t->reasoning_tokens, reasoning);
             }
         } else if (strcmp(type, "turn.failed") == 0) {
             seen++;
@@ -346,7 +395,7 @@ read_opencode(sbx_agent_run *run, json_object *records)
     sbx_strv ids = { 0 };
     const char *text = NULL;
     char *error = NULL;
-    int open_step = 0, finished = 0, cost_seen = 0;
+    int open_step = 0, finished = 0, cost_seen = 0, cost_overflow = 0;
     size_t seen = 0;
 
     for (size_t i = 0; i < json_object_array_length(records); i++) {
@@ -376,20 +425,30 @@ read_opencode(sbx_agent_run *run, json_object *records)
                 sbx_strv_push(&ids, id);
             tokens = part ? get_path(part, "tokens", NULL) : NULL;
             if (tokens) {
-                run->usage.input_tokens += get_int(tokens, "input");
-                run->usage.output_tokens += get_int(tokens, "output");
-                run->usage.reasoning_tokens += get_int(tokens, "reasoning");
+                sbx_usage *t = &run->usage;
+
+                t->input_tokens = sbx_sat_add(t->input_tokens, get_count(tokens, "input"));
+                t->output_tokens = sbx_sat_add(t->output_tokens, get_count(tokens, "output"));
+                t->reasoning_tokens = sbx_sat_add(t->reasoning_tokens,
+                                                  get_count(tokens, "reasoning"));
                 v = get_path(tokens, "cache", NULL);
                 if (v) {
-                    run->usage.cache_read_tokens += get_int(v, "read");
-                    run->usage.cache_write_tokens += get_int(v, "write");
+                    t->cache_read_tokens = sbx_sat_add(t->cache_read_tokens,
+                                                       get_count(v, "read"));
+                    t->cache_write_tokens = sbx_sat_add(t->cache_write_tokens,
+                                                        get_count(v, "write"));
                 }
             }
-            if (part && json_object_object_get_ex(part, "cost", &v) && v) {
+            if (part) {
                 int64_t c;
 
-                if (sbx_json_decimal(v, 12, &c) == 0) {
-                    run->usage.llm_cost_pusd += c;
+                if (get_cost(part, "cost", &c) == 0) {
+                    if (__builtin_add_overflow(run->usage.llm_cost_pusd, c,
+                                               &run->usage.llm_cost_pusd)) {
+                        /* A sum past what an amount holds is no known cost. */
+                        run->usage.llm_cost_pusd = 0;
+                        cost_overflow = 1;
+                    }
                     cost_seen = 1;
                 }
             }
@@ -410,7 +469,9 @@ read_opencode(sbx_agent_run *run, json_object *records)
         }
     }
     sbx_strv_clear(&ids);
-    run->usage.llm_cost_unknown = cost_seen ? 0 : 1;
+    if (cost_overflow)
+        run->usage.llm_cost_pusd = 0;
+    run->usage.llm_cost_unknown = cost_seen && !cost_overflow ? 0 : 1;
     if (!error && finished && !open_step) {
         run->status = SBX_AGENT_SUCCEEDED;
         run->text = sbx_strdup(text ? text : "");
@@ -423,7 +484,10 @@ read_opencode(sbx_agent_run *run, json_object *records)
 
 /* ------------------------------------------------------------ running */
 
-/* The CLI's argument vector for @req into @argv. 0 or -1 (OOM). */
+/* The CLI's argument vector for @req into @argv. 0 or -1 (OOM). The
+ * prompt comes last, after "--", so that one starting with "-" ("-v",
+ * "--dangerously-skip-permissions", "- a list item") is the prompt and
+ * never an option of the CLI. */
 static int
 build_argv(const sbx_agent_request *req, sbx_strv *argv)
 {
@@ -434,7 +498,6 @@ build_argv(const sbx_agent_request *req, sbx_strv *argv)
     case SBX_AGENT_CLAUDE_CODE:
         r |= sbx_strv_push(argv, cmd ? cmd : "claude");
         r |= sbx_strv_push(argv, "-p");
-        r |= sbx_strv_push(argv, req->prompt);
         r |= sbx_strv_push(argv, "--output-format");
         r |= sbx_strv_push(argv, "json");
         if (req->model) {
@@ -449,6 +512,8 @@ build_argv(const sbx_agent_request *req, sbx_strv *argv)
         }
         for (size_t i = 0; req->extra_args && req->extra_args[i]; i++)
             r |= sbx_strv_push(argv, req->extra_args[i]);
+        r |= sbx_strv_push(argv, "--");
+        r |= sbx_strv_push(argv, req->prompt);
         break;
     case SBX_AGENT_CODEX:
         r |= sbx_strv_push(argv, cmd ? cmd : "codex");
@@ -464,6 +529,7 @@ build_argv(const sbx_agent_request *req, sbx_strv *argv)
             r |= sbx_strv_push(argv, "resume");
             r |= sbx_strv_push(argv, *req->resume ? req->resume : "--last");
         }
+        r |= sbx_strv_push(argv, "--");
         r |= sbx_strv_push(argv, req->prompt);
         break;
     case SBX_AGENT_OPENCODE:
@@ -483,10 +549,27 @@ build_argv(const sbx_agent_request *req, sbx_strv *argv)
         }
         for (size_t i = 0; req->extra_args && req->extra_args[i]; i++)
             r |= sbx_strv_push(argv, req->extra_args[i]);
+        r |= sbx_strv_push(argv, "--");
         r |= sbx_strv_push(argv, req->prompt);
         break;
     }
     return r ? -1 : 0;
+}
+
+/* A JSON string of text a CLI or a caller gave (NULL: JSON null): bytes
+ * that are not UTF-8 become U+FFFD, so the document stays JSON. */
+static json_object *
+json_text(const char *text)
+{
+    char *valid;
+    json_object *o;
+
+    if (!text)
+        return NULL;
+    valid = sbx_utf8_dup(text);
+    o = json_object_new_string(valid ? valid : "");
+    free(valid);
+    return o;
 }
 
 /* The ledger record of one finished call. */
@@ -500,13 +583,12 @@ call_record(const sbx_sandbox *sandbox, const sbx_agent_request *req, const sbx_
     json_object_object_add(o, "sandbox_id", json_object_new_string(sandbox->id));
     json_object_object_add(o, "harness",
                            json_object_new_string(sbx_agent_harness_name(req->harness)));
-    json_object_object_add(o, "model", req->model ? json_object_new_string(req->model) : NULL);
+    json_object_object_add(o, "model", json_text(req->model));
     json_object_object_add(o, "status", json_object_new_string(
                                run->status == SBX_AGENT_SUCCEEDED ? "succeeded" : "failed"));
-    json_object_object_add(o, "reason", run->reason ? json_object_new_string(run->reason) : NULL);
+    json_object_object_add(o, "reason", json_text(run->reason));
     json_object_object_add(o, "exit_code", json_object_new_int(run->exit_code));
-    json_object_object_add(o, "session_id",
-                           run->session_id ? json_object_new_string(run->session_id) : NULL);
+    json_object_object_add(o, "session_id", json_text(run->session_id));
     return o;
 }
 
@@ -528,6 +610,18 @@ sbx_sandbox_run_agent(sbx_sandbox *sandbox, const sbx_agent_request *request,
     if (!sandbox || !request) {
         sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, op, "%s is NULL",
                       sandbox ? "request" : "sandbox");
+        goto fail;
+    }
+    /* Every field up to the prompt is needed: an older or uninitialised
+     * struct_size is said as such, not as a missing prompt. */
+    if (request->struct_size < offsetof(sbx_agent_request, prompt) + sizeof(request->prompt)) {
+        sbx_error *e = sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, op,
+                                     "request struct_size is %zu, needs at least %zu "
+                                     "(initialise it with SBX_AGENT_REQUEST_INIT)",
+                                     request->struct_size,
+                                     offsetof(sbx_agent_request, prompt) +
+                                     sizeof(request->prompt));
+        sbx_error_add_contextf(e, "struct_size", "%zu", request->struct_size);
         goto fail;
     }
     memcpy(&req, request, request->struct_size < sizeof(req) ? request->struct_size
@@ -722,13 +816,12 @@ sbx_agent_run_to_json(const sbx_agent_run *run)
     o = json_object_new_object();
     json_object_object_add(o, "status", json_object_new_string(
                                run->status == SBX_AGENT_SUCCEEDED ? "succeeded" : "failed"));
-    json_object_object_add(o, "reason", run->reason ? json_object_new_string(run->reason) : NULL);
+    json_object_object_add(o, "reason", json_text(run->reason));
     json_object_object_add(o, "error_code",
                            run->status == SBX_AGENT_FAILED
                            ? json_object_new_string(sbx_error_code_name(run->error_code)) : NULL);
-    json_object_object_add(o, "text", run->text ? json_object_new_string(run->text) : NULL);
-    json_object_object_add(o, "session_id",
-                           run->session_id ? json_object_new_string(run->session_id) : NULL);
+    json_object_object_add(o, "text", json_text(run->text));
+    json_object_object_add(o, "session_id", json_text(run->session_id));
     json_object_object_add(o, "exit_code", json_object_new_int(run->exit_code));
     json_object_object_add(o, "harness",
                            json_object_new_string(sbx_agent_harness_name(run->harness)));

@@ -79,6 +79,11 @@ struct sbx_async {
     unsigned busy;              /* workers running an operation */
     unsigned max_per_client;    /* 0 = no bound */
     int stopping;               /* sbx_async_free() began */
+    /* The dispatching thread's own: sbx_async_free() called from one of
+     * its callbacks is carried out when the outermost dispatch returns. */
+    unsigned dispatch_depth;    /* dispatches running (nested from callbacks) */
+    pthread_t dispatcher;       /* their thread, while dispatch_depth > 0 */
+    int free_deferred;          /* a callback freed the pool */
     size_t outstanding;         /* user operations not yet dispatched */
     op_list pending;
     op_list done;
@@ -727,15 +732,36 @@ sbx_async_new(unsigned max_workers, sbx_error **error)
     return a;
 }
 
+static void async_free_now(sbx_async *a);
+
 SBX_EXPORT void
 sbx_async_free(sbx_async *async)
 {
-    op_list dropped = { 0 }, done;
     sbx_async *a = async;
-    sbx_op *op, *next;
 
     if (!a)
         return;
+    pthread_mutex_lock(&a->lock);
+    if (a->dispatch_depth > 0 && pthread_equal(a->dispatcher, pthread_self())) {
+        /* From a callback: the dispatch running it still holds the pool.
+         * Nothing more is queued or dispatched from now on; the pool goes
+         * when that dispatch returns. */
+        a->stopping = 1;
+        a->free_deferred = 1;
+        pthread_cond_broadcast(&a->work_cv);
+        pthread_mutex_unlock(&a->lock);
+        return;
+    }
+    pthread_mutex_unlock(&a->lock);
+    async_free_now(a);
+}
+
+static void
+async_free_now(sbx_async *a)
+{
+    op_list dropped = { 0 }, done;
+    sbx_op *op, *next;
+
     pthread_mutex_lock(&a->lock);
     a->stopping = 1;
     /* Not started: cancelled, no callback. Internal ones still run. */
@@ -853,27 +879,45 @@ sbx_async_dispatch(sbx_async *async)
 {
     sbx_async *a = async;
     op_list batch;
-    int n = 0;
+    int n = 0, free_now;
 
     if (!a)
         return -1;
     pthread_mutex_lock(&a->lock);
+    if (a->free_deferred) {
+        /* A callback freed the pool: no more callbacks. */
+        pthread_mutex_unlock(&a->lock);
+        return 0;
+    }
     batch = a->done;
     a->done = (op_list){ 0 };
     drain_eventfd(a->efd);
     a->outstanding -= batch.count;
     for (sbx_op *op = batch.head; op; op = op->next)
         op->state = OP_DISPATCHED;
+    a->dispatch_depth++;
+    a->dispatcher = pthread_self();
     pthread_mutex_unlock(&a->lock);
 
     for (sbx_op *op = batch.head, *next; op; op = next) {
         next = op->next;
         op->prev = op->next = NULL;
+        /* After a callback freed the pool, the rest of the batch is
+         * dropped as sbx_async_free() drops undispatched completions. */
+        if (a->free_deferred) {
+            op_after_callback(a, op);
+            continue;
+        }
         if (op->done)
             op->done(op, op->user_data);
         op_after_callback(a, op);
         n++;
     }
+    pthread_mutex_lock(&a->lock);
+    free_now = --a->dispatch_depth == 0 && a->free_deferred;
+    pthread_mutex_unlock(&a->lock);
+    if (free_now)
+        async_free_now(a);      /* @a is gone: only @n is returned */
     return n;
 }
 
@@ -893,9 +937,11 @@ sbx_async_wait(sbx_async *async, double timeout_secs)
         double left;
         int ms;
 
+        /* A callback may have freed the pool: a dispatch that ran one
+         * returns at once, and @async is not touched again. */
         if ((n = sbx_async_dispatch(async)) != 0)
             return n;
-        if (sbx_async_pending(async) == 0)
+        if (async->free_deferred || sbx_async_pending(async) == 0)
             return 0;
         left = end - sbx_monotonic_now();
         if (left <= 0)
@@ -1867,11 +1913,25 @@ sbx_sandbox_run_agent_async(sbx_async *async, sbx_sandbox *sandbox,
         return null_arg(error, "run_agent", "request", sbx_sandbox_get0_backend(sandbox));
     if (!(op = sandbox_op(async, sandbox, SBX_OP_RUN_AGENT, done, user_data, error)))
         return NULL;
+    if (request->struct_size < offsetof(sbx_agent_request, prompt) + sizeof(request->prompt)) {
+        sbx_error *e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, op->name,
+                                     "request struct_size is %zu, needs at least %zu "
+                                     "(initialise it with SBX_AGENT_REQUEST_INIT)",
+                                     request->struct_size,
+                                     offsetof(sbx_agent_request, prompt) +
+                                     sizeof(request->prompt));
+        sbx_error_fill(e, sbx_sandbox_get0_backend(sandbox), op->name);
+        op_free(op);
+        return NULL;
+    }
+    /* Read within struct_size only: the fields past it (an older header's
+     * request has none) stay zero, and every copy below reads the copy. */
+    memset(&op->agent, 0, sizeof(op->agent));
     memcpy(&op->agent, request, request->struct_size < sizeof(op->agent)
                                 ? request->struct_size : sizeof(op->agent));
     op->agent.struct_size = sizeof(op->agent);
-    if (copy_str(&op->s1, request->prompt) < 0 || copy_str(&op->s2, request->model) < 0 ||
-        copy_str(&op->s3, request->resume) < 0 || copy_str(&op->cwd, op->agent.cwd) < 0 ||
+    if (copy_str(&op->s1, op->agent.prompt) < 0 || copy_str(&op->s2, op->agent.model) < 0 ||
+        copy_str(&op->s3, op->agent.resume) < 0 || copy_str(&op->cwd, op->agent.cwd) < 0 ||
         copy_str(&op->shell, op->agent.command) < 0)
         return copy_failed(op, error);
     op->agent.prompt = op->s1;
@@ -1879,10 +1939,10 @@ sbx_sandbox_run_agent_async(sbx_async *async, sbx_sandbox *sandbox,
     op->agent.resume = op->s3;
     op->agent.cwd = op->cwd;
     op->agent.command = op->shell;
-    if (copy_vec(request->extra_args, &op->argv, &view) < 0)
+    if (copy_vec(op->agent.extra_args, &op->argv, &view) < 0)
         return copy_failed(op, error);
     op->agent.extra_args = view;
-    if (copy_vec(request->env, &op->env, &view) < 0)
+    if (copy_vec(op->agent.env, &op->env, &view) < 0)
         return copy_failed(op, error);
     op->agent.env = view;
     return submit_sandbox_op(op, error);

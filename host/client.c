@@ -132,7 +132,12 @@ client_alloc(const char *backend, sbx_plugin_mode mode, sbx_error **error)
         return NULL;
     }
     client->mode = mode;
-    sbx_usage_client_init(client);
+    if (sbx_usage_client_init(client, &err) < 0) {
+        free(client->backend);
+        free(client);
+        finish_error(error, err, backend, "client_new");
+        return NULL;
+    }
     return client;
 }
 

@@ -27,6 +27,11 @@
 char *sbx_strdup(const char *s);
 /** strndup() that accepts NULL. */
 char *sbx_strndup(const char *s, size_t n);
+/** A copy of @s (NUL-terminated) that is valid UTF-8: each byte that does
+ *  not start a well-formed sequence (RFC 3629: no overlong forms, no
+ *  surrogates, nothing past U+10FFFF) becomes U+FFFD. NULL for NULL or
+ *  when memory runs out. For text that goes into JSON. */
+char *sbx_utf8_dup(const char *s);
 /** New formatted string (caller frees), or NULL when memory runs out. */
 char *sbx_asprintf(const char *fmt, ...) SBX_PRINTF(1, 2);
 /** Same with a va_list. */
@@ -540,6 +545,17 @@ void sbx_decimal_format(int64_t value, int scale, char *buf, size_t cap);
 int sbx_json_decimal(struct json_object *v, int scale, int64_t *out);
 /** A JSON number printed as the exact decimal @value (10^-@scale units). */
 struct json_object *sbx_json_new_decimal(int64_t value, int scale);
+/** @a + @b, held at INT64_MAX / INT64_MIN instead of overflowing: the
+ *  sums of token counts and money in usage. */
+static inline int64_t
+sbx_sat_add(int64_t a, int64_t b)
+{
+    int64_t r;
+
+    if (__builtin_add_overflow(a, b, &r))
+        return b > 0 ? INT64_MAX : INT64_MIN;
+    return r;
+}
 
 /** json.c: parses @json (NUL-terminated, not NULL) as one whole JSON
  *  document, white space allowed around it and nothing else after it. 0
@@ -575,8 +591,12 @@ int sbx_pricing_rate(const char *backend, double vcpu, double ram_gib, const cha
 double sbx_rate_billed_seconds(const sbx_rate *rate, double seconds);
 /** @rate per second in femto-dollars (rounded to the femto-dollar). */
 int64_t sbx_rate_fusd_per_second(const sbx_rate *rate);
-/** The cost of @seconds at @rate, pico-dollars (rounded once). */
+/** The cost of @seconds at @rate, pico-dollars (rounded once); INT64_MAX
+ *  when it does not fit (sbx_rate_cost_checked says so). */
 int64_t sbx_rate_cost(const sbx_rate *rate, double seconds);
+/** sbx_rate_cost into *@pusd: 0, or -1 when the cost does not fit an
+ *  int64_t (*@pusd is then INT64_MAX). */
+int sbx_rate_cost_checked(const sbx_rate *rate, double seconds, int64_t *pusd);
 
 /** usage.c: takes the provider's live price of @sandbox from the "data"
  *  member of its session state @doc (a JSON object, borrowed; NULL or one
@@ -590,8 +610,10 @@ void sbx_usage_sandbox_start(sbx_sandbox *sandbox, double cpu, int64_t memory_mb
  *  released without destroying it (0): its lifetime is counted into its
  *  client, and a lifetime record goes to the ledger. Once per sandbox. */
 void sbx_usage_sandbox_end(sbx_sandbox *sandbox, int destroyed);
-/** usage.c: client side. */
-void sbx_usage_client_init(sbx_client *client);
+/** usage.c: client side. init opens the ledger SBX_LEDGER names: 0, or
+ *  -1 (configuration naming it when it cannot be opened; nothing to
+ *  free then). */
+int sbx_usage_client_init(sbx_client *client, sbx_error **error);
 void sbx_usage_client_free(sbx_client *client);
 /** usage.c: adds one agent call's usage to its sandbox and client and
  *  writes its ledger record (@record, a JSON object, borrowed). */

@@ -40,10 +40,22 @@ sbx_decimal_parse(const char *text, int scale, int64_t *out)
     for (;; p++) {
         if (isdigit((unsigned char)*p)) {
             seen = 1;
-            if (nd == 0 && *p == '0' && !point)
-                continue;                  /* leading zeros of the integer part */
-            if (nd >= sizeof digits)
-                return -1;
+            if (nd == 0 && *p == '0') {
+                /* Leading zeros: of the integer part, nothing; of the
+                 * fraction, a place each. */
+                if (point)
+                    frac++;
+                continue;
+            }
+            if (nd >= sizeof digits) {
+                /* Past 64 significant digits: an integer part that long
+                 * cannot fit; a fraction's digits that far out change
+                 * nothing (at most 19 digits are kept, and only the first
+                 * one dropped rounds). */
+                if (!point)
+                    return -1;
+                continue;
+            }
             digits[nd++] = *p;
             if (point)
                 frac++;
@@ -61,8 +73,12 @@ sbx_decimal_parse(const char *text, int scale, int64_t *out)
 
         errno = 0;
         e = strtol(p + 1, &end, 10);
-        if (end == p + 1 || errno || e > 40 || e < -40)
+        if (end == p + 1 || (errno && errno != ERANGE) || (e > 40 && nd > 0))
             return -1;
+        if (e > 40)
+            e = 40;                        /* 0e999 is 0 */
+        if (e < -400)
+            e = -400;                      /* rounds to 0 all the same */
         exp = (int)e;
         p = end;
     }
@@ -79,7 +95,10 @@ sbx_decimal_parse(const char *text, int scale, int64_t *out)
             v = v * 10 + (unsigned)(digits[i] - '0');
             if (v > (unsigned __int128)INT64_MAX)
                 return -1;
-        } else if (round_digit < 0) {
+        } else if ((long)i == (long)nd + shift) {
+            /* The first digit dropped: when nd + shift < 0 it is one of
+             * the zeros before the first significant digit, and nothing
+             * rounds up. */
             round_digit = digits[i] - '0';
         }
     }
@@ -169,7 +188,12 @@ sbx_usd_parse(const char *text, int64_t *pusd, sbx_error **error)
 {
     sbx_error *err = NULL;
 
-    if (!text || !pusd || sbx_decimal_parse(text, 12, pusd) < 0) {
+    if (text && !pusd) {
+        sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, "usd_parse", "pusd is NULL");
+        sbx_error_propagate(error, err);
+        return -1;
+    }
+    if (!text || sbx_decimal_parse(text, 12, pusd) < 0) {
         sbx_error *e = sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, "usd_parse",
                                      "\"%s\" is not a decimal amount of dollars that fits",
                                      text ? text : "(null)");

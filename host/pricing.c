@@ -34,14 +34,17 @@ static json_object *
 load_doc(const char *path, sbx_error **err)
 {
     json_object *doc = json_object_from_file(path);
+    const char *why = json_util_get_last_err();
     sbx_error *e;
 
     if (!doc || !json_object_is_type(doc, json_type_object)) {
         json_object_put(doc);
+        if (doc || !why)
+            why = doc ? "not a JSON object" : "unreadable";
+        /* json-c ends its message with a newline: not part of ours. */
         e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, "pricing",
-                          "cannot read the pricing file %s: %s", path,
-                          doc ? "not a JSON object" : json_util_get_last_err()
-                                ? json_util_get_last_err() : "unreadable");
+                          "cannot read the pricing file %s: %.*s", path,
+                          (int)strcspn(why, "\n"), why);
         sbx_error_add_context(e, "path", path);
         return NULL;
     }
@@ -162,7 +165,7 @@ sbx_pricing_load(sbx_error **err)
 /* The rate @base ("vcpu", "ram_gib") of @entry in pico-dollars per hour:
  * 1 found, 0 published as null or absent (*@why set), -1 malformed. */
 static int
-entry_rate(json_object *entry, const char *base, int64_t *pusd_h)
+entry_rate(json_object *entry, const char *base, int64_t *pusd_h, char *bad_key, size_t cap)
 {
     char key[64];
     json_object *v;
@@ -172,8 +175,10 @@ entry_rate(json_object *entry, const char *base, int64_t *pusd_h)
     if (json_object_object_get_ex(entry, key, &v)) {
         if (!v)
             return 0;
-        if (sbx_json_decimal(v, 12, &x) < 0 || x < 0 || x > INT64_MAX / 3600)
+        if (sbx_json_decimal(v, 12, &x) < 0 || x < 0 || x > INT64_MAX / 3600) {
+            snprintf(bad_key, cap, "%s", key);
             return -1;
+        }
         *pusd_h = x * 3600;
         return 1;
     }
@@ -181,8 +186,10 @@ entry_rate(json_object *entry, const char *base, int64_t *pusd_h)
     if (json_object_object_get_ex(entry, key, &v)) {
         if (!v)
             return 0;
-        if (sbx_json_decimal(v, 12, &x) < 0 || x < 0)
+        if (sbx_json_decimal(v, 12, &x) < 0 || x < 0) {
+            snprintf(bad_key, cap, "%s", key);
             return -1;
+        }
         *pusd_h = x;
         return 1;
     }
@@ -283,6 +290,19 @@ pricing_cached(sbx_error **err)
     return doc;
 }
 
+/* The "origin" of a merged entry: the file that set it last; NULL when
+ * there is none. */
+static const char *
+get_origin(json_object *entry)
+{
+    json_object *v;
+
+    if (!json_object_object_get_ex(entry, "origin", &v) ||
+        !json_object_is_type(v, json_type_string))
+        return NULL;
+    return json_object_get_string(v);
+}
+
 static int pricing_rate_locked(const char *backend, double vcpu, double ram_gib,
                                const char *gpu, sbx_rate *rate, sbx_error **err);
 
@@ -303,6 +323,7 @@ pricing_rate_locked(const char *backend, double vcpu, double ram_gib, const char
     static const char op[] = "pricing";
     json_object *doc, *backends, *entry, *v, *gpus;
     int64_t cpu_h = 0, ram_h = 0, gpu_h = 0, part;
+    char bad_key[64] = "";
     sbx_error *e;
     int r;
 
@@ -331,16 +352,32 @@ pricing_rate_locked(const char *backend, double vcpu, double ram_gib, const char
         json_object_put(doc);
         return -1;
     }
-    r = vcpu > 0 ? entry_rate(entry, "vcpu", &cpu_h) : 1;
+    r = vcpu > 0 ? entry_rate(entry, "vcpu", &cpu_h, bad_key, sizeof bad_key) : 1;
     if (r == 1)
-        r = ram_gib > 0 ? entry_rate(entry, "ram_gib", &ram_h) : 1;
-    if (r <= 0) {
-        e = sbx_set_error(err, r == 0 ? SBX_ERROR_NOT_FOUND : SBX_ERROR_CONFIGURATION, op,
-                          r == 0 ? "backend \"%s\" has no published vCPU or memory rate "
-                                   "in the pricing table"
-                                 : "backend \"%s\" has a malformed rate in the pricing table",
-                          backend);
+        r = ram_gib > 0 ? entry_rate(entry, "ram_gib", &ram_h, bad_key, sizeof bad_key) : 1;
+    if (r == 0) {
+        e = sbx_set_error(err, SBX_ERROR_NOT_FOUND, op,
+                          "backend \"%s\" has no published vCPU or memory rate "
+                          "in the pricing table", backend);
         sbx_error_add_context(e, "backend", backend);
+        json_object_put(doc);
+        return -1;
+    }
+    if (r < 0) {
+        const char *value = json_object_to_json_string_ext(
+            json_object_object_get(entry, bad_key), JSON_C_TO_STRING_PLAIN);
+        const char *origin = get_origin(entry);
+
+        e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, op,
+                          "backend \"%s\" has a malformed rate in the pricing table: "
+                          "%s %s is not a decimal number of USD >= 0 that fits%s%s%s",
+                          backend, bad_key, value, origin ? " (the entry last set by " : "",
+                          origin ? origin : "", origin ? ")" : "");
+        sbx_error_add_context(e, "backend", backend);
+        sbx_error_add_context(e, "key", bad_key);
+        sbx_error_add_context(e, "value", value);
+        if (origin)
+            sbx_error_add_context(e, "path", origin);
         json_object_put(doc);
         return -1;
     }
@@ -417,16 +454,39 @@ sbx_rate_billed_seconds(const sbx_rate *rate, double seconds)
     return s;
 }
 
-int64_t
-sbx_rate_cost(const sbx_rate *rate, double seconds)
+int
+sbx_rate_cost_checked(const sbx_rate *rate, double seconds, int64_t *pusd)
 {
     /* Microseconds × pico-dollars per hour / 3.6e9, rounded once. */
     long double us = roundl((long double)sbx_rate_billed_seconds(rate, seconds) * 1e6L);
-    unsigned __int128 num = (unsigned __int128)(uint64_t)us *
-                            (unsigned __int128)(uint64_t)rate->pusd_per_hour;
-    unsigned __int128 q = (num + 1800000000u) / 3600000000u;
+    unsigned __int128 num, q;
 
-    return q > (unsigned __int128)INT64_MAX ? INT64_MAX : (int64_t)q;
+    *pusd = 0;
+    if (rate->pusd_per_hour <= 0)
+        return 0;
+    /* Past 2^64 microseconds (about 584,000 years) no rate fits, and the
+     * conversion below would not be defined. */
+    if (!(us < 18446744073709551616.0L)) {
+        *pusd = INT64_MAX;
+        return -1;
+    }
+    num = (unsigned __int128)(uint64_t)us * (unsigned __int128)(uint64_t)rate->pusd_per_hour;
+    q = (num + 1800000000u) / 3600000000u;
+    if (q > (unsigned __int128)INT64_MAX) {
+        *pusd = INT64_MAX;
+        return -1;
+    }
+    *pusd = (int64_t)q;
+    return 0;
+}
+
+int64_t
+sbx_rate_cost(const sbx_rate *rate, double seconds)
+{
+    int64_t pusd;
+
+    sbx_rate_cost_checked(rate, seconds, &pusd);
+    return pusd;
 }
 
 int64_t
@@ -481,7 +541,17 @@ sbx_cost_of_duration(const char *backend, double vcpu, double ram_gib, const cha
         sbx_error_propagate(error, err);
         return -1;
     }
-    *pusd = sbx_rate_cost(&rate, seconds);
+    if (sbx_rate_cost_checked(&rate, seconds, pusd) < 0) {
+        sbx_error *e = sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, "cost_of_duration",
+                                     "the cost of %g seconds on backend \"%s\" does not fit "
+                                     "an amount (about 9.2 million USD at most)",
+                                     seconds, backend);
+        sbx_error_add_contextf(e, "seconds", "%g", seconds);
+        sbx_error_fill(err, backend, "cost_of_duration");
+        sbx_error_propagate(error, err);
+        *pusd = 0;
+        return -1;
+    }
     return 0;
 }
 

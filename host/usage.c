@@ -25,21 +25,25 @@
 static void
 usage_add(sbx_usage *dst, const sbx_usage *src)
 {
-    dst->calls += src->calls;
-    dst->input_tokens += src->input_tokens;
-    dst->output_tokens += src->output_tokens;
-    dst->reasoning_tokens += src->reasoning_tokens;
-    dst->cache_read_tokens += src->cache_read_tokens;
-    dst->cache_write_tokens += src->cache_write_tokens;
-    dst->llm_cost_pusd += src->llm_cost_pusd;
-    dst->llm_cost_unknown += src->llm_cost_unknown;
+    /* Saturating: a malformed or enormous count read from a CLI can never
+     * wrap a total round to a negative number. */
+    dst->calls = sbx_sat_add(dst->calls, src->calls);
+    dst->input_tokens = sbx_sat_add(dst->input_tokens, src->input_tokens);
+    dst->output_tokens = sbx_sat_add(dst->output_tokens, src->output_tokens);
+    dst->reasoning_tokens = sbx_sat_add(dst->reasoning_tokens, src->reasoning_tokens);
+    dst->cache_read_tokens = sbx_sat_add(dst->cache_read_tokens, src->cache_read_tokens);
+    dst->cache_write_tokens = sbx_sat_add(dst->cache_write_tokens, src->cache_write_tokens);
+    dst->llm_cost_pusd = sbx_sat_add(dst->llm_cost_pusd, src->llm_cost_pusd);
+    dst->llm_cost_unknown = sbx_sat_add(dst->llm_cost_unknown, src->llm_cost_unknown);
     dst->compute_seconds += src->compute_seconds;
-    dst->compute_cost_pusd += src->compute_cost_pusd;
-    dst->compute_cost_unknown += src->compute_cost_unknown;
-    dst->sandboxes += src->sandboxes;
+    dst->compute_cost_pusd = sbx_sat_add(dst->compute_cost_pusd, src->compute_cost_pusd);
+    dst->compute_cost_unknown = sbx_sat_add(dst->compute_cost_unknown,
+                                            src->compute_cost_unknown);
+    dst->sandboxes = sbx_sat_add(dst->sandboxes, src->sandboxes);
     dst->sandbox_seconds += src->sandbox_seconds;
-    dst->sandbox_cost_pusd += src->sandbox_cost_pusd;
-    dst->sandbox_cost_unknown += src->sandbox_cost_unknown;
+    dst->sandbox_cost_pusd = sbx_sat_add(dst->sandbox_cost_pusd, src->sandbox_cost_pusd);
+    dst->sandbox_cost_unknown = sbx_sat_add(dst->sandbox_cost_unknown,
+                                            src->sandbox_cost_unknown);
 }
 
 /* Copies @src into the caller's @dst within dst->struct_size. */
@@ -60,8 +64,10 @@ sbx_usage_total_tokens(const sbx_usage *usage)
 {
     if (!usage)
         return 0;
-    return usage->input_tokens + usage->output_tokens + usage->reasoning_tokens +
-           usage->cache_read_tokens + usage->cache_write_tokens;
+    return sbx_sat_add(sbx_sat_add(sbx_sat_add(usage->input_tokens, usage->output_tokens),
+                                   sbx_sat_add(usage->reasoning_tokens,
+                                               usage->cache_read_tokens)),
+                       usage->cache_write_tokens);
 }
 
 SBX_EXPORT int
@@ -74,10 +80,10 @@ sbx_usage_total_cost(const sbx_usage *usage, int64_t *pusd)
     *pusd = usage->llm_cost_pusd;
     complete = usage->llm_cost_unknown == 0;
     if (usage->sandboxes > 0) {
-        *pusd += usage->sandbox_cost_pusd;
+        *pusd = sbx_sat_add(*pusd, usage->sandbox_cost_pusd);
         complete = complete && usage->sandbox_cost_unknown == 0;
     } else {
-        *pusd += usage->compute_cost_pusd;
+        *pusd = sbx_sat_add(*pusd, usage->compute_cost_pusd);
         complete = complete && usage->compute_cost_unknown == 0;
     }
     return complete;
@@ -259,14 +265,37 @@ sbx_client_set_ledger(sbx_client *client, const char *path, sbx_error **error)
 
 /* ------------------------------------------------------------ lifetimes */
 
-void
-sbx_usage_client_init(sbx_client *client)
+int
+sbx_usage_client_init(sbx_client *client, sbx_error **error)
 {
     const char *env = getenv("SBX_LEDGER");
+    int fd;
 
     pthread_mutex_init(&client->usage_lock, NULL);
     client->usage.struct_size = sizeof(client->usage);
-    client->ledger_path = env && *env ? strdup(env) : NULL;
+    client->ledger_path = NULL;
+    if (!env || !*env)
+        return 0;
+    /* Opened now as sbx_client_set_ledger() does: a ledger that cannot be
+     * written is said at once, not found missing after the run. */
+    fd = open(env, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        sbx_error *e = sbx_set_error(error, SBX_ERROR_CONFIGURATION, "client_new",
+                                     "cannot open the ledger SBX_LEDGER names, %s: %s", env,
+                                     strerror(errno));
+
+        sbx_error_add_context(e, "SBX_LEDGER", env);
+        pthread_mutex_destroy(&client->usage_lock);
+        return -1;
+    }
+    close(fd);
+    client->ledger_path = strdup(env);
+    if (!client->ledger_path) {
+        sbx_set_error(error, SBX_ERROR_RESOURCE_EXHAUSTED, "client_new", "out of memory");
+        pthread_mutex_destroy(&client->usage_lock);
+        return -1;
+    }
+    return 0;
 }
 
 void

@@ -100,6 +100,75 @@ sbx_strndup(const char *s, size_t n)
     return s ? strndup(s, n) : NULL;
 }
 
+/* The length of the well-formed UTF-8 sequence at @p (before @end), or 0. */
+static size_t
+utf8_seq(const unsigned char *p, const unsigned char *end)
+{
+    size_t n, left = (size_t)(end - p);
+    unsigned char lo = 0x80, hi = 0xBF;
+
+    if (p[0] < 0x80)
+        return 1;
+    if (p[0] >= 0xC2 && p[0] <= 0xDF)
+        n = 2;
+    else if (p[0] >= 0xE0 && p[0] <= 0xEF)
+        n = 3;
+    else if (p[0] >= 0xF0 && p[0] <= 0xF4)
+        n = 4;
+    else
+        return 0;
+    if (left < n)
+        return 0;
+    /* The second byte's range excludes overlong forms, surrogates and
+     * code points past U+10FFFF. */
+    if (p[0] == 0xE0)
+        lo = 0xA0;
+    else if (p[0] == 0xED)
+        hi = 0x9F;
+    else if (p[0] == 0xF0)
+        lo = 0x90;
+    else if (p[0] == 0xF4)
+        hi = 0x8F;
+    if (p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xBF)
+            return 0;
+    return n;
+}
+
+char *
+sbx_utf8_dup(const char *s)
+{
+    const unsigned char *p, *end;
+    char *out, *o;
+    size_t len;
+
+    if (!s)
+        return NULL;
+    len = strlen(s);
+    end = (const unsigned char *)s + len;
+    /* At worst each byte becomes the 3 bytes of U+FFFD. */
+    if (len > (SIZE_MAX - 1) / 3 || !(out = malloc(len * 3 + 1)))
+        return NULL;
+    o = out;
+    for (p = (const unsigned char *)s; p < end;) {
+        size_t n = utf8_seq(p, end);
+
+        if (n) {
+            memcpy(o, p, n);
+            o += n;
+            p += n;
+        } else {
+            memcpy(o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            p++;
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
 char *
 sbx_vasprintf(const char *fmt, va_list ap)
 {

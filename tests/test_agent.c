@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,6 +240,48 @@ Test(money, usd_parse_reads_json_numbers_exactly)
     sbx_error_free(err);
 }
 
+/* Amounts with more decimals than a pico-dollar holds, or written with a
+ * far exponent, are numbers all the same: rounded, never refused, and a
+ * digit dropped is the first one past the twelfth decimal, whatever the
+ * notation (5e-14 is 0.00000000000005, which rounds to 0). */
+Test(money, usd_parse_rounds_long_fractions_and_far_exponents)
+{
+    sbx_error *err = NULL;
+    int64_t a = -1;
+
+    cr_assert_eq(sbx_usd_parse("0.000000000000000000000000000000000000000000000000000000000"
+                               "00000000001", &a, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(a, 0);
+    cr_assert_eq(sbx_usd_parse("1.000000000000000000000000000000000000000000000000000000000"
+                               "000000000000", &a, &err), 0);
+    cr_assert_eq(a, INT64_C(1000000000000));
+    cr_assert_eq(sbx_usd_parse("0.0000138888888888888888888888888888888888888888888888888"
+                               "888888888888888888889", &a, &err), 0);
+    cr_assert_eq(a, INT64_C(13888889));
+    cr_assert_eq(sbx_usd_parse("5e-14", &a, &err), 0);
+    cr_assert_eq(a, 0);
+    cr_assert_eq(sbx_usd_parse("0.00000000000005", &a, &err), 0);
+    cr_assert_eq(a, 0);
+    cr_assert_eq(sbx_usd_parse("5e-13", &a, &err), 0);
+    cr_assert_eq(a, 1);
+    cr_assert_eq(sbx_usd_parse("1e-41", &a, &err), 0);
+    cr_assert_eq(a, 0);
+    cr_assert_eq(sbx_usd_parse("0e999", &a, &err), 0);
+    cr_assert_eq(a, 0);
+    cr_assert_eq(sbx_usd_parse("1e41", &a, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "\"1e41\"", NULL);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_usd_parse("1" "0000000000" "0000000000" "0000000000" "0000000000"
+                               "0000000000" "0000000000" "0000", &a, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL);
+    sbx_error_clear(&err);
+    /* A NULL result pointer is named as such, not as a bad amount. */
+    cr_assert_eq(sbx_usd_parse("1", NULL, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "pusd is NULL", NULL);
+    sbx_error_free(err);
+}
+
 /* ------------------------------------------------------------ pricing */
 
 TestSuite(pricing, .init = isolate, .fini = cleanup);
@@ -363,6 +406,21 @@ Test(pricing, a_duration_is_billed_by_the_granularity_and_minimum)
     cr_assert_eq(sbx_cost_of_duration("nosuchcloud", 1, 1, NULL, 1, &v, &err), -1);
     tu_assert_error(err, SBX_ERROR_NOT_FOUND, NULL);
     sbx_error_clear(&err);
+    /* A cost past what an amount holds is an error naming the seconds,
+     * never 0 or a wrapped number: 1e12 s of e2b's 1 vCPU + 1 GiB is
+     * 18,500,000 USD; 1e300 s does not fit even the microsecond count. */
+    cr_assert_eq(sbx_cost_of_duration("e2b", 1, 1, NULL, 1e11, &v, &err), 0);
+    assert_usd(v, "1850000");
+    cr_assert_eq(sbx_cost_of_duration("e2b", 1, 1, NULL, 1e12, &v, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "1e+12 seconds", NULL);
+    cr_assert_eq(v, 0);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_cost_of_duration("e2b", 1, 1, NULL, 1e300, &v, &err), -1);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "1e+300 seconds", NULL);
+    sbx_error_clear(&err);
+    /* At a rate of 0 any duration costs 0. */
+    cr_assert_eq(sbx_cost_of_duration("docker", 1, 1, NULL, 1e300, &v, &err), 0);
+    cr_assert_eq(v, 0);
 }
 
 /* Sets @path's modification time @secs seconds back. */
@@ -375,6 +433,36 @@ age_file(const char *path, int secs)
     ts[0].tv_sec -= secs;
     ts[1] = ts[0];
     cr_assert_eq(utimensat(AT_FDCWD, path, ts, 0), 0, "%s: %s", path, strerror(errno));
+}
+
+/* A malformed rate is named: its key, its value and the file of its
+ * entry, not only the backend. */
+Test(pricing, a_malformed_rate_is_named_with_its_value_and_file)
+{
+    sbx_error *err = NULL;
+    int64_t v = -1;
+    char *path = tu_strdup_printf("%s/pricing.json", config_home);
+
+    user_pricing("{\"backends\":{\"local\":{\"vcpu_usd_per_s\":\"abc\"}}}");
+    cr_assert_eq(sbx_cost_per_second("local", 1, 1, NULL, &v, &err), -1);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION,
+                    "backend \"local\" has a malformed rate in the pricing table: "
+                    "vcpu_usd_per_s \"abc\" is not a decimal number of USD >= 0 that fits "
+                    "(the entry last set by ", path, NULL);
+    sbx_error_clear(&err);
+    user_pricing("{\"backends\":{\"local\":{\"ram_gib_usd_per_h\":-0.5}}}");
+    cr_assert_eq(sbx_cost_per_second("local", 1, 1, NULL, &v, &err), -1);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, "ram_gib_usd_per_h -0.5 is not", NULL);
+    sbx_error_clear(&err);
+    /* A file that is not JSON: named, the parser's reason on the same line. */
+    user_pricing("{bad json");
+    cr_assert_eq(sbx_cost_per_second("local", 1, 1, NULL, &v, &err), -1);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, "cannot read the pricing file ", path, ": ",
+                    NULL);
+    cr_assert_null(strchr(sbx_error_get0_message(err), '\n'), "a newline in \"%s\"",
+                   sbx_error_get0_message(err));
+    sbx_error_free(err);
+    free(path);
 }
 
 /* The table is parsed once and kept while its files stay as they were
@@ -616,6 +704,14 @@ Test(claude, bad_requests_are_invalid_argument)
     sbx_error_clear(&err);
     cr_assert_null(sbx_sandbox_run_agent(NULL, &req, &err));
     tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "sandbox", NULL);
+    sbx_error_clear(&err);
+    /* A struct_size that does not reach the prompt is named, not taken
+     * for a missing prompt. */
+    req.harness = SBX_AGENT_CLAUDE_CODE;
+    req.struct_size = 3;
+    cr_assert_null(sbx_sandbox_run_agent(sandbox, &req, &err));
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "request struct_size is 3, needs at least",
+                    "SBX_AGENT_REQUEST_INIT", NULL);
     sbx_error_free(err);
 }
 
@@ -640,8 +736,9 @@ argv_of(sbx_agent_harness harness, const char *prompt, const char *model, const 
     req.resume = resume;
     req.extra_args = extra;
     req.env = env;
+    /* A prompt without a fixture fails the call (the stand-in exits 2);
+     * its arguments are logged all the same. */
     run = sbx_sandbox_run_agent(sandbox, &req, NULL);
-    cr_assert_not_null(run);
     sbx_agent_run_free(run);
     f = fopen(log, "r");
     cr_assert_not_null(f, "the stand-in wrote no argument log");
@@ -661,25 +758,33 @@ Test(claude, each_cli_gets_its_documented_command_line)
     char *a;
 
     a = argv_of(SBX_AGENT_CLAUDE_CODE, "F1", "claude-sonnet-4-5", "sess-1", extra);
-    cr_assert_str_eq(a, "claude\n-p\nF1\n--output-format\njson\n--model\nclaude-sonnet-4-5\n"
-                        "--resume\nsess-1\n--max-turns\n3\n");
+    cr_assert_str_eq(a, "claude\n-p\n--output-format\njson\n--model\nclaude-sonnet-4-5\n"
+                        "--resume\nsess-1\n--max-turns\n3\n--\nF1\n");
     free(a);
     a = argv_of(SBX_AGENT_CLAUDE_CODE, "F1", NULL, "", NULL);
-    cr_assert_str_eq(a, "claude\n-p\nF1\n--output-format\njson\n-c\n");
+    cr_assert_str_eq(a, "claude\n-p\n--output-format\njson\n-c\n--\nF1\n");
     free(a);
     a = argv_of(SBX_AGENT_CODEX, "C1", "gpt-5-codex", "", NULL);
-    cr_assert_str_eq(a, "codex\nexec\n--json\n--model\ngpt-5-codex\nresume\n--last\nC1\n");
+    cr_assert_str_eq(a, "codex\nexec\n--json\n--model\ngpt-5-codex\nresume\n--last\n--\nC1\n");
     free(a);
     a = argv_of(SBX_AGENT_CODEX, "C1", NULL, "0199a213-81c0-7800-8aa1-bbab2a035a53", NULL);
     cr_assert_str_eq(a, "codex\nexec\n--json\nresume\n0199a213-81c0-7800-8aa1-bbab2a035a53\n"
-                        "C1\n");
+                        "--\nC1\n");
     free(a);
     a = argv_of(SBX_AGENT_OPENCODE, "F5", "anthropic/claude-sonnet-4-5", NULL, extra);
     cr_assert_str_eq(a, "opencode\nrun\n--format\njson\n--model\nanthropic/claude-sonnet-4-5\n"
-                        "--max-turns\n3\nF5\n");
+                        "--max-turns\n3\n--\nF5\n");
     free(a);
     a = argv_of(SBX_AGENT_OPENCODE, "F5", NULL, "ses_1", NULL);
-    cr_assert_str_eq(a, "opencode\nrun\n--format\njson\n--session\nses_1\nF5\n");
+    cr_assert_str_eq(a, "opencode\nrun\n--format\njson\n--session\nses_1\n--\nF5\n");
+    free(a);
+    /* A prompt that looks like an option is still the prompt: last, after
+     * "--" (claude took "--version" for its own flag). */
+    a = argv_of(SBX_AGENT_CLAUDE_CODE, "--version", NULL, NULL, NULL);
+    cr_assert_str_eq(a, "claude\n-p\n--output-format\njson\n--\n--version\n");
+    free(a);
+    a = argv_of(SBX_AGENT_CODEX, "-", NULL, NULL, NULL);
+    cr_assert_str_eq(a, "codex\nexec\n--json\n--\n-\n");
     free(a);
 }
 
@@ -809,6 +914,76 @@ Test(opencode, a_repeated_step_finish_counts_once_and_no_cost_is_unknown)
     assert_tokens(&u, 1200, 60, 5, 400, 0);
     cr_assert_eq(u.llm_cost_unknown, 1);
     sbx_agent_run_free(run);
+}
+
+/* Token counts that are not JSON integers >= 0 count 0, a negative cost
+ * is no cost, and neither can drive a total below 0. */
+Test(claude, malformed_token_counts_and_a_negative_cost_are_not_counted)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_CLAUDE_CODE, "U1");
+    sbx_usage u = usage_of(run);
+    char *json = sbx_agent_run_to_json(run);
+
+    assert_succeeded(run, "done");
+    assert_tokens(&u, 0, 7, 0, 0, 0);
+    cr_assert_eq(u.llm_cost_unknown, 1);
+    cr_assert_eq(u.llm_cost_pusd, 0);
+    cr_assert(strstr(json, "\"llm_cost_usd\":null"), "%s", json);
+    free(json);
+    sbx_agent_run_free(run);
+}
+
+/* An answer with bytes that are not UTF-8 (a lone 0xFF, a surrogate, an
+ * overlong '/') keeps them in the getter, and the JSON forms hold U+FFFD
+ * for each such byte, so they stay JSON. */
+#define FFFD "\xEF\xBF\xBD"
+Test(claude, text_that_is_not_utf8_is_replaced_in_the_json_only)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_CLAUDE_CODE, "U3");
+    char *json = sbx_agent_run_to_json(run);
+    json_tokener *tok = json_tokener_new();
+    json_object *doc;
+
+    assert_succeeded(run, "caf\xC3\xA9 \xFF\xFE \xED\xA0\x80 \xC0\xAF ok");
+    cr_assert(strstr(json, "\"text\":\"caf\xC3\xA9 " FFFD FFFD " " FFFD FFFD FFFD " " FFFD FFFD
+                           " ok\","), "%s", json);
+    cr_assert(strstr(json, "\"session_id\":\"00000000-0000-4000-8000-0000000000" FFFD "1\""),
+              "%s", json);
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+    doc = json_tokener_parse_ex(tok, json, (int)strlen(json));
+    cr_assert_not_null(doc, "not valid UTF-8 JSON: %s", json);
+    json_object_put(doc);
+    json_tokener_free(tok);
+    free(json);
+    sbx_agent_run_free(run);
+}
+
+/* Counts past INT64_MAX stop there instead of wrapping negative, and a sum
+ * of costs past what an amount holds is unknown, not a wrapped number;
+ * the sandbox's running total stays at the bound after a later call. */
+Test(opencode, huge_counts_stop_at_the_bound_and_an_overflowing_cost_is_unknown)
+{
+    sbx_agent_run *run = run_fixture(SBX_AGENT_OPENCODE, "U2");
+    sbx_usage u = usage_of(run), s = SBX_USAGE_INIT;
+    char *json = sbx_agent_run_to_json(run);
+
+    assert_succeeded(run, "big");
+    assert_tokens(&u, INT64_MAX, 1005, 2, 4, 3);
+    cr_assert_eq(sbx_usage_total_tokens(&u), INT64_MAX);
+    cr_assert_eq(u.llm_cost_unknown, 1);
+    cr_assert_eq(u.llm_cost_pusd, 0);
+    cr_assert(strstr(json, "\"llm_cost_usd\":null"), "%s", json);
+    cr_assert(strstr(json, "\"total_tokens\":9223372036854775807,"), "%s", json);
+    free(json);
+    sbx_agent_run_free(run);
+
+    sbx_agent_run_free(run_fixture(SBX_AGENT_CLAUDE_CODE, "F1"));
+    cr_assert_eq(sbx_sandbox_get_usage(sandbox, &s, NULL), 0);
+    cr_assert_eq(s.calls, 2);
+    assert_tokens(&s, INT64_MAX, 1005 + 842, 2, 4 + 20480, 3 + 5120);
+    cr_assert_eq(sbx_usage_total_tokens(&s), INT64_MAX);
+    cr_assert_eq(s.llm_cost_unknown, 1);
+    assert_usd(s.llm_cost_pusd, "0.0731245");
 }
 
 /* ------------------------------------------------------------ usage, ledger */
@@ -978,8 +1153,19 @@ Test(usage, the_ledger_comes_from_SBX_LEDGER_and_a_bad_path_is_named)
 
     cr_assert_eq(sbx_client_set_ledger(c2, "/nonexistent/dir/ledger.jsonl", &err), -1);
     tu_assert_error(err, SBX_ERROR_CONFIGURATION, "/nonexistent/dir/ledger.jsonl", NULL);
-    sbx_error_free(err);
+    sbx_error_clear(&err);
     sbx_client_free(c2);
+
+    /* SBX_LEDGER naming a file that cannot be opened fails the client at
+     * once (its records were dropped without a word). */
+    setenv("SBX_LEDGER", "/nonexistent/dir/ledger.jsonl", 1);
+    cr_assert_null(sbx_client_new("local", &err));
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION,
+                    "cannot open the ledger SBX_LEDGER names, /nonexistent/dir/ledger.jsonl: "
+                    "No such file or directory", NULL);
+    cr_assert_str_eq(sbx_error_get0_backend(err), "local");
+    sbx_error_free(err);
+    unsetenv("SBX_LEDGER");
     free(ledger);
 }
 
@@ -1542,6 +1728,42 @@ Test(async_agent, run_agent_and_apply_patch_have_asynchronous_forms)
 
     cr_assert_null(sbx_sandbox_run_agent_async(async, sandbox, NULL, on_done, &got, &err));
     tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "request", NULL);
+    sbx_error_free(err);
+    sbx_async_free(async);
+}
+
+/* The asynchronous form reads the request within its struct_size, as the
+ * synchronous one does: fields past it (a caller built with an older
+ * header has none; here they hold pointers that must not be read) are not
+ * read, and a struct_size that does not reach the prompt is refused at
+ * submission, naming it. */
+Test(async_agent, the_request_is_read_within_its_struct_size)
+{
+    sbx_agent_request req = SBX_AGENT_REQUEST_INIT;
+    async_got got = { 0 };
+    sbx_error *err = NULL;
+    sbx_async *async = sbx_async_new(1, &err);
+
+    cr_assert_not_null(async);
+    req.struct_size = offsetof(sbx_agent_request, model);
+    req.prompt = "F1";
+    req.model = (const char *)8;
+    req.env = (const char *const *)8;
+    req.command = (const char *)8;
+    cr_assert_not_null(sbx_sandbox_run_agent_async(async, sandbox, &req, on_done, &got, &err),
+                       "%s", err ? sbx_error_get0_message(err) : "");
+    while (got.calls == 0)
+        sbx_async_wait(async, -1);
+    /* Without the env past struct_size, the stand-in is not on PATH. */
+    cr_assert_null(got.run);
+    tu_assert_error(got.error, SBX_ERROR_COMMAND_FAILED,
+                    "the claude-code CLI \"claude\" was not found", NULL);
+    sbx_error_free(got.error);
+
+    req.struct_size = 3;
+    cr_assert_null(sbx_sandbox_run_agent_async(async, sandbox, &req, on_done, &got, &err));
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "request struct_size is 3, needs at least",
+                    NULL);
     sbx_error_free(err);
     sbx_async_free(async);
 }

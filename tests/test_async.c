@@ -898,6 +898,68 @@ Test(async, free_cancels_pending_and_leaves_nothing)
     assert_nothing_left();
 }
 
+/* A callback that frees its own pool: the free returns at once (the
+ * running exec below waits for a file this callback writes after it, so a
+ * free that waited would never return), submissions are refused from then
+ * on, no other callback runs, and the pool is gone, threads and descriptor
+ * with it, once the dispatch returns. */
+typedef struct self_free {
+    sbx_async *a;
+    sbx_sandbox *sb;
+    int ran;
+    sbx_error_code submit_code;
+    char *submit_message;
+    int nested_wait;
+} self_free;
+
+static void free_from_callback(sbx_op *op, void *ud)
+{
+    self_free *st = ud;
+    sbx_error *err = NULL;
+
+    op_ok(op, "exec");
+    st->ran++;
+    sbx_async_free(st->a);
+    cr_assert_null(sbx_sandbox_execute_shell_async(st->a, st->sb, "true", must_not_run, NULL,
+                                                   &err), "queued after the pool was freed");
+    st->submit_code = sbx_error_get_code(err);
+    st->submit_message = strdup(sbx_error_get0_message(err));
+    sbx_error_free(err);
+    st->nested_wait = sbx_async_wait(st->a, -1);
+    cr_assert_eq(sbx_sandbox_write_file(st->sb, "tmp/go", "x", 1, &err), 0, "%s", msg(err));
+}
+
+Test(async, a_callback_may_free_its_own_pool, .timeout = 60)
+{
+    cr_assert_eq(setenv("SBX_LOCAL_WARM", "0", 1), 0);
+    sbx_sandbox *sb = tu_create(g_client, NULL);
+    sh_ok(sb, "true", "");
+    int fds0 = count_self("fd"), tasks0 = count_self("task");
+    self_free st = { .a = new_pool(2), .sb = sb };
+    sbx_error *err = NULL;
+
+    cr_assert_not_null(sbx_sandbox_execute_shell_async(
+        st.a, sb, ": > \"$SANDBOX_ROOT/tmp/waiting\"; "
+                  "while [ ! -e \"$SANDBOX_ROOT/tmp/go\" ]; do sleep 0.05; done",
+        must_not_run, NULL, &err), "%s", msg(err));
+    wait_marker(sb, "$SANDBOX_ROOT/tmp/waiting", 20);
+    cr_assert_not_null(sbx_sandbox_execute_shell_async(st.a, sb, "true", free_from_callback,
+                                                       &st, &err), "%s", msg(err));
+    cr_assert_eq(sbx_async_wait(st.a, 30), 1);
+    /* st.a is freed now. */
+    cr_assert_eq(st.ran, 1);
+    cr_assert_eq(st.submit_code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(st.submit_message,
+                     "cannot queue execute_command: the pool is being freed");
+    cr_assert_eq(st.nested_wait, 0);
+    cr_assert_eq(count_self("fd"), fds0, "descriptors left by the pool");
+    cr_assert_eq(count_self("task"), tasks0, "threads left by the pool");
+    free(st.submit_message);
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+    assert_nothing_left();
+}
+
 static void unstolen_cb(sbx_op *op, void *ud)
 {
     char **root = ud;

@@ -4387,6 +4387,84 @@ Test(cli, ledger_sums_records_exactly_per_backend)
     free(bad);
 }
 
+/* A malformed rate in the user's pricing file is said, with its key, value
+ * and file; it is not printed as "-", which means unpublished. */
+Test(cli, pricing_names_a_malformed_rate)
+{
+    char path[PATH_MAX + 32], env_var[PATH_MAX + 64];
+    const char *env[2] = { env_var, NULL };
+    cli_spec spec = { 0 };
+    cli_run r;
+    FILE *f;
+
+    snprintf(path, sizeof path, "%s/pricing-bad.json", g_tmpdir);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    cr_assert_eq(fputs("{\"backends\":{\"local\":{\"vcpu_usd_per_s\":\"abc\"}}}", f) >= 0, 1);
+    cr_assert_eq(fclose(f), 0);
+    snprintf(env_var, sizeof env_var, "SBX_PRICING_FILE=%s", path);
+    spec.args = (const char *const[]){ "pricing", NULL };
+    spec.env = env;
+    r = run_spec(&spec);
+    cr_assert_eq(r.status, 125, "status %d, stdout: %s", r.status, r.out);
+    cr_assert(strstr(r.err, "backend \"local\" has a malformed rate in the pricing table: "
+                            "vcpu_usd_per_s \"abc\" is not a decimal number of USD >= 0"),
+              "stderr: %s", r.err);
+    cr_assert(strstr(r.err, path), "stderr: %s", r.err);
+    free_run(&r);
+    unlink(path);
+}
+
+/* A negative or non-numeric count or amount is named with its line, and
+ * sums that pass what an int64_t holds are refused: never a wrapped,
+ * negative total. */
+static void
+ledger_refuses(const char *records, const char *message)
+{
+    char *bad;
+    FILE *f;
+    cli_run r;
+
+    cr_assert(asprintf(&bad, "%s/bad.jsonl", g_tmpdir) > 0);
+    f = fopen(bad, "w");
+    cr_assert_not_null(f);
+    fputs(records, f);
+    fclose(f);
+    r = SBX("ledger", bad);
+    cr_assert_eq(r.status, 125, "status %d, stdout: %s", r.status, r.out);
+    cr_assert_str_eq(r.out, "");
+    cr_assert(strstr(r.err, message), "stderr: %s, expected %s", r.err, message);
+    free_run(&r);
+    free(bad);
+}
+
+Test(cli, ledger_names_bad_values_and_sums_that_do_not_fit)
+{
+    ledger_refuses("{\"kind\":\"agent_call\",\"backend\":\"e2b\",\"llm_cost_usd\":0.1}\n"
+                   "{\"kind\":\"agent_call\",\"backend\":\"e2b\",\"llm_cost_usd\":-0.1}\n",
+                   "bad.jsonl:2: llm_cost_usd -0.1 is not an amount of USD >= 0 that fits");
+    ledger_refuses("{\"kind\":\"sandbox\",\"backend\":\"e2b\",\"compute_cost_usd\":\"abc\"}\n",
+                   "bad.jsonl:1: compute_cost_usd \"abc\" is not an amount of USD >= 0 that "
+                   "fits");
+    ledger_refuses("{\"kind\":\"agent_call\",\"backend\":\"e2b\",\"input_tokens\":-5,"
+                   "\"llm_cost_usd\":0}\n",
+                   "bad.jsonl:1: input_tokens -5 is not a count (an integer >= 0)");
+    ledger_refuses("{\"kind\":\"agent_call\",\"backend\":\"e2b\",\"output_tokens\":1.5,"
+                   "\"llm_cost_usd\":0}\n",
+                   "bad.jsonl:1: output_tokens 1.5 is not a count (an integer >= 0)");
+    ledger_refuses("{\"kind\":\"agent_call\",\"backend\":\"e2b\",\"llm_cost_usd\":9000000}\n"
+                   "{\"kind\":\"agent_call\",\"backend\":\"e2b\",\"llm_cost_usd\":9000000}\n",
+                   "bad.jsonl:2: llm_cost_usd 9000000 makes a sum past what an amount holds");
+    ledger_refuses("{\"kind\":\"agent_call\",\"backend\":\"e2b\",\"llm_cost_usd\":0,"
+                   "\"input_tokens\":9223372036854775807,\"output_tokens\":1}\n",
+                   "bad.jsonl:1: output_tokens 1 makes a sum past 9223372036854775807");
+    /* Each backend's sum fits, the sum of all does not. */
+    ledger_refuses("{\"kind\":\"agent_call\",\"backend\":\"e2b\",\"llm_cost_usd\":5000000}\n"
+                   "{\"kind\":\"sandbox\",\"backend\":\"modal\",\"compute_cost_usd\":5000000}"
+                   "\n",
+                   "the totals pass what an amount holds");
+}
+
 /* ------------------------------------------- ports, users, persistence */
 
 Test(cli, port_prints_the_exposed_ports_as_docker_does)

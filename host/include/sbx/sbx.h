@@ -2087,8 +2087,9 @@ SBX_EXPORT int sbx_usd_parse(const char *text, int64_t *pusd, sbx_error **error)
  * @backend per second, in femto-dollars (10^-15 USD) stored in
  * *@fusd_per_second: vcpu × the vCPU rate + ram_gib × the memory rate +
  * COUNT × the GPU type's rate (the reference's formula, plus GPUs), rounded
- * to the femto-dollar (exact for rates published per second; a rate per
- * hour such as 0.05 is 13888888889). The granularity and minimum apply to
+ * to the femto-dollar (exact for rates published per second with at most
+ * 12 decimals, further ones being rounded to the pico-dollar when the
+ * table is read; a rate per hour such as 0.05 is 13888888889). The granularity and minimum apply to
  * costs of a duration (usage), not here. Errors: invalid_argument (NULL
  * @fusd_per_second, empty @backend, a negative or non-finite size, a bad
  * @gpu), not_found naming the backend (no entry) or the rate it lacks (a
@@ -2109,8 +2110,9 @@ SBX_EXPORT int sbx_cost_per_second(const char *backend, double vcpu, double ram_
  * counts as 0), then priced at the size's rate, rounded once to the
  * pico-dollar. This is how usage prices a sandbox's lifetime, so an
  * estimate made with it matches the ledger. Errors: as
- * sbx_cost_per_second, and invalid_argument for NULL @pusd or a
- * non-finite @seconds. Returns 0 or -1. Thread-safe. Since 0.1.
+ * sbx_cost_per_second, and invalid_argument for NULL @pusd, a non-finite
+ * @seconds, or a cost past what an amount holds (about 9.2 million USD),
+ * naming @seconds. Returns 0 or -1. Thread-safe. Since 0.1.
  */
 SBX_EXPORT int sbx_cost_of_duration(const char *backend, double vcpu, double ram_gib,
                                     const char *gpu, double seconds, int64_t *pusd,
@@ -2147,7 +2149,11 @@ SBX_EXPORT char *sbx_pricing_to_json(sbx_error **error);
  *
  * Tokens follow the CLIs' own counts: input (not read from the cache),
  * output, reasoning (OpenCode's, Codex's reasoning_output_tokens taken out
- * of its output), cache_read and cache_write. Money is in pico-dollars.
+ * of its output), cache_read and cache_write; a count that is not a JSON
+ * integer >= 0 (negative, fractional, a string) counts 0. Money is in
+ * pico-dollars; a reported cost that is not a decimal number >= 0 that
+ * fits is not a cost (unknown). Sums of counts and money stop at
+ * INT64_MAX instead of wrapping.
  *  - llm_cost_pusd: the sum of the costs the CLIs reported;
  *    llm_cost_unknown the number of calls whose CLI reported none (Codex
  *    never does; Claude Code under a subscription does not): with 0 the
@@ -2229,7 +2235,8 @@ SBX_EXPORT int sbx_client_get_usage(sbx_client *client, sbx_usage *usage,
  * stops) for each agent call and each sandbox lifetime of @client's
  * sandboxes, from now on. Without a call the environment variable
  * SBX_LEDGER, read when the client is made, names the file, so every
- * process of a large run can write one ledger. Each line is one write to
+ * process of a large run can write one ledger (a file it names that
+ * cannot be opened fails the client's creation: configuration naming it). Each line is one write to
  * a file opened O_APPEND, so lines of concurrent writers never mix.
  *
  * Records: {"kind":"agent_call", "time" (ISO 8601 UTC), "backend",
@@ -2258,13 +2265,15 @@ SBX_EXPORT int sbx_client_set_ledger(sbx_client *client, const char *path,
 /**
  * sbx_agent_harness: the agent CLI run_agent runs. Values are explicit
  * and append-only.
- *  - CLAUDE_CODE: `claude -p PROMPT --output-format json [--model M]
- *    [-c | --resume ID] [EXTRA...]`; read from its result record (one
+ *  - CLAUDE_CODE: `claude -p --output-format json [--model M] [-c |
+ *    --resume ID] [EXTRA...] -- PROMPT`; read from its result record (one
  *    object, the verbose array, or stream-json lines).
  *  - CODEX: `codex exec --json [--model M] [EXTRA...] [resume (--last |
- *    ID)] PROMPT`; read from its JSONL events.
+ *    ID)] -- PROMPT`; read from its JSONL events.
  *  - OPENCODE: `opencode run --format json [--model M] [-c | --session
- *    ID] [EXTRA...] PROMPT`; read from its JSONL events.
+ *    ID] [EXTRA...] -- PROMPT`; read from its JSONL events.
+ * The prompt always comes last, after "--": one that starts with "-" is
+ * the prompt, never an option of the CLI.
  */
 typedef enum sbx_agent_harness {
     SBX_AGENT_CLAUDE_CODE = 1,
@@ -2298,7 +2307,8 @@ SBX_EXPORT sbx_agent_harness sbx_agent_harness_from_name(const char *name);
  *  - timeout_secs: as sbx_exec_request's.
  *  - command: the CLI program (NULL: "claude", "codex", "opencode", looked
  *    up in the sandbox's PATH).
- * Pointers are borrowed for the call.
+ * Pointers are borrowed for the call. A struct_size that does not reach
+ * prompt is invalid_argument naming it.
  */
 typedef struct sbx_agent_request {
     size_t struct_size;
@@ -2403,7 +2413,9 @@ SBX_EXPORT int sbx_agent_run_get_usage(const sbx_agent_run *run, sbx_usage *usag
  * sbx_agent_run_to_json:
  * {"status": "succeeded"|"failed", "reason", "error_code", "text",
  * "session_id", "exit_code", "harness", "usage": sbx_usage_to_json} as a
- * new string (free()); NULL only when memory runs out. Since 0.1.
+ * new string (free()); NULL only when memory runs out. Bytes of the CLI's
+ * text that are not UTF-8 become U+FFFD here and in the ledger (the
+ * getters and the raw output keep them). Since 0.1.
  */
 SBX_EXPORT char *sbx_agent_run_to_json(const sbx_agent_run *run);
 /** sbx_agent_run_free: NULL ignored. Since 0.1. */
@@ -2773,7 +2785,8 @@ typedef enum sbx_op_kind {
  * invalid_argument naming the value). No thread starts until the first
  * operation; the pool owns one eventfd (sbx_async_get_fd) and one more per
  * worker started. No per-client bound (see sbx_async_set_max_per_client).
- * Errors: invalid_argument; unknown when memory or descriptors run out.
+ * Errors: invalid_argument; resource_exhausted when memory or descriptors
+ * run out.
  * Free with sbx_async_free(). Since 0.1.
  */
 SBX_EXPORT sbx_async *sbx_async_new(unsigned max_workers, sbx_error **error);
@@ -2786,7 +2799,12 @@ SBX_EXPORT sbx_async *sbx_async_new(unsigned max_workers, sbx_error **error);
  * dispatched are dropped without their callbacks. What the dropped
  * operations made is released as if unstolen (a created sandbox is
  * destroyed before this returns). Every worker thread is joined and every
- * descriptor closed. Must not be called from a callback of @async, nor
+ * descriptor closed. Called from a callback of @async (on the dispatching
+ * thread), it returns at once and the pool is freed as above when the
+ * outermost sbx_async_dispatch() / sbx_async_wait() running callbacks
+ * returns: from the call on, submissions fail (invalid_argument), no
+ * further callback runs (not even those of the same dispatch), and that
+ * dispatch returns without touching @async again. Must not be called
  * while another thread uses @async. NULL ignored. Since 0.1.
  */
 SBX_EXPORT void sbx_async_free(sbx_async *async);
