@@ -927,10 +927,8 @@ sbx_async_wait(sbx_async *async, double timeout_secs)
     double end;
     int n;
 
-    if (!async)
+    if (!async || isnan(timeout_secs))
         return -1;
-    if (isnan(timeout_secs))
-        timeout_secs = 0;
     end = timeout_secs < 0 ? INFINITY : sbx_monotonic_now() + timeout_secs;
     for (;;) {
         struct pollfd p = { .fd = async->efd, .events = POLLIN };

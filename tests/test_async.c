@@ -30,6 +30,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1326,6 +1327,7 @@ Test(async, bad_arguments)
     cr_assert_eq(sbx_async_get_fd(NULL), -1);
     cr_assert_eq(sbx_async_dispatch(NULL), -1);
     cr_assert_eq(sbx_async_wait(NULL, 0), -1);
+    cr_assert_eq(sbx_async_wait(a, NAN), -1);
     cr_assert_eq(sbx_async_pending(NULL), 0);
     cr_assert_eq(sbx_op_cancel(NULL), -1);
     sbx_async_free(NULL);

@@ -2835,7 +2835,8 @@ SBX_EXPORT int sbx_async_dispatch(sbx_async *async);
  * does, and returns how many callbacks ran. Returns 0 when @timeout_secs
  * passed first (seconds; < 0 = no limit; 0 = dispatch what is there) or
  * at once when no operation is outstanding (sbx_async_pending() is 0);
- * -1 for a NULL @async. Since 0.1.
+ * -1 for a NULL @async or a NaN @timeout_secs (nothing dispatched). Since
+ * 0.1.
  */
 SBX_EXPORT int sbx_async_wait(sbx_async *async, double timeout_secs);
 
