@@ -26,7 +26,7 @@ sbx_decimal_parse(const char *text, int scale, int64_t *out)
     int neg = 0, seen = 0, frac = 0, exp = 0, shift, point = 0;
     char digits[64];
     size_t nd = 0;
-    unsigned __int128 v = 0;
+    unsigned __int128 v = 0, limit;
     int round_digit = -1;          /* first digit past the kept ones */
 
     if (!text || scale < 0 || scale > 18)
@@ -86,14 +86,17 @@ sbx_decimal_parse(const char *text, int scale, int64_t *out)
         p++;
     if (*p)
         return -1;
-    /* value = digits × 10^(exp - frac); want value × 10^scale. */
+    /* value = digits × 10^(exp - frac); want value × 10^scale. A
+     * negative value may reach INT64_MIN, whose magnitude is one more than
+     * INT64_MAX (so that what sbx_decimal_format() prints reads back). */
+    limit = (unsigned __int128)INT64_MAX + (neg ? 1 : 0);
     shift = exp - frac + scale;
     for (size_t i = 0; i < nd; i++) {
         int keep = shift >= 0 || (long)i < (long)nd + shift;
 
         if (keep) {
             v = v * 10 + (unsigned)(digits[i] - '0');
-            if (v > (unsigned __int128)INT64_MAX)
+            if (v > limit)
                 return -1;
         } else if ((long)i == (long)nd + shift) {
             /* The first digit dropped: when nd + shift < 0 it is one of
@@ -104,14 +107,14 @@ sbx_decimal_parse(const char *text, int scale, int64_t *out)
     }
     for (int i = 0; i < shift; i++) {
         v *= 10;
-        if (v > (unsigned __int128)INT64_MAX)
+        if (v > limit)
             return -1;
     }
     if (round_digit >= 5)
         v++;
-    if (v > (unsigned __int128)INT64_MAX)
+    if (v > limit)
         return -1;
-    *out = neg ? -(int64_t)v : (int64_t)v;
+    *out = neg ? (int64_t)(-(__int128)v) : (int64_t)v;
     return 0;
 }
 

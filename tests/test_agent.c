@@ -237,6 +237,18 @@ Test(money, usd_parse_reads_json_numbers_exactly)
     sbx_error_clear(&err);
     cr_assert_eq(sbx_usd_parse("99999999", &a, &err), -1);
     tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT, "99999999", NULL);
+    sbx_error_clear(&err);
+    /* The ends of the range read back as they are printed, and one
+     * pico-dollar past either is refused. */
+    assert_usd(INT64_MIN, "-9223372.036854775808");
+    cr_assert_eq(sbx_usd_parse("-9223372.036854775808", &a, &err), 0);
+    cr_assert_eq(a, INT64_MIN);
+    assert_usd(INT64_MAX, "9223372.036854775807");
+    cr_assert_eq(sbx_usd_parse("9223372.036854775807", &a, &err), 0);
+    cr_assert_eq(a, INT64_MAX);
+    cr_assert_eq(sbx_usd_parse("-9223372.036854775809", &a, &err), -1);
+    sbx_error_clear(&err);
+    cr_assert_eq(sbx_usd_parse("9223372.036854775808", &a, &err), -1);
     sbx_error_free(err);
 }
 

@@ -2052,7 +2052,9 @@ SBX_EXPORT int sbx_usd_format(int64_t pusd, char *buf, size_t cap);
  * "1e-5": as JSON writes numbers) exactly into *@pusd pico-dollars, digits
  * past the 12th decimal rounded half away from zero. Errors:
  * invalid_argument naming @text when it is not such a number or does not
- * fit (about 9.2 million dollars), or for NULL arguments. Returns 0 or -1.
+ * fit an int64_t of pico-dollars (-9223372.036854775808 to
+ * 9223372.036854775807 dollars, the ends included: what sbx_usd_format()
+ * prints reads back), or for NULL arguments. Returns 0 or -1.
  * Thread-safe. Since 0.1.
  */
 SBX_EXPORT int sbx_usd_parse(const char *text, int64_t *pusd, sbx_error **error);
