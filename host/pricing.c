@@ -313,6 +313,9 @@ sbx_pricing_rate(const char *backend, double vcpu, double ram_gib, const char *g
     pthread_mutex_lock(&pricing_lock);
     int r = pricing_rate_locked(backend, vcpu, ram_gib, gpu, rate, err);
     pthread_mutex_unlock(&pricing_lock);
+    /* The backend is the error's own field, not a context pair beside it. */
+    if (r < 0 && err && *err && backend && *backend)
+        sbx_error_fill(*err, backend, NULL);
     return r;
 }
 
@@ -348,7 +351,6 @@ pricing_rate_locked(const char *backend, double vcpu, double ram_gib, const char
         !json_object_is_type(entry, json_type_object)) {
         e = sbx_set_error(err, SBX_ERROR_NOT_FOUND, op,
                           "no price for backend \"%s\" in the pricing table", backend);
-        sbx_error_add_context(e, "backend", backend);
         json_object_put(doc);
         return -1;
     }
@@ -359,7 +361,6 @@ pricing_rate_locked(const char *backend, double vcpu, double ram_gib, const char
         e = sbx_set_error(err, SBX_ERROR_NOT_FOUND, op,
                           "backend \"%s\" has no published vCPU or memory rate "
                           "in the pricing table", backend);
-        sbx_error_add_context(e, "backend", backend);
         json_object_put(doc);
         return -1;
     }
@@ -373,7 +374,6 @@ pricing_rate_locked(const char *backend, double vcpu, double ram_gib, const char
                           "%s %s is not a decimal number of USD >= 0 that fits%s%s%s",
                           backend, bad_key, value, origin ? " (the entry last set by " : "",
                           origin ? origin : "", origin ? ")" : "");
-        sbx_error_add_context(e, "backend", backend);
         sbx_error_add_context(e, "key", bad_key);
         sbx_error_add_context(e, "value", value);
         if (origin)
@@ -409,8 +409,7 @@ pricing_rate_locked(const char *backend, double vcpu, double ram_gib, const char
             e = sbx_set_error(err, SBX_ERROR_NOT_FOUND, op,
                               "backend \"%s\" has no published rate for GPU \"%s\"",
                               backend, type);
-            sbx_error_add_context(e, "backend", backend);
-            sbx_error_add_context(e, "gpu", gpu);
+                sbx_error_add_context(e, "gpu", gpu);
             json_object_put(doc);
             return -1;
         }
@@ -437,7 +436,6 @@ pricing_rate_locked(const char *backend, double vcpu, double ram_gib, const char
 overflow:
     e = sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, op,
                       "the rate of backend \"%s\" for this size is out of range", backend);
-    sbx_error_add_context(e, "backend", backend);
     json_object_put(doc);
     return -1;
 }
@@ -575,10 +573,8 @@ sbx_pricing_get_entry(const char *backend, sbx_error **error)
     }
     json_object_object_get_ex(doc, "backends", &backends);
     if (!json_object_object_get_ex(backends, backend, &entry)) {
-        sbx_error *e = sbx_set_error(&err, SBX_ERROR_NOT_FOUND, "pricing",
-                                     "no price for backend \"%s\" in the pricing table",
-                                     backend);
-        sbx_error_add_context(e, "backend", backend);
+        sbx_set_error(&err, SBX_ERROR_NOT_FOUND, "pricing",
+                      "no price for backend \"%s\" in the pricing table", backend);
         sbx_error_fill(err, backend, "pricing");
         sbx_error_propagate(error, err);
         json_object_put(doc);

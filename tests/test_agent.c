@@ -321,6 +321,9 @@ Test(pricing, unknown_prices_are_errors_naming_what_is_missing)
 
     cr_assert_eq(sbx_cost_per_second("nosuchcloud", 1, 1, NULL, &v, &err), -1);
     tu_assert_error(err, SBX_ERROR_NOT_FOUND, "nosuchcloud", NULL);
+    /* The backend is the error's field, said once. */
+    cr_assert_str_eq(sbx_error_get0_backend(err), "nosuchcloud");
+    cr_assert_null(sbx_error_get0_context(err, "backend"));
     cr_assert_eq(v, 0);
     sbx_error_clear(&err);
     /* RunPod pods are priced live: no list rate for a vCPU. */
@@ -383,6 +386,8 @@ Test(pricing, entries_carry_their_source_and_date)
 
     cr_assert_null(sbx_pricing_get_entry("nosuchcloud", &err));
     tu_assert_error(err, SBX_ERROR_NOT_FOUND, "nosuchcloud", NULL);
+    cr_assert_str_eq(sbx_error_get0_backend(err), "nosuchcloud");
+    cr_assert_null(sbx_error_get0_context(err, "backend"));
     sbx_error_free(err);
 }
 
