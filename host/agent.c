@@ -645,8 +645,12 @@ sbx_sandbox_run_agent(sbx_sandbox *sandbox, const sbx_agent_request *request,
     exec.timeout_secs = req.timeout_secs;
     result = sbx_sandbox_execute_command(sandbox, &exec, &err);
     sbx_strv_clear(&argv);
-    if (!result)
+    if (!result) {
+        /* The caller's call is run_agent, whichever layer failed. */
+        sbx_error_replace_op(err, "execute_command", op);
+        sbx_error_replace_op(err, "exec", op);
         goto fail;
+    }
     run = calloc(1, sizeof(*run));
     if (!run) {
         sbx_result_free(result);

@@ -201,6 +201,25 @@ assert_failed(const sbx_agent_run *run, const char *reason, sbx_error_code code)
                  sbx_error_code_name(code));
 }
 
+/* An exec that fails under the agent (a working directory that is not
+ * there) is the caller's run_agent that failed: its op says so. */
+Test(claude, a_failed_exec_is_named_run_agent)
+{
+    const char *env[] = { path_env, NULL };
+    sbx_agent_request req = SBX_AGENT_REQUEST_INIT;
+    sbx_error *err = NULL;
+
+    req.harness = SBX_AGENT_CLAUDE_CODE;
+    req.prompt = "U1";
+    req.env = env;
+    req.cwd = "/no/such/dir";
+    cr_assert_null(sbx_sandbox_run_agent(sandbox, &req, &err));
+    tu_assert_error(err, SBX_ERROR_NOT_FOUND, "/no/such/dir", NULL);
+    cr_assert_str_eq(sbx_error_get0_op(err), "run_agent");
+    cr_assert_str_eq(sbx_error_get0_backend(err), tu_backend());
+    sbx_error_free(err);
+}
+
 /* ------------------------------------------------------------ money */
 
 Test(money, usd_format_is_exact)
