@@ -936,7 +936,13 @@ sbx_async_wait(sbx_async *async, double timeout_secs)
         int ms;
 
         /* A callback may have freed the pool: a dispatch that ran one
-         * returns at once, and @async is not touched again. */
+         * returns at once, and @async is not touched again. A dispatch
+         * that frees the pool has run at least the callback that freed
+         * it, so it never returns 0: after a 0, @async is still
+         * allocated. free_deferred set and the pool still there means
+         * this wait runs inside a callback that freed it (the outermost
+         * dispatch frees it when that callback returns); it is written
+         * only by this thread's callbacks, so it is read here unlocked. */
         if ((n = sbx_async_dispatch(async)) != 0)
             return n;
         if (async->free_deferred || sbx_async_pending(async) == 0)
