@@ -51,6 +51,9 @@
  *     by a table of the provider's, the id of its one-POST create (nested
  *     too) and its ownership labels; a paged listing, and list_owned's
  *     item (with RFC 3339 times);
+ *   - the descriptor's head, the slots every plugin fills with its own
+ *     functions, the script proc slots and the entry point, and the
+ *     destroy, destroy_by_id and script exec_start slots, by macro;
  *   - a JSON POST that sends {} for no body, the exec_start slot of a
  *     provider whose commands are script procs, and the list_files slot by
  *     a command and the read_file slot over a download.
@@ -1035,6 +1038,78 @@ void cl_client_free_slot(sbx_plugin_client *c);
     }
 
 /**
+ * Defines @name, a static destroy slot (sbx_plugin's destroy) of a plugin
+ * whose sandbox struct starts with a cl_sandbox @s whose client is @s.c:
+ * cl_sandbox_destroy(&sb->s, sb->s.c, @del, ctx, error). Returns as
+ * cl_sandbox_destroy(). Thread-safe as @del is.
+ */
+#define CL_DESTROY(name, del)                                                               \
+    static int name(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)     \
+    {                                                                                       \
+        return cl_sandbox_destroy(&sb->s, sb->s.c, (del), ctx, error);                      \
+    }
+
+/**
+ * Defines @name, a static destroy_by_id slot (sbx_plugin's destroy_by_id)
+ * of a provider whose delete of sandbox @id (a cl_delete_fn) is all it
+ * takes: @del(client, ctx, id, "destroy_by_id", error). Returns as @del
+ * (0 also when the sandbox was gone already). Thread-safe as @del is.
+ */
+#define CL_DESTROY_BY_ID(name, del)                                                         \
+    static int name(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,     \
+                    sbx_error **error)                                                      \
+    {                                                                                       \
+        return (del)(client, ctx, id, "destroy_by_id", error);                              \
+    }
+
+/**
+ * The members every hosted plugin's descriptor (a constant sbx_plugin)
+ * starts with, in its designated initializer: struct_size, abi_major and
+ * abi_minor of this build, name @backend (a string constant), version
+ * PACKAGE_VERSION, and the slots the base fills alike for every plugin
+ * whose client starts with a cl_client, whose sandbox struct starts with
+ * a cl_sandbox and whose processes start with a cl_proc: client_free
+ * (cl_client_free_slot()), sandbox_id (cl_sandbox_id()), sandbox_root
+ * (cl_sandbox_root()) and exec_event_fd (cl_exec_event_fd()). The
+ * plugin's initializer names none of these again (a member named twice is
+ * a -Woverride-init warning, an error with --enable-werror).
+ */
+#define CL_PLUGIN_HEAD(backend)                                                             \
+    .struct_size = sizeof(sbx_plugin), .abi_major = SBX_PLUGIN_ABI_MAJOR,                   \
+    .abi_minor = SBX_PLUGIN_ABI_MINOR, .name = (backend), .version = PACKAGE_VERSION,       \
+    .client_free = cl_client_free_slot, .sandbox_id = cl_sandbox_id,                        \
+    .sandbox_root = cl_sandbox_root, .exec_event_fd = cl_exec_event_fd
+
+/**
+ * The slots every hosted plugin fills with its own functions, named by its
+ * prefix @p: setup, client_new, probe, create, resume, session_state,
+ * destroy, is_alive, exec_start, list_files, read_file, write_file,
+ * list_owned and destroy_by_id, each the plugin's static function @p_SLOT
+ * (bl_create for prefix bl), in its descriptor's designated initializer
+ * after CL_PLUGIN_HEAD(). The slots a plugin fills otherwise (snapshot,
+ * stop, the ports...) it names itself.
+ */
+#define CL_PLUGIN_SLOTS(p)                                                                  \
+    .setup = p##_setup, .client_new = p##_client_new, .probe = p##_probe,                   \
+    .create = p##_create, .resume = p##_resume, .session_state = p##_session_state,         \
+    .destroy = p##_destroy, .is_alive = p##_is_alive, .exec_start = p##_exec_start,         \
+    .list_files = p##_list_files, .read_file = p##_read_file,                               \
+    .write_file = p##_write_file, .list_owned = p##_list_owned,                             \
+    .destroy_by_id = p##_destroy_by_id
+
+/**
+ * Defines sbx_plugin_init(), the entry point the host looks up in the
+ * plugin's module, returning @desc (the address of the plugin's constant
+ * descriptor). Once per plugin; thread-safe.
+ */
+#define CL_PLUGIN_EXPORT(desc)                                                              \
+    SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);                              \
+    SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)                               \
+    {                                                                                       \
+        return (desc);                                                                      \
+    }
+
+/**
  * Sets @h's retry policy from @cfg (cl_retry_policy_from_config() over
  * CL_RETRY_POLICY_DEFAULT; @cfg may be NULL) and its credential: the first
  * non-empty of the environment variables @key_envs (cl_credential()), sent
@@ -1527,6 +1602,33 @@ int cl_script_exec_end_info(sbx_plugin_process *process, const sbx_call_ctx *ctx
  *  every process of the command unless the sandbox is gone (within 30 s),
  *  then the worker joined and everything freed, @fini first. */
 void cl_script_exec_free(sbx_plugin_process *process);
+
+/**
+ * Defines @name, a static exec_start slot of a provider whose commands are
+ * plain cl_script_procs, its sandbox struct starting with a cl_sandbox @s
+ * whose workdir is the default cwd: cl_script_exec_start(sb, @backend,
+ * sb->s.workdir, rq, @run_short, @run, process, error). Returns as
+ * cl_script_exec_start(). Thread-safe as the runners are.
+ */
+#define CL_SCRIPT_EXEC_START(name, backend, run_short, run)                                 \
+    static int name(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,                        \
+                    const sbx_plugin_exec_request *rq, sbx_plugin_process **process,        \
+                    sbx_error **error)                                                      \
+    {                                                                                       \
+        (void)ctx;                                                                          \
+        return cl_script_exec_start(sb, (backend), sb->s.workdir, rq, (run_short), (run),   \
+                                    process, error);                                        \
+    }
+
+/**
+ * The exec_wait, exec_kill and exec_free members of the descriptor of a
+ * provider whose commands are cl_script_procs (cl_script_exec_wait(),
+ * cl_script_exec_kill(), cl_script_exec_free()), in its designated
+ * initializer after CL_PLUGIN_HEAD().
+ */
+#define CL_SCRIPT_PROC_SLOTS                                                                \
+    .exec_wait = cl_script_exec_wait, .exec_kill = cl_script_exec_kill,                     \
+    .exec_free = cl_script_exec_free
 
 /**
  * "@api/@collection/ID@suffix" with @id percent-encoded (@suffix "" for

@@ -583,10 +583,7 @@ out:
     return rc;
 }
 
-static int bl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    return cl_sandbox_destroy(&sb->s, sb->s.c, bl_delete, ctx, error);
-}
+CL_DESTROY(bl_destroy, bl_delete)
 
 /* Alive while the provider has it and it is not ending: DEPLOYED (on
  * standby or running) or still deploying. */
@@ -667,11 +664,7 @@ static int bl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     return rc;
 }
 
-static int bl_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
-                            sbx_error **error)
-{
-    return bl_delete(client, ctx, id, "destroy_by_id", error);
-}
+CL_DESTROY_BY_ID(bl_destroy_by_id, bl_delete)
 
 /* ------------------------------------------------------------------------ */
 /* Files: raw bytes both ways (CASE-17)                                      */
@@ -1401,57 +1394,22 @@ out:
     return code;
 }
 
-static int bl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                         const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
-                         sbx_error **error)
-{
-    (void)ctx;
-    return cl_script_exec_start(sb, BL_BACKEND, sb->s.workdir, rq, bl_run_short, bl_exec_run,
-                                process, error);
-}
+CL_SCRIPT_EXEC_START(bl_exec_start, BL_BACKEND, bl_run_short, bl_exec_run)
 
 /* ------------------------------------------------------------------------ */
 /* The descriptor                                                            */
 /* ------------------------------------------------------------------------ */
 
 static const sbx_plugin bl_plugin = {
-    .struct_size = sizeof(sbx_plugin),
-    .abi_major = SBX_PLUGIN_ABI_MAJOR,
-    .abi_minor = SBX_PLUGIN_ABI_MINOR,
-    .name = BL_BACKEND,
-    .version = PACKAGE_VERSION,
+    CL_PLUGIN_HEAD(BL_BACKEND),
+    CL_PLUGIN_SLOTS(bl),
     .description = "Blaxel sandboxes (control API and each sandbox's data plane) over "
                    "libcurl; memory decides vCPU; the provider ends a sandbox at its ttl and "
                    "wakes one on standby at use; output streams as it comes; "
                    "relative paths are taken from the workdir",
     .caps = BL_CAPS,
-    .setup = bl_setup,
-    .client_new = bl_client_new,
-    .client_free = cl_client_free_slot,
-    .probe = bl_probe,
-    .create = bl_create,
-    .resume = bl_resume,
-    .session_state = bl_session_state,
-    .destroy = bl_destroy,
-    .is_alive = bl_is_alive,
     .sandbox_free = cl_sandbox_free_slot,
-    .sandbox_id = cl_sandbox_id,
-    .sandbox_root = cl_sandbox_root,
-    .exec_start = bl_exec_start,
-    .exec_wait = cl_script_exec_wait,
-    .exec_event_fd = cl_exec_event_fd,
-    .exec_kill = cl_script_exec_kill,
-    .exec_free = cl_script_exec_free,
-    .list_files = bl_list_files,
-    .read_file = bl_read_file,
-    .write_file = bl_write_file,
-    .list_owned = bl_list_owned,
-    .destroy_by_id = bl_destroy_by_id,
+    CL_SCRIPT_PROC_SLOTS,
 };
 
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
-
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
-{
-    return &bl_plugin;
-}
+CL_PLUGIN_EXPORT(&bl_plugin)

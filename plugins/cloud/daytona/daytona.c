@@ -891,11 +891,7 @@ static int dt_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                    error);
 }
 
-static int dt_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
-                            sbx_error **error)
-{
-    return dt_delete(client, ctx, id, "destroy_by_id", error);
-}
+CL_DESTROY_BY_ID(dt_destroy_by_id, dt_delete)
 
 /* ------------------------------------------------------------------------ */
 /* Files                                                                     */
@@ -1898,29 +1894,13 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 /* ------------------------------------------------------------------------ */
 
 static const sbx_plugin dt_plugin = {
-    .struct_size = sizeof(sbx_plugin),
-    .abi_major = SBX_PLUGIN_ABI_MAJOR,
-    .abi_minor = SBX_PLUGIN_ABI_MINOR,
-    .name = DT_BACKEND,
-    .version = PACKAGE_VERSION,
+    CL_PLUGIN_HEAD(DT_BACKEND),
+    CL_PLUGIN_SLOTS(dt),
     .description = "Daytona sandboxes (REST API and Toolbox API) over libcurl",
     .caps = DT_CAPS,
-    .setup = dt_setup,
-    .client_new = dt_client_new,
-    .client_free = cl_client_free_slot,
-    .probe = dt_probe,
-    .create = dt_create,
-    .resume = dt_resume,
-    .session_state = dt_session_state,
-    .destroy = dt_destroy,
-    .is_alive = dt_is_alive,
     .sandbox_free = dt_sandbox_free,
-    .sandbox_id = cl_sandbox_id,
-    .sandbox_root = cl_sandbox_root,
     .snapshot = dt_snapshot,
-    .exec_start = dt_exec_start,
     .exec_wait = cl_script_exec_wait,
-    .exec_event_fd = cl_exec_event_fd,
 #ifdef SBX_HAVE_CLOUD_WS
     .exec_kill = dt_exec_kill,
 #else
@@ -1930,12 +1910,7 @@ static const sbx_plugin dt_plugin = {
     .exec_resize = dt_exec_resize,
 #endif
     .exec_free = cl_script_exec_free,
-    .list_files = dt_list_files,
-    .read_file = dt_read_file,
-    .write_file = dt_write_file,
     .stat_file = dt_stat_file,
-    .list_owned = dt_list_owned,
-    .destroy_by_id = dt_destroy_by_id,
     .stop = dt_stop,
     .start = dt_start,
     .expose_port = cl_expose_port,
@@ -1944,9 +1919,4 @@ static const sbx_plugin dt_plugin = {
     .list_ports = cl_list_ports,
 };
 
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
-
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
-{
-    return &dt_plugin;
-}
+CL_PLUGIN_EXPORT(&dt_plugin)

@@ -830,10 +830,7 @@ out:
     return rc;
 }
 
-static int rl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    return cl_sandbox_destroy(&sb->s, sb->s.c, rl_delete, ctx, error);
-}
+CL_DESTROY(rl_destroy, rl_delete)
 
 static int rl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
@@ -967,11 +964,7 @@ static int rl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     return rl_list(client, ctx, rl_owned_one, &o, "list_owned", error);
 }
 
-static int rl_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
-                            sbx_error **error)
-{
-    return rl_shutdown(client, ctx, id, "destroy_by_id", error);
-}
+CL_DESTROY_BY_ID(rl_destroy_by_id, rl_shutdown)
 
 /* ------------------------------------------------------------------------ */
 /* Exec                                                                      */
@@ -1376,61 +1369,26 @@ out:
     return code;
 }
 
-static int rl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                         const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
-                         sbx_error **error)
-{
-    (void)ctx;
-    return cl_script_exec_start(sb, RL_BACKEND, sb->s.workdir, rq, rl_run_short, rl_exec_run,
-                                process, error);
-}
+CL_SCRIPT_EXEC_START(rl_exec_start, RL_BACKEND, rl_run_short, rl_exec_run)
 
 /* ------------------------------------------------------------------------ */
 /* The descriptor                                                            */
 /* ------------------------------------------------------------------------ */
 
 static const sbx_plugin rl_plugin = {
-    .struct_size = sizeof(sbx_plugin),
-    .abi_major = SBX_PLUGIN_ABI_MAJOR,
-    .abi_minor = SBX_PLUGIN_ABI_MINOR,
-    .name = RL_BACKEND,
-    .version = PACKAGE_VERSION,
+    CL_PLUGIN_HEAD(RL_BACKEND),
+    CL_PLUGIN_SLOTS(rl),
     .description = "Runloop devboxes (REST) over libcurl; cpu/memory pick the smallest named "
                    "size that fits, else CUSTOM_SIZE; destroy shuts the devbox down, stop/start "
                    "suspend and resume; output streams as it comes; relative paths are "
                    "taken from the workdir, else the home directory",
     .caps = RL_CAPS,
-    .setup = rl_setup,
-    .client_new = rl_client_new,
-    .client_free = cl_client_free_slot,
-    .probe = rl_probe,
-    .create = rl_create,
-    .resume = rl_resume,
-    .session_state = rl_session_state,
-    .destroy = rl_destroy,
-    .is_alive = rl_is_alive,
     .sandbox_free = cl_sandbox_free_slot,
-    .sandbox_id = cl_sandbox_id,
-    .sandbox_root = cl_sandbox_root,
     .snapshot = rl_snapshot,
-    .exec_start = rl_exec_start,
-    .exec_wait = cl_script_exec_wait,
-    .exec_event_fd = cl_exec_event_fd,
-    .exec_kill = cl_script_exec_kill,
-    .exec_free = cl_script_exec_free,
-    .list_files = rl_list_files,
-    .read_file = rl_read_file,
-    .write_file = rl_write_file,
-    .list_owned = rl_list_owned,
-    .destroy_by_id = rl_destroy_by_id,
+    CL_SCRIPT_PROC_SLOTS,
     .exec_end_info = cl_script_exec_end_info,
     .stop = rl_stop,
     .start = rl_start,
 };
 
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
-
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
-{
-    return &rl_plugin;
-}
+CL_PLUGIN_EXPORT(&rl_plugin)

@@ -688,10 +688,7 @@ out:
     return rc;
 }
 
-static int tl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    return cl_sandbox_destroy(&sb->s, sb->s.c, tl_delete, ctx, error);
-}
+CL_DESTROY(tl_destroy, tl_delete)
 
 static int tl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
@@ -1435,11 +1432,8 @@ static int tl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 /* ------------------------------------------------------------------------ */
 
 static const sbx_plugin tl_plugin = {
-    .struct_size = sizeof(sbx_plugin),
-    .abi_major = SBX_PLUGIN_ABI_MAJOR,
-    .abi_minor = SBX_PLUGIN_ABI_MINOR,
-    .name = TL_BACKEND,
-    .version = PACKAGE_VERSION,
+    CL_PLUGIN_HEAD(TL_BACKEND),
+    CL_PLUGIN_SLOTS(tl),
     .description = "Tensorlake sandboxes (control plane and sandbox host APIs) over libcurl; "
                    "sandboxes named by their create token (stop/start suspend and resume, "
                    "list_owned and lost creates find them) unless the option \"suspendable\": "
@@ -1447,29 +1441,9 @@ static const sbx_plugin tl_plugin = {
                    "its output arriving when the command ends; relative paths are taken from "
                    "the workdir",
     .caps = TL_CAPS,
-    .setup = tl_setup,
-    .client_new = tl_client_new,
-    .client_free = cl_client_free_slot,
-    .probe = tl_probe,
-    .create = tl_create,
-    .resume = tl_resume,
-    .session_state = tl_session_state,
-    .destroy = tl_destroy,
-    .is_alive = tl_is_alive,
     .sandbox_free = cl_sandbox_free_slot,
-    .sandbox_id = cl_sandbox_id,
-    .sandbox_root = cl_sandbox_root,
     .snapshot = tl_snapshot,
-    .exec_start = tl_exec_start,
-    .exec_wait = cl_script_exec_wait,
-    .exec_event_fd = cl_exec_event_fd,
-    .exec_kill = cl_script_exec_kill,
-    .exec_free = cl_script_exec_free,
-    .list_files = tl_list_files,
-    .read_file = tl_read_file,
-    .write_file = tl_write_file,
-    .list_owned = tl_list_owned,
-    .destroy_by_id = tl_destroy_by_id,
+    CL_SCRIPT_PROC_SLOTS,
     .exec_end_info = cl_script_exec_end_info,
     .stop = tl_stop,
     .start = tl_start,
@@ -1479,9 +1453,4 @@ static const sbx_plugin tl_plugin = {
     .list_ports = tl_list_ports,
 };
 
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
-
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
-{
-    return &tl_plugin;
-}
+CL_PLUGIN_EXPORT(&tl_plugin)

@@ -1029,10 +1029,7 @@ out:
     return rc;
 }
 
-static int vc_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    return cl_sandbox_destroy(&sb->s, sb->s.c, vc_delete, ctx, error);
-}
+CL_DESTROY(vc_destroy, vc_delete)
 
 static int vc_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
@@ -1141,11 +1138,7 @@ static int vc_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     return vc_list(client, ctx, vc_owned_one, &o, "list_owned", error);
 }
 
-static int vc_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
-                            sbx_error **error)
-{
-    return vc_stop_id(client, ctx, id, "destroy_by_id", error);
-}
+CL_DESTROY_BY_ID(vc_destroy_by_id, vc_stop_id)
 
 /* ------------------------------------------------------------------------ */
 /* Exec                                                                      */
@@ -1386,58 +1379,23 @@ out:
     return code;
 }
 
-static int vc_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                         const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
-                         sbx_error **error)
-{
-    (void)ctx;
-    return cl_script_exec_start(sb, VC_BACKEND, sb->s.workdir, rq, vc_run_short, vc_exec_run,
-                                process, error);
-}
+CL_SCRIPT_EXEC_START(vc_exec_start, VC_BACKEND, vc_run_short, vc_exec_run)
 
 /* ------------------------------------------------------------------------ */
 /* The descriptor                                                            */
 /* ------------------------------------------------------------------------ */
 
 static const sbx_plugin vc_plugin = {
-    .struct_size = sizeof(sbx_plugin),
-    .abi_major = SBX_PLUGIN_ABI_MAJOR,
-    .abi_minor = SBX_PLUGIN_ABI_MINOR,
-    .name = VC_BACKEND,
-    .version = PACKAGE_VERSION,
+    CL_PLUGIN_HEAD(VC_BACKEND),
+    CL_PLUGIN_SLOTS(vc),
     .description = "Vercel Sandbox microVMs (v1 REST API) over libcurl; cpu/memory pick "
                    "1, 2, 4 or 8 vCPUs (2048 MB each); destroy stops the sandbox; snapshot "
                    "stops it too; output streams as it comes; relative paths are "
                    "taken from the workdir, else /vercel/sandbox",
     .caps = VC_CAPS,
-    .setup = vc_setup,
-    .client_new = vc_client_new,
-    .client_free = cl_client_free_slot,
-    .probe = vc_probe,
-    .create = vc_create,
-    .resume = vc_resume,
-    .session_state = vc_session_state,
-    .destroy = vc_destroy,
-    .is_alive = vc_is_alive,
     .sandbox_free = cl_sandbox_free_slot,
-    .sandbox_id = cl_sandbox_id,
-    .sandbox_root = cl_sandbox_root,
     .snapshot = vc_snapshot,
-    .exec_start = vc_exec_start,
-    .exec_wait = cl_script_exec_wait,
-    .exec_event_fd = cl_exec_event_fd,
-    .exec_kill = cl_script_exec_kill,
-    .exec_free = cl_script_exec_free,
-    .list_files = vc_list_files,
-    .read_file = vc_read_file,
-    .write_file = vc_write_file,
-    .list_owned = vc_list_owned,
-    .destroy_by_id = vc_destroy_by_id,
+    CL_SCRIPT_PROC_SLOTS,
 };
 
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
-
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
-{
-    return &vc_plugin;
-}
+CL_PLUGIN_EXPORT(&vc_plugin)
