@@ -38,8 +38,8 @@
  *     (by the mark) and exec_event_fd slots over a cl_proc, exec_resize's
  *     check and wait, write_file over an upload that takes no mode, the
  *     client's config and credential, the create's workdir check,
- *     refusals, unanswered request (reaped by its token) and working
- *     directory, the plugin's own mkdir and chmod commands, a directory
+ *     refusals, unanswered request (reaped by its token), undo after a
+ *     failure and working directory, the plugin's own mkdir and chmod commands, a directory
  *     listed by a find command, an item's GET and DELETE, the ids of a
  *     create token's items, paths under the workdir, and small string
  *     helpers;
@@ -663,6 +663,21 @@ char *cl_host_strdup(const char *str, const char *op, sbx_error **error);
  */
 int cl_sandbox_destroy(cl_sandbox *s, sbx_plugin_client *client, cl_delete_fn del,
                        const sbx_call_ctx *ctx, sbx_error **error);
+
+/**
+ * The undo of a create that failed after the provider made sandbox @id
+ * (op @op): when @sb is NULL (the plugin's struct could not be made),
+ * resource_exhausted "out of memory" stored unless an error is stored
+ * already (the first stands); then, when @context is non-zero, context
+ * sandbox_id=@id added to the stored error.
+ * Then @del(@client, NULL, @id, @op, NULL) deletes the sandbox (no
+ * deadline, its error dropped: the create's error is the one kept) and
+ * @sb is freed with @free_fn (NULL: cl_sandbox_free()). Returns NULL, for
+ * the caller's sandbox pointer. Thread-safe as @del is.
+ */
+void *cl_create_undo(void *sb, sbx_plugin_client *client, cl_delete_fn del, const char *id,
+                     int context, void (*free_fn)(sbx_plugin_sandbox *sb), const char *op,
+                     sbx_error **error);
 
 /**
  * The answer @r to a call on sandbox @s (of @provider; @what names the

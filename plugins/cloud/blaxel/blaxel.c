@@ -555,25 +555,18 @@ static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     du = bl_data_url(c, j, name);
     sb = cl_sandbox_new_at(sizeof(*sb), c, name, NULL, du);
-    if (!sb) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        bl_delete(c, NULL, name, op, NULL);
+    if (!sb || (strcmp(bl_status(j), "DEPLOYED") != 0
+                && bl_wait_deployed(sb, ctx, op, error) < 0)) {
+        cl_create_undo(sb, c, bl_delete, name, sb != NULL, NULL, op, error);
         goto out;
     }
-    if (strcmp(bl_status(j), "DEPLOYED") != 0 && bl_wait_deployed(sb, ctx, op, error) < 0) {
-        if (error && *error)
-            cl_context(*error, "sandbox_id", name);
-        goto undo;
-    }
     if (cl_create_workdir(sb, &sb->s.workdir, bl_run_short, ctx, BL_BACKEND, rq->workdir, op,
-                          error) < 0)
-        goto undo;
+                          error) < 0) {
+        cl_create_undo(sb, c, bl_delete, name, 0, NULL, op, error);
+        goto out;
+    }
     *sandbox = sb;
     rc = 0;
-    goto out;
-undo:
-    bl_delete(c, NULL, name, op, NULL);
-    cl_sandbox_free(sb);
 out:
     json_object_put(body);
     json_object_put(j);

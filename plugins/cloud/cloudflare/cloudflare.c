@@ -929,20 +929,11 @@ static int cf_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto out;
     }
     sb = cf_sandbox_new(c, id, rq->workdir && *rq->workdir ? rq->workdir : NULL);
-    if (!sb) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        cf_delete(c, NULL, id, op, NULL);
-        goto out;
-    }
-    if ((envtext && !(env_path = cf_stage_text(sb, ctx, envtext, "env", op, error)))
+    if (!sb || (envtext && !(env_path = cf_stage_text(sb, ctx, envtext, "env", op, error)))
         || cf_first_command(sb, ctx, env_path, op, error) < 0
         || (rq->snapshot_id && cf_hydrate(sb, ctx, rq->snapshot_id, op, error) < 0)
         || cf_open_request_ports(sb, ctx, rq, op, error) < 0) {
-        if (error && *error)
-            cl_context(*error, "sandbox_id", id);
-        cf_delete(c, NULL, id, op, NULL);
-        cf_sandbox_free(sb);
-        sb = NULL;
+        sb = cl_create_undo(sb, c, cf_delete, id, sb != NULL, cf_sandbox_free, op, error);
         goto out;
     }
     *sandbox = sb;

@@ -708,22 +708,13 @@ static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     sb = dt_sandbox_new(c, id, tb, rq->workdir && *rq->workdir ? rq->workdir : NULL);
     if (!sb || cl_ports_from_request(&sb->s, rq, op, error) < 0) {
-        if (!sb)
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        dt_delete(c, NULL, id, op, NULL);
-        dt_sandbox_free(sb);
-        sb = NULL;
+        sb = cl_create_undo(sb, c, dt_delete, id, 0, dt_sandbox_free, op, error);
         goto out;
     }
     if ((strcmp(dt_state(j), "started") != 0 && dt_wake(sb, ctx, op, error) < 0)
         || (sb->s.workdir && cl_make_workdir(sb, dt_run_short, ctx, DT_BACKEND, sb->s.workdir, op,
                                            error) < 0)) {
-        sbx_error *e = error ? *error : NULL;
-        if (e)
-            cl_context(e, "sandbox_id", id);
-        dt_delete(c, NULL, id, op, NULL);
-        dt_sandbox_free(sb);
-        sb = NULL;
+        sb = cl_create_undo(sb, c, dt_delete, id, 1, dt_sandbox_free, op, error);
         goto out;
     }
     *sandbox = sb;

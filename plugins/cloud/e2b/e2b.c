@@ -1237,10 +1237,7 @@ static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     rc = 0;
     goto out;
 undo:
-    if (error && *error)
-        cl_context(*error, "sandbox_id", id);
-    e2b_delete(c, NULL, id, op, NULL);
-    e2b_sandbox_free(sb);
+    cl_create_undo(sb, c, e2b_delete, id, 1, e2b_sandbox_free, op, error);
 out:
     json_object_put(body);
     json_object_put(j);

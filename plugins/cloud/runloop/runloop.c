@@ -804,25 +804,17 @@ static int rl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                              "create the devbox", &id, error)))
         goto out;
     sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
-    if (!sb) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        rl_shutdown(c, NULL, id, op, NULL);
+    if (!sb || rl_wait_running(sb, ctx, op, error) < 0) {
+        cl_create_undo(sb, c, rl_shutdown, id, sb != NULL, NULL, op, error);
         goto out;
     }
-    if (rl_wait_running(sb, ctx, op, error) < 0) {
-        if (error && *error)
-            cl_context(*error, "sandbox_id", id);
-        goto undo;
-    }
     if (cl_create_workdir(sb, &sb->s.workdir, rl_run_short, ctx, RL_BACKEND, rq->workdir, op,
-                          error) < 0)
-        goto undo;
+                          error) < 0) {
+        cl_create_undo(sb, c, rl_shutdown, id, 0, NULL, op, error);
+        goto out;
+    }
     *sandbox = sb;
     rc = 0;
-    goto out;
-undo:
-    rl_shutdown(c, NULL, id, op, NULL);
-    cl_sandbox_free(sb);
 out:
     json_object_put(body);
     json_object_put(j);

@@ -652,30 +652,17 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         port_oom |= cl_ports_add(&sb->s, ports[i]) < 0;
     if (!sb || port_oom || tl_take_ports(sb, j) < 0) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        tl_delete(c, NULL, id, op, NULL);
-        cl_sandbox_free(sb);
-        sb = NULL;
+        sb = cl_create_undo(sb, c, tl_delete, id, 0, NULL, op, error);
         goto out;
     }
     if (tl_wake(sb, ctx, op, error) < 0) {
-        if (error && *error)
-            cl_context(*error, "sandbox_id", id);
-        tl_delete(c, NULL, id, op, NULL);
-        cl_sandbox_free(sb);
-        sb = NULL;
+        sb = cl_create_undo(sb, c, tl_delete, id, 1, NULL, op, error);
         goto out;
     }
-    if (rq->env && rq->env[0] && tl_write_env(sb, ctx, rq->env, op, error) < 0) {
-        tl_delete(c, NULL, id, op, NULL);
-        cl_sandbox_free(sb);
-        sb = NULL;
-        goto out;
-    }
-    if (cl_create_workdir(sb, &sb->s.workdir, tl_run_short, ctx, TL_BACKEND, rq->workdir, op,
-                          error) < 0) {
-        tl_delete(c, NULL, id, op, NULL);
-        cl_sandbox_free(sb);
-        sb = NULL;
+    if ((rq->env && rq->env[0] && tl_write_env(sb, ctx, rq->env, op, error) < 0)
+        || cl_create_workdir(sb, &sb->s.workdir, tl_run_short, ctx, TL_BACKEND, rq->workdir, op,
+                             error) < 0) {
+        sb = cl_create_undo(sb, c, tl_delete, id, 0, NULL, op, error);
         goto out;
     }
     *sandbox = sb;

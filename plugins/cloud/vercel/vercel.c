@@ -986,15 +986,9 @@ static int vc_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                              "create the sandbox", &id, error)))
         goto out;
     sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
-    if (!sb) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        vc_stop_id(c, NULL, id, op, NULL);
+    if (!sb || vc_wait_running(sb, ctx, op, error) < 0) {
+        cl_create_undo(sb, c, vc_stop_id, id, sb != NULL, NULL, op, error);
         goto out;
-    }
-    if (vc_wait_running(sb, ctx, op, error) < 0) {
-        if (error && *error)
-            cl_context(*error, "sandbox_id", id);
-        goto undo;
     }
     const char *ls = json_object_to_json_string_ext(labels, JSON_C_TO_STRING_PLAIN);
     if (vc_upload_bytes(sb, ctx, VC_OWNER_FILE, ls, strlen(ls), op, error) < 0)
@@ -1019,8 +1013,7 @@ static int vc_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     rc = 0;
     goto out;
 undo:
-    vc_stop_id(c, NULL, id, op, NULL);
-    cl_sandbox_free(sb);
+    cl_create_undo(sb, c, vc_stop_id, id, 0, NULL, op, error);
 out:
     json_object_put(body);
     json_object_put(labels);
