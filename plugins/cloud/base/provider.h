@@ -53,7 +53,9 @@
  *     item (with RFC 3339 times);
  *   - the descriptor's head, the slots every plugin fills with its own
  *     functions, the script proc slots and the entry point, and the
- *     destroy, destroy_by_id and script exec_start slots, by macro;
+ *     destroy, destroy_by_id and script exec_start slots, and the GET,
+ *     DELETE and is_alive of a sandbox that is an item of the API, by
+ *     macro;
  *   - a JSON POST that sends {} for no body, the exec_start slot of a
  *     provider whose commands are script procs, and the list_files slot by
  *     a command and the read_file slot over a download.
@@ -1075,6 +1077,54 @@ void cl_client_free_slot(sbx_plugin_client *c);
                     sbx_error **error)                                                      \
     {                                                                                       \
         return (del)(client, ctx, id, "destroy_by_id", error);                              \
+    }
+
+/**
+ * Defines @name, a static cl_get_fn of a provider that GETs its sandbox @id
+ * as an item of its API, its client starting with a cl_client @cl:
+ * cl_item_get(c->cl.http, ctx, c->cl.api, @collection, id, status, op,
+ * @what, error). Returns as cl_item_get() (a new object, or NULL with
+ * *status 0 when no answer came, an error stored unless it is 404).
+ * Thread-safe.
+ */
+#define CL_ITEM_GET(name, collection, what)                                                 \
+    static struct json_object *name(sbx_plugin_client *c, const sbx_call_ctx *ctx,          \
+                                    const char *id, long *status, const char *op,           \
+                                    sbx_error **error)                                      \
+    {                                                                                       \
+        return cl_item_get(c->cl.http, ctx, c->cl.api, (collection), id, status, op,        \
+                           (what), error);                                                  \
+    }
+
+/**
+ * Defines @name, a static cl_delete_fn of a provider that DELETEs its
+ * sandbox @id as an item of its API, its client starting with a cl_client
+ * @cl: cl_item_delete(c->cl.http, ctx, c->cl.api, @collection, id, op,
+ * @what, error). Returns as cl_item_delete() (0 also when it was gone
+ * already). Thread-safe.
+ */
+#define CL_ITEM_DELETE(name, collection, what)                                              \
+    static int name(sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,          \
+                    const char *op, sbx_error **error)                                      \
+    {                                                                                       \
+        return cl_item_delete(c->cl.http, ctx, c->cl.api, (collection), id, op, (what),     \
+                              error);                                                       \
+    }
+
+/**
+ * Defines @name, a static is_alive slot of a provider that GETs its
+ * sandbox as an item of @collection, its sandbox struct starting with a
+ * cl_sandbox @s whose client starts with a cl_client @cl:
+ * cl_item_is_alive(&sb->s, http, ctx, api, @collection, @state_key,
+ * @dead, error), @state_key and @dead (a NULL-terminated array of the
+ * plugin's) NULL when the answer's state is not looked at. Returns as
+ * cl_item_is_alive(). Thread-safe.
+ */
+#define CL_ITEM_IS_ALIVE(name, collection, state_key, dead)                                 \
+    static int name(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)     \
+    {                                                                                       \
+        return cl_item_is_alive(&sb->s, sb->s.c->cl.http, ctx, sb->s.c->cl.api,             \
+                                (collection), (state_key), (dead), error);                  \
     }
 
 /**

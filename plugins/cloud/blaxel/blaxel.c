@@ -180,19 +180,9 @@ static int bl_terminal(const char *s)
 #define bl_status(j) cl_json_str_or((j), "status", "UNKNOWN")
 
 /* GET /sandboxes/{name}: the Sandbox, or NULL (*@status: 0 when no answer). */
-static json_object *bl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
-                           long *status, const char *op, sbx_error **error)
-{
-    return cl_item_get(c->cl.http, ctx, c->cl.api, "sandboxes", id, status, op, "get the sandbox",
-                       error);
-}
+CL_ITEM_GET(bl_get, "sandboxes", "get the sandbox")
 
-static int bl_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
-                     const char *op, sbx_error **error)
-{
-    return cl_item_delete(c->cl.http, ctx, c->cl.api, "sandboxes", id, op, "delete the sandbox",
-                          error);
-}
+CL_ITEM_DELETE(bl_delete, "sandboxes", "delete the sandbox")
 
 /* How the provider's view of a sandbox is got and read: resume, and the
  * look at a sandbox whose call was refused (provider.h). */
@@ -580,11 +570,7 @@ CL_DESTROY(bl_destroy, bl_delete)
 
 /* Alive while the provider has it and it is not ending: DEPLOYED (on
  * standby or running) or still deploying. */
-static int bl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    return cl_item_is_alive(&sb->s, sb->s.c->cl.http, ctx, sb->s.c->cl.api, "sandboxes", "status",
-                            bl_dead, error);
-}
+CL_ITEM_IS_ALIVE(bl_is_alive, "sandboxes", "status", bl_dead)
 
 /* {"version":1,"name":NAME,"url":URL[,"workdir":W]}: no credential, no
  * workspace key, no env value (the provider holds the create's env). */

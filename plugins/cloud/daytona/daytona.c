@@ -210,12 +210,7 @@ static sbx_error *dt_fail_gone(struct sbx_plugin_sandbox *sb, sbx_error **error,
 
 /* GET /sandbox/{id}: the parsed Sandbox, or NULL (*@status: the HTTP
  * status, 0 when none came). */
-static json_object *dt_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
-                           long *status, const char *op, sbx_error **error)
-{
-    return cl_item_get(c->cl.http, ctx, c->cl.api, "sandbox", id, status, op, "get the sandbox",
-                       error);
-}
+CL_ITEM_GET(dt_get, "sandbox", "get the sandbox")
 
 static const char *dt_state(json_object *j)
 {
@@ -223,12 +218,7 @@ static const char *dt_state(json_object *j)
     return s ? s : "unknown";
 }
 
-static int dt_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
-                     const char *op, sbx_error **error)
-{
-    return cl_item_delete(c->cl.http, ctx, c->cl.api, "sandbox", id, op, "delete the sandbox",
-                          error);
-}
+CL_ITEM_DELETE(dt_delete, "sandbox", "delete the sandbox")
 
 /* The state named by this thread's last dt_wake failure ("" when none), so
  * that an exec's worker can hand it on as the error's context. */
@@ -737,12 +727,8 @@ static int dt_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
 
 /* 1 for every state but destroyed (a stopped, archived or errored sandbox
  * still exists: exec starts it or names its state), 0 when gone. */
-static int dt_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    static const char *const dead[] = { "destroyed", "destroying", NULL };
-    return cl_item_is_alive(&sb->s, sb->s.c->cl.http, ctx, sb->s.c->cl.api, "sandbox", "state",
-                            dead, error);
-}
+static const char *const dt_destroyed[] = { "destroyed", "destroying", NULL };
+CL_ITEM_IS_ALIVE(dt_is_alive, "sandbox", "state", dt_destroyed)
 
 /* {"version":1,"sandbox_id":ID[,"workdir":DIR],"toolbox":URL}: no
  * credential, no env. */

@@ -189,20 +189,10 @@ typedef struct e2b_proc {
 
 /* GET /sandboxes/{id}: SandboxDetail, or NULL (*@status 404 when gone, 0
  * when no answer came; other statuses store an error). */
-static json_object *e2b_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
-                            long *status, const char *op, sbx_error **error)
-{
-    return cl_item_get(c->cl.http, ctx, c->cl.api, "sandboxes", id, status, op, "get the sandbox",
-                       error);
-}
+CL_ITEM_GET(e2b_get, "sandboxes", "get the sandbox")
 
 /* DELETE /sandboxes/{id}; 404: already gone. */
-static int e2b_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
-                      const char *op, sbx_error **error)
-{
-    return cl_item_delete(c->cl.http, ctx, c->cl.api, "sandboxes", id, op, "kill the sandbox",
-                          error);
-}
+CL_ITEM_DELETE(e2b_delete, "sandboxes", "kill the sandbox")
 
 /* Takes envd's address and access token from a Sandbox answer. */
 static int e2b_take_sandbox(struct sbx_plugin_sandbox *sb, json_object *j)
@@ -1248,11 +1238,7 @@ out:
 CL_DESTROY(e2b_destroy, e2b_delete)
 
 /* Running or paused: it exists. */
-static int e2b_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    return cl_item_is_alive(&sb->s, sb->s.c->cl.http, ctx, sb->s.c->cl.api, "sandboxes", NULL, NULL,
-                            error);
-}
+CL_ITEM_IS_ALIVE(e2b_is_alive, "sandboxes", NULL, NULL)
 
 /* {"version":1,"sandbox_id","workdir"?,"user"?,"lifetime_s"}: no access
  * token, no credential, no env value. */

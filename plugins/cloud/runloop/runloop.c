@@ -151,12 +151,7 @@ static sbx_error *rl_gone_error(sbx_error **error, const char *op, const char *i
 
 /* GET /v1/devboxes/{id}: the DevboxView, or NULL (*@status: 0 when no
  * answer, 404 when the provider has no such devbox). */
-static json_object *rl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
-                           long *status, const char *op, sbx_error **error)
-{
-    return cl_item_get(c->cl.http, ctx, c->cl.api, "v1/devboxes", id, status, op, "get the devbox",
-                       error);
-}
+CL_ITEM_GET(rl_get, "v1/devboxes", "get the devbox")
 
 /* POST @api/v1/devboxes/@id@suffix with @body (NULL: {}) as a safe or
  * unsafe call: 0 with the answer in @r (any status), -1 when none came. */
@@ -559,12 +554,6 @@ static int rl_shutdown(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, con
     return rc;
 }
 
-static int rl_delete(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
-                     const char *op, sbx_error **error)
-{
-    return rl_shutdown(client, ctx, id, op, error);
-}
-
 /* Walks every page of GET /v1/devboxes (starting_after the last id while
  * has_more, CASE-35), calling @fn on each live devbox; @fn returns
  * non-zero to stop. */
@@ -822,13 +811,9 @@ out:
     return rc;
 }
 
-CL_DESTROY(rl_destroy, rl_delete)
+CL_DESTROY(rl_destroy, rl_shutdown)
 
-static int rl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    return cl_item_is_alive(&sb->s, sb->s.c->cl.http, ctx, sb->s.c->cl.api, "v1/devboxes",
-                            "status", rl_dead, error);
-}
+CL_ITEM_IS_ALIVE(rl_is_alive, "v1/devboxes", "status", rl_dead)
 
 /* {"version":1,"devbox_id":ID[,"workdir":W]}: no credential, no env value
  * (the devbox keeps its environment_variables). */

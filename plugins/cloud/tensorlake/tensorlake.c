@@ -176,21 +176,11 @@ typedef struct tl_proc {
                                               (error))
 
 /* GET /sandboxes/{id}: SandboxInfo, or NULL (*@status: 0 when no answer). */
-static json_object *tl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
-                           long *status, const char *op, sbx_error **error)
-{
-    return cl_item_get(c->cl.http, ctx, c->cl.api, "sandboxes", id, status, op, "get the sandbox",
-                       error);
-}
+CL_ITEM_GET(tl_get, "sandboxes", "get the sandbox")
 
 #define tl_status(j) cl_json_str_or((j), "status", "unknown")
 
-static int tl_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
-                     const char *op, sbx_error **error)
-{
-    return cl_item_delete(c->cl.http, ctx, c->cl.api, "sandboxes", id, op, "delete the sandbox",
-                          error);
-}
+CL_ITEM_DELETE(tl_delete, "sandboxes", "delete the sandbox")
 
 static int tl_token_one(void *ud, const char *id, const char *name)
 {
@@ -677,12 +667,7 @@ out:
 
 CL_DESTROY(tl_destroy, tl_delete)
 
-static int tl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    static const char *const dead[] = { "terminated", "timeout", NULL };
-    return cl_item_is_alive(&sb->s, sb->s.c->cl.http, ctx, sb->s.c->cl.api, "sandboxes", "status",
-                            dead, error);
-}
+CL_ITEM_IS_ALIVE(tl_is_alive, "sandboxes", "status", tl_over)
 
 /* {"version":1,"sandbox_id":ID,"sandbox_url":URL,"named":B[,"workdir":W]}:
  * no credential, no env value (the create's environment is a file in the

@@ -595,12 +595,6 @@ static int vc_stop_id(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
     return rc;
 }
 
-static int vc_delete(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
-                     const char *op, sbx_error **error)
-{
-    return vc_stop_id(client, ctx, id, op, error);
-}
-
 /* Walks every page of GET /v1/sandboxes?project= (until= the page's
  * pagination.next while it is set, CASE-35), calling @fn on each sandbox
  * that is not ended; @fn returns non-zero to stop. */
@@ -1022,7 +1016,7 @@ out:
     return rc;
 }
 
-CL_DESTROY(vc_destroy, vc_delete)
+CL_DESTROY(vc_destroy, vc_stop_id)
 
 static int vc_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
