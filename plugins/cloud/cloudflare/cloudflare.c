@@ -1138,11 +1138,7 @@ static char *cf_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
         unlink(tmp);
         goto done;
     }
-    out = cl_host->alloc(strlen(id) + 1);
-    if (out)
-        memcpy(out, id, strlen(id) + 1);
-    else
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    out = cl_host_strdup(id, op, error);
 done:
     if (fd >= 0)
         close(fd);

@@ -2023,12 +2023,7 @@ static char *modal_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx
         cl_fail(error, SBX_ERROR_CONNECTION, op, "modal SandboxSnapshotFs answered without an "
                 "image_id");
     } else {
-        size_t n = strlen(r->image_id) + 1;
-        out = cl_host->alloc(n);
-        if (out)
-            memcpy(out, r->image_id, n);
-        else
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        out = cl_host_strdup(r->image_id, op, error);
     }
     protobuf_c_message_free_unpacked(&r->base, NULL);
     return out;

@@ -861,10 +861,8 @@ static char *rl_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
         const char *sid = cl_json_str(j, "id");
         if (!sid)
             cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "runloop snapshot_disk gave no id");
-        else if ((out = cl_host->alloc(strlen(sid) + 1)))
-            memcpy(out, sid, strlen(sid) + 1);
         else
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            out = cl_host_strdup(sid, op, error);
     }
     json_object_put(b);
     json_object_put(j);

@@ -1076,10 +1076,8 @@ static char *vc_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
         vc_mark_gone(sb);
         if (!sid)
             cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "vercel snapshot gave no id");
-        else if ((out = cl_host->alloc(strlen(sid) + 1)))
-            memcpy(out, sid, strlen(sid) + 1);
         else
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            out = cl_host_strdup(sid, op, error);
     }
     json_object_put(b);
     json_object_put(j);
