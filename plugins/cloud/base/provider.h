@@ -53,9 +53,9 @@
  *     item (with RFC 3339 times);
  *   - the descriptor's head, the slots every plugin fills with its own
  *     functions, the script proc slots and the entry point, and the
- *     destroy, destroy_by_id and script exec_start slots, and the GET,
- *     DELETE and is_alive of a sandbox that is an item of the API, by
- *     macro;
+ *     destroy, destroy_by_id and script exec_start slots, the GET,
+ *     DELETE and is_alive of a sandbox that is an item of the API and a
+ *     call on the data plane, by macro;
  *   - a JSON POST that sends {} for no body, the exec_start slot of a
  *     provider whose commands are script procs, and the list_files slot by
  *     a command and the read_file slot over a download.
@@ -1125,6 +1125,24 @@ void cl_client_free_slot(sbx_plugin_client *c);
     {                                                                                       \
         return cl_item_is_alive(&sb->s, sb->s.c->cl.http, ctx, sb->s.c->cl.api,             \
                                 (collection), (state_key), (dead), error);                  \
+    }
+
+/**
+ * Defines @name, a static data-plane call of a provider whose sandbox
+ * struct starts with a cl_sandbox @s with a data plane, its client
+ * starting with a cl_client @cl: int @name(sb, ctx, rq, path, r,
+ * file_call, op, error) is cl_plane_request(&sb->s, sb->s.c->cl.http,
+ * @calls, ctx, rq, path, CL_CALL_FILE when file_call is non-zero, r, op,
+ * error), @calls the plugin's constant cl_call_spec. Returns as
+ * cl_plane_request(). Thread-safe.
+ */
+#define CL_PLANE_CALL(name, calls)                                                          \
+    static int name(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,            \
+                    const char *path, cl_resp *r, int file_call, const char *op,            \
+                    sbx_error **error)                                                      \
+    {                                                                                       \
+        return cl_plane_request(&sb->s, sb->s.c->cl.http, (calls), ctx, rq, path,           \
+                                file_call ? CL_CALL_FILE : 0, r, op, error);                \
     }
 
 /**

@@ -224,12 +224,7 @@ static const cl_call_spec bl_calls = { &bl_spec, 0 };
  * is looked into: when the sandbox is gone, its gone error; else, for a
  * file call, -1 with no error stored (the caller names the file), and for
  * another call the answer's error. */
-static int bl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
-                   const char *path, cl_resp *r, int file_call, const char *op, sbx_error **error)
-{
-    return cl_plane_request(&sb->s, sb->s.c->cl.http, &bl_calls, ctx, rq, path,
-                            file_call ? CL_CALL_FILE : 0, r, op, error);
-}
+CL_PLANE_CALL(bl_host, &bl_calls)
 
 static int bl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
                         int *code, const char *op, sbx_error **error);

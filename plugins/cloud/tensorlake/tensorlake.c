@@ -253,12 +253,7 @@ static const cl_call_spec tl_calls = { &tl_look, CL_CALLS_404_GONE };
 
 /* A data-plane call on @sb: 0 with a 2xx answer in @r, -1 otherwise; a 404
  * that is the sandbox's own (not a file's) marks it gone. */
-static int tl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
-                   const char *path, cl_resp *r, int file_call, const char *op, sbx_error **error)
-{
-    return cl_plane_request(&sb->s, sb->s.c->cl.http, &tl_calls, ctx, rq, path,
-                            file_call ? CL_CALL_FILE : 0, r, op, error);
-}
+CL_PLANE_CALL(tl_host, &tl_calls)
 
 static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
                         int *code, const char *op, sbx_error **error);
