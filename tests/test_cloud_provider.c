@@ -22,8 +22,10 @@
  * body), the exec_start of script procs over a stand-in worker, and the
  * list_files and read_file slots over a stand-in runner and download;
  * the gone error with the provider's view, through a host that records
- * context; a status read with the provider's word for none; the client
- * head a plugin's spec describes (base URL, credential, reaper, free).
+ * context, and the undo of a create that failed (its sandbox deleted
+ * and freed, its id in the error when asked); a status read with the
+ * provider's word for none; the client head a plugin's spec describes
+ * (base URL, credential, reaper, free).
  * Errors are looked at through cl_last() (no host is loaded here).
  */
 #include "provider.h"
@@ -1044,6 +1046,72 @@ Test(provider, gone_error_view)
     cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
     cr_assert_str_eq(cl_last()->msg, "acme sandbox dbx-1 is gone (the provider no longer has it)");
     json_object_put(view);
+}
+
+/* A stand-in delete for the undo of a create: counts its calls, checks
+ * that it gets no deadline and no error to fill, the sandbox's id and the
+ * create's op, and fails (its error is not the create's). */
+static int undo_deletes;
+
+static int undo_del(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                    const char *op, sbx_error **error)
+{
+    (void)client;
+    cr_assert_null(ctx);
+    cr_assert_null(error);
+    cr_assert_str_eq(id, "sb-9");
+    cr_assert_str_eq(op, "create");
+    undo_deletes++;
+    return -1;
+}
+
+static int undo_frees;
+
+static void undo_free(sbx_plugin_sandbox *sb)
+{
+    undo_frees++;
+    cl_sandbox_free(sb);
+}
+
+/* The undo of a create: the sandbox deleted once each time, the struct
+ * freed by the plugin's free; no struct is out of memory unless a step's
+ * error stands; the sandbox's id added to the error only when asked. */
+Test(provider, create_undo_deletes_frees_and_names_the_sandbox)
+{
+    cl_host = &rec_host;
+    sbx_error *err = NULL;
+    cr_assert_null(cl_create_undo(NULL, NULL, undo_del, "sb-9", 0, undo_free, "create", &err));
+    cr_assert_not_null(err);
+    cr_assert_str_eq(err->pairs, "");
+    cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
+    cr_assert_str_eq(cl_last()->msg, "out of memory");
+    cr_assert_eq(undo_deletes, 1);
+    cr_assert_eq(undo_frees, 0);
+    sbx_error *first = err;
+    cr_assert_null(cl_create_undo(NULL, NULL, undo_del, "sb-9", 1, undo_free, "create", &err));
+    cr_assert_eq(err, first);
+    cr_assert_str_eq(err->pairs, "sandbox_id=sb-9;");
+    cr_assert_eq(undo_deletes, 2);
+    free(err);
+    err = NULL;
+    cl_fail(&err, SBX_ERROR_TIMEOUT, "create", "the sandbox did not start");
+    sbx_plugin_sandbox *sb = cl_sandbox_alloc(sizeof(*sb), "sb-9");
+    cr_assert_not_null(sb);
+    cr_assert_null(cl_create_undo(sb, NULL, undo_del, "sb-9", 1, undo_free, "create", &err));
+    cr_assert_str_eq(err->pairs, "sandbox_id=sb-9;");
+    cr_assert_eq(cl_last()->code, SBX_ERROR_TIMEOUT);
+    cr_assert_eq(undo_deletes, 3);
+    cr_assert_eq(undo_frees, 1);
+    free(err);
+    err = NULL;
+    cl_fail(&err, SBX_ERROR_TIMEOUT, "create", "the workdir was not made");
+    sb = cl_sandbox_alloc(sizeof(*sb), "sb-9");
+    cr_assert_null(cl_create_undo(sb, NULL, undo_del, "sb-9", 0, NULL, "create", &err));
+    cr_assert_str_eq(err->pairs, "");
+    cr_assert_eq(undo_deletes, 4);
+    cr_assert_eq(undo_frees, 1);
+    free(err);
+    cl_host = NULL;
 }
 
 /* A stand-in cl_run_out_fn: keeps the command, answers sb->code and a

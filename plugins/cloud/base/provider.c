@@ -1221,6 +1221,22 @@ int cl_sandbox_destroy(cl_sandbox *s, sbx_plugin_client *client, cl_delete_fn de
     return 0;
 }
 
+void *cl_create_undo(void *sb, sbx_plugin_client *client, cl_delete_fn del, const char *id,
+                     int context, void (*free_fn)(sbx_plugin_sandbox *sb), const char *op,
+                     sbx_error **error)
+{
+    if (!sb)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    if (context && error && *error)
+        cl_context(*error, "sandbox_id", id);
+    del(client, NULL, id, op, NULL);
+    if (sb && free_fn)
+        free_fn(sb);
+    else
+        cl_sandbox_free(sb);
+    return NULL;
+}
+
 int cl_sandbox_answer(cl_sandbox *s, cl_http *h, const cl_resp *r, const char *provider,
                       const char *op, const char *what, sbx_error **error)
 {

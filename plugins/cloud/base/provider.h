@@ -38,8 +38,8 @@
  *     (by the mark) and exec_event_fd slots over a cl_proc, exec_resize's
  *     check and wait, write_file over an upload that takes no mode, the
  *     client's config and credential, the create's workdir check,
- *     refusals, unanswered request (reaped by its token) and working
- *     directory, the plugin's own mkdir and chmod commands, a directory
+ *     refusals, unanswered request (reaped by its token), undo after a
+ *     failure and working directory, the plugin's own mkdir and chmod commands, a directory
  *     listed by a find command, an item's GET and DELETE, the ids of a
  *     create token's items, paths under the workdir, and small string
  *     helpers;
@@ -51,6 +51,11 @@
  *     by a table of the provider's, the id of its one-POST create (nested
  *     too) and its ownership labels; a paged listing, and list_owned's
  *     item (with RFC 3339 times);
+ *   - the descriptor's head, the slots every plugin fills with its own
+ *     functions, the script proc slots and the entry point, and the
+ *     destroy, destroy_by_id and script exec_start slots, the GET,
+ *     DELETE and is_alive of a sandbox that is an item of the API and a
+ *     call on the data plane, by macro;
  *   - a JSON POST that sends {} for no body, the exec_start slot of a
  *     provider whose commands are script procs, and the list_files slot by
  *     a command and the read_file slot over a download.
@@ -662,6 +667,21 @@ int cl_sandbox_destroy(cl_sandbox *s, sbx_plugin_client *client, cl_delete_fn de
                        const sbx_call_ctx *ctx, sbx_error **error);
 
 /**
+ * The undo of a create that failed after the provider made sandbox @id
+ * (op @op): when @sb is NULL (the plugin's struct could not be made),
+ * resource_exhausted "out of memory" stored unless an error is stored
+ * already (the first stands); then, when @context is non-zero, context
+ * sandbox_id=@id added to the stored error.
+ * Then @del(@client, NULL, @id, @op, NULL) deletes the sandbox (no
+ * deadline, its error dropped: the create's error is the one kept) and
+ * @sb is freed with @free_fn (NULL: cl_sandbox_free()). Returns NULL, for
+ * the caller's sandbox pointer. Thread-safe as @del is.
+ */
+void *cl_create_undo(void *sb, sbx_plugin_client *client, cl_delete_fn del, const char *id,
+                     int context, void (*free_fn)(sbx_plugin_sandbox *sb), const char *op,
+                     sbx_error **error);
+
+/**
  * The answer @r to a call on sandbox @s (of @provider; @what names the
  * call): 0 for a 2xx; -1 for a 404 with @s's gone flag set and
  * cl_gone_error(); -1 with the answer's error (cl_fail_status(),
@@ -1032,6 +1052,144 @@ void cl_client_free_slot(sbx_plugin_client *c);
             return -1;                                                                      \
         *caps = (caps_mask);                                                                \
         return 0;                                                                           \
+    }
+
+/**
+ * Defines @name, a static destroy slot (sbx_plugin's destroy) of a plugin
+ * whose sandbox struct starts with a cl_sandbox @s whose client is @s.c:
+ * cl_sandbox_destroy(&sb->s, sb->s.c, @del, ctx, error). Returns as
+ * cl_sandbox_destroy(). Thread-safe as @del is.
+ */
+#define CL_DESTROY(name, del)                                                               \
+    static int name(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)     \
+    {                                                                                       \
+        return cl_sandbox_destroy(&sb->s, sb->s.c, (del), ctx, error);                      \
+    }
+
+/**
+ * Defines @name, a static destroy_by_id slot (sbx_plugin's destroy_by_id)
+ * of a provider whose delete of sandbox @id (a cl_delete_fn) is all it
+ * takes: @del(client, ctx, id, "destroy_by_id", error). Returns as @del
+ * (0 also when the sandbox was gone already). Thread-safe as @del is.
+ */
+#define CL_DESTROY_BY_ID(name, del)                                                         \
+    static int name(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,     \
+                    sbx_error **error)                                                      \
+    {                                                                                       \
+        return (del)(client, ctx, id, "destroy_by_id", error);                              \
+    }
+
+/**
+ * Defines @name, a static cl_get_fn of a provider that GETs its sandbox @id
+ * as an item of its API, its client starting with a cl_client @cl:
+ * cl_item_get(c->cl.http, ctx, c->cl.api, @collection, id, status, op,
+ * @what, error). Returns as cl_item_get() (a new object, or NULL with
+ * *status 0 when no answer came, an error stored unless it is 404).
+ * Thread-safe.
+ */
+#define CL_ITEM_GET(name, collection, what)                                                 \
+    static struct json_object *name(sbx_plugin_client *c, const sbx_call_ctx *ctx,          \
+                                    const char *id, long *status, const char *op,           \
+                                    sbx_error **error)                                      \
+    {                                                                                       \
+        return cl_item_get(c->cl.http, ctx, c->cl.api, (collection), id, status, op,        \
+                           (what), error);                                                  \
+    }
+
+/**
+ * Defines @name, a static cl_delete_fn of a provider that DELETEs its
+ * sandbox @id as an item of its API, its client starting with a cl_client
+ * @cl: cl_item_delete(c->cl.http, ctx, c->cl.api, @collection, id, op,
+ * @what, error). Returns as cl_item_delete() (0 also when it was gone
+ * already). Thread-safe.
+ */
+#define CL_ITEM_DELETE(name, collection, what)                                              \
+    static int name(sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,          \
+                    const char *op, sbx_error **error)                                      \
+    {                                                                                       \
+        return cl_item_delete(c->cl.http, ctx, c->cl.api, (collection), id, op, (what),     \
+                              error);                                                       \
+    }
+
+/**
+ * Defines @name, a static is_alive slot of a provider that GETs its
+ * sandbox as an item of @collection, its sandbox struct starting with a
+ * cl_sandbox @s whose client starts with a cl_client @cl:
+ * cl_item_is_alive(&sb->s, http, ctx, api, @collection, @state_key,
+ * @dead, error), @state_key and @dead (a NULL-terminated array of the
+ * plugin's) NULL when the answer's state is not looked at. Returns as
+ * cl_item_is_alive(). Thread-safe.
+ */
+#define CL_ITEM_IS_ALIVE(name, collection, state_key, dead)                                 \
+    static int name(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)     \
+    {                                                                                       \
+        return cl_item_is_alive(&sb->s, sb->s.c->cl.http, ctx, sb->s.c->cl.api,             \
+                                (collection), (state_key), (dead), error);                  \
+    }
+
+/**
+ * Defines @name, a static data-plane call of a provider whose sandbox
+ * struct starts with a cl_sandbox @s with a data plane, its client
+ * starting with a cl_client @cl: int @name(sb, ctx, rq, path, r,
+ * file_call, op, error) is cl_plane_request(&sb->s, sb->s.c->cl.http,
+ * @calls, ctx, rq, path, CL_CALL_FILE when file_call is non-zero, r, op,
+ * error), @calls the plugin's constant cl_call_spec. Returns as
+ * cl_plane_request(). Thread-safe.
+ */
+#define CL_PLANE_CALL(name, calls)                                                          \
+    static int name(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,            \
+                    const char *path, cl_resp *r, int file_call, const char *op,            \
+                    sbx_error **error)                                                      \
+    {                                                                                       \
+        return cl_plane_request(&sb->s, sb->s.c->cl.http, (calls), ctx, rq, path,           \
+                                file_call ? CL_CALL_FILE : 0, r, op, error);                \
+    }
+
+/**
+ * The members every hosted plugin's descriptor (a constant sbx_plugin)
+ * starts with, in its designated initializer: struct_size, abi_major and
+ * abi_minor of this build, name @backend (a string constant), version
+ * PACKAGE_VERSION, and the slots the base fills alike for every plugin
+ * whose client starts with a cl_client, whose sandbox struct starts with
+ * a cl_sandbox and whose processes start with a cl_proc: client_free
+ * (cl_client_free_slot()), sandbox_id (cl_sandbox_id()), sandbox_root
+ * (cl_sandbox_root()) and exec_event_fd (cl_exec_event_fd()). The
+ * plugin's initializer names none of these again (a member named twice is
+ * a -Woverride-init warning, an error with --enable-werror).
+ */
+#define CL_PLUGIN_HEAD(backend)                                                             \
+    .struct_size = sizeof(sbx_plugin), .abi_major = SBX_PLUGIN_ABI_MAJOR,                   \
+    .abi_minor = SBX_PLUGIN_ABI_MINOR, .name = (backend), .version = PACKAGE_VERSION,       \
+    .client_free = cl_client_free_slot, .sandbox_id = cl_sandbox_id,                        \
+    .sandbox_root = cl_sandbox_root, .exec_event_fd = cl_exec_event_fd
+
+/**
+ * The slots every hosted plugin fills with its own functions, named by its
+ * prefix @p: setup, client_new, probe, create, resume, session_state,
+ * destroy, is_alive, exec_start, list_files, read_file, write_file,
+ * list_owned and destroy_by_id, each the plugin's static function @p_SLOT
+ * (bl_create for prefix bl), in its descriptor's designated initializer
+ * after CL_PLUGIN_HEAD(). The slots a plugin fills otherwise (snapshot,
+ * stop, the ports...) it names itself.
+ */
+#define CL_PLUGIN_SLOTS(p)                                                                  \
+    .setup = p##_setup, .client_new = p##_client_new, .probe = p##_probe,                   \
+    .create = p##_create, .resume = p##_resume, .session_state = p##_session_state,         \
+    .destroy = p##_destroy, .is_alive = p##_is_alive, .exec_start = p##_exec_start,         \
+    .list_files = p##_list_files, .read_file = p##_read_file,                               \
+    .write_file = p##_write_file, .list_owned = p##_list_owned,                             \
+    .destroy_by_id = p##_destroy_by_id
+
+/**
+ * Defines sbx_plugin_init(), the entry point the host looks up in the
+ * plugin's module, returning @desc (the address of the plugin's constant
+ * descriptor). Once per plugin; thread-safe.
+ */
+#define CL_PLUGIN_EXPORT(desc)                                                              \
+    SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);                              \
+    SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)                               \
+    {                                                                                       \
+        return (desc);                                                                      \
     }
 
 /**
@@ -1527,6 +1685,33 @@ int cl_script_exec_end_info(sbx_plugin_process *process, const sbx_call_ctx *ctx
  *  every process of the command unless the sandbox is gone (within 30 s),
  *  then the worker joined and everything freed, @fini first. */
 void cl_script_exec_free(sbx_plugin_process *process);
+
+/**
+ * Defines @name, a static exec_start slot of a provider whose commands are
+ * plain cl_script_procs, its sandbox struct starting with a cl_sandbox @s
+ * whose workdir is the default cwd: cl_script_exec_start(sb, @backend,
+ * sb->s.workdir, rq, @run_short, @run, process, error). Returns as
+ * cl_script_exec_start(). Thread-safe as the runners are.
+ */
+#define CL_SCRIPT_EXEC_START(name, backend, run_short, run)                                 \
+    static int name(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,                        \
+                    const sbx_plugin_exec_request *rq, sbx_plugin_process **process,        \
+                    sbx_error **error)                                                      \
+    {                                                                                       \
+        (void)ctx;                                                                          \
+        return cl_script_exec_start(sb, (backend), sb->s.workdir, rq, (run_short), (run),   \
+                                    process, error);                                        \
+    }
+
+/**
+ * The exec_wait, exec_kill and exec_free members of the descriptor of a
+ * provider whose commands are cl_script_procs (cl_script_exec_wait(),
+ * cl_script_exec_kill(), cl_script_exec_free()), in its designated
+ * initializer after CL_PLUGIN_HEAD().
+ */
+#define CL_SCRIPT_PROC_SLOTS                                                                \
+    .exec_wait = cl_script_exec_wait, .exec_kill = cl_script_exec_kill,                     \
+    .exec_free = cl_script_exec_free
 
 /**
  * "@api/@collection/ID@suffix" with @id percent-encoded (@suffix "" for

@@ -180,19 +180,9 @@ static int bl_terminal(const char *s)
 #define bl_status(j) cl_json_str_or((j), "status", "UNKNOWN")
 
 /* GET /sandboxes/{name}: the Sandbox, or NULL (*@status: 0 when no answer). */
-static json_object *bl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
-                           long *status, const char *op, sbx_error **error)
-{
-    return cl_item_get(c->cl.http, ctx, c->cl.api, "sandboxes", id, status, op, "get the sandbox",
-                       error);
-}
+CL_ITEM_GET(bl_get, "sandboxes", "get the sandbox")
 
-static int bl_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
-                     const char *op, sbx_error **error)
-{
-    return cl_item_delete(c->cl.http, ctx, c->cl.api, "sandboxes", id, op, "delete the sandbox",
-                          error);
-}
+CL_ITEM_DELETE(bl_delete, "sandboxes", "delete the sandbox")
 
 /* How the provider's view of a sandbox is got and read: resume, and the
  * look at a sandbox whose call was refused (provider.h). */
@@ -234,12 +224,7 @@ static const cl_call_spec bl_calls = { &bl_spec, 0 };
  * is looked into: when the sandbox is gone, its gone error; else, for a
  * file call, -1 with no error stored (the caller names the file), and for
  * another call the answer's error. */
-static int bl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
-                   const char *path, cl_resp *r, int file_call, const char *op, sbx_error **error)
-{
-    return cl_plane_request(&sb->s, sb->s.c->cl.http, &bl_calls, ctx, rq, path,
-                            file_call ? CL_CALL_FILE : 0, r, op, error);
-}
+CL_PLANE_CALL(bl_host, &bl_calls)
 
 static int bl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
                         int *code, const char *op, sbx_error **error);
@@ -555,25 +540,18 @@ static int bl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     du = bl_data_url(c, j, name);
     sb = cl_sandbox_new_at(sizeof(*sb), c, name, NULL, du);
-    if (!sb) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        bl_delete(c, NULL, name, op, NULL);
+    if (!sb || (strcmp(bl_status(j), "DEPLOYED") != 0
+                && bl_wait_deployed(sb, ctx, op, error) < 0)) {
+        cl_create_undo(sb, c, bl_delete, name, sb != NULL, NULL, op, error);
         goto out;
     }
-    if (strcmp(bl_status(j), "DEPLOYED") != 0 && bl_wait_deployed(sb, ctx, op, error) < 0) {
-        if (error && *error)
-            cl_context(*error, "sandbox_id", name);
-        goto undo;
-    }
     if (cl_create_workdir(sb, &sb->s.workdir, bl_run_short, ctx, BL_BACKEND, rq->workdir, op,
-                          error) < 0)
-        goto undo;
+                          error) < 0) {
+        cl_create_undo(sb, c, bl_delete, name, 0, NULL, op, error);
+        goto out;
+    }
     *sandbox = sb;
     rc = 0;
-    goto out;
-undo:
-    bl_delete(c, NULL, name, op, NULL);
-    cl_sandbox_free(sb);
 out:
     json_object_put(body);
     json_object_put(j);
@@ -583,18 +561,11 @@ out:
     return rc;
 }
 
-static int bl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    return cl_sandbox_destroy(&sb->s, sb->s.c, bl_delete, ctx, error);
-}
+CL_DESTROY(bl_destroy, bl_delete)
 
 /* Alive while the provider has it and it is not ending: DEPLOYED (on
  * standby or running) or still deploying. */
-static int bl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    return cl_item_is_alive(&sb->s, sb->s.c->cl.http, ctx, sb->s.c->cl.api, "sandboxes", "status",
-                            bl_dead, error);
-}
+CL_ITEM_IS_ALIVE(bl_is_alive, "sandboxes", "status", bl_dead)
 
 /* {"version":1,"name":NAME,"url":URL[,"workdir":W]}: no credential, no
  * workspace key, no env value (the provider holds the create's env). */
@@ -667,11 +638,7 @@ static int bl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     return rc;
 }
 
-static int bl_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
-                            sbx_error **error)
-{
-    return bl_delete(client, ctx, id, "destroy_by_id", error);
-}
+CL_DESTROY_BY_ID(bl_destroy_by_id, bl_delete)
 
 /* ------------------------------------------------------------------------ */
 /* Files: raw bytes both ways (CASE-17)                                      */
@@ -1401,57 +1368,22 @@ out:
     return code;
 }
 
-static int bl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                         const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
-                         sbx_error **error)
-{
-    (void)ctx;
-    return cl_script_exec_start(sb, BL_BACKEND, sb->s.workdir, rq, bl_run_short, bl_exec_run,
-                                process, error);
-}
+CL_SCRIPT_EXEC_START(bl_exec_start, BL_BACKEND, bl_run_short, bl_exec_run)
 
 /* ------------------------------------------------------------------------ */
 /* The descriptor                                                            */
 /* ------------------------------------------------------------------------ */
 
 static const sbx_plugin bl_plugin = {
-    .struct_size = sizeof(sbx_plugin),
-    .abi_major = SBX_PLUGIN_ABI_MAJOR,
-    .abi_minor = SBX_PLUGIN_ABI_MINOR,
-    .name = BL_BACKEND,
-    .version = PACKAGE_VERSION,
+    CL_PLUGIN_HEAD(BL_BACKEND),
+    CL_PLUGIN_SLOTS(bl),
     .description = "Blaxel sandboxes (control API and each sandbox's data plane) over "
                    "libcurl; memory decides vCPU; the provider ends a sandbox at its ttl and "
                    "wakes one on standby at use; output streams as it comes; "
                    "relative paths are taken from the workdir",
     .caps = BL_CAPS,
-    .setup = bl_setup,
-    .client_new = bl_client_new,
-    .client_free = cl_client_free_slot,
-    .probe = bl_probe,
-    .create = bl_create,
-    .resume = bl_resume,
-    .session_state = bl_session_state,
-    .destroy = bl_destroy,
-    .is_alive = bl_is_alive,
     .sandbox_free = cl_sandbox_free_slot,
-    .sandbox_id = cl_sandbox_id,
-    .sandbox_root = cl_sandbox_root,
-    .exec_start = bl_exec_start,
-    .exec_wait = cl_script_exec_wait,
-    .exec_event_fd = cl_exec_event_fd,
-    .exec_kill = cl_script_exec_kill,
-    .exec_free = cl_script_exec_free,
-    .list_files = bl_list_files,
-    .read_file = bl_read_file,
-    .write_file = bl_write_file,
-    .list_owned = bl_list_owned,
-    .destroy_by_id = bl_destroy_by_id,
+    CL_SCRIPT_PROC_SLOTS,
 };
 
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
-
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
-{
-    return &bl_plugin;
-}
+CL_PLUGIN_EXPORT(&bl_plugin)

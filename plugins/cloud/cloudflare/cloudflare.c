@@ -929,20 +929,11 @@ static int cf_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto out;
     }
     sb = cf_sandbox_new(c, id, rq->workdir && *rq->workdir ? rq->workdir : NULL);
-    if (!sb) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        cf_delete(c, NULL, id, op, NULL);
-        goto out;
-    }
-    if ((envtext && !(env_path = cf_stage_text(sb, ctx, envtext, "env", op, error)))
+    if (!sb || (envtext && !(env_path = cf_stage_text(sb, ctx, envtext, "env", op, error)))
         || cf_first_command(sb, ctx, env_path, op, error) < 0
         || (rq->snapshot_id && cf_hydrate(sb, ctx, rq->snapshot_id, op, error) < 0)
         || cf_open_request_ports(sb, ctx, rq, op, error) < 0) {
-        if (error && *error)
-            cl_context(*error, "sandbox_id", id);
-        cf_delete(c, NULL, id, op, NULL);
-        cf_sandbox_free(sb);
-        sb = NULL;
+        sb = cl_create_undo(sb, c, cf_delete, id, sb != NULL, cf_sandbox_free, op, error);
         goto out;
     }
     *sandbox = sb;
@@ -956,10 +947,7 @@ out:
     return rc;
 }
 
-static int cf_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    return cl_sandbox_destroy(&sb->s, sb->s.c, cf_delete, ctx, error);
-}
+CL_DESTROY(cf_destroy, cf_delete)
 
 /* GET …/running: 1 or 0 in *@running, or -1. */
 static int cf_running(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
@@ -1150,11 +1138,7 @@ static char *cf_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
         unlink(tmp);
         goto done;
     }
-    out = cl_host->alloc(strlen(id) + 1);
-    if (out)
-        memcpy(out, id, strlen(id) + 1);
-    else
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    out = cl_host_strdup(id, op, error);
 done:
     if (fd >= 0)
         close(fd);
@@ -1751,51 +1735,25 @@ static int cf_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
 /* ------------------------------------------------------------------------ */
 
 static const sbx_plugin cf_plugin = {
-    .struct_size = sizeof(sbx_plugin),
-    .abi_major = SBX_PLUGIN_ABI_MAJOR,
-    .abi_minor = SBX_PLUGIN_ABI_MINOR,
-    .name = CF_BACKEND,
-    .version = PACKAGE_VERSION,
+    CL_PLUGIN_HEAD(CF_BACKEND),
+    CL_PLUGIN_SLOTS(cf),
     .description = "Cloudflare Sandboxes through the user's Sandbox Bridge worker over libcurl "
                    "(CLOUDFLARE_SANDBOX_WORKER_URL); the instance type, image and network are "
                    "the worker's settings; snapshots hold /workspace only; no list call, so "
                    "no list_owned",
     .caps = CF_CAPS,
-    .setup = cf_setup,
-    .client_new = cf_client_new,
-    .client_free = cl_client_free_slot,
-    .probe = cf_probe,
-    .create = cf_create,
-    .resume = cf_resume,
-    .session_state = cf_session_state,
-    .destroy = cf_destroy,
-    .is_alive = cf_is_alive,
     .sandbox_free = cf_sandbox_free,
-    .sandbox_id = cl_sandbox_id,
-    .sandbox_root = cl_sandbox_root,
     .snapshot = cf_snapshot,
-    .exec_start = cf_exec_start,
     .exec_wait = cl_script_exec_wait,
-    .exec_event_fd = cl_exec_event_fd,
     .exec_kill = cf_exec_kill,
 #ifdef SBX_HAVE_CLOUD_WS
     .exec_resize = cf_exec_resize,
 #endif
     .exec_free = cl_script_exec_free,
-    .list_files = cf_list_files,
-    .read_file = cf_read_file,
-    .write_file = cf_write_file,
-    .list_owned = cf_list_owned,
-    .destroy_by_id = cf_destroy_by_id,
     .expose_port = cf_expose_port,
     .unexpose_port = cf_unexpose_port,
     .resolve_port = cf_resolve_port,
     .list_ports = cf_list_ports,
 };
 
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
-
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
-{
-    return &cf_plugin;
-}
+CL_PLUGIN_EXPORT(&cf_plugin)

@@ -210,12 +210,7 @@ static sbx_error *dt_fail_gone(struct sbx_plugin_sandbox *sb, sbx_error **error,
 
 /* GET /sandbox/{id}: the parsed Sandbox, or NULL (*@status: the HTTP
  * status, 0 when none came). */
-static json_object *dt_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
-                           long *status, const char *op, sbx_error **error)
-{
-    return cl_item_get(c->cl.http, ctx, c->cl.api, "sandbox", id, status, op, "get the sandbox",
-                       error);
-}
+CL_ITEM_GET(dt_get, "sandbox", "get the sandbox")
 
 static const char *dt_state(json_object *j)
 {
@@ -223,12 +218,7 @@ static const char *dt_state(json_object *j)
     return s ? s : "unknown";
 }
 
-static int dt_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
-                     const char *op, sbx_error **error)
-{
-    return cl_item_delete(c->cl.http, ctx, c->cl.api, "sandbox", id, op, "delete the sandbox",
-                          error);
-}
+CL_ITEM_DELETE(dt_delete, "sandbox", "delete the sandbox")
 
 /* The state named by this thread's last dt_wake failure ("" when none), so
  * that an exec's worker can hand it on as the error's context. */
@@ -708,22 +698,13 @@ static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     sb = dt_sandbox_new(c, id, tb, rq->workdir && *rq->workdir ? rq->workdir : NULL);
     if (!sb || cl_ports_from_request(&sb->s, rq, op, error) < 0) {
-        if (!sb)
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        dt_delete(c, NULL, id, op, NULL);
-        dt_sandbox_free(sb);
-        sb = NULL;
+        sb = cl_create_undo(sb, c, dt_delete, id, 0, dt_sandbox_free, op, error);
         goto out;
     }
     if ((strcmp(dt_state(j), "started") != 0 && dt_wake(sb, ctx, op, error) < 0)
         || (sb->s.workdir && cl_make_workdir(sb, dt_run_short, ctx, DT_BACKEND, sb->s.workdir, op,
                                            error) < 0)) {
-        sbx_error *e = error ? *error : NULL;
-        if (e)
-            cl_context(e, "sandbox_id", id);
-        dt_delete(c, NULL, id, op, NULL);
-        dt_sandbox_free(sb);
-        sb = NULL;
+        sb = cl_create_undo(sb, c, dt_delete, id, 1, dt_sandbox_free, op, error);
         goto out;
     }
     *sandbox = sb;
@@ -746,12 +727,8 @@ static int dt_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
 
 /* 1 for every state but destroyed (a stopped, archived or errored sandbox
  * still exists: exec starts it or names its state), 0 when gone. */
-static int dt_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    static const char *const dead[] = { "destroyed", "destroying", NULL };
-    return cl_item_is_alive(&sb->s, sb->s.c->cl.http, ctx, sb->s.c->cl.api, "sandbox", "state",
-                            dead, error);
-}
+static const char *const dt_destroyed[] = { "destroyed", "destroying", NULL };
+CL_ITEM_IS_ALIVE(dt_is_alive, "sandbox", "state", dt_destroyed)
 
 /* {"version":1,"sandbox_id":ID[,"workdir":DIR],"toolbox":URL}: no
  * credential, no env. */
@@ -891,11 +868,7 @@ static int dt_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                    error);
 }
 
-static int dt_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
-                            sbx_error **error)
-{
-    return dt_delete(client, ctx, id, "destroy_by_id", error);
-}
+CL_DESTROY_BY_ID(dt_destroy_by_id, dt_delete)
 
 /* ------------------------------------------------------------------------ */
 /* Files                                                                     */
@@ -1898,29 +1871,13 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 /* ------------------------------------------------------------------------ */
 
 static const sbx_plugin dt_plugin = {
-    .struct_size = sizeof(sbx_plugin),
-    .abi_major = SBX_PLUGIN_ABI_MAJOR,
-    .abi_minor = SBX_PLUGIN_ABI_MINOR,
-    .name = DT_BACKEND,
-    .version = PACKAGE_VERSION,
+    CL_PLUGIN_HEAD(DT_BACKEND),
+    CL_PLUGIN_SLOTS(dt),
     .description = "Daytona sandboxes (REST API and Toolbox API) over libcurl",
     .caps = DT_CAPS,
-    .setup = dt_setup,
-    .client_new = dt_client_new,
-    .client_free = cl_client_free_slot,
-    .probe = dt_probe,
-    .create = dt_create,
-    .resume = dt_resume,
-    .session_state = dt_session_state,
-    .destroy = dt_destroy,
-    .is_alive = dt_is_alive,
     .sandbox_free = dt_sandbox_free,
-    .sandbox_id = cl_sandbox_id,
-    .sandbox_root = cl_sandbox_root,
     .snapshot = dt_snapshot,
-    .exec_start = dt_exec_start,
     .exec_wait = cl_script_exec_wait,
-    .exec_event_fd = cl_exec_event_fd,
 #ifdef SBX_HAVE_CLOUD_WS
     .exec_kill = dt_exec_kill,
 #else
@@ -1930,12 +1887,7 @@ static const sbx_plugin dt_plugin = {
     .exec_resize = dt_exec_resize,
 #endif
     .exec_free = cl_script_exec_free,
-    .list_files = dt_list_files,
-    .read_file = dt_read_file,
-    .write_file = dt_write_file,
     .stat_file = dt_stat_file,
-    .list_owned = dt_list_owned,
-    .destroy_by_id = dt_destroy_by_id,
     .stop = dt_stop,
     .start = dt_start,
     .expose_port = cl_expose_port,
@@ -1944,9 +1896,4 @@ static const sbx_plugin dt_plugin = {
     .list_ports = cl_list_ports,
 };
 
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
-
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
-{
-    return &dt_plugin;
-}
+CL_PLUGIN_EXPORT(&dt_plugin)

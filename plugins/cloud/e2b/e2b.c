@@ -189,20 +189,10 @@ typedef struct e2b_proc {
 
 /* GET /sandboxes/{id}: SandboxDetail, or NULL (*@status 404 when gone, 0
  * when no answer came; other statuses store an error). */
-static json_object *e2b_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
-                            long *status, const char *op, sbx_error **error)
-{
-    return cl_item_get(c->cl.http, ctx, c->cl.api, "sandboxes", id, status, op, "get the sandbox",
-                       error);
-}
+CL_ITEM_GET(e2b_get, "sandboxes", "get the sandbox")
 
 /* DELETE /sandboxes/{id}; 404: already gone. */
-static int e2b_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
-                      const char *op, sbx_error **error)
-{
-    return cl_item_delete(c->cl.http, ctx, c->cl.api, "sandboxes", id, op, "kill the sandbox",
-                          error);
-}
+CL_ITEM_DELETE(e2b_delete, "sandboxes", "kill the sandbox")
 
 /* Takes envd's address and access token from a Sandbox answer. */
 static int e2b_take_sandbox(struct sbx_plugin_sandbox *sb, json_object *j)
@@ -1237,10 +1227,7 @@ static int e2b_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     rc = 0;
     goto out;
 undo:
-    if (error && *error)
-        cl_context(*error, "sandbox_id", id);
-    e2b_delete(c, NULL, id, op, NULL);
-    e2b_sandbox_free(sb);
+    cl_create_undo(sb, c, e2b_delete, id, 1, e2b_sandbox_free, op, error);
 out:
     json_object_put(body);
     json_object_put(j);
@@ -1248,17 +1235,10 @@ out:
     return rc;
 }
 
-static int e2b_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    return cl_sandbox_destroy(&sb->s, sb->s.c, e2b_delete, ctx, error);
-}
+CL_DESTROY(e2b_destroy, e2b_delete)
 
 /* Running or paused: it exists. */
-static int e2b_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    return cl_item_is_alive(&sb->s, sb->s.c->cl.http, ctx, sb->s.c->cl.api, "sandboxes", NULL, NULL,
-                            error);
-}
+CL_ITEM_IS_ALIVE(e2b_is_alive, "sandboxes", NULL, NULL)
 
 /* {"version":1,"sandbox_id","workdir"?,"user"?,"lifetime_s"}: no access
  * token, no credential, no env value. */
@@ -1362,11 +1342,7 @@ static int e2b_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                     error);
 }
 
-static int e2b_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
-                             sbx_error **error)
-{
-    return e2b_delete(client, ctx, id, "destroy_by_id", error);
-}
+CL_DESTROY_BY_ID(e2b_destroy_by_id, e2b_delete)
 
 /* The reaper's look-up: the sandboxes carrying create token @token. */
 static int e2b_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
@@ -1502,40 +1478,19 @@ static int e2b_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
 /* ------------------------------------------------------------------------ */
 
 static const sbx_plugin e2b_plugin = {
-    .struct_size = sizeof(sbx_plugin),
-    .abi_major = SBX_PLUGIN_ABI_MAJOR,
-    .abi_minor = SBX_PLUGIN_ABI_MINOR,
-    .name = E2B_BACKEND,
-    .version = PACKAGE_VERSION,
+    CL_PLUGIN_HEAD(E2B_BACKEND),
+    CL_PLUGIN_SLOTS(e2b),
     .description = "E2B sandboxes (REST API; envd's Connect process stream and raw-byte files) "
                    "over libcurl; the client option keepalive_s (seconds, default 20) is how "
                    "long a command's stream may be quiet before envd sends a keepalive, and a "
                    "stream the path cuts is re-attached to the same process by its pid",
     .caps = E2B_CAPS,
-    .setup = e2b_setup,
-    .client_new = e2b_client_new,
-    .client_free = cl_client_free_slot,
-    .probe = e2b_probe,
-    .create = e2b_create,
-    .resume = e2b_resume,
-    .session_state = e2b_session_state,
-    .destroy = e2b_destroy,
-    .is_alive = e2b_is_alive,
     .sandbox_free = e2b_sandbox_free,
-    .sandbox_id = cl_sandbox_id,
-    .sandbox_root = cl_sandbox_root,
-    .exec_start = e2b_exec_start,
     .exec_wait = cl_exec_wait,
-    .exec_event_fd = cl_exec_event_fd,
     .exec_kill = e2b_exec_kill,
     .exec_resize = e2b_exec_resize,
     .exec_free = e2b_exec_free,
-    .list_files = e2b_list_files,
-    .read_file = e2b_read_file,
-    .write_file = e2b_write_file,
     .stat_file = e2b_stat_file,
-    .list_owned = e2b_list_owned,
-    .destroy_by_id = e2b_destroy_by_id,
     .stop = e2b_stop,
     .start = e2b_start,
     .expose_port = cl_expose_port,
@@ -1544,9 +1499,4 @@ static const sbx_plugin e2b_plugin = {
     .list_ports = cl_list_ports,
 };
 
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
-
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
-{
-    return &e2b_plugin;
-}
+CL_PLUGIN_EXPORT(&e2b_plugin)

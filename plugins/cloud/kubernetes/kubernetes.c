@@ -1521,10 +1521,7 @@ out:
     return rc;
 }
 
-static int k8_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    return cl_sandbox_destroy(&sb->s, sb->s.c, k8_delete, ctx, error);
-}
+CL_DESTROY(k8_destroy, k8_delete)
 
 static int k8_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
@@ -1915,46 +1912,18 @@ static int k8_download_tar(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cons
 /* ------------------------------------------------------------------------ */
 
 static const sbx_plugin k8_plugin = {
-    .struct_size = sizeof(sbx_plugin),
-    .abi_major = SBX_PLUGIN_ABI_MAJOR,
-    .abi_minor = SBX_PLUGIN_ABI_MINOR,
-    .name = K8_BACKEND,
-    .version = PACKAGE_VERSION,
+    CL_PLUGIN_HEAD(K8_BACKEND),
+    CL_PLUGIN_SLOTS(k8),
     .description = "Kubernetes pods through the API server (kubeconfig or in-cluster); "
                    "restricted Pod Security; deny-egress NetworkPolicy; exec over the "
                    "WebSocket exec subresource (v5, v4); files as tar over exec",
     .caps = K8_CAPS,
-    .setup = k8_setup,
-    .client_new = k8_client_new,
-    .client_free = cl_client_free_slot,
-    .probe = k8_probe,
-    .create = k8_create,
-    .resume = k8_resume,
-    .session_state = k8_session_state,
-    .destroy = k8_destroy,
-    .is_alive = k8_is_alive,
     .sandbox_free = cl_sandbox_free_slot,
-    .sandbox_id = cl_sandbox_id,
-    .sandbox_root = cl_sandbox_root,
-    .exec_start = k8_exec_start,
-    .exec_wait = cl_script_exec_wait,
-    .exec_event_fd = cl_exec_event_fd,
-    .exec_kill = cl_script_exec_kill,
+    CL_SCRIPT_PROC_SLOTS,
     .exec_end_info = cl_script_exec_end_info,
     .exec_resize = k8_exec_resize,
-    .exec_free = cl_script_exec_free,
-    .list_files = k8_list_files,
-    .read_file = k8_read_file,
-    .write_file = k8_write_file,
     .upload_tar = k8_upload_tar,
     .download_tar = k8_download_tar,
-    .list_owned = k8_list_owned,
-    .destroy_by_id = k8_destroy_by_id,
 };
 
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
-
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
-{
-    return &k8_plugin;
-}
+CL_PLUGIN_EXPORT(&k8_plugin)

@@ -1935,10 +1935,7 @@ out:
     return rc;
 }
 
-static int modal_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    return cl_sandbox_destroy(&sb->s, sb->s.c, modal_delete, ctx, error);
-}
+CL_DESTROY(modal_destroy, modal_delete)
 
 /* SandboxWait with no wait: a result means it ended (gone). */
 static int modal_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
@@ -2026,12 +2023,7 @@ static char *modal_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx
         cl_fail(error, SBX_ERROR_CONNECTION, op, "modal SandboxSnapshotFs answered without an "
                 "image_id");
     } else {
-        size_t n = strlen(r->image_id) + 1;
-        out = cl_host->alloc(n);
-        if (out)
-            memcpy(out, r->image_id, n);
-        else
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        out = cl_host_strdup(r->image_id, op, error);
     }
     protobuf_c_message_free_unpacked(&r->base, NULL);
     return out;
@@ -2516,49 +2508,23 @@ static int modal_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cons
 /* ------------------------------------------------------------------------ */
 
 static const sbx_plugin modal_plugin = {
-    .struct_size = sizeof(sbx_plugin),
-    .abi_major = SBX_PLUGIN_ABI_MAJOR,
-    .abi_minor = SBX_PLUGIN_ABI_MINOR,
-    .name = MODAL_BACKEND,
-    .version = PACKAGE_VERSION,
+    CL_PLUGIN_HEAD(MODAL_BACKEND),
+    CL_PLUGIN_SLOTS(modal),
     .description = "Modal sandboxes over Modal's own gRPC API (HTTP/2 through libcurl, "
                    "messages with protobuf-c): commands through the task's command router, "
                    "their output streams read on from their offsets when the path cuts them; "
                    "files through an in-sandbox helper; snapshots as images",
     .caps = MODAL_CAPS,
-    .setup = modal_setup,
-    .client_new = modal_client_new,
-    .client_free = cl_client_free_slot,
-    .probe = modal_probe,
-    .create = modal_create,
-    .resume = modal_resume,
-    .session_state = modal_session_state,
-    .destroy = modal_destroy,
-    .is_alive = modal_is_alive,
     .sandbox_free = modal_sandbox_free,
-    .sandbox_id = cl_sandbox_id,
-    .sandbox_root = cl_sandbox_root,
     .snapshot = modal_snapshot,
-    .exec_start = modal_exec_start,
     .exec_wait = modal_exec_wait,
-    .exec_event_fd = cl_exec_event_fd,
     .exec_kill = modal_exec_kill,
     .exec_end_info = modal_exec_end_info,
     .exec_resize = modal_exec_resize,
     .exec_free = modal_exec_free,
-    .list_files = modal_list_files,
-    .read_file = modal_read_file,
-    .write_file = modal_write_file,
     .stat_file = modal_stat_file,
-    .list_owned = modal_list_owned,
-    .destroy_by_id = modal_destroy_by_id,
     .resolve_port = modal_resolve_port,
     .list_ports = modal_list_ports,
 };
 
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
-
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
-{
-    return &modal_plugin;
-}
+CL_PLUGIN_EXPORT(&modal_plugin)

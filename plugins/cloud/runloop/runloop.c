@@ -151,12 +151,7 @@ static sbx_error *rl_gone_error(sbx_error **error, const char *op, const char *i
 
 /* GET /v1/devboxes/{id}: the DevboxView, or NULL (*@status: 0 when no
  * answer, 404 when the provider has no such devbox). */
-static json_object *rl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
-                           long *status, const char *op, sbx_error **error)
-{
-    return cl_item_get(c->cl.http, ctx, c->cl.api, "v1/devboxes", id, status, op, "get the devbox",
-                       error);
-}
+CL_ITEM_GET(rl_get, "v1/devboxes", "get the devbox")
 
 /* POST @api/v1/devboxes/@id@suffix with @body (NULL: {}) as a safe or
  * unsafe call: 0 with the answer in @r (any status), -1 when none came. */
@@ -559,12 +554,6 @@ static int rl_shutdown(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, con
     return rc;
 }
 
-static int rl_delete(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
-                     const char *op, sbx_error **error)
-{
-    return rl_shutdown(client, ctx, id, op, error);
-}
-
 /* Walks every page of GET /v1/devboxes (starting_after the last id while
  * has_more, CASE-35), calling @fn on each live devbox; @fn returns
  * non-zero to stop. */
@@ -804,25 +793,17 @@ static int rl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                              "create the devbox", &id, error)))
         goto out;
     sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
-    if (!sb) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        rl_shutdown(c, NULL, id, op, NULL);
+    if (!sb || rl_wait_running(sb, ctx, op, error) < 0) {
+        cl_create_undo(sb, c, rl_shutdown, id, sb != NULL, NULL, op, error);
         goto out;
     }
-    if (rl_wait_running(sb, ctx, op, error) < 0) {
-        if (error && *error)
-            cl_context(*error, "sandbox_id", id);
-        goto undo;
-    }
     if (cl_create_workdir(sb, &sb->s.workdir, rl_run_short, ctx, RL_BACKEND, rq->workdir, op,
-                          error) < 0)
-        goto undo;
+                          error) < 0) {
+        cl_create_undo(sb, c, rl_shutdown, id, 0, NULL, op, error);
+        goto out;
+    }
     *sandbox = sb;
     rc = 0;
-    goto out;
-undo:
-    rl_shutdown(c, NULL, id, op, NULL);
-    cl_sandbox_free(sb);
 out:
     json_object_put(body);
     json_object_put(j);
@@ -830,16 +811,9 @@ out:
     return rc;
 }
 
-static int rl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    return cl_sandbox_destroy(&sb->s, sb->s.c, rl_delete, ctx, error);
-}
+CL_DESTROY(rl_destroy, rl_shutdown)
 
-static int rl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    return cl_item_is_alive(&sb->s, sb->s.c->cl.http, ctx, sb->s.c->cl.api, "v1/devboxes",
-                            "status", rl_dead, error);
-}
+CL_ITEM_IS_ALIVE(rl_is_alive, "v1/devboxes", "status", rl_dead)
 
 /* {"version":1,"devbox_id":ID[,"workdir":W]}: no credential, no env value
  * (the devbox keeps its environment_variables). */
@@ -887,10 +861,8 @@ static char *rl_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
         const char *sid = cl_json_str(j, "id");
         if (!sid)
             cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "runloop snapshot_disk gave no id");
-        else if ((out = cl_host->alloc(strlen(sid) + 1)))
-            memcpy(out, sid, strlen(sid) + 1);
         else
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            out = cl_host_strdup(sid, op, error);
     }
     json_object_put(b);
     json_object_put(j);
@@ -967,11 +939,7 @@ static int rl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     return rl_list(client, ctx, rl_owned_one, &o, "list_owned", error);
 }
 
-static int rl_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
-                            sbx_error **error)
-{
-    return rl_shutdown(client, ctx, id, "destroy_by_id", error);
-}
+CL_DESTROY_BY_ID(rl_destroy_by_id, rl_shutdown)
 
 /* ------------------------------------------------------------------------ */
 /* Exec                                                                      */
@@ -1376,61 +1344,26 @@ out:
     return code;
 }
 
-static int rl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                         const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
-                         sbx_error **error)
-{
-    (void)ctx;
-    return cl_script_exec_start(sb, RL_BACKEND, sb->s.workdir, rq, rl_run_short, rl_exec_run,
-                                process, error);
-}
+CL_SCRIPT_EXEC_START(rl_exec_start, RL_BACKEND, rl_run_short, rl_exec_run)
 
 /* ------------------------------------------------------------------------ */
 /* The descriptor                                                            */
 /* ------------------------------------------------------------------------ */
 
 static const sbx_plugin rl_plugin = {
-    .struct_size = sizeof(sbx_plugin),
-    .abi_major = SBX_PLUGIN_ABI_MAJOR,
-    .abi_minor = SBX_PLUGIN_ABI_MINOR,
-    .name = RL_BACKEND,
-    .version = PACKAGE_VERSION,
+    CL_PLUGIN_HEAD(RL_BACKEND),
+    CL_PLUGIN_SLOTS(rl),
     .description = "Runloop devboxes (REST) over libcurl; cpu/memory pick the smallest named "
                    "size that fits, else CUSTOM_SIZE; destroy shuts the devbox down, stop/start "
                    "suspend and resume; output streams as it comes; relative paths are "
                    "taken from the workdir, else the home directory",
     .caps = RL_CAPS,
-    .setup = rl_setup,
-    .client_new = rl_client_new,
-    .client_free = cl_client_free_slot,
-    .probe = rl_probe,
-    .create = rl_create,
-    .resume = rl_resume,
-    .session_state = rl_session_state,
-    .destroy = rl_destroy,
-    .is_alive = rl_is_alive,
     .sandbox_free = cl_sandbox_free_slot,
-    .sandbox_id = cl_sandbox_id,
-    .sandbox_root = cl_sandbox_root,
     .snapshot = rl_snapshot,
-    .exec_start = rl_exec_start,
-    .exec_wait = cl_script_exec_wait,
-    .exec_event_fd = cl_exec_event_fd,
-    .exec_kill = cl_script_exec_kill,
-    .exec_free = cl_script_exec_free,
-    .list_files = rl_list_files,
-    .read_file = rl_read_file,
-    .write_file = rl_write_file,
-    .list_owned = rl_list_owned,
-    .destroy_by_id = rl_destroy_by_id,
+    CL_SCRIPT_PROC_SLOTS,
     .exec_end_info = cl_script_exec_end_info,
     .stop = rl_stop,
     .start = rl_start,
 };
 
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
-
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
-{
-    return &rl_plugin;
-}
+CL_PLUGIN_EXPORT(&rl_plugin)

@@ -176,21 +176,11 @@ typedef struct tl_proc {
                                               (error))
 
 /* GET /sandboxes/{id}: SandboxInfo, or NULL (*@status: 0 when no answer). */
-static json_object *tl_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
-                           long *status, const char *op, sbx_error **error)
-{
-    return cl_item_get(c->cl.http, ctx, c->cl.api, "sandboxes", id, status, op, "get the sandbox",
-                       error);
-}
+CL_ITEM_GET(tl_get, "sandboxes", "get the sandbox")
 
 #define tl_status(j) cl_json_str_or((j), "status", "unknown")
 
-static int tl_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
-                     const char *op, sbx_error **error)
-{
-    return cl_item_delete(c->cl.http, ctx, c->cl.api, "sandboxes", id, op, "delete the sandbox",
-                          error);
-}
+CL_ITEM_DELETE(tl_delete, "sandboxes", "delete the sandbox")
 
 static int tl_token_one(void *ud, const char *id, const char *name)
 {
@@ -263,12 +253,7 @@ static const cl_call_spec tl_calls = { &tl_look, CL_CALLS_404_GONE };
 
 /* A data-plane call on @sb: 0 with a 2xx answer in @r, -1 otherwise; a 404
  * that is the sandbox's own (not a file's) marks it gone. */
-static int tl_host(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
-                   const char *path, cl_resp *r, int file_call, const char *op, sbx_error **error)
-{
-    return cl_plane_request(&sb->s, sb->s.c->cl.http, &tl_calls, ctx, rq, path,
-                            file_call ? CL_CALL_FILE : 0, r, op, error);
-}
+CL_PLANE_CALL(tl_host, &tl_calls)
 
 static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
                         int *code, const char *op, sbx_error **error);
@@ -652,30 +637,17 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         port_oom |= cl_ports_add(&sb->s, ports[i]) < 0;
     if (!sb || port_oom || tl_take_ports(sb, j) < 0) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        tl_delete(c, NULL, id, op, NULL);
-        cl_sandbox_free(sb);
-        sb = NULL;
+        sb = cl_create_undo(sb, c, tl_delete, id, 0, NULL, op, error);
         goto out;
     }
     if (tl_wake(sb, ctx, op, error) < 0) {
-        if (error && *error)
-            cl_context(*error, "sandbox_id", id);
-        tl_delete(c, NULL, id, op, NULL);
-        cl_sandbox_free(sb);
-        sb = NULL;
+        sb = cl_create_undo(sb, c, tl_delete, id, 1, NULL, op, error);
         goto out;
     }
-    if (rq->env && rq->env[0] && tl_write_env(sb, ctx, rq->env, op, error) < 0) {
-        tl_delete(c, NULL, id, op, NULL);
-        cl_sandbox_free(sb);
-        sb = NULL;
-        goto out;
-    }
-    if (cl_create_workdir(sb, &sb->s.workdir, tl_run_short, ctx, TL_BACKEND, rq->workdir, op,
-                          error) < 0) {
-        tl_delete(c, NULL, id, op, NULL);
-        cl_sandbox_free(sb);
-        sb = NULL;
+    if ((rq->env && rq->env[0] && tl_write_env(sb, ctx, rq->env, op, error) < 0)
+        || cl_create_workdir(sb, &sb->s.workdir, tl_run_short, ctx, TL_BACKEND, rq->workdir, op,
+                             error) < 0) {
+        sb = cl_create_undo(sb, c, tl_delete, id, 0, NULL, op, error);
         goto out;
     }
     *sandbox = sb;
@@ -688,17 +660,9 @@ out:
     return rc;
 }
 
-static int tl_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    return cl_sandbox_destroy(&sb->s, sb->s.c, tl_delete, ctx, error);
-}
+CL_DESTROY(tl_destroy, tl_delete)
 
-static int tl_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    static const char *const dead[] = { "terminated", "timeout", NULL };
-    return cl_item_is_alive(&sb->s, sb->s.c->cl.http, ctx, sb->s.c->cl.api, "sandboxes", "status",
-                            dead, error);
-}
+CL_ITEM_IS_ALIVE(tl_is_alive, "sandboxes", "status", tl_over)
 
 /* {"version":1,"sandbox_id":ID,"sandbox_url":URL,"named":B[,"workdir":W]}:
  * no credential, no env value (the create's environment is a file in the
@@ -1435,11 +1399,8 @@ static int tl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 /* ------------------------------------------------------------------------ */
 
 static const sbx_plugin tl_plugin = {
-    .struct_size = sizeof(sbx_plugin),
-    .abi_major = SBX_PLUGIN_ABI_MAJOR,
-    .abi_minor = SBX_PLUGIN_ABI_MINOR,
-    .name = TL_BACKEND,
-    .version = PACKAGE_VERSION,
+    CL_PLUGIN_HEAD(TL_BACKEND),
+    CL_PLUGIN_SLOTS(tl),
     .description = "Tensorlake sandboxes (control plane and sandbox host APIs) over libcurl; "
                    "sandboxes named by their create token (stop/start suspend and resume, "
                    "list_owned and lost creates find them) unless the option \"suspendable\": "
@@ -1447,29 +1408,9 @@ static const sbx_plugin tl_plugin = {
                    "its output arriving when the command ends; relative paths are taken from "
                    "the workdir",
     .caps = TL_CAPS,
-    .setup = tl_setup,
-    .client_new = tl_client_new,
-    .client_free = cl_client_free_slot,
-    .probe = tl_probe,
-    .create = tl_create,
-    .resume = tl_resume,
-    .session_state = tl_session_state,
-    .destroy = tl_destroy,
-    .is_alive = tl_is_alive,
     .sandbox_free = cl_sandbox_free_slot,
-    .sandbox_id = cl_sandbox_id,
-    .sandbox_root = cl_sandbox_root,
     .snapshot = tl_snapshot,
-    .exec_start = tl_exec_start,
-    .exec_wait = cl_script_exec_wait,
-    .exec_event_fd = cl_exec_event_fd,
-    .exec_kill = cl_script_exec_kill,
-    .exec_free = cl_script_exec_free,
-    .list_files = tl_list_files,
-    .read_file = tl_read_file,
-    .write_file = tl_write_file,
-    .list_owned = tl_list_owned,
-    .destroy_by_id = tl_destroy_by_id,
+    CL_SCRIPT_PROC_SLOTS,
     .exec_end_info = cl_script_exec_end_info,
     .stop = tl_stop,
     .start = tl_start,
@@ -1479,9 +1420,4 @@ static const sbx_plugin tl_plugin = {
     .list_ports = tl_list_ports,
 };
 
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
-
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
-{
-    return &tl_plugin;
-}
+CL_PLUGIN_EXPORT(&tl_plugin)

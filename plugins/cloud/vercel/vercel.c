@@ -595,12 +595,6 @@ static int vc_stop_id(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
     return rc;
 }
 
-static int vc_delete(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
-                     const char *op, sbx_error **error)
-{
-    return vc_stop_id(client, ctx, id, op, error);
-}
-
 /* Walks every page of GET /v1/sandboxes?project= (until= the page's
  * pagination.next while it is set, CASE-35), calling @fn on each sandbox
  * that is not ended; @fn returns non-zero to stop. */
@@ -986,15 +980,9 @@ static int vc_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                              "create the sandbox", &id, error)))
         goto out;
     sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
-    if (!sb) {
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        vc_stop_id(c, NULL, id, op, NULL);
+    if (!sb || vc_wait_running(sb, ctx, op, error) < 0) {
+        cl_create_undo(sb, c, vc_stop_id, id, sb != NULL, NULL, op, error);
         goto out;
-    }
-    if (vc_wait_running(sb, ctx, op, error) < 0) {
-        if (error && *error)
-            cl_context(*error, "sandbox_id", id);
-        goto undo;
     }
     const char *ls = json_object_to_json_string_ext(labels, JSON_C_TO_STRING_PLAIN);
     if (vc_upload_bytes(sb, ctx, VC_OWNER_FILE, ls, strlen(ls), op, error) < 0)
@@ -1019,8 +1007,7 @@ static int vc_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     rc = 0;
     goto out;
 undo:
-    vc_stop_id(c, NULL, id, op, NULL);
-    cl_sandbox_free(sb);
+    cl_create_undo(sb, c, vc_stop_id, id, 0, NULL, op, error);
 out:
     json_object_put(body);
     json_object_put(labels);
@@ -1029,10 +1016,7 @@ out:
     return rc;
 }
 
-static int vc_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    return cl_sandbox_destroy(&sb->s, sb->s.c, vc_delete, ctx, error);
-}
+CL_DESTROY(vc_destroy, vc_stop_id)
 
 static int vc_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
 {
@@ -1092,10 +1076,8 @@ static char *vc_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
         vc_mark_gone(sb);
         if (!sid)
             cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op, "vercel snapshot gave no id");
-        else if ((out = cl_host->alloc(strlen(sid) + 1)))
-            memcpy(out, sid, strlen(sid) + 1);
         else
-            cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            out = cl_host_strdup(sid, op, error);
     }
     json_object_put(b);
     json_object_put(j);
@@ -1141,11 +1123,7 @@ static int vc_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     return vc_list(client, ctx, vc_owned_one, &o, "list_owned", error);
 }
 
-static int vc_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
-                            sbx_error **error)
-{
-    return vc_stop_id(client, ctx, id, "destroy_by_id", error);
-}
+CL_DESTROY_BY_ID(vc_destroy_by_id, vc_stop_id)
 
 /* ------------------------------------------------------------------------ */
 /* Exec                                                                      */
@@ -1386,58 +1364,23 @@ out:
     return code;
 }
 
-static int vc_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                         const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
-                         sbx_error **error)
-{
-    (void)ctx;
-    return cl_script_exec_start(sb, VC_BACKEND, sb->s.workdir, rq, vc_run_short, vc_exec_run,
-                                process, error);
-}
+CL_SCRIPT_EXEC_START(vc_exec_start, VC_BACKEND, vc_run_short, vc_exec_run)
 
 /* ------------------------------------------------------------------------ */
 /* The descriptor                                                            */
 /* ------------------------------------------------------------------------ */
 
 static const sbx_plugin vc_plugin = {
-    .struct_size = sizeof(sbx_plugin),
-    .abi_major = SBX_PLUGIN_ABI_MAJOR,
-    .abi_minor = SBX_PLUGIN_ABI_MINOR,
-    .name = VC_BACKEND,
-    .version = PACKAGE_VERSION,
+    CL_PLUGIN_HEAD(VC_BACKEND),
+    CL_PLUGIN_SLOTS(vc),
     .description = "Vercel Sandbox microVMs (v1 REST API) over libcurl; cpu/memory pick "
                    "1, 2, 4 or 8 vCPUs (2048 MB each); destroy stops the sandbox; snapshot "
                    "stops it too; output streams as it comes; relative paths are "
                    "taken from the workdir, else /vercel/sandbox",
     .caps = VC_CAPS,
-    .setup = vc_setup,
-    .client_new = vc_client_new,
-    .client_free = cl_client_free_slot,
-    .probe = vc_probe,
-    .create = vc_create,
-    .resume = vc_resume,
-    .session_state = vc_session_state,
-    .destroy = vc_destroy,
-    .is_alive = vc_is_alive,
     .sandbox_free = cl_sandbox_free_slot,
-    .sandbox_id = cl_sandbox_id,
-    .sandbox_root = cl_sandbox_root,
     .snapshot = vc_snapshot,
-    .exec_start = vc_exec_start,
-    .exec_wait = cl_script_exec_wait,
-    .exec_event_fd = cl_exec_event_fd,
-    .exec_kill = cl_script_exec_kill,
-    .exec_free = cl_script_exec_free,
-    .list_files = vc_list_files,
-    .read_file = vc_read_file,
-    .write_file = vc_write_file,
-    .list_owned = vc_list_owned,
-    .destroy_by_id = vc_destroy_by_id,
+    CL_SCRIPT_PROC_SLOTS,
 };
 
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void);
-
-SBX_PLUGIN_EXPORT const sbx_plugin *sbx_plugin_init(void)
-{
-    return &vc_plugin;
-}
+CL_PLUGIN_EXPORT(&vc_plugin)
