@@ -726,6 +726,10 @@ static char *tl_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
     snap = strdup(sid);
     free(url);
     url = snap ? cl_printf("%s/snapshots/%s", sb->s.c->cl.api, snap) : NULL;
+    if (!url) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto done;
+    }
     cl_bound bd = cl_bound_make(ctx, TL_WAIT_S);
     for (double pause = 0.05; url; pause = pause < 0.5 ? pause * 2 : pause) {
         json_object_put(j);
@@ -743,9 +747,7 @@ static char *tl_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
             goto done;
         const char *s = tl_status(j);
         if (strcmp(s, "completed") == 0) {
-            out = cl_host->alloc(strlen(snap) + 1);
-            if (out)
-                memcpy(out, snap, strlen(snap) + 1);
+            out = cl_host_strdup(snap, op, error);
             break;
         }
         if (strcmp(s, "failed") == 0 || cl_bound_left(&bd) == 0) {
