@@ -29,6 +29,9 @@
  * Errors are looked at through cl_last() (no host is loaded here).
  */
 #include "provider.h"
+#ifdef SBX_TEST_CLOUD_WS
+#include "ws.h"
+#endif
 
 #include <criterion/criterion.h>
 
@@ -2435,6 +2438,18 @@ Test(provider, a_required_credential_missing_fails_each_request_unsent)
     cr_assert_eq(cl_last()->code, SBX_ERROR_AUTHENTICATION);
     cr_assert_str_eq(cl_last()->msg, "acme backend: no credential (set SBX_TEST_ACME_KEY or "
                                      "SBX_TEST_ACME_JWT, or a key in ~/.acme)");
+#ifdef SBX_TEST_CLOUD_WS
+    /* A WebSocket terminal is not connected either (nothing listens on
+     * port 9: a connection error would say it was tried). */
+    cl_term term = { 0 };
+    cl_ws *ws = NULL;
+    cr_assert_eq(cl_term_connect(&term, a->cl.http, "http://127.0.0.1:9/pty", NULL, NULL, NULL,
+                                 "open the terminal", &ws, "exec", NULL), -1);
+    cr_assert_null(ws);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_AUTHENTICATION);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: no credential (set SBX_TEST_ACME_KEY or "
+                                     "SBX_TEST_ACME_JWT, or a key in ~/.acme)");
+#endif
     /* A request sent without the credential goes out. */
     rq.no_auth = 1;
     cr_assert_eq(cl_request(a->cl.http, NULL, &rq, &r, "create", &err), -1);

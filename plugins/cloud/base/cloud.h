@@ -274,10 +274,11 @@ void cl_http_free(cl_http *h);
 int cl_http_set_auth(cl_http *h, const char *header, const char *value);
 /**
  * Marks @h as lacking the credential its provider requires: from then on
- * every request of @h that would carry it (all but those with no_auth, and
- * the gRPC calls over @h) fails at once, nothing sent and not retried, with
- * authentication "@message" (copied: it names where the credential is
- * read from), as cl_http_missing_credential() gives it. NULL clears the
+ * every request of @h that would carry it (all but those with no_auth,
+ * and the gRPC calls and WebSocket terminals over @h) fails at once,
+ * nothing sent and not retried, with authentication "@message" (copied:
+ * it names where the credential is read from), as
+ * cl_http_missing_credential() gives it. NULL clears the
  * mark, as does cl_http_set_auth(). 0, or -1 on no memory. Not
  * thread-safe: call before requests.
  */

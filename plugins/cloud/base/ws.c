@@ -696,9 +696,12 @@ int cl_term_connect(cl_term *t, cl_http *h, const char *http_url, cl_ws_msg_fn o
                     void *ud, const sbx_call_ctx *ctx, const char *what, cl_ws **ws,
                     const char *op, sbx_error **error)
 {
+    *ws = NULL;
+    /* As every request that carries the credential: none sent without it. */
+    if (cl_http_missing_credential(h, op, error) < 0)
+        return -1;
     char *url = cl_ws_url(http_url), **hdrs = cl_http_auth_headers(h);
     int rc = -1;
-    *ws = NULL;
     if (!url || !hdrs) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;

@@ -199,7 +199,9 @@ typedef struct cl_term {
  * hangs the terminal up (SIGHUP to every process of the command by its
  * mark: cl_proc_mark_kill() through @t->run, bounded by 30 s). 0 with
  * *@ws set (the caller frees it, after cl_term_end()); -1 with *@error
- * set (resource_exhausted on no memory, or cl_ws_connect()'s error) and
+ * set (authentication when @h lacks the credential its provider requires,
+ * as cl_http_missing_credential() gives it, with nothing sent;
+ * resource_exhausted on no memory; or cl_ws_connect()'s error) and
  * nothing published or started.
  */
 int cl_term_connect(cl_term *t, cl_http *h, const char *http_url, cl_ws_msg_fn on_message,
