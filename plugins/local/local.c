@@ -1398,6 +1398,110 @@ static int write_record(struct sbx_plugin_sandbox *sb, int replace, int dirfd, c
     return 0;
 }
 
+#ifndef SBX_LOCAL_BUBBLEWRAP
+/**
+ * Cold start of plain local: spawns @exe with `--sandbox-dir=` @sb->meta,
+ * a template ending in XXXXXX that the supervisor makes (mkdtemp, before
+ * its keeper forks it, so that no moment exists at which the directory is
+ * there and nothing would remove it, whenever this process dies), with
+ * `--remove=` @remove (may be NULL); reads its HELLO and checks it: this
+ * protocol, a pid, and the directory it made, in the template's parent
+ * under the template's prefix, of this user and nobody else's. Then
+ * sb->meta is that directory, and sup_pid and sup_start the supervisor's.
+ * Returns 0 with the control socket in *@ctl_out (CONFIG goes next), or -1
+ * with an error and nothing left running or on disk.
+ */
+static int spawn_cold(struct sbx_plugin_sandbox *sb, const char *exe, const char *remove,
+                      const bound *bd, int *ctl_out, sbx_error **error)
+{
+    const char *op = "create";
+    char *dir_arg = NULL, *rm_arg = NULL;
+    if (asprintf(&dir_arg, "--sandbox-dir=%s", sb->meta) < 0
+        || (remove && asprintf(&rm_arg, "--remove=%s", remove) < 0)) {
+        fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        free(dir_arg);
+        return -1;
+    }
+    char *argv[] = { (char *)exe, "--control-fd=3", dir_arg, rm_arg, NULL };
+    int ctl = -1;
+    int r = spawn_supervisor(exe, argv, bd, &ctl, NULL, error);
+    free(dir_arg);
+    free(rm_arg);
+    if (r < 0)
+        return -1;
+    uint32_t type = 0, len = 0;
+    unsigned char *payload = NULL;
+    int io = read_frame(ctl, &type, &payload, &len, bd);
+    proto_reader rd;
+    proto_reader_init(&rd, payload, len);
+    if (io == IO_OK && type == PROTO_ERROR) {
+        proto_get_u32(&rd);
+        proto_get_i32(&rd);
+        const char *msg = proto_get_str(&rd);
+        sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op, "supervisor: %s",
+                              msg ? msg : "failed");
+        char *slash = strrchr(sb->meta, '/');
+        if (slash) {
+            *slash = '\0';
+            add_context(err, "path", sb->meta);
+            *slash = '/';
+        }
+        free(payload);
+        close(ctl);
+        return -1;
+    }
+    if (io != IO_OK || type != PROTO_HELLO) {
+        if (io == IO_OK)
+            fail(error, SBX_ERROR_CREATION_FAILED, op, "%s is not an sbx-supervisor", exe);
+        else if (io == IO_EOF)
+            fail(error, SBX_ERROR_CREATION_FAILED, op,
+                 "the supervisor %s exited during start-up", exe);
+        else
+            io_fail(error, io, op, NULL, "supervisor start-up");
+        free(payload);
+        close(ctl);
+        return -1;
+    }
+    uint32_t version = proto_get_u32(&rd);
+    pid_t pid = proto_get_i32(&rd);
+    uint64_t start = proto_get_u64(&rd);
+    const char *dir = proto_get_str(&rd);
+    const char *slash = strrchr(sb->meta, '/');
+    size_t pl = (size_t)(slash - sb->meta) + 1 + strlen(ID_PREFIX);
+    int ok = !rd.failed && version == PROTO_VERSION && pid > 1 && dir
+             && strlen(dir) == strlen(sb->meta) && strncmp(dir, sb->meta, pl) == 0
+             && !strchr(dir + pl, '/');
+    char *made = ok ? strdup(dir) : NULL;
+    free(payload);
+    struct stat st;
+    int dfd = made ? open(made, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    ok = dfd >= 0 && fstat(dfd, &st) == 0 && st.st_uid == geteuid() && !(st.st_mode & 077);
+    if (dfd >= 0)
+        close(dfd);
+    if (!ok) {
+        /* Its keeper removes what it made once it ends. */
+        if (pid > 1 && proto_proc_alive(pid, start))
+            kill(pid, SIGKILL);
+        fail(error, rd.failed || version != PROTO_VERSION ? SBX_ERROR_CONFIGURATION
+                    : SBX_ERROR_CREATION_FAILED, op,
+             rd.failed || version != PROTO_VERSION
+             ? "the supervisor %s speaks protocol %u, this plugin %u (mixed installations?)"
+             : "the supervisor %s made no sandbox directory of this user in its place "
+               "(protocol %u, this plugin %u)",
+             exe, rd.failed ? 0u : version, PROTO_VERSION);
+        free(made);
+        close(ctl);
+        return -1;
+    }
+    free(sb->meta);
+    sb->meta = made;
+    sb->sup_pid = pid;
+    sb->sup_start = start;
+    *ctl_out = ctl;
+    return 0;
+}
+#endif
+
 /**
  * Starts @sb's supervisor and handshakes: with the client's warm one
  * @warm (warm->ctl >= 0; its socket taken and closed here; sb->meta is the
@@ -1411,7 +1515,7 @@ static int write_record(struct sbx_plugin_sandbox *sb, int replace, int dirfd, c
  */
 static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, const strv *env,
                             char *const *launch_argv, const int sock_fds[2], int detached,
-                            int late, warm_sup *warm, const sbx_call_ctx *ctx,
+                            int late, warm_sup *warm, int cold_ctl, const sbx_call_ctx *ctx,
                             sbx_error **error)
 {
     const char *op = "create";
@@ -1422,6 +1526,8 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
     int io;
 
     int spare = warm->ctl >= 0;
+    /* Spawned and its HELLO read (spawn_cold): CONFIG goes next. */
+    int hello_read = spare || cold_ctl >= 0;
     if (spare) {
         /* Its directory becomes sb->meta: what was made ahead is used. */
         ctl = warm->ctl;
@@ -1435,7 +1541,9 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
             return -1;
         }
     }
-    if (spare) {
+    if (hello_read) {
+        if (!spare)
+            ctl = cold_ctl;
         type = PROTO_HELLO;
         io = IO_OK;
     } else {
@@ -1464,8 +1572,9 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
             return -1;
         io = read_frame(ctl, &type, &payload, &len, &bd);
     }
-    if (spare) {
-        /* HELLO was read and checked when it was made (warm_check). */
+    if (hello_read) {
+        /* HELLO was read and checked when it was made (warm_check,
+         * spawn_cold). */
     } else if (io != IO_OK || type != PROTO_HELLO) {
         if (io == IO_OK)
             fail(error, SBX_ERROR_CREATION_FAILED, op, "%s is not an sbx-supervisor", exe);
@@ -1480,8 +1589,8 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
     }
     proto_reader rd;
     proto_reader_init(&rd, payload, len);
-    uint32_t version = spare ? PROTO_VERSION : proto_get_u32(&rd);
-    if (!spare) {
+    uint32_t version = hello_read ? PROTO_VERSION : proto_get_u32(&rd);
+    if (!hello_read) {
         sb->sup_pid = proto_get_i32(&rd);
         sb->sup_start = proto_get_u64(&rd);
     }
@@ -2317,6 +2426,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     int made_meta = 0;
     int sock_fds[2] = { -1, -1 };
     warm_sup warm = { .ctl = -1, .dirfd = -1 };
+    int cold_ctl = -1;          /* a cold supervisor's, between HELLO and CONFIG */
     char num[64];
 
     if (!request || request->struct_size < offsetof(sbx_plugin_create_request, env)
@@ -2533,7 +2643,8 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         sb->meta = NULL;
         goto nomem;
     }
-    if (warm.ctl < 0 && !mkdtemp(sb->meta)) {
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    if (!mkdtemp(sb->meta)) {
         sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op,
                               "cannot create a directory in %s: %s", base, strerror(errno));
         add_context(err, "path", base);
@@ -2542,12 +2653,40 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto fail;
     }
     made_meta = 1;
+#else
+    /* Cold: the supervisor makes the directory (spawn_cold), so that it
+     * never exists without a process that removes it, should this one
+     * die (a SIGKILL) before the supervisor runs. A caller's workdir
+     * gets its tmp/ first: the keeper's --remove says whether create made
+     * it. */
+    if (workdir) {
+        sb->root = workdir;
+        workdir = NULL;
+        sb->tmp = join_path(sb->root, "tmp");
+        if (!sb->tmp)
+            goto nomem;
+        if (warm.ctl < 0 && make_root_dirs(sb, op, error) < 0)
+            goto fail;
+    }
+    if (warm.ctl < 0) {
+        bound cold_bd = make_bound(ctx, HANDSHAKE_SECS);
+        if (spawn_cold(sb, exe, sb->made_tmp && !sb->owns_root ? sb->tmp : NULL, &cold_bd,
+                       &cold_ctl, error) < 0) {
+            /* No directory of its: only a tmp/ made above goes. */
+            free(sb->meta);
+            sb->meta = NULL;
+            made_meta = 1;
+            goto fail;
+        }
+    }
+    made_meta = 1;
+#endif
     sb->id = strdup(strrchr(sb->meta, '/') + 1);
     sb->sock = join_path(sb->meta, "sock");
     if (workdir) {
         sb->root = workdir;
         workdir = NULL;
-    } else {
+    } else if (!sb->root) {
         sb->root = join_path(sb->meta, "root");
         sb->owns_root = 1;
     }
@@ -2559,7 +2698,8 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!sb->cwd)
         goto nomem;
 #endif
-    sb->tmp = join_path(sb->root, "tmp");
+    if (!sb->tmp)
+        sb->tmp = join_path(sb->root, "tmp");
     if (!sb->tmp)
         goto nomem;
     /* A root of its own is made (with its tmp/) while the supervisor
@@ -2577,7 +2717,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     if (late)
         sb->made_tmp = 1;
-    else if (make_root_dirs(sb, op, error) < 0)
+    else if (cold_ctl < 0 && make_root_dirs(sb, op, error) < 0)
         goto fail;
 
     /* The command environment: nothing of the caller's environment but
@@ -2648,7 +2788,8 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto fail;
     uid_t guessed_uid = geteuid();
     int started = start_supervisor(sb, exe, &env, launch_argv, sock_fds, detached, late, &warm,
-                                   ctx, error);
+                                   cold_ctl, ctx, error);
+    cold_ctl = -1;
     if (sock_fds[0] >= 0)
         close(sock_fds[0]);
     if (sock_fds[1] >= 0)
@@ -2724,6 +2865,14 @@ fail:
 #ifdef SBX_LOCAL_SAFEHOUSE
     free(wrapper);
 #endif
+    if (cold_ctl >= 0) {
+        /* Spawned, not configured: it ends (and its keeper removes its
+         * directory, as this does below). */
+        close(cold_ctl);
+        if (sb->sup_pid > 1 && proto_proc_alive(sb->sup_pid, sb->sup_start))
+            kill(sb->sup_pid, SIGKILL);
+        wait_supervisor_gone(sb, GONE_SECS);
+    }
     if (sb && warm.dir) {
         /* A spare's directory goes under its own name, or under sb->meta
          * once its supervisor (claimed: gone first) renamed it there;

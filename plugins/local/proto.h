@@ -14,7 +14,10 @@
  *
  * The plugin starts the supervisor as
  * `sbx-supervisor --control-fd=3 --sandbox-dir=DIR [--remove=PATH]` (DIR:
- * the sandbox's meta directory; the socket is DIR/sock), or inside
+ * the sandbox's meta directory; the socket is DIR/sock; a DIR ending in
+ * XXXXXX is a template the supervisor makes the directory from, mkdtemp,
+ * before its keeper forks it, and names in HELLO: so no directory is ever
+ * made that nothing would remove should the plugin's process die), or inside
  * bubblewrap as `sbx-supervisor --control-fd=3 --init` (no path of the host
  * in view), and handshakes on the control socketpair it hands over as
  * descriptor 3. Warm supervisors (spares) come from a warm spawner,
@@ -63,8 +66,10 @@
  * A cold start handshakes so:
  *
  *     supervisor -> HELLO    u32 version, i32 pid, u64 start time, str
- *                            directory (a warm supervisor's; "" on a cold
- *                            start)
+ *                            directory (a warm supervisor's, or the one a
+ *                            cold start made from DIR's template; ""
+ *                            otherwise); or ERROR when that could not be
+ *                            made
  *     plugin     -> CONFIG   str root, u32 n, n x str "K=V" (base env),
  *                            u64 lifetime (ms; 0 = none), u32 detached;
  *                            with its first byte, as SCM_RIGHTS, the

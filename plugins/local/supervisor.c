@@ -3019,11 +3019,8 @@ int main(int argc, char **argv)
                 "it is started by the library, not by hand\n");
         return 2;
     }
-    if (!init_mode) {
+    if (!init_mode)
         S.dir = argv[2] + sizeof(dir_opt) - 1;
-        if (asprintf(&S.sock_path, "%s/sock", S.dir) < 0)
-            return 1;
-    }
     start_up();
 
     /* Detach: the process the library spawned exits at once (it reaps it
@@ -3055,6 +3052,7 @@ static int run(int init_mode, const char *remove, char **warm_argv, const char *
     char msg[PATH_MAX + 128];
     int pipe_wr = -1;
     char *spare = NULL;
+    const char *made_dir = NULL;    /* a cold start's DIR, made here */
 
     if (warm_argv) {
         /* Made before the keeper forks it, so the keeper knows it. */
@@ -3075,9 +3073,40 @@ static int run(int init_mode, const char *remove, char **warm_argv, const char *
         close(pp[0]);
         pipe_wr = pp[1];
     } else if (!init_mode) {
-        pid_t p = fork();
-        if (p < 0)
+        /* A DIR ending in XXXXXX is made here (mkdtemp, mode 0700, its
+         * name written over the command line's), before the keeper forks
+         * it: from its first moment something removes it, whenever the
+         * library stops; its name goes in HELLO. The log the library
+         * quotes is its stderr from then on. */
+        size_t dl = strlen(S.dir);
+        if (dl > 6 && strcmp(S.dir + dl - 6, "XXXXXX") == 0) {
+            if (!mkdtemp(S.dir)) {
+                snprintf(msg, sizeof(msg), "cannot create a directory in %.*s: %s",
+                         (int)(strrchr(S.dir, '/') - S.dir), S.dir, strerror(errno));
+                send_error_fd(ctl, PROTO_ERR_INTERNAL, errno, msg);
+                return 1;
+            }
+            made_dir = S.dir;
+            char *log = NULL;
+            int lfd = asprintf(&log, "%s/log", S.dir) < 0 ? -1
+                      : open(log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+            free(log);
+            if (lfd >= 0) {
+                dup2(lfd, 2);
+                close(lfd);
+            }
+        }
+        if (asprintf(&S.sock_path, "%s/sock", S.dir) < 0) {
+            if (made_dir)
+                proto_rm_tree(made_dir);
             return 1;
+        }
+        pid_t p = fork();
+        if (p < 0) {
+            if (made_dir)
+                proto_rm_tree(made_dir);
+            return 1;
+        }
         if (p > 0)
             keeper(p, S.dir, remove, NULL, NULL, 0);
     }
@@ -3102,7 +3131,7 @@ static int run(int init_mode, const char *remove, char **warm_argv, const char *
     proto_put_u32(&b, PROTO_VERSION);
     proto_put_i32(&b, getpid());
     proto_put_u64(&b, self.start);
-    proto_put_str(&b, spare ? spare : "");
+    proto_put_str(&b, spare ? spare : made_dir ? made_dir : "");
     if (send_buf(ctl, &b, CONFIG_WAIT_MS) < 0)
         return 1;
     if (warm_argv) {
