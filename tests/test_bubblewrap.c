@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,58 @@ Test(bubblewrap, host_processes_are_invisible)
            "  [ ! -r /proc/$p/stat ] || [ \"$q\" = 1 ] || echo \"$p not under 1\"; "
            "done; echo ok",
            0, "ok\n");
+}
+
+/* The process that runs the plugin (a child of this test in process, its
+ * plugin host out of process) SIGKILLed the moment the launcher starts,
+ * before it ran any of its own code: nothing of the sandbox was made
+ * before that (the launcher makes its directory, its keeper standing by
+ * from then on), so no sbx-bwrap-* directory is left. The stand-in
+ * launcher (SBX_SUPERVISOR) notes that it ran and kills its parent. */
+Test(bubblewrap, a_create_killed_as_its_launcher_starts_leaves_no_directory)
+{
+    int inproc = getenv("SBX_PLUGIN_MODE") && strcmp(getenv("SBX_PLUGIN_MODE"), "inprocess") == 0;
+    char *stub = tu_strdup_printf("%s/stub-launcher", g_tmp);
+    char *marker = tu_strdup_printf("%s/stub-ran", g_tmp);
+    FILE *f = fopen(stub, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "#!/bin/sh\necho \"$1\" > '%s'\nkill -KILL $PPID\n", marker);
+    fclose(f);
+    cr_assert_eq(chmod(stub, 0755), 0);
+
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        sbx_error *err = NULL;
+        setenv("SBX_SUPERVISOR", stub, 1);
+        sbx_client *c = sbx_client_new("bubblewrap", &err);
+        if (!c)
+            _exit(2);
+        sbx_sandbox *sb = sbx_sandbox_create(c, NULL, &err);
+        _exit(sb ? 0 : sbx_error_get_code(err) == SBX_ERROR_CONNECTION ? 3 : 4);
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    if (inproc)
+        cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "status 0x%x", st);
+    else
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 3, "status 0x%x", st);
+    char ran[64] = "";
+    f = fopen(marker, "r");
+    cr_assert_not_null(f, "the stand-in launcher did not run");
+    cr_assert_not_null(fgets(ran, sizeof ran, f));
+    fclose(f);
+    cr_expect_str_eq(ran, "--launch\n");
+    char *left = tu_strdup_printf("ls %s | grep -c '^sbx-bwrap-'", g_tmp);
+    FILE *p = popen(left, "r");
+    char count[32] = "";
+    cr_assert_not_null(p);
+    cr_assert_not_null(fgets(count, sizeof count, p));
+    pclose(p);
+    cr_expect_str_eq(count, "0\n", "sbx-bwrap-* directories left in %s", g_tmp);
+    free(left);
+    free(stub);
+    free(marker);
 }
 
 /* A TCP listener on 127.0.0.1 of the host; returns its port. */

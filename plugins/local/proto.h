@@ -173,6 +173,10 @@
  *  directory only, never the one of that name. */
 #define PROTO_EXIT_SPARE_ONLY 5
 
+/** The bubblewrap launcher's exit status when --make-keep's META exists
+ *  already (the library names another). */
+#define PROTO_EXIT_EXISTS 6
+
 #define PROTO_HEADER_SIZE 8u
 /** Upper bound of a payload (argv and env of one exec included). */
 #define PROTO_MAX_FRAME (4u << 20)

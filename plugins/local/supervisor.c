@@ -2479,7 +2479,13 @@ static int launch_setup(char **cg, size_t ncg, long seccomp_fd, long uid, long g
  * Launcher mode of the bubblewrap backend:
  *     sbx-supervisor --launch [--cgroup-procs=FILE]... [--seccomp-fd=N]
  *                    [--user=UID:GID] [--overlay=META] [--keep=META]
- *                    [--remove=PATH] [--lent=ROOT] -- PROGRAM ARG...
+ *                    [--make-keep] [--remove=PATH] [--lent=ROOT] -- PROGRAM ARG...
+ * With --make-keep, makes META first (mode 0700; exit PROTO_EXIT_EXISTS
+ * when it exists), its stderr META/log from then on; once the keeper runs,
+ * writes a byte ('R') to stdout, and the sandbox's process waits for a
+ * byte ('G') on stdin before anything else (EOF: it exits 1 and the keeper
+ * removes everything), so the library makes what goes in META, the
+ * cgroups and a lent root only while a keeper stands ready to remove them.
  * Forks a keeper and exits once the sandbox's process started: 0, or 1
  * when a cgroup, the filter or the change of user failed, 2 on a malformed
  * command line, 127 when PROGRAM cannot run (the reason goes to stderr);
@@ -2503,6 +2509,7 @@ static int launch(int argc, char **argv)
                       user_opt[] = "--user=", ovl_opt[] = "--overlay=",
                       keep_opt[] = "--keep=", rm_opt[] = "--remove=", lent_opt[] = "--lent=";
     const char *overlay = NULL, *keep = NULL, *remove = NULL, *lent = NULL;
+    int make_keep = 0;
     char *cg[8];
     size_t ncg = 0;
     long seccomp_fd = 0;
@@ -2530,6 +2537,8 @@ static int launch(int argc, char **argv)
         } else if (strncmp(argv[i], keep_opt, sizeof(keep_opt) - 1) == 0
                    && argv[i][sizeof(keep_opt) - 1] == '/') {
             keep = argv[i] + sizeof(keep_opt) - 1;
+        } else if (strcmp(argv[i], "--make-keep") == 0) {
+            make_keep = 1;
         } else if (strncmp(argv[i], rm_opt, sizeof(rm_opt) - 1) == 0
                    && argv[i][sizeof(rm_opt) - 1] == '/') {
             remove = argv[i] + sizeof(rm_opt) - 1;
@@ -2561,14 +2570,43 @@ static int launch(int argc, char **argv)
         fprintf(stderr, "sbx-supervisor: --launch: expected -- /PROGRAM ARG...\n");
         return 2;
     }
+    if (make_keep && !keep) {
+        fprintf(stderr, "sbx-supervisor: --launch: --make-keep without --keep\n");
+        return 2;
+    }
+    /* --make-keep: META is made here, so that it never exists without the
+     * keeper (forked next) to remove it, whenever the library stops; its
+     * start-up log is our stderr from now on. */
+    if (make_keep) {
+        if (mkdir(keep, 0700) < 0) {
+            if (errno == EEXIST)
+                return PROTO_EXIT_EXISTS;
+            fprintf(stderr, "sbx-supervisor: cannot create %s: %s\n", keep, strerror(errno));
+            return 1;
+        }
+        char *log = NULL;
+        int lfd = asprintf(&log, "%s/log", keep) < 0 ? -1
+                  : open(log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+        free(log);
+        if (lfd >= 0) {
+            dup2(lfd, 2);
+            close(lfd);
+        }
+    }
     /* The sandbox's process reports a failed setup on this pipe; a
      * successful exec closes it. */
     int pp[2];
-    if (pipe2(pp, O_CLOEXEC) < 0)
+    if (pipe2(pp, O_CLOEXEC) < 0) {
+        if (make_keep)
+            proto_rm_tree(keep);
         return 1;
+    }
     pid_t k = fork();
-    if (k < 0)
+    if (k < 0) {
+        if (make_keep)
+            proto_rm_tree(keep);
         return 1;
+    }
     if (k > 0) {
         close(pp[1]);
         unsigned char code = 0;
@@ -2581,12 +2619,33 @@ static int launch(int argc, char **argv)
     pid_t b = fork();
     if (b < 0) {
         unsigned char code = 1;
+        if (make_keep)
+            proto_rm_tree(keep);
         if (write(pp[1], &code, 1) < 0)
             _exit(1);
         _exit(1);
     }
     if (b == 0) {
-        int code = launch_setup(cg, ncg, seccomp_fd, uid, gid, overlay);
+        int code = 0;
+        if (make_keep) {
+            /* The library prepares META and says go (a byte on stdin);
+             * EOF instead: it failed or died, nothing starts. */
+            unsigned char go = 0;
+            ssize_t n;
+            int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+            if (nul >= 0)
+                dup2(nul, 1);
+            while ((n = read(0, &go, 1)) < 0 && errno == EINTR)
+                ;
+            if (nul >= 0) {
+                dup2(nul, 0);
+                close(nul);
+            }
+            if (n != 1 || go != 'G')
+                code = 1;
+        }
+        if (code == 0)
+            code = launch_setup(cg, ncg, seccomp_fd, uid, gid, overlay);
         if (code == 0) {
             execv(argv[i + 1], argv + i + 1);
             fprintf(stderr, "sbx-supervisor: cannot run %s: %s\n", argv[i + 1],
@@ -2597,6 +2656,16 @@ static int launch(int argc, char **argv)
         if (write(pp[1], &c, 1) < 0)
             _exit(code);
         _exit(code);
+    }
+    if (make_keep) {
+        /* Ready: what the library makes from now on is ours to remove. */
+        unsigned char ready = 'R';
+        ssize_t w;
+        /* A failed write: the library is gone, and the sandbox's process
+         * sees EOF on its stdin. */
+        while ((w = write(1, &ready, 1)) < 0 && errno == EINTR)
+            ;
+        (void)w;
     }
     keeper(b, keep, remove, lent, cg, ncg);
 }
