@@ -71,6 +71,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -3163,6 +3164,9 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     const char *op = "destroy";
     struct sbx_plugin_sandbox *sb = sandbox;
     int rc = 0;
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    int meta_lock = -1;
+#endif
 
 #ifdef SBX_LOCAL_FAULTY
     sbx_fault_destroy(sb->id);
@@ -3174,6 +3178,16 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     bound bd = make_bound(ctx, DESTROY_SECS);
     int e, io;
     struct ucred peer;
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    /* Held until META is gone: should this process die before (SIGKILL),
+     * the launcher's keeper, which waits for it after the sandbox's end,
+     * removes what is left (keeper() in supervisor.c). */
+    meta_lock = open(sb->meta, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (meta_lock >= 0 && flock(meta_lock, LOCK_EX | LOCK_NB) < 0) {
+        close(meta_lock);
+        meta_lock = -1;
+    }
+#endif
     int fd = request_simple(sb, PROTO_DESTROY, &bd, &e, &io, &peer);
     int asked = fd >= 0;
     if (e == E_PEER)
@@ -3242,6 +3256,10 @@ destroyed:
     sb->destroyed = 1;
     LOG(SBX_LOG_DEBUG, "destroyed %s", sb->id);
 out:
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    if (meta_lock >= 0)
+        close(meta_lock);
+#endif
     pthread_mutex_unlock(&sb->lock);
     /* The sandbox's work is over: the client's next warm supervisor may
      * start now. Not before the answer: it makes its directory, root and

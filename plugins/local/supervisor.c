@@ -73,6 +73,7 @@
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -2346,6 +2347,10 @@ static void give_back(const char *meta, const char *root)
  *  made and removes with the rest (keeper()); NULL for any other. */
 static const char *keeper_spare;
 
+/** Set in the bubblewrap launcher's keeper: after DESTROY it checks that
+ *  the library finished removing META (keeper()). */
+static int keeper_checks_destroy;
+
 /**
  * The keeper of a sandbox: waits for its process @child (the supervisor,
  * or bwrap whose init it is) and, unless that exited 0 (after DESTROY,
@@ -2368,8 +2373,25 @@ static void __attribute__((noreturn)) keeper(pid_t child, const char *meta, cons
     pid_t r;
     while ((r = waitpid(child, &status, 0)) < 0 && errno == EINTR)
         ;
-    if (r == child && WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        _exit(0);
+    if (r == child && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        /* After DESTROY the library removes what is left. The bubblewrap
+         * launcher's keeper makes sure it did: the library holds a lock
+         * on META (flock) from before DESTROY until META is gone, so once
+         * this gets the lock, a META still there means the library died
+         * midway (a SIGKILL of the application or the plugin host): all
+         * of it goes below. */
+        int fd = keeper_checks_destroy && meta
+                 ? open(meta, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        if (fd < 0)
+            _exit(0);
+        while (flock(fd, LOCK_EX) < 0 && errno == EINTR)
+            ;
+        struct stat st;
+        int left = fstat(fd, &st) == 0 && st.st_nlink > 0;
+        close(fd);
+        if (!left)
+            _exit(0);
+    }
     if (r == child && WIFEXITED(status) && WEXITSTATUS(status) == PROTO_EXIT_SPARE_ONLY
         && keeper_spare) {
         proto_rm_tree(keeper_spare);
@@ -2657,12 +2679,14 @@ static int launch(int argc, char **argv)
             _exit(code);
         _exit(code);
     }
+    keeper_checks_destroy = 1;
     if (make_keep) {
-        /* Ready: what the library makes from now on is ours to remove. */
+        /* Ready: what the library makes from now on is ours to remove.
+         * Should the library be gone already, the write fails (EPIPE, not
+         * the signal) and the sandbox's process sees EOF on its stdin. */
+        signal(SIGPIPE, SIG_IGN);
         unsigned char ready = 'R';
         ssize_t w;
-        /* A failed write: the library is gone, and the sandbox's process
-         * sees EOF on its stdin. */
         while ((w = write(1, &ready, 1)) < 0 && errno == EINTR)
             ;
         (void)w;
