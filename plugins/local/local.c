@@ -1415,10 +1415,12 @@ static int write_record(struct sbx_plugin_sandbox *sb, int replace, int dirfd, c
  * a template ending in XXXXXX that the supervisor makes (mkdtemp, before
  * its keeper forks it, so that no moment exists at which the directory is
  * there and nothing would remove it, whenever this process dies), with
- * `--remove=` @remove (may be NULL); reads its HELLO and checks it: this
+ * `--remove=` @remove (may be NULL: the tmp/ of a caller's workdir, which
+ * it makes then too when missing); reads its HELLO and checks it: this
  * protocol, a pid, and the directory it made, in the template's parent
  * under the template's prefix, of this user and nobody else's. Then
- * sb->meta is that directory, and sup_pid and sup_start the supervisor's.
+ * sb->meta is that directory, sup_pid and sup_start the supervisor's, and
+ * sb->made_tmp says whether it made @remove.
  * Returns 0 with the control socket in *@ctl_out (CONFIG goes next), or -1
  * with an error and nothing left running or on disk.
  */
@@ -1446,13 +1448,16 @@ static int spawn_cold(struct sbx_plugin_sandbox *sb, const char *exe, const char
     proto_reader rd;
     proto_reader_init(&rd, payload, len);
     if (io == IO_OK && type == PROTO_ERROR) {
+        /* It could not make the directory in its parent, or @remove. */
         proto_get_u32(&rd);
         proto_get_i32(&rd);
         const char *msg = proto_get_str(&rd);
-        sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op, "supervisor: %s",
-                              msg ? msg : "failed");
+        sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op, "%s",
+                              msg ? msg : "the supervisor failed to start");
         char *slash = strrchr(sb->meta, '/');
-        if (slash) {
+        if (remove && msg && strstr(msg, remove)) {
+            add_context(err, "path", remove);
+        } else if (slash) {
             *slash = '\0';
             add_context(err, "path", sb->meta);
             *slash = '/';
@@ -1482,6 +1487,7 @@ static int spawn_cold(struct sbx_plugin_sandbox *sb, const char *exe, const char
     pid_t pid = proto_get_i32(&rd);
     uint64_t start = proto_get_u64(&rd);
     const char *dir = proto_get_str(&rd);
+    uint32_t made_remove = proto_get_u32(&rd);
     const char *slash = strrchr(sb->meta, '/');
     size_t pl = (size_t)(slash - sb->meta) + 1 + strlen(ID_PREFIX);
     int ok = !rd.failed && version == PROTO_VERSION && pid > 1 && dir
@@ -1513,6 +1519,7 @@ static int spawn_cold(struct sbx_plugin_sandbox *sb, const char *exe, const char
     sb->meta = made;
     sb->sup_pid = pid;
     sb->sup_start = start;
+    sb->made_tmp = remove && made_remove == 1;
     *ctl_out = ctl;
     return 0;
 }
@@ -2802,28 +2809,22 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto fail;
     }
 #else
-    /* Cold: the supervisor makes the directory (spawn_cold), so that it
-     * never exists without a process that removes it, should this one
-     * die (a SIGKILL) before the supervisor runs. A caller's workdir
-     * gets its tmp/ first: the keeper's --remove says whether create made
-     * it. */
+    /* Cold: the supervisor makes the directory (spawn_cold), and the
+     * tmp/ of a caller's workdir when missing, so that neither exists
+     * without a process that removes it, should this one die (a SIGKILL)
+     * before the supervisor runs. */
     if (workdir) {
         sb->root = workdir;
         workdir = NULL;
         sb->tmp = join_path(sb->root, "tmp");
         if (!sb->tmp)
             goto nomem;
-        if (warm.ctl < 0 && make_root_dirs(sb, op, error) < 0)
-            goto fail;
     }
     if (warm.ctl < 0) {
         bound cold_bd = make_bound(ctx, HANDSHAKE_SECS);
-        if (spawn_cold(sb, exe, sb->made_tmp && !sb->owns_root ? sb->tmp : NULL, &cold_bd,
-                       &cold_ctl, error) < 0) {
-            /* No directory of its: only a tmp/ made above goes. */
+        if (spawn_cold(sb, exe, sb->tmp, &cold_bd, &cold_ctl, error) < 0) {
             free(sb->meta);
             sb->meta = NULL;
-            made_meta = 1;
             goto fail;
         }
     }

@@ -68,8 +68,11 @@
  *     supervisor -> HELLO    u32 version, i32 pid, u64 start time, str
  *                            directory (a warm supervisor's, or the one a
  *                            cold start made from DIR's template; ""
- *                            otherwise); or ERROR when that could not be
- *                            made
+ *                            otherwise), u32 made (1: a cold start made
+ *                            --remove's PATH, missing until then, before
+ *                            its keeper forked; 0: PATH existed, and is
+ *                            left alone, or none); or ERROR when either
+ *                            could not be made
  *     plugin     -> CONFIG   str root, u32 n, n x str "K=V" (base env),
  *                            u64 lifetime (ms; 0 = none), u32 detached;
  *                            with its first byte, as SCM_RIGHTS, the
@@ -132,7 +135,8 @@
  *             kills the tree too.
  *     PING                                        <- PONG u32 version
  *     DESTROY                                     <- DESTROYED, then EOF
- *             DESTROYED comes once every process the sandbox's commands
+ *             DESTROYED comes once the --remove PATH (CLAIM's PATH) is
+ *             removed and every process the sandbox's commands
  *             started has ended (idle exec reapers, copies of the
  *             supervisor that run nothing, may have been sent SIGKILL
  *             only: the supervisor reaps them after answering) and,
@@ -157,7 +161,7 @@
 #include <sys/types.h>
 
 /** Bumped whenever a frame changes shape. */
-#define PROTO_VERSION 7u
+#define PROTO_VERSION 8u
 
 /** The supervisor's exit status when it ended the sandbox on its own
  *  (lifetime, owners gone, a signal); 0 after DESTROY. */

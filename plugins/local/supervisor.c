@@ -181,6 +181,7 @@ enum { REAPER_PID = 1, REAPER_EXIT = 2, REAPER_ERROR = 3, REAPER_IDLE = 4,
 static struct {
     char *dir;
     char *sock_path;
+    const char *remove;          /* a tmp/ this sandbox made in a caller's workdir, or NULL */
     char *root;
     char **env;                  /* base environment, "K=V" */
     size_t nenv;
@@ -640,6 +641,12 @@ static void __attribute__((noreturn)) shutdown_sandbox(conn *requester)
         free(trash);
         trash = NULL;
     }
+    /* A tmp/ made in a caller's workdir goes before the answer too: the
+     * library removes it after the answer, but should it die first (a
+     * SIGKILL) nothing else would (the keeper, seeing exit 0, leaves it:
+     * by then a next sandbox may have made its own there). */
+    if (requester && S.remove)
+        proto_rm_tree(S.remove);
     if (requester) {
         proto_buf b;
         proto_buf_init(&b, PROTO_DESTROYED);
@@ -3146,6 +3153,7 @@ static int run(int init_mode, const char *remove, char **warm_argv, const char *
     int pipe_wr = -1;
     char *spare = NULL;
     const char *made_dir = NULL;    /* a cold start's DIR, made here */
+    uint32_t made_remove = 0;       /* and its --remove PATH, made here */
 
     if (warm_argv) {
         /* Made before the keeper forks it, so the keeper knows it. */
@@ -3189,15 +3197,38 @@ static int run(int init_mode, const char *remove, char **warm_argv, const char *
                 close(lfd);
             }
         }
+        /* So is --remove's PATH, a tmp/ in a caller's workdir, when it
+         * is missing: made here, it is this sandbox's (the keeper and
+         * DESTROY remove it); one that exists is left alone. HELLO says
+         * which. */
+        if (made_dir && remove) {
+            struct stat rst;
+            if (mkdir(remove, 0700) == 0) {
+                made_remove = 1;
+            } else if (errno == EEXIST && stat(remove, &rst) == 0 && S_ISDIR(rst.st_mode)) {
+                remove = NULL;
+            } else {
+                snprintf(msg, sizeof(msg), "cannot create %s: %s", remove,
+                         errno == EEXIST ? "exists and is not a directory" : strerror(errno));
+                send_error_fd(ctl, PROTO_ERR_INTERNAL, errno, msg);
+                proto_rm_tree(made_dir);
+                return 1;
+            }
+        }
+        S.remove = remove;
         if (asprintf(&S.sock_path, "%s/sock", S.dir) < 0) {
             if (made_dir)
                 proto_rm_tree(made_dir);
+            if (made_remove)
+                rmdir(remove);
             return 1;
         }
         pid_t p = fork();
         if (p < 0) {
             if (made_dir)
                 proto_rm_tree(made_dir);
+            if (made_remove)
+                rmdir(remove);
             return 1;
         }
         if (p > 0)
@@ -3225,6 +3256,7 @@ static int run(int init_mode, const char *remove, char **warm_argv, const char *
     proto_put_i32(&b, getpid());
     proto_put_u64(&b, self.start);
     proto_put_str(&b, spare ? spare : made_dir ? made_dir : "");
+    proto_put_u32(&b, made_remove);
     if (send_buf(ctl, &b, CONFIG_WAIT_MS) < 0)
         return 1;
     if (warm_argv) {
@@ -3237,7 +3269,7 @@ static int run(int init_mode, const char *remove, char **warm_argv, const char *
             || write_all(pipe_wr, rm ? rm : "", rl, CONFIG_WAIT_MS) < 0)
             return 1;
         close(pipe_wr);
-        free(rm);
+        S.remove = rm;
         /* Never over an existing directory. */
         char *path = NULL;
         if (renameat2(AT_FDCWD, spare, AT_FDCWD, dir, RENAME_NOREPLACE) < 0) {
