@@ -732,6 +732,16 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
             free(o);
         }
     }
+    /* bwrap's mount points in a caller's root_dir go then too. */
+    if (strncmp(root, meta, strlen(meta)) != 0) {
+        char *o;
+        if (asprintf(&o, "--clean-root=%s", root) < 0) {
+            a.failed = 1;
+        } else {
+            add(&a, o);
+            free(o);
+        }
+    }
     /* A caller's workdir lent to the sandbox's user goes back then too. */
     if (strncmp(root, meta, strlen(meta)) != 0 && bwrap_sandbox_ids(NULL, NULL)) {
         char *o;
@@ -1384,33 +1394,5 @@ int bwrap_make_workdir(const char *root, const char *workdir, char **made, const
 
 void bwrap_clean_root(const char *root)
 {
-    int dfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
-        return;
-    /* Mount points bwrap made: empty directories, symlinks it placed, the
-     * supervisor's empty placeholder. Anything else stays. */
-    static const char *const names[] = { "usr", "etc", "bin", "sbin", "lib", "lib32", "lib64",
-                                         "libx32", "proc", "dev" };
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        struct stat st;
-        if (fstatat(dfd, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
-            continue;
-        if (S_ISDIR(st.st_mode)) {
-            unlinkat(dfd, names[i], AT_REMOVEDIR);   /* only when empty */
-        } else if (S_ISLNK(st.st_mode)) {
-            char mine[PATH_MAX], host_t[PATH_MAX], hp[64];
-            ssize_t l1 = readlinkat(dfd, names[i], mine, sizeof(mine) - 1);
-            snprintf(hp, sizeof(hp), "/%s", names[i]);
-            ssize_t l2 = readlink(hp, host_t, sizeof(host_t) - 1);
-            if (l1 > 0 && l1 == l2 && memcmp(mine, host_t, (size_t)l1) == 0)
-                unlinkat(dfd, names[i], 0);
-        }
-    }
-    struct stat st;
-    if (fstatat(dfd, ".sbx/sbx-supervisor", &st, AT_SYMLINK_NOFOLLOW) == 0
-        && S_ISREG(st.st_mode) && st.st_size == 0)
-        unlinkat(dfd, ".sbx/sbx-supervisor", 0);
-    unlinkat(dfd, ".sbx/run", AT_REMOVEDIR);
-    unlinkat(dfd, ".sbx", AT_REMOVEDIR);
-    close(dfd);
+    proto_clean_bwrap_root(root);
 }

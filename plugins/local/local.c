@@ -1581,8 +1581,10 @@ static void launcher_abort(launcher *l)
 }
 
 /**
- * Starts the launcher with @argv (META is sb->meta, which it makes) and
- * waits (bounded by @ctx) until its keeper runs. 0 with *@l filled, or -1
+ * Starts the launcher with @argv (META is sb->meta, which it makes, and
+ * the tmp/ of a caller's root_dir when missing: sb->made_tmp says whether
+ * it did) and waits (bounded by @ctx) until its keeper runs. 0 with *@l
+ * filled, or -1
  * with an error and nothing left; when META exists already, -1 with
  * *@exists set and no error (the caller names another).
  */
@@ -1623,8 +1625,10 @@ static int launcher_start(struct sbx_plugin_sandbox *sb, const char *exe, char *
         while ((n = read(out[0], &ready, 1)) < 0 && errno == EINTR)
             ;
     close(out[0]);
-    if (n == 1 && ready == 'R')
+    if (n == 1 && (ready == 'R' || ready == 'M')) {
+        sb->made_tmp = ready == 'M';
         return 0;
+    }
     int status = -1;
     if (n == 0) {
         /* It ended first: its status says why. */
@@ -2867,9 +2871,18 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (late)
         sb->made_tmp = 1;
 #ifdef SBX_LOCAL_BUBBLEWRAP
-    /* A root in META: once the launcher made META (below). */
-    else if (!sb->owns_root && make_root_dirs(sb, op, error) < 0)
-        goto fail;
+    /* A root in META once the launcher made META (below); the launcher
+     * makes a root_dir's tmp/ when missing. One that is not a directory
+     * is refused now. */
+    else if (!sb->owns_root) {
+        struct stat st;
+        if (lstat(sb->tmp, &st) == 0 && !S_ISDIR(st.st_mode)) {
+            sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op,
+                                  "cannot create %s: exists and is not a directory", sb->tmp);
+            add_context(err, "path", sb->tmp);
+            goto fail;
+        }
+    }
 #else
     else if (cold_ctl < 0 && make_root_dirs(sb, op, error) < 0)
         goto fail;
@@ -2930,7 +2943,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto fail;
     launch_argv = bwrap_argv(exe, cg_procs, n_cg, bwrap, exe, sb->root, sb->meta,
                              image_root ? image_root : "/",
-                             sb->made_tmp && !sb->owns_root ? sb->tmp : NULL, allow_internet,
+                             !sb->owns_root ? sb->tmp : NULL, allow_internet,
                              (request->set_fields & SBX_OPTION_BACKEND_OPTIONS)
                              ? request->backend_options : NULL,
                              cuser ? &in_uid : NULL, cuser ? &in_gid : NULL, op, error);

@@ -149,9 +149,9 @@ void bwrap_cgroups_remove(const char *id);
 int bwrap_oom_kills(const char *id, uint64_t *count);
 /** The launcher's argv (NULL-terminated, free with bwrap_argv_free), or
  *  NULL with an error. @root: META/root, or the root_dir the caller gave.
- *  @src: "/" or the image's root filesystem. @remove (may be NULL): a path
- *  the launcher's keeper removes with META when the sandbox ends on its
- *  own (the tmp create made in a caller's root_dir). @backend_options (may
+ *  @src: "/" or the image's root filesystem. @remove (may be NULL): the tmp/
+ *  of a caller's root_dir, which the launcher makes when missing and its
+ *  keeper then removes with META when the sandbox ends on its own. @backend_options (may
  *  be NULL): a JSON object of "ro_binds" (["/HOST/PATH",...], host paths
  *  bound read-only at the same path inside) and "root_dir" (read by
  *  bwrap_root_dir); any other key is a configuration error naming it

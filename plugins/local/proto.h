@@ -345,6 +345,14 @@ size_t proto_kill_descendants(pid_t ancestor, int sig, size_t *zombies);
  *  so a create that failed for want of descriptors leaves nothing. */
 int proto_rm_tree(const char *path);
 
+/** Removes from a caller's root directory @root (bubblewrap's root_dir)
+ *  the mount points bwrap made in it: the system tree's names when they
+ *  are empty directories or symlinks equal to the host's, and the
+ *  supervisor's empty placeholder .sbx/sbx-supervisor with .sbx/run and
+ *  .sbx; anything else stays. 0, or -1 with errno when @root cannot be
+ *  opened. Used by destroy and by the launcher's keeper. */
+int proto_clean_bwrap_root(const char *root);
+
 /** The first part of a trash name: a meta directory DIR/NAME goes to
  *  DIR/PROTO_TRASH_PREFIX NAME at DESTROY (see DESTROY above). */
 #define PROTO_TRASH_PREFIX ".sbx-trash-"

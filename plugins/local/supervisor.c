@@ -2358,6 +2358,10 @@ static const char *keeper_spare;
  *  the library finished removing META (keeper()). */
 static int keeper_checks_destroy;
 
+/** A caller's root_dir whose bwrap mount points the bubblewrap launcher's
+ *  keeper removes (--clean-root); NULL for any other. */
+static const char *keeper_clean_root;
+
 /**
  * The keeper of a sandbox: waits for its process @child (the supervisor,
  * or bwrap whose init it is) and, unless that exited 0 (after DESTROY,
@@ -2428,6 +2432,8 @@ static void __attribute__((noreturn)) keeper(pid_t child, const char *meta, cons
         }
         free(dir);
     }
+    if (keeper_clean_root)
+        proto_clean_bwrap_root(keeper_clean_root);
     if (meta && lent)
         give_back(meta, lent);
     if (keeper_spare)
@@ -2508,10 +2514,13 @@ static int launch_setup(char **cg, size_t ncg, long seccomp_fd, long uid, long g
  * Launcher mode of the bubblewrap backend:
  *     sbx-supervisor --launch [--cgroup-procs=FILE]... [--seccomp-fd=N]
  *                    [--user=UID:GID] [--overlay=META] [--keep=META]
- *                    [--make-keep] [--remove=PATH] [--lent=ROOT] -- PROGRAM ARG...
+ *                    [--make-keep] [--remove=PATH] [--lent=ROOT] [--clean-root=ROOT]
+ *                    -- PROGRAM ARG...
  * With --make-keep, makes META first (mode 0700; exit PROTO_EXIT_EXISTS
- * when it exists), its stderr META/log from then on; once the keeper runs,
- * writes a byte ('R') to stdout, and the sandbox's process waits for a
+ * when it exists), its stderr META/log from then on, and --remove's PATH
+ * when missing (one that exists is left to its owner); once the keeper
+ * runs, writes a byte to stdout ('M' when it made PATH, else 'R'), and the
+ * sandbox's process waits for a
  * byte ('G') on stdin before anything else (EOF: it exits 1 and the keeper
  * removes everything), so the library makes what goes in META, the
  * cgroups and a lent root only while a keeper stands ready to remove them.
@@ -2528,9 +2537,11 @@ static int launch_setup(char **cg, size_t ncg, long seccomp_fd, long uid, long g
  * (launch_overlay); and execs PROGRAM (bwrap, whose init is the supervisor
  * in --init mode), keeping descriptor 3 (and N). The keeper stays outside
  * every namespace, cgroup and change of user, as the library's user, and
- * when bwrap has ended other than after DESTROY (exit 0) gives a caller's
+ * when bwrap has ended other than after a DESTROY the library saw through
+ * (exit 0, and META gone once the library's lock on it is free) gives a caller's
  * workdir ROOT lent to the sandbox's user back (--lent) and removes the
- * cgroups, --keep's META and --remove's PATH (keeper()).
+ * cgroups, bwrap's mount points in a caller's root_dir (--clean-root),
+ * --keep's META and --remove's PATH (keeper()).
  */
 static int launch(int argc, char **argv)
 {
@@ -2568,6 +2579,8 @@ static int launch(int argc, char **argv)
             keep = argv[i] + sizeof(keep_opt) - 1;
         } else if (strcmp(argv[i], "--make-keep") == 0) {
             make_keep = 1;
+        } else if (strncmp(argv[i], "--clean-root=/", 14) == 0) {
+            keeper_clean_root = argv[i] + 13;
         } else if (strncmp(argv[i], rm_opt, sizeof(rm_opt) - 1) == 0
                    && argv[i][sizeof(rm_opt) - 1] == '/') {
             remove = argv[i] + sizeof(rm_opt) - 1;
@@ -2622,18 +2635,39 @@ static int launch(int argc, char **argv)
             close(lfd);
         }
     }
+    /* So is --remove's PATH (the tmp/ of a caller's root_dir) when it is
+     * missing; one that exists is not the sandbox's: kept, and the ready
+     * byte says so. */
+    int made_remove = 0;
+    if (make_keep && remove) {
+        struct stat rst;
+        if (mkdir(remove, 0700) == 0) {
+            made_remove = 1;
+        } else if (errno == EEXIST && stat(remove, &rst) == 0 && S_ISDIR(rst.st_mode)) {
+            remove = NULL;
+        } else {
+            fprintf(stderr, "sbx-supervisor: cannot create %s: %s\n", remove,
+                    errno == EEXIST ? "exists and is not a directory" : strerror(errno));
+            proto_rm_tree(keep);
+            return 1;
+        }
+    }
     /* The sandbox's process reports a failed setup on this pipe; a
      * successful exec closes it. */
     int pp[2];
     if (pipe2(pp, O_CLOEXEC) < 0) {
         if (make_keep)
             proto_rm_tree(keep);
+        if (made_remove)
+            rmdir(remove);
         return 1;
     }
     pid_t k = fork();
     if (k < 0) {
         if (make_keep)
             proto_rm_tree(keep);
+        if (made_remove)
+            rmdir(remove);
         return 1;
     }
     if (k > 0) {
@@ -2650,6 +2684,8 @@ static int launch(int argc, char **argv)
         unsigned char code = 1;
         if (make_keep)
             proto_rm_tree(keep);
+        if (made_remove)
+            rmdir(remove);
         if (write(pp[1], &code, 1) < 0)
             _exit(1);
         _exit(1);
@@ -2692,7 +2728,7 @@ static int launch(int argc, char **argv)
          * Should the library be gone already, the write fails (EPIPE, not
          * the signal) and the sandbox's process sees EOF on its stdin. */
         signal(SIGPIPE, SIG_IGN);
-        unsigned char ready = 'R';
+        unsigned char ready = made_remove ? 'M' : 'R';
         ssize_t w;
         while ((w = write(1, &ready, 1)) < 0 && errno == EINTR)
             ;
