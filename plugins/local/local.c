@@ -1339,7 +1339,7 @@ static int claim_warm(struct sbx_plugin_sandbox *sb, int ctl, const bound *bd)
     proto_buf b;
     proto_buf_init(&b, PROTO_CLAIM);
     proto_put_str(&b, sb->meta);
-    proto_put_str(&b, sb->made_tmp && !sb->owns_root ? sb->tmp : "");
+    proto_put_str(&b, !sb->owns_root && sb->tmp ? sb->tmp : "");
     int io = send_frame(ctl, &b, NULL, 0, bd);
     proto_buf_free(&b);
     return io == IO_OK ? 0 : -1;
@@ -1689,6 +1689,8 @@ static int launcher_go(launcher *l, struct sbx_plugin_sandbox *sb, const char *e
  * listener's (create writes the record again should the listener be of
  * another uid). Returns 0, or -1 with an error and nothing left running.
  */
+static int wait_supervisor_gone(struct sbx_plugin_sandbox *sb, double secs);
+
 static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, const strv *env,
                             const int sock_fds[2], int detached,
                             int late, warm_sup *warm, int cold_ctl, const sbx_call_ctx *ctx,
@@ -1714,6 +1716,9 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
         warm->ctl = -1;
         sb->sup_pid = warm->pid;
         sb->sup_start = warm->start;
+        /* Its listener's uid, checked when it was made: every connection
+         * checks it (a caller's workdir, not late, sets it nowhere else). */
+        sb->sup_uid = warm->uid;
         if (claim_warm(sb, ctl, &bd) < 0) {
             fail(error, SBX_ERROR_CREATION_FAILED, op,
                  "the warm supervisor %s (pid %d) is gone", exe, (int)warm->pid);
@@ -1821,7 +1826,12 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
         io = read_frame(ctl, &type, &payload, &len, &bd);
     close(ctl);
     if (io == IO_OK && type == PROTO_READY && spare) {
-        /* Who listens was checked when the spare was made. */
+        /* Who listens was checked when the spare was made. Whether it
+         * made the tmp/ of a caller's workdir: */
+        proto_reader_init(&rd, payload, len);
+        uint32_t made = proto_get_u32(&rd);
+        if (!sb->owns_root)
+            sb->made_tmp = !rd.failed && made == 1;
         free(payload);
         return 0;
     }
@@ -1890,7 +1900,12 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
         io_fail(error, io, op, sb->id, "supervisor start-up");
     }
     free(payload);
-    if (sb->sup_pid > 1 && proto_proc_alive(sb->sup_pid, sb->sup_start))
+    /* A claimed spare may be making the tmp/ of a caller's workdir, which
+     * its keeper hears of just after: its control socket closed, it ends
+     * on its own and its keeper removes that too. Killed when it does
+     * not. */
+    if (sb->sup_pid > 1 && proto_proc_alive(sb->sup_pid, sb->sup_start)
+        && (!spare || wait_supervisor_gone(sb, GONE_SECS) < 0))
         kill(sb->sup_pid, SIGKILL);
     return -1;
 }
@@ -2884,8 +2899,8 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         }
     }
 #else
-    else if (cold_ctl < 0 && make_root_dirs(sb, op, error) < 0)
-        goto fail;
+    /* Cold or warm, the supervisor makes the tmp/ of a caller's workdir
+     * (spawn_cold, CLAIM). */
 #endif
 
     /* The command environment: nothing of the caller's environment but

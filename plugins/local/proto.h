@@ -60,8 +60,12 @@
  *                            directory, in BASE, to which the supervisor
  *                            renames its directory (never over an existing
  *                            one) after its keeper learnt DIR and PATH
- *                            (as the two options of a cold start);
- *     supervisor -> READY | ERROR, once DIR is in place
+ *                            (as the two options of a cold start). PATH,
+ *                            the tmp/ of a caller's workdir, is made by
+ *                            the supervisor when missing (then its keeper
+ *                            learns it; one that exists is left alone);
+ *     supervisor -> READY (u32 made: 1 when it made PATH) | ERROR, once
+ *                            DIR is in place
  *
  * A cold start handshakes so:
  *
@@ -80,7 +84,7 @@
  *                            plugin, not listening yet), an O_PATH
  *                            descriptor of that socket file and, unless
  *                            detached, a pidfd of the owning process
- *     supervisor -> READY | ERROR
+ *     supervisor -> READY (u32 made, as HELLO's) | ERROR
  *
  * Lifetime and owners. The lifetime counts from READY: at its end (and a
  * grace of 1 s for an exec timing out at it) the supervisor ends the

@@ -3299,6 +3299,23 @@ static int run(int init_mode, const char *remove, char **warm_argv, const char *
         char *dir = NULL, *rm = NULL;
         if (read_claim(warm_argv, &dir, &rm) < 0)
             return 1;
+        /* PATH (the tmp/ of a caller's workdir) is made here when missing,
+         * as a cold start makes it; one that exists is left alone (the
+         * keeper never hears of it). READY says which. */
+        if (rm) {
+            struct stat rst;
+            if (mkdir(rm, 0700) == 0) {
+                made_remove = 1;
+            } else if (errno == EEXIST && stat(rm, &rst) == 0 && S_ISDIR(rst.st_mode)) {
+                free(rm);
+                rm = NULL;
+            } else {
+                snprintf(msg, sizeof(msg), "cannot create %s: %s", rm,
+                         errno == EEXIST ? "exists and is not a directory" : strerror(errno));
+                send_error_fd(ctl, PROTO_ERR_INTERNAL, errno, msg);
+                return 1;
+            }
+        }
         /* The keeper learns the sandbox's paths before they exist. */
         size_t dl = strlen(dir) + 1, rl = rm ? strlen(rm) + 1 : 1;
         if (write_all(pipe_wr, dir, dl, CONFIG_WAIT_MS) < 0
@@ -3349,6 +3366,7 @@ static int run(int init_mode, const char *remove, char **warm_argv, const char *
     free(cfg);
 
     proto_buf_init(&b, PROTO_READY);
+    proto_put_u32(&b, made_remove);
     if (send_buf(ctl, &b, CONFIG_WAIT_MS) < 0)
         shutdown_sandbox(NULL);
     /* The lifetime counts from here: the sandbox is usable. The end comes
