@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,239 @@ Test(bubblewrap, host_processes_are_invisible)
            "  [ ! -r /proc/$p/stat ] || [ \"$q\" = 1 ] || echo \"$p not under 1\"; "
            "done; echo ok",
            0, "ok\n");
+}
+
+/* Names of the sbx-bwrap-* entries in @dir, space-separated, in @out. */
+static void bwrap_dirs_left(const char *dir, char *out, size_t size)
+{
+    char *cmd = tu_strdup_printf("ls %s | grep '^sbx-bwrap-' | tr '\\n' ' '", dir);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    out[0] = '\0';
+    if (!fgets(out, (int)size, p))
+        out[0] = '\0';
+    pclose(p);
+    free(cmd);
+}
+
+/* The process that runs the plugin (a child of this test in process, its
+ * plugin host out of process) SIGKILLed the moment the launcher starts,
+ * before it ran any of its own code: nothing of the sandbox was made
+ * before that (the launcher makes its directory, its keeper standing by
+ * from then on), so no sbx-bwrap-* directory is left. The stand-in
+ * launcher (SBX_SUPERVISOR) notes that it ran and kills its parent. */
+Test(bubblewrap, a_create_killed_as_its_launcher_starts_leaves_no_directory)
+{
+    int inproc = getenv("SBX_PLUGIN_MODE") && strcmp(getenv("SBX_PLUGIN_MODE"), "inprocess") == 0;
+    char *stub = tu_strdup_printf("%s/stub-launcher", g_tmp);
+    char *marker = tu_strdup_printf("%s/stub-ran", g_tmp);
+    FILE *f = fopen(stub, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "#!/bin/sh\necho \"$1\" > '%s'\nkill -KILL $PPID\n", marker);
+    fclose(f);
+    cr_assert_eq(chmod(stub, 0755), 0);
+
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        sbx_error *err = NULL;
+        setenv("SBX_SUPERVISOR", stub, 1);
+        sbx_client *c = sbx_client_new("bubblewrap", &err);
+        if (!c)
+            _exit(2);
+        sbx_sandbox *sb = sbx_sandbox_create(c, NULL, &err);
+        _exit(sb ? 0 : sbx_error_get_code(err) == SBX_ERROR_CONNECTION ? 3 : 4);
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    if (inproc)
+        cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "status 0x%x", st);
+    else
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 3, "status 0x%x", st);
+    char ran[64] = "";
+    f = fopen(marker, "r");
+    cr_assert_not_null(f, "the stand-in launcher did not run");
+    cr_assert_not_null(fgets(ran, sizeof ran, f));
+    fclose(f);
+    cr_expect_str_eq(ran, "--launch\n");
+    char left[1024];
+    bwrap_dirs_left(g_tmp, left, sizeof left);
+    cr_expect_str_empty(left, "left in %s: %s", g_tmp, left);
+    free(stub);
+    free(marker);
+}
+
+/* As above with a root_dir of the caller's: its tmp/, which the sandbox
+ * would make, is made by the launcher too (its keeper removes it), so the
+ * root_dir is left as it was, empty. */
+Test(bubblewrap, a_create_in_a_root_dir_killed_as_its_launcher_starts_leaves_no_tmp)
+{
+    char *stub = tu_strdup_printf("%s/stub-launcher", g_tmp);
+    char *root = tu_strdup_printf("%s/rootdir", g_tmp);
+    char *opts = tu_strdup_printf("{\"root_dir\": \"%s\"}", root);
+    FILE *f = fopen(stub, "w");
+    cr_assert_not_null(f);
+    fputs("#!/bin/sh\nkill -KILL $PPID\n", f);
+    fclose(f);
+    cr_assert_eq(chmod(stub, 0755), 0);
+    cr_assert_eq(mkdir(root, 0755), 0);
+
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        sbx_error *err = NULL;
+        setenv("SBX_SUPERVISOR", stub, 1);
+        sbx_client *c = sbx_client_new("bubblewrap", &err);
+        sbx_options *o = sbx_options_new();
+        if (!c || !o || sbx_options_set_backend_options(o, opts, &err) < 0)
+            _exit(2);
+        sbx_sandbox *sb = sbx_sandbox_create(c, o, &err);
+        _exit(sb ? 0 : sbx_error_get_code(err) == SBX_ERROR_CONNECTION ? 3 : 4);
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    if (getenv("SBX_PLUGIN_MODE") && strcmp(getenv("SBX_PLUGIN_MODE"), "inprocess") == 0)
+        cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "status 0x%x", st);
+    else
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 3, "status 0x%x", st);
+    char left[1024];
+    char *ls = tu_strdup_printf("ls -A %s | tr '\\n' ' '", root);
+    FILE *p = popen(ls, "r");
+    cr_assert_not_null(p);
+    if (!fgets(left, sizeof left, p))
+        left[0] = '\0';
+    pclose(p);
+    cr_expect_str_empty(left, "left in %s: %s", root, left);
+    bwrap_dirs_left(g_tmp, left, sizeof left);
+    cr_expect_str_empty(left, "left in %s: %s", g_tmp, left);
+    free(ls);
+    free(opts);
+    free(root);
+    free(stub);
+}
+
+/* A sandbox on a caller's root_dir that ends on its own (here its
+ * lifetime, 2 s) leaves the directory as its commands left it: bwrap's
+ * mount points in it (the system tree's names, .sbx) are removed by the
+ * launcher's keeper, as destroy removes them; no destroy comes after an
+ * expiry. Looked at every 50 ms for 10 s. */
+Test(bubblewrap, an_expired_sandbox_leaves_its_root_dir_as_its_commands_left_it)
+{
+    char *root = tu_strdup_printf("%s/rootdir", g_tmp);
+    char *opts = tu_strdup_printf("{\"root_dir\": \"%s\"}", root);
+    char *ls = tu_strdup_printf("ls -A %s | tr '\\n' ' '", root);
+    char left[1024] = "";
+    sbx_error *err = NULL;
+    cr_assert_eq(mkdir(root, 0755), 0);
+    sbx_options *o = sbx_options_new();
+    cr_assert_not_null(o);
+    cr_assert_eq(sbx_options_set_backend_options(o, opts, &err), 0);
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 2, &err), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    expect(g_sb, "echo data > /keepme", 0, "");
+    for (int i = 0; i < 200; i++) {
+        FILE *p = popen(ls, "r");
+        cr_assert_not_null(p);
+        if (!fgets(left, sizeof left, p))
+            left[0] = '\0';
+        pclose(p);
+        if (strcmp(left, "keepme ") == 0)
+            break;
+        usleep(50000);
+    }
+    cr_expect_str_eq(left, "keepme ", "left in %s: %s", root, left);
+    free(ls);
+    free(opts);
+    free(root);
+}
+
+/* As above, with the launcher itself run: the stand-in kills its parent,
+ * then becomes the real launcher, which finds the library gone when it
+ * says it is ready (a write to a pipe nobody reads) and must still remove
+ * the directory it made. */
+Test(bubblewrap, a_create_killed_as_its_launcher_runs_leaves_no_directory)
+{
+    int inproc = getenv("SBX_PLUGIN_MODE") && strcmp(getenv("SBX_PLUGIN_MODE"), "inprocess") == 0;
+    const char *real = getenv("SBX_SUPERVISOR");
+    char *stub = tu_strdup_printf("%s/stub-launcher", g_tmp);
+    FILE *f = fopen(stub, "w");
+    cr_assert_not_null(real);
+    cr_assert_not_null(f);
+    fprintf(f, "#!/bin/sh\nkill -KILL $PPID\nexec '%s' \"$@\"\n", real);
+    fclose(f);
+    cr_assert_eq(chmod(stub, 0755), 0);
+
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        sbx_error *err = NULL;
+        setenv("SBX_SUPERVISOR", stub, 1);
+        sbx_client *c = sbx_client_new("bubblewrap", &err);
+        if (!c)
+            _exit(2);
+        sbx_sandbox *sb = sbx_sandbox_create(c, NULL, &err);
+        _exit(sb ? 0 : sbx_error_get_code(err) == SBX_ERROR_CONNECTION ? 3 : 4);
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    if (inproc)
+        cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "status 0x%x", st);
+    else
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 3, "status 0x%x", st);
+    /* The launcher's keeper removes it once the sandbox's process, which
+     * never got the go, has ended: at once, bounded here by 10 s. */
+    char left[1024];
+    for (int i = 0; i < 200; i++) {
+        bwrap_dirs_left(g_tmp, left, sizeof left);
+        if (!left[0])
+            break;
+        usleep(50000);
+    }
+    cr_expect_str_empty(left, "left in %s: %s", g_tmp, left);
+    free(stub);
+}
+
+/* A process creating and destroying sandboxes in a loop, SIGKILLed twelve
+ * times at points spread over 40..590 ms (inside a create, a destroy, or
+ * between): within 10 s of each kill no sbx-bwrap-* directory is left. A
+ * destroy cut short after the sandbox ended (its rest removed by the
+ * library) is finished by the launcher's keeper. */
+Test(bubblewrap, a_create_destroy_loop_killed_leaves_no_directory)
+{
+    char left[1024];
+
+    for (int k = 0; k < 12; k++) {
+        pid_t pid = fork();
+        cr_assert(pid >= 0);
+        if (pid == 0) {
+            sbx_error *err = NULL;
+            sbx_client *c = sbx_client_new("bubblewrap", &err);
+            if (!c)
+                _exit(2);
+            for (int i = 0; i < 1000; i++) {
+                sbx_sandbox *sb = sbx_sandbox_create(c, NULL, &err);
+                if (!sb)
+                    _exit(3);
+                sbx_sandbox_destroy(sb, NULL);
+                sbx_sandbox_free(sb);
+            }
+            _exit(0);
+        }
+        usleep((useconds_t)(40000 + 50000 * k));
+        kill(pid, SIGKILL);
+        int st = 0;
+        cr_assert_eq(waitpid(pid, &st, 0), pid);
+        cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "kill %d: status 0x%x", k, st);
+        for (int i = 0; i < 200; i++) {
+            bwrap_dirs_left(g_tmp, left, sizeof left);
+            if (!left[0])
+                break;
+            usleep(50000);
+        }
+        cr_assert_str_empty(left, "kill %d (after %d ms): left in %s: %s", k, 40 + 50 * k,
+                            g_tmp, left);
+    }
 }
 
 /* A TCP listener on 127.0.0.1 of the host; returns its port. */

@@ -3118,6 +3118,100 @@ Test(cli, a_create_killed_midway_leaves_no_unrecorded_sandbox)
     cr_assert_str_empty(left, "left after rm: %s", left);
 }
 
+/* The process that runs the local plugin (sbx itself in process, its
+ * plugin host out of process) SIGKILLed the moment the supervisor program
+ * starts, before it ran any of its own code: no sandbox directory was made
+ * before that (the supervisor makes it, from a template, and its keeper
+ * removes it), so none is left for nobody to remove. The stand-in
+ * supervisor records its arguments and kills its parent. */
+Test(cli, a_create_killed_as_its_supervisor_starts_leaves_no_directory)
+{
+    char stub[PATH_MAX], marker[PATH_MAX], var[PATH_MAX + 32], want[PATH_MAX + 64];
+    char got[PATH_MAX + 64] = "", left[1024];
+    const char *env[2] = { var, NULL };
+    int inproc = strcmp(default_mode(), "inprocess") == 0;
+    FILE *f;
+
+    set_path(stub, sizeof stub, "%s/stub-supervisor", g_tmpdir);
+    set_path(marker, sizeof marker, "%s/stub-args", g_tmpdir);
+    f = fopen(stub, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "#!/bin/sh\necho \"$@\" > '%s'\nkill -KILL $PPID\n", marker);
+    fclose(f);
+    cr_assert_eq(chmod(stub, 0755), 0);
+    set_path(var, sizeof var, "SBX_SUPERVISOR=%s", stub);
+
+    cli_run r = SBX_KEEP_ENV(env, "create", "--timeout", "15");
+    if (inproc) {
+        cr_expect_eq(r.status, 128 + SIGKILL, "status %d, stderr \"%s\"", r.status, r.err);
+        cr_expect_str_empty(r.err);
+    } else {
+        cr_expect_eq(r.status, 125, "status %d, stderr \"%s\"", r.status, r.err);
+        static const char head[] = "sbx: the plugin host of backend \"local\" (pid ";
+
+        cr_expect(strncmp(r.err, head, sizeof head - 1) == 0
+                  && strstr(r.err, ") died: killed by signal 9 (SIGKILL) [code=connection, "
+                            "retryable; backend=local; op=create]\n") != NULL,
+                  "stderr \"%s\"", r.err);
+    }
+    cr_expect_str_empty(r.out);
+    free_run(&r);
+    f = fopen(marker, "r");
+    cr_assert_not_null(f, "the stand-in supervisor did not run");
+    cr_assert_not_null(fgets(got, sizeof got, f));
+    fclose(f);
+    set_path(want, sizeof want, "--control-fd=3 --sandbox-dir=%s/sbx-local-XXXXXX\n", g_tmpdir);
+    cr_expect_str_eq(got, want);
+    sandboxes_left(left, sizeof left);
+    cr_expect_str_empty(left, "left: %s", left);
+    unlink(stub);
+    unlink(marker);
+}
+
+/* As above with a workdir of the caller's: its tmp/, which the sandbox
+ * would make, is made by the supervisor too (its keeper removes it), so the
+ * workdir is left as it was, empty. */
+Test(cli, a_create_in_a_workdir_killed_as_its_supervisor_starts_leaves_no_tmp)
+{
+    char stub[PATH_MAX], marker[PATH_MAX], var[PATH_MAX + 32], want[2 * PATH_MAX + 64];
+    char wd[PATH_MAX], got[2 * PATH_MAX + 64] = "", left[1024];
+    const char *env[2] = { var, NULL };
+    FILE *f;
+
+    set_path(stub, sizeof stub, "%s/stub-supervisor", g_tmpdir);
+    set_path(marker, sizeof marker, "%s/stub-args", g_tmpdir);
+    set_path(wd, sizeof wd, "%s/wd", g_tmpdir);
+    cr_assert_eq(mkdir(wd, 0755), 0);
+    f = fopen(stub, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "#!/bin/sh\necho \"$@\" > '%s'\nkill -KILL $PPID\n", marker);
+    fclose(f);
+    cr_assert_eq(chmod(stub, 0755), 0);
+    set_path(var, sizeof var, "SBX_SUPERVISOR=%s", stub);
+
+    cli_run r = SBX_KEEP_ENV(env, "create", "--workdir", wd, "--timeout", "15");
+    /* In process sbx itself was killed; out of process its plugin host. */
+    cr_expect_eq(r.status, strcmp(default_mode(), "inprocess") == 0 ? 128 + SIGKILL : 125,
+                 "status %d, stderr \"%s\"", r.status, r.err);
+    free_run(&r);
+    f = fopen(marker, "r");
+    cr_assert_not_null(f, "the stand-in supervisor did not run");
+    cr_assert_not_null(fgets(got, sizeof got, f));
+    fclose(f);
+    set_path(want, sizeof want, "--control-fd=3 --sandbox-dir=%s/sbx-local-XXXXXX --remove=%s/tmp\n",
+             g_tmpdir, wd);
+    cr_expect_str_eq(got, want);
+    cr_expect(access(wd, F_OK) == 0);
+    set_path(got, sizeof got, "%s/tmp", wd);
+    cr_expect(access(got, F_OK) != 0, "%s was left", got);
+    sandboxes_left(left, sizeof left);
+    cr_expect_str_empty(left, "left: %s", left);
+    rmdir(got);
+    rmdir(wd);
+    unlink(stub);
+    unlink(marker);
+}
+
 /* ------------------------------------------------------------ presets */
 
 /* A preset directory under the test's directory with a fifo named like a

@@ -982,10 +982,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "33"
+#define N_TESTS "35"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "28"
+#define N_TESTS "30"
 #define BWRAP_PLUGIN ""
 #endif
 
@@ -2183,4 +2183,103 @@ Test(supervisor, rm_tree_short_of_descriptors_midway_removes_the_tree)
         free(cmd);
         free(top);
     }
+}
+
+/* A sandbox in a caller's workdir made on the client's warm supervisor (the
+ * second create) is served like a cold one: its exec answers, and destroy
+ * ends it through its supervisor. Run by a user other than root too (the
+ * nobody pass of this suite), where the supervisor's uid recorded for it
+ * must be its listener's, not 0. */
+Test(warm, a_warm_sandbox_in_a_workdir_takes_execs)
+{
+    char *wd = tu_strdup_printf("%s/wd", g_tmp);
+    sbx_client *c = client_of("local");
+    sbx_options *o = sbx_options_new();
+    sbx_error *err = NULL;
+    cr_assert_eq(mkdir(wd, 0755), 0);
+    cr_assert_not_null(o);
+    cr_assert_eq(sbx_options_set_workdir(o, wd, &err), 0);
+    for (int i = 0; i < 2; i++) {
+        sbx_sandbox *sb = tu_create(c, o);
+        sbx_result *r = tu_sh(sb, "echo hi; pwd", 30);
+        tu_assert_exit(r, 0);
+        char *want = tu_strdup_printf("hi\n%s\n", wd);
+        tu_assert_stdout(r, want);
+        free(want);
+        sbx_result_free(r);
+        cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "destroy %d: %s", i,
+                     err ? sbx_error_get0_message(err) : "");
+        sbx_sandbox_free(sb);
+    }
+    sbx_options_free(o);
+    sbx_client_free(c);
+    free(wd);
+}
+
+/* The entries of directory @dir, space-separated, in @out ("" when none). */
+static void list_entries(const char *dir, char *out, size_t size)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    size_t len = 0;
+    out[0] = '\0';
+    cr_assert_not_null(d, "opendir %s: %s", dir, strerror(errno));
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        len += (size_t)snprintf(out + len, size - len, "%s%s", len ? " " : "", e->d_name);
+        if (len >= size)
+            break;
+    }
+    closedir(d);
+}
+
+/* A process creating and destroying sandboxes in a caller's workdir in a
+ * loop (the first cold, the next on the client's warm supervisors),
+ * SIGKILLed twelve times at points spread over 30..580 ms: within 10 s of
+ * each kill the workdir is as it was, empty (the tmp/ a sandbox makes in
+ * it is made by its supervisor, which its keeper or destroy removes), and
+ * no sandbox directory is left. */
+Test(warm, a_workdir_loop_killed_leaves_no_tmp)
+{
+    char *wd = tu_strdup_printf("%s/wd", g_tmp);
+    char left[1024], dirs[1024];
+    cr_assert_eq(mkdir(wd, 0755), 0);
+
+    for (int k = 0; k < 12; k++) {
+        pid_t pid = fork();
+        cr_assert(pid >= 0);
+        if (pid == 0) {
+            sbx_error *err = NULL;
+            sbx_client *c = sbx_client_new("local", &err);
+            sbx_options *o = sbx_options_new();
+            if (!c || !o || sbx_options_set_workdir(o, wd, &err) < 0)
+                _exit(2);
+            for (int i = 0; i < 100000; i++) {
+                sbx_sandbox *sb = sbx_sandbox_create(c, o, &err);
+                if (!sb)
+                    _exit(3);
+                sbx_sandbox_destroy(sb, NULL);
+                sbx_sandbox_free(sb);
+            }
+            _exit(0);
+        }
+        usleep((useconds_t)(30000 + 50000 * k));
+        kill(pid, SIGKILL);
+        int st = 0;
+        cr_assert_eq(waitpid(pid, &st, 0), pid);
+        cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "kill %d: status 0x%x", k, st);
+        for (int i = 0; i < 200; i++) {
+            list_entries(wd, left, sizeof left);
+            list_entries(g_tmp, dirs, sizeof dirs);
+            if (!left[0] && strcmp(dirs, "wd") == 0)
+                break;
+            usleep(50000);
+        }
+        cr_assert_str_empty(left, "kill %d (after %d ms): left in %s: %s", k, 30 + 50 * k, wd,
+                            left);
+        cr_assert_str_eq(dirs, "wd", "kill %d (after %d ms): left in %s: %s", k, 30 + 50 * k,
+                         g_tmp, dirs);
+    }
+    free(wd);
 }

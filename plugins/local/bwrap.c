@@ -427,7 +427,7 @@ int bwrap_oom_kills(const char *id, uint64_t *count)
     return -1;
 }
 
-static int cg_make(const char *ctl, const char *id, char **dir, const char *op,
+static int cg_make(const char *ctl, const char *id, int make, char **dir, const char *op,
                    sbx_error **error)
 {
     const char *parent = cg_parent(ctl);
@@ -445,7 +445,7 @@ static int cg_make(const char *ctl, const char *id, char **dir, const char *op,
         bfail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
-    if (mkdir(*dir, 0755) < 0 && errno != EEXIST) {
+    if (make && mkdir(*dir, 0755) < 0 && errno != EEXIST) {
         sbx_error *err = bfail(error, SBX_ERROR_CONFIGURATION, op,
                                "bubblewrap backend cannot enforce %s: cannot create "
                                "cgroup %s: %s", opt, *dir, strerror(errno));
@@ -458,7 +458,7 @@ static int cg_make(const char *ctl, const char *id, char **dir, const char *op,
     return 0;
 }
 
-int bwrap_cgroups_create(const char *id, const sbx_plugin_create_request *request,
+int bwrap_cgroups_create(const char *id, const sbx_plugin_create_request *request, int make,
                          char **procs, size_t *nprocs, const char *op, sbx_error **error)
 {
     *nprocs = 0;
@@ -466,11 +466,13 @@ int bwrap_cgroups_create(const char *id, const sbx_plugin_create_request *reques
     char *mem = NULL, *cpu = NULL;
     char num[64];
     if (request->set_fields & SBX_OPTION_MEMORY_MB) {
-        if (cg_make("memory", id, &mem, op, error) < 0)
+        if (cg_make("memory", id, make, &mem, op, error) < 0)
             goto fail;
         snprintf(num, sizeof(num), "%lld", (long long)request->memory_mb * 1024 * 1024);
-        int r = write_text(mem, v2 ? "memory.max" : "memory.limit_in_bytes", num);
-        if (r == 0 && !v2)
+        int r = !make ? 0 : write_text(mem, v2 ? "memory.max" : "memory.limit_in_bytes", num);
+        if (!make)
+            ;
+        else if (r == 0 && !v2)
             write_text(mem, "memory.memsw.limit_in_bytes", num);  /* without swap accounting: absent */
         else if (r == 0)
             write_text(mem, "memory.swap.max", "0");
@@ -488,11 +490,13 @@ int bwrap_cgroups_create(const char *id, const sbx_plugin_create_request *reques
             quota = 1000;
         if (v2 && mem) {
             cpu = strdup(mem);      /* one v2 cgroup holds both */
-        } else if (cg_make("cpu", id, &cpu, op, error) < 0) {
+        } else if (cg_make("cpu", id, make, &cpu, op, error) < 0) {
             goto fail;
         }
-        int r;
-        if (v2) {
+        int r = 0;
+        if (!make) {
+            /* Named only. */
+        } else if (v2) {
             snprintf(num, sizeof(num), "%lld 100000", quota);
             r = write_text(cpu, "cpu.max", num);
         } else {
@@ -525,7 +529,8 @@ fail:
     *nprocs = 0;
     free(mem);
     free(cpu);
-    bwrap_cgroups_remove(id);
+    if (make)
+        bwrap_cgroups_remove(id);
     return -1;
 }
 
@@ -715,11 +720,22 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
         a.failed = 1;
     } else {
         add(&a, keep_arg);
+        add(&a, "--make-keep");
         free(keep_arg);
     }
     if (remove) {
         char *o;
         if (asprintf(&o, "--remove=%s", remove) < 0) {
+            a.failed = 1;
+        } else {
+            add(&a, o);
+            free(o);
+        }
+    }
+    /* bwrap's mount points in a caller's root_dir go then too. */
+    if (strncmp(root, meta, strlen(meta)) != 0) {
+        char *o;
+        if (asprintf(&o, "--clean-root=%s", root) < 0) {
             a.failed = 1;
         } else {
             add(&a, o);
@@ -1378,33 +1394,5 @@ int bwrap_make_workdir(const char *root, const char *workdir, char **made, const
 
 void bwrap_clean_root(const char *root)
 {
-    int dfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
-        return;
-    /* Mount points bwrap made: empty directories, symlinks it placed, the
-     * supervisor's empty placeholder. Anything else stays. */
-    static const char *const names[] = { "usr", "etc", "bin", "sbin", "lib", "lib32", "lib64",
-                                         "libx32", "proc", "dev" };
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        struct stat st;
-        if (fstatat(dfd, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
-            continue;
-        if (S_ISDIR(st.st_mode)) {
-            unlinkat(dfd, names[i], AT_REMOVEDIR);   /* only when empty */
-        } else if (S_ISLNK(st.st_mode)) {
-            char mine[PATH_MAX], host_t[PATH_MAX], hp[64];
-            ssize_t l1 = readlinkat(dfd, names[i], mine, sizeof(mine) - 1);
-            snprintf(hp, sizeof(hp), "/%s", names[i]);
-            ssize_t l2 = readlink(hp, host_t, sizeof(host_t) - 1);
-            if (l1 > 0 && l1 == l2 && memcmp(mine, host_t, (size_t)l1) == 0)
-                unlinkat(dfd, names[i], 0);
-        }
-    }
-    struct stat st;
-    if (fstatat(dfd, ".sbx/sbx-supervisor", &st, AT_SYMLINK_NOFOLLOW) == 0
-        && S_ISREG(st.st_mode) && st.st_size == 0)
-        unlinkat(dfd, ".sbx/sbx-supervisor", 0);
-    unlinkat(dfd, ".sbx/run", AT_REMOVEDIR);
-    unlinkat(dfd, ".sbx", AT_REMOVEDIR);
-    close(dfd);
+    proto_clean_bwrap_root(root);
 }

@@ -71,6 +71,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/file.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -1218,7 +1220,8 @@ static const char *log_tail(const char *path)
 }
 
 static int spawn_supervisor(const char *exe, char *const *argv, const bound *bdp, int *ctl_out,
-                            const char *log_path, sbx_error **error)
+                            const char *log_path, int in_fd, int out_fd, pid_t *unreaped,
+                            sbx_error **error)
 {
     const char *op = "create";
     bound bd = *bdp;
@@ -1266,9 +1269,11 @@ static int spawn_supervisor(const char *exe, char *const *argv, const bound *bdp
              * open (`id=$(sbx create -b bubblewrap)` returns at once):
              * stderr is META/log, whose end a start-up failure quotes
              * (bwrap's and the supervisor's reasons). */
-            r = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+            r = in_fd >= 0 ? posix_spawn_file_actions_adddup2(&fa, in_fd, 0)
+                : posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
             if (r == 0)
-                r = posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+                r = out_fd >= 0 ? posix_spawn_file_actions_adddup2(&fa, out_fd, 1)
+                    : posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
             if (r == 0)
                 r = posix_spawn_file_actions_addopen(&fa, 2, log_path ? log_path : "/dev/null",
                                                      O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW,
@@ -1299,6 +1304,12 @@ static int spawn_supervisor(const char *exe, char *const *argv, const bound *bdp
         return -1;
     }
 
+    if (unreaped) {
+        /* The caller reaps it (launcher_go). */
+        *unreaped = pid;
+        *ctl_out = sv[0];
+        return 0;
+    }
     /* The spawned process forks the supervisor and exits at once. */
     int status = reap_child(pid, &bd);
     if (status != -1 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
@@ -1328,7 +1339,7 @@ static int claim_warm(struct sbx_plugin_sandbox *sb, int ctl, const bound *bd)
     proto_buf b;
     proto_buf_init(&b, PROTO_CLAIM);
     proto_put_str(&b, sb->meta);
-    proto_put_str(&b, sb->made_tmp && !sb->owns_root ? sb->tmp : "");
+    proto_put_str(&b, !sb->owns_root && sb->tmp ? sb->tmp : "");
     int io = send_frame(ctl, &b, NULL, 0, bd);
     proto_buf_free(&b);
     return io == IO_OK ? 0 : -1;
@@ -1398,20 +1409,291 @@ static int write_record(struct sbx_plugin_sandbox *sb, int replace, int dirfd, c
     return 0;
 }
 
+#ifndef SBX_LOCAL_BUBBLEWRAP
+/**
+ * Cold start of plain local: spawns @exe with `--sandbox-dir=` @sb->meta,
+ * a template ending in XXXXXX that the supervisor makes (mkdtemp, before
+ * its keeper forks it, so that no moment exists at which the directory is
+ * there and nothing would remove it, whenever this process dies), with
+ * `--remove=` @remove (may be NULL: the tmp/ of a caller's workdir, which
+ * it makes then too when missing); reads its HELLO and checks it: this
+ * protocol, a pid, and the directory it made, in the template's parent
+ * under the template's prefix, of this user and nobody else's. Then
+ * sb->meta is that directory, sup_pid and sup_start the supervisor's, and
+ * sb->made_tmp says whether it made @remove.
+ * Returns 0 with the control socket in *@ctl_out (CONFIG goes next), or -1
+ * with an error and nothing left running or on disk.
+ */
+static int spawn_cold(struct sbx_plugin_sandbox *sb, const char *exe, const char *remove,
+                      const bound *bd, int *ctl_out, sbx_error **error)
+{
+    const char *op = "create";
+    char *dir_arg = NULL, *rm_arg = NULL;
+    if (asprintf(&dir_arg, "--sandbox-dir=%s", sb->meta) < 0
+        || (remove && asprintf(&rm_arg, "--remove=%s", remove) < 0)) {
+        fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        free(dir_arg);
+        return -1;
+    }
+    char *argv[] = { (char *)exe, "--control-fd=3", dir_arg, rm_arg, NULL };
+    int ctl = -1;
+    int r = spawn_supervisor(exe, argv, bd, &ctl, NULL, -1, -1, NULL, error);
+    free(dir_arg);
+    free(rm_arg);
+    if (r < 0)
+        return -1;
+    uint32_t type = 0, len = 0;
+    unsigned char *payload = NULL;
+    int io = read_frame(ctl, &type, &payload, &len, bd);
+    proto_reader rd;
+    proto_reader_init(&rd, payload, len);
+    if (io == IO_OK && type == PROTO_ERROR) {
+        /* It could not make the directory in its parent, or @remove. */
+        proto_get_u32(&rd);
+        proto_get_i32(&rd);
+        const char *msg = proto_get_str(&rd);
+        sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op, "%s",
+                              msg ? msg : "the supervisor failed to start");
+        char *slash = strrchr(sb->meta, '/');
+        if (remove && msg && strstr(msg, remove)) {
+            add_context(err, "path", remove);
+        } else if (slash) {
+            *slash = '\0';
+            add_context(err, "path", sb->meta);
+            *slash = '/';
+        }
+        free(payload);
+        close(ctl);
+        return -1;
+    }
+    if (io != IO_OK || type != PROTO_HELLO) {
+        if (io == IO_OK)
+            fail(error, SBX_ERROR_CREATION_FAILED, op, "%s is not an sbx-supervisor", exe);
+        else if (io == IO_EOF)
+            fail(error, SBX_ERROR_CREATION_FAILED, op,
+                 "the supervisor %s exited during start-up", exe);
+        else if (io == IO_TIMEOUT || io == IO_CANCEL)
+            fail(error, SBX_ERROR_TIMEOUT, op, io == IO_TIMEOUT
+                 ? "timed out waiting for the supervisor %s to start"
+                 : "call cancelled (the supervisor %s starting)", exe);
+        else
+            fail(error, local_errno_code(errno, SBX_ERROR_CONNECTION), op,
+                 "cannot talk to the supervisor %s starting: %s", exe, strerror(errno));
+        free(payload);
+        close(ctl);
+        return -1;
+    }
+    uint32_t version = proto_get_u32(&rd);
+    pid_t pid = proto_get_i32(&rd);
+    uint64_t start = proto_get_u64(&rd);
+    const char *dir = proto_get_str(&rd);
+    uint32_t made_remove = proto_get_u32(&rd);
+    const char *slash = strrchr(sb->meta, '/');
+    size_t pl = (size_t)(slash - sb->meta) + 1 + strlen(ID_PREFIX);
+    int ok = !rd.failed && version == PROTO_VERSION && pid > 1 && dir
+             && strlen(dir) == strlen(sb->meta) && strncmp(dir, sb->meta, pl) == 0
+             && !strchr(dir + pl, '/');
+    char *made = ok ? strdup(dir) : NULL;
+    free(payload);
+    struct stat st;
+    int dfd = made ? open(made, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    ok = dfd >= 0 && fstat(dfd, &st) == 0 && st.st_uid == geteuid() && !(st.st_mode & 077);
+    if (dfd >= 0)
+        close(dfd);
+    if (!ok) {
+        /* Its keeper removes what it made once it ends. */
+        if (pid > 1 && proto_proc_alive(pid, start))
+            kill(pid, SIGKILL);
+        fail(error, rd.failed || version != PROTO_VERSION ? SBX_ERROR_CONFIGURATION
+                    : SBX_ERROR_CREATION_FAILED, op,
+             rd.failed || version != PROTO_VERSION
+             ? "the supervisor %s speaks protocol %u, this plugin %u (mixed installations?)"
+             : "the supervisor %s made no sandbox directory of this user in its place "
+               "(protocol %u, this plugin %u)",
+             exe, rd.failed ? 0u : version, PROTO_VERSION);
+        free(made);
+        close(ctl);
+        return -1;
+    }
+    free(sb->meta);
+    sb->meta = made;
+    sb->sup_pid = pid;
+    sb->sup_start = start;
+    sb->made_tmp = remove && made_remove == 1;
+    *ctl_out = ctl;
+    return 0;
+}
+#endif
+
+#ifdef SBX_LOCAL_BUBBLEWRAP
+/* The bubblewrap launcher (`--launch --keep=META --make-keep`, bwrap.c's
+ * bwrap_argv) is started before anything of the sandbox is on disk: it
+ * makes META and forks its keeper, says so (a byte on its stdout), and
+ * its sandbox's process waits for the library's go (a byte on its stdin)
+ * while the library makes the rest; should this process die meanwhile, the
+ * go pipe's EOF ends that process and the keeper removes everything. */
+typedef struct launcher {
+    pid_t pid;      /* the launcher (reaped by launcher_go / _abort), or -1 */
+    int ctl;        /* the library's end of the control socket */
+    int go;         /* the write end of the launcher's stdin */
+} launcher;
+
+/** Writes 6 random characters of mkdtemp's alphabet over the XXXXXX that
+ *  ends @tmpl. 0, or -1 (errno). */
+static int fill_template(char *tmpl)
+{
+    static const char chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char rnd[6];
+    size_t n = strlen(tmpl);
+    if (n < 6 || strcmp(tmpl + n - 6, "XXXXXX") != 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+        return -1;
+    for (size_t i = 0; i < 6; i++)
+        tmpl[n - 6 + i] = chars[rnd[i] % (sizeof(chars) - 1)];
+    return 0;
+}
+
+/** Reaps launcher @l (bounded by @bd), closing what the library holds of
+ *  it: its exit status, or -1. */
+static int launcher_reap(launcher *l, const bound *bd)
+{
+    if (l->go >= 0)
+        close(l->go);
+    l->go = -1;
+    int status = l->pid > 0 ? reap_child(l->pid, bd) : -1;
+    l->pid = -1;
+    return status;
+}
+
+/** Ends a launcher that was not told to go: its sandbox's process sees EOF
+ *  and exits, its keeper removes META and the rest (waited for, at most
+ *  GONE_SECS, for the launcher only). */
+static void launcher_abort(launcher *l)
+{
+    bound gone = make_bound(NULL, GONE_SECS);
+    if (l->ctl >= 0)
+        close(l->ctl);
+    l->ctl = -1;
+    launcher_reap(l, &gone);
+}
+
+/**
+ * Starts the launcher with @argv (META is sb->meta, which it makes, and
+ * the tmp/ of a caller's root_dir when missing: sb->made_tmp says whether
+ * it did) and waits (bounded by @ctx) until its keeper runs. 0 with *@l
+ * filled, or -1
+ * with an error and nothing left; when META exists already, -1 with
+ * *@exists set and no error (the caller names another).
+ */
+static int launcher_start(struct sbx_plugin_sandbox *sb, const char *exe, char *const *argv,
+                          const sbx_call_ctx *ctx, launcher *l, int *exists, sbx_error **error)
+{
+    const char *op = "create";
+    bound bd = make_bound(ctx, HANDSHAKE_SECS);
+    int in[2], out[2];
+    *l = (launcher){ .pid = -1, .ctl = -1, .go = -1 };
+    *exists = 0;
+    if (pipe2(in, O_CLOEXEC) < 0) {
+        fail(error, local_errno_code(errno, SBX_ERROR_CREATION_FAILED), op,
+             "cannot start the supervisor: pipe: %s", strerror(errno));
+        return -1;
+    }
+    if (pipe2(out, O_CLOEXEC) < 0) {
+        fail(error, local_errno_code(errno, SBX_ERROR_CREATION_FAILED), op,
+             "cannot start the supervisor: pipe: %s", strerror(errno));
+        close(in[0]);
+        close(in[1]);
+        return -1;
+    }
+    int r = spawn_supervisor(exe, argv, &bd, &l->ctl, NULL, in[0], out[1], &l->pid, error);
+    close(in[0]);
+    close(out[1]);
+    l->go = in[1];
+    if (r < 0) {
+        close(out[0]);
+        close(l->go);
+        l->go = -1;
+        return -1;
+    }
+    unsigned char ready = 0;
+    ssize_t n = -1;
+    int io = wait_io(out[0], POLLIN, &bd);
+    if (io == IO_OK)
+        while ((n = read(out[0], &ready, 1)) < 0 && errno == EINTR)
+            ;
+    close(out[0]);
+    if (n == 1 && (ready == 'R' || ready == 'M')) {
+        sb->made_tmp = ready == 'M';
+        return 0;
+    }
+    int status = -1;
+    if (n == 0) {
+        /* It ended first: its status says why. */
+        status = launcher_reap(l, &bd);
+        if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == PROTO_EXIT_EXISTS) {
+            close(l->ctl);
+            l->ctl = -1;
+            *exists = 1;
+            return -1;
+        }
+    }
+    if (n == 0 && status != -1)
+        fail(error, SBX_ERROR_CREATION_FAILED, op, "the supervisor %s failed to start (%s %d)",
+             exe, WIFEXITED(status) ? "exit status" : "signal",
+             WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    else if (n == 0 || n == 1)
+        fail(error, SBX_ERROR_CREATION_FAILED, op, "the supervisor %s failed to start", exe);
+    else
+        io_fail(error, io == IO_OK ? IO_ERR : io, op, sb->id, "supervisor start-up");
+    launcher_abort(l);
+    return -1;
+}
+
+/** Tells launcher @l to start the sandbox's process and reaps it (it exits
+ *  once bwrap runs). 0 with the control socket left in l->ctl, or -1 with
+ *  an error quoting META/log (its keeper removes what was made). */
+static int launcher_go(launcher *l, struct sbx_plugin_sandbox *sb, const char *exe,
+                       const sbx_call_ctx *ctx, sbx_error **error)
+{
+    const char *op = "create";
+    bound bd = make_bound(ctx, HANDSHAKE_SECS);
+    unsigned char go = 'G';
+    ssize_t n;
+    while ((n = write(l->go, &go, 1)) < 0 && errno == EINTR)
+        ;
+    int status = launcher_reap(l, &bd);
+    if (status != -1 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        fail(error, SBX_ERROR_CREATION_FAILED, op, "the supervisor %s failed to start (%s %d)%s",
+             exe, WIFEXITED(status) ? "exit status" : "signal",
+             WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), start_log(sb));
+        launcher_abort(l);
+        return -1;
+    }
+    return 0;
+}
+#endif
+
 /**
  * Starts @sb's supervisor and handshakes: with the client's warm one
  * @warm (warm->ctl >= 0; its socket taken and closed here; sb->meta is the
- * name its directory gets), CLAIM and CONFIG, then READY; else by spawning
- * @exe, HELLO, CONFIG (with @sock_fds), READY. @late (a root of its own,
+ * name its directory gets), CLAIM and CONFIG, then READY; else on the
+ * control socket @cold_ctl of a supervisor started cold (taken and closed
+ * here): plain local's spawn_cold read its HELLO, bubblewrap's HELLO is
+ * read here; then CONFIG (with @sock_fds), READY. @late (a root of its own,
  * plain local): the record (and, cold, the root and its tmp/) is made
  * here, while the supervisor applies CONFIG (which never looks at the
  * root), with sup_uid taken to be this process's euid, or the warm one's
  * listener's (create writes the record again should the listener be of
  * another uid). Returns 0, or -1 with an error and nothing left running.
  */
+static int wait_supervisor_gone(struct sbx_plugin_sandbox *sb, double secs);
+
 static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, const strv *env,
-                            char *const *launch_argv, const int sock_fds[2], int detached,
-                            int late, warm_sup *warm, const sbx_call_ctx *ctx,
+                            const int sock_fds[2], int detached,
+                            int late, warm_sup *warm, int cold_ctl, const sbx_call_ctx *ctx,
                             sbx_error **error)
 {
     const char *op = "create";
@@ -1422,12 +1704,21 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
     int io;
 
     int spare = warm->ctl >= 0;
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    int hello_read = spare;
+#else
+    /* Spawned and its HELLO read (spawn_cold): CONFIG goes next. */
+    int hello_read = spare || cold_ctl >= 0;
+#endif
     if (spare) {
         /* Its directory becomes sb->meta: what was made ahead is used. */
         ctl = warm->ctl;
         warm->ctl = -1;
         sb->sup_pid = warm->pid;
         sb->sup_start = warm->start;
+        /* Its listener's uid, checked when it was made: every connection
+         * checks it (a caller's workdir, not late, sets it nowhere else). */
+        sb->sup_uid = warm->uid;
         if (claim_warm(sb, ctl, &bd) < 0) {
             fail(error, SBX_ERROR_CREATION_FAILED, op,
                  "the warm supervisor %s (pid %d) is gone", exe, (int)warm->pid);
@@ -1435,37 +1726,20 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
             return -1;
         }
     }
-    if (spare) {
+    if (hello_read) {
+        if (!spare)
+            ctl = cold_ctl;
         type = PROTO_HELLO;
         io = IO_OK;
     } else {
-        /* The directory is on the command line (no secret in it), so ps
-         * and /proc show which sandbox a supervisor serves. Its keeper also
-         * removes a tmp directory made in a caller's workdir. */
-        char *dir_arg = NULL, *rm_arg = NULL;
-        if (asprintf(&dir_arg, "--sandbox-dir=%s", sb->meta) < 0
-            || (sb->made_tmp && !sb->owns_root
-                && asprintf(&rm_arg, "--remove=%s", sb->tmp) < 0)) {
-            fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-            free(dir_arg);
-            return -1;
-        }
-        char *local_argv[] = { (char *)exe, "--control-fd=3", dir_arg, rm_arg, NULL };
-        /* bubblewrap: the launcher's argv (bwrap.c). */
-        char *log_path = join_path(sb->meta, "log");
-        int r = log_path ? spawn_supervisor(exe, launch_argv ? launch_argv : local_argv, &bd,
-                                            &ctl, log_path, error) : -1;
-        free(log_path);
-        if (!log_path)
-            fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
-        free(dir_arg);
-        free(rm_arg);
-        if (r < 0)
-            return -1;
+        /* bubblewrap: the launcher started (launcher_start, _go); its
+         * supervisor, the sandbox's init, says HELLO now. */
+        ctl = cold_ctl;
         io = read_frame(ctl, &type, &payload, &len, &bd);
     }
-    if (spare) {
-        /* HELLO was read and checked when it was made (warm_check). */
+    if (hello_read) {
+        /* HELLO was read and checked when it was made (warm_check,
+         * spawn_cold). */
     } else if (io != IO_OK || type != PROTO_HELLO) {
         if (io == IO_OK)
             fail(error, SBX_ERROR_CREATION_FAILED, op, "%s is not an sbx-supervisor", exe);
@@ -1480,8 +1754,8 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
     }
     proto_reader rd;
     proto_reader_init(&rd, payload, len);
-    uint32_t version = spare ? PROTO_VERSION : proto_get_u32(&rd);
-    if (!spare) {
+    uint32_t version = hello_read ? PROTO_VERSION : proto_get_u32(&rd);
+    if (!hello_read) {
         sb->sup_pid = proto_get_i32(&rd);
         sb->sup_start = proto_get_u64(&rd);
     }
@@ -1552,7 +1826,12 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
         io = read_frame(ctl, &type, &payload, &len, &bd);
     close(ctl);
     if (io == IO_OK && type == PROTO_READY && spare) {
-        /* Who listens was checked when the spare was made. */
+        /* Who listens was checked when the spare was made. Whether it
+         * made the tmp/ of a caller's workdir: */
+        proto_reader_init(&rd, payload, len);
+        uint32_t made = proto_get_u32(&rd);
+        if (!sb->owns_root)
+            sb->made_tmp = !rd.failed && made == 1;
         free(payload);
         return 0;
     }
@@ -1621,7 +1900,12 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
         io_fail(error, io, op, sb->id, "supervisor start-up");
     }
     free(payload);
-    if (sb->sup_pid > 1 && proto_proc_alive(sb->sup_pid, sb->sup_start))
+    /* A claimed spare may be making the tmp/ of a caller's workdir, which
+     * its keeper hears of just after: its control socket closed, it ends
+     * on its own and its keeper removes that too. Killed when it does
+     * not. */
+    if (sb->sup_pid > 1 && proto_proc_alive(sb->sup_pid, sb->sup_start)
+        && (!spare || wait_supervisor_gone(sb, GONE_SECS) < 0))
         kill(sb->sup_pid, SIGKILL);
     return -1;
 }
@@ -1715,7 +1999,7 @@ static int spawner_fork(struct sbx_plugin_client *c, const char *exe, const char
             spawner_close(c);
         if (c->spawner_ctl < 0) {
             int sctl = -1;
-            if (spawn_supervisor(exe, argv, bd, &sctl, NULL, NULL) < 0)
+            if (spawn_supervisor(exe, argv, bd, &sctl, NULL, -1, -1, NULL, NULL) < 0)
                 return -1;
             c->spawner_exe = strdup(exe);
             if (!c->spawner_exe) {
@@ -2317,6 +2601,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     int made_meta = 0;
     int sock_fds[2] = { -1, -1 };
     warm_sup warm = { .ctl = -1, .dirfd = -1 };
+    int cold_ctl = -1;          /* a cold supervisor's, between HELLO and CONFIG */
     char num[64];
 
     if (!request || request->struct_size < offsetof(sbx_plugin_create_request, env)
@@ -2329,6 +2614,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     char *cg_procs[2] = { NULL, NULL };
     size_t n_cg = 0;
     int made_cg = 0;
+    launcher lch = { .pid = -1, .ctl = -1, .go = -1 };
     int allow_internet = !(request->set_fields & SBX_OPTION_ALLOW_INTERNET)
                          || request->allow_internet;
 #else
@@ -2533,21 +2819,42 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         sb->meta = NULL;
         goto nomem;
     }
-    if (warm.ctl < 0 && !mkdtemp(sb->meta)) {
-        sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op,
-                              "cannot create a directory in %s: %s", base, strerror(errno));
-        add_context(err, "path", base);
-        free(sb->meta);
-        sb->meta = NULL;
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    /* Named here, made by the launcher (launcher_start), so that it never
+     * exists without its keeper. */
+    if (fill_template(sb->meta) < 0) {
+        fail(error, local_errno_code(errno, SBX_ERROR_CREATION_FAILED), op,
+             "cannot name a directory in %s: %s", base, strerror(errno));
         goto fail;
     }
+#else
+    /* Cold: the supervisor makes the directory (spawn_cold), and the
+     * tmp/ of a caller's workdir when missing, so that neither exists
+     * without a process that removes it, should this one die (a SIGKILL)
+     * before the supervisor runs. */
+    if (workdir) {
+        sb->root = workdir;
+        workdir = NULL;
+        sb->tmp = join_path(sb->root, "tmp");
+        if (!sb->tmp)
+            goto nomem;
+    }
+    if (warm.ctl < 0) {
+        bound cold_bd = make_bound(ctx, HANDSHAKE_SECS);
+        if (spawn_cold(sb, exe, sb->tmp, &cold_bd, &cold_ctl, error) < 0) {
+            free(sb->meta);
+            sb->meta = NULL;
+            goto fail;
+        }
+    }
     made_meta = 1;
+#endif
     sb->id = strdup(strrchr(sb->meta, '/') + 1);
     sb->sock = join_path(sb->meta, "sock");
     if (workdir) {
         sb->root = workdir;
         workdir = NULL;
-    } else {
+    } else if (!sb->root) {
         sb->root = join_path(sb->meta, "root");
         sb->owns_root = 1;
     }
@@ -2559,7 +2866,8 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (!sb->cwd)
         goto nomem;
 #endif
-    sb->tmp = join_path(sb->root, "tmp");
+    if (!sb->tmp)
+        sb->tmp = join_path(sb->root, "tmp");
     if (!sb->tmp)
         goto nomem;
     /* A root of its own is made (with its tmp/) while the supervisor
@@ -2577,8 +2885,23 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     if (late)
         sb->made_tmp = 1;
-    else if (make_root_dirs(sb, op, error) < 0)
-        goto fail;
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    /* A root in META once the launcher made META (below); the launcher
+     * makes a root_dir's tmp/ when missing. One that is not a directory
+     * is refused now. */
+    else if (!sb->owns_root) {
+        struct stat st;
+        if (lstat(sb->tmp, &st) == 0 && !S_ISDIR(st.st_mode)) {
+            sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op,
+                                  "cannot create %s: exists and is not a directory", sb->tmp);
+            add_context(err, "path", sb->tmp);
+            goto fail;
+        }
+    }
+#else
+    /* Cold or warm, the supervisor makes the tmp/ of a caller's workdir
+     * (spawn_cold, CLAIM). */
+#endif
 
     /* The command environment: nothing of the caller's environment but
      * PATH and LANG; then the sandbox's own variables. npm's global prefix
@@ -2626,29 +2949,57 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         || bwrap_check_reach(bwrap, "the bwrap program", op, error) < 0
         || (image_usr && bwrap_check_reach(image_usr, "the image", op, error) < 0);
     free(image_usr);
-    if (reach || bwrap_prepare_dirs(sb->meta, sb->root, sb->owns_root, sb->tmp, sb->made_tmp,
-                                    op, error) < 0
-        || bwrap_make_workdir(sb->root, sb->cwd, &made_workdir, op, error) < 0)
+    if (reach)
         goto fail;
-    if (request->set_fields & (SBX_OPTION_CPU | SBX_OPTION_MEMORY_MB)) {
-        if (bwrap_cgroups_create(sb->id, request, cg_procs, &n_cg, op, error) < 0)
-            goto fail;
-        made_cg = 1;
-    }
+    /* The cgroups are named now (the launcher's keeper removes them) and
+     * made once it runs. */
+    int limits = (request->set_fields & (SBX_OPTION_CPU | SBX_OPTION_MEMORY_MB)) != 0;
+    if (limits && bwrap_cgroups_create(sb->id, request, 0, cg_procs, &n_cg, op, error) < 0)
+        goto fail;
     launch_argv = bwrap_argv(exe, cg_procs, n_cg, bwrap, exe, sb->root, sb->meta,
                              image_root ? image_root : "/",
-                             sb->made_tmp && !sb->owns_root ? sb->tmp : NULL, allow_internet,
+                             !sb->owns_root ? sb->tmp : NULL, allow_internet,
                              (request->set_fields & SBX_OPTION_BACKEND_OPTIONS)
                              ? request->backend_options : NULL,
                              cuser ? &in_uid : NULL, cuser ? &in_gid : NULL, op, error);
     if (!launch_argv)
         goto fail;
+    int exists = 0;
+    if (launcher_start(sb, exe, launch_argv, ctx, &lch, &exists, error) < 0) {
+        if (exists) {
+            sbx_error *err = fail(error, SBX_ERROR_CREATION_FAILED, op,
+                                  "sandbox directory %s exists already", sb->meta);
+            add_context(err, "path", sb->meta);
+        }
+        goto fail;
+    }
+    made_meta = 1;
+    for (size_t i = 0; i < n_cg; i++)
+        free(cg_procs[i]);
+    n_cg = 0;
+    if ((sb->owns_root && make_root_dirs(sb, op, error) < 0)
+        || bwrap_prepare_dirs(sb->meta, sb->root, sb->owns_root, sb->tmp, sb->made_tmp,
+                              op, error) < 0
+        || bwrap_make_workdir(sb->root, sb->cwd, &made_workdir, op, error) < 0)
+        goto fail;
+    if (limits) {
+        if (bwrap_cgroups_create(sb->id, request, 1, cg_procs, &n_cg, op, error) < 0)
+            goto fail;
+        made_cg = 1;
+    }
 #endif
     if (warm.ctl < 0 && bind_sandbox_socket(sb, &sock_fds[0], &sock_fds[1], op, error) < 0)
         goto fail;
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    if (launcher_go(&lch, sb, exe, ctx, error) < 0)
+        goto fail;
+    cold_ctl = lch.ctl;
+    lch.ctl = -1;
+#endif
     uid_t guessed_uid = geteuid();
-    int started = start_supervisor(sb, exe, &env, launch_argv, sock_fds, detached, late, &warm,
-                                   ctx, error);
+    int started = start_supervisor(sb, exe, &env, sock_fds, detached, late, &warm,
+                                   cold_ctl, ctx, error);
+    cold_ctl = -1;
     if (sock_fds[0] >= 0)
         close(sock_fds[0]);
     if (sock_fds[1] >= 0)
@@ -2706,6 +3057,9 @@ nomem:
     fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
 fail:
 #ifdef SBX_LOCAL_BUBBLEWRAP
+    /* Its keeper removes what was made too, as this does below. */
+    if (lch.pid > 0)
+        launcher_abort(&lch);
     free(bwrap);
     free(image_root);
     free(cwd_inside);
@@ -2724,6 +3078,14 @@ fail:
 #ifdef SBX_LOCAL_SAFEHOUSE
     free(wrapper);
 #endif
+    if (cold_ctl >= 0) {
+        /* Spawned, not configured: it ends (and its keeper removes its
+         * directory, as this does below). */
+        close(cold_ctl);
+        if (sb->sup_pid > 1 && proto_proc_alive(sb->sup_pid, sb->sup_start))
+            kill(sb->sup_pid, SIGKILL);
+        wait_supervisor_gone(sb, GONE_SECS);
+    }
     if (sb && warm.dir) {
         /* A spare's directory goes under its own name, or under sb->meta
          * once its supervisor (claimed: gone first) renamed it there;
@@ -2831,6 +3193,9 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     const char *op = "destroy";
     struct sbx_plugin_sandbox *sb = sandbox;
     int rc = 0;
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    int meta_lock = -1;
+#endif
 
 #ifdef SBX_LOCAL_FAULTY
     sbx_fault_destroy(sb->id);
@@ -2842,6 +3207,16 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     bound bd = make_bound(ctx, DESTROY_SECS);
     int e, io;
     struct ucred peer;
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    /* Held until META is gone: should this process die before (SIGKILL),
+     * the launcher's keeper, which waits for it after the sandbox's end,
+     * removes what is left (keeper() in supervisor.c). */
+    meta_lock = open(sb->meta, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (meta_lock >= 0 && flock(meta_lock, LOCK_EX | LOCK_NB) < 0) {
+        close(meta_lock);
+        meta_lock = -1;
+    }
+#endif
     int fd = request_simple(sb, PROTO_DESTROY, &bd, &e, &io, &peer);
     int asked = fd >= 0;
     if (e == E_PEER)
@@ -2910,6 +3285,10 @@ destroyed:
     sb->destroyed = 1;
     LOG(SBX_LOG_DEBUG, "destroyed %s", sb->id);
 out:
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    if (meta_lock >= 0)
+        close(meta_lock);
+#endif
     pthread_mutex_unlock(&sb->lock);
     /* The sandbox's work is over: the client's next warm supervisor may
      * start now. Not before the answer: it makes its directory, root and

@@ -134,10 +134,11 @@ int bwrap_check_userns(const char *bwrap, const char *op, sbx_error **error);
 /** SBX_CAP_MEMORY_LIMIT / SBX_CAP_CPU_LIMIT when this process may create
  *  the cgroups that enforce them. */
 uint64_t bwrap_limit_caps(void);
-/** Creates the cgroups sandbox @id needs for the limits @request set; puts
- *  their cgroup.procs paths (malloc'd, at most 2) in @procs. -1 with a
- *  configuration error when a limit cannot be enforced (nothing left). */
-int bwrap_cgroups_create(const char *id, const sbx_plugin_create_request *request,
+/** Creates the cgroups sandbox @id needs for the limits @request set
+ *  (with @make; without, only checks that they can be and names them);
+ *  puts their cgroup.procs paths (malloc'd, at most 2) in @procs. -1 with
+ *  a configuration error when a limit cannot be enforced (nothing left). */
+int bwrap_cgroups_create(const char *id, const sbx_plugin_create_request *request, int make,
                          char **procs, size_t *nprocs, const char *op, sbx_error **error);
 /** Removes the cgroups of sandbox @id, if any. */
 void bwrap_cgroups_remove(const char *id);
@@ -148,13 +149,14 @@ void bwrap_cgroups_remove(const char *id);
 int bwrap_oom_kills(const char *id, uint64_t *count);
 /** The launcher's argv (NULL-terminated, free with bwrap_argv_free), or
  *  NULL with an error. @root: META/root, or the root_dir the caller gave.
- *  @src: "/" or the image's root filesystem. @remove (may be NULL): a path
- *  the launcher's keeper removes with META when the sandbox ends on its
- *  own (the tmp create made in a caller's root_dir). @backend_options (may
+ *  @src: "/" or the image's root filesystem. @remove (may be NULL): the tmp/
+ *  of a caller's root_dir, which the launcher makes when missing and its
+ *  keeper then removes with META when the sandbox ends on its own. @backend_options (may
  *  be NULL): a JSON object of "ro_binds" (["/HOST/PATH",...], host paths
  *  bound read-only at the same path inside) and "root_dir" (read by
  *  bwrap_root_dir); any other key is a configuration error naming it
- *  (context "name"), a malformed value an invalid_argument error. */
+ *  (context "name"), a malformed value an invalid_argument error. The
+ *  launcher makes META itself (--make-keep: launch() in supervisor.c). */
 char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const char *bwrap,
                   const char *supervisor, const char *root, const char *meta, const char *src,
                   const char *remove, int allow_internet, const char *backend_options,

@@ -736,3 +736,37 @@ size_t proto_sweep_trash(const char *dir, long min_age)
     closedir(d);
     return removed;
 }
+
+int proto_clean_bwrap_root(const char *root)
+{
+    int dfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return -1;
+    /* Mount points bwrap made: empty directories, symlinks it placed, the
+     * supervisor's empty placeholder. Anything else stays. */
+    static const char *const names[] = { "usr", "etc", "bin", "sbin", "lib", "lib32", "lib64",
+                                         "libx32", "proc", "dev" };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        struct stat st;
+        if (fstatat(dfd, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            unlinkat(dfd, names[i], AT_REMOVEDIR);   /* only when empty */
+        } else if (S_ISLNK(st.st_mode)) {
+            char mine[PATH_MAX], host_t[PATH_MAX], hp[64];
+            ssize_t l1 = readlinkat(dfd, names[i], mine, sizeof(mine) - 1);
+            snprintf(hp, sizeof(hp), "/%s", names[i]);
+            ssize_t l2 = readlink(hp, host_t, sizeof(host_t) - 1);
+            if (l1 > 0 && l1 == l2 && memcmp(mine, host_t, (size_t)l1) == 0)
+                unlinkat(dfd, names[i], 0);
+        }
+    }
+    struct stat st;
+    if (fstatat(dfd, ".sbx/sbx-supervisor", &st, AT_SYMLINK_NOFOLLOW) == 0
+        && S_ISREG(st.st_mode) && st.st_size == 0)
+        unlinkat(dfd, ".sbx/sbx-supervisor", 0);
+    unlinkat(dfd, ".sbx/run", AT_REMOVEDIR);
+    unlinkat(dfd, ".sbx", AT_REMOVEDIR);
+    close(dfd);
+    return 0;
+}

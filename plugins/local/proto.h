@@ -14,7 +14,10 @@
  *
  * The plugin starts the supervisor as
  * `sbx-supervisor --control-fd=3 --sandbox-dir=DIR [--remove=PATH]` (DIR:
- * the sandbox's meta directory; the socket is DIR/sock), or inside
+ * the sandbox's meta directory; the socket is DIR/sock; a DIR ending in
+ * XXXXXX is a template the supervisor makes the directory from, mkdtemp,
+ * before its keeper forks it, and names in HELLO: so no directory is ever
+ * made that nothing would remove should the plugin's process die), or inside
  * bubblewrap as `sbx-supervisor --control-fd=3 --init` (no path of the host
  * in view), and handshakes on the control socketpair it hands over as
  * descriptor 3. Warm supervisors (spares) come from a warm spawner,
@@ -57,14 +60,23 @@
  *                            directory, in BASE, to which the supervisor
  *                            renames its directory (never over an existing
  *                            one) after its keeper learnt DIR and PATH
- *                            (as the two options of a cold start);
- *     supervisor -> READY | ERROR, once DIR is in place
+ *                            (as the two options of a cold start). PATH,
+ *                            the tmp/ of a caller's workdir, is made by
+ *                            the supervisor when missing (then its keeper
+ *                            learns it; one that exists is left alone);
+ *     supervisor -> READY (u32 made: 1 when it made PATH) | ERROR, once
+ *                            DIR is in place
  *
  * A cold start handshakes so:
  *
  *     supervisor -> HELLO    u32 version, i32 pid, u64 start time, str
- *                            directory (a warm supervisor's; "" on a cold
- *                            start)
+ *                            directory (a warm supervisor's, or the one a
+ *                            cold start made from DIR's template; ""
+ *                            otherwise), u32 made (1: a cold start made
+ *                            --remove's PATH, missing until then, before
+ *                            its keeper forked; 0: PATH existed, and is
+ *                            left alone, or none); or ERROR when either
+ *                            could not be made
  *     plugin     -> CONFIG   str root, u32 n, n x str "K=V" (base env),
  *                            u64 lifetime (ms; 0 = none), u32 detached;
  *                            with its first byte, as SCM_RIGHTS, the
@@ -72,7 +84,7 @@
  *                            plugin, not listening yet), an O_PATH
  *                            descriptor of that socket file and, unless
  *                            detached, a pidfd of the owning process
- *     supervisor -> READY | ERROR
+ *     supervisor -> READY (u32 made, as HELLO's) | ERROR
  *
  * Lifetime and owners. The lifetime counts from READY: at its end (and a
  * grace of 1 s for an exec timing out at it) the supervisor ends the
@@ -127,7 +139,8 @@
  *             kills the tree too.
  *     PING                                        <- PONG u32 version
  *     DESTROY                                     <- DESTROYED, then EOF
- *             DESTROYED comes once every process the sandbox's commands
+ *             DESTROYED comes once the --remove PATH (CLAIM's PATH) is
+ *             removed and every process the sandbox's commands
  *             started has ended (idle exec reapers, copies of the
  *             supervisor that run nothing, may have been sent SIGKILL
  *             only: the supervisor reaps them after answering) and,
@@ -152,7 +165,7 @@
 #include <sys/types.h>
 
 /** Bumped whenever a frame changes shape. */
-#define PROTO_VERSION 7u
+#define PROTO_VERSION 8u
 
 /** The supervisor's exit status when it ended the sandbox on its own
  *  (lifetime, owners gone, a signal); 0 after DESTROY. */
@@ -167,6 +180,10 @@
  *  to the one CLAIM named (it exists): its keeper removes its own
  *  directory only, never the one of that name. */
 #define PROTO_EXIT_SPARE_ONLY 5
+
+/** The bubblewrap launcher's exit status when --make-keep's META exists
+ *  already (the library names another). */
+#define PROTO_EXIT_EXISTS 6
 
 #define PROTO_HEADER_SIZE 8u
 /** Upper bound of a payload (argv and env of one exec included). */
@@ -331,6 +348,14 @@ size_t proto_kill_descendants(pid_t ancestor, int sig, size_t *zombies);
  *  closed every descriptor it inherited,
  *  so a create that failed for want of descriptors leaves nothing. */
 int proto_rm_tree(const char *path);
+
+/** Removes from a caller's root directory @root (bubblewrap's root_dir)
+ *  the mount points bwrap made in it: the system tree's names when they
+ *  are empty directories or symlinks equal to the host's, and the
+ *  supervisor's empty placeholder .sbx/sbx-supervisor with .sbx/run and
+ *  .sbx; anything else stays. 0, or -1 with errno when @root cannot be
+ *  opened. Used by destroy and by the launcher's keeper. */
+int proto_clean_bwrap_root(const char *root);
 
 /** The first part of a trash name: a meta directory DIR/NAME goes to
  *  DIR/PROTO_TRASH_PREFIX NAME at DESTROY (see DESTROY above). */

@@ -73,6 +73,7 @@
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -180,6 +181,7 @@ enum { REAPER_PID = 1, REAPER_EXIT = 2, REAPER_ERROR = 3, REAPER_IDLE = 4,
 static struct {
     char *dir;
     char *sock_path;
+    const char *remove;          /* a tmp/ this sandbox made in a caller's workdir, or NULL */
     char *root;
     char **env;                  /* base environment, "K=V" */
     size_t nenv;
@@ -639,6 +641,12 @@ static void __attribute__((noreturn)) shutdown_sandbox(conn *requester)
         free(trash);
         trash = NULL;
     }
+    /* A tmp/ made in a caller's workdir goes before the answer too: the
+     * library removes it after the answer, but should it die first (a
+     * SIGKILL) nothing else would (the keeper, seeing exit 0, leaves it:
+     * by then a next sandbox may have made its own there). */
+    if (requester && S.remove)
+        proto_rm_tree(S.remove);
     if (requester) {
         proto_buf b;
         proto_buf_init(&b, PROTO_DESTROYED);
@@ -2346,6 +2354,14 @@ static void give_back(const char *meta, const char *root)
  *  made and removes with the rest (keeper()); NULL for any other. */
 static const char *keeper_spare;
 
+/** Set in the bubblewrap launcher's keeper: after DESTROY it checks that
+ *  the library finished removing META (keeper()). */
+static int keeper_checks_destroy;
+
+/** A caller's root_dir whose bwrap mount points the bubblewrap launcher's
+ *  keeper removes (--clean-root); NULL for any other. */
+static const char *keeper_clean_root;
+
 /**
  * The keeper of a sandbox: waits for its process @child (the supervisor,
  * or bwrap whose init it is) and, unless that exited 0 (after DESTROY,
@@ -2368,8 +2384,25 @@ static void __attribute__((noreturn)) keeper(pid_t child, const char *meta, cons
     pid_t r;
     while ((r = waitpid(child, &status, 0)) < 0 && errno == EINTR)
         ;
-    if (r == child && WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        _exit(0);
+    if (r == child && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        /* After DESTROY the library removes what is left. The bubblewrap
+         * launcher's keeper makes sure it did: the library holds a lock
+         * on META (flock) from before DESTROY until META is gone, so once
+         * this gets the lock, a META still there means the library died
+         * midway (a SIGKILL of the application or the plugin host): all
+         * of it goes below. */
+        int fd = keeper_checks_destroy && meta
+                 ? open(meta, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        if (fd < 0)
+            _exit(0);
+        while (flock(fd, LOCK_EX) < 0 && errno == EINTR)
+            ;
+        struct stat st;
+        int left = fstat(fd, &st) == 0 && st.st_nlink > 0;
+        close(fd);
+        if (!left)
+            _exit(0);
+    }
     if (r == child && WIFEXITED(status) && WEXITSTATUS(status) == PROTO_EXIT_SPARE_ONLY
         && keeper_spare) {
         proto_rm_tree(keeper_spare);
@@ -2399,6 +2432,8 @@ static void __attribute__((noreturn)) keeper(pid_t child, const char *meta, cons
         }
         free(dir);
     }
+    if (keeper_clean_root)
+        proto_clean_bwrap_root(keeper_clean_root);
     if (meta && lent)
         give_back(meta, lent);
     if (keeper_spare)
@@ -2479,7 +2514,16 @@ static int launch_setup(char **cg, size_t ncg, long seccomp_fd, long uid, long g
  * Launcher mode of the bubblewrap backend:
  *     sbx-supervisor --launch [--cgroup-procs=FILE]... [--seccomp-fd=N]
  *                    [--user=UID:GID] [--overlay=META] [--keep=META]
- *                    [--remove=PATH] [--lent=ROOT] -- PROGRAM ARG...
+ *                    [--make-keep] [--remove=PATH] [--lent=ROOT] [--clean-root=ROOT]
+ *                    -- PROGRAM ARG...
+ * With --make-keep, makes META first (mode 0700; exit PROTO_EXIT_EXISTS
+ * when it exists), its stderr META/log from then on, and --remove's PATH
+ * when missing (one that exists is left to its owner); once the keeper
+ * runs, writes a byte to stdout ('M' when it made PATH, else 'R'), and the
+ * sandbox's process waits for a
+ * byte ('G') on stdin before anything else (EOF: it exits 1 and the keeper
+ * removes everything), so the library makes what goes in META, the
+ * cgroups and a lent root only while a keeper stands ready to remove them.
  * Forks a keeper and exits once the sandbox's process started: 0, or 1
  * when a cgroup, the filter or the change of user failed, 2 on a malformed
  * command line, 127 when PROGRAM cannot run (the reason goes to stderr);
@@ -2493,9 +2537,11 @@ static int launch_setup(char **cg, size_t ncg, long seccomp_fd, long uid, long g
  * (launch_overlay); and execs PROGRAM (bwrap, whose init is the supervisor
  * in --init mode), keeping descriptor 3 (and N). The keeper stays outside
  * every namespace, cgroup and change of user, as the library's user, and
- * when bwrap has ended other than after DESTROY (exit 0) gives a caller's
+ * when bwrap has ended other than after a DESTROY the library saw through
+ * (exit 0, and META gone once the library's lock on it is free) gives a caller's
  * workdir ROOT lent to the sandbox's user back (--lent) and removes the
- * cgroups, --keep's META and --remove's PATH (keeper()).
+ * cgroups, bwrap's mount points in a caller's root_dir (--clean-root),
+ * --keep's META and --remove's PATH (keeper()).
  */
 static int launch(int argc, char **argv)
 {
@@ -2503,6 +2549,7 @@ static int launch(int argc, char **argv)
                       user_opt[] = "--user=", ovl_opt[] = "--overlay=",
                       keep_opt[] = "--keep=", rm_opt[] = "--remove=", lent_opt[] = "--lent=";
     const char *overlay = NULL, *keep = NULL, *remove = NULL, *lent = NULL;
+    int make_keep = 0;
     char *cg[8];
     size_t ncg = 0;
     long seccomp_fd = 0;
@@ -2530,6 +2577,10 @@ static int launch(int argc, char **argv)
         } else if (strncmp(argv[i], keep_opt, sizeof(keep_opt) - 1) == 0
                    && argv[i][sizeof(keep_opt) - 1] == '/') {
             keep = argv[i] + sizeof(keep_opt) - 1;
+        } else if (strcmp(argv[i], "--make-keep") == 0) {
+            make_keep = 1;
+        } else if (strncmp(argv[i], "--clean-root=/", 14) == 0) {
+            keeper_clean_root = argv[i] + 13;
         } else if (strncmp(argv[i], rm_opt, sizeof(rm_opt) - 1) == 0
                    && argv[i][sizeof(rm_opt) - 1] == '/') {
             remove = argv[i] + sizeof(rm_opt) - 1;
@@ -2561,14 +2612,64 @@ static int launch(int argc, char **argv)
         fprintf(stderr, "sbx-supervisor: --launch: expected -- /PROGRAM ARG...\n");
         return 2;
     }
+    if (make_keep && !keep) {
+        fprintf(stderr, "sbx-supervisor: --launch: --make-keep without --keep\n");
+        return 2;
+    }
+    /* --make-keep: META is made here, so that it never exists without the
+     * keeper (forked next) to remove it, whenever the library stops; its
+     * start-up log is our stderr from now on. */
+    if (make_keep) {
+        if (mkdir(keep, 0700) < 0) {
+            if (errno == EEXIST)
+                return PROTO_EXIT_EXISTS;
+            fprintf(stderr, "sbx-supervisor: cannot create %s: %s\n", keep, strerror(errno));
+            return 1;
+        }
+        char *log = NULL;
+        int lfd = asprintf(&log, "%s/log", keep) < 0 ? -1
+                  : open(log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+        free(log);
+        if (lfd >= 0) {
+            dup2(lfd, 2);
+            close(lfd);
+        }
+    }
+    /* So is --remove's PATH (the tmp/ of a caller's root_dir) when it is
+     * missing; one that exists is not the sandbox's: kept, and the ready
+     * byte says so. */
+    int made_remove = 0;
+    if (make_keep && remove) {
+        struct stat rst;
+        if (mkdir(remove, 0700) == 0) {
+            made_remove = 1;
+        } else if (errno == EEXIST && stat(remove, &rst) == 0 && S_ISDIR(rst.st_mode)) {
+            remove = NULL;
+        } else {
+            fprintf(stderr, "sbx-supervisor: cannot create %s: %s\n", remove,
+                    errno == EEXIST ? "exists and is not a directory" : strerror(errno));
+            proto_rm_tree(keep);
+            return 1;
+        }
+    }
     /* The sandbox's process reports a failed setup on this pipe; a
      * successful exec closes it. */
     int pp[2];
-    if (pipe2(pp, O_CLOEXEC) < 0)
+    if (pipe2(pp, O_CLOEXEC) < 0) {
+        if (make_keep)
+            proto_rm_tree(keep);
+        if (made_remove)
+            rmdir(remove);
         return 1;
+    }
     pid_t k = fork();
-    if (k < 0)
+    if (k < 0) {
+        if (make_keep)
+            proto_rm_tree(keep);
+        if (made_remove)
+            rmdir(remove);
         return 1;
+    }
     if (k > 0) {
         close(pp[1]);
         unsigned char code = 0;
@@ -2581,12 +2682,35 @@ static int launch(int argc, char **argv)
     pid_t b = fork();
     if (b < 0) {
         unsigned char code = 1;
+        if (make_keep)
+            proto_rm_tree(keep);
+        if (made_remove)
+            rmdir(remove);
         if (write(pp[1], &code, 1) < 0)
             _exit(1);
         _exit(1);
     }
     if (b == 0) {
-        int code = launch_setup(cg, ncg, seccomp_fd, uid, gid, overlay);
+        int code = 0;
+        if (make_keep) {
+            /* The library prepares META and says go (a byte on stdin);
+             * EOF instead: it failed or died, nothing starts. */
+            unsigned char go = 0;
+            ssize_t n;
+            int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+            if (nul >= 0)
+                dup2(nul, 1);
+            while ((n = read(0, &go, 1)) < 0 && errno == EINTR)
+                ;
+            if (nul >= 0) {
+                dup2(nul, 0);
+                close(nul);
+            }
+            if (n != 1 || go != 'G')
+                code = 1;
+        }
+        if (code == 0)
+            code = launch_setup(cg, ncg, seccomp_fd, uid, gid, overlay);
         if (code == 0) {
             execv(argv[i + 1], argv + i + 1);
             fprintf(stderr, "sbx-supervisor: cannot run %s: %s\n", argv[i + 1],
@@ -2597,6 +2721,18 @@ static int launch(int argc, char **argv)
         if (write(pp[1], &c, 1) < 0)
             _exit(code);
         _exit(code);
+    }
+    keeper_checks_destroy = 1;
+    if (make_keep) {
+        /* Ready: what the library makes from now on is ours to remove.
+         * Should the library be gone already, the write fails (EPIPE, not
+         * the signal) and the sandbox's process sees EOF on its stdin. */
+        signal(SIGPIPE, SIG_IGN);
+        unsigned char ready = made_remove ? 'M' : 'R';
+        ssize_t w;
+        while ((w = write(1, &ready, 1)) < 0 && errno == EINTR)
+            ;
+        (void)w;
     }
     keeper(b, keep, remove, lent, cg, ncg);
 }
@@ -3019,11 +3155,8 @@ int main(int argc, char **argv)
                 "it is started by the library, not by hand\n");
         return 2;
     }
-    if (!init_mode) {
+    if (!init_mode)
         S.dir = argv[2] + sizeof(dir_opt) - 1;
-        if (asprintf(&S.sock_path, "%s/sock", S.dir) < 0)
-            return 1;
-    }
     start_up();
 
     /* Detach: the process the library spawned exits at once (it reaps it
@@ -3055,6 +3188,8 @@ static int run(int init_mode, const char *remove, char **warm_argv, const char *
     char msg[PATH_MAX + 128];
     int pipe_wr = -1;
     char *spare = NULL;
+    const char *made_dir = NULL;    /* a cold start's DIR, made here */
+    uint32_t made_remove = 0;       /* and its --remove PATH, made here */
 
     if (warm_argv) {
         /* Made before the keeper forks it, so the keeper knows it. */
@@ -3075,9 +3210,63 @@ static int run(int init_mode, const char *remove, char **warm_argv, const char *
         close(pp[0]);
         pipe_wr = pp[1];
     } else if (!init_mode) {
-        pid_t p = fork();
-        if (p < 0)
+        /* A DIR ending in XXXXXX is made here (mkdtemp, mode 0700, its
+         * name written over the command line's), before the keeper forks
+         * it: from its first moment something removes it, whenever the
+         * library stops; its name goes in HELLO. The log the library
+         * quotes is its stderr from then on. */
+        size_t dl = strlen(S.dir);
+        if (dl > 6 && strcmp(S.dir + dl - 6, "XXXXXX") == 0) {
+            if (!mkdtemp(S.dir)) {
+                snprintf(msg, sizeof(msg), "cannot create a directory in %.*s: %s",
+                         (int)(strrchr(S.dir, '/') - S.dir), S.dir, strerror(errno));
+                send_error_fd(ctl, PROTO_ERR_INTERNAL, errno, msg);
+                return 1;
+            }
+            made_dir = S.dir;
+            char *log = NULL;
+            int lfd = asprintf(&log, "%s/log", S.dir) < 0 ? -1
+                      : open(log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+            free(log);
+            if (lfd >= 0) {
+                dup2(lfd, 2);
+                close(lfd);
+            }
+        }
+        /* So is --remove's PATH, a tmp/ in a caller's workdir, when it
+         * is missing: made here, it is this sandbox's (the keeper and
+         * DESTROY remove it); one that exists is left alone. HELLO says
+         * which. */
+        if (made_dir && remove) {
+            struct stat rst;
+            if (mkdir(remove, 0700) == 0) {
+                made_remove = 1;
+            } else if (errno == EEXIST && stat(remove, &rst) == 0 && S_ISDIR(rst.st_mode)) {
+                remove = NULL;
+            } else {
+                snprintf(msg, sizeof(msg), "cannot create %s: %s", remove,
+                         errno == EEXIST ? "exists and is not a directory" : strerror(errno));
+                send_error_fd(ctl, PROTO_ERR_INTERNAL, errno, msg);
+                proto_rm_tree(made_dir);
+                return 1;
+            }
+        }
+        S.remove = remove;
+        if (asprintf(&S.sock_path, "%s/sock", S.dir) < 0) {
+            if (made_dir)
+                proto_rm_tree(made_dir);
+            if (made_remove)
+                rmdir(remove);
             return 1;
+        }
+        pid_t p = fork();
+        if (p < 0) {
+            if (made_dir)
+                proto_rm_tree(made_dir);
+            if (made_remove)
+                rmdir(remove);
+            return 1;
+        }
         if (p > 0)
             keeper(p, S.dir, remove, NULL, NULL, 0);
     }
@@ -3102,20 +3291,38 @@ static int run(int init_mode, const char *remove, char **warm_argv, const char *
     proto_put_u32(&b, PROTO_VERSION);
     proto_put_i32(&b, getpid());
     proto_put_u64(&b, self.start);
-    proto_put_str(&b, spare ? spare : "");
+    proto_put_str(&b, spare ? spare : made_dir ? made_dir : "");
+    proto_put_u32(&b, made_remove);
     if (send_buf(ctl, &b, CONFIG_WAIT_MS) < 0)
         return 1;
     if (warm_argv) {
         char *dir = NULL, *rm = NULL;
         if (read_claim(warm_argv, &dir, &rm) < 0)
             return 1;
+        /* PATH (the tmp/ of a caller's workdir) is made here when missing,
+         * as a cold start makes it; one that exists is left alone (the
+         * keeper never hears of it). READY says which. */
+        if (rm) {
+            struct stat rst;
+            if (mkdir(rm, 0700) == 0) {
+                made_remove = 1;
+            } else if (errno == EEXIST && stat(rm, &rst) == 0 && S_ISDIR(rst.st_mode)) {
+                free(rm);
+                rm = NULL;
+            } else {
+                snprintf(msg, sizeof(msg), "cannot create %s: %s", rm,
+                         errno == EEXIST ? "exists and is not a directory" : strerror(errno));
+                send_error_fd(ctl, PROTO_ERR_INTERNAL, errno, msg);
+                return 1;
+            }
+        }
         /* The keeper learns the sandbox's paths before they exist. */
         size_t dl = strlen(dir) + 1, rl = rm ? strlen(rm) + 1 : 1;
         if (write_all(pipe_wr, dir, dl, CONFIG_WAIT_MS) < 0
             || write_all(pipe_wr, rm ? rm : "", rl, CONFIG_WAIT_MS) < 0)
             return 1;
         close(pipe_wr);
-        free(rm);
+        S.remove = rm;
         /* Never over an existing directory. */
         char *path = NULL;
         if (renameat2(AT_FDCWD, spare, AT_FDCWD, dir, RENAME_NOREPLACE) < 0) {
@@ -3159,6 +3366,7 @@ static int run(int init_mode, const char *remove, char **warm_argv, const char *
     free(cfg);
 
     proto_buf_init(&b, PROTO_READY);
+    proto_put_u32(&b, made_remove);
     if (send_buf(ctl, &b, CONFIG_WAIT_MS) < 0)
         shutdown_sandbox(NULL);
     /* The lifetime counts from here: the sandbox is usable. The end comes
