@@ -2543,6 +2543,30 @@ static int launch_setup(char **cg, size_t ncg, long seccomp_fd, long uid, long g
  * cgroups, bwrap's mount points in a caller's root_dir (--clean-root),
  * --keep's META and --remove's PATH (keeper()).
  */
+/* --remove's PATH (the tmp/ of a caller's workdir or root_dir), made
+ * here when missing: then it is the sandbox's (*@made = 1; its keeper and
+ * DESTROY remove it). One that exists is the caller's: left alone, and
+ * *@remove becomes NULL. 0, or -1 with what went wrong in @msg (a
+ * directory cannot be made, or the path is not one). */
+static int make_remove_dir(const char **remove, int *made, char *msg, size_t size)
+{
+    struct stat st;
+    *made = 0;
+    if (mkdir(*remove, 0700) == 0) {
+        *made = 1;
+        return 0;
+    }
+    if (errno == EEXIST && stat(*remove, &st) == 0 && S_ISDIR(st.st_mode)) {
+        *remove = NULL;
+        return 0;
+    }
+    int e = errno;
+    snprintf(msg, size, "cannot create %s: %s", *remove,
+             e == EEXIST ? "exists and is not a directory" : strerror(e));
+    errno = e;
+    return -1;
+}
+
 static int launch(int argc, char **argv)
 {
     static const char cg_opt[] = "--cgroup-procs=", sc_opt[] = "--seccomp-fd=",
@@ -2639,18 +2663,11 @@ static int launch(int argc, char **argv)
      * missing; one that exists is not the sandbox's: kept, and the ready
      * byte says so. */
     int made_remove = 0;
-    if (make_keep && remove) {
-        struct stat rst;
-        if (mkdir(remove, 0700) == 0) {
-            made_remove = 1;
-        } else if (errno == EEXIST && stat(remove, &rst) == 0 && S_ISDIR(rst.st_mode)) {
-            remove = NULL;
-        } else {
-            fprintf(stderr, "sbx-supervisor: cannot create %s: %s\n", remove,
-                    errno == EEXIST ? "exists and is not a directory" : strerror(errno));
-            proto_rm_tree(keep);
-            return 1;
-        }
+    char rmsg[PATH_MAX + 128];
+    if (make_keep && remove && make_remove_dir(&remove, &made_remove, rmsg, sizeof rmsg) < 0) {
+        fprintf(stderr, "sbx-supervisor: %s\n", rmsg);
+        proto_rm_tree(keep);
+        return 1;
     }
     /* The sandbox's process reports a failed setup on this pipe; a
      * successful exec closes it. */
@@ -3189,7 +3206,7 @@ static int run(int init_mode, const char *remove, char **warm_argv, const char *
     int pipe_wr = -1;
     char *spare = NULL;
     const char *made_dir = NULL;    /* a cold start's DIR, made here */
-    uint32_t made_remove = 0;       /* and its --remove PATH, made here */
+    int made_remove = 0;            /* and its --remove PATH, made here */
 
     if (warm_argv) {
         /* Made before the keeper forks it, so the keeper knows it. */
@@ -3237,19 +3254,10 @@ static int run(int init_mode, const char *remove, char **warm_argv, const char *
          * is missing: made here, it is this sandbox's (the keeper and
          * DESTROY remove it); one that exists is left alone. HELLO says
          * which. */
-        if (made_dir && remove) {
-            struct stat rst;
-            if (mkdir(remove, 0700) == 0) {
-                made_remove = 1;
-            } else if (errno == EEXIST && stat(remove, &rst) == 0 && S_ISDIR(rst.st_mode)) {
-                remove = NULL;
-            } else {
-                snprintf(msg, sizeof(msg), "cannot create %s: %s", remove,
-                         errno == EEXIST ? "exists and is not a directory" : strerror(errno));
-                send_error_fd(ctl, PROTO_ERR_INTERNAL, errno, msg);
-                proto_rm_tree(made_dir);
-                return 1;
-            }
+        if (made_dir && remove && make_remove_dir(&remove, &made_remove, msg, sizeof(msg)) < 0) {
+            send_error_fd(ctl, PROTO_ERR_INTERNAL, errno, msg);
+            proto_rm_tree(made_dir);
+            return 1;
         }
         S.remove = remove;
         if (asprintf(&S.sock_path, "%s/sock", S.dir) < 0) {
@@ -3292,7 +3300,7 @@ static int run(int init_mode, const char *remove, char **warm_argv, const char *
     proto_put_i32(&b, getpid());
     proto_put_u64(&b, self.start);
     proto_put_str(&b, spare ? spare : made_dir ? made_dir : "");
-    proto_put_u32(&b, made_remove);
+    proto_put_u32(&b, (uint32_t)made_remove);
     if (send_buf(ctl, &b, CONFIG_WAIT_MS) < 0)
         return 1;
     if (warm_argv) {
@@ -3366,7 +3374,7 @@ static int run(int init_mode, const char *remove, char **warm_argv, const char *
     free(cfg);
 
     proto_buf_init(&b, PROTO_READY);
-    proto_put_u32(&b, made_remove);
+    proto_put_u32(&b, (uint32_t)made_remove);
     if (send_buf(ctl, &b, CONFIG_WAIT_MS) < 0)
         shutdown_sandbox(NULL);
     /* The lifetime counts from here: the sandbox is usable. The end comes
