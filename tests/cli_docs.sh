@@ -97,7 +97,7 @@ expect "exec-code exec" exe
 expect "--help --remote --version" -
 expect "exec-code exec" --remote http://127.0.0.1:1 exe
 expect "--group-by --help --json --since --until -h" --remote=http://127.0.0.1:1 costs -
-expect "--all --help --json --no-trunc" ps --
+expect "--all --help --json --no-trunc --quiet" ps --
 expect "--force --help -f -h" rm -
 expect "bubblewrap docker local safehouse" run -b ""
 expect "local" create --backend lo

@@ -2220,6 +2220,28 @@ Test(cli, ps_table)
     free(id);
 }
 
+Test(cli, ps_quiet_prints_the_ids_alone_for_rm)
+{
+    char *id = create_with(NULL, NULL), *want;
+    cli_run r;
+
+    cr_assert(asprintf(&want, "%s\n", id) > 0);
+    EXPECT_KEEP(0, want, "", "ps", "-q");
+    EXPECT_KEEP(0, want, "", "ps", "--quiet", "--no-trunc", "-a");
+    EXPECT_KEEP(125, "", "sbx: -q and --json cannot be used together\n"
+                "sbx: see 'sbx ps --help'\n", "ps", "-q", "--json");
+    /* What it printed names the sandbox, as `sbx rm $(sbx ps -q)` passes it. */
+    r = SBX_KEEP("ps", "-q");
+    cr_assert_eq(r.status, 0);
+    cr_assert(r.out_len > 1 && r.out[r.out_len - 1] == '\n');
+    r.out[r.out_len - 1] = '\0';
+    EXPECT_KEEP(0, want, "", "rm", r.out);
+    free_run(&r);
+    EXPECT_KEEP(0, "", "", "ps", "-q");
+    free(want);
+    free(id);
+}
+
 /* ----------------------------------------------- ids, names, inspect */
 
 /* The longest common prefix of @a and @b, plus one more character of @a
