@@ -2502,9 +2502,9 @@ Test(cli, stop_and_start_name_a_backend_that_cannot_stop)
                        "sandbox_id=%s]\n", id) > 0);
     EXPECT_KEEP(125, "", want, "stop", "box");
     free(want);
-    cr_assert(asprintf(&want, "sbx: backend \"local\" cannot start a sandbox without "
-                       "destroying it [code=feature_not_supported; backend=local; op=start; "
-                       "sandbox_id=%s]\n", id) > 0);
+    cr_assert(asprintf(&want, "sbx: backend \"local\" has no stopped sandbox to start: it "
+                       "cannot stop one without destroying it [code=feature_not_supported; "
+                       "backend=local; op=start; sandbox_id=%s]\n", id) > 0);
     EXPECT_KEEP(125, "", want, "start", id);
     free(want);
     EXPECT_KEEP(125, "", "sbx: no such sandbox: nosuch\n", "stop", "nosuch");
