@@ -880,6 +880,35 @@ Test(cli, run_usage_errors_are_125)
     free_run(&r);
 }
 
+/* -v is --verbose: docker's -v SOURCE:/TARGET is refused, not run as the
+ * command; a command that merely holds ":/" after -v -- runs. */
+Test(cli, run_v_with_a_docker_volume_says_it_is_verbose)
+{
+    static const char msg[] =
+        "sbx: -v is --verbose (the preset setup's output), not docker's volume: \"/tmp:/src\" "
+        "is not mounted; copy a file in with --file LOCAL:SANDBOX_PATH, a directory with "
+        "`sbx cp -r` into a created sandbox\n";
+    char *want;
+    cli_run r = SBX("run", "-v", "/tmp:/src", "--", "ls", "/src");
+
+    cr_assert(asprintf(&want, "%ssbx: see 'sbx run --help'\n", msg) > 0);
+    cr_expect_eq(r.status, 125);
+    cr_expect_eq(r.out_len, 0, "stdout \"%s\"", r.out);
+    cr_expect_str_eq(r.err, want);
+    free(want);
+    free_run(&r);
+    r = SBX("create", "-v", "/tmp:/src");
+    cr_assert(asprintf(&want, "%ssbx: see 'sbx create --help'\n", msg) > 0);
+    cr_expect_eq(r.status, 125);
+    cr_expect_eq(r.out_len, 0, "stdout \"%s\"", r.out);
+    cr_expect_str_eq(r.err, want);
+    free(want);
+    free_run(&r);
+    r = SBX("run", "-v", "--", "echo", "a:/b");
+    expect_run(&r, 0, "a:/b\n");
+    free_run(&r);
+}
+
 Test(cli, run_git_repo_is_cloned_into_the_sandbox)
 {
     char repo[PATH_MAX + 16], file[PATH_MAX + 32];
