@@ -1457,6 +1457,13 @@ Test(cli, create_exec_rm_in_separate_processes)
     cr_expect(strstr(r.out, "/work|$(x) ;y|") != NULL, "stdout \"%s\"", r.out);
     free(want);
     free_run(&r);
+    /* -w and --workdir are docker's names of --cwd. */
+    r = SBX_KEEP("exec", "-w", "/work", id, "cat", "f");
+    expect_run(&r, 0, "kept");
+    free_run(&r);
+    r = SBX_KEEP("exec", "--workdir=/work", id, "cat", "f");
+    expect_run(&r, 0, "kept");
+    free_run(&r);
     r = SBX_KEEP("exec", "--timeout", "1", id, "sleep", "30");
     cr_expect_eq(r.status, 124, "status %d, stderr \"%s\"", r.status, r.err);
     cr_expect(r.secs < 10, "a 1 s timeout took %.1f s", r.secs);
