@@ -102,7 +102,7 @@ static int start_main(int argc, char **argv)
 }
 
 const cli_command cli_command_stop = {
-    "stop", "stop ID...", "stop sandboxes without destroying them (docker, some hosted)",
+    "stop", "stop ID...", "stop sandboxes without destroying them (docker,\ndaytona, e2b, runloop, tensorlake)",
     stop_main, usage_stop
 };
 
