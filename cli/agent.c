@@ -202,6 +202,6 @@ static int agent_main(int argc, char **argv)
 
 const cli_command cli_command_agent = {
     "agent", "agent [OPTION]... PROMPT",
-    "run one agent call (claude-code, codex, opencode) in a new sandbox",
+    "run one agent call (claude-code, codex, opencode) in a\nnew sandbox",
     agent_main, usage
 };

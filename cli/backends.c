@@ -12,9 +12,11 @@ static void usage(FILE *out)
     fprintf(out,
 "Usage: sbx backends [--json]\n"
 "\n"
-"List the backend plugins found (SBX_PLUGIN_PATH, then %s):\n"
-"name, version, status, the capabilities it declares and, for a usable one,\n"
-"the capabilities a client actually has on this host, and where plugins run: \"outofprocess\" (each\n"
+"List the backend plugins found (in the directories of SBX_PLUGIN_PATH, then\n"
+"in %s; from a build tree, SBX_PLUGIN_PATH unset: in\n"
+"that tree's plugins/*/.libs instead): name, version, status, the\n"
+"capabilities it declares and, for a usable one, the capabilities a client\n"
+"actually has on this host, and where plugins run: \"outofprocess\" (each\n"
 "client's plugin in an sbx-plugin-host process of its own, the default) or\n"
 "\"inprocess\" (SBX_PLUGIN_MODE=inprocess). Each plugin file is inspected in\n"
 "a helper process, so one that crashes while loading is listed with the\n"
@@ -25,13 +27,13 @@ static void usage(FILE *out)
 "failed (docker without a reachable daemon, safehouse off macOS); otherwise\n"
 "why the plugin file is not used.\n"
 "\n"
-"Exit status: 0 when at least one plugin was found; 125 when none was.\n"
-"\n"
 "      --json   print a JSON array of objects {name, path, version,\n"
 "               description, abi, usable, available, problem, caps,\n"
 "               probed_caps, probe_error, mode} (usable: the file loaded;\n"
 "               available: its probe succeeded too)\n"
-"  -h, --help   show this help and exit\n",
+"  -h, --help   show this help and exit\n"
+"\n"
+"Exit status: 0 when at least one plugin was found; 125 when none was.\n",
             sbx_plugin_dir());
 }
 

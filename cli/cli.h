@@ -482,7 +482,8 @@ int cli_cp_tar_in(sbx_sandbox *sandbox, const char *dst_path);
 "                          create, keeping its mode (repeatable; PATH is\n" \
 "                          what follows the last ':')\n" \
 "  -v, --verbose           show the output of the preset's setup commands\n" \
-"                          (each step's start and duration are always shown)\n" \
+"                          (each step's start and duration are always shown);\n" \
+"                          not docker's -v: no host directory is mounted\n" \
 "  -h, --help              show this help and exit\n"
 
 

@@ -19,8 +19,8 @@ static void usage(FILE *out)
 "  -e, --env=KEY=VALUE     set a variable for this command only (repeatable;\n"
 "                          it wins over the sandbox's); -e KEY alone passes\n"
 "                          sbx's own KEY, as docker does (nothing when unset)\n"
-"      --cwd=DIR           sandbox path of the working directory (default:\n"
-"                          the sandbox's working directory)\n"
+"  -w, --workdir=DIR       sandbox path of the working directory (default:\n"
+"      --cwd=DIR           the sandbox's working directory)\n"
 "      --timeout=SECONDS   kill the command's processes after SECONDS\n"
 "                          (default: the sandbox's timeout)\n"
 "  -i, --interactive       keep the command's stdin open and pass sbx's\n"
@@ -129,6 +129,7 @@ static int exec_main(int argc, char **argv)
     static const cli_option table[] = {
         { "env", 'e', 1, NULL, add_env },
         { "cwd", 0, 1, NULL, set_cwd },
+        { "workdir", 'w', 1, NULL, set_cwd },
         { "timeout", 0, 1, NULL, set_timeout },
         { "tty", 't', 0, NULL, set_tty },
         { "interactive", 'i', 0, NULL, set_interactive },

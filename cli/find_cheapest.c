@@ -311,6 +311,6 @@ static int find_cheapest_main(int argc, char **argv)
 
 const cli_command cli_command_find_cheapest = {
     "find-cheapest", "find-cheapest [-b BACKEND,...] [-n RUNS] [--json]",
-    "measure cold start and a workload per backend; the cheapest that works",
+    "measure cold start and a workload per backend; the\ncheapest that works",
     find_cheapest_main, usage
 };

@@ -263,6 +263,6 @@ static int ledger_main(int argc, char **argv)
 
 const cli_command cli_command_ledger = {
     "ledger", "ledger [--json] FILE...",
-    "sum ledger files exactly: sandboxes, agent calls, tokens, costs",
+    "sum ledger files exactly: sandboxes, agent calls,\ntokens, costs",
     ledger_main, usage
 };

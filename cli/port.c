@@ -99,6 +99,6 @@ static int port_main(int argc, char **argv)
 }
 
 const cli_command cli_command_port = {
-    "port", "port ID [PORT]", "print where this host reaches the exposed ports of sandbox ID",
+    "port", "port ID [PORT]", "print where this host reaches the exposed ports of\nsandbox ID",
     port_main, usage
 };

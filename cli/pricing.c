@@ -150,6 +150,6 @@ static int pricing_main(int argc, char **argv)
 
 const cli_command cli_command_pricing = {
     "pricing", "pricing [--json]",
-    "print the price table of the backends (rates, sources, dates)",
+    "print the price table of the backends (rates,\nsources, dates)",
     pricing_main, usage
 };

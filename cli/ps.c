@@ -9,7 +9,7 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-"Usage: sbx ps [-a] [--no-trunc] [--json]\n"
+"Usage: sbx ps [-a] [-q] [--no-trunc] [--json]\n"
 "\n"
 "List the sandboxes made by `sbx create` and not removed, oldest first: id,\n"
 "name, backend, creation time (ISO 8601, UTC) and state: \"running\", or,\n"
@@ -21,6 +21,8 @@ static void usage(FILE *out)
 "unique prefix of an id names the sandbox.\n"
 "\n"
 "  -a, --all      list every recorded sandbox, not only the running ones\n"
+"  -q, --quiet    print only the ids, one a line, as the table shows them\n"
+"                 (sbx rm $(sbx ps -q) removes every running sandbox)\n"
 "      --no-trunc show ids in full\n"
 "      --json     print a JSON array of objects {id, name, backend, created,\n"
 "                 expires, state, alive} (ids in full; name and expires null\n"
@@ -128,11 +130,22 @@ static void print_ps_table(cli_record *recs, const char *const *states, size_t n
                recs[i].created, states[i]);
 }
 
+/* -q: the ids alone, as the table shows them. */
+static void print_ps_ids(const cli_record *recs, size_t n, int no_trunc)
+{
+    char buf[CLI_SHORT_ID_LEN + 1];
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        printf("%s\n", no_trunc ? recs[i].id : cli_short_id(recs[i].id, buf));
+}
+
 static int ps_main(int argc, char **argv)
 {
-    int json = 0, all = 0, no_trunc = 0;
+    int json = 0, all = 0, no_trunc = 0, quiet = 0;
     const cli_option table[] = {
         { "all", 'a', 0, &all, NULL },
+        { "quiet", 'q', 0, &quiet, NULL },
         { "no-trunc", 0, 0, &no_trunc, NULL },
         { "json", 0, 0, &json, NULL },
         { NULL, 0, 0, NULL, NULL }
@@ -145,6 +158,8 @@ static int ps_main(int argc, char **argv)
 
     if (status != CLI_GO_ON)
         return status;
+    if (quiet && json)
+        return cli_usage_error(&cli_command_ps, "-q and --json cannot be used together");
     r = cli_state_list(&recs, &n);
     if (r < 0)
         return CLI_EXIT_TOOL;
@@ -175,6 +190,8 @@ static int ps_main(int argc, char **argv)
     }
     if (json)
         print_ps_json(recs, alive, states, shown);
+    else if (quiet)
+        print_ps_ids(recs, shown, no_trunc);
     else
         print_ps_table(recs, states, shown, no_trunc);
     free(alive);
@@ -185,6 +202,6 @@ static int ps_main(int argc, char **argv)
 }
 
 const cli_command cli_command_ps = {
-    "ps", "ps [-a] [--no-trunc] [--json]", "list the sandboxes made by create",
+    "ps", "ps [-a] [-q] [--no-trunc] [--json]", "list the sandboxes made by create",
     ps_main, usage
 };

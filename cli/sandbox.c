@@ -330,6 +330,15 @@ static int set_rm(const cli_command *cmd, const char *arg, void *ctx)
     return CLI_GO_ON;
 }
 
+/* 1 when @arg has the shape of docker's -v value, SOURCE:/TARGET[:MODE]
+ * (a command or an operand of sbx has no such shape). */
+static int is_volume_spec(const char *arg)
+{
+    const char *colon = strchr(arg, ':');
+
+    return colon != NULL && colon != arg && colon[1] == '/';
+}
+
 /* The creation options, run's or create's letters, and @extra. */
 static int parse_creation(const cli_command *cmd, int argc, char **argv, sbx_options *options,
                           const char **backend, cli_terminal *term, const cli_option *extra)
@@ -383,6 +392,12 @@ static int parse_creation(const cli_command *cmd, int argc, char **argv, sbx_opt
     status = cli_check_old_letters(cmd, argc, argv, term != NULL ? "lifetime" : NULL);
     if (status == CLI_GO_ON)
         status = cli_parse_options(cmd, argc, argv, all, &c);
+    if (status == CLI_GO_ON && optind > 1 && optind < argc &&
+        strcmp(argv[optind - 1], "-v") == 0 && is_volume_spec(argv[optind]))
+        status = cli_usage_error(cmd, "-v is --verbose (the preset setup's output), not "
+                                 "docker's volume: \"%s\" is not mounted; copy a file in "
+                                 "with --file LOCAL:SANDBOX_PATH, a directory with `sbx cp "
+                                 "-r` into a created sandbox", argv[optind]);
 
     if (status == CLI_GO_ON)
         sbx_options_set_progress(options, print_progress, &show_setup_output, NULL);

@@ -1,6 +1,7 @@
 /*
  * sbx stop and sbx start: stop a sandbox made by `sbx create` without
- * destroying it, and start it again, where its backend can (docker);
+ * destroying it, and start it again, where its backend can (docker,
+ * daytona, e2b, runloop, tensorlake);
  * elsewhere the library's feature_not_supported names the backend. The
  * two commands are one mechanism, so they share this file.
  */
@@ -15,8 +16,9 @@ static void usage_stop(FILE *out)
 "\n"
 "Stop each sandbox ID (an id, a name or a unique id prefix) without\n"
 "destroying it, where its backend can (docker: the container is paused,\n"
-"every process in it frozen): nothing in it runs, its files stay, `sbx exec`\n"
-"fails until `sbx start`, and `sbx ps -a` shows it \"stopped\".\n"
+"every process in it frozen; daytona, e2b, runloop and tensorlake: the\n"
+"provider stops or suspends it): nothing in it runs, its files stay,\n"
+"`sbx exec` fails until `sbx start`, and `sbx ps -a` shows it \"stopped\".\n"
 "Its lifetime is not extended. Prints ID as given.\n"
 "\n"
 "  -h, --help   show this help and exit\n"
@@ -100,7 +102,7 @@ static int start_main(int argc, char **argv)
 }
 
 const cli_command cli_command_stop = {
-    "stop", "stop ID...", "stop sandboxes without destroying them (docker)",
+    "stop", "stop ID...", "stop sandboxes without destroying them (docker,\ndaytona, e2b, runloop, tensorlake)",
     stop_main, usage_stop
 };
 

@@ -101,6 +101,6 @@ static int version_main(int argc, char **argv)
 
 const cli_command cli_command_version = {
     "version", "version [--json]",
-    "print the versions of sbx, libsbx, the plugin ABI and plugins",
+    "print the versions of sbx, libsbx, the plugin ABI\nand plugins",
     version_main, usage
 };

@@ -1366,9 +1366,14 @@ stop_or_start(sbx_sandbox *sandbox, const char *op,
     sbx_error *err = NULL;
 
     if (!slot) {
-        sbx_set_error(&err, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
-                      "backend \"%s\" cannot %s a sandbox without destroying it",
-                      sandbox->client->backend, op);
+        if (strcmp(op, "start") == 0)
+            sbx_set_error(&err, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                          "backend \"%s\" has no stopped sandbox to start: it cannot stop "
+                          "one without destroying it", sandbox->client->backend);
+        else
+            sbx_set_error(&err, SBX_ERROR_FEATURE_NOT_SUPPORTED, op,
+                          "backend \"%s\" cannot %s a sandbox without destroying it",
+                          sandbox->client->backend, op);
         sbx_error_add_context(err, "sandbox_id", sandbox->id);
         finish_error(error, err, sandbox->client->backend, op);
         return -1;

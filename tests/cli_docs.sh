@@ -10,6 +10,8 @@
 #     sandboxes (from a state store the test writes).
 #  21. The README's example of sandboxes that outlive sbx runs as written
 #     on the local backend, and leaves nothing behind.
+#  22. `sbx --help` and each `sbx COMMAND --help` fit 80 columns (a path
+#     the help names, which depends on the installation, counts as 5).
 #
 # Runs from the build directory with SBX_CLI and SBX_TEST_SRCDIR set (make
 # check). TAP output.
@@ -34,7 +36,7 @@ not_ok() {
     printf '# %s\n' "$@"
 }
 
-echo "1..21"
+echo "1..22"
 
 # 1. Renders without warnings.
 warnings=$(MANWIDTH=80 LC_ALL=C.UTF-8 man --warnings=all -l "$page" 2>&1 >/dev/null)
@@ -97,7 +99,7 @@ expect "exec-code exec" exe
 expect "--help --remote --version" -
 expect "exec-code exec" --remote http://127.0.0.1:1 exe
 expect "--group-by --help --json --since --until -h" --remote=http://127.0.0.1:1 costs -
-expect "--all --help --json --no-trunc" ps --
+expect "--all --help --json --no-trunc --quiet" ps --
 expect "--force --help -f -h" rm -
 expect "bubblewrap docker local safehouse" run -b ""
 expect "local" create --backend lo
@@ -143,6 +145,17 @@ else
     not_ok "the README's example of sandboxes that outlive sbx: status $rc" \
         "example: $example" "output: $got" "out: $(cat "$work/out" 2>&1)" \
         "left: $(ls -A "$work/tmp" "$work/state/sandboxes" 2>&1)"
+fi
+
+# 22. Every help page fits 80 columns.
+wide=$(for cmd in "" $commands; do
+           "$sbx" $cmd --help 2>&1 | sed -E 's#/[A-Za-z0-9._/${}:*-]{24,}#/PATH#g' |
+               awk -v c="sbx${cmd:+ $cmd} --help" 'length($0) > 80 { print c ": " $0 }'
+       done)
+if [ -z "$wide" ]; then
+    ok "sbx --help and the help of each of the $(wc -l <<<"$commands") commands fit 80 columns"
+else
+    not_ok "help lines wider than 80 columns:" "$wide"
 fi
 
 exit $failed

@@ -880,6 +880,35 @@ Test(cli, run_usage_errors_are_125)
     free_run(&r);
 }
 
+/* -v is --verbose: docker's -v SOURCE:/TARGET is refused, not run as the
+ * command; a command that merely holds ":/" after -v -- runs. */
+Test(cli, run_v_with_a_docker_volume_says_it_is_verbose)
+{
+    static const char msg[] =
+        "sbx: -v is --verbose (the preset setup's output), not docker's volume: \"/tmp:/src\" "
+        "is not mounted; copy a file in with --file LOCAL:SANDBOX_PATH, a directory with "
+        "`sbx cp -r` into a created sandbox\n";
+    char *want;
+    cli_run r = SBX("run", "-v", "/tmp:/src", "--", "ls", "/src");
+
+    cr_assert(asprintf(&want, "%ssbx: see 'sbx run --help'\n", msg) > 0);
+    cr_expect_eq(r.status, 125);
+    cr_expect_eq(r.out_len, 0, "stdout \"%s\"", r.out);
+    cr_expect_str_eq(r.err, want);
+    free(want);
+    free_run(&r);
+    r = SBX("create", "-v", "/tmp:/src");
+    cr_assert(asprintf(&want, "%ssbx: see 'sbx create --help'\n", msg) > 0);
+    cr_expect_eq(r.status, 125);
+    cr_expect_eq(r.out_len, 0, "stdout \"%s\"", r.out);
+    cr_expect_str_eq(r.err, want);
+    free(want);
+    free_run(&r);
+    r = SBX("run", "-v", "--", "echo", "a:/b");
+    expect_run(&r, 0, "a:/b\n");
+    free_run(&r);
+}
+
 Test(cli, run_git_repo_is_cloned_into_the_sandbox)
 {
     char repo[PATH_MAX + 16], file[PATH_MAX + 32];
@@ -1427,6 +1456,13 @@ Test(cli, create_exec_rm_in_separate_processes)
     cr_expect(strncmp(r.out, want, strlen(want)) == 0, "stdout \"%s\"", r.out);
     cr_expect(strstr(r.out, "/work|$(x) ;y|") != NULL, "stdout \"%s\"", r.out);
     free(want);
+    free_run(&r);
+    /* -w and --workdir are docker's names of --cwd. */
+    r = SBX_KEEP("exec", "-w", "/work", id, "cat", "f");
+    expect_run(&r, 0, "kept");
+    free_run(&r);
+    r = SBX_KEEP("exec", "--workdir=/work", id, "cat", "f");
+    expect_run(&r, 0, "kept");
     free_run(&r);
     r = SBX_KEEP("exec", "--timeout", "1", id, "sleep", "30");
     cr_expect_eq(r.status, 124, "status %d, stderr \"%s\"", r.status, r.err);
@@ -2220,6 +2256,28 @@ Test(cli, ps_table)
     free(id);
 }
 
+Test(cli, ps_quiet_prints_the_ids_alone_for_rm)
+{
+    char *id = create_with(NULL, NULL), *want;
+    cli_run r;
+
+    cr_assert(asprintf(&want, "%s\n", id) > 0);
+    EXPECT_KEEP(0, want, "", "ps", "-q");
+    EXPECT_KEEP(0, want, "", "ps", "--quiet", "--no-trunc", "-a");
+    EXPECT_KEEP(125, "", "sbx: -q and --json cannot be used together\n"
+                "sbx: see 'sbx ps --help'\n", "ps", "-q", "--json");
+    /* What it printed names the sandbox, as `sbx rm $(sbx ps -q)` passes it. */
+    r = SBX_KEEP("ps", "-q");
+    cr_assert_eq(r.status, 0);
+    cr_assert(r.out_len > 1 && r.out[r.out_len - 1] == '\n');
+    r.out[r.out_len - 1] = '\0';
+    EXPECT_KEEP(0, want, "", "rm", r.out);
+    free_run(&r);
+    EXPECT_KEEP(0, "", "", "ps", "-q");
+    free(want);
+    free(id);
+}
+
 /* ----------------------------------------------- ids, names, inspect */
 
 /* The longest common prefix of @a and @b, plus one more character of @a
@@ -2480,9 +2538,9 @@ Test(cli, stop_and_start_name_a_backend_that_cannot_stop)
                        "sandbox_id=%s]\n", id) > 0);
     EXPECT_KEEP(125, "", want, "stop", "box");
     free(want);
-    cr_assert(asprintf(&want, "sbx: backend \"local\" cannot start a sandbox without "
-                       "destroying it [code=feature_not_supported; backend=local; op=start; "
-                       "sandbox_id=%s]\n", id) > 0);
+    cr_assert(asprintf(&want, "sbx: backend \"local\" has no stopped sandbox to start: it "
+                       "cannot stop one without destroying it [code=feature_not_supported; "
+                       "backend=local; op=start; sandbox_id=%s]\n", id) > 0);
     EXPECT_KEEP(125, "", want, "start", id);
     free(want);
     EXPECT_KEEP(125, "", "sbx: no such sandbox: nosuch\n", "stop", "nosuch");
