@@ -146,6 +146,39 @@ sbx_error_get0_context_at(const sbx_error *error, size_t index, const char **key
  * "MESSAGE [code=CODE, retryable; backend=B; op=OP; k=v]": the bracket
  * appears when the code is not unknown or a backend, op or context is set.
  */
+/* Appends @v with its control characters (below 0x20, and 0x7f) written
+ * as \n, \r, \t or \xNN, so that a context value (a command's stderr, a
+ * provider's answer) keeps the rendering on one line. 0 or -1 (OOM). */
+static int
+append_escaped(sbx_buf *b, const char *v)
+{
+    for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
+        char esc[5];
+        size_t n;
+
+        if (*p >= 0x20 && *p != 0x7f) {
+            const unsigned char *q = p;
+            while (q[1] >= 0x20 && q[1] != 0x7f)
+                q++;
+            if (sbx_buf_append(b, (const char *)p, (size_t)(q - p) + 1) < 0)
+                return -1;
+            p = q;
+            continue;
+        }
+        if (*p == '\n' || *p == '\r' || *p == '\t') {
+            esc[0] = '\\';
+            esc[1] = *p == '\n' ? 'n' : *p == '\r' ? 'r' : 't';
+            n = 2;
+        } else {
+            snprintf(esc, sizeof esc, "\\x%02x", *p);
+            n = 4;
+        }
+        if (sbx_buf_append(b, esc, n) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 SBX_EXPORT char *
 sbx_error_to_string(const sbx_error *error)
 {
@@ -177,7 +210,7 @@ sbx_error_to_string(const sbx_error *error)
             const char *k = error->ctx_keys[i], *v = error->ctx_values[i];
 
             if (sbx_buf_append(&b, "; ", 2) < 0 || sbx_buf_append(&b, k, strlen(k)) < 0 ||
-                sbx_buf_append(&b, "=", 1) < 0 || sbx_buf_append(&b, v, strlen(v)) < 0)
+                sbx_buf_append(&b, "=", 1) < 0 || append_escaped(&b, v) < 0)
                 goto out;
         }
         if (sbx_buf_append(&b, "]", 1) < 0)

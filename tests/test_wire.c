@@ -628,3 +628,19 @@ Test(wire, fuzzed_supervisor_frames_stay_inside_their_bounds)
         free(caps[k].data);
     free(mut.data);
 }
+
+/* The rendering of an error keeps to one line whatever its context values
+ * hold (a command's stderr ends with a newline): control characters are
+ * written escaped there; the getter gives the bytes. */
+Test(errors, to_string_escapes_control_characters_in_context_values)
+{
+    sbx_error *e = sbx_error_new(SBX_ERROR_EXECUTION_FAILED, "run_agent", "the agent failed");
+    sbx_error_add_context(e, "stderr", "claude: command not found\n");
+    sbx_error_add_context(e, "odd", "a\tb\r\x01\x7f\\n end");
+    char *s = sbx_error_to_string(e);
+    cr_assert_str_eq(s, "the agent failed [code=execution_failed; op=run_agent; "
+                        "stderr=claude: command not found\\n; odd=a\\tb\\r\\x01\\x7f\\n end]");
+    cr_assert_str_eq(sbx_error_get0_context(e, "stderr"), "claude: command not found\n");
+    free(s);
+    sbx_error_free(e);
+}

@@ -427,7 +427,19 @@ char *tu_expected_error_string(const sbx_error *error)
     for (size_t i = 0; i < n; i++) {
         const char *k = NULL, *v = NULL;
         cr_assert_eq(sbx_error_get0_context_at(error, i, &k, &v), 0);
-        fprintf(f, "; %s=%s", k, v);
+        fprintf(f, "; %s=", k);
+        for (const unsigned char *c = (const unsigned char *)v; *c; c++) {
+            if (*c == '\n')
+                fputs("\\n", f);
+            else if (*c == '\r')
+                fputs("\\r", f);
+            else if (*c == '\t')
+                fputs("\\t", f);
+            else if (*c < 0x20 || *c == 0x7f)
+                fprintf(f, "\\x%02x", *c);
+            else
+                fputc(*c, f);
+        }
     }
     fputc(']', f);
     fclose(f);

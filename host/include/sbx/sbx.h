@@ -178,7 +178,9 @@ SBX_EXPORT int sbx_error_get0_context_at(const sbx_error *error, size_t index,
  * sbx_error_to_string:
  * The reference's rendering: "MESSAGE [code=CODE, retryable; backend=B;
  * op=OP; k=v; ...]" (the bracket is omitted when no structured field is
- * set). Returns a new string the caller frees with free(); NULL only when
+ * set). A context value's control characters (below 0x20, and 0x7f) are
+ * written as \n, \r, \t or \xNN, so the bracket stays on one line
+ * (sbx_error_get0_context() gives the bytes). Returns a new string the caller frees with free(); NULL only when
  * memory runs out. Since 0.1.
  */
 SBX_EXPORT char *sbx_error_to_string(const sbx_error *error);
