@@ -678,6 +678,28 @@ Test(remote, missing_url_and_key_are_configuration)
     tu_assert_error(err, SBX_ERROR_CONFIGURATION, "no control-plane URL (set the client option "
                     "url or BESPOKE_SANDBOX_URL)", NULL);
     sbx_error_free(err);
+    /* The probe says so too (`sbx backends`: unavailable, and why). */
+    uint64_t caps = 7;
+    err = NULL;
+    cr_assert_eq(sbx_client_probe(c, &caps, &err), -1);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, "remote backend: no control-plane URL (set the "
+                    "client option url or BESPOKE_SANDBOX_URL)", NULL);
+    cr_assert_str_eq(sbx_error_get0_op(err), "probe");
+    sbx_error_free(err);
+    sbx_client_free(c);
+    /* A URL without a product key: the key is named. */
+    unsetenv("BESPOKE_SANDBOX_KEY");
+    c = client_with("{\"url\":\"http://127.0.0.1:9\"}");
+    err = NULL;
+    cr_assert_eq(sbx_client_probe(c, &caps, &err), -1);
+    tu_assert_error(err, SBX_ERROR_CONFIGURATION, "remote backend: no product key (set the client "
+                    "option api_key or BESPOKE_SANDBOX_KEY)", NULL);
+    sbx_error_free(err);
+    sbx_client_free(c);
+    /* Both: available, nothing asked of the server. */
+    c = client_with("{\"url\":\"http://127.0.0.1:9\",\"api_key\":\"bsk_live_x\"}");
+    cr_assert_eq(sbx_client_probe(c, &caps, NULL), 0);
+    cr_assert_neq(caps, 0);
     sbx_client_free(c);
 }
 

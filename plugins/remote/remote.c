@@ -723,7 +723,10 @@ static int rm_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t
                     sbx_error **error)
 {
     (void)ctx;
-    (void)error;
+    /* Without a control plane's URL and a product key nothing can be
+     * made: listed unavailable, saying which is missing. */
+    if (!rm_ready(client, NULL, "probe", error))
+        return -1;
     *caps = RM_CAPS | (rm_isolated(client->backend) ? SBX_CAP_ISOLATION : 0);
     return 0;
 }
