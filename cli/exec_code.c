@@ -113,6 +113,12 @@ static int exec_code_main(int argc, char **argv)
     } else if (status == CLI_GO_ON) {
         what.code = argv[optind];
     }
+    /* An unknown language is refused before a sandbox is made for it. */
+    sbx_error *lang_err = NULL;
+    if (status == CLI_GO_ON && sbx_code_language_check(ctx.language, &lang_err) < 0)
+        status = cli_usage_error(&cli_command_exec_code, "%s",
+                                 lang_err ? sbx_error_get0_message(lang_err) : "out of memory");
+    sbx_error_free(lang_err);
     if (status == CLI_GO_ON) {
         what.language = ctx.language;
         status = cli_oneshot_run(backend, ctx.base.options, &what);

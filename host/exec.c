@@ -1415,6 +1415,34 @@ static int program_not_found(const sbx_result *res, const char *prog)
     return 0;
 }
 
+/* The languages execute_code runs, by name ("shell" and "js" are
+ * aliases); each entry's interpreter is chosen in execute_code. */
+static const char *const code_languages[] = {
+    "python", "bash", "sh", "shell", "node", "javascript", "js", NULL
+};
+
+/* Sets the unknown-language error on *@err with @op (NULL: the caller's
+ * fills it in). */
+static void unknown_language(sbx_error **err, const char *language, const char *op)
+{
+    sbx_error *e = sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, op,
+                                 "unknown language \"%s\" (known: python, bash, sh, "
+                                 "node, javascript)", language);
+    sbx_error_add_context(e, "language", language);
+}
+
+SBX_EXPORT int
+sbx_code_language_check(const char *language, sbx_error **error)
+{
+    if (!language)
+        return 0;
+    for (size_t i = 0; code_languages[i]; i++)
+        if (strcmp(language, code_languages[i]) == 0)
+            return 0;
+    unknown_language(error, language, "execute_code");
+    return -1;
+}
+
 SBX_EXPORT sbx_result *
 sbx_sandbox_execute_code(sbx_sandbox *sandbox, const char *language, const char *code,
                          const sbx_exec_request *request, sbx_error **error)
@@ -1462,10 +1490,7 @@ sbx_sandbox_execute_code(sbx_sandbox *sandbox, const char *language, const char 
         argv[2] = code;
         argv[3] = NULL;
     } else {
-        sbx_error *e = sbx_set_error(&err, SBX_ERROR_INVALID_ARGUMENT, NULL,
-                                     "unknown language \"%s\" (known: python, bash, sh, "
-                                     "node, javascript)", language);
-        sbx_error_add_context(e, "language", language);
+        unknown_language(&err, language, NULL);
         goto fail;
     }
     if (request) {

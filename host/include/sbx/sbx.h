@@ -1505,6 +1505,15 @@ SBX_EXPORT sbx_result *sbx_sandbox_execute_code(sbx_sandbox *sandbox,
                                                 const sbx_exec_request *request,
                                                 sbx_error **error);
 
+/**
+ * sbx_code_language_check:
+ * Whether sbx_sandbox_execute_code() knows @language (NULL is python), so
+ * that a caller can refuse a snippet before making a sandbox for it: 0, or
+ * -1 with invalid_argument naming it (context "language"), the error
+ * execute_code would give. No sandbox, no I/O; thread-safe. Since 0.1.
+ */
+SBX_EXPORT int sbx_code_language_check(const char *language, sbx_error **error);
+
 /* ------------------------------------------------------------------------ */
 /* Running processes                                                         */
 /* ------------------------------------------------------------------------ */
