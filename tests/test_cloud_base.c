@@ -711,6 +711,38 @@ Test(rate_limit, a_read_backs_off_as_a_create_does)
     cl_http_free(h);
 }
 
+/* A request sent once (a probe) is never re-sent: a 503 is its answer
+ * after one request, and nothing listening is a connection error at once,
+ * with no wait. */
+Test(rate_limit, a_request_sent_once_is_not_resent)
+{
+    static const answer script[] = { { 503, "" }, { 200, "" } };
+    script_server sv;
+    server_start(&sv, script, 2);
+    cl_http *h = quick_client(3, 3);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/version", sv.port);
+    sbx_call_ctx ctx = { .struct_size = sizeof(ctx), .cancel_fd = -1 };
+    cl_req rq = { .method = "GET", .url = url, .idempotent = CL_SAFE, .once = 1, .secs = 30,
+                  .what = "reach it" };
+    cl_resp r;
+    cr_assert_eq(cl_request(h, &ctx, &rq, &r, "probe", NULL), 0);
+    cr_assert_eq(r.status, 503);
+    cr_assert_eq(r.attempts, 1);
+    cr_assert_eq(r.waited_s, 0);
+    cr_assert_eq(server_stop(&sv), 1);
+    cl_resp_clear(&r);
+    /* The server is gone: its port refuses, once. */
+    sbx_error *err = NULL;
+    cr_assert_eq(cl_request(h, &ctx, &rq, &r, "probe", &err), -1);
+    cr_assert_eq(err->code, SBX_ERROR_CONNECTION);
+    cr_assert_eq(r.attempts, 1);
+    cr_assert_eq(r.waited_s, 0);
+    free(err);
+    cl_resp_clear(&r);
+    cl_http_free(h);
+}
+
 /* A Retry-After past max_wait_s (60 s) fails at once: one request. */
 Test(rate_limit, retry_after_past_the_cap_fails_at_once)
 {

@@ -28,6 +28,9 @@
 
 #include <json-c/json.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -411,6 +414,39 @@ Test(ray, a_plain_text_error_is_reported_with_its_text)
                     "entrypoint_num_cpus must be a number, got str (HTTP 400)", NULL);
     cr_assert_str_eq(sbx_error_get0_backend(err), "ray");
     sbx_error_free(err);
+}
+
+/* The probe asks the dashboard its version: available when it answers;
+ * unavailable, saying why, when it answers an error or nothing listens. */
+Test(ray, the_probe_reaches_the_dashboard)
+{
+    uint64_t caps = 0;
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_client_probe(g_client, &caps, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_neq(caps, 0);
+    tu_fake_post("/_fake/faults", "{\"method\": \"GET\", \"path\": \"^/api/version$\", "
+                 "\"status\": 503, \"message\": \"dashboard starting\"}");
+    caps = 7;
+    cr_assert_eq(sbx_client_probe(g_client, &caps, &err), -1);
+    tu_assert_error(err, SBX_ERROR_CONNECTION, "dashboard starting (HTTP 503)", NULL);
+    cr_assert_str_eq(sbx_error_get0_op(err), "probe");
+    sbx_error_free(err);
+    err = NULL;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t al = sizeof a;
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    getsockname(fd, (struct sockaddr *)&a, &al);
+    close(fd);
+    char *cfg = tu_strdup_printf("{\"address\":\"http://127.0.0.1:%d\"}", ntohs(a.sin_port));
+    sbx_client *c = sbx_client_new_with_config("ray", SBX_PLUGIN_MODE_DEFAULT, cfg, &err);
+    cr_assert_not_null(c);
+    cr_assert_eq(sbx_client_probe(c, &caps, &err), -1);
+    tu_assert_error(err, SBX_ERROR_CONNECTION, "reach the Ray dashboard on 127.0.0.1:", NULL);
+    sbx_error_free(err);
+    sbx_client_free(c);
+    free(cfg);
 }
 
 /* memory_mb is sent as entrypoint_memory in bytes (Ray's reservation) and

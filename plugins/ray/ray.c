@@ -1079,14 +1079,31 @@ fail:
     return cl_client_end(-1, c, client, cfg, cl_client_free_slot);
 }
 
+/* The dashboard answers its version (GET /api/version), once, within 5 s:
+ * else the backend is unavailable with the reason (`sbx backends`). */
 static int ray_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
                      sbx_error **error)
 {
-    (void)client;
-    (void)ctx;
-    (void)error;
-    *caps = RAY_CAPS;
-    return 0;
+    const char *op = "probe";
+    char *url = cl_printf("%s/api/version", client->cl.api);
+    cl_req rq = { .method = "GET", .url = url, .idempotent = CL_SAFE, .once = 1, .secs = 5,
+                  .what = "reach the Ray dashboard" };
+    cl_resp r = { 0 };
+    int rc = -1;
+    if (!url)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    else if (cl_request(client->cl.http, ctx, &rq, &r, op, error) == 0) {
+        if (r.status == 200)
+            rc = 0;
+        else
+            cl_fail_status(client->cl.http, error, CL_CODE_BY_STATUS, &r, op,
+                           "reach the Ray dashboard");
+    }
+    cl_resp_clear(&r);
+    free(url);
+    if (rc == 0)
+        *caps = RAY_CAPS;
+    return rc;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -370,6 +370,9 @@ typedef struct cl_req {
                                  * call's bound only: a quiet command is not
                                  * cut by a fixed read timeout, CASE-52) */
     int no_auth;                /* 1: leave the credential header out */
+    int once;                   /* 1: sent once, never re-sent whatever
+                                 * the failure (a probe: the answer of
+                                 * the moment, at once) */
     const char *what;           /* for messages ("create the sandbox"); NULL = METHOD URL path */
     const char *keep_header;    /* an answer header whose value goes to
                                  * resp->kept_header (a page token such as

@@ -743,7 +743,7 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
             }
             if (!req->idempotent && (s >= 500 || s == 408))
                 resp->maybe_acted = 1;
-            int limit = rate ? c->retry.rate_limit_retries : c->retry.retries;
+            int limit = req->once ? 0 : rate ? c->retry.rate_limit_retries : c->retry.retries;
             if (!retryable || (rate ? rl : attempt - rl) >= limit)
                 return 0;
             double wait = ra >= 0 && (s == 429 || ra > 0) ? ra
@@ -781,7 +781,7 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
         int may_repeat = not_sent || (req->idempotent && !x.sunk && !x.source_started);
         if (rc == CURLE_OPERATION_TIMEDOUT && bound.until && cl_bound_left(&bound) < 0.01)
             may_repeat = 0;
-        if (may_repeat && attempt - rl < c->retry.retries) {
+        if (may_repeat && !req->once && attempt - rl < c->retry.retries) {
             double wait = backoff(c, attempt - rl);
             double l = cl_bound_left(&bound);
             if (l < 0 || wait < l) {
