@@ -1822,7 +1822,10 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
             return -1;
         }
     }
-    if (io == IO_OK)
+    /* A supervisor that refused (a claimed spare that cannot make the tmp/
+     * of a caller's workdir sends ERROR and exits) may be gone before
+     * CONFIG went out: its answer still waits on the socket. */
+    if (io == IO_OK || io == IO_EOF)
         io = read_frame(ctl, &type, &payload, &len, &bd);
     close(ctl);
     if (io == IO_OK && type == PROTO_READY && spare) {
