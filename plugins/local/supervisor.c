@@ -3311,17 +3311,14 @@ static int run(int init_mode, const char *remove, char **warm_argv, const char *
          * as a cold start makes it; one that exists is left alone (the
          * keeper never hears of it). READY says which. */
         if (rm) {
-            struct stat rst;
-            if (mkdir(rm, 0700) == 0) {
-                made_remove = 1;
-            } else if (errno == EEXIST && stat(rm, &rst) == 0 && S_ISDIR(rst.st_mode)) {
-                free(rm);
-                rm = NULL;
-            } else {
-                snprintf(msg, sizeof(msg), "cannot create %s: %s", rm,
-                         errno == EEXIST ? "exists and is not a directory" : strerror(errno));
+            const char *path = rm;
+            if (make_remove_dir(&path, &made_remove, msg, sizeof(msg)) < 0) {
                 send_error_fd(ctl, PROTO_ERR_INTERNAL, errno, msg);
                 return 1;
+            }
+            if (!path) {
+                free(rm);
+                rm = NULL;
             }
         }
         /* The keeper learns the sandbox's paths before they exist. */
