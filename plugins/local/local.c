@@ -2822,6 +2822,15 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         sb->meta = NULL;
         goto nomem;
     }
+    /* A caller's workdir is the root; its tmp/ is made by the supervisor
+     * (cold: spawn_cold; warm: CLAIM) or the launcher (bubblewrap). */
+    if (workdir) {
+        sb->root = workdir;
+        workdir = NULL;
+        sb->tmp = join_path(sb->root, "tmp");
+        if (!sb->tmp)
+            goto nomem;
+    }
 #ifdef SBX_LOCAL_BUBBLEWRAP
     /* Named here, made by the launcher (launcher_start), so that it never
      * exists without its keeper. */
@@ -2835,13 +2844,6 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
      * tmp/ of a caller's workdir when missing, so that neither exists
      * without a process that removes it, should this one die (a SIGKILL)
      * before the supervisor runs. */
-    if (workdir) {
-        sb->root = workdir;
-        workdir = NULL;
-        sb->tmp = join_path(sb->root, "tmp");
-        if (!sb->tmp)
-            goto nomem;
-    }
     if (warm.ctl < 0) {
         bound cold_bd = make_bound(ctx, HANDSHAKE_SECS);
         if (spawn_cold(sb, exe, sb->tmp, &cold_bd, &cold_ctl, error) < 0) {
@@ -2854,10 +2856,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
 #endif
     sb->id = strdup(strrchr(sb->meta, '/') + 1);
     sb->sock = join_path(sb->meta, "sock");
-    if (workdir) {
-        sb->root = workdir;
-        workdir = NULL;
-    } else if (!sb->root) {
+    if (!sb->root) {
         sb->root = join_path(sb->meta, "root");
         sb->owns_root = 1;
     }
