@@ -2,6 +2,8 @@
  * sbx gc: destroy, through libsbx's lifecycle record, what no longer should
  * exist.
  */
+#include <string.h>
+
 #include "cli.h"
 
 static void usage(FILE *out)
@@ -20,7 +22,8 @@ static void usage(FILE *out)
 "Prints one line per sandbox: BACKEND ID REASON RESULT, where REASON is\n"
 "expired, owner_gone or unrecorded and RESULT is reaped, would_reap (with\n"
 "--dry-run) or failed: MESSAGE. A backend that cannot be listed is reported\n"
-"on stderr.\n"
+"on stderr: one line each, but those not set up on this host (no credential\n"
+"or no configuration, as `sbx backends` shows) together on one line.\n"
 "\n"
 "      --dry-run  list what would be destroyed; touch nothing\n"
 "      --json     print a JSON array of objects {backend, id, create_token,\n"
@@ -47,7 +50,23 @@ typedef struct gc_out {
     int dry_run;
     json_object *array;   /* --json */
     int failed;
+    char unset[512];      /* backends not set up here, ", "-separated */
+    int unset_more;       /* how many did not fit */
 } gc_out;
+
+/* Adds @backend to the backends not set up here (sbx has no credential or
+ * configuration for them: nothing of theirs can be listed, which is no
+ * news on a host that does not use them). */
+static void gc_note_unset(gc_out *o, const char *backend)
+{
+    size_t len = strlen(o->unset);
+    int n = snprintf(o->unset + len, sizeof o->unset - len, "%s%s", len ? ", " : "", backend);
+
+    if (n < 0 || (size_t)n >= sizeof o->unset - len) {
+        o->unset[len] = '\0';
+        o->unset_more++;
+    }
+}
 
 static int gc_print(const sbx_gc_item *item, void *user_data)
 {
@@ -57,7 +76,12 @@ static int gc_print(const sbx_gc_item *item, void *user_data)
     const char *err = item->error ? sbx_error_get0_message(item->error) : NULL;
 
     if (item->reason == SBX_GC_LIST_FAILED) {
-        cli_msg("gc: backend %s cannot be listed: %s", item->backend, err ? err : "");
+        sbx_error_code code = item->error ? sbx_error_get_code(item->error) : SBX_ERROR_UNKNOWN;
+
+        if (code == SBX_ERROR_CONFIGURATION || code == SBX_ERROR_AUTHENTICATION)
+            gc_note_unset(o, item->backend);
+        else
+            cli_msg("gc: backend %s cannot be listed: %s", item->backend, err ? err : "");
         return 0;
     }
     if (!item->reaped && !(o->dry_run && !item->error))
@@ -106,6 +130,11 @@ static int gc_main(int argc, char **argv)
         json_object_put(out.array);
         return CLI_EXIT_TOOL;
     }
+    if (out.unset[0] != '\0' && out.unset_more > 0)
+        cli_msg("gc: not set up here, so not listed: %s and %d more (see sbx backends)",
+                out.unset, out.unset_more);
+    else if (out.unset[0] != '\0')
+        cli_msg("gc: not set up here, so not listed: %s (see sbx backends)", out.unset);
     if (out.array != NULL) {
         printf("%s\n", json_object_to_json_string_ext(out.array, JSON_C_TO_STRING_PLAIN |
                                                                 JSON_C_TO_STRING_NOSLASHESCAPE));

@@ -1,7 +1,9 @@
 /*
  * sbx run: create a sandbox, run a command in it, destroy it.
  */
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -51,6 +53,48 @@ CLI_CREATION_OPTIONS_HELP
             SBX_DEFAULT_TIMEOUT_SECS);
 }
 
+/* 1 when @name (no '/') names an executable file in a directory of this
+ * host's PATH (an empty entry is the current directory, as for execvp). */
+static int on_host_path(const char *name)
+{
+    const char *path = getenv("PATH");
+    char file[4096];
+
+    if (path == NULL)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    for (const char *p = path;; p++) {
+        const char *end = strchr(p, ':');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+
+        if (snprintf(file, sizeof file, "%.*s%s%s", (int)len, p, len ? "/" : "", name)
+                < (int)sizeof file
+            && access(file, X_OK) == 0)
+            return 1;
+        if (end == NULL)
+            return 0;
+        p = end;
+    }
+}
+
+/*
+ * After an exit status of 127 (command not found, as a shell reports it):
+ * a docker user's `sbx run debian echo hi` ran a program named "debian".
+ * When COMMAND has arguments, no '/', no --image was given and this host
+ * has no such program either, say how an image is asked for. A hint only:
+ * the status stays the command's.
+ */
+static void hint_image(const sbx_options *options, char *const *argv, int argc)
+{
+    const char *name = argv[0];
+
+    if (argc < 2 || strchr(name, '/') != NULL || sbx_options_get0_image(options) != NULL
+        || on_host_path(name))
+        return;
+    cli_msg("hint: sbx run takes the command first, so \"%s\" was run as a program and "
+            "not found; to start from an image, give --image=%s (on a backend that takes "
+            "one, as -b docker does)", name, name);
+}
+
 static int run_main(int argc, char **argv)
 {
     const char *backend = cli_default_backend();
@@ -70,6 +114,8 @@ static int run_main(int argc, char **argv)
         what.argv = (const char *const *)(argv + optind);
         what.user = cli_run_user;
         status = cli_oneshot_run(backend, options, &what);
+        if (status == 127)
+            hint_image(options, argv + optind, argc - optind);
     }
     sbx_options_free(options);
     return status;

@@ -553,6 +553,39 @@ Test(cli, run_command_not_found_is_127)
     free_run(&r);
 }
 
+/* A docker user's `sbx run IMAGE COMMAND`: the image was run as the
+ * command; the status stays 127 and a hint names --image. Not for a
+ * command without arguments, a path, one given --image, or one this host
+ * has (its 127 came from inside). */
+Test(cli, run_of_an_image_name_hints_at_image)
+{
+    cli_run r = SBX("run", "sbx-no-such-image", "echo", "hi");
+
+    cr_expect_eq(r.status, 127, "exit status %d; stderr: \"%s\"", r.status, r.err);
+    cr_expect_eq(r.out_len, 0);
+    cr_expect_str_eq(r.err, "sbx-no-such-image: command not found\n"
+                            "sbx: hint: sbx run takes the command first, so "
+                            "\"sbx-no-such-image\" was run as a program and not found; to "
+                            "start from an image, give --image=sbx-no-such-image (on a "
+                            "backend that takes one, as -b docker does)\n");
+    free_run(&r);
+
+    r = SBX("run", "--", "sbx-no-such-program-here");
+    cr_expect_eq(r.status, 127);
+    cr_expect_str_eq(r.err, "sbx-no-such-program-here: command not found\n");
+    free_run(&r);
+
+    r = SBX("run", "./sbx-no-such-image", "echo", "hi");
+    cr_expect_eq(r.status, 127);
+    cr_expect_eq(strstr(r.err, "hint") == NULL, 1, "stderr: \"%s\"", r.err);
+    free_run(&r);
+
+    r = SBX("run", "sh", "-c", "exit 127");
+    cr_expect_eq(r.status, 127);
+    cr_expect_str_eq(r.err, "");
+    free_run(&r);
+}
+
 Test(cli, run_sandbox_is_made_under_tmpdir_and_removed)
 {
     cli_run r = SBX("run", "--", "sh", "-c", "printf %s \"$SANDBOX_ROOT\"");
@@ -3118,6 +3151,37 @@ Test(cli, gc_reaps_an_expired_create_and_forgets_it)
     free_run(&r);
     free(rec);
     free(id);
+}
+
+/* Backends not set up on this host (no credential, no configuration) come
+ * on one line of gc's stderr together; one that is set up but cannot be
+ * reached (a Docker Engine at a closed port) keeps a line of its own. */
+Test(cli, gc_names_backends_not_set_up_on_one_line)
+{
+    const char *cli = getenv("SBX_CLI"), *slash = cli ? strrchr(cli, '/') : NULL;
+    char *path, *docker;
+    cli_run r;
+
+    cr_assert_not_null(slash);
+    /* The build tree: SBX_CLI is TOP/cli/sbx. */
+    int top = (int)(slash - cli) - 4;
+    cr_assert(top > 0 && strncmp(cli + top, "/cli/", 5) == 0, "SBX_CLI %s", cli);
+    cr_assert(asprintf(&path, "SBX_PLUGIN_PATH=%.*s/plugins/cloud/e2b/.libs:%.*s/plugins/remote"
+                              "/.libs:%.*s/plugins/cloud/runloop/.libs:%.*s/plugins/docker/.libs",
+                       top, cli, top, cli, top, cli, top, cli) > 0);
+    cr_assert(asprintf(&docker, "DOCKER_HOST=tcp://127.0.0.1:%d", 1) > 0);
+    const char *const env[] = { path, docker, NULL };
+    r = SBX_KEEP_ENV(env, "gc");
+    cr_expect_eq(r.status, 0, "stderr: \"%s\"", r.err);
+    cr_expect_str_eq(r.out, "");
+    cr_expect_str_eq(r.err, "sbx: gc: backend docker cannot be listed: cannot reach the Docker "
+                            "Engine at tcp://127.0.0.1:1: Couldn't connect to server (is dockerd "
+                            "running?)\n"
+                            "sbx: gc: not set up here, so not listed: e2b, remote, runloop "
+                            "(see sbx backends)\n");
+    free_run(&r);
+    free(docker);
+    free(path);
 }
 
 /* Every directory of a local sandbox under the test's TMPDIR that no
