@@ -41,13 +41,35 @@ static int is_output_tail(const char *key)
     return n > 5 && strcmp(key + n - 5, "_tail") == 0;
 }
 
+/* Writes @v to stderr with its control characters escaped as
+ * sbx_error_to_string() escapes them (\n, \r, \t, \xHH). */
+static void put_escaped(const char *v)
+{
+    for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
+        if (*p >= 0x20 && *p != 0x7f)
+            fputc(*p, stderr);
+        else if (*p == '\n' || *p == '\r' || *p == '\t')
+            fprintf(stderr, "\\%c", *p == '\n' ? 'n' : *p == '\r' ? 'r' : 't');
+        else
+            fprintf(stderr, "\\x%02x", *p);
+    }
+}
+
+/* Context values this long that the message already holds word for word
+ * (a search path, the list of installed backends, a preset's file or
+ * command) are not repeated; shorter ones (an id, a port) stay, as keys
+ * name what they are. */
+#define CLI_CONTEXT_ECHO_MIN 24
+
 /*
- * An error whose message ends with the tails of a command's output (a
- * failed preset setup command): its first line with the bracket of
- * sbx_error_to_string() but for the tails, then the rest of the message,
- * so the output is shown once and readable.
+ * An error as sbx_error_to_string() writes it, for a person: the message's
+ * first line, then the bracket (code, retryable, backend, op, context),
+ * then the rest of the message. The bracket leaves out the tails of a
+ * command's output (a failed preset setup command: the message ends with
+ * them, so they are shown once and readable) and long context values that
+ * the message already holds.
  */
-static void print_error_with_tails(const sbx_error *error)
+static void print_error(const sbx_error *error)
 {
     const char *msg = sbx_error_get0_message(error), *nl = strchr(msg, '\n'), *key, *value;
     size_t count = sbx_error_get_context_count(error);
@@ -59,34 +81,23 @@ static void print_error_with_tails(const sbx_error *error)
         fprintf(stderr, "; backend=%s", sbx_error_get0_backend(error));
     if (*sbx_error_get0_op(error))
         fprintf(stderr, "; op=%s", sbx_error_get0_op(error));
-    for (size_t i = 0; i < count; i++)
-        if (sbx_error_get0_context_at(error, i, &key, &value) == 0 && !is_output_tail(key))
-            fprintf(stderr, "; %s=%s", key, value);
+    for (size_t i = 0; i < count; i++) {
+        if (sbx_error_get0_context_at(error, i, &key, &value) != 0 || is_output_tail(key)
+            || (strlen(value) >= CLI_CONTEXT_ECHO_MIN && strstr(msg, value) != NULL))
+            continue;
+        fprintf(stderr, "; %s=", key);
+        put_escaped(value);
+    }
     fprintf(stderr, "]%s\n", nl ? nl : "");
 }
 
 void cli_error(sbx_error *error)
 {
-    char *text;
-
     if (error == NULL) {
         cli_msg("unknown error");
         return;
     }
-    if (sbx_error_get0_context(error, "stdout_tail") != NULL ||
-        sbx_error_get0_context(error, "stderr_tail") != NULL) {
-        print_error_with_tails(error);
-        sbx_error_free(error);
-        return;
-    }
-    text = sbx_error_to_string(error);
-    if (text != NULL) {
-        fprintf(stderr, "sbx: %s\n", text);
-        free(text);
-    } else {
-        fprintf(stderr, "sbx: %s [code=%s]\n", sbx_error_get0_message(error),
-                sbx_error_code_name(sbx_error_get_code(error)));
-    }
+    print_error(error);
     sbx_error_free(error);
 }
 

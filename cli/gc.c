@@ -76,9 +76,8 @@ static int gc_print(const sbx_gc_item *item, void *user_data)
     const char *err = item->error ? sbx_error_get0_message(item->error) : NULL;
 
     if (item->reason == SBX_GC_LIST_FAILED) {
-        sbx_error_code code = item->error ? sbx_error_get_code(item->error) : SBX_ERROR_UNKNOWN;
-
-        if (code == SBX_ERROR_CONFIGURATION || code == SBX_ERROR_AUTHENTICATION)
+        if (item->error && (sbx_error_get_code(item->error) == SBX_ERROR_CONFIGURATION
+                            || sbx_error_get_code(item->error) == SBX_ERROR_AUTHENTICATION))
             gc_note_unset(o, item->backend);
         else
             cli_msg("gc: backend %s cannot be listed: %s", item->backend, err ? err : "");

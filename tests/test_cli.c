@@ -1136,6 +1136,8 @@ Test(cli, backends_status_says_what_the_probe_found)
     free_run(&r);
 }
 
+/* The path searched and the backends installed are in the message; the
+ * bracket does not repeat them (the error's context still holds them). */
 Test(cli, unknown_backend_lists_the_installed_ones)
 {
     cli_spec spec = { 0 };
@@ -1151,8 +1153,7 @@ Test(cli, unknown_backend_lists_the_installed_ones)
     r = run_spec(&spec);
     set_path(want, sizeof want, "sbx: backend \"nosuchbackend\" is not installed: no "
              "libsbx-nosuchbackend.so in %s:%s; installed: bubblewrap, local, safehouse "
-             "[code=backend_not_installed; backend=nosuchbackend; op=client_new; searched=%s:%s; "
-             "installed=bubblewrap, local, safehouse]\n", path, sbx_plugin_dir(), path,
+             "[code=backend_not_installed; backend=nosuchbackend; op=client_new]\n", path,
              sbx_plugin_dir());
     expect_run(&r, 125, "");
     cr_expect_str_eq(r.err, want);
@@ -1163,8 +1164,7 @@ Test(cli, unknown_backend_lists_the_installed_ones)
     set_path(want, sizeof want, "sbx: backend \"e2b\" is not installed: no libsbx-e2b.so in "
              "%s:%s; installed: bubblewrap, local, safehouse (install the libsbx-e2b package "
              "or configure with --enable-plugin-e2b) [code=backend_not_installed; backend=e2b; "
-             "op=client_new; searched=%s:%s; installed=bubblewrap, local, safehouse; "
-             "package=libsbx-e2b]\n", path, sbx_plugin_dir(), path, sbx_plugin_dir());
+             "op=client_new; package=libsbx-e2b]\n", path, sbx_plugin_dir());
     expect_run(&r, 125, "");
     cr_expect_str_eq(r.err, want);
     free_run(&r);
@@ -2998,9 +2998,9 @@ Test(cli, run_preset_shows_setup_steps_and_the_failing_output)
              "sbx: preset t-steps: step 2/2: %s\n"
              "sbx: preset t-steps: step 2/2 failed with exit code 3 after T s\n"
              "sbx: preset setup command 2 of 2 failed with exit code 3: %s [code=creation_failed; "
-             "backend=local; op=create; step=preset_setup; command=%s; exit_code=3]\n"
+             "backend=local; op=create; step=preset_setup; exit_code=3]\n"
              "--- stdout ---\nout-line\n--- stderr ---\nerr-line\n",
-             fail_cmd, fail_cmd, fail_cmd);
+             fail_cmd, fail_cmd);
     cr_expect_str_eq(err, want);
     free(err);
     free_run(&r);
@@ -3387,7 +3387,7 @@ Test(cli, preset_fifo_and_misnamed_preset_are_refused)
     r = SBX_KEEP_ENV(env, "run", "--preset", "fifo", "--", "true");
     set_path(want, sizeof want,
              "sbx: preset file %s/fifo.json is a fifo, not a regular file [code=invalid_argument; "
-             "backend=local; op=preset; source=%s/fifo.json; option=preset]\n", dir, dir);
+             "backend=local; op=preset; option=preset]\n", dir);
     cr_expect_eq(r.status, 125);
     cr_expect_str_eq(r.err, want);
     cr_expect_str_empty(r.out);
@@ -3397,8 +3397,8 @@ Test(cli, preset_fifo_and_misnamed_preset_are_refused)
     r = SBX_KEEP_ENV(env, "run", "--preset", "mis", "--", "true");
     set_path(want, sizeof want,
              "sbx: preset file %s/mis.json names preset \"other\", not \"mis\" (the name it was "
-             "loaded by) [code=invalid_argument; backend=local; op=preset; source=%s/mis.json; "
-             "name=mis; file_name=other; option=preset]\n", dir, dir);
+             "loaded by) [code=invalid_argument; backend=local; op=preset; "
+             "name=mis; file_name=other; option=preset]\n", dir);
     cr_expect_eq(r.status, 125);
     cr_expect_str_eq(r.err, want);
     cr_expect_str_empty(r.out);
