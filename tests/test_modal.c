@@ -820,17 +820,6 @@ Test(modal, gc_reaps_a_create_whose_answer_was_lost, .timeout = 60)
 
 /* ------------------------------------------------------------ tunnels */
 
-static int free_port(void)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    cr_assert_eq(bind(s, (struct sockaddr *)&a, sizeof a), 0);
-    socklen_t n = sizeof a;
-    cr_assert_eq(getsockname(s, (struct sockaddr *)&a, &n), 0);
-    close(s);
-    return ntohs(a.sin_port);
-}
-
 /* The fake's tunnel certificate in a file (free() the path, unlink it). */
 static char *fake_ca_file(void)
 {
@@ -858,7 +847,7 @@ static size_t on_body(char *p, size_t sz, size_t n, void *ud)
  * Modal opens ports only at create. */
 Test(modal, a_port_given_at_create_is_reached_through_its_tunnel, .timeout = 60)
 {
-    int port = free_port();
+    int port = (int)tu_free_port();
     sbx_options *o = sbx_options_new();
     cr_assert_eq(sbx_options_add_port(o, (unsigned)port, NULL), 0);
     g_sb = tu_create(g_client, o);

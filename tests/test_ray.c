@@ -433,13 +433,7 @@ Test(ray, the_probe_reaches_the_dashboard)
     cr_assert_str_eq(sbx_error_get0_op(err), "probe");
     sbx_error_free(err);
     err = NULL;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t al = sizeof a;
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    getsockname(fd, (struct sockaddr *)&a, &al);
-    close(fd);
-    char *cfg = tu_strdup_printf("{\"address\":\"http://127.0.0.1:%d\"}", ntohs(a.sin_port));
+    char *cfg = tu_strdup_printf("{\"address\":\"http://127.0.0.1:%u\"}", tu_free_port());
     sbx_client *c = sbx_client_new_with_config("ray", SBX_PLUGIN_MODE_DEFAULT, cfg, &err);
     cr_assert_not_null(c);
     cr_assert_eq(sbx_client_probe(c, &caps, &err), -1);

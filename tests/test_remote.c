@@ -652,15 +652,9 @@ Test(remote, server_500_on_execute_is_connection_with_outcome_unknown)
 
 Test(remote, server_down_is_connection)
 {
-    /* A port nothing listens on: bound, then closed. */
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t al = sizeof a;
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    getsockname(fd, (struct sockaddr *)&a, &al);
-    close(fd);
-    char *cfg = tu_strdup_printf("{\"url\":\"http://127.0.0.1:%d\",\"retries\":1}",
-                                 ntohs(a.sin_port));
+    /* A port nothing listens on. */
+    char *cfg = tu_strdup_printf("{\"url\":\"http://127.0.0.1:%u\",\"retries\":1}",
+                                 tu_free_port());
     sbx_client *c = client_with(cfg);
     sbx_error *err = create_fails(c, NULL);
     tu_assert_error(err, SBX_ERROR_CONNECTION, "create the sandbox on 127.0.0.1:", NULL);

@@ -103,19 +103,6 @@ TestSuite(ports, .init = setup, .fini = teardown, .timeout = 120);
 
 /* ------------------------------------------------------------- helpers */
 
-/* A TCP port nothing listens on now (the kernel's pick for 127.0.0.1:0). */
-static unsigned free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t len = sizeof(a);
-    cr_assert_geq(fd, 0);
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static sbx_sandbox *create_with_ports(const unsigned *ports, size_t n)
 {
     sbx_options *o = sbx_options_new();
@@ -221,7 +208,7 @@ static void listeners(unsigned port, int *loopback, int *other)
 
 Test(ports, an_exposed_port_resolves_to_loopback_and_reaches_the_sandbox)
 {
-    unsigned p = free_port();
+    unsigned p = tu_free_port();
     unsigned ports[] = { p };
     sbx_sandbox *sb = create_with_ports(ports, 1);
     char *ep = resolve(sb, p);
@@ -251,7 +238,7 @@ Test(ports, an_exposed_port_resolves_to_loopback_and_reaches_the_sandbox)
 
 Test(ports, a_port_never_exposed_is_not_found)
 {
-    unsigned p = free_port();
+    unsigned p = tu_free_port();
     unsigned ports[] = { p };
     sbx_sandbox *sb = create_with_ports(ports, 1);
     unsigned q = p == 65535 ? p - 1 : p + 1;
@@ -285,7 +272,7 @@ Test(ports, a_port_never_exposed_is_not_found)
 
 Test(ports, list_gives_the_exposed_ports_ascending)
 {
-    unsigned a = free_port(), b = free_port();
+    unsigned a = tu_free_port(), b = tu_free_port();
     if (a == b)
         b = a == 65535 ? a - 1 : a + 1;
     unsigned hi = a > b ? a : b, lo = a > b ? b : a;
@@ -328,7 +315,7 @@ Test(ports, bad_port_numbers_are_invalid_argument)
 
 Test(ports, expose_and_unexpose_change_the_mapping_and_resume_sees_it)
 {
-    unsigned p = free_port();
+    unsigned p = tu_free_port();
     sbx_sandbox *sb = create_with_ports(NULL, 0);
     sbx_error *err = NULL;
     if (is_docker()) {
@@ -394,7 +381,7 @@ Test(ports, a_sandbox_without_the_hosts_network_refuses_ports)
         sbx_options_free(o);
         return;
     }
-    unsigned p = free_port();
+    unsigned p = tu_free_port();
     sbx_options *o = sbx_options_new();
     sbx_error *err = NULL;
     cr_assert_eq(sbx_options_add_port(o, p, NULL), 0);
@@ -1460,7 +1447,7 @@ static void async_wait_for(sbx_async *a, async_seen *s)
 Test(workspace, the_async_forms_run_persist_hydrate_and_resolve_port)
 {
     int local = !is_docker() && !is_bubblewrap();
-    unsigned p = free_port();
+    unsigned p = tu_free_port();
     sbx_options *o = sbx_options_new();
     char *wd = local ? tu_strdup_printf("%s/ws-async", g_tmp) : strdup("/work/ws");
     cr_assert_eq(sbx_options_set_workdir(o, wd, NULL), 0);

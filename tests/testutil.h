@@ -173,6 +173,12 @@ void tu_fake_assert_create_answered(sbx_client *client, const char *path_re, int
  * "" for none): a new string. Asserts the answer and the member. */
 char *tu_fake_ints(const char *path, const char *header, const char *key);
 
+/* A TCP port of 127.0.0.1 that nothing listens on now: the kernel's pick
+ * for a socket bound to port 0, closed again (another process may take it
+ * later; the tests that use it want a refused connection or a port to
+ * expose). Asserts the socket calls. */
+unsigned tu_free_port(void);
+
 /* ------------------------------------------------------------------------
  * Exposed ports (sbx_options_add_port, sbx_sandbox_resolve_port, ...): what
  * the hosted backends' tests check alike.
