@@ -4525,28 +4525,29 @@ static int local_exec_event_fd(sbx_plugin_process *process)
     return process->fd;
 }
 
-/** Sends KILL(@sig) and waits (within @bd) for the supervisor's ack. */
-static int proc_kill(struct sbx_plugin_process *p, int sig, const bound *bd)
+/**
+ * Sends the frame @b (KILL or RESIZE) on @p's connection unless it is lost
+ * (@skip_exited: or the command ended, for a RESIZE) and waits (within
+ * @bd) for its ack: *@acked (kills_acked or resizes_acked, counted by
+ * proc_pump) reaching the count *@sent had once this one was counted in.
+ * Returns IO_OK once acked, IO_EOF when the connection is lost (the
+ * supervisor ended the tree), or the send's or wait's IO_* failure.
+ */
+static int proc_request(struct sbx_plugin_process *p, proto_buf *b, unsigned *sent,
+                        const unsigned *acked, int skip_exited, const bound *bd)
 {
     pthread_mutex_lock(&p->wlock);
     pthread_mutex_lock(&p->lock);
-    int lost = p->lost;
-    unsigned target = ++p->kills_sent;
+    int lost = p->lost || (skip_exited && p->exited);
+    unsigned target = ++*sent;
     pthread_mutex_unlock(&p->lock);
-    int r = IO_EOF;
-    if (!lost) {
-        proto_buf b;
-        proto_buf_init(&b, PROTO_KILL);
-        proto_put_i32(&b, sig);
-        r = send_frame(p->fd, &b, NULL, 0, bd);
-        proto_buf_free(&b);
-    }
+    int r = lost ? IO_EOF : send_frame(p->fd, b, NULL, 0, bd);
     pthread_mutex_unlock(&p->wlock);
     if (r != IO_OK)
         return r;
     for (;;) {
         pthread_mutex_lock(&p->lock);
-        int done = p->kills_acked >= target;
+        int done = *acked >= target;
         lost = p->lost;
         pthread_mutex_unlock(&p->lock);
         if (done)
@@ -4557,6 +4558,17 @@ static int proc_kill(struct sbx_plugin_process *p, int sig, const bound *bd)
         if (r != IO_OK && r != IO_EOF)
             return r;
     }
+}
+
+/** Sends KILL(@sig) and waits (within @bd) for the supervisor's ack. */
+static int proc_kill(struct sbx_plugin_process *p, int sig, const bound *bd)
+{
+    proto_buf b;
+    proto_buf_init(&b, PROTO_KILL);
+    proto_put_i32(&b, sig);
+    int r = proc_request(p, &b, &p->kills_sent, &p->kills_acked, 0, bd);
+    proto_buf_free(&b);
+    return r;
 }
 
 static int local_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int signal,
@@ -4584,37 +4596,16 @@ static int local_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx,
 static int proc_resize(struct sbx_plugin_process *p, unsigned rows, unsigned cols,
                        const bound *bd, int *err_no)
 {
-    pthread_mutex_lock(&p->wlock);
+    proto_buf b;
+    proto_buf_init(&b, PROTO_RESIZE);
+    proto_put_u32(&b, rows);
+    proto_put_u32(&b, cols);
+    int r = proc_request(p, &b, &p->resizes_sent, &p->resizes_acked, 1, bd);
+    proto_buf_free(&b);
     pthread_mutex_lock(&p->lock);
-    int lost = p->lost || p->exited;
-    unsigned target = ++p->resizes_sent;
+    *err_no = p->resize_errno;
     pthread_mutex_unlock(&p->lock);
-    int r = IO_EOF;
-    if (!lost) {
-        proto_buf b;
-        proto_buf_init(&b, PROTO_RESIZE);
-        proto_put_u32(&b, rows);
-        proto_put_u32(&b, cols);
-        r = send_frame(p->fd, &b, NULL, 0, bd);
-        proto_buf_free(&b);
-    }
-    pthread_mutex_unlock(&p->wlock);
-    if (r != IO_OK)
-        return r;
-    for (;;) {
-        pthread_mutex_lock(&p->lock);
-        int done = p->resizes_acked >= target;
-        *err_no = p->resize_errno;
-        lost = p->lost;
-        pthread_mutex_unlock(&p->lock);
-        if (done)
-            return IO_OK;
-        if (lost)
-            return IO_EOF;
-        r = proc_pump(p, bd);
-        if (r != IO_OK && r != IO_EOF)
-            return r;
-    }
+    return r;
 }
 
 static int local_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ctx,
