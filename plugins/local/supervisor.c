@@ -2543,6 +2543,18 @@ static int launch_setup(char **cg, size_t ncg, long seccomp_fd, long uid, long g
  * cgroups, bwrap's mount points in a caller's root_dir (--clean-root),
  * --keep's META and --remove's PATH (keeper()).
  */
+/* Undoes what a start made before its keeper could: the directory @dir
+ * (NULL: none made here) and --remove's PATH @remove when @made_remove.
+ * Returns 1, the start's failure status. */
+static int unmake(const char *dir, const char *remove, int made_remove)
+{
+    if (dir)
+        proto_rm_tree(dir);
+    if (made_remove)
+        rmdir(remove);
+    return 1;
+}
+
 /* --remove's PATH (the tmp/ of a caller's workdir or root_dir), made
  * here when missing: then it is the sandbox's (*@made = 1; its keeper and
  * DESTROY remove it). One that exists is the caller's: left alone, and
@@ -2672,21 +2684,11 @@ static int launch(int argc, char **argv)
     /* The sandbox's process reports a failed setup on this pipe; a
      * successful exec closes it. */
     int pp[2];
-    if (pipe2(pp, O_CLOEXEC) < 0) {
-        if (make_keep)
-            proto_rm_tree(keep);
-        if (made_remove)
-            rmdir(remove);
-        return 1;
-    }
+    if (pipe2(pp, O_CLOEXEC) < 0)
+        return unmake(make_keep ? keep : NULL, remove, made_remove);
     pid_t k = fork();
-    if (k < 0) {
-        if (make_keep)
-            proto_rm_tree(keep);
-        if (made_remove)
-            rmdir(remove);
-        return 1;
-    }
+    if (k < 0)
+        return unmake(make_keep ? keep : NULL, remove, made_remove);
     if (k > 0) {
         close(pp[1]);
         unsigned char code = 0;
@@ -2699,10 +2701,7 @@ static int launch(int argc, char **argv)
     pid_t b = fork();
     if (b < 0) {
         unsigned char code = 1;
-        if (make_keep)
-            proto_rm_tree(keep);
-        if (made_remove)
-            rmdir(remove);
+        unmake(make_keep ? keep : NULL, remove, made_remove);
         if (write(pp[1], &code, 1) < 0)
             _exit(1);
         _exit(1);
@@ -3260,21 +3259,11 @@ static int run(int init_mode, const char *remove, char **warm_argv, const char *
             return 1;
         }
         S.remove = remove;
-        if (asprintf(&S.sock_path, "%s/sock", S.dir) < 0) {
-            if (made_dir)
-                proto_rm_tree(made_dir);
-            if (made_remove)
-                rmdir(remove);
-            return 1;
-        }
+        if (asprintf(&S.sock_path, "%s/sock", S.dir) < 0)
+            return unmake(made_dir, remove, made_remove);
         pid_t p = fork();
-        if (p < 0) {
-            if (made_dir)
-                proto_rm_tree(made_dir);
-            if (made_remove)
-                rmdir(remove);
-            return 1;
-        }
+        if (p < 0)
+            return unmake(made_dir, remove, made_remove);
         if (p > 0)
             keeper(p, S.dir, remove, NULL, NULL, 0);
     }
