@@ -342,6 +342,7 @@ sandbox_release(sbx_sandbox *sandbox)
         sandbox_free(sandbox->handle);
     if (sandbox->owns_client)
         sbx_shared_client_put(sandbox->client);
+    sbx_direct_ep_free(sandbox->direct);
     pthread_mutex_destroy(&sandbox->lock);
     free(sandbox->id);
     free(sandbox->root);
@@ -914,7 +915,8 @@ destroy_after_failure(sbx_sandbox *sandbox, sbx_error *err)
  * and the session state sbx_gc() resumes it from (none when the backend
  * has no session state). A failure leaves the row with the token, which
  * gc still matches against list_owned. The same session state gives the
- * sandbox's live price, where the provider reports one (usage.c). */
+ * sandbox's live price, where the provider reports one (usage.c), and its
+ * exec endpoint, where it has one (direct.c). */
 static void
 record_created(sbx_sandbox *sandbox)
 {
@@ -926,6 +928,7 @@ record_created(sbx_sandbox *sandbox)
         json_object *doc = json_tokener_parse(state);
 
         sbx_usage_sandbox_live_price(sandbox, doc);
+        sbx_direct_from_state(sandbox, doc);
         json_object_put(doc);
     }
     if (sandbox->token[0])

@@ -384,6 +384,9 @@ struct sbx_sandbox {
     sbx_usage usage;
     struct sbx_sandbox *live_next;
     struct sbx_sandbox *live_prev;
+    /* direct.c: out of process, where its commands can go without the
+     * plugin host (the session state's "exec_endpoint"); NULL: none. */
+    struct sbx_direct_ep *direct;
 };
 
 /**
@@ -603,6 +606,37 @@ int sbx_rate_cost_checked(const sbx_rate *rate, double seconds, int64_t *pusd);
  *  without "price_usd_per_hour" leaves the table's rate). Call before
  *  sbx_usage_sandbox_start(). */
 void sbx_usage_sandbox_live_price(sbx_sandbox *sandbox, struct json_object *doc);
+
+/* ------------------------------------------------------------------------
+ * direct.c: direct exec (out of process, straight to a sandbox's
+ * supervisor; the protocol is described there and in <sbx/plugin.h>'s
+ * session_state).
+ * ---------------------------------------------------------------------- */
+typedef struct sbx_direct_ep sbx_direct_ep;
+/** Reads the "exec_endpoint" of session state document @doc (the library's
+ *  wrapping, its plugin's object under "data") into @sandbox->direct when
+ *  its client runs out of process and the endpoint is one this library
+ *  speaks; anything else leaves it NULL. Once, after create and at
+ *  resume; no I/O. */
+void sbx_direct_from_state(sbx_sandbox *sandbox, struct json_object *doc);
+/** Frees what sbx_direct_from_state() made (NULL ignored). */
+void sbx_direct_ep_free(sbx_direct_ep *ep);
+/** 1 when @sandbox has an endpoint and its lifetime is not about to end
+ *  (then the plugin, which knows what it is, is asked), else 0. */
+int sbx_direct_usable(const sbx_sandbox *sandbox);
+/**
+ * Starts the command of @rq (argv or shell, env; its stdin, stdout and
+ * stderr descriptors, -1: /dev/null; the sandbox's working directory and
+ * user) at @sandbox's endpoint, within @ctx's deadline (10 s at most).
+ * 0 with *@process (its slots are sbx_direct_plugin()'s), or 1 when the
+ * request did not go out (the endpoint cannot be reached, is served by
+ * another process, or no memory): nothing runs, ask the plugin host.
+ */
+int sbx_direct_exec_start(sbx_sandbox *sandbox, const sbx_call_ctx *ctx,
+                          const sbx_plugin_exec_request *rq, sbx_plugin_process **process);
+/** The descriptor whose exec_wait, exec_event_fd, exec_kill and exec_free
+ *  serve a process sbx_direct_exec_start() started. */
+const sbx_plugin *sbx_direct_plugin(void);
 /** usage.c: a sandbox made or resumed: its size, start, client list. */
 void sbx_usage_sandbox_start(sbx_sandbox *sandbox, double cpu, int64_t memory_mb,
                              const char *gpu);

@@ -397,6 +397,17 @@ sbx_sandbox_resume(sbx_client *client, const char *state_json, sbx_error **error
      * reports one, else at the size it records (the default size for a
      * document without one); usage copies the gpu string. */
     sbx_usage_sandbox_live_price(sandbox, st.doc);
+    /* The exec endpoint from the plugin's own state of what it resumed
+     * (it checked the supervisor against the sandbox's own record), never
+     * from the document the caller handed in. */
+    if (client->mode == SBX_PLUGIN_MODE_OUT_OF_PROCESS) {
+        char *fresh = sbx_sandbox_session_state(sandbox, NULL);
+        json_object *doc = fresh ? json_tokener_parse(fresh) : NULL;
+
+        sbx_direct_from_state(sandbox, doc);
+        json_object_put(doc);
+        free(fresh);
+    }
     sbx_usage_sandbox_start(sandbox, st.cpu, st.memory_mb, st.gpu);
     json_object_put(st.doc);
     return sandbox;

@@ -104,6 +104,64 @@ Test(plugin_host, default_mode_is_out_of_process_with_a_host_per_client)
     cr_assert_eq(kill((pid_t)pa, 0), -1, "host %d was not reaped", pa);
 }
 
+/*
+ * Out of process, a command that runs to its end goes straight to a local
+ * sandbox's supervisor (its session state's exec_endpoint): with the
+ * plugin host stopped it still runs, with its stdin, output, exit code and
+ * timeout (its tree killed through the same connection); one with a
+ * working directory goes through the host, which answers once continued,
+ * and the host was never restarted.
+ */
+Test(plugin_host, a_command_to_its_end_goes_straight_to_the_supervisor)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new("local", &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *sb = tu_create(c, NULL);
+    int host = sbx_client_get_host_pid(c);
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    sbx_result *r, *late;
+    double t0;
+
+    cr_assert(host > 0);
+    rq.shell = "read x; echo \"got $x\"; echo err >&2; exit 7";
+    rq.stdin_data = "line\n";
+    rq.stdin_len = 5;
+    cr_assert_eq(kill(host, SIGSTOP), 0);
+    r = sbx_sandbox_execute_command(sb, &rq, &err);
+    rq = (sbx_exec_request)SBX_EXEC_REQUEST_INIT;
+    rq.shell = "sleep 30";
+    rq.timeout_secs = 0.3;
+    t0 = tu_now();
+    late = sbx_sandbox_execute_command(sb, &rq, &err);
+    double took = tu_now() - t0;
+    kill(host, SIGCONT);
+    cr_assert_not_null(r, "with the host stopped: %s", err ? sbx_error_get0_message(err) : "");
+    tu_assert_stdout(r, "got line\n");
+    tu_assert_stderr(r, "err\n");
+    tu_assert_exit(r, 7);
+    sbx_result_free(r);
+    cr_assert_not_null(late, "timeout with the host stopped: %s",
+                       err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_result_is_timed_out(late), 1);
+    cr_assert_eq(sbx_result_get_exit_code(late), 124);
+    cr_assert(took < 5.0, "the timed-out command took %.2f s", took);
+    sbx_result_free(late);
+
+    rq = (sbx_exec_request)SBX_EXEC_REQUEST_INIT;
+    rq.shell = "echo in";
+    rq.cwd = "/";
+    r = sbx_sandbox_execute_command(sb, &rq, &err);
+    cr_assert_not_null(r, "with a cwd: %s", err ? sbx_error_get0_message(err) : "");
+    tu_assert_stdout(r, "in\n");
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    cr_assert_eq(sbx_client_get_host_pid(c), host);
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+}
+
 Test(plugin_host, in_process_by_option_and_by_environment)
 {
     sbx_error *err = NULL;

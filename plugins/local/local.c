@@ -3423,6 +3423,30 @@ static char *local_session_state(sbx_plugin_sandbox *sandbox, const sbx_call_ctx
         || json_object_object_add(o, "lifetime", json_object_new_double(sb->lifetime)) < 0
         || json_object_object_add(o, "expires_at", json_object_new_double(sb->expires_at)) < 0)
         goto nomem;
+#if !defined(SBX_LOCAL_BUBBLEWRAP) && !defined(SBX_LOCAL_SAFEHOUSE) && !defined(SBX_LOCAL_FAULTY)
+    /* Where a command that runs to its end may go without the plugin host
+     * (<sbx/plugin.h>, session_state): the supervisor's socket, in this
+     * protocol's version, served by that process as that user; commands
+     * start in the root. (Bubblewrap's commands start inside its
+     * namespace, safehouse's through its CLI: they go by the plugin.) A
+     * supervisor that did not answer at resume has none: its calls are
+     * refused at once (connect_supervisor). */
+    json_object *ep = sb->unresponsive ? NULL : json_object_new_object();
+    if (!sb->unresponsive && (!ep || json_object_object_add(o, "exec_endpoint", ep) < 0)) {
+        json_object_put(ep);
+        goto nomem;
+    }
+    if (ep && (json_object_object_add(ep, "protocol", json_object_new_string("sbx-local")) < 0
+        || json_object_object_add(ep, "version", json_object_new_int64(PROTO_VERSION)) < 0
+        || json_object_object_add(ep, "socket", json_object_new_string(sb->sock)) < 0
+        || json_object_object_add(ep, "pid", json_object_new_int64((int64_t)sb->sup_pid)) < 0
+        || json_object_object_add(ep, "start", json_object_new_int64((int64_t)sb->sup_start)) < 0
+        || json_object_object_add(ep, "uid", json_object_new_int64((int64_t)sb->sup_uid)) < 0
+        || json_object_object_add(ep, "cwd", json_object_new_string(sb->root)) < 0
+        || json_object_object_add(ep, "expires_at", json_object_new_double(sb->expires_at)) < 0
+        || json_object_object_add(ep, "lifetime", json_object_new_double(sb->lifetime)) < 0))
+        goto nomem;
+#endif
     const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN
                                                       | JSON_C_TO_STRING_NOSLASHESCAPE);
     char *out = s ? host->alloc(strlen(s) + 1) : NULL;

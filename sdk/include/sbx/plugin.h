@@ -366,7 +366,28 @@ typedef struct sbx_plugin {
      *  decimal); the library's usage then prices the sandbox's lifetime and
      *  calls at it in place of the price table's rate for its size (the
      *  table's billing granularity and minimum still apply). The host
-     *  reads it once after create and at resume. */
+     *  reads it once after create and at resume.
+     *
+     *  A second member it reads, out of process only: "exec_endpoint", an
+     *  object naming a process of the sandbox's own that takes commands
+     *  straight from the application, so that a command that runs to its
+     *  end (no terminal, no interactive stdin, the default working
+     *  directory and user) does not cross the plugin host:
+     *  {"protocol": "sbx-local", "version": N, "socket": unix socket path,
+     *  "pid": the process that must be listening on it, "start": its start
+     *  time (clock ticks after boot, /proc/PID/stat field 22), "uid": the
+     *  user it must run as, "cwd": the host path commands start in,
+     *  "expires_at": UNIX time the lifetime ends (0: none), "lifetime":
+     *  seconds}. The protocol is libsbx-local's supervisor protocol
+     *  (EXEC_QUIET, EXIT, ERROR, KILL/KILLED; one connection per command,
+     *  closing it before EXIT kills the command's tree), version N being
+     *  the one this libsbx speaks; any other protocol or version is
+     *  ignored. The application checks who serves the socket (SO_PEERCRED
+     *  and the start time) before each command, and sends a command
+     *  through the plugin host as before when the endpoint cannot be
+     *  reached, is served by another process, or the lifetime is within a
+     *  second of its end. At resume the member is taken from the state the
+     *  plugin returns for the resumed sandbox, never from the caller's. */
     char *(*session_state)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
                            sbx_error **error);
     /** Ends the sandbox and all it runs; a second call returns 0. */
