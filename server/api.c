@@ -1374,10 +1374,12 @@ reply_settled(cx *x, cp_response *res, const char *org, const char *sandbox,
 
 /*
  * A `running` execution (row @i of @r: its status @status, deadline
- * @deadline and its sandbox's expiry @expires) whose deadline, its
- * timeout's end or else its sandbox's expiry, passed more than
- * SBX_SERVER_EXECUTE_GRACE_SECS ago: no server runs it any more (the one
- * that claimed it ended before it answered), so it is settled as failed,
+ * @deadline, its sandbox's expiry @expires and, when @sandbox_status is not
+ * NULL, its sandbox's status) whose deadline, its timeout's end or else its
+ * sandbox's expiry, passed more than SBX_SERVER_EXECUTE_GRACE_SECS ago, or
+ * whose sandbox has ended (destroyed, or failed: nothing of it runs, even
+ * without a deadline): no server runs it any more (the one that claimed it
+ * ended before it answered), so it is settled as failed,
  * outcome unknown (the command may have run, in part or whole), in the
  * caller's write transaction under the lock of its request id
  * ("execution:<sandbox>:<request id>"); its next replays answer that. It
@@ -1388,10 +1390,13 @@ reply_settled(cx *x, cp_response *res, const char *org, const char *sandbox,
  */
 static int
 settle_abandoned(cx *x, cp_response *res, const store_rows *r, size_t i, const char *status,
-                 const char *deadline, const char *expires, const char *backend,
-                 const char *org, const char *sandbox, const char *request_id)
+                 const char *deadline, const char *expires, const char *sandbox_status,
+                 const char *backend, const char *org, const char *sandbox,
+                 const char *request_id)
 {
     const char *st = store_cell(r, i, status), *at = store_cell(r, i, deadline);
+    const char *sst = sandbox_status ? store_cell(r, i, sandbox_status) : NULL;
+    int ended = sst && (!strcmp(sst, "destroyed") || !strcmp(sst, "failed"));
     char now[40];
     int64_t end, n;
 
@@ -1399,8 +1404,8 @@ settle_abandoned(cx *x, cp_response *res, const store_rows *r, size_t i, const c
         return 0;
     if (!at)
         at = store_cell(r, i, expires);
-    if (!at || cp_parse_iso(at, &end) < 0 ||
-        cp_now_us() <= end + (int64_t)(x->set->execute_grace_secs * 1e6))
+    if (!ended && (!at || cp_parse_iso(at, &end) < 0 ||
+                   cp_now_us() <= end + (int64_t)(x->set->execute_grace_secs * 1e6)))
         return 0;
     json_object *o = error_payload("execution_failed", backend, "execute", 0, 1, NULL);
     const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
@@ -1431,7 +1436,8 @@ cp_settle_abandoned(cx *x)
      * `status = 'running'` decides against an answer or another server's
      * settlement committed since this read. */
     r = q(x, "SELECT e.organization_id, e.sandbox_id, e.request_id, e.status,"
-             " e.deadline_at, s.expires_at, s.backend FROM executions e"
+             " e.deadline_at, s.expires_at, s.status AS sandbox_status, s.backend"
+             " FROM executions e"
              " JOIN sandboxes s ON s.id = e.sandbox_id WHERE e.status = 'running'", 0, NULL);
     if (!r)
         return -1;
@@ -1451,7 +1457,8 @@ cp_settle_abandoned(cx *x)
             break;
         }
         rc = settle_abandoned(x, NULL, r, i, "status", "deadline_at", "expires_at",
-                              store_cell(r, i, "backend"), org, sandbox, request_id);
+                              "sandbox_status", store_cell(r, i, "backend"), org, sandbox,
+                              request_id);
         if (rc < 0 || tx_commit(x) < 0) {
             tx_rollback(x);
             failed = 1;
@@ -1639,7 +1646,7 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     }
     if (store_cell(r, 0, "execution_status")) {
         int settled = settle_abandoned(x, res, r, 0, "execution_status", "execution_deadline",
-                                       "sandbox_expires_at", store_cell(r, 0, "backend"),
+                                       "sandbox_expires_at", NULL, store_cell(r, 0, "backend"),
                                        req->who.org_id, id, request_id);
         if (settled < 0)
             goto internal;

@@ -109,7 +109,8 @@ void meter_fmt(int64_t v, int scale, char *buf, size_t cap);
 /* Reads decimal text into 10^-@scale units; 0 or -1. */
 int meter_parse(const char *text, int scale, int64_t *out);
 /* Lifecycle accrual of sandbox @sandbox_id for observation @obs at @end_us
- * (CONTROL-PLANE.md §5), in its own transaction. 0 or -1. */
+ * (CONTROL-PLANE.md §5), or at its expiry when that came first: nothing is
+ * billed past a lifetime's end. In its own transaction. 0 or -1. */
 int meter_accrue(cx *x, const char *sandbox_id, const char *obs, int64_t end_us);
 /* Accrues an estimate for every active estimated sandbox of @org. */
 int meter_accrue_active(cx *x, const char *org);

@@ -30,7 +30,11 @@
  *                                        free port)
  *   SBX_SERVER_CONNECTIONS               HTTP connections served at once,
  *                                        each on its own thread (256)
- *   SBX_SERVER_DB_CONNECTIONS            store connections at most (16)
+ *   SBX_SERVER_DB_CONNECTIONS            store connections at most (16;
+ *                                        1..1024)
+ *   SBX_PRICING_FILE                     the pricing data (<sbx/sbx.h>,
+ *                                        sbx_cost_per_second()); one that
+ *                                        cannot be read stops the start
  *   SBX_SERVER_METER_SWEEP_SECS          seconds between the execution
  *                                        outbox's sweeps for rows another
  *                                        server left unmetered and for
@@ -228,6 +232,32 @@ read_settings(cp_settings *s)
             return -1;
         }
         s->connections = (unsigned)t;
+    }
+    /* Read by the store (store_open); checked here with the others. */
+    v = getenv("SBX_SERVER_DB_CONNECTIONS");
+    if (v) {
+        long t = strtol(v, &end, 10);
+        if (!*v || *end || t < 1 || t > 1024) {
+            fprintf(stderr, "sbx-server: SBX_SERVER_DB_CONNECTIONS must be 1..1024, not "
+                            "\"%s\"\n", v);
+            return -1;
+        }
+    }
+    /* Every price comes from the pricing data: a file that cannot be read
+     * would price every sandbox and execution at 0, so it stops the start
+     * (sbx_cost_per_second(), <sbx/sbx.h>: $SBX_PRICING_FILE, the user's
+     * file, else the bundled table). */
+    {
+        sbx_error *perr = NULL;
+        char *table = sbx_pricing_to_json(&perr);
+
+        if (!table) {
+            fprintf(stderr, "sbx-server: %s\n", perr ? sbx_error_get0_message(perr)
+                                                      : "cannot read the pricing data");
+            sbx_error_free(perr);
+            return -1;
+        }
+        free(table);
     }
     return 0;
 }

@@ -488,10 +488,20 @@ meter_accrue(cx *x, const char *sandbox_id, const char *obs, int64_t end_us)
     snprintf(lock, sizeof lock, "sandbox:%s", sandbox_id);
     if (tx_begin(x, lock) < 0)
         return -1;
-    s = q(x, "SELECT organization_id, hourly_rate_usd, provisioning_at, created_at, cost_state"
-             " FROM sandboxes WHERE id = ?", P(sandbox_id));
+    s = q(x, "SELECT organization_id, hourly_rate_usd, provisioning_at, created_at, cost_state,"
+             " expires_at FROM sandboxes WHERE id = ?", P(sandbox_id));
     if (!s || !s->nrows)
         goto fail;
+    /* A sandbox's lifetime ends at its expiry, whatever the record says
+     * yet (the provider, or the supervisor on local, ended it then): no
+     * observation bills past it. */
+    {
+        int64_t expires_us;
+        const char *exp = store_cell(s, 0, "expires_at");
+
+        if (exp && cp_parse_iso(exp, &expires_us) == 0 && end_us > expires_us)
+            end_us = expires_us;
+    }
     rate = parse_or(store_cell(s, 0, "hourly_rate_usd"), 12, 0);
     if (rate == 0) {
         /* Billed through usage events only. */

@@ -378,19 +378,57 @@ fail:
     return -1;
 }
 
-/* "postgresql://user:secret@host/db" → "postgresql://user:***@host/db". */
+/* The connection URL as it may be shown: a password in its user part
+ * ("postgresql://user:secret@host/db" → "postgresql://user:***@host/db")
+ * or in its query ("?password=secret" → "?password=***") masked. */
 static char *
 redact_target(const char *target)
 {
     const char *scheme = strstr(target, "://"), *at, *colon;
+    char *shown, *q;
 
     if (!scheme)
         return strdup(target);
     at = strchr(scheme + 3, '@');
     colon = strchr(scheme + 3, ':');
-    if (!at || !colon || colon > at)
-        return strdup(target);
-    return cp_printf("%.*s:***%s", (int)(colon - target), target, at);
+    q = strchr(scheme + 3, '?');
+    if (at && q && q < at)
+        at = NULL;              /* an '@' of the query, not of the user part */
+    shown = at && colon && colon < at ? cp_printf("%.*s:***%s", (int)(colon - target), target, at)
+                                      : strdup(target);
+    q = shown ? strchr(shown, '?') : NULL;
+    if (q) {
+        /* Each parameter copied, a password's value as "***" (3 bytes
+         * more at most per parameter). */
+        char *out = malloc(strlen(shown) * 4 + 1), *o;
+        const char *p = q + 1;
+
+        if (!out) {
+            free(shown);
+            return NULL;
+        }
+        o = out + (q + 1 - shown);
+        memcpy(out, shown, (size_t)(q + 1 - shown));
+        while (*p) {
+            const char *end = strchr(p, '&');
+            size_t len = end ? (size_t)(end - p) : strlen(p);
+
+            if (len >= 9 && strncmp(p, "password=", 9) == 0) {
+                memcpy(o, "password=***", 12);
+                o += 12;
+            } else {
+                memcpy(o, p, len);
+                o += len;
+            }
+            p += len;
+            if (*p == '&')
+                *o++ = *p++;
+        }
+        *o = '\0';
+        free(shown);
+        shown = out;
+    }
+    return shown;
 }
 
 store *

@@ -282,6 +282,53 @@ Test(server, bad_connection_limit_is_named)
     }
 }
 
+/* Settings the server reads elsewhere are named at the start as well: a
+ * store connection count that is no number, a pricing file that cannot be
+ * read (every price would be 0); a PostgreSQL URL that fails shows no
+ * password, in the user part or in the query. Exit 2 for a setting, 1 for
+ * a store that cannot be opened. */
+Test(server, settings_read_elsewhere_are_named_at_start)
+{
+    const char *prog = getenv("SBX_SERVER") ? getenv("SBX_SERVER")
+                                            : SBX_BUILD_DIR "/server/sbx-server";
+    static const struct {
+        const char *env, *want;
+        int status;
+    } cases[] = {
+        { "SBX_SERVER_DB_CONNECTIONS=abc",
+          "sbx-server: SBX_SERVER_DB_CONNECTIONS must be 1..1024, not \"abc\"\n", 2 },
+        { "SBX_PRICING_FILE=/nonexistent/pricing.json",
+          "sbx-server: cannot read the pricing file /nonexistent/pricing.json: "
+          "json_object_from_file: error opening file /nonexistent/pricing.json: No such file "
+          "or directory\n", 2 },
+        { "BESPOKE_CONTROL_PLANE_DB='postgresql://u:hunter2@127.0.0.1:1/x?sslmode=disable"
+          "&password=hunter3&connect_timeout=2'",
+          "sbx-server: cannot open the postgresql store postgresql://u:***@127.0.0.1:1/x?"
+          "sslmode=disable&password=***&connect_timeout=2: connect: connection to server at "
+          "\"127.0.0.1\", port 1 failed: Connection refused\n", 1 },
+    };
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *cmd = tu_strdup_printf("env BESPOKE_API_KEY_PEPPER=p"
+                                     " BESPOKE_CONTROL_PLANE_ADMIN_TOKEN=a PORT=0 %s '%s' 2>&1",
+                                     cases[i].env, prog);
+        FILE *p = popen(cmd, "r");
+        char line[1024] = "";
+        int st;
+
+        cr_assert(p);
+        cr_assert(fgets(line, sizeof line, p));
+        while (fgetc(p) != EOF)
+            ;
+        st = pclose(p);
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == cases[i].status, "%s: status %d",
+                  cases[i].env, st);
+        cr_expect_str_eq(line, cases[i].want);
+        cr_expect_null(strstr(line, "hunter"), "%s", line);
+        free(cmd);
+    }
+}
+
 Test(server, bad_meter_sweep_and_execute_grace_are_named)
 {
     const char *prog = getenv("SBX_SERVER") ? getenv("SBX_SERVER")
@@ -2846,7 +2893,8 @@ Test(metering, case58_lifecycle_counts_each_second_once)
     set_clock(clock, t0);
     env = tu_strdup_printf("SBX_SERVER_TEST_CLOCK_FILE=%s", clock);
     srv = start_priced(env);
-    id = cpu_create_local(srv, key, "{\"timeout_secs\":600}");
+    /* A lifetime past the clock's last step (T0+1500 s). */
+    id = cpu_create_local(srv, key, "{\"timeout_secs\":3600}");
     p = path_of("/v1/sandboxes/%s/detail", id);
     r = req_s(200, "GET", p, key, NULL, NULL);
     cr_assert_str_eq(cpu_jstr(r, "sandbox.provisioning_at"), "2026-03-10T10:00:00+00:00");
@@ -3244,6 +3292,53 @@ execute_then_killed(cpu_server *s, const char *id, const char *rid, const char *
 /* The outbox: the answer comes once the execution's row is committed; its
  * usage event and ledger entries follow from that row, with the amounts
  * and time of the answer. */
+/* A sandbox whose lifetime (60 s from T0, at 0.054 USD an hour, markup
+ * 1.5) is over is billed to its expiry and no further, whatever its record
+ * says until someone ends it: 30 s at T0+30 s, 60 s (0.0009, 0.00135 to
+ * the customer) at T0+120 s and T0+300 s, and still 60 s after its
+ * terminate at T0+400 s. */
+Test(metering, a_lifetime_is_billed_to_its_expiry_only)
+{
+    const double t0 = 1773136800.0;     /* 2026-03-10T10:00:00Z */
+    char *clock = tu_strdup_printf("%s/clock", price_dir), *env, *id, *p;
+    int64_t us, prov, cust;
+    cpu_response *r;
+
+    cpu_stop(srv);
+    set_clock(clock, t0);
+    env = tu_strdup_printf("SBX_SERVER_TEST_CLOCK_FILE=%s", clock);
+    srv = start_priced(env);
+    id = cpu_create_local(srv, key, "{\"timeout_secs\":60}");
+    p = path_of("/v1/sandboxes/%s/detail", id);
+    set_clock(clock, t0 + 30);
+    detail_cost(p, &us, &prov, &cust);
+    cr_assert_eq(us, 30000000LL);
+    cr_assert_eq(prov, 450000000LL);
+    cr_assert_eq(cust, 675000000LL);
+    for (int step = 0; step < 2; step++) {
+        set_clock(clock, t0 + (step ? 300 : 120));
+        detail_cost(p, &us, &prov, &cust);
+        cr_assert_eq(us, 60000000LL, "at T0+%d s: %lld us", step ? 300 : 120, (long long)us);
+        cr_assert_eq(prov, 900000000LL);
+        cr_assert_eq(cust, 1350000000LL);
+    }
+    set_clock(clock, t0 + 400);
+    free(p);
+    p = path_of("/v1/sandboxes/%s", id);
+    r = req_s(200, "DELETE", p, key, NULL, NULL);
+    cpu_response_free(r);
+    free(p);
+    p = path_of("/v1/sandboxes/%s/detail", id);
+    detail_cost(p, &us, &prov, &cust);
+    cr_assert_eq(us, 60000000LL);
+    cr_assert_eq(prov, 900000000LL);
+    cr_assert_eq(cust, 1350000000LL);
+    free(p);
+    free(id);
+    free(env);
+    free(clock);
+}
+
 Test(metering, outbox_meters_as_answered)
 {
     char *id = cpu_create_local(srv, key, "{\"timeout_secs\":60}");
@@ -3548,6 +3643,40 @@ Test(metering, an_abandoned_execution_is_settled_at_start)
 /* A server SIGKILLed right after answering, before its outbox metered the
  * execute: the next server meters it at start-up, once, as answered; a
  * replay returns the answer; a later start meters nothing again. */
+/* An execution claimed on a sandbox without a lifetime, by a call without
+ * a timeout, whose server died: with no deadline it may still run while
+ * its sandbox lives (a restart leaves it running), and is settled as
+ * failed, as abandoned, once its sandbox is destroyed. */
+Test(metering, an_execution_without_a_deadline_is_settled_when_its_sandbox_ends)
+{
+    char *id = cpu_create_local(srv, key, "{}"), *n, *sql;
+
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    sql = tu_strdup_printf("INSERT INTO executions(organization_id, sandbox_id, request_id, id,"
+                           " status, created_at, deadline_at) VALUES ('%s', '%s', 'gone-3',"
+                           " 'exe_gone3', 'running', '2026-01-01T00:00:00Z', NULL)", org, id);
+    n = db_list(sql);
+    cr_assert_not_null(n, "%s", sql);
+    free(n);
+    free(sql);
+    srv = start_priced_with("SBX_SERVER_METER_SWEEP_SECS=86400", NULL);
+    n = detail_executions(id);
+    cr_assert_str_eq(n, "gone-3|running|0|null");
+    free(n);
+    terminate(key, id);
+    cpu_signal(srv, SIGTERM);
+    cpu_stop(srv);
+    srv = start_priced_with("SBX_SERVER_METER_SWEEP_SECS=86400", NULL);
+    n = cpu_read_log(srv, 1);
+    cr_assert(strstr(n, "sbx-server: settled 1 abandoned execution as failed\n"), "%s", n);
+    free(n);
+    n = db_list("SELECT request_id || '|' || status FROM executions WHERE request_id = 'gone-3'");
+    cr_assert_str_eq(n, "gone-3|failed");
+    free(n);
+    free(id);
+}
+
 Test(metering, answered_then_killed_is_metered_at_start)
 {
     const char *hook = "SBX_SERVER_TEST_CRASH_AFTER_ANSWER=1";
