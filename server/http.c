@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <microhttpd.h>
 
@@ -38,10 +39,14 @@
 
 typedef struct req_ctx req_ctx;
 
+/** Seconds a stop waits for the requests in flight to be answered. */
+#define CP_HTTP_STOP_GRACE_SECS 30.0
+
 struct cp_http {
     struct MHD_Daemon *d;
     cp_server *srv;
     unsigned port;
+    unsigned active;            /* requests begun and not completed (atomic) */
 };
 
 /* One request: its body as it arrives, then its method, path, headers and
@@ -149,6 +154,7 @@ request_completed(void *cls, struct MHD_Connection *c, void **con_cls,
             cp_server_answered(h->srv);
         ctx_free(ctx);
         *con_cls = NULL;
+        __atomic_sub_fetch(&h->active, 1, __ATOMIC_RELEASE);
     }
 }
 
@@ -223,6 +229,7 @@ handler(void *cls, struct MHD_Connection *c, const char *url, const char *method
             return MHD_NO;
         ctx->start = cp_mono();
         *con_cls = ctx;
+        __atomic_add_fetch(&h->active, 1, __ATOMIC_RELEASE);
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -308,9 +315,16 @@ cp_http_stop(cp_http *h)
 {
     if (!h)
         return;
-    /* No new connections; then the daemon stops, joining each connection's
-     * thread after the request it runs. */
+    /* No new connections; the requests in flight (an execute's command
+     * running) finish and are answered, for CP_HTTP_STOP_GRACE_SECS at
+     * most; then the daemon stops, closing the idle connections and
+     * joining each connection's thread. */
     MHD_quiesce_daemon(h->d);
+    for (double end = cp_mono() + CP_HTTP_STOP_GRACE_SECS;
+         __atomic_load_n(&h->active, __ATOMIC_ACQUIRE) > 0 && cp_mono() < end;) {
+        struct timespec ts = { 0, 10 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
     MHD_stop_daemon(h->d);
     free(h);
 }

@@ -16,7 +16,8 @@ cp_http *cp_http_start(cp_server *srv, const char *host, unsigned port, unsigned
                        char **err);
 /* The port it bound. */
 unsigned cp_http_port(const cp_http *h);
-/* Stops the daemon after the requests in flight. */
+/* Stops taking connections, waits for the requests in flight to be
+ * answered (30 s at most), then stops the daemon. */
 void cp_http_stop(cp_http *h);
 
 #endif

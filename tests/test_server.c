@@ -2712,6 +2712,36 @@ Test(server, slow_execute_does_not_stall_other_requests)
     free(id);
 }
 
+/* SIGTERM while a command runs: the server takes no new connection, but
+ * the execute in flight is answered (200, its output) before it exits 0;
+ * the sandbox, detached, is still there for the next start. */
+Test(server, a_stop_answers_the_requests_in_flight)
+{
+    char *id = cpu_create_local(srv, key, NULL);
+    exec_arg a;
+    pthread_t th;
+    cpu_response *r;
+    int st;
+
+    a.id = id;
+    a.body = "{\"command\":\"sleep 1; echo done\"}";
+    a.res = NULL;
+    cr_assert_eq(pthread_create(&th, NULL, exec_thread, &a), 0);
+    wait_running(id, "slow-1");
+    st = cpu_signal(srv, SIGTERM);
+    pthread_join(th, NULL);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    cr_assert_eq(a.res->status, 200, "%d: %s", a.res->status, a.res->body);
+    cr_assert_str_eq(cpu_jstr(a.res, "stdout"), "done\n");
+    cpu_response_free(a.res);
+    cpu_stop(srv);
+    srv = cpu_start(store, NULL);
+    r = req_s(200, "GET", "/healthz", NULL, NULL, NULL);
+    cpu_response_free(r);
+    terminate(key, id);
+    free(id);
+}
+
 /* One store connection for the whole server: 20 concurrent creates wait
  * their turn and still make one sandbox. */
 /* Beyond the reference: a record made with an Idempotency-Key carries it
