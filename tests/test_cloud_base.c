@@ -891,6 +891,26 @@ Test(util, json_int64_as_string)
     json_object_put(j);
 }
 
+Test(util, json_bool_as_json_c_reads_it)
+{
+    json_object *j = json_tokener_parse(
+        "{\"t\":true,\"f\":false,\"n\":null,\"one\":1,\"zero\":0,\"s\":\"x\","
+        "\"empty\":\"\"}");
+    cr_assert_eq(cl_json_bool(j, "t"), 1);
+    cr_assert_eq(cl_json_bool(j, "f"), 0);
+    cr_assert_eq(cl_json_bool(j, "n"), 0);
+    cr_assert_eq(cl_json_bool(j, "one"), 1);
+    cr_assert_eq(cl_json_bool(j, "zero"), 0);
+    cr_assert_eq(cl_json_bool(j, "s"), 1);
+    cr_assert_eq(cl_json_bool(j, "empty"), 0);
+    cr_assert_eq(cl_json_bool(j, "missing"), 0);
+    cr_assert_eq(cl_json_bool(NULL, "t"), 0);
+    json_object *a = json_tokener_parse("[true]");
+    cr_assert_eq(cl_json_bool(a, "t"), 0);
+    json_object_put(a);
+    json_object_put(j);
+}
+
 /* Runs @script with /bin/sh -c; stdout into @out. Returns the exit code. */
 static int run_sh(const char *script, char *out, size_t cap)
 {

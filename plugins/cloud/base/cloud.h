@@ -165,6 +165,10 @@ const char *cl_json_str(struct json_object *o, const char *key);
  *  (proto3 JSON writes int64 as strings). Returns 1 and sets *@v when
  *  present, 0 when missing, -1 when it is neither. */
 int cl_json_int(struct json_object *o, const char *key, int64_t *v);
+/** Member @key of object @o as a flag: 1 when present and true as json-c
+ *  reads it (true, a non-zero number, a non-empty string), else 0 (missing,
+ *  false, null; @o NULL or not an object). */
+int cl_json_bool(struct json_object *o, const char *key);
 /** Nested lookup: cl_json_path(o, "a", "b", NULL) is o.a.b, or NULL. */
 struct json_object *cl_json_path(struct json_object *o, ...) __attribute__((sentinel));
 

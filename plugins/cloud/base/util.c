@@ -321,6 +321,12 @@ const char *cl_json_str(json_object *o, const char *key)
     return json_object_get_string(v);
 }
 
+int cl_json_bool(json_object *o, const char *key)
+{
+    json_object *v;
+    return json_object_object_get_ex(o, key, &v) && json_object_get_boolean(v);
+}
+
 int cl_json_int(json_object *o, const char *key, int64_t *out)
 {
     json_object *v;

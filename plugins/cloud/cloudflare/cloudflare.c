@@ -956,7 +956,7 @@ static int cf_running(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
     char *url = cf_url(c, id, "/running");
     long st = 0;
     json_object *j = cl_get_json(c->cl.http, ctx, url, &st, op, "ask whether the sandbox runs",
-                                 error), *v;
+                                 error);
     free(url);
     if (!j) {
         if (st == 404 || st == 400)
@@ -964,7 +964,7 @@ static int cf_running(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
                                "exist", id), "sandbox_id", id);
         return -1;
     }
-    *running = json_object_object_get_ex(j, "running", &v) && json_object_get_boolean(v);
+    *running = cl_json_bool(j, "running");
     json_object_put(j);
     return 0;
 }

@@ -1086,12 +1086,6 @@ static uint32_t dt_mode_of(json_object *e)
     return p ? (uint32_t)strtoul(p, NULL, 8) & 07777 : 0;
 }
 
-static int dt_json_bool(json_object *o, const char *k)
-{
-    json_object *v;
-    return json_object_object_get_ex(o, k, &v) && json_object_get_boolean(v);
-}
-
 static int dt_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
@@ -1111,7 +1105,7 @@ static int dt_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
         json_object *e = json_object_array_get_idx(j, i);
         int64_t size = -1;
         cl_json_int(e, "size", &size);
-        int is_dir = dt_json_bool(e, "isDir");
+        int is_dir = cl_json_bool(e, "isDir");
         sbx_plugin_file_info info = { sizeof(info), cl_json_str(e, "name"), is_dir,
                                       is_dir ? -1 : size, dt_mode_of(e) };
         if (info.name && fn(&info, ud) != 0)
@@ -1143,7 +1137,7 @@ static int dt_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
     cl_json_int(j, "size", &size);
     info->struct_size = sizeof(*info);
     info->name = dt_stat_name;
-    info->is_dir = dt_json_bool(j, "isDir");
+    info->is_dir = cl_json_bool(j, "isDir");
     info->size = info->is_dir ? -1 : size;
     info->mode = dt_mode_of(j);
     json_object_put(j);

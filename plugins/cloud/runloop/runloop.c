@@ -579,7 +579,7 @@ static int rl_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, rl_each
             rc = -1;
             break;
         }
-        json_object *items = cl_json_path(j, "devboxes", NULL), *hm;
+        json_object *items = cl_json_path(j, "devboxes", NULL);
         if (!items || !json_object_is_type(items, json_type_array)) {
             cl_fail(error, SBX_ERROR_CONNECTION, op, "runloop list answered with no devboxes "
                     "array");
@@ -596,7 +596,7 @@ static int rl_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, rl_each
             if (last && !rl_terminal(rl_status(it)))
                 stop = fn(ud, it) != 0;
         }
-        int more = json_object_object_get_ex(j, "has_more", &hm) && json_object_get_boolean(hm);
+        int more = cl_json_bool(j, "has_more");
         free(after);
         after = more && !stop && last ? strdup(last) : NULL;
         json_object_put(j);
