@@ -1696,6 +1696,56 @@ Test(provider, list_pages_nested_token_array_and_empty_end)
     cl_http_free(h);
 }
 
+/* One page of a listing the plugin pages itself: the answer with its items
+ * array; a 404 is "no list at" the API, an answer without the array a
+ * connection error, another status the answer's error. */
+Test(provider, list_page_items_and_its_errors)
+{
+    cl_backend = "acme";
+    cl_http *h = cl_http_new();
+    char api[64];
+    page_server sv;
+    static const page_answer answers[] = {
+        { 0, NULL, "{\"boxes\":[{\"id\":\"1\"},{\"id\":\"2\"}],\"has_more\":true}" },
+        { 404, NULL, "{\"message\":\"no route\"}" },
+        { 0, NULL, "{\"boxes\":{}}" },
+        { 401, NULL, "{\"message\":\"bad key\"}" },
+    };
+    page_start(&sv, answers, 4);
+    snprintf(api, sizeof api, "http://127.0.0.1:%d", sv.port);
+    json_object *items = NULL;
+    json_object *j = cl_list_page(h, NULL, cl_printf("%s/v1/boxes?limit=2", api), api, "box",
+                                  "boxes", &items, "list_owned", "list boxes", NULL);
+    cr_assert_not_null(j);
+    cr_assert_eq(json_object_array_length(items), 2);
+    cr_assert_str_eq(cl_json_str(json_object_array_get_idx(items, 1), "id"), "2");
+    cr_assert_eq(cl_json_bool(j, "has_more"), 1);
+    json_object_put(j);
+    cr_assert_null(cl_list_page(h, NULL, cl_printf("%s/v1/boxes", api), api, "box", "boxes",
+                                &items, "list_owned", "list boxes", NULL));
+    cr_assert_null(items);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    char want[128];
+    snprintf(want, sizeof want, "acme: no box list at %s", api);
+    cr_assert_str_eq(cl_last()->msg, want);
+    cr_assert_null(cl_list_page(h, NULL, cl_printf("%s/v1/boxes", api), api, "box", "boxes",
+                                &items, "list_owned", "list boxes", NULL));
+    cr_assert_null(items);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONNECTION);
+    cr_assert_str_eq(cl_last()->msg, "acme list answered with no boxes array");
+    cr_assert_null(cl_list_page(h, NULL, cl_printf("%s/v1/boxes", api), api, "box", "boxes",
+                                &items, "list_owned", "list boxes", NULL));
+    cr_assert_eq(cl_last()->code, SBX_ERROR_AUTHENTICATION);
+    cr_assert_str_eq(cl_last()->msg, "list boxes: bad key (HTTP 401)");
+    page_stop(&sv);
+    cr_assert_eq(sv.served, 4);
+    cr_assert_str_eq(sv.lines[0], "GET /v1/boxes?limit=2 HTTP/1.1");
+    cr_assert_null(cl_list_page(h, NULL, NULL, api, "box", "boxes", &items, "list_owned",
+                                "list boxes", NULL));
+    cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
+    cl_http_free(h);
+}
+
 /* One item's GET and DELETE by its collection and id: the id
  * percent-encoded in the path; a 404 is no error (NULL with status 404 for
  * the GET, 0 for the DELETE); another status is the answer's error. */

@@ -2265,6 +2265,27 @@ int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_li
     return rc;
 }
 
+json_object *cl_list_page(cl_http *h, const sbx_call_ctx *ctx, char *url, const char *api,
+                          const char *noun, const char *items_key, json_object **items,
+                          const char *op, const char *what, sbx_error **error)
+{
+    long st = 0;
+    json_object *j = cl_get_json(h, ctx, url, &st, op, what, error);
+    free(url);
+    *items = cl_json_path(j, items_key, NULL);
+    if (!j) {
+        if (st == 404)
+            cl_fail(error, SBX_ERROR_NOT_FOUND, op, "%s: no %s list at %s", cl_backend, noun, api);
+    } else if (!*items || !json_object_is_type(*items, json_type_array)) {
+        cl_fail(error, SBX_ERROR_CONNECTION, op, "%s list answered with no %s array", cl_backend,
+                items_key);
+        json_object_put(j);
+        j = NULL;
+        *items = NULL;
+    }
+    return j;
+}
+
 /* ------------------------------------------------------------------------ */
 /* A command's output reported as text                                      */
 /* ------------------------------------------------------------------------ */

@@ -1335,6 +1335,24 @@ int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_li
                   void *ud, const char *op, sbx_error **error);
 
 /**
+ * One page of a listing whose next page the plugin works out itself (from
+ * the last item, or a number of the answer's; cl_list_pages() serves a
+ * token): cl_get_json(@url) (a safe call, retried; @what names it), @url a
+ * string the call takes and frees (NULL, from a builder that ran out of
+ * memory: resource_exhausted, nothing sent). Returns the answer (a new
+ * object, json_object_put()) with *@items its array member @items_key
+ * (borrowed from the answer), or NULL with *@error set: the call's or the
+ * answer's error, not_found "@provider: no @noun list at @api" on a 404,
+ * connection "@provider list answered with no @items_key array" when that
+ * member is missing or not an array (@provider being cl_backend).
+ * Thread-safe.
+ */
+struct json_object *cl_list_page(cl_http *h, const sbx_call_ctx *ctx, char *url, const char *api,
+                                 const char *noun, const char *items_key,
+                                 struct json_object **items, const char *op, const char *what,
+                                 sbx_error **error);
+
+/**
  * The ownership labels a create carries (CL_META_*, reap.c), in this
  * order: CL_META_BACKEND=@backend, CL_META_TOKEN=@ctx's create token
  * (left out when @ctx has none), CL_META_EXPIRES=@expires_at as whole

@@ -569,21 +569,9 @@ static int rl_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, rl_each
         char *url = cl_printf("%s/v1/devboxes?limit=100%s%s", c->cl.api,
                               e ? "&starting_after=" : "", e ? e : "");
         free(e);
-        long st = 0;
-        json_object *j = url ? cl_get_json(c->cl.http, ctx, url, &st, op, "list devboxes", error)
-                             : NULL;
-        free(url);
+        json_object *items, *j = cl_list_page(c->cl.http, ctx, url, c->cl.api, "devbox",
+                                              "devboxes", &items, op, "list devboxes", error);
         if (!j) {
-            if (st == 404)
-                cl_fail(error, SBX_ERROR_NOT_FOUND, op, "runloop: no devbox list at %s", c->cl.api);
-            rc = -1;
-            break;
-        }
-        json_object *items = cl_json_path(j, "devboxes", NULL);
-        if (!items || !json_object_is_type(items, json_type_array)) {
-            cl_fail(error, SBX_ERROR_CONNECTION, op, "runloop list answered with no devboxes "
-                    "array");
-            json_object_put(j);
             rc = -1;
             break;
         }

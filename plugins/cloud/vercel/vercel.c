@@ -612,21 +612,9 @@ static int vc_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, vc_each
                              : cl_printf("?project=%s&limit=100", proj);
         char *url = q ? vc_url(c, NULL, q) : NULL;
         free(q);
-        long st = 0;
-        json_object *j = url ? cl_get_json(c->cl.http, ctx, url, &st, op, "list sandboxes", error)
-                             : NULL;
-        free(url);
+        json_object *items, *j = cl_list_page(c->cl.http, ctx, url, c->cl.api, "sandbox",
+                                              "sandboxes", &items, op, "list sandboxes", error);
         if (!j) {
-            if (st == 404)
-                cl_fail(error, SBX_ERROR_NOT_FOUND, op, "vercel: no sandbox list at %s", c->cl.api);
-            rc = -1;
-            break;
-        }
-        json_object *items = cl_json_path(j, "sandboxes", NULL);
-        if (!items || !json_object_is_type(items, json_type_array)) {
-            cl_fail(error, SBX_ERROR_CONNECTION, op, "vercel list answered with no sandboxes "
-                    "array");
-            json_object_put(j);
             rc = -1;
             break;
         }
