@@ -2167,6 +2167,49 @@ Test(provider, sandbox_ended_and_confirm_gone)
     cl_sandbox_clear(&s);
 }
 
+/* A stop's answer: 2xx, 404 and the provider's own "gone" status are done
+ * without a look; another status is done when the sandbox has ended (one
+ * GET), else its error; no answer is -1 with no look. The answer is
+ * cleared each time. */
+Test(provider, stop_answer)
+{
+    static const char *const dead[] = { "shutdown", "failure", NULL };
+    cl_resume_spec spec = { "acme", 1, "devbox_id", ended_get, "status", dead, NULL };
+    cl_client head = { 0 };
+    head.http = cl_http_new();
+    sbx_plugin_client *c = (sbx_plugin_client *)&head;
+    cl_resp r = { 0 };
+    int gets = resume_gets;
+    r.status = 200;
+    cr_assert_eq(cl_stop_answer(c, NULL, &spec, "sb-run", 0, &r, 0, "destroy", "stop it", NULL),
+                 0);
+    r.status = 404;
+    cr_assert_eq(cl_stop_answer(c, NULL, &spec, "sb-run", 0, &r, 0, "destroy", "stop it", NULL),
+                 0);
+    r.status = 410;
+    cr_assert_eq(cl_stop_answer(c, NULL, &spec, "sb-run", 0, &r, 410, "destroy", "stop it", NULL),
+                 0);
+    cr_assert_eq(resume_gets, gets);
+    r.status = 409;
+    cr_assert_eq(cl_stop_answer(c, NULL, &spec, "sb-end", 0, &r, 410, "destroy", "stop it", NULL),
+                 0);
+    cr_assert_eq(resume_gets, gets + 1);
+    cr_assert_str_eq(ended_op, "destroy");
+    r.status = 410;
+    cr_assert_eq(cl_stop_answer(c, NULL, &spec, "sb-run", 0, &r, 0, "destroy", "stop it", NULL),
+                 -1);
+    cr_assert_eq(resume_gets, gets + 2);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "stop it: no message (HTTP 410)");
+    r.status = 500;
+    cr_assert_eq(cl_buf_append(&r.body, "x", 1), 0);
+    cr_assert_eq(cl_stop_answer(c, NULL, &spec, "sb-run", -1, &r, 0, "destroy", "stop it", NULL),
+                 -1);
+    cr_assert_eq(resume_gets, gets + 2);
+    cr_assert_null(r.body.data);
+    cl_http_free(head.http);
+}
+
 /* exec_resize's check and wait: no terminal is invalid_argument; a wait
  * past the call's deadline is its timeout, the lock released. */
 Test(provider, resize_check_and_wait)

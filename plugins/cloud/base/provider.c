@@ -447,6 +447,20 @@ int cl_sandbox_ended(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
     return ended;
 }
 
+int cl_stop_answer(sbx_plugin_client *client, const sbx_call_ctx *ctx, const cl_resume_spec *rs,
+                   const char *id, int rc, cl_resp *r, long gone_status, const char *op,
+                   const char *what, sbx_error **error)
+{
+    if (rc == 0 && r->status / 100 != 2 && r->status != 404
+        && !(gone_status && r->status == gone_status)
+        && !cl_sandbox_ended(client, ctx, rs, id, op, NULL)) {
+        cl_fail_status(((cl_client *)client)->http, error, CL_CODE_BY_STATUS, r, op, what);
+        rc = -1;
+    }
+    cl_resp_clear(r);
+    return rc;
+}
+
 int cl_sandbox_confirm_gone(cl_sandbox *s, sbx_plugin_client *client, const sbx_call_ctx *ctx,
                             const cl_resume_spec *rs, const char *op, sbx_error **error)
 {

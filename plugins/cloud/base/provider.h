@@ -267,6 +267,20 @@ int cl_sandbox_ended(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
                      const char *id, const char *op, struct json_object **view);
 
 /**
+ * The end of a stop (or a delete) of sandbox @id, whose request (on
+ * @client, a cl_client head) gave @rc: -1 when no answer came (its error
+ * stored already); else 0 when the answer @r is 2xx, 404 or @gone_status
+ * (0: no other; 410, say), or when it is not but the provider says the
+ * sandbox has ended (cl_sandbox_ended(), one GET: it refuses a stop once
+ * it is stopped); else -1 with the answer's error (cl_fail_status(), @what
+ * naming the call). @r is cleared in every case. Thread-safe as @rs->get
+ * is.
+ */
+int cl_stop_answer(sbx_plugin_client *client, const sbx_call_ctx *ctx, const cl_resume_spec *rs,
+                   const char *id, int rc, cl_resp *r, long gone_status, const char *op,
+                   const char *what, sbx_error **error);
+
+/**
  * After an answer on sandbox @s that may say it is gone (a 404 that may be
  * a file's, a refusal): cl_sandbox_ended() on its id; when it has ended,
  * its gone flag set and the gone error stored as cl_resume_get() makes it

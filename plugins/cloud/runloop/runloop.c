@@ -537,21 +537,15 @@ static int rl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
 /* Client                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/* POST shutdown: 0 when shut down, or shut down already (a terminal devbox
+ * refuses more calls), or gone. */
 static int rl_shutdown(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                        const char *op, sbx_error **error)
 {
     cl_resp r = { 0 };
     int rc = rl_post(c, ctx, id, "/shutdown", NULL, CL_SAFE, &r, op, "shut the devbox down",
                      error);
-    if (rc == 0 && r.status / 100 != 2 && r.status != 404) {
-        /* Shut down already (a terminal devbox refuses more calls). */
-        if (!cl_sandbox_ended(c, ctx, &rl_spec, id, op, NULL)) {
-            cl_fail_status(c->cl.http, error, CL_CODE_BY_STATUS, &r, op, "shut the devbox down");
-            rc = -1;
-        }
-    }
-    cl_resp_clear(&r);
-    return rc;
+    return cl_stop_answer(c, ctx, &rl_spec, id, rc, &r, 0, op, "shut the devbox down", error);
 }
 
 /* Walks every page of GET /v1/devboxes (starting_after the last id while

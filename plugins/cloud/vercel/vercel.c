@@ -585,14 +585,7 @@ static int vc_stop_id(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
 {
     cl_resp r = { 0 };
     int rc = vc_post(c, ctx, id, "/stop", NULL, CL_SAFE, &r, op, "stop the sandbox", error);
-    if (rc == 0 && r.status / 100 != 2 && r.status != 404 && r.status != 410) {
-        if (!cl_sandbox_ended(c, ctx, &vc_spec, id, op, NULL)) {
-            cl_fail_status(c->cl.http, error, CL_CODE_BY_STATUS, &r, op, "stop the sandbox");
-            rc = -1;
-        }
-    }
-    cl_resp_clear(&r);
-    return rc;
+    return cl_stop_answer(c, ctx, &vc_spec, id, rc, &r, 410, op, "stop the sandbox", error);
 }
 
 /* Walks every page of GET /v1/sandboxes?project= (until= the page's
