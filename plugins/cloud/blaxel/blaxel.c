@@ -704,10 +704,7 @@ static int bl_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
     } else if (rc < 0 && r.status / 100 > 2) {
         bl_file_fail(sb, &r, op, path, "file", error);
     } else if (rc < 0) {
-        cl_last_error l = *cl_last();
-        sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
-        if (l.unknown)
-            cl_outcome_unknown(err);
+        cl_fail_from(error, cl_last(), op);
     }
     free(q);
     cl_resp_clear(&r);

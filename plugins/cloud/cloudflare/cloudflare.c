@@ -1627,9 +1627,7 @@ out:
         free(ds);
     }
     if (code < 0) {
-        cl_fail(NULL, l.code, op, "%s", l.msg);
-        if (l.unknown)
-            cl_outcome_unknown(NULL);
+        cl_fail_from(NULL, &l, op);
         cl_proc_fail_in(base, &sb->s);
     }
     pthread_mutex_lock(&p->tlock);
