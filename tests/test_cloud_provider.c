@@ -1604,7 +1604,8 @@ static int listed_cb(void *ud, json_object *it)
 /* Pages by an answer header (the answer an array) and by a member of the
  * answer (the items in a member): every page read, the token sent
  * percent-encoded; a stop ends the listing; an answer that is not an array
- * and one that is not 200 are errors. */
+ * and one that is not 200 are errors, and so is no first URL (no memory
+ * built it). */
 Test(provider, list_pages)
 {
     cl_backend = "acme";
@@ -1655,6 +1656,10 @@ Test(provider, list_pages)
     page_stop(&sv);
     cr_assert_eq(cl_last()->code, SBX_ERROR_AUTHENTICATION);
     cr_assert_str_eq(cl_last()->msg, "list sandboxes: bad key (HTTP 401)");
+    cr_assert_eq(e.n, 0);
+    cl_pages none = { NULL, "cursor", NULL, "nextCursor", "items", "list sandboxes", 0 };
+    cr_assert_eq(cl_list_pages(h, NULL, &none, listed_cb, &e, "list_owned", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
     cr_assert_eq(e.n, 0);
     cl_http_free(h);
 }

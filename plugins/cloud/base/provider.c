@@ -2232,7 +2232,7 @@ int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_li
     for (int page = 0; page < 1000 && rc == 0; page++) {
         char *nt = next ? cl_url_escape(next) : NULL;
         char *url = next ? (nt ? cl_printf("%s&%s=%s", pg->url, pg->token_param, nt) : NULL)
-                         : strdup(pg->url);
+                         : pg->url ? strdup(pg->url) : NULL;
         free(nt);
         free(next);
         next = NULL;

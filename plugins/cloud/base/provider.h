@@ -1313,7 +1313,9 @@ typedef int (*cl_listed_fn)(void *ud, struct json_object *item);
 /** How a provider pages its list call (cl_list_pages()). */
 typedef struct cl_pages {
     const char *url;            /* the first page: an absolute URL with its
-                                 * query (filter, page size) */
+                                 * query (filter, page size); NULL (from a
+                                 * builder that ran out of memory):
+                                 * resource_exhausted, nothing sent */
     const char *token_param;    /* a later page is @url + "&" + this + "=" +
                                  * the token (percent-encoded) */
     const char *token_header;   /* the next page's token is this answer

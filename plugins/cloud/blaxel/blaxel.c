@@ -631,9 +631,7 @@ static int bl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     cl_pages pg = { url, "cursor", NULL, "meta.nextCursor", "data", "list sandboxes",
                     CL_PAGES_ARRAY_TOO | CL_PAGES_EMPTY_ENDS };
     bl_owned o = { fn, ud };
-    int rc = url ? cl_list_pages(c->cl.http, ctx, &pg, bl_owned_one, &o, op, error) : -1;
-    if (!url)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    int rc = cl_list_pages(c->cl.http, ctx, &pg, bl_owned_one, &o, op, error);
     free(url);
     return rc;
 }

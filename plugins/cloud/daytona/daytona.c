@@ -236,9 +236,7 @@ static int dt_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
     json_object_put(want);
     char *url = labels ? cl_printf("%s/sandbox?limit=200&labels=%s", c->cl.api, labels) : NULL;
     cl_pages pg = { url, "cursor", NULL, "nextCursor", "items", "list sandboxes", 0 };
-    int rc = url ? cl_list_pages(c->cl.http, ctx, &pg, fn, ud, op, error) : -1;
-    if (!url)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    int rc = cl_list_pages(c->cl.http, ctx, &pg, fn, ud, op, error);
     free(url);
     free(labels);
     return rc;

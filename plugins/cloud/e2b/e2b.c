@@ -1324,9 +1324,7 @@ static int e2b_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const 
     char *url = meta ? cl_printf("%s/v2/sandboxes?state=running,paused&metadata=%s&limit=100",
                                  c->cl.api, meta) : NULL;
     cl_pages pg = { url, "nextToken", "X-Next-Token", NULL, NULL, "list sandboxes", 0 };
-    int rc = url ? cl_list_pages(c->cl.http, ctx, &pg, fn, ud, op, error) : -1;
-    if (!url)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    int rc = cl_list_pages(c->cl.http, ctx, &pg, fn, ud, op, error);
     free(url);
     free(meta);
     free(kv);

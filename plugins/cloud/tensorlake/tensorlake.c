@@ -861,9 +861,7 @@ static int tl_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
     char *url = cl_printf("%s/sandboxes?limit=100", c->cl.api);
     cl_pages pg = { url, "cursor", NULL, "next_cursor", "sandboxes", "list sandboxes", 0 };
     tl_listing l = { fn, ud };
-    int rc = url ? cl_list_pages(c->cl.http, ctx, &pg, tl_listed, &l, op, error) : -1;
-    if (!url)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    int rc = cl_list_pages(c->cl.http, ctx, &pg, tl_listed, &l, op, error);
     free(url);
     return rc;
 }
