@@ -1504,6 +1504,33 @@ Test(provider, owned_listed)
     cr_assert_eq(cl_rfc3339(NULL), 0);
 }
 
+/* One sandbox's labels to what list_owned hands on: the backend checked
+ * when asked; no id, no token or another backend is passed over. */
+Test(provider, owned_report)
+{
+    owned_seen s = { 0 };
+    json_object *lb = json_tokener_parse("{\"sbx_backend\":\"acme\",\"sbx_create_token\":"
+                                         "\"sbx-cc\",\"sbx_expires_at\":\"1767225600\"}");
+    cr_assert_eq(cl_owned_report(owned_cb, &s, "sb-11", lb, 12.5, "acme"), 7);
+    cr_assert_eq(s.n, 1);
+    cr_assert_str_eq(s.id, "sb-11");
+    cr_assert_str_eq(s.token, "sbx-cc");
+    cr_assert_eq(s.created_at, 12.5);
+    cr_assert_eq(s.expires_at, 1767225600);
+    cr_assert_eq(cl_owned_report(owned_cb, &s, "sb-11", lb, 0, "other"), 0);
+    cr_assert_eq(cl_owned_report(owned_cb, &s, NULL, lb, 0, NULL), 0);
+    cr_assert_eq(cl_owned_report(owned_cb, &s, "sb-11", NULL, 0, NULL), 0);
+    cr_assert_eq(s.n, 1);
+    json_object_put(lb);
+    lb = json_tokener_parse("{\"sbx_create_token\":\"sbx-dd\"}");
+    cr_assert_eq(cl_owned_report(owned_cb, &s, "sb-12", lb, 0, "acme"), 0);
+    cr_assert_eq(cl_owned_report(owned_cb, &s, "sb-12", lb, 0, NULL), 7);
+    cr_assert_eq(s.n, 2);
+    cr_assert_str_eq(s.token, "sbx-dd");
+    cr_assert_eq(s.expires_at, 0);
+    json_object_put(lb);
+}
+
 /* A server on 127.0.0.1 that answers each request with the next of its
  * answers ("HEADERS\r\n" lines, then the body, status 200 unless given)
  * and keeps the request lines. */

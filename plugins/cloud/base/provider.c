@@ -2208,20 +2208,25 @@ double cl_rfc3339(const char *s)
     return (double)timegm(&tm) + frac;
 }
 
+int cl_owned_report(sbx_plugin_owned_fn fn, void *ud, const char *id, json_object *labels,
+                    double created, const char *backend)
+{
+    const char *tok = cl_json_str(labels, CL_META_TOKEN);
+    const char *exp = cl_json_str(labels, CL_META_EXPIRES);
+    const char *be = cl_json_str(labels, CL_META_BACKEND);
+    if (!id || !tok || (backend && (!be || strcmp(be, backend) != 0)))
+        return 0;
+    sbx_plugin_owned_info info = { sizeof(info), id, tok, created, exp ? strtod(exp, NULL) : 0 };
+    return fn(&info, ud);
+}
+
 int cl_owned_listed(void *ud, json_object *item)
 {
     const cl_owned *o = ud;
-    json_object *lb = cl_json_path(item, o->labels_key, NULL);
-    const char *id = cl_json_str(item, o->id_key);
-    const char *tok = cl_json_str(lb, CL_META_TOKEN);
-    const char *exp = cl_json_str(lb, CL_META_EXPIRES);
-    if (!id || !tok)
-        return 0;
-    sbx_plugin_owned_info info = { sizeof(info), id, tok,
-                                   o->created_key ? cl_rfc3339(cl_json_str(item, o->created_key))
-                                                  : 0,
-                                   exp ? strtod(exp, NULL) : 0 };
-    return o->fn(&info, o->ud);
+    return cl_owned_report(o->fn, o->ud, cl_json_str(item, o->id_key),
+                           cl_json_path(item, o->labels_key, NULL),
+                           o->created_key ? cl_rfc3339(cl_json_str(item, o->created_key)) : 0,
+                           NULL);
 }
 
 int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_listed_fn fn,

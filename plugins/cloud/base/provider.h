@@ -1405,6 +1405,19 @@ typedef struct cl_owned {
  */
 int cl_owned_listed(void *ud, struct json_object *item);
 
+/**
+ * Hands @fn (with @ud) the sbx_plugin_owned_info of sandbox @id whose
+ * ownership labels are @labels (CL_META_*; a JSON object borrowed for the
+ * call, NULL: none): its create token, its expiry (CL_META_EXPIRES as
+ * decimal UNIX seconds; 0 when absent) and @created (UNIX seconds; 0:
+ * unknown). Passes over (0, @fn not called) a sandbox without an @id or a
+ * token, and one whose CL_META_BACKEND is not @backend when @backend is
+ * not NULL (a listing not filtered by backend). Else what @fn gives
+ * (non-zero stops the listing). Thread-safe as @fn is.
+ */
+int cl_owned_report(sbx_plugin_owned_fn fn, void *ud, const char *id, struct json_object *labels,
+                    double created, const char *backend);
+
 /** The exec_wait slot of a plugin whose process struct starts with a
  *  cl_proc: cl_proc_wait() with op exec_wait (@ctx unused). */
 int cl_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,

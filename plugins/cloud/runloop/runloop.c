@@ -899,18 +899,10 @@ typedef struct rl_owned {
 static int rl_owned_one(void *ud, json_object *it)
 {
     rl_owned *o = ud;
-    json_object *meta = cl_json_path(it, "metadata", NULL);
-    const char *be = cl_json_str(meta, CL_META_BACKEND);
-    const char *tok = cl_json_str(meta, CL_META_TOKEN);
-    const char *exp = cl_json_str(meta, CL_META_EXPIRES);
-    const char *id = cl_json_str(it, "id");
     int64_t created = 0;
-    if (!be || strcmp(be, RL_BACKEND) != 0 || !tok || !id)
-        return 0;
     cl_json_int(it, "create_time_ms", &created);
-    sbx_plugin_owned_info info = { sizeof(info), id, tok, (double)created / 1000.0,
-                                   exp ? strtod(exp, NULL) : 0 };
-    return o->fn(&info, o->ud);
+    return cl_owned_report(o->fn, o->ud, cl_json_str(it, "id"), cl_json_path(it, "metadata", NULL),
+                           (double)created / 1000.0, RL_BACKEND);
 }
 
 /* The devboxes this backend made: metadata sbx_backend=runloop. */

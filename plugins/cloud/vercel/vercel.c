@@ -1080,17 +1080,9 @@ static int vc_owned_one(void *ud, json_object *it)
     if (strcmp(vc_status(it), "running") != 0)
         return 0;
     json_object *own = vc_owner(o->c, o->ctx, id, "list_owned");
-    const char *be = cl_json_str(own, CL_META_BACKEND);
-    const char *tok = cl_json_str(own, CL_META_TOKEN);
-    const char *exp = cl_json_str(own, CL_META_EXPIRES);
     int64_t created = 0;
-    int rc = 0;
-    if (be && strcmp(be, VC_BACKEND) == 0 && tok) {
-        cl_json_int(it, "createdAt", &created);
-        sbx_plugin_owned_info info = { sizeof(info), id, tok, (double)created / 1000.0,
-                                       exp ? strtod(exp, NULL) : 0 };
-        rc = o->fn(&info, o->ud);
-    }
+    cl_json_int(it, "createdAt", &created);
+    int rc = cl_owned_report(o->fn, o->ud, id, own, (double)created / 1000.0, VC_BACKEND);
     json_object_put(own);
     return rc;
 }
