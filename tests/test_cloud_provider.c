@@ -1361,6 +1361,8 @@ Test(provider, port_slots_keep_the_exposed_set)
     char *dup = cl_host_strdup("https://3000-sb-7.example", "resolve_port", NULL);
     cr_assert_str_eq(dup, "https://3000-sb-7.example");
     free(dup);
+    cr_assert_null(cl_host_strdup(NULL, "resolve_port", NULL));
+    cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
 
     cl_gone_set(&sb.s.gone);
     cr_assert_eq(cl_expose_port(&sb, NULL, 1, NULL), -1);

@@ -1204,8 +1204,8 @@ int cl_port_resolvable(cl_sandbox *s, unsigned port, sbx_error **error)
 
 char *cl_host_strdup(const char *str, const char *op, sbx_error **error)
 {
-    size_t n = strlen(str) + 1;
-    char *out = cl_host->alloc(n);
+    size_t n = str ? strlen(str) + 1 : 0;
+    char *out = str ? cl_host->alloc(n) : NULL;
     if (out)
         memcpy(out, str, n);
     else

@@ -669,7 +669,8 @@ int cl_port_resolvable(cl_sandbox *s, unsigned port, sbx_error **error);
 
 /** A copy of @str in host memory (cl_host->alloc; the host frees it), as a
  *  slot returns a string: NULL with resource_exhausted (op @op) on no
- *  memory. Thread-safe. */
+ *  memory, and when @str is NULL (from a builder that ran out of memory).
+ *  Thread-safe. */
 char *cl_host_strdup(const char *str, const char *op, sbx_error **error);
 
 /**

@@ -712,15 +712,11 @@ static char *cf_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, un
     for (size_t i = 0; i < sb->n_tunnels && !have; i++)
         if (sb->tunnels[i].port == port) {
             have = 1;
-            out = cl_host->alloc(strlen(sb->tunnels[i].url) + 1);
-            if (out)
-                strcpy(out, sb->tunnels[i].url);
+            out = cl_host_strdup(sb->tunnels[i].url, op, error);
         }
     pthread_mutex_unlock(&sb->tlock);
     if (!have)
         cl_port_not_exposed(error, &sb->s, CF_BACKEND, op, port);
-    else if (!out)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     return out;
 }
 

@@ -1291,9 +1291,7 @@ static char *e2b_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, u
         return NULL;
     char *url = cl_printf("https://%u-%s.%s", port, sb->s.id,
                           sb->domain ? sb->domain : sb->s.c->domain);
-    char *out = url ? cl_host_strdup(url, op, error) : NULL;
-    if (!url)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    char *out = cl_host_strdup(url, op, error);
     free(url);
     return out;
 }

@@ -2261,17 +2261,13 @@ static char *modal_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     for (size_t i = 0; i < sb->n_tunnels; i++) {
         if (sb->tunnel_ports[i] == port && sb->tunnel_urls[i]) {
             found = 1;
-            size_t n = strlen(sb->tunnel_urls[i]) + 1;
-            if ((out = cl_host->alloc(n)) != NULL)
-                memcpy(out, sb->tunnel_urls[i], n);
+            out = cl_host_strdup(sb->tunnel_urls[i], op, error);
             break;
         }
     }
     pthread_mutex_unlock(&sb->lock);
     if (!found)
         cl_port_not_exposed(error, &sb->s, MODAL_BACKEND, op, port);
-    else if (!out)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     return out;
 }
 

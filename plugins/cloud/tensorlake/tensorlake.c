@@ -565,11 +565,7 @@ static char *tl_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, un
         size_t hl = strcspn(ph, "/");
         url = cl_printf("https://%u-%s.%.*s", port, sb->s.id, (int)hl, ph);
     }
-    char *out = url ? cl_host->alloc(strlen(url) + 1) : NULL;
-    if (out)
-        strcpy(out, url);
-    else
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    char *out = cl_host_strdup(url, op, error);
     free(url);
     return out;
 }
