@@ -754,13 +754,9 @@ out:
 
 static struct sbx_plugin_sandbox *modal_sandbox_new(struct sbx_plugin_client *c, const char *id)
 {
-    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
-    if (!sb || cl_sandbox_init(&sb->s, id) < 0) {
-        free(sb);
-        return NULL;
-    }
-    sb->s.c = c;
-    pthread_mutex_init(&sb->lock, NULL);
+    struct sbx_plugin_sandbox *sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
+    if (sb)
+        pthread_mutex_init(&sb->lock, NULL);
     return sb;
 }
 
@@ -769,7 +765,6 @@ static void modal_sandbox_free(sbx_plugin_sandbox *sb)
     if (!sb)
         return;
     pthread_mutex_destroy(&sb->lock);
-    cl_sandbox_clear(&sb->s);
     cl_grpc_free(sb->router);
     for (size_t i = 0; i < sizeof sb->retired / sizeof sb->retired[0]; i++)
         cl_grpc_free(sb->retired[i]);
@@ -784,7 +779,7 @@ static void modal_sandbox_free(sbx_plugin_sandbox *sb)
         free(sb->tunnel_urls[i]);
     free(sb->tunnel_urls);
     free(sb->tunnel_ports);
-    free(sb);
+    cl_sandbox_free(sb);
 }
 
 /* SandboxTerminate @id; NOT_FOUND: gone already (0). */
