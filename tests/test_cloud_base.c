@@ -891,6 +891,21 @@ Test(util, json_int64_as_string)
     json_object_put(j);
 }
 
+/* A built string handed over, or dropped when a step failed. */
+Test(util, buf_take)
+{
+    cl_buf b = { 0 };
+    cr_assert_eq(cl_buf_printf(&b, "ab%d", 1), 0);
+    char *s = cl_buf_take(&b, 0);
+    cr_assert_str_eq(s, "ab1");
+    free(s);
+    cl_buf c = { 0 };
+    cr_assert_eq(cl_buf_printf(&c, "x"), 0);
+    cr_assert_null(cl_buf_take(&c, 1));
+    cr_assert_null(c.data);
+    cr_assert_eq(c.len, 0);
+}
+
 Test(util, json_bool_as_json_c_reads_it)
 {
     json_object *j = json_tokener_parse(

@@ -120,6 +120,10 @@ typedef struct cl_buf {
 int cl_buf_append(cl_buf *b, const void *p, size_t n);   /* 0 or -1 (ENOMEM) */
 int cl_buf_printf(cl_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void cl_buf_clear(cl_buf *b);
+/** The end of a string built in @b: its data (a new string, NUL-terminated;
+ *  the caller frees it) when @bad is 0, else NULL with @b cleared (@bad:
+ *  a step of the building ran out of memory). */
+char *cl_buf_take(cl_buf *b, int bad);
 
 double cl_now(void);        /* CLOCK_MONOTONIC seconds */
 double cl_wallclock(void);  /* UNIX seconds */

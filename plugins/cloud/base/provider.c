@@ -682,13 +682,7 @@ char *cl_env_file(const char *const *env)
         free(line);
         free(q);
     }
-    if (!bad && cl_buf_append(&b, "", 1) < 0)
-        bad = 1;
-    if (bad) {
-        cl_buf_clear(&b);
-        return NULL;
-    }
-    return b.data;
+    return cl_buf_take(&b, bad || cl_buf_append(&b, "", 1) < 0);
 }
 
 int cl_buf_env_exports(cl_buf *b, const char *const *env)
@@ -709,11 +703,7 @@ int cl_buf_env_exports(cl_buf *b, const char *const *env)
 char *cl_env_exports(const char *const *env)
 {
     cl_buf b = { 0 };
-    if (cl_buf_append(&b, "", 0) < 0 || cl_buf_env_exports(&b, env) < 0) {
-        cl_buf_clear(&b);
-        return NULL;
-    }
-    return b.data;
+    return cl_buf_take(&b, cl_buf_append(&b, "", 0) < 0 || cl_buf_env_exports(&b, env) < 0);
 }
 
 char *cl_env_file_source(const char *path)
@@ -734,11 +724,7 @@ char *cl_call_keys(const char *const *env)
         size_t kn = eq ? (size_t)(eq - env[i]) : strlen(env[i]);
         bad = (i && cl_buf_append(&b, ":", 1) < 0) || cl_buf_append(&b, env[i], kn) < 0;
     }
-    if (bad || cl_buf_append(&b, "", 1) < 0) {
-        cl_buf_clear(&b);
-        return NULL;
-    }
-    return b.data;
+    return cl_buf_take(&b, bad || cl_buf_append(&b, "", 1) < 0);
 }
 
 /* ------------------------------------------------------------------------ */

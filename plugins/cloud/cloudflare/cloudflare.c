@@ -1500,11 +1500,7 @@ static char *cf_pty_program(cf_proc *p)
     free(src);
     free(keys);
     cl_buf_clear(&inner);
-    if (bad) {
-        cl_buf_clear(&b);
-        return NULL;
-    }
-    return b.data;
+    return cl_buf_take(&b, bad);
 }
 
 /* The worker of a command on a terminal: the program staged, a session

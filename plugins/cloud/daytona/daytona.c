@@ -1318,11 +1318,7 @@ static char *dt_command_line(dt_proc *p, const char *stdin_path)
                          : cl_buf_printf(&b, " < %s", qi) < 0;
     free(qs);
     free(qi);
-    if (bad) {
-        cl_buf_clear(&b);
-        return NULL;
-    }
-    return b.data;
+    return cl_buf_take(&b, bad);
 }
 
 /* U+FFFD in UTF-8: what the daemon's JSON has in place of every byte that
@@ -1595,12 +1591,8 @@ static int dt_pty_message(void *ud, int binary, const unsigned char *d, size_t n
 static char *dt_pty_script(dt_pty *p)
 {
     cl_buf b = { 0 };
-    if (cl_buf_env_exports(&b, (const char *const *)p->sp.env) < 0
-        || cl_buf_printf(&b, "%s", p->sp.script) < 0) {
-        cl_buf_clear(&b);
-        return NULL;
-    }
-    return b.data;
+    return cl_buf_take(&b, cl_buf_env_exports(&b, (const char *const *)p->sp.env) < 0
+                               || cl_buf_printf(&b, "%s", p->sp.script) < 0);
 }
 
 /* The exit code in the daemon's close reason {"exitCode": N}: 0..255, or

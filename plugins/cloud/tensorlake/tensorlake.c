@@ -1290,11 +1290,7 @@ static char *tl_exec_script(const char *src, const char *tag, const char *in)
         "[ $c -lt 128 ] && LC_ALL=C exec rm -f $k %3$s\n"
         "rm -f $k %3$s; exit $c\n",
         TL_REPORT_MARK, tag, rmin) < 0;
-    if (bad) {
-        cl_buf_clear(&b);
-        return NULL;
-    }
-    return b.data;
+    return cl_buf_take(&b, bad);
 }
 
 static int tl_exec_run(cl_proc *base)
