@@ -49,8 +49,10 @@
  *   - the create's refusals by table (options the provider cannot honour,
  *     backend_options of a provider that takes none), its backend_options
  *     by a table of the provider's, the id of its one-POST create (nested
- *     too) and its ownership labels; a paged listing, and list_owned's
- *     item (with RFC 3339 times);
+ *     too) and its ownership labels; a paged listing (or one page of a
+ *     listing the plugin pages itself), and list_owned's item (with RFC
+ *     3339 times) or one sandbox's ownership labels;
+ *   - the end of a stop that is done when the sandbox has ended already;
  *   - the descriptor's head, the slots every plugin fills with its own
  *     functions, the script proc slots and the entry point, and the
  *     destroy, destroy_by_id and script exec_start slots, the GET,
