@@ -891,6 +891,41 @@ Test(util, json_int64_as_string)
     json_object_put(j);
 }
 
+/* A built string handed over, or dropped when a step failed. */
+Test(util, buf_take)
+{
+    cl_buf b = { 0 };
+    cr_assert_eq(cl_buf_printf(&b, "ab%d", 1), 0);
+    char *s = cl_buf_take(&b, 0);
+    cr_assert_str_eq(s, "ab1");
+    free(s);
+    cl_buf c = { 0 };
+    cr_assert_eq(cl_buf_printf(&c, "x"), 0);
+    cr_assert_null(cl_buf_take(&c, 1));
+    cr_assert_null(c.data);
+    cr_assert_eq(c.len, 0);
+}
+
+Test(util, json_bool_as_json_c_reads_it)
+{
+    json_object *j = json_tokener_parse(
+        "{\"t\":true,\"f\":false,\"n\":null,\"one\":1,\"zero\":0,\"s\":\"x\","
+        "\"empty\":\"\"}");
+    cr_assert_eq(cl_json_bool(j, "t"), 1);
+    cr_assert_eq(cl_json_bool(j, "f"), 0);
+    cr_assert_eq(cl_json_bool(j, "n"), 0);
+    cr_assert_eq(cl_json_bool(j, "one"), 1);
+    cr_assert_eq(cl_json_bool(j, "zero"), 0);
+    cr_assert_eq(cl_json_bool(j, "s"), 1);
+    cr_assert_eq(cl_json_bool(j, "empty"), 0);
+    cr_assert_eq(cl_json_bool(j, "missing"), 0);
+    cr_assert_eq(cl_json_bool(NULL, "t"), 0);
+    json_object *a = json_tokener_parse("[true]");
+    cr_assert_eq(cl_json_bool(a, "t"), 0);
+    json_object_put(a);
+    json_object_put(j);
+}
+
 /* Runs @script with /bin/sh -c; stdout into @out. Returns the exit code. */
 static int run_sh(const char *script, char *out, size_t cap)
 {

@@ -1361,6 +1361,8 @@ Test(provider, port_slots_keep_the_exposed_set)
     char *dup = cl_host_strdup("https://3000-sb-7.example", "resolve_port", NULL);
     cr_assert_str_eq(dup, "https://3000-sb-7.example");
     free(dup);
+    cr_assert_null(cl_host_strdup(NULL, "resolve_port", NULL));
+    cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
 
     cl_gone_set(&sb.s.gone);
     cr_assert_eq(cl_expose_port(&sb, NULL, 1, NULL), -1);
@@ -1504,6 +1506,33 @@ Test(provider, owned_listed)
     cr_assert_eq(cl_rfc3339(NULL), 0);
 }
 
+/* One sandbox's labels to what list_owned hands on: the backend checked
+ * when asked; no id, no token or another backend is passed over. */
+Test(provider, owned_report)
+{
+    owned_seen s = { 0 };
+    json_object *lb = json_tokener_parse("{\"sbx_backend\":\"acme\",\"sbx_create_token\":"
+                                         "\"sbx-cc\",\"sbx_expires_at\":\"1767225600\"}");
+    cr_assert_eq(cl_owned_report(owned_cb, &s, "sb-11", lb, 12.5, "acme"), 7);
+    cr_assert_eq(s.n, 1);
+    cr_assert_str_eq(s.id, "sb-11");
+    cr_assert_str_eq(s.token, "sbx-cc");
+    cr_assert_eq(s.created_at, 12.5);
+    cr_assert_eq(s.expires_at, 1767225600);
+    cr_assert_eq(cl_owned_report(owned_cb, &s, "sb-11", lb, 0, "other"), 0);
+    cr_assert_eq(cl_owned_report(owned_cb, &s, NULL, lb, 0, NULL), 0);
+    cr_assert_eq(cl_owned_report(owned_cb, &s, "sb-11", NULL, 0, NULL), 0);
+    cr_assert_eq(s.n, 1);
+    json_object_put(lb);
+    lb = json_tokener_parse("{\"sbx_create_token\":\"sbx-dd\"}");
+    cr_assert_eq(cl_owned_report(owned_cb, &s, "sb-12", lb, 0, "acme"), 0);
+    cr_assert_eq(cl_owned_report(owned_cb, &s, "sb-12", lb, 0, NULL), 7);
+    cr_assert_eq(s.n, 2);
+    cr_assert_str_eq(s.token, "sbx-dd");
+    cr_assert_eq(s.expires_at, 0);
+    json_object_put(lb);
+}
+
 /* A server on 127.0.0.1 that answers each request with the next of its
  * answers ("HEADERS\r\n" lines, then the body, status 200 unless given)
  * and keeps the request lines. */
@@ -1604,7 +1633,8 @@ static int listed_cb(void *ud, json_object *it)
 /* Pages by an answer header (the answer an array) and by a member of the
  * answer (the items in a member): every page read, the token sent
  * percent-encoded; a stop ends the listing; an answer that is not an array
- * and one that is not 200 are errors. */
+ * and one that is not 200 are errors, and so is no first URL (no memory
+ * built it). */
 Test(provider, list_pages)
 {
     cl_backend = "acme";
@@ -1656,6 +1686,10 @@ Test(provider, list_pages)
     cr_assert_eq(cl_last()->code, SBX_ERROR_AUTHENTICATION);
     cr_assert_str_eq(cl_last()->msg, "list sandboxes: bad key (HTTP 401)");
     cr_assert_eq(e.n, 0);
+    cl_pages none = { NULL, "cursor", NULL, "nextCursor", "items", "list sandboxes", 0 };
+    cr_assert_eq(cl_list_pages(h, NULL, &none, listed_cb, &e, "list_owned", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
+    cr_assert_eq(e.n, 0);
     cl_http_free(h);
 }
 
@@ -1693,6 +1727,56 @@ Test(provider, list_pages_nested_token_array_and_empty_end)
     page_stop(&sv);
     cr_assert_eq(e.n, 0);
     cr_assert_eq(sv.served, 1);
+    cl_http_free(h);
+}
+
+/* One page of a listing the plugin pages itself: the answer with its items
+ * array; a 404 is "no list at" the API, an answer without the array a
+ * connection error, another status the answer's error. */
+Test(provider, list_page_items_and_its_errors)
+{
+    cl_backend = "acme";
+    cl_http *h = cl_http_new();
+    char api[64];
+    page_server sv;
+    static const page_answer answers[] = {
+        { 0, NULL, "{\"boxes\":[{\"id\":\"1\"},{\"id\":\"2\"}],\"has_more\":true}" },
+        { 404, NULL, "{\"message\":\"no route\"}" },
+        { 0, NULL, "{\"boxes\":{}}" },
+        { 401, NULL, "{\"message\":\"bad key\"}" },
+    };
+    page_start(&sv, answers, 4);
+    snprintf(api, sizeof api, "http://127.0.0.1:%d", sv.port);
+    json_object *items = NULL;
+    json_object *j = cl_list_page(h, NULL, cl_printf("%s/v1/boxes?limit=2", api), api, "box",
+                                  "boxes", &items, "list_owned", "list boxes", NULL);
+    cr_assert_not_null(j);
+    cr_assert_eq(json_object_array_length(items), 2);
+    cr_assert_str_eq(cl_json_str(json_object_array_get_idx(items, 1), "id"), "2");
+    cr_assert_eq(cl_json_bool(j, "has_more"), 1);
+    json_object_put(j);
+    cr_assert_null(cl_list_page(h, NULL, cl_printf("%s/v1/boxes", api), api, "box", "boxes",
+                                &items, "list_owned", "list boxes", NULL));
+    cr_assert_null(items);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    char want[128];
+    snprintf(want, sizeof want, "acme: no box list at %s", api);
+    cr_assert_str_eq(cl_last()->msg, want);
+    cr_assert_null(cl_list_page(h, NULL, cl_printf("%s/v1/boxes", api), api, "box", "boxes",
+                                &items, "list_owned", "list boxes", NULL));
+    cr_assert_null(items);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONNECTION);
+    cr_assert_str_eq(cl_last()->msg, "acme list answered with no boxes array");
+    cr_assert_null(cl_list_page(h, NULL, cl_printf("%s/v1/boxes", api), api, "box", "boxes",
+                                &items, "list_owned", "list boxes", NULL));
+    cr_assert_eq(cl_last()->code, SBX_ERROR_AUTHENTICATION);
+    cr_assert_str_eq(cl_last()->msg, "list boxes: bad key (HTTP 401)");
+    page_stop(&sv);
+    cr_assert_eq(sv.served, 4);
+    cr_assert_str_eq(sv.lines[0], "GET /v1/boxes?limit=2 HTTP/1.1");
+    cr_assert_null(cl_list_page(h, NULL, NULL, api, "box", "boxes", &items, "list_owned",
+                                "list boxes", NULL));
+    cr_assert_eq(cl_last()->code, SBX_ERROR_RESOURCE_EXHAUSTED);
     cl_http_free(h);
 }
 
@@ -2115,6 +2199,49 @@ Test(provider, sandbox_ended_and_confirm_gone)
     cr_assert_str_eq(resume_gone_state, "shutdown");
     cr_assert_str_eq(cl_last()->msg, "devbox sb-end ended");
     cl_sandbox_clear(&s);
+}
+
+/* A stop's answer: 2xx, 404 and the provider's own "gone" status are done
+ * without a look; another status is done when the sandbox has ended (one
+ * GET), else its error; no answer is -1 with no look. The answer is
+ * cleared each time. */
+Test(provider, stop_answer)
+{
+    static const char *const dead[] = { "shutdown", "failure", NULL };
+    cl_resume_spec spec = { "acme", 1, "devbox_id", ended_get, "status", dead, NULL };
+    cl_client head = { 0 };
+    head.http = cl_http_new();
+    sbx_plugin_client *c = (sbx_plugin_client *)&head;
+    cl_resp r = { 0 };
+    int gets = resume_gets;
+    r.status = 200;
+    cr_assert_eq(cl_stop_answer(c, NULL, &spec, "sb-run", 0, &r, 0, "destroy", "stop it", NULL),
+                 0);
+    r.status = 404;
+    cr_assert_eq(cl_stop_answer(c, NULL, &spec, "sb-run", 0, &r, 0, "destroy", "stop it", NULL),
+                 0);
+    r.status = 410;
+    cr_assert_eq(cl_stop_answer(c, NULL, &spec, "sb-run", 0, &r, 410, "destroy", "stop it", NULL),
+                 0);
+    cr_assert_eq(resume_gets, gets);
+    r.status = 409;
+    cr_assert_eq(cl_stop_answer(c, NULL, &spec, "sb-end", 0, &r, 410, "destroy", "stop it", NULL),
+                 0);
+    cr_assert_eq(resume_gets, gets + 1);
+    cr_assert_str_eq(ended_op, "destroy");
+    r.status = 410;
+    cr_assert_eq(cl_stop_answer(c, NULL, &spec, "sb-run", 0, &r, 0, "destroy", "stop it", NULL),
+                 -1);
+    cr_assert_eq(resume_gets, gets + 2);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "stop it: no message (HTTP 410)");
+    r.status = 500;
+    cr_assert_eq(cl_buf_append(&r.body, "x", 1), 0);
+    cr_assert_eq(cl_stop_answer(c, NULL, &spec, "sb-run", -1, &r, 0, "destroy", "stop it", NULL),
+                 -1);
+    cr_assert_eq(resume_gets, gets + 2);
+    cr_assert_null(r.body.data);
+    cl_http_free(head.http);
 }
 
 /* exec_resize's check and wait: no terminal is invalid_argument; a wait

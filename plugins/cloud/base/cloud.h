@@ -120,6 +120,10 @@ typedef struct cl_buf {
 int cl_buf_append(cl_buf *b, const void *p, size_t n);   /* 0 or -1 (ENOMEM) */
 int cl_buf_printf(cl_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void cl_buf_clear(cl_buf *b);
+/** The end of a string built in @b: its data (a new string, NUL-terminated;
+ *  the caller frees it) when @bad is 0, else NULL with @b cleared (@bad:
+ *  a step of the building ran out of memory). */
+char *cl_buf_take(cl_buf *b, int bad);
 
 double cl_now(void);        /* CLOCK_MONOTONIC seconds */
 double cl_wallclock(void);  /* UNIX seconds */
@@ -165,6 +169,10 @@ const char *cl_json_str(struct json_object *o, const char *key);
  *  (proto3 JSON writes int64 as strings). Returns 1 and sets *@v when
  *  present, 0 when missing, -1 when it is neither. */
 int cl_json_int(struct json_object *o, const char *key, int64_t *v);
+/** Member @key of object @o as a flag: 1 when present and true as json-c
+ *  reads it (true, a non-zero number, a non-empty string), else 0 (missing,
+ *  false, null; @o NULL or not an object). */
+int cl_json_bool(struct json_object *o, const char *key);
 /** Nested lookup: cl_json_path(o, "a", "b", NULL) is o.a.b, or NULL. */
 struct json_object *cl_json_path(struct json_object *o, ...) __attribute__((sentinel));
 

@@ -447,6 +447,20 @@ int cl_sandbox_ended(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
     return ended;
 }
 
+int cl_stop_answer(sbx_plugin_client *client, const sbx_call_ctx *ctx, const cl_resume_spec *rs,
+                   const char *id, int rc, cl_resp *r, long gone_status, const char *op,
+                   const char *what, sbx_error **error)
+{
+    if (rc == 0 && r->status / 100 != 2 && r->status != 404
+        && !(gone_status && r->status == gone_status)
+        && !cl_sandbox_ended(client, ctx, rs, id, op, NULL)) {
+        cl_fail_status(((cl_client *)client)->http, error, CL_CODE_BY_STATUS, r, op, what);
+        rc = -1;
+    }
+    cl_resp_clear(r);
+    return rc;
+}
+
 int cl_sandbox_confirm_gone(cl_sandbox *s, sbx_plugin_client *client, const sbx_call_ctx *ctx,
                             const cl_resume_spec *rs, const char *op, sbx_error **error)
 {
@@ -668,13 +682,7 @@ char *cl_env_file(const char *const *env)
         free(line);
         free(q);
     }
-    if (!bad && cl_buf_append(&b, "", 1) < 0)
-        bad = 1;
-    if (bad) {
-        cl_buf_clear(&b);
-        return NULL;
-    }
-    return b.data;
+    return cl_buf_take(&b, bad || cl_buf_append(&b, "", 1) < 0);
 }
 
 int cl_buf_env_exports(cl_buf *b, const char *const *env)
@@ -695,11 +703,7 @@ int cl_buf_env_exports(cl_buf *b, const char *const *env)
 char *cl_env_exports(const char *const *env)
 {
     cl_buf b = { 0 };
-    if (cl_buf_append(&b, "", 0) < 0 || cl_buf_env_exports(&b, env) < 0) {
-        cl_buf_clear(&b);
-        return NULL;
-    }
-    return b.data;
+    return cl_buf_take(&b, cl_buf_append(&b, "", 0) < 0 || cl_buf_env_exports(&b, env) < 0);
 }
 
 char *cl_env_file_source(const char *path)
@@ -720,11 +724,7 @@ char *cl_call_keys(const char *const *env)
         size_t kn = eq ? (size_t)(eq - env[i]) : strlen(env[i]);
         bad = (i && cl_buf_append(&b, ":", 1) < 0) || cl_buf_append(&b, env[i], kn) < 0;
     }
-    if (bad || cl_buf_append(&b, "", 1) < 0) {
-        cl_buf_clear(&b);
-        return NULL;
-    }
-    return b.data;
+    return cl_buf_take(&b, bad || cl_buf_append(&b, "", 1) < 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1190,8 +1190,8 @@ int cl_port_resolvable(cl_sandbox *s, unsigned port, sbx_error **error)
 
 char *cl_host_strdup(const char *str, const char *op, sbx_error **error)
 {
-    size_t n = strlen(str) + 1;
-    char *out = cl_host->alloc(n);
+    size_t n = str ? strlen(str) + 1 : 0;
+    char *out = str ? cl_host->alloc(n) : NULL;
     if (out)
         memcpy(out, str, n);
     else
@@ -2194,20 +2194,25 @@ double cl_rfc3339(const char *s)
     return (double)timegm(&tm) + frac;
 }
 
+int cl_owned_report(sbx_plugin_owned_fn fn, void *ud, const char *id, json_object *labels,
+                    double created, const char *backend)
+{
+    const char *tok = cl_json_str(labels, CL_META_TOKEN);
+    const char *exp = cl_json_str(labels, CL_META_EXPIRES);
+    const char *be = cl_json_str(labels, CL_META_BACKEND);
+    if (!id || !tok || (backend && (!be || strcmp(be, backend) != 0)))
+        return 0;
+    sbx_plugin_owned_info info = { sizeof(info), id, tok, created, exp ? strtod(exp, NULL) : 0 };
+    return fn(&info, ud);
+}
+
 int cl_owned_listed(void *ud, json_object *item)
 {
     const cl_owned *o = ud;
-    json_object *lb = cl_json_path(item, o->labels_key, NULL);
-    const char *id = cl_json_str(item, o->id_key);
-    const char *tok = cl_json_str(lb, CL_META_TOKEN);
-    const char *exp = cl_json_str(lb, CL_META_EXPIRES);
-    if (!id || !tok)
-        return 0;
-    sbx_plugin_owned_info info = { sizeof(info), id, tok,
-                                   o->created_key ? cl_rfc3339(cl_json_str(item, o->created_key))
-                                                  : 0,
-                                   exp ? strtod(exp, NULL) : 0 };
-    return o->fn(&info, o->ud);
+    return cl_owned_report(o->fn, o->ud, cl_json_str(item, o->id_key),
+                           cl_json_path(item, o->labels_key, NULL),
+                           o->created_key ? cl_rfc3339(cl_json_str(item, o->created_key)) : 0,
+                           NULL);
 }
 
 int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_listed_fn fn,
@@ -2218,7 +2223,7 @@ int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_li
     for (int page = 0; page < 1000 && rc == 0; page++) {
         char *nt = next ? cl_url_escape(next) : NULL;
         char *url = next ? (nt ? cl_printf("%s&%s=%s", pg->url, pg->token_param, nt) : NULL)
-                         : strdup(pg->url);
+                         : pg->url ? strdup(pg->url) : NULL;
         free(nt);
         free(next);
         next = NULL;
@@ -2263,6 +2268,27 @@ int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_li
     }
     free(next);
     return rc;
+}
+
+json_object *cl_list_page(cl_http *h, const sbx_call_ctx *ctx, char *url, const char *api,
+                          const char *noun, const char *items_key, json_object **items,
+                          const char *op, const char *what, sbx_error **error)
+{
+    long st = 0;
+    json_object *j = cl_get_json(h, ctx, url, &st, op, what, error);
+    free(url);
+    *items = cl_json_path(j, items_key, NULL);
+    if (!j) {
+        if (st == 404)
+            cl_fail(error, SBX_ERROR_NOT_FOUND, op, "%s: no %s list at %s", cl_backend, noun, api);
+    } else if (!*items || !json_object_is_type(*items, json_type_array)) {
+        cl_fail(error, SBX_ERROR_CONNECTION, op, "%s list answered with no %s array", cl_backend,
+                items_key);
+        json_object_put(j);
+        j = NULL;
+        *items = NULL;
+    }
+    return j;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -49,8 +49,10 @@
  *   - the create's refusals by table (options the provider cannot honour,
  *     backend_options of a provider that takes none), its backend_options
  *     by a table of the provider's, the id of its one-POST create (nested
- *     too) and its ownership labels; a paged listing, and list_owned's
- *     item (with RFC 3339 times);
+ *     too) and its ownership labels; a paged listing (or one page of a
+ *     listing the plugin pages itself), and list_owned's item (with RFC
+ *     3339 times) or one sandbox's ownership labels;
+ *   - the end of a stop that is done when the sandbox has ended already;
  *   - the descriptor's head, the slots every plugin fills with its own
  *     functions, the script proc slots and the entry point, and the
  *     destroy, destroy_by_id and script exec_start slots, the GET,
@@ -265,6 +267,20 @@ int cl_resume_end(int rc, void *sb, sbx_plugin_sandbox **sandbox, struct json_ob
  */
 int cl_sandbox_ended(sbx_plugin_client *client, const sbx_call_ctx *ctx, const cl_resume_spec *rs,
                      const char *id, const char *op, struct json_object **view);
+
+/**
+ * The end of a stop (or a delete) of sandbox @id, whose request (on
+ * @client, a cl_client head) gave @rc: -1 when no answer came (its error
+ * stored already); else 0 when the answer @r is 2xx, 404 or @gone_status
+ * (0: no other; 410, say), or when it is not but the provider says the
+ * sandbox has ended (cl_sandbox_ended(), one GET: it refuses a stop once
+ * it is stopped); else -1 with the answer's error (cl_fail_status(), @what
+ * naming the call). @r is cleared in every case. Thread-safe as @rs->get
+ * is.
+ */
+int cl_stop_answer(sbx_plugin_client *client, const sbx_call_ctx *ctx, const cl_resume_spec *rs,
+                   const char *id, int rc, cl_resp *r, long gone_status, const char *op,
+                   const char *what, sbx_error **error);
 
 /**
  * After an answer on sandbox @s that may say it is gone (a 404 that may be
@@ -655,7 +671,8 @@ int cl_port_resolvable(cl_sandbox *s, unsigned port, sbx_error **error);
 
 /** A copy of @str in host memory (cl_host->alloc; the host frees it), as a
  *  slot returns a string: NULL with resource_exhausted (op @op) on no
- *  memory. Thread-safe. */
+ *  memory, and when @str is NULL (from a builder that ran out of memory).
+ *  Thread-safe. */
 char *cl_host_strdup(const char *str, const char *op, sbx_error **error);
 
 /**
@@ -1299,7 +1316,9 @@ typedef int (*cl_listed_fn)(void *ud, struct json_object *item);
 /** How a provider pages its list call (cl_list_pages()). */
 typedef struct cl_pages {
     const char *url;            /* the first page: an absolute URL with its
-                                 * query (filter, page size) */
+                                 * query (filter, page size); NULL (from a
+                                 * builder that ran out of memory):
+                                 * resource_exhausted, nothing sent */
     const char *token_param;    /* a later page is @url + "&" + this + "=" +
                                  * the token (percent-encoded) */
     const char *token_header;   /* the next page's token is this answer
@@ -1333,6 +1352,24 @@ typedef struct cl_pages {
  */
 int cl_list_pages(cl_http *h, const sbx_call_ctx *ctx, const cl_pages *pg, cl_listed_fn fn,
                   void *ud, const char *op, sbx_error **error);
+
+/**
+ * One page of a listing whose next page the plugin works out itself (from
+ * the last item, or a number of the answer's; cl_list_pages() serves a
+ * token): cl_get_json(@url) (a safe call, retried; @what names it), @url a
+ * string the call takes and frees (NULL, from a builder that ran out of
+ * memory: resource_exhausted, nothing sent). Returns the answer (a new
+ * object, json_object_put()) with *@items its array member @items_key
+ * (borrowed from the answer), or NULL with *@error set: the call's or the
+ * answer's error, not_found "@provider: no @noun list at @api" on a 404,
+ * connection "@provider list answered with no @items_key array" when that
+ * member is missing or not an array (@provider being cl_backend).
+ * Thread-safe.
+ */
+struct json_object *cl_list_page(cl_http *h, const sbx_call_ctx *ctx, char *url, const char *api,
+                                 const char *noun, const char *items_key,
+                                 struct json_object **items, const char *op, const char *what,
+                                 sbx_error **error);
 
 /**
  * The ownership labels a create carries (CL_META_*, reap.c), in this
@@ -1370,6 +1407,19 @@ typedef struct cl_owned {
  * the callback's answer (non-zero stops the listing).
  */
 int cl_owned_listed(void *ud, struct json_object *item);
+
+/**
+ * Hands @fn (with @ud) the sbx_plugin_owned_info of sandbox @id whose
+ * ownership labels are @labels (CL_META_*; a JSON object borrowed for the
+ * call, NULL: none): its create token, its expiry (CL_META_EXPIRES as
+ * decimal UNIX seconds; 0 when absent) and @created (UNIX seconds; 0:
+ * unknown). Passes over (0, @fn not called) a sandbox without an @id or a
+ * token, and one whose CL_META_BACKEND is not @backend when @backend is
+ * not NULL (a listing not filtered by backend). Else what @fn gives
+ * (non-zero stops the listing). Thread-safe as @fn is.
+ */
+int cl_owned_report(sbx_plugin_owned_fn fn, void *ud, const char *id, struct json_object *labels,
+                    double created, const char *backend);
 
 /** The exec_wait slot of a plugin whose process struct starts with a
  *  cl_proc: cl_proc_wait() with op exec_wait (@ctx unused). */

@@ -20,6 +20,20 @@ static int ended_early(const char *kind, const char *op, sbx_error **error)
     return -1;
 }
 
+/* What a frame's handler gave (a line's parser, a reader's callback): -1
+ * (its error stored) fails the stream, 1 ends it, 0 goes on. -1 when it
+ * failed, else 0. */
+static int frame_end(int rc, int *failed, int *done)
+{
+    if (rc < 0) {
+        *failed = 1;
+        return -1;
+    }
+    if (rc == 1)
+        *done = 1;
+    return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Server-Sent Events                                                        */
 /* ------------------------------------------------------------------------ */
@@ -110,13 +124,8 @@ int cl_sse_feed(cl_sse *s, const char *p, size_t n, const char *op, sbx_error **
         }
         s->cr = ch == '\r';
         if (ch == '\r' || ch == '\n') {
-            int rc = sse_line(s, op, error);
-            if (rc < 0) {
-                s->failed = 1;
+            if (frame_end(sse_line(s, op, error), &s->failed, &s->done) < 0)
                 return -1;
-            }
-            if (rc == 1)
-                s->done = 1;
         } else if (cl_buf_append(&s->line, &ch, 1) < 0) {
             s->failed = 1;
             cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory reading an event stream");
@@ -194,13 +203,8 @@ int cl_ndjson_feed(cl_ndjson *s, const char *p, size_t n, const char *op, sbx_er
         }
         if (!nl)
             break;
-        int rc = ndjson_line(s, op, error);
-        if (rc < 0) {
-            s->failed = 1;
+        if (frame_end(ndjson_line(s, op, error), &s->failed, &s->done) < 0)
             return -1;
-        }
-        if (rc == 1)
-            s->done = 1;
         p += take + 1;
         n -= take + 1;
     }
@@ -211,16 +215,10 @@ int cl_ndjson_end(cl_ndjson *s, const char *op, sbx_error **error)
 {
     if (s->failed)
         return -1;
-    if (!s->done && s->line.len) {
-        /* A last line without its newline still counts. */
-        int rc = ndjson_line(s, op, error);
-        if (rc < 0) {
-            s->failed = 1;
-            return -1;
-        }
-        if (rc == 1)
-            s->done = 1;
-    }
+    /* A last line without its newline still counts. */
+    if (!s->done && s->line.len
+        && frame_end(ndjson_line(s, op, error), &s->failed, &s->done) < 0)
+        return -1;
     return s->done ? 0 : ended_early("NDJSON", op, error);
 }
 
@@ -282,13 +280,9 @@ int cl_connect_feed(cl_connect *s, const char *p, size_t n, const char *op, sbx_
         if (s->msg.len == s->want) {
             unsigned flags = s->hdr[0];
             s->hdr_len = 0;
-            int rc = s->fn(s->ud, flags, s->msg.data, s->msg.len);
-            if (rc < 0) {
-                s->failed = 1;
+            if (frame_end(s->fn(s->ud, flags, s->msg.data, s->msg.len), &s->failed, &s->done)
+                < 0)
                 return -1;
-            }
-            if (rc == 1)
-                s->done = 1;
         }
     }
     return 0;

@@ -144,6 +144,15 @@ void cl_buf_clear(cl_buf *b)
     memset(b, 0, sizeof(*b));
 }
 
+char *cl_buf_take(cl_buf *b, int bad)
+{
+    if (bad) {
+        cl_buf_clear(b);
+        return NULL;
+    }
+    return b->data;
+}
+
 double cl_now(void)
 {
     struct timespec ts;
@@ -321,6 +330,12 @@ const char *cl_json_str(json_object *o, const char *key)
     return json_object_get_string(v);
 }
 
+int cl_json_bool(json_object *o, const char *key)
+{
+    json_object *v;
+    return json_object_object_get_ex(o, key, &v) && json_object_get_boolean(v);
+}
+
 int cl_json_int(json_object *o, const char *key, int64_t *out)
 {
     json_object *v;
@@ -383,11 +398,7 @@ char *cl_shell_quote(const char *s)
             return NULL;
         }
     }
-    if (cl_buf_append(&b, "'", 1) < 0) {
-        cl_buf_clear(&b);
-        return NULL;
-    }
-    return b.data;
+    return cl_buf_take(&b, cl_buf_append(&b, "'", 1) < 0);
 }
 
 char *cl_shell_script(const char *const *argv, const char *shell, const char *cwd)
@@ -412,11 +423,7 @@ char *cl_shell_script(const char *const *argv, const char *shell, const char *cw
         bad |= cl_buf_append(&b, shell, strlen(shell)) < 0;
     }
     bad |= cl_buf_append(&b, "", 0) < 0;
-    if (bad) {
-        cl_buf_clear(&b);
-        return NULL;
-    }
-    return b.data;
+    return cl_buf_take(&b, bad);
 }
 
 const char CL_OUTPUT_ENCODER[] =

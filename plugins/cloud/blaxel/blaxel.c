@@ -631,9 +631,7 @@ static int bl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     cl_pages pg = { url, "cursor", NULL, "meta.nextCursor", "data", "list sandboxes",
                     CL_PAGES_ARRAY_TOO | CL_PAGES_EMPTY_ENDS };
     bl_owned o = { fn, ud };
-    int rc = url ? cl_list_pages(c->cl.http, ctx, &pg, bl_owned_one, &o, op, error) : -1;
-    if (!url)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    int rc = cl_list_pages(c->cl.http, ctx, &pg, bl_owned_one, &o, op, error);
     free(url);
     return rc;
 }
@@ -704,10 +702,7 @@ static int bl_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
     } else if (rc < 0 && r.status / 100 > 2) {
         bl_file_fail(sb, &r, op, path, "file", error);
     } else if (rc < 0) {
-        cl_last_error l = *cl_last();
-        sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
-        if (l.unknown)
-            cl_outcome_unknown(err);
+        cl_fail_from(error, cl_last(), op);
     }
     free(q);
     cl_resp_clear(&r);

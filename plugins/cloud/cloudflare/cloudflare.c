@@ -712,15 +712,11 @@ static char *cf_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, un
     for (size_t i = 0; i < sb->n_tunnels && !have; i++)
         if (sb->tunnels[i].port == port) {
             have = 1;
-            out = cl_host->alloc(strlen(sb->tunnels[i].url) + 1);
-            if (out)
-                strcpy(out, sb->tunnels[i].url);
+            out = cl_host_strdup(sb->tunnels[i].url, op, error);
         }
     pthread_mutex_unlock(&sb->tlock);
     if (!have)
         cl_port_not_exposed(error, &sb->s, CF_BACKEND, op, port);
-    else if (!out)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     return out;
 }
 
@@ -956,7 +952,7 @@ static int cf_running(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
     char *url = cf_url(c, id, "/running");
     long st = 0;
     json_object *j = cl_get_json(c->cl.http, ctx, url, &st, op, "ask whether the sandbox runs",
-                                 error), *v;
+                                 error);
     free(url);
     if (!j) {
         if (st == 404 || st == 400)
@@ -964,7 +960,7 @@ static int cf_running(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
                                "exist", id), "sandbox_id", id);
         return -1;
     }
-    *running = json_object_object_get_ex(j, "running", &v) && json_object_get_boolean(v);
+    *running = cl_json_bool(j, "running");
     json_object_put(j);
     return 0;
 }
@@ -1504,11 +1500,7 @@ static char *cf_pty_program(cf_proc *p)
     free(src);
     free(keys);
     cl_buf_clear(&inner);
-    if (bad) {
-        cl_buf_clear(&b);
-        return NULL;
-    }
-    return b.data;
+    return cl_buf_take(&b, bad);
 }
 
 /* The worker of a command on a terminal: the program staged, a session
@@ -1627,9 +1619,7 @@ out:
         free(ds);
     }
     if (code < 0) {
-        cl_fail(NULL, l.code, op, "%s", l.msg);
-        if (l.unknown)
-            cl_outcome_unknown(NULL);
+        cl_fail_from(NULL, &l, op);
         cl_proc_fail_in(base, &sb->s);
     }
     pthread_mutex_lock(&p->tlock);

@@ -236,9 +236,7 @@ static int dt_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
     json_object_put(want);
     char *url = labels ? cl_printf("%s/sandbox?limit=200&labels=%s", c->cl.api, labels) : NULL;
     cl_pages pg = { url, "cursor", NULL, "nextCursor", "items", "list sandboxes", 0 };
-    int rc = url ? cl_list_pages(c->cl.http, ctx, &pg, fn, ud, op, error) : -1;
-    if (!url)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    int rc = cl_list_pages(c->cl.http, ctx, &pg, fn, ud, op, error);
     free(url);
     free(labels);
     return rc;
@@ -1086,12 +1084,6 @@ static uint32_t dt_mode_of(json_object *e)
     return p ? (uint32_t)strtoul(p, NULL, 8) & 07777 : 0;
 }
 
-static int dt_json_bool(json_object *o, const char *k)
-{
-    json_object *v;
-    return json_object_object_get_ex(o, k, &v) && json_object_get_boolean(v);
-}
-
 static int dt_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
@@ -1111,7 +1103,7 @@ static int dt_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
         json_object *e = json_object_array_get_idx(j, i);
         int64_t size = -1;
         cl_json_int(e, "size", &size);
-        int is_dir = dt_json_bool(e, "isDir");
+        int is_dir = cl_json_bool(e, "isDir");
         sbx_plugin_file_info info = { sizeof(info), cl_json_str(e, "name"), is_dir,
                                       is_dir ? -1 : size, dt_mode_of(e) };
         if (info.name && fn(&info, ud) != 0)
@@ -1143,7 +1135,7 @@ static int dt_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
     cl_json_int(j, "size", &size);
     info->struct_size = sizeof(*info);
     info->name = dt_stat_name;
-    info->is_dir = dt_json_bool(j, "isDir");
+    info->is_dir = cl_json_bool(j, "isDir");
     info->size = info->is_dir ? -1 : size;
     info->mode = dt_mode_of(j);
     json_object_put(j);
@@ -1326,11 +1318,7 @@ static char *dt_command_line(dt_proc *p, const char *stdin_path)
                          : cl_buf_printf(&b, " < %s", qi) < 0;
     free(qs);
     free(qi);
-    if (bad) {
-        cl_buf_clear(&b);
-        return NULL;
-    }
-    return b.data;
+    return cl_buf_take(&b, bad);
 }
 
 /* U+FFFD in UTF-8: what the daemon's JSON has in place of every byte that
@@ -1603,12 +1591,8 @@ static int dt_pty_message(void *ud, int binary, const unsigned char *d, size_t n
 static char *dt_pty_script(dt_pty *p)
 {
     cl_buf b = { 0 };
-    if (cl_buf_env_exports(&b, (const char *const *)p->sp.env) < 0
-        || cl_buf_printf(&b, "%s", p->sp.script) < 0) {
-        cl_buf_clear(&b);
-        return NULL;
-    }
-    return b.data;
+    return cl_buf_take(&b, cl_buf_env_exports(&b, (const char *const *)p->sp.env) < 0
+                               || cl_buf_printf(&b, "%s", p->sp.script) < 0);
 }
 
 /* The exit code in the daemon's close reason {"exitCode": N}: 0..255, or

@@ -1291,9 +1291,7 @@ static char *e2b_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, u
         return NULL;
     char *url = cl_printf("https://%u-%s.%s", port, sb->s.id,
                           sb->domain ? sb->domain : sb->s.c->domain);
-    char *out = url ? cl_host_strdup(url, op, error) : NULL;
-    if (!url)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    char *out = cl_host_strdup(url, op, error);
     free(url);
     return out;
 }
@@ -1324,9 +1322,7 @@ static int e2b_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const 
     char *url = meta ? cl_printf("%s/v2/sandboxes?state=running,paused&metadata=%s&limit=100",
                                  c->cl.api, meta) : NULL;
     cl_pages pg = { url, "nextToken", "X-Next-Token", NULL, NULL, "list sandboxes", 0 };
-    int rc = url ? cl_list_pages(c->cl.http, ctx, &pg, fn, ud, op, error) : -1;
-    if (!url)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    int rc = cl_list_pages(c->cl.http, ctx, &pg, fn, ud, op, error);
     free(url);
     free(meta);
     free(kv);

@@ -854,9 +854,6 @@ static int k8_owned_one(void *ud, json_object *pod)
 {
     k8_owned *o = ud;
     json_object *md = cl_json_path(pod, "metadata", NULL);
-    json_object *labels = cl_json_path(md, "labels", NULL);
-    const char *name = cl_json_str(md, "name"), *tok = cl_json_str(labels, CL_META_TOKEN);
-    const char *exp = cl_json_str(labels, CL_META_EXPIRES);
     const char *created = cl_json_str(md, "creationTimestamp");
     double ct = 0;
     if (created) {
@@ -865,10 +862,10 @@ static int k8_owned_one(void *ud, json_object *pod)
             ct = (double)timegm(&tm);
     }
     /* A pod being deleted is on its way out: not listed. */
-    if (!name || !tok || cl_json_str(md, "deletionTimestamp"))
+    if (cl_json_str(md, "deletionTimestamp"))
         return 0;
-    sbx_plugin_owned_info info = { sizeof(info), name, tok, ct, exp ? strtod(exp, NULL) : 0 };
-    return o->fn(&info, o->ud);
+    return cl_owned_report(o->fn, o->ud, cl_json_str(md, "name"), cl_json_path(md, "labels", NULL),
+                           ct, NULL);
 }
 
 /* The pods this backend made, then the deny-egress policies whose pod is
@@ -897,16 +894,14 @@ static int k8_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     for (size_t i = 0; items && i < json_object_array_length(items); i++) {
         json_object *md = cl_json_path(json_object_array_get_idx(items, i), "metadata", NULL);
         json_object *labels = cl_json_path(md, "labels", NULL);
-        const char *pod = cl_json_str(labels, "sandbox"), *tok = cl_json_str(labels, CL_META_TOKEN);
-        const char *exp = cl_json_str(labels, CL_META_EXPIRES);
+        const char *pod = cl_json_str(labels, "sandbox");
         int live = 0;
         for (size_t k = 0; pod && k < pods.n; k++)
             if (strcmp(pods.v[k], pod) == 0)
                 live = 1;
-        if (!pod || !tok || live || cl_json_str(md, "deletionTimestamp"))
+        if (live || cl_json_str(md, "deletionTimestamp"))
             continue;
-        sbx_plugin_owned_info info = { sizeof(info), pod, tok, 0, exp ? strtod(exp, NULL) : 0 };
-        if (fn(&info, ud) != 0)
+        if (cl_owned_report(fn, ud, pod, labels, 0, NULL) != 0)
             break;
     }
     json_object_put(j);

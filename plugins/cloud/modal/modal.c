@@ -225,23 +225,15 @@ typedef struct modal_proc {
 #define modal_refuse(error, option, value, why) \
     cl_refuse((error), MODAL_BACKEND, (option), (value), (why))
 
-/* Stores this thread's last error in @error. */
-static void modal_relay(sbx_error **error, const char *op)
-{
-    cl_last_error l = *cl_last();
-    sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
-    if (l.unknown)
-        cl_outcome_unknown(err);
-}
-
-/* As modal_relay(), for a call on sandbox @sb: the gone error (context
- * reason=gone, CASE-32) when the call found it gone. */
+/* This thread's last error stored in @error (cl_fail_from()), for a call
+ * on sandbox @sb: the gone error (context reason=gone, CASE-32) when the
+ * call found it gone. */
 static void modal_relay_in(struct sbx_plugin_sandbox *sb, sbx_error **error, const char *op)
 {
     if (modal_is_gone(sb))
         cl_gone_error(error, op, MODAL_BACKEND, sb->s.id);
     else
-        modal_relay(error, op);
+        cl_fail_from(error, cl_last(), op);
 }
 
 /* A unary call on @g: @req packed, the answer unpacked into *@out (with
@@ -333,7 +325,7 @@ static char *modal_auth_line(struct sbx_plugin_client *c, const sbx_call_ctx *ct
             line = cl_printf("x-modal-auth-token: %s", c->auth_token);
         pthread_mutex_unlock(&c->lock);
         if (!line)
-            modal_relay(error, op);
+            cl_fail_from(error, cl_last(), op);
         return line;
     }
     if (!r->token || !*r->token) {
@@ -762,13 +754,9 @@ out:
 
 static struct sbx_plugin_sandbox *modal_sandbox_new(struct sbx_plugin_client *c, const char *id)
 {
-    struct sbx_plugin_sandbox *sb = calloc(1, sizeof(*sb));
-    if (!sb || cl_sandbox_init(&sb->s, id) < 0) {
-        free(sb);
-        return NULL;
-    }
-    sb->s.c = c;
-    pthread_mutex_init(&sb->lock, NULL);
+    struct sbx_plugin_sandbox *sb = cl_sandbox_new(sizeof(*sb), c, id, NULL);
+    if (sb)
+        pthread_mutex_init(&sb->lock, NULL);
     return sb;
 }
 
@@ -777,7 +765,6 @@ static void modal_sandbox_free(sbx_plugin_sandbox *sb)
     if (!sb)
         return;
     pthread_mutex_destroy(&sb->lock);
-    cl_sandbox_clear(&sb->s);
     cl_grpc_free(sb->router);
     for (size_t i = 0; i < sizeof sb->retired / sizeof sb->retired[0]; i++)
         cl_grpc_free(sb->retired[i]);
@@ -792,7 +779,7 @@ static void modal_sandbox_free(sbx_plugin_sandbox *sb)
         free(sb->tunnel_urls[i]);
     free(sb->tunnel_urls);
     free(sb->tunnel_ports);
-    free(sb);
+    cl_sandbox_free(sb);
 }
 
 /* SandboxTerminate @id; NOT_FOUND: gone already (0). */
@@ -805,7 +792,7 @@ static int modal_terminate(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
     if (modal_ctl(c, ctx, "SandboxTerminate", &rq.base, NULL, NULL, CL_SAFE, 0, &st, op,
                   "terminate the sandbox", NULL) == 0 || st == CL_GRPC_NOT_FOUND)
         return 0;
-    modal_relay(error, op);
+    cl_fail_from(error, cl_last(), op);
     return -1;
 }
 
@@ -864,7 +851,7 @@ static int modal_task_look(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
                 modal_mark_gone(sb);
                 cl_gone_error(error, op, MODAL_BACKEND, sb->s.id);
             } else {
-                modal_relay(error, op);
+                cl_fail_from(error, cl_last(), op);
             }
             return -1;
         }
@@ -907,7 +894,7 @@ static void modal_sb_call_failed(struct sbx_plugin_sandbox *sb, int st, int prec
         modal_mark_gone(sb);
         cl_gone_error(error, op, MODAL_BACKEND, sb->s.id);
     } else {
-        modal_relay(error, op);
+        cl_fail_from(error, cl_last(), op);
     }
 }
 
@@ -1382,10 +1369,7 @@ static int modal_run(modal_proc *p, const sbx_call_ctx *ctx)
             protobuf_c_message_free_unpacked(&wr->base, NULL);
         }
     } else {
-        cl_last_error l = ro.rc < 0 ? ro.err : re.err;
-        cl_fail(NULL, l.code, op, "%s", l.msg);
-        if (l.unknown)
-            cl_outcome_unknown(NULL);
+        cl_fail_from(NULL, ro.rc < 0 ? &ro.err : &re.err, op);
     }
     pthread_mutex_lock(&p->plock);
     p->over = 1;
@@ -1393,11 +1377,8 @@ static int modal_run(modal_proc *p, const sbx_call_ctx *ctx)
     if (w.started) {
         cl_last_error l = *cl_last();
         pthread_join(w.thread, NULL);
-        if (code < 0) {
-            cl_fail(NULL, l.code, op, "%s", l.msg);
-            if (l.unknown)
-                cl_outcome_unknown(NULL);
-        }
+        if (code < 0)
+            cl_fail_from(NULL, &l, op);
     }
 out:
     free(secret);
@@ -1710,7 +1691,7 @@ static char *modal_image(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
         cl_grpc_resp_clear(&r);
         free(buf);
         if (rc < 0 && !(progressed && cl_last()->code == SBX_ERROR_CONNECTION)) {
-            modal_relay(error, op);
+            cl_fail_from(error, cl_last(), op);
             free(id);
             return NULL;
         }
@@ -1882,21 +1863,13 @@ static int modal_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     free(pspec);
     free(ppspec);
     if (crc < 0) {
-        cl_last_error l = *cl_last();
-        /* The call's deadline cancelled it: a timeout. */
-        if (l.code == SBX_ERROR_CANCELLED && ctx && ctx->deadline > 0
-            && cl_now() >= ctx->deadline - 0.05)
-            l.code = SBX_ERROR_TIMEOUT;
-        sbx_error *err = cl_fail(error, l.code, op, "%s", l.msg);
-        if (l.unknown)
-            cl_outcome_unknown(err);
+        sbx_error *err = cl_create_unanswered(c->cl.reaper, ctx, ctx ? ctx->create_token : NULL,
+                                              op, error);
         if (st > 0) {
             char num[16];
             snprintf(num, sizeof num, "%d", st);
             cl_context(err, "grpc_status", num);
         }
-        if (ctx && ctx->create_token && l.unknown)
-            cl_reap_lost(c->cl.reaper, ctx->create_token);
         goto out;
     }
     if (cr->sandbox_id && *cr->sandbox_id)
@@ -1955,7 +1928,7 @@ static int modal_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_e
             modal_mark_gone(sb);
             return 0;
         }
-        modal_relay(error, op);
+        cl_fail_from(error, cl_last(), op);
         return -1;
     }
     int ended = r->result && r->result->status
@@ -2066,7 +2039,7 @@ static const char *modal_tag(Modal__Client__SandboxTag **tags, size_t n, const c
 
 /* SandboxTagsGet of @id: the answer (free with
  * protobuf_c_message_free_unpacked), or NULL with the thread's last error
- * (modal_relay; NOT_FOUND: *@status 5). */
+ * (cl_fail_from(); NOT_FOUND: *@status 5). */
 static Modal__Client__SandboxTagsGetResponse *
 modal_tags_get(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id, int *status,
                const char *op)
@@ -2132,7 +2105,7 @@ static int modal_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                 if (!tg) {
                     if (st == CL_GRPC_NOT_FOUND)
                         continue;       /* ended since the list */
-                    modal_relay(error, op);
+                    cl_fail_from(error, cl_last(), op);
                     rc = -1;
                     break;
                 }
@@ -2172,7 +2145,7 @@ static int modal_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ct
     Modal__Client__SandboxTagsGetResponse *tg = modal_tags_get(client, ctx, id, &st, op);
     if (!tg) {
         if (st != CL_GRPC_NOT_FOUND) {
-            modal_relay(error, op);
+            cl_fail_from(error, cl_last(), op);
             return -1;
         }
         return 0;
@@ -2283,17 +2256,13 @@ static char *modal_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     for (size_t i = 0; i < sb->n_tunnels; i++) {
         if (sb->tunnel_ports[i] == port && sb->tunnel_urls[i]) {
             found = 1;
-            size_t n = strlen(sb->tunnel_urls[i]) + 1;
-            if ((out = cl_host->alloc(n)) != NULL)
-                memcpy(out, sb->tunnel_urls[i], n);
+            out = cl_host_strdup(sb->tunnel_urls[i], op, error);
             break;
         }
     }
     pthread_mutex_unlock(&sb->lock);
     if (!found)
         cl_port_not_exposed(error, &sb->s, MODAL_BACKEND, op, port);
-    else if (!out)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     return out;
 }
 

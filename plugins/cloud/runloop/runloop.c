@@ -537,21 +537,15 @@ static int rl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
 /* Client                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/* POST shutdown: 0 when shut down, or shut down already (a terminal devbox
+ * refuses more calls), or gone. */
 static int rl_shutdown(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                        const char *op, sbx_error **error)
 {
     cl_resp r = { 0 };
     int rc = rl_post(c, ctx, id, "/shutdown", NULL, CL_SAFE, &r, op, "shut the devbox down",
                      error);
-    if (rc == 0 && r.status / 100 != 2 && r.status != 404) {
-        /* Shut down already (a terminal devbox refuses more calls). */
-        if (!cl_sandbox_ended(c, ctx, &rl_spec, id, op, NULL)) {
-            cl_fail_status(c->cl.http, error, CL_CODE_BY_STATUS, &r, op, "shut the devbox down");
-            rc = -1;
-        }
-    }
-    cl_resp_clear(&r);
-    return rc;
+    return cl_stop_answer(c, ctx, &rl_spec, id, rc, &r, 0, op, "shut the devbox down", error);
 }
 
 /* Walks every page of GET /v1/devboxes (starting_after the last id while
@@ -569,21 +563,9 @@ static int rl_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, rl_each
         char *url = cl_printf("%s/v1/devboxes?limit=100%s%s", c->cl.api,
                               e ? "&starting_after=" : "", e ? e : "");
         free(e);
-        long st = 0;
-        json_object *j = url ? cl_get_json(c->cl.http, ctx, url, &st, op, "list devboxes", error)
-                             : NULL;
-        free(url);
+        json_object *items, *j = cl_list_page(c->cl.http, ctx, url, c->cl.api, "devbox",
+                                              "devboxes", &items, op, "list devboxes", error);
         if (!j) {
-            if (st == 404)
-                cl_fail(error, SBX_ERROR_NOT_FOUND, op, "runloop: no devbox list at %s", c->cl.api);
-            rc = -1;
-            break;
-        }
-        json_object *items = cl_json_path(j, "devboxes", NULL), *hm;
-        if (!items || !json_object_is_type(items, json_type_array)) {
-            cl_fail(error, SBX_ERROR_CONNECTION, op, "runloop list answered with no devboxes "
-                    "array");
-            json_object_put(j);
             rc = -1;
             break;
         }
@@ -596,7 +578,7 @@ static int rl_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, rl_each
             if (last && !rl_terminal(rl_status(it)))
                 stop = fn(ud, it) != 0;
         }
-        int more = json_object_object_get_ex(j, "has_more", &hm) && json_object_get_boolean(hm);
+        int more = cl_json_bool(j, "has_more");
         free(after);
         after = more && !stop && last ? strdup(last) : NULL;
         json_object_put(j);
@@ -917,18 +899,10 @@ typedef struct rl_owned {
 static int rl_owned_one(void *ud, json_object *it)
 {
     rl_owned *o = ud;
-    json_object *meta = cl_json_path(it, "metadata", NULL);
-    const char *be = cl_json_str(meta, CL_META_BACKEND);
-    const char *tok = cl_json_str(meta, CL_META_TOKEN);
-    const char *exp = cl_json_str(meta, CL_META_EXPIRES);
-    const char *id = cl_json_str(it, "id");
     int64_t created = 0;
-    if (!be || strcmp(be, RL_BACKEND) != 0 || !tok || !id)
-        return 0;
     cl_json_int(it, "create_time_ms", &created);
-    sbx_plugin_owned_info info = { sizeof(info), id, tok, (double)created / 1000.0,
-                                   exp ? strtod(exp, NULL) : 0 };
-    return o->fn(&info, o->ud);
+    return cl_owned_report(o->fn, o->ud, cl_json_str(it, "id"), cl_json_path(it, "metadata", NULL),
+                           (double)created / 1000.0, RL_BACKEND);
 }
 
 /* The devboxes this backend made: metadata sbx_backend=runloop. */

@@ -565,11 +565,7 @@ static char *tl_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, un
         size_t hl = strcspn(ph, "/");
         url = cl_printf("https://%u-%s.%.*s", port, sb->s.id, (int)hl, ph);
     }
-    char *out = url ? cl_host->alloc(strlen(url) + 1) : NULL;
-    if (out)
-        strcpy(out, url);
-    else
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    char *out = cl_host_strdup(url, op, error);
     free(url);
     return out;
 }
@@ -683,7 +679,7 @@ static int tl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
 {
     static const cl_resume_spec spec = { TL_BACKEND, TL_STATE_VERSION, "sandbox_id", tl_get,
                                          NULL, NULL, NULL };
-    json_object *j, *data, *nm;
+    json_object *j, *data;
     struct sbx_plugin_sandbox *sb = cl_resume_new(client, ctx, state_json, &spec, sizeof(*sb),
                                                   &j, &data, error);
     if (!sb)
@@ -691,7 +687,7 @@ static int tl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
     const char *su = cl_json_str(j, "sandbox_url");
     if (!su)
         su = cl_json_str(data, "sandbox_url");
-    sb->named = json_object_object_get_ex(data, "named", &nm) && json_object_get_boolean(nm);
+    sb->named = cl_json_bool(data, "named");
     int rc = cl_sandbox_set_plane(&sb->s, su) == 0 && tl_take_ports(sb, j) == 0 ? 0 : -1;
     if (rc < 0)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "resume", "out of memory");
@@ -861,9 +857,7 @@ static int tl_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
     char *url = cl_printf("%s/sandboxes?limit=100", c->cl.api);
     cl_pages pg = { url, "cursor", NULL, "next_cursor", "sandboxes", "list sandboxes", 0 };
     tl_listing l = { fn, ud };
-    int rc = url ? cl_list_pages(c->cl.http, ctx, &pg, tl_listed, &l, op, error) : -1;
-    if (!url)
-        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    int rc = cl_list_pages(c->cl.http, ctx, &pg, tl_listed, &l, op, error);
     free(url);
     return rc;
 }
@@ -1006,10 +1000,10 @@ static int tl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
     json_object *es = cl_json_path(j, "entries", NULL);
     size_t n = es && json_object_is_type(es, json_type_array) ? json_object_array_length(es) : 0;
     for (size_t i = 0; i < n; i++) {
-        json_object *e = json_object_array_get_idx(es, i), *d;
+        json_object *e = json_object_array_get_idx(es, i);
         int64_t size = -1;
         cl_json_int(e, "size", &size);
-        int is_dir = json_object_object_get_ex(e, "is_dir", &d) && json_object_get_boolean(d);
+        int is_dir = cl_json_bool(e, "is_dir");
         sbx_plugin_file_info info = { sizeof(info), cl_json_str(e, "name"), is_dir,
                                       is_dir ? -1 : size, 0 };
         if (info.name && fn(&info, ud) != 0)
@@ -1069,7 +1063,7 @@ static int tl_on_event(void *ud, const char *event, const char *data, size_t n, 
             s->exit_code = (int)(x & 0xff);
         else if (cl_json_int(j, "signal", &x) == 1)
             s->exit_code = (int)((128 + x) & 0xff);
-        if (json_object_object_get_ex(j, "oom_killed", &v) && json_object_get_boolean(v))
+        if (cl_json_bool(j, "oom_killed"))
             s->p->sp.oom_killed = 1;
         rc = 1;
     } else if (cl_json_int(j, "pid", &x) == 1) {
@@ -1296,11 +1290,7 @@ static char *tl_exec_script(const char *src, const char *tag, const char *in)
         "[ $c -lt 128 ] && LC_ALL=C exec rm -f $k %3$s\n"
         "rm -f $k %3$s; exit $c\n",
         TL_REPORT_MARK, tag, rmin) < 0;
-    if (bad) {
-        cl_buf_clear(&b);
-        return NULL;
-    }
-    return b.data;
+    return cl_buf_take(&b, bad);
 }
 
 static int tl_exec_run(cl_proc *base)

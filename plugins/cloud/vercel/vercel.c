@@ -585,14 +585,7 @@ static int vc_stop_id(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
 {
     cl_resp r = { 0 };
     int rc = vc_post(c, ctx, id, "/stop", NULL, CL_SAFE, &r, op, "stop the sandbox", error);
-    if (rc == 0 && r.status / 100 != 2 && r.status != 404 && r.status != 410) {
-        if (!cl_sandbox_ended(c, ctx, &vc_spec, id, op, NULL)) {
-            cl_fail_status(c->cl.http, error, CL_CODE_BY_STATUS, &r, op, "stop the sandbox");
-            rc = -1;
-        }
-    }
-    cl_resp_clear(&r);
-    return rc;
+    return cl_stop_answer(c, ctx, &vc_spec, id, rc, &r, 410, op, "stop the sandbox", error);
 }
 
 /* Walks every page of GET /v1/sandboxes?project= (until= the page's
@@ -612,21 +605,9 @@ static int vc_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, vc_each
                              : cl_printf("?project=%s&limit=100", proj);
         char *url = q ? vc_url(c, NULL, q) : NULL;
         free(q);
-        long st = 0;
-        json_object *j = url ? cl_get_json(c->cl.http, ctx, url, &st, op, "list sandboxes", error)
-                             : NULL;
-        free(url);
+        json_object *items, *j = cl_list_page(c->cl.http, ctx, url, c->cl.api, "sandbox",
+                                              "sandboxes", &items, op, "list sandboxes", error);
         if (!j) {
-            if (st == 404)
-                cl_fail(error, SBX_ERROR_NOT_FOUND, op, "vercel: no sandbox list at %s", c->cl.api);
-            rc = -1;
-            break;
-        }
-        json_object *items = cl_json_path(j, "sandboxes", NULL);
-        if (!items || !json_object_is_type(items, json_type_array)) {
-            cl_fail(error, SBX_ERROR_CONNECTION, op, "vercel list answered with no sandboxes "
-                    "array");
-            json_object_put(j);
             rc = -1;
             break;
         }
@@ -1099,17 +1080,9 @@ static int vc_owned_one(void *ud, json_object *it)
     if (strcmp(vc_status(it), "running") != 0)
         return 0;
     json_object *own = vc_owner(o->c, o->ctx, id, "list_owned");
-    const char *be = cl_json_str(own, CL_META_BACKEND);
-    const char *tok = cl_json_str(own, CL_META_TOKEN);
-    const char *exp = cl_json_str(own, CL_META_EXPIRES);
     int64_t created = 0;
-    int rc = 0;
-    if (be && strcmp(be, VC_BACKEND) == 0 && tok) {
-        cl_json_int(it, "createdAt", &created);
-        sbx_plugin_owned_info info = { sizeof(info), id, tok, (double)created / 1000.0,
-                                       exp ? strtod(exp, NULL) : 0 };
-        rc = o->fn(&info, o->ud);
-    }
+    cl_json_int(it, "createdAt", &created);
+    int rc = cl_owned_report(o->fn, o->ud, id, own, (double)created / 1000.0, VC_BACKEND);
     json_object_put(own);
     return rc;
 }
