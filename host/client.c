@@ -928,7 +928,7 @@ record_created(sbx_sandbox *sandbox)
         json_object *doc = json_tokener_parse(state);
 
         sbx_usage_sandbox_live_price(sandbox, doc);
-        sbx_direct_from_state(sandbox, doc);
+        sbx_direct_from_state(sandbox, doc, 0);
         json_object_put(doc);
     }
     if (sandbox->token[0])

@@ -616,9 +616,10 @@ typedef struct sbx_direct_ep sbx_direct_ep;
 /** Reads the "exec_endpoint" of session state document @doc (the library's
  *  wrapping, its plugin's object under "data") into @sandbox->direct when
  *  its client runs out of process and the endpoint is one this library
- *  speaks; anything else leaves it NULL. Once, after create and at
- *  resume; no I/O. */
-void sbx_direct_from_state(sbx_sandbox *sandbox, struct json_object *doc);
+ *  speaks (and, with @check_start, its process is the one running now:
+ *  at resume; after create the plugin has just checked it); anything else
+ *  leaves it NULL. Once, after create and at resume. */
+void sbx_direct_from_state(sbx_sandbox *sandbox, struct json_object *doc, int check_start);
 /** Frees what sbx_direct_from_state() made (NULL ignored). */
 void sbx_direct_ep_free(sbx_direct_ep *ep);
 /** 1 when @sandbox has an endpoint and its lifetime is not about to end

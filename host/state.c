@@ -404,7 +404,7 @@ sbx_sandbox_resume(sbx_client *client, const char *state_json, sbx_error **error
         char *fresh = sbx_sandbox_session_state(sandbox, NULL);
         json_object *doc = fresh ? json_tokener_parse(fresh) : NULL;
 
-        sbx_direct_from_state(sandbox, doc);
+        sbx_direct_from_state(sandbox, doc, 1);
         json_object_put(doc);
         free(fresh);
     }

@@ -382,8 +382,9 @@ typedef struct sbx_plugin {
      *  (EXEC_QUIET, EXIT, ERROR, KILL/KILLED; one connection per command,
      *  closing it before EXIT kills the command's tree), version N being
      *  the one this libsbx speaks; any other protocol or version is
-     *  ignored. The application checks who serves the socket (SO_PEERCRED
-     *  and the start time) before each command, and sends a command
+     *  ignored. The application checks the start time when it reads the
+     *  member and who serves the socket (SO_PEERCRED: pid and uid) before
+     *  each command, and sends a command
      *  through the plugin host as before when the endpoint cannot be
      *  reached, is served by another process, or the lifetime is within a
      *  second of its end. At resume the member is taken from the state the
