@@ -156,14 +156,6 @@ sbx_direct_from_state(sbx_sandbox *sandbox, json_object *doc, int check_start)
     sandbox->direct = d;
 }
 
-static double wall_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* The end of a wait: the sooner of @secs from now (< 0: none) and the
  * call's deadline (CLOCK_MONOTONIC, 0: none). */
 static double until_of(const sbx_call_ctx *ctx, double secs)
@@ -319,7 +311,7 @@ sbx_direct_usable(const sbx_sandbox *sandbox)
 
     /* Near its lifetime's end the plugin says what it is (expired, or
      * ended while the command ran) in its own words. */
-    return ep && (ep->expires_at <= 0 || wall_now() < ep->expires_at - 1.0);
+    return ep && (ep->expires_at <= 0 || sbx_wallclock_now() < ep->expires_at - 1.0);
 }
 
 int
@@ -510,7 +502,7 @@ static void lost_fail(sbx_error **err, const struct sbx_plugin_process *p)
 {
     sbx_error *e;
 
-    if (p->expires_at > 0 && wall_now() >= p->expires_at) {
+    if (p->expires_at > 0 && sbx_wallclock_now() >= p->expires_at) {
         char when[32] = "?";
         struct tm tm;
         time_t t = (time_t)p->expires_at;
