@@ -7,7 +7,8 @@
  * sandbox is started on use, also for a command with stdin, a starting one
  * waited for, an errored one names its state), the requests of a warm
  * exec (one, two when its output is not UTF-8: CASE-07 exact) also on an
- * image without perl, the sessions of
+ * image without perl, the line an argv command is sent as (sh -c, as any
+ * other), the sessions of
  * commands at once and of a freed handle, CASE-36
  * (the credential is never in an error, the session state or the fake's
  * log outside the header), CASE-20 (a create answered after the client's
@@ -822,6 +823,83 @@ Test(daytona_faults, an_image_without_perl_takes_one_request)
                      json_object_to_json_string(log));
         json_object_put(log);
     }
+}
+
+/* A command given as an argv runs under sh -c like any other (daytona.c,
+ * top: a bare program in the daemon's bash session could differ): its
+ * line at the daemon is exactly the marker, then /bin/sh -c with "exec"
+ * and the quoted words, then /dev/null as its stdin. What that line gives
+ * for a program with no #! line: it is read by /bin/sh (exit 3, its
+ * arguments whole), and when it runs past its timeout it is killed whole
+ * (its shell loop is gone once the exec returned). The fake runs each
+ * line in /bin/sh, not in a bash session, so the line is what tells. */
+Test(daytona_faults, an_argv_command_runs_under_sh_c_like_any_other)
+{
+    sbx_result *r = tu_sh(g_sb, "printf '%s\\n' 'printf \"%s|\" \"$0\" \"$@\"' 'exit 3' > /tmp/ns"
+                          " && printf '%s\\n' 'echo $$ > /tmp/loop.pid' 'while :; do sleep 0.1; "
+                          "done' > /tmp/loop && chmod 755 /tmp/ns /tmp/loop", 10);
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    tu_fake_reset();
+    static const char *const ns[] = { "/tmp/ns", "a b", NULL };
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.argv = ns;
+    req.timeout_secs = 10;
+    r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 3);
+    tu_assert_stdout(r, "/tmp/ns|a b|");
+    tu_assert_stderr(r, "");
+    sbx_result_free(r);
+
+    /* The line the session's shell got (the fake logs a request's body a
+     * moment after its answer went out: read again until it is there). */
+    char *ex = tu_strdup_printf("^/toolbox/%s/process/session/sbx-session-[0-9a-f]{24}/exec$",
+                                sb_id());
+    regex_t re;
+    cr_assert_eq(regcomp(&re, ex, REG_EXTENDED | REG_NOSUB), 0);
+    json_object *body = NULL, *cv;
+    for (double end = tu_now() + 5; !body; usleep(20000)) {
+        json_object *log = tu_fake_log();
+        int n = 0;
+        for (size_t i = 0; i < json_object_array_length(log); i++) {
+            json_object *e = json_object_array_get_idx(log, i);
+            const char *m = tu_json_str(e, "method"), *path = tu_json_str(e, "path");
+            if (!m || !path || strcmp(m, "POST") != 0 || regexec(&re, path, 0, NULL, 0) != 0)
+                continue;
+            n++;
+            const char *b = tu_json_str(e, "body");
+            if (b)
+                body = json_tokener_parse(b);
+        }
+        cr_assert_eq(n, 1, "%s", json_object_to_json_string(log));
+        cr_assert(body || tu_now() < end, "no body logged: %s", json_object_to_json_string(log));
+        json_object_put(log);
+    }
+    regfree(&re);
+    cr_assert(json_object_object_get_ex(body, "command", &cv), "%s",
+              json_object_to_json_string(body));
+    const char *line = json_object_get_string(cv);
+    cr_assert_eq(regcomp(&re, "^SBX_EXEC_ID=sbx-exec-[0-9a-f]{24} ", REG_EXTENDED | REG_NOSUB),
+                 0);
+    cr_assert_eq(regexec(&re, line, 0, NULL, 0), 0, "%s", line);
+    regfree(&re);
+    cr_assert_str_eq(line + strlen("SBX_EXEC_ID=sbx-exec-") + 25,
+                     "/bin/sh -c 'exec '\\''/tmp/ns'\\'' '\\''a b'\\''' sh < '/dev/null'");
+    json_object_put(body);
+    free(ex);
+
+    static const char *const loop[] = { "/tmp/loop", NULL };
+    req.argv = loop;
+    req.timeout_secs = 1;
+    r = sbx_sandbox_execute_command(g_sb, &req, NULL);
+    cr_assert_not_null(r);
+    cr_assert_eq(sbx_result_is_timed_out(r), 1);
+    cr_assert_eq(sbx_result_get_exit_code(r), 124);
+    sbx_result_free(r);
+    r = tu_sh(g_sb, "kill -0 $(cat /tmp/loop.pid) 2>/dev/null; echo $?", 10);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "1\n");
+    sbx_result_free(r);
 }
 
 /* Two commands at once on one handle run in two sessions (a session's

@@ -49,7 +49,16 @@
  *    dropped and the command sent to another. The command runs as
  *    "sh -c SCRIPT" (cl_shell_script: the cwd on a line of its own,
  *    CASE-46) with its environment as assignments in front of it, so that
- *    nothing stays in the session's shell; its stdin a file uploaded first
+ *    nothing stays in the session's shell. A command given as an argv
+ *    does too, though its line could name the program bare: the session's
+ *    shell is the daemon's pick (GetShell: zsh or bash when /etc/shells
+ *    lists one, else $SHELL, else sh), and where it is bash, a program
+ *    the kernel will not run (a script with no #! line: ENOEXEC) is read
+ *    as a script by the forked session shell itself, not by /bin/sh, in a
+ *    process whose /proc environ lacks the marker, which exec_kill then
+ *    cannot find; the session shell's builtins, functions and remembered
+ *    command paths would also come before the program that "exec" under
+ *    sh -c finds in PATH each time. Its stdin a file uploaded first
  *    (kept in an unlinked host file while it is sent, to be sent again
  *    when the sandbox had to be started first) and removed by the command
  *    once open, or /dev/null. Every process of the command
@@ -1295,8 +1304,10 @@ static dt_session *dt_session_open(struct sbx_plugin_sandbox *sb, const sbx_call
  * change the session; and, exec'd with the marker in its environment, it
  * is a process exec_kill finds (a subshell, "( ... )", would be a fork
  * whose /proc environ lacks the marker: a timeout would kill the
- * command's children and leave the rest of its script running). A new
- * string. */
+ * command's children and leave the rest of its script running). An argv
+ * command keeps the sh -c as well (see the top of the file: a bare
+ * program in the session's bash is not the program sh's "exec" runs,
+ * and a script without #! would run unmarked). A new string. */
 static char *dt_command_line(dt_proc *p, const char *stdin_path)
 {
     cl_buf b = { 0 };
