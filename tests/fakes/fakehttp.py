@@ -11,7 +11,8 @@
   escaped, the first 64 KiB), body length and the status answered ("fault":
   true when a fault rule answered). The entry is listed as the request
   arrives; its status is set as the answer starts (before the client can
-  read it), its body and body_len once the answer is finished. The credential is never in it: the
+  read it), its body and body_len as the body is read (before any answer)
+  and again once the answer is finished. The credential is never in it: the
   Authorization header is recorded as "Bearer <redacted>" (in "auth" and in
   "headers"; X-API-Key, X-Access-Token, Cookie and any header holding the
   fake's key as "<redacted>"), so a test can search the log for a secret. GET /_fake/log
@@ -278,6 +279,7 @@ class Handler(BaseHTTPRequestHandler):
                 parts.append(self.rfile.read(size))
                 self.rfile.readline()
             self._body = b"".join(parts)
+            self.log_body()
             return self._body
         n = int(self.headers.get("Content-Length") or 0)
         data = b""
@@ -287,7 +289,19 @@ class Handler(BaseHTTPRequestHandler):
                 break
             data += chunk
         self._body = data
+        self.log_body()
         return data
+
+    def log_body(self):
+        """Sets the request's body in its log entry as soon as it is read,
+        before any answer to it goes out: a client that reads /_fake/log
+        right after its answer finds the body there."""
+        entry = getattr(self, "_entry", None)
+        if entry is None:
+            return
+        with self.fake.lock:
+            entry["body_len"] = len(self._body)
+            entry["body"] = self._body[:LOG_BODY_MAX].decode("utf-8", "backslashreplace")
 
     def json_body(self):
         raw = self.body_bytes()
