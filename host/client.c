@@ -1318,8 +1318,30 @@ sbx_sandbox_destroy(sbx_sandbox *sandbox, sbx_error **error)
         finish_error(error, err, sandbox->client->backend, op);
         return -1;
     }
+    if (sandbox->direct) {
+        /* Out of process, a sandbox with an exec endpoint is ended there,
+         * with no plugin host in between (two wake-ups fewer); the host's
+         * plugin then finishes on its own time (direct.c). */
+        sbx_call_ctx ctx;
+        int d;
+
+        sbx_call_ctx_init_for(&ctx, sandbox->client);
+        d = sbx_direct_destroy(sandbox, &ctx, &err);
+        if (d < 0) {
+            sbx_error_add_context(err, "sandbox_id", sandbox->id);
+            finish_error(error, err, sandbox->client->backend, op);
+            return -1;
+        }
+        if (d == 1) {
+            sbx_log(SBX_LOG_DEBUG, sandbox->client->backend,
+                    "destroyed %s (through its exec endpoint)", sandbox->id);
+            sbx_proxy_destroy_unwaited(sandbox->handle);
+            goto destroyed;
+        }
+    }
     if (call_sandbox_slot(sandbox, op, destroy, error) < 0)
         return -1;
+destroyed:
     pthread_mutex_lock(&sandbox->lock);
     sandbox->destroyed = 1;
     pthread_mutex_unlock(&sandbox->lock);

@@ -16,6 +16,12 @@
  * the plugin host as before. Nothing of the plugin runs in the caller:
  * it speaks a documented protocol over a socket, checking who serves it.
  *
+ * Destroy goes the same way (sbx_direct_destroy): DESTROY, answered by
+ * DESTROYED, then the plugin host's destroy is sent without waiting for
+ * its answer (sbx_proxy_destroy_unwaited), for what the plugin keeps of
+ * the sandbox; out of process that took about 0.1 ms off a destroy
+ * (bench/lifecycle).
+ *
  * The protocol is the local supervisor's (plugins/local/proto.h), version
  * PROTO_VERSION: one connection per command; EXEC_QUIET with stdin,
  * stdout and stderr as SCM_RIGHTS; EXIT i32 code at the end, or ERROR
@@ -53,6 +59,9 @@
 #define DIRECT_SEND_SECS 10.0
 /** Seconds the rest of a frame may take once its header came. */
 #define DIRECT_FRAME_SECS 10.0
+/** Seconds a DESTROY may take to be answered before the plugin host is
+ *  asked (the plugin's own bound for it). */
+#define DIRECT_DESTROY_SECS 15.0
 
 struct sbx_direct_ep {
     char *sock;                 /* the endpoint's unix socket */
@@ -383,6 +392,52 @@ out:
             close(own[i]);
     proto_buf_free(&b);
     return rc;
+}
+
+static void io_fail(sbx_error **err, int r, const char *op, const char *id, const char *what);
+
+int
+sbx_direct_destroy(sbx_sandbox *sandbox, const sbx_call_ctx *ctx, sbx_error **err)
+{
+    const sbx_direct_ep *ep = sandbox->direct;
+    unsigned char hdr[PROTO_HEADER_SIZE], *payload = NULL;
+    uint32_t type = 0, len = 0;
+    proto_buf b;
+    int fd = -1, r;
+
+    if (!ep)
+        return 0;
+    proto_buf_init(&b, PROTO_DESTROY);
+    if (b.failed || connect_ep(ep, until_of(ctx, DIRECT_SEND_SECS), &fd) < 0
+        || send_frame(fd, &b, NULL, 0, until_of(ctx, DIRECT_SEND_SECS)) != IO_OK) {
+        /* Not sent: the plugin host destroys it, or says why not. */
+        proto_buf_free(&b);
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    proto_buf_free(&b);
+    /* DESTROYED once every process of the sandbox has ended and its
+     * directory is its trash (plugins/local/proto.h). */
+    r = wait_io(fd, POLLIN, until_of(ctx, DIRECT_DESTROY_SECS), ctx ? ctx->cancel_fd : -1);
+    if (r == IO_OK)
+        r = recv_exact(fd, hdr, sizeof(hdr), sbx_monotonic_now() + DIRECT_FRAME_SECS);
+    if (r == IO_OK && (proto_parse_header(hdr, &type, &len) < 0 || !(payload = malloc(len + 1))))
+        r = IO_ERR;
+    if (r == IO_OK)
+        r = recv_exact(fd, payload, len, sbx_monotonic_now() + DIRECT_FRAME_SECS);
+    free(payload);
+    close(fd);
+    if (r == IO_OK && type == PROTO_DESTROYED)
+        return 1;
+    if (r == IO_CANCEL || (r == IO_TIMEOUT && ctx && ctx->deadline > 0
+                           && sbx_monotonic_now() >= ctx->deadline)) {
+        io_fail(err, r, "destroy", ep->sandbox_id, "destroy");
+        return -1;
+    }
+    /* No answer (the supervisor died, refused or stalls): the plugin host
+     * makes sure, ending it by pid if it must. */
+    return 0;
 }
 
 /* Waits (until @until, or the call's cancellation @cancel_fd) for one

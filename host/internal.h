@@ -635,6 +635,18 @@ int sbx_direct_usable(const sbx_sandbox *sandbox);
  */
 int sbx_direct_exec_start(sbx_sandbox *sandbox, const sbx_call_ctx *ctx,
                           const sbx_plugin_exec_request *rq, sbx_plugin_process **process);
+/**
+ * Ends @sandbox at its endpoint: DESTROY, answered by DESTROYED once every
+ * process of it has ended and its directory is gone from its place (the
+ * supervisor removes the rest and exits). 1 when so; 0 when the request did
+ * not go out or no answer came (the endpoint cannot be reached, is served
+ * by another process, the supervisor died or stalls 15 s): ask the plugin
+ * host, whose plugin ends it by pid if it must; -1 with *@err (timeout,
+ * cancelled) when @ctx's deadline passed or it was cancelled while waiting.
+ * After 1 the plugin host is still to run its destroy (sbx_proxy_destroy_
+ * unwaited), for what the plugin keeps of the sandbox.
+ */
+int sbx_direct_destroy(sbx_sandbox *sandbox, const sbx_call_ctx *ctx, sbx_error **err);
 /** The descriptor whose exec_wait, exec_event_fd, exec_kill and exec_free
  *  serve a process sbx_direct_exec_start() started. */
 const sbx_plugin *sbx_direct_plugin(void);

@@ -1653,6 +1653,41 @@ freed:
         handle_free_local(pc, row->enc[0], first);
 }
 
+int
+sbx_proxy_destroy_unwaited(sbx_plugin_sandbox *sandbox)
+{
+    proxy_handle *h = (proxy_handle *)sandbox;
+    proxy_client *pc = h ? h->pc : NULL;
+    const sbx_slot_row *row = row_of(SBX_SLOT_ID_destroy);
+    sbx_call_ctx ctx, *ctxp = &ctx;
+    sbx_error *err = NULL, **errp = &err;
+    void *av[3] = { &sandbox, &ctxp, &errp };
+    call_io io = { 0 };
+    sbx_wire_msg req;
+    int sock, rc;
+
+    if (!pc || row->nargs != 3)
+        return -1;
+    /* The caller's deadline and cancellation are not this call's: the
+     * plugin's destroy has its own bound. */
+    sbx_call_ctx_init_for(&ctx, NULL);
+    ctx.deadline = 0;
+    ctx.cancel_fd = -1;
+    sbx_wire_init(&req, SBX_MSG_CALL, SBX_SLOT_ID_destroy, 0);
+    for (unsigned i = 0; i < row->nargs; i++)
+        if (row->dir[i] == SBX_DIR_IN)
+            encode_arg(row, i, av, &req, &io, pc);
+    /* A call id no caller waits on: whoever reads the reply drops it
+     * (route_locked). */
+    pthread_mutex_lock(&pc->lock);
+    sock = pc->dead || h->gen != pc->gen ? -1 : pc->sock;
+    req.call_id = ++pc->next_call;
+    pthread_mutex_unlock(&pc->lock);
+    rc = sock >= 0 ? sbx_wire_send(sock, &req) : -1;
+    sbx_wire_clear(&req);
+    return rc < 0 ? -1 : 0;
+}
+
 /* The generic entry of every generated proxy function. */
 static void
 proxy_invoke(unsigned slot, void **av, proxy_ret *ret)

@@ -30,6 +30,17 @@ void sbx_proxy_set_call_timeout(sbx_plugin_client *client, double secs);
 /** The pid of @client's plugin host, or 0 while none runs. */
 int sbx_proxy_host_pid(sbx_plugin_client *client);
 
+/**
+ * Sends the destroy of @sandbox (a handle of a proxy client) to its plugin
+ * host without waiting for the answer, which whoever reads the host's
+ * socket next drops: for a sandbox libsbx already ended through its exec
+ * endpoint (direct.c), whose plugin still holds what it keeps of it (the
+ * host finds it ended, removes what is left, and frees its handle when the
+ * application's free came meanwhile). 0 when sent, -1 when its host is
+ * gone (nothing of it is left to tell).
+ */
+int sbx_proxy_destroy_unwaited(sbx_plugin_sandbox *sandbox);
+
 /** Sends one call of slot @slot with arguments @av (pointers to each
  *  argument, as the generated proxies make them) on @pc's current host;
  *  stores the return value in @ret. Internal to proxy.c's machinery. */

@@ -162,6 +162,119 @@ Test(plugin_host, a_command_to_its_end_goes_straight_to_the_supervisor)
     sbx_client_free(c);
 }
 
+/* 1 when the file @path holds each of the @n strings @want. */
+static int file_holds_all(const char *path, char **want, int n)
+{
+    FILE *f = fopen(path, "r");
+    char *buf = NULL;
+    size_t len = 0;
+    int all = 1;
+
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    cr_assert(getdelim(&buf, &len, '\0', f) >= 0 || feof(f));
+    fclose(f);
+    for (int i = 0; i < n && all; i++)
+        all = buf && strstr(buf, want[i]) != NULL;
+    free(buf);
+    return all;
+}
+
+/* Out of process, destroy of a local sandbox goes to its supervisor as its
+ * commands do: it ends the sandbox with the plugin host stopped. The host
+ * finishes later (what its plugin keeps of the sandbox), and the handle the
+ * application freed meanwhile goes too (the plugin's debug log says when
+ * it releases a handle). Eight at a time: the host, let go, finds eight
+ * destroys queued, each with the free of its handle right behind it, which
+ * its threads read and run at once; a destroy that looked its handle up
+ * after that free was refused as "not known", and its sandbox held until
+ * the host's end. */
+#define ROUNDS 48
+#define BATCH 8
+Test(plugin_host, a_destroy_goes_straight_to_the_supervisor_and_the_host_lets_go_after)
+{
+    sbx_error *err = NULL;
+    tu_debug_log l;
+    char *ids[ROUNDS];
+    tu_debug_log_start(&l);
+    sbx_client *c = sbx_client_new("local", &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    /* A stalled host fails a call that needs it within 5 s (and is then
+     * killed), rather than hang the test. */
+    cr_assert_eq(sbx_client_set_call_timeout(c, 5, &err), 0);
+    sbx_sandbox *sb = tu_create(c, NULL);
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    int host = sbx_client_get_host_pid(c);
+    cr_assert(host > 0);
+
+    for (int round = 0; round < ROUNDS / BATCH; round++) {
+        sbx_sandbox *sbs[BATCH];
+        char *roots[BATCH];
+        pid_t escaped[BATCH];
+        for (int j = 0; j < BATCH; j++) {
+            int i = round * BATCH + j;
+            sbs[j] = tu_create(c, NULL);
+            roots[j] = strdup(sbx_sandbox_get0_root(sbs[j]));
+            ids[i] = tu_strdup_printf("released %s\n", sbx_sandbox_get0_id(sbs[j]));
+            sbx_result *r = tu_sh(sbs[j], "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $!",
+                                  10);
+            escaped[j] = (pid_t)atoi(sbx_result_get0_stdout(r, NULL));
+            sbx_result_free(r);
+            cr_assert(escaped[j] > 1);
+            cr_assert_eq(tu_pid_gone(escaped[j]), 0);
+        }
+
+        /* The host finds the destroys and the frees behind them queued. */
+        tu_stop_pid(host);
+        for (int j = 0; j < BATCH; j++) {
+            double t0 = tu_now();
+            int rc = sbx_sandbox_destroy(sbs[j], &err);
+            double took = tu_now() - t0;
+            int gone = tu_pid_gone(escaped[j]), root_left = tu_exists(roots[j]);
+            sbx_sandbox_free(sbs[j]);
+            if (rc != 0 || took >= 2.0 || gone != 1 || root_left)
+                kill(host, SIGCONT);
+            cr_assert_eq(rc, 0, "destroy with the host stopped: %s",
+                         err ? sbx_error_get0_message(err) : "");
+            cr_assert(took < 2.0, "destroy took %.2f s", took);
+            cr_assert_eq(gone, 1, "the sandbox's process %d outlived its destroy",
+                         (int)escaped[j]);
+            cr_assert_eq(root_left, 0, "%s is still there after destroy", roots[j]);
+            free(roots[j]);
+        }
+        kill(host, SIGCONT);
+    }
+    /* The host read the destroys and the frees behind them: each handle is
+     * released, by the application's free or, when that came while the
+     * destroy ran, once the destroy is over; a lost free would hold the
+     * plugin's handle until the host's end, when its log says "released"
+     * after "released ... now" below. */
+    double until = tu_now() + 5;
+    while (!file_holds_all(l.path, ids, ROUNDS) && tu_now() < until)
+        usleep(10000);
+    cr_assert_eq(sbx_client_get_host_pid(c), host);
+    sb = tu_create(c, NULL);
+    expect_echo(sb, "after");
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
+    sbx_sandbox_free(sb);
+    fprintf(stderr, "released ... now\n");
+    fflush(stderr);
+    sbx_client_free(c);
+    char *log = tu_debug_log_stop(&l);
+    const char *now = strstr(log, "released ... now\n");
+    cr_assert_not_null(now);
+    for (int i = 0; i < ROUNDS; i++) {
+        const char *at = strstr(log, ids[i]);
+        cr_assert(at && at < now, "no \"%.*s\" before the client's free", (int)strlen(ids[i]) - 1,
+                  ids[i]);
+        free(ids[i]);
+    }
+    free(log);
+}
+
+#undef ROUNDS
+#undef BATCH
+
 Test(plugin_host, in_process_by_option_and_by_environment)
 {
     sbx_error *err = NULL;

@@ -20,7 +20,11 @@
  *       resumed through it and not destroyed (the plugin's sandbox_free of
  *       such a handle, and client_free while one is kept, wait until the
  *       end; a freed handle of a sandbox another kept handle holds too is
- *       freed at once). At EOF it cancels the calls in flight; then, when it keeps a sandbox whose lifecycle record row
+ *       freed at once, unless a destroy runs on it; a handle freed while
+ *       its destroy runs is freed when that destroy succeeded, and
+ *       client_free waits for the destroys in flight first: libsbx does
+ *       not wait for the destroy of a sandbox it ended through its exec
+ *       endpoint, and its frees come right behind). At EOF it cancels the calls in flight; then, when it keeps a sandbox whose lifecycle record row
  *       (host/record.c) is attached and the application (the socket's peer,
  *       SO_PEERCRED, watched through a pidfd opened at HELLO) still lives,
  *       it sends a LINGER frame (the application's libsbx stops waiting for
@@ -255,6 +259,8 @@ typedef struct kept_sb {
     char token[SBX_TOKEN_LEN + 1];  /* its create token; "" = look it up by id */
     int freed;                      /* the application freed its handle */
     int busy;                       /* a destroy at the end still runs on it */
+    unsigned destroying;            /* destroy calls of the application in
+                                     * flight on it (kept_destroy_begin()) */
 } kept_sb;
 
 static struct {
@@ -262,11 +268,12 @@ static struct {
     kept_sb *list;
     unsigned making;                /* creates and resumes in flight */
     unsigned proc_calls;            /* exec_start and process calls in flight */
+    unsigned destroys;              /* destroy calls in flight on kept sandboxes */
     pthread_cond_t made;            /* signalled as either count reaches 0 */
     pid_t app;                      /* the application (socket peer); 0 unknown */
     unsigned long long app_ticks;   /* its start time, clock ticks since boot */
     int app_fd;                     /* pidfd of it; -1 none */
-} K = { PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, PTHREAD_COND_INITIALIZER, 0, 0, -1 };
+} K = { PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 0, PTHREAD_COND_INITIALIZER, 0, 0, -1 };
 
 /* Counts one call in (@delta 1) or out (-1) of *@count (a counter of K),
  * waking kept_wait_counter() when it reaches 0. */
@@ -333,7 +340,7 @@ kept_wait_counter(const unsigned *count, double secs)
     if (running > 0)
         sbx_log(SBX_LOG_WARNING, H.backend, "plugin host: %u %s still running after %.0f s",
                 running, count == &K.making ? "create(s), whose sandboxes are left to gc,"
-                                            : "process call(s)", secs);
+                         : count == &K.destroys ? "destroy(s)" : "process call(s)", secs);
     pthread_mutex_unlock(&K.lock);
     return running;
 }
@@ -497,21 +504,106 @@ kept_add(sbx_plugin_sandbox *sb, const char *token)
     pthread_mutex_unlock(&K.lock);
 }
 
+/* Takes @sb off the kept list (K.lock held); 1 when the plugin's
+ * sandbox_free is to run now: the application freed the handle while a
+ * destroy ran (kept_destroy_begin()), and none runs any more. */
+static int
+kept_unlink_locked(sbx_plugin_sandbox *sb)
+{
+    for (kept_sb **p = &K.list; *p; p = &(*p)->next) {
+        if ((*p)->sb == sb) {
+            kept_sb *k = *p;
+            int free_now = k->freed && !k->busy && !k->destroying;
+
+            *p = k->next;
+            free(k);
+            return free_now;
+        }
+    }
+    return 0;
+}
+
+/* The plugin's sandbox_free of @sb. */
+static void
+plugin_sandbox_free(sbx_plugin_sandbox *sb)
+{
+    void (*sandbox_free)(sbx_plugin_sandbox *) =
+        (void (*)(sbx_plugin_sandbox *))(uintptr_t)
+            sbx_slot_get(H.plugin, SBX_SLOT_ID_sandbox_free);
+
+    if (sandbox_free)
+        sandbox_free(sb);
+}
+
 /* @sb was destroyed: no longer kept. */
 static void
 kept_drop(sbx_plugin_sandbox *sb)
 {
-    pthread_mutex_lock(&K.lock);
-    for (kept_sb **p = &K.list; *p; p = &(*p)->next) {
-        if ((*p)->sb == sb) {
-            kept_sb *k = *p;
+    int free_now;
 
-            *p = k->next;
-            free(k);
+    pthread_mutex_lock(&K.lock);
+    free_now = kept_unlink_locked(sb);
+    pthread_mutex_unlock(&K.lock);
+    if (free_now)
+        plugin_sandbox_free(sb);
+}
+
+/*
+ * A destroy CALL on sandbox handle @id starts: counted by the thread that
+ * read it, before the next frame is read, until kept_destroy_end(). While
+ * one runs, the application's free of the handle is deferred
+ * (kept_defer_free()), even when another kept handle names the same
+ * sandbox, and client_free waits for it: libsbx sends the destroy of a
+ * sandbox it ended through its exec endpoint without waiting for the
+ * answer, and its frees may come right behind. Returns the kept sandbox
+ * counted, or NULL (not a kept one: nothing counted). The call uses that
+ * pointer rather than looking the handle up again when it runs
+ * (decode_arg()): the free behind it may by then have taken the handle's
+ * id off the table.
+ */
+static sbx_plugin_sandbox *
+kept_destroy_begin(uint64_t id)
+{
+    void *ptr = NULL;
+    kept_sb *k;
+
+    if (handle_get(id, SBX_ENC_SANDBOX, &ptr) < 0 || !ptr)
+        return NULL;
+    pthread_mutex_lock(&K.lock);
+    for (k = K.list; k && k->sb != ptr; k = k->next)
+        ;
+    if (k) {
+        k->destroying++;
+        K.destroys++;
+    }
+    pthread_mutex_unlock(&K.lock);
+    return k ? ptr : NULL;
+}
+
+/* The destroy kept_destroy_begin() counted on @sb ended; @destroyed: it
+ * succeeded (@sb is no longer kept, and a free the application sent
+ * meanwhile runs now). */
+static void
+kept_destroy_end(sbx_plugin_sandbox *sb, int destroyed)
+{
+    int free_now = 0;
+
+    pthread_mutex_lock(&K.lock);
+    for (kept_sb *k = K.list; k; k = k->next) {
+        if (k->sb == sb) {
+            if (k->destroying > 0)
+                k->destroying--;
             break;
         }
     }
+    if (destroyed)
+        free_now = kept_unlink_locked(sb);
+    /* One lock with the drop: client_free, woken here, finds it gone. */
+    if (K.destroys > 0 && --K.destroys == 0)
+        pthread_cond_broadcast(&K.made);
     pthread_mutex_unlock(&K.lock);
+    if (free_now)
+        plugin_sandbox_free(sb);
 }
 
 /* The application frees its handle of @sb: 1 when the plugin's
@@ -543,7 +635,7 @@ kept_defer_free(sbx_plugin_sandbox *sb)
         kept_sb *k = *at;
 
         kept = 1;
-        for (kept_sb *o = K.list; o && kept && id && *id; o = o->next) {
+        for (kept_sb *o = K.list; o && kept && !k->destroying && id && *id; o = o->next) {
             const char *oid;
 
             if (o != k && o->sb && (oid = get_id(o->sb)) && strcmp(oid, id) == 0)
@@ -717,7 +809,7 @@ kept_release(void)
 
     pthread_mutex_lock(&K.lock);
     for (kept_sb *k = K.list; k; k = k->next) {
-        if (k->freed && !k->busy && sandbox_free) {
+        if (k->freed && !k->busy && !k->destroying && sandbox_free) {
             sandbox_free(k->sb);
             k->sb = NULL;
             k->busy = 1;   /* freed: nothing more of it */
@@ -920,6 +1012,8 @@ typedef struct call_frame {
     int refused;                /* errno: fail the call unrun (no thread to read) */
     int proc_call;              /* counted by proc_call() until done */
     int64_t bad_fd;             /* a descriptor number the frame did not pass */
+    sbx_plugin_sandbox *destroying; /* a destroy's kept sandbox, counted by
+                                 * kept_destroy_begin() until the call ends */
 } call_frame;
 
 static void
@@ -979,6 +1073,14 @@ decode_arg(const sbx_slot_row *row, unsigned i, sbx_wire_msg *req, call_frame *f
 
         if (i == 0)
             f->handle_id = id;
+        if (i == 0 && f->destroying) {
+            /* Found when the frame was read: the application's free of the
+             * handle, which may come right behind a destroy it does not
+             * wait for, takes the id off the table before this runs, and
+             * leaves the sandbox to be freed after (kept_destroy_begin). */
+            v->p = f->destroying;
+            return 0;
+        }
         return handle_get(id, row->enc[i], &v->p) == 0 ? 0 : -2;
     }
     case SBX_ENC_CTX:
@@ -1248,8 +1350,11 @@ run_call(sbx_wire_msg *req, call_frame *f)
     }
     if (req->slot == SBX_SLOT_ID_sandbox_free && kept_defer_free(f->v[0].p)) {
         /* Kept to be destroyed at the end: the plugin frees it then. */
-    } else if (req->slot == SBX_SLOT_ID_client_free && kept_any()) {
-        /* The kept sandboxes may need their client to be destroyed. */
+    } else if (req->slot == SBX_SLOT_ID_client_free &&
+               (kept_wait_counter(&K.destroys, ATTACH_DESTROY_SECS), kept_any())) {
+        /* The kept sandboxes may need their client to be destroyed. (The
+         * destroys in flight end first: those libsbx did not wait for,
+         * of sandboxes it ended through their exec endpoint, drop theirs.) */
     } else if (req->slot == SBX_SLOT_ID_create || req->slot == SBX_SLOT_ID_resume) {
         kept_making(1);
         ffi_call(&H.cif[req->slot], FFI_FN(fn), &rv, f->av);
@@ -1266,8 +1371,12 @@ run_call(sbx_wire_msg *req, call_frame *f)
         ffi_call(&H.cif[req->slot], FFI_FN(fn), &rv, f->av);
     }
     ok = 1;
-    if (req->slot == SBX_SLOT_ID_destroy && (int)rv == 0)
+    if (f->destroying) {
+        kept_destroy_end(f->destroying, (int)rv == 0);
+        f->destroying = NULL;
+    } else if (req->slot == SBX_SLOT_ID_destroy && (int)rv == 0) {
         kept_drop(f->v[0].p);
+    }
 
     sbx_wire_init(&rep, SBX_MSG_REPLY, req->slot, req->call_id);
     switch (row->ret) {
@@ -1353,6 +1462,8 @@ run_call(sbx_wire_msg *req, call_frame *f)
     sbx_wire_clear(&rep);
 
 done:
+    if (f->destroying)
+        kept_destroy_end(f->destroying, 0);
     if (ok && (row->flags & SBX_ROW_FREES))
         handle_remove(f->handle_id);
     if (f->proc_call)
@@ -1666,6 +1777,13 @@ lf_thread(void *arg)
             }
             if (blocking)
                 frame = call_prepare(m, 1);
+            if (frame && m->slot == SBX_SLOT_ID_destroy) {
+                /* Counted before the next frame is read: a free of its
+                 * handle right behind it waits for it (kept_destroy_begin). */
+                sbx_wire_msg peek = *m;
+
+                frame->destroying = kept_destroy_begin(sbx_wire_get_u64(&peek));
+            }
             pthread_mutex_unlock(&LF.recv_lock);
             if (blocking) {
                 uncovered = kick_idle(self);

@@ -3194,7 +3194,7 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
 {
     const char *op = "destroy";
     struct sbx_plugin_sandbox *sb = sandbox;
-    int rc = 0;
+    int rc = 0, ending = 0;
 #ifdef SBX_LOCAL_BUBBLEWRAP
     int meta_lock = -1;
 #endif
@@ -3263,8 +3263,19 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
         rc = -1;
         goto out;
     }
-    /* Gone already, crashed, or not answering: make sure. */
-    if (wait_supervisor_gone(sb, asked && io != IO_TIMEOUT ? GONE_SECS : 0) < 0) {
+    /* Gone already, crashed, or not answering: make sure. A socket that is
+     * gone with the meta directory was a supervisor's that ended the
+     * sandbox, on its own (its keeper removed the directory) or at a
+     * DESTROY sent through the exec endpoint (the directory renamed to its
+     * trash, the supervisor removing it and exiting): it is given the time
+     * to exit before it is killed. */
+    ending = !asked && gone_errno(e) && sb->meta && access(sb->meta, F_OK) < 0
+             && errno == ENOENT;
+    if (ending)
+        /* The sandbox's work is over (see below): the fill need not wait
+         * for the supervisor's exit, as it does not after DESTROYED. */
+        gate_open(sb->fill_gate);
+    if (wait_supervisor_gone(sb, (asked && io != IO_TIMEOUT) || ending ? GONE_SECS : 0) < 0) {
         LOG(SBX_LOG_WARNING, "supervisor of %s (pid %d) still runs; killing it", sb->id,
             (int)sb->sup_pid);
         kill_supervisor_tree(sb);
@@ -3277,7 +3288,13 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     }
 #endif
 
-    if (remove_dirs(sb, op, error) < 0) {
+    /* Ended on its own or at a DESTROY of another process: the supervisor
+     * or its keeper removed the tmp directory in the caller's workdir,
+     * which a new sandbox of that workdir may have made again since. */
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    ending = 0;     /* bubblewrap has no exec endpoint: removed here as before */
+#endif
+    if (!ending && remove_dirs(sb, op, error) < 0) {
         rc = -1;
         goto out;
     }
@@ -3285,7 +3302,7 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
 destroyed:
 #endif
     sb->destroyed = 1;
-    LOG(SBX_LOG_DEBUG, "destroyed %s", sb->id);
+    LOG(SBX_LOG_DEBUG, ending ? "destroyed %s (it had ended)" : "destroyed %s", sb->id);
 out:
 #ifdef SBX_LOCAL_BUBBLEWRAP
     if (meta_lock >= 0)
@@ -3358,6 +3375,7 @@ static void local_sandbox_free(sbx_plugin_sandbox *sandbox)
 {
     if (!sandbox)
         return;
+    LOG(SBX_LOG_DEBUG, "released %s", sandbox->id ? sandbox->id : "a sandbox");
     gate_open(sandbox->fill_gate);
     gate_unref(sandbox->fill_gate);
     pthread_mutex_destroy(&sandbox->lock);

@@ -388,10 +388,18 @@ typedef struct sbx_plugin {
      *  through the plugin host as before when the endpoint cannot be
      *  reached, is served by another process, or the lifetime is within a
      *  second of its end. At resume the member is taken from the state the
-     *  plugin returns for the resumed sandbox, never from the caller's. */
+     *  plugin returns for the resumed sandbox, never from the caller's.
+     *  Destroy goes there too (DESTROY, answered by DESTROYED once every
+     *  process of the sandbox has ended and its directory is gone from its
+     *  place); the application then calls the destroy slot without waiting
+     *  for its answer and may free the handle right behind it (the plugin
+     *  host frees it once that destroy is over): the slot finds the
+     *  sandbox ended and releases what the plugin keeps of it. With no
+     *  answer, the application calls destroy as before. */
     char *(*session_state)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
                            sbx_error **error);
-    /** Ends the sandbox and all it runs; a second call returns 0. */
+    /** Ends the sandbox and all it runs; a second call returns 0, and so
+     *  does a call on a sandbox its exec endpoint already ended (above). */
     int (*destroy)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
                    sbx_error **error);
     /** Returns 1 alive, 0 gone, -1 error. */
