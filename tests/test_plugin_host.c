@@ -5,6 +5,7 @@
  * the plugin's side keeps.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -102,6 +103,96 @@ Test(plugin_host, default_mode_is_out_of_process_with_a_host_per_client)
     /* Freeing the client stops and reaps its host. */
     cr_assert(tu_pid_gone((pid_t)pa) && tu_pid_gone((pid_t)pb));
     cr_assert_eq(kill((pid_t)pa, 0), -1, "host %d was not reaped", pa);
+}
+
+/* ------------------------------------------- a host killed while no call waits */
+
+/* Threads of process @pid still in /proc (0 once it was reaped). */
+static int threads_of(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    int n = 0;
+
+    if (!d)
+        return 0;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* Waits (up to 5 s, asserted) until the SIGKILLed plugin host @pid has
+ * ended with all its threads. Its main thread turns zombie first (which
+ * tu_pid_gone() counts as gone) while its other threads may still be
+ * exiting and holding its descriptors, its end of the socket among them:
+ * the application sees the hang-up only once the last has ended. */
+static void wait_host_ended(pid_t pid)
+{
+    double until = tu_now() + 5;
+    while (!(tu_pid_gone(pid) && threads_of(pid) <= 1) && tu_now() < until)
+        usleep(1000);
+    cr_assert(tu_pid_gone(pid) && threads_of(pid) <= 1, "%s, %d threads",
+              tu_proc_describe(pid), threads_of(pid));
+}
+
+/* "echo @word" with a working directory: a command that goes through the
+ * plugin host (one without goes straight to the supervisor), so that it
+ * needs the host that serves @sb. */
+static void expect_echo_through_the_host(sbx_sandbox *sb, const char *word)
+{
+    sbx_error *err = NULL;
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    const char *argv[] = { "echo", word, NULL };
+    rq.argv = argv;
+    rq.cwd = "/";
+    sbx_result *r = sbx_sandbox_execute_command(sb, &rq, &err);
+    cr_assert_not_null(r, "echo %s (cwd /): %s", word, err ? sbx_error_get0_message(err) : "");
+    char *want = tu_strdup_printf("%s\n", word);
+    tu_assert_stdout(r, want);
+    tu_assert_exit(r, 0);
+    free(want);
+    sbx_result_free(r);
+}
+
+/* Any client's host SIGKILLed while no call waits (nobody reads its socket
+ * then): the next call, on a sandbox, starts a new host that took the
+ * sandbox over, instead of failing on the dead host's socket; so does the
+ * next create. */
+Test(plugin_host, a_host_killed_while_idle_is_restarted_by_the_next_call)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_OUT_OF_PROCESS, &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *sb = tu_create(c, NULL);
+    for (int round = 0; round < 2; round++) {
+        int host = sbx_client_get_host_pid(c);
+        cr_assert(host > 0);
+        cr_assert_eq(kill((pid_t)host, SIGKILL), 0);
+        wait_host_ended((pid_t)host);
+        sbx_sandbox *made = NULL;
+        if (round == 0) {
+            expect_echo_through_the_host(sb, "restarted");
+        } else {
+            made = sbx_sandbox_create(c, NULL, &err);
+            cr_assert_not_null(made, "create after the host's SIGKILL: %s",
+                               err ? sbx_error_get0_message(err) : "");
+            expect_echo_through_the_host(made, "made");
+            expect_echo_through_the_host(sb, "reattached");
+        }
+        int host2 = sbx_client_get_host_pid(c);
+        cr_assert(host2 > 0 && host2 != host, "round %d: host %d after %d", round, host2, host);
+        if (made) {
+            cr_assert_eq(sbx_sandbox_destroy(made, &err), 0, "%s",
+                         err ? sbx_error_get0_message(err) : "");
+            sbx_sandbox_free(made);
+        }
+    }
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
 }
 
 /*
