@@ -2009,7 +2009,19 @@ SBX_EXPORT int64_t sbx_extract_tar_fd_with_options(int fd, const char *dest_dir,
  * sandbox's compute is priced (a document without size is priced at the
  * default size). It holds no secret: no credential and no environment
  * value. Returns a new string (free with free()) or NULL.
- * Errors: not_found after destroy, feature_not_supported. Since 0.1.
+ *
+ * Handing the sandbox on through a queue (take this document, let this
+ * process exit, sbx_resume() it in another process later) needs a
+ * DETACHED sandbox: sbx_options_set_detached() at create, or
+ * sbx_sandbox_detach() before this process ends. An attached one (the
+ * default) is destroyed once every process that created or resumed it
+ * has ended without destroying it (who does that, and when, per plugin
+ * mode and backend: sbx_options_set_detached()), so the other process
+ * finds it gone (not_found) or reaped by sbx_gc() in between. A detached
+ * sandbox lives until sbx_sandbox_destroy() or the end of its lifetime
+ * (timeout_secs).
+ * Errors: not_found after destroy, feature_not_supported. Thread-safe.
+ * Since 0.1.
  */
 SBX_EXPORT char *sbx_sandbox_session_state(sbx_sandbox *sandbox, sbx_error **error);
 
