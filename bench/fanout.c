@@ -8,8 +8,9 @@
  * execute_async and destroy_async from the callbacks, the main thread only
  * polling sbx_async_get_fd() and dispatching. Rounds alternate the two, so
  * both see the same machine load. Creates are sbx_create() /
- * sbx_create_async() (a client each, so out of process a plugin host
- * each), or with -s sbx_sandbox_create[_async]() on one shared client.
+ * sbx_create_async(), which use the process-wide client of the backend
+ * (out of process one plugin host for all of them), or with -s
+ * sbx_sandbox_create[_async]() on a client the bench makes.
  *
  * Output, per round: both wall times and the speed-up (sequential time /
  * asynchronous time); then the median speed-up, and memory:
@@ -18,10 +19,11 @@
  *    through /proc/self/clear_refs, divided by N;
  *  - one supervisor's RSS and PSS (sbx-supervisor, the process a local
  *    sandbox keeps; /proc/PID/status and smaps_rollup), sampled on a live
- *    sandbox; and, out of process, the plugin host's (one per client).
+ *    sandbox; and, out of process, the plugin host's of the bench's own
+ *    client (without -s that client serves only the sandbox sampled).
  *
  * Usage: fanout [-s] [-n SANDBOXES] [-r ROUNDS] [-w WORKERS] [-b BACKEND]
- *        (default one client per sandbox, 100, 3, 0 = the pool's default,
+ *        (default sbx_create's client, 100, 3, 0 = the pool's default,
  *        local)
  */
 #include <ctype.h>
@@ -40,7 +42,7 @@
 #include "bench.h"
 
 static const char *g_backend = "local";
-static sbx_client *g_client;  /* -s: the shared client; NULL: one per sandbox */
+static sbx_client *g_client;  /* -s: the bench's client; NULL: sbx_create's */
 
 static double now_s(void)
 {
@@ -274,7 +276,7 @@ int main(int argc, char **argv)
     printf("fanout: %d sandboxes (create -> exec /bin/true -> destroy) on %s (%s), %s, "
            "%u workers, %d rounds\n", n, g_backend,
            sbx_plugin_mode_name(sbx_client_get_plugin_mode(sample)),
-           shared ? "one shared client" : "a client per sandbox",
+           shared ? "the bench's own client" : "sbx_create's process-wide client",
            workers ? workers : (unsigned)SBX_ASYNC_DEFAULT_WORKERS, rounds);
     double *ratio = calloc((size_t)rounds, sizeof *ratio);
     long peak_max = 0;

@@ -1350,7 +1350,7 @@ copy_options(const sbx_options *in, sbx_options **out, sbx_error **err)
 }
 
 /* The key of operations on @sandbox: its client, or the backend name for
- * a sandbox that owns a private client (made by sbx_create / sbx_resume). */
+ * a sandbox on the process-wide client (made by sbx_create / sbx_resume). */
 static void
 sandbox_key(sbx_sandbox *sandbox, const void **ptr, const char **name)
 {

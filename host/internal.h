@@ -395,8 +395,9 @@ struct sbx_sandbox {
  * call. NULL with *@error when it cannot be made. Thread-safe.
  */
 sbx_client *sbx_shared_client_get(const char *backend, sbx_error **error);
-/** Drops one reference of a client from sbx_shared_client_get(); the last
- *  frees it (and stops its plugin host). */
+/** Drops one reference of a client from sbx_shared_client_get(). The client
+ *  is kept at 0 (with its plugin host) for the process's next sbx_create()
+ *  or sbx_resume(). Thread-safe. */
 void sbx_shared_client_put(sbx_client *client);
 
 /**

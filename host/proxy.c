@@ -16,9 +16,10 @@
  *    fails with a retryable connection error naming the signal; the next
  *    call on the client or a sandbox starts a new host, and every sandbox
  *    whose session state was taken at create / resume is resumed there
- *    (reattached) under the same handle. Processes started on the dead
- *    host are gone: calls on them fail with a connection error and never
- *    start a host.
+ *    (reattached) under the same handle. A host that dies while no call
+ *    waits is found gone by the next call (its socket hung up), which
+ *    starts the new one. Processes started on the dead host are gone:
+ *    calls on them fail with a connection error and never start a host.
  *  - A call past its deadline (the call context's, or the client's call
  *    timeout) or whose cancel descriptor fires gets a CANCEL frame: the
  *    plugin's cancel descriptor becomes readable. When no reply comes
@@ -957,6 +958,21 @@ fail_fds:
     return -1;
 }
 
+/* 1 when @pc's host hung up while no call of the client waited (killed
+ * while idle: nobody read the socket to see it go), so that the next call
+ * starts a new host instead of failing on the dead one's socket. With calls
+ * waiting it is theirs to find (the replies before the hang-up are
+ * theirs). With pc->lock held. */
+static int
+hung_up_while_idle_locked(proxy_client *pc)
+{
+    struct pollfd p = { .fd = pc->sock, .events = POLLIN };
+
+    if (pc->dead || pc->calls || pc->reading || pc->sock < 0)
+        return 0;
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR)) != 0;
+}
+
 /* Makes sure @pc has a live host; restarts and reattaches when it died.
  * Returns 0 or -1 with *@err set. */
 static int
@@ -965,6 +981,8 @@ ensure_host(proxy_client *pc, const char *slot, sbx_error **err)
     int dead;
 
     pthread_mutex_lock(&pc->lock);
+    if (hung_up_while_idle_locked(pc))
+        conn_died_locked(pc);
     dead = pc->dead || pc->restarting;
     pthread_mutex_unlock(&pc->lock);
     if (!dead)

@@ -5,6 +5,7 @@
  * the plugin's side keeps.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -102,6 +103,296 @@ Test(plugin_host, default_mode_is_out_of_process_with_a_host_per_client)
     /* Freeing the client stops and reaps its host. */
     cr_assert(tu_pid_gone((pid_t)pa) && tu_pid_gone((pid_t)pb));
     cr_assert_eq(kill((pid_t)pa, 0), -1, "host %d was not reaped", pa);
+}
+
+/* ------------------------------------------- a host killed while no call waits */
+
+/* Threads of process @pid still in /proc (0 once it was reaped). */
+static int threads_of(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    int n = 0;
+
+    if (!d)
+        return 0;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* Waits (up to 5 s, asserted) until the SIGKILLed plugin host @pid has
+ * ended with all its threads. Its main thread turns zombie first (which
+ * tu_pid_gone() counts as gone) while its other threads may still be
+ * exiting and holding its descriptors, its end of the socket among them:
+ * the application sees the hang-up only once the last has ended. */
+static void wait_host_ended(pid_t pid)
+{
+    double until = tu_now() + 5;
+    while (!(tu_pid_gone(pid) && threads_of(pid) <= 1) && tu_now() < until)
+        usleep(1000);
+    cr_assert(tu_pid_gone(pid) && threads_of(pid) <= 1, "%s, %d threads",
+              tu_proc_describe(pid), threads_of(pid));
+}
+
+/* "echo @word" with a working directory: a command that goes through the
+ * plugin host (one without goes straight to the supervisor), so that it
+ * needs the host that serves @sb. */
+static void expect_echo_through_the_host(sbx_sandbox *sb, const char *word)
+{
+    sbx_error *err = NULL;
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    const char *argv[] = { "echo", word, NULL };
+    rq.argv = argv;
+    rq.cwd = "/";
+    sbx_result *r = sbx_sandbox_execute_command(sb, &rq, &err);
+    cr_assert_not_null(r, "echo %s (cwd /): %s", word, err ? sbx_error_get0_message(err) : "");
+    char *want = tu_strdup_printf("%s\n", word);
+    tu_assert_stdout(r, want);
+    tu_assert_exit(r, 0);
+    free(want);
+    sbx_result_free(r);
+}
+
+/* Any client's host SIGKILLed while no call waits (nobody reads its socket
+ * then): the next call, on a sandbox, starts a new host that took the
+ * sandbox over, instead of failing on the dead host's socket; so does the
+ * next create. */
+Test(plugin_host, a_host_killed_while_idle_is_restarted_by_the_next_call)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new_with_mode("local", SBX_PLUGIN_MODE_OUT_OF_PROCESS, &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *sb = tu_create(c, NULL);
+    for (int round = 0; round < 2; round++) {
+        int host = sbx_client_get_host_pid(c);
+        cr_assert(host > 0);
+        cr_assert_eq(kill((pid_t)host, SIGKILL), 0);
+        wait_host_ended((pid_t)host);
+        sbx_sandbox *made = NULL;
+        if (round == 0) {
+            expect_echo_through_the_host(sb, "restarted");
+        } else {
+            made = sbx_sandbox_create(c, NULL, &err);
+            cr_assert_not_null(made, "create after the host's SIGKILL: %s",
+                               err ? sbx_error_get0_message(err) : "");
+            expect_echo_through_the_host(made, "made");
+            expect_echo_through_the_host(sb, "reattached");
+        }
+        int host2 = sbx_client_get_host_pid(c);
+        cr_assert(host2 > 0 && host2 != host, "round %d: host %d after %d", round, host2, host);
+        if (made) {
+            cr_assert_eq(sbx_sandbox_destroy(made, &err), 0, "%s",
+                         err ? sbx_error_get0_message(err) : "");
+            sbx_sandbox_free(made);
+        }
+    }
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+}
+
+/* ------------------------------------------------- the client sbx_create shares */
+
+/* The plugin hosts this process started that still run (zombies not
+ * counted): their pids in @pids (at most @max, in /proc's order); returns
+ * how many. sbx_create() keeps its client to itself, so this is how a test
+ * sees the host that serves its sandboxes. */
+static size_t own_hosts(pid_t *pids, size_t max)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    size_t n = 0;
+
+    cr_assert_not_null(d);
+    while ((e = readdir(d)) != NULL) {
+        long v = strtol(e->d_name, NULL, 10);
+        if (v <= 0 || tu_ppid((pid_t)v) != getpid() || !tu_is_plugin_host((pid_t)v) ||
+            tu_pid_gone((pid_t)v))
+            continue;
+        if (n < max)
+            pids[n] = (pid_t)v;
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* The one plugin host this process runs; asserts there is exactly one. */
+static pid_t the_own_host(const char *when)
+{
+    pid_t pids[16];
+    size_t n = own_hosts(pids, 16);
+    cr_assert_eq(n, 1, "%s: %zu plugin hosts run for this process, not 1", when, n);
+    return pids[0];
+}
+
+static sbx_sandbox *create_local(void)
+{
+    sbx_error *err = NULL;
+    sbx_sandbox *sb = sbx_create("local", NULL, &err);
+    cr_assert_not_null(sb, "sbx_create: %s", err ? sbx_error_get0_message(err) : "");
+    return sb;
+}
+
+/* Two sandboxes made with sbx_create("local") in one process, and a third
+ * resumed with sbx_resume() from the first's session state, are served by
+ * one plugin host: the process-wide client of the backend. A client made
+ * with sbx_client_new() keeps a host of its own beside it. */
+Test(plugin_host, sbx_create_shares_one_host_per_backend)
+{
+    sbx_error *err = NULL;
+    pid_t pids[4];
+    cr_assert_eq(own_hosts(pids, 4), 0);
+    sbx_sandbox *a = create_local();
+    pid_t host = the_own_host("after one sbx_create");
+    sbx_sandbox *b = create_local();
+    cr_assert_eq(the_own_host("after two sbx_create"), host);
+    expect_echo_through_the_host(a, "a");
+    expect_echo_through_the_host(b, "b");
+    char *state = sbx_sandbox_session_state(a, &err);
+    cr_assert_not_null(state, "session state: %s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *r = sbx_resume(state, &err);
+    free(state);
+    cr_assert_not_null(r, "sbx_resume: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_str_eq(sbx_sandbox_get0_id(r), sbx_sandbox_get0_id(a));
+    expect_echo_through_the_host(r, "resumed");
+    cr_assert_eq(the_own_host("after sbx_resume"), host);
+
+    sbx_client *own = sbx_client_new("local", &err);
+    cr_assert_not_null(own, "%s", err ? sbx_error_get0_message(err) : "");
+    int own_host = sbx_client_get_host_pid(own);
+    cr_assert(own_host > 0 && own_host != host, "own client's host %d, shared host %d",
+              own_host, (int)host);
+    cr_assert_eq(own_hosts(pids, 4), 2);
+    sbx_client_free(own);
+    cr_assert_eq(the_own_host("after sbx_client_free"), host);
+
+    cr_assert_eq(sbx_sandbox_destroy(r, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox_free(r);
+    sbx_sandbox_free(a); /* destroyed through r */
+    cr_assert_eq(sbx_sandbox_destroy(b, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox_free(b);
+}
+
+/* The shared client's host SIGKILLed while idle: the next sbx_create()
+ * works, on a new host that also took the earlier sandbox over (a call on
+ * it that needs the host starts no other). */
+Test(plugin_host, sbx_create_after_its_host_was_killed_starts_a_new_one)
+{
+    sbx_error *err = NULL;
+    sbx_sandbox *a = create_local();
+    expect_echo_through_the_host(a, "before");
+    pid_t host = the_own_host("before the kill");
+    cr_assert_eq(kill(host, SIGKILL), 0);
+    wait_host_ended(host);
+
+    sbx_sandbox *b = sbx_create("local", NULL, &err);
+    cr_assert_not_null(b, "sbx_create after the host's SIGKILL: %s",
+                       err ? sbx_error_get0_message(err) : "");
+    pid_t host2 = the_own_host("after the kill and a create");
+    cr_assert_neq(host2, host);
+    expect_echo(b, "after");
+    expect_echo_through_the_host(b, "after-host");
+    expect_echo_through_the_host(a, "reattached");
+    cr_assert_eq(the_own_host("after a call on the earlier sandbox"), host2);
+    cr_assert_eq(sbx_sandbox_destroy(a, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_destroy(b, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox_free(a);
+    sbx_sandbox_free(b);
+}
+
+typedef struct creator {
+    pthread_barrier_t *made;    /* every thread holds its sandbox */
+    pthread_barrier_t *counted; /* the main thread counted the hosts */
+    sbx_error *error;
+    const char *step;
+    char word[16];
+} creator;
+
+/* sbx_create, wait for the others, an exec through the host, destroy,
+ * free; the first failure's step and error are kept for the main thread. */
+static void *create_use_destroy(void *arg)
+{
+    creator *c = arg;
+    sbx_sandbox *sb = sbx_create("local", NULL, &c->error);
+    if (!sb)
+        c->step = "create";
+    pthread_barrier_wait(c->made);
+    pthread_barrier_wait(c->counted);
+    if (!sb)
+        return NULL;
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    const char *argv[] = { "echo", c->word, NULL };
+    rq.argv = argv;
+    rq.cwd = "/";
+    sbx_result *r = sbx_sandbox_execute_command(sb, &rq, &c->error);
+    char *want = tu_strdup_printf("%s\n", c->word);
+    size_t len = 0;
+    const char *out = r ? sbx_result_get0_stdout(r, &len) : NULL;
+    if (!r)
+        c->step = "exec";
+    else if (len != strlen(want) || memcmp(out, want, len) != 0 ||
+             sbx_result_get_exit_code(r) != 0)
+        c->step = "exec output";
+    free(want);
+    sbx_result_free(r);
+    if (sbx_sandbox_destroy(sb, c->step ? NULL : &c->error) != 0 && !c->step)
+        c->step = "destroy";
+    sbx_sandbox_free(sb);
+    return NULL;
+}
+
+/* Eight threads call sbx_create() at once, the first ones among them
+ * before the shared client exists: one client is made, and its one host
+ * serves all eight. When every sandbox is freed the client is kept, as
+ * sbx_create() documents, with its host: a later sbx_create() uses that
+ * same host. Three rounds. */
+Test(plugin_host, threads_creating_at_once_share_one_host_kept_after_the_last_free)
+{
+    enum { N = 8, ROUNDS = 3 };
+    pid_t host = 0;
+
+    for (int round = 0; round < ROUNDS; round++) {
+        pthread_barrier_t made, counted;
+        creator c[N];
+        pthread_t t[N];
+        cr_assert_eq(pthread_barrier_init(&made, NULL, N + 1), 0);
+        cr_assert_eq(pthread_barrier_init(&counted, NULL, N + 1), 0);
+        for (int i = 0; i < N; i++) {
+            c[i] = (creator){ .made = &made, .counted = &counted };
+            snprintf(c[i].word, sizeof c[i].word, "r%d-t%d", round, i);
+            cr_assert_eq(pthread_create(&t[i], NULL, create_use_destroy, &c[i]), 0);
+        }
+        pthread_barrier_wait(&made);
+        pid_t pids[N + 1];
+        size_t n = own_hosts(pids, N + 1);
+        pthread_barrier_wait(&counted);
+        for (int i = 0; i < N; i++)
+            pthread_join(t[i], NULL);
+        pthread_barrier_destroy(&made);
+        pthread_barrier_destroy(&counted);
+        for (int i = 0; i < N; i++)
+            cr_assert_null(c[i].step, "round %d, thread %d: %s: %s", round, i, c[i].step,
+                           c[i].error ? sbx_error_get0_message(c[i].error) : "no error");
+        cr_assert_eq(n, 1, "round %d: %zu plugin hosts for %d sandboxes made at once", round,
+                     n, N);
+        if (round == 0)
+            host = pids[0];
+        cr_assert_eq(pids[0], host, "round %d: host %d, not the first round's %d", round,
+                     (int)pids[0], (int)host);
+        /* Every sandbox freed: the client and its host stay. */
+        cr_assert_eq(the_own_host("after every sandbox was freed"), host);
+    }
+    sbx_sandbox *sb = create_local();
+    expect_echo_through_the_host(sb, "later");
+    cr_assert_eq(the_own_host("after a later sbx_create"), host);
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox_free(sb);
 }
 
 /*

@@ -1193,9 +1193,11 @@ SBX_EXPORT int sbx_gc(unsigned flags, sbx_gc_fn fn, void *user_data, sbx_error *
 
 /**
  * sbx_sandbox_free:
- * Frees the handle (and the client made by sbx_create()). Does NOT destroy
- * the sandbox: a sandbox outlives its handle and its process until
- * sbx_sandbox_destroy(). NULL ignored. Since 0.1.
+ * Frees the handle; a handle made by sbx_create() or sbx_resume() lets go
+ * of the process-wide client it used, which stays for later ones (see
+ * sbx_create()). Does NOT destroy the sandbox: a sandbox outlives its
+ * handle until sbx_sandbox_destroy(), and its process too when it is
+ * detached (see sbx_options_set_detached()). NULL ignored. Since 0.1.
  */
 SBX_EXPORT void sbx_sandbox_free(sbx_sandbox *sandbox);
 
@@ -2007,7 +2009,19 @@ SBX_EXPORT int64_t sbx_extract_tar_fd_with_options(int fd, const char *dest_dir,
  * sandbox's compute is priced (a document without size is priced at the
  * default size). It holds no secret: no credential and no environment
  * value. Returns a new string (free with free()) or NULL.
- * Errors: not_found after destroy, feature_not_supported. Since 0.1.
+ *
+ * Handing the sandbox on through a queue (take this document, let this
+ * process exit, sbx_resume() it in another process later) needs a
+ * DETACHED sandbox: sbx_options_set_detached() at create, or
+ * sbx_sandbox_detach() before this process ends. An attached one (the
+ * default) is destroyed once every process that created or resumed it
+ * has ended without destroying it (who does that, and when, per plugin
+ * mode and backend: sbx_options_set_detached()), so the other process
+ * finds it gone (not_found) or reaped by sbx_gc() in between. A detached
+ * sandbox lives until sbx_sandbox_destroy() or the end of its lifetime
+ * (timeout_secs).
+ * Errors: not_found after destroy, feature_not_supported. Thread-safe.
+ * Since 0.1.
  */
 SBX_EXPORT char *sbx_sandbox_session_state(sbx_sandbox *sandbox, sbx_error **error);
 
@@ -2869,11 +2883,11 @@ SBX_EXPORT size_t sbx_async_pending(const sbx_async *async);
  * default): the others wait in the queue without holding a worker, and
  * operations of other clients start ahead of them. An operation's client
  * is the sbx_client it is given, or that its sandbox was made from; a
- * sandbox made by sbx_create() or sbx_resume() (which own a private
- * client), and sbx_client_new_async / sbx_create_async / sbx_resume_async
- * themselves, count against their backend name instead, so all of them
- * for one backend share one bound. sbx_extract_tar_fd_async has no
- * client. Applies to operations that start after the call. Errors:
+ * sandbox made by sbx_create() or sbx_resume() (on the process-wide
+ * client of its backend), and sbx_client_new_async / sbx_create_async /
+ * sbx_resume_async themselves, count against their backend name instead,
+ * so all of them for one backend share one bound. sbx_extract_tar_fd_async
+ * has no client. Applies to operations that start after the call. Errors:
  * invalid_argument for a NULL @async. Returns 0 or -1. Thread-safe.
  * Since 0.1.
  */
