@@ -12,7 +12,7 @@
  * bubblewrap the supervisors watch the application itself and end them
  * within 5 s of its SIGKILL (tests named in_process_* and supervisor_*,
  * which run on both of these backends whatever SBX_TEST_BACKEND says). A
- * SIGKILLed supervisor leaves nothing behind either.
+ * SIGKILLed supervisor leaves nothing behind either, in both modes.
  *
  * On local and bubblewrap a sandbox is gone when nothing of it is left on
  * the host: no row, command or directory, none of the supervisor, keeper
@@ -972,7 +972,8 @@ static pid_t supervisor_pid(const char *id)
 
 /* The supervisor of a sandbox SIGKILLed (its application alive, @mode):
  * within 5 s its command, directory, keeper (and bwrap), processes and
- * mounts are gone; the other sandbox of the application is untouched. */
+ * mounts are gone; the other sandbox of the application is untouched.
+ * Run on local and bubblewrap, in both modes. */
 static void supervisor_sigkill(sbx_plugin_mode mode)
 {
     held h;
@@ -1009,10 +1010,22 @@ Test(attached, supervisor_sigkill_local)
     supervisor_sigkill(SBX_PLUGIN_MODE_OUT_OF_PROCESS);
 }
 
+Test(attached, supervisor_sigkill_local_in_process)
+{
+    cr_assert_eq(setenv("SBX_TEST_BACKEND", "local", 1), 0);
+    supervisor_sigkill(SBX_PLUGIN_MODE_IN_PROCESS);
+}
+
 Test(attached, supervisor_sigkill_bubblewrap)
 {
     cr_assert_eq(setenv("SBX_TEST_BACKEND", "bubblewrap", 1), 0);
     supervisor_sigkill(SBX_PLUGIN_MODE_IN_PROCESS);
+}
+
+Test(attached, supervisor_sigkill_bubblewrap_out_of_process)
+{
+    cr_assert_eq(setenv("SBX_TEST_BACKEND", "bubblewrap", 1), 0);
+    supervisor_sigkill(SBX_PLUGIN_MODE_OUT_OF_PROCESS);
 }
 
 /* --------------------------------------------- local: the client's spare */
