@@ -1,7 +1,8 @@
 /*
  * Attached sandboxes out of process, on the backend under test
- * ($SBX_TEST_BACKEND: local under `make check`, docker in scripts/test):
- * the plugin host of an application that ends without destroying its sandboxes (SIGKILL
+ * ($SBX_TEST_BACKEND: local under `make check`, bubblewrap again in
+ * tests/bubblewrap.sh, docker in scripts/test): the plugin host of an
+ * application that ends without destroying its sandboxes (SIGKILL
  * mid-exec, normal exit) destroys the attached ones within 5 s and removes
  * their rows; detached ones and ones another live process resumed are left
  * alone. A plugin host SIGKILLed itself destroys nothing: the application
