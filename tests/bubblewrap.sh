@@ -1,7 +1,8 @@
 #!/bin/sh
 # The backend-neutral suites (conformance, cases, files, session state, the
-# session surface) run
-# again on the bubblewrap backend: SBX_TEST_BACKEND=bubblewrap. Their TAP
+# session surface) and the attached-sandbox tests (an application, its
+# plugin host or a supervisor SIGKILLed, in both plugin modes) run again on
+# the bubblewrap backend: SBX_TEST_BACKEND=bubblewrap. Their TAP
 # streams are joined into one (Criterion writes unnumbered "ok -" / "not ok -"
 # lines; the plan comes last, counting all of them). A suite that exits
 # non-zero without reporting a failure adds a "not ok" line of its own.
@@ -14,7 +15,7 @@ export SBX_TEST_BACKEND
 total=0
 failed=0
 for prog in tests/test_conformance tests/test_cases tests/test_files tests/test_state \
-            tests/test_session; do
+            tests/test_session tests/test_attached; do
     if [ ! -x "./$prog" ]; then
         echo "Bail out! $prog not found (run from the build directory)"
         exit 99

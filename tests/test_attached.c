@@ -1,18 +1,25 @@
 /*
  * Attached sandboxes out of process, on the backend under test
- * ($SBX_TEST_BACKEND, default local): the plugin host of an application
- * that ends without destroying its sandboxes (SIGKILL mid-exec, normal
- * exit) destroys the attached ones within 5 s and removes their rows;
- * detached ones and ones another live process resumed are left alone. A
- * plugin host SIGKILLed itself destroys nothing: the application still
- * owns the sandboxes; when it dies too, on docker sbx_gc() reaps them, on
- * local and bubblewrap their supervisors, which watch the application, end
- * them within 5 s and sbx_gc() removes the rows. In process there is no host: on docker sbx_gc() reaps them; on
- * local and bubblewrap the supervisors watch the application itself and
- * end them within 5 s of its SIGKILL (tests named in_process_* and
- * supervisor_*, which run on both of these backends whatever
- * SBX_TEST_BACKEND says). A SIGKILLed supervisor leaves nothing behind
- * either.
+ * ($SBX_TEST_BACKEND: local under `make check`, bubblewrap again in
+ * tests/bubblewrap.sh, docker in scripts/test): the plugin host of an
+ * application that ends without destroying its sandboxes (SIGKILL
+ * mid-exec, normal exit) destroys the attached ones within 5 s and removes
+ * their rows; detached ones and ones another live process resumed are left
+ * alone. A plugin host SIGKILLed itself destroys nothing: the application
+ * still owns the sandboxes; when it dies too, on docker sbx_gc() reaps
+ * them, on local and bubblewrap their supervisors, which watch the
+ * application, end them within 5 s and sbx_gc() removes the rows. In
+ * process there is no host: on docker sbx_gc() reaps them; on local and
+ * bubblewrap the supervisors watch the application itself and end them
+ * within 5 s of its SIGKILL (tests named in_process_* and supervisor_*,
+ * which run on both of these backends whatever SBX_TEST_BACKEND says). A
+ * SIGKILLed supervisor leaves nothing behind either, in both modes.
+ *
+ * On local and bubblewrap a sandbox is gone when nothing of it is left on
+ * the host: no row, command or directory, none of the supervisor, keeper
+ * and (bubblewrap) bwrap processes it had when it was made, no mount
+ * naming it or its root; the supervisor tests also look for any other
+ * process whose command line names it.
  *
  * Each test has its own TMPDIR and SBX_STATE_DIR (so its own record). The
  * applications are forked children; each makes its own client.
@@ -106,18 +113,130 @@ static long long rows_for(const char *id)
 
 enum { MAXSB = 24 };
 
+enum { MAXFAM = 4 };
+
 /* What a holder child reports: per sandbox its id, whether it is
  * detached, the host pid of the command running in it (0: none) and its
- * session state; and its plugin host's pid. */
+ * session state; and its plugin host's pid. On local and bubblewrap the
+ * test adds, as each sandbox is reported, its root (from the session
+ * state) and its family: its supervisor (the session state's
+ * supervisor_pid) and the ancestors of that one whose command lines name
+ * the sandbox (its keeper; on bubblewrap the bwrap process between them),
+ * each with its start time (field 22 of /proc/PID/stat). */
 typedef struct held {
     int n;
     char id[MAXSB][160];
     int detached[MAXSB];
     pid_t cmd[MAXSB];
     char *state[MAXSB];
+    char root[MAXSB][512];
+    int nfam[MAXSB];
+    pid_t fam[MAXSB][MAXFAM];
+    unsigned long long fam_start[MAXSB][MAXFAM];
     pid_t host;
     pid_t child;
 } held;
+
+/* The start time of @pid (field 22 of /proc/PID/stat, in clock ticks
+ * since boot); 0 when it is gone or has exited (a zombie). */
+static unsigned long long proc_start(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* After the command's name: state (field 3), then 18 fields up to the
+     * start time. */
+    const char *p = strrchr(buf, ')');
+    char state;
+    unsigned long long start = 0;
+    if (!p || sscanf(p + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s "
+                     "%*s %*s %*s %*s %llu", &state, &start) != 2)
+        return 0;
+    return state == 'Z' || state == 'X' ? 0 : start;
+}
+
+/* 1 when the command line of @pid holds @s. */
+static int cmdline_names(pid_t pid, const char *s)
+{
+    char path[64], buf[8192];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    for (size_t k = 0; k < n; k++)
+        if (buf[k] == '\0')
+            buf[k] = ' ';
+    buf[n] = '\0';
+    return strstr(buf, s) != NULL;
+}
+
+/* The number after "\"@key\":" in the session state @state; 0 when none. */
+static long long state_number(const char *state, const char *key)
+{
+    char *want = tu_strdup_printf("\"%s\":", key);
+    const char *p = strstr(state, want);
+    long long v = p ? strtoll(p + strlen(want), NULL, 10) : 0;
+    free(want);
+    return v;
+}
+
+/* Sandbox @i of @h on local or bubblewrap, as it is reported: its root
+ * and its family (held); asserts that its supervisor runs and that a
+ * keeper stands above it. */
+static void note_family(held *h, int i)
+{
+    const char *st = h->state[i];
+    h->nfam[i] = 0;
+    h->root[i][0] = '\0';
+    if (!is_dir_backend())
+        return;
+    /* "root":"PATH", its slashes possibly escaped ("\/"). */
+    const char *r = strstr(st, "\"root\":");
+    cr_assert_not_null(r, "no root in the session state of %s: %s", h->id[i], st);
+    r += strlen("\"root\":");
+    while (*r == ' ')
+        r++;
+    cr_assert_eq(*r, '"', "%s", st);
+    size_t k = 0;
+    for (r++; *r && *r != '"' && k < sizeof h->root[0] - 1; r++) {
+        if (*r == '\\' && r[1])
+            r++;
+        h->root[i][k++] = *r;
+    }
+    h->root[i][k] = '\0';
+    cr_assert_eq(h->root[i][0], '/', "root \"%s\" of %s", h->root[i], h->id[i]);
+
+    pid_t sup = (pid_t)state_number(st, "supervisor_pid");
+    unsigned long long start = (unsigned long long)state_number(st, "supervisor_start");
+    cr_assert(sup > 1 && start > 0, "no supervisor in the session state of %s: %s", h->id[i],
+              st);
+    cr_assert_eq(proc_start(sup), start, "the supervisor of %s is not running: %s", h->id[i],
+                 tu_proc_describe(sup));
+    h->fam[i][0] = sup;
+    h->fam_start[i][0] = start;
+    /* A warm supervisor's keeper writes the sandbox's directory over its
+     * command line once it hears of the claim, a moment after it. */
+    for (double end = tu_now() + 2.0;; usleep(5000)) {
+        h->nfam[i] = 1;
+        for (pid_t p = tu_ppid(sup); p > 1 && p != getpid() && h->nfam[i] < MAXFAM
+                                     && cmdline_names(p, h->id[i]); p = tu_ppid(p)) {
+            h->fam[i][h->nfam[i]] = p;
+            h->fam_start[i][h->nfam[i]] = proc_start(p);
+            h->nfam[i]++;
+        }
+        if (h->nfam[i] >= 2 || tu_now() > end)
+            break;
+    }
+    cr_assert_geq(h->nfam[i], 2, "no keeper of %s above its supervisor: %s", h->id[i],
+                  tu_proc_describe(tu_ppid(sup)));
+}
 
 typedef struct exec_arg {
     sbx_sandbox *sb;
@@ -152,15 +271,17 @@ static pid_t running_pid(sbx_sandbox *sb)
  * Forks an application that makes @nattached attached sandboxes (each with
  * `sleep 100` running in it when @exec) and @ndetached detached ones on its
  * own client in @mode, reports them on a pipe, and then either waits to be
- * killed or, with @exit_after, exits at once without destroying or freeing
- * anything. With @exit_after 2, each attached sandbox is resumed on that
+ * killed or, with @exit_after, exits without destroying or freeing
+ * anything as soon as the test has noted what it reported (when this
+ * returns). With @exit_after 2, each attached sandbox is resumed on that
  * client and its creating handle freed before the exit.
  */
 static void start_holder(held *h, int nattached, int ndetached, int exec, sbx_plugin_mode mode,
                          int exit_after)
 {
-    int p[2];
+    int p[2], go[2];
     cr_assert_eq(pipe(p), 0);
+    cr_assert_eq(pipe(go), 0);
     memset(h, 0, sizeof(*h));
     pid_t test = getpid();
     pid_t pid = fork();
@@ -171,6 +292,7 @@ static void start_holder(held *h, int nattached, int ndetached, int exec, sbx_pl
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != test)
             _exit(4);
         close(p[0]);
+        close(go[1]);
         sbx_error *err = NULL;
         sbx_client *c = sbx_client_new_with_mode(tu_backend(), mode, &err);
         if (!c) {
@@ -222,12 +344,16 @@ static void start_holder(held *h, int nattached, int ndetached, int exec, sbx_pl
         }
         dprintf(p[1], "H %d\n", sbx_client_get_host_pid(c));
         close(p[1]);
-        if (exit_after)
+        /* Not before the test has noted the sandboxes' processes and the
+         * plugin host (a byte, or EOF should the test end). */
+        char ch;
+        if (exit_after && read(go[0], &ch, 1) >= 0)
             exit(0);
         for (;;)
             pause();
     }
     close(p[1]);
+    close(go[0]);
     FILE *f = fdopen(p[0], "r");
     cr_assert_not_null(f);
     char *line = NULL;
@@ -248,6 +374,7 @@ static void start_holder(held *h, int nattached, int ndetached, int exec, sbx_pl
         h->detached[h->n] = kind == 'D';
         h->cmd[h->n] = (pid_t)cmd;
         h->state[h->n] = strdup(line + used);
+        note_family(h, h->n);
         h->n++;
     }
     free(line);
@@ -257,6 +384,8 @@ static void start_holder(held *h, int nattached, int ndetached, int exec, sbx_pl
         cr_assert(h->host > 0 && tu_is_plugin_host(h->host), "no plugin host: %d", (int)h->host);
     else
         cr_assert_eq(h->host, 0);
+    cr_assert_eq(write(go[1], "g", 1), 1);
+    close(go[1]);
 }
 
 static void held_free(held *h)
@@ -265,22 +394,18 @@ static void held_free(held *h)
         free(h->state[i]);
 }
 
-/* 1 when sandbox @i of @h is gone: no row, its command ended, its
- * directory gone (local, bubblewrap), and resuming it is not_found. */
+static const char *left_on_host(const held *h, int i);
+
+/* 1 when sandbox @i of @h is gone: no row, its command ended, and on
+ * local and bubblewrap nothing of it left on the host (left_on_host():
+ * its directory, supervisor, keeper, bwrap and mounts). */
 static int gone(const held *h, int i)
 {
     if (rows_for(h->id[i]) != 0)
         return 0;
     if (h->cmd[i] > 0 && !tu_pid_gone(h->cmd[i]))
         return 0;
-    if (is_dir_backend()) {
-        char *dir = tu_strdup_printf("%s/%s", g_dirs.tmp, h->id[i]);
-        int there = tu_exists(dir);
-        free(dir);
-        if (there)
-            return 0;
-    }
-    return 1;
+    return !is_dir_backend() || !left_on_host(h, i);
 }
 
 /* Resuming sandbox @i must fail with not_found (in process: no host keeps
@@ -377,19 +502,27 @@ static pid_t proc_naming_attached(const held *h, int *which)
 }
 
 /* What is left of sandbox @i of @h on a local or bubblewrap host, its row
- * and its processes other than the command aside: its command, its
- * directory, a mount naming it. NULL when nothing. */
+ * aside: its command, its directory, a process of its family (its
+ * supervisor, keeper or bwrap, as noted when it was reported), a mount
+ * naming it or its root. NULL when nothing. */
 static const char *left_on_host(const held *h, int i)
 {
-    static char what[512];
+    static char what[1024];
     char *dir = tu_strdup_printf("%s/%s", g_dirs.tmp, h->id[i]);
     what[0] = '\0';
     if (h->cmd[i] > 0 && !tu_pid_gone(h->cmd[i]))
         snprintf(what, sizeof what, "its command (%s)", tu_proc_describe(h->cmd[i]));
     else if (tu_exists(dir))
         snprintf(what, sizeof what, "its directory %s", dir);
-    else if (mounts_mention(h->id[i]))
+    for (int k = 0; !what[0] && k < h->nfam[i]; k++)
+        if (proc_start(h->fam[i][k]) == h->fam_start[i][k])
+            snprintf(what, sizeof what, "its %s (%s)",
+                     k == 0 ? "supervisor" : k == h->nfam[i] - 1 ? "keeper" : "bwrap",
+                     tu_proc_describe(h->fam[i][k]));
+    if (!what[0] && mounts_mention(h->id[i]))
         snprintf(what, sizeof what, "a mount naming it");
+    else if (!what[0] && h->root[i][0] && mounts_mention(h->root[i]))
+        snprintf(what, sizeof what, "a mount naming its root %s", h->root[i]);
     free(dir);
     return what[0] ? what : NULL;
 }
@@ -421,13 +554,18 @@ static double wait_attached_ended(const held *h, double t0, double secs)
     }
 }
 
-/* Sandbox @i is still there: its row, its command, its directory. */
+/* Sandbox @i is still there: its row, its command, its directory, its
+ * supervisor and keeper (the same processes as when it was reported). */
 static void assert_there(const held *h, int i)
 {
     cr_assert_eq(rows_for(h->id[i]), 1, "the row of %s is gone", h->id[i]);
     if (h->cmd[i] > 0)
         cr_assert_eq(tu_pid_gone(h->cmd[i]), 0, "the command of %s ended: %s", h->id[i],
                      tu_proc_describe(h->cmd[i]));
+    for (int k = 0; k < h->nfam[i]; k++)
+        cr_assert_eq(proc_start(h->fam[i][k]), h->fam_start[i][k],
+                     "a process of the family of %s (its supervisor and those above it) "
+                     "ended: %s", h->id[i], tu_proc_describe(h->fam[i][k]));
     if (is_dir_backend()) {
         char *dir = tu_strdup_printf("%s/%s", g_dirs.tmp, h->id[i]);
         cr_assert(tu_exists(dir), "%s is gone", dir);
@@ -449,10 +587,13 @@ static double wait_attached_gone(const held *h, double t0, double secs)
             return t;
         if (t > secs) {
             for (int i = 0; i < h->n; i++)
-                if (!h->detached[i] && !gone(h, i))
+                if (!h->detached[i] && !gone(h, i)) {
+                    const char *what = is_dir_backend() ? left_on_host(h, i) : NULL;
                     cr_assert_fail("sandbox %s is still there %.1f s later (row %lld, "
-                                   "command %s)", h->id[i], t, rows_for(h->id[i]),
-                                   h->cmd[i] ? tu_proc_describe(h->cmd[i]) : "none");
+                                   "command %s; %s)", h->id[i], t, rows_for(h->id[i]),
+                                   h->cmd[i] ? tu_proc_describe(h->cmd[i]) : "none",
+                                   what ? what : "nothing else on the host");
+                }
         }
         usleep(20 * 1000);
     }
@@ -492,7 +633,8 @@ Test(attached, sigkill_of_the_application_destroys_its_attached_sandboxes)
     cr_assert_eq(kill(h.child, SIGKILL), 0);
     cr_assert_eq(waitpid(h.child, NULL, 0), h.child);
     double took = wait_attached_gone(&h, t0, 5.0);
-    fprintf(stderr, "# 20 attached sandboxes gone %.3f s after the SIGKILL\n", took);
+    fprintf(stderr, "# %s: 20 attached sandboxes gone %.3f s after the SIGKILL\n", tu_backend(),
+            took);
     cr_assert(tu_wait_pid_gone(h.host, 5.0 - (tu_now() - t0) + 0.5), "%s",
               tu_proc_describe(h.host));
     for (int i = 0; i < h.n; i++)
@@ -830,8 +972,9 @@ static pid_t supervisor_pid(const char *id)
 }
 
 /* The supervisor of a sandbox SIGKILLed (its application alive, @mode):
- * within 5 s its command, directory, processes and mounts are gone; the
- * other sandbox of the application is untouched. */
+ * within 5 s its command, directory, keeper (and bwrap), processes and
+ * mounts are gone; the other sandbox of the application is untouched.
+ * Run on local and bubblewrap, in both modes. */
 static void supervisor_sigkill(sbx_plugin_mode mode)
 {
     held h;
@@ -843,8 +986,9 @@ static void supervisor_sigkill(sbx_plugin_mode mode)
     held one = h;
     one.n = 1;
     double took = wait_attached_ended(&one, t0, 5.0);
-    fprintf(stderr, "# %s: nothing of the sandbox left %.3f s after its supervisor's SIGKILL\n",
-            tu_backend(), took);
+    fprintf(stderr, "# %s, %s: nothing of the sandbox left %.3f s after its supervisor's "
+            "SIGKILL\n", tu_backend(),
+            mode == SBX_PLUGIN_MODE_IN_PROCESS ? "in process" : "out of process", took);
     assert_there(&h, 1);
     /* The exec in flight fails with not_found, and the library, finding
      * the sandbox gone, removes its row. */
@@ -867,10 +1011,22 @@ Test(attached, supervisor_sigkill_local)
     supervisor_sigkill(SBX_PLUGIN_MODE_OUT_OF_PROCESS);
 }
 
+Test(attached, supervisor_sigkill_local_in_process)
+{
+    cr_assert_eq(setenv("SBX_TEST_BACKEND", "local", 1), 0);
+    supervisor_sigkill(SBX_PLUGIN_MODE_IN_PROCESS);
+}
+
 Test(attached, supervisor_sigkill_bubblewrap)
 {
     cr_assert_eq(setenv("SBX_TEST_BACKEND", "bubblewrap", 1), 0);
     supervisor_sigkill(SBX_PLUGIN_MODE_IN_PROCESS);
+}
+
+Test(attached, supervisor_sigkill_bubblewrap_out_of_process)
+{
+    cr_assert_eq(setenv("SBX_TEST_BACKEND", "bubblewrap", 1), 0);
+    supervisor_sigkill(SBX_PLUGIN_MODE_OUT_OF_PROCESS);
 }
 
 /* --------------------------------------------- local: the client's spare */

@@ -4020,6 +4020,229 @@ Test(cli, exec_ends_on_sigterm_and_sigint_and_its_command_with_it)
     free(id);
 }
 
+/* ------------------------------------------------------ SIGKILL of sbx */
+
+/* Pids of live processes (other than this one) whose command line holds
+ * @s, space-separated in @out ("" when none). */
+static void procs_naming(const char *s, char *out, size_t size)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    size_t len = 0;
+
+    out[0] = '\0';
+    cr_assert_not_null(d);
+    while ((de = readdir(d)) != NULL) {
+        char path[300], buf[8192];
+        pid_t pid;
+        size_t n;
+        FILE *f;
+
+        if (!isdigit((unsigned char)de->d_name[0]))
+            continue;
+        pid = (pid_t)atoi(de->d_name);
+        if (pid == getpid() || pid_gone(pid))
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/cmdline", de->d_name);
+        f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < n; i++)
+            if (buf[i] == '\0')
+                buf[i] = ' ';
+        buf[n] = '\0';
+        if (strstr(buf, s) != NULL && len < size)
+            len += (size_t)snprintf(out + len, size - len, "%s%d", len ? " " : "", (int)pid);
+    }
+    closedir(d);
+}
+
+/* Entries of the test's TMPDIR other than the state directory: what a
+ * sandbox (its directory, trash), a spare made ahead or sbx left there,
+ * space-separated in @out ("" when none). */
+static void tmpdir_entries(char *out, size_t size)
+{
+    DIR *d = opendir(g_tmpdir);
+    struct dirent *de;
+    size_t len = 0;
+
+    out[0] = '\0';
+    cr_assert_not_null(d, "opendir %s: %s", g_tmpdir, strerror(errno));
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+            strcmp(de->d_name, "state") == 0 || len >= size)
+            continue;
+        len += (size_t)snprintf(out + len, size - len, "%s%s", len ? " " : "", de->d_name);
+    }
+    closedir(d);
+}
+
+/* What is left on the host of the sandbox with directory @dir whose
+ * command ran as @cmd, for a message in @out ("" when nothing): the
+ * command, the directory, a process naming the directory (its supervisor,
+ * keeper, reapers), another entry of TMPDIR, a process of sbx (sbx, its
+ * plugin host). */
+static void left_of_sandbox(const char *dir, pid_t cmd, char *out, size_t size)
+{
+    char what[1024];
+
+    out[0] = '\0';
+    if (!pid_gone(cmd)) {
+        snprintf(out, size, "its command (pid %d)", (int)cmd);
+        return;
+    }
+    if (access(dir, F_OK) == 0) {
+        snprintf(out, size, "its directory %s", dir);
+        return;
+    }
+    procs_naming(dir, what, sizeof what);
+    if (what[0] != '\0') {
+        snprintf(out, size, "processes naming its directory: %s", what);
+        return;
+    }
+    tmpdir_entries(what, sizeof what);
+    if (what[0] != '\0') {
+        snprintf(out, size, "entries in %s: %s", g_tmpdir, what);
+        return;
+    }
+    tool_processes_left(what, sizeof what);
+    if (what[0] != '\0')
+        snprintf(out, size, "processes of sbx: %s", what);
+}
+
+/*
+ * `sbx run` makes an attached sandbox: sbx SIGKILLed while the command
+ * runs (the command printed its pid and $SANDBOX_ROOT, so the sandbox and
+ * its directory exist), plugins in @mode: within 5 s nothing of the
+ * sandbox is left (left_of_sandbox()). Out of process the plugin host,
+ * which outlives sbx, destroys it; in process its supervisor, which
+ * watches sbx, ends it.
+ */
+static void run_sigkill_leaves_nothing(const char *mode)
+{
+    char mode_var[64], dir[PATH_MAX], left[2 * PATH_MAX];
+    const char *env[] = { mode_var, NULL };
+    cli_spec spec = { 0 };
+    cli_run r;
+    char *root, *end;
+    pid_t cmd;
+    double killed;
+    size_t top = strlen(g_tmpdir) + 1;
+
+    set_path(mode_var, sizeof mode_var, "SBX_PLUGIN_MODE=%s", mode);
+    spec.args = (const char *const[]){ "run", "--", "sh", "-c",
+                                       "echo $$ \"$SANDBOX_ROOT\"; exec sleep 100", NULL };
+    spec.env = env;
+    spec.stop_marker = "\n";
+    spec.stop_signal = SIGKILL;
+    spec.keep_sandboxes = 1;
+    r = run_spec(&spec);
+    /* run_spec returned once sbx was reaped and its pipes closed. */
+    killed = now_secs() - (r.secs - r.stop_secs);
+    cr_assert_eq(r.status, 128 + SIGKILL, "%s: status %d; stderr \"%s\"", mode, r.status,
+                 r.err);
+    cmd = (pid_t)strtol(r.out, &end, 10);
+    cr_assert(cmd > 1 && *end == ' ', "%s: stdout \"%s\"", mode, r.out);
+    root = end + 1;
+    root[strcspn(root, "\n")] = '\0';
+    /* Its directory: TMPDIR/sbx-local-XXXXXX, the root below it. */
+    cr_assert(strncmp(root, g_tmpdir, top - 1) == 0 && root[top - 1] == '/' &&
+              strncmp(root + top, "sbx-local-", 10) == 0,
+              "%s: SANDBOX_ROOT \"%s\" is not under %s/sbx-local-", mode, root, g_tmpdir);
+    set_path(dir, sizeof dir, "%.*s", (int)(top + strcspn(root + top, "/")), root);
+    for (;;) {
+        left_of_sandbox(dir, cmd, left, sizeof left);
+        if (left[0] == '\0' || now_secs() - killed > 5.0)
+            break;
+        usleep(20000);
+    }
+    cr_assert_str_empty(left, "%s: %.1f s after the SIGKILL of sbx run, its sandbox left %s",
+                        mode, now_secs() - killed, left);
+    fprintf(stderr, "# %s: nothing of sbx run's sandbox left %.3f s after its SIGKILL\n", mode,
+            now_secs() - killed);
+    free_run(&r);
+}
+
+Test(cli, run_sigkill_leaves_nothing_out_of_process)
+{
+    run_sigkill_leaves_nothing("outofprocess");
+}
+
+Test(cli, run_sigkill_leaves_nothing_in_process)
+{
+    run_sigkill_leaves_nothing("inprocess");
+}
+
+/*
+ * An `sbx create` sandbox is detached: `sbx exec` on it SIGKILLed while
+ * its command runs (plugins in @mode) ends that command within 5 s (as
+ * SIGTERM does) and no process of that sbx is left; the sandbox stays as
+ * it was: 5 s after the SIGKILL (when an attached one would be gone) its
+ * directory and supervisor are there and it runs the next exec.
+ */
+static void exec_sigkill_keeps_the_created_sandbox(const char *mode)
+{
+    char mode_var[64], dir[PATH_MAX], left[1024];
+    const char *env[] = { mode_var, NULL };
+    cli_spec spec = { 0 };
+    cli_run r;
+    char *id, *end;
+    pid_t cmd, sup;
+    double killed;
+
+    set_path(mode_var, sizeof mode_var, "SBX_PLUGIN_MODE=%s", mode);
+    id = create_with(env, NULL);
+    sup = recorded_supervisor(id);
+    set_path(dir, sizeof dir, "%s/%s", g_tmpdir, id);
+    cr_assert(sup > 1 && !pid_gone(sup), "%s: no supervisor of %s (pid %d)", mode, id, (int)sup);
+    cr_assert_eq(access(dir, F_OK), 0, "%s: %s: %s", mode, dir, strerror(errno));
+
+    spec.args = (const char *const[]){ "exec", id, "--", "sh", "-c", "echo $$; exec sleep 100",
+                                       NULL };
+    spec.env = env;
+    spec.stop_marker = "\n";
+    spec.stop_signal = SIGKILL;
+    spec.keep_sandboxes = 1;
+    r = run_spec(&spec);
+    killed = now_secs() - (r.secs - r.stop_secs);
+    cr_assert_eq(r.status, 128 + SIGKILL, "%s: status %d; stderr \"%s\"", mode, r.status,
+                 r.err);
+    cmd = (pid_t)strtol(r.out, &end, 10);
+    cr_assert(cmd > 1 && *end == '\n', "%s: stdout \"%s\"", mode, r.out);
+    while (!pid_gone(cmd) && now_secs() - killed < 5.0)
+        usleep(20000);
+    cr_expect(pid_gone(cmd), "%s: the command (pid %d) still runs %.1f s after the SIGKILL of "
+              "sbx exec", mode, (int)cmd, now_secs() - killed);
+    while (now_secs() < killed + 5.0)
+        usleep(50000);
+    tool_processes_left(left, sizeof left);
+    cr_expect_str_empty(left, "%s: processes of sbx left: %s", mode, left);
+    cr_expect(!pid_gone(sup), "%s: the supervisor of %s (pid %d) ended after the SIGKILL of "
+              "sbx exec", mode, id, (int)sup);
+    cr_expect_eq(access(dir, F_OK), 0, "%s: the directory %s went with sbx exec", mode, dir);
+    free_run(&r);
+
+    r = run_keep((const char *const[]){ "exec", id, "echo", "still here", NULL }, env);
+    expect_run(&r, 0, "still here\n");
+    free_run(&r);
+    r = run_keep((const char *const[]){ "rm", id, NULL }, env);
+    cr_expect_eq(r.status, 0, "%s: sbx rm: stderr \"%s\"", mode, r.err);
+    free_run(&r);
+    free(id);
+}
+
+Test(cli, exec_sigkill_keeps_the_created_sandbox_out_of_process)
+{
+    exec_sigkill_keeps_the_created_sandbox("outofprocess");
+}
+
+Test(cli, exec_sigkill_keeps_the_created_sandbox_in_process)
+{
+    exec_sigkill_keeps_the_created_sandbox("inprocess");
+}
+
 /* `sbx cp` out of a sandbox whose transfer blocks ends on SIGTERM within a
  * second with 143 and leaves nothing: no staging entry, no directory it
  * made, no process. The fault plugin's transfers of a path named
