@@ -14,7 +14,8 @@
  * {"suspendable": false} the sandbox is unnamed, and stop names the option
  * (a client made so refuses list_owned naming it); a bad value of the
  * option and a memory_mb under the provider's 256 MB minimum are
- * configuration errors naming them.
+ * configuration errors naming them; timeout_secs is always sent (the
+ * lifetime rounded up plus 5 s, 3600 s when none was set).
  */
 #include "testutil.h"
 
@@ -124,6 +125,47 @@ Test(tensorlake, a_sandbox_named_by_its_create_token_stops_and_starts_with_its_f
     tu_assert_exit(r, 0);
     tu_assert_stdout(r, "kept\n");
     sbx_result_free(r);
+}
+
+/* timeout_secs is always sent (CASE-33): the caller's lifetime rounded up
+ * to whole seconds plus 5 (so a command cut at the lifetime's end reports
+ * its timeout), and 3600 when the caller set none. */
+Test(tensorlake, timeout_secs_is_always_sent)
+{
+    static const struct { double secs; int64_t sent; } want[] = {
+        { 90, 95 }, { 90.5, 96 }, { 1, 6 }, { -1, 3600 },
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        tu_fake_reset();
+        sbx_options *o = sbx_options_new();
+        if (want[i].secs > 0)
+            cr_assert_eq(sbx_options_set_timeout_secs(o, want[i].secs, NULL), 0);
+        sbx_sandbox *sb = tu_create(g_client, o);
+        sbx_options_free(o);
+        json_object *log = tu_fake_log(), *body = NULL, *v;
+        for (size_t k = 0; k < json_object_array_length(log); k++) {
+            json_object *e = json_object_array_get_idx(log, k);
+            if (strcmp(tu_json_str(e, "method"), "POST") == 0
+                && strcmp(tu_json_str(e, "path"), "/sandboxes") == 0) {
+                cr_assert_null(body, "two creates: %s", json_object_to_json_string(log));
+                body = json_tokener_parse(tu_json_str(e, "body"));
+            }
+        }
+        cr_assert_not_null(body, "no create body: %s", json_object_to_json_string(log));
+        cr_assert(json_object_object_get_ex(body, "timeout_secs", &v), "lifetime %g: %s",
+                  want[i].secs, json_object_to_json_string(body));
+        cr_assert(json_object_is_type(v, json_type_int), "%s", json_object_to_json_string(body));
+        cr_assert_eq(json_object_get_int64(v), want[i].sent, "lifetime %g: %s", want[i].secs,
+                     json_object_to_json_string(body));
+        json_object *fs = fake_sandbox(sbx_sandbox_get0_id(sb));
+        cr_assert(json_object_object_get_ex(fs, "timeout_secs", &v));
+        cr_assert_eq(json_object_get_int64(v), want[i].sent);
+        json_object_put(fs);
+        json_object_put(body);
+        json_object_put(log);
+        cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+        sbx_sandbox_free(sb);
+    }
 }
 
 Test(tensorlake, suspendable_must_be_a_boolean)
