@@ -15,7 +15,10 @@
  * (a client made so refuses list_owned naming it); a bad value of the
  * option and a memory_mb under the provider's 256 MB minimum are
  * configuration errors naming them; timeout_secs is always sent (the
- * lifetime rounded up plus 5 s, 3600 s when none was set).
+ * lifetime rounded up plus 5 s, 3600 s when none was set); a sandbox the
+ * provider lost is not_found "gone" at once and for every later call
+ * (CASE-32); one it suspended is woken by the next exec, or by start, with
+ * its files, and is_alive does not call it gone (CASE-53).
  */
 #include "testutil.h"
 
@@ -608,4 +611,150 @@ Test(tensorlake, a_killed_command_keeps_its_output)
     char *files = command_files();
     assert_only_own_files(files);
     free(files);
+}
+
+/* The fake's "runs" of sandbox @id: how many commands it was asked to run. */
+static int64_t fake_runs(const char *id)
+{
+    json_object *fs = fake_sandbox(id), *v;
+    cr_assert(json_object_object_get_ex(fs, "runs", &v), "%s", json_object_to_json_string(fs));
+    int64_t n = json_object_get_int64(v);
+    json_object_put(fs);
+    return n;
+}
+
+/* The fake's status of sandbox @id, copied into @buf. */
+static const char *fake_status(const char *id, char *buf, size_t cap)
+{
+    json_object *fs = fake_sandbox(id);
+    const char *s = tu_json_str(fs, "status");
+    cr_assert_not_null(s, "%s", json_object_to_json_string(fs));
+    snprintf(buf, cap, "%s", s);
+    json_object_put(fs);
+    return buf;
+}
+
+/* CASE-32: the provider lost the sandbox (404 everywhere): the next exec is
+ * not_found, reason "gone", not retryable, after at most two requests (the
+ * run and one confirming look); the one after fails at once with no
+ * request; destroy succeeds (the provider has nothing to delete). */
+Test(tensorlake, case32_a_vanished_sandbox_is_gone)
+{
+    g_sb = create_with(NULL);
+    const char *id = sbx_sandbox_get0_id(g_sb);
+    sbx_result *r = tu_sh(g_sb, "echo hi", 30);
+    tu_assert_stdout(r, "hi\n");
+    sbx_result_free(r);
+    char *path = tu_strdup_printf("/_fake/sandbox/%s/vanish", id);
+    tu_fake_post(path, NULL);
+    free(path);
+    tu_fake_reset();
+
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "echo again";
+    sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone");
+    cr_assert_eq(sbx_error_is_retryable(err), 0);
+    char *want = tu_strdup_printf("tensorlake sandbox %s is gone (the provider no longer has it)",
+                                  id);
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    free(want);
+    sbx_error_free(err);
+    json_object *log = tu_fake_log();
+    size_t n = json_object_array_length(log);
+    cr_assert(n >= 1 && n <= 2, "%zu requests: %s", n, json_object_to_json_string(log));
+    cr_assert_eq(data_plane_count(log, "POST", "/processes/run"), 1);
+    cr_assert_eq(tu_fake_count(log, "POST", "/sandboxes", NULL, 0), 0, "a new sandbox was made");
+    json_object_put(log);
+
+    tu_fake_reset();
+    req.shell = "echo third";
+    err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone");
+    cr_assert_eq(sbx_error_is_retryable(err), 0);
+    sbx_error_free(err);
+    log = tu_fake_log();
+    cr_assert_eq(json_object_array_length(log), 0, "%s", json_object_to_json_string(log));
+    json_object_put(log);
+
+    err = NULL;
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, &err), 0, "destroy: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_null(err);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+}
+
+/* CASE-53: suspended by the provider (its idle timeout), the sandbox is
+ * not gone: is_alive says it exists without waking it, and the next exec
+ * wakes it (the provider resumes a sandbox on its data plane's traffic) and
+ * sees the file written before: one run, the same sandbox, no create, no
+ * delete, no resume call of the library's own. */
+Test(tensorlake, case53_a_suspended_sandbox_is_woken_on_use)
+{
+    g_sb = create_with(NULL);
+    const char *id = sbx_sandbox_get0_id(g_sb);
+    char st[32];
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/work/keep.txt", "kept\n", 5, &err), 0,
+                 "write_file: %s", err ? sbx_error_get0_message(err) : "");
+    char *path = tu_strdup_printf("/_fake/sandbox/%s/suspend", id);
+    tu_fake_post(path, NULL);
+    free(path);
+    cr_assert_str_eq(fake_status(id, st, sizeof st), "suspended");
+    int64_t runs = fake_runs(id);
+    tu_fake_reset();
+
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 1, "is_alive: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_str_eq(fake_status(id, st, sizeof st), "suspended", "is_alive woke it");
+
+    sbx_result *r = tu_sh(g_sb, "cat /work/keep.txt", 30);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "kept\n");
+    sbx_result_free(r);
+    cr_assert_str_eq(sbx_sandbox_get0_id(g_sb), id);
+    cr_assert_str_eq(fake_status(id, st, sizeof st), "running");
+    cr_assert_eq(fake_runs(id), runs + 1, "the command ran %lld times",
+                 (long long)(fake_runs(id) - runs));
+    json_object *log = tu_fake_log();
+    cr_assert_eq(data_plane_count(log, "POST", "/processes/run"), 1, "%s",
+                 json_object_to_json_string(log));
+    cr_assert_eq(tu_fake_count(log, "POST", "/sandboxes", NULL, 0), 0);
+    cr_assert_eq(tu_fake_count(log, "POST", "/sandboxes/[^/]+/resume", NULL, 0), 0);
+    cr_assert_eq(tu_fake_count(log, "DELETE", "/sandboxes/.*", NULL, 0), 0);
+    json_object_put(log);
+}
+
+/* CASE-53 with an explicit start: suspended by the provider, start sends
+ * exactly one resume, waits for "running", and the file is kept; a start of
+ * the running sandbox sends none. */
+Test(tensorlake, case53_a_suspended_sandbox_is_resumed_by_start)
+{
+    g_sb = create_with(NULL);
+    const char *id = sbx_sandbox_get0_id(g_sb);
+    char st[32];
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/work/keep.txt", "kept\n", 5, &err), 0);
+    char *path = tu_strdup_printf("/_fake/sandbox/%s/suspend", id);
+    tu_fake_post(path, NULL);
+    free(path);
+    tu_fake_reset();
+    cr_assert_eq(sbx_sandbox_start(g_sb, &err), 0, "start: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_str_eq(fake_status(id, st, sizeof st), "running");
+    cr_assert_eq(sbx_sandbox_start(g_sb, &err), 0, "second start: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    json_object *log = tu_fake_log();
+    char *re = tu_strdup_printf("/sandboxes/%s/resume", id);
+    cr_assert_eq(tu_fake_count(log, "POST", re, NULL, 0), 1, "%s",
+                 json_object_to_json_string(log));
+    cr_assert_eq(tu_fake_count(log, "POST", "/sandboxes", NULL, 0), 0);
+    cr_assert_eq(tu_fake_count(log, "DELETE", "/sandboxes/.*", NULL, 0), 0);
+    free(re);
+    json_object_put(log);
+    sbx_result *r = tu_sh(g_sb, "cat /work/keep.txt", 30);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "kept\n");
+    sbx_result_free(r);
 }
