@@ -17,7 +17,8 @@
  * (the fake's "concurrency" rule): all succeed, with backoff that grows;
  * the create's body: ttlMinutes max(1, ceil(lifetime / 60)) only for a
  * lifetime the caller set, autoStopInterval 15 always, memory in whole GB
- * and a memory_mb that is not a multiple of 1024 refused naming it.
+ * and a memory_mb that is not a multiple of 1024 refused naming it; CASE-48
+ * (this process's environment never reaches the sandbox or the provider).
  *
  * Run by tests/daytona.sh, which starts the fake and sets DAYTONA_API_URL
  * (http://127.0.0.1:PORT/api) and DAYTONA_API_KEY. The fake's control
@@ -1500,4 +1501,13 @@ Test(daytona_faults, memory_not_a_multiple_of_the_step_is_refused)
     sbx_options_free(o);
     cr_assert_eq(jint(body, "memory"), 2, "%s", json_object_to_json_string(body));
     json_object_put(body);
+}
+
+/* ------------------------------------------------------------ CASE-48 */
+
+/* Canaries in this process's environment never reach the sandbox or the
+ * provider; the create's env does. */
+Test(daytona_faults, case48_creator_environment_never_reaches_the_sandbox)
+{
+    tu_fake_assert_env_canaries("daytona", "DAYTONA_API_KEY");
 }

@@ -17,7 +17,10 @@
  * keepalive_s is a configuration error naming it; the create options E2B
  * cannot honour (cpu, memory_mb, disk_mb, gpu, image, snapshot_id,
  * app_name) are configuration errors naming the first given, before any
- * request. The fake's test routes (/_fake/sandbox/{id}, .../vanish,
+ * request; CASE-36 (a key the provider echoes is [redacted] in the error,
+ * and never in its context, a session state or the fake's log) and CASE-48
+ * (this process's environment never reaches the sandbox or the provider).
+ * The fake's test routes (/_fake/sandbox/{id}, .../vanish,
  * /_fake/keepalive) show and change the provider's side; its fault rules and
  * request log (/_fake/faults, /_fake/log) script and count requests.
  */
@@ -32,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -798,4 +802,67 @@ Test(e2b, options_it_cannot_honour_are_refused_naming_them)
     json_object *log = tu_fake_log();
     cr_assert_eq(tu_fake_count(log, "POST", "/sandboxes", NULL, 0), 0, "a refused create was sent");
     json_object_put(log);
+}
+
+/* ------------------------------------------------------------ CASE-36 */
+
+/* The provider answers the create 401 with the key in its message: the
+ * error names it [redacted], and neither it, its context, the session state
+ * of a sandbox nor any request the fake logged holds the key (outside the
+ * X-API-Key header itself, which the fake's log redacts). */
+Test(e2b, case36_the_credential_is_never_shown)
+{
+    const char *key = getenv("E2B_API_KEY");
+    cr_assert(key && strlen(key) >= 8);
+    g_sb = create_with_lifetime(600);
+    tu_fake_reset();
+    char *rule = tu_strdup_printf("{\"method\":\"POST\",\"path\":\"^/sandboxes$\",\"status\":401,"
+                                  "\"message\":\"invalid key %s\"}", key);
+    tu_fake_post("/_fake/faults", rule);
+    free(rule);
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, NULL, &err));
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_AUTHENTICATION, "%s",
+                 sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "create the sandbox: invalid key [redacted] (HTTP 401)");
+    char *s = sbx_error_to_string(err);
+    cr_assert(strstr(s, key) == NULL, "the error shows the key: %s", s);
+    for (size_t i = 0; i < sbx_error_get_context_count(err); i++) {
+        const char *k, *v;
+        cr_assert_eq(sbx_error_get0_context_at(err, i, &k, &v), 0);
+        cr_assert(strstr(v, key) == NULL, "context %s shows the key", k);
+    }
+    free(s);
+    sbx_error_free(err);
+    char *state = sbx_sandbox_session_state(g_sb, &err);
+    cr_assert_not_null(state);
+    cr_assert(strstr(state, key) == NULL, "the session state holds the key: %s", state);
+    free(state);
+    sbx_result *r = tu_sh(g_sb, "echo fine", 10);
+    tu_assert_stdout(r, "fine\n");
+    sbx_result_free(r);
+    json_object *log = tu_fake_log();
+    const char *text = json_object_to_json_string(log);
+    cr_assert(strstr(text, key) == NULL, "the fake's log holds the key");
+    cr_assert(json_object_array_length(log) >= 2);
+    json_object *first = json_object_array_get_idx(log, 0), *headers;
+    cr_assert_str_eq(tu_json_str(first, "path"), "/sandboxes");
+    cr_assert(json_object_object_get_ex(first, "headers", &headers));
+    const char *sent = NULL;
+    json_object_object_foreach(headers, hk, hv) {
+        if (strcasecmp(hk, "X-API-Key") == 0)
+            sent = json_object_get_string(hv);
+    }
+    cr_assert_str_eq(sent ? sent : "(none)", "<redacted>", "the key was not sent in X-API-Key");
+    json_object_put(log);
+}
+
+/* ------------------------------------------------------------ CASE-48 */
+
+/* Canaries in this process's environment never reach the sandbox or the
+ * provider; the create's env does. */
+Test(e2b, case48_creator_environment_never_reaches_the_sandbox)
+{
+    tu_fake_assert_env_canaries("e2b", "E2B_API_KEY");
 }
