@@ -14,7 +14,11 @@
  * log outside the header), CASE-20 (a create answered after the client's
  * timeout leaves no sandbox: found by its create token and deleted) and a
  * storm of 100 async creates against a provider that takes 5 at a time
- * (the fake's "concurrency" rule): all succeed, with backoff that grows.
+ * (the fake's "concurrency" rule): all succeed, with backoff that grows;
+ * the create's body: ttlMinutes max(1, ceil(lifetime / 60)) only for a
+ * lifetime the caller set, autoStopInterval 15 always, memory in whole GB
+ * and a memory_mb that is not a multiple of 1024 refused naming it; CASE-48
+ * (this process's environment never reaches the sandbox or the provider).
  *
  * Run by tests/daytona.sh, which starts the fake and sets DAYTONA_API_URL
  * (http://127.0.0.1:PORT/api) and DAYTONA_API_KEY. The fake's control
@@ -1392,4 +1396,118 @@ Test(daytona_faults, exposed_ports_are_preview_links_without_their_token)
     free(state);
     free(errtext);
     free(logbuf);
+}
+
+/* ------------------------------------------------------------ create bodies */
+
+/* The body of the one create the fake logged since the last reset, parsed
+ * (json_object_put() it). Asserts that exactly one was logged. */
+static json_object *the_create_body(void)
+{
+    json_object *log = tu_fake_log(), *body = NULL;
+    int n = 0;
+    for (size_t i = 0; i < json_object_array_length(log); i++) {
+        json_object *e = json_object_array_get_idx(log, i);
+        if (strcmp(tu_json_str(e, "method"), "POST") != 0
+            || strcmp(tu_json_str(e, "path"), CREATE_RE) != 0)
+            continue;
+        n++;
+        const char *text = tu_json_str(e, "body");
+        cr_assert_not_null(text, "a create without a body: %s", json_object_to_json_string(e));
+        json_object_put(body);
+        body = json_tokener_parse(text);
+        cr_assert(body && json_object_is_type(body, json_type_object), "%s", text);
+    }
+    cr_assert_eq(n, 1, "%d creates logged", n);
+    json_object_put(log);
+    return body;
+}
+
+/* A create on the fixture's client with @o, whose sandbox is destroyed at
+ * once: the body it sent. */
+static json_object *create_body_of(const sbx_options *o)
+{
+    sbx_sandbox *sb = tu_create(g_client, o);
+    json_object *body = the_create_body();
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+    return body;
+}
+
+/* The reference's TTL mapping (README, lifetimes): a lifetime the caller
+ * set is ttlMinutes = max(1, ceil(timeout_secs / 60)), so 90 s is 2
+ * minutes and 30 s is 1; the idle stop (15 minutes) goes with it. */
+Test(daytona_faults, a_lifetime_set_is_ttl_minutes_rounded_up)
+{
+    static const struct { double secs; int64_t minutes; } want[] = {
+        { 90, 2 }, { 30, 1 }, { 120, 2 }, { 120.5, 3 },
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        tu_fake_reset();
+        sbx_options *o = sbx_options_new();
+        cr_assert_eq(sbx_options_set_timeout_secs(o, want[i].secs, NULL), 0);
+        json_object *body = create_body_of(o);
+        sbx_options_free(o);
+        cr_assert_eq(jint(body, "ttlMinutes"), want[i].minutes, "timeout_secs %g: %s",
+                     want[i].secs, json_object_to_json_string(body));
+        cr_assert_eq(jint(body, "autoStopInterval"), 15, "%s", json_object_to_json_string(body));
+        json_object_put(body);
+    }
+}
+
+/* With no lifetime set by the caller no ttlMinutes is sent: the provider's
+ * idle stop, autoStopInterval 15, bounds the sandbox. */
+Test(daytona_faults, no_lifetime_set_sends_the_idle_stop_alone)
+{
+    json_object *body = create_body_of(NULL), *v;
+    cr_assert_not(json_object_object_get_ex(body, "ttlMinutes", &v), "%s",
+                  json_object_to_json_string(body));
+    cr_assert_eq(jint(body, "autoStopInterval"), 15, "%s", json_object_to_json_string(body));
+    json_object_put(body);
+}
+
+/* Daytona sets memory in whole GB: a multiple of 1024 MiB is sent in GB,
+ * anything else is refused before any request, naming the option and the
+ * step. */
+Test(daytona_faults, memory_not_a_multiple_of_the_step_is_refused)
+{
+    static const int64_t bad[] = { 512, 1000, 1536, 3073 };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sbx_options *o = sbx_options_new();
+        cr_assert_eq(sbx_options_set_memory_mb(o, bad[i], NULL), 0);
+        sbx_error *err = NULL;
+        cr_assert_null(sbx_sandbox_create(g_client, o, &err), "memory_mb %lld accepted",
+                       (long long)bad[i]);
+        sbx_options_free(o);
+        char *msg = tu_strdup_printf("daytona backend: memory_mb %lld: Daytona sets memory in "
+                                     "whole GB: give a multiple of 1024 MiB (the smallest is "
+                                     "1024)", (long long)bad[i]);
+        cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION);
+        cr_assert_str_eq(sbx_error_get0_message(err), msg);
+        cr_assert_str_eq(sbx_error_get0_op(err), "create");
+        cr_assert_str_eq(sbx_error_get0_context(err, "option"), "memory_mb");
+        cr_assert_str_eq(sbx_error_get0_context(err, "step_mb"), "1024");
+        cr_assert_str_eq(sbx_error_get0_context(err, "min_mb"), "1024");
+        free(msg);
+        sbx_error_free(err);
+    }
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", CREATE_RE, NULL, 0), 0, "a refused create was sent");
+    json_object_put(log);
+
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_memory_mb(o, 2048, NULL), 0);
+    json_object *body = create_body_of(o);
+    sbx_options_free(o);
+    cr_assert_eq(jint(body, "memory"), 2, "%s", json_object_to_json_string(body));
+    json_object_put(body);
+}
+
+/* ------------------------------------------------------------ CASE-48 */
+
+/* Canaries in this process's environment never reach the sandbox or the
+ * provider; the create's env does. */
+Test(daytona_faults, case48_creator_environment_never_reaches_the_sandbox)
+{
+    tu_fake_assert_env_canaries("daytona", "DAYTONA_API_KEY");
 }

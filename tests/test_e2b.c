@@ -14,7 +14,13 @@
  * command is kept alive by the client option keepalive_s, or, with the
  * default interval, re-attached by its pid (process.Process/Connect) each
  * time the path cuts its stream, and never started again (CASE-52 A); a bad
- * keepalive_s is a configuration error naming it. The fake's test routes (/_fake/sandbox/{id}, .../vanish,
+ * keepalive_s is a configuration error naming it; the create options E2B
+ * cannot honour (cpu, memory_mb, disk_mb, gpu, image, snapshot_id,
+ * app_name) are configuration errors naming the first given, before any
+ * request; CASE-36 (a key the provider echoes is [redacted] in the error,
+ * and never in its context, a session state or the fake's log) and CASE-48
+ * (this process's environment never reaches the sandbox or the provider).
+ * The fake's test routes (/_fake/sandbox/{id}, .../vanish,
  * /_fake/keepalive) show and change the provider's side; its fault rules and
  * request log (/_fake/faults, /_fake/log) script and count requests.
  */
@@ -29,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -746,4 +753,116 @@ Test(e2b, a_missing_api_key_is_said_before_any_request)
     cr_assert_eq(json_object_array_length(log), 0, "%s", json_object_to_json_string(log));
     json_object_put(log);
     sbx_client_free(c);
+}
+
+/* Options E2B cannot honour (size comes from the template; no GPUs,
+ * images, snapshots or apps) are configuration errors naming the option and
+ * its value, before any request; with several, the first in the order
+ * cpu, memory_mb, disk_mb, gpu, image, snapshot_id, app_name is named. */
+Test(e2b, options_it_cannot_honour_are_refused_naming_them)
+{
+    static const struct {
+        const char *option, *message;
+    } want[] = {
+        { "cpu", "e2b backend: cpu 2: E2B takes the vCPU count from the template" },
+        { "memory_mb", "e2b backend: memory_mb 2048: E2B takes the memory size from the template" },
+        { "disk_mb", "e2b backend: disk_mb 4096: E2B takes the disk size from the template" },
+        { "gpu", "e2b backend: gpu H100:1: E2B has no GPUs" },
+        { "image", "e2b backend: image python:3.12: E2B runs templates, not images "
+                   "(use template)" },
+        { "snapshot_id", "e2b backend: snapshot_id snap-1: the e2b backend has no snapshots" },
+        { "app_name", "e2b backend: app_name my-app: E2B has no apps" },
+    };
+    size_t n = sizeof want / sizeof want[0];
+    for (size_t i = 0; i < n; i++) {
+        /* Option i, and every one after it in the order: i is named. */
+        sbx_options *o = sbx_options_new();
+        for (size_t k = i; k < n; k++) {
+            const char *opt = want[k].option;
+            int rc = strcmp(opt, "cpu") == 0         ? sbx_options_set_cpu(o, 2, NULL)
+                     : strcmp(opt, "memory_mb") == 0 ? sbx_options_set_memory_mb(o, 2048, NULL)
+                     : strcmp(opt, "disk_mb") == 0   ? sbx_options_set_disk_mb(o, 4096, NULL)
+                     : strcmp(opt, "gpu") == 0       ? sbx_options_set_gpu(o, "H100:1", NULL)
+                     : strcmp(opt, "image") == 0     ? sbx_options_set_image(o, "python:3.12", NULL)
+                     : strcmp(opt, "snapshot_id") == 0
+                         ? sbx_options_set_snapshot_id(o, "snap-1", NULL)
+                         : sbx_options_set_app_name(o, "my-app", NULL);
+            cr_assert_eq(rc, 0, "set %s", opt);
+        }
+        sbx_error *err = NULL;
+        cr_assert_null(sbx_sandbox_create(g_client, o, &err), "%s accepted", want[i].option);
+        sbx_options_free(o);
+        cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION, "%s",
+                     sbx_error_get0_message(err));
+        cr_assert_str_eq(sbx_error_get0_message(err), want[i].message);
+        cr_assert_str_eq(sbx_error_get0_op(err), "create");
+        cr_assert_str_eq(sbx_error_get0_context(err, "option"), want[i].option);
+        sbx_error_free(err);
+    }
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", "/sandboxes", NULL, 0), 0, "a refused create was sent");
+    json_object_put(log);
+}
+
+/* ------------------------------------------------------------ CASE-36 */
+
+/* The provider answers the create 401 with the key in its message: the
+ * error names it [redacted], and neither it, its context, the session state
+ * of a sandbox nor any request the fake logged holds the key (outside the
+ * X-API-Key header itself, which the fake's log redacts). */
+Test(e2b, case36_the_credential_is_never_shown)
+{
+    const char *key = getenv("E2B_API_KEY");
+    cr_assert(key && strlen(key) >= 8);
+    g_sb = create_with_lifetime(600);
+    tu_fake_reset();
+    char *rule = tu_strdup_printf("{\"method\":\"POST\",\"path\":\"^/sandboxes$\",\"status\":401,"
+                                  "\"message\":\"invalid key %s\"}", key);
+    tu_fake_post("/_fake/faults", rule);
+    free(rule);
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, NULL, &err));
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_AUTHENTICATION, "%s",
+                 sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "create the sandbox: invalid key [redacted] (HTTP 401)");
+    char *s = sbx_error_to_string(err);
+    cr_assert(strstr(s, key) == NULL, "the error shows the key: %s", s);
+    for (size_t i = 0; i < sbx_error_get_context_count(err); i++) {
+        const char *k, *v;
+        cr_assert_eq(sbx_error_get0_context_at(err, i, &k, &v), 0);
+        cr_assert(strstr(v, key) == NULL, "context %s shows the key", k);
+    }
+    free(s);
+    sbx_error_free(err);
+    char *state = sbx_sandbox_session_state(g_sb, &err);
+    cr_assert_not_null(state);
+    cr_assert(strstr(state, key) == NULL, "the session state holds the key: %s", state);
+    free(state);
+    sbx_result *r = tu_sh(g_sb, "echo fine", 10);
+    tu_assert_stdout(r, "fine\n");
+    sbx_result_free(r);
+    json_object *log = tu_fake_log();
+    const char *text = json_object_to_json_string(log);
+    cr_assert(strstr(text, key) == NULL, "the fake's log holds the key");
+    cr_assert(json_object_array_length(log) >= 2);
+    json_object *first = json_object_array_get_idx(log, 0), *headers;
+    cr_assert_str_eq(tu_json_str(first, "path"), "/sandboxes");
+    cr_assert(json_object_object_get_ex(first, "headers", &headers));
+    const char *sent = NULL;
+    json_object_object_foreach(headers, hk, hv) {
+        if (strcasecmp(hk, "X-API-Key") == 0)
+            sent = json_object_get_string(hv);
+    }
+    cr_assert_str_eq(sent ? sent : "(none)", "<redacted>", "the key was not sent in X-API-Key");
+    json_object_put(log);
+}
+
+/* ------------------------------------------------------------ CASE-48 */
+
+/* Canaries in this process's environment never reach the sandbox or the
+ * provider; the create's env does. */
+Test(e2b, case48_creator_environment_never_reaches_the_sandbox)
+{
+    tu_fake_assert_env_canaries("e2b", "E2B_API_KEY");
 }

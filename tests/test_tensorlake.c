@@ -14,7 +14,16 @@
  * {"suspendable": false} the sandbox is unnamed, and stop names the option
  * (a client made so refuses list_owned naming it); a bad value of the
  * option and a memory_mb under the provider's 256 MB minimum are
- * configuration errors naming them.
+ * configuration errors naming them; timeout_secs is always sent (the
+ * lifetime rounded up plus 5 s, 3600 s when none was set); a sandbox the
+ * provider lost is not_found "gone" at once and for every later call
+ * (CASE-32); one it suspended is woken by the next exec, or by start, with
+ * its files, and is_alive does not call it gone (CASE-53); a 429 waits what
+ * its Retry-After asks, backs off without one and past the wait cap is
+ * rate_limited at once (CASE-19); a key the provider echoes is [redacted]
+ * and never in a context, a session state or the fake's log (CASE-36); this
+ * process's environment never reaches the sandbox or the provider
+ * (CASE-48).
  */
 #include "testutil.h"
 
@@ -43,6 +52,7 @@ static void setup(void)
 
 static void teardown(void)
 {
+    tu_fake_reset();
     if (g_sb) {
         sbx_sandbox_destroy(g_sb, NULL);
         sbx_sandbox_free(g_sb);
@@ -124,6 +134,47 @@ Test(tensorlake, a_sandbox_named_by_its_create_token_stops_and_starts_with_its_f
     tu_assert_exit(r, 0);
     tu_assert_stdout(r, "kept\n");
     sbx_result_free(r);
+}
+
+/* timeout_secs is always sent (CASE-33): the caller's lifetime rounded up
+ * to whole seconds plus 5 (so a command cut at the lifetime's end reports
+ * its timeout), and 3600 when the caller set none. */
+Test(tensorlake, timeout_secs_is_always_sent)
+{
+    static const struct { double secs; int64_t sent; } want[] = {
+        { 90, 95 }, { 90.5, 96 }, { 1, 6 }, { -1, 3600 },
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        tu_fake_reset();
+        sbx_options *o = sbx_options_new();
+        if (want[i].secs > 0)
+            cr_assert_eq(sbx_options_set_timeout_secs(o, want[i].secs, NULL), 0);
+        sbx_sandbox *sb = tu_create(g_client, o);
+        sbx_options_free(o);
+        json_object *log = tu_fake_log(), *body = NULL, *v;
+        for (size_t k = 0; k < json_object_array_length(log); k++) {
+            json_object *e = json_object_array_get_idx(log, k);
+            if (strcmp(tu_json_str(e, "method"), "POST") == 0
+                && strcmp(tu_json_str(e, "path"), "/sandboxes") == 0) {
+                cr_assert_null(body, "two creates: %s", json_object_to_json_string(log));
+                body = json_tokener_parse(tu_json_str(e, "body"));
+            }
+        }
+        cr_assert_not_null(body, "no create body: %s", json_object_to_json_string(log));
+        cr_assert(json_object_object_get_ex(body, "timeout_secs", &v), "lifetime %g: %s",
+                  want[i].secs, json_object_to_json_string(body));
+        cr_assert(json_object_is_type(v, json_type_int), "%s", json_object_to_json_string(body));
+        cr_assert_eq(json_object_get_int64(v), want[i].sent, "lifetime %g: %s", want[i].secs,
+                     json_object_to_json_string(body));
+        json_object *fs = fake_sandbox(sbx_sandbox_get0_id(sb));
+        cr_assert(json_object_object_get_ex(fs, "timeout_secs", &v));
+        cr_assert_eq(json_object_get_int64(v), want[i].sent);
+        json_object_put(fs);
+        json_object_put(body);
+        json_object_put(log);
+        cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+        sbx_sandbox_free(sb);
+    }
 }
 
 Test(tensorlake, suspendable_must_be_a_boolean)
@@ -566,4 +617,289 @@ Test(tensorlake, a_killed_command_keeps_its_output)
     char *files = command_files();
     assert_only_own_files(files);
     free(files);
+}
+
+/* The fake's "runs" of sandbox @id: how many commands it was asked to run. */
+static int64_t fake_runs(const char *id)
+{
+    json_object *fs = fake_sandbox(id), *v;
+    cr_assert(json_object_object_get_ex(fs, "runs", &v), "%s", json_object_to_json_string(fs));
+    int64_t n = json_object_get_int64(v);
+    json_object_put(fs);
+    return n;
+}
+
+/* The fake's status of sandbox @id, copied into @buf. */
+static const char *fake_status(const char *id, char *buf, size_t cap)
+{
+    json_object *fs = fake_sandbox(id);
+    const char *s = tu_json_str(fs, "status");
+    cr_assert_not_null(s, "%s", json_object_to_json_string(fs));
+    snprintf(buf, cap, "%s", s);
+    json_object_put(fs);
+    return buf;
+}
+
+/* CASE-32: the provider lost the sandbox (404 everywhere): the next exec is
+ * not_found, reason "gone", not retryable, after at most two requests (the
+ * run and one confirming look); the one after fails at once with no
+ * request; destroy succeeds (the provider has nothing to delete). */
+Test(tensorlake, case32_a_vanished_sandbox_is_gone)
+{
+    g_sb = create_with(NULL);
+    const char *id = sbx_sandbox_get0_id(g_sb);
+    sbx_result *r = tu_sh(g_sb, "echo hi", 30);
+    tu_assert_stdout(r, "hi\n");
+    sbx_result_free(r);
+    char *path = tu_strdup_printf("/_fake/sandbox/%s/vanish", id);
+    tu_fake_post(path, NULL);
+    free(path);
+    tu_fake_reset();
+
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "echo again";
+    sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone");
+    cr_assert_eq(sbx_error_is_retryable(err), 0);
+    char *want = tu_strdup_printf("tensorlake sandbox %s is gone (the provider no longer has it)",
+                                  id);
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    free(want);
+    sbx_error_free(err);
+    json_object *log = tu_fake_log();
+    size_t n = json_object_array_length(log);
+    cr_assert(n >= 1 && n <= 2, "%zu requests: %s", n, json_object_to_json_string(log));
+    cr_assert_eq(data_plane_count(log, "POST", "/processes/run"), 1);
+    cr_assert_eq(tu_fake_count(log, "POST", "/sandboxes", NULL, 0), 0, "a new sandbox was made");
+    json_object_put(log);
+
+    tu_fake_reset();
+    req.shell = "echo third";
+    err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone");
+    cr_assert_eq(sbx_error_is_retryable(err), 0);
+    sbx_error_free(err);
+    log = tu_fake_log();
+    cr_assert_eq(json_object_array_length(log), 0, "%s", json_object_to_json_string(log));
+    json_object_put(log);
+
+    err = NULL;
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, &err), 0, "destroy: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_null(err);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+}
+
+/* CASE-53: suspended by the provider (its idle timeout), the sandbox is
+ * not gone: is_alive says it exists without waking it, and the next exec
+ * wakes it (the provider resumes a sandbox on its data plane's traffic) and
+ * sees the file written before: one run, the same sandbox, no create, no
+ * delete, no resume call of the library's own. */
+Test(tensorlake, case53_a_suspended_sandbox_is_woken_on_use)
+{
+    g_sb = create_with(NULL);
+    const char *id = sbx_sandbox_get0_id(g_sb);
+    char st[32];
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/work/keep.txt", "kept\n", 5, &err), 0,
+                 "write_file: %s", err ? sbx_error_get0_message(err) : "");
+    char *path = tu_strdup_printf("/_fake/sandbox/%s/suspend", id);
+    tu_fake_post(path, NULL);
+    free(path);
+    cr_assert_str_eq(fake_status(id, st, sizeof st), "suspended");
+    int64_t runs = fake_runs(id);
+    tu_fake_reset();
+
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 1, "is_alive: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_str_eq(fake_status(id, st, sizeof st), "suspended", "is_alive woke it");
+
+    sbx_result *r = tu_sh(g_sb, "cat /work/keep.txt", 30);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "kept\n");
+    sbx_result_free(r);
+    cr_assert_str_eq(sbx_sandbox_get0_id(g_sb), id);
+    cr_assert_str_eq(fake_status(id, st, sizeof st), "running");
+    cr_assert_eq(fake_runs(id), runs + 1, "the command ran %lld times",
+                 (long long)(fake_runs(id) - runs));
+    json_object *log = tu_fake_log();
+    cr_assert_eq(data_plane_count(log, "POST", "/processes/run"), 1, "%s",
+                 json_object_to_json_string(log));
+    cr_assert_eq(tu_fake_count(log, "POST", "/sandboxes", NULL, 0), 0);
+    cr_assert_eq(tu_fake_count(log, "POST", "/sandboxes/[^/]+/resume", NULL, 0), 0);
+    cr_assert_eq(tu_fake_count(log, "DELETE", "/sandboxes/.*", NULL, 0), 0);
+    json_object_put(log);
+}
+
+/* CASE-53 with an explicit start: suspended by the provider, start sends
+ * exactly one resume, waits for "running", and the file is kept; a start of
+ * the running sandbox sends none. */
+Test(tensorlake, case53_a_suspended_sandbox_is_resumed_by_start)
+{
+    g_sb = create_with(NULL);
+    const char *id = sbx_sandbox_get0_id(g_sb);
+    char st[32];
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/work/keep.txt", "kept\n", 5, &err), 0);
+    char *path = tu_strdup_printf("/_fake/sandbox/%s/suspend", id);
+    tu_fake_post(path, NULL);
+    free(path);
+    tu_fake_reset();
+    cr_assert_eq(sbx_sandbox_start(g_sb, &err), 0, "start: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_str_eq(fake_status(id, st, sizeof st), "running");
+    cr_assert_eq(sbx_sandbox_start(g_sb, &err), 0, "second start: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    json_object *log = tu_fake_log();
+    char *re = tu_strdup_printf("/sandboxes/%s/resume", id);
+    cr_assert_eq(tu_fake_count(log, "POST", re, NULL, 0), 1, "%s",
+                 json_object_to_json_string(log));
+    cr_assert_eq(tu_fake_count(log, "POST", "/sandboxes", NULL, 0), 0);
+    cr_assert_eq(tu_fake_count(log, "DELETE", "/sandboxes/.*", NULL, 0), 0);
+    free(re);
+    json_object_put(log);
+    sbx_result *r = tu_sh(g_sb, "cat /work/keep.txt", 30);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "kept\n");
+    sbx_result_free(r);
+}
+
+/* ------------------------------------------------------------ CASE-19 */
+
+/* Answers is_alive's read, GET /sandboxes/{id}, 429 @times times, the rule
+ * ending with @extra (",\"retry_after\":..." or ""). A fresh sandbox and an
+ * empty log first. */
+static void answer_429(int times, const char *extra)
+{
+    g_sb = create_with(NULL);
+    tu_fake_reset();
+    char *rule = tu_strdup_printf("{\"method\":\"GET\",\"path\":\"^/sandboxes/%s$\",\"status\":429,"
+                                  "\"times\":%d,\"message\":\"slow down\"%s}",
+                                  sbx_sandbox_get0_id(g_sb), times, extra);
+    tu_fake_post("/_fake/faults", rule);
+    free(rule);
+}
+
+/* The GETs of the sandbox in the fake's log: how many, their times in @t. */
+static int sandbox_gets(double *t, size_t tmax)
+{
+    json_object *log = tu_fake_log();
+    char *re = tu_strdup_printf("/sandboxes/%s", sbx_sandbox_get0_id(g_sb));
+    int n = tu_fake_count(log, "GET", re, t, tmax);
+    free(re);
+    json_object_put(log);
+    return n;
+}
+
+/* A: Retry-After: 2 twice: the read is sent three times, each after the
+ * wait the provider asked for, and succeeds. */
+Test(tensorlake, case19_retry_after_seconds_is_waited_each_time)
+{
+    answer_429(2, ",\"retry_after\":\"2\"");
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 1, "is_alive: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    double t[3] = { 0, 0, 0 };
+    cr_assert_eq(sandbox_gets(t, 3), 3);
+    cr_assert(t[1] - t[0] >= 2.0, "the first retry came %.3f s after the 429", t[1] - t[0]);
+    cr_assert(t[2] - t[1] >= 2.0, "the second retry came %.3f s after the 429", t[2] - t[1]);
+}
+
+/* B: Retry-After as the HTTP-date 3 s after the answer's Date: the retry
+ * waits for it (0.5 s allowed for skew). */
+Test(tensorlake, case19_retry_after_date_is_waited)
+{
+    answer_429(1, ",\"retry_after_date\":3");
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 1);
+    double t[2] = { 0, 0 };
+    cr_assert_eq(sandbox_gets(t, 2), 2);
+    cr_assert(t[1] - t[0] >= 2.5, "the retry came %.3f s after the 429", t[1] - t[0]);
+}
+
+/* D: Retry-After: 3600 passes the wait cap (60 s): rate_limited at once,
+ * retryable, the wait in the context, after one request. */
+Test(tensorlake, case19_retry_after_past_the_cap_is_rate_limited_at_once)
+{
+    answer_429(1, ",\"retry_after\":\"3600\"");
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_RATE_LIMITED, "%s",
+                 sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "get the sandbox: slow down (HTTP 429; the provider asks to wait 3600 s)");
+    cr_assert_eq(sbx_error_is_retryable(err), 1);
+    cr_assert_str_eq(sbx_error_get0_backend(err), "tensorlake");
+    cr_assert_str_eq(sbx_error_get0_op(err), "is_alive");
+    cr_assert_str_eq(sbx_error_get0_context(err, "retry_after_s"), "3600");
+    cr_assert_str_eq(sbx_error_get0_context(err, "http_status"), "429");
+    sbx_error_free(err);
+    cr_assert_eq(sandbox_gets(NULL, 0), 1);
+}
+
+/* E: no Retry-After: the first backoff is at least 0.5 s (no tight loop). */
+Test(tensorlake, case19_without_retry_after_backs_off)
+{
+    answer_429(1, "");
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 1);
+    double t[2] = { 0, 0 };
+    cr_assert_eq(sandbox_gets(t, 2), 2);
+    cr_assert(t[1] - t[0] >= 0.5, "the retry came %.3f s after the 429", t[1] - t[0]);
+}
+
+/* ------------------------------------------------------------ CASE-36 */
+
+/* The provider answers the create 401 with the key in its message: the
+ * error names it [redacted], and neither it, its context, the session state
+ * of a sandbox nor any request the fake logged holds the key (outside the
+ * Authorization header itself, which the fake's log redacts). */
+Test(tensorlake, case36_the_credential_is_never_shown)
+{
+    const char *key = getenv("TENSORLAKE_API_KEY");
+    cr_assert(key && strlen(key) >= 8);
+    g_sb = create_with(NULL);
+    tu_fake_reset();
+    char *rule = tu_strdup_printf("{\"method\":\"POST\",\"path\":\"^/sandboxes$\",\"status\":401,"
+                                  "\"message\":\"invalid key %s\"}", key);
+    tu_fake_post("/_fake/faults", rule);
+    free(rule);
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, NULL, &err));
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_AUTHENTICATION, "%s",
+                 sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "create the sandbox: invalid key [redacted] (HTTP 401)");
+    char *s = sbx_error_to_string(err);
+    cr_assert(strstr(s, key) == NULL, "the error shows the key: %s", s);
+    for (size_t i = 0; i < sbx_error_get_context_count(err); i++) {
+        const char *k, *v;
+        cr_assert_eq(sbx_error_get0_context_at(err, i, &k, &v), 0);
+        cr_assert(strstr(v, key) == NULL, "context %s shows the key", k);
+    }
+    free(s);
+    sbx_error_free(err);
+    char *state = sbx_sandbox_session_state(g_sb, &err);
+    cr_assert_not_null(state);
+    cr_assert(strstr(state, key) == NULL, "the session state holds the key: %s", state);
+    free(state);
+    sbx_result *r = tu_sh(g_sb, "echo fine", 30);
+    tu_assert_stdout(r, "fine\n");
+    sbx_result_free(r);
+    json_object *log = tu_fake_log();
+    const char *text = json_object_to_json_string(log);
+    cr_assert(strstr(text, key) == NULL, "the fake's log holds the key");
+    cr_assert(json_object_array_length(log) >= 2);
+    for (size_t i = 0; i < json_object_array_length(log); i++)
+        cr_assert_str_eq(tu_json_str(json_object_array_get_idx(log, i), "auth"),
+                         "Bearer <redacted>", "request %zu", i);
+    json_object_put(log);
+}
+
+/* ------------------------------------------------------------ CASE-48 */
+
+/* Canaries in this process's environment never reach the sandbox or the
+ * provider; the create's env does. */
+Test(tensorlake, case48_creator_environment_never_reaches_the_sandbox)
+{
+    tu_fake_assert_env_canaries("tensorlake", "TENSORLAKE_API_KEY");
 }

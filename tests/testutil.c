@@ -910,6 +910,58 @@ void tu_fake_assert_create_answered(sbx_client *client, const char *path_re, int
     json_object_put(log);
 }
 
+void tu_fake_assert_env_canaries(const char *backend, const char *own)
+{
+    static const char *const canary[][2] = {
+        { "E2B_API_KEY", "e2b_TESTSECRET_0123456789abcdef" },
+        { "ANTHROPIC_API_KEY", "sk-ant-TESTSECRET-0000" },
+        { "AWS_SECRET_ACCESS_KEY", "TESTSECRETaws0000" },
+        { "BESPOKE_CONTROL_PLANE_ADMIN_TOKEN", "TESTSECRETadmin0000" },
+        { "SSH_AUTH_SOCK", "/tmp/TESTSECRET-agent.sock" },
+    };
+    size_t n = sizeof canary / sizeof canary[0];
+    char *saved[sizeof canary / sizeof canary[0]];
+    for (size_t i = 0; i < n; i++) {
+        const char *v = getenv(canary[i][0]);
+        saved[i] = v ? strdup(v) : NULL;
+        if (!own || strcmp(own, canary[i][0]) != 0)
+            cr_assert_eq(setenv(canary[i][0], canary[i][1], 1), 0);
+    }
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new(backend, &err);
+    cr_assert_not_null(c, "client: %s", err ? sbx_error_get0_message(err) : "");
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_env(o, "WANTED", "yes", NULL), 0);
+    sbx_sandbox *sb = tu_create(c, o);
+    sbx_options_free(o);
+    sbx_result *r = tu_sh(sb, "env; for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do "
+                              "tr '\\0' '\\n' < \"$f\"; done 2>/dev/null", 60);
+    tu_assert_exit(r, 0);
+    size_t len = 0;
+    const char *out = sbx_result_get0_stdout(r, &len);
+    cr_assert_not_null(memmem(out, len, "WANTED=yes", 10), "WANTED=yes is missing");
+    const char *hit = memmem(out, len, "TESTSECRET", 10);
+    cr_assert_null(hit, "a canary reached the sandbox: %.*s", (int)(out + len - hit < 80
+                                                                    ? out + len - hit : 80),
+                   hit);
+    cr_assert_null(memmem(out, len, "SSH_AUTH_SOCK", 13), "SSH_AUTH_SOCK is set inside");
+    sbx_result_free(r);
+    char *body = NULL;
+    cr_assert_eq(tu_fake_http("GET", "/_fake/log", NULL, NULL, &body), 200);
+    cr_assert_null(strstr(body, "TESTSECRET"), "a canary reached the provider");
+    free(body);
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+    for (size_t i = 0; i < n; i++) {
+        if (saved[i])
+            setenv(canary[i][0], saved[i], 1);
+        else
+            unsetenv(canary[i][0]);
+        free(saved[i]);
+    }
+}
+
 /* ---------------------------------------------------------- the idle reaper */
 
 static pid_t g_reaper = -1;     /* the idle reaper, or -1 */

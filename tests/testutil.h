@@ -168,6 +168,18 @@ int tu_fake_count(struct json_object *log, const char *method, const char *re, d
 void tu_fake_assert_create_answered(sbx_client *client, const char *path_re, int status,
                                     sbx_error_code code);
 
+/* CASE-48 on the hosted backend @backend through its fake: canaries are
+ * put in this process's environment (E2B_API_KEY, ANTHROPIC_API_KEY,
+ * AWS_SECRET_ACCESS_KEY, BESPOKE_CONTROL_PLANE_ADMIN_TOKEN, SSH_AUTH_SOCK;
+ * each holding "TESTSECRET"; the one named @own, the backend's own
+ * credential variable, is left alone), a client of @backend is made after
+ * them and a sandbox created with env WANTED=yes only; a command prints
+ * its environment and every /proc/N/environ and cmdline it can read.
+ * Asserts that WANTED=yes is there, no TESTSECRET and no SSH_AUTH_SOCK, and
+ * that no request the fake logged holds TESTSECRET. The sandbox is
+ * destroyed, the client freed and the canaries unset again. */
+void tu_fake_assert_env_canaries(const char *backend, const char *own);
+
 /* The integers of the JSON array member @key of the fake's answer 200 to
  * GET @path (extra header @header, NULL: none), joined by ',' ("3000,8080";
  * "" for none): a new string. Asserts the answer and the member. */
