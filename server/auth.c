@@ -155,13 +155,16 @@ cp_authenticate(cx *x, cp_request *req, cp_response *res)
     return rc;
 }
 
-/* {"name": 1..200 characters} → the name, or a 422 in @res. */
+/* {"name": 1..200 characters} → the name, or a 422 in @res. Characters
+ * are Unicode code points, as pydantic counts a str (the body is valid
+ * UTF-8 by now), and a refusal carries pydantic's ctx: {"max_length": 200}
+ * or {"min_length": 1}. */
 static const char *
 body_name(json_object *body, cp_response *res)
 {
-    json_object *v;
+    json_object *v, *loc, *ctx;
     const char *name;
-    size_t n;
+    size_t n = 0;
 
     if (!json_object_object_get_ex(body, "name", &v) || json_object_is_type(v, json_type_null)) {
         reply_validation(res, "missing", "body", "name", "Field required", json_object_get(body));
@@ -173,12 +176,19 @@ body_name(json_object *body, cp_response *res)
         return NULL;
     }
     name = json_object_get_string(v);
-    n = strlen(name);
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        n += (*p & 0xc0) != 0x80;       /* continuation bytes are not counted */
     if (n == 0 || n > 200) {
-        reply_validation(res, n ? "string_too_long" : "string_too_short", "body", "name",
-                         n ? "String should have at most 200 characters"
-                           : "String should have at least 1 character",
-                         json_object_get(v));
+        loc = json_object_new_array();
+        json_object_array_add(loc, json_object_new_string("body"));
+        json_object_array_add(loc, json_object_new_string("name"));
+        ctx = json_object_new_object();
+        json_object_object_add(ctx, n ? "max_length" : "min_length",
+                               json_object_new_int(n ? 200 : 1));
+        reply_validation_at(res, n ? "string_too_long" : "string_too_short", loc,
+                            n ? "String should have at most 200 characters"
+                              : "String should have at least 1 character",
+                            json_object_get(v), ctx);
         return NULL;
     }
     return name;

@@ -592,25 +592,158 @@ Test(server, api_keys)
     free(id);
 }
 
-Test(server, session)
+/* The ten can_* flags of GET /v1/session, in the contract's order
+ * (CONTROL-PLANE.md §1), with the scopes each needs. */
+static const char *const session_flags[10] = {
+    "can_terminate",        /* sandboxes:terminate */
+    "can_view_policy",      /* policies:read and usage:read */
+    "can_manage_policy",    /* policies:write */
+    "can_view_providers",   /* providers:read */
+    "can_manage_providers", /* providers:write */
+    "can_create",           /* sandboxes:create */
+    "can_view_alerts",      /* alerts:read */
+    "can_view_audit",       /* audit:read */
+    "can_export",           /* exports:read */
+    "can_view_usage",       /* usage:read */
+};
+
+/* GET /v1/session with @k: 200, and every member of the answer is as
+ * given: api_key_id @key_id, scopes @scopes_json (the array's text), role
+ * @role, auth_mode "api_key", the ten flags (a string of ten 0/1 in
+ * session_flags' order), and nothing else (no csrf_token without a
+ * cookie). */
+static void
+expect_session(const char *k, const char *key_id, const char *scopes_json, const char *role,
+               const char *flags)
 {
-    char *k = make_key(key, "[\"sandboxes:terminate\",\"sandboxes:read\"]", NULL);
     cpu_response *r = req_s(200, "GET", "/v1/session", k, NULL, NULL);
 
-    cr_assert_str_eq(cpu_jstr(r, "role"), "operator");
-    cr_assert_str_eq(cpu_jstr(r, "scopes.0"), "sandboxes:read");
-    cr_assert_str_eq(cpu_jstr(r, "scopes.1"), "sandboxes:terminate");
+    cr_assert_str_eq(cpu_jstr(r, "api_key_id"), key_id);
+    cr_assert_str_eq(json_object_to_json_string_ext(cpu_jget(r->json, "scopes"),
+                                                    JSON_C_TO_STRING_PLAIN), scopes_json);
+    cr_assert_str_eq(cpu_jstr(r, "role"), role);
     cr_assert_str_eq(cpu_jstr(r, "auth_mode"), "api_key");
-    cr_assert(json_object_get_boolean(cpu_jget(r->json, "can_terminate")));
-    cr_assert_not(json_object_get_boolean(cpu_jget(r->json, "can_create")));
-    cr_assert_not(json_object_get_boolean(cpu_jget(r->json, "can_view_usage")));
+    for (size_t i = 0; i < 10; i++) {
+        json_object *v = cpu_jget(r->json, session_flags[i]);
+        cr_assert(json_object_is_type(v, json_type_boolean), "%s of %s", session_flags[i],
+                  r->body);
+        cr_assert_eq(json_object_get_boolean(v), flags[i] == '1', "%s with %s: %s",
+                     session_flags[i], scopes_json, r->body);
+    }
     cr_assert_null(cpu_jget(r->json, "csrf_token"));
+    /* api_key_id, scopes, role, the ten flags, auth_mode */
+    cr_assert_eq(json_object_object_length(r->json), 14, "%s", r->body);
     cpu_response_free(r);
-    r = req_s(200, "GET", "/v1/session", key, NULL, NULL);
-    cr_assert_str_eq(cpu_jstr(r, "role"), "administrator");
-    cr_assert(json_object_get_boolean(cpu_jget(r->json, "can_export")));
+}
+
+Test(server, session)
+{
+    char *id, *k;
+    cpu_response *r;
+
+    /* The organisation's first key: every scope ("*"). */
+    r = req_s(200, "GET", "/v1/api-keys", key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "0.name"), "Initial key");
+    id = strdup(cpu_jstr(r, "0.id"));
     cpu_response_free(r);
+    expect_session(key, id, "[\"*\"]", "administrator", "1111111111");
+    free(id);
+    /* Named scopes that make an administrator: the flags are theirs
+     * (policies:read without usage:read does not view the policy). */
+    k = make_key(key, "[\"providers:write\",\"policies:write\",\"policies:read\"]", &id);
+    expect_session(k, id, "[\"policies:read\",\"policies:write\",\"providers:write\"]",
+                   "administrator", "0010100000");
     free(k);
+    free(id);
+    /* Every read scope: an observer that views all. */
+    k = make_key(key, "[\"usage:read\",\"policies:read\",\"exports:read\",\"audit:read\","
+                      "\"alerts:read\",\"providers:read\"]", &id);
+    expect_session(k, id, "[\"alerts:read\",\"audit:read\",\"exports:read\",\"policies:read\","
+                          "\"providers:read\",\"usage:read\"]",
+                   "observer", "0101001111");
+    free(k);
+    free(id);
+    k = make_key(key, "[\"sandboxes:terminate\",\"sandboxes:read\"]", &id);
+    expect_session(k, id, "[\"sandboxes:read\",\"sandboxes:terminate\"]", "operator",
+                   "1000000000");
+    free(k);
+    free(id);
+    /* Only sandboxes:read: an observer that can do none of it. */
+    k = make_key(key, "[\"sandboxes:read\"]", &id);
+    expect_session(k, id, "[\"sandboxes:read\"]", "observer", "0000000000");
+    free(k);
+    free(id);
+    /* Legacy sandboxes:write: create, execute, terminate (an operator). */
+    k = make_key(key, "[\"sandboxes:write\"]", &id);
+    expect_session(k, id, "[\"sandboxes:write\"]", "operator", "1000010000");
+    free(k);
+    free(id);
+}
+
+/* A key's name is 1 to 200 characters (Unicode code points, as pydantic
+ * counts them, not bytes): 201 is pydantic's string_too_long with its ctx,
+ * "" string_too_short; 200 two-byte characters are a valid name. */
+Test(server, api_key_name_length)
+{
+    char name[2 * 201 + 1], *body, *want;
+    cpu_response *r;
+
+    memset(name, 'n', 201);
+    name[201] = 0;
+    body = tu_strdup_printf("{\"name\":\"%s\"}", name);
+    r = req_s(422, "POST", "/v1/api-keys", key, NULL, body);
+    want = tu_strdup_printf("{\"detail\":[{\"type\":\"string_too_long\",\"loc\":[\"body\","
+                            "\"name\"],\"msg\":\"String should have at most 200 characters\","
+                            "\"input\":\"%s\",\"ctx\":{\"max_length\":200}}]}", name);
+    cr_assert_str_eq(r->body, want);
+    cpu_response_free(r);
+    free(body);
+    free(want);
+    r = req_s(422, "POST", "/v1/api-keys", key, NULL, "{\"name\":\"\"}");
+    cr_assert_str_eq(r->body, "{\"detail\":[{\"type\":\"string_too_short\",\"loc\":[\"body\","
+                              "\"name\"],\"msg\":\"String should have at least 1 character\","
+                              "\"input\":\"\",\"ctx\":{\"min_length\":1}}]}");
+    cpu_response_free(r);
+    /* 200 characters: made, the name as sent. */
+    name[200] = 0;
+    body = tu_strdup_printf("{\"name\":\"%s\"}", name);
+    r = req_s(201, "POST", "/v1/api-keys", key, NULL, body);
+    cr_assert_str_eq(cpu_jstr(r, "name"), name);
+    cpu_response_free(r);
+    free(body);
+    /* 200 characters of two bytes each (U+00E9): made; 201: refused. */
+    for (size_t i = 0; i < 201; i++)
+        memcpy(name + 2 * i, "\xc3\xa9", 2);
+    name[2 * 200] = 0;
+    body = tu_strdup_printf("{\"name\":\"%s\"}", name);
+    r = req_s(201, "POST", "/v1/api-keys", key, NULL, body);
+    cr_assert_str_eq(cpu_jstr(r, "name"), name);
+    cpu_response_free(r);
+    free(body);
+    name[2 * 200] = '\xc3';
+    name[2 * 201] = 0;
+    body = tu_strdup_printf("{\"name\":\"%s\"}", name);
+    r = req_s(422, "POST", "/v1/api-keys", key, NULL, body);
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "string_too_long");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.input"), name);
+    cpu_response_free(r);
+    free(body);
+    /* The organisation's name is held to the same rule. */
+    {
+        const char *admin[] = { "X-Control-Plane-Admin: " CPU_ADMIN_TOKEN, NULL };
+        body = tu_strdup_printf("{\"name\":\"%s\"}", name);
+        r = req_s(422, "POST", "/v1/organizations", NULL, admin, body);
+        cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "string_too_long");
+        cr_assert_eq(json_object_get_int(cpu_jget(r->json, "detail.0.ctx.max_length")), 200);
+        cpu_response_free(r);
+        free(body);
+        name[2 * 200] = 0;
+        body = tu_strdup_printf("{\"name\":\"%s\"}", name);
+        r = req_s(201, "POST", "/v1/organizations", NULL, admin, body);
+        cr_assert_str_eq(cpu_jstr(r, "organization.name"), name);
+        cpu_response_free(r);
+        free(body);
+    }
 }
 
 /* ---------------------------------------------------------------- scopes */
