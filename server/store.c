@@ -154,7 +154,7 @@ static const char *const migration_1 =
     " updated_at TEXT, updated_by_api_key_id TEXT);";
 
 /* 2: the sandbox's session state, sealed under a key derived from the
- * pepper (server/seal.c), so a restarted server reattaches to it. */
+ * pepper (server/util.c), so a restarted server reattaches to it. */
 static const char *const migration_2 =
     "ALTER TABLE sandboxes ADD COLUMN session_state_sealed TEXT;";
 

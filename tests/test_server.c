@@ -3,7 +3,9 @@
  * every endpoint and status code of the contract this server serves
  * (CONTROL-PLANE.md §1–§3, §5, §8), scopes, tenant isolation, idempotency
  * under concurrency, replays, a crash between the provider create and the
- * commit, restarts (sealed session state), two servers on one database,
+ * commit, restarts (sealed session state, which opens under the server's
+ * pepper only: through a server with another and directly, server/util.c
+ * being linked in), two servers on one database,
  * the metering outbox (each answered execute metered once, as answered,
  * also when its server is SIGKILLed right after the answer), and the
  * cases CASE-07, CASE-17, CASE-36 and CASE-38.
@@ -30,6 +32,7 @@
 #include <libpq-fe.h>
 #include <sqlite3.h>
 
+#include "../server/util.h"        /* cp_seal(), cp_unseal(), cp_hmac_hex() */
 #include "cputil.h"
 #include "testutil.h"
 
@@ -1942,27 +1945,129 @@ Test(server, db_synchronous_setting)
     }
 }
 
+/* The sealing itself (server/util.c): what cp_seal() made opens under the
+ * same pepper and sandbox id only; another pepper, another id, a changed
+ * byte or a truncated text opens to nothing. */
+Test(sealing, opens_under_its_pepper_and_id_only)
+{
+    const char *plain = "{\"backend\":\"local\",\"data\":{\"id\":\"sbx-local-x\"}}";
+    char *sealed = cp_seal("pepper-a", "sbx_1", plain), *other, *open_;
+    size_t n;
+
+    cr_assert(sealed);
+    cr_assert_eq(strncmp(sealed, "v1.", 3), 0, "%s", sealed);
+    cr_assert_null(strstr(sealed, "local"));
+    open_ = cp_unseal("pepper-a", "sbx_1", sealed);
+    cr_assert(open_);
+    cr_assert_str_eq(open_, plain);
+    free(open_);
+    cr_assert_null(cp_unseal("pepper-b", "sbx_1", sealed));
+    cr_assert_null(cp_unseal("pepper-a", "sbx_2", sealed));
+    cr_assert_null(cp_unseal("", "sbx_1", sealed));
+    /* Each seal draws a new nonce: the same state seals differently. */
+    other = cp_seal("pepper-a", "sbx_1", plain);
+    cr_assert_str_neq(other, sealed);
+    open_ = cp_unseal("pepper-a", "sbx_1", other);
+    cr_assert_str_eq(open_, plain);
+    free(open_);
+    free(other);
+    /* One base64 character changed (the ciphertext, past the nonce), the
+     * tag cut short, the version prefix gone. */
+    n = strlen(sealed);
+    other = strdup(sealed);
+    other[3 + 20] = other[3 + 20] == 'A' ? 'B' : 'A';
+    cr_assert_null(cp_unseal("pepper-a", "sbx_1", other));
+    free(other);
+    other = strndup(sealed, n - 4);
+    cr_assert_null(cp_unseal("pepper-a", "sbx_1", other));
+    free(other);
+    cr_assert_null(cp_unseal("pepper-a", "sbx_1", sealed + 3));
+    free(sealed);
+}
+
+/* A server with another pepper cannot open a sandbox's sealed state: with
+ * a key that is valid under its pepper (written into the store as that
+ * pepper's digest), it reads the record but can neither execute in nor
+ * terminate the sandbox, and changes nothing. The state in the store
+ * opens under the right pepper only; the server with the right pepper
+ * executes in the same sandbox (its file still there) and ends it. */
 Test(server, session_state_is_sealed_under_the_pepper)
 {
     const char *other[] = { "BESPOKE_API_KEY_PEPPER=another-pepper", NULL };
+    const char *other_key = "bsk_live_AnotherPepperKey0123456789abcdefghijklmnopq";
     char *id = cpu_create_local(srv, key, "{\"timeout_secs\":60}");
+    char *sql, *sealed, *state, *p, digest[65], now[40];
     cpu_server *wrong;
-    char *k2;
     cpu_response *r;
 
+    r = execute(key, id, NULL, "{\"command\":\"echo kept > \\\"$SANDBOX_ROOT/f\\\"\"}", 200);
+    cpu_response_free(r);
     cpu_signal(srv, SIGTERM);
-    /* Another pepper: the old keys are invalid and the state cannot be
-     * opened, so nothing can be done with the sandbox. */
+    /* In the store: the state opens under this suite's pepper and that
+     * sandbox's id, and not under another pepper. */
+    sql = tu_strdup_printf("SELECT session_state_sealed FROM sandboxes WHERE id = '%s'", id);
+    sealed = db_list(sql);
+    free(sql);
+    cr_assert(sealed && *sealed);
+    cr_assert_null(cp_unseal("another-pepper", id, sealed));
+    state = cp_unseal(CPU_PEPPER, id, sealed);
+    cr_assert(state, "the stored state does not open under the server's pepper");
+    {
+        json_object *j = json_tokener_parse(state);
+        cr_assert(j, "%s", state);
+        cr_assert_str_eq(json_object_get_string(cpu_jget(j, "backend")), "local");
+        json_object_put(j);
+    }
+    free(state);
+    free(sealed);
+
+    /* Another pepper: the old keys are invalid ... */
     wrong = cpu_start(store, other);
     r = cpu_http(wrong->url, "GET", "/v1/sandboxes", key, NULL, NULL);
     cr_assert_eq(r->status, 401);
     cpu_response_free(r);
-    k2 = cpu_bootstrap(wrong, "other", NULL);
+    /* ... and a key of the organisation made under it reads the record
+     * but cannot open the state: 409 on execute and terminate. */
+    cp_hmac_hex("another-pepper", other_key, strlen(other_key), digest);
+    cp_now_iso(now, sizeof now);
+    sql = tu_strdup_printf("INSERT INTO api_keys(id, organization_id, name, key_prefix,"
+                           " key_digest, scopes_json, created_at) VALUES ('key_other', '%s',"
+                           " 'other pepper', '%.17s', '%s', '[\"*\"]', '%s')",
+                           org, other_key, digest, now);
+    cr_assert(db_list(sql) != NULL, "%s", sql);
+    free(sql);
+    p = path_of("/v1/sandboxes/%s", id);
+    r = cpu_http(wrong->url, "GET", p, other_key, NULL, NULL);
+    cr_assert_eq(r->status, 200, "%s", r->body);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "running");
+    cpu_response_free(r);
+    {
+        char *pe = path_of("/v1/sandboxes/%s/execute", id);
+        r = cpu_http(wrong->url, "POST", pe, other_key, NULL,
+                     "{\"command\":\"cat \\\"$SANDBOX_ROOT/f\\\"\"}");
+        cr_assert_eq(r->status, 409, "%s", r->body);
+        expect_detail(r, "sandbox runtime is unavailable after a control-plane restart");
+        cpu_response_free(r);
+        free(pe);
+    }
+    r = cpu_http(wrong->url, "DELETE", p, other_key, NULL, NULL);
+    cr_assert_eq(r->status, 409, "%s", r->body);
+    expect_detail(r, "sandbox runtime is not attached and provider termination is not configured");
+    cpu_response_free(r);
+    r = cpu_http(wrong->url, "GET", p, other_key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "running");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 2);
+    cpu_response_free(r);
     cpu_stop(wrong);
-    free(k2);
     cpu_stop(srv);
+
+    /* The right pepper again: the same sandbox, its file kept. */
     srv = cpu_start(store, NULL);
+    r = execute(key, id, NULL, "{\"command\":\"cat \\\"$SANDBOX_ROOT/f\\\"\"}", 200);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "kept\n");
+    cpu_response_free(r);
     terminate(key, id);
+    free(p);
     free(id);
 }
 
