@@ -7,8 +7,9 @@
  * pepper only: through a server with another and directly, server/util.c
  * being linked in), two servers on one database,
  * the metering outbox (each answered execute metered once, as answered,
- * also when its server is SIGKILLed right after the answer), and the
- * cases CASE-07, CASE-17, CASE-36 and CASE-38.
+ * also when its server is SIGKILLed right after the answer), provider
+ * failures of terminate and execute (the e2b contract fake, its faults set
+ * at run time), and the cases CASE-07, CASE-17, CASE-36 and CASE-38.
  *
  * The store is SQLite, or PostgreSQL when SBX_TEST_CP_PG_URL is set
  * (scripts/test runs this program both ways; tests/cputil.h).
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1320,6 +1322,11 @@ Test(server, provider_failure_payload)
     cr_assert_str_eq(cpu_jstr(r, "latest_error.code"), "creation_failed");
     cr_assert(cpu_jstr(r, "failed_at"));
     cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 2);
+    p = path_of("/v1/sandboxes/%s/execute", cpu_jstr(r, "id"));
+    /* A failed sandbox does not execute. */
+    expect_status_detail(409, "POST", p, key, NULL, "{\"command\":\"true\"}",
+                         "sandbox is failed");
+    free(p);
     p = path_of("/v1/sandboxes/%s", cpu_jstr(r, "id"));
     cpu_response_free(r);
     /* A failed sandbox has no runtime to terminate. */
@@ -1808,6 +1815,27 @@ Test(server, killed_between_provider_create_and_commit)
     cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 1);
     id = strdup(cpu_jstr(r, "id"));
     cpu_response_free(r);
+    /* A sandbox still `creating` does not execute (nor is it terminated:
+     * it has no runtime). */
+    {
+        char *pe = path_of("/v1/sandboxes/%s/execute", id);
+        r = cpu_http(again->url, "POST", pe, key, NULL, "{\"command\":\"true\"}");
+        cr_assert_eq(r->status, 409, "%s", r->body);
+        expect_detail(r, "sandbox is creating");
+        cpu_response_free(r);
+        free(pe);
+        pe = path_of("/v1/sandboxes/%s", id);
+        r = cpu_http(again->url, "DELETE", pe, key, NULL, NULL);
+        cr_assert_eq(r->status, 409, "%s", r->body);
+        expect_detail(r, "sandbox runtime is not attached and provider termination is not "
+                         "configured");
+        cpu_response_free(r);
+        r = cpu_http(again->url, "GET", pe, key, NULL, NULL);
+        cr_assert_str_eq(cpu_jstr(r, "status"), "creating");
+        cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 1);
+        cpu_response_free(r);
+        free(pe);
+    }
     /* The retry never reached a provider: this server started no plugin
      * host (it makes one on a backend's first use). */
     {
@@ -2667,10 +2695,12 @@ Test(server, schema_migration_3_keeps_executions)
 
 #define E2B_SECRET "e2b_TESTSECRET_0123456789abcdef"
 
-/* The e2b contract fake (tests/fakes/e2b.py) answering every create with a
- * 401 whose body echoes the credential. Its pid in *@pid, its URL back. */
+/* The e2b contract fake (tests/fakes/e2b.py), its API key "fake-e2b-key",
+ * with the fault rules @faults (SBX_FAKE_FAULTS; NULL: none) from its
+ * start; SIGTERM when the test process dies. Its pid in *@pid, its
+ * directory in *@dir, its URL back. */
 static char *
-start_e2b_fake(pid_t *pid, char **dir)
+start_e2b_fake_with(const char *faults, pid_t *pid, char **dir)
 {
     char *out, *line = NULL, *url = NULL;
     const char *src = getenv("SBX_TEST_SRCDIR") ? getenv("SBX_TEST_SRCDIR")
@@ -2683,10 +2713,17 @@ start_e2b_fake(pid_t *pid, char **dir)
     if (*pid == 0) {
         char *script = tu_strdup_printf("%s/fakes/e2b.py", src);
         int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        /* Ended with the test process, also one that failed an assertion
+         * before it could stop the fake. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() == 1)
+            _exit(1);
         dup2(fd, 1);
-        setenv("SBX_FAKE_FAULTS",
-               "[{\"method\":\"POST\",\"path\":\"^/sandboxes\",\"status\":401,\"times\":-1,"
-               "\"body\":{\"message\":\"invalid key " E2B_SECRET "\"}}]", 1);
+        unsetenv("SBX_FAKE_API_KEY");
+        if (faults)
+            setenv("SBX_FAKE_FAULTS", faults, 1);
+        else
+            unsetenv("SBX_FAKE_FAULTS");
         execl("/usr/bin/python3", "python3", script, (char *)NULL);
         _exit(127);
     }
@@ -2704,6 +2741,16 @@ start_e2b_fake(pid_t *pid, char **dir)
     free(out);
     cr_assert(url, "the e2b fake did not start");
     return url;
+}
+
+/* The e2b fake answering every create with a 401 whose body echoes the
+ * credential. */
+static char *
+start_e2b_fake(pid_t *pid, char **dir)
+{
+    return start_e2b_fake_with("[{\"method\":\"POST\",\"path\":\"^/sandboxes\",\"status\":401,"
+                               "\"times\":-1,\"body\":{\"message\":\"invalid key " E2B_SECRET
+                               "\"}}]", pid, dir);
 }
 
 Test(server, case36_provider_secret_never_leaves)
@@ -2782,6 +2829,212 @@ Test(server, case36_provider_secret_never_leaves)
     free(uenv);
     free(senv);
     free(k);
+}
+
+/* ---------------------------------------------------------------- provider failures on e2b */
+
+/* A server enabling local and e2b, e2b being the contract fake at @url
+ * with its own key (its sandboxes work until a fault rule says otherwise). */
+static cpu_server *
+start_with_e2b(const char *url)
+{
+    char *penv = tu_strdup_printf("SBX_PLUGIN_PATH=%s/plugins/cloud/e2b/.libs:%s", SBX_BUILD_DIR,
+                                  getenv("SBX_PLUGIN_PATH") ? getenv("SBX_PLUGIN_PATH") : "");
+    char *uenv = tu_strdup_printf("E2B_API_URL=%s", url);
+    char *senv = tu_strdup_printf("E2B_SANDBOX_URL=%s", url);
+    const char *env[] = { penv, uenv, senv, "E2B_API_KEY=fake-e2b-key",
+                          "BESPOKE_ALLOWED_BACKENDS=local,e2b", NULL };
+    cpu_server *s = cpu_start(store, env);
+
+    free(penv);
+    free(uenv);
+    free(senv);
+    return s;
+}
+
+/* Replaces the fake's fault rules with @rules (JSON; "[]": none). */
+static void
+fake_faults(const char *url, const char *rules)
+{
+    cpu_response *r = cpu_http(url, "POST", "/_fake/faults", NULL, NULL, rules);
+
+    cr_assert_eq(r->status / 100, 2, "POST /_fake/faults: %ld %s", r->status, r->body);
+    cpu_response_free(r);
+}
+
+static void
+stop_fake(pid_t pid, char *dir, char *url)
+{
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    tu_rmtree(dir);
+    free(dir);
+    free(url);
+}
+
+/* A terminate whose provider destroy fails (CONTROL-PLANE.md §1): the
+ * provider's payload with op "destroy" as the answer (502 for a refusal,
+ * 504 for the provider's timeout), the record `failed` with that payload as
+ * its latest_error and retry_status not_retryable; a failed sandbox cannot
+ * execute (409) but may be terminated again, which destroys it once the
+ * provider deletes. */
+Test(server, terminate_whose_destroy_fails)
+{
+    pid_t fake;
+    char *fdir, *furl = start_e2b_fake_with(NULL, &fake, &fdir), *k, *id, *p, *pe, *kid;
+    cpu_server *s;
+    cpu_response *r, *answer;
+    const char *refused = "{\"detail\":{\"message\":\"Provider authentication failed.\","
+                          "\"code\":\"authentication\",\"backend\":\"e2b\",\"op\":\"destroy\","
+                          "\"retryable\":false,\"outcome\":\"failed\",\"context\":{}}}";
+    const char *timed_out = "{\"detail\":{\"message\":\"Provider request timed out.\","
+                            "\"code\":\"timeout\",\"backend\":\"e2b\",\"op\":\"destroy\","
+                            "\"retryable\":true,\"outcome\":\"failed\",\"context\":{}}}";
+    const char *stopping_at;
+
+    s = start_with_e2b(furl);
+    k = cpu_bootstrap(s, "delta", NULL);
+    r = cpu_http(s->url, "GET", "/v1/api-keys", k, NULL, NULL);
+    kid = strdup(cpu_jstr(r, "0.id"));
+    cpu_response_free(r);
+    r = cpu_http(s->url, "POST", "/v1/sandboxes", k, NULL, "{\"backend\":\"e2b\"}");
+    cr_assert_eq(r->status, 201, "%s", r->body);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "running");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 2);
+    id = strdup(cpu_jstr(r, "id"));
+    cpu_response_free(r);
+    p = path_of("/v1/sandboxes/%s", id);
+    pe = path_of("/v1/sandboxes/%s/execute", id);
+
+    /* The provider refuses the delete: 502 with its payload, op destroy. */
+    fake_faults(furl, "[{\"method\":\"DELETE\",\"path\":\"^/sandboxes/\",\"status\":403,"
+                      "\"times\":-1}]");
+    answer = cpu_http(s->url, "DELETE", p, k, NULL, NULL);
+    cr_assert_eq(answer->status, 502, "%s", answer->body);
+    cr_assert_str_eq(answer->body, refused);
+    /* The record: failed, the payload its latest error, not retryable,
+     * stopped but not terminated; two state writes since running. */
+    r = cpu_http(s->url, "GET", p, k, NULL, NULL);
+    cr_assert_eq(r->status, 200);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "failed");
+    cr_assert_str_eq(json_object_to_json_string_ext(cpu_jget(r->json, "latest_error"),
+                                                    JSON_C_TO_STRING_PLAIN),
+                     json_object_to_json_string_ext(cpu_jget(answer->json, "detail"),
+                                                    JSON_C_TO_STRING_PLAIN));
+    cr_assert_str_eq(cpu_jstr(r, "retry_status"), "not_retryable");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 4);
+    cr_assert(cpu_jstr(r, "failed_at"));
+    cr_assert(cpu_jstr(r, "stopping_at"));
+    stopping_at = cpu_jstr(r, "stopping_at");
+    cr_assert(strcmp(stopping_at, cpu_jstr(r, "failed_at")) <= 0);
+    cr_assert_null(cpu_jget(r->json, "terminated_at"));
+    cr_assert_null(cpu_jget(r->json, "destroyed_at"));
+    cr_assert_null(cpu_jget(r->json, "termination_reason"));
+    cr_assert_null(cpu_jget(r->json, "terminated_by_api_key_id"));
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "attempt_count")), 1);
+    cpu_response_free(r);
+    cpu_response_free(answer);
+    /* A failed sandbox does not execute: 409 before any provider call. */
+    r = cpu_http(s->url, "POST", pe, k, NULL, "{\"command\":\"true\"}");
+    cr_assert_eq(r->status, 409, "%s", r->body);
+    expect_detail(r, "sandbox is failed");
+    cpu_response_free(r);
+
+    /* Terminated again, the provider timing out: 504, op destroy; still
+     * failed, the new payload its latest error. */
+    fake_faults(furl, "[{\"method\":\"DELETE\",\"path\":\"^/sandboxes/\",\"status\":504,"
+                      "\"times\":-1}]");
+    answer = cpu_http(s->url, "DELETE", p, k, NULL, NULL);
+    cr_assert_eq(answer->status, 504, "%s", answer->body);
+    cr_assert_str_eq(answer->body, timed_out);
+    r = cpu_http(s->url, "GET", p, k, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "failed");
+    cr_assert_str_eq(json_object_to_json_string_ext(cpu_jget(r->json, "latest_error"),
+                                                    JSON_C_TO_STRING_PLAIN),
+                     json_object_to_json_string_ext(cpu_jget(answer->json, "detail"),
+                                                    JSON_C_TO_STRING_PLAIN));
+    cr_assert_str_eq(cpu_jstr(r, "retry_status"), "not_retryable");
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 6);
+    cpu_response_free(r);
+    cpu_response_free(answer);
+
+    /* The provider deletes again: a third terminate destroys it, by this
+     * key, as the operator's; a fourth answers the same record. */
+    fake_faults(furl, "[]");
+    r = cpu_http(s->url, "DELETE", p, k, NULL, NULL);
+    cr_assert_eq(r->status, 200, "%s", r->body);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "destroyed");
+    cr_assert_str_eq(cpu_jstr(r, "termination_reason"), "operator");
+    cr_assert_str_eq(cpu_jstr(r, "terminated_by_api_key_id"), kid);
+    cr_assert_str_eq(cpu_jstr(r, "terminated_by_api_key_name"), "Initial key");
+    cr_assert(cpu_jstr(r, "terminated_at"));
+    cr_assert_str_eq(cpu_jstr(r, "destroyed_at"), cpu_jstr(r, "terminated_at"));
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "version")), 8);
+    answer = cpu_http(s->url, "DELETE", p, k, NULL, NULL);
+    cr_assert_eq(answer->status, 200, "%s", answer->body);
+    cr_assert_str_eq(answer->body, r->body);
+    cpu_response_free(answer);
+    cpu_response_free(r);
+    /* The fake has no sandbox left. */
+    r = cpu_http(furl, "GET", "/v2/sandboxes", NULL, (const char *[]){
+                     "X-API-Key: fake-e2b-key", NULL }, NULL);
+    cr_assert_eq(r->status, 200, "%s", r->body);
+    cr_assert_str_eq(r->body, "[]");
+    cpu_response_free(r);
+    free(pe);
+    free(p);
+    free(id);
+    free(kid);
+    free(k);
+    cpu_stop(s);
+    stop_fake(fake, fdir, furl);
+}
+
+/* Execute through a provider that fails (CONTROL-PLANE.md §1): its
+ * timeout is 504 with the payload, op "execute"; the request id replays
+ * the failure (409, the payload's text) and is metered once; the next
+ * request runs. */
+Test(server, execute_on_a_provider_timeout_is_504)
+{
+    pid_t fake;
+    char *fdir, *furl = start_e2b_fake_with(NULL, &fake, &fdir), *k, *id, *pe;
+    const char *hdr[] = { "Idempotency-Key: slow-1", NULL };
+    cpu_server *s;
+    cpu_response *r, *again;
+
+    s = start_with_e2b(furl);
+    k = cpu_bootstrap(s, "epsilon", NULL);
+    r = cpu_http(s->url, "POST", "/v1/sandboxes", k, NULL, "{\"backend\":\"e2b\"}");
+    cr_assert_eq(r->status, 201, "%s", r->body);
+    id = strdup(cpu_jstr(r, "id"));
+    cpu_response_free(r);
+    pe = path_of("/v1/sandboxes/%s/execute", id);
+    fake_faults(furl, "[{\"method\":\"POST\",\"path\":\"^/process.Process/Start$\","
+                      "\"status\":504}]");
+    r = cpu_http(s->url, "POST", pe, k, hdr, "{\"command\":\"echo hi\"}");
+    cr_assert_eq(r->status, 504, "%s", r->body);
+    cr_assert_str_eq(r->body, "{\"detail\":{\"message\":\"Provider request timed out.\","
+                              "\"code\":\"timeout\",\"backend\":\"e2b\",\"op\":\"execute\","
+                              "\"retryable\":true,\"outcome\":\"failed\",\"context\":{}}}");
+    again = cpu_http(s->url, "POST", pe, k, hdr, "{\"command\":\"echo hi\"}");
+    cr_assert_eq(again->status, 409, "%s", again->body);
+    cr_assert_str_eq(cpu_jstr(again, "detail"),
+                     json_object_to_json_string_ext(cpu_jget(r->json, "detail"),
+                                                    JSON_C_TO_STRING_PLAIN));
+    cpu_response_free(again);
+    cpu_response_free(r);
+    settle(s, k);
+    assert_metered_once("slow-1");
+    /* The rule answered once: the sandbox runs the next request. */
+    r = cpu_http(s->url, "POST", pe, k, NULL, "{\"command\":\"echo hi\"}");
+    cr_assert_eq(r->status, 200, "%s", r->body);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "hi\n");
+    cpu_response_free(r);
+    free(pe);
+    free(id);
+    free(k);
+    cpu_stop(s);
+    stop_fake(fake, fdir, furl);
 }
 
 /* ---------------------------------------------------------------- executions in flight and failed */
