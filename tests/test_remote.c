@@ -34,7 +34,8 @@
  *  - the CLI: `sbx --remote URL` run, create, exec, ps and rm on the
  *    server's sandboxes, and `sbx costs` printing the server's /v1/costs
  *    (the same JSON, and its strings in the table), its refusals and usage
- *    errors.
+ *    errors; the same commands with no --remote, the server named by
+ *    BESPOKE_SANDBOX_URL and the key by BESPOKE_SANDBOX_KEY.
  *
  * The proxy below is fault injection on the wire between the plugin and
  * the real server (it relays both ways, and drops an answer or rewrites a
@@ -1076,11 +1077,14 @@ Test(remote, case_07_non_utf8_output_through_the_control_plane)
 
 /* ---------------------------------------------------------- the CLI */
 
-/* Runs $SBX_CLI @args (stdin /dev/null) with SBX_STATE_DIR=@state and
- * without BESPOKE_SANDBOX_URL (so --remote is what names the server),
- * the key from the environment: its exit status; its stdout and stderr
- * in *@out and *@err (new strings). */
-static int cli(const char *state, const char *const *args, char **out, char **err)
+/* Runs $SBX_CLI @args (stdin /dev/null) with SBX_STATE_DIR=@state, the
+ * key from the environment, and without SBX_BACKEND and
+ * BESPOKE_SANDBOX_BACKEND (the upstream backend is the CLI's: -b, else
+ * local); BESPOKE_SANDBOX_URL is kept when @keep_url (the variables name
+ * the server), else unset (--remote is what names it): its exit status;
+ * its stdout and stderr in *@out and *@err (new strings). */
+static int cli_run(const char *state, const char *const *args, int keep_url, char **out,
+                   char **err)
 {
     char *dir = tu_mkdtemp("sbx-remote-cli");
     char *o = tu_strdup_printf("%s/out", dir), *e = tu_strdup_printf("%s/err", dir);
@@ -1100,7 +1104,8 @@ static int cli(const char *state, const char *const *args, char **out, char **er
         if (in < 0 || fo < 0 || fe < 0 || dup2(in, 0) < 0 || dup2(fo, 1) < 0 || dup2(fe, 2) < 0)
             _exit(126);
         setenv("SBX_STATE_DIR", state, 1);
-        unsetenv("BESPOKE_SANDBOX_URL");
+        if (!keep_url)
+            unsetenv("BESPOKE_SANDBOX_URL");
         unsetenv("BESPOKE_SANDBOX_BACKEND");
         unsetenv("SBX_BACKEND");
         execv(argv[0], argv);
@@ -1127,6 +1132,18 @@ static int cli(const char *state, const char *const *args, char **out, char **er
     free(dir);
     cr_assert(WIFEXITED(st), "sbx ended by a signal");
     return WEXITSTATUS(st);
+}
+
+/* sbx with --remote naming the server (in @args). */
+static int cli(const char *state, const char *const *args, char **out, char **err)
+{
+    return cli_run(state, args, 0, out, err);
+}
+
+/* sbx with the server named by BESPOKE_SANDBOX_URL and no --remote. */
+static int cli_env(const char *state, const char *const *args, char **out, char **err)
+{
+    return cli_run(state, args, 1, out, err);
 }
 
 /* The status of the server's sandbox @id. */
@@ -1300,6 +1317,160 @@ Test(remote, cli_costs_prints_the_servers_costs)
                                    "or set BESPOKE_SANDBOX_URL"), "%s", err);
     free(out);
     free(err);
+    tu_rmtree(state);
+    free(state);
+}
+
+/* ---------------------------------------------------------- the CLI through the variables */
+
+/* BESPOKE_SANDBOX_URL and BESPOKE_SANDBOX_KEY set, no --remote: run makes
+ * its sandbox on the server (the upstream backend local) and destroys it
+ * there; create, exec, ps and rm work on the server's sandbox as with
+ * --remote. */
+Test(remote, cli_env_run_create_exec_ps_rm)
+{
+    char *state = tu_mkdtemp("sbx-remote-state");
+    char *out, *err;
+    int made = count_sandboxes(NULL), gone = count_sandboxes("destroyed");
+
+    const char *run[] = { "run", "--", "sh", "-c", "echo hi; echo err >&2; exit 3", NULL };
+    cr_assert_eq(cli_env(state, run, &out, &err), 3, "stderr: %s", err);
+    cr_assert_str_eq(out, "hi\n");
+    cr_assert_str_eq(err, "err\n");
+    free(out);
+    free(err);
+    cr_assert_eq(count_sandboxes(NULL), made + 1);
+    cr_assert_eq(count_sandboxes("destroyed"), gone + 1);
+
+    const char *create[] = { "create", "-b", "local", NULL };
+    cr_assert_eq(cli_env(state, create, &out, &err), 0, "stderr: %s", err);
+    cr_assert_eq(strncmp(out, "sbx_", 4), 0, "id %s", out);
+    cr_assert_eq(strlen(out), 37, "id %s", out);  /* sbx_ + 32 hex + \n */
+    char *id = strndup(out, 36);
+    free(out);
+    free(err);
+    cr_assert_eq(count_sandboxes(NULL), made + 2);
+    {
+        char *auth = tu_strdup_printf("Authorization: Bearer %s", getenv("BESPOKE_SANDBOX_KEY"));
+        char *path = tu_strdup_printf("/v1/sandboxes/%s", id);
+        json_object *j = NULL;
+        cr_assert_eq(cp_http("GET", path, auth, NULL, &j), 200, "GET %s", path);
+        cr_assert_str_eq(tu_json_str(j, "status"), "running");
+        cr_assert_str_eq(tu_json_str(j, "backend"), "local");
+        json_object_put(j);
+        free(auth);
+        free(path);
+    }
+
+    const char *exec[] = { "exec", id, "--", "sh", "-c", "printf 'a\\377b'; exit 4", NULL };
+    cr_assert_eq(cli_env(state, exec, &out, &err), 4, "stderr: %s", err);
+    cr_assert_eq(memcmp(out, "a\377b", 4), 0);
+    free(out);
+    free(err);
+
+    const char *ps[] = { "ps", "--json", NULL };
+    cr_assert_eq(cli_env(state, ps, &out, &err), 0, "stderr: %s", err);
+    json_object *j = json_tokener_parse(out);
+    cr_assert(json_object_is_type(j, json_type_array), "ps --json: %s", out);
+    cr_assert_eq(json_object_array_length(j), 1);
+    json_object *row = json_object_array_get_idx(j, 0);
+    cr_assert_str_eq(tu_json_str(row, "id"), id);
+    cr_assert_str_eq(tu_json_str(row, "backend"), "remote");
+    cr_assert_str_eq(tu_json_str(row, "state"), "running");
+    json_object_put(j);
+    free(out);
+    free(err);
+
+    const char *rm[] = { "rm", id, NULL };
+    cr_assert_eq(cli_env(state, rm, &out, &err), 0, "stderr: %s", err);
+    cr_assert_str_eq(err, "");
+    free(out);
+    free(err);
+    char *s = server_status(id);
+    cr_assert_str_eq(s, "destroyed");
+    free(s);
+    const char *psa[] = { "ps", "-a", "--json", NULL };
+    cr_assert_eq(cli_env(state, psa, &out, &err), 0, "stderr: %s", err);
+    cr_assert_str_eq(out, "[\n]\n");
+    free(out);
+    free(err);
+    cr_assert_eq(count_sandboxes("destroyed"), gone + 2);
+    free(id);
+    tu_rmtree(state);
+    free(state);
+}
+
+/* sbx costs with the variables and no --remote: the server's /v1/costs,
+ * as JSON and as the table. */
+Test(remote, cli_env_costs)
+{
+    char *state = tu_mkdtemp("sbx-remote-state");
+    g_sb = tu_create(g_client, NULL);
+    sbx_result *r = tu_sh(g_sb, "echo metered", 10);
+    tu_assert_stdout(r, "metered\n");
+    sbx_result_free(r);
+    char *auth = tu_strdup_printf("Authorization: Bearer %s", getenv("BESPOKE_SANDBOX_KEY"));
+    json_object *want = NULL, *items = NULL;
+    cr_assert_eq(cp_http("GET", "/v1/costs?group_by=sandbox", auth, NULL, &want), 200);
+    char *out, *err;
+    const char *json[] = { "costs", "--json", NULL };
+    cr_assert_eq(cli_env(state, json, &out, &err), 0, "stderr: %s", err);
+    json_object *got = json_tokener_parse(out);
+    cr_assert(json_object_equal(got, want), "sbx costs --json: %s, the server: %s", out,
+              json_object_to_json_string(want));
+    cr_assert_str_eq(tu_json_str(got, "group_by"), "sandbox");
+    json_object_put(got);
+    free(out);
+    free(err);
+
+    /* The table: the header, then one row per item in the server's order. */
+    const char *table[] = { "costs", NULL };
+    cr_assert_eq(cli_env(state, table, &out, &err), 0, "stderr: %s", err);
+    cr_assert_str_eq(err, "");
+    cr_assert(json_object_object_get_ex(want, "items", &items));
+    cr_assert_gt(json_object_array_length(items), 0);
+    char *expect = tu_strdup_printf("%-40s %16s %18s %18s\n", "KEY", "RUNTIME_SECONDS",
+                                    "PROVIDER_COST_USD", "CUSTOMER_COST_USD");
+    for (size_t i = 0; i < json_object_array_length(items); i++) {
+        json_object *it = json_object_array_get_idx(items, i);
+        char *line = tu_strdup_printf("%s%-40s %16s %18s %18s\n", expect, tu_json_str(it, "key"),
+                                      tu_json_str(it, "runtime_seconds"),
+                                      tu_json_str(it, "provider_cost_usd"),
+                                      tu_json_str(it, "customer_cost_usd"));
+        free(expect);
+        expect = line;
+    }
+    cr_assert_str_eq(out, expect);
+    free(expect);
+    free(out);
+    free(err);
+    json_object_put(want);
+    free(auth);
+
+    /* The key from the variable: another organisation's key sees its own
+     * (empty) costs. */
+    {
+        char *admin = tu_strdup_printf("X-Control-Plane-Admin: %s",
+                                       getenv("SBX_TEST_CP_ADMIN_TOKEN"));
+        json_object *org = NULL, *key = NULL;
+        cr_assert_eq(cp_http("POST", "/v1/organizations", admin, "{\"name\":\"cli-env\"}", &org),
+                     201);
+        cr_assert(json_object_object_get_ex(org, "api_key", &key));
+        char *mine = strdup(getenv("BESPOKE_SANDBOX_KEY"));
+        setenv("BESPOKE_SANDBOX_KEY", tu_json_str(key, "secret"), 1);
+        cr_assert_eq(cli_env(state, json, &out, &err), 0, "stderr: %s", err);
+        setenv("BESPOKE_SANDBOX_KEY", mine, 1);
+        json_object *theirs = json_tokener_parse(out), *none = NULL;
+        cr_assert_str_eq(tu_json_str(theirs, "group_by"), "sandbox", "%s", out);
+        cr_assert(json_object_object_get_ex(theirs, "items", &none), "%s", out);
+        cr_assert_eq(json_object_array_length(none), 0, "%s", out);
+        json_object_put(theirs);
+        free(out);
+        free(err);
+        free(mine);
+        json_object_put(org);
+        free(admin);
+    }
     tu_rmtree(state);
     free(state);
 }
