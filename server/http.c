@@ -39,8 +39,6 @@
 
 typedef struct req_ctx req_ctx;
 
-/** Seconds a stop waits for the requests in flight to be answered. */
-#define CP_HTTP_STOP_GRACE_SECS 30.0
 
 struct cp_http {
     struct MHD_Daemon *d;
@@ -310,21 +308,29 @@ cp_http_port(const cp_http *h)
     return h->port;
 }
 
-void
-cp_http_stop(cp_http *h)
+unsigned
+cp_http_stop(cp_http *h, double grace_secs)
 {
+    unsigned running;
+
     if (!h)
-        return;
+        return 0;
     /* No new connections; the requests in flight (an execute's command
-     * running) finish and are answered, for CP_HTTP_STOP_GRACE_SECS at
-     * most; then the daemon stops, closing the idle connections and
-     * joining each connection's thread. */
+     * running) finish and are answered, for @grace_secs at most; then the
+     * daemon stops, closing the idle connections and joining each
+     * connection's thread. */
     MHD_quiesce_daemon(h->d);
-    for (double end = cp_mono() + CP_HTTP_STOP_GRACE_SECS;
+    for (double end = cp_mono() + grace_secs;
          __atomic_load_n(&h->active, __ATOMIC_ACQUIRE) > 0 && cp_mono() < end;) {
         struct timespec ts = { 0, 10 * 1000 * 1000 };
         nanosleep(&ts, NULL);
     }
+    /* A thread still in a request would hold the join for as long as its
+     * command or provider call runs: the process ends without it. */
+    running = __atomic_load_n(&h->active, __ATOMIC_ACQUIRE);
+    if (running > 0)
+        return running;
     MHD_stop_daemon(h->d);
     free(h);
+    return 0;
 }

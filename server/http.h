@@ -16,8 +16,12 @@ cp_http *cp_http_start(cp_server *srv, const char *host, unsigned port, unsigned
                        char **err);
 /* The port it bound. */
 unsigned cp_http_port(const cp_http *h);
-/* Stops taking connections, waits for the requests in flight to be
- * answered (30 s at most), then stops the daemon. */
-void cp_http_stop(cp_http *h);
+/* Stops taking connections and waits for the requests in flight to be
+ * answered, @grace_secs at most; then stops the daemon and frees @h, and
+ * returns 0. When requests are still running then (a command or a provider
+ * call that outlasts the grace), it leaves the daemon and @h as they are
+ * (stopping the daemon would wait for them) and returns their number: the
+ * caller is to end the process without them. */
+unsigned cp_http_stop(cp_http *h, double grace_secs);
 
 #endif

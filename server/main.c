@@ -44,6 +44,8 @@
  *                                        deadline after which a `running`
  *                                        one is settled as abandoned (60;
  *                                        0..86400; server/api.c)
+ *   SBX_SERVER_STOP_GRACE_SECS           seconds a stop waits for the
+ *                                        requests in flight (30; 0..3600)
  *
  * Test hooks, never set in production: SBX_SERVER_TEST_CLOCK_OFFSET_S
  * (seconds added to the clock, for tests of time windows),
@@ -64,7 +66,11 @@
  * outbox"), and settles the executions whose server died before
  * answering, past their deadline and grace (cp_settle_abandoned()).
  * SIGTERM or SIGINT stop it: requests in flight finish, the outbox meters
- * what they left; sandboxes stay (they are detached and their sealed
+ * what they left, and it exits 0. A request still running
+ * SBX_SERVER_STOP_GRACE_SECS after the signal (a long command, a provider
+ * that does not answer) is left: the server says how many on stderr and
+ * exits 1 at once, as if killed (its execution is settled as a killed
+ * server's is). Sandboxes stay (they are detached and their sealed
  * session state is in the store) until terminated or their lifetime ends.
  */
 #include <ctype.h>
@@ -220,7 +226,9 @@ read_settings(cp_settings *s)
     if (env_secs("SBX_SERVER_METER_SWEEP_SECS", 30, 0.01, 86400, "0.01 to 86400",
                  &s->meter_sweep_secs) < 0 ||
         env_secs("SBX_SERVER_EXECUTE_GRACE_SECS", 60, 0, 86400, "0 to 86400",
-                 &s->execute_grace_secs) < 0)
+                 &s->execute_grace_secs) < 0 ||
+        env_secs("SBX_SERVER_STOP_GRACE_SECS", 30, 0, 3600, "0 to 3600",
+                 &s->stop_grace_secs) < 0)
         return -1;
     v = getenv("SBX_SERVER_CONNECTIONS");
     s->connections = 256;
@@ -285,6 +293,7 @@ main(int argc, char **argv)
     char *err = NULL;
     sigset_t set;
     int sig = 0;
+    unsigned running;
 
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: sbx-server   (settings from BESPOKE_* environment variables;"
@@ -373,7 +382,18 @@ main(int argc, char **argv)
     fflush(stdout);
     sigwait(&set, &sig);
     fprintf(stderr, "sbx-server: signal %d, stopping\n", sig);
-    cp_http_stop(http);
+    running = cp_http_stop(http, srv.set.stop_grace_secs);
+    if (running > 0) {
+        /* Their threads still use the runtimes and the store: nothing is
+         * freed. What they would have written is what a killed server
+         * leaves, and is settled as that is (their executions by the sweep
+         * of any server on the store, at its start too). */
+        fprintf(stderr, "sbx-server: %u request(s) still running %g s after the signal; "
+                "stopping without them (exit status 1)\n", running, srv.set.stop_grace_secs);
+        meter_outbox_stop(srv.meter);
+        fflush(NULL);
+        _exit(1);
+    }
     meter_outbox_stop(srv.meter);
     cp_runtimes_free(srv.rt);
     store_close(srv.st);

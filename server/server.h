@@ -39,6 +39,8 @@ typedef struct cp_settings {
     double meter_sweep_secs;      /* SBX_SERVER_METER_SWEEP_SECS (default 30) */
     double execute_grace_secs;    /* SBX_SERVER_EXECUTE_GRACE_SECS (default 60): how long
                                    * past its deadline a running execution's claim holds */
+    double stop_grace_secs;       /* SBX_SERVER_STOP_GRACE_SECS (default 30): how long a stop
+                                   * waits for the requests in flight */
 } cp_settings;
 
 /* The server: settings, store, runtimes. One per process. */

@@ -334,7 +334,7 @@ Test(server, settings_read_elsewhere_are_named_at_start)
     }
 }
 
-Test(server, bad_meter_sweep_and_execute_grace_are_named)
+Test(server, bad_meter_sweep_execute_grace_and_stop_grace_are_named)
 {
     const char *prog = getenv("SBX_SERVER") ? getenv("SBX_SERVER")
                                             : SBX_BUILD_DIR "/server/sbx-server";
@@ -350,6 +350,9 @@ Test(server, bad_meter_sweep_and_execute_grace_are_named)
         { "SBX_SERVER_EXECUTE_GRACE_SECS", "-1", "0 to 86400" },
         { "SBX_SERVER_EXECUTE_GRACE_SECS", "86401", "0 to 86400" },
         { "SBX_SERVER_EXECUTE_GRACE_SECS", "nan", "0 to 86400" },
+        { "SBX_SERVER_STOP_GRACE_SECS", "-1", "0 to 3600" },
+        { "SBX_SERVER_STOP_GRACE_SECS", "3601", "0 to 3600" },
+        { "SBX_SERVER_STOP_GRACE_SECS", "x", "0 to 3600" },
         { "SBX_SERVER_EXECUTE_GRACE_SECS", "", "0 to 86400" },
     };
 
@@ -3229,6 +3232,49 @@ Test(server, a_stop_answers_the_requests_in_flight)
     srv = cpu_start(store, NULL);
     r = req_s(200, "GET", "/healthz", NULL, NULL, NULL);
     cpu_response_free(r);
+    terminate(key, id);
+    free(id);
+}
+
+/* A request that outlasts the stop's grace (SBX_SERVER_STOP_GRACE_SECS,
+ * here 1 s: a command of 30 s) does not hold the stop: the server says so
+ * and exits 1 about the grace after the signal, its client's connection
+ * closed with no answer; the command's sandbox stays, and a new server
+ * on the store terminates it. */
+Test(server, a_request_outlasting_the_stop_grace_does_not_hold_the_stop)
+{
+    static const char *const env[] = { "SBX_SERVER_STOP_GRACE_SECS=1", NULL };
+    struct timespec t0, t1;
+    exec_arg a;
+    pthread_t th;
+    char *id, *log;
+    double took;
+    int st;
+
+    cpu_stop(srv);
+    srv = cpu_start(store, env);
+    id = cpu_create_local(srv, key, NULL);
+    a.id = id;
+    a.body = "{\"command\":\"sleep 30; echo late\"}";
+    a.res = NULL;
+    cr_assert_eq(pthread_create(&th, NULL, exec_thread, &a), 0);
+    wait_running(id, "slow-1");
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    st = cpu_signal(srv, SIGTERM);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    pthread_join(th, NULL);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
+    cr_assert(took >= 1.0 && took < 10.0, "the stop took %.2f s", took);
+    cr_assert_eq(a.res->status, 0, "%ld: %s", (long)a.res->status, a.res->body);
+    cpu_response_free(a.res);
+    log = cpu_read_log(srv, 1);
+    cr_assert_not_null(strstr(log, "sbx-server: signal 15, stopping\n"
+                                   "sbx-server: 1 request(s) still running 1 s after the signal; "
+                                   "stopping without them (exit status 1)\n"), "%s", log);
+    free(log);
+    cpu_stop(srv);
+    srv = cpu_start(store, NULL);
     terminate(key, id);
     free(id);
 }
