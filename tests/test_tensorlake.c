@@ -37,6 +37,7 @@
 
 #include <criterion/criterion.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -832,6 +833,42 @@ Test(tensorlake, a_streamed_command_killed_at_its_timeout_keeps_its_output)
     char *files = command_files();
     assert_only_own_files(files);
     free(files);
+}
+
+/* A process handle's output streams too, and a signal reaches the
+ * command as in a plain bash -c (its bash runs in the wrapper's background
+ * with SIGINT and SIGQUIT at their defaults again): once "ready" came
+ * through the callback, SIGINT ends it (one process: the shell execs
+ * sleep) with 130; the output came once. */
+Test(tensorlake, a_streamed_process_takes_sigint)
+{
+    g_sb = create_with(NULL);
+    got g = { 0 };
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    sbx_error *err = NULL;
+    req.shell = "echo ready; exec sleep 30";
+    req.timeout_secs = 60;
+    req.on_output = on_output;
+    req.user_data = &g;
+    sbx_process *p = sbx_sandbox_start_process(g_sb, &req, &err);
+    cr_assert_not_null(p, "start_process: %s", err ? sbx_error_get0_message(err) : "");
+    double end = tu_now() + 15;
+    while (g.outn < 6) {
+        cr_assert_eq(sbx_process_wait(p, 0.05, NULL, NULL, &err), 0, "ended early");
+        cr_assert(tu_now() < end, "\"ready\" did not come within 15 s");
+    }
+    tu_assert_bytes("the streamed stdout", g.out, g.outn, "ready\n", 6);
+    double t0 = tu_now();
+    cr_assert_eq(sbx_process_kill(p, SIGINT, &err), 0, "kill: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    int code = -1;
+    cr_assert_eq(sbx_process_wait(p, 20, &code, NULL, &err), 1);
+    cr_assert_eq(code, 130, "exit code %d; stdout \"%.*s\"", code, (int)g.outn, g.out);
+    cr_assert(tu_now() - t0 < 10, "SIGINT took %.2f s to end it", tu_now() - t0);
+    tu_assert_bytes("the streamed stdout", g.out, g.outn, "ready\n", 6);
+    cr_assert_eq(g.errn, 0);
+    sbx_process_free(p);
+    got_free(&g);
 }
 
 /* ------------------------------------------------------------ CASE-52 */

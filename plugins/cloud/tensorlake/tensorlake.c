@@ -1043,6 +1043,7 @@ typedef struct tl_stream {
     const char *marker;     /* a command's report starts with it (NULL: none) */
     char *report;           /* the report's fields, after the marker */
     int chunks;             /* the output comes as chunks (tl_stream_script) */
+    int drop;               /* the output is dropped (the plugin's own commands) */
     cl_live live[3];        /* with chunks: what went to stdout [1] and stderr [2] */
 } tl_stream;
 
@@ -1089,7 +1090,11 @@ static int tl_on_event(void *ud, const char *event, const char *data, size_t n, 
         const char *line = json_object_get_string(v);
         int fd = st && strcmp(st, "stderr") == 0 ? 2 : 1;
         size_t ml = s->marker ? strlen(s->marker) : 0;
-        if (fd == 1 && ml && !s->report && strncmp(line, s->marker, ml) == 0) {
+        if (s->drop) {
+            /* Only the status of the plugin's own commands counts: what
+             * they print (a kill scan's word on a process that ended
+             * meanwhile) is not the caller's. */
+        } else if (fd == 1 && ml && !s->report && strncmp(line, s->marker, ml) == 0) {
             if (!(s->report = strdup(line + ml)))
                 rc = -1;
         } else if (s->chunks) {
@@ -1153,7 +1158,7 @@ static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
     p.sp.sb = sb;
     pthread_mutex_init(&p.pid_lock, NULL);
     p.sp.base.stdout_fd = p.sp.base.stderr_fd = -1;
-    tl_stream s = { .p = &p };
+    tl_stream s = { .p = &p, .drop = 1 };
     cl_sse_init(&s.sse, tl_on_event, &s);
     json_object *b = tl_run_body(cmd, NULL, NULL);
     const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
