@@ -12,7 +12,8 @@
  * same one request ("a\n" reaches the callback a second before the command
  * ends; every byte value exact and apart on both streams, stdin too), and
  * a command killed at its timeout keeps what it streamed, read back from
- * the files past the chunks when the kill ended the wrapper; a quiet
+ * the files past the chunks when the kill ended the wrapper, and a process
+ * handle's command takes SIGINT (130); a quiet
  * command is not cut (12 s without a byte on the stream, with and without
  * a callback), ends at its own timeout, and the daemon's keepalive
  * comments never reach the output (CASE-52); a create whose

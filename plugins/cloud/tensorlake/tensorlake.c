@@ -67,8 +67,8 @@
  *    nothing reads it before the end (SBX_PLUGIN_EXEC_OUTPUT_AT_END: no
  *    output callback, no caller descriptor, no process handle). Else it
  *    streams while the command runs, in the same one request
- *    (tl_stream_script): a tail follows each file into a bash that prints
- *    each read of it as a line, "O" or "E" and the bytes in base64, on the
+ *    (tl_stream_script): a tail follows each file into a subshell that
+ *    prints each read of it as a line, "O" or "E" and the bytes in base64, on the
  *    run's stdout or stderr; the plugin decodes each as it comes (exact,
  *    apart) and the report carries the status only. A wrapper killed
  *    (SIGKILL) leaves the rest in the files, downloaded past what the
