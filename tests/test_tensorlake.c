@@ -7,7 +7,16 @@
  * output is exact (small outputs in its report, percent-encoded by the
  * shell or in base64, large ones downloaded and removed, a killed
  * command's output kept), no finished command leaves a file, and a job the
- * command leaves in the background does not hold the exec; a create whose
+ * command leaves in the background does not hold the exec; with an output
+ * callback the output streams in chunks while the command runs, in the
+ * same one request ("a\n" reaches the callback a second before the command
+ * ends; every byte value exact and apart on both streams, stdin too), and
+ * a command killed at its timeout keeps what it streamed, read back from
+ * the files past the chunks when the kill ended the wrapper, and a process
+ * handle's command takes SIGINT (130); a quiet
+ * command is not cut (12 s without a byte on the stream, with and without
+ * a callback), ends at its own timeout, and the daemon's keepalive
+ * comments never reach the output (CASE-52); a create whose
  * answer comes after
  * the call's deadline is outcome unknown and the sandbox the provider made
  * meanwhile is found by that name and deleted (CASE-20); with
@@ -29,6 +38,7 @@
 
 #include <criterion/criterion.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +63,7 @@ static void setup(void)
 static void teardown(void)
 {
     tu_fake_reset();
+    tu_fake_post("/_fake/keepalive", "{\"seconds\":0}");
     if (g_sb) {
         sbx_sandbox_destroy(g_sb, NULL);
         sbx_sandbox_free(g_sb);
@@ -617,6 +628,346 @@ Test(tensorlake, a_killed_command_keeps_its_output)
     char *files = command_files();
     assert_only_own_files(files);
     free(files);
+}
+
+/* ------------------------------------------------------------ streaming */
+
+/* What an output callback got: each stream's bytes, the number of calls
+ * and of empty ones, and when stdout's first chunk came (tu_now()) with
+ * its length. */
+typedef struct got {
+    char *out, *err;
+    size_t outn, errn, outcap, errcap;
+    int calls, empty;
+    double first_at;
+    size_t first_len;
+} got;
+
+static void got_add(char **buf, size_t *n, size_t *cap, const void *data, size_t len)
+{
+    if (*n + len + 1 > *cap) {
+        *cap = (*n + len + 1) * 2;
+        *buf = realloc(*buf, *cap);
+        cr_assert_not_null(*buf);
+    }
+    memcpy(*buf + *n, data, len);
+    *n += len;
+}
+
+static void on_output(sbx_stream stream, const void *data, size_t len, void *ud)
+{
+    got *g = ud;
+    g->calls++;
+    g->empty += len == 0;
+    if (stream == SBX_STREAM_STDOUT) {
+        if (!g->outn && len) {
+            g->first_at = tu_now();
+            g->first_len = len;
+        }
+        got_add(&g->out, &g->outn, &g->outcap, data, len);
+    } else {
+        cr_assert_eq(stream, SBX_STREAM_STDERR);
+        got_add(&g->err, &g->errn, &g->errcap, data, len);
+    }
+}
+
+static void got_free(got *g)
+{
+    free(g->out);
+    free(g->err);
+}
+
+/* Runs @script with the output callback into @g (timeout @timeout s). */
+static sbx_result *run_streamed(const char *script, double timeout, got *g)
+{
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = script;
+    req.timeout_secs = timeout;
+    req.on_output = on_output;
+    req.user_data = g;
+    return tu_exec(g_sb, &req);
+}
+
+/* Where sandbox file @inside is on this host (the fake's sandboxes are
+ * directories of it). */
+static char *host_path(const char *inside)
+{
+    json_object *fs = fake_sandbox(sbx_sandbox_get0_id(g_sb));
+    char *out = tu_strdup_printf("%s%s", tu_json_str(fs, "root"), inside);
+    json_object_put(fs);
+    return out;
+}
+
+/* The command prints a line, then waits (up to 10 s) for a file that only
+ * the output callback makes, on seeing that line: "second" shows the line
+ * reached the callback while the command ran ("never" when output came
+ * only at its end). */
+Test(tensorlake, output_reaches_the_callback_while_the_command_runs)
+{
+    g_sb = create_with(NULL);
+    char *go = host_path("/tmp/go");
+    tu_assert_output_is_live(g_sb, go, "/tmp/go");
+    free(go);
+}
+
+/* "a\n", a second of sleep, then "b" without a newline: "a\n" reaches the
+ * callback as a chunk of its own at least 0.8 s before the exec returns,
+ * "b" after it; the result holds the same bytes; one request, the run. */
+Test(tensorlake, a_streamed_chunk_arrives_before_the_command_ends)
+{
+    g_sb = create_with(NULL);
+    sbx_result *r = tu_sh(g_sb, "true", 30);
+    sbx_result_free(r);
+    cr_assert_eq(tu_fake_http("DELETE", "/_fake/log", NULL, NULL, NULL), 204);
+    got g = { 0 };
+    r = run_streamed("printf 'a\\n'; sleep 1; printf b", 30, &g);
+    double end = tu_now();
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "a\nb");
+    tu_assert_stderr(r, "");
+    sbx_result_free(r);
+    tu_assert_bytes("the streamed stdout", g.out, g.outn, "a\nb", 3);
+    cr_assert_eq(g.errn, 0);
+    cr_assert_eq(g.first_len, 2, "the first chunk was %zu bytes", g.first_len);
+    cr_assert(end - g.first_at >= 0.8, "\"a\\n\" came %.3f s before the end",
+              end - g.first_at);
+    cr_assert_eq(g.empty, 0);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(json_object_array_length(log), 1, "requests: %s",
+                 json_object_to_json_string(log));
+    cr_assert_eq(data_plane_count(log, "POST", "/processes/run"), 1);
+    json_object_put(log);
+    got_free(&g);
+}
+
+/* Every byte value, 0 to 255 on stdout and 255 to 0 on stderr, streams
+ * exact and apart (a NUL, a \r, bytes that are not UTF-8, no newline at
+ * the end), with the command's exit code; and stdin's 256 bytes come back
+ * exact through cat. */
+Test(tensorlake, every_byte_value_streams_exact_and_apart)
+{
+    g_sb = create_with(NULL);
+    char up[256], down[256];
+    char *fo = malloc(256 * 4 + 1), *fe = malloc(256 * 4 + 1);
+    for (int i = 0; i < 256; i++) {
+        up[i] = (char)i;
+        down[i] = (char)(255 - i);
+        snprintf(fo + 4 * i, 5, "\\%03o", i);
+        snprintf(fe + 4 * i, 5, "\\%03o", 255 - i);
+    }
+    char *script = tu_strdup_printf("printf '%s'; printf '%s' >&2; exit 9", fo, fe);
+    got g = { 0 };
+    sbx_result *r = run_streamed(script, 30, &g);
+    tu_assert_exit(r, 9);
+    tu_assert_stdout_bytes(r, up, 256);
+    tu_assert_stderr_bytes(r, down, 256);
+    sbx_result_free(r);
+    tu_assert_bytes("the streamed stdout", g.out, g.outn, up, 256);
+    tu_assert_bytes("the streamed stderr", g.err, g.errn, down, 256);
+    cr_assert_eq(g.empty, 0);
+    got_free(&g);
+
+    got g2 = { 0 };
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "cat; printf e >&2";
+    req.timeout_secs = 30;
+    req.stdin_data = up;
+    req.stdin_len = 256;
+    req.on_output = on_output;
+    req.user_data = &g2;
+    r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout_bytes(r, up, 256);
+    tu_assert_stderr(r, "e");
+    sbx_result_free(r);
+    tu_assert_bytes("the streamed stdout", g2.out, g2.outn, up, 256);
+    tu_assert_bytes("the streamed stderr", g2.err, g2.errn, "e", 1);
+    got_free(&g2);
+    free(script);
+    free(fo);
+    free(fe);
+}
+
+/* A streamed command killed at its timeout: what it wrote before reached
+ * the callback and the result, once, with no file read back (its wrapper
+ * traps the signal and reports). One that ignores SIGTERM is ended by
+ * SIGKILL after the grace, its wrapper with it: what the chunks carried is
+ * not sent again, the rest is read from the files, which are removed. */
+Test(tensorlake, a_streamed_command_killed_at_its_timeout_keeps_its_output)
+{
+    g_sb = create_with(NULL);
+    cr_assert_eq(tu_fake_http("DELETE", "/_fake/log", NULL, NULL, NULL), 204);
+    got g = { 0 };
+    sbx_result *r = run_streamed("echo before; echo oops >&2; sleep 30", 1, &g);
+    cr_assert_eq(sbx_result_is_timed_out(r), 1);
+    cr_assert_eq(sbx_result_get_exit_code(r), 124);
+    tu_assert_stdout(r, "before\n");
+    tu_assert_stderr(r, "oops\n");
+    sbx_result_free(r);
+    tu_assert_bytes("the streamed stdout", g.out, g.outn, "before\n", 7);
+    tu_assert_bytes("the streamed stderr", g.err, g.errn, "oops\n", 5);
+    got_free(&g);
+    json_object *log = tu_fake_log();
+    cr_assert_eq(data_plane_count(log, "GET", "/files"), 0, "requests: %s",
+                 json_object_to_json_string(log));
+    json_object_put(log);
+
+    cr_assert_eq(tu_fake_http("DELETE", "/_fake/log", NULL, NULL, NULL), 204);
+    got g2 = { 0 };
+    r = run_streamed("trap '' TERM; echo before; while :; do sleep 0.2; done", 1, &g2);
+    cr_assert_eq(sbx_result_is_timed_out(r), 1);
+    cr_assert_eq(sbx_result_get_exit_code(r), 124);
+    tu_assert_stdout(r, "before\n");
+    /* Its stderr may hold its bash's word on a child the SIGKILL ended
+     * first: the same bytes as the chunks and the files carried. */
+    size_t en = 0;
+    const char *e = sbx_result_get0_stderr(r, &en);
+    tu_assert_bytes("the streamed stderr", g2.err, g2.errn, e, en);
+    sbx_result_free(r);
+    tu_assert_bytes("the streamed stdout", g2.out, g2.outn, "before\n", 7);
+    got_free(&g2);
+    log = tu_fake_log();
+    cr_assert_eq(data_plane_count(log, "GET", "/files"), 2, "requests: %s",
+                 json_object_to_json_string(log));
+    cr_assert_eq(data_plane_count(log, "DELETE", "/files"), 2);
+    json_object_put(log);
+    char *files = command_files();
+    assert_only_own_files(files);
+    free(files);
+}
+
+/* A process handle's output streams too, and a signal reaches the
+ * command as in a plain bash -c (its bash runs in the wrapper's background
+ * with SIGINT and SIGQUIT at their defaults again): once "ready" came
+ * through the callback, SIGINT ends it (one process: the shell execs
+ * sleep) with 130; the output came once. */
+Test(tensorlake, a_streamed_process_takes_sigint)
+{
+    g_sb = create_with(NULL);
+    got g = { 0 };
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    sbx_error *err = NULL;
+    req.shell = "echo ready; exec sleep 30";
+    req.timeout_secs = 60;
+    req.on_output = on_output;
+    req.user_data = &g;
+    sbx_process *p = sbx_sandbox_start_process(g_sb, &req, &err);
+    cr_assert_not_null(p, "start_process: %s", err ? sbx_error_get0_message(err) : "");
+    double end = tu_now() + 15;
+    while (g.outn < 6) {
+        cr_assert_eq(sbx_process_wait(p, 0.05, NULL, NULL, &err), 0, "ended early");
+        cr_assert(tu_now() < end, "\"ready\" did not come within 15 s");
+    }
+    tu_assert_bytes("the streamed stdout", g.out, g.outn, "ready\n", 6);
+    double t0 = tu_now();
+    cr_assert_eq(sbx_process_kill(p, SIGINT, &err), 0, "kill: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    int code = -1;
+    cr_assert_eq(sbx_process_wait(p, 20, &code, NULL, &err), 1);
+    cr_assert_eq(code, 130, "exit code %d; stdout \"%.*s\"", code, (int)g.outn, g.out);
+    cr_assert(tu_now() - t0 < 10, "SIGINT took %.2f s to end it", tu_now() - t0);
+    tu_assert_bytes("the streamed stdout", g.out, g.outn, "ready\n", 6);
+    cr_assert_eq(g.errn, 0);
+    sbx_process_free(p);
+    got_free(&g);
+}
+
+/* ------------------------------------------------------------ CASE-52 */
+
+/* The keepalive comments the fake's SSE streams sent since the last
+ * POST /_fake/keepalive. */
+static int keepalives_sent(void)
+{
+    char *body = NULL;
+    cr_assert_eq(tu_fake_http("GET", "/_fake/keepalive", NULL, NULL, &body), 200);
+    json_object *j = json_tokener_parse(body), *v;
+    cr_assert(j && json_object_object_get_ex(j, "sent", &v), "%s", body);
+    int n = json_object_get_int(v);
+    json_object_put(j);
+    free(body);
+    return n;
+}
+
+/* C: a command that prints nothing for 12 s, longer than the transport's
+ * one fixed limit (the 10 s to connect) and, with the daemon's keepalive
+ * interval of 15 s, with no byte on its stream meanwhile: it is not cut,
+ * with its output at the end and with an output callback (chunks); each
+ * ends with its output after one run of the command. The stream has no
+ * read timeout of its own: the command's timeout bounds it. */
+Test(tensorlake, case52_a_quiet_command_is_not_cut_slow, .timeout = 90)
+{
+    g_sb = create_with(NULL);
+    for (int streamed = 0; streamed < 2; streamed++) {
+        tu_fake_reset();
+        tu_fake_post("/_fake/keepalive", "{\"seconds\":0}");
+        got g = { 0 };
+        double t0 = tu_now();
+        sbx_result *r = streamed ? run_streamed("sleep 12; echo done", 60, &g)
+                                 : tu_sh(g_sb, "sleep 12; echo done", 60);
+        double dt = tu_now() - t0;
+        tu_assert_exit(r, 0);
+        tu_assert_stdout(r, "done\n");
+        tu_assert_stderr(r, "");
+        sbx_result_free(r);
+        if (streamed)
+            tu_assert_bytes("the streamed stdout", g.out, g.outn, "done\n", 5);
+        got_free(&g);
+        cr_assert(dt >= 12.0 && dt < 16.0, "the command took %.2f s", dt);
+        cr_assert_eq(keepalives_sent(), 0, "the stream was not quiet");
+        json_object *log = tu_fake_log();
+        cr_assert_eq(json_object_array_length(log), 1, "requests: %s",
+                     json_object_to_json_string(log));
+        cr_assert_eq(data_plane_count(log, "POST", "/processes/run"), 1);
+        json_object_put(log);
+    }
+}
+
+/* C: the quiet command's bound is its own timeout: cut at 2 s (124, timed
+ * out), not run to its end, with and without an output callback. */
+Test(tensorlake, case52_a_quiet_command_ends_at_its_own_timeout)
+{
+    g_sb = create_with(NULL);
+    for (int streamed = 0; streamed < 2; streamed++) {
+        got g = { 0 };
+        double t0 = tu_now();
+        sbx_result *r = streamed ? run_streamed("sleep 30; echo done", 2, &g)
+                                 : tu_sh(g_sb, "sleep 30; echo done", 2);
+        double dt = tu_now() - t0;
+        cr_assert_eq(sbx_result_get_exit_code(r), 124);
+        cr_assert_eq(sbx_result_is_timed_out(r), 1);
+        tu_assert_stdout(r, "");
+        tu_assert_stderr(r, "");
+        sbx_result_free(r);
+        cr_assert_eq(g.calls, 0);
+        got_free(&g);
+        cr_assert(dt >= 2.0 && dt < 10.0, "the command took %.2f s", dt);
+    }
+}
+
+/* B: the daemon's keepalive comments every 0.5 s while the command is
+ * quiet: none reaches the output, empty or not: the callback gets
+ * "done\n" and nothing else, and the result too (with and without the
+ * callback). */
+Test(tensorlake, case52_keepalives_never_reach_the_output)
+{
+    g_sb = create_with(NULL);
+    for (int streamed = 0; streamed < 2; streamed++) {
+        tu_fake_post("/_fake/keepalive", "{\"seconds\":0.5}");
+        got g = { 0 };
+        sbx_result *r = streamed ? run_streamed("sleep 3; echo done", 30, &g)
+                                 : tu_sh(g_sb, "sleep 3; echo done", 30);
+        tu_assert_exit(r, 0);
+        tu_assert_stdout(r, "done\n");
+        tu_assert_stderr(r, "");
+        sbx_result_free(r);
+        int sent = keepalives_sent();
+        cr_assert(sent >= 4, "the fake sent %d keepalive comments", sent);
+        if (streamed)
+            tu_assert_bytes("the streamed stdout", g.out, g.outn, "done\n", 5);
+        cr_assert_eq(g.errn, 0);
+        cr_assert_eq(g.empty, 0, "%d empty chunks", g.empty);
+        got_free(&g);
+    }
 }
 
 /* The fake's "runs" of sandbox @id: how many commands it was asked to run. */

@@ -504,8 +504,18 @@ def tensorlake():
     st, raw, _ = f.req("POST", D + "/api/v1/processes/run",
                        {"command": "/bin/sh", "args": ["-c", "sleep 3; echo done"]})
     ev, comments = sse_events(raw)
-    eq(P + "a quiet command gets keepalive comments", (comments >= 1, ev[-2]["line"], ev[-1]),
-       (True, "done", {"exit_code": 0, "oom_killed": False}))
+    eq(P + "no keepalive before 15 s of quiet", (comments, ev[-2]["line"], ev[-1]),
+       (0, "done", {"exit_code": 0, "oom_killed": False}))
+    f.req("POST", "/_fake/keepalive", {"seconds": 1}, auth=False)
+    st, raw, _ = f.req("POST", D + "/api/v1/processes/run",
+                       {"command": "/bin/sh", "args": ["-c", "sleep 3; echo done"]})
+    ev, comments = sse_events(raw)
+    st, ka, _ = f.json("GET", "/_fake/keepalive", auth=False)
+    f.req("POST", "/_fake/keepalive", {"seconds": 0}, auth=False)
+    eq(P + "a quiet command gets empty keepalive comments, counted",
+       (comments >= 2, all(ln == b":" for ln in raw.split(b"\n") if ln.startswith(b":")), ka["sent"] == comments,
+        ev[-2]["line"], ev[-1]),
+       (True, True, True, "done", {"exit_code": 0, "oom_killed": False}))
     st, raw, _ = f.req("POST", D + "/api/v1/processes/run",
                        {"command": "sleep", "args": ["30"], "timeout": 1})
     ev, _ = sse_events(raw)

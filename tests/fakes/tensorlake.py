@@ -23,7 +23,9 @@ X-Tensorlake-Sandbox-Id: <id> (TENSORLAKE_SANDBOX_PROXY_URL):
                                     {"line","timestamp","stream"} per output
                                     line (the line without its "\\n"; text),
                                     then {"exit_code","signal","oom_killed"};
-                                    ": keepalive" comments every 2 s of quiet
+                                    an empty comment (":") after each 15 s
+                                    of quiet (the daemon's axum
+                                    KeepAlive::default())
   GET  /api/v1/processes, GET|DELETE /api/v1/processes/{pid} (DELETE = SIGKILL)
   POST /api/v1/processes/{pid}/signal {"signal": N}, .../stdin (raw bytes),
        .../stdin/close
@@ -50,7 +52,11 @@ Control routes (no auth; not logged): GET/DELETE /_fake/log, POST /_fake/faults
 (tests/fakes/fakehttp.py); POST /_fake/sandbox/{id}/vanish (the provider lost
 it: 404 everywhere); POST /_fake/sandbox/{id}/suspend; GET /_fake/sandbox/{id}
 {"status", "root", "running", "timeout_secs", "name", "runs"};
-POST /_fake/config {"create_pending": s, "snapshot_delay": s}.
+POST /_fake/config {"create_pending": s, "snapshot_delay": s};
+POST /_fake/keepalive {"seconds": s}: the SSE streams started from now send
+their keepalive comment after s seconds of quiet (0: the default 15 s), and
+the count of keepalives sent starts again from 0; GET /_fake/keepalive
+{"seconds": s, "sent": n}.
 
 Python 3 standard library only. Run as root (bubblewrap and nsenter).
 """
@@ -75,7 +81,10 @@ from fakehttp import Reply  # noqa: E402
 
 NAMESPACE = "default"
 GPU_MODELS = ("A100-40GB", "A100-80GB", "H100", "T4", "A6000", "A10")
-KEEPALIVE_SECS = 2.0
+# crates/container-daemon (tensorlakeai/indexify) answers its SSE routes
+# with axum's Sse::keep_alive(KeepAlive::default()): the comment ":" (an
+# empty comment line) after 15 s without an event.
+KEEPALIVE_SECS = 15.0
 MEMCG = "/sys/fs/cgroup/memory"     # cgroup v1 memory controller
 
 
@@ -228,6 +237,8 @@ class TensorlakeFake(fakehttp.Fake):
         self.sandboxes = {}
         self.snapshots = {}         # id -> {"dir", "status", "sandbox_id", "type", "created"}
         self.config = {"create_pending": 0.0, "snapshot_delay": 0.0}
+        self.keepalive = 0.0     # a forced keepalive interval (0: KEEPALIVE_SECS)
+        self.keepalives = 0      # keepalive comments sent since it was set
         self.port = 0
         threading.Thread(target=self.reaper, daemon=True).start()
 
@@ -306,6 +317,14 @@ class TensorlakeHandler(fakehttp.Handler):
             with f.lock:
                 f.config.update(self.json_body())
             return self.send_json(204, None)
+        if path == "/_fake/keepalive" and self.command == "POST":
+            with f.lock:
+                f.keepalive = float(self.json_body().get("seconds", 0))
+                f.keepalives = 0
+            return self.send_json(204, None)
+        if path == "/_fake/keepalive" and self.command == "GET":
+            with f.lock:
+                return self.send_json(200, {"seconds": f.keepalive, "sent": f.keepalives})
         if not m:
             raise Reply(404, {"error": "no such control route: " + path})
         sb = f.find(m.group(1))
@@ -731,6 +750,8 @@ class TensorlakeHandler(fakehttp.Handler):
         def event(obj):
             write(b"data: " + json.dumps(obj).encode() + b"\n\n")
         deadline = time.time() + timeout if timeout else None
+        with FAKE.lock:
+            interval = FAKE.keepalive or KEEPALIVE_SECS
         try:
             if first is not None:
                 event(first)
@@ -751,8 +772,10 @@ class TensorlakeHandler(fakehttp.Handler):
                 if deadline and time.time() >= deadline and p.ended is None:
                     sb.box.kill_command(p.popen, signal.SIGKILL)
                     deadline = None
-                if time.time() - quiet_since >= KEEPALIVE_SECS:
-                    write(b": keepalive\n\n")
+                if time.time() - quiet_since >= interval:
+                    write(b":\n\n")
+                    with FAKE.lock:
+                        FAKE.keepalives += 1
                     quiet_since = time.time()
             end = {"oom_killed": p.oom_killed}
             if p.exit_code is not None:
