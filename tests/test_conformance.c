@@ -1450,6 +1450,53 @@ Test(exec, env_values_arrive_literally)
     sbx_sandbox_free(sb);
 }
 
+static void discard_chunk(sbx_stream stream, const void *data, size_t len, void *user_data)
+{
+    (void)stream;
+    (void)data;
+    (void)len;
+    (void)user_data;
+}
+
+/* Keys of one letter, which a backend's wrapper script might take for
+ * variables of its own, reach the command with the caller's values: a..m
+ * from the create's env, n..z per call, with the output kept to the end
+ * and streamed (a backend may wrap the two ways apart). */
+Test(exec, env_keys_a_wrapper_might_use_arrive_intact)
+{
+    sbx_options *o = sbx_options_new();
+    char keys[26][2], vals[26][8], *pairs[14];
+    char want[26 * 4 + 1] = "", shell[26 * 7 + 16] = "printf '%s|'";
+    for (int i = 0; i < 26; i++) {
+        snprintf(keys[i], sizeof keys[i], "%c", 'a' + i);
+        snprintf(vals[i], sizeof vals[i], "%c-%c", i < 13 ? 'c' : 'p', 'a' + i);
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s|", vals[i]);
+        snprintf(shell + strlen(shell), sizeof shell - strlen(shell), " \"$%c\"", 'a' + i);
+        if (i < 13)
+            cr_assert_eq(sbx_options_set_env(o, keys[i], vals[i], NULL), 0);
+        else
+            pairs[i - 13] = tu_strdup_printf("%s=%s", keys[i], vals[i]);
+    }
+    pairs[13] = NULL;
+    sbx_sandbox *sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = shell;
+    req.env = (const char *const *)pairs;
+    for (int streamed = 0; streamed < 2; streamed++) {
+        req.on_output = streamed ? discard_chunk : NULL;
+        sbx_result *r = tu_exec(sb, &req);
+        tu_assert_exit(r, 0);
+        tu_assert_stdout(r, want);
+        tu_assert_stderr(r, "");
+        sbx_result_free(r);
+    }
+    for (int i = 0; i < 13; i++)
+        free(pairs[i]);
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    sbx_sandbox_free(sb);
+}
+
 Test(exec, caller_environment_is_not_passed)
 {
     sbx_result *r = tu_sh(g_sb, "printf '%s' \"${SBX_TEST_CANARY-unset}\"", 10);

@@ -1047,12 +1047,12 @@ class DaytonaHandler(fakehttp.Handler):
             env = dict(sb.env)
             env["SBX_FAKE_SCRIPT"] = data
             p = sb.box.popen(["/bin/sh", "-c",
-                              'c=$SBX_FAKE_SCRIPT; unset SBX_FAKE_SCRIPT; eval "$c"'],
+                              'eval "unset SBX_FAKE_SCRIPT\n$SBX_FAKE_SCRIPT"'],
                              env=env, cwd=WORKDIR, stdin=subprocess.DEVNULL)
         else:
             rd, wr = os.pipe()
             try:
-                p = sb.box.popen(["/bin/sh", "-c", 'c=$(cat); exec </dev/null; eval "$c"'],
+                p = sb.box.popen(["/bin/sh", "-c", 'eval "exec </dev/null\n$(cat)"'],
                                  env=sb.env, cwd=WORKDIR, stdin=rd)
             finally:
                 os.close(rd)

@@ -1230,13 +1230,18 @@ static int rl_exec_run(cl_proc *base)
     int at_end = (p->flags & SBX_PLUGIN_EXEC_OUTPUT_AT_END) != 0;
     char *q = bad ? NULL : cl_shell_quote(p->script);
     bad = bad || !q
-          || cl_buf_printf(&pre, "o=/tmp/.%s.out e=/tmp/.%s.err; : >$o; : >$e\n"
-                           "exec 4>&2 2>/dev/null\n", p->tag, p->tag) < 0;
+          || cl_buf_printf(&pre, ": >/tmp/.%1$s.out; : >/tmp/.%1$s.err\n"
+                           "exec 4>&2 2>/dev/null\n", p->tag) < 0;
+    /* No variable is assigned before the command starts (the files are
+     * named in full): the caller's environment is the wrapper's, and a key
+     * named like one of its variables would reach the command changed. */
     if (!bad && at_end)
-        bad = cl_buf_printf(&pre, CL_EXEC_MARK "=%s bash -c %s sbx <%s >$o 2>$e 4>&-; rc=$?\n",
+        bad = cl_buf_printf(&pre, CL_EXEC_MARK "=%1$s bash -c %2$s sbx <%3$s >/tmp/.%1$s.out "
+                            "2>/tmp/.%1$s.err 4>&-; rc=$? o=/tmp/.%1$s.out e=/tmp/.%1$s.err\n",
                             p->tag, q, in) < 0;
     else if (!bad)
-        bad = cl_buf_printf(&pre, CL_EXEC_MARK "=%s bash -c %s sbx <%s >$o 2>$e 4>&- & c=$!\n"
+        bad = cl_buf_printf(&pre, CL_EXEC_MARK "=%1$s bash -c %2$s sbx <%3$s >/tmp/.%1$s.out "
+                            "2>/tmp/.%1$s.err 4>&- & c=$! o=/tmp/.%1$s.out e=/tmp/.%1$s.err\n"
                             "tail -c +1 -s 0.05 --pid=$c -f $o 4>&- & t1=$!\n"
                             "tail -c +1 -s 0.05 --pid=$c -f $e >&4 4>&- & t2=$!\n"
                             "wait $c; rc=$?; wait $t1 $t2\n", p->tag, q, in) < 0;

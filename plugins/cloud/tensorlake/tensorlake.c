@@ -1328,6 +1328,11 @@ static int tl_exec_report(tl_proc *p, const sbx_call_ctx *ctx, const char *r, in
  * exec_kill wrote, and its own stderr is /dev/null (so no "Terminated"
  * line); a SIGKILL ends it too, and then no report comes: the files stay,
  * and the plugin downloads and removes them (tl_exec_run).
+ *
+ * The wrapper assigns no variable before the command's bash starts (the
+ * files' stem is its $2): the caller's environment is the wrapper's, so a
+ * key named like one of its variables (t, c, ...) would otherwise reach
+ * the command with the wrapper's value.
  */
 static char *tl_exec_script(const char *src, const char *tag, const char *in)
 {
@@ -1336,10 +1341,10 @@ static char *tl_exec_script(const char *src, const char *tag, const char *in)
     int bad = cl_buf_printf(
         &b,
         "%1$s"
-        "exec 2>/dev/null; trap : HUP INT QUIT TERM USR1 USR2 ALRM; t=/tmp/.%2$s; "
-        "[ -d /dev/shm ] && [ -w /dev/shm ] && t=/dev/shm/.%2$s\n"
-        "bash -c \"$1\" <%3$s >$t.out 2>$t.err\n"
-        "c=$? LC_ALL=C f= k= m=\n", src, tag, in) < 0;
+        "exec 2>/dev/null; trap : HUP INT QUIT TERM USR1 USR2 ALRM; set -- \"$1\" /tmp/.%2$s\n"
+        "[ -d /dev/shm ] && [ -w /dev/shm ] && set -- \"$1\" /dev/shm/.%2$s\n"
+        "bash -c \"$1\" <%3$s >$2.out 2>$2.err\n"
+        "c=$? t=$2 LC_ALL=C f= k= m=\n", src, tag, in) < 0;
     bad = bad || cl_buf_report_encoder(&b, TL_INLINE_MAX) < 0;
     bad = bad || cl_buf_printf(
         &b,
@@ -1387,7 +1392,9 @@ static char *tl_exec_script(const char *src, const char *tag, const char *in)
  * ended by SIGKILL reports nothing: what the chunks did not carry is then
  * downloaded from the files (tl_exec_run). What the command leaves in the
  * background writes to the files only, so it holds neither the stream nor
- * the exec.
+ * the exec. As in tl_exec_script, no variable is assigned before the
+ * command's bash is forked (a signal in that moment sets i, the one
+ * exception), so the caller's keys reach it unchanged.
  */
 static char *tl_stream_script(const char *src, const char *tag, const char *in)
 {
@@ -1395,10 +1402,10 @@ static char *tl_stream_script(const char *src, const char *tag, const char *in)
     return cl_printf(
         "exec 4>&2 2>/dev/null\n"
         "%1$s"
-        "i=0; trap i=1 HUP INT QUIT TERM USR1 USR2 ALRM; t=/tmp/.%2$s; "
-        "[ -d /dev/shm ] && [ -w /dev/shm ] && t=/dev/shm/.%2$s\n"
-        ": >$t.out; : >$t.err\n"
-        "(trap - INT QUIT; exec bash -c \"$1\" <%3$s >$t.out 2>$t.err 4>&-) & c=$!\n"
+        "trap i=1 HUP INT QUIT TERM USR1 USR2 ALRM; set -- \"$1\" /tmp/.%2$s\n"
+        "[ -d /dev/shm ] && [ -w /dev/shm ] && set -- \"$1\" /dev/shm/.%2$s\n"
+        ": >$2.out; : >$2.err\n"
+        "(trap - INT QUIT; exec bash -c \"$1\" <%3$s >$2.out 2>$2.err 4>&-) & c=$! t=$2 i=0\n"
         "export " CL_EXEC_MARK "=%2$s-io\n"
         "o() { trap '' HUP INT QUIT TERM USR1 USR2 ALRM; while x=$(dd bs=65536 count=1 "
         "status=none | base64 -w0) && [ -n \"$x\" ]; do printf \"$1%%s\\n\" \"$x\"; done; }\n"
