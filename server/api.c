@@ -263,6 +263,12 @@ reply_validation_at(cp_response *res, const char *type, json_object *loc, const 
     json_object_object_add(item, "loc", loc);
     json_object_object_add(item, "msg", json_object_new_string(msg));
     json_object_object_add(item, "input", input);
+    /* A ValueError's ctx is {"error": the exception}, which FastAPI's
+     * encoder writes as {} (an exception has no fields). */
+    if (!ctx && !strcmp(type, "value_error")) {
+        ctx = json_object_new_object();
+        json_object_object_add(ctx, "error", json_object_new_object());
+    }
     if (ctx)
         json_object_object_add(item, "ctx", ctx);
     json_object_array_add(list, item);
@@ -281,6 +287,68 @@ reply_validation(cp_response *res, const char *type, const char *where, const ch
     if (field)
         json_object_array_add(loc, json_object_new_string(field));
     reply_validation_at(res, type, loc, msg, input, NULL);
+}
+
+void
+reply_validation_ctx(cp_response *res, const char *type, const char *where, const char *field,
+                     const char *msg, json_object *input, json_object *ctx)
+{
+    json_object *loc = json_object_new_array();
+
+    json_object_array_add(loc, json_object_new_string(where));
+    if (field)
+        json_object_array_add(loc, json_object_new_string(field));
+    reply_validation_at(res, type, loc, msg, input, ctx);
+}
+
+void
+reply_validation_item(cp_response *res, const char *type, const char *where,
+                      const char *field, json_object *item, const char *msg,
+                      json_object *input)
+{
+    json_object *loc = json_object_new_array();
+
+    json_object_array_add(loc, json_object_new_string(where));
+    json_object_array_add(loc, json_object_new_string(field));
+    json_object_array_add(loc, item);
+    reply_validation_at(res, type, loc, msg, input, NULL);
+}
+
+json_object *
+cp_ctx_num(const char *name, json_object *value)
+{
+    json_object *ctx = json_object_new_object();
+
+    json_object_object_add(ctx, name, value);
+    return ctx;
+}
+
+void
+reply_too_long(cp_response *res, const char *where, const char *field, const char *field_type,
+               size_t max, size_t actual, json_object *input)
+{
+    json_object *ctx = json_object_new_object();
+    char *m = cp_printf("%s should have at most %zu item%s after validation, not %zu",
+                        field_type, max, max == 1 ? "" : "s", actual);
+
+    json_object_object_add(ctx, "field_type", json_object_new_string(field_type));
+    json_object_object_add(ctx, "max_length", json_object_new_int64((int64_t)max));
+    json_object_object_add(ctx, "actual_length", json_object_new_int64((int64_t)actual));
+    reply_validation_ctx(res, "too_long", where, field, m, input, ctx);
+    free(m);
+}
+
+void
+reply_datetime_parsing(cp_response *res, const char *where, const char *field, const char *text,
+                       json_object *input)
+{
+    const char *why = cp_iso_error(text);
+    char *m = cp_printf("Input should be a valid datetime or date, %s", why);
+    json_object *ctx = json_object_new_object();
+
+    json_object_object_add(ctx, "error", json_object_new_string(why));
+    reply_validation_ctx(res, "datetime_from_date_parsing", where, field, m, input, ctx);
+    free(m);
 }
 
 /* Member @key of @body as an optional string: *@out stays as it was when
@@ -783,8 +851,9 @@ parse_create(json_object *body, create_req *c, cp_response *res)
             }
             d = json_object_get_double(v);
             if (!(d > 0)) {
-                reply_validation(res, "greater_than", "body", f, "Input should be greater than 0",
-                                 json_object_get(v));
+                reply_validation_ctx(res, "greater_than", "body", f,
+                                     "Input should be greater than 0", json_object_get(v),
+                                     cp_ctx_num("gt", json_object_new_double(0)));
                 return -1;
             }
             c->cpu = d;
@@ -799,18 +868,19 @@ parse_create(json_object *body, create_req *c, cp_response *res)
                 return -1;
             }
             if (iv <= 0) {
-                reply_validation(res, "greater_than", "body", f, "Input should be greater than 0",
-                                 json_object_get(v));
+                reply_validation_ctx(res, "greater_than", "body", f,
+                                     "Input should be greater than 0", json_object_get(v),
+                                     cp_ctx_num("gt", json_object_new_int(0)));
                 return -1;
             }
             /* The expiry (now + timeout_secs) must be a time the record
              * can show: at most 9999-12-31T23:59:59Z (the reference's
              * datetime raises past it), and never an int64 overflow. */
             if (!strcmp(f, "timeout_secs") && iv > CP_LAST_SECOND - cp_now_us() / 1000000) {
-                char *m = cp_printf("Input should be less than or equal to %lld (an expiry at "
-                                    "9999-12-31T23:59:59Z at the latest)",
-                                    (long long)(CP_LAST_SECOND - cp_now_us() / 1000000));
-                reply_validation(res, "less_than_equal", "body", f, m, json_object_get(v));
+                int64_t le = CP_LAST_SECOND - cp_now_us() / 1000000;
+                char *m = cp_printf("Input should be less than or equal to %lld", (long long)le);
+                reply_validation_ctx(res, "less_than_equal", "body", f, m, json_object_get(v),
+                                     cp_ctx_num("le", json_object_new_int64(le)));
                 free(m);
                 return -1;
             }
@@ -829,32 +899,42 @@ parse_create(json_object *body, create_req *c, cp_response *res)
             json_object_object_add(c->canon, f, json_object_new_boolean(json_object_get_boolean(v)));
             json_object_object_add(c->config, f, json_object_new_boolean(json_object_get_boolean(v)));
         } else if (!strcmp(f, "env_vars")) {
-            const char *keys[256];
-            size_t nk = 0;
-            json_object *canon_env = json_object_new_object(), *names = json_object_new_array();
+            const char **keys;
+            size_t nk = 0, total;
+            json_object *canon_env, *names;
             if (!json_object_is_type(v, json_type_object)) {
-                json_object_put(canon_env);
-                json_object_put(names);
                 reply_validation(res, "dict_type", "body", f, "Input should be a valid dictionary",
                                  json_object_get(v));
                 return -1;
             }
-            json_object_object_foreach(v, key, val) {
-                if (!json_object_is_type(val, json_type_string) || nk == 256 ||
-                    !env_name_ok(key)) {
-                    json_object_put(canon_env);
-                    json_object_put(names);
-                    if (!json_object_is_type(val, json_type_string))
-                        reply_validation(res, "string_type", "body", f,
-                                         "Input should be a valid string", json_object_get(val));
-                    else if (nk == 256)
-                        reply_validation(res, "too_long", "body", f,
-                                         "Dictionary should have at most 256 items", NULL);
-                    else
-                        reply_validation(res, "value_error", "body", f, ENV_NAME_RULE,
-                                         json_object_new_string(key));
+            /* In pydantic's order: each value's type, the length (at most
+             * 256), then the names (a validator after those). */
+            json_object_object_foreach(v, tk, tv) {
+                if (!json_object_is_type(tv, json_type_string)) {
+                    reply_validation_item(res, "string_type", "body", f,
+                                          json_object_new_string(tk),
+                                          "Input should be a valid string", json_object_get(tv));
                     return -1;
                 }
+            }
+            total = (size_t)json_object_object_length(v);
+            if (total > 256) {
+                reply_too_long(res, "body", f, "Dictionary", 256, total, json_object_get(v));
+                return -1;
+            }
+            json_object_object_foreach(v, nk_, nv) {
+                (void)nv;
+                if (!env_name_ok(nk_)) {
+                    reply_validation(res, "value_error", "body", f, ENV_NAME_RULE,
+                                     json_object_new_string(nk_));
+                    return -1;
+                }
+            }
+            keys = calloc(total ? total : 1, sizeof *keys);
+            canon_env = json_object_new_object();
+            names = json_object_new_array();
+            json_object_object_foreach(v, key, val) {
+                (void)val;
                 keys[nk++] = key;
             }
             qsort(keys, nk, sizeof keys[0], cmp_key);
@@ -863,6 +943,7 @@ parse_create(json_object *body, create_req *c, cp_response *res)
                 json_object_object_add(canon_env, keys[i], json_object_get(ev));
                 json_object_array_add(names, json_object_new_string(keys[i]));
             }
+            free(keys);
             json_object_object_add(c->canon, f, canon_env);
             if (nk)
                 json_object_object_add(c->config, "env_var_names", names);
@@ -1751,9 +1832,10 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         }
         for (size_t i = 0; i < json_object_array_length(v); i++)
             if (!json_object_is_type(json_object_array_get_idx(v, i), json_type_string)) {
-                reply_validation(res, "string_type", "body", "args",
-                                 "Input should be a valid string",
-                                 json_object_get(json_object_array_get_idx(v, i)));
+                reply_validation_item(res, "string_type", "body", "args",
+                                      json_object_new_int((int)i),
+                                      "Input should be a valid string",
+                                      json_object_get(json_object_array_get_idx(v, i)));
                 goto out;
             }
         args = v;
@@ -1778,8 +1860,8 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         env = calloc(n + 1, sizeof *env);
         json_object_object_foreach(v, ek, ev) {
             if (!json_object_is_type(ev, json_type_string)) {
-                reply_validation(res, "string_type", "body", "env",
-                                 "Input should be a valid string", json_object_get(ev));
+                reply_validation_item(res, "string_type", "body", "env", json_object_new_string(ek),
+                                      "Input should be a valid string", json_object_get(ev));
                 goto out;
             }
             if (!env_name_ok(ek)) {
@@ -1799,8 +1881,9 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
             goto out;
         }
         if (!(json_object_get_double(v) > 0)) {
-            reply_validation(res, "greater_than", "body", "timeout_secs",
-                             "Input should be greater than 0", json_object_get(v));
+            reply_validation_ctx(res, "greater_than", "body", "timeout_secs",
+                                 "Input should be greater than 0", json_object_get(v),
+                                 cp_ctx_num("gt", json_object_new_double(0)));
             goto out;
         }
         exec_timeout = json_object_get_double(v);

@@ -1300,7 +1300,7 @@ Test(remote, cli_costs_prints_the_servers_costs)
     const char *garbled[] = { "--remote", url, "costs", "--until", "soon", NULL };
     cr_assert_eq(cli(state, garbled, &out, &err), 125);
     cr_assert_str_eq(err, "sbx: costs: the control plane refused: --until \"soon\": Input "
-                          "should be a valid datetime (HTTP 422)\n");
+                          "should be a valid datetime or date, input is too short (HTTP 422)\n");
     free(out);
     free(err);
 
